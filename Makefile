@@ -1,0 +1,49 @@
+# Two commands for a new user: `make demo` and `make test`.
+# Both create/refresh .venv from PyPI and (re)build the native extension.
+PY      ?= python3
+VENV    ?= .venv
+VPY     := $(VENV)/bin/python
+PIP     := $(VPY) -m pip
+BUILD_DEPS := "scikit-build-core>=0.11" "pybind11>=2.12" "cmake>=3.18" ninja
+DEMO_OUT ?= out/demo
+
+.PHONY: setup install test demo build-cuda golden bench-convert clean
+
+$(VPY):
+	$(PY) -m venv $(VENV)
+
+# Build tools come first so the extension build needs no isolated env.
+setup: $(VPY)
+	$(PIP) install --quiet --disable-pip-version-check $(BUILD_DEPS)
+	$(PIP) install --quiet --disable-pip-version-check --no-build-isolation ".[test]"
+
+install: setup
+
+test: setup
+	$(VPY) -m pytest -q
+
+demo: setup
+	rm -rf $(DEMO_OUT)
+	$(VENV)/bin/ierun info
+	$(VENV)/bin/ieconv hf-to-iebin --hf-dir golden/hf/tiny-llama --out-dir $(DEMO_OUT)
+	$(VENV)/bin/ieconv validate --deep $(DEMO_OUT)
+	$(VENV)/bin/ieconv inspect $(DEMO_OUT)
+
+# CUDA kernels are opt-in; needs nvcc on PATH.
+build-cuda: $(VPY)
+	$(PIP) install --quiet --disable-pip-version-check $(BUILD_DEPS)
+	$(PIP) install --quiet --disable-pip-version-check --no-build-isolation \
+	  -Ccmake.define.IE_ENABLE_CUDA=ON -Cbuild-dir=build/cuda ".[test]"
+
+# Regenerates golden/hf and golden/ref with torch + transformers (not needed by tests).
+golden:
+	$(PY) -m venv .venv-golden
+	.venv-golden/bin/pip install --quiet -r golden/requirements-golden.txt
+	.venv-golden/bin/python golden/make_golden.py
+
+# Peak RSS of converting a synthetic multi-hundred-MB checkpoint.
+bench-convert: setup
+	$(VPY) benchmarks/convert_rss.py
+
+clean:
+	rm -rf build out $(VENV) .pytest_cache

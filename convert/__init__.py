@@ -1,0 +1,1 @@
+"""ieconv: offline converters from Hugging Face checkpoints to iekit artifacts."""

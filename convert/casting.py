@@ -1,0 +1,49 @@
+"""Float casts used by ``ieconv hf-to-iebin --dtype``, bit-compatible with torch.
+
+Every cast goes through float32, as torch's ``Tensor.to`` does for
+half/bfloat16 targets: f32 -> bf16 rounds to nearest even and maps every NaN
+to the canonical 0x7FC0 (c10's ``round_to_nearest_even``); f32 -> f16 is
+IEEE round-to-nearest-even (numpy's astype, the same as torch's).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from iekit.formats.dtypes import DTYPES, numpy_dtype
+
+
+def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    # No uint32 overflow: the largest non-NaN pattern plus the bias stays < 2^32.
+    out = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
+    out[np.isnan(x)] = 0x7FC0
+    return out
+
+
+def decode_f32(raw: bytes, dtype: str) -> np.ndarray:
+    """Elements of a floating dtype as float32 (exact except f64 -> f32)."""
+    a = np.frombuffer(raw, dtype=numpy_dtype(dtype))
+    if dtype == "bf16":
+        return bf16_bits_to_f32(a)
+    return a.astype(np.float32)
+
+
+def encode_f32(x: np.ndarray, dtype: str) -> bytes:
+    if dtype == "bf16":
+        return f32_to_bf16_bits(x).tobytes()
+    return x.astype(numpy_dtype(dtype)).tobytes()
+
+
+def cast_bytes(raw: bytes, src: str, dst: str) -> bytes:
+    """Cast a whole number of elements from ``src`` to ``dst``."""
+    if src == dst:
+        return raw
+    if not (DTYPES[src].is_float and DTYPES[dst].is_float):
+        raise ValueError(f"cast {src} -> {dst}: only floating dtypes are cast")
+    with np.errstate(over="ignore", invalid="ignore"):
+        return encode_f32(decode_f32(raw, src), dst)

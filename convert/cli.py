@@ -1,0 +1,188 @@
+"""``ieconv``: the conversion command line (click + rich)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                           TransferSpeedColumn)
+from rich.table import Table
+
+from iekit.formats import iebin
+from iekit.formats.cli_support import run_cli
+from iekit.formats.dtypes import CAST_TARGETS
+from iekit.formats.errors import IEError
+from iekit.formats.iebin_legacy import upgrade_legacy
+from iekit.formats.jsonio import load_json
+
+from . import hf_source
+from .hf_to_iebin import Progress as ConvertProgress
+from .hf_to_iebin import convert
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def human_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    e = min(int(math.log(n, 1024)), 4)
+    return f"{n / 1024 ** e:.2f} {'BKMGT'[e]}{'i' if e else ''}B".replace("BiB", "B")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="iekit", prog_name="ieconv")
+def cli() -> None:
+    """Convert Hugging Face checkpoints into iekit artifacts and check them.
+
+    \b
+    Typical use:
+      ieconv hf-to-iebin --hf-dir path/to/hf_model --out-dir out/
+      ieconv validate --deep out/
+      ieconv inspect out/
+
+    Errors are one line on stderr with a non-zero exit (1 bad input, 2 bad
+    usage); set IE_DEBUG=1 to see a traceback for internal errors.
+    """
+
+
+@cli.command("hf-to-iebin")
+@click.option("--hf-dir", type=click.Path(path_type=Path), help="Local HF model directory (config.json + safetensors).")
+@click.option("--repo-id", help="HF hub repo id, resolved through the local HF cache first (offline when cached).")
+@click.option("--revision", help="Branch, tag or commit for --repo-id (default: main).")
+@click.option("--out-dir", required=True, type=click.Path(path_type=Path), help="Output directory for model.ie.json + model.ie.bin.")
+@click.option("--dtype", type=click.Choice(CAST_TARGETS), help="Cast floating tensors to this dtype (bf16: round to nearest even, like torch). Default: keep bytes exactly.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing model.ie.json/model.ie.bin in --out-dir.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, overwrite, quiet):
+    """Convert an HF safetensors checkpoint to IEBIN schema2.
+
+    Reads model.safetensors or sharded model-XXXXX-of-YYYYY.safetensors with
+    model.safetensors.index.json, streams tensor by tensor (memory stays
+    bounded whatever the model size), and writes atomically. Without --dtype
+    every tensor keeps its HF name and exact bytes. config.json,
+    generation_config.json and tokenizer files are copied alongside.
+    """
+    if (hf_dir is None) == (repo_id is None):
+        raise click.UsageError("give exactly one of --hf-dir or --repo-id")
+    if revision and not repo_id:
+        raise click.UsageError("--revision only applies to --repo-id")
+    src = hf_source.from_dir(hf_dir) if hf_dir is not None else hf_source.from_hub(repo_id, revision)
+    with Progress(TextColumn("{task.description:<40.40}"), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), TimeRemainingColumn(), console=err,
+                  disable=quiet, transient=True) as bar:
+        state: dict = {}
+
+        def start(label: str, total: int) -> None:
+            if "task" in state:
+                bar.remove_task(state["task"])
+            state["task"] = bar.add_task(label, total=total)
+
+        prog = ConvertProgress(start=start,
+                               advance=lambda n: bar.advance(state["task"], n),
+                               describe=lambda t: bar.update(state["task"], description=t))
+        res = convert(src, out_dir, dtype=dtype, overwrite=overwrite, progress=prog)
+    mbps = res.bytes_in / 1e6 / res.seconds if res.seconds > 0 else float("inf")
+    err.print(f"converted {res.tensors} tensors ({human_bytes(res.bytes_in)} in, {human_bytes(res.bytes_out)} "
+              f"model.ie.bin{f', {res.cast_tensors} cast to {dtype}' if dtype else ''}) in {res.seconds:.2f} s "
+              f"({mbps:.0f} MB/s) -> {res.out_dir}", markup=False)
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--deep", is_flag=True, help="Also recompute every tensor's and auxiliary file's sha256.")
+def validate(path: Path, deep: bool):
+    """Check an artifact against every rule of its format.
+
+    PATH is an IEBIN model directory or its model.ie.json. Exit 0 and one OK
+    line, or one line naming the file and field at fault and exit 1.
+    """
+    m = iebin.load_model(path, deep=deep)
+    total = sum(t["nbytes"] for t in m.tensors)
+    out.print(f"OK {m.meta_path}: IEBIN v{m.meta['version']}, {len(m.tensors)} tensors, "
+              f"{human_bytes(total)}{', checksums verified' if deep else ''}", markup=False)
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary instead of tables.")
+def inspect(path: Path, as_json: bool):
+    """Show an artifact's contents: tensors, dtypes, shapes, bytes, totals.
+
+    The artifact is validated first (without re-hashing; see `validate --deep`).
+    """
+    m = iebin.load_model(path)
+    by_dtype: dict[str, list[int]] = {}
+    for t in m.tensors:
+        c = by_dtype.setdefault(t["dtype"], [0, 0])
+        c[0] += 1
+        c[1] += t["nbytes"]
+    if as_json:
+        click.echo(json.dumps({"path": str(m.meta_path), "model": m.meta["model"], "tensors": len(m.tensors),
+                               "bytes": sum(v[1] for v in by_dtype.values()),
+                               "by_dtype": {k: {"tensors": v[0], "bytes": v[1]} for k, v in sorted(by_dtype.items())}},
+                              sort_keys=True))
+        return
+    summary = Table(title=f"{m.meta_path}", show_header=False)
+    for k, v in m.meta["model"].items():
+        if v is not None:
+            summary.add_row(k, str(v))
+    src = m.meta["source"]
+    summary.add_row("source", f"{src['kind']} {src['name']}" + (f"@{src['revision']}" if src["revision"] else ""))
+    summary.add_row("tokenizer files", ", ".join(m.meta["tokenizer"]["files"]) or "(none)")
+    out.print(summary)
+    table = Table(title="tensors")
+    for col, just in (("name", "left"), ("dtype", "left"), ("shape", "left"), ("bytes", "right"), ("offset", "right")):
+        table.add_column(col, justify=just)
+    for t in m.tensors:
+        table.add_row(t["name"], t["dtype"], "×".join(map(str, t["shape"])) or "scalar",
+                      human_bytes(t["nbytes"]), str(t["file_data_offset"]))
+    out.print(table)
+    totals = Table(title="totals")
+    for col in ("dtype", "tensors", "bytes"):
+        totals.add_column(col, justify="left" if col == "dtype" else "right")
+    for k, (n, b) in sorted(by_dtype.items()):
+        totals.add_row(k, str(n), human_bytes(b))
+    totals.add_row("all", str(len(m.tensors)), human_bytes(sum(v[1] for v in by_dtype.values())), style="bold")
+    out.print(totals)
+
+
+@cli.command("iebin-upgrade")
+@click.argument("legacy_json", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("-o", "--out", "out_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Where to write schema2 metadata (default: replace LEGACY_JSON, keeping LEGACY_JSON.bak).")
+@click.option("--no-backup", is_flag=True, help="Do not keep LEGACY_JSON.bak when upgrading in place.")
+def iebin_upgrade(legacy_json: Path, out_path: Path | None, no_backup: bool):
+    """Rewrite legacy IEBIN metadata (shard / shard_data_offset, uppercase dtypes) as schema2.
+
+    Checksums are computed from the bytes each entry points at, and the result
+    must pass `ieconv validate` before it is written (atomically). The output
+    must live in the same directory as LEGACY_JSON, since file paths are
+    relative to it.
+    """
+    meta, notes = upgrade_legacy(load_json(legacy_json), legacy_json)
+    target = out_path or legacy_json
+    if target.resolve().parent != legacy_json.resolve().parent:
+        raise IEError(f"{target}: must be in the same directory as {legacy_json} (tensor file paths are relative)")
+    if target.resolve() == legacy_json.resolve() and not no_backup:
+        bak = legacy_json.with_name(legacy_json.name + ".bak")
+        bak.write_bytes(legacy_json.read_bytes())
+        err.print(f"kept the original as {bak}", markup=False)
+    iebin.write_meta(target, meta)
+    iebin.load_model(target)  # files, ranges and overlaps, against the real files
+    for n in notes:
+        err.print(f"note: {n}", markup=False)
+    out.print(f"OK {target}: schema2, {len(meta['tensors'])} tensors", markup=False)
+
+
+def main() -> None:
+    run_cli(cli, "ieconv")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Locating a Hugging Face checkpoint: a local directory or a hub repo id.
+
+A hub repo id is resolved through huggingface-hub's cache; the cache is
+tried first (``local_files_only``), so a model that was downloaded once
+converts offline. Only safetensors weights are read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from iekit.formats.errors import FormatError, IEError
+from iekit.formats.jsonio import load_json
+from iekit.formats.paths import resolve_inside
+
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+HUB_PATTERNS = ["*.safetensors", "*.json", "tokenizer.model", "vocab.txt", "merges.txt"]
+
+
+@dataclass
+class HFSource:
+    dir: Path
+    kind: str  # "hf_dir" | "hf_hub"
+    name: str  # directory name, or the repo id
+    revision: str | None
+    config: dict[str, Any]
+    shards: list[str]  # file names relative to dir, sorted
+    index: dict[str, str] | None  # tensor name -> shard, when sharded
+
+
+def _discover(d: Path) -> tuple[list[str], dict[str, str] | None]:
+    index_path = d / INDEX_NAME
+    if index_path.is_file():
+        idx = load_json(index_path)
+        wm = idx.get("weight_map") if isinstance(idx, dict) else None
+        if not isinstance(wm, dict) or not wm:
+            raise FormatError(index_path, "weight_map", "missing, empty or not an object")
+        for name, shard in wm.items():
+            resolve_inside(d, shard, index_path, f"weight_map[{name!r}]")
+            if not (d / shard).is_file():
+                raise FormatError(index_path, f"weight_map[{name!r}]", f"shard {shard!r} does not exist in {d}")
+        return sorted(set(wm.values())), dict(wm)
+    if (d / SINGLE_NAME).is_file():
+        return [SINGLE_NAME], None
+    present = sorted(p.name for p in d.glob("*.safetensors"))
+    if present:
+        raise IEError(f"{d}: found {', '.join(present[:3])}{'…' if len(present) > 3 else ''} but neither "
+                      f"{SINGLE_NAME} nor {INDEX_NAME}; a sharded checkpoint needs its index")
+    if any(d.glob("*.bin")) or any(d.glob("*.pt")):
+        raise IEError(f"{d}: only PyTorch pickle weights (.bin/.pt) found; iekit reads safetensors only")
+    raise IEError(f"{d}: no {SINGLE_NAME} or {INDEX_NAME} found")
+
+
+def from_dir(path: str | os.PathLike, *, kind: str = "hf_dir", name: str | None = None,
+             revision: str | None = None) -> HFSource:
+    d = Path(path)
+    if not d.is_dir():
+        raise IEError(f"{d}: not a directory")
+    cfg_path = d / "config.json"
+    if not cfg_path.is_file():
+        raise IEError(f"{d}: no config.json (is this a Hugging Face model directory?)")
+    config = load_json(cfg_path)
+    if not isinstance(config, dict):
+        raise FormatError(cfg_path, "(root)", "must be a JSON object")
+    shards, index = _discover(d)
+    return HFSource(d, kind, name or d.resolve().name, revision, config, shards, index)
+
+
+def from_hub(repo_id: str, revision: str | None = None) -> HFSource:
+    """Resolve through the HF cache first; download only if not cached."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        try:
+            path = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_PATTERNS,
+                                     local_files_only=True)
+        except LocalEntryNotFoundError:
+            path = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_PATTERNS)
+    except HFValidationError as e:
+        raise IEError(f"--repo-id {repo_id!r}: {e}") from None
+    except Exception as e:  # network errors, missing repo, gated repo...
+        raise IEError(f"{repo_id}: not in the local Hugging Face cache and could not be downloaded "
+                      f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    snap = Path(path)
+    # Cache layout: .../snapshots/<commit sha>/ -- the revision actually used.
+    return from_dir(snap, kind="hf_hub", name=repo_id, revision=snap.name)

@@ -1,0 +1,159 @@
+"""HF safetensors checkpoint -> IEBIN schema2, streamed tensor by tensor.
+
+Memory: tensors are copied (or cast) in 8 MiB chunks, so peak RSS is a few
+chunks plus Python, independent of model size. Atomicity: everything is
+staged under temporary names in the output directory and renamed at the end,
+``model.ie.json`` last; on any error the directory is left as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from iekit.formats import iebin
+from iekit.formats.atomic import StagedFiles
+from iekit.formats.dtypes import DTYPES
+from iekit.formats.errors import FormatError, IEError
+from iekit.formats.iebin_legacy import TOKENIZER_FILES
+from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
+
+from .casting import cast_bytes
+from .hf_source import INDEX_NAME, HFSource
+
+CONFIG_FILES = ("config.json", "generation_config.json")
+HASH_CHUNK = 8 * 1024 * 1024
+
+
+def natural_key(name: str) -> list:
+    """'layers.10' sorts after 'layers.9'."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+@dataclass
+class ConvertResult:
+    out_dir: Path
+    tensors: int
+    bytes_in: int
+    bytes_out: int
+    seconds: float
+    cast_tensors: int
+
+
+@dataclass
+class Progress:
+    """Callbacks the CLI wires to a progress bar; no-ops by default."""
+
+    start: Callable[[str, int], None] = lambda label, total: None
+    advance: Callable[[int], None] = lambda n: None
+    describe: Callable[[str], None] = lambda text: None
+
+
+def _collect(src: HFSource, stack: ExitStack) -> dict[str, tuple[SafetensorsFile, SafetensorsTensor]]:
+    found: dict[str, tuple[SafetensorsFile, SafetensorsTensor]] = {}
+    index_path = src.dir / INDEX_NAME
+    for shard in src.shards:
+        sf = stack.enter_context(SafetensorsFile(src.dir / shard))
+        for name, t in sf.tensors.items():
+            if name in found:
+                raise IEError(f"{src.dir}: duplicate tensor {name!r} in {found[name][0].path.name} and {shard}")
+            if src.index is not None and src.index.get(name) != shard:
+                where = f"lists it in {src.index[name]!r}" if name in src.index else "does not list it"
+                raise FormatError(index_path, f"weight_map[{name!r}]", f"tensor is in {shard} but the index {where}")
+            found[name] = (sf, t)
+    if src.index is not None:
+        for name, shard in src.index.items():
+            if name not in found:
+                raise FormatError(index_path, f"weight_map[{name!r}]", f"names shard {shard!r} but that shard has no such tensor")
+    return found
+
+
+def _check_out_dir(src: HFSource, out_dir: Path, overwrite: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise IEError(f"{out_dir}: exists and is not a directory")
+    if out_dir.is_dir() and os.path.realpath(out_dir) == os.path.realpath(src.dir):
+        raise IEError(f"{out_dir}: output directory is the source checkpoint directory; choose another")
+    if not overwrite:
+        clash = [n for n in (iebin.META_NAME, iebin.BIN_NAME) if (out_dir / n).exists()]
+        if clash:
+            raise IEError(f"{out_dir}: already holds {', '.join(clash)}; pass --overwrite to replace")
+
+
+def _sha256_file(path: Path, progress: Progress) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_CHUNK):
+            h.update(chunk)
+            progress.advance(len(chunk))
+    return h.hexdigest()
+
+
+def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = None,
+            overwrite: bool = False, progress: Progress | None = None) -> ConvertResult:
+    """Convert ``src`` into ``out_dir``; ``dtype`` casts floating tensors."""
+    progress = progress or Progress()
+    out_dir = Path(out_dir)
+    if dtype is not None and dtype not in ("f32", "f16", "bf16"):
+        raise IEError(f"--dtype {dtype!r}: expected one of f32, f16, bf16")
+    _check_out_dir(src, out_dir, overwrite)
+    t0 = time.perf_counter()
+    created = not out_dir.exists()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with ExitStack() as stack:
+            tensors = _collect(src, stack)
+            shard_records = []
+            progress.start("hashing shards", sum((src.dir / s).stat().st_size for s in src.shards))
+            for s in src.shards:
+                progress.describe(f"sha256 {s}")
+                p = src.dir / s
+                shard_records.append({"name": s, "nbytes": p.stat().st_size, "sha256": _sha256_file(p, progress)})
+
+            names = sorted(tensors, key=natural_key)
+            bytes_in = sum(t.nbytes for _, t in tensors.values())
+            progress.start("converting", bytes_in)
+            n_cast = 0
+            with StagedFiles(out_dir) as staged:
+                writer = iebin.IebinWriter(staged)
+                for name in names:
+                    sf, t = tensors[name]
+                    target = dtype if dtype and t.dtype.is_float else t.dtype.name
+                    if target != t.dtype.name:
+                        n_cast += 1
+                    progress.describe(name)
+                    out_nbytes = t.nbytes // t.dtype.itemsize * DTYPES[target].itemsize
+                    writer.add_tensor(name, target, list(t.shape),
+                                      _chunks(sf, t, target, progress), out_nbytes)
+
+                aux, tok = [], []
+                for fname in CONFIG_FILES + TOKENIZER_FILES:
+                    p = src.dir / fname
+                    if p.is_file():
+                        data = p.read_bytes()
+                        staged.write_bytes(fname, data)
+                        aux.append({"name": fname, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+                        if fname in TOKENIZER_FILES:
+                            tok.append(fname)
+                source = {"kind": src.kind, "name": src.name, "revision": src.revision, "shards": shard_records}
+                meta = writer.finish(config=src.config, source=source, tokenizer_files=tok, aux_files=aux)
+    except BaseException:
+        if created:
+            try:
+                out_dir.rmdir()
+            except OSError:
+                pass
+        raise
+    bytes_out = meta["files"][0]["nbytes"]
+    return ConvertResult(out_dir, len(names), bytes_in, bytes_out, time.perf_counter() - t0, n_cast)
+
+
+def _chunks(sf: SafetensorsFile, t: SafetensorsTensor, target: str, progress: Progress) -> Iterator[bytes]:
+    for chunk in sf.iter_chunks(t):
+        progress.advance(len(chunk))
+        yield cast_bytes(chunk, t.dtype.name, target) if target != t.dtype.name else chunk

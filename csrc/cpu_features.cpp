@@ -1,0 +1,37 @@
+#include "cpu_features.h"
+
+#include <thread>
+
+namespace ie {
+
+std::vector<std::pair<std::string, bool>> CpuFeatures::flags() const {
+  return {{"sse4.2", sse42},       {"avx", avx},           {"avx2", avx2},
+          {"fma", fma},            {"f16c", f16c},         {"avx512f", avx512f},
+          {"avx512bw", avx512bw},  {"avx512vl", avx512vl}, {"avx512vnni", avx512vnni},
+          {"avx512vbmi2", avx512vbmi2}, {"avxvnni", avxvnni}};
+}
+
+CpuFeatures detect_cpu_features() {
+  CpuFeatures f;
+#if IE_HAVE_X86
+  // libgcc's __builtin_cpu_supports also checks XCR0, i.e. that the OS saves
+  // the wide registers, so a "true" here is safe to execute.
+  __builtin_cpu_init();
+  f.sse42 = __builtin_cpu_supports("sse4.2");
+  f.avx = __builtin_cpu_supports("avx");
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.f16c = __builtin_cpu_supports("f16c");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
+  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+  f.avx512vbmi2 = __builtin_cpu_supports("avx512vbmi2");
+  f.avxvnni = __builtin_cpu_supports("avxvnni");
+#endif
+  unsigned n = std::thread::hardware_concurrency();
+  f.logical_cpus = n ? static_cast<int>(n) : 1;
+  return f;
+}
+
+}  // namespace ie

@@ -1,0 +1,22 @@
+// The one place where a kernel variant is chosen. Every kernel family takes
+// an Isa argument; callers obtain it from resolve_isa() so that the
+// IE_ISA override and the CPU checks apply uniformly.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace ie {
+
+enum class Isa { Scalar = 0, Avx2 = 1 };
+
+const char* isa_name(Isa isa);
+
+// ISAs this build contains AND this CPU can run, best last.
+std::vector<Isa> available_isas();
+
+// "auto" (or "") picks the best available; a named ISA must be available.
+// When `requested` is empty the IE_ISA environment variable is consulted.
+// Throws std::invalid_argument with a one-line reason otherwise.
+Isa resolve_isa(const std::string& requested);
+
+}  // namespace ie

@@ -1,0 +1,42 @@
+"""What both command-line tools share: the error contract.
+
+A user error ends as one line on stderr and a non-zero exit status, never a
+traceback: exit 1 for bad input (IEError, OS errors), 2 for bad usage
+(click), 130 on Ctrl-C, 3 for an internal bug (traceback with IE_DEBUG=1).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from .errors import IEError
+
+
+def _fail(msg: str, code: int) -> int:
+    click.echo(msg, err=True)
+    return code
+
+
+def run_cli(group: click.Group, prog_name: str) -> None:
+    try:
+        rc = group.main(prog_name=prog_name, standalone_mode=False)
+    except click.exceptions.Abort:
+        rc = _fail("aborted", 130)
+    except click.ClickException as e:
+        e.show()
+        rc = e.exit_code
+    except IEError as e:
+        rc = _fail(f"error: {e}", 1)
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        rc = _fail(f"error: {where}{e.strerror or e}", 1)
+    except KeyboardInterrupt:
+        rc = _fail("interrupted", 130)
+    except Exception as e:  # a bug: keep the one-line contract, offer the traceback
+        if os.environ.get("IE_DEBUG") == "1":
+            raise
+        rc = _fail(f"internal error: {type(e).__name__}: {e} (set IE_DEBUG=1 for a traceback)", 3)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -1,0 +1,360 @@
+"""IEBIN schema2: ``model.ie.json`` (metadata) + ``model.ie.bin`` (payloads).
+
+The spec is docs/formats/iebin.md and the JSON Schema is
+schemas/iebin.schema.json. This module is the single implementation of the
+format: the writer used by ``ieconv``, the strict validator used by
+``ieconv validate`` and the tests, and the loader the runtime builds on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import jsonschema
+
+from .atomic import StagedFiles
+from .dtypes import DTYPES, INT64_MAX, shape_elements
+from .errors import FormatError, IEError
+from .jsonio import dumps_canonical, load_json
+from .paths import resolve_inside
+
+FORMAT_NAME = "iebin"
+VERSION = 2
+DEFAULT_ALIGNMENT = 64
+META_NAME = "model.ie.json"
+BIN_NAME = "model.ie.bin"
+CHECKSUM = "sha256"
+READ_CHUNK = 8 * 1024 * 1024
+
+TENSOR_KEYS = ("name", "dtype", "shape", "file", "file_data_offset", "nbytes", "sha256")
+LEGACY_KEYS = ("shard", "shard_data_offset")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "iebin.schema.json"
+
+
+def _is_int(v: object) -> bool:
+    return type(v) is int  # bool is an int subclass and must not pass
+
+
+def sha256_file_range(path: Path, offset: int, nbytes: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        f.seek(offset)
+        left = nbytes
+        while left:
+            buf = f.read(min(READ_CHUNK, left))
+            if not buf:
+                raise IEError(f"{path}: unexpected end of file while hashing")
+            h.update(buf)
+            left -= len(buf)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------
+# Model config summary
+# --------------------------------------------------------------------------
+
+# Normalised name -> config.json spellings, first present wins. Encoders and
+# GPT-2 style configs use other names; absent fields are recorded as null.
+_SUMMARY_ALIASES: dict[str, tuple[str, ...]] = {
+    "model_type": ("model_type",),
+    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    "intermediate_size": ("intermediate_size", "n_inner", "ffn_dim"),
+    "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_key_value_heads": ("num_key_value_heads",),
+    "head_dim": ("head_dim",),
+    "vocab_size": ("vocab_size",),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions"),
+    "rope_theta": ("rope_theta",),
+    "rope_scaling": ("rope_scaling",),
+    "norm_eps": ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"),
+    "hidden_act": ("hidden_act", "activation_function"),
+    "tie_word_embeddings": ("tie_word_embeddings",),
+    "torch_dtype": ("torch_dtype", "dtype"),
+    "bos_token_id": ("bos_token_id",),
+    "eos_token_id": ("eos_token_id",),
+}
+
+
+def model_summary(config: dict[str, Any]) -> dict[str, Any]:
+    """The fields a runtime needs, under one spelling, from an HF config."""
+    out: dict[str, Any] = {}
+    archs = config.get("architectures")
+    out["architecture"] = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    for key, names in _SUMMARY_ALIASES.items():
+        out[key] = next((config[n] for n in names if n in config), None)
+    # rope_theta moved into rope_parameters in newer transformers configs.
+    rp = config.get("rope_parameters")
+    if out["rope_theta"] is None and isinstance(rp, dict):
+        out["rope_theta"] = rp.get("rope_theta")
+    heads, hidden = out["num_attention_heads"], out["hidden_size"]
+    if out["num_key_value_heads"] is None and _is_int(heads):
+        out["num_key_value_heads"] = heads
+    if out["head_dim"] is None and _is_int(heads) and _is_int(hidden) and heads > 0:
+        out["head_dim"] = hidden // heads
+    return out
+
+
+# --------------------------------------------------------------------------
+# Writer
+# --------------------------------------------------------------------------
+
+
+class IebinWriter:
+    """Streams tensors into a staged ``model.ie.bin``, then writes the JSON.
+
+    Payloads start at multiples of ``alignment``; the gap before each is
+    zero-filled. A zero-size tensor still gets its own offset (the next
+    tensor starts at least one byte later), so no two tensors share a start
+    and the overlap rule needs no special case.
+    """
+
+    def __init__(self, staged: StagedFiles, alignment: int = DEFAULT_ALIGNMENT):
+        self.alignment = alignment
+        self._f = staged.open(BIN_NAME)
+        self._staged = staged
+        self._written = 0  # bytes actually in the file
+        self._next = 0  # first offset the next tensor may use
+        self.tensors: list[dict[str, Any]] = []
+
+    def add_tensor(self, name: str, dtype: str, shape: list[int], chunks: Iterable[bytes],
+                   expected_nbytes: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        offset = -(-self._next // self.alignment) * self.alignment
+        if offset > self._written:
+            self._f.write(b"\0" * (offset - self._written))
+        h = hashlib.sha256()
+        n = 0
+        for c in chunks:
+            self._f.write(c)
+            h.update(c)
+            n += len(c)
+        if n != expected_nbytes:
+            raise IEError(f"{name}: produced {n} bytes, expected {expected_nbytes}")
+        self._written = offset + n
+        self._next = offset + max(n, 1)
+        entry = {"name": name, "dtype": dtype, "shape": list(shape), "file": BIN_NAME,
+                 "file_data_offset": offset, "nbytes": n, "sha256": h.hexdigest(), **(extra or {})}
+        self.tensors.append(entry)
+        return entry
+
+    def finish(self, *, config: dict, source: dict, tokenizer_files: list[str],
+               aux_files: list[dict[str, Any]]) -> dict[str, Any]:
+        """Build the metadata, self-validate it and stage ``model.ie.json``."""
+        meta = {
+            "format": FORMAT_NAME,
+            "version": VERSION,
+            "alignment": self.alignment,
+            "checksum": CHECKSUM,
+            "producer": "ieconv",
+            "model": model_summary(config),
+            "config": config,
+            "tokenizer": {"files": tokenizer_files},
+            "source": source,
+            "aux_files": aux_files,
+            "files": [{"name": BIN_NAME, "nbytes": self._written}],
+            "tensors": self.tensors,
+        }
+        validate_meta(meta, META_NAME)
+        self._staged.write_bytes(META_NAME, dumps_canonical(meta))
+        return meta
+
+
+# --------------------------------------------------------------------------
+# Validator
+# --------------------------------------------------------------------------
+
+
+def plain_nbytes(dtype: str, shape: list[int]) -> int:
+    return shape_elements(shape) * DTYPES[dtype].itemsize
+
+
+def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
+    where = f"tensors[{i}]"
+    if not isinstance(t, dict):
+        raise FormatError(meta_file, where, "tensor entry is not an object")
+    name = t.get("name")
+    label = f"tensor {name!r}: " if isinstance(name, str) else ""
+    for k in LEGACY_KEYS:
+        if k in t:
+            raise FormatError(meta_file, f"{where}.{k}", f"{label}legacy key {k!r}; run `ieconv iebin-upgrade` to convert to schema2")
+    for k in TENSOR_KEYS:
+        if k not in t:
+            raise FormatError(meta_file, where, f"{label}missing key {k!r}")
+    unknown = sorted(set(t) - set(TENSOR_KEYS))
+    if unknown:
+        raise FormatError(meta_file, f"{where}.{unknown[0]}", f"{label}unknown key {unknown[0]!r}")
+    if not isinstance(name, str) or not name:
+        raise FormatError(meta_file, f"{where}.name", f"must be a non-empty string, got {name!r}")
+    dtype = t["dtype"]
+    if not isinstance(dtype, str):
+        raise FormatError(meta_file, f"{where}.dtype", f"{label}must be a string, got {dtype!r}")
+    if dtype not in DTYPES:
+        if dtype.lower() in DTYPES:
+            raise FormatError(meta_file, f"{where}.dtype", f"{label}dtype {dtype!r} must be lowercase ({dtype.lower()!r})")
+        raise FormatError(meta_file, f"{where}.dtype", f"{label}unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+    shape = t["shape"]
+    if not isinstance(shape, list):
+        raise FormatError(meta_file, f"{where}.shape", f"{label}must be a list, got {shape!r}")
+    for j, d in enumerate(shape):
+        if not _is_int(d):
+            raise FormatError(meta_file, f"{where}.shape[{j}]", f"{label}dimension {d!r} is not an integer")
+        if d < 0:
+            raise FormatError(meta_file, f"{where}.shape[{j}]", f"{label}dimension {d} is negative")
+    expected = plain_nbytes(dtype, shape)
+    if expected > INT64_MAX:
+        raise FormatError(meta_file, f"{where}.shape", f"{label}byte size of shape {shape} overflows 64 bits")
+    nbytes = t["nbytes"]
+    if not _is_int(nbytes) or nbytes < 0:
+        raise FormatError(meta_file, f"{where}.nbytes", f"{label}must be a non-negative integer, got {nbytes!r}")
+    if nbytes != expected:
+        raise FormatError(meta_file, f"{where}.nbytes", f"{label}{nbytes} disagrees with {dtype}{shape} = {expected} bytes")
+    off = t["file_data_offset"]
+    if not _is_int(off) or off < 0:
+        raise FormatError(meta_file, f"{where}.file_data_offset", f"{label}must be a non-negative integer, got {off!r}")
+    if off > INT64_MAX - nbytes:
+        raise FormatError(meta_file, f"{where}.file_data_offset", f"{label}offset + nbytes overflows 64 bits")
+    if off % alignment:
+        raise FormatError(meta_file, f"{where}.file_data_offset", f"{label}offset {off} is not a multiple of alignment {alignment}")
+    if not isinstance(t["file"], str):
+        raise FormatError(meta_file, f"{where}.file", f"{label}must be a string")
+    sha = t["sha256"]
+    if not isinstance(sha, str) or not _SHA256.match(sha):
+        raise FormatError(meta_file, f"{where}.sha256", f"{label}must be 64 lowercase hex digits")
+
+
+def _schema_validator() -> jsonschema.protocols.Validator:
+    schema = load_json(SCHEMA_PATH)
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema)
+
+
+def validate_meta(meta: object, meta_file: str | os.PathLike = META_NAME) -> None:
+    """Every rule that needs only the JSON (no backing files)."""
+    meta_file = os.fspath(meta_file)
+    if not isinstance(meta, dict):
+        raise FormatError(meta_file, "(root)", "must be a JSON object")
+    fmt = meta.get("format")
+    if fmt != FORMAT_NAME:
+        raise FormatError(meta_file, "format", f"unknown format {fmt!r} (expected {FORMAT_NAME!r})")
+    ver = meta.get("version")
+    if ver != VERSION or not _is_int(ver):
+        raise FormatError(meta_file, "version", f"unsupported version {ver!r} (this build reads {VERSION})")
+    align = meta.get("alignment")
+    if not _is_int(align) or align < 1 or align > (1 << 20) or align & (align - 1):
+        raise FormatError(meta_file, "alignment", f"must be a power of two between 1 and 2^20, got {align!r}")
+    if meta.get("checksum") != CHECKSUM:
+        raise FormatError(meta_file, "checksum", f"unsupported checksum algorithm {meta.get('checksum')!r} (expected {CHECKSUM!r})")
+    tensors = meta.get("tensors")
+    if not isinstance(tensors, list):
+        raise FormatError(meta_file, "tensors", "missing or not a list")
+    seen: dict[str, int] = {}
+    for i, t in enumerate(tensors):
+        _check_tensor(i, t, meta_file, align)
+        if t["name"] in seen:
+            raise FormatError(meta_file, f"tensors[{i}].name", f"duplicate tensor name {t['name']!r} (also tensors[{seen[t['name']]}])")
+        seen[t["name"]] = i
+    # The schema is the backstop for everything else (types of the other
+    # top-level objects); the checks above give the precise messages.
+    err = jsonschema.exceptions.best_match(_schema_validator().iter_errors(meta))
+    if err is not None:
+        field = err.json_path.removeprefix("$.") if err.json_path != "$" else "(root)"
+        raise FormatError(meta_file, field, err.message)
+
+
+@dataclass
+class IebinModel:
+    """A validated IEBIN artifact."""
+
+    dir: Path
+    meta_path: Path
+    meta: dict[str, Any]
+
+    @property
+    def tensors(self) -> list[dict[str, Any]]:
+        return self.meta["tensors"]
+
+    def tensor(self, name: str) -> dict[str, Any]:
+        for t in self.tensors:
+            if t["name"] == name:
+                return t
+        raise IEError(f"{self.meta_path}: no tensor named {name!r}")
+
+    def path_of(self, entry: dict[str, Any]) -> Path:
+        return self.dir / entry["file"]
+
+
+def meta_path_for(path: str | os.PathLike) -> Path:
+    p = Path(path)
+    return p / META_NAME if p.is_dir() else p
+
+
+def load_model(path: str | os.PathLike, deep: bool = False) -> IebinModel:
+    """Load and fully validate an IEBIN artifact (a dir or its model.ie.json).
+
+    ``deep`` also re-hashes every tensor and auxiliary file.
+    """
+    meta_path = meta_path_for(path)
+    meta = load_json(meta_path)
+    validate_meta(meta, meta_path)
+    model_dir = meta_path.parent
+    mf = os.fspath(meta_path)
+
+    sizes: dict[str, tuple[Path, int]] = {}
+    for i, f in enumerate(meta["files"]):
+        real = resolve_inside(model_dir, f["name"], mf, f"files[{i}].name")
+        if f["name"] in sizes:
+            raise FormatError(mf, f"files[{i}].name", f"{f['name']!r} listed twice")
+        if not real.is_file():
+            raise FormatError(mf, f"files[{i}].name", f"{f['name']!r} does not exist in {model_dir}")
+        actual = real.stat().st_size
+        if actual != f["nbytes"]:
+            raise FormatError(real, "(size)", f"file is {actual} bytes but {META_NAME} files[{i}].nbytes says {f['nbytes']} (truncated or replaced?)")
+        sizes[f["name"]] = (real, actual)
+
+    spans: dict[str, list[tuple[int, int, int]]] = {}
+    for i, t in enumerate(meta["tensors"]):
+        resolve_inside(model_dir, t["file"], mf, f"tensors[{i}].file")
+        if t["file"] not in sizes:
+            raise FormatError(mf, f"tensors[{i}].file", f"tensor {t['name']!r}: {t['file']!r} is not listed in files")
+        size = sizes[t["file"]][1]
+        off, n = t["file_data_offset"], t["nbytes"]
+        if off + n > size:
+            raise FormatError(mf, f"tensors[{i}].file_data_offset", f"tensor {t['name']!r}: bytes [{off}, {off + n}) run past the end of {t['file']} ({size} bytes)")
+        spans.setdefault(t["file"], []).append((off, off + max(n, 1), i))
+    for file, sp in spans.items():
+        sp.sort()
+        for (s0, e0, i0), (s1, _e1, i1) in zip(sp, sp[1:]):
+            if s1 < e0:
+                n0, n1 = meta["tensors"][i0]["name"], meta["tensors"][i1]["name"]
+                raise FormatError(mf, f"tensors[{i1}].file_data_offset", f"tensor {n1!r} overlaps tensor {n0!r} in {file} (offset {s1} < end {e0})")
+
+    for i, a in enumerate(meta["aux_files"]):
+        real = resolve_inside(model_dir, a["name"], mf, f"aux_files[{i}].name")
+        if not real.is_file():
+            raise FormatError(mf, f"aux_files[{i}].name", f"{a['name']!r} does not exist in {model_dir}")
+        if real.stat().st_size != a["nbytes"]:
+            raise FormatError(real, "(size)", f"file is {real.stat().st_size} bytes but aux_files[{i}].nbytes says {a['nbytes']}")
+        if deep and sha256_file_range(real, 0, a["nbytes"]) != a["sha256"]:
+            raise FormatError(mf, f"aux_files[{i}].sha256", f"{a['name']!r}: checksum mismatch")
+
+    if deep:
+        for i, t in enumerate(meta["tensors"]):
+            got = sha256_file_range(sizes[t["file"]][0], t["file_data_offset"], t["nbytes"])
+            if got != t["sha256"]:
+                raise FormatError(mf, f"tensors[{i}].sha256", f"tensor {t['name']!r}: checksum mismatch (stored {t['sha256'][:12]}…, actual {got[:12]}…)")
+    return IebinModel(model_dir, meta_path, meta)
+
+
+def write_meta(path: Path, meta: dict[str, Any]) -> None:
+    """Validate and atomically (re)write a model.ie.json."""
+    validate_meta(meta, path)
+    from .atomic import write_file_atomic
+
+    write_file_atomic(path, dumps_canonical(meta))

@@ -1,0 +1,31 @@
+"""Rules for file names that artifacts use to point at other files.
+
+An artifact is a directory; its JSON may name backing files only *inside*
+that directory. Anything else (absolute paths, ``..``, a symlink that leads
+out) would let a downloaded model read arbitrary files, so it is rejected.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+
+from .errors import FormatError
+
+
+def resolve_inside(model_dir: Path, rel: object, file: str | os.PathLike, field: str) -> Path:
+    """Resolve ``rel`` against ``model_dir`` or raise a FormatError."""
+    if not isinstance(rel, str) or not rel:
+        raise FormatError(file, field, f"must be a non-empty relative path string, got {rel!r}")
+    if "\\" in rel or "\0" in rel:
+        raise FormatError(file, field, f"{rel!r}: backslashes and NUL are not allowed in paths")
+    p = PurePosixPath(rel)
+    if p.is_absolute():
+        raise FormatError(file, field, f"{rel!r} is absolute; paths must be relative to the model directory")
+    if ".." in p.parts:
+        raise FormatError(file, field, f"{rel!r} contains '..' and would escape the model directory")
+    root = Path(os.path.realpath(model_dir))
+    target = Path(os.path.realpath(root / p))
+    if os.path.commonpath([root, target]) != str(root):
+        raise FormatError(file, field, f"{rel!r} resolves outside the model directory (symlink to {target})")
+    return target

@@ -1,0 +1,134 @@
+"""Strict, streaming reader for safetensors files (the HF checkpoint input).
+
+Why not ``safetensors.safe_open``? Its numpy framework cannot represent
+bf16, and the converter needs the tensors' *exact bytes* (a tensor in
+``model.ie.bin`` must equal its bytes in the shard). So this module parses
+the header itself -- 8-byte little-endian length, JSON header, byte buffer --
+applying every rule of the format, and hands out bytes in bounded chunks via
+``pread``. Reading in chunks rather than through one big mmap keeps peak RSS
+at a few chunk sizes however large the checkpoint is (mmapped pages that were
+read count towards RSS until the kernel reclaims them).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .dtypes import FROM_SAFETENSORS, INT64_MAX, DType, shape_elements
+from .errors import FormatError
+from .jsonio import loads_strict
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the limit safetensors itself enforces
+CHUNK_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SafetensorsTensor:
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    start: int  # absolute byte offset in the file
+    nbytes: int
+
+
+class SafetensorsFile:
+    """One open safetensors file; use as a context manager."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise FormatError(self.path, "(file)", "no such file") from None
+        except IsADirectoryError:
+            raise FormatError(self.path, "(file)", "is a directory") from None
+        try:
+            self.metadata, self.tensors = self._parse()
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def _err(self, field: str, msg: str) -> FormatError:
+        return FormatError(self.path, field, msg)
+
+    def _parse(self) -> tuple[dict[str, str], dict[str, SafetensorsTensor]]:
+        size = os.fstat(self._fd).st_size
+        if size < 8:
+            raise self._err("header_size", f"file is {size} bytes, too short for the 8-byte header length")
+        (hlen,) = struct.unpack("<Q", os.pread(self._fd, 8, 0))
+        if hlen > MAX_HEADER_BYTES:
+            raise self._err("header_size", f"header length {hlen} exceeds the {MAX_HEADER_BYTES}-byte limit")
+        if 8 + hlen > size:
+            raise self._err("header_size", f"header length {hlen} runs past the end of the {size}-byte file (truncated?)")
+        header = loads_strict(os.pread(self._fd, hlen, 8), self.path)
+        if not isinstance(header, dict):
+            raise self._err("header", "header is not a JSON object")
+        data_start = 8 + hlen
+        data_len = size - data_start
+        metadata = header.pop("__metadata__", {})
+        if not isinstance(metadata, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+        ):
+            raise self._err("__metadata__", "must be an object of string to string")
+        tensors: dict[str, SafetensorsTensor] = {}
+        for name, info in header.items():
+            tensors[name] = self._parse_entry(name, info, data_start, data_len)
+        spans = sorted((t.start, t.start + t.nbytes, t.name) for t in tensors.values() if t.nbytes)
+        for (s0, e0, n0), (s1, _e1, n1) in zip(spans, spans[1:]):
+            if s1 < e0:
+                raise self._err(f"{n1}.data_offsets", f"overlaps tensor {n0!r}")
+        return metadata, tensors
+
+    def _parse_entry(self, name: str, info: object, data_start: int, data_len: int) -> SafetensorsTensor:
+        if not isinstance(info, dict):
+            raise self._err(name, "tensor entry is not an object")
+        st_dtype = info.get("dtype")
+        if not isinstance(st_dtype, str):
+            raise self._err(f"{name}.dtype", "missing or not a string")
+        dtype = FROM_SAFETENSORS.get(st_dtype)
+        if dtype is None:
+            raise self._err(f"{name}.dtype", f"unsupported dtype {st_dtype!r} (supported: {', '.join(FROM_SAFETENSORS)})")
+        shape = info.get("shape")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise self._err(f"{name}.shape", f"must be a list of non-negative integers, got {shape!r}")
+        n = shape_elements(shape)
+        if n * dtype.itemsize > INT64_MAX:
+            raise self._err(f"{name}.shape", f"byte size of shape {shape} overflows int64")
+        offs = info.get("data_offsets")
+        if not (isinstance(offs, list) and len(offs) == 2 and all(type(o) is int for o in offs)):
+            raise self._err(f"{name}.data_offsets", f"must be [begin, end] integers, got {offs!r}")
+        b, e = offs
+        if not 0 <= b <= e:
+            raise self._err(f"{name}.data_offsets", f"invalid range [{b}, {e}]")
+        if e > data_len:
+            raise self._err(f"{name}.data_offsets", f"end {e} is past the {data_len}-byte data section (truncated?)")
+        if e - b != n * dtype.itemsize:
+            raise self._err(f"{name}.data_offsets", f"range holds {e - b} bytes but {st_dtype}{shape} needs {n * dtype.itemsize}")
+        return SafetensorsTensor(name, dtype, tuple(shape), data_start + b, e - b)
+
+    def iter_chunks(self, t: SafetensorsTensor, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+        """The tensor's bytes in order, in chunks of at most ``chunk_bytes``
+        (a multiple of 8, so chunks never split an element)."""
+        pos, end = t.start, t.start + t.nbytes
+        while pos < end:
+            want = min(chunk_bytes, end - pos)
+            buf = os.pread(self._fd, want, pos)
+            if len(buf) != want:
+                raise self._err(t.name, "file shrank while reading (truncated during conversion?)")
+            yield buf
+            pos += want
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "SafetensorsFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

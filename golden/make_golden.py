@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Regenerate the golden tiny Hugging Face checkpoints and reference outputs.
+
+Run with the pinned environment (see golden/requirements-golden.txt):
+
+    .venv-golden/bin/python golden/make_golden.py
+
+Writes (replacing any previous output):
+
+    golden/hf/tiny-llama/   LlamaForCausalLM, float32, sharded safetensors + index
+    golden/hf/tiny-qwen2/   Qwen2ForCausalLM, bfloat16, single model.safetensors, tied embeddings
+    golden/ref/<model>/     ids.json, logits.npy, greedy.json, greedy_text.json, versions.json
+
+Everything is deterministic: fixed seeds, explicit generators, no timestamps,
+no absolute paths in any output.  Running it twice yields byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+# Single-threaded, deterministic CPU math (set before importing torch).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import numpy as np  # noqa: E402
+import safetensors  # noqa: E402
+import tokenizers  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+from transformers import (  # noqa: E402
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+GOLDEN_DIR = Path(__file__).resolve().parent
+HF_DIR = GOLDEN_DIR / "hf"
+REF_DIR = GOLDEN_DIR / "ref"
+
+# Seed chosen (by trying 1234..1249) so that both greedy cases of both models run
+# the full 16 tokens without hitting EOS, with a top1-top2 logit gap >= 0.01 at
+# every step.  make_golden asserts the no-EOS property.
+SEED = 1239
+VOCAB_TARGET = 320
+INIT_STD = 0.15          # std for all weight matrices / embeddings / biases
+NORM_STD = 0.1           # RMSNorm weights are 1 + N(0, NORM_STD)
+LLAMA_MAX_SHARD = "200KB"  # ~450 KB of f32 weights -> 3 shards
+SEQ_LEN = 12
+GREEDY_PROMPT_LEN = 5
+MAX_NEW_TOKENS = 16
+PROMPT_TEXT = "The capital of France is"
+
+SPECIAL_TOKENS = ["<s>", "</s>", "<unk>"]
+
+CORPUS = [
+    "The capital of France is Paris. The capital of Germany is Berlin. "
+    "The capital of Italy is Rome. The capital of Spain is Madrid.",
+    "Paris is a large city on the river Seine. Many people visit Paris "
+    "every year to see the museums, the parks and the old streets.",
+    "Once upon a time there was a small cat who lived in a quiet house "
+    "near the sea. Every morning the cat walked to the window and watched "
+    "the boats sail out of the harbour.",
+    "A computer program is a list of instructions that tells a machine what "
+    "to do. Programs are written in languages such as Python, C and C++. "
+    "The program reads numbers, adds them together and prints the result.",
+    "The quick brown fox jumps over the lazy dog. The dog does not move; "
+    "it is sleeping in the warm afternoon sun.",
+    "Water boils at one hundred degrees Celsius at sea level. Ice melts at "
+    "zero degrees. The weather today is cold, but tomorrow it will be warm.",
+    "She opened the book and began to read. The story was about a young "
+    "girl who wanted to learn how the stars move across the night sky.",
+    "One, two, three, four, five, six, seven, eight, nine, ten. "
+    "Numbers like 1, 2, 3, 42 and 2024 appear in many texts.",
+    "Language models predict the next word in a sentence. Given the words "
+    "\"The capital of France is\", a good model predicts \"Paris\".",
+]
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def write_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        json.dump(obj, f, indent=2, sort_keys=True, ensure_ascii=False)
+        f.write("\n")
+
+
+def reset_dir(path: Path) -> None:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+
+
+def versions() -> dict:
+    return {
+        "numpy": np.__version__,
+        "safetensors": safetensors.__version__,
+        "tokenizers": tokenizers.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+# --------------------------------------------------------------------------
+# tokenizer
+# --------------------------------------------------------------------------
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_TARGET,
+        min_frequency=2,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS, trainer=trainer, length=len(CORPUS))
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+    )
+    return wrapped
+
+
+# --------------------------------------------------------------------------
+# weights
+# --------------------------------------------------------------------------
+
+@torch.no_grad()
+def init_weights(model: torch.nn.Module, seed: int) -> None:
+    """Deterministic, fairly large init so logits are far from uniform."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    seen: set[int] = set()
+    for name, p in sorted(model.named_parameters(remove_duplicate=True), key=lambda kv: kv[0]):
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+        if "norm" in name:
+            p.copy_(1.0 + NORM_STD * noise)
+        else:
+            p.copy_(INIT_STD * noise)
+
+
+def common_dims(vocab_size: int, bos_id: int, eos_id: int) -> dict:
+    return dict(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        bos_token_id=bos_id,
+        eos_token_id=eos_id,
+        hidden_act="silu",
+        initializer_range=0.02,
+        use_cache=True,
+    )
+
+
+# --------------------------------------------------------------------------
+# reference outputs
+# --------------------------------------------------------------------------
+
+def reference_ids(vocab_size: int) -> list[int]:
+    """12 ids spread evenly over [0, vocab-1], in a fixed non-monotonic order."""
+    spread = [round(i * (vocab_size - 1) / (SEQ_LEN - 1)) for i in range(SEQ_LEN)]
+    order = [(5 * i) % SEQ_LEN for i in range(SEQ_LEN)]  # permutation since gcd(5,12)=1
+    ids = [spread[j] for j in order]
+    assert 0 in ids and vocab_size - 1 in ids and len(set(ids)) == SEQ_LEN
+    return ids
+
+
+@torch.no_grad()
+def write_reference(model_cls, model_dir: Path, ref_dir: Path, tok) -> None:
+    reset_dir(ref_dir)
+    model = model_cls.from_pretrained(
+        model_dir, dtype=torch.float32, attn_implementation="eager", local_files_only=True
+    )
+    model = model.float().eval()
+    vocab = model.config.vocab_size
+
+    ids = reference_ids(vocab)
+    write_json(ref_dir / "ids.json", ids)
+
+    input_ids = torch.tensor([ids], dtype=torch.long)
+    logits = model(input_ids=input_ids).logits[0].to(torch.float32).numpy()
+    assert logits.shape == (SEQ_LEN, vocab)
+    np.save(ref_dir / "logits.npy", np.ascontiguousarray(logits, dtype=np.float32))
+
+    def greedy(prompt: list[int]) -> tuple[list[int], float]:
+        x = torch.tensor([prompt], dtype=torch.long)
+        out = model.generate(
+            input_ids=x,
+            attention_mask=torch.ones_like(x),
+            do_sample=False,
+            max_new_tokens=MAX_NEW_TOKENS,
+            pad_token_id=model.config.eos_token_id,
+        )
+        gen = out[0, len(prompt):].tolist()
+        # The golden cases are chosen so greedy never stops early on EOS.
+        assert len(gen) == MAX_NEW_TOKENS and model.config.eos_token_id not in gen, gen
+        # Smallest top-1 minus top-2 logit gap along the greedy path (full-sequence
+        # recompute): tells consumers how much numeric slack the argmax has.
+        full = model(input_ids=out[:, :-1]).logits[0, len(prompt) - 1:]
+        top2 = torch.topk(full, 2, dim=-1).values
+        assert torch.equal(full.argmax(-1), out[0, len(prompt):]), "KV-cache vs full recompute mismatch"
+        margin = float((top2[:, 0] - top2[:, 1]).min())
+        return gen, margin
+
+    prompt = ids[:GREEDY_PROMPT_LEN]
+    gen, margin = greedy(prompt)
+    write_json(
+        ref_dir / "greedy.json",
+        {
+            "prompt_ids": prompt,
+            "max_new_tokens": MAX_NEW_TOKENS,
+            "generated_ids": gen,
+            "min_top2_margin": round(margin, 4),
+        },
+    )
+
+    text_ids = tok(PROMPT_TEXT)["input_ids"]
+    gen, margin = greedy(text_ids)
+    write_json(
+        ref_dir / "greedy_text.json",
+        {
+            "prompt_text": PROMPT_TEXT,
+            "prompt_ids": text_ids,
+            "max_new_tokens": MAX_NEW_TOKENS,
+            "generated_ids": gen,
+            "generated_text": tok.decode(gen),
+            "min_top2_margin": round(margin, 4),
+        },
+    )
+    write_json(ref_dir / "versions.json", versions())
+
+
+# --------------------------------------------------------------------------
+# models
+# --------------------------------------------------------------------------
+
+def make_llama(tok) -> None:
+    out = HF_DIR / "tiny-llama"
+    reset_dir(out)
+    seed_everything(SEED)
+    cfg = LlamaConfig(
+        **common_dims(len(tok), tok.bos_token_id, tok.eos_token_id),
+        tie_word_embeddings=False,
+        attention_bias=False,
+        mlp_bias=False,
+    )
+    model = LlamaForCausalLM(cfg).to(torch.float32).eval()
+    init_weights(model, SEED)
+    model.save_pretrained(out, max_shard_size=LLAMA_MAX_SHARD)
+    tok.save_pretrained(out)
+    write_reference(LlamaForCausalLM, out, REF_DIR / "tiny-llama", tok)
+
+
+def make_qwen2(tok) -> None:
+    out = HF_DIR / "tiny-qwen2"
+    reset_dir(out)
+    seed_everything(SEED + 1)
+    cfg = Qwen2Config(
+        **common_dims(len(tok), tok.bos_token_id, tok.eos_token_id),
+        tie_word_embeddings=True,
+        use_sliding_window=False,
+    )
+    model = Qwen2ForCausalLM(cfg).to(torch.float32).eval()
+    init_weights(model, SEED + 1)
+    model = model.to(torch.bfloat16)
+    model.save_pretrained(out)  # default max_shard_size -> single model.safetensors
+    tok.save_pretrained(out)
+    write_reference(Qwen2ForCausalLM, out, REF_DIR / "tiny-qwen2", tok)
+
+
+def main() -> None:
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+    tok = build_tokenizer()
+    make_llama(tok)
+    make_qwen2(tok)
+    # safetensors writes 0600 files; normalise permissions for a stable tree.
+    for root in (HF_DIR, REF_DIR):
+        for path in root.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    print("golden outputs written under", os.path.relpath(GOLDEN_DIR))
+
+
+if __name__ == "__main__":
+    main()

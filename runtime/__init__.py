@@ -1,0 +1,1 @@
+"""ierun: the native runtime (C++ kernels via pybind11) and its command line."""

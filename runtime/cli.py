@@ -1,0 +1,58 @@
+"""``ierun``: the runtime command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from iekit.formats.cli_support import run_cli
+
+out = Console(highlight=False)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="iekit", prog_name="ierun")
+def cli() -> None:
+    """Run and verify iekit artifacts with the native (C++/SIMD) runtime.
+
+    Kernels exist as a scalar reference and AVX2/FMA variants; the best one
+    this CPU supports is chosen at run time (IE_ISA=scalar|avx2 overrides).
+    """
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
+@click.option("--bandwidth", is_flag=True, help="Also measure memory read bandwidth (256 MiB buffer).")
+@click.option("--threads", default=1, show_default=True, help="Threads for --bandwidth.")
+def info(as_json: bool, bandwidth: bool, threads: int):
+    """CPU features, kernel ISAs available here, and the one selected."""
+    from .native import cpu_features, read_bandwidth
+
+    f = cpu_features()
+    if bandwidth:
+        f["read_bandwidth"] = read_bandwidth(threads=threads)
+    if as_json:
+        click.echo(json.dumps(f, sort_keys=True))
+        return
+    t = Table(title="iekit native runtime", show_header=False)
+    t.add_row("logical cpus", str(f["logical_cpus"]))
+    t.add_row("cpu flags", " ".join(k for k, v in f["flags"].items() if v) or "(none)")
+    t.add_row("kernel ISAs", ", ".join(f["isas"]))
+    t.add_row("selected ISA", f["selected_isa"])
+    t.add_row("CUDA build", "yes" if f["cuda_build"] else "no")
+    if bandwidth:
+        bw = f["read_bandwidth"]
+        t.add_row("read bandwidth", f"{bw['gbps']:.2f} GB/s ({bw['threads']} threads, {bw['isa']})")
+    out.print(t)
+
+
+def main() -> None:
+    run_cli(cli, "ierun")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
