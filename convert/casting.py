@@ -2,8 +2,10 @@
 
 Every cast goes through float32, as torch's ``Tensor.to`` does for
 half/bfloat16 targets: f32 -> bf16 rounds to nearest even and maps every NaN
-to the canonical 0x7FC0 (c10's ``round_to_nearest_even``); f32 -> f16 is
-IEEE round-to-nearest-even (numpy's astype, the same as torch's).
+to 0xFFFF (what torch's vectorised CPU cast emits; checked against torch in
+golden/ref/cast_edge.safetensors); f32 -> f16 is IEEE round-to-nearest-even
+except NaNs, which keep sign and the top payload bits and are made quiet
+(sign | 0x7E00 | mantissa >> 13), as torch emits; numpy differs there.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     # No uint32 overflow: the largest non-NaN pattern plus the bias stays < 2^32.
     out = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
-    out[np.isnan(x)] = 0x7FC0
+    out[np.isnan(x)] = 0xFFFF
     return out
 
 
@@ -36,7 +38,13 @@ def decode_f32(raw: bytes, dtype: str) -> np.ndarray:
 def encode_f32(x: np.ndarray, dtype: str) -> bytes:
     if dtype == "bf16":
         return f32_to_bf16_bits(x).tobytes()
-    return x.astype(numpy_dtype(dtype)).tobytes()
+    out = x.astype(numpy_dtype(dtype))
+    if dtype == "f16":
+        nan = np.isnan(x)
+        if nan.any():
+            u = np.ascontiguousarray(x[nan], dtype=np.float32).view(np.uint32)
+            out.view(np.uint16)[nan] = ((u >> 16) & 0x8000) | 0x7E00 | ((u & 0x7FFFFF) >> 13)
+    return out.tobytes()
 
 
 def cast_bytes(raw: bytes, src: str, dst: str) -> bytes:

@@ -9,7 +9,9 @@ Writes (replacing any previous output):
 
     golden/hf/tiny-llama/   LlamaForCausalLM, float32, sharded safetensors + index
     golden/hf/tiny-qwen2/   Qwen2ForCausalLM, bfloat16, single model.safetensors, tied embeddings
-    golden/ref/<model>/     ids.json, logits.npy, greedy.json, greedy_text.json, versions.json
+    golden/ref/<model>/     ids.json, logits.npy, greedy.json, greedy_text.json, versions.json,
+                            cast_<dtype>.safetensors (torch's casts of every tensor)
+    golden/ref/cast_edge.safetensors   rounding edge cases cast by torch to bf16/f16
 
 Everything is deterministic: fixed seeds, explicit generators, no timestamps,
 no absolute paths in any output.  Running it twice yields byte-identical files.
@@ -301,6 +303,45 @@ def make_qwen2(tok) -> None:
     write_reference(Qwen2ForCausalLM, out, REF_DIR / "tiny-qwen2", tok)
 
 
+def cast_edge_values() -> torch.Tensor:
+    """f32 values that stress rounding: ties, subnormals, overflow, NaN/inf."""
+    f32 = torch.tensor([0.0, -0.0, 1.0, -1.0, 65504.0, 65520.0, 1e6, -1e6, 3.0e38, -3.4e38,
+                        1e-8, -1e-8, 6e-8, 1e-40, -1e-45, float("inf"), float("-inf"), float("nan"),
+                        1.00390625, 1.01171875, 1.0078125, 0.33333334, 2.7182817, 3.1415927],
+                       dtype=torch.float32)
+    # Exact bf16 ties (low 16 bits == 0x8000) with even and odd kept LSB.
+    # Also signalling/negative/payload NaNs, whose quieting differs between libraries.
+    ties = torch.tensor([0x3F808000, 0x3F818000, 0xBF808000, 0x40490FDB, 0x7F7F8000,
+                         0x7F800001, 0xFF812345, 0x7FFFFFFF, 0xFFC00000], dtype=torch.int64)
+    ties = ties.to(torch.int32).view(torch.float32)
+    g = torch.Generator().manual_seed(SEED)
+    rnd = torch.randn(4096, generator=g, dtype=torch.float32) * torch.logspace(-30, 30, 4096, base=2.0)
+    return torch.cat([f32, ties, rnd])
+
+
+def write_cast_references() -> None:
+    """torch's own casts, the independent reference for `ieconv --dtype`.
+
+    cast_edge.safetensors holds `x` (f32) and torch's `x.to(bf16)`/`x.to(f16)`;
+    <model>/cast_<dtype>.safetensors holds every tensor of a golden model as
+    torch casts it (the converter must produce the same bytes).
+    """
+    from safetensors.torch import load_file, save_file
+
+    x = cast_edge_values()
+    save_file({"x": x, "x_bf16": x.to(torch.bfloat16), "x_f16": x.to(torch.float16)},
+              REF_DIR / "cast_edge.safetensors")
+    for model, dtype, torch_dtype in (("tiny-llama", "bf16", torch.bfloat16),
+                                      ("tiny-qwen2", "f32", torch.float32),
+                                      ("tiny-qwen2", "f16", torch.float16)):
+        src = HF_DIR / model
+        tensors = {}
+        for shard in sorted(src.glob("*.safetensors")):
+            tensors.update(load_file(shard))
+        save_file({k: v.to(torch_dtype).contiguous() for k, v in sorted(tensors.items())},
+                  REF_DIR / model / f"cast_{dtype}.safetensors")
+
+
 def main() -> None:
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
@@ -310,6 +351,7 @@ def main() -> None:
     tok = build_tokenizer()
     make_llama(tok)
     make_qwen2(tok)
+    write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):
         for path in root.rglob("*"):

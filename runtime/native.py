@@ -10,7 +10,28 @@ except ImportError as e:  # pragma: no cover - only on a broken install
     raise IEError(f"the iekit native extension is not built or failed to load ({e}); "
                   "reinstall with `pip install .` or `make setup`") from None
 
-cpu_features = _native.cpu_features
-stream_sum = _native.stream_sum
-read_bandwidth = _native.read_bandwidth
-HAS_CUDA = bool(_native.cpu_features()["cuda_build"])
+
+
+def _user_errors(fn):
+    """Native argument errors (e.g. IE_ISA naming an ISA this CPU lacks) are
+    user errors: re-raise them as IEError so the CLI prints one line. The
+    exception stays a ValueError for Python callers."""
+
+    def wrapped(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ValueError as e:
+            raise NativeArgumentError(str(e)) from None
+
+    wrapped.__doc__ = fn.__doc__
+    wrapped.__name__ = fn.__name__
+    return wrapped
+
+
+class NativeArgumentError(IEError, ValueError):
+    pass
+
+
+cpu_features = _user_errors(_native.cpu_features)
+stream_sum = _user_errors(_native.stream_sum)
+read_bandwidth = _user_errors(_native.read_bandwidth)

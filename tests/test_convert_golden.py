@@ -1,0 +1,139 @@
+"""hf-to-iebin on the golden checkpoints: byte-exact against committed outputs,
+against the source shards, and (for --dtype) against torch's own casts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import numpy as np
+import pytest
+import safetensors
+
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, run_tool
+from iekit.convert.hf_source import from_dir
+from iekit.convert.hf_to_iebin import convert
+from iekit.formats import iebin
+from iekit.formats.jsonio import dumps_canonical, load_json
+
+MODELS = ["tiny-llama", "tiny-qwen2"]
+
+
+def st_tensors(path) -> dict[str, dict]:
+    """Independent reader: the safetensors library's own deserializer."""
+    return {name: info for name, info in safetensors.deserialize(path.read_bytes())}
+
+
+def source_tensors(model: str) -> dict[str, dict]:
+    out = {}
+    for shard in sorted((GOLDEN_HF / model).glob("*.safetensors")):
+        out.update(st_tensors(shard))
+    return out
+
+
+def payload(m: iebin.IebinModel, t: dict) -> bytes:
+    with open(m.path_of(t), "rb") as f:
+        f.seek(t["file_data_offset"])
+        return f.read(t["nbytes"])
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_reconversion_is_byte_identical_to_golden(model, tmp_path):
+    res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", GOLDEN_HF / model, "--out-dir", tmp_path / "o")
+    assert res.returncode == 0, res.stderr
+    golden = sorted(p.name for p in (GOLDEN_IEBIN / model).iterdir())
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == golden
+    for name in golden:
+        assert (tmp_path / "o" / name).read_bytes() == (GOLDEN_IEBIN / model / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_tensor_bytes_equal_source_shard_bytes(model):
+    m = iebin.load_model(GOLDEN_IEBIN / model, deep=True)
+    src = source_tensors(model)
+    assert sorted(t["name"] for t in m.tensors) == sorted(src)
+    for t in m.tensors:
+        s = src[t["name"]]
+        assert t["dtype"] == s["dtype"].lower()
+        assert t["shape"] == list(s["shape"])
+        assert payload(m, t) == bytes(s["data"])
+        assert t["file_data_offset"] % 64 == 0
+        assert t["sha256"] == hashlib.sha256(bytes(s["data"])).hexdigest()
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_metadata_round_trip_is_byte_identical(model):
+    path = GOLDEN_IEBIN / model / iebin.META_NAME
+    assert dumps_canonical(load_json(path)) == path.read_bytes()
+
+
+def test_metadata_captures_config_source_and_tokenizer():
+    m = iebin.load_model(GOLDEN_IEBIN / "tiny-llama")
+    cfg = load_json(GOLDEN_HF / "tiny-llama" / "config.json")
+    assert m.meta["config"] == cfg
+    mod = m.meta["model"]
+    assert mod["architecture"] == "LlamaForCausalLM"
+    assert (mod["hidden_size"], mod["num_hidden_layers"], mod["num_attention_heads"], mod["num_key_value_heads"]) == (64, 2, 4, 2)
+    assert mod["rope_theta"] == 10000.0 and mod["norm_eps"] == 1e-5 and mod["tie_word_embeddings"] is False
+    assert m.meta["tokenizer"]["files"] == ["tokenizer.json", "tokenizer_config.json"]
+    src = m.meta["source"]
+    assert src["kind"] == "hf_dir" and src["name"] == "tiny-llama" and src["revision"] is None
+    shards = sorted(p.name for p in (GOLDEN_HF / "tiny-llama").glob("*.safetensors"))
+    assert [s["name"] for s in src["shards"]] == shards
+    for s in src["shards"]:
+        assert s["sha256"] == hashlib.sha256((GOLDEN_HF / "tiny-llama" / s["name"]).read_bytes()).hexdigest()
+    assert mod == iebin.model_summary(cfg)
+    q = iebin.load_model(GOLDEN_IEBIN / "tiny-qwen2").meta["model"]
+    assert q["architecture"] == "Qwen2ForCausalLM" and q["tie_word_embeddings"] is True
+
+
+@pytest.mark.parametrize("model,dtype", [("tiny-llama", "bf16"), ("tiny-qwen2", "f32"), ("tiny-qwen2", "f16")])
+def test_dtype_cast_matches_torch(model, dtype, tmp_path):
+    convert(from_dir(GOLDEN_HF / model), tmp_path, dtype=dtype)
+    m = iebin.load_model(tmp_path, deep=True)
+    ref = st_tensors(GOLDEN_REF / model / f"cast_{dtype}.safetensors")
+    assert len(ref) == len(m.tensors)
+    for t in m.tensors:
+        assert t["dtype"] == dtype
+        assert payload(m, t) == bytes(ref[t["name"]]["data"]), t["name"]
+
+
+def test_cast_edge_values_match_torch():
+    from iekit.convert.casting import cast_bytes
+
+    ref = st_tensors(GOLDEN_REF / "cast_edge.safetensors")
+    x = bytes(ref["x"]["data"])
+    assert cast_bytes(x, "f32", "bf16") == bytes(ref["x_bf16"]["data"])
+    assert cast_bytes(x, "f32", "f16") == bytes(ref["x_f16"]["data"])
+    # and back up: bf16 -> f32 is exact
+    back = np.frombuffer(cast_bytes(bytes(ref["x_bf16"]["data"]), "bf16", "f32"), np.float32)
+    bits = np.frombuffer(bytes(ref["x_bf16"]["data"]), np.uint16).astype(np.uint32) << 16
+    assert np.array_equal(back.view(np.uint32), bits)
+
+
+def test_converting_twice_is_deterministic(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    convert(from_dir(GOLDEN_HF / "tiny-qwen2"), a, dtype="f16")
+    convert(from_dir(GOLDEN_HF / "tiny-qwen2"), b, dtype="f16")
+    for p in a.iterdir():
+        assert p.read_bytes() == (b / p.name).read_bytes()
+
+
+def test_source_name_does_not_depend_on_path_spelling(tmp_path, monkeypatch):
+    shutil.copytree(GOLDEN_HF / "tiny-llama", tmp_path / "tiny-llama")
+    monkeypatch.chdir(tmp_path)
+    convert(from_dir("tiny-llama/"), tmp_path / "o")
+    assert (tmp_path / "o" / iebin.META_NAME).read_bytes() == (GOLDEN_IEBIN / "tiny-llama" / iebin.META_NAME).read_bytes()
+
+
+def test_inspect_and_validate_cli():
+    res = run_tool("ieconv", "validate", "--deep", GOLDEN_IEBIN / "tiny-llama")
+    assert res.returncode == 0 and "OK" in res.stdout and "21 tensors" in res.stdout
+    res = run_tool("ieconv", "inspect", "--json", GOLDEN_IEBIN / "tiny-qwen2")
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    assert info["tensors"] == 26 and set(info["by_dtype"]) == {"bf16"}
+    assert info["bytes"] == sum(t["nbytes"] for t in load_json(GOLDEN_IEBIN / "tiny-qwen2" / iebin.META_NAME)["tensors"])
+    res = run_tool("ieconv", "inspect", GOLDEN_IEBIN / "tiny-llama")
+    assert res.returncode == 0 and "model.layers.1.mlp.down_proj.weight" in res.stdout and "totals" in res.stdout

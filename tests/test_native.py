@@ -1,0 +1,60 @@
+"""The native extension: CPU feature report, ISA dispatch, streaming-read kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from iekit.runtime import native
+
+ISAS = native.cpu_features()["isas"]
+
+
+def test_cpu_features_report():
+    f = native.cpu_features()
+    assert f["isas"][0] == "scalar"
+    assert f["selected_isa"] == f["isas"][-1]
+    assert f["logical_cpus"] >= 1
+    assert set(f["flags"]) >= {"avx2", "fma", "avx512f"}
+    # An ISA is only offered when the CPU has its features.
+    if "avx2" in f["isas"]:
+        assert f["flags"]["avx2"] and f["flags"]["fma"]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("n", [0, 1, 7, 31, 32, 33, 1000, 65537])
+def test_stream_sum_matches_float64(isa, threads, n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(np.float32)
+    got = native.stream_sum(x, threads=threads, isa=isa)
+    ref = x.astype(np.float64).sum()
+    scale = np.abs(x).astype(np.float64).sum() + 1e-30
+    assert abs(got - ref) <= 1e-5 * scale
+
+
+def test_isa_override(monkeypatch):
+    monkeypatch.setenv("IE_ISA", "scalar")
+    assert native.cpu_features()["selected_isa"] == "scalar"
+    monkeypatch.setenv("IE_ISA", "avx9000")
+    with pytest.raises(ValueError, match="avx9000"):
+        native.cpu_features()
+    with pytest.raises(ValueError, match="not available"):
+        native.stream_sum(np.ones(4, np.float32), isa="bogus")
+
+
+def test_read_bandwidth_reports_positive_rate():
+    r = native.read_bandwidth(bytes=8 << 20, threads=1, passes=2)
+    assert r["gbps"] > 0 and r["gbps_best"] >= r["gbps"]
+    assert r["bytes"] == 8 << 20 and r["passes"] == 2
+
+
+def test_ierun_info_json():
+    import json
+
+    from conftest import run_tool
+
+    res = run_tool("ierun", "info", "--json")
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    assert info["selected_isa"] in info["isas"]
