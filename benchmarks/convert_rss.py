@@ -1,0 +1,91 @@
+"""Peak RSS and throughput of `ieconv hf-to-iebin` on a synthetic checkpoint.
+
+Converting must not need RAM for the whole model: this builds a sharded
+checkpoint of --size-mb (default 512 MB, f32/bf16 mix, written by the
+safetensors library), converts it with the installed `ieconv` as a child
+process, and prints one JSON line per run with the child's peak RSS
+(ru_maxrss from wait4) next to the model size. The checkpoint is generated
+in a separate process: Linux carries a process's pre-exec peak RSS across
+exec, so a child forked from a process that held the data would inherit it.
+
+    python benchmarks/convert_rss.py [--size-mb 512] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TENSOR_MB = 32
+
+
+def write_checkpoint(d: Path, size_mb: int) -> int:
+    import numpy as np
+    import safetensors
+
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"architectures": ["Synthetic"], "hidden_size": 4096}))
+    n = max(2, size_mb // TENSOR_MB)
+    rows = TENSOR_MB * 1024 * 1024 // 4 // 4096
+    rng = np.random.default_rng(0)
+    names = [f"model.layers.{i}.mlp.weight" for i in range(n)]
+    weight_map, total = {}, 0
+    for s, part in enumerate((names[: n // 2], names[n // 2:])):
+        fname = f"model-{s + 1:05d}-of-00002.safetensors"
+        arrays = {k: rng.standard_normal((rows, 4096), dtype=np.float32) for k in part}
+        specs = {k: safetensors.TensorSpec(dtype="float32", shape=list(a.shape), data_ptr=a.ctypes.data,
+                                           data_len=a.nbytes) for k, a in arrays.items()}
+        safetensors.serialize_file(specs, str(d / fname))
+        total += sum(a.nbytes for a in arrays.values())
+        weight_map.update({k: fname for k in part})
+        del arrays, specs
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mb", type=int, default=512)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--generate", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.generate:
+        print(write_checkpoint(args.generate, args.size_mb))
+        return
+    ieconv = Path(sys.executable).with_name("ieconv")
+    tmp = Path(tempfile.mkdtemp(prefix="iekit-rss-"))
+    try:
+        gen = subprocess.run([sys.executable, __file__, "--generate", str(tmp / "hf"), "--size-mb", str(args.size_mb)],
+                             check=True, capture_output=True, text=True)
+        model_bytes = int(gen.stdout)
+        for dtype in (None, "bf16"):
+            out = tmp / f"out-{dtype or 'keep'}"
+            cmd = [str(ieconv), "hf-to-iebin", "-q", "--hf-dir", str(tmp / "hf"), "--out-dir", str(out)]
+            if dtype:
+                cmd += ["--dtype", dtype]
+            t0 = time.perf_counter()
+            pid = os.posix_spawn(cmd[0], cmd, os.environ)
+            _pid, status, usage = os.wait4(pid, 0)
+            secs = time.perf_counter() - t0
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise SystemExit(f"conversion failed: {' '.join(cmd)}")
+            peak_kb = usage.ru_maxrss
+            print(json.dumps({"bench": "convert_rss", "dtype": dtype or "keep", "model_mb": round(model_bytes / 1e6, 1),
+                              "peak_rss_mb": round(peak_kb / 1024, 1),
+                              "rss_over_model": round(peak_kb * 1024 / model_bytes, 3),
+                              "seconds": round(secs, 2), "mb_per_s": round(model_bytes / 1e6 / secs, 1)}))
+            shutil.rmtree(out)
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
