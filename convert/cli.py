@@ -16,6 +16,7 @@ from rich.table import Table
 from iekit.formats import iebin
 from iekit.formats.cli_support import run_cli
 from iekit.formats.dtypes import CAST_TARGETS
+from iekit.formats.atomic import write_file_atomic
 from iekit.formats.errors import IEError
 from iekit.formats.iebin_legacy import upgrade_legacy
 from iekit.formats.jsonio import load_json
@@ -24,8 +25,9 @@ from . import hf_source
 from .hf_to_iebin import Progress as ConvertProgress
 from .hf_to_iebin import convert
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# soft_wrap: a result line stays one line however narrow the terminal or pipe.
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def human_bytes(n: int) -> str:
@@ -169,12 +171,13 @@ def iebin_upgrade(legacy_json: Path, out_path: Path | None, no_backup: bool):
     target = out_path or legacy_json
     if target.resolve().parent != legacy_json.resolve().parent:
         raise IEError(f"{target}: must be in the same directory as {legacy_json} (tensor file paths are relative)")
+    iebin.validate_meta(meta, target)
+    iebin.check_backing_files(meta, target)  # ranges, overlaps: all before anything is written
     if target.resolve() == legacy_json.resolve() and not no_backup:
         bak = legacy_json.with_name(legacy_json.name + ".bak")
-        bak.write_bytes(legacy_json.read_bytes())
+        write_file_atomic(bak, legacy_json.read_bytes())
         err.print(f"kept the original as {bak}", markup=False)
     iebin.write_meta(target, meta)
-    iebin.load_model(target)  # files, ranges and overlaps, against the real files
     for n in notes:
         err.print(f"note: {n}", markup=False)
     out.print(f"OK {target}: schema2, {len(meta['tensors'])} tensors", markup=False)

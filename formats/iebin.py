@@ -21,7 +21,7 @@ from .atomic import StagedFiles
 from .dtypes import DTYPES, INT64_MAX, shape_elements
 from .errors import FormatError, IEError
 from .jsonio import dumps_canonical, load_json
-from .paths import resolve_inside
+from .paths import check_relpath, resolve_inside
 
 FORMAT_NAME = "iebin"
 VERSION = 2
@@ -222,8 +222,7 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
         raise FormatError(meta_file, f"{where}.file_data_offset", f"{label}offset + nbytes overflows 64 bits")
     if off % alignment:
         raise FormatError(meta_file, f"{where}.file_data_offset", f"{label}offset {off} is not a multiple of alignment {alignment}")
-    if not isinstance(t["file"], str):
-        raise FormatError(meta_file, f"{where}.file", f"{label}must be a string")
+    check_relpath(t["file"], meta_file, f"{where}.file")
     sha = t["sha256"]
     if not isinstance(sha, str) or not _SHA256.match(sha):
         raise FormatError(meta_file, f"{where}.sha256", f"{label}must be 64 lowercase hex digits")
@@ -260,6 +259,10 @@ def validate_meta(meta: object, meta_file: str | os.PathLike = META_NAME) -> Non
         if t["name"] in seen:
             raise FormatError(meta_file, f"tensors[{i}].name", f"duplicate tensor name {t['name']!r} (also tensors[{seen[t['name']]}])")
         seen[t["name"]] = i
+    for key in ("files", "aux_files"):
+        for i, f in enumerate(meta.get(key) or []):
+            if isinstance(f, dict) and "name" in f:
+                check_relpath(f["name"], meta_file, f"{key}[{i}].name")
     # The schema is the backstop for everything else (types of the other
     # top-level objects); the checks above give the precise messages.
     err = jsonschema.exceptions.best_match(_schema_validator().iter_errors(meta))
@@ -303,37 +306,47 @@ def load_model(path: str | os.PathLike, deep: bool = False) -> IebinModel:
     meta_path = meta_path_for(path)
     meta = load_json(meta_path)
     validate_meta(meta, meta_path)
+    check_backing_files(meta, meta_path, deep)
+    return IebinModel(meta_path.parent, meta_path, meta)
+
+
+def check_backing_files(meta: dict[str, Any], meta_path: Path, deep: bool = False) -> None:
+    """The rules that need the files next to ``meta_path``: sizes, containment,
+    ranges, overlaps, and (``deep``) checksums. ``meta`` must have passed
+    validate_meta. Files are identified by their resolved path, so an alias
+    (``./model.ie.bin``, an in-directory symlink) cannot hide an overlap."""
     model_dir = meta_path.parent
     mf = os.fspath(meta_path)
-
-    sizes: dict[str, tuple[Path, int]] = {}
+    by_name: dict[str, tuple[Path, int]] = {}
+    seen_real: dict[Path, int] = {}
     for i, f in enumerate(meta["files"]):
         real = resolve_inside(model_dir, f["name"], mf, f"files[{i}].name")
-        if f["name"] in sizes:
-            raise FormatError(mf, f"files[{i}].name", f"{f['name']!r} listed twice")
+        if real in seen_real:
+            raise FormatError(mf, f"files[{i}].name", f"{f['name']!r} is listed twice (same file as files[{seen_real[real]}])")
+        seen_real[real] = i
         if not real.is_file():
             raise FormatError(mf, f"files[{i}].name", f"{f['name']!r} does not exist in {model_dir}")
         actual = real.stat().st_size
         if actual != f["nbytes"]:
             raise FormatError(real, "(size)", f"file is {actual} bytes but {META_NAME} files[{i}].nbytes says {f['nbytes']} (truncated or replaced?)")
-        sizes[f["name"]] = (real, actual)
+        by_name[f["name"]] = (real, actual)
 
-    spans: dict[str, list[tuple[int, int, int]]] = {}
+    spans: dict[Path, list[tuple[int, int, int]]] = {}
     for i, t in enumerate(meta["tensors"]):
         resolve_inside(model_dir, t["file"], mf, f"tensors[{i}].file")
-        if t["file"] not in sizes:
+        if t["file"] not in by_name:
             raise FormatError(mf, f"tensors[{i}].file", f"tensor {t['name']!r}: {t['file']!r} is not listed in files")
-        size = sizes[t["file"]][1]
+        real, size = by_name[t["file"]]
         off, n = t["file_data_offset"], t["nbytes"]
         if off + n > size:
             raise FormatError(mf, f"tensors[{i}].file_data_offset", f"tensor {t['name']!r}: bytes [{off}, {off + n}) run past the end of {t['file']} ({size} bytes)")
-        spans.setdefault(t["file"], []).append((off, off + max(n, 1), i))
-    for file, sp in spans.items():
+        spans.setdefault(real, []).append((off, off + max(n, 1), i))
+    for real, sp in spans.items():
         sp.sort()
         for (s0, e0, i0), (s1, _e1, i1) in zip(sp, sp[1:]):
             if s1 < e0:
                 n0, n1 = meta["tensors"][i0]["name"], meta["tensors"][i1]["name"]
-                raise FormatError(mf, f"tensors[{i1}].file_data_offset", f"tensor {n1!r} overlaps tensor {n0!r} in {file} (offset {s1} < end {e0})")
+                raise FormatError(mf, f"tensors[{i1}].file_data_offset", f"tensor {n1!r} overlaps tensor {n0!r} in {real.name} (offset {s1} < end {e0})")
 
     for i, a in enumerate(meta["aux_files"]):
         real = resolve_inside(model_dir, a["name"], mf, f"aux_files[{i}].name")
@@ -346,10 +359,9 @@ def load_model(path: str | os.PathLike, deep: bool = False) -> IebinModel:
 
     if deep:
         for i, t in enumerate(meta["tensors"]):
-            got = sha256_file_range(sizes[t["file"]][0], t["file_data_offset"], t["nbytes"])
+            got = sha256_file_range(by_name[t["file"]][0], t["file_data_offset"], t["nbytes"])
             if got != t["sha256"]:
                 raise FormatError(mf, f"tensors[{i}].sha256", f"tensor {t['name']!r}: checksum mismatch (stored {t['sha256'][:12]}…, actual {got[:12]}…)")
-    return IebinModel(model_dir, meta_path, meta)
 
 
 def write_meta(path: Path, meta: dict[str, Any]) -> None:

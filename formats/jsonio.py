@@ -44,6 +44,10 @@ def loads_strict(data: bytes, file: str | os.PathLike) -> Any:
         raise FormatError(file, "(file)", f"invalid JSON: {e}") from None
     except json.JSONDecodeError as e:
         raise FormatError(file, "(file)", f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise FormatError(file, "(file)", "invalid JSON: nesting too deep") from None
+    except ValueError as e:  # e.g. an integer literal past Python's digit limit
+        raise FormatError(file, "(file)", f"invalid JSON: {str(e).splitlines()[0]}") from None
 
 
 def load_json(path: str | os.PathLike) -> Any:

@@ -13,8 +13,8 @@ from pathlib import Path, PurePosixPath
 from .errors import FormatError
 
 
-def resolve_inside(model_dir: Path, rel: object, file: str | os.PathLike, field: str) -> Path:
-    """Resolve ``rel`` against ``model_dir`` or raise a FormatError."""
+def check_relpath(rel: object, file: str | os.PathLike, field: str) -> PurePosixPath:
+    """The rules that need no file system: relative, no '..', no backslash."""
     if not isinstance(rel, str) or not rel:
         raise FormatError(file, field, f"must be a non-empty relative path string, got {rel!r}")
     if "\\" in rel or "\0" in rel:
@@ -24,6 +24,12 @@ def resolve_inside(model_dir: Path, rel: object, file: str | os.PathLike, field:
         raise FormatError(file, field, f"{rel!r} is absolute; paths must be relative to the model directory")
     if ".." in p.parts:
         raise FormatError(file, field, f"{rel!r} contains '..' and would escape the model directory")
+    return p
+
+
+def resolve_inside(model_dir: Path, rel: object, file: str | os.PathLike, field: str) -> Path:
+    """Resolve ``rel`` against ``model_dir`` (symlinks included) or raise a FormatError."""
+    p = check_relpath(rel, file, field)
     root = Path(os.path.realpath(model_dir))
     target = Path(os.path.realpath(root / p))
     if os.path.commonpath([root, target]) != str(root):

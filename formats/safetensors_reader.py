@@ -13,6 +13,7 @@ read count towards RSS until the kernel reclaims them).
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from .dtypes import FROM_SAFETENSORS, INT64_MAX, DType, shape_elements
 from .errors import FormatError
 from .jsonio import loads_strict
 
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the limit safetensors itself enforces
+MAX_HEADER_BYTES = 100_000_000  # the limit safetensors itself enforces
 CHUNK_BYTES = 8 * 1024 * 1024
 
 
@@ -47,6 +48,8 @@ class SafetensorsFile:
         except IsADirectoryError:
             raise FormatError(self.path, "(file)", "is a directory") from None
         try:
+            if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+                raise FormatError(self.path, "(file)", "is a directory or not a regular file")
             self.metadata, self.tensors = self._parse()
         except BaseException:
             os.close(self._fd)

@@ -388,8 +388,6 @@ def test_zero_size_tensor_past_end_of_file(art):
     expect_error(art, "tensors[21].file_data_offset", "past the end")
 
 
-@pytest.mark.xfail(strict=True, reason="validator bug: './model.ie.bin' aliases 'model.ie.bin' (files and overlap "
-                                       "spans are keyed by the name string, not the resolved file)")
 def test_overlap_through_an_aliased_file_name(art):
     def alias(m):
         m["files"].append({"name": "./" + BIN_NAME, "nbytes": m["files"][0]["nbytes"]})
@@ -435,9 +433,6 @@ def test_resolve_inside_messages(tmp_path, value, word):
     assert word in ei.value.message
 
 
-@pytest.mark.xfail(strict=True, reason="message bug: validate_meta's JSON-schema backstop rejects these paths "
-                                       "first, with jsonschema's raw \"should not be valid under {'pattern': ...}\" "
-                                       "instead of resolve_inside's explanation")
 @pytest.mark.parametrize("value, word", [
     ("/etc/passwd", "absolute"),
     ("sub/../model.ie.bin", "'..'"),
@@ -690,12 +685,10 @@ def test_cli_validate_valid_artifact(art):
     res = run_ieconv("validate", "--deep", art / META_NAME)
     assert res.returncode == 0, res.stderr
     assert res.stderr == ""
-    out = " ".join(res.stdout.split())  # rich may wrap the line, see the xfail below
+    out = " ".join(res.stdout.split())
     assert out.startswith("OK ") and "21 tensors" in out and "checksums verified" in out
 
 
-@pytest.mark.xfail(strict=True, reason="CLI bug: rich Console wraps the OK line at 80 columns when stdout is "
-                                       "not a terminal, so `validate` prints more than one line for long paths")
 def test_cli_validate_ok_is_one_line_for_long_paths(art, tmp_path):
     deep_dir = tmp_path / ("d" * 120) / ("e" * 120)
     shutil.copytree(art, deep_dir)
@@ -704,8 +697,6 @@ def test_cli_validate_ok_is_one_line_for_long_paths(art, tmp_path):
     assert len(res.stdout.splitlines()) == 1, res.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="jsonio.loads_strict bug: int() digit-limit ValueError and RecursionError "
-                                       "escape as non-FormatError, so the CLI exits 3 ('internal error')")
 @pytest.mark.parametrize("text", [
     '{"format": "iebin", "version": ' + "9" * 5000 + "}",
     "[" * 100_000 + "]" * 100_000,
@@ -959,8 +950,6 @@ def test_iebin_upgrade_rejects_past_end_on_last_shard_byte(legacy_dir):
             assert_cli_error(res, "tensors[0].file_data_offset", "past the end")
 
 
-@pytest.mark.xfail(strict=True, reason="iebin-upgrade bug: write_meta replaces the target before load_model checks "
-                                       "ranges/overlaps, so a rejected upgrade still overwrites the legacy file")
 def test_iebin_upgrade_rejected_overlap_leaves_legacy_untouched(legacy_dir):
     d, _ = legacy_dir
 
