@@ -19,7 +19,8 @@ from iekit.formats.dtypes import CAST_TARGETS
 from iekit.formats.atomic import write_file_atomic
 from iekit.formats.errors import IEError
 from iekit.formats.iebin_legacy import upgrade_legacy
-from iekit.formats.jsonio import load_json
+from iekit.formats.jsonio import dumps_canonical, load_json
+from iekit.formats.q4_manifest import default_manifest, load_manifest, plan
 
 from . import hf_source
 from .hf_to_iebin import Progress as ConvertProgress
@@ -59,9 +60,12 @@ def cli() -> None:
 @click.option("--revision", help="Branch, tag or commit for --repo-id (default: main).")
 @click.option("--out-dir", required=True, type=click.Path(path_type=Path), help="Output directory for model.ie.json + model.ie.bin.")
 @click.option("--dtype", type=click.Choice(CAST_TARGETS), help="Cast floating tensors to this dtype (bf16: round to nearest even, like torch). Default: keep bytes exactly.")
+@click.option("--q4-map", type=click.Path(path_type=Path, dir_okay=False),
+              help="q4_manifest.json selecting tensors to quantize (int4w, q4_0, q4_1, q8_0); see `ieconv q4-manifest`.")
+@click.option("--force", is_flag=True, help="With --q4-map: also quantize embeddings/norms the manifest selects.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing model.ie.json/model.ie.bin in --out-dir.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, overwrite, quiet):
+def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, overwrite, quiet):
     """Convert an HF safetensors checkpoint to IEBIN schema2.
 
     Reads model.safetensors or sharded model-XXXXX-of-YYYYY.safetensors with
@@ -74,6 +78,9 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, overwrite, quiet)
         raise click.UsageError("give exactly one of --hf-dir or --repo-id")
     if revision and not repo_id:
         raise click.UsageError("--revision only applies to --repo-id")
+    if force and not q4_map:
+        raise click.UsageError("--force only applies with --q4-map")
+    manifest = load_manifest(q4_map) if q4_map else None
     src = hf_source.from_dir(hf_dir) if hf_dir is not None else hf_source.from_hub(repo_id, revision)
     with Progress(TextColumn("{task.description:<40.40}"), BarColumn(), DownloadColumn(),
                   TransferSpeedColumn(), TimeRemainingColumn(), console=err,
@@ -88,11 +95,57 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, overwrite, quiet)
         prog = ConvertProgress(start=start,
                                advance=lambda n: bar.advance(state["task"], n),
                                describe=lambda t: bar.update(state["task"], description=t))
-        res = convert(src, out_dir, dtype=dtype, overwrite=overwrite, progress=prog)
+        res = convert(src, out_dir, dtype=dtype, overwrite=overwrite, progress=prog, manifest=manifest, force=force)
+    for w in res.warnings or []:
+        err.print(f"warning: {w}", markup=False)
     mbps = res.bytes_in / 1e6 / res.seconds if res.seconds > 0 else float("inf")
     err.print(f"converted {res.tensors} tensors ({human_bytes(res.bytes_in)} in, {human_bytes(res.bytes_out)} "
-              f"model.ie.bin{f', {res.cast_tensors} cast to {dtype}' if dtype else ''}) in {res.seconds:.2f} s "
+              f"model.ie.bin{f', {res.cast_tensors} cast to {dtype}' if dtype else ''}"
+              f"{f', {res.quantized_tensors} quantized' if manifest else ''}) in {res.seconds:.2f} s "
               f"({mbps:.0f} MB/s) -> {res.out_dir}", markup=False)
+
+
+@cli.command("q4-manifest")
+@click.option("--hf-dir", required=True, type=click.Path(path_type=Path), help="HF model directory to write the policy for.")
+@click.option("-o", "--out", "out_path", required=True, type=click.Path(path_type=Path, dir_okay=False), help="Output q4_manifest.json.")
+@click.option("--scheme", type=click.Choice(["int4w", "q4_0", "q4_1", "q8_0"]), default="int4w", show_default=True)
+@click.option("--group-size", type=click.Choice(["32", "64", "128", "row"]), default="64", show_default=True, help="int4w group size (elements per scale).")
+@click.option("--affine", is_flag=True, help="int4w: per-group scale and minimum instead of symmetric scale.")
+@click.option("--scale-dtype", type=click.Choice(["f16", "f32"]), default="f16", show_default=True, help="int4w: scale storage.")
+@click.option("--quantize-head", is_flag=True, help="Also quantize the output head (lm_head), kept by default.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+def q4_manifest_cmd(hf_dir, out_path, scheme, group_size, affine, scale_dtype, quantize_head, overwrite):
+    """Write the usual quantization policy for a checkpoint as q4_manifest.json.
+
+    Attention and MLP projection matrices are quantized (one rule per layer
+    pattern); embeddings, norms, biases and the output head are kept. Edit
+    the result freely, then: ieconv hf-to-iebin --hf-dir M --q4-map FILE ...
+    """
+    if scheme != "int4w" and (affine or scale_dtype != "f16" or group_size != "64"):
+        raise click.UsageError("--group-size/--affine/--scale-dtype apply to --scheme int4w only")
+    if out_path.exists() and not overwrite:
+        raise IEError(f"{out_path}: exists; pass --overwrite to replace")
+    src = hf_source.from_dir(hf_dir)
+    tensors = tensor_shapes(src)
+    g = group_size if group_size == "row" else int(group_size)
+    manifest = default_manifest(tensors, scheme, g, not affine, scale_dtype, quantize_head)
+    write_file_atomic(out_path, dumps_canonical(manifest))
+    p = plan(load_manifest(out_path), tensors)
+    for w in p.warnings:
+        err.print(f"warning: {w}", markup=False)
+    q = sum(1 for _ in p.quantize)
+    out.print(f"OK {out_path}: {len(manifest['rules'])} rules, {len(manifest['tensors'])} per-tensor entries; "
+              f"quantizes {q} of {len(tensors)} tensors ({scheme})", markup=False)
+
+
+def tensor_shapes(src) -> dict[str, tuple[str, list[int]]]:
+    from iekit.formats.safetensors_reader import SafetensorsFile
+
+    out: dict[str, tuple[str, list[int]]] = {}
+    for shard in src.shards:
+        with SafetensorsFile(src.dir / shard) as sf:
+            out.update({n: (t.dtype.name, list(t.shape)) for n, t in sf.tensors.items()})
+    return out
 
 
 @cli.command()

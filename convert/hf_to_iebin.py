@@ -24,11 +24,15 @@ from iekit.formats.errors import FormatError, IEError
 from iekit.formats.iebin_legacy import TOKENIZER_FILES
 from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 
-from .casting import cast_bytes
+from iekit.formats.q4_manifest import Manifest, plan
+from iekit.formats.quant import SCHEMES, QuantParams
+
+from .casting import cast_bytes, decode_f32
 from .hf_source import INDEX_NAME, HFSource
 
 CONFIG_FILES = ("config.json", "generation_config.json")
 HASH_CHUNK = 8 * 1024 * 1024
+QUANT_CHUNK_ELEMS = 1 << 20  # rows are quantized ~1M elements at a time
 
 
 def natural_key(name: str) -> list:
@@ -44,6 +48,8 @@ class ConvertResult:
     bytes_out: int
     seconds: float
     cast_tensors: int
+    quantized_tensors: int = 0
+    warnings: list[str] | None = None
 
 
 @dataclass
@@ -95,8 +101,10 @@ def _sha256_file(path: Path, progress: Progress) -> str:
 
 
 def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = None,
-            overwrite: bool = False, progress: Progress | None = None) -> ConvertResult:
-    """Convert ``src`` into ``out_dir``; ``dtype`` casts floating tensors."""
+            overwrite: bool = False, progress: Progress | None = None,
+            manifest: Manifest | None = None, force: bool = False) -> ConvertResult:
+    """Convert ``src`` into ``out_dir``; ``dtype`` casts floating tensors,
+    ``manifest`` (q4_manifest.json) quantizes the tensors it selects."""
     progress = progress or Progress()
     out_dir = Path(out_dir)
     if dtype is not None and dtype not in ("f32", "f16", "bf16"):
@@ -108,6 +116,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
     try:
         with ExitStack() as stack:
             tensors = _collect(src, stack)
+            qplan = plan(manifest, {n: (t.dtype.name, list(t.shape)) for n, (_sf, t) in tensors.items()},
+                         force=force) if manifest else None
             shard_records = []
             progress.start("hashing shards", sum((src.dir / s).stat().st_size for s in src.shards))
             for s in src.shards:
@@ -123,10 +133,13 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                 writer = iebin.IebinWriter(staged)
                 for name in names:
                     sf, t = tensors[name]
+                    progress.describe(name)
+                    if qplan and name in qplan.quantize:
+                        _add_quantized(writer, name, sf, t, qplan.quantize[name], progress)
+                        continue
                     target = dtype if dtype and t.dtype.is_float else t.dtype.name
                     if target != t.dtype.name:
                         n_cast += 1
-                    progress.describe(name)
                     out_nbytes = t.nbytes // t.dtype.itemsize * DTYPES[target].itemsize
                     writer.add_tensor(name, target, list(t.shape),
                                       _chunks(sf, t, target, progress), out_nbytes)
@@ -150,7 +163,25 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                 pass
         raise
     bytes_out = meta["files"][0]["nbytes"]
-    return ConvertResult(out_dir, len(names), bytes_in, bytes_out, time.perf_counter() - t0, n_cast)
+    return ConvertResult(out_dir, len(names), bytes_in, bytes_out, time.perf_counter() - t0, n_cast,
+                         len(qplan.quantize) if qplan else 0, qplan.warnings if qplan else [])
+
+
+def _add_quantized(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t: SafetensorsTensor,
+                   params: QuantParams, progress: Progress) -> None:
+    """Quantize a float matrix a block of rows at a time (memory stays bounded)."""
+    rows, cols = t.shape
+    scheme = SCHEMES[params.scheme]
+    rows_per_chunk = max(1, QUANT_CHUNK_ELEMS // max(cols, 1))
+
+    def row_chunks() -> Iterator:
+        for chunk in sf.iter_chunks(t, rows_per_chunk * cols * t.dtype.itemsize):
+            progress.advance(len(chunk))
+            yield decode_f32(chunk, t.dtype.name).reshape(-1, cols)
+
+    pieces = (p.tobytes() for p in scheme.stream(row_chunks(), params, rows, name))
+    writer.add_tensor(name, params.scheme, [rows, cols], pieces, scheme.nbytes(rows, cols, params),
+                      extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)})
 
 
 def _chunks(sf: SafetensorsFile, t: SafetensorsTensor, target: str, progress: Progress) -> Iterator[bytes]:

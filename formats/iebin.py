@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-import jsonschema
-
 from .atomic import StagedFiles
 from .dtypes import DTYPES, INT64_MAX, shape_elements
 from .errors import FormatError, IEError
-from .jsonio import dumps_canonical, load_json
+from .jsonio import dumps_canonical, load_json, schema_check
 from .paths import check_relpath, resolve_inside
+from .quant import SCHEMES, QuantDictError
 
 FORMAT_NAME = "iebin"
 VERSION = 2
@@ -32,6 +31,7 @@ CHECKSUM = "sha256"
 READ_CHUNK = 8 * 1024 * 1024
 
 TENSOR_KEYS = ("name", "dtype", "shape", "file", "file_data_offset", "nbytes", "sha256")
+QUANT_KEY = "quant"  # present exactly when dtype is a quantized scheme
 LEGACY_KEYS = ("shard", "shard_data_offset")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -175,6 +175,14 @@ def plain_nbytes(dtype: str, shape: list[int]) -> int:
     return shape_elements(shape) * DTYPES[dtype].itemsize
 
 
+def tensor_nbytes(dtype: str, shape: list[int], quant: dict | None = None) -> int:
+    """Payload size of a (validated) tensor entry, plain or quantized."""
+    scheme = SCHEMES.get(dtype)
+    if scheme is None:
+        return plain_nbytes(dtype, shape)
+    return scheme.nbytes(shape[0], shape[1], scheme.params_from(quant, shape[1]))
+
+
 def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
     where = f"tensors[{i}]"
     if not isinstance(t, dict):
@@ -187,7 +195,9 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
     for k in TENSOR_KEYS:
         if k not in t:
             raise FormatError(meta_file, where, f"{label}missing key {k!r}")
-    unknown = sorted(set(t) - set(TENSOR_KEYS))
+    quantized = isinstance(t.get("dtype"), str) and t["dtype"] in SCHEMES
+    allowed = TENSOR_KEYS + ((QUANT_KEY,) if quantized else ())
+    unknown = sorted(set(t) - set(allowed))
     if unknown:
         raise FormatError(meta_file, f"{where}.{unknown[0]}", f"{label}unknown key {unknown[0]!r}")
     if not isinstance(name, str) or not name:
@@ -195,10 +205,10 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
     dtype = t["dtype"]
     if not isinstance(dtype, str):
         raise FormatError(meta_file, f"{where}.dtype", f"{label}must be a string, got {dtype!r}")
-    if dtype not in DTYPES:
-        if dtype.lower() in DTYPES:
+    if dtype not in DTYPES and dtype not in SCHEMES:
+        if dtype.lower() in DTYPES or dtype.lower() in SCHEMES:
             raise FormatError(meta_file, f"{where}.dtype", f"{label}dtype {dtype!r} must be lowercase ({dtype.lower()!r})")
-        raise FormatError(meta_file, f"{where}.dtype", f"{label}unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+        raise FormatError(meta_file, f"{where}.dtype", f"{label}unknown dtype {dtype!r} (known: {', '.join([*DTYPES, *SCHEMES])})")
     shape = t["shape"]
     if not isinstance(shape, list):
         raise FormatError(meta_file, f"{where}.shape", f"{label}must be a list, got {shape!r}")
@@ -207,7 +217,17 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
             raise FormatError(meta_file, f"{where}.shape[{j}]", f"{label}dimension {d!r} is not an integer")
         if d < 0:
             raise FormatError(meta_file, f"{where}.shape[{j}]", f"{label}dimension {d} is negative")
-    expected = plain_nbytes(dtype, shape)
+    if dtype in SCHEMES:
+        if QUANT_KEY not in t:
+            raise FormatError(meta_file, where, f"{label}quantized dtype {dtype!r} needs a 'quant' object")
+        try:
+            params = SCHEMES[dtype].parse_quant(t[QUANT_KEY], shape)
+        except QuantDictError as e:
+            field = f"{where}.quant" + (f".{e.key}" if e.key else "")
+            raise FormatError(meta_file, field, f"{label}{e}") from None
+        expected = SCHEMES[dtype].nbytes(shape[0], shape[1], params)
+    else:
+        expected = plain_nbytes(dtype, shape)
     if expected > INT64_MAX:
         raise FormatError(meta_file, f"{where}.shape", f"{label}byte size of shape {shape} overflows 64 bits")
     nbytes = t["nbytes"]
@@ -226,12 +246,6 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
     sha = t["sha256"]
     if not isinstance(sha, str) or not _SHA256.match(sha):
         raise FormatError(meta_file, f"{where}.sha256", f"{label}must be 64 lowercase hex digits")
-
-
-def _schema_validator() -> jsonschema.protocols.Validator:
-    schema = load_json(SCHEMA_PATH)
-    cls = jsonschema.validators.validator_for(schema)
-    return cls(schema)
 
 
 def validate_meta(meta: object, meta_file: str | os.PathLike = META_NAME) -> None:
@@ -265,10 +279,7 @@ def validate_meta(meta: object, meta_file: str | os.PathLike = META_NAME) -> Non
                 check_relpath(f["name"], meta_file, f"{key}[{i}].name")
     # The schema is the backstop for everything else (types of the other
     # top-level objects); the checks above give the precise messages.
-    err = jsonschema.exceptions.best_match(_schema_validator().iter_errors(meta))
-    if err is not None:
-        field = err.json_path.removeprefix("$.") if err.json_path != "$" else "(root)"
-        raise FormatError(meta_file, field, err.message)
+    schema_check(meta, SCHEMA_PATH, meta_file)
 
 
 @dataclass

@@ -61,5 +61,22 @@ def load_json(path: str | os.PathLike) -> Any:
     return loads_strict(data, path)
 
 
+def schema_check(obj: Any, schema_path: Path, file: str | os.PathLike) -> None:
+    """Validate against a JSON Schema; the most relevant error becomes one
+    FormatError naming the field (``rules[0].group_size``)."""
+    import jsonschema
+
+    schema = load_json(schema_path)
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    err = jsonschema.exceptions.best_match(validator.iter_errors(obj))
+    if err is None:
+        return
+    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path).lstrip(".") or "(root)"
+    msg = err.message
+    if msg.startswith("False schema does not allow"):
+        msg = f"key {err.absolute_path[-1]!r} is not allowed here"
+    raise FormatError(file, field, msg)
+
+
 def dumps_canonical(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")

@@ -1,0 +1,167 @@
+"""Quantization reference (formats/quant.py): byte equality with gguf's
+reference quantizers, int4w bounds, and the quant rules of IEBIN entries."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as GT
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from iekit.formats.errors import IEError
+from iekit.formats.quant import SCHEMES, QuantDictError, QuantParams
+
+GGUF = {"q4_0": GT.Q4_0, "q4_1": GT.Q4_1, "q8_0": GT.Q8_0}
+
+
+def adversarial_rows(rng: np.random.Generator, cols: int = 96) -> np.ndarray:
+    rows = [
+        np.zeros(cols),                                   # all zeros
+        rng.standard_normal(cols),                        # plain
+        np.r_[rng.standard_normal(cols - 1) * 1e-3, 50.0],  # one huge outlier
+        -np.abs(rng.standard_normal(cols)),               # negative max
+        np.r_[-7.0, rng.uniform(-1, 7, cols - 1)],        # largest magnitude negative
+        np.full(cols, 1e-41),                             # subnormals
+        np.r_[np.zeros(cols - 1), -1e-39],                # one subnormal
+        rng.standard_normal(cols) * 1e-6,
+        np.full(cols, 3.25),                              # constant block
+        np.tile([0.5, -0.5], cols // 2),                  # exact ties
+    ]
+    return np.array(rows, dtype=np.float32)
+
+
+@pytest.mark.parametrize("scheme", sorted(GGUF))
+def test_block_schemes_byte_identical_to_gguf(scheme):
+    rng = np.random.default_rng(1)
+    w = np.concatenate([adversarial_rows(rng), rng.standard_normal((23, 96)).astype(np.float32) * 3])
+    ours = SCHEMES[scheme].quantize(w, QuantParams(scheme))
+    ref = gguf.quants.quantize(w, GGUF[scheme])
+    assert ours.tobytes() == ref.tobytes()
+    deq = SCHEMES[scheme].dequantize(ours, *w.shape, QuantParams(scheme))
+    ref_deq = gguf.quants.dequantize(ref, GGUF[scheme]).astype(np.float32)
+    assert np.array_equal(deq.view(np.uint32), ref_deq.view(np.uint32))
+    assert (np.abs(w - deq) <= SCHEMES[scheme].error_bound(w, ours, QuantParams(scheme))).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(scheme=st.sampled_from(sorted(GGUF)), rows=st.integers(1, 5), blocks=st.integers(1, 4),
+       log_scale=st.floats(-12, 3), seed=st.integers(0, 2**31))
+def test_block_schemes_match_gguf_on_random_scales(scheme, rows, blocks, log_scale, seed):
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((rows, 32 * blocks)) * 10.0 ** log_scale).astype(np.float32)
+    ours = SCHEMES[scheme].quantize(w, QuantParams(scheme))
+    assert ours.tobytes() == gguf.quants.quantize(w, GGUF[scheme]).tobytes()
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_input_is_rejected(scheme, bad):
+    w = np.ones((2, 64), np.float32)
+    w[1, 7] = bad
+    p = QuantParams(scheme, 64) if scheme == "int4w" else QuantParams(scheme)
+    with pytest.raises(IEError, match=r"layer\.w: non-finite value .* at \(1, 7\)"):
+        SCHEMES[scheme].quantize(w, p, name="layer.w")
+
+
+def test_f16_scale_overflow_is_a_clear_error():
+    w = np.full((1, 32), 1e9, np.float32)
+    with pytest.raises(IEError, match="overflows f16"):
+        SCHEMES["q8_0"].quantize(w, QuantParams("q8_0"), name="x")
+    # int4w with f32 scales takes it
+    raw = SCHEMES["int4w"].quantize(w, QuantParams("int4w", 32, True, "f32"))
+    assert np.allclose(SCHEMES["int4w"].dequantize(raw, 1, 32, QuantParams("int4w", 32, True, "f32")), w, rtol=0.1)
+
+
+INT4W_VARIANTS = [QuantParams("int4w", g, sym, sd) for g in (32, 64, 128, None)
+                  for sym in (True, False) for sd in ("f16", "f32")]
+
+
+@pytest.mark.parametrize("p", INT4W_VARIANTS, ids=lambda p: f"g{p.group_size}-{'sym' if p.symmetric else 'aff'}-{p.scale_dtype}")
+def test_int4w_round_trip_within_half_a_step(p):
+    rng = np.random.default_rng(7)
+    w = np.concatenate([adversarial_rows(rng, 256), rng.standard_normal((13, 256)).astype(np.float32)])
+    s = SCHEMES["int4w"]
+    raw = s.quantize(w, p)
+    assert raw.size == s.nbytes(*w.shape, p)
+    deq = s.dequantize(raw, *w.shape, p)
+    bound = s.error_bound(w, raw, p)
+    assert (np.abs(w - deq) <= bound).all()
+    # the bound is tight enough to mean something: half of the largest step
+    # the scheme may pick (symmetric: up to 1.5 x amax/7; affine: span/15)
+    g = p.group_size or 256
+    x = w.reshape(w.shape[0], -1, g).astype(np.float64)
+    step = 1.5 * np.abs(x).max(2) / 7 if p.symmetric else np.ptp(x, axis=2) / 15
+    # f16 scales: relative rounding, plus absolute spacing 2^-24 in the subnormal range
+    slack = 2**-10 * np.abs(x).max(2) + 16 * 2**-25 if p.scale_dtype == "f16" else 1e-6 * np.abs(x).max(2)
+    assert (bound.reshape(x.shape)[..., 0] <= 0.5 * step * 1.01 + slack + 2**-22).all()
+
+
+def test_int4w_scale_search_never_loses_to_the_plain_scale():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((64, 128)).astype(np.float32) ** 3  # heavy tails
+    s = SCHEMES["int4w"]
+    p = QuantParams("int4w", 64, True, "f32")
+    deq = s.dequantize(s.quantize(w, p), 64, 128, p)
+    # plain scale: s0 only (k = 0), computed independently here
+    x = w.reshape(64, 2, 64)
+    mx, mn = x.max(2, keepdims=True), x.min(2, keepdims=True)
+    s0 = np.where(-mn >= mx, np.maximum(-mn / 8, mx / 7), -np.maximum(mx / 8, -mn / 7))
+    q = np.clip(np.rint(x / s0) + 8, 0, 15)
+    plain = (s0 * (q - 8)).reshape(64, 128)
+    sse_search = ((w - deq) ** 2).reshape(64, 2, 64).sum(2)
+    sse_plain = ((w - plain) ** 2).reshape(64, 2, 64).sum(2)
+    assert (sse_search <= sse_plain * (1 + 1e-6) + 1e-12).all()
+    assert sse_search.sum() < sse_plain.sum()  # and it does help somewhere
+
+
+def test_int4w_layout_matches_the_spec_written_independently():
+    """Pack codes/scales by hand from docs/formats/quant.md and dequantize them."""
+    rng = np.random.default_rng(5)
+    rows, cols, g = 3, 64, 32
+    q = rng.integers(0, 16, (rows, cols), dtype=np.uint8)
+    sc = rng.uniform(-1, 1, (rows, cols // g)).astype(np.float16)
+    mn = rng.uniform(-1, 1, (rows, cols // g)).astype(np.float16)
+    packed = bytearray()
+    for r in range(rows):
+        for b in range(cols // 32):
+            blk = q[r, 32 * b: 32 * b + 32]
+            packed += bytes(int(blk[j]) | (int(blk[j + 16]) << 4) for j in range(16))
+    raw = np.frombuffer(bytes(packed) + sc.tobytes() + mn.tobytes(), np.uint8)
+    p = QuantParams("int4w", g, False, "f16")
+    deq = SCHEMES["int4w"].dequantize(raw, rows, cols, p)
+    expect = np.repeat(sc.astype(np.float32), g, 1) * q.astype(np.float32) + np.repeat(mn.astype(np.float32), g, 1)
+    assert np.array_equal(deq, expect)
+    raw_sym = np.frombuffer(bytes(packed) + sc.tobytes(), np.uint8)
+    deq = SCHEMES["int4w"].dequantize(raw_sym, rows, cols, QuantParams("int4w", g, True, "f16"))
+    assert np.array_equal(deq, np.repeat(sc.astype(np.float32), g, 1) * (q.astype(np.float32) - 8))
+
+
+@pytest.mark.parametrize("p", INT4W_VARIANTS[:4] + [QuantParams("q4_0"), QuantParams("q8_0")], ids=str)
+def test_streaming_in_row_chunks_equals_whole_tensor(p):
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((37, 128)).astype(np.float32)
+    s = SCHEMES[p.scheme]
+    whole = s.quantize(w, p)
+    chunks = np.concatenate(list(s.stream([w[:5], w[5:6], w[6:]], p, 37, "t")))
+    assert chunks.tobytes() == whole.tobytes()
+
+
+@pytest.mark.parametrize("quant,shape,key", [
+    ({"scheme": "int4w", "group_size": 48, "symmetric": True, "scale_dtype": "f16", "layout": "planar-v1"}, [4, 96], ""),
+    ({"scheme": "int4w", "group_size": 64, "symmetric": True, "scale_dtype": "f16", "layout": "planar-v1"}, [4, 96], ""),
+    ({"scheme": "int4w", "group_size": 32, "symmetric": 1, "scale_dtype": "f16", "layout": "planar-v1"}, [4, 64], "symmetric"),
+    ({"scheme": "int4w", "group_size": True, "symmetric": True, "scale_dtype": "f16", "layout": "planar-v1"}, [4, 64], "group_size"),
+    ({"scheme": "int4w", "group_size": 32, "symmetric": True, "scale_dtype": "bf16", "layout": "planar-v1"}, [4, 64], "scale_dtype"),
+    ({"scheme": "int4w", "group_size": 32, "symmetric": True, "scale_dtype": "f16", "layout": "blocked"}, [4, 64], "layout"),
+    ({"scheme": "int4w", "group_size": 32, "symmetric": True, "scale_dtype": "f16"}, [4, 64], "layout"),
+    ({"scheme": "int4w", "group_size": 32, "symmetric": True, "scale_dtype": "f16", "layout": "planar-v1", "x": 1}, [4, 64], "x"),
+    ({"scheme": "q4_0", "block_size": 32}, [4, 48], ""),
+    ({"scheme": "q4_0", "block_size": 32}, [64], ""),
+    ({"scheme": "q4_0", "block_size": 16}, [4, 64], "block_size"),
+])
+def test_quant_dict_rules(quant, shape, key):
+    with pytest.raises(QuantDictError) as ei:
+        SCHEMES[quant["scheme"]].parse_quant(quant, shape)
+    assert ei.value.key == key
