@@ -49,6 +49,8 @@ golden-iebin: setup
 	for m in tiny-llama tiny-qwen2; do \
 	  $(VENV)/bin/ieconv hf-to-iebin -q --overwrite --hf-dir golden/hf/$$m --out-dir golden/iebin/$$m || exit 1; \
 	done
+	$(VENV)/bin/ieconv hf-to-iebin -q --overwrite --hf-dir golden/hf/tiny-llama --out-dir golden/iebin/tiny-llama-mixedq \
+	  --q4-map golden/manifests/tiny-llama.mixed.q4_manifest.json
 
 # Peak RSS of converting a synthetic multi-hundred-MB checkpoint.
 bench-convert: setup

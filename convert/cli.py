@@ -26,8 +26,9 @@ from . import hf_source
 from .hf_to_iebin import Progress as ConvertProgress
 from .hf_to_iebin import convert
 
-# soft_wrap: a result line stays one line however narrow the terminal or pipe.
-out = Console(highlight=False, soft_wrap=True)
+# soft_wrap: a result line stays one line however narrow the terminal or pipe;
+# piped output gets a wide page so tables never truncate tensor names.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -192,10 +193,11 @@ def inspect(path: Path, as_json: bool):
     summary.add_row("tokenizer files", ", ".join(m.meta["tokenizer"]["files"]) or "(none)")
     out.print(summary)
     table = Table(title="tensors")
-    for col, just in (("name", "left"), ("dtype", "left"), ("shape", "left"), ("bytes", "right"), ("offset", "right")):
+    for col, just in (("name", "left"), ("dtype", "left"), ("quant", "left"), ("shape", "left"),
+                      ("bytes", "right"), ("offset", "right")):
         table.add_column(col, justify=just)
     for t in m.tensors:
-        table.add_row(t["name"], t["dtype"], "×".join(map(str, t["shape"])) or "scalar",
+        table.add_row(t["name"], t["dtype"], quant_label(t.get("quant")), "×".join(map(str, t["shape"])) or "scalar",
                       human_bytes(t["nbytes"]), str(t["file_data_offset"]))
     out.print(table)
     totals = Table(title="totals")
@@ -205,6 +207,14 @@ def inspect(path: Path, as_json: bool):
         totals.add_row(k, str(n), human_bytes(b))
     totals.add_row("all", str(len(m.tensors)), human_bytes(sum(v[1] for v in by_dtype.values())), style="bold")
     out.print(totals)
+
+
+def quant_label(q: dict | None) -> str:
+    if not q:
+        return ""
+    if q["scheme"] == "int4w":
+        return f"g{q['group_size']} {'sym' if q['symmetric'] else 'affine'} {q['scale_dtype']}"
+    return f"blocks of {q['block_size']}"
 
 
 @cli.command("iebin-upgrade")

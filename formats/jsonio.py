@@ -73,8 +73,6 @@ def schema_check(obj: Any, schema_path: Path, file: str | os.PathLike) -> None:
         return
     field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path).lstrip(".") or "(root)"
     msg = err.message
-    if msg.startswith("False schema does not allow"):
-        msg = f"key {err.absolute_path[-1]!r} is not allowed here"
     raise FormatError(file, field, msg)
 
 

@@ -61,9 +61,28 @@ def _selection(obj: dict[str, Any]) -> QuantParams | None:
     return QuantParams(scheme)
 
 
+INT4W_KEYS = ("group_size", "symmetric", "scale_dtype")
+
+
+def _check_int4w_only_keys(obj: Any, path: Path) -> None:
+    """A precise message for the commonest mistake (the schema would only say
+    'not allowed'): int4w parameters on another scheme."""
+    if not isinstance(obj, dict):
+        return
+    sels = [(f"rules[{i}]", r) for i, r in enumerate(obj.get("rules") or []) if isinstance(obj.get("rules"), list)]
+    sels += [(f"tensors.{k}", v) for k, v in (obj.get("tensors") or {}).items() if isinstance(obj.get("tensors"), dict)]
+    sels.append(("default", obj.get("default")))
+    for where, sel in sels:
+        if isinstance(sel, dict) and sel.get("scheme") != "int4w":
+            for key in INT4W_KEYS:
+                if key in sel:
+                    raise FormatError(path, f"{where}.{key}", f"only scheme int4w takes {key!r} (scheme is {sel.get('scheme')!r})")
+
+
 def load_manifest(path: str | os.PathLike) -> Manifest:
     path = Path(path)
     obj = load_json(path)
+    _check_int4w_only_keys(obj, path)
     schema_check(obj, SCHEMA_PATH, path)
     rules = [(r["match"], _selection(r)) for r in obj.get("rules", [])]
     tensors = {k: _selection(v) for k, v in obj.get("tensors", {}).items()}

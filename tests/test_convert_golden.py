@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import safetensors
 
-from conftest import GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, run_tool
+from conftest import GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, run_tool
 from iekit.convert.hf_source import from_dir
 from iekit.convert.hf_to_iebin import convert
 from iekit.formats import iebin
@@ -38,10 +38,15 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
         return f.read(t["nbytes"])
 
 
-@pytest.mark.parametrize("model", MODELS)
-def test_reconversion_is_byte_identical_to_golden(model, tmp_path):
-    res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", GOLDEN_HF / model, "--out-dir", tmp_path / "o")
+@pytest.mark.parametrize("model,golden_name,extra", [
+    ("tiny-llama", "tiny-llama", []),
+    ("tiny-qwen2", "tiny-qwen2", []),
+    ("tiny-llama", "tiny-llama-mixedq", ["--q4-map", GOLDEN / "manifests" / "tiny-llama.mixed.q4_manifest.json"]),
+])
+def test_reconversion_is_byte_identical_to_golden(model, golden_name, extra, tmp_path):
+    res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", GOLDEN_HF / model, "--out-dir", tmp_path / "o", *extra)
     assert res.returncode == 0, res.stderr
+    model = golden_name
     golden = sorted(p.name for p in (GOLDEN_IEBIN / model).iterdir())
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == golden
     for name in golden:
@@ -62,7 +67,7 @@ def test_tensor_bytes_equal_source_shard_bytes(model):
         assert t["sha256"] == hashlib.sha256(bytes(s["data"])).hexdigest()
 
 
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("model", MODELS + ["tiny-llama-mixedq"])
 def test_metadata_round_trip_is_byte_identical(model):
     path = GOLDEN_IEBIN / model / iebin.META_NAME
     assert dumps_canonical(load_json(path)) == path.read_bytes()
