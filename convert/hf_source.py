@@ -8,6 +8,7 @@ converts offline. Only safetensors weights are read.
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from iekit.formats.errors import FormatError, IEError
 from iekit.formats.jsonio import load_json
 from iekit.formats.paths import resolve_inside
+from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -89,3 +91,24 @@ def from_hub(repo_id: str, revision: str | None = None) -> HFSource:
     snap = Path(path)
     # Cache layout: .../snapshots/<commit sha>/ -- the revision actually used.
     return from_dir(snap, kind="hf_hub", name=repo_id, revision=snap.name)
+
+
+def collect_tensors(src: HFSource, stack: ExitStack) -> dict[str, tuple[SafetensorsFile, SafetensorsTensor]]:
+    """Open every shard (closed with ``stack``) and map tensor name -> (file, tensor),
+    checking the index against the shards' own headers."""
+    found: dict[str, tuple[SafetensorsFile, SafetensorsTensor]] = {}
+    index_path = src.dir / INDEX_NAME
+    for shard in src.shards:
+        sf = stack.enter_context(SafetensorsFile(src.dir / shard))
+        for name, t in sf.tensors.items():
+            if name in found:
+                raise IEError(f"{src.dir}: duplicate tensor {name!r} in {found[name][0].path.name} and {shard}")
+            if src.index is not None and src.index.get(name) != shard:
+                where = f"lists it in {src.index[name]!r}" if name in src.index else "does not list it"
+                raise FormatError(index_path, f"weight_map[{name!r}]", f"tensor is in {shard} but the index {where}")
+            found[name] = (sf, t)
+    if src.index is not None:
+        for name, shard in src.index.items():
+            if name not in found:
+                raise FormatError(index_path, f"weight_map[{name!r}]", f"names shard {shard!r} but that shard has no such tensor")
+    return found

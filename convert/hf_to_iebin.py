@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 from iekit.formats import iebin
 from iekit.formats.atomic import StagedFiles
 from iekit.formats.dtypes import DTYPES
-from iekit.formats.errors import FormatError, IEError
+from iekit.formats.errors import IEError
 from iekit.formats.iebin_legacy import TOKENIZER_FILES
 from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 
@@ -28,7 +28,7 @@ from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantParams
 
 from .casting import cast_bytes, decode_f32
-from .hf_source import INDEX_NAME, HFSource
+from .hf_source import HFSource, collect_tensors
 
 CONFIG_FILES = ("config.json", "generation_config.json")
 HASH_CHUNK = 8 * 1024 * 1024
@@ -59,25 +59,6 @@ class Progress:
     start: Callable[[str, int], None] = lambda label, total: None
     advance: Callable[[int], None] = lambda n: None
     describe: Callable[[str], None] = lambda text: None
-
-
-def _collect(src: HFSource, stack: ExitStack) -> dict[str, tuple[SafetensorsFile, SafetensorsTensor]]:
-    found: dict[str, tuple[SafetensorsFile, SafetensorsTensor]] = {}
-    index_path = src.dir / INDEX_NAME
-    for shard in src.shards:
-        sf = stack.enter_context(SafetensorsFile(src.dir / shard))
-        for name, t in sf.tensors.items():
-            if name in found:
-                raise IEError(f"{src.dir}: duplicate tensor {name!r} in {found[name][0].path.name} and {shard}")
-            if src.index is not None and src.index.get(name) != shard:
-                where = f"lists it in {src.index[name]!r}" if name in src.index else "does not list it"
-                raise FormatError(index_path, f"weight_map[{name!r}]", f"tensor is in {shard} but the index {where}")
-            found[name] = (sf, t)
-    if src.index is not None:
-        for name, shard in src.index.items():
-            if name not in found:
-                raise FormatError(index_path, f"weight_map[{name!r}]", f"names shard {shard!r} but that shard has no such tensor")
-    return found
 
 
 def _check_out_dir(src: HFSource, out_dir: Path, overwrite: bool) -> None:
@@ -115,7 +96,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         with ExitStack() as stack:
-            tensors = _collect(src, stack)
+            tensors = collect_tensors(src, stack)
             qplan = plan(manifest, {n: (t.dtype.name, list(t.shape)) for n, (_sf, t) in tensors.items()},
                          force=force) if manifest else None
             shard_records = []

@@ -15,13 +15,21 @@ const char* isa_name(Isa isa) {
   return "unknown";
 }
 
-std::vector<Isa> available_isas() {
+static std::vector<Isa> probe_isas() {
   std::vector<Isa> out{Isa::Scalar};
 #if IE_HAVE_X86
   const CpuFeatures f = detect_cpu_features();
   if (f.avx2 && f.fma && f.f16c) out.push_back(Isa::Avx2);
 #endif
   return out;
+}
+
+std::vector<Isa> available_isas() {
+  // CPUID is slow under virtualisation (~10 us a call here) and every kernel
+  // call resolves its ISA, so probe once. A function-local const: initialised
+  // thread-safely on first use and never modified, so not mutable state.
+  static const std::vector<Isa> isas = probe_isas();
+  return isas;
 }
 
 Isa resolve_isa(const std::string& requested) {

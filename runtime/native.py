@@ -35,3 +35,8 @@ class NativeArgumentError(IEError, ValueError):
 cpu_features = _user_errors(_native.cpu_features)
 stream_sum = _user_errors(_native.stream_sum)
 read_bandwidth = _user_errors(_native.read_bandwidth)
+gemv = _user_errors(_native.gemv)
+dequantize = _user_errors(_native.dequantize)
+expected_nbytes = _user_errors(_native.expected_nbytes)
+quantize_act_q8 = _user_errors(_native.quantize_act_q8)
+bench_gemv = _user_errors(_native.bench_gemv)

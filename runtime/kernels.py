@@ -1,0 +1,97 @@
+"""GEMV and dequantization of one IEBIN tensor, straight from its stored bytes.
+
+Thin wrappers over the native kernels (``iekit.runtime._native``): they read
+the weight description from a tensor entry of ``model.ie.json`` (``dtype``,
+``shape`` = [rows, cols], and for quantized dtypes the ``quant`` object of
+docs/formats/quant.md) and pass the payload through without copying it, so a
+slice of an ``np.memmap`` of ``model.ie.bin`` works directly::
+
+    mm = np.memmap(bin_path, dtype=np.uint8, mode="r")
+    raw = mm[e["file_data_offset"] : e["file_data_offset"] + e["nbytes"]]
+    y = kernels.gemv(raw, e, x, threads=2)
+
+Bad arguments (wrong byte count, unsupported dtype, shapes) raise
+``NativeArgumentError``, which is both an ``IEError`` and a ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import native
+from .native import NativeArgumentError
+
+GEMV_DTYPES = ("f32", "f16", "bf16", "int4w", "q4_0", "q4_1", "q8_0")
+BLOCK_SCHEMES = ("q4_0", "q4_1", "q8_0")
+
+
+def weight_params(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The native kernels' weight description of a tensor entry:
+    dtype, rows, cols, group_size, symmetric, scale_dtype."""
+    dtype = entry.get("dtype")
+    shape = list(entry.get("shape", []))
+    name = entry.get("name", "tensor")
+    if dtype not in GEMV_DTYPES:
+        raise NativeArgumentError(f"{name}: dtype {dtype!r} has no GEMV kernel (supported: {', '.join(GEMV_DTYPES)})")
+    if len(shape) != 2:
+        raise NativeArgumentError(f"{name}: GEMV needs a 2-D [rows, cols] tensor, got shape {shape}")
+    rows, cols = int(shape[0]), int(shape[1])
+    p = {"dtype": dtype, "rows": rows, "cols": cols, "group_size": 0, "symmetric": True, "scale_dtype": "f16"}
+    q = entry.get("quant")
+    if dtype in BLOCK_SCHEMES or dtype == "int4w":
+        if not isinstance(q, Mapping):
+            raise NativeArgumentError(f"{name}: quantized dtype {dtype!r} needs a 'quant' object")
+        if q.get("scheme", dtype) != dtype:
+            raise NativeArgumentError(f"{name}: quant.scheme {q.get('scheme')!r} does not match dtype {dtype!r}")
+    if dtype in BLOCK_SCHEMES:
+        if q.get("block_size", 32) != 32:
+            raise NativeArgumentError(f"{name}: {dtype} block_size must be 32, got {q.get('block_size')!r}")
+    elif dtype == "int4w":
+        layout = q.get("layout", "planar-v1")
+        if layout != "planar-v1":
+            raise NativeArgumentError(f"{name}: int4w layout {layout!r} is not supported (planar-v1 only)")
+        gs = q.get("group_size")
+        p["group_size"] = cols if gs is None else int(gs)
+        p["symmetric"] = bool(q.get("symmetric", True))
+        p["scale_dtype"] = str(q.get("scale_dtype", "f16"))
+    elif q is not None:
+        raise NativeArgumentError(f"{name}: float dtype {dtype!r} must not have a 'quant' object")
+    return p
+
+
+def as_bytes(raw: Any) -> np.ndarray:
+    """A zero-copy 1-D uint8 view of a tensor payload (bytes, memoryview,
+    numpy array or memmap slice). Non-contiguous arrays are refused rather
+    than copied."""
+    if isinstance(raw, np.ndarray):
+        if raw.dtype == np.uint8 and raw.ndim == 1:
+            return raw
+        if not raw.flags.c_contiguous:
+            raise NativeArgumentError("weights must be a contiguous array")
+        return raw.reshape(-1).view(np.uint8)
+    return np.frombuffer(raw, dtype=np.uint8)
+
+
+def expected_nbytes(entry: Mapping[str, Any]) -> int:
+    return native.expected_nbytes(**weight_params(entry))
+
+
+def gemv(raw: Any, entry: Mapping[str, Any], x: np.ndarray, bias: np.ndarray | None = None, threads: int = 1,
+         act: str = "f32", isa: str = "") -> np.ndarray:
+    """y = W x (+ bias) for x [cols] -> y [rows], or x [b, cols] (b <= 8) -> y [b, rows], float32.
+
+    act="f32" (default) uses x as given; act="int8" first quantizes x per 32
+    elements to int8 (faster; quantized weights only; error up to
+    ~ |W| @ |x - x_int8|)."""
+    p = weight_params(entry)
+    return native.gemv(as_bytes(raw), p["dtype"], p["rows"], p["cols"], x, bias=bias, group_size=p["group_size"],
+                       symmetric=p["symmetric"], scale_dtype=p["scale_dtype"], act=act, threads=threads, isa=isa)
+
+
+def dequantize(raw: Any, entry: Mapping[str, Any]) -> np.ndarray:
+    """The tensor as float32 [rows, cols], bit-exact with docs/formats/quant.md."""
+    p = weight_params(entry)
+    return native.dequantize(as_bytes(raw), p["dtype"], p["rows"], p["cols"], group_size=p["group_size"],
+                             symmetric=p["symmetric"], scale_dtype=p["scale_dtype"])

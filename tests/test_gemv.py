@@ -1,0 +1,316 @@
+"""GEMV kernels and dequantizers against independent references.
+
+References never use the code under test (nor formats/quant.py):
+- q4_0 / q4_1 / q8_0 bytes come from ``gguf.quants.quantize`` and are
+  dequantized with ``gguf.quants.dequantize`` (llama.cpp's own layout);
+- int4w bytes are packed here from random codes/scales following
+  docs/formats/quant.md, and dequantized here with numpy from the same text;
+- products are ``W_deq @ x`` in float64.
+
+Bounds: act=f32 must be within 1e-5 * (|W| @ |x| + |bias|) of the float64
+product (float32 accumulation over <= ~1000 terms, typically ~1e-7).
+act=int8 is checked twice: (1) within the same 1e-5 bound of W @ x~, where
+x~ is the int8-quantized activation computed here (so the integer kernels
+are checked tightly), and (2) within the analytic quantization bound of the
+exact W @ x: |x - x~| <= d/2 per element (d = max|x_block| / 127), so
+|y - W x| <= |W| @ (d/2) + 1e-5 * scale.
+"""
+
+from __future__ import annotations
+
+import json
+
+import gguf
+import numpy as np
+import pytest
+
+from iekit.formats.errors import IEError
+from iekit.runtime import kernels, native
+
+ISAS = native.cpu_features()["isas"]
+GGML = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
+        "q8_0": gguf.GGMLQuantizationType.Q8_0}
+
+
+# ------------------------------------------------------------------ references
+
+def pack_int4w(codes: np.ndarray, scales: np.ndarray, mins: np.ndarray | None, scale_dtype: str) -> np.ndarray:
+    """planar-v1 from the spec: qs plane (per 32-block, byte j = elem j | elem j+16 << 4),
+    then the scales plane [rows, G], then (affine) the mins plane, little-endian."""
+    rows, cols = codes.shape
+    blocks = codes.reshape(rows, cols // 32, 32).astype(np.uint8)
+    qs = (blocks[:, :, :16] | (blocks[:, :, 16:] << 4)).reshape(-1)
+    sd = np.dtype("<f2") if scale_dtype == "f16" else np.dtype("<f4")
+    planes = [qs, np.ascontiguousarray(scales, dtype=sd).view(np.uint8).reshape(-1)]
+    if mins is not None:
+        planes.append(np.ascontiguousarray(mins, dtype=sd).view(np.uint8).reshape(-1))
+    return np.concatenate(planes)
+
+
+def deq_int4w(codes, scales, mins, group_size) -> np.ndarray:
+    """Spec dequantization in float32 without FMA: s*(q-8), or s*q + m (two roundings)."""
+    s = np.repeat(scales.astype(np.float32), group_size, axis=1)
+    if mins is None:
+        return s * (codes.astype(np.float32) - np.float32(8))
+    m = np.repeat(mins.astype(np.float32), group_size, axis=1)
+    return (s * codes.astype(np.float32)) + m
+
+
+def quantize_q8_ref(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """act=int8 activations: d = max|x|/127 (float32), q = round_half_away(x * (1/d))."""
+    xb = x.reshape(-1, 32).astype(np.float32)
+    d = (np.abs(xb).max(axis=1) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    v = (xb * inv[:, None]).astype(np.float64)  # the float32 product, exactly
+    q = np.sign(v) * np.floor(np.abs(v) + 0.5)
+    return q.astype(np.int8).reshape(x.shape), d
+
+
+def make_weights(kind: str, rows: int, cols: int, rng, group_size=0, symmetric=True, scale_dtype="f16"):
+    """(raw uint8 bytes, float32 W_deq [rows, cols], tensor entry)."""
+    entry = {"name": "w", "dtype": kind, "shape": [rows, cols]}
+    if kind == "f32":
+        w = rng.standard_normal((rows, cols)).astype(np.float32)
+        return w.view(np.uint8).reshape(-1), w, entry
+    if kind == "f16":
+        w = rng.standard_normal((rows, cols)).astype(np.float16)
+        return w.view(np.uint8).reshape(-1), w.astype(np.float32), entry
+    if kind == "bf16":
+        bits = (rng.standard_normal((rows, cols)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        return bits.view(np.uint8).reshape(-1), (bits.astype(np.uint32) << 16).view(np.float32), entry
+    if kind in GGML:
+        w = rng.standard_normal((rows, cols)).astype(np.float32)
+        w[0, :32] = 0  # an all-zero block (d = 0)
+        raw = gguf.quants.quantize(w, GGML[kind])
+        entry["quant"] = {"scheme": kind, "block_size": 32}
+        return raw.reshape(-1), gguf.quants.dequantize(raw, GGML[kind]).astype(np.float32), entry
+    assert kind == "int4w"
+    g = cols // group_size
+    codes = rng.integers(0, 16, size=(rows, cols), dtype=np.uint8)
+    # Scales of both signs and mixed magnitudes (symmetric scales may be negative), one zero group.
+    scales = (rng.uniform(-1, 1, (rows, g)) * 10.0 ** rng.uniform(-3, 0, (rows, g))).astype(np.float32)
+    scales[0, 0] = 0
+    mins = None if symmetric else (rng.uniform(-1, 1, (rows, g)) * 0.5).astype(np.float32)
+    if scale_dtype == "f16":
+        scales = scales.astype(np.float16)
+        mins = None if mins is None else mins.astype(np.float16)
+    raw = pack_int4w(codes, scales, mins, scale_dtype)
+    entry["quant"] = {"scheme": "int4w", "group_size": group_size, "symmetric": symmetric,
+                      "scale_dtype": scale_dtype, "layout": "planar-v1"}
+    return raw, deq_int4w(codes, scales, mins, group_size), entry
+
+
+# (kind, group_size, symmetric, scale_dtype, [(rows, cols), ...]); cols are multiples of 32 but not of
+# 64/256 where the format allows, odd row counts everywhere.
+INT4W = [("int4w", gs, sym, sd, shapes)
+         for sym in (True, False) for sd in ("f16", "f32")
+         for gs, shapes in ((32, [(37, 96), (5, 32)]), (64, [(37, 192), (3, 64)]), (128, [(13, 384)]),
+                            ("cols", [(37, 160), (9, 384), (3, 32)]))]
+VARIANTS = [("f32", 0, True, "f16", [(37, 100), (5, 7), (3, 1)]),
+            ("f16", 0, True, "f16", [(37, 100), (6, 13)]),
+            ("bf16", 0, True, "f16", [(37, 100), (2, 33)]),
+            ("q4_0", 0, True, "f16", [(37, 96), (9, 64), (2, 32)]),
+            ("q4_1", 0, True, "f16", [(37, 96), (9, 64)]),
+            ("q8_0", 0, True, "f16", [(37, 96), (9, 64)])] + INT4W
+
+
+def vid(v):
+    kind, gs, sym, sd, _ = v
+    return f"{kind}-g{gs}-{'sym' if sym else 'aff'}-{sd}" if kind == "int4w" else kind
+
+
+def gen(v, rows, cols, seed):
+    kind, gs, sym, sd, _ = v
+    rng = np.random.default_rng(seed)
+    raw, wd, entry = make_weights(kind, rows, cols, rng, cols if gs == "cols" else gs, sym, sd)
+    return raw, wd, entry, rng
+
+
+# --------------------------------------------------------------------- tests
+
+@pytest.mark.parametrize("v", VARIANTS, ids=vid)
+def test_dequantize_bit_exact(v):
+    for i, (rows, cols) in enumerate(v[4]):
+        raw, wd, entry, _ = gen(v, rows, cols, 100 + i)
+        got = kernels.dequantize(raw, entry)
+        assert got.shape == (rows, cols) and got.dtype == np.float32
+        assert np.array_equal(got.view(np.uint32), wd.view(np.uint32)), (v, rows, cols)
+        assert kernels.expected_nbytes(entry) == raw.size
+
+
+# act=int8 exists for the packed formats only (float weights have no int8 path).
+GEMV_CASES = [(v, act) for v in VARIANTS for act in ("f32", "int8") if act == "f32" or v[0] not in ("f32", "f16", "bf16")]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("v,act", GEMV_CASES, ids=[f"{vid(v)}-{a}" for v, a in GEMV_CASES])
+def test_gemv_matches_reference(v, act, isa):
+    kind = v[0]
+    for i, (rows, cols) in enumerate(v[4]):
+        raw, wd, entry, rng = gen(v, rows, cols, 200 + i)
+        wd64, wabs = wd.astype(np.float64), np.abs(wd).astype(np.float64)
+        for batch in (1, 2, 3, 5, 8):
+            for threads in (1, 2):
+                use_bias = (batch + threads) % 2 == 0
+                x = rng.standard_normal((batch, cols)).astype(np.float32)
+                x[0, : min(cols, 5)] *= 100  # outliers within a block
+                bias = rng.standard_normal(rows).astype(np.float32) if use_bias else None
+                xin = x[0] if batch == 1 else x
+                y = kernels.gemv(raw, entry, xin, bias=bias, threads=threads, act=act, isa=isa)
+                assert y.dtype == np.float32 and y.shape == ((rows,) if batch == 1 else (batch, rows))
+                y = y.reshape(batch, rows).astype(np.float64)
+                b64 = np.zeros(rows) if bias is None else bias.astype(np.float64)
+                where = f"{vid(v)} [{rows}x{cols}] b={batch} t={threads} bias={use_bias} {act} {isa}"
+                if act == "f32":
+                    ref = x.astype(np.float64) @ wd64.T + b64
+                    scale = np.abs(x).astype(np.float64) @ wabs.T + np.abs(b64)
+                    assert np.all(np.abs(y - ref) <= 1e-5 * scale + 1e-30), where
+                else:
+                    q, d = quantize_q8_ref(x)
+                    xq = q.astype(np.float64) * np.repeat(d.reshape(batch, -1).astype(np.float64), 32, axis=1)
+                    ref_q = xq @ wd64.T + b64
+                    scale_q = np.abs(xq) @ wabs.T + np.abs(b64)
+                    assert np.all(np.abs(y - ref_q) <= 1e-5 * scale_q + 1e-30), where
+                    ref = x.astype(np.float64) @ wd64.T + b64
+                    half_step = np.repeat(d.reshape(batch, -1).astype(np.float64), 32, axis=1) / 2 * (1 + 1e-6)
+                    bound = half_step @ wabs.T + 1e-5 * (np.abs(x).astype(np.float64) @ wabs.T + np.abs(b64))
+                    assert np.all(np.abs(y - ref) <= bound + 1e-30), where
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_int8_activation_quantizer_matches_reference(isa):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(32 * 64).astype(np.float32) * 10.0 ** rng.uniform(-3, 3, 32 * 64).astype(np.float32)
+    x[:32] = 0  # d = 0
+    x[32:64] = np.linspace(-127, 127, 32, dtype=np.float32) / 2  # exact .5 ties
+    x[64:96] = rng.choice([-2.5, 2.5, 0.5, -0.5, 1.5], 32).astype(np.float32)
+    x[96] = 127 * 2.0  # max of its block
+    q, d = native.quantize_act_q8(x, isa=isa)
+    qr, dr = quantize_q8_ref(x)
+    assert np.array_equal(d.view(np.uint32), dr.view(np.uint32))
+    assert np.array_equal(q, qr)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_isas_agree_on_exact_inputs(isa):
+    """Small-integer weights and activations make every float32 sum exact: all ISAs must then
+    return exactly the integer product."""
+    rng = np.random.default_rng(3)
+    rows, cols, gs = 11, 160, 32
+    codes = rng.integers(0, 16, (rows, cols), dtype=np.uint8)
+    scales = np.ones((rows, cols // gs), np.float16)
+    raw = pack_int4w(codes, scales, None, "f16")
+    x = rng.integers(-8, 9, (4, cols)).astype(np.float32)
+    y = native.gemv(raw, "int4w", rows, cols, x, group_size=gs, isa=isa, threads=2)
+    assert np.array_equal(y, x @ (codes.astype(np.float32) - 8).T)
+
+
+def test_weights_from_memmap_slice_without_copy(tmp_path):
+    rng = np.random.default_rng(5)
+    raw, wd, entry = make_weights("int4w", 33, 256, rng, 64, False, "f16")
+    path = tmp_path / "model.ie.bin"
+    pad = 4096 + 3  # an unaligned offset inside the file
+    path.write_bytes(b"\0" * pad + raw.tobytes() + b"\0" * 17)
+    mm = np.memmap(path, dtype=np.uint8, mode="r")
+    view = mm[pad : pad + raw.size]
+    x = rng.standard_normal(256).astype(np.float32)
+    y = kernels.gemv(view, entry, x, threads=2)
+    ref = wd.astype(np.float64) @ x
+    assert np.all(np.abs(y - ref) <= 1e-5 * (np.abs(wd) @ np.abs(x)))
+    assert np.array_equal(kernels.dequantize(view, entry), wd)
+    # bytes and memoryview work too; a strided view is refused instead of copied
+    assert np.array_equal(kernels.gemv(raw.tobytes(), entry, x), y)
+    with pytest.raises(ValueError, match="contiguous"):
+        native.gemv(np.repeat(raw, 2)[::2], "int4w", 33, 256, x, group_size=64, symmetric=False)
+
+
+def test_group_sizes_beyond_the_fixed_set():
+    """Any multiple of 32 that divides cols (e.g. 96, 256) runs, on every ISA."""
+    for gs, cols in ((96, 192), (256, 512), (160, 320)):
+        rng = np.random.default_rng(gs)
+        raw, wd, entry = make_weights("int4w", 7, cols, rng, gs, gs != 96, "f16")
+        x = rng.standard_normal(cols).astype(np.float32)
+        for isa in ISAS:
+            for act in ("f32", "int8"):
+                y = kernels.gemv(raw, entry, x, act=act, isa=isa)
+                tol = 1e-5 if act == "f32" else 2e-2
+                assert np.all(np.abs(y - wd.astype(np.float64) @ x) <= tol * (np.abs(wd) @ np.abs(x))), (gs, isa, act)
+
+
+# ----------------------------------------------------------------- errors
+
+def _int4w(rows=4, cols=64, gs=32):
+    rng = np.random.default_rng(0)
+    raw, _, entry = make_weights("int4w", rows, cols, rng, gs, True, "f16")
+    return raw, entry
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: native.gemv(_int4w()[0][:-1], "int4w", 4, 64, np.ones(64, np.float32), group_size=32),
+     r"int4w \[4, 64\] needs 144 bytes, got 143"),
+    (lambda: native.gemv(np.zeros(64 * 96 // 2 + 64 * 2 * 2, np.uint8), "int4w", 64, 96, np.ones(96, np.float32),
+                         group_size=64), "group_size 64 does not divide cols 96"),
+    (lambda: native.gemv(np.zeros(18 * 4, np.uint8), "q4_0", 4, 100, np.ones(100, np.float32)),
+     "cols must be a multiple of 32, got 100"),
+    (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones((9, 64), np.float32), group_size=32),
+     "batch must be 1..8, got 9"),
+    (lambda: native.gemv(np.zeros(16, np.uint8), "q5_k", 1, 32, np.ones(32, np.float32)),
+     "unknown weight dtype 'q5_k'"),
+    (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(63, np.float32), group_size=32),
+     "x must have 64 elements, got 63"),
+    (lambda: native.gemv(np.zeros(4 * 64 * 2, np.uint8), "f16", 4, 64, np.ones(64, np.float32), act="int8"),
+     "act='int8' applies to int4w, q4_0, q4_1 and q8_0"),
+    (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32), group_size=32, bias=np.ones(3)),
+     "bias must be 1-D with 4 elements"),
+    (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32)), "int4w needs group_size"),
+    (lambda: native.dequantize(np.zeros(10, np.uint8), "q8_0", 1, 32), r"q8_0 \[1, 32\] needs 34 bytes, got 10"),
+    (lambda: native.gemv(np.zeros(4 * 4, np.float32), "f32", 4, 4, np.ones(4, np.float32)), "1-D uint8"),
+])
+def test_bad_arguments_raise_valueerror(call, match):
+    with pytest.raises(ValueError, match=match) as e:
+        call()
+    assert "\n" not in str(e.value)
+
+
+def test_wrapper_errors_are_ieerror():
+    raw, entry = _int4w()
+    with pytest.raises(IEError, match="needs 144 bytes, got 140"):
+        kernels.gemv(raw[:140], entry, np.ones(64, np.float32))
+    with pytest.raises(IEError, match="planar-v1 only"):
+        kernels.gemv(raw, {**entry, "quant": {**entry["quant"], "layout": "tiled"}}, np.ones(64, np.float32))
+    with pytest.raises(IEError, match="has no GEMV kernel"):
+        kernels.gemv(raw, {**entry, "dtype": "i8"}, np.ones(64, np.float32))
+    with pytest.raises(IEError, match="2-D"):
+        kernels.dequantize(raw, {**entry, "shape": [4, 8, 8]})
+
+
+# ----------------------------------------------------------------- benchmark
+
+def test_bench_gemv_reports_timings():
+    r = native.bench_gemv("int4w", 64, 256, group_size=64, threads=2, min_bytes=1 << 20, iters=3)
+    assert r["weight_bytes"] == native.expected_nbytes("int4w", 64, 256, 64)
+    assert r["copies"] * r["weight_bytes"] > 1 << 20
+    assert 0 < r["ms_min"] <= r["ms_median"] and r["gbps"] > 0 and len(r["times_ms"]) == 3
+    assert np.isfinite(r["checksum"])
+
+
+def test_ierun_microbench_json():
+    from conftest import run_tool
+
+    res = run_tool("ierun", "microbench", "--kernel", "int4w", "--rows", "64", "--cols", "256", "--threads", "2",
+                   "--group-size", "32", "--affine", "--act", "int8", "--iters", "3", "--min-mib", "1", "--json")
+    assert res.returncode == 0, res.stderr
+    r = json.loads(res.stdout)
+    for key in ("kernel", "rows", "cols", "threads", "ms", "gbps", "read_bw_gbps", "fraction", "act", "group_size",
+                "isa", "batch"):
+        assert key in r, key
+    assert r["kernel"] == "int4w" and r["group_size"] == 32 and r["act"] == "int8" and r["symmetric"] is False
+    assert r["read_bw_bytes"] >= 256 << 20 and r["fraction"] > 0
+
+
+def test_ierun_microbench_rejects_int4w_options_for_other_kernels():
+    from conftest import run_tool
+
+    res = run_tool("ierun", "microbench", "--kernel", "f16", "--affine", "--rows", "8", "--cols", "64")
+    assert res.returncode == 2 and "--affine applies to --kernel int4w only" in res.stderr

@@ -1,0 +1,50 @@
+"""``ierun verify int4`` as a user runs it, on the golden mixed-scheme artifact."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
+
+MIXED = GOLDEN_IEBIN / "tiny-llama-mixedq"
+
+
+def _quantized(model_dir):
+    meta = json.loads((model_dir / "model.ie.json").read_text())
+    return [t for t in meta["tensors"] if "quant" in t]
+
+
+def test_verify_int4_passes_on_golden_with_source_bounds():
+    res = run_tool("ierun", "verify", "int4", "--model-dir", MIXED, "--hf-dir", GOLDEN_HF / "tiny-llama", "--json")
+    assert res.returncode == 0, res.stderr
+    r = json.loads(res.stdout)
+    assert r["ok"] and r["failed"] == 0 and r["tensors"] == len(_quantized(MIXED))
+    assert {x["dtype"] for x in r["results"]} == {"int4w", "q4_0", "q4_1", "q8_0"}
+    for x in r["results"]:
+        assert set(x["checks"]) == {"checksum", "dequant", "gemv", "bound"}
+        assert x["gemv_max_rel"] <= r["gemv_rtol"]
+        # 4-bit schemes keep ~20 dB on Gaussian weights, q8_0 ~40 dB: a broken
+        # quantizer that still met the per-element bound could not reach these.
+        assert x["sqnr_db"] > (35 if x["dtype"] == "q8_0" else 15), x
+
+
+@pytest.mark.parametrize("dtype", ["int4w", "q4_0", "q4_1", "q8_0"])
+def test_verify_int4_fails_on_one_flipped_payload_byte(tmp_path, dtype):
+    model = tmp_path / "m"
+    shutil.copytree(MIXED, model)
+    t = next(t for t in _quantized(model) if t["dtype"] == dtype)
+    with open(model / t["file"], "r+b") as f:
+        f.seek(t["file_data_offset"] + t["nbytes"] // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x01]))
+    assert_one_line_error(run_tool("ierun", "verify", "int4", "--model-dir", model),
+                          "verify int4: 1 of", f"{t['name']}: checksum")
+
+
+def test_verify_int4_refuses_a_model_without_quantized_tensors():
+    assert_one_line_error(run_tool("ierun", "verify", "int4", "--model-dir", GOLDEN_IEBIN / "tiny-llama"),
+                          "no quantized tensors")
