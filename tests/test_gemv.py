@@ -146,7 +146,6 @@ GEMV_CASES = [(v, act) for v in VARIANTS for act in ("f32", "int8") if act == "f
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("v,act", GEMV_CASES, ids=[f"{vid(v)}-{a}" for v, a in GEMV_CASES])
 def test_gemv_matches_reference(v, act, isa):
-    kind = v[0]
     for i, (rows, cols) in enumerate(v[4]):
         raw, wd, entry, rng = gen(v, rows, cols, 200 + i)
         wd64, wabs = wd.astype(np.float64), np.abs(wd).astype(np.float64)
