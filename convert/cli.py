@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import click
@@ -139,25 +140,24 @@ def q4_manifest_cmd(hf_dir, out_path, scheme, group_size, affine, scale_dtype, q
               f"quantizes {q} of {len(tensors)} tensors ({scheme})", markup=False)
 
 
-def tensor_shapes(src) -> dict[str, tuple[str, list[int]]]:
-    from iekit.formats.safetensors_reader import SafetensorsFile
-
-    out: dict[str, tuple[str, list[int]]] = {}
-    for shard in src.shards:
-        with SafetensorsFile(src.dir / shard) as sf:
-            out.update({n: (t.dtype.name, list(t.shape)) for n, t in sf.tensors.items()})
-    return out
+def tensor_shapes(src: hf_source.HFSource) -> dict[str, tuple[str, list[int]]]:
+    with ExitStack() as stack:
+        return {n: (t.dtype.name, list(t.shape)) for n, (_f, t) in hf_source.collect_tensors(src, stack).items()}
 
 
 @cli.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--deep", is_flag=True, help="Also recompute every tensor's and auxiliary file's sha256.")
-def validate(path: Path, deep: bool):
+@click.option("--allow-nonfinite", is_flag=True, help="BSR files: accept NaN/Inf values.")
+def validate(path: Path, deep: bool, allow_nonfinite: bool):
     """Check an artifact against every rule of its format.
 
-    PATH is an IEBIN model directory or its model.ie.json. Exit 0 and one OK
+    PATH is an IEBIN model directory or its model.ie.json, or a .bsr file
+    (block-sparse matrix; its crc32 is always checked). Exit 0 and one OK
     line, or one line naming the file and field at fault and exit 1.
     """
+    if is_bsr_path(path):
+        return validate_bsr(path, allow_nonfinite)
     m = iebin.load_model(path, deep=deep)
     total = sum(t["nbytes"] for t in m.tensors)
     out.print(f"OK {m.meta_path}: IEBIN v{m.meta['version']}, {len(m.tensors)} tensors, "
@@ -167,11 +167,15 @@ def validate(path: Path, deep: bool):
 @cli.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary instead of tables.")
-def inspect(path: Path, as_json: bool):
+@click.option("--allow-nonfinite", is_flag=True, help="BSR files: accept NaN/Inf values.")
+def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
     """Show an artifact's contents: tensors, dtypes, shapes, bytes, totals.
 
     The artifact is validated first (without re-hashing; see `validate --deep`).
+    A .bsr file shows its block grid, density and bytes against dense f32.
     """
+    if is_bsr_path(path):
+        return inspect_bsr(path, as_json, allow_nonfinite)
     m = iebin.load_model(path)
     by_dtype: dict[str, list[int]] = {}
     for t in m.tensors:
@@ -244,6 +248,20 @@ def iebin_upgrade(legacy_json: Path, out_path: Path | None, no_backup: bool):
     for n in notes:
         err.print(f"note: {n}", markup=False)
     out.print(f"OK {target}: schema2, {len(meta['tensors'])} tensors", markup=False)
+
+
+# dedup-plan, dedup-extract, dedup-link (convert/dedup_cli.py)
+from .dedup_cli import COMMANDS as _DEDUP_COMMANDS  # noqa: E402
+
+for _c in _DEDUP_COMMANDS:
+    cli.add_command(_c)
+
+# block-sparse (convert/bsr_cli.py); validate and inspect hand .bsr files to it
+from iekit.formats.bsr import is_bsr_path  # noqa: E402
+
+from .bsr_cli import block_sparse_cmd, inspect_bsr, validate_bsr  # noqa: E402
+
+cli.add_command(block_sparse_cmd)
 
 
 def main() -> None:

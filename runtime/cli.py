@@ -50,6 +50,28 @@ def info(as_json: bool, bandwidth: bool, threads: int):
     out.print(t)
 
 
+@cli.group()
+def verify() -> None:
+    """Prove an artifact against its definition with the native kernels.
+
+    Each subcommand exits 0 only when every check holds, else prints one
+    line naming what failed and exits 1.
+    """
+
+
+# Imported here, not at the top: each pulls in numpy and the native module,
+# which `ierun --help` and `ierun info` do not need to wait for.
+from .microbench import microbench  # noqa: E402
+from .verify import verify_int4_cmd  # noqa: E402
+from .verify_bsr import verify_bsr_cmd  # noqa: E402
+from .verify_dedup import dedup_cmd as verify_dedup_cmd  # noqa: E402
+
+cli.add_command(microbench)
+verify.add_command(verify_int4_cmd)
+verify.add_command(verify_dedup_cmd)
+verify.add_command(verify_bsr_cmd)
+
+
 def main() -> None:
     run_cli(cli, "ierun")
 

@@ -1,0 +1,141 @@
+"""``ieconv dedup-extract``: stream groups into defaults, masks and exceptions.
+
+Two passes per group, chunk by chunk:
+  1. the default: the named member's bytes, or the byte-wise majority of
+     one chunk of every member at a time (formats.dedup.majority);
+  2. each member against the default: its mask and exceptions stream into
+     their blobs while its bytes are hashed and checked against the tensor
+     map's sha256 (a stale map fails here, before anything is committed).
+Memory: the group's default (one tensor) plus one chunk per member during
+pass 1, with chunks sized so that all members' chunks fit CHUNK_BUDGET;
+never the model. Outputs are staged and renamed together, index last.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from iekit.formats import dedup as fmt
+from iekit.formats.atomic import StagedFiles
+from iekit.formats.errors import FormatError, IEError
+
+CHUNK_BUDGET = 64 << 20
+MIN_CHUNK = 64 << 10
+MAX_CHUNK = 4 << 20
+
+
+def chunk_size(members: int) -> int:
+    """Bytes per member per step: a multiple of 64 (whole mask bytes)."""
+    c = min(MAX_CHUNK, max(MIN_CHUNK, CHUNK_BUDGET // max(1, members)))
+    return c // 64 * 64
+
+
+class _Reader:
+    """pread-based reader of tensor ranges; one descriptor per file."""
+
+    def __init__(self, tmap: dict[str, fmt.TensorRange], real: dict[str, Path]):
+        self.tmap, self.real = tmap, real
+        self.fds: dict[Path, int] = {}
+
+    def read(self, name: str, start: int, n: int) -> np.ndarray:
+        p = self.real[name]
+        fd = self.fds.get(p)
+        if fd is None:
+            fd = self.fds[p] = os.open(p, os.O_RDONLY)
+        buf = os.pread(fd, n, self.tmap[name].offset + start)
+        if len(buf) != n:
+            raise IEError(f"{p}: unexpected end of file reading tensor {name!r}")
+        return np.frombuffer(buf, np.uint8)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+@dataclass
+class ExtractResult:
+    index_path: Path
+    groups: int
+    members: int
+    original_bytes: int
+    blob_bytes: dict[str, int]
+    seconds: float
+
+    @property
+    def dedup_bytes(self) -> int:
+        return sum(self.blob_bytes.values())
+
+
+def output_names(stem: str) -> list[str]:
+    return [stem + fmt.BLOB_SUFFIXES[k] for k in fmt.BLOB_KEYS] + [stem + fmt.INDEX_SUFFIX]
+
+
+def extract(model_dir: Path, tensor_map_path: Path, groups_path: Path, out_prefix: Path,
+            overwrite: bool = False, progress: Callable[[int], None] | None = None) -> ExtractResult:
+    t0 = time.perf_counter()
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise IEError(f"{model_dir}: not a directory")
+    tmap = fmt.load_tensor_map(tensor_map_path)
+    groups = fmt.load_groups(groups_path, tmap)
+    names = [m for g in groups for m in g.members]
+    real = fmt.check_tensor_ranges(tmap, names, model_dir, tensor_map_path)
+    out_prefix = Path(out_prefix)
+    stem, out_dir = out_prefix.name, out_prefix.parent
+    if not stem or stem in (".", ".."):
+        raise IEError(f"{out_prefix}: --out-prefix must end in a file name stem (e.g. out/dedup_out/model)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    outs = [out_dir / n for n in output_names(stem)]
+    clash = [p.name for p in outs if p.exists() or p.is_symlink()]
+    if clash and not overwrite:
+        raise IEError(f"{out_dir}: already holds {', '.join(clash)}; pass --overwrite to replace")
+    sources = {Path(os.path.realpath(p)) for p in real.values()}
+    for p in outs:
+        if Path(os.path.realpath(p)) in sources:
+            raise IEError(f"{p}: is a source of the tensors being extracted; choose another --out-prefix")
+
+    reader = _Reader(tmap, real)
+    original = 0
+    try:
+        with StagedFiles(out_dir) as staged:
+            w = fmt.DedupWriter(staged, stem)
+            for g in groups:
+                n = tmap[g.members[0]].nbytes
+                C = chunk_size(len(g.members))
+                default = np.empty(n, np.uint8)
+                for a in range(0, n, C):
+                    c = min(C, n - a)
+                    if g.default_member is not None:
+                        default[a:a + c] = reader.read(g.default_member, a, c)
+                    else:
+                        default[a:a + c] = fmt.majority(np.stack([reader.read(m, a, c) for m in g.members]))
+                dentry = w.add_default(default[a:a + C] for a in range(0, n, C))
+                entries = []
+                for m in g.members:
+                    def encoded(m: str = m) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+                        for a in range(0, n, C):
+                            raw = reader.read(m, a, min(C, n - a))
+                            mask, exc = fmt.encode(raw, default[a:a + raw.size])
+                            yield mask, exc, raw
+                            if progress:
+                                progress(raw.size)
+                    e = w.add_member(m, tmap[m].shape, encoded())
+                    if e["sha256"] != tmap[m].sha256:
+                        raise FormatError(tensor_map_path, f"tensors.{m}.sha256",
+                                          f"the bytes of {m!r} hash to {e['sha256'][:12]}… but the map records "
+                                          f"{tmap[m].sha256[:12]}… (stale map, or the model changed)")
+                    entries.append(e)
+                    original += n
+                w.add_group(tmap[g.members[0]].dtype, n, dentry, g.default_member, entries)
+            meta = w.finish()
+    finally:
+        reader.close()
+    return ExtractResult(out_dir / (stem + fmt.INDEX_SUFFIX), len(groups), len(names), original,
+                         {k: meta["blobs"][k]["nbytes"] for k in fmt.BLOB_KEYS}, time.perf_counter() - t0)

@@ -1,0 +1,239 @@
+"""``ieconv dedup-plan``: find groups of near-identical tensors by sampling.
+
+Reading every byte of every pair of tensors is out of the question for
+thousands of tensors and tens of GB, so the planner reads a fixed sample of
+each tensor and works on samples only:
+
+1. Tensors are bucketed by (dtype, nbytes): only equal-size tensors can
+   share a default.
+2. Each tensor contributes ``sample_bytes`` bytes (64 runs of 64 bytes at
+   positions derived from SHAKE-256 of the size, stratified over the tensor:
+   every tensor of a bucket is sampled at the same positions, the same way on
+   every run and machine). Tensors no larger than the sample are read whole.
+3. Candidate pairs: every pair in a bucket of at most ALL_PAIRS_MAX tensors;
+   beyond that, bit-sampling LSH for Hamming similarity: 64 bands of 4 sample
+   bytes spread over the tensor; tensors whose band bytes are equal share a
+   bucket and are linked to the bucket's first tensor. Two tensors agreeing
+   on a fraction p of bytes collide in some band with probability
+   1 - (1 - p^4)^64 (0.99 for p = 0.5). Work is O(tensors × bands).
+4. Greedy star grouping: candidate pairs by decreasing sampled similarity;
+   a pair of ungrouped tensors starts a group (centre = the earlier tensor)
+   when that saves bytes; a tensor joins an existing group when its mask +
+   exceptions (estimated against the centre) cost less than its bytes.
+5. Each group's saving is re-estimated with the byte-wise majority of the
+   samples (the default extract will use) and groups that would not save
+   bytes are dropped.
+
+The estimate is only an estimate; ``ierun verify dedup`` reports the real
+numbers after ``dedup-extract``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from iekit.formats import dedup as fmt
+from iekit.formats import iebin
+from iekit.formats.atomic import StagedFiles
+from iekit.formats.errors import IEError
+from iekit.formats.jsonio import dumps_canonical
+
+SAMPLE_BYTES = 4096
+RUN_BYTES = 64
+MIN_BYTES = 4096  # below this, padding and index entries eat the saving
+ALL_PAIRS_MAX = 64
+LSH_BANDS = 64
+LSH_BAND_BYTES = 4
+# Index entry (~450 bytes of JSON) and alignment padding of two regions.
+MEMBER_OVERHEAD = 512
+
+
+def sample_runs(nbytes: int, sample_bytes: int = SAMPLE_BYTES, run: int = RUN_BYTES) -> list[tuple[int, int]]:
+    """(start, length) of the sampled runs of an ``nbytes`` tensor, sorted.
+
+    One run per stratum of the tensor, its place in the stratum taken from
+    SHAKE-256("iekit-dedup-sample:<nbytes>"), so the positions depend on
+    nothing but the size (no RNG library whose stream could change).
+    """
+    if nbytes <= sample_bytes:
+        return [(0, nbytes)]
+    nruns = sample_bytes // run
+    digest = hashlib.shake_256(f"iekit-dedup-sample:{nbytes}".encode()).digest(8 * nruns)
+    span = nbytes - run
+    out = []
+    for r in range(nruns):
+        lo, hi = span * r // nruns, span * (r + 1) // nruns
+        u = int.from_bytes(digest[8 * r:8 * r + 8], "little")
+        out.append((lo + u % (hi - lo + 1), run))
+    return out
+
+
+def read_samples(paths: list[tuple[Path, int]], runs: list[tuple[int, int]]) -> np.ndarray:
+    """Sample matrix (tensors × sampled bytes); one pread per run."""
+    total = sum(n for _s, n in runs)
+    X = np.empty((len(paths), total), np.uint8)
+    fds: dict[Path, int] = {}
+    try:
+        for i, (path, base) in enumerate(paths):
+            fd = fds.get(path)
+            if fd is None:
+                fd = fds[path] = os.open(path, os.O_RDONLY)
+            pos = 0
+            for start, n in runs:
+                buf = os.pread(fd, n, base + start)
+                if len(buf) != n:
+                    raise IEError(f"{path}: unexpected end of file at offset {base + start}")
+                X[i, pos:pos + n] = np.frombuffer(buf, np.uint8)
+                pos += n
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return X
+
+
+def candidate_pairs(X: np.ndarray) -> set[tuple[int, int]]:
+    k, S = X.shape
+    if k <= ALL_PAIRS_MAX:
+        return {(i, j) for i in range(k) for j in range(i + 1, k)}
+    stride = max(1, S // LSH_BAND_BYTES)
+    pairs: set[tuple[int, int]] = set()
+    for b in range(min(LSH_BANDS, stride)):
+        cols = [b + t * stride for t in range(LSH_BAND_BYTES) if b + t * stride < S]
+        keys = np.zeros(k, np.uint64)
+        for c in cols:
+            keys = (keys << np.uint64(8)) | X[:, c].astype(np.uint64)
+        order = np.argsort(keys, kind="stable")
+        sk = keys[order]
+        starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+        ends = np.r_[starts[1:], k]
+        for s, e in zip(starts, ends):
+            if e - s > 1:
+                first = int(order[s])
+                for o in order[s + 1:e]:
+                    o = int(o)
+                    pairs.add((min(first, o), max(first, o)))
+    return pairs
+
+
+def _join_saving(p: float, n: int) -> float:
+    """Bytes saved by storing a tensor as mask + exceptions against a default
+    it agrees with on a fraction ``p`` of bytes."""
+    return n - fmt.mask_nbytes(n) - (1.0 - p) * n - MEMBER_OVERHEAD
+
+
+@dataclass
+class PlannedGroup:
+    dtype: str
+    nbytes: int
+    members: list[str]
+    estimate: dict[str, Any] = field(default_factory=dict)
+    default_member: str | None = None  # the planner always leaves the majority; people may name one
+
+
+def group_bucket(X: np.ndarray, n: int) -> list[list[int]]:
+    """Greedy star grouping of one (dtype, nbytes) bucket; lists of row indices."""
+    k = X.shape[0]
+    sim_cache: dict[tuple[int, int], float] = {}
+
+    def sim(i: int, j: int) -> float:
+        key = (min(i, j), max(i, j))
+        if key not in sim_cache:
+            sim_cache[key] = float(np.mean(X[key[0]] == X[key[1]]))
+        return sim_cache[key]
+
+    edges = sorted(((sim(i, j), i, j) for i, j in candidate_pairs(X)), key=lambda e: (-e[0], e[1], e[2]))
+    centre: list[int] = []
+    members: list[list[int]] = []
+    group_of = [-1] * k
+    for p, i, j in edges:
+        gi, gj = group_of[i], group_of[j]
+        if gi == -1 and gj == -1:
+            # A new group stores one default plus two masks: it pays off when
+            # the second tensor's saving covers the first one's mask.
+            if _join_saving(p, n) - fmt.mask_nbytes(n) - MEMBER_OVERHEAD > 0:
+                group_of[i] = group_of[j] = len(centre)
+                centre.append(i)
+                members.append([i, j])
+        elif (gi == -1) != (gj == -1):
+            g, u = (gi, j) if gi != -1 else (gj, i)
+            if _join_saving(sim(u, centre[g]), n) > 0:
+                group_of[u] = g
+                members[g].append(u)
+    return [sorted(m) for m in members]
+
+
+def estimate_group(X: np.ndarray, rows: list[int], n: int) -> dict[str, Any]:
+    """Saving of a group with the sampled majority as default."""
+    S = X.shape[1]
+    maj = fmt.majority(X[rows])
+    rates = [float(np.mean(X[r] != maj)) for r in rows]
+    exc = sum(round(r * n) for r in rates)
+    dedup_bytes = n + len(rows) * fmt.mask_nbytes(n) + exc
+    original = len(rows) * n
+    return {"sampled_bytes": S, "exception_rate": round(sum(rates) / len(rates), 6),
+            "original_bytes": original, "dedup_bytes": dedup_bytes, "saved_bytes": original - dedup_bytes}
+
+
+@dataclass
+class Plan:
+    tensor_map: dict[str, Any]
+    groups: list[PlannedGroup]
+    tensors: int
+    candidates: int  # tensors in buckets of two or more
+    min_bytes: int = MIN_BYTES
+
+    def groups_json(self) -> dict[str, Any]:
+        return {"format": fmt.GROUPS_FORMAT, "version": fmt.VERSION,
+                "plan": {"sample_bytes": SAMPLE_BYTES, "run_bytes": RUN_BYTES, "min_bytes": self.min_bytes,
+                         "all_pairs_max": ALL_PAIRS_MAX, "lsh_bands": LSH_BANDS, "lsh_band_bytes": LSH_BAND_BYTES},
+                "groups": [{"members": g.members, "default_member": g.default_member, "estimate": g.estimate}
+                           for g in self.groups]}
+
+
+def plan(model_dir: Path, min_bytes: int = MIN_BYTES, progress: Callable[[int, int], None] | None = None) -> Plan:
+    """Group the tensors of the IEBIN model in ``model_dir``."""
+    model = iebin.load_model(model_dir)
+    tmap = fmt.tensor_map_from_model(model)
+    order = {t["name"]: i for i, t in enumerate(model.tensors)}
+    buckets: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for t in model.tensors:
+        if t["nbytes"] >= max(1, min_bytes):
+            buckets.setdefault((t["dtype"], t["nbytes"]), []).append(t)
+    buckets = {k: v for k, v in buckets.items() if len(v) > 1}
+    total = sum(len(v) for v in buckets.values())
+    done = 0
+    groups: list[PlannedGroup] = []
+    for (dtype, n), ts in sorted(buckets.items(), key=lambda kv: order[kv[1][0]["name"]]):
+        runs = sample_runs(n)
+        X = read_samples([(model.path_of(t), t["file_data_offset"]) for t in ts], runs)
+        for rows in group_bucket(X, n):
+            est = estimate_group(X, rows, n)
+            if est["saved_bytes"] > 0:
+                groups.append(PlannedGroup(dtype, n, [ts[r]["name"] for r in rows], est))
+        done += len(ts)
+        if progress:
+            progress(done, total)
+    groups.sort(key=lambda g: order[g.members[0]])
+    return Plan(tmap, groups, len(model.tensors), total, min_bytes)
+
+
+def write_plan(p: Plan, out_dir: Path, overwrite: bool = False) -> tuple[Path, Path]:
+    """tensor_map.json + groups.indices.json, atomically, validated first."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = (fmt.TENSOR_MAP_NAME, fmt.GROUPS_NAME)
+    clash = [n for n in names if (out_dir / n).exists()]
+    if clash and not overwrite:
+        raise IEError(f"{out_dir}: already holds {', '.join(clash)}; pass --overwrite to replace")
+    groups = p.groups_json()
+    tm = fmt.validate_tensor_map(p.tensor_map, out_dir / fmt.TENSOR_MAP_NAME)
+    fmt.validate_groups(groups, out_dir / fmt.GROUPS_NAME, tm)
+    with StagedFiles(out_dir) as staged:
+        staged.write_bytes(fmt.TENSOR_MAP_NAME, dumps_canonical(p.tensor_map))
+        staged.write_bytes(fmt.GROUPS_NAME, dumps_canonical(groups))
+    return out_dir / fmt.TENSOR_MAP_NAME, out_dir / fmt.GROUPS_NAME

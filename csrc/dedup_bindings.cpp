@@ -1,0 +1,170 @@
+// Python bindings of the dedup loader and kernel (`iekit.runtime._native`).
+// The environment (IE_DEDUP_*) is read by runtime/dedup.py, never here.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "dedup.h"
+
+namespace py = pybind11;
+namespace dd = ie::dedup;
+
+namespace {
+
+using U8 = py::array_t<uint8_t, py::array::c_style>;
+using I64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+
+std::vector<int64_t> to_vec(const I64& a, const char* what) {
+  if (a.ndim() != 1) throw std::invalid_argument(std::string("dedup: ") + what + " must be a 1-D array");
+  return std::vector<int64_t>(a.data(), a.data() + a.size());
+}
+
+// A read-only uint8 view that keeps the shared buffer alive.
+py::array view_of(dd::BufferPtr buf) {
+  auto* keep = new dd::BufferPtr(std::move(buf));
+  py::capsule owner(keep, [](void* p) { delete static_cast<dd::BufferPtr*>(p); });
+  py::array out(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>((*keep)->size)}, {py::ssize_t(1)}, (*keep)->data,
+                owner);
+  out.attr("setflags")(py::arg("write") = false);
+  return out;
+}
+
+std::unique_ptr<dd::DedupStore> make_store(const std::string& model_dir, const std::vector<std::string>& blob_names,
+                                           const std::vector<int64_t>& blob_sizes, int64_t alignment,
+                                           const std::vector<std::string>& names, const I64& member_group,
+                                           const I64& mask_offset, const I64& exc_offset, const I64& exc_count,
+                                           const I64& group_nbytes, const I64& group_default_offset,
+                                           double cache_mb, int threads, bool debug, const std::string& isa,
+                                           const std::string& index_label) {
+  if (blob_names.size() != 3 || blob_sizes.size() != 3)
+    throw std::invalid_argument("dedup: blob_names and blob_sizes need 3 entries (defaults, masks, exceptions)");
+  if (!(cache_mb >= 0)) throw std::invalid_argument("dedup: cache_mb must be >= 0");
+  dd::StoreSpec s;
+  s.model_dir = model_dir;
+  s.index_label = index_label;
+  for (int b = 0; b < 3; ++b) {
+    s.blob_names[b] = blob_names[b];
+    s.blob_sizes[b] = blob_sizes[b];
+  }
+  s.alignment = alignment;
+  s.names = names;
+  s.member_group = to_vec(member_group, "member_group");
+  s.mask_offset = to_vec(mask_offset, "mask_offset");
+  s.exc_offset = to_vec(exc_offset, "exc_offset");
+  s.exc_count = to_vec(exc_count, "exc_count");
+  s.group_nbytes = to_vec(group_nbytes, "group_nbytes");
+  s.group_default_offset = to_vec(group_default_offset, "group_default_offset");
+  const ie::Isa chosen = ie::resolve_isa(isa);
+  const size_t cache_bytes = static_cast<size_t>(cache_mb * 1048576.0);
+  py::gil_scoped_release nogil;
+  return std::make_unique<dd::DedupStore>(s, cache_bytes, threads, debug, chosen);
+}
+
+py::array reconstruct_py(const U8& def, const U8& mask, const U8& exc, py::object prefix_obj, int threads,
+                         const std::string& isa_name, int stream_stores, py::object out_obj) {
+  const ie::Isa isa = ie::resolve_isa(isa_name);
+  const size_t n = static_cast<size_t>(def.size());
+  if (static_cast<size_t>(mask.size()) != dd::mask_nbytes(n))
+    throw std::invalid_argument("dedup: mask has " + std::to_string(mask.size()) + " bytes, a " + std::to_string(n) +
+                                "-byte tensor needs " + std::to_string(dd::mask_nbytes(n)));
+  std::vector<uint64_t> prefix;
+  if (prefix_obj.is_none()) {
+    prefix = dd::chunk_prefix(mask.data(), n);
+  } else {
+    auto p = prefix_obj.cast<py::array_t<uint64_t, py::array::c_style | py::array::forcecast>>();
+    prefix.assign(p.data(), p.data() + p.size());
+  }
+  py::array_t<uint8_t> out;
+  if (out_obj.is_none()) {
+    out = py::array_t<uint8_t>(static_cast<py::ssize_t>(n));
+  } else {
+    out = out_obj.cast<py::array_t<uint8_t>>();
+    if (!(out.flags() & py::array::c_style) || static_cast<size_t>(out.size()) != n || !out.writeable())
+      throw std::invalid_argument("dedup: out must be a writable contiguous uint8 array of the tensor's size");
+  }
+  uint8_t* o = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    dd::reconstruct(def.data(), mask.data(), exc.data(), static_cast<size_t>(exc.size()), prefix, o, n, threads, isa,
+                    stream_stores);
+  }
+  return out;
+}
+
+py::dict stats_dict(const dd::DedupStore& s) {
+  const dd::StoreStats st = s.stats();
+  py::dict d;
+  d["hits"] = st.hits;
+  d["misses"] = st.misses;
+  d["evictions"] = st.evictions;
+  d["bypasses"] = st.bypasses;
+  d["entries"] = st.entries;
+  d["cached_bytes"] = st.cached_bytes;
+  d["capacity_bytes"] = st.capacity_bytes;
+  d["reconstructed_bytes"] = st.reconstructed_bytes;
+  d["groups"] = s.groups();
+  d["members"] = s.names().size();
+  d["isa"] = ie::isa_name(s.isa());
+  d["threads"] = s.threads();
+  return d;
+}
+
+}  // namespace
+
+void ie_register_dedup(py::module_& m) {
+  m.attr("DEDUP_CHUNK") = dd::kChunk;
+  py::class_<dd::DedupStore>(m, "DedupStore",
+                             "Serves grouped tensors from model.defaults.bin / model.masks.bin / "
+                             "model.exceptions.bin, validating every index number first (ValueError "
+                             "'FILE: FIELD: message' otherwise). Build it through iekit.runtime.dedup.")
+      .def(py::init(&make_store), py::arg("model_dir"), py::arg("blob_names"), py::arg("blob_sizes"),
+           py::arg("alignment"), py::arg("names"), py::arg("member_group"), py::arg("mask_offset"),
+           py::arg("exc_offset"), py::arg("exc_count"), py::arg("group_nbytes"), py::arg("group_default_offset"),
+           py::kw_only(), py::arg("cache_mb") = 256.0, py::arg("threads") = 0, py::arg("debug") = false,
+           py::arg("isa") = "", py::arg("index_label") = "model.dedup.json")
+      .def(
+          "get",
+          [](dd::DedupStore& s, const std::string& name) {
+            if (!s.contains(name)) throw py::key_error(name);
+            dd::BufferPtr buf;
+            {
+              py::gil_scoped_release nogil;
+              buf = s.get(name);
+            }
+            return view_of(std::move(buf));
+          },
+          py::arg("name"), "The tensor's bytes (read-only uint8 array), from the LRU cache or reconstructed.")
+      .def("__contains__", &dd::DedupStore::contains)
+      .def("__len__", [](const dd::DedupStore& s) { return s.names().size(); })
+      .def("names", &dd::DedupStore::names, "Grouped tensor names, in index order.")
+      .def(
+          "nbytes",
+          [](const dd::DedupStore& s, const std::string& name) {
+            if (!s.contains(name)) throw py::key_error(name);
+            return s.nbytes(name);
+          },
+          py::arg("name"))
+      .def("stats", &stats_dict, "Cache counters (hits, misses, evictions, bypasses, bytes) and the kernel in use.")
+      .def("clear_cache", &dd::DedupStore::clear_cache);
+
+  m.def("dedup_chunk_prefix",
+        [](const U8& mask, size_t n) {
+          if (static_cast<size_t>(mask.size()) != dd::mask_nbytes(n))
+            throw std::invalid_argument("dedup: mask size does not match n");
+          std::vector<uint64_t> p;
+          {
+            py::gil_scoped_release nogil;
+            p = dd::chunk_prefix(mask.data(), n);
+          }
+          return py::array_t<uint64_t>(static_cast<py::ssize_t>(p.size()), p.data());
+        },
+        py::arg("mask"), py::arg("n"), "Exceptions before each DEDUP_CHUNK-byte chunk (length chunks + 1).");
+  m.def("dedup_reconstruct", &reconstruct_py, py::arg("default"), py::arg("mask"), py::arg("exceptions"),
+        py::kw_only(), py::arg("prefix") = py::none(), py::arg("threads") = 1, py::arg("isa") = "",
+        py::arg("stream_stores") = -1, py::arg("out") = py::none(),
+        "out[i] = mask bit i ? exceptions[k++] : default[i] with the selected kernel (test and bench hook). "
+        "ValueError if mask and exceptions disagree.");
+}

@@ -1,0 +1,576 @@
+"""Lossless dedup: ``tensor_map.json``, ``groups.indices.json``, and the
+artifact ``model.dedup.json`` + ``model.defaults.bin`` / ``model.masks.bin`` /
+``model.exceptions.bin``.
+
+The spec is docs/formats/dedup.md; the JSON Schemas are
+schemas/dedup_tensor_map.schema.json, schemas/dedup_groups.schema.json and
+schemas/dedup_index.schema.json. This module is the single implementation of
+the format: the encoding (majority default, mask, exceptions), the reference
+decoder, the streaming writer used by ``ieconv dedup-extract``, and the strict
+validators used by the converter, the runtime loader (which re-checks every
+number natively) and ``ierun verify dedup``.
+
+Bytes are bytes: the format never looks at dtypes beyond recording them, so
+float and quantized tensors dedup alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from .atomic import StagedFiles
+from .dtypes import DTYPES, shape_elements
+from .errors import FormatError
+from .jsonio import dumps_canonical, load_json, schema_check
+from .paths import check_relpath, resolve_inside
+from .quant import SCHEMES
+
+INDEX_FORMAT = "iekit-dedup"
+TENSOR_MAP_FORMAT = "iekit-dedup-tensor-map"
+GROUPS_FORMAT = "iekit-dedup-groups"
+VERSION = 1
+POLICY = "lossless"
+CHECKSUM = "sha256"
+ALIGNMENT = 64  # what the writer uses: one cache line, any aligned SIMD load
+INDEX_NAME = "model.dedup.json"  # the name the runtime looks for in a model directory
+TENSOR_MAP_NAME = "tensor_map.json"
+GROUPS_NAME = "groups.indices.json"
+BLOB_KEYS = ("defaults", "masks", "exceptions")
+BLOB_SUFFIXES = {"defaults": ".defaults.bin", "masks": ".masks.bin", "exceptions": ".exceptions.bin"}
+INDEX_SUFFIX = ".dedup.json"
+READ_CHUNK = 8 * 1024 * 1024
+
+_SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+INDEX_SCHEMA = _SCHEMAS / "dedup_index.schema.json"
+TENSOR_MAP_SCHEMA = _SCHEMAS / "dedup_tensor_map.schema.json"
+GROUPS_SCHEMA = _SCHEMAS / "dedup_groups.schema.json"
+
+_EMPTY_SHA = hashlib.sha256(b"").hexdigest()
+
+
+def mask_nbytes(n: int) -> int:
+    return (n + 7) // 8
+
+
+def align_up(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+# --------------------------------------------------------------------------
+# Encoding: the definition
+# --------------------------------------------------------------------------
+
+
+def majority(rows: np.ndarray) -> np.ndarray:
+    """Byte-wise majority of ``rows`` (k × c uint8): at each position the most
+    frequent byte, ties broken towards the smallest byte value.
+
+    The majority minimises the total number of exceptions of the group at
+    every position, hence overall; the tie rule makes it a function of the
+    multiset of bytes, so member order never changes the output.
+    """
+    rows = np.ascontiguousarray(rows, dtype=np.uint8)
+    k, c = rows.shape
+    if k == 1:
+        return rows[0].copy()
+    # Groups are near-copies: most columns are unanimous, vote on the rest only.
+    split = np.zeros(c, bool)
+    for r in rows[1:]:
+        split |= r != rows[0]
+    out = rows[0].copy()
+    cols = np.flatnonzero(split)
+    if cols.size:
+        out[cols] = _vote(rows[:, cols])
+    return out
+
+
+def _vote(rows: np.ndarray) -> np.ndarray:
+    k, c = rows.shape
+    if k <= 16:  # k passes of k comparisons beat sorting small columns
+        best_val = np.zeros(c, np.uint8)
+        best_cnt = np.zeros(c, np.uint8)
+        cnt = np.empty(c, np.uint8)
+        eq = np.empty(c, bool)
+        for j in range(k):
+            rj = rows[j]
+            cnt[:] = 0
+            for r in range(k):
+                np.equal(rows[r], rj, out=eq)
+                cnt += eq
+            better = (cnt > best_cnt) | ((cnt == best_cnt) & (rj < best_val))
+            np.copyto(best_val, rj, where=better)
+            np.copyto(best_cnt, cnt, where=better)
+        return best_val
+    # Sorted columns: a run is a value, its length the value's count; the
+    # first longest run (strict >) is the smallest most frequent value.
+    s = np.sort(rows.T, axis=1).T
+    best_val = s[0].copy()
+    best_len = np.ones(c, np.int32)
+    start = np.zeros(c, np.int32)
+    for r in range(1, k):
+        new = s[r] != s[r - 1]
+        start = np.where(new, r, start)
+        length = r - start + 1
+        better = length > best_len
+        best_val = np.where(better, s[r], best_val)
+        best_len = np.where(better, length, best_len)
+    return best_val
+
+
+def encode(member: np.ndarray, default: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mask, exceptions) of ``member`` against ``default``: one mask bit per
+    byte, LSB first, set where they differ; the differing bytes in order."""
+    diff = member != default
+    return np.packbits(diff, bitorder="little"), member[diff]
+
+
+def decode(default: np.ndarray, mask: np.ndarray, exceptions: np.ndarray) -> np.ndarray:
+    """Reference decoder (numpy): out[i] = mask bit i ? exceptions[k++] : default[i]."""
+    n = default.size
+    bits = np.unpackbits(mask, count=n, bitorder="little").astype(bool)
+    if int(bits.sum()) != exceptions.size:
+        raise ValueError(f"mask has {int(bits.sum())} set bits but there are {exceptions.size} exceptions")
+    out = default.copy()
+    out[bits] = exceptions
+    return out
+
+
+_POP8 = np.array([bin(i).count("1") for i in range(256)], np.uint8)
+
+
+def popcount(mask: np.ndarray | bytes) -> int:
+    """Set bits (a byte table: no 8x temporary for large masks)."""
+    m = np.frombuffer(mask, np.uint8) if isinstance(mask, bytes) else mask
+    return int(_POP8[m].sum(dtype=np.int64))
+
+
+# --------------------------------------------------------------------------
+# Inputs: tensor_map.json and groups.indices.json
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorRange:
+    name: str
+    file: str
+    offset: int
+    nbytes: int
+    dtype: str
+    shape: list[int]
+    sha256: str
+
+
+def _check_dtype_shape(dtype: str, shape: list[int], nbytes: int, file: str, where: str) -> None:
+    if dtype not in DTYPES and dtype not in SCHEMES:
+        raise FormatError(file, f"{where}.dtype", f"unknown dtype {dtype!r}")
+    # Quantized payload sizes depend on parameters recorded in model.ie.json
+    # only; the runtime cross-checks those members against it.
+    if dtype in DTYPES and shape_elements(shape) * DTYPES[dtype].itemsize != nbytes:
+        raise FormatError(file, f"{where}.nbytes", f"{nbytes} disagrees with {dtype}{shape}")
+
+
+def tensor_map_from_model(model: Any) -> dict[str, Any]:
+    """The tensor_map.json of an IEBIN model: every tensor's byte range."""
+    tensors = {t["name"]: {"file": t["file"], "offset": t["file_data_offset"], "nbytes": t["nbytes"],
+                           "dtype": t["dtype"], "shape": list(t["shape"]), "sha256": t["sha256"]}
+               for t in model.tensors}
+    obj = {"format": TENSOR_MAP_FORMAT, "version": VERSION, "tensors": tensors}
+    validate_tensor_map(obj, TENSOR_MAP_NAME)
+    return obj
+
+
+def validate_tensor_map(obj: Any, file: str | os.PathLike) -> dict[str, TensorRange]:
+    file = os.fspath(file)
+    schema_check(obj, TENSOR_MAP_SCHEMA, file)
+    out: dict[str, TensorRange] = {}
+    for name, t in obj["tensors"].items():
+        where = f"tensors.{name}"
+        check_relpath(t["file"], file, f"{where}.file")
+        _check_dtype_shape(t["dtype"], t["shape"], t["nbytes"], file, where)
+        out[name] = TensorRange(name, t["file"], t["offset"], t["nbytes"], t["dtype"], list(t["shape"]), t["sha256"])
+    return out
+
+
+def load_tensor_map(path: str | os.PathLike) -> dict[str, TensorRange]:
+    return validate_tensor_map(load_json(path), path)
+
+
+def check_tensor_ranges(tmap: dict[str, TensorRange], names: Iterable[str], model_dir: Path,
+                        file: str | os.PathLike) -> dict[str, Path]:
+    """Resolve the files of ``names`` inside ``model_dir``; ranges must fit."""
+    file = os.fspath(file)
+    real: dict[str, Path] = {}
+    for name in names:
+        t = tmap[name]
+        p = resolve_inside(model_dir, t.file, file, f"tensors.{name}.file")
+        if not p.is_file():
+            raise FormatError(file, f"tensors.{name}.file", f"{t.file!r} does not exist in {model_dir}")
+        size = p.stat().st_size
+        if t.offset + t.nbytes > size:
+            raise FormatError(file, f"tensors.{name}.offset", f"bytes [{t.offset}, {t.offset + t.nbytes}) run past the end of {t.file} ({size} bytes)")
+        real[name] = p
+    return real
+
+
+@dataclass
+class GroupSpec:
+    members: list[str]
+    default_member: str | None = None
+    estimate: dict[str, Any] | None = None
+
+
+def validate_groups(obj: Any, file: str | os.PathLike, tmap: dict[str, TensorRange]) -> list[GroupSpec]:
+    """Groups against their tensor map: members exist, appear in one group
+    only, share nbytes and dtype; a named default is a member."""
+    file = os.fspath(file)
+    schema_check(obj, GROUPS_SCHEMA, file)
+    seen: dict[str, int] = {}
+    out = []
+    for g, grp in enumerate(obj["groups"]):
+        members = grp["members"]
+        for j, name in enumerate(members):
+            where = f"groups[{g}].members[{j}]"
+            if name not in tmap:
+                raise FormatError(file, where, f"{name!r} is not in the tensor map")
+            if name in seen:
+                raise FormatError(file, where, f"{name!r} is already in groups[{seen[name]}]" if seen[name] != g
+                                  else f"{name!r} is listed twice")
+            seen[name] = g
+            first = tmap[members[0]]
+            t = tmap[name]
+            if t.nbytes != first.nbytes:
+                raise FormatError(file, where, f"{name!r} has {t.nbytes} bytes but {members[0]!r} has {first.nbytes}; members must have equal nbytes")
+            if t.dtype != first.dtype:
+                raise FormatError(file, where, f"{name!r} is {t.dtype} but {members[0]!r} is {first.dtype}; members must share a dtype")
+        if tmap[members[0]].nbytes == 0:
+            raise FormatError(file, f"groups[{g}]", "zero-byte tensors cannot be grouped")
+        dm = grp.get("default_member")
+        if dm is not None and dm not in members:
+            raise FormatError(file, f"groups[{g}].default_member", f"{dm!r} is not a member of this group")
+        out.append(GroupSpec(list(members), dm, grp.get("estimate")))
+    return out
+
+
+def load_groups(path: str | os.PathLike, tmap: dict[str, TensorRange]) -> list[GroupSpec]:
+    return validate_groups(load_json(path), path, tmap)
+
+
+# --------------------------------------------------------------------------
+# The index: model.dedup.json
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class DedupIndex:
+    """A validated model.dedup.json. Blob names are relative to ``dir``, the
+    directory the index was found in (not the target of a symlink to it)."""
+
+    path: Path
+    meta: dict[str, Any]
+    dir: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.dir = self.path.parent
+
+    @property
+    def groups(self) -> list[dict[str, Any]]:
+        return self.meta["groups"]
+
+    def members(self) -> Iterator[tuple[int, int, dict[str, Any], dict[str, Any]]]:
+        """(group index, member index, group, member) in index order."""
+        for g, grp in enumerate(self.groups):
+            for j, m in enumerate(grp["members"]):
+                yield g, j, grp, m
+
+    def blob_path(self, key: str) -> Path:
+        return self.dir / self.meta["blobs"][key]["name"]
+
+    def totals(self) -> dict[str, int]:
+        original = sum(g["nbytes"] * len(g["members"]) for g in self.groups)
+        return {"groups": len(self.groups), "members": sum(len(g["members"]) for g in self.groups),
+                "original_bytes": original,
+                **{f"{k}_bytes": self.meta["blobs"][k]["nbytes"] for k in BLOB_KEYS}}
+
+    def arrays(self) -> dict[str, Any]:
+        """Plain arrays for the native loader (iekit.runtime._native.DedupStore)."""
+        names, mg, mo, eo, ec = [], [], [], [], []
+        for g, _j, _grp, m in self.members():
+            names.append(m["name"])
+            mg.append(g)
+            mo.append(m["mask"]["offset"])
+            eo.append(m["exceptions"]["offset"])
+            ec.append(m["exceptions"]["count"])
+        i64 = lambda v: np.asarray(v, dtype=np.int64).reshape(-1)  # noqa: E731
+        return {"blob_names": [self.meta["blobs"][k]["name"] for k in BLOB_KEYS],
+                "blob_sizes": [self.meta["blobs"][k]["nbytes"] for k in BLOB_KEYS],
+                "alignment": self.meta["alignment"], "names": names,
+                "member_group": i64(mg), "mask_offset": i64(mo), "exc_offset": i64(eo), "exc_count": i64(ec),
+                "group_nbytes": i64([g["nbytes"] for g in self.groups]),
+                "group_default_offset": i64([g["default"]["offset"] for g in self.groups])}
+
+
+def regions(meta: dict[str, Any]) -> Iterator[tuple[str, int, int, str, str]]:
+    """Every (blob key, offset, length, sha256, field) the index describes."""
+    for g, grp in enumerate(meta["groups"]):
+        n = grp["nbytes"]
+        d = grp["default"]
+        yield "defaults", d["offset"], n, d["sha256"], f"groups[{g}].default"
+        for j, m in enumerate(grp["members"]):
+            f = f"groups[{g}].members[{j}]"
+            yield "masks", m["mask"]["offset"], mask_nbytes(n), m["mask"]["sha256"], f"{f}.mask"
+            e = m["exceptions"]
+            yield "exceptions", e["offset"], e["count"], e["sha256"], f"{f}.exceptions"
+
+
+def validate_index(meta: Any, file: str | os.PathLike = INDEX_NAME) -> None:
+    """Every rule that needs only the JSON (docs/formats/dedup.md, "Index rules")."""
+    file = os.fspath(file)
+    if not isinstance(meta, dict):
+        raise FormatError(file, "(root)", "must be a JSON object")
+    if meta.get("format") != INDEX_FORMAT:
+        raise FormatError(file, "format", f"unknown format {meta.get('format')!r} (expected {INDEX_FORMAT!r})")
+    if meta.get("version") != VERSION or type(meta.get("version")) is not int:
+        raise FormatError(file, "version", f"unsupported version {meta.get('version')!r} (this build reads {VERSION})")
+    if meta.get("policy") != POLICY:
+        raise FormatError(file, "policy", f"unsupported policy {meta.get('policy')!r}: only {POLICY!r} exists (bit-exact reconstruction)")
+    schema_check(meta, INDEX_SCHEMA, file)
+    align = meta["alignment"]
+    if align & (align - 1):
+        raise FormatError(file, "alignment", f"must be a power of two between 1 and 2^20, got {align}")
+    real_names: dict[str, str] = {}
+    for k in BLOB_KEYS:
+        name = meta["blobs"][k]["name"]
+        check_relpath(name, file, f"blobs.{k}.name")
+        if name in real_names:
+            raise FormatError(file, f"blobs.{k}.name", f"{name!r} is also blobs.{real_names[name]}; the three blobs are different files")
+        real_names[name] = k
+    seen: dict[str, str] = {}
+    for g, grp in enumerate(meta["groups"]):
+        n = grp["nbytes"]
+        names = [m["name"] for m in grp["members"]]
+        for j, m in enumerate(grp["members"]):
+            where = f"groups[{g}].members[{j}]"
+            if m["name"] in seen:
+                raise FormatError(file, f"{where}.name", f"duplicate member name {m['name']!r} (also {seen[m['name']]})")
+            seen[m["name"]] = where
+            _check_dtype_shape(grp["dtype"], m["shape"], n, file, f"groups[{g}]")
+            if m["exceptions"]["count"] > n:
+                raise FormatError(file, f"{where}.exceptions.count", f"{m['exceptions']['count']} exceptions for a {n}-byte tensor")
+        dm = grp["default"]["member"]
+        if dm is not None:
+            if dm not in names:
+                raise FormatError(file, f"groups[{g}].default.member", f"{dm!r} is not a member of this group")
+            if grp["members"][names.index(dm)]["exceptions"]["count"] != 0:
+                raise FormatError(file, f"groups[{g}].default.member", f"{dm!r} is the default, so it must have 0 exceptions")
+    spans: dict[str, list[tuple[int, int, str]]] = {k: [] for k in BLOB_KEYS}
+    for key, off, length, _sha, where in regions(meta):
+        size = meta["blobs"][key]["nbytes"]
+        if off % align:
+            raise FormatError(file, f"{where}.offset", f"offset {off} is not a multiple of alignment {align}")
+        if off + length > size:
+            raise FormatError(file, f"{where}.offset", f"bytes [{off}, {off + length}) run past the end of {meta['blobs'][key]['name']} ({size} bytes)")
+        if length:
+            spans[key].append((off, off + length, where))
+    for key, sp in spans.items():
+        sp.sort()
+        for (s0, e0, w0), (s1, _e1, w1) in zip(sp, sp[1:]):
+            if s1 < e0:
+                raise FormatError(file, f"{w1}.offset", f"overlaps {w0} in {meta['blobs'][key]['name']} (offset {s1} < end {e0})")
+
+
+def _sha256_range(f, offset: int, n: int) -> str:
+    h = hashlib.sha256()
+    f.seek(offset)
+    left = n
+    while left:
+        buf = f.read(min(READ_CHUNK, left))
+        if not buf:
+            raise FormatError(f.name, "(size)", "unexpected end of file")
+        h.update(buf)
+        left -= len(buf)
+    return h.hexdigest()
+
+
+def check_blobs(index: DedupIndex, deep: bool = False) -> list[FormatError]:
+    """The rules that need the blob files. Paths and sizes raise at once;
+    with ``deep`` the content rules (each file's and each region's sha256,
+    mask popcount = exception count, zero tail bits, zero padding) are all
+    checked and every failure is returned, so a report can list them."""
+    mf = os.fspath(index.path)
+    meta = index.meta
+    real: dict[str, Path] = {}
+    for k in BLOB_KEYS:
+        b = meta["blobs"][k]
+        p = resolve_inside(index.dir, b["name"], mf, f"blobs.{k}.name")
+        if not p.is_file():
+            raise FormatError(mf, f"blobs.{k}.name", f"{b['name']!r} does not exist in {index.dir}")
+        if p in real.values():
+            raise FormatError(mf, f"blobs.{k}.name", f"{b['name']!r} is the same file as another blob")
+        if p.stat().st_size != b["nbytes"]:
+            raise FormatError(p, "(size)", f"file is {p.stat().st_size} bytes but {index.path.name} blobs.{k}.nbytes says {b['nbytes']} (truncated or replaced?)")
+        real[k] = p
+    if not deep:
+        return []
+    errors: list[FormatError] = []
+    for k in BLOB_KEYS:
+        b = meta["blobs"][k]
+        with open(real[k], "rb") as f:
+            got = _sha256_range(f, 0, b["nbytes"])
+        if got != b["sha256"]:
+            errors.append(FormatError(mf, f"blobs.{k}.sha256", f"{b['name']}: checksum mismatch (stored {b['sha256'][:12]}…, actual {got[:12]}…)"))
+    files = {k: open(real[k], "rb") for k in BLOB_KEYS}
+    try:
+        covered: dict[str, list[tuple[int, int]]] = {k: [] for k in BLOB_KEYS}
+        for key, off, length, sha, where in regions(meta):
+            covered[key].append((off, off + length))
+            got = _sha256_range(files[key], off, length)
+            if got != sha:
+                errors.append(FormatError(mf, f"{where}.sha256", f"checksum mismatch in {meta['blobs'][key]['name']} [{off}, {off + length}) (stored {sha[:12]}…, actual {got[:12]}…)"))
+        for g, j, grp, m in index.members():
+            n = grp["nbytes"]
+            files["masks"].seek(m["mask"]["offset"])
+            mask = np.frombuffer(files["masks"].read(mask_nbytes(n)), np.uint8)
+            where = f"groups[{g}].members[{j}]"
+            if n % 8 and mask[-1] >> (n % 8):
+                errors.append(FormatError(mf, f"{where}.mask", f"member {m['name']!r}: bits past the tensor's last byte are set"))
+            pc = popcount(mask)
+            if pc != m["exceptions"]["count"]:
+                errors.append(FormatError(mf, f"{where}.exceptions.count", f"member {m['name']!r}: mask has {pc} set bits but the index records {m['exceptions']['count']} exceptions"))
+        for k in BLOB_KEYS:
+            pos = 0
+            for a, e in sorted(covered[k]) + [(meta["blobs"][k]["nbytes"], meta["blobs"][k]["nbytes"])]:
+                if a > pos:
+                    files[k].seek(pos)
+                    gap = np.frombuffer(files[k].read(a - pos), np.uint8)
+                    nz = np.flatnonzero(gap)
+                    if nz.size:
+                        errors.append(FormatError(real[k], "(padding)", f"byte {pos + int(nz[0])} outside every region is not zero"))
+                pos = max(pos, e)
+    finally:
+        for f in files.values():
+            f.close()
+    return errors
+
+
+def index_path_for(path: str | os.PathLike) -> Path:
+    p = Path(path)
+    return p / INDEX_NAME if p.is_dir() else p
+
+
+def load_index(path: str | os.PathLike, deep: bool = False) -> DedupIndex:
+    """Load a model directory's (or an explicit) model.dedup.json, validate
+    the JSON and the blob files (``deep``: raise the first content error)."""
+    ipath = index_path_for(path)
+    meta = load_json(ipath)
+    validate_index(meta, ipath)
+    idx = DedupIndex(ipath, meta)
+    errors = check_blobs(idx, deep)
+    if errors:
+        raise errors[0]
+    return idx
+
+
+# --------------------------------------------------------------------------
+# Writer
+# --------------------------------------------------------------------------
+
+
+class _Blob:
+    """One staged blob: regions start at multiples of the alignment, gaps are
+    zero, the file ends right after the last region. An empty region is
+    recorded at offset 0 and occupies nothing."""
+
+    def __init__(self, staged: StagedFiles, name: str, alignment: int):
+        self.name = name
+        self.f = staged.open(name)
+        self.alignment = alignment
+        self.size = 0
+        self.file_hash = hashlib.sha256()
+        self._start = self._n = 0
+        self._h = hashlib.sha256()
+
+    def begin(self) -> None:
+        self._start = align_up(self.size, self.alignment)
+        self._n = 0
+        self._h = hashlib.sha256()
+
+    def write(self, c: bytes | np.ndarray) -> None:
+        c = memoryview(np.ascontiguousarray(c)).cast("B") if isinstance(c, np.ndarray) else c
+        if not len(c):
+            return
+        if self._n == 0 and self._start > self.size:  # padding only once the region is non-empty
+            self._raw(b"\0" * (self._start - self.size))
+        self._raw(c)
+        self._h.update(c)
+        self._n += len(c)
+
+    def end(self) -> tuple[int, int, str]:
+        return (self._start if self._n else 0), self._n, self._h.hexdigest()
+
+    def _raw(self, data: bytes | memoryview) -> None:
+        self.f.write(data)
+        self.file_hash.update(data)
+        self.size += len(data)
+
+
+class DedupWriter:
+    """Streams groups into the three staged blobs, then stages the index last.
+
+    Use inside a StagedFiles (``with StagedFiles(dir) as staged``) so that a
+    failure leaves the directory as it was.
+    """
+
+    def __init__(self, staged: StagedFiles, stem: str, alignment: int = ALIGNMENT):
+        self.staged = staged
+        self.stem = stem
+        self.alignment = alignment
+        self.blobs = {k: _Blob(staged, stem + BLOB_SUFFIXES[k], alignment) for k in BLOB_KEYS}
+        self.groups: list[dict[str, Any]] = []
+
+    def add_default(self, chunks: Iterable[bytes | np.ndarray]) -> dict[str, Any]:
+        blob = self.blobs["defaults"]
+        blob.begin()
+        for c in chunks:
+            blob.write(c)
+        off, n, sha = blob.end()
+        return {"offset": off, "nbytes": n, "sha256": sha}
+
+    def add_member(self, name: str, shape: list[int],
+                   encoded: Iterable[tuple[np.ndarray, np.ndarray, bytes | np.ndarray]]) -> dict[str, Any]:
+        """``encoded`` yields (mask chunk, exceptions chunk, original bytes
+        chunk) in order; the original bytes are only hashed (the member's
+        sha256 is what reconstruction is checked against)."""
+        h = hashlib.sha256()
+        masks, excs = self.blobs["masks"], self.blobs["exceptions"]
+        masks.begin()
+        excs.begin()
+        for mask, exc, raw in encoded:
+            h.update(raw)
+            masks.write(mask)
+            excs.write(exc)
+        moff, _mn, msha = masks.end()
+        eoff, count, esha = excs.end()
+        return {"name": name, "shape": list(shape), "sha256": h.hexdigest(),
+                "mask": {"offset": moff, "sha256": msha},
+                "exceptions": {"offset": eoff, "count": count, "sha256": esha}}
+
+    def add_group(self, dtype: str, nbytes: int, default: dict[str, Any], default_member: str | None,
+                  members: list[dict[str, Any]]) -> None:
+        self.groups.append({"dtype": dtype, "nbytes": nbytes,
+                            "default": {"offset": default["offset"], "sha256": default["sha256"], "member": default_member},
+                            "members": members})
+
+    def finish(self) -> dict[str, Any]:
+        meta = {"format": INDEX_FORMAT, "version": VERSION, "policy": POLICY, "alignment": self.alignment,
+                "checksum": CHECKSUM, "producer": "ieconv",
+                "blobs": {k: {"name": b.name, "nbytes": b.size, "sha256": b.file_hash.hexdigest()} for k, b in self.blobs.items()},
+                "groups": self.groups}
+        validate_index(meta, self.stem + INDEX_SUFFIX)
+        self.staged.write_bytes(self.stem + INDEX_SUFFIX, dumps_canonical(meta))
+        return meta
