@@ -7,7 +7,7 @@ PIP     := $(VPY) -m pip
 BUILD_DEPS := "scikit-build-core>=0.11" "pybind11>=2.12" "cmake>=3.18" ninja
 DEMO_OUT ?= out/demo
 
-.PHONY: setup install test demo build-cuda golden golden-iebin bench-convert clean
+.PHONY: setup install test demo build-cuda golden golden-iebin bench-convert bench-decode clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -55,6 +55,10 @@ golden-iebin: setup
 # Peak RSS of converting a synthetic multi-hundred-MB checkpoint.
 bench-convert: setup
 	$(VPY) benchmarks/convert_rss.py
+
+# Decode throughput (ierun bench) of a synthetic ~260 MB int4w Llama, against read bandwidth.
+bench-decode: setup
+	$(VPY) benchmarks/decode_bench.py
 
 clean:
 	rm -rf build out $(VENV) .pytest_cache

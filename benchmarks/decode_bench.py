@@ -1,0 +1,131 @@
+"""Decode throughput of an int4w model several times the LLC, end to end.
+
+The tiny golden models fit in cache, so their ``roofline_fraction`` says
+nothing about memory-bound decoding. This script writes a random synthetic
+Llama checkpoint (f16, numpy + safetensors only: hidden 2048, intermediate
+5632, 16 heads / 4 KV heads, 8 layers, vocab 8192; ~0.8 GB, ~0.26 GB once
+converted), converts it with the usual policy (``ieconv q4-manifest``:
+projections int4w, embeddings and head kept in f16) and runs
+
+    ierun bench --model-dir ... --max-new 32 --rounds 3 --threads 2
+
+with prompts given as token ids (the model has no tokenizer). It prints the
+bench JSON lines as they are and one summary line. Everything lives in a
+temporary directory under out/, removed at the end unless --keep.
+
+    python benchmarks/decode_bench.py [--threads 2] [--max-new 32] [--rounds 3] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
+    "intermediate_size": 5632, "num_attention_heads": 16, "num_key_value_heads": 4, "num_hidden_layers": 8,
+    "vocab_size": 8192, "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+    "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "float16",
+    # No EOS: every prompt generates exactly --max-new tokens, so rounds are comparable.
+    "bos_token_id": 1, "eos_token_id": None,
+}
+
+
+def write_checkpoint(d: Path, seed: int = 0) -> int:
+    """A random Llama checkpoint in one safetensors file; returns its tensor bytes.
+    Weights are N(0, 1/fan_in) so activations stay finite through the layers."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    c = CONFIG
+    h, inter, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
+    rng = np.random.default_rng(seed)
+
+    def mat(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * cols ** -0.5).astype(np.float16)
+
+    t = {"model.embed_tokens.weight": mat(v, h), "lm_head.weight": mat(v, h),
+         "model.norm.weight": np.ones(h, np.float16)}
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t.update({p + "self_attn.q_proj.weight": mat(h, h), p + "self_attn.k_proj.weight": mat(kv, h),
+                  p + "self_attn.v_proj.weight": mat(kv, h), p + "self_attn.o_proj.weight": mat(h, h),
+                  p + "mlp.gate_proj.weight": mat(inter, h), p + "mlp.up_proj.weight": mat(inter, h),
+                  p + "mlp.down_proj.weight": mat(h, inter),
+                  p + "input_layernorm.weight": np.ones(h, np.float16),
+                  p + "post_attention_layernorm.weight": np.ones(h, np.float16)})
+    d.mkdir(parents=True)
+    save_file(t, str(d / "model.safetensors"))
+    (d / "config.json").write_text(json.dumps(c, indent=2))
+    return sum(a.nbytes for a in t.values())
+
+
+def write_prompts(path: Path, n: int = 4, length: int = 16, seed: int = 1) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lines = ["ids: " + ",".join(str(int(i)) for i in rng.integers(3, CONFIG["vocab_size"], length)) for _ in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-new", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = ap.parse_args()
+    bindir = Path(sys.executable).parent
+    root = Path("out")
+    root.mkdir(exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="decode-bench-", dir=root))
+    try:
+        t0 = time.perf_counter()
+        src_bytes = write_checkpoint(tmp / "hf")
+        print(f"decode_bench: wrote {src_bytes / 1e6:.0f} MB f16 checkpoint in {time.perf_counter() - t0:.1f} s",
+              file=sys.stderr)
+        t0 = time.perf_counter()
+        run([str(bindir / "ieconv"), "q4-manifest", "--hf-dir", str(tmp / "hf"), "-o", str(tmp / "q4.json")])
+        run([str(bindir / "ieconv"), "hf-to-iebin", "-q", "--hf-dir", str(tmp / "hf"), "--out-dir", str(tmp / "iebin"),
+             "--q4-map", str(tmp / "q4.json")])
+        iebin_mb = (tmp / "iebin" / "model.ie.bin").stat().st_size / 1e6
+        print(f"decode_bench: converted to {iebin_mb:.0f} MB int4w IEBIN in {time.perf_counter() - t0:.1f} s",
+              file=sys.stderr)
+        shutil.rmtree(tmp / "hf")  # not needed any more; frees the page cache for the run
+        write_prompts(tmp / "prompts.txt")
+        res = run([str(bindir / "ierun"), "bench", "--device", "cpu", "--model-dir", str(tmp / "iebin"),
+                   "--prompts-file", str(tmp / "prompts.txt"), "--max-new", str(args.max_new),
+                   "--rounds", str(args.rounds), "--threads", str(args.threads)], stdout=subprocess.PIPE, text=True)
+        recs = [json.loads(line) for line in res.stdout.splitlines()]
+        for line in res.stdout.splitlines():
+            print(line)
+        rf = [r["roofline_fraction"] for r in recs]
+        tps = " ".join(f"{r['tps_true']:.2f}" for r in recs)
+        last = recs[-1]
+        print(f"decode_bench: {iebin_mb:.0f} MB {last['precision']} model, {args.threads} threads: "
+              f"tps_true {tps}, "
+              f"roofline_fraction {' '.join(f'{x:.3f}' for x in rf)} (median {statistics.median(rf):.3f}) "
+              f"of read_bw {last['read_bw_gbps']:.2f} GB/s, mb_per_token {last['mb_per_token']:.1f}, "
+              f"effective {last['effective_gbps']:.2f} GB/s")
+    finally:
+        if args.keep:
+            print(f"decode_bench: kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

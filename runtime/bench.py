@@ -1,0 +1,159 @@
+"""``ierun bench``: decode throughput of a real model, one JSON line per round.
+
+The command wires the parts together in the order the design's timing
+discipline needs: environment (bench_env), prompts and tokenizer, the model,
+the read-bandwidth yardstick (same process, same threads, before the
+rounds), then for each round the timed window (bench_run.run_round)
+followed by everything that must stay outside it: counters, peak RSS,
+derived metrics, printing. stdout carries only the JSON lines, so a harness
+can read it as JSON Lines; progress and warnings go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from iekit.formats.errors import IEError
+
+from .bench_env import BenchEnv
+from .bench_run import read_prompts, round_record, rss_peak_mb, run_round, tokenize
+
+READ_BW_BYTES = 256 << 20
+
+
+def _warn(msg: str) -> None:
+    click.echo(f"warning: {msg}", err=True)
+
+
+def _note(msg: str) -> None:
+    click.echo(f"ierun bench: {msg}", err=True)
+
+
+def _load_decoder(model_dir: str, threads: int, env: BenchEnv) -> Any:
+    from .decoder import Decoder
+
+    try:
+        return Decoder(model_dir, threads=threads, act=env.act, affinity=env.affinity)
+    except (IEError, OSError) as e:
+        reason = str(e) if isinstance(e, IEError) else f"{e.filename or model_dir}: {e.strerror or e}"
+        raise IEError(env.model_error(model_dir, reason)) from None
+
+
+HELP = """Time greedy decoding of a converted model: one JSON line per round.
+
+Each round generates --max-new tokens (or until EOS; the EOS token counts)
+for every prompt, on the CPU decoder, from a fresh prompt each time; the
+decoder may reuse its cached KV of a common prefix (kv_hits). Only the JSON
+lines go to stdout; progress and warnings go to stderr.
+
+\b
+Prompts file: one prompt per line, blank lines skipped. A line is
+  text            tokenized with the model's tokenizer.json
+  ids: 1,2,3      token ids given directly (models without a tokenizer)
+Without --prompts-file, ~10 short English prompts shipped with iekit.
+
+\b
+Timed window (wall_time_s): only generation (prefill + decode steps +
+greedy argmax of each prompt) and the optional work-touch loop.
+Tokenizing, model loading, the bandwidth measurement, RSS and counter
+reads and printing are outside it.
+
+\b
+JSON fields (per round):
+  round               1-based round number
+  tokens_generated    tokens produced, the first of each prompt (which
+                      comes out of prefill) included
+  decode_steps        Decoder.step calls (tokens_generated - prompts,
+                      fewer after EOS)
+  wall_time_s         the timed window
+  tps_true            tokens_generated / wall_time_s
+  latency_p50_ms,     percentiles of the decode step times (one per
+  latency_p95_ms      step call; prefill is not a step: see prefill_ms);
+                      null if no step ran (--max-new 1)
+  prefill_ms          sum over prompts of the prefill time
+  rss_peak_mb         peak RSS (VmHWM, MiB), read after the window
+  kv_hits, kv_misses  the decoder's KV prefix-cache counters, this round
+  weight_bytes_per_token  weight bytes one decode step reads
+  touch_bytes_per_token   IE_BYTES_PER_TOKEN (0: no work-touch)
+  stride_bytes        IE_STRIDE_BYTES
+  touch_checksum      sum of the work-touch checksums (IE_VERIFY_TOUCH=1),
+                      else null
+  mb_per_token        (weight_bytes_per_token + touch_bytes_per_token)/1e6
+  bytes_touched       tokens_generated x bytes per token (as above)
+  model_bytes         tensor bytes in the artifact
+  model_coverage      weight_bytes_per_token / model_bytes
+  effective_gbps      bytes_touched / wall_time_s / 1e9
+  read_bw_gbps        streaming read bandwidth, measured once before the
+                      rounds in this process with --threads threads
+  roofline_fraction   effective_gbps / read_bw_gbps
+  precision           storage of the matrices (e.g. int4w, f32,
+                      mixed(int4w,f32)); precision_expected: IE_PRECISION
+  act_prec            IE_ACT_PREC as requested; act: what ran (f32|int8)
+  dedup, affinity     IE_DEDUP=1 seen; thread pinning passed to the decoder
+  threads, device, model_dir, prompts (the prompts source), n_prompts,
+  max_new, rounds, warnings (the environment warnings, also on stderr)
+
+\b
+Environment (a value that cannot be honoured is a warning, never fatal):
+  IE_PRECISION        expected storage (int4w|q4_0|q4_1|q8_0|f32|f16|bf16,
+                      fp32|fp16): warn if the matrices are stored otherwise
+  IE_REQUIRE_MODEL=1  an unloadable model is an error (it always is: there
+                      is no stub mode; the message says which applied)
+  IE_BYTES_PER_TOKEN  work-touch: after each generated token read this many
+                      bytes of the mapped model.ie.bin, one load per
+                      IE_STRIDE_BYTES (default 256), wrapping around the
+                      file and continuing where the last token stopped
+  IE_VERIFY_TOUCH=1   report the work-touch checksum
+  IE_DEDUP*           read by the decoder itself (lossless dedup loader)
+  IE_ACT_PREC         fp32 (default) | int8; fp8|fp16|bf16: not supported,
+                      fp32 is used
+  IE_TP_USE_AFFINITY=1 with AFFINITY=compact|scatter|auto (default auto)
+                      pins the decoder's threads
+"""
+
+
+@click.command("bench", help=HELP)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="Decoder to run; only cpu is built.")
+@click.option("--model-dir", required=True, help="IEBIN model directory (model.ie.json + model.ie.bin).")
+@click.option("--prompts-file", default=None, help="Prompts, one per line (text or 'ids: 1,2,3').")
+@click.option("--max-new", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Tokens to generate per prompt (fewer on EOS).")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="Rounds (JSON lines).")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Decoder threads, also used for the read-bandwidth yardstick.")
+def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, rounds: int, threads: int) -> None:
+    env = BenchEnv.from_env()
+    for w in env.warnings:
+        _warn(w)
+    if device == "cuda":
+        raise IEError("--device cuda: the CUDA decoder is not built in this iekit (only --device cpu)")
+    source, lines = read_prompts(prompts_file)
+
+    dec = _load_decoder(model_dir, threads, env)
+    precision = str(dec.precision)
+    msg = env.precision_warning(precision)
+    if msg:
+        _warn(msg)
+    prompts = tokenize(lines, dec, max_new)
+
+    from .native import read_bandwidth
+
+    _note(f"measuring read bandwidth ({READ_BW_BYTES >> 20} MiB, {threads} thread(s))")
+    read_bw = float(read_bandwidth(bytes=READ_BW_BYTES, threads=threads, passes=5)["gbps"])
+    base = {"precision": precision, "precision_expected": env.precision_expected, "act_prec": env.act_prec,
+            "act": env.act, "dedup": env.dedup, "affinity": env.affinity, "threads": threads, "device": device,
+            "model_dir": model_dir, "prompts": source, "n_prompts": len(prompts), "max_new": max_new,
+            "rounds": rounds, "warnings": list(env.warnings) + ([msg] if msg else [])}
+    for n in range(1, rounds + 1):
+        kv0 = (int(dec.kv_hits), int(dec.kv_misses))
+        t = run_round(dec, prompts, max_new, env)
+        # Everything below is after the window.
+        kv = (int(dec.kv_hits) - kv0[0], int(dec.kv_misses) - kv0[1])
+        rec = round_record(n, t, dec=dec, env=env, kv=kv, read_bw_gbps=read_bw, rss_mb=rss_peak_mb(), base=base)
+        click.echo(json.dumps(rec))
+        _note(f"round {n}/{rounds}: {t.tokens} tokens in {t.wall_s:.3f} s = {rec['tps_true']:.2f} tok/s, "
+              f"roofline {rec['roofline_fraction'] or 0:.1%} of {read_bw:.2f} GB/s")

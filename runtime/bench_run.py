@@ -1,0 +1,195 @@
+"""What ``ierun bench`` measures, kept apart from the command line.
+
+Three parts, each testable with a fake decoder (any object with the
+Decoder's attributes and methods):
+
+* ``read_prompts`` / ``tokenize``: the prompts file, text or ``ids:`` lines;
+  tokenizing happens once, before any timing.
+* ``run_round``: the timed window of one round and nothing else: greedy
+  generation of every prompt (prefill + decode steps, argmax) plus the
+  optional work-touch after each generated token. It only records clock
+  readings; every derived number is computed after the window.
+* ``round_record``: the JSON object of one round from those readings, the
+  counters read after the window, and the bandwidth yardstick.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from iekit.formats.errors import FormatError, IEError
+
+from .bench_env import BenchEnv
+
+IDS_PREFIX = "ids:"
+DEFAULT_PROMPTS = "prompts/default.txt"  # inside the iekit.runtime package
+CHECKSUM_MASK = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class PromptLine:
+    where: str                       # "FILE:LINE", for error messages
+    text: str | None = None          # a text prompt (tokenized by the model's tokenizer.json)
+    ids: tuple[int, ...] | None = None  # an "ids: 1,2,3" prompt
+
+
+def read_prompts(path: str | Path | None) -> tuple[str, list[PromptLine]]:
+    """(source label, prompts). ``None`` reads the prompts shipped in the
+    package. Blank lines are skipped; every other line is one prompt."""
+    if path is None:
+        source = f"<iekit.runtime/{DEFAULT_PROMPTS}>"
+        text = resources.files("iekit.runtime").joinpath(DEFAULT_PROMPTS).read_text(encoding="utf-8")
+    else:
+        source = str(path)
+        text = Path(path).read_text(encoding="utf-8")
+    prompts = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        where = f"{source}:{n}"
+        if line.startswith(IDS_PREFIX):
+            prompts.append(PromptLine(where, ids=_parse_ids(path or source, n, line[len(IDS_PREFIX):])))
+        else:
+            prompts.append(PromptLine(where, text=line))
+    if not prompts:
+        raise FormatError(source, "lines", "no prompts (every line is blank)")
+    return source, prompts
+
+
+def _parse_ids(path: Any, n: int, body: str) -> tuple[int, ...]:
+    parts = [p.strip() for p in body.split(",")]
+    try:
+        ids = tuple(int(p) for p in parts)
+    except ValueError:
+        ids = ()
+    if not ids or min(ids) < 0:
+        raise FormatError(path, f"line {n}", f"expected 'ids: ' and comma-separated token ids >= 0, got {body.strip()!r}")
+    return ids
+
+
+def tokenize(prompts: Sequence[PromptLine], dec: Any, max_new: int) -> list[list[int]]:
+    """Token ids of every prompt, checked against the model's vocabulary
+    and context (prompt + max_new generated tokens must fit)."""
+    out = []
+    for p in prompts:
+        if p.ids is not None:
+            ids = list(p.ids)
+        else:
+            try:
+                ids = list(dec.encode(p.text))
+            except IEError as e:
+                raise IEError(f"{p.where}: cannot tokenize a text prompt ({e}); "
+                              f"give token ids instead: a line 'ids: 1,2,3'") from None
+        if not ids:
+            raise IEError(f"{p.where}: the prompt tokenizes to no tokens")
+        bad = [i for i in ids if i >= dec.vocab_size]
+        if bad:
+            raise IEError(f"{p.where}: token id {bad[0]} is outside the vocabulary (size {dec.vocab_size})")
+        if len(ids) + max_new > dec.max_ctx:
+            raise IEError(f"{p.where}: {len(ids)} prompt tokens + --max-new {max_new} exceed the model's "
+                          f"context of {dec.max_ctx} tokens")
+        out.append(ids)
+    return out
+
+
+@dataclass
+class RoundTimes:
+    """Clock readings of one timed window (seconds)."""
+    wall_s: float = 0.0
+    tokens: int = 0                  # generated tokens, the first of each prompt (from prefill) included
+    prefill_s: list[float] = field(default_factory=list)  # one per prompt
+    step_s: list[float] = field(default_factory=list)     # one per decode step call
+    touch_checksum: int = 0          # sum of Decoder.touch results, mod 2**64
+
+
+def run_round(dec: Any, prompts: Sequence[Sequence[int]], max_new: int, env: BenchEnv,
+              clock: Callable[[], float] = time.perf_counter) -> RoundTimes:
+    """The timed window: greedy generation of every prompt, up to
+    ``max_new`` tokens or EOS (the EOS token counts as generated), and the
+    work-touch after each generated token when IE_BYTES_PER_TOKEN > 0.
+    Anything not needed to generate stays outside (metrics, RSS, I/O)."""
+    r = RoundTimes()
+    eos = dec.eos_token_id
+    touch = env.bytes_per_token > 0
+    nbytes, stride = env.bytes_per_token, env.stride_bytes
+    checksum = 0
+    t_start = clock()
+    for ids in prompts:
+        t0 = clock()
+        logits = dec.prefill(list(ids))
+        r.prefill_s.append(clock() - t0)
+        for i in range(max_new):
+            tok = int(np.argmax(logits))
+            r.tokens += 1
+            if touch:
+                checksum += dec.touch(nbytes, stride)
+            if tok == eos or i + 1 == max_new:
+                break
+            t0 = clock()
+            logits = dec.step(tok)
+            r.step_s.append(clock() - t0)
+    r.wall_s = clock() - t_start
+    r.touch_checksum = checksum & CHECKSUM_MASK
+    return r
+
+
+def rss_peak_mb() -> float:
+    """Peak resident set size in MiB: VmHWM from /proc/self/status, or
+    getrusage's ru_maxrss (KiB on Linux) where /proc is not available."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _pct_ms(xs: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(np.asarray(xs, dtype=np.float64), q)) * 1e3 if xs else None
+
+
+def round_record(n: int, t: RoundTimes, *, dec: Any, env: BenchEnv, kv: tuple[int, int],
+                 read_bw_gbps: float, rss_mb: float, base: dict[str, Any]) -> dict[str, Any]:
+    """One round's JSON object. ``kv`` is (hits, misses) of this round;
+    ``base`` holds the fields that are the same every round."""
+    weight_bpt = int(dec.weight_bytes_per_token)
+    bpt = weight_bpt + env.bytes_per_token            # bytes read per generated token
+    bytes_touched = t.tokens * bpt
+    wall = t.wall_s
+    eff = bytes_touched / wall / 1e9 if wall > 0 else None
+    rec = {
+        "round": n,
+        "tokens_generated": t.tokens,
+        "decode_steps": len(t.step_s),
+        "wall_time_s": wall,
+        "tps_true": t.tokens / wall if wall > 0 else None,
+        "latency_p50_ms": _pct_ms(t.step_s, 50),
+        "latency_p95_ms": _pct_ms(t.step_s, 95),
+        "prefill_ms": sum(t.prefill_s) * 1e3,
+        "rss_peak_mb": rss_mb,
+        "kv_hits": kv[0],
+        "kv_misses": kv[1],
+        "weight_bytes_per_token": weight_bpt,
+        "touch_bytes_per_token": env.bytes_per_token,
+        "stride_bytes": env.stride_bytes,
+        "touch_checksum": t.touch_checksum if env.verify_touch and env.bytes_per_token > 0 else None,
+        "mb_per_token": bpt / 1e6,
+        "bytes_touched": bytes_touched,
+        "model_bytes": int(dec.model_bytes),
+        "model_coverage": weight_bpt / dec.model_bytes if dec.model_bytes else None,
+        "effective_gbps": eff,
+        "read_bw_gbps": read_bw_gbps,
+        "roofline_fraction": eff / read_bw_gbps if eff is not None and read_bw_gbps > 0 else None,
+    }
+    rec.update(base)
+    return rec

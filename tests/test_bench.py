@@ -1,0 +1,299 @@
+"""``ierun bench``: environment policy, timed-window bookkeeping, metrics
+arithmetic (with a fake decoder, so the numbers are known exactly), and the
+real command on the golden models (JSON Lines on stdout, errors as one line).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import types
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import GOLDEN_IEBIN, assert_one_line_error, run_tool
+from iekit.formats.errors import FormatError, IEError
+from iekit.runtime.bench_env import BenchEnv
+from iekit.runtime.bench_run import (PromptLine, RoundTimes, read_prompts, round_record, rss_peak_mb,
+                                     run_round, tokenize)
+
+FIELDS = ("round", "tokens_generated", "wall_time_s", "tps_true", "latency_p50_ms", "latency_p95_ms",
+          "prefill_ms", "rss_peak_mb", "kv_hits", "kv_misses", "mb_per_token", "bytes_touched",
+          "model_coverage", "effective_gbps", "read_bw_gbps", "roofline_fraction", "precision", "act_prec",
+          "threads", "device", "model_dir", "prompts", "max_new", "dedup", "touch_checksum")
+
+
+class FakeDecoder:
+    """The Decoder interface with known behaviour: the next token is
+    (last + 1) % vocab, touch returns nbytes // stride, and every prefill of
+    a prompt seen before counts its tokens as KV hits."""
+
+    def __init__(self, model_dir=None, *, threads=1, act="f32", affinity=None, ctx=None, vocab=16, eos=None):
+        self.vocab_size, self.eos_token_id, self.max_ctx = vocab, eos, 64
+        self.precision, self.weight_bytes_per_token, self.model_bytes = "int4w", 1_000_000, 4_000_000
+        self.kv_hits = self.kv_misses = 0
+        self.init = dict(model_dir=model_dir, threads=threads, act=act, affinity=affinity)
+        self.touches: list[tuple[int, int]] = []
+        self.seen: set[tuple[int, ...]] = set()
+
+    def _logits(self, last):
+        out = np.zeros(self.vocab_size, np.float32)
+        out[(last + 1) % self.vocab_size] = 1.0
+        return out
+
+    def encode(self, text):
+        return [ord(c) % self.vocab_size for c in text]
+
+    def prefill(self, ids):
+        if tuple(ids) in self.seen:
+            self.kv_hits += len(ids)
+        else:
+            self.kv_misses += len(ids)
+            self.seen.add(tuple(ids))
+        return self._logits(ids[-1])
+
+    def step(self, token):
+        return self._logits(token)
+
+    def touch(self, nbytes, stride):
+        self.touches.append((nbytes, stride))
+        return nbytes // stride
+
+
+def ticking_clock(dt=0.001):
+    """A clock that advances ``dt`` seconds per reading."""
+    t = [0.0]
+
+    def clock():
+        t[0] += dt
+        return t[0]
+    return clock
+
+
+# --------------------------------------------------------------- environment
+
+def test_env_defaults():
+    e = BenchEnv.from_env({})
+    assert (e.precision_expected, e.act_prec, e.act, e.affinity, e.bytes_per_token, e.stride_bytes) == \
+        (None, "fp32", "f32", None, 0, 256)
+    assert not (e.require_model or e.verify_touch or e.dedup or e.warnings)
+
+
+def test_env_supported_values():
+    e = BenchEnv.from_env({"IE_PRECISION": "FP16", "IE_ACT_PREC": "int8", "IE_TP_USE_AFFINITY": "1",
+                           "AFFINITY": "scatter", "IE_BYTES_PER_TOKEN": "4096", "IE_STRIDE_BYTES": "64",
+                           "IE_VERIFY_TOUCH": "1", "IE_DEDUP": "1", "IE_REQUIRE_MODEL": "1"})
+    assert (e.precision_expected, e.act, e.affinity, e.bytes_per_token, e.stride_bytes) == ("f16", "int8", "scatter", 4096, 64)
+    assert e.verify_touch and e.dedup and e.require_model and not e.warnings
+    assert BenchEnv.from_env({"IE_TP_USE_AFFINITY": "1"}).affinity == "auto"
+
+
+@pytest.mark.parametrize("env, field, value, needle", [
+    ({"IE_ACT_PREC": "fp8"}, "act", "f32", "IE_ACT_PREC=fp8: not supported, using fp32"),
+    ({"IE_ACT_PREC": "int3"}, "act", "f32", "unknown"),
+    ({"IE_PRECISION": "int2"}, "precision_expected", None, "IE_PRECISION='int2'"),
+    ({"IE_STRIDE_BYTES": "0"}, "stride_bytes", 256, "IE_STRIDE_BYTES"),
+    ({"IE_BYTES_PER_TOKEN": "lots"}, "bytes_per_token", 0, "IE_BYTES_PER_TOKEN"),
+    ({"IE_TP_USE_AFFINITY": "1", "AFFINITY": "spread"}, "affinity", None, "AFFINITY='spread'"),
+    ({"AFFINITY": "compact"}, "affinity", None, "without IE_TP_USE_AFFINITY=1"),
+    ({"IE_VERIFY_TOUCH": "yes"}, "verify_touch", False, "IE_VERIFY_TOUCH"),
+])
+def test_env_unsupported_values_warn_and_are_ignored(env, field, value, needle):
+    e = BenchEnv.from_env(env)
+    assert getattr(e, field) == value
+    assert len(e.warnings) == 1 and needle in e.warnings[0]
+    if "IE_ACT_PREC" in env:
+        assert e.act_prec == env["IE_ACT_PREC"]  # reported as requested
+
+
+def test_precision_warning_and_model_error():
+    e = BenchEnv.from_env({"IE_PRECISION": "int4w"})
+    assert e.precision_warning("int4w") is None
+    assert "mixed(int4w,f32)" in e.precision_warning("mixed(int4w,f32)")
+    assert BenchEnv().precision_warning("f32") is None
+    assert "no stub mode" in BenchEnv().model_error("m", "gone")
+    assert BenchEnv(require_model=True).model_error("m", "gone").startswith("IE_REQUIRE_MODEL=1:")
+
+
+# ------------------------------------------------------------------- prompts
+
+def test_default_prompts_ship_in_the_package():
+    source, prompts = read_prompts(None)
+    assert "default.txt" in source
+    assert 8 <= len(prompts) <= 12 and all(p.text and p.ids is None for p in prompts)
+
+
+def test_prompts_file_text_and_ids(tmp_path):
+    f = tmp_path / "p.txt"
+    f.write_text("hello there\n\n ids: 1, 2,3 \n")
+    _, prompts = read_prompts(f)
+    assert [(p.text, p.ids) for p in prompts] == [("hello there", None), (None, (1, 2, 3))]
+    assert tokenize(prompts, FakeDecoder(), 4)[1] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("body", ["ids:", "ids: 1,x", "ids: -1", "\n\n"])
+def test_bad_prompts_files(tmp_path, body):
+    f = tmp_path / "p.txt"
+    f.write_text(body)
+    with pytest.raises(FormatError):
+        read_prompts(f)
+
+
+def test_tokenize_checks_vocab_and_context():
+    dec = FakeDecoder()
+    with pytest.raises(IEError, match="outside the vocabulary"):
+        tokenize([PromptLine("f:1", ids=(1, 99))], dec, 4)
+    with pytest.raises(IEError, match="exceed the model's context of 64"):
+        tokenize([PromptLine("f:1", ids=(1,) * 60)], dec, 5)
+
+
+# ------------------------------------------------------ timed window, metrics
+
+def test_round_counts_tokens_steps_and_touches():
+    dec = FakeDecoder()
+    env = BenchEnv(bytes_per_token=1024, stride_bytes=256, verify_touch=True)
+    t = run_round(dec, [[1, 2], [3]], 5, env, clock=ticking_clock())
+    assert t.tokens == 10 and len(t.step_s) == 8 and len(t.prefill_s) == 2
+    assert dec.touches == [(1024, 256)] * 10 and t.touch_checksum == 40
+    assert t.step_s == pytest.approx([0.001] * 8) and t.prefill_s == pytest.approx([0.001] * 2)
+
+
+def test_round_stops_at_eos_which_counts():
+    dec = FakeDecoder(eos=4)  # 1 -> 2 -> 3 -> 4 (EOS)
+    t = run_round(dec, [[1]], 10, BenchEnv(), clock=ticking_clock())
+    assert t.tokens == 3 and len(t.step_s) == 2
+    assert dec.touches == []  # no work-touch without IE_BYTES_PER_TOKEN
+
+
+def test_round_record_arithmetic():
+    dec = FakeDecoder()
+    env = BenchEnv(bytes_per_token=500_000)
+    t = RoundTimes(wall_s=2.0, tokens=8, prefill_s=[0.1, 0.2], step_s=[0.01, 0.02, 0.03, 0.04])
+    r = round_record(1, t, dec=dec, env=env, kv=(3, 4), read_bw_gbps=0.012, rss_mb=10.0, base={"x": 1})
+    assert r["tps_true"] == 4.0 and r["mb_per_token"] == 1.5 and r["bytes_touched"] == 12_000_000
+    assert r["model_coverage"] == 0.25 and r["effective_gbps"] == pytest.approx(0.006)
+    assert r["roofline_fraction"] == pytest.approx(0.5) and r["prefill_ms"] == pytest.approx(300)
+    assert r["latency_p50_ms"] == pytest.approx(25) and r["latency_p95_ms"] == pytest.approx(38.5)
+    assert (r["kv_hits"], r["kv_misses"], r["x"], r["touch_checksum"]) == (3, 4, 1, None)
+    one = round_record(1, RoundTimes(wall_s=1.0, tokens=1, prefill_s=[0.5]), dec=dec, env=BenchEnv(),
+                       kv=(0, 0), read_bw_gbps=1.0, rss_mb=1.0, base={})
+    assert one["latency_p50_ms"] is None and one["mb_per_token"] == 1.0
+
+
+def test_rss_peak_is_plausible():
+    assert 1 < rss_peak_mb() < 1 << 20
+
+
+def test_command_with_fake_decoder(monkeypatch, tmp_path):
+    """The whole command in-process against the fake: JSON Lines on
+    stdout, per-round KV differences, env passed to the Decoder."""
+    made = []
+
+    def factory(*a, **kw):
+        made.append(FakeDecoder(*a, **kw))
+        return made[-1]
+
+    monkeypatch.setitem(sys.modules, "iekit.runtime.decoder", types.SimpleNamespace(Decoder=factory))
+    from iekit.runtime.bench import bench
+
+    f = tmp_path / "p.txt"
+    f.write_text("ids: 1,2\nids: 5\n")
+    env = {"IE_ACT_PREC": "int8", "IE_TP_USE_AFFINITY": "1", "AFFINITY": "compact", "IE_BYTES_PER_TOKEN": "2048",
+           "IE_VERIFY_TOUCH": "1", "IE_PRECISION": "f32"}
+    try:  # click < 8.2 mixes stderr into stdout unless told not to
+        runner = CliRunner(mix_stderr=False)
+    except TypeError:
+        runner = CliRunner()
+    res = runner.invoke(bench, ["--model-dir", "m", "--prompts-file", str(f), "--max-new", "3",
+                                                     "--rounds", "2"], env=env)
+    assert res.exit_code == 0, res.output + res.stderr
+    recs = [json.loads(ln) for ln in res.stdout.splitlines()]
+    assert [r["round"] for r in recs] == [1, 2]
+    assert made[0].init == dict(model_dir="m", threads=1, act="int8", affinity="compact")
+    assert [(r["kv_hits"], r["kv_misses"]) for r in recs] == [(0, 3), (3, 0)]
+    assert all(r["tokens_generated"] == 6 and r["touch_checksum"] == 48 and r["mb_per_token"] == 1.002048
+               for r in recs)
+    assert "IE_PRECISION=f32 but the model's matrices are stored as int4w" in res.stderr
+
+
+# ------------------------------------------------------------- real command
+
+def _bench(model, *args, env=None):
+    import os
+    return run_tool("ierun", "bench", "--model-dir", model, *args, env={**os.environ, **(env or {})})
+
+
+def _records(res):
+    assert res.returncode == 0, res.stderr
+    return [json.loads(ln) for ln in res.stdout.splitlines()]
+
+
+def test_help_documents_fields_and_env():
+    res = run_tool("ierun", "bench", "--help")
+    assert res.returncode == 0
+    for word in FIELDS + ("IE_PRECISION", "IE_REQUIRE_MODEL", "IE_BYTES_PER_TOKEN", "IE_STRIDE_BYTES",
+                          "IE_VERIFY_TOUCH", "IE_DEDUP", "IE_ACT_PREC", "IE_TP_USE_AFFINITY", "ids: 1,2,3"):
+        assert word in res.stdout, word
+
+
+def test_device_errors(tmp_path):
+    assert_one_line_error(_bench(GOLDEN_IEBIN / "tiny-llama", "--device", "cuda"), "CUDA decoder is not built")
+    res = _bench(GOLDEN_IEBIN / "tiny-llama", "--device", "tpu")
+    assert res.returncode == 2 and not res.stdout
+
+
+@pytest.mark.parametrize("require", ["0", "1"])
+def test_missing_model_is_one_line_error(tmp_path, require):
+    res = _bench(tmp_path / "nope", env={"IE_REQUIRE_MODEL": require})
+    assert_one_line_error(res, str(tmp_path / "nope"))
+    assert not res.stdout
+    assert ("IE_REQUIRE_MODEL=1" in res.stderr) == (require == "1")
+    assert ("no stub mode" in res.stderr) == (require == "0")
+
+
+def _check_consistent(r, model):
+    for f in FIELDS:
+        assert f in r, f
+    assert r["tokens_generated"] > 0 and r["wall_time_s"] > 0
+    assert math.isclose(r["tps_true"] * r["wall_time_s"], r["tokens_generated"], rel_tol=1e-9)
+    assert math.isclose(r["roofline_fraction"], r["effective_gbps"] / r["read_bw_gbps"], rel_tol=1e-9)
+    assert math.isclose(r["effective_gbps"], r["bytes_touched"] / r["wall_time_s"] / 1e9, rel_tol=1e-9)
+    assert r["bytes_touched"] == r["tokens_generated"] * (r["weight_bytes_per_token"] + r["touch_bytes_per_token"])
+    assert math.isclose(r["mb_per_token"] * 1e6, r["weight_bytes_per_token"] + r["touch_bytes_per_token"])
+    assert 0 < r["model_coverage"] <= 1
+    assert r["kv_hits"] >= 0 and r["kv_misses"] >= 0
+    assert r["latency_p50_ms"] <= r["latency_p95_ms"] and r["prefill_ms"] > 0 and r["rss_peak_mb"] > 0
+    assert (r["device"], r["model_dir"], r["max_new"]) == ("cpu", str(model), 4)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama-mixedq"])
+def test_golden_models_two_rounds(name):
+    model = GOLDEN_IEBIN / name
+    recs = _records(_bench(model, "--max-new", "4", "--rounds", "2"))
+    assert [r["round"] for r in recs] == [1, 2]
+    for r in recs:
+        _check_consistent(r, model)
+        assert r["n_prompts"] == 10 and "default.txt" in r["prompts"]
+    assert recs[1]["kv_hits"] > 0  # round 2 repeats round 1's prompts: the decoder reuses cached prefixes
+    if name == "tiny-llama":
+        assert recs[0]["precision"] == "f32"
+    else:
+        assert "int4w" in recs[0]["precision"] or "q" in recs[0]["precision"]
+
+
+def test_work_touch_env_and_unsupported_act(tmp_path):
+    model = GOLDEN_IEBIN / "tiny-llama"
+    f = tmp_path / "p.txt"
+    f.write_text("ids: 1,2,3\n")
+    plain = _records(_bench(model, "--prompts-file", f, "--max-new", "4", "--rounds", "1"))[0]
+    res = _bench(model, "--prompts-file", f, "--max-new", "4", "--rounds", "1",
+                 env={"IE_BYTES_PER_TOKEN": "1000000", "IE_VERIFY_TOUCH": "1", "IE_ACT_PREC": "fp8"})
+    touched = _records(res)[0]
+    _check_consistent(touched, model)
+    assert touched["mb_per_token"] == pytest.approx(plain["mb_per_token"] + 1.0)
+    assert isinstance(touched["touch_checksum"], int) and plain["touch_checksum"] is None
+    assert touched["act_prec"] == "fp8" and touched["act"] == "f32"
+    assert "IE_ACT_PREC=fp8: not supported, using fp32" in res.stderr
