@@ -12,6 +12,7 @@ can read it as JSON Lines; progress and warnings go to stderr.
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Any
 
 import click
@@ -19,7 +20,7 @@ import click
 from iekit.formats.errors import IEError
 
 from .bench_env import BenchEnv
-from .bench_run import read_prompts, round_record, rss_peak_mb, run_round, tokenize
+from .bench_run import read_prompts, reset_rss_peak, round_record, rss_peak_mb, run_round, tokenize
 
 READ_BW_BYTES = 256 << 20
 
@@ -32,14 +33,28 @@ def _note(msg: str) -> None:
     click.echo(f"ierun bench: {msg}", err=True)
 
 
-def _load_decoder(model_dir: str, threads: int, env: BenchEnv) -> Any:
+def _load_decoder(model_dir: str, threads: int, env: BenchEnv) -> tuple[Any, list[str]]:
+    """The Decoder and the warnings it raised while loading (e.g. the dedup
+    fallback), as one-line messages: they go to stderr as 'warning: ...'
+    lines and into the JSON, not as Python's two-line warning format."""
     from .decoder import Decoder
 
-    try:
-        return Decoder(model_dir, threads=threads, act=env.act, affinity=env.affinity)
-    except (IEError, OSError) as e:
-        reason = str(e) if isinstance(e, IEError) else f"{e.filename or model_dir}: {e.strerror or e}"
-        raise IEError(env.model_error(model_dir, reason)) from None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            dec = Decoder(model_dir, threads=threads, act=env.act, affinity=env.affinity)
+        except (IEError, OSError) as e:
+            reason = str(e) if isinstance(e, IEError) else f"{e.filename or model_dir}: {e.strerror or e}"
+            raise IEError(env.model_error(model_dir, reason)) from None
+    return dec, [str(w.message) for w in caught]
+
+
+def _dedup_active(dec: Any) -> bool | None:
+    """Whether tensors really come from the dedup loader: IE_DEDUP=1 falls
+    back to model.ie.bin (with a warning) when the artifact is unusable, so
+    the flag alone can overstate it. None when the decoder does not say."""
+    source = getattr(dec, "source", None)
+    return None if source is None or not hasattr(source, "store") else source.store is not None
 
 
 HELP = """Time greedy decoding of a converted model: one JSON line per round.
@@ -58,8 +73,8 @@ Without --prompts-file, ~10 short English prompts shipped with iekit.
 \b
 Timed window (wall_time_s): only generation (prefill + decode steps +
 greedy argmax of each prompt) and the optional work-touch loop.
-Tokenizing, model loading, the bandwidth measurement, RSS and counter
-reads and printing are outside it.
+Tokenizing, model loading, the bandwidth measurement (done first, once),
+RSS and counter reads and printing are outside it.
 
 \b
 JSON fields (per round):
@@ -74,7 +89,10 @@ JSON fields (per round):
   latency_p95_ms      step call; prefill is not a step: see prefill_ms);
                       null if no step ran (--max-new 1)
   prefill_ms          sum over prompts of the prefill time
-  rss_peak_mb         peak RSS (VmHWM, MiB), read after the window
+  rss_peak_mb         peak RSS (VmHWM, MiB) of loading the model and all
+                      rounds so far, read after the window; the bandwidth
+                      buffer is excluded (VmHWM is reset after measuring
+                      it; rss_peak_reset: false where that failed)
   kv_hits, kv_misses  the decoder's KV prefix-cache counters, this round
   weight_bytes_per_token  weight bytes one decode step reads
   touch_bytes_per_token   IE_BYTES_PER_TOKEN (0: no work-touch)
@@ -92,9 +110,12 @@ JSON fields (per round):
   precision           storage of the matrices (e.g. int4w, f32,
                       mixed(int4w,f32)); precision_expected: IE_PRECISION
   act_prec            IE_ACT_PREC as requested; act: what ran (f32|int8)
-  dedup, affinity     IE_DEDUP=1 seen; thread pinning passed to the decoder
+  dedup, dedup_active IE_DEDUP=1 seen; tensors really served by the dedup
+                      loader (false after its fallback, null if unknown)
+  affinity            thread pinning passed to the decoder (null: none)
   threads, device, model_dir, prompts (the prompts source), n_prompts,
-  max_new, rounds, warnings (the environment warnings, also on stderr)
+  max_new, rounds, warnings (environment and model-loading warnings,
+  also on stderr)
 
 \b
 Environment (a value that cannot be honoured is a warning, never fatal):
@@ -133,21 +154,25 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, r
         raise IEError("--device cuda: the CUDA decoder is not built in this iekit (only --device cpu)")
     source, lines = read_prompts(prompts_file)
 
-    dec = _load_decoder(model_dir, threads, env)
-    precision = str(dec.precision)
-    msg = env.precision_warning(precision)
-    if msg:
-        _warn(msg)
-    prompts = tokenize(lines, dec, max_new)
-
     from .native import read_bandwidth
 
-    _note(f"measuring read bandwidth ({READ_BW_BYTES >> 20} MiB, {threads} thread(s))")
+    # The yardstick first, then forget its buffer's peak RSS, so that
+    # rss_peak_mb covers loading the model and decoding, nothing else.
     read_bw = float(read_bandwidth(bytes=READ_BW_BYTES, threads=threads, passes=5)["gbps"])
+    rss_reset = reset_rss_peak()
+
+    dec, load_warnings = _load_decoder(model_dir, threads, env)
+    precision = str(dec.precision)
+    msg = env.precision_warning(precision)
+    later = load_warnings + ([msg] if msg else [])
+    for w in later:
+        _warn(w)
+    prompts = tokenize(lines, dec, max_new)
     base = {"precision": precision, "precision_expected": env.precision_expected, "act_prec": env.act_prec,
-            "act": env.act, "dedup": env.dedup, "affinity": env.affinity, "threads": threads, "device": device,
-            "model_dir": model_dir, "prompts": source, "n_prompts": len(prompts), "max_new": max_new,
-            "rounds": rounds, "warnings": list(env.warnings) + ([msg] if msg else [])}
+            "act": env.act, "dedup": env.dedup, "dedup_active": _dedup_active(dec), "affinity": env.affinity,
+            "threads": threads, "device": device, "model_dir": model_dir, "prompts": source,
+            "n_prompts": len(prompts), "max_new": max_new, "rounds": rounds, "rss_peak_reset": rss_reset,
+            "warnings": list(env.warnings) + later}
     for n in range(1, rounds + 1):
         kv0 = (int(dec.kv_hits), int(dec.kv_misses))
         t = run_round(dec, prompts, max_new, env)

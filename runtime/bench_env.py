@@ -85,17 +85,25 @@ class BenchEnv:
         counts as a mismatch: some matrices are stored otherwise)."""
         if self.precision_expected is None or actual == self.precision_expected:
             return None
-        return (f"IE_PRECISION={self.precision_expected} but the model's matrices are stored as {actual}; "
+        some = f" (only some are {self.precision_expected})" if self.precision_expected in _parts(actual) else ""
+        return (f"IE_PRECISION={self.precision_expected} but the model's matrices are stored as {actual}{some}; "
                 f"benchmarking them as stored")
 
     def model_error(self, model_dir: str, reason: str) -> str:
         """The message for a model that cannot be loaded. Without
         IE_REQUIRE_MODEL=1 it is an error all the same (no silent stub);
         the message says so, so nobody waits for a stub run."""
+        what = "cannot load the model" + ("" if model_dir in reason else f" in {model_dir}")
         if self.require_model:
-            return f"IE_REQUIRE_MODEL=1: cannot load the model in {model_dir}: {reason}"
-        return (f"cannot load the model in {model_dir}: {reason} "
+            return f"IE_REQUIRE_MODEL=1: {what}: {reason}"
+        return (f"{what}: {reason} "
                 f"(ierun bench has no stub mode: a real model is required even without IE_REQUIRE_MODEL=1)")
+
+
+def _parts(precision: str) -> list[str]:
+    """"mixed(int4w,f32)" -> ["int4w", "f32"]; "f32" -> ["f32"]."""
+    inner = precision[6:-1] if precision.startswith("mixed(") and precision.endswith(")") else precision
+    return inner.split(",")
 
 
 def _flag(env: Mapping[str, str], name: str, warn: list[str]) -> bool:
