@@ -24,6 +24,15 @@ _act = click.option("--act", type=click.Choice(["f32", "int8"]), default="f32", 
                     help="Activations into quantized matrices: f32, or int8 per 32 (faster, less exact).")
 
 
+# C0 controls other than newline and tab would drive the terminal (a tiny
+# model happily emits \x0e, "shift out"); streamed text shows them escaped.
+_CONTROLS = {c: f"\\x{c:02x}" for c in range(32) if chr(c) not in "\n\t"} | {0x7F: "\\x7f"}
+
+
+def printable(text: str) -> str:
+    return text.translate(_CONTROLS)
+
+
 def parse_ids(text: str) -> list[int]:
     try:
         ids = [int(t) for t in text.replace(" ", "").split(",") if t != ""]
@@ -55,8 +64,9 @@ def prompt_ids(dec, prompt: str | None, ids: str | None) -> list[int]:
 def generate_cmd(model_dir, prompt, ids, max_new, temp, top_p, seed, threads, ctx, act, as_json):
     """Generate text from a prompt: greedy by default, --temp/--top-p/--seed to sample.
 
-    The text streams to stdout as tokens come; with --json nothing streams
-    and one object is printed at the end.
+    The text streams to stdout as tokens come (control characters shown as
+    \\xNN); with --json nothing streams and one object with the exact ids
+    and text is printed at the end.
     """
     from .decoder import Decoder
 
@@ -73,7 +83,7 @@ def generate_cmd(model_dir, prompt, ids, max_new, temp, top_p, seed, threads, ct
         text = dec.decode(acc) if has_tok else " ".join(map(str, acc))
         # Byte-level tokens may end mid-character: print only what is settled.
         if not text.endswith("\ufffd"):
-            click.echo(text[len(shown):], nl=False)
+            click.echo(printable(text[len(shown):]), nl=False)
             sys.stdout.flush()
             shown = text
 
@@ -84,7 +94,7 @@ def generate_cmd(model_dir, prompt, ids, max_new, temp, top_p, seed, threads, ct
                                "stopped_at_eos": bool(new) and new[-1] in dec.spec.eos_ids}))
     else:
         if text is not None and text != shown:
-            click.echo(text[len(shown):], nl=False)
+            click.echo(printable(text[len(shown):]), nl=False)
         click.echo()
 
 
