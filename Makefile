@@ -6,6 +6,7 @@ VPY     := $(VENV)/bin/python
 PIP     := $(VPY) -m pip
 BUILD_DEPS := "scikit-build-core>=0.11" "pybind11>=2.12" "cmake>=3.18" ninja
 DEMO_OUT ?= out/demo
+DEMO_PROMPT ?= "The capital of France is"
 
 .PHONY: setup install test demo build-cuda golden golden-iebin bench-convert bench-decode clean
 
@@ -27,9 +28,14 @@ test: setup
 demo: setup
 	rm -rf $(DEMO_OUT)
 	$(VENV)/bin/ierun info
-	$(VENV)/bin/ieconv hf-to-iebin --hf-dir golden/hf/tiny-llama --out-dir $(DEMO_OUT)
-	$(VENV)/bin/ieconv validate --deep $(DEMO_OUT)
-	$(VENV)/bin/ieconv inspect $(DEMO_OUT)
+	$(VENV)/bin/ieconv hf-to-iebin --hf-dir golden/hf/tiny-llama --out-dir $(DEMO_OUT)/f32
+	$(VENV)/bin/ieconv validate --deep $(DEMO_OUT)/f32
+	$(VENV)/bin/ieconv inspect $(DEMO_OUT)/f32
+	$(VENV)/bin/ierun generate --model-dir $(DEMO_OUT)/f32 --prompt $(DEMO_PROMPT) --max-new 16
+	$(VENV)/bin/ieconv q4-manifest --hf-dir golden/hf/tiny-llama -o $(DEMO_OUT)/q4_manifest.json
+	$(VENV)/bin/ieconv hf-to-iebin --hf-dir golden/hf/tiny-llama --out-dir $(DEMO_OUT)/int4w --q4-map $(DEMO_OUT)/q4_manifest.json
+	$(VENV)/bin/ierun verify int4 --model-dir $(DEMO_OUT)/int4w --hf-dir golden/hf/tiny-llama
+	$(VENV)/bin/ierun generate --model-dir $(DEMO_OUT)/int4w --prompt $(DEMO_PROMPT) --max-new 16
 
 # CUDA kernels are opt-in; needs nvcc on PATH.
 build-cuda: $(VPY)

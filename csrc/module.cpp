@@ -23,6 +23,8 @@ namespace py = pybind11;
 void ie_register_dedup(pybind11::module_&);
 // Registered by csrc/bsr_bindings.cpp (block-sparse loader and kernels).
 void ie_register_bsr(pybind11::module_&);
+// Registered by csrc/decoder_bindings.cpp (the Llama-family decoder).
+void ie_register_decoder(pybind11::module_&);
 
 namespace {
 
@@ -250,4 +252,5 @@ PYBIND11_MODULE(_native, m) {
 #endif
   ie_register_dedup(m);
   ie_register_bsr(m);
+  ie_register_decoder(m);
 }

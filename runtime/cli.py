@@ -62,11 +62,14 @@ def verify() -> None:
 # Imported here, not at the top: each pulls in numpy and the native module,
 # which `ierun --help` and `ierun info` do not need to wait for.
 from .bench import bench  # noqa: E402
+from .decode_cli import generate_cmd, logits_cmd  # noqa: E402
 from .microbench import microbench  # noqa: E402
 from .verify import verify_int4_cmd  # noqa: E402
 from .verify_bsr import verify_bsr_cmd  # noqa: E402
 from .verify_dedup import dedup_cmd as verify_dedup_cmd  # noqa: E402
 
+cli.add_command(generate_cmd)
+cli.add_command(logits_cmd)
 cli.add_command(microbench)
 cli.add_command(bench)
 verify.add_command(verify_int4_cmd)

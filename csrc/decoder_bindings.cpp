@@ -1,0 +1,138 @@
+// Python bindings of the decoder (`_native.Decoder`, `pin_threads`,
+// `touch_bytes`). runtime/decoder.py is the only caller: it resolves HF
+// names to the keys used here and hands over byte views of the mapped
+// model.ie.bin, which this object keeps referenced for its lifetime.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "decoder.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+const uint8_t* byte_view(const py::object& buf, size_t expected, const std::string& what) {
+  py::buffer_info info = py::reinterpret_borrow<py::buffer>(buf).request();
+  if (info.itemsize != 1 || info.ndim != 1 || (info.size > 1 && info.strides[0] != 1))
+    throw std::invalid_argument(what + ": weights must be a contiguous 1-D uint8 view");
+  if (static_cast<size_t>(info.size) != expected)
+    throw std::invalid_argument(what + ": " + std::to_string(info.size) + " bytes, the weight format needs " +
+                                std::to_string(expected));
+  return static_cast<const uint8_t*>(info.ptr);
+}
+
+ie::Matrix matrix(const py::dict& mats, const std::string& key, py::list& keep) {
+  if (!mats.contains(key)) throw std::invalid_argument("decoder weights: missing matrix '" + key + "'");
+  py::dict d = mats[py::str(key)];
+  ie::Matrix m;
+  m.spec = ie::make_weight_spec(d["dtype"].cast<std::string>(), d["rows"].cast<int64_t>(), d["cols"].cast<int64_t>(),
+                                d["group_size"].cast<int64_t>(), d["symmetric"].cast<bool>(),
+                                d["scale_dtype"].cast<std::string>());
+  py::object buf = d["data"];
+  m.data = byte_view(buf, ie::weight_nbytes(m.spec), key);
+  keep.append(buf);
+  return m;
+}
+
+std::vector<float> vec(const py::dict& vecs, const std::string& key, bool optional = false) {
+  if (!vecs.contains(key)) {
+    if (optional) return {};
+    throw std::invalid_argument("decoder weights: missing vector '" + key + "'");
+  }
+  F32Array a = vecs[py::str(key)].cast<F32Array>();
+  return std::vector<float>(a.data(), a.data() + a.size());
+}
+
+// Owns the decoder and the Python objects whose memory it reads.
+struct PyDecoder {
+  std::unique_ptr<ie::Decoder> dec;
+  py::list keep;
+};
+
+std::unique_ptr<PyDecoder> make_decoder(const py::dict& cfg_d, const py::dict& mats, const py::dict& vecs,
+                                        const std::string& act, int threads, const std::string& isa) {
+  auto out = std::make_unique<PyDecoder>();
+  ie::DecoderConfig c;
+  c.n_layers = cfg_d["n_layers"].cast<int>();
+  c.hidden = cfg_d["hidden"].cast<int>();
+  c.n_heads = cfg_d["n_heads"].cast<int>();
+  c.n_kv_heads = cfg_d["n_kv_heads"].cast<int>();
+  c.head_dim = cfg_d["head_dim"].cast<int>();
+  c.inter = cfg_d["inter"].cast<int>();
+  c.vocab = cfg_d["vocab"].cast<int>();
+  c.max_ctx = cfg_d["max_ctx"].cast<int>();
+  c.eps = cfg_d["eps"].cast<float>();
+  c.inv_freq = cfg_d["inv_freq"].cast<std::vector<float>>();
+  if (c.n_layers < 1) throw std::invalid_argument("decoder config: n_layers must be >= 1");
+  ie::DecoderWeights w;
+  w.embed = matrix(mats, "embed", out->keep);
+  w.lm_head = matrix(mats, "lm_head", out->keep);
+  w.final_norm = vec(vecs, "norm");
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    ie::LayerWeights L;
+    L.attn_norm = vec(vecs, p + "attn_norm");
+    L.mlp_norm = vec(vecs, p + "mlp_norm");
+    L.q = matrix(mats, p + "q", out->keep);
+    L.k = matrix(mats, p + "k", out->keep);
+    L.v = matrix(mats, p + "v", out->keep);
+    L.o = matrix(mats, p + "o", out->keep);
+    L.gate = matrix(mats, p + "gate", out->keep);
+    L.up = matrix(mats, p + "up", out->keep);
+    L.down = matrix(mats, p + "down", out->keep);
+    L.bq = vec(vecs, p + "bq", true);
+    L.bk = vec(vecs, p + "bk", true);
+    L.bv = vec(vecs, p + "bv", true);
+    w.layers.push_back(std::move(L));
+  }
+  out->dec = std::make_unique<ie::Decoder>(std::move(c), std::move(w), ie::parse_act(act), threads,
+                                           ie::resolve_isa(isa));
+  return out;
+}
+
+py::array_t<float> forward(PyDecoder& self, py::array_t<int32_t, py::array::c_style | py::array::forcecast> tokens,
+                           bool all_logits) {
+  const int n = static_cast<int>(tokens.size());
+  const int vocab = self.dec->config().vocab;
+  py::array_t<float> logits(all_logits ? std::vector<py::ssize_t>{n, vocab} : std::vector<py::ssize_t>{vocab});
+  float* out = logits.mutable_data();
+  const int32_t* t = tokens.data();
+  {
+    py::gil_scoped_release nogil;
+    self.dec->forward(t, n, out, all_logits);
+  }
+  return logits;
+}
+
+}  // namespace
+
+void ie_register_decoder(py::module_& m) {
+  py::class_<PyDecoder>(m, "Decoder", "Llama-family decoder over weights read in place (csrc/decoder.h).")
+      .def(py::init(&make_decoder), py::arg("config"), py::arg("matrices"), py::arg("vectors"),
+           py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "")
+      .def("forward", &forward, py::arg("tokens"), py::arg("all_logits") = false,
+           "Run tokens at the next positions; float32 logits [n, vocab] (all_logits) or [vocab] (last).")
+      .def("truncate", [](PyDecoder& s, int n) { s.dec->truncate(n); }, py::arg("n"),
+           "Forget cached positions >= n.")
+      .def_property_readonly("n_past", [](const PyDecoder& s) { return s.dec->n_past(); });
+  m.def("pin_threads", &ie::pin_threads, py::arg("threads"), py::arg("mode"),
+        "Pin the OpenMP threads (compact|scatter|auto); returns each thread's CPU (-1: not pinned).");
+  m.def(
+      "touch_bytes",
+      [](py::buffer buf, size_t start, size_t nbytes, size_t stride) {
+        py::buffer_info info = buf.request();
+        const auto* p = static_cast<const uint8_t*>(info.ptr);
+        const size_t size = static_cast<size_t>(info.size) * static_cast<size_t>(info.itemsize);
+        py::gil_scoped_release nogil;
+        return ie::touch_bytes(p, size, start, nbytes, stride);
+      },
+      py::arg("buf"), py::arg("start"), py::arg("nbytes"), py::arg("stride"),
+      "Read one byte every `stride` bytes, `nbytes` in all, from `start`, wrapping; returns their sum.");
+}

@@ -1,0 +1,124 @@
+"""``ierun generate`` and ``ierun logits``: the decoder as a user drives it."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+
+from iekit.formats.atomic import write_file_atomic
+from iekit.formats.errors import IEError
+
+from .sampling import Sampler, generate
+
+_model_dir = click.option("--model-dir", required=True, type=click.Path(path_type=Path),
+                          help="IEBIN model directory (Llama, Mistral or Qwen2).")
+_threads = click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="OpenMP threads.")
+_ctx = click.option("--ctx", type=click.IntRange(min=1), default=None,
+                    help="KV cache positions [min(max_position_embeddings, 4096)].")
+_act = click.option("--act", type=click.Choice(["f32", "int8"]), default="f32", show_default=True,
+                    help="Activations into quantized matrices: f32, or int8 per 32 (faster, less exact).")
+
+
+# C0 controls other than newline and tab would drive the terminal (a tiny
+# model happily emits \x0e, "shift out"); streamed text shows them escaped.
+_CONTROLS = {c: f"\\x{c:02x}" for c in range(32) if chr(c) not in "\n\t"} | {0x7F: "\\x7f"}
+
+
+def printable(text: str) -> str:
+    return text.translate(_CONTROLS)
+
+
+def parse_ids(text: str) -> list[int]:
+    try:
+        ids = [int(t) for t in text.replace(" ", "").split(",") if t != ""]
+    except ValueError:
+        raise IEError(f"--ids: expected comma-separated integers, got {text!r}") from None
+    if not ids:
+        raise IEError("--ids: no ids given")
+    return ids
+
+
+def prompt_ids(dec, prompt: str | None, ids: str | None) -> list[int]:
+    if (prompt is None) == (ids is None):
+        raise click.UsageError("give exactly one of --prompt and --ids")
+    return dec.encode(prompt) if prompt is not None else parse_ids(ids)
+
+
+@click.command("generate")
+@_model_dir
+@click.option("--prompt", help="Prompt text (tokenized with the model's tokenizer.json).")
+@click.option("--ids", help="Prompt as comma-separated token ids (models without a tokenizer).")
+@click.option("--max-new", default=32, show_default=True, type=click.IntRange(min=0), help="New tokens at most (EOS stops earlier).")
+@click.option("--temp", default=0.0, show_default=True, help="Sampling temperature; 0 is greedy.")
+@click.option("--top-p", default=1.0, show_default=True, help="Nucleus sampling: keep the most likely tokens up to this mass.")
+@click.option("--seed", type=int, default=None, help="Sampling seed (reproducible runs).")
+@_threads
+@_ctx
+@_act
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (prompt and generated ids, text).")
+def generate_cmd(model_dir, prompt, ids, max_new, temp, top_p, seed, threads, ctx, act, as_json):
+    """Generate text from a prompt: greedy by default, --temp/--top-p/--seed to sample.
+
+    The text streams to stdout as tokens come (control characters shown as
+    \\xNN); with --json nothing streams and one object with the exact ids
+    and text is printed at the end.
+    """
+    from .decoder import Decoder
+
+    sampler = Sampler(temp, top_p, seed)
+    dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act)
+    pids = prompt_ids(dec, prompt, ids)
+    has_tok = (dec.model.dir / "tokenizer.json").is_file()
+    shown = ""
+    acc: list[int] = []
+
+    def stream(tok: int) -> None:
+        nonlocal shown
+        acc.append(tok)
+        text = dec.decode(acc) if has_tok else " ".join(map(str, acc))
+        # Byte-level tokens may end mid-character: print only what is settled.
+        if not text.endswith("\ufffd"):
+            click.echo(printable(text[len(shown):]), nl=False)
+            sys.stdout.flush()
+            shown = text
+
+    new = generate(dec, pids, max_new, sampler, on_token=None if as_json else stream)
+    text = dec.decode(new) if has_tok else None
+    if as_json:
+        click.echo(json.dumps({"prompt_ids": pids, "generated_ids": new, "text": text,
+                               "stopped_at_eos": bool(new) and new[-1] in dec.spec.eos_ids}))
+    else:
+        if text is not None and text != shown:
+            click.echo(printable(text[len(shown):]), nl=False)
+        click.echo()
+
+
+@click.command("logits")
+@_model_dir
+@click.option("--ids", help="Token ids, comma-separated.")
+@click.option("--prompt", help="Or text, tokenized with the model's tokenizer.json.")
+@click.option("--out", "out_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="Output .npy: float32 [n_ids, vocab], row i = logits after ids[:i+1].")
+@_threads
+@_ctx
+@_act
+def logits_cmd(model_dir, ids, prompt, out_path, threads, ctx, act):
+    """Write the logits of every position of one sequence to a .npy file.
+
+    The file is written under a temporary name and renamed, so a failed run
+    never leaves a partial file.
+    """
+    from .decoder import Decoder
+
+    dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act)
+    seq = prompt_ids(dec, prompt, ids)
+    out = dec.logits(seq)
+    buf = io.BytesIO()
+    np.save(buf, out.astype(np.float32, copy=False))
+    write_file_atomic(out_path, buf.getvalue())
+    click.echo(f"OK {out_path}: float32 {list(out.shape)}", err=True)

@@ -1,0 +1,321 @@
+"""The decoder runtime's Python side: IEBIN artifact -> native ``Decoder``.
+
+Reads the model description captured in ``model.ie.json`` (architecture,
+dimensions, RoPE), checks every tensor the architecture needs (present,
+right shape, a dtype the GEMV kernels read), and hands the native decoder
+zero-copy views of the mapped ``model.ie.bin`` (or, with ``IE_DEDUP=1``,
+of tensors rebuilt by the dedup loader). The per-token step runs entirely
+in C++ with the GIL released (csrc/decoder.cpp); this module only keeps
+the bookkeeping that makes benchmarks honest: the KV-cache prefix reuse
+counters and the weight bytes one step reads.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from iekit.convert.casting import decode_f32
+from iekit.formats import iebin
+from iekit.formats.errors import IEError
+
+from . import kernels
+from .dedup import TensorSource
+from .native import NativeArgumentError, _native
+
+ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+FLOAT_VECTOR_DTYPES = ("f32", "f16", "bf16")
+DEFAULT_MAX_CTX = 4096  # KV cache positions when the model allows more (float32, layers x 2 x kv_dim each)
+
+_LAYER_MATRICES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
+                   "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+_LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "mlp_norm": "post_attention_layernorm.weight"}
+_LAYER_BIASES = {"bq": "self_attn.q_proj.bias", "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias"}
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """The dimensions the decoder runs with, from model.ie.json."""
+
+    architecture: str
+    n_layers: int
+    hidden: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    inter: int
+    vocab: int
+    max_positions: int
+    eps: float
+    inv_freq: np.ndarray
+    tied: bool
+    eos_ids: frozenset[int]
+    bos_id: int | None
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> np.ndarray:
+    """RoPE inverse frequencies as transformers computes them (float32), with
+    Llama-3 ``rope_type: llama3`` scaling applied when the config asks."""
+    inv = (1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim))))
+    inv = inv.astype(np.float32)
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind in (None, "default"):
+        return inv
+    if kind != "llama3":
+        raise IEError(f"rope scaling {kind!r} is not supported (default and llama3 are)")
+    factor = float(scaling["factor"])
+    low, high = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
+    old_ctx = float(scaling["original_max_position_embeddings"])
+    low_wl, high_wl = old_ctx / low, old_ctx / high
+    wavelen = 2 * math.pi / inv
+    smooth = (old_ctx / wavelen - low) / (high - low)
+    scaled = np.where(wavelen > low_wl, inv / factor, inv)
+    medium = (wavelen >= high_wl) & (wavelen <= low_wl)
+    return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled).astype(np.float32)
+
+
+def _int(model: dict, meta_path: Path, key: str) -> int:
+    v = model.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise IEError(f"{meta_path}: model.{key}: expected a positive integer, got {v!r}")
+    return v
+
+
+def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
+    """Everything the decoder needs from model.ie.json, or one clear error."""
+    m = meta.get("model") or {}
+    cfg = meta.get("config") or {}
+    arch = m.get("architecture")
+    if arch not in ARCHITECTURES:
+        raise IEError(f"{meta_path}: model.architecture: {arch!r} is not supported by the decoder "
+                      f"(supported: {', '.join(ARCHITECTURES)})")
+    act = m.get("hidden_act")
+    if act not in (None, "silu"):
+        raise IEError(f"{meta_path}: model.hidden_act: {act!r} is not supported (silu is)")
+    hidden, heads = _int(m, meta_path, "hidden_size"), _int(m, meta_path, "num_attention_heads")
+    head_dim = m.get("head_dim") or hidden // heads
+    theta = m.get("rope_theta") or 10000.0
+    scaling = m.get("rope_scaling")
+    rp = cfg.get("rope_parameters")
+    if scaling is None and isinstance(rp, dict) and rp.get("rope_type", "default") != "default":
+        scaling = rp
+    eos = m.get("eos_token_id")
+    eos_ids = frozenset(eos if isinstance(eos, list) else ([] if eos is None else [eos]))
+    return DecoderSpec(
+        architecture=arch, n_layers=_int(m, meta_path, "num_hidden_layers"), hidden=hidden, n_heads=heads,
+        n_kv_heads=m.get("num_key_value_heads") or heads, head_dim=int(head_dim),
+        inter=_int(m, meta_path, "intermediate_size"), vocab=_int(m, meta_path, "vocab_size"),
+        max_positions=m.get("max_position_embeddings") or DEFAULT_MAX_CTX,
+        eps=float(m.get("norm_eps") or 1e-6), inv_freq=rope_inv_freq(int(head_dim), float(theta), scaling),
+        tied=bool(m.get("tie_word_embeddings")), eos_ids=eos_ids, bos_id=m.get("bos_token_id"))
+
+
+class Decoder:
+    """Greedy/sampled decoding of an IEBIN Llama-family model on the CPU.
+
+    ``prefill`` reuses the longest cached prefix of the previous sequence
+    (``kv_hits`` counts reused positions, ``kv_misses`` computed ones), so a
+    benchmark that repeats prompts measures a real cache, not a stub.
+    """
+
+    def __init__(self, model_dir: str | os.PathLike, *, threads: int = 1, act: str = "f32",
+                 affinity: str | None = None, ctx: int | None = None, isa: str = ""):
+        if threads < 1:
+            raise IEError(f"threads must be >= 1, got {threads}")
+        self.source = TensorSource(model_dir, threads=threads, isa=isa)
+        self.model = self.source.model
+        meta_path = self.model.meta_path
+        self.spec = s = decoder_spec(self.model.meta, meta_path)
+        self.max_ctx = min(s.max_positions, DEFAULT_MAX_CTX) if ctx is None else ctx
+        if self.max_ctx < 1:
+            raise IEError(f"ctx must be >= 1, got {self.max_ctx}")
+        self.threads = threads
+        self.act = act
+        self.pinned = _native.pin_threads(threads, affinity) if affinity else None
+        entries = {t["name"]: t for t in self.model.tensors}
+        q_dim, kv_dim = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim
+
+        def entry(name: str, shape: list[int]) -> dict[str, Any]:
+            t = entries.get(name)
+            if t is None:
+                raise IEError(f"{meta_path}: tensors: {name!r} is missing ({s.architecture} needs it)")
+            if list(t["shape"]) != shape:
+                raise IEError(f"{meta_path}: tensors[{name!r}].shape: {t['shape']}, the config implies {shape}")
+            return t
+
+        mats: dict[str, dict[str, Any]] = {}
+        vecs: dict[str, np.ndarray] = {}
+        self._step_bytes = 0
+
+        def matrix(key: str, name: str, shape: list[int], per_step: bool = True) -> None:
+            t = entry(name, shape)
+            try:
+                p = kernels.weight_params(t)
+            except NativeArgumentError as e:
+                raise IEError(f"{meta_path}: tensors[{name!r}]: {e}") from None
+            mats[key] = {**p, "data": self.source.get(name)}
+            self._step_bytes += t["nbytes"] if per_step else 0
+
+        def vector(key: str, name: str, n: int) -> None:
+            t = entry(name, [n])
+            if t["dtype"] not in FLOAT_VECTOR_DTYPES:
+                raise IEError(f"{meta_path}: tensors[{name!r}].dtype: {t['dtype']!r}; the decoder reads "
+                              f"norms and biases as {', '.join(FLOAT_VECTOR_DTYPES)}")
+            vecs[key] = decode_f32(self.source.get(name).tobytes(), t["dtype"])
+            self._step_bytes += t["nbytes"]
+
+        embed_name = "model.embed_tokens.weight"
+        matrix("embed", embed_name, [s.vocab, s.hidden], per_step=False)
+        self._step_bytes += entries[embed_name]["nbytes"] // s.vocab  # one row per token
+        if s.tied or "lm_head.weight" not in entries:
+            mats["lm_head"] = mats["embed"]
+            self._step_bytes += entries[embed_name]["nbytes"]
+            head = entries[embed_name]
+        else:
+            matrix("lm_head", "lm_head.weight", [s.vocab, s.hidden])
+            head = entries["lm_head.weight"]
+        vector("norm", "model.norm.weight", s.hidden)
+        shapes = {"q": [q_dim, s.hidden], "k": [kv_dim, s.hidden], "v": [kv_dim, s.hidden], "o": [s.hidden, q_dim],
+                  "gate": [s.inter, s.hidden], "up": [s.inter, s.hidden], "down": [s.hidden, s.inter]}
+        bias_len = {"bq": q_dim, "bk": kv_dim, "bv": kv_dim}
+        stored: dict[str, int] = {head["dtype"]: head["nbytes"]}
+        for i in range(s.n_layers):
+            pre = f"model.layers.{i}."
+            for key, hf in _LAYER_MATRICES.items():
+                matrix(f"layers.{i}.{key}", f"{pre}{hf}.weight", shapes[key])
+                t = entries[f"{pre}{hf}.weight"]
+                stored[t["dtype"]] = stored.get(t["dtype"], 0) + t["nbytes"]
+            for key, hf in _LAYER_VECTORS.items():
+                vector(f"layers.{i}.{key}", pre + hf, s.hidden)
+            for key, hf in _LAYER_BIASES.items():
+                if pre + hf in entries:
+                    vector(f"layers.{i}.{key}", pre + hf, bias_len[key])
+                elif s.architecture == "Qwen2ForCausalLM":
+                    raise IEError(f"{meta_path}: tensors: {pre + hf!r} is missing (Qwen2 has q/k/v biases)")
+        cfg = {"n_layers": s.n_layers, "hidden": s.hidden, "n_heads": s.n_heads, "n_kv_heads": s.n_kv_heads,
+               "head_dim": s.head_dim, "inter": s.inter, "vocab": s.vocab, "max_ctx": self.max_ctx, "eps": s.eps,
+               "inv_freq": s.inv_freq.tolist()}
+        try:
+            self._dec = _native.Decoder(cfg, mats, vecs, act=act, threads=threads, isa=isa)
+        except ValueError as e:
+            raise IEError(f"{meta_path}: {e}") from None
+        by_size = sorted(stored.items(), key=lambda kv: -kv[1])
+        self.precision = by_size[0][0] if len(by_size) == 1 else f"mixed({','.join(d for d, _ in by_size)})"
+        self.model_bytes = sum(t["nbytes"] for t in self.model.tensors)
+        self._tokens: list[int] = []
+        self._tokenizer = None
+        self.kv_hits = 0
+        self.kv_misses = 0
+        self._touch_pos = 0
+        self._touch_map: np.memmap | None = None
+
+    # -- facts for reports ------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return self.spec.vocab
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return min(self.spec.eos_ids) if self.spec.eos_ids else None
+
+    @property
+    def weight_bytes_per_token(self) -> int:
+        """Weight bytes one decode step reads: every layer matrix, norms and
+        biases, the output head and one embedding row."""
+        return self._step_bytes
+
+    @property
+    def n_past(self) -> int:
+        return self._dec.n_past
+
+    # -- tokens -------------------------------------------------------------
+
+    def _tok(self):
+        if self._tokenizer is None:
+            path = self.model.dir / "tokenizer.json"
+            if not path.is_file():
+                raise IEError(f"{self.model.dir}: no tokenizer.json; give prompts as token ids")
+            from tokenizers import Tokenizer
+
+            try:
+                self._tokenizer = Tokenizer.from_file(str(path))
+            except Exception as e:  # the tokenizers library raises its own Exception type
+                raise IEError(f"{path}: cannot load the tokenizer: {e}") from None
+        return self._tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` with the tokenizer's own post-processing (BOS where it adds one)."""
+        return list(self._tok().encode(text).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok().decode(list(ids), skip_special_tokens=False)
+
+    # -- running ------------------------------------------------------------
+
+    def _check_ids(self, ids: list[int]) -> None:
+        bad = [i for i in ids if not 0 <= i < self.spec.vocab]
+        if bad:
+            raise IEError(f"token id {bad[0]} is outside the vocabulary (0..{self.spec.vocab - 1})")
+
+    def _run(self, ids: list[int], all_logits: bool) -> np.ndarray:
+        if len(self._tokens) + len(ids) > self.max_ctx:
+            raise IEError(f"sequence of {len(self._tokens) + len(ids)} tokens exceeds the context "
+                          f"({self.max_ctx}; see --ctx)")
+        try:
+            out = self._dec.forward(np.asarray(ids, np.int32), all_logits)
+        except ValueError as e:
+            raise IEError(str(e)) from None
+        self._tokens.extend(ids)
+        self.kv_misses += len(ids)
+        return out
+
+    def reset(self) -> None:
+        self._dec.truncate(0)
+        self._tokens.clear()
+
+    def prefill(self, ids: list[int]) -> np.ndarray:
+        """Logits [vocab] after ``ids``, computing only what the cache lacks:
+        the longest common prefix with the cached sequence is kept (at least
+        the last id is always run, since its logits are the result)."""
+        ids = list(ids)
+        if not ids:
+            raise IEError("empty prompt")
+        self._check_ids(ids)
+        keep = 0
+        limit = min(len(ids) - 1, len(self._tokens))
+        while keep < limit and self._tokens[keep] == ids[keep]:
+            keep += 1
+        self._dec.truncate(keep)
+        del self._tokens[keep:]
+        self.kv_hits += keep
+        return self._run(ids[keep:], all_logits=False)
+
+    def step(self, token: int) -> np.ndarray:
+        """Append one token; logits [vocab] for the next."""
+        self._check_ids([token])
+        return self._run([token], all_logits=False)
+
+    def logits(self, ids: list[int]) -> np.ndarray:
+        """Float32 logits [len(ids), vocab] of a fresh sequence, one row per position."""
+        ids = list(ids)
+        if not ids:
+            raise IEError("no ids")
+        self._check_ids(ids)
+        self.reset()
+        return self._run(ids, all_logits=True)
+
+    def touch(self, nbytes: int, stride: int) -> int:
+        """The benchmark's work-touch: read one byte every ``stride`` of the
+        mapped model.ie.bin, ``nbytes`` in all, continuing where the last
+        call stopped. Returns the checksum of the bytes read."""
+        if self._touch_map is None:
+            self._touch_map = np.memmap(self.model.dir / iebin.BIN_NAME, dtype=np.uint8, mode="r")
+        total = _native.touch_bytes(self._touch_map, self._touch_pos, nbytes, stride)
+        self._touch_pos = (self._touch_pos + nbytes) % max(1, self._touch_map.size)
+        return int(total)

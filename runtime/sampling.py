@@ -1,0 +1,61 @@
+"""Choosing the next token from logits: greedy, or temperature + nucleus (top-p).
+
+Kept apart from the decoder so the benchmark (always greedy, so runs are
+comparable) and ``ierun generate`` share one definition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from iekit.formats.errors import IEError
+
+
+@dataclass
+class Sampler:
+    """``temp == 0`` is greedy (argmax; ties go to the lowest id, as torch's
+    argmax). Otherwise softmax(logits / temp), restricted to the smallest set
+    of tokens whose probability reaches ``top_p``, sampled with ``seed``."""
+
+    temp: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.temp >= 0 and np.isfinite(self.temp)):
+            raise IEError(f"--temp must be a finite number >= 0, got {self.temp}")
+        if not 0 < self.top_p <= 1:
+            raise IEError(f"--top-p must be in (0, 1], got {self.top_p}")
+        self._rng = np.random.default_rng(self.seed)
+
+    def __call__(self, logits: np.ndarray) -> int:
+        if self.temp == 0:
+            return int(np.argmax(logits))
+        z = logits.astype(np.float64) / self.temp
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        order = np.argsort(-p, kind="stable")
+        cum = np.cumsum(p[order])
+        keep = order[: int(np.searchsorted(cum, self.top_p) + 1)]
+        q = p[keep] / p[keep].sum()
+        return int(keep[self._rng.choice(keep.size, p=q)])
+
+
+def generate(dec, prompt_ids: list[int], max_new: int, sampler: Sampler, on_token=None) -> list[int]:
+    """New ids after ``prompt_ids``: up to ``max_new``, stopping after an EOS id."""
+    if max_new < 0:
+        raise IEError(f"--max-new must be >= 0, got {max_new}")
+    out: list[int] = []
+    if max_new == 0:
+        return out
+    logits = dec.prefill(prompt_ids)
+    while True:
+        tok = sampler(logits)
+        out.append(tok)
+        if on_token is not None:
+            on_token(tok)
+        if len(out) == max_new or tok in dec.spec.eos_ids:
+            return out
+        logits = dec.step(tok)
