@@ -119,7 +119,8 @@ def main() -> None:
               f"tps_true {tps}, "
               f"roofline_fraction {' '.join(f'{x:.3f}' for x in rf)} (median {statistics.median(rf):.3f}) "
               f"of read_bw {last['read_bw_gbps']:.2f} GB/s, mb_per_token {last['mb_per_token']:.1f}, "
-              f"effective {last['effective_gbps']:.2f} GB/s")
+              f"effective {last['effective_gbps']:.2f} GB/s, decode step p50 {last['latency_p50_ms']:.2f} ms, "
+              f"prefill {last['prefill_ms']:.0f} ms")
     finally:
         if args.keep:
             print(f"decode_bench: kept {tmp}", file=sys.stderr)
