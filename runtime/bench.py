@@ -59,10 +59,11 @@ def _dedup_active(dec: Any) -> bool | None:
 
 HELP = """Time greedy decoding of a converted model: one JSON line per round.
 
-Each round generates --max-new tokens (or until EOS; the EOS token counts)
-for every prompt, on the CPU decoder, from a fresh prompt each time; the
-decoder may reuse its cached KV of a common prefix (kv_hits). Only the JSON
-lines go to stdout; progress and warnings go to stderr.
+Each round runs every prompt in turn on the CPU decoder: prefill, then
+greedy decoding of --max-new tokens (fewer on EOS; the EOS token counts).
+The decoder keeps its KV cache between prompts and rounds and reuses the
+part shared with the previous sequence (kv_hits). Only the JSON lines go
+to stdout; progress and warnings go to stderr.
 
 \b
 Prompts file: one prompt per line, blank lines skipped. A line is
