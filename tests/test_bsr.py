@@ -60,19 +60,9 @@ def assert_gemv_close(y: np.ndarray, a64: np.ndarray, x: np.ndarray, bias: np.nd
 # Hand-written matrices with known products (exact in float32)
 # --------------------------------------------------------------------------
 
-HAND_4X4 = np.array([[1, 2, 0, 0],
-                     [3, 4, 0, 0],
-                     [0, 0, 0, 0],
-                     [0, 0, 5, 6]], np.float32)
-
-HAND_8X8 = np.array([[1, 1, 1, 1, 0, 0, 0, 0],
-                     [2, 2, 2, 2, 0, 0, 0, 0],
-                     [0, 0, 0, 3, 0, 0, 0, 0],
-                     [4, 0, 0, 0, 0, 0, 0, 0],
-                     [0, 0, 0, 0, 1, 0, 0, 0],
-                     [0, 0, 0, 0, 0, 2, 0, 0],
-                     [0, -1, 0, 0, 0, 0, 3, 0],
-                     [0, 0, 0, 0, 0, 0, 0, 4]], np.float32)
+# The source document's hand-written cases, as committed (golden/bsr/make_golden_bsr.py writes them).
+HAND_4X4 = np.load(GOLDEN_BSR / "hand_4x4.npy")
+HAND_8X8 = np.load(GOLDEN_BSR / "hand_8x8.npy")
 
 
 @pytest.mark.parametrize("isa", ISAS)
