@@ -41,18 +41,24 @@ NORM_CHUNK_ELEMS = 1 << 22  # bounds the float64 temporaries of the block norms
 
 
 def load_npy(path: Path) -> np.ndarray:
-    """A 2-D float32/float16 .npy as float32 (f16 widens exactly)."""
+    """A 2-D float32/float16/bfloat16 .npy as float32 (both widen exactly).
+
+    numpy has no bfloat16 of its own: ml_dtypes' bfloat16 is saved as a
+    2-byte void ('|V2'), which is read as bfloat16 bits."""
     try:
         a = np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as e:
         raise FormatError(path, "(header)", f"not a readable .npy file ({e})") from None
     if not isinstance(a, np.ndarray):
         raise FormatError(path, "(header)", "not a single-array .npy file")
-    if a.dtype.kind != "f" or a.dtype.itemsize not in (2, 4):
-        raise FormatError(path, "dtype", f"{a.dtype} is not supported: float32 or float16 "
-                          "(bfloat16 only from an IEBIN tensor: --model-dir/--tensor)")
+    bf16 = a.dtype.name == "bfloat16" or (a.dtype.kind == "V" and a.dtype.itemsize == 2 and a.dtype.fields is None)
+    if not bf16 and (a.dtype.kind != "f" or a.dtype.itemsize not in (2, 4)):
+        raise FormatError(path, "dtype", f"{a.dtype} is not supported: float32, float16 or bfloat16")
     if a.ndim != 2:
         raise FormatError(path, "shape", f"must be 2-D, got shape {list(a.shape)}")
+    if bf16:
+        bits = np.ascontiguousarray(a).view(np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32)
     return np.ascontiguousarray(a, dtype=np.float32)
 
 

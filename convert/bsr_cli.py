@@ -97,7 +97,7 @@ def block_sparse_cmd(dense, rows, cols, model_dir, tensor, block_rows, block_col
     """Convert a dense matrix to a block-sparse BSR file (docs/formats/bsr.md).
 
     \b
-    DENSE is a .npy (float32, or float16 widened exactly) or a raw
+    DENSE is a .npy (float32, or float16/bfloat16 widened exactly) or a raw
     little-endian float32 .bin with --rows/--cols; or take a tensor from an
     IEBIN model with --model-dir/--tensor (f32, f16, bf16).
 

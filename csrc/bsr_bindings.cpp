@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "py_args.h"
 #include "bsr.h"
 
 namespace py = pybind11;
@@ -78,30 +79,10 @@ py::array_t<float> gemv(const PyBsr& self, const FArray& x, const std::optional<
   const ie::Isa isa = ie::resolve_isa(isa_name);
   const ie::BsrMatrix& m = self.m;
   const auto cols = static_cast<py::ssize_t>(m.cols), rows = static_cast<py::ssize_t>(m.rows);
-  py::ssize_t batch = 1;
-  if (x.ndim() == 1) {
-    if (x.shape(0) != cols)
-      throw std::invalid_argument("x must have " + std::to_string(cols) + " elements, got " + std::to_string(x.shape(0)));
-  } else if (x.ndim() == 2) {
-    batch = x.shape(0);
-    if (x.shape(1) != cols)
-      throw std::invalid_argument("x must be [batch, " + std::to_string(cols) + "], got [" + std::to_string(x.shape(0)) +
-                                  ", " + std::to_string(x.shape(1)) + "]");
-    if (batch < 1 || batch > ie::kBsrMaxBatch)
-      throw std::invalid_argument("x batch must be 1.." + std::to_string(ie::kBsrMaxBatch) + ", got " +
-                                  std::to_string(batch));
-  } else {
-    throw std::invalid_argument("x must be 1-D [cols] or 2-D [batch, cols], got " + std::to_string(x.ndim()) +
-                                " dimensions");
-  }
-  const float* bp = nullptr;
-  if (bias) {
-    if (bias->ndim() != 1 || bias->shape(0) != rows)
-      throw std::invalid_argument("bias must be 1-D with " + std::to_string(rows) + " elements");
-    bp = bias->data();
-  }
+  const py::ssize_t batch = ie::activation_batch(x, cols, ie::kBsrMaxBatch);
+  const float* bp = ie::bias_data(bias, rows);
   if (threads < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(threads));
-  py::array_t<float> y = x.ndim() == 1 ? py::array_t<float>({rows}) : py::array_t<float>({batch, rows});
+  py::array_t<float> y = ie::gemv_output(x, batch, rows);
   const float* xp = x.data();
   float* yp = y.mutable_data();
   {

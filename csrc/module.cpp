@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "py_args.h"
 #include "cpu_features.h"
 #include "gemv.h"
 #include "isa.h"
@@ -98,28 +99,10 @@ py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_
   const ie::Act a = ie::parse_act(act);
   const ie::Isa isa = ie::resolve_isa(isa_name);
   const py::buffer_info wb = weight_buffer(w, s);
-  int64_t batch = 1;
-  if (x.ndim() == 1) {
-    if (x.shape(0) != cols)
-      throw std::invalid_argument("x must have " + std::to_string(cols) + " elements, got " + std::to_string(x.shape(0)));
-  } else if (x.ndim() == 2) {
-    batch = x.shape(0);
-    if (x.shape(1) != cols)
-      throw std::invalid_argument("x must be [batch, " + std::to_string(cols) + "], got [" + std::to_string(x.shape(0)) +
-                                  ", " + std::to_string(x.shape(1)) + "]");
-    if (batch < 1 || batch > ie::kMaxBatch)
-      throw std::invalid_argument("x batch must be 1.." + std::to_string(ie::kMaxBatch) + ", got " + std::to_string(batch));
-  } else {
-    throw std::invalid_argument("x must be 1-D [cols] or 2-D [batch, cols], got " + std::to_string(x.ndim()) + " dimensions");
-  }
-  const float* bp = nullptr;
-  if (bias) {
-    if (bias->ndim() != 1 || bias->shape(0) != rows)
-      throw std::invalid_argument("bias must be 1-D with " + std::to_string(rows) + " elements");
-    bp = bias->data();
-  }
+  const int64_t batch = ie::activation_batch(x, cols, ie::kMaxBatch);
+  const float* bp = ie::bias_data(bias, rows);
   if (threads < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(threads));
-  py::array_t<float> y = x.ndim() == 1 ? py::array_t<float>({rows}) : py::array_t<float>({batch, rows});
+  py::array_t<float> y = ie::gemv_output(x, batch, rows);
   const uint8_t* wp = static_cast<const uint8_t*>(wb.ptr);
   const float* xp = x.data();
   float* yp = y.mutable_data();

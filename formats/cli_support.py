@@ -3,12 +3,15 @@
 A user error ends as one line on stderr and a non-zero exit status, never a
 traceback: exit 1 for bad input (IEError, OS errors), 2 for bad usage
 (click), 130 on Ctrl-C, 3 for an internal bug (traceback with IE_DEBUG=1).
+Warnings (e.g. a dedup artifact that cannot be used) are one line too,
+``warning: message``, without Python's source-line echo.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import click
 
@@ -20,7 +23,12 @@ def _fail(msg: str, code: int) -> int:
     return code
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    click.echo(f"warning: {message}", err=True)
+
+
 def run_cli(group: click.Group, prog_name: str) -> None:
+    warnings.showwarning = _one_line_warning
     try:
         rc = group.main(prog_name=prog_name, standalone_mode=False)
     except click.exceptions.Abort:

@@ -17,6 +17,7 @@ Exit 0 only when every check holds.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -38,7 +39,11 @@ out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty()
 
 
 def gemv_max_rel(native_m, ref: bsr.BsrMatrix, isa: str, threads: int, rng: np.random.Generator) -> float:
-    """Largest |y - ref| / (|A| @ |x| + |bias|) over a single GEMV with bias and the batched ones."""
+    """Largest |y - ref| / (|A| @ |x| + |bias|) over a single GEMV with bias and the batched ones.
+
+    Outputs whose float64 reference is not finite (a row holding NaN/Inf,
+    accepted with --allow-nonfinite) must be non-finite too and are not
+    measured; any other mismatch counts as infinitely wrong."""
     a64 = ref.to_dense(np.float64)
     worst = 0.0
     for b in BATCHES:
@@ -50,16 +55,20 @@ def gemv_max_rel(native_m, ref: bsr.BsrMatrix, isa: str, threads: int, rng: np.r
         if bias is not None:
             want += bias
             scale += np.abs(bias)
-        worst = max(worst, float((np.abs(y - want) / scale).max()))
+        fin = np.isfinite(want)
+        if not np.array_equal(np.isfinite(y), fin):
+            return math.inf
+        if fin.any():
+            worst = max(worst, float((np.abs(y[fin] - want[fin]) / scale[fin]).max()))
     return worst
 
 
-def verify_bsr(path: Path, dense: np.ndarray, threads: int, seed: int) -> dict:
+def verify_bsr(path: Path, dense: np.ndarray, threads: int, seed: int, allow_nonfinite: bool = False) -> dict:
     try:
-        native_m = _native.BsrMatrix.load(str(path))
+        native_m = _native.BsrMatrix.load(str(path), allow_nonfinite=allow_nonfinite)
     except ValueError as e:
         raise IEError(str(e)) from None
-    ref = bsr.read(path)
+    ref = bsr.read(path, allow_nonfinite=allow_nonfinite)
     if dense.shape != (ref.rows, ref.cols):
         raise IEError(f"{path}: the matrix is {ref.rows}×{ref.cols} but the dense input is "
                       f"{'×'.join(map(str, dense.shape))}")
@@ -79,8 +88,9 @@ def verify_bsr(path: Path, dense: np.ndarray, threads: int, seed: int) -> dict:
     rel = {isa: gemv_max_rel(native_m, ref, isa, threads, rng) for isa in isas}
     checks["gemv"] = all(v <= GEMV_RTOL for v in rel.values())
     d64 = dense.astype(np.float64)
-    total = float(np.sum(d64 * d64))
-    dropped = float(np.sum((d64 - stored) ** 2))  # = the dropped blocks' mass when `blocks` holds
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf where a kept block holds inf
+        total = float(np.nansum(d64 * d64))
+        dropped = float(np.nansum(np.where(kept, 0.0, d64) ** 2))  # = the dropped blocks' mass when `blocks` holds
     return {
         "ok": all(checks.values()), "path": str(path), "rows": ref.rows, "cols": ref.cols,
         "block_rows": ref.block_rows, "block_cols": ref.block_cols, "nnzb": ref.nnzb, "density": ref.density,
@@ -114,13 +124,16 @@ def print_report(r: dict) -> None:
 @click.option("--tensor", help="Tensor name in --model-dir.")
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="GEMV threads.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random x and bias.")
+@click.option("--allow-nonfinite", is_flag=True,
+              help="Accept NaN/Inf values (as written by ieconv block-sparse --allow-nonfinite); "
+                   "GEMV outputs they reach must be non-finite and are not measured.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of the table.")
-def verify_bsr_cmd(path, dense_path, rows, cols, model_dir, tensor, threads, seed, as_json):
+def verify_bsr_cmd(path, dense_path, rows, cols, model_dir, tensor, threads, seed, allow_nonfinite, as_json):
     """Verify a .bsr file: C++ and Python loaders agree, the stored blocks are
     the dense input's, and the native GEMV (single and batched, every ISA)
     matches float64 (rel. error <= 1e-5); reports the dropped mass."""
     dense, _label = load_dense(dense_path, rows, cols, model_dir, tensor)
-    r = verify_bsr(path, dense, threads, seed)
+    r = verify_bsr(path, dense, threads, seed, allow_nonfinite)
     if as_json:
         click.echo(json.dumps(r, sort_keys=True))
     else:

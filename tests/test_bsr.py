@@ -60,19 +60,9 @@ def assert_gemv_close(y: np.ndarray, a64: np.ndarray, x: np.ndarray, bias: np.nd
 # Hand-written matrices with known products (exact in float32)
 # --------------------------------------------------------------------------
 
-HAND_4X4 = np.array([[1, 2, 0, 0],
-                     [3, 4, 0, 0],
-                     [0, 0, 0, 0],
-                     [0, 0, 5, 6]], np.float32)
-
-HAND_8X8 = np.array([[1, 1, 1, 1, 0, 0, 0, 0],
-                     [2, 2, 2, 2, 0, 0, 0, 0],
-                     [0, 0, 0, 3, 0, 0, 0, 0],
-                     [4, 0, 0, 0, 0, 0, 0, 0],
-                     [0, 0, 0, 0, 1, 0, 0, 0],
-                     [0, 0, 0, 0, 0, 2, 0, 0],
-                     [0, -1, 0, 0, 0, 0, 3, 0],
-                     [0, 0, 0, 0, 0, 0, 0, 4]], np.float32)
+# The source document's hand-written cases, as committed (golden/bsr/make_golden_bsr.py writes them).
+HAND_4X4 = np.load(GOLDEN_BSR / "hand_4x4.npy")
+HAND_8X8 = np.load(GOLDEN_BSR / "hand_8x8.npy")
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -411,6 +401,39 @@ def test_cli_convert_validate_inspect_verify(tmp_path):
     # Extensionless copy: found by its magic.
     shutil.copy(out, tmp_path / "noext")
     assert run_tool("ieconv", "validate", tmp_path / "noext").returncode == 0
+
+
+def test_cli_nonfinite_needs_the_flag_at_every_step(tmp_path):
+    a = np.zeros((8, 8), np.float32)
+    a[0, 1], a[5, 6], a[6, 0] = np.nan, np.inf, 2.5
+    np.save(tmp_path / "d.npy", a)
+    out = tmp_path / "w.bsr"
+    args = ["--block-rows", "4", "--block-cols", "4", "-o", out]
+    assert_one_line_error(run_tool("ieconv", "block-sparse", tmp_path / "d.npy", *args), "non-finite")
+    assert run_tool("ieconv", "block-sparse", tmp_path / "d.npy", *args, "--allow-nonfinite").returncode == 0
+    assert_one_line_error(run_tool("ieconv", "validate", out), f"{out}: values[", "non-finite")
+    assert run_tool("ieconv", "validate", out, "--allow-nonfinite").returncode == 0
+    assert_one_line_error(run_tool("ierun", "verify", "bsr", out, "--dense", tmp_path / "d.npy"), "non-finite")
+    res = run_tool("ierun", "verify", "bsr", out, "--dense", tmp_path / "d.npy", "--allow-nonfinite", "--json")
+    assert res.returncode == 0, res.stderr
+    rep = json.loads(res.stdout)
+    # rows 0-3 and 4-7 both reach a non-finite value, so no output is measured, but none may be finite
+    assert rep["ok"] and rep["nnzb"] == 3
+
+
+def test_cli_bfloat16_npy_input(tmp_path):
+    """numpy saves ml_dtypes.bfloat16 as a 2-byte void; its bits are bfloat16."""
+    rng = np.random.default_rng(2)
+    a = sparse_blocks(rng, 16, 32, 4, 8, 0.5)
+    bits = (a.view(np.uint32) >> 16).astype(np.uint16)  # truncation: exactly representable values below
+    widened = (bits.astype(np.uint32) << 16).view(np.float32)
+    np.save(tmp_path / "b.npy", bits.view("V2"))
+    np.save(tmp_path / "w.npy", widened)
+    out = tmp_path / "b.bsr"
+    res = run_tool("ieconv", "block-sparse", tmp_path / "b.npy", "--block-rows", "4", "--block-cols", "8", "-o", out)
+    assert res.returncode == 0, res.stderr
+    np.testing.assert_array_equal(bsr.read(out).to_dense(), widened)
+    assert run_tool("ierun", "verify", "bsr", out, "--dense", tmp_path / "w.npy").returncode == 0
 
 
 def test_cli_raw_and_iebin_inputs(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -191,6 +192,9 @@ def test_refuses_to_overwrite_then_overwrites(tmp_path):
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", GOLDEN_HF / "tiny-llama", "--out-dir", out, "--overwrite")
     assert res.returncode == 0, res.stderr
+    # the end-of-run summary: tensors, bytes in and out, seconds, throughput
+    assert re.search(r"converted 21 tensors \(449\.25 KiB in, 449\.\d\d KiB model\.ie\.bin\) in [\d.]+ s \([\d.]+ MB/s\)",
+                     res.stderr + res.stdout), res.stderr
     assert iebin.load_model(out, deep=True).meta["model"]["architecture"] == "LlamaForCausalLM"
 
 

@@ -961,3 +961,40 @@ def test_iebin_upgrade_rejected_overlap_leaves_legacy_untouched(legacy_dir):
     assert res.returncode == 1
     assert "overlaps" in res.stderr
     assert (d / LEGACY).read_bytes() == before
+
+
+# --------------------------------------------------------------------------
+# quantized entries (dtype = scheme, with a `quant` object)
+# --------------------------------------------------------------------------
+
+MIXEDQ = REPO / "golden" / "iebin" / "tiny-llama-mixedq"
+
+
+@pytest.fixture
+def qart(tmp_path) -> tuple[Path, int]:
+    """A private copy of the golden mixed-scheme artifact and the index of its first int4w tensor."""
+    d = tmp_path / "q"
+    shutil.copytree(MIXEDQ, d)
+    i = next(i for i, t in enumerate(read_meta(d)["tensors"]) if t["dtype"] == "int4w")
+    return d, i
+
+
+@pytest.mark.parametrize("mutate,field,needle", [
+    (lambda t: t.pop("quant"), "quant", "quant"),
+    (lambda t: t.update(nbytes=t["nbytes"] - 64), "nbytes", "nbytes"),
+    (lambda t: t["quant"].update(group_size=48), "group_size", "group_size"),
+    (lambda t: t["quant"].update(scale_dtype="bf16"), "scale_dtype", "scale_dtype"),
+    (lambda t: t["quant"].update(layout="blocked-k"), "layout", "layout"),
+    (lambda t: t["quant"].update(scheme="q4_0"), "scheme", "scheme"),
+], ids=["no-quant", "nbytes", "group-size", "scale-dtype", "layout", "scheme-mismatch"])
+def test_quantized_entry_rules(qart, mutate, field, needle):
+    d, i = qart
+    edit(d, lambda m: mutate(m["tensors"][i]))
+    assert_cli_error(run_ieconv("validate", d), META_NAME, f"tensors[{i}]", needle)
+
+
+def test_float_entry_with_quant_object_is_rejected(qart):
+    d, _ = qart
+    j = next(j for j, t in enumerate(read_meta(d)["tensors"]) if t["dtype"] == "f32")
+    edit(d, lambda m: m["tensors"][j].update(quant={"scheme": "int4w", "group_size": 32}))
+    assert_cli_error(run_ieconv("validate", d), META_NAME, f"tensors[{j}]", "quant")
