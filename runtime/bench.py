@@ -49,12 +49,16 @@ def _load_decoder(model_dir: str, threads: int, env: BenchEnv) -> tuple[Any, lis
     return dec, [str(w.message) for w in caught]
 
 
-def _dedup_active(dec: Any) -> bool | None:
-    """Whether tensors really come from the dedup loader: IE_DEDUP=1 falls
-    back to model.ie.bin (with a warning) when the artifact is unusable, so
-    the flag alone can overstate it. None when the decoder does not say."""
-    source = getattr(dec, "source", None)
-    return None if source is None or not hasattr(source, "store") else source.store is not None
+def _dedup_fields(dec: Any) -> dict[str, Any]:
+    """dedup_active: IE_DEDUP=1 falls back to model.ie.bin (with a warning)
+    when the artifact is unusable, so the flag alone can overstate it;
+    dedup_cache: the loader's counters (hits, misses, bytes) while active."""
+    st = getattr(dec, "dedup_stats", None)
+    if st is None:
+        return {"dedup_active": None, "dedup_cache": None}
+    keys = ("hits", "misses", "evictions", "entries", "cached_bytes", "capacity_bytes")
+    return {"dedup_active": bool(st.get("active")),
+            "dedup_cache": {k: st[k] for k in keys if k in st} if st.get("active") else None}
 
 
 HELP = """Time greedy decoding of a converted model: one JSON line per round.
@@ -170,7 +174,7 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, r
         _warn(w)
     prompts = tokenize(lines, dec, max_new)
     base = {"precision": precision, "precision_expected": env.precision_expected, "act_prec": env.act_prec,
-            "act": env.act, "dedup": env.dedup, "dedup_active": _dedup_active(dec), "affinity": env.affinity,
+            "act": env.act, "dedup": env.dedup, **_dedup_fields(dec), "affinity": env.affinity,
             "threads": threads, "device": device, "model_dir": model_dir, "prompts": source,
             "n_prompts": len(prompts), "max_new": max_new, "rounds": rounds, "rss_peak_reset": rss_reset,
             "warnings": list(env.warnings) + later}

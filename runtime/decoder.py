@@ -231,6 +231,14 @@ class Decoder:
         return self._step_bytes
 
     @property
+    def dedup_stats(self) -> dict[str, Any]:
+        """IE_DEDUP state: enabled, active (false after a fallback), the
+        fallback reason and the loader's cache counters. Every tensor is
+        fetched once when the decoder is built, so the counters describe
+        loading; decoding reads the rebuilt bytes in place."""
+        return self.source.stats()
+
+    @property
     def n_past(self) -> int:
         return self._dec.n_past
 

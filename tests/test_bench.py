@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import GOLDEN_IEBIN, assert_one_line_error, run_tool
+from nearcopy import nearcopy_llama
 from iekit.formats.errors import FormatError, IEError
 from iekit.runtime.bench_env import BenchEnv
 from iekit.runtime.bench_run import (PromptLine, RoundTimes, read_prompts, round_record, rss_peak_mb,
@@ -309,22 +310,23 @@ def test_work_touch_env_and_unsupported_act(tmp_path):
 
 def test_dedup_reported_as_requested_and_as_used(tmp_path):
     """IE_DEDUP=1 reaches the decoder; dedup_active says whether its loader
-    really serves tensors (false after the fallback, which is one warning)."""
-    import shutil
-
-    model = tmp_path / "m"
-    shutil.copytree(GOLDEN_IEBIN / "tiny-llama", model)
+    really serves tensors (false after the fallback, which is one warning),
+    dedup_cache carries the loader's counters."""
+    model = nearcopy_llama(tmp_path)
     args = ("--max-new", "2", "--rounds", "1")
+    for f in ("model.dedup.json", "model.defaults.bin", "model.masks.bin", "model.exceptions.bin"):
+        (model / f).rename(model / (f + ".off"))
     res = _bench(model, *args, env={"IE_DEDUP": "1"})
     r = _records(res)[0]
-    assert (r["dedup"], r["dedup_active"]) == (True, False)
+    assert (r["dedup"], r["dedup_active"], r["dedup_cache"]) == (True, False, None)
     assert [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")] == [f"warning: {r['warnings'][0]}"]
-    out = model / "dedup_out"
-    for cmd in (("dedup-plan", "--model-dir", model, "--out-dir", out),
-                ("dedup-extract", "--model-dir", model, "--tensor-map", out / "tensor_map.json",
-                 "--groups", out / "groups.indices.json", "--out-prefix", out / "model", "-q"),
-                ("dedup-link", model)):
-        assert run_tool("ieconv", *cmd).returncode == 0
+    for f in ("model.dedup.json", "model.defaults.bin", "model.masks.bin", "model.exceptions.bin"):
+        (model / (f + ".off")).rename(model / f)
     r = _records(_bench(model, *args, env={"IE_DEDUP": "1", "IE_DEDUP_STRICT": "1"}))[0]
     assert (r["dedup"], r["dedup_active"], r["warnings"]) == (True, True, [])
-    assert _records(_bench(model, *args))[0]["dedup_active"] is False
+    groups = json.loads((model / "dedup_out" / "groups.indices.json").read_text())["groups"]
+    grouped = sum(len(g["members"]) for g in groups)
+    # each grouped tensor is rebuilt once, when the decoder is built
+    assert grouped >= 14 and r["dedup_cache"]["misses"] == grouped and r["dedup_cache"]["hits"] == 0
+    plain = _records(_bench(model, *args))[0]
+    assert (plain["dedup_active"], plain["dedup_cache"]) == (False, None)

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, run_tool
 from decoder_ref import forward, kl_top1, load_weights
+from nearcopy import nearcopy_llama
 from iekit.formats.errors import IEError
 from iekit.runtime.decoder import Decoder, rope_inv_freq
 from iekit.runtime.sampling import Sampler, generate
@@ -167,50 +168,24 @@ def test_quantized_logits_against_f32_top1_and_kl(q4_dirs):
 
 @pytest.mark.parametrize("scheme", [None, "int4w"])
 def test_dedup_served_weights_give_bit_identical_logits(tmp_path, monkeypatch, scheme):
-    """A model whose layer 1 is layer 0 with 1% of elements changed, kept f32
-    or quantized to int4w (dedup works on packed bytes alike): plan +
-    extract find the copies, and with IE_DEDUP=1 the decoder reads the
-    rebuilt tensors; its logits must equal the model.ie.bin ones bit for bit."""
-    from safetensors.numpy import load_file, save_file
-
-    hf = tmp_path / "hf"
-    hf.mkdir()
-    for f in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(GOLDEN_HF / "tiny-llama" / f, hf / f)
-    w = {}
-    for shard in sorted((GOLDEN_HF / "tiny-llama").glob("*.safetensors")):
-        w.update(load_file(shard))
-    rng = np.random.default_rng(0)
-    for k in [k for k in w if k.startswith("model.layers.0.") and k.endswith("proj.weight")]:
-        x = w[k].copy().reshape(-1)
-        idx = rng.choice(x.size, x.size // 100, replace=False)
-        x[idx] += np.float32(0.01)
-        w[k.replace("layers.0.", "layers.1.")] = x.reshape(w[k].shape)
-    save_file(w, str(hf / "model.safetensors"))
-    model, out = tmp_path / "m", tmp_path / "m" / "dedup_out"
-    quant = []
-    if scheme:
-        assert run_tool("ieconv", "q4-manifest", "--hf-dir", hf, "-o", tmp_path / "q.json",
-                        "--scheme", scheme).returncode == 0
-        quant = ["--q4-map", tmp_path / "q.json"]
-    for args in (("ieconv", "hf-to-iebin", "-q", "--hf-dir", hf, "--out-dir", model, *quant),
-                 ("ieconv", "dedup-plan", "--model-dir", model, "--out-dir", out),
-                 ("ieconv", "dedup-extract", "-q", "--model-dir", model, "--tensor-map", out / "tensor_map.json",
-                  "--groups", out / "groups.indices.json", "--out-prefix", out / "model"),
-                 ("ieconv", "dedup-link", model)):
-        res = run_tool(*args)
-        assert res.returncode == 0, (args, res.stderr)
+    """Layer 1 is layer 0 with 1% of elements changed, kept f32 or quantized
+    to int4w (dedup works on packed bytes alike): plan + extract find the
+    copies, and with IE_DEDUP=1 the decoder reads the rebuilt tensors; its
+    logits must equal the model.ie.bin ones bit for bit."""
+    model = nearcopy_llama(tmp_path, scheme)
     ids = [0, 145, 290, 87, 232, 29, 174]
     plain = Decoder(model).logits(ids)
     monkeypatch.setenv("IE_DEDUP", "1")
     monkeypatch.setenv("IE_DEDUP_STRICT", "1")
     d = Decoder(model)
-    served = [n for n in w if d.source.source_of(n) == "dedup"]
+    names = [t["name"] for t in d.model.tensors]
+    served = [n for n in names if d.source.source_of(n) == "dedup"]
     # f32: both layers' seven projections. int4w: the plan keeps only groups
     # that save bytes; the small attention matrices' re-searched scales
     # differ too much, the MLP matrices still group.
     assert len(served) >= (14 if scheme is None else 6)
     assert {d.source._entry(n)["dtype"] for n in served} == {scheme or "f32"}
+    assert d.dedup_stats["active"] and d.dedup_stats["misses"] == len(served)
     assert np.array_equal(d.logits(ids), plain)
 
 
