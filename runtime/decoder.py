@@ -79,11 +79,24 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -
     return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled).astype(np.float32)
 
 
-def _int(model: dict, meta_path: Path, key: str) -> int:
+def _int(model: dict, meta_path: Path, key: str, default: int | None = None) -> int:
+    """A positive integer; ``default`` stands in only for an absent/null value."""
     v = model.get(key)
+    if v is None and default is not None:
+        return default
     if not isinstance(v, int) or isinstance(v, bool) or v < 1:
         raise IEError(f"{meta_path}: model.{key}: expected a positive integer, got {v!r}")
     return v
+
+
+def _positive(model: dict, meta_path: Path, key: str, default: float, allow_zero: bool = False) -> float:
+    v = model.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        raise IEError(f"{meta_path}: model.{key}: expected a {'non-negative' if allow_zero else 'positive'} "
+                      f"number, got {v!r}")
+    return float(v)
 
 
 def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
@@ -98,20 +111,24 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     if act not in (None, "silu"):
         raise IEError(f"{meta_path}: model.hidden_act: {act!r} is not supported (silu is)")
     hidden, heads = _int(m, meta_path, "hidden_size"), _int(m, meta_path, "num_attention_heads")
-    head_dim = m.get("head_dim") or hidden // heads
-    theta = m.get("rope_theta") or 10000.0
+    head_dim = _int(m, meta_path, "head_dim", max(1, hidden // heads))
+    theta = _positive(m, meta_path, "rope_theta", 10000.0)
     scaling = m.get("rope_scaling")
     rp = cfg.get("rope_parameters")
     if scaling is None and isinstance(rp, dict) and rp.get("rope_type", "default") != "default":
         scaling = rp
+    n_kv = _int(m, meta_path, "num_key_value_heads", heads)
+    if heads % n_kv:
+        raise IEError(f"{meta_path}: model.num_attention_heads: {heads} is not a multiple of "
+                      f"num_key_value_heads ({n_kv}); grouped-query attention needs it")
     eos = m.get("eos_token_id")
     eos_ids = frozenset(eos if isinstance(eos, list) else ([] if eos is None else [eos]))
     return DecoderSpec(
         architecture=arch, n_layers=_int(m, meta_path, "num_hidden_layers"), hidden=hidden, n_heads=heads,
-        n_kv_heads=m.get("num_key_value_heads") or heads, head_dim=int(head_dim),
+        n_kv_heads=n_kv, head_dim=head_dim,
         inter=_int(m, meta_path, "intermediate_size"), vocab=_int(m, meta_path, "vocab_size"),
-        max_positions=m.get("max_position_embeddings") or DEFAULT_MAX_CTX,
-        eps=float(m.get("norm_eps") or 1e-6), inv_freq=rope_inv_freq(int(head_dim), float(theta), scaling),
+        max_positions=_int(m, meta_path, "max_position_embeddings", DEFAULT_MAX_CTX),
+        eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), inv_freq=rope_inv_freq(head_dim, theta, scaling),
         tied=bool(m.get("tie_word_embeddings")), eos_ids=eos_ids, bos_id=m.get("bos_token_id"))
 
 

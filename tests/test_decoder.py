@@ -206,6 +206,17 @@ def test_error_unknown_architecture(tmp_path):
                           "model.architecture", "GPT2LMHeadModel", "not supported")
 
 
+@pytest.mark.parametrize("key,value,needle", [
+    ("head_dim", 0, "positive integer"), ("num_key_value_heads", 0, "positive integer"),
+    ("max_position_embeddings", 0, "positive integer"), ("rope_theta", -1.0, "positive number"),
+    ("norm_eps", -1e-5, "non-negative number"), ("hidden_act", "gelu", "not supported"),
+    ("num_attention_heads", 3, "multiple of num_key_value_heads"),
+])
+def test_error_config_values_the_decoder_cannot_run(tmp_path, key, value, needle):
+    d = _edited(tmp_path, lambda m: m["model"].update({key: value}))
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"), needle)
+
+
 def test_error_missing_tensor(tmp_path):
     d = _edited(tmp_path, lambda m: m.update(tensors=[t for t in m["tensors"] if "layers.1.mlp.up" not in t["name"]]))
     assert_one_line_error(run_tool("ierun", "logits", "--model-dir", d, "--ids", "1", "--out", tmp_path / "x.npy"),
