@@ -65,6 +65,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   if (c.n_layers < 1 || c.hidden < 1 || c.n_heads < 1 || c.n_kv_heads < 1 || c.head_dim < 2 || c.inter < 1 ||
       c.vocab < 1 || c.max_ctx < 1)
     fail("decoder config: every dimension must be positive");
+  if (c.window < 0) fail("decoder config: sliding window must be >= 0");
   if (c.head_dim % 2) fail("decoder config: head_dim must be even for RoPE, got " + std::to_string(c.head_dim));
   if (c.n_heads % c.n_kv_heads)
     fail("decoder config: num_attention_heads (" + std::to_string(c.n_heads) +
@@ -158,10 +159,11 @@ void Decoder::attention(int layer, int b) {
     for (int h = 0; h < nh; ++h) {
       float* sc = scores_.data() + static_cast<size_t>(omp_get_thread_num()) * cfg_.max_ctx;
       const int n_ctx = n_past_ + j + 1;  // causal: this token and every earlier one
+      const int t0 = cfg_.window > 0 ? std::max(0, n_ctx - cfg_.window) : 0;
       const float* q = q_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
       const int kvo = (h / group) * hd;
       float mx = -INFINITY;
-      for (int t = 0; t < n_ctx; ++t) {
+      for (int t = t0; t < n_ctx; ++t) {
         const float* k = kc + static_cast<size_t>(t) * kv_dim_ + kvo;
         float s = 0.f;
         for (int i = 0; i < hd; ++i) s += q[i] * k[i];
@@ -169,14 +171,14 @@ void Decoder::attention(int layer, int b) {
         mx = std::max(mx, sc[t]);
       }
       float sum = 0.f;
-      for (int t = 0; t < n_ctx; ++t) {
+      for (int t = t0; t < n_ctx; ++t) {
         sc[t] = std::exp(sc[t] - mx);
         sum += sc[t];
       }
       const float inv = 1.f / sum;
       float* o = att_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
       std::fill_n(o, hd, 0.f);
-      for (int t = 0; t < n_ctx; ++t) {
+      for (int t = t0; t < n_ctx; ++t) {
         const float* v = vc + static_cast<size_t>(t) * kv_dim_ + kvo;
         const float p = sc[t] * inv;
         for (int i = 0; i < hd; ++i) o[i] += p * v[i];

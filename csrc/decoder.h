@@ -27,6 +27,9 @@ struct DecoderConfig {
   int vocab = 0;
   int max_ctx = 0;
   float eps = 1e-5f;
+  // Sliding-window attention (Mistral): a query attends to the last `window`
+  // positions, itself included; 0 attends to the whole cache.
+  int window = 0;
   // RoPE inverse frequencies [head_dim / 2], scaling (e.g. Llama-3's)
   // already applied; rotation pairs are (i, i + head_dim / 2) as in HF.
   std::vector<float> inv_freq;

@@ -69,6 +69,7 @@ std::unique_ptr<PyDecoder> make_decoder(const py::dict& cfg_d, const py::dict& m
   c.vocab = cfg_d["vocab"].cast<int>();
   c.max_ctx = cfg_d["max_ctx"].cast<int>();
   c.eps = cfg_d["eps"].cast<float>();
+  c.window = cfg_d.contains("window") ? cfg_d["window"].cast<int>() : 0;
   c.inv_freq = cfg_d["inv_freq"].cast<std::vector<float>>();
   if (c.n_layers < 1) throw std::invalid_argument("decoder config: n_layers must be >= 1");
   ie::DecoderWeights w;

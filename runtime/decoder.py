@@ -56,6 +56,7 @@ class DecoderSpec:
     tied: bool
     eos_ids: frozenset[int]
     bos_id: int | None
+    window: int  # sliding-window attention span (0: none)
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> np.ndarray:
@@ -79,13 +80,13 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -
     return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled).astype(np.float32)
 
 
-def _int(model: dict, meta_path: Path, key: str, default: int | None = None) -> int:
+def _int(model: dict, meta_path: Path, key: str, default: int | None = None, section: str = "model") -> int:
     """A positive integer; ``default`` stands in only for an absent/null value."""
     v = model.get(key)
     if v is None and default is not None:
         return default
     if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise IEError(f"{meta_path}: model.{key}: expected a positive integer, got {v!r}")
+        raise IEError(f"{meta_path}: {section}.{key}: expected a positive integer, got {v!r}")
     return v
 
 
@@ -121,6 +122,11 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     if heads % n_kv:
         raise IEError(f"{meta_path}: model.num_attention_heads: {heads} is not a multiple of "
                       f"num_key_value_heads ({n_kv}); grouped-query attention needs it")
+    window = 0
+    if cfg.get("use_sliding_window"):
+        raise IEError(f"{meta_path}: config.use_sliding_window: per-layer sliding windows ({arch}) are not supported")
+    if arch == "MistralForCausalLM" and cfg.get("sliding_window") is not None:
+        window = _int(cfg, meta_path, "sliding_window", section="config")
     eos = m.get("eos_token_id")
     eos_ids = frozenset(eos if isinstance(eos, list) else ([] if eos is None else [eos]))
     return DecoderSpec(
@@ -129,7 +135,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         inter=_int(m, meta_path, "intermediate_size"), vocab=_int(m, meta_path, "vocab_size"),
         max_positions=_int(m, meta_path, "max_position_embeddings", DEFAULT_MAX_CTX),
         eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), inv_freq=rope_inv_freq(head_dim, theta, scaling),
-        tied=bool(m.get("tie_word_embeddings")), eos_ids=eos_ids, bos_id=m.get("bos_token_id"))
+        tied=bool(m.get("tie_word_embeddings")), eos_ids=eos_ids, bos_id=m.get("bos_token_id"), window=window)
 
 
 class Decoder:
@@ -215,7 +221,7 @@ class Decoder:
                 elif s.architecture == "Qwen2ForCausalLM":
                     raise IEError(f"{meta_path}: tensors: {pre + hf!r} is missing (Qwen2 has q/k/v biases)")
         cfg = {"n_layers": s.n_layers, "hidden": s.hidden, "n_heads": s.n_heads, "n_kv_heads": s.n_kv_heads,
-               "head_dim": s.head_dim, "inter": s.inter, "vocab": s.vocab, "max_ctx": self.max_ctx, "eps": s.eps,
+               "head_dim": s.head_dim, "inter": s.inter, "vocab": s.vocab, "max_ctx": self.max_ctx, "eps": s.eps, "window": s.window,
                "inv_freq": s.inv_freq.tolist()}
         try:
             self._dec = _native.Decoder(cfg, mats, vecs, act=act, threads=threads, isa=isa)

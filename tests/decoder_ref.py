@@ -31,8 +31,9 @@ def load_weights(model_dir) -> tuple[dict, dict[str, np.ndarray]]:
     return m.meta["model"], out
 
 
-def forward(model: dict, w: dict[str, np.ndarray], ids: list[int]) -> np.ndarray:
-    """Logits [len(ids), vocab] in float64."""
+def forward(model: dict, w: dict[str, np.ndarray], ids: list[int], window: int = 0) -> np.ndarray:
+    """Logits [len(ids), vocab] in float64; ``window`` > 0: query q sees keys
+    q - window < k <= q (Mistral's sliding window)."""
     H, nh = model["hidden_size"], model["num_attention_heads"]
     nkv = model["num_key_value_heads"] or nh
     hd = model["head_dim"] or H // nh
@@ -56,6 +57,8 @@ def forward(model: dict, w: dict[str, np.ndarray], ids: list[int]) -> np.ndarray
 
     x = w["model.embed_tokens.weight"][ids]
     mask = np.triu(np.full((n, n), -np.inf), 1)
+    if window:
+        mask += np.tril(np.full((n, n), -np.inf), -window)
     for i in range(model["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = norm(x, w[p + "input_layernorm.weight"])
