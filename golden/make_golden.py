@@ -9,12 +9,16 @@ Writes (replacing any previous output):
 
     golden/hf/tiny-llama/   LlamaForCausalLM, float32, sharded safetensors + index
     golden/hf/tiny-qwen2/   Qwen2ForCausalLM, bfloat16, single model.safetensors, tied embeddings
+    golden/hf/tiny-mistral/ MistralForCausalLM, bfloat16, single model.safetensors, sliding_window 4
+    golden/hf/tiny-llama3/  LlamaForCausalLM, float32, single model.safetensors, Llama-3 rope scaling
     golden/ref/<model>/     ids.json, logits.npy, greedy.json, greedy_text.json, versions.json,
                             cast_<dtype>.safetensors (torch's casts of every tensor)
     golden/ref/cast_edge.safetensors   rounding edge cases cast by torch to bf16/f16
 
 Everything is deterministic: fixed seeds, explicit generators, no timestamps,
 no absolute paths in any output.  Running it twice yields byte-identical files.
+torch's CPU kernels are pinned to the AVX2 code path (ATEN_CPU_CAPABILITY), so
+an AVX-512 machine writes the same logits bytes as an AVX2 one.
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+# torch picks its vectorized CPU kernels by the machine's ISA; AVX-512 ones sum
+# in another order and change the last bits of the logits.  The committed
+# references were made with the AVX2 kernels.
+os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
 
 import numpy as np  # noqa: E402
 import safetensors  # noqa: E402
@@ -42,6 +50,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # 
 from transformers import (  # noqa: E402
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -55,6 +65,24 @@ REF_DIR = GOLDEN_DIR / "ref"
 # the full 16 tokens without hitting EOS, with a top1-top2 logit gap >= 0.01 at
 # every step.  make_golden asserts the no-EOS property.
 SEED = 1239
+# The same search (1240..1261) for the two models below: both seeds meet it,
+# with margins of at least 0.016 (Mistral) and 0.023 (Llama-3).
+MISTRAL_SEED = SEED + 3
+LLAMA3_SEED = SEED + 4
+MISTRAL_WINDOW = 4       # well below SEQ_LEN, so most positions see a cut window
+# Llama-3 rope scaling sized for head_dim 16 and theta 1e4: the wavelengths
+# 2*pi*1e4^(2i/16) are 6.3, 19.9, 62.8, 199, ... and the bands split at
+# original_max_position_embeddings / high_freq_factor = 16 and
+# original_max_position_embeddings / low_freq_factor = 64: one frequency is
+# kept, two are smoothed and five are divided by factor.
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 10000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
 VOCAB_TARGET = 320
 INIT_STD = 0.15          # std for all weight matrices / embeddings / biases
 NORM_STD = 0.1           # RMSNorm weights are 1 + N(0, NORM_STD)
@@ -201,7 +229,7 @@ def reference_ids(vocab_size: int) -> list[int]:
 
 
 @torch.no_grad()
-def write_reference(model_cls, model_dir: Path, ref_dir: Path, tok) -> None:
+def write_reference(model_cls, model_dir: Path, ref_dir: Path, tok) -> np.ndarray:
     reset_dir(ref_dir)
     model = model_cls.from_pretrained(
         model_dir, dtype=torch.float32, attn_implementation="eager", local_files_only=True
@@ -263,6 +291,7 @@ def write_reference(model_cls, model_dir: Path, ref_dir: Path, tok) -> None:
         },
     )
     write_json(ref_dir / "versions.json", versions())
+    return logits
 
 
 # --------------------------------------------------------------------------
@@ -301,6 +330,62 @@ def make_qwen2(tok) -> None:
     model.save_pretrained(out)  # default max_shard_size -> single model.safetensors
     tok.save_pretrained(out)
     write_reference(Qwen2ForCausalLM, out, REF_DIR / "tiny-qwen2", tok)
+
+
+@torch.no_grad()
+def assert_feature_matters(model_cls, model_dir: Path, ref_logits: np.ndarray, what: str, **override) -> None:
+    """The reference logits must differ clearly from the same weights with the
+    feature switched off (``override`` applied to the config), or the golden
+    would not test it."""
+    cfg = model_cls.config_class.from_pretrained(model_dir)
+    for k, v in override.items():
+        setattr(cfg, k, v)
+    model = model_cls.from_pretrained(model_dir, config=cfg, dtype=torch.float32, attn_implementation="eager",
+                                      local_files_only=True).float().eval()
+    ids = torch.tensor([reference_ids(cfg.vocab_size)], dtype=torch.long)
+    off = model(input_ids=ids).logits[0].numpy().astype(np.float64)
+    rel = float(np.abs(off - ref_logits).max() / np.abs(ref_logits).max())
+    assert rel > 1e-2, f"{what} barely changes the logits ({rel:.2e})"
+
+
+def make_mistral(tok) -> None:
+    out = HF_DIR / "tiny-mistral"
+    reset_dir(out)
+    seed_everything(MISTRAL_SEED)
+    cfg = MistralConfig(
+        **common_dims(len(tok), tok.bos_token_id, tok.eos_token_id),
+        tie_word_embeddings=False,
+        sliding_window=MISTRAL_WINDOW,
+    )
+    model = MistralForCausalLM(cfg).to(torch.float32).eval()
+    init_weights(model, MISTRAL_SEED)
+    model = model.to(torch.bfloat16)
+    model.save_pretrained(out)  # single model.safetensors
+    tok.save_pretrained(out)
+    logits = write_reference(MistralForCausalLM, out, REF_DIR / "tiny-mistral", tok)
+    assert_feature_matters(MistralForCausalLM, out, logits, "sliding_window", sliding_window=None)
+
+
+def make_llama3(tok) -> None:
+    out = HF_DIR / "tiny-llama3"
+    reset_dir(out)
+    seed_everything(LLAMA3_SEED)
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    cfg = LlamaConfig(
+        **dims,
+        rope_parameters=dict(LLAMA3_ROPE),
+        tie_word_embeddings=False,
+        attention_bias=False,
+        mlp_bias=False,
+    )
+    model = LlamaForCausalLM(cfg).to(torch.float32).eval()
+    init_weights(model, LLAMA3_SEED)
+    model.save_pretrained(out)  # ~460 KB, under the default shard size: one model.safetensors
+    tok.save_pretrained(out)
+    logits = write_reference(LlamaForCausalLM, out, REF_DIR / "tiny-llama3", tok)
+    assert_feature_matters(LlamaForCausalLM, out, logits, "llama3 rope scaling",
+                           rope_parameters={"rope_type": "default", "rope_theta": LLAMA3_ROPE["rope_theta"]})
 
 
 def cast_edge_values() -> torch.Tensor:
@@ -351,6 +436,8 @@ def main() -> None:
     tok = build_tokenizer()
     make_llama(tok)
     make_qwen2(tok)
+    make_mistral(tok)
+    make_llama3(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

@@ -17,7 +17,7 @@ from iekit.convert.hf_to_iebin import convert
 from iekit.formats import iebin
 from iekit.formats.jsonio import dumps_canonical, load_json
 
-MODELS = ["tiny-llama", "tiny-qwen2"]
+MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3"]
 
 
 def st_tensors(path) -> dict[str, dict]:
@@ -41,6 +41,8 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
 @pytest.mark.parametrize("model,golden_name,extra", [
     ("tiny-llama", "tiny-llama", []),
     ("tiny-qwen2", "tiny-qwen2", []),
+    ("tiny-mistral", "tiny-mistral", []),
+    ("tiny-llama3", "tiny-llama3", []),
     ("tiny-llama", "tiny-llama-mixedq", ["--q4-map", GOLDEN / "manifests" / "tiny-llama.mixed.q4_manifest.json"]),
 ])
 def test_reconversion_is_byte_identical_to_golden(model, golden_name, extra, tmp_path):

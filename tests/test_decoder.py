@@ -20,7 +20,8 @@ from iekit.formats.errors import IEError
 from iekit.runtime.decoder import Decoder, rope_inv_freq
 from iekit.runtime.sampling import Sampler, generate
 
-MODELS = ["tiny-llama", "tiny-qwen2"]
+# tiny-mistral: sliding_window 4 over the 12 reference ids; tiny-llama3: rope_type llama3.
+MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3"]
 
 
 def _ref(model: str, name: str):
