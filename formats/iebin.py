@@ -90,10 +90,13 @@ def model_summary(config: dict[str, Any]) -> dict[str, Any]:
     out["architecture"] = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     for key, names in _SUMMARY_ALIASES.items():
         out[key] = next((config[n] for n in names if n in config), None)
-    # rope_theta moved into rope_parameters in newer transformers configs.
+    # transformers 5 moved rope_theta and the scaling into rope_parameters.
     rp = config.get("rope_parameters")
-    if out["rope_theta"] is None and isinstance(rp, dict):
-        out["rope_theta"] = rp.get("rope_theta")
+    if isinstance(rp, dict):
+        if out["rope_theta"] is None:
+            out["rope_theta"] = rp.get("rope_theta")
+        if out["rope_scaling"] is None and rp.get("rope_type", "default") != "default":
+            out["rope_scaling"] = rp
     heads, hidden = out["num_attention_heads"], out["hidden_size"]
     if out["num_key_value_heads"] is None and _is_int(heads):
         out["num_key_value_heads"] = heads

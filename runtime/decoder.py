@@ -115,9 +115,6 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     head_dim = _int(m, meta_path, "head_dim", max(1, hidden // heads))
     theta = _positive(m, meta_path, "rope_theta", 10000.0)
     scaling = m.get("rope_scaling")
-    rp = cfg.get("rope_parameters")
-    if scaling is None and isinstance(rp, dict) and rp.get("rope_type", "default") != "default":
-        scaling = rp
     n_kv = _int(m, meta_path, "num_key_value_heads", heads)
     if heads % n_kv:
         raise IEError(f"{meta_path}: model.num_attention_heads: {heads} is not a multiple of "
