@@ -486,7 +486,7 @@ void bsr_gemv(const BsrMatrix& m, const float* x, int batch, const float* bias, 
     const uint64_t br0 = split_point(m, t, nt), br1 = split_point(m, t + 1, nt);
     if (br1 > br0) {
 #if IE_HAVE_X86
-      if (isa == Isa::Avx2) bsr_rows_avx2(a, br0, br1);
+      if (isa >= Isa::Avx2) bsr_rows_avx2(a, br0, br1);
       else bsr_rows_scalar(a, br0, br1);
 #else
       (void)isa;

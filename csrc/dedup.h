@@ -45,6 +45,9 @@ size_t reconstruct_chunk_scalar(const uint8_t* def, const uint8_t* mask, const u
 // alignment; the caller decides: large outputs should not evict the cache).
 size_t reconstruct_chunk_avx2(const uint8_t* def, const uint8_t* mask, const uint8_t* exc,
                               size_t exc_avail, uint8_t* out, size_t n, bool stream_stores);
+// The same with AVX-512 VBMI2's vpexpandb (Isa::Avx512).
+size_t reconstruct_chunk_avx512(const uint8_t* def, const uint8_t* mask, const uint8_t* exc,
+                                size_t exc_avail, uint8_t* out, size_t n, bool stream_stores);
 #endif
 
 inline size_t mask_nbytes(size_t n) { return (n + 7) / 8; }

@@ -68,7 +68,8 @@ constexpr size_t kStreamStoreMin = size_t(8) << 20;
 size_t run_chunk(const uint8_t* def, const uint8_t* mask, const uint8_t* exc, size_t avail, uint8_t* out,
                  size_t n, Isa isa, bool nt) {
 #if IE_HAVE_X86
-  if (isa == Isa::Avx2) return reconstruct_chunk_avx2(def, mask, exc, avail, out, n, nt);
+  if (isa == Isa::Avx512) return reconstruct_chunk_avx512(def, mask, exc, avail, out, n, nt);
+  if (isa >= Isa::Avx2) return reconstruct_chunk_avx2(def, mask, exc, avail, out, n, nt);
 #endif
   (void)isa;
   (void)nt;

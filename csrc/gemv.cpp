@@ -195,7 +195,7 @@ void dequantize(const WeightSpec& s, const uint8_t* w, float* out) {
 void quantize_act_q8(const float* x, int64_t n, int8_t* q, float* d, Isa isa) {
   if (n % 32 != 0) fail("int8 activation quantization needs a multiple of 32 elements, got " + std::to_string(n));
 #if IE_HAVE_X86
-  if (isa == Isa::Avx2) return quantize_q8_avx2(x, n, q, d);
+  if (isa >= Isa::Avx2) return quantize_q8_avx2(x, n, q, d);
 #endif
   (void)isa;
   quantize_q8_scalar(x, n, q, d);
@@ -219,7 +219,7 @@ void gemv(const WeightSpec& s, const uint8_t* w, const float* x, int batch, cons
   a.act = act;
   a.threads = threads;
 #if IE_HAVE_X86
-  if (isa == Isa::Avx2) return gemv_avx2(a);
+  if (isa >= Isa::Avx2) return gemv_avx2(a);
 #endif
   (void)isa;
   gemv_scalar(a);

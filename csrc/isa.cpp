@@ -11,6 +11,7 @@ const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
   }
   return "unknown";
 }
@@ -19,7 +20,10 @@ static std::vector<Isa> probe_isas() {
   std::vector<Isa> out{Isa::Scalar};
 #if IE_HAVE_X86
   const CpuFeatures f = detect_cpu_features();
-  if (f.avx2 && f.fma && f.f16c) out.push_back(Isa::Avx2);
+  if (f.avx2 && f.fma && f.f16c) {
+    out.push_back(Isa::Avx2);
+    if (f.avx512f && f.avx512bw && f.avx512vbmi2) out.push_back(Isa::Avx512);
+  }
 #endif
   return out;
 }

@@ -7,7 +7,10 @@
 
 namespace ie {
 
-enum class Isa { Scalar = 0, Avx2 = 1 };
+// Ordered: a kernel family without a variant for a level uses the best
+// lower one (`isa >= Isa::Avx2`). Avx512 = AVX2 + AVX-512 F/BW/VBMI2; only
+// the dedup kernel has an AVX-512 body so far.
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 
 const char* isa_name(Isa isa);
 

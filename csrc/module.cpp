@@ -189,7 +189,7 @@ PYBIND11_MODULE(_native, m) {
 
   m.def("cpu_features", &cpu_features_dict,
         "CPU flags, the kernel ISAs this build can run here, and the one selected "
-        "(IE_ISA=scalar|avx2|auto overrides).");
+        "(IE_ISA=scalar|avx2|avx512|auto overrides).");
   m.def("stream_sum", &stream_sum, py::arg("x"), py::arg("threads") = 1, py::arg("isa") = "",
         "Sum of a float32 array by the streaming-read kernel (test hook for the bandwidth yardstick).");
   m.def("read_bandwidth", &read_bandwidth, py::arg("bytes") = size_t(256) << 20,

@@ -28,7 +28,7 @@ float stream_sum_chunk_scalar(const float* p, size_t n) {
 
 static float sum_chunk(const float* p, size_t n, Isa isa) {
 #if IE_HAVE_X86
-  if (isa == Isa::Avx2) return stream_sum_chunk_avx2(p, n);
+  if (isa >= Isa::Avx2) return stream_sum_chunk_avx2(p, n);
 #endif
   (void)isa;
   return stream_sum_chunk_scalar(p, n);

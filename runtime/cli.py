@@ -19,8 +19,8 @@ out = Console(highlight=False)
 def cli() -> None:
     """Run and verify iekit artifacts with the native (C++/SIMD) runtime.
 
-    Kernels exist as a scalar reference and AVX2/FMA variants; the best one
-    this CPU supports is chosen at run time (IE_ISA=scalar|avx2 overrides).
+    Kernels exist as a scalar reference and AVX2/FMA variants (dedup also AVX-512 VBMI2); the best one
+    this CPU supports is chosen at run time (IE_ISA=scalar|avx2|avx512 overrides).
     """
 
 

@@ -108,7 +108,7 @@ KERNELS: dict[str, Callable[[dict[str, Any]], tuple[dict[str, Any], float]]] = {
 @click.option("--iters", default=20, show_default=True, help="Timed calls (median reported).")
 @click.option("--min-mib", default=256, show_default=True,
               help="Weight copies are rotated until their total exceeds this (defeats the LLC).")
-@click.option("--isa", default="", help="Kernel ISA (scalar, avx2); default: best available / IE_ISA.")
+@click.option("--isa", default="", help="Kernel ISA (scalar, avx2, avx512: dedup only, the others use avx2 there); default: best available / IE_ISA.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def microbench(as_json: bool, **o: Any) -> None:
     """Time one kernel and report it as a fraction of memory read bandwidth.

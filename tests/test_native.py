@@ -19,6 +19,8 @@ def test_cpu_features_report():
     # An ISA is only offered when the CPU has its features.
     if "avx2" in f["isas"]:
         assert f["flags"]["avx2"] and f["flags"]["fma"]
+    want_512 = f["flags"]["avx2"] and all(f["flags"][k] for k in ("avx512f", "avx512bw", "avx512vbmi2"))
+    assert ("avx512" in f["isas"]) == want_512
 
 
 @pytest.mark.parametrize("isa", ISAS)
