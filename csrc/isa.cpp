@@ -53,4 +53,17 @@ Isa resolve_isa(const std::string& requested) {
                               have + ")");
 }
 
+Isa kernel_isa(Family family, Isa isa) {
+  const Isa top = family == Family::Dedup ? Isa::Avx512 : Isa::Avx2;
+  return isa < top ? isa : top;
+}
+
+Family parse_family(const std::string& name) {
+  if (name == "gemv") return Family::Gemv;
+  if (name == "bsr") return Family::Bsr;
+  if (name == "stream_read") return Family::StreamRead;
+  if (name == "dedup") return Family::Dedup;
+  throw std::invalid_argument("unknown kernel family '" + name + "' (gemv, bsr, stream_read, dedup)");
+}
+
 }  // namespace ie

@@ -22,4 +22,12 @@ std::vector<Isa> available_isas();
 // Throws std::invalid_argument with a one-line reason otherwise.
 Isa resolve_isa(const std::string& requested);
 
+// Kernel families and the ISA their best variant needs.
+enum class Family { Gemv, Bsr, StreamRead, Dedup };
+
+// The variant a family really runs for a resolved `isa`: the best one it has
+// at or below it (what benchmarks must report). Throws for an unknown name.
+Isa kernel_isa(Family family, Isa isa);
+Family parse_family(const std::string& name);
+
 }  // namespace ie

@@ -66,7 +66,7 @@ py::dict read_bandwidth(size_t bytes, int threads, int passes, const std::string
   out["bytes"] = r.bytes;
   out["passes"] = r.passes;
   out["threads"] = r.threads;
-  out["isa"] = ie::isa_name(isa);
+  out["isa"] = ie::isa_name(ie::kernel_isa(ie::Family::StreamRead, isa));
   return out;
 }
 
@@ -167,7 +167,7 @@ py::dict bench_gemv_py(const std::string& dtype, int64_t rows, int64_t cols, int
   out["act"] = ie::act_name(a);
   out["threads"] = threads;
   out["batch"] = batch;
-  out["isa"] = ie::isa_name(isa);
+  out["isa"] = ie::isa_name(ie::kernel_isa(ie::Family::Gemv, isa));
   out["ms_median"] = r.ms_median;
   out["ms_min"] = r.ms_min;
   out["ms_mean"] = r.ms_mean;
@@ -190,6 +190,14 @@ PYBIND11_MODULE(_native, m) {
   m.def("cpu_features", &cpu_features_dict,
         "CPU flags, the kernel ISAs this build can run here, and the one selected "
         "(IE_ISA=scalar|avx2|avx512|auto overrides).");
+  m.def(
+      "kernel_isa",
+      [](const std::string& family, const std::string& isa) {
+        return std::string(ie::isa_name(ie::kernel_isa(ie::parse_family(family), ie::resolve_isa(isa))));
+      },
+      py::arg("family"), py::arg("isa") = "",
+      "The ISA variant a kernel family (gemv, bsr, stream_read, dedup) really runs for `isa` "
+      "(default: the selected one): the best it has at or below it.");
   m.def("stream_sum", &stream_sum, py::arg("x"), py::arg("threads") = 1, py::arg("isa") = "",
         "Sum of a float32 array by the streaming-read kernel (test hook for the bandwidth yardstick).");
   m.def("read_bandwidth", &read_bandwidth, py::arg("bytes") = size_t(256) << 20,

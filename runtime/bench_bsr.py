@@ -105,7 +105,7 @@ def bench_bsr(rows: int, cols: int, block_rows: int, block_cols: int, density: f
     bsr_bytes = first.payload_bytes
     gbps = bsr_bytes / (bsr_ms * 1e-3) / 1e9
     read_bw = _native.read_bandwidth(bytes=BANDWIDTH_BYTES, threads=threads, passes=5)["gbps"] if bandwidth else None
-    resolved = _native.cpu_features()["selected_isa"] if not isa else isa
+    resolved = _native.kernel_isa("bsr", isa)
     return {
         "kernel": "bsr",
         "rows": rows,

@@ -21,6 +21,11 @@ def test_cpu_features_report():
         assert f["flags"]["avx2"] and f["flags"]["fma"]
     want_512 = f["flags"]["avx2"] and all(f["flags"][k] for k in ("avx512f", "avx512bw", "avx512vbmi2"))
     assert ("avx512" in f["isas"]) == want_512
+    # Benchmarks report the variant that runs: only dedup has an AVX-512 body.
+    for isa in f["isas"]:
+        assert native._native.kernel_isa("dedup", isa) == isa
+        assert native._native.kernel_isa("gemv", isa) == ("avx2" if isa == "avx512" else isa)
+        assert native._native.kernel_isa("bsr", isa) == native._native.kernel_isa("stream_read", isa) == native._native.kernel_isa("gemv", isa)
 
 
 @pytest.mark.parametrize("isa", ISAS)
