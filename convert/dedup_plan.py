@@ -20,7 +20,13 @@ each tensor and works on samples only:
    a pair of ungrouped tensors starts a group (centre = the earlier tensor)
    when that saves bytes; a tensor joins an existing group when its mask +
    exceptions (estimated against the centre) cost less than its bytes.
-5. Each group's saving is re-estimated with the byte-wise majority of the
+   One pass, never revisited, so it fragments: see ``merge_groups``.
+5. Merge pass: largest first, a group or ungrouped tensor joins an earlier
+   group at least as large (whose sampled majority stays its default) when
+   its members' masks + exceptions there cost less than keeping it on its
+   own; candidates from the same banding over the units' sampled defaults.
+   O(tensors × sampled bytes) apart from the banding.
+6. Each group's saving is re-estimated with the byte-wise majority of the
    samples (the default extract will use) and groups that would not save
    bytes are dropped.
 
@@ -52,6 +58,8 @@ LSH_BANDS = 64
 LSH_BAND_BYTES = 4
 # Index entry (~450 bytes of JSON) and alignment padding of two regions.
 MEMBER_OVERHEAD = 512
+# Merge pass: candidate groups a unit is evaluated against, best agreement first.
+MERGE_TRIES = 4
 
 
 def sample_runs(nbytes: int, sample_bytes: int = SAMPLE_BYTES, run: int = RUN_BYTES) -> list[tuple[int, int]]:
@@ -165,7 +173,71 @@ def group_bucket(X: np.ndarray, n: int) -> list[list[int]]:
             if _join_saving(sim(u, centre[g]), n) > 0:
                 group_of[u] = g
                 members[g].append(u)
-    return [sorted(m) for m in members]
+    return merge_groups(X, members, n)
+
+
+def _member_costs(X: np.ndarray, rows: list[int], default: np.ndarray, n: int) -> float:
+    """Estimated bytes of ``rows`` stored as mask + exceptions against
+    ``default`` (sampled), index and padding included."""
+    diff = np.count_nonzero(X[rows] != default) / X.shape[1]  # summed exception rate
+    return len(rows) * (fmt.mask_nbytes(n) + MEMBER_OVERHEAD) + diff * n
+
+
+def merge_groups(X: np.ndarray, groups: list[list[int]], n: int) -> list[list[int]]:
+    """Final merge pass of one bucket: a group, or an ungrouped tensor, joins
+    a larger group when its members cost fewer bytes there (mask + estimated
+    exceptions against that group's sampled majority, which stays) than kept
+    on their own (own default + masks + exceptions, or raw bytes).
+
+    The greedy pass never revisits a decision: an edge between two ungrouped
+    tensors starts a group even when both would have joined a group formed
+    later, and an edge between two groups is skipped. So near-copies whose
+    mutual similarity happens to exceed (by sampling noise, or because they
+    share changes) their similarity to the family's tensors end up in groups
+    of their own, each paying a default. This pass undoes that.
+
+    Units (groups and ungrouped rows) are ordered by size, largest first;
+    each unit may only join an earlier, still standing group, so the pass is
+    one sweep and no group moves twice. Candidates come from the same
+    banding as the tensors (``candidate_pairs`` on the units' sampled
+    defaults; the largest unit of a band bucket is its first), ranked by the
+    agreement of the two defaults; the best MERGE_TRIES are evaluated exactly
+    on the members' samples. Work, with k tensors, u ≤ k units and S sampled
+    bytes: majorities O(k·S); banding O(u·bands·log u); ranking O(S) per
+    candidate pair (at most u·bands pairs, in practice a few per unit);
+    evaluation O(MERGE_TRIES·k·S). Nothing beyond the samples is read.
+    """
+    k = X.shape[0]
+    grouped = {r for g in groups for r in g}
+    units = [sorted(g) for g in groups] + [[r] for r in range(k) if r not in grouped]
+    if not any(len(u) > 1 for u in units):
+        return []
+    units.sort(key=lambda u: (-len(u), u[0]))
+    defaults = np.stack([fmt.majority(X[u]) for u in units])
+    nbrs: dict[int, set[int]] = {}
+    for a, b in candidate_pairs(defaults):  # a < b: a is at least as large
+        nbrs.setdefault(b, set()).add(a)
+    into = list(range(len(units)))  # the standing group a unit joined (itself if none)
+    merged = [list(u) for u in units]
+    for u in range(1, len(units)):
+        targets = {into[t] for t in nbrs.get(u, ())}
+        targets = [t for t in targets if len(units[t]) > 1]
+        if not targets:
+            continue
+        rows = units[u]
+        alone = float(len(rows) * n)  # raw bytes, or its own group if that is cheaper
+        if len(rows) > 1:
+            alone = min(alone, n + _member_costs(X, rows, defaults[u], n))
+        ranked = sorted(targets, key=lambda t: (-int(np.count_nonzero(defaults[t] == defaults[u])), t))
+        best, best_cost = -1, alone
+        for t in ranked[:MERGE_TRIES]:
+            cost = _member_costs(X, rows, defaults[t], n)
+            if cost < best_cost:
+                best, best_cost = t, cost
+        if best >= 0:
+            into[u] = best
+            merged[best] += rows
+    return [sorted(merged[u]) for u in range(len(units)) if into[u] == u and len(merged[u]) > 1]
 
 
 def estimate_group(X: np.ndarray, rows: list[int], n: int) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from conftest import GOLDEN, assert_one_line_error, run_tool
 from dedup_util import near_copies, write_artifact, write_iebin
 from iekit.convert.dedup_extract import extract
 from iekit.convert.dedup_link import link
-from iekit.convert.dedup_plan import candidate_pairs, plan, sample_runs, write_plan
+from iekit.convert.dedup_plan import candidate_pairs, merge_groups, plan, sample_runs, write_plan
 from iekit.formats import dedup as fmt
 from iekit.formats.errors import FormatError, IEError
 from iekit.runtime import _native
@@ -276,6 +276,55 @@ def test_plan_extract_verify_on_nearcopy_model(nearcopy_model, tmp_path):
     assert rep.ok, rep.failures
     assert rep.checks["reconstruction"] == 16
     assert rep.zstd_bytes is not None and rep.zstd_bytes > rep.dedup_bytes  # zstd alone cannot find cross-tensor copies
+
+
+def test_plan_does_not_fragment_families(tmp_path):
+    """3 families of N near-copies (1% of bytes changed) among same-size noise
+    give exactly 3 groups of N. Some members come as pairs of siblings (one a
+    copy of the other with 0.2% changed, as a fine-tune of a fine-tune): a
+    sibling pair is more alike than either is to the family, so the greedy
+    pass starts a group with it before either joins the family's group, and
+    nothing merged groups later: without the merge pass the planner makes 14
+    groups here (34 + 32 + 32 members and 11 pairs; on 3 × 1000 plain
+    near-copies, 3 + 30). Noise is random bytes: no default saves anything on
+    it (~255/256 of its bytes would be exceptions), so it stays ungrouped."""
+    rng = np.random.default_rng(5)
+    N, n, pairs = 40, 16384, 4
+    tensors = {}
+    for f in range(3):
+        rows = near_copies(rng, N, n, 0.01)
+        for s in range(pairs):  # members 2s + 1 are siblings of members 2s
+            sib = rows[2 * s].copy()
+            idx = rng.choice(n, n // 500, replace=False)
+            sib[idx] = rng.integers(0, 256, idx.size, dtype=np.uint8)
+            rows[2 * s + 1] = sib
+        for i, x in enumerate(rows):
+            tensors[f"f{f}.{i}"] = x
+    for i in range(30):
+        tensors[f"noise.{i}"] = rng.integers(0, 256, n, dtype=np.uint8)
+    names = sorted(tensors, key=lambda _: rng.random())  # families interleaved in the file
+    model = write_iebin(tmp_path / "m", {k: ("u8", [n], tensors[k].tobytes()) for k in names})
+    p = plan(model)
+    got = sorted(sorted(g.members) for g in p.groups)
+    assert got == [sorted(f"f{f}.{i}" for i in range(N)) for f in range(3)]
+    tm, gr = write_plan(p, model / "dedup_out")
+    res = extract(model, tm, gr, model / "dedup_out" / "model")
+    assert res.original_bytes == 3 * N * n
+    est = sum(g.estimate["dedup_bytes"] for g in p.groups)
+    assert abs(est - res.dedup_bytes) < 0.05 * res.dedup_bytes
+    # one default per family, then 1/8 mask + ~1-2% exceptions per member
+    assert res.dedup_bytes < 3 * n + 3 * N * n * (1 / 8 + 0.03)
+
+
+def test_merge_pass_joins_split_families_only():
+    """Two families each split in halves (as an unlucky greedy order could)
+    become one group each; a sampled non-member joins nothing."""
+    rng = np.random.default_rng(8)
+    X = np.stack(near_copies(rng, 100, 4096, 0.015) + near_copies(rng, 100, 4096, 0.015)
+                 + [rng.integers(0, 256, 4096, dtype=np.uint8)])
+    halves = [list(range(a, a + 50)) for a in (150, 0, 100, 50)]
+    assert merge_groups(X, halves, 16384) == [list(range(100)), list(range(100, 200))]
+    assert merge_groups(X, [], 16384) == []
 
 
 def test_cli_plan_extract_link_verify(nearcopy_model, tmp_path):
