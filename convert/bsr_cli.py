@@ -8,25 +8,18 @@ path to ``validate_bsr``/``inspect_bsr`` when ``bsr.is_bsr_path`` says so.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 
 from iekit.formats import bsr
+from iekit.formats.cli_support import human_bytes, stdout_console
 
 from .block_sparse import convert_file
 
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-
-
-def _human(n: int) -> str:
-    from .cli import human_bytes  # late: cli.py imports this module
-
-    return human_bytes(n)
+out = stdout_console()
 
 
 def summary(m: bsr.BsrMatrix) -> dict:
@@ -48,7 +41,7 @@ def summary(m: bsr.BsrMatrix) -> dict:
 def _line(m: bsr.BsrMatrix) -> str:
     return (f"{m.rows}×{m.cols} f32, {m.block_rows}×{m.block_cols} blocks, {m.nnzb} of "
             f"{m.n_block_rows * m.n_block_cols} stored (density {m.density:.4f}), "
-            f"{_human(m.file_bytes)} vs {_human(m.dense_bytes)} dense ({m.file_bytes / m.dense_bytes:.3f}×)")
+            f"{human_bytes(m.file_bytes)} vs {human_bytes(m.dense_bytes)} dense ({m.file_bytes / m.dense_bytes:.3f}×)")
 
 
 def validate_bsr(path: Path, allow_nonfinite: bool) -> None:
@@ -72,8 +65,8 @@ def inspect_bsr(path: Path, as_json: bool, allow_nonfinite: bool) -> None:
     t.add_row("blocks per block row", f"min {pr['min']}, mean {pr['mean']:.2f}, max {pr['max']}; "
               f"{s['empty_block_rows']} empty")
     b = s["bytes"]
-    t.add_row("bytes", f"row_ptr {_human(b['row_ptr'])}, col_idx {_human(b['col_idx'])}, values {_human(b['values'])}")
-    t.add_row("file vs dense f32", f"{_human(b['file'])} vs {_human(b['dense_f32'])} ({s['bytes_vs_dense']:.3f}×)")
+    t.add_row("bytes", f"row_ptr {human_bytes(b['row_ptr'])}, col_idx {human_bytes(b['col_idx'])}, values {human_bytes(b['values'])}")
+    t.add_row("file vs dense f32", f"{human_bytes(b['file'])} vs {human_bytes(b['dense_f32'])} ({s['bytes_vs_dense']:.3f}×)")
     out.print(t)
 
 
@@ -124,5 +117,5 @@ def block_sparse_cmd(dense, rows, cols, model_dir, tensor, block_rows, block_col
         return
     out.print(f"OK {out_path}: {conv.policy}, kept {conv.kept_blocks} of {conv.total_blocks} blocks "
               f"(density {conv.density:.4f}), dropped rel. Frobenius error {conv.dropped_rel_frobenius:.3e}; "
-              f"{_human(m.file_bytes)} vs {_human(m.dense_bytes)} dense ({m.file_bytes / m.dense_bytes:.3f}×)",
+              f"{human_bytes(m.file_bytes)} vs {human_bytes(m.dense_bytes)} dense ({m.file_bytes / m.dense_bytes:.3f}×)",
               markup=False)

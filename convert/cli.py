@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -15,7 +14,7 @@ from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, Time
 from rich.table import Table
 
 from iekit.formats import iebin
-from iekit.formats.cli_support import run_cli
+from iekit.formats.cli_support import human_bytes, run_cli, stdout_console
 from iekit.formats.dtypes import CAST_TARGETS
 from iekit.formats.atomic import write_file_atomic
 from iekit.formats.errors import IEError
@@ -27,17 +26,8 @@ from . import hf_source
 from .hf_to_iebin import Progress as ConvertProgress
 from .hf_to_iebin import convert
 
-# soft_wrap: a result line stays one line however narrow the terminal or pipe;
-# piped output gets a wide page so tables never truncate tensor names.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+out = stdout_console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def human_bytes(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    e = min(int(math.log(n, 1024)), 4)
-    return f"{n / 1024 ** e:.2f} {'BKMGT'[e]}{'i' if e else ''}B".replace("BiB", "B")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

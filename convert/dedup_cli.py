@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
@@ -11,14 +10,10 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+from iekit.formats.cli_support import human_bytes, stdout_console
+
+out = stdout_console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _hb(n: int) -> str:
-    from .cli import human_bytes
-
-    return human_bytes(n)
 
 
 @click.command("dedup-plan")
@@ -52,11 +47,11 @@ def dedup_plan_cmd(model_dir: Path, out_dir: Path, min_bytes: int, overwrite: bo
                       ("bytes each", "right"), ("exc. rate", "right"), ("est. saved", "right")):
         t.add_column(col, justify=just)
     for i, g in enumerate(p.groups):
-        t.add_row(str(i), g.members[0], str(len(g.members)), g.dtype, _hb(g.nbytes),
-                  f"{100 * g.estimate['exception_rate']:.2f}%", _hb(g.estimate["saved_bytes"]))
+        t.add_row(str(i), g.members[0], str(len(g.members)), g.dtype, human_bytes(g.nbytes),
+                  f"{100 * g.estimate['exception_rate']:.2f}%", human_bytes(g.estimate["saved_bytes"]))
     out.print(t)
     out.print(f"OK {gr_path}: {len(p.groups)} groups of {sum(len(g.members) for g in p.groups)} tensors "
-              f"(of {p.tensors}); est. saving {_hb(saved)} of {_hb(orig)} grouped bytes", markup=False)
+              f"(of {p.tensors}); est. saving {human_bytes(saved)} of {human_bytes(orig)} grouped bytes", markup=False)
 
 
 @click.command("dedup-extract")
@@ -92,9 +87,9 @@ def dedup_extract_cmd(model_dir, tensor_map, groups_path, out_prefix, overwrite,
         return
     b = res.blob_bytes
     ratio = res.original_bytes / res.dedup_bytes if res.dedup_bytes else float("nan")
-    out.print(f"OK {res.index_path}: {res.groups} groups, {res.members} tensors, {_hb(res.original_bytes)} -> "
-              f"{_hb(b['defaults'])} defaults + {_hb(b['masks'])} masks + {_hb(b['exceptions'])} exceptions "
-              f"= {_hb(res.dedup_bytes)} ({ratio:.2f}x) in {res.seconds:.2f} s", markup=False)
+    out.print(f"OK {res.index_path}: {res.groups} groups, {res.members} tensors, {human_bytes(res.original_bytes)} -> "
+              f"{human_bytes(b['defaults'])} defaults + {human_bytes(b['masks'])} masks + {human_bytes(b['exceptions'])} exceptions "
+              f"= {human_bytes(res.dedup_bytes)} ({ratio:.2f}x) in {res.seconds:.2f} s", markup=False)
 
 
 @click.command("dedup-link")

@@ -9,6 +9,7 @@ Warnings (e.g. a dedup artifact that cannot be used) are one line too,
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import warnings
@@ -16,6 +17,23 @@ import warnings
 import click
 
 from .errors import IEError
+
+
+def stdout_console():
+    """The console results are printed on. soft_wrap: a result line stays one
+    line however narrow the terminal; piped output gets a wide page so tables
+    never truncate tensor names."""
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> '1.50 KiB' (binary units), for summaries and tables."""
+    if n < 1024:
+        return f"{n} B"
+    e = min(int(math.log(n, 1024)), 4)
+    return f"{n / 1024 ** e:.2f} {'BKMGT'[e]}iB"
 
 
 def _fail(msg: str, code: int) -> int:

@@ -17,19 +17,18 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import sys
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import click
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 
 from iekit.convert.casting import decode_f32
 from iekit.convert.hf_source import collect_tensors, from_dir
 from iekit.formats import iebin
+from iekit.formats.cli_support import stdout_console
 from iekit.formats.errors import IEError
 from iekit.formats.quant import SCHEMES
 
@@ -38,7 +37,7 @@ from . import kernels
 GEMV_RTOL = 1e-5
 BATCH = 4
 
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+out = stdout_console()
 
 
 @dataclass

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import click
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 
 from iekit.convert.block_sparse import load_dense
 from iekit.formats import bsr
+from iekit.formats.cli_support import stdout_console
 from iekit.formats.errors import IEError
 
 from .native import _native
@@ -35,7 +34,7 @@ from .native import _native
 GEMV_RTOL = 1e-5
 BATCHES = (1, 4, 8)
 
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+out = stdout_console()
 
 
 def gemv_max_rel(native_m, ref: bsr.BsrMatrix, isa: str, threads: int, rng: np.random.Generator) -> float:

@@ -27,18 +27,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from iekit.formats import dedup as fmt
 from iekit.formats import iebin
+from iekit.formats.cli_support import human_bytes, stdout_console
 from iekit.formats.errors import IEError
 
 from .dedup import DedupConfig, cross_check, open_store
@@ -46,7 +45,7 @@ from .dedup import DedupConfig, cross_check, open_store
 ZSTD_LEVEL = 3
 ZSTD_CHUNK = 8 << 20
 
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+out = stdout_console()
 
 
 @dataclass
@@ -201,8 +200,6 @@ def verify_dedup(model_dir: Path, *, config: DedupConfig | None = None, zstd: bo
 
 
 def _hb(n: int | None) -> str:
-    from iekit.convert.cli import human_bytes
-
     return "—" if n is None else f"{human_bytes(n)} ({n})"
 
 
