@@ -21,6 +21,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from iekit.formats.fileio import PreadFiles
 from iekit.formats import dedup as fmt
 from iekit.formats.atomic import StagedFiles
 from iekit.formats.errors import FormatError, IEError
@@ -36,27 +37,15 @@ def chunk_size(members: int) -> int:
     return c // 64 * 64
 
 
-class _Reader:
-    """pread-based reader of tensor ranges; one descriptor per file."""
+class _Reader(PreadFiles):
+    """Tensor ranges by name: bytes [start, start + n) of the tensor."""
 
     def __init__(self, tmap: dict[str, fmt.TensorRange], real: dict[str, Path]):
+        super().__init__()
         self.tmap, self.real = tmap, real
-        self.fds: dict[Path, int] = {}
 
-    def read(self, name: str, start: int, n: int) -> np.ndarray:
-        p = self.real[name]
-        fd = self.fds.get(p)
-        if fd is None:
-            fd = self.fds[p] = os.open(p, os.O_RDONLY)
-        buf = os.pread(fd, n, self.tmap[name].offset + start)
-        if len(buf) != n:
-            raise IEError(f"{p}: unexpected end of file reading tensor {name!r}")
-        return np.frombuffer(buf, np.uint8)
-
-    def close(self) -> None:
-        for fd in self.fds.values():
-            os.close(fd)
-        self.fds.clear()
+    def tensor(self, name: str, start: int, n: int) -> np.ndarray:
+        return np.frombuffer(self.read(self.real[name], self.tmap[name].offset + start, n), np.uint8)
 
 
 @dataclass
@@ -113,15 +102,15 @@ def extract(model_dir: Path, tensor_map_path: Path, groups_path: Path, out_prefi
                 for a in range(0, n, C):
                     c = min(C, n - a)
                     if g.default_member is not None:
-                        default[a:a + c] = reader.read(g.default_member, a, c)
+                        default[a:a + c] = reader.tensor(g.default_member, a, c)
                     else:
-                        default[a:a + c] = fmt.majority(np.stack([reader.read(m, a, c) for m in g.members]))
+                        default[a:a + c] = fmt.majority(np.stack([reader.tensor(m, a, c) for m in g.members]))
                 dentry = w.add_default(default[a:a + C] for a in range(0, n, C))
                 entries = []
                 for m in g.members:
                     def encoded(m: str = m) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
                         for a in range(0, n, C):
-                            raw = reader.read(m, a, min(C, n - a))
+                            raw = reader.tensor(m, a, min(C, n - a))
                             mask, exc = fmt.encode(raw, default[a:a + raw.size])
                             yield mask, exc, raw
                             if progress:

@@ -37,13 +37,13 @@ numbers after ``dedup-extract``.
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from iekit.formats.fileio import PreadFiles
 from iekit.formats import dedup as fmt
 from iekit.formats import iebin
 from iekit.formats.atomic import StagedFiles
@@ -86,22 +86,12 @@ def read_samples(paths: list[tuple[Path, int]], runs: list[tuple[int, int]]) -> 
     """Sample matrix (tensors × sampled bytes); one pread per run."""
     total = sum(n for _s, n in runs)
     X = np.empty((len(paths), total), np.uint8)
-    fds: dict[Path, int] = {}
-    try:
+    with PreadFiles() as files:
         for i, (path, base) in enumerate(paths):
-            fd = fds.get(path)
-            if fd is None:
-                fd = fds[path] = os.open(path, os.O_RDONLY)
             pos = 0
             for start, n in runs:
-                buf = os.pread(fd, n, base + start)
-                if len(buf) != n:
-                    raise IEError(f"{path}: unexpected end of file at offset {base + start}")
-                X[i, pos:pos + n] = np.frombuffer(buf, np.uint8)
+                X[i, pos:pos + n] = np.frombuffer(files.read(path, base + start, n), np.uint8)
                 pos += n
-    finally:
-        for fd in fds.values():
-            os.close(fd)
     return X
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from .atomic import StagedFiles
 from .dtypes import DTYPES, shape_elements
 from .errors import FormatError
+from .fileio import sha256_range
 from .jsonio import dumps_canonical, load_json, schema_check
 from .paths import check_relpath, resolve_inside
 from .quant import SCHEMES
@@ -44,7 +45,6 @@ GROUPS_NAME = "groups.indices.json"
 BLOB_KEYS = ("defaults", "masks", "exceptions")
 BLOB_SUFFIXES = {"defaults": ".defaults.bin", "masks": ".masks.bin", "exceptions": ".exceptions.bin"}
 INDEX_SUFFIX = ".dedup.json"
-READ_CHUNK = 8 * 1024 * 1024
 
 _SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 INDEX_SCHEMA = _SCHEMAS / "dedup_index.schema.json"
@@ -384,19 +384,6 @@ def validate_index(meta: Any, file: str | os.PathLike = INDEX_NAME) -> None:
                 raise FormatError(file, f"{w1}.offset", f"overlaps {w0} in {meta['blobs'][key]['name']} (offset {s1} < end {e0})")
 
 
-def _sha256_range(f, offset: int, n: int) -> str:
-    h = hashlib.sha256()
-    f.seek(offset)
-    left = n
-    while left:
-        buf = f.read(min(READ_CHUNK, left))
-        if not buf:
-            raise FormatError(f.name, "(size)", "unexpected end of file")
-        h.update(buf)
-        left -= len(buf)
-    return h.hexdigest()
-
-
 def check_blobs(index: DedupIndex, deep: bool = False) -> list[FormatError]:
     """The rules that need the blob files. Paths and sizes raise at once;
     with ``deep`` the content rules (each file's and each region's sha256,
@@ -421,7 +408,7 @@ def check_blobs(index: DedupIndex, deep: bool = False) -> list[FormatError]:
     for k in BLOB_KEYS:
         b = meta["blobs"][k]
         with open(real[k], "rb") as f:
-            got = _sha256_range(f, 0, b["nbytes"])
+            got = sha256_range(f, 0, b["nbytes"])
         if got != b["sha256"]:
             errors.append(FormatError(mf, f"blobs.{k}.sha256", f"{b['name']}: checksum mismatch (stored {b['sha256'][:12]}…, actual {got[:12]}…)"))
     files = {k: open(real[k], "rb") for k in BLOB_KEYS}
@@ -429,7 +416,7 @@ def check_blobs(index: DedupIndex, deep: bool = False) -> list[FormatError]:
         covered: dict[str, list[tuple[int, int]]] = {k: [] for k in BLOB_KEYS}
         for key, off, length, sha, where in regions(meta):
             covered[key].append((off, off + length))
-            got = _sha256_range(files[key], off, length)
+            got = sha256_range(files[key], off, length)
             if got != sha:
                 errors.append(FormatError(mf, f"{where}.sha256", f"checksum mismatch in {meta['blobs'][key]['name']} [{off}, {off + length}) (stored {sha[:12]}…, actual {got[:12]}…)"))
         for g, j, grp, m in index.members():

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 from .atomic import StagedFiles
 from .dtypes import DTYPES, INT64_MAX, shape_elements
 from .errors import FormatError, IEError
+from .fileio import sha256_range
 from .jsonio import dumps_canonical, load_json, schema_check
 from .paths import check_relpath, resolve_inside
 from .quant import SCHEMES, QuantDictError
@@ -28,7 +29,6 @@ DEFAULT_ALIGNMENT = 64
 META_NAME = "model.ie.json"
 BIN_NAME = "model.ie.bin"
 CHECKSUM = "sha256"
-READ_CHUNK = 8 * 1024 * 1024
 
 TENSOR_KEYS = ("name", "dtype", "shape", "file", "file_data_offset", "nbytes", "sha256")
 QUANT_KEY = "quant"  # present exactly when dtype is a quantized scheme
@@ -43,17 +43,8 @@ def _is_int(v: object) -> bool:
 
 
 def sha256_file_range(path: Path, offset: int, nbytes: int) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        f.seek(offset)
-        left = nbytes
-        while left:
-            buf = f.read(min(READ_CHUNK, left))
-            if not buf:
-                raise IEError(f"{path}: unexpected end of file while hashing")
-            h.update(buf)
-            left -= len(buf)
-    return h.hexdigest()
+        return sha256_range(f, offset, nbytes)
 
 
 # --------------------------------------------------------------------------

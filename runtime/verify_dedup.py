@@ -39,11 +39,11 @@ from iekit.formats import dedup as fmt
 from iekit.formats import iebin
 from iekit.formats.cli_support import human_bytes, stdout_console
 from iekit.formats.errors import IEError
+from iekit.formats.fileio import iter_range
 
 from .dedup import DedupConfig, cross_check, open_store
 
 ZSTD_LEVEL = 3
-ZSTD_CHUNK = 8 << 20
 
 out = stdout_console()
 
@@ -83,20 +83,26 @@ class DedupReport:
         return d
 
 
-def _zstd_size(chunks) -> int:
-    import zstandard
+class _ZstdTotal:
+    """Compressed size at ZSTD_LEVEL of each stream on its own (one frame
+    per begin/end: a tensor, a blob), fed chunk by chunk and summed."""
 
-    c = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compressobj()
-    n = 0
-    for ch in chunks:
-        n += len(c.compress(ch))
-    return n + len(c.flush())
+    def __init__(self) -> None:
+        import zstandard
 
+        self._zstd = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        self._c = None
+        self.total = 0
 
-def _file_chunks(path: Path):
-    with open(path, "rb") as f:
-        while buf := f.read(ZSTD_CHUNK):
-            yield buf
+    def begin(self) -> None:
+        self._c = self._zstd.compressobj()
+
+    def add(self, data) -> None:
+        self.total += len(self._c.compress(data))
+
+    def end(self) -> None:
+        self.total += len(self._c.flush())
+        self._c = None
 
 
 def verify_dedup(model_dir: Path, *, config: DedupConfig | None = None, zstd: bool = True, threads: int = 0,
@@ -133,68 +139,60 @@ def verify_dedup(model_dir: Path, *, config: DedupConfig | None = None, zstd: bo
         rep.failures.append(f"loader: {e}")
         store = None
     by_name = {t["name"]: t for t in model.tensors} if model else {}
-
-    def model_chunks(name: str):
-        """The tensor's bytes in model.ie.bin, chunk by chunk (None if absent):
-        read, not mapped, so verifying a large model keeps a small footprint."""
-        te = by_name.get(name)
-        if te is None:
-            return None
-
-        def gen():
-            with open(model.path_of(te), "rb") as f:
-                f.seek(te["file_data_offset"])
-                left = te["nbytes"]
-                while left:
-                    buf = f.read(min(ZSTD_CHUNK, left))
-                    if not buf:
-                        raise IEError(f"{model.path_of(te)}: unexpected end of file reading {name!r}")
-                    left -= len(buf)
-                    yield buf
-        return gen()
-
+    zc = _ZstdTotal() if zstd else None
     if store is not None:
         rep.checks["loader"] = 1
         rep.isa = store.stats()["isa"]
-        exact = 0
-        for _g, _j, _grp, m in index.members():
-            data = store.get(m["name"])
+    exact = 0
+    # One pass per member: its original bytes (model.ie.bin, else the verified
+    # reconstruction) are compared and fed to the zstd baseline chunk by chunk.
+    for _g, _j, _grp, m in index.members():
+        data = store.get(m["name"]) if store is not None else None
+        ok = data is not None
+        if ok:
             got = hashlib.sha256(data).hexdigest()
             ok = got == m["sha256"]
             if not ok:
                 rep.failures.append(f"{index.path}: {m['name']!r}: reconstructed bytes hash to {got[:12]}…, "
                                     f"recorded {m['sha256'][:12]}…")
-            chunks = model_chunks(m["name"]) if ok else None
-            if chunks is not None:
-                pos = 0
-                for buf in chunks:
-                    if data[pos:pos + len(buf)].tobytes() != buf:
+        te = by_name.get(m["name"])
+        pos = 0
+        if zc is not None and (te is not None or ok):
+            zc.begin()
+        if te is not None:
+            with open(model.path_of(te), "rb") as f:
+                for buf in iter_range(f, te["file_data_offset"], te["nbytes"]):
+                    if ok and data[pos:pos + len(buf)].tobytes() != buf:
                         ok = False
                         rep.failures.append(f"{index.path}: {m['name']!r}: reconstruction differs from the "
                                             f"model.ie.bin bytes at offset >= {pos}")
-                        break
+                    if zc is not None:
+                        zc.add(buf)
                     pos += len(buf)
-            exact += ok
-            del data
+        elif ok and zc is not None:
+            zc.add(data)
+        elif zc is not None:
+            zc = None  # neither the original nor a verified reconstruction: no honest baseline
+        if zc is not None:
+            zc.end()
+        if ok:
+            exact += 1
+        del data
+    if store is not None:
         rep.checks["reconstruction"] = exact
         rep.cache = store.stats()
         store.clear_cache()
     if zstd:
-        # The original bytes: from model.ie.bin, else the (verified) reconstruction.
-        total = 0
-        for _g, _j, _grp, m in index.members():
-            chunks = model_chunks(m["name"])
-            if chunks is None and store is not None:
-                data = store.get(m["name"])
-                chunks = (data[a:a + ZSTD_CHUNK] for a in range(0, data.size, ZSTD_CHUNK))
-            if chunks is None:
-                break
-            total += _zstd_size(chunks)
-        else:
-            rep.zstd_bytes = total
-        rep.dedup_zstd_bytes = sum(_zstd_size(_file_chunks(index.blob_path(k))) for k in fmt.BLOB_KEYS)
-        if store is not None:
-            store.clear_cache()
+        rep.zstd_bytes = zc.total if zc is not None else None
+        blobs = _ZstdTotal()
+        for k in fmt.BLOB_KEYS:
+            path = index.blob_path(k)
+            blobs.begin()
+            with open(path, "rb") as f:
+                for buf in iter_range(f, 0, path.stat().st_size):
+                    blobs.add(buf)
+            blobs.end()
+        rep.dedup_zstd_bytes = blobs.total
     rep.seconds = time.perf_counter() - t0
     return rep
 
