@@ -90,9 +90,9 @@ JSON fields (per round):
                       fewer after EOS)
   wall_time_s         the timed window
   tps_true            tokens_generated / wall_time_s
-  latency_p50_ms,     percentiles of the decode step times (one per
-  latency_p95_ms      step call; prefill is not a step: see prefill_ms);
-                      null if no step ran (--max-new 1)
+  latency_p50_ms,     percentiles of the per-token decode times (one step
+  latency_p95_ms      and the argmax that picks the token; prefill is not
+                      a step: see prefill_ms); null if no step ran (--max-new 1)
   prefill_ms          sum over prompts of the prefill time
   rss_peak_mb         peak RSS (VmHWM, MiB) of loading the model and all
                       rounds so far, read after the window; the bandwidth
@@ -118,6 +118,8 @@ JSON fields (per round):
   dedup, dedup_active IE_DEDUP=1 seen; tensors really served by the dedup
                       loader (false after its fallback, null if unknown)
   affinity            thread pinning passed to the decoder (null: none)
+  pinned_cpus         the CPU each decoder thread was pinned to (-1: the
+                        OS refused), null without IE_TP_USE_AFFINITY=1
   threads, device, model_dir, prompts (the prompts source), n_prompts,
   max_new, rounds, warnings (environment and model-loading warnings,
   also on stderr)
@@ -168,13 +170,14 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, r
 
     dec, load_warnings = _load_decoder(model_dir, threads, env)
     precision = str(dec.precision)
-    msg = env.precision_warning(precision)
+    msg = env.precision_warning(tuple(dec.precisions))
     later = load_warnings + ([msg] if msg else [])
     for w in later:
         _warn(w)
     prompts = tokenize(lines, dec, max_new)
     base = {"precision": precision, "precision_expected": env.precision_expected, "act_prec": env.act_prec,
             "act": env.act, "dedup": env.dedup, **_dedup_fields(dec), "affinity": env.affinity,
+            "pinned_cpus": getattr(dec, "pinned", None),
             "threads": threads, "device": device, "model_dir": model_dir, "prompts": source,
             "n_prompts": len(prompts), "max_new": max_new, "rounds": rounds, "rss_peak_reset": rss_reset,
             "warnings": list(env.warnings) + later}

@@ -79,15 +79,15 @@ class BenchEnv:
             dedup=_flag(env, "IE_DEDUP", warn),
             act_prec=act_prec, act=act, affinity=affinity, warnings=tuple(warn))
 
-    def precision_warning(self, actual: str) -> str | None:
-        """The one-line warning when the artifact's matrices are not all
-        stored in IE_PRECISION (a mixed artifact that merely contains it
-        counts as a mismatch: some matrices are stored otherwise)."""
-        if self.precision_expected is None or actual == self.precision_expected:
+    def precision_warning(self, stored: tuple[str, ...]) -> str | None:
+        """The one-line warning when the artifact's matrices (``stored``:
+        their dtypes, most bytes first) are not all stored in IE_PRECISION;
+        a mixed artifact that merely contains it counts as a mismatch."""
+        if self.precision_expected is None or stored == (self.precision_expected,):
             return None
-        some = f" (only some are {self.precision_expected})" if self.precision_expected in _parts(actual) else ""
-        return (f"IE_PRECISION={self.precision_expected} but the model's matrices are stored as {actual}{some}; "
-                f"benchmarking them as stored")
+        some = f" (only some are {self.precision_expected})" if self.precision_expected in stored else ""
+        return (f"IE_PRECISION={self.precision_expected} but the model's matrices are stored as "
+                f"{', '.join(stored)}{some}; benchmarking them as stored")
 
     def model_error(self, model_dir: str, reason: str) -> str:
         """The message for a model that cannot be loaded. Without
@@ -98,12 +98,6 @@ class BenchEnv:
             return f"IE_REQUIRE_MODEL=1: {what}: {reason}"
         return (f"{what}: {reason} "
                 f"(ierun bench has no stub mode: a real model is required even without IE_REQUIRE_MODEL=1)")
-
-
-def _parts(precision: str) -> list[str]:
-    """"mixed(int4w,f32)" -> ["int4w", "f32"]; "f32" -> ["f32"]."""
-    inner = precision[6:-1] if precision.startswith("mixed(") and precision.endswith(")") else precision
-    return inner.split(",")
 
 
 def _flag(env: Mapping[str, str], name: str, warn: list[str]) -> bool:

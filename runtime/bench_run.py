@@ -27,6 +27,8 @@ import numpy as np
 from iekit.formats.errors import FormatError, IEError
 
 from .bench_env import BenchEnv
+from .sampling import Sampler, stream
+from .token_ids import parse_ids
 
 IDS_PREFIX = "ids:"
 DEFAULT_PROMPTS = "prompts/default.txt"  # inside the iekit.runtime package
@@ -56,24 +58,16 @@ def read_prompts(path: str | Path | None) -> tuple[str, list[PromptLine]]:
             continue
         where = f"{source}:{n}"
         if line.startswith(IDS_PREFIX):
-            prompts.append(PromptLine(where, ids=_parse_ids(path or source, n, line[len(IDS_PREFIX):])))
+            try:
+                ids = tuple(parse_ids(line[len(IDS_PREFIX):]))
+            except ValueError as e:
+                raise FormatError(path or source, f"line {n}", f"'{IDS_PREFIX} ...': {e}") from None
+            prompts.append(PromptLine(where, ids=ids))
         else:
             prompts.append(PromptLine(where, text=line))
     if not prompts:
         raise FormatError(source, "lines", "no prompts (every line is blank)")
     return source, prompts
-
-
-def _parse_ids(path: Any, n: int, body: str) -> tuple[int, ...]:
-    parts = [p.strip() for p in body.split(",")]
-    try:
-        ids = tuple(int(p) for p in parts)
-    except ValueError:
-        ids = ()
-    if not ids or min(ids) < 0:
-        raise FormatError(path, f"line {n}",
-                          f"expected 'ids: ' and comma-separated token ids >= 0, got {body.strip()!r}")
-    return ids
 
 
 def tokenize(prompts: Sequence[PromptLine], dec: Any, max_new: int) -> list[list[int]]:
@@ -91,12 +85,10 @@ def tokenize(prompts: Sequence[PromptLine], dec: Any, max_new: int) -> list[list
                               f"give token ids instead: a line 'ids: 1,2,3'") from None
         if not ids:
             raise IEError(f"{p.where}: the prompt tokenizes to no tokens")
-        bad = [i for i in ids if i >= dec.vocab_size]
-        if bad:
-            raise IEError(f"{p.where}: token id {bad[0]} is outside the vocabulary (size {dec.vocab_size})")
-        if len(ids) + max_new > dec.max_ctx:
-            raise IEError(f"{p.where}: {len(ids)} prompt tokens + --max-new {max_new} exceed the model's "
-                          f"context of {dec.max_ctx} tokens")
+        try:  # the last generated token is never fed back, so it takes no place in the cache
+            dec.check_ids(ids, final_len=len(ids) + max_new - 1)
+        except IEError as e:
+            raise IEError(f"{p.where}: {e} ({len(ids)} prompt tokens, --max-new {max_new})") from None
         out.append(ids)
     return out
 
@@ -118,25 +110,20 @@ def run_round(dec: Any, prompts: Sequence[Sequence[int]], max_new: int, env: Ben
     work-touch after each generated token when IE_BYTES_PER_TOKEN > 0.
     Anything not needed to generate stays outside (metrics, RSS, I/O)."""
     r = RoundTimes()
-    eos = dec.eos_token_id
     touch = env.bytes_per_token > 0
     nbytes, stride = env.bytes_per_token, env.stride_bytes
+    greedy = Sampler()
     checksum = 0
     t_start = clock()
     for ids in prompts:
         t0 = clock()
-        logits = dec.prefill(list(ids))
-        r.prefill_s.append(clock() - t0)
-        for i in range(max_new):
-            tok = int(np.argmax(logits))
+        for i, _tok in enumerate(stream(dec, list(ids), max_new, greedy)):
+            # the interval before a token is its prefill (first) or decode step
+            (r.step_s if i else r.prefill_s).append(clock() - t0)
             r.tokens += 1
             if touch:
                 checksum += dec.touch(nbytes, stride)
-            if tok == eos or i + 1 == max_new:
-                break
             t0 = clock()
-            logits = dec.step(tok)
-            r.step_s.append(clock() - t0)
     r.wall_s = clock() - t_start
     r.touch_checksum = checksum & CHECKSUM_MASK
     return r

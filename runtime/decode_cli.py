@@ -13,7 +13,8 @@ import numpy as np
 from iekit.formats.atomic import write_file_atomic
 from iekit.formats.errors import IEError
 
-from .sampling import Sampler, generate
+from .sampling import Sampler, stream
+from .token_ids import parse_ids
 
 _model_dir = click.option("--model-dir", required=True, type=click.Path(path_type=Path),
                           help="IEBIN model directory (Llama, Mistral or Qwen2).")
@@ -33,20 +34,15 @@ def printable(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
-def parse_ids(text: str) -> list[int]:
-    try:
-        ids = [int(t) for t in text.replace(" ", "").split(",") if t != ""]
-    except ValueError:
-        raise IEError(f"--ids: expected comma-separated integers, got {text!r}") from None
-    if not ids:
-        raise IEError("--ids: no ids given")
-    return ids
-
-
 def prompt_ids(dec, prompt: str | None, ids: str | None) -> list[int]:
     if (prompt is None) == (ids is None):
         raise click.UsageError("give exactly one of --prompt and --ids")
-    return dec.encode(prompt) if prompt is not None else parse_ids(ids)
+    if prompt is not None:
+        return dec.encode(prompt)
+    try:
+        return parse_ids(ids)
+    except ValueError as e:
+        raise IEError(f"--ids: {e}") from None
 
 
 @click.command("generate")
@@ -74,24 +70,22 @@ def generate_cmd(model_dir, prompt, ids, max_new, temp, top_p, seed, threads, ct
     dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act)
     pids = prompt_ids(dec, prompt, ids)
     has_tok = (dec.model.dir / "tokenizer.json").is_file()
+    new: list[int] = []
     shown = ""
-    acc: list[int] = []
-
-    def stream(tok: int) -> None:
-        nonlocal shown
-        acc.append(tok)
-        text = dec.decode(acc) if has_tok else " ".join(map(str, acc))
+    for tok in stream(dec, pids, max_new, sampler):
+        new.append(tok)
+        if as_json:
+            continue
+        text = dec.decode(new) if has_tok else " ".join(map(str, new))
         # Byte-level tokens may end mid-character: print only what is settled.
         if not text.endswith("\ufffd"):
             click.echo(printable(text[len(shown):]), nl=False)
             sys.stdout.flush()
             shown = text
-
-    new = generate(dec, pids, max_new, sampler, on_token=None if as_json else stream)
     text = dec.decode(new) if has_tok else None
     if as_json:
         click.echo(json.dumps({"prompt_ids": pids, "generated_ids": new, "text": text,
-                               "stopped_at_eos": bool(new) and new[-1] in dec.spec.eos_ids}))
+                               "stopped_at_eos": bool(new) and new[-1] in dec.eos_ids}))
     else:
         if text is not None and text != shown:
             click.echo(printable(text[len(shown):]), nl=False)

@@ -55,7 +55,6 @@ class DecoderSpec:
     inv_freq: np.ndarray
     tied: bool
     eos_ids: frozenset[int]
-    bos_id: int | None
     window: int  # sliding-window attention span (0: none)
 
 
@@ -132,7 +131,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         inter=_int(m, meta_path, "intermediate_size"), vocab=_int(m, meta_path, "vocab_size"),
         max_positions=_int(m, meta_path, "max_position_embeddings", DEFAULT_MAX_CTX),
         eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), inv_freq=rope_inv_freq(head_dim, theta, scaling),
-        tied=bool(m.get("tie_word_embeddings")), eos_ids=eos_ids, bos_id=m.get("bos_token_id"), window=window)
+        tied=bool(m.get("tie_word_embeddings")), eos_ids=eos_ids, window=window)
 
 
 class Decoder:
@@ -154,9 +153,8 @@ class Decoder:
         self.max_ctx = min(s.max_positions, DEFAULT_MAX_CTX) if ctx is None else ctx
         if self.max_ctx < 1:
             raise IEError(f"ctx must be >= 1, got {self.max_ctx}")
-        self.threads = threads
-        self.act = act
-        self.pinned = _native.pin_threads(threads, affinity) if affinity else None
+        # Each thread's CPU (-1: not pinned), or None without an affinity mode.
+        self.pinned: list[int] | None = _native.pin_threads(threads, affinity) if affinity else None
         entries = {t["name"]: t for t in self.model.tensors}
         q_dim, kv_dim = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim
 
@@ -224,8 +222,8 @@ class Decoder:
             self._dec = _native.Decoder(cfg, mats, vecs, act=act, threads=threads, isa=isa)
         except ValueError as e:
             raise IEError(f"{meta_path}: {e}") from None
-        by_size = sorted(stored.items(), key=lambda kv: -kv[1])
-        self.precision = by_size[0][0] if len(by_size) == 1 else f"mixed({','.join(d for d, _ in by_size)})"
+        # The matrices' storage dtypes, most bytes first.
+        self.precisions: tuple[str, ...] = tuple(d for d, _ in sorted(stored.items(), key=lambda kv: -kv[1]))
         self.model_bytes = sum(t["nbytes"] for t in self.model.tensors)
         self._tokens: list[int] = []
         self._tokenizer = None
@@ -237,12 +235,14 @@ class Decoder:
     # -- facts for reports ------------------------------------------------
 
     @property
-    def vocab_size(self) -> int:
-        return self.spec.vocab
+    def precision(self) -> str:
+        """``int4w``, or ``mixed(int4w,f16)`` when the matrices are stored several ways."""
+        p = self.precisions
+        return p[0] if len(p) == 1 else f"mixed({','.join(p)})"
 
     @property
-    def eos_token_id(self) -> int | None:
-        return min(self.spec.eos_ids) if self.spec.eos_ids else None
+    def eos_ids(self) -> frozenset[int]:
+        return self.spec.eos_ids
 
     @property
     def weight_bytes_per_token(self) -> int:
@@ -286,15 +286,18 @@ class Decoder:
 
     # -- running ------------------------------------------------------------
 
-    def _check_ids(self, ids: list[int]) -> None:
+    def check_ids(self, ids: list[int], final_len: int | None = None) -> None:
+        """Every id in the vocabulary, and a sequence of ``final_len`` tokens
+        (default: ``len(ids)``) within the context. The native forward checks
+        the same as a backstop; this is where the message is made."""
         bad = [i for i in ids if not 0 <= i < self.spec.vocab]
         if bad:
             raise IEError(f"token id {bad[0]} is outside the vocabulary (0..{self.spec.vocab - 1})")
+        n = len(ids) if final_len is None else final_len
+        if n > self.max_ctx:
+            raise IEError(f"a sequence of {n} tokens exceeds the context of {self.max_ctx} tokens")
 
     def _run(self, ids: list[int], all_logits: bool) -> np.ndarray:
-        if len(self._tokens) + len(ids) > self.max_ctx:
-            raise IEError(f"sequence of {len(self._tokens) + len(ids)} tokens exceeds the context "
-                          f"({self.max_ctx}; see --ctx)")
         try:
             out = self._dec.forward(np.asarray(ids, np.int32), all_logits)
         except ValueError as e:
@@ -314,19 +317,20 @@ class Decoder:
         ids = list(ids)
         if not ids:
             raise IEError("empty prompt")
-        self._check_ids(ids)
+        self.check_ids(ids)
         keep = 0
         limit = min(len(ids) - 1, len(self._tokens))
         while keep < limit and self._tokens[keep] == ids[keep]:
             keep += 1
         self._dec.truncate(keep)
         del self._tokens[keep:]
+        out = self._run(ids[keep:], all_logits=False)
         self.kv_hits += keep
-        return self._run(ids[keep:], all_logits=False)
+        return out
 
     def step(self, token: int) -> np.ndarray:
         """Append one token; logits [vocab] for the next."""
-        self._check_ids([token])
+        self.check_ids([token], final_len=len(self._tokens) + 1)
         return self._run([token], all_logits=False)
 
     def logits(self, ids: list[int]) -> np.ndarray:
@@ -334,7 +338,7 @@ class Decoder:
         ids = list(ids)
         if not ids:
             raise IEError("no ids")
-        self._check_ids(ids)
+        self.check_ids(ids)
         self.reset()
         return self._run(ids, all_logits=True)
 
@@ -345,5 +349,6 @@ class Decoder:
         if self._touch_map is None:
             self._touch_map = np.memmap(self.model.dir / iebin.BIN_NAME, dtype=np.uint8, mode="r")
         total = _native.touch_bytes(self._touch_map, self._touch_pos, nbytes, stride)
-        self._touch_pos = (self._touch_pos + nbytes) % max(1, self._touch_map.size)
+        reads = -(-nbytes // stride)  # one byte every stride: the next call starts after the last one read
+        self._touch_pos = (self._touch_pos + reads * stride) % max(1, self._touch_map.size)
         return int(total)

@@ -7,6 +7,7 @@ comparable) and ``ierun generate`` share one definition.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -43,19 +44,24 @@ class Sampler:
         return int(keep[self._rng.choice(keep.size, p=q)])
 
 
-def generate(dec, prompt_ids: list[int], max_new: int, sampler: Sampler, on_token=None) -> list[int]:
-    """New ids after ``prompt_ids``: up to ``max_new``, stopping after an EOS id."""
+def stream(dec, prompt_ids: list[int], max_new: int, sampler: Sampler) -> Iterator[int]:
+    """The new ids after ``prompt_ids``, one at a time: up to ``max_new``,
+    ending after an EOS id. Between two yields runs exactly the model's work
+    for the next token (the prefill before the first, one step before each
+    later one), which is what ``ierun bench`` times."""
     if max_new < 0:
         raise IEError(f"--max-new must be >= 0, got {max_new}")
-    out: list[int] = []
     if max_new == 0:
-        return out
+        return
     logits = dec.prefill(prompt_ids)
-    while True:
+    for i in range(max_new):
         tok = sampler(logits)
-        out.append(tok)
-        if on_token is not None:
-            on_token(tok)
-        if len(out) == max_new or tok in dec.spec.eos_ids:
-            return out
+        yield tok
+        if i + 1 == max_new or tok in dec.eos_ids:
+            return
         logits = dec.step(tok)
+
+
+def generate(dec, prompt_ids: list[int], max_new: int, sampler: Sampler) -> list[int]:
+    """``stream`` collected."""
+    return list(stream(dec, prompt_ids, max_new, sampler))

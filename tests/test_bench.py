@@ -33,8 +33,9 @@ class FakeDecoder:
     a prompt seen before counts its tokens as KV hits."""
 
     def __init__(self, model_dir=None, *, threads=1, act="f32", affinity=None, ctx=None, vocab=16, eos=None):
-        self.vocab_size, self.eos_token_id, self.max_ctx = vocab, eos, 64
-        self.precision, self.weight_bytes_per_token, self.model_bytes = "int4w", 1_000_000, 4_000_000
+        self.vocab_size, self.eos_ids, self.max_ctx = vocab, frozenset([] if eos is None else [eos]), 64
+        self.precision, self.precisions = "int4w", ("int4w",)
+        self.weight_bytes_per_token, self.model_bytes = 1_000_000, 4_000_000
         self.kv_hits = self.kv_misses = 0
         self.init = dict(model_dir=model_dir, threads=threads, act=act, affinity=affinity)
         self.touches: list[tuple[int, int]] = []
@@ -47,6 +48,9 @@ class FakeDecoder:
 
     def encode(self, text):
         return [ord(c) % self.vocab_size for c in text]
+
+    def check_ids(self, ids, final_len=None):
+        """Accepts everything: the real check is tested against the real Decoder."""
 
     def prefill(self, ids):
         if tuple(ids) in self.seen:
@@ -113,10 +117,10 @@ def test_env_unsupported_values_warn_and_are_ignored(env, field, value, needle):
 
 def test_precision_warning_and_model_error():
     e = BenchEnv.from_env({"IE_PRECISION": "int4w"})
-    assert e.precision_warning("int4w") is None
-    assert "mixed(int4w,f32) (only some are int4w)" in e.precision_warning("mixed(int4w,f32)")
-    assert "(only some" not in e.precision_warning("f16")
-    assert BenchEnv().precision_warning("f32") is None
+    assert e.precision_warning(("int4w",)) is None
+    assert "stored as int4w, f32 (only some are int4w)" in e.precision_warning(("int4w", "f32"))
+    assert "(only some" not in e.precision_warning(("f16",))
+    assert BenchEnv().precision_warning(("f32",)) is None
     assert "no stub mode" in BenchEnv().model_error("m", "gone")
     assert BenchEnv(require_model=True).model_error("m", "gone").startswith("IE_REQUIRE_MODEL=1:")
 
@@ -146,11 +150,16 @@ def test_bad_prompts_files(tmp_path, body):
 
 
 def test_tokenize_checks_vocab_and_context():
-    dec = FakeDecoder()
-    with pytest.raises(IEError, match="outside the vocabulary"):
-        tokenize([PromptLine("f:1", ids=(1, 99))], dec, 4)
-    with pytest.raises(IEError, match="exceed the model's context of 64"):
-        tokenize([PromptLine("f:1", ids=(1,) * 60)], dec, 5)
+    """Before any timing, with the real decoder's rule: the prompt and every
+    generated token but the last (never fed back) must fit the context."""
+    from iekit.runtime.decoder import Decoder
+
+    dec = Decoder(GOLDEN_IEBIN / "tiny-llama", ctx=64)
+    with pytest.raises(IEError, match=r"^f:1: token id 320 is outside the vocabulary \(0\.\.319\)"):
+        tokenize([PromptLine("f:1", ids=(1, 320))], dec, 4)
+    assert tokenize([PromptLine("f:1", ids=(1,) * 60)], dec, 5) == [[1] * 60]  # 60 + 4 = 64 fits
+    with pytest.raises(IEError, match=r"^f:2: a sequence of 65 tokens exceeds the context of 64 tokens"):
+        tokenize([PromptLine("f:2", ids=(1,) * 60)], dec, 6)
 
 
 # ------------------------------------------------------ timed window, metrics
@@ -169,6 +178,27 @@ def test_round_stops_at_eos_which_counts():
     t = run_round(dec, [[1]], 10, BenchEnv(), clock=ticking_clock())
     assert t.tokens == 3 and len(t.step_s) == 2
     assert dec.touches == []  # no work-touch without IE_BYTES_PER_TOKEN
+
+
+def test_round_stops_at_any_eos_id():
+    """Llama-3 style configs list several EOS ids; a round stops on each of
+    them, not only on the smallest (0 here, never generated)."""
+    dec = FakeDecoder()
+    dec.eos_ids = frozenset({0, 3})  # 1 -> 2 -> 3 (EOS)
+    t = run_round(dec, [[1]], 10, BenchEnv(), clock=ticking_clock())
+    assert t.tokens == 2 and len(t.step_s) == 1
+
+
+def test_affinity_pins_the_decoder_threads():
+    import os
+
+    res = _bench(GOLDEN_IEBIN / "tiny-llama", "--max-new", "2", "--rounds", "1", "--threads", "2",
+                 env={"IE_TP_USE_AFFINITY": "1", "AFFINITY": "compact"})
+    r = _records(res)[0]
+    allowed = sorted(os.sched_getaffinity(0))
+    assert r["affinity"] == "compact" and len(r["pinned_cpus"]) == 2
+    assert r["pinned_cpus"] == [allowed[i % len(allowed)] for i in range(2)]
+    assert _records(_bench(GOLDEN_IEBIN / "tiny-llama", "--max-new", "2", "--rounds", "1"))[0]["pinned_cpus"] is None
 
 
 def test_round_record_arithmetic():

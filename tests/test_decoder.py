@@ -157,6 +157,17 @@ def test_mistral_sliding_window_against_float64_reference(tmp_path):
     assert _rel(steps, ref) <= 1e-5
 
 
+def test_work_touch_continues_after_the_last_byte_read():
+    """touch(n, stride) reads one byte every stride from where the last call
+    stopped: 1000 bytes at stride 256 read offsets 0, 256, 512, 768, so the
+    next call starts at 1024."""
+    raw = np.fromfile(GOLDEN_IEBIN / "tiny-llama" / "model.ie.bin", np.uint8)
+    d = Decoder(GOLDEN_IEBIN / "tiny-llama")
+    assert d.touch(1000, 256) == int(raw[[0, 256, 512, 768]].sum())
+    assert d.touch(512, 256) == int(raw[[1024, 1280]].sum())
+    assert d.touch(raw.size, raw.size) == int(raw[1536])  # wraps around the file
+
+
 # ------------------------------------------------------------ quantized artifacts
 
 @pytest.mark.parametrize("act,tol", [("f32", 1e-4), ("int8", 3e-2)])
