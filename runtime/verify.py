@@ -1,7 +1,9 @@
 """``ierun verify``: prove an artifact's numerics, tensor by tensor.
 
 ``verify int4`` checks every quantized tensor of an IEBIN model:
-  1. checksum: the payload's sha256 equals the one in model.ie.json;
+  1. checksum: the payload's sha256 equals the one in model.ie.json (the
+     payload as the runtime reads it: with IE_DEDUP=1, rebuilt by the dedup
+     loader where the tensor is grouped);
   2. dequant: the C++ dequantizer equals the Python reference
      (formats/quant.py) bit for bit;
   3. gemv: the fused C++ GEMV (float activations) on random x, single and
@@ -27,12 +29,12 @@ from rich.table import Table
 
 from iekit.convert.casting import decode_f32
 from iekit.convert.hf_source import collect_tensors, from_dir
-from iekit.formats import iebin
 from iekit.formats.cli_support import stdout_console
 from iekit.formats.errors import IEError
 from iekit.formats.quant import SCHEMES
 
 from . import kernels
+from .dedup import TensorSource
 
 GEMV_RTOL = 1e-5
 BATCH = 4
@@ -57,23 +59,14 @@ class TensorReport:
         return all(self.checks.values())
 
 
-def payload(model: iebin.IebinModel, t: dict) -> np.ndarray:
-    """The tensor's bytes, mmapped in place (no copy)."""
-    if t["nbytes"] == 0:
-        return np.zeros(0, np.uint8)
-    return np.memmap(model.path_of(t), dtype=np.uint8, mode="r", offset=t["file_data_offset"], shape=(t["nbytes"],))
-
-
 def check_gemv(raw: np.ndarray, t: dict, w_deq: np.ndarray, rng: np.random.Generator, threads: int) -> float:
-    """Largest |y - ref| / (|W| @ |x|) over a single and a batched GEMV."""
+    """kernels.max_rel_error over a single and a batched GEMV."""
     worst = 0.0
     w64 = w_deq.astype(np.float64)
     for b in (1, BATCH):
         x = rng.standard_normal((b, w_deq.shape[1])).astype(np.float32)
         y = kernels.gemv(raw, t, x if b > 1 else x[0], threads=threads).reshape(b, -1)
-        ref = x.astype(np.float64) @ w64.T
-        scale = np.abs(x).astype(np.float64) @ np.abs(w64).T + 1e-30
-        worst = max(worst, float((np.abs(y - ref) / scale).max()))
+        worst = max(worst, kernels.max_rel_error(y, x, w64))
     return worst
 
 
@@ -86,7 +79,10 @@ def source_values(src_tensors: dict, name: str, shape: list[int]) -> np.ndarray 
 
 
 def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int) -> list[TensorReport]:
-    model = iebin.load_model(model_dir)
+    # Through the runtime's own tensor source: with IE_DEDUP=1 the bytes
+    # checked are those the dedup loader rebuilds, as the decoder reads them.
+    source = TensorSource(model_dir, threads=threads)
+    model = source.model
     quantized = [t for t in model.tensors if t["dtype"] in SCHEMES]
     if not quantized:
         raise IEError(f"{model.meta_path}: no quantized tensors to verify")
@@ -96,7 +92,7 @@ def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int) -
         src_tensors = collect_tensors(from_dir(hf_dir), stack) if hf_dir else {}
         for t in quantized:
             r = TensorReport(t["name"], t["dtype"], t["shape"])
-            raw = payload(model, t)
+            raw = source.get(t["name"])
             r.checks["checksum"] = hashlib.sha256(raw).hexdigest() == t["sha256"]
             scheme = SCHEMES[t["dtype"]]
             params = scheme.params_from(t["quant"], t["shape"][1])

@@ -17,7 +17,6 @@ Exit 0 only when every check holds.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import click
@@ -29,6 +28,7 @@ from iekit.formats import bsr
 from iekit.formats.cli_support import stdout_console
 from iekit.formats.errors import IEError
 
+from .kernels import max_rel_error
 from .native import _native
 
 GEMV_RTOL = 1e-5
@@ -38,27 +38,15 @@ out = stdout_console()
 
 
 def gemv_max_rel(native_m, ref: bsr.BsrMatrix, isa: str, threads: int, rng: np.random.Generator) -> float:
-    """Largest |y - ref| / (|A| @ |x| + |bias|) over a single GEMV with bias and the batched ones.
-
-    Outputs whose float64 reference is not finite (a row holding NaN/Inf,
-    accepted with --allow-nonfinite) must be non-finite too and are not
-    measured; any other mismatch counts as infinitely wrong."""
+    """kernels.max_rel_error over a single GEMV with bias and the batched ones
+    (rows reached by NaN/Inf, accepted with --allow-nonfinite, are not measured)."""
     a64 = ref.to_dense(np.float64)
     worst = 0.0
     for b in BATCHES:
         x = rng.standard_normal((b, ref.cols)).astype(np.float32)
         bias = rng.standard_normal(ref.rows).astype(np.float32) if b == 1 else None
         y = native_m.gemv(x[0] if b == 1 else x, bias=bias, threads=threads, isa=isa).reshape(b, -1)
-        want = x.astype(np.float64) @ a64.T
-        scale = np.abs(x).astype(np.float64) @ np.abs(a64).T + 1e-30
-        if bias is not None:
-            want += bias
-            scale += np.abs(bias)
-        fin = np.isfinite(want)
-        if not np.array_equal(np.isfinite(y), fin):
-            return math.inf
-        if fin.any():
-            worst = max(worst, float((np.abs(y[fin] - want[fin]) / scale[fin]).max()))
+        worst = max(worst, max_rel_error(y, x, a64, bias))
     return worst
 
 

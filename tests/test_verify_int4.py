@@ -48,3 +48,24 @@ def test_verify_int4_fails_on_one_flipped_payload_byte(tmp_path, dtype):
 def test_verify_int4_refuses_a_model_without_quantized_tensors():
     assert_one_line_error(run_tool("ierun", "verify", "int4", "--model-dir", GOLDEN_IEBIN / "tiny-llama"),
                           "no quantized tensors")
+
+
+def test_verify_int4_with_dedup_checks_the_rebuilt_bytes(tmp_path):
+    """With IE_DEDUP=1 the bytes verified are those the dedup loader serves:
+    a flipped exception byte fails, though model.ie.bin is intact."""
+    import os
+
+    from nearcopy import nearcopy_llama
+
+    model = nearcopy_llama(tmp_path, "int4w")
+    dedup = {**os.environ, "IE_DEDUP": "1", "IE_DEDUP_STRICT": "1"}
+    assert run_tool("ierun", "verify", "int4", "--model-dir", model, env=dedup).returncode == 0
+    index = json.loads((model / "model.dedup.json").read_text())
+    member = next(m for g in index["groups"] for m in g["members"] if m["exceptions"]["count"] > 0)
+    exc = (model / "model.exceptions.bin").resolve()
+    data = bytearray(exc.read_bytes())
+    data[member["exceptions"]["offset"]] ^= 0xFF  # inside the member's exceptions: the loader cannot tell
+    exc.write_bytes(bytes(data))
+    assert run_tool("ierun", "verify", "int4", "--model-dir", model).returncode == 0
+    assert_one_line_error(run_tool("ierun", "verify", "int4", "--model-dir", model, env=dedup),
+                          "verify int4: 1 of", f"{member['name']}: checksum")
