@@ -23,6 +23,22 @@ from rich.table import Table
 READ_BW_MIN_BYTES = 256 << 20
 
 DENSE = ("int4w", "q4_0", "q4_1", "q8_0", "f32", "f16", "bf16")
+PACKED = ("int4w", "q4_0", "q4_1", "q8_0")
+
+# Options that only some kernels read -> those kernels. Given on the command
+# line for any other kernel, they are a usage error, never silently ignored.
+# (Their click default is None or False, so "given" is "not None/False".)
+ONLY_FOR: dict[str, tuple[str, ...]] = {
+    "rows": DENSE + ("bsr",), "cols": DENSE + ("bsr",), "min_mib": DENSE + ("bsr",),
+    "group_size": ("int4w",), "affine": ("int4w",), "scale_dtype": ("int4w",),
+    "act": PACKED, "batch": DENSE,
+    "block_rows": ("bsr",), "block_cols": ("bsr",), "density": ("bsr", "dedup"),
+    "seed": ("bsr", "dedup"), "nbytes": ("dedup",),
+}
+
+
+def _or(v: Any, default: Any) -> Any:
+    return default if v is None else v
 
 
 def _run_dense(o: dict[str, Any]) -> tuple[dict[str, Any], float]:
@@ -30,23 +46,16 @@ def _run_dense(o: dict[str, Any]) -> tuple[dict[str, Any], float]:
     from .native import bench_gemv
 
     k = o["kernel"]
-    _no_opts(o, k, ("block_rows", "block_cols", "density", "nbytes"))
-    if k != "int4w":
-        for opt, val, default in (("--group-size", o["group_size"], None), ("--scale-dtype", o["scale_dtype"], None)):
-            if val is not default and not (opt == "--group-size" and k in ("q4_0", "q4_1", "q8_0") and val == 32):
-                raise click.UsageError(f"{opt} applies to --kernel int4w only")
-        if o["affine"]:
-            raise click.UsageError("--affine applies to --kernel int4w only")
-    gs = o["group_size"] if o["group_size"] is not None else 64
-    r = bench_gemv(k, o["rows"], o["cols"],
-                   group_size=(gs or o["cols"]) if k == "int4w" else 0,
-                   symmetric=not o["affine"], scale_dtype=o["scale_dtype"] or "f16", act=o["act"],
-                   threads=o["threads"], batch=o["batch"], min_bytes=o["min_mib"] << 20, iters=o["iters"],
-                   isa=o["isa"])
+    rows, cols, batch, act = _or(o["rows"], 16384), _or(o["cols"], 8192), _or(o["batch"], 1), _or(o["act"], "f32")
+    if not 1 <= batch <= 8:
+        raise click.UsageError(f"--batch must be 1..8, got {batch}")
+    gs = _or(o["group_size"], 64)
+    r = bench_gemv(k, rows, cols, group_size=(gs or cols) if k == "int4w" else 0, symmetric=not o["affine"],
+                   scale_dtype=_or(o["scale_dtype"], "f16"), act=act, threads=o["threads"], batch=batch,
+                   min_bytes=_or(o["min_mib"], 256) << 20, iters=o["iters"], isa=o["isa"])
     res = {
-        "kernel": k, "rows": o["rows"], "cols": o["cols"], "threads": o["threads"], "batch": o["batch"],
-        "act": o["act"], "isa": r["isa"],
-        "group_size": r["group_size"] if k == "int4w" else (32 if k in ("q4_0", "q4_1", "q8_0") else 0),
+        "kernel": k, "rows": rows, "cols": cols, "threads": o["threads"], "batch": batch, "act": act,
+        "isa": r["isa"], "group_size": r["group_size"] if k == "int4w" else (32 if k in PACKED else 0),
         "symmetric": r["symmetric"], "scale_dtype": r["scale_dtype"] if k == "int4w" else None,
         "ms": r["ms_median"], "ms_min": r["ms_min"], "weight_bytes": r["weight_bytes"], "copies": r["copies"],
         "iters": o["iters"],
@@ -54,20 +63,13 @@ def _run_dense(o: dict[str, Any]) -> tuple[dict[str, Any], float]:
     return res, r["weight_bytes"] / (r["ms_median"] * 1e-3) / 1e9
 
 
-def _no_opts(o: dict[str, Any], kernel: str, names: tuple[str, ...]) -> None:
-    for n in names:
-        if o[n] is not None:
-            raise click.UsageError(f"--{n.replace('_', '-')} does not apply to --kernel {kernel}")
-
-
 def _run_bsr(o: dict[str, Any]) -> tuple[dict[str, Any], float]:
     """BSR GEMV against the dense f32 GEMV of the same matrix (runtime/bench_bsr.py)."""
     from .bench_bsr import bench_bsr
 
-    _no_opts(o, "bsr", ("group_size", "scale_dtype", "nbytes"))
-    r = bench_bsr(o["rows"], o["cols"], o["block_rows"], o["block_cols"],
-                  0.1 if o["density"] is None else o["density"], o["threads"], o["seed"],
-                  iters=o["iters"], min_bytes=o["min_mib"] << 20, isa=o["isa"], bandwidth=False)
+    r = bench_bsr(_or(o["rows"], 4096), _or(o["cols"], 4096), _or(o["block_rows"], 16), _or(o["block_cols"], 16),
+                  _or(o["density"], 0.1), o["threads"], _or(o["seed"], 0), iters=o["iters"],
+                  min_bytes=_or(o["min_mib"], 256) << 20, isa=o["isa"], bandwidth=False)
     return r, r["gbps"]
 
 
@@ -75,9 +77,8 @@ def _run_dedup(o: dict[str, Any]) -> tuple[dict[str, Any], float]:
     """Dedup reconstruction of one synthetic member (runtime/bench_dedup.py)."""
     from .bench_dedup import bench_dedup
 
-    _no_opts(o, "dedup", ("rows", "cols", "group_size", "scale_dtype", "block_rows", "block_cols"))
-    r = bench_dedup(nbytes=(o["nbytes"] or 256) << 20, density=0.01 if o["density"] is None else o["density"],
-                    threads=o["threads"], seed=o["seed"], passes=o["iters"], isa=o["isa"], bandwidth=False)
+    r = bench_dedup(nbytes=_or(o["nbytes"], 256) << 20, density=_or(o["density"], 0.01), threads=o["threads"],
+                    seed=_or(o["seed"], 0), passes=o["iters"], isa=o["isa"], bandwidth=False)
     return r, r["gbps"]
 
 
@@ -96,18 +97,18 @@ KERNELS: dict[str, Callable[[dict[str, Any]], tuple[dict[str, Any], float]]] = {
 @click.option("--group-size", type=int, default=None, help="int4w group size: 32, 64, 128 or 0 = whole row [64].")
 @click.option("--affine", is_flag=True, help="int4w affine (w = s*q + m) instead of symmetric.")
 @click.option("--scale-dtype", type=click.Choice(["f16", "f32"]), default=None, help="int4w scale dtype [f16].")
-@click.option("--act", type=click.Choice(["f32", "int8"]), default="f32", show_default=True,
-              help="Activations: f32 (precise) or int8 (quantized per 32, faster; packed formats only).")
-@click.option("--batch", default=1, show_default=True, help="Activation rows per call (1..8).")
+@click.option("--act", type=click.Choice(["f32", "int8"]), default=None,
+              help="Packed formats: activations f32 (precise) or int8 (quantized per 32, faster) [f32].")
+@click.option("--batch", type=int, default=None, help="Dense kernels: activation rows per call, 1..8 [1].")
 @click.option("--block-rows", type=click.IntRange(min=1), default=None, help="bsr: block rows [16].")
 @click.option("--block-cols", type=click.IntRange(min=1), default=None, help="bsr: block columns [16].")
 @click.option("--density", type=float, default=None,
               help="bsr: fraction of blocks kept [0.1]; dedup: fraction of bytes that differ [0.01].")
 @click.option("--nbytes", type=click.IntRange(min=1), default=None, help="dedup: member size in MiB [256].")
-@click.option("--seed", default=0, show_default=True, help="bsr/dedup: seed of the random data.")
+@click.option("--seed", type=int, default=None, help="bsr/dedup: seed of the random data [0].")
 @click.option("--iters", default=20, show_default=True, help="Timed calls (median reported).")
-@click.option("--min-mib", default=256, show_default=True,
-              help="Weight copies are rotated until their total exceeds this (defeats the LLC).")
+@click.option("--min-mib", type=click.IntRange(min=1), default=None,
+              help="Dense/bsr: weight copies are rotated until their total exceeds this (defeats the LLC) [256].")
 @click.option("--isa", default="", help="Kernel ISA (scalar, avx2, avx512: dedup only, the others use avx2 there); default: best available / IE_ISA.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def microbench(as_json: bool, **o: Any) -> None:
@@ -120,16 +121,12 @@ def microbench(as_json: bool, **o: Any) -> None:
     """
     from .native import read_bandwidth
 
-    if not 1 <= o["batch"] <= 8:
-        raise click.UsageError(f"--batch must be 1..8, got {o['batch']}")
     if o["threads"] < 1:
         raise click.UsageError(f"--threads must be >= 1, got {o['threads']}")
-    if o["kernel"] == "bsr":
-        o["block_rows"] = o["block_rows"] or 16
-        o["block_cols"] = o["block_cols"] or 16
-        o["rows"], o["cols"] = o["rows"] or 4096, o["cols"] or 4096
-    elif o["kernel"] != "dedup":
-        o["rows"], o["cols"] = o["rows"] or 16384, o["cols"] or 8192
+    for name, kernels in ONLY_FOR.items():
+        if o[name] not in (None, False) and o["kernel"] not in kernels:
+            raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --kernel {o['kernel']} "
+                                   f"(only {', '.join(kernels)})")
     bw0 = read_bandwidth(bytes=READ_BW_MIN_BYTES, threads=o["threads"], passes=5)
     res, gbps = KERNELS[o["kernel"]](o)
     bw1 = read_bandwidth(bytes=READ_BW_MIN_BYTES, threads=o["threads"], passes=5)

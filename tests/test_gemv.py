@@ -308,8 +308,16 @@ def test_ierun_microbench_json():
     assert r["read_bw_bytes"] >= 256 << 20 and r["fraction"] > 0
 
 
-def test_ierun_microbench_rejects_int4w_options_for_other_kernels():
+@pytest.mark.parametrize("kernel,args,needle", [
+    ("f16", ["--affine"], "--affine does not apply to --kernel f16 (only int4w)"),
+    ("q4_0", ["--group-size", "32"], "--group-size does not apply to --kernel q4_0 (only int4w)"),
+    ("bf16", ["--act", "int8"], "--act does not apply to --kernel bf16"),
+    ("bsr", ["--batch", "4"], "--batch does not apply to --kernel bsr"),
+    ("int4w", ["--seed", "3"], "--seed does not apply to --kernel int4w"),
+    ("dedup", ["--min-mib", "8"], "--min-mib does not apply to --kernel dedup"),
+])
+def test_ierun_microbench_refuses_options_its_kernel_does_not_read(kernel, args, needle):
     from conftest import run_tool
 
-    res = run_tool("ierun", "microbench", "--kernel", "f16", "--affine", "--rows", "8", "--cols", "64")
-    assert res.returncode == 2 and "--affine applies to --kernel int4w only" in res.stderr
+    res = run_tool("ierun", "microbench", "--kernel", kernel, *args)
+    assert res.returncode == 2 and needle in res.stderr, res.stderr
