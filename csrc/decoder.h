@@ -90,9 +90,9 @@ class Decoder {
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
 };
 
-// Pins the OpenMP pool's threads (Linux; a no-op elsewhere): "compact"
-// puts thread i on the i-th allowed CPU, "scatter" spreads threads evenly
-// over the allowed CPUs. Returns the CPU of each thread, in thread order.
+// Pins the OpenMP pool's threads (Linux; a no-op elsewhere): "compact" (and
+// "auto", which on one socket has nothing better to do) puts thread i on the
+// i-th allowed CPU, "scatter" spreads threads evenly over the allowed CPUs. Returns the CPU of each thread, in thread order.
 std::vector<int> pin_threads(int threads, const std::string& mode);
 
 // The benchmark's work-touch loop: reads one byte every `stride` bytes of

@@ -11,22 +11,13 @@
 #include <string>
 
 #include "decoder.h"
+#include "py_args.h"
 
 namespace py = pybind11;
 
 namespace {
 
 using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
-
-const uint8_t* byte_view(const py::object& buf, size_t expected, const std::string& what) {
-  py::buffer_info info = py::reinterpret_borrow<py::buffer>(buf).request();
-  if (info.itemsize != 1 || info.ndim != 1 || (info.size > 1 && info.strides[0] != 1))
-    throw std::invalid_argument(what + ": weights must be a contiguous 1-D uint8 view");
-  if (static_cast<size_t>(info.size) != expected)
-    throw std::invalid_argument(what + ": " + std::to_string(info.size) + " bytes, the weight format needs " +
-                                std::to_string(expected));
-  return static_cast<const uint8_t*>(info.ptr);
-}
 
 ie::Matrix matrix(const py::dict& mats, const std::string& key, py::list& keep) {
   if (!mats.contains(key)) throw std::invalid_argument("decoder weights: missing matrix '" + key + "'");
@@ -36,8 +27,8 @@ ie::Matrix matrix(const py::dict& mats, const std::string& key, py::list& keep) 
                                 d["group_size"].cast<int64_t>(), d["symmetric"].cast<bool>(),
                                 d["scale_dtype"].cast<std::string>());
   py::object buf = d["data"];
-  m.data = byte_view(buf, ie::weight_nbytes(m.spec), key);
-  keep.append(buf);
+  m.data = static_cast<const uint8_t*>(ie::weight_buffer(py::reinterpret_borrow<py::buffer>(buf), m.spec, key).ptr);
+  keep.append(buf);  // the buffer's owner, kept referenced for the decoder's lifetime
   return m;
 }
 

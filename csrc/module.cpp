@@ -72,22 +72,6 @@ py::dict read_bandwidth(size_t bytes, int threads, int passes, const std::string
 
 // ---------------------------------------------------------------- GEMV
 
-// The packed weights: any 1-D, contiguous buffer of bytes (a numpy uint8
-// array, a slice of an np.memmap, bytes); never copied. The returned
-// buffer_info keeps the view alive while a kernel reads it.
-py::buffer_info weight_buffer(const py::buffer& w, const ie::WeightSpec& s) {
-  py::buffer_info info = w.request();
-  if (info.itemsize != 1 || (info.format != "B" && info.format != "b" && info.format != "c"))
-    throw std::invalid_argument("weights must be a 1-D uint8 array, got buffer format '" + info.format + "'");
-  if (info.ndim != 1) throw std::invalid_argument("weights must be a 1-D uint8 array, got " + std::to_string(info.ndim) + " dimensions");
-  if (info.size > 1 && info.strides[0] != 1) throw std::invalid_argument("weights must be a contiguous 1-D uint8 array");
-  const size_t want = ie::weight_nbytes(s);
-  if (static_cast<size_t>(info.size) != want)
-    throw std::invalid_argument(std::string(ie::wtype_name(s.type)) + " [" + std::to_string(s.rows) + ", " +
-                                std::to_string(s.cols) + "] needs " + std::to_string(want) + " bytes, got " +
-                                std::to_string(info.size));
-  return info;
-}
 
 using FArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
@@ -98,7 +82,7 @@ py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_
   const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
   const ie::Act a = ie::parse_act(act);
   const ie::Isa isa = ie::resolve_isa(isa_name);
-  const py::buffer_info wb = weight_buffer(w, s);
+  const py::buffer_info wb = ie::weight_buffer(w, s);
   const int64_t batch = ie::activation_batch(x, cols, ie::kMaxBatch);
   const float* bp = ie::bias_data(bias, rows);
   if (threads < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(threads));
@@ -116,7 +100,7 @@ py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_
 py::array_t<float> dequantize_py(const py::buffer& w, const std::string& dtype, int64_t rows, int64_t cols,
                                  int64_t group_size, bool symmetric, const std::string& scale_dtype) {
   const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
-  const py::buffer_info wb = weight_buffer(w, s);
+  const py::buffer_info wb = ie::weight_buffer(w, s);
   py::array_t<float> out({rows, cols});
   const uint8_t* wp = static_cast<const uint8_t*>(wb.ptr);
   float* op = out.mutable_data();

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "gemv.h"
+
 namespace ie {
 
 // x is [cols] (batch 1) or [batch, cols] with 1 <= batch <= max_batch;
@@ -27,6 +29,26 @@ inline int64_t activation_batch(const pybind11::array& x, int64_t cols, int64_t 
   if (batch < 1 || batch > max_batch)
     throw std::invalid_argument("x batch must be 1.." + std::to_string(max_batch) + ", got " + std::to_string(batch));
   return batch;
+}
+
+// The packed weights: any 1-D, contiguous buffer of bytes (a numpy uint8
+// array, a slice of an np.memmap, bytes), never copied, holding exactly
+// the bytes `s` needs. The returned buffer_info keeps the view alive while a
+// kernel reads it. `what` names the tensor in the message.
+inline pybind11::buffer_info weight_buffer(const pybind11::buffer& w, const WeightSpec& s,
+                                           const std::string& what = "weights") {
+  pybind11::buffer_info info = w.request();
+  if (info.itemsize != 1 || (info.format != "B" && info.format != "b" && info.format != "c"))
+    throw std::invalid_argument(what + " must be a 1-D uint8 array, got buffer format '" + info.format + "'");
+  if (info.ndim != 1)
+    throw std::invalid_argument(what + " must be a 1-D uint8 array, got " + std::to_string(info.ndim) + " dimensions");
+  if (info.size > 1 && info.strides[0] != 1) throw std::invalid_argument(what + " must be a contiguous 1-D uint8 array");
+  const size_t want = weight_nbytes(s);
+  if (static_cast<size_t>(info.size) != want)
+    throw std::invalid_argument(what + ": " + std::string(wtype_name(s.type)) + " [" + std::to_string(s.rows) + ", " +
+                                std::to_string(s.cols) + "] needs " + std::to_string(want) + " bytes, got " +
+                                std::to_string(info.size));
+  return info;
 }
 
 // The optional bias: null, or `rows` floats.
