@@ -42,12 +42,12 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
   for (int i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
 }
 
-// rotate_half convention: pairs (i, i + d/2) share the angle pos * inv_freq[i].
-void rope(float* v, int n_heads, int head_dim, const float* inv_freq, int pos) {
+// rotate_half convention: pairs (i, i + d/2) rotate by the angle
+// pos * inv_freq[i], whose cos and sin are cs[i] and cs[half + i].
+void rope(float* v, int n_heads, int head_dim, const float* cs) {
   const int half = head_dim / 2;
   for (int i = 0; i < half; ++i) {
-    const float ang = static_cast<float>(pos) * inv_freq[i];
-    const float c = std::cos(ang), s = std::sin(ang);
+    const float c = cs[i], s = cs[half + i];
     for (int h = 0; h < n_heads; ++h) {
       float* p = v + h * head_dim;
       const float a = p[i], b = p[i + half];
@@ -113,6 +113,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   gate_.resize(B * c.inter);
   up_.resize(B * c.inter);
   scores_.resize(static_cast<size_t>(threads) * c.max_ctx);
+  rope_cs_.resize(B * c.head_dim);
 }
 
 void Decoder::truncate(int n) {
@@ -190,7 +191,17 @@ void Decoder::attention(int layer, int b) {
 void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits) {
   const DecoderConfig& c = cfg_;
   const int H = c.hidden, I = c.inter;
-  for (int j = 0; j < b; ++j) embed_row(tokens[j], x_.data() + static_cast<size_t>(j) * H);
+  const int half = c.head_dim / 2;
+  for (int j = 0; j < b; ++j) {
+    embed_row(tokens[j], x_.data() + static_cast<size_t>(j) * H);
+    // The rotation of position n_past_ + j, the same in every layer and for q and k.
+    float* cs = rope_cs_.data() + static_cast<size_t>(j) * c.head_dim;
+    for (int i = 0; i < half; ++i) {
+      const float ang = static_cast<float>(n_past_ + j) * c.inv_freq[i];
+      cs[i] = std::cos(ang);
+      cs[half + i] = std::sin(ang);
+    }
+  }
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
     for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]);
@@ -201,8 +212,9 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     float* vc = v_cache_.data() + static_cast<size_t>(l) * c.max_ctx * kv_dim_;
     for (int j = 0; j < b; ++j) {
       const int pos = n_past_ + j;
-      rope(&q_[j * q_dim_], c.n_heads, c.head_dim, c.inv_freq.data(), pos);
-      rope(&k_[j * kv_dim_], c.n_kv_heads, c.head_dim, c.inv_freq.data(), pos);
+      const float* cs = rope_cs_.data() + static_cast<size_t>(j) * c.head_dim;
+      rope(&q_[j * q_dim_], c.n_heads, c.head_dim, cs);
+      rope(&k_[j * kv_dim_], c.n_kv_heads, c.head_dim, cs);
       std::copy_n(&k_[j * kv_dim_], kv_dim_, kc + static_cast<size_t>(pos) * kv_dim_);
       std::copy_n(&v_[j * kv_dim_], kv_dim_, vc + static_cast<size_t>(pos) * kv_dim_);
     }

@@ -88,6 +88,7 @@ class Decoder {
   int q_dim_ = 0, kv_dim_ = 0;
   std::vector<float> k_cache_, v_cache_;  // [layer][max_ctx][kv_dim]
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
+  std::vector<float> rope_cs_;  // [kMaxBatch][cos(head_dim/2) | sin(head_dim/2)] of the chunk's positions
 };
 
 // Pins the OpenMP pool's threads (Linux; a no-op elsewhere): "compact" (and
