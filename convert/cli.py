@@ -22,7 +22,11 @@ from iekit.formats.iebin_legacy import upgrade_legacy
 from iekit.formats.jsonio import dumps_canonical, load_json
 from iekit.formats.q4_manifest import default_manifest, load_manifest, plan
 
+from iekit.formats.bsr import is_bsr_path
+
 from . import hf_source
+from .bsr_cli import block_sparse_cmd, inspect_bsr, validate_bsr
+from .dedup_cli import COMMANDS as DEDUP_COMMANDS
 from .hf_to_iebin import Progress as ConvertProgress
 from .hf_to_iebin import convert
 
@@ -240,18 +244,10 @@ def iebin_upgrade(legacy_json: Path, out_path: Path | None, no_backup: bool):
     out.print(f"OK {target}: schema2, {len(meta['tensors'])} tensors", markup=False)
 
 
-# dedup-plan, dedup-extract, dedup-link (convert/dedup_cli.py)
-from .dedup_cli import COMMANDS as _DEDUP_COMMANDS  # noqa: E402
-
-for _c in _DEDUP_COMMANDS:
+# dedup-plan, dedup-extract, dedup-link (convert/dedup_cli.py) and block-sparse
+# (convert/bsr_cli.py; validate and inspect hand .bsr files to it).
+for _c in (*DEDUP_COMMANDS, block_sparse_cmd):
     cli.add_command(_c)
-
-# block-sparse (convert/bsr_cli.py); validate and inspect hand .bsr files to it
-from iekit.formats.bsr import is_bsr_path  # noqa: E402
-
-from .bsr_cli import block_sparse_cmd, inspect_bsr, validate_bsr  # noqa: E402
-
-cli.add_command(block_sparse_cmd)
 
 
 def main() -> None:

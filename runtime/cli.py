@@ -11,6 +11,13 @@ from rich.table import Table
 
 from iekit.formats.cli_support import run_cli
 
+from .bench import bench
+from .decode_cli import generate_cmd, logits_cmd
+from .microbench import microbench
+from .verify import verify_int4_cmd
+from .verify_bsr import verify_bsr_cmd
+from .verify_dedup import dedup_cmd as verify_dedup_cmd
+
 out = Console(highlight=False)
 
 
@@ -58,15 +65,6 @@ def verify() -> None:
     line naming what failed and exits 1.
     """
 
-
-# Imported here, not at the top: each pulls in numpy and the native module,
-# which `ierun --help` and `ierun info` do not need to wait for.
-from .bench import bench  # noqa: E402
-from .decode_cli import generate_cmd, logits_cmd  # noqa: E402
-from .microbench import microbench  # noqa: E402
-from .verify import verify_int4_cmd  # noqa: E402
-from .verify_bsr import verify_bsr_cmd  # noqa: E402
-from .verify_dedup import dedup_cmd as verify_dedup_cmd  # noqa: E402
 
 cli.add_command(generate_cmd)
 cli.add_command(logits_cmd)
