@@ -298,38 +298,30 @@ def write_reference(model_cls, model_dir: Path, ref_dir: Path, tok) -> np.ndarra
 # models
 # --------------------------------------------------------------------------
 
-def make_llama(tok) -> None:
-    out = HF_DIR / "tiny-llama"
+def save_model(tok, name: str, model_cls, cfg, seed: int, dtype=torch.float32, **save_kw) -> np.ndarray:
+    """Build ``model_cls(cfg)`` with its weights drawn from ``seed``, cast to
+    ``dtype``, save it and the tokenizer to hf/NAME, and write ref/NAME.
+    Returns the reference logits."""
+    out = HF_DIR / name
     reset_dir(out)
-    seed_everything(SEED)
-    cfg = LlamaConfig(
-        **common_dims(len(tok), tok.bos_token_id, tok.eos_token_id),
-        tie_word_embeddings=False,
-        attention_bias=False,
-        mlp_bias=False,
-    )
-    model = LlamaForCausalLM(cfg).to(torch.float32).eval()
-    init_weights(model, SEED)
-    model.save_pretrained(out, max_shard_size=LLAMA_MAX_SHARD)
+    seed_everything(seed)
+    model = model_cls(cfg).to(torch.float32).eval()
+    init_weights(model, seed)
+    model.to(dtype).save_pretrained(out, **save_kw)
     tok.save_pretrained(out)
-    write_reference(LlamaForCausalLM, out, REF_DIR / "tiny-llama", tok)
+    return write_reference(model_cls, out, REF_DIR / name, tok)
+
+
+def make_llama(tok) -> None:
+    cfg = LlamaConfig(**common_dims(len(tok), tok.bos_token_id, tok.eos_token_id),
+                      tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+    save_model(tok, "tiny-llama", LlamaForCausalLM, cfg, SEED, max_shard_size=LLAMA_MAX_SHARD)
 
 
 def make_qwen2(tok) -> None:
-    out = HF_DIR / "tiny-qwen2"
-    reset_dir(out)
-    seed_everything(SEED + 1)
-    cfg = Qwen2Config(
-        **common_dims(len(tok), tok.bos_token_id, tok.eos_token_id),
-        tie_word_embeddings=True,
-        use_sliding_window=False,
-    )
-    model = Qwen2ForCausalLM(cfg).to(torch.float32).eval()
-    init_weights(model, SEED + 1)
-    model = model.to(torch.bfloat16)
-    model.save_pretrained(out)  # default max_shard_size -> single model.safetensors
-    tok.save_pretrained(out)
-    write_reference(Qwen2ForCausalLM, out, REF_DIR / "tiny-qwen2", tok)
+    cfg = Qwen2Config(**common_dims(len(tok), tok.bos_token_id, tok.eos_token_id),
+                      tie_word_embeddings=True, use_sliding_window=False)
+    save_model(tok, "tiny-qwen2", Qwen2ForCausalLM, cfg, SEED + 1, torch.bfloat16)  # one model.safetensors
 
 
 @torch.no_grad()
@@ -349,41 +341,20 @@ def assert_feature_matters(model_cls, model_dir: Path, ref_logits: np.ndarray, w
 
 
 def make_mistral(tok) -> None:
+    cfg = MistralConfig(**common_dims(len(tok), tok.bos_token_id, tok.eos_token_id),
+                        tie_word_embeddings=False, sliding_window=MISTRAL_WINDOW)
     out = HF_DIR / "tiny-mistral"
-    reset_dir(out)
-    seed_everything(MISTRAL_SEED)
-    cfg = MistralConfig(
-        **common_dims(len(tok), tok.bos_token_id, tok.eos_token_id),
-        tie_word_embeddings=False,
-        sliding_window=MISTRAL_WINDOW,
-    )
-    model = MistralForCausalLM(cfg).to(torch.float32).eval()
-    init_weights(model, MISTRAL_SEED)
-    model = model.to(torch.bfloat16)
-    model.save_pretrained(out)  # single model.safetensors
-    tok.save_pretrained(out)
-    logits = write_reference(MistralForCausalLM, out, REF_DIR / "tiny-mistral", tok)
+    logits = save_model(tok, out.name, MistralForCausalLM, cfg, MISTRAL_SEED, torch.bfloat16)
     assert_feature_matters(MistralForCausalLM, out, logits, "sliding_window", sliding_window=None)
 
 
 def make_llama3(tok) -> None:
-    out = HF_DIR / "tiny-llama3"
-    reset_dir(out)
-    seed_everything(LLAMA3_SEED)
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     del dims["rope_theta"]  # in rope_parameters
-    cfg = LlamaConfig(
-        **dims,
-        rope_parameters=dict(LLAMA3_ROPE),
-        tie_word_embeddings=False,
-        attention_bias=False,
-        mlp_bias=False,
-    )
-    model = LlamaForCausalLM(cfg).to(torch.float32).eval()
-    init_weights(model, LLAMA3_SEED)
-    model.save_pretrained(out)  # ~460 KB, under the default shard size: one model.safetensors
-    tok.save_pretrained(out)
-    logits = write_reference(LlamaForCausalLM, out, REF_DIR / "tiny-llama3", tok)
+    cfg = LlamaConfig(**dims, rope_parameters=dict(LLAMA3_ROPE), tie_word_embeddings=False,
+                      attention_bias=False, mlp_bias=False)
+    out = HF_DIR / "tiny-llama3"
+    logits = save_model(tok, out.name, LlamaForCausalLM, cfg, LLAMA3_SEED)  # ~460 KB: one model.safetensors
     assert_feature_matters(LlamaForCausalLM, out, logits, "llama3 rope scaling",
                            rope_parameters={"rope_type": "default", "rope_theta": LLAMA3_ROPE["rope_theta"]})
 

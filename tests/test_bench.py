@@ -288,7 +288,7 @@ def test_missing_model_is_one_line_error(tmp_path, require):
     assert ("no stub mode" in res.stderr) == (require == "0")
 
 
-def _check_consistent(r, model):
+def _check_consistent(r, model, prompts_file=None):
     for f in FIELDS:
         assert f in r, f
     assert r["tokens_generated"] > 0 and r["wall_time_s"] > 0
@@ -298,7 +298,12 @@ def _check_consistent(r, model):
     assert r["bytes_touched"] == r["tokens_generated"] * (r["weight_bytes_per_token"] + r["touch_bytes_per_token"])
     assert math.isclose(r["mb_per_token"] * 1e6, r["weight_bytes_per_token"] + r["touch_bytes_per_token"])
     assert 0 < r["model_coverage"] <= 1
-    assert r["kv_hits"] >= 0 and r["kv_misses"] >= 0
+    # every token fed to the model this round was either reused from the KV
+    # cache or computed: the prompts' tokens and one per decode step
+    from iekit.runtime.decoder import Decoder
+
+    prompt_tokens = sum(len(ids) for ids in tokenize(read_prompts(prompts_file)[1], Decoder(model), 4))
+    assert r["kv_hits"] + r["kv_misses"] == prompt_tokens + r["decode_steps"]
     assert r["latency_p50_ms"] <= r["latency_p95_ms"] and r["prefill_ms"] > 0 and r["rss_peak_mb"] > 0
     if r["rss_peak_reset"]:  # the 256 MiB bandwidth buffer is not counted against a tiny model
         assert r["rss_peak_mb"] < 256
@@ -329,7 +334,7 @@ def test_work_touch_env_and_unsupported_act(tmp_path):
     res = _bench(model, "--prompts-file", f, "--max-new", "4", "--rounds", "1",
                  env={"IE_BYTES_PER_TOKEN": "1000000", "IE_VERIFY_TOUCH": "1", "IE_ACT_PREC": "fp8"})
     touched = _records(res)[0]
-    _check_consistent(touched, model)
+    _check_consistent(touched, model, f)
     assert touched["mb_per_token"] == pytest.approx(plain["mb_per_token"] + 1.0)
     assert isinstance(touched["touch_checksum"], int) and plain["touch_checksum"] is None
     assert touched["act_prec"] == "fp8" and touched["act"] == "f32"
