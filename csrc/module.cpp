@@ -1,18 +1,19 @@
-// Python bindings of the native runtime (`iekit.runtime._native`).
-// Every binding that touches bulk memory releases the GIL.
-#include <pybind11/numpy.h>
+// The Python module `iekit.runtime._native`: what belongs to no one kernel
+// family (CPU features, ISA levels, the weight-type table and its typed
+// WeightSpec) plus each family's registration.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <optional>
 #include <stdexcept>
 #include <string>
 
-#include "py_args.h"
-#include "cpu_features.h"
-#include "gemv.h"
-#include "isa.h"
-#include "stream_read.h"
+#include "bsr/bsr.h"
+#include "common/cpu_features.h"
+#include "common/isa.h"
+#include "common/weight_types.h"
+#include "dedup/dedup.h"
+#include "gemv/gemv.h"
+#include "stream/stream_read.h"
 
 #if IE_HAVE_CUDA
 #include "cuda/device_info.h"
@@ -20,14 +21,32 @@
 
 namespace py = pybind11;
 
-// Registered by csrc/dedup_bindings.cpp (lossless dedup loader and kernel).
-void ie_register_dedup(pybind11::module_&);
-// Registered by csrc/bsr_bindings.cpp (block-sparse loader and kernels).
-void ie_register_bsr(pybind11::module_&);
-// Registered by csrc/decoder_bindings.cpp (the Llama-family decoder).
-void ie_register_decoder(pybind11::module_&);
+void ie_register_gemv(py::module_&);     // gemv/bindings.cpp
+void ie_register_stream(py::module_&);   // stream/bindings.cpp
+void ie_register_dedup(py::module_&);    // dedup/bindings.cpp
+void ie_register_bsr(py::module_&);      // bsr/bindings.cpp
+void ie_register_decoder(py::module_&);  // decoder/bindings.cpp
 
 namespace {
+
+// Each kernel family's variant choice: the same table lookup its driver makes.
+struct FamilyIsa {
+  const char* name;
+  ie::Isa (*pick)(ie::Isa);
+};
+constexpr FamilyIsa kFamilies[] = {{"gemv", ie::gemv_kernel_isa},
+                                   {"bsr", ie::bsr_kernel_isa},
+                                   {"stream_read", ie::stream_kernel_isa},
+                                   {"dedup", ie::dedup::kernel_isa}};
+
+const FamilyIsa& family(const std::string& name) {
+  std::string names;
+  for (const FamilyIsa& f : kFamilies) {
+    if (name == f.name) return f;
+    names += (names.empty() ? "" : ", ") + std::string(f.name);
+  }
+  throw std::invalid_argument("unknown kernel family '" + name + "' (" + names + ")");
+}
 
 py::dict cpu_features_dict() {
   const ie::CpuFeatures f = ie::detect_cpu_features();
@@ -44,131 +63,25 @@ py::dict cpu_features_dict() {
   return out;
 }
 
-double stream_sum(py::array_t<float, py::array::c_style | py::array::forcecast> x, int threads,
-                  const std::string& isa_name) {
-  const ie::Isa isa = ie::resolve_isa(isa_name);
-  const float* p = x.data();
-  const size_t n = static_cast<size_t>(x.size());
-  py::gil_scoped_release nogil;
-  return ie::stream_sum_f32(p, n, threads, isa);
-}
-
-py::dict read_bandwidth(size_t bytes, int threads, int passes, const std::string& isa_name) {
-  const ie::Isa isa = ie::resolve_isa(isa_name);
-  ie::ReadBandwidth r{};
-  {
-    py::gil_scoped_release nogil;
-    r = ie::measure_read_bandwidth(bytes, threads, passes, isa);
+py::list weight_types() {
+  py::list out;
+  for (const ie::WTypeInfo& t : ie::kWeightTypes) {
+    py::dict d;
+    d["name"] = t.name;
+    d["block_elems"] = t.block_elems;
+    d["block_bytes"] = t.block_bytes;
+    d["quantized"] = t.quantized;
+    d["gemv"] = t.gemv;
+    d["int8_act"] = t.int8_act;
+    out.append(d);
   }
-  py::dict out;
-  out["gbps"] = r.gbps_median;
-  out["gbps_best"] = r.gbps_best;
-  out["bytes"] = r.bytes;
-  out["passes"] = r.passes;
-  out["threads"] = r.threads;
-  out["isa"] = ie::isa_name(ie::kernel_isa(ie::Family::StreamRead, isa));
-  return out;
-}
-
-// ---------------------------------------------------------------- GEMV
-
-
-using FArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
-
-py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_t rows, int64_t cols, FArray x,
-                           std::optional<FArray> bias, int64_t group_size, bool symmetric,
-                           const std::string& scale_dtype, const std::string& act, int threads,
-                           const std::string& isa_name) {
-  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
-  const ie::Act a = ie::parse_act(act);
-  const ie::Isa isa = ie::resolve_isa(isa_name);
-  const py::buffer_info wb = ie::weight_buffer(w, s);
-  const int64_t batch = ie::activation_batch(x, cols, ie::kMaxBatch);
-  const float* bp = ie::bias_data(bias, rows);
-  if (threads < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(threads));
-  py::array_t<float> y = ie::gemv_output(x, batch, rows);
-  const uint8_t* wp = static_cast<const uint8_t*>(wb.ptr);
-  const float* xp = x.data();
-  float* yp = y.mutable_data();
-  {
-    py::gil_scoped_release nogil;
-    ie::gemv(s, wp, xp, static_cast<int>(batch), bp, yp, a, threads, isa);
-  }
-  return y;
-}
-
-py::array_t<float> dequantize_py(const py::buffer& w, const std::string& dtype, int64_t rows, int64_t cols,
-                                 int64_t group_size, bool symmetric, const std::string& scale_dtype) {
-  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
-  const py::buffer_info wb = ie::weight_buffer(w, s);
-  py::array_t<float> out({rows, cols});
-  const uint8_t* wp = static_cast<const uint8_t*>(wb.ptr);
-  float* op = out.mutable_data();
-  {
-    py::gil_scoped_release nogil;
-    ie::dequantize(s, wp, op);
-  }
-  return out;
-}
-
-py::tuple quantize_act_q8_py(FArray x, const std::string& isa_name) {
-  const ie::Isa isa = ie::resolve_isa(isa_name);
-  if (x.ndim() != 1) throw std::invalid_argument("x must be 1-D");
-  const int64_t n = x.shape(0);
-  if (n % 32 != 0) throw std::invalid_argument("x length must be a multiple of 32, got " + std::to_string(n));
-  py::array_t<int8_t> q({n});
-  py::array_t<float> d({n / 32});
-  const float* xp = x.data();
-  int8_t* qp = q.mutable_data();
-  float* dp = d.mutable_data();
-  {
-    py::gil_scoped_release nogil;
-    ie::quantize_act_q8(xp, n, qp, dp, isa);
-  }
-  return py::make_tuple(q, d);
-}
-
-py::dict bench_gemv_py(const std::string& dtype, int64_t rows, int64_t cols, int64_t group_size, bool symmetric,
-                       const std::string& scale_dtype, const std::string& act, int threads, int batch,
-                       size_t min_bytes, int iters, const std::string& isa_name) {
-  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
-  const ie::Act a = ie::parse_act(act);
-  const ie::Isa isa = ie::resolve_isa(isa_name);
-  if (a == ie::Act::Int8 && !ie::is_quantized(s.type))
-    throw std::invalid_argument("act='int8' applies to int4w, q4_0, q4_1 and q8_0 weights, not " + dtype);
-  ie::GemvBench r;
-  {
-    py::gil_scoped_release nogil;
-    r = ie::bench_gemv(s, a, threads, batch, min_bytes, iters, isa);
-  }
-  py::dict out;
-  out["dtype"] = dtype;
-  out["rows"] = rows;
-  out["cols"] = cols;
-  out["group_size"] = s.group_size;
-  out["symmetric"] = s.symmetric;
-  out["scale_dtype"] = s.scale_f32 ? "f32" : "f16";
-  out["act"] = ie::act_name(a);
-  out["threads"] = threads;
-  out["batch"] = batch;
-  out["isa"] = ie::isa_name(ie::kernel_isa(ie::Family::Gemv, isa));
-  out["ms_median"] = r.ms_median;
-  out["ms_min"] = r.ms_min;
-  out["ms_mean"] = r.ms_mean;
-  out["weight_bytes"] = r.weight_bytes;
-  out["copies"] = r.copies;
-  out["iters"] = r.iters;
-  out["gbps"] = static_cast<double>(r.weight_bytes) / (r.ms_median * 1e-3) / 1e9;
-  out["gbps_best"] = static_cast<double>(r.weight_bytes) / (r.ms_min * 1e-3) / 1e9;
-  out["checksum"] = r.checksum;
-  out["times_ms"] = r.times_ms;
   return out;
 }
 
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
-  m.doc() = "iekit native runtime: CPU-dispatched kernels (scalar reference + AVX2/FMA)";
+  m.doc() = "iekit native runtime: CPU-dispatched kernels (scalar reference + AVX2/FMA, AVX-512)";
   py::register_exception<std::invalid_argument>(m, "NativeValueError", PyExc_ValueError);
 
   m.def("cpu_features", &cpu_features_dict,
@@ -176,17 +89,44 @@ PYBIND11_MODULE(_native, m) {
         "(IE_ISA=scalar|avx2|avx512|auto overrides).");
   m.def(
       "kernel_isa",
-      [](const std::string& family, const std::string& isa) {
-        return std::string(ie::isa_name(ie::kernel_isa(ie::parse_family(family), ie::resolve_isa(isa))));
+      [](const std::string& name, const std::string& isa) {
+        return std::string(ie::isa_name(family(name).pick(ie::resolve_isa(isa))));
       },
       py::arg("family"), py::arg("isa") = "",
       "The ISA variant a kernel family (gemv, bsr, stream_read, dedup) really runs for `isa` "
-      "(default: the selected one): the best it has at or below it.");
-  m.def("stream_sum", &stream_sum, py::arg("x"), py::arg("threads") = 1, py::arg("isa") = "",
-        "Sum of a float32 array by the streaming-read kernel (test hook for the bandwidth yardstick).");
-  m.def("read_bandwidth", &read_bandwidth, py::arg("bytes") = size_t(256) << 20,
-        py::arg("threads") = 1, py::arg("passes") = 5, py::arg("isa") = "",
-        "Measure this machine's memory read bandwidth (GB/s, median of passes).");
+      "(default: the selected one): the best it has at or below it, from the table its driver dispatches through.");
+  m.def(
+      "kernel_variants",
+      [] {
+        py::dict out;
+        for (const FamilyIsa& f : kFamilies) {
+          py::list levels;
+          for (int i = 0; i < ie::kIsaLevels; ++i)
+            if (f.pick(static_cast<ie::Isa>(i)) == static_cast<ie::Isa>(i)) levels.append(ie::isa_name(static_cast<ie::Isa>(i)));
+          out[f.name] = levels;
+        }
+        return out;
+      },
+      "Per kernel family, the ISA levels this build has a variant for (available on this CPU or not).");
+  m.def("weight_types", &weight_types,
+        "The weight-type table (csrc/common/weight_types.h): name, block_elems, block_bytes, quantized, gemv, int8_act.");
+
+  py::class_<ie::WeightSpec>(m, "WeightSpec",
+                             "A stored matrix's type, shape and int4w parameters, validated once "
+                             "(csrc/common/weight_types.h).")
+      .def(py::init(&ie::make_weight_spec), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
+           py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16")
+      .def_property_readonly("dtype", [](const ie::WeightSpec& s) { return ie::wtype_info(s.type).name; })
+      .def_readonly("rows", &ie::WeightSpec::rows)
+      .def_readonly("cols", &ie::WeightSpec::cols)
+      .def_readonly("group_size", &ie::WeightSpec::group_size)
+      .def_readonly("symmetric", &ie::WeightSpec::symmetric)
+      .def_property_readonly("scale_dtype", [](const ie::WeightSpec& s) { return s.scale_f32 ? "f32" : "f16"; })
+      .def_property_readonly("nbytes", &ie::weight_nbytes)
+      .def("__repr__", [](const ie::WeightSpec& s) {
+        return "WeightSpec(" + std::string(ie::wtype_info(s.type).name) + ", [" + std::to_string(s.rows) + ", " +
+               std::to_string(s.cols) + "], group_size=" + std::to_string(s.group_size) + ")";
+      });
   m.def("expected_nbytes",
         [](const std::string& dtype, int64_t rows, int64_t cols, int64_t group_size, bool symmetric,
            const std::string& scale_dtype) {
@@ -194,20 +134,6 @@ PYBIND11_MODULE(_native, m) {
         },
         py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("group_size") = 0, py::arg("symmetric") = true,
         py::arg("scale_dtype") = "f16", "Bytes of a stored [rows, cols] weight matrix (docs/formats/quant.md).");
-  m.def("gemv", &gemv_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("x"),
-        py::arg("bias") = py::none(), py::arg("group_size") = 0, py::arg("symmetric") = true,
-        py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "",
-        "y = W x (+ bias) with W kept packed (w: 1-D uint8 buffer, not copied). x [cols] -> y [rows]; "
-        "x [b, cols] (b <= 8) -> y [b, rows]. act='int8' quantizes x per 32 to int8 first (faster).");
-  m.def("dequantize", &dequantize_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
-        py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16",
-        "W as float32 [rows, cols], bit-exact with docs/formats/quant.md.");
-  m.def("quantize_act_q8", &quantize_act_q8_py, py::arg("x"), py::arg("isa") = "",
-        "The act='int8' activation quantizer: (q int8 [n], d float32 [n/32]).");
-  m.def("bench_gemv", &bench_gemv_py, py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("group_size") = 0,
-        py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1,
-        py::arg("batch") = 1, py::arg("min_bytes") = size_t(256) << 20, py::arg("iters") = 20, py::arg("isa") = "",
-        "Time GEMVs over enough random weight copies (> min_bytes) that each call streams from DRAM.");
 #if IE_HAVE_CUDA
   m.def(
       "cuda_devices",
@@ -225,6 +151,8 @@ PYBIND11_MODULE(_native, m) {
       },
       "CUDA devices visible to this build (empty list when there is no GPU).");
 #endif
+  ie_register_gemv(m);
+  ie_register_stream(m);
   ie_register_dedup(m);
   ie_register_bsr(m);
   ie_register_decoder(m);

@@ -26,7 +26,7 @@ from iekit.formats.errors import IEError
 
 from . import kernels
 from .dedup import TensorSource
-from .native import NativeArgumentError, _native
+from .native import _native
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 FLOAT_VECTOR_DTYPES = ("f32", "f16", "bf16")
@@ -166,17 +166,17 @@ class Decoder:
                 raise IEError(f"{meta_path}: tensors[{name!r}].shape: {t['shape']}, the config implies {shape}")
             return t
 
-        mats: dict[str, dict[str, Any]] = {}
+        mats: dict[str, tuple[Any, Any]] = {}
         vecs: dict[str, np.ndarray] = {}
         self._step_bytes = 0
 
         def matrix(key: str, name: str, shape: list[int], per_step: bool = True) -> None:
             t = entry(name, shape)
             try:
-                p = kernels.weight_params(t)
-            except NativeArgumentError as e:
+                spec = _native.WeightSpec(**kernels.weight_params(t))
+            except ValueError as e:
                 raise IEError(f"{meta_path}: tensors[{name!r}]: {e}") from None
-            mats[key] = {**p, "data": self.source.get(name)}
+            mats[key] = (spec, self.source.get(name))
             self._step_bytes += t["nbytes"] if per_step else 0
 
         def vector(key: str, name: str, n: int) -> None:
@@ -215,9 +215,9 @@ class Decoder:
                     vector(f"layers.{i}.{key}", pre + hf, bias_len[key])
                 elif s.architecture == "Qwen2ForCausalLM":
                     raise IEError(f"{meta_path}: tensors: {pre + hf!r} is missing (Qwen2 has q/k/v biases)")
-        cfg = {"n_layers": s.n_layers, "hidden": s.hidden, "n_heads": s.n_heads, "n_kv_heads": s.n_kv_heads,
-               "head_dim": s.head_dim, "inter": s.inter, "vocab": s.vocab, "max_ctx": self.max_ctx, "eps": s.eps, "window": s.window,
-               "inv_freq": s.inv_freq.tolist()}
+        cfg = _native.DecoderConfig(n_layers=s.n_layers, hidden=s.hidden, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads,
+                                    head_dim=s.head_dim, inter=s.inter, vocab=s.vocab, max_ctx=self.max_ctx, eps=s.eps,
+                                    window=s.window, inv_freq=s.inv_freq.tolist())
         try:
             self._dec = _native.Decoder(cfg, mats, vecs, act=act, threads=threads, isa=isa)
         except ValueError as e:

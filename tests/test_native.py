@@ -21,11 +21,18 @@ def test_cpu_features_report():
         assert f["flags"]["avx2"] and f["flags"]["fma"]
     want_512 = f["flags"]["avx2"] and all(f["flags"][k] for k in ("avx512f", "avx512bw", "avx512vbmi2"))
     assert ("avx512" in f["isas"]) == want_512
-    # Benchmarks report the variant that runs: only dedup has an AVX-512 body.
-    for isa in f["isas"]:
-        assert native._native.kernel_isa("dedup", isa) == isa
-        assert native._native.kernel_isa("gemv", isa) == ("avx2" if isa == "avx512" else isa)
-        assert native._native.kernel_isa("bsr", isa) == native._native.kernel_isa("stream_read", isa) == native._native.kernel_isa("gemv", isa)
+    # Benchmarks report the variant that runs: the best one at or below the
+    # level, from the table each family's driver dispatches through.
+    variants = native._native.kernel_variants()
+    order = ["scalar", "avx2", "avx512"]
+    for family, levels in variants.items():
+        assert levels[0] == "scalar" and levels == sorted(levels, key=order.index)
+        for isa in f["isas"]:
+            want = max((v for v in levels if order.index(v) <= order.index(isa)), key=order.index)
+            assert native._native.kernel_isa(family, isa) == want
+    # What this build holds: only dedup has an AVX-512 body.
+    assert variants == {"gemv": ["scalar", "avx2"], "bsr": ["scalar", "avx2"], "stream_read": ["scalar", "avx2"],
+                        "dedup": ["scalar", "avx2", "avx512"]}
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -1,0 +1,25 @@
+// The ISA level a call runs at: resolve_isa() is the one place where the
+// IE_ISA override (its only reader) and the CPU checks apply. Each kernel
+// family then picks its variant for that level from its table (dispatch.h).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace ie {
+
+// Ordered: a kernel family without a variant for a level uses the best
+// lower one (common/dispatch.h). Avx512 = AVX2 + AVX-512 F/BW/VBMI2.
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+constexpr int kIsaLevels = 3;
+
+const char* isa_name(Isa isa);
+
+// ISAs this build contains AND this CPU can run, best last.
+std::vector<Isa> available_isas();
+
+// "auto" (or "") picks the best available; a named ISA must be available.
+// When `requested` is empty the IE_ISA environment variable is consulted.
+// Throws std::invalid_argument with a one-line reason otherwise.
+Isa resolve_isa(const std::string& requested);
+
+}  // namespace ie

@@ -1,0 +1,80 @@
+// The weight types: the one C++ table of what a matrix can be stored as
+// (docs/formats/quant.md). Every kernel, binding, benchmark and message
+// reads its facts here; formats/weight_types.py is the Python twin, and
+// tests/test_weight_types_parity.py holds the two to each other.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ie {
+
+enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0 };
+
+struct WTypeInfo {
+  WType type;
+  const char* name;  // the IEBIN dtype
+  int block_elems;   // elements per block (1 for plain floats)
+  int block_bytes;   // bytes per block in the row; int4w: the packed codes only (scales are planes)
+  int code_offset;   // offset of the codes inside a block (after its scale/min)
+  bool quantized;
+  bool gemv;         // GEMV kernels (scalar + SIMD) exist
+  bool int8_act;     // an int8-activation GEMV path exists (act=int8)
+};
+
+inline constexpr WTypeInfo kWeightTypes[] = {
+    {WType::F32, "f32", 1, 4, 0, false, true, false},
+    {WType::F16, "f16", 1, 2, 0, false, true, false},
+    {WType::BF16, "bf16", 1, 2, 0, false, true, false},
+    {WType::Int4w, "int4w", 32, 16, 0, true, true, true},
+    {WType::Q4_0, "q4_0", 32, 18, 2, true, true, true},
+    {WType::Q4_1, "q4_1", 32, 20, 4, true, true, true},
+    {WType::Q8_0, "q8_0", 32, 34, 2, true, true, true},
+};
+inline constexpr int kNumWeightTypes = sizeof(kWeightTypes) / sizeof(kWeightTypes[0]);
+
+// The table row of `t` (the enum is the row index, checked at compile time).
+constexpr const WTypeInfo& wtype_info(WType t) { return kWeightTypes[static_cast<int>(t)]; }
+constexpr bool table_in_enum_order() {
+  for (int i = 0; i < kNumWeightTypes; ++i)
+    if (static_cast<int>(kWeightTypes[i].type) != i) return false;
+  return true;
+}
+static_assert(table_in_enum_order(), "kWeightTypes must list the types in WType order");
+
+// "f32, f16, ... or q8_0" ("and" with conj = "and") of the rows matching a filter, for messages.
+std::string wtype_names(bool quantized_only = false, bool int8_act_only = false, const char* conj = "or");
+
+// A stored matrix: type, [rows, cols] and the int4w parameters.
+struct WeightSpec {
+  WType type = WType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t group_size = 0;  // int4w: elements per scale (multiple of 32 dividing cols); blocks: 32; floats: 0
+  bool symmetric = true;   // int4w only
+  bool scale_f32 = false;  // int4w only: scales (and mins) stored as f32 instead of f16
+};
+
+// Parses and validates a weight description, including that every byte
+// count of the stored matrix fits in size_t and int64. Throws
+// std::invalid_argument with a one-line message naming the parameter.
+WeightSpec make_weight_spec(const std::string& dtype, int64_t rows, int64_t cols, int64_t group_size,
+                            bool symmetric, const std::string& scale_dtype);
+
+// Byte geometry of a stored weight matrix (docs/formats/quant.md).
+struct WeightLayout {
+  size_t row_bytes = 0;    // one row; int4w: one row of the qs plane
+  size_t block_bytes = 0;  // per-block formats (q4_0, q4_1, q8_0): bytes per block, else 0
+  size_t block_qs = 0;     // offset of the codes inside a block
+  int64_t groups = 0;      // int4w: groups per row (G)
+  size_t scale_bytes = 0;  // int4w: 2 (f16) or 4 (f32)
+  size_t scales_off = 0;   // int4w: offset of the scales plane
+  size_t mins_off = 0;     // int4w affine: offset of the mins plane
+  size_t nbytes = 0;
+};
+
+// For a spec from make_weight_spec (whose sizes are known not to overflow).
+WeightLayout weight_layout(const WeightSpec& s);
+inline size_t weight_nbytes(const WeightSpec& s) { return weight_layout(s).nbytes; }
+
+}  // namespace ie

@@ -1,0 +1,143 @@
+// Python bindings of the decoder (`_native.DecoderConfig`, `_native.Decoder`,
+// `pin_threads`, `touch_bytes`). runtime/decoder.py is the only caller: it
+// resolves HF names to the keys used here and hands over (WeightSpec, byte
+// view) pairs of the mapped model.ie.bin, which this object keeps
+// referenced for its lifetime.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "decoder.h"
+#include "common/py_args.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+// matrices[key] is (WeightSpec, buffer): the spec was validated when it was
+// made; here the buffer must hold exactly its bytes.
+ie::Matrix matrix(const py::dict& mats, const std::string& key, py::list& keep) {
+  if (!mats.contains(key)) throw std::invalid_argument("decoder weights: missing matrix '" + key + "'");
+  py::tuple t = mats[py::str(key)].cast<py::tuple>();
+  if (t.size() != 2) throw std::invalid_argument("decoder weights: '" + key + "' must be (WeightSpec, buffer)");
+  ie::Matrix m;
+  m.spec = t[0].cast<ie::WeightSpec>();
+  py::object buf = t[1];
+  m.data = static_cast<const uint8_t*>(ie::weight_buffer(py::reinterpret_borrow<py::buffer>(buf), m.spec, key).ptr);
+  keep.append(buf);  // the buffer's owner, kept referenced for the decoder's lifetime
+  return m;
+}
+
+std::vector<float> vec(const py::dict& vecs, const std::string& key, bool optional = false) {
+  if (!vecs.contains(key)) {
+    if (optional) return {};
+    throw std::invalid_argument("decoder weights: missing vector '" + key + "'");
+  }
+  F32Array a = vecs[py::str(key)].cast<F32Array>();
+  return std::vector<float>(a.data(), a.data() + a.size());
+}
+
+// Owns the decoder and the Python objects whose memory it reads.
+struct PyDecoder {
+  std::unique_ptr<ie::Decoder> dec;
+  py::list keep;
+};
+
+std::unique_ptr<PyDecoder> make_decoder(const ie::DecoderConfig& c, const py::dict& mats, const py::dict& vecs,
+                                        const std::string& act, int threads, const std::string& isa) {
+  auto out = std::make_unique<PyDecoder>();
+  if (c.n_layers < 1) throw std::invalid_argument("decoder config: n_layers must be >= 1");
+  ie::DecoderWeights w;
+  w.embed = matrix(mats, "embed", out->keep);
+  w.lm_head = matrix(mats, "lm_head", out->keep);
+  w.final_norm = vec(vecs, "norm");
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    ie::LayerWeights L;
+    L.attn_norm = vec(vecs, p + "attn_norm");
+    L.mlp_norm = vec(vecs, p + "mlp_norm");
+    L.q = matrix(mats, p + "q", out->keep);
+    L.k = matrix(mats, p + "k", out->keep);
+    L.v = matrix(mats, p + "v", out->keep);
+    L.o = matrix(mats, p + "o", out->keep);
+    L.gate = matrix(mats, p + "gate", out->keep);
+    L.up = matrix(mats, p + "up", out->keep);
+    L.down = matrix(mats, p + "down", out->keep);
+    L.bq = vec(vecs, p + "bq", true);
+    L.bk = vec(vecs, p + "bk", true);
+    L.bv = vec(vecs, p + "bv", true);
+    w.layers.push_back(std::move(L));
+  }
+  out->dec = std::make_unique<ie::Decoder>(c, std::move(w), ie::parse_act(act), threads, ie::resolve_isa(isa));
+  return out;
+}
+
+py::array_t<float> forward(PyDecoder& self, py::array_t<int32_t, py::array::c_style | py::array::forcecast> tokens,
+                           bool all_logits) {
+  const int n = static_cast<int>(tokens.size());
+  const int vocab = self.dec->config().vocab;
+  py::array_t<float> logits(all_logits ? std::vector<py::ssize_t>{n, vocab} : std::vector<py::ssize_t>{vocab});
+  float* out = logits.mutable_data();
+  const int32_t* t = tokens.data();
+  {
+    py::gil_scoped_release nogil;
+    self.dec->forward(t, n, out, all_logits);
+  }
+  return logits;
+}
+
+}  // namespace
+
+void ie_register_decoder(py::module_& m) {
+  py::class_<ie::DecoderConfig>(m, "DecoderConfig", "The decoder's dimensions (csrc/decoder/decoder.h); checked by Decoder().")
+      .def(py::init([](int n_layers, int hidden, int n_heads, int n_kv_heads, int head_dim, int inter, int vocab,
+                       int max_ctx, float eps, int window, std::vector<float> inv_freq) {
+             ie::DecoderConfig c;
+             c.n_layers = n_layers;
+             c.hidden = hidden;
+             c.n_heads = n_heads;
+             c.n_kv_heads = n_kv_heads;
+             c.head_dim = head_dim;
+             c.inter = inter;
+             c.vocab = vocab;
+             c.max_ctx = max_ctx;
+             c.eps = eps;
+             c.window = window;
+             c.inv_freq = std::move(inv_freq);
+             return c;
+           }),
+           py::kw_only(), py::arg("n_layers"), py::arg("hidden"), py::arg("n_heads"), py::arg("n_kv_heads"),
+           py::arg("head_dim"), py::arg("inter"), py::arg("vocab"), py::arg("max_ctx"), py::arg("eps"),
+           py::arg("window") = 0, py::arg("inv_freq"))
+      .def_readonly("n_layers", &ie::DecoderConfig::n_layers)
+      .def_readonly("hidden", &ie::DecoderConfig::hidden)
+      .def_readonly("vocab", &ie::DecoderConfig::vocab)
+      .def_readonly("max_ctx", &ie::DecoderConfig::max_ctx);
+  py::class_<PyDecoder>(m, "Decoder", "Llama-family decoder over weights read in place (csrc/decoder.h).")
+      .def(py::init(&make_decoder), py::arg("config"), py::arg("matrices"), py::arg("vectors"),
+           py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "")
+      .def("forward", &forward, py::arg("tokens"), py::arg("all_logits") = false,
+           "Run tokens at the next positions; float32 logits [n, vocab] (all_logits) or [vocab] (last).")
+      .def("truncate", [](PyDecoder& s, int n) { s.dec->truncate(n); }, py::arg("n"),
+           "Forget cached positions >= n.")
+      .def_property_readonly("n_past", [](const PyDecoder& s) { return s.dec->n_past(); });
+  m.def("pin_threads", &ie::pin_threads, py::arg("threads"), py::arg("mode"),
+        "Pin the OpenMP threads (compact|scatter|auto); returns each thread's CPU (-1: not pinned).");
+  m.def(
+      "touch_bytes",
+      [](py::buffer buf, size_t start, size_t nbytes, size_t stride) {
+        py::buffer_info info = buf.request();
+        const auto* p = static_cast<const uint8_t*>(info.ptr);
+        const size_t size = static_cast<size_t>(info.size) * static_cast<size_t>(info.itemsize);
+        py::gil_scoped_release nogil;
+        return ie::touch_bytes(p, size, start, nbytes, stride);
+      },
+      py::arg("buf"), py::arg("start"), py::arg("nbytes"), py::arg("stride"),
+      "Read one byte every `stride` bytes, `nbytes` in all, from `start`, wrapping; returns their sum.");
+}

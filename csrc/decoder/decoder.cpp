@@ -1,0 +1,306 @@
+// The decoder's per-token step (decoder.h). Plain C++: the heavy lifting is
+// the GEMV kernels, dispatched per ISA; the rest (norms, RoPE, attention
+// over a short cache, SwiGLU) is O(hidden + ctx) per token and written as
+// straightforward loops the compiler vectorises.
+#include "decoder.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "common/errors.h"
+#include "common/half.h"
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
+namespace ie {
+namespace {
+
+void check_matrix(const char* what, const Matrix& m, int64_t rows, int64_t cols) {
+  if (m.data == nullptr) fail(std::string(what) + ": no data");
+  if (m.spec.rows != rows || m.spec.cols != cols)
+    fail(std::string(what) + ": shape [" + std::to_string(m.spec.rows) + ", " + std::to_string(m.spec.cols) +
+         "], expected [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+}
+
+void check_vec(const char* what, const std::vector<float>& v, size_t n, bool optional = false) {
+  if (optional && v.empty()) return;
+  if (v.size() != n)
+    fail(std::string(what) + ": " + std::to_string(v.size()) + " elements, expected " + std::to_string(n));
+}
+
+// HF's LlamaRMSNorm in float32: x * rsqrt(mean(x^2) + eps) * weight.
+void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
+  float ss = 0.f;
+  for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+  const float inv = 1.f / std::sqrt(ss / static_cast<float>(n) + eps);
+  for (int i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
+}
+
+// rotate_half convention: pairs (i, i + d/2) rotate by the angle
+// pos * inv_freq[i], whose cos and sin are cs[i] and cs[half + i].
+void rope(float* v, int n_heads, int head_dim, const float* cs) {
+  const int half = head_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const float c = cs[i], s = cs[half + i];
+    for (int h = 0; h < n_heads; ++h) {
+      float* p = v + h * head_dim;
+      const float a = p[i], b = p[i + half];
+      p[i] = a * c - b * s;
+      p[i + half] = b * c + a * s;
+    }
+  }
+}
+
+}  // namespace
+
+Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa)
+    : cfg_(std::move(cfg)), w_(std::move(w)), act_(act), threads_(threads), isa_(isa) {
+  const DecoderConfig& c = cfg_;
+  if (c.n_layers < 1 || c.hidden < 1 || c.n_heads < 1 || c.n_kv_heads < 1 || c.head_dim < 2 || c.inter < 1 ||
+      c.vocab < 1 || c.max_ctx < 1)
+    fail("decoder config: every dimension must be positive");
+  if (c.window < 0) fail("decoder config: sliding window must be >= 0");
+  if (c.head_dim % 2) fail("decoder config: head_dim must be even for RoPE, got " + std::to_string(c.head_dim));
+  if (c.n_heads % c.n_kv_heads)
+    fail("decoder config: num_attention_heads (" + std::to_string(c.n_heads) +
+         ") is not a multiple of num_key_value_heads (" + std::to_string(c.n_kv_heads) + ")");
+  if (c.inv_freq.size() != static_cast<size_t>(c.head_dim / 2)) fail("decoder config: inv_freq must hold head_dim/2 values");
+  if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
+  if (static_cast<int>(w_.layers.size()) != c.n_layers) fail("decoder weights: layer count differs from the config");
+  q_dim_ = c.n_heads * c.head_dim;
+  kv_dim_ = c.n_kv_heads * c.head_dim;
+
+  check_matrix("embed_tokens", w_.embed, c.vocab, c.hidden);
+  if (wtype_info(w_.embed.spec.type).quantized) {
+    w_.embed_f32.resize(static_cast<size_t>(c.vocab) * c.hidden);
+    dequantize(w_.embed.spec, w_.embed.data, w_.embed_f32.data());
+  }
+  check_matrix("lm_head", w_.lm_head, c.vocab, c.hidden);
+  check_vec("norm", w_.final_norm, c.hidden);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w_.layers[l];
+    const std::string p = "layer " + std::to_string(l) + " ";
+    check_vec((p + "input_layernorm").c_str(), L.attn_norm, c.hidden);
+    check_vec((p + "post_attention_layernorm").c_str(), L.mlp_norm, c.hidden);
+    check_matrix((p + "q_proj").c_str(), L.q, q_dim_, c.hidden);
+    check_matrix((p + "k_proj").c_str(), L.k, kv_dim_, c.hidden);
+    check_matrix((p + "v_proj").c_str(), L.v, kv_dim_, c.hidden);
+    check_matrix((p + "o_proj").c_str(), L.o, c.hidden, q_dim_);
+    check_matrix((p + "gate_proj").c_str(), L.gate, c.inter, c.hidden);
+    check_matrix((p + "up_proj").c_str(), L.up, c.inter, c.hidden);
+    check_matrix((p + "down_proj").c_str(), L.down, c.hidden, c.inter);
+    check_vec((p + "q_proj.bias").c_str(), L.bq, q_dim_, true);
+    check_vec((p + "k_proj.bias").c_str(), L.bk, kv_dim_, true);
+    check_vec((p + "v_proj.bias").c_str(), L.bv, kv_dim_, true);
+  }
+  const size_t cache = checked_mul(checked_mul(static_cast<size_t>(c.n_layers), static_cast<size_t>(c.max_ctx),
+                                              "KV cache"), static_cast<size_t>(kv_dim_), "KV cache");
+  k_cache_.assign(cache, 0.f);
+  v_cache_.assign(cache, 0.f);
+  const size_t B = kMaxBatch;
+  x_.resize(B * c.hidden);
+  xn_.resize(B * std::max(c.hidden, c.inter));
+  q_.resize(B * q_dim_);
+  k_.resize(B * kv_dim_);
+  v_.resize(B * kv_dim_);
+  att_.resize(B * std::max(q_dim_, c.hidden));
+  gate_.resize(B * c.inter);
+  up_.resize(B * c.inter);
+  scores_.resize(static_cast<size_t>(threads) * c.max_ctx);
+  rope_cs_.resize(B * c.head_dim);
+}
+
+void Decoder::truncate(int n) {
+  if (n < 0 || n > n_past_) fail("truncate: " + std::to_string(n) + " is outside 0.." + std::to_string(n_past_));
+  n_past_ = n;
+}
+
+void Decoder::mm(const Matrix& m, PreparedAct& x, const float* bias, float* y) {
+  gemv(m.spec, m.data, x, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, threads_, isa_, scratch_);
+}
+
+void Decoder::embed_row(int32_t token, float* out) const {
+  const int n = cfg_.hidden;
+  if (!w_.embed_f32.empty()) {
+    std::copy_n(w_.embed_f32.data() + static_cast<size_t>(token) * n, n, out);
+    return;
+  }
+  const uint8_t* row = w_.embed.data;
+  switch (w_.embed.spec.type) {
+    case WType::F32:
+      row += static_cast<size_t>(token) * n * 4;
+      for (int i = 0; i < n; ++i) out[i] = load_f32(row + 4 * i);
+      break;
+    case WType::F16:
+      row += static_cast<size_t>(token) * n * 2;
+      for (int i = 0; i < n; ++i) out[i] = f16_to_f32(load_u16(row + 2 * i));
+      break;
+    case WType::BF16:
+      row += static_cast<size_t>(token) * n * 2;
+      for (int i = 0; i < n; ++i) out[i] = bf16_to_f32(load_u16(row + 2 * i));
+      break;
+    default:
+      fail("embed_tokens: unexpected dtype");
+  }
+}
+
+void Decoder::attention(int layer, int b) {
+  const int hd = cfg_.head_dim, nh = cfg_.n_heads, group = nh / cfg_.n_kv_heads;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  const float* kc = k_cache_.data() + static_cast<size_t>(layer) * cfg_.max_ctx * kv_dim_;
+  const float* vc = v_cache_.data() + static_cast<size_t>(layer) * cfg_.max_ctx * kv_dim_;
+#pragma omp parallel for collapse(2) schedule(static) num_threads(threads_)
+  for (int j = 0; j < b; ++j) {
+    for (int h = 0; h < nh; ++h) {
+      float* sc = scores_.data() + static_cast<size_t>(omp_get_thread_num()) * cfg_.max_ctx;
+      const int n_ctx = n_past_ + j + 1;  // causal: this token and every earlier one
+      const int t0 = cfg_.window > 0 ? std::max(0, n_ctx - cfg_.window) : 0;
+      const float* q = q_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
+      const int kvo = (h / group) * hd;
+      float mx = -INFINITY;
+      for (int t = t0; t < n_ctx; ++t) {
+        const float* k = kc + static_cast<size_t>(t) * kv_dim_ + kvo;
+        float s = 0.f;
+        for (int i = 0; i < hd; ++i) s += q[i] * k[i];
+        sc[t] = s * scale;
+        mx = std::max(mx, sc[t]);
+      }
+      float sum = 0.f;
+      for (int t = t0; t < n_ctx; ++t) {
+        sc[t] = std::exp(sc[t] - mx);
+        sum += sc[t];
+      }
+      const float inv = 1.f / sum;
+      float* o = att_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
+      std::fill_n(o, hd, 0.f);
+      for (int t = t0; t < n_ctx; ++t) {
+        const float* v = vc + static_cast<size_t>(t) * kv_dim_ + kvo;
+        const float p = sc[t] * inv;
+        for (int i = 0; i < hd; ++i) o[i] += p * v[i];
+      }
+    }
+  }
+}
+
+void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits) {
+  const DecoderConfig& c = cfg_;
+  const int H = c.hidden, I = c.inter;
+  const int half = c.head_dim / 2;
+  for (int j = 0; j < b; ++j) {
+    embed_row(tokens[j], x_.data() + static_cast<size_t>(j) * H);
+    // The rotation of position n_past_ + j, the same in every layer and for q and k.
+    float* cs = rope_cs_.data() + static_cast<size_t>(j) * c.head_dim;
+    for (int i = 0; i < half; ++i) {
+      const float ang = static_cast<float>(n_past_ + j) * c.inv_freq[i];
+      cs[i] = std::cos(ang);
+      cs[half + i] = std::sin(ang);
+    }
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w_.layers[l];
+    for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]);
+    xn_prep_.set(xn_.data(), b, H);
+    mm(L.q, xn_prep_, L.bq.empty() ? nullptr : L.bq.data(), q_.data());
+    mm(L.k, xn_prep_, L.bk.empty() ? nullptr : L.bk.data(), k_.data());
+    mm(L.v, xn_prep_, L.bv.empty() ? nullptr : L.bv.data(), v_.data());
+    float* kc = k_cache_.data() + static_cast<size_t>(l) * c.max_ctx * kv_dim_;
+    float* vc = v_cache_.data() + static_cast<size_t>(l) * c.max_ctx * kv_dim_;
+    for (int j = 0; j < b; ++j) {
+      const int pos = n_past_ + j;
+      const float* cs = rope_cs_.data() + static_cast<size_t>(j) * c.head_dim;
+      rope(&q_[j * q_dim_], c.n_heads, c.head_dim, cs);
+      rope(&k_[j * kv_dim_], c.n_kv_heads, c.head_dim, cs);
+      std::copy_n(&k_[j * kv_dim_], kv_dim_, kc + static_cast<size_t>(pos) * kv_dim_);
+      std::copy_n(&v_[j * kv_dim_], kv_dim_, vc + static_cast<size_t>(pos) * kv_dim_);
+    }
+    attention(l, b);
+    att_prep_.set(att_.data(), b, q_dim_);
+    mm(L.o, att_prep_, nullptr, xn_.data());
+    for (int i = 0; i < b * H; ++i) x_[i] += xn_[i];
+    for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
+    xn_prep_.set(xn_.data(), b, H);
+    mm(L.gate, xn_prep_, nullptr, gate_.data());
+    mm(L.up, xn_prep_, nullptr, up_.data());
+    for (int i = 0; i < b * I; ++i) {
+      const float g = gate_[i];
+      gate_[i] = g / (1.f + std::exp(-g)) * up_[i];  // SiLU(gate) * up
+    }
+    gate_prep_.set(gate_.data(), b, I);
+    mm(L.down, gate_prep_, nullptr, att_.data());
+    for (int i = 0; i < b * H; ++i) x_[i] += att_[i];
+  }
+  n_past_ += b;
+  if (all_logits) {
+    for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]);
+    xn_prep_.set(xn_.data(), b, H);
+    mm(w_.lm_head, xn_prep_, nullptr, logits);
+  } else if (logits != nullptr) {
+    rmsnorm(&x_[(b - 1) * H], w_.final_norm.data(), H, c.eps, xn_.data());
+    xn_prep_.set(xn_.data(), 1, H);
+    mm(w_.lm_head, xn_prep_, nullptr, logits);
+  }
+}
+
+void Decoder::forward(const int32_t* tokens, int n, float* logits, bool all_logits) {
+  if (n < 1) fail("forward: no tokens");
+  if (n > cfg_.max_ctx - n_past_)
+    fail("context full: " + std::to_string(n_past_) + " cached + " + std::to_string(n) + " new tokens > ctx " +
+         std::to_string(cfg_.max_ctx));
+  for (int i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= cfg_.vocab)
+      fail("token id " + std::to_string(tokens[i]) + " is outside the vocabulary (0.." +
+           std::to_string(cfg_.vocab - 1) + ")");
+  for (int done = 0; done < n;) {
+    const int b = std::min(kMaxBatch, n - done);
+    const bool last = done + b == n;
+    float* out = all_logits ? logits + static_cast<size_t>(done) * cfg_.vocab : (last ? logits : nullptr);
+    run_chunk(tokens + done, b, out, all_logits);
+    done += b;
+  }
+}
+
+std::vector<int> pin_threads(int threads, const std::string& mode) {
+  if (mode != "compact" && mode != "scatter" && mode != "auto")
+    fail("affinity must be compact, scatter or auto, got '" + mode + "'");
+  std::vector<int> where(static_cast<size_t>(threads), -1);
+#if defined(__linux__)
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return where;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  if (cpus.empty()) return where;
+  const int n = static_cast<int>(cpus.size());
+  const bool scatter = mode == "scatter";
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int cpu = cpus[static_cast<size_t>(scatter ? (static_cast<long>(t) * n / nt) % n : t % n)];
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof(one), &one) == 0) where[static_cast<size_t>(t)] = cpu;
+  }
+#endif
+  return where;
+}
+
+uint64_t touch_bytes(const uint8_t* base, size_t size, size_t start, size_t nbytes, size_t stride) {
+  if (size == 0 || stride == 0) return 0;
+  uint64_t sum = 0;
+  size_t pos = start % size;
+  for (size_t done = 0; done < nbytes; done += stride) {
+    sum += base[pos];
+    pos += stride;
+    if (pos >= size) pos -= size * (pos / size);
+  }
+  return sum;
+}
+
+}  // namespace ie

@@ -1,0 +1,107 @@
+// A minimal Llama-family decoder (Llama, Mistral, Qwen2): RMSNorm, RoPE,
+// grouped-query attention over a float32 KV cache, SwiGLU MLP, tied or
+// untied output head. Every matrix is read in place, in its stored format,
+// through the fused GEMV kernels (gemv.h); the decoder owns only the KV
+// cache, activations and the small norm/bias vectors (widened to f32).
+//
+// The Python side (runtime/decoder.py) maps HF tensor names and the config
+// captured in model.ie.json onto these structs and keeps the mapped
+// model.ie.bin alive for the decoder's lifetime.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gemv/gemv.h"
+#include "common/isa.h"
+
+namespace ie {
+
+struct DecoderConfig {
+  int n_layers = 0;
+  int hidden = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int inter = 0;
+  int vocab = 0;
+  int max_ctx = 0;
+  float eps = 1e-5f;
+  // Sliding-window attention (Mistral): a query attends to the last `window`
+  // positions, itself included; 0 attends to the whole cache.
+  int window = 0;
+  // RoPE inverse frequencies [head_dim / 2], scaling (e.g. Llama-3's)
+  // already applied; rotation pairs are (i, i + head_dim / 2) as in HF.
+  std::vector<float> inv_freq;
+};
+
+// A matrix in its stored format; `data` points into the mapped file.
+struct Matrix {
+  WeightSpec spec;
+  const uint8_t* data = nullptr;
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, mlp_norm;
+  Matrix q, k, v, o, gate, up, down;
+  std::vector<float> bq, bk, bv;  // empty when the architecture has none
+};
+
+struct DecoderWeights {
+  // [vocab, hidden]; rows are read one token at a time. Float dtypes are
+  // read in place; a quantized table is dequantized once into embed_f32.
+  Matrix embed;
+  std::vector<float> embed_f32;
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;
+  Matrix lm_head;  // may alias embed (tied)
+};
+
+class Decoder {
+ public:
+  // Throws std::invalid_argument naming the first inconsistent dimension.
+  Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa);
+
+  // Runs `n` tokens at positions n_past() .. n_past()+n-1, appending their
+  // K/V to the cache. Writes [n, vocab] logits when all_logits, else only
+  // the last token's [vocab] (the head runs once). Tokens go through the
+  // matrices kMaxBatch at a time (one weight read serves the whole chunk).
+  void forward(const int32_t* tokens, int n, float* logits, bool all_logits);
+
+  // Drops cached positions >= n (prefix reuse between prompts).
+  void truncate(int n);
+  int n_past() const { return n_past_; }
+  const DecoderConfig& config() const { return cfg_; }
+
+ private:
+  void embed_row(int32_t token, float* out) const;
+  void run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits);
+  void attention(int layer, int b);
+  void mm(const Matrix& m, PreparedAct& x, const float* bias, float* y);
+
+  DecoderConfig cfg_;
+  DecoderWeights w_;
+  Act act_;
+  int threads_;
+  Isa isa_;
+  int n_past_ = 0;
+  int q_dim_ = 0, kv_dim_ = 0;
+  std::vector<float> k_cache_, v_cache_;  // [layer][max_ctx][kv_dim]
+  std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
+  std::vector<float> rope_cs_;  // [kMaxBatch][cos(head_dim/2) | sin(head_dim/2)] of the chunk's positions
+  // Each activation prepared once for every matrix that reads it (q/k/v, gate/up),
+  // and the GEMV scratch: storage kept across tokens, so a step allocates nothing.
+  PreparedAct xn_prep_, att_prep_, gate_prep_;
+  GemvScratch scratch_;
+};
+
+// Pins the OpenMP pool's threads (Linux; a no-op elsewhere): "compact" (and
+// "auto", which on one socket has nothing better to do) puts thread i on the
+// i-th allowed CPU, "scatter" spreads threads evenly over the allowed CPUs. Returns the CPU of each thread, in thread order.
+std::vector<int> pin_threads(int threads, const std::string& mode);
+
+// The benchmark's work-touch loop: reads one byte every `stride` bytes of
+// [base, base + size), `nbytes` in all, starting at `start` and wrapping.
+uint64_t touch_bytes(const uint8_t* base, size_t size, size_t start, size_t nbytes, size_t stride);
+
+}  // namespace ie

@@ -1,0 +1,160 @@
+// Lossless dedup (docs/formats/dedup.md): a grouped tensor is rebuilt from
+// its group's default payload, its mask (one bit per byte, LSB first, set
+// where the tensor differs from the default) and its exceptions (the
+// differing bytes in ascending position):
+//
+//     out[i] = mask bit i ? exc[k++] : def[i]
+//
+// The JSON index is parsed and validated by the Python side
+// (formats/dedup.py); DedupStore receives plain arrays and re-validates every
+// number against the blob files it maps, because a loader must not trust its
+// caller to have caught a malformed artifact. No global mutable state: every
+// cache and counter lives in a DedupStore object.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/aligned.h"
+#include "common/dispatch.h"
+#include "common/isa.h"
+
+namespace ie::dedup {
+
+// Parallel split unit: reconstruction runs chunk by chunk, each chunk
+// starting at a known exception index (the prefix table). A multiple of 64
+// so every chunk starts on a whole 64-bit mask word and a cache line.
+constexpr size_t kChunk = size_t(64) << 10;
+
+// Returned by a chunk body when the mask asks for more exceptions than are
+// readable; never happens on validated input.
+constexpr size_t kOverrun = ~size_t(0);
+
+// One ISA's body over one chunk of `n` output bytes (common/dispatch.h).
+// `def`, `mask`, `out` point at the chunk start (a multiple of 8 bytes into
+// the tensor), `exc` at the chunk's first exception, and `exc_avail`
+// exceptions may be read from there (the kernels never read past them).
+// `stream_stores`: write `out` with non-temporal stores (needs 32-byte
+// alignment; the caller decides: large outputs should not evict the cache;
+// the scalar reference ignores it). Returns the exceptions consumed.
+struct DedupOps {
+  size_t (*chunk)(const uint8_t* def, const uint8_t* mask, const uint8_t* exc, size_t exc_avail, uint8_t* out,
+                  size_t n, bool stream_stores);
+};
+extern const DedupOps kDedupScalar;
+#if IE_HAVE_X86
+extern const DedupOps kDedupAvx2;    // AVX2
+extern const DedupOps kDedupAvx512;  // AVX-512 VBMI2's vpexpandb
+#endif
+extern const IsaTable<DedupOps> kDedupTable;
+// The scalar reference body (the SIMD bodies' tails too).
+size_t reconstruct_chunk_scalar(const uint8_t* def, const uint8_t* mask, const uint8_t* exc, size_t exc_avail,
+                                uint8_t* out, size_t n, bool stream_stores = false);
+
+// The reconstruction variant that runs for a resolved `isa`.
+Isa kernel_isa(Isa isa);
+
+// (static: included by files built with different ISA flags; see bsr.h)
+static inline size_t mask_nbytes(size_t n) { return (n + 7) / 8; }
+static inline size_t chunk_count(size_t n) { return (n + kChunk - 1) / kChunk; }
+
+// Set bits in `nbytes` mask bytes.
+uint64_t popcount_bytes(const uint8_t* p, size_t nbytes);
+
+// prefix[c] = exceptions before chunk c, for c in [0, chunk_count(n)];
+// prefix.back() is the mask's total popcount.
+std::vector<uint64_t> chunk_prefix(const uint8_t* mask, size_t n);
+
+// Whole-tensor reconstruction, split over `threads` (OpenMP) at chunk
+// boundaries. `prefix` must come from chunk_prefix (checked: monotone, ends
+// at exc_count). Throws std::invalid_argument when mask and exceptions
+// disagree (only possible on unvalidated input). `stream_stores` < 0: auto.
+void reconstruct(const uint8_t* def, const uint8_t* mask, const uint8_t* exc, size_t exc_count,
+                 const std::vector<uint64_t>& prefix, uint8_t* out, size_t n, int threads, Isa isa,
+                 int stream_stores = -1);
+
+// A 64-byte aligned heap buffer shared between the cache and its readers:
+// eviction drops the cache's reference, never memory a reader still holds.
+struct Buffer {
+  explicit Buffer(size_t n) : storage(n, /*zero=*/false), data(storage.data()), size(n) {}
+  AlignedArray<uint8_t> storage;
+  uint8_t* data;
+  size_t size;
+};
+using BufferPtr = std::shared_ptr<Buffer>;
+
+// Everything the loader is told; names and numbers straight from the index.
+// Members are listed group by group (the index order), so error messages can
+// name `groups[G].members[J]` exactly as the JSON does.
+struct StoreSpec {
+  std::string model_dir;
+  std::string index_label = "model.dedup.json";  // prefix of error messages
+  std::array<std::string, 3> blob_names;         // defaults, masks, exceptions
+  std::array<int64_t, 3> blob_sizes{};
+  int64_t alignment = 64;
+  std::vector<std::string> names;
+  std::vector<int64_t> member_group, mask_offset, exc_offset, exc_count;
+  std::vector<int64_t> group_nbytes, group_default_offset;
+};
+
+struct StoreStats {
+  uint64_t hits = 0, misses = 0, evictions = 0, bypasses = 0;
+  uint64_t reconstructed_bytes = 0;
+  size_t entries = 0, cached_bytes = 0, capacity_bytes = 0;
+};
+
+class MappedFile;
+
+class DedupStore {
+ public:
+  // Maps the three blobs and validates everything before any use (see
+  // docs/formats/dedup.md, "Loader rules"); throws std::invalid_argument
+  // with a "FILE: FIELD: message" line on the first broken rule.
+  DedupStore(const StoreSpec& spec, size_t cache_bytes, int threads, bool debug, Isa isa);
+  ~DedupStore();
+  DedupStore(const DedupStore&) = delete;
+  DedupStore& operator=(const DedupStore&) = delete;
+
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  size_t nbytes(const std::string& name) const;  // throws std::out_of_range
+  const std::vector<std::string>& names() const { return spec_.names; }
+  size_t groups() const { return spec_.group_nbytes.size(); }
+  Isa isa() const { return isa_; }
+  int threads() const { return threads_; }
+
+  // The tensor's bytes, from the LRU cache or reconstructed into it. A
+  // tensor larger than the whole cache is returned uncached (a bypass).
+  BufferPtr get(const std::string& name);
+  StoreStats stats() const;
+  void clear_cache();
+
+ private:
+  void validate_and_index();
+  void log(const char* fmt, ...) const;
+
+  StoreSpec spec_;
+  size_t capacity_;
+  int threads_;
+  bool debug_;
+  Isa isa_;
+  std::array<std::unique_ptr<MappedFile>, 3> blobs_;
+  std::unordered_map<std::string, size_t> index_;    // name -> member
+  std::vector<std::vector<uint64_t>> prefix_;        // per member, chunk_prefix
+
+  mutable std::mutex mu_;  // guards everything below
+  std::list<size_t> lru_;  // member indices, most recent first
+  struct Entry {
+    BufferPtr buf;
+    std::list<size_t>::iterator pos;
+  };
+  std::unordered_map<size_t, Entry> cache_;
+  StoreStats st_;
+};
+
+}  // namespace ie::dedup

@@ -1,0 +1,972 @@
+// AVX2/FMA/F16C GEMV kernels (this file alone is built with -mavx2 -mfma
+// -mf16c). gemv_scalar.cpp is the reference they are tested against.
+//
+// 4-bit rows (int4w, q4_0, q4_1) are processed in 32-byte chunks: two
+// 16-byte blocks of 32 elements = 64 elements.
+//  * act=f32: nibble k of each 32-bit lane is isolated with ONE AND (no
+//    shift): (v & (0xF << 4k)) is q * 2^(4k), converted to float exactly
+//    (k = 7: one shift instead). The activation it multiplies was scaled by
+//    2^-4k (exact) and permuted into the matching lane order once per call,
+//    so each 8 weights cost and + cvt + fma. This is compute-bound on Zen 3
+//    (~8 weights/cycle/core).
+//  * act=int8: llama.cpp style: maddubs(unsigned nibbles, int8 x) on the
+//    permuted int8 activations, int32 per lane, one cvt + fma per chunk.
+// Zero points and mins stay out of the inner loops: for int4w the
+// symmetric -8 and the affine min become per-group sums of x computed once
+// per call, dotted with the row's scales/mins in a per-row setup
+// (sum_j x_j (s q_j + m) = s sum_j x_j q_j + m sum_j x_j); q4_0/q4_1 fold
+// theirs per chunk (their scales live inside the blocks).
+// Each kernel handles R rows at once (sharing activation loads), B <= 8
+// activation rows, and prefetches the next row block.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "common/half.h"
+#include "kernels.h"
+
+namespace ie {
+
+// Everything here has internal linkage except the ops table at the end.
+namespace {
+
+// q8_0 block geometry, from the weight-type table.
+constexpr size_t kQ8Bytes = wtype_info(WType::Q8_0).block_bytes;
+constexpr size_t kQ8Codes = wtype_info(WType::Q8_0).code_offset;
+
+void quantize_q8_avx2(const float* x, int64_t n, int8_t* q, float* d) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  // round half away from zero = trunc(v + copysign(0.5 - 2^-25, v)), exact for |v| <= 127.
+  const __m256 half = _mm256_set1_ps(0.49999997f);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int u = 0; u < 4; ++u) {
+      v[u] = _mm256_loadu_ps(xb + 8 * u);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[u]));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float db = _mm_cvtss_f32(m) / 127.f;
+    const float id = db != 0.f ? 1.f / db : 0.f;
+    d[b] = db;
+    const __m256 mul = _mm256_set1_ps(id);
+    __m256i i[4];
+    for (int u = 0; u < 4; ++u) {
+      const __m256 t = _mm256_mul_ps(v[u], mul);
+      i[u] = _mm256_cvttps_epi32(_mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(t, sign), half)));
+    }
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), _mm256_permutevar8x32_epi32(p, perm));
+  }
+}
+
+// The chunk helpers take arrays of vectors by reference: they must be
+// inlined so that those stay in registers.
+#define IE_INLINE inline __attribute__((always_inline))
+
+// ---------------------------------------------------------------- helpers
+
+IE_INLINE float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Independent FMA chains per accumulator so that FMA latency (4 cycles)
+// is hidden: ~8 chains in flight over all rows x batch.
+constexpr int chains_for(int rb) { return rb >= 5 ? 1 : rb >= 3 ? 2 : 4; }
+
+template <int NC>
+IE_INLINE __m256 sum_chains(const __m256* p) {
+  if constexpr (NC == 1) return p[0];
+  else if constexpr (NC == 2) return _mm256_add_ps(p[0], p[1]);
+  else return _mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3]));
+}
+
+IE_INLINE __m256 f16x8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+// 64 nibbles, or at a row's odd tail 32 (upper 16 bytes zero).
+IE_INLINE __m256i load_nibbles(const uint8_t* p, bool half) {
+  if (half) return _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Two 16-byte block payloads (q4_0/q4_1); the second may be absent (tail).
+IE_INLINE __m256i load_two(const uint8_t* p0, const uint8_t* p1) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p0));
+  if (!p1) return _mm256_zextsi128_si256(lo);
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)), 1);
+}
+
+// Nibble k of every 32-bit lane, times 2^(4k), as float (exact); k = 7 is
+// shifted down instead (q), since 0xF << 28 would set the sign bit.
+alignas(32) const uint32_t kNibMask[8][8] = {
+#define IE_M8(m) {m, m, m, m, m, m, m, m}
+    IE_M8(0xFu),       IE_M8(0xF0u),       IE_M8(0xF00u),       IE_M8(0xF000u),
+    IE_M8(0xF0000u),   IE_M8(0xF00000u),   IE_M8(0xF000000u),   IE_M8(0xF0000000u),
+#undef IE_M8
+};
+
+IE_INLINE __m256 nib_scaled(__m256i v, int k) {
+  if (k == 7) return _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 28));
+  return _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(kNibMask[k]))));
+}
+
+// Software prefetch of the weights one row block ahead (the rows the next
+// iteration reads, at the same offset): +20..40% over the hardware
+// prefetchers alone on Zen 3 (each row is a separate 4 KB-page stream). T1
+// (into L2) measured slightly better than T0.
+IE_INLINE void prefetch(const void* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1); }
+
+IE_INLINE int64_t prefetch_distance(int rows, const WeightLayout& l) { return rows * static_cast<int64_t>(l.row_bytes); }
+
+// Keeps a value in a register: stops the compiler from re-loading shared
+// activation vectors once per row as memory operands.
+template <class V>
+IE_INLINE void in_reg(V& v) {
+  __asm__("" : "+x"(v));
+}
+
+// [p[0] x4, p[1] x4]
+IE_INLINE __m256 pair_bcast(const float* p) {
+  double pair;  // two floats, loaded as one 8-byte lane (memcpy: p need not be 8-byte aligned)
+  std::memcpy(&pair, p, sizeof pair);
+  const __m128 two = _mm_castpd_ps(_mm_set_sd(pair));
+  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+template <class Fn>
+void with_batch(int b, Fn&& fn) {
+  switch (b) {
+    case 1: fn(std::integral_constant<int, 1>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    case 4: fn(std::integral_constant<int, 4>{}); break;
+    case 5: fn(std::integral_constant<int, 5>{}); break;
+    case 6: fn(std::integral_constant<int, 6>{}); break;
+    case 7: fn(std::integral_constant<int, 7>{}); break;
+    default: fn(std::integral_constant<int, 8>{}); break;
+  }
+}
+
+// ------------------------------------------------ activation preparation
+
+// Chunk element whose nibble is nibble k of 32-bit lane i: lane i holds
+// chunk bytes 4i..4i+3; byte j of a 16-byte block holds elements j (low
+// nibble) and j+16 (high nibble).
+inline int nib_elem(int i, int k) {
+  const int byte = 4 * i + k / 2;
+  return (byte / 16) * 32 + byte % 16 + 16 * (k & 1);
+}
+
+// Each form is an arena laid out by one walk (Carve): sized with a null
+// base by prep_bytes_avx2, carved the same way by prepare and by the kernels.
+// The per-call pieces that depend on the matrix (int4w group sums for its
+// group size, the q4_0/q4_1 block-sum vectors) are derived into scratch.
+
+struct NibF32 {  // act=f32, 4-bit weights
+  int64_t nch = 0;
+  float* xp = nullptr;    // [nch][B][64]: vector k of chunk c, lane i = x[64c + nib_elem(i,k)] * 2^-4k
+  float* bsum = nullptr;  // [B][nblk]: sum of x over each 32-block
+  float* xpad = nullptr;  // temporary: one zero-padded activation row [nch * 64]
+  // Derived per call (scratch):
+  const float* gsum = nullptr;  // int4w: [B][G] sum of x over each group
+  const float* bsv = nullptr;   // q4_0/q4_1: [nch][B][8] lanes 0/4 = coef * sum of x over the chunk's blocks
+};
+
+NibF32 carve_nib_f32(uint8_t* base, int B, int64_t cols, size_t* used = nullptr) {
+  Carve c(base);
+  NibF32 o;
+  o.nch = (cols + 63) / 64;
+  o.xp = c.take<float>(static_cast<size_t>(B * o.nch * 64));
+  o.bsum = c.take<float>(static_cast<size_t>(B * (cols / 32)));
+  o.xpad = c.take<float>(static_cast<size_t>(o.nch * 64));
+  if (used) *used = c.used();
+  return o;
+}
+
+void prep_nib_f32(const float* x, int B, int64_t cols, uint8_t* arena) {
+  // Matches nib_scaled: nibble k arrives as q * 2^(4k), except k = 7 (shifted down: q).
+  static const float kPow[8] = {1.f, 0x1p-4f, 0x1p-8f, 0x1p-12f, 0x1p-16f, 0x1p-20f, 0x1p-24f, 1.f};
+  NibF32 o = carve_nib_f32(arena, B, cols);
+  const int64_t nch = o.nch, nblk = cols / 32;
+  for (int b = 0; b < B; ++b) {
+    std::memcpy(o.xpad, x + b * cols, static_cast<size_t>(cols) * sizeof(float));
+    std::memset(o.xpad + cols, 0, static_cast<size_t>(nch * 64 - cols) * sizeof(float));
+    for (int64_t c = 0; c < nch; ++c) {
+      // Vector k = 2m + h, lane i: chunk element 16h + 4i + m (i < 4) or 32 + 16h + 4(i-4) + m:
+      // a 4x4 transpose within each 128-bit half.
+      const float* e = o.xpad + c * 64;
+      for (int h = 0; h < 2; ++h) {
+        __m256 r[4];
+        for (int i = 0; i < 4; ++i) r[i] = _mm256_loadu2_m128(e + 32 + 16 * h + 4 * i, e + 16 * h + 4 * i);
+        const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        const __m256 col[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+                               _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+        for (int m = 0; m < 4; ++m) {
+          const int k = 2 * m + h;
+          _mm256_storeu_ps(o.xp + (c * B + b) * 64 + k * 8, _mm256_mul_ps(col[m], _mm256_set1_ps(kPow[k])));
+        }
+      }
+      for (int h = 0; h < 2 && 2 * c + h < nblk; ++h) {
+        const float* q = e + 32 * h;
+        const __m256 s4 = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(q), _mm256_loadu_ps(q + 8)),
+                                        _mm256_add_ps(_mm256_loadu_ps(q + 16), _mm256_loadu_ps(q + 24)));
+        o.bsum[b * nblk + 2 * c + h] = hsum(s4);
+      }
+    }
+  }
+}
+
+struct NibQ8 {  // act=int8, 4-bit weights
+  int64_t nch = 0;
+  int8_t* q = nullptr;      // [nch][B][64]: per chunk 32 bytes matching the low nibbles, 32 the high
+  float* dv = nullptr;      // [nch][B][8]: [d(block 2c) x4, d(block 2c+1) x4]
+  int32_t* off8 = nullptr;  // [nch][B][8]: 8 * sum of the q feeding each int32 lane (q4_0 zero point)
+  float* ms = nullptr;      // [nch][B][8] lanes 0/4 = d * sum(q) of the chunk's blocks (q4_1 min term)
+  int8_t* qn = nullptr;     // temporary: one quantized row [nch * 64]
+  float* dn = nullptr;      // temporary: its scales [nch * 2]
+  // Derived per call (scratch):
+  const float* gq = nullptr;  // int4w: [B][G] sum over the group's blocks of d * sum(q)
+};
+
+NibQ8 carve_nib_q8(uint8_t* base, int B, int64_t cols, size_t* used = nullptr) {
+  Carve c(base);
+  NibQ8 o;
+  o.nch = (cols + 63) / 64;
+  const size_t n8 = static_cast<size_t>(B * o.nch * 8);
+  o.q = c.take<int8_t>(n8 * 8);
+  o.dv = c.take<float>(n8);
+  o.off8 = c.take<int32_t>(n8);
+  o.ms = c.take<float>(n8);
+  o.qn = c.take<int8_t>(static_cast<size_t>(o.nch * 64));
+  o.dn = c.take<float>(static_cast<size_t>(o.nch * 2));
+  if (used) *used = c.used();
+  return o;
+}
+
+void prep_nib_q8(const float* x, int B, int64_t cols, uint8_t* arena) {
+  NibQ8 o = carve_nib_q8(arena, B, cols);
+  const int64_t nch = o.nch;
+  const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
+  for (int b = 0; b < B; ++b) {
+    std::memset(o.qn, 0, static_cast<size_t>(nch * 64));  // the tail block (if any) stays 0
+    std::memset(o.dn, 0, static_cast<size_t>(nch * 2) * sizeof(float));
+    quantize_q8_avx2(x + b * cols, cols, o.qn, o.dn);
+    for (int64_t c = 0; c < nch; ++c) {
+      const int8_t* e = o.qn + c * 64;
+      // low-nibble partner bytes: [block 2c elems 0..15 | block 2c+1 elems 0..15]; high: elems 16..31
+      const __m256i lo = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(e + 32), reinterpret_cast<const __m128i*>(e));
+      const __m256i hi = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(e + 48), reinterpret_cast<const __m128i*>(e + 16));
+      const size_t o8 = static_cast<size_t>((c * B + b) * 8);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.q + o8 * 8), lo);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.q + o8 * 8 + 32), hi);
+      const __m256i s = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(one8, lo), _mm256_maddubs_epi16(one8, hi)), one16);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.off8 + o8), _mm256_slli_epi32(s, 3));
+      alignas(32) int32_t ls[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(ls), s);
+      for (int h = 0; h < 2; ++h) {
+        const float d = o.dn[2 * c + h];
+        for (int l = 0; l < 4; ++l) o.dv[o8 + 4 * h + l] = d;
+        o.ms[o8 + 4 * h] = d * static_cast<float>(ls[4 * h] + ls[4 * h + 1] + ls[4 * h + 2] + ls[4 * h + 3]);
+        o.ms[o8 + 4 * h + 1] = o.ms[o8 + 4 * h + 2] = o.ms[o8 + 4 * h + 3] = 0.f;
+      }
+    }
+  }
+}
+
+struct Q8Nat {  // act=int8 for q8_0: natural element order, block-major
+  int8_t* q = nullptr;  // [nblk][B][32]
+  float* d = nullptr;   // [nblk][B]
+  int8_t* qt = nullptr; // temporary: one quantized row [cols]
+  float* dt = nullptr;  // temporary: its scales [nblk]
+};
+
+Q8Nat carve_q8_nat(uint8_t* base, int B, int64_t cols, size_t* used = nullptr) {
+  Carve c(base);
+  Q8Nat o;
+  o.q = c.take<int8_t>(static_cast<size_t>(B * cols));
+  o.d = c.take<float>(static_cast<size_t>(B * (cols / 32)));
+  o.qt = c.take<int8_t>(static_cast<size_t>(cols));
+  o.dt = c.take<float>(static_cast<size_t>(cols / 32));
+  if (used) *used = c.used();
+  return o;
+}
+
+void prep_q8_nat(const float* x, int B, int64_t cols, uint8_t* arena) {
+  Q8Nat o = carve_q8_nat(arena, B, cols);
+  const int64_t nblk = cols / 32;
+  for (int b = 0; b < B; ++b) {
+    quantize_q8_avx2(x + b * cols, cols, o.qt, o.dt);
+    for (int64_t k = 0; k < nblk; ++k) {
+      std::memcpy(o.q + (k * B + b) * 32, o.qt + k * 32, 32);
+      o.d[k * B + b] = o.dt[k];
+    }
+  }
+}
+
+// ----------------------------------------------------------- float weights
+
+template <WType T>
+inline __m256 load_w8(const uint8_t* p) {
+  if constexpr (T == WType::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  else if constexpr (T == WType::F16) return f16x8(p);
+  else
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+template <WType T>
+inline float load_w1(const uint8_t* p) {
+  if constexpr (T == WType::F32) return load_f32(p);
+  else if constexpr (T == WType::F16) return f16_to_f32(load_u16(p));
+  else return bf16_to_f32(load_u16(p));
+}
+
+template <WType T, int R, int B>
+void float_rows(const GemvArgs& a, int64_t r0, float* out) {
+  constexpr int NC = chains_for(R * B);
+  constexpr int64_t E = T == WType::F32 ? 4 : 2;
+  const int64_t cols = a.spec.cols;
+  const uint8_t* row[R];
+  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
+  __m256 acc[R][B][NC];
+  for (auto& ra : acc)
+    for (auto& ba : ra)
+      for (auto& c : ba) c = _mm256_setzero_ps();
+  const int64_t pf = prefetch_distance(R, a.lay);
+  int64_t j = 0;
+  for (; j + 8 * NC <= cols; j += 8 * NC) {
+    for (int rr = 0; rr < R; ++rr)
+      for (int64_t o = 0; o < 8 * NC * E; o += 64)
+        prefetch(row[rr] + j * E + o + pf);
+#pragma GCC unroll 4
+    for (int u = 0; u < NC; ++u) {
+      __m256 xk[B];
+      for (int b = 0; b < B; ++b) xk[b] = _mm256_loadu_ps(a.x + b * cols + j + 8 * u);
+      for (int rr = 0; rr < R; ++rr) {
+        const __m256 w = load_w8<T>(row[rr] + (j + 8 * u) * E);
+        for (int b = 0; b < B; ++b) acc[rr][b][u] = _mm256_fmadd_ps(w, xk[b], acc[rr][b][u]);
+      }
+    }
+  }
+  for (; j + 8 <= cols; j += 8) {
+    for (int rr = 0; rr < R; ++rr) {
+      const __m256 w = load_w8<T>(row[rr] + j * E);
+      for (int b = 0; b < B; ++b) acc[rr][b][0] = _mm256_fmadd_ps(w, _mm256_loadu_ps(a.x + b * cols + j), acc[rr][b][0]);
+    }
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) {
+      float t = 0.f;
+      for (int64_t jj = j; jj < cols; ++jj) t += load_w1<T>(row[rr] + jj * E) * a.x[b * cols + jj];
+      out[rr * B + b] = hsum(sum_chains<NC>(acc[rr][b])) + t;
+    }
+}
+
+// ------------------------------------------------------------------ int4w
+
+// Chunks per group, as a template argument: 1 = group_size 64, 2 = 128,
+// -1 = one group per row (any length), 0 = per-block scales (group_size 32:
+// one chunk holds two groups; other sizes: scales expanded per block).
+inline int int4w_cpg(const WeightSpec& s) {
+  if (s.group_size == s.cols) return -1;
+  if (s.group_size == 64) return 1;
+  if (s.group_size == 128) return 2;
+  return 0;
+}
+
+// Per-row setup: the row's scales as f32 in sf[0..G) (per block in pair
+// mode; plus a 0 pad for the odd-tail chunk), and the zero-point/min term
+//   off[b] = coef * sum_g v_g c[b][g],  v = scales (coef -8) or mins (coef 1).
+template <int B>
+void int4w_setup_row(const GemvArgs& a, int64_t r, const float* c, float* sf, float* off) {
+  const int64_t G = a.lay.groups;
+  const size_t sb = a.lay.scale_bytes;
+  const uint8_t* sp = a.w + a.lay.scales_off + r * G * sb;
+  const uint8_t* mp = a.w + a.lay.mins_off + r * G * sb;
+  const bool sym = a.spec.symmetric, f32 = a.spec.scale_f32;
+  __m256 o[B];
+  for (auto& v : o) v = _mm256_setzero_ps();
+  int64_t g = 0;
+  for (; g + 8 <= G; g += 8) {
+    const __m256 s = f32 ? _mm256_loadu_ps(reinterpret_cast<const float*>(sp) + g) : f16x8(sp + g * 2);
+    _mm256_storeu_ps(sf + g, s);
+    if (c) {
+      const __m256 v = sym ? s : (f32 ? _mm256_loadu_ps(reinterpret_cast<const float*>(mp) + g) : f16x8(mp + g * 2));
+      for (int b = 0; b < B; ++b) o[b] = _mm256_fmadd_ps(v, _mm256_loadu_ps(c + b * G + g), o[b]);
+    }
+  }
+  float ot[B];
+  for (int b = 0; b < B; ++b) ot[b] = hsum(o[b]);
+  for (; g < G; ++g) {
+    const float s = f32 ? load_f32(sp + g * 4) : f16_to_f32(load_u16(sp + g * 2));
+    sf[g] = s;
+    if (c) {
+      const float v = sym ? s : (f32 ? load_f32(mp + g * 4) : f16_to_f32(load_u16(mp + g * 2)));
+      for (int b = 0; b < B; ++b) ot[b] += v * c[b * G + g];
+    }
+  }
+  for (int b = 0; b < B; ++b) off[b] = c ? (sym ? -8.f * ot[b] : ot[b]) : 0.f;
+  // Per-block scales for the kernels' pair mode (int4w_cpg == 0), expanded in
+  // place from the back (block i reads group i / bpg <= i).
+  const int64_t nblk = a.spec.cols / 32, bpg = a.spec.group_size / 32;
+  if (int4w_cpg(a.spec) == 0 && bpg > 1) {
+    for (int64_t i = nblk - 1; i >= 0; --i) sf[i] = sf[i / bpg];
+    sf[nblk] = 0.f;
+  } else {
+    sf[G] = 0.f;
+  }
+}
+
+// One chunk of R rows, act=f32: P[rr][b][k % NC] += nibble_k * xp_k.
+// FIRST: the chains start here (multiply instead of fma); HALF: 16-byte tail.
+template <int R, int B, int NC, bool FIRST, bool HALF>
+IE_INLINE void f32_chunk(const uint8_t* const* qs, int64_t ch, const float* xp, int64_t pf, __m256 (&P)[R][B][NC]) {
+  __m256i v[R];
+  for (int rr = 0; rr < R; ++rr) {
+    v[rr] = load_nibbles(qs[rr] + ch * 32, HALF);
+    prefetch(qs[rr] + ch * 32 + pf);
+  }
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    __m256 xk[B];
+    for (int b = 0; b < B; ++b) {
+      xk[b] = _mm256_loadu_ps(xp + (ch * B + b) * 64 + k * 8);
+    }
+    for (int rr = 0; rr < R; ++rr) {
+      const __m256 w = nib_scaled(v[rr], k);
+      for (int b = 0; b < B; ++b)
+        P[rr][b][k % NC] = (FIRST && k < NC) ? _mm256_mul_ps(w, xk[b]) : _mm256_fmadd_ps(w, xk[b], P[rr][b][k % NC]);
+    }
+  }
+}
+
+// act=f32: out[rr*B+b] = sum_g s_g sum_{j in g} q_j x_j (zero point/min are the caller's off).
+template <int R, int B, int CPG>
+void int4w_f32_rows(const GemvArgs& a, const NibF32& xa, int64_t r0, const float* sf, float* out) {
+  constexpr int NC = R * B <= 4 ? 2 : 1;  // measured: 2 rows x 2 chains beats 4 chains (fold cost)
+  const int64_t cols = a.spec.cols, nfull = cols / 64, sfs = cols / 32 + 1;
+  const bool odd = cols % 64 != 0;
+  const int64_t pf = prefetch_distance(R, a.lay);
+  const uint8_t* qs[R];
+  for (int rr = 0; rr < R; ++rr) qs[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
+  const float* xp = xa.xp;
+  __m256 acc[R][B], P[R][B][NC];
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm256_setzero_ps();
+  // acc += sum of the chains * scale vector s(rr)
+  auto fold = [&](auto scale) __attribute__((always_inline)) {
+    for (int rr = 0; rr < R; ++rr) {
+      const __m256 s = scale(rr);
+      for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(sum_chains<NC>(P[rr][b]), s, acc[rr][b]);
+    }
+  };
+  if constexpr (CPG == 0) {  // [s_2c x4, s_2c+1 x4]
+    for (int64_t ch = 0; ch < nfull; ++ch) {
+      f32_chunk<R, B, NC, true, false>(qs, ch, xp, pf, P);
+      fold([&](int rr) { return pair_bcast(sf + rr * sfs + 2 * ch); });
+    }
+    if (odd) {
+      f32_chunk<R, B, NC, true, true>(qs, nfull, xp, pf, P);
+      fold([&](int rr) { return pair_bcast(sf + rr * sfs + 2 * nfull); });
+    }
+  } else if constexpr (CPG > 0) {
+    for (int64_t g = 0; g < nfull / CPG; ++g) {
+      f32_chunk<R, B, NC, true, false>(qs, g * CPG, xp, pf, P);
+      for (int c = 1; c < CPG; ++c) f32_chunk<R, B, NC, false, false>(qs, g * CPG + c, xp, pf, P);
+      fold([&](int rr) { return _mm256_broadcast_ss(sf + rr * sfs + g); });
+    }
+  } else {  // whole row
+    if (nfull > 0) f32_chunk<R, B, NC, true, false>(qs, 0, xp, pf, P);
+    else for (auto& ra : P) for (auto& ba : ra) for (auto& c : ba) c = _mm256_setzero_ps();
+    for (int64_t ch = 1; ch < nfull; ++ch) f32_chunk<R, B, NC, false, false>(qs, ch, xp, pf, P);
+    if (odd) f32_chunk<R, B, NC, false, true>(qs, nfull, xp, pf, P);
+    fold([&](int rr) { return _mm256_broadcast_ss(sf + rr * sfs); });
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+}
+
+// The activation side of one chunk for act=int8, loaded once for all rows.
+template <int B>
+struct Q8Chunk {
+  __m256i lo[B], hi[B], off[B];
+  __m256 dv[B];
+};
+
+template <int B, bool SYM>
+IE_INLINE void q8_load(const NibQ8& xa, int64_t ch, Q8Chunk<B>& x) {
+  for (int b = 0; b < B; ++b) {
+    const size_t o = static_cast<size_t>(ch * B + b);
+    x.lo[b] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + o * 64));
+    x.hi[b] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + o * 64 + 32));
+    if constexpr (SYM) x.off[b] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.off8 + o * 8));
+    x.dv[b] = _mm256_loadu_ps(xa.dv + o * 8);
+    in_reg(x.lo[b]);
+    in_reg(x.hi[b]);
+  }
+}
+
+// One chunk of one row: f[b] = per-lane int32 sum_j qx_j (q_j - zero), as float.
+template <int B, bool SYM, bool HALF>
+IE_INLINE void q8_dot(const uint8_t* p, int64_t pf, const Q8Chunk<B>& x, __m256 (&f)[B]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i v = load_nibbles(p, HALF);
+  prefetch(p + pf);
+  const __m256i lo = _mm256_and_si256(v, m4);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  for (int b = 0; b < B; ++b) {
+    const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, x.lo[b]), _mm256_maddubs_epi16(hi, x.hi[b]));
+    __m256i s = _mm256_madd_epi16(s16, ones);
+    if constexpr (SYM) s = _mm256_sub_epi32(s, x.off[b]);
+    f[b] = _mm256_cvtepi32_ps(s);
+  }
+}
+
+// act=int8: out = sum_g s_g sum_{blocks in g} dx_blk * int32 sum_j qx_j q_j; the zero point
+// (-8 s) or min (m) term is the caller's off: sum_g v_g sum_{blocks in g} dx_blk sum_j qx_j.
+template <int R, int B, int CPG>
+void int4w_q8_rows(const GemvArgs& a, const NibQ8& xa, int64_t r0, const float* sf, float* out) {
+  const int64_t cols = a.spec.cols, nfull = cols / 64, sfs = cols / 32 + 1;
+  const bool odd = cols % 64 != 0;
+  const int64_t pf = prefetch_distance(R, a.lay);
+  const uint8_t* qs[R];
+  for (int rr = 0; rr < R; ++rr) qs[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
+  __m256 acc[R][B];
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm256_setzero_ps();
+  Q8Chunk<B> x;
+  if constexpr (CPG == 0) {  // per-block scales [s_2c x4, s_2c+1 x4]
+    auto step = [&](int64_t ch, auto half) __attribute__((always_inline)) {
+      q8_load<B, false>(xa, ch, x);
+      for (int rr = 0; rr < R; ++rr) {
+        __m256 f[B];
+        q8_dot<B, false, decltype(half)::value>(qs[rr] + ch * 32, pf, x, f);
+        const __m256 s = pair_bcast(sf + rr * sfs + 2 * ch);
+        for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(_mm256_mul_ps(f[b], x.dv[b]), s, acc[rr][b]);
+      }
+    };
+    for (int64_t ch = 0; ch < nfull; ++ch) step(ch, std::false_type{});
+    if (odd) step(nfull, std::true_type{});
+  } else if constexpr (CPG > 0) {
+    for (int64_t g = 0; g < nfull / CPG; ++g) {
+      __m256 P[R][B];
+      for (int c = 0; c < CPG; ++c) {
+        const int64_t ch = g * CPG + c;
+        q8_load<B, false>(xa, ch, x);
+        for (int rr = 0; rr < R; ++rr) {
+          __m256 f[B];
+          q8_dot<B, false, false>(qs[rr] + ch * 32, pf, x, f);
+          for (int b = 0; b < B; ++b)
+            P[rr][b] = c == 0 ? _mm256_mul_ps(f[b], x.dv[b]) : _mm256_fmadd_ps(f[b], x.dv[b], P[rr][b]);
+        }
+      }
+      for (int rr = 0; rr < R; ++rr) {
+        const __m256 s = _mm256_broadcast_ss(sf + rr * sfs + g);
+        for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(P[rr][b], s, acc[rr][b]);
+      }
+    }
+  } else {  // whole row: one scale, applied at the end
+    auto step = [&](int64_t ch, auto half) __attribute__((always_inline)) {
+      q8_load<B, false>(xa, ch, x);
+      for (int rr = 0; rr < R; ++rr) {
+        __m256 f[B];
+        q8_dot<B, false, decltype(half)::value>(qs[rr] + ch * 32, pf, x, f);
+        for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(f[b], x.dv[b], acc[rr][b]);
+      }
+    };
+    for (int64_t ch = 0; ch < nfull; ++ch) step(ch, std::false_type{});
+    if (odd) step(nfull, std::true_type{});
+    for (int rr = 0; rr < R; ++rr)
+      for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_mul_ps(acc[rr][b], _mm256_broadcast_ss(sf + rr * sfs));
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+}
+
+// ------------------------------------------------------------ q4_0 / q4_1
+
+// Scales of blocks 2c and 2c+1 of a row: dv = [d0 x4, d1 x4], mv likewise
+// for mins (q4_1); p1 = null at an odd tail (zeros).
+template <bool Q41>
+IE_INLINE void q4_scales(const uint8_t* p0, const uint8_t* p1, __m256* dv, __m256* mv) {
+  uint64_t h = load_u16(p0);
+  if (p1) h |= static_cast<uint64_t>(load_u16(p1)) << 16;
+  if constexpr (Q41) {
+    h |= static_cast<uint64_t>(load_u16(p0 + 2)) << 32;
+    if (p1) h |= static_cast<uint64_t>(load_u16(p1 + 2)) << 48;
+  }
+  const __m256 f = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(h))));
+  *dv = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+  if constexpr (Q41) *mv = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3));
+}
+
+// act=f32. q4_0: chain 0 starts at -8 * (block sums) so the zero point costs
+// nothing; q4_1: the min term is one fma per chunk with the block sums.
+template <int R, int B, bool Q41>
+void q4_f32_rows(const GemvArgs& a, const NibF32& xa, int64_t r0, float* out) {
+  constexpr int NC = R * B <= 4 ? 2 : 1;
+  const int64_t nblk = a.spec.cols / 32;
+  const size_t bb = a.lay.block_bytes, qo = a.lay.block_qs;
+  const int64_t pf = prefetch_distance(R, a.lay);
+  const uint8_t* row[R];
+  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
+  const float* xp = xa.xp;
+  __m256 acc[R][B];
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm256_setzero_ps();
+  auto chunk = [&](int64_t ch, auto half) __attribute__((always_inline)) {
+    constexpr bool HALF = decltype(half)::value;
+    __m256i v[R];
+    __m256 dv[R], mv[R];
+    for (int rr = 0; rr < R; ++rr) {
+      const uint8_t* p0 = row[rr] + 2 * ch * bb;
+      v[rr] = load_two(p0 + qo, HALF ? nullptr : p0 + bb + qo);
+      prefetch(p0 + pf);
+      q4_scales<Q41>(p0, HALF ? nullptr : p0 + bb, &dv[rr], &mv[rr]);
+    }
+    __m256 P[R][B][NC];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      __m256 xk[B];
+      for (int b = 0; b < B; ++b) xk[b] = _mm256_loadu_ps(xp + (ch * B + b) * 64 + k * 8);
+      for (int rr = 0; rr < R; ++rr) {
+        const __m256 w = nib_scaled(v[rr], k);
+        for (int b = 0; b < B; ++b) {
+          __m256& c = P[rr][b][k % NC];
+          if (k >= NC) c = _mm256_fmadd_ps(w, xk[b], c);
+          else if (!Q41 && k == 0) c = _mm256_fmadd_ps(w, xk[b], _mm256_loadu_ps(xa.bsv + (ch * B + b) * 8));
+          else c = _mm256_mul_ps(w, xk[b]);
+        }
+      }
+    }
+    for (int rr = 0; rr < R; ++rr)
+      for (int b = 0; b < B; ++b) {
+        acc[rr][b] = _mm256_fmadd_ps(sum_chains<NC>(P[rr][b]), dv[rr], acc[rr][b]);
+        if constexpr (Q41)
+          acc[rr][b] = _mm256_fmadd_ps(mv[rr], _mm256_loadu_ps(xa.bsv + (ch * B + b) * 8), acc[rr][b]);
+      }
+  };
+  for (int64_t ch = 0; ch < nblk / 2; ++ch) chunk(ch, std::false_type{});
+  if (nblk % 2) chunk(nblk / 2, std::true_type{});
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+}
+
+template <int R, int B, bool Q41>
+void q4_q8_rows(const GemvArgs& a, const NibQ8& xa, int64_t r0, float* out) {
+  const int64_t nblk = a.spec.cols / 32;
+  const size_t bb = a.lay.block_bytes, qo = a.lay.block_qs;
+  const int64_t pf = prefetch_distance(R, a.lay);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const uint8_t* row[R];
+  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
+  __m256 acc[R][B];
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm256_setzero_ps();
+  auto chunk = [&](int64_t ch, auto half) __attribute__((always_inline)) {
+    constexpr bool HALF = decltype(half)::value;
+    for (int rr = 0; rr < R; ++rr) {
+      const uint8_t* p0 = row[rr] + 2 * ch * bb;
+      const __m256i v = load_two(p0 + qo, HALF ? nullptr : p0 + bb + qo);
+      prefetch(p0 + pf);
+      __m256 dv, mv;
+      q4_scales<Q41>(p0, HALF ? nullptr : p0 + bb, &dv, &mv);
+      const __m256i lo = _mm256_and_si256(v, m4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      for (int b = 0; b < B; ++b) {
+        const size_t o = static_cast<size_t>(ch * B + b);
+        const int8_t* q = xa.q + o * 64;
+        const __m256i p = _mm256_add_epi16(
+            _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
+            _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32))));
+        __m256i s = _mm256_madd_epi16(p, ones);
+        if constexpr (!Q41)
+          s = _mm256_sub_epi32(s, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.off8 + o * 8)));
+        const __m256 dd = _mm256_mul_ps(dv, _mm256_loadu_ps(xa.dv + o * 8));
+        acc[rr][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, acc[rr][b]);
+        if constexpr (Q41) acc[rr][b] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(xa.ms + o * 8), acc[rr][b]);
+      }
+    }
+  };
+  for (int64_t ch = 0; ch < nblk / 2; ++ch) chunk(ch, std::false_type{});
+  if (nblk % 2) chunk(nblk / 2, std::true_type{});
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+}
+
+// ------------------------------------------------------------------- q8_0
+
+IE_INLINE __m256 f16_bcast(const uint8_t* p) { return _mm256_set1_ps(_cvtsh_ss(load_u16(p))); }
+
+template <int R, int B>
+void q8_0_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
+  constexpr int NC = chains_for(R * B);
+  const int64_t cols = a.spec.cols, nblk = cols / 32;
+  const uint8_t* row[R];
+  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
+  __m256 acc[R][B];
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm256_setzero_ps();
+  const int64_t pf = prefetch_distance(R, a.lay);
+  for (int64_t blk = 0; blk < nblk; ++blk) {
+    for (int rr = 0; rr < R; ++rr) prefetch(row[rr] + blk * kQ8Bytes + pf);
+    __m256 P[R][B][NC];
+    for (auto& ra : P)
+      for (auto& ba : ra)
+        for (auto& c : ba) c = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) {
+      __m256 xk[B];
+      for (int b = 0; b < B; ++b) xk[b] = _mm256_loadu_ps(a.x + b * cols + blk * 32 + 8 * u);
+      for (int rr = 0; rr < R; ++rr) {
+        const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row[rr] + blk * kQ8Bytes + kQ8Codes + 8 * u));
+        const __m256 w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
+        for (int b = 0; b < B; ++b) P[rr][b][u % NC] = _mm256_fmadd_ps(w, xk[b], P[rr][b][u % NC]);
+      }
+    }
+    for (int rr = 0; rr < R; ++rr) {
+      const __m256 d = f16_bcast(row[rr] + blk * kQ8Bytes);
+      for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(sum_chains<NC>(P[rr][b]), d, acc[rr][b]);
+    }
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+}
+
+template <int R, int B>
+void q8_0_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
+  const int64_t cols = a.spec.cols, nblk = cols / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const uint8_t* row[R];
+  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
+  __m256 acc[R][B];
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm256_setzero_ps();
+  const int64_t pf = prefetch_distance(R, a.lay);
+  for (int64_t blk = 0; blk < nblk; ++blk) {
+    for (int rr = 0; rr < R; ++rr) {
+      const uint8_t* p = row[rr] + blk * kQ8Bytes;
+      prefetch(p + pf);
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kQ8Codes));
+      const __m256i av = _mm256_sign_epi8(v, v);  // |w| as unsigned; the sign moves to x
+      const __m256 d = f16_bcast(p);
+      for (int b = 0; b < B; ++b) {
+        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + (blk * B + b) * 32));
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(xq, v)), ones);
+        const __m256 dd = _mm256_mul_ps(d, _mm256_broadcast_ss(xa.d + blk * B + b));
+        acc[rr][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, acc[rr][b]);
+      }
+    }
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+}
+
+// ----------------------------------------------------------------- driver
+
+struct Prepared {  // views of the activation's form and of the per-call derived pieces
+  NibF32 nf;
+  NibQ8 nq;
+  Q8Nat q8;
+};
+
+// Rows [r0, r0 + R) for all B activation rows: kernel, then zero-point/min
+// term, bias, store.
+template <int R, int B>
+void run_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* sf) {
+  float out[R * B] = {}, off[R * B] = {};
+  const WType t = a.spec.type;
+  const bool q8 = a.act == Act::Int8;
+  switch (t) {
+    case WType::F32: float_rows<WType::F32, R, B>(a, r0, out); break;
+    case WType::F16: float_rows<WType::F16, R, B>(a, r0, out); break;
+    case WType::BF16: float_rows<WType::BF16, R, B>(a, r0, out); break;
+    case WType::Q8_0:
+      if (q8) q8_0_q8_rows<R, B>(a, p.q8, r0, out);
+      else q8_0_f32_rows<R, B>(a, r0, out);
+      break;
+    case WType::Q4_0:
+      if (q8) q4_q8_rows<R, B, false>(a, p.nq, r0, out);
+      else q4_f32_rows<R, B, false>(a, p.nf, r0, out);
+      break;
+    case WType::Q4_1:
+      if (q8) q4_q8_rows<R, B, true>(a, p.nq, r0, out);
+      else q4_f32_rows<R, B, true>(a, p.nf, r0, out);
+      break;
+    case WType::Int4w: {
+      const int64_t sfs = a.spec.cols / 32 + 1;
+            // Zero point / min: per-row dot of the scales (x -8) or mins with the group sums of x.
+      const float* c = q8 ? p.nq.gq : p.nf.gsum;
+      for (int rr = 0; rr < R; ++rr) int4w_setup_row<B>(a, r0 + rr, c, sf + rr * sfs, off + rr * B);
+      const int cpg = int4w_cpg(a.spec);
+      auto go = [&](auto cp) {
+        constexpr int CPG = decltype(cp)::value;
+        if (!q8) int4w_f32_rows<R, B, CPG>(a, p.nf, r0, sf, out);
+        else int4w_q8_rows<R, B, CPG>(a, p.nq, r0, sf, out);
+      };
+      if (cpg == 0) go(std::integral_constant<int, 0>{});
+      else if (cpg == 1) go(std::integral_constant<int, 1>{});
+      else if (cpg == 2) go(std::integral_constant<int, 2>{});
+      else go(std::integral_constant<int, -1>{});
+      break;
+    }
+  }
+  const int64_t rows = a.spec.rows;
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) {
+      float v = out[rr * B + b] + off[rr * B + b];
+      if (a.bias) v += a.bias[r0 + rr];
+      a.y[b * rows + r0 + rr] = v;
+    }
+}
+
+// Rows processed together (sharing activation loads and keeping enough
+// independent FMA chains in flight); 1 for large batches (register pressure).
+int rows_per_step(const GemvArgs& a) {
+  if (a.batch > 2) return 1;
+  if (a.batch == 2) return 2;
+  if (a.act == Act::Int8) return 4;
+  return 2;
+}
+
+template <int R, int B>
+void run_range(const GemvArgs& a, const Prepared& p, int64_t r, int64_t r1, float* sf) {
+  for (; r + R <= r1; r += R) run_rows<R, B>(a, p, r, sf);
+  for (; r < r1; ++r) run_rows<1, B>(a, p, r, sf);
+}
+
+bool nibbles(WType t) { return t == WType::Int4w || t == WType::Q4_0 || t == WType::Q4_1; }
+
+Prep prep_kind_avx2(WType t, Act act) {
+  if (nibbles(t)) return act == Act::Int8 ? Prep::NibQ8 : Prep::NibF32;
+  if (t == WType::Q8_0 && act == Act::Int8) return Prep::Q8Blocks;
+  return Prep::None;
+}
+
+size_t prep_bytes_avx2(Prep kind, int B, int64_t cols) {
+  size_t used = 0;
+  if (kind == Prep::NibF32) carve_nib_f32(nullptr, B, cols, &used);
+  else if (kind == Prep::NibQ8) carve_nib_q8(nullptr, B, cols, &used);
+  else if (kind == Prep::Q8Blocks) carve_q8_nat(nullptr, B, cols, &used);
+  return used;
+}
+
+void prepare_avx2(Prep kind, const float* x, int B, int64_t cols, uint8_t* out) {
+  if (kind == Prep::NibF32) prep_nib_f32(x, B, cols, out);
+  else if (kind == Prep::NibQ8) prep_nib_q8(x, B, cols, out);
+  else if (kind == Prep::Q8Blocks) prep_q8_nat(x, B, cols, out);
+}
+
+// Scratch: the derived activation pieces, then one int4w scale row per thread.
+struct Scratch {
+  float* derived = nullptr;  // int4w: [B][G]; q4_0/q4_1 act=f32: [nch][B][8]
+  float* sf = nullptr;       // int4w: [threads][sf_stride]
+  int64_t sf_stride = 0;
+};
+
+Scratch carve_scratch(const GemvArgs& a, uint8_t* base, size_t* used = nullptr) {
+  Carve c(base);
+  Scratch s;
+  const WType t = a.spec.type;
+  if (t == WType::Int4w) {
+    s.derived = c.take<float>(static_cast<size_t>(a.batch * a.lay.groups));
+    s.sf_stride = 4 * (a.spec.cols / 32 + 1);
+    s.sf = c.take<float>(static_cast<size_t>(a.threads * s.sf_stride));
+  } else if ((t == WType::Q4_0 || t == WType::Q4_1) && a.act == Act::F32) {
+    s.derived = c.take<float>(static_cast<size_t>(a.batch * ((a.spec.cols + 63) / 64) * 8));
+  }
+  if (used) *used = c.used();
+  return s;
+}
+
+size_t scratch_bytes_avx2(const GemvArgs& a) {
+  size_t used = 0;
+  carve_scratch(a, nullptr, &used);
+  return used;
+}
+
+// The views of a.prep, plus what depends on this matrix, derived into scratch
+// in the order the one-shot preparation used to sum them (bit-identical).
+Prepared derive(const GemvArgs& a, const Scratch& sc) {
+  Prepared p;
+  const WType t = a.spec.type;
+  const int B = a.batch;
+  const int64_t cols = a.spec.cols, nblk = cols / 32;
+  uint8_t* arena = const_cast<uint8_t*>(a.prep);
+  if (!nibbles(t)) {
+    if (t == WType::Q8_0 && a.act == Act::Int8) p.q8 = carve_q8_nat(arena, B, cols);
+    return p;
+  }
+  if (a.act == Act::F32) {
+    p.nf = carve_nib_f32(arena, B, cols);
+    if (t == WType::Int4w) {
+      const int64_t G = a.lay.groups, bpg = a.spec.group_size / 32;
+      for (int b = 0; b < B; ++b)
+        for (int64_t g = 0; g < G; ++g) {
+          double s = 0;
+          for (int64_t k = 0; k < bpg; ++k) s += p.nf.bsum[b * nblk + g * bpg + k];
+          sc.derived[b * G + g] = static_cast<float>(s);
+        }
+      p.nf.gsum = sc.derived;
+    } else {
+      const float coef = t == WType::Q4_0 ? -8.f : 1.f;
+      std::memset(sc.derived, 0, static_cast<size_t>(B * p.nf.nch * 8) * sizeof(float));
+      for (int b = 0; b < B; ++b)
+        for (int64_t blk = 0; blk < nblk; ++blk)
+          sc.derived[((blk / 2) * B + b) * 8 + (blk % 2) * 4] = coef * p.nf.bsum[b * nblk + blk];
+      p.nf.bsv = sc.derived;
+    }
+  } else {
+    p.nq = carve_nib_q8(arena, B, cols);
+    if (t == WType::Int4w) {
+      const int64_t G = a.lay.groups;
+      for (int b = 0; b < B; ++b) {
+        for (int64_t g = 0; g < G; ++g) {
+          double s = 0;
+          for (int64_t blk = g * a.spec.group_size / 32; blk < (g + 1) * a.spec.group_size / 32; ++blk)
+            s += p.nq.ms[((blk / 2) * B + b) * 8 + (blk % 2) * 4];
+          sc.derived[b * G + g] = static_cast<float>(s);
+        }
+      }
+      p.nq.gq = sc.derived;
+    }
+  }
+  return p;
+}
+
+void gemv_avx2(const GemvArgs& a) {
+  const Scratch sc = carve_scratch(a, a.scratch);
+  const Prepared p = derive(a, sc);
+  const int64_t rows = a.spec.rows;
+  const int R = rows_per_step(a);
+  with_batch(a.batch, [&](auto bc) {
+    constexpr int B = decltype(bc)::value;
+#pragma omp parallel num_threads(a.threads)
+    {
+      int64_t r0, r1;
+      thread_rows(rows, 4, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
+      float* sf = sc.sf ? sc.sf + omp_get_thread_num() * sc.sf_stride : nullptr;
+      if (R == 4 && B == 1) run_range<4, 1>(a, p, r0, r1, sf);
+      else if (R == 2 && B <= 2) run_range<2, B>(a, p, r0, r1, sf);
+      else run_range<1, B>(a, p, r0, r1, sf);
+    }
+  });
+}
+
+}  // namespace
+
+const GemvOps kGemvAvx2 = {prep_kind_avx2, prep_bytes_avx2, prepare_avx2, scratch_bytes_avx2, gemv_avx2,
+                           quantize_q8_avx2};
+
+}  // namespace ie

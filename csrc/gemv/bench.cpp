@@ -1,0 +1,151 @@
+// bench_gemv: time GEMVs whose weights stream from DRAM, not the LLC; and
+// the random weights it streams (also the C++ tests' inputs).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <vector>
+
+#include "common/aligned.h"
+#include "gemv.h"
+#include "kernels.h"
+
+namespace ie {
+
+namespace {
+
+inline uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Finite random values of each stored kind.
+inline uint16_t rand_scale_f16(uint64_t& s) {  // f16 in [~1e-3, ~1e-2]: bits 0x1419..0x211F
+  return static_cast<uint16_t>(0x1419 + splitmix(s) % (0x211F - 0x1419 + 1));
+}
+inline float rand_unit(uint64_t& s) { return static_cast<float>(splitmix(s) >> 40) * 0x1p-24f; }  // [0, 1)
+
+void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+void put32f(uint8_t* p, float v) { std::memcpy(p, &v, 4); }
+
+void fill_bytes(uint8_t* p, size_t n, uint64_t& s) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t v = splitmix(s);
+    std::memcpy(p + i, &v, 8);
+  }
+  for (; i < n; ++i) p[i] = static_cast<uint8_t>(splitmix(s));
+}
+
+// Rows [r0, r1) of a random weight matrix (every plane), so each thread
+// first-touches the pages it will read.
+void fill_rows(const WeightSpec& s, const WeightLayout& l, uint8_t* w, int64_t r0, int64_t r1, uint64_t seed) {
+  for (int64_t r = r0; r < r1; ++r) {
+    uint64_t st = seed * 0x100000001B3ull + static_cast<uint64_t>(r);
+    uint8_t* row = w + r * l.row_bytes;
+    switch (s.type) {
+      case WType::F32:
+        for (int64_t c = 0; c < s.cols; ++c) put32f(row + c * 4, 2.f * rand_unit(st) - 1.f);
+        break;
+      case WType::F16:  // sign, exponent 5..14 (|v| in [2^-10, 2)), random mantissa
+      case WType::BF16:
+        for (int64_t c = 0; c < s.cols; ++c) {
+          const uint64_t v = splitmix(st);
+          const uint16_t h = s.type == WType::F16
+                                 ? static_cast<uint16_t>(((v & 1) << 15) | ((5 + (v >> 1) % 10) << 10) | ((v >> 8) & 0x3FF))
+                                 : static_cast<uint16_t>(((v & 1) << 15) | ((117 + (v >> 1) % 10) << 7) | ((v >> 8) & 0x7F));
+          put16(row + c * 2, h);
+        }
+        break;
+      case WType::Q4_0:
+      case WType::Q4_1:
+      case WType::Q8_0:
+        fill_bytes(row, l.row_bytes, st);
+        for (int64_t b = 0; b < s.cols / 32; ++b) {
+          uint8_t* blk = row + b * l.block_bytes;
+          put16(blk, rand_scale_f16(st));
+          if (s.type == WType::Q4_1) put16(blk + 2, static_cast<uint16_t>(0x8000 | rand_scale_f16(st)));
+        }
+        break;
+      case WType::Int4w: {
+        fill_bytes(row, l.row_bytes, st);
+        const size_t sb = l.scale_bytes;
+        uint8_t* sp = w + l.scales_off + r * l.groups * sb;
+        uint8_t* mp = w + l.mins_off + r * l.groups * sb;
+        for (int64_t g = 0; g < l.groups; ++g) {
+          if (s.scale_f32) put32f(sp + g * 4, 1e-3f + 9e-3f * rand_unit(st));
+          else put16(sp + g * 2, rand_scale_f16(st));
+          if (!s.symmetric) {
+            if (s.scale_f32) put32f(mp + g * 4, -1e-2f * rand_unit(st));
+            else put16(mp + g * 2, static_cast<uint16_t>(0x8000 | rand_scale_f16(st)));
+          }
+        }
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void fill_random_weights(const WeightSpec& s, uint8_t* w, uint64_t seed) {
+  fill_rows(s, weight_layout(s), w, 0, s.rows, seed);
+}
+
+GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_t min_bytes, int iters, Isa isa) {
+  if (threads < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(threads));
+  if (iters < 1) throw std::invalid_argument("iters must be >= 1, got " + std::to_string(iters));
+  if (batch < 1 || batch > kMaxBatch)
+    throw std::invalid_argument("batch must be 1.." + std::to_string(kMaxBatch) + ", got " + std::to_string(batch));
+  const WeightLayout l = weight_layout(s);
+  const size_t nbytes = l.nbytes;
+  const int copies = static_cast<int>(std::max<size_t>(1, min_bytes / nbytes + 1));
+  std::vector<AlignedArray<uint8_t>> bufs;
+  for (int i = 0; i < copies; ++i) bufs.emplace_back(nbytes, /*zero=*/false);
+  // First touch with the kernel's own row split.
+#pragma omp parallel num_threads(threads)
+  {
+    int64_t r0, r1;
+    thread_rows(s.rows, 4, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
+    for (int i = 0; i < copies; ++i) fill_rows(s, l, bufs[i].data(), r0, r1, 1234 + i);
+  }
+  std::vector<float> x(static_cast<size_t>(batch * s.cols)), y(static_cast<size_t>(batch * s.rows));
+  uint64_t st = 42;
+  for (float& v : x) v = 2.f * rand_unit(st) - 1.f;
+
+  PreparedAct xa;
+  GemvScratch scratch;
+  for (int i = 0; i < copies; ++i) {
+    xa.set(x.data(), batch, s.cols);
+    gemv(s, bufs[i].data(), xa, nullptr, y.data(), act, threads, isa, scratch);
+  }
+  std::vector<double> ms;
+  for (int it = 0; it < iters; ++it) {
+    const uint8_t* w = bufs[(it + 1) % copies].data();  // warm-up ended on copy copies-1
+    const auto t0 = std::chrono::steady_clock::now();
+    xa.set(x.data(), batch, s.cols);  // a new activation each call: its preparation is timed
+    gemv(s, w, xa, nullptr, y.data(), act, threads, isa, scratch);
+    const auto t1 = std::chrono::steady_clock::now();
+    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  GemvBench r;
+  r.iters = iters;
+  r.copies = copies;
+  r.weight_bytes = nbytes;
+  r.times_ms = ms;
+  for (double v : ms) r.ms_mean += v / iters;
+  std::sort(ms.begin(), ms.end());
+  r.ms_median = ms[ms.size() / 2];
+  r.ms_min = ms.front();
+  for (float v : y) r.checksum += v;
+  return r;
+}
+
+}  // namespace ie

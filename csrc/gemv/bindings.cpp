@@ -1,0 +1,128 @@
+// Python bindings of the GEMV family: gemv, dequantize, the int8 activation
+// quantizer and the DRAM-streaming benchmark. Every binding that touches
+// bulk memory releases the GIL.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "common/py_args.h"
+#include "gemv.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using FArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_t rows, int64_t cols, FArray x,
+                           std::optional<FArray> bias, int64_t group_size, bool symmetric,
+                           const std::string& scale_dtype, const std::string& act, int threads,
+                           const std::string& isa_name) {
+  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
+  const ie::Act a = ie::parse_act(act);
+  const ie::Isa isa = ie::resolve_isa(isa_name);
+  const py::buffer_info wb = ie::weight_buffer(w, s);
+  const int64_t batch = ie::activation_batch(x, cols, ie::kMaxBatch);
+  const float* bp = ie::bias_data(bias, rows);
+  if (threads < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(threads));
+  py::array_t<float> y = ie::gemv_output(x, batch, rows);
+  const uint8_t* wp = static_cast<const uint8_t*>(wb.ptr);
+  const float* xp = x.data();
+  float* yp = y.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    ie::gemv(s, wp, xp, static_cast<int>(batch), bp, yp, a, threads, isa);
+  }
+  return y;
+}
+
+py::array_t<float> dequantize_py(const py::buffer& w, const std::string& dtype, int64_t rows, int64_t cols,
+                                 int64_t group_size, bool symmetric, const std::string& scale_dtype) {
+  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
+  const py::buffer_info wb = ie::weight_buffer(w, s);
+  py::array_t<float> out({rows, cols});
+  const uint8_t* wp = static_cast<const uint8_t*>(wb.ptr);
+  float* op = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    ie::dequantize(s, wp, op);
+  }
+  return out;
+}
+
+py::tuple quantize_act_q8_py(FArray x, const std::string& isa_name) {
+  const ie::Isa isa = ie::resolve_isa(isa_name);
+  if (x.ndim() != 1) throw std::invalid_argument("x must be 1-D");
+  const int64_t n = x.shape(0);
+  if (n % 32 != 0) throw std::invalid_argument("x length must be a multiple of 32, got " + std::to_string(n));
+  py::array_t<int8_t> q({n});
+  py::array_t<float> d({n / 32});
+  const float* xp = x.data();
+  int8_t* qp = q.mutable_data();
+  float* dp = d.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    ie::quantize_act_q8(xp, n, qp, dp, isa);
+  }
+  return py::make_tuple(q, d);
+}
+
+py::dict bench_gemv_py(const std::string& dtype, int64_t rows, int64_t cols, int64_t group_size, bool symmetric,
+                       const std::string& scale_dtype, const std::string& act, int threads, int batch,
+                       size_t min_bytes, int iters, const std::string& isa_name) {
+  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
+  const ie::Act a = ie::parse_act(act);
+  const ie::Isa isa = ie::resolve_isa(isa_name);
+  if (a == ie::Act::Int8 && !ie::wtype_info(s.type).int8_act)
+    throw std::invalid_argument("act='int8' applies to " + ie::wtype_names(false, true, "and") + " weights, not " + dtype);
+  ie::GemvBench r;
+  {
+    py::gil_scoped_release nogil;
+    r = ie::bench_gemv(s, a, threads, batch, min_bytes, iters, isa);
+  }
+  py::dict out;
+  out["dtype"] = dtype;
+  out["rows"] = rows;
+  out["cols"] = cols;
+  out["group_size"] = s.group_size;
+  out["symmetric"] = s.symmetric;
+  out["scale_dtype"] = s.scale_f32 ? "f32" : "f16";
+  out["act"] = ie::act_name(a);
+  out["threads"] = threads;
+  out["batch"] = batch;
+  out["isa"] = ie::isa_name(ie::gemv_kernel_isa(isa));
+  out["ms_median"] = r.ms_median;
+  out["ms_min"] = r.ms_min;
+  out["ms_mean"] = r.ms_mean;
+  out["weight_bytes"] = r.weight_bytes;
+  out["copies"] = r.copies;
+  out["iters"] = r.iters;
+  out["gbps"] = static_cast<double>(r.weight_bytes) / (r.ms_median * 1e-3) / 1e9;
+  out["gbps_best"] = static_cast<double>(r.weight_bytes) / (r.ms_min * 1e-3) / 1e9;
+  out["checksum"] = r.checksum;
+  out["times_ms"] = r.times_ms;
+  return out;
+}
+
+}  // namespace
+
+void ie_register_gemv(py::module_& m) {
+  m.def("gemv", &gemv_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("x"),
+        py::arg("bias") = py::none(), py::arg("group_size") = 0, py::arg("symmetric") = true,
+        py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "",
+        "y = W x (+ bias) with W kept packed (w: 1-D uint8 buffer, not copied). x [cols] -> y [rows]; "
+        "x [b, cols] (b <= 8) -> y [b, rows]. act='int8' quantizes x per 32 to int8 first (faster).");
+  m.def("dequantize", &dequantize_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
+        py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16",
+        "W as float32 [rows, cols], bit-exact with docs/formats/quant.md.");
+  m.def("quantize_act_q8", &quantize_act_q8_py, py::arg("x"), py::arg("isa") = "",
+        "The act='int8' activation quantizer: (q int8 [n], d float32 [n/32]).");
+  m.def("bench_gemv", &bench_gemv_py, py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("group_size") = 0,
+        py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1,
+        py::arg("batch") = 1, py::arg("min_bytes") = size_t(256) << 20, py::arg("iters") = 20, py::arg("isa") = "",
+        "Time GEMVs over enough random weight copies (> min_bytes) that each call streams from DRAM.");
+}

@@ -1,0 +1,166 @@
+// GEMV driver: the ISA table, argument checks, the prepared-activation
+// cache, and the bit-exact dequantizers (scalar; this file is built with
+// -ffp-contract=off like the whole target, so a * b + c is never fused).
+#include <algorithm>
+#include <cstring>
+
+#include "common/errors.h"
+#include "common/half.h"
+#include "gemv.h"
+#include "kernels.h"
+
+namespace ie {
+
+const IsaTable<GemvOps> kGemvTable = {{&kGemvScalar,
+#if IE_HAVE_X86
+                                       &kGemvAvx2,
+#else
+                                       nullptr,
+#endif
+                                       nullptr}};
+
+Isa gemv_kernel_isa(Isa isa) { return kGemvTable.pick(isa); }
+
+Act parse_act(const std::string& act) {
+  if (act == "f32" || act.empty()) return Act::F32;
+  if (act == "int8") return Act::Int8;
+  fail("act must be 'f32' or 'int8', got '" + act + "'");
+}
+
+const char* act_name(Act act) { return act == Act::Int8 ? "int8" : "f32"; }
+
+void PreparedAct::set(const float* x, int batch, int64_t cols) {
+  if (batch < 1 || batch > kMaxBatch)
+    fail("batch must be 1.." + std::to_string(kMaxBatch) + ", got " + std::to_string(batch));
+  if (cols < 1) fail("activation length must be positive, got " + std::to_string(cols));
+  x_ = x;
+  batch_ = batch;
+  cols_ = cols;
+  for (Form& f : forms_) f.ready = false;
+}
+
+static_assert(kPrepKinds == 5, "PreparedAct::forms_ holds one slot per Prep kind");
+
+// The form `kind` of x for `isa`'s kernels, built on first use.
+const uint8_t* prepared_form(PreparedAct& x, int kind, Isa isa) {
+  if (kind == static_cast<int>(Prep::None)) return nullptr;
+  PreparedAct::Form& f = x.forms_[kind];
+  if (!f.ready || f.isa != isa) {
+    const GemvOps& ops = kGemvTable.ops(isa);
+    f.bytes.resize(ops.prep_bytes(static_cast<Prep>(kind), x.batch(), x.cols()));
+    ops.prepare(static_cast<Prep>(kind), x.x(), x.batch(), x.cols(), f.bytes.data());
+    f.ready = true;
+    f.isa = isa;
+  }
+  return f.bytes.data();
+}
+
+void dequant_span(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, int64_t c0, int n,
+                  float* out) {
+  const uint8_t* row = w + static_cast<size_t>(r) * lay.row_bytes;
+  switch (s.type) {
+    case WType::F32:
+      std::memcpy(out, row + c0 * 4, static_cast<size_t>(n) * 4);
+      return;
+    case WType::F16:
+      for (int j = 0; j < n; ++j) out[j] = f16_to_f32(load_u16(row + (c0 + j) * 2));
+      return;
+    case WType::BF16:
+      for (int j = 0; j < n; ++j) out[j] = bf16_to_f32(load_u16(row + (c0 + j) * 2));
+      return;
+    case WType::Int4w: {
+      const uint8_t* qs = row + c0 / 2;
+      const size_t gi = static_cast<size_t>(r) * lay.groups + c0 / s.group_size;
+      const uint8_t* sp = w + lay.scales_off + gi * lay.scale_bytes;
+      const uint8_t* mp = w + lay.mins_off + gi * lay.scale_bytes;
+      const float sc = s.scale_f32 ? load_f32(sp) : f16_to_f32(load_u16(sp));
+      if (s.symmetric) {
+        for (int j = 0; j < 16; ++j) {
+          out[j] = sc * static_cast<float>((qs[j] & 0xF) - 8);
+          out[j + 16] = sc * static_cast<float>((qs[j] >> 4) - 8);
+        }
+      } else {
+        const float m = s.scale_f32 ? load_f32(mp) : f16_to_f32(load_u16(mp));
+        for (int j = 0; j < 16; ++j) {
+          out[j] = sc * static_cast<float>(qs[j] & 0xF) + m;
+          out[j + 16] = sc * static_cast<float>(qs[j] >> 4) + m;
+        }
+      }
+      return;
+    }
+    case WType::Q4_0:
+    case WType::Q4_1: {
+      const uint8_t* blk = row + c0 / 32 * lay.block_bytes;
+      const uint8_t* qs = blk + lay.block_qs;
+      const float d = f16_to_f32(load_u16(blk));
+      if (s.type == WType::Q4_0) {
+        for (int j = 0; j < 16; ++j) {
+          out[j] = d * static_cast<float>((qs[j] & 0xF) - 8);
+          out[j + 16] = d * static_cast<float>((qs[j] >> 4) - 8);
+        }
+      } else {
+        const float m = f16_to_f32(load_u16(blk + 2));
+        for (int j = 0; j < 16; ++j) {
+          out[j] = d * static_cast<float>(qs[j] & 0xF) + m;
+          out[j + 16] = d * static_cast<float>(qs[j] >> 4) + m;
+        }
+      }
+      return;
+    }
+    case WType::Q8_0: {
+      const uint8_t* blk = row + c0 / 32 * lay.block_bytes;
+      const float d = f16_to_f32(load_u16(blk));
+      for (int j = 0; j < 32; ++j) out[j] = d * static_cast<float>(static_cast<int8_t>(blk[lay.block_qs + j]));
+      return;
+    }
+  }
+}
+
+void dequantize(const WeightSpec& s, const uint8_t* w, float* out) {
+  const WeightLayout lay = weight_layout(s);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    for (int64_t c0 = 0; c0 < s.cols; c0 += 32) {
+      const int n = static_cast<int>(std::min<int64_t>(32, s.cols - c0));
+      dequant_span(s, lay, w, r, c0, n, out + r * s.cols + c0);
+    }
+  }
+}
+
+void quantize_act_q8(const float* x, int64_t n, int8_t* q, float* d, Isa isa) {
+  if (n % 32 != 0) fail("int8 activation quantization needs a multiple of 32 elements, got " + std::to_string(n));
+  kGemvTable.ops(isa).quantize_q8(x, n, q, d);
+}
+
+void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bias, float* y, Act act, int threads,
+          Isa isa, GemvScratch& scratch) {
+  if (x.cols() != s.cols)
+    fail("activation has " + std::to_string(x.cols()) + " columns, the matrix " + std::to_string(s.cols));
+  if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
+  if (act == Act::Int8 && !wtype_info(s.type).int8_act)
+    fail(std::string("act='int8' applies to ") + wtype_names(false, true, "and") + " weights, not " + wtype_info(s.type).name);
+  const GemvOps& ops = kGemvTable.ops(isa);
+  GemvArgs a;
+  a.spec = s;
+  a.lay = weight_layout(s);
+  a.w = w;
+  a.x = x.x();
+  a.batch = x.batch();
+  a.bias = bias;
+  a.y = y;
+  a.act = act;
+  a.threads = threads;
+  a.prep = prepared_form(x, static_cast<int>(ops.prep_kind(s.type, act)), kGemvTable.pick(isa));
+  scratch.bytes.resize(ops.scratch_bytes(a));
+  a.scratch = scratch.bytes.data();
+  ops.gemv(a);
+}
+
+void gemv(const WeightSpec& s, const uint8_t* w, const float* x, int batch, const float* bias, float* y, Act act,
+          int threads, Isa isa) {
+  PreparedAct xa;
+  xa.set(x, batch, s.cols);
+  GemvScratch scratch;
+  gemv(s, w, xa, bias, y, act, threads, isa, scratch);
+}
+
+}  // namespace ie

@@ -1,0 +1,101 @@
+// Matrix-vector products y = W x (+ bias) with the weights kept in their
+// stored format (common/weight_types.h, docs/formats/quant.md) and
+// dequantized inside the dot product; plus the bit-exact dequantizers.
+//
+// W is [rows, cols]; x is [batch, cols] float32 with 1 <= batch <= 8 (each
+// weight row is read once for all batch rows); y is [batch, rows] float32.
+// Accumulation is float32. Rows are split over `threads` OpenMP threads in
+// contiguous ranges.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/aligned.h"
+#include "common/isa.h"
+#include "common/weight_types.h"
+
+namespace ie {
+
+// act=F32: x is used as given (the precise default).
+// act=Int8: x is first quantized per 32-element block to int8 with one float
+// scale (d = max|x| / 127, q = round_half_away(x * (1/d))), then the products
+// are integer dot products (weight types with int8_act only).
+enum class Act { F32, Int8 };
+Act parse_act(const std::string& act);
+const char* act_name(Act act);
+
+constexpr int kMaxBatch = 8;
+
+// An activation x [batch, cols] as every GEMV that reads it needs it: the
+// int8 quantization and the SIMD lane orders are built by the first matrix
+// that needs each form and reused by the next ones (q/k/v, gate/up), like
+// ggml's vec_dot_type. The storage is kept across set() calls, so a decoder
+// step allocates nothing once warm. Not thread-safe; the caller keeps x
+// alive and unchanged until the next set().
+class PreparedAct {
+ public:
+  void set(const float* x, int batch, int64_t cols);
+  const float* x() const { return x_; }
+  int batch() const { return batch_; }
+  int64_t cols() const { return cols_; }
+
+ private:
+  friend const uint8_t* prepared_form(PreparedAct& x, int kind, Isa isa);
+  struct Form {
+    AlignedArray<uint8_t> bytes;
+    bool ready = false;
+    Isa isa = Isa::Scalar;
+  };
+  const float* x_ = nullptr;
+  int batch_ = 0;
+  int64_t cols_ = 0;
+  Form forms_[5];
+};
+
+// Per-call kernel scratch, owned by the caller and reused across calls.
+struct GemvScratch {
+  AlignedArray<uint8_t> bytes;
+};
+
+// y[b * rows + r] = sum_c W[r][c] * x[b * cols + c] (+ bias[r]).
+// `w` must hold weight_nbytes(s) bytes (any alignment). Throws
+// std::invalid_argument for act/dtype combinations that do not exist.
+void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bias, float* y, Act act, int threads,
+          Isa isa, GemvScratch& scratch);
+// The same for a one-off x (prepares it and allocates scratch for this call).
+void gemv(const WeightSpec& s, const uint8_t* w, const float* x, int batch, const float* bias, float* y, Act act,
+          int threads, Isa isa);
+
+// out[r * cols + c] = W[r][c] exactly as docs/formats/quant.md defines it
+// (float32 arithmetic, no fused multiply-add).
+void dequantize(const WeightSpec& s, const uint8_t* w, float* out);
+
+// The act=int8 activation quantizer (n % 32 == 0): q[n], d[n / 32].
+void quantize_act_q8(const float* x, int64_t n, int8_t* q, float* d, Isa isa);
+
+// The GEMV variant that runs for a resolved `isa` (what benchmarks report).
+Isa gemv_kernel_isa(Isa isa);
+
+// Fills a matrix with random finite values of its type (scales in a sane
+// range), deterministically from `seed`.
+void fill_random_weights(const WeightSpec& s, uint8_t* w, uint64_t seed);
+
+struct GemvBench {
+  double ms_median = 0, ms_min = 0, ms_mean = 0;
+  size_t weight_bytes = 0;
+  int copies = 0;
+  int iters = 0;
+  double checksum = 0;  // sum of the last y (keeps the work observable)
+  std::vector<double> times_ms;  // every timed call, in order
+};
+
+// Times `iters` GEMVs over `copies` random weight matrices whose total size
+// exceeds `min_bytes`, rotating through them so every call streams its
+// weights from DRAM. Weights are first-touched by the same thread layout.
+// Each call re-prepares x (a new activation, as in a decoder step).
+GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_t min_bytes, int iters,
+                     Isa isa);
+
+}  // namespace ie

@@ -1,0 +1,93 @@
+// Internal interface between the GEMV driver (driver.cpp) and the per-ISA
+// kernel files (scalar.cpp = the reference, avx2.cpp). A per-ISA file only
+// computes: every buffer it writes is sized and owned by the driver
+// (prepared activations, per-call scratch), so no allocator or container
+// code is ever compiled with SIMD flags.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "common/dispatch.h"
+#include "gemv.h"
+
+namespace ie {
+
+// The activation forms kernels read (ggml's vec_dot_type), cached per
+// PreparedAct value. Which one a (type, act) needs is the variant's choice.
+enum class Prep : int { None = 0, Q8Rows, NibF32, NibQ8, Q8Blocks };
+constexpr int kPrepKinds = 5;
+
+struct GemvArgs {
+  WeightSpec spec;
+  WeightLayout lay;
+  const uint8_t* w = nullptr;
+  const float* x = nullptr;     // [batch, cols]
+  const uint8_t* prep = nullptr;  // the prepared form this (type, act) needs, or null
+  uint8_t* scratch = nullptr;   // scratch_bytes() bytes, 64-byte aligned
+  int batch = 1;
+  const float* bias = nullptr;  // [rows] or null
+  float* y = nullptr;           // [batch, rows]
+  Act act = Act::F32;
+  int threads = 1;
+};
+
+// One ISA's GEMV entry points (common/dispatch.h).
+struct GemvOps {
+  Prep (*prep_kind)(WType type, Act act);
+  // Bytes of a prepared form for x [batch, cols] (its temporaries included), and the filling of it.
+  size_t (*prep_bytes)(Prep kind, int batch, int64_t cols);
+  void (*prepare)(Prep kind, const float* x, int batch, int64_t cols, uint8_t* out);
+  size_t (*scratch_bytes)(const GemvArgs& a);
+  void (*gemv)(const GemvArgs& a);
+  // The act=int8 activation quantizer; every variant's must agree bit for bit.
+  void (*quantize_q8)(const float* x, int64_t n, int8_t* q, float* d);
+};
+
+extern const GemvOps kGemvScalar;
+#if IE_HAVE_X86
+extern const GemvOps kGemvAvx2;
+#endif
+extern const IsaTable<GemvOps> kGemvTable;
+
+// Internal linkage on purpose: these small helpers are used by files built
+// with different ISA flags, and an inline function with external linkage
+// would be one COMDAT symbol the linker may take from an AVX2 object for a
+// scalar caller (tests/cpp checks the objects for such symbols).
+namespace {
+
+// Thread t's rows [*r0, *r1) of nt: contiguous ranges whose boundaries are
+// multiples of `align` rows, so each thread streams one run of every plane.
+inline void thread_rows(int64_t rows, int align, int t, int nt, int64_t* r0, int64_t* r1) {
+  const int64_t units = (rows + align - 1) / align;
+  *r0 = units * t / nt * align;
+  *r1 = units * (t + 1) / nt * align;
+  if (*r0 > rows) *r0 = rows;
+  if (*r1 > rows) *r1 = rows;
+}
+
+// Carves 64-byte aligned arrays out of one buffer; the same walk sizes the
+// buffer (base null) and hands out pointers, so the two always agree.
+class Carve {
+ public:
+  explicit Carve(uint8_t* base) : base_(base) {}
+  template <class T>
+  T* take(size_t n) {
+    T* p = base_ ? reinterpret_cast<T*>(base_ + off_) : nullptr;
+    off_ += (n * sizeof(T) + 63) / 64 * 64;
+    return p;
+  }
+  size_t used() const { return off_; }
+
+ private:
+  uint8_t* base_;
+  size_t off_ = 0;
+};
+
+}  // namespace
+
+// Decodes W[r][c0 .. c0 + n) into out exactly as dequantize() defines it.
+// For quantized formats c0 % 32 == 0 and n == 32.
+void dequant_span(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, int64_t c0,
+                  int n, float* out);
+
+}  // namespace ie

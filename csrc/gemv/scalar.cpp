@@ -1,0 +1,150 @@
+// Scalar reference GEMV kernels: the readable definition every SIMD variant
+// is tested against. One row at a time; each 32-element span of the row is
+// dequantized exactly as dequantize() does (into a 32-float buffer, never
+// the whole matrix) and dotted with every activation row.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/half.h"
+#include "kernels.h"
+
+namespace ie {
+
+namespace {
+
+void quantize_q8_scalar(const float* x, int64_t n, int8_t* q, float* d) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float db = amax / 127.f;
+    const float id = db != 0.f ? 1.f / db : 0.f;
+    d[b] = db;
+    for (int j = 0; j < 32; ++j) q[b * 32 + j] = static_cast<int8_t>(std::round(xb[j] * id));
+  }
+}
+
+// act=f32: y[b] = sum over 32-element spans of (sum_j w_j x_j), float32.
+void row_f32(const GemvArgs& a, int64_t r, float* acc) {
+  const int64_t cols = a.spec.cols;
+  float w[32];
+  for (int64_t c0 = 0; c0 < cols; c0 += 32) {
+    const int n = static_cast<int>(std::min<int64_t>(32, cols - c0));
+    dequant_span(a.spec, a.lay, a.w, r, c0, n, w);
+    for (int b = 0; b < a.batch; ++b) {
+      const float* xb = a.x + b * cols + c0;
+      float p = 0.f;
+      for (int j = 0; j < n; ++j) p += w[j] * xb[j];
+      acc[b] += p;
+    }
+  }
+}
+
+// The integer codes of one 32-element block and its (scale, min):
+// w_j = scale * (code_j - zero) + min, with zero = 8 for symmetric 4-bit.
+struct Block {
+  int code[32];
+  int zero;
+  float scale, min;
+};
+
+Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
+  const WeightSpec& s = a.spec;
+  const WeightLayout& l = a.lay;
+  Block k{};
+  const uint8_t* qs = nullptr;
+  if (s.type == WType::Int4w) {
+    qs = a.w + r * l.row_bytes + blk * 16;
+    const size_t gi = static_cast<size_t>(r) * l.groups + blk * 32 / s.group_size;
+    const uint8_t* sp = a.w + l.scales_off + gi * l.scale_bytes;
+    const uint8_t* mp = a.w + l.mins_off + gi * l.scale_bytes;
+    k.scale = s.scale_f32 ? load_f32(sp) : f16_to_f32(load_u16(sp));
+    k.min = s.symmetric ? 0.f : (s.scale_f32 ? load_f32(mp) : f16_to_f32(load_u16(mp)));
+    k.zero = s.symmetric ? 8 : 0;
+  } else {
+    const uint8_t* p = a.w + r * l.row_bytes + blk * l.block_bytes;
+    k.scale = f16_to_f32(load_u16(p));
+    k.min = s.type == WType::Q4_1 ? f16_to_f32(load_u16(p + 2)) : 0.f;
+    k.zero = s.type == WType::Q4_0 ? 8 : 0;
+    if (s.type == WType::Q8_0) {
+      for (int j = 0; j < 32; ++j) k.code[j] = static_cast<int8_t>(p[l.block_qs + j]);
+      return k;
+    }
+    qs = p + l.block_qs;
+  }
+  for (int j = 0; j < 16; ++j) {
+    k.code[j] = qs[j] & 0xF;
+    k.code[j + 16] = qs[j] >> 4;
+  }
+  return k;
+}
+
+// act=int8: per block, sum_j w_j x~_j = scale * dx * sum_j qx_j (code_j - zero) + min * dx * sum_j qx_j
+// with the inner sums in int32 (x~ = dx * qx is the quantized activation).
+void row_int8(const GemvArgs& a, int64_t r, const int8_t* qx, const float* dx, float* acc) {
+  const int64_t cols = a.spec.cols, nblk = cols / 32;
+  for (int64_t blk = 0; blk < nblk; ++blk) {
+    const Block k = load_block(a, r, blk);
+    for (int b = 0; b < a.batch; ++b) {
+      const int8_t* q = qx + b * cols + blk * 32;
+      int dot = 0, qsum = 0;
+      for (int j = 0; j < 32; ++j) {
+        dot += q[j] * (k.code[j] - k.zero);
+        qsum += q[j];
+      }
+      const float d = dx[b * nblk + blk];
+      acc[b] += (k.scale * d) * static_cast<float>(dot);
+      if (k.min != 0.f) acc[b] += (k.min * d) * static_cast<float>(qsum);
+    }
+  }
+}
+
+// act=int8 reads x quantized row by row: codes [batch][cols], then scales [batch][cols / 32].
+Prep prep_kind_scalar(WType type, Act act) {
+  return act == Act::Int8 && wtype_info(type).int8_act ? Prep::Q8Rows : Prep::None;
+}
+
+size_t prep_bytes_scalar(Prep kind, int batch, int64_t cols) {
+  if (kind != Prep::Q8Rows) return 0;
+  Carve c(nullptr);
+  c.take<int8_t>(static_cast<size_t>(batch * cols));
+  c.take<float>(static_cast<size_t>(batch * cols / 32));
+  return c.used();
+}
+
+void prepare_scalar(Prep kind, const float* x, int batch, int64_t cols, uint8_t* out) {
+  if (kind != Prep::Q8Rows) return;
+  Carve c(out);
+  int8_t* q = c.take<int8_t>(static_cast<size_t>(batch * cols));
+  float* d = c.take<float>(static_cast<size_t>(batch * cols / 32));
+  for (int b = 0; b < batch; ++b) quantize_q8_scalar(x + b * cols, cols, q + b * cols, d + b * cols / 32);
+}
+
+size_t scratch_bytes_scalar(const GemvArgs&) { return 0; }
+
+void gemv_scalar(const GemvArgs& a) {
+  const int64_t rows = a.spec.rows, cols = a.spec.cols;
+  Carve c(const_cast<uint8_t*>(a.prep));
+  const int8_t* qx = a.prep ? c.take<int8_t>(static_cast<size_t>(a.batch * cols)) : nullptr;
+  const float* dx = a.prep ? c.take<float>(static_cast<size_t>(a.batch * cols / 32)) : nullptr;
+#pragma omp parallel num_threads(a.threads)
+  {
+    int64_t r0, r1;
+    thread_rows(rows, 4, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
+    for (int64_t r = r0; r < r1; ++r) {
+      float acc[kMaxBatch] = {};
+      if (a.act == Act::Int8) row_int8(a, r, qx, dx, acc);
+      else row_f32(a, r, acc);
+      for (int b = 0; b < a.batch; ++b) a.y[b * rows + r] = a.bias ? acc[b] + a.bias[r] : acc[b];
+    }
+  }
+}
+
+}  // namespace
+
+const GemvOps kGemvScalar = {prep_kind_scalar, prep_bytes_scalar, prepare_scalar, scratch_bytes_scalar, gemv_scalar,
+                             quantize_q8_scalar};
+
+}  // namespace ie

@@ -1,0 +1,47 @@
+// Python bindings of the streaming read: the bandwidth yardstick and its test hook.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "stream_read.h"
+
+namespace py = pybind11;
+
+namespace {
+
+double stream_sum(py::array_t<float, py::array::c_style | py::array::forcecast> x, int threads,
+                  const std::string& isa_name) {
+  const ie::Isa isa = ie::resolve_isa(isa_name);
+  const float* p = x.data();
+  const size_t n = static_cast<size_t>(x.size());
+  py::gil_scoped_release nogil;
+  return ie::stream_sum_f32(p, n, threads, isa);
+}
+
+py::dict read_bandwidth(size_t bytes, int threads, int passes, const std::string& isa_name) {
+  const ie::Isa isa = ie::resolve_isa(isa_name);
+  ie::ReadBandwidth r{};
+  {
+    py::gil_scoped_release nogil;
+    r = ie::measure_read_bandwidth(bytes, threads, passes, isa);
+  }
+  py::dict out;
+  out["gbps"] = r.gbps_median;
+  out["gbps_best"] = r.gbps_best;
+  out["bytes"] = r.bytes;
+  out["passes"] = r.passes;
+  out["threads"] = r.threads;
+  out["isa"] = ie::isa_name(ie::stream_kernel_isa(isa));
+  return out;
+}
+
+}  // namespace
+
+void ie_register_stream(py::module_& m) {
+  m.def("stream_sum", &stream_sum, py::arg("x"), py::arg("threads") = 1, py::arg("isa") = "",
+        "Sum of a float32 array by the streaming-read kernel (test hook for the bandwidth yardstick).");
+  m.def("read_bandwidth", &read_bandwidth, py::arg("bytes") = size_t(256) << 20, py::arg("threads") = 1,
+        py::arg("passes") = 5, py::arg("isa") = "",
+        "Measure this machine's memory read bandwidth (GB/s, median of passes).");
+}

@@ -1,0 +1,121 @@
+// The other kernel families' SIMD variants against their scalar references:
+// the streaming read, BSR GEMV and dedup reconstruction.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bsr/bsr.h"
+#include "common/isa.h"
+#include "dedup/dedup.h"
+#include "stream/stream_read.h"
+#include "test.h"
+
+namespace {
+
+using ie::Isa;
+
+}  // namespace
+
+TEST(stream_sum_simd_matches_scalar) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (size_t n : {size_t(0), size_t(1), size_t(15), size_t(33), size_t(4096), size_t(100003)}) {
+    std::vector<float> x(n);
+    double exact = 0;
+    for (float& v : x) {
+      v = u(rng);
+      exact += v;
+    }
+    for (Isa isa : ie::available_isas())
+      for (int threads : {1, 2, 5}) {
+        const double s = ie::stream_sum_f32(x.data(), n, threads, isa);
+        CHECK(std::fabs(s - exact) <= 1e-5 * (1.0 + static_cast<double>(n)))
+            << ie::isa_name(isa) << " n=" << n << " threads=" << threads << ": " << s << " vs " << exact;
+      }
+  }
+}
+
+TEST(bsr_simd_matches_scalar) {
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  struct Case {
+    uint64_t rows, cols, br, bc;
+    double density;
+  };
+  for (const Case& c : {Case{64, 64, 16, 16, 0.3}, Case{37, 53, 8, 8, 0.5}, Case{10, 13, 4, 8, 0.7},
+                        Case{5, 3, 4, 4, 1.0}, Case{100, 40, 1, 16, 0.2}, Case{48, 200, 16, 24, 0.1}}) {
+    const uint64_t nbr = (c.rows + c.br - 1) / c.br, nbc = (c.cols + c.bc - 1) / c.bc;
+    std::vector<uint32_t> row_ptr{0}, col_idx;
+    std::vector<float> values;
+    for (uint64_t i = 0; i < nbr; ++i) {
+      for (uint64_t j = 0; j < nbc; ++j) {
+        if (std::generate_canonical<double, 32>(rng) >= c.density) continue;
+        col_idx.push_back(static_cast<uint32_t>(j));
+        for (uint64_t r = 0; r < c.br; ++r)
+          for (uint64_t k = 0; k < c.bc; ++k) {
+            const bool inside = i * c.br + r < c.rows && j * c.bc + k < c.cols;
+            values.push_back(inside ? u(rng) : 0.f);  // padding must be +0.0
+          }
+      }
+      row_ptr.push_back(static_cast<uint32_t>(col_idx.size()));
+    }
+    ie::BsrMatrix m;
+    ie::BsrError err;
+    const ie::BsrStatus st = ie::bsr_from_arrays(c.rows, c.cols, c.br, c.bc, row_ptr.data(), row_ptr.size(),
+                                                 col_idx.data(), col_idx.size(), values.data(), values.size(),
+                                                 false, &m, &err);
+    CHECK(st == ie::BsrStatus::Ok) << err.message;
+    if (st != ie::BsrStatus::Ok) continue;
+    for (int batch : {1, 3, 8}) {
+      std::vector<float> x(batch * c.cols), bias(c.rows), ref(batch * c.rows);
+      for (float& v : x) v = u(rng);
+      for (float& v : bias) v = u(rng);
+      ie::bsr_gemv(m, x.data(), batch, bias.data(), ref.data(), 1, Isa::Scalar);
+      for (Isa isa : ie::available_isas())
+        for (int threads : {1, 2, 7}) {
+          std::vector<float> y(ref.size(), NAN);
+          ie::bsr_gemv(m, x.data(), batch, bias.data(), y.data(), threads, isa);
+          for (size_t i = 0; i < y.size(); ++i) {
+            if (!(std::fabs(y[i] - ref[i]) <= 1e-5f * (1.f + std::fabs(ref[i])))) {
+              CHECK(false) << ie::isa_name(isa) << " " << c.rows << "x" << c.cols << " b" << c.br << "x" << c.bc
+                           << " batch " << batch << " threads " << threads << " y[" << i << "] " << y[i] << " vs "
+                           << ref[i];
+              break;
+            }
+          }
+        }
+    }
+  }
+}
+
+TEST(dedup_simd_matches_scalar) {
+  namespace dd = ie::dedup;
+  std::mt19937_64 rng(3);
+  for (size_t n : {size_t(1), size_t(63), size_t(64), size_t(1000), size_t(dd::kChunk + 77), size_t(3 * dd::kChunk)}) {
+    for (double density : {0.0, 0.01, 0.3, 1.0}) {
+      std::vector<uint8_t> def(n), want(n), mask(dd::mask_nbytes(n), 0), exc;
+      for (size_t i = 0; i < n; ++i) {
+        def[i] = static_cast<uint8_t>(rng());
+        want[i] = def[i];
+        if (std::generate_canonical<double, 32>(rng) < density) {
+          mask[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+          want[i] = static_cast<uint8_t>(def[i] ^ (1 + rng() % 255));
+          exc.push_back(want[i]);
+        }
+      }
+      const std::vector<uint64_t> prefix = dd::chunk_prefix(mask.data(), n);
+      for (Isa isa : ie::available_isas())
+        for (int threads : {1, 3})
+          for (int stream_stores : {0, 1}) {
+            ie::AlignedArray<uint8_t> out(n);  // 64-byte aligned, as non-temporal stores need
+            dd::reconstruct(def.data(), mask.data(), exc.data(), exc.size(), prefix, out.data(), n, threads, isa,
+                            stream_stores);
+            CHECK(std::memcmp(out.data(), want.data(), n) == 0)
+                << ie::isa_name(isa) << " n=" << n << " density=" << density << " threads=" << threads;
+          }
+    }
+  }
+}
