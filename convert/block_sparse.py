@@ -12,105 +12,24 @@ Three policies decide which ``block_rows × block_cols`` tiles are stored:
 Under every policy a block that is entirely zero is never stored, and a block
 holding a NaN or infinity always is (it is "non-zero" and its norm is
 infinite). The output is a pure function of the input values, the block shape
-and the policy; the writer is formats/bsr.py.
+and the policy; the writer is formats/bsr.py, the input readers are
+formats/dense_matrix.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from iekit.formats import bsr, iebin
+from iekit.formats import bsr
 from iekit.formats.atomic import write_file_atomic
-from iekit.formats.errors import FormatError, IEError
+from iekit.formats.dense_matrix import load_dense
+from iekit.formats.errors import IEError
 
-from .casting import decode_f32
-
-IEBIN_FLOAT_DTYPES = ("f32", "f16", "bf16")
 NORM_CHUNK_ELEMS = 1 << 22  # bounds the float64 temporaries of the block norms
-
-
-# --------------------------------------------------------------------------
-# Inputs
-# --------------------------------------------------------------------------
-
-
-def load_npy(path: Path) -> np.ndarray:
-    """A 2-D float32/float16/bfloat16 .npy as float32 (both widen exactly).
-
-    numpy has no bfloat16 of its own: ml_dtypes' bfloat16 is saved as a
-    2-byte void ('|V2'), which is read as bfloat16 bits."""
-    try:
-        a = np.load(path, mmap_mode="r", allow_pickle=False)
-    except ValueError as e:
-        raise FormatError(path, "(header)", f"not a readable .npy file ({e})") from None
-    if not isinstance(a, np.ndarray):
-        raise FormatError(path, "(header)", "not a single-array .npy file")
-    bf16 = a.dtype.name == "bfloat16" or (a.dtype.kind == "V" and a.dtype.itemsize == 2 and a.dtype.fields is None)
-    if not bf16 and (a.dtype.kind != "f" or a.dtype.itemsize not in (2, 4)):
-        raise FormatError(path, "dtype", f"{a.dtype} is not supported: float32, float16 or bfloat16")
-    if a.ndim != 2:
-        raise FormatError(path, "shape", f"must be 2-D, got shape {list(a.shape)}")
-    if bf16:
-        bits = np.ascontiguousarray(a).view(np.uint16).astype(np.uint32) << 16
-        return bits.view(np.float32)
-    return np.ascontiguousarray(a, dtype=np.float32)
-
-
-def load_raw_f32(path: Path, rows: int, cols: int) -> np.ndarray:
-    """Raw little-endian float32, row-major, exactly rows × cols × 4 bytes."""
-    if rows < 1 or cols < 1:
-        raise IEError(f"{path}: --rows and --cols must be >= 1")
-    size = path.stat().st_size
-    if size != 4 * rows * cols:
-        raise FormatError(path, "(size)", f"file is {size} bytes, but {rows}×{cols} float32 needs {4 * rows * cols}")
-    return np.fromfile(path, dtype="<f4").astype(np.float32, copy=False).reshape(rows, cols)
-
-
-def load_iebin_tensor(model_dir: Path, name: str) -> np.ndarray:
-    """One 2-D f32/f16/bf16 tensor of an IEBIN artifact as float32 (checksum verified)."""
-    m = iebin.load_model(model_dir)
-    t = m.tensor(name)
-    where = f"tensors[{m.tensors.index(t)}]"
-    if t["dtype"] not in IEBIN_FLOAT_DTYPES:
-        raise FormatError(m.meta_path, f"{where}.dtype", f"tensor {name!r}: {t['dtype']} cannot be made block-sparse "
-                          f"(one of {', '.join(IEBIN_FLOAT_DTYPES)})")
-    if len(t["shape"]) != 2 or 0 in t["shape"]:
-        raise FormatError(m.meta_path, f"{where}.shape", f"tensor {name!r}: must be 2-D and non-empty, got {t['shape']}")
-    with open(m.path_of(t), "rb") as f:
-        f.seek(t["file_data_offset"])
-        raw = f.read(t["nbytes"])
-    if len(raw) != t["nbytes"] or hashlib.sha256(raw).hexdigest() != t["sha256"]:
-        raise FormatError(m.meta_path, f"{where}.sha256", f"tensor {name!r}: checksum mismatch")
-    return decode_f32(raw, t["dtype"]).reshape(t["shape"])
-
-
-def load_dense(path: Path | None = None, rows: int | None = None, cols: int | None = None,
-               model_dir: Path | None = None, tensor: str | None = None) -> tuple[np.ndarray, str]:
-    """(values as float32 [rows, cols], a label of the source) from exactly one kind of input."""
-    if (path is None) == (model_dir is None):
-        raise IEError("give either a dense .npy/.bin file or --model-dir with --tensor")
-    if model_dir is not None:
-        if not tensor:
-            raise IEError("--model-dir needs --tensor NAME")
-        if rows is not None or cols is not None:
-            raise IEError("--rows/--cols apply to raw .bin input only")
-        return load_iebin_tensor(Path(model_dir), tensor), f"{model_dir}:{tensor}"
-    if tensor:
-        raise IEError("--tensor needs --model-dir")
-    path = Path(path)
-    if path.suffix == ".npy":
-        if rows is not None or cols is not None:
-            raise IEError("--rows/--cols apply to raw .bin input only (a .npy file records its shape)")
-        return load_npy(path), os.fspath(path)
-    if rows is None or cols is None:
-        raise IEError(f"{path}: raw float32 input needs --rows and --cols (or use a .npy file)")
-    return load_raw_f32(path, rows, cols), os.fspath(path)
 
 
 # --------------------------------------------------------------------------
@@ -149,11 +68,6 @@ def _per_block(grid: np.ndarray, fn) -> np.ndarray:
     return np.concatenate([fn(grid[i:i + step]) for i in range(0, nbr, step)])
 
 
-def keep_count(density: float, total: int) -> int:
-    """ceil(D × total), immune to float noise such as 0.1 × 65536 = 6553.600000000001."""
-    return min(total, math.ceil(round(density * total, 9)))
-
-
 def to_bsr(a: np.ndarray, block_rows: int, block_cols: int, threshold: float | None = None,
            keep_density: float | None = None) -> Conversion:
     """Choose the blocks of a float32 [rows, cols] matrix by one policy and build the BSR matrix."""
@@ -181,7 +95,7 @@ def to_bsr(a: np.ndarray, block_rows: int, block_cols: int, threshold: float | N
         keep = nonzero & ~(maxabs <= threshold)  # NaN compares false: kept
         policy = f"threshold {threshold:g}"
     elif keep_density is not None:
-        k = keep_count(keep_density, total)
+        k = bsr.keep_count(keep_density, total)
         norm = np.where(np.isnan(sq), np.inf, sq).reshape(-1)
         idx = np.arange(total)
         cand = idx[nonzero.reshape(-1)]

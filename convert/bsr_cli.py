@@ -14,8 +14,8 @@ import click
 import numpy as np
 from rich.table import Table
 
+from iekit.cli.support import human_bytes, stdout_console
 from iekit.formats import bsr
-from iekit.formats.cli_support import human_bytes, stdout_console
 
 from .block_sparse import convert_file
 

@@ -13,22 +13,24 @@ from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, Time
                            TransferSpeedColumn)
 from rich.table import Table
 
-from iekit.formats import iebin
-from iekit.formats.cli_support import human_bytes, run_cli, stdout_console
-from iekit.formats.dtypes import CAST_TARGETS
+from iekit.cli.support import human_bytes, run_cli, stdout_console
+from iekit.formats import hf_checkpoint, iebin, weight_types
 from iekit.formats.atomic import write_file_atomic
 from iekit.formats.errors import IEError
-from iekit.formats.iebin_legacy import upgrade_legacy
 from iekit.formats.jsonio import dumps_canonical, load_json
 from iekit.formats.q4_manifest import default_manifest, load_manifest, plan
 
 from iekit.formats.bsr import is_bsr_path
 
-from . import hf_source
 from .bsr_cli import block_sparse_cmd, inspect_bsr, validate_bsr
 from .dedup_cli import COMMANDS as DEDUP_COMMANDS
+from .hf_hub import from_hub
+from .hf_to_iebin import CAST_TARGETS
 from .hf_to_iebin import Progress as ConvertProgress
 from .hf_to_iebin import convert
+from .iebin_legacy import upgrade_legacy
+
+QUANTIZED = weight_types.names(quantized=True)
 
 out = stdout_console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -57,7 +59,7 @@ def cli() -> None:
 @click.option("--out-dir", required=True, type=click.Path(path_type=Path), help="Output directory for model.ie.json + model.ie.bin.")
 @click.option("--dtype", type=click.Choice(CAST_TARGETS), help="Cast floating tensors to this dtype (bf16: round to nearest even, like torch). Default: keep bytes exactly.")
 @click.option("--q4-map", type=click.Path(path_type=Path, dir_okay=False),
-              help="q4_manifest.json selecting tensors to quantize (int4w, q4_0, q4_1, q8_0); see `ieconv q4-manifest`.")
+              help=f"q4_manifest.json selecting tensors to quantize ({', '.join(QUANTIZED)}); see `ieconv q4-manifest`.")
 @click.option("--force", is_flag=True, help="With --q4-map: also quantize embeddings/norms the manifest selects.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing model.ie.json/model.ie.bin in --out-dir.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
@@ -77,7 +79,7 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, ov
     if force and not q4_map:
         raise click.UsageError("--force only applies with --q4-map")
     manifest = load_manifest(q4_map) if q4_map else None
-    src = hf_source.from_dir(hf_dir) if hf_dir is not None else hf_source.from_hub(repo_id, revision)
+    src = hf_checkpoint.from_dir(hf_dir) if hf_dir is not None else from_hub(repo_id, revision)
     with Progress(TextColumn("{task.description:<40.40}"), BarColumn(), DownloadColumn(),
                   TransferSpeedColumn(), TimeRemainingColumn(), console=err,
                   disable=quiet, transient=True) as bar:
@@ -104,7 +106,7 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, ov
 @cli.command("q4-manifest")
 @click.option("--hf-dir", required=True, type=click.Path(path_type=Path), help="HF model directory to write the policy for.")
 @click.option("-o", "--out", "out_path", required=True, type=click.Path(path_type=Path, dir_okay=False), help="Output q4_manifest.json.")
-@click.option("--scheme", type=click.Choice(["int4w", "q4_0", "q4_1", "q8_0"]), default="int4w", show_default=True)
+@click.option("--scheme", type=click.Choice(QUANTIZED), default="int4w", show_default=True)
 @click.option("--group-size", type=click.Choice(["32", "64", "128", "row"]), default="64", show_default=True, help="int4w group size (elements per scale).")
 @click.option("--affine", is_flag=True, help="int4w: per-group scale and minimum instead of symmetric scale.")
 @click.option("--scale-dtype", type=click.Choice(["f16", "f32"]), default="f16", show_default=True, help="int4w: scale storage.")
@@ -121,7 +123,7 @@ def q4_manifest_cmd(hf_dir, out_path, scheme, group_size, affine, scale_dtype, q
         raise click.UsageError("--group-size/--affine/--scale-dtype apply to --scheme int4w only")
     if out_path.exists() and not overwrite:
         raise IEError(f"{out_path}: exists; pass --overwrite to replace")
-    src = hf_source.from_dir(hf_dir)
+    src = hf_checkpoint.from_dir(hf_dir)
     tensors = tensor_shapes(src)
     g = group_size if group_size == "row" else int(group_size)
     manifest = default_manifest(tensors, scheme, g, not affine, scale_dtype, quantize_head)
@@ -134,9 +136,9 @@ def q4_manifest_cmd(hf_dir, out_path, scheme, group_size, affine, scale_dtype, q
               f"quantizes {q} of {len(tensors)} tensors ({scheme})", markup=False)
 
 
-def tensor_shapes(src: hf_source.HFSource) -> dict[str, tuple[str, list[int]]]:
+def tensor_shapes(src: hf_checkpoint.HFSource) -> dict[str, tuple[str, list[int]]]:
     with ExitStack() as stack:
-        return {n: (t.dtype.name, list(t.shape)) for n, (_f, t) in hf_source.collect_tensors(src, stack).items()}
+        return {n: (t.dtype.name, list(t.shape)) for n, (_f, t) in hf_checkpoint.collect_tensors(src, stack).items()}
 
 
 @cli.command()

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
-from iekit.formats.cli_support import human_bytes, stdout_console
+from iekit.cli.support import human_bytes, stdout_console
 
 out = stdout_console()
 err = Console(stderr=True, highlight=False, soft_wrap=True)

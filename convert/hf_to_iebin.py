@@ -17,20 +17,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from iekit.formats import iebin
+from iekit.formats import iebin, weight_types
 from iekit.formats.atomic import StagedFiles
+from iekit.formats.casting import cast_bytes, decode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import IEError
-from iekit.formats.iebin_legacy import TOKENIZER_FILES
+from iekit.formats.hf_checkpoint import HFSource, collect_tensors
 from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantParams
 
-from .casting import cast_bytes, decode_f32
-from .hf_source import HFSource, collect_tensors
+from .hf_config import model_summary
+from .iebin_legacy import TOKENIZER_FILES
 
 CONFIG_FILES = ("config.json", "generation_config.json")
+CAST_TARGETS = weight_types.names(quantized=False)  # --dtype: the float weight types
 HASH_CHUNK = 8 * 1024 * 1024
 QUANT_CHUNK_ELEMS = 1 << 20  # rows are quantized ~1M elements at a time
 
@@ -88,8 +90,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
     ``manifest`` (q4_manifest.json) quantizes the tensors it selects."""
     progress = progress or Progress()
     out_dir = Path(out_dir)
-    if dtype is not None and dtype not in ("f32", "f16", "bf16"):
-        raise IEError(f"--dtype {dtype!r}: expected one of f32, f16, bf16")
+    if dtype is not None and dtype not in CAST_TARGETS:
+        raise IEError(f"--dtype {dtype!r}: expected one of {', '.join(CAST_TARGETS)}")
     _check_out_dir(src, out_dir, overwrite)
     t0 = time.perf_counter()
     created = not out_dir.exists()
@@ -135,7 +137,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                         if fname in TOKENIZER_FILES:
                             tok.append(fname)
                 source = {"kind": src.kind, "name": src.name, "revision": src.revision, "shards": shard_records}
-                meta = writer.finish(config=src.config, source=source, tokenizer_files=tok, aux_files=aux)
+                meta = writer.finish(config=src.config, model=model_summary(src.config), source=source,
+                                     tokenizer_files=tok, aux_files=aux)
     except BaseException:
         if created:
             try:

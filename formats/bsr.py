@@ -16,6 +16,7 @@ stated (and checked) exactly as the C++ loader must check them in 64 bits.
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 import zlib
@@ -61,6 +62,13 @@ class BsrFormatError(FormatError):
 
 def _ceil_div(a: int, b: int) -> int:
     return a // b + (a % b != 0)
+
+
+def keep_count(density: float, total: int) -> int:
+    """Blocks kept at density D of ``total`` (``ieconv block-sparse --keep-density``, the
+    benchmark's random matrices): ceil(D × total), immune to float noise such as
+    0.1 × 65536 = 6553.600000000001."""
+    return min(total, math.ceil(round(density * total, 9)))
 
 
 @dataclass(frozen=True, eq=False)

@@ -2,7 +2,8 @@
 
 IEBIN names dtypes in lowercase (``f32``); safetensors in uppercase
 (``F32``). bf16 has no numpy dtype, so code that needs element values goes
-through ``convert.casting`` which handles it on uint16 bit patterns.
+through ``casting`` which handles it on uint16 bit patterns. The subset a
+matrix can be stored in and run through GEMV is ``weight_types``.
 """
 
 from __future__ import annotations
@@ -45,8 +46,6 @@ LEGACY_ALIASES: dict[str, str] = {
     "BFLOAT16": "bf16", "FLOAT64": "f64", "FP64": "f64", "DOUBLE": "f64",
     "INT64": "i64", "INT32": "i32", "INT16": "i16", "INT8": "i8", "UINT8": "u8",
 }
-
-CAST_TARGETS = ("f32", "f16", "bf16")
 
 INT64_MAX = (1 << 63) - 1
 

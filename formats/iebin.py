@@ -48,52 +48,16 @@ def sha256_file_range(path: Path, offset: int, nbytes: int) -> str:
 
 
 # --------------------------------------------------------------------------
-# Model config summary
+# Model summary
 # --------------------------------------------------------------------------
 
-# Normalised name -> config.json spellings, first present wins. Encoders and
-# GPT-2 style configs use other names; absent fields are recorded as null.
-_SUMMARY_ALIASES: dict[str, tuple[str, ...]] = {
-    "model_type": ("model_type",),
-    "hidden_size": ("hidden_size", "n_embd", "d_model"),
-    "intermediate_size": ("intermediate_size", "n_inner", "ffn_dim"),
-    "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers"),
-    "num_attention_heads": ("num_attention_heads", "n_head"),
-    "num_key_value_heads": ("num_key_value_heads",),
-    "head_dim": ("head_dim",),
-    "vocab_size": ("vocab_size",),
-    "max_position_embeddings": ("max_position_embeddings", "n_positions"),
-    "rope_theta": ("rope_theta",),
-    "rope_scaling": ("rope_scaling",),
-    "norm_eps": ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"),
-    "hidden_act": ("hidden_act", "activation_function"),
-    "tie_word_embeddings": ("tie_word_embeddings",),
-    "torch_dtype": ("torch_dtype", "dtype"),
-    "bos_token_id": ("bos_token_id",),
-    "eos_token_id": ("eos_token_id",),
-}
-
-
-def model_summary(config: dict[str, Any]) -> dict[str, Any]:
-    """The fields a runtime needs, under one spelling, from an HF config."""
-    out: dict[str, Any] = {}
-    archs = config.get("architectures")
-    out["architecture"] = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    for key, names in _SUMMARY_ALIASES.items():
-        out[key] = next((config[n] for n in names if n in config), None)
-    # transformers 5 moved rope_theta and the scaling into rope_parameters.
-    rp = config.get("rope_parameters")
-    if isinstance(rp, dict):
-        if out["rope_theta"] is None:
-            out["rope_theta"] = rp.get("rope_theta")
-        if out["rope_scaling"] is None and rp.get("rope_type", "default") != "default":
-            out["rope_scaling"] = rp
-    heads, hidden = out["num_attention_heads"], out["hidden_size"]
-    if out["num_key_value_heads"] is None and _is_int(heads):
-        out["num_key_value_heads"] = heads
-    if out["head_dim"] is None and _is_int(heads) and _is_int(hidden) and heads > 0:
-        out["head_dim"] = hidden // heads
-    return out
+# The fields of the ``model`` object: the source config normalised (the
+# converter fills them in from config.json, convert/hf_config.py), null where
+# unknown.
+MODEL_FIELDS = ("architecture", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings",
+                "rope_theta", "rope_scaling", "norm_eps", "hidden_act", "tie_word_embeddings", "torch_dtype",
+                "bos_token_id", "eos_token_id")
 
 
 # --------------------------------------------------------------------------
@@ -139,15 +103,17 @@ class IebinWriter:
         return entry
 
     def finish(self, *, config: dict, source: dict, tokenizer_files: list[str],
-               aux_files: list[dict[str, Any]]) -> dict[str, Any]:
-        """Build the metadata, self-validate it and stage ``model.ie.json``."""
+               aux_files: list[dict[str, Any]], model: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Build the metadata, self-validate it and stage ``model.ie.json``.
+        ``model`` is the normalised summary of ``config`` (MODEL_FIELDS);
+        without it every field is null."""
         meta = {
             "format": FORMAT_NAME,
             "version": VERSION,
             "alignment": self.alignment,
             "checksum": CHECKSUM,
             "producer": "ieconv",
-            "model": model_summary(config),
+            "model": model if model is not None else dict.fromkeys(MODEL_FIELDS),
             "config": config,
             "tokenizer": {"files": tokenizer_files},
             "source": source,

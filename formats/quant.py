@@ -1,7 +1,9 @@
 """Quantized tensor schemes: the one reference implementation.
 
 One small class per scheme (vectorised numpy quantize / dequantize / error
-bound), registered in ``SCHEMES``. The converter quantizes with it, the tests
+bound): the quantized weight types of ``weight_types.py``, registered there
+by subclassing (their sizes come from its table); ``SCHEMES`` is the
+quantized part of that registry. The converter quantizes with it, the tests
 compare it with ``gguf.quants`` byte for byte, and ``ierun verify int4``
 checks the C++ dequantizers and kernels against it. Layouts and the exact
 arithmetic are specified in docs/formats/quant.md.
@@ -14,17 +16,20 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from . import weight_types
+from .dtypes import DTYPES
 from .errors import IEError
+from .weight_types import BLOCK, WeightType
 
 F16_MAX = 65504.0
-BLOCK = 32  # elements per nibble block, shared by every 4-bit scheme
 
 
 class QuantDictError(ValueError):
     """A ``quant`` object breaks a rule; ``key`` names the offending key."""
 
-    def __init__(self, key: str, message: str):
+    def __init__(self, key: str, message: str, allowed: tuple = ()):
         self.key = key
+        self.allowed = allowed  # the values the key may take, when it is one of a few literals
         super().__init__(message)
 
 
@@ -95,15 +100,18 @@ def _check_f16_range(d: np.ndarray, name: str, what: str = "scale") -> None:
 def _value_ok(v: object, allowed: tuple) -> bool:
     """``allowed`` is either types (bool / int) or a set of literal values.
     bool is never accepted as an int (JSON true is not 1)."""
-    if isinstance(allowed[0], type):
+    if _is_types(allowed):
         return isinstance(v, allowed) and (type(v) is bool) == (allowed == (bool,))
     return type(v) is not bool and v in allowed
 
 
-class Scheme:
-    """Interface every scheme implements (matrix schemes: shape [rows, cols])."""
+def _is_types(allowed: tuple) -> bool:
+    return isinstance(allowed[0], type)
 
-    name: str
+
+class Scheme(WeightType):
+    """Interface every scheme implements (matrix schemes: shape [rows, cols]).
+    A concrete scheme is a registered weight type: ``class X(Scheme, weight_type="x")``."""
 
     def check(self, shape: list[int], p: QuantParams) -> str | None:
         """Why this tensor cannot use the scheme, or None."""
@@ -131,7 +139,7 @@ class Scheme:
             if key not in quant:
                 raise QuantDictError(key, f"missing key {key!r}")
             if not _value_ok(quant[key], allowed):
-                raise QuantDictError(key, f"invalid value {quant[key]!r}")
+                raise QuantDictError(key, f"invalid value {quant[key]!r}", () if _is_types(allowed) else allowed)
         extra = sorted(set(quant) - set(self.QUANT_KEYS))
         if extra:
             raise QuantDictError(extra[0], f"unknown key {extra[0]!r}")
@@ -143,9 +151,6 @@ class Scheme:
         if why:
             raise QuantDictError("", why)
         return p
-
-    def nbytes(self, rows: int, cols: int, p: QuantParams) -> int:
-        raise NotImplementedError
 
     def quantize_rows(self, w: np.ndarray, p: QuantParams, name: str = "tensor") -> "QuantizedRows":
         raise NotImplementedError
@@ -178,8 +183,6 @@ class QuantizedRows:
 class _Block(Scheme):
     """llama.cpp block formats: 32 elements per block, rows of whole blocks."""
 
-    block_bytes: int
-
     @property
     def QUANT_KEYS(self):  # noqa: N802 - same role as the class attribute
         return {"scheme": (self.name,), "block_size": (BLOCK,)}
@@ -189,9 +192,6 @@ class _Block(Scheme):
 
     def params_from(self, quant: dict[str, Any], cols: int) -> QuantParams:
         return QuantParams(self.name)
-
-    def nbytes(self, rows: int, cols: int, p: QuantParams) -> int:
-        return rows * (cols // BLOCK) * self.block_bytes
 
     def _blocks(self, w: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(w, dtype=np.float32).reshape(-1, BLOCK)
@@ -215,9 +215,8 @@ class _Block(Scheme):
         return np.broadcast_to(bound, blocks.shape).reshape(w.shape)
 
 
-class Q4_0(_Block):
-    name = "q4_0"
-    block_bytes = 2 + 16
+class Q4_0(_Block, weight_type="q4_0"):
+    """llama.cpp's Q4_0: per block d (f16) and 32 nibbles, w = d × (q − 8)."""
 
     @staticmethod
     def _exact_d(b):
@@ -242,9 +241,8 @@ class Q4_0(_Block):
         return np.abs(d) * np.float32(1 + 2**-8) + 8 * np.abs(d - d16) + np.float32(2**-24)
 
 
-class Q4_1(_Block):
-    name = "q4_1"
-    block_bytes = 2 + 2 + 16
+class Q4_1(_Block, weight_type="q4_1"):
+    """llama.cpp's Q4_1: per block d, m (f16) and 32 nibbles, w = d × q + m."""
 
     @staticmethod
     def _exact_d(b):
@@ -273,9 +271,8 @@ class Q4_1(_Block):
                 + 15 * np.abs(d - d16) + np.float32(2**-24))
 
 
-class Q8_0(_Block):
-    name = "q8_0"
-    block_bytes = 2 + 32
+class Q8_0(_Block, weight_type="q8_0"):
+    """llama.cpp's Q8_0: per block d (f16) and 32 int8, w = d × q."""
 
     @staticmethod
     def _exact_d(b):
@@ -298,10 +295,9 @@ class Q8_0(_Block):
         return np.float32(0.5) * d * np.float32(1 + 2**-8) + 127 * np.abs(d - d16) + np.float32(2**-24)
 
 
-class Int4W(Scheme):
+class Int4W(Scheme, weight_type="int4w"):
     """iekit's weight-only INT4, planar-v1 layout (qs | scales | mins)."""
 
-    name = "int4w"
     QUANT_KEYS = {"scheme": ("int4w",), "group_size": (int,), "symmetric": (bool,),
                   "scale_dtype": ("f16", "f32"), "layout": ("planar-v1",)}
     CANDIDATES = np.float32(1) + np.arange(9, dtype=np.float32) / np.float32(16)
@@ -325,14 +321,11 @@ class Int4W(Scheme):
     def params_from(self, quant, cols):
         return QuantParams("int4w", quant["group_size"], quant["symmetric"], quant["scale_dtype"])
 
-    @staticmethod
-    def _ssize(p):
-        return 2 if p.scale_dtype == "f16" else 4
-
     def nbytes(self, rows, cols, p):
+        """The qs plane (the table's block bytes) + one or two planes of a scale per group."""
         g = p.group_size or cols
         planes = 1 if p.symmetric else 2
-        return rows * cols // 2 + rows * (cols // g) * self._ssize(p) * planes
+        return super().nbytes(rows, cols, p) + rows * (cols // g) * DTYPES[p.scale_dtype].itemsize * planes
 
     def _groups(self, w, p):
         g = p.group_size or w.shape[1]
@@ -428,7 +421,8 @@ class Int4W(Scheme):
         return np.broadcast_to(b[..., None], x.shape).reshape(rows, cols)
 
 
-SCHEMES: dict[str, Scheme] = {s.name: s for s in (Int4W(), Q4_0(), Q4_1(), Q8_0())}
+# The quantized weight types, in registry order.
+SCHEMES: dict[str, Scheme] = {n: weight_types.get(n) for n in weight_types.names(quantized=True)}
 
 
 def scheme_of(dtype: str) -> Scheme | None:

@@ -35,11 +35,9 @@ def random_bsr(rng: np.random.Generator, rows: int, cols: int, br: int, bc: int,
     """ceil(density × blocks) blocks at uniformly random positions, N(0, 1)
     values, zero padding in the tail blocks (the reference matrix; the
     kernel runs on ``native(m)``)."""
-    from iekit.convert.block_sparse import keep_count
-
     nbr, nbc = -(-rows // br), -(-cols // bc)
     total = nbr * nbc
-    k = max(1, keep_count(density, total))
+    k = max(1, bsr.keep_count(density, total))
     chosen = np.sort(rng.choice(total, size=k, replace=False))
     r, c = chosen // nbc, chosen % nbc
     row_ptr = np.zeros(nbr + 1, np.uint32)

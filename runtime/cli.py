@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from iekit.formats.cli_support import run_cli
+from iekit.cli.support import run_cli
 
 from .bench import bench
 from .decode_cli import generate_cmd, logits_cmd

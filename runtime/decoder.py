@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from iekit.convert.casting import decode_f32
-from iekit.formats import iebin
+from iekit.formats import iebin, weight_types
+from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 
 from . import kernels
@@ -29,7 +29,7 @@ from .dedup import TensorSource
 from .native import _native
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
-FLOAT_VECTOR_DTYPES = ("f32", "f16", "bf16")
+FLOAT_VECTOR_DTYPES = weight_types.names(quantized=False)
 DEFAULT_MAX_CTX = 4096  # KV cache positions when the model allows more (float32, layers x 2 x kv_dim each)
 
 _LAYER_MATRICES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",

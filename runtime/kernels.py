@@ -12,6 +12,8 @@ slice of an ``np.memmap`` of ``model.ie.bin`` works directly::
 
 Bad arguments (wrong byte count, unsupported dtype, shapes) raise
 ``NativeArgumentError``, which is both an ``IEError`` and a ``ValueError``.
+Which dtypes have kernels, and how a ``quant`` object reads, is
+formats/weight_types.py's and formats/quant.py's.
 """
 
 from __future__ import annotations
@@ -20,45 +22,56 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from iekit.formats import weight_types
+from iekit.formats.quant import Int4W, QuantDictError, QuantParams
+from iekit.formats.weight_types import WeightType
+
 from . import native
 from .native import NativeArgumentError
 
-GEMV_DTYPES = ("f32", "f16", "bf16", "int4w", "q4_0", "q4_1", "q8_0")
-BLOCK_SCHEMES = ("q4_0", "q4_1", "q8_0")
+GEMV_DTYPES = weight_types.names(gemv=True)
+
+
+def native_weight_args(wt: WeightType, rows: int, cols: int, params: QuantParams | None = None) -> dict[str, Any]:
+    """The keyword arguments that describe a [rows, cols] matrix of weight
+    type ``wt`` to the native kernels (gemv, dequantize, expected_nbytes,
+    bench_gemv, the decoder's matrices): dtype, rows, cols, group_size,
+    symmetric, scale_dtype. The one place they are built. Only int4w has
+    parameters (group_size 0 = none, for every other type); its
+    ``params.group_size`` None means the whole row."""
+    args = {"dtype": wt.name, "rows": rows, "cols": cols, "group_size": 0, "symmetric": True, "scale_dtype": "f16"}
+    if isinstance(wt, Int4W):
+        args.update(group_size=params.group_size or cols, symmetric=params.symmetric, scale_dtype=params.scale_dtype)
+    return args
 
 
 def weight_params(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """The native kernels' weight description of a tensor entry:
-    dtype, rows, cols, group_size, symmetric, scale_dtype."""
+    """The native kernels' weight description of a tensor entry
+    (``native_weight_args``); its ``quant`` object is parsed by the scheme,
+    as the IEBIN validator does."""
     dtype = entry.get("dtype")
     shape = list(entry.get("shape", []))
     name = entry.get("name", "tensor")
-    if dtype not in GEMV_DTYPES:
+    wt = weight_types.find(dtype)
+    if wt is None or not wt.gemv:
         raise NativeArgumentError(f"{name}: dtype {dtype!r} has no GEMV kernel (supported: {', '.join(GEMV_DTYPES)})")
     if len(shape) != 2:
         raise NativeArgumentError(f"{name}: GEMV needs a 2-D [rows, cols] tensor, got shape {shape}")
     rows, cols = int(shape[0]), int(shape[1])
-    p = {"dtype": dtype, "rows": rows, "cols": cols, "group_size": 0, "symmetric": True, "scale_dtype": "f16"}
     q = entry.get("quant")
-    if dtype in BLOCK_SCHEMES or dtype == "int4w":
+    params = None
+    if wt.quantized:
         if not isinstance(q, Mapping):
             raise NativeArgumentError(f"{name}: quantized dtype {dtype!r} needs a 'quant' object")
-        if q.get("scheme", dtype) != dtype:
-            raise NativeArgumentError(f"{name}: quant.scheme {q.get('scheme')!r} does not match dtype {dtype!r}")
-    if dtype in BLOCK_SCHEMES:
-        if q.get("block_size", 32) != 32:
-            raise NativeArgumentError(f"{name}: {dtype} block_size must be 32, got {q.get('block_size')!r}")
-    elif dtype == "int4w":
-        layout = q.get("layout", "planar-v1")
-        if layout != "planar-v1":
-            raise NativeArgumentError(f"{name}: int4w layout {layout!r} is not supported (planar-v1 only)")
-        gs = q.get("group_size")
-        p["group_size"] = cols if gs is None else int(gs)
-        p["symmetric"] = bool(q.get("symmetric", True))
-        p["scale_dtype"] = str(q.get("scale_dtype", "f16"))
+        try:
+            params = wt.parse_quant(dict(q), [rows, cols])
+        except QuantDictError as e:
+            where = f"{dtype} quant.{e.key}: " if e.key else ""
+            only = f" ({' or '.join(map(str, e.allowed))} only)" if e.allowed else ""
+            raise NativeArgumentError(f"{name}: {where}{e}{only}") from None
     elif q is not None:
         raise NativeArgumentError(f"{name}: float dtype {dtype!r} must not have a 'quant' object")
-    return p
+    return native_weight_args(wt, rows, cols, params)
 
 
 def as_bytes(raw: Any) -> np.ndarray:

@@ -20,10 +20,16 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from iekit.formats import weight_types
+from iekit.formats.quant import QuantParams
+
+from .kernels import native_weight_args
+
 READ_BW_MIN_BYTES = 256 << 20
 
-DENSE = ("int4w", "q4_0", "q4_1", "q8_0", "f32", "f16", "bf16")
-PACKED = ("int4w", "q4_0", "q4_1", "q8_0")
+# Every weight type with a GEMV kernel (packed ones first), and those with an int8-activation path.
+DENSE = weight_types.names(gemv=True, quantized=True) + weight_types.names(gemv=True, quantized=False)
+PACKED = weight_types.names(gemv=True, int8_act=True)
 
 # Options that only some kernels read -> those kernels. Given on the command
 # line for any other kernel, they are a usage error, never silently ignored.
@@ -49,13 +55,14 @@ def _run_dense(o: dict[str, Any]) -> tuple[dict[str, Any], float]:
     rows, cols, batch, act = _or(o["rows"], 16384), _or(o["cols"], 8192), _or(o["batch"], 1), _or(o["act"], "f32")
     if not 1 <= batch <= 8:
         raise click.UsageError(f"--batch must be 1..8, got {batch}")
-    gs = _or(o["group_size"], 64)
-    r = bench_gemv(k, rows, cols, group_size=(gs or cols) if k == "int4w" else 0, symmetric=not o["affine"],
-                   scale_dtype=_or(o["scale_dtype"], "f16"), act=act, threads=o["threads"], batch=batch,
+    wt = weight_types.get(k)
+    params = (QuantParams(k, _or(o["group_size"], 64) or None, not o["affine"], _or(o["scale_dtype"], "f16"))
+              if k == "int4w" else None)
+    r = bench_gemv(**native_weight_args(wt, rows, cols, params), act=act, threads=o["threads"], batch=batch,
                    min_bytes=_or(o["min_mib"], 256) << 20, iters=o["iters"], isa=o["isa"])
     res = {
         "kernel": k, "rows": rows, "cols": cols, "threads": o["threads"], "batch": batch, "act": act,
-        "isa": r["isa"], "group_size": r["group_size"] if k == "int4w" else (32 if k in PACKED else 0),
+        "isa": r["isa"], "group_size": r["group_size"] if k == "int4w" else (wt.block_elems if wt.quantized else 0),
         "symmetric": r["symmetric"], "scale_dtype": r["scale_dtype"] if k == "int4w" else None,
         "ms": r["ms_median"], "ms_min": r["ms_min"], "weight_bytes": r["weight_bytes"], "copies": r["copies"],
         "iters": o["iters"],

@@ -27,10 +27,10 @@ import click
 import numpy as np
 from rich.table import Table
 
-from iekit.convert.casting import decode_f32
-from iekit.convert.hf_source import collect_tensors, from_dir
-from iekit.formats.cli_support import stdout_console
+from iekit.cli.support import stdout_console
+from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
+from iekit.formats.hf_checkpoint import collect_tensors, from_dir
 from iekit.formats.quant import SCHEMES
 
 from . import kernels

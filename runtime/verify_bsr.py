@@ -23,9 +23,9 @@ import click
 import numpy as np
 from rich.table import Table
 
-from iekit.convert.block_sparse import load_dense
+from iekit.cli.support import stdout_console
 from iekit.formats import bsr
-from iekit.formats.cli_support import stdout_console
+from iekit.formats.dense_matrix import load_dense
 from iekit.formats.errors import IEError
 
 from .kernels import max_rel_error

@@ -35,9 +35,9 @@ from typing import Any
 import click
 from rich.table import Table
 
+from iekit.cli.support import human_bytes, stdout_console
 from iekit.formats import dedup as fmt
 from iekit.formats import iebin
-from iekit.formats.cli_support import human_bytes, stdout_console
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import iter_range
 

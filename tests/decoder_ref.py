@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from iekit.convert.casting import decode_f32
 from iekit.formats import iebin
+from iekit.formats.casting import decode_f32
 from iekit.formats.quant import SCHEMES
 
 

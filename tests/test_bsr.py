@@ -18,8 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import GOLDEN, GOLDEN_IEBIN, assert_one_line_error, run_tool
-from iekit.convert.block_sparse import convert_file, keep_count, load_dense, to_bsr
+from iekit.convert.block_sparse import convert_file, to_bsr
 from iekit.formats import bsr
+from iekit.formats.bsr import keep_count
+from iekit.formats.dense_matrix import load_dense
 from iekit.formats.errors import FormatError, IEError
 from iekit.runtime.native import _native
 
@@ -346,8 +348,8 @@ def test_inputs(tmp_path):
 
 
 def test_iebin_tensor_input_bf16():
-    from iekit.convert.casting import decode_f32
     from iekit.formats import iebin
+    from iekit.formats.casting import decode_f32
 
     model = GOLDEN_IEBIN / "tiny-qwen2"
     name = "model.layers.0.mlp.down_proj.weight"

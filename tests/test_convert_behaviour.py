@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import GOLDEN_HF, assert_one_line_error, run_tool, st_write
-from iekit.convert.hf_source import from_dir
 from iekit.convert.hf_to_iebin import Progress, convert, natural_key
 from iekit.formats import iebin
+from iekit.formats.hf_checkpoint import from_dir
 from iekit.formats.errors import FormatError, IEError
 from iekit.formats.jsonio import dumps_canonical, load_json
 

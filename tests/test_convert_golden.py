@@ -12,9 +12,10 @@ import pytest
 import safetensors
 
 from conftest import GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, run_tool
-from iekit.convert.hf_source import from_dir
+from iekit.convert.hf_config import model_summary
 from iekit.convert.hf_to_iebin import convert
 from iekit.formats import iebin
+from iekit.formats.hf_checkpoint import from_dir
 from iekit.formats.jsonio import dumps_canonical, load_json
 
 MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3"]
@@ -90,7 +91,7 @@ def test_metadata_captures_config_source_and_tokenizer():
     assert [s["name"] for s in src["shards"]] == shards
     for s in src["shards"]:
         assert s["sha256"] == hashlib.sha256((GOLDEN_HF / "tiny-llama" / s["name"]).read_bytes()).hexdigest()
-    assert mod == iebin.model_summary(cfg)
+    assert mod == model_summary(cfg)
     q = iebin.load_model(GOLDEN_IEBIN / "tiny-qwen2").meta["model"]
     assert q["architecture"] == "Qwen2ForCausalLM" and q["tie_word_embeddings"] is True
 
@@ -107,7 +108,7 @@ def test_dtype_cast_matches_torch(model, dtype, tmp_path):
 
 
 def test_cast_edge_values_match_torch():
-    from iekit.convert.casting import cast_bytes
+    from iekit.formats.casting import cast_bytes
 
     ref = st_tensors(GOLDEN_REF / "cast_edge.safetensors")
     x = bytes(ref["x"]["data"])

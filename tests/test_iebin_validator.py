@@ -20,9 +20,9 @@ from typing import Any, Callable
 import jsonschema
 import pytest
 
-from iekit.convert.hf_source import from_dir
 from iekit.convert.hf_to_iebin import convert
 from iekit.formats.errors import FormatError
+from iekit.formats.hf_checkpoint import from_dir
 from iekit.formats.iebin import BIN_NAME, META_NAME, TENSOR_KEYS, load_model, validate_meta
 from iekit.formats.paths import resolve_inside
 from iekit.formats.safetensors_reader import SafetensorsFile

@@ -12,9 +12,9 @@ import safetensors
 
 from conftest import GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
 from iekit.convert.cli import tensor_shapes
-from iekit.convert.hf_source import from_dir
 from iekit.convert.hf_to_iebin import convert
 from iekit.formats import iebin
+from iekit.formats.hf_checkpoint import from_dir
 from iekit.formats.errors import FormatError
 from iekit.formats.jsonio import schema_check
 from iekit.formats.q4_manifest import SCHEMA_PATH, load_manifest, plan

@@ -15,12 +15,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .dtypes import DTYPES, LEGACY_ALIASES
-from .errors import FormatError
-from .iebin import (CHECKSUM, DEFAULT_ALIGNMENT, FORMAT_NAME, VERSION, model_summary,
-                    sha256_file_range)
-from .jsonio import load_json
-from .paths import resolve_inside
+from iekit.formats.dtypes import DTYPES, LEGACY_ALIASES
+from iekit.formats.errors import FormatError
+from iekit.formats.iebin import CHECKSUM, DEFAULT_ALIGNMENT, FORMAT_NAME, VERSION, sha256_file_range
+from iekit.formats.jsonio import load_json
+from iekit.formats.paths import resolve_inside
+
+from .hf_config import model_summary
 
 # The tokenizer/config files a converter copies next to the weights.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",

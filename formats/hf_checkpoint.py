@@ -1,8 +1,11 @@
-"""Locating a Hugging Face checkpoint: a local directory or a hub repo id.
+"""A Hugging Face checkpoint directory: config.json and its safetensors shards.
 
-A hub repo id is resolved through huggingface-hub's cache; the cache is
-tried first (``local_files_only``), so a model that was downloaded once
-converts offline. Only safetensors weights are read.
+``from_dir`` finds the shards (``model.safetensors``, or sharded files
+listed by ``model.safetensors.index.json``) and ``collect_tensors`` opens
+them, checking the index against the shards' own headers. Only safetensors
+weights are read. The converter reads its input through here (a hub repo id
+is resolved to a directory by convert/hf_hub.py); ``ierun verify int4
+--hf-dir`` reads the source weights the same way.
 """
 
 from __future__ import annotations
@@ -13,14 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iekit.formats.errors import FormatError, IEError
-from iekit.formats.jsonio import load_json
-from iekit.formats.paths import resolve_inside
-from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
+from .errors import FormatError, IEError
+from .jsonio import load_json
+from .paths import resolve_inside
+from .safetensors_reader import SafetensorsFile, SafetensorsTensor
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
-HUB_PATTERNS = ["*.safetensors", "*.json", "tokenizer.model", "vocab.txt", "merges.txt"]
 
 
 @dataclass
@@ -70,27 +72,6 @@ def from_dir(path: str | os.PathLike, *, kind: str = "hf_dir", name: str | None 
         raise FormatError(cfg_path, "(root)", "must be a JSON object")
     shards, index = _discover(d)
     return HFSource(d, kind, name or d.resolve().name, revision, config, shards, index)
-
-
-def from_hub(repo_id: str, revision: str | None = None) -> HFSource:
-    """Resolve through the HF cache first; download only if not cached."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
-
-    try:
-        try:
-            path = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_PATTERNS,
-                                     local_files_only=True)
-        except LocalEntryNotFoundError:
-            path = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_PATTERNS)
-    except HFValidationError as e:
-        raise IEError(f"--repo-id {repo_id!r}: {e}") from None
-    except Exception as e:  # network errors, missing repo, gated repo...
-        raise IEError(f"{repo_id}: not in the local Hugging Face cache and could not be downloaded "
-                      f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-    snap = Path(path)
-    # Cache layout: .../snapshots/<commit sha>/ -- the revision actually used.
-    return from_dir(snap, kind="hf_hub", name=repo_id, revision=snap.name)
 
 
 def collect_tensors(src: HFSource, stack: ExitStack) -> dict[str, tuple[SafetensorsFile, SafetensorsTensor]]:

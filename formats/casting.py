@@ -1,4 +1,8 @@
-"""Float casts used by ``ieconv hf-to-iebin --dtype``, bit-compatible with torch.
+"""Float element decoding and casts, bit-compatible with torch.
+
+The converter casts with them (``ieconv hf-to-iebin --dtype``); the
+converter, the runtime and the tests decode float payloads to float32 with
+``decode_f32``.
 
 Every cast goes through float32, as torch's ``Tensor.to`` does for
 half/bfloat16 targets: f32 -> bf16 rounds to nearest even and maps every NaN
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from iekit.formats.dtypes import DTYPES, numpy_dtype
+from .dtypes import DTYPES, numpy_dtype
 
 
 def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:

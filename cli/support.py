@@ -1,4 +1,4 @@
-"""What both command-line tools share: the error contract.
+"""What both command-line tools (ieconv, ierun) share: the error contract and the console.
 
 A user error ends as one line on stderr and a non-zero exit status, never a
 traceback: exit 1 for bad input (IEError, OS errors), 2 for bad usage
@@ -16,7 +16,7 @@ import warnings
 
 import click
 
-from .errors import IEError
+from iekit.formats.errors import IEError
 
 
 def stdout_console():

@@ -1,0 +1,190 @@
+"""The weight-type registry (formats/weight_types.py) is the one list of weight types.
+
+Pins everything that lists weight types to it: the JSON schemas' dtype and
+scheme enums, the CLIs' choices, the runtime's kernel lists; and checks the
+table's sizes against the schemes' real output, the native kernels and gguf.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from iekit.formats import weight_types
+from iekit.formats.casting import encode_f32
+from iekit.formats.dtypes import DTYPES
+from iekit.formats.errors import IEError
+from iekit.formats.quant import SCHEMES, QuantParams
+from iekit.formats.weight_types import WeightType
+from iekit.runtime import native
+from iekit.runtime.kernels import native_weight_args
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMAS = REPO / "schemas"
+QUANTIZED = weight_types.names(quantized=True)
+FLOATS = weight_types.names(quantized=False)
+
+
+# ----------------------------------------------------------------- the table
+
+def test_every_row_is_one_registered_class_with_the_rows_facts():
+    rows = weight_types.table()
+    assert [r["name"] for r in rows] == list(weight_types.names())
+    assert len(set(weight_types.names())) == len(rows)
+    for r in rows:
+        assert set(r) == {"name", "block_elems", "block_bytes", "quantized", "gemv", "int8_act"}
+        wt = weight_types.get(r["name"])
+        assert isinstance(wt, WeightType)
+        assert {k: getattr(wt, k) for k in r} == r
+    assert weight_types.names() == FLOATS + QUANTIZED  # floats first, then the schemes
+    assert SCHEMES == {n: weight_types.get(n) for n in QUANTIZED}
+
+
+def test_float_types_are_plain_element_dtypes():
+    for n in FLOATS:
+        wt = weight_types.get(n)
+        assert DTYPES[n].is_float and wt.block_elems == 1 and wt.block_bytes == DTYPES[n].itemsize
+        assert not wt.int8_act
+
+
+def test_block_sizes_match_gguf():
+    """llama.cpp's own size table is the independent reference for its block formats."""
+    for n in ("q4_0", "q4_1", "q8_0"):
+        wt = weight_types.get(n)
+        assert (wt.block_elems, wt.block_bytes) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[n.upper()]]
+
+
+def test_names_filters():
+    assert weight_types.names(quantized=True) == ("int4w", "q4_0", "q4_1", "q8_0")
+    assert weight_types.names(quantized=False) == ("f32", "f16", "bf16")
+    assert weight_types.names(int8_act=True) == QUANTIZED
+    assert weight_types.names(gemv=True) == weight_types.names()
+    assert weight_types.names(quantized=False, int8_act=True) == ()
+
+
+def test_unknown_name_is_a_clear_error():
+    with pytest.raises(IEError, match=r"unknown weight type 'q5_k' \(known: f32, f16, bf16, int4w, q4_0, q4_1, q8_0\)"):
+        weight_types.get("q5_k")
+    assert weight_types.find("q5_k") is None and weight_types.find(None) is None
+
+
+def test_duplicate_registration_is_refused():
+    with pytest.raises(TypeError, match="'q4_0' is already registered"):
+        class Again(WeightType, weight_type="q4_0"):
+            pass
+    with pytest.raises(TypeError, match="'q5_k' has no row"):
+        class Unknown(WeightType, weight_type="q5_k"):
+            pass
+    # Subclassing without weight_type= is an abstract intermediate: not registered.
+    class Abstract(WeightType):
+        pass
+
+    assert weight_types.get("q4_0") is SCHEMES["q4_0"]
+    assert [type(weight_types.get(n)).__name__ for n in weight_types.names()] == \
+        ["F32", "F16", "BF16", "Int4W", "Q4_0", "Q4_1", "Q8_0"]
+
+
+# ------------------------------------------------------------------- nbytes
+
+def _params(name: str):
+    if name != "int4w":
+        yield QuantParams(name)
+        return
+    for g in (None, 32, 64, 128, 96):
+        for sym in (True, False):
+            for sd in ("f16", "f32"):
+                yield QuantParams("int4w", g, sym, sd)
+
+
+@pytest.mark.parametrize("name", QUANTIZED)
+def test_nbytes_is_what_quantize_writes(name):
+    s = weight_types.get(name)
+    rng = np.random.default_rng(0)
+    n = 0
+    for rows in (1, 3, 5):
+        for cols in (32, 64, 96, 128, 192, 256):
+            for p in _params(name):
+                if s.check([rows, cols], p):
+                    continue
+                w = rng.standard_normal((rows, cols)).astype(np.float32)
+                got = len(s.quantize(w, p))
+                assert s.nbytes(rows, cols, p) == got, (name, rows, cols, p)
+                assert native.expected_nbytes(**native_weight_args(s, rows, cols, p)) == got
+                n += 1
+    assert n >= 18
+
+
+@pytest.mark.parametrize("name", FLOATS)
+def test_float_nbytes(name):
+    wt = weight_types.get(name)
+    for rows, cols in ((1, 1), (3, 7), (5, 32)):
+        got = len(encode_f32(np.zeros((rows, cols), np.float32), name))
+        assert wt.nbytes(rows, cols) == got == native.expected_nbytes(**native_weight_args(wt, rows, cols))
+
+
+# ------------------------------------------------------------------- schemas
+
+def _enums(node, path=()):
+    """(path, values) of every dtype/scheme enum or const in a JSON Schema."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k in ("dtype", "scheme") and isinstance(v, dict) and ("enum" in v or "const" in v):
+                yield "/".join((*path, k)), v["enum"] if "enum" in v else [v["const"]]
+            yield from _enums(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _enums(v, (*path, str(i)))
+
+
+def _schema(name):
+    return json.loads((SCHEMAS / name).read_text())
+
+
+def test_schema_dtype_and_scheme_enums_are_the_registry():
+    found = {(f.name, p): v for f in sorted(SCHEMAS.glob("*.json")) for p, v in _enums(json.loads(f.read_text()))}
+    grouped = [n for n in QUANTIZED if "group_size" in SCHEMES[n].QUANT_KEYS]
+    pinned = {
+        ("iebin.schema.json", "properties/tensors/items/properties/dtype"): [*DTYPES, *QUANTIZED],
+        # a quantized dtype needs a quant object
+        ("iebin.schema.json", "properties/tensors/items/allOf/0/if/properties/dtype"): list(QUANTIZED),
+        ("q4_manifest.schema.json", "$defs/selection_core/properties/scheme"): ["keep", *QUANTIZED],
+        # group_size / symmetric / scale_dtype: only for the schemes that take them
+        ("q4_manifest.schema.json", "$defs/selection_core/if/properties/scheme"): grouped,
+    }
+    for where, values in pinned.items():
+        assert found.get(where) == values, where
+    # The quant object: one alternative per key set, each listing the schemes
+    # that take exactly its keys; together every scheme, once.
+    alts = _schema("iebin.schema.json")["$defs"]["quant"]["oneOf"]
+    listed = []
+    for i, alt in enumerate(alts):
+        schemes = found.pop(("iebin.schema.json", f"$defs/quant/oneOf/{i}/properties/scheme"))
+        listed += schemes
+        for n in schemes:
+            assert set(alt["required"]) == set(SCHEMES[n].QUANT_KEYS), n
+    assert sorted(listed) == sorted(QUANTIZED)
+    # Every dtype/scheme enum of every schema is checked here: a new one must be added above.
+    assert set(found) == set(pinned)
+
+
+# --------------------------------------------------------------------- CLIs
+
+def _choices(cmd, param):
+    return tuple(next(p for p in cmd.params if p.name == param).type.choices)
+
+
+def test_cli_choices_are_the_registry():
+    from iekit.convert.cli import cli
+    from iekit.runtime import decoder, kernels, microbench
+
+    assert _choices(cli.commands["q4-manifest"], "scheme") == QUANTIZED
+    assert _choices(cli.commands["hf-to-iebin"], "dtype") == FLOATS
+    kernel_choices = _choices(microbench.microbench, "kernel")
+    assert set(kernel_choices) - {"bsr", "dedup"} == set(weight_types.names(gemv=True))
+    assert microbench.PACKED == weight_types.names(int8_act=True)
+    assert kernels.GEMV_DTYPES == weight_types.names(gemv=True)
+    assert decoder.FLOAT_VECTOR_DTYPES == FLOATS
