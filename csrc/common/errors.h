@@ -12,6 +12,11 @@ namespace ie {
 
 [[noreturn]] inline void fail(const std::string& msg) { throw std::invalid_argument(msg); }
 
+// The project's one-line error for a broken rule of a file: "FILE: FIELD: message".
+[[noreturn]] inline void fail_at(const std::string& file, const std::string& field, const std::string& msg) {
+  fail(file + ": " + field + ": " + msg);
+}
+
 // a * b and a + b, or a one-line error naming `what` when the result does not
 // fit: every size product computed from caller-supplied numbers goes through
 // these (a wrapped byte count would make a kernel read past a buffer).

@@ -19,6 +19,7 @@
 #include <string>
 #include <tuple>
 
+#include "common/errors.h"
 #include "dedup.h"
 
 namespace ie::dedup {
@@ -26,10 +27,6 @@ namespace ie::dedup {
 namespace {
 
 const char* const kBlobKeys[3] = {"defaults", "masks", "exceptions"};
-
-[[noreturn]] void fail(const std::string& file, const std::string& field, const std::string& msg) {
-  throw std::invalid_argument(file + ": " + field + ": " + msg);
-}
 
 std::string real_path(const std::string& p) {
   char* r = ::realpath(p.c_str(), nullptr);
@@ -43,21 +40,21 @@ std::string real_path(const std::string& p) {
 // and the resolved target (symlinks followed) inside the model directory.
 std::string resolve_inside(const std::string& root_real, const std::string& rel, const std::string& label,
                            const std::string& field) {
-  if (rel.empty()) fail(label, field, "must be a non-empty relative path");
+  if (rel.empty()) fail_at(label, field, "must be a non-empty relative path");
   if (rel.find('\\') != std::string::npos || rel.find('\0') != std::string::npos)
-    fail(label, field, "'" + rel + "': backslashes and NUL are not allowed in paths");
-  if (rel[0] == '/') fail(label, field, "'" + rel + "' is absolute; paths must be relative to the model directory");
+    fail_at(label, field, "'" + rel + "': backslashes and NUL are not allowed in paths");
+  if (rel[0] == '/') fail_at(label, field, "'" + rel + "' is absolute; paths must be relative to the model directory");
   size_t s = 0;
   while (s <= rel.size()) {
     const size_t e = std::min(rel.find('/', s), rel.size());
     if (rel.compare(s, e - s, "..") == 0 && e - s == 2)
-      fail(label, field, "'" + rel + "' contains '..' and would escape the model directory");
+      fail_at(label, field, "'" + rel + "' contains '..' and would escape the model directory");
     s = e + 1;
   }
   const std::string target = real_path(root_real + "/" + rel);
-  if (target.empty()) fail(label, field, "'" + rel + "' does not exist in " + root_real + " (" + std::strerror(errno) + ")");
+  if (target.empty()) fail_at(label, field, "'" + rel + "' does not exist in " + root_real + " (" + std::strerror(errno) + ")");
   if (target != root_real && target.compare(0, root_real.size() + 1, root_real + "/") != 0)
-    fail(label, field, "'" + rel + "' resolves outside the model directory (to " + target + ")");
+    fail_at(label, field, "'" + rel + "' resolves outside the model directory (to " + target + ")");
   return target;
 }
 
@@ -68,23 +65,23 @@ class MappedFile {
  public:
   MappedFile(const std::string& path, const std::string& label, int64_t expected) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail(path, "(file)", std::string("cannot open: ") + std::strerror(errno));
+    if (fd < 0) fail_at(path, "(file)", std::string("cannot open: ") + std::strerror(errno));
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd);
-      fail(path, "(file)", "not a regular file");
+      fail_at(path, "(file)", "not a regular file");
     }
     size_ = static_cast<size_t>(st.st_size);
     if (static_cast<int64_t>(size_) != expected) {
       ::close(fd);
-      fail(path, "(size)", "file is " + std::to_string(size_) + " bytes but " + label + " says " +
+      fail_at(path, "(size)", "file is " + std::to_string(size_) + " bytes but " + label + " says " +
                                std::to_string(expected) + " (truncated or replaced?)");
     }
     if (size_ > 0) {
       void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
       if (p == MAP_FAILED) {
         ::close(fd);
-        fail(path, "(file)", std::string("mmap failed: ") + std::strerror(errno));
+        fail_at(path, "(file)", std::string("mmap failed: ") + std::strerror(errno));
       }
       data_ = static_cast<const uint8_t*>(p);
     }
@@ -125,23 +122,23 @@ void DedupStore::validate_and_index() {
   const std::string& L = s.index_label;
   struct stat st {};
   if (::stat(s.model_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    fail(s.model_dir, "(dir)", "model directory does not exist or is not a directory");
+    fail_at(s.model_dir, "(dir)", "model directory does not exist or is not a directory");
   const std::string root = real_path(s.model_dir);
 
   // Rule: alignment is a power of two in [1, 2^20].
   const int64_t A = s.alignment;
   if (A < 1 || A > (int64_t(1) << 20) || (A & (A - 1)))
-    fail(L, "alignment", "must be a power of two between 1 and 2^20, got " + std::to_string(A));
+    fail_at(L, "alignment", "must be a power of two between 1 and 2^20, got " + std::to_string(A));
 
   // Rule: blob paths stay inside the model directory and name three
   // different files; sizes match the index.
   std::string paths[3];
   for (int b = 0; b < 3; ++b) {
     const std::string field = std::string("blobs.") + kBlobKeys[b];
-    if (s.blob_sizes[b] < 0) fail(L, field + ".nbytes", "must be >= 0");
+    if (s.blob_sizes[b] < 0) fail_at(L, field + ".nbytes", "must be >= 0");
     const std::string path = resolve_inside(root, s.blob_names[b], L, field + ".name");
     for (int o = 0; o < b; ++o)
-      if (paths[o] == path) fail(L, field + ".name", "'" + s.blob_names[b] + "' is the same file as blobs." + kBlobKeys[o]);
+      if (paths[o] == path) fail_at(L, field + ".name", "'" + s.blob_names[b] + "' is the same file as blobs." + kBlobKeys[o]);
     paths[b] = path;
     blobs_[b] = std::make_unique<MappedFile>(path, L + " " + field + ".nbytes", s.blob_sizes[b]);
     log("mapped %s = %s (%zu bytes)", kBlobKeys[b], path.c_str(), blobs_[b]->size());
@@ -151,18 +148,18 @@ void DedupStore::validate_and_index() {
   const size_t M = s.names.size(), G = s.group_nbytes.size();
   if (s.member_group.size() != M || s.mask_offset.size() != M || s.exc_offset.size() != M ||
       s.exc_count.size() != M)
-    fail(L, "groups", "member arrays have different lengths (internal: names/group/mask/exceptions)");
-  if (s.group_default_offset.size() != G) fail(L, "groups", "group arrays have different lengths");
+    fail_at(L, "groups", "member arrays have different lengths (internal: names/group/mask/exceptions)");
+  if (s.group_default_offset.size() != G) fail_at(L, "groups", "group arrays have different lengths");
 
   // Rule: every group holds at least one byte; its default lies inside the
   // defaults blob at an aligned offset.
   std::vector<std::tuple<uint64_t, uint64_t, std::string>> spans[3];  // (start, end, field)
   auto region = [&](int b, int64_t off, int64_t len, const std::string& field) {
-    if (off < 0) fail(L, field + ".offset", "must be >= 0, got " + std::to_string(off));
-    if (len < 0) fail(L, field, "negative length " + std::to_string(len));
-    if (off % A) fail(L, field + ".offset", "offset " + std::to_string(off) + " is not a multiple of alignment " + std::to_string(A));
+    if (off < 0) fail_at(L, field + ".offset", "must be >= 0, got " + std::to_string(off));
+    if (len < 0) fail_at(L, field, "negative length " + std::to_string(len));
+    if (off % A) fail_at(L, field + ".offset", "offset " + std::to_string(off) + " is not a multiple of alignment " + std::to_string(A));
     if (off > s.blob_sizes[b] || len > s.blob_sizes[b] - off)
-      fail(L, field + ".offset", "bytes [" + std::to_string(off) + ", " + std::to_string(off) + "+" + std::to_string(len) +
+      fail_at(L, field + ".offset", "bytes [" + std::to_string(off) + ", " + std::to_string(off) + "+" + std::to_string(len) +
                                      ") run past the end of " + s.blob_names[b] + " (" + std::to_string(s.blob_sizes[b]) + " bytes)");
     if (len > 0) spans[b].emplace_back(uint64_t(off), uint64_t(off) + uint64_t(len), field);
   };
@@ -171,15 +168,15 @@ void DedupStore::validate_and_index() {
   for (size_t i = 0; i < M; ++i) {
     const int64_t g = s.member_group[i];
     if (g < 0 || static_cast<size_t>(g) >= G)
-      fail(L, "groups", "member '" + s.names[i] + "' names group " + std::to_string(g) + " of " + std::to_string(G));
+      fail_at(L, "groups", "member '" + s.names[i] + "' names group " + std::to_string(g) + " of " + std::to_string(G));
     ++members_in[g];
   }
   for (size_t g = 0; g < G; ++g)
-    if (members_in[g] == 0) fail(L, "groups[" + std::to_string(g) + "].members", "a group needs at least one member");
+    if (members_in[g] == 0) fail_at(L, "groups[" + std::to_string(g) + "].members", "a group needs at least one member");
   std::fill(members_in.begin(), members_in.end(), 0);
   for (size_t g = 0; g < G; ++g) {
     const std::string f = "groups[" + std::to_string(g) + "]";
-    if (s.group_nbytes[g] < 1) fail(L, f + ".nbytes", "must be >= 1, got " + std::to_string(s.group_nbytes[g]));
+    if (s.group_nbytes[g] < 1) fail_at(L, f + ".nbytes", "must be >= 1, got " + std::to_string(s.group_nbytes[g]));
     region(0, s.group_default_offset[g], s.group_nbytes[g], f + ".default");
   }
   std::vector<std::string> mfield(M);
@@ -188,13 +185,13 @@ void DedupStore::validate_and_index() {
     mfield[i] = "groups[" + std::to_string(g) + "].members[" + std::to_string(members_in[g]++) + "]";
     const std::string& f = mfield[i];
     // Rule: names are non-empty and unique.
-    if (s.names[i].empty()) fail(L, f + ".name", "must be a non-empty string");
-    if (!index_.emplace(s.names[i], i).second) fail(L, f + ".name", "duplicate member name '" + s.names[i] + "'");
+    if (s.names[i].empty()) fail_at(L, f + ".name", "must be a non-empty string");
+    if (!index_.emplace(s.names[i], i).second) fail_at(L, f + ".name", "duplicate member name '" + s.names[i] + "'");
     const int64_t n = s.group_nbytes[g];
     region(1, s.mask_offset[i], static_cast<int64_t>(mask_nbytes(static_cast<size_t>(n))), f + ".mask");
     // Rule: at most one exception per byte.
     if (s.exc_count[i] < 0 || s.exc_count[i] > n)
-      fail(L, f + ".exceptions.count", "must be in [0, " + std::to_string(n) + "] (the group's nbytes), got " + std::to_string(s.exc_count[i]));
+      fail_at(L, f + ".exceptions.count", "must be in [0, " + std::to_string(n) + "] (the group's nbytes), got " + std::to_string(s.exc_count[i]));
     region(2, s.exc_offset[i], s.exc_count[i], f + ".exceptions");
   }
 
@@ -208,14 +205,14 @@ void DedupStore::validate_and_index() {
     for (size_t j = 0; j < sp.size(); ++j) {
       const auto& [a, e, field] = sp[j];
       if (j > 0 && a < std::get<1>(sp[j - 1]))
-        fail(L, field + ".offset", "overlaps " + std::get<2>(sp[j - 1]) + " in " + s.blob_names[b] + " (offset " +
+        fail_at(L, field + ".offset", "overlaps " + std::get<2>(sp[j - 1]) + " in " + s.blob_names[b] + " (offset " +
                                        std::to_string(a) + " < end " + std::to_string(std::get<1>(sp[j - 1])) + ")");
       for (uint64_t p = covered; p < a; ++p)
-        if (base[p]) fail(s.blob_names[b], "(padding)", "byte " + std::to_string(p) + " between regions is not zero");
+        if (base[p]) fail_at(s.blob_names[b], "(padding)", "byte " + std::to_string(p) + " between regions is not zero");
       covered = e;
     }
     for (uint64_t p = covered; p < blobs_[b]->size(); ++p)
-      if (base[p]) fail(s.blob_names[b], "(padding)", "byte " + std::to_string(p) + " after the last region is not zero");
+      if (base[p]) fail_at(s.blob_names[b], "(padding)", "byte " + std::to_string(p) + " after the last region is not zero");
   }
 
   // Rule: each mask's popcount equals its exception count, and the bits past
@@ -237,9 +234,9 @@ void DedupStore::validate_and_index() {
   }
   for (size_t i = 0; i < M; ++i) {
     if (bad[i] == 2)
-      fail(L, mfield[i] + ".mask", "member '" + s.names[i] + "': bits past the tensor's last byte are set");
+      fail_at(L, mfield[i] + ".mask", "member '" + s.names[i] + "': bits past the tensor's last byte are set");
     if (bad[i] == 1)
-      fail(L, mfield[i] + ".exceptions.count", "member '" + s.names[i] + "': mask has " + std::to_string(prefix_[i].back()) +
+      fail_at(L, mfield[i] + ".exceptions.count", "member '" + s.names[i] + "': mask has " + std::to_string(prefix_[i].back()) +
                                                    " set bits but the index records " + std::to_string(s.exc_count[i]) + " exceptions");
   }
   log("validated %zu groups, %zu members (alignment %lld, kernel %s, %d threads, cache %zu bytes)", G, M,
