@@ -2,6 +2,10 @@
 
 #include <thread>
 
+#if IE_HAVE_X86
+#include <cpuid.h>
+#endif
+
 namespace ie {
 
 std::vector<std::pair<std::string, bool>> CpuFeatures::flags() const {
@@ -21,13 +25,17 @@ CpuFeatures detect_cpu_features() {
   f.avx = __builtin_cpu_supports("avx");
   f.avx2 = __builtin_cpu_supports("avx2");
   f.fma = __builtin_cpu_supports("fma");
-  f.f16c = __builtin_cpu_supports("f16c");
+  // Not every compiler's __builtin_cpu_supports knows f16c and avxvnni
+  // (clang 14 does not): read their CPUID bits, valid once AVX (and so the
+  // OS's YMM state) is known to be usable.
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  f.f16c = f.avx && __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
   f.avx512f = __builtin_cpu_supports("avx512f");
   f.avx512bw = __builtin_cpu_supports("avx512bw");
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
   f.avx512vbmi2 = __builtin_cpu_supports("avx512vbmi2");
-  f.avxvnni = __builtin_cpu_supports("avxvnni");
+  f.avxvnni = f.avx && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
 #endif
   unsigned n = std::thread::hardware_concurrency();
   f.logical_cpus = n ? static_cast<int>(n) : 1;

@@ -159,13 +159,10 @@ void with_batch(int b, Fn&& fn) {
 
 // ------------------------------------------------ activation preparation
 
-// Chunk element whose nibble is nibble k of 32-bit lane i: lane i holds
-// chunk bytes 4i..4i+3; byte j of a 16-byte block holds elements j (low
-// nibble) and j+16 (high nibble).
-inline int nib_elem(int i, int k) {
-  const int byte = 4 * i + k / 2;
-  return (byte / 16) * 32 + byte % 16 + 16 * (k & 1);
-}
+// The lane order: nibble k of 32-bit lane i of a 32-byte chunk is chunk
+// element nib_elem(i, k) = (byte / 16) * 32 + byte % 16 + 16 * (k & 1) with
+// byte = 4i + k/2 (lane i holds chunk bytes 4i..4i+3; byte j of a 16-byte
+// block holds elements j (low nibble) and j+16 (high nibble)).
 
 // Each form is an arena laid out by one walk (Carve): sized with a null
 // base by prep_bytes_avx2, carved the same way by prepare and by the kernels.

@@ -21,6 +21,9 @@ from collections import defaultdict
 from pathlib import Path
 
 ISA_OBJECT = re.compile(r"(avx2|avx512)\.cpp\.o$")
+# Compiler-generated helpers with no ISA-dependent code: clang's
+# __clang_call_terminate is a call to __cxa_begin_catch and std::terminate.
+COMPILER_HELPERS = {"__clang_call_terminate"}
 
 
 def symbols(obj: str) -> tuple[set[str], set[str]]:
@@ -49,7 +52,7 @@ def main(argv: list[str]) -> int:
     clashes = []
     for o in isa_objs:
         flavour = ISA_OBJECT.search(o).group(1)
-        for s in symbols(o)[0]:
+        for s in symbols(o)[0] - COMPILER_HELPERS:
             others = [u for u in users[s] if u != o and not (ISA_OBJECT.search(u) and ISA_OBJECT.search(u).group(1) == flavour)]
             if others:
                 clashes.append(f"{Path(o).name}: weak symbol {s} is also in {', '.join(Path(u).name for u in others)}")

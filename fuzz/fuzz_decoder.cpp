@@ -1,0 +1,96 @@
+// The decoder on fuzzed dimensions, weight types, weight bytes and tokens:
+// a configuration it cannot run, matrices of the wrong shape or size and
+// out-of-vocabulary tokens are refused with std::invalid_argument; anything
+// accepted runs forward in bounds (every variant, both activation precisions).
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/weight_types.h"
+#include "decoder/decoder.h"
+
+namespace {
+
+struct Pool {
+  std::vector<std::vector<uint8_t>> bufs;
+};
+
+ie::Matrix matrix(FuzzedDataProvider& in, Pool& pool, int64_t rows, int64_t cols) {
+  const ie::WTypeInfo& t = ie::kWeightTypes[in.ConsumeIntegral<uint8_t>() % ie::kNumWeightTypes];
+  // Usually the shape the config implies, sometimes a lie.
+  if (in.ConsumeIntegral<uint8_t>() < 16) rows += in.ConsumeIntegralInRange<int>(-1, 1);
+  const int64_t group = t.type == ie::WType::Int4w ? (in.ConsumeBool() ? 32 : cols) : 0;
+  ie::Matrix m;
+  m.spec = ie::make_weight_spec(t.name, rows, cols, group, in.ConsumeBool(), in.ConsumeBool() ? "f32" : "f16");
+  std::vector<uint8_t> bytes(ie::weight_nbytes(m.spec));
+  const std::vector<uint8_t> seed = in.ConsumeBytes<uint8_t>(64);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = seed.empty() ? uint8_t(i) : seed[i % seed.size()];
+  pool.bufs.push_back(std::move(bytes));
+  m.data = pool.bufs.back().data();
+  return m;
+}
+
+std::vector<float> vec(FuzzedDataProvider& in, int n) {
+  std::vector<float> v(static_cast<size_t>(std::max(0, n)));
+  for (float& x : v) x = in.ConsumeFloatingPointInRange<float>(-2.f, 2.f);
+  if (in.ConsumeIntegral<uint8_t>() < 8 && !v.empty()) v.pop_back();  // a wrong length
+  return v;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider in(data, size);
+  ie::DecoderConfig c;
+  c.n_layers = in.ConsumeIntegralInRange<int>(0, 2);
+  c.n_kv_heads = in.ConsumeIntegralInRange<int>(0, 2);
+  c.n_heads = c.n_kv_heads * in.ConsumeIntegralInRange<int>(0, 2) + in.ConsumeIntegralInRange<int>(0, 1);
+  c.head_dim = 2 * in.ConsumeIntegralInRange<int>(0, 16) + in.ConsumeIntegralInRange<int>(0, 1);
+  c.hidden = 32 * in.ConsumeIntegralInRange<int>(0, 3);
+  c.inter = 32 * in.ConsumeIntegralInRange<int>(0, 3);
+  c.vocab = in.ConsumeIntegralInRange<int>(0, 40);
+  c.max_ctx = in.ConsumeIntegralInRange<int>(0, 24);
+  c.window = in.ConsumeIntegralInRange<int>(-1, 6);
+  c.eps = in.ConsumeFloatingPointInRange<float>(0.f, 1e-3f);
+  c.inv_freq = vec(in, c.head_dim / 2);
+  const int q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  Pool pool;
+  try {
+    ie::DecoderWeights w;
+    w.embed = matrix(in, pool, c.vocab, c.hidden);
+    w.lm_head = in.ConsumeBool() ? w.embed : matrix(in, pool, c.vocab, c.hidden);
+    w.final_norm = vec(in, c.hidden);
+    for (int l = 0; l < c.n_layers; ++l) {
+      ie::LayerWeights L;
+      L.attn_norm = vec(in, c.hidden);
+      L.mlp_norm = vec(in, c.hidden);
+      L.q = matrix(in, pool, q_dim, c.hidden);
+      L.k = matrix(in, pool, kv_dim, c.hidden);
+      L.v = matrix(in, pool, kv_dim, c.hidden);
+      L.o = matrix(in, pool, c.hidden, q_dim);
+      L.gate = matrix(in, pool, c.inter, c.hidden);
+      L.up = matrix(in, pool, c.inter, c.hidden);
+      L.down = matrix(in, pool, c.hidden, c.inter);
+      if (in.ConsumeBool()) {
+        L.bq = vec(in, q_dim);
+        L.bk = vec(in, kv_dim);
+        L.bv = vec(in, kv_dim);
+      }
+      w.layers.push_back(std::move(L));
+    }
+    const ie::Isa isa = ie::available_isas()[in.ConsumeIntegral<uint8_t>() % ie::available_isas().size()];
+    ie::Decoder d(c, std::move(w), in.ConsumeBool() ? ie::Act::Int8 : ie::Act::F32, 1 + in.ConsumeBool(), isa);
+    std::vector<float> logits(static_cast<size_t>(c.vocab) * 32);
+    for (int step = 0; step < 3 && in.remaining_bytes() > 0; ++step) {
+      std::vector<int32_t> tokens(in.ConsumeIntegralInRange<size_t>(1, 12));
+      for (int32_t& t : tokens) t = in.ConsumeIntegralInRange<int32_t>(-1, c.vocab);
+      if (tokens.size() * static_cast<size_t>(c.vocab) > logits.size()) logits.resize(tokens.size() * c.vocab);
+      d.forward(tokens.data(), static_cast<int>(tokens.size()), logits.data(), in.ConsumeBool());
+    }
+  } catch (const std::invalid_argument&) {
+  }
+  return 0;
+}

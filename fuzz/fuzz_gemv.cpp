@@ -1,0 +1,41 @@
+// Every weight type's GEMV and dequantizer on fuzzed parameters and bytes:
+// make_weight_spec refuses what it cannot describe (overflowing sizes
+// included); a described matrix is read in bounds by every variant, for
+// both activation precisions, with a prepared activation reused across calls.
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "common/weight_types.h"
+#include "fuzz_util.h"
+#include "gemv/gemv.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  iefuzz::Reader r(data, size);
+  const ie::WTypeInfo& t = ie::kWeightTypes[r.get<uint8_t>() % ie::kNumWeightTypes];
+  const int64_t rows = r.get<int64_t>(), cols = r.get<int64_t>(), group = r.get<int64_t>();
+  const uint8_t flags = r.get<uint8_t>();
+  const int batch = 1 + flags % 8, threads = 1 + (flags >> 3) % 3;
+  ie::WeightSpec s;
+  try {
+    s = ie::make_weight_spec(t.name, rows, cols, group, flags & 0x40, flags & 0x80 ? "f32" : "f16");
+  } catch (const std::invalid_argument&) {
+    return 0;
+  }
+  const size_t nbytes = ie::weight_nbytes(s);
+  if (nbytes > (size_t(1) << 20) || s.rows * s.cols > (int64_t(1) << 18)) return 0;
+  std::vector<uint8_t> w(nbytes);
+  std::memcpy(w.data(), r.rest(), std::min(nbytes, r.rest_size()));  // any bytes, NaN scales included
+  std::vector<float> x(static_cast<size_t>(batch * s.cols), 0.25f), y(static_cast<size_t>(batch * s.rows));
+  std::vector<float> out(static_cast<size_t>(s.rows * s.cols));
+  ie::dequantize(s, w.data(), out.data());
+  ie::PreparedAct xa;
+  ie::GemvScratch scratch;
+  xa.set(x.data(), batch, s.cols);
+  for (ie::Isa isa : ie::available_isas())
+    for (ie::Act act : {ie::Act::F32, ie::Act::Int8}) {
+      if (act == ie::Act::Int8 && !t.int8_act) continue;
+      ie::gemv(s, w.data(), xa, nullptr, y.data(), act, threads, isa, scratch);
+    }
+  return 0;
+}
