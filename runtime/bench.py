@@ -1,7 +1,7 @@
 """``ierun bench``: decode throughput of a real model, one JSON line per round.
 
 The command wires the parts together in the order the design's timing
-discipline needs: environment (bench_env), prompts and tokenizer, the model,
+discipline needs: environment (runtime/env.py), prompts and tokenizer, the model,
 the read-bandwidth yardstick (same process, same threads, before the
 rounds), then for each round the timed window (bench_run.run_round)
 followed by everything that must stay outside it: counters, peak RSS,
@@ -19,7 +19,7 @@ import click
 
 from iekit.formats.errors import IEError
 
-from .bench_env import BenchEnv
+from .env import BenchEnv
 from .bench_run import read_prompts, reset_rss_peak, round_record, rss_peak_mb, run_round, tokenize
 
 READ_BW_BYTES = 256 << 20
@@ -125,7 +125,8 @@ JSON fields (per round):
   also on stderr)
 
 \b
-Environment (a value that cannot be honoured is a warning, never fatal):
+Environment (runtime/env.py; a value that cannot be honoured is a
+warning, never fatal, except IE_DEDUP*: a malformed one is an error):
   IE_PRECISION        expected storage (int4w|q4_0|q4_1|q8_0|f32|f16|bf16,
                       fp32|fp16): warn if the matrices are stored otherwise
   IE_REQUIRE_MODEL=1  an unloadable model is an error (it always is: there
@@ -135,7 +136,8 @@ Environment (a value that cannot be honoured is a warning, never fatal):
                       IE_STRIDE_BYTES (default 256), wrapping around the
                       file and continuing where the last token stopped
   IE_VERIFY_TOUCH=1   report the work-touch checksum
-  IE_DEDUP*           read by the decoder itself (lossless dedup loader)
+  IE_DEDUP*           the decoder's lossless dedup loader (IE_DEDUP=1;
+                      a value other than 0|1 is an error, as everywhere)
   IE_ACT_PREC         fp32 (default) | int8; fp8|fp16|bf16: not supported,
                       fp32 is used
   IE_TP_USE_AFFINITY=1 with AFFINITY=compact|scatter|auto (default auto)

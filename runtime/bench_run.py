@@ -26,7 +26,7 @@ import numpy as np
 
 from iekit.formats.errors import FormatError, IEError
 
-from .bench_env import BenchEnv
+from .env import BenchEnv
 from .sampling import Sampler, stream
 from .token_ids import parse_ids
 

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from conftest import GOLDEN_IEBIN, assert_one_line_error, run_tool
 from nearcopy import nearcopy_llama
 from iekit.formats.errors import FormatError, IEError
-from iekit.runtime.bench_env import BenchEnv
+from iekit.runtime.env import BenchEnv
 from iekit.runtime.bench_run import (PromptLine, RoundTimes, read_prompts, round_record, rss_peak_mb,
                                      run_round, tokenize)
 
@@ -76,53 +76,6 @@ def ticking_clock(dt=0.001):
         t[0] += dt
         return t[0]
     return clock
-
-
-# --------------------------------------------------------------- environment
-
-def test_env_defaults():
-    e = BenchEnv.from_env({})
-    assert (e.precision_expected, e.act_prec, e.act, e.affinity, e.bytes_per_token, e.stride_bytes) == \
-        (None, "fp32", "f32", None, 0, 256)
-    assert not (e.require_model or e.verify_touch or e.dedup or e.warnings)
-
-
-def test_env_supported_values():
-    e = BenchEnv.from_env({"IE_PRECISION": "FP16", "IE_ACT_PREC": "int8", "IE_TP_USE_AFFINITY": "1",
-                           "AFFINITY": "scatter", "IE_BYTES_PER_TOKEN": "4096", "IE_STRIDE_BYTES": "64",
-                           "IE_VERIFY_TOUCH": "1", "IE_DEDUP": "1", "IE_REQUIRE_MODEL": "1"})
-    assert (e.precision_expected, e.act, e.affinity, e.bytes_per_token, e.stride_bytes) == \
-        ("f16", "int8", "scatter", 4096, 64)
-    assert e.verify_touch and e.dedup and e.require_model and not e.warnings
-    assert BenchEnv.from_env({"IE_TP_USE_AFFINITY": "1"}).affinity == "auto"
-
-
-@pytest.mark.parametrize("env, field, value, needle", [
-    ({"IE_ACT_PREC": "fp8"}, "act", "f32", "IE_ACT_PREC=fp8: not supported, using fp32"),
-    ({"IE_ACT_PREC": "int3"}, "act", "f32", "unknown"),
-    ({"IE_PRECISION": "int2"}, "precision_expected", None, "IE_PRECISION='int2'"),
-    ({"IE_STRIDE_BYTES": "0"}, "stride_bytes", 256, "IE_STRIDE_BYTES"),
-    ({"IE_BYTES_PER_TOKEN": "lots"}, "bytes_per_token", 0, "IE_BYTES_PER_TOKEN"),
-    ({"IE_TP_USE_AFFINITY": "1", "AFFINITY": "spread"}, "affinity", None, "AFFINITY='spread'"),
-    ({"AFFINITY": "compact"}, "affinity", None, "without IE_TP_USE_AFFINITY=1"),
-    ({"IE_VERIFY_TOUCH": "yes"}, "verify_touch", False, "IE_VERIFY_TOUCH"),
-])
-def test_env_unsupported_values_warn_and_are_ignored(env, field, value, needle):
-    e = BenchEnv.from_env(env)
-    assert getattr(e, field) == value
-    assert len(e.warnings) == 1 and needle in e.warnings[0]
-    if "IE_ACT_PREC" in env:
-        assert e.act_prec == env["IE_ACT_PREC"]  # reported as requested
-
-
-def test_precision_warning_and_model_error():
-    e = BenchEnv.from_env({"IE_PRECISION": "int4w"})
-    assert e.precision_warning(("int4w",)) is None
-    assert "stored as int4w, f32 (only some are int4w)" in e.precision_warning(("int4w", "f32"))
-    assert "(only some" not in e.precision_warning(("f16",))
-    assert BenchEnv().precision_warning(("f32",)) is None
-    assert "no stub mode" in BenchEnv().model_error("m", "gone")
-    assert BenchEnv(require_model=True).model_error("m", "gone").startswith("IE_REQUIRE_MODEL=1:")
 
 
 # ------------------------------------------------------------------- prompts
