@@ -153,7 +153,7 @@ def test_readme_and_docstring_tables_list_every_variable():
 # ------------------------------------------------ IE_DEDUP=yes, as a user runs it
 
 @pytest.mark.parametrize("argv", [
-    ("bench", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--max-new", "1", "--rounds", "1"),
+    ("bench", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--max-new", "1", "--rounds", "1", "--bandwidth-mb", "1"),
     ("generate", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--ids", "1", "--max-new", "1"),
     ("verify", "int4", "--model-dir", GOLDEN_IEBIN / "tiny-llama-mixedq"),
     ("verify", "dedup", "--model-dir", GOLDEN_IEBIN / "tiny-llama"),
