@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +32,47 @@ def assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> No
     assert "Traceback" not in res.stderr
     for n in needles:
         assert n in lines[0], (n, lines[0])
+
+
+def _tree(d: Path) -> dict[str, str]:
+    """Every entry under ``d``: a file's sha256, a symlink's target."""
+    import hashlib
+
+    return {str(p.relative_to(d)): os.readlink(p) if p.is_symlink() else hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(d.rglob("*")) if p.is_symlink() or p.is_file()}
+
+
+def shared_artifact(tmp_path_factory, name: str, build) -> Path:
+    """Build an artifact once per session in a tmp_path_factory dir; the tests
+    that use it only read it (a test that changes one works on copy_model's
+    copy), which the teardown checks."""
+    d = build(tmp_path_factory.mktemp(name))
+    before = _tree(d)
+    yield d
+    assert _tree(d) == before, f"a test modified the shared artifact {d}; copy it first (copy_model)"
+
+
+def copy_model(src: Path, dst: Path) -> Path:
+    """A private copy of a model directory; the dedup links are relative, so
+    they point into the copy."""
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+@pytest.fixture(scope="session")
+def nearcopy_f32(tmp_path_factory) -> Path:
+    """tests/nearcopy.py's model, kept f32, with its dedup artifact linked."""
+    from nearcopy import nearcopy_llama
+
+    yield from shared_artifact(tmp_path_factory, "nearcopy-f32", nearcopy_llama)
+
+
+@pytest.fixture(scope="session")
+def nearcopy_int4w(tmp_path_factory) -> Path:
+    """tests/nearcopy.py's model quantized with the default int4w policy."""
+    from nearcopy import nearcopy_llama
+
+    yield from shared_artifact(tmp_path_factory, "nearcopy-int4w", lambda d: nearcopy_llama(d, "int4w"))
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import GOLDEN_IEBIN, assert_one_line_error, run_tool
-from nearcopy import nearcopy_llama
+from conftest import GOLDEN_IEBIN, assert_one_line_error, copy_model, run_tool
 from iekit.formats.errors import FormatError, IEError
 from iekit.runtime.env import BenchEnv
 from iekit.runtime.bench_run import (PromptLine, RoundTimes, read_prompts, round_record, rss_peak_mb,
@@ -348,11 +347,11 @@ def test_work_touch_env_and_unsupported_act(tmp_path):
     assert "IE_ACT_PREC=fp8: not supported, using fp32" in res.stderr
 
 
-def test_dedup_reported_as_requested_and_as_used(tmp_path):
+def test_dedup_reported_as_requested_and_as_used(tmp_path, nearcopy_f32):
     """IE_DEDUP=1 reaches the decoder; dedup_active says whether its loader
     really serves tensors (false after the fallback, which is one warning),
     dedup_cache carries the loader's counters."""
-    model = nearcopy_llama(tmp_path)
+    model = copy_model(nearcopy_f32, tmp_path / "m")
     args = ("--max-new", "2", "--rounds", "1")
     for f in ("model.dedup.json", "model.defaults.bin", "model.masks.bin", "model.exceptions.bin"):
         (model / f).rename(model / (f + ".off"))
