@@ -1,11 +1,12 @@
 """``ierun bench``: decode throughput of a real model, one JSON line per round.
 
 The command wires the parts together in the order the design's timing
-discipline needs: environment (bench_env), prompts and tokenizer, the model,
-the read-bandwidth yardstick (same process, same threads, before the
-rounds), then for each round the timed window (bench_run.run_round)
-followed by everything that must stay outside it: counters, peak RSS,
-derived metrics, printing. stdout carries only the JSON lines, so a harness
+discipline needs: environment (runtime/env.py), prompts, the model and the
+tokenized prompts -- every input is checked before anything is measured,
+so a bad one fails fast -- then the read-bandwidth yardstick (same
+process, same threads as the decoder, before the rounds), then for each
+round the timed window (bench_run.run_round) followed by everything that
+must stay outside it: counters, peak RSS, derived metrics, printing. stdout carries only the JSON lines, so a harness
 can read it as JSON Lines; progress and warnings go to stderr.
 """
 
@@ -19,10 +20,10 @@ import click
 
 from iekit.formats.errors import IEError
 
-from .bench_env import BenchEnv
+from .env import PRECISIONS, BenchEnv
 from .bench_run import read_prompts, reset_rss_peak, round_record, rss_peak_mb, run_round, tokenize
 
-READ_BW_BYTES = 256 << 20
+READ_BW_MB = 256  # default yardstick: several times any last-level cache
 
 
 def _warn(msg: str) -> None:
@@ -78,8 +79,9 @@ Without --prompts-file, ~10 short English prompts shipped with iekit.
 \b
 Timed window (wall_time_s): only generation (prefill + decode steps +
 greedy argmax of each prompt) and the optional work-touch loop.
-Tokenizing, model loading, the bandwidth measurement (done first, once),
-RSS and counter reads and printing are outside it.
+Tokenizing, model loading, the bandwidth measurement (once, after the
+model is loaded and the prompts are checked, before the first round), RSS
+and counter reads and printing are outside it.
 
 \b
 JSON fields (per round):
@@ -98,6 +100,7 @@ JSON fields (per round):
                       rounds so far, read after the window; the bandwidth
                       buffer is excluded (VmHWM is reset after measuring
                       it; rss_peak_reset: false where that failed)
+  read_bw_bytes       size of the bandwidth buffer (--bandwidth-mb)
   kv_hits, kv_misses  the decoder's KV prefix-cache counters, this round
   weight_bytes_per_token  weight bytes one decode step reads
   touch_bytes_per_token   IE_BYTES_PER_TOKEN (0: no work-touch)
@@ -110,7 +113,8 @@ JSON fields (per round):
   model_coverage      weight_bytes_per_token / model_bytes
   effective_gbps      bytes_touched / wall_time_s / 1e9
   read_bw_gbps        streaming read bandwidth, measured once before the
-                      rounds in this process with --threads threads
+                      rounds in this process with --threads threads over
+                      a --bandwidth-mb buffer
   roofline_fraction   effective_gbps / read_bw_gbps
   precision           storage of the matrices (e.g. int4w, f32,
                       mixed(int4w,f32)); precision_expected: IE_PRECISION
@@ -125,8 +129,9 @@ JSON fields (per round):
   also on stderr)
 
 \b
-Environment (a value that cannot be honoured is a warning, never fatal):
-  IE_PRECISION        expected storage (int4w|q4_0|q4_1|q8_0|f32|f16|bf16,
+Environment (runtime/env.py; a value that cannot be honoured is a
+warning, never fatal, except IE_DEDUP*: a malformed one is an error):
+  IE_PRECISION        expected storage ({precisions},
                       fp32|fp16): warn if the matrices are stored otherwise
   IE_REQUIRE_MODEL=1  an unloadable model is an error (it always is: there
                       is no stub mode; the message says which applied)
@@ -135,12 +140,13 @@ Environment (a value that cannot be honoured is a warning, never fatal):
                       IE_STRIDE_BYTES (default 256), wrapping around the
                       file and continuing where the last token stopped
   IE_VERIFY_TOUCH=1   report the work-touch checksum
-  IE_DEDUP*           read by the decoder itself (lossless dedup loader)
+  IE_DEDUP*           the decoder's lossless dedup loader (IE_DEDUP=1;
+                      a value other than 0|1 is an error, as everywhere)
   IE_ACT_PREC         fp32 (default) | int8; fp8|fp16|bf16: not supported,
                       fp32 is used
   IE_TP_USE_AFFINITY=1 with AFFINITY=compact|scatter|auto (default auto)
                       pins the decoder's threads
-"""
+""".replace("{precisions}", "|".join(PRECISIONS))
 
 
 @click.command("bench", help=HELP)
@@ -153,7 +159,11 @@ Environment (a value that cannot be honoured is a warning, never fatal):
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="Rounds (JSON lines).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Decoder threads, also used for the read-bandwidth yardstick.")
-def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, rounds: int, threads: int) -> None:
+@click.option("--bandwidth-mb", type=click.IntRange(min=1), default=READ_BW_MB, show_default=True,
+              help="Buffer of the read-bandwidth yardstick, MiB. Keep it several times the last-level "
+                   "cache: a smaller one measures the caches, not memory (read_bw_gbps, roofline_fraction).")
+def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, rounds: int, threads: int,
+          bandwidth_mb: int) -> None:
     env = BenchEnv.from_env()
     for w in env.warnings:
         _warn(w)
@@ -161,13 +171,8 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, r
         raise IEError("--device cuda: the CUDA decoder is not built in this iekit (only --device cpu)")
     source, lines = read_prompts(prompts_file)
 
-    from .native import read_bandwidth
-
-    # The yardstick first, then forget its buffer's peak RSS, so that
-    # rss_peak_mb covers loading the model and decoding, nothing else.
-    read_bw = float(read_bandwidth(bytes=READ_BW_BYTES, threads=threads, passes=5)["gbps"])
-    rss_reset = reset_rss_peak()
-
+    # Every input is checked before the yardstick: a bad model or prompt
+    # fails at once, not after seconds of streaming.
     dec, load_warnings = _load_decoder(model_dir, threads, env)
     precision = str(dec.precision)
     msg = env.precision_warning(tuple(dec.precisions))
@@ -175,18 +180,31 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, r
     for w in later:
         _warn(w)
     prompts = tokenize(lines, dec, max_new)
+
+    from .native import read_bandwidth
+
+    # The yardstick runs on the decoder's threads (pinned when
+    # IE_TP_USE_AFFINITY=1). Its buffer must not count as the decoder's
+    # peak RSS: keep the peak of loading, measure, then reset VmHWM, so
+    # rss_peak_mb covers loading the model and decoding, nothing else.
+    load_peak = rss_peak_mb()
+    read_bw_bytes = bandwidth_mb << 20
+    read_bw = float(read_bandwidth(bytes=read_bw_bytes, threads=threads, passes=5)["gbps"])
+    rss_reset = reset_rss_peak()
     base = {"precision": precision, "precision_expected": env.precision_expected, "act_prec": env.act_prec,
             "act": env.act, "dedup": env.dedup, **_dedup_fields(dec), "affinity": env.affinity,
             "pinned_cpus": getattr(dec, "pinned", None),
             "threads": threads, "device": device, "model_dir": model_dir, "prompts": source,
             "n_prompts": len(prompts), "max_new": max_new, "rounds": rounds, "rss_peak_reset": rss_reset,
+            "read_bw_bytes": read_bw_bytes,
             "warnings": list(env.warnings) + later}
     for n in range(1, rounds + 1):
         kv0 = (int(dec.kv_hits), int(dec.kv_misses))
         t = run_round(dec, prompts, max_new, env)
         # Everything below is after the window.
         kv = (int(dec.kv_hits) - kv0[0], int(dec.kv_misses) - kv0[1])
-        rec = round_record(n, t, dec=dec, env=env, kv=kv, read_bw_gbps=read_bw, rss_mb=rss_peak_mb(), base=base)
+        rss = max(rss_peak_mb(), load_peak)  # VmHWM since the reset, or since the start where it failed
+        rec = round_record(n, t, dec=dec, env=env, kv=kv, read_bw_gbps=read_bw, rss_mb=rss, base=base)
         click.echo(json.dumps(rec))
         _note(f"round {n}/{rounds}: {t.tokens} tokens in {t.wall_s:.3f} s = {rec['tps_true']:.2f} tok/s, "
               f"roofline {rec['roofline_fraction'] or 0:.1%} of {read_bw:.2f} GB/s")

@@ -26,7 +26,7 @@ import numpy as np
 
 from iekit.formats.errors import FormatError, IEError
 
-from .bench_env import BenchEnv
+from .env import BenchEnv
 from .sampling import Sampler, stream
 from .token_ids import parse_ids
 
@@ -144,9 +144,9 @@ def rss_peak_mb() -> float:
 
 def reset_rss_peak() -> bool:
     """Reset VmHWM to the current RSS (Linux >= 4.0: ``5`` > clear_refs).
-    The read-bandwidth yardstick allocates a 256 MiB buffer in this process
-    before the model is loaded; without the reset it, not the decoder,
-    would set rss_peak_mb for any model smaller than that."""
+    The read-bandwidth yardstick allocates its buffer (256 MiB by default)
+    in this process; without the reset it, not the decoder, would set
+    rss_peak_mb for any model smaller than that."""
     try:
         with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
             f.write("5")

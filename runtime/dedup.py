@@ -1,14 +1,14 @@
-"""The dedup runtime loader's Python side: environment, index, fallback.
+"""The dedup runtime loader's Python side: index, cross-check, fallback.
 
 The native ``DedupStore`` holds no global state and reads no environment;
-this module is the one place that reads the IE_DEDUP_* variables:
+its settings come from ``DedupConfig`` (runtime/env.py, the one parser of
+every IE_* variable; any malformed value is an error, strict or not):
 
   IE_DEDUP=1          serve grouped tensors from the dedup artifact
   IE_DEDUP_STRICT=1   a missing or malformed artifact is an error; without
                       it: one warning, then every tensor from model.ie.bin
   IE_DEDUP_POLICY     only ``lossless`` (bit-exact) exists; anything else
-                      is an error, strict or not (a typo must not silently
-                      change what runs)
+                      is an error (a typo must not silently change what runs)
   IE_DEDUP_CACHE_MB   LRU cache of reconstructed tensors (default 256)
   IE_DEDUP_DEBUG=1    log parsing and cache decisions on stderr
 
@@ -22,9 +22,8 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -32,47 +31,14 @@ from iekit.formats import dedup as fmt
 from iekit.formats import iebin
 from iekit.formats.errors import FormatError, IEError
 
+from .env import DEFAULT_CACHE_MB, DedupConfig
 from .native import _native
 
-DEFAULT_CACHE_MB = 256.0
+__all__ = ["DedupConfig", "DedupWarning", "TensorSource", "cross_check", "open_store"]
 
 
 class DedupWarning(UserWarning):
     """The dedup artifact could not be used; tensors come from model.ie.bin."""
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    v = env.get(name, "")
-    if v in ("", "0"):
-        return False
-    if v == "1":
-        return True
-    raise IEError(f"{name}={v!r}: expected 0 or 1")
-
-
-@dataclass(frozen=True)
-class DedupConfig:
-    enabled: bool = False
-    strict: bool = False
-    policy: str = fmt.POLICY
-    cache_mb: float = DEFAULT_CACHE_MB
-    debug: bool = False
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "DedupConfig":
-        env = os.environ if env is None else env
-        policy = env.get("IE_DEDUP_POLICY", "") or fmt.POLICY
-        if policy != fmt.POLICY:
-            raise IEError(f"IE_DEDUP_POLICY={policy!r}: only {fmt.POLICY!r} is supported (bit-exact reconstruction)")
-        raw = env.get("IE_DEDUP_CACHE_MB", "")
-        try:
-            cache_mb = float(raw) if raw else DEFAULT_CACHE_MB
-        except ValueError:
-            cache_mb = -1.0
-        if not (0 <= cache_mb < 1 << 40):
-            raise IEError(f"IE_DEDUP_CACHE_MB={raw!r}: expected a number of MiB >= 0")
-        return cls(enabled=_flag(env, "IE_DEDUP"), strict=_flag(env, "IE_DEDUP_STRICT"), policy=policy,
-                   cache_mb=cache_mb, debug=_flag(env, "IE_DEDUP_DEBUG"))
 
 
 def _debug(on: bool, msg: str) -> None:

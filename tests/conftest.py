@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
+import json
+import locale
+import os
+import select
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -14,12 +24,104 @@ GOLDEN_HF = GOLDEN / "hf"
 GOLDEN_IEBIN = GOLDEN / "iebin"
 GOLDEN_REF = GOLDEN / "ref"
 BIN_DIR = Path(sys.executable).parent
+# Variables read only while a command runs, never while it imports: a run that
+# differs from the fork server's environment only in these can be forked.
+RUN_TIME_VARS = ("IE_", "AFFINITY", "PYTEST_CURRENT_TEST")
 
 
-def run_tool(tool: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run an installed console script (ieconv/ierun) as a user would."""
-    return subprocess.run([str(BIN_DIR / tool), *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=300)
+class ForkServer:
+    """Client of tests/forkserver.py: the console scripts in forked children
+    of one warm interpreter (see there for what is and is not shared)."""
+
+    def __init__(self) -> None:
+        self.entries = {ep.name: ep.value for ep in metadata.entry_points(group="console_scripts")
+                        if ep.dist is not None and ep.dist.name == "iekit"}
+        self.env = dict(os.environ)
+        self.tmp = Path(tempfile.mkdtemp(prefix="iekit-forkserver-"))
+        req_r, self._req_w = os.pipe()
+        self._rep_r, rep_w = os.pipe()
+        with open(self.tmp / "server.log", "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("forkserver.py")),
+                                          str(req_r), str(rep_w)], pass_fds=(req_r, rep_w), env=self.env,
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+        os.close(req_r)
+        os.close(rep_w)
+        self._buf = b""
+        self.runs = 0
+
+    def accepts(self, tool: str, env: dict) -> bool:
+        def key(k: str) -> bool:
+            return not k.startswith(RUN_TIME_VARS)
+        return (tool in self.entries and self.proc.poll() is None
+                and {k: v for k, v in env.items() if key(k)} == {k: v for k, v in self.env.items() if key(k)})
+
+    def _reply(self, deadline: float | None) -> dict | None:
+        while b"\n" not in self._buf:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self._rep_r], [], [], wait)[0]:
+                return None
+            chunk = os.read(self._rep_r, 4096)
+            if not chunk:
+                raise RuntimeError(f"fork server died; see {self.tmp / 'server.log'}")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, argv: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+        out, err = self.tmp / "stdout", self.tmp / "stderr"
+        req = {"argv": argv, "env": env, "cwd": os.getcwd(), "stdout": str(out), "stderr": str(err),
+               "entry": self.entries[Path(argv[0]).name]}
+        os.write(self._req_w, (json.dumps(req) + "\n").encode())
+        pid = self._reply(None)["pid"]
+        self.runs += 1
+        reply = self._reply(time.monotonic() + timeout)
+        if reply is None:  # as subprocess.run: kill the child, then raise
+            os.kill(pid, signal.SIGKILL)
+            self._reply(None)
+            raise subprocess.TimeoutExpired(argv, timeout)
+        code = os.waitstatus_to_exitcode(reply["status"])
+        enc = locale.getpreferredencoding(False)  # what subprocess's text mode decodes with
+
+        def text(p: Path) -> str:
+            return p.read_bytes().decode(enc).replace("\r\n", "\n").replace("\r", "\n")
+        return subprocess.CompletedProcess(argv, code, text(out), text(err))
+
+    def close(self) -> None:
+        os.close(self._req_w)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        os.close(self._rep_r)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+_server: list[ForkServer | None] = []
+
+
+def fork_server() -> ForkServer | None:
+    """The session's fork server, started on first use; None where it is
+    switched off (IEKIT_TEST_REAL_PROCESSES=1) or cannot run here."""
+    if not _server:
+        server = None
+        if os.environ.get("IEKIT_TEST_REAL_PROCESSES") != "1" and hasattr(os, "fork"):
+            server = ForkServer()
+            atexit.register(server.close)
+        _server.append(server)
+    return _server[0]
+
+
+def run_tool(tool: str, *args: str, env: dict | None = None, timeout: float = 300,
+             real_process: bool = False) -> subprocess.CompletedProcess:
+    """Run an installed console script (ieconv/ierun) as a user would: in a
+    child of the fork server when the environment allows, else (or with
+    real_process=True) by executing the installed script."""
+    argv = [str(BIN_DIR / tool), *map(str, args)]
+    server = None if real_process else fork_server()
+    run_env = dict(os.environ if env is None else env)
+    if server is not None and server.accepts(tool, run_env):
+        return server.run(argv, run_env, timeout)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> None:
@@ -30,6 +132,47 @@ def assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> No
     assert "Traceback" not in res.stderr
     for n in needles:
         assert n in lines[0], (n, lines[0])
+
+
+def _tree(d: Path) -> dict[str, str]:
+    """Every entry under ``d``: a file's sha256, a symlink's target."""
+    import hashlib
+
+    return {str(p.relative_to(d)): os.readlink(p) if p.is_symlink() else hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(d.rglob("*")) if p.is_symlink() or p.is_file()}
+
+
+def shared_artifact(tmp_path_factory, name: str, build) -> Path:
+    """Build an artifact once per session in a tmp_path_factory dir; the tests
+    that use it only read it (a test that changes one works on copy_model's
+    copy), which the teardown checks."""
+    d = build(tmp_path_factory.mktemp(name))
+    before = _tree(d)
+    yield d
+    assert _tree(d) == before, f"a test modified the shared artifact {d}; copy it first (copy_model)"
+
+
+def copy_model(src: Path, dst: Path) -> Path:
+    """A private copy of a model directory; the dedup links are relative, so
+    they point into the copy."""
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+@pytest.fixture(scope="session")
+def nearcopy_f32(tmp_path_factory) -> Path:
+    """tests/nearcopy.py's model, kept f32, with its dedup artifact linked."""
+    from nearcopy import nearcopy_llama
+
+    yield from shared_artifact(tmp_path_factory, "nearcopy-f32", nearcopy_llama)
+
+
+@pytest.fixture(scope="session")
+def nearcopy_int4w(tmp_path_factory) -> Path:
+    """tests/nearcopy.py's model quantized with the default int4w policy."""
+    from nearcopy import nearcopy_llama
+
+    yield from shared_artifact(tmp_path_factory, "nearcopy-int4w", lambda d: nearcopy_llama(d, "int4w"))
 
 
 @pytest.fixture

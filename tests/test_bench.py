@@ -14,17 +14,19 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import GOLDEN_IEBIN, assert_one_line_error, run_tool
-from nearcopy import nearcopy_llama
+from conftest import GOLDEN_IEBIN, assert_one_line_error, copy_model, run_tool
 from iekit.formats.errors import FormatError, IEError
-from iekit.runtime.bench_env import BenchEnv
+from iekit.runtime.env import BenchEnv
 from iekit.runtime.bench_run import (PromptLine, RoundTimes, read_prompts, round_record, rss_peak_mb,
                                      run_round, tokenize)
 
 FIELDS = ("round", "tokens_generated", "wall_time_s", "tps_true", "latency_p50_ms", "latency_p95_ms",
           "prefill_ms", "rss_peak_mb", "kv_hits", "kv_misses", "mb_per_token", "bytes_touched",
           "model_coverage", "effective_gbps", "read_bw_gbps", "roofline_fraction", "precision", "act_prec",
-          "threads", "device", "model_dir", "prompts", "max_new", "dedup", "touch_checksum")
+          "threads", "device", "model_dir", "prompts", "max_new", "dedup", "touch_checksum", "read_bw_bytes")
+# The yardstick of the real-command tests: a field's presence or an error path
+# needs no 256 MiB stream; test_golden_models_two_rounds[tiny-llama] keeps the default.
+SMALL_BW_MB = 4
 
 
 class FakeDecoder:
@@ -76,53 +78,6 @@ def ticking_clock(dt=0.001):
         t[0] += dt
         return t[0]
     return clock
-
-
-# --------------------------------------------------------------- environment
-
-def test_env_defaults():
-    e = BenchEnv.from_env({})
-    assert (e.precision_expected, e.act_prec, e.act, e.affinity, e.bytes_per_token, e.stride_bytes) == \
-        (None, "fp32", "f32", None, 0, 256)
-    assert not (e.require_model or e.verify_touch or e.dedup or e.warnings)
-
-
-def test_env_supported_values():
-    e = BenchEnv.from_env({"IE_PRECISION": "FP16", "IE_ACT_PREC": "int8", "IE_TP_USE_AFFINITY": "1",
-                           "AFFINITY": "scatter", "IE_BYTES_PER_TOKEN": "4096", "IE_STRIDE_BYTES": "64",
-                           "IE_VERIFY_TOUCH": "1", "IE_DEDUP": "1", "IE_REQUIRE_MODEL": "1"})
-    assert (e.precision_expected, e.act, e.affinity, e.bytes_per_token, e.stride_bytes) == \
-        ("f16", "int8", "scatter", 4096, 64)
-    assert e.verify_touch and e.dedup and e.require_model and not e.warnings
-    assert BenchEnv.from_env({"IE_TP_USE_AFFINITY": "1"}).affinity == "auto"
-
-
-@pytest.mark.parametrize("env, field, value, needle", [
-    ({"IE_ACT_PREC": "fp8"}, "act", "f32", "IE_ACT_PREC=fp8: not supported, using fp32"),
-    ({"IE_ACT_PREC": "int3"}, "act", "f32", "unknown"),
-    ({"IE_PRECISION": "int2"}, "precision_expected", None, "IE_PRECISION='int2'"),
-    ({"IE_STRIDE_BYTES": "0"}, "stride_bytes", 256, "IE_STRIDE_BYTES"),
-    ({"IE_BYTES_PER_TOKEN": "lots"}, "bytes_per_token", 0, "IE_BYTES_PER_TOKEN"),
-    ({"IE_TP_USE_AFFINITY": "1", "AFFINITY": "spread"}, "affinity", None, "AFFINITY='spread'"),
-    ({"AFFINITY": "compact"}, "affinity", None, "without IE_TP_USE_AFFINITY=1"),
-    ({"IE_VERIFY_TOUCH": "yes"}, "verify_touch", False, "IE_VERIFY_TOUCH"),
-])
-def test_env_unsupported_values_warn_and_are_ignored(env, field, value, needle):
-    e = BenchEnv.from_env(env)
-    assert getattr(e, field) == value
-    assert len(e.warnings) == 1 and needle in e.warnings[0]
-    if "IE_ACT_PREC" in env:
-        assert e.act_prec == env["IE_ACT_PREC"]  # reported as requested
-
-
-def test_precision_warning_and_model_error():
-    e = BenchEnv.from_env({"IE_PRECISION": "int4w"})
-    assert e.precision_warning(("int4w",)) is None
-    assert "stored as int4w, f32 (only some are int4w)" in e.precision_warning(("int4w", "f32"))
-    assert "(only some" not in e.precision_warning(("f16",))
-    assert BenchEnv().precision_warning(("f32",)) is None
-    assert "no stub mode" in BenchEnv().model_error("m", "gone")
-    assert BenchEnv(require_model=True).model_error("m", "gone").startswith("IE_REQUIRE_MODEL=1:")
 
 
 # ------------------------------------------------------------------- prompts
@@ -241,10 +196,11 @@ def test_command_with_fake_decoder(monkeypatch, tmp_path):
     except TypeError:
         runner = CliRunner()
     res = runner.invoke(bench, ["--model-dir", "m", "--prompts-file", str(f), "--max-new", "3",
-                                                     "--rounds", "2"], env=env)
+                                "--rounds", "2", "--bandwidth-mb", str(SMALL_BW_MB)], env=env)
     assert res.exit_code == 0, res.output + res.stderr
     recs = [json.loads(ln) for ln in res.stdout.splitlines()]
     assert [r["round"] for r in recs] == [1, 2]
+    assert all(r["read_bw_bytes"] == SMALL_BW_MB << 20 and r["read_bw_gbps"] > 0 for r in recs)
     assert made[0].init == dict(model_dir="m", threads=1, act="int8", affinity="compact")
     assert [(r["kv_hits"], r["kv_misses"]) for r in recs] == [(0, 3), (3, 0)]
     assert all(r["tokens_generated"] == 6 and r["touch_checksum"] == 48 and r["mb_per_token"] == 1.002048
@@ -253,11 +209,57 @@ def test_command_with_fake_decoder(monkeypatch, tmp_path):
     assert recs[0]["dedup_active"] is None  # the fake does not say
 
 
+class RejectingDecoder(FakeDecoder):
+    def check_ids(self, ids, final_len=None):
+        raise IEError("token id 99 is outside the vocabulary")
+
+
+@pytest.mark.parametrize("decoder, needle", [
+    (None, "cannot load the model"), (RejectingDecoder, "outside the vocabulary"), (FakeDecoder, None)])
+def test_inputs_are_checked_before_the_yardstick(monkeypatch, tmp_path, decoder, needle):
+    """The model is loaded and the prompts tokenized and checked before the
+    bandwidth is measured: a bad input fails without streaming the buffer;
+    then the yardstick runs once, on the decoder's thread count, before the
+    first round."""
+    from iekit.runtime import native
+
+    events = []
+
+    def factory(*a, **kw):
+        events.append("decoder")
+        if decoder is None:
+            raise IEError("m: no such directory")
+        d = decoder(*a, **kw)
+        d.prefill = lambda ids, _p=d.prefill: events.append("prefill") or _p(ids)
+        return d
+
+    def read_bandwidth(bytes, threads, passes):
+        events.append(("bandwidth", bytes, threads))
+        return {"gbps": 1.0}
+
+    monkeypatch.setitem(sys.modules, "iekit.runtime.decoder", types.SimpleNamespace(Decoder=factory))
+    monkeypatch.setattr(native, "read_bandwidth", read_bandwidth)
+    from iekit.runtime.bench import bench
+
+    f = tmp_path / "p.txt"
+    f.write_text("ids: 1,2\n")
+    res = CliRunner().invoke(bench, ["--model-dir", "m", "--prompts-file", str(f), "--max-new", "2",
+                                     "--rounds", "1", "--threads", "2", "--bandwidth-mb", "3"], env={})
+    if needle:
+        assert res.exit_code != 0 and isinstance(res.exception, IEError) and needle in str(res.exception)
+        assert events == ["decoder"]
+    else:
+        assert res.exit_code == 0, res.output
+        assert events == ["decoder", ("bandwidth", 3 << 20, 2), "prefill"]
+
+
 # ------------------------------------------------------------- real command
 
-def _bench(model, *args, env=None):
+def _bench(model, *args, env=None, bandwidth_mb=SMALL_BW_MB):
+    """``ierun bench`` as a user runs it; bandwidth_mb=None: the default yardstick."""
     import os
-    return run_tool("ierun", "bench", "--model-dir", model, *args, env={**os.environ, **(env or {})})
+    bw = () if bandwidth_mb is None else ("--bandwidth-mb", str(bandwidth_mb))
+    return run_tool("ierun", "bench", "--model-dir", model, *args, *bw, env={**os.environ, **(env or {})})
 
 
 def _records(res):
@@ -277,6 +279,8 @@ def test_device_errors(tmp_path):
     assert_one_line_error(_bench(GOLDEN_IEBIN / "tiny-llama", "--device", "cuda"), "CUDA decoder is not built")
     res = _bench(GOLDEN_IEBIN / "tiny-llama", "--device", "tpu")
     assert res.returncode == 2 and not res.stdout
+    res = _bench(GOLDEN_IEBIN / "tiny-llama", bandwidth_mb=0)
+    assert res.returncode == 2 and "--bandwidth-mb" in res.stderr and not res.stdout
 
 
 @pytest.mark.parametrize("require", ["0", "1"])
@@ -305,16 +309,18 @@ def _check_consistent(r, model, prompts_file=None):
     prompt_tokens = sum(len(ids) for ids in tokenize(read_prompts(prompts_file)[1], Decoder(model), 4))
     assert r["kv_hits"] + r["kv_misses"] == prompt_tokens + r["decode_steps"]
     assert r["latency_p50_ms"] <= r["latency_p95_ms"] and r["prefill_ms"] > 0 and r["rss_peak_mb"] > 0
-    if r["rss_peak_reset"]:  # the 256 MiB bandwidth buffer is not counted against a tiny model
-        assert r["rss_peak_mb"] < 256
+    if r["rss_peak_reset"] and r["read_bw_bytes"] == 256 << 20:
+        assert r["rss_peak_mb"] < 256  # the 256 MiB bandwidth buffer is not counted against a tiny model
     assert (r["device"], r["model_dir"], r["max_new"]) == ("cpu", str(model), 4)
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama-mixedq"])
 def test_golden_models_two_rounds(name):
     model = GOLDEN_IEBIN / name
-    recs = _records(_bench(model, "--max-new", "4", "--rounds", "2"))
+    default = name == "tiny-llama"  # the real default-size measurement path
+    recs = _records(_bench(model, "--max-new", "4", "--rounds", "2", bandwidth_mb=None if default else SMALL_BW_MB))
     assert [r["round"] for r in recs] == [1, 2]
+    assert all(r["read_bw_bytes"] == (256 if default else SMALL_BW_MB) << 20 for r in recs)
     for r in recs:
         _check_consistent(r, model)
         assert r["n_prompts"] == 10 and "default.txt" in r["prompts"]
@@ -341,11 +347,11 @@ def test_work_touch_env_and_unsupported_act(tmp_path):
     assert "IE_ACT_PREC=fp8: not supported, using fp32" in res.stderr
 
 
-def test_dedup_reported_as_requested_and_as_used(tmp_path):
+def test_dedup_reported_as_requested_and_as_used(tmp_path, nearcopy_f32):
     """IE_DEDUP=1 reaches the decoder; dedup_active says whether its loader
     really serves tensors (false after the fallback, which is one warning),
     dedup_cache carries the loader's counters."""
-    model = nearcopy_llama(tmp_path)
+    model = copy_model(nearcopy_f32, tmp_path / "m")
     args = ("--max-new", "2", "--rounds", "1")
     for f in ("model.dedup.json", "model.defaults.bin", "model.masks.bin", "model.exceptions.bin"):
         (model / f).rename(model / (f + ".off"))

@@ -15,7 +15,6 @@ import pytest
 
 from conftest import GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, run_tool
 from decoder_ref import forward, kl_top1, load_weights
-from nearcopy import nearcopy_llama
 from iekit.formats.errors import IEError
 from iekit.runtime.decoder import Decoder, rope_inv_freq
 from iekit.runtime.sampling import Sampler, generate
@@ -197,12 +196,12 @@ def test_quantized_logits_against_f32_top1_and_kl(q4_dirs):
 
 
 @pytest.mark.parametrize("scheme", [None, "int4w"])
-def test_dedup_served_weights_give_bit_identical_logits(tmp_path, monkeypatch, scheme):
+def test_dedup_served_weights_give_bit_identical_logits(request, monkeypatch, scheme):
     """Layer 1 is layer 0 with 1% of elements changed, kept f32 or quantized
     to int4w (dedup works on packed bytes alike): plan + extract find the
     copies, and with IE_DEDUP=1 the decoder reads the rebuilt tensors; its
     logits must equal the model.ie.bin ones bit for bit."""
-    model = nearcopy_llama(tmp_path, scheme)
+    model = request.getfixturevalue(f"nearcopy_{scheme or 'f32'}")
     ids = [0, 145, 290, 87, 232, 29, 174]
     plain = Decoder(model).logits(ids)
     monkeypatch.setenv("IE_DEDUP", "1")

@@ -1,7 +1,7 @@
 """The dedup runtime loader: every rule has an input that breaks it, for
 the native loader (through the binding, bypassing the Python validator) and
 for the Python index validator; then IE_DEDUP_STRICT, the LRU cache, debug
-logging, and the environment."""
+logging (the IE_DEDUP_* rules: tests/test_env.py)."""
 
 from __future__ import annotations
 
@@ -351,18 +351,6 @@ def test_disabled_ignores_a_broken_artifact(art):
         warnings.simplefilter("error")
         src = TensorSource(art, DedupConfig(enabled=False, strict=True))
     assert src.store is None and src.source_of("a0") == "iebin"
-
-
-def test_env_config(monkeypatch):
-    env = {"IE_DEDUP": "1", "IE_DEDUP_STRICT": "1", "IE_DEDUP_CACHE_MB": "12.5", "IE_DEDUP_DEBUG": "1",
-           "IE_DEDUP_POLICY": "lossless"}
-    assert DedupConfig.from_env(env) == DedupConfig(True, True, "lossless", 12.5, True)
-    assert DedupConfig.from_env({}) == DedupConfig()
-    for k, v, needle in (("IE_DEDUP", "yes", "expected 0 or 1"), ("IE_DEDUP_POLICY", "lossy", "only 'lossless'"),
-                         ("IE_DEDUP_CACHE_MB", "-1", "MiB"), ("IE_DEDUP_CACHE_MB", "lots", "MiB"),
-                         ("IE_DEDUP_STRICT", "2", "expected 0 or 1")):
-        with pytest.raises(IEError, match=needle):
-            DedupConfig.from_env({k: v})
 
 
 def test_cli_strict_missing_blob(art):

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import jsonschema
 import pytest
 
+from conftest import run_tool
 from iekit.convert.hf_to_iebin import convert
 from iekit.formats.errors import FormatError
 from iekit.formats.hf_checkpoint import from_dir
@@ -99,7 +100,7 @@ def run_ieconv(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("IE_DEBUG", None)
     env.pop("COLUMNS", None)  # what rich sees when output is piped
-    return subprocess.run([str(IECONV), *map(str, args)], capture_output=True, text=True, env=env, timeout=120)
+    return run_tool("ieconv", *args, env=env, timeout=120)
 
 
 def assert_cli_error(res: subprocess.CompletedProcess, *needles: str) -> str:

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, copy_model, run_tool
 
 MIXED = GOLDEN_IEBIN / "tiny-llama-mixedq"
 
@@ -50,14 +50,12 @@ def test_verify_int4_refuses_a_model_without_quantized_tensors():
                           "no quantized tensors")
 
 
-def test_verify_int4_with_dedup_checks_the_rebuilt_bytes(tmp_path):
+def test_verify_int4_with_dedup_checks_the_rebuilt_bytes(tmp_path, nearcopy_int4w):
     """With IE_DEDUP=1 the bytes verified are those the dedup loader serves:
     a flipped exception byte fails, though model.ie.bin is intact."""
     import os
 
-    from nearcopy import nearcopy_llama
-
-    model = nearcopy_llama(tmp_path, "int4w")
+    model = copy_model(nearcopy_int4w, tmp_path / "m")
     dedup = {**os.environ, "IE_DEDUP": "1", "IE_DEDUP_STRICT": "1"}
     assert run_tool("ierun", "verify", "int4", "--model-dir", model, env=dedup).returncode == 0
     index = json.loads((model / "model.dedup.json").read_text())
