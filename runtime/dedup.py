@@ -19,6 +19,7 @@ re-validates every number against the blobs before first use.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import warnings
@@ -99,6 +100,7 @@ class TensorSource:
         self.fallback_reason: str | None = None
         self._by_name = {t["name"]: t for t in self.model.tensors}
         self._maps: dict[Path, np.memmap] = {}
+        self._verified: set[str] = set()
         if not self.config.enabled:
             return
         try:
@@ -126,7 +128,10 @@ class TensorSource:
         """The tensor's bytes as a read-only 1-D uint8 array."""
         t = self._entry(name)
         if self.store is not None and name in self.store:
-            return self.store.get(name)
+            buf = self.store.get(name)
+            if self.config.strict and name not in self._verified:
+                self._verify(name, buf, t)
+            return buf
         if t["nbytes"] == 0:
             return np.empty(0, np.uint8)
         path = self.model.path_of(t)
@@ -134,6 +139,20 @@ class TensorSource:
         if mm is None:
             mm = self._maps[path] = np.memmap(path, dtype=np.uint8, mode="r")
         return mm[t["file_data_offset"]:t["file_data_offset"] + t["nbytes"]]
+
+    def _verify(self, name: str, buf: np.ndarray, t: dict[str, Any]) -> None:
+        """IE_DEDUP_STRICT=1: the first rebuild of a tensor must hash to its
+        model.ie.json sha256, so a corrupted exception byte, mask or default,
+        or a member pointed at the wrong group, is an error, not different
+        logits. The verdict is cached: later rebuilds (after an LRU eviction)
+        read the same mapped blobs. Costs one SHA-256 pass over each grouped
+        tensor, once, at load (docs/formats/dedup.md gives the measured rate)."""
+        digest = hashlib.sha256(buf).hexdigest()
+        if digest != t["sha256"]:
+            raise IEError(f"{self.index.path}: IE_DEDUP_STRICT=1: {name!r} rebuilds to sha256 {digest[:16]}..., "
+                          f"model.ie.json says {t['sha256'][:16]}... (a corrupted default, mask or exception "
+                          f"region, or a member in the wrong group; ierun verify dedup names it)")
+        self._verified.add(name)
 
     def stats(self) -> dict[str, Any]:
         base = {"enabled": self.config.enabled, "active": self.store is not None, "fallback_reason": self.fallback_reason}

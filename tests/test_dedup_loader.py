@@ -410,3 +410,51 @@ def test_debug_logs_parsing_and_cache_decisions(three, capfd):
     s2, _ = open_store(three, cache_mb=1)
     s2.get("a")
     assert capfd.readouterr().err == ""
+
+
+# -- IE_DEDUP_STRICT=1 verifies what it rebuilds (issue 11, finding 5) --------
+
+def _exceptions_region(art: Path, name: str) -> tuple[int, int]:
+    for grp in meta_of(art)["groups"]:
+        for m in grp["members"]:
+            if m["name"] == name:
+                return m["exceptions"]["offset"], m["exceptions"]["count"]
+    raise KeyError(name)
+
+
+def test_strict_refuses_a_flipped_exception_byte(art):
+    off, count = _exceptions_region(art, "a1")
+    assert count > 0
+    _patch_blob(art, "model.exceptions.bin", off, (art / "model.exceptions.bin").read_bytes()[off] ^ 0x5A)
+    src = TensorSource(art, DedupConfig(enabled=True, strict=True))  # the structure is intact: it loads
+    with pytest.raises(IEError, match=r"IE_DEDUP_STRICT=1: .*'a1'.*sha256.*model.ie.json"):
+        src.get("a1")
+    assert np.array_equal(src.get("a0"), original(art, "a0"))  # other members still verified and served
+
+
+def test_strict_refuses_a_member_moved_to_another_group_of_the_same_size(tmp_path):
+    """Two groups of equal nbytes: pointing a member at the other group keeps every
+    structural rule (and the member's own sha256 entry) intact."""
+    rng = np.random.default_rng(7)
+    d = tmp_path / "model"
+    write_artifact(d, [{"members": {f"a{i}": r for i, r in enumerate(near_copies(rng, 2, 512, 0.02))}},
+                       {"members": {f"b{i}": r for i, r in enumerate(near_copies(rng, 2, 512, 0.02))}}])
+    meta = meta_of(d)
+    moved = meta["groups"][0]["members"].pop(1)
+    meta["groups"][1]["members"].append(moved)
+    (d / fmt.INDEX_NAME).write_text(json.dumps(meta))
+    src = TensorSource(d, DedupConfig(enabled=True, strict=True))
+    with pytest.raises(IEError, match=rf"IE_DEDUP_STRICT=1: .*{moved['name']!r}.*sha256"):
+        src.get(moved["name"])
+
+
+def test_strict_verifies_once_per_tensor(art, monkeypatch):
+    import hashlib
+
+    calls = []
+    real = hashlib.sha256
+    monkeypatch.setattr("iekit.runtime.dedup.hashlib.sha256", lambda b=b"": calls.append(1) or real(b))
+    src = TensorSource(art, DedupConfig(enabled=True, strict=True))
+    for _ in range(3):
+        src.get("a1")
+    assert len(calls) == 1
