@@ -11,7 +11,7 @@ NATIVE_BUILD := build/native
 DEMO_OUT ?= out/demo
 DEMO_PROMPT ?= "The capital of France is"
 
-.PHONY: setup install test test-native demo build-cuda golden golden-iebin bench-convert bench-decode clean
+.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo build-cuda golden golden-iebin bench-convert bench-decode clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -46,6 +46,54 @@ demo: setup
 	$(VENV)/bin/ieconv hf-to-iebin --hf-dir golden/hf/tiny-llama --out-dir $(DEMO_OUT)/int4w --q4-map $(DEMO_OUT)/q4_manifest.json
 	$(VENV)/bin/ierun verify int4 --model-dir $(DEMO_OUT)/int4w --hf-dir golden/hf/tiny-llama
 	$(VENV)/bin/ierun generate --model-dir $(DEMO_OUT)/int4w --prompt $(DEMO_PROMPT) --max-new 16
+
+# Sanitizer and fuzz builds (docs/security.md): clang + libFuzzer from Debian.
+SAN_BUILD  := build/asan
+SAN_SITE   := build/asan-site
+FUZZ_S     ?= 60
+FUZZ_CORPUS   := build/fuzz-corpus
+FUZZ_FINDINGS := fuzz/findings
+FUZZ_TARGETS  := fuzz_bsr_file fuzz_bsr_arrays fuzz_dedup_store fuzz_gemv fuzz_decoder
+# Python + ASan: the runtime must be loaded first (LD_PRELOAD), with libstdc++
+# (else exceptions thrown through the extension abort); CPython's intentional
+# leaks at exit are not ours.
+SAN_ENV = LD_PRELOAD="$$(clang++ -print-file-name=libclang_rt.asan-x86_64.so) $$(clang++ -print-file-name=libstdc++.so.6)" \
+          ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+          PYTHONPATH=$(SAN_SITE)
+SAN_PYTESTS := tests/test_native.py tests/test_gemv.py tests/test_bsr.py tests/test_bsr_validator.py \
+               tests/test_dedup_loader.py tests/test_decoder.py tests/test_weight_types_parity.py tests/test_fuzz_python.py
+
+fuzz-deps:
+	@command -v clang++ >/dev/null && test -n "$$(clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a | grep /)" \
+	  && test -e /usr/lib/llvm-14/lib/libomp.so || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	     clang libclang-rt-14-dev libomp-14-dev)
+	$(PIP) install --quiet --disable-pip-version-check "atheris>=2.3"
+
+# One ASan + UBSan build (clang) of everything: the extension (installed into
+# $(SAN_SITE), used through PYTHONPATH), the C++ tests and the fuzz targets.
+san-build: setup fuzz-deps
+	$(PIP) install --quiet --disable-pip-version-check --no-build-isolation --no-deps --upgrade \
+	  --target $(SAN_SITE) -Cbuild-dir=$(SAN_BUILD) -Ccmake.build-type=RelWithDebInfo \
+	  -Ccmake.define.CMAKE_CXX_COMPILER=clang++ -Ccmake.define.IE_FUZZ=ON .
+
+# Under the sanitizers: the C++ tests, the native and loader pytest modules,
+# and a short run of every fuzz target from its seed corpus (SAN_FUZZ_S=20).
+sanitize: san-build
+	$(VENV)/bin/ctest --test-dir $(SAN_BUILD) --output-on-failure
+	$(SAN_ENV) $(VPY) -m pytest -q -p no:cacheprovider $(SAN_PYTESTS)
+	$(MAKE) --no-print-directory fuzz-run FUZZ_S=$(or $(SAN_FUZZ_S),20)
+
+# Every fuzz target for FUZZ_S seconds (default 60); crashes are kept under
+# fuzz/findings/TARGET/ and fail the run.
+fuzz: san-build
+	$(MAKE) --no-print-directory fuzz-run
+
+fuzz-run:
+	$(VPY) fuzz/make_seeds.py $(FUZZ_CORPUS)
+	$(VPY) fuzz/run.py --build $(SAN_BUILD) --corpus $(FUZZ_CORPUS) --findings $(FUZZ_FINDINGS) --seconds $(FUZZ_S) \
+	  $(FUZZ_TARGETS)
+	$(SAN_ENV) $(VPY) fuzz/fuzz_python.py --seconds $(FUZZ_S)
 
 # CUDA kernels are opt-in; needs nvcc on PATH.
 build-cuda: $(VPY)

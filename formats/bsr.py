@@ -4,7 +4,7 @@ The spec is docs/formats/bsr.md. This module is the reference for the format:
 the writer ``ieconv block-sparse`` uses, the strict reader/validator behind
 ``ieconv validate``/``inspect`` and ``ierun verify bsr``, and the float64
 products the native kernels are checked against. The C++ loader
-(csrc/bsr_scalar.cpp) enforces the same rules in the same order and reports
+(csrc/bsr/loader.cpp) enforces the same rules in the same order and reports
 the same ``code`` and ``field`` for each, so the tests can hold the two to
 each other input by input.
 

@@ -5,7 +5,7 @@ dimensions, RoPE), checks every tensor the architecture needs (present,
 right shape, a dtype the GEMV kernels read), and hands the native decoder
 zero-copy views of the mapped ``model.ie.bin`` (or, with ``IE_DEDUP=1``,
 of tensors rebuilt by the dedup loader). The per-token step runs entirely
-in C++ with the GIL released (csrc/decoder.cpp); this module only keeps
+in C++ with the GIL released (csrc/decoder/decoder.cpp); this module only keeps
 the bookkeeping that makes benchmarks honest: the KV-cache prefix reuse
 counters and the weight bytes one step reads.
 """

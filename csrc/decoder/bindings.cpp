@@ -119,7 +119,7 @@ void ie_register_decoder(py::module_& m) {
       .def_readonly("hidden", &ie::DecoderConfig::hidden)
       .def_readonly("vocab", &ie::DecoderConfig::vocab)
       .def_readonly("max_ctx", &ie::DecoderConfig::max_ctx);
-  py::class_<PyDecoder>(m, "Decoder", "Llama-family decoder over weights read in place (csrc/decoder.h).")
+  py::class_<PyDecoder>(m, "Decoder", "Llama-family decoder over weights read in place (csrc/decoder/decoder.h).")
       .def(py::init(&make_decoder), py::arg("config"), py::arg("matrices"), py::arg("vectors"),
            py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "")
       .def("forward", &forward, py::arg("tokens"), py::arg("all_logits") = false,

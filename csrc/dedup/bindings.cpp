@@ -1,5 +1,5 @@
 // Python bindings of the dedup loader and kernel (`iekit.runtime._native`).
-// The environment (IE_DEDUP_*) is read by runtime/dedup.py, never here.
+// The environment (IE_DEDUP_*) is read by runtime/env.py, never here.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

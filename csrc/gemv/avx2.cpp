@@ -1,5 +1,5 @@
 // AVX2/FMA/F16C GEMV kernels (this file alone is built with -mavx2 -mfma
-// -mf16c). gemv_scalar.cpp is the reference they are tested against.
+// -mf16c). scalar.cpp is the reference they are tested against.
 //
 // 4-bit rows (int4w, q4_0, q4_1) are processed in 32-byte chunks: two
 // 16-byte blocks of 32 elements = 64 elements.

@@ -1,0 +1,246 @@
+"""Python-side fuzz targets (atheris, libFuzzer's engine for Python).
+
+Each target takes bytes and must end in one of two ways: accepted, or an
+IEError (the one-line user error). Any other exception is a finding; with
+the ASan build on PYTHONPATH (make sanitize / make fuzz) a native
+out-of-bounds access is one too. Two targets are differential: the Python
+validator and the C++ loader must accept and refuse the same inputs.
+
+  iebin       model.ie.json mutated beside the golden model.ie.bin: load_model
+              (deep), then the decoder's whole load path, then one forward step
+  manifest    q4_manifest.json: load_manifest, then plan() over a golden model
+  dedup       model.dedup.json beside the golden blobs: load_index, open_store,
+              every member rebuilt
+  safetensors a mutated safetensors file: header parse, every tensor read
+  bsr         differential: formats/bsr.py parse vs the C++ loader (bsr_check):
+              same verdict, same code and field
+  weightspec  differential: the Python registry's quant parser vs the native
+              WeightSpec on the same (dtype, shape, quant) description
+
+    python fuzz/fuzz_python.py --seconds 60 [--target iebin ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "golden"
+_TMP = Path(tempfile.mkdtemp(prefix="iefuzz-py."))
+
+
+def _fresh_dir(name: str) -> Path:
+    d = _TMP / name
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir()
+    return d
+
+
+def _expected(fn, *args) -> object:
+    """fn(*args), with IEError (a refusal) mapped to None."""
+    from iekit.formats.errors import IEError
+
+    try:
+        return fn(*args)
+    except IEError:
+        return None
+
+
+def t_iebin(data: bytes) -> None:
+    from iekit.formats import iebin
+    from iekit.runtime.decoder import Decoder
+
+    d = _fresh_dir("iebin")
+    shutil.copy(GOLDEN / "iebin" / "tiny-llama-mixedq" / "model.ie.bin", d / "model.ie.bin")
+    (d / "model.ie.json").write_bytes(data)
+    if _expected(iebin.load_model, d, True) is None:
+        return
+    dec = _expected(lambda: Decoder(d, ctx=16))
+    if dec is not None:
+        _expected(dec.prefill, [1, 2, 3])
+
+
+def t_manifest(data: bytes) -> None:
+    from iekit.formats import iebin, q4_manifest
+
+    p = _fresh_dir("manifest") / "q4_manifest.json"
+    p.write_bytes(data)
+    m = _expected(q4_manifest.load_manifest, p)
+    if m is not None:
+        model = iebin.load_model(GOLDEN / "iebin" / "tiny-llama")
+        _expected(q4_manifest.plan, m, {t["name"]: (t["dtype"], t["shape"]) for t in model.tensors})
+
+
+def t_dedup(data: bytes) -> None:
+    from iekit.formats import dedup
+    from iekit.runtime.dedup import open_store
+
+    src = GOLDEN / "dedup" / "model" / "dedup_out"
+    d = _fresh_dir("dedup")
+    for f in src.glob("model.*.bin"):
+        shutil.copy(f, d / f.name)
+    (d / dedup.INDEX_NAME).write_bytes(data)
+    index = _expected(dedup.load_index, d)
+    if index is None:
+        return
+    opened = _expected(open_store, d)
+    if opened is not None:
+        store, index = opened
+        for _g, _j, _grp, m in index.members():
+            store.get(m["name"])
+
+
+def t_safetensors(data: bytes) -> None:
+    from iekit.formats.safetensors_reader import SafetensorsFile
+
+    p = _fresh_dir("st") / "model.safetensors"
+    p.write_bytes(data)
+
+    def read_all():
+        with SafetensorsFile(p) as f:
+            for t in f.tensors.values():
+                for _chunk in f.iter_chunks(t):
+                    pass
+
+    _expected(read_all)
+
+
+def _native_bsr_verdict(path: Path) -> tuple:
+    from iekit.runtime.native import _native
+
+    r = _native.bsr_check(str(path))
+    return (True,) if r["ok"] else (False, r["code"], r["field"])
+
+
+def t_bsr(data: bytes) -> None:
+    from iekit.formats import bsr
+
+    p = _fresh_dir("bsr") / "m.bsr"
+    p.write_bytes(data)
+    try:
+        bsr.parse(data, p)
+        py = (True,)
+    except bsr.BsrFormatError as e:
+        py = (False, e.code, e.field)
+    cpp = _native_bsr_verdict(p)
+    if py != cpp:
+        raise AssertionError(f"BSR validators disagree: Python {py}, C++ {cpp}")
+
+
+def t_weightspec(data: bytes) -> None:
+    from iekit.formats import weight_types
+    from iekit.formats.quant import QuantDictError
+    from iekit.runtime.kernels import native_weight_args
+    from iekit.runtime.native import _native
+
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return
+    if not isinstance(obj, dict):
+        return
+    wt = weight_types.find(obj.get("dtype"))
+    shape = obj.get("shape")
+    if wt is None or not (isinstance(shape, list) and len(shape) == 2 and all(type(v) is int for v in shape)):
+        return
+    rows, cols = shape
+    if not (0 < rows < 1 << 20 and 0 < cols < 1 << 20):
+        return
+    try:
+        params = wt.parse_quant(obj.get("quant"), [rows, cols]) if wt.quantized else None
+    except QuantDictError:
+        return  # refused by Python: nothing for the native side to agree with
+    if wt.quantized is False and obj.get("quant") is not None:
+        return
+    spec = _native.WeightSpec(**native_weight_args(wt, rows, cols, params))  # must accept what Python accepted
+    if spec.nbytes != wt.nbytes(rows, cols, params):
+        raise AssertionError(f"nbytes disagree for {obj}: C++ {spec.nbytes}, Python {wt.nbytes(rows, cols, params)}")
+
+
+TARGETS = {"iebin": t_iebin, "manifest": t_manifest, "dedup": t_dedup, "safetensors": t_safetensors, "bsr": t_bsr,
+           "weightspec": t_weightspec}
+
+
+def seeds(target: str) -> list[bytes]:
+    """Real inputs from golden/ to start from."""
+    if target == "iebin":
+        return [(GOLDEN / "iebin" / "tiny-llama-mixedq" / "model.ie.json").read_bytes()]
+    if target == "manifest":
+        return [p.read_bytes() for p in sorted((GOLDEN / "manifests").glob("*.json"))]
+    if target == "dedup":
+        return [(GOLDEN / "dedup" / "model" / "dedup_out" / "model.dedup.json").read_bytes()]
+    if target == "safetensors":
+        return [(GOLDEN / "hf" / "tiny-llama3" / "model.safetensors").read_bytes()]
+    if target == "bsr":
+        return [p.read_bytes() for p in sorted((GOLDEN / "bsr").glob("*.bsr"))]
+    meta = json.loads((GOLDEN / "iebin" / "tiny-llama-mixedq" / "model.ie.json").read_text())
+    return [json.dumps({k: t.get(k) for k in ("dtype", "shape", "quant")}).encode() for t in meta["tensors"]]
+
+
+def fuzz_one(target: str, seconds: int, corpus: Path, inputs: list[str]) -> int:
+    """Runs one target under atheris in this process (libFuzzer owns it);
+    with `inputs`, runs just those files once (reproducing a finding)."""
+    import atheris
+
+    corpus.mkdir(parents=True, exist_ok=True)
+    for i, s in enumerate(seeds(target)):
+        (corpus / f"seed-{i}").write_bytes(s)
+    with atheris.instrument_imports():  # coverage feedback from the validators and loaders
+        import iekit.formats.bsr  # noqa: F401
+        import iekit.formats.dedup  # noqa: F401
+        import iekit.formats.iebin  # noqa: F401
+        import iekit.formats.q4_manifest  # noqa: F401
+        import iekit.formats.quant  # noqa: F401
+        import iekit.formats.safetensors_reader  # noqa: F401
+        import iekit.runtime.decoder  # noqa: F401
+        import iekit.runtime.dedup  # noqa: F401
+    fn = TARGETS[target]
+
+    def one(data: bytes) -> None:
+        fn(data)
+
+    atheris.Setup([sys.argv[0], f"-max_total_time={seconds}", "-timeout=20", "-rss_limit_mb=4096",
+                   "-print_final_stats=1", f"-artifact_prefix={REPO / 'fuzz' / 'findings' / ('py_' + target)}/",
+                   *(inputs or [str(corpus)])], one)
+    (REPO / "fuzz" / "findings" / f"py_{target}").mkdir(parents=True, exist_ok=True)
+    atheris.Fuzz()
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=int, default=60)
+    ap.add_argument("--corpus", type=Path, default=REPO / "build" / "fuzz-corpus")
+    ap.add_argument("--target", action="append", choices=sorted(TARGETS))
+    ap.add_argument("--one", choices=sorted(TARGETS), help="run one target in this process (with INPUTS: replay them)")
+    ap.add_argument("inputs", nargs="*", help="with --one: input files to replay, e.g. a finding")
+    a = ap.parse_args()
+    if a.one:
+        return fuzz_one(a.one, a.seconds, a.corpus / f"py_{a.one}", a.inputs)
+    failed = 0
+    for t in a.target or list(TARGETS):
+        # One process per target: libFuzzer runs once per process.
+        res = subprocess.run([sys.executable, __file__, "--one", t, "--seconds", str(a.seconds), "--corpus", str(a.corpus)],
+                             capture_output=True, text=True)
+        out = res.stdout + res.stderr
+        runs = [ln.split(":")[-1].strip() for ln in out.splitlines() if "stat::number_of_executed_units" in ln]
+        print(f"py_{t}: {runs[-1] if runs else 0} executions in {a.seconds} s, "
+              f"{'no findings' if res.returncode == 0 else 'FINDING (exit %d)' % res.returncode}", flush=True)
+        if res.returncode != 0:
+            failed += 1
+            print("\n".join(out.strip().splitlines()[-30:]), file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
