@@ -2,7 +2,9 @@
 
 A user error ends as one line on stderr and a non-zero exit status, never a
 traceback: exit 1 for bad input (IEError, OS errors), 2 for bad usage
-(click), 130 on Ctrl-C, 3 for an internal bug (traceback with IE_DEBUG=1).
+(click), 130 on Ctrl-C (at any moment, start-up included: the console
+scripts enter through convert/entry.py and runtime/entry.py), 3 for an
+internal bug (traceback with IE_DEBUG=1).
 Warnings (e.g. a dedup artifact that cannot be used) are one line too,
 ``warning: message``, without Python's source-line echo.
 """
@@ -17,6 +19,8 @@ import warnings
 import click
 
 from iekit.formats.errors import IEError
+
+from .interrupt import exit_interrupted
 
 
 def stdout_console():
@@ -49,7 +53,9 @@ def run_cli(group: click.Group, prog_name: str) -> None:
     warnings.showwarning = _one_line_warning
     try:
         rc = group.main(prog_name=prog_name, standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as e:  # click's wrapping of Ctrl-C (and of EOF at a prompt)
+        if isinstance(e.__cause__, KeyboardInterrupt):
+            exit_interrupted()
         rc = _fail("aborted", 130)
     except click.ClickException as e:
         e.show()
@@ -60,7 +66,7 @@ def run_cli(group: click.Group, prog_name: str) -> None:
         where = f"{e.filename}: " if e.filename else ""
         rc = _fail(f"error: {where}{e.strerror or e}", 1)
     except KeyboardInterrupt:
-        rc = _fail("interrupted", 130)
+        exit_interrupted()
     except Exception as e:  # a bug: keep the one-line contract, offer the traceback
         if os.environ.get("IE_DEBUG") == "1":
             raise

@@ -138,5 +138,5 @@ def convert_file(out: Path, block_rows: int, block_cols: int, *, dense: Path | N
             raise
         raise IEError(f"{label}: the input holds non-finite values (first kept at {e.field}); "
                       "pass --allow-nonfinite to store them") from None
-    write_file_atomic(out, data)
+    write_file_atomic(out, data, replace=overwrite)  # no replacing a file that appeared meanwhile either
     return conv, label

@@ -17,7 +17,8 @@ from iekit.cli.support import human_bytes, run_cli, stdout_console
 from iekit.formats import hf_checkpoint, iebin, weight_types
 from iekit.formats.atomic import write_file_atomic
 from iekit.formats.errors import IEError
-from iekit.formats.jsonio import dumps_canonical, load_json
+from iekit.formats.fileio import read_small
+from iekit.formats.jsonio import dumps_canonical, loads_strict
 from iekit.formats.q4_manifest import default_manifest, load_manifest, plan
 
 from iekit.formats.bsr import is_bsr_path
@@ -28,7 +29,7 @@ from .hf_hub import from_hub
 from .hf_to_iebin import CAST_TARGETS
 from .hf_to_iebin import Progress as ConvertProgress
 from .hf_to_iebin import convert
-from .iebin_legacy import upgrade_legacy
+from .iebin_legacy import is_schema2, upgrade_legacy
 
 QUANTIZED = weight_types.names(quantized=True)
 
@@ -61,7 +62,10 @@ def cli() -> None:
 @click.option("--q4-map", type=click.Path(path_type=Path, dir_okay=False),
               help=f"q4_manifest.json selecting tensors to quantize ({', '.join(QUANTIZED)}); see `ieconv q4-manifest`.")
 @click.option("--force", is_flag=True, help="With --q4-map: also quantize embeddings/norms the manifest selects.")
-@click.option("--overwrite", is_flag=True, help="Replace an existing model.ie.json/model.ie.bin in --out-dir.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the artifact in --out-dir as a whole: its files are replaced, and files of a previous "
+                   "artifact this one does not write (model.ie.*, config/tokenizer files, dedup links) are removed "
+                   "and listed. Other files are never touched. Without it, any such file already there is an error.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, overwrite, quiet):
     """Convert an HF safetensors checkpoint to IEBIN schema2.
@@ -70,7 +74,9 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, ov
     model.safetensors.index.json, streams tensor by tensor (memory stays
     bounded whatever the model size), and writes atomically. Without --dtype
     every tensor keeps its HF name and exact bytes. config.json,
-    generation_config.json and tokenizer files are copied alongside.
+    generation_config.json and tokenizer files are copied alongside (each
+    must be a regular file inside the checkpoint). Nothing already in
+    --out-dir is replaced without --overwrite.
     """
     if (hf_dir is None) == (repo_id is None):
         raise click.UsageError("give exactly one of --hf-dir or --repo-id")
@@ -96,6 +102,9 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, ov
         res = convert(src, out_dir, dtype=dtype, overwrite=overwrite, progress=prog, manifest=manifest, force=force)
     for w in res.warnings or []:
         err.print(f"warning: {w}", markup=False)
+    if res.removed:
+        err.print(f"removed the previous artifact's {', '.join(res.removed)} from {res.out_dir} "
+                  "(not part of the new one)", markup=False)
     mbps = res.bytes_in / 1e6 / res.seconds if res.seconds > 0 else float("inf")
     err.print(f"converted {res.tensors} tensors ({human_bytes(res.bytes_in)} in, {human_bytes(res.bytes_out)} "
               f"model.ie.bin{f', {res.cast_tensors} cast to {dtype}' if dtype else ''}"
@@ -127,7 +136,7 @@ def q4_manifest_cmd(hf_dir, out_path, scheme, group_size, affine, scale_dtype, q
     tensors = tensor_shapes(src)
     g = group_size if group_size == "row" else int(group_size)
     manifest = default_manifest(tensors, scheme, g, not affine, scale_dtype, quantize_head)
-    write_file_atomic(out_path, dumps_canonical(manifest))
+    write_file_atomic(out_path, dumps_canonical(manifest), replace=overwrite)
     p = plan(load_manifest(out_path), tensors)
     for w in p.warnings:
         err.print(f"warning: {w}", markup=False)
@@ -220,30 +229,64 @@ def quant_label(q: dict | None) -> str:
 @cli.command("iebin-upgrade")
 @click.argument("legacy_json", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("-o", "--out", "out_path", type=click.Path(path_type=Path, dir_okay=False),
-              help="Where to write schema2 metadata (default: replace LEGACY_JSON, keeping LEGACY_JSON.bak).")
-@click.option("--no-backup", is_flag=True, help="Do not keep LEGACY_JSON.bak when upgrading in place.")
-def iebin_upgrade(legacy_json: Path, out_path: Path | None, no_backup: bool):
+              help="Where to write schema2 metadata (default: replace LEGACY_JSON, keeping the original as "
+                   "LEGACY_JSON.bak, or .bak.1, .bak.2, ... when that name is taken).")
+@click.option("--no-backup", is_flag=True, help="Do not keep a backup of LEGACY_JSON when upgrading in place.")
+@click.option("--overwrite", is_flag=True, help="With -o: replace an existing file.")
+def iebin_upgrade(legacy_json: Path, out_path: Path | None, no_backup: bool, overwrite: bool):
     """Rewrite legacy IEBIN metadata (shard / shard_data_offset, uppercase dtypes) as schema2.
 
     Checksums are computed from the bytes each entry points at, and the result
     must pass `ieconv validate` before it is written (atomically). The output
     must live in the same directory as LEGACY_JSON, since file paths are
-    relative to it.
+    relative to it. An existing backup is never replaced (a new .bak.N name
+    is used), nor an existing -o file without --overwrite.
+
+    A file that is already schema2 is left alone: one "nothing to do" line,
+    exit 0, nothing written (use `ieconv validate` to check it).
     """
-    meta, notes = upgrade_legacy(load_json(legacy_json), legacy_json)
+    data = read_small(legacy_json)
+    legacy = loads_strict(data, legacy_json)
+    if is_schema2(legacy):
+        out.print(f"nothing to do: {legacy_json} is already IEBIN schema2 (nothing written; "
+                  "`ieconv validate` checks it)", markup=False)
+        return
+    meta, notes = upgrade_legacy(legacy, legacy_json)
     target = out_path or legacy_json
     if target.resolve().parent != legacy_json.resolve().parent:
         raise IEError(f"{target}: must be in the same directory as {legacy_json} (tensor file paths are relative)")
+    in_place = target.resolve() == legacy_json.resolve()
+    if not in_place and not overwrite and (target.exists() or target.is_symlink()):
+        raise IEError(f"{target}: exists; pass --overwrite to replace it")
     iebin.validate_meta(meta, target)
     iebin.check_backing_files(meta, target)  # ranges, overlaps: all before anything is written
-    if target.resolve() == legacy_json.resolve() and not no_backup:
-        bak = legacy_json.with_name(legacy_json.name + ".bak")
-        write_file_atomic(bak, legacy_json.read_bytes())
+    if in_place and not no_backup:
+        bak = keep_backup(legacy_json, data)
         err.print(f"kept the original as {bak}", markup=False)
-    iebin.write_meta(target, meta)
+    write_file_atomic(target, dumps_canonical(meta), replace=in_place or overwrite)
     for n in notes:
         err.print(f"note: {n}", markup=False)
     out.print(f"OK {target}: schema2, {len(meta['tensors'])} tensors", markup=False)
+
+
+MAX_BACKUPS = 100
+
+
+def keep_backup(path: Path, data: bytes) -> Path:
+    """Write ``data`` (the original of ``path``) as PATH.bak, or PATH.bak.1,
+    .bak.2, ... : never over an existing file. A backup that already holds
+    exactly these bytes is reused."""
+    for i in range(MAX_BACKUPS):
+        bak = path.with_name(path.name + ".bak" + (f".{i}" if i else ""))
+        if bak.is_file() and not bak.is_symlink() and bak.stat().st_size == len(data) and bak.read_bytes() == data:
+            return bak
+        try:
+            write_file_atomic(bak, data, replace=False)
+            return bak
+        except FileExistsError:
+            continue
+    raise IEError(f"{path}: {path.name}.bak to {path.name}.bak.{MAX_BACKUPS - 1} all exist; "
+                  "move some away (or pass --no-backup)")
 
 
 # dedup-plan, dedup-extract, dedup-link (convert/dedup_cli.py) and block-sparse

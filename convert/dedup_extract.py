@@ -23,7 +23,7 @@ import numpy as np
 
 from iekit.formats.fileio import PreadFiles
 from iekit.formats import dedup as fmt
-from iekit.formats.atomic import StagedFiles
+from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.errors import FormatError, IEError
 
 CHUNK_BUDGET = 64 << 20
@@ -80,51 +80,55 @@ def extract(model_dir: Path, tensor_map_path: Path, groups_path: Path, out_prefi
     stem, out_dir = out_prefix.name, out_prefix.parent
     if not stem or stem in (".", ".."):
         raise IEError(f"{out_prefix}: --out-prefix must end in a file name stem (e.g. out/dedup_out/model)")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    outs = [out_dir / n for n in output_names(stem)]
-    clash = [p.name for p in outs if p.exists() or p.is_symlink()]
-    if clash and not overwrite:
-        raise IEError(f"{out_dir}: already holds {', '.join(clash)}; pass --overwrite to replace")
-    sources = {Path(os.path.realpath(p)) for p in real.values()}
-    for p in outs:
-        if Path(os.path.realpath(p)) in sources:
-            raise IEError(f"{p}: is a source of the tensors being extracted; choose another --out-prefix")
-
-    reader = _Reader(tmap, real)
-    original = 0
+    created = make_dirs(out_dir)  # removed again if the run fails
     try:
-        with StagedFiles(out_dir) as staged:
-            w = fmt.DedupWriter(staged, stem)
-            for g in groups:
-                n = tmap[g.members[0]].nbytes
-                C = chunk_size(len(g.members))
-                default = np.empty(n, np.uint8)
-                for a in range(0, n, C):
-                    c = min(C, n - a)
-                    if g.default_member is not None:
-                        default[a:a + c] = reader.tensor(g.default_member, a, c)
-                    else:
-                        default[a:a + c] = fmt.majority(np.stack([reader.tensor(m, a, c) for m in g.members]))
-                dentry = w.add_default(default[a:a + C] for a in range(0, n, C))
-                entries = []
-                for m in g.members:
-                    def encoded(m: str = m) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-                        for a in range(0, n, C):
-                            raw = reader.tensor(m, a, min(C, n - a))
-                            mask, exc = fmt.encode(raw, default[a:a + raw.size])
-                            yield mask, exc, raw
-                            if progress:
-                                progress(raw.size)
-                    e = w.add_member(m, tmap[m].shape, encoded())
-                    if e["sha256"] != tmap[m].sha256:
-                        raise FormatError(tensor_map_path, f"tensors.{m}.sha256",
-                                          f"the bytes of {m!r} hash to {e['sha256'][:12]}… but the map records "
-                                          f"{tmap[m].sha256[:12]}… (stale map, or the model changed)")
-                    entries.append(e)
-                    original += n
-                w.add_group(tmap[g.members[0]].dtype, n, dentry, g.default_member, entries)
-            meta = w.finish()
-    finally:
-        reader.close()
+        outs = [out_dir / n for n in output_names(stem)]
+        clash = [p.name for p in outs if p.exists() or p.is_symlink()]
+        if clash and not overwrite:
+            raise IEError(f"{out_dir}: already holds {', '.join(clash)}; pass --overwrite to replace")
+        sources = {Path(os.path.realpath(p)) for p in real.values()}
+        for p in outs:
+            if Path(os.path.realpath(p)) in sources:
+                raise IEError(f"{p}: is a source of the tensors being extracted; choose another --out-prefix")
+
+        reader = _Reader(tmap, real)
+        original = 0
+        try:
+            with StagedFiles(out_dir) as staged:
+                w = fmt.DedupWriter(staged, stem)
+                for g in groups:
+                    n = tmap[g.members[0]].nbytes
+                    C = chunk_size(len(g.members))
+                    default = np.empty(n, np.uint8)
+                    for a in range(0, n, C):
+                        c = min(C, n - a)
+                        if g.default_member is not None:
+                            default[a:a + c] = reader.tensor(g.default_member, a, c)
+                        else:
+                            default[a:a + c] = fmt.majority(np.stack([reader.tensor(m, a, c) for m in g.members]))
+                    dentry = w.add_default(default[a:a + C] for a in range(0, n, C))
+                    entries = []
+                    for m in g.members:
+                        def encoded(m: str = m) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+                            for a in range(0, n, C):
+                                raw = reader.tensor(m, a, min(C, n - a))
+                                mask, exc = fmt.encode(raw, default[a:a + raw.size])
+                                yield mask, exc, raw
+                                if progress:
+                                    progress(raw.size)
+                        e = w.add_member(m, tmap[m].shape, encoded())
+                        if e["sha256"] != tmap[m].sha256:
+                            raise FormatError(tensor_map_path, f"tensors.{m}.sha256",
+                                              f"the bytes of {m!r} hash to {e['sha256'][:12]}… but the map records "
+                                              f"{tmap[m].sha256[:12]}… (stale map, or the model changed)")
+                        entries.append(e)
+                        original += n
+                    w.add_group(tmap[g.members[0]].dtype, n, dentry, g.default_member, entries)
+                meta = w.finish()
+        finally:
+            reader.close()
+    except BaseException:
+        remove_dirs(created)
+        raise
     return ExtractResult(out_dir / (stem + fmt.INDEX_SUFFIX), len(groups), len(names), original,
                          {k: meta["blobs"][k]["nbytes"] for k in fmt.BLOB_KEYS}, time.perf_counter() - t0)

@@ -14,12 +14,11 @@ index loads through the links and resolves to the same files.
 from __future__ import annotations
 
 import os
-import secrets
 from pathlib import Path
 
 from iekit.formats import dedup as fmt
 from iekit.formats import iebin
-from iekit.formats.atomic import fsync_dir
+from iekit.formats.atomic import clean_stale_temps, fsync_dir, new_tag, temp_name
 from iekit.formats.errors import IEError
 from iekit.formats.paths import resolve_inside
 
@@ -47,7 +46,7 @@ def _place_link(dest: Path, rel_target: str, overwrite: bool) -> None:
             raise IEError(f"{dest}: exists and is not a symlink; pass --overwrite to replace it with a link")
         elif dest.is_dir():
             raise IEError(f"{dest}: is a directory")
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp = dest.with_name(temp_name(dest.name, new_tag()))
     os.symlink(rel_target, tmp)
     try:
         os.replace(tmp, dest)
@@ -66,6 +65,7 @@ def link(model_dir: Path, index: Path | None = None, overwrite: bool = False) ->
     if os.path.commonpath([root, real_index]) != root:
         raise IEError(f"{index}: is outside {model_dir}; only an artifact inside the model directory can be linked")
     idx = fmt.load_index(index)
+    clean_stale_temps(model_dir)  # links of an interrupted run
     if Path(os.path.realpath(idx.dir)) == Path(os.path.realpath(model_dir)):
         raise IEError(f"{index}: is already in {model_dir}; nothing to link")
     plan: list[tuple[Path, Path]] = []

@@ -37,6 +37,7 @@ numbers after ``dedup-extract``.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -46,7 +47,7 @@ import numpy as np
 from iekit.formats.fileio import PreadFiles
 from iekit.formats import dedup as fmt
 from iekit.formats import iebin
-from iekit.formats.atomic import StagedFiles
+from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.errors import IEError
 from iekit.formats.jsonio import dumps_canonical
 
@@ -287,15 +288,19 @@ def plan(model_dir: Path, min_bytes: int = MIN_BYTES, progress: Callable[[int, i
 
 def write_plan(p: Plan, out_dir: Path, overwrite: bool = False) -> tuple[Path, Path]:
     """tensor_map.json + groups.indices.json, atomically, validated first."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     names = (fmt.TENSOR_MAP_NAME, fmt.GROUPS_NAME)
-    clash = [n for n in names if (out_dir / n).exists()]
+    clash = [n for n in names if os.path.lexists(out_dir / n)]
     if clash and not overwrite:
         raise IEError(f"{out_dir}: already holds {', '.join(clash)}; pass --overwrite to replace")
     groups = p.groups_json()
     tm = fmt.validate_tensor_map(p.tensor_map, out_dir / fmt.TENSOR_MAP_NAME)
     fmt.validate_groups(groups, out_dir / fmt.GROUPS_NAME, tm)
-    with StagedFiles(out_dir) as staged:
-        staged.write_bytes(fmt.TENSOR_MAP_NAME, dumps_canonical(p.tensor_map))
-        staged.write_bytes(fmt.GROUPS_NAME, dumps_canonical(groups))
+    created = make_dirs(out_dir)  # only now, and removed again if writing fails
+    try:
+        with StagedFiles(out_dir) as staged:
+            staged.write_bytes(fmt.TENSOR_MAP_NAME, dumps_canonical(p.tensor_map))
+            staged.write_bytes(fmt.GROUPS_NAME, dumps_canonical(groups))
+    except BaseException:
+        remove_dirs(created)
+        raise
     return out_dir / fmt.TENSOR_MAP_NAME, out_dir / fmt.GROUPS_NAME

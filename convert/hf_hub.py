@@ -3,7 +3,8 @@
 The id is resolved through huggingface-hub's cache; the cache is tried first
 (``local_files_only``), so a model that was downloaded once converts
 offline. The directory is then read like any other
-(formats/hf_checkpoint.py).
+(formats/hf_checkpoint.py), every file resolving inside the repo's cache
+folder.
 """
 
 from __future__ import annotations
@@ -33,5 +34,8 @@ def from_hub(repo_id: str, revision: str | None = None) -> HFSource:
         raise IEError(f"{repo_id}: not in the local Hugging Face cache and could not be downloaded "
                       f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
     snap = Path(path)
-    # Cache layout: .../snapshots/<commit sha>/ -- the revision actually used.
-    return from_dir(snap, kind="hf_hub", name=repo_id, revision=snap.name)
+    # Cache layout: models--org--name/snapshots/<commit sha>/ -- the revision
+    # actually used; its files are symlinks into models--org--name/blobs/, so
+    # the repo's cache folder is the directory files must stay inside.
+    root = snap.parent.parent if snap.parent.name == "snapshots" else snap
+    return from_dir(snap, kind="hf_hub", name=repo_id, revision=snap.name, root=root)

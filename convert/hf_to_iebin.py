@@ -3,7 +3,15 @@
 Memory: tensors are copied (or cast) in 8 MiB chunks, so peak RSS is a few
 chunks plus Python, independent of model size. Atomicity: everything is
 staged under temporary names in the output directory and renamed at the end,
-``model.ie.json`` last; on any error the directory is left as it was.
+``model.ie.json`` last; on any error the directory is left as it was (and
+directories the run created are removed again).
+
+The output directory's files: without ``overwrite`` nothing already there
+that an artifact consists of (``ARTIFACT_FILES``) is touched: the run is
+refused, naming the file. With ``overwrite`` the artifact is replaced as a
+whole: the files this conversion writes replace their namesakes, and the
+other ``ARTIFACT_FILES`` (a previous model's vocab.txt, its dedup links...)
+are removed at commit time and reported; any other file is left alone.
 """
 
 from __future__ import annotations
@@ -17,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from iekit.formats import dedup as dedup_fmt
 from iekit.formats import iebin, weight_types
-from iekit.formats.atomic import StagedFiles
+from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.casting import cast_bytes, decode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import IEError
-from iekit.formats.hf_checkpoint import HFSource, collect_tensors
+from iekit.formats.hf_checkpoint import HFSource, collect_tensors, read_aux
 from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 
 from iekit.formats.q4_manifest import Manifest, plan
@@ -35,6 +44,10 @@ CONFIG_FILES = ("config.json", "generation_config.json")
 CAST_TARGETS = weight_types.names(quantized=False)  # --dtype: the float weight types
 HASH_CHUNK = 8 * 1024 * 1024
 QUANT_CHUNK_ELEMS = 1 << 20  # rows are quantized ~1M elements at a time
+# Every file name an IEBIN artifact directory may hold that iekit writes
+# (hf-to-iebin) or links there (dedup-link): what --overwrite replaces as a whole.
+ARTIFACT_FILES = (iebin.META_NAME, iebin.BIN_NAME, *CONFIG_FILES, *TOKENIZER_FILES, dedup_fmt.INDEX_NAME,
+                  *("model" + dedup_fmt.BLOB_SUFFIXES[k] for k in dedup_fmt.BLOB_KEYS))
 
 
 def natural_key(name: str) -> list:
@@ -52,6 +65,7 @@ class ConvertResult:
     cast_tensors: int
     quantized_tensors: int = 0
     warnings: list[str] | None = None
+    removed: list[str] | None = None  # files of a previous artifact removed (--overwrite)
 
 
 @dataclass
@@ -63,15 +77,26 @@ class Progress:
     describe: Callable[[str], None] = lambda text: None
 
 
-def _check_out_dir(src: HFSource, out_dir: Path, overwrite: bool) -> None:
+def _check_out_dir(src: HFSource, out_dir: Path, overwrite: bool, writes: list[str]) -> list[str]:
+    """Refuse what must not happen to ``out_dir``; returns the names of a
+    previous artifact's files to remove (``overwrite`` only)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise IEError(f"{out_dir}: exists and is not a directory")
     if out_dir.is_dir() and os.path.realpath(out_dir) == os.path.realpath(src.dir):
         raise IEError(f"{out_dir}: output directory is the source checkpoint directory; choose another")
+    if not out_dir.is_dir():
+        return []
+    present = [n for n in ARTIFACT_FILES if os.path.lexists(out_dir / n)]
+    for n in present:
+        if (out_dir / n).is_dir() and not (out_dir / n).is_symlink():
+            raise IEError(f"{out_dir / n}: is a directory where the artifact has a file; move it away")
     if not overwrite:
-        clash = [n for n in (iebin.META_NAME, iebin.BIN_NAME) if (out_dir / n).exists()]
-        if clash:
-            raise IEError(f"{out_dir}: already holds {', '.join(clash)}; pass --overwrite to replace")
+        for n in sorted(present, key=lambda n: n not in writes):
+            if n in writes:
+                raise IEError(f"{out_dir / n}: exists; pass --overwrite to replace it")
+            raise IEError(f"{out_dir / n}: exists and is not a file of the new artifact (another model's?); "
+                          "pass --overwrite to remove it, or choose an empty --out-dir")
+    return [n for n in present if n not in writes]
 
 
 def _sha256_file(path: Path, progress: Progress) -> str:
@@ -92,10 +117,12 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
     out_dir = Path(out_dir)
     if dtype is not None and dtype not in CAST_TARGETS:
         raise IEError(f"--dtype {dtype!r}: expected one of {', '.join(CAST_TARGETS)}")
-    _check_out_dir(src, out_dir, overwrite)
+    # The config and tokenizer files are read first (each checked: regular,
+    # inside the checkpoint, bounded), so the names written are known.
+    aux_data = {n: d for n in CONFIG_FILES + TOKENIZER_FILES if (d := read_aux(src, n)) is not None}
+    stale = _check_out_dir(src, out_dir, overwrite, [iebin.META_NAME, iebin.BIN_NAME, *aux_data])
     t0 = time.perf_counter()
-    created = not out_dir.exists()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    created = make_dirs(out_dir)
     try:
         with ExitStack() as stack:
             tensors = collect_tensors(src, stack)
@@ -113,6 +140,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
             progress.start("converting", bytes_in)
             n_cast = 0
             with StagedFiles(out_dir) as staged:
+                for n in stale:
+                    staged.remove_on_commit(n)
                 writer = iebin.IebinWriter(staged)
                 for name in names:
                     sf, t = tensors[name]
@@ -128,27 +157,20 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                                       _chunks(sf, t, target, progress), out_nbytes)
 
                 aux, tok = [], []
-                for fname in CONFIG_FILES + TOKENIZER_FILES:
-                    p = src.dir / fname
-                    if p.is_file():
-                        data = p.read_bytes()
-                        staged.write_bytes(fname, data)
-                        aux.append({"name": fname, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-                        if fname in TOKENIZER_FILES:
-                            tok.append(fname)
+                for fname, data in aux_data.items():
+                    staged.write_bytes(fname, data)
+                    aux.append({"name": fname, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+                    if fname in TOKENIZER_FILES:
+                        tok.append(fname)
                 source = {"kind": src.kind, "name": src.name, "revision": src.revision, "shards": shard_records}
                 meta = writer.finish(config=src.config, model=model_summary(src.config), source=source,
                                      tokenizer_files=tok, aux_files=aux)
     except BaseException:
-        if created:
-            try:
-                out_dir.rmdir()
-            except OSError:
-                pass
+        remove_dirs(created)
         raise
     bytes_out = meta["files"][0]["nbytes"]
     return ConvertResult(out_dir, len(names), bytes_in, bytes_out, time.perf_counter() - t0, n_cast,
-                         len(qplan.quantize) if qplan else 0, qplan.warnings if qplan else [])
+                         len(qplan.quantize) if qplan else 0, qplan.warnings if qplan else [], stale)
 
 
 def _add_quantized(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t: SafetensorsTensor,

@@ -17,9 +17,10 @@ from typing import Any
 
 from iekit.formats.dtypes import DTYPES, LEGACY_ALIASES
 from iekit.formats.errors import FormatError
-from iekit.formats.iebin import CHECKSUM, DEFAULT_ALIGNMENT, FORMAT_NAME, VERSION, sha256_file_range
+from iekit.formats.fileio import check_regular
+from iekit.formats.iebin import CHECKSUM, DEFAULT_ALIGNMENT, FORMAT_NAME, LEGACY_KEYS, VERSION, sha256_file_range
 from iekit.formats.jsonio import load_json
-from iekit.formats.paths import resolve_inside
+from iekit.formats.paths import check_inside, resolve_inside
 
 from .hf_config import model_summary
 
@@ -42,6 +43,15 @@ def _first(entry: dict, keys: tuple[str, ...]) -> Any:
     return next((entry[k] for k in keys if k in entry), None)
 
 
+def is_schema2(meta: object) -> bool:
+    """Already schema2: nothing to upgrade (whether it is valid is `validate`'s business)."""
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME or meta.get("version") != VERSION:
+        return False
+    tensors = meta.get("tensors")
+    entries = tensors.values() if isinstance(tensors, dict) else tensors if isinstance(tensors, list) else []
+    return not any(isinstance(t, dict) and any(k in t for k in LEGACY_KEYS) for t in entries)
+
+
 def upgrade_legacy(legacy: object, legacy_path: Path) -> tuple[dict[str, Any], list[str]]:
     """Return (schema2 metadata, notes). Backing files are read for checksums
     and sizes; they must lie inside the metadata's directory."""
@@ -49,6 +59,9 @@ def upgrade_legacy(legacy: object, legacy_path: Path) -> tuple[dict[str, Any], l
     model_dir = legacy_path.parent
     if not isinstance(legacy, dict):
         raise FormatError(lf, "(root)", "must be a JSON object")
+    ver = legacy.get("version")
+    if legacy.get("format") == FORMAT_NAME and type(ver) is int and ver > VERSION:
+        raise FormatError(lf, "version", f"{ver} is newer than schema2, not legacy metadata (this build reads {VERSION})")
     raw_tensors = legacy.get("tensors")
     if isinstance(raw_tensors, dict):
         raw_tensors = [{"name": k, **v} if isinstance(v, dict) else v for k, v in raw_tensors.items()]
@@ -102,10 +115,15 @@ def upgrade_legacy(legacy: object, legacy_path: Path) -> tuple[dict[str, Any], l
     config = legacy.get("config")
     if not isinstance(config, dict):
         cfg_path = model_dir / "config.json"
-        config = load_json(cfg_path) if cfg_path.is_file() else {}
+        config = load_json(cfg_path, inside=model_dir) if os.path.lexists(cfg_path) else {}
+        if not isinstance(config, dict):
+            raise FormatError(cfg_path, "(root)", "must be a JSON object")
         if not config:
             notes.append("no config found (neither a 'config' object nor config.json); model summary is empty")
-    tok = [n for n in TOKENIZER_FILES if (model_dir / n).is_file()]
+    tok = [n for n in TOKENIZER_FILES if os.path.lexists(model_dir / n)]
+    for n in tok:  # the runtime will read them: same rules as any file of the model directory
+        check_inside(model_dir, model_dir / n)
+        check_regular(model_dir / n)
     dropped = sorted(set(legacy) - {"tensors", "config", "format", "version"})
     if dropped:
         notes.append(f"dropped legacy top-level keys: {', '.join(dropped)}")

@@ -5,14 +5,122 @@ directory (same filesystem, so rename is atomic), fsynced, and renamed into
 place only when everything succeeded. Multi-file artifacts commit their
 "index" file last, so a reader never sees an index that points at missing
 or stale payloads from this run.
+
+A run killed outright (SIGKILL, power loss) cannot remove its temporary
+files; they are named ``.NAME.PID.TAG.tmp`` so that the next writer into the
+same directory recognises them and removes those whose process is gone
+(``clean_stale_temps``; reported as a ``StaleTempWarning``, which the CLIs
+print as one ``warning:`` line). Directories a run creates for its output
+are removed again when it fails (``make_dirs`` / ``remove_dirs``).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import secrets
+import warnings
 from pathlib import Path
 from typing import BinaryIO
+
+from .errors import IEError
+
+# .NAME.PID.TAG.tmp, TAG = 8 lowercase hex digits (StagedFiles, dedup-link's symlinks)
+TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>[0-9]{1,10})\.(?P<tag>[0-9a-f]{8})\.tmp$")
+
+
+class StaleTempWarning(UserWarning):
+    """Temporary files of an interrupted run were removed."""
+
+
+def temp_name(name: str, tag: str) -> str:
+    """The hidden name ``name`` is staged under (``tag`` = ``PID.HEX8``)."""
+    return f".{name}.{tag}.tmp"
+
+
+def new_tag() -> str:
+    return f"{os.getpid()}.{secrets.token_hex(4)}"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, but is not ours
+    except (OverflowError, ValueError):
+        return False  # a pid no process can have
+    return True
+
+
+def clean_stale_temps(directory: str | os.PathLike) -> list[tuple[Path, int]]:
+    """Remove ``directory``'s temporary files (our naming only, plain files or
+    symlinks) whose writing process no longer exists; a live writer's files
+    are kept. Returns (path, bytes) of each removed file and warns once."""
+    directory = Path(directory)
+    removed: list[tuple[Path, int]] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for e in entries:
+        m = TEMP_NAME.match(e.name)
+        if not m or _alive(int(m["pid"])):
+            continue
+        try:
+            if not (e.is_symlink() or e.is_file(follow_symlinks=False)):
+                continue
+            size = e.stat(follow_symlinks=False).st_size if not e.is_symlink() else 0
+            os.unlink(e.path)
+        except OSError:
+            continue
+        removed.append((Path(e.path), size))
+    if removed:
+        total = sum(s for _, s in removed)
+        names = ", ".join(p.name for p, _ in removed[:3]) + (", …" if len(removed) > 3 else "")
+        warnings.warn(StaleTempWarning(
+            f"{directory}: removed {len(removed)} temporary file{'s' if len(removed) > 1 else ''} "
+            f"({total} bytes) left by an interrupted run: {names}"), stacklevel=2)
+    return removed
+
+
+def make_dirs(path: str | os.PathLike) -> list[Path]:
+    """``mkdir -p path``; returns the directories this call created, outermost
+    first, so that a failed run can remove them (``remove_dirs``)."""
+    path = Path(path)
+    missing: list[Path] = []
+    p = path
+    while not p.exists() and not p.is_symlink():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    created: list[Path] = []
+    try:
+        for d in reversed(missing):
+            d.mkdir()
+            created.append(d)
+    except FileExistsError:
+        if not path.is_dir():
+            remove_dirs(created)
+            raise IEError(f"{path}: exists and is not a directory") from None
+    except BaseException:
+        remove_dirs(created)
+        raise
+    return created
+
+
+def remove_dirs(created: list[Path]) -> None:
+    """Remove directories ``make_dirs`` created, innermost first, each only if empty."""
+    for d in reversed(created):
+        try:
+            d.rmdir()
+        except OSError:
+            return
 
 
 def fsync_dir(path: Path) -> None:
@@ -23,23 +131,62 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _write_error(final: Path, e: OSError) -> IEError:
+    """An OS error about one of our temporary names, told about the user's path."""
+    if isinstance(e, FileNotFoundError) and not final.parent.is_dir():
+        return IEError(f"{final}: cannot write: directory {final.parent} does not exist")
+    return IEError(f"{final}: cannot write: {e.strerror or e}")
+
+
+def link_no_replace(tmp: Path, final: Path) -> None:
+    """Put ``tmp`` in place as ``final`` only if ``final`` does not exist
+    (atomically where the file system has hard links); FileExistsError otherwise."""
+    try:
+        os.link(tmp, final, follow_symlinks=False)
+    except FileExistsError:
+        raise
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        # no hard links here: check, then rename (not atomic against a racing writer)
+        if final.exists() or final.is_symlink():
+            raise FileExistsError(errno.EEXIST, "File exists", os.fspath(final)) from None
+        os.replace(tmp, final)
+        return
+    os.unlink(tmp)
+
+
 class StagedFiles:
     """A set of files written under temporary names and committed together.
 
     Use as a context manager: on an exception (including KeyboardInterrupt)
     every staged file is removed and nothing in the directory changes.
+    Creating one first removes stale temporary files of dead writers from
+    ``directory`` (``clean_stale_temps``).
+
+    ``replace=False``: committing refuses (FileExistsError naming the file,
+    nothing renamed) when a destination already exists, including one that
+    appeared while the files were being written. ``remove_on_commit(name)``
+    removes ``directory/name`` at commit time, before anything is renamed:
+    the files of a previous artifact that the new one does not write.
     """
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, *, replace: bool = True):
         self.directory = Path(directory)
+        self.replace = replace
         self._staged: list[tuple[Path, Path, BinaryIO | None]] = []
-        self._tag = f"{os.getpid()}.{secrets.token_hex(4)}"
+        self._remove: list[Path] = []
+        self._tag = new_tag()
+        clean_stale_temps(self.directory)
 
     def open(self, name: str) -> BinaryIO:
         """Open a staged binary file that will become ``directory/name``."""
         final = self.directory / name
-        tmp = self.directory / f".{name}.{self._tag}.tmp"
-        f = open(tmp, "xb")
+        tmp = self.directory / temp_name(name, self._tag)
+        try:
+            f = open(tmp, "xb")
+        except OSError as e:
+            raise _write_error(final, e) from None
         self._staged.append((tmp, final, f))
         return f
 
@@ -47,17 +194,42 @@ class StagedFiles:
         f = self.open(name)
         f.write(data)
 
+    def remove_on_commit(self, name: str) -> None:
+        self._remove.append(self.directory / name)
+
     def commit(self) -> None:
-        """fsync every staged file, then rename them in staging order."""
-        for tmp, _final, f in self._staged:
+        """fsync every staged file, remove what ``remove_on_commit`` named,
+        then rename the staged files in staging order."""
+        for tmp, final, f in self._staged:
             if f is not None and not f.closed:
-                f.flush()
-                os.fsync(f.fileno())
-                f.close()
+                try:
+                    f.flush()
+                    os.fsync(f.fileno())
+                    f.close()
+                except OSError as e:
+                    raise _write_error(final, e) from None
+        if not self.replace:
+            for _tmp, final, _f in self._staged:
+                if final.exists() or final.is_symlink():
+                    raise FileExistsError(errno.EEXIST, "exists; pass --overwrite to replace it", os.fspath(final))
+        for p in self._remove:
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
         for tmp, final, _f in self._staged:
-            os.replace(tmp, final)
+            try:
+                if self.replace:
+                    os.replace(tmp, final)
+                else:
+                    link_no_replace(tmp, final)
+            except FileExistsError:
+                raise FileExistsError(errno.EEXIST, "exists; pass --overwrite to replace it", os.fspath(final)) from None
+            except OSError as e:
+                raise _write_error(final, e) from None
         fsync_dir(self.directory)
         self._staged.clear()
+        self._remove.clear()
 
     def abort(self) -> None:
         for tmp, _final, f in self._staged:
@@ -68,6 +240,7 @@ class StagedFiles:
             except FileNotFoundError:
                 pass
         self._staged.clear()
+        self._remove.clear()
 
     def __enter__(self) -> "StagedFiles":
         return self
@@ -76,11 +249,16 @@ class StagedFiles:
         if exc_type is not None:
             self.abort()
         elif self._staged:
-            self.commit()
+            try:
+                self.commit()
+            except BaseException:
+                self.abort()
+                raise
 
 
-def write_file_atomic(path: Path, data: bytes) -> None:
-    """Replace one file atomically."""
+def write_file_atomic(path: Path, data: bytes, *, replace: bool = True) -> None:
+    """Write one file atomically; ``replace=False`` refuses an existing file
+    (FileExistsError naming ``path``) instead of replacing it."""
     path = Path(path)
-    with StagedFiles(path.parent) as staged:
+    with StagedFiles(path.parent, replace=replace) as staged:
         staged.write_bytes(path.name, data)

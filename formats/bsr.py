@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import write_file_atomic
+from .fileio import check_regular
 from .errors import FormatError
 
 MAGIC = b"IEBSR\0\0\0"
@@ -288,6 +289,8 @@ def parse(data: bytes, file: str | os.PathLike = "(memory)", allow_nonfinite: bo
 
 def read(path: str | os.PathLike, allow_nonfinite: bool = False) -> BsrMatrix:
     """Load and fully validate a .bsr file (the checksum included)."""
+    if os.path.exists(path):  # a FIFO or a device is an error, never a hang (a missing file: OSError as before)
+        check_regular(path)
     return parse(Path(path).read_bytes(), path, allow_nonfinite)
 
 

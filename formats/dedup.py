@@ -454,7 +454,8 @@ def load_index(path: str | os.PathLike, deep: bool = False) -> DedupIndex:
     """Load a model directory's (or an explicit) model.dedup.json, validate
     the JSON and the blob files (``deep``: raise the first content error)."""
     ipath = index_path_for(path)
-    meta = load_json(ipath)
+    # A model directory's model.dedup.json (usually dedup-link's symlink) must resolve inside it.
+    meta = load_json(ipath, inside=ipath.parent if Path(path).is_dir() else None)
     validate_index(meta, ipath)
     idx = DedupIndex(ipath, meta)
     errors = check_blobs(idx, deep)

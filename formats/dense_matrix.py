@@ -15,6 +15,7 @@ import numpy as np
 from . import iebin, weight_types
 from .casting import decode_f32
 from .errors import FormatError, IEError
+from .fileio import check_regular
 
 IEBIN_FLOAT_DTYPES = weight_types.names(quantized=False)
 
@@ -24,6 +25,8 @@ def load_npy(path: Path) -> np.ndarray:
 
     numpy has no bfloat16 of its own: ml_dtypes' bfloat16 is saved as a
     2-byte void ('|V2'), which is read as bfloat16 bits."""
+    if os.path.exists(path):  # a FIFO or a device is an error, never a hang (a missing file: OSError as before)
+        check_regular(path)
     try:
         a = np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as e:

@@ -1,9 +1,18 @@
-"""Reading byte ranges of artifact files, with one end-of-file rule.
+"""Reading artifact files: regular files only, bounded sizes, one end-of-file rule.
 
-Two shapes of access, each written once: a range streamed front to back
-in bounded chunks (hashing, comparing, compressing a tensor without holding
-it), and scattered preads through one descriptor per file (sampling and
-extracting many tensors of the same files). A file shorter than the range
+``read_small`` is the one way a whole small file (every JSON file, tokenizer
+and config files) is read: the path must be a regular file (checked before
+opening, and again on the descriptor, which is opened non-blocking so that a
+FIFO cannot block the open), and it may hold at most ``max_bytes``
+(``SMALL_FILE_MAX``, 100 MiB, unless the caller names another cap), so a FIFO
+never hangs a loader and a link to /dev/zero never reads until memory runs
+out. ``check_regular`` is the same file-type rule for large files that are
+opened by path elsewhere (model.ie.bin, blobs, .bsr files).
+
+Two shapes of ranged access, each written once: a range streamed front to
+back in bounded chunks (hashing, comparing, compressing a tensor without
+holding it), and scattered preads through one descriptor per file (sampling
+and extracting many tensors of the same files). A file shorter than the range
 asked for is a FormatError naming the file, never a short read passed on.
 """
 
@@ -11,12 +20,66 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from .errors import FormatError
 
 READ_CHUNK = 8 * 1024 * 1024
+SMALL_FILE_MAX = 100 * 1024 * 1024  # JSON, config and tokenizer files (safetensors caps its header alike)
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(path: str | os.PathLike, mode: int) -> FormatError:
+    kind = next((k for test, k in _KINDS if test(mode)), "not a plain file")
+    return FormatError(path, "(file)", f"is {kind}, expected a regular file")
+
+
+def check_regular(path: str | os.PathLike) -> os.stat_result:
+    """stat ``path`` (following links): a regular file, or a FormatError
+    ("no such file", "is a FIFO ...")."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FormatError(path, "(file)", "no such file" + (" (broken symlink)" if os.path.islink(path) else "")) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(path, st.st_mode)
+    return st
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB"
+
+
+def read_small(path: str | os.PathLike, max_bytes: int = SMALL_FILE_MAX) -> bytes:
+    """The whole of a regular file of at most ``max_bytes`` bytes."""
+    check_regular(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FormatError(path, "(file)", "no such file") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # replaced between the stat and the open
+            raise _not_regular(path, st.st_mode)
+        if st.st_size > max_bytes:
+            raise FormatError(path, "(size)", f"{st.st_size} bytes is more than the {_mib(max_bytes)} "
+                                              "this kind of file may hold")
+        parts, n = [], 0
+        while True:
+            buf = os.read(fd, min(READ_CHUNK, max_bytes + 1 - n))
+            if not buf:
+                break
+            parts.append(buf)
+            n += len(buf)
+            if n > max_bytes:  # grew while being read
+                raise FormatError(path, "(size)", f"more than the {_mib(max_bytes)} this kind of file may hold")
+        return b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 def _short(path: str | os.PathLike, end: int) -> FormatError:
@@ -67,3 +130,19 @@ class PreadFiles:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def model_file(model_dir: str | os.PathLike, name: str, max_bytes: int = SMALL_FILE_MAX) -> Path | None:
+    """``model_dir/name`` (e.g. tokenizer.json) for a reader that opens it by
+    path: None when absent, else checked like ``read_small`` (regular, at
+    most ``max_bytes``) and to resolve inside ``model_dir``."""
+    from .paths import check_inside
+
+    p = Path(model_dir) / name
+    if not os.path.lexists(p):
+        return None
+    check_inside(model_dir, p)
+    st = check_regular(p)
+    if st.st_size > max_bytes:
+        raise FormatError(p, "(size)", f"{st.st_size} bytes is more than the {_mib(max_bytes)} this kind of file may hold")
+    return p

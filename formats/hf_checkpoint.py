@@ -6,6 +6,12 @@ them, checking the index against the shards' own headers. Only safetensors
 weights are read. The converter reads its input through here (a hub repo id
 is resolved to a directory by convert/hf_hub.py); ``ierun verify int4
 --hf-dir`` reads the source weights the same way.
+
+Every file read from the checkpoint (config.json, the index, the shards, the
+config and tokenizer files the converter copies: ``read_aux``) must be a
+regular file that resolves inside ``HFSource.root``: the directory itself,
+or for a hub snapshot the repo's cache folder, whose ``blobs/`` the
+snapshot's symlinks point into.
 """
 
 from __future__ import annotations
@@ -17,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FormatError, IEError
+from .fileio import check_regular, read_small
 from .jsonio import load_json
-from .paths import resolve_inside
+from .paths import check_inside, resolve_inside
 from .safetensors_reader import SafetensorsFile, SafetensorsTensor
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -34,21 +41,34 @@ class HFSource:
     config: dict[str, Any]
     shards: list[str]  # file names relative to dir, sorted
     index: dict[str, str] | None  # tensor name -> shard, when sharded
+    root: Path | None = None  # files must resolve inside it (default: dir)
+
+    @property
+    def containment_root(self) -> Path:
+        return self.root if self.root is not None else self.dir
 
 
-def _discover(d: Path) -> tuple[list[str], dict[str, str] | None]:
+def _present(p: Path) -> bool:
+    """There is something at ``p`` (a dangling symlink counts: it is an error to read, not an absence)."""
+    return os.path.lexists(p)
+
+
+def _discover(d: Path, root: Path) -> tuple[list[str], dict[str, str] | None]:
     index_path = d / INDEX_NAME
-    if index_path.is_file():
-        idx = load_json(index_path)
+    if _present(index_path):
+        idx = load_json(index_path, inside=root)
         wm = idx.get("weight_map") if isinstance(idx, dict) else None
         if not isinstance(wm, dict) or not wm:
             raise FormatError(index_path, "weight_map", "missing, empty or not an object")
         for name, shard in wm.items():
-            resolve_inside(d, shard, index_path, f"weight_map[{name!r}]")
-            if not (d / shard).is_file():
+            resolve_inside(d, shard, index_path, f"weight_map[{name!r}]", root=root)
+            if not _present(d / shard):
                 raise FormatError(index_path, f"weight_map[{name!r}]", f"shard {shard!r} does not exist in {d}")
+            check_regular(d / shard)
         return sorted(set(wm.values())), dict(wm)
-    if (d / SINGLE_NAME).is_file():
+    if _present(d / SINGLE_NAME):
+        check_inside(root, d / SINGLE_NAME)
+        check_regular(d / SINGLE_NAME)
         return [SINGLE_NAME], None
     present = sorted(p.name for p in d.glob("*.safetensors"))
     if present:
@@ -60,18 +80,32 @@ def _discover(d: Path) -> tuple[list[str], dict[str, str] | None]:
 
 
 def from_dir(path: str | os.PathLike, *, kind: str = "hf_dir", name: str | None = None,
-             revision: str | None = None) -> HFSource:
+             revision: str | None = None, root: str | os.PathLike | None = None) -> HFSource:
+    """The checkpoint in directory ``path``; ``root`` (default ``path``) is
+    the directory every file read must resolve inside."""
     d = Path(path)
     if not d.is_dir():
         raise IEError(f"{d}: not a directory")
+    r = Path(root) if root is not None else d
     cfg_path = d / "config.json"
-    if not cfg_path.is_file():
+    if not _present(cfg_path):
         raise IEError(f"{d}: no config.json (is this a Hugging Face model directory?)")
-    config = load_json(cfg_path)
+    config = load_json(cfg_path, inside=r)
     if not isinstance(config, dict):
         raise FormatError(cfg_path, "(root)", "must be a JSON object")
-    shards, index = _discover(d)
-    return HFSource(d, kind, name or d.resolve().name, revision, config, shards, index)
+    shards, index = _discover(d, r)
+    return HFSource(d, kind, name or d.resolve().name, revision, config, shards, index, r if root is not None else None)
+
+
+def read_aux(src: HFSource, name: str) -> bytes | None:
+    """The bytes of the checkpoint's file ``name`` (config or tokenizer file),
+    or None when there is none; a file that is not regular, too large, or
+    resolves outside the checkpoint is a FormatError."""
+    p = src.dir / name
+    if not _present(p):
+        return None
+    check_inside(src.containment_root, p)
+    return read_small(p)
 
 
 def collect_tensors(src: HFSource, stack: ExitStack) -> dict[str, tuple[SafetensorsFile, SafetensorsTensor]]:

@@ -275,7 +275,8 @@ def load_model(path: str | os.PathLike, deep: bool = False) -> IebinModel:
     ``deep`` also re-hashes every tensor and auxiliary file.
     """
     meta_path = meta_path_for(path)
-    meta = load_json(meta_path)
+    # A directory's model.ie.json must resolve inside it, like every file it names.
+    meta = load_json(meta_path, inside=meta_path.parent if Path(path).is_dir() else None)
     validate_meta(meta, meta_path)
     check_backing_files(meta, meta_path, deep)
     return IebinModel(meta_path.parent, meta_path, meta)

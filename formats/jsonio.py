@@ -4,6 +4,13 @@ Strict: duplicate keys and NaN/Infinity literals are errors (Python's json
 module silently accepts both, which lets two tools read one file two ways).
 Canonical: sorted keys, 2-space indent, UTF-8, trailing newline, so that
 write -> read -> write is byte-identical and conversions are reproducible.
+
+Every JSON file iekit reads (model.ie.json, model.dedup.json, tensor maps,
+q4 manifests, config.json, safetensors index files) goes through
+``load_json``: a regular file only (a FIFO or a device is one error line,
+never a hang), at most ``JSON_MAX_BYTES`` (100 MiB) unless the caller names
+another cap, and with ``inside=DIR`` it must not resolve (symlinks included)
+outside that model directory.
 """
 
 from __future__ import annotations
@@ -14,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FormatError
+from .fileio import SMALL_FILE_MAX, read_small
+from .paths import check_inside
+
+JSON_MAX_BYTES = SMALL_FILE_MAX
 
 
 class _Reject(ValueError):
@@ -50,15 +61,14 @@ def loads_strict(data: bytes, file: str | os.PathLike) -> Any:
         raise FormatError(file, "(file)", f"invalid JSON: {str(e).splitlines()[0]}") from None
 
 
-def load_json(path: str | os.PathLike) -> Any:
+def load_json(path: str | os.PathLike, *, max_bytes: int = JSON_MAX_BYTES,
+              inside: str | os.PathLike | None = None) -> Any:
+    """Read and strictly parse one JSON file (regular, at most ``max_bytes``;
+    with ``inside``, contained in that directory)."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise FormatError(path, "(file)", "no such file") from None
-    except IsADirectoryError:
-        raise FormatError(path, "(file)", "is a directory, expected a JSON file") from None
-    return loads_strict(data, path)
+    if inside is not None:
+        check_inside(inside, path)
+    return loads_strict(read_small(path, max_bytes), path)
 
 
 def schema_check(obj: Any, schema_path: Path, file: str | os.PathLike) -> None:

@@ -3,6 +3,9 @@
 An artifact is a directory; its JSON may name backing files only *inside*
 that directory. Anything else (absolute paths, ``..``, a symlink that leads
 out) would let a downloaded model read arbitrary files, so it is rejected.
+The same rule holds for every file read from a model or checkpoint
+directory by its fixed name (config.json, tokenizer files, model.ie.json,
+model.dedup.json): ``check_inside``.
 """
 
 from __future__ import annotations
@@ -27,11 +30,23 @@ def check_relpath(rel: object, file: str | os.PathLike, field: str) -> PurePosix
     return p
 
 
-def resolve_inside(model_dir: Path, rel: object, file: str | os.PathLike, field: str) -> Path:
-    """Resolve ``rel`` against ``model_dir`` (symlinks included) or raise a FormatError."""
+def resolve_inside(model_dir: Path, rel: object, file: str | os.PathLike, field: str,
+                   root: str | os.PathLike | None = None) -> Path:
+    """Resolve ``rel`` against ``model_dir`` (symlinks included) or raise a
+    FormatError. The result must lie inside ``root`` (default: ``model_dir``;
+    a hub snapshot's files link into its repo's cache folder)."""
     p = check_relpath(rel, file, field)
-    root = Path(os.path.realpath(model_dir))
-    target = Path(os.path.realpath(root / p))
+    root = Path(os.path.realpath(model_dir if root is None else root))
+    target = Path(os.path.realpath(Path(model_dir) / p))
     if os.path.commonpath([root, target]) != str(root):
         raise FormatError(file, field, f"{rel!r} resolves outside the model directory (symlink to {target})")
     return target
+
+
+def check_inside(model_dir: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """``path`` (a file of ``model_dir``, e.g. ``model_dir/config.json``) must
+    resolve inside ``model_dir`` (the rule ``resolve_inside`` applies to the
+    names an artifact records); returns the resolved path. The error names
+    ``path``."""
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(model_dir))
+    return resolve_inside(Path(model_dir), Path(rel).as_posix(), path, "(file)")

@@ -12,6 +12,7 @@ import numpy as np
 
 from iekit.formats.atomic import write_file_atomic
 from iekit.formats.errors import IEError
+from iekit.formats.fileio import model_file
 
 from .sampling import Sampler, stream
 from .token_ids import parse_ids
@@ -34,10 +35,17 @@ def printable(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
+def tokenizer_file(dec) -> Path | None:
+    """The model's tokenizer.json, checked like every file of a model
+    directory (regular, bounded, inside it), or None."""
+    return model_file(dec.model.dir, "tokenizer.json")
+
+
 def prompt_ids(dec, prompt: str | None, ids: str | None) -> list[int]:
     if (prompt is None) == (ids is None):
         raise click.UsageError("give exactly one of --prompt and --ids")
     if prompt is not None:
+        tokenizer_file(dec)
         return dec.encode(prompt)
     try:
         return parse_ids(ids)
@@ -69,19 +77,25 @@ def generate_cmd(model_dir, prompt, ids, max_new, temp, top_p, seed, threads, ct
     sampler = Sampler(temp, top_p, seed)
     dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act)
     pids = prompt_ids(dec, prompt, ids)
-    has_tok = (dec.model.dir / "tokenizer.json").is_file()
+    has_tok = tokenizer_file(dec) is not None
     new: list[int] = []
     shown = ""
-    for tok in stream(dec, pids, max_new, sampler):
-        new.append(tok)
-        if as_json:
-            continue
-        text = dec.decode(new) if has_tok else " ".join(map(str, new))
-        # Byte-level tokens may end mid-character: print only what is settled.
-        if not text.endswith("\ufffd"):
-            click.echo(printable(text[len(shown):]), nl=False)
+    try:
+        for tok in stream(dec, pids, max_new, sampler):
+            new.append(tok)
+            if as_json:
+                continue
+            text = dec.decode(new) if has_tok else " ".join(map(str, new))
+            # Byte-level tokens may end mid-character: print only what is settled.
+            if not text.endswith("\ufffd"):
+                click.echo(printable(text[len(shown):]), nl=False)
+                sys.stdout.flush()
+                shown = text
+    except BaseException:
+        if shown:  # end the streamed line, so that the error (or "interrupted") starts a line of its own
+            click.echo()
             sys.stdout.flush()
-            shown = text
+        raise
     text = dec.decode(new) if has_tok else None
     if as_json:
         click.echo(json.dumps({"prompt_ids": pids, "generated_ids": new, "text": text,
@@ -98,21 +112,28 @@ def generate_cmd(model_dir, prompt, ids, max_new, temp, top_p, seed, threads, ct
 @click.option("--prompt", help="Or text, tokenized with the model's tokenizer.json.")
 @click.option("--out", "out_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="Output .npy: float32 [n_ids, vocab], row i = logits after ids[:i+1].")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
 @_threads
 @_ctx
 @_act
-def logits_cmd(model_dir, ids, prompt, out_path, threads, ctx, act):
+def logits_cmd(model_dir, ids, prompt, out_path, overwrite, threads, ctx, act):
     """Write the logits of every position of one sequence to a .npy file.
 
     The file is written under a temporary name and renamed, so a failed run
-    never leaves a partial file.
+    never leaves a partial file. An existing file is not replaced without
+    --overwrite; the folder must exist.
     """
     from .decoder import Decoder
 
+    # Checked before the model runs; the commit re-checks (no replace without --overwrite).
+    if not overwrite and (out_path.exists() or out_path.is_symlink()):
+        raise IEError(f"{out_path}: exists; pass --overwrite to replace it")
+    if not out_path.parent.is_dir():
+        raise IEError(f"{out_path}: cannot write: directory {out_path.parent} does not exist")
     dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act)
     seq = prompt_ids(dec, prompt, ids)
     out = dec.logits(seq)
     buf = io.BytesIO()
     np.save(buf, out.astype(np.float32, copy=False))
-    write_file_atomic(out_path, buf.getvalue())
+    write_file_atomic(out_path, buf.getvalue(), replace=overwrite)
     click.echo(f"OK {out_path}: float32 {list(out.shape)}", err=True)

@@ -70,6 +70,25 @@ def check_gemv(raw: np.ndarray, t: dict, w_deq: np.ndarray, rng: np.random.Gener
     return worst
 
 
+def check_source(src_tensors: dict, quantized: list[dict], hf_dir: Path, meta_path: Path) -> None:
+    """--hf-dir must be this model's source: every quantized tensor there, as a
+    float tensor of the same shape. Checked before any tensor is compared, so
+    another model's checkpoint is one clear error, not a failure deep inside."""
+    hint = f"is --hf-dir the checkpoint {meta_path.parent} was converted from?"
+    missing = [t["name"] for t in quantized if t["name"] not in src_tensors]
+    if missing:
+        raise IEError(f"{hf_dir}: has no tensor {missing[0]!r}"
+                      f"{f' (nor {len(missing) - 1} other quantized tensors)' if len(missing) > 1 else ''}; {hint}")
+    for t in quantized:
+        st = src_tensors[t["name"]][1]
+        if list(st.shape) != list(t["shape"]):
+            raise IEError(f"{hf_dir}: tensor {t['name']!r} has shape {list(st.shape)} but {meta_path} records "
+                          f"{t['shape']}; {hint}")
+        if not st.dtype.is_float:
+            raise IEError(f"{hf_dir}: tensor {t['name']!r} is {st.dtype.name}, not a float tensor "
+                          f"that could have been quantized; {hint}")
+
+
 def source_values(src_tensors: dict, name: str, shape: list[int]) -> np.ndarray | None:
     if name not in src_tensors:
         return None
@@ -90,6 +109,8 @@ def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int) -
     reports = []
     with ExitStack() as stack:
         src_tensors = collect_tensors(from_dir(hf_dir), stack) if hf_dir else {}
+        if hf_dir:
+            check_source(src_tensors, quantized, hf_dir, model.meta_path)
         for t in quantized:
             r = TensorReport(t["name"], t["dtype"], t["shape"])
             raw = source.get(t["name"])

@@ -1,0 +1,29 @@
+"""Ctrl-C, at any moment: exit 130 with one line, never a traceback.
+
+Imports nothing but the standard library's builtins, so the console-script
+entry points (convert/entry.py, runtime/entry.py) can import it before
+anything else and catch a KeyboardInterrupt that arrives while the tool is
+still importing click, rich, numpy or the native extension.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+
+
+def exit_interrupted() -> None:
+    """Ignore further Ctrl-C (a second one must not interrupt the exit with
+    a traceback), say so on stderr, exit 130."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (ValueError, OSError):  # not the main thread
+        pass
+    try:
+        sys.stderr.write("interrupted\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    sys.exit(EXIT_INTERRUPTED)
