@@ -152,8 +152,11 @@ def tensor_shapes(src: hf_checkpoint.HFSource) -> dict[str, tuple[str, list[int]
 
 @cli.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--deep", is_flag=True, help="Also recompute every tensor's and auxiliary file's sha256.")
-@click.option("--allow-nonfinite", is_flag=True, help="BSR files: accept NaN/Inf values.")
+@click.option("--deep", is_flag=True, help="Also recompute every tensor's and auxiliary file's sha256 and check "
+              "the stored values: no NaN/Inf quantization scale or (without --allow-nonfinite) float weight.")
+@click.option("--allow-nonfinite", is_flag=True,
+              help="Accept NaN/Inf values: in a BSR file's values, and (with --deep) in an IEBIN model's float "
+                   "tensors. Non-finite quantization scales are always invalid.")
 def validate(path: Path, deep: bool, allow_nonfinite: bool):
     """Check an artifact against every rule of its format.
 
@@ -163,10 +166,14 @@ def validate(path: Path, deep: bool, allow_nonfinite: bool):
     """
     if is_bsr_path(path):
         return validate_bsr(path, allow_nonfinite)
-    m = iebin.load_model(path, deep=deep)
+    m = iebin.load_model(path, deep=deep, allow_nonfinite=allow_nonfinite)
     total = sum(t["nbytes"] for t in m.tensors)
+    checked = ""
+    if deep:
+        checked = ", checksums verified, " + ("scales finite (non-finite floats allowed)" if allow_nonfinite
+                                              else "values finite")
     out.print(f"OK {m.meta_path}: IEBIN v{m.meta['version']}, {len(m.tensors)} tensors, "
-              f"{human_bytes(total)}{', checksums verified' if deep else ''}", markup=False)
+              f"{human_bytes(total)}{checked}", markup=False)
 
 
 @cli.command()

@@ -124,12 +124,28 @@ class BsrMatrix:
         return np.repeat(np.arange(self.n_block_rows, dtype=np.int64), counts), self.col_idx.astype(np.int64)
 
     def to_dense(self, dtype=np.float32) -> np.ndarray:
-        """The [rows, cols] matrix; blocks that are not stored are zero."""
-        br, bc = self.block_rows, self.block_cols
-        grid = np.zeros((self.n_block_rows, self.n_block_cols, br, bc), dtype=dtype)
+        """The [rows, cols] matrix; blocks that are not stored are zero.
+
+        Allocates the [rows, cols] result and nothing of the padded grid: a
+        block may be far larger than the matrix (a valid 1×24 file can
+        declare 2^31-row blocks), so whole blocks are written through a
+        strided view of the result and only the stored tail blocks are
+        clipped, one by one."""
+        br, bc, rows, cols = self.block_rows, self.block_cols, self.rows, self.cols
+        out = np.zeros((rows, cols), dtype=dtype)
         r, c = self.block_coords()
-        grid[r, c] = self.values
-        return grid.transpose(0, 2, 1, 3).reshape(self.n_block_rows * br, self.n_block_cols * bc)[: self.rows, : self.cols]
+        full_r, full_c = rows // br, cols // bc  # block rows/columns that lie wholly inside
+        inner = (r < full_r) & (c < full_c)
+        if inner.any():
+            s0, s1 = out.strides
+            grid = np.lib.stride_tricks.as_strided(out, shape=(full_r, full_c, br, bc),
+                                                   strides=(br * s0, bc * s1, s0, s1))
+            grid[r[inner], c[inner]] = self.values[inner]
+        for k in np.flatnonzero(~inner):
+            r0, c0 = int(r[k]) * br, int(c[k]) * bc
+            h, w = min(br, rows - r0), min(bc, cols - c0)
+            out[r0:r0 + h, c0:c0 + w] = self.values[k, :h, :w]
+        return out
 
     def matvec_f64(self, x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
         """float64 ``A x (+ bias)`` for x [cols] or [b, cols]: the reference the kernels are held to."""

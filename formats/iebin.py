@@ -18,7 +18,8 @@ from typing import Any, Iterable
 from .atomic import StagedFiles
 from .dtypes import DTYPES, INT64_MAX, shape_elements
 from .errors import FormatError, IEError
-from .fileio import sha256_range
+from .fileio import iter_range, sha256_range
+from .finite import PayloadScan
 from .jsonio import dumps_canonical, load_json, schema_check
 from .paths import check_relpath, resolve_inside
 from .quant import SCHEMES, QuantDictError
@@ -234,7 +235,13 @@ def validate_meta(meta: object, meta_file: str | os.PathLike = META_NAME) -> Non
             raise FormatError(meta_file, f"tensors[{i}].name", f"duplicate tensor name {t['name']!r} (also tensors[{seen[t['name']]}])")
         seen[t["name"]] = i
     for key in ("files", "aux_files"):
-        for i, f in enumerate(meta.get(key) or []):
+        # The type first: this loop and check_backing_files iterate it (a missing
+        # key is left to the schema check below).
+        if key not in meta:
+            continue
+        if not isinstance(meta[key], list):
+            raise FormatError(meta_file, key, f"must be a list of file records, got {meta[key]!r:.40}")
+        for i, f in enumerate(meta[key]):
             if isinstance(f, dict) and "name" in f:
                 check_relpath(f["name"], meta_file, f"{key}[{i}].name")
     # The schema is the backstop for everything else (types of the other
@@ -269,22 +276,27 @@ def meta_path_for(path: str | os.PathLike) -> Path:
     return p / META_NAME if p.is_dir() else p
 
 
-def load_model(path: str | os.PathLike, deep: bool = False) -> IebinModel:
+def load_model(path: str | os.PathLike, deep: bool = False, allow_nonfinite: bool = False) -> IebinModel:
     """Load and fully validate an IEBIN artifact (a dir or its model.ie.json).
 
-    ``deep`` also re-hashes every tensor and auxiliary file.
+    ``deep`` also re-hashes every tensor and auxiliary file and reads what
+    the payloads hold: non-finite quantization scales are errors, and so are
+    non-finite float weights unless ``allow_nonfinite``.
     """
     meta_path = meta_path_for(path)
     # A directory's model.ie.json must resolve inside it, like every file it names.
     meta = load_json(meta_path, inside=meta_path.parent if Path(path).is_dir() else None)
     validate_meta(meta, meta_path)
-    check_backing_files(meta, meta_path, deep)
+    check_backing_files(meta, meta_path, deep, allow_nonfinite)
     return IebinModel(meta_path.parent, meta_path, meta)
 
 
-def check_backing_files(meta: dict[str, Any], meta_path: Path, deep: bool = False) -> None:
+def check_backing_files(meta: dict[str, Any], meta_path: Path, deep: bool = False,
+                        allow_nonfinite: bool = False) -> None:
     """The rules that need the files next to ``meta_path``: sizes, containment,
-    ranges, overlaps, and (``deep``) checksums. ``meta`` must have passed
+    ranges, overlaps, and (``deep``) checksums and stored values: one
+    streaming pass per tensor (formats/finite.py), so memory stays at a few
+    chunks whatever the model size. ``meta`` must have passed
     validate_meta. Files are identified by their resolved path, so an alias
     (``./model.ie.bin``, an in-directory symlink) cannot hide an overlap."""
     model_dir = meta_path.parent
@@ -331,9 +343,17 @@ def check_backing_files(meta: dict[str, Any], meta_path: Path, deep: bool = Fals
 
     if deep:
         for i, t in enumerate(meta["tensors"]):
-            got = sha256_file_range(by_name[t["file"]][0], t["file_data_offset"], t["nbytes"])
+            scan = PayloadScan(t, allow_nonfinite)
+            h = hashlib.sha256()
+            with open(by_name[t["file"]][0], "rb") as f:
+                for buf in iter_range(f, t["file_data_offset"], t["nbytes"]):
+                    h.update(buf)
+                    scan.feed(buf)
+            got = h.hexdigest()
             if got != t["sha256"]:
                 raise FormatError(mf, f"tensors[{i}].sha256", f"tensor {t['name']!r}: checksum mismatch (stored {t['sha256'][:12]}…, actual {got[:12]}…)")
+            if scan.problem:
+                raise FormatError(mf, f"tensors[{i}]", f"tensor {t['name']!r}: {scan.problem}")
 
 
 def write_meta(path: Path, meta: dict[str, Any]) -> None:

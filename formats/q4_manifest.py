@@ -69,8 +69,9 @@ def _check_int4w_only_keys(obj: Any, path: Path) -> None:
     'not allowed'): int4w parameters on another scheme."""
     if not isinstance(obj, dict):
         return
-    sels = [(f"rules[{i}]", r) for i, r in enumerate(obj.get("rules") or []) if isinstance(obj.get("rules"), list)]
-    sels += [(f"tensors.{k}", v) for k, v in (obj.get("tensors") or {}).items() if isinstance(obj.get("tensors"), dict)]
+    rules, tensors = obj.get("rules"), obj.get("tensors")
+    sels = [(f"rules[{i}]", r) for i, r in enumerate(rules)] if isinstance(rules, list) else []
+    sels += [(f"tensors.{k}", v) for k, v in tensors.items()] if isinstance(tensors, dict) else []
     sels.append(("default", obj.get("default")))
     for where, sel in sels:
         if isinstance(sel, dict) and sel.get("scheme") != "int4w":

@@ -80,11 +80,30 @@ class SafetensorsFile:
         tensors: dict[str, SafetensorsTensor] = {}
         for name, info in header.items():
             tensors[name] = self._parse_entry(name, info, data_start, data_len)
-        spans = sorted((t.start, t.start + t.nbytes, t.name) for t in tensors.values() if t.nbytes)
-        for (s0, e0, n0), (s1, _e1, n1) in zip(spans, spans[1:]):
-            if s1 < e0:
-                raise self._err(f"{n1}.data_offsets", f"overlaps tensor {n0!r}")
+        self._check_coverage(tensors, data_start, data_len)
         return metadata, tensors
+
+    def _check_coverage(self, tensors: dict[str, SafetensorsTensor], data_start: int, data_len: int) -> None:
+        """The tensors' ranges tile the data section exactly, as the safetensors
+        library requires ("file not fully covered"): sorted by (begin, end),
+        each begins where the previous one ended, the first at 0, and the last
+        ends at the end of the file. Without this a header length off by a
+        few bytes (JSON may end in padding spaces) would still parse and
+        shift every tensor's bytes. Zero-size tensors sit on a boundary."""
+        spans = sorted((t.start - data_start, t.start - data_start + t.nbytes, t.name) for t in tensors.values())
+        pos, prev = 0, None
+        for b, e, name in spans:
+            if b < pos:
+                raise self._err(f"{name}.data_offsets", f"[{b}, {e}] overlaps tensor {prev!r} (which ends at {pos})")
+            if b > pos:
+                where = f"after tensor {prev!r}" if prev is not None else "at the start of the data section"
+                raise self._err(f"{name}.data_offsets", f"begins at {b}, leaving bytes [{pos}, {b}) {where} covered "
+                                "by no tensor (the data section must be fully covered)")
+            pos, prev = e, name
+        if pos != data_len:
+            raise self._err("header_size", f"the tensors cover {pos} of the {data_len} bytes after the header; "
+                            f"{data_len - pos} trailing bytes belong to no tensor (wrong header length or "
+                            "appended bytes: the data section must be fully covered)")
 
     def _parse_entry(self, name: str, info: object, data_start: int, data_len: int) -> SafetensorsTensor:
         if not isinstance(info, dict):

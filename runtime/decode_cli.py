@@ -21,7 +21,8 @@ _model_dir = click.option("--model-dir", required=True, type=click.Path(path_typ
                           help="IEBIN model directory (Llama, Mistral or Qwen2).")
 _threads = click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="OpenMP threads.")
 _ctx = click.option("--ctx", type=click.IntRange(min=1), default=None,
-                    help="KV cache positions [min(max_position_embeddings, 4096)].")
+                    help="KV cache positions [min(max_position_embeddings, 4096)]; at most "
+                         "max_position_embeddings, and the KV cache must fit the memory available.")
 _act = click.option("--act", type=click.Choice(["f32", "int8"]), default="f32", show_default=True,
                     help="Activations into quantized matrices: f32, or int8 per 32 (faster, less exact).")
 

@@ -26,11 +26,13 @@ from iekit.formats.errors import IEError
 
 from . import kernels
 from .dedup import TensorSource
+from .memory import available_bytes, gib
 from .native import _native
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 FLOAT_VECTOR_DTYPES = weight_types.names(quantized=False)
 DEFAULT_MAX_CTX = 4096  # KV cache positions when the model allows more (float32, layers x 2 x kv_dim each)
+INT32_MAX = (1 << 31) - 1  # every dimension and --ctx reach the native decoder as a C int
 
 _LAYER_MATRICES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
                    "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
@@ -50,7 +52,7 @@ class DecoderSpec:
     head_dim: int
     inter: int
     vocab: int
-    max_positions: int
+    max_positions: int  # the model's max_position_embeddings (INT32_MAX when it does not say)
     eps: float
     inv_freq: np.ndarray
     tied: bool
@@ -67,10 +69,18 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -
     if kind in (None, "default"):
         return inv
     if kind != "llama3":
-        raise IEError(f"rope scaling {kind!r} is not supported (default and llama3 are)")
-    factor = float(scaling["factor"])
-    low, high = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
-    old_ctx = float(scaling["original_max_position_embeddings"])
+        raise IEError(f"rope_scaling: rope scaling {kind!r} is not supported (default and llama3 are)")
+    def num(key: str, default: float | None = None) -> float:
+        v = scaling.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise IEError(f"rope_scaling.{key}: expected a positive number, got {v!r}")
+        return float(v)
+
+    factor = num("factor")
+    low, high = num("low_freq_factor", 1.0), num("high_freq_factor", 4.0)
+    if high <= low:
+        raise IEError(f"rope_scaling.high_freq_factor: {high} must exceed low_freq_factor {low}")
+    old_ctx = num("original_max_position_embeddings")
     low_wl, high_wl = old_ctx / low, old_ctx / high
     wavelen = 2 * math.pi / inv
     smooth = (old_ctx / wavelen - low) / (high - low)
@@ -86,6 +96,8 @@ def _int(model: dict, meta_path: Path, key: str, default: int | None = None, sec
         return default
     if not isinstance(v, int) or isinstance(v, bool) or v < 1:
         raise IEError(f"{meta_path}: {section}.{key}: expected a positive integer, got {v!r}")
+    if v > INT32_MAX:
+        raise IEError(f"{meta_path}: {section}.{key}: {v} is larger than the decoder supports ({INT32_MAX})")
     return v
 
 
@@ -97,6 +109,15 @@ def _positive(model: dict, meta_path: Path, key: str, default: float, allow_zero
         raise IEError(f"{meta_path}: model.{key}: expected a {'non-negative' if allow_zero else 'positive'} "
                       f"number, got {v!r}")
     return float(v)
+
+
+def _inv_freq(head_dim: int, theta: float, scaling: Any, meta_path: Path) -> np.ndarray:
+    if scaling is not None and not isinstance(scaling, dict):
+        raise IEError(f"{meta_path}: model.rope_scaling: expected an object or null, got {scaling!r}")
+    try:
+        return rope_inv_freq(head_dim, theta, scaling)
+    except IEError as e:
+        raise IEError(f"{meta_path}: model.{e}") from None
 
 
 def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
@@ -124,14 +145,52 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     if arch == "MistralForCausalLM" and cfg.get("sliding_window") is not None:
         window = _int(cfg, meta_path, "sliding_window", section="config")
     eos = m.get("eos_token_id")
-    eos_ids = frozenset(eos if isinstance(eos, list) else ([] if eos is None else [eos]))
+    eos_list = eos if isinstance(eos, list) else ([] if eos is None else [eos])
+    if not all(type(e) is int for e in eos_list):
+        raise IEError(f"{meta_path}: model.eos_token_id: expected an integer or a list of integers, got {eos!r}")
+    eos_ids = frozenset(eos_list)
+    # head_dim sizes the RoPE table built here: hold it to the stored q_proj
+    # first, so a hostile value cannot allocate before any tensor is checked.
+    q_name = "model.layers.0.self_attn.q_proj.weight"
+    q = next((t for t in meta.get("tensors") or [] if isinstance(t, dict) and t.get("name") == q_name), None)
+    if q is None:
+        raise IEError(f"{meta_path}: tensors: {q_name!r} is missing ({arch} needs it)")
+    if list(q.get("shape") or [])[:1] != [heads * head_dim]:
+        raise IEError(f"{meta_path}: model.head_dim: {head_dim} × num_attention_heads {heads} = {heads * head_dim}, "
+                      f"but {q_name} has shape {q.get('shape')}")
     return DecoderSpec(
         architecture=arch, n_layers=_int(m, meta_path, "num_hidden_layers"), hidden=hidden, n_heads=heads,
         n_kv_heads=n_kv, head_dim=head_dim,
         inter=_int(m, meta_path, "intermediate_size"), vocab=_int(m, meta_path, "vocab_size"),
-        max_positions=_int(m, meta_path, "max_position_embeddings", DEFAULT_MAX_CTX),
-        eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), inv_freq=rope_inv_freq(head_dim, theta, scaling),
+        max_positions=_int(m, meta_path, "max_position_embeddings", INT32_MAX),
+        eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), inv_freq=_inv_freq(head_dim, theta, scaling, meta_path),
         tied=bool(m.get("tie_word_embeddings")), eos_ids=eos_ids, window=window)
+
+
+def kv_cache_bytes(s: DecoderSpec, ctx: int, threads: int = 1) -> int:
+    """What the native decoder allocates per context position, times ``ctx``:
+    K and V (float32, every layer) and each thread's attention scores."""
+    return ctx * (2 * s.n_layers * s.n_kv_heads * s.head_dim + threads) * 4
+
+
+def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path) -> int:
+    """The KV cache positions to allocate: ``ctx``, else min(max_position_embeddings,
+    DEFAULT_MAX_CTX); never more than the model's positions, a C int, or
+    (with the other KV cache sizes) the memory available."""
+    if ctx is None:
+        ctx = min(s.max_positions, DEFAULT_MAX_CTX)
+    elif isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1:
+        raise IEError(f"--ctx: must be a positive integer, got {ctx!r}")
+    elif ctx > min(s.max_positions, INT32_MAX):
+        if s.max_positions == INT32_MAX:
+            raise IEError(f"--ctx: {ctx} is larger than the decoder supports ({INT32_MAX})")
+        raise IEError(f"--ctx: {ctx} exceeds the model's max_position_embeddings ({s.max_positions}) in {meta_path}")
+    need = kv_cache_bytes(s, ctx, threads)
+    avail = available_bytes()
+    if avail is not None and need > avail:
+        raise IEError(f"--ctx: {ctx} positions need a {gib(need)} KV cache ({s.n_layers} layers × 2 × "
+                      f"{s.n_kv_heads * s.head_dim} floats per position), more than the {gib(avail)} of memory available")
+    return ctx
 
 
 class Decoder:
@@ -150,9 +209,7 @@ class Decoder:
         self.model = self.source.model
         meta_path = self.model.meta_path
         self.spec = s = decoder_spec(self.model.meta, meta_path)
-        self.max_ctx = min(s.max_positions, DEFAULT_MAX_CTX) if ctx is None else ctx
-        if self.max_ctx < 1:
-            raise IEError(f"ctx must be >= 1, got {self.max_ctx}")
+        self.max_ctx = check_ctx(s, ctx, threads, meta_path)
         # Each thread's CPU (-1: not pinned), or None without an affinity mode.
         self.pinned: list[int] | None = _native.pin_threads(threads, affinity) if affinity else None
         entries = {t["name"]: t for t in self.model.tensors}
@@ -298,10 +355,21 @@ class Decoder:
             raise IEError(f"a sequence of {n} tokens exceeds the context of {self.max_ctx} tokens")
 
     def _run(self, ids: list[int], all_logits: bool) -> np.ndarray:
+        # Every path to logits (prefill, step, logits; so generate, bench and
+        # `ierun logits`) comes through here.
         try:
             out = self._dec.forward(np.asarray(ids, np.int32), all_logits)
         except ValueError as e:
             raise IEError(str(e)) from None
+        fin = np.isfinite(out)
+        if not fin.all():
+            # NaN/Inf logits would be sampled as id 0 forever: stop, and leave
+            # the cache as it was before these ids.
+            self._dec.truncate(len(self._tokens))
+            pos = len(self._tokens) + (int(np.argwhere(~fin.reshape(-1, out.shape[-1]).all(axis=1))[0][0])
+                                       if all_logits else len(ids) - 1)
+            raise IEError(f"{self.model.meta_path}: logits: non-finite (NaN/Inf) at position {pos}; the weights or "
+                          "activations hold NaN/Inf (`ieconv validate --deep` checks the stored values)")
         self._tokens.extend(ids)
         self.kv_misses += len(ids)
         return out

@@ -103,21 +103,25 @@ def gemv(raw: Any, entry: Mapping[str, Any], x: np.ndarray, bias: np.ndarray | N
                        symmetric=p["symmetric"], scale_dtype=p["scale_dtype"], act=act, threads=threads, isa=isa)
 
 
-def max_rel_error(y: np.ndarray, x: np.ndarray, w64: np.ndarray, bias: np.ndarray | None = None) -> float:
+def max_rel_error(y: np.ndarray, x: np.ndarray, w64: np.ndarray, bias: np.ndarray | None = None,
+                  allow_nonfinite: bool = False) -> float:
     """How far a kernel's y = W x (+ bias) is from float64, as every GEMV
     check in ierun measures it: max |y - ref| / (|x| @ |W|^T + |bias|), the
     error relative to the magnitude of the products summed (a plain
     relative error is meaningless where terms cancel). x is [b, cols], y
-    [b, rows]. Outputs whose reference is not finite (a NaN/Inf weight)
-    must be non-finite too, else the error is infinite; they are not measured."""
+    [b, rows]. A non-finite output or reference is an infinite error (a
+    failure), unless ``allow_nonfinite`` (weights the user declared may hold
+    NaN/Inf, ``verify bsr --allow-nonfinite``): then outputs whose reference
+    is not finite must be non-finite too, and are not measured."""
     x64 = np.asarray(x, np.float64)
-    want = x64 @ w64.T
-    scale = np.abs(x64) @ np.abs(w64).T + 1e-30
-    if bias is not None:
-        want = want + bias
-        scale = scale + np.abs(bias)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = x64 @ w64.T
+        scale = np.abs(x64) @ np.abs(w64).T + 1e-30
+        if bias is not None:
+            want = want + bias
+            scale = scale + np.abs(bias)
     fin = np.isfinite(want)
-    if not np.array_equal(np.isfinite(y), fin):
+    if not np.array_equal(np.isfinite(y), fin) or (not allow_nonfinite and not fin.all()):
         return float("inf")
     return float((np.abs(y[fin] - want[fin]) / scale[fin]).max()) if fin.any() else 0.0
 

@@ -4,11 +4,14 @@
   1. checksum: the payload's sha256 equals the one in model.ie.json (the
      payload as the runtime reads it: with IE_DEDUP=1, rebuilt by the dedup
      loader where the tensor is grouped);
+  1b. finite: every stored scale/minimum is finite (formats/finite.py) and
+     so is every dequantized weight; a NaN/Inf is a failure naming where it is;
   2. dequant: the C++ dequantizer equals the Python reference
      (formats/quant.py) bit for bit;
   3. gemv: the fused C++ GEMV (float activations) on random x, single and
      batched, agrees with float64 ``W_deq @ x``: |y - ref| <= 1e-5 * (|W_deq| @ |x|)
-     element-wise (relative to the magnitude of the products summed);
+     element-wise (relative to the magnitude of the products summed); a
+     non-finite output is a failure, never skipped;
   4. with --hf-dir: every element is within the scheme's rounding bound of
      the source value; RMSE, max |error| and SQNR (dB) are reported.
 Exit 0 only when every check of every tensor holds.
@@ -30,6 +33,7 @@ from rich.table import Table
 from iekit.cli.support import stdout_console
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
+from iekit.formats.finite import scan_bytes
 from iekit.formats.hf_checkpoint import collect_tensors, from_dir
 from iekit.formats.quant import SCHEMES
 
@@ -117,11 +121,23 @@ def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int) -
             r.checks["checksum"] = hashlib.sha256(raw).hexdigest() == t["sha256"]
             scheme = SCHEMES[t["dtype"]]
             params = scheme.params_from(t["quant"], t["shape"][1])
-            ref = scheme.dequantize(raw, *t["shape"], params)
+            with np.errstate(over="ignore", invalid="ignore"):
+                ref = scheme.dequantize(raw, *t["shape"], params)
             native = kernels.dequantize(raw, t)
             r.checks["dequant"] = bool(np.array_equal(native.view(np.uint32), ref.view(np.uint32)))
-            r.gemv_max_rel = check_gemv(raw, t, ref, rng, threads)
-            r.checks["gemv"] = r.gemv_max_rel <= GEMV_RTOL
+            problem = scan_bytes(t, raw)
+            if problem is None and not np.isfinite(ref).all():
+                at = tuple(int(i) for i in np.argwhere(~np.isfinite(ref))[0])
+                problem = f"dequantized weight {at} is {ref[at]!r} (float32 overflow)"
+            r.checks["finite"] = problem is None
+            if problem:
+                r.notes.append(problem)
+            rel = check_gemv(raw, t, ref, rng, threads)
+            # JSON has no infinity: a non-finite output (or error) is reported as null and fails.
+            r.gemv_max_rel = rel if math.isfinite(rel) else None
+            r.checks["gemv"] = rel <= GEMV_RTOL
+            if not math.isfinite(rel):
+                r.notes.append("GEMV output is not finite")
             if hf_dir:
                 w = source_values(src_tensors, t["name"], t["shape"])
                 if w is None:
@@ -146,15 +162,15 @@ def _fmt(v: float | None, spec: str) -> str:
 
 def print_table(reports: list[TensorReport], with_source: bool) -> None:
     t = Table(title="ierun verify int4")
-    cols = ["tensor", "dtype", "checksum", "dequant", "gemv (max rel)"]
+    cols = ["tensor", "dtype", "checksum", "finite", "dequant", "gemv (max rel)"]
     if with_source:
         cols += ["bound", "RMSE", "max |err|", "SQNR dB"]
     for c in cols:
         t.add_column(c, justify="left" if c in ("tensor", "dtype") else "right")
     mark = {True: "[green]ok[/]", False: "[red bold]FAIL[/]"}
     for r in reports:
-        row = [r.name, r.dtype, mark[r.checks["checksum"]], mark[r.checks["dequant"]],
-               f"{mark[r.checks['gemv']]} {r.gemv_max_rel:.1e}"]
+        row = [r.name, r.dtype, mark[r.checks["checksum"]], mark[r.checks["finite"]], mark[r.checks["dequant"]],
+               f"{mark[r.checks['gemv']]} {_fmt(r.gemv_max_rel, '.1e') or 'non-finite'}"]
         if with_source:
             row += [mark[r.checks["bound"]], _fmt(r.rmse, ".3e"), _fmt(r.max_abs_err, ".3e"), _fmt(r.sqnr_db, ".1f")]
         t.add_row(*row)
@@ -180,8 +196,11 @@ def verify_int4_cmd(model_dir: Path, hf_dir: Path | None, threads: int, seed: in
     else:
         print_table(reports, hf_dir is not None)
     if failed:
+        def why(r: TensorReport) -> str:
+            s = f"{r.name}: " + ",".join(k for k, v in r.checks.items() if not v)
+            return s + (f" [{r.notes[0]}]" if not r.checks["finite"] else "")
+
         raise IEError(f"verify int4: {len(failed)} of {len(reports)} quantized tensors failed "
-                      f"({', '.join(f'{r.name}: ' + ','.join(k for k, v in r.checks.items() if not v) for r in failed[:3])}"
-                      f"{', …' if len(failed) > 3 else ''})")
+                      f"({', '.join(why(r) for r in failed[:3])}{', …' if len(failed) > 3 else ''})")
     if not as_json:
         out.print(f"OK: {len(reports)} quantized tensors verified", markup=False)

@@ -26,28 +26,52 @@ from rich.table import Table
 from iekit.cli.support import stdout_console
 from iekit.formats import bsr
 from iekit.formats.dense_matrix import load_dense
-from iekit.formats.errors import IEError
+from iekit.formats.errors import FormatError, IEError
 
 from .kernels import max_rel_error
+from .memory import available_bytes, gib
 from .native import _native
 
 GEMV_RTOL = 1e-5
 BATCHES = (1, 4, 8)
+# The checks hold the matrix densely several times over (float32 and float64
+# copies, |A|, the kept-block mask, the GEMV outputs): about this many bytes
+# per element at the peak. A matrix is verified only when that fits the memory
+# available and it has at most MAX_DENSE_ELEMENTS elements (docs/formats/bsr.md);
+# a .bsr file of a few bytes can declare any rows × cols.
+DENSE_BYTES_PER_ELEMENT = 40
+MAX_DENSE_ELEMENTS = 1 << 32
 
 out = stdout_console()
 
 
-def gemv_max_rel(native_m, ref: bsr.BsrMatrix, isa: str, threads: int, rng: np.random.Generator) -> float:
-    """kernels.max_rel_error over a single GEMV with bias and the batched ones
-    (rows reached by NaN/Inf, accepted with --allow-nonfinite, are not measured)."""
-    a64 = ref.to_dense(np.float64)
+def gemv_max_rel(native_m, ref: bsr.BsrMatrix, isa: str, threads: int, rng: np.random.Generator,
+                 allow_nonfinite: bool = False, a64: np.ndarray | None = None) -> float:
+    """kernels.max_rel_error over a single GEMV with bias and the batched ones.
+    A non-finite output fails, except that with --allow-nonfinite the rows
+    reached by the NaN/Inf values the user accepted must be non-finite and
+    are not measured."""
+    if a64 is None:
+        a64 = ref.to_dense(np.float64)
     worst = 0.0
     for b in BATCHES:
         x = rng.standard_normal((b, ref.cols)).astype(np.float32)
         bias = rng.standard_normal(ref.rows).astype(np.float32) if b == 1 else None
         y = native_m.gemv(x[0] if b == 1 else x, bias=bias, threads=threads, isa=isa).reshape(b, -1)
-        worst = max(worst, max_rel_error(y, x, a64, bias))
+        worst = max(worst, max_rel_error(y, x, a64, bias, allow_nonfinite))
     return worst
+
+
+def check_dense_size(path: Path, rows: int, cols: int) -> None:
+    """Refuse, before allocating, a matrix whose dense checks cannot fit."""
+    n = rows * cols
+    if n > MAX_DENSE_ELEMENTS:
+        raise FormatError(path, "rows", f"{rows}×{cols} = {n} elements is more than verify bsr checks densely "
+                          f"({MAX_DENSE_ELEMENTS})")
+    need, avail = n * DENSE_BYTES_PER_ELEMENT, available_bytes()
+    if avail is not None and need > avail:
+        raise FormatError(path, "rows", f"verifying a {rows}×{cols} matrix needs about {gib(need)} for its dense "
+                          f"references, more than the {gib(avail)} of memory available")
 
 
 def verify_bsr(path: Path, dense: np.ndarray, threads: int, seed: int, allow_nonfinite: bool = False) -> dict:
@@ -59,6 +83,7 @@ def verify_bsr(path: Path, dense: np.ndarray, threads: int, seed: int, allow_non
     if dense.shape != (ref.rows, ref.cols):
         raise IEError(f"{path}: the matrix is {ref.rows}×{ref.cols} but the dense input is "
                       f"{'×'.join(map(str, dense.shape))}")
+    check_dense_size(path, ref.rows, ref.cols)
     checks: dict[str, bool] = {"load": True}
     checks["structure"] = bool(
         (native_m.rows, native_m.cols, native_m.block_rows, native_m.block_cols, native_m.nnzb)
@@ -68,11 +93,17 @@ def verify_bsr(path: Path, dense: np.ndarray, threads: int, seed: int, allow_non
     stored = ref.to_dense()
     grid = np.zeros((ref.n_block_rows, ref.n_block_cols), bool)
     grid[ref.block_coords()] = True
-    kept = np.repeat(np.repeat(grid, ref.block_rows, 0), ref.block_cols, 1)[: ref.rows, : ref.cols]
+    # Each block row/column repeated as many times as it has rows/columns inside
+    # the matrix (never the padded block size: a block may dwarf the matrix).
+    in_r = np.minimum(ref.block_rows, ref.rows - np.arange(ref.n_block_rows, dtype=np.int64) * ref.block_rows)
+    in_c = np.minimum(ref.block_cols, ref.cols - np.arange(ref.n_block_cols, dtype=np.int64) * ref.block_cols)
+    kept = np.repeat(np.repeat(grid, in_r, 0), in_c, 1)
     checks["blocks"] = bool(np.array_equal(stored[kept].view(np.uint32), dense[kept].view(np.uint32)))
     rng = np.random.default_rng(seed)
     isas = _native.cpu_features()["isas"]
-    rel = {isa: gemv_max_rel(native_m, ref, isa, threads, rng) for isa in isas}
+    a64 = ref.to_dense(np.float64)
+    rel = {isa: gemv_max_rel(native_m, ref, isa, threads, rng, allow_nonfinite, a64) for isa in isas}
+    del a64
     checks["gemv"] = all(v <= GEMV_RTOL for v in rel.values())
     d64 = dense.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf where a kept block holds inf

@@ -24,7 +24,7 @@ def test_verify_int4_passes_on_golden_with_source_bounds():
     assert r["ok"] and r["failed"] == 0 and r["tensors"] == len(_quantized(MIXED))
     assert {x["dtype"] for x in r["results"]} == {"int4w", "q4_0", "q4_1", "q8_0"}
     for x in r["results"]:
-        assert set(x["checks"]) == {"checksum", "dequant", "gemv", "bound"}
+        assert set(x["checks"]) == {"checksum", "finite", "dequant", "gemv", "bound"}
         assert x["gemv_max_rel"] <= r["gemv_rtol"]
         # 4-bit schemes keep ~20 dB on Gaussian weights, q8_0 ~40 dB: a broken
         # quantizer that still met the per-element bound could not reach these.

@@ -1,0 +1,159 @@
+"""Non-finite stored floats in a tensor payload, found while streaming it.
+
+A NaN or ±inf that reaches a weight matrix turns every logit into NaN, and
+a checksum computed over the bad bytes matches them. So ``ieconv validate
+--deep`` also reads what the payload *means* (docs/formats/iebin.md,
+docs/formats/quant.md):
+
+- quantized tensors: every stored scale and minimum (``int4w`` scales/mins
+  planes, the ``d``/``m`` of every ``q4_0``/``q4_1``/``q8_0`` block) must be
+  finite -- always, nothing the quantizer writes is ever otherwise;
+- float tensors (``f64 f32 f16 bf16``): every element must be finite unless
+  the caller allows non-finite values (``--allow-nonfinite``, as for BSR).
+
+``PayloadScan`` takes the payload in chunks of any size, in order (it keeps
+at most one block of carry-over), and remembers the first problem as one
+message naming the element, group or block. Integer tensors have nothing to
+check. Detection works on bit patterns (all-ones exponent), so it needs no
+float arithmetic and treats bf16 like the others.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from .dtypes import DTYPES
+from .quant import SCHEMES
+from .weight_types import BLOCK
+
+# element bytes -> (unsigned view, exponent mask, float view for messages)
+_F16 = ("<u2", 0x7C00, "<f2")
+_F32 = ("<u4", 0x7F800000, "<f4")
+_F64 = ("<u8", 0x7FF0000000000000, "<f8")
+_BF16 = ("<u2", 0x7F80, None)
+_FLOAT_LAYOUT = {"f16": _F16, "f32": _F32, "f64": _F64, "bf16": _BF16}
+
+
+def _first_nonfinite(raw: np.ndarray, layout: tuple) -> int | None:
+    """Index of the first non-finite element of ``raw`` (uint8, whole elements)."""
+    udt, mask, _ = layout
+    u = raw.view(udt)
+    bad = np.flatnonzero((u & np.array(mask, dtype=udt)) == mask)
+    return int(bad[0]) if bad.size else None
+
+
+def _value(raw: np.ndarray, i: int, layout: tuple) -> str:
+    udt, _, fdt = layout
+    if fdt is None:  # bf16: widen the bits
+        v = float((raw.view(udt)[i:i + 1].astype(np.uint32) << 16).view(np.float32)[0])
+    else:
+        v = float(raw.view(fdt)[i])
+    return repr(v)  # 'nan', 'inf', '-inf'
+
+
+class PayloadScan:
+    """Feed a tensor entry's payload with ``feed``; ``problem`` is the first
+    non-finite value found, as a message, or None."""
+
+    def __init__(self, entry: Mapping[str, Any], allow_nonfinite: bool = False):
+        self.problem: str | None = None
+        self._pos = 0  # payload bytes consumed by _check
+        self._carry = b""
+        dtype, shape = entry["dtype"], list(entry["shape"])
+        self._shape = shape
+        self._check = None
+        self._unit = 1
+        scheme = SCHEMES.get(dtype)
+        if scheme is not None:
+            rows, cols = shape
+            self._rows, self._cols = rows, cols
+            if dtype == "int4w":
+                p = scheme.params_from(entry["quant"], cols)
+                self._groups = cols // (p.group_size or cols)
+                layout = _F16 if p.scale_dtype == "f16" else _F32
+                self._layout = layout
+                self._unit = 2 if p.scale_dtype == "f16" else 4
+                self._qs = rows * cols // 2
+                self._ns = rows * self._groups * self._unit
+                self._planes = ["scale"] if p.symmetric else ["scale", "min"]
+                self._check = self._int4w
+            else:
+                self._unit = scheme.block_bytes
+                self._fields = [("d", 0)] + ([("m", 2)] if dtype == "q4_1" else [])
+                self._check = self._blocks
+        elif dtype in _FLOAT_LAYOUT and not allow_nonfinite:
+            self._layout = _FLOAT_LAYOUT[dtype]
+            self._unit = DTYPES[dtype].itemsize
+            self._dtype = dtype
+            self._check = self._floats
+
+    @property
+    def active(self) -> bool:
+        """False when this tensor has nothing to check (integers, allowed floats)."""
+        return self._check is not None
+
+    def feed(self, chunk: bytes | memoryview) -> None:
+        if self._check is None or self.problem is not None:
+            return
+        data = self._carry + bytes(chunk) if self._carry else chunk
+        whole = len(data) - len(data) % self._unit
+        self._carry = bytes(data[whole:])
+        if whole:
+            raw = np.frombuffer(data, dtype=np.uint8, count=whole)
+            self.problem = self._check(raw, self._pos)
+            self._pos += whole
+
+    # -- per kind ----------------------------------------------------------
+
+    def _floats(self, raw: np.ndarray, start: int) -> str | None:
+        i = _first_nonfinite(raw, self._layout)
+        if i is None:
+            return None
+        e = start // self._unit + i
+        where = f"element {e}"
+        if len(self._shape) > 1:
+            where += f" (index {tuple(int(v) for v in np.unravel_index(e, self._shape))})"
+        return (f"{self._dtype} {where} is {_value(raw, i, self._layout)}; non-finite weights are invalid "
+                "(pass --allow-nonfinite to accept them)")
+
+    def _int4w(self, raw: np.ndarray, start: int) -> str | None:
+        end = start + raw.size
+        for k, plane in enumerate(self._planes):
+            p0 = self._qs + k * self._ns
+            lo, hi = max(start, p0), min(end, p0 + self._ns)
+            if lo >= hi:
+                continue
+            part = raw[lo - start:hi - start]
+            i = _first_nonfinite(part, self._layout)
+            if i is not None:
+                e = (lo - p0) // self._unit + i
+                r, g = divmod(e, self._groups)
+                return (f"int4w {plane} of row {r}, group {g} ({plane}s[{e}]) is {_value(part, i, self._layout)}; "
+                        "non-finite scales and minimums are invalid")
+        return None
+
+    def _blocks(self, raw: np.ndarray, start: int) -> str | None:
+        blocks = raw.reshape(-1, self._unit)
+        first = None  # (block within the chunk, field name, that field's f16 column)
+        for name, off in self._fields:
+            col = np.ascontiguousarray(blocks[:, off:off + 2]).reshape(-1)
+            i = _first_nonfinite(col, _F16)
+            if i is not None and (first is None or i < first[0]):
+                first = (i, name, col)
+        if first is None:
+            return None
+        i, name, col = first
+        k = start // self._unit + i
+        r, b = divmod(k, self._cols // BLOCK)
+        return (f"block {k} (row {r}, columns {b * BLOCK}..{b * BLOCK + BLOCK - 1}): {name} is "
+                f"{_value(col, i, _F16)}; non-finite block scales are invalid")
+
+
+def scan_bytes(entry: Mapping[str, Any], raw: Any, allow_nonfinite: bool = False) -> str | None:
+    """The first non-finite stored value of a whole payload (bytes or a
+    contiguous uint8 array), or None."""
+    s = PayloadScan(entry, allow_nonfinite)
+    s.feed(np.frombuffer(raw, dtype=np.uint8))
+    return s.problem
