@@ -78,11 +78,11 @@ san-build: setup fuzz-deps
 	  -Ccmake.define.CMAKE_CXX_COMPILER=clang++ -Ccmake.define.IE_FUZZ=ON .
 
 # Under the sanitizers: the C++ tests, the native and loader pytest modules,
-# and a short run of every fuzz target from its seed corpus (SAN_FUZZ_S=20).
+# and a short run of every fuzz target from its seed corpus (SAN_FUZZ_S=15).
 sanitize: san-build
 	$(VENV)/bin/ctest --test-dir $(SAN_BUILD) --output-on-failure
 	$(SAN_ENV) $(VPY) -m pytest -q -p no:cacheprovider $(SAN_PYTESTS)
-	$(MAKE) --no-print-directory fuzz-run FUZZ_S=$(or $(SAN_FUZZ_S),20)
+	$(MAKE) --no-print-directory fuzz-run FUZZ_S=$(or $(SAN_FUZZ_S),15)
 
 # Every fuzz target for FUZZ_S seconds (default 60); crashes are kept under
 # fuzz/findings/TARGET/ and fail the run.

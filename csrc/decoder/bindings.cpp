@@ -133,6 +133,11 @@ void ie_register_decoder(py::module_& m) {
       "touch_bytes",
       [](py::buffer buf, size_t start, size_t nbytes, size_t stride) {
         py::buffer_info info = buf.request();
+        // The loop reads [ptr, ptr + size): only a contiguous buffer is that range
+        // (a reversed or strided view is not).
+        if (info.ndim != 1 || (info.size > 1 && info.strides[0] != info.itemsize))
+          throw std::invalid_argument("touch_bytes: buf must be a contiguous 1-D buffer");
+        if (stride < 1) throw std::invalid_argument("touch_bytes: stride must be >= 1");
         const auto* p = static_cast<const uint8_t*>(info.ptr);
         const size_t size = static_cast<size_t>(info.size) * static_cast<size_t>(info.itemsize);
         py::gil_scoped_release nogil;

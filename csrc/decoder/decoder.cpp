@@ -265,6 +265,7 @@ void Decoder::forward(const int32_t* tokens, int n, float* logits, bool all_logi
 }
 
 std::vector<int> pin_threads(int threads, const std::string& mode) {
+  if (threads < 1) fail("pin_threads: threads must be >= 1, got " + std::to_string(threads));
   if (mode != "compact" && mode != "scatter" && mode != "auto")
     fail("affinity must be compact, scatter or auto, got '" + mode + "'");
   std::vector<int> where(static_cast<size_t>(threads), -1);
@@ -293,12 +294,15 @@ std::vector<int> pin_threads(int threads, const std::string& mode) {
 
 uint64_t touch_bytes(const uint8_t* base, size_t size, size_t start, size_t nbytes, size_t stride) {
   if (size == 0 || stride == 0) return 0;
+  // One read per started stride of nbytes; positions advance by stride
+  // modulo size (so neither the position nor the count can wrap).
+  const size_t reads = nbytes / stride + (nbytes % stride != 0), step = stride % size;
   uint64_t sum = 0;
   size_t pos = start % size;
-  for (size_t done = 0; done < nbytes; done += stride) {
+  for (size_t k = 0; k < reads; ++k) {
     sum += base[pos];
-    pos += stride;
-    if (pos >= size) pos -= size * (pos / size);
+    pos += step;
+    if (pos >= size) pos -= size;
   }
   return sum;
 }

@@ -106,6 +106,9 @@ GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_
     throw std::invalid_argument("batch must be 1.." + std::to_string(kMaxBatch) + ", got " + std::to_string(batch));
   const WeightLayout l = weight_layout(s);
   const size_t nbytes = l.nbytes;
+  // The copies are filled (touched) before timing: bounded so that a large
+  // min_bytes is an error, not the OOM killer.
+  if (min_bytes > (size_t(1) << 36)) throw std::invalid_argument("min_bytes above 64 GiB");
   const int copies = static_cast<int>(std::max<size_t>(1, min_bytes / nbytes + 1));
   std::vector<AlignedArray<uint8_t>> bufs;
   for (int i = 0; i < copies; ++i) bufs.emplace_back(nbytes, /*zero=*/false);

@@ -1,0 +1,62 @@
+"""Every exposed native function checks its arguments; every size product is
+overflow-checked (issue 11, finding 9). Each of these crashed, read out of
+bounds or wrapped before: SIGFPE in microbench (a byte count that wrapped to
+0), a segfault in pin_threads(0), an out-of-bounds read in touch_bytes on a
+reversed view, signed overflow for 2^62 columns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import assert_one_line_error, run_tool
+from iekit.runtime.native import _native
+
+
+def test_microbench_with_a_byte_count_that_wraps_is_one_line():
+    res = run_tool("ierun", "microbench", "--kernel", "f32", "--rows", str(2**32), "--cols", str(2**32))
+    assert_one_line_error(res, "size overflows")
+
+
+@pytest.mark.parametrize("dtype, rows, cols, group", [
+    ("f32", 2**32, 2**32, 0),         # 2^66 bytes: wraps size_t
+    ("f32", 3, 2**62, 0),             # 3 * 2^64 bytes: signed overflow of the old products
+    ("q8_0", 2**40, 2**30, 0),
+    ("int4w", 2**40, 2**30, 32),      # the scale planes overflow even where the codes would not
+])
+def test_sizes_that_overflow_are_refused(dtype, rows, cols, group):
+    with pytest.raises(ValueError, match="size overflows"):
+        _native.expected_nbytes(dtype, rows, cols, group_size=group)
+    with pytest.raises(ValueError, match="size overflows"):
+        _native.WeightSpec(dtype, rows, cols, group_size=group)
+
+
+def test_pin_threads_checks_its_count():
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        _native.pin_threads(0, "compact")
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        _native.pin_threads(-3, "scatter")
+
+
+def test_touch_bytes_refuses_views_that_are_not_one_range():
+    buf = np.arange(256, dtype=np.uint8)
+    with pytest.raises(ValueError, match="contiguous"):
+        _native.touch_bytes(buf[::-1], 0, 64, 1)
+    with pytest.raises(ValueError, match="contiguous"):
+        _native.touch_bytes(buf[::2], 0, 64, 1)
+    with pytest.raises(ValueError, match="stride"):
+        _native.touch_bytes(buf, 0, 64, 0)
+
+
+@pytest.mark.parametrize("start, nbytes, stride", [(0, 256, 1), (10, 1000, 7), (255, 300, 256), (3, 2**63, 2**62),
+                                                   (5, 100, 1000)])
+def test_touch_bytes_reads_one_byte_per_stride_wrapping(start, nbytes, stride):
+    buf = np.random.default_rng(0).integers(0, 256, 256, dtype=np.uint8)
+    reads = -(-nbytes // stride)
+    want = sum(int(buf[(start + k * stride) % 256]) for k in range(reads))
+    assert _native.touch_bytes(buf, start, nbytes, stride) == want
+
+
+def test_bench_gemv_bounds_what_it_allocates():
+    with pytest.raises(ValueError, match="min_bytes"):
+        _native.bench_gemv("f32", 4, 32, min_bytes=2**62)
