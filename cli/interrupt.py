@@ -14,13 +14,31 @@ import sys
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
 
-def exit_interrupted() -> None:
-    """Ignore further Ctrl-C (a second one must not interrupt the exit with
-    a traceback), say so on stderr, exit 130."""
+def _ignore_sigint() -> None:
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except (ValueError, OSError):  # not the main thread
         pass
+
+
+def run_guarded(load_main) -> None:
+    """The console scripts' body: ``load_main()`` imports the command line
+    and returns its main, which runs; Ctrl-C at any moment of either exits
+    130. Once the command has finished (or is failing), Ctrl-C is ignored:
+    otherwise one arriving during the interpreter's shutdown would turn a
+    finished run into death by SIGINT."""
+    try:
+        load_main()()
+    except KeyboardInterrupt:
+        exit_interrupted()
+    finally:
+        _ignore_sigint()
+
+
+def exit_interrupted() -> None:
+    """Ignore further Ctrl-C (a second one must not interrupt the exit with
+    a traceback), say so on stderr, exit 130."""
+    _ignore_sigint()
     try:
         sys.stderr.write("interrupted\n")
         sys.stderr.flush()

@@ -6,13 +6,14 @@ one ``try``: Ctrl-C at any moment exits 130 with one line (cli/interrupt.py).
 
 from __future__ import annotations
 
-from iekit.cli.interrupt import exit_interrupted
+from iekit.cli.interrupt import run_guarded
+
+
+def _load_main():
+    from iekit.convert.cli import main
+
+    return main
 
 
 def main() -> None:
-    try:
-        from iekit.convert.cli import main as run
-
-        run()
-    except KeyboardInterrupt:
-        exit_interrupted()
+    run_guarded(_load_main)
