@@ -32,6 +32,9 @@ def run_target(exe: Path, corpus: Path, findings: Path, seconds: int) -> tuple[i
     env.pop("LD_PRELOAD", None)  # the targets link their own sanitizer runtime
     cmd = [str(exe), f"-max_total_time={seconds}", "-timeout=10", "-rss_limit_mb=4096", "-print_final_stats=1",
            f"-artifact_prefix={findings}/", str(corpus)]
+    regressions = REPO / "fuzz" / "regressions" / exe.name
+    if regressions.is_dir():  # start from the inputs that once found bugs (libFuzzer only reads them)
+        cmd.append(str(regressions))
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds * 3 + 120)
     out = res.stdout + res.stderr
     runs = [int(m) for m in re.findall(r"stat::number_of_executed_units:\s*(\d+)", out)]

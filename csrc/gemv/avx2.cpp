@@ -48,7 +48,7 @@ void quantize_q8_avx2(const float* x, int64_t n, int8_t* q, float* d) {
     __m256 amax = _mm256_setzero_ps();
     for (int u = 0; u < 4; ++u) {
       v[u] = _mm256_loadu_ps(xb + 8 * u);
-      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[u]));
+      amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[u]), amax);  // a NaN first operand yields amax: skipped, as in scalar
     }
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));

@@ -14,15 +14,22 @@ namespace ie {
 
 namespace {
 
+// Non-finite activations (NaN weights upstream) are defined, not UB, and the
+// same in every variant: amax skips NaN; a product x * (1/d) that is NaN
+// (x NaN, or x = +-inf where d is inf) codes as -128, what the SIMD
+// conversion yields. The logits are then non-finite, which the runtime reports.
 void quantize_q8_scalar(const float* x, int64_t n, int8_t* q, float* d) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
     float amax = 0.f;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));  // NaN second: skipped
     const float db = amax / 127.f;
     const float id = db != 0.f ? 1.f / db : 0.f;
     d[b] = db;
-    for (int j = 0; j < 32; ++j) q[b * 32 + j] = static_cast<int8_t>(std::round(xb[j] * id));
+    for (int j = 0; j < 32; ++j) {
+      const float v = xb[j] * id;
+      q[b * 32 + j] = std::isnan(v) ? int8_t(-128) : static_cast<int8_t>(std::round(v));
+    }
   }
 }
 
