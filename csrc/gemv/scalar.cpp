@@ -15,9 +15,10 @@ namespace ie {
 namespace {
 
 // Non-finite activations (NaN weights upstream) are defined, not UB, and the
-// same in every variant: amax skips NaN; a product x * (1/d) that is NaN
-// (x NaN, or x = +-inf where d is inf) codes as -128, what the SIMD
-// conversion yields. The logits are then non-finite, which the runtime reports.
+// same in every variant: amax skips NaN; a product x * (1/d) that is not
+// finite (x NaN; x = +-inf where d is inf; any x where d is subnormal and
+// 1/d overflows) codes as -128, what the SIMD conversion yields. The logits
+// are then non-finite (or the block negligible), which the runtime reports.
 void quantize_q8_scalar(const float* x, int64_t n, int8_t* q, float* d) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
@@ -28,7 +29,7 @@ void quantize_q8_scalar(const float* x, int64_t n, int8_t* q, float* d) {
     d[b] = db;
     for (int j = 0; j < 32; ++j) {
       const float v = xb[j] * id;
-      q[b * 32 + j] = std::isnan(v) ? int8_t(-128) : static_cast<int8_t>(std::round(v));
+      q[b * 32 + j] = std::isfinite(v) ? static_cast<int8_t>(std::round(v)) : int8_t(-128);
     }
   }
 }

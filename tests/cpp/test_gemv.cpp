@@ -156,13 +156,15 @@ TEST(gemv_activation_quantizers_agree_on_nonfinite_input) {
   // NaN and inf activations (from NaN weights upstream) are defined and the
   // same in every variant (and free of UB: the sanitizer build runs this).
   for (Isa isa : ie::available_isas()) {
-    for (int pattern = 0; pattern < 4; ++pattern) {
+    for (int pattern = 0; pattern < 5; ++pattern) {
       std::vector<float> x = random_x(64, static_cast<uint64_t>(pattern) + 1);
       if (pattern == 0) x[3] = NAN;
       if (pattern == 1) x[0] = INFINITY, x[40] = -INFINITY;
       if (pattern == 2)
         for (int j = 0; j < 32; ++j) x[j] = NAN;
       if (pattern == 3) x[31] = NAN, x[32] = INFINITY;
+      if (pattern == 4)  // a subnormal scale: 1 / d overflows to inf
+        for (int j = 0; j < 32; ++j) x[j] = (j % 3 - 1) * 1e-43f;
       std::vector<int8_t> q0(64), q1(64);
       std::vector<float> d0(2), d1(2);
       ie::quantize_act_q8(x.data(), 64, q0.data(), d0.data(), Isa::Scalar);
