@@ -46,6 +46,8 @@ demo: setup
 	$(VENV)/bin/ieconv hf-to-iebin --hf-dir golden/hf/tiny-llama --out-dir $(DEMO_OUT)/int4w --q4-map $(DEMO_OUT)/q4_manifest.json
 	$(VENV)/bin/ierun verify int4 --model-dir $(DEMO_OUT)/int4w --hf-dir golden/hf/tiny-llama
 	$(VENV)/bin/ierun generate --model-dir $(DEMO_OUT)/int4w --prompt $(DEMO_PROMPT) --max-new 16
+	$(VENV)/bin/ierun eval --model-dir $(DEMO_OUT)/int4w --ref-dir $(DEMO_OUT)/f32 --text-file golden/text/eval-sample.txt \
+	  --plot $(DEMO_OUT)/eval.png
 
 # Sanitizer and fuzz builds (docs/security.md): clang + libFuzzer from Debian.
 SAN_BUILD  := build/asan

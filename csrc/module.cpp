@@ -7,11 +7,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "attention/attention.h"
 #include "bsr/bsr.h"
 #include "common/cpu_features.h"
 #include "common/isa.h"
 #include "common/weight_types.h"
 #include "dedup/dedup.h"
+#include "gemm/gemm.h"
 #include "gemv/gemv.h"
 #include "stream/stream_read.h"
 
@@ -22,6 +24,7 @@
 namespace py = pybind11;
 
 void ie_register_gemv(py::module_&);     // gemv/bindings.cpp
+void ie_register_gemm(py::module_&);     // gemm/bindings.cpp
 void ie_register_stream(py::module_&);   // stream/bindings.cpp
 void ie_register_dedup(py::module_&);    // dedup/bindings.cpp
 void ie_register_bsr(py::module_&);      // bsr/bindings.cpp
@@ -35,6 +38,8 @@ struct FamilyIsa {
   ie::Isa (*pick)(ie::Isa);
 };
 constexpr FamilyIsa kFamilies[] = {{"gemv", ie::gemv_kernel_isa},
+                                   {"gemm", ie::gemm_kernel_isa},
+                                   {"attention", ie::attention_kernel_isa},
                                    {"bsr", ie::bsr_kernel_isa},
                                    {"stream_read", ie::stream_kernel_isa},
                                    {"dedup", ie::dedup::kernel_isa}};
@@ -152,6 +157,7 @@ PYBIND11_MODULE(_native, m) {
       "CUDA devices visible to this build (empty list when there is no GPU).");
 #endif
   ie_register_gemv(m);
+  ie_register_gemm(m);
   ie_register_stream(m);
   ie_register_dedup(m);
   ie_register_bsr(m);

@@ -13,6 +13,7 @@ from iekit.cli.support import run_cli
 
 from .bench import bench
 from .decode_cli import generate_cmd, logits_cmd
+from .eval_cli import eval_cmd, verify_model_cmd
 from .microbench import microbench
 from .verify import verify_int4_cmd
 from .verify_bsr import verify_bsr_cmd
@@ -34,14 +35,18 @@ def cli() -> None:
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
 @click.option("--bandwidth", is_flag=True, help="Also measure memory read bandwidth (256 MiB buffer).")
-@click.option("--threads", default=1, show_default=True, help="Threads for --bandwidth.")
-def info(as_json: bool, bandwidth: bool, threads: int):
-    """CPU features, kernel ISAs available here, and the one selected."""
-    from .native import cpu_features, read_bandwidth
+@click.option("--fma-peak", is_flag=True, help="Also measure the multiply-add peak (GFLOPS of the selected kernels' ISA).")
+@click.option("--threads", default=1, show_default=True, help="Threads for --bandwidth and --fma-peak.")
+def info(as_json: bool, bandwidth: bool, fma_peak: bool, threads: int):
+    """CPU features, kernel ISAs available here, and the one selected; with
+    --bandwidth and --fma-peak the two yardsticks benchmarks report against."""
+    from . import native
 
-    f = cpu_features()
+    f = native.cpu_features()
     if bandwidth:
-        f["read_bandwidth"] = read_bandwidth(threads=threads)
+        f["read_bandwidth"] = native.read_bandwidth(threads=threads)
+    if fma_peak:
+        f["fma_peak"] = native.fma_peak(threads=threads)
     if as_json:
         click.echo(json.dumps(f, sort_keys=True))
         return
@@ -54,6 +59,9 @@ def info(as_json: bool, bandwidth: bool, threads: int):
     if bandwidth:
         bw = f["read_bandwidth"]
         t.add_row("read bandwidth", f"{bw['gbps']:.2f} GB/s ({bw['threads']} threads, {bw['isa']})")
+    if fma_peak:
+        fp = f["fma_peak"]
+        t.add_row("FMA peak", f"{fp['gflops']:.1f} GFLOPS float32 ({fp['threads']} threads, {fp['isa']})")
     out.print(t)
 
 
@@ -70,9 +78,11 @@ cli.add_command(generate_cmd)
 cli.add_command(logits_cmd)
 cli.add_command(microbench)
 cli.add_command(bench)
+cli.add_command(eval_cmd)
 verify.add_command(verify_int4_cmd)
 verify.add_command(verify_dedup_cmd)
 verify.add_command(verify_bsr_cmd)
+verify.add_command(verify_model_cmd)
 
 
 def main() -> None:

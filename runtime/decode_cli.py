@@ -12,7 +12,6 @@ import numpy as np
 
 from iekit.formats.atomic import write_file_atomic
 from iekit.formats.errors import IEError
-from iekit.formats.fileio import model_file
 
 from .sampling import Sampler, stream
 from .token_ids import parse_ids
@@ -36,17 +35,10 @@ def printable(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
-def tokenizer_file(dec) -> Path | None:
-    """The model's tokenizer.json, checked like every file of a model
-    directory (regular, bounded, inside it), or None."""
-    return model_file(dec.model.dir, "tokenizer.json")
-
-
 def prompt_ids(dec, prompt: str | None, ids: str | None) -> list[int]:
     if (prompt is None) == (ids is None):
         raise click.UsageError("give exactly one of --prompt and --ids")
     if prompt is not None:
-        tokenizer_file(dec)
         return dec.encode(prompt)
     try:
         return parse_ids(ids)
@@ -78,7 +70,7 @@ def generate_cmd(model_dir, prompt, ids, max_new, temp, top_p, seed, threads, ct
     sampler = Sampler(temp, top_p, seed)
     dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act)
     pids = prompt_ids(dec, prompt, ids)
-    has_tok = tokenizer_file(dec) is not None
+    has_tok = dec.has_tokenizer
     new: list[int] = []
     shown = ""
     try:

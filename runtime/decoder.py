@@ -23,6 +23,7 @@ import numpy as np
 from iekit.formats import iebin, weight_types
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
+from iekit.formats.fileio import model_file, read_small
 
 from . import kernels
 from .dedup import TensorSource
@@ -321,18 +322,28 @@ class Decoder:
 
     # -- tokens -------------------------------------------------------------
 
+    @property
+    def has_tokenizer(self) -> bool:
+        return model_file(self.model.dir, "tokenizer.json") is not None
+
     def _tok(self):
         if self._tokenizer is None:
-            path = self.model.dir / "tokenizer.json"
-            if not path.is_file():
+            path = model_file(self.model.dir, "tokenizer.json")  # regular, bounded, inside the model directory
+            if path is None:
                 raise IEError(f"{self.model.dir}: no tokenizer.json; give prompts as token ids")
             from tokenizers import Tokenizer
 
             try:
-                self._tokenizer = Tokenizer.from_file(str(path))
+                self._tokenizer = Tokenizer.from_str(read_small(path).decode("utf-8"))
+            except UnicodeDecodeError as e:
+                raise IEError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
             except Exception as e:  # the tokenizers library raises its own Exception type
                 raise IEError(f"{path}: cannot load the tokenizer: {e}") from None
         return self._tokenizer
+
+    def vocabulary(self) -> dict[str, int]:
+        """The tokenizer's token -> id map, added tokens included."""
+        return self._tok().get_vocab(with_added_tokens=True)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` with the tokenizer's own post-processing (BOS where it adds one)."""
@@ -409,6 +420,19 @@ class Decoder:
         self.check_ids(ids)
         self.reset()
         return self._run(ids, all_logits=True)
+
+    def chunk_logits(self, ids: list[int], start: int) -> np.ndarray:
+        """Float32 logits [len(ids) - start, vocab] of positions start.. of a
+        fresh sequence: ids[:start] run as context only (batched like any
+        prefill, without the output head over every position)."""
+        ids = list(ids)
+        if not 0 <= start < len(ids):
+            raise IEError(f"chunk_logits: start {start} is outside 0..{len(ids) - 1}")
+        self.check_ids(ids)
+        self.reset()
+        if start:
+            self._run(ids[:start], all_logits=False)
+        return self._run(ids[start:], all_logits=True)
 
     def touch(self, nbytes: int, stride: int) -> int:
         """The benchmark's work-touch: read one byte every ``stride`` of the

@@ -35,6 +35,7 @@ class NativeArgumentError(IEError, ValueError):
 cpu_features = _user_errors(_native.cpu_features)
 stream_sum = _user_errors(_native.stream_sum)
 read_bandwidth = _user_errors(_native.read_bandwidth)
+fma_peak = _user_errors(_native.fma_peak)
 gemv = _user_errors(_native.gemv)
 dequantize = _user_errors(_native.dequantize)
 expected_nbytes = _user_errors(_native.expected_nbytes)

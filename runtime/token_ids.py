@@ -1,16 +1,24 @@
-"""Token ids written by hand ("1, 17,256"), for --ids and prompts files."""
+"""Token ids written by hand or by a script ("1, 17,256", one per line), for
+--ids, --ids-file and prompts files."""
 
 from __future__ import annotations
 
+import re
+
+_SEP = re.compile(r"[,\s]+")
+
 
 def parse_ids(text: str) -> list[int]:
-    """Comma-separated non-negative integers; ValueError saying what is wrong.
-    Whether they fit the vocabulary is the decoder's check."""
-    parts = [p.strip() for p in text.split(",")]
+    """Non-negative integers separated by commas and/or whitespace; ValueError
+    saying what is wrong. Whether they fit the vocabulary is the decoder's check."""
+    parts = [p for p in _SEP.split(text) if p]
     try:
-        ids = [int(p) for p in parts if p]
+        ids = [int(p) for p in parts]
     except ValueError:
-        raise ValueError(f"expected comma-separated token ids, got {text.strip()!r}") from None
-    if not ids or min(ids) < 0:
-        raise ValueError(f"expected comma-separated token ids >= 0, got {text.strip()!r}")
+        bad = next(p for p in parts if not p.lstrip("+-").isdigit())
+        raise ValueError(f"expected token ids separated by commas or whitespace, got {bad[:40]!r}") from None
+    if not ids:
+        raise ValueError("no token ids")
+    if min(ids) < 0:
+        raise ValueError(f"token ids must be >= 0, got {min(ids)}")
     return ids

@@ -37,7 +37,7 @@ from iekit.formats.finite import scan_bytes
 from iekit.formats.hf_checkpoint import collect_tensors, from_dir
 from iekit.formats.quant import SCHEMES
 
-from . import kernels
+from . import kernels, plots
 from .dedup import TensorSource
 
 GEMV_RTOL = 1e-5
@@ -183,11 +183,23 @@ def print_table(reports: list[TensorReport], with_source: bool) -> None:
 @click.option("--threads", default=1, show_default=True, help="GEMV threads.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random activations.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of the table.")
-def verify_int4_cmd(model_dir: Path, hf_dir: Path | None, threads: int, seed: int, as_json: bool):
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also draw each tensor's SQNR and RMSE by layer and kind to this PNG, to see which tensors "
+                   "the manifest should keep at higher precision (needs --hf-dir and matplotlib: "
+                   "pip install 'iekit[plot]').")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
+def verify_int4_cmd(model_dir: Path, hf_dir: Path | None, threads: int, seed: int, as_json: bool,
+                    plot_path: Path | None, overwrite: bool):
     """Verify every quantized tensor: checksum, C++ vs Python dequantization
     (bit-exact), fused GEMV vs float64 (rel. error <= 1e-5) and, with
     --hf-dir, the rounding bound against the source weights."""
+    if plot_path is not None:
+        if hf_dir is None:
+            raise click.UsageError("--plot draws SQNR and RMSE against the source weights: give --hf-dir too")
+        plots.check_target(plot_path, overwrite)
     reports = verify_int4(model_dir, hf_dir, threads, seed)
+    if plot_path is not None:
+        plots.tensor_plot(reports, f"ierun verify int4: {model_dir}", plot_path, overwrite)
     failed = [r for r in reports if not r.ok]
     if as_json:
         click.echo(json.dumps({"ok": not failed, "model_dir": str(model_dir), "tensors": len(reports),

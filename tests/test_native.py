@@ -31,8 +31,8 @@ def test_cpu_features_report():
             want = max((v for v in levels if order.index(v) <= order.index(isa)), key=order.index)
             assert native._native.kernel_isa(family, isa) == want
     # What this build holds: only dedup has an AVX-512 body.
-    assert variants == {"gemv": ["scalar", "avx2"], "bsr": ["scalar", "avx2"], "stream_read": ["scalar", "avx2"],
-                        "dedup": ["scalar", "avx2", "avx512"]}
+    assert variants == {"gemv": ["scalar", "avx2"], "gemm": ["scalar", "avx2"], "attention": ["scalar", "avx2"],
+                        "bsr": ["scalar", "avx2"], "stream_read": ["scalar", "avx2"], "dedup": ["scalar", "avx2", "avx512"]}
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -61,6 +61,24 @@ def test_read_bandwidth_reports_positive_rate():
     r = native.read_bandwidth(bytes=8 << 20, threads=1, passes=2)
     assert r["gbps"] > 0 and r["gbps_best"] >= r["gbps"]
     assert r["bytes"] == 8 << 20 and r["passes"] == 2
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_fma_yardstick_loop_matches_float64(isa):
+    """The FMA peak's loop computes what it claims: 96 chains v = v*m + c."""
+    m, c, iters = 0.999, 1e-3, 1000
+    v = 0.5 + np.arange(96) / 1024
+    for _ in range(iters):
+        v = v * m + c
+    got = native._native.fma_chains(0.5, m, c, iters, isa=isa)
+    assert got == pytest.approx(v.sum(), rel=1e-5)
+
+
+def test_fma_peak_reports_positive_rate():
+    r = native.fma_peak(threads=2, passes=1)
+    assert r["gflops"] > 0 and r["gflops_best"] >= r["gflops"] and r["threads"] == 2
+    with pytest.raises(ValueError, match="threads"):
+        native.fma_peak(threads=0)
 
 
 def test_ierun_info_json():

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "attention/attention.h"
 #include "common/errors.h"
 #include "common/half.h"
 
@@ -102,7 +103,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
                                               "KV cache"), static_cast<size_t>(kv_dim_), "KV cache");
   k_cache_.assign(cache, 0.f);
   v_cache_.assign(cache, 0.f);
-  const size_t B = kMaxBatch;
+  const size_t B = kPrefillBatch;
   x_.resize(B * c.hidden);
   xn_.resize(B * std::max(c.hidden, c.inter));
   q_.resize(B * q_dim_);
@@ -120,8 +121,15 @@ void Decoder::truncate(int n) {
   n_past_ = n;
 }
 
-void Decoder::mm(const Matrix& m, PreparedAct& x, const float* bias, float* y) {
-  gemv(m.spec, m.data, x, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, threads_, isa_, scratch_);
+void Decoder::prepare(PreparedAct& prep, const float* x, int b, int cols) {
+  if (b <= kMaxBatch) prep.set(x, b, cols);
+}
+
+void Decoder::mm(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y) {
+  if (b > kMaxBatch)
+    gemm(m.spec, m.data, x, b, bias, y, threads_, isa_, gemm_scratch_);
+  else
+    gemv(m.spec, m.data, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, threads_, isa_, scratch_);
 }
 
 void Decoder::embed_row(int32_t token, float* out) const {
@@ -154,6 +162,7 @@ void Decoder::attention(int layer, int b) {
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const float* kc = k_cache_.data() + static_cast<size_t>(layer) * cfg_.max_ctx * kv_dim_;
   const float* vc = v_cache_.data() + static_cast<size_t>(layer) * cfg_.max_ctx * kv_dim_;
+  const AttnOps& ops = kAttnTable.ops(isa_);
 #pragma omp parallel for collapse(2) schedule(static) num_threads(threads_)
   for (int j = 0; j < b; ++j) {
     for (int h = 0; h < nh; ++h) {
@@ -164,10 +173,7 @@ void Decoder::attention(int layer, int b) {
       const int kvo = (h / group) * hd;
       float mx = -INFINITY;
       for (int t = t0; t < n_ctx; ++t) {
-        const float* k = kc + static_cast<size_t>(t) * kv_dim_ + kvo;
-        float s = 0.f;
-        for (int i = 0; i < hd; ++i) s += q[i] * k[i];
-        sc[t] = s * scale;
+        sc[t] = ops.dot(q, kc + static_cast<size_t>(t) * kv_dim_ + kvo, hd) * scale;
         mx = std::max(mx, sc[t]);
       }
       float sum = 0.f;
@@ -178,11 +184,7 @@ void Decoder::attention(int layer, int b) {
       const float inv = 1.f / sum;
       float* o = att_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
       std::fill_n(o, hd, 0.f);
-      for (int t = t0; t < n_ctx; ++t) {
-        const float* v = vc + static_cast<size_t>(t) * kv_dim_ + kvo;
-        const float p = sc[t] * inv;
-        for (int i = 0; i < hd; ++i) o[i] += p * v[i];
-      }
+      for (int t = t0; t < n_ctx; ++t) ops.axpy(sc[t] * inv, vc + static_cast<size_t>(t) * kv_dim_ + kvo, o, hd);
     }
   }
 }
@@ -204,10 +206,10 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
     for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]);
-    xn_prep_.set(xn_.data(), b, H);
-    mm(L.q, xn_prep_, L.bq.empty() ? nullptr : L.bq.data(), q_.data());
-    mm(L.k, xn_prep_, L.bk.empty() ? nullptr : L.bk.data(), k_.data());
-    mm(L.v, xn_prep_, L.bv.empty() ? nullptr : L.bv.data(), v_.data());
+    prepare(xn_prep_, xn_.data(), b, H);
+    mm(L.q, xn_prep_, xn_.data(), b, L.bq.empty() ? nullptr : L.bq.data(), q_.data());
+    mm(L.k, xn_prep_, xn_.data(), b, L.bk.empty() ? nullptr : L.bk.data(), k_.data());
+    mm(L.v, xn_prep_, xn_.data(), b, L.bv.empty() ? nullptr : L.bv.data(), v_.data());
     float* kc = k_cache_.data() + static_cast<size_t>(l) * c.max_ctx * kv_dim_;
     float* vc = v_cache_.data() + static_cast<size_t>(l) * c.max_ctx * kv_dim_;
     for (int j = 0; j < b; ++j) {
@@ -219,30 +221,30 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       std::copy_n(&v_[j * kv_dim_], kv_dim_, vc + static_cast<size_t>(pos) * kv_dim_);
     }
     attention(l, b);
-    att_prep_.set(att_.data(), b, q_dim_);
-    mm(L.o, att_prep_, nullptr, xn_.data());
+    prepare(att_prep_, att_.data(), b, q_dim_);
+    mm(L.o, att_prep_, att_.data(), b, nullptr, xn_.data());
     for (int i = 0; i < b * H; ++i) x_[i] += xn_[i];
     for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
-    xn_prep_.set(xn_.data(), b, H);
-    mm(L.gate, xn_prep_, nullptr, gate_.data());
-    mm(L.up, xn_prep_, nullptr, up_.data());
+    prepare(xn_prep_, xn_.data(), b, H);
+    mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
+    mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
     for (int i = 0; i < b * I; ++i) {
       const float g = gate_[i];
       gate_[i] = g / (1.f + std::exp(-g)) * up_[i];  // SiLU(gate) * up
     }
-    gate_prep_.set(gate_.data(), b, I);
-    mm(L.down, gate_prep_, nullptr, att_.data());
+    prepare(gate_prep_, gate_.data(), b, I);
+    mm(L.down, gate_prep_, gate_.data(), b, nullptr, att_.data());
     for (int i = 0; i < b * H; ++i) x_[i] += att_[i];
   }
   n_past_ += b;
   if (all_logits) {
     for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]);
-    xn_prep_.set(xn_.data(), b, H);
-    mm(w_.lm_head, xn_prep_, nullptr, logits);
+    prepare(xn_prep_, xn_.data(), b, H);
+    mm(w_.lm_head, xn_prep_, xn_.data(), b, nullptr, logits);
   } else if (logits != nullptr) {
     rmsnorm(&x_[(b - 1) * H], w_.final_norm.data(), H, c.eps, xn_.data());
-    xn_prep_.set(xn_.data(), 1, H);
-    mm(w_.lm_head, xn_prep_, nullptr, logits);
+    prepare(xn_prep_, xn_.data(), 1, H);
+    mm(w_.lm_head, xn_prep_, xn_.data(), 1, nullptr, logits);
   }
 }
 
@@ -255,8 +257,9 @@ void Decoder::forward(const int32_t* tokens, int n, float* logits, bool all_logi
     if (tokens[i] < 0 || tokens[i] >= cfg_.vocab)
       fail("token id " + std::to_string(tokens[i]) + " is outside the vocabulary (0.." +
            std::to_string(cfg_.vocab - 1) + ")");
+  const int chunk = act_ == Act::Int8 ? kMaxBatch : kPrefillBatch;
   for (int done = 0; done < n;) {
-    const int b = std::min(kMaxBatch, n - done);
+    const int b = std::min(chunk, n - done);
     const bool last = done + b == n;
     float* out = all_logits ? logits + static_cast<size_t>(done) * cfg_.vocab : (last ? logits : nullptr);
     run_chunk(tokens + done, b, out, all_logits);

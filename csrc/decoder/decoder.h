@@ -1,7 +1,10 @@
 // A minimal Llama-family decoder (Llama, Mistral, Qwen2): RMSNorm, RoPE,
 // grouped-query attention over a float32 KV cache, SwiGLU MLP, tied or
 // untied output head. Every matrix is read in place, in its stored format,
-// through the fused GEMV kernels (gemv.h); the decoder owns only the KV
+// through the fused GEMV kernels (gemv.h) -- or, for a prefill chunk of
+// more than kMaxBatch tokens with float activations, the GEMM kernels
+// (gemm.h), which convert weight tiles to float32 once for the whole
+// chunk and run near the FMA peak; the decoder owns only the KV
 // cache, activations and the small norm/bias vectors (widened to f32).
 //
 // The Python side (runtime/decoder.py) maps HF tensor names and the config
@@ -12,8 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "gemv/gemv.h"
 #include "common/isa.h"
+#include "gemm/gemm.h"
+#include "gemv/gemv.h"
 
 namespace ie {
 
@@ -65,7 +69,9 @@ class Decoder {
   // Runs `n` tokens at positions n_past() .. n_past()+n-1, appending their
   // K/V to the cache. Writes [n, vocab] logits when all_logits, else only
   // the last token's [vocab] (the head runs once). Tokens go through the
-  // matrices kMaxBatch at a time (one weight read serves the whole chunk).
+  // matrices kPrefillBatch at a time with float activations (GEMM), and
+  // kMaxBatch at a time with int8 ones (the GEMV's int8 path is the one
+  // being asked for); one weight read serves the whole chunk.
   void forward(const int32_t* tokens, int n, float* logits, bool all_logits);
 
   // Drops cached positions >= n (prefix reuse between prompts).
@@ -77,7 +83,10 @@ class Decoder {
   void embed_row(int32_t token, float* out) const;
   void run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits);
   void attention(int layer, int b);
-  void mm(const Matrix& m, PreparedAct& x, const float* bias, float* y);
+  // x [b, cols]: through the GEMV (prepared once in `prep` for every matrix
+  // that reads it) when b <= kMaxBatch, else through the GEMM.
+  void prepare(PreparedAct& prep, const float* x, int b, int cols);
+  void mm(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
 
   DecoderConfig cfg_;
   DecoderWeights w_;
@@ -88,12 +97,18 @@ class Decoder {
   int q_dim_ = 0, kv_dim_ = 0;
   std::vector<float> k_cache_, v_cache_;  // [layer][max_ctx][kv_dim]
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
-  std::vector<float> rope_cs_;  // [kMaxBatch][cos(head_dim/2) | sin(head_dim/2)] of the chunk's positions
+  std::vector<float> rope_cs_;  // [chunk][cos(head_dim/2) | sin(head_dim/2)] of the chunk's positions
   // Each activation prepared once for every matrix that reads it (q/k/v, gate/up),
   // and the GEMV scratch: storage kept across tokens, so a step allocates nothing.
   PreparedAct xn_prep_, att_prep_, gate_prep_;
   GemvScratch scratch_;
+  GemmScratch gemm_scratch_;
 };
+
+// Tokens per prefill chunk with float activations: enough rows to keep the
+// GEMM's weight-tile conversion a small share, few enough that the chunk's
+// activations stay in cache.
+constexpr int kPrefillBatch = 64;
 
 // Pins the OpenMP pool's threads (Linux; a no-op elsewhere): "compact" (and
 // "auto", which on one socket has nothing better to do) puts thread i on the

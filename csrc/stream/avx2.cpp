@@ -25,8 +25,27 @@ float stream_sum_chunk_avx2(const float* p, size_t n) {
   return total + stream_sum_chunk_scalar(p + i, n - i);
 }
 
+float fma_chains_avx2(float seed, float m, float c, int64_t iters) {
+  constexpr int kChains = kFmaLanes / 8;
+  __m256 v[kChains];
+  const __m256 step = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int k = 0; k < kChains; ++k)
+    v[k] = _mm256_add_ps(_mm256_set1_ps(seed), _mm256_mul_ps(_mm256_add_ps(step, _mm256_set1_ps(8.f * k)),
+                                                             _mm256_set1_ps(1.f / 1024)));
+  const __m256 vm = _mm256_set1_ps(m), vc = _mm256_set1_ps(c);
+  for (int64_t i = 0; i < iters; ++i)
+    for (auto& x : v) x = _mm256_fmadd_ps(x, vm, vc);
+  __m256 s = v[0];
+  for (int k = 1; k < kChains; ++k) s = _mm256_add_ps(s, v[k]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, s);
+  float total = 0.f;
+  for (float x : lanes) total += x;
+  return total;
+}
+
 }  // namespace
 
-const StreamOps kStreamAvx2 = {stream_sum_chunk_avx2};
+const StreamOps kStreamAvx2 = {stream_sum_chunk_avx2, fma_chains_avx2};
 
 }  // namespace ie

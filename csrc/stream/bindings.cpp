@@ -2,6 +2,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <stdexcept>
 #include <string>
 
 #include "stream_read.h"
@@ -36,6 +37,26 @@ py::dict read_bandwidth(size_t bytes, int threads, int passes, const std::string
   return out;
 }
 
+py::dict fma_peak(int threads, int passes, const std::string& isa_name) {
+  const ie::Isa isa = ie::resolve_isa(isa_name);
+  ie::FmaPeak r{};
+  {
+    py::gil_scoped_release nogil;
+    r = ie::measure_fma_peak(threads, passes, isa);
+  }
+  py::dict out;
+  out["gflops"] = r.gflops_median;
+  out["gflops_best"] = r.gflops_best;
+  out["threads"] = r.threads;
+  out["isa"] = ie::isa_name(ie::stream_kernel_isa(isa));
+  return out;
+}
+
+float fma_chains(float seed, float m, float c, int64_t iters, const std::string& isa_name) {
+  if (iters < 0) throw std::invalid_argument("fma_chains: iters must be >= 0");
+  return ie::kStreamTable.ops(ie::resolve_isa(isa_name)).fma_chains(seed, m, c, iters);
+}
+
 }  // namespace
 
 void ie_register_stream(py::module_& m) {
@@ -44,4 +65,8 @@ void ie_register_stream(py::module_& m) {
   m.def("read_bandwidth", &read_bandwidth, py::arg("bytes") = size_t(256) << 20, py::arg("threads") = 1,
         py::arg("passes") = 5, py::arg("isa") = "",
         "Measure this machine's memory read bandwidth (GB/s, median of passes).");
+  m.def("fma_peak", &fma_peak, py::arg("threads") = 1, py::arg("passes") = 5, py::arg("isa") = "",
+        "Measure this machine's multiply-add peak (GFLOPS of the chosen variant, median of passes).");
+  m.def("fma_chains", &fma_chains, py::arg("seed"), py::arg("m"), py::arg("c"), py::arg("iters"), py::arg("isa") = "",
+        "The FMA yardstick's loop (test hook): the sum of its chains after iters steps.");
 }

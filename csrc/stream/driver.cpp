@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <string>
 #include <stdexcept>
 #include <vector>
 
@@ -29,7 +31,17 @@ float stream_sum_chunk_scalar(const float* p, size_t n) {
   return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
-const StreamOps kStreamScalar = {stream_sum_chunk_scalar};
+float fma_chains_scalar(float seed, float m, float c, int64_t iters) {
+  float v[kFmaLanes];
+  for (int l = 0; l < kFmaLanes; ++l) v[l] = seed + static_cast<float>(l) / 1024;
+  for (int64_t i = 0; i < iters; ++i)
+    for (float& x : v) x = x * m + c;  // not std::fma: without an FMA unit that is a slow libm call
+  float total = 0.f;
+  for (float x : v) total += x;
+  return total;
+}
+
+const StreamOps kStreamScalar = {stream_sum_chunk_scalar, fma_chains_scalar};
 
 const IsaTable<StreamOps> kStreamTable = {{&kStreamScalar,
 #if IE_HAVE_X86
@@ -87,6 +99,32 @@ ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int passes, Isa 
   }
   std::sort(gbps.begin(), gbps.end());
   return {gbps[gbps.size() / 2], gbps.back(), bytes, passes, threads};
+}
+
+FmaPeak measure_fma_peak(int threads, int passes, Isa isa) {
+  if (threads < 1) throw std::invalid_argument("fma peak: threads must be >= 1, got " + std::to_string(threads));
+  if (passes < 1) throw std::invalid_argument("fma peak: passes must be >= 1, got " + std::to_string(passes));
+  const auto chains = kStreamTable.ops(isa).fma_chains;
+  auto timed = [&](int64_t iters, volatile float* sum) {
+    float total = 0.f;
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    total += chains(0.5f + static_cast<float>(omp_get_thread_num()), 0.999f, 1e-3f, iters);
+    *sum = *sum + total;  // m < 1 keeps every chain finite; the sum keeps the loop from being optimised away
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  // Calibration (also warms the clocks up): passes of ~0.1 s whatever the variant's speed.
+  volatile float sink = 0.f;
+  const int64_t probe = 1'000'000;
+  const double t_probe = std::max(timed(probe, &sink), 1e-6);
+  const int64_t iters = std::max<int64_t>(probe, static_cast<int64_t>(static_cast<double>(probe) * 0.1 / t_probe));
+  std::vector<double> gflops;
+  for (int k = 0; k < passes; ++k) {
+    const double s = timed(iters, &sink);
+    gflops.push_back(2.0 * kFmaLanes * static_cast<double>(iters) * threads / s / 1e9);
+  }
+  std::sort(gflops.begin(), gflops.end());
+  return {gflops[gflops.size() / 2], gflops.back(), threads};
 }
 
 }  // namespace ie

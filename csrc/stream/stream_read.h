@@ -1,7 +1,8 @@
-// Plain streaming read: the bandwidth yardstick every benchmark reports its
-// kernels against ("fraction of memory bandwidth measured in the same run").
+// The yardsticks every benchmark reports against, measured in the same run:
+// a plain streaming read (memory bandwidth) and an FMA loop (compute peak).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "common/dispatch.h"
 #include "common/isa.h"
@@ -16,12 +17,19 @@ double stream_sum_f32(const float* p, size_t n, int threads, Isa isa);
 // One ISA's body over one contiguous chunk (common/dispatch.h); scalar is the reference.
 struct StreamOps {
   float (*sum_chunk)(const float* p, size_t n);
+  // kFmaLanes independent chains v = v * m + c, `iters` times each, from
+  // v[l] = seed + l / 1024; returns the sum of the chains (kFmaLanes * iters FMAs).
+  float (*fma_chains)(float seed, float m, float c, int64_t iters);
 };
+// 12 chains of 8 lanes: enough independent FMAs in flight (latency 4 x 2 ports) for any x86 core.
+constexpr int kFmaLanes = 96;
 extern const StreamOps kStreamScalar;
 #if IE_HAVE_X86
 extern const StreamOps kStreamAvx2;
 #endif
 extern const IsaTable<StreamOps> kStreamTable;
+
+float fma_chains_scalar(float seed, float m, float c, int64_t iters);
 
 // The streaming-read variant that runs for a resolved `isa`.
 Isa stream_kernel_isa(Isa isa);
@@ -40,5 +48,16 @@ struct ReadBandwidth {
 // layout as the reads, then times `passes` full reads. Use a size well
 // beyond the last-level cache to measure DRAM.
 ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int passes, Isa isa);
+
+struct FmaPeak {
+  double gflops_median;
+  double gflops_best;
+  int threads;
+};
+
+// Peak multiply-add throughput of the `isa` variant with `threads` threads
+// (2 flops per FMA lane), median and best of `passes` timed runs: what a
+// compute-bound kernel's GFLOPS are reported as a fraction of.
+FmaPeak measure_fma_peak(int threads, int passes, Isa isa);
 
 }  // namespace ie

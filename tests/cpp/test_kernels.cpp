@@ -1,5 +1,6 @@
 // The other kernel families' SIMD variants against their scalar references:
-// the streaming read, BSR GEMV and dedup reconstruction.
+// the streaming read and FMA yardstick, the prefill GEMM micro-kernel, the
+// attention loops, BSR GEMV and dedup reconstruction.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -7,9 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention.h"
 #include "bsr/bsr.h"
+#include "common/aligned.h"
 #include "common/isa.h"
 #include "dedup/dedup.h"
+#include "gemm/gemm.h"
 #include "stream/stream_read.h"
 #include "test.h"
 
@@ -35,6 +39,62 @@ TEST(stream_sum_simd_matches_scalar) {
         CHECK(std::fabs(s - exact) <= 1e-5 * (1.0 + static_cast<double>(n)))
             << ie::isa_name(isa) << " n=" << n << " threads=" << threads << ": " << s << " vs " << exact;
       }
+  }
+}
+
+TEST(fma_yardstick_simd_matches_scalar) {
+  const float ref = ie::kStreamScalar.fma_chains(0.25f, 0.999f, 1e-3f, 5000);
+  for (Isa isa : ie::available_isas()) {
+    const float got = ie::kStreamTable.ops(isa).fma_chains(0.25f, 0.999f, 1e-3f, 5000);
+    // Fused (SIMD) vs twice-rounded (scalar) multiply-adds drift apart by ~1e-5 over 5000 steps.
+    CHECK(std::fabs(got - ref) <= 1e-4f * std::fabs(ref)) << ie::isa_name(isa) << ": " << got << " vs " << ref;
+  }
+}
+
+TEST(gemm_tile_simd_matches_scalar) {
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int64_t cols : {int64_t(1), int64_t(7), int64_t(64), int64_t(577)}) {
+    std::vector<float> wt(ie::kTileRows * cols), bound(ie::kTileRows * ie::kPanel, 0.f);
+    ie::AlignedArray<float> panel_buf(static_cast<size_t>(cols * ie::kPanel));  // the kernel loads panels aligned
+    float* panel = panel_buf.data();
+    for (float& v : wt) v = u(rng);
+    for (int64_t i = 0; i < cols * ie::kPanel; ++i) panel[i] = u(rng);
+    for (int r = 0; r < ie::kTileRows; ++r)
+      for (int j = 0; j < ie::kPanel; ++j)
+        for (int64_t c = 0; c < cols; ++c) bound[r * ie::kPanel + j] += std::fabs(wt[r * cols + c] * panel[c * ie::kPanel + j]);
+    float ref[ie::kTileRows * ie::kPanel], got[ie::kTileRows * ie::kPanel];
+    ie::kGemmScalar.tile(wt.data(), panel, cols, ref);
+    for (Isa isa : ie::available_isas()) {
+      ie::kGemmTable.ops(isa).tile(wt.data(), panel, cols, got);
+      for (int i = 0; i < ie::kTileRows * ie::kPanel; ++i)
+        CHECK(std::fabs(got[i] - ref[i]) <= 1e-5f * bound[i] + 1e-30f)
+            << ie::isa_name(isa) << " cols=" << cols << " i=" << i << ": " << got[i] << " vs " << ref[i];
+    }
+  }
+}
+
+TEST(attention_simd_matches_scalar) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int n : {0, 1, 7, 8, 16, 64, 80, 131}) {
+    std::vector<float> a(n), b(n), y0(n), y1(n);
+    float bound = 0.f;
+    for (int i = 0; i < n; ++i) {
+      a[i] = u(rng);
+      b[i] = u(rng);
+      y0[i] = y1[i] = u(rng);
+      bound += std::fabs(a[i] * b[i]);
+    }
+    const float ref = ie::kAttnScalar.dot(a.data(), b.data(), n);
+    ie::kAttnScalar.axpy(0.37f, a.data(), y0.data(), n);
+    for (Isa isa : ie::available_isas()) {
+      const ie::AttnOps& ops = ie::kAttnTable.ops(isa);
+      CHECK(std::fabs(ops.dot(a.data(), b.data(), n) - ref) <= 1e-6f * bound + 1e-30f) << ie::isa_name(isa) << " n=" << n;
+      std::vector<float> y = y1;
+      ops.axpy(0.37f, a.data(), y.data(), n);
+      for (int i = 0; i < n; ++i) CHECK(std::fabs(y[i] - y0[i]) <= 1e-6f) << ie::isa_name(isa) << " n=" << n << " i=" << i;
+    }
   }
 }
 

@@ -1,0 +1,97 @@
+// The GEMM driver (gemm.h): packs the activations into k-major panels,
+// converts each thread's weight tiles to float32, runs the micro-kernel.
+#include "gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "common/errors.h"
+#include "gemv/kernels.h"
+
+namespace ie {
+
+const IsaTable<GemmOps> kGemmTable = {{&kGemmScalar,
+#if IE_HAVE_X86
+                                       &kGemmAvx2,
+#else
+                                       nullptr,
+#endif
+                                       nullptr}};
+
+Isa gemm_kernel_isa(Isa isa) { return kGemmTable.pick(isa); }
+
+namespace {
+
+// Rows [r0, r0 + nr) of W as float32, zero rows after nr: exactly dequantize()'s values.
+void tile_rows(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r0, int nr, float* wt) {
+  for (int r = 0; r < kTileRows; ++r) {
+    float* row = wt + r * s.cols;
+    if (r >= nr) {
+      std::memset(row, 0, static_cast<size_t>(s.cols) * sizeof(float));
+      continue;
+    }
+    if (s.type == WType::F32) {
+      std::memcpy(row, w + (r0 + r) * lay.row_bytes, static_cast<size_t>(s.cols) * sizeof(float));
+      continue;
+    }
+    for (int64_t c0 = 0; c0 < s.cols; c0 += 32)
+      dequant_span(s, lay, w, r0 + r, c0, static_cast<int>(std::min<int64_t>(32, s.cols - c0)), row + c0);
+  }
+}
+
+}  // namespace
+
+void gemm(const WeightSpec& s, const uint8_t* w, const float* x, int n, const float* bias, float* y, int threads,
+          Isa isa, GemmScratch& scratch) {
+  if (w == nullptr || x == nullptr || y == nullptr) fail("gemm: null weights, activations or output");
+  if (n < 1) fail("gemm: need at least one activation row, got " + std::to_string(n));
+  if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
+  const int64_t cols = s.cols, rows = s.rows;
+  const int64_t np = (n + kPanel - 1) / kPanel;
+  scratch.panels.resize(checked_mul(checked_mul(static_cast<size_t>(np), static_cast<size_t>(cols), "gemm panels"),
+                                    static_cast<size_t>(kPanel), "gemm panels"), false);
+  scratch.tiles.resize(checked_mul(checked_mul(static_cast<size_t>(threads), static_cast<size_t>(kTileRows), "gemm tiles"),
+                                   static_cast<size_t>(cols), "gemm tiles"), false);
+  float* panels = scratch.panels.data();
+  const auto tile = kGemmTable.ops(isa).tile;
+  const WeightLayout lay = weight_layout(s);
+  const int64_t ntiles = (rows + kTileRows - 1) / kTileRows;
+  // float32 rows are read in place (4-byte aligned: the mapped file's
+  // tensors are); other types, and a last tile of fewer rows, are converted.
+  const bool in_place = s.type == WType::F32 && reinterpret_cast<uintptr_t>(w) % alignof(float) == 0;
+#pragma omp parallel num_threads(threads)
+  {
+#pragma omp for schedule(static)
+    for (int64_t pc = 0; pc < np * cols; ++pc) {
+      const int64_t p = pc / cols, c = pc % cols;
+      for (int j = 0; j < kPanel; ++j) {
+        const int64_t t = p * kPanel + j;
+        panels[pc * kPanel + j] = t < n ? x[t * cols + c] : 0.f;
+      }
+    }
+    float* buf = scratch.tiles.data() + static_cast<size_t>(omp_get_thread_num()) * kTileRows * cols;
+    alignas(64) float out[kTileRows * kPanel];
+#pragma omp for schedule(static)
+    for (int64_t ti = 0; ti < ntiles; ++ti) {
+      const int64_t r0 = ti * kTileRows;
+      const int nr = static_cast<int>(std::min<int64_t>(kTileRows, rows - r0));
+      const float* wt = buf;
+      if (in_place && nr == kTileRows)
+        wt = reinterpret_cast<const float*>(w + r0 * lay.row_bytes);
+      else
+        tile_rows(s, lay, w, r0, nr, buf);
+      for (int64_t p = 0; p < np; ++p) {
+        tile(wt, panels + p * cols * kPanel, cols, out);
+        const int nj = static_cast<int>(std::min<int64_t>(kPanel, n - p * kPanel));
+        for (int r = 0; r < nr; ++r)
+          for (int j = 0; j < nj; ++j)
+            y[(p * kPanel + j) * rows + r0 + r] = out[r * kPanel + j] + (bias ? bias[r0 + r] : 0.f);
+      }
+    }
+  }
+}
+
+}  // namespace ie

@@ -1,0 +1,192 @@
+"""``ierun eval`` and ``ierun verify model``: is the quantized model any good?"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from iekit.cli.support import stdout_console
+from iekit.formats.errors import IEError
+from iekit.formats.fileio import read_small
+
+from . import evaluation, plots
+from .token_ids import parse_ids
+
+out = stdout_console()
+err = Console(stderr=True, highlight=False)
+
+TEXT_MAX = 1 << 30  # --text-file / --ids-file: 1 GiB at most
+
+
+def _options(f):
+    for opt in reversed([
+        click.option("--model-dir", required=True, type=click.Path(path_type=Path),
+                     help="IEBIN model to evaluate (e.g. the int4w artifact)."),
+        click.option("--text-file", type=click.Path(path_type=Path, dir_okay=False),
+                     help="UTF-8 text (e.g. wiki.test.raw), tokenized with the model's tokenizer.json."),
+        click.option("--ids-file", type=click.Path(path_type=Path, dir_okay=False),
+                     help="Exact token ids instead of text, separated by commas and/or whitespace."),
+        click.option("--ctx", type=click.IntRange(min=4), default=None,
+                     help=f"Tokens per chunk [{evaluation.DEFAULT_CTX}, or the models' max_position_embeddings "
+                          "if smaller]."),
+        click.option("--chunks", type=click.IntRange(min=1), default=None, help="Evaluate the first N chunks only [all]."),
+        click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="OpenMP threads."),
+        click.option("--act", type=click.Choice(["f32", "int8"]), default="f32", show_default=True,
+                     help="The evaluated model's activations into quantized matrices (the reference always "
+                          "runs with f32)."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def load_ids(model, text_file: Path | None, ids_file: Path | None) -> tuple[list[int], str]:
+    """The token ids to evaluate, and the option they came from (for messages)."""
+    if (text_file is None) == (ids_file is None):
+        raise click.UsageError("give exactly one of --text-file and --ids-file")
+    if ids_file is not None:
+        raw = read_small(ids_file, TEXT_MAX)
+        try:
+            return parse_ids(raw.decode("ascii")), f"--ids-file {ids_file}"
+        except (UnicodeDecodeError, ValueError) as e:
+            raise IEError(f"{ids_file}: {e if isinstance(e, ValueError) else 'expected ASCII token ids'}") from None
+    try:
+        text = read_small(text_file, TEXT_MAX).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise IEError(f"{text_file}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if not text.strip():
+        raise IEError(f"{text_file}: no text to evaluate (the file is empty)")
+    return model.encode(text), f"--text-file {text_file}"
+
+
+def run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act, progress: bool):
+    """Load the model(s), score the chunks, return (scores, summary)."""
+    from iekit.formats.iebin import load_model
+
+    from .decoder import Decoder, decoder_spec
+
+    dirs = [model_dir] + ([ref_dir] if ref_dir is not None else [])
+    if ctx is None:  # the largest default both models allow
+        ctx = evaluation.DEFAULT_CTX
+        for d in dirs:
+            m = load_model(d)
+            ctx = min(ctx, decoder_spec(m.meta, m.meta_path).max_positions)
+    model = Decoder(model_dir, threads=threads, ctx=ctx, act=act)
+    ref = Decoder(ref_dir, threads=threads, ctx=ctx) if ref_dir is not None else None
+    if ref is not None:
+        evaluation.check_comparable(model, ref)
+    ids, what = load_ids(model, text_file, ids_file)
+    bad = next((i for i in ids if i >= model.spec.vocab), None)
+    if bad is not None:
+        raise IEError(f"{what}: token id {bad} is outside the vocabulary (0..{model.spec.vocab - 1})")
+    parts = evaluation.chunk_ids(ids, ctx, chunks, what)
+    with Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"), TimeElapsedColumn(),
+                  TimeRemainingColumn(), TextColumn("{task.description}"), console=err, transient=True,
+                  disable=not progress) as bar:
+        task = bar.add_task("", total=len(parts))
+
+        def on_chunk(s: evaluation.Scores) -> None:
+            f = s.summary()
+            desc = f"PPL {f['ppl']:.4g}"
+            if ref is not None:
+                desc += f" · KL {f['kld_mean']:.4g} · top-1 {100 * f['top1_agree']:.2f}%"
+            bar.update(task, advance=1, description=desc)
+
+        scores = evaluation.evaluate(model, parts, ref, on_chunk)
+    summary = scores.summary()
+    summary.update(model_dir=str(model_dir), ref_dir=None if ref_dir is None else str(ref_dir), act=act,
+                   threads=threads, tokens_in=len(ids))
+    return scores, summary
+
+
+def _pm(v: float, se: float, spec: str = ".4f") -> str:
+    return f"{v:{spec}} ± {se:{spec}}"
+
+
+def print_summary(s: dict) -> None:
+    t = Table(title=f"ierun eval: {s['model_dir']}" + (f" against {s['ref_dir']}" if s["ref_dir"] else ""),
+              show_header=False)
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    t.add_row("tokens scored", f"{s['tokens_scored']} ({s['chunks']} chunks of {s['ctx']}, second half of each)")
+    t.add_row("perplexity", _pm(s["ppl"], s["ppl_se"]))
+    if s["ref_dir"]:
+        t.add_row("perplexity (reference)", _pm(s["ppl_ref"], s["ppl_ref_se"]))
+        t.add_row("ln(PPL / PPL_ref)", _pm(s["ln_ppl_ratio"], s["ln_ppl_ratio_se"], ".5f"))
+        t.add_row("KL(ref ‖ model) mean", _pm(s["kld_mean"], s["kld_se"], ".6f"))
+        t.add_row("KL median / p90 / p99 / max",
+                  " / ".join(f"{s[k]:.6f}" for k in ("kld_median", "kld_p90", "kld_p99", "kld_max")))
+        t.add_row("top-1 agreement", f"{100 * s['top1_agree']:.3f} ± {100 * s['top1_agree_se']:.3f} %")
+        t.add_row("Δp of ref's top token", f"mean {s['dp_mean']:+.5f}, RMS {s['dp_rms']:.5f}, "
+                                           f"p1 {s['dp_p1']:+.5f}, p99 {s['dp_p99']:+.5f}")
+    t.add_row("time", f"{s['seconds']:.2f} s, {s['tokens_per_s']:.0f} tokens/s "
+                      f"({'2 models' if s['ref_dir'] else '1 model'}, {s['threads']} threads, act {s['act']})")
+    out.print(t)
+
+
+_HELP_SCORING = (
+    "The ids are cut into chunks of --ctx tokens (a tail shorter than a chunk is left out); each chunk runs from "
+    "position 0 with an empty KV cache. Positions i in [ctx/2, ctx-1) of each chunk are scored, each predicting "
+    "id i+1: the first half is context only, as llama-perplexity does. Perplexity, KL and top-1 are all over "
+    "those positions. The reference runs the same chunk right after the model, in the same process: no logits "
+    "file, and memory holds one chunk's logits.")
+
+
+@click.command("eval", help="Perplexity of a model on a text and, with --ref-dir, how far it is from a reference: "
+                            "KL(ref ‖ model) per token, top-1 agreement, Δp of the reference's top token.\n\n"
+                            + _HELP_SCORING + "\n\nStandard errors treat tokens as independent (a lower bound).")
+@_options
+@click.option("--ref-dir", type=click.Path(path_type=Path),
+              help="Reference IEBIN model (e.g. the f32 artifact): same architecture, vocabulary and tokenizer.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON line (ppl, ppl_ref, kld_mean, kld_median, kld_p99, top1_agree, tokens_scored, ...).")
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also draw the KL distribution, KL by position and the Δp distribution to this PNG "
+                   "(needs --ref-dir and matplotlib: pip install 'iekit[plot]').")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
+def eval_cmd(model_dir, text_file, ids_file, ctx, chunks, threads, act, ref_dir, as_json, plot_path, overwrite):
+    if plot_path is not None:
+        if ref_dir is None:
+            raise click.UsageError("--plot draws KL divergence and Δp: give --ref-dir too")
+        plots.check_target(plot_path, overwrite)
+    scores, s = run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act,
+                         progress=err.is_terminal)
+    if plot_path is not None:
+        plots.eval_plot(scores, s, f"{model_dir} vs {ref_dir}", plot_path, overwrite)
+    if as_json:
+        click.echo(json.dumps(s, sort_keys=True))
+    else:
+        print_summary(s)
+    if plot_path is not None:
+        err.print(f"plot: {plot_path}", markup=False)
+
+
+@click.command("model", help="Exit 1 when the model drifts from its reference further than allowed: its mean "
+                             "KL(ref ‖ model) over the text must be at most --max-kld (and its top-1 agreement "
+                             "at least --min-top1 when given).\n\n" + _HELP_SCORING)
+@_options
+@click.option("--ref-dir", required=True, type=click.Path(path_type=Path), help="Reference IEBIN model.")
+@click.option("--max-kld", required=True, type=click.FloatRange(min=0), help="Largest mean KL divergence (nats) allowed.")
+@click.option("--min-top1", type=click.FloatRange(0, 1), default=None, help="Smallest top-1 agreement allowed (0..1).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON line: the eval figures plus ok and the limits.")
+def verify_model_cmd(model_dir, text_file, ids_file, ctx, chunks, threads, act, ref_dir, max_kld, min_top1, as_json):
+    _, s = run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act, progress=err.is_terminal)
+    fails = []
+    if not s["kld_mean"] <= max_kld:
+        fails.append(f"mean KL divergence {s['kld_mean']:.6g} > --max-kld {max_kld:g}")
+    if min_top1 is not None and not s["top1_agree"] >= min_top1:
+        fails.append(f"top-1 agreement {s['top1_agree']:.6g} < --min-top1 {min_top1:g}")
+    if as_json:
+        click.echo(json.dumps({**s, "ok": not fails, "max_kld": max_kld, "min_top1": min_top1}, sort_keys=True))
+    else:
+        print_summary(s)
+    if fails:
+        raise IEError(f"verify model: {model_dir} drifts from {ref_dir}: {'; '.join(fails)} "
+                      f"({s['tokens_scored']} tokens)")
+    if not as_json:
+        out.print(f"OK: mean KL divergence {s['kld_mean']:.6g} <= {max_kld:g} over {s['tokens_scored']} tokens",
+                  markup=False)
