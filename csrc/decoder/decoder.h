@@ -105,10 +105,11 @@ class Decoder {
   GemmScratch gemm_scratch_;
 };
 
-// Tokens per prefill chunk with float activations: enough rows to keep the
-// GEMM's weight-tile conversion a small share, few enough that the chunk's
-// activations stay in cache.
-constexpr int kPrefillBatch = 64;
+// Tokens per prefill chunk with float activations: each GEMM converts its
+// weight tiles to float32 once per chunk, so a chunk of 256 (half of
+// `ierun eval`'s default 512) keeps that a small share; the chunk's
+// activations (256 x intermediate floats) still fit in L2/L3.
+constexpr int kPrefillBatch = 256;
 
 // Pins the OpenMP pool's threads (Linux; a no-op elsewhere): "compact" (and
 // "auto", which on one socket has nothing better to do) puts thread i on the
