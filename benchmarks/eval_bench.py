@@ -58,16 +58,21 @@ def flops_per_token(model_dir: Path) -> tuple[float, float]:
     return 2.0 * layers, 2.0 * head[0] * head[1]
 
 
+def convert_pair(d: Path, float_name: str) -> None:
+    """d/hf converted as it is (d/float_name) and with q4-manifest's default policy (d/int4w)."""
+    run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", d / "hf", "--out-dir", d / float_name)
+    run(BIN / "ieconv", "q4-manifest", "--hf-dir", d / "hf", "-o", d / "q4.json")
+    run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", d / "hf", "--out-dir", d / "int4w",
+        "--q4-map", d / "q4.json")
+
+
 def prepare(work: Path, gguf: Path | None) -> dict[str, tuple[Path, Path, list[str]]]:
     """{name: (model dir, reference dir, input args)} for each model pair."""
     pairs = {}
     smol = work / "smollm2"
-    if not (smol / "f32" / "model.ie.json").exists():
+    if not (smol / "int4w" / "model.ie.json").exists():
         run(sys.executable, HERE / "smollm2_hf.py", "--out", smol / "hf", *(["--gguf", gguf] if gguf else []))
-        run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", smol / "hf", "--out-dir", smol / "f32")
-        run(BIN / "ieconv", "q4-manifest", "--hf-dir", smol / "hf", "-o", smol / "q4.json")
-        run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", smol / "hf", "--out-dir", smol / "int4w",
-            "--q4-map", smol / "q4.json")
+        convert_pair(smol, "f32")
     text = work / "pydoc.txt"
     if not text.exists():
         import pydoc_data.topics as topics
@@ -83,10 +88,7 @@ def prepare(work: Path, gguf: Path | None) -> dict[str, tuple[Path, Path, list[s
         if (big / "hf").exists():
             shutil.rmtree(big / "hf")
         write_checkpoint(big / "hf")
-        run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", big / "hf", "--out-dir", big / "f16")
-        run(BIN / "ieconv", "q4-manifest", "--hf-dir", big / "hf", "-o", big / "q4.json")
-        run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", big / "hf", "--out-dir", big / "int4w",
-            "--q4-map", big / "q4.json")
+        convert_pair(big, "f16")
     ids = work / "ids-8192.txt"
     if not ids.exists():
         import numpy as np
