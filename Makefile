@@ -63,7 +63,8 @@ SAN_ENV = LD_PRELOAD="$$(clang++ -print-file-name=libclang_rt.asan-x86_64.so) $$
           ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
           PYTHONPATH=$(SAN_SITE)
 SAN_PYTESTS := tests/test_native.py tests/test_gemv.py tests/test_bsr.py tests/test_bsr_validator.py \
-               tests/test_dedup_loader.py tests/test_decoder.py tests/test_weight_types_parity.py tests/test_fuzz_python.py
+               tests/test_dedup_loader.py tests/test_decoder.py tests/test_weight_types_parity.py tests/test_fuzz_python.py \
+               tests/test_gemm.py
 
 fuzz-deps:
 	@command -v clang++ >/dev/null && test -n "$$(clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a | grep /)" \
