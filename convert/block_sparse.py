@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from iekit.formats import bsr
-from iekit.formats.atomic import write_file_atomic
+from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.dense_matrix import load_dense
 from iekit.formats.errors import IEError
 
@@ -127,8 +127,7 @@ def convert_file(out: Path, block_rows: int, block_cols: int, *, dense: Path | N
                  allow_nonfinite: bool = False) -> tuple[Conversion, str]:
     """Load, sparsify and write atomically. Returns the conversion and the source label."""
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise IEError(f"{out}: exists; pass --overwrite to replace")
+    check_new_file(out, overwrite)
     a, label = load_dense(dense, rows, cols, model_dir, tensor)
     conv = to_bsr(a, block_rows, block_cols, threshold, keep_density)
     try:

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from iekit.cli.support import human_bytes, run_cli, stdout_console
 from iekit.formats import hf_checkpoint, iebin, weight_types
-from iekit.formats.atomic import write_file_atomic
+from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import read_small
 from iekit.formats.jsonio import dumps_canonical, loads_strict
@@ -130,8 +130,7 @@ def q4_manifest_cmd(hf_dir, out_path, scheme, group_size, affine, scale_dtype, q
     """
     if scheme != "int4w" and (affine or scale_dtype != "f16" or group_size != "64"):
         raise click.UsageError("--group-size/--affine/--scale-dtype apply to --scheme int4w only")
-    if out_path.exists() and not overwrite:
-        raise IEError(f"{out_path}: exists; pass --overwrite to replace")
+    check_new_file(out_path, overwrite)
     src = hf_checkpoint.from_dir(hf_dir)
     tensors = tensor_shapes(src)
     g = group_size if group_size == "row" else int(group_size)
@@ -263,8 +262,8 @@ def iebin_upgrade(legacy_json: Path, out_path: Path | None, no_backup: bool, ove
     if target.resolve().parent != legacy_json.resolve().parent:
         raise IEError(f"{target}: must be in the same directory as {legacy_json} (tensor file paths are relative)")
     in_place = target.resolve() == legacy_json.resolve()
-    if not in_place and not overwrite and (target.exists() or target.is_symlink()):
-        raise IEError(f"{target}: exists; pass --overwrite to replace it")
+    if not in_place:
+        check_new_file(target, overwrite)
     iebin.validate_meta(meta, target)
     iebin.check_backing_files(meta, target)  # ranges, overlaps: all before anything is written
     if in_place and not no_backup:

@@ -256,6 +256,18 @@ class StagedFiles:
                 raise
 
 
+def check_new_file(path: str | os.PathLike, overwrite: bool) -> None:
+    """Refuse, before any work is done, to write ``path`` over an existing
+    file (a dangling symlink counts) without ``overwrite``, or into a folder
+    that does not exist. The commit re-checks (``write_file_atomic``'s
+    ``replace``); this makes a long command fail at once, not at its end."""
+    path = Path(path)
+    if not overwrite and (path.exists() or path.is_symlink()):
+        raise IEError(f"{path}: exists; pass --overwrite to replace it")
+    if not path.parent.is_dir():
+        raise IEError(f"{path}: cannot write: directory {path.parent} does not exist")
+
+
 def write_file_atomic(path: Path, data: bytes, *, replace: bool = True) -> None:
     """Write one file atomically; ``replace=False`` refuses an existing file
     (FileExistsError naming ``path``) instead of replacing it."""

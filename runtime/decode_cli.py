@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from iekit.formats.atomic import write_file_atomic
+from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.errors import IEError
 
 from .sampling import Sampler, stream
@@ -118,11 +118,7 @@ def logits_cmd(model_dir, ids, prompt, out_path, overwrite, threads, ctx, act):
     """
     from .decoder import Decoder
 
-    # Checked before the model runs; the commit re-checks (no replace without --overwrite).
-    if not overwrite and (out_path.exists() or out_path.is_symlink()):
-        raise IEError(f"{out_path}: exists; pass --overwrite to replace it")
-    if not out_path.parent.is_dir():
-        raise IEError(f"{out_path}: cannot write: directory {out_path.parent} does not exist")
+    check_new_file(out_path, overwrite)
     dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act)
     seq = prompt_ids(dec, prompt, ids)
     out = dec.logits(seq)

@@ -174,12 +174,13 @@ def kv_cache_bytes(s: DecoderSpec, ctx: int, threads: int = 1) -> int:
     return ctx * (2 * s.n_layers * s.n_kv_heads * s.head_dim + threads) * 4
 
 
-def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path) -> int:
+def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path,
+              default: int = DEFAULT_MAX_CTX) -> int:
     """The KV cache positions to allocate: ``ctx``, else min(max_position_embeddings,
-    DEFAULT_MAX_CTX); never more than the model's positions, a C int, or
+    ``default``); never more than the model's positions, a C int, or
     (with the other KV cache sizes) the memory available."""
     if ctx is None:
-        ctx = min(s.max_positions, DEFAULT_MAX_CTX)
+        ctx = min(s.max_positions, default)
     elif isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1:
         raise IEError(f"--ctx: must be a positive integer, got {ctx!r}")
     elif ctx > min(s.max_positions, INT32_MAX):
@@ -203,14 +204,15 @@ class Decoder:
     """
 
     def __init__(self, model_dir: str | os.PathLike, *, threads: int = 1, act: str = "f32",
-                 affinity: str | None = None, ctx: int | None = None, isa: str = ""):
+                 affinity: str | None = None, ctx: int | None = None, default_ctx: int = DEFAULT_MAX_CTX,
+                 isa: str = ""):
         if threads < 1:
             raise IEError(f"threads must be >= 1, got {threads}")
         self.source = TensorSource(model_dir, threads=threads, isa=isa)
         self.model = self.source.model
         meta_path = self.model.meta_path
         self.spec = s = decoder_spec(self.model.meta, meta_path)
-        self.max_ctx = check_ctx(s, ctx, threads, meta_path)
+        self.max_ctx = check_ctx(s, ctx, threads, meta_path, default_ctx)
         # Each thread's CPU (-1: not pinned), or None without an affinity mode.
         self.pinned: list[int] | None = _native.pin_threads(threads, affinity) if affinity else None
         entries = {t["name"]: t for t in self.model.tensors}
@@ -354,13 +356,17 @@ class Decoder:
 
     # -- running ------------------------------------------------------------
 
+    def check_vocab(self, ids: list[int]) -> None:
+        """Every id in the vocabulary, or the message saying which is not."""
+        bad = next((i for i in ids if not 0 <= i < self.spec.vocab), None)
+        if bad is not None:
+            raise IEError(f"token id {bad} is outside the vocabulary (0..{self.spec.vocab - 1})")
+
     def check_ids(self, ids: list[int], final_len: int | None = None) -> None:
         """Every id in the vocabulary, and a sequence of ``final_len`` tokens
         (default: ``len(ids)``) within the context. The native forward checks
         the same as a backstop; this is where the message is made."""
-        bad = [i for i in ids if not 0 <= i < self.spec.vocab]
-        if bad:
-            raise IEError(f"token id {bad[0]} is outside the vocabulary (0..{self.spec.vocab - 1})")
+        self.check_vocab(ids)
         n = len(ids) if final_len is None else final_len
         if n > self.max_ctx:
             raise IEError(f"a sequence of {n} tokens exceeds the context of {self.max_ctx} tokens")
@@ -412,22 +418,15 @@ class Decoder:
         self.check_ids([token], final_len=len(self._tokens) + 1)
         return self._run([token], all_logits=False)
 
-    def logits(self, ids: list[int]) -> np.ndarray:
-        """Float32 logits [len(ids), vocab] of a fresh sequence, one row per position."""
+    def logits(self, ids: list[int], start: int = 0) -> np.ndarray:
+        """Float32 logits [len(ids) - start, vocab] of a fresh sequence, one row
+        per position from ``start`` on; ids[:start] run as context only
+        (batched like any prefill, without the output head over them)."""
         ids = list(ids)
         if not ids:
             raise IEError("no ids")
-        self.check_ids(ids)
-        self.reset()
-        return self._run(ids, all_logits=True)
-
-    def chunk_logits(self, ids: list[int], start: int) -> np.ndarray:
-        """Float32 logits [len(ids) - start, vocab] of positions start.. of a
-        fresh sequence: ids[:start] run as context only (batched like any
-        prefill, without the output head over every position)."""
-        ids = list(ids)
         if not 0 <= start < len(ids):
-            raise IEError(f"chunk_logits: start {start} is outside 0..{len(ids) - 1}")
+            raise IEError(f"logits: start {start} is outside 0..{len(ids) - 1}")
         self.check_ids(ids)
         self.reset()
         if start:

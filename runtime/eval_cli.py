@@ -65,24 +65,20 @@ def load_ids(model, text_file: Path | None, ids_file: Path | None) -> tuple[list
 
 def run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act, progress: bool):
     """Load the model(s), score the chunks, return (scores, summary)."""
-    from iekit.formats.iebin import load_model
+    from .decoder import Decoder
 
-    from .decoder import Decoder, decoder_spec
-
-    dirs = [model_dir] + ([ref_dir] if ref_dir is not None else [])
-    if ctx is None:  # the largest default both models allow
-        ctx = evaluation.DEFAULT_CTX
-        for d in dirs:
-            m = load_model(d)
-            ctx = min(ctx, decoder_spec(m.meta, m.meta_path).max_positions)
-    model = Decoder(model_dir, threads=threads, ctx=ctx, act=act)
-    ref = Decoder(ref_dir, threads=threads, ctx=ctx) if ref_dir is not None else None
-    if ref is not None:
+    # Without --ctx: DEFAULT_CTX, or the smaller context of either model.
+    model = Decoder(model_dir, threads=threads, ctx=ctx, default_ctx=evaluation.DEFAULT_CTX, act=act)
+    ref = None
+    if ref_dir is not None:
+        ref = Decoder(ref_dir, threads=threads, ctx=ctx, default_ctx=model.max_ctx)
         evaluation.check_comparable(model, ref)
+    ctx = model.max_ctx if ref is None else min(model.max_ctx, ref.max_ctx)
     ids, what = load_ids(model, text_file, ids_file)
-    bad = next((i for i in ids if i >= model.spec.vocab), None)
-    if bad is not None:
-        raise IEError(f"{what}: token id {bad} is outside the vocabulary (0..{model.spec.vocab - 1})")
+    try:
+        model.check_vocab(ids)
+    except IEError as e:
+        raise IEError(f"{what}: {e}") from None
     parts = evaluation.chunk_ids(ids, ctx, chunks, what)
     with Progress(TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"), TimeElapsedColumn(),
                   TimeRemainingColumn(), TextColumn("{task.description}"), console=err, transient=True,
@@ -90,13 +86,13 @@ def run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act,
         task = bar.add_task("", total=len(parts))
 
         def on_chunk(s: evaluation.Scores) -> None:
-            f = s.summary()
+            f = s.running()
             desc = f"PPL {f['ppl']:.4g}"
             if ref is not None:
                 desc += f" · KL {f['kld_mean']:.4g} · top-1 {100 * f['top1_agree']:.2f}%"
             bar.update(task, advance=1, description=desc)
 
-        scores = evaluation.evaluate(model, parts, ref, on_chunk)
+        scores = evaluation.evaluate(model, parts, ref, on_chunk if progress else None)
     summary = scores.summary()
     summary.update(model_dir=str(model_dir), ref_dir=None if ref_dir is None else str(ref_dir), act=act,
                    threads=threads, tokens_in=len(ids))

@@ -87,6 +87,7 @@ class Scores:
     ctx: int
     with_ref: bool
     parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    totals: dict[str, float] = field(default_factory=dict)  # running sums, for the progress line
     chunks: int = 0
     seconds: float = 0.0
     forward_tokens: int = 0  # tokens run through every model, all chunks
@@ -94,8 +95,18 @@ class Scores:
     def add(self, rows: dict[str, np.ndarray]) -> None:
         for k, v in rows.items():
             self.parts.setdefault(k, []).append(v)
+            self.totals[k] = self.totals.get(k, 0.0) + float(v.sum())
         self.parts.setdefault("pos", []).append(np.asarray(scored_positions(self.ctx), np.int64)[: len(rows["nll"])])
         self.chunks += 1
+
+    def running(self) -> dict[str, float]:
+        """PPL, and with a reference mean KL and top-1, from running sums: what a
+        progress line shows after each chunk, without re-reading every token."""
+        n = sum(len(p) for p in self.parts["nll"])
+        r = {"ppl": math.exp(self.totals["nll"] / n)}
+        if self.with_ref:
+            r.update(kld_mean=self.totals["kld"] / n, top1_agree=self.totals["top1"] / n)
+        return r
 
     def values(self, key: str) -> np.ndarray:
         return np.concatenate(self.parts[key])
@@ -165,8 +176,8 @@ def evaluate(model: Decoder, chunks: list[list[int]], ref: Decoder | None = None
     t0 = time.perf_counter()
     for ids in chunks:
         # Logits of positions first..ctx-2; the chunk's last id is only ever a target.
-        logits = model.chunk_logits(ids[:-1], first)
-        ref_logits = ref.chunk_logits(ids[:-1], first) if ref is not None else None
+        logits = model.logits(ids[:-1], first)
+        ref_logits = ref.logits(ids[:-1], first) if ref is not None else None
         scores.add(score_rows(logits, np.asarray(ids[first + 1:]), ref_logits))
         scores.forward_tokens += (ctx - 1) * (2 if ref is not None else 1)
         scores.seconds = time.perf_counter() - t0

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from iekit.formats.atomic import write_file_atomic
+from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.errors import IEError
 
 
@@ -33,10 +33,7 @@ def require_matplotlib():
 
 def check_target(path: Path, overwrite: bool) -> None:
     """Refuse before any work: an existing file without --overwrite, a missing folder, no matplotlib."""
-    if not overwrite and (path.exists() or path.is_symlink()):
-        raise IEError(f"{path}: exists; pass --overwrite to replace it")
-    if not path.parent.is_dir():
-        raise IEError(f"{path}: cannot write: directory {path.parent} does not exist")
+    check_new_file(path, overwrite)
     require_matplotlib()
 
 

@@ -178,6 +178,20 @@ def test_table_output_names_every_figure(tmp_path):
         assert words in res.stdout, words
 
 
+def test_progress_line_figures_equal_the_summarys():
+    """The running sums the progress bar shows are the summary's figures."""
+    from iekit.runtime.evaluation import Scores, score_rows
+
+    rng = np.random.default_rng(0)
+    s = Scores(ctx=32, with_ref=True)
+    for _ in range(3):
+        s.add(score_rows(rng.standard_normal((15, 50)).astype(np.float32), rng.integers(0, 50, 15),
+                         rng.standard_normal((15, 50)).astype(np.float32)))
+    running, summary = s.running(), s.summary()
+    for k in ("ppl", "kld_mean", "top1_agree"):
+        assert running[k] == pytest.approx(summary[k], rel=1e-12), k
+
+
 # ------------------------------------------------------------ verify model
 
 def test_verify_model_passes_and_fails_on_the_kl_limit(tmp_path):
@@ -197,7 +211,6 @@ def test_verify_model_passes_and_fails_on_the_kl_limit(tmp_path):
 # ------------------------------------------------------------ pictures
 
 def test_plots_are_pngs(tmp_path):
-    pytest.importorskip("matplotlib")
     ids_file = _ids_file(tmp_path, _ids(2 * CTX))
     png = tmp_path / "eval.png"
     res = run_tool("ierun", "eval", "--model-dir", MIXED, "--ref-dir", F32, "--ids-file", ids_file, "--ctx", CTX,

@@ -54,5 +54,5 @@ def test_gemm_argument_errors():
         _gemm(raw, entry, np.ones((2, 8), np.float32), threads=0)
     with pytest.raises(ValueError, match="x must be"):
         _gemm(raw, entry, np.ones((2, 9), np.float32))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="needs 128 bytes, got 127"):
         _gemm(raw[:-1], entry, np.ones((2, 8), np.float32))

@@ -33,10 +33,6 @@ void tile_rows(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, i
       std::memset(row, 0, static_cast<size_t>(s.cols) * sizeof(float));
       continue;
     }
-    if (s.type == WType::F32) {
-      std::memcpy(row, w + (r0 + r) * lay.row_bytes, static_cast<size_t>(s.cols) * sizeof(float));
-      continue;
-    }
     for (int64_t c0 = 0; c0 < s.cols; c0 += 32)
       dequant_span(s, lay, w, r0 + r, c0, static_cast<int>(std::min<int64_t>(32, s.cols - c0)), row + c0);
   }
