@@ -371,11 +371,11 @@ class Decoder:
         if n > self.max_ctx:
             raise IEError(f"a sequence of {n} tokens exceeds the context of {self.max_ctx} tokens")
 
-    def _run(self, ids: list[int], all_logits: bool) -> np.ndarray:
+    def _run(self, ids: list[int], all_logits: bool, out: np.ndarray | None = None) -> np.ndarray:
         # Every path to logits (prefill, step, logits; so generate, bench and
         # `ierun logits`) comes through here.
         try:
-            out = self._dec.forward(np.asarray(ids, np.int32), all_logits)
+            out = self._dec.forward(np.asarray(ids, np.int32), all_logits, out)
         except ValueError as e:
             raise IEError(str(e)) from None
         fin = np.isfinite(out)
@@ -418,10 +418,13 @@ class Decoder:
         self.check_ids([token], final_len=len(self._tokens) + 1)
         return self._run([token], all_logits=False)
 
-    def logits(self, ids: list[int], start: int = 0) -> np.ndarray:
+    def logits(self, ids: list[int], start: int = 0, out: np.ndarray | None = None) -> np.ndarray:
         """Float32 logits [len(ids) - start, vocab] of a fresh sequence, one row
         per position from ``start`` on; ids[:start] run as context only
-        (batched like any prefill, without the output head over them)."""
+        (batched like any prefill, without the output head over them).
+        ``out``, a C-contiguous float32 array of that shape, receives them
+        instead of a new array: a caller scoring chunk after chunk (`ierun
+        eval`) reuses one buffer rather than page-faulting in a fresh one."""
         ids = list(ids)
         if not ids:
             raise IEError("no ids")
@@ -431,7 +434,7 @@ class Decoder:
         self.reset()
         if start:
             self._run(ids[:start], all_logits=False)
-        return self._run(ids[start:], all_logits=True)
+        return self._run(ids[start:], all_logits=True, out=out)
 
     def touch(self, nbytes: int, stride: int) -> int:
         """The benchmark's work-touch: read one byte every ``stride`` of the

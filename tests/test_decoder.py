@@ -100,6 +100,22 @@ def test_chunked_prefill_equals_token_by_token():
     assert _rel(one_by_one, all_at_once.astype(np.float64)) <= 1e-5
 
 
+def test_logits_into_a_callers_buffer():
+    """`out=` (ierun eval's per-run buffer) receives exactly what a fresh array would,
+    and is refused, with one message, when it is not exactly that array's shape and type."""
+    ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8]
+    d = Decoder(GOLDEN_IEBIN / "tiny-llama")
+    fresh = d.logits(ids, 4)
+    buf = np.full((len(ids) - 4, d.spec.vocab), np.nan, np.float32)
+    got = d.logits(ids, 4, out=buf)
+    assert np.shares_memory(got, buf) and np.array_equal(buf, fresh)
+    bad = [np.empty((len(ids) - 3, d.spec.vocab), np.float32), np.empty((len(ids) - 4, d.spec.vocab)),
+           np.empty((d.spec.vocab, len(ids) - 4), np.float32).T, np.empty((len(ids) - 4) * d.spec.vocab, np.float32)]
+    for out in bad:
+        with pytest.raises(IEError, match=r"out must be a writeable C-contiguous float32 array of shape \[n, vocab\]"):
+            d.logits(ids, 4, out=out)
+
+
 def test_prefix_reuse_counts_hits_and_keeps_results():
     d = Decoder(GOLDEN_IEBIN / "tiny-qwen2")
     a = d.prefill([0, 5, 9, 200, 31])

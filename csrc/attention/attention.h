@@ -1,19 +1,29 @@
-// The attention's inner loops over the KV cache: q . k_t for every cached
-// position t, and o += p_t v_t. They are O(context) per token and head, so
-// in a long prefill they cost as much as the matrices unless vectorised;
-// the decoder (decoder/decoder.cpp) calls them through this table.
+// The attention's inner loops over the KV cache, for one query row and one
+// head: its scores against every cached key, the softmax's exponentials,
+// and the probability-weighted sum of the cached values. They are
+// O(context) per token and head, so in a long prefill they cost as much as
+// the matrices unless each keeps its running sums in registers; the
+// decoder (decoder/decoder.cpp) calls them through this table.
 #pragma once
+#include <cstddef>
+
 #include "common/dispatch.h"
 #include "common/isa.h"
 
 namespace ie {
 
 struct AttnOps {
-  // a . b over n floats: eight partial sums in a fixed order (lane u sums
-  // the elements i with i % 8 == u), added pairwise, then the tail.
-  float (*dot)(const float* a, const float* b, int n);
-  // y[i] += a * x[i] for i < n.
-  void (*axpy)(float a, const float* x, float* y, int n);
+  // out[t] = scale * (q . k_t) for t < n, k_t = k + t * stride (d floats
+  // each). Each dot sums in eight partial sums in a fixed order (lane u
+  // sums the elements i < d - d % 8 with i % 8 == u), added pairwise as
+  // ((0+1)+(2+3))+((4+5)+(6+7)), then the tail in order.
+  void (*scores)(const float* q, const float* k, size_t stride, int n, int d, float scale, float* out);
+  // p[t] = exp(p[t] - max) for t < n; returns their sum. max is the
+  // largest p[t], so every exponential is in (0, 1].
+  float (*softmax_exp)(float* p, int n, float max);
+  // o[i] = sum over t < n of p[t] * v_t[i] for i < d, v_t = v + t * stride,
+  // summed in order of t.
+  void (*mix)(const float* p, const float* v, size_t stride, int n, int d, float* o);
 };
 extern const AttnOps kAttnScalar;
 #if IE_HAVE_X86

@@ -1,5 +1,8 @@
-// AVX2/FMA attention loops (this file alone is built with -mavx2 -mfma):
-// one 8-lane vector carries the scalar reference's eight partial sums.
+// AVX2/FMA attention loops (this file alone is built with -mavx2 -mfma).
+// scores: eight keys at a time, q reloaded once per eight FMAs, and the
+// eight keys' partial-sum vectors reduced together (hadd, hadd, then the
+// two halves), which is the scalar reference's order. mix: the output row
+// in eight-lane accumulators across all n values, stored once.
 #include <immintrin.h>
 
 #include "attention.h"
@@ -7,26 +10,122 @@
 namespace ie {
 namespace {
 
-float dot_avx2(const float* a, const float* b, int n) {
+// Lane u of the result: the sum of a[u]'s eight lanes, as
+// ((0+1)+(2+3))+((4+5)+(6+7)).
+__m256 reduce8(const __m256 a[8]) {
+  const __m256 s01 = _mm256_hadd_ps(a[0], a[1]), s23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 s45 = _mm256_hadd_ps(a[4], a[5]), s67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+float dot1(const float* q, const float* k, int body, int d) {
   __m256 acc = _mm256_setzero_ps();
-  int i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  for (int i = 0; i < body; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc);
   alignas(32) float p[8];
   _mm256_store_ps(p, acc);
   float s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
+  for (int i = body; i < d; ++i) s += q[i] * k[i];
   return s;
 }
 
-void axpy_avx2(float a, const float* x, float* y, int n) {
-  const __m256 va = _mm256_set1_ps(a);
-  int i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += a * x[i];
+void scores_avx2(const float* q, const float* k, size_t stride, int n, int d, float scale, float* out) {
+  const int body = d - d % 8;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  int t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const float* kt = k + static_cast<size_t>(t) * stride;
+    __m256 acc[8];
+    for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
+    for (int i = 0; i < body; i += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + i);
+      for (int u = 0; u < 8; ++u) acc[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kt + u * stride + i), acc[u]);
+    }
+    __m256 s = reduce8(acc);
+    if (body < d) {
+      alignas(32) float tail[8];
+      _mm256_store_ps(tail, s);
+      for (int u = 0; u < 8; ++u)
+        for (int i = body; i < d; ++i) tail[u] += q[i] * kt[u * stride + i];
+      s = _mm256_load_ps(tail);
+    }
+    _mm256_storeu_ps(out + t, _mm256_mul_ps(s, vscale));
+  }
+  for (; t < n; ++t) out[t] = dot1(q, k + static_cast<size_t>(t) * stride, body, d) * scale;
+}
+
+// exp(x) for x <= 0 (Cephes' single-precision method: x = n ln2 + r,
+// |r| <= ln2 / 2, a degree-6 polynomial for e^r, then 2^n in the exponent
+// bits); within 2 ulp of std::exp. Below -87 the result is clamped to
+// ~2^-126 instead of going subnormal; NaN stays NaN.
+__m256 exp_nonpositive(__m256 x) {
+  x = _mm256_max_ps(_mm256_set1_ps(-87.f), x);  // NaN in x is returned as is
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+float softmax_exp_avx2(float* p, int n, float max) {
+  const __m256 vmax = _mm256_set1_ps(max);
+  __m256 acc = _mm256_setzero_ps();
+  int t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + t), vmax));
+    _mm256_storeu_ps(p + t, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  alignas(32) float s8[8];
+  _mm256_store_ps(s8, acc);
+  float sum = ((s8[0] + s8[1]) + (s8[2] + s8[3])) + ((s8[4] + s8[5]) + (s8[6] + s8[7]));
+  if (t < n) {
+    alignas(32) float tail[8] = {};
+    for (int u = 0; t + u < n; ++u) tail[u] = p[t + u] - max;
+    _mm256_store_ps(tail, exp_nonpositive(_mm256_load_ps(tail)));
+    for (int u = 0; t + u < n; ++u) {
+      p[t + u] = tail[u];
+      sum += tail[u];
+    }
+  }
+  return sum;
+}
+
+// o[c0, c0 + 8 * W) over all n values: W accumulators stay in registers.
+template <int W>
+void mix_cols(const float* p, const float* v, size_t stride, int n, int c0, float* o) {
+  __m256 acc[W];
+  for (int w = 0; w < W; ++w) acc[w] = _mm256_setzero_ps();
+  for (int t = 0; t < n; ++t) {
+    const __m256 pt = _mm256_broadcast_ss(p + t);
+    const float* vt = v + static_cast<size_t>(t) * stride + c0;
+    for (int w = 0; w < W; ++w) acc[w] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vt + 8 * w), acc[w]);
+  }
+  for (int w = 0; w < W; ++w) _mm256_storeu_ps(o + c0 + 8 * w, acc[w]);
+}
+
+void mix_avx2(const float* p, const float* v, size_t stride, int n, int d, float* o) {
+  int c = 0;
+  for (; c + 64 <= d; c += 64) mix_cols<8>(p, v, stride, n, c, o);
+  for (; c + 32 <= d; c += 32) mix_cols<4>(p, v, stride, n, c, o);
+  for (; c + 8 <= d; c += 8) mix_cols<1>(p, v, stride, n, c, o);
+  for (; c < d; ++c) {
+    float s = 0.f;
+    for (int t = 0; t < n; ++t) s += p[t] * v[static_cast<size_t>(t) * stride + c];
+    o[c] = s;
+  }
 }
 
 }  // namespace
 
-const AttnOps kAttnAvx2 = {dot_avx2, axpy_avx2};
+const AttnOps kAttnAvx2 = {scores_avx2, softmax_exp_avx2, mix_avx2};
 
 }  // namespace ie

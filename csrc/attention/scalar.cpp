@@ -1,26 +1,44 @@
 // Scalar reference of the attention loops (attention.h), and the table.
+#include <cmath>
+
 #include "attention.h"
 
 namespace ie {
 namespace {
 
-float dot_scalar(const float* a, const float* b, int n) {
-  float p[8] = {};
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int u = 0; u < 8; ++u) p[u] += a[i + u] * b[i + u];
-  float s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
+void scores_scalar(const float* q, const float* k, size_t stride, int n, int d, float scale, float* out) {
+  const int body = d - d % 8;
+  for (int t = 0; t < n; ++t) {
+    const float* kt = k + static_cast<size_t>(t) * stride;
+    float p[8] = {};
+    for (int i = 0; i < body; i += 8)
+      for (int u = 0; u < 8; ++u) p[u] += q[i + u] * kt[i + u];
+    float s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    for (int i = body; i < d; ++i) s += q[i] * kt[i];
+    out[t] = s * scale;
+  }
 }
 
-void axpy_scalar(float a, const float* x, float* y, int n) {
-  for (int i = 0; i < n; ++i) y[i] += a * x[i];
+float softmax_exp_scalar(float* p, int n, float max) {
+  float sum = 0.f;
+  for (int t = 0; t < n; ++t) {
+    p[t] = std::exp(p[t] - max);
+    sum += p[t];
+  }
+  return sum;
+}
+
+void mix_scalar(const float* p, const float* v, size_t stride, int n, int d, float* o) {
+  for (int i = 0; i < d; ++i) o[i] = 0.f;
+  for (int t = 0; t < n; ++t) {
+    const float* vt = v + static_cast<size_t>(t) * stride;
+    for (int i = 0; i < d; ++i) o[i] += p[t] * vt[i];
+  }
 }
 
 }  // namespace
 
-const AttnOps kAttnScalar = {dot_scalar, axpy_scalar};
+const AttnOps kAttnScalar = {scores_scalar, softmax_exp_scalar, mix_scalar};
 
 const IsaTable<AttnOps> kAttnTable = {{&kAttnScalar,
 #if IE_HAVE_X86

@@ -7,7 +7,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -79,10 +81,24 @@ std::unique_ptr<PyDecoder> make_decoder(const ie::DecoderConfig& c, const py::di
 }
 
 py::array_t<float> forward(PyDecoder& self, py::array_t<int32_t, py::array::c_style | py::array::forcecast> tokens,
-                           bool all_logits) {
+                           bool all_logits, std::optional<py::array> out_arg) {
   const int n = static_cast<int>(tokens.size());
   const int vocab = self.dec->config().vocab;
-  py::array_t<float> logits(all_logits ? std::vector<py::ssize_t>{n, vocab} : std::vector<py::ssize_t>{vocab});
+  const std::vector<py::ssize_t> shape = all_logits ? std::vector<py::ssize_t>{n, vocab} : std::vector<py::ssize_t>{vocab};
+  py::array_t<float> logits;
+  if (out_arg) {
+    // A caller's buffer, reused across calls (ierun eval: no fresh 50 MB
+    // array to page-fault in per chunk); it must be exactly what we'd allocate.
+    const bool f32 = out_arg->dtype().is(py::dtype::of<float>());
+    if (f32) logits = py::reinterpret_borrow<py::array_t<float>>(*out_arg);
+    const bool same = f32 && logits.ndim() == static_cast<py::ssize_t>(shape.size()) &&
+                      std::equal(shape.begin(), shape.end(), logits.shape());
+    if (!same || !(logits.flags() & py::array::c_style) || !logits.writeable())
+      throw std::invalid_argument("forward: out must be a writeable C-contiguous float32 array of shape " +
+                                  std::string(all_logits ? "[n, vocab]" : "[vocab]"));
+  } else {
+    logits = py::array_t<float>(shape);
+  }
   float* out = logits.mutable_data();
   const int32_t* t = tokens.data();
   {
@@ -122,8 +138,9 @@ void ie_register_decoder(py::module_& m) {
   py::class_<PyDecoder>(m, "Decoder", "Llama-family decoder over weights read in place (csrc/decoder/decoder.h).")
       .def(py::init(&make_decoder), py::arg("config"), py::arg("matrices"), py::arg("vectors"),
            py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "")
-      .def("forward", &forward, py::arg("tokens"), py::arg("all_logits") = false,
-           "Run tokens at the next positions; float32 logits [n, vocab] (all_logits) or [vocab] (last).")
+      .def("forward", &forward, py::arg("tokens"), py::arg("all_logits") = false, py::arg("out") = py::none(),
+           "Run tokens at the next positions; float32 logits [n, vocab] (all_logits) or [vocab] (last), "
+           "written into `out` when given (that shape, C-contiguous).")
       .def("truncate", [](PyDecoder& s, int n) { s.dec->truncate(n); }, py::arg("n"),
            "Forget cached positions >= n.")
       .def_property_readonly("n_past", [](const PyDecoder& s) { return s.dec->n_past(); });

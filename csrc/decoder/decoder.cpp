@@ -163,28 +163,21 @@ void Decoder::attention(int layer, int b) {
   const float* kc = k_cache_.data() + static_cast<size_t>(layer) * cfg_.max_ctx * kv_dim_;
   const float* vc = v_cache_.data() + static_cast<size_t>(layer) * cfg_.max_ctx * kv_dim_;
   const AttnOps& ops = kAttnTable.ops(isa_);
-#pragma omp parallel for collapse(2) schedule(static) num_threads(threads_)
+  // Later rows see more of the cache (causal), so rows are handed out a
+  // few at a time rather than in one static block per thread.
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(threads_) if (b > 1)
   for (int j = 0; j < b; ++j) {
     for (int h = 0; h < nh; ++h) {
       float* sc = scores_.data() + static_cast<size_t>(omp_get_thread_num()) * cfg_.max_ctx;
       const int n_ctx = n_past_ + j + 1;  // causal: this token and every earlier one
-      const int t0 = cfg_.window > 0 ? std::max(0, n_ctx - cfg_.window) : 0;
-      const float* q = q_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
-      const int kvo = (h / group) * hd;
-      float mx = -INFINITY;
-      for (int t = t0; t < n_ctx; ++t) {
-        sc[t] = ops.dot(q, kc + static_cast<size_t>(t) * kv_dim_ + kvo, hd) * scale;
-        mx = std::max(mx, sc[t]);
-      }
-      float sum = 0.f;
-      for (int t = t0; t < n_ctx; ++t) {
-        sc[t] = std::exp(sc[t] - mx);
-        sum += sc[t];
-      }
-      const float inv = 1.f / sum;
+      const int t0 = cfg_.window > 0 ? std::max(0, n_ctx - cfg_.window) : 0, n = n_ctx - t0;
+      const size_t kvo = static_cast<size_t>(t0) * kv_dim_ + (h / group) * hd;
+      ops.scores(q_.data() + static_cast<size_t>(j) * q_dim_ + h * hd, kc + kvo, kv_dim_, n, hd, scale, sc);
+      const float mx = *std::max_element(sc, sc + n);
+      const float inv = 1.f / ops.softmax_exp(sc, n, mx);
       float* o = att_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
-      std::fill_n(o, hd, 0.f);
-      for (int t = t0; t < n_ctx; ++t) ops.axpy(sc[t] * inv, vc + static_cast<size_t>(t) * kv_dim_ + kvo, o, hd);
+      ops.mix(sc, vc + kvo, kv_dim_, n, hd, o);
+      for (int i = 0; i < hd; ++i) o[i] *= inv;
     }
   }
 }
@@ -205,6 +198,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
   }
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
+#pragma omp parallel for num_threads(threads_) if (b > 1)
     for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]);
     prepare(xn_prep_, xn_.data(), b, H);
     mm(L.q, xn_prep_, xn_.data(), b, L.bq.empty() ? nullptr : L.bq.data(), q_.data());
@@ -212,6 +206,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     mm(L.v, xn_prep_, xn_.data(), b, L.bv.empty() ? nullptr : L.bv.data(), v_.data());
     float* kc = k_cache_.data() + static_cast<size_t>(l) * c.max_ctx * kv_dim_;
     float* vc = v_cache_.data() + static_cast<size_t>(l) * c.max_ctx * kv_dim_;
+#pragma omp parallel for num_threads(threads_) if (b > 1)
     for (int j = 0; j < b; ++j) {
       const int pos = n_past_ + j;
       const float* cs = rope_cs_.data() + static_cast<size_t>(j) * c.head_dim;
@@ -223,21 +218,30 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     attention(l, b);
     prepare(att_prep_, att_.data(), b, q_dim_);
     mm(L.o, att_prep_, att_.data(), b, nullptr, xn_.data());
-    for (int i = 0; i < b * H; ++i) x_[i] += xn_[i];
-    for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
+#pragma omp parallel for num_threads(threads_) if (b > 1)
+    for (int j = 0; j < b; ++j) {
+      float* xj = &x_[j * H];
+      for (int i = 0; i < H; ++i) xj[i] += xn_[j * H + i];
+      rmsnorm(xj, L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
+    }
     prepare(xn_prep_, xn_.data(), b, H);
     mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
     mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
-    for (int i = 0; i < b * I; ++i) {
-      const float g = gate_[i];
-      gate_[i] = g / (1.f + std::exp(-g)) * up_[i];  // SiLU(gate) * up
+#pragma omp parallel for num_threads(threads_) if (b > 1)
+    for (int j = 0; j < b; ++j) {
+      for (int i = j * I; i < (j + 1) * I; ++i) {
+        const float g = gate_[i];
+        gate_[i] = g / (1.f + std::exp(-g)) * up_[i];  // SiLU(gate) * up
+      }
     }
     prepare(gate_prep_, gate_.data(), b, I);
     mm(L.down, gate_prep_, gate_.data(), b, nullptr, att_.data());
+#pragma omp parallel for num_threads(threads_) if (b > 1)
     for (int i = 0; i < b * H; ++i) x_[i] += att_[i];
   }
   n_past_ += b;
   if (all_logits) {
+#pragma omp parallel for num_threads(threads_) if (b > 1)
     for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]);
     prepare(xn_prep_, xn_.data(), b, H);
     mm(w_.lm_head, xn_prep_, xn_.data(), b, nullptr, logits);

@@ -15,11 +15,11 @@ namespace ie {
 
 const IsaTable<GemmOps> kGemmTable = {{&kGemmScalar,
 #if IE_HAVE_X86
-                                       &kGemmAvx2,
+                                       &kGemmAvx2, &kGemmAvx512
 #else
-                                       nullptr,
+                                       nullptr, nullptr
 #endif
-                                       nullptr}};
+                                       }};
 
 Isa gemm_kernel_isa(Isa isa) { return kGemmTable.pick(isa); }
 
@@ -46,13 +46,15 @@ void gemm(const WeightSpec& s, const uint8_t* w, const float* x, int n, const fl
   if (n < 1) fail("gemm: need at least one activation row, got " + std::to_string(n));
   if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
   const int64_t cols = s.cols, rows = s.rows;
+  const GemmOps& ops = kGemmTable.ops(isa);
   const int64_t np = (n + kPanel - 1) / kPanel;
-  scratch.panels.resize(checked_mul(checked_mul(static_cast<size_t>(np), static_cast<size_t>(cols), "gemm panels"),
+  const int64_t np_padded = (np + kMaxPanelsPerCall - 1) / kMaxPanelsPerCall * kMaxPanelsPerCall;
+  scratch.panels.resize(checked_mul(checked_mul(static_cast<size_t>(np_padded), static_cast<size_t>(cols), "gemm panels"),
                                     static_cast<size_t>(kPanel), "gemm panels"), false);
   scratch.tiles.resize(checked_mul(checked_mul(static_cast<size_t>(threads), static_cast<size_t>(kTileRows), "gemm tiles"),
                                    static_cast<size_t>(cols), "gemm tiles"), false);
+  scratch.acc.resize(static_cast<size_t>(threads) * kPanelBlock * kTileRows * kPanel, false);
   float* panels = scratch.panels.data();
-  const auto tile = kGemmTable.ops(isa).tile;
   const WeightLayout lay = weight_layout(s);
   const int64_t ntiles = (rows + kTileRows - 1) / kTileRows;
   // float32 rows are read in place (4-byte aligned: the mapped file's
@@ -61,15 +63,16 @@ void gemm(const WeightSpec& s, const uint8_t* w, const float* x, int n, const fl
 #pragma omp parallel num_threads(threads)
   {
 #pragma omp for schedule(static)
-    for (int64_t pc = 0; pc < np * cols; ++pc) {
+    for (int64_t pc = 0; pc < np_padded * cols; ++pc) {
       const int64_t p = pc / cols, c = pc % cols;
       for (int j = 0; j < kPanel; ++j) {
         const int64_t t = p * kPanel + j;
         panels[pc * kPanel + j] = t < n ? x[t * cols + c] : 0.f;
       }
     }
-    float* buf = scratch.tiles.data() + static_cast<size_t>(omp_get_thread_num()) * kTileRows * cols;
-    alignas(64) float out[kTileRows * kPanel];
+    const size_t me = static_cast<size_t>(omp_get_thread_num());
+    float* buf = scratch.tiles.data() + me * kTileRows * cols;
+    float* acc = scratch.acc.data() + me * kPanelBlock * kTileRows * kPanel;
 #pragma omp for schedule(static)
     for (int64_t ti = 0; ti < ntiles; ++ti) {
       const int64_t r0 = ti * kTileRows;
@@ -79,12 +82,22 @@ void gemm(const WeightSpec& s, const uint8_t* w, const float* x, int n, const fl
         wt = reinterpret_cast<const float*>(w + r0 * lay.row_bytes);
       else
         tile_rows(s, lay, w, r0, nr, buf);
-      for (int64_t p = 0; p < np; ++p) {
-        tile(wt, panels + p * cols * kPanel, cols, out);
-        const int nj = static_cast<int>(std::min<int64_t>(kPanel, n - p * kPanel));
-        for (int r = 0; r < nr; ++r)
-          for (int j = 0; j < nj; ++j)
-            y[(p * kPanel + j) * rows + r0 + r] = out[r * kPanel + j] + (bias ? bias[r0 + r] : 0.f);
+      for (int64_t p0 = 0; p0 < np; p0 += kPanelBlock) {
+        const int64_t p1 = std::min<int64_t>(np_padded, p0 + kPanelBlock);
+        for (int64_t k0 = 0; k0 < cols; k0 += kKBlock) {
+          const int64_t k = std::min(kKBlock, cols - k0);
+          for (int64_t p = p0; p < p1; p += ops.panels)
+            ops.tile(wt + k0, cols, panels + (p * cols + k0) * kPanel, cols * kPanel, k,
+                     acc + (p - p0) * kTileRows * kPanel, k0 == 0);
+        }
+        for (int64_t p = p0; p < std::min(p1, np); ++p) {
+          const float* out = acc + (p - p0) * kTileRows * kPanel;
+          const int nj = static_cast<int>(std::min<int64_t>(kPanel, n - p * kPanel));
+          for (int j = 0; j < nj; ++j) {  // a run of nr adjacent outputs per activation row
+            float* yj = y + (p * kPanel + j) * rows + r0;
+            for (int r = 0; r < nr; ++r) yj[r] = out[r * kPanel + j] + (bias ? bias[r0 + r] : 0.f);
+          }
+        }
       }
     }
   }

@@ -25,22 +25,27 @@ float stream_sum_chunk_avx2(const float* p, size_t n) {
   return total + stream_sum_chunk_scalar(p + i, n - i);
 }
 
+// kFmaLanes / 96 passes of 12 chains of 8 lanes (12 vectors: as many as
+// two FMA ports of latency 4 need, with registers to spare).
 float fma_chains_avx2(float seed, float m, float c, int64_t iters) {
-  constexpr int kChains = kFmaLanes / 8;
-  __m256 v[kChains];
+  constexpr int kChains = 12;
+  static_assert(kFmaLanes % (kChains * 8) == 0, "whole passes of 12 x 8 lanes");
   const __m256 step = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
-  for (int k = 0; k < kChains; ++k)
-    v[k] = _mm256_add_ps(_mm256_set1_ps(seed), _mm256_mul_ps(_mm256_add_ps(step, _mm256_set1_ps(8.f * k)),
-                                                             _mm256_set1_ps(1.f / 1024)));
   const __m256 vm = _mm256_set1_ps(m), vc = _mm256_set1_ps(c);
-  for (int64_t i = 0; i < iters; ++i)
-    for (auto& x : v) x = _mm256_fmadd_ps(x, vm, vc);
-  __m256 s = v[0];
-  for (int k = 1; k < kChains; ++k) s = _mm256_add_ps(s, v[k]);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, s);
   float total = 0.f;
-  for (float x : lanes) total += x;
+  for (int l0 = 0; l0 < kFmaLanes; l0 += kChains * 8) {
+    __m256 v[kChains];
+    for (int k = 0; k < kChains; ++k)
+      v[k] = _mm256_add_ps(_mm256_set1_ps(seed), _mm256_mul_ps(_mm256_add_ps(step, _mm256_set1_ps(static_cast<float>(l0 + 8 * k))),
+                                                               _mm256_set1_ps(1.f / 1024)));
+    for (int64_t i = 0; i < iters; ++i)
+      for (auto& x : v) x = _mm256_fmadd_ps(x, vm, vc);
+    __m256 s = v[0];
+    for (int k = 1; k < kChains; ++k) s = _mm256_add_ps(s, v[k]);
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, s);
+    for (float x : lanes) total += x;
+  }
   return total;
 }
 

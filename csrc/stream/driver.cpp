@@ -45,11 +45,11 @@ const StreamOps kStreamScalar = {stream_sum_chunk_scalar, fma_chains_scalar};
 
 const IsaTable<StreamOps> kStreamTable = {{&kStreamScalar,
 #if IE_HAVE_X86
-                                           &kStreamAvx2,
+                                           &kStreamAvx2, &kStreamAvx512
 #else
-                                           nullptr,
+                                           nullptr, nullptr
 #endif
-                                           nullptr}};
+                                           }};
 
 Isa stream_kernel_isa(Isa isa) { return kStreamTable.pick(isa); }
 

@@ -21,11 +21,13 @@ struct StreamOps {
   // v[l] = seed + l / 1024; returns the sum of the chains (kFmaLanes * iters FMAs).
   float (*fma_chains)(float seed, float m, float c, int64_t iters);
 };
-// 12 chains of 8 lanes: enough independent FMAs in flight (latency 4 x 2 ports) for any x86 core.
-constexpr int kFmaLanes = 96;
+// 12 chains of 16 lanes (AVX-512; AVX2 runs them as two passes of 12 x 8):
+// enough independent FMAs in flight (latency 4 x 2 ports) for any x86 core.
+constexpr int kFmaLanes = 192;
 extern const StreamOps kStreamScalar;
 #if IE_HAVE_X86
 extern const StreamOps kStreamAvx2;
+extern const StreamOps kStreamAvx512;
 #endif
 extern const IsaTable<StreamOps> kStreamTable;
 

@@ -1,6 +1,7 @@
 // The other kernel families' SIMD variants against their scalar references:
 // the streaming read and FMA yardstick, the prefill GEMM micro-kernel, the
 // attention loops, BSR GEMV and dedup reconstruction.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -54,22 +55,38 @@ TEST(fma_yardstick_simd_matches_scalar) {
 TEST(gemm_tile_simd_matches_scalar) {
   std::mt19937 rng(2);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
+  constexpr int kOut = ie::kTileRows * ie::kPanel, kMax = ie::kMaxPanelsPerCall;
   for (int64_t cols : {int64_t(1), int64_t(7), int64_t(64), int64_t(577)}) {
-    std::vector<float> wt(ie::kTileRows * cols), bound(ie::kTileRows * ie::kPanel, 0.f);
-    ie::AlignedArray<float> panel_buf(static_cast<size_t>(cols * ie::kPanel));  // the kernel loads panels aligned
+    const int64_t ld = cols + 3;  // weight rows of a wider matrix, as the driver's column blocks see them
+    const int64_t pstride = (cols + 1) * ie::kPanel;  // panels apart, as in the driver's panel array
+    std::vector<float> wt(ie::kTileRows * ld), bound(kMax * kOut, 0.f);
+    ie::AlignedArray<float> panel_buf(static_cast<size_t>(kMax * pstride));  // the kernel loads panels aligned
     float* panel = panel_buf.data();
     for (float& v : wt) v = u(rng);
-    for (int64_t i = 0; i < cols * ie::kPanel; ++i) panel[i] = u(rng);
-    for (int r = 0; r < ie::kTileRows; ++r)
-      for (int j = 0; j < ie::kPanel; ++j)
-        for (int64_t c = 0; c < cols; ++c) bound[r * ie::kPanel + j] += std::fabs(wt[r * cols + c] * panel[c * ie::kPanel + j]);
-    float ref[ie::kTileRows * ie::kPanel], got[ie::kTileRows * ie::kPanel];
-    ie::kGemmScalar.tile(wt.data(), panel, cols, ref);
+    for (int64_t i = 0; i < kMax * pstride; ++i) panel[i] = u(rng);
+    float ref[kMax * kOut], got[kMax * kOut], split[kMax * kOut];
+    for (int q = 0; q < kMax; ++q) {
+      ie::kGemmScalar.tile(wt.data(), ld, panel + q * pstride, pstride, cols, ref + q * kOut, true);
+      for (int r = 0; r < ie::kTileRows; ++r)
+        for (int j = 0; j < ie::kPanel; ++j)
+          for (int64_t c = 0; c < cols; ++c)
+            bound[q * kOut + r * ie::kPanel + j] += std::fabs(wt[r * ld + c] * panel[q * pstride + c * ie::kPanel + j]);
+    }
     for (Isa isa : ie::available_isas()) {
-      ie::kGemmTable.ops(isa).tile(wt.data(), panel, cols, got);
-      for (int i = 0; i < ie::kTileRows * ie::kPanel; ++i)
+      const ie::GemmOps& ops = ie::kGemmTable.ops(isa);
+      CHECK(ops.panels >= 1 && ops.panels <= kMax) << ie::isa_name(isa) << ": panels " << ops.panels;
+      const int nout = ops.panels * kOut;
+      std::fill_n(got, kMax * kOut, 42.f);  // first=true must not read what is there
+      ops.tile(wt.data(), ld, panel, pstride, cols, got, true);
+      for (int i = 0; i < nout; ++i)
         CHECK(std::fabs(got[i] - ref[i]) <= 1e-5f * bound[i] + 1e-30f)
             << ie::isa_name(isa) << " cols=" << cols << " i=" << i << ": " << got[i] << " vs " << ref[i];
+      for (int i = nout; i < kMax * kOut; ++i) CHECK(got[i] == 42.f) << ie::isa_name(isa) << ": wrote past its panels";
+      // Continuing from stored accumulators is the same chain: bit-identical to one call.
+      const int64_t k1 = cols / 3;
+      ops.tile(wt.data(), ld, panel, pstride, k1, split, true);
+      ops.tile(wt.data() + k1, ld, panel + k1 * ie::kPanel, pstride, cols - k1, split, false);
+      CHECK(std::memcmp(split, got, nout * sizeof(float)) == 0) << ie::isa_name(isa) << " cols=" << cols << ": split at " << k1;
     }
   }
 }
@@ -77,23 +94,40 @@ TEST(gemm_tile_simd_matches_scalar) {
 TEST(attention_simd_matches_scalar) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (int n : {0, 1, 7, 8, 16, 64, 80, 131}) {
-    std::vector<float> a(n), b(n), y0(n), y1(n);
-    float bound = 0.f;
-    for (int i = 0; i < n; ++i) {
-      a[i] = u(rng);
-      b[i] = u(rng);
-      y0[i] = y1[i] = u(rng);
-      bound += std::fabs(a[i] * b[i]);
-    }
-    const float ref = ie::kAttnScalar.dot(a.data(), b.data(), n);
-    ie::kAttnScalar.axpy(0.37f, a.data(), y0.data(), n);
-    for (Isa isa : ie::available_isas()) {
-      const ie::AttnOps& ops = ie::kAttnTable.ops(isa);
-      CHECK(std::fabs(ops.dot(a.data(), b.data(), n) - ref) <= 1e-6f * bound + 1e-30f) << ie::isa_name(isa) << " n=" << n;
-      std::vector<float> y = y1;
-      ops.axpy(0.37f, a.data(), y.data(), n);
-      for (int i = 0; i < n; ++i) CHECK(std::fabs(y[i] - y0[i]) <= 1e-6f) << ie::isa_name(isa) << " n=" << n << " i=" << i;
+  for (int d : {1, 7, 8, 16, 64, 80, 96, 131}) {
+    for (int n : {0, 1, 7, 8, 9, 33}) {
+      const size_t stride = static_cast<size_t>(d) + 5;  // rows of a wider cache, as in grouped heads
+      std::vector<float> q(d), kv(static_cast<size_t>(n) * stride + d), ref(n + 1), got(n + 1);
+      for (float& v : q) v = u(rng);
+      for (float& v : kv) v = u(rng);
+      ie::kAttnScalar.scores(q.data(), kv.data(), stride, n, d, 0.125f, ref.data());
+      std::vector<float> p(n), ref_o(d), got_o(d);
+      for (Isa isa : ie::available_isas()) {
+        const ie::AttnOps& ops = ie::kAttnTable.ops(isa);
+        got[n] = 42.f;
+        ops.scores(q.data(), kv.data(), stride, n, d, 0.125f, got.data());
+        CHECK(got[n] == 42.f) << ie::isa_name(isa) << ": scores wrote past n=" << n;
+        for (int t = 0; t < n; ++t) {
+          float bound = 0.f;
+          for (int i = 0; i < d; ++i) bound += std::fabs(q[i] * kv[t * stride + i]);
+          CHECK(std::fabs(got[t] - ref[t]) <= 1e-6f * bound + 1e-30f) << ie::isa_name(isa) << " d=" << d << " n=" << n;
+        }
+        // Exponentials of scores spread over [-90, 0] (past the vector exp's clamp at -87).
+        std::vector<float> e0(n), e1(n);
+        for (int t = 0; t < n; ++t) e0[t] = e1[t] = -90.f * static_cast<float>(t) / std::max(1, n - 1) + 3.f;
+        const float s0 = ie::kAttnScalar.softmax_exp(e0.data(), n, 3.f), s1 = ops.softmax_exp(e1.data(), n, 3.f);
+        CHECK(std::fabs(s1 - s0) <= 1e-6f * s0 + 1e-30f) << ie::isa_name(isa) << " n=" << n << ": sum " << s1 << " vs " << s0;
+        for (int t = 0; t < n; ++t) CHECK(std::fabs(e1[t] - e0[t]) <= 3e-7f * e0[t] + 1e-37f) << "t=" << t << ": " << e1[t] << " vs " << e0[t];
+        for (int t = 0; t < n; ++t) p[t] = std::fabs(u(rng));
+        ie::kAttnScalar.mix(p.data(), kv.data(), stride, n, d, ref_o.data());
+        std::fill(got_o.begin(), got_o.end(), 42.f);
+        ops.mix(p.data(), kv.data(), stride, n, d, got_o.data());
+        for (int i = 0; i < d; ++i) {
+          float bound = 0.f;
+          for (int t = 0; t < n; ++t) bound += std::fabs(p[t] * kv[t * stride + i]);
+          CHECK(std::fabs(got_o[i] - ref_o[i]) <= 1e-6f * bound + 1e-30f) << ie::isa_name(isa) << " d=" << d << " n=" << n << " i=" << i;
+        }
+      }
     }
   }
 }

@@ -1,0 +1,50 @@
+// AVX-512 yardsticks (compiled with -mavx512f only here): the streaming
+// read in 16-lane vectors, and the FMA peak of cores with 512-bit FMA units,
+// which the AVX-512 GEMM (gemm/avx512.cpp) is reported against.
+#include <immintrin.h>
+
+#include "stream_read.h"
+
+namespace ie {
+
+namespace {
+
+// Lane sum through memory (GCC 12's _mm512_reduce_add_ps trips -Wuninitialized).
+float lane_sum(__m512 v) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, v);
+  float total = 0.f;
+  for (float x : lanes) total += x;
+  return total;
+}
+
+float stream_sum_chunk_avx512(const float* p, size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
+  }
+  return lane_sum(_mm512_add_ps(a0, a1)) + stream_sum_chunk_scalar(p + i, n - i);
+}
+
+float fma_chains_avx512(float seed, float m, float c, int64_t iters) {
+  constexpr int kChains = kFmaLanes / 16;
+  __m512 v[kChains];
+  const __m512 step = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int k = 0; k < kChains; ++k)
+    v[k] = _mm512_add_ps(_mm512_set1_ps(seed), _mm512_mul_ps(_mm512_add_ps(step, _mm512_set1_ps(16.f * k)),
+                                                             _mm512_set1_ps(1.f / 1024)));
+  const __m512 vm = _mm512_set1_ps(m), vc = _mm512_set1_ps(c);
+  for (int64_t i = 0; i < iters; ++i)
+    for (auto& x : v) x = _mm512_fmadd_ps(x, vm, vc);
+  __m512 s = v[0];
+  for (int k = 1; k < kChains; ++k) s = _mm512_add_ps(s, v[k]);
+  return lane_sum(s);
+}
+
+}  // namespace
+
+const StreamOps kStreamAvx512 = {stream_sum_chunk_avx512, fma_chains_avx512};
+
+}  // namespace ie
