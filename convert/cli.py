@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import click
 from rich.console import Console
@@ -18,6 +19,7 @@ from iekit.formats import hf_checkpoint, iebin, weight_types
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import read_small
+from iekit.formats.gguf_file import open_gguf
 from iekit.formats.jsonio import dumps_canonical, loads_strict
 from iekit.formats.q4_manifest import default_manifest, load_manifest, plan
 
@@ -26,9 +28,11 @@ from iekit.formats.bsr import is_bsr_path
 from .bsr_cli import block_sparse_cmd, inspect_bsr, validate_bsr
 from .dedup_cli import COMMANDS as DEDUP_COMMANDS
 from .hf_hub import from_hub
-from .hf_to_iebin import CAST_TARGETS
+from .hf_to_iebin import CAST_TARGETS, ConvertResult
 from .hf_to_iebin import Progress as ConvertProgress
 from .hf_to_iebin import convert
+from .gguf_to_iebin import convert_gguf
+from .gguf_to_iebin import tensor_shapes as gguf_tensor_shapes
 from .iebin_legacy import is_schema2, upgrade_legacy
 
 QUANTIZED = weight_types.names(quantized=True)
@@ -86,6 +90,19 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, ov
         raise click.UsageError("--force only applies with --q4-map")
     manifest = load_manifest(q4_map) if q4_map else None
     src = hf_checkpoint.from_dir(hf_dir) if hf_dir is not None else from_hub(repo_id, revision)
+    with convert_progress(quiet) as prog:
+        res = convert(src, out_dir, dtype=dtype, overwrite=overwrite, progress=prog, manifest=manifest, force=force)
+    report_conversion(res)
+    mbps = res.bytes_in / 1e6 / res.seconds if res.seconds > 0 else float("inf")
+    err.print(f"converted {res.tensors} tensors ({human_bytes(res.bytes_in)} in, {human_bytes(res.bytes_out)} "
+              f"model.ie.bin{f', {res.cast_tensors} cast to {dtype}' if dtype else ''}"
+              f"{f', {res.quantized_tensors} quantized' if manifest else ''}) in {res.seconds:.2f} s "
+              f"({mbps:.0f} MB/s) -> {res.out_dir}", markup=False)
+
+
+@contextmanager
+def convert_progress(quiet: bool) -> Iterator[ConvertProgress]:
+    """A rich progress bar (bytes, speed, time left) on stderr, as the converter's callbacks."""
     with Progress(TextColumn("{task.description:<40.40}"), BarColumn(), DownloadColumn(),
                   TransferSpeedColumn(), TimeRemainingColumn(), console=err,
                   disable=quiet, transient=True) as bar:
@@ -96,24 +113,81 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, ov
                 bar.remove_task(state["task"])
             state["task"] = bar.add_task(label, total=total)
 
-        prog = ConvertProgress(start=start,
-                               advance=lambda n: bar.advance(state["task"], n),
-                               describe=lambda t: bar.update(state["task"], description=t))
-        res = convert(src, out_dir, dtype=dtype, overwrite=overwrite, progress=prog, manifest=manifest, force=force)
+        yield ConvertProgress(start=start, advance=lambda n: bar.advance(state["task"], n),
+                              describe=lambda t: bar.update(state["task"], description=t))
+
+
+def report_conversion(res: ConvertResult) -> None:
+    """The converters' closing lines on stderr."""
     for w in res.warnings or []:
         err.print(f"warning: {w}", markup=False)
     if res.removed:
         err.print(f"removed the previous artifact's {', '.join(res.removed)} from {res.out_dir} "
                   "(not part of the new one)", markup=False)
+
+
+@cli.command("gguf-to-iebin")
+@click.option("--gguf", "gguf_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="The llama.cpp GGUF file (architectures: llama, qwen2).")
+@click.option("--out-dir", required=True, type=click.Path(path_type=Path), help="Output directory for model.ie.json + model.ie.bin.")
+@click.option("--dtype", type=click.Choice(CAST_TARGETS),
+              help="Float dtype for tensors that are dequantized (default f32), and to cast F32/F16/BF16 tensors to "
+                   "(default: keep them).")
+@click.option("--dequantize", is_flag=True,
+              help="Keep no quantized block: every tensor becomes a float of --dtype (the file's float reference, "
+                   "for `ierun eval --ref-dir`).")
+@click.option("--q4-map", type=click.Path(path_type=Path, dir_okay=False),
+              help="q4_manifest.json: the tensors it selects are quantized again, from their dequantized values "
+                   "(see `ieconv q4-manifest --gguf`).")
+@click.option("--force", is_flag=True, help="With --q4-map: also quantize embeddings/norms the manifest selects.")
+@click.option("--overwrite", is_flag=True, help="Replace the artifact in --out-dir as a whole (as hf-to-iebin --overwrite).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, overwrite, quiet):
+    """Import a llama.cpp GGUF model as IEBIN schema2, keeping its quantized blocks.
+
+    \b
+    - tensors get their Hugging Face names (blk.N.attn_q.weight ->
+      model.layers.N.self_attn.q_proj.weight) and llama.cpp's q/k row
+      interleaving is undone: the artifact is what hf-to-iebin makes of
+      the original checkpoint;
+    - Q4_0, Q4_1, Q8_0 blocks are copied byte for byte (their scales checked
+      finite); other quantized types (k-quants, ...) are dequantized with
+      gguf.quants to --dtype;
+    - config.json is rebuilt from the GGUF metadata and tokenizer.json from
+      its vocabulary (byte-level BPE with the gpt-2, smollm, llama-bpe or
+      qwen2 pre-tokenizer; SentencePiece BPE).
+
+    \b
+    Typical use:
+      ieconv gguf-to-iebin --gguf m.gguf --out-dir m/               # blocks kept
+      ieconv gguf-to-iebin --gguf m.gguf --out-dir m-f32/ --dequantize
+      ieconv q4-manifest --gguf m.gguf -o q4.json
+      ieconv gguf-to-iebin --gguf m.gguf --out-dir m-int4w/ --q4-map q4.json
+
+    Anything it cannot carry over faithfully (another architecture, RoPE
+    scaling, tokenizer kind or tensor type) is refused with one line and
+    nothing is written. Streams and writes atomically, like hf-to-iebin.
+    """
+    if force and not q4_map:
+        raise click.UsageError("--force only applies with --q4-map")
+    manifest = load_manifest(q4_map) if q4_map else None
+    with convert_progress(quiet) as prog:
+        res = convert_gguf(gguf_path, out_dir, dtype=dtype, overwrite=overwrite, progress=prog,
+                           dequantize_all=dequantize, manifest=manifest, force=force)
+    report_conversion(res)
     mbps = res.bytes_in / 1e6 / res.seconds if res.seconds > 0 else float("inf")
-    err.print(f"converted {res.tensors} tensors ({human_bytes(res.bytes_in)} in, {human_bytes(res.bytes_out)} "
-              f"model.ie.bin{f', {res.cast_tensors} cast to {dtype}' if dtype else ''}"
-              f"{f', {res.quantized_tensors} quantized' if manifest else ''}) in {res.seconds:.2f} s "
-              f"({mbps:.0f} MB/s) -> {res.out_dir}", markup=False)
+    parts = [f"{res.kept_blocks} with their blocks kept"] if res.kept_blocks else []
+    parts += [f"{res.cast_tensors} dequantized or cast to floats"] if res.cast_tensors else []
+    parts += [f"{res.quantized_tensors} quantized per {q4_map}"] if manifest else []
+    err.print(f"imported {res.tensors} tensors ({'; '.join(parts) or 'all kept as they are'}; "
+              f"{human_bytes(res.bytes_out)} model.ie.bin) in {res.seconds:.2f} s ({mbps:.0f} MB/s) -> {res.out_dir}",
+              markup=False)
 
 
 @cli.command("q4-manifest")
-@click.option("--hf-dir", required=True, type=click.Path(path_type=Path), help="HF model directory to write the policy for.")
+@click.option("--hf-dir", type=click.Path(path_type=Path), help="HF model directory to write the policy for.")
+@click.option("--gguf", "gguf_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Or a GGUF file (for gguf-to-iebin --q4-map; tensors under their HF names).")
 @click.option("-o", "--out", "out_path", required=True, type=click.Path(path_type=Path, dir_okay=False), help="Output q4_manifest.json.")
 @click.option("--scheme", type=click.Choice(QUANTIZED), default="int4w", show_default=True)
 @click.option("--group-size", type=click.Choice(["32", "64", "128", "row"]), default="64", show_default=True, help="int4w group size (elements per scale).")
@@ -121,18 +195,20 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, ov
 @click.option("--scale-dtype", type=click.Choice(["f16", "f32"]), default="f16", show_default=True, help="int4w: scale storage.")
 @click.option("--quantize-head", is_flag=True, help="Also quantize the output head (lm_head), kept by default.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
-def q4_manifest_cmd(hf_dir, out_path, scheme, group_size, affine, scale_dtype, quantize_head, overwrite):
+def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, scale_dtype, quantize_head, overwrite):
     """Write the usual quantization policy for a checkpoint as q4_manifest.json.
 
     Attention and MLP projection matrices are quantized (one rule per layer
     pattern); embeddings, norms, biases and the output head are kept. Edit
     the result freely, then: ieconv hf-to-iebin --hf-dir M --q4-map FILE ...
+    (or gguf-to-iebin --gguf F --q4-map FILE ...).
     """
+    if (hf_dir is None) == (gguf_path is None):
+        raise click.UsageError("give exactly one of --hf-dir or --gguf")
     if scheme != "int4w" and (affine or scale_dtype != "f16" or group_size != "64"):
         raise click.UsageError("--group-size/--affine/--scale-dtype apply to --scheme int4w only")
     check_new_file(out_path, overwrite)
-    src = hf_checkpoint.from_dir(hf_dir)
-    tensors = tensor_shapes(src)
+    tensors = tensor_shapes(hf_checkpoint.from_dir(hf_dir)) if hf_dir else gguf_tensor_shapes(open_gguf(gguf_path))
     g = group_size if group_size == "row" else int(group_size)
     manifest = default_manifest(tensors, scheme, g, not affine, scale_dtype, quantize_head)
     write_file_atomic(out_path, dumps_canonical(manifest), replace=overwrite)
@@ -194,7 +270,8 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
         c[0] += 1
         c[1] += t["nbytes"]
     if as_json:
-        click.echo(json.dumps({"path": str(m.meta_path), "model": m.meta["model"], "tensors": len(m.tensors),
+        click.echo(json.dumps({"path": str(m.meta_path), "model": m.meta["model"], "source": m.meta["source"],
+                               "tensors": len(m.tensors),
                                "bytes": sum(v[1] for v in by_dtype.values()),
                                "by_dtype": {k: {"tensors": v[0], "bytes": v[1]} for k, v in sorted(by_dtype.items())}},
                               sort_keys=True))
@@ -204,7 +281,13 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
         if v is not None:
             summary.add_row(k, str(v))
     src = m.meta["source"]
-    summary.add_row("source", f"{src['kind']} {src['name']}" + (f"@{src['revision']}" if src["revision"] else ""))
+    label = f"{src['kind']} {src['name']}" + (f"@{src['revision']}" if src["revision"] else "")
+    if "gguf" in src:
+        g = src["gguf"]
+        label += f" (GGUF v{g['version']}, {g['architecture']}, llama.cpp file type {g['file_type'] or 'not given'})"
+    summary.add_row("source", label)
+    if len(src["shards"]) == 1:
+        summary.add_row("source sha256", src["shards"][0]["sha256"])
     summary.add_row("tokenizer files", ", ".join(m.meta["tokenizer"]["files"]) or "(none)")
     out.print(summary)
     table = Table(title="tensors")

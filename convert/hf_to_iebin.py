@@ -66,6 +66,7 @@ class ConvertResult:
     quantized_tensors: int = 0
     warnings: list[str] | None = None
     removed: list[str] | None = None  # files of a previous artifact removed (--overwrite)
+    kept_blocks: int = 0  # gguf-to-iebin: quantized tensors whose blocks were copied as they are
 
 
 @dataclass
@@ -77,12 +78,13 @@ class Progress:
     describe: Callable[[str], None] = lambda text: None
 
 
-def _check_out_dir(src: HFSource, out_dir: Path, overwrite: bool, writes: list[str]) -> list[str]:
-    """Refuse what must not happen to ``out_dir``; returns the names of a
-    previous artifact's files to remove (``overwrite`` only)."""
+def check_out_dir(out_dir: Path, overwrite: bool, writes: list[str], src_dir: Path | None = None) -> list[str]:
+    """Refuse what must not happen to ``out_dir`` (a source checkpoint
+    directory ``src_dir`` is never one); returns the names of a previous
+    artifact's files to remove (``overwrite`` only)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise IEError(f"{out_dir}: exists and is not a directory")
-    if out_dir.is_dir() and os.path.realpath(out_dir) == os.path.realpath(src.dir):
+    if src_dir is not None and out_dir.is_dir() and os.path.realpath(out_dir) == os.path.realpath(src_dir):
         raise IEError(f"{out_dir}: output directory is the source checkpoint directory; choose another")
     if not out_dir.is_dir():
         return []
@@ -99,7 +101,7 @@ def _check_out_dir(src: HFSource, out_dir: Path, overwrite: bool, writes: list[s
     return [n for n in present if n not in writes]
 
 
-def _sha256_file(path: Path, progress: Progress) -> str:
+def sha256_file(path: Path, progress: Progress) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(HASH_CHUNK):
@@ -120,7 +122,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
     # The config and tokenizer files are read first (each checked: regular,
     # inside the checkpoint, bounded), so the names written are known.
     aux_data = {n: d for n in CONFIG_FILES + TOKENIZER_FILES if (d := read_aux(src, n)) is not None}
-    stale = _check_out_dir(src, out_dir, overwrite, [iebin.META_NAME, iebin.BIN_NAME, *aux_data])
+    stale = check_out_dir(out_dir, overwrite, [iebin.META_NAME, iebin.BIN_NAME, *aux_data], src.dir)
     t0 = time.perf_counter()
     created = make_dirs(out_dir)
     try:
@@ -133,7 +135,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
             for s in src.shards:
                 progress.describe(f"sha256 {s}")
                 p = src.dir / s
-                shard_records.append({"name": s, "nbytes": p.stat().st_size, "sha256": _sha256_file(p, progress)})
+                shard_records.append({"name": s, "nbytes": p.stat().st_size, "sha256": sha256_file(p, progress)})
 
             names = sorted(tensors, key=natural_key)
             bytes_in = sum(t.nbytes for _, t in tensors.values())

@@ -12,6 +12,8 @@ validator and the C++ loader must accept and refuse the same inputs.
   dedup       model.dedup.json beside the golden blobs: load_index, open_store,
               every member rebuilt
   safetensors a mutated safetensors file: header parse, every tensor read
+  gguf        a mutated GGUF file: the strict reader, then the whole import
+              (config, tokenizer, every tensor copied, cast or dequantized)
   bsr         differential: formats/bsr.py parse vs the C++ loader (bsr_check):
               same verdict, same code and field
   weightspec  differential: the Python registry's quant parser vs the native
@@ -115,6 +117,14 @@ def t_safetensors(data: bytes) -> None:
     _expected(read_all)
 
 
+def t_gguf(data: bytes) -> None:
+    from iekit.convert.gguf_to_iebin import convert_gguf
+
+    d = _fresh_dir("gguf")
+    (d / "m.gguf").write_bytes(data)
+    _expected(convert_gguf, d / "m.gguf", d / "out")
+
+
 def _native_bsr_verdict(path: Path) -> tuple:
     from iekit.runtime.native import _native
 
@@ -168,7 +178,7 @@ def t_weightspec(data: bytes) -> None:
 
 
 TARGETS = {"iebin": t_iebin, "manifest": t_manifest, "dedup": t_dedup, "safetensors": t_safetensors, "bsr": t_bsr,
-           "weightspec": t_weightspec}
+           "weightspec": t_weightspec, "gguf": t_gguf}
 
 
 def seeds(target: str) -> list[bytes]:
@@ -183,6 +193,8 @@ def seeds(target: str) -> list[bytes]:
         return [(GOLDEN / "hf" / "tiny-llama3" / "model.safetensors").read_bytes()]
     if target == "bsr":
         return [p.read_bytes() for p in sorted((GOLDEN / "bsr").glob("*.bsr"))]
+    if target == "gguf":
+        return [(GOLDEN / "gguf" / "tiny-llama.mixed.gguf").read_bytes()]
     meta = json.loads((GOLDEN / "iebin" / "tiny-llama-mixedq" / "model.ie.json").read_text())
     return [json.dumps({k: t.get(k) for k in ("dtype", "shape", "quant")}).encode() for t in meta["tensors"]]
 
@@ -196,7 +208,10 @@ def fuzz_one(target: str, seconds: int, corpus: Path, inputs: list[str]) -> int:
     for i, s in enumerate(seeds(target)):
         (corpus / f"seed-{i}").write_bytes(s)
     with atheris.instrument_imports():  # coverage feedback from the validators and loaders
+        import iekit.convert.gguf_to_iebin  # noqa: F401
+        import iekit.convert.gguf_tokenizer  # noqa: F401
         import iekit.formats.bsr  # noqa: F401
+        import iekit.formats.gguf_file  # noqa: F401
         import iekit.formats.dedup  # noqa: F401
         import iekit.formats.iebin  # noqa: F401
         import iekit.formats.q4_manifest  # noqa: F401

@@ -727,6 +727,15 @@ def test_valid_artifact_satisfies_json_schema(art, schema_validator):
     validate_meta(meta, "m.json")
 
 
+def test_gguf_import_satisfies_json_schema(schema_validator):
+    """source.kind "gguf" and its source.gguf object (golden/gguf); an unknown key there is not."""
+    meta = read_meta(REPO / "golden" / "gguf" / "tiny-llama-mixed")
+    assert meta["source"]["kind"] == "gguf"
+    assert list(schema_validator.iter_errors(meta)) == []
+    meta["source"]["gguf"]["quantizer"] = "x"
+    assert list(schema_validator.iter_errors(meta)) != []
+
+
 def _m_dtype(m):
     m["tensors"][I]["dtype"] = "f8"
 

@@ -1,0 +1,357 @@
+"""GGUF (llama.cpp) -> IEBIN schema2, keeping quantized blocks byte for byte.
+
+The artifact is what ``hf-to-iebin`` makes of the Hugging Face checkpoint the
+GGUF file was converted from: tensors under their HF names (llama.cpp's
+``blk.N.attn_q.weight`` is ``model.layers.N.self_attn.q_proj.weight``), in
+the same order, with llama.cpp's q/k row interleaving for its RoPE undone
+(Llama family), a ``config.json`` rebuilt from the metadata and a
+``tokenizer.json`` rebuilt from the vocabulary (gguf_tokenizer.py).
+
+Each tensor's bytes, by ggml type:
+
+- Q4_0, Q4_1, Q8_0 matrices: copied as they are (iekit's q4_0/q4_1/q8_0 are
+  ggml's layouts); only whole rows move when q/k are un-interleaved. Their
+  block scales are checked finite on the way through.
+- F32, F16, BF16: kept, or cast to ``--dtype`` when given (like hf-to-iebin).
+- every other type gguf-py can dequantize (k-quants, i-quants, Q5_x, ...):
+  dequantized with ``gguf.quants`` (the reference) to ``--dtype`` (f32 by
+  default), and checked finite.
+
+Everything is read through ``formats.gguf_file.open_gguf`` (the strict
+reader) and written the way hf-to-iebin writes: streamed a few MiB of rows
+at a time, staged under temporary names, renamed at the end; on any error
+nothing is left behind. Refusals (an architecture, RoPE variant, tensor,
+type or tokenizer kind this cannot carry over faithfully) are one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from iekit.formats import iebin
+from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
+from iekit.formats.casting import cast_bytes, decode_f32, encode_f32
+from iekit.formats.dtypes import DTYPES
+from iekit.formats.errors import FormatError, IEError
+from iekit.formats.finite import PayloadScan
+from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
+from iekit.formats.q4_manifest import Manifest, plan
+from iekit.formats.quant import SCHEMES, QuantParams
+
+from .gguf_tokenizer import tokenizer_json
+from .hf_config import model_summary
+from .hf_to_iebin import CAST_TARGETS, ConvertResult, Progress, check_out_dir, natural_key, sha256_file
+
+CHUNK_BYTES = 8 * 1024 * 1024  # source bytes per step
+COPIED = {"Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0"}  # ggml block types kept byte for byte
+FLOATS = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
+
+
+@dataclass(frozen=True)
+class Arch:
+    """A GGUF ``general.architecture`` the decoder runs, as its HF model class."""
+
+    hf_class: str
+    model_type: str
+    permute_qk: bool  # llama.cpp's converter interleaves q/k rows (rotate-half pairs) for these
+
+
+ARCHS = {"llama": Arch("LlamaForCausalLM", "llama", True), "qwen2": Arch("Qwen2ForCausalLM", "qwen2", False)}
+
+# llama.cpp tensor names -> Hugging Face names.
+_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+LAYER_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+               "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+               "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
+_BLK = re.compile(r"blk\.(\d+)\.([a-z_]+)\.(weight|bias)")
+
+
+def hf_name(gguf_name: str) -> str | None:
+    """The Hugging Face name of a llama.cpp tensor, or None when it has none here."""
+    top, _, suffix = gguf_name.partition(".")
+    if top in _TOP and suffix in ("weight", "bias"):
+        return f"{_TOP[top]}.{suffix}"
+    m = _BLK.fullmatch(gguf_name)
+    if m and m.group(2) in LAYER_NAMES:
+        return f"model.layers.{int(m.group(1))}.{LAYER_NAMES[m.group(2)]}.{m.group(3)}"
+    return None
+
+
+def unpermute_rows(rows: int, n_head: int) -> np.ndarray:
+    """Source row of each output row, undoing llama.cpp's q/k permutation:
+    GGUF rows run (head, pair, 2), Hugging Face rows (head, 2, pair)."""
+    return np.arange(rows).reshape(n_head, rows // n_head // 2, 2).swapaxes(1, 2).reshape(-1)
+
+
+@dataclass
+class _Tensor:
+    src: GGUFTensor
+    name: str           # Hugging Face name
+    dtype: str          # IEBIN dtype written
+    order: np.ndarray | None  # source row of each output row (q/k), else None
+    rows: int           # rows the bytes are split into (1 for a vector kept whole)
+    mode: str           # "copy" | "cast" | "dequant" | "quantize"
+    params: QuantParams | None = None  # "quantize": the manifest's choice
+
+    @property
+    def shape(self) -> list[int]:
+        return self.src.shape
+
+    @property
+    def out_nbytes(self) -> int:
+        if self.mode == "quantize":
+            return SCHEMES[self.dtype].nbytes(*self.shape, self.params)
+        if self.mode == "copy" and self.dtype in SCHEMES:
+            return self.src.nbytes
+        return int(np.prod(self.shape)) * DTYPES[self.dtype].itemsize
+
+    @property
+    def quant(self) -> dict[str, Any] | None:
+        if self.dtype not in SCHEMES:
+            return None
+        return SCHEMES[self.dtype].quant_dict(self.shape[1], self.params or QuantParams(self.dtype))
+
+
+def _field(g: GGUFModel, key: str, typ: type, default: Any = None) -> Any:
+    """A metadata value of the given type (int: non-negative; float: finite and positive)."""
+    v = g.fields.get(key, default)
+    if v is None:
+        raise FormatError(g.path, key, "is missing")
+    if typ is int and (type(v) is not int or v < 0):
+        raise FormatError(g.path, key, f"expected a non-negative integer, got {v!r}")
+    if typ is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v <= 0:
+            raise FormatError(g.path, key, f"expected a positive number, got {v!r}")
+        v = float(str(np.float32(v)))  # the shortest decimal of the stored float32 (1e-05, not 9.99e-06)
+    if typ is str and not isinstance(v, str):
+        raise FormatError(g.path, key, f"expected a string, got {v!r}")
+    return v
+
+
+def _architecture(g: GGUFModel) -> tuple[str, Arch]:
+    key = _field(g, "general.architecture", str)
+    if key not in ARCHS:
+        raise FormatError(g.path, "general.architecture", f"{key!r} is not supported (supported: {', '.join(ARCHS)})")
+    return key, ARCHS[key]
+
+
+def build_config(g: GGUFModel, names: dict[str, GGUFTensor]) -> dict[str, Any]:
+    """The ``config.json`` the metadata describes (what transformers would read)."""
+    a, arch = _architecture(g)
+    hidden = _field(g, f"{a}.embedding_length", int)
+    heads = _field(g, f"{a}.attention.head_count", int)
+    if hidden < 1 or heads < 1:
+        raise FormatError(g.path, f"{a}.attention.head_count", f"{heads} heads of a {hidden}-wide model")
+    kv = _field(g, f"{a}.attention.head_count_kv", int, heads)
+    head_dim = _field(g, f"{a}.attention.key_length", int, hidden // heads)
+    if _field(g, f"{a}.attention.value_length", int, head_dim) != head_dim:
+        raise FormatError(g.path, f"{a}.attention.value_length", "differs from key_length; the decoder needs them equal")
+    if _field(g, f"{a}.rope.dimension_count", int, head_dim) != head_dim:
+        raise FormatError(g.path, f"{a}.rope.dimension_count", f"rotates {g.fields[f'{a}.rope.dimension_count']} of "
+                                                               f"{head_dim} head dimensions; partial RoPE is not supported")
+    scaling = _field(g, f"{a}.rope.scaling.type", str, "none")
+    if scaling != "none":
+        raise FormatError(g.path, f"{a}.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported")
+    if "rope_freqs.weight" in names:
+        raise FormatError(g.path, "tensor 'rope_freqs.weight'", "per-frequency RoPE factors (Llama-3.1 style) are "
+                                                                "not supported")
+    embed = names.get("token_embd.weight")
+    if embed is None or len(embed.shape) != 2:
+        raise FormatError(g.path, "tensor 'token_embd.weight'", "is missing or not a matrix")
+    cfg: dict[str, Any] = {
+        "architectures": [arch.hf_class], "model_type": arch.model_type, "hidden_act": "silu",
+        "hidden_size": hidden, "intermediate_size": _field(g, f"{a}.feed_forward_length", int),
+        "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": head_dim,
+        "num_hidden_layers": _field(g, f"{a}.block_count", int),
+        "max_position_embeddings": _field(g, f"{a}.context_length", int),
+        "rms_norm_eps": _field(g, f"{a}.attention.layer_norm_rms_epsilon", float),
+        "rope_theta": _field(g, f"{a}.rope.freq_base", float, 10000.0),
+        "vocab_size": embed.shape[0], "tie_word_embeddings": "output.weight" not in names,
+    }
+    for which in ("bos", "eos"):
+        tid = g.fields.get(f"tokenizer.ggml.{which}_token_id")
+        if tid is not None:
+            cfg[f"{which}_token_id"] = _field(g, f"tokenizer.ggml.{which}_token_id", int)
+    return cfg
+
+
+def _plan(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantize_all: bool) -> list[_Tensor]:
+    from gguf.quants import dequantize
+
+    permute = ARCHS[g.fields["general.architecture"]].permute_qk
+    heads = {"attn_q": cfg["num_attention_heads"], "attn_k": cfg["num_key_value_heads"]}
+    plans = []
+    for t in g.tensors:
+        where = f"tensor {t.name!r}"
+        name = hf_name(t.name)
+        if name is None:
+            raise FormatError(g.path, where, f"has no Hugging Face counterpart for {cfg['architectures'][0]}; "
+                                             "this tensor cannot be carried over")
+        if len(t.shape) > 2:
+            raise FormatError(g.path, where, f"has {len(t.shape)} dimensions; weights here are matrices and vectors")
+        if t.ggml_type in COPIED and len(t.shape) == 2 and not dequantize_all:
+            out, mode = COPIED[t.ggml_type], "copy"
+        elif t.ggml_type in FLOATS:
+            out = dtype or FLOATS[t.ggml_type]
+            mode = "copy" if out == FLOATS[t.ggml_type] else "cast"
+        else:
+            first = g.tensor_bytes(t)[:t.nbytes // (t.shape[0] if len(t.shape) == 2 else 1)]
+            try:
+                dequantize(np.asarray(first), _qtype(t.ggml_type))
+            except (NotImplementedError, KeyError, ValueError):
+                raise FormatError(g.path, f"{where} type", f"ggml type {t.ggml_type} cannot be converted "
+                                                           "(gguf.quants cannot dequantize it)") from None
+            out, mode = dtype or "f32", "dequant"
+        order = None
+        kind = t.name.split(".")[2] if t.name.startswith("blk.") else ""
+        if permute and kind in heads:
+            n = t.shape[0]
+            if n % (2 * heads[kind]):
+                raise FormatError(g.path, f"{where} dims", f"{n} rows do not split into {heads[kind]} heads of pairs")
+            if len(t.shape) == 1 and mode == "dequant":
+                raise FormatError(g.path, f"{where} type", "a quantized q/k bias cannot be un-interleaved")
+            order = unpermute_rows(n, heads[kind])
+        rows = t.shape[0] if len(t.shape) == 2 or order is not None else 1
+        plans.append(_Tensor(t, name, out, order, rows, mode))
+    return sorted(plans, key=lambda p: natural_key(p.name))
+
+
+def tensor_shapes(g: GGUFModel) -> dict[str, tuple[str, list[int]]]:
+    """{HF name: (float dtype, shape)} of the tensors a manifest can select:
+    quantized tensors count as the f32 they dequantize to."""
+    return {name: (FLOATS.get(t.ggml_type, "f32"), t.shape) for t in g.tensors if (name := hf_name(t.name))}
+
+
+def _qtype(name: str):
+    from gguf.constants import GGMLQuantizationType
+
+    return GGMLQuantizationType[name]
+
+
+def file_type_name(g: GGUFModel) -> str | None:
+    """llama.cpp's ``general.file_type`` by name (MOSTLY_Q4_1, ...)."""
+    from gguf.constants import LlamaFileType
+
+    v = g.fields.get("general.file_type")
+    if type(v) is not int:
+        return None
+    try:
+        return LlamaFileType(v).name
+    except ValueError:
+        return f"unknown ({v})"
+
+
+def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dtype: str | None = None,
+                 overwrite: bool = False, progress: Progress | None = None, dequantize_all: bool = False,
+                 manifest: Manifest | None = None, force: bool = False) -> ConvertResult:
+    """Import ``gguf_path`` into ``out_dir`` (see the module docstring).
+    ``dequantize_all``: no block is kept, every tensor becomes a float
+    (``dtype``, f32 by default): the float reference of a quantized file.
+    ``manifest``: the tensors it selects are quantized again from their
+    dequantized values (q4_manifest.json, as hf-to-iebin --q4-map)."""
+    progress = progress or Progress()
+    out_dir = Path(out_dir)
+    if dtype is not None and dtype not in CAST_TARGETS:
+        raise IEError(f"--dtype {dtype!r}: expected one of {', '.join(CAST_TARGETS)}")
+    g = open_gguf(gguf_path)
+    names = {t.name: t for t in g.tensors}
+    cfg = build_config(g, names)
+    plans = _plan(g, cfg, dtype, dequantize_all)
+    warnings: list[str] = []
+    if manifest is not None:
+        qplan = plan(manifest, tensor_shapes(g), force=force)
+        warnings = qplan.warnings
+        for p in plans:
+            if p.name in qplan.quantize:
+                p.params = qplan.quantize[p.name]
+                p.dtype, p.mode = p.params.scheme, "quantize"
+    aux_data = {"config.json": (json.dumps(cfg, indent=2) + "\n").encode(),
+                "tokenizer.json": tokenizer_json(g.fields, g.path)}
+    stale = check_out_dir(out_dir, overwrite, [iebin.META_NAME, iebin.BIN_NAME, *aux_data])
+    t0 = time.perf_counter()
+    created = make_dirs(out_dir)
+    try:
+        progress.start("hashing", g.path.stat().st_size)
+        progress.describe(f"sha256 {g.path.name}")
+        record = {"name": g.path.name, "nbytes": g.path.stat().st_size, "sha256": sha256_file(g.path, progress)}
+        bytes_in = sum(p.src.nbytes for p in plans)
+        progress.start("converting", bytes_in)
+        with StagedFiles(out_dir) as staged:
+            for n in stale:
+                staged.remove_on_commit(n)
+            writer = iebin.IebinWriter(staged)
+            for p in plans:
+                progress.describe(p.name)
+                extra = {iebin.QUANT_KEY: p.quant} if p.quant else None
+                writer.add_tensor(p.name, p.dtype, p.shape, _chunks(g, p, progress), p.out_nbytes, extra=extra)
+            aux = []
+            for fname, data in aux_data.items():
+                staged.write_bytes(fname, data)
+                aux.append({"name": fname, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+            source = {"kind": "gguf", "name": g.path.name, "revision": None, "shards": [record],
+                      "gguf": {"version": g.version, "architecture": g.fields["general.architecture"],
+                               "file_type": file_type_name(g)}}
+            meta = writer.finish(config=cfg, model=model_summary(cfg), source=source,
+                                 tokenizer_files=["tokenizer.json"], aux_files=aux)
+    except BaseException:
+        remove_dirs(created)
+        raise
+    return ConvertResult(out_dir, len(plans), bytes_in, meta["files"][0]["nbytes"], time.perf_counter() - t0,
+                         sum(p.mode in ("cast", "dequant") for p in plans), sum(p.mode == "quantize" for p in plans),
+                         warnings, stale, kept_blocks=sum(p.mode == "copy" and p.dtype in SCHEMES for p in plans))
+
+
+def _row_blocks(g: GGUFModel, p: _Tensor, progress: Progress) -> Iterator[tuple[int, np.ndarray]]:
+    """(first output row, source bytes [k, row bytes]) in output row order, a few MiB at a time."""
+    raw = g.tensor_bytes(p.src).reshape(p.rows, -1)
+    step = max(1, CHUNK_BYTES // raw.shape[1])
+    for r0 in range(0, p.rows, step):
+        sel = slice(r0, min(r0 + step, p.rows))
+        part = np.asarray(raw[p.order[sel]] if p.order is not None else raw[sel])
+        progress.advance(part.nbytes)
+        yield r0, part
+
+
+def _floats(g: GGUFModel, p: _Tensor, r0: int, part: np.ndarray) -> np.ndarray:
+    """Source rows as float32 [k, cols] (gguf.quants' dequantization for block types), checked finite."""
+    from gguf.quants import dequantize
+
+    if p.src.ggml_type in FLOATS:
+        w = decode_f32(part.tobytes(), FLOATS[p.src.ggml_type]).reshape(part.shape[0], -1)
+    else:
+        w = dequantize(part, _qtype(p.src.ggml_type)).astype(np.float32)
+    if not np.isfinite(w).all():
+        i = np.unravel_index(int(np.argmin(np.isfinite(w))), w.shape)
+        raise FormatError(g.path, f"tensor {p.src.name!r}", f"holds {w[i]} at row {r0 + int(i[0])}"
+                                                            f"{' (a non-finite block scale)' if p.src.ggml_type not in FLOATS else ''}")
+    return w
+
+
+def _chunks(g: GGUFModel, p: _Tensor, progress: Progress) -> Iterator[bytes]:
+    """The tensor's output bytes, streamed."""
+    if p.mode == "quantize":
+        rows = (_floats(g, p, r0, part) for r0, part in _row_blocks(g, p, progress))
+        yield from (piece.tobytes() for piece in SCHEMES[p.dtype].stream(rows, p.params, p.shape[0], p.name))
+        return
+    scan = PayloadScan({"dtype": p.dtype, "shape": p.shape}, allow_nonfinite=True) if p.dtype in SCHEMES else None
+    for r0, part in _row_blocks(g, p, progress):
+        if p.mode == "copy":
+            out = part.tobytes()
+        elif p.mode == "cast":
+            out = cast_bytes(part.tobytes(), FLOATS[p.src.ggml_type], p.dtype)
+        else:
+            out = encode_f32(_floats(g, p, r0, part), p.dtype)
+        if scan is not None:
+            scan.feed(out)
+            if scan.problem:
+                raise FormatError(g.path, f"tensor {p.src.name!r}", scan.problem)
+        yield out

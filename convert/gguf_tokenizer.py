@@ -1,0 +1,173 @@
+"""A Hugging Face ``tokenizer.json`` rebuilt from a GGUF file's vocabulary.
+
+llama.cpp stores the tokenizer as key-values: ``tokenizer.ggml.model`` (the
+kind), ``tokens``, ``token_type``, ``merges`` (byte-level BPE) or ``scores``
+(SentencePiece), the special token ids and ``tokenizer.ggml.pre``, the name
+of the pre-tokenizer llama.cpp hard-codes for that model family. Each kind
+rebuilt here is the HF pipeline that tokenizes like llama.cpp does:
+
+- ``gpt2`` (byte-level BPE) with pre ``gpt-2``, ``smollm``, ``llama-bpe``,
+  ``qwen2``: the pre-tokenizer regexes of llama.cpp's ``llama-vocab.cpp``
+  for those names, then byte-level BPE with the stored merges;
+- ``llama`` (SentencePiece BPE): merges derived from the scores (a pair
+  merges with the priority of the token it forms, as llama.cpp's SPM
+  tokenizer does), byte fallback for ``<0xNN>`` tokens, the ``▁`` space
+  convention and a prefix space.
+
+Token types: CONTROL (3) becomes a special added token, USER_DEFINED (4) a
+non-special added token, matched before the model runs, as in llama.cpp.
+``tokenizer.ggml.add_bos_token`` / ``add_eos_token`` become the post-processor.
+Any other kind or pre-tokenizer is refused with one line: a tokenizer that
+silently splits text differently would make every figure downstream wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from iekit.formats.errors import FormatError
+
+# llama.cpp's pre-tokenizer regexes (llama-vocab.cpp), by tokenizer.ggml.pre.
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+_LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# pre name -> (split on single digits first, regex after; None: ByteLevel's own, which is _GPT2)
+BPE_PRE = {"gpt-2": (False, None), "smollm": (True, None), "llama-bpe": (False, _LLAMA3), "qwen2": (False, _QWEN2)}
+CONTROL, USER_DEFINED, BYTE = 3, 4, 6
+SPM_SPACE = "\u2581"
+
+
+def tokenizer_json(fields: dict[str, Any], path: Path) -> bytes:
+    """The ``tokenizer.json`` bytes for a GGUF file's key-values (``path``
+    names the file in errors)."""
+    kind = _get(fields, path, "tokenizer.ggml.model", str)
+    tokens = _get(fields, path, "tokenizer.ggml.tokens", list)
+    if not tokens or not all(isinstance(t, str) for t in tokens):
+        raise FormatError(path, "tokenizer.ggml.tokens", "must be a non-empty array of strings")
+    n = len(tokens)
+    types = fields.get("tokenizer.ggml.token_type", [1] * n)
+    if not isinstance(types, list) or len(types) != n or not all(type(t) is int for t in types):
+        raise FormatError(path, "tokenizer.ggml.token_type", f"must be an array of {n} integers (one per token)")
+    if len(set(tokens)) != n:
+        dup = next(t for i, t in enumerate(tokens) if t in tokens[:i])
+        raise FormatError(path, "tokenizer.ggml.tokens", f"token {dup!r} appears twice")
+    if kind == "gpt2":
+        tok = _byte_level_bpe(fields, path, tokens)
+    elif kind == "llama":
+        tok = _sentencepiece_bpe(fields, path, tokens, types)
+    else:
+        raise FormatError(path, "tokenizer.ggml.model", f"tokenizer kind {kind!r} cannot be rebuilt "
+                                                        "(supported: gpt2 byte-level BPE, llama SentencePiece BPE)")
+    from tokenizers import AddedToken
+
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t, ty in zip(tokens, types) if ty == CONTROL])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                    for t, ty in zip(tokens, types) if ty == USER_DEFINED])
+    # llama.cpp's defaults when the file does not say: BOS for SentencePiece and Llama-3's BPE.
+    bos_default = kind == "llama" or fields.get("tokenizer.ggml.pre") == "llama-bpe"
+    _post_processor(tok, fields, path, tokens, bos_default)
+    return (json.dumps(json.loads(tok.to_str()), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
+
+
+def _get(fields: dict[str, Any], path: Path, key: str, typ: type) -> Any:
+    if key not in fields:
+        raise FormatError(path, key, "is missing; cannot rebuild the tokenizer")
+    v = fields[key]
+    if not isinstance(v, typ) or isinstance(v, bool):
+        raise FormatError(path, key, f"expected {typ.__name__}, got {type(v).__name__}")
+    return v
+
+
+def _byte_level_bpe(fields: dict[str, Any], path: Path, tokens: list[str]):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    pre = fields.get("tokenizer.ggml.pre", "default")
+    if pre not in BPE_PRE:
+        raise FormatError(path, "tokenizer.ggml.pre", f"pre-tokenizer {pre!r} cannot be rebuilt "
+                                                      f"(supported: {', '.join(BPE_PRE)})")
+    merges = _get(fields, path, "tokenizer.ggml.merges", list)
+    pairs = []
+    for i, m in enumerate(merges):
+        parts = m.split(" ") if isinstance(m, str) else []
+        if len(parts) != 2 or not all(parts):
+            raise FormatError(path, f"tokenizer.ggml.merges[{i}]", f"expected two tokens separated by a space, got {m!r}")
+        pairs.append((parts[0], parts[1]))
+    try:
+        tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=pairs))
+    except Exception as e:  # the tokenizers library raises its own Exception type
+        raise FormatError(path, "tokenizer.ggml.merges", f"rejected by the BPE model: {e}") from None
+    digits, regex = BPE_PRE[pre]
+    steps = [pre_tokenizers.Digits(individual_digits=True)] if digits else []
+    if regex is None:
+        steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
+    else:
+        steps += [pre_tokenizers.Split(Regex(regex), behavior="isolated"),
+                  pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    tok.pre_tokenizer = pre_tokenizers.Sequence(steps)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _sentencepiece_bpe(fields: dict[str, Any], path: Path, tokens: list[str], types: list[int]):
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    scores = _get(fields, path, "tokenizer.ggml.scores", list)
+    if len(scores) != len(tokens) or not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in scores):
+        raise FormatError(path, "tokenizer.ggml.scores", f"must be an array of {len(tokens)} numbers (one per token)")
+    vocab = {t: i for i, t in enumerate(tokens)}
+    mergeable = {t: i for i, t in enumerate(tokens) if types[i] not in (CONTROL, USER_DEFINED, BYTE)}
+    # Every split of a token into two tokens is a merge, ranked by the merged
+    # token's score (higher first), then by the pieces' ids.
+    ranked = []
+    for t, i in mergeable.items():
+        for k in range(1, len(t)):
+            a, b = t[:k], t[k:]
+            if a in mergeable and b in mergeable:
+                ranked.append((-scores[i], vocab[a], vocab[b], a, b))
+    ranked.sort()
+    unk_id = fields.get("tokenizer.ggml.unknown_token_id", 0)
+    if type(unk_id) is not int or not 0 <= unk_id < len(tokens):
+        raise FormatError(path, "tokenizer.ggml.unknown_token_id", f"not a token id: {unk_id!r}")
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(r[3], r[4]) for r in ranked], unk_token=tokens[unk_id],
+                               byte_fallback=True, fuse_unk=True))
+    prefix = fields.get("tokenizer.ggml.add_space_prefix", True)
+    if not isinstance(prefix, bool):
+        raise FormatError(path, "tokenizer.ggml.add_space_prefix", f"expected a boolean, got {prefix!r}")
+    steps = [normalizers.Prepend(SPM_SPACE)] if prefix else []
+    tok.normalizer = normalizers.Sequence(steps + [normalizers.Replace(" ", SPM_SPACE)])
+    tok.decoder = decoders.Sequence([decoders.Replace(SPM_SPACE, " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    return tok
+
+
+def _post_processor(tok, fields: dict[str, Any], path: Path, tokens: list[str], bos_default: bool) -> None:
+    """BOS/EOS added around each sequence when the file asks for them."""
+    from tokenizers import processors
+
+    ends = []
+    for which, default in (("bos", bos_default), ("eos", False)):
+        add = fields.get(f"tokenizer.ggml.add_{which}_token", default)
+        if not isinstance(add, bool):
+            raise FormatError(path, f"tokenizer.ggml.add_{which}_token", f"expected a boolean, got {add!r}")
+        if not add:
+            ends.append(None)
+            continue
+        key = f"tokenizer.ggml.{which}_token_id"
+        tid = fields.get(key)
+        if type(tid) is not int or not 0 <= tid < len(tokens):
+            raise FormatError(path, key, f"add_{which}_token is set but the id {tid!r} is not a token id")
+        ends.append((tokens[tid], tid))
+    bos, eos = ends
+    if bos is None and eos is None:
+        return
+
+    def seq(letter: str, type_id: int) -> str:
+        return " ".join(f"{e}:{type_id}" for e in (bos and bos[0], f"${letter}", eos and eos[0]) if e)
+
+    tok.post_processor = processors.TemplateProcessing(
+        single=seq("A", 0), pair=f"{seq('A', 0)} {seq('B', 1)}", special_tokens=sorted({e for e in ends if e}))

@@ -1,0 +1,239 @@
+"""GGUF files (llama.cpp's model format), read strictly.
+
+The ``gguf`` package's ``GGUFReader`` is a field library, not a validator:
+it trusts every count and length in the file, so a hostile array count makes
+it loop for ever, and a tensor whose data runs past the end comes back as a
+short array; it is also slow (4-7 s for SmolLM2's 49152-token vocabulary,
+one numpy view per string). So ``open_gguf`` walks the header itself,
+checking each length against the bytes that remain before reading it, and
+decodes the key-values as it goes (the tests check them against
+``GGUFReader``'s, which stays the reference). The rules:
+
+- magic ``GGUF``, version 2 or 3, little-endian (a big-endian file says so);
+- counts bounded by what the file could hold; strings and arrays inside the
+  file; no arrays of arrays; ``general.alignment`` a power of two;
+- every tensor: a unique name, 1..4 dimensions, each >= 1, whose product
+  does not overflow and whose rows are whole blocks of its ggml type; its
+  data offset a multiple of the alignment; its bytes inside the file; no two
+  tensors' bytes overlapping.
+
+Each broken rule is one ``FormatError`` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import FormatError
+from .fileio import check_regular
+
+MAGIC = b"GGUF"
+VERSIONS = (2, 3)
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_NAME = 1 << 16
+DEFAULT_ALIGNMENT = 32
+_U64_MAX = (1 << 64) - 1
+_I64_MAX = (1 << 63) - 1
+
+# GGUF value types: the scalars (7 is a bool byte); 8 is a string, 9 an array.
+_SCALAR = {k: struct.Struct("<" + c) for k, c in
+           {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "B", 10: "Q", 11: "q", 12: "d"}.items()}
+_NUMPY = {k: np.dtype("<" + c) for k, c in
+          {0: "u1", 1: "i1", 2: "u2", 3: "i2", 4: "u4", 5: "i4", 6: "f4", 7: "u1", 10: "u8", 11: "i8", 12: "f8"}.items()}
+_BOOL, _STRING, _ARRAY = 7, 8, 9
+_U64 = struct.Struct("<Q")
+
+
+@dataclass(frozen=True)
+class GGUFTensor:
+    name: str
+    ggml_type: str      # gguf.GGMLQuantizationType name: "Q4_1", "F32", ...
+    shape: list[int]    # row-major, as numpy and Hugging Face see it (GGUF stores it reversed)
+    offset: int         # absolute file offset of the data
+    nbytes: int
+
+
+@dataclass
+class GGUFModel:
+    path: Path
+    version: int
+    alignment: int
+    fields: dict[str, Any]       # key -> decoded value (str, int, float, bool, list)
+    tensors: list[GGUFTensor]    # in file order
+    data: np.memmap              # the whole file, read-only
+
+    def tensor_bytes(self, t: GGUFTensor) -> np.ndarray:
+        """The tensor's bytes as a uint8 view of the mapped file (checked inside it)."""
+        return self.data[t.offset:t.offset + t.nbytes]
+
+
+class _Walk:
+    """Bounded reads over the mapped file: every length checked before use."""
+
+    def __init__(self, path: Path, buf: mmap.mmap):
+        self.path, self.buf, self.pos, self.size = path, buf, 0, len(buf)
+
+    def need(self, n: int, field: str) -> None:
+        if n > self.size - self.pos:
+            raise FormatError(self.path, field, f"needs {n} bytes at offset {self.pos}, past the end of the "
+                                                f"{self.size}-byte file (truncated?)")
+
+    def uint(self, size: int, field: str) -> int:
+        self.need(size, field)
+        v = int.from_bytes(self.buf[self.pos:self.pos + size], "little")
+        self.pos += size
+        return v
+
+    def string(self, field: str, max_len: int | None = None) -> bytes:
+        n = self.uint(8, field)
+        if max_len is not None and n > max_len:
+            raise FormatError(self.path, field, f"string length {n} exceeds {max_len}")
+        self.need(n, field)
+        s = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return s
+
+    def value(self, vtype: int, field: str) -> Any:
+        """Decode one value of GGUF type ``vtype`` (what GGUFReader's ``contents()`` gives)."""
+        if vtype in _SCALAR:
+            fmt = _SCALAR[vtype]
+            self.need(fmt.size, field)
+            v = fmt.unpack_from(self.buf, self.pos)[0]
+            self.pos += fmt.size
+            return bool(v) if vtype == _BOOL else v
+        if vtype == _STRING:
+            return self.string(field).decode("utf-8", "replace")
+        if vtype != _ARRAY:
+            raise FormatError(self.path, field, f"unknown value type {vtype}")
+        item = self.uint(4, field + " (array item type)")
+        count = self.uint(8, field + " (array count)")
+        if item in _SCALAR:
+            size = _SCALAR[item].size
+            if count > (self.size - self.pos) // size:
+                raise FormatError(self.path, field, f"array of {count} items of {size} bytes runs past the end of the file")
+            a = np.frombuffer(self.buf, _NUMPY[item], count, self.pos)
+            self.pos += count * size
+            return [bool(x) for x in a] if item == _BOOL else a.tolist()
+        if item == _STRING:
+            if count > (self.size - self.pos) // 8:
+                raise FormatError(self.path, field, f"array of {count} strings cannot fit in the rest of the file")
+            out, buf, pos, end = [], self.buf, self.pos, self.size
+            for _ in range(count):  # the hot loop of a tokenizer's vocabulary: no calls but these
+                n = _U64.unpack_from(buf, pos)[0] if end - pos >= 8 else -1
+                if n < 0 or n > end - pos - 8:
+                    self.pos = pos
+                    self.need(8 if n < 0 else 8 + n, field)
+                out.append(buf[pos + 8:pos + 8 + n].decode("utf-8", "replace"))
+                pos += 8 + n
+            self.pos = pos
+            return out
+        if item == _ARRAY:
+            raise FormatError(self.path, field, "arrays of arrays are not supported")
+        raise FormatError(self.path, field, f"unknown array item type {item}")
+
+
+def _type_sizes() -> dict[int, tuple[str, int, int]]:
+    """ggml type id -> (name, block elements, block bytes), from gguf's table."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    return {int(t): (t.name, *GGML_QUANT_SIZES[t]) for t in GGMLQuantizationType if t in GGML_QUANT_SIZES}
+
+
+def open_gguf(path: str | os.PathLike) -> GGUFModel:
+    """Validate ``path`` as a GGUF file and describe it (see the module docstring)."""
+    path = Path(path)
+    size = check_regular(path).st_size
+    if size < 24:
+        raise FormatError(path, "header", f"is {size} bytes, shorter than a GGUF header (24)")
+    with open(path, "rb") as f:
+        header = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        return _open(path, size, header)
+    finally:
+        header.close()
+
+
+def _open(path: Path, size: int, header: mmap.mmap) -> GGUFModel:
+    w = _Walk(path, header)
+    if header[:4] != MAGIC:
+        raise FormatError(path, "magic", f"is {header[:4]!r}, expected {MAGIC!r}: not a GGUF file")
+    w.pos = 4
+    version = w.uint(4, "version")
+    if version not in VERSIONS:
+        if int.from_bytes(version.to_bytes(4, "little"), "big") in VERSIONS:
+            raise FormatError(path, "version", "big-endian GGUF files are not supported")
+        raise FormatError(path, "version", f"unsupported GGUF version {version} (this reader takes 2 and 3)")
+    n_tensors = w.uint(8, "tensor_count")
+    n_kv = w.uint(8, "kv_count")
+    # The smallest key-value is 8 + 1 + 4 + 1 bytes, the smallest tensor info 8 + 1 + 4 + 8 + 4 + 8.
+    if n_kv > size // 14:
+        raise FormatError(path, "kv_count", f"{n_kv} key-values cannot fit in a {size}-byte file")
+    if n_tensors > size // 33:
+        raise FormatError(path, "tensor_count", f"{n_tensors} tensors cannot fit in a {size}-byte file")
+
+    fields: dict[str, Any] = {}
+    for i in range(n_kv):
+        key = w.string(f"kv[{i}].key", MAX_NAME).decode("utf-8", "replace")
+        if key in fields:
+            raise FormatError(path, key, "duplicate key")
+        fields[key] = w.value(w.uint(4, f"{key} (type)"), key)
+    alignment = fields.get("general.alignment", DEFAULT_ALIGNMENT)
+    if type(alignment) is not int or alignment < 1 or alignment & (alignment - 1) or alignment > (1 << 20):
+        raise FormatError(path, "general.alignment", f"must be a power of two up to 2^20, got {alignment!r}")
+
+    types = _type_sizes()
+    infos = []
+    for i in range(n_tensors):
+        raw = w.string(f"tensors[{i}].name", MAX_NAME)
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FormatError(path, f"tensors[{i}].name", "is not UTF-8") from None
+        where = f"tensor {name!r}"
+        n_dims = w.uint(4, f"{where} n_dims")
+        if not 1 <= n_dims <= MAX_DIMS:
+            raise FormatError(path, f"{where} n_dims", f"must be 1..{MAX_DIMS}, got {n_dims}")
+        dims = [w.uint(8, f"{where} dims") for _ in range(n_dims)]
+        tid = w.uint(4, f"{where} type")
+        offset = w.uint(8, f"{where} offset")
+        infos.append((name, dims, tid, offset))
+    data_start = -(-w.pos // alignment) * alignment
+
+    tensors, seen = [], set()
+    for name, dims, tid, offset in infos:
+        where = f"tensor {name!r}"
+        if name in seen:
+            raise FormatError(path, where, "duplicate tensor name")
+        seen.add(name)
+        if tid not in types:
+            raise FormatError(path, f"{where} type", f"unknown ggml type {tid}")
+        tname, block, block_bytes = types[tid]
+        if any(d < 1 for d in dims):
+            raise FormatError(path, f"{where} dims", f"every dimension must be >= 1, got {dims}")
+        n = 1
+        for d in dims:
+            if d > _I64_MAX // n:
+                raise FormatError(path, f"{where} dims", f"{dims}: the element count overflows 64 bits")
+            n *= d
+        if dims[0] % block:
+            raise FormatError(path, f"{where} dims", f"rows of {dims[0]} elements are not whole {tname} blocks of {block}")
+        nbytes = n // block * block_bytes
+        if offset % alignment:
+            raise FormatError(path, f"{where} offset", f"{offset} is not a multiple of the alignment {alignment}")
+        if offset > size or nbytes > size - data_start - min(offset, size):
+            raise FormatError(path, f"{where} offset", f"data [{data_start + offset}, +{nbytes}) runs past the end of "
+                                                       f"the {size}-byte file (truncated?)")
+        tensors.append(GGUFTensor(name, tname, list(reversed(dims)), data_start + offset, nbytes))
+    ordered = sorted(tensors, key=lambda t: t.offset)
+    for a, b in zip(ordered, ordered[1:]):
+        if a.offset + a.nbytes > b.offset:
+            raise FormatError(path, f"tensor {b.name!r} offset", f"its data overlaps tensor {a.name!r}'s")
+
+    return GGUFModel(path, version, alignment, fields, tensors, np.memmap(path, dtype=np.uint8, mode="r"))

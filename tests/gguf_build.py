@@ -1,0 +1,180 @@
+"""GGUF files for the import tests, written the way llama.cpp's converter
+writes them, with the ``gguf`` package's own writer (the independent side).
+
+``gguf_from_hf`` turns a golden Hugging Face checkpoint into a GGUF file as
+``convert_hf_to_gguf.py`` would: llama.cpp names, q/k rows interleaved for
+Llama-family RoPE (its ``LlamaModel.permute``, restated here from its
+definition, not from iekit's inverse), the hyperparameters as ``{arch}.*``
+key-values and the byte-level BPE vocabulary as ``tokenizer.ggml.*``;
+selected tensors quantized with ``gguf.quants.quantize``.
+
+``raw_gguf`` writes any header at all, valid or not, for the hostile-input
+tests: the format as the GGUF spec describes it, with struct.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+
+LLAMA_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+               "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+               "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+
+
+def gguf_name(hf: str) -> str:
+    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+           "lm_head.weight": "output.weight"}
+    if hf in top:
+        return top[hf]
+    m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)", hf)
+    return f"blk.{m.group(1)}.{LLAMA_NAMES[m.group(2)]}.{m.group(3)}"
+
+
+def llama_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's convert_hf_to_gguf ``LlamaModel.permute``: each head's
+    rows (2, d/2) -> (d/2, 2)."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def hf_tensors(hf_dir: Path) -> dict[str, np.ndarray]:
+    """Every tensor of the checkpoint as float32 (bf16 widened exactly: numpy has no bfloat16)."""
+    out = {}
+    for f in sorted(hf_dir.glob("*.safetensors")):
+        raw = f.read_bytes()
+        n = struct.unpack_from("<Q", raw)[0]
+        header = json.loads(raw[8:8 + n])
+        for name, t in header.items():
+            if name == "__metadata__":
+                continue
+            a, b = t["data_offsets"]
+            data = raw[8 + n + a:8 + n + b]
+            if t["dtype"] == "BF16":
+                w = (np.frombuffer(data, np.uint16).astype(np.uint32) << 16).view(np.float32)
+            else:
+                w = np.frombuffer(data, {"F32": np.float32, "F16": np.float16}[t["dtype"]]).astype(np.float32)
+            out[name] = w.reshape(t["shape"])
+    return out
+
+
+def tokenizer_fields(tok_json: dict) -> dict:
+    """What convert_hf_to_gguf's ``get_vocab_base`` stores for a byte-level BPE tokenizer."""
+    vocab = tok_json["model"]["vocab"]
+    added = {t["id"]: t for t in tok_json["added_tokens"]}
+    size = max(max(vocab.values()), max(added, default=-1)) + 1
+    rev = {i: t for t, i in vocab.items()}
+    tokens, types = [], []
+    for i in range(size):
+        if i in added:
+            tokens.append(added[i]["content"])
+            types.append(3 if added[i]["special"] else 4)
+        else:
+            tokens.append(rev.get(i, f"[PAD{i}]"))
+            types.append(1 if i in rev else 5)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tok_json["model"]["merges"]]
+    return {"tokens": tokens, "types": types, "merges": merges}
+
+
+def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None, pre: str = "gpt-2",
+                 arch: str | None = None, extra_kv: dict | None = None,
+                 tokenizer: dict | None = None, spm=None) -> Path:
+    """Write ``out`` from the checkpoint ``hf_dir``; ``quant`` maps a regex on
+    HF names to a GGMLQuantizationType name (first match wins); ``tokenizer``
+    (a tokenizer.json) replaces the checkpoint's; ``spm`` (a
+    SentencePieceProcessor) stores a SentencePiece vocabulary instead, as
+    convert_hf_to_gguf's ``_set_vocab_sentencepiece`` does."""
+    import gguf
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    model_type = cfg["model_type"]
+    arch = arch or {"llama": "llama", "mistral": "llama", "qwen2": "qwen2"}[model_type]
+    heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    w = gguf.GGUFWriter(str(out), arch)
+    theta = cfg.get("rope_theta") or cfg["rope_parameters"]["rope_theta"]
+    kvs = {f"{arch}.context_length": ("uint32", cfg["max_position_embeddings"]),
+           f"{arch}.embedding_length": ("uint32", cfg["hidden_size"]),
+           f"{arch}.block_count": ("uint32", cfg["num_hidden_layers"]),
+           f"{arch}.feed_forward_length": ("uint32", cfg["intermediate_size"]),
+           f"{arch}.attention.head_count": ("uint32", heads),
+           f"{arch}.attention.head_count_kv": ("uint32", kv_heads),
+           f"{arch}.rope.freq_base": ("float32", theta),
+           f"{arch}.attention.layer_norm_rms_epsilon": ("float32", cfg["rms_norm_eps"]),
+           "general.file_type": ("uint32", 0),
+           "tokenizer.ggml.model": ("string", "gpt2"), "tokenizer.ggml.pre": ("string", pre),
+           "tokenizer.ggml.bos_token_id": ("uint32", cfg["bos_token_id"]),
+           "tokenizer.ggml.eos_token_id": ("uint32", cfg["eos_token_id"])}
+    kvs.update(extra_kv or {})
+    if spm is not None:
+        kvs["tokenizer.ggml.model"] = ("string", "llama")
+        del kvs["tokenizer.ggml.pre"]
+    for k, (typ, v) in kvs.items():
+        getattr(w, f"add_{typ}")(k, v)
+    if spm is not None:
+        ids = range(spm.get_piece_size())
+        w.add_token_list([spm.id_to_piece(i) for i in ids])
+        w.add_token_scores([spm.get_score(i) for i in ids])
+        w.add_token_types([2 if spm.is_unknown(i) else 3 if spm.is_control(i) else 5 if spm.is_unused(i)
+                           else 6 if spm.is_byte(i) else 1 for i in ids])
+    else:
+        tf = tokenizer_fields(tokenizer or json.loads((hf_dir / "tokenizer.json").read_text()))
+        w.add_token_list(tf["tokens"])
+        w.add_token_types(tf["types"])
+        w.add_token_merges(tf["merges"])
+    for hf, t in hf_tensors(hf_dir).items():
+        name = gguf_name(hf)
+        if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
+            t = llama_permute(t, heads if ".attn_q." in name else kv_heads)
+        qtype = next((q for pat, q in (quant or {}).items() if re.search(pat, hf)), None)
+        if qtype is None or t.ndim != 2:
+            w.add_tensor(name, np.ascontiguousarray(t))
+        elif qtype == "F16":
+            w.add_tensor(name, t.astype(np.float16))
+        else:
+            q = GGMLQuantizationType[qtype]
+            w.add_tensor(name, quantize(np.ascontiguousarray(t), q), raw_dtype=q)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+# -- raw writer for hostile files ---------------------------------------------
+
+_VT = {"u8": (0, "B"), "u32": (4, "I"), "i32": (5, "i"), "f32": (6, "f"), "bool": (7, "?"), "u64": (10, "Q")}
+
+
+def _str(s: str | bytes) -> bytes:
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def kv_bytes(key: str, typ: str, value) -> bytes:
+    if typ == "str":
+        return _str(key) + struct.pack("<I", 8) + _str(value)
+    if typ == "strs":
+        return _str(key) + struct.pack("<IIQ", 9, 8, len(value)) + b"".join(_str(v) for v in value)
+    code, fmt = _VT[typ]
+    return _str(key) + struct.pack("<I" + fmt, code, value)
+
+
+def raw_gguf(path: Path, kvs: list[bytes], tensors: list[tuple[str, list[int], int, int]], data: bytes,
+             *, magic: bytes = b"GGUF", version: int = 3, n_kv: int | None = None, n_tensors: int | None = None,
+             alignment: int = 32) -> Path:
+    """``tensors``: (name, ggml dims (fastest first), ggml type id, offset)."""
+    head = magic + struct.pack("<IQQ", version, len(tensors) if n_tensors is None else n_tensors,
+                               len(kvs) if n_kv is None else n_kv)
+    head += b"".join(kvs)
+    for name, dims, typ, off in tensors:
+        head += _str(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+        head += struct.pack("<IQ", typ, off)
+    head += b"\0" * (-len(head) % alignment)
+    path.write_bytes(head + data)
+    return path
