@@ -21,7 +21,7 @@ from iekit.formats.errors import IEError
 from iekit.formats.fileio import read_small
 from iekit.formats.gguf_file import open_gguf
 from iekit.formats.jsonio import dumps_canonical, loads_strict
-from iekit.formats.q4_manifest import default_manifest, load_manifest, plan
+from iekit.formats.q4_manifest import EMBED_NAMES, HEAD_NAMES, KEEP, bytes_per_token, default_manifest, load_manifest, plan
 
 from iekit.formats.bsr import is_bsr_path
 
@@ -31,6 +31,7 @@ from .hf_hub import from_hub
 from .hf_to_iebin import CAST_TARGETS, ConvertResult
 from .hf_to_iebin import Progress as ConvertProgress
 from .hf_to_iebin import convert
+from .gguf_to_iebin import build_config as build_gguf_config
 from .gguf_to_iebin import convert_gguf
 from .gguf_to_iebin import tensor_shapes as gguf_tensor_shapes
 from .iebin_legacy import is_schema2, upgrade_legacy
@@ -193,24 +194,46 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, over
 @click.option("--group-size", type=click.Choice(["32", "64", "128", "row"]), default="64", show_default=True, help="int4w group size (elements per scale).")
 @click.option("--affine", is_flag=True, help="int4w: per-group scale and minimum instead of symmetric scale.")
 @click.option("--scale-dtype", type=click.Choice(["f16", "f32"]), default="f16", show_default=True, help="int4w: scale storage.")
-@click.option("--quantize-head", is_flag=True, help="Also quantize the output head (lm_head), kept by default.")
+@click.option("--head-scheme", type=click.Choice([KEEP, *QUANTIZED]),
+              help="The output head (lm_head). Default: q8_0 when the embedding is tied to the head (it is then "
+                   "read in full every token), else keep.")
+@click.option("--embedding-scheme", type=click.Choice([KEEP, *QUANTIZED]), default=KEEP, show_default=True,
+              help="The input embedding of an untied model (one row is read per token). A tied one follows "
+                   "--head-scheme.")
+@click.option("--quantize-head", is_flag=True, help="Shorthand for --head-scheme SCHEME (the main scheme).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
-def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, scale_dtype, quantize_head, overwrite):
+def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, scale_dtype, head_scheme,
+                    embedding_scheme, quantize_head, overwrite):
     """Write the usual quantization policy for a checkpoint as q4_manifest.json.
 
-    Attention and MLP projection matrices are quantized (one rule per layer
-    pattern); embeddings, norms, biases and the output head are kept. Edit
-    the result freely, then: ieconv hf-to-iebin --hf-dir M --q4-map FILE ...
-    (or gguf-to-iebin --gguf F --q4-map FILE ...).
+    Attention and MLP projection matrices get --scheme (one rule per layer
+    pattern); norms and biases are kept; the output head and the embedding
+    get --head-scheme and --embedding-scheme (exact entries). The bytes a
+    decode step reads under the policy are printed. Edit the result freely,
+    then: ieconv hf-to-iebin --hf-dir M --q4-map FILE ... (or gguf-to-iebin
+    --gguf F --q4-map FILE ...).
     """
     if (hf_dir is None) == (gguf_path is None):
         raise click.UsageError("give exactly one of --hf-dir or --gguf")
     if scheme != "int4w" and (affine or scale_dtype != "f16" or group_size != "64"):
         raise click.UsageError("--group-size/--affine/--scale-dtype apply to --scheme int4w only")
+    if quantize_head and head_scheme not in (None, scheme):
+        raise click.UsageError(f"--quantize-head means --head-scheme {scheme}; give one of them")
     check_new_file(out_path, overwrite)
-    tensors = tensor_shapes(hf_checkpoint.from_dir(hf_dir)) if hf_dir else gguf_tensor_shapes(open_gguf(gguf_path))
-    g = group_size if group_size == "row" else int(group_size)
-    manifest = default_manifest(tensors, scheme, g, not affine, scale_dtype, quantize_head)
+    if hf_dir:
+        src = hf_checkpoint.from_dir(hf_dir)
+        tensors, config = tensor_shapes(src), src.config
+    else:
+        g = open_gguf(gguf_path)
+        tensors, config = gguf_tensor_shapes(g), build_gguf_config(g, {t.name: t for t in g.tensors})
+    tied = not any(n in tensors for n in HEAD_NAMES) or config.get("tie_word_embeddings") is True
+    if tied and embedding_scheme != KEEP and embedding_scheme != (head_scheme or embedding_scheme):
+        raise click.UsageError("the embedding is tied to the head: give --head-scheme only")
+    head = scheme if quantize_head else head_scheme or (embedding_scheme if tied and embedding_scheme != KEEP else None)
+    head = head or ("q8_0" if tied else KEEP)
+    gs = group_size if group_size == "row" else int(group_size)
+    manifest = default_manifest(tensors, scheme, gs, not affine, scale_dtype, head=head, embedding=embedding_scheme,
+                                tied=tied)
     write_file_atomic(out_path, dumps_canonical(manifest), replace=overwrite)
     p = plan(load_manifest(out_path), tensors)
     for w in p.warnings:
@@ -218,6 +241,13 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     q = sum(1 for _ in p.quantize)
     out.print(f"OK {out_path}: {len(manifest['rules'])} rules, {len(manifest['tensors'])} per-tensor entries; "
               f"quantizes {q} of {len(tensors)} tensors ({scheme})", markup=False)
+    for name, sel in manifest["tensors"].items():
+        if name in HEAD_NAMES or name in EMBED_NAMES:
+            role = "tied embedding/head" if tied and name in EMBED_NAMES else "head" if name in HEAD_NAMES else "embedding"
+            out.print(f"  {role} {name}: {sel['scheme']}", markup=False)
+    read, full = bytes_per_token(tensors, p.quantize, tied), bytes_per_token(tensors, {}, tied)
+    out.print(f"  a decode step reads {human_bytes(read)} of weights ({full / read:.2f}x less than unquantized, "
+              f"{human_bytes(full)}){'; the embedding is tied to the head' if tied else ''}", markup=False)
 
 
 def tensor_shapes(src: hf_checkpoint.HFSource) -> dict[str, tuple[str, list[int]]]:

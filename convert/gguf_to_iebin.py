@@ -271,9 +271,10 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
         qplan = plan(manifest, tensor_shapes(g), force=force)
         warnings = qplan.warnings
         for p in plans:
-            if p.name in qplan.quantize:
-                p.params = qplan.quantize[p.name]
-                p.dtype, p.mode = p.params.scheme, "quantize"
+            sel = qplan.quantize.get(p.name)
+            if sel is not None and not (p.mode == "copy" and p.dtype == sel.scheme):  # same blocks: kept as they are
+                p.params = sel
+                p.dtype, p.mode = sel.scheme, "quantize"
     aux_data = {"config.json": (json.dumps(cfg, indent=2) + "\n").encode(),
                 "tokenizer.json": tokenizer_json(g.fields, g.path)}
     stale = check_out_dir(out_dir, overwrite, [iebin.META_NAME, iebin.BIN_NAME, *aux_data])

@@ -10,6 +10,7 @@ norms) are in ``plan``.
 from __future__ import annotations
 
 import fnmatch
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -101,7 +102,9 @@ def plan(m: Manifest, tensors: dict[str, tuple[str, list[int]]], force: bool = F
 
     Errors (raised): a selected tensor that is not a float matrix, or whose
     rows the scheme cannot split. Warnings: rules or names that select
-    nothing, and embeddings/norms selected without ``force`` (kept as they are).
+    nothing, and embeddings/norms selected by a rule or the default without
+    ``force`` (kept as they are). An exact ``tensors`` entry is deliberate:
+    it needs no ``force`` (the usual policy names a tied embedding/head so).
     """
     out = Plan()
     used_rules: set[str] = set()
@@ -118,8 +121,9 @@ def plan(m: Manifest, tensors: dict[str, tuple[str, list[int]]], force: bool = F
         why = SCHEMES[sel.scheme].check(shape, sel)
         if why:
             raise FormatError(m.path, where, f"selects {name!r}: {why}")
-        if is_sensitive(name) and not force:
-            out.warnings.append(f"{m.path}: {where}: selects {name!r}, an embedding/norm; kept unquantized (pass --force to quantize it)")
+        if is_sensitive(name) and not force and not src.startswith("tensors["):
+            out.warnings.append(f"{m.path}: {where}: selects {name!r}, an embedding/norm; kept unquantized (pass --force, "
+                                "or name it in \"tensors\", to quantize it)")
             continue
         out.quantize[name] = sel
     for i, (pattern, _sel) in enumerate(m.rules):
@@ -136,35 +140,69 @@ def _layer_pattern(name: str) -> str:
     return re.sub(r"\.\d+\.", ".*.", name)
 
 
-def default_manifest(tensors: dict[str, tuple[str, list[int]]], scheme: str = "int4w", group_size: int | str = 64,
-                     symmetric: bool = True, scale_dtype: str = "f16", quantize_head: bool = False) -> dict[str, Any]:
-    """The usual policy: every 2-D float ``*.weight`` projection matrix is
-    quantized (attention and MLP); embeddings, norms, biases and, unless
-    ``quantize_head``, the output head are kept. One rule per layer-pattern;
-    matrices whose rows the group size does not divide get a per-tensor
-    whole-row entry, or are kept when even that is impossible."""
-    sel: dict[str, Any] = {"scheme": scheme}
+HEAD_NAMES = ("lm_head.weight", "output.weight")
+EMBED_NAMES = ("model.embed_tokens.weight", "transformer.wte.weight", "embed_tokens.weight")
+
+
+def _fitting(scheme: str, sel: dict[str, Any], shape: list[int]) -> dict[str, Any] | None:
+    """``sel``, or int4w's whole-row variant, if the scheme can store ``shape``; else None."""
+    params = _selection(sel)
+    if params is None or SCHEMES[scheme].check(shape, params) is None:
+        return sel
     if scheme == "int4w":
-        sel.update(group_size=group_size, symmetric=symmetric, scale_dtype=scale_dtype)
-    keep = {"scheme": KEEP}
+        row = {**sel, "group_size": "row"}
+        if SCHEMES[scheme].check(shape, _selection(row)) is None:
+            return row
+    return None
+
+
+def default_manifest(tensors: dict[str, tuple[str, list[int]]], scheme: str = "int4w", group_size: int | str = 64,
+                     symmetric: bool = True, scale_dtype: str = "f16", *, head: str = KEEP, embedding: str = KEEP,
+                     tied: bool = False) -> dict[str, Any]:
+    """The usual policy: every 2-D float ``*.weight`` projection matrix is
+    quantized (attention and MLP) with ``scheme``; norms and biases are kept.
+    The output head gets ``head`` and the input embedding ``embedding`` (each
+    ``keep`` or a scheme, int4w taking the same parameters), as exact
+    ``tensors`` entries; with ``tied`` the embedding *is* the head (read in
+    full every token as the output projection) and gets ``head``. One rule
+    per layer pattern; matrices whose rows the group size does not divide get
+    a per-tensor whole-row entry, or are kept when even that is impossible."""
+    def selection(s: str) -> dict[str, Any]:
+        sel: dict[str, Any] = {"scheme": s}
+        if s == "int4w":
+            sel.update(group_size=group_size, symmetric=symmetric, scale_dtype=scale_dtype)
+        return sel
+
+    main = selection(scheme)
     rules: list[dict[str, Any]] = []
     exact: dict[str, Any] = {}
     patterns: dict[str, list[str]] = {}
     for name, (dtype, shape) in tensors.items():
-        head = name in ("lm_head.weight", "output.weight")
-        if (len(shape) != 2 or not DTYPES[dtype].is_float or not name.endswith("weight")
-                or is_sensitive(name) or (head and not quantize_head)):
+        if len(shape) != 2 or not DTYPES[dtype].is_float or not name.endswith("weight"):
             continue
-        patterns.setdefault(_layer_pattern(name), []).append(name)
-    params = _selection(sel)
+        special = head if name in HEAD_NAMES else (head if tied else embedding) if name in EMBED_NAMES else None
+        if special is not None:
+            if special != KEEP and (sel := _fitting(special, selection(special), shape)) is not None:
+                exact[name] = sel
+            continue
+        if not is_sensitive(name):
+            patterns.setdefault(_layer_pattern(name), []).append(name)
     for pattern, names in sorted(patterns.items()):
-        fits = [n for n in names if SCHEMES[scheme].check(tensors[n][1], params) is None]
-        if len(fits) == len(names):
-            rules.append({"match": pattern, **sel})
+        fits = {n: _fitting(scheme, main, tensors[n][1]) for n in names}
+        if all(v == main for v in fits.values()):
+            rules.append({"match": pattern, **main})
             continue
-        for n in names:
-            if n in fits:
-                exact[n] = sel
-            elif scheme == "int4w" and SCHEMES[scheme].check(tensors[n][1], QuantParams("int4w", None, symmetric, scale_dtype)) is None:
-                exact[n] = {**sel, "group_size": "row"}
-    return {"version": VERSION, "rules": rules, "tensors": exact, "default": keep}
+        exact.update({n: v for n, v in fits.items() if v is not None})
+    return {"version": VERSION, "rules": rules, "tensors": dict(sorted(exact.items())), "default": {"scheme": KEEP}}
+
+
+def bytes_per_token(tensors: dict[str, tuple[str, list[int]]], quantize: dict[str, QuantParams], tied: bool) -> int:
+    """The weight bytes one decode step reads under a plan (the decoder's
+    ``weight_bytes_per_token``): every tensor, but of the input embedding one
+    row, plus all of it when it is tied (then it is also the head)."""
+    total = 0
+    for name, (dtype, shape) in tensors.items():
+        p = quantize.get(name)
+        n = SCHEMES[p.scheme].nbytes(*shape, p) if p else math.prod(shape) * DTYPES[dtype].itemsize
+        total += n // shape[0] + (n if tied else 0) if name in EMBED_NAMES and len(shape) == 2 else n
+    return total

@@ -3,24 +3,28 @@
 The command wires the parts together in the order the design's timing
 discipline needs: environment (runtime/env.py), prompts, the model and the
 tokenized prompts -- every input is checked before anything is measured,
-so a bad one fails fast -- then the read-bandwidth yardstick (same
-process, same threads as the decoder, before the rounds), then for each
-round the timed window (bench_run.run_round) followed by everything that
-must stay outside it: counters, peak RSS, derived metrics, printing. stdout carries only the JSON lines, so a harness
+so a bad one fails fast -- then the warm-up rounds, the read-bandwidth
+yardstick (same process, same threads as the decoder), then for each round
+the timed window (bench_run.run_round) followed by everything that must
+stay outside it: counters, peak RSS, the yardstick again (so each round is
+judged against the machine as it was around it), metrics, printing. stdout carries only the JSON lines, so a harness
 can read it as JSON Lines; progress and warnings go to stderr.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from typing import Any
 
 import click
+import numpy as np
 
 from iekit.formats.errors import IEError
 
-from .env import PRECISIONS, BenchEnv
+from .cpu_topology import physical_cores
+from .env import ACT_PREC_OF, ACTS, PRECISIONS, BenchEnv
 from .bench_run import read_prompts, reset_rss_peak, round_record, rss_peak_mb, run_round, tokenize
 
 READ_BW_MB = 256  # default yardstick: several times any last-level cache
@@ -65,10 +69,12 @@ def _dedup_fields(dec: Any) -> dict[str, Any]:
 HELP = """Time greedy decoding of a converted model: one JSON line per round.
 
 Each round runs every prompt in turn on the CPU decoder: prefill, then
-greedy decoding of --max-new tokens (fewer on EOS; the EOS token counts).
-The decoder keeps its KV cache between prompts and rounds and reuses the
-part shared with the previous sequence (kv_hits). Only the JSON lines go
-to stdout; progress and warnings go to stderr.
+greedy decoding of --max-new tokens (fewer on EOS, the EOS token counted,
+unless --ignore-eos). --warmup rounds run first and are not counted. The
+decoder keeps its KV cache between prompts and rounds and reuses the part
+shared with the previous sequence (kv_hits). Only the JSON lines go to
+stdout; progress, warnings and a summary (median and spread over the
+rounds) go to stderr.
 
 \b
 Prompts file: one prompt per line, blank lines skipped. A line is
@@ -79,9 +85,8 @@ Without --prompts-file, ~10 short English prompts shipped with iekit.
 \b
 Timed window (wall_time_s): only generation (prefill + decode steps +
 greedy argmax of each prompt) and the optional work-touch loop.
-Tokenizing, model loading, the bandwidth measurement (once, after the
-model is loaded and the prompts are checked, before the first round), RSS
-and counter reads and printing are outside it.
+Tokenizing, model loading, the bandwidth yardstick (after the warm-up,
+then after every round), RSS and counter reads and printing are outside it.
 
 \b
 JSON fields (per round):
@@ -112,10 +117,16 @@ JSON fields (per round):
   model_bytes         tensor bytes in the artifact
   model_coverage      weight_bytes_per_token / model_bytes
   effective_gbps      bytes_touched / wall_time_s / 1e9
-  read_bw_gbps        streaming read bandwidth, measured once before the
-                      rounds in this process with --threads threads over
-                      a --bandwidth-mb buffer
+  read_bw_before_gbps streaming read bandwidth just before and just after
+  read_bw_after_gbps  the round, in this process with --threads threads
+                      over a --bandwidth-mb buffer
+  read_bw_gbps        the larger of the two (what the machine can do)
+  read_bw_spread      (larger - smaller) / larger
   roofline_fraction   effective_gbps / read_bw_gbps
+  busy                true when the yardstick moved by more than 10%
+                      around the round, or roofline_fraction > 1: the
+                      machine was shared, the fraction is not trustworthy
+                      (also a warning on stderr)
   precision           storage of the matrices (e.g. int4w, f32,
                       mixed(int4w,f32)); precision_expected: IE_PRECISION
   act_prec            IE_ACT_PREC as requested; act: what ran (f32|int8)
@@ -125,8 +136,8 @@ JSON fields (per round):
   pinned_cpus         the CPU each decoder thread was pinned to (-1: the
                         OS refused), null without IE_TP_USE_AFFINITY=1
   threads, device, model_dir, prompts (the prompts source), n_prompts,
-  max_new, rounds, warnings (environment and model-loading warnings,
-  also on stderr)
+  max_new, ignore_eos, rounds, warmup_rounds, warnings (environment and
+  model-loading warnings, also on stderr)
 
 \b
 Environment (runtime/env.py; a value that cannot be honoured is a
@@ -143,10 +154,22 @@ warning, never fatal, except IE_DEDUP*: a malformed one is an error):
   IE_DEDUP*           the decoder's lossless dedup loader (IE_DEDUP=1;
                       a value other than 0|1 is an error, as everywhere)
   IE_ACT_PREC         fp32 (default) | int8; fp8|fp16|bf16: not supported,
-                      fp32 is used
+                      fp32 is used; --act wins over it
   IE_TP_USE_AFFINITY=1 with AFFINITY=compact|scatter|auto (default auto)
                       pins the decoder's threads
 """.replace("{precisions}", "|".join(PRECISIONS))
+
+
+def _summary(recs: list[dict[str, Any]]) -> str:
+    """Median and spread of the counted rounds, for people (stderr)."""
+    tps = np.array([r["tps_true"] or 0.0 for r in recs])
+    roof = np.array([r["roofline_fraction"] or 0.0 for r in recs])
+    med = float(np.median(tps))
+    spread = (tps.max() - tps.min()) / med if med > 0 else 0.0
+    busy = sum(r["busy"] for r in recs)
+    return (f"{len(recs)} round{'s' * (len(recs) > 1)}: median {med:.2f} tok/s (min {tps.min():.2f}, max "
+            f"{tps.max():.2f}, spread {spread:.0%}), roofline median {float(np.median(roof)):.1%}"
+            + (f"; {busy} busy round{'s' * (busy > 1)} (see 'busy')" if busy else ""))
 
 
 @click.command("bench", help=HELP)
@@ -155,20 +178,33 @@ warning, never fatal, except IE_DEDUP*: a malformed one is an error):
 @click.option("--model-dir", required=True, help="IEBIN model directory (model.ie.json + model.ie.bin).")
 @click.option("--prompts-file", default=None, help="Prompts, one per line (text or 'ids: 1,2,3').")
 @click.option("--max-new", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Tokens to generate per prompt (fewer on EOS).")
+              help="Tokens to generate per prompt (fewer on EOS, unless --ignore-eos).")
+@click.option("--ignore-eos", is_flag=True,
+              help="Generate exactly --max-new tokens per prompt, past EOS: every round and every model does "
+                   "the same work, so tok/s compare like for like.")
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="Rounds (JSON lines).")
-@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Decoder threads, also used for the read-bandwidth yardstick.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Rounds run first and not counted (page cache, CPU clocks, allocator).")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="Decoder threads, also used for the read-bandwidth yardstick.  [default: the physical cores "
+                   "this process may use]")
+@click.option("--act", type=click.Choice(ACTS), default=None,
+              help="Activations into quantized matrices, as `ierun generate --act` (default: IE_ACT_PREC, else f32).")
 @click.option("--bandwidth-mb", type=click.IntRange(min=1), default=READ_BW_MB, show_default=True,
               help="Buffer of the read-bandwidth yardstick, MiB. Keep it several times the last-level "
                    "cache: a smaller one measures the caches, not memory (read_bw_gbps, roofline_fraction).")
-def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, rounds: int, threads: int,
-          bandwidth_mb: int) -> None:
+def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, ignore_eos: bool, rounds: int,
+          warmup: int, threads: int | None, act: str | None, bandwidth_mb: int) -> None:
     env = BenchEnv.from_env()
     for w in env.warnings:
         _warn(w)
+    if act is not None:
+        if env.act_prec_set and env.act != act:
+            _warn(f"--act {act} overrides IE_ACT_PREC={env.act_prec}")
+        env = dataclasses.replace(env, act=act, act_prec=ACT_PREC_OF[act])
     if device == "cuda":
         raise IEError("--device cuda: the CUDA decoder is not built in this iekit (only --device cpu)")
+    threads = threads or physical_cores()
     source, lines = read_prompts(prompts_file)
 
     # Every input is checked before the yardstick: a bad model or prompt
@@ -184,27 +220,50 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, r
     from .native import read_bandwidth
 
     # The yardstick runs on the decoder's threads (pinned when
-    # IE_TP_USE_AFFINITY=1). Its buffer must not count as the decoder's
-    # peak RSS: keep the peak of loading, measure, then reset VmHWM, so
-    # rss_peak_mb covers loading the model and decoding, nothing else.
-    load_peak = rss_peak_mb()
+    # IE_TP_USE_AFFINITY=1), before the first counted round and after every
+    # round: each round is judged against the machine as it was around it.
+    # Its buffer must not count as the decoder's peak RSS: VmHWM is reset
+    # after each measurement and the peak kept here.
     read_bw_bytes = bandwidth_mb << 20
-    read_bw = float(read_bandwidth(bytes=read_bw_bytes, threads=threads, passes=5)["gbps"])
-    rss_reset = reset_rss_peak()
+    peak = rss_peak_mb()
+    rss_reset = True
+
+    def yardstick() -> float:
+        nonlocal peak, rss_reset
+        peak = max(peak, rss_peak_mb())
+        gbps = float(read_bandwidth(bytes=read_bw_bytes, threads=threads, passes=5)["gbps"])
+        rss_reset = reset_rss_peak() and rss_reset
+        return gbps
+
+    for n in range(1, warmup + 1):
+        t = run_round(dec, prompts, max_new, env, ignore_eos=ignore_eos)
+        _note(f"warm-up {n}/{warmup}: {t.tokens} tokens in {t.wall_s:.3f} s = "
+              f"{t.tokens / t.wall_s if t.wall_s > 0 else 0:.2f} tok/s (not counted)")
     base = {"precision": precision, "precision_expected": env.precision_expected, "act_prec": env.act_prec,
             "act": env.act, "dedup": env.dedup, **_dedup_fields(dec), "affinity": env.affinity,
             "pinned_cpus": getattr(dec, "pinned", None),
             "threads": threads, "device": device, "model_dir": model_dir, "prompts": source,
-            "n_prompts": len(prompts), "max_new": max_new, "rounds": rounds, "rss_peak_reset": rss_reset,
-            "read_bw_bytes": read_bw_bytes,
+            "n_prompts": len(prompts), "max_new": max_new, "ignore_eos": ignore_eos, "rounds": rounds,
+            "warmup_rounds": warmup, "read_bw_bytes": read_bw_bytes,
             "warnings": list(env.warnings) + later}
+    before = yardstick()
+    recs = []
     for n in range(1, rounds + 1):
         kv0 = (int(dec.kv_hits), int(dec.kv_misses))
-        t = run_round(dec, prompts, max_new, env)
+        t = run_round(dec, prompts, max_new, env, ignore_eos=ignore_eos)
         # Everything below is after the window.
         kv = (int(dec.kv_hits) - kv0[0], int(dec.kv_misses) - kv0[1])
-        rss = max(rss_peak_mb(), load_peak)  # VmHWM since the reset, or since the start where it failed
-        rec = round_record(n, t, dec=dec, env=env, kv=kv, read_bw_gbps=read_bw, rss_mb=rss, base=base)
+        rss = max(rss_peak_mb(), peak)  # VmHWM since the last reset, or since the start where that failed
+        after = yardstick()
+        rec = round_record(n, t, dec=dec, env=env, kv=kv, read_bw=(before, after), rss_mb=rss,
+                           base={**base, "rss_peak_reset": rss_reset})
         click.echo(json.dumps(rec))
+        recs.append(rec)
         _note(f"round {n}/{rounds}: {t.tokens} tokens in {t.wall_s:.3f} s = {rec['tps_true']:.2f} tok/s, "
-              f"roofline {rec['roofline_fraction'] or 0:.1%} of {read_bw:.2f} GB/s")
+              f"roofline {rec['roofline_fraction'] or 0:.1%} of {rec['read_bw_gbps']:.2f} GB/s")
+        if rec["busy"]:
+            _warn(f"round {n}: the machine was busy (yardstick {before:.2f} GB/s before, {after:.2f} after"
+                  f"{', decoding faster than it' if (rec['roofline_fraction'] or 0) > 1 else ''}); "
+                  "its roofline_fraction is not trustworthy")
+        before = after
+    _note(_summary(recs))

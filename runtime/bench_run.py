@@ -104,11 +104,12 @@ class RoundTimes:
 
 
 def run_round(dec: Any, prompts: Sequence[Sequence[int]], max_new: int, env: BenchEnv,
-              clock: Callable[[], float] = time.perf_counter) -> RoundTimes:
+              clock: Callable[[], float] = time.perf_counter, ignore_eos: bool = False) -> RoundTimes:
     """The timed window: greedy generation of every prompt, up to
-    ``max_new`` tokens or EOS (the EOS token counts as generated), and the
-    work-touch after each generated token when IE_BYTES_PER_TOKEN > 0.
-    Anything not needed to generate stays outside (metrics, RSS, I/O)."""
+    ``max_new`` tokens or EOS (the EOS token counts as generated; with
+    ``ignore_eos`` exactly ``max_new``), and the work-touch after each
+    generated token when IE_BYTES_PER_TOKEN > 0. Anything not needed to
+    generate stays outside (metrics, RSS, I/O)."""
     r = RoundTimes()
     touch = env.bytes_per_token > 0
     nbytes, stride = env.bytes_per_token, env.stride_bytes
@@ -117,7 +118,7 @@ def run_round(dec: Any, prompts: Sequence[Sequence[int]], max_new: int, env: Ben
     t_start = clock()
     for ids in prompts:
         t0 = clock()
-        for i, _tok in enumerate(stream(dec, list(ids), max_new, greedy)):
+        for i, _tok in enumerate(stream(dec, list(ids), max_new, greedy, stop_at_eos=not ignore_eos)):
             # the interval before a token is its prefill (first) or decode step
             (r.step_s if i else r.prefill_s).append(clock() - t0)
             r.tokens += 1
@@ -159,10 +160,18 @@ def _pct_ms(xs: Sequence[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(xs, dtype=np.float64), q)) * 1e3 if xs else None
 
 
+# The yardstick before and after a round differing by more than this, or a
+# decoder faster than the yardstick, means something else used the memory.
+BUSY_SPREAD = 0.10
+
+
 def round_record(n: int, t: RoundTimes, *, dec: Any, env: BenchEnv, kv: tuple[int, int],
-                 read_bw_gbps: float, rss_mb: float, base: dict[str, Any]) -> dict[str, Any]:
+                 read_bw: tuple[float, float], rss_mb: float, base: dict[str, Any]) -> dict[str, Any]:
     """One round's JSON object. ``kv`` is (hits, misses) of this round;
+    ``read_bw`` the yardstick (GB/s) measured just before and just after it;
     ``base`` holds the fields that are the same every round."""
+    read_bw_gbps = max(read_bw)  # the machine's capability: a busy reading is the lower one
+    spread = (max(read_bw) - min(read_bw)) / read_bw_gbps if read_bw_gbps > 0 else None
     weight_bpt = int(dec.weight_bytes_per_token)
     bpt = weight_bpt + env.bytes_per_token            # bytes read per generated token
     bytes_touched = t.tokens * bpt
@@ -190,7 +199,12 @@ def round_record(n: int, t: RoundTimes, *, dec: Any, env: BenchEnv, kv: tuple[in
         "model_coverage": weight_bpt / dec.model_bytes if dec.model_bytes else None,
         "effective_gbps": eff,
         "read_bw_gbps": read_bw_gbps,
+        "read_bw_before_gbps": read_bw[0],
+        "read_bw_after_gbps": read_bw[1],
+        "read_bw_spread": spread,
         "roofline_fraction": eff / read_bw_gbps if eff is not None and read_bw_gbps > 0 else None,
     }
+    frac = rec["roofline_fraction"]
+    rec["busy"] = bool((spread is not None and spread > BUSY_SPREAD) or (frac is not None and frac > 1))
     rec.update(base)
     return rec

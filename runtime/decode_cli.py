@@ -13,6 +13,7 @@ import numpy as np
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.errors import IEError
 
+from .env import ACTS
 from .sampling import Sampler, stream
 from .token_ids import parse_ids
 
@@ -22,7 +23,7 @@ _threads = click.option("--threads", default=1, show_default=True, type=click.In
 _ctx = click.option("--ctx", type=click.IntRange(min=1), default=None,
                     help="KV cache positions [min(max_position_embeddings, 4096)]; at most "
                          "max_position_embeddings, and the KV cache must fit the memory available.")
-_act = click.option("--act", type=click.Choice(["f32", "int8"]), default="f32", show_default=True,
+_act = click.option("--act", type=click.Choice(ACTS), default="f32", show_default=True,
                     help="Activations into quantized matrices: f32, or int8 per 32 (faster, less exact).")
 
 

@@ -100,6 +100,8 @@ PRECISIONS = tuple(weight_types.names(quantized=True)) + tuple(weight_types.name
 PRECISION_ALIASES = {"fp32": "f32", "fp16": "f16"}
 # IE_ACT_PREC values: what the Decoder runs (act=) and what it cannot.
 ACT_SUPPORTED = {"fp32": "f32", "int8": "int8"}
+ACTS = tuple(ACT_SUPPORTED.values())                      # the Decoder's act= values (--act choices)
+ACT_PREC_OF = {act: prec for prec, act in ACT_SUPPORTED.items()}  # --act value -> its IE_ACT_PREC spelling
 ACT_UNSUPPORTED = ("fp8", "fp16", "bf16")
 AFFINITIES = ("compact", "scatter", "auto")
 DEFAULT_STRIDE = 256
@@ -268,6 +270,7 @@ class BenchEnv:
     dedup: bool = False                     # IE_DEDUP=1, as DedupConfig reads it
     act_prec: str = "fp32"                  # IE_ACT_PREC as requested
     act: str = "f32"                        # what the Decoder is asked to use (act=)
+    act_prec_set: bool = False              # IE_ACT_PREC was given (bench --act then overrides it, saying so)
     affinity: str | None = None             # Decoder(affinity=), from IE_TP_USE_AFFINITY + AFFINITY
     warnings: tuple[str, ...] = field(default=())
 
@@ -282,7 +285,8 @@ class BenchEnv:
         return cls(precision_expected=precision, require_model=ie_require_model(env, warn),
                    bytes_per_token=ie_bytes_per_token(env, warn), stride_bytes=ie_stride_bytes(env, warn),
                    verify_touch=ie_verify_touch(env, warn), dedup=dedup.enabled,
-                   act_prec=act_prec, act=act, affinity=affinity, warnings=tuple(warn))
+                   act_prec=act_prec, act=act, act_prec_set=bool(_raw(env, "IE_ACT_PREC")), affinity=affinity,
+                   warnings=tuple(warn))
 
     def precision_warning(self, stored: tuple[str, ...]) -> str | None:
         """The one-line warning when the artifact's matrices (``stored``:

@@ -15,6 +15,7 @@ from iekit.formats.errors import IEError
 from iekit.formats.fileio import read_small
 
 from . import evaluation, plots
+from .env import ACTS
 from .token_ids import parse_ids
 
 out = stdout_console()
@@ -36,7 +37,7 @@ def _options(f):
                           "if smaller]."),
         click.option("--chunks", type=click.IntRange(min=1), default=None, help="Evaluate the first N chunks only [all]."),
         click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="OpenMP threads."),
-        click.option("--act", type=click.Choice(["f32", "int8"]), default="f32", show_default=True,
+        click.option("--act", type=click.Choice(ACTS), default="f32", show_default=True,
                      help="The evaluated model's activations into quantized matrices (the reference always "
                           "runs with f32)."),
     ]):

@@ -44,11 +44,12 @@ class Sampler:
         return int(keep[self._rng.choice(keep.size, p=q)])
 
 
-def stream(dec, prompt_ids: list[int], max_new: int, sampler: Sampler) -> Iterator[int]:
+def stream(dec, prompt_ids: list[int], max_new: int, sampler: Sampler, stop_at_eos: bool = True) -> Iterator[int]:
     """The new ids after ``prompt_ids``, one at a time: up to ``max_new``,
-    ending after an EOS id. Between two yields runs exactly the model's work
-    for the next token (the prefill before the first, one step before each
-    later one), which is what ``ierun bench`` times."""
+    ending after an EOS id (unless ``stop_at_eos`` is false: then exactly
+    ``max_new``). Between two yields runs exactly the model's work for the
+    next token (the prefill before the first, one step before each later
+    one), which is what ``ierun bench`` times."""
     if max_new < 0:
         raise IEError(f"--max-new must be >= 0, got {max_new}")
     if max_new == 0:
@@ -57,7 +58,7 @@ def stream(dec, prompt_ids: list[int], max_new: int, sampler: Sampler) -> Iterat
     for i in range(max_new):
         tok = sampler(logits)
         yield tok
-        if i + 1 == max_new or tok in dec.eos_ids:
+        if i + 1 == max_new or (stop_at_eos and tok in dec.eos_ids):
             return
         logits = dec.step(tok)
 

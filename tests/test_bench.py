@@ -160,15 +160,26 @@ def test_round_record_arithmetic():
     dec = FakeDecoder()
     env = BenchEnv(bytes_per_token=500_000)
     t = RoundTimes(wall_s=2.0, tokens=8, prefill_s=[0.1, 0.2], step_s=[0.01, 0.02, 0.03, 0.04])
-    r = round_record(1, t, dec=dec, env=env, kv=(3, 4), read_bw_gbps=0.012, rss_mb=10.0, base={"x": 1})
+    r = round_record(1, t, dec=dec, env=env, kv=(3, 4), read_bw=(0.0115, 0.012), rss_mb=10.0, base={"x": 1})
     assert r["tps_true"] == 4.0 and r["mb_per_token"] == 1.5 and r["bytes_touched"] == 12_000_000
     assert r["model_coverage"] == 0.25 and r["effective_gbps"] == pytest.approx(0.006)
     assert r["roofline_fraction"] == pytest.approx(0.5) and r["prefill_ms"] == pytest.approx(300)
     assert r["latency_p50_ms"] == pytest.approx(25) and r["latency_p95_ms"] == pytest.approx(38.5)
     assert (r["kv_hits"], r["kv_misses"], r["x"], r["touch_checksum"]) == (3, 4, 1, None)
+    assert r["read_bw_gbps"] == 0.012 and r["read_bw_spread"] == pytest.approx(0.0005 / 0.012) and not r["busy"]
     one = round_record(1, RoundTimes(wall_s=1.0, tokens=1, prefill_s=[0.5]), dec=dec, env=BenchEnv(),
-                       kv=(0, 0), read_bw_gbps=1.0, rss_mb=1.0, base={})
+                       kv=(0, 0), read_bw=(1.0, 1.0), rss_mb=1.0, base={})
     assert one["latency_p50_ms"] is None and one["mb_per_token"] == 1.0
+
+
+@pytest.mark.parametrize("read_bw, wall, busy", [((0.012, 0.012), 2.0, False),   # fraction 0.5, steady
+                                                 ((0.012, 0.010), 2.0, True),    # the yardstick moved 17%
+                                                 ((0.004, 0.004), 2.0, True)])   # decoding faster than it
+def test_busy_rounds_are_flagged(read_bw, wall, busy):
+    t = RoundTimes(wall_s=wall, tokens=8, prefill_s=[0.1], step_s=[0.01] * 7)
+    r = round_record(1, t, dec=FakeDecoder(), env=BenchEnv(bytes_per_token=500_000), kv=(0, 0), read_bw=read_bw,
+                     rss_mb=1.0, base={})
+    assert r["busy"] is busy
 
 
 def test_rss_peak_is_plausible():
@@ -195,8 +206,8 @@ def test_command_with_fake_decoder(monkeypatch, tmp_path):
         runner = CliRunner(mix_stderr=False)
     except TypeError:
         runner = CliRunner()
-    res = runner.invoke(bench, ["--model-dir", "m", "--prompts-file", str(f), "--max-new", "3",
-                                "--rounds", "2", "--bandwidth-mb", str(SMALL_BW_MB)], env=env)
+    res = runner.invoke(bench, ["--model-dir", "m", "--prompts-file", str(f), "--max-new", "3", "--threads", "1",
+                                "--rounds", "2", "--warmup", "0", "--bandwidth-mb", str(SMALL_BW_MB)], env=env)
     assert res.exit_code == 0, res.output + res.stderr
     recs = [json.loads(ln) for ln in res.stdout.splitlines()]
     assert [r["round"] for r in recs] == [1, 2]
@@ -244,13 +255,64 @@ def test_inputs_are_checked_before_the_yardstick(monkeypatch, tmp_path, decoder,
     f = tmp_path / "p.txt"
     f.write_text("ids: 1,2\n")
     res = CliRunner().invoke(bench, ["--model-dir", "m", "--prompts-file", str(f), "--max-new", "2",
-                                     "--rounds", "1", "--threads", "2", "--bandwidth-mb", "3"], env={})
+                                     "--rounds", "2", "--threads", "2", "--bandwidth-mb", "3"], env={})
     if needle:
         assert res.exit_code != 0 and isinstance(res.exception, IEError) and needle in str(res.exception)
         assert events == ["decoder"]
     else:
         assert res.exit_code == 0, res.output
-        assert events == ["decoder", ("bandwidth", 3 << 20, 2), "prefill"]
+        bw = ("bandwidth", 3 << 20, 2)  # after the warm-up round, then after each counted round
+        assert events == ["decoder", "prefill", bw, "prefill", bw, "prefill", bw]
+
+
+def test_warmup_ignore_eos_act_and_summary(monkeypatch, tmp_path):
+    """--warmup rounds are not printed; --ignore-eos generates past EOS;
+    --act reaches the decoder and wins over IE_ACT_PREC (with a warning);
+    the summary gives the median; threads default to the physical cores."""
+    made = []
+
+    def factory(*a, **kw):
+        made.append(FakeDecoder(*a, eos=3, **kw))
+        return made[-1]
+
+    monkeypatch.setitem(sys.modules, "iekit.runtime.decoder", types.SimpleNamespace(Decoder=factory))
+    from iekit.runtime import bench as bench_mod
+    from iekit.runtime.cpu_topology import physical_cores
+
+    f = tmp_path / "p.txt"
+    f.write_text("ids: 1\n")
+    args = ["--model-dir", "m", "--prompts-file", str(f), "--max-new", "5", "--rounds", "3", "--warmup", "2",
+            "--bandwidth-mb", str(SMALL_BW_MB)]
+    try:
+        runner = CliRunner(mix_stderr=False)
+    except TypeError:
+        runner = CliRunner()
+    res = runner.invoke(bench_mod.bench, args, env={"IE_ACT_PREC": "fp32"})
+    recs = [json.loads(ln) for ln in res.stdout.splitlines()]
+    assert [r["round"] for r in recs] == [1, 2, 3] and res.stderr.count("(not counted)") == 2
+    assert all(r["tokens_generated"] == 2 and not r["ignore_eos"] and r["warmup_rounds"] == 2 for r in recs)  # 1 -> 2, 3=EOS
+    assert made[0].init["threads"] == physical_cores() and made[0].init["act"] == "f32"
+    assert "median" in res.stderr.splitlines()[-1]
+    res = runner.invoke(bench_mod.bench, args + ["--ignore-eos", "--act", "int8"], env={"IE_ACT_PREC": "fp32"})
+    recs = [json.loads(ln) for ln in res.stdout.splitlines()]
+    assert all(r["tokens_generated"] == 5 and r["ignore_eos"] and r["act"] == "int8" and r["act_prec"] == "int8"
+               for r in recs)
+    assert made[-1].init["act"] == "int8" and "--act int8 overrides IE_ACT_PREC=fp32" in res.stderr
+
+
+def test_physical_cores_from_sysfs(tmp_path, monkeypatch):
+    """Two hyperthreads of one core count once; unreadable topology counts every CPU."""
+    from iekit.runtime import cpu_topology
+
+    monkeypatch.setattr(cpu_topology, "allowed_cpus", lambda: {0, 1, 2})
+    for cpu, core in ((0, 0), (1, 0), (2, 1)):
+        d = tmp_path / f"cpu{cpu}" / "topology"
+        d.mkdir(parents=True)
+        (d / "physical_package_id").write_text("0\n")
+        (d / "core_id").write_text(f"{core}\n")
+    assert cpu_topology.physical_cores(tmp_path) == 2
+    (tmp_path / "cpu2" / "topology" / "core_id").unlink()
+    assert cpu_topology.physical_cores(tmp_path) == 3
 
 
 # ------------------------------------------------------------- real command
@@ -358,7 +420,8 @@ def test_dedup_reported_as_requested_and_as_used(tmp_path, nearcopy_f32):
     res = _bench(model, *args, env={"IE_DEDUP": "1"})
     r = _records(res)[0]
     assert (r["dedup"], r["dedup_active"], r["dedup_cache"]) == (True, False, None)
-    assert [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")] == [f"warning: {r['warnings'][0]}"]
+    assert [ln for ln in res.stderr.splitlines()
+            if ln.startswith("warning:") and "machine was busy" not in ln] == [f"warning: {r['warnings'][0]}"]  # 4 MiB yardstick: caches, noisy
     for f in ("model.dedup.json", "model.defaults.bin", "model.masks.bin", "model.exceptions.bin"):
         (model / (f + ".off")).rename(model / f)
     r = _records(_bench(model, *args, env={"IE_DEDUP": "1", "IE_DEDUP_STRICT": "1"}))[0]

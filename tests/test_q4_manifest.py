@@ -171,3 +171,62 @@ def test_bf16_source_quantizes_from_its_exact_values(tmp_path):
     ref = gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0)
     blob = (tmp_path / "o" / iebin.BIN_NAME).read_bytes()
     assert blob[t["file_data_offset"]: t["file_data_offset"] + t["nbytes"]] == ref.tobytes()
+
+
+def test_exact_entry_quantizes_an_embedding_without_force(tmp_path):
+    """A name in "tensors" is deliberate; a rule or the default reaching an embedding needs --force."""
+    m = load_manifest(write(tmp_path, {"version": 1, "tensors": {"model.embed_tokens.weight": {"scheme": "q8_0"}}}))
+    p = plan(m, LLAMA)
+    assert p.quantize == {"model.embed_tokens.weight": QuantParams("q8_0")} and p.warnings == []
+
+
+def _policy(tmp_path, model: str, *args: str) -> tuple[dict, str]:
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / model, "-o", tmp_path / "m.json", "--overwrite", *args)
+    assert res.returncode == 0, res.stderr
+    return json.loads((tmp_path / "m.json").read_text()), res.stdout
+
+
+def test_tied_head_gets_an_8bit_scheme_by_default(tmp_path):
+    """tiny-qwen2 ties its embedding to the head: the default policy stores it
+    as q8_0 and says so, and the decode-step figure it prints is the one the
+    decoder reports for the converted model."""
+    from iekit.runtime.decoder import Decoder
+
+    obj, stdout = _policy(tmp_path, "tiny-qwen2")
+    assert obj["tensors"] == {"model.embed_tokens.weight": {"scheme": "q8_0"}}
+    assert "tied embedding/head model.embed_tokens.weight: q8_0" in stdout
+    res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", GOLDEN_HF / "tiny-qwen2", "--out-dir", tmp_path / "o", "-q",
+                   "--q4-map", tmp_path / "m.json")
+    assert res.returncode == 0 and "warning" not in res.stderr, res.stderr
+    dec = Decoder(tmp_path / "o", ctx=8)
+    assert "q8_0" in dec.precision
+    from iekit.formats.q4_manifest import bytes_per_token
+
+    tensors = tensor_shapes(from_dir(GOLDEN_HF / "tiny-qwen2"))
+    assert bytes_per_token(tensors, plan(load_manifest(tmp_path / "m.json"), tensors).quantize, True) == \
+        dec.weight_bytes_per_token
+    obj, _ = _policy(tmp_path, "tiny-qwen2", "--head-scheme", "keep")
+    assert obj["tensors"] == {}
+    obj, _ = _policy(tmp_path, "tiny-qwen2", "--quantize-head", "--group-size", "32")
+    assert obj["tensors"]["model.embed_tokens.weight"]["scheme"] == "int4w"
+
+
+def test_untied_head_and_embedding_schemes(tmp_path):
+    from iekit.runtime.decoder import Decoder
+
+    obj, stdout = _policy(tmp_path, "tiny-llama")
+    assert obj["tensors"] == {}  # untied: head and embedding kept, as before
+    obj, stdout = _policy(tmp_path, "tiny-llama", "--head-scheme", "q8_0", "--embedding-scheme", "q4_0")
+    assert obj["tensors"] == {"lm_head.weight": {"scheme": "q8_0"}, "model.embed_tokens.weight": {"scheme": "q4_0"}}
+    assert "head lm_head.weight: q8_0" in stdout and "embedding model.embed_tokens.weight: q4_0" in stdout
+    res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", GOLDEN_HF / "tiny-llama", "--out-dir", tmp_path / "o", "-q",
+                   "--q4-map", tmp_path / "m.json")
+    assert res.returncode == 0, res.stderr
+    from iekit.formats.q4_manifest import bytes_per_token
+
+    tensors = tensor_shapes(from_dir(GOLDEN_HF / "tiny-llama"))
+    assert bytes_per_token(tensors, plan(load_manifest(tmp_path / "m.json"), tensors).quantize, False) == \
+        Decoder(tmp_path / "o", ctx=8).weight_bytes_per_token
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-llama", "-o", tmp_path / "x.json",
+                   "--quantize-head", "--head-scheme", "q8_0")
+    assert res.returncode == 2
