@@ -53,6 +53,7 @@ demo: setup
 	$(VENV)/bin/ieconv validate --deep $(DEMO_OUT)/smollm2
 	$(VENV)/bin/ieconv inspect $(DEMO_OUT)/smollm2
 	$(VENV)/bin/ierun generate --model-dir $(DEMO_OUT)/smollm2 --prompt $(DEMO_PROMPT) --max-new 24 --threads 2
+	$(VENV)/bin/ierun generate --model-dir $(DEMO_OUT)/smollm2 --chat --prompt "What is the capital of France?" --threads 2
 	$(VENV)/bin/ierun verify int4 --model-dir $(DEMO_OUT)/smollm2 --threads 2 --json > $(DEMO_OUT)/verify-smollm2.json
 	@echo "verify int4: every Q4_1/Q8_0 tensor of the import checked -> $(DEMO_OUT)/verify-smollm2.json"
 	$(VENV)/bin/ieconv gguf-to-iebin --gguf $(SMOLLM2_GGUF) --out-dir $(DEMO_OUT)/smollm2-f32 --dequantize
@@ -65,7 +66,7 @@ demo: setup
 	  --text-file golden/text/eval-sample.txt --ctx 128 --threads 2
 	$(VENV)/bin/ierun eval --model-dir $(DEMO_OUT)/smollm2-int4w --ref-dir $(DEMO_OUT)/smollm2-f32 \
 	  --text-file golden/text/eval-sample.txt --ctx 128 --threads 2 --plot $(DEMO_OUT)/eval.png
-	$(VENV)/bin/ierun bench --model-dir $(DEMO_OUT)/smollm2 --rounds 2 --max-new 16 --threads 2
+	$(VENV)/bin/ierun bench --model-dir $(DEMO_OUT)/smollm2 --rounds 2 --max-new 16 --ignore-eos
 	$(VENV)/bin/ieconv hf-to-iebin --hf-dir golden/hf/tiny-llama --out-dir $(DEMO_OUT)/tiny-llama
 	$(VENV)/bin/ieconv validate --deep $(DEMO_OUT)/tiny-llama
 

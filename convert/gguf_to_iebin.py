@@ -47,7 +47,7 @@ from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantParams
 
-from .gguf_tokenizer import tokenizer_json
+from .gguf_tokenizer import tokenizer_config_json, tokenizer_json
 from .hf_config import model_summary
 from .hf_to_iebin import CAST_TARGETS, ConvertResult, Progress, check_out_dir, natural_key, sha256_file
 
@@ -277,6 +277,8 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
                 p.dtype, p.mode = sel.scheme, "quantize"
     aux_data = {"config.json": (json.dumps(cfg, indent=2) + "\n").encode(),
                 "tokenizer.json": tokenizer_json(g.fields, g.path)}
+    if (tok_cfg := tokenizer_config_json(g.fields, g.path)) is not None:
+        aux_data["tokenizer_config.json"] = tok_cfg
     stale = check_out_dir(out_dir, overwrite, [iebin.META_NAME, iebin.BIN_NAME, *aux_data])
     t0 = time.perf_counter()
     created = make_dirs(out_dir)
@@ -302,7 +304,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
                       "gguf": {"version": g.version, "architecture": g.fields["general.architecture"],
                                "file_type": file_type_name(g)}}
             meta = writer.finish(config=cfg, model=model_summary(cfg), source=source,
-                                 tokenizer_files=["tokenizer.json"], aux_files=aux)
+                                 tokenizer_files=[n for n in aux_data if n.startswith("tokenizer")], aux_files=aux)
     except BaseException:
         remove_dirs(created)
         raise

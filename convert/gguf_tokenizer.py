@@ -171,3 +171,21 @@ def _post_processor(tok, fields: dict[str, Any], path: Path, tokens: list[str], 
 
     tok.post_processor = processors.TemplateProcessing(
         single=seq("A", 0), pair=f"{seq('A', 0)} {seq('B', 1)}", special_tokens=sorted({e for e in ends if e}))
+
+
+def tokenizer_config_json(fields: dict[str, Any], path: Path) -> bytes | None:
+    """A ``tokenizer_config.json`` carrying the file's chat template
+    (``tokenizer.chat_template``) and the text of its BOS/EOS tokens, which
+    templates refer to; None when the file has no template."""
+    template = fields.get("tokenizer.chat_template")
+    if template is None:
+        return None
+    if not isinstance(template, str):
+        raise FormatError(path, "tokenizer.chat_template", f"expected a string, got {type(template).__name__}")
+    tokens = fields.get("tokenizer.ggml.tokens") or []
+    cfg: dict[str, Any] = {"chat_template": template}
+    for which in ("bos", "eos"):
+        tid = fields.get(f"tokenizer.ggml.{which}_token_id")
+        if type(tid) is int and 0 <= tid < len(tokens):
+            cfg[f"{which}_token"] = tokens[tid]
+    return (json.dumps(cfg, ensure_ascii=False, indent=1) + "\n").encode("utf-8")

