@@ -40,9 +40,10 @@ test-native:
 	$(VENV)/bin/ctest --test-dir $(NATIVE_BUILD) --output-on-failure
 
 # A real model end to end: SmolLM2-135M-Instruct as llama.cpp ships it (Q4_1
-# GGUF) imported with its blocks kept, checked, run; then its float reference,
-# an int4w requantization of it, their verification and quality against the
-# reference, and a decode benchmark. Last, the HF path on the bundled tiny Llama.
+# GGUF) imported with its blocks kept, checked, run and benchmarked; the HF
+# path on the bundled tiny Llama; then the GGUF's float reference, an int4w
+# requantization, its verification, and last `ierun eval` of the int4w
+# artifact against the f32 reference (+ eval.png).
 demo: setup
 	rm -rf $(DEMO_OUT) && mkdir -p $(DEMO_OUT)
 	@# The package's own import needs the `llm` CLI; only its file is wanted.
@@ -56,6 +57,9 @@ demo: setup
 	$(VENV)/bin/ierun generate --model-dir $(DEMO_OUT)/smollm2 --chat --prompt "What is the capital of France?" --threads 2
 	$(VENV)/bin/ierun verify int4 --model-dir $(DEMO_OUT)/smollm2 --threads 2 --json > $(DEMO_OUT)/verify-smollm2.json
 	@echo "verify int4: every Q4_1/Q8_0 tensor of the import checked -> $(DEMO_OUT)/verify-smollm2.json"
+	$(VENV)/bin/ierun bench --model-dir $(DEMO_OUT)/smollm2 --rounds 2 --max-new 16 --ignore-eos
+	$(VENV)/bin/ieconv hf-to-iebin --hf-dir golden/hf/tiny-llama --out-dir $(DEMO_OUT)/tiny-llama
+	$(VENV)/bin/ieconv validate --deep $(DEMO_OUT)/tiny-llama
 	$(VENV)/bin/ieconv gguf-to-iebin --gguf $(SMOLLM2_GGUF) --out-dir $(DEMO_OUT)/smollm2-f32 --dequantize
 	$(VENV)/bin/ieconv q4-manifest --gguf $(SMOLLM2_GGUF) -o $(DEMO_OUT)/q4_manifest.json
 	$(VENV)/bin/ieconv gguf-to-iebin --gguf $(SMOLLM2_GGUF) --out-dir $(DEMO_OUT)/smollm2-int4w --q4-map $(DEMO_OUT)/q4_manifest.json
@@ -66,9 +70,6 @@ demo: setup
 	  --text-file golden/text/eval-sample.txt --ctx 128 --threads 2
 	$(VENV)/bin/ierun eval --model-dir $(DEMO_OUT)/smollm2-int4w --ref-dir $(DEMO_OUT)/smollm2-f32 \
 	  --text-file golden/text/eval-sample.txt --ctx 128 --threads 2 --plot $(DEMO_OUT)/eval.png
-	$(VENV)/bin/ierun bench --model-dir $(DEMO_OUT)/smollm2 --rounds 2 --max-new 16 --ignore-eos
-	$(VENV)/bin/ieconv hf-to-iebin --hf-dir golden/hf/tiny-llama --out-dir $(DEMO_OUT)/tiny-llama
-	$(VENV)/bin/ieconv validate --deep $(DEMO_OUT)/tiny-llama
 
 # Sanitizer and fuzz builds (docs/security.md): clang + libFuzzer from Debian.
 SAN_BUILD  := build/asan
