@@ -141,7 +141,7 @@ golden-iebin: setup
 	$(VENV)/bin/ieconv hf-to-iebin -q --overwrite --hf-dir golden/hf/tiny-llama --out-dir golden/iebin/tiny-llama-mixedq \
 	  --q4-map golden/manifests/tiny-llama.mixed.q4_manifest.json
 
-# Peak RSS of converting a synthetic multi-hundred-MB checkpoint.
+# Peak RSS and speed (against `cp -r` of the same files) of converting a synthetic 512 MB checkpoint.
 bench-convert: setup
 	$(VPY) benchmarks/convert_rss.py
 

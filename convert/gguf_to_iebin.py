@@ -49,7 +49,8 @@ from iekit.formats.quant import SCHEMES, QuantParams
 
 from .gguf_tokenizer import tokenizer_config_json, tokenizer_json
 from .hf_config import model_summary
-from .hf_to_iebin import CAST_TARGETS, ConvertResult, Progress, check_out_dir, natural_key, sha256_file
+from .hf_to_iebin import CAST_TARGETS, ConvertResult, Progress, check_out_dir, natural_key
+from .source_hashes import SourceHashes
 
 CHUNK_BYTES = 8 * 1024 * 1024  # source bytes per step
 COPIED = {"Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0"}  # ggml block types kept byte for byte
@@ -283,12 +284,9 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
     t0 = time.perf_counter()
     created = make_dirs(out_dir)
     try:
-        progress.start("hashing", g.path.stat().st_size)
-        progress.describe(f"sha256 {g.path.name}")
-        record = {"name": g.path.name, "nbytes": g.path.stat().st_size, "sha256": sha256_file(g.path, progress)}
         bytes_in = sum(p.src.nbytes for p in plans)
-        progress.start("converting", bytes_in)
-        with StagedFiles(out_dir) as staged:
+        progress.start("converting", bytes_in + g.path.stat().st_size)  # the file is hashed beside the import
+        with SourceHashes([(g.path.name, g.path)], progress.advance) as hashes, StagedFiles(out_dir) as staged:
             for n in stale:
                 staged.remove_on_commit(n)
             writer = iebin.IebinWriter(staged)
@@ -300,7 +298,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
             for fname, data in aux_data.items():
                 staged.write_bytes(fname, data)
                 aux.append({"name": fname, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-            source = {"kind": "gguf", "name": g.path.name, "revision": None, "shards": [record],
+            source = {"kind": "gguf", "name": g.path.name, "revision": None, "shards": hashes.records(),
                       "gguf": {"version": g.version, "architecture": g.fields["general.architecture"],
                                "file_type": file_type_name(g)}}
             meta = writer.finish(config=cfg, model=model_summary(cfg), source=source,

@@ -39,10 +39,10 @@ from iekit.formats.quant import SCHEMES, QuantParams
 
 from .hf_config import model_summary
 from .iebin_legacy import TOKENIZER_FILES
+from .source_hashes import SourceHashes
 
 CONFIG_FILES = ("config.json", "generation_config.json")
 CAST_TARGETS = weight_types.names(quantized=False)  # --dtype: the float weight types
-HASH_CHUNK = 8 * 1024 * 1024
 QUANT_CHUNK_ELEMS = 1 << 20  # rows are quantized ~1M elements at a time
 # Every file name an IEBIN artifact directory may hold that iekit writes
 # (hf-to-iebin) or links there (dedup-link): what --overwrite replaces as a whole.
@@ -101,15 +101,6 @@ def check_out_dir(out_dir: Path, overwrite: bool, writes: list[str], src_dir: Pa
     return [n for n in present if n not in writes]
 
 
-def sha256_file(path: Path, progress: Progress) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK):
-            h.update(chunk)
-            progress.advance(len(chunk))
-    return h.hexdigest()
-
-
 def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = None,
             overwrite: bool = False, progress: Progress | None = None,
             manifest: Manifest | None = None, force: bool = False) -> ConvertResult:
@@ -130,16 +121,11 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
             tensors = collect_tensors(src, stack)
             qplan = plan(manifest, {n: (t.dtype.name, list(t.shape)) for n, (_sf, t) in tensors.items()},
                          force=force) if manifest else None
-            shard_records = []
-            progress.start("hashing shards", sum((src.dir / s).stat().st_size for s in src.shards))
-            for s in src.shards:
-                progress.describe(f"sha256 {s}")
-                p = src.dir / s
-                shard_records.append({"name": s, "nbytes": p.stat().st_size, "sha256": sha256_file(p, progress)})
-
             names = sorted(tensors, key=natural_key)
             bytes_in = sum(t.nbytes for _, t in tensors.values())
-            progress.start("converting", bytes_in)
+            # One bar for both: the shards are hashed beside the conversion (source_hashes.py).
+            progress.start("converting", bytes_in + sum((src.dir / s).stat().st_size for s in src.shards))
+            hashes = stack.enter_context(SourceHashes([(s, src.dir / s) for s in src.shards], progress.advance))
             n_cast = 0
             with StagedFiles(out_dir) as staged:
                 for n in stale:
@@ -164,7 +150,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     aux.append({"name": fname, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
                     if fname in TOKENIZER_FILES:
                         tok.append(fname)
-                source = {"kind": src.kind, "name": src.name, "revision": src.revision, "shards": shard_records}
+                source = {"kind": src.kind, "name": src.name, "revision": src.revision, "shards": hashes.records()}
                 meta = writer.finish(config=src.config, model=model_summary(src.config), source=source,
                                      tokenizer_files=tok, aux_files=aux)
     except BaseException:

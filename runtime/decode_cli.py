@@ -90,9 +90,10 @@ def generate_cmd(model_dir, prompt, ids, chat, system, max_new, ignore_eos, temp
 
     The text streams to stdout as tokens come (control characters shown as
     \\xNN; a final EOS token is not printed); the speed goes to stderr at
-    the end. With --json nothing streams and one object with the exact ids,
-    text and speed is printed at the end. --chat formats the prompt with the
-    model's chat template (as transformers' apply_chat_template does).
+    the end. With --json nothing streams and one object with the exact ids
+    and text is printed at the end (no timings: the same run, the same
+    bytes). --chat formats the prompt with the model's chat template (as
+    transformers' apply_chat_template does).
     """
     from .decoder import Decoder
 
@@ -135,20 +136,17 @@ def generate_cmd(model_dir, prompt, ids, chat, system, max_new, ignore_eos, temp
         raise
     t_end = time.perf_counter()
     text = dec.decode(visible()) if has_tok else None
-    speed = {"prompt_tokens": len(pids), "prefill_s": (t_first or t_end) - t0,
-             "decode_tokens_per_s": (len(new) - 1) / (t_end - t_first) if t_first and len(new) > 1 else None}
-    if as_json:
+    if as_json:  # exact and reproducible: the same run prints the same object (no timings)
         click.echo(json.dumps({"prompt_ids": pids, "generated_ids": new, "text": text,
-                               "stopped_at_eos": bool(new) and new[-1] in dec.eos_ids and not ignore_eos,
-                               **speed}))
+                               "stopped_at_eos": bool(new) and new[-1] in dec.eos_ids and not ignore_eos}))
         return
     if text is not None and text != shown:
         click.echo(printable(text[len(shown):]), nl=False)
     click.echo()
     sys.stdout.flush()  # the text first, then the figures (stderr is unbuffered)
-    tps = speed["decode_tokens_per_s"]
-    click.echo(f"[{len(pids)} prompt tokens in {speed['prefill_s']:.2f} s; {len(new)} generated"
-               f"{f', {tps:.1f} tok/s after the first' if tps else ''}]", err=True)
+    prefill = (t_first or t_end) - t0
+    tps = f", {(len(new) - 1) / (t_end - t_first):.1f} tok/s after the first" if t_first and len(new) > 1 else ""
+    click.echo(f"[{len(pids)} prompt tokens in {prefill:.2f} s; {len(new)} generated{tps}]", err=True)
 
 
 @click.command("logits")

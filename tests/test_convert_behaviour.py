@@ -278,3 +278,26 @@ def test_real_bert_checkpoint_converts_exactly(tmp_path):
     assert len(m.tensors) == len(ref)
     for t in m.tensors:
         assert blob[t["file_data_offset"]: t["file_data_offset"] + t["nbytes"]] == bytes(ref[t["name"]]["data"])
+
+
+def test_source_hashes_beside_the_conversion(tmp_path):
+    """The worker's digests are hashlib's; leaving early stops it without a digest."""
+    import hashlib
+
+    from iekit.convert.source_hashes import CHUNK, SourceHashes
+
+    files = []
+    for i, size in enumerate((0, 1, CHUNK + 7)):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(bytes(range(256)) * (size // 256) + b"x" * (size % 256))
+        files.append((p.name, p))
+    seen = []
+    with SourceHashes(files, seen.append) as h:
+        recs = h.records()
+    assert recs == [{"name": n, "nbytes": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+                    for n, p in files]
+    assert sum(seen) == sum(p.stat().st_size for _, p in files)
+    seen.clear()
+    with SourceHashes(files * 50, seen.append):
+        pass  # an error in the conversion leaves the block: the worker stops at its next chunk
+    assert sum(seen) <= 2 * CHUNK < 50 * sum(p.stat().st_size for _, p in files)

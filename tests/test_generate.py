@@ -87,8 +87,7 @@ def test_generate_cli_options_and_speed_line():
                    "--ignore-eos", "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
-    assert len(out["generated_ids"]) == 6 and out["stopped_at_eos"] is False
-    assert out["prompt_tokens"] == 3 and out["decode_tokens_per_s"] > 0
+    assert len(out["generated_ids"]) == 6 and out["stopped_at_eos"] is False and res.stderr == ""
     res = run_tool("ierun", "generate", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--ids", "5", "--max-new", "3")
     assert res.returncode == 0 and "tok/s" in res.stderr and "tok/s" not in res.stdout
     res = run_tool("ierun", "generate", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--ids", "5", "--system", "x")
