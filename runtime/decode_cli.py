@@ -63,8 +63,11 @@ def chat_ids(dec, model_dir: Path, prompt: str | None, system: str | None) -> li
 @_model_dir
 @click.option("--prompt", help="Prompt text (tokenized with the model's tokenizer.json).")
 @click.option("--ids", help="Prompt as comma-separated token ids (models without a tokenizer).")
+@click.option("--prompts-file", type=click.Path(path_type=Path, dir_okay=False),
+              help="Or many prompts, one per line (text, or 'ids: 1,2,3'; blank lines skipped), each generated "
+                   "in turn with the same settings (one JSON line each with --json).")
 @click.option("--chat", is_flag=True,
-              help="Wrap --prompt as the user's message in the model's chat template (tokenizer_config.json), "
+              help="Wrap the prompt as the user's message in the model's chat template (tokenizer_config.json), "
                    "for instruction-tuned models.")
 @click.option("--system", help="With --chat: a system message first.")
 @click.option("--max-new", default=32, show_default=True, type=click.IntRange(min=0), help="New tokens at most (EOS stops earlier).")
@@ -84,7 +87,7 @@ def chat_ids(dec, model_dir: Path, prompt: str | None, system: str | None) -> li
 @_ctx
 @_act
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (prompt and generated ids, text).")
-def generate_cmd(model_dir, prompt, ids, chat, system, max_new, ignore_eos, temp, top_k, top_p, min_p,
+def generate_cmd(model_dir, prompt, ids, prompts_file, chat, system, max_new, ignore_eos, temp, top_k, top_p, min_p,
                  repeat_penalty, repeat_last_n, seed, threads, ctx, act, as_json):
     """Generate text from a prompt: greedy by default, --temp/--top-k/--top-p/--min-p/--seed to sample.
 
@@ -93,21 +96,39 @@ def generate_cmd(model_dir, prompt, ids, chat, system, max_new, ignore_eos, temp
     the end. With --json nothing streams and one object with the exact ids
     and text is printed at the end (no timings: the same run, the same
     bytes). --chat formats the prompt with the model's chat template (as
-    transformers' apply_chat_template does).
+    transformers' apply_chat_template does). --prompts-file runs many
+    prompts in one process (the model is loaded once).
     """
+    from .bench_run import read_prompts
     from .decoder import Decoder
 
     if system is not None and not chat:
         raise click.UsageError("--system only applies with --chat")
+    if prompts_file is not None and (prompt is not None or ids is not None):
+        raise click.UsageError("give --prompts-file, or --prompt / --ids, not both")
+    if chat and ids is not None:
+        raise click.UsageError("--chat takes --prompt, not --ids")
     sampler = Sampler(temp, top_p, seed, top_k=top_k, min_p=min_p, repeat_penalty=repeat_penalty,
                       repeat_last_n=repeat_last_n)
+    lines = read_prompts(prompts_file)[1] if prompts_file is not None else None
+    bad = next((ln for ln in lines or [] if chat and ln.ids is not None), None)
+    if bad is not None:  # before anything runs
+        raise IEError(f"{bad.where}: --chat takes text prompts, not 'ids:' lines")
     dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act)
-    if chat:
-        if ids is not None:
-            raise click.UsageError("--chat takes --prompt, not --ids")
-        pids = chat_ids(dec, model_dir, prompt, system)
-    else:
-        pids = prompt_ids(dec, prompt, ids)
+    if lines is None:
+        pids = chat_ids(dec, model_dir, prompt, system) if chat else prompt_ids(dec, prompt, ids)
+        _generate_one(dec, pids, max_new, sampler, ignore_eos, as_json)
+        return
+    for line in lines:
+        pids = (chat_ids(dec, model_dir, line.text, system) if chat
+                else list(line.ids) if line.ids is not None else dec.encode(line.text))
+        if not as_json:
+            click.echo(f"### {line.where}: {printable(line.text) if line.text is not None else 'ids'}")
+        _generate_one(dec, pids, max_new, sampler, ignore_eos, as_json)
+
+
+def _generate_one(dec, pids: list[int], max_new: int, sampler: Sampler, ignore_eos: bool, as_json: bool) -> None:
+    """One prompt's generation, streamed (or one JSON line), then its speed on stderr."""
     has_tok = dec.has_tokenizer
     new: list[int] = []
     shown = ""

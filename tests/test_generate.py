@@ -166,3 +166,24 @@ def test_real_smollm2_chat(tmp_path):
     assert out["stopped_at_eos"] and "Paris" in out["text"] and "<|im_end|>" not in out["text"]
     res = run_tool("ierun", "generate", *args)
     assert "Paris" in res.stdout and "<|im_end|>" not in res.stdout
+
+
+def test_prompts_file_runs_each_prompt_like_a_single_run(tmp_path):
+    """Text and 'ids:' lines (blank ones skipped), one model load: each JSON
+    line is what the same prompt gives alone; --chat refuses 'ids:' lines."""
+    f = tmp_path / "p.txt"
+    f.write_text("The capital of France is\n\nids: 5, 6, 7\n  Paris\n")
+    args = ("--model-dir", GOLDEN_IEBIN / "tiny-llama", "--max-new", "5", "--json")
+    res = run_tool("ierun", "generate", *args, "--prompts-file", f)
+    assert res.returncode == 0, res.stderr
+    got = [json.loads(ln) for ln in res.stdout.splitlines()]
+    alone = [json.loads(run_tool("ierun", "generate", *args, *a).stdout)
+             for a in (("--prompt", "The capital of France is"), ("--ids", "5,6,7"), ("--prompt", "Paris"))]
+    assert got == alone
+    text = run_tool("ierun", "generate", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--max-new", "3",
+                    "--prompts-file", f)
+    assert [ln for ln in text.stdout.splitlines() if ln.startswith("### ")] == \
+        [f"### {f}:1: The capital of France is", f"### {f}:3: ids", f"### {f}:4: Paris"]
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", _chat_model(tmp_path, TEMPLATE), "--chat",
+                                   "--prompts-file", f), "p.txt:3", "not 'ids:' lines")
+    assert run_tool("ierun", "generate", *args, "--prompts-file", f, "--prompt", "x").returncode == 2
