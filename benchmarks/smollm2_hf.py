@@ -52,21 +52,18 @@ def convert(gguf_path: Path, out: Path) -> None:
     from gguf.quants import dequantize
     from safetensors.numpy import save_file
 
-    from iekit.convert.gguf_to_iebin import build_config, hf_name, unpermute_rows
+    from iekit.convert.gguf_to_iebin import build_config, hf_name, row_order
     from iekit.convert.gguf_tokenizer import tokenizer_json
     from iekit.formats.gguf_file import open_gguf
 
     g = open_gguf(gguf_path)
-    config = build_config(g, {t.name: t for t in g.tensors})
-    heads = {"attn_q": config["num_attention_heads"], "attn_k": config["num_key_value_heads"]}
+    config = build_config(g)
     tensors: dict[str, np.ndarray] = {}
     for t in g.tensors:
         raw = np.asarray(g.tensor_bytes(t)).reshape(t.shape[0] if len(t.shape) == 2 else 1, -1)
         w = dequantize(raw, GGMLQuantizationType[t.ggml_type]).astype(np.float32).reshape(t.shape)
-        kind = t.name.split(".")[2] if t.name.startswith("blk.") else ""
-        if kind in heads:
-            w = w[unpermute_rows(w.shape[0], heads[kind])]
-        tensors[hf_name(t.name)] = np.ascontiguousarray(w)
+        order = row_order(g, t, config)
+        tensors[hf_name(t.name)] = np.ascontiguousarray(w if order is None else w[order])
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps({**config, "torch_dtype": "float32"}, indent=2) + "\n")

@@ -225,11 +225,13 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         tensors, config = tensor_shapes(src), src.config
     else:
         g = open_gguf(gguf_path)
-        tensors, config = gguf_tensor_shapes(g), build_gguf_config(g, {t.name: t for t in g.tensors})
+        tensors, config = gguf_tensor_shapes(g), build_gguf_config(g)
     tied = not any(n in tensors for n in HEAD_NAMES) or config.get("tie_word_embeddings") is True
-    if tied and embedding_scheme != KEEP and embedding_scheme != (head_scheme or embedding_scheme):
-        raise click.UsageError("the embedding is tied to the head: give --head-scheme only")
-    head = scheme if quantize_head else head_scheme or (embedding_scheme if tied and embedding_scheme != KEEP else None)
+    head = scheme if quantize_head else head_scheme
+    if tied and embedding_scheme != KEEP:  # one tensor: --embedding-scheme names the head's scheme
+        if head not in (None, embedding_scheme):
+            raise click.UsageError("the embedding is tied to the head: give --head-scheme only")
+        head = embedding_scheme
     head = head or ("q8_0" if tied else KEEP)
     gs = group_size if group_size == "row" else int(group_size)
     manifest = default_manifest(tensors, scheme, gs, not affine, scale_dtype, head=head, embedding=embedding_scheme,

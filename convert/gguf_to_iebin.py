@@ -26,7 +26,6 @@ type or tokenizer kind this cannot carry over faithfully) are one line.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -41,7 +40,7 @@ from iekit.formats import iebin
 from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.casting import cast_bytes, decode_f32, encode_f32
 from iekit.formats.dtypes import DTYPES
-from iekit.formats.errors import FormatError, IEError
+from iekit.formats.errors import FormatError
 from iekit.formats.finite import PayloadScan
 from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
 from iekit.formats.q4_manifest import Manifest, plan
@@ -49,7 +48,7 @@ from iekit.formats.quant import SCHEMES, QuantParams
 
 from .gguf_tokenizer import tokenizer_config_json, tokenizer_json
 from .hf_config import model_summary
-from .hf_to_iebin import CAST_TARGETS, ConvertResult, Progress, check_out_dir, natural_key
+from .hf_to_iebin import ConvertResult, Progress, check_dtype, check_out_dir, natural_key
 from .source_hashes import SourceHashes
 
 CHUNK_BYTES = 8 * 1024 * 1024  # source bytes per step
@@ -87,10 +86,18 @@ def hf_name(gguf_name: str) -> str | None:
     return None
 
 
-def unpermute_rows(rows: int, n_head: int) -> np.ndarray:
-    """Source row of each output row, undoing llama.cpp's q/k permutation:
-    GGUF rows run (head, pair, 2), Hugging Face rows (head, 2, pair)."""
-    return np.arange(rows).reshape(n_head, rows // n_head // 2, 2).swapaxes(1, 2).reshape(-1)
+def row_order(g: GGUFModel, t: GGUFTensor, cfg: dict[str, Any]) -> np.ndarray | None:
+    """The source row of each output row of ``t`` (None: rows stay in place),
+    undoing llama.cpp's q/k permutation for the architectures it applies to:
+    within a head, GGUF rows run (pair, 2), Hugging Face rows (2, pair)."""
+    kind = t.name.split(".")[2] if t.name.startswith("blk.") else ""
+    heads = {"attn_q": cfg["num_attention_heads"], "attn_k": cfg["num_key_value_heads"]}.get(kind)
+    if heads is None or not ARCHS[g.fields["general.architecture"]].permute_qk:
+        return None
+    n = t.shape[0]
+    if n % (2 * heads):
+        raise FormatError(g.path, f"tensor {t.name!r} dims", f"{n} rows do not split into {heads} heads of pairs")
+    return np.arange(n).reshape(heads, n // heads // 2, 2).swapaxes(1, 2).reshape(-1)
 
 
 @dataclass
@@ -99,13 +106,17 @@ class _Tensor:
     name: str           # Hugging Face name
     dtype: str          # IEBIN dtype written
     order: np.ndarray | None  # source row of each output row (q/k), else None
-    rows: int           # rows the bytes are split into (1 for a vector kept whole)
     mode: str           # "copy" | "cast" | "dequant" | "quantize"
     params: QuantParams | None = None  # "quantize": the manifest's choice
 
     @property
     def shape(self) -> list[int]:
         return self.src.shape
+
+    @property
+    def rows(self) -> int:
+        """Rows the bytes are split into: a vector is kept whole unless its elements move."""
+        return self.shape[0] if len(self.shape) == 2 or self.order is not None else 1
 
     @property
     def out_nbytes(self) -> int:
@@ -145,8 +156,9 @@ def _architecture(g: GGUFModel) -> tuple[str, Arch]:
     return key, ARCHS[key]
 
 
-def build_config(g: GGUFModel, names: dict[str, GGUFTensor]) -> dict[str, Any]:
+def build_config(g: GGUFModel) -> dict[str, Any]:
     """The ``config.json`` the metadata describes (what transformers would read)."""
+    names = {t.name: t for t in g.tensors}
     a, arch = _architecture(g)
     hidden = _field(g, f"{a}.embedding_length", int)
     heads = _field(g, f"{a}.attention.head_count", int)
@@ -188,8 +200,6 @@ def build_config(g: GGUFModel, names: dict[str, GGUFTensor]) -> dict[str, Any]:
 def _plan(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantize_all: bool) -> list[_Tensor]:
     from gguf.quants import dequantize
 
-    permute = ARCHS[g.fields["general.architecture"]].permute_qk
-    heads = {"attn_q": cfg["num_attention_heads"], "attn_k": cfg["num_key_value_heads"]}
     plans = []
     for t in g.tensors:
         where = f"tensor {t.name!r}"
@@ -212,17 +222,10 @@ def _plan(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantize_all: 
                 raise FormatError(g.path, f"{where} type", f"ggml type {t.ggml_type} cannot be converted "
                                                            "(gguf.quants cannot dequantize it)") from None
             out, mode = dtype or "f32", "dequant"
-        order = None
-        kind = t.name.split(".")[2] if t.name.startswith("blk.") else ""
-        if permute and kind in heads:
-            n = t.shape[0]
-            if n % (2 * heads[kind]):
-                raise FormatError(g.path, f"{where} dims", f"{n} rows do not split into {heads[kind]} heads of pairs")
-            if len(t.shape) == 1 and mode == "dequant":
-                raise FormatError(g.path, f"{where} type", "a quantized q/k bias cannot be un-interleaved")
-            order = unpermute_rows(n, heads[kind])
-        rows = t.shape[0] if len(t.shape) == 2 or order is not None else 1
-        plans.append(_Tensor(t, name, out, order, rows, mode))
+        order = row_order(g, t, cfg)
+        if order is not None and len(t.shape) == 1 and mode == "dequant":
+            raise FormatError(g.path, f"{where} type", "a quantized q/k bias cannot be un-interleaved")
+        plans.append(_Tensor(t, name, out, order, mode))
     return sorted(plans, key=lambda p: natural_key(p.name))
 
 
@@ -261,11 +264,9 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
     dequantized values (q4_manifest.json, as hf-to-iebin --q4-map)."""
     progress = progress or Progress()
     out_dir = Path(out_dir)
-    if dtype is not None and dtype not in CAST_TARGETS:
-        raise IEError(f"--dtype {dtype!r}: expected one of {', '.join(CAST_TARGETS)}")
+    check_dtype(dtype)
     g = open_gguf(gguf_path)
-    names = {t.name: t for t in g.tensors}
-    cfg = build_config(g, names)
+    cfg = build_config(g)
     plans = _plan(g, cfg, dtype, dequantize_all)
     warnings: list[str] = []
     if manifest is not None:
@@ -294,10 +295,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
                 progress.describe(p.name)
                 extra = {iebin.QUANT_KEY: p.quant} if p.quant else None
                 writer.add_tensor(p.name, p.dtype, p.shape, _chunks(g, p, progress), p.out_nbytes, extra=extra)
-            aux = []
-            for fname, data in aux_data.items():
-                staged.write_bytes(fname, data)
-                aux.append({"name": fname, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+            aux = writer.stage_aux(aux_data)
             source = {"kind": "gguf", "name": g.path.name, "revision": None, "shards": hashes.records(),
                       "gguf": {"version": g.version, "architecture": g.fields["general.architecture"],
                                "file_type": file_type_name(g)}}

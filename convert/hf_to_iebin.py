@@ -16,7 +16,6 @@ are removed at commit time and reported; any other file is left alone.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import time
@@ -78,6 +77,12 @@ class Progress:
     describe: Callable[[str], None] = lambda text: None
 
 
+def check_dtype(dtype: str | None) -> None:
+    """``--dtype``: None (keep) or one of the float weight types."""
+    if dtype is not None and dtype not in CAST_TARGETS:
+        raise IEError(f"--dtype {dtype!r}: expected one of {', '.join(CAST_TARGETS)}")
+
+
 def check_out_dir(out_dir: Path, overwrite: bool, writes: list[str], src_dir: Path | None = None) -> list[str]:
     """Refuse what must not happen to ``out_dir`` (a source checkpoint
     directory ``src_dir`` is never one); returns the names of a previous
@@ -108,8 +113,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
     ``manifest`` (q4_manifest.json) quantizes the tensors it selects."""
     progress = progress or Progress()
     out_dir = Path(out_dir)
-    if dtype is not None and dtype not in CAST_TARGETS:
-        raise IEError(f"--dtype {dtype!r}: expected one of {', '.join(CAST_TARGETS)}")
+    check_dtype(dtype)
     # The config and tokenizer files are read first (each checked: regular,
     # inside the checkpoint, bounded), so the names written are known.
     aux_data = {n: d for n in CONFIG_FILES + TOKENIZER_FILES if (d := read_aux(src, n)) is not None}
@@ -144,12 +148,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     writer.add_tensor(name, target, list(t.shape),
                                       _chunks(sf, t, target, progress), out_nbytes)
 
-                aux, tok = [], []
-                for fname, data in aux_data.items():
-                    staged.write_bytes(fname, data)
-                    aux.append({"name": fname, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-                    if fname in TOKENIZER_FILES:
-                        tok.append(fname)
+                aux = writer.stage_aux(aux_data)
+                tok = [fname for fname in aux_data if fname in TOKENIZER_FILES]
                 source = {"kind": src.kind, "name": src.name, "revision": src.revision, "shards": hashes.records()}
                 meta = writer.finish(config=src.config, model=model_summary(src.config), source=source,
                                      tokenizer_files=tok, aux_files=aux)

@@ -113,6 +113,15 @@ class IebinWriter:
         self.tensors.append(entry)
         return entry
 
+    def stage_aux(self, files: dict[str, bytes]) -> list[dict[str, Any]]:
+        """Stage the non-tensor files (config, tokenizer) beside the payload;
+        their ``aux_files`` records for ``finish``."""
+        records = []
+        for name, data in files.items():
+            self._staged.write_bytes(name, data)
+            records.append({"name": name, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+        return records
+
     def finish(self, *, config: dict, source: dict, tokenizer_files: list[str],
                aux_files: list[dict[str, Any]], model: dict[str, Any] | None = None) -> dict[str, Any]:
         """Build the metadata, self-validate it and stage ``model.ie.json``.

@@ -146,8 +146,7 @@ EMBED_NAMES = ("model.embed_tokens.weight", "transformer.wte.weight", "embed_tok
 
 def _fitting(scheme: str, sel: dict[str, Any], shape: list[int]) -> dict[str, Any] | None:
     """``sel``, or int4w's whole-row variant, if the scheme can store ``shape``; else None."""
-    params = _selection(sel)
-    if params is None or SCHEMES[scheme].check(shape, params) is None:
+    if SCHEMES[scheme].check(shape, _selection(sel)) is None:
         return sel
     if scheme == "int4w":
         row = {**sel, "group_size": "row"}
@@ -180,7 +179,12 @@ def default_manifest(tensors: dict[str, tuple[str, list[int]]], scheme: str = "i
     for name, (dtype, shape) in tensors.items():
         if len(shape) != 2 or not DTYPES[dtype].is_float or not name.endswith("weight"):
             continue
-        special = head if name in HEAD_NAMES else (head if tied else embedding) if name in EMBED_NAMES else None
+        if name in HEAD_NAMES:
+            special = head
+        elif name in EMBED_NAMES:
+            special = head if tied else embedding
+        else:
+            special = None
         if special is not None:
             if special != KEEP and (sel := _fitting(special, selection(special), shape)) is not None:
                 exact[name] = sel
@@ -199,9 +203,12 @@ def default_manifest(tensors: dict[str, tuple[str, list[int]]], scheme: str = "i
 def bytes_per_token(tensors: dict[str, tuple[str, list[int]]], quantize: dict[str, QuantParams], tied: bool) -> int:
     """The weight bytes one decode step reads under a plan (the decoder's
     ``weight_bytes_per_token``): every tensor, but of the input embedding one
-    row, plus all of it when it is tied (then it is also the head)."""
+    row, plus all of it when it is tied (then it is the head, and a stored
+    lm_head is not read)."""
     total = 0
     for name, (dtype, shape) in tensors.items():
+        if tied and name in HEAD_NAMES:
+            continue
         p = quantize.get(name)
         n = SCHEMES[p.scheme].nbytes(*shape, p) if p else math.prod(shape) * DTYPES[dtype].itemsize
         total += n // shape[0] + (n if tied else 0) if name in EMBED_NAMES and len(shape) == 2 else n

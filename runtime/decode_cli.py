@@ -99,7 +99,7 @@ def generate_cmd(model_dir, prompt, ids, prompts_file, chat, system, max_new, ig
     transformers' apply_chat_template does). --prompts-file runs many
     prompts in one process (the model is loaded once).
     """
-    from .bench_run import read_prompts
+    from .bench_run import read_prompts, tokenize
     from .decoder import Decoder
 
     if system is not None and not chat:
@@ -119,9 +119,9 @@ def generate_cmd(model_dir, prompt, ids, prompts_file, chat, system, max_new, ig
         pids = chat_ids(dec, model_dir, prompt, system) if chat else prompt_ids(dec, prompt, ids)
         _generate_one(dec, pids, max_new, sampler, ignore_eos, as_json)
         return
-    for line in lines:
-        pids = (chat_ids(dec, model_dir, line.text, system) if chat
-                else list(line.ids) if line.ids is not None else dec.encode(line.text))
+    # Every prompt is tokenized and checked (vocabulary, context) before the first one runs.
+    all_ids = [chat_ids(dec, model_dir, ln.text, system) for ln in lines] if chat else tokenize(lines, dec, max_new)
+    for line, pids in zip(lines, all_ids):
         if not as_json:
             click.echo(f"### {line.where}: {printable(line.text) if line.text is not None else 'ids'}")
         _generate_one(dec, pids, max_new, sampler, ignore_eos, as_json)

@@ -187,3 +187,12 @@ def test_prompts_file_runs_each_prompt_like_a_single_run(tmp_path):
     assert_one_line_error(run_tool("ierun", "generate", "--model-dir", _chat_model(tmp_path, TEMPLATE), "--chat",
                                    "--prompts-file", f), "p.txt:3", "not 'ids:' lines")
     assert run_tool("ierun", "generate", *args, "--prompts-file", f, "--prompt", "x").returncode == 2
+
+
+def test_prompts_file_is_checked_before_anything_runs(tmp_path):
+    f = tmp_path / "p.txt"
+    f.write_text("ids: 5, 6\nids: " + ", ".join(["7"] * 30) + "\n")
+    res = run_tool("ierun", "generate", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--prompts-file", f,
+                   "--ctx", "16", "--max-new", "4")
+    assert_one_line_error(res, "p.txt:2")
+    assert res.stdout == ""  # the first prompt did not run either

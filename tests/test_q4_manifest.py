@@ -230,3 +230,23 @@ def test_untied_head_and_embedding_schemes(tmp_path):
     res = run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-llama", "-o", tmp_path / "x.json",
                    "--quantize-head", "--head-scheme", "q8_0")
     assert res.returncode == 2
+
+
+def test_tied_flag_with_a_stored_head_counts_the_embedding_only(tmp_path):
+    """tie_word_embeddings true while lm_head.weight is stored: the decoder
+    reads the embedding as the head, and the policy's figure agrees."""
+    from iekit.formats.q4_manifest import bytes_per_token
+    from iekit.runtime.decoder import Decoder
+
+    hf = tmp_path / "hf"
+    shutil.copytree(GOLDEN_HF / "tiny-llama", hf)
+    cfg = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", hf, "-o", tmp_path / "m.json", "--overwrite")
+    assert res.returncode == 0 and "tied embedding/head" in res.stdout, res.stdout
+    res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", hf, "--out-dir", tmp_path / "o", "-q", "--q4-map", tmp_path / "m.json")
+    assert res.returncode == 0, res.stderr
+    tensors = tensor_shapes(from_dir(hf))
+    assert "lm_head.weight" in tensors
+    assert bytes_per_token(tensors, plan(load_manifest(tmp_path / "m.json"), tensors).quantize, True) == \
+        Decoder(tmp_path / "o", ctx=8).weight_bytes_per_token
