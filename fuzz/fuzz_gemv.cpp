@@ -1,7 +1,8 @@
 // Every weight type's GEMV and dequantizer on fuzzed parameters and bytes:
 // make_weight_spec refuses what it cannot describe (overflowing sizes
 // included); a described matrix is read in bounds by every variant, for
-// both activation precisions, with a prepared activation reused across calls.
+// both activation precisions, with a prepared activation reused across calls;
+// and its rows8 copy (packing, then the int8 kernel over it) where one exists.
 #include <algorithm>
 #include <stdexcept>
 #include <vector>
@@ -38,6 +39,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (ie::Act act : {ie::Act::F32, ie::Act::Int8}) {
       if (act == ie::Act::Int8 && !t.int8_act) continue;
       ie::gemv(s, w.data(), xa, nullptr, y.data(), act, threads, isa, scratch);
+      if (act == ie::Act::Int8 && ie::gemv_uses_rows8(s, act, isa)) {
+        const ie::Rows8 packed = ie::pack_rows8(s, w.data(), threads);
+        ie::gemv(s, w.data(), xa, nullptr, y.data(), act, threads, isa, scratch, &packed);
+      }
     }
   return 0;
 }

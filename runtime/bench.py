@@ -123,13 +123,18 @@ JSON fields (per round):
   read_bw_gbps        the larger of the two (what the machine can do)
   read_bw_spread      (larger - smaller) / larger
   roofline_fraction   effective_gbps / read_bw_gbps
+  decode_gbps         the decode steps alone: decode_steps x bytes per
+                      token / their summed time (prefill excluded)
+  decode_roofline_fraction
+                      decode_gbps / read_bw_gbps; both null if no step ran
   busy                true when the yardstick moved by more than 10%
                       around the round, or roofline_fraction > 1: the
                       machine was shared, the fraction is not trustworthy
                       (also a warning on stderr)
   precision           storage of the matrices (e.g. int4w, f32,
                       mixed(int4w,f32)); precision_expected: IE_PRECISION
-  act_prec            IE_ACT_PREC as requested; act: what ran (f32|int8)
+  act_prec            IE_ACT_PREC as requested; act: what ran (f32|int8;
+                      auto resolved)
   dedup, dedup_active IE_DEDUP=1 seen; tensors really served by the dedup
                       loader (false after its fallback, null if unknown)
   affinity            thread pinning passed to the decoder (null: none)
@@ -153,8 +158,8 @@ warning, never fatal, except IE_DEDUP*: a malformed one is an error):
   IE_VERIFY_TOUCH=1   report the work-touch checksum
   IE_DEDUP*           the decoder's lossless dedup loader (IE_DEDUP=1;
                       a value other than 0|1 is an error, as everywhere)
-  IE_ACT_PREC         fp32 (default) | int8; fp8|fp16|bf16: not supported,
-                      fp32 is used; --act wins over it
+  IE_ACT_PREC         auto (default) | fp32 | int8; fp8|fp16|bf16: not
+                      supported, auto is used; --act wins over it
   IE_TP_USE_AFFINITY=1 with AFFINITY=compact|scatter|auto (default auto)
                       pins the decoder's threads
 """.replace("{precisions}", "|".join(PRECISIONS))
@@ -189,7 +194,8 @@ def _summary(recs: list[dict[str, Any]]) -> str:
               help="Decoder threads, also used for the read-bandwidth yardstick.  [default: the physical cores "
                    "this process may use]")
 @click.option("--act", type=click.Choice(ACTS), default=None,
-              help="Activations into quantized matrices, as `ierun generate --act` (default: IE_ACT_PREC, else f32).")
+              help="Activations into quantized matrices, as `ierun generate --act` (default: IE_ACT_PREC, else auto: "
+                   "int8 for 4-bit layer matrices).")
 @click.option("--bandwidth-mb", type=click.IntRange(min=1), default=READ_BW_MB, show_default=True,
               help="Buffer of the read-bandwidth yardstick, MiB. Keep it several times the last-level "
                    "cache: a smaller one measures the caches, not memory (read_bw_gbps, roofline_fraction).")
@@ -240,7 +246,7 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, i
         _note(f"warm-up {n}/{warmup}: {t.tokens} tokens in {t.wall_s:.3f} s = "
               f"{t.tokens / t.wall_s if t.wall_s > 0 else 0:.2f} tok/s (not counted)")
     base = {"precision": precision, "precision_expected": env.precision_expected, "act_prec": env.act_prec,
-            "act": env.act, "dedup": env.dedup, **_dedup_fields(dec), "affinity": env.affinity,
+            "act": dec.act, "dedup": env.dedup, **_dedup_fields(dec), "affinity": env.affinity,
             "pinned_cpus": getattr(dec, "pinned", None),
             "threads": threads, "device": device, "model_dir": model_dir, "prompts": source,
             "n_prompts": len(prompts), "max_new": max_new, "ignore_eos": ignore_eos, "rounds": rounds,

@@ -177,6 +177,8 @@ def round_record(n: int, t: RoundTimes, *, dec: Any, env: BenchEnv, kv: tuple[in
     bytes_touched = t.tokens * bpt
     wall = t.wall_s
     eff = bytes_touched / wall / 1e9 if wall > 0 else None
+    step_total = sum(t.step_s)
+    decode_gbps = len(t.step_s) * bpt / step_total / 1e9 if step_total > 0 else None
     rec = {
         "round": n,
         "tokens_generated": t.tokens,
@@ -203,6 +205,8 @@ def round_record(n: int, t: RoundTimes, *, dec: Any, env: BenchEnv, kv: tuple[in
         "read_bw_after_gbps": read_bw[1],
         "read_bw_spread": spread,
         "roofline_fraction": eff / read_bw_gbps if eff is not None and read_bw_gbps > 0 else None,
+        "decode_gbps": decode_gbps,
+        "decode_roofline_fraction": decode_gbps / read_bw_gbps if decode_gbps is not None and read_bw_gbps > 0 else None,
     }
     frac = rec["roofline_fraction"]
     rec["busy"] = bool((spread is not None and spread > BUSY_SPREAD) or (frac is not None and frac > 1))

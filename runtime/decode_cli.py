@@ -24,8 +24,9 @@ _threads = click.option("--threads", default=1, show_default=True, type=click.In
 _ctx = click.option("--ctx", type=click.IntRange(min=1), default=None,
                     help="KV cache positions [min(max_position_embeddings, 4096)]; at most "
                          "max_position_embeddings, and the KV cache must fit the memory available.")
-_act = click.option("--act", type=click.Choice(ACTS), default="f32", show_default=True,
-                    help="Activations into quantized matrices: f32, or int8 per 32 (faster, less exact).")
+_act = click.option("--act", type=click.Choice(ACTS), default="auto", show_default=True,
+                    help="Activations into quantized matrices: f32, or int8 per 32 (faster, less exact); auto: "
+                         "int8 where layer matrices have fewer than 8 bits per weight (4-bit types), else f32.")
 
 
 # C0 controls other than newline and tab would drive the terminal (a tiny

@@ -18,8 +18,8 @@ IE_DEDUP_CACHE_MB    number of MiB >= 0                    256       DedupConfig
 IE_DEDUP_DEBUG       0 | 1                                 0         DedupConfig (as IE_DEDUP)              error
 IE_PRECISION         int4w q4_0 q4_1 q8_0 f32 f16 bf16     (none)    BenchEnv: ierun bench                  warn
                      (fp32 fp16: aliases; any case)
-IE_ACT_PREC          fp32 | int8 (fp8 fp16 bf16: not       fp32      BenchEnv: ierun bench                  warn
-                     supported; any case)
+IE_ACT_PREC          auto | fp32 | int8 (fp8 fp16 bf16:    auto      BenchEnv: ierun bench                  warn
+                     not supported; any case)
 IE_REQUIRE_MODEL     0 | 1                                 0         BenchEnv: ierun bench                  warn
 IE_BYTES_PER_TOKEN   integer >= 0                          0         BenchEnv: ierun bench                  warn
 IE_STRIDE_BYTES      integer >= 1                          256       BenchEnv: ierun bench                  warn
@@ -83,7 +83,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("IE_DEDUP_DEBUG", "0 | 1", "0", "DedupConfig", "error"),
     Variable("IE_PRECISION", " ".join(weight_types.names(quantized=True) + weight_types.names(quantized=False))
              + " (fp32 fp16)", "", "BenchEnv (ierun bench)", "warn"),
-    Variable("IE_ACT_PREC", "fp32 | int8", "fp32", "BenchEnv (ierun bench)", "warn"),
+    Variable("IE_ACT_PREC", "auto | fp32 | int8", "auto", "BenchEnv (ierun bench)", "warn"),
     Variable("IE_REQUIRE_MODEL", "0 | 1", "0", "BenchEnv (ierun bench)", "warn"),
     Variable("IE_BYTES_PER_TOKEN", "integer >= 0", "0", "BenchEnv (ierun bench)", "warn"),
     Variable("IE_STRIDE_BYTES", "integer >= 1", "256", "BenchEnv (ierun bench)", "warn"),
@@ -99,7 +99,7 @@ VARIABLES: tuple[Variable, ...] = (
 PRECISIONS = tuple(weight_types.names(quantized=True)) + tuple(weight_types.names(quantized=False))
 PRECISION_ALIASES = {"fp32": "f32", "fp16": "f16"}
 # IE_ACT_PREC values: what the Decoder runs (act=) and what it cannot.
-ACT_SUPPORTED = {"fp32": "f32", "int8": "int8"}
+ACT_SUPPORTED = {"auto": "auto", "fp32": "f32", "int8": "int8"}
 ACTS = tuple(ACT_SUPPORTED.values())                      # the Decoder's act= values (--act choices)
 ACT_PREC_OF = {act: prec for prec, act in ACT_SUPPORTED.items()}  # --act value -> its IE_ACT_PREC spelling
 ACT_UNSUPPORTED = ("fp8", "fp16", "bf16")
@@ -200,12 +200,12 @@ def ie_precision(env: Mapping[str, str], warn: list[str]) -> str | None:
 
 def ie_act_prec(env: Mapping[str, str], warn: list[str]) -> tuple[str, str]:
     """IE_ACT_PREC: (as requested, what the Decoder runs: act=)."""
-    act_prec = _raw(env, "IE_ACT_PREC").lower() or "fp32"
+    act_prec = _raw(env, "IE_ACT_PREC").lower() or "auto"
     act = ACT_SUPPORTED.get(act_prec)
     if act is None:
         why = "not supported" if act_prec in ACT_UNSUPPORTED else "unknown"
-        warn.append(f"IE_ACT_PREC={act_prec}: {why}, using fp32")
-        act = "f32"
+        warn.append(f"IE_ACT_PREC={act_prec}: {why}, using auto")
+        act = "auto"
     return act_prec, act
 
 
@@ -268,8 +268,8 @@ class BenchEnv:
     stride_bytes: int = DEFAULT_STRIDE      # IE_STRIDE_BYTES
     verify_touch: bool = False              # IE_VERIFY_TOUCH=1
     dedup: bool = False                     # IE_DEDUP=1, as DedupConfig reads it
-    act_prec: str = "fp32"                  # IE_ACT_PREC as requested
-    act: str = "f32"                        # what the Decoder is asked to use (act=)
+    act_prec: str = "auto"                  # IE_ACT_PREC as requested
+    act: str = "auto"                       # what the Decoder is asked to use (act=)
     act_prec_set: bool = False              # IE_ACT_PREC was given (bench --act then overrides it, saying so)
     affinity: str | None = None             # Decoder(affinity=), from IE_TP_USE_AFFINITY + AFFINITY
     warnings: tuple[str, ...] = field(default=())

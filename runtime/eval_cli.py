@@ -37,9 +37,9 @@ def _options(f):
                           "if smaller]."),
         click.option("--chunks", type=click.IntRange(min=1), default=None, help="Evaluate the first N chunks only [all]."),
         click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="OpenMP threads."),
-        click.option("--act", type=click.Choice(ACTS), default="f32", show_default=True,
-                     help="The evaluated model's activations into quantized matrices (the reference always "
-                          "runs with f32)."),
+        click.option("--act", type=click.Choice(ACTS), default="auto", show_default=True,
+                     help="The evaluated model's activations into quantized matrices, as `ierun generate "
+                          "--act` (auto: int8 for 4-bit layer matrices); the reference always runs with f32."),
     ]):
         f = opt(f)
     return f
@@ -72,7 +72,7 @@ def run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act,
     model = Decoder(model_dir, threads=threads, ctx=ctx, default_ctx=evaluation.DEFAULT_CTX, act=act)
     ref = None
     if ref_dir is not None:
-        ref = Decoder(ref_dir, threads=threads, ctx=ctx, default_ctx=model.max_ctx)
+        ref = Decoder(ref_dir, threads=threads, ctx=ctx, default_ctx=model.max_ctx, act="f32")
         evaluation.check_comparable(model, ref)
     ctx = model.max_ctx if ref is None else min(model.max_ctx, ref.max_ctx)
     ids, what = load_ids(model, text_file, ids_file)
@@ -95,7 +95,7 @@ def run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act,
 
         scores = evaluation.evaluate(model, parts, ref, on_chunk if progress else None)
     summary = scores.summary()
-    summary.update(model_dir=str(model_dir), ref_dir=None if ref_dir is None else str(ref_dir), act=act,
+    summary.update(model_dir=str(model_dir), ref_dir=None if ref_dir is None else str(ref_dir), act=model.act,
                    threads=threads, tokens_in=len(ids))
     return scores, summary
 

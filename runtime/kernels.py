@@ -92,15 +92,17 @@ def expected_nbytes(entry: Mapping[str, Any]) -> int:
 
 
 def gemv(raw: Any, entry: Mapping[str, Any], x: np.ndarray, bias: np.ndarray | None = None, threads: int = 1,
-         act: str = "f32", isa: str = "") -> np.ndarray:
+         act: str = "f32", isa: str = "", layout: str = "stored") -> np.ndarray:
     """y = W x (+ bias) for x [cols] -> y [rows], or x [b, cols] (b <= 8) -> y [b, rows], float32.
 
     act="f32" (default) uses x as given; act="int8" first quantizes x per 32
     elements to int8 (faster; quantized weights only; error up to
-    ~ |W| @ |x - x_int8|)."""
+    ~ |W| @ |x - x_int8|). layout="rows8" runs the decoder's batch-1 int8
+    kernel over a row-interleaved copy (csrc/gemv/rows8.h) made for this call."""
     p = weight_params(entry)
     return native.gemv(as_bytes(raw), p["dtype"], p["rows"], p["cols"], x, bias=bias, group_size=p["group_size"],
-                       symmetric=p["symmetric"], scale_dtype=p["scale_dtype"], act=act, threads=threads, isa=isa)
+                       symmetric=p["symmetric"], scale_dtype=p["scale_dtype"], act=act, threads=threads, isa=isa,
+                       layout=layout)
 
 
 def max_rel_error(y: np.ndarray, x: np.ndarray, w64: np.ndarray, bias: np.ndarray | None = None,

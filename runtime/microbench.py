@@ -37,7 +37,7 @@ PACKED = weight_types.names(gemv=True, int8_act=True)
 ONLY_FOR: dict[str, tuple[str, ...]] = {
     "rows": DENSE + ("bsr",), "cols": DENSE + ("bsr",), "min_mib": DENSE + ("bsr",),
     "group_size": ("int4w",), "affine": ("int4w",), "scale_dtype": ("int4w",),
-    "act": PACKED, "batch": DENSE,
+    "act": PACKED, "batch": DENSE, "layout": PACKED,
     "block_rows": ("bsr",), "block_cols": ("bsr",), "density": ("bsr", "dedup"),
     "seed": ("bsr", "dedup"), "nbytes": ("dedup",),
 }
@@ -53,15 +53,16 @@ def _run_dense(o: dict[str, Any]) -> tuple[dict[str, Any], float]:
 
     k = o["kernel"]
     rows, cols, batch, act = _or(o["rows"], 16384), _or(o["cols"], 8192), _or(o["batch"], 1), _or(o["act"], "f32")
+    layout = _or(o["layout"], "stored")
     if not 1 <= batch <= 8:
         raise click.UsageError(f"--batch must be 1..8, got {batch}")
     wt = weight_types.get(k)
     params = (QuantParams(k, _or(o["group_size"], 64) or None, not o["affine"], _or(o["scale_dtype"], "f16"))
               if k == "int4w" else None)
     r = bench_gemv(**native_weight_args(wt, rows, cols, params), act=act, threads=o["threads"], batch=batch,
-                   min_bytes=_or(o["min_mib"], 256) << 20, iters=o["iters"], isa=o["isa"])
+                   min_bytes=_or(o["min_mib"], 256) << 20, iters=o["iters"], isa=o["isa"], layout=layout)
     res = {
-        "kernel": k, "rows": rows, "cols": cols, "threads": o["threads"], "batch": batch, "act": act,
+        "kernel": k, "rows": rows, "cols": cols, "threads": o["threads"], "batch": batch, "act": act, "layout": layout,
         "isa": r["isa"], "group_size": r["group_size"] if k == "int4w" else (wt.block_elems if wt.quantized else 0),
         "symmetric": r["symmetric"], "scale_dtype": r["scale_dtype"] if k == "int4w" else None,
         "ms": r["ms_median"], "ms_min": r["ms_min"], "weight_bytes": r["weight_bytes"], "copies": r["copies"],
@@ -107,6 +108,9 @@ KERNELS: dict[str, Callable[[dict[str, Any]], tuple[dict[str, Any], float]]] = {
 @click.option("--act", type=click.Choice(["f32", "int8"]), default=None,
               help="Packed formats: activations f32 (precise) or int8 (quantized per 32, faster) [f32].")
 @click.option("--batch", type=int, default=None, help="Dense kernels: activation rows per call, 1..8 [1].")
+@click.option("--layout", type=click.Choice(["stored", "rows8"]), default=None,
+              help="Packed formats: read the stored layout, or the row-interleaved copy a decoder makes at load "
+                   "for its act=int8 GEMVs (rows8; needs --act int8 and AVX2) [stored].")
 @click.option("--block-rows", type=click.IntRange(min=1), default=None, help="bsr: block rows [16].")
 @click.option("--block-cols", type=click.IntRange(min=1), default=None, help="bsr: block columns [16].")
 @click.option("--density", type=float, default=None,

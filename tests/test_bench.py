@@ -22,7 +22,8 @@ from iekit.runtime.bench_run import (PromptLine, RoundTimes, read_prompts, round
 
 FIELDS = ("round", "tokens_generated", "wall_time_s", "tps_true", "latency_p50_ms", "latency_p95_ms",
           "prefill_ms", "rss_peak_mb", "kv_hits", "kv_misses", "mb_per_token", "bytes_touched",
-          "model_coverage", "effective_gbps", "read_bw_gbps", "roofline_fraction", "precision", "act_prec",
+          "model_coverage", "effective_gbps", "read_bw_gbps", "roofline_fraction", "decode_gbps",
+          "decode_roofline_fraction", "precision", "act_prec",
           "threads", "device", "model_dir", "prompts", "max_new", "dedup", "touch_checksum", "read_bw_bytes")
 # The yardstick of the real-command tests: a field's presence or an error path
 # needs no 256 MiB stream; test_golden_models_two_rounds[tiny-llama] keeps the default.
@@ -34,12 +35,13 @@ class FakeDecoder:
     (last + 1) % vocab, touch returns nbytes // stride, and every prefill of
     a prompt seen before counts its tokens as KV hits."""
 
-    def __init__(self, model_dir=None, *, threads=1, act="f32", affinity=None, ctx=None, vocab=16, eos=None):
+    def __init__(self, model_dir=None, *, threads=1, act="auto", affinity=None, ctx=None, vocab=16, eos=None):
         self.vocab_size, self.eos_ids, self.max_ctx = vocab, frozenset([] if eos is None else [eos]), 64
         self.precision, self.precisions = "int4w", ("int4w",)
         self.weight_bytes_per_token, self.model_bytes = 1_000_000, 4_000_000
         self.kv_hits = self.kv_misses = 0
         self.init = dict(model_dir=model_dir, threads=threads, act=act, affinity=affinity)
+        self.act = "int8" if act == "auto" else act  # what runs: the model is int4w
         self.touches: list[tuple[int, int]] = []
         self.seen: set[tuple[int, ...]] = set()
 
@@ -164,6 +166,8 @@ def test_round_record_arithmetic():
     assert r["tps_true"] == 4.0 and r["mb_per_token"] == 1.5 and r["bytes_touched"] == 12_000_000
     assert r["model_coverage"] == 0.25 and r["effective_gbps"] == pytest.approx(0.006)
     assert r["roofline_fraction"] == pytest.approx(0.5) and r["prefill_ms"] == pytest.approx(300)
+    # decode alone: 4 steps x 1.5 MB in 0.1 s = 0.06 GB/s, 5x the yardstick
+    assert r["decode_gbps"] == pytest.approx(0.06) and r["decode_roofline_fraction"] == pytest.approx(5.0)
     assert r["latency_p50_ms"] == pytest.approx(25) and r["latency_p95_ms"] == pytest.approx(38.5)
     assert (r["kv_hits"], r["kv_misses"], r["x"], r["touch_checksum"]) == (3, 4, 1, None)
     assert r["read_bw_gbps"] == 0.012 and r["read_bw_spread"] == pytest.approx(0.0005 / 0.012) and not r["busy"]
@@ -360,6 +364,8 @@ def _check_consistent(r, model, prompts_file=None):
     assert r["tokens_generated"] > 0 and r["wall_time_s"] > 0
     assert math.isclose(r["tps_true"] * r["wall_time_s"], r["tokens_generated"], rel_tol=1e-9)
     assert math.isclose(r["roofline_fraction"], r["effective_gbps"] / r["read_bw_gbps"], rel_tol=1e-9)
+    if r["decode_steps"]:
+        assert math.isclose(r["decode_roofline_fraction"], r["decode_gbps"] / r["read_bw_gbps"], rel_tol=1e-9)
     assert math.isclose(r["effective_gbps"], r["bytes_touched"] / r["wall_time_s"] / 1e9, rel_tol=1e-9)
     assert r["bytes_touched"] == r["tokens_generated"] * (r["weight_bytes_per_token"] + r["touch_bytes_per_token"])
     assert math.isclose(r["mb_per_token"] * 1e6, r["weight_bytes_per_token"] + r["touch_bytes_per_token"])
@@ -405,8 +411,9 @@ def test_work_touch_env_and_unsupported_act(tmp_path):
     _check_consistent(touched, model, f)
     assert touched["mb_per_token"] == pytest.approx(plain["mb_per_token"] + 1.0)
     assert isinstance(touched["touch_checksum"], int) and plain["touch_checksum"] is None
-    assert touched["act_prec"] == "fp8" and touched["act"] == "f32"
-    assert "IE_ACT_PREC=fp8: not supported, using fp32" in res.stderr
+    # tiny-llama is f32: auto runs f32 activations
+    assert touched["act_prec"] == "fp8" and touched["act"] == "f32" and plain["act"] == "f32"
+    assert "IE_ACT_PREC=fp8: not supported, using auto" in res.stderr
 
 
 def test_dedup_reported_as_requested_and_as_used(tmp_path, nearcopy_f32):

@@ -16,6 +16,7 @@ import pytest
 from conftest import GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, run_tool
 from decoder_ref import forward, kl_top1, load_weights
 from iekit.formats.errors import IEError
+from iekit.runtime import native
 from iekit.runtime.decoder import Decoder, rope_inv_freq
 from iekit.runtime.sampling import Sampler, generate
 
@@ -194,6 +195,29 @@ def test_int4w_decoder_matches_float64_reference_over_dequantized_weights(q4_dir
         d = Decoder(m, threads=2, act=act)
         assert "int4w" in d.precision
         assert _rel(d.logits(ids), forward(model, w, ids)) <= tol
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2"])
+def test_int8_decode_steps_match_float64_reference(q4_dirs, isa):
+    """One token at a time: on AVX2 the steps read the rows8 copies (q/k/v in
+    one call, gate/up fused with SwiGLU); the scalar ISA reads the mapped file."""
+    if isa not in native.cpu_features()["isas"]:
+        pytest.skip(f"no {isa} here")
+    rng = np.random.default_rng(11)
+    ids = [int(i) for i in rng.integers(0, 320, 12)]
+    for m in (q4_dirs["int4w"], GOLDEN_IEBIN / "tiny-llama-mixedq"):
+        model, w = load_weights(m)
+        d = Decoder(m, threads=2, act="int8", isa=isa)
+        assert (d.rows8_bytes > 0) == (isa == "avx2")
+        got = np.stack([d.prefill(ids[:1])] + [d.step(t) for t in ids[1:-1]])
+        assert _rel(got, forward(model, w, ids[:-1])) <= 3e-2
+
+
+def test_act_auto_is_int8_for_4bit_layers_only(q4_dirs):
+    assert Decoder(q4_dirs["int4w"]).act == "int8"
+    assert Decoder(GOLDEN_IEBIN / "tiny-llama-mixedq").act == "int8"
+    assert Decoder(q4_dirs["q8_0"]).act == "f32" and Decoder(GOLDEN_IEBIN / "tiny-llama").act == "f32"
+    assert Decoder(q4_dirs["int4w"], act="f32").act == "f32" and Decoder(q4_dirs["int4w"]).rows8_bytes > 0
 
 
 def test_quantized_logits_against_f32_top1_and_kl(q4_dirs):

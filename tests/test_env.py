@@ -31,7 +31,7 @@ FLAGS_WARN = ("IE_REQUIRE_MODEL", "IE_VERIFY_TOUCH", "IE_TP_USE_AFFINITY")
 def test_env_defaults():
     e = BenchEnv.from_env({})
     assert (e.precision_expected, e.act_prec, e.act, e.affinity, e.bytes_per_token, e.stride_bytes) == \
-        (None, "fp32", "f32", None, 0, 256)
+        (None, "auto", "auto", None, 0, 256)
     assert not (e.require_model or e.verify_touch or e.dedup or e.warnings)
 
 
@@ -46,8 +46,8 @@ def test_env_supported_values():
 
 
 @pytest.mark.parametrize("env, field, value, needle", [
-    ({"IE_ACT_PREC": "fp8"}, "act", "f32", "IE_ACT_PREC=fp8: not supported, using fp32"),
-    ({"IE_ACT_PREC": "int3"}, "act", "f32", "unknown"),
+    ({"IE_ACT_PREC": "fp8"}, "act", "auto", "IE_ACT_PREC=fp8: not supported, using auto"),
+    ({"IE_ACT_PREC": "int3"}, "act", "auto", "unknown"),
     ({"IE_PRECISION": "int2"}, "precision_expected", None, "IE_PRECISION='int2'"),
     ({"IE_STRIDE_BYTES": "0"}, "stride_bytes", 256, "IE_STRIDE_BYTES"),
     ({"IE_BYTES_PER_TOKEN": "lots"}, "bytes_per_token", 0, "IE_BYTES_PER_TOKEN"),

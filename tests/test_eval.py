@@ -107,8 +107,8 @@ def test_int8_activations_against_ierun_logits_with_int8(tmp_path):
 
 def test_model_against_itself_is_exactly_zero(tmp_path):
     ids_file = _ids_file(tmp_path, _ids(2 * CTX, seed=2))
-    s = _eval("--model-dir", MIXED, "--ref-dir", MIXED, "--ids-file", ids_file, "--ctx", CTX)
-    assert s["kld_mean"] == 0.0 and s["kld_max"] == 0.0 and s["kld_p99"] == 0.0
+    s = _eval("--model-dir", MIXED, "--ref-dir", MIXED, "--ids-file", ids_file, "--ctx", CTX, "--act", "f32")
+    assert s["act"] == "f32" and s["kld_mean"] == 0.0 and s["kld_max"] == 0.0 and s["kld_p99"] == 0.0
     assert s["top1_agree"] == 1.0 and s["top1_agree_se"] == 0.0
     assert s["dp_mean"] == 0.0 and s["dp_rms"] == 0.0 and s["ln_ppl_ratio"] == 0.0
     assert s["ppl"] == s["ppl_ref"]

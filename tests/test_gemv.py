@@ -177,6 +177,46 @@ def test_gemv_matches_reference(v, act, isa):
                     assert np.all(np.abs(y - ref) <= bound + 1e-30), where
 
 
+PACKED_VARIANTS = [v for v in VARIANTS if v[0] not in ("f32", "f16", "bf16")]
+
+
+@pytest.mark.skipif("avx2" not in ISAS, reason="the rows8 kernel is AVX2")
+@pytest.mark.parametrize("v", PACKED_VARIANTS, ids=vid)
+def test_rows8_layout_matches_reference(v):
+    """The decoder's row-interleaved int8 kernel: every packed type and
+    parameter set, row counts that leave a partial tile, one token and
+    prefill chunks (four tokens at a time per tile), 1-3 threads (tile
+    splits), with and without bias, within the same bounds as the stored layout."""
+    for i, (rows, cols) in enumerate(v[4] + [(3, v[4][0][1]), (64, v[4][0][1])]):
+        raw, wd, entry, rng = gen(v, rows, cols, 300 + i)
+        wd64, wabs = wd.astype(np.float64), np.abs(wd).astype(np.float64)
+        for batch, threads in ((1, 1), (1, 2), (1, 3), (3, 2), (5, 1), (8, 3)):
+            x = rng.standard_normal((batch, cols)).astype(np.float32)
+            x[0, : min(cols, 5)] *= 100
+            bias = rng.standard_normal(rows).astype(np.float32) if threads != 2 else None
+            y = kernels.gemv(raw, entry, x[0] if batch == 1 else x, bias=bias, threads=threads, act="int8",
+                             isa="avx2", layout="rows8").reshape(batch, rows)
+            q, d = quantize_q8_ref(x)
+            xq = q.astype(np.float64) * np.repeat(d.reshape(batch, -1).astype(np.float64), 32, axis=1)
+            b64 = np.zeros(rows) if bias is None else bias.astype(np.float64)
+            ref = xq @ wd64.T + b64
+            bound = 1e-5 * (np.abs(xq) @ wabs.T + np.abs(b64)) + 1e-30
+            assert np.all(np.abs(y - ref) <= bound), (vid(v), rows, batch, threads)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: native.gemv(np.zeros(64 * 4, np.uint8).view(np.uint8), "f32", 8, 8, np.zeros(8, np.float32),
+                         layout="rows8"), "layout 'rows8' is read by"),
+    (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), layout="rows8"),
+     "not q4_0 with act='f32'"),
+    (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), act="int8",
+                         layout="rows4"), "layout must be 'stored' or 'rows8'"),
+])
+def test_rows8_layout_refused_where_it_is_not_read(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
 @pytest.mark.parametrize("isa", ISAS)
 def test_int8_activation_quantizer_matches_reference(isa):
     rng = np.random.default_rng(7)
@@ -189,6 +229,23 @@ def test_int8_activation_quantizer_matches_reference(isa):
     qr, dr = quantize_q8_ref(x)
     assert np.array_equal(d.view(np.uint32), dr.view(np.uint32))
     assert np.array_equal(q, qr)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_int8_activation_quantizer_never_launders_nonfinite_values(isa):
+    """A block holding NaN or +-inf gets a NaN scale and zero codes (every product with it is
+    NaN); the other blocks are quantized as usual."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(32 * 4).astype(np.float32)
+    x[3], x[40], x[100] = np.nan, np.inf, -np.inf
+    q, d = native.quantize_act_q8(x, isa=isa)
+    assert np.isnan(d[[0, 1, 3]]).all() and not (q[:64] != 0).any() and not (q[96:] != 0).any()
+    qr, dr = quantize_q8_ref(x[64:96])
+    assert d[2] == dr[0] and np.array_equal(q[64:96], qr)
+    w = np.full(4 * 18, 0x11, np.uint8).reshape(4, 18)
+    w[:, :2] = np.frombuffer(np.float16(1).tobytes(), np.uint8)
+    y = native.gemv(w.reshape(-1), "q4_0", 1, 128, x, act="int8", isa=isa)
+    assert np.isnan(y).all()
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -160,7 +160,10 @@ def test_real_smollm2_chat(tmp_path):
     assert run_tool("ieconv", "gguf-to-iebin", "--gguf", gguf, "--out-dir", tmp_path / "m", "-q").returncode == 0
     cfg = json.loads((tmp_path / "m/tokenizer_config.json").read_text())
     assert "<|im_start|>" in cfg["chat_template"] and cfg["eos_token"] == "<|im_end|>"
-    args = ("--model-dir", tmp_path / "m", "--chat", "--prompt", "What is the capital of France?", "--max-new", "40")
+    # f32 activations: the greedy first token is a near tie (0.08 logits) that int8 activations
+    # (the default for 4-bit weights) flip; this test is about the template and EOS.
+    args = ("--model-dir", tmp_path / "m", "--chat", "--prompt", "What is the capital of France?", "--max-new", "40",
+            "--act", "f32")
     res = run_tool("ierun", "generate", *args, "--json")
     out = json.loads(res.stdout)
     assert out["stopped_at_eos"] and "Paris" in out["text"] and "<|im_end|>" not in out["text"]

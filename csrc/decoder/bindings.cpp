@@ -143,7 +143,9 @@ void ie_register_decoder(py::module_& m) {
            "written into `out` when given (that shape, C-contiguous).")
       .def("truncate", [](PyDecoder& s, int n) { s.dec->truncate(n); }, py::arg("n"),
            "Forget cached positions >= n.")
-      .def_property_readonly("n_past", [](const PyDecoder& s) { return s.dec->n_past(); });
+      .def_property_readonly("n_past", [](const PyDecoder& s) { return s.dec->n_past(); })
+      .def_property_readonly("rows8_bytes", [](const PyDecoder& s) { return s.dec->rows8_bytes(); },
+                             "Bytes of the row-interleaved copies decode steps read (0: none).");
   m.def("pin_threads", &ie::pin_threads, py::arg("threads"), py::arg("mode"),
         "Pin the OpenMP threads (compact|scatter|auto); returns each thread's CPU (-1: not pinned).");
   m.def(

@@ -16,6 +16,8 @@
 
 #if defined(__linux__)
 #include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 namespace ie {
@@ -32,6 +34,21 @@ void check_vec(const char* what, const std::vector<float>& v, size_t n, bool opt
   if (optional && v.empty()) return;
   if (v.size() != n)
     fail(std::string(what) + ": " + std::to_string(v.size()) + " elements, expected " + std::to_string(n));
+}
+
+// Hints the kernel that [p, p + n) will not be read soon: its whole pages
+// leave the resident set (file pages are re-read, anonymous ones swapped in,
+// if ever touched again). A hint only: failure changes nothing.
+void page_out(const uint8_t* p, size_t n) {
+#if defined(__linux__) && defined(MADV_PAGEOUT)
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_PAGEOUT);
+#else
+  (void)p;
+  (void)n;
+#endif
 }
 
 // HF's LlamaRMSNorm in float32: x * rsqrt(mean(x^2) + eps) * weight.
@@ -99,6 +116,20 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     check_vec((p + "k_proj.bias").c_str(), L.bk, kv_dim_, true);
     check_vec((p + "v_proj.bias").c_str(), L.bv, kv_dim_, true);
   }
+  // The int8 GEMVs read row-interleaved copies where their kernel exists;
+  // a tied head shares the embedding's copy.
+  // The stored bytes are then not read again: their pages, touched once by
+  // the packing, are handed back (MADV_PAGEOUT: dropped from this process's
+  // resident set, contents kept), so the copy does not double the RSS.
+  auto pack = [&](Matrix& m) {
+    if (!gemv_uses_rows8(m.spec, act_, isa_)) return;
+    m.rows8 = std::make_shared<const Rows8>(pack_rows8(m.spec, m.data, threads_));
+    rows8_bytes_ += m.rows8->bytes.size();
+    page_out(m.data, weight_nbytes(m.spec));
+  };
+  for (LayerWeights& L : w_.layers)
+    for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) pack(*m);
+  pack(w_.lm_head);
   const size_t cache = checked_mul(checked_mul(static_cast<size_t>(c.n_layers), static_cast<size_t>(c.max_ctx),
                                               "KV cache"), static_cast<size_t>(kv_dim_), "KV cache");
   k_cache_.assign(cache, 0.f);
@@ -129,7 +160,8 @@ void Decoder::mm(const Matrix& m, PreparedAct& prep, const float* x, int b, cons
   if (b > kMaxBatch)
     gemm(m.spec, m.data, x, b, bias, y, threads_, isa_, gemm_scratch_);
   else
-    gemv(m.spec, m.data, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, threads_, isa_, scratch_);
+    gemv(m.spec, m.data, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, threads_, isa_, scratch_,
+         m.rows8.get());
 }
 
 void Decoder::embed_row(int32_t token, float* out) const {
@@ -157,6 +189,9 @@ void Decoder::embed_row(int32_t token, float* out) const {
   }
 }
 
+// Cached positions from which a single token's attention runs on all threads.
+constexpr int kParallelAttnCtx = 32;
+
 void Decoder::attention(int layer, int b) {
   const int hd = cfg_.head_dim, nh = cfg_.n_heads, group = nh / cfg_.n_kv_heads;
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
@@ -165,7 +200,9 @@ void Decoder::attention(int layer, int b) {
   const AttnOps& ops = kAttnTable.ops(isa_);
   // Later rows see more of the cache (causal), so rows are handed out a
   // few at a time rather than in one static block per thread.
-#pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(threads_) if (b > 1)
+  // One token parallelises over heads once the cache is long enough to pay
+  // for waking the threads.
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(threads_) if (b > 1 || n_past_ >= kParallelAttnCtx)
   for (int j = 0; j < b; ++j) {
     for (int h = 0; h < nh; ++h) {
       float* sc = scores_.data() + static_cast<size_t>(omp_get_thread_num()) * cfg_.max_ctx;
@@ -201,9 +238,17 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
 #pragma omp parallel for num_threads(threads_) if (b > 1)
     for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]);
     prepare(xn_prep_, xn_.data(), b, H);
-    mm(L.q, xn_prep_, xn_.data(), b, L.bq.empty() ? nullptr : L.bq.data(), q_.data());
-    mm(L.k, xn_prep_, xn_.data(), b, L.bk.empty() ? nullptr : L.bk.data(), k_.data());
-    mm(L.v, xn_prep_, xn_.data(), b, L.bv.empty() ? nullptr : L.bv.data(), v_.data());
+    const float* bq = L.bq.empty() ? nullptr : L.bq.data();
+    const float* bk = L.bk.empty() ? nullptr : L.bk.data();
+    const float* bv = L.bv.empty() ? nullptr : L.bv.data();
+    const Rows8Job qkv[3] = {{L.q.rows8.get(), nullptr, bq, q_.data()},
+                             {L.k.rows8.get(), nullptr, bk, k_.data()},
+                             {L.v.rows8.get(), nullptr, bv, v_.data()}};
+    if (!(b <= kMaxBatch && qkv[0].w && qkv[1].w && qkv[2].w && gemv_rows8(qkv, 3, xn_prep_, threads_, isa_))) {
+      mm(L.q, xn_prep_, xn_.data(), b, bq, q_.data());
+      mm(L.k, xn_prep_, xn_.data(), b, bk, k_.data());
+      mm(L.v, xn_prep_, xn_.data(), b, bv, v_.data());
+    }
     float* kc = k_cache_.data() + static_cast<size_t>(l) * c.max_ctx * kv_dim_;
     float* vc = v_cache_.data() + static_cast<size_t>(l) * c.max_ctx * kv_dim_;
 #pragma omp parallel for num_threads(threads_) if (b > 1)
@@ -225,13 +270,16 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       rmsnorm(xj, L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
     }
     prepare(xn_prep_, xn_.data(), b, H);
-    mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
-    mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
+    const Rows8Job mlp = {L.gate.rows8.get(), L.up.rows8.get(), nullptr, gate_.data()};  // fused SwiGLU
+    if (!(b <= kMaxBatch && mlp.w && mlp.up && gemv_rows8(&mlp, 1, xn_prep_, threads_, isa_))) {
+      mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
+      mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
 #pragma omp parallel for num_threads(threads_) if (b > 1)
-    for (int j = 0; j < b; ++j) {
-      for (int i = j * I; i < (j + 1) * I; ++i) {
-        const float g = gate_[i];
-        gate_[i] = g / (1.f + std::exp(-g)) * up_[i];  // SiLU(gate) * up
+      for (int j = 0; j < b; ++j) {
+        for (int i = j * I; i < (j + 1) * I; ++i) {
+          const float g = gate_[i];
+          gate_[i] = g / (1.f + std::exp(-g)) * up_[i];  // SiLU(gate) * up
+        }
       }
     }
     prepare(gate_prep_, gate_.data(), b, I);

@@ -12,6 +12,7 @@
 // model.ie.bin alive for the decoder's lifetime.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,9 +41,12 @@ struct DecoderConfig {
 };
 
 // A matrix in its stored format; `data` points into the mapped file.
+// `rows8` is the decoder's own row-interleaved copy for decode steps
+// (gemv/rows8.h), packed at load where the act=int8 GEMV reads one.
 struct Matrix {
   WeightSpec spec;
   const uint8_t* data = nullptr;
+  std::shared_ptr<const Rows8> rows8;
 };
 
 struct LayerWeights {
@@ -74,6 +78,10 @@ class Decoder {
   // being asked for); one weight read serves the whole chunk.
   void forward(const int32_t* tokens, int n, float* logits, bool all_logits);
 
+  // Bytes of the rows8 copies packed at load (0 when decode steps read the
+  // mapped file: act=f32, or an ISA without the kernel).
+  size_t rows8_bytes() const { return rows8_bytes_; }
+
   // Drops cached positions >= n (prefix reuse between prompts).
   void truncate(int n);
   int n_past() const { return n_past_; }
@@ -95,6 +103,7 @@ class Decoder {
   Isa isa_;
   int n_past_ = 0;
   int q_dim_ = 0, kv_dim_ = 0;
+  size_t rows8_bytes_ = 0;
   std::vector<float> k_cache_, v_cache_;  // [layer][max_ctx][kv_dim]
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
   std::vector<float> rope_cs_;  // [chunk][cos(head_dim/2) | sin(head_dim/2)] of the chunk's positions

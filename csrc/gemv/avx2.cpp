@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "common/half.h"
@@ -45,10 +46,17 @@ void quantize_q8_avx2(const float* x, int64_t n, int8_t* q, float* d) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
     __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
+    __m256 amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
     for (int u = 0; u < 4; ++u) {
       v[u] = _mm256_loadu_ps(xb + 8 * u);
-      amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[u]), amax);  // a NaN first operand yields amax: skipped, as in scalar
+      amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[u]), amax);
+      const __m256 z = _mm256_mul_ps(v[u], _mm256_setzero_ps());  // NaN exactly where v is not finite
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(z, z, _CMP_UNORD_Q));
+    }
+    if (_mm256_movemask_ps(bad)) {  // as in scalar: NaN scale, zero codes
+      d[b] = std::numeric_limits<float>::quiet_NaN();
+      std::memset(q + b * 32, 0, 32);
+      continue;
     }
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -281,24 +289,6 @@ void prep_nib_q8(const float* x, int B, int64_t cols, uint8_t* arena) {
   }
 }
 
-struct Q8Nat {  // act=int8 for q8_0: natural element order, block-major
-  int8_t* q = nullptr;  // [nblk][B][32]
-  float* d = nullptr;   // [nblk][B]
-  int8_t* qt = nullptr; // temporary: one quantized row [cols]
-  float* dt = nullptr;  // temporary: its scales [nblk]
-};
-
-Q8Nat carve_q8_nat(uint8_t* base, int B, int64_t cols, size_t* used = nullptr) {
-  Carve c(base);
-  Q8Nat o;
-  o.q = c.take<int8_t>(static_cast<size_t>(B * cols));
-  o.d = c.take<float>(static_cast<size_t>(B * (cols / 32)));
-  o.qt = c.take<int8_t>(static_cast<size_t>(cols));
-  o.dt = c.take<float>(static_cast<size_t>(cols / 32));
-  if (used) *used = c.used();
-  return o;
-}
-
 void prep_q8_nat(const float* x, int B, int64_t cols, uint8_t* arena) {
   Q8Nat o = carve_q8_nat(arena, B, cols);
   const int64_t nblk = cols / 32;
@@ -307,6 +297,10 @@ void prep_q8_nat(const float* x, int B, int64_t cols, uint8_t* arena) {
     for (int64_t k = 0; k < nblk; ++k) {
       std::memcpy(o.q + (k * B + b) * 32, o.qt + k * 32, 32);
       o.d[k * B + b] = o.dt[k];
+      int32_t sum = 0;
+      for (int j = 0; j < 32; ++j) sum += o.qt[k * 32 + j];
+      o.s8[k * B + b] = 8 * sum;
+      o.ds[k * B + b] = o.dt[k] * static_cast<float>(sum);
     }
   }
 }
@@ -964,6 +958,6 @@ void gemv_avx2(const GemvArgs& a) {
 }  // namespace
 
 const GemvOps kGemvAvx2 = {prep_kind_avx2, prep_bytes_avx2, prepare_avx2, scratch_bytes_avx2, gemv_avx2,
-                           quantize_q8_avx2};
+                           quantize_q8_avx2, gemv_rows8_avx2};
 
 }  // namespace ie

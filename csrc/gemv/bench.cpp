@@ -99,7 +99,8 @@ void fill_random_weights(const WeightSpec& s, uint8_t* w, uint64_t seed) {
   fill_rows(s, weight_layout(s), w, 0, s.rows, seed);
 }
 
-GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_t min_bytes, int iters, Isa isa) {
+GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_t min_bytes, int iters, Isa isa,
+                     bool rows8) {
   if (threads < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(threads));
   if (iters < 1) throw std::invalid_argument("iters must be >= 1, got " + std::to_string(iters));
   if (batch < 1 || batch > kMaxBatch)
@@ -119,6 +120,18 @@ GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_
     thread_rows(s.rows, 4, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
     for (int i = 0; i < copies; ++i) fill_rows(s, l, bufs[i].data(), r0, r1, 1234 + i);
   }
+  std::vector<Rows8> packed(static_cast<size_t>(copies));
+  if (rows8) {
+    if (!gemv_uses_rows8(s, act, isa))
+      throw std::invalid_argument("the rows8 layout is read by act=int8 GEMVs of " +
+                                  wtype_names(true, true, "and") + " matrices on an ISA with its kernel");
+    // The copies replace the stored ones (packed by the threads that read them), so the
+    // stored bytes are not resident twice.
+    for (int i = 0; i < copies; ++i) {
+      packed[static_cast<size_t>(i)] = pack_rows8(s, bufs[static_cast<size_t>(i)].data(), threads);
+      bufs[static_cast<size_t>(i)] = AlignedArray<uint8_t>();
+    }
+  }
   std::vector<float> x(static_cast<size_t>(batch * s.cols)), y(static_cast<size_t>(batch * s.rows));
   uint64_t st = 42;
   for (float& v : x) v = 2.f * rand_unit(st) - 1.f;
@@ -127,14 +140,14 @@ GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_
   GemvScratch scratch;
   for (int i = 0; i < copies; ++i) {
     xa.set(x.data(), batch, s.cols);
-    gemv(s, bufs[i].data(), xa, nullptr, y.data(), act, threads, isa, scratch);
+    gemv(s, bufs[i].data(), xa, nullptr, y.data(), act, threads, isa, scratch, rows8 ? &packed[i] : nullptr);
   }
   std::vector<double> ms;
   for (int it = 0; it < iters; ++it) {
-    const uint8_t* w = bufs[(it + 1) % copies].data();  // warm-up ended on copy copies-1
+    const size_t c = static_cast<size_t>((it + 1) % copies);  // warm-up ended on copy copies-1
     const auto t0 = std::chrono::steady_clock::now();
     xa.set(x.data(), batch, s.cols);  // a new activation each call: its preparation is timed
-    gemv(s, w, xa, nullptr, y.data(), act, threads, isa, scratch);
+    gemv(s, bufs[c].data(), xa, nullptr, y.data(), act, threads, isa, scratch, rows8 ? &packed[c] : nullptr);
     const auto t1 = std::chrono::steady_clock::now();
     ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }

@@ -21,10 +21,11 @@ using FArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_t rows, int64_t cols, FArray x,
                            std::optional<FArray> bias, int64_t group_size, bool symmetric,
                            const std::string& scale_dtype, const std::string& act, int threads,
-                           const std::string& isa_name) {
+                           const std::string& isa_name, const std::string& layout) {
   const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
   const ie::Act a = ie::parse_act(act);
   const ie::Isa isa = ie::resolve_isa(isa_name);
+  const bool rows8 = ie::parse_layout(layout, s, a, isa);
   const py::buffer_info wb = ie::weight_buffer(w, s);
   const int64_t batch = ie::activation_batch(x, cols, ie::kMaxBatch);
   const float* bp = ie::bias_data(bias, rows);
@@ -35,7 +36,8 @@ py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_
   float* yp = y.mutable_data();
   {
     py::gil_scoped_release nogil;
-    ie::gemv(s, wp, xp, static_cast<int>(batch), bp, yp, a, threads, isa);
+    const ie::Rows8 packed = rows8 ? ie::pack_rows8(s, wp, threads) : ie::Rows8();
+    ie::gemv(s, wp, xp, static_cast<int>(batch), bp, yp, a, threads, isa, rows8 ? &packed : nullptr);
   }
   return y;
 }
@@ -73,16 +75,17 @@ py::tuple quantize_act_q8_py(FArray x, const std::string& isa_name) {
 
 py::dict bench_gemv_py(const std::string& dtype, int64_t rows, int64_t cols, int64_t group_size, bool symmetric,
                        const std::string& scale_dtype, const std::string& act, int threads, int batch,
-                       size_t min_bytes, int iters, const std::string& isa_name) {
+                       size_t min_bytes, int iters, const std::string& isa_name, const std::string& layout) {
   const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
   const ie::Act a = ie::parse_act(act);
   const ie::Isa isa = ie::resolve_isa(isa_name);
+  const bool rows8 = ie::parse_layout(layout, s, a, isa);
   if (a == ie::Act::Int8 && !ie::wtype_info(s.type).int8_act)
     throw std::invalid_argument("act='int8' applies to " + ie::wtype_names(false, true, "and") + " weights, not " + dtype);
   ie::GemvBench r;
   {
     py::gil_scoped_release nogil;
-    r = ie::bench_gemv(s, a, threads, batch, min_bytes, iters, isa);
+    r = ie::bench_gemv(s, a, threads, batch, min_bytes, iters, isa, rows8);
   }
   py::dict out;
   out["dtype"] = dtype;
@@ -92,6 +95,7 @@ py::dict bench_gemv_py(const std::string& dtype, int64_t rows, int64_t cols, int
   out["symmetric"] = s.symmetric;
   out["scale_dtype"] = s.scale_f32 ? "f32" : "f16";
   out["act"] = ie::act_name(a);
+  out["layout"] = layout;
   out["threads"] = threads;
   out["batch"] = batch;
   out["isa"] = ie::isa_name(ie::gemv_kernel_isa(isa));
@@ -114,8 +118,10 @@ void ie_register_gemv(py::module_& m) {
   m.def("gemv", &gemv_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("x"),
         py::arg("bias") = py::none(), py::arg("group_size") = 0, py::arg("symmetric") = true,
         py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "",
+        py::arg("layout") = "stored",
         "y = W x (+ bias) with W kept packed (w: 1-D uint8 buffer, not copied). x [cols] -> y [rows]; "
-        "x [b, cols] (b <= 8) -> y [b, rows]. act='int8' quantizes x per 32 to int8 first (faster).");
+        "x [b, cols] (b <= 8) -> y [b, rows]. act='int8' quantizes x per 32 to int8 first (faster). "
+        "layout='rows8' reads a row-interleaved copy (the decoder's int8 path; packed per call here).");
   m.def("dequantize", &dequantize_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
         py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16",
         "W as float32 [rows, cols], bit-exact with docs/formats/quant.md.");
@@ -124,5 +130,6 @@ void ie_register_gemv(py::module_& m) {
   m.def("bench_gemv", &bench_gemv_py, py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("group_size") = 0,
         py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1,
         py::arg("batch") = 1, py::arg("min_bytes") = size_t(256) << 20, py::arg("iters") = 20, py::arg("isa") = "",
+        py::arg("layout") = "stored",
         "Time GEMVs over enough random weight copies (> min_bytes) that each call streams from DRAM.");
 }

@@ -131,14 +131,44 @@ void quantize_act_q8(const float* x, int64_t n, int8_t* q, float* d, Isa isa) {
   kGemvTable.ops(isa).quantize_q8(x, n, q, d);
 }
 
+bool gemv_uses_rows8(const WeightSpec& s, Act act, Isa isa) {
+  return act == Act::Int8 && rows8_applies(s) && kGemvTable.ops(isa).gemv_rows8 != nullptr;
+}
+
+bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, int threads, Isa isa) {
+  const GemvOps& ops = kGemvTable.ops(isa);
+  if (!ops.gemv_rows8) return false;
+  if (n < 1 || n > kMaxRows8Jobs) fail("gemv_rows8: 1.." + std::to_string(kMaxRows8Jobs) + " jobs, got " + std::to_string(n));
+  if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
+  for (int i = 0; i < n; ++i) {
+    const Rows8Job& j = jobs[i];
+    if (!j.w || j.w->empty() || !j.y) fail("gemv_rows8: job " + std::to_string(i) + " has no matrix or output");
+    if (j.w->spec.cols != x.cols() || (j.up && (j.up->empty() || j.up->spec.cols != x.cols())))
+      fail("gemv_rows8: job " + std::to_string(i) + ": the activation has " + std::to_string(x.cols()) + " columns");
+    if (j.up && j.up->spec.rows != j.w->spec.rows) fail("gemv_rows8: gate and up differ in rows");
+  }
+  ops.gemv_rows8(jobs, n, prepared_form(x, static_cast<int>(Prep::Q8Blocks), kGemvTable.pick(isa)), x.batch(),
+                 threads);
+  return true;
+}
+
 void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bias, float* y, Act act, int threads,
-          Isa isa, GemvScratch& scratch) {
+          Isa isa, GemvScratch& scratch, const Rows8* rows8) {
   if (x.cols() != s.cols)
     fail("activation has " + std::to_string(x.cols()) + " columns, the matrix " + std::to_string(s.cols));
   if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
   if (act == Act::Int8 && !wtype_info(s.type).int8_act)
     fail(std::string("act='int8' applies to ") + wtype_names(false, true, "and") + " weights, not " + wtype_info(s.type).name);
   const GemvOps& ops = kGemvTable.ops(isa);
+  if (rows8 && act == Act::Int8) {
+    if (rows8->spec.type != s.type || rows8->spec.rows != s.rows || rows8->spec.cols != s.cols)
+      fail("gemv: the rows8 copy is of another matrix");
+    Rows8Job job;
+    job.w = rows8;
+    job.bias = bias;
+    job.y = y;
+    if (gemv_rows8(&job, 1, x, threads, isa)) return;
+  }
   GemvArgs a;
   a.spec = s;
   a.lay = weight_layout(s);
@@ -156,11 +186,21 @@ void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bi
 }
 
 void gemv(const WeightSpec& s, const uint8_t* w, const float* x, int batch, const float* bias, float* y, Act act,
-          int threads, Isa isa) {
+          int threads, Isa isa, const Rows8* rows8) {
   PreparedAct xa;
   xa.set(x, batch, s.cols);
   GemvScratch scratch;
-  gemv(s, w, xa, bias, y, act, threads, isa, scratch);
+  gemv(s, w, xa, bias, y, act, threads, isa, scratch, rows8);
+}
+
+bool parse_layout(const std::string& layout, const WeightSpec& s, Act act, Isa isa) {
+  if (layout == "stored") return false;
+  if (layout != "rows8") fail("layout must be 'stored' or 'rows8', got '" + layout + "'");
+  if (!gemv_uses_rows8(s, act, isa))
+    fail(std::string("layout 'rows8' is read by act='int8' GEMVs of ") + wtype_names(true, true, "and") +
+         " matrices on an ISA with its kernel (avx2), not " + wtype_info(s.type).name + " with act='" +
+         act_name(act) + "' on " + isa_name(kGemvTable.pick(isa)));
+  return true;
 }
 
 }  // namespace ie

@@ -15,6 +15,7 @@
 #include "common/aligned.h"
 #include "common/isa.h"
 #include "common/weight_types.h"
+#include "rows8.h"
 
 namespace ie {
 
@@ -62,11 +63,37 @@ struct GemvScratch {
 // y[b * rows + r] = sum_c W[r][c] * x[b * cols + c] (+ bias[r]).
 // `w` must hold weight_nbytes(s) bytes (any alignment). Throws
 // std::invalid_argument for act/dtype combinations that do not exist.
+// `rows8`, when given, is pack_rows8(s, w): act=int8 calls read it instead
+// of w where `isa` has a kernel for it (gemv_uses_rows8).
 void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bias, float* y, Act act, int threads,
-          Isa isa, GemvScratch& scratch);
+          Isa isa, GemvScratch& scratch, const Rows8* rows8 = nullptr);
+
+// Whether a rows8 copy of a matrix of type `s` would be read by gemv calls
+// with `act` on `isa` (what a decoder packs at load).
+bool gemv_uses_rows8(const WeightSpec& s, Act act, Isa isa);
+
+// One matrix of a gemv_rows8 call: y = W x (+ bias), or with `up` the fused
+// SwiGLU y = SiLU(W x) * (up x) (no bias), as a Llama MLP's gate and up.
+struct Rows8Job {
+  const Rows8* w = nullptr;
+  const Rows8* up = nullptr;
+  const float* bias = nullptr;
+  float* y = nullptr;
+};
+constexpr int kMaxRows8Jobs = 4;
+
+// The decoder's act=int8 products of up to kMaxRows8Jobs matrices reading
+// the same x [batch <= kMaxBatch, cols] (q/k/v; gate/up) in one parallel
+// region; y is [batch, rows] per job. Returns false, having done nothing,
+// where `isa` has no rows8 kernel: the caller then runs gemv() per matrix.
+bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, int threads, Isa isa);
 // The same for a one-off x (prepares it and allocates scratch for this call).
 void gemv(const WeightSpec& s, const uint8_t* w, const float* x, int batch, const float* bias, float* y, Act act,
-          int threads, Isa isa);
+          int threads, Isa isa, const Rows8* rows8 = nullptr);
+
+// "stored" (false) or "rows8" (true, where gemv_uses_rows8 holds); anything
+// else, or rows8 where it would not be read, is a one-line error.
+bool parse_layout(const std::string& layout, const WeightSpec& s, Act act, Isa isa);
 
 // out[r * cols + c] = W[r][c] exactly as docs/formats/quant.md defines it
 // (float32 arithmetic, no fused multiply-add).
@@ -95,7 +122,9 @@ struct GemvBench {
 // exceeds `min_bytes`, rotating through them so every call streams its
 // weights from DRAM. Weights are first-touched by the same thread layout.
 // Each call re-prepares x (a new activation, as in a decoder step).
+// rows8: time the decoder's layout (pack_rows8 copies; act=int8, an ISA with
+// the kernel), reporting the stored matrix's bytes.
 GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_t min_bytes, int iters,
-                     Isa isa);
+                     Isa isa, bool rows8 = false);
 
 }  // namespace ie

@@ -9,6 +9,7 @@
 
 #include "common/dispatch.h"
 #include "gemv.h"
+#include "rows8.h"
 
 namespace ie {
 
@@ -41,11 +42,16 @@ struct GemvOps {
   void (*gemv)(const GemvArgs& a);
   // The act=int8 activation quantizer; every variant's must agree bit for bit.
   void (*quantize_q8)(const float* x, int64_t n, int8_t* q, float* d);
+  // act=int8 over rows8 copies (rows8.h) of n matrices that read the same x
+  // [batch, cols], in one parallel region; `prep` is x's Prep::Q8Blocks form.
+  // Null where the ISA has no such kernel (the stored layout is used).
+  void (*gemv_rows8)(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, int threads);
 };
 
 extern const GemvOps kGemvScalar;
 #if IE_HAVE_X86
 extern const GemvOps kGemvAvx2;
+void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, int threads);
 #endif
 extern const IsaTable<GemvOps> kGemvTable;
 
@@ -82,6 +88,33 @@ class Carve {
   uint8_t* base_;
   size_t off_ = 0;
 };
+
+// act=int8 in natural element order, block-major (q8_0's form, and rows8's):
+// per 32-block and activation row, the codes, their scale d, and the code
+// sum as the zero-point term of symmetric 4-bit codes (8 * sum) and as the
+// min term of affine ones (d * sum).
+struct Q8Nat {
+  int8_t* q = nullptr;    // [nblk][B][32]
+  float* d = nullptr;     // [nblk][B]
+  int32_t* s8 = nullptr;  // [nblk][B]
+  float* ds = nullptr;    // [nblk][B]
+  int8_t* qt = nullptr;   // temporary: one quantized row [cols]
+  float* dt = nullptr;    // temporary: its scales [nblk]
+};
+
+inline Q8Nat carve_q8_nat(uint8_t* base, int B, int64_t cols, size_t* used = nullptr) {
+  Carve c(base);
+  Q8Nat o;
+  const size_t nb = static_cast<size_t>(B * (cols / 32));
+  o.q = c.take<int8_t>(static_cast<size_t>(B * cols));
+  o.d = c.take<float>(nb);
+  o.s8 = c.take<int32_t>(nb);
+  o.ds = c.take<float>(nb);
+  o.qt = c.take<int8_t>(static_cast<size_t>(cols));
+  o.dt = c.take<float>(static_cast<size_t>(cols / 32));
+  if (used) *used = c.used();
+  return o;
+}
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 
 #include "common/half.h"
@@ -23,11 +24,20 @@ void quantize_q8_scalar(const float* x, int64_t n, int8_t* q, float* d) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
     float amax = 0.f;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));  // NaN second: skipped
+    bool finite = true;
+    for (int j = 0; j < 32; ++j) {
+      amax = std::max(amax, std::fabs(xb[j]));
+      finite = finite && std::isfinite(xb[j]);
+    }
+    if (!finite) {  // NaN scale, zero codes: the non-finite value reaches every product, never laundered
+      d[b] = std::numeric_limits<float>::quiet_NaN();
+      std::fill(q + b * 32, q + b * 32 + 32, int8_t(0));
+      continue;
+    }
     const float db = amax / 127.f;
     const float id = db != 0.f ? 1.f / db : 0.f;
     d[b] = db;
-    for (int j = 0; j < 32; ++j) {
+    for (int j = 0; j < 32; ++j) {  // a subnormal d makes id inf: such v are not finite (AVX2's cvtt gives -128)
       const float v = xb[j] * id;
       q[b * 32 + j] = std::isfinite(v) ? static_cast<int8_t>(std::round(v)) : int8_t(-128);
     }
@@ -153,6 +163,6 @@ void gemv_scalar(const GemvArgs& a) {
 }  // namespace
 
 const GemvOps kGemvScalar = {prep_kind_scalar, prep_bytes_scalar, prepare_scalar, scratch_bytes_scalar, gemv_scalar,
-                             quantize_q8_scalar};
+                             quantize_q8_scalar, nullptr};
 
 }  // namespace ie
