@@ -198,19 +198,26 @@ def test_int4w_decoder_matches_float64_reference_over_dequantized_weights(q4_dir
 
 
 @pytest.mark.parametrize("isa", ["scalar", "avx2"])
-def test_int8_decode_steps_match_float64_reference(q4_dirs, isa):
+def test_int8_decode_steps_match_float64_reference(q4_dirs, tmp_path, isa):
     """One token at a time: on AVX2 the steps read the rows8 copies (q/k/v in
-    one call, gate/up fused with SwiGLU); the scalar ISA reads the mapped file."""
+    one call with Qwen2's biases, gate/up fused with SwiGLU); the scalar ISA
+    reads the mapped file."""
     if isa not in native.cpu_features()["isas"]:
         pytest.skip(f"no {isa} here")
     rng = np.random.default_rng(11)
     ids = [int(i) for i in rng.integers(0, 320, 12)]
-    for m in (q4_dirs["int4w"], GOLDEN_IEBIN / "tiny-llama-mixedq"):
+    qwen = tmp_path / "qwen2-int4w"
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-qwen2", "-o", tmp_path / "m.json").returncode == 0
+    assert run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", GOLDEN_HF / "tiny-qwen2", "--out-dir", qwen,
+                    "--q4-map", tmp_path / "m.json").returncode == 0
+    # int8 activations' own error against the float64 reference (both ISAs alike): tiny-qwen2
+    # measures 0.032, the Llamas under 0.03
+    for m, tol in ((q4_dirs["int4w"], 3e-2), (GOLDEN_IEBIN / "tiny-llama-mixedq", 3e-2), (qwen, 5e-2)):
         model, w = load_weights(m)
         d = Decoder(m, threads=2, act="int8", isa=isa)
         assert (d.rows8_bytes > 0) == (isa == "avx2")
         got = np.stack([d.prefill(ids[:1])] + [d.step(t) for t in ids[1:-1]])
-        assert _rel(got, forward(model, w, ids[:-1])) <= 3e-2
+        assert _rel(got, forward(model, w, ids[:-1])) <= tol, m
 
 
 def test_act_auto_is_int8_for_4bit_layers_only(q4_dirs):
