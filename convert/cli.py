@@ -35,6 +35,7 @@ from .gguf_to_iebin import build_config as build_gguf_config
 from .gguf_to_iebin import convert_gguf
 from .gguf_to_iebin import tensor_shapes as gguf_tensor_shapes
 from .iebin_legacy import is_schema2, upgrade_legacy
+from .imatrix_cli import imatrix_cmd
 
 QUANTIZED = weight_types.names(quantized=True)
 
@@ -410,9 +411,10 @@ def keep_backup(path: Path, data: bytes) -> Path:
                   "move some away (or pass --no-backup)")
 
 
-# dedup-plan, dedup-extract, dedup-link (convert/dedup_cli.py) and block-sparse
-# (convert/bsr_cli.py; validate and inspect hand .bsr files to it).
-for _c in (*DEDUP_COMMANDS, block_sparse_cmd):
+# dedup-plan, dedup-extract, dedup-link (convert/dedup_cli.py), block-sparse
+# (convert/bsr_cli.py; validate and inspect hand .bsr files to it) and imatrix
+# (convert/imatrix_cli.py).
+for _c in (*DEDUP_COMMANDS, block_sparse_cmd, imatrix_cmd):
     cli.add_command(_c)
 
 

@@ -18,6 +18,8 @@ validator and the C++ loader must accept and refuse the same inputs.
               same verdict, same code and field
   weightspec  differential: the Python registry's quant parser vs the native
               WeightSpec on the same (dtype, shape, quant) description
+  imatrix     a mutated importance matrix: the strict reader, and what it
+              accepted written back and read again
 
     python fuzz/fuzz_python.py --seconds 60 [--target iebin ...]
 """
@@ -125,6 +127,23 @@ def t_gguf(data: bytes) -> None:
     _expected(convert_gguf, d / "m.gguf", d / "out")
 
 
+def t_imatrix(data: bytes) -> None:
+    """A mutated importance matrix: the strict reader, then what it accepted written back and
+    read again (to_bytes must take every file read accepts)."""
+    from iekit.formats import imatrix
+
+    p = _fresh_dir("imatrix") / "im.npz"
+    p.write_bytes(data)
+    im = _expected(imatrix.read, p)
+    if im is None:
+        return
+    again = _fresh_dir("imatrix2") / "im.npz"
+    again.write_bytes(imatrix.to_bytes(im))
+    back = imatrix.read(again)
+    if set(back.entries) != set(im.entries) or back.meta != {**im.meta}:
+        raise AssertionError("imatrix: write(read(x)) reads back differently")
+
+
 def _native_bsr_verdict(path: Path) -> tuple:
     from iekit.runtime.native import _native
 
@@ -178,7 +197,7 @@ def t_weightspec(data: bytes) -> None:
 
 
 TARGETS = {"iebin": t_iebin, "manifest": t_manifest, "dedup": t_dedup, "safetensors": t_safetensors, "bsr": t_bsr,
-           "weightspec": t_weightspec, "gguf": t_gguf}
+           "weightspec": t_weightspec, "gguf": t_gguf, "imatrix": t_imatrix}
 
 
 def seeds(target: str) -> list[bytes]:
@@ -195,6 +214,8 @@ def seeds(target: str) -> list[bytes]:
         return [p.read_bytes() for p in sorted((GOLDEN / "bsr").glob("*.bsr"))]
     if target == "gguf":
         return [(GOLDEN / "gguf" / "tiny-llama.mixed.gguf").read_bytes()]
+    if target == "imatrix":
+        return [(GOLDEN / "imatrix" / "example.npz").read_bytes()]
     meta = json.loads((GOLDEN / "iebin" / "tiny-llama-mixedq" / "model.ie.json").read_text())
     return [json.dumps({k: t.get(k) for k in ("dtype", "shape", "quant")}).encode() for t in meta["tensors"]]
 

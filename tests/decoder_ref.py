@@ -31,9 +31,12 @@ def load_weights(model_dir) -> tuple[dict, dict[str, np.ndarray]]:
     return m.meta["model"], out
 
 
-def forward(model: dict, w: dict[str, np.ndarray], ids: list[int], window: int = 0) -> np.ndarray:
+def forward(model: dict, w: dict[str, np.ndarray], ids: list[int], window: int = 0,
+            inputs: dict[str, np.ndarray] | None = None) -> np.ndarray:
     """Logits [len(ids), vocab] in float64; ``window`` > 0: query q sees keys
-    q - window < k <= q (Mistral's sliding window)."""
+    q - window < k <= q (Mistral's sliding window). ``inputs``, when given,
+    receives per matrix name the sum over positions of x² of its input, per
+    column (an importance matrix's statistic; the head's under its name)."""
     H, nh = model["hidden_size"], model["num_attention_heads"]
     nkv = model["num_key_value_heads"] or nh
     hd = model["head_dim"] or H // nh
@@ -52,6 +55,8 @@ def forward(model: dict, w: dict[str, np.ndarray], ids: list[int], window: int =
         return x * cos[:, None] + rot * sin[:, None]
 
     def lin(name, x):
+        if inputs is not None:
+            inputs[name + ".weight"] = (x * x).sum(0)
         y = x @ w[name + ".weight"].T
         return y + w[name + ".bias"] if name + ".bias" in w else y
 
@@ -73,8 +78,11 @@ def forward(model: dict, w: dict[str, np.ndarray], ids: list[int], window: int =
         h = norm(x, w[p + "post_attention_layernorm.weight"])
         g = lin(p + "mlp.gate_proj", h)
         x = x + lin(p + "mlp.down_proj", g / (1 + np.exp(-g)) * lin(p + "mlp.up_proj", h))
-    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
-    return norm(x, w["model.norm.weight"]) @ head.T
+    head = "lm_head.weight" if "lm_head.weight" in w else "model.embed_tokens.weight"
+    h = norm(x, w["model.norm.weight"])
+    if inputs is not None:
+        inputs[head] = (h * h).sum(0)
+    return h @ w[head].T
 
 
 def kl_top1(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:

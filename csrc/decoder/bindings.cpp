@@ -144,6 +144,18 @@ void ie_register_decoder(py::module_& m) {
       .def("truncate", [](PyDecoder& s, int n) { s.dec->truncate(n); }, py::arg("n"),
            "Forget cached positions >= n.")
       .def_property_readonly("n_past", [](const PyDecoder& s) { return s.dec->n_past(); })
+      .def("collect_stats", [](PyDecoder& s, bool on) { s.dec->collect_stats(on); }, py::arg("on"),
+           "Start (clearing them) or stop the per-column sums of x^2 of every matrix input.")
+      .def("stats", [](const PyDecoder& s) {
+             py::list out;
+             for (const std::vector<double>& v : s.dec->stats()) {
+               py::array_t<double> a(static_cast<py::ssize_t>(v.size()));
+               std::copy(v.begin(), v.end(), a.mutable_data());
+               out.append(a);
+             }
+             return py::make_tuple(out, s.dec->stats_tokens());
+           },
+           "([4 per layer: attn norm out, attention out, mlp norm out, SwiGLU out; then final norm out], tokens).")
       .def_property_readonly("rows8_bytes", [](const PyDecoder& s) { return s.dec->rows8_bytes(); },
                              "Bytes of the row-interleaved copies decode steps read (0: none).");
   m.def("pin_threads", &ie::pin_threads, py::arg("threads"), py::arg("mode"),

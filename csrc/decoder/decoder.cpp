@@ -147,6 +147,26 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   rope_cs_.resize(B * c.head_dim);
 }
 
+void Decoder::collect_stats(bool on) {
+  stats_on_ = on;
+  stats_tokens_ = 0;
+  stats_.clear();
+  if (!on) return;
+  const DecoderConfig& c = cfg_;
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int n : {c.hidden, q_dim_, c.hidden, c.inter}) stats_.emplace_back(static_cast<size_t>(n), 0.0);
+  stats_.emplace_back(static_cast<size_t>(c.hidden), 0.0);
+}
+
+void Decoder::add_stats(int slot, const float* x, int b, int n) {
+  double* s = stats_[static_cast<size_t>(slot)].data();
+  for (int j = 0; j < b; ++j)
+    for (int i = 0; i < n; ++i) {
+      const double v = x[static_cast<size_t>(j) * n + i];
+      s[i] += v * v;
+    }
+}
+
 void Decoder::truncate(int n) {
   if (n < 0 || n > n_past_) fail("truncate: " + std::to_string(n) + " is outside 0.." + std::to_string(n_past_));
   n_past_ = n;
@@ -237,6 +257,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     const LayerWeights& L = w_.layers[l];
 #pragma omp parallel for num_threads(threads_) if (b > 1)
     for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]);
+    if (stats_on_) add_stats(4 * l, xn_.data(), b, H);
     prepare(xn_prep_, xn_.data(), b, H);
     const float* bq = L.bq.empty() ? nullptr : L.bq.data();
     const float* bk = L.bk.empty() ? nullptr : L.bk.data();
@@ -261,6 +282,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       std::copy_n(&v_[j * kv_dim_], kv_dim_, vc + static_cast<size_t>(pos) * kv_dim_);
     }
     attention(l, b);
+    if (stats_on_) add_stats(4 * l + 1, att_.data(), b, q_dim_);
     prepare(att_prep_, att_.data(), b, q_dim_);
     mm(L.o, att_prep_, att_.data(), b, nullptr, xn_.data());
 #pragma omp parallel for num_threads(threads_) if (b > 1)
@@ -269,6 +291,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       for (int i = 0; i < H; ++i) xj[i] += xn_[j * H + i];
       rmsnorm(xj, L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
     }
+    if (stats_on_) add_stats(4 * l + 2, xn_.data(), b, H);
     prepare(xn_prep_, xn_.data(), b, H);
     const Rows8Job mlp = {L.gate.rows8.get(), L.up.rows8.get(), nullptr, gate_.data()};  // fused SwiGLU
     if (!(b <= kMaxBatch && mlp.w && mlp.up && gemv_rows8(&mlp, 1, xn_prep_, threads_, isa_))) {
@@ -282,12 +305,18 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
         }
       }
     }
+    if (stats_on_) add_stats(4 * l + 3, gate_.data(), b, I);
     prepare(gate_prep_, gate_.data(), b, I);
     mm(L.down, gate_prep_, gate_.data(), b, nullptr, att_.data());
 #pragma omp parallel for num_threads(threads_) if (b > 1)
     for (int i = 0; i < b * H; ++i) x_[i] += att_[i];
   }
   n_past_ += b;
+  if (stats_on_) {
+    for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]);
+    add_stats(4 * c.n_layers, xn_.data(), b, H);
+    stats_tokens_ += b;
+  }
   if (all_logits) {
 #pragma omp parallel for num_threads(threads_) if (b > 1)
     for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]);

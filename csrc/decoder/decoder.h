@@ -78,6 +78,16 @@ class Decoder {
   // being asked for); one weight read serves the whole chunk.
   void forward(const int32_t* tokens, int n, float* logits, bool all_logits);
 
+  // Activation statistics for an importance matrix (llama-imatrix's): while
+  // on, every token run adds x^2 of each matrix input, per column, in
+  // float64. Turning it on clears them. Inputs per layer l, at 4 l + k:
+  // k = 0 the attention norm's output (q/k/v), 1 the attention output (o),
+  // 2 the MLP norm's output (gate/up), 3 SiLU(gate) * up (down); at
+  // 4 n_layers the final norm's output (the head).
+  void collect_stats(bool on);
+  const std::vector<std::vector<double>>& stats() const { return stats_; }
+  int64_t stats_tokens() const { return stats_tokens_; }
+
   // Bytes of the rows8 copies packed at load (0 when decode steps read the
   // mapped file: act=f32, or an ISA without the kernel).
   size_t rows8_bytes() const { return rows8_bytes_; }
@@ -104,6 +114,10 @@ class Decoder {
   int n_past_ = 0;
   int q_dim_ = 0, kv_dim_ = 0;
   size_t rows8_bytes_ = 0;
+  bool stats_on_ = false;
+  std::vector<std::vector<double>> stats_;
+  int64_t stats_tokens_ = 0;
+  void add_stats(int slot, const float* x, int b, int n);
   std::vector<float> k_cache_, v_cache_;  // [layer][max_ctx][kv_dim]
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
   std::vector<float> rope_cs_;  // [chunk][cos(head_dim/2) | sin(head_dim/2)] of the chunk's positions

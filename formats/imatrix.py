@@ -1,0 +1,181 @@
+"""Importance matrices (docs/formats/imatrix.md): per input column of every
+matrix, the mean of x² over calibration text, as llama-imatrix collects it.
+
+The file is an uncompressed zip (numpy's ``.npz``, so ``np.load`` reads it):
+one ``NAME.npy`` member per matrix, float32 [cols], and ``__meta__.json``.
+``write`` makes it byte for byte reproducible (members sorted, fixed
+timestamps, .npy format 1.0); ``read`` is strict: it reads only regular
+files, only stored (never deflated) members of bounded size, and refuses any
+member, dtype, shape or value the spec does not allow, with one line naming
+the file and the member. ``check_against`` holds an imatrix to a model's
+matrices (names and column counts).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .atomic import write_file_atomic
+from .errors import FormatError
+from .fileio import read_small
+from .jsonio import dumps_canonical
+
+FORMAT = "iekit-imatrix"
+VERSION = 1
+META = "__meta__.json"
+MAX_FILE = 1 << 30        # bytes of a whole imatrix file
+MAX_COLS = 1 << 24        # columns of one matrix
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+# What zipfile raises on a broken archive (truncated members end in EOFError, an
+# encrypted or unknown-method member in RuntimeError / NotImplementedError).
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, RuntimeError,
+               NotImplementedError)
+# What numpy's .npy header parser raises on a malformed header (it literal_evals a dict).
+_NPY_ERRORS = (ValueError, SyntaxError, TypeError, RecursionError, MemoryError)
+_META_KEYS = {"format": str, "version": int, "tokens": int, "chunks": int, "ctx": int, "source": dict}
+
+
+class Imatrix:
+    """``entries``: matrix name -> float32 [cols], the mean of x² per input column;
+    ``meta``: format, version, tokens, chunks, ctx and the source (model, text)."""
+
+    def __init__(self, entries: Mapping[str, np.ndarray], meta: Mapping[str, Any]):
+        self.entries = dict(entries)
+        self.meta = dict(meta)
+
+    @property
+    def tokens(self) -> int:
+        return int(self.meta["tokens"])
+
+
+def to_bytes(im: Imatrix) -> bytes:
+    """The file's bytes: the same Imatrix always gives the same bytes."""
+    check_values(im.entries, "imatrix")
+    meta = {**im.meta, "format": FORMAT, "version": VERSION}
+    check_meta(meta, "imatrix")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        for name in sorted(im.entries):
+            a = io.BytesIO()
+            np.lib.format.write_array(a, np.ascontiguousarray(im.entries[name], "<f4"), version=(1, 0),
+                                      allow_pickle=False)
+            z.writestr(zipfile.ZipInfo(name + ".npy", _EPOCH), a.getvalue())
+        z.writestr(zipfile.ZipInfo(META, _EPOCH), dumps_canonical(meta))
+    return buf.getvalue()
+
+
+def write(path: Path, im: Imatrix, *, overwrite: bool = False) -> None:
+    """Staged, fsynced and renamed into place; an existing file only with ``overwrite``."""
+    try:
+        write_file_atomic(Path(path), to_bytes(im), replace=overwrite)
+    except FileExistsError:
+        raise FormatError(path, "file", "exists (pass --overwrite to replace it)") from None
+
+
+def check_values(entries: Mapping[str, np.ndarray], where: str | Path) -> None:
+    if not entries:
+        raise FormatError(where, "members", "no matrices")
+    for name, a in entries.items():
+        if not isinstance(name, str) or not name or name.startswith("/") or name + ".npy" == META:
+            raise FormatError(where, repr(name), "not a matrix name")
+        if a.ndim != 1 or not 1 <= a.shape[0] <= MAX_COLS:
+            raise FormatError(where, name, f"shape {list(a.shape)}, expected [cols] with 1..{MAX_COLS} columns")
+        bad = ~np.isfinite(a) | (a < 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise FormatError(where, name, f"column {i} is {float(a[i])!r}; importances are finite and >= 0")
+
+
+def check_meta(meta: Any, where: str | Path) -> None:
+    if not isinstance(meta, dict):
+        raise FormatError(where, META, "expected a JSON object")
+    for key, typ in _META_KEYS.items():
+        v = meta.get(key)
+        if not isinstance(v, typ) or isinstance(v, bool):
+            raise FormatError(where, f"{META}: {key}", f"expected {typ.__name__}, got {v!r}")
+    if meta["format"] != FORMAT or meta["version"] != VERSION:
+        raise FormatError(where, META, f"format {meta['format']!r} version {meta['version']}, "
+                                       f"this reader knows {FORMAT!r} version {VERSION}")
+    for key in ("tokens", "chunks", "ctx"):
+        if meta[key] < 1:
+            raise FormatError(where, f"{META}: {key}", f"{meta[key]} (must be >= 1)")
+
+
+def read(path: Path) -> Imatrix:
+    """The imatrix at ``path``, checked against every rule of the spec."""
+    path = Path(path)
+    raw = read_small(path, MAX_FILE)
+    try:
+        z = zipfile.ZipFile(io.BytesIO(raw))
+        infos = z.infolist()
+    except _ZIP_ERRORS as e:
+        raise FormatError(path, "file", f"not an imatrix file (a zip of .npy members): {e}") from None
+    entries: dict[str, np.ndarray] = {}
+    meta: Any = None
+    seen: set[str] = set()
+    for info in infos:
+        name = info.filename
+        if name in seen:
+            raise FormatError(path, name, "member appears twice")
+        seen.add(name)
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise FormatError(path, name, "compressed member; imatrix members are stored")
+        if info.file_size > MAX_FILE:
+            raise FormatError(path, name, f"{info.file_size} bytes")
+        try:
+            data = z.read(info)
+        except _ZIP_ERRORS as e:
+            raise FormatError(path, name, f"unreadable ({type(e).__name__}: {e})") from None
+        if name == META:
+            try:
+                meta = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+            except (UnicodeDecodeError, ValueError) as e:
+                raise FormatError(path, name, f"not JSON ({e})") from None
+            continue
+        if not name.endswith(".npy"):
+            raise FormatError(path, name, f"unexpected member (NAME.npy or {META})")
+        entries[name[:-4]] = _array(data, path, name)
+    if meta is None:
+        raise FormatError(path, META, "missing")
+    check_meta(meta, path)
+    check_values(entries, path)
+    return Imatrix(entries, meta)
+
+
+def _no_constant(s: str) -> Any:
+    raise ValueError(f"{s} is not JSON")
+
+
+def _array(data: bytes, path: Path, name: str) -> np.ndarray:
+    f = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(f)
+        if version != (1, 0):
+            raise ValueError(f".npy format {version}, expected 1.0")
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+    except _NPY_ERRORS as e:
+        raise FormatError(path, name, f"not a .npy array ({type(e).__name__}: {e})") from None
+    if dtype != np.dtype("<f4") or fortran or len(shape) != 1:
+        raise FormatError(path, name, f"{dtype.str} {list(shape)}, expected <f4 [cols]")
+    n = shape[0]
+    if not 1 <= n <= MAX_COLS or len(data) - f.tell() != 4 * n:
+        raise FormatError(path, name, f"{n} columns in {len(data) - f.tell()} data bytes")
+    return np.frombuffer(data, "<f4", count=n, offset=f.tell()).copy()
+
+
+def check_against(im: Imatrix, matrices: Mapping[str, int], where: str) -> None:
+    """``matrices``: name -> columns of the matrices a quantizer will weight. Every one must have
+    an entry of its column count (entries for other tensors are ignored)."""
+    for name, cols in matrices.items():
+        a = im.entries.get(name)
+        if a is None:
+            raise FormatError(where, name, "no entry (the imatrix was collected on another model?)")
+        if a.shape[0] != cols:
+            raise FormatError(where, name, f"{a.shape[0]} columns, the matrix has {cols}")
+

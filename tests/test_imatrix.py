@@ -1,0 +1,183 @@
+"""Importance matrices: what `ieconv imatrix` collects (against a float64
+numpy forward pass with the matrix inputs captured), the file format's
+round trip, and its strict reader on broken files."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+
+from conftest import GOLDEN, GOLDEN_IEBIN, assert_one_line_error, run_tool
+from decoder_ref import forward, load_weights
+from iekit.formats import imatrix
+from iekit.formats.errors import FormatError
+
+TEXT = GOLDEN / "text" / "eval-sample.txt"
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
+def test_collected_means_match_the_float64_reference(tmp_path, name):
+    ids = [int(i) for i in np.random.default_rng(4).integers(3, 300, 48)]
+    (tmp_path / "ids.txt").write_text(",".join(map(str, ids)))
+    out = tmp_path / "im.npz"
+    res = run_tool("ieconv", "imatrix", "--model-dir", GOLDEN_IEBIN / name, "--ids-file", tmp_path / "ids.txt",
+                   "-o", out, "--ctx", "16", "--threads", "2")
+    assert res.returncode == 0, res.stderr
+    im = imatrix.read(out)
+    assert im.tokens == 48 and im.meta["chunks"] == 3 and im.meta["ctx"] == 16
+    model, w = load_weights(GOLDEN_IEBIN / name)
+    ref: dict[str, np.ndarray] = {}
+    for c in range(3):  # each chunk a fresh sequence
+        inputs: dict[str, np.ndarray] = {}
+        forward(model, w, ids[16 * c:16 * (c + 1)], inputs=inputs)
+        for k, v in inputs.items():
+            ref[k] = ref.get(k, 0) + v
+    assert set(im.entries) == set(ref)
+    for k, v in ref.items():
+        np.testing.assert_allclose(im.entries[k], v / 48, rtol=2e-4, atol=1e-7, err_msg=k)
+
+
+def test_cli_text_overwrite_and_errors(tmp_path):
+    out = tmp_path / "im.npz"
+    args = ("--model-dir", GOLDEN_IEBIN / "tiny-llama", "-o", out, "--ctx", "64", "-q")
+    assert run_tool("ieconv", "imatrix", "--text-file", TEXT, *args, "--chunks", "2").returncode == 0
+    first = out.read_bytes()
+    assert_one_line_error(run_tool("ieconv", "imatrix", "--text-file", TEXT, *args), "exists", "--overwrite")
+    assert out.read_bytes() == first
+    assert run_tool("ieconv", "imatrix", "--text-file", TEXT, *args, "--chunks", "2", "--overwrite").returncode == 0
+    assert out.read_bytes() == first  # deterministic
+    (tmp_path / "empty.txt").write_text("  \n")
+    assert_one_line_error(run_tool("ieconv", "imatrix", "--text-file", tmp_path / "empty.txt", *args, "--overwrite"),
+                          "empty.txt", "no text")
+    (tmp_path / "short.txt").write_text("1,2,3")
+    assert_one_line_error(run_tool("ieconv", "imatrix", "--ids-file", tmp_path / "short.txt", *args, "--overwrite"),
+                          "fewer than one chunk")
+
+
+def _entries():
+    return {"a.weight": np.array([1.0, 0.5, 0.0], np.float32), "b.weight": np.arange(1, 65, dtype=np.float32)}
+
+
+META = {"tokens": 10, "chunks": 1, "ctx": 10, "source": {"model_dir": "m"}}
+
+
+def test_round_trip_is_byte_identical(tmp_path):
+    p = tmp_path / "im.npz"
+    imatrix.write(p, imatrix.Imatrix(_entries(), META))
+    im = imatrix.read(p)
+    assert {k: v.tolist() for k, v in im.entries.items()} == {k: v.tolist() for k, v in _entries().items()}
+    assert imatrix.to_bytes(im) == p.read_bytes()
+    with pytest.raises(FormatError, match="exists"):
+        imatrix.write(p, im)
+    imatrix.check_against(im, {"a.weight": 3}, "im")
+    with pytest.raises(FormatError, match="c.weight: no entry"):
+        imatrix.check_against(im, {"c.weight": 3}, "im")
+    with pytest.raises(FormatError, match="a.weight: 3 columns, the matrix has 4"):
+        imatrix.check_against(im, {"a.weight": 4}, "im")
+
+
+def _zip(members: dict[str, bytes], compress=zipfile.ZIP_STORED) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compress) as z:
+        for k, v in members.items():
+            z.writestr(k, v)
+    return buf.getvalue()
+
+
+def _npy(a: np.ndarray) -> bytes:
+    f = io.BytesIO()
+    np.lib.format.write_array(f, a, version=(1, 0), allow_pickle=False)
+    return f.getvalue()
+
+
+GOOD_META = json.dumps({**META, "format": "iekit-imatrix", "version": 1}).encode()
+
+
+@pytest.mark.parametrize("members, needle", [
+    ({"a.weight.npy": _npy(np.array([np.nan], np.float32)), "__meta__.json": GOOD_META}, "column 0 is nan"),
+    ({"a.weight.npy": _npy(np.array([1, -1], np.float32)), "__meta__.json": GOOD_META}, "column 1 is -1.0"),
+    ({"a.weight.npy": _npy(np.array([1.0])), "__meta__.json": GOOD_META}, "<f8 [1], expected <f4 [cols]"),
+    ({"a.weight.npy": _npy(np.ones((2, 2), np.float32)), "__meta__.json": GOOD_META}, "expected <f4 [cols]"),
+    ({"a.weight.npy": _npy(np.ones(3, np.float32))[:-4], "__meta__.json": GOOD_META}, "3 columns in 8 data bytes"),
+    ({"a.weight.npy": b"not npy", "__meta__.json": GOOD_META}, "a.weight.npy"),
+    ({"a.weight.npy": _npy(np.ones(3, np.float32))}, "__meta__.json: missing"),
+    ({"a.weight.npy": _npy(np.ones(3, np.float32)), "__meta__.json": b"{"}, "not JSON"),
+    ({"a.weight.npy": _npy(np.ones(3, np.float32)), "__meta__.json": GOOD_META.replace(b'"tokens": 10', b'"tokens": "10"')},
+     "tokens: expected int"),
+    ({"a.weight.npy": _npy(np.ones(3, np.float32)), "__meta__.json": GOOD_META.replace(b'"tokens": 10', b'"tokens": true')},
+     "tokens: expected int"),
+    ({"a.weight.npy": _npy(np.ones(3, np.float32)), "__meta__.json": GOOD_META.replace(b'"tokens": 10', b'"tokens": 0')},
+     "tokens: 0 (must be >= 1)"),
+    ({"a.weight.npy": _npy(np.ones(3, np.float32)), "__meta__.json": GOOD_META.replace(b'"version": 1', b'"version": 2')},
+     "this reader knows"),
+    ({"a.weight.npy": _npy(np.ones(3, np.float32)), "notes.txt": b"", "__meta__.json": GOOD_META},
+     "notes.txt: unexpected member"),
+    ({"__meta__.json": GOOD_META}, "no matrices"),
+])
+def test_broken_files_are_one_clear_error(tmp_path, members, needle):
+    p = tmp_path / "im.npz"
+    p.write_bytes(_zip(members))
+    with pytest.raises(FormatError, match=None) as e:
+        imatrix.read(p)
+    assert needle in str(e.value) and str(p) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_not_a_zip_deflated_truncated_and_a_fifo(tmp_path):
+    p = tmp_path / "im.npz"
+    p.write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(FormatError, match="not an imatrix file"):
+        imatrix.read(p)
+    p.write_bytes(_zip({"a.weight.npy": _npy(np.ones(3, np.float32)), "__meta__.json": GOOD_META},
+                       zipfile.ZIP_DEFLATED))
+    with pytest.raises(FormatError, match="compressed member"):
+        imatrix.read(p)
+    good = imatrix.to_bytes(imatrix.Imatrix(_entries(), META))
+    p.write_bytes(good[: len(good) // 2])
+    with pytest.raises(FormatError):
+        imatrix.read(p)
+    fifo = tmp_path / "fifo.npz"
+    os.mkfifo(fifo)
+    with pytest.raises(FormatError, match="FIFO"):
+        imatrix.read(fifo)
+
+
+def test_golden_round_trip_and_meta_schema(tmp_path):
+    import jsonschema
+
+    golden = GOLDEN / "imatrix" / "example.npz"
+    im = imatrix.read(golden)
+    assert imatrix.to_bytes(im) == golden.read_bytes()
+    assert np.load(golden)["model.layers.0.mlp.down_proj.weight"].shape == (64,)  # numpy reads it as an .npz
+    schema = json.loads((GOLDEN.parent / "schemas" / "imatrix_meta.schema.json").read_text())
+    jsonschema.validate(im.meta, schema)
+    out = tmp_path / "im.npz"
+    assert run_tool("ieconv", "imatrix", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--text-file", TEXT, "-o", out,
+                    "--ctx", "64", "--chunks", "1", "-q").returncode == 0
+    jsonschema.validate(imatrix.read(out).meta, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**im.meta, "tokens": 0}, schema)
+
+
+def test_mutated_golden_files_are_refused_or_accepted_never_crash(tmp_path):
+    """A deterministic mini-fuzz (fuzz/fuzz_python.py's py_imatrix found a truncated member raising
+    EOFError from zipfile): byte flips, truncations and stretched sizes of the golden file."""
+    good = (GOLDEN / "imatrix" / "example.npz").read_bytes()
+    rng = np.random.default_rng(0)
+    p = tmp_path / "im.npz"
+    for i in range(1500):
+        b = bytearray(good)
+        if i % 3 == 0:
+            b = b[: int(rng.integers(0, len(b)))]
+        else:
+            for _ in range(int(rng.integers(1, 4))):
+                b[int(rng.integers(0, len(b)))] = int(rng.integers(0, 256))
+        p.write_bytes(bytes(b))
+        try:
+            imatrix.read(p)
+        except FormatError as e:
+            assert "\n" not in str(e) and str(p) in str(e)
