@@ -35,7 +35,7 @@ from .gguf_to_iebin import build_config as build_gguf_config
 from .gguf_to_iebin import convert_gguf
 from .gguf_to_iebin import tensor_shapes as gguf_tensor_shapes
 from .iebin_legacy import is_schema2, upgrade_legacy
-from .imatrix_cli import imatrix_cmd
+from .imatrix_cli import imatrix_cmd, inspect_imatrix, is_imatrix_path, validate_imatrix
 
 QUANTIZED = weight_types.names(quantized=True)
 
@@ -268,12 +268,15 @@ def tensor_shapes(src: hf_checkpoint.HFSource) -> dict[str, tuple[str, list[int]
 def validate(path: Path, deep: bool, allow_nonfinite: bool):
     """Check an artifact against every rule of its format.
 
-    PATH is an IEBIN model directory or its model.ie.json, or a .bsr file
-    (block-sparse matrix; its crc32 is always checked). Exit 0 and one OK
-    line, or one line naming the file and field at fault and exit 1.
+    PATH is an IEBIN model directory or its model.ie.json, a .bsr file
+    (block-sparse matrix; its crc32 is always checked), or an importance
+    matrix (.npz, `ieconv imatrix`). Exit 0 and one OK line, or one line
+    naming the file and field at fault and exit 1.
     """
     if is_bsr_path(path):
         return validate_bsr(path, allow_nonfinite)
+    if is_imatrix_path(path):
+        return validate_imatrix(path)
     m = iebin.load_model(path, deep=deep, allow_nonfinite=allow_nonfinite)
     total = sum(t["nbytes"] for t in m.tensors)
     checked = ""
@@ -292,10 +295,14 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
     """Show an artifact's contents: tensors, dtypes, shapes, bytes, totals.
 
     The artifact is validated first (without re-hashing; see `validate --deep`).
-    A .bsr file shows its block grid, density and bytes against dense f32.
+    A .bsr file shows its block grid, density and bytes against dense f32; an
+    importance matrix (.npz) its calibration and, per matrix, how much of the
+    importance its top 1% of columns hold.
     """
     if is_bsr_path(path):
         return inspect_bsr(path, as_json, allow_nonfinite)
+    if is_imatrix_path(path):
+        return inspect_imatrix(path, as_json)
     m = iebin.load_model(path)
     by_dtype: dict[str, list[int]] = {}
     for t in m.tensors:

@@ -1,4 +1,5 @@
-"""``ieconv imatrix``: an importance matrix from calibration text (formats/imatrix.py).
+"""``ieconv imatrix``: an importance matrix from calibration text (formats/imatrix.py),
+and what `ieconv validate` / `inspect` show of an imatrix file.
 
 The collection runs the model's own decoder (runtime/imatrix.py) in f32
 activations, chunk by chunk, with a progress bar; the file is checked and
@@ -8,13 +9,16 @@ written atomically, never over an existing one without --overwrite.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import click
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
 
+from iekit.cli.support import stdout_console
 from iekit.formats import imatrix
 from iekit.formats.atomic import check_new_file
 from iekit.runtime import evaluation
@@ -63,3 +67,44 @@ def imatrix_cmd(model_dir, text_file, ids_file, out_path, ctx, chunks, threads, 
     imatrix.write(out_path, im, overwrite=overwrite)
     if not quiet:
         err.print(f"imatrix: {len(im.entries)} matrices, {im.tokens} tokens in {len(parts)} chunks of {ctx} -> {out_path}")
+
+
+def is_imatrix_path(path: Path) -> bool:
+    """What `ieconv validate` and `inspect` hand to this module: a .npz file."""
+    return path.suffix == ".npz"
+
+
+def validate_imatrix(path: Path) -> None:
+    im = imatrix.read(path)
+    stdout_console().print(f"OK {path}: importance matrix v{im.meta['version']}, {len(im.entries)} matrices, "
+                           f"{im.tokens} tokens in {im.meta['chunks']} chunks", markup=False)
+
+
+def inspect_imatrix(path: Path, as_json: bool) -> None:
+    """Per matrix: columns, mean and max importance, and the share of the sum held by its top 1% of
+    columns (how concentrated the activations are: what an importance-weighted quantizer exploits)."""
+    im = imatrix.read(path)
+    rows = []
+    for name in sorted(im.entries):
+        a = im.entries[name].astype(np.float64)
+        k = max(1, a.size // 100)
+        top = np.sort(a)[-k:].sum() / a.sum() if a.sum() > 0 else 0.0
+        rows.append({"name": name, "cols": int(a.size), "mean": float(a.mean()), "max": float(a.max()),
+                     "top1pct_share": float(top)})
+    if as_json:
+        click.echo(json.dumps({"path": str(path), "meta": im.meta, "matrices": rows}, sort_keys=True))
+        return
+    con = stdout_console()
+    summary = Table(title=str(path), show_header=False)
+    for key in ("tokens", "chunks", "ctx"):
+        summary.add_row(key, str(im.meta[key]))
+    for key, v in sorted(im.meta["source"].items()):
+        summary.add_row(f"source {key}", str(v))
+    con.print(summary)
+    table = Table(title="matrices (importance = mean x² of the input column)")
+    for col, just in (("name", "left"), ("cols", "right"), ("mean", "right"), ("max", "right"),
+                      ("top 1% of columns hold", "right")):
+        table.add_column(col, justify=just)
+    for r in rows:
+        table.add_row(r["name"], str(r["cols"]), f"{r['mean']:.4g}", f"{r['max']:.4g}", f"{100 * r['top1pct_share']:.1f}%")
+    con.print(table)

@@ -181,3 +181,22 @@ def test_mutated_golden_files_are_refused_or_accepted_never_crash(tmp_path):
             imatrix.read(p)
         except FormatError as e:
             assert "\n" not in str(e) and str(p) in str(e)
+
+
+def test_validate_and_inspect_an_imatrix(tmp_path):
+    golden = GOLDEN / "imatrix" / "example.npz"
+    res = run_tool("ieconv", "validate", golden)
+    assert res.returncode == 0 and res.stdout.strip() == f"OK {golden}: importance matrix v1, 2 matrices, 512 tokens in 1 chunks"
+    res = run_tool("ieconv", "inspect", golden, "--json")
+    got = json.loads(res.stdout)
+    rows = {r["name"]: r for r in got["matrices"]}
+    down = rows["model.layers.0.mlp.down_proj.weight"]
+    a = np.linspace(0, 2, 64, dtype=np.float32).astype(np.float64)
+    assert down["cols"] == 64 and down["mean"] == pytest.approx(a.mean()) and down["max"] == pytest.approx(2.0)
+    assert down["top1pct_share"] == pytest.approx(2.0 / a.sum())  # 64 columns: the top one
+    assert got["meta"]["tokens"] == 512
+    assert "top 1% of columns hold" in run_tool("ieconv", "inspect", golden).stdout
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"garbage")
+    assert_one_line_error(run_tool("ieconv", "validate", bad), "bad.npz", "not an imatrix file")
+    assert_one_line_error(run_tool("ieconv", "inspect", bad), "bad.npz", "not an imatrix file")
