@@ -465,8 +465,16 @@ def test_sigint_at_any_moment_of_start_up_exits_130_quietly(tmp_path, delay):
     assert p.returncode in (130, 0), (p.returncode, err)
     assert "Traceback" not in err
     if p.returncode == 130:
-        assert [ln for ln in err.splitlines() if ln.strip()] == ["interrupted"]
+        lines = [ln for ln in err.splitlines() if ln.strip()]
         assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+        if lines[:1] != ["interrupted"]:
+            # The signal landed after the result line, while the finished command was
+            # unwinding (seen once on CI's loaded machine): the file is complete, and
+            # the interrupt is still reported.
+            assert lines == [lines[0], "interrupted"] and lines[0].startswith("OK "), lines
+            assert np.load(tmp_path / "l.npy").shape == (3, 320)
+        else:
+            assert lines == ["interrupted"]
 
 
 # ---------------------------------------------------------------- 11: what a new user met
