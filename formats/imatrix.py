@@ -82,7 +82,7 @@ def check_values(entries: Mapping[str, np.ndarray], where: str | Path) -> None:
     if not entries:
         raise FormatError(where, "members", "no matrices")
     for name, a in entries.items():
-        if not isinstance(name, str) or not name or name.startswith("/") or name + ".npy" == META:
+        if not isinstance(name, str) or not name or name.startswith("/"):
             raise FormatError(where, repr(name), "not a matrix name")
         if a.ndim != 1 or not 1 <= a.shape[0] <= MAX_COLS:
             raise FormatError(where, name, f"shape {list(a.shape)}, expected [cols] with 1..{MAX_COLS} columns")

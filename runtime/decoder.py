@@ -276,6 +276,7 @@ class Decoder:
         else:
             matrix("lm_head", "lm_head.weight", [s.vocab, s.hidden])
             head = entries["lm_head.weight"]
+        self.head_name: str = head["name"]  # the tensor the output head reads (a tied embedding included)
         vector("norm", "model.norm.weight", s.hidden)
         shapes = {"q": [q_dim, s.hidden], "k": [kv_dim, s.hidden], "v": [kv_dim, s.hidden], "o": [s.hidden, q_dim],
                   "gate": [s.inter, s.hidden], "up": [s.inter, s.hidden], "down": [s.hidden, s.inter]}

@@ -24,11 +24,6 @@ LAYER_INPUTS = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("
                 ("mlp.gate_proj", "mlp.up_proj"), ("mlp.down_proj",))
 
 
-def head_name(dec: Decoder) -> str:
-    names = {t["name"] for t in dec.model.tensors}
-    return "lm_head.weight" if "lm_head.weight" in names and not dec.spec.tied else "model.embed_tokens.weight"
-
-
 def collect(dec: Decoder, chunks: list[list[int]], source: dict,
             on_chunk: Callable[[int], None] | None = None) -> Imatrix:
     """Run every chunk as a fresh sequence and return the mean x² per input column."""
@@ -49,6 +44,6 @@ def collect(dec: Decoder, chunks: list[list[int]], source: dict,
             mean = (np.asarray(sums[4 * layer + k]) / tokens).astype(np.float32)
             for n in names:
                 entries[f"model.layers.{layer}.{n}.weight"] = mean
-    entries[head_name(dec)] = (np.asarray(sums[-1]) / tokens).astype(np.float32)
+    entries[dec.head_name] = (np.asarray(sums[-1]) / tokens).astype(np.float32)
     meta = {"tokens": int(tokens), "chunks": len(chunks), "ctx": max(len(c) for c in chunks), "source": source}
     return Imatrix(entries, meta)

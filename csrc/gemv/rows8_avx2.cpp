@@ -146,23 +146,30 @@ IE_INLINE void q8_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
   }
 }
 
+// fn(SB, AFFINE) as compile-time constants for a 4-bit copy's scale width and zero point.
+template <class Fn>
+IE_INLINE auto with_nib_params(const Rows8& p, Fn&& fn) {
+  using F = std::false_type;
+  using T = std::true_type;
+  using S2 = std::integral_constant<int, 2>;
+  using S4 = std::integral_constant<int, 4>;
+  if (p.scale_bytes == 4) return p.affine ? fn(S4{}, T{}) : fn(S4{}, F{});
+  return p.affine ? fn(S2{}, T{}) : fn(S2{}, F{});
+}
+
 // Rows of tile t for activation rows b0 .. b0+NB (of B).
 template <int NB>
 void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   for (auto& v : acc) v = _mm256_setzero_ps();
   const uint8_t* w = p.bytes.data() + t * p.tile_bytes;
   if (p.spec.type == WType::Q8_0) return q8_tile_n<NB>(p, w, x, B, b0, acc);
-  auto nib = [&](auto sb, auto aff) __attribute__((always_inline)) {
+  with_nib_params(p, [&](auto sb, auto aff) __attribute__((always_inline)) {
     constexpr int SB = decltype(sb)::value;
     constexpr bool AFF = decltype(aff)::value;
     if (p.bpg == 1) nib_tile_n<1, SB, AFF, NB>(p, w, x, B, b0, acc);
     else if (p.bpg == 2) nib_tile_n<2, SB, AFF, NB>(p, w, x, B, b0, acc);
     else nib_tile_n<0, SB, AFF, NB>(p, w, x, B, b0, acc);
-  };
-  using F = std::false_type;
-  using T = std::true_type;
-  if (p.scale_bytes == 4) return p.affine ? nib(std::integral_constant<int, 4>{}, T{}) : nib(std::integral_constant<int, 4>{}, F{});
-  return p.affine ? nib(std::integral_constant<int, 2>{}, T{}) : nib(std::integral_constant<int, 2>{}, F{});
+  });
 }
 
 // The eight rows' results of tile t for one token: 4-bit groups of several
@@ -172,17 +179,13 @@ void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256
 __m256 tile_dot(const Rows8& p, int64_t t, const Q8Nat& x) {
   const uint8_t* w = p.bytes.data() + t * p.tile_bytes;
   if (p.spec.type != WType::Q8_0 && p.bpg >= 2) {
-    auto nib = [&](auto sb, auto aff) __attribute__((always_inline)) {
+    return with_nib_params(p, [&](auto sb, auto aff) __attribute__((always_inline)) {
       constexpr int SB = decltype(sb)::value;
       constexpr bool AFF = decltype(aff)::value;
       if (p.bpg == 2) return nib_tile<2, SB, AFF>(p, w, x);
       if (p.bpg == 4) return nib_tile<4, SB, AFF>(p, w, x);
       return nib_tile<0, SB, AFF>(p, w, x);
-    };
-    using F = std::false_type;
-    using T = std::true_type;
-    if (p.scale_bytes == 4) return p.affine ? nib(std::integral_constant<int, 4>{}, T{}) : nib(std::integral_constant<int, 4>{}, F{});
-    return p.affine ? nib(std::integral_constant<int, 2>{}, T{}) : nib(std::integral_constant<int, 2>{}, F{});
+    });
   }
   __m256 acc[1];
   tile_dot_n<1>(p, t, x, 1, 0, acc);
@@ -214,15 +217,28 @@ void store_tile(__m256 acc, const float* bias, float* y, int64_t r0, int64_t n) 
   std::memcpy(y + r0, o8, static_cast<size_t>(n) * sizeof(float));
 }
 
-// Activation rows b0 .. b0+NB of tile t of one job (B > 1).
+// The NB <= 4 activation rows b0 .. b0+NB (of B) of one tile: a single
+// token's through tile_dot, the others through tile_dot_n.
+template <int NB>
+void tile_rows(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  if constexpr (NB == 1) {
+    if (B == 1) {
+      acc[0] = tile_dot(p, t, x);
+      return;
+    }
+  }
+  tile_dot_n<NB>(p, t, x, B, b0, acc);
+}
+
+// Activation rows b0 .. b0+NB of tile t of one job.
 template <int NB>
 void run_tile_n(const Rows8Job& j, int64_t t, const Q8Nat& x, int B, int b0) {
   const int64_t rows = j.w->spec.rows, n = rows - 8 * t < 8 ? rows - 8 * t : 8;
   __m256 acc[NB];
-  tile_dot_n<NB>(*j.w, t, x, B, b0, acc);
+  tile_rows<NB>(*j.w, t, x, B, b0, acc);
   if (j.up) {
     __m256 u[NB];
-    tile_dot_n<NB>(*j.up, t, x, B, b0, u);
+    tile_rows<NB>(*j.up, t, x, B, b0, u);
     for (int b = 0; b < NB; ++b) acc[b] = silu_mul(acc[b], u[b]);
   }
   for (int b = 0; b < NB; ++b) store_tile(acc[b], j.up ? nullptr : j.bias, j.y + (b0 + b) * rows, 8 * t, n);
@@ -230,14 +246,7 @@ void run_tile_n(const Rows8Job& j, int64_t t, const Q8Nat& x, int B, int b0) {
 
 // Tiles [t0, t1) of one job, for the B activation rows of x.
 void run_job(const Rows8Job& j, int64_t t0, int64_t t1, const Q8Nat& x, int B) {
-  const int64_t rows = j.w->spec.rows;
   for (int64_t t = t0; t < t1; ++t) {
-    if (B == 1) {
-      __m256 acc = tile_dot(*j.w, t, x);
-      if (j.up) acc = silu_mul(acc, tile_dot(*j.up, t, x));
-      store_tile(acc, j.up ? nullptr : j.bias, j.y, 8 * t, rows - 8 * t < 8 ? rows - 8 * t : 8);
-      continue;
-    }
     for (int b0 = 0; b0 < B; b0 += 4) {  // four rows at a time; the tile stays in L1 for the next four
       switch (B - b0 < 4 ? B - b0 : 4) {
         case 1: run_tile_n<1>(j, t, x, B, b0); break;
