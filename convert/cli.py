@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -21,7 +22,8 @@ from iekit.formats.errors import IEError
 from iekit.formats.fileio import read_small
 from iekit.formats.gguf_file import open_gguf
 from iekit.formats.jsonio import dumps_canonical, loads_strict
-from iekit.formats.q4_manifest import EMBED_NAMES, HEAD_NAMES, KEEP, bytes_per_token, default_manifest, load_manifest, plan
+from iekit.formats.q4_manifest import (EMBED_NAMES, HEAD_NAMES, KEEP, bytes_per_token, default_manifest, load_manifest,
+                                       manifest_from, plan)
 
 from iekit.formats.bsr import is_bsr_path
 
@@ -30,7 +32,7 @@ from .dedup_cli import COMMANDS as DEDUP_COMMANDS
 from .hf_hub import from_hub
 from .hf_to_iebin import CAST_TARGETS, ConvertResult
 from .hf_to_iebin import Progress as ConvertProgress
-from .hf_to_iebin import convert
+from .hf_to_iebin import convert, load_importance
 from .gguf_to_iebin import build_config as build_gguf_config
 from .gguf_to_iebin import convert_gguf
 from .gguf_to_iebin import tensor_shapes as gguf_tensor_shapes
@@ -68,12 +70,16 @@ def cli() -> None:
 @click.option("--q4-map", type=click.Path(path_type=Path, dir_okay=False),
               help=f"q4_manifest.json selecting tensors to quantize ({', '.join(QUANTIZED)}); see `ieconv q4-manifest`.")
 @click.option("--force", is_flag=True, help="With --q4-map: also quantize embeddings/norms the manifest selects.")
+@click.option("--imatrix", type=click.Path(path_type=Path, dir_okay=False),
+              help="Importance matrix (`ieconv imatrix`): every quantized matrix's scale/min search minimises its "
+                   "error weighted by it (default: the manifest's \"imatrix\"). q4_0/q4_1/q4_k without one stay "
+                   "byte-identical to llama.cpp.")
 @click.option("--overwrite", is_flag=True,
               help="Replace the artifact in --out-dir as a whole: its files are replaced, and files of a previous "
                    "artifact this one does not write (model.ie.*, config/tokenizer files, dedup links) are removed "
                    "and listed. Other files are never touched. Without it, any such file already there is an error.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, overwrite, quiet):
+def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, imatrix, overwrite, quiet):
     """Convert an HF safetensors checkpoint to IEBIN schema2.
 
     Reads model.safetensors or sharded model-XXXXX-of-YYYYY.safetensors with
@@ -88,17 +94,19 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, ov
         raise click.UsageError("give exactly one of --hf-dir or --repo-id")
     if revision and not repo_id:
         raise click.UsageError("--revision only applies to --repo-id")
-    if force and not q4_map:
-        raise click.UsageError("--force only applies with --q4-map")
+    if (force or imatrix) and not q4_map:
+        raise click.UsageError(f"{'--force' if force else '--imatrix'} only applies with --q4-map")
     manifest = load_manifest(q4_map) if q4_map else None
     src = hf_checkpoint.from_dir(hf_dir) if hf_dir is not None else from_hub(repo_id, revision)
     with convert_progress(quiet) as prog:
-        res = convert(src, out_dir, dtype=dtype, overwrite=overwrite, progress=prog, manifest=manifest, force=force)
+        res = convert(src, out_dir, dtype=dtype, overwrite=overwrite, progress=prog, manifest=manifest, force=force,
+                      imatrix=imatrix)
     report_conversion(res)
     mbps = res.bytes_in / 1e6 / res.seconds if res.seconds > 0 else float("inf")
     err.print(f"converted {res.tensors} tensors ({human_bytes(res.bytes_in)} in, {human_bytes(res.bytes_out)} "
               f"model.ie.bin{f', {res.cast_tensors} cast to {dtype}' if dtype else ''}"
-              f"{f', {res.quantized_tensors} quantized' if manifest else ''}) in {res.seconds:.2f} s "
+              f"{f', {res.quantized_tensors} quantized' if manifest else ''}"
+              f"{f' ({res.weighted_tensors} importance-weighted)' if res.weighted_tensors else ''}) in {res.seconds:.2f} s "
               f"({mbps:.0f} MB/s) -> {res.out_dir}", markup=False)
 
 
@@ -142,9 +150,13 @@ def report_conversion(res: ConvertResult) -> None:
               help="q4_manifest.json: the tensors it selects are quantized again, from their dequantized values "
                    "(see `ieconv q4-manifest --gguf`).")
 @click.option("--force", is_flag=True, help="With --q4-map: also quantize embeddings/norms the manifest selects.")
+@click.option("--imatrix", type=click.Path(path_type=Path, dir_okay=False),
+              help="Importance matrix (`ieconv imatrix`): every quantized matrix's scale/min search minimises its "
+                   "error weighted by it (default: the manifest's \"imatrix\"). q4_0/q4_1/q4_k without one stay "
+                   "byte-identical to llama.cpp.")
 @click.option("--overwrite", is_flag=True, help="Replace the artifact in --out-dir as a whole (as hf-to-iebin --overwrite).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, overwrite, quiet):
+def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imatrix, overwrite, quiet):
     """Import a llama.cpp GGUF model as IEBIN schema2, keeping its quantized blocks.
 
     \b
@@ -152,9 +164,9 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, over
       model.layers.N.self_attn.q_proj.weight) and llama.cpp's q/k row
       interleaving is undone: the artifact is what hf-to-iebin makes of
       the original checkpoint;
-    - Q4_0, Q4_1, Q8_0 blocks are copied byte for byte (their scales checked
-      finite); other quantized types (k-quants, ...) are dequantized with
-      gguf.quants to --dtype;
+    - Q4_0, Q4_1, Q8_0, Q4_K blocks are copied byte for byte (their scales
+      checked finite); other quantized types (Q6_K, Q5_x, i-quants, ...) are
+      dequantized with gguf.quants to --dtype;
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
       its vocabulary (byte-level BPE with the gpt-2, smollm, llama-bpe or
       qwen2 pre-tokenizer; SentencePiece BPE).
@@ -170,17 +182,18 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, over
     scaling, tokenizer kind or tensor type) is refused with one line and
     nothing is written. Streams and writes atomically, like hf-to-iebin.
     """
-    if force and not q4_map:
-        raise click.UsageError("--force only applies with --q4-map")
+    if (force or imatrix) and not q4_map:
+        raise click.UsageError(f"{'--force' if force else '--imatrix'} only applies with --q4-map")
     manifest = load_manifest(q4_map) if q4_map else None
     with convert_progress(quiet) as prog:
         res = convert_gguf(gguf_path, out_dir, dtype=dtype, overwrite=overwrite, progress=prog,
-                           dequantize_all=dequantize, manifest=manifest, force=force)
+                           dequantize_all=dequantize, manifest=manifest, force=force, imatrix=imatrix)
     report_conversion(res)
     mbps = res.bytes_in / 1e6 / res.seconds if res.seconds > 0 else float("inf")
     parts = [f"{res.kept_blocks} with their blocks kept"] if res.kept_blocks else []
     parts += [f"{res.cast_tensors} dequantized or cast to floats"] if res.cast_tensors else []
     parts += [f"{res.quantized_tensors} quantized per {q4_map}"] if manifest else []
+    parts += [f"{res.weighted_tensors} of them importance-weighted"] if res.weighted_tensors else []
     err.print(f"imported {res.tensors} tensors ({'; '.join(parts) or 'all kept as they are'}; "
               f"{human_bytes(res.bytes_out)} model.ie.bin) in {res.seconds:.2f} s ({mbps:.0f} MB/s) -> {res.out_dir}",
               markup=False)
@@ -202,15 +215,20 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, over
               help="The input embedding of an untied model (one row is read per token). A tied one follows "
                    "--head-scheme.")
 @click.option("--quantize-head", is_flag=True, help="Shorthand for --head-scheme SCHEME (the main scheme).")
+@click.option("--imatrix", type=click.Path(path_type=Path, dir_okay=False),
+              help="Record this importance matrix in the manifest (checked against the checkpoint now): "
+                   "hf-to-iebin / gguf-to-iebin then weight every quantized matrix's error by it.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, scale_dtype, head_scheme,
-                    embedding_scheme, quantize_head, overwrite):
+                    embedding_scheme, quantize_head, imatrix, overwrite):
     """Write the usual quantization policy for a checkpoint as q4_manifest.json.
 
     Attention and MLP projection matrices get --scheme (one rule per layer
     pattern); norms and biases are kept; the output head and the embedding
-    get --head-scheme and --embedding-scheme (exact entries). The bytes a
-    decode step reads under the policy are printed. Edit the result freely,
+    get --head-scheme and --embedding-scheme (exact entries). A matrix
+    --scheme cannot store gets a fallback (int4w whole-row groups; q4_k:
+    int4w with a scale and min per 64, its 4.5 bits per weight). The bytes
+    a decode step reads under the policy are printed. Edit the result freely,
     then: ieconv hf-to-iebin --hf-dir M --q4-map FILE ... (or gguf-to-iebin
     --gguf F --q4-map FILE ...).
     """
@@ -235,11 +253,16 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         head = embedding_scheme
     head = head or ("q8_0" if tied else KEEP)
     gs = group_size if group_size == "row" else int(group_size)
+    rel = None
+    if imatrix is not None:  # recorded relative to the manifest when it can be
+        rel = os.path.relpath(Path(imatrix).resolve(), Path(out_path).resolve().parent)
     manifest = default_manifest(tensors, scheme, gs, not affine, scale_dtype, head=head, embedding=embedding_scheme,
-                                tied=tied)
+                                tied=tied, imatrix=rel)
+    m = manifest_from(manifest, Path(out_path))
+    p = plan(m, tensors)
+    _found, iwarn = load_importance(m.imatrix, p.quantize, {n: s for n, (_d, s) in tensors.items()})
     write_file_atomic(out_path, dumps_canonical(manifest), replace=overwrite)
-    p = plan(load_manifest(out_path), tensors)
-    for w in p.warnings:
+    for w in p.warnings + iwarn:
         err.print(f"warning: {w}", markup=False)
     q = sum(1 for _ in p.quantize)
     out.print(f"OK {out_path}: {len(manifest['rules'])} rules, {len(manifest['tensors'])} per-tensor entries; "

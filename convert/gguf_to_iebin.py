@@ -9,9 +9,9 @@ the same order, with llama.cpp's q/k row interleaving for its RoPE undone
 
 Each tensor's bytes, by ggml type:
 
-- Q4_0, Q4_1, Q8_0 matrices: copied as they are (iekit's q4_0/q4_1/q8_0 are
-  ggml's layouts); only whole rows move when q/k are un-interleaved. Their
-  block scales are checked finite on the way through.
+- Q4_0, Q4_1, Q8_0, Q4_K matrices: copied as they are (iekit's
+  q4_0/q4_1/q8_0/q4_k are ggml's layouts); only whole rows move when q/k are
+  un-interleaved. Their block scales are checked finite on the way through.
 - F32, F16, BF16: kept, or cast to ``--dtype`` when given (like hf-to-iebin).
 - every other type gguf-py can dequantize (k-quants, i-quants, Q5_x, ...):
   dequantized with ``gguf.quants`` (the reference) to ``--dtype`` (f32 by
@@ -48,11 +48,11 @@ from iekit.formats.quant import SCHEMES, QuantParams
 
 from .gguf_tokenizer import tokenizer_config_json, tokenizer_json
 from .hf_config import model_summary
-from .hf_to_iebin import ConvertResult, Progress, check_dtype, check_out_dir, natural_key
+from .hf_to_iebin import ConvertResult, Progress, check_dtype, check_out_dir, load_importance, natural_key
 from .source_hashes import SourceHashes
 
 CHUNK_BYTES = 8 * 1024 * 1024  # source bytes per step
-COPIED = {"Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0"}  # ggml block types kept byte for byte
+COPIED = {"Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0", "Q4_K": "q4_k"}  # ggml block types kept byte for byte
 FLOATS = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
 
 
@@ -108,6 +108,7 @@ class _Tensor:
     order: np.ndarray | None  # source row of each output row (q/k), else None
     mode: str           # "copy" | "cast" | "dequant" | "quantize"
     params: QuantParams | None = None  # "quantize": the manifest's choice
+    importance: Any = None  # "quantize": its importance vector (--imatrix), or None
 
     @property
     def shape(self) -> list[int]:
@@ -256,12 +257,14 @@ def file_type_name(g: GGUFModel) -> str | None:
 
 def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dtype: str | None = None,
                  overwrite: bool = False, progress: Progress | None = None, dequantize_all: bool = False,
-                 manifest: Manifest | None = None, force: bool = False) -> ConvertResult:
+                 manifest: Manifest | None = None, force: bool = False,
+                 imatrix: str | os.PathLike | None = None) -> ConvertResult:
     """Import ``gguf_path`` into ``out_dir`` (see the module docstring).
     ``dequantize_all``: no block is kept, every tensor becomes a float
     (``dtype``, f32 by default): the float reference of a quantized file.
     ``manifest``: the tensors it selects are quantized again from their
-    dequantized values (q4_manifest.json, as hf-to-iebin --q4-map)."""
+    dequantized values (q4_manifest.json, as hf-to-iebin --q4-map), weighted
+    by ``imatrix`` (default: the manifest's) where it has an entry."""
     progress = progress or Progress()
     out_dir = Path(out_dir)
     check_dtype(dtype)
@@ -269,14 +272,22 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
     cfg = build_config(g)
     plans = _plan(g, cfg, dtype, dequantize_all)
     warnings: list[str] = []
+    importance: dict = {}
     if manifest is not None:
-        qplan = plan(manifest, tensor_shapes(g), force=force)
+        shapes = tensor_shapes(g)
+        qplan = plan(manifest, shapes, force=force)
         warnings = qplan.warnings
         for p in plans:
             sel = qplan.quantize.get(p.name)
             if sel is not None and not (p.mode == "copy" and p.dtype == sel.scheme):  # same blocks: kept as they are
                 p.params = sel
                 p.dtype, p.mode = sel.scheme, "quantize"
+        requant = {p.name: p.params for p in plans if p.mode == "quantize"}
+        importance, iwarn = load_importance(imatrix or manifest.imatrix, requant,
+                                            {n: shape for n, (_dt, shape) in shapes.items()})
+        warnings = warnings + iwarn
+        for p in plans:
+            p.importance = importance.get(p.name)
     aux_data = {"config.json": (json.dumps(cfg, indent=2) + "\n").encode(),
                 "tokenizer.json": tokenizer_json(g.fields, g.path)}
     if (tok_cfg := tokenizer_config_json(g.fields, g.path)) is not None:
@@ -306,7 +317,8 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
         raise
     return ConvertResult(out_dir, len(plans), bytes_in, meta["files"][0]["nbytes"], time.perf_counter() - t0,
                          sum(p.mode in ("cast", "dequant") for p in plans), sum(p.mode == "quantize" for p in plans),
-                         warnings, stale, kept_blocks=sum(p.mode == "copy" and p.dtype in SCHEMES for p in plans))
+                         warnings, stale, kept_blocks=sum(p.mode == "copy" and p.dtype in SCHEMES for p in plans),
+                         weighted_tensors=len(importance))
 
 
 def _row_blocks(g: GGUFModel, p: _Tensor, progress: Progress) -> Iterator[tuple[int, np.ndarray]]:
@@ -339,7 +351,8 @@ def _chunks(g: GGUFModel, p: _Tensor, progress: Progress) -> Iterator[bytes]:
     """The tensor's output bytes, streamed."""
     if p.mode == "quantize":
         rows = (_floats(g, p, r0, part) for r0, part in _row_blocks(g, p, progress))
-        yield from (piece.tobytes() for piece in SCHEMES[p.dtype].stream(rows, p.params, p.shape[0], p.name))
+        yield from (piece.tobytes() for piece in SCHEMES[p.dtype].stream(rows, p.params, p.shape[0], p.name,
+                                                                           p.importance))
         return
     scan = PayloadScan({"dtype": p.dtype, "shape": p.shape}, allow_nonfinite=True) if p.dtype in SCHEMES else None
     for r0, part in _row_blocks(g, p, progress):

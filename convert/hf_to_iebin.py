@@ -22,10 +22,11 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from iekit.formats import dedup as dedup_fmt
 from iekit.formats import iebin, weight_types
+from iekit.formats import imatrix as imatrix_fmt
 from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.casting import cast_bytes, decode_f32
 from iekit.formats.dtypes import DTYPES
@@ -66,6 +67,7 @@ class ConvertResult:
     warnings: list[str] | None = None
     removed: list[str] | None = None  # files of a previous artifact removed (--overwrite)
     kept_blocks: int = 0  # gguf-to-iebin: quantized tensors whose blocks were copied as they are
+    weighted_tensors: int = 0  # quantized with importance weights (--imatrix)
 
 
 @dataclass
@@ -106,11 +108,29 @@ def check_out_dir(out_dir: Path, overwrite: bool, writes: list[str], src_dir: Pa
     return [n for n in present if n not in writes]
 
 
+def load_importance(path: str | os.PathLike | None, quantize: dict[str, QuantParams],
+                    shapes: dict[str, list[int]]) -> tuple[dict[str, Any], list[str]]:
+    """The importance vector of every matrix to quantize that the imatrix at
+    ``path`` has an entry for, and a warning naming those it has none for
+    (quantized unweighted). Read and checked before anything is written."""
+    if path is None or not quantize:
+        return {}, []
+    im = imatrix_fmt.read(Path(path))
+    found, missing = imatrix_fmt.select_for(im, {n: shapes[n][1] for n in quantize}, os.fspath(path))
+    if not missing:
+        return found, []
+    shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+    return found, [f"{path}: no entry for {len(missing)} of the {len(quantize)} matrices to quantize ({shown}); "
+                   "they are quantized unweighted"]
+
+
 def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = None,
             overwrite: bool = False, progress: Progress | None = None,
-            manifest: Manifest | None = None, force: bool = False) -> ConvertResult:
+            manifest: Manifest | None = None, force: bool = False,
+            imatrix: str | os.PathLike | None = None) -> ConvertResult:
     """Convert ``src`` into ``out_dir``; ``dtype`` casts floating tensors,
-    ``manifest`` (q4_manifest.json) quantizes the tensors it selects."""
+    ``manifest`` (q4_manifest.json) quantizes the tensors it selects,
+    weighting each one's error by ``imatrix`` (default: the manifest's)."""
     progress = progress or Progress()
     out_dir = Path(out_dir)
     check_dtype(dtype)
@@ -125,6 +145,9 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
             tensors = collect_tensors(src, stack)
             qplan = plan(manifest, {n: (t.dtype.name, list(t.shape)) for n, (_sf, t) in tensors.items()},
                          force=force) if manifest else None
+            importance, iwarn = load_importance(imatrix or (manifest.imatrix if manifest else None),
+                                                qplan.quantize if qplan else {},
+                                                {n: list(t.shape) for n, (_sf, t) in tensors.items()})
             names = sorted(tensors, key=natural_key)
             bytes_in = sum(t.nbytes for _, t in tensors.values())
             # One bar for both: the shards are hashed beside the conversion (source_hashes.py).
@@ -139,7 +162,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     sf, t = tensors[name]
                     progress.describe(name)
                     if qplan and name in qplan.quantize:
-                        _add_quantized(writer, name, sf, t, qplan.quantize[name], progress)
+                        _add_quantized(writer, name, sf, t, qplan.quantize[name], progress, importance.get(name))
                         continue
                     target = dtype if dtype and t.dtype.is_float else t.dtype.name
                     if target != t.dtype.name:
@@ -158,11 +181,12 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
         raise
     bytes_out = meta["files"][0]["nbytes"]
     return ConvertResult(out_dir, len(names), bytes_in, bytes_out, time.perf_counter() - t0, n_cast,
-                         len(qplan.quantize) if qplan else 0, qplan.warnings if qplan else [], stale)
+                         len(qplan.quantize) if qplan else 0, (qplan.warnings if qplan else []) + iwarn, stale,
+                         weighted_tensors=len(importance))
 
 
 def _add_quantized(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t: SafetensorsTensor,
-                   params: QuantParams, progress: Progress) -> None:
+                   params: QuantParams, progress: Progress, importance: Any = None) -> None:
     """Quantize a float matrix a block of rows at a time (memory stays bounded)."""
     rows, cols = t.shape
     scheme = SCHEMES[params.scheme]
@@ -173,7 +197,7 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t:
             progress.advance(len(chunk))
             yield decode_f32(chunk, t.dtype.name).reshape(-1, cols)
 
-    pieces = (p.tobytes() for p in scheme.stream(row_chunks(), params, rows, name))
+    pieces = (p.tobytes() for p in scheme.stream(row_chunks(), params, rows, name, importance))
     writer.add_tensor(name, params.scheme, [rows, cols], pieces, scheme.nbytes(rows, cols, params),
                       extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)})
 

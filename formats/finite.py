@@ -6,7 +6,8 @@ a checksum computed over the bad bytes matches them. So ``ieconv validate
 docs/formats/quant.md):
 
 - quantized tensors: every stored scale and minimum (``int4w`` scales/mins
-  planes, the ``d``/``m`` of every ``q4_0``/``q4_1``/``q8_0`` block) must be
+  planes, the f16 fields of every block: ``d``, and ``m`` (``q4_1``) or
+  ``dmin`` (``q4_k``)) must be
   finite -- always, nothing the quantizer writes is ever otherwise;
 - float tensors (``f64 f32 f16 bf16``): every element must be finite unless
   the caller allows non-finite values (``--allow-nonfinite``, as for BSR).
@@ -26,7 +27,6 @@ import numpy as np
 
 from .dtypes import DTYPES
 from .quant import SCHEMES
-from .weight_types import BLOCK
 
 # element bytes -> (unsigned view, exponent mask, float view for messages)
 _F16 = ("<u2", 0x7C00, "<f2")
@@ -81,7 +81,8 @@ class PayloadScan:
                 self._check = self._int4w
             else:
                 self._unit = scheme.block_bytes
-                self._fields = [("d", 0)] + ([("m", 2)] if dtype == "q4_1" else [])
+                self._elems = scheme.block_elems
+                self._fields = scheme.F16_FIELDS
                 self._check = self._blocks
         elif dtype in _FLOAT_LAYOUT and not allow_nonfinite:
             self._layout = _FLOAT_LAYOUT[dtype]
@@ -146,8 +147,8 @@ class PayloadScan:
             return None
         i, name, col = first
         k = start // self._unit + i
-        r, b = divmod(k, self._cols // BLOCK)
-        return (f"block {k} (row {r}, columns {b * BLOCK}..{b * BLOCK + BLOCK - 1}): {name} is "
+        r, b = divmod(k, self._cols // self._elems)
+        return (f"block {k} (row {r}, columns {b * self._elems}..{b * self._elems + self._elems - 1}): {name} is "
                 f"{_value(col, i, _F16)}; non-finite block scales are invalid")
 
 

@@ -7,7 +7,7 @@ one ``NAME.npy`` member per matrix, float32 [cols], and ``__meta__.json``.
 timestamps, .npy format 1.0); ``read`` is strict: it reads only regular
 files, only stored (never deflated) members of bounded size, and refuses any
 member, dtype, shape or value the spec does not allow, with one line naming
-the file and the member. ``check_against`` holds an imatrix to a model's
+the file and the member. ``select_for`` holds an imatrix to a model's
 matrices (names and column counts).
 """
 
@@ -169,13 +169,23 @@ def _array(data: bytes, path: Path, name: str) -> np.ndarray:
     return np.frombuffer(data, "<f4", count=n, offset=f.tell()).copy()
 
 
-def check_against(im: Imatrix, matrices: Mapping[str, int], where: str) -> None:
-    """``matrices``: name -> columns of the matrices a quantizer will weight. Every one must have
-    an entry of its column count (entries for other tensors are ignored)."""
+def select_for(im: Imatrix, matrices: Mapping[str, int], where: str) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The entries for the matrices a quantizer will weight (``matrices``: name ->
+    columns), and the names it has no entry for (those are quantized unweighted:
+    llama-imatrix leaves out what it never sees, e.g. an untied input embedding).
+    A column count that differs, or no entry for any of them (an imatrix of
+    another model), is an error."""
+    found: dict[str, np.ndarray] = {}
+    missing: list[str] = []
     for name, cols in matrices.items():
         a = im.entries.get(name)
         if a is None:
-            raise FormatError(where, name, "no entry (the imatrix was collected on another model?)")
-        if a.shape[0] != cols:
+            missing.append(name)
+        elif a.shape[0] != cols:
             raise FormatError(where, name, f"{a.shape[0]} columns, the matrix has {cols}")
-
+        else:
+            found[name] = a
+    if matrices and not found:
+        raise FormatError(where, next(iter(matrices)), f"no entry for any of the {len(matrices)} matrices to "
+                          "quantize (the imatrix was collected on another model?)")
+    return found, missing

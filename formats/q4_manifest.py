@@ -40,6 +40,7 @@ class Manifest:
     rules: list[tuple[str, QuantParams | None]]
     tensors: dict[str, QuantParams | None]
     default: QuantParams | None
+    imatrix: Path | None = None  # "imatrix", resolved against the manifest's directory
 
     def resolve(self, name: str) -> tuple[QuantParams | None, str]:
         """The selection for ``name`` and where it came from."""
@@ -83,12 +84,17 @@ def _check_int4w_only_keys(obj: Any, path: Path) -> None:
 
 def load_manifest(path: str | os.PathLike) -> Manifest:
     path = Path(path)
-    obj = load_json(path)
+    return manifest_from(load_json(path), path)
+
+
+def manifest_from(obj: Any, path: Path) -> Manifest:
+    """A manifest object (as read from ``path``, or about to be written there), checked."""
     _check_int4w_only_keys(obj, path)
     schema_check(obj, SCHEMA_PATH, path)
     rules = [(r["match"], _selection(r)) for r in obj.get("rules", [])]
     tensors = {k: _selection(v) for k, v in obj.get("tensors", {}).items()}
-    return Manifest(os.fspath(path), rules, tensors, _selection(obj.get("default", {"scheme": KEEP})))
+    imatrix = path.parent / obj["imatrix"] if "imatrix" in obj else None
+    return Manifest(os.fspath(path), rules, tensors, _selection(obj.get("default", {"scheme": KEEP})), imatrix)
 
 
 @dataclass
@@ -144,20 +150,29 @@ HEAD_NAMES = ("lm_head.weight", "output.weight")
 EMBED_NAMES = ("model.embed_tokens.weight", "transformer.wte.weight", "embed_tokens.weight")
 
 
+# What a matrix gets when its rows are not whole q4_k super-blocks (SmolLM2's
+# 576 columns): int4w with a scale and a minimum per 64 elements has q4_k's
+# 4.5 bits per weight and its affine grid (llama.cpp falls back to q5_0).
+FALLBACK = {"q4_k": {"scheme": "int4w", "group_size": 64, "symmetric": False, "scale_dtype": "f16"}}
+
+
 def _fitting(scheme: str, sel: dict[str, Any], shape: list[int]) -> dict[str, Any] | None:
-    """``sel``, or int4w's whole-row variant, if the scheme can store ``shape``; else None."""
+    """``sel``, or int4w's whole-row variant, or the scheme's FALLBACK, if it can
+    store ``shape``; else None."""
     if SCHEMES[scheme].check(shape, _selection(sel)) is None:
         return sel
     if scheme == "int4w":
         row = {**sel, "group_size": "row"}
         if SCHEMES[scheme].check(shape, _selection(row)) is None:
             return row
+    if scheme in FALLBACK:
+        return _fitting(FALLBACK[scheme]["scheme"], FALLBACK[scheme], shape)
     return None
 
 
 def default_manifest(tensors: dict[str, tuple[str, list[int]]], scheme: str = "int4w", group_size: int | str = 64,
                      symmetric: bool = True, scale_dtype: str = "f16", *, head: str = KEEP, embedding: str = KEEP,
-                     tied: bool = False) -> dict[str, Any]:
+                     tied: bool = False, imatrix: str | None = None) -> dict[str, Any]:
     """The usual policy: every 2-D float ``*.weight`` projection matrix is
     quantized (attention and MLP) with ``scheme``; norms and biases are kept.
     The output head gets ``head`` and the input embedding ``embedding`` (each
@@ -165,7 +180,9 @@ def default_manifest(tensors: dict[str, tuple[str, list[int]]], scheme: str = "i
     ``tensors`` entries; with ``tied`` the embedding *is* the head (read in
     full every token as the output projection) and gets ``head``. One rule
     per layer pattern; matrices whose rows the group size does not divide get
-    a per-tensor whole-row entry, or are kept when even that is impossible."""
+    a per-tensor whole-row entry (q4_k: its FALLBACK), or are kept when even
+    that is impossible. ``imatrix`` is recorded as the manifest's importance
+    matrix."""
     def selection(s: str) -> dict[str, Any]:
         sel: dict[str, Any] = {"scheme": s}
         if s == "int4w":
@@ -197,7 +214,10 @@ def default_manifest(tensors: dict[str, tuple[str, list[int]]], scheme: str = "i
             rules.append({"match": pattern, **main})
             continue
         exact.update({n: v for n, v in fits.items() if v is not None})
-    return {"version": VERSION, "rules": rules, "tensors": dict(sorted(exact.items())), "default": {"scheme": KEEP}}
+    out = {"version": VERSION, "rules": rules, "tensors": dict(sorted(exact.items())), "default": {"scheme": KEEP}}
+    if imatrix is not None:
+        out["imatrix"] = imatrix
+    return out
 
 
 def bytes_per_token(tensors: dict[str, tuple[str, list[int]]], quantize: dict[str, QuantParams], tied: bool) -> int:

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from . import quant_search as qs
 from . import weight_types
 from .dtypes import DTYPES
 from .errors import IEError
@@ -97,6 +98,52 @@ def _check_f16_range(d: np.ndarray, name: str, what: str = "scale") -> None:
         raise IEError(f"{name}: {what} {float(np.abs(d).max())} overflows f16; values this large need scale_dtype f32 (int4w) or no quantization")
 
 
+def _checked_importance(importance: np.ndarray | None, cols: int, name: str) -> np.ndarray | None:
+    """The importance vector as float32 [cols], or an IEError naming what is wrong."""
+    if importance is None:
+        return None
+    imp = np.asarray(importance, dtype=np.float32).reshape(-1)
+    if imp.size != cols:
+        raise IEError(f"{name}: importance has {imp.size} columns, the matrix {cols}")
+    bad = np.flatnonzero(~np.isfinite(imp) | (imp < 0))
+    if bad.size:
+        raise IEError(f"{name}: importance of column {int(bad[0])} is {float(imp[bad[0]])}; "
+                      "importances must be finite and >= 0")
+    return imp
+
+
+def _row_weights(w: np.ndarray, imp: np.ndarray) -> np.ndarray:
+    """llama.cpp's per-element weights for the 32-element schemes under an
+    importance vector: imp[c] * sqrt(sigma2 + x²), sigma2 = the row's mean x²."""
+    sigma2 = (qs.seqsum(w * w) / np.float32(w.shape[1])).astype(np.float32)
+    return qs.importance_weights(w, imp[None, :], sigma2)
+
+
+def _nearest(x: np.ndarray, scale: np.ndarray, lo: int, hi: int, offset: np.ndarray | float = 0) -> np.ndarray:
+    """The code of the grid point scale * q + offset (q in lo..hi) nearest to x;
+    lo's code where the scale is zero. Codes chosen so keep verify's bound."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.rint((x - offset) / scale)
+    return _codes(np.where(scale != 0, q, np.float32(lo)), lo, hi, np.int32)
+
+
+def _grid_bound(x: np.ndarray, scale: np.ndarray, lo: int, hi: int, offset: np.ndarray | float,
+                slack: np.ndarray | float) -> np.ndarray:
+    """Per-element bound for codes that are the nearest grid point of the stored
+    (scale, offset), up to ``slack`` for the f16 rounding of the values the
+    codes were chosen with: the distance from x to the grid's range, plus
+    half a step, plus slack."""
+    a = scale * np.float32(lo) + offset
+    b = scale * np.float32(hi) + offset
+    outside = np.maximum(np.maximum(np.minimum(a, b) - x, x - np.maximum(a, b)), np.float32(0))
+    return outside + np.float32(0.5) * np.abs(scale) * np.float32(1 + 2**-8) + slack + np.float32(2**-24)
+
+
+def _f16_half_ulp(v: np.ndarray) -> np.ndarray:
+    """A bound on |v32 - v16| for a value v16 that is v32 rounded to f16."""
+    return np.float32(2**-11) * np.abs(v) + np.float32(2**-25)
+
+
 def _value_ok(v: object, allowed: tuple) -> bool:
     """``allowed`` is either types (bool / int) or a set of literal values.
     bool is never accepted as an int (JSON true is not 1)."""
@@ -117,8 +164,8 @@ class Scheme(WeightType):
         """Why this tensor cannot use the scheme, or None."""
         if len(shape) != 2:
             return f"{self.name} needs a 2-D matrix, tensor has shape {shape}"
-        if shape[1] % BLOCK:
-            return f"{self.name} needs cols to be a multiple of {BLOCK}, got {shape[1]}"
+        if shape[1] % self.block_elems:
+            return f"{self.name} needs cols to be a multiple of {self.block_elems}, got {shape[1]}"
         return None
 
     def quant_dict(self, cols: int, p: QuantParams) -> dict[str, Any]:
@@ -152,7 +199,11 @@ class Scheme(WeightType):
             raise QuantDictError("", why)
         return p
 
-    def quantize_rows(self, w: np.ndarray, p: QuantParams, name: str = "tensor") -> "QuantizedRows":
+    def quantize_rows(self, w: np.ndarray, p: QuantParams, name: str = "tensor",
+                      importance: np.ndarray | None = None) -> "QuantizedRows":
+        """Rows [n, cols] -> payload. ``importance``: the column means of x²
+        an importance matrix holds for this matrix's input ([cols], finite,
+        >= 0); the scale/min search then minimises the error weighted by it."""
         raise NotImplementedError
 
     def dequantize(self, raw: np.ndarray, rows: int, cols: int, p: QuantParams) -> np.ndarray:
@@ -162,15 +213,17 @@ class Scheme(WeightType):
         """Per-element bound on |w - dequantize(quantize(w))| (docs/formats/quant.md)."""
         raise NotImplementedError
 
-    def quantize(self, w: np.ndarray, p: QuantParams, name: str = "tensor") -> np.ndarray:
+    def quantize(self, w: np.ndarray, p: QuantParams, name: str = "tensor",
+                 importance: np.ndarray | None = None) -> np.ndarray:
         """Whole tensor -> payload bytes (uint8)."""
-        return np.concatenate(list(self.stream([w], p, w.shape[0], name)))
+        return np.concatenate(list(self.stream([w], p, w.shape[0], name, importance)))
 
-    def stream(self, row_chunks, p: QuantParams, rows: int, name: str) -> Iterator[np.ndarray]:
+    def stream(self, row_chunks, p: QuantParams, rows: int, name: str,
+               importance: np.ndarray | None = None) -> Iterator[np.ndarray]:
         """Quantize an iterable of row chunks, yielding payload pieces in file order.
         Block schemes are row-contiguous, so each chunk's bytes go straight out."""
         for w in row_chunks:
-            yield self.quantize_rows(w, p, name).rows.reshape(-1)
+            yield self.quantize_rows(w, p, name, importance).rows.reshape(-1)
 
 
 @dataclass
@@ -181,38 +234,50 @@ class QuantizedRows:
 
 
 class _Block(Scheme):
-    """llama.cpp block formats: 32 elements per block, rows of whole blocks."""
+    """llama.cpp block formats: rows of whole blocks (block_elems each)."""
+
+    F16_FIELDS: tuple[tuple[str, int], ...] = (("d", 0),)  # (name, byte offset) of each block's f16 scales
 
     @property
     def QUANT_KEYS(self):  # noqa: N802 - same role as the class attribute
-        return {"scheme": (self.name,), "block_size": (BLOCK,)}
+        return {"scheme": (self.name,), "block_size": (self.block_elems,)}
 
     def quant_dict(self, cols: int, p: QuantParams) -> dict[str, Any]:
-        return {"scheme": self.name, "block_size": BLOCK}
+        return {"scheme": self.name, "block_size": self.block_elems}
 
     def params_from(self, quant: dict[str, Any], cols: int) -> QuantParams:
         return QuantParams(self.name)
 
     def _blocks(self, w: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(w, dtype=np.float32).reshape(-1, BLOCK)
+        return np.ascontiguousarray(w, dtype=np.float32).reshape(-1, self.block_elems)
 
     def _raw_blocks(self, raw: np.ndarray) -> np.ndarray:
         return np.frombuffer(raw, dtype=np.uint8).reshape(-1, self.block_bytes)
 
-    def quantize_rows(self, w, p, name="tensor"):
+    def quantize_rows(self, w, p, name="tensor", importance=None):
         _finite_or_raise(w, name)
         rows = w.shape[0]
-        return QuantizedRows(self._quantize_blocks(self._blocks(w), name).reshape(rows, -1))
+        imp = _checked_importance(importance, w.shape[1], name)
+        if imp is None:
+            return QuantizedRows(self._quantize_blocks(self._blocks(w), name).reshape(rows, -1))
+        weights = _row_weights(np.asarray(w, np.float32), imp)
+        return QuantizedRows(self._quantize_weighted(self._blocks(w), self._blocks(weights), name).reshape(rows, -1))
+
+    def _quantize_weighted(self, b, wts, name):
+        """Blocks under per-element weights (llama.cpp's search for the scale,
+        then every code the nearest one for the scale as stored)."""
+        raise NotImplementedError
 
     def dequantize(self, raw, rows, cols, p):
         return self._dequantize_blocks(self._raw_blocks(raw)).reshape(rows, cols)
 
+    @staticmethod
+    def _f16(raw: np.ndarray, at: int) -> np.ndarray:
+        return raw[:, at:at + 2].copy().view(np.float16).astype(np.float32)
+
     def error_bound(self, w, raw, p):
         blocks = self._blocks(w)
-        d_exact = self._exact_d(blocks)
-        d_stored = self._raw_blocks(raw)[:, 0:2].copy().view(np.float16).astype(np.float32)
-        bound = self._bound(blocks, d_exact, d_stored, self._raw_blocks(raw))
-        return np.broadcast_to(bound, blocks.shape).reshape(w.shape)
+        return self._bound(blocks, self._raw_blocks(raw)).reshape(w.shape)
 
 
 class Q4_0(_Block, weight_type="q4_0"):
@@ -231,18 +296,29 @@ class Q4_0(_Block, weight_type="q4_0"):
         q = _codes(v, 0, 15, np.uint8)
         return np.concatenate([d.astype(np.float16).view(np.uint8), _pack_nibbles(q)], axis=1)
 
+    def _quantize_weighted(self, b, wts, name):
+        d, _ = qs.qx(b, wts, 8)  # make_qx_quants, as llama.cpp's q4_0 with an imatrix
+        _check_f16_range(d, name)
+        d16 = d.astype(np.float16)
+        q = _nearest(b, d16.astype(np.float32)[:, None], -8, 7) + 8
+        return np.concatenate([d16[:, None].view(np.uint8), _pack_nibbles(q.astype(np.uint8))], axis=1)
+
     def _dequantize_blocks(self, raw):
         d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)
         q = _unpack_nibbles(raw[:, 2:]).astype(np.float32) - np.float32(8)
         return d * q
 
-    def _bound(self, b, d, d16, raw):
-        # The side opposite the largest magnitude can clamp by up to one step.
-        return np.abs(d) * np.float32(1 + 2**-8) + 8 * np.abs(d - d16) + np.float32(2**-24)
+    def _bound(self, b, raw):
+        # Without weights the codes are chosen against the unrounded d (the side
+        # opposite the largest magnitude can clamp by one step: outside the grid).
+        d16 = self._f16(raw, 0)
+        return _grid_bound(b, d16, -8, 7, np.float32(0), 8 * _f16_half_ulp(d16))
 
 
 class Q4_1(_Block, weight_type="q4_1"):
     """llama.cpp's Q4_1: per block d, m (f16) and 32 nibbles, w = d × q + m."""
+
+    F16_FIELDS = (("d", 0), ("m", 2))
 
     @staticmethod
     def _exact_d(b):
@@ -259,16 +335,23 @@ class Q4_1(_Block, weight_type="q4_1"):
         return np.concatenate([d.astype(np.float16).view(np.uint8), mn.astype(np.float16).view(np.uint8),
                                _pack_nibbles(q)], axis=1)
 
+    def _quantize_weighted(self, b, wts, name):
+        d, the_min, _ = qs.qkx(b, wts, 15, -0.9, 0.05, 36)  # make_qkx3_quants, as llama.cpp's q4_1 with an imatrix
+        _check_f16_range(d, name)
+        _check_f16_range(the_min, name, "block minimum")
+        d16, m16 = d.astype(np.float16), (-the_min).astype(np.float16)
+        q = _nearest(b, d16.astype(np.float32)[:, None], 0, 15, m16.astype(np.float32)[:, None])
+        return np.concatenate([d16[:, None].view(np.uint8), m16[:, None].view(np.uint8),
+                               _pack_nibbles(q.astype(np.uint8))], axis=1)
+
     def _dequantize_blocks(self, raw):
         d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)
         m = raw[:, 2:4].copy().view(np.float16).astype(np.float32)
         return d * _unpack_nibbles(raw[:, 4:]).astype(np.float32) + m
 
-    def _bound(self, b, d, d16, raw):
-        m16 = raw[:, 2:4].copy().view(np.float16).astype(np.float32)
-        mn = b.min(axis=1, keepdims=True)
-        return (np.float32(0.5) * d * np.float32(1 + 2**-8) + np.abs(mn - m16)
-                + 15 * np.abs(d - d16) + np.float32(2**-24))
+    def _bound(self, b, raw):
+        d16, m16 = self._f16(raw, 0), self._f16(raw, 2)
+        return _grid_bound(b, d16, 0, 15, m16, 15 * _f16_half_ulp(d16) + _f16_half_ulp(m16))
 
 
 class Q8_0(_Block, weight_type="q8_0"):
@@ -291,8 +374,110 @@ class Q8_0(_Block, weight_type="q8_0"):
         d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)
         return d * raw[:, 2:].copy().view(np.int8).astype(np.float32)
 
-    def _bound(self, b, d, d16, raw):
-        return np.float32(0.5) * d * np.float32(1 + 2**-8) + 127 * np.abs(d - d16) + np.float32(2**-24)
+    def _quantize_weighted(self, b, wts, name):
+        # As llama.cpp: at 8 bits the weights would not change the grid's choice.
+        return self._quantize_blocks(b, name)
+
+    def _bound(self, b, raw):
+        d16 = self._f16(raw, 0)
+        return _grid_bound(b, d16, -128, 127, np.float32(0), 127 * _f16_half_ulp(d16))
+
+
+class Q4_K(_Block, weight_type="q4_k"):
+    """llama.cpp's Q4_K: 256-element super-blocks of eight 32-element
+    sub-blocks, w = d × sc_j × q − dmin × m_j with 6-bit sub-scales sc_j and
+    sub-mins m_j (packed in 12 bytes) under f16 super-scales d and dmin.
+
+    Without importance weights this is ggml's quantize_row_q4_K_ref, byte for
+    byte; with them (an importance matrix's column means of x², per element)
+    it is quantize_row_q4_K_impl, which refits the sub-scales and mins for the
+    weighted error too (formats/quant_search.py)."""
+
+    SUB = 32  # elements per sub-block
+    F16_FIELDS = (("d", 0), ("dmin", 2))
+
+    def quantize_rows(self, w, p, name="tensor", importance=None):
+        _finite_or_raise(w, name)
+        rows, cols = w.shape
+        b = self._blocks(w)
+        imp = _checked_importance(importance, cols, name)
+        qw = None if imp is None else np.broadcast_to(imp, (rows, cols)).reshape(b.shape)
+        return QuantizedRows(self._quantize_super(b, qw, name).reshape(rows, -1))
+
+    def _quantize_super(self, b, qw, name):
+        n = b.shape[0]
+        sub = b.reshape(n * 8, self.SUB)
+        if qw is None:  # quantize_row_q4_K_ref
+            av = np.sqrt(qs.seqsum(sub * sub) / np.float32(32)).astype(np.float32)
+            wts = (av[:, None] + np.abs(sub)).astype(np.float32)
+            scales, mins, codes = qs.qkx(sub, wts, 15, -1.0, 0.1, 20)
+            scales, mins = scales.reshape(n, 8), mins.reshape(n, 8)
+            max_scale = np.maximum(scales.max(axis=1), np.float32(0))
+            max_min = np.maximum(mins.max(axis=1), np.float32(0))
+            with np.errstate(all="ignore"):  # subnormal maxima: 63 / max overflows, as in C
+                inv_s = np.where(max_scale > 0, np.float32(63) / max_scale, np.float32(0)).astype(np.float32)
+                inv_m = np.where(max_min > 0, np.float32(63) / max_min, np.float32(0)).astype(np.float32)
+                ls = np.minimum(qs.nearest_int(inv_s[:, None] * scales) & 0xFF, 63).astype(np.uint8)
+                lm = np.minimum(qs.nearest_int(inv_m[:, None] * mins) & 0xFF, 63).astype(np.uint8)
+            d = (max_scale / np.float32(63)).astype(np.float32)
+            dmin = (max_min / np.float32(63)).astype(np.float32)
+        else:  # quantize_row_q4_K_impl
+            sigma2 = (np.float32(2) * qs.seqsum(b * b) / np.float32(256)).astype(np.float32)
+            wts = qs.importance_weights(b, qw, sigma2).reshape(n * 8, self.SUB)
+            sw = qs.seqsum(wts).reshape(n, 8)
+            scales, mins, codes = qs.qkx(sub, wts, 15, -0.9, 0.05, 36)
+            d, ls = qs.qp(scales.reshape(n, 8), sw, 63)
+            dmin, lm = qs.qp(mins.reshape(n, 8), sw, 63)
+        _check_f16_range(d, name)
+        _check_f16_range(dmin, name, "super-block minimum scale")
+        d16 = d.astype(np.float16)
+        m16 = dmin.astype(np.float16)
+        # The codes again, against the sub-scales as stored; a sub-block
+        # whose scale stores as zero keeps the search's codes (as ggml does).
+        sd = (d16.astype(np.float32)[:, None] * ls.astype(np.float32)).reshape(-1, 1)
+        sm = (m16.astype(np.float32)[:, None] * lm.astype(np.float32)).reshape(-1, 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            again = np.clip(qs.nearest_int((sub + sm) / sd), 0, 15).astype(np.uint8)
+        codes = np.where(sd != 0, again, codes).reshape(n, 4, 2, self.SUB)
+        packed = np.empty((n, 12), np.uint8)
+        packed[:, 0:4] = ls[:, :4] | ((ls[:, 4:] >> 4) << 6)
+        packed[:, 4:8] = lm[:, :4] | ((lm[:, 4:] >> 4) << 6)
+        packed[:, 8:12] = (ls[:, 4:] & 0xF) | ((lm[:, 4:] & 0xF) << 4)
+        qbytes = (codes[:, :, 0] | (codes[:, :, 1] << 4)).reshape(n, 128)
+        return np.concatenate([d16.reshape(n, 1).view(np.uint8), m16.reshape(n, 1).view(np.uint8),
+                               packed, qbytes], axis=1)
+
+    @staticmethod
+    def sub_params(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per sub-block (scale, min) as float32 [n, 8]: w = scale × q − min,
+        each the f32 product of the f16 super-scale and the 6-bit code, as
+        ggml's dequantize_row_q4_K forms them."""
+        d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)
+        dmin = raw[:, 2:4].copy().view(np.float16).astype(np.float32)
+        sc = raw[:, 4:16]
+        ls = np.concatenate([sc[:, 0:4] & 63, (sc[:, 8:12] & 0xF) | ((sc[:, 0:4] >> 6) << 4)], axis=1)
+        lm = np.concatenate([sc[:, 4:8] & 63, (sc[:, 8:12] >> 4) | ((sc[:, 4:8] >> 6) << 4)], axis=1)
+        return (d * ls.astype(np.float32)).astype(np.float32), (dmin * lm.astype(np.float32)).astype(np.float32)
+
+    @staticmethod
+    def _codes(raw: np.ndarray) -> np.ndarray:
+        q = raw[:, 16:].reshape(-1, 4, 1, 32)
+        return np.concatenate([q & 0xF, q >> 4], axis=2).reshape(-1, 8, 32)
+
+    def _dequantize_blocks(self, raw):
+        s, m = self.sub_params(raw)
+        return (s[..., None] * self._codes(raw).astype(np.float32) - m[..., None]).reshape(-1, 256)
+
+    def error_bound(self, w, raw, p):
+        """Half a step, or more where x lies outside the sub-block's grid
+        [-min, 15 scale - min] (a 6-bit sub-scale rounded down can leave a
+        value outside): checks each code is the nearest one in range."""
+        s, m = self.sub_params(self._raw_blocks(raw))
+        x = self._blocks(w).reshape(-1, 8, 32)
+        s, m = s[..., None], m[..., None]
+        outside = np.maximum(np.maximum(-m - x, x - (np.float32(15) * s - m)), np.float32(0))
+        ulp = np.float32(2**-21) * (np.abs(x) + m + np.float32(15) * s)
+        return (outside + np.float32(0.5) * s * np.float32(1 + 2**-20) + ulp + np.float32(2**-40)).reshape(w.shape)
 
 
 class Int4W(Scheme, weight_type="int4w"):
@@ -364,19 +549,49 @@ class Int4W(Scheme, weight_type="int4w"):
         q = np.clip(np.rint((x - m) * _safe_recip(s)), 0, 15).astype(np.uint8)
         return s[..., 0], m[..., 0], q
 
-    def quantize_rows(self, w, p, name="tensor"):
+    def _weighted(self, x, wts, p, name):
+        """Under per-element weights: llama.cpp's searches (make_qx_quants for
+        the symmetric grid, make_qkx3_quants for the affine one) pick the scale
+        (and min), which are rounded to scale_dtype; every code is then the
+        nearest one for the values as stored."""
+        rows, groups, g = x.shape
+        flat, fw = x.reshape(-1, g), wts.reshape(-1, g)
+        if p.symmetric:
+            s, _ = qs.qx(flat, fw, 8)
+            m = None
+        else:
+            s, the_min, _ = qs.qkx(flat, fw, 15, -0.9, 0.05, 36)
+            m = (-the_min).reshape(rows, groups, 1)
+        s = s.reshape(rows, groups, 1)
+        if p.scale_dtype == "f16":
+            _check_f16_range(s, name)
+            if m is not None:
+                _check_f16_range(m, name, "group minimum")
+        s = _round_to(s, p.scale_dtype)
+        if m is None:
+            q = _nearest(x, s, -8, 7) + 8
+        else:
+            m = _round_to(m, p.scale_dtype)
+            q = _nearest(x, s, 0, 15, m)
+        return s[..., 0], None if m is None else m[..., 0], q.astype(np.uint8)
+
+    def quantize_rows(self, w, p, name="tensor", importance=None):
         _finite_or_raise(w, name)
         x = self._groups(w, p)
-        s, m, q = (self._symmetric if p.symmetric else self._affine)(x, p, name)
+        imp = _checked_importance(importance, w.shape[1], name)
+        if imp is not None:
+            s, m, q = self._weighted(x, self._groups(_row_weights(np.asarray(w, np.float32), imp), p), p, name)
+        else:
+            s, m, q = (self._symmetric if p.symmetric else self._affine)(x, p, name)
         sd = np.float16 if p.scale_dtype == "f16" else np.float32
         return QuantizedRows(_pack_nibbles(q.reshape(w.shape[0], -1)), s.astype(sd),
                              None if m is None else m.astype(sd))
 
-    def stream(self, row_chunks, p, rows, name):
+    def stream(self, row_chunks, p, rows, name, importance=None):
         """qs rows go out as they are made; the small scale/min planes follow."""
         scales, mins = [], []
         for w in row_chunks:
-            qr = self.quantize_rows(w, p, name)
+            qr = self.quantize_rows(w, p, name, importance)
             scales.append(qr.scales)
             if qr.mins is not None:
                 mins.append(qr.mins)
@@ -407,18 +622,16 @@ class Int4W(Scheme, weight_type="int4w"):
         return out.reshape(rows, cols).astype(np.float32)
 
     def error_bound(self, w, raw, p):
+        """Every code is the nearest grid point of the scale (and min) as stored."""
         rows, cols = w.shape
         _qs, s, m = self.planes(raw, rows, cols, p)
         x = self._groups(w, p)
         tiny = np.float32(2**-22 if p.scale_dtype == "f16" else 2**-60)
         if p.symmetric:
-            b = np.float32(0.5) * np.abs(s) * np.float32(1 + 2**-8) + tiny
+            b = _grid_bound(x, s[..., None], -8, 7, np.float32(0), tiny)
         else:
-            mn = x.min(axis=2)
-            span = (x.max(axis=2) - mn) / np.float32(15)
-            b = (np.float32(0.5) * s * np.float32(1 + 2**-8) + np.abs(m - mn)
-                 + 15 * np.abs(s - span) + tiny)
-        return np.broadcast_to(b[..., None], x.shape).reshape(rows, cols)
+            b = _grid_bound(x, s[..., None], 0, 15, m[..., None], tiny)
+        return b.reshape(rows, cols)
 
 
 # The quantized weight types, in registry order.

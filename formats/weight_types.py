@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from .dtypes import DTYPES
 from .errors import IEError
 
-BLOCK = 32  # elements per block of every quantized type
+BLOCK = 32  # elements per block (or sub-block, q4_k) of the quantized types
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,8 @@ def _plain(name: str) -> WeightFacts:
     return WeightFacts(name, 1, DTYPES[name].itemsize, quantized=False, gemv=True, int8_act=False)
 
 
-def _blocks(name: str, block_bytes: int) -> WeightFacts:
-    return WeightFacts(name, BLOCK, block_bytes, quantized=True, gemv=True, int8_act=True)
+def _blocks(name: str, block_bytes: int, block_elems: int = BLOCK) -> WeightFacts:
+    return WeightFacts(name, block_elems, block_bytes, quantized=True, gemv=True, int8_act=True)
 
 
 # In registry order (the order every list of weight types is shown in).
@@ -56,6 +56,7 @@ TABLE: tuple[WeightFacts, ...] = (
     _blocks("q4_0", 2 + 16),  # d: f16, 32 nibbles
     _blocks("q4_1", 2 + 2 + 16),  # d, m: f16, 32 nibbles
     _blocks("q8_0", 2 + 32),  # d: f16, 32 x int8
+    _blocks("q4_k", 2 + 2 + 12 + 128, 256),  # d, dmin: f16, 8 x 6-bit scale and min, 256 nibbles
 )
 _FACTS: dict[str, WeightFacts] = {f.name: f for f in TABLE}
 

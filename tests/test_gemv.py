@@ -3,6 +3,8 @@
 References never use the code under test (nor formats/quant.py):
 - q4_0 / q4_1 / q8_0 bytes come from ``gguf.quants.quantize`` and are
   dequantized with ``gguf.quants.dequantize`` (llama.cpp's own layout);
+- q4_k bytes are random super-blocks (gguf-py has no q4_k quantizer) with
+  f16 d/dmin set to sane magnitudes, dequantized with ``gguf.quants``;
 - int4w bytes are packed here from random codes/scales following
   docs/formats/quant.md, and dequantized here with numpy from the same text;
 - products are ``W_deq @ x`` in float64.
@@ -29,7 +31,7 @@ from iekit.runtime import kernels, native
 
 ISAS = native.cpu_features()["isas"]
 GGML = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
-        "q8_0": gguf.GGMLQuantizationType.Q8_0}
+        "q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_k": gguf.GGMLQuantizationType.Q4_K}
 
 
 # ------------------------------------------------------------------ references
@@ -79,6 +81,13 @@ def make_weights(kind: str, rows: int, cols: int, rng, group_size=0, symmetric=T
     if kind == "bf16":
         bits = (rng.standard_normal((rows, cols)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
         return bits.view(np.uint8).reshape(-1), (bits.astype(np.uint32) << 16).view(np.float32), entry
+    if kind == "q4_k":
+        raw = rng.integers(0, 256, size=(rows * cols // 256, 144), dtype=np.uint8)
+        dd = (rng.uniform(0.2, 1, (raw.shape[0], 2)) * 10.0 ** rng.uniform(-4, -2, (raw.shape[0], 2)))
+        raw[:, 0:4] = dd.astype(np.float16).view(np.uint8)
+        raw[0, 0:2] = 0  # d = 0: every sub-block is -min
+        entry["quant"] = {"scheme": kind, "block_size": 256}
+        return raw.reshape(-1), gguf.quants.dequantize(raw.reshape(rows, -1), GGML[kind]).astype(np.float32), entry
     if kind in GGML:
         w = rng.standard_normal((rows, cols)).astype(np.float32)
         w[0, :32] = 0  # an all-zero block (d = 0)
@@ -112,7 +121,8 @@ VARIANTS = [("f32", 0, True, "f16", [(37, 100), (5, 7), (3, 1)]),
             ("bf16", 0, True, "f16", [(37, 100), (2, 33)]),
             ("q4_0", 0, True, "f16", [(37, 96), (9, 64), (2, 32)]),
             ("q4_1", 0, True, "f16", [(37, 96), (9, 64)]),
-            ("q8_0", 0, True, "f16", [(37, 96), (9, 64)])] + INT4W
+            ("q8_0", 0, True, "f16", [(37, 96), (9, 64)]),
+            ("q4_k", 0, True, "f16", [(37, 512), (3, 256)])] + INT4W
 
 
 def vid(v):
@@ -177,11 +187,12 @@ def test_gemv_matches_reference(v, act, isa):
                     assert np.all(np.abs(y - ref) <= bound + 1e-30), where
 
 
-PACKED_VARIANTS = [v for v in VARIANTS if v[0] not in ("f32", "f16", "bf16")]
+# The packed types but q4_k, whose kernel reads the stored layout.
+ROWS8_VARIANTS = [v for v in VARIANTS if v[0] not in ("f32", "f16", "bf16", "q4_k")]
 
 
 @pytest.mark.skipif("avx2" not in ISAS, reason="the rows8 kernel is AVX2")
-@pytest.mark.parametrize("v", PACKED_VARIANTS, ids=vid)
+@pytest.mark.parametrize("v", ROWS8_VARIANTS, ids=vid)
 def test_rows8_layout_matches_reference(v):
     """The decoder's row-interleaved int8 kernel: every packed type and
     parameter set, row counts that leave a partial tile, one token and
@@ -209,6 +220,8 @@ def test_rows8_layout_matches_reference(v):
                          layout="rows8"), "layout 'rows8' is read by"),
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), layout="rows8"),
      "not q4_0 with act='f32'"),
+    (lambda: native.gemv(np.zeros(8 * 144, np.uint8), "q4_k", 8, 256, np.zeros(256, np.float32), act="int8",
+                         layout="rows8"), "q8_0 matrices .*, not q4_k with act='int8'"),
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), act="int8",
                          layout="rows4"), "layout must be 'stored' or 'rows8'"),
 ])
@@ -316,7 +329,7 @@ def _int4w(rows=4, cols=64, gs=32):
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(63, np.float32), group_size=32),
      "x must have 64 elements, got 63"),
     (lambda: native.gemv(np.zeros(4 * 64 * 2, np.uint8), "f16", 4, 64, np.ones(64, np.float32), act="int8"),
-     "act='int8' applies to int4w, q4_0, q4_1 and q8_0"),
+     "act='int8' applies to int4w, q4_0, q4_1, q8_0 and q4_k"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32), group_size=32, bias=np.ones(3)),
      "bias must be 1-D with 4 elements"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32)), "int4w needs group_size"),

@@ -74,11 +74,12 @@ def test_round_trip_is_byte_identical(tmp_path):
     assert imatrix.to_bytes(im) == p.read_bytes()
     with pytest.raises(FormatError, match="exists"):
         imatrix.write(p, im)
-    imatrix.check_against(im, {"a.weight": 3}, "im")
-    with pytest.raises(FormatError, match="c.weight: no entry"):
-        imatrix.check_against(im, {"c.weight": 3}, "im")
+    found, missing = imatrix.select_for(im, {"a.weight": 3, "c.weight": 3}, "im")
+    assert list(found) == ["a.weight"] and missing == ["c.weight"]
+    with pytest.raises(FormatError, match="c.weight: no entry for any of the 1 matrices"):
+        imatrix.select_for(im, {"c.weight": 3}, "im")
     with pytest.raises(FormatError, match="a.weight: 3 columns, the matrix has 4"):
-        imatrix.check_against(im, {"a.weight": 4}, "im")
+        imatrix.select_for(im, {"a.weight": 4}, "im")
 
 
 def _zip(members: dict[str, bytes], compress=zipfile.ZIP_STORED) -> bytes:

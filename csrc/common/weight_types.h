@@ -9,7 +9,7 @@
 
 namespace ie {
 
-enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0 };
+enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K };
 
 struct WTypeInfo {
   WType type;
@@ -30,6 +30,7 @@ inline constexpr WTypeInfo kWeightTypes[] = {
     {WType::Q4_0, "q4_0", 32, 18, 2, true, true, true},
     {WType::Q4_1, "q4_1", 32, 20, 4, true, true, true},
     {WType::Q8_0, "q8_0", 32, 34, 2, true, true, true},
+    {WType::Q4_K, "q4_k", 256, 144, 16, true, true, true},
 };
 inline constexpr int kNumWeightTypes = sizeof(kWeightTypes) / sizeof(kWeightTypes[0]);
 
@@ -50,7 +51,7 @@ struct WeightSpec {
   WType type = WType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
-  int64_t group_size = 0;  // int4w: elements per scale (multiple of 32 dividing cols); blocks: 32; floats: 0
+  int64_t group_size = 0;  // int4w: elements per scale (multiple of 32 dividing cols); blocks: block_elems; floats: 0
   bool symmetric = true;   // int4w only
   bool scale_f32 = false;  // int4w only: scales (and mins) stored as f32 instead of f16
 };
@@ -64,7 +65,7 @@ WeightSpec make_weight_spec(const std::string& dtype, int64_t rows, int64_t cols
 // Byte geometry of a stored weight matrix (docs/formats/quant.md).
 struct WeightLayout {
   size_t row_bytes = 0;    // one row; int4w: one row of the qs plane
-  size_t block_bytes = 0;  // per-block formats (q4_0, q4_1, q8_0): bytes per block, else 0
+  size_t block_bytes = 0;  // per-block formats (q4_0, q4_1, q8_0, q4_k): bytes per block, else 0
   size_t block_qs = 0;     // offset of the codes inside a block
   int64_t groups = 0;      // int4w: groups per row (G)
   size_t scale_bytes = 0;  // int4w: 2 (f16) or 4 (f32)

@@ -764,6 +764,165 @@ void q8_0_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
     for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
 }
 
+// ------------------------------------------------------------------- q4_k
+
+// The eight sub-blocks' scales d * sc_j and mins dmin * m_j of one
+// super-block as vectors (lane j = sub-block j). The 12 packed bytes are
+// three little-endian words: sc_0..3 and m_0..3 are the low 6 bits of the
+// first two; sc_4..7 and m_4..7 take their low 4 bits from the third word's
+// nibbles and their high 2 bits from the top bits of the first two.
+IE_INLINE void q4k_params(const uint8_t* blk, __m256* sc, __m256* mn) {
+  uint32_t w[3];
+  std::memcpy(w, blk + 4, 12);
+  const uint32_t ls_lo = w[0] & 0x3F3F3F3Fu, lm_lo = w[1] & 0x3F3F3F3Fu;
+  const uint32_t ls_hi = (w[2] & 0x0F0F0F0Fu) | ((w[0] & 0xC0C0C0C0u) >> 2);
+  const uint32_t lm_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | ((w[1] & 0xC0C0C0C0u) >> 2);
+  const __m128i ls = _mm_cvtsi64_si128(static_cast<long long>(ls_lo | static_cast<uint64_t>(ls_hi) << 32));
+  const __m128i lm = _mm_cvtsi64_si128(static_cast<long long>(lm_lo | static_cast<uint64_t>(lm_hi) << 32));
+  *sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(load_u16(blk))), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(ls)));
+  *mn = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(load_u16(blk + 2))), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lm)));
+}
+
+IE_INLINE void prefetch_q4k(const uint8_t* blk, int64_t pf) {
+  prefetch(blk + pf);
+  prefetch(blk + 64 + pf);
+  prefetch(blk + 128 + pf);
+}
+
+// act=f32: per sub-block j, scale_j * sum q x - min_j * sum x. A 32-byte code
+// chunk holds sub-blocks 2c (low nibbles) and 2c + 1 (high), both in element
+// order, so x is read as it is; the per-sub-block sums land in lane j of a
+// vector (q.x sums, reduced per chunk) and meet the scale vectors once per
+// super-block.
+template <int R, int B>
+void q4_k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
+  const int64_t cols = a.spec.cols, nsb = cols / 256;
+  const __m256i m4 = _mm256_set1_epi32(0xF);
+  const uint8_t* row[R];
+  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
+  __m256 acc[R][B];
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm256_setzero_ps();
+  const int64_t pf = prefetch_distance(R, a.lay);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    alignas(32) float qx[R][B][8], xs[B][8];
+    for (int rr = 0; rr < R; ++rr) prefetch_q4k(row[rr] + sb * kQ4kBytes, pf);
+    for (int c = 0; c < 4; ++c) {
+      __m256 plo[R][B], phi[R][B], xlo[B], xhi[B];
+      for (int b = 0; b < B; ++b) xlo[b] = xhi[b] = _mm256_setzero_ps();
+      for (auto& ra : plo)
+        for (auto& v : ra) v = _mm256_setzero_ps();
+      for (auto& ra : phi)
+        for (auto& v : ra) v = _mm256_setzero_ps();
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) {
+        __m256 x0[B], x1[B];
+        for (int b = 0; b < B; ++b) {
+          const float* xp = a.x + b * cols + sb * 256 + 64 * c + 8 * u;
+          x0[b] = _mm256_loadu_ps(xp);
+          x1[b] = _mm256_loadu_ps(xp + 32);
+          xlo[b] = _mm256_add_ps(xlo[b], x0[b]);
+          xhi[b] = _mm256_add_ps(xhi[b], x1[b]);
+        }
+        for (int rr = 0; rr < R; ++rr) {
+          const __m128i q8 = _mm_loadl_epi64(
+              reinterpret_cast<const __m128i*>(row[rr] + sb * kQ4kBytes + kQ4kCodes + 32 * c + 8 * u));
+          const __m256i q = _mm256_cvtepu8_epi32(q8);
+          const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(q, m4));
+          const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(q, 4));
+          for (int b = 0; b < B; ++b) {
+            plo[rr][b] = _mm256_fmadd_ps(lo, x0[b], plo[rr][b]);
+            phi[rr][b] = _mm256_fmadd_ps(hi, x1[b], phi[rr][b]);
+          }
+        }
+      }
+      for (int b = 0; b < B; ++b) {
+        xs[b][2 * c] = hsum(xlo[b]);
+        xs[b][2 * c + 1] = hsum(xhi[b]);
+      }
+      for (int rr = 0; rr < R; ++rr)
+        for (int b = 0; b < B; ++b) {
+          qx[rr][b][2 * c] = hsum(plo[rr][b]);
+          qx[rr][b][2 * c + 1] = hsum(phi[rr][b]);
+        }
+    }
+    for (int rr = 0; rr < R; ++rr) {
+      __m256 sc, mn;
+      q4k_params(row[rr] + sb * kQ4kBytes, &sc, &mn);
+      for (int b = 0; b < B; ++b) {
+        acc[rr][b] = _mm256_fmadd_ps(sc, _mm256_load_ps(qx[rr][b]), acc[rr][b]);
+        acc[rr][b] = _mm256_fnmadd_ps(mn, _mm256_load_ps(xs[b]), acc[rr][b]);
+      }
+    }
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+}
+
+// act=int8 (x as Q8Nat: per 32-block codes, scale d and d * sum of codes):
+// per sub-block j, (scale_j d_j) * int32 sum q qx - min_j * (d_j sum qx). The
+// eight products scale_j d_j are one vector multiply per super-block; the
+// min terms accumulate as a vector too.
+template <int R, int B>
+void q4_k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
+  const int64_t nsb = a.spec.cols / 256;
+  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF);
+  const uint8_t* row[R];
+  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
+  __m256 acc[R][B];
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm256_setzero_ps();
+  const int64_t pf = prefetch_distance(R, a.lay);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m256 xd[B], xds[B];  // lane j: d and d * sum of sub-block j's activation codes
+    for (int b = 0; b < B; ++b) {
+      if constexpr (B == 1) {
+        xd[b] = _mm256_loadu_ps(xa.d + sb * 8);
+        xds[b] = _mm256_loadu_ps(xa.ds + sb * 8);
+      } else {
+        const __m256i idx = _mm256_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B);
+        xd[b] = _mm256_i32gather_ps(xa.d + sb * 8 * B + b, idx, 4);
+        xds[b] = _mm256_i32gather_ps(xa.ds + sb * 8 * B + b, idx, 4);
+      }
+    }
+    __m256 f[R][B];  // lane j: scale_j * d_j
+    for (int rr = 0; rr < R; ++rr) {
+      prefetch_q4k(row[rr] + sb * kQ4kBytes, pf);
+      __m256 sc, mn;
+      q4k_params(row[rr] + sb * kQ4kBytes, &sc, &mn);
+      for (int b = 0; b < B; ++b) {
+        f[rr][b] = _mm256_mul_ps(sc, xd[b]);
+        acc[rr][b] = _mm256_fnmadd_ps(mn, xds[b], acc[rr][b]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      // hadd below leaves sub-block 2c in lanes 0, 1, 4, 5 and 2c + 1 in 2, 3, 6, 7.
+      const __m256i pick = _mm256_setr_epi32(2 * c, 2 * c, 2 * c + 1, 2 * c + 1, 2 * c, 2 * c, 2 * c + 1, 2 * c + 1);
+      const int64_t k0 = sb * 8 + 2 * c;
+      __m256i xq0[B], xq1[B];
+      for (int b = 0; b < B; ++b) {
+        xq0[b] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + (k0 * B + b) * 32));
+        xq1[b] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + ((k0 + 1) * B + b) * 32));
+      }
+      for (int rr = 0; rr < R; ++rr) {
+        const __m256i v =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[rr] + sb * kQ4kBytes + kQ4kCodes + 32 * c));
+        const __m256i lo = _mm256_and_si256(v, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        for (int b = 0; b < B; ++b) {
+          const __m256i s0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xq0[b]), ones);
+          const __m256i s1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xq1[b]), ones);
+          const __m256 s = _mm256_cvtepi32_ps(_mm256_hadd_epi32(s0, s1));
+          acc[rr][b] = _mm256_fmadd_ps(s, _mm256_permutevar8x32_ps(f[rr][b], pick), acc[rr][b]);
+        }
+      }
+    }
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+}
+
 // ----------------------------------------------------------------- driver
 
 struct Prepared {  // views of the activation's form and of the per-call derived pieces
@@ -786,6 +945,10 @@ void run_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* sf) {
     case WType::Q8_0:
       if (q8) q8_0_q8_rows<R, B>(a, p.q8, r0, out);
       else q8_0_f32_rows<R, B>(a, r0, out);
+      break;
+    case WType::Q4_K:
+      if (q8) q4_k_q8_rows<R, B>(a, p.q8, r0, out);
+      else q4_k_f32_rows<R, B>(a, r0, out);
       break;
     case WType::Q4_0:
       if (q8) q4_q8_rows<R, B, false>(a, p.nq, r0, out);
@@ -841,7 +1004,7 @@ bool nibbles(WType t) { return t == WType::Int4w || t == WType::Q4_0 || t == WTy
 
 Prep prep_kind_avx2(WType t, Act act) {
   if (nibbles(t)) return act == Act::Int8 ? Prep::NibQ8 : Prep::NibF32;
-  if (t == WType::Q8_0 && act == Act::Int8) return Prep::Q8Blocks;
+  if ((t == WType::Q8_0 || t == WType::Q4_K) && act == Act::Int8) return Prep::Q8Blocks;
   return Prep::None;
 }
 
@@ -896,7 +1059,7 @@ Prepared derive(const GemvArgs& a, const Scratch& sc) {
   const int64_t cols = a.spec.cols, nblk = cols / 32;
   uint8_t* arena = const_cast<uint8_t*>(a.prep);
   if (!nibbles(t)) {
-    if (t == WType::Q8_0 && a.act == Act::Int8) p.q8 = carve_q8_nat(arena, B, cols);
+    if (prep_kind_avx2(t, a.act) == Prep::Q8Blocks) p.q8 = carve_q8_nat(arena, B, cols);
     return p;
   }
   if (a.act == Act::F32) {

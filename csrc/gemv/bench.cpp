@@ -74,6 +74,13 @@ void fill_rows(const WeightSpec& s, const WeightLayout& l, uint8_t* w, int64_t r
           if (s.type == WType::Q4_1) put16(blk + 2, static_cast<uint16_t>(0x8000 | rand_scale_f16(st)));
         }
         break;
+      case WType::Q4_K:  // random codes and 6-bit sub-scales/mins under random f16 d, dmin
+        fill_bytes(row, l.row_bytes, st);
+        for (int64_t b = 0; b < s.cols / 256; ++b) {
+          put16(row + b * l.block_bytes, rand_scale_f16(st));
+          put16(row + b * l.block_bytes + 2, rand_scale_f16(st));
+        }
+        break;
       case WType::Int4w: {
         fill_bytes(row, l.row_bytes, st);
         const size_t sb = l.scale_bytes;

@@ -113,6 +113,15 @@ void dequant_span(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w
       for (int j = 0; j < 32; ++j) out[j] = d * static_cast<float>(static_cast<int8_t>(blk[lay.block_qs + j]));
       return;
     }
+    case WType::Q4_K: {
+      const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
+      const int j = static_cast<int>(c0 % 256 / 32);
+      const Q4kSub p = q4k_sub(blk, j);
+      const uint8_t* qs = blk + lay.block_qs + 32 * (j / 2);
+      const int shift = 4 * (j % 2);
+      for (int l = 0; l < 32; ++l) out[l] = p.scale * static_cast<float>((qs[l] >> shift) & 0xF) - p.min;
+      return;
+    }
   }
 }
 
@@ -196,10 +205,17 @@ void gemv(const WeightSpec& s, const uint8_t* w, const float* x, int batch, cons
 bool parse_layout(const std::string& layout, const WeightSpec& s, Act act, Isa isa) {
   if (layout == "stored") return false;
   if (layout != "rows8") fail("layout must be 'stored' or 'rows8', got '" + layout + "'");
-  if (!gemv_uses_rows8(s, act, isa))
-    fail(std::string("layout 'rows8' is read by act='int8' GEMVs of ") + wtype_names(true, true, "and") +
+  if (!gemv_uses_rows8(s, act, isa)) {
+    std::string types;
+    for (const WTypeInfo& t : kWeightTypes) {
+      WeightSpec probe;
+      probe.type = t.type;
+      if (rows8_applies(probe)) types += (types.empty() ? "" : ", ") + std::string(t.name);
+    }
+    fail("layout 'rows8' is read by act='int8' GEMVs of " + types +
          " matrices on an ISA with its kernel (avx2), not " + wtype_info(s.type).name + " with act='" +
          act_name(act) + "' on " + isa_name(kGemvTable.pick(isa)));
+  }
   return true;
 }
 

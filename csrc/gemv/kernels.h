@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "common/dispatch.h"
+#include "common/half.h"
 #include "gemv.h"
 #include "rows8.h"
 
@@ -88,6 +89,31 @@ class Carve {
   uint8_t* base_;
   size_t off_ = 0;
 };
+
+// q4_k: sub-block j (0..7) of a 144-byte super-block (d, dmin: f16; 12
+// bytes of 6-bit sub-scales and sub-mins; 128 bytes of codes) decodes as
+// w = scale * q - min, both the f32 products d * sc_j and dmin * m_j that
+// ggml's dequantize_row_q4_K forms. Its codes are the low nibbles (j even)
+// or high nibbles (j odd) of the 32 code bytes 32 * (j / 2) ...
+constexpr int kQ4kBytes = wtype_info(WType::Q4_K).block_bytes;
+constexpr int kQ4kCodes = wtype_info(WType::Q4_K).code_offset;
+
+struct Q4kSub {
+  float scale, min;
+};
+
+inline Q4kSub q4k_sub(const uint8_t* blk, int j) {
+  const uint8_t* sc = blk + 4;
+  int ls, lm;
+  if (j < 4) {
+    ls = sc[j] & 63;
+    lm = sc[j + 4] & 63;
+  } else {
+    ls = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+    lm = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+  }
+  return {f16_to_f32(load_u16(blk)) * static_cast<float>(ls), f16_to_f32(load_u16(blk + 2)) * static_cast<float>(lm)};
+}
 
 // act=int8 in natural element order, block-major (q8_0's form, and rows8's):
 // per 32-block and activation row, the codes, their scale d, and the code

@@ -73,6 +73,17 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
   const WeightLayout& l = a.lay;
   Block k{};
   const uint8_t* qs = nullptr;
+  if (s.type == WType::Q4_K) {
+    const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
+    const int j = static_cast<int>(blk % 8);
+    const Q4kSub sub = q4k_sub(p, j);
+    k.scale = sub.scale;
+    k.min = -sub.min;
+    k.zero = 0;
+    const uint8_t* q = p + l.block_qs + 32 * (j / 2);
+    for (int e = 0; e < 32; ++e) k.code[e] = (q[e] >> (4 * (j % 2))) & 0xF;
+    return k;
+  }
   if (s.type == WType::Int4w) {
     qs = a.w + r * l.row_bytes + blk * 16;
     const size_t gi = static_cast<size_t>(r) * l.groups + blk * 32 / s.group_size;

@@ -38,10 +38,12 @@ struct Shape {
 std::vector<WeightSpec> specs() {
   const Shape shapes[] = {{1, 32, 32, true, "f16"},    {7, 96, 32, false, "f16"},  {13, 160, 0, true, "f32"},
                           {64, 256, 64, true, "f16"},  {33, 384, 128, false, "f32"}, {5, 192, 96, true, "f16"},
-                          {17, 64, 0, false, "f16"},   {9, 1056, 32, true, "f16"}};
+                          {17, 64, 0, false, "f16"},   {9, 1056, 32, true, "f16"},  {3, 512, 0, true, "f16"},
+                          {6, 768, 256, false, "f32"}};
   std::vector<WeightSpec> out;
   for (const ie::WTypeInfo& t : ie::kWeightTypes) {
     for (const Shape& s : shapes) {
+      if (s.cols % t.block_elems != 0) continue;  // q4_k: whole 256-element super-blocks
       const int64_t g = t.type == ie::WType::Int4w ? (s.group ? s.group : s.cols) : 0;
       out.push_back(ie::make_weight_spec(t.name, s.rows, s.cols, g, s.symmetric, s.scale));
     }

@@ -1,0 +1,217 @@
+"""Weighted scale/min searches of llama.cpp's quantizers, vectorised over blocks.
+
+The k-quants (and every scheme given an importance matrix) do not take the
+range of a block as its scale: they try a fan of scales, refit scale and
+min by weighted least squares for each candidate's codes, and keep the one
+with the smallest weighted squared error. These are those searches, over
+many blocks at once ([n, k] arrays, one block per row).
+
+They reproduce ggml-quants.c (``make_qkx2_quants``/``make_qkx3_quants``,
+``make_qp_quants``) *bit for bit* in float32, so that our q4_k bytes equal
+llama.cpp's: every sum is accumulated left to right (``seqsum``, as the C
+loops do, never numpy's pairwise sum), every product is formed in the C
+source's order, and ``nearest_int`` is the same magic-number rounding. That
+is why the code below is written out operation by operation; change one and
+``tests/test_kquant.py`` (golden bytes from llama.cpp) says so.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+F32 = np.float32
+
+
+def nearest_int(v: np.ndarray) -> np.ndarray:
+    """ggml's nearest_int: round half to even by adding 1.5 * 2^23 (exact for
+    |v| < 2^22; outside that range it returns what the C code returns)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        bits = (np.asarray(v, F32) + F32(12582912.0)).astype(F32).view(np.int32)
+    return (bits & 0x007FFFFF) - 0x00400000
+
+
+def seqsum(a: np.ndarray) -> np.ndarray:
+    """Sum over the last axis, left to right in float32 (the C loops' order)."""
+    return np.cumsum(a, axis=-1, dtype=F32)[..., -1]
+
+
+def _colsum(a: np.ndarray) -> np.ndarray:
+    """Sum over axis 0 of [k, n], left to right in float32: one vector add per
+    element of the block, so the blocks (columns) go at SIMD speed."""
+    acc = a[0].copy()
+    for row in a[1:]:
+        acc += row
+    return acc
+
+
+CHUNK = 16384  # blocks per pass: large enough that numpy's per-call cost fades (measured best)
+
+
+def qkx(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int
+        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Affine codes for each row of x with weights w: (scale [n], the_min [n] >= 0,
+    codes [n, k] uint8) with x ~ scale * code - the_min. ggml's make_qkx2_quants
+    (= make_qkx3_quants with weights) with use_mad false."""
+    x = np.asarray(x, F32)
+    w = np.asarray(w, F32)
+    n = x.shape[0]
+    scale = np.empty(n, F32)
+    the_min = np.empty(n, F32)
+    codes = np.empty(x.shape, np.uint8)
+    for a in range(0, n, CHUNK):
+        b = min(n, a + CHUNK)
+        s, m, c = _qkx_t(np.ascontiguousarray(x[a:b].T), np.ascontiguousarray(w[a:b].T), nmax, rmin, rdelta, nstep)
+        scale[a:b], the_min[a:b], codes[a:b] = s, m, c.T
+    return scale, the_min, codes
+
+
+def _grid(v: np.ndarray, iscale: np.ndarray, nmax: int) -> np.ndarray:
+    """clamp(nearest_int(v), 0, nmax) as float32, in place. v = iscale * (x - min)
+    lies in [0, nmax + 1], where rint is nearest_int; a column whose iscale is
+    not finite (a subnormal range) takes the C arithmetic exactly."""
+    bad = ~np.isfinite(iscale)
+    exact = np.clip(nearest_int(v[:, bad]), 0, nmax) if bad.any() else None
+    np.rint(v, out=v)
+    np.clip(v, F32(0), F32(nmax), out=v)
+    if exact is not None:
+        v[:, bad] = exact
+    return v
+
+
+def _qkx_t(x, w, nmax, rmin, rdelta, nstep):
+    """qkx on one chunk, transposed: x, w [k, n]."""
+    with np.errstate(all="ignore"):
+        mn = np.minimum(x.min(axis=0), F32(0))
+        mx = x.max(axis=0)
+        sum_w = _colsum(w)
+        sum_x = _colsum(w * x)
+        flat = mx == mn
+        iscale = (F32(nmax) / (mx - mn)).astype(F32)
+        scale = (F32(1) / iscale).astype(F32)
+        xm = x - mn
+        lf = _grid(iscale * xm, iscale, nmax)
+        diff = scale * lf + mn - x
+        best = _colsum(w * (diff * diff))
+        tmp, tmp2, tmp3 = np.empty_like(x), np.empty_like(x), np.empty_like(x)
+        for step in range(nstep + 1):
+            # mn is the best fit's min so far, as in the C loop
+            isc = ((F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / (mx - mn)).astype(F32)
+            aux = _grid(np.multiply(isc, xm, out=tmp), isc, nmax)
+            wl = np.multiply(w, aux, out=tmp2)
+            sum_l = _colsum(wl)
+            sum_l2 = _colsum(np.multiply(wl, aux, out=tmp3))
+            sum_xl = _colsum(np.multiply(wl, x, out=tmp3))
+            d = sum_w * sum_l2 - sum_l * sum_l
+            this_scale = (sum_w * sum_xl - sum_x * sum_l) / d
+            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d
+            pos = this_min > 0
+            this_min = np.where(pos, F32(0), this_min)
+            this_scale = np.where(pos, sum_xl / sum_l2, this_scale).astype(F32)
+            diff = np.multiply(this_scale, aux, out=tmp2)
+            diff += this_min
+            diff -= x
+            np.multiply(diff, diff, out=diff)
+            cur = _colsum(np.multiply(w, diff, out=diff))
+            better = (d > 0) & (cur < best) & ~flat
+            if better.any():
+                lf[:, better] = aux[:, better]
+                best = np.where(better, cur, best)
+                scale = np.where(better, this_scale, scale)
+                mn = np.where(better, this_min, mn)
+                xm = x - mn
+    scale = np.where(flat, F32(0), scale).astype(F32)
+    lf[:, flat] = 0
+    return scale, (-mn).astype(F32), lf.astype(np.uint8)
+
+
+def qp(x: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """Codes 0..nmax for non-negative x (a super-block's sub-scales or mins)
+    under weights w, and the scale: ggml's make_qp_quants. Returns (scale [n],
+    codes [n, k] uint8)."""
+    x = np.asarray(x, F32)
+    w = np.asarray(w, F32)
+    n, k = x.shape
+    with np.errstate(all="ignore"):
+        mx = np.maximum(x.max(axis=1), F32(0))
+        zero = mx < F32(1e-15)
+        iscale = (F32(nmax) / mx).astype(F32)
+        codes = nearest_int(iscale[:, None] * x)
+        scale = (F32(1) / iscale).astype(F32)
+        diff = x - scale[:, None] * codes.astype(F32)
+        best = seqsum(w * diff * diff)
+        for s in (-4, -3, -2, -1, 1, 2, 3, 4):
+            isc = ((F32(0.1) * F32(s) + F32(nmax)) / mx).astype(F32)
+            sc = (F32(1) / isc).astype(F32)
+            lf = np.minimum(nearest_int(isc[:, None] * x), nmax).astype(F32)
+            diff = x - sc[:, None] * lf
+            mse = seqsum(w * diff * diff)
+            better = mse < best
+            best = np.where(better, mse, best)
+            iscale = np.where(better, isc, iscale)
+        codes = np.minimum(nearest_int(iscale[:, None] * x), nmax)
+        lf = codes.astype(F32)
+        sumlx = seqsum(w * x * lf)
+        suml2 = seqsum(w * lf * lf)
+        active = np.ones(n, bool)
+        for _ in range(5):
+            changed = np.zeros(n, bool)
+            for i in range(k):
+                wi, xi, li = w[:, i], x[:, i], codes[:, i].astype(F32)
+                slx = sumlx - wi * xi * li
+                sl2 = suml2 - wi * li * li
+                ok = active & (slx > 0) & (sl2 > 0)
+                new = np.minimum(nearest_int(xi * sl2 / slx), nmax)
+                nf = new.astype(F32)
+                ok &= new != codes[:, i]
+                slx = slx + wi * xi * nf
+                sl2 = sl2 + wi * nf * nf
+                ok &= slx * slx * suml2 > sumlx * sumlx * sl2
+                codes[:, i] = np.where(ok, new, codes[:, i])
+                sumlx = np.where(ok, slx, sumlx)
+                suml2 = np.where(ok, sl2, suml2)
+                changed |= ok
+            active &= changed
+            if not active.any():
+                break
+        scale = np.where(suml2 > 0, sumlx / suml2, F32(0)).astype(F32)
+    scale = np.where(zero, F32(0), scale).astype(F32)
+    codes = np.where(zero[:, None], 0, codes)
+    return scale, codes.astype(np.uint8)
+
+
+def qx(x: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric codes -nmax..nmax-1 (stored + nmax) under weights w and the
+    scale, x ~ scale * (code - nmax): ggml's make_qx_quants with rmse_type 1
+    and weights. Returns (scale [n], codes [n, k] uint8)."""
+    x = np.asarray(x, F32)
+    w = np.asarray(w, F32)
+    with np.errstate(all="ignore"):
+        at = np.abs(x).argmax(axis=1)  # the first largest magnitude, as the C loop's strict '>'
+        mx = np.take_along_axis(x, at[:, None], axis=1)[:, 0]
+        zero = np.abs(mx) < F32(1e-15)
+
+        def fit(iscale):
+            lv = np.clip(nearest_int(iscale[:, None] * x), -nmax, nmax - 1)
+            lf = lv.astype(F32)
+            return lv, seqsum(w * x * lf), seqsum(w * lf * lf)
+
+        lv, sumlx, suml2 = fit((F32(-nmax) / mx).astype(F32))
+        codes = lv
+        scale = np.where(suml2 != 0, sumlx / suml2, F32(0)).astype(F32)
+        best = (scale * sumlx).astype(F32)
+        for s in (-9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9):
+            lv, sumlx, suml2 = fit((-(F32(nmax) + F32(0.1) * F32(s)) / mx).astype(F32))
+            better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
+            codes = np.where(better[:, None], lv, codes)
+            scale = np.where(better, sumlx / suml2, scale).astype(F32)
+            best = np.where(better, scale * sumlx, best).astype(F32)
+    scale = np.where(zero, F32(0), scale).astype(F32)
+    codes = np.where(zero[:, None], 0, codes + nmax)
+    return scale, codes.astype(np.uint8)
+
+
+def importance_weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
+    """llama.cpp's per-element weights under an importance matrix:
+    qw * sqrt(sigma2 + x^2), sigma2 broadcast over the block's elements."""
+    x = np.asarray(x, F32)
+    return (np.asarray(qw, F32) * np.sqrt(np.asarray(sigma2, F32)[..., None] + x * x)).astype(F32)
