@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from contextlib import ExitStack, contextmanager
@@ -18,15 +19,18 @@ from rich.table import Table
 from iekit.cli.support import human_bytes, run_cli, stdout_console
 from iekit.formats import hf_checkpoint, iebin, weight_types
 from iekit.formats.atomic import check_new_file, write_file_atomic
+from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import read_small
 from iekit.formats.gguf_file import open_gguf
 from iekit.formats.jsonio import dumps_canonical, loads_strict
+from iekit.formats.quant import SCHEMES
 from iekit.formats.q4_manifest import (EMBED_NAMES, HEAD_NAMES, KEEP, bytes_per_token, default_manifest, load_manifest,
                                        manifest_from, plan)
 
 from iekit.formats.bsr import is_bsr_path
 
+from . import bpw_policy
 from .bsr_cli import block_sparse_cmd, inspect_bsr, validate_bsr
 from .dedup_cli import COMMANDS as DEDUP_COMMANDS
 from .hf_hub import from_hub
@@ -218,9 +222,14 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
 @click.option("--imatrix", type=click.Path(path_type=Path, dir_okay=False),
               help="Record this importance matrix in the manifest (checked against the checkpoint now): "
                    "hf-to-iebin / gguf-to-iebin then weight every quantized matrix's error by it.")
+@click.option("--target-bpw", type=click.FloatRange(min=1.0), default=None,
+              help="Instead of one scheme: per matrix, the mix of int4w g128, q4_k (or int4w g64 affine), int4w g32 "
+                   "affine and q8_0 that meets this average bits per weight over the quantized matrices, spending "
+                   "bits where the (importance-weighted, with --imatrix) error measured on their rows falls most. "
+                   "Needs --hf-dir.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, scale_dtype, head_scheme,
-                    embedding_scheme, quantize_head, imatrix, overwrite):
+                    embedding_scheme, quantize_head, imatrix, target_bpw, overwrite):
     """Write the usual quantization policy for a checkpoint as q4_manifest.json.
 
     Attention and MLP projection matrices get --scheme (one rule per layer
@@ -234,6 +243,8 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     """
     if (hf_dir is None) == (gguf_path is None):
         raise click.UsageError("give exactly one of --hf-dir or --gguf")
+    if target_bpw is not None and hf_dir is None:
+        raise click.UsageError("--target-bpw needs --hf-dir: it measures every candidate on the float weights")
     if scheme != "int4w" and (affine or scale_dtype != "f16" or group_size != "64"):
         raise click.UsageError("--group-size/--affine/--scale-dtype apply to --scheme int4w only")
     if quantize_head and head_scheme not in (None, scheme):
@@ -260,10 +271,19 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
                                 tied=tied, imatrix=rel)
     m = manifest_from(manifest, Path(out_path))
     p = plan(m, tensors)
-    _found, iwarn = load_importance(m.imatrix, p.quantize, {n: s for n, (_d, s) in tensors.items()})
+    found, iwarn = load_importance(m.imatrix, p.quantize, {n: s for n, (_d, s) in tensors.items()})
+    mix = None
+    if target_bpw is not None:
+        manifest, mix = _target_bpw_manifest(src, manifest, p.quantize, found, target_bpw)
+        p = plan(manifest_from(manifest, Path(out_path)), tensors)
     write_file_atomic(out_path, dumps_canonical(manifest), replace=overwrite)
     for w in p.warnings + iwarn:
         err.print(f"warning: {w}", markup=False)
+    if mix is not None:
+        out.print(f"OK {out_path}: {mix['bits_per_weight']:.3f} bits per weight over {len(p.quantize)} quantized "
+                  f"matrices (target {target_bpw}): " + ", ".join(f"{n} {k}" for k, n in sorted(mix["counts"].items())),
+                  markup=False)
+        return
     q = sum(1 for _ in p.quantize)
     out.print(f"OK {out_path}: {len(manifest['rules'])} rules, {len(manifest['tensors'])} per-tensor entries; "
               f"quantizes {q} of {len(tensors)} tensors ({scheme})", markup=False)
@@ -274,6 +294,31 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     read, full = bytes_per_token(tensors, p.quantize, tied), bytes_per_token(tensors, {}, tied)
     out.print(f"  a decode step reads {human_bytes(read)} of weights ({full / read:.2f}x less than unquantized, "
               f"{human_bytes(full)}){'; the embedding is tied to the head' if tied else ''}", markup=False)
+
+
+def _target_bpw_manifest(src: hf_checkpoint.HFSource, manifest: dict, quantize: dict, importance: dict,
+                         target_bpw: float) -> tuple[dict, dict]:
+    """The manifest with one exact entry per quantized matrix, chosen by
+    convert/bpw_policy.py for the budget, and the mix's summary."""
+    with ExitStack() as stack, convert_progress(False) as prog:
+        tensors = hf_checkpoint.collect_tensors(src, stack)
+        prog.start("measuring candidates", sum(tensors[n][1].nbytes for n in quantize))
+
+        def rows_of(name: str):
+            sf, t = tensors[name]
+            return decode_f32(b"".join(sf.iter_chunks(t)), t.dtype.name).reshape(t.shape)
+
+        def step(name: str) -> None:
+            prog.describe(name)
+            prog.advance(tensors[name][1].nbytes)
+
+        choices = bpw_policy.choose({n: list(tensors[n][1].shape) for n in quantize}, rows_of, importance,
+                                    target_bpw, step)
+    mix = bpw_policy.summary(choices)
+    out_manifest = {k: v for k, v in manifest.items() if k not in ("rules", "tensors")}
+    out_manifest.update(rules=[], tensors={c.name: c.selection for c in sorted(choices, key=lambda c: c.name)},
+                        bits_per_weight=round(mix["bits_per_weight"], 4))
+    return out_manifest, mix
 
 
 def tensor_shapes(src: hf_checkpoint.HFSource) -> dict[str, tuple[str, list[int]]]:
@@ -327,16 +372,23 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
     if is_imatrix_path(path):
         return inspect_imatrix(path, as_json)
     m = iebin.load_model(path)
-    by_dtype: dict[str, list[int]] = {}
+    by_dtype: dict[str, list[int]] = {}  # dtype -> [tensors, bytes, elements]
     for t in m.tensors:
-        c = by_dtype.setdefault(t["dtype"], [0, 0])
+        c = by_dtype.setdefault(t["dtype"], [0, 0, 0])
         c[0] += 1
         c[1] += t["nbytes"]
+        c[2] += math.prod(t["shape"])
+    qbytes = sum(v[1] for k, v in by_dtype.items() if k in SCHEMES)
+    qelems = sum(v[2] for k, v in by_dtype.items() if k in SCHEMES)
+    qbpw = 8 * qbytes / qelems if qelems else None  # bits per weight over the quantized matrices, scales included
     if as_json:
         click.echo(json.dumps({"path": str(m.meta_path), "model": m.meta["model"], "source": m.meta["source"],
                                "tensors": len(m.tensors),
                                "bytes": sum(v[1] for v in by_dtype.values()),
-                               "by_dtype": {k: {"tensors": v[0], "bytes": v[1]} for k, v in sorted(by_dtype.items())}},
+                               "quantized_bits_per_weight": qbpw,
+                               "by_dtype": {k: {"tensors": v[0], "bytes": v[1],
+                                                "bits_per_weight": 8 * v[1] / v[2] if v[2] else None}
+                                            for k, v in sorted(by_dtype.items())}},
                               sort_keys=True))
         return
     summary = Table(title=f"{m.meta_path}", show_header=False)
@@ -362,11 +414,14 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
                       human_bytes(t["nbytes"]), str(t["file_data_offset"]))
     out.print(table)
     totals = Table(title="totals")
-    for col in ("dtype", "tensors", "bytes"):
+    for col in ("dtype", "tensors", "bytes", "bits/weight"):
         totals.add_column(col, justify="left" if col == "dtype" else "right")
-    for k, (n, b) in sorted(by_dtype.items()):
-        totals.add_row(k, str(n), human_bytes(b))
-    totals.add_row("all", str(len(m.tensors)), human_bytes(sum(v[1] for v in by_dtype.values())), style="bold")
+    for k, (n, b, e) in sorted(by_dtype.items()):
+        totals.add_row(k, str(n), human_bytes(b), f"{8 * b / e:.3f}" if e else "")
+    if qbpw is not None:
+        totals.add_row("quantized", str(sum(v[0] for k, v in by_dtype.items() if k in SCHEMES)), human_bytes(qbytes),
+                       f"{qbpw:.3f}")
+    totals.add_row("all", str(len(m.tensors)), human_bytes(sum(v[1] for v in by_dtype.values())), "", style="bold")
     out.print(totals)
 
 

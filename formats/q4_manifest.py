@@ -52,7 +52,7 @@ class Manifest:
         return self.default, "default"
 
 
-def _selection(obj: dict[str, Any]) -> QuantParams | None:
+def selection_params(obj: dict[str, Any]) -> QuantParams | None:
     scheme = obj["scheme"]
     if scheme == KEEP:
         return None
@@ -91,10 +91,10 @@ def manifest_from(obj: Any, path: Path) -> Manifest:
     """A manifest object (as read from ``path``, or about to be written there), checked."""
     _check_int4w_only_keys(obj, path)
     schema_check(obj, SCHEMA_PATH, path)
-    rules = [(r["match"], _selection(r)) for r in obj.get("rules", [])]
-    tensors = {k: _selection(v) for k, v in obj.get("tensors", {}).items()}
+    rules = [(r["match"], selection_params(r)) for r in obj.get("rules", [])]
+    tensors = {k: selection_params(v) for k, v in obj.get("tensors", {}).items()}
     imatrix = path.parent / obj["imatrix"] if "imatrix" in obj else None
-    return Manifest(os.fspath(path), rules, tensors, _selection(obj.get("default", {"scheme": KEEP})), imatrix)
+    return Manifest(os.fspath(path), rules, tensors, selection_params(obj.get("default", {"scheme": KEEP})), imatrix)
 
 
 @dataclass
@@ -159,11 +159,11 @@ FALLBACK = {"q4_k": {"scheme": "int4w", "group_size": 64, "symmetric": False, "s
 def _fitting(scheme: str, sel: dict[str, Any], shape: list[int]) -> dict[str, Any] | None:
     """``sel``, or int4w's whole-row variant, or the scheme's FALLBACK, if it can
     store ``shape``; else None."""
-    if SCHEMES[scheme].check(shape, _selection(sel)) is None:
+    if SCHEMES[scheme].check(shape, selection_params(sel)) is None:
         return sel
     if scheme == "int4w":
         row = {**sel, "group_size": "row"}
-        if SCHEMES[scheme].check(shape, _selection(row)) is None:
+        if SCHEMES[scheme].check(shape, selection_params(row)) is None:
             return row
     if scheme in FALLBACK:
         return _fitting(FALLBACK[scheme]["scheme"], FALLBACK[scheme], shape)

@@ -185,29 +185,42 @@ def qx(x: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]
     and weights. Returns (scale [n], codes [n, k] uint8)."""
     x = np.asarray(x, F32)
     w = np.asarray(w, F32)
+    n = x.shape[0]
+    scale = np.empty(n, F32)
+    codes = np.empty(x.shape, np.uint8)
+    for a in range(0, n, CHUNK):
+        b = min(n, a + CHUNK)
+        s, c = _qx_t(np.ascontiguousarray(x[a:b].T), np.ascontiguousarray(w[a:b].T), nmax)
+        scale[a:b], codes[a:b] = s, c.T
+    return scale, codes
+
+
+def _qx_t(x, w, nmax):
+    """qx on one chunk, transposed: x, w [k, n]."""
     with np.errstate(all="ignore"):
-        at = np.abs(x).argmax(axis=1)  # the first largest magnitude, as the C loop's strict '>'
-        mx = np.take_along_axis(x, at[:, None], axis=1)[:, 0]
+        at = np.abs(x).argmax(axis=0)  # the first largest magnitude, as the C loop's strict '>'
+        mx = np.take_along_axis(x, at[None, :], axis=0)[0]
         zero = np.abs(mx) < F32(1e-15)
+        wx = w * x
 
         def fit(iscale):
-            lv = np.clip(nearest_int(iscale[:, None] * x), -nmax, nmax - 1)
-            lf = lv.astype(F32)
-            return lv, seqsum(w * x * lf), seqsum(w * lf * lf)
+            # iscale * x is at most nmax + 1 in magnitude: rint is nearest_int there
+            lf = np.clip(np.rint(iscale * x), F32(-nmax), F32(nmax - 1))
+            return lf, _colsum(wx * lf), _colsum(w * lf * lf)
 
-        lv, sumlx, suml2 = fit((F32(-nmax) / mx).astype(F32))
-        codes = lv
+        codes, sumlx, suml2 = fit((F32(-nmax) / mx).astype(F32))
         scale = np.where(suml2 != 0, sumlx / suml2, F32(0)).astype(F32)
         best = (scale * sumlx).astype(F32)
         for s in (-9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9):
-            lv, sumlx, suml2 = fit((-(F32(nmax) + F32(0.1) * F32(s)) / mx).astype(F32))
+            lf, sumlx, suml2 = fit((-(F32(nmax) + F32(0.1) * F32(s)) / mx).astype(F32))
             better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
-            codes = np.where(better[:, None], lv, codes)
-            scale = np.where(better, sumlx / suml2, scale).astype(F32)
-            best = np.where(better, scale * sumlx, best).astype(F32)
+            if better.any():
+                codes[:, better] = lf[:, better]
+                scale = np.where(better, sumlx / suml2, scale).astype(F32)
+                best = np.where(better, scale * sumlx, best).astype(F32)
     scale = np.where(zero, F32(0), scale).astype(F32)
-    codes = np.where(zero[:, None], 0, codes + nmax)
-    return scale, codes.astype(np.uint8)
+    codes[:, zero] = -nmax
+    return scale, (codes + F32(nmax)).astype(np.uint8)
 
 
 def importance_weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:

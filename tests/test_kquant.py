@@ -133,6 +133,10 @@ def test_weighted_quantization_is_no_worse_than_llama_cpp_with_the_same_imatrix(
     ref_deq = gguf.quants.dequantize(ref.reshape(x.shape[0], -1), gguf.GGMLQuantizationType[scheme.upper()])
     assert _weighted_err(x, ours_deq, imp) <= _weighted_err(x, ref_deq.astype(np.float32), imp) * (1 + 1e-6)
     assert (np.abs(x - ours_deq) <= s.error_bound(x, ours, p)).all()
+    if scheme != "q4_k":  # the same search: the f16 scale (and min) of every block are llama.cpp's
+        head = 2 * len(s.F16_FIELDS)
+        ob, rb = ours.reshape(-1, s.block_bytes), ref.reshape(-1, s.block_bytes)
+        assert np.array_equal(ob[:, :head], rb[:, :head])
     # and without the importance the llama.cpp-compatible bytes are untouched
     assert np.array_equal(s.quantize(x, p), _golden(f"{scheme}.bin"))
 

@@ -177,3 +177,34 @@ def test_gguf_q4_k_blocks_are_imported_byte_for_byte(wide, tmp_path):
         assert u["dtype"] == "q4_k" and u["quant"] == t["quant"]
         assert a.path_of(u).read_bytes()[u["file_data_offset"]:u["file_data_offset"] + u["nbytes"]] == \
             b.path_of(t).read_bytes()[t["file_data_offset"]:t["file_data_offset"] + t["nbytes"]], t["name"]
+
+
+def _kl(ref_dir, out_dir, ids):
+    f32 = Decoder(ref_dir).logits(ids).astype(np.float64)
+    got = Decoder(out_dir, act="f32").logits(ids).astype(np.float64)
+    lp = f32 - f32.max(1, keepdims=True)
+    lp -= np.log(np.exp(lp).sum(1, keepdims=True))
+    lq = got - got.max(1, keepdims=True)
+    lq -= np.log(np.exp(lq).sum(1, keepdims=True))
+    return float((np.exp(lp) * (lp - lq)).sum(1).mean())
+
+
+def test_target_bpw_meets_the_budget_and_more_bits_buy_less_error(wide, tmp_path):
+    ids = Decoder(wide["f32"]).encode(TEXT.read_text())[:64]
+    kls = {}
+    for target in (4.3, 5.5):
+        out, m, _res = _quantize(wide, f"bpw{target}", "--target-bpw", str(target), "--imatrix", wide["imatrix"])
+        man = json.loads(m.read_text())
+        assert man["rules"] == [] and len(man["tensors"]) == 14 and man["imatrix"] == "im.npz"
+        info = json.loads(run_tool("ieconv", "inspect", out, "--json").stdout)
+        bpw = info["quantized_bits_per_weight"]
+        assert bpw <= target and bpw == pytest.approx(man["bits_per_weight"], abs=1e-4)
+        assert bpw > target - 0.5  # the budget is spent, not left over
+        kls[target] = _kl(wide["f32"], out, ids)
+    assert kls[5.5] < kls[4.3]
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", tmp_path / "q.json", "--target-bpw", "3")
+    assert_one_line_error(res, "--target-bpw 3.0", "cheapest candidates already average 4.125")
+    assert not (tmp_path / "q.json").exists()
+    res = run_tool("ieconv", "q4-manifest", "--gguf", tmp_path / "x.gguf", "-o", tmp_path / "q.json",
+                   "--target-bpw", "4.5")
+    assert res.returncode == 2 and "--target-bpw needs --hf-dir" in res.stderr
