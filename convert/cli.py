@@ -338,7 +338,7 @@ def validate(path: Path, deep: bool, allow_nonfinite: bool):
 
     PATH is an IEBIN model directory or its model.ie.json, a .bsr file
     (block-sparse matrix; its crc32 is always checked), or an importance
-    matrix (.npz, `ieconv imatrix`). Exit 0 and one OK line, or one line
+    matrix (.npz, `ieconv imatrix`; or llama.cpp's legacy .dat). Exit 0 and one OK line, or one line
     naming the file and field at fault and exit 1.
     """
     if is_bsr_path(path):

@@ -111,11 +111,16 @@ def check_out_dir(out_dir: Path, overwrite: bool, writes: list[str], src_dir: Pa
 def load_importance(path: str | os.PathLike | None, quantize: dict[str, QuantParams],
                     shapes: dict[str, list[int]]) -> tuple[dict[str, Any], list[str]]:
     """The importance vector of every matrix to quantize that the imatrix at
-    ``path`` has an entry for, and a warning naming those it has none for
-    (quantized unweighted). Read and checked before anything is written."""
+    ``path`` (ours, or llama.cpp's legacy .dat) has an entry for, and a
+    warning naming those it has none for (quantized unweighted). Read and
+    checked before anything is written."""
     if path is None or not quantize:
         return {}, []
-    im = imatrix_fmt.read(Path(path))
+    im = imatrix_fmt.read_any(Path(path))
+    if im.meta["format"] == imatrix_fmt.LLAMACPP_LEGACY:  # llama.cpp's tensor names -> ours
+        from .gguf_to_iebin import hf_name
+
+        im.entries = {hf: v for n, v in im.entries.items() if (hf := hf_name(n)) is not None}
     found, missing = imatrix_fmt.select_for(im, {n: shapes[n][1] for n in quantize}, os.fspath(path))
     if not missing:
         return found, []

@@ -70,12 +70,17 @@ def imatrix_cmd(model_dir, text_file, ids_file, out_path, ctx, chunks, threads, 
 
 
 def is_imatrix_path(path: Path) -> bool:
-    """What `ieconv validate` and `inspect` hand to this module: a .npz file."""
-    return path.suffix == ".npz"
+    """What `ieconv validate` and `inspect` hand to this module: ours (.npz) or llama.cpp's legacy .dat."""
+    return path.suffix in (".npz", ".dat")
 
 
 def validate_imatrix(path: Path) -> None:
-    im = imatrix.read(path)
+    im = imatrix.read_any(path)
+    if im.meta["format"] == imatrix.LLAMACPP_LEGACY:
+        chunks = f", {im.meta['chunks']} chunks" if im.meta["chunks"] is not None else ""
+        stdout_console().print(f"OK {path}: llama.cpp legacy importance matrix, {len(im.entries)} matrices{chunks}",
+                               markup=False)
+        return
     stdout_console().print(f"OK {path}: importance matrix v{im.meta['version']}, {len(im.entries)} matrices, "
                            f"{im.tokens} tokens in {im.meta['chunks']} chunks", markup=False)
 
@@ -83,7 +88,7 @@ def validate_imatrix(path: Path) -> None:
 def inspect_imatrix(path: Path, as_json: bool) -> None:
     """Per matrix: columns, mean and max importance, and the share of the sum held by its top 1% of
     columns (how concentrated the activations are: what an importance-weighted quantizer exploits)."""
-    im = imatrix.read(path)
+    im = imatrix.read_any(path)
     rows = []
     for name in sorted(im.entries):
         a = im.entries[name].astype(np.float64)
@@ -96,9 +101,10 @@ def inspect_imatrix(path: Path, as_json: bool) -> None:
         return
     con = stdout_console()
     summary = Table(title=str(path), show_header=False)
-    for key in ("tokens", "chunks", "ctx"):
-        summary.add_row(key, str(im.meta[key]))
-    for key, v in sorted(im.meta["source"].items()):
+    for key in ("format", "tokens", "chunks", "ctx", "dataset"):
+        if im.meta.get(key) is not None:
+            summary.add_row(key, str(im.meta[key]))
+    for key, v in sorted(im.meta.get("source", {}).items()):
         summary.add_row(f"source {key}", str(v))
     con.print(summary)
     table = Table(title="matrices (importance = mean x² of the input column)")

@@ -8,7 +8,8 @@ timestamps, .npy format 1.0); ``read`` is strict: it reads only regular
 files, only stored (never deflated) members of bounded size, and refuses any
 member, dtype, shape or value the spec does not allow, with one line naming
 the file and the member. ``select_for`` holds an imatrix to a model's
-matrices (names and column counts).
+matrices (names and column counts). ``read_any`` also reads llama.cpp's
+legacy ``.dat`` files, so users can reuse theirs.
 """
 
 from __future__ import annotations
@@ -144,6 +145,75 @@ def read(path: Path) -> Imatrix:
     if meta is None:
         raise FormatError(path, META, "missing")
     check_meta(meta, path)
+    check_values(entries, path)
+    return Imatrix(entries, meta)
+
+
+LLAMACPP_LEGACY = "llama.cpp-legacy"
+MAX_ENTRIES = 1 << 17     # matrices in a llama.cpp file
+MAX_NAME = 1 << 10        # bytes of a tensor name there
+
+
+def read_any(path: Path) -> Imatrix:
+    """Ours (a zip, or any .npz), or llama.cpp's legacy ``.dat``
+    (``read_llamacpp_legacy``), told apart by their first bytes; llama.cpp's GGUF imatrix is refused
+    with a way out."""
+    path = Path(path)
+    head = read_small(path, MAX_FILE)[:4]
+    if head == b"GGUF":
+        raise FormatError(path, "file", "a llama.cpp GGUF imatrix; this reader takes its legacy layout: "
+                                        "write one with llama-imatrix --output-format dat, or use ieconv imatrix")
+    return read(path) if head[:2] == b"PK" or path.suffix == ".npz" else read_llamacpp_legacy(path)
+
+
+def read_llamacpp_legacy(path: Path) -> Imatrix:
+    """llama.cpp's legacy imatrix (llama-imatrix ``--output-format dat``): an
+    int32 entry count, then per entry an int32 name length, the name, int32
+    ncall, int32 nval and nval float32 values (the means times ncall); then,
+    optionally, an int32 chunk count and an int32-length dataset name. All
+    little-endian. Entries keep llama.cpp's tensor names (blk.0.attn_q.weight);
+    the values are turned into means (divided by ncall when it is > 0, as
+    llama-quantize does). Strict: every count is bounded, nothing may follow
+    the trailer."""
+    path = Path(path)
+    raw = read_small(path, MAX_FILE)
+    pos = 0
+
+    def take(n: int, what: str) -> bytes:
+        nonlocal pos
+        if pos + n > len(raw):
+            raise FormatError(path, what, f"file ends at byte {len(raw)}, {n} more bytes needed at {pos}")
+        pos += n
+        return raw[pos - n:pos]
+
+    def i32(what: str, lo: int, hi: int) -> int:
+        v = int.from_bytes(take(4, what), "little", signed=True)
+        if not lo <= v <= hi:
+            raise FormatError(path, what, f"{v} (expected {lo}..{hi})")
+        return v
+
+    n = i32("entry count", 1, MAX_ENTRIES)
+    entries: dict[str, np.ndarray] = {}
+    for i in range(n):
+        size = i32(f"entry {i}: name length", 1, MAX_NAME)
+        try:
+            name = take(size, f"entry {i}: name").decode("utf-8")
+        except UnicodeDecodeError:
+            raise FormatError(path, f"entry {i}: name", "not UTF-8") from None
+        if name in entries:
+            raise FormatError(path, name, "appears twice")
+        ncall = i32(f"{name}: ncall", 0, 2**31 - 1)
+        nval = i32(f"{name}: nval", 1, MAX_COLS)
+        v = np.frombuffer(take(4 * nval, f"{name}: values"), "<f4").astype(np.float32)
+        entries[name] = v / np.float32(ncall) if ncall > 0 else v.copy()
+    meta: dict[str, Any] = {"format": LLAMACPP_LEGACY, "chunks": None, "dataset": None}
+    if pos < len(raw):
+        meta["chunks"] = i32("trailer: chunk count", 0, 2**31 - 1)
+        if pos < len(raw):
+            size = i32("trailer: dataset name length", 0, MAX_NAME * 64)
+            meta["dataset"] = take(size, "trailer: dataset name").decode("utf-8", "replace")
+    if pos != len(raw):
+        raise FormatError(path, "file", f"{len(raw) - pos} bytes after the trailer")
     check_values(entries, path)
     return Imatrix(entries, meta)
 

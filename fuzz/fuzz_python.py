@@ -18,8 +18,8 @@ validator and the C++ loader must accept and refuse the same inputs.
               same verdict, same code and field
   weightspec  differential: the Python registry's quant parser vs the native
               WeightSpec on the same (dtype, shape, quant) description
-  imatrix     a mutated importance matrix: the strict reader, and what it
-              accepted written back and read again
+  imatrix     a mutated importance matrix (ours or llama.cpp's legacy .dat):
+              the strict readers, and what ours accepted written back and read again
 
     python fuzz/fuzz_python.py --seconds 60 [--target iebin ...]
 """
@@ -132,10 +132,10 @@ def t_imatrix(data: bytes) -> None:
     read again (to_bytes must take every file read accepts)."""
     from iekit.formats import imatrix
 
-    p = _fresh_dir("imatrix") / "im.npz"
+    p = _fresh_dir("imatrix") / ("im.npz" if data[:2] == b"PK" else "im.dat")  # else: llama.cpp's legacy layout
     p.write_bytes(data)
-    im = _expected(imatrix.read, p)
-    if im is None:
+    im = _expected(imatrix.read_any, p)
+    if im is None or im.meta["format"] == imatrix.LLAMACPP_LEGACY:
         return
     again = _fresh_dir("imatrix2") / "im.npz"
     again.write_bytes(imatrix.to_bytes(im))
@@ -215,7 +215,7 @@ def seeds(target: str) -> list[bytes]:
     if target == "gguf":
         return [(GOLDEN / "gguf" / "tiny-llama.mixed.gguf").read_bytes()]
     if target == "imatrix":
-        return [(GOLDEN / "imatrix" / "example.npz").read_bytes()]
+        return [(GOLDEN / "imatrix" / n).read_bytes() for n in ("example.npz", "example-llamacpp.dat")]
     meta = json.loads((GOLDEN / "iebin" / "tiny-llama-mixedq" / "model.ie.json").read_text())
     return [json.dumps({k: t.get(k) for k in ("dtype", "shape", "quant")}).encode() for t in meta["tensors"]]
 

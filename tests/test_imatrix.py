@@ -201,3 +201,66 @@ def test_validate_and_inspect_an_imatrix(tmp_path):
     bad.write_bytes(b"garbage")
     assert_one_line_error(run_tool("ieconv", "validate", bad), "bad.npz", "not an imatrix file")
     assert_one_line_error(run_tool("ieconv", "inspect", bad), "bad.npz", "not an imatrix file")
+
+
+def _legacy(entries: dict[str, tuple[int, list[float]]], trailer: bytes | None = b"") -> bytes:
+    """llama.cpp's legacy .dat layout, written from its description (common/imatrix-loader.cpp)."""
+    import struct
+
+    out = struct.pack("<i", len(entries))
+    for name, (ncall, vals) in entries.items():
+        n = name.encode()
+        out += struct.pack("<i", len(n)) + n + struct.pack("<ii", ncall, len(vals)) + struct.pack(f"<{len(vals)}f", *vals)
+    if trailer is None:
+        return out
+    return out + struct.pack("<i", 10) + struct.pack("<i", 8) + b"wiki.raw" + trailer
+
+
+def test_llama_cpp_legacy_imatrix_is_read_and_used(tmp_path):
+    p = tmp_path / "im.dat"
+    p.write_bytes(_legacy({"blk.0.ffn_down.weight": (2, [4.0] * 128), "blk.0.attn_q.weight": (0, [1.5] * 64)}))
+    im = imatrix.read_any(p)
+    assert im.meta == {"format": "llama.cpp-legacy", "chunks": 10, "dataset": "wiki.raw"}
+    assert im.entries["blk.0.ffn_down.weight"].tolist() == [2.0] * 128  # means: the sums / ncall
+    assert im.entries["blk.0.attn_q.weight"].tolist() == [1.5] * 64  # ncall 0: as stored
+    p2 = tmp_path / "short.dat"
+    p2.write_bytes(_legacy({"blk.0.ffn_down.weight": (1, [1.0] * 128)}, trailer=None))  # no trailer: fine
+    assert imatrix.read_any(p2).meta["chunks"] is None
+    res = run_tool("ieconv", "validate", p)
+    assert res.returncode == 0 and res.stdout.strip() == f"OK {p}: llama.cpp legacy importance matrix, 2 matrices, 10 chunks"
+    assert "blk.0.ffn_down.weight" in run_tool("ieconv", "inspect", p).stdout
+    # used by the converter under the Hugging Face names
+    m = tmp_path / "q.json"
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN / "hf" / "tiny-llama", "-o", m,
+                    "--scheme", "q4_0").returncode == 0
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", GOLDEN / "hf" / "tiny-llama", "--q4-map", m,
+                   "--out-dir", tmp_path / "o", "--imatrix", p)
+    assert res.returncode == 0, res.stderr
+    assert "(2 importance-weighted)" in res.stderr and "no entry for 12 of the 14 matrices" in res.stderr
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda b: b[:-3], "file ends at byte"),
+    (lambda b: b + b"x", "bytes after the trailer"),
+    (lambda b: b"\x00\x00\x00\x00" + b[4:], "entry count: 0"),
+    (lambda b: b[:4] + b"\xff\xff\xff\x7f" + b[8:], "entry 0: name length"),
+    (lambda b: b.replace(b"\x00\x00\x80\x40", b"\x00\x00\xc0\x7f", 1), "importances are finite and >= 0"),
+    (lambda b: b.replace(b"\x00\x00\x80\x40", b"\x00\x00\x80\xc0", 1), "importances are finite and >= 0"),
+    (lambda b: b"GGUF" + b[4:], "GGUF imatrix"),
+])
+def test_hostile_legacy_imatrix_is_one_clear_error(tmp_path, mutate, needle):
+    p = tmp_path / "im.dat"
+    p.write_bytes(mutate(_legacy({"blk.0.ffn_down.weight": (1, [4.0] * 8)})))
+    with pytest.raises(FormatError, match=needle) as e:
+        imatrix.read_any(p)
+    assert str(p) in str(e.value) and "\n" not in str(e.value)
+    res = run_tool("ieconv", "validate", p)
+    assert_one_line_error(res, str(p))
+
+
+def test_duplicate_legacy_entries_are_refused(tmp_path):
+    p = tmp_path / "im.dat"
+    body = _legacy({"a.weight": (1, [1.0])}, trailer=None)
+    p.write_bytes(b"\x02\x00\x00\x00" + body[4:] + body[4:])
+    with pytest.raises(FormatError, match="a.weight: appears twice"):
+        imatrix.read_any(p)
