@@ -42,7 +42,7 @@ BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve().parent
 
 
-def run(*args, quiet: bool = True) -> str:
+def run(*args) -> str:
     res = subprocess.run([str(a) for a in args], check=True, capture_output=True, text=True)
     return res.stdout
 
@@ -153,12 +153,13 @@ def main() -> None:
 
     from iekit.runtime.decoder import Decoder
 
+    orig = Decoder(ref_orig)
     text = "\n\n".join(topics.topics[k] for k in sorted(topics.topics))
-    ids = Decoder(ref_orig).encode(text)
     calib, held = w / "calib.txt", w / "eval-ids.txt"
     half = len(text) // 2
     calib.write_text(text[:half])
-    held.write_text(" ".join(map(str, Decoder(ref_orig).encode(text[half:]))))
+    held_ids = orig.encode(text[half:])
+    held.write_text(" ".join(map(str, held_ids)))
     if not a.no_rotate:
         rot = w / "rot-hf"
         if not (rot / "config.json").exists():
@@ -168,8 +169,8 @@ def main() -> None:
     if not (ref / "model.ie.json").exists():
         run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", hf, "--out-dir", ref)
     if not a.no_rotate:
-        probe = ids[:128]
-        x, y = Decoder(ref_orig).logits(probe), Decoder(ref).logits(probe)
+        probe = held_ids[:128]
+        x, y = orig.logits(probe), Decoder(ref).logits(probe)
         rel = float(np.abs(x - y).max() / np.abs(x).max())
         print(f"rotation: f32 logits before/after agree to {rel:.2e} (max |diff| / max |logit|) on 128 tokens")
         if rel > 1e-4:
@@ -206,7 +207,7 @@ def main() -> None:
 
         f32g = w / "f32.gguf"
         if not f32g.exists():
-            gguf_from_hf(hf, f32g, pre="smollm" if "smollm" in str(a.hf_dir or "smollm") else "gpt-2")
+            gguf_from_hf(hf, f32g)  # its tokenizer does not matter: every model is scored on the same ids
         dat = w / "imatrix.dat"
         write_legacy_imatrix(im, dat)
         for ftype, weighted in (("Q4_0", False), ("Q4_K_M", False), ("Q4_K_M", True)):

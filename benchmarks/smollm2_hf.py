@@ -52,7 +52,8 @@ def convert(gguf_path: Path, out: Path) -> None:
     from gguf.quants import dequantize
     from safetensors.numpy import save_file
 
-    from iekit.convert.gguf_to_iebin import build_config, hf_name, row_order
+    from iekit.convert.gguf_names import hf_name
+    from iekit.convert.gguf_to_iebin import build_config, row_order
     from iekit.convert.gguf_tokenizer import tokenizer_json
     from iekit.formats.gguf_file import open_gguf
 

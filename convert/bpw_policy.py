@@ -64,10 +64,11 @@ class Choice:
         return self.options[self.at][1] * 8
 
 
-def _sample(w: np.ndarray) -> np.ndarray:
-    if w.shape[0] <= SAMPLE_ROWS:
-        return w
-    return w[np.linspace(0, w.shape[0] - 1, SAMPLE_ROWS).round().astype(int)]
+def sample_rows(rows: int) -> list[int]:
+    """The rows each candidate is measured on: all, or SAMPLE_ROWS evenly spaced."""
+    if rows <= SAMPLE_ROWS:
+        return list(range(rows))
+    return sorted({int(r) for r in np.linspace(0, rows - 1, SAMPLE_ROWS).round()})
 
 
 def _options(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | None) -> list[tuple[dict, int, float]]:
@@ -93,16 +94,18 @@ def _options(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | No
     return out
 
 
-def choose(shapes: dict[str, list[int]], rows_of: Callable[[str], np.ndarray],
+def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.ndarray],
            importance: dict[str, np.ndarray], target_bpw: float,
            progress: Callable[[str], None] = lambda _n: None) -> list[Choice]:
     """The chosen selection per matrix (``shapes``: the matrices to quantize;
-    ``rows_of(name)``: its float32 rows). Raises IEError when even the
-    cheapest candidates exceed the budget."""
+    ``rows_of(name, rows)``: those float32 rows of it, read from the source:
+    only sample_rows(...) are). Raises IEError when even the cheapest
+    candidates exceed the budget."""
     choices = []
     for name, shape in shapes.items():
         progress(name)
-        c = Choice(name, math.prod(shape), _options(name, shape, _sample(rows_of(name)), importance.get(name)))
+        rows = rows_of(name, sample_rows(shape[0]))
+        c = Choice(name, math.prod(shape), _options(name, shape, rows, importance.get(name)))
         if not c.options:
             raise IEError(f"{name}: no candidate scheme can store a {shape[0]}x{shape[1]} matrix")
         choices.append(c)
@@ -136,14 +139,13 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str], np.ndarray],
 
 
 def summary(choices: list[Choice]) -> dict[str, Any]:
-    """Average bits per weight, predicted error, and the count per selection."""
+    """Average bits per weight, and the count per selection."""
     elems = sum(c.elems for c in choices)
     counts: dict[str, int] = {}
     for c in choices:
         k = label(c.selection)
         counts[k] = counts.get(k, 0) + 1
-    return {"bits_per_weight": sum(c.bits for c in choices) / elems,
-            "predicted_error": sum(c.options[c.at][2] for c in choices), "counts": counts}
+    return {"bits_per_weight": sum(c.bits for c in choices) / elems, "counts": counts}
 
 
 def label(sel: dict[str, Any]) -> str:

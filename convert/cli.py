@@ -12,7 +12,7 @@ from typing import Iterator
 
 import click
 from rich.console import Console
-from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn,
                            TransferSpeedColumn)
 from rich.table import Table
 
@@ -65,6 +65,19 @@ def cli() -> None:
     """
 
 
+# The converters' --imatrix (hf-to-iebin, gguf-to-iebin), and what both require of it and --force.
+IMATRIX_OPTION = click.option(
+    "--imatrix", type=click.Path(path_type=Path, dir_okay=False),
+    help="Importance matrix (`ieconv imatrix`, or llama.cpp's legacy .dat): every quantized matrix's scale/min "
+         "search minimises its error weighted by it (default: the manifest's \"imatrix\"). q4_0/q4_1/q4_k "
+         "without one stay byte-identical to llama.cpp.")
+
+
+def check_q4_map_flags(q4_map, force: bool, imatrix) -> None:
+    if (force or imatrix) and not q4_map:
+        raise click.UsageError(f"{'--force' if force else '--imatrix'} only applies with --q4-map")
+
+
 @cli.command("hf-to-iebin")
 @click.option("--hf-dir", type=click.Path(path_type=Path), help="Local HF model directory (config.json + safetensors).")
 @click.option("--repo-id", help="HF hub repo id, resolved through the local HF cache first (offline when cached).")
@@ -74,10 +87,7 @@ def cli() -> None:
 @click.option("--q4-map", type=click.Path(path_type=Path, dir_okay=False),
               help=f"q4_manifest.json selecting tensors to quantize ({', '.join(QUANTIZED)}); see `ieconv q4-manifest`.")
 @click.option("--force", is_flag=True, help="With --q4-map: also quantize embeddings/norms the manifest selects.")
-@click.option("--imatrix", type=click.Path(path_type=Path, dir_okay=False),
-              help="Importance matrix (`ieconv imatrix`): every quantized matrix's scale/min search minimises its "
-                   "error weighted by it (default: the manifest's \"imatrix\"). q4_0/q4_1/q4_k without one stay "
-                   "byte-identical to llama.cpp.")
+@IMATRIX_OPTION
 @click.option("--overwrite", is_flag=True,
               help="Replace the artifact in --out-dir as a whole: its files are replaced, and files of a previous "
                    "artifact this one does not write (model.ie.*, config/tokenizer files, dedup links) are removed "
@@ -98,8 +108,7 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, im
         raise click.UsageError("give exactly one of --hf-dir or --repo-id")
     if revision and not repo_id:
         raise click.UsageError("--revision only applies to --repo-id")
-    if (force or imatrix) and not q4_map:
-        raise click.UsageError(f"{'--force' if force else '--imatrix'} only applies with --q4-map")
+    check_q4_map_flags(q4_map, force, imatrix)
     manifest = load_manifest(q4_map) if q4_map else None
     src = hf_checkpoint.from_dir(hf_dir) if hf_dir is not None else from_hub(repo_id, revision)
     with convert_progress(quiet) as prog:
@@ -154,10 +163,7 @@ def report_conversion(res: ConvertResult) -> None:
               help="q4_manifest.json: the tensors it selects are quantized again, from their dequantized values "
                    "(see `ieconv q4-manifest --gguf`).")
 @click.option("--force", is_flag=True, help="With --q4-map: also quantize embeddings/norms the manifest selects.")
-@click.option("--imatrix", type=click.Path(path_type=Path, dir_okay=False),
-              help="Importance matrix (`ieconv imatrix`): every quantized matrix's scale/min search minimises its "
-                   "error weighted by it (default: the manifest's \"imatrix\"). q4_0/q4_1/q4_k without one stay "
-                   "byte-identical to llama.cpp.")
+@IMATRIX_OPTION
 @click.option("--overwrite", is_flag=True, help="Replace the artifact in --out-dir as a whole (as hf-to-iebin --overwrite).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imatrix, overwrite, quiet):
@@ -186,8 +192,7 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
     scaling, tokenizer kind or tensor type) is refused with one line and
     nothing is written. Streams and writes atomically, like hf-to-iebin.
     """
-    if (force or imatrix) and not q4_map:
-        raise click.UsageError(f"{'--force' if force else '--imatrix'} only applies with --q4-map")
+    check_q4_map_flags(q4_map, force, imatrix)
     manifest = load_manifest(q4_map) if q4_map else None
     with convert_progress(quiet) as prog:
         res = convert_gguf(gguf_path, out_dir, dtype=dtype, overwrite=overwrite, progress=prog,
@@ -300,17 +305,18 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource, manifest: dict, quantize: 
                          target_bpw: float) -> tuple[dict, dict]:
     """The manifest with one exact entry per quantized matrix, chosen by
     convert/bpw_policy.py for the budget, and the mix's summary."""
-    with ExitStack() as stack, convert_progress(False) as prog:
+    with ExitStack() as stack, Progress(TextColumn("{task.description:<40.40}"), BarColumn(), MofNCompleteColumn(),
+                                        TextColumn("matrices"), TimeRemainingColumn(), console=err,
+                                        transient=True) as bar:
         tensors = hf_checkpoint.collect_tensors(src, stack)
-        prog.start("measuring candidates", sum(tensors[n][1].nbytes for n in quantize))
+        task = bar.add_task("measuring candidates", total=len(quantize))
 
-        def rows_of(name: str):
+        def rows_of(name: str, rows: list[int]):
             sf, t = tensors[name]
-            return decode_f32(b"".join(sf.iter_chunks(t)), t.dtype.name).reshape(t.shape)
+            return decode_f32(sf.read_rows(t, rows), t.dtype.name).reshape(len(rows), -1)
 
         def step(name: str) -> None:
-            prog.describe(name)
-            prog.advance(tensors[name][1].nbytes)
+            bar.update(task, description=name, advance=1)
 
         choices = bpw_policy.choose({n: list(tensors[n][1].shape) for n in quantize}, rows_of, importance,
                                     target_bpw, step)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantParams
 
+from .gguf_names import hf_name
 from .gguf_tokenizer import tokenizer_config_json, tokenizer_json
 from .hf_config import model_summary
 from .hf_to_iebin import ConvertResult, Progress, check_dtype, check_out_dir, load_importance, natural_key
@@ -66,25 +66,6 @@ class Arch:
 
 
 ARCHS = {"llama": Arch("LlamaForCausalLM", "llama", True), "qwen2": Arch("Qwen2ForCausalLM", "qwen2", False)}
-
-# llama.cpp tensor names -> Hugging Face names.
-_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-LAYER_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-               "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-               "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
-_BLK = re.compile(r"blk\.(\d+)\.([a-z_]+)\.(weight|bias)")
-
-
-def hf_name(gguf_name: str) -> str | None:
-    """The Hugging Face name of a llama.cpp tensor, or None when it has none here."""
-    top, _, suffix = gguf_name.partition(".")
-    if top in _TOP and suffix in ("weight", "bias"):
-        return f"{_TOP[top]}.{suffix}"
-    m = _BLK.fullmatch(gguf_name)
-    if m and m.group(2) in LAYER_NAMES:
-        return f"model.layers.{int(m.group(1))}.{LAYER_NAMES[m.group(2)]}.{m.group(3)}"
-    return None
-
 
 def row_order(g: GGUFModel, t: GGUFTensor, cfg: dict[str, Any]) -> np.ndarray | None:
     """The source row of each output row of ``t`` (None: rows stay in place),

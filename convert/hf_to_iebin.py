@@ -37,6 +37,7 @@ from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantParams
 
+from .gguf_names import hf_name
 from .hf_config import model_summary
 from .iebin_legacy import TOKENIZER_FILES
 from .source_hashes import SourceHashes
@@ -118,8 +119,6 @@ def load_importance(path: str | os.PathLike | None, quantize: dict[str, QuantPar
         return {}, []
     im = imatrix_fmt.read_any(Path(path))
     if im.meta["format"] == imatrix_fmt.LLAMACPP_LEGACY:  # llama.cpp's tensor names -> ours
-        from .gguf_to_iebin import hf_name
-
         im.entries = {hf: v for n, v in im.entries.items() if (hf := hf_name(n)) is not None}
     found, missing = imatrix_fmt.select_for(im, {n: shapes[n][1] for n in quantize}, os.fspath(path))
     if not missing:

@@ -44,7 +44,8 @@ def imatrix_cmd(model_dir, text_file, ids_file, out_path, ctx, chunks, threads, 
     """Collect an importance matrix: per input column of every matrix, the mean of x²
     over calibration text, as llama-imatrix does: an importance-weighted
     quantizer weights its error by it (the columns that carry large
-    activations matter most). iekit's quantizers do not read it yet.
+    activations matter most): pass it to q4-manifest, hf-to-iebin or
+    gguf-to-iebin as --imatrix.
 
     Example: ieconv imatrix --model-dir smollm2-f32/ --text-file calib.txt -o imatrix.npz --chunks 40
     """

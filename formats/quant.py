@@ -258,10 +258,15 @@ class _Block(Scheme):
         _finite_or_raise(w, name)
         rows = w.shape[0]
         imp = _checked_importance(importance, w.shape[1], name)
-        if imp is None:
+        wts = None if imp is None else self._weights(np.asarray(w, np.float32), imp)
+        if wts is None:
             return QuantizedRows(self._quantize_blocks(self._blocks(w), name).reshape(rows, -1))
-        weights = _row_weights(np.asarray(w, np.float32), imp)
-        return QuantizedRows(self._quantize_weighted(self._blocks(w), self._blocks(weights), name).reshape(rows, -1))
+        return QuantizedRows(self._quantize_weighted(self._blocks(w), self._blocks(wts), name).reshape(rows, -1))
+
+    def _weights(self, w: np.ndarray, imp: np.ndarray) -> np.ndarray | None:
+        """Per-element weights [rows, cols] the weighted search minimises under
+        an importance vector (None: the scheme quantizes as without one)."""
+        return _row_weights(w, imp)
 
     def _quantize_weighted(self, b, wts, name):
         """Blocks under per-element weights (llama.cpp's search for the scale,
@@ -297,16 +302,14 @@ class Q4_0(_Block, weight_type="q4_0"):
         return np.concatenate([d.astype(np.float16).view(np.uint8), _pack_nibbles(q)], axis=1)
 
     def _quantize_weighted(self, b, wts, name):
-        d, _ = qs.qx(b, wts, 8)  # make_qx_quants, as llama.cpp's q4_0 with an imatrix
+        d = qs.qx(b, wts, 8)  # make_qx_quants, as llama.cpp's q4_0 with an imatrix
         _check_f16_range(d, name)
         d16 = d.astype(np.float16)
         q = _nearest(b, d16.astype(np.float32)[:, None], -8, 7) + 8
         return np.concatenate([d16[:, None].view(np.uint8), _pack_nibbles(q.astype(np.uint8))], axis=1)
 
     def _dequantize_blocks(self, raw):
-        d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)
-        q = _unpack_nibbles(raw[:, 2:]).astype(np.float32) - np.float32(8)
-        return d * q
+        return self._f16(raw, 0) * (_unpack_nibbles(raw[:, 2:]).astype(np.float32) - np.float32(8))
 
     def _bound(self, b, raw):
         # Without weights the codes are chosen against the unrounded d (the side
@@ -345,9 +348,7 @@ class Q4_1(_Block, weight_type="q4_1"):
                                _pack_nibbles(q.astype(np.uint8))], axis=1)
 
     def _dequantize_blocks(self, raw):
-        d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)
-        m = raw[:, 2:4].copy().view(np.float16).astype(np.float32)
-        return d * _unpack_nibbles(raw[:, 4:]).astype(np.float32) + m
+        return self._f16(raw, 0) * _unpack_nibbles(raw[:, 4:]).astype(np.float32) + self._f16(raw, 2)
 
     def _bound(self, b, raw):
         d16, m16 = self._f16(raw, 0), self._f16(raw, 2)
@@ -371,12 +372,10 @@ class Q8_0(_Block, weight_type="q8_0"):
         return np.concatenate([d.astype(np.float16).view(np.uint8), q.view(np.uint8)], axis=1)
 
     def _dequantize_blocks(self, raw):
-        d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)
-        return d * raw[:, 2:].copy().view(np.int8).astype(np.float32)
+        return self._f16(raw, 0) * raw[:, 2:].copy().view(np.int8).astype(np.float32)
 
-    def _quantize_weighted(self, b, wts, name):
-        # As llama.cpp: at 8 bits the weights would not change the grid's choice.
-        return self._quantize_blocks(b, name)
+    def _weights(self, w, imp):
+        return None  # as llama.cpp: at 8 bits the weights would not change the grid's choice
 
     def _bound(self, b, raw):
         d16 = self._f16(raw, 0)
@@ -396,15 +395,18 @@ class Q4_K(_Block, weight_type="q4_k"):
     SUB = 32  # elements per sub-block
     F16_FIELDS = (("d", 0), ("dmin", 2))
 
-    def quantize_rows(self, w, p, name="tensor", importance=None):
-        _finite_or_raise(w, name)
-        rows, cols = w.shape
-        b = self._blocks(w)
-        imp = _checked_importance(importance, cols, name)
-        qw = None if imp is None else np.broadcast_to(imp, (rows, cols)).reshape(b.shape)
-        return QuantizedRows(self._quantize_super(b, qw, name).reshape(rows, -1))
+    def _weights(self, w, imp):
+        return np.broadcast_to(imp, w.shape)  # the importances themselves: the search adds its own sigma per super-block
+
+    def _quantize_blocks(self, b, name):
+        return self._quantize_super(b, None, name)
+
+    def _quantize_weighted(self, b, wts, name):
+        return self._quantize_super(b, wts, name)
 
     def _quantize_super(self, b, qw, name):
+        """quantize_row_q4_K_ref (qw None) or quantize_row_q4_K_impl (qw: the
+        importance of every element) over super-blocks b [n, 256]."""
         n = b.shape[0]
         sub = b.reshape(n * 8, self.SUB)
         if qw is None:  # quantize_row_q4_K_ref
@@ -452,32 +454,29 @@ class Q4_K(_Block, weight_type="q4_k"):
         """Per sub-block (scale, min) as float32 [n, 8]: w = scale × q − min,
         each the f32 product of the f16 super-scale and the 6-bit code, as
         ggml's dequantize_row_q4_K forms them."""
-        d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)
-        dmin = raw[:, 2:4].copy().view(np.float16).astype(np.float32)
+        d, dmin = _Block._f16(raw, 0), _Block._f16(raw, 2)
         sc = raw[:, 4:16]
         ls = np.concatenate([sc[:, 0:4] & 63, (sc[:, 8:12] & 0xF) | ((sc[:, 0:4] >> 6) << 4)], axis=1)
         lm = np.concatenate([sc[:, 4:8] & 63, (sc[:, 8:12] >> 4) | ((sc[:, 4:8] >> 6) << 4)], axis=1)
         return (d * ls.astype(np.float32)).astype(np.float32), (dmin * lm.astype(np.float32)).astype(np.float32)
 
     @staticmethod
-    def _codes(raw: np.ndarray) -> np.ndarray:
+    def _sub_codes(raw: np.ndarray) -> np.ndarray:
+        """The codes as [n, 8 sub-blocks, 32]: chunk c's low nibbles are sub-block 2c, its high 2c + 1."""
         q = raw[:, 16:].reshape(-1, 4, 1, 32)
         return np.concatenate([q & 0xF, q >> 4], axis=2).reshape(-1, 8, 32)
 
     def _dequantize_blocks(self, raw):
         s, m = self.sub_params(raw)
-        return (s[..., None] * self._codes(raw).astype(np.float32) - m[..., None]).reshape(-1, 256)
+        return (s[..., None] * self._sub_codes(raw).astype(np.float32) - m[..., None]).reshape(-1, 256)
 
-    def error_bound(self, w, raw, p):
-        """Half a step, or more where x lies outside the sub-block's grid
-        [-min, 15 scale - min] (a 6-bit sub-scale rounded down can leave a
-        value outside): checks each code is the nearest one in range."""
-        s, m = self.sub_params(self._raw_blocks(raw))
-        x = self._blocks(w).reshape(-1, 8, 32)
-        s, m = s[..., None], m[..., None]
-        outside = np.maximum(np.maximum(-m - x, x - (np.float32(15) * s - m)), np.float32(0))
-        ulp = np.float32(2**-21) * (np.abs(x) + m + np.float32(15) * s)
-        return (outside + np.float32(0.5) * s * np.float32(1 + 2**-20) + ulp + np.float32(2**-40)).reshape(w.shape)
+    def _bound(self, b, raw):
+        # The codes are chosen for the sub-scale and sub-min as stored; a 6-bit
+        # sub-scale rounded down can leave values outside the grid.
+        s, m = self.sub_params(raw)
+        x = b.reshape(-1, 8, 32)
+        ulp = np.float32(2**-21) * (np.abs(x) + m[..., None] + np.float32(15) * s[..., None])  # (x + dm) / d in f32
+        return _grid_bound(x, s[..., None], 0, 15, -m[..., None], ulp)
 
 
 class Int4W(Scheme, weight_type="int4w"):
@@ -557,7 +556,7 @@ class Int4W(Scheme, weight_type="int4w"):
         rows, groups, g = x.shape
         flat, fw = x.reshape(-1, g), wts.reshape(-1, g)
         if p.symmetric:
-            s, _ = qs.qx(flat, fw, 8)
+            s = qs.qx(flat, fw, 8)
             m = None
         else:
             s, the_min, _ = qs.qkx(flat, fw, 15, -0.9, 0.05, 36)

@@ -7,7 +7,7 @@ with the smallest weighted squared error. These are those searches, over
 many blocks at once ([n, k] arrays, one block per row).
 
 They reproduce ggml-quants.c (``make_qkx2_quants``/``make_qkx3_quants``,
-``make_qp_quants``) *bit for bit* in float32, so that our q4_k bytes equal
+``make_qp_quants``, ``make_qx_quants``) *bit for bit* in float32, so that our q4_k bytes equal
 llama.cpp's: every sum is accumulated left to right (``seqsum``, as the C
 loops do, never numpy's pairwise sum), every product is formed in the C
 source's order, and ``nearest_int`` is the same magic-number rounding. That
@@ -199,22 +199,20 @@ def qp(x: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]
     return scale, codes.astype(np.uint8)
 
 
-def qx(x: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric codes -nmax..nmax-1 (stored + nmax) under weights w and the
-    scale, x ~ scale * (code - nmax): ggml's make_qx_quants with rmse_type 1
-    and weights. Returns (scale [n], codes [n, k] uint8)."""
+def qx(x: np.ndarray, w: np.ndarray, nmax: int) -> np.ndarray:
+    """The scale [n] of symmetric codes -nmax..nmax-1 for each row of x under
+    weights w (x ~ scale * code): ggml's make_qx_quants with rmse_type 1 and
+    weights. Its codes are not returned: every caller picks the nearest ones
+    for the scale as stored."""
     x = np.asarray(x, F32)
     w = np.asarray(w, F32)
-    n = x.shape[0]
-    scale = np.empty(n, F32)
-    codes = np.empty(x.shape, np.uint8)
+    scale = np.empty(x.shape[0], F32)
 
     def work(a: int, b: int) -> None:
-        s, c = _qx_t(np.ascontiguousarray(x[a:b].T), np.ascontiguousarray(w[a:b].T), nmax)
-        scale[a:b], codes[a:b] = s, c.T
+        scale[a:b] = _qx_t(np.ascontiguousarray(x[a:b].T), np.ascontiguousarray(w[a:b].T), nmax)
 
-    _over_chunks(n, work)
-    return scale, codes
+    _over_chunks(x.shape[0], work)
+    return scale
 
 
 def _qx_t(x, w, nmax):
@@ -228,21 +226,17 @@ def _qx_t(x, w, nmax):
         def fit(iscale):
             # iscale * x is at most nmax + 1 in magnitude: rint is nearest_int there
             lf = np.clip(np.rint(iscale * x), F32(-nmax), F32(nmax - 1))
-            return lf, _colsum(wx * lf), _colsum(w * lf * lf)
+            return _colsum(wx * lf), _colsum(w * lf * lf)
 
-        codes, sumlx, suml2 = fit((F32(-nmax) / mx).astype(F32))
+        sumlx, suml2 = fit((F32(-nmax) / mx).astype(F32))
         scale = np.where(suml2 != 0, sumlx / suml2, F32(0)).astype(F32)
         best = (scale * sumlx).astype(F32)
         for s in (-9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9):
-            lf, sumlx, suml2 = fit((-(F32(nmax) + F32(0.1) * F32(s)) / mx).astype(F32))
+            sumlx, suml2 = fit((-(F32(nmax) + F32(0.1) * F32(s)) / mx).astype(F32))
             better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
-            if better.any():
-                codes[:, better] = lf[:, better]
-                scale = np.where(better, sumlx / suml2, scale).astype(F32)
-                best = np.where(better, scale * sumlx, best).astype(F32)
-    scale = np.where(zero, F32(0), scale).astype(F32)
-    codes[:, zero] = -nmax
-    return scale, (codes + F32(nmax)).astype(np.uint8)
+            scale = np.where(better, sumlx / suml2, scale).astype(F32)
+            best = np.where(better, scale * sumlx, best).astype(F32)
+    return np.where(zero, F32(0), scale).astype(F32)
 
 
 def importance_weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from .dtypes import FROM_SAFETENSORS, INT64_MAX, DType, shape_elements
 from .errors import FormatError
@@ -143,6 +143,20 @@ class SafetensorsFile:
                 raise self._err(t.name, "file shrank while reading (truncated during conversion?)")
             yield buf
             pos += want
+
+    def read_rows(self, t: SafetensorsTensor, rows: Iterable[int]) -> bytes:
+        """The bytes of rows ``rows`` (indices along the first axis) of ``t``,
+        concatenated: one read each, nothing else of the tensor."""
+        row_bytes = t.nbytes // t.shape[0]
+        out = []
+        for r in rows:
+            if not 0 <= r < t.shape[0]:
+                raise IndexError(f"{t.name}: row {r} of {t.shape[0]}")
+            buf = os.pread(self._fd, row_bytes, t.start + r * row_bytes)
+            if len(buf) != row_bytes:
+                raise self._err(t.name, "file shrank while reading (truncated during conversion?)")
+            out.append(buf)
+        return b"".join(out)
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -125,7 +125,7 @@ KERNELS: dict[str, Callable[[dict[str, Any]], tuple[dict[str, Any], float]]] = {
 def microbench(as_json: bool, **o: Any) -> None:
     """Time one kernel and report it as a fraction of memory read bandwidth.
 
-    Dense GEMV kernels (f32 f16 bf16 int4w q4_0 q4_1 q8_0 q4_k) report GB/s of
+    Dense GEMV kernels (every weight type) report GB/s of
     stored weight bytes; bsr also times the dense f32 GEMV of the same
     matrix (speedup); dedup reports bytes read (default + mask +
     exceptions) per second of reconstruction.

@@ -442,3 +442,19 @@ def test_iter_chunks_matches_numpy_save_file(tmp_path):
             t = sf.tensors[name]
             assert list(t.shape) == list(arr.shape)
             assert b"".join(sf.iter_chunks(t, 8)) == arr.astype(arr.dtype.newbyteorder("<")).tobytes(), name
+
+
+def test_read_rows_reads_exactly_those_rows(tmp_path):
+    """What q4-manifest --target-bpw measures on: chosen rows only, against safetensors' own reader."""
+    from safetensors.numpy import save_file
+
+    w = np.arange(7 * 5, dtype=np.float32).reshape(7, 5)
+    p = tmp_path / "m.safetensors"
+    save_file({"a": np.ones(3, np.float16), "w": w}, str(p))
+    with SafetensorsFile(p) as f:
+        t = f.tensors["w"]
+        got = np.frombuffer(f.read_rows(t, [0, 3, 6]), np.float32).reshape(3, 5)
+        with pytest.raises(IndexError, match="w: row 7 of 7"):
+            f.read_rows(t, [7])
+    with safe_open(str(p), "np") as ref:
+        assert np.array_equal(got, ref.get_tensor("w")[[0, 3, 6]])

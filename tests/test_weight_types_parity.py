@@ -40,7 +40,7 @@ def test_nbytes_agree_over_a_grid(name):
             assert _native.expected_nbytes(**native_weight_args(wt, rows, cols, p)) == py
             assert (spec.dtype, spec.rows, spec.cols) == (name, rows, cols)
             checked += 1
-    assert checked >= 3
+    assert checked >= sum(1 for _r, c in SHAPES if c % wt.block_elems == 0)  # no shape it can hold skipped
 
 
 def test_both_sides_refuse_the_same_geometry():

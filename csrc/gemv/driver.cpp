@@ -117,9 +117,7 @@ void dequant_span(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w
       const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
       const int j = static_cast<int>(c0 % 256 / 32);
       const Q4kSub p = q4k_sub(blk, j);
-      const uint8_t* qs = blk + lay.block_qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      for (int l = 0; l < 32; ++l) out[l] = p.scale * static_cast<float>((qs[l] >> shift) & 0xF) - p.min;
+      for (int e = 0; e < 32; ++e) out[e] = p.scale * static_cast<float>(q4k_code(blk, j, e)) - p.min;
       return;
     }
   }

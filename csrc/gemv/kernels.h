@@ -94,7 +94,7 @@ class Carve {
 // bytes of 6-bit sub-scales and sub-mins; 128 bytes of codes) decodes as
 // w = scale * q - min, both the f32 products d * sc_j and dmin * m_j that
 // ggml's dequantize_row_q4_K forms. Its codes are the low nibbles (j even)
-// or high nibbles (j odd) of the 32 code bytes 32 * (j / 2) ...
+// or high nibbles (j odd) of code bytes 32 * (j / 2) .. 32 * (j / 2) + 31.
 constexpr int kQ4kBytes = wtype_info(WType::Q4_K).block_bytes;
 constexpr int kQ4kCodes = wtype_info(WType::Q4_K).code_offset;
 
@@ -114,6 +114,9 @@ inline Q4kSub q4k_sub(const uint8_t* blk, int j) {
   }
   return {f16_to_f32(load_u16(blk)) * static_cast<float>(ls), f16_to_f32(load_u16(blk + 2)) * static_cast<float>(lm)};
 }
+
+// Code e (0..31) of sub-block j.
+inline int q4k_code(const uint8_t* blk, int j, int e) { return (blk[kQ4kCodes + 32 * (j / 2) + e] >> (4 * (j % 2))) & 0xF; }
 
 // act=int8 in natural element order, block-major (q8_0's form, and rows8's):
 // per 32-block and activation row, the codes, their scale d, and the code

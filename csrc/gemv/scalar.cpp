@@ -80,8 +80,7 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
     k.scale = sub.scale;
     k.min = -sub.min;
     k.zero = 0;
-    const uint8_t* q = p + l.block_qs + 32 * (j / 2);
-    for (int e = 0; e < 32; ++e) k.code[e] = (q[e] >> (4 * (j % 2))) & 0xF;
+    for (int e = 0; e < 32; ++e) k.code[e] = q4k_code(p, j, e);
     return k;
   }
   if (s.type == WType::Int4w) {
