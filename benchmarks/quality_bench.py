@@ -187,6 +187,9 @@ def main() -> None:
                 ("q4_k (int4w g64 affine fallback)", ["--scheme", "q4_k", "--quantize-head"], False),
                 ("q4_0 + imatrix", ["--scheme", "q4_0", "--quantize-head"], True),
                 ("q4_k + imatrix", ["--scheme", "q4_k", "--quantize-head"], True),
+                ("iq4_nl", ["--scheme", "iq4_nl", "--quantize-head"], False),
+                ("iq4_nl + imatrix", ["--scheme", "iq4_nl", "--quantize-head"], True),
+                ("iq4_xs (iq4_nl fallback) + imatrix", ["--scheme", "iq4_xs", "--quantize-head"], True),
                 ("--target-bpw 4.5 + imatrix", ["--target-bpw", "4.5", "--quantize-head"], True),
                 ("--target-bpw 5.0 + imatrix", ["--target-bpw", "5.0", "--quantize-head"], True),
                 ("--target-bpw 6.16 + imatrix", ["--target-bpw", "6.16", "--quantize-head"], True)]

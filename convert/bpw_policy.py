@@ -37,7 +37,9 @@ SAMPLE_ROWS = 64  # rows measured per matrix (evenly spaced)
 LADDER: tuple[dict[str, Any], ...] = (
     {"scheme": "int4w", "group_size": 128, "symmetric": True, "scale_dtype": "f16"},   # 4.125
     {"scheme": "int4w", "group_size": 64, "symmetric": True, "scale_dtype": "f16"},    # 4.25
+    {"scheme": "iq4_xs"},                                                              # 4.25
     {"scheme": "q4_k"},                                                                # 4.5
+    {"scheme": "iq4_nl"},                                                              # 4.5
     {"scheme": "int4w", "group_size": 64, "symmetric": False, "scale_dtype": "f16"},   # 4.5
     {"scheme": "q4_0"},                                                                # 4.5
     {"scheme": "int4w", "group_size": 32, "symmetric": False, "scale_dtype": "f16"},   # 5.0

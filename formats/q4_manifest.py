@@ -150,10 +150,12 @@ HEAD_NAMES = ("lm_head.weight", "output.weight")
 EMBED_NAMES = ("model.embed_tokens.weight", "transformer.wte.weight", "embed_tokens.weight")
 
 
-# What a matrix gets when its rows are not whole q4_k super-blocks (SmolLM2's
-# 576 columns): int4w with a scale and a minimum per 64 elements has q4_k's
-# 4.5 bits per weight and its affine grid (llama.cpp falls back to q5_0).
-FALLBACK = {"q4_k": {"scheme": "int4w", "group_size": 64, "symmetric": False, "scale_dtype": "f16"}}
+# What a matrix gets when its rows are not whole 256-element super-blocks
+# (SmolLM2's 576 columns). q4_k: int4w with a scale and a minimum per 64
+# elements has its 4.5 bits per weight and its affine grid (llama.cpp falls
+# back to q5_0); iq4_xs: iq4_nl, its grid per 32 elements (llama.cpp's choice).
+FALLBACK = {"q4_k": {"scheme": "int4w", "group_size": 64, "symmetric": False, "scale_dtype": "f16"},
+            "iq4_xs": {"scheme": "iq4_nl"}}
 
 
 def _fitting(scheme: str, sel: dict[str, Any], shape: list[int]) -> dict[str, Any] | None:
@@ -180,7 +182,7 @@ def default_manifest(tensors: dict[str, tuple[str, list[int]]], scheme: str = "i
     ``tensors`` entries; with ``tied`` the embedding *is* the head (read in
     full every token as the output projection) and gets ``head``. One rule
     per layer pattern; matrices whose rows the group size does not divide get
-    a per-tensor whole-row entry (q4_k: its FALLBACK), or are kept when even
+    a per-tensor whole-row entry (q4_k, iq4_xs: their FALLBACK), or are kept when even
     that is impossible. ``imatrix`` is recorded as the manifest's importance
     matrix."""
     def selection(s: str) -> dict[str, Any]:

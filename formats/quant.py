@@ -479,6 +479,115 @@ class Q4_K(_Block, weight_type="q4_k"):
         return _grid_bound(x, s[..., None], 0, 15, -m[..., None], ulp)
 
 
+def _iq4_bound(x: np.ndarray, scale: np.ndarray, slack: np.ndarray) -> np.ndarray:
+    """Per-element bound for iq4 codes: the distance from x to the nearest
+    point of the stored scale's grid (scale * IQ4_VALUES), plus ``slack`` for
+    codes chosen against the scale before its f16 rounding, plus the f32
+    rounding of scale⁻¹ * x near a tie."""
+    near = np.full(np.broadcast_shapes(x.shape, scale.shape), np.inf, np.float32)
+    for v in qs.IQ4_VALUES:
+        np.minimum(near, np.abs(x - scale * v), out=near)
+    return near + slack + np.float32(2**-20) * np.abs(x) + np.float32(2**-24)
+
+
+class _IQ4(_Block):
+    """The iq4 schemes' one quantizer, ggml's quantize_row_iq4_nl_impl: per
+    32-element sub-block a scale search over the non-linear grid under
+    per-element weights (x² without an importance matrix, imp × sqrt(σ² + x²)
+    with one, σ² from the whole super-block); the codes are then the nearest
+    grid points for the scale before f16 rounding, as ggml picks them."""
+
+    SUPER: int  # elements that share one σ² (and, for iq4_xs, one f16 scale)
+
+    def _weights(self, w, imp):
+        return np.broadcast_to(imp, w.shape)  # the search adds its own σ² per super-block
+
+    def _quantize_blocks(self, b, name):
+        return self._quantize_iq4(b, (b * b).astype(np.float32), name)
+
+    def _quantize_weighted(self, b, wts, name):
+        sigma2 = (qs.seqsum(b * b) * np.float32(2 / self.SUPER)).astype(np.float32)
+        return self._quantize_iq4(b, qs.importance_weights(b, wts, sigma2), name)
+
+    @staticmethod
+    def _codes_for(sub: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        """Nearest grid codes of sub [n, 32] for scales [n] (code 8, the grid's
+        1, where the scale is zero: ggml multiplies by a zero inverse)."""
+        with np.errstate(divide="ignore"):
+            inv = np.where(scale != 0, np.float32(1) / scale, np.float32(0)).astype(np.float32)
+        return qs.iq4_index(inv[:, None] * sub)
+
+
+class IQ4_NL(_IQ4, weight_type="iq4_nl"):
+    """llama.cpp's IQ4_NL: per 32-element block d (f16) and 32 nibbles,
+    w = d × IQ4_VALUES[q] (the non-linear grid of quant_search.py)."""
+
+    SUPER = 32
+
+    def _quantize_iq4(self, b, wts, name):
+        d = qs.iq4_scales(b, wts)
+        _check_f16_range(d, name)
+        q = self._codes_for(b, d)
+        return np.concatenate([d.astype(np.float16)[:, None].view(np.uint8), _pack_nibbles(q)], axis=1)
+
+    def _dequantize_blocks(self, raw):
+        return self._f16(raw, 0) * qs.IQ4_VALUES[_unpack_nibbles(raw[:, 2:])]
+
+    def _bound(self, b, raw):
+        d16 = self._f16(raw, 0)
+        return _iq4_bound(b, d16, np.float32(254) * _f16_half_ulp(d16))
+
+
+class IQ4_XS(_IQ4, weight_type="iq4_xs"):
+    """llama.cpp's IQ4_XS: 256-element super-blocks of eight 32-element
+    sub-blocks, w = d × (l_j − 32) × IQ4_VALUES[q] with a 6-bit sub-scale l_j
+    (low nibbles in 4 bytes, high bit pairs in a u16) under one f16 d: the
+    iq4_nl grid at 4.25 bits per weight."""
+
+    SUPER = 256
+    SUB = 32
+
+    def _quantize_iq4(self, b, wts, name):
+        n = b.shape[0]
+        sub = b.reshape(n * 8, self.SUB)
+        scales = qs.iq4_scales(sub, wts.reshape(n * 8, self.SUB)).reshape(n, 8)
+        top = np.take_along_axis(scales, np.abs(scales).argmax(axis=1)[:, None], axis=1)[:, 0]
+        top = np.where(top != 0, top, np.float32(0))  # ggml starts its search for the largest at +0
+        d = (-top / np.float32(32)).astype(np.float32)
+        _check_f16_range(d, name)
+        with np.errstate(divide="ignore"):
+            inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+        ls = np.clip(qs.nearest_int(inv[:, None] * scales), -32, 31)
+        q = self._codes_for(sub, (d[:, None] * ls.astype(np.float32)).reshape(-1)).reshape(n, 256)
+        lu = (ls + 32).astype(np.uint16)
+        scales_h = np.zeros(n, np.uint16)
+        for j in range(8):
+            scales_h |= (lu[:, j] >> 4) << (2 * j)
+        scales_l = ((lu[:, 0::2] & 0xF) | ((lu[:, 1::2] & 0xF) << 4)).astype(np.uint8)
+        return np.concatenate([d.astype(np.float16)[:, None].view(np.uint8), scales_h.astype("<u2")[:, None].view(np.uint8),
+                               scales_l, _pack_nibbles(q)], axis=1)
+
+    @staticmethod
+    def sub_scales(raw: np.ndarray) -> np.ndarray:
+        """Per sub-block scale as float32 [n, 8]: the f32 product of the f16
+        d and l_j − 32, as ggml's dequantize_row_iq4_xs forms it."""
+        h = raw[:, 2:4].copy().view("<u2")[:, 0].astype(np.int32)
+        lo = raw[:, 4:8].astype(np.int32)
+        j = np.arange(8)
+        ls = ((lo[:, j // 2] >> (4 * (j % 2))) & 0xF) | (((h[:, None] >> (2 * j)) & 3) << 4)
+        return (_Block._f16(raw, 0) * (ls - 32).astype(np.float32)).astype(np.float32)
+
+    def _dequantize_blocks(self, raw):
+        q = _unpack_nibbles(raw[:, 8:]).reshape(-1, 8, self.SUB)
+        return (self.sub_scales(raw)[..., None] * qs.IQ4_VALUES[q]).reshape(-1, 256)
+
+    def _bound(self, b, raw):
+        # codes chosen for d × l_j with d before f16 rounding: |l_j| ≤ 32 of its half ulp per grid step
+        s = self.sub_scales(raw)[..., None]
+        slack = np.float32(254 * 32) * _f16_half_ulp(self._f16(raw, 0))[..., None]
+        return _iq4_bound(b.reshape(-1, 8, self.SUB), s, slack)
+
+
 class Int4W(Scheme, weight_type="int4w"):
     """iekit's weight-only INT4, planar-v1 layout (qs | scales | mins)."""
 

@@ -7,7 +7,8 @@ with the smallest weighted squared error. These are those searches, over
 many blocks at once ([n, k] arrays, one block per row).
 
 They reproduce ggml-quants.c (``make_qkx2_quants``/``make_qkx3_quants``,
-``make_qp_quants``, ``make_qx_quants``) *bit for bit* in float32, so that our q4_k bytes equal
+``make_qp_quants``, ``make_qx_quants``, and the scale search of
+``quantize_row_iq4_nl_impl``) *bit for bit* in float32, so that our q4_k bytes equal
 llama.cpp's: every sum is accumulated left to right (``seqsum``, as the C
 loops do, never numpy's pairwise sum), every product is formed in the C
 source's order, and ``nearest_int`` is the same magic-number rounding. That
@@ -204,23 +205,36 @@ def qx(x: np.ndarray, w: np.ndarray, nmax: int) -> np.ndarray:
     weights w (x ~ scale * code): ggml's make_qx_quants with rmse_type 1 and
     weights. Its codes are not returned: every caller picks the nearest ones
     for the scale as stored."""
+    return _scale_per_row(_qx_t, x, w, nmax)
+
+
+def _scale_per_row(search_t: Callable, x: np.ndarray, w: np.ndarray, *args) -> np.ndarray:
+    """search_t (one transposed chunk x, w [k, n] -> scales [n]) over every row
+    of x, w, chunk by chunk on the thread pool."""
     x = np.asarray(x, F32)
     w = np.asarray(w, F32)
     scale = np.empty(x.shape[0], F32)
 
     def work(a: int, b: int) -> None:
-        scale[a:b] = _qx_t(np.ascontiguousarray(x[a:b].T), np.ascontiguousarray(w[a:b].T), nmax)
+        scale[a:b] = search_t(np.ascontiguousarray(x[a:b].T), np.ascontiguousarray(w[a:b].T), *args)
 
     _over_chunks(x.shape[0], work)
     return scale
 
 
+def _signed_max(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per column of x [k, n]: the element of largest magnitude, sign kept (the
+    first of equals, as the C loops' strict '>'), and whether it is below
+    ggml's 1e-15 (a block that stores as zero)."""
+    at = np.abs(x).argmax(axis=0)
+    mx = np.take_along_axis(x, at[None, :], axis=0)[0]
+    return mx, np.abs(mx) < F32(1e-15)
+
+
 def _qx_t(x, w, nmax):
     """qx on one chunk, transposed: x, w [k, n]."""
     with np.errstate(all="ignore"):
-        at = np.abs(x).argmax(axis=0)  # the first largest magnitude, as the C loop's strict '>'
-        mx = np.take_along_axis(x, at[None, :], axis=0)[0]
-        zero = np.abs(mx) < F32(1e-15)
+        mx, zero = _signed_max(x)
         wx = w * x
 
         def fit(iscale):
@@ -244,3 +258,61 @@ def importance_weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.
     qw * sqrt(sigma2 + x^2), sigma2 broadcast over the block's elements."""
     x = np.asarray(x, F32)
     return (np.asarray(qw, F32) * np.sqrt(np.asarray(sigma2, F32)[..., None] + x * x)).astype(F32)
+
+
+# The non-linear 4-bit grid of iq4_nl / iq4_xs (ggml's kvalues_iq4nl): denser
+# near zero, where most weights of a block lie, than a uniform grid.
+IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], F32)
+
+
+# ggml picks the upper of two neighbours v_k, v_k+1 unless x - v_k < v_k+1 - x in
+# float32; near their midpoint both differences are exact (x is at most a few
+# times either), so that is x < (v_k + v_k+1) / 2 exactly, and far from it no
+# rounding can flip it. The midpoints are half-integers: x >= m iff
+# floor(2x) >= 2m, so the code is a table lookup on floor(2x).
+_IQ4_LO, _IQ4_HI = -256, 228  # floor(2x) beyond these gives code 0 / 15 (2 x 113 = 226)
+_IQ4_LUT = np.searchsorted(IQ4_VALUES[:-1] + IQ4_VALUES[1:], np.arange(_IQ4_LO, _IQ4_HI + 1), side="right").astype(np.uint8)
+
+
+def iq4_index(a: np.ndarray) -> np.ndarray:
+    """The code of the IQ4_VALUES entry nearest to each a (ggml's best_index_int8:
+    a tie goes to the upper entry; outside the grid the end one), uint8.
+    A NaN (a zero block's 0 * inf) gets some code; its caller discards it."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = np.multiply(a, F32(2), dtype=F32)
+        np.clip(t, F32(_IQ4_LO), F32(_IQ4_HI), out=t)
+        t = np.floor(t, out=t).astype(np.int32)
+    np.clip(t, _IQ4_LO, _IQ4_HI, out=t)  # NaN
+    t -= _IQ4_LO
+    return _IQ4_LUT[t]
+
+
+def iq4_scales(x: np.ndarray, w: np.ndarray, ntry: int = 7) -> np.ndarray:
+    """The scale [n] of each 32-element row of x on the iq4 grid (x ~ scale *
+    IQ4_VALUES[code]) under weights w: the scale search of ggml's
+    quantize_row_iq4_nl_impl (its first fit, then 2 * ntry + 1 more starts,
+    each refit by weighted least squares). The scale may be negative: the grid
+    is not symmetric, and mirroring it can fit a block better."""
+    return _scale_per_row(_iq4_t, x, w, ntry)
+
+
+def _iq4_t(x, w, ntry):
+    """iq4_scales on one chunk, transposed: x, w [32, n]."""
+    with np.errstate(all="ignore"):
+        mx, zero = _signed_max(x)
+
+        def fit(iscale):
+            q = IQ4_VALUES[iq4_index(iscale * x)]
+            wq = w * q
+            return _colsum(wq * x), _colsum(wq * q)
+
+        d = (mx / F32(127)).astype(F32)  # -max / values[0]
+        sumqx, sumq2 = fit((F32(1) / d).astype(F32))
+        d = np.where(sumq2 > 0, sumqx / sumq2, F32(0)).astype(F32)
+        best = (d * sumqx).astype(F32)
+        for itry in range(-ntry, ntry + 1):
+            sumqx, sumq2 = fit((F32(itry - 127) / mx).astype(F32))
+            better = (sumq2 > 0) & (sumqx * sumqx > best * sumq2)
+            d = np.where(better, sumqx / sumq2, d).astype(F32)
+            best = np.where(better, d * sumqx, best).astype(F32)
+    return np.where(zero, F32(0), d).astype(F32)

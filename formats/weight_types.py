@@ -57,6 +57,8 @@ TABLE: tuple[WeightFacts, ...] = (
     _blocks("q4_1", 2 + 2 + 16),  # d, m: f16, 32 nibbles
     _blocks("q8_0", 2 + 32),  # d: f16, 32 x int8
     _blocks("q4_k", 2 + 2 + 12 + 128, 256),  # d, dmin: f16, 8 x 6-bit scale and min, 256 nibbles
+    _blocks("iq4_nl", 2 + 16),  # d: f16, 32 nibbles indexing the non-linear grid
+    _blocks("iq4_xs", 2 + 2 + 4 + 128, 256),  # d: f16, 8 x 6-bit scale (high bits, low nibbles), 256 nibbles
 )
 _FACTS: dict[str, WeightFacts] = {f.name: f for f in TABLE}
 

@@ -136,11 +136,13 @@ def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None
             w.add_tensor(name, np.ascontiguousarray(t))
         elif qtype == "F16":
             w.add_tensor(name, t.astype(np.float16))
-        elif qtype == "Q4_K":  # gguf-py cannot quantize it; ours is llama.cpp's bytes (tests/test_kquant.py)
+        elif qtype in ("Q4_K", "IQ4_NL", "IQ4_XS"):
+            # gguf-py cannot quantize these; ours are llama.cpp's bytes (tests/test_kquant.py, test_iq4.py)
             from iekit.formats.quant import SCHEMES, QuantParams
 
-            raw = SCHEMES["q4_k"].quantize(np.ascontiguousarray(t, np.float32), QuantParams("q4_k"))
-            w.add_tensor(name, raw.reshape(t.shape[0], -1), raw_dtype=GGMLQuantizationType.Q4_K)
+            s = qtype.lower()
+            raw = SCHEMES[s].quantize(np.ascontiguousarray(t, np.float32), QuantParams(s))
+            w.add_tensor(name, raw.reshape(t.shape[0], -1), raw_dtype=GGMLQuantizationType[qtype])
         else:
             q = GGMLQuantizationType[qtype]
             w.add_tensor(name, quantize(np.ascontiguousarray(t), q), raw_dtype=q)

@@ -1,9 +1,10 @@
-"""Quantizing with an importance matrix, as users do it, and q4_k models end to end.
+"""Quantizing with an importance matrix, as users do it, and q4_k / iq4_xs /
+iq4_nl models end to end.
 
-A Llama whose matrices are whole q4_k super-blocks (hidden 256, MLP 512)
-goes through the documented commands: ``ieconv imatrix`` on the f32
-artifact, ``ieconv q4-manifest --scheme q4_k --imatrix``, ``ieconv
-hf-to-iebin --q4-map``; the native decoder then runs the q4_k artifact and
+A Llama whose matrices are whole 256-element super-blocks (hidden 256, MLP
+512) goes through the documented commands: ``ieconv imatrix`` on the f32
+artifact, ``ieconv q4-manifest --scheme S --imatrix``, ``ieconv
+hf-to-iebin --q4-map``; the native decoder then runs each artifact and
 is checked against the float64 numpy forward pass (tests/decoder_ref.py)
 over the same dequantized weights, and ``ierun verify int4`` passes.
 """
@@ -74,10 +75,11 @@ def _quantize(wide, name, *manifest_args, convert_args=()):
     return out, m, res
 
 
-def test_q4_k_model_runs_and_matches_the_float64_reference(wide):
-    out, _m, _res = _quantize(wide, "q4k", "--scheme", "q4_k")
+@pytest.mark.parametrize("scheme", ["q4_k", "iq4_xs", "iq4_nl"])
+def test_model_runs_and_matches_the_float64_reference(wide, scheme):
+    out, _m, _res = _quantize(wide, scheme, "--scheme", scheme)
     dtypes = {t["name"]: t["dtype"] for t in iebin.load_model(out).tensors}
-    assert dtypes["model.layers.0.mlp.down_proj.weight"] == "q4_k" and dtypes["model.layers.1.self_attn.q_proj.weight"] == "q4_k"
+    assert dtypes["model.layers.0.mlp.down_proj.weight"] == scheme and dtypes["model.layers.1.self_attn.q_proj.weight"] == scheme
     model, w = load_weights(out)
     ids = [int(i) for i in np.random.default_rng(2).integers(0, 320, 20)]
     ref = forward(model, w, ids)
@@ -88,7 +90,7 @@ def test_q4_k_model_runs_and_matches_the_float64_reference(wide):
         for isa in ("scalar", "avx2"):
             got = Decoder(out, threads=2, act=act, isa=isa).logits(ids)
             assert np.abs(got - ref).max() / np.abs(ref).max() <= tol, (act, isa)
-    assert "q4_k" in Decoder(out).precision
+    assert scheme in Decoder(out).precision
     res = run_tool("ierun", "verify", "int4", "--model-dir", out, "--hf-dir", wide["hf"])
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -110,7 +112,7 @@ def test_imatrix_weighted_artifact_is_closer_to_the_float_model(wide):
         lp = np.log(p)
         return float((p * (lp - lq)).sum(1).mean())
 
-    for scheme, extra in (("q4_k", ()), ("int4w", ("--affine",))):
+    for scheme, extra in (("q4_k", ()), ("iq4_xs", ()), ("int4w", ("--affine",))):
         plain, _m, _r = _quantize(wide, f"{scheme}-plain", "--scheme", scheme, *extra)
         weighted, m, res = _quantize(wide, f"{scheme}-im", "--scheme", scheme, *extra, "--imatrix", wide["imatrix"])
         assert json.loads(m.read_text())["imatrix"] == "im.npz"  # relative to the manifest
@@ -158,23 +160,31 @@ def test_q4_k_falls_back_where_rows_are_not_whole_super_blocks(tmp_path):
     sels = [r for r in man["rules"]] + list(man["tensors"].values())
     assert sels and all(s["scheme"] == "int4w" and s["group_size"] == 64 and s["symmetric"] is False for s in sels)
     assert "quantizes 14 of" in res.stdout
+    # iq4_xs falls back to iq4_nl, its grid per 32 elements (llama.cpp's fallback)
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-llama", "-o", m, "--scheme", "iq4_xs",
+                   "--overwrite")
+    assert res.returncode == 0, res.stderr
+    man = json.loads(m.read_text())
+    sels = [r for r in man["rules"]] + list(man["tensors"].values())
+    assert sels and all(s == {"scheme": "iq4_nl"} for s in sels)
 
 
-def test_gguf_q4_k_blocks_are_imported_byte_for_byte(wide, tmp_path):
-    """A llama.cpp GGUF with Q4_K matrices: gguf-to-iebin keeps the blocks (only
-    q/k rows move back from llama.cpp's interleaving), so the import equals
-    hf-to-iebin's q4_k artifact of the same checkpoint tensor for tensor."""
+@pytest.mark.parametrize("scheme", ["q4_k", "iq4_xs", "iq4_nl"])
+def test_gguf_blocks_are_imported_byte_for_byte(wide, tmp_path, scheme):
+    """A llama.cpp GGUF with Q4_K (IQ4_XS, IQ4_NL) matrices: gguf-to-iebin keeps
+    the blocks (only q/k rows move back from llama.cpp's interleaving), so the
+    import equals hf-to-iebin's artifact of the same checkpoint tensor for tensor."""
     from gguf_build import gguf_from_hf
 
-    g = gguf_from_hf(wide["hf"], tmp_path / "m.gguf", quant={r"self_attn|mlp": "Q4_K"})
+    g = gguf_from_hf(wide["hf"], tmp_path / "m.gguf", quant={r"self_attn|mlp": scheme.upper()})
     res = run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", g, "--out-dir", tmp_path / "imp")
     assert res.returncode == 0, res.stderr
     assert "14 with their blocks kept" in res.stderr
-    hf_q4k, _m, _r = _quantize(wide, "q4k-for-gguf", "--scheme", "q4_k")
-    a, b = iebin.load_model(tmp_path / "imp"), iebin.load_model(hf_q4k)
-    for t in (t for t in b.tensors if t["dtype"] == "q4_k"):
+    hf_q, _m, _r = _quantize(wide, f"{scheme}-for-gguf", "--scheme", scheme)
+    a, b = iebin.load_model(tmp_path / "imp"), iebin.load_model(hf_q)
+    for t in (t for t in b.tensors if t["dtype"] == scheme):
         u = next(x for x in a.tensors if x["name"] == t["name"])
-        assert u["dtype"] == "q4_k" and u["quant"] == t["quant"]
+        assert u["dtype"] == scheme and u["quant"] == t["quant"]
         assert a.path_of(u).read_bytes()[u["file_data_offset"]:u["file_data_offset"] + u["nbytes"]] == \
             b.path_of(t).read_bytes()[t["file_data_offset"]:t["file_data_offset"] + t["nbytes"]], t["name"]
 

@@ -9,7 +9,7 @@
 
 namespace ie {
 
-enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K };
+enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS };
 
 struct WTypeInfo {
   WType type;
@@ -31,6 +31,8 @@ inline constexpr WTypeInfo kWeightTypes[] = {
     {WType::Q4_1, "q4_1", 32, 20, 4, true, true, true},
     {WType::Q8_0, "q8_0", 32, 34, 2, true, true, true},
     {WType::Q4_K, "q4_k", 256, 144, 16, true, true, true},
+    {WType::IQ4_NL, "iq4_nl", 32, 18, 2, true, true, true},
+    {WType::IQ4_XS, "iq4_xs", 256, 136, 8, true, true, true},
 };
 inline constexpr int kNumWeightTypes = sizeof(kWeightTypes) / sizeof(kWeightTypes[0]);
 
@@ -65,7 +67,7 @@ WeightSpec make_weight_spec(const std::string& dtype, int64_t rows, int64_t cols
 // Byte geometry of a stored weight matrix (docs/formats/quant.md).
 struct WeightLayout {
   size_t row_bytes = 0;    // one row; int4w: one row of the qs plane
-  size_t block_bytes = 0;  // per-block formats (q4_0, q4_1, q8_0, q4_k): bytes per block, else 0
+  size_t block_bytes = 0;  // per-block formats (q4_0, q4_1, q8_0, q4_k, iq4_*): bytes per block, else 0
   size_t block_qs = 0;     // offset of the codes inside a block
   int64_t groups = 0;      // int4w: groups per row (G)
   size_t scale_bytes = 0;  // int4w: 2 (f16) or 4 (f32)

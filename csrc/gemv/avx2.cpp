@@ -34,10 +34,6 @@ namespace ie {
 // Everything here has internal linkage except the ops table at the end.
 namespace {
 
-// q8_0 block geometry, from the weight-type table.
-constexpr size_t kQ8Bytes = wtype_info(WType::Q8_0).block_bytes;
-constexpr size_t kQ8Codes = wtype_info(WType::Q8_0).code_offset;
-
 void quantize_q8_avx2(const float* x, int64_t n, int8_t* q, float* d) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   // round half away from zero = trunc(v + copysign(0.5 - 2^-25, v)), exact for |v| <= 127.
@@ -696,48 +692,119 @@ void q4_q8_rows(const GemvArgs& a, const NibQ8& xa, int64_t r0, float* out) {
     for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
 }
 
-// ------------------------------------------------------------------- q8_0
+// ------------------------------------------------- q8_0, iq4_nl, iq4_xs
+
+// Blocks whose 32 weights are a scale times int8 values: q8_0 stores the
+// values, iq4_nl / iq4_xs store nibbles indexing kIq4Values (one in-lane
+// byte shuffle turns 32 of them into the values). A stored block holds S
+// such 32-blocks (iq4_xs: 8 under one f16 d and 6-bit sub-scales; else 1).
+// act=f32 is one kernel for the three (stored blocks, and inside them their
+// 32-blocks j); act=int8 has q8_0's and the iq4 types' (block pairs).
+template <WType T>
+constexpr int kSubs = wtype_info(T).block_elems / 32;
+template <WType T>
+constexpr int64_t kBlockBytes = wtype_info(T).block_bytes;
 
 IE_INLINE __m256 f16_bcast(const uint8_t* p) { return _mm256_set1_ps(_cvtsh_ss(load_u16(p))); }
 
-template <int R, int B>
-void q8_0_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
-  constexpr int NC = chains_for(R * B);
-  const int64_t cols = a.spec.cols, nblk = cols / 32;
+// The values of 32-block j of stored block p, in element order.
+template <WType T>
+IE_INLINE __m256i block_values(const uint8_t* p, int j) {
+  constexpr int codes = wtype_info(T).code_offset;
+  if constexpr (T == WType::Q8_0) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + codes));
+  } else {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + codes + 16 * j));
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+    return _mm256_shuffle_epi8(table, _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4)));
+  }
+}
+
+// The scales of stored block p's 32-blocks: lane j = 32-block j (iq4_xs:
+// d * (l_j - 32), l_j's low 4 bits from the nibbles of bytes 4..7, its high
+// 2 from bits 2j of the u16 at 2); every lane the one scale otherwise.
+template <WType T>
+IE_INLINE __m256 block_scales(const uint8_t* p) {
+  if constexpr (T == WType::IQ4_XS) {
+    uint32_t lo;
+    std::memcpy(&lo, p + 4, 4);
+    const __m128i nib = _mm_unpacklo_epi8(_mm_cvtsi32_si128(static_cast<int>(lo & 0x0F0F0F0Fu)),
+                                          _mm_cvtsi32_si128(static_cast<int>((lo >> 4) & 0x0F0F0F0Fu)));
+    const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(load_u16(p + 2)),
+                                                          _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                        _mm256_set1_epi32(3));
+    const __m256i l = _mm256_add_epi32(_mm256_cvtepu8_epi32(nib), _mm256_slli_epi32(hi, 4));
+    return _mm256_mul_ps(f16_bcast(p), _mm256_cvtepi32_ps(_mm256_sub_epi32(l, _mm256_set1_epi32(32))));
+  } else {
+    return f16_bcast(p);
+  }
+}
+
+// Lane j of v in every lane (S = 1: v already is).
+template <int S>
+IE_INLINE __m256 lane(__m256 v, int j) {
+  if constexpr (S == 1) return v;
+  else return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j));
+}
+
+IE_INLINE void prefetch_block(const uint8_t* p, int64_t bytes, int64_t pf) {
+  for (int64_t o = 0; o < bytes; o += 64) prefetch(p + o + pf);
+}
+
+// act=f32: per 32-block, scale * sum_j v_j x_j, the inner sum in FMA chains.
+template <WType T, int R, int B>
+void i8_blocks_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
+  constexpr int NC = chains_for(R * B), S = kSubs<T>;
+  constexpr int64_t BB = kBlockBytes<T>;
+  const int64_t cols = a.spec.cols, nsb = cols / (32 * S);
   const uint8_t* row[R];
   for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
   __m256 acc[R][B];
   for (auto& ra : acc)
     for (auto& v : ra) v = _mm256_setzero_ps();
   const int64_t pf = prefetch_distance(R, a.lay);
-  for (int64_t blk = 0; blk < nblk; ++blk) {
-    for (int rr = 0; rr < R; ++rr) prefetch(row[rr] + blk * kQ8Bytes + pf);
-    __m256 P[R][B][NC];
-    for (auto& ra : P)
-      for (auto& ba : ra)
-        for (auto& c : ba) c = _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (int u = 0; u < 4; ++u) {
-      __m256 xk[B];
-      for (int b = 0; b < B; ++b) xk[b] = _mm256_loadu_ps(a.x + b * cols + blk * 32 + 8 * u);
-      for (int rr = 0; rr < R; ++rr) {
-        const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row[rr] + blk * kQ8Bytes + kQ8Codes + 8 * u));
-        const __m256 w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
-        for (int b = 0; b < B; ++b) P[rr][b][u % NC] = _mm256_fmadd_ps(w, xk[b], P[rr][b][u % NC]);
-      }
-    }
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m256 sc[R];
     for (int rr = 0; rr < R; ++rr) {
-      const __m256 d = f16_bcast(row[rr] + blk * kQ8Bytes);
-      for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(sum_chains<NC>(P[rr][b]), d, acc[rr][b]);
+      prefetch_block(row[rr] + sb * BB, BB, pf);
+      sc[rr] = block_scales<T>(row[rr] + sb * BB);
+    }
+    for (int j = 0; j < S; ++j) {
+      const int64_t c0 = (sb * S + j) * 32;
+      __m256 P[R][B][NC];
+      for (auto& ra : P)
+        for (auto& ba : ra)
+          for (auto& c : ba) c = _mm256_setzero_ps();
+      __m256i v[R];
+      for (int rr = 0; rr < R; ++rr) v[rr] = block_values<T>(row[rr] + sb * BB, j);
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) {
+        __m256 xk[B];
+        for (int b = 0; b < B; ++b) xk[b] = _mm256_loadu_ps(a.x + b * cols + c0 + 8 * u);
+        for (int rr = 0; rr < R; ++rr) {
+          const __m128i h = u < 2 ? _mm256_castsi256_si128(v[rr]) : _mm256_extracti128_si256(v[rr], 1);
+          const __m256 w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(u % 2 ? _mm_srli_si128(h, 8) : h));
+          for (int b = 0; b < B; ++b) P[rr][b][u % NC] = _mm256_fmadd_ps(w, xk[b], P[rr][b][u % NC]);
+        }
+      }
+      for (int rr = 0; rr < R; ++rr) {
+        const __m256 d = lane<S>(sc[rr], j);
+        for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(sum_chains<NC>(P[rr][b]), d, acc[rr][b]);
+      }
     }
   }
   for (int rr = 0; rr < R; ++rr)
     for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
 }
 
+// act=int8 for q8_0 (x as Q8Nat): per block, (d * dx) * int32 sum_j v_j qx_j;
+// maddubs takes |v| unsigned and moves v's sign onto qx (|v| <= 127, so the
+// pair sums fit int16).
 template <int R, int B>
 void q8_0_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
-  const int64_t cols = a.spec.cols, nblk = cols / 32;
+  constexpr int64_t BB = kBlockBytes<WType::Q8_0>;
+  const int64_t nblk = a.spec.cols / 32;
   const __m256i ones = _mm256_set1_epi16(1);
   const uint8_t* row[R];
   for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
@@ -747,16 +814,82 @@ void q8_0_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   const int64_t pf = prefetch_distance(R, a.lay);
   for (int64_t blk = 0; blk < nblk; ++blk) {
     for (int rr = 0; rr < R; ++rr) {
-      const uint8_t* p = row[rr] + blk * kQ8Bytes;
+      const uint8_t* p = row[rr] + blk * BB;
       prefetch(p + pf);
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kQ8Codes));
-      const __m256i av = _mm256_sign_epi8(v, v);  // |w| as unsigned; the sign moves to x
+      const __m256i v = block_values<WType::Q8_0>(p, 0);
+      const __m256i av = _mm256_sign_epi8(v, v);
       const __m256 d = f16_bcast(p);
       for (int b = 0; b < B; ++b) {
         const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + (blk * B + b) * 32));
         const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(xq, v)), ones);
-        const __m256 dd = _mm256_mul_ps(d, _mm256_broadcast_ss(xa.d + blk * B + b));
-        acc[rr][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, acc[rr][b]);
+        acc[rr][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(xa.d + blk * B + b)),
+                                     acc[rr][b]);
+      }
+    }
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+}
+
+// act=int8 for iq4_nl / iq4_xs, two 32-blocks at a time: their 32 code bytes
+// make one vector whose low nibbles are elements 0..15 of both blocks (one
+// block per 128-bit lane) and whose high nibbles are elements 16..31; the
+// activation's two blocks are regrouped to match by two lane permutes shared
+// by all rows. A pair then costs two shuffles, two maddubs and one float FMA
+// per row. iq4_xs pairs never straddle a super-block (8 sub-blocks); an
+// iq4_nl row with an odd number of blocks ends on a lone block (zeros beside).
+template <WType T, int R, int B>
+void iq4_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
+  constexpr int S = kSubs<T>, kCodes = wtype_info(T).code_offset;
+  constexpr int64_t BB = kBlockBytes<T>;
+  const int64_t nblk = a.spec.cols / 32;
+  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF);
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+  const uint8_t* row[R];
+  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
+  __m256 acc[R][B], sc[R];
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm256_setzero_ps();
+  const int64_t pf = prefetch_distance(R, a.lay);
+  for (int64_t k = 0; k < nblk; k += 2) {
+    const bool pair = k + 1 < nblk;
+    __m256i xl[B], xh[B];
+    __m256 xd[B];
+    for (int b = 0; b < B; ++b) {
+      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + (k * B + b) * 32));
+      const __m256i x1 =
+          pair ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + ((k + 1) * B + b) * 32)) : _mm256_setzero_si256();
+      xl[b] = _mm256_permute2x128_si256(x0, x1, 0x20);
+      xh[b] = _mm256_permute2x128_si256(x0, x1, 0x31);
+      xd[b] = _mm256_set_m128(_mm_set1_ps(pair ? xa.d[(k + 1) * B + b] : 0.f), _mm_set1_ps(xa.d[k * B + b]));
+    }
+    for (int rr = 0; rr < R; ++rr) {
+      __m256i v;
+      __m256 d;
+      if constexpr (S == 1) {
+        const uint8_t* p = row[rr] + k * BB;
+        prefetch(p + pf);
+        const __m128i c0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kCodes));
+        const __m128i c1 = pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + BB + kCodes)) : _mm_setzero_si128();
+        v = _mm256_set_m128i(c1, c0);
+        d = _mm256_set_m128(_mm_set1_ps(pair ? _cvtsh_ss(load_u16(p + BB)) : 0.f), _mm_set1_ps(_cvtsh_ss(load_u16(p))));
+      } else {
+        const int j = static_cast<int>(k % S);
+        const uint8_t* p = row[rr] + k / S * BB;
+        if (j == 0) {
+          prefetch_block(p, BB, pf);
+          sc[rr] = block_scales<T>(p);
+        }
+        v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kCodes + 16 * j));
+        d = _mm256_permutevar8x32_ps(sc[rr], _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1));
+      }
+      const __m256i wl = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
+      const __m256i wh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+      const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
+      for (int b = 0; b < B; ++b) {
+        const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(al, _mm256_sign_epi8(xl[b], wl)), ones),
+                                           _mm256_madd_epi16(_mm256_maddubs_epi16(ah, _mm256_sign_epi8(xh[b], wh)), ones));
+        acc[rr][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, xd[b]), acc[rr][b]);
       }
     }
   }
@@ -783,11 +916,6 @@ IE_INLINE void q4k_params(const uint8_t* blk, __m256* sc, __m256* mn) {
   *mn = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(load_u16(blk + 2))), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lm)));
 }
 
-IE_INLINE void prefetch_q4k(const uint8_t* blk, int64_t pf) {
-  prefetch(blk + pf);
-  prefetch(blk + 64 + pf);
-  prefetch(blk + 128 + pf);
-}
 
 // act=f32: per sub-block j, scale_j * sum q x - min_j * sum x. A 32-byte code
 // chunk holds sub-blocks 2c (low nibbles) and 2c + 1 (high), both in element
@@ -806,7 +934,7 @@ void q4_k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
   const int64_t pf = prefetch_distance(R, a.lay);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     alignas(32) float qx[R][B][8], xs[B][8];
-    for (int rr = 0; rr < R; ++rr) prefetch_q4k(row[rr] + sb * kQ4kBytes, pf);
+    for (int rr = 0; rr < R; ++rr) prefetch_block(row[rr] + sb * kQ4kBytes, kQ4kBytes, pf);
     for (int c = 0; c < 4; ++c) {
       __m256 plo[R][B], phi[R][B], xlo[B], xhi[B];
       for (int b = 0; b < B; ++b) xlo[b] = xhi[b] = _mm256_setzero_ps();
@@ -887,7 +1015,7 @@ void q4_k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
     }
     __m256 f[R][B];  // lane j: scale_j * d_j
     for (int rr = 0; rr < R; ++rr) {
-      prefetch_q4k(row[rr] + sb * kQ4kBytes, pf);
+      prefetch_block(row[rr] + sb * kQ4kBytes, kQ4kBytes, pf);
       __m256 sc, mn;
       q4k_params(row[rr] + sb * kQ4kBytes, &sc, &mn);
       for (int b = 0; b < B; ++b) {
@@ -931,6 +1059,13 @@ struct Prepared {  // views of the activation's form and of the per-call derived
   Q8Nat q8;
 };
 
+template <WType T, int R, int B>
+void i8_blocks_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* out) {
+  if (a.act == Act::F32) i8_blocks_f32_rows<T, R, B>(a, r0, out);
+  else if constexpr (T == WType::Q8_0) q8_0_q8_rows<R, B>(a, p.q8, r0, out);
+  else iq4_q8_rows<T, R, B>(a, p.q8, r0, out);
+}
+
 // Rows [r0, r0 + R) for all B activation rows: kernel, then zero-point/min
 // term, bias, store.
 template <int R, int B>
@@ -942,10 +1077,9 @@ void run_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* sf) {
     case WType::F32: float_rows<WType::F32, R, B>(a, r0, out); break;
     case WType::F16: float_rows<WType::F16, R, B>(a, r0, out); break;
     case WType::BF16: float_rows<WType::BF16, R, B>(a, r0, out); break;
-    case WType::Q8_0:
-      if (q8) q8_0_q8_rows<R, B>(a, p.q8, r0, out);
-      else q8_0_f32_rows<R, B>(a, r0, out);
-      break;
+    case WType::Q8_0: i8_blocks_rows<WType::Q8_0, R, B>(a, p, r0, out); break;
+    case WType::IQ4_NL: i8_blocks_rows<WType::IQ4_NL, R, B>(a, p, r0, out); break;
+    case WType::IQ4_XS: i8_blocks_rows<WType::IQ4_XS, R, B>(a, p, r0, out); break;
     case WType::Q4_K:
       if (q8) q4_k_q8_rows<R, B>(a, p.q8, r0, out);
       else q4_k_f32_rows<R, B>(a, r0, out);
@@ -1004,7 +1138,8 @@ bool nibbles(WType t) { return t == WType::Int4w || t == WType::Q4_0 || t == WTy
 
 Prep prep_kind_avx2(WType t, Act act) {
   if (nibbles(t)) return act == Act::Int8 ? Prep::NibQ8 : Prep::NibF32;
-  if ((t == WType::Q8_0 || t == WType::Q4_K) && act == Act::Int8) return Prep::Q8Blocks;
+  if (act == Act::Int8 && (t == WType::Q8_0 || t == WType::Q4_K || t == WType::IQ4_NL || t == WType::IQ4_XS))
+    return Prep::Q8Blocks;
   return Prep::None;
 }
 

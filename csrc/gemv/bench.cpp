@@ -67,6 +67,7 @@ void fill_rows(const WeightSpec& s, const WeightLayout& l, uint8_t* w, int64_t r
       case WType::Q4_0:
       case WType::Q4_1:
       case WType::Q8_0:
+      case WType::IQ4_NL:
         fill_bytes(row, l.row_bytes, st);
         for (int64_t b = 0; b < s.cols / 32; ++b) {
           uint8_t* blk = row + b * l.block_bytes;
@@ -80,6 +81,10 @@ void fill_rows(const WeightSpec& s, const WeightLayout& l, uint8_t* w, int64_t r
           put16(row + b * l.block_bytes, rand_scale_f16(st));
           put16(row + b * l.block_bytes + 2, rand_scale_f16(st));
         }
+        break;
+      case WType::IQ4_XS:  // random codes and 6-bit sub-scales under a random f16 d
+        fill_bytes(row, l.row_bytes, st);
+        for (int64_t b = 0; b < s.cols / 256; ++b) put16(row + b * l.block_bytes, rand_scale_f16(st));
         break;
       case WType::Int4w: {
         fill_bytes(row, l.row_bytes, st);

@@ -118,6 +118,20 @@ inline Q4kSub q4k_sub(const uint8_t* blk, int j) {
 // Code e (0..31) of sub-block j.
 inline int q4k_code(const uint8_t* blk, int j, int e) { return (blk[kQ4kCodes + 32 * (j / 2) + e] >> (4 * (j % 2))) & 0xF; }
 
+// iq4_nl / iq4_xs: each code indexes ggml's non-linear grid kvalues_iq4nl;
+// a 32-element (sub-)block is w = scale * kIq4Values[q], its codes the low
+// nibbles (elements 0..15) and high nibbles (16..31) of 16 bytes. iq4_xs
+// super-blocks (d: f16, scales_h: u16, scales_l: 4 bytes, 128 code bytes)
+// give sub-block j the scale d * (l_j - 32), the f32 product ggml forms.
+inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr int kIq4xsBytes = wtype_info(WType::IQ4_XS).block_bytes;
+constexpr int kIq4xsCodes = wtype_info(WType::IQ4_XS).code_offset;
+
+inline float iq4xs_scale(const uint8_t* blk, int j) {
+  const int l = ((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((load_u16(blk + 2) >> (2 * j)) & 3) << 4);
+  return f16_to_f32(load_u16(blk)) * static_cast<float>(l - 32);
+}
+
 // act=int8 in natural element order, block-major (q8_0's form, and rows8's):
 // per 32-block and activation row, the codes, their scale d, and the code
 // sum as the zero-point term of symmetric 4-bit codes (8 * sum) and as the

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """llama.cpp's own quantizer bytes, frozen as the reference for formats/quant.py.
 
-gguf-py dequantizes every k-quant but quantizes none, and its q4_0/q4_1
-quantizers take no importance weights; so the reference for those is
+gguf-py dequantizes every k-quant and iq4 type but quantizes none, and its
+q4_0/q4_1 quantizers take no importance weights; so the reference for those is
 ggml itself. This calls ``quantize_<type>(src, dst, nrow, n_per_row,
 imatrix)`` of a built ``libggml-base.so`` (llama-cpp-python 0.3.36's vendored
 llama.cpp, built without -march, so no FMA contraction: IEEE float32
@@ -12,7 +12,7 @@ rows, with and without an importance vector:
     python golden/quant/make_golden_quant.py --libggml .../build/bin/libggml-base.so
 
 Writes golden/quant/input.npy (float32 [rows, 512]), importance.npy
-(float32 [512]) and <type>.bin / <type>-imatrix.bin for q4_0, q4_1, q4_k.
+(float32 [512]) and <type>.bin / <type>-imatrix.bin for q4_0, q4_1, q4_k, iq4_nl, iq4_xs.
 Deterministic: running it twice writes the same bytes. The tests only read
 the files (tests/test_kquant.py).
 """
@@ -27,7 +27,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 COLS = 512
-ROW_BYTES = {"q4_0": COLS // 32 * 18, "q4_1": COLS // 32 * 20, "q4_k": COLS // 256 * 144}
+ROW_BYTES = {"q4_0": COLS // 32 * 18, "q4_1": COLS // 32 * 20, "q4_k": COLS // 256 * 144,
+             "iq4_nl": COLS // 32 * 18, "iq4_xs": COLS // 256 * 136}
 
 
 def hostile_input() -> np.ndarray:
