@@ -513,9 +513,7 @@ class _IQ4(_Block):
     def _codes_for(sub: np.ndarray, scale: np.ndarray) -> np.ndarray:
         """Nearest grid codes of sub [n, 32] for scales [n] (code 8, the grid's
         1, where the scale is zero: ggml multiplies by a zero inverse)."""
-        with np.errstate(divide="ignore"):
-            inv = np.where(scale != 0, np.float32(1) / scale, np.float32(0)).astype(np.float32)
-        return qs.iq4_index(inv[:, None] * sub)
+        return qs.iq4_index(_recip(scale)[:, None] * sub)
 
 
 class IQ4_NL(_IQ4, weight_type="iq4_nl"):
@@ -555,9 +553,7 @@ class IQ4_XS(_IQ4, weight_type="iq4_xs"):
         top = np.where(top != 0, top, np.float32(0))  # ggml starts its search for the largest at +0
         d = (-top / np.float32(32)).astype(np.float32)
         _check_f16_range(d, name)
-        with np.errstate(divide="ignore"):
-            inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
-        ls = np.clip(qs.nearest_int(inv[:, None] * scales), -32, 31)
+        ls = np.clip(qs.nearest_int(_recip(d)[:, None] * scales), -32, 31)
         q = self._codes_for(sub, (d[:, None] * ls.astype(np.float32)).reshape(-1)).reshape(n, 256)
         lu = (ls + 32).astype(np.uint16)
         scales_h = np.zeros(n, np.uint16)

@@ -124,8 +124,6 @@ inline int q4k_code(const uint8_t* blk, int j, int e) { return (blk[kQ4kCodes + 
 // super-blocks (d: f16, scales_h: u16, scales_l: 4 bytes, 128 code bytes)
 // give sub-block j the scale d * (l_j - 32), the f32 product ggml forms.
 inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-constexpr int kIq4xsBytes = wtype_info(WType::IQ4_XS).block_bytes;
-constexpr int kIq4xsCodes = wtype_info(WType::IQ4_XS).code_offset;
 
 inline float iq4xs_scale(const uint8_t* blk, int j) {
   const int l = ((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((load_u16(blk + 2) >> (2 * j)) & 3) << 4);
