@@ -44,6 +44,8 @@ LADDER: tuple[dict[str, Any], ...] = (
     {"scheme": "q4_0"},                                                                # 4.5
     {"scheme": "int4w", "group_size": 32, "symmetric": False, "scale_dtype": "f16"},   # 5.0
     {"scheme": "q4_1"},                                                                # 5.0
+    {"scheme": "q5_k"},                                                                # 5.5
+    {"scheme": "q6_k"},                                                                # 6.5625
     {"scheme": "q8_0"},                                                                # 8.5
 )
 

@@ -153,9 +153,10 @@ EMBED_NAMES = ("model.embed_tokens.weight", "transformer.wte.weight", "embed_tok
 # What a matrix gets when its rows are not whole 256-element super-blocks
 # (SmolLM2's 576 columns). q4_k: int4w with a scale and a minimum per 64
 # elements has its 4.5 bits per weight and its affine grid (llama.cpp falls
-# back to q5_0); iq4_xs: iq4_nl, its grid per 32 elements (llama.cpp's choice).
+# back to q5_0); iq4_xs: iq4_nl, its grid per 32 elements (llama.cpp's choice);
+# q5_k and q6_k: q8_0, more bits rather than fewer (llama.cpp: q5_1 and q8_0).
 FALLBACK = {"q4_k": {"scheme": "int4w", "group_size": 64, "symmetric": False, "scale_dtype": "f16"},
-            "iq4_xs": {"scheme": "iq4_nl"}}
+            "iq4_xs": {"scheme": "iq4_nl"}, "q5_k": {"scheme": "q8_0"}, "q6_k": {"scheme": "q8_0"}}
 
 
 def _fitting(scheme: str, sel: dict[str, Any], shape: list[int]) -> dict[str, Any] | None:
@@ -182,7 +183,7 @@ def default_manifest(tensors: dict[str, tuple[str, list[int]]], scheme: str = "i
     ``tensors`` entries; with ``tied`` the embedding *is* the head (read in
     full every token as the output projection) and gets ``head``. One rule
     per layer pattern; matrices whose rows the group size does not divide get
-    a per-tensor whole-row entry (q4_k, iq4_xs: their FALLBACK), or are kept when even
+    a per-tensor whole-row entry (q4_k, q5_k, q6_k, iq4_xs: their FALLBACK), or are kept when even
     that is impossible. ``imatrix`` is recorded as the manifest's importance
     matrix."""
     def selection(s: str) -> dict[str, Any]:

@@ -390,9 +390,12 @@ class Q4_K(_Block, weight_type="q4_k"):
     Without importance weights this is ggml's quantize_row_q4_K_ref, byte for
     byte; with them (an importance matrix's column means of x², per element)
     it is quantize_row_q4_K_impl, which refits the sub-scales and mins for the
-    weighted error too (formats/quant_search.py)."""
+    weighted error too (formats/quant_search.py). Q5_K is the same scheme
+    with one more bit per code, so it subclasses this one."""
 
     SUB = 32  # elements per sub-block
+    NMAX = 15  # codes 0..NMAX
+    REF_SEARCH = (-1.0, 0.1, 20)  # make_qkx2_quants' rmin, rdelta, nstep without importance weights
     F16_FIELDS = (("d", 0), ("dmin", 2))
 
     def _weights(self, w, imp):
@@ -405,14 +408,14 @@ class Q4_K(_Block, weight_type="q4_k"):
         return self._quantize_super(b, wts, name)
 
     def _quantize_super(self, b, qw, name):
-        """quantize_row_q4_K_ref (qw None) or quantize_row_q4_K_impl (qw: the
-        importance of every element) over super-blocks b [n, 256]."""
+        """quantize_row_q{4,5}_K_ref (qw None) or quantize_row_q{4,5}_K_impl
+        (qw: the importance of every element) over super-blocks b [n, 256]."""
         n = b.shape[0]
         sub = b.reshape(n * 8, self.SUB)
         if qw is None:  # quantize_row_q4_K_ref
             av = np.sqrt(qs.seqsum(sub * sub) / np.float32(32)).astype(np.float32)
             wts = (av[:, None] + np.abs(sub)).astype(np.float32)
-            scales, mins, codes = qs.qkx(sub, wts, 15, -1.0, 0.1, 20)
+            scales, mins, codes = qs.qkx(sub, wts, self.NMAX, *self.REF_SEARCH)
             scales, mins = scales.reshape(n, 8), mins.reshape(n, 8)
             max_scale = np.maximum(scales.max(axis=1), np.float32(0))
             max_min = np.maximum(mins.max(axis=1), np.float32(0))
@@ -427,7 +430,7 @@ class Q4_K(_Block, weight_type="q4_k"):
             sigma2 = (np.float32(2) * qs.seqsum(b * b) / np.float32(256)).astype(np.float32)
             wts = qs.importance_weights(b, qw, sigma2).reshape(n * 8, self.SUB)
             sw = qs.seqsum(wts).reshape(n, 8)
-            scales, mins, codes = qs.qkx(sub, wts, 15, -0.9, 0.05, 36)
+            scales, mins, codes = qs.qkx(sub, wts, self.NMAX, -0.9, 0.05, 36)
             d, ls = qs.qp(scales.reshape(n, 8), sw, 63)
             dmin, lm = qs.qp(mins.reshape(n, 8), sw, 63)
         _check_f16_range(d, name)
@@ -439,21 +442,27 @@ class Q4_K(_Block, weight_type="q4_k"):
         sd = (d16.astype(np.float32)[:, None] * ls.astype(np.float32)).reshape(-1, 1)
         sm = (m16.astype(np.float32)[:, None] * lm.astype(np.float32)).reshape(-1, 1)
         with np.errstate(divide="ignore", invalid="ignore"):
-            again = np.clip(qs.nearest_int((sub + sm) / sd), 0, 15).astype(np.uint8)
-        codes = np.where(sd != 0, again, codes).reshape(n, 4, 2, self.SUB)
+            again = np.clip(qs.nearest_int((sub + sm) / sd), 0, self.NMAX).astype(np.uint8)
+        codes = np.where(sd != 0, again, codes).reshape(n, 8, self.SUB)
         packed = np.empty((n, 12), np.uint8)
         packed[:, 0:4] = ls[:, :4] | ((ls[:, 4:] >> 4) << 6)
         packed[:, 4:8] = lm[:, :4] | ((lm[:, 4:] >> 4) << 6)
         packed[:, 8:12] = (ls[:, 4:] & 0xF) | ((lm[:, 4:] & 0xF) << 4)
-        qbytes = (codes[:, :, 0] | (codes[:, :, 1] << 4)).reshape(n, 128)
         return np.concatenate([d16.reshape(n, 1).view(np.uint8), m16.reshape(n, 1).view(np.uint8),
-                               packed, qbytes], axis=1)
+                               packed, self._pack_codes(codes)], axis=1)
+
+    @staticmethod
+    def _pack_codes(codes: np.ndarray) -> np.ndarray:
+        """Codes [n, 8, 32] -> the code bytes [n, 128]: chunk c's low nibbles
+        are sub-block 2c, its high nibbles 2c + 1."""
+        c = codes.reshape(-1, 4, 2, 32)
+        return (c[:, :, 0] | (c[:, :, 1] << 4)).reshape(-1, 128)
 
     @staticmethod
     def sub_params(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per sub-block (scale, min) as float32 [n, 8]: w = scale × q − min,
         each the f32 product of the f16 super-scale and the 6-bit code, as
-        ggml's dequantize_row_q4_K forms them."""
+        ggml's dequantize_row_q4_K forms them (and q5_K's, the same bytes)."""
         d, dmin = _Block._f16(raw, 0), _Block._f16(raw, 2)
         sc = raw[:, 4:16]
         ls = np.concatenate([sc[:, 0:4] & 63, (sc[:, 8:12] & 0xF) | ((sc[:, 0:4] >> 6) << 4)], axis=1)
@@ -462,7 +471,7 @@ class Q4_K(_Block, weight_type="q4_k"):
 
     @staticmethod
     def _sub_codes(raw: np.ndarray) -> np.ndarray:
-        """The codes as [n, 8 sub-blocks, 32]: chunk c's low nibbles are sub-block 2c, its high 2c + 1."""
+        """The codes as [n, 8 sub-blocks, 32] (the inverse of _pack_codes)."""
         q = raw[:, 16:].reshape(-1, 4, 1, 32)
         return np.concatenate([q & 0xF, q >> 4], axis=2).reshape(-1, 8, 32)
 
@@ -475,8 +484,115 @@ class Q4_K(_Block, weight_type="q4_k"):
         # sub-scale rounded down can leave values outside the grid.
         s, m = self.sub_params(raw)
         x = b.reshape(-1, 8, 32)
-        ulp = np.float32(2**-21) * (np.abs(x) + m[..., None] + np.float32(15) * s[..., None])  # (x + dm) / d in f32
-        return _grid_bound(x, s[..., None], 0, 15, -m[..., None], ulp)
+        ulp = np.float32(2**-21) * (np.abs(x) + m[..., None] + np.float32(self.NMAX) * s[..., None])  # (x + dm) / d in f32
+        return _grid_bound(x, s[..., None], 0, self.NMAX, -m[..., None], ulp)
+
+
+class Q5_K(Q4_K, weight_type="q5_k"):
+    """llama.cpp's Q5_K: Q4_K's super-block (f16 d and dmin, the same 12
+    bytes of 6-bit sub-scales and sub-mins) with 5-bit codes 0..31: their
+    low nibbles as Q4_K stores its codes, their fifth bits in 32 bytes
+    before them (bit j of byte e: element e of sub-block j). ggml's
+    quantize_row_q5_K_ref searches with make_qkx2_quants(-0.5, 0.1, 15)."""
+
+    NMAX = 31
+    REF_SEARCH = (-0.5, 0.1, 15)
+
+    @staticmethod
+    def _pack_codes(codes):
+        """Codes [n, 8, 32] -> qh [n, 32] then the low nibbles [n, 128]."""
+        hi = (codes >> 4).astype(np.uint8)
+        qh = np.zeros((codes.shape[0], 32), np.uint8)
+        for j in range(8):
+            qh |= hi[:, j] << j
+        return np.concatenate([qh, Q4_K._pack_codes(codes & 0xF)], axis=1)
+
+    @staticmethod
+    def _sub_codes(raw):
+        qh = raw[:, 16:48]
+        hi = np.stack([(qh >> j) & 1 for j in range(8)], axis=1)  # [n, 8, 32]
+        q = raw[:, 48:].reshape(-1, 4, 1, 32)
+        return np.concatenate([q & 0xF, q >> 4], axis=2).reshape(-1, 8, 32) | (hi << 4)
+
+
+class Q6_K(_Block, weight_type="q6_k"):
+    """llama.cpp's Q6_K: 256-element super-blocks of sixteen 16-element
+    sub-blocks, w = (d × sc_j) × (q − 32) with 6-bit codes q, int8 sub-scales
+    sc_j and one f16 d (stored last). A 128-element half keeps its codes'
+    low nibbles in 64 bytes (byte l: elements l and l + 64 of the half; byte
+    32 + l: l + 32 and l + 96) and their high bit pairs in 32 (byte l: the
+    pairs of l, l + 32, l + 64, l + 96 at bits 0, 2, 4, 6).
+
+    ggml's quantize_row_q6_K_ref / _impl, byte for byte: make_qx_quants per
+    sub-block (weights x² without an importance matrix, the importances
+    themselves with one), the sub-scales coded against the largest as
+    round(-128 × s_j / s_max), then every code the nearest one for
+    d × sc_j as stored (a sub-block whose scale stores as zero keeps the
+    search's codes)."""
+
+    SUB = 16
+    F16_FIELDS = (("d", 208),)
+
+    def _weights(self, w, imp):
+        return np.broadcast_to(imp, w.shape)  # make_qx_quants takes the importances as they are
+
+    def _quantize_blocks(self, b, name):
+        return self._quantize_super(b, (b * b).astype(np.float32), name)
+
+    def _quantize_weighted(self, b, wts, name):
+        return self._quantize_super(b, wts, name)
+
+    def _quantize_super(self, b, wts, name):
+        n = b.shape[0]
+        sub = b.reshape(n * 16, self.SUB)
+        scales, codes = qs.qx(sub, wts.reshape(n * 16, self.SUB), 32, with_codes=True)
+        scales = scales.reshape(n, 16)
+        top = np.take_along_axis(scales, np.abs(scales).argmax(axis=1)[:, None], axis=1)[:, 0]
+        zero = np.abs(top) < np.float32(1e-15)  # GROUP_MAX_EPS: the super-block stores as all zero bytes
+        with np.errstate(all="ignore"):
+            iscale = np.where(zero, np.float32(0), np.float32(-128) / top).astype(np.float32)
+            d = np.where(zero, np.float32(0), np.float32(1) / iscale).astype(np.float32)
+        _check_f16_range(d, name)
+        d16 = d.astype(np.float16)
+        sc = np.minimum(qs.nearest_int(iscale[:, None] * scales), 127).astype(np.int8)
+        step = (d16.astype(np.float32)[:, None] * sc.astype(np.float32)).reshape(-1, 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            again = np.clip(qs.nearest_int(sub / step), -32, 31) + 32
+        codes = np.where(step != 0, again, codes).reshape(n, 16 * self.SUB).astype(np.uint8)
+        codes[zero] = 0
+        sc[zero] = 0
+        q = codes.reshape(n, 2, 4, 32)  # [half, quarter, l]
+        lo, hi = q & 0xF, q >> 4
+        ql = np.concatenate([lo[:, :, 0] | (lo[:, :, 2] << 4), lo[:, :, 1] | (lo[:, :, 3] << 4)], axis=2)
+        qh = hi[:, :, 0] | (hi[:, :, 1] << 2) | (hi[:, :, 2] << 4) | (hi[:, :, 3] << 6)
+        return np.concatenate([ql.reshape(n, 128), qh.reshape(n, 64), sc.view(np.uint8),
+                               d16[:, None].view(np.uint8)], axis=1)
+
+    @staticmethod
+    def sub_scales(raw: np.ndarray) -> np.ndarray:
+        """Per sub-block scale as float32 [n, 16]: the f32 product d × sc_j
+        that ggml's dequantize_row_q6_K forms first."""
+        return (_Block._f16(raw, 208) * raw[:, 192:208].view(np.int8).astype(np.float32)).astype(np.float32)
+
+    @staticmethod
+    def codes(raw: np.ndarray) -> np.ndarray:
+        """The codes 0..63 of every element, [n, 256]."""
+        ql = raw[:, :128].reshape(-1, 2, 2, 32)  # [half, byte group, l]
+        qh = raw[:, 128:192].reshape(-1, 2, 1, 32)
+        lo = np.concatenate([ql & 0xF, ql >> 4], axis=2)  # quarters 0, 1, 2, 3
+        hi = (qh >> (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]) & 3
+        return (lo | (hi << 4)).reshape(-1, 256)
+
+    def _dequantize_blocks(self, raw):
+        s = self.sub_scales(raw)
+        q = self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32) - np.float32(32)
+        return (s[..., None] * q).reshape(-1, 256)
+
+    def _bound(self, b, raw):
+        # codes chosen for d × sc_j as stored: the nearest of the clamped grid, up to x / step's f32 rounding
+        s = self.sub_scales(raw)[..., None]
+        x = b.reshape(-1, 16, self.SUB)
+        return _grid_bound(x, s, -32, 31, np.float32(0), np.float32(2**-21) * np.abs(x))
 
 
 def _iq4_bound(x: np.ndarray, scale: np.ndarray, slack: np.ndarray) -> np.ndarray:

@@ -200,26 +200,35 @@ def qp(x: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]
     return scale, codes.astype(np.uint8)
 
 
-def qx(x: np.ndarray, w: np.ndarray, nmax: int) -> np.ndarray:
+def qx(x: np.ndarray, w: np.ndarray, nmax: int, with_codes: bool = False):
     """The scale [n] of symmetric codes -nmax..nmax-1 for each row of x under
     weights w (x ~ scale * code): ggml's make_qx_quants with rmse_type 1 and
-    weights. Its codes are not returned: every caller picks the nearest ones
-    for the scale as stored."""
-    return _scale_per_row(_qx_t, x, w, nmax)
+    weights. With ``with_codes`` also its codes L = code + nmax [n, k] (0 in
+    an all-zero row), which q6_k keeps where a sub-scale stores as zero;
+    every other caller picks the nearest codes for the scale as stored."""
+    scale, iscale = _scale_per_row(_qx_t, x, w, nmax, outs=2)
+    if not with_codes:
+        return scale
+    x = np.asarray(x, F32)
+    with np.errstate(invalid="ignore"):
+        l = np.clip(np.rint(iscale[:, None] * x), F32(-nmax), F32(nmax - 1)) + F32(nmax)
+    return scale, np.where(iscale[:, None] != 0, l, F32(0)).astype(np.uint8)
 
 
-def _scale_per_row(search_t: Callable, x: np.ndarray, w: np.ndarray, *args) -> np.ndarray:
-    """search_t (one transposed chunk x, w [k, n] -> scales [n]) over every row
-    of x, w, chunk by chunk on the thread pool."""
+def _scale_per_row(search_t: Callable, x: np.ndarray, w: np.ndarray, *args, outs: int = 1):
+    """search_t (one transposed chunk x, w [k, n] -> scales [n], or ``outs``
+    such arrays) over every row of x, w, chunk by chunk on the thread pool."""
     x = np.asarray(x, F32)
     w = np.asarray(w, F32)
-    scale = np.empty(x.shape[0], F32)
+    res = [np.empty(x.shape[0], F32) for _ in range(outs)]
 
     def work(a: int, b: int) -> None:
-        scale[a:b] = search_t(np.ascontiguousarray(x[a:b].T), np.ascontiguousarray(w[a:b].T), *args)
+        got = search_t(np.ascontiguousarray(x[a:b].T), np.ascontiguousarray(w[a:b].T), *args)
+        for r, g in zip(res, got if outs > 1 else (got,)):
+            r[a:b] = g
 
     _over_chunks(x.shape[0], work)
-    return scale
+    return tuple(res) if outs > 1 else res[0]
 
 
 def _signed_max(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -232,7 +241,8 @@ def _signed_max(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _qx_t(x, w, nmax):
-    """qx on one chunk, transposed: x, w [k, n]."""
+    """qx on one chunk, transposed: x, w [k, n] -> (scale, the iscale whose
+    codes it fitted; 0 in an all-zero column)."""
     with np.errstate(all="ignore"):
         mx, zero = _signed_max(x)
         wx = w * x
@@ -242,15 +252,18 @@ def _qx_t(x, w, nmax):
             lf = np.clip(np.rint(iscale * x), F32(-nmax), F32(nmax - 1))
             return _colsum(wx * lf), _colsum(w * lf * lf)
 
-        sumlx, suml2 = fit((F32(-nmax) / mx).astype(F32))
+        iscale = (F32(-nmax) / mx).astype(F32)
+        sumlx, suml2 = fit(iscale)
         scale = np.where(suml2 != 0, sumlx / suml2, F32(0)).astype(F32)
         best = (scale * sumlx).astype(F32)
         for s in (-9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9):
-            sumlx, suml2 = fit((-(F32(nmax) + F32(0.1) * F32(s)) / mx).astype(F32))
+            cand = (-(F32(nmax) + F32(0.1) * F32(s)) / mx).astype(F32)
+            sumlx, suml2 = fit(cand)
             better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
             scale = np.where(better, sumlx / suml2, scale).astype(F32)
             best = np.where(better, scale * sumlx, best).astype(F32)
-    return np.where(zero, F32(0), scale).astype(F32)
+            iscale = np.where(better, cand, iscale).astype(F32)
+    return np.where(zero, F32(0), scale).astype(F32), np.where(zero, F32(0), iscale).astype(F32)
 
 
 def importance_weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:

@@ -59,6 +59,8 @@ TABLE: tuple[WeightFacts, ...] = (
     _blocks("q4_k", 2 + 2 + 12 + 128, 256),  # d, dmin: f16, 8 x 6-bit scale and min, 256 nibbles
     _blocks("iq4_nl", 2 + 16),  # d: f16, 32 nibbles indexing the non-linear grid
     _blocks("iq4_xs", 2 + 2 + 4 + 128, 256),  # d: f16, 8 x 6-bit scale (high bits, low nibbles), 256 nibbles
+    _blocks("q5_k", 2 + 2 + 12 + 32 + 128, 256),  # q4_k's d, dmin, scales; 256 fifth bits, 256 nibbles
+    _blocks("q6_k", 128 + 64 + 16 + 2, 256),  # 256 low nibbles, 256 high bit pairs, 16 x int8 scale, d: f16
 )
 _FACTS: dict[str, WeightFacts] = {f.name: f for f in TABLE}
 

@@ -3,8 +3,8 @@
 References never use the code under test (nor formats/quant.py):
 - q4_0 / q4_1 / q8_0 bytes come from ``gguf.quants.quantize`` and are
   dequantized with ``gguf.quants.dequantize`` (llama.cpp's own layout);
-- q4_k, iq4_nl and iq4_xs bytes are random blocks (gguf-py quantizes none
-  of them) with the f16 scales set to sane magnitudes, dequantized with
+- q4_k, q5_k, q6_k, iq4_nl and iq4_xs bytes are random blocks (gguf-py
+  quantizes none of them) with the f16 scales set to sane magnitudes, dequantized with
   ``gguf.quants``;
 - int4w bytes are packed here from random codes/scales following
   docs/formats/quant.md, and dequantized here with numpy from the same text;
@@ -33,9 +33,11 @@ from iekit.runtime import kernels, native
 ISAS = native.cpu_features()["isas"]
 GGML = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
         "q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_k": gguf.GGMLQuantizationType.Q4_K,
+        "q5_k": gguf.GGMLQuantizationType.Q5_K, "q6_k": gguf.GGMLQuantizationType.Q6_K,
         "iq4_nl": gguf.GGMLQuantizationType.IQ4_NL, "iq4_xs": gguf.GGMLQuantizationType.IQ4_XS}
-# Random-block types: (block elements, bytes, the f16 scale fields' bytes).
-RANDOM_BLOCKS = {"q4_k": (256, 144, 4), "iq4_nl": (32, 18, 2), "iq4_xs": (256, 136, 2)}
+# Random-block types: (block elements, bytes, the offsets of the f16 scale fields).
+RANDOM_BLOCKS = {"q4_k": (256, 144, (0, 2)), "q5_k": (256, 176, (0, 2)), "q6_k": (256, 210, (208,)),
+                 "iq4_nl": (32, 18, (0,)), "iq4_xs": (256, 136, (0,))}
 
 
 # ------------------------------------------------------------------ references
@@ -86,11 +88,12 @@ def make_weights(kind: str, rows: int, cols: int, rng, group_size=0, symmetric=T
         bits = (rng.standard_normal((rows, cols)).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
         return bits.view(np.uint8).reshape(-1), (bits.astype(np.uint32) << 16).view(np.float32), entry
     if kind in RANDOM_BLOCKS:
-        elems, nbytes, f16_bytes = RANDOM_BLOCKS[kind]
+        elems, nbytes, f16_at = RANDOM_BLOCKS[kind]
         raw = rng.integers(0, 256, size=(rows * cols // elems, nbytes), dtype=np.uint8)
-        dd = (rng.uniform(-1, 1, (raw.shape[0], f16_bytes // 2)) * 10.0 ** rng.uniform(-4, -2, (raw.shape[0], f16_bytes // 2)))
-        raw[:, 0:f16_bytes] = dd.astype(np.float16).view(np.uint8)
-        raw[0, 0:2] = 0  # d = 0 (q4_k: every sub-block is -min)
+        for at in f16_at:
+            dd = rng.uniform(-1, 1, raw.shape[0]) * 10.0 ** rng.uniform(-4, -2, raw.shape[0])
+            raw[:, at:at + 2] = dd.astype(np.float16)[:, None].view(np.uint8)
+        raw[0, f16_at[0]:f16_at[0] + 2] = 0  # d = 0 (q4_k, q5_k: every sub-block is -min)
         entry["quant"] = {"scheme": kind, "block_size": elems}
         return raw.reshape(-1), gguf.quants.dequantize(raw.reshape(rows, -1), GGML[kind]).astype(np.float32), entry
     if kind in GGML:
@@ -129,7 +132,9 @@ VARIANTS = [("f32", 0, True, "f16", [(37, 100), (5, 7), (3, 1)]),
             ("q8_0", 0, True, "f16", [(37, 96), (9, 64)]),
             ("q4_k", 0, True, "f16", [(37, 512), (3, 256)]),
             ("iq4_nl", 0, True, "f16", [(37, 96), (9, 64), (2, 32)]),
-            ("iq4_xs", 0, True, "f16", [(37, 512), (3, 256)])] + INT4W
+            ("iq4_xs", 0, True, "f16", [(37, 512), (3, 256)]),
+            ("q5_k", 0, True, "f16", [(37, 512), (3, 256)]),
+            ("q6_k", 0, True, "f16", [(37, 512), (3, 256)])] + INT4W
 
 
 def vid(v):
@@ -331,12 +336,12 @@ def _int4w(rows=4, cols=64, gs=32):
      "cols must be a multiple of 32, got 100"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones((9, 64), np.float32), group_size=32),
      "batch must be 1..8, got 9"),
-    (lambda: native.gemv(np.zeros(16, np.uint8), "q5_k", 1, 32, np.ones(32, np.float32)),
-     "unknown weight dtype 'q5_k'"),
+    (lambda: native.gemv(np.zeros(16, np.uint8), "q3_k", 1, 32, np.ones(32, np.float32)),
+     "unknown weight dtype 'q3_k'"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(63, np.float32), group_size=32),
      "x must have 64 elements, got 63"),
     (lambda: native.gemv(np.zeros(4 * 64 * 2, np.uint8), "f16", 4, 64, np.ones(64, np.float32), act="int8"),
-     "act='int8' applies to int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl and iq4_xs"),
+     "act='int8' applies to int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k and q6_k"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32), group_size=32, bias=np.ones(3)),
      "bias must be 1-D with 4 elements"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32)), "int4w needs group_size"),

@@ -1,11 +1,12 @@
-"""q4_k and importance-weighted quantization (formats/quant.py,
-formats/quant_search.py) against llama.cpp itself.
+"""The k-quants (q4_k, q5_k, q6_k) and importance-weighted quantization
+(formats/quant.py, formats/quant_search.py) against llama.cpp itself.
 
 References, none of them our code:
-- golden/quant/*.bin: ggml's ``quantize_q4_K`` (and ``quantize_q4_0`` /
-  ``quantize_q4_1``) bytes for golden/quant/input.npy, without and with the
-  importance vector golden/quant/importance.npy (golden/quant/make_golden_quant.py);
-- ``gguf.quants.dequantize`` for what q4_k bytes mean.
+- golden/quant/*.bin: ggml's ``quantize_q4_K`` / ``quantize_q5_K`` /
+  ``quantize_q6_K`` (and ``quantize_q4_0`` / ``quantize_q4_1``) bytes for
+  golden/quant/input.npy, without and with the importance vector
+  golden/quant/importance.npy (golden/quant/make_golden_quant.py);
+- ``gguf.quants.dequantize`` for what the bytes mean.
 """
 
 from __future__ import annotations
@@ -25,74 +26,97 @@ from iekit.formats.quant import SCHEMES, QuantParams
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "quant"
 Q4K = SCHEMES["q4_k"]
 P = QuantParams("q4_k")
+KQUANTS = ["q4_k", "q5_k", "q6_k"]
 
 
 def _golden(name: str) -> np.ndarray:
     return np.frombuffer((GOLDEN / name).read_bytes(), np.uint8)
 
 
-def _gguf_deq(raw: np.ndarray, rows: int) -> np.ndarray:
-    return gguf.quants.dequantize(raw.reshape(rows, -1), gguf.GGMLQuantizationType.Q4_K).astype(np.float32)
+def _gguf_deq(raw: np.ndarray, rows: int, scheme: str = "q4_k") -> np.ndarray:
+    return gguf.quants.dequantize(raw.reshape(rows, -1), gguf.GGMLQuantizationType[scheme.upper()]).astype(np.float32)
 
 
-def test_q4_k_bytes_equal_llama_cpp():
+@pytest.mark.parametrize("suffix", ["", "-imatrix"])
+@pytest.mark.parametrize("scheme", KQUANTS)
+def test_k_quant_bytes_equal_llama_cpp(scheme, suffix):
     x = np.load(GOLDEN / "input.npy")
-    ours = Q4K.quantize(x, P)
-    ref = _golden("q4_k.bin")
-    bad = np.flatnonzero(ours != ref)
-    assert bad.size == 0, f"first differing byte {bad[0]} (row {bad[0] // (x.shape[1] // 256 * 144)})"
+    imp = np.load(GOLDEN / "importance.npy") if suffix else None
+    s = SCHEMES[scheme]
+    ours = s.quantize(x, QuantParams(scheme), importance=imp)
+    bad = np.flatnonzero(ours != _golden(f"{scheme}{suffix}.bin"))
+    assert bad.size == 0, f"first differing byte {bad[0]} (row {bad[0] // (x.shape[1] // 256 * s.block_bytes)})"
 
 
-def test_q4_k_with_importance_bytes_equal_llama_cpp():
+@pytest.mark.parametrize("scheme", KQUANTS)
+def test_k_quant_dequantizes_as_gguf_does(scheme):
     x = np.load(GOLDEN / "input.npy")
-    imp = np.load(GOLDEN / "importance.npy")
-    ours = Q4K.quantize(x, P, importance=imp)
-    assert np.array_equal(ours, _golden("q4_k-imatrix.bin"))
+    s, p = SCHEMES[scheme], QuantParams(scheme)
+    for raw in (s.quantize(x, p), s.quantize(x, p, importance=np.load(GOLDEN / "importance.npy"))):
+        ours = s.dequantize(raw, *x.shape, p)
+        assert np.array_equal(ours.view(np.uint32), _gguf_deq(raw, x.shape[0], scheme).view(np.uint32))
+        assert (np.abs(x - ours) <= s.error_bound(x, raw, p)).all()
 
 
-def test_q4_k_dequantizes_as_gguf_does():
-    x = np.load(GOLDEN / "input.npy")
-    for raw in (Q4K.quantize(x, P), Q4K.quantize(x, P, importance=np.load(GOLDEN / "importance.npy"))):
-        ours = Q4K.dequantize(raw, *x.shape, P)
-        assert np.array_equal(ours.view(np.uint32), _gguf_deq(raw, x.shape[0]).view(np.uint32))
-        assert (np.abs(x - ours) <= Q4K.error_bound(x, raw, P)).all()
+def test_q6_k_keeps_the_search_codes_where_a_sub_scale_stores_as_zero():
+    """Golden row 3 (one outlier among values 1e-3 small) has sub-blocks whose
+    int8 scale rounds to 0 while d does not: ggml keeps make_qx_quants's codes
+    there (not 32), and so do we (the bytes test); the values are 0."""
+    raw = _golden("q6_k.bin").reshape(-1, 210)
+    sc = raw[:, 192:208].view(np.int8)
+    d = raw[:, 208:210].copy().view(np.float16)[:, 0]
+    codes = SCHEMES["q6_k"].codes(raw).reshape(-1, 16, 16)
+    kept = (sc == 0) & (d != 0)[:, None] & (codes != 32).any(axis=2)
+    assert kept.any()
 
 
-def test_importance_lowers_the_weighted_error():
+@pytest.mark.parametrize("scheme", KQUANTS)
+def test_importance_lowers_the_weighted_error(scheme):
     """The point of an importance matrix: on the columns it marks, the error
     shrinks; summed with its weights, the error is lower than without it."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((64, 512)).astype(np.float32)
     imp = np.where(rng.random(512) < 0.1, 50.0, 0.1).astype(np.float32)
-    plain = Q4K.dequantize(Q4K.quantize(x, P), *x.shape, P)
-    weighted = Q4K.dequantize(Q4K.quantize(x, P, importance=imp), *x.shape, P)
+    s, p = SCHEMES[scheme], QuantParams(scheme)
+    plain = s.dequantize(s.quantize(x, p), *x.shape, p)
+    weighted = s.dequantize(s.quantize(x, p, importance=imp), *x.shape, p)
     err = lambda d: float((imp * (x.astype(np.float64) - d) ** 2).sum())  # noqa: E731
     assert err(weighted) < 0.9 * err(plain)
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.parametrize("scheme", KQUANTS)
+@settings(max_examples=25, deadline=None)
 @given(rows=st.integers(1, 4), supers=st.integers(1, 3), log_scale=st.floats(-30, 3), seed=st.integers(0, 2**31))
-def test_q4_k_round_trip_on_random_scales(rows, supers, log_scale, seed):
+def test_k_quant_round_trip_on_random_scales(scheme, rows, supers, log_scale, seed):
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((rows, 256 * supers)) * 10.0 ** log_scale).astype(np.float32)
-    raw = Q4K.quantize(x, P)
-    assert raw.size == Q4K.nbytes(*x.shape, P)
-    deq = Q4K.dequantize(raw, *x.shape, P)
-    assert np.array_equal(deq.view(np.uint32), _gguf_deq(raw, rows).view(np.uint32))
-    assert (np.abs(x - deq) <= Q4K.error_bound(x, raw, P)).all()
+    s, p = SCHEMES[scheme], QuantParams(scheme)
+    raw = s.quantize(x, p)
+    assert raw.size == s.nbytes(*x.shape, p)
+    deq = s.dequantize(raw, *x.shape, p)
+    assert np.array_equal(deq.view(np.uint32), _gguf_deq(raw, rows, scheme).view(np.uint32))
+    assert (np.abs(x - deq) <= s.error_bound(x, raw, p)).all()
 
 
-def test_error_bound_catches_a_wrong_code():
+# A byte holding element 5's code bits 2..3 in row 0's first sub-block (q6_k: its low nibble).
+CODE_BYTE = {"q4_k": 16 + 5, "q5_k": 48 + 5, "q6_k": 5}
+
+
+@pytest.mark.parametrize("scheme", KQUANTS)
+def test_error_bound_catches_a_wrong_code(scheme):
     x = np.load(GOLDEN / "input.npy")[-4:]
-    raw = Q4K.quantize(x, P).copy()
-    raw[16 + 5] ^= 0x0C  # element 5 of sub-block 0, row 0: its code moves by 4 or more steps
-    deq = Q4K.dequantize(raw, *x.shape, P)
-    assert not (np.abs(x - deq) <= Q4K.error_bound(x, raw, P)).all()
+    s, p = SCHEMES[scheme], QuantParams(scheme)
+    raw = s.quantize(x, p).copy()
+    raw[CODE_BYTE[scheme]] ^= 0x0C  # the code moves by 4 or more steps
+    deq = s.dequantize(raw, *x.shape, p)
+    assert not (np.abs(x - deq) <= s.error_bound(x, raw, p)).all()
 
 
-def test_q4_k_needs_whole_super_blocks():
-    assert "multiple of 256" in Q4K.check([4, 576], P)
-    assert Q4K.check([4, 512], P) is None
+@pytest.mark.parametrize("scheme", KQUANTS)
+def test_k_quants_need_whole_super_blocks(scheme):
+    s, p = SCHEMES[scheme], QuantParams(scheme)
+    assert "multiple of 256" in s.check([4, 576], p)
+    assert s.check([4, 512], p) is None
 
 
 def test_nearest_int_is_ggml_rounding():
@@ -118,12 +142,12 @@ def _weighted_err(x, deq, imp):
     return float((imp.astype(np.float64) * (x.astype(np.float64) - deq) ** 2).sum())
 
 
-@pytest.mark.parametrize("scheme", ["q4_0", "q4_1", "q4_k"])
+@pytest.mark.parametrize("scheme", ["q4_0", "q4_1"] + KQUANTS)
 def test_weighted_quantization_is_no_worse_than_llama_cpp_with_the_same_imatrix(scheme):
     """q4_0/q4_1 keep llama.cpp's search but choose every code for the scale as
     stored (f16), so their importance-weighted error may not exceed what
-    llama.cpp's own imatrix quantization of the same input reaches; q4_k is
-    byte-identical to it."""
+    llama.cpp's own imatrix quantization of the same input reaches; the
+    k-quants are byte-identical to it."""
     x = np.load(GOLDEN / "input.npy")
     imp = np.load(GOLDEN / "importance.npy")
     s, p = SCHEMES[scheme], QuantParams(scheme)
@@ -133,7 +157,7 @@ def test_weighted_quantization_is_no_worse_than_llama_cpp_with_the_same_imatrix(
     ref_deq = gguf.quants.dequantize(ref.reshape(x.shape[0], -1), gguf.GGMLQuantizationType[scheme.upper()])
     assert _weighted_err(x, ours_deq, imp) <= _weighted_err(x, ref_deq.astype(np.float32), imp) * (1 + 1e-6)
     assert (np.abs(x - ours_deq) <= s.error_bound(x, ours, p)).all()
-    if scheme != "q4_k":  # the same search: the f16 scale (and min) of every block are llama.cpp's
+    if scheme not in KQUANTS:  # the same search: the f16 scale (and min) of every block are llama.cpp's
         head = 2 * len(s.F16_FIELDS)
         ob, rb = ours.reshape(-1, s.block_bytes), ref.reshape(-1, s.block_bytes)
         assert np.array_equal(ob[:, :head], rb[:, :head])

@@ -1,5 +1,5 @@
-"""Quantizing with an importance matrix, as users do it, and q4_k / iq4_xs /
-iq4_nl models end to end.
+"""Quantizing with an importance matrix, as users do it, and q4_k / q5_k /
+q6_k / iq4_xs / iq4_nl models end to end.
 
 A Llama whose matrices are whole 256-element super-blocks (hidden 256, MLP
 512) goes through the documented commands: ``ieconv imatrix`` on the f32
@@ -75,7 +75,7 @@ def _quantize(wide, name, *manifest_args, convert_args=()):
     return out, m, res
 
 
-@pytest.mark.parametrize("scheme", ["q4_k", "iq4_xs", "iq4_nl"])
+@pytest.mark.parametrize("scheme", ["q4_k", "q5_k", "q6_k", "iq4_xs", "iq4_nl"])
 def test_model_runs_and_matches_the_float64_reference(wide, scheme):
     out, _m, _res = _quantize(wide, scheme, "--scheme", scheme)
     dtypes = {t["name"]: t["dtype"] for t in iebin.load_model(out).tensors}
@@ -169,9 +169,9 @@ def test_q4_k_falls_back_where_rows_are_not_whole_super_blocks(tmp_path):
     assert sels and all(s == {"scheme": "iq4_nl"} for s in sels)
 
 
-@pytest.mark.parametrize("scheme", ["q4_k", "iq4_xs", "iq4_nl"])
+@pytest.mark.parametrize("scheme", ["q4_k", "q5_k", "q6_k", "iq4_xs", "iq4_nl"])
 def test_gguf_blocks_are_imported_byte_for_byte(wide, tmp_path, scheme):
-    """A llama.cpp GGUF with Q4_K (IQ4_XS, IQ4_NL) matrices: gguf-to-iebin keeps
+    """A llama.cpp GGUF with Q4_K (Q5_K, Q6_K, IQ4_XS, IQ4_NL) matrices: gguf-to-iebin keeps
     the blocks (only q/k rows move back from llama.cpp's interleaving), so the
     import equals hf-to-iebin's artifact of the same checkpoint tensor for tensor."""
     from gguf_build import gguf_from_hf

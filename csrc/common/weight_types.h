@@ -9,7 +9,7 @@
 
 namespace ie {
 
-enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS };
+enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS, Q5_K, Q6_K };
 
 struct WTypeInfo {
   WType type;
@@ -33,6 +33,8 @@ inline constexpr WTypeInfo kWeightTypes[] = {
     {WType::Q4_K, "q4_k", 256, 144, 16, true, true, true},
     {WType::IQ4_NL, "iq4_nl", 32, 18, 2, true, true, true},
     {WType::IQ4_XS, "iq4_xs", 256, 136, 8, true, true, true},
+    {WType::Q5_K, "q5_k", 256, 176, 48, true, true, true},  // codes: qh (fifth bits) at 16, nibbles at 48
+    {WType::Q6_K, "q6_k", 256, 210, 0, true, true, true},   // codes first; int8 scales at 192, d at 208
 };
 inline constexpr int kNumWeightTypes = sizeof(kWeightTypes) / sizeof(kWeightTypes[0]);
 
@@ -67,7 +69,7 @@ WeightSpec make_weight_spec(const std::string& dtype, int64_t rows, int64_t cols
 // Byte geometry of a stored weight matrix (docs/formats/quant.md).
 struct WeightLayout {
   size_t row_bytes = 0;    // one row; int4w: one row of the qs plane
-  size_t block_bytes = 0;  // per-block formats (q4_0, q4_1, q8_0, q4_k, iq4_*): bytes per block, else 0
+  size_t block_bytes = 0;  // per-block formats (q4_0, q4_1, q8_0, q4_k, q5_k, q6_k, iq4_*): bytes per block, else 0
   size_t block_qs = 0;     // offset of the codes inside a block
   int64_t groups = 0;      // int4w: groups per row (G)
   size_t scale_bytes = 0;  // int4w: 2 (f16) or 4 (f32)

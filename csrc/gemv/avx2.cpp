@@ -897,7 +897,7 @@ void iq4_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
     for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
 }
 
-// ------------------------------------------------------------------- q4_k
+// ------------------------------------------------------------- q4_k, q5_k
 
 // The eight sub-blocks' scales d * sc_j and mins dmin * m_j of one
 // super-block as vectors (lane j = sub-block j). The 12 packed bytes are
@@ -917,15 +917,35 @@ IE_INLINE void q4k_params(const uint8_t* blk, __m256* sc, __m256* mn) {
 }
 
 
+// q5_k is q4_k with a fifth code bit: the same super-block header, its
+// nibbles at 48, and bit j of byte e of the 32 bytes at 16 the fifth bit of
+// element e of sub-block j. One kernel per activation type serves both.
+template <WType T>
+constexpr int64_t kKBytes = T == WType::Q5_K ? kQ5kBytes : kQ4kBytes;
+template <WType T>
+constexpr int kKCodes = T == WType::Q5_K ? kQ5kCodes : kQ4kCodes;
+
+// Bit `bit` of each byte of v moved to bit 4 (16-bit shifts: what crosses a
+// byte boundary lands outside bit 4 and is masked off).
+template <int BIT>
+IE_INLINE __m256i bit_to_4(__m256i v) {
+  const __m256i m = _mm256_set1_epi8(0x10);
+  if constexpr (BIT <= 4) return _mm256_and_si256(_mm256_slli_epi16(v, 4 - BIT), m);
+  else return _mm256_and_si256(_mm256_srli_epi16(v, BIT - 4), m);
+}
+
 // act=f32: per sub-block j, scale_j * sum q x - min_j * sum x. A 32-byte code
 // chunk holds sub-blocks 2c (low nibbles) and 2c + 1 (high), both in element
 // order, so x is read as it is; the per-sub-block sums land in lane j of a
 // vector (q.x sums, reduced per chunk) and meet the scale vectors once per
 // super-block.
-template <int R, int B>
-void q4_k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
+template <WType T, int R, int B>
+void k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
+  constexpr int64_t BB = kKBytes<T>;
+  constexpr int kCodes = kKCodes<T>;
+  constexpr bool q5 = T == WType::Q5_K;
   const int64_t cols = a.spec.cols, nsb = cols / 256;
-  const __m256i m4 = _mm256_set1_epi32(0xF);
+  const __m256i m4 = _mm256_set1_epi32(0xF), one = _mm256_set1_epi32(1);
   const uint8_t* row[R];
   for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
   __m256 acc[R][B];
@@ -934,7 +954,7 @@ void q4_k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
   const int64_t pf = prefetch_distance(R, a.lay);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     alignas(32) float qx[R][B][8], xs[B][8];
-    for (int rr = 0; rr < R; ++rr) prefetch_block(row[rr] + sb * kQ4kBytes, kQ4kBytes, pf);
+    for (int rr = 0; rr < R; ++rr) prefetch_block(row[rr] + sb * BB, BB, pf);
     for (int c = 0; c < 4; ++c) {
       __m256 plo[R][B], phi[R][B], xlo[B], xhi[B];
       for (int b = 0; b < B; ++b) xlo[b] = xhi[b] = _mm256_setzero_ps();
@@ -953,11 +973,15 @@ void q4_k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
           xhi[b] = _mm256_add_ps(xhi[b], x1[b]);
         }
         for (int rr = 0; rr < R; ++rr) {
-          const __m128i q8 = _mm_loadl_epi64(
-              reinterpret_cast<const __m128i*>(row[rr] + sb * kQ4kBytes + kQ4kCodes + 32 * c + 8 * u));
-          const __m256i q = _mm256_cvtepu8_epi32(q8);
-          const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(q, m4));
-          const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(q, 4));
+          const uint8_t* blk = row[rr] + sb * BB;
+          const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + kCodes + 32 * c + 8 * u)));
+          __m256i ql = _mm256_and_si256(q, m4), qh = _mm256_srli_epi32(q, 4);
+          if constexpr (q5) {
+            const __m256i h = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + kQ5kHigh + 8 * u)));
+            ql = _mm256_or_si256(ql, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * c), one), 4));
+            qh = _mm256_or_si256(qh, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2 * c + 1), one), 4));
+          }
+          const __m256 lo = _mm256_cvtepi32_ps(ql), hi = _mm256_cvtepi32_ps(qh);
           for (int b = 0; b < B; ++b) {
             plo[rr][b] = _mm256_fmadd_ps(lo, x0[b], plo[rr][b]);
             phi[rr][b] = _mm256_fmadd_ps(hi, x1[b], phi[rr][b]);
@@ -976,7 +1000,7 @@ void q4_k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
     }
     for (int rr = 0; rr < R; ++rr) {
       __m256 sc, mn;
-      q4k_params(row[rr] + sb * kQ4kBytes, &sc, &mn);
+      q4k_params(row[rr] + sb * BB, &sc, &mn);
       for (int b = 0; b < B; ++b) {
         acc[rr][b] = _mm256_fmadd_ps(sc, _mm256_load_ps(qx[rr][b]), acc[rr][b]);
         acc[rr][b] = _mm256_fnmadd_ps(mn, _mm256_load_ps(xs[b]), acc[rr][b]);
@@ -987,12 +1011,29 @@ void q4_k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
     for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
 }
 
+// Super-block sb's activation scales for row b: lane j = d and d * code sum of 32-block 8 sb + j.
+template <int B>
+IE_INLINE void xd_xds(const Q8Nat& xa, int64_t sb, int b, __m256* xd, __m256* xds) {
+  if constexpr (B == 1) {
+    *xd = _mm256_loadu_ps(xa.d + sb * 8);
+    *xds = _mm256_loadu_ps(xa.ds + sb * 8);
+  } else {
+    const __m256i idx = _mm256_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B);
+    *xd = _mm256_i32gather_ps(xa.d + sb * 8 * B + b, idx, 4);
+    *xds = _mm256_i32gather_ps(xa.ds + sb * 8 * B + b, idx, 4);
+  }
+}
+
 // act=int8 (x as Q8Nat: per 32-block codes, scale d and d * sum of codes):
 // per sub-block j, (scale_j d_j) * int32 sum q qx - min_j * (d_j sum qx). The
 // eight products scale_j d_j are one vector multiply per super-block; the
-// min terms accumulate as a vector too.
-template <int R, int B>
-void q4_k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
+// min terms accumulate as a vector too. q5_k's fifth bits join the nibbles
+// by two shifts and masks per chunk (codes 0..31: maddubs' pair sums stay
+// far inside int16).
+template <WType T, int R, int B>
+void k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
+  constexpr int64_t BB = kKBytes<T>;
+  constexpr int kCodes = kKCodes<T>;
   const int64_t nsb = a.spec.cols / 256;
   const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF);
   const uint8_t* row[R];
@@ -1003,28 +1044,22 @@ void q4_k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   const int64_t pf = prefetch_distance(R, a.lay);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     __m256 xd[B], xds[B];  // lane j: d and d * sum of sub-block j's activation codes
-    for (int b = 0; b < B; ++b) {
-      if constexpr (B == 1) {
-        xd[b] = _mm256_loadu_ps(xa.d + sb * 8);
-        xds[b] = _mm256_loadu_ps(xa.ds + sb * 8);
-      } else {
-        const __m256i idx = _mm256_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B);
-        xd[b] = _mm256_i32gather_ps(xa.d + sb * 8 * B + b, idx, 4);
-        xds[b] = _mm256_i32gather_ps(xa.ds + sb * 8 * B + b, idx, 4);
-      }
-    }
+    for (int b = 0; b < B; ++b) xd_xds<B>(xa, sb, b, &xd[b], &xds[b]);
     __m256 f[R][B];  // lane j: scale_j * d_j
+    __m256i hb[R];   // q5_k: the fifth bits
     for (int rr = 0; rr < R; ++rr) {
-      prefetch_block(row[rr] + sb * kQ4kBytes, kQ4kBytes, pf);
+      const uint8_t* blk = row[rr] + sb * BB;
+      prefetch_block(blk, BB, pf);
       __m256 sc, mn;
-      q4k_params(row[rr] + sb * kQ4kBytes, &sc, &mn);
+      q4k_params(blk, &sc, &mn);
+      if constexpr (T == WType::Q5_K) hb[rr] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ5kHigh));
       for (int b = 0; b < B; ++b) {
         f[rr][b] = _mm256_mul_ps(sc, xd[b]);
         acc[rr][b] = _mm256_fnmadd_ps(mn, xds[b], acc[rr][b]);
       }
     }
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
+    auto chunk = [&](auto cc) {
+      constexpr int c = decltype(cc)::value;
       // hadd below leaves sub-block 2c in lanes 0, 1, 4, 5 and 2c + 1 in 2, 3, 6, 7.
       const __m256i pick = _mm256_setr_epi32(2 * c, 2 * c, 2 * c + 1, 2 * c + 1, 2 * c, 2 * c, 2 * c + 1, 2 * c + 1);
       const int64_t k0 = sb * 8 + 2 * c;
@@ -1034,15 +1069,146 @@ void q4_k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
         xq1[b] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + ((k0 + 1) * B + b) * 32));
       }
       for (int rr = 0; rr < R; ++rr) {
-        const __m256i v =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[rr] + sb * kQ4kBytes + kQ4kCodes + 32 * c));
-        const __m256i lo = _mm256_and_si256(v, m4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[rr] + sb * BB + kCodes + 32 * c));
+        __m256i lo = _mm256_and_si256(v, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if constexpr (T == WType::Q5_K) {
+          lo = _mm256_or_si256(lo, bit_to_4<2 * c>(hb[rr]));
+          hi = _mm256_or_si256(hi, bit_to_4<2 * c + 1>(hb[rr]));
+        }
         for (int b = 0; b < B; ++b) {
           const __m256i s0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xq0[b]), ones);
           const __m256i s1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xq1[b]), ones);
           const __m256 s = _mm256_cvtepi32_ps(_mm256_hadd_epi32(s0, s1));
           acc[rr][b] = _mm256_fmadd_ps(s, _mm256_permutevar8x32_ps(f[rr][b], pick), acc[rr][b]);
+        }
+      }
+    };
+    chunk(std::integral_constant<int, 0>{});
+    chunk(std::integral_constant<int, 1>{});
+    chunk(std::integral_constant<int, 2>{});
+    chunk(std::integral_constant<int, 3>{});
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+}
+
+// ------------------------------------------------------------------- q6_k
+
+// The 32 codes (0..63) of quarter k of half h, in element order: a nibble
+// from the 64 bytes of the half, bits 4..5 from bit pair k of the half's 32
+// high bytes (16-bit shifts: what crosses a byte boundary is masked off).
+IE_INLINE __m256i q6k_quarter(const uint8_t* blk, int h, int k) {
+  const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
+  const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32 * (k % 2)));
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ6kHigh + 32 * h));
+  const __m256i lo = k < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+  const __m256i hi = _mm256_and_si256(k < 3 ? _mm256_slli_epi16(qh, 4 - 2 * k) : _mm256_srli_epi16(qh, 2), m30);
+  return _mm256_or_si256(lo, hi);
+}
+
+// act=int8, per 32-element quarter (one activation block k, two 16-element
+// sub-blocks): codes 0..63 assembled from a nibble and a bit pair, maddubs
+// with qx, minus maddubs(32, qx) (the -32 offset, shared by all rows),
+// then madd with the two int8 sub-scales as int16 lanes (|sum| < 2^22), so
+// each quarter costs one float FMA by d_k; the row's f16 d multiplies once
+// per super-block.
+template <int R, int B>
+void q6_k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
+  const int64_t nsb = a.spec.cols / 256;
+  const __m256i k32 = _mm256_set1_epi8(32);
+  // bytes 0,1 of the low 128-bit lane's dword, bytes 2,3 of the high lane's: sc_2i, sc_2i+1 as int16 x 8 each
+  const __m256i bcast = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                         2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  const uint8_t* row[R];
+  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
+  __m256 acc[R][B];
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm256_setzero_ps();
+  const int64_t pf = prefetch_distance(R, a.lay);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m256 part[R][B];
+    __m256i sc16[R];
+    for (int rr = 0; rr < R; ++rr) {
+      const uint8_t* blk = row[rr] + sb * kQ6kBytes;
+      prefetch_block(blk, kQ6kBytes, pf);
+      sc16[rr] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6kScales)));
+      for (int b = 0; b < B; ++b) part[rr][b] = _mm256_setzero_ps();
+    }
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const int64_t kb = sb * 8 + 4 * h + k;
+        __m256i xq[B], off[B];
+        __m256 xd[B];
+        for (int b = 0; b < B; ++b) {
+          xq[b] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + (kb * B + b) * 32));
+          off[b] = _mm256_maddubs_epi16(k32, xq[b]);
+          xd[b] = _mm256_broadcast_ss(xa.d + kb * B + b);
+        }
+        for (int rr = 0; rr < R; ++rr) {
+          const __m256i q = q6k_quarter(row[rr] + sb * kQ6kBytes, h, k);
+          const __m256i s2 = _mm256_shuffle_epi8(
+              _mm256_permutevar8x32_epi32(sc16[rr], _mm256_set1_epi32(4 * h + k)), bcast);
+          for (int b = 0; b < B; ++b) {
+            const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xq[b]), off[b]);
+            const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, s2));
+            part[rr][b] = _mm256_fmadd_ps(s, xd[b], part[rr][b]);
+          }
+        }
+      }
+    }
+    for (int rr = 0; rr < R; ++rr) {
+      const __m256 d = f16_bcast(row[rr] + sb * kQ6kBytes + kQ6kD);
+      for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(part[rr][b], d, acc[rr][b]);
+    }
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+}
+
+// act=f32: per quarter the codes as in the int8 kernel, less 32, widened to
+// float and FMA'd with x; the two 16-element halves meet their scales
+// d * sc_j (one vector of eight per half super-block) per quarter.
+template <int R, int B>
+void q6_k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
+  const int64_t cols = a.spec.cols, nsb = cols / 256;
+  const uint8_t* row[R];
+  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
+  __m256 acc[R][B];
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm256_setzero_ps();
+  const int64_t pf = prefetch_distance(R, a.lay);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m256 sf[R][2];  // lane j of sf[.][h]: d * sc_{8h + j}
+    for (int rr = 0; rr < R; ++rr) {
+      const uint8_t* blk = row[rr] + sb * kQ6kBytes;
+      prefetch_block(blk, kQ6kBytes, pf);
+      const __m256 d = f16_bcast(blk + kQ6kD);
+      for (int h = 0; h < 2; ++h)
+        sf[rr][h] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + kQ6kScales + 8 * h)))));
+    }
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        __m256 x[B][4];
+        for (int b = 0; b < B; ++b)
+          for (int u = 0; u < 4; ++u) x[b][u] = _mm256_loadu_ps(a.x + b * cols + sb * 256 + 128 * h + 32 * k + 8 * u);
+        for (int rr = 0; rr < R; ++rr) {
+          const __m256i q = _mm256_sub_epi8(q6k_quarter(row[rr] + sb * kQ6kBytes, h, k), _mm256_set1_epi8(32));
+          __m256 w[4];
+          for (int u = 0; u < 4; ++u) {
+            const __m128i half = u < 2 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
+            w[u] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(u % 2 ? _mm_srli_si128(half, 8) : half));
+          }
+          const __m256 s0 = _mm256_permutevar8x32_ps(sf[rr][h], _mm256_set1_epi32(2 * k));
+          const __m256 s1 = _mm256_permutevar8x32_ps(sf[rr][h], _mm256_set1_epi32(2 * k + 1));
+          for (int b = 0; b < B; ++b) {
+            const __m256 p0 = _mm256_fmadd_ps(w[1], x[b][1], _mm256_mul_ps(w[0], x[b][0]));
+            const __m256 p1 = _mm256_fmadd_ps(w[3], x[b][3], _mm256_mul_ps(w[2], x[b][2]));
+            acc[rr][b] = _mm256_fmadd_ps(p1, s1, _mm256_fmadd_ps(p0, s0, acc[rr][b]));
+          }
         }
       }
     }
@@ -1081,8 +1247,16 @@ void run_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* sf) {
     case WType::IQ4_NL: i8_blocks_rows<WType::IQ4_NL, R, B>(a, p, r0, out); break;
     case WType::IQ4_XS: i8_blocks_rows<WType::IQ4_XS, R, B>(a, p, r0, out); break;
     case WType::Q4_K:
-      if (q8) q4_k_q8_rows<R, B>(a, p.q8, r0, out);
-      else q4_k_f32_rows<R, B>(a, r0, out);
+      if (q8) k_q8_rows<WType::Q4_K, R, B>(a, p.q8, r0, out);
+      else k_f32_rows<WType::Q4_K, R, B>(a, r0, out);
+      break;
+    case WType::Q5_K:
+      if (q8) k_q8_rows<WType::Q5_K, R, B>(a, p.q8, r0, out);
+      else k_f32_rows<WType::Q5_K, R, B>(a, r0, out);
+      break;
+    case WType::Q6_K:
+      if (q8) q6_k_q8_rows<R, B>(a, p.q8, r0, out);
+      else q6_k_f32_rows<R, B>(a, r0, out);
       break;
     case WType::Q4_0:
       if (q8) q4_q8_rows<R, B, false>(a, p.nq, r0, out);
@@ -1138,7 +1312,8 @@ bool nibbles(WType t) { return t == WType::Int4w || t == WType::Q4_0 || t == WTy
 
 Prep prep_kind_avx2(WType t, Act act) {
   if (nibbles(t)) return act == Act::Int8 ? Prep::NibQ8 : Prep::NibF32;
-  if (act == Act::Int8 && (t == WType::Q8_0 || t == WType::Q4_K || t == WType::IQ4_NL || t == WType::IQ4_XS))
+  if (act == Act::Int8 && (t == WType::Q8_0 || t == WType::Q4_K || t == WType::Q5_K || t == WType::Q6_K ||
+                           t == WType::IQ4_NL || t == WType::IQ4_XS))
     return Prep::Q8Blocks;
   return Prep::None;
 }

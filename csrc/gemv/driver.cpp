@@ -133,6 +133,20 @@ void dequant_span(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w
       for (int e = 0; e < 32; ++e) out[e] = p.scale * static_cast<float>(q4k_code(blk, j, e)) - p.min;
       return;
     }
+    case WType::Q5_K: {
+      const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
+      const int j = static_cast<int>(c0 % 256 / 32);
+      const Q4kSub p = q4k_sub(blk, j);
+      for (int e = 0; e < 32; ++e) out[e] = p.scale * static_cast<float>(q5k_code(blk, j, e)) - p.min;
+      return;
+    }
+    case WType::Q6_K: {
+      const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
+      const int i0 = static_cast<int>(c0 % 256);
+      for (int e = 0; e < 32; ++e)
+        out[e] = q6k_scale(blk, (i0 + e) / 16) * static_cast<float>(q6k_code(blk, i0 + e) - 32);
+      return;
+    }
   }
 }
 

@@ -118,6 +118,36 @@ inline Q4kSub q4k_sub(const uint8_t* blk, int j) {
 // Code e (0..31) of sub-block j.
 inline int q4k_code(const uint8_t* blk, int j, int e) { return (blk[kQ4kCodes + 32 * (j / 2) + e] >> (4 * (j % 2))) & 0xF; }
 
+// q5_k: q4_k's super-block (the same d, dmin and 12 scale bytes, so q4k_sub
+// gives its sub-blocks' scale and min) with 5-bit codes: the low nibbles as
+// q4_k stores them but at 48, the fifth bits in the 32 bytes at 16 (bit j of
+// byte e: element e of sub-block j).
+constexpr int kQ5kBytes = wtype_info(WType::Q5_K).block_bytes;
+constexpr int kQ5kCodes = wtype_info(WType::Q5_K).code_offset;
+constexpr int kQ5kHigh = 16;
+
+inline int q5k_code(const uint8_t* blk, int j, int e) {
+  return ((blk[kQ5kCodes + 32 * (j / 2) + e] >> (4 * (j % 2))) & 0xF) | (((blk[kQ5kHigh + e] >> j) & 1) << 4);
+}
+
+// q6_k: 256-element super-blocks of sixteen 16-element sub-blocks, w =
+// (d * sc_j) * (q - 32): 6-bit codes q, int8 sub-scales sc_j at 192, f16 d
+// at 208. Element i = 128 h + 32 k + l (half h, quarter k) has its low
+// nibble in byte 64 h + 32 (k % 2) + l (high nibble for k >= 2) and its high
+// two bits at bit 2 k of byte 128 + 32 h + l.
+constexpr int kQ6kBytes = wtype_info(WType::Q6_K).block_bytes;
+constexpr int kQ6kHigh = 128, kQ6kScales = 192, kQ6kD = 208;
+
+inline float q6k_scale(const uint8_t* blk, int j) {
+  return f16_to_f32(load_u16(blk + kQ6kD)) * static_cast<float>(static_cast<int8_t>(blk[kQ6kScales + j]));
+}
+
+inline int q6k_code(const uint8_t* blk, int i) {
+  const int h = i / 128, k = i % 128 / 32, l = i % 32;
+  const int lo = (blk[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xF;
+  return lo | (((blk[kQ6kHigh + 32 * h + l] >> (2 * k)) & 3) << 4);
+}
+
 // iq4_nl / iq4_xs: each code indexes ggml's non-linear grid kvalues_iq4nl;
 // a 32-element (sub-)block is w = scale * kIq4Values[q], its codes the low
 // nibbles (elements 0..15) and high nibbles (16..31) of 16 bytes. iq4_xs

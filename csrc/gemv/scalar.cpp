@@ -61,11 +61,14 @@ void row_f32(const GemvArgs& a, int64_t r, float* acc) {
 }
 
 // The integer codes of one 32-element block and its (scale, min):
-// w_j = scale * (code_j - zero) + min, with zero = 8 for symmetric 4-bit.
+// w_j = scale * (code_j - zero) + min, with zero = 8 for symmetric 4-bit
+// (q6_k: 32, and scale_hi instead of scale for elements 16..31).
 struct Block {
   int code[32];
   int zero;
   float scale, min;
+  bool split = false;
+  float scale_hi = 0.f;
 };
 
 Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
@@ -73,14 +76,24 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
   const WeightLayout& l = a.lay;
   Block k{};
   const uint8_t* qs = nullptr;
-  if (s.type == WType::Q4_K) {
+  if (s.type == WType::Q4_K || s.type == WType::Q5_K) {
     const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
     const int j = static_cast<int>(blk % 8);
     const Q4kSub sub = q4k_sub(p, j);
     k.scale = sub.scale;
     k.min = -sub.min;
     k.zero = 0;
-    for (int e = 0; e < 32; ++e) k.code[e] = q4k_code(p, j, e);
+    for (int e = 0; e < 32; ++e) k.code[e] = s.type == WType::Q4_K ? q4k_code(p, j, e) : q5k_code(p, j, e);
+    return k;
+  }
+  if (s.type == WType::Q6_K) {
+    const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
+    const int j = static_cast<int>(blk % 8);
+    k.split = true;
+    k.scale = q6k_scale(p, 2 * j);
+    k.scale_hi = q6k_scale(p, 2 * j + 1);
+    k.zero = 32;
+    for (int e = 0; e < 32; ++e) k.code[e] = q6k_code(p, 32 * j + e);
     return k;
   }
   if (s.type == WType::IQ4_NL || s.type == WType::IQ4_XS) {  // the grid values as codes: zero 0, min 0
@@ -129,13 +142,14 @@ void row_int8(const GemvArgs& a, int64_t r, const int8_t* qx, const float* dx, f
     const Block k = load_block(a, r, blk);
     for (int b = 0; b < a.batch; ++b) {
       const int8_t* q = qx + b * cols + blk * 32;
-      int dot = 0, qsum = 0;
+      int dot = 0, qsum = 0, dot_hi = 0;
       for (int j = 0; j < 32; ++j) {
-        dot += q[j] * (k.code[j] - k.zero);
+        (k.split && j >= 16 ? dot_hi : dot) += q[j] * (k.code[j] - k.zero);
         qsum += q[j];
       }
       const float d = dx[b * nblk + blk];
       acc[b] += (k.scale * d) * static_cast<float>(dot);
+      if (k.split) acc[b] += (k.scale_hi * d) * static_cast<float>(dot_hi);
       if (k.min != 0.f) acc[b] += (k.min * d) * static_cast<float>(qsum);
     }
   }

@@ -12,7 +12,8 @@ rows, with and without an importance vector:
     python golden/quant/make_golden_quant.py --libggml .../build/bin/libggml-base.so
 
 Writes golden/quant/input.npy (float32 [rows, 512]), importance.npy
-(float32 [512]) and <type>.bin / <type>-imatrix.bin for q4_0, q4_1, q4_k, iq4_nl, iq4_xs.
+(float32 [512]) and <type>.bin / <type>-imatrix.bin for q4_0, q4_1, q4_k, q5_k,
+q6_k, iq4_nl, iq4_xs.
 Deterministic: running it twice writes the same bytes. The tests only read
 the files (tests/test_kquant.py).
 """
@@ -28,6 +29,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 COLS = 512
 ROW_BYTES = {"q4_0": COLS // 32 * 18, "q4_1": COLS // 32 * 20, "q4_k": COLS // 256 * 144,
+             "q5_k": COLS // 256 * 176, "q6_k": COLS // 256 * 210,
              "iq4_nl": COLS // 32 * 18, "iq4_xs": COLS // 256 * 136}
 
 
@@ -65,7 +67,7 @@ def main() -> None:
     np.save(HERE / "input.npy", x)
     np.save(HERE / "importance.npy", imp)
     for name, row_bytes in ROW_BYTES.items():
-        fn = getattr(lib, f"quantize_{name.replace('q4_k', 'q4_K')}")
+        fn = getattr(lib, f"quantize_{name.replace('_k', '_K')}")
         fn.restype = ctypes.c_size_t
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
         for suffix, qw in (("", None), ("-imatrix", imp)):
