@@ -132,6 +132,23 @@ IE_INLINE void prefetch(const void* p) { _mm_prefetch(reinterpret_cast<const cha
 
 IE_INLINE int64_t prefetch_distance(int rows, const WeightLayout& l) { return rows * static_cast<int64_t>(l.row_bytes); }
 
+// What every row kernel starts with: rows r0 .. r0 + R - 1's pointers, its
+// R x B accumulators zeroed; returns the prefetch distance.
+template <int R, int B>
+IE_INLINE int64_t start_rows(const GemvArgs& a, int64_t r0, const uint8_t* (&row)[R], __m256 (&acc)[R][B]) {
+  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm256_setzero_ps();
+  return prefetch_distance(R, a.lay);
+}
+
+// And what it ends with: out[rr * B + b] = the sum of acc[rr][b]'s lanes.
+template <int R, int B>
+IE_INLINE void store_sums(const __m256 (&acc)[R][B], float* out) {
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+}
+
 // Keeps a value in a register: stops the compiler from re-loading shared
 // activation vectors once per row as memory operands.
 template <class V>
@@ -480,8 +497,7 @@ void int4w_f32_rows(const GemvArgs& a, const NibF32& xa, int64_t r0, const float
     if (odd) f32_chunk<R, B, NC, false, true>(qs, nfull, xp, pf, P);
     fold([&](int rr) { return _mm256_broadcast_ss(sf + rr * sfs); });
   }
-  for (int rr = 0; rr < R; ++rr)
-    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+  store_sums(acc, out);
 }
 
 // The activation side of one chunk for act=int8, loaded once for all rows.
@@ -577,8 +593,7 @@ void int4w_q8_rows(const GemvArgs& a, const NibQ8& xa, int64_t r0, const float* 
     for (int rr = 0; rr < R; ++rr)
       for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_mul_ps(acc[rr][b], _mm256_broadcast_ss(sf + rr * sfs));
   }
-  for (int rr = 0; rr < R; ++rr)
-    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+  store_sums(acc, out);
 }
 
 // ------------------------------------------------------------ q4_0 / q4_1
@@ -605,13 +620,10 @@ void q4_f32_rows(const GemvArgs& a, const NibF32& xa, int64_t r0, float* out) {
   constexpr int NC = R * B <= 4 ? 2 : 1;
   const int64_t nblk = a.spec.cols / 32;
   const size_t bb = a.lay.block_bytes, qo = a.lay.block_qs;
-  const int64_t pf = prefetch_distance(R, a.lay);
   const uint8_t* row[R];
-  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
-  const float* xp = xa.xp;
   __m256 acc[R][B];
-  for (auto& ra : acc)
-    for (auto& v : ra) v = _mm256_setzero_ps();
+  const int64_t pf = start_rows(a, r0, row, acc);
+  const float* xp = xa.xp;
   auto chunk = [&](int64_t ch, auto half) __attribute__((always_inline)) {
     constexpr bool HALF = decltype(half)::value;
     __m256i v[R];
@@ -646,21 +658,17 @@ void q4_f32_rows(const GemvArgs& a, const NibF32& xa, int64_t r0, float* out) {
   };
   for (int64_t ch = 0; ch < nblk / 2; ++ch) chunk(ch, std::false_type{});
   if (nblk % 2) chunk(nblk / 2, std::true_type{});
-  for (int rr = 0; rr < R; ++rr)
-    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+  store_sums(acc, out);
 }
 
 template <int R, int B, bool Q41>
 void q4_q8_rows(const GemvArgs& a, const NibQ8& xa, int64_t r0, float* out) {
   const int64_t nblk = a.spec.cols / 32;
   const size_t bb = a.lay.block_bytes, qo = a.lay.block_qs;
-  const int64_t pf = prefetch_distance(R, a.lay);
   const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   const uint8_t* row[R];
-  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
   __m256 acc[R][B];
-  for (auto& ra : acc)
-    for (auto& v : ra) v = _mm256_setzero_ps();
+  const int64_t pf = start_rows(a, r0, row, acc);
   auto chunk = [&](int64_t ch, auto half) __attribute__((always_inline)) {
     constexpr bool HALF = decltype(half)::value;
     for (int rr = 0; rr < R; ++rr) {
@@ -688,8 +696,7 @@ void q4_q8_rows(const GemvArgs& a, const NibQ8& xa, int64_t r0, float* out) {
   };
   for (int64_t ch = 0; ch < nblk / 2; ++ch) chunk(ch, std::false_type{});
   if (nblk % 2) chunk(nblk / 2, std::true_type{});
-  for (int rr = 0; rr < R; ++rr)
-    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+  store_sums(acc, out);
 }
 
 // ------------------------------------------------- q8_0, iq4_nl, iq4_xs
@@ -759,11 +766,8 @@ void i8_blocks_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
   constexpr int64_t BB = kBlockBytes<T>;
   const int64_t cols = a.spec.cols, nsb = cols / (32 * S);
   const uint8_t* row[R];
-  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
   __m256 acc[R][B];
-  for (auto& ra : acc)
-    for (auto& v : ra) v = _mm256_setzero_ps();
-  const int64_t pf = prefetch_distance(R, a.lay);
+  const int64_t pf = start_rows(a, r0, row, acc);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     __m256 sc[R];
     for (int rr = 0; rr < R; ++rr) {
@@ -794,8 +798,7 @@ void i8_blocks_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
       }
     }
   }
-  for (int rr = 0; rr < R; ++rr)
-    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+  store_sums(acc, out);
 }
 
 // act=int8 for q8_0 (x as Q8Nat): per block, (d * dx) * int32 sum_j v_j qx_j;
@@ -807,11 +810,8 @@ void q8_0_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   const int64_t nblk = a.spec.cols / 32;
   const __m256i ones = _mm256_set1_epi16(1);
   const uint8_t* row[R];
-  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
   __m256 acc[R][B];
-  for (auto& ra : acc)
-    for (auto& v : ra) v = _mm256_setzero_ps();
-  const int64_t pf = prefetch_distance(R, a.lay);
+  const int64_t pf = start_rows(a, r0, row, acc);
   for (int64_t blk = 0; blk < nblk; ++blk) {
     for (int rr = 0; rr < R; ++rr) {
       const uint8_t* p = row[rr] + blk * BB;
@@ -827,8 +827,7 @@ void q8_0_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
       }
     }
   }
-  for (int rr = 0; rr < R; ++rr)
-    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+  store_sums(acc, out);
 }
 
 // act=int8 for iq4_nl / iq4_xs, two 32-blocks at a time: their 32 code bytes
@@ -846,11 +845,8 @@ void iq4_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF);
   const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
   const uint8_t* row[R];
-  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
   __m256 acc[R][B], sc[R];
-  for (auto& ra : acc)
-    for (auto& v : ra) v = _mm256_setzero_ps();
-  const int64_t pf = prefetch_distance(R, a.lay);
+  const int64_t pf = start_rows(a, r0, row, acc);
   for (int64_t k = 0; k < nblk; k += 2) {
     const bool pair = k + 1 < nblk;
     __m256i xl[B], xh[B];
@@ -893,8 +889,7 @@ void iq4_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
       }
     }
   }
-  for (int rr = 0; rr < R; ++rr)
-    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+  store_sums(acc, out);
 }
 
 // ------------------------------------------------------------- q4_k, q5_k
@@ -947,11 +942,8 @@ void k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
   const int64_t cols = a.spec.cols, nsb = cols / 256;
   const __m256i m4 = _mm256_set1_epi32(0xF), one = _mm256_set1_epi32(1);
   const uint8_t* row[R];
-  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
   __m256 acc[R][B];
-  for (auto& ra : acc)
-    for (auto& v : ra) v = _mm256_setzero_ps();
-  const int64_t pf = prefetch_distance(R, a.lay);
+  const int64_t pf = start_rows(a, r0, row, acc);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     alignas(32) float qx[R][B][8], xs[B][8];
     for (int rr = 0; rr < R; ++rr) prefetch_block(row[rr] + sb * BB, BB, pf);
@@ -1007,8 +999,7 @@ void k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
       }
     }
   }
-  for (int rr = 0; rr < R; ++rr)
-    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+  store_sums(acc, out);
 }
 
 // Super-block sb's activation scales for row b: lane j = d and d * code sum of 32-block 8 sb + j.
@@ -1037,11 +1028,8 @@ void k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   const int64_t nsb = a.spec.cols / 256;
   const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF);
   const uint8_t* row[R];
-  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
   __m256 acc[R][B];
-  for (auto& ra : acc)
-    for (auto& v : ra) v = _mm256_setzero_ps();
-  const int64_t pf = prefetch_distance(R, a.lay);
+  const int64_t pf = start_rows(a, r0, row, acc);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     __m256 xd[B], xds[B];  // lane j: d and d * sum of sub-block j's activation codes
     for (int b = 0; b < B; ++b) xd_xds<B>(xa, sb, b, &xd[b], &xds[b]);
@@ -1089,8 +1077,7 @@ void k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
     chunk(std::integral_constant<int, 2>{});
     chunk(std::integral_constant<int, 3>{});
   }
-  for (int rr = 0; rr < R; ++rr)
-    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+  store_sums(acc, out);
 }
 
 // ------------------------------------------------------------------- q6_k
@@ -1121,11 +1108,8 @@ void q6_k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   const __m256i bcast = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
                                          2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
   const uint8_t* row[R];
-  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
   __m256 acc[R][B];
-  for (auto& ra : acc)
-    for (auto& v : ra) v = _mm256_setzero_ps();
-  const int64_t pf = prefetch_distance(R, a.lay);
+  const int64_t pf = start_rows(a, r0, row, acc);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     __m256 part[R][B];
     __m256i sc16[R];
@@ -1163,8 +1147,7 @@ void q6_k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
       for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(part[rr][b], d, acc[rr][b]);
     }
   }
-  for (int rr = 0; rr < R; ++rr)
-    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+  store_sums(acc, out);
 }
 
 // act=f32: per quarter the codes as in the int8 kernel, less 32, widened to
@@ -1174,11 +1157,8 @@ template <int R, int B>
 void q6_k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
   const int64_t cols = a.spec.cols, nsb = cols / 256;
   const uint8_t* row[R];
-  for (int rr = 0; rr < R; ++rr) row[rr] = a.w + (r0 + rr) * a.lay.row_bytes;
   __m256 acc[R][B];
-  for (auto& ra : acc)
-    for (auto& v : ra) v = _mm256_setzero_ps();
-  const int64_t pf = prefetch_distance(R, a.lay);
+  const int64_t pf = start_rows(a, r0, row, acc);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     __m256 sf[R][2];  // lane j of sf[.][h]: d * sc_{8h + j}
     for (int rr = 0; rr < R; ++rr) {
@@ -1213,8 +1193,7 @@ void q6_k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
       }
     }
   }
-  for (int rr = 0; rr < R; ++rr)
-    for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
+  store_sums(acc, out);
 }
 
 // ----------------------------------------------------------------- driver

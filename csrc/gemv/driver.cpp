@@ -126,18 +126,15 @@ void dequant_span(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w
       }
       return;
     }
-    case WType::Q4_K: {
+    case WType::Q4_K:
+    case WType::Q5_K: {  // the same header; q5_k's codes have a fifth bit
       const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
       const int j = static_cast<int>(c0 % 256 / 32);
       const Q4kSub p = q4k_sub(blk, j);
-      for (int e = 0; e < 32; ++e) out[e] = p.scale * static_cast<float>(q4k_code(blk, j, e)) - p.min;
-      return;
-    }
-    case WType::Q5_K: {
-      const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
-      const int j = static_cast<int>(c0 % 256 / 32);
-      const Q4kSub p = q4k_sub(blk, j);
-      for (int e = 0; e < 32; ++e) out[e] = p.scale * static_cast<float>(q5k_code(blk, j, e)) - p.min;
+      for (int e = 0; e < 32; ++e) {
+        const int q = s.type == WType::Q4_K ? q4k_code(blk, j, e) : q5k_code(blk, j, e);
+        out[e] = p.scale * static_cast<float>(q) - p.min;
+      }
       return;
     }
     case WType::Q6_K: {
