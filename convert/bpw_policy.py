@@ -45,6 +45,8 @@ LADDER: tuple[dict[str, Any], ...] = (
     {"scheme": "int4w", "group_size": 32, "symmetric": False, "scale_dtype": "f16"},   # 5.0
     {"scheme": "q4_1"},                                                                # 5.0
     {"scheme": "q5_k"},                                                                # 5.5
+    {"scheme": "q5_0"},                                                                # 5.5
+    {"scheme": "q5_1"},                                                                # 6.0
     {"scheme": "q6_k"},                                                                # 6.5625
     {"scheme": "q8_0"},                                                                # 8.5
 )

@@ -174,9 +174,9 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       model.layers.N.self_attn.q_proj.weight) and llama.cpp's q/k row
       interleaving is undone: the artifact is what hf-to-iebin makes of
       the original checkpoint;
-    - Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS blocks are copied
-      byte for byte (their scales checked finite); other quantized types
-      (Q5_0, Q5_1, Q3_K, ...) are dequantized with gguf.quants to --dtype;
+    - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS blocks
+      are copied byte for byte (their scales checked finite); other quantized
+      types (Q3_K, MXFP4, ...) are dequantized with gguf.quants to --dtype;
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
       its vocabulary (byte-level BPE with the gpt-2, smollm, llama-bpe or
       qwen2 pre-tokenizer; SentencePiece BPE).
@@ -229,7 +229,7 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
                    "hf-to-iebin / gguf-to-iebin then weight every quantized matrix's error by it.")
 @click.option("--target-bpw", type=click.FloatRange(min=1.0), default=None,
               help="Instead of one scheme: per matrix, the mix of 4.125 to 8.5-bit schemes (int4w, q4_0, q4_1, "
-                   "q4_k, iq4_xs, iq4_nl, q5_k, q6_k, q8_0) that meets this average bits per weight over the quantized matrices, spending bits "
+                   "q4_k, iq4_xs, iq4_nl, q5_k, q5_0, q5_1, q6_k, q8_0) that meets this average bits per weight over the quantized matrices, spending bits "
                    "where the (importance-weighted, with --imatrix) error measured on their rows falls most. "
                    "Needs --hf-dir.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")

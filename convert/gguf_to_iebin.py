@@ -9,8 +9,8 @@ the same order, with llama.cpp's q/k row interleaving for its RoPE undone
 
 Each tensor's bytes, by ggml type:
 
-- Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS matrices: copied as they
-  are (iekit's q4_0/q4_1/q8_0/q4_k/q5_k/q6_k/iq4_nl/iq4_xs are ggml's layouts); only whole rows move when q/k are
+- Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS matrices:
+  copied as they are (iekit's types of those names are ggml's layouts); only whole rows move when q/k are
   un-interleaved. Their block scales are checked finite on the way through.
 - F32, F16, BF16: kept, or cast to ``--dtype`` when given (like hf-to-iebin).
 - every other type gguf-py can dequantize (k-quants, i-quants, Q5_x, ...):
@@ -53,7 +53,8 @@ from .source_hashes import SourceHashes
 
 CHUNK_BYTES = 8 * 1024 * 1024  # source bytes per step
 # ggml block types kept byte for byte
-COPIED = {"Q4_0": "q4_0", "Q4_1": "q4_1", "Q8_0": "q8_0", "Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k",
+COPIED = {"Q4_0": "q4_0", "Q4_1": "q4_1", "Q5_0": "q5_0", "Q5_1": "q5_1", "Q8_0": "q8_0", "Q4_K": "q4_k",
+          "Q5_K": "q5_k", "Q6_K": "q6_k",
           "IQ4_NL": "iq4_nl", "IQ4_XS": "iq4_xs"}
 FLOATS = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
 

@@ -285,47 +285,81 @@ class _Block(Scheme):
         return self._bound(blocks, self._raw_blocks(raw)).reshape(w.shape)
 
 
-class Q4_0(_Block, weight_type="q4_0"):
-    """llama.cpp's Q4_0: per block d (f16) and 32 nibbles, w = d × (q − 8)."""
+def _pack_fifth_bits(q: np.ndarray) -> np.ndarray:
+    """[n, 32] codes 0..31 -> [n, 20]: qh (u32 LE, bit j = bit 4 of element j),
+    then the low nibbles as _pack_nibbles stores them (q5_0 / q5_1)."""
+    qh = np.zeros(q.shape[0], np.uint32)
+    for j in range(BLOCK):
+        qh |= ((q[:, j] >> 4) & 1).astype(np.uint32) << np.uint32(j)
+    return np.concatenate([qh.astype("<u4")[:, None].view(np.uint8), _pack_nibbles(q & 0xF)], axis=1)
 
-    @staticmethod
-    def _exact_d(b):
+
+def _unpack_fifth_bits(p: np.ndarray) -> np.ndarray:
+    """Inverse of _pack_fifth_bits."""
+    qh = p[:, :4].copy().view("<u4")
+    hi = ((qh >> np.arange(BLOCK, dtype=np.uint32)) & 1).astype(np.uint8)
+    return _unpack_nibbles(p[:, 4:]) | (hi << 4)
+
+
+class Q4_0(_Block, weight_type="q4_0"):
+    """llama.cpp's Q4_0: per block d (f16) and 32 nibbles, w = d × (q − 8).
+    Q5_0 is the same scheme with 5-bit codes, so it subclasses this one."""
+
+    ZERO = 8  # codes 0 .. 2 ZERO - 1, w = d × (q − ZERO)
+    _pack = staticmethod(_pack_nibbles)  # codes [n, 32] -> the bytes after the header, and back
+    _unpack = staticmethod(_unpack_nibbles)
+
+    def _exact_d(self, b):
         m = np.take_along_axis(b, np.abs(b).argmax(axis=1, keepdims=True), axis=1)
-        return (m / np.float32(-8)).astype(np.float32)
+        return (m / np.float32(-self.ZERO)).astype(np.float32)
 
     def _quantize_blocks(self, b, name):
         d = self._exact_d(b)
         _check_f16_range(d, name)
         with np.errstate(invalid="ignore", over="ignore"):
-            v = np.trunc(b * _recip(d) + np.float32(8.5))
-        q = _codes(v, 0, 15, np.uint8)
-        return np.concatenate([d.astype(np.float16).view(np.uint8), _pack_nibbles(q)], axis=1)
+            v = np.trunc(b * _recip(d) + np.float32(self.ZERO + 0.5))
+        q = _codes(v, 0, 2 * self.ZERO - 1, np.uint8)
+        return np.concatenate([d.astype(np.float16).view(np.uint8), self._pack(q)], axis=1)
 
     def _quantize_weighted(self, b, wts, name):
-        d = qs.qx(b, wts, 8)  # make_qx_quants, as llama.cpp's q4_0 with an imatrix
+        d = qs.qx(b, wts, self.ZERO)  # make_qx_quants, as llama.cpp's q4_0 / q5_0 with an imatrix
         _check_f16_range(d, name)
         d16 = d.astype(np.float16)
-        q = _nearest(b, d16.astype(np.float32)[:, None], -8, 7) + 8
-        return np.concatenate([d16[:, None].view(np.uint8), _pack_nibbles(q.astype(np.uint8))], axis=1)
+        q = _nearest(b, d16.astype(np.float32)[:, None], -self.ZERO, self.ZERO - 1) + self.ZERO
+        return np.concatenate([d16[:, None].view(np.uint8), self._pack(q.astype(np.uint8))], axis=1)
 
     def _dequantize_blocks(self, raw):
-        return self._f16(raw, 0) * (_unpack_nibbles(raw[:, 2:]).astype(np.float32) - np.float32(8))
+        q = self._unpack(raw[:, 2:]).astype(np.float32) - np.float32(self.ZERO)
+        return self._f16(raw, 0) * q
 
     def _bound(self, b, raw):
         # Without weights the codes are chosen against the unrounded d (the side
         # opposite the largest magnitude can clamp by one step: outside the grid).
         d16 = self._f16(raw, 0)
-        return _grid_bound(b, d16, -8, 7, np.float32(0), 8 * _f16_half_ulp(d16))
+        return _grid_bound(b, d16, -self.ZERO, self.ZERO - 1, np.float32(0), self.ZERO * _f16_half_ulp(d16))
+
+
+class Q5_0(Q4_0, weight_type="q5_0"):
+    """llama.cpp's Q5_0: per block d (f16), the codes' fifth bits (u32) and
+    their low nibbles; w = d × (q − 16)."""
+
+    ZERO = 16
+    _pack = staticmethod(_pack_fifth_bits)
+    _unpack = staticmethod(_unpack_fifth_bits)
 
 
 class Q4_1(_Block, weight_type="q4_1"):
-    """llama.cpp's Q4_1: per block d, m (f16) and 32 nibbles, w = d × q + m."""
+    """llama.cpp's Q4_1: per block d, m (f16) and 32 nibbles, w = d × q + m.
+    Q5_1 is the same scheme with 5-bit codes, so it subclasses this one."""
 
     F16_FIELDS = (("d", 0), ("m", 2))
+    NMAX = 15
 
-    @staticmethod
-    def _exact_d(b):
-        return ((b.max(axis=1, keepdims=True) - b.min(axis=1, keepdims=True)) / np.float32(15)).astype(np.float32)
+    _pack = staticmethod(_pack_nibbles)
+    _unpack = staticmethod(_unpack_nibbles)
+
+    def _exact_d(self, b):
+        return ((b.max(axis=1, keepdims=True) - b.min(axis=1, keepdims=True)) / np.float32(self.NMAX)).astype(np.float32)
 
     def _quantize_blocks(self, b, name):
         mn = b.min(axis=1, keepdims=True)
@@ -334,25 +368,34 @@ class Q4_1(_Block, weight_type="q4_1"):
         _check_f16_range(mn, name, "block minimum")
         with np.errstate(invalid="ignore", over="ignore"):
             v = np.trunc((b - mn) * _recip(d) + np.float32(0.5))
-        q = _codes(v, 0, 15, np.uint8)
+        q = _codes(v, 0, self.NMAX, np.uint8)
         return np.concatenate([d.astype(np.float16).view(np.uint8), mn.astype(np.float16).view(np.uint8),
-                               _pack_nibbles(q)], axis=1)
+                               self._pack(q)], axis=1)
 
     def _quantize_weighted(self, b, wts, name):
-        d, the_min, _ = qs.qkx(b, wts, 15, -0.9, 0.05, 36)  # make_qkx3_quants, as llama.cpp's q4_1 with an imatrix
+        d, the_min, _ = qs.qkx(b, wts, self.NMAX, -0.9, 0.05, 36)  # make_qkx3_quants, as llama.cpp's q4_1 / q5_1
         _check_f16_range(d, name)
         _check_f16_range(the_min, name, "block minimum")
         d16, m16 = d.astype(np.float16), (-the_min).astype(np.float16)
-        q = _nearest(b, d16.astype(np.float32)[:, None], 0, 15, m16.astype(np.float32)[:, None])
+        q = _nearest(b, d16.astype(np.float32)[:, None], 0, self.NMAX, m16.astype(np.float32)[:, None])
         return np.concatenate([d16[:, None].view(np.uint8), m16[:, None].view(np.uint8),
-                               _pack_nibbles(q.astype(np.uint8))], axis=1)
+                               self._pack(q.astype(np.uint8))], axis=1)
 
     def _dequantize_blocks(self, raw):
-        return self._f16(raw, 0) * _unpack_nibbles(raw[:, 4:]).astype(np.float32) + self._f16(raw, 2)
+        return self._f16(raw, 0) * self._unpack(raw[:, 4:]).astype(np.float32) + self._f16(raw, 2)
 
     def _bound(self, b, raw):
         d16, m16 = self._f16(raw, 0), self._f16(raw, 2)
-        return _grid_bound(b, d16, 0, 15, m16, 15 * _f16_half_ulp(d16) + _f16_half_ulp(m16))
+        return _grid_bound(b, d16, 0, self.NMAX, m16, self.NMAX * _f16_half_ulp(d16) + _f16_half_ulp(m16))
+
+
+class Q5_1(Q4_1, weight_type="q5_1"):
+    """llama.cpp's Q5_1: per block d, m (f16), the codes' fifth bits (u32)
+    and their low nibbles; w = d × q + m, q 0..31."""
+
+    NMAX = 31
+    _pack = staticmethod(_pack_fifth_bits)
+    _unpack = staticmethod(_unpack_fifth_bits)
 
 
 class Q8_0(_Block, weight_type="q8_0"):

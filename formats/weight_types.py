@@ -61,6 +61,8 @@ TABLE: tuple[WeightFacts, ...] = (
     _blocks("iq4_xs", 2 + 2 + 4 + 128, 256),  # d: f16, 8 x 6-bit scale (high bits, low nibbles), 256 nibbles
     _blocks("q5_k", 2 + 2 + 12 + 32 + 128, 256),  # q4_k's d, dmin, scales; 256 fifth bits, 256 nibbles
     _blocks("q6_k", 128 + 64 + 16 + 2, 256),  # 256 low nibbles, 256 high bit pairs, 16 x int8 scale, d: f16
+    _blocks("q5_0", 2 + 4 + 16),  # d: f16, 32 fifth bits, 32 nibbles
+    _blocks("q5_1", 2 + 2 + 4 + 16),  # d, m: f16, 32 fifth bits, 32 nibbles
 )
 _FACTS: dict[str, WeightFacts] = {f.name: f for f in TABLE}
 

@@ -1,7 +1,7 @@
 """GEMV kernels and dequantizers against independent references.
 
 References never use the code under test (nor formats/quant.py):
-- q4_0 / q4_1 / q8_0 bytes come from ``gguf.quants.quantize`` and are
+- q4_0 / q4_1 / q5_0 / q5_1 / q8_0 bytes come from ``gguf.quants.quantize`` and are
   dequantized with ``gguf.quants.dequantize`` (llama.cpp's own layout);
 - q4_k, q5_k, q6_k, iq4_nl and iq4_xs bytes are random blocks (gguf-py
   quantizes none of them) with the f16 scales set to sane magnitudes, dequantized with
@@ -32,6 +32,7 @@ from iekit.runtime import kernels, native
 
 ISAS = native.cpu_features()["isas"]
 GGML = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
+        "q5_0": gguf.GGMLQuantizationType.Q5_0, "q5_1": gguf.GGMLQuantizationType.Q5_1,
         "q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_k": gguf.GGMLQuantizationType.Q4_K,
         "q5_k": gguf.GGMLQuantizationType.Q5_K, "q6_k": gguf.GGMLQuantizationType.Q6_K,
         "iq4_nl": gguf.GGMLQuantizationType.IQ4_NL, "iq4_xs": gguf.GGMLQuantizationType.IQ4_XS}
@@ -130,6 +131,8 @@ VARIANTS = [("f32", 0, True, "f16", [(37, 100), (5, 7), (3, 1)]),
             ("q4_0", 0, True, "f16", [(37, 96), (9, 64), (2, 32)]),
             ("q4_1", 0, True, "f16", [(37, 96), (9, 64)]),
             ("q8_0", 0, True, "f16", [(37, 96), (9, 64)]),
+            ("q5_0", 0, True, "f16", [(37, 96), (9, 64), (2, 32)]),
+            ("q5_1", 0, True, "f16", [(37, 96), (9, 64)]),
             ("q4_k", 0, True, "f16", [(37, 512), (3, 256)]),
             ("iq4_nl", 0, True, "f16", [(37, 96), (9, 64), (2, 32)]),
             ("iq4_xs", 0, True, "f16", [(37, 512), (3, 256)]),
@@ -199,8 +202,8 @@ def test_gemv_matches_reference(v, act, isa):
                     assert np.all(np.abs(y - ref) <= bound + 1e-30), where
 
 
-# The packed types but those whose kernels read the stored layout.
-ROWS8_VARIANTS = [v for v in VARIANTS if v[0] not in ("f32", "f16", "bf16", *RANDOM_BLOCKS)]
+# The types with a rows8 kernel (the others' kernels read the stored layout).
+ROWS8_VARIANTS = [v for v in VARIANTS if v[0] in ("int4w", "q4_0", "q4_1", "q8_0")]
 
 
 @pytest.mark.skipif("avx2" not in ISAS, reason="the rows8 kernel is AVX2")
@@ -341,7 +344,7 @@ def _int4w(rows=4, cols=64, gs=32):
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(63, np.float32), group_size=32),
      "x must have 64 elements, got 63"),
     (lambda: native.gemv(np.zeros(4 * 64 * 2, np.uint8), "f16", 4, 64, np.ones(64, np.float32), act="int8"),
-     "act='int8' applies to int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k and q6_k"),
+     "act='int8' applies to int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0 and q5_1"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32), group_size=32, bias=np.ones(3)),
      "bias must be 1-D with 4 elements"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32)), "int4w needs group_size"),

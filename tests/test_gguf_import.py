@@ -88,15 +88,16 @@ def test_float_import_equals_hf_to_iebin(tmp_path, hf_artifacts, model):
 
 
 def test_quantized_blocks_keep_their_bytes(tmp_path):
-    """Q8_0 / Q4_0 / Q4_1 tensors: the artifact's bytes are the GGUF's (rows
-    un-interleaved for q/k), which are also what iekit's own quantizer makes
-    of the HF weights; Q5_0 (no iekit type) comes back dequantized."""
+    """Q8_0 / Q4_0 / Q4_1 / Q5_0 tensors: the artifact's bytes are the GGUF's
+    (rows un-interleaved for q/k), which are also what iekit's own quantizer
+    makes of the HF weights; MXFP4 (no iekit type) comes back dequantized."""
     from gguf.constants import GGMLQuantizationType
     from gguf.quants import dequantize
 
     from iekit.runtime.decoder import Decoder
 
-    quant = {r"q_proj": "Q8_0", r"k_proj": "Q4_0", r"mlp\.(gate|up)": "Q4_1", r"embed": "Q8_0", r"down": "Q5_0"}
+    quant = {r"q_proj": "Q8_0", r"k_proj": "Q4_0", r"mlp\.(gate|up)": "Q4_1", r"embed": "Q8_0", r"down": "Q5_0",
+             r"v_proj": "MXFP4"}
     gguf = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", quant=quant)
     res = _import(gguf, tmp_path / "out")
     assert res.returncode == 0, res.stderr
@@ -110,21 +111,21 @@ def test_quantized_blocks_keep_their_bytes(tmp_path):
     for t in meta["tensors"]:
         raw = blob[t["file_data_offset"]:t["file_data_offset"] + t["nbytes"]]
         src = by_name[gguf_name(t["name"])]
-        if t["dtype"] in ("q8_0", "q4_0", "q4_1"):
+        if t["dtype"] in ("q8_0", "q4_0", "q4_1", "q5_0"):
             seen.add(t["dtype"])
             assert t["quant"] == {"scheme": t["dtype"], "block_size": 32}
             mine = SCHEMES[t["dtype"]].quantize_rows(hf[t["name"]], QuantParams(t["dtype"]), t["name"]).rows.tobytes()
             assert raw == mine, t["name"]
             if "q_proj" not in t["name"] and "k_proj" not in t["name"]:
                 assert raw == g.tensor_bytes(src).tobytes()
-        elif src.ggml_type == "Q5_0":
-            seen.add("Q5_0")
+        elif src.ggml_type == "MXFP4":
+            seen.add("MXFP4")
             assert t["dtype"] == "f32"
-            ref = dequantize(np.asarray(g.tensor_bytes(src)).reshape(src.shape[0], -1), GGMLQuantizationType.Q5_0)
+            ref = dequantize(np.asarray(g.tensor_bytes(src)).reshape(src.shape[0], -1), GGMLQuantizationType.MXFP4)
             assert np.frombuffer(raw, np.float32).reshape(t["shape"]).tobytes() == ref.astype(np.float32).tobytes()
         else:
             assert raw == hf[t["name"]].astype(np.float32).tobytes()
-    assert seen == {"q8_0", "q4_0", "q4_1", "Q5_0"}
+    assert seen == {"q8_0", "q4_0", "q4_1", "q5_0", "MXFP4"}
     # Every byte is pinned above; the decoder takes the quantized embedding and matrices as they are.
     assert np.isfinite(Decoder(tmp_path / "out", ctx=16).logits([5, 17, 42, 99, 3, 250, 7, 8])).all()
     assert run_tool("ieconv", "validate", "--deep", tmp_path / "out").returncode == 0
@@ -141,7 +142,7 @@ def test_golden_gguf_imports_to_the_golden_artifact(tmp_path):
 
 
 def test_dtype_casts_floats_and_dequantized_tensors(tmp_path):
-    gguf = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", quant={r"down": "Q5_1", r"q_proj": "Q4_1"})
+    gguf = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", quant={r"down": "MXFP4", r"q_proj": "Q4_1"})
     assert _import(gguf, tmp_path / "out", "--dtype", "f16").returncode == 0
     dtypes = {t["name"]: t["dtype"] for t in _meta(tmp_path / "out")["tensors"]}
     assert dtypes["model.layers.0.mlp.down_proj.weight"] == "f16"

@@ -142,7 +142,7 @@ def _weighted_err(x, deq, imp):
     return float((imp.astype(np.float64) * (x.astype(np.float64) - deq) ** 2).sum())
 
 
-@pytest.mark.parametrize("scheme", ["q4_0", "q4_1"] + KQUANTS)
+@pytest.mark.parametrize("scheme", ["q4_0", "q4_1", "q5_0", "q5_1"] + KQUANTS)
 def test_weighted_quantization_is_no_worse_than_llama_cpp_with_the_same_imatrix(scheme):
     """q4_0/q4_1 keep llama.cpp's search but choose every code for the scale as
     stored (f16), so their importance-weighted error may not exceed what

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from iekit.formats.errors import IEError
 from iekit.formats.quant import SCHEMES, QuantDictError, QuantParams
 
-GGUF = {"q4_0": GT.Q4_0, "q4_1": GT.Q4_1, "q8_0": GT.Q8_0}
+GGUF = {"q4_0": GT.Q4_0, "q4_1": GT.Q4_1, "q5_0": GT.Q5_0, "q5_1": GT.Q5_1, "q8_0": GT.Q8_0}
 
 
 def adversarial_rows(rng: np.random.Generator, cols: int = 96) -> np.ndarray:

@@ -699,14 +699,16 @@ void q4_q8_rows(const GemvArgs& a, const NibQ8& xa, int64_t r0, float* out) {
   store_sums(acc, out);
 }
 
-// ------------------------------------------------- q8_0, iq4_nl, iq4_xs
+// ------------------------------- q8_0, q5_0, q5_1, iq4_nl, iq4_xs
 
-// Blocks whose 32 weights are a scale times int8 values: q8_0 stores the
-// values, iq4_nl / iq4_xs store nibbles indexing kIq4Values (one in-lane
+// Blocks whose 32 weights are a scale times int8 values (q5_1: plus a min):
+// q8_0 stores the values, q5_0 / q5_1 nibbles and fifth bits (codes, less
+// 16 for q5_0), iq4_nl / iq4_xs nibbles indexing kIq4Values (one in-lane
 // byte shuffle turns 32 of them into the values). A stored block holds S
 // such 32-blocks (iq4_xs: 8 under one f16 d and 6-bit sub-scales; else 1).
-// act=f32 is one kernel for the three (stored blocks, and inside them their
-// 32-blocks j); act=int8 has q8_0's and the iq4 types' (block pairs).
+// act=f32 is one kernel for all (stored blocks, and inside them their
+// 32-blocks j); act=int8 has one for the 32-element blocks with values and
+// one for the iq4 types (block pairs).
 template <WType T>
 constexpr int kSubs = wtype_info(T).block_elems / 32;
 template <WType T>
@@ -714,12 +716,34 @@ constexpr int64_t kBlockBytes = wtype_info(T).block_bytes;
 
 IE_INLINE __m256 f16_bcast(const uint8_t* p) { return _mm256_set1_ps(_cvtsh_ss(load_u16(p))); }
 
+template <WType T>
+constexpr bool kHasMin = T == WType::Q5_1;
+
+// Byte e of the result: 0x10 where bit e of the u32 at p is set (in-lane
+// shuffle of its bytes, then one bit test per byte).
+IE_INLINE __m256i fifth_bits(const uint8_t* p) {
+  uint32_t qh;
+  std::memcpy(&qh, p, 4);
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(qh)),
+      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
 // The values of 32-block j of stored block p, in element order.
 template <WType T>
 IE_INLINE __m256i block_values(const uint8_t* p, int j) {
   constexpr int codes = wtype_info(T).code_offset;
   if constexpr (T == WType::Q8_0) {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + codes));
+  } else if constexpr (T == WType::Q5_0 || T == WType::Q5_1) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + codes + 4));
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    const __m256i q = _mm256_or_si256(
+        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4)), fifth_bits(p + codes));
+    if constexpr (T == WType::Q5_0) return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+    else return q;
   } else {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + codes + 16 * j));
     const __m128i m4 = _mm_set1_epi8(0xF);
@@ -759,7 +783,8 @@ IE_INLINE void prefetch_block(const uint8_t* p, int64_t bytes, int64_t pf) {
   for (int64_t o = 0; o < bytes; o += 64) prefetch(p + o + pf);
 }
 
-// act=f32: per 32-block, scale * sum_j v_j x_j, the inner sum in FMA chains.
+// act=f32: per 32-block, scale * sum_j v_j x_j, the inner sum in FMA chains
+// (q5_1: plus min * sum_j x_j).
 template <WType T, int R, int B>
 void i8_blocks_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
   constexpr int NC = chains_for(R * B), S = kSubs<T>;
@@ -782,10 +807,14 @@ void i8_blocks_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
           for (auto& c : ba) c = _mm256_setzero_ps();
       __m256i v[R];
       for (int rr = 0; rr < R; ++rr) v[rr] = block_values<T>(row[rr] + sb * BB, j);
+      __m256 xsum[B];
 #pragma GCC unroll 4
       for (int u = 0; u < 4; ++u) {
         __m256 xk[B];
-        for (int b = 0; b < B; ++b) xk[b] = _mm256_loadu_ps(a.x + b * cols + c0 + 8 * u);
+        for (int b = 0; b < B; ++b) {
+          xk[b] = _mm256_loadu_ps(a.x + b * cols + c0 + 8 * u);
+          if constexpr (kHasMin<T>) xsum[b] = u ? _mm256_add_ps(xsum[b], xk[b]) : xk[b];
+        }
         for (int rr = 0; rr < R; ++rr) {
           const __m128i h = u < 2 ? _mm256_castsi256_si128(v[rr]) : _mm256_extracti128_si256(v[rr], 1);
           const __m256 w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(u % 2 ? _mm_srli_si128(h, 8) : h));
@@ -795,18 +824,23 @@ void i8_blocks_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
       for (int rr = 0; rr < R; ++rr) {
         const __m256 d = lane<S>(sc[rr], j);
         for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(sum_chains<NC>(P[rr][b]), d, acc[rr][b]);
+        if constexpr (kHasMin<T>) {
+          const __m256 m = f16_bcast(row[rr] + sb * BB + 2);
+          for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(xsum[b], m, acc[rr][b]);
+        }
       }
     }
   }
   store_sums(acc, out);
 }
 
-// act=int8 for q8_0 (x as Q8Nat): per block, (d * dx) * int32 sum_j v_j qx_j;
-// maddubs takes |v| unsigned and moves v's sign onto qx (|v| <= 127, so the
-// pair sums fit int16).
-template <int R, int B>
-void q8_0_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
-  constexpr int64_t BB = kBlockBytes<WType::Q8_0>;
+// act=int8 for q8_0, q5_0, q5_1 (x as Q8Nat): per block, (d * dx) * int32
+// sum_j v_j qx_j; maddubs takes |v| unsigned and moves v's sign onto qx
+// (|v| <= 127, so the pair sums fit int16). q5_1's codes are unsigned
+// already, and its min meets dx * sum qx (the prepared ds).
+template <WType T, int R, int B>
+void i8_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
+  constexpr int64_t BB = kBlockBytes<T>;
   const int64_t nblk = a.spec.cols / 32;
   const __m256i ones = _mm256_set1_epi16(1);
   const uint8_t* row[R];
@@ -816,14 +850,18 @@ void q8_0_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
     for (int rr = 0; rr < R; ++rr) {
       const uint8_t* p = row[rr] + blk * BB;
       prefetch(p + pf);
-      const __m256i v = block_values<WType::Q8_0>(p, 0);
-      const __m256i av = _mm256_sign_epi8(v, v);
+      const __m256i v = block_values<T>(p, 0);
+      const __m256i av = kHasMin<T> ? v : _mm256_sign_epi8(v, v);
       const __m256 d = f16_bcast(p);
       for (int b = 0; b < B; ++b) {
-        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + (blk * B + b) * 32));
-        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(xq, v)), ones);
+        __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + (blk * B + b) * 32));
+        if constexpr (!kHasMin<T>) xq = _mm256_sign_epi8(xq, v);
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(av, xq), ones);
         acc[rr][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(xa.d + blk * B + b)),
                                      acc[rr][b]);
+        if constexpr (kHasMin<T>)  // in lane 0 only: the lanes are summed at the end
+          acc[rr][b] = _mm256_fmadd_ps(_mm256_zextps128_ps256(_mm_set_ss(_cvtsh_ss(load_u16(p + 2)))),
+                                       _mm256_broadcast_ss(xa.ds + blk * B + b), acc[rr][b]);
       }
     }
   }
@@ -1207,7 +1245,7 @@ struct Prepared {  // views of the activation's form and of the per-call derived
 template <WType T, int R, int B>
 void i8_blocks_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* out) {
   if (a.act == Act::F32) i8_blocks_f32_rows<T, R, B>(a, r0, out);
-  else if constexpr (T == WType::Q8_0) q8_0_q8_rows<R, B>(a, p.q8, r0, out);
+  else if constexpr (kSubs<T> == 1 && T != WType::IQ4_NL) i8_q8_rows<T, R, B>(a, p.q8, r0, out);
   else iq4_q8_rows<T, R, B>(a, p.q8, r0, out);
 }
 
@@ -1223,6 +1261,8 @@ void run_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* sf) {
     case WType::F16: float_rows<WType::F16, R, B>(a, r0, out); break;
     case WType::BF16: float_rows<WType::BF16, R, B>(a, r0, out); break;
     case WType::Q8_0: i8_blocks_rows<WType::Q8_0, R, B>(a, p, r0, out); break;
+    case WType::Q5_0: i8_blocks_rows<WType::Q5_0, R, B>(a, p, r0, out); break;
+    case WType::Q5_1: i8_blocks_rows<WType::Q5_1, R, B>(a, p, r0, out); break;
     case WType::IQ4_NL: i8_blocks_rows<WType::IQ4_NL, R, B>(a, p, r0, out); break;
     case WType::IQ4_XS: i8_blocks_rows<WType::IQ4_XS, R, B>(a, p, r0, out); break;
     case WType::Q4_K:
@@ -1291,7 +1331,7 @@ bool nibbles(WType t) { return t == WType::Int4w || t == WType::Q4_0 || t == WTy
 
 Prep prep_kind_avx2(WType t, Act act) {
   if (nibbles(t)) return act == Act::Int8 ? Prep::NibQ8 : Prep::NibF32;
-  if (act == Act::Int8 && (t == WType::Q8_0 || t == WType::Q4_K || t == WType::Q5_K || t == WType::Q6_K ||
+  if (act == Act::Int8 && (t == WType::Q8_0 || t == WType::Q5_0 || t == WType::Q5_1 || t == WType::Q4_K || t == WType::Q5_K || t == WType::Q6_K ||
                            t == WType::IQ4_NL || t == WType::IQ4_XS))
     return Prep::Q8Blocks;
   return Prep::None;

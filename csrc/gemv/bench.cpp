@@ -66,13 +66,15 @@ void fill_rows(const WeightSpec& s, const WeightLayout& l, uint8_t* w, int64_t r
         break;
       case WType::Q4_0:
       case WType::Q4_1:
+      case WType::Q5_0:
+      case WType::Q5_1:
       case WType::Q8_0:
       case WType::IQ4_NL:
         fill_bytes(row, l.row_bytes, st);
         for (int64_t b = 0; b < s.cols / 32; ++b) {
           uint8_t* blk = row + b * l.block_bytes;
           put16(blk, rand_scale_f16(st));
-          if (s.type == WType::Q4_1) put16(blk + 2, static_cast<uint16_t>(0x8000 | rand_scale_f16(st)));
+          if (s.type == WType::Q4_1 || s.type == WType::Q5_1) put16(blk + 2, static_cast<uint16_t>(0x8000 | rand_scale_f16(st)));
         }
         break;
       case WType::Q4_K:  // random codes and 6-bit sub-scales/mins under random f16 d, dmin

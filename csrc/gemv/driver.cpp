@@ -107,6 +107,18 @@ void dequant_span(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w
       }
       return;
     }
+    case WType::Q5_0:
+    case WType::Q5_1: {
+      const uint8_t* blk = row + c0 / 32 * lay.block_bytes;
+      const float d = f16_to_f32(load_u16(blk));
+      if (s.type == WType::Q5_0) {
+        for (int e = 0; e < 32; ++e) out[e] = static_cast<float>(q5_code(blk, 2, e) - 16) * d;
+      } else {
+        const float m = f16_to_f32(load_u16(blk + 2));
+        for (int e = 0; e < 32; ++e) out[e] = static_cast<float>(q5_code(blk, 4, e)) * d + m;
+      }
+      return;
+    }
     case WType::Q8_0: {
       const uint8_t* blk = row + c0 / 32 * lay.block_bytes;
       const float d = f16_to_f32(load_u16(blk));

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "common/dispatch.h"
 #include "common/half.h"
@@ -128,6 +129,15 @@ constexpr int kQ5kHigh = 16;
 
 inline int q5k_code(const uint8_t* blk, int j, int e) {
   return ((blk[kQ5kCodes + 32 * (j / 2) + e] >> (4 * (j % 2))) & 0xF) | (((blk[kQ5kHigh + e] >> j) & 1) << 4);
+}
+
+// q5_0 / q5_1: 32-element blocks whose codes (0..31) keep their fifth bits
+// in a little-endian u32 at `at` (bit e: element e) and their low nibbles
+// in the 16 bytes after it, in q4_0's order (byte e: elements e and e + 16).
+inline int q5_code(const uint8_t* blk, int at, int e) {
+  uint32_t qh;
+  std::memcpy(&qh, blk + at, 4);
+  return ((blk[at + 4 + e % 16] >> (4 * (e / 16))) & 0xF) | static_cast<int>(((qh >> e) & 1u) << 4);
 }
 
 // q6_k: 256-element super-blocks of sixteen 16-element sub-blocks, w =

@@ -119,8 +119,12 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
   } else {
     const uint8_t* p = a.w + r * l.row_bytes + blk * l.block_bytes;
     k.scale = f16_to_f32(load_u16(p));
-    k.min = s.type == WType::Q4_1 ? f16_to_f32(load_u16(p + 2)) : 0.f;
-    k.zero = s.type == WType::Q4_0 ? 8 : 0;
+    k.min = s.type == WType::Q4_1 || s.type == WType::Q5_1 ? f16_to_f32(load_u16(p + 2)) : 0.f;
+    k.zero = s.type == WType::Q4_0 ? 8 : s.type == WType::Q5_0 ? 16 : 0;
+    if (s.type == WType::Q5_0 || s.type == WType::Q5_1) {
+      for (int j = 0; j < 32; ++j) k.code[j] = q5_code(p, static_cast<int>(l.block_qs), j);
+      return k;
+    }
     if (s.type == WType::Q8_0) {
       for (int j = 0; j < 32; ++j) k.code[j] = static_cast<int8_t>(p[l.block_qs + j]);
       return k;

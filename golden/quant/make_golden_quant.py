@@ -12,7 +12,7 @@ rows, with and without an importance vector:
     python golden/quant/make_golden_quant.py --libggml .../build/bin/libggml-base.so
 
 Writes golden/quant/input.npy (float32 [rows, 512]), importance.npy
-(float32 [512]) and <type>.bin / <type>-imatrix.bin for q4_0, q4_1, q4_k, q5_k,
+(float32 [512]) and <type>.bin / <type>-imatrix.bin for q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
 q6_k, iq4_nl, iq4_xs.
 Deterministic: running it twice writes the same bytes. The tests only read
 the files (tests/test_kquant.py).
@@ -28,7 +28,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 COLS = 512
-ROW_BYTES = {"q4_0": COLS // 32 * 18, "q4_1": COLS // 32 * 20, "q4_k": COLS // 256 * 144,
+ROW_BYTES = {"q4_0": COLS // 32 * 18, "q4_1": COLS // 32 * 20, "q5_0": COLS // 32 * 22, "q5_1": COLS // 32 * 24,
+             "q4_k": COLS // 256 * 144,
              "q5_k": COLS // 256 * 176, "q6_k": COLS // 256 * 210,
              "iq4_nl": COLS // 32 * 18, "iq4_xs": COLS // 256 * 136}
 
