@@ -1,6 +1,7 @@
 """``make bench-quality``: what each quantization scheme or policy costs a real model.
 
-One table per model: scheme or policy, bits per weight over the quantized
+One table per model: scheme or policy (``--target-bpw`` with and without KL
+probes, ``ieconv kl-probes`` measured on the calibration half), bits per weight over the quantized
 matrices (scales included, ``ieconv inspect``), and against the f32 model on
 held-out text (``ierun eval --act f32``: the weights' cost alone) the mean KL
 divergence with its standard error, top-1 agreement and perplexity; then the
@@ -179,6 +180,10 @@ def main() -> None:
     if not im.exists():
         run(BIN / "ieconv", "imatrix", "-q", "--model-dir", ref, "--text-file", calib, "-o", im,
             "--chunks", a.calib_chunks)
+    probes = w / "kl-probes.json"  # on the calibration half: the scored half stays unseen
+    if not probes.exists():
+        run(BIN / "ieconv", "kl-probes", "-q", "--hf-dir", hf, "--ref-dir", ref, "--text-file", calib,
+            "--imatrix", im, "--threads", a.threads, "-o", probes)
 
     # (label, q4-manifest arguments, use the imatrix)
     policies = [("q4_0", ["--scheme", "q4_0", "--quantize-head"], False),
@@ -190,9 +195,13 @@ def main() -> None:
                 ("iq4_nl", ["--scheme", "iq4_nl", "--quantize-head"], False),
                 ("iq4_nl + imatrix", ["--scheme", "iq4_nl", "--quantize-head"], True),
                 ("iq4_xs (iq4_nl fallback) + imatrix", ["--scheme", "iq4_xs", "--quantize-head"], True),
+                ("q5_0 + imatrix", ["--scheme", "q5_0", "--quantize-head"], True),
+                ("q5_1 + imatrix", ["--scheme", "q5_1", "--quantize-head"], True),
                 ("--target-bpw 4.5 + imatrix", ["--target-bpw", "4.5", "--quantize-head"], True),
-                ("--target-bpw 5.0 + imatrix", ["--target-bpw", "5.0", "--quantize-head"], True),
-                ("--target-bpw 6.16 + imatrix", ["--target-bpw", "6.16", "--quantize-head"], True)]
+                ("--target-bpw 6.04 + imatrix", ["--target-bpw", "6.04", "--quantize-head"], True)]
+    # the same budgets with the KL probes, and Q4_K_M's size on this model
+    policies += [(f"--target-bpw {b} + imatrix + KL probes", ["--target-bpw", b, "--quantize-head", "--kl-probes", probes],
+                  True) for b in ("4.5", "5.0", "5.5", "6.04")]
     rows, used = [], set()
     for i, (label, args, weighted) in enumerate(policies):
         d = w / f"p{i}"

@@ -8,10 +8,15 @@ bits per weight; for each, the quantizer's own importance-weighted squared
 error is measured on a sample of the matrix's rows (the imatrix's column
 means of x², or 1 without one), scaled to the whole matrix. That error is
 the expected squared error the matrix adds to its outputs per token
-(E[(ΔW x)²] = Σ ΔW² E[x²] for independent columns), so it is comparable
-across matrices. Starting from every matrix's cheapest candidate, the step
+(E[(ΔW x)²] = Σ ΔW² E[x²] for independent columns). It ranks the candidates
+of one matrix well, but not matrices against each other: an error in a value
+projection's outputs costs the model far more than the same error in a
+down projection's. With KL probes (``ieconv kl-probes``, measured KL per
+group of matrices) each matrix's error is converted to KL (kl_weights);
+without them it is taken as it is. Starting from every matrix's cheapest candidate, the step
 with the largest error saved per extra bit is taken while the budget allows
-(a greedy knapsack: each matrix's error falls convexly enough with bits).
+(a greedy knapsack over each matrix's candidates on the lower convex hull of
+error against bits, so that its steps save less and less per bit).
 
 The budget is the average over all quantized matrices (bytes × 8 / elements,
 scales and minimums included), as llama.cpp counts its file types.
@@ -19,6 +24,7 @@ scales and minimums included), as llama.cpp counts its file types.
 
 from __future__ import annotations
 
+import fnmatch
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -27,6 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from iekit.formats.errors import IEError
+from iekit.formats.kl_probes import KLProbes
 from iekit.formats.q4_manifest import selection_params
 from iekit.formats.quant import SCHEMES
 
@@ -60,6 +67,7 @@ class Choice:
     elems: int
     options: list[tuple[dict[str, Any], int, float]] = field(default_factory=list)  # (selection, bytes, error)
     at: int = 0
+    kl_weight: float = 1.0  # KL per unit of predicted error (with KL probes), by which the errors are scaled
 
     @property
     def selection(self) -> dict[str, Any]:
@@ -77,44 +85,118 @@ def sample_rows(rows: int) -> list[int]:
     return sorted({int(r) for r in np.linspace(0, rows - 1, SAMPLE_ROWS).round()})
 
 
+def lower_hull(options: list[tuple[dict, int, float]]) -> list[tuple[dict, int, float]]:
+    """The options (ascending bytes) on the lower convex hull of (bytes,
+    error): each step then saves less error per extra bit than the one
+    before, which the greedy allocation needs. A size whose error lies on or
+    above the line between its neighbours would be skipped by an exact
+    allocation anyway, but blocks the greedy from the larger step behind it."""
+    hull: list[tuple[dict, int, float]] = []
+    for o in options:
+        if hull and o[2] >= hull[-1][2]:
+            continue  # more bytes for no less error
+        while len(hull) >= 2:
+            (_s1, b1, e1), (_s2, b2, e2) = hull[-2], hull[-1]
+            if (e1 - e2) * (o[1] - b1) <= (e1 - o[2]) * (b2 - b1):  # hull[-1] saves no more per byte than o
+                hull.pop()
+            else:
+                break
+        hull.append(o)
+    return hull
+
+
+def _error(name: str, shape: list[int], rows: np.ndarray, weights: np.ndarray, imp: np.ndarray | None,
+           sel: dict[str, Any]) -> tuple[int, float] | None:
+    """(bytes, predicted error) of ``sel`` for the matrix, or None where it cannot store it."""
+    scheme = SCHEMES[sel["scheme"]]
+    p = selection_params(sel)
+    if scheme.check(shape, p):
+        return None
+    raw = scheme.quantize(rows, p, name=name, importance=imp)
+    d = rows.astype(np.float64) - scheme.dequantize(raw, *rows.shape, p)
+    return scheme.nbytes(*shape, p), float((d * d * weights).sum()) * shape[0] / rows.shape[0]
+
+
 def _options(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | None) -> list[tuple[dict, int, float]]:
     """Per size, the fitting candidate with the least predicted error, with its
-    bytes; a size that buys no less error than the one below is dropped."""
+    bytes, on the lower convex hull of error against size."""
     best: dict[int, tuple[dict, int, float]] = {}
-    weights = np.ones(shape[1]) if imp is None else imp.astype(np.float64)
+    weights = _weights(shape, imp)
     for sel in LADDER:
-        scheme = SCHEMES[sel["scheme"]]
-        p = selection_params(sel)
-        if scheme.check(shape, p):
-            continue
-        nbytes = scheme.nbytes(*shape, p)
-        raw = scheme.quantize(rows, p, name=name, importance=imp)
-        d = rows.astype(np.float64) - scheme.dequantize(raw, *rows.shape, p)
-        err = float((d * d * weights).sum()) * shape[0] / rows.shape[0]
-        if nbytes not in best or err < best[nbytes][2]:
-            best[nbytes] = (sel, nbytes, err)
-    out: list[tuple[dict, int, float]] = []
-    for nbytes in sorted(best):
-        if not out or best[nbytes][2] < out[-1][2]:
-            out.append(best[nbytes])
-    return out
+        got = _error(name, shape, rows, weights, imp, sel)
+        if got is not None and (got[0] not in best or got[1] < best[got[0]][2]):
+            best[got[0]] = (sel, *got)
+    return lower_hull([best[nbytes] for nbytes in sorted(best)])
+
+
+def _weights(shape: list[int], imp: np.ndarray | None) -> np.ndarray:
+    return np.ones(shape[1]) if imp is None else imp.astype(np.float64)
+
+
+def group_of(name: str, groups: Any) -> str | None:
+    """The probes' group of a matrix: its exact name, else the first pattern matching it."""
+    if name in groups:
+        return name
+    return next((g for g in groups if fnmatch.fnmatchcase(name, g)), None)
+
+
+def kl_weights(probes: KLProbes, shapes: dict[str, list[int]], rows: dict[str, np.ndarray],
+               importance: dict[str, np.ndarray]) -> dict[str, float]:
+    """Per matrix, the KL one unit of its predicted error costs: per probed
+    group, (KL with the group at the probe selection − KL at base) over the
+    predicted error that change adds to the group's matrices. A group whose
+    probe measured no KL (noise) keeps 1% of the median; matrices of no group,
+    and groups the probe cannot store, get the geometric mean of the others."""
+    members: dict[str, list[str]] = {}
+    for name in shapes:
+        g = group_of(name, probes.groups)
+        if g is not None:
+            members.setdefault(g, []).append(name)
+    per_group: dict[str, float] = {}
+    for g, names in members.items():
+        delta = 0.0
+        for name in names:
+            w = _weights(shapes[name], importance.get(name))
+            base = _error(name, shapes[name], rows[name], w, importance.get(name), probes.base)
+            probe = _error(name, shapes[name], rows[name], w, importance.get(name), probes.probe)
+            if base is None or probe is None:
+                break
+            delta += probe[1] - base[1]
+        else:
+            if delta > 0:
+                per_group[g] = max(probes.groups[g] - probes.base_kl, 0.0) / delta
+    positive = sorted(a for a in per_group.values() if a > 0)
+    if not positive:
+        raise IEError("the KL probes measured no KL cost for any group; nothing to weight the errors by")
+    floor = 0.01 * positive[len(positive) // 2]
+    fallback = math.exp(sum(math.log(a) for a in positive) / len(positive))
+    return {name: max(per_group.get(group_of(name, probes.groups) or "", fallback), floor) for name in shapes}
 
 
 def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.ndarray],
            importance: dict[str, np.ndarray], target_bpw: float,
-           progress: Callable[[str], None] = lambda _n: None) -> list[Choice]:
+           progress: Callable[[str], None] = lambda _n: None, probes: KLProbes | None = None) -> list[Choice]:
     """The chosen selection per matrix (``shapes``: the matrices to quantize;
     ``rows_of(name, rows)``: those float32 rows of it, read from the source:
-    only sample_rows(...) are). Raises IEError when even the cheapest
-    candidates exceed the budget."""
+    only sample_rows(...) are). With ``probes`` (formats/kl_probes.py) each
+    matrix's errors are weighted by the KL they cost (kl_weights). Raises
+    IEError when even the cheapest candidates exceed the budget."""
     choices = []
+    sampled: dict[str, np.ndarray] = {}
     for name, shape in shapes.items():
         progress(name)
         rows = rows_of(name, sample_rows(shape[0]))
+        if probes is not None:
+            sampled[name] = rows
         c = Choice(name, math.prod(shape), _options(name, shape, rows, importance.get(name)))
         if not c.options:
             raise IEError(f"{name}: no candidate scheme can store a {shape[0]}x{shape[1]} matrix")
         choices.append(c)
+    if probes is not None:
+        kl = kl_weights(probes, shapes, sampled, importance)
+        for c in choices:
+            c.kl_weight = kl[c.name]
+            c.options = [(sel, nb, err * c.kl_weight) for sel, nb, err in c.options]
     elems = sum(c.elems for c in choices)
     budget = target_bpw * elems
     used = sum(c.bits for c in choices)

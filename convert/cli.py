@@ -17,7 +17,7 @@ from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progre
 from rich.table import Table
 
 from iekit.cli.support import human_bytes, run_cli, stdout_console
-from iekit.formats import hf_checkpoint, iebin, weight_types
+from iekit.formats import hf_checkpoint, iebin, kl_probes, weight_types
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
@@ -25,8 +25,8 @@ from iekit.formats.fileio import read_small
 from iekit.formats.gguf_file import open_gguf
 from iekit.formats.jsonio import dumps_canonical, loads_strict
 from iekit.formats.quant import SCHEMES
-from iekit.formats.q4_manifest import (EMBED_NAMES, HEAD_NAMES, KEEP, bytes_per_token, default_manifest, load_manifest,
-                                       manifest_from, plan)
+from iekit.formats.q4_manifest import (EMBED_NAMES, HEAD_NAMES, KEEP, bytes_per_token, default_manifest, is_tied,
+                                       load_manifest, manifest_from, plan)
 
 from iekit.formats.bsr import is_bsr_path
 
@@ -42,6 +42,7 @@ from .gguf_to_iebin import convert_gguf
 from .gguf_to_iebin import tensor_shapes as gguf_tensor_shapes
 from .iebin_legacy import is_schema2, upgrade_legacy
 from .imatrix_cli import imatrix_cmd, inspect_imatrix, is_imatrix_path, validate_imatrix
+from .kl_probes_cli import kl_probes_cmd
 
 QUANTIZED = weight_types.names(quantized=True)
 
@@ -232,9 +233,12 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
                    "q4_k, iq4_xs, iq4_nl, q5_k, q5_0, q5_1, q6_k, q8_0) that meets this average bits per weight over the quantized matrices, spending bits "
                    "where the (importance-weighted, with --imatrix) error measured on their rows falls most. "
                    "Needs --hf-dir.")
+@click.option("--kl-probes", "probes_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="With --target-bpw: measured KL per group of matrices (ieconv kl-probes), which turns each "
+                   "matrix's predicted error into KL, so bits go where they save the most KL.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, scale_dtype, head_scheme,
-                    embedding_scheme, quantize_head, imatrix, target_bpw, overwrite):
+                    embedding_scheme, quantize_head, imatrix, target_bpw, probes_path, overwrite):
     """Write the usual quantization policy for a checkpoint as q4_manifest.json.
 
     Attention and MLP projection matrices get --scheme (one rule per layer
@@ -251,18 +255,21 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         raise click.UsageError("give exactly one of --hf-dir or --gguf")
     if target_bpw is not None and hf_dir is None:
         raise click.UsageError("--target-bpw needs --hf-dir: it measures every candidate on the float weights")
+    if probes_path is not None and target_bpw is None:
+        raise click.UsageError("--kl-probes weights --target-bpw's choices; give --target-bpw too")
     if scheme != "int4w" and (affine or scale_dtype != "f16" or group_size != "64"):
         raise click.UsageError("--group-size/--affine/--scale-dtype apply to --scheme int4w only")
     if quantize_head and head_scheme not in (None, scheme):
         raise click.UsageError(f"--quantize-head means --head-scheme {scheme}; give one of them")
     check_new_file(out_path, overwrite)
+    probes = kl_probes.read(probes_path) if probes_path is not None else None
     if hf_dir:
         src = hf_checkpoint.from_dir(hf_dir)
         tensors, config = tensor_shapes(src), src.config
     else:
         g = open_gguf(gguf_path)
         tensors, config = gguf_tensor_shapes(g), build_gguf_config(g)
-    tied = not any(n in tensors for n in HEAD_NAMES) or config.get("tie_word_embeddings") is True
+    tied = is_tied(tensors, config)
     head = scheme if quantize_head else head_scheme
     if tied and embedding_scheme != KEEP:  # one tensor: --embedding-scheme names the head's scheme
         if head not in (None, embedding_scheme):
@@ -280,7 +287,7 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     found, iwarn = load_importance(m.imatrix, p.quantize, {n: s for n, (_d, s) in tensors.items()})
     mix = None
     if target_bpw is not None:
-        manifest, mix = _target_bpw_manifest(src, manifest, p.quantize, found, target_bpw)
+        manifest, mix = _target_bpw_manifest(src, manifest, p.quantize, found, target_bpw, probes)
         p = plan(manifest_from(manifest, Path(out_path)), tensors)
     write_file_atomic(out_path, dumps_canonical(manifest), replace=overwrite)
     for w in p.warnings + iwarn:
@@ -303,7 +310,7 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
 
 
 def _target_bpw_manifest(src: hf_checkpoint.HFSource, manifest: dict, quantize: dict, importance: dict,
-                         target_bpw: float) -> tuple[dict, dict]:
+                         target_bpw: float, probes: kl_probes.KLProbes | None = None) -> tuple[dict, dict]:
     """The manifest with one exact entry per quantized matrix, chosen by
     convert/bpw_policy.py for the budget, and the mix's summary."""
     with ExitStack() as stack, Progress(TextColumn("{task.description:<40.40}"), BarColumn(), MofNCompleteColumn(),
@@ -320,7 +327,7 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource, manifest: dict, quantize: 
             bar.update(task, description=name, advance=1)
 
         choices = bpw_policy.choose({n: list(tensors[n][1].shape) for n in quantize}, rows_of, importance,
-                                    target_bpw, step)
+                                    target_bpw, step, probes)
     mix = bpw_policy.summary(choices)
     out_manifest = {k: v for k, v in manifest.items() if k not in ("rules", "tensors")}
     out_manifest.update(rules=[], tensors={c.name: c.selection for c in sorted(choices, key=lambda c: c.name)},
@@ -506,7 +513,7 @@ def keep_backup(path: Path, data: bytes) -> Path:
 # dedup-plan, dedup-extract, dedup-link (convert/dedup_cli.py), block-sparse
 # (convert/bsr_cli.py; validate and inspect hand .bsr files to it) and imatrix
 # (convert/imatrix_cli.py).
-for _c in (*DEDUP_COMMANDS, block_sparse_cmd, imatrix_cmd):
+for _c in (*DEDUP_COMMANDS, block_sparse_cmd, imatrix_cmd, kl_probes_cmd):
     cli.add_command(_c)
 
 

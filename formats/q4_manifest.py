@@ -150,6 +150,11 @@ HEAD_NAMES = ("lm_head.weight", "output.weight")
 EMBED_NAMES = ("model.embed_tokens.weight", "transformer.wte.weight", "embed_tokens.weight")
 
 
+def is_tied(tensors: dict[str, Any], config: dict[str, Any]) -> bool:
+    """The embedding is the output head: no head tensor, or the config says so."""
+    return not any(n in tensors for n in HEAD_NAMES) or config.get("tie_word_embeddings") is True
+
+
 # What a matrix gets when its rows are not whole 256-element super-blocks
 # (SmolLM2's 576 columns). q4_k: int4w with a scale and a minimum per 64
 # elements has its 4.5 bits per weight and its affine grid (llama.cpp falls

@@ -20,6 +20,8 @@ validator and the C++ loader must accept and refuse the same inputs.
               WeightSpec on the same (dtype, shape, quant) description
   imatrix     a mutated importance matrix (ours or llama.cpp's legacy .dat):
               the strict readers, and what ours accepted written back and read again
+  klprobes    a mutated kl-probes.json: the strict reader, and what it accepted
+              written back byte-identical
 
     python fuzz/fuzz_python.py --seconds 60 [--target iebin ...]
 """
@@ -196,8 +198,21 @@ def t_weightspec(data: bytes) -> None:
         raise AssertionError(f"nbytes disagree for {obj}: C++ {spec.nbytes}, Python {wt.nbytes(rows, cols, params)}")
 
 
+def t_klprobes(data: bytes) -> None:
+    from iekit.formats import kl_probes
+
+    p = _fresh_dir("klprobes") / "kl-probes.json"
+    p.write_bytes(data)
+    got = _expected(kl_probes.read, p)
+    if got is not None:
+        again = kl_probes.dumps(got)
+        p.write_bytes(again)
+        if kl_probes.dumps(kl_probes.read(p)) != again:
+            raise AssertionError("kl-probes: write -> read -> write is not byte-identical")
+
+
 TARGETS = {"iebin": t_iebin, "manifest": t_manifest, "dedup": t_dedup, "safetensors": t_safetensors, "bsr": t_bsr,
-           "weightspec": t_weightspec, "gguf": t_gguf, "imatrix": t_imatrix}
+           "weightspec": t_weightspec, "gguf": t_gguf, "imatrix": t_imatrix, "klprobes": t_klprobes}
 
 
 def seeds(target: str) -> list[bytes]:
@@ -216,6 +231,8 @@ def seeds(target: str) -> list[bytes]:
         return [(GOLDEN / "gguf" / "tiny-llama.mixed.gguf").read_bytes()]
     if target == "imatrix":
         return [(GOLDEN / "imatrix" / n).read_bytes() for n in ("example.npz", "example-llamacpp.dat")]
+    if target == "klprobes":
+        return [(GOLDEN / "kl_probes" / "smollm2-rotated.json").read_bytes()]
     meta = json.loads((GOLDEN / "iebin" / "tiny-llama-mixedq" / "model.ie.json").read_text())
     return [json.dumps({k: t.get(k) for k in ("dtype", "shape", "quant")}).encode() for t in meta["tensors"]]
 

@@ -218,3 +218,18 @@ def test_target_bpw_meets_the_budget_and_more_bits_buy_less_error(wide, tmp_path
     res = run_tool("ieconv", "q4-manifest", "--gguf", tmp_path / "x.gguf", "-o", tmp_path / "q.json",
                    "--target-bpw", "4.5")
     assert res.returncode == 2 and "--target-bpw needs --hf-dir" in res.stderr
+
+
+def test_candidates_are_the_lower_convex_hull_of_error_against_size():
+    """The greedy allocation takes a matrix's next step by error saved per bit:
+    a size that saves less per bit than the step past it must not stand in
+    its way (it is off the hull), nor one that saves nothing."""
+    from iekit.convert.bpw_policy import lower_hull
+
+    opts = [({"s": "a"}, 100, 10.0), ({"s": "b"}, 110, 9.5), ({"s": "c"}, 120, 4.0),
+            ({"s": "d"}, 130, 4.0), ({"s": "e"}, 200, 1.0)]
+    assert [o[0]["s"] for o in lower_hull(opts)] == ["a", "c", "e"]
+    hull = lower_hull(opts)
+    per_bit = [(hull[i][2] - hull[i + 1][2]) / (hull[i + 1][1] - hull[i][1]) for i in range(len(hull) - 1)]
+    assert per_bit == sorted(per_bit, reverse=True)
+    assert lower_hull([]) == [] and lower_hull(opts[:1]) == opts[:1]

@@ -1,0 +1,129 @@
+"""``ieconv kl-probes``: measure what each group of matrices costs the model
+when quantized more coarsely, for ``q4-manifest --target-bpw --kl-probes``.
+
+The predicted error the bits-per-weight policy ranks matrices by does not
+say how much the model's output distribution suffers: that depends on where
+the matrix sits (a value projection's error reaches every later token
+through attention). So this closes the loop with the model itself: every
+quantized matrix at --base, then one group at a time (a layer pattern of
+the usual policy, or the head) at --probe, each artifact converted and scored
+against the float reference with ``ierun eval``'s KL (runtime/evaluation.py).
+One conversion and one evaluation per group, plus the base: minutes on a
+135M model (docs/formats/kl_probes.md).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from iekit.formats import hf_checkpoint, kl_probes
+from iekit.formats.atomic import check_new_file, write_file_atomic
+from iekit.formats.q4_manifest import default_manifest, is_tied, manifest_from
+from iekit.formats.weight_types import names as weight_type_names
+from iekit.runtime import evaluation
+from iekit.runtime.cpu_topology import physical_cores
+from iekit.runtime.eval_cli import load_ids
+
+from .hf_to_iebin import convert
+
+QUANTIZED = [n for n in weight_type_names(quantized=True) if n != "int4w"]
+
+
+@click.command("kl-probes")
+@click.option("--hf-dir", type=click.Path(path_type=Path), required=True, help="HF model directory (the float weights).")
+@click.option("--ref-dir", type=click.Path(path_type=Path), required=True,
+              help="Its float IEBIN artifact (hf-to-iebin without --q4-map): the reference the KL is measured against.")
+@click.option("--text-file", type=click.Path(path_type=Path), help="Text to score (UTF-8), tokenized by the model.")
+@click.option("--ids-file", type=click.Path(path_type=Path), help="Token ids to score instead of text.")
+@click.option("-o", "--out", "out_path", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="The kl-probes.json to write.")
+@click.option("--imatrix", type=click.Path(path_type=Path, dir_okay=False),
+              help="Importance matrix every artifact is quantized with (as q4-manifest will use it).")
+@click.option("--base", type=click.Choice(QUANTIZED), default="q5_1", show_default=True,
+              help="The scheme every quantized matrix has.")
+@click.option("--probe", type=click.Choice(QUANTIZED), default="iq4_nl", show_default=True,
+              help="The coarser scheme each group takes in turn.")
+@click.option("--ctx", type=click.IntRange(min=4), default=None,
+              help="Tokens per chunk, as ierun eval [512, or the model's max_position_embeddings if smaller].")
+@click.option("--chunks", type=click.IntRange(min=1), default=4, show_default=True, help="Chunks scored per measurement.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Threads (default: the physical cores).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base, probe, ctx, chunks, threads,
+                  overwrite, quiet):
+    """Measure the KL each group of matrices costs at a coarser scheme.
+
+    Every matrix the usual policy quantizes (the head included) gets --base;
+    then each group (one layer pattern, e.g. model.layers.*.self_attn.v_proj.weight,
+    or the head) in turn gets --probe, and the mean KL against --ref-dir is
+    measured. q4-manifest --target-bpw --kl-probes FILE then spends bits where
+    they save the most KL.
+
+    Example: ieconv kl-probes --hf-dir M --ref-dir m-f32/ --text-file eval.txt
+    --imatrix imatrix.npz -o kl-probes.json
+    """
+    from iekit.runtime.decoder import Decoder
+
+    if (text_file is None) == (ids_file is None):
+        raise click.UsageError("give exactly one of --text-file and --ids-file")
+    if base == probe:
+        raise click.UsageError("--probe must differ from --base")
+    check_new_file(out_path, overwrite)
+    threads = threads or physical_cores()
+    src = hf_checkpoint.from_dir(hf_dir)
+    with ExitStack() as stack:
+        shapes = {n: (t.dtype.name, list(t.shape)) for n, (_f, t) in hf_checkpoint.collect_tensors(src, stack).items()}
+    ref = Decoder(ref_dir, threads=threads, ctx=ctx, default_ctx=evaluation.DEFAULT_CTX, act="f32")
+    ids, what = load_ids(ref, text_file, ids_file)
+    parts = evaluation.chunk_ids(ids, ref.max_ctx, chunks, what)
+    imp = None if imatrix is None else os.fspath(Path(imatrix).resolve())
+    manifest = default_manifest(shapes, base, head=base, tied=is_tied(shapes, src.config), imatrix=imp)
+    groups = [r["match"] for r in manifest["rules"]] + sorted(manifest["tensors"])
+    err = Console(stderr=True)
+    work = Path(tempfile.mkdtemp(prefix=".kl-probes-", dir=Path(out_path).resolve().parent))
+    try:
+        with Progress(TextColumn("{task.description:<44.44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TimeRemainingColumn(), console=err, transient=True, disable=quiet) as bar:
+            task = bar.add_task("base", total=len(groups) + 1)
+
+            def kl_of(obj: dict, label: str) -> dict:
+                bar.update(task, description=label)
+                out = work / "model"
+                convert(src, out, overwrite=True, manifest=manifest_from(obj, work / "q4_manifest.json"))
+                model = Decoder(out, threads=threads, ctx=ref.max_ctx, act="f32")
+                evaluation.check_comparable(model, ref)
+                s = evaluation.evaluate(model, parts, ref).summary()
+                bar.update(task, advance=1)
+                return s
+
+            first = kl_of(manifest, f"all {base}")
+            base_kl, tokens = float(first["kld_mean"]), int(first["tokens_scored"])
+            results = {g: float(kl_of(_with_probe(manifest, g, probe), g)["kld_mean"]) for g in groups}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    p = kl_probes.KLProbes({"scheme": base}, {"scheme": probe}, tokens, base_kl, results)
+    write_file_atomic(out_path, kl_probes.dumps(p), replace=overwrite)
+    if not quiet:
+        width = max(len(g) for g in results)
+        err.print(f"all {base}: KL {base_kl:.4f} over {tokens} tokens; one group at {probe}:", markup=False)
+        for g, kl in sorted(results.items(), key=lambda kv: -kv[1]):
+            err.print(f"  {g:<{width}}  KL {kl:.4f}  (+{kl - base_kl:.4f})", markup=False)
+        err.print(f"-> {out_path}", markup=False)
+
+
+def _with_probe(manifest: dict, group: str, probe: str) -> dict:
+    """The manifest with ``group`` (a rule's pattern or an exact entry) at ``probe``."""
+    out = {**manifest, "rules": [dict(r) for r in manifest["rules"]], "tensors": dict(manifest["tensors"])}
+    if group in out["tensors"]:
+        out["tensors"][group] = {"scheme": probe}
+    else:
+        out["rules"] = [{"match": r["match"], "scheme": probe} if r["match"] == group else r for r in out["rules"]]
+    return out

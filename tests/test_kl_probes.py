@@ -1,0 +1,155 @@
+"""KL probes (formats/kl_probes.py, ``ieconv kl-probes``) and the
+``--target-bpw --kl-probes`` policy that spends bits by them
+(convert/bpw_policy.py). The end-to-end runs use the 256-wide Llama of
+tests/test_quantize_imatrix.py (its ``wide`` fixture)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import GOLDEN, assert_one_line_error, run_tool
+from iekit.convert import bpw_policy
+from iekit.formats import kl_probes
+from iekit.formats.errors import FormatError, IEError
+from test_quantize_imatrix import TEXT, _quantize, wide  # noqa: F401  (the fixture)
+
+GOOD = {"format": "iekit-kl-probes", "version": 1, "base": {"scheme": "q5_1"}, "probe": {"scheme": "iq4_nl"},
+        "tokens": 1020, "base_kl": 0.05, "groups": {"model.layers.*.self_attn.v_proj.weight": 0.14,
+                                                    "lm_head.weight": 0.08}}
+
+
+def test_round_trip_is_byte_identical(tmp_path):
+    f = tmp_path / "p.json"
+    f.write_bytes(kl_probes.dumps(kl_probes.from_json(GOOD, f)))
+    again = kl_probes.dumps(kl_probes.read(f))
+    assert again == f.read_bytes()
+    assert json.loads(again) == GOOD
+
+
+def test_golden_file_reads_and_writes_back_byte_identical():
+    """golden/kl_probes: ieconv kl-probes on the rotated SmolLM2 (docs/quality.md)."""
+    golden = GOLDEN / "kl_probes" / "smollm2-rotated.json"
+    p = kl_probes.read(golden)
+    assert kl_probes.dumps(p) == golden.read_bytes()
+    assert p.base == {"scheme": "q5_1"} and p.probe == {"scheme": "iq4_nl"} and len(p.groups) == 8
+    assert max(p.groups, key=p.groups.get) == "model.layers.*.self_attn.v_proj.weight"
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"format": "iekit-imatrix"}, "format"),
+    ({"version": 2}, "version"),
+    ({"tokens": "1020"}, "tokens"),
+    ({"tokens": 0}, "tokens"),
+    ({"base_kl": -0.1}, "base_kl"),
+    ({"groups": {}}, "groups"),
+    ({"groups": {"lm_head.weight": "0.1"}}, "groups.lm_head.weight"),
+    ({"groups": {"lm_head.weight": -1}}, "groups.lm_head.weight"),
+    ({"base": {"scheme": "keep"}}, "base.scheme"),
+    ({"base": {"scheme": "q9_9"}}, "base.scheme"),
+    ({"probe": {"scheme": "q4_0", "group_size": 64}}, "probe.group_size"),
+    ({"extra": 1}, "(root)"),
+])
+def test_broken_rules_are_one_error_naming_the_field(tmp_path, change, field):
+    f = tmp_path / "p.json"
+    with pytest.raises(FormatError) as e:
+        kl_probes.from_json({**GOOD, **change}, f)
+    assert e.value.field == field and e.value.file == str(f)
+
+
+def test_non_finite_json_is_refused(tmp_path):
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(GOOD).replace("0.14", "NaN"))
+    with pytest.raises(IEError, match="p.json"):
+        kl_probes.read(f)
+
+
+def test_kl_weights_are_measured_kl_over_predicted_error():
+    """Two groups of identical matrices predict the same error change, so their
+    weights stand in the ratio of the KL each probe added; a group whose probe
+    added none keeps 1% of the median; an unprobed matrix gets the geometric mean."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 256)).astype(np.float32)
+    shapes = {n: [64, 256] for n in ("a.0.w", "a.1.w", "b.0.w", "c.0.w", "d.0.w")}
+    rows = dict.fromkeys(shapes, w)
+    probes = kl_probes.KLProbes({"scheme": "q5_1"}, {"scheme": "iq4_nl"}, 100, 0.05,
+                                {"a.*.w": 0.25, "b.0.w": 0.10, "c.*": 0.04})
+    k = bpw_policy.kl_weights(probes, shapes, rows, {})
+    assert k["a.0.w"] == k["a.1.w"]
+    assert k["a.0.w"] / k["b.0.w"] == pytest.approx((0.20 / 2) / 0.05)  # group a: twice the predicted error
+    assert k["c.0.w"] == pytest.approx(0.01 * k["a.0.w"])  # the (upper) median of a and b: a
+    assert k["d.0.w"] == pytest.approx(np.sqrt(k["a.0.w"] * k["b.0.w"]))
+
+
+def test_probes_that_measured_nothing_are_refused():
+    shapes = {"a.0.w": [8, 256]}
+    probes = kl_probes.KLProbes({"scheme": "q5_1"}, {"scheme": "iq4_nl"}, 100, 0.05, {"a.*": 0.01})
+    with pytest.raises(IEError, match="no KL cost"):
+        bpw_policy.kl_weights(probes, shapes, {"a.0.w": np.ones((8, 256), np.float32)}, {})
+
+
+def test_kl_probes_measure_every_group_and_steer_the_policy(wide, tmp_path):
+    probes = tmp_path / "probes.json"
+    res = run_tool("ieconv", "kl-probes", "-q", "--hf-dir", wide["hf"], "--ref-dir", wide["f32"], "--text-file", TEXT,
+                   "--imatrix", wide["imatrix"], "--ctx", "64", "--chunks", "2", "-o", probes)
+    assert res.returncode == 0, res.stderr
+    p = kl_probes.read(probes)
+    m = tmp_path / "usual.json"
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", m, "--scheme", "q5_1",
+                    "--quantize-head").returncode == 0
+    usual = json.loads(m.read_text())
+    assert set(p.groups) == {r["match"] for r in usual["rules"]} | set(usual["tensors"])
+    assert p.tokens == 2 * (63 - 32) and p.base_kl > 0
+    assert all(kl > 0 for kl in p.groups.values())
+    assert not list(tmp_path.glob(".kl-probes-*"))  # the work folder is gone
+    # the policy reads them: the budget is met and the manifest says what inspect measures
+    out, m2, res = _quantize(wide, "bpw-probes", "--target-bpw", "5.5", "--imatrix", wide["imatrix"],
+                             "--kl-probes", probes)
+    bpw = json.loads(run_tool("ieconv", "inspect", out, "--json").stdout)["quantized_bits_per_weight"]
+    assert bpw <= 5.5 and bpw == pytest.approx(json.loads(m2.read_text())["bits_per_weight"], abs=1e-4)
+
+
+def test_a_group_that_costs_much_kl_gets_the_bits(wide, tmp_path):
+    """Probes saying the value projections cost 100x the KL of everything else:
+    at a budget that cannot raise everything, they get the top of the ladder."""
+    groups = {"model.layers.*.self_attn.v_proj.weight": 5.0, "model.layers.*.self_attn.q_proj.weight": 0.06,
+              "model.layers.*.self_attn.k_proj.weight": 0.06, "model.layers.*.self_attn.o_proj.weight": 0.06,
+              "model.layers.*.mlp.gate_proj.weight": 0.06, "model.layers.*.mlp.up_proj.weight": 0.06,
+              "model.layers.*.mlp.down_proj.weight": 0.06, "lm_head.weight": 0.06}
+    f = tmp_path / "p.json"
+    f.write_bytes(kl_probes.dumps(kl_probes.KLProbes({"scheme": "q5_1"}, {"scheme": "iq4_nl"}, 100, 0.05, groups)))
+    m = tmp_path / "q.json"
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", m, "--target-bpw", "4.6",
+                   "--imatrix", wide["imatrix"], "--kl-probes", f)
+    assert res.returncode == 0, res.stderr
+    sel = json.loads(m.read_text())["tensors"]
+    for name, s in sel.items():
+        if "v_proj" in name:
+            assert s == {"scheme": "q8_0"}, (name, s)
+
+
+def test_bad_probes_file_is_one_line(wide, tmp_path):
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps({**GOOD, "base_kl": "x"}))
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", tmp_path / "q.json", "--target-bpw", "5",
+                   "--kl-probes", f)
+    assert_one_line_error(res, "p.json", "base_kl")
+    assert not (tmp_path / "q.json").exists()
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", tmp_path / "q.json", "--kl-probes", f)
+    assert res.returncode == 2 and "--kl-probes weights --target-bpw" in res.stderr
+
+
+def test_kl_probes_bad_input_is_one_line(wide, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    args = ("ieconv", "kl-probes", "--hf-dir", wide["hf"], "--ref-dir", wide["f32"], "-o", tmp_path / "p.json")
+    assert_one_line_error(run_tool(*args, "--text-file", empty), "empty.txt", "no text")
+    short = tmp_path / "short.txt"
+    short.write_text("hello")
+    assert_one_line_error(run_tool(*args, "--text-file", short), "short.txt", "fewer than one chunk")
+    assert_one_line_error(run_tool(*args, "--text-file", TEXT, "--ctx", "100000"), "--ctx", "max_position_embeddings")
+    res = run_tool(*args, "--text-file", TEXT, "--base", "q5_1", "--probe", "q5_1")
+    assert res.returncode == 2 and "--probe must differ from --base" in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt", "short.txt"]  # no output, no work folder
