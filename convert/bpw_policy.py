@@ -67,7 +67,6 @@ class Choice:
     elems: int
     options: list[tuple[dict[str, Any], int, float]] = field(default_factory=list)  # (selection, bytes, error)
     at: int = 0
-    kl_weight: float = 1.0  # KL per unit of predicted error (with KL probes), by which the errors are scaled
 
     @property
     def selection(self) -> dict[str, Any]:
@@ -194,9 +193,8 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
         choices.append(c)
     if probes is not None:
         kl = kl_weights(probes, shapes, sampled, importance)
-        for c in choices:
-            c.kl_weight = kl[c.name]
-            c.options = [(sel, nb, err * c.kl_weight) for sel, nb, err in c.options]
+        for c in choices:  # errors in KL: the hull of each matrix is unchanged, the ranking across them is not
+            c.options = [(sel, nb, err * kl[c.name]) for sel, nb, err in c.options]
     elems = sum(c.elems for c in choices)
     budget = target_bpw * elems
     used = sum(c.bits for c in choices)
