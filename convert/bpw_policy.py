@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fnmatch
 import heapq
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -104,32 +105,36 @@ def lower_hull(options: list[tuple[dict, int, float]]) -> list[tuple[dict, int, 
     return hull
 
 
-def _error(name: str, shape: list[int], rows: np.ndarray, weights: np.ndarray, imp: np.ndarray | None,
-           sel: dict[str, Any]) -> tuple[int, float] | None:
-    """(bytes, predicted error) of ``sel`` for the matrix, or None where it cannot store it."""
-    scheme = SCHEMES[sel["scheme"]]
-    p = selection_params(sel)
-    if scheme.check(shape, p):
-        return None
-    raw = scheme.quantize(rows, p, name=name, importance=imp)
-    d = rows.astype(np.float64) - scheme.dequantize(raw, *rows.shape, p)
-    return scheme.nbytes(*shape, p), float((d * d * weights).sum()) * shape[0] / rows.shape[0]
+def _key(sel: dict[str, Any]) -> str:
+    """A selection as a dictionary key."""
+    return json.dumps(sel, sort_keys=True)
 
 
-def _options(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | None) -> list[tuple[dict, int, float]]:
-    """Per size, the fitting candidate with the least predicted error, with its
-    bytes, on the lower convex hull of error against size."""
+def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | None,
+             selections) -> dict[str, tuple[dict, int, float]]:
+    """Per selection that can store the matrix (by _key): (selection, bytes,
+    predicted error), the error measured on ``rows`` and scaled to all rows."""
+    weights = np.ones(shape[1]) if imp is None else imp.astype(np.float64)
+    out: dict[str, tuple[dict, int, float]] = {}
+    for sel in selections:
+        scheme, p = SCHEMES[sel["scheme"]], selection_params(sel)
+        if _key(sel) in out or scheme.check(shape, p):
+            continue
+        raw = scheme.quantize(rows, p, name=name, importance=imp)
+        d = rows.astype(np.float64) - scheme.dequantize(raw, *rows.shape, p)
+        out[_key(sel)] = (sel, scheme.nbytes(*shape, p), float((d * d * weights).sum()) * shape[0] / rows.shape[0])
+    return out
+
+
+def _options(measured: dict[str, tuple[dict, int, float]]) -> list[tuple[dict, int, float]]:
+    """Of the LADDER's measured candidates, per size the one with the least
+    predicted error, on the lower convex hull of error against size."""
     best: dict[int, tuple[dict, int, float]] = {}
-    weights = _weights(shape, imp)
     for sel in LADDER:
-        got = _error(name, shape, rows, weights, imp, sel)
-        if got is not None and (got[0] not in best or got[1] < best[got[0]][2]):
-            best[got[0]] = (sel, *got)
+        got = measured.get(_key(sel))
+        if got is not None and (got[1] not in best or got[2] < best[got[1]][2]):
+            best[got[1]] = got
     return lower_hull([best[nbytes] for nbytes in sorted(best)])
-
-
-def _weights(shape: list[int], imp: np.ndarray | None) -> np.ndarray:
-    return np.ones(shape[1]) if imp is None else imp.astype(np.float64)
 
 
 def group_of(name: str, groups: Any) -> str | None:
@@ -139,29 +144,24 @@ def group_of(name: str, groups: Any) -> str | None:
     return next((g for g in groups if fnmatch.fnmatchcase(name, g)), None)
 
 
-def kl_weights(probes: KLProbes, shapes: dict[str, list[int]], rows: dict[str, np.ndarray],
-               importance: dict[str, np.ndarray]) -> dict[str, float]:
-    """Per matrix, the KL one unit of its predicted error costs: per probed
-    group, (KL with the group at the probe selection − KL at base) over the
-    predicted error that change adds to the group's matrices. A group whose
-    probe measured no KL (noise) keeps 1% of the median; matrices of no group,
-    and groups the probe cannot store, get the geometric mean of the others."""
+def kl_weights(probes: KLProbes, errors: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Per matrix, the KL one unit of its predicted error costs. ``errors``:
+    per matrix, the predicted error of each selection measured (by _key).
+    Per probed group, (KL with the group at the probe selection − KL at base)
+    over the predicted error that change adds to the group's matrices. A group
+    whose probe measured no KL (noise) keeps 1% of the median; matrices of no
+    group, and groups base or probe cannot store, get the geometric mean of
+    the others."""
+    base, probe = _key(probes.base), _key(probes.probe)
     members: dict[str, list[str]] = {}
-    for name in shapes:
+    for name in errors:
         g = group_of(name, probes.groups)
         if g is not None:
             members.setdefault(g, []).append(name)
     per_group: dict[str, float] = {}
     for g, names in members.items():
-        delta = 0.0
-        for name in names:
-            w = _weights(shapes[name], importance.get(name))
-            base = _error(name, shapes[name], rows[name], w, importance.get(name), probes.base)
-            probe = _error(name, shapes[name], rows[name], w, importance.get(name), probes.probe)
-            if base is None or probe is None:
-                break
-            delta += probe[1] - base[1]
-        else:
+        if all(base in errors[n] and probe in errors[n] for n in names):
+            delta = sum(errors[n][probe] - errors[n][base] for n in names)
             if delta > 0:
                 per_group[g] = max(probes.groups[g] - probes.base_kl, 0.0) / delta
     positive = sorted(a for a in per_group.values() if a > 0)
@@ -169,7 +169,7 @@ def kl_weights(probes: KLProbes, shapes: dict[str, list[int]], rows: dict[str, n
         raise IEError("the KL probes measured no KL cost for any group; nothing to weight the errors by")
     floor = 0.01 * positive[len(positive) // 2]
     fallback = math.exp(sum(math.log(a) for a in positive) / len(positive))
-    return {name: max(per_group.get(group_of(name, probes.groups) or "", fallback), floor) for name in shapes}
+    return {name: max(per_group.get(group_of(name, probes.groups) or "", fallback), floor) for name in errors}
 
 
 def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.ndarray],
@@ -180,19 +180,19 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
     only sample_rows(...) are). With ``probes`` (formats/kl_probes.py) each
     matrix's errors are weighted by the KL they cost (kl_weights). Raises
     IEError when even the cheapest candidates exceed the budget."""
+    selections = LADDER + ((probes.base, probes.probe) if probes is not None else ())
     choices = []
-    sampled: dict[str, np.ndarray] = {}
+    errors: dict[str, dict[str, float]] = {}
     for name, shape in shapes.items():
         progress(name)
-        rows = rows_of(name, sample_rows(shape[0]))
-        if probes is not None:
-            sampled[name] = rows
-        c = Choice(name, math.prod(shape), _options(name, shape, rows, importance.get(name)))
+        measured = _measure(name, shape, rows_of(name, sample_rows(shape[0])), importance.get(name), selections)
+        errors[name] = {k: err for k, (_sel, _nb, err) in measured.items()}
+        c = Choice(name, math.prod(shape), _options(measured))
         if not c.options:
             raise IEError(f"{name}: no candidate scheme can store a {shape[0]}x{shape[1]} matrix")
         choices.append(c)
     if probes is not None:
-        kl = kl_weights(probes, shapes, sampled, importance)
+        kl = kl_weights(probes, errors)
         for c in choices:  # errors in KL: the hull of each matrix is unchanged, the ranking across them is not
             c.options = [(sel, nb, err * kl[c.name]) for sel, nb, err in c.options]
     elems = sum(c.elems for c in choices)

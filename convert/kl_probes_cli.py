@@ -72,8 +72,6 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
     """
     from iekit.runtime.decoder import Decoder
 
-    if (text_file is None) == (ids_file is None):
-        raise click.UsageError("give exactly one of --text-file and --ids-file")
     if base == probe:
         raise click.UsageError("--probe must differ from --base")
     check_new_file(out_path, overwrite)

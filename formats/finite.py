@@ -6,9 +6,10 @@ a checksum computed over the bad bytes matches them. So ``ieconv validate
 docs/formats/quant.md):
 
 - quantized tensors: every stored scale and minimum (``int4w`` scales/mins
-  planes, the f16 fields of every block: ``d``, and ``m`` (``q4_1``) or
-  ``dmin`` (``q4_k``); ``iq4_nl``/``iq4_xs`` have ``d`` alone) must be
-  finite -- always, nothing the quantizer writes is ever otherwise;
+  planes; the f16 fields of every block, as its scheme's ``F16_FIELDS``
+  lists them: ``d``, and ``m`` (``q4_1``, ``q5_1``) or ``dmin`` (``q4_k``,
+  ``q5_k``)) must be finite -- always, nothing the quantizer writes is ever
+  otherwise;
 - float tensors (``f64 f32 f16 bf16``): every element must be finite unless
   the caller allows non-finite values (``--allow-nonfinite``, as for BSR).
 

@@ -602,8 +602,7 @@ class Q6_K(_Block, weight_type="q6_k"):
         with np.errstate(divide="ignore", invalid="ignore"):
             again = np.clip(qs.nearest_int(sub / step), -32, 31) + 32
         codes = np.where(step != 0, again, codes).reshape(n, 16 * self.SUB).astype(np.uint8)
-        codes[zero] = 0
-        sc[zero] = 0
+        codes[zero] = 0  # ggml zeroes such a block (its sub-scales are 0 already: iscale is)
         q = codes.reshape(n, 2, 4, 32)  # [half, quarter, l]
         lo, hi = q & 0xF, q >> 4
         ql = np.concatenate([lo[:, :, 0] | (lo[:, :, 2] << 4), lo[:, :, 1] | (lo[:, :, 3] << 4)], axis=2)

@@ -66,31 +66,40 @@ def test_non_finite_json_is_refused(tmp_path):
         kl_probes.read(f)
 
 
+BASE, PROBE = '{"scheme": "q5_1"}', '{"scheme": "iq4_nl"}'  # the selections as the policy keys them
+
+
 def test_kl_weights_are_measured_kl_over_predicted_error():
-    """Two groups of identical matrices predict the same error change, so their
-    weights stand in the ratio of the KL each probe added; a group whose probe
-    added none keeps 1% of the median; an unprobed matrix gets the geometric mean."""
-    rng = np.random.default_rng(0)
-    w = rng.standard_normal((64, 256)).astype(np.float32)
-    shapes = {n: [64, 256] for n in ("a.0.w", "a.1.w", "b.0.w", "c.0.w", "d.0.w")}
-    rows = dict.fromkeys(shapes, w)
+    """Per group, the KL its probe added over the predicted error that adds:
+    group a (two matrices) added 0.20 KL for 2 x 2.0 of error, b 0.05 for 1.0;
+    a group whose probe added none keeps 1% of the (upper) median, a, and a
+    matrix of no group the geometric mean of a and b."""
+    errors = {"a.0.w": {BASE: 1.0, PROBE: 3.0}, "a.1.w": {BASE: 1.0, PROBE: 3.0},
+              "b.0.w": {BASE: 0.5, PROBE: 1.5}, "c.0.w": {BASE: 1.0, PROBE: 2.0}, "d.0.w": {BASE: 1.0, PROBE: 2.0}}
     probes = kl_probes.KLProbes({"scheme": "q5_1"}, {"scheme": "iq4_nl"}, 100, 0.05,
                                 {"a.*.w": 0.25, "b.0.w": 0.10, "c.*": 0.04})
-    k = bpw_policy.kl_weights(probes, shapes, rows, {})
-    assert k["a.0.w"] == k["a.1.w"]
-    assert k["a.0.w"] / k["b.0.w"] == pytest.approx((0.20 / 2) / 0.05)  # group a: twice the predicted error
-    assert k["c.0.w"] == pytest.approx(0.01 * k["a.0.w"])  # the (upper) median of a and b: a
-    assert k["d.0.w"] == pytest.approx(np.sqrt(k["a.0.w"] * k["b.0.w"]))
+    k = bpw_policy.kl_weights(probes, errors)
+    assert k["a.0.w"] == k["a.1.w"] == pytest.approx(0.20 / 4.0)
+    assert k["b.0.w"] == pytest.approx(0.05 / 1.0)
+    assert k["c.0.w"] == pytest.approx(0.01 * 0.05)
+    assert k["d.0.w"] == pytest.approx(np.sqrt(0.05 * 0.05))
+
+
+def test_a_group_the_selections_cannot_store_gets_the_geometric_mean():
+    errors = {"a.0.w": {BASE: 1.0, PROBE: 3.0}, "b.0.w": {BASE: 1.0, PROBE: 2.0}, "c.0.w": {BASE: 1.0}}
+    probes = kl_probes.KLProbes({"scheme": "q5_1"}, {"scheme": "iq4_nl"}, 100, 0.0,
+                                {"a.*": 0.2, "b.*": 0.4, "c.*": 9.0})
+    k = bpw_policy.kl_weights(probes, errors)
+    assert k["c.0.w"] == pytest.approx(np.sqrt(0.1 * 0.4))
 
 
 def test_probes_that_measured_nothing_are_refused():
-    shapes = {"a.0.w": [8, 256]}
     probes = kl_probes.KLProbes({"scheme": "q5_1"}, {"scheme": "iq4_nl"}, 100, 0.05, {"a.*": 0.01})
     with pytest.raises(IEError, match="no KL cost"):
-        bpw_policy.kl_weights(probes, shapes, {"a.0.w": np.ones((8, 256), np.float32)}, {})
+        bpw_policy.kl_weights(probes, {"a.0.w": {BASE: 1.0, PROBE: 2.0}})
 
 
-def test_kl_probes_measure_every_group_and_steer_the_policy(wide, tmp_path):
+def test_kl_probes_measure_every_group_and_the_policy_reads_them(wide, tmp_path):
     probes = tmp_path / "probes.json"
     res = run_tool("ieconv", "kl-probes", "-q", "--hf-dir", wide["hf"], "--ref-dir", wide["f32"], "--text-file", TEXT,
                    "--imatrix", wide["imatrix"], "--ctx", "64", "--chunks", "2", "-o", probes)

@@ -1,12 +1,13 @@
-"""The k-quants (q4_k, q5_k, q6_k) and importance-weighted quantization
+"""llama.cpp's block formats whose quantizers gguf-py lacks (the k-quants
+q4_k, q5_k, q6_k; iq4_nl, iq4_xs) and importance-weighted quantization
 (formats/quant.py, formats/quant_search.py) against llama.cpp itself.
 
 References, none of them our code:
-- golden/quant/*.bin: ggml's ``quantize_q4_K`` / ``quantize_q5_K`` /
-  ``quantize_q6_K`` (and ``quantize_q4_0`` / ``quantize_q4_1``) bytes for
+- golden/quant/*.bin: ggml's ``quantize_<type>`` bytes for
   golden/quant/input.npy, without and with the importance vector
   golden/quant/importance.npy (golden/quant/make_golden_quant.py);
 - ``gguf.quants.dequantize`` for what the bytes mean.
+iq4's own checks (its grid, its index) are in tests/test_iq4.py.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "quant"
 Q4K = SCHEMES["q4_k"]
 P = QuantParams("q4_k")
 KQUANTS = ["q4_k", "q5_k", "q6_k"]
+GOLDEN_BYTES = KQUANTS + ["iq4_nl", "iq4_xs"]  # quantized by libggml itself, with and without an imatrix
 
 
 def _golden(name: str) -> np.ndarray:
@@ -38,18 +40,18 @@ def _gguf_deq(raw: np.ndarray, rows: int, scheme: str = "q4_k") -> np.ndarray:
 
 
 @pytest.mark.parametrize("suffix", ["", "-imatrix"])
-@pytest.mark.parametrize("scheme", KQUANTS)
-def test_k_quant_bytes_equal_llama_cpp(scheme, suffix):
+@pytest.mark.parametrize("scheme", GOLDEN_BYTES)
+def test_bytes_equal_llama_cpp(scheme, suffix):
     x = np.load(GOLDEN / "input.npy")
     imp = np.load(GOLDEN / "importance.npy") if suffix else None
     s = SCHEMES[scheme]
     ours = s.quantize(x, QuantParams(scheme), importance=imp)
     bad = np.flatnonzero(ours != _golden(f"{scheme}{suffix}.bin"))
-    assert bad.size == 0, f"first differing byte {bad[0]} (row {bad[0] // (x.shape[1] // 256 * s.block_bytes)})"
+    assert bad.size == 0, f"first differing byte {bad[0]} (row {bad[0] // s.nbytes(1, x.shape[1], QuantParams(scheme))})"
 
 
-@pytest.mark.parametrize("scheme", KQUANTS)
-def test_k_quant_dequantizes_as_gguf_does(scheme):
+@pytest.mark.parametrize("scheme", GOLDEN_BYTES)
+def test_dequantizes_as_gguf_does_within_the_bound(scheme):
     x = np.load(GOLDEN / "input.npy")
     s, p = SCHEMES[scheme], QuantParams(scheme)
     for raw in (s.quantize(x, p), s.quantize(x, p, importance=np.load(GOLDEN / "importance.npy"))):
@@ -70,7 +72,7 @@ def test_q6_k_keeps_the_search_codes_where_a_sub_scale_stores_as_zero():
     assert kept.any()
 
 
-@pytest.mark.parametrize("scheme", KQUANTS)
+@pytest.mark.parametrize("scheme", GOLDEN_BYTES)
 def test_importance_lowers_the_weighted_error(scheme):
     """The point of an importance matrix: on the columns it marks, the error
     shrinks; summed with its weights, the error is lower than without it."""
@@ -84,10 +86,10 @@ def test_importance_lowers_the_weighted_error(scheme):
     assert err(weighted) < 0.9 * err(plain)
 
 
-@pytest.mark.parametrize("scheme", KQUANTS)
+@pytest.mark.parametrize("scheme", GOLDEN_BYTES)
 @settings(max_examples=25, deadline=None)
 @given(rows=st.integers(1, 4), supers=st.integers(1, 3), log_scale=st.floats(-30, 3), seed=st.integers(0, 2**31))
-def test_k_quant_round_trip_on_random_scales(scheme, rows, supers, log_scale, seed):
+def test_round_trip_on_random_scales(scheme, rows, supers, log_scale, seed):
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((rows, 256 * supers)) * 10.0 ** log_scale).astype(np.float32)
     s, p = SCHEMES[scheme], QuantParams(scheme)
@@ -98,16 +100,16 @@ def test_k_quant_round_trip_on_random_scales(scheme, rows, supers, log_scale, se
     assert (np.abs(x - deq) <= s.error_bound(x, raw, p)).all()
 
 
-# A byte holding element 5's code bits 2..3 in row 0's first sub-block (q6_k: its low nibble).
-CODE_BYTE = {"q4_k": 16 + 5, "q5_k": 48 + 5, "q6_k": 5}
+# A byte holding element 5's code bits 2..3 in row 0's first (sub-)block (q6_k: its low nibble).
+CODE_BYTE = {"q4_k": 16 + 5, "q5_k": 48 + 5, "q6_k": 5, "iq4_nl": 2 + 5, "iq4_xs": 8 + 5}
 
 
-@pytest.mark.parametrize("scheme", KQUANTS)
+@pytest.mark.parametrize("scheme", GOLDEN_BYTES)
 def test_error_bound_catches_a_wrong_code(scheme):
     x = np.load(GOLDEN / "input.npy")[-4:]
     s, p = SCHEMES[scheme], QuantParams(scheme)
     raw = s.quantize(x, p).copy()
-    raw[CODE_BYTE[scheme]] ^= 0x0C  # the code moves by 4 or more steps
+    raw[CODE_BYTE[scheme]] ^= 0x0C  # the code moves by 4 or more (grid) steps
     deq = s.dequantize(raw, *x.shape, p)
     assert not (np.abs(x - deq) <= s.error_bound(x, raw, p)).all()
 
@@ -124,13 +126,14 @@ def test_nearest_int_is_ggml_rounding():
     assert qs.nearest_int(v).tolist() == [0, 2, 2, 0, -2, 3, 4194303, 0]
 
 
+@pytest.mark.parametrize("scheme", GOLDEN_BYTES)
 @pytest.mark.parametrize("bad", [np.nan, -1.0, np.inf])
-def test_bad_importance_is_refused(bad):
+def test_bad_importance_is_refused(scheme, bad):
     x = np.ones((2, 256), np.float32)
     imp = np.ones(256, np.float32)
     imp[9] = bad
     with pytest.raises(IEError, match=r"w\.q: importance of column 9 is"):
-        Q4K.quantize(x, P, name="w.q", importance=imp)
+        SCHEMES[scheme].quantize(x, QuantParams(scheme), name="w.q", importance=imp)
 
 
 def test_importance_of_the_wrong_length_is_refused():

@@ -853,15 +853,15 @@ void i8_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
       const __m256i v = block_values<T>(p, 0);
       const __m256i av = kHasMin<T> ? v : _mm256_sign_epi8(v, v);
       const __m256 d = f16_bcast(p);
+      // q5_1's min in lane 0 only (the lanes are summed at the end)
+      const __m256 m = kHasMin<T> ? _mm256_zextps128_ps256(_mm_set_ss(_cvtsh_ss(load_u16(p + 2)))) : __m256{};
       for (int b = 0; b < B; ++b) {
         __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + (blk * B + b) * 32));
         if constexpr (!kHasMin<T>) xq = _mm256_sign_epi8(xq, v);
         const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(av, xq), ones);
         acc[rr][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(xa.d + blk * B + b)),
                                      acc[rr][b]);
-        if constexpr (kHasMin<T>)  // in lane 0 only: the lanes are summed at the end
-          acc[rr][b] = _mm256_fmadd_ps(_mm256_zextps128_ps256(_mm_set_ss(_cvtsh_ss(load_u16(p + 2)))),
-                                       _mm256_broadcast_ss(xa.ds + blk * B + b), acc[rr][b]);
+        if constexpr (kHasMin<T>) acc[rr][b] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(xa.ds + blk * B + b), acc[rr][b]);
       }
     }
   }
@@ -948,7 +948,6 @@ IE_INLINE void q4k_params(const uint8_t* blk, __m256* sc, __m256* mn) {
   *sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(load_u16(blk))), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(ls)));
   *mn = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(load_u16(blk + 2))), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lm)));
 }
-
 
 // q5_k is q4_k with a fifth code bit: the same super-block header, its
 // nibbles at 48, and bit j of byte e of the 32 bytes at 16 the fifth bit of
@@ -1245,8 +1244,8 @@ struct Prepared {  // views of the activation's form and of the per-call derived
 template <WType T, int R, int B>
 void i8_blocks_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* out) {
   if (a.act == Act::F32) i8_blocks_f32_rows<T, R, B>(a, r0, out);
-  else if constexpr (kSubs<T> == 1 && T != WType::IQ4_NL) i8_q8_rows<T, R, B>(a, p.q8, r0, out);
-  else iq4_q8_rows<T, R, B>(a, p.q8, r0, out);
+  else if constexpr (T == WType::IQ4_NL || T == WType::IQ4_XS) iq4_q8_rows<T, R, B>(a, p.q8, r0, out);
+  else i8_q8_rows<T, R, B>(a, p.q8, r0, out);
 }
 
 // Rows [r0, r0 + R) for all B activation rows: kernel, then zero-point/min
@@ -1331,9 +1330,8 @@ bool nibbles(WType t) { return t == WType::Int4w || t == WType::Q4_0 || t == WTy
 
 Prep prep_kind_avx2(WType t, Act act) {
   if (nibbles(t)) return act == Act::Int8 ? Prep::NibQ8 : Prep::NibF32;
-  if (act == Act::Int8 && (t == WType::Q8_0 || t == WType::Q5_0 || t == WType::Q5_1 || t == WType::Q4_K || t == WType::Q5_K || t == WType::Q6_K ||
-                           t == WType::IQ4_NL || t == WType::IQ4_XS))
-    return Prep::Q8Blocks;
+  // every other packed type reads x quantized per 32 in element order (Q8Nat)
+  if (act == Act::Int8 && t != WType::F32 && t != WType::F16 && t != WType::BF16) return Prep::Q8Blocks;
   return Prep::None;
 }
 

@@ -116,8 +116,11 @@ inline Q4kSub q4k_sub(const uint8_t* blk, int j) {
   return {f16_to_f32(load_u16(blk)) * static_cast<float>(ls), f16_to_f32(load_u16(blk + 2)) * static_cast<float>(lm)};
 }
 
-// Code e (0..31) of sub-block j.
-inline int q4k_code(const uint8_t* blk, int j, int e) { return (blk[kQ4kCodes + 32 * (j / 2) + e] >> (4 * (j % 2))) & 0xF; }
+// The nibble of element e (0..31) of sub-block j, for 128 code bytes at `at`.
+inline int kq_nibble(const uint8_t* blk, int at, int j, int e) { return (blk[at + 32 * (j / 2) + e] >> (4 * (j % 2))) & 0xF; }
+
+// Code e of sub-block j.
+inline int q4k_code(const uint8_t* blk, int j, int e) { return kq_nibble(blk, kQ4kCodes, j, e); }
 
 // q5_k: q4_k's super-block (the same d, dmin and 12 scale bytes, so q4k_sub
 // gives its sub-blocks' scale and min) with 5-bit codes: the low nibbles as
@@ -128,7 +131,7 @@ constexpr int kQ5kCodes = wtype_info(WType::Q5_K).code_offset;
 constexpr int kQ5kHigh = 16;
 
 inline int q5k_code(const uint8_t* blk, int j, int e) {
-  return ((blk[kQ5kCodes + 32 * (j / 2) + e] >> (4 * (j % 2))) & 0xF) | (((blk[kQ5kHigh + e] >> j) & 1) << 4);
+  return kq_nibble(blk, kQ5kCodes, j, e) | (((blk[kQ5kHigh + e] >> j) & 1) << 4);
 }
 
 // q5_0 / q5_1: 32-element blocks whose codes (0..31) keep their fifth bits
