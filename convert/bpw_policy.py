@@ -36,7 +36,7 @@ import numpy as np
 from iekit.formats.errors import IEError
 from iekit.formats.kl_probes import KLProbes
 from iekit.formats.q4_manifest import selection_params
-from iekit.formats.quant import SCHEMES
+from iekit.formats.quant import SCHEMES, QuantError
 
 SAMPLE_ROWS = 64  # rows measured per matrix (evenly spaced)
 
@@ -114,15 +114,15 @@ def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | No
              selections) -> dict[str, tuple[dict, int, float]]:
     """Per selection that can store the matrix (by _key): (selection, bytes,
     predicted error), the error measured on ``rows`` and scaled to all rows."""
-    weights = np.ones(shape[1]) if imp is None else imp.astype(np.float64)
     out: dict[str, tuple[dict, int, float]] = {}
     for sel in selections:
         scheme, p = SCHEMES[sel["scheme"]], selection_params(sel)
         if _key(sel) in out or scheme.check(shape, p):
             continue
-        raw = scheme.quantize(rows, p, name=name, importance=imp)
-        d = rows.astype(np.float64) - scheme.dequantize(raw, *rows.shape, p)
-        out[_key(sel)] = (sel, scheme.nbytes(*shape, p), float((d * d * weights).sum()) * shape[0] / rows.shape[0])
+        err = QuantError()
+        for _piece in scheme.stream([rows], p, rows.shape[0], name, imp, err):
+            pass
+        out[_key(sel)] = (sel, scheme.nbytes(*shape, p), err.sq_error * shape[0] / rows.shape[0])
     return out
 
 

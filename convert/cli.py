@@ -24,7 +24,7 @@ from iekit.formats.errors import IEError
 from iekit.formats.fileio import read_small
 from iekit.formats.gguf_file import open_gguf
 from iekit.formats.jsonio import dumps_canonical, loads_strict
-from iekit.formats.quant import SCHEMES
+from iekit.formats.quant import SCHEMES, QuantError
 from iekit.formats.q4_manifest import (EMBED_NAMES, HEAD_NAMES, KEEP, bytes_per_token, default_manifest, is_tied,
                                        load_manifest, manifest_from, plan)
 
@@ -141,13 +141,30 @@ def convert_progress(quiet: bool) -> Iterator[ConvertProgress]:
                               describe=lambda t: bar.update(state["task"], description=t))
 
 
+WORST_SHOWN = 5  # matrices the converters list by predicted loss
+
+
 def report_conversion(res: ConvertResult) -> None:
-    """The converters' closing lines on stderr."""
+    """The converters' closing lines on stderr: warnings, and the matrices
+    quantization hurt most by its own prediction."""
     for w in res.warnings or []:
         err.print(f"warning: {w}", markup=False)
     if res.removed:
         err.print(f"removed the previous artifact's {', '.join(res.removed)} from {res.out_dir} "
                   "(not part of the new one)", markup=False)
+    if not res.errors:
+        return
+    worst = sorted(res.errors.items(), key=lambda kv: -kv[1].sq_error)[:WORST_SHOWN]
+    weighted = "importance-weighted " if any(e.weighted for e in res.errors.values()) else ""
+    table = Table(title=f"predicted loss ({weighted}squared error added to the outputs): the {len(worst)} largest of "
+                        f"{len(res.errors)} quantized matrices (all: ieconv inspect {res.out_dir})",
+                  title_justify="left")
+    for col in ("tensor", f"Σ {'imp·' if weighted else ''}(w−ŵ)²", "share", "SQNR dB"):
+        table.add_column(col, justify="left" if col == "tensor" else "right")
+    total = sum(e.sq_error for e in res.errors.values())
+    for name, e in worst:
+        table.add_row(name, f"{e.sq_error:.4g}", f"{e.sq_error / total:.1%}" if total else "", f"{e.sqnr_db:.1f}")
+    err.print(table)
 
 
 @cli.command("gguf-to-iebin")
@@ -395,11 +412,13 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
     qbytes = sum(v[1] for k, v in by_dtype.items() if k in SCHEMES)
     qelems = sum(v[2] for k, v in by_dtype.items() if k in SCHEMES)
     qbpw = 8 * qbytes / qelems if qelems else None  # bits per weight over the quantized matrices, scales included
+    errors = {t["name"]: QuantError(**t[iebin.ERROR_KEY]) for t in m.tensors if iebin.ERROR_KEY in t}
     if as_json:
         click.echo(json.dumps({"path": str(m.meta_path), "model": m.meta["model"], "source": m.meta["source"],
                                "tensors": len(m.tensors),
                                "bytes": sum(v[1] for v in by_dtype.values()),
                                "quantized_bits_per_weight": qbpw,
+                               "quant_error": {n: e.record() for n, e in errors.items()},
                                "by_dtype": {k: {"tensors": v[0], "bytes": v[1],
                                                 "bits_per_weight": 8 * v[1] / v[2] if v[2] else None}
                                             for k, v in sorted(by_dtype.items())}},
@@ -421,11 +440,13 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
     out.print(summary)
     table = Table(title="tensors")
     for col, just in (("name", "left"), ("dtype", "left"), ("quant", "left"), ("shape", "left"),
-                      ("bytes", "right"), ("offset", "right")):
+                      ("bytes", "right"), ("offset", "right")) + ((("SQNR dB", "right"),) if errors else ()):
         table.add_column(col, justify=just)
     for t in m.tensors:
+        e = errors.get(t["name"])
         table.add_row(t["name"], t["dtype"], quant_label(t.get("quant")), "×".join(map(str, t["shape"])) or "scalar",
-                      human_bytes(t["nbytes"]), str(t["file_data_offset"]))
+                      human_bytes(t["nbytes"]), str(t["file_data_offset"]),
+                      *((f"{e.sqnr_db:.1f}" if e else "",) if errors else ()))
     out.print(table)
     totals = Table(title="totals")
     for col in ("dtype", "tensors", "bytes", "bits/weight"):

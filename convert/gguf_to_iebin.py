@@ -43,7 +43,7 @@ from iekit.formats.errors import FormatError
 from iekit.formats.finite import PayloadScan
 from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
 from iekit.formats.q4_manifest import Manifest, plan
-from iekit.formats.quant import SCHEMES, QuantParams
+from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import hf_name
 from .gguf_tokenizer import tokenizer_config_json, tokenizer_json
@@ -286,10 +286,13 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
             for n in stale:
                 staged.remove_on_commit(n)
             writer = iebin.IebinWriter(staged)
+            errors: dict[str, QuantError] = {}
             for p in plans:
                 progress.describe(p.name)
                 extra = {iebin.QUANT_KEY: p.quant} if p.quant else None
-                writer.add_tensor(p.name, p.dtype, p.shape, _chunks(g, p, progress), p.out_nbytes, extra=extra)
+                error = errors[p.name] = QuantError() if p.mode == "quantize" else None
+                writer.add_tensor(p.name, p.dtype, p.shape, _chunks(g, p, progress, error), p.out_nbytes,
+                                  extra=extra, error=error)
             aux = writer.stage_aux(aux_data)
             source = {"kind": "gguf", "name": g.path.name, "revision": None, "shards": hashes.records(),
                       "gguf": {"version": g.version, "architecture": g.fields["general.architecture"],
@@ -302,7 +305,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
     return ConvertResult(out_dir, len(plans), bytes_in, meta["files"][0]["nbytes"], time.perf_counter() - t0,
                          sum(p.mode in ("cast", "dequant") for p in plans), sum(p.mode == "quantize" for p in plans),
                          warnings, stale, kept_blocks=sum(p.mode == "copy" and p.dtype in SCHEMES for p in plans),
-                         weighted_tensors=len(importance))
+                         weighted_tensors=len(importance), errors={n: e for n, e in errors.items() if e is not None})
 
 
 def _row_blocks(g: GGUFModel, p: _Tensor, progress: Progress) -> Iterator[tuple[int, np.ndarray]]:
@@ -331,12 +334,13 @@ def _floats(g: GGUFModel, p: _Tensor, r0: int, part: np.ndarray) -> np.ndarray:
     return w
 
 
-def _chunks(g: GGUFModel, p: _Tensor, progress: Progress) -> Iterator[bytes]:
-    """The tensor's output bytes, streamed."""
+def _chunks(g: GGUFModel, p: _Tensor, progress: Progress, error: QuantError | None = None) -> Iterator[bytes]:
+    """The tensor's output bytes, streamed (a quantized one's predicted loss
+    added to ``error``)."""
     if p.mode == "quantize":
         rows = (_floats(g, p, r0, part) for r0, part in _row_blocks(g, p, progress))
         yield from (piece.tobytes() for piece in SCHEMES[p.dtype].stream(rows, p.params, p.shape[0], p.name,
-                                                                           p.importance))
+                                                                           p.importance, error))
         return
     scan = PayloadScan({"dtype": p.dtype, "shape": p.shape}, allow_nonfinite=True) if p.dtype in SCHEMES else None
     for r0, part in _row_blocks(g, p, progress):

@@ -20,7 +20,7 @@ import os
 import re
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -35,7 +35,7 @@ from iekit.formats.hf_checkpoint import HFSource, collect_tensors, read_aux
 from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 
 from iekit.formats.q4_manifest import Manifest, plan
-from iekit.formats.quant import SCHEMES, QuantParams
+from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import hf_name
 from .hf_config import model_summary
@@ -69,6 +69,7 @@ class ConvertResult:
     removed: list[str] | None = None  # files of a previous artifact removed (--overwrite)
     kept_blocks: int = 0  # gguf-to-iebin: quantized tensors whose blocks were copied as they are
     weighted_tensors: int = 0  # quantized with importance weights (--imatrix)
+    errors: dict[str, QuantError] = field(default_factory=dict)  # per tensor quantized here: its predicted loss
 
 
 @dataclass
@@ -158,6 +159,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
             progress.start("converting", bytes_in + sum((src.dir / s).stat().st_size for s in src.shards))
             hashes = stack.enter_context(SourceHashes([(s, src.dir / s) for s in src.shards], progress.advance))
             n_cast = 0
+            errors: dict[str, QuantError] = {}
             with StagedFiles(out_dir) as staged:
                 for n in stale:
                     staged.remove_on_commit(n)
@@ -166,7 +168,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     sf, t = tensors[name]
                     progress.describe(name)
                     if qplan and name in qplan.quantize:
-                        _add_quantized(writer, name, sf, t, qplan.quantize[name], progress, importance.get(name))
+                        errors[name] = _add_quantized(writer, name, sf, t, qplan.quantize[name], progress,
+                                                      importance.get(name))
                         continue
                     target = dtype if dtype and t.dtype.is_float else t.dtype.name
                     if target != t.dtype.name:
@@ -186,12 +189,13 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
     bytes_out = meta["files"][0]["nbytes"]
     return ConvertResult(out_dir, len(names), bytes_in, bytes_out, time.perf_counter() - t0, n_cast,
                          len(qplan.quantize) if qplan else 0, (qplan.warnings if qplan else []) + iwarn, stale,
-                         weighted_tensors=len(importance))
+                         weighted_tensors=len(importance), errors=errors)
 
 
 def _add_quantized(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t: SafetensorsTensor,
-                   params: QuantParams, progress: Progress, importance: Any = None) -> None:
-    """Quantize a float matrix a block of rows at a time (memory stays bounded)."""
+                   params: QuantParams, progress: Progress, importance: Any = None) -> QuantError:
+    """Quantize a float matrix a block of rows at a time (memory stays
+    bounded); its predicted loss is recorded in the entry and returned."""
     rows, cols = t.shape
     scheme = SCHEMES[params.scheme]
     rows_per_chunk = max(1, QUANT_CHUNK_ELEMS // max(cols, 1))
@@ -201,9 +205,11 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t:
             progress.advance(len(chunk))
             yield decode_f32(chunk, t.dtype.name).reshape(-1, cols)
 
-    pieces = (p.tobytes() for p in scheme.stream(row_chunks(), params, rows, name, importance))
+    error = QuantError()
+    pieces = (p.tobytes() for p in scheme.stream(row_chunks(), params, rows, name, importance, error))
     writer.add_tensor(name, params.scheme, [rows, cols], pieces, scheme.nbytes(rows, cols, params),
-                      extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)})
+                      extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)}, error=error)
+    return error
 
 
 def _chunks(sf: SafetensorsFile, t: SafetensorsTensor, target: str, progress: Progress) -> Iterator[bytes]:

@@ -9,6 +9,7 @@ format: the writer used by ``ieconv``, the strict validator used by
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,7 @@ from .fileio import iter_range, sha256_range
 from .finite import PayloadScan
 from .jsonio import dumps_canonical, load_json, schema_check
 from .paths import check_relpath, resolve_inside
-from .quant import SCHEMES, QuantDictError
+from .quant import SCHEMES, QuantDictError, QuantError
 
 FORMAT_NAME = "iebin"
 VERSION = 2
@@ -34,6 +35,8 @@ CHECKSUM = "sha256"
 
 TENSOR_KEYS = ("name", "dtype", "shape", "file", "file_data_offset", "nbytes", "sha256")
 QUANT_KEY = "quant"  # present exactly when dtype is a quantized scheme
+ERROR_KEY = "quant_error"  # optional on quantized tensors: the quantizer's predicted loss (QuantError)
+ERROR_FIELDS = {"weighted": (bool,), "sq_error": (int, float), "sq_norm": (int, float)}
 LEGACY_KEYS = ("shard", "shard_data_offset")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -85,7 +88,10 @@ class IebinWriter:
         self.tensors: list[dict[str, Any]] = []
 
     def add_tensor(self, name: str, dtype: str, shape: list[int], chunks: Iterable[bytes],
-                   expected_nbytes: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                   expected_nbytes: int, extra: dict[str, Any] | None = None,
+                   error: QuantError | None = None) -> dict[str, Any]:
+        """Write one payload from ``chunks``; ``error``, filled while they are
+        produced (Scheme.stream), is recorded as the entry's quant_error."""
         offset = -(-self._next // self.alignment) * self.alignment
         if offset > self._written:
             self._f.write(b"\0" * (offset - self._written))
@@ -110,6 +116,8 @@ class IebinWriter:
         self._next = offset + max(n, 1)
         entry = {"name": name, "dtype": dtype, "shape": list(shape), "file": BIN_NAME,
                  "file_data_offset": offset, "nbytes": n, "sha256": h.hexdigest(), **(extra or {})}
+        if error is not None:
+            entry[ERROR_KEY] = error.record()
         self.tensors.append(entry)
         return entry
 
@@ -176,7 +184,7 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
         if k not in t:
             raise FormatError(meta_file, where, f"{label}missing key {k!r}")
     quantized = isinstance(t.get("dtype"), str) and t["dtype"] in SCHEMES
-    allowed = TENSOR_KEYS + ((QUANT_KEY,) if quantized else ())
+    allowed = TENSOR_KEYS + ((QUANT_KEY, ERROR_KEY) if quantized else ())
     unknown = sorted(set(t) - set(allowed))
     if unknown:
         raise FormatError(meta_file, f"{where}.{unknown[0]}", f"{label}unknown key {unknown[0]!r}")
@@ -206,6 +214,8 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
             field = f"{where}.quant" + (f".{e.key}" if e.key else "")
             raise FormatError(meta_file, field, f"{label}{e}") from None
         expected = SCHEMES[dtype].nbytes(shape[0], shape[1], params)
+        if ERROR_KEY in t:
+            _check_error(t[ERROR_KEY], meta_file, f"{where}.{ERROR_KEY}", label)
     else:
         expected = plain_nbytes(dtype, shape)
     if expected > INT64_MAX:
@@ -226,6 +236,23 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
     sha = t["sha256"]
     if not isinstance(sha, str) or not _SHA256.match(sha):
         raise FormatError(meta_file, f"{where}.sha256", f"{label}must be 64 lowercase hex digits")
+
+
+def _check_error(e: object, meta_file: str, where: str, label: str) -> None:
+    """A quant_error object: exactly ERROR_FIELDS, the sums finite and >= 0."""
+    if not isinstance(e, dict):
+        raise FormatError(meta_file, where, f"{label}must be an object, got {e!r}")
+    for key, types in ERROR_FIELDS.items():
+        if key not in e:
+            raise FormatError(meta_file, where, f"{label}missing key {key!r}")
+        v = e[key]
+        if not isinstance(v, types) or (type(v) is bool) != (types == (bool,)):
+            raise FormatError(meta_file, f"{where}.{key}", f"{label}must be {'a boolean' if types == (bool,) else 'a number'}, got {v!r}")
+        if types != (bool,) and (v < 0 or (isinstance(v, float) and not math.isfinite(v))):
+            raise FormatError(meta_file, f"{where}.{key}", f"{label}must be finite and >= 0, got {v!r}")
+    extra = sorted(set(e) - set(ERROR_FIELDS))
+    if extra:
+        raise FormatError(meta_file, f"{where}.{extra[0]}", f"{label}unknown key {extra[0]!r}")
 
 
 def validate_meta(meta: object, meta_file: str | os.PathLike = META_NAME) -> None:

@@ -44,6 +44,48 @@ class QuantParams:
     scale_dtype: str = "f16"
 
 
+@dataclass
+class QuantError:
+    """A matrix's predicted loss: Σ imp[c] × (w − ŵ)² over its elements, and
+    Σ imp[c] × w² beside it (imp: the importance matrix's column means of x²
+    for the matrix's input, or 1 without one). The first is the expected
+    squared error quantization adds to the matrix's outputs per token
+    (E[(ΔW x)²] = Σ ΔW² E[x²] for independent columns): what the
+    bits-per-weight policy ranks candidates by, and what the converters
+    record per tensor. Their ratio is scale-free (SQNR), comparable across
+    matrices of one model."""
+
+    weighted: bool = False
+    sq_error: float = 0.0
+    sq_norm: float = 0.0
+
+    def add(self, w: np.ndarray, w_hat: np.ndarray, importance: np.ndarray | None) -> None:
+        """Accumulate rows ``w`` [n, cols] and their dequantized ``w_hat``."""
+        w = np.asarray(w, dtype=np.float64)
+        d = w - w_hat
+        if importance is None:
+            self.sq_error += float((d * d).sum())
+            self.sq_norm += float((w * w).sum())
+        else:
+            imp = np.asarray(importance, dtype=np.float64).reshape(-1)
+            self.weighted = True
+            self.sq_error += float(((d * d) @ imp).sum())
+            self.sq_norm += float(((w * w) @ imp).sum())
+
+    @property
+    def sqnr_db(self) -> float:
+        """10 log10(Σ imp w² / Σ imp (w − ŵ)²); inf for an exact matrix."""
+        if self.sq_error == 0:
+            return float("inf")
+        return 10 * np.log10(self.sq_norm / self.sq_error) if self.sq_norm > 0 else float("-inf")
+
+    def record(self) -> dict[str, Any]:
+        """The tensor entry's ``quant_error`` (docs/formats/iebin.md), at six
+        significant digits: a summation-order ulp does not change the bytes."""
+        return {"weighted": self.weighted, "sq_error": float(f"{self.sq_error:.6g}"),
+                "sq_norm": float(f"{self.sq_norm:.6g}")}
+
+
 def _finite_or_raise(w: np.ndarray, name: str) -> None:
     if not np.isfinite(w).all():
         bad = np.argwhere(~np.isfinite(w))[0]
@@ -218,12 +260,20 @@ class Scheme(WeightType):
         """Whole tensor -> payload bytes (uint8)."""
         return np.concatenate(list(self.stream([w], p, w.shape[0], name, importance)))
 
+    def dequantize_rows(self, qr: "QuantizedRows", cols: int, p: QuantParams) -> np.ndarray:
+        """The float32 rows [n, cols] one quantize_rows result stands for."""
+        return self.dequantize(qr.rows, qr.rows.shape[0], cols, p)
+
     def stream(self, row_chunks, p: QuantParams, rows: int, name: str,
-               importance: np.ndarray | None = None) -> Iterator[np.ndarray]:
-        """Quantize an iterable of row chunks, yielding payload pieces in file order.
+               importance: np.ndarray | None = None, error: QuantError | None = None) -> Iterator[np.ndarray]:
+        """Quantize an iterable of row chunks, yielding payload pieces in file order
+        (and adding each chunk's predicted loss to ``error``).
         Block schemes are row-contiguous, so each chunk's bytes go straight out."""
         for w in row_chunks:
-            yield self.quantize_rows(w, p, name, importance).rows.reshape(-1)
+            qr = self.quantize_rows(w, p, name, importance)
+            if error is not None:
+                error.add(w, self.dequantize_rows(qr, w.shape[1], p), importance)
+            yield qr.rows.reshape(-1)
 
 
 @dataclass
@@ -849,11 +899,20 @@ class Int4W(Scheme, weight_type="int4w"):
         return QuantizedRows(_pack_nibbles(q.reshape(w.shape[0], -1)), s.astype(sd),
                              None if m is None else m.astype(sd))
 
-    def stream(self, row_chunks, p, rows, name, importance=None):
+    def dequantize_rows(self, qr, cols, p):
+        g = p.group_size or cols
+        q = _unpack_nibbles(qr.rows).astype(np.float32).reshape(qr.rows.shape[0], -1, g)
+        s = qr.scales.astype(np.float32)[..., None]
+        out = s * (q - np.float32(8)) if qr.mins is None else s * q + qr.mins.astype(np.float32)[..., None]
+        return out.reshape(-1, cols)
+
+    def stream(self, row_chunks, p, rows, name, importance=None, error=None):
         """qs rows go out as they are made; the small scale/min planes follow."""
         scales, mins = [], []
         for w in row_chunks:
             qr = self.quantize_rows(w, p, name, importance)
+            if error is not None:
+                error.add(w, self.dequantize_rows(qr, w.shape[1], p), importance)
             scales.append(qr.scales)
             if qr.mins is not None:
                 mins.append(qr.mins)
@@ -874,14 +933,7 @@ class Int4W(Scheme, weight_type="int4w"):
         return qs, s, m
 
     def dequantize(self, raw, rows, cols, p):
-        g = p.group_size or cols
-        qs, s, m = self.planes(raw, rows, cols, p)
-        q = _unpack_nibbles(qs).astype(np.float32).reshape(rows, -1, g)
-        if p.symmetric:
-            out = s[..., None] * (q - np.float32(8))
-        else:
-            out = s[..., None] * q + m[..., None]
-        return out.reshape(rows, cols).astype(np.float32)
+        return self.dequantize_rows(QuantizedRows(*self.planes(raw, rows, cols, p)), cols, p)
 
     def error_bound(self, w, raw, p):
         """Every code is the nearest grid point of the scale (and min) as stored."""

@@ -1008,3 +1008,44 @@ def test_float_entry_with_quant_object_is_rejected(qart):
     j = next(j for j, t in enumerate(read_meta(d)["tensors"]) if t["dtype"] == "f32")
     edit(d, lambda m: m["tensors"][j].update(quant={"scheme": "int4w", "group_size": 32}))
     assert_cli_error(run_ieconv("validate", d), META_NAME, f"tensors[{j}]", "quant")
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda e: e.update(sq_error=-1.0), "quant_error.sq_error"),
+    (lambda e: e.update(sq_norm="455.7"), "quant_error.sq_norm"),
+    (lambda e: e.update(sq_error=True), "quant_error.sq_error"),
+    (lambda e: e.update(sq_norm=None), "quant_error.sq_norm"),
+    (lambda e: e.update(weighted=0), "quant_error.weighted"),
+    (lambda e: e.pop("sq_norm"), "quant_error"),
+    (lambda e: e.update(kl=0.1), "quant_error.kl"),
+], ids=["negative", "string", "bool-as-number", "null", "int-as-bool", "missing", "unknown-key"])
+def test_quant_error_rules(qart, schema_validator, mutate, field):
+    """The predicted-loss record of a quantized entry: exactly its three keys,
+    sums that are numbers >= 0 (JSON itself has no NaN/Infinity to carry);
+    the JSON Schema says the same."""
+    d, i = qart
+    meta = read_meta(d)
+    assert meta["tensors"][i]["quant_error"]["weighted"] is False  # the golden conversion recorded one
+    assert list(schema_validator.iter_errors(meta)) == []
+    mutate(meta["tensors"][i]["quant_error"])
+    assert list(schema_validator.iter_errors(meta)) != []
+    edit(d, lambda m: mutate(m["tensors"][i]["quant_error"]))
+    assert_cli_error(run_ieconv("validate", d), META_NAME, f"tensors[{i}].{field}")
+
+
+def test_quant_error_on_a_float_entry_or_not_an_object_is_rejected(qart, schema_validator):
+    d, i = qart
+    meta = read_meta(d)
+    j = next(j for j, t in enumerate(meta["tensors"]) if t["dtype"] == "f32")
+    meta["tensors"][j]["quant_error"] = meta["tensors"][i]["quant_error"]
+    assert list(schema_validator.iter_errors(meta)) != []
+    edit(d, lambda m: m["tensors"][j].update(quant_error={"weighted": False, "sq_error": 0.0, "sq_norm": 0.0}))
+    assert_cli_error(run_ieconv("validate", d), META_NAME, f"tensors[{j}].quant_error", "unknown key")
+    shutil.rmtree(d)
+    shutil.copytree(MIXEDQ, d)
+    edit(d, lambda m: m["tensors"][i].update(quant_error=[0.0, 0.0]))
+    assert_cli_error(run_ieconv("validate", d), META_NAME, f"tensors[{i}].quant_error", "object")
+    shutil.rmtree(d)
+    shutil.copytree(MIXEDQ, d)
+    edit(d, lambda m: m["tensors"][i].pop("quant_error"))  # optional: an artifact of an earlier ieconv
+    assert run_ieconv("validate", d).returncode == 0

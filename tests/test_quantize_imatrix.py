@@ -233,3 +233,49 @@ def test_candidates_are_the_lower_convex_hull_of_error_against_size():
     per_bit = [(hull[i][2] - hull[i + 1][2]) / (hull[i + 1][1] - hull[i][1]) for i in range(len(hull) - 1)]
     assert per_bit == sorted(per_bit, reverse=True)
     assert lower_hull([]) == [] and lower_hull(opts[:1]) == opts[:1]
+
+
+def test_recorded_predicted_loss_is_the_weighted_error_of_the_bytes(wide):
+    """Each quantized entry's quant_error is Σ imp[c] (w − ŵ)² and Σ imp[c] w²,
+    recomputed here in float64 from the source weights, gguf.quants'
+    dequantization of the artifact's bytes and the imatrix's values; the
+    importance-weighted search lowers that error against the plain one, and
+    the converter and inspect report it."""
+    from gguf.quants import GGMLQuantizationType, dequantize
+    from safetensors.numpy import load_file
+
+    src = load_file(str(wide["hf"] / "model.safetensors"))
+    imp = imatrix.read(wide["imatrix"]).entries
+
+    def recomputed(out, weighted):
+        m = iebin.load_model(out)
+        blob = (out / iebin.BIN_NAME).read_bytes()
+        total = 0.0
+        for t in m.tensors:
+            if t["dtype"] != "q4_k":
+                continue
+            raw = np.frombuffer(blob, np.uint8, t["nbytes"], t["file_data_offset"]).reshape(t["shape"][0], -1)
+            w = src[t["name"]].astype(np.float64)
+            d2 = (w - dequantize(raw, GGMLQuantizationType.Q4_K).astype(np.float64)) ** 2
+            col = imp[t["name"]].astype(np.float64)
+            rec = t["quant_error"]
+            assert rec["weighted"] is weighted
+            if weighted:
+                assert rec["sq_error"] == pytest.approx((d2 @ col).sum(), rel=1e-5)
+                assert rec["sq_norm"] == pytest.approx(((w * w) @ col).sum(), rel=1e-5)
+            else:
+                assert rec["sq_error"] == pytest.approx(d2.sum(), rel=1e-5)
+                assert rec["sq_norm"] == pytest.approx((w * w).sum(), rel=1e-5)
+            total += float((d2 @ col).sum())
+        return total
+
+    plain, _m, res_plain = _quantize(wide, "q4k-loss-plain", "--scheme", "q4_k")
+    weighted, _m, res = _quantize(wide, "q4k-loss-im", "--scheme", "q4_k", "--imatrix", wide["imatrix"])
+    assert recomputed(weighted, True) < 0.95 * recomputed(plain, False)
+    assert "predicted loss (importance-weighted squared error" in res.stderr
+    assert "predicted loss (squared error" in res_plain.stderr
+    res = run_tool("ieconv", "inspect", "--json", weighted)
+    got = json.loads(res.stdout)["quant_error"]
+    assert len(got) == 14 and got == {t["name"]: t["quant_error"] for t in iebin.load_model(weighted).tensors
+                                      if "quant_error" in t}
+    assert "SQNR dB" in run_tool("ieconv", "inspect", weighted).stdout
