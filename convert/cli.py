@@ -69,7 +69,7 @@ def cli() -> None:
 # The converters' --imatrix (hf-to-iebin, gguf-to-iebin), and what both require of it and --force.
 IMATRIX_OPTION = click.option(
     "--imatrix", type=click.Path(path_type=Path, dir_okay=False),
-    help="Importance matrix (`ieconv imatrix`, or llama.cpp's legacy .dat): every quantized matrix's scale/min "
+    help="Importance matrix (`ieconv imatrix`, or llama.cpp's imatrix .gguf / legacy .dat): every quantized matrix's scale/min "
          "search minimises its error weighted by it (default: the manifest's \"imatrix\"). q4_0/q4_1/q4_k "
          "without one stay byte-identical to llama.cpp.")
 
@@ -369,7 +369,7 @@ def validate(path: Path, deep: bool, allow_nonfinite: bool):
 
     PATH is an IEBIN model directory or its model.ie.json, a .bsr file
     (block-sparse matrix; its crc32 is always checked), or an importance
-    matrix (.npz, `ieconv imatrix`; or llama.cpp's legacy .dat). Exit 0 and one OK line, or one line
+    matrix (.npz, `ieconv imatrix`; or llama.cpp's .gguf / legacy .dat). Exit 0 and one OK line, or one line
     naming the file and field at fault and exit 1.
     """
     if is_bsr_path(path):

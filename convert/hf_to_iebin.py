@@ -119,7 +119,7 @@ def load_importance(path: str | os.PathLike | None, quantize: dict[str, QuantPar
     if path is None or not quantize:
         return {}, []
     im = imatrix_fmt.read_any(Path(path))
-    if im.meta["format"] == imatrix_fmt.LLAMACPP_LEGACY:  # llama.cpp's tensor names -> ours
+    if im.meta["format"] in imatrix_fmt.LLAMACPP_FORMATS:  # llama.cpp's tensor names -> ours
         im.entries = {hf: v for n, v in im.entries.items() if (hf := hf_name(n)) is not None}
     found, missing = imatrix_fmt.select_for(im, {n: shapes[n][1] for n in quantize}, os.fspath(path))
     if not missing:

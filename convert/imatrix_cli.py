@@ -71,8 +71,9 @@ def imatrix_cmd(model_dir, text_file, ids_file, out_path, ctx, chunks, threads, 
 
 
 def is_imatrix_path(path: Path) -> bool:
-    """What `ieconv validate` and `inspect` hand to this module: ours (.npz) or llama.cpp's legacy .dat."""
-    return path.suffix in (".npz", ".dat")
+    """What `ieconv validate` and `inspect` hand to this module: ours (.npz) or
+    llama.cpp's (.gguf, legacy .dat); a GGUF model is told apart by read_any."""
+    return path.suffix in (".npz", ".dat", ".gguf")
 
 
 def validate_imatrix(path: Path) -> None:
@@ -81,6 +82,10 @@ def validate_imatrix(path: Path) -> None:
         chunks = f", {im.meta['chunks']} chunks" if im.meta["chunks"] is not None else ""
         stdout_console().print(f"OK {path}: llama.cpp legacy importance matrix, {len(im.entries)} matrices{chunks}",
                                markup=False)
+        return
+    if im.meta["format"] == imatrix.LLAMACPP_GGUF:
+        stdout_console().print(f"OK {path}: llama.cpp GGUF importance matrix, {len(im.entries)} matrices, "
+                               f"{im.tokens} tokens in {im.meta['chunks']} chunks of {im.meta['ctx']}", markup=False)
         return
     stdout_console().print(f"OK {path}: importance matrix v{im.meta['version']}, {len(im.entries)} matrices, "
                            f"{im.tokens} tokens in {im.meta['chunks']} chunks", markup=False)

@@ -9,7 +9,7 @@ files, only stored (never deflated) members of bounded size, and refuses any
 member, dtype, shape or value the spec does not allow, with one line naming
 the file and the member. ``select_for`` holds an imatrix to a model's
 matrices (names and column counts). ``read_any`` also reads llama.cpp's
-legacy ``.dat`` files, so users can reuse theirs.
+imatrix files (GGUF, and the legacy ``.dat``), so users can reuse theirs.
 """
 
 from __future__ import annotations
@@ -150,20 +150,85 @@ def read(path: Path) -> Imatrix:
 
 
 LLAMACPP_LEGACY = "llama.cpp-legacy"
+LLAMACPP_GGUF = "llama.cpp-gguf"
+LLAMACPP_FORMATS = (LLAMACPP_LEGACY, LLAMACPP_GGUF)  # entries under llama.cpp's tensor names (blk.0.attn_q.weight)
 MAX_ENTRIES = 1 << 17     # matrices in a llama.cpp file
 MAX_NAME = 1 << 10        # bytes of a tensor name there
+GGUF_SUFFIXES = (".in_sum2", ".counts")
 
 
 def read_any(path: Path) -> Imatrix:
-    """Ours (a zip, or any .npz), or llama.cpp's legacy ``.dat``
-    (``read_llamacpp_legacy``), told apart by their first bytes; llama.cpp's GGUF imatrix is refused
-    with a way out."""
+    """Ours (a zip, or any .npz), llama.cpp's GGUF imatrix (``read_llamacpp_gguf``)
+    or its legacy ``.dat`` (``read_llamacpp_legacy``), told apart by their first bytes."""
     path = Path(path)
     head = read_small(path, MAX_FILE)[:4]
     if head == b"GGUF":
-        raise FormatError(path, "file", "a llama.cpp GGUF imatrix; this reader takes its legacy layout: "
-                                        "write one with llama-imatrix --output-format dat, or use ieconv imatrix")
+        return read_llamacpp_gguf(path)
     return read(path) if head[:2] == b"PK" or path.suffix == ".npz" else read_llamacpp_legacy(path)
+
+
+def read_llamacpp_gguf(path: Path) -> Imatrix:
+    """llama.cpp's GGUF imatrix (what llama-imatrix writes by default):
+    ``general.type`` "imatrix", ``imatrix.datasets`` (strings),
+    ``imatrix.chunk_count`` and ``imatrix.chunk_size``; per matrix NAME the
+    F32 tensors NAME.in_sum2 ([cols]: Σ x² per input column) and NAME.counts
+    ([1]: the tokens summed). Entries keep llama.cpp's tensor names and are
+    the means in_sum2 / counts (counts rounded to integers; all ones where a
+    count is 0), as llama-quantize computes them. Per-expert entries
+    ([n_expert, cols], mixture-of-experts models) are refused: no iekit
+    model has expert matrices yet. The file is first read as any GGUF is
+    (formats/gguf_file.py), so every length and offset is checked."""
+    from .gguf_file import open_gguf
+
+    path = Path(path)
+    g = open_gguf(path)
+    kind = g.fields.get("general.type")
+    if kind != "imatrix":
+        raise FormatError(path, "general.type", f"is {kind!r}, not 'imatrix': a GGUF model, not an importance "
+                                                "matrix (models are imported with ieconv gguf-to-iebin)")
+    datasets = g.fields.get("imatrix.datasets")
+    if not isinstance(datasets, list) or not all(isinstance(d, str) for d in datasets):
+        raise FormatError(path, "imatrix.datasets", f"expected an array of strings, got {datasets!r}")
+    counts_kv = {}
+    for key in ("imatrix.chunk_count", "imatrix.chunk_size"):
+        v = g.fields.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise FormatError(path, key, "missing" if v is None else f"expected a count (u32), got {v!r}")
+        counts_kv[key] = v
+    found: dict[str, dict[str, Any]] = {}
+    for t in g.tensors:
+        suffix = next((s for s in GGUF_SUFFIXES if t.name.endswith(s) and len(t.name) > len(s)), None)
+        if suffix is None:
+            raise FormatError(path, t.name, "unexpected tensor: an imatrix holds NAME.in_sum2 and NAME.counts")
+        if t.ggml_type != "F32":
+            raise FormatError(path, t.name, f"is {t.ggml_type}, expected F32")
+        found.setdefault(t.name[:-len(suffix)], {})[suffix] = t
+    if len(found) > MAX_ENTRIES:
+        raise FormatError(path, "tensors", f"{len(found)} matrices, more than {MAX_ENTRIES}")
+    entries: dict[str, np.ndarray] = {}
+    tokens = 0
+    for name, pair in found.items():
+        for s in GGUF_SUFFIXES:
+            if s not in pair:
+                raise FormatError(path, name + s, "missing: every matrix has .in_sum2 and .counts")
+        sums, counts = pair[".in_sum2"], pair[".counts"]
+        if len(sums.shape) != 1 or counts.shape != [1]:
+            experts = sums.shape[0] if len(sums.shape) > 1 else counts.shape[0]
+            raise FormatError(path, name, f"in_sum2 {sums.shape}, counts {counts.shape}: per-expert entries "
+                                          f"({experts} experts) are not supported; expected [cols] and [1]")
+        if not 1 <= sums.shape[0] <= MAX_COLS:
+            raise FormatError(path, name + ".in_sum2", f"{sums.shape[0]} columns, expected 1..{MAX_COLS}")
+        count = float(g.tensor_bytes(counts).view("<f4")[0])
+        if not (np.isfinite(count) and 0 <= count < 2**53):
+            raise FormatError(path, name + ".counts", f"is {count!r}; a token count is finite and >= 0")
+        n = int(np.floor(count + 0.5))  # lround, as llama.cpp reads it
+        v = g.tensor_bytes(sums).view("<f4").astype(np.float32)
+        entries[name] = v / np.float32(n) if n > 0 else np.ones_like(v)
+        tokens = max(tokens, n)
+    check_values(entries, path)
+    meta = {"format": LLAMACPP_GGUF, "chunks": counts_kv["imatrix.chunk_count"],
+            "ctx": counts_kv["imatrix.chunk_size"], "tokens": tokens, "dataset": ", ".join(datasets) or None}
+    return Imatrix(entries, meta)
 
 
 def read_llamacpp_legacy(path: Path) -> Imatrix:

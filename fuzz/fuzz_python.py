@@ -134,10 +134,10 @@ def t_imatrix(data: bytes) -> None:
     read again (to_bytes must take every file read accepts)."""
     from iekit.formats import imatrix
 
-    p = _fresh_dir("imatrix") / ("im.npz" if data[:2] == b"PK" else "im.dat")  # else: llama.cpp's legacy layout
+    p = _fresh_dir("imatrix") / ("im.npz" if data[:2] == b"PK" else "im.dat")  # else: llama.cpp's (GGUF or legacy)
     p.write_bytes(data)
     im = _expected(imatrix.read_any, p)
-    if im is None or im.meta["format"] == imatrix.LLAMACPP_LEGACY:
+    if im is None or im.meta["format"] in imatrix.LLAMACPP_FORMATS:
         return
     again = _fresh_dir("imatrix2") / "im.npz"
     again.write_bytes(imatrix.to_bytes(im))
@@ -230,7 +230,8 @@ def seeds(target: str) -> list[bytes]:
     if target == "gguf":
         return [(GOLDEN / "gguf" / "tiny-llama.mixed.gguf").read_bytes()]
     if target == "imatrix":
-        return [(GOLDEN / "imatrix" / n).read_bytes() for n in ("example.npz", "example-llamacpp.dat")]
+        return [(GOLDEN / "imatrix" / n).read_bytes()
+                for n in ("example.npz", "example-llamacpp.dat", "tiny-llama.llamacpp.gguf", "tiny-llama.llamacpp.dat")]
     if target == "klprobes":
         return [(GOLDEN / "kl_probes" / "smollm2-rotated.json").read_bytes()]
     meta = json.loads((GOLDEN / "iebin" / "tiny-llama-mixedq" / "model.ie.json").read_text())

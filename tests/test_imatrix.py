@@ -246,7 +246,7 @@ def test_llama_cpp_legacy_imatrix_is_read_and_used(tmp_path):
     (lambda b: b[:4] + b"\xff\xff\xff\x7f" + b[8:], "entry 0: name length"),
     (lambda b: b.replace(b"\x00\x00\x80\x40", b"\x00\x00\xc0\x7f", 1), "importances are finite and >= 0"),
     (lambda b: b.replace(b"\x00\x00\x80\x40", b"\x00\x00\x80\xc0", 1), "importances are finite and >= 0"),
-    (lambda b: b"GGUF" + b[4:], "GGUF imatrix"),
+    (lambda b: b"GGUF" + b[4:], "GGUF version"),
 ])
 def test_hostile_legacy_imatrix_is_one_clear_error(tmp_path, mutate, needle):
     p = tmp_path / "im.dat"
@@ -264,3 +264,118 @@ def test_duplicate_legacy_entries_are_refused(tmp_path):
     p.write_bytes(b"\x02\x00\x00\x00" + body[4:] + body[4:])
     with pytest.raises(FormatError, match="a.weight: appears twice"):
         imatrix.read_any(p)
+
+
+LLAMACPP_GGUF = GOLDEN / "imatrix" / "tiny-llama.llamacpp.gguf"
+LLAMACPP_DAT = GOLDEN / "imatrix" / "tiny-llama.llamacpp.dat"
+
+
+def test_llama_imatrix_gguf_and_dat_files_read_to_its_means():
+    """llama-imatrix's own two files of one run (golden/imatrix): the means are
+    in_sum2 / counts as gguf's GGUFReader sees the tensors, the same from both."""
+    from gguf import GGUFReader
+
+    g, d = imatrix.read_any(LLAMACPP_GGUF), imatrix.read_any(LLAMACPP_DAT)
+    assert g.meta == {"format": "llama.cpp-gguf", "chunks": 6, "ctx": 64, "tokens": 384, "dataset": "eval-sample.txt"}
+    assert d.meta == {"format": "llama.cpp-legacy", "chunks": 6, "dataset": "eval-sample.txt"}
+    tensors = {t.name: np.asarray(t.data, np.float32).reshape(-1) for t in GGUFReader(LLAMACPP_GGUF).tensors}
+    assert len(g.entries) == 14 and set(g.entries) == set(d.entries)
+    for name, v in g.entries.items():
+        assert np.array_equal(v, tensors[name + ".in_sum2"] / tensors[name + ".counts"][0]), name
+        assert np.array_equal(v, d.entries[name]), name
+
+
+def test_ieconv_imatrix_agrees_with_llama_imatrix(tmp_path):
+    """The same model (the golden GGUF, imported) and text, chunked as llama-imatrix
+    chunks it: the first layer's inputs agree to float rounding; later ones to
+    1.3% (llama.cpp's quantized matmuls take 8-bit activations, ours f32)."""
+    from iekit.convert.gguf_names import hf_name
+
+    out = tmp_path / "ours.npz"
+    res = run_tool("ieconv", "imatrix", "-q", "--model-dir", GOLDEN / "gguf" / "tiny-llama-mixed", "--text-file", TEXT,
+                   "--ctx", "64", "--chunks", "6", "-o", out)
+    assert res.returncode == 0, res.stderr
+    ours, theirs = imatrix.read(out), imatrix.read_any(LLAMACPP_GGUF)
+    assert ours.tokens == theirs.tokens == 384
+    assert set(ours.entries) - {"lm_head.weight"} == {hf_name(n) for n in theirs.entries}  # llama.cpp: --process-output
+    for name, v in theirs.entries.items():
+        rel = np.abs(ours.entries[hf_name(name)] - v).max() / v.max()
+        assert rel < (1e-5 if name.startswith("blk.0.attn_") and name != "blk.0.attn_output.weight" else 3e-2), name
+
+
+def test_llama_imatrix_gguf_is_validated_inspected_and_used(tmp_path):
+    res = run_tool("ieconv", "validate", LLAMACPP_GGUF)
+    assert res.returncode == 0
+    assert res.stdout.strip() == f"OK {LLAMACPP_GGUF}: llama.cpp GGUF importance matrix, 14 matrices, 384 tokens in 6 chunks of 64"
+    assert "blk.1.ffn_down.weight" in run_tool("ieconv", "inspect", LLAMACPP_GGUF).stdout
+    m = tmp_path / "q.json"
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN / "hf" / "tiny-llama", "-o", m, "--scheme", "q4_0",
+                    "--imatrix", LLAMACPP_GGUF).returncode == 0
+    outs = []
+    for im in (LLAMACPP_GGUF, LLAMACPP_DAT):
+        outs.append(tmp_path / im.suffix[1:])
+        res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", GOLDEN / "hf" / "tiny-llama", "--q4-map", m,
+                       "--out-dir", outs[-1], "--imatrix", im)
+        assert res.returncode == 0, res.stderr
+        assert "(14 importance-weighted)" in res.stderr and "warning" not in res.stderr
+    assert (outs[0] / "model.ie.bin").read_bytes() == (outs[1] / "model.ie.bin").read_bytes()
+    # a GGUF model where an imatrix should be: one line saying so
+    assert_one_line_error(run_tool("ieconv", "validate", GOLDEN / "gguf" / "tiny-llama.mixed.gguf"),
+                          "general.type", "a GGUF model, not an importance matrix")
+
+
+def _gguf_imatrix(path, tensors, kv=None):
+    """A GGUF imatrix written with gguf's GGUFWriter, as llama-imatrix lays it out;
+    ``kv`` overrides (value None: leave the key out)."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), "llama")  # llama-imatrix writes no architecture; the reader ignores it
+    keys = {"general.type": ("string", "imatrix"), "imatrix.datasets": ("array", ["wiki.txt"]),
+            "imatrix.chunk_count": ("uint32", 4), "imatrix.chunk_size": ("uint32", 512)}
+    keys.update(kv or {})
+    for k, v in keys.items():
+        if v is not None:
+            getattr(w, f"add_{v[0]}")(k, v[1])
+    for name, a in tensors.items():
+        w.add_tensor(name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+GOOD = {"blk.0.ffn_down.weight.in_sum2": np.full(8, 40.0, np.float32),
+        "blk.0.ffn_down.weight.counts": np.array([10.0], np.float32)}
+
+
+@pytest.mark.parametrize("tensors, kv, needle", [
+    ({}, {"general.type": ("string", "model")}, "general.type"),
+    ({}, {"imatrix.chunk_count": None}, "imatrix.chunk_count"),
+    ({}, {"imatrix.chunk_size": ("string", "512")}, "imatrix.chunk_size"),
+    ({}, {"imatrix.datasets": ("uint32", 3)}, "imatrix.datasets"),
+    ({"blk.0.ffn_down.weight.in_sum2": np.full(8, 40.0, np.float16)}, {}, "expected F32"),
+    ({"blk.0.ffn_down.weight.counts": None}, {}, "blk.0.ffn_down.weight.counts: missing"),
+    ({"blk.0.ffn_up.weight": np.ones(8, np.float32)}, {}, "unexpected tensor"),
+    ({"blk.0.ffn_down.weight.counts": np.array([np.nan], np.float32)}, {}, "token count"),
+    ({"blk.0.ffn_down.weight.counts": np.array([-1.0], np.float32)}, {}, "token count"),
+    ({"blk.0.ffn_down.weight.in_sum2": -np.ones(8, np.float32)}, {}, "finite and >= 0"),
+    ({"blk.0.ffn_down.weight.in_sum2": np.ones((2, 8), np.float32),
+      "blk.0.ffn_down.weight.counts": np.ones((2, 1), np.float32)}, {}, "per-expert"),
+], ids=["model-gguf", "no-chunk-count", "chunk-size-type", "datasets-type", "f16", "no-counts", "stray-tensor",
+        "nan-count", "negative-count", "negative-sums", "experts"])
+def test_hostile_gguf_imatrix_is_one_clear_error(tmp_path, tensors, kv, needle):
+    p = tmp_path / "imatrix.gguf"
+    _gguf_imatrix(p, {k: v for k, v in {**GOOD, **tensors}.items() if v is not None}, kv)
+    with pytest.raises(FormatError, match=needle) as e:
+        imatrix.read_any(p)
+    assert str(p) in str(e.value) and "\n" not in str(e.value)
+    assert_one_line_error(run_tool("ieconv", "validate", p), str(p), needle)
+
+
+def test_gguf_imatrix_zero_count_means_ones(tmp_path):
+    """llama-quantize's rule for a matrix no token reached."""
+    p = tmp_path / "imatrix.gguf"
+    _gguf_imatrix(p, {**GOOD, "blk.0.ffn_down.weight.counts": np.array([0.0], np.float32)})
+    assert imatrix.read_any(p).entries["blk.0.ffn_down.weight"].tolist() == [1.0] * 8
+    _gguf_imatrix(p, GOOD)
+    assert imatrix.read_any(p).entries["blk.0.ffn_down.weight"].tolist() == [4.0] * 8
