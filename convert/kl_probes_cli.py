@@ -6,10 +6,11 @@ say how much the model's output distribution suffers: that depends on where
 the matrix sits (a value projection's error reaches every later token
 through attention). So this closes the loop with the model itself: every
 quantized matrix at --base, then one group at a time (a layer pattern of
-the usual policy, or the head) at --probe, each artifact converted and scored
-against the float reference with ``ierun eval``'s KL (runtime/evaluation.py).
-One conversion and one evaluation per group, plus the base: minutes on a
-135M model (docs/formats/kl_probes.md).
+the usual policy, or the head) at --probe, each artifact scored against the
+float reference with ``ierun eval``'s KL (runtime/evaluation.py). Two
+conversions (all at base, all at probe; _Variants composes the rest) and one
+evaluation per group, plus the base: minutes on a 135M model
+(docs/formats/kl_probes.md).
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ import shutil
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Callable
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from iekit.formats import hf_checkpoint, kl_probes
+from iekit.formats import hf_checkpoint, iebin, kl_probes
 from iekit.formats.atomic import check_new_file, write_file_atomic
+from iekit.formats.jsonio import dumps_canonical, load_json
 from iekit.formats.q4_manifest import default_manifest, is_tied, manifest_from
 from iekit.formats.weight_types import names as weight_type_names
 from iekit.runtime import evaluation
@@ -35,6 +38,7 @@ from iekit.runtime.eval_cli import load_ids
 from .hf_to_iebin import convert
 
 QUANTIZED = [n for n in weight_type_names(quantized=True) if n != "int4w"]
+REF_CACHE_BYTES = 1 << 30  # the reference's scored logits kept in memory (SmolLM2, 4 chunks of 512: 200 MB)
 
 
 @click.command("kl-probes")
@@ -90,21 +94,25 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
     try:
         with Progress(TextColumn("{task.description:<44.44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TimeRemainingColumn(), console=err, transient=True, disable=quiet) as bar:
-            task = bar.add_task("base", total=len(groups) + 1)
+            task = bar.add_task(f"converting: all {base}", total=len(groups) + 3)
+            variants = _Variants(src, work, manifest, groups, probe, lambda label: bar.update(task, advance=1,
+                                                                                              description=label))
 
-            def kl_of(obj: dict, label: str) -> dict:
+            # The reference's logits, computed once for all nine scorings where they fit in REF_CACHE_BYTES.
+            rows = sum(len(evaluation.scored_positions(len(p))) for p in parts)
+            cache = [] if rows * ref.spec.vocab * 4 <= REF_CACHE_BYTES else None
+
+            def kl_of(model_path: Path, label: str) -> dict:
                 bar.update(task, description=label)
-                out = work / "model"
-                convert(src, out, overwrite=True, manifest=manifest_from(obj, work / "q4_manifest.json"))
-                model = Decoder(out, threads=threads, ctx=ref.max_ctx, act="f32")
+                model = Decoder(model_path, threads=threads, ctx=ref.max_ctx, act="f32")
                 evaluation.check_comparable(model, ref)
-                s = evaluation.evaluate(model, parts, ref).summary()
+                s = evaluation.evaluate(model, parts, ref, ref_cache=cache).summary()
                 bar.update(task, advance=1)
                 return s
 
-            first = kl_of(manifest, f"all {base}")
+            first = kl_of(variants.base, f"all {base}")
             base_kl, tokens = float(first["kld_mean"]), int(first["tokens_scored"])
-            results = {g: float(kl_of(_with_probe(manifest, g, probe), g)["kld_mean"]) for g in groups}
+            results = {g: float(kl_of(variants.with_probe(g), g)["kld_mean"]) for g in groups}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     p = kl_probes.KLProbes({"scheme": base}, {"scheme": probe}, tokens, base_kl, results)
@@ -115,6 +123,52 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
         for g, kl in sorted(results.items(), key=lambda kv: -kv[1]):
             err.print(f"  {g:<{width}}  KL {kl:.4f}  (+{kl - base_kl:.4f})", markup=False)
         err.print(f"-> {out_path}", markup=False)
+
+
+class _Variants:
+    """The artifacts the probes score, each matrix quantized once per scheme:
+    the model converted with every matrix at base, and again with every group
+    at probe (that payload moved beside the first as PROBE_BIN); the variant
+    with one group at probe is then only metadata, base's entries with the
+    group's swapped for the probe conversion's (an IEBIN entry names its
+    file). Nine conversions of SmolLM2 became two."""
+
+    PROBE_BIN = "probe.ie.bin"
+    VARIANT = "variant.ie.json"
+
+    def __init__(self, src, work: Path, manifest: dict, groups: list[str], probe: str,
+                 converted: Callable[[str], None]):
+        self.base = work / "base"
+        self.manifest = manifest_from(manifest, work / "q4_manifest.json")
+        self.rules = [r["match"] for r in manifest["rules"]]
+        convert(src, self.base, manifest=self.manifest)
+        converted(f"converting: every group at {probe}")
+        all_probe = manifest
+        for g in groups:
+            all_probe = _with_probe(all_probe, g, probe)
+        convert(src, work / "probe", manifest=manifest_from(all_probe, work / "q4_manifest.json"))
+        converted("scoring")
+        os.replace(work / "probe" / iebin.BIN_NAME, self.base / self.PROBE_BIN)
+        self.meta = load_json(self.base / iebin.META_NAME)
+        self.probe_entries = {t["name"]: {**t, "file": self.PROBE_BIN}
+                              for t in load_json(work / "probe" / iebin.META_NAME)["tensors"]}
+        self.probe_file = {"name": self.PROBE_BIN, "nbytes": (self.base / self.PROBE_BIN).stat().st_size}
+
+    def members(self, group: str) -> set[str]:
+        """The tensors ``group`` selects: its exact name, or those its rule resolves."""
+        if group not in self.rules:
+            return {group}
+        where = f"rules[{self.rules.index(group)}]"
+        return {t["name"] for t in self.meta["tensors"] if self.manifest.resolve(t["name"])[1] == where}
+
+    def with_probe(self, group: str) -> Path:
+        """The metadata of the base artifact with ``group`` at probe (replacing the previous variant's)."""
+        names = self.members(group)
+        meta = {**self.meta, "files": [*self.meta["files"], self.probe_file],
+                "tensors": [self.probe_entries[t["name"]] if t["name"] in names else t for t in self.meta["tensors"]]}
+        path = self.base / self.VARIANT
+        write_file_atomic(path, dumps_canonical(meta), replace=True)
+        return path
 
 
 def _with_probe(manifest: dict, group: str, probe: str) -> dict:

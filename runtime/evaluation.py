@@ -168,9 +168,12 @@ def check_comparable(model: Decoder, ref: Decoder) -> None:
 
 
 def evaluate(model: Decoder, chunks: list[list[int]], ref: Decoder | None = None,
-             on_chunk: Callable[[Scores], None] | None = None) -> Scores:
+             on_chunk: Callable[[Scores], None] | None = None, ref_cache: list[np.ndarray] | None = None) -> Scores:
     """Score ``chunks`` (each of one length, ctx) with ``model`` and, if given,
-    against ``ref``; ``on_chunk`` sees the running scores after each chunk."""
+    against ``ref``; ``on_chunk`` sees the running scores after each chunk.
+    ``ref_cache``: the reference's logits per chunk, kept across calls that
+    score the same chunks against the same reference (kl-probes scores nine
+    models so): filled on the first call, read on the next."""
     ctx = len(chunks[0])
     first = scored_positions(ctx).start
     scores = Scores(ctx=ctx, with_ref=ref is not None)
@@ -180,11 +183,18 @@ def evaluate(model: Decoder, chunks: list[list[int]], ref: Decoder | None = None
     shape = (ctx - 1 - first, model.spec.vocab)
     buf = np.empty(shape, np.float32)
     ref_buf = np.empty(shape, np.float32) if ref is not None else None
-    for ids in chunks:
+    for i, ids in enumerate(chunks):
         logits = model.logits(ids[:-1], first, out=buf)
-        ref_logits = ref.logits(ids[:-1], first, out=ref_buf) if ref is not None else None
+        ref_logits = None
+        if ref is not None and ref_cache is not None and i < len(ref_cache):
+            ref_logits = ref_cache[i]
+        elif ref is not None:
+            ref_logits = ref.logits(ids[:-1], first, out=ref_buf if ref_cache is None else np.empty(shape, np.float32))
+            scores.forward_tokens += ctx - 1
+            if ref_cache is not None:
+                ref_cache.append(ref_logits)
         scores.add(score_rows(logits, np.asarray(ids[first + 1:]), ref_logits))
-        scores.forward_tokens += (ctx - 1) * (2 if ref is not None else 1)
+        scores.forward_tokens += ctx - 1
         scores.seconds = time.perf_counter() - t0
         if on_chunk:
             on_chunk(scores)

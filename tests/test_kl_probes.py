@@ -113,6 +113,18 @@ def test_kl_probes_measure_every_group_and_the_policy_reads_them(wide, tmp_path)
     assert p.tokens == 2 * (63 - 32) and p.base_kl > 0
     assert all(kl > 0 for kl in p.groups.values())
     assert not list(tmp_path.glob(".kl-probes-*"))  # the work folder is gone
+    # each probe is the KL of that artifact converted on its own (the probes compose it from two conversions)
+    g = "model.layers.*.self_attn.v_proj.weight"
+    one = {**usual, "rules": [{**r, "scheme": "iq4_nl"} if r["match"] == g else r for r in usual["rules"]]}
+    m1 = tmp_path / "one.json"
+    m1.write_text(json.dumps(one))
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", wide["hf"], "--q4-map", m1, "--out-dir", tmp_path / "one",
+                   "--imatrix", wide["imatrix"])
+    assert res.returncode == 0, res.stderr
+    res = run_tool("ierun", "eval", "--model-dir", tmp_path / "one", "--ref-dir", wide["f32"], "--text-file", TEXT,
+                   "--ctx", "64", "--chunks", "2", "--act", "f32", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[-1])["kld_mean"] == p.groups[g]
     # the policy reads them: the budget is met and the manifest says what inspect measures
     out, m2, res = _quantize(wide, "bpw-probes", "--target-bpw", "5.5", "--imatrix", wide["imatrix"],
                              "--kl-probes", probes)
