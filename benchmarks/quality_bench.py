@@ -1,7 +1,9 @@
 """``make bench-quality``: what each quantization scheme or policy costs a real model.
 
 One table per model: scheme or policy (``--target-bpw`` with and without KL
-probes, ``ieconv kl-probes`` measured on the calibration half), bits per weight over the quantized
+probes, ``ieconv kl-probes`` measured on the calibration half; the probed
+budgets also converted error-compensated, ``ieconv gptq`` with covariances of
+the calibration half), bits per weight over the quantized
 matrices (scales included, ``ieconv inspect``), and against the f32 model on
 held-out text (``ierun eval --act f32``: the weights' cost alone) the mean KL
 divergence with its standard error, top-1 agreement and perplexity; then the
@@ -202,13 +204,21 @@ def main() -> None:
     # the same budgets with the KL probes, and Q4_K_M's size on this model
     policies += [(f"--target-bpw {b} + imatrix + KL probes", ["--target-bpw", b, "--quantize-head", "--kl-probes", probes],
                   True) for b in ("4.5", "5.0", "5.5", "6.04")]
+    # the probed budgets again, converted error-compensated (ieconv gptq, covariances on the calibration half)
+    compensated = {len(policies) + k for k in range(3)}
+    policies += [(f"--target-bpw {b} + KL probes + gptq", ["--target-bpw", b, "--quantize-head", "--kl-probes", probes],
+                  True) for b in ("4.5", "4.75", "5.0")]
     rows, used = [], set()
     for i, (label, args, weighted) in enumerate(policies):
         d = w / f"p{i}"
         man = w / f"p{i}.json"
         run(BIN / "ieconv", "q4-manifest", "--hf-dir", hf, "-o", man, "--overwrite", *args,
             *(["--imatrix", im] if weighted else []))
-        run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", hf, "--q4-map", man, "--out-dir", d)
+        if i in compensated:
+            run(BIN / "ieconv", "gptq", "-q", "--overwrite", "--hf-dir", hf, "--ref-dir", ref, "--q4-map", man,
+                "--text-file", calib, "--threads", a.threads, "--out-dir", d)
+        else:
+            run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", hf, "--q4-map", man, "--out-dir", d)
         bpw, schemes = quantized_bpw(d)
         used |= schemes
         rows.append((f"iekit {label}", bpw, eval_json(d, ref, held, a.chunks, a.threads)))

@@ -6,14 +6,11 @@ import json
 import math
 import os
 import sys
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Iterator
 
 import click
-from rich.console import Console
-from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn,
-                           TransferSpeedColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from iekit.cli.support import human_bytes, run_cli, stdout_console
@@ -34,20 +31,20 @@ from . import bpw_policy
 from .bsr_cli import block_sparse_cmd, inspect_bsr, validate_bsr
 from .dedup_cli import COMMANDS as DEDUP_COMMANDS
 from .hf_hub import from_hub
-from .hf_to_iebin import CAST_TARGETS, ConvertResult
-from .hf_to_iebin import Progress as ConvertProgress
+from .conversion_output import convert_progress, err, report_conversion
+from .hf_to_iebin import CAST_TARGETS
 from .hf_to_iebin import convert, load_importance
 from .gguf_to_iebin import build_config as build_gguf_config
 from .gguf_to_iebin import convert_gguf
 from .gguf_to_iebin import tensor_shapes as gguf_tensor_shapes
 from .iebin_legacy import is_schema2, upgrade_legacy
 from .imatrix_cli import imatrix_cmd, inspect_imatrix, is_imatrix_path, validate_imatrix
+from .gptq_cli import gptq_cmd
 from .kl_probes_cli import kl_probes_cmd
 
 QUANTIZED = weight_types.names(quantized=True)
 
 out = stdout_console()
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -122,49 +119,6 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, im
               f"{f', {res.quantized_tensors} quantized' if manifest else ''}"
               f"{f' ({res.weighted_tensors} importance-weighted)' if res.weighted_tensors else ''}) in {res.seconds:.2f} s "
               f"({mbps:.0f} MB/s) -> {res.out_dir}", markup=False)
-
-
-@contextmanager
-def convert_progress(quiet: bool) -> Iterator[ConvertProgress]:
-    """A rich progress bar (bytes, speed, time left) on stderr, as the converter's callbacks."""
-    with Progress(TextColumn("{task.description:<40.40}"), BarColumn(), DownloadColumn(),
-                  TransferSpeedColumn(), TimeRemainingColumn(), console=err,
-                  disable=quiet, transient=True) as bar:
-        state: dict = {}
-
-        def start(label: str, total: int) -> None:
-            if "task" in state:
-                bar.remove_task(state["task"])
-            state["task"] = bar.add_task(label, total=total)
-
-        yield ConvertProgress(start=start, advance=lambda n: bar.advance(state["task"], n),
-                              describe=lambda t: bar.update(state["task"], description=t))
-
-
-WORST_SHOWN = 5  # matrices the converters list by predicted loss
-
-
-def report_conversion(res: ConvertResult) -> None:
-    """The converters' closing lines on stderr: warnings, and the matrices
-    quantization hurt most by its own prediction."""
-    for w in res.warnings or []:
-        err.print(f"warning: {w}", markup=False)
-    if res.removed:
-        err.print(f"removed the previous artifact's {', '.join(res.removed)} from {res.out_dir} "
-                  "(not part of the new one)", markup=False)
-    if not res.errors:
-        return
-    worst = sorted(res.errors.items(), key=lambda kv: -kv[1].sq_error)[:WORST_SHOWN]
-    weighted = "importance-weighted " if any(e.weighted for e in res.errors.values()) else ""
-    table = Table(title=f"predicted loss ({weighted}squared error added to the outputs): the {len(worst)} largest of "
-                        f"{len(res.errors)} quantized matrices (all: ieconv inspect {res.out_dir})",
-                  title_justify="left")
-    for col in ("tensor", f"Σ {'imp·' if weighted else ''}(w−ŵ)²", "share", "SQNR dB"):
-        table.add_column(col, justify="left" if col == "tensor" else "right")
-    total = sum(e.sq_error for e in res.errors.values())
-    for name, e in worst:
-        table.add_row(name, f"{e.sq_error:.4g}", f"{e.sq_error / total:.1%}" if total else "", f"{e.sqnr_db:.1f}")
-    err.print(table)
 
 
 @cli.command("gguf-to-iebin")
@@ -533,8 +487,8 @@ def keep_backup(path: Path, data: bytes) -> Path:
 
 # dedup-plan, dedup-extract, dedup-link (convert/dedup_cli.py), block-sparse
 # (convert/bsr_cli.py; validate and inspect hand .bsr files to it) and imatrix
-# (convert/imatrix_cli.py).
-for _c in (*DEDUP_COMMANDS, block_sparse_cmd, imatrix_cmd, kl_probes_cmd):
+# (convert/imatrix_cli.py), kl-probes and gptq.
+for _c in (*DEDUP_COMMANDS, block_sparse_cmd, imatrix_cmd, kl_probes_cmd, gptq_cmd):
     cli.add_command(_c)
 
 

@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
+
 from iekit.formats import dedup as dedup_fmt
-from iekit.formats import iebin, weight_types
+from iekit.formats import gptq, iebin, weight_types
 from iekit.formats import imatrix as imatrix_fmt
 from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.casting import cast_bytes, decode_f32
@@ -132,10 +134,13 @@ def load_importance(path: str | os.PathLike | None, quantize: dict[str, QuantPar
 def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = None,
             overwrite: bool = False, progress: Progress | None = None,
             manifest: Manifest | None = None, force: bool = False,
-            imatrix: str | os.PathLike | None = None) -> ConvertResult:
+            imatrix: str | os.PathLike | None = None, covariances: Any = None) -> ConvertResult:
     """Convert ``src`` into ``out_dir``; ``dtype`` casts floating tensors,
     ``manifest`` (q4_manifest.json) quantizes the tensors it selects,
-    weighting each one's error by ``imatrix`` (default: the manifest's)."""
+    weighting each one's error by ``imatrix`` (default: the manifest's).
+    ``covariances`` (runtime/hessians.py's Hessians): the matrices it has
+    an input covariance for are quantized error-compensated (formats/gptq.py)
+    instead, each read whole."""
     progress = progress or Progress()
     out_dir = Path(out_dir)
     check_dtype(dtype)
@@ -168,8 +173,12 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     sf, t = tensors[name]
                     progress.describe(name)
                     if qplan and name in qplan.quantize:
-                        errors[name] = _add_quantized(writer, name, sf, t, qplan.quantize[name], progress,
-                                                      importance.get(name))
+                        cov = covariances.get(name) if covariances is not None else None
+                        if cov is not None:
+                            errors[name] = _add_compensated(writer, name, sf, t, qplan.quantize[name], progress, *cov)
+                        else:
+                            errors[name] = _add_quantized(writer, name, sf, t, qplan.quantize[name], progress,
+                                                          importance.get(name))
                         continue
                     target = dtype if dtype and t.dtype.is_float else t.dtype.name
                     if target != t.dtype.name:
@@ -207,6 +216,25 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t:
 
     error = QuantError()
     pieces = (p.tobytes() for p in scheme.stream(row_chunks(), params, rows, name, importance, error))
+    writer.add_tensor(name, params.scheme, [rows, cols], pieces, scheme.nbytes(rows, cols, params),
+                      extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)}, error=error)
+    return error
+
+
+def _add_compensated(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t: SafetensorsTensor,
+                     params: QuantParams, progress: Progress, h: Any, u: Any) -> QuantError:
+    """Quantize a float matrix error-compensated under its input covariance
+    ``h`` (``u``: its inverse factor): the whole matrix at once, as float64
+    while it works (SmolLM2's largest, the tied embedding: 230 MB)."""
+    rows, cols = t.shape
+    scheme = SCHEMES[params.scheme]
+    parts = []
+    for chunk in sf.iter_chunks(t):
+        progress.advance(len(chunk))
+        parts.append(decode_f32(chunk, t.dtype.name))
+    w = np.concatenate(parts).reshape(rows, cols)
+    qr, error = gptq.quantize(w, h, scheme, params, name, u)
+    pieces = (p.tobytes() for p in scheme.payload(qr))
     writer.add_tensor(name, params.scheme, [rows, cols], pieces, scheme.nbytes(rows, cols, params),
                       extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)}, error=error)
     return error

@@ -37,6 +37,7 @@ TENSOR_KEYS = ("name", "dtype", "shape", "file", "file_data_offset", "nbytes", "
 QUANT_KEY = "quant"  # present exactly when dtype is a quantized scheme
 ERROR_KEY = "quant_error"  # optional on quantized tensors: the quantizer's predicted loss (QuantError)
 ERROR_FIELDS = {"weighted": (bool,), "sq_error": (int, float), "sq_norm": (int, float)}
+ERROR_OPTIONAL = {"compensated": (bool,)}  # true: error-compensated codes (formats/gptq.py)
 LEGACY_KEYS = ("shard", "shard_data_offset")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -239,18 +240,20 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
 
 
 def _check_error(e: object, meta_file: str, where: str, label: str) -> None:
-    """A quant_error object: exactly ERROR_FIELDS, the sums finite and >= 0."""
+    """A quant_error object: ERROR_FIELDS (and maybe ERROR_OPTIONAL), the sums finite and >= 0."""
     if not isinstance(e, dict):
         raise FormatError(meta_file, where, f"{label}must be an object, got {e!r}")
-    for key, types in ERROR_FIELDS.items():
+    for key, types in {**ERROR_FIELDS, **ERROR_OPTIONAL}.items():
         if key not in e:
+            if key in ERROR_OPTIONAL:
+                continue
             raise FormatError(meta_file, where, f"{label}missing key {key!r}")
         v = e[key]
         if not isinstance(v, types) or (type(v) is bool) != (types == (bool,)):
             raise FormatError(meta_file, f"{where}.{key}", f"{label}must be {'a boolean' if types == (bool,) else 'a number'}, got {v!r}")
         if types != (bool,) and (v < 0 or (isinstance(v, float) and not math.isfinite(v))):
             raise FormatError(meta_file, f"{where}.{key}", f"{label}must be finite and >= 0, got {v!r}")
-    extra = sorted(set(e) - set(ERROR_FIELDS))
+    extra = sorted(set(e) - set(ERROR_FIELDS) - set(ERROR_OPTIONAL))
     if extra:
         raise FormatError(meta_file, f"{where}.{extra[0]}", f"{label}unknown key {extra[0]!r}")
 

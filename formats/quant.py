@@ -58,6 +58,16 @@ class QuantError:
     weighted: bool = False
     sq_error: float = 0.0
     sq_norm: float = 0.0
+    compensated: bool = False  # error-compensated (formats/gptq.py): codes are not the source's nearest
+
+    def add_covariance(self, w: np.ndarray, w_hat: np.ndarray, h: np.ndarray) -> None:
+        """The same sums under a full input covariance ``h`` = E[x xᵀ] [cols,
+        cols]: Σ_r δ_r h δ_rᵀ, no independence of the columns assumed."""
+        w = np.asarray(w, dtype=np.float64)
+        d = w - w_hat
+        self.weighted = True
+        self.sq_error += float(((d @ h) * d).sum())
+        self.sq_norm += float(((w @ h) * w).sum())
 
     def add(self, w: np.ndarray, w_hat: np.ndarray, importance: np.ndarray | None) -> None:
         """Accumulate rows ``w`` [n, cols] and their dequantized ``w_hat``."""
@@ -82,8 +92,9 @@ class QuantError:
     def record(self) -> dict[str, Any]:
         """The tensor entry's ``quant_error`` (docs/formats/iebin.md), at six
         significant digits: a summation-order ulp does not change the bytes."""
-        return {"weighted": self.weighted, "sq_error": float(f"{self.sq_error:.6g}"),
-                "sq_norm": float(f"{self.sq_norm:.6g}")}
+        out = {"weighted": self.weighted, "sq_error": float(f"{self.sq_error:.6g}"),
+               "sq_norm": float(f"{self.sq_norm:.6g}")}
+        return {**out, "compensated": True} if self.compensated else out
 
 
 def _finite_or_raise(w: np.ndarray, name: str) -> None:
@@ -264,6 +275,15 @@ class Scheme(WeightType):
         """The float32 rows [n, cols] one quantize_rows result stands for."""
         return self.dequantize(qr.rows, qr.rows.shape[0], cols, p)
 
+    def block_width(self, cols: int, p: QuantParams) -> int:
+        """Columns one scale (set) covers: quantizing column blocks of this
+        width one at a time gives a row's bytes block by block."""
+        return self.block_elems
+
+    def payload(self, qr: "QuantizedRows") -> list[np.ndarray]:
+        """The tensor's bytes, in file order, from one quantize_rows result of all its rows."""
+        return [qr.rows.reshape(-1)]
+
     def stream(self, row_chunks, p: QuantParams, rows: int, name: str,
                importance: np.ndarray | None = None, error: QuantError | None = None) -> Iterator[np.ndarray]:
         """Quantize an iterable of row chunks, yielding payload pieces in file order
@@ -281,6 +301,14 @@ class QuantizedRows:
     rows: np.ndarray  # per-row payload, uint8 [n, row_bytes] (block schemes), or qs plane (int4w)
     scales: np.ndarray | None = None  # int4w scales [n, G] (already in scale dtype)
     mins: np.ndarray | None = None
+
+    @staticmethod
+    def hstack(parts: list["QuantizedRows"]) -> "QuantizedRows":
+        """Column blocks of the same rows, quantized one at a time (every
+        layout here is row-local: a row's bytes are its blocks' in order)."""
+        def cat(xs):
+            return None if xs[0] is None else np.concatenate(xs, axis=1)
+        return QuantizedRows(cat([q.rows for q in parts]), cat([q.scales for q in parts]), cat([q.mins for q in parts]))
 
 
 class _Block(Scheme):
@@ -905,6 +933,13 @@ class Int4W(Scheme, weight_type="int4w"):
         s = qr.scales.astype(np.float32)[..., None]
         out = s * (q - np.float32(8)) if qr.mins is None else s * q + qr.mins.astype(np.float32)[..., None]
         return out.reshape(-1, cols)
+
+    def block_width(self, cols, p):
+        return p.group_size or cols
+
+    def payload(self, qr):
+        return [qr.rows.reshape(-1), qr.scales.view(np.uint8).reshape(-1)] + (
+            [] if qr.mins is None else [qr.mins.view(np.uint8).reshape(-1)])
 
     def stream(self, row_chunks, p, rows, name, importance=None, error=None):
         """qs rows go out as they are made; the small scale/min planes follow."""

@@ -32,11 +32,12 @@ def load_weights(model_dir) -> tuple[dict, dict[str, np.ndarray]]:
 
 
 def forward(model: dict, w: dict[str, np.ndarray], ids: list[int], window: int = 0,
-            inputs: dict[str, np.ndarray] | None = None) -> np.ndarray:
+            inputs: dict[str, np.ndarray] | None = None, outer: dict[str, np.ndarray] | None = None) -> np.ndarray:
     """Logits [len(ids), vocab] in float64; ``window`` > 0: query q sees keys
     q - window < k <= q (Mistral's sliding window). ``inputs``, when given,
     receives per matrix name the sum over positions of x² of its input, per
-    column (an importance matrix's statistic; the head's under its name)."""
+    column (an importance matrix's statistic; the head's under its name);
+    ``outer`` the sum over positions of x xᵀ (the input covariance's)."""
     H, nh = model["hidden_size"], model["num_attention_heads"]
     nkv = model["num_key_value_heads"] or nh
     hd = model["head_dim"] or H // nh
@@ -57,6 +58,8 @@ def forward(model: dict, w: dict[str, np.ndarray], ids: list[int], window: int =
     def lin(name, x):
         if inputs is not None:
             inputs[name + ".weight"] = (x * x).sum(0)
+        if outer is not None:
+            outer[name + ".weight"] = x.T @ x
         y = x @ w[name + ".weight"].T
         return y + w[name + ".bias"] if name + ".bias" in w else y
 
@@ -82,6 +85,8 @@ def forward(model: dict, w: dict[str, np.ndarray], ids: list[int], window: int =
     h = norm(x, w["model.norm.weight"])
     if inputs is not None:
         inputs[head] = (h * h).sum(0)
+    if outer is not None:
+        outer[head] = h.T @ h
     return h @ w[head].T
 
 

@@ -1018,7 +1018,8 @@ def test_float_entry_with_quant_object_is_rejected(qart):
     (lambda e: e.update(weighted=0), "quant_error.weighted"),
     (lambda e: e.pop("sq_norm"), "quant_error"),
     (lambda e: e.update(kl=0.1), "quant_error.kl"),
-], ids=["negative", "string", "bool-as-number", "null", "int-as-bool", "missing", "unknown-key"])
+    (lambda e: e.update(compensated=1), "quant_error.compensated"),
+], ids=["negative", "string", "bool-as-number", "null", "int-as-bool", "missing", "unknown-key", "compensated-int"])
 def test_quant_error_rules(qart, schema_validator, mutate, field):
     """The predicted-loss record of a quantized entry: exactly its three keys,
     sums that are numbers >= 0 (JSON itself has no NaN/Infinity to carry);
@@ -1049,3 +1050,7 @@ def test_quant_error_on_a_float_entry_or_not_an_object_is_rejected(qart, schema_
     shutil.copytree(MIXEDQ, d)
     edit(d, lambda m: m["tensors"][i].pop("quant_error"))  # optional: an artifact of an earlier ieconv
     assert run_ieconv("validate", d).returncode == 0
+    rec = {"weighted": True, "sq_error": 0.5, "sq_norm": 2.0, "compensated": True}  # what ieconv gptq writes
+    edit(d, lambda m: m["tensors"][i].update(quant_error=rec))
+    assert run_ieconv("validate", d).returncode == 0
+    assert list(schema_validator.iter_errors(read_meta(d))) == []

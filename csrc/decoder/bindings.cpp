@@ -144,8 +144,17 @@ void ie_register_decoder(py::module_& m) {
       .def("truncate", [](PyDecoder& s, int n) { s.dec->truncate(n); }, py::arg("n"),
            "Forget cached positions >= n.")
       .def_property_readonly("n_past", [](const PyDecoder& s) { return s.dec->n_past(); })
-      .def("collect_stats", [](PyDecoder& s, bool on) { s.dec->collect_stats(on); }, py::arg("on"),
-           "Start (clearing them) or stop the per-column sums of x^2 of every matrix input.")
+      .def("collect_stats", [](PyDecoder& s, bool on, const std::vector<int>& capture) { s.dec->collect_stats(on, capture); },
+           py::arg("on"), py::arg("capture") = std::vector<int>{},
+           "Start (clearing them) or stop the per-column sums of x^2 of every matrix input; the inputs of "
+           "the `capture` slots are also kept row by row for take_captured.")
+      .def("take_captured", [](PyDecoder& s, int slot) {
+             int n = 0;
+             std::vector<float> rows = s.dec->take_captured(slot, &n);
+             py::array_t<float> a({static_cast<py::ssize_t>(rows.size() / static_cast<size_t>(n)), static_cast<py::ssize_t>(n)});
+             std::copy(rows.begin(), rows.end(), a.mutable_data());
+             return a;
+           }, py::arg("slot"), "The rows of slot's input captured since the last call, float32 [tokens, n].")
       .def("stats", [](const PyDecoder& s) {
              py::list out;
              for (const std::vector<double>& v : s.dec->stats()) {

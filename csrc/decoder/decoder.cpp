@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "attention/attention.h"
 #include "common/errors.h"
@@ -147,15 +149,29 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   rope_cs_.resize(B * c.head_dim);
 }
 
-void Decoder::collect_stats(bool on) {
+void Decoder::collect_stats(bool on, const std::vector<int>& capture) {
+  const DecoderConfig& c = cfg_;
+  const int slots = 4 * c.n_layers + 1;
+  for (int slot : capture)
+    if (slot < 0 || slot >= slots) fail("collect_stats: capture slot " + std::to_string(slot) + " is outside 0.." + std::to_string(slots - 1));
+  if (!on && !capture.empty()) fail("collect_stats: capture needs on");
   stats_on_ = on;
   stats_tokens_ = 0;
   stats_.clear();
+  captured_.assign(on ? static_cast<size_t>(slots) : 0, {});
+  capture_on_.assign(on ? static_cast<size_t>(slots) : 0, 0);
   if (!on) return;
-  const DecoderConfig& c = cfg_;
+  for (int slot : capture) capture_on_[static_cast<size_t>(slot)] = 1;
   for (int l = 0; l < c.n_layers; ++l)
     for (int n : {c.hidden, q_dim_, c.hidden, c.inter}) stats_.emplace_back(static_cast<size_t>(n), 0.0);
   stats_.emplace_back(static_cast<size_t>(c.hidden), 0.0);
+}
+
+std::vector<float> Decoder::take_captured(int slot, int* n) {
+  if (slot < 0 || static_cast<size_t>(slot) >= captured_.size() || !capture_on_[static_cast<size_t>(slot)])
+    fail("take_captured: slot " + std::to_string(slot) + " is not being captured");
+  *n = static_cast<int>(stats_[static_cast<size_t>(slot)].size());
+  return std::exchange(captured_[static_cast<size_t>(slot)], {});
 }
 
 void Decoder::add_stats(int slot, const float* x, int b, int n) {
@@ -165,6 +181,10 @@ void Decoder::add_stats(int slot, const float* x, int b, int n) {
       const double v = x[static_cast<size_t>(j) * n + i];
       s[i] += v * v;
     }
+  if (capture_on_[static_cast<size_t>(slot)]) {
+    std::vector<float>& rows = captured_[static_cast<size_t>(slot)];
+    rows.insert(rows.end(), x, x + static_cast<size_t>(b) * static_cast<size_t>(n));
+  }
 }
 
 void Decoder::truncate(int n) {

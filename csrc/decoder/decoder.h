@@ -83,10 +83,15 @@ class Decoder {
   // float64. Turning it on clears them. Inputs per layer l, at 4 l + k:
   // k = 0 the attention norm's output (q/k/v), 1 the attention output (o),
   // 2 the MLP norm's output (gate/up), 3 SiLU(gate) * up (down); at
-  // 4 n_layers the final norm's output (the head).
-  void collect_stats(bool on);
+  // 4 n_layers the final norm's output (the head). The inputs of the slots
+  // in `capture` are also kept row by row (float32 [tokens, n]) until
+  // take_captured(slot) hands them over: the input covariances GPTQ-style
+  // quantization needs (runtime/hessians.py), a chunk at a time.
+  void collect_stats(bool on, const std::vector<int>& capture = {});
   const std::vector<std::vector<double>>& stats() const { return stats_; }
   int64_t stats_tokens() const { return stats_tokens_; }
+  // The rows captured for `slot` since the last call (moved out; n per row).
+  std::vector<float> take_captured(int slot, int* n);
 
   // Bytes of the rows8 copies packed at load (0 when decode steps read the
   // mapped file: act=f32, or an ISA without the kernel).
@@ -116,6 +121,8 @@ class Decoder {
   size_t rows8_bytes_ = 0;
   bool stats_on_ = false;
   std::vector<std::vector<double>> stats_;
+  std::vector<std::vector<float>> captured_;  // per slot, rows of its input (slots in capture only)
+  std::vector<char> capture_on_;
   int64_t stats_tokens_ = 0;
   void add_stats(int slot, const float* x, int b, int n);
   std::vector<float> k_cache_, v_cache_;  // [layer][max_ctx][kv_dim]

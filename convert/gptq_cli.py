@@ -1,0 +1,91 @@
+"""``ieconv gptq``: hf-to-iebin --q4-map with error-compensated quantization.
+
+Per matrix, the input covariance E[x xᵀ] is collected by running the float
+model (--ref-dir) over calibration text (runtime/hessians.py), and each
+scale block's rounding error is cancelled as far as the remaining columns
+allow (formats/gptq.py). The artifact is an ordinary IEBIN model: the same
+schemes and bytes per weight as the manifest says, only better codes.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from pathlib import Path
+
+import click
+
+from iekit.cli.support import human_bytes
+from iekit.formats import hf_checkpoint
+from iekit.formats.errors import IEError
+from iekit.formats.q4_manifest import load_manifest, plan
+from iekit.runtime import evaluation
+from iekit.runtime.cpu_topology import physical_cores
+from iekit.runtime.eval_cli import load_ids
+
+from .conversion_output import convert_progress, err, report_conversion
+from .hf_to_iebin import convert, natural_key
+
+DEFAULT_CHUNKS = 16
+MEMORY_BUDGET = 1 << 30  # bytes of covariances held at once (float64, n² per matrix input)
+
+
+@click.command("gptq")
+@click.option("--hf-dir", type=click.Path(path_type=Path), required=True, help="HF model directory (the float weights).")
+@click.option("--ref-dir", type=click.Path(path_type=Path), required=True,
+              help="Its float IEBIN artifact (hf-to-iebin without --q4-map): run over the text to collect covariances.")
+@click.option("--q4-map", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="q4_manifest.json selecting the tensors and schemes (ieconv q4-manifest, --target-bpw included).")
+@click.option("--out-dir", type=click.Path(path_type=Path), required=True, help="Output directory for the artifact.")
+@click.option("--text-file", type=click.Path(path_type=Path), help="Calibration text (UTF-8), tokenized by the model.")
+@click.option("--ids-file", type=click.Path(path_type=Path), help="Calibration token ids instead of text.")
+@click.option("--ctx", type=click.IntRange(min=4), default=None,
+              help="Tokens per chunk, each a fresh sequence [512, or the model's max_position_embeddings if smaller].")
+@click.option("--chunks", type=click.IntRange(min=1), default=DEFAULT_CHUNKS, show_default=True,
+              help="Calibration chunks (more tokens: better-conditioned covariances, a longer pass).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Threads (default: the physical cores).")
+@click.option("--force", is_flag=True, help="Also quantize embeddings/norms the manifest selects.")
+@click.option("--overwrite", is_flag=True, help="Replace the artifact in --out-dir as a whole (as hf-to-iebin --overwrite).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks, threads, force, overwrite, quiet):
+    """Convert with error-compensated quantization (GPTQ-style) per a q4 manifest.
+
+    Rounding every weight to its nearest grid point ignores that a matrix's
+    inputs are correlated. This runs the float model over calibration text,
+    takes each matrix's input covariance E[x xᵀ], and quantizes one scale
+    block at a time, moving the columns not yet quantized to cancel the
+    block's error (the optimal update under that covariance). Same schemes,
+    same size: the bytes are the manifest's; only the codes are chosen
+    better. The covariance's diagonal is the imatrix statistic, so no
+    --imatrix is needed. Use text the evaluation does not.
+
+    \b
+    Example:
+      ieconv q4-manifest --hf-dir M -o q.json --target-bpw 4.5 --imatrix imatrix.npz
+      ieconv gptq --hf-dir M --ref-dir m-f32/ --q4-map q.json --text-file calib.txt --out-dir m-q/
+    """
+    from iekit.runtime.decoder import Decoder
+    from iekit.runtime.hessians import Hessians
+
+    manifest = load_manifest(q4_map)
+    src = hf_checkpoint.from_dir(hf_dir)
+    with ExitStack() as stack:
+        shapes = {n: (t.dtype.name, list(t.shape)) for n, (_f, t) in hf_checkpoint.collect_tensors(src, stack).items()}
+    order = sorted(plan(manifest, shapes, force=force).quantize, key=natural_key)
+    ref = Decoder(ref_dir, threads=threads or physical_cores(), ctx=ctx, default_ctx=evaluation.DEFAULT_CTX, act="f32")
+    ref_shapes = {t["name"]: t["shape"] for t in ref.model.tensors}
+    for name in order:
+        if ref_shapes.get(name, shapes[name][1]) != shapes[name][1]:
+            raise IEError(f"{ref_dir}: {name} is {ref_shapes[name]}, {hf_dir} has {shapes[name][1]}: "
+                          "--ref-dir must be this checkpoint's float artifact")
+    ids, what = load_ids(ref, text_file, ids_file)
+    parts = evaluation.chunk_ids(ids, ref.max_ctx, chunks, what)
+    with convert_progress(quiet) as prog:
+        cov = Hessians(ref, parts, order, MEMORY_BUDGET,
+                       on_chunk=lambda i, n: prog.describe(f"covariances: chunk {i}/{n}"))
+        res = convert(src, out_dir, overwrite=overwrite, progress=prog, manifest=manifest, force=force, covariances=cov)
+    report_conversion(res)
+    done = sum(e.compensated for e in res.errors.values())
+    tokens = sum(len(p) for p in parts)
+    err.print(f"converted {res.tensors} tensors ({human_bytes(res.bytes_out)} model.ie.bin, {res.quantized_tensors} "
+              f"quantized, {done} error-compensated; covariances of {tokens} tokens ({what}), {cov.passes} "
+              f"pass{'es' if cov.passes != 1 else ''}) in {res.seconds:.1f} s -> {res.out_dir}", markup=False)
