@@ -96,9 +96,22 @@ def test_diagonal_covariance_changes_nothing_across_blocks():
     w, _h = _problem()
     h = np.diag(np.linspace(0.5, 2.0, w.shape[1]))
     qr, _e = gptq.quantize(w, h, scheme, p)
-    blocks = [scheme.quantize_rows(w[:, c:c + 32], p, "t", np.diagonal(h)[c:c + 32].astype(np.float32)).rows
-              for c in range(0, w.shape[1], 32)]
+    imp = np.diagonal(h).astype(np.float32)
+    blocks = [scheme.quantize_rows(w[:, c:c + 32], p, "t", imp[c:c + 32]).rows for c in range(0, w.shape[1], 32)]
     assert np.array_equal(qr.rows, np.concatenate(blocks, axis=1))
+
+
+def test_columns_that_never_saw_an_input_are_still_quantized_well():
+    """A zero variance (a column the calibration never fed) must not zero its
+    weights' importance: other text may feed it."""
+    scheme, p = SCHEMES["q4_0"], selection_params({"scheme": "q4_0"})
+    w, h = _problem(rows=8, cols=256)
+    h[:40, :] = 0
+    h[:, :40] = 0
+    qr, _e = gptq.quantize(w, h, scheme, p)
+    got = scheme.dequantize_rows(qr, 256, p)
+    plain = scheme.dequantize(scheme.quantize(w[:, :32], p), 8, 32, p)
+    assert np.abs(got[:, :32] - w[:, :32]).max() <= 1.01 * np.abs(plain - w[:, :32]).max() + 1e-6
 
 
 @pytest.mark.parametrize("h, needle", [
