@@ -223,7 +223,8 @@ def read_llamacpp_gguf(path: Path) -> Imatrix:
             raise FormatError(path, name + ".counts", f"is {count!r}; a token count is finite and >= 0")
         n = int(np.floor(count + 0.5))  # lround, as llama.cpp reads it
         v = g.tensor_bytes(sums).view("<f4").astype(np.float32)
-        entries[name] = v / np.float32(n) if n > 0 else np.ones_like(v)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN sums: check_values names them below
+            entries[name] = v / np.float32(n) if n > 0 else np.ones_like(v)
         tokens = max(tokens, n)
     check_values(entries, path)
     meta = {"format": LLAMACPP_GGUF, "chunks": counts_kv["imatrix.chunk_count"],
@@ -270,7 +271,8 @@ def read_llamacpp_legacy(path: Path) -> Imatrix:
         ncall = i32(f"{name}: ncall", 0, 2**31 - 1)
         nval = i32(f"{name}: nval", 1, MAX_COLS)
         v = np.frombuffer(take(4 * nval, f"{name}: values"), "<f4").astype(np.float32)
-        entries[name] = v / np.float32(ncall) if ncall > 0 else v.copy()
+        with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN values: check_values names them below
+            entries[name] = v / np.float32(ncall) if ncall > 0 else v.copy()
     meta: dict[str, Any] = {"format": LLAMACPP_LEGACY, "chunks": None, "dataset": None}
     if pos < len(raw):
         meta["chunks"] = i32("trailer: chunk count", 0, 2**31 - 1)

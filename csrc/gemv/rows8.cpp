@@ -65,7 +65,8 @@ void pack_tile(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_
 }  // namespace
 
 bool rows8_applies(const WeightSpec& s) {
-  return s.type == WType::Int4w || s.type == WType::Q4_0 || s.type == WType::Q4_1 || s.type == WType::Q8_0;
+  return s.type == WType::Int4w || s.type == WType::Q4_0 || s.type == WType::Q4_1 || s.type == WType::Q8_0 ||
+         s.type == WType::IQ4_NL;
 }
 
 Rows8 pack_rows8(const WeightSpec& s, const uint8_t* w, int threads) {

@@ -20,14 +20,15 @@
 //
 // Layout, tile t = rows 8t .. 8t+7 (rows past the end are zero), tiles one
 // after another, each tile_bytes long:
-//  * 4-bit types (int4w, q4_0, q4_1), per group g of the row (q4_0/q4_1: a
-//    group is one 32-block) in order:
+//  * 4-bit types (int4w, q4_0, q4_1, iq4_nl), per group g of the row (q4_0,
+//    q4_1, iq4_nl: a group is one 32-block) in order:
 //      bpg blocks of 128 bytes: four 32-byte vectors v = 0..3; in vector v,
 //        bytes 4i .. 4i+3 belong to row i, and byte j of them holds element
 //        8v + j of the block (low nibble) and element 8v + 4 + j (high);
 //      the eight rows' scales (f16, or f32 for int4w scale_dtype f32),
 //      then their mins (affine int4w, q4_1), same width.
-//    Codes keep their stored meaning: symmetric types subtract 8.
+//    Codes keep their stored meaning: symmetric types subtract 8, iq4_nl's
+//    index kIq4Values.
 //  * q8_0, per 32-block: eight 32-byte vectors v = 0..7, bytes 4i .. 4i+3
 //    of vector v = elements 4v .. 4v+3 of row i; then the rows' eight f16 d.
 #pragma once
@@ -52,7 +53,7 @@ struct Rows8 {
   bool empty() const { return tiles == 0; }
 };
 
-// Whether rows8 exists for this matrix (the 4-bit types and q8_0).
+// Whether rows8 exists for this matrix (int4w, q4_0, q4_1, iq4_nl and q8_0).
 bool rows8_applies(const WeightSpec& s);
 
 // The interleaved copy of w (weight_nbytes(s) bytes), packed with `threads`

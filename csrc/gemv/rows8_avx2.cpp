@@ -11,7 +11,8 @@
 // below 16 * 15 * 127 < 2^15, so one madd per block widens them to int32.
 // q8_0 tiles: eight loads per block, the sign moved from w to x (|w| x
 // sign(x, w)) so maddubs can multiply, one madd per load (two products
-// already reach 2 * 128 * 127).
+// already reach 2 * 128 * 127). iq4_nl tiles: the 4-bit layout, values by
+// table shuffle, then as q8_0.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -146,6 +147,40 @@ IE_INLINE void q8_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
   }
 }
 
+// iq4_nl tiles: the 4-bit tile layout, each nibble an index into kIq4Values
+// (one in-lane byte shuffle per half vector). The values are signed, so the
+// sign moves onto x as for q8_0, and each maddubs result is widened at once
+// (a pair already reaches 2 * 127 * 127).
+template <int NB>
+IE_INLINE void iq4_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+  for (int64_t k = 0; k < p.groups; ++k, w += p.group_bytes) {
+    if (b0 == 0) {
+      prefetch(w + kAhead);
+      prefetch(w + kAhead + 64);
+    }
+    const int64_t kx = k * B + b0;
+    __m256i s[NB];
+    for (auto& v : s) v = _mm256_setzero_si256();
+    for (int v = 0; v < 4; ++v) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
+      const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
+      const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
+      const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
+      for (int b = 0; b < NB; ++b) {
+        const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
+        s[b] = _mm256_add_epi32(s[b], _mm256_add_epi32(
+            _mm256_madd_epi16(_mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast4(xq), lo)), ones),
+            _mm256_madd_epi16(_mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast4(xq + 4), hi)), ones)));
+      }
+    }
+    const __m256 d = load8<2>(w + 128);
+    for (int b = 0; b < NB; ++b)
+      acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_mul_ps(d, _mm256_broadcast_ss(x.d + kx + b)), acc[b]);
+  }
+}
+
 // fn(SB, AFFINE) as compile-time constants for a 4-bit copy's scale width and zero point.
 template <class Fn>
 IE_INLINE auto with_nib_params(const Rows8& p, Fn&& fn) {
@@ -163,6 +198,7 @@ void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256
   for (auto& v : acc) v = _mm256_setzero_ps();
   const uint8_t* w = p.bytes.data() + t * p.tile_bytes;
   if (p.spec.type == WType::Q8_0) return q8_tile_n<NB>(p, w, x, B, b0, acc);
+  if (p.spec.type == WType::IQ4_NL) return iq4_tile_n<NB>(p, w, x, B, b0, acc);
   with_nib_params(p, [&](auto sb, auto aff) __attribute__((always_inline)) {
     constexpr int SB = decltype(sb)::value;
     constexpr bool AFF = decltype(aff)::value;
@@ -178,7 +214,7 @@ void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256
 // q8_0 go through tile_dot_n.
 __m256 tile_dot(const Rows8& p, int64_t t, const Q8Nat& x) {
   const uint8_t* w = p.bytes.data() + t * p.tile_bytes;
-  if (p.spec.type != WType::Q8_0 && p.bpg >= 2) {
+  if (p.spec.type != WType::Q8_0 && p.spec.type != WType::IQ4_NL && p.bpg >= 2) {
     return with_nib_params(p, [&](auto sb, auto aff) __attribute__((always_inline)) {
       constexpr int SB = decltype(sb)::value;
       constexpr bool AFF = decltype(aff)::value;
