@@ -204,17 +204,18 @@ def main() -> None:
     # the same budgets with the KL probes, and Q4_K_M's size on this model
     policies += [(f"--target-bpw {b} + imatrix + KL probes", ["--target-bpw", b, "--quantize-head", "--kl-probes", probes],
                   True) for b in ("4.5", "5.0", "5.5", "6.04")]
-    # the probed budgets again, converted error-compensated (ieconv gptq, covariances on the calibration half)
-    compensated = {len(policies) + k for k in range(3)}
-    policies += [(f"--target-bpw {b} + KL probes + gptq", ["--target-bpw", b, "--quantize-head", "--kl-probes", probes],
-                  True) for b in ("4.5", "4.75", "5.0")]
+    # (..., converted error-compensated): the probed budgets again through ieconv gptq
+    # (covariances on the calibration half)
+    runs = [(*p, False) for p in policies]
+    runs += [(f"--target-bpw {b} + KL probes + gptq", ["--target-bpw", b, "--quantize-head", "--kl-probes", probes],
+              True, True) for b in ("4.5", "4.75", "5.0")]
     rows, used = [], set()
-    for i, (label, args, weighted) in enumerate(policies):
+    for i, (label, args, weighted, compensated) in enumerate(runs):
         d = w / f"p{i}"
         man = w / f"p{i}.json"
         run(BIN / "ieconv", "q4-manifest", "--hf-dir", hf, "-o", man, "--overwrite", *args,
             *(["--imatrix", im] if weighted else []))
-        if i in compensated:
+        if compensated:
             run(BIN / "ieconv", "gptq", "-q", "--overwrite", "--hf-dir", hf, "--ref-dir", ref, "--q4-map", man,
                 "--text-file", calib, "--threads", a.threads, "--out-dir", d)
         else:

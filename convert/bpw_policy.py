@@ -120,8 +120,7 @@ def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | No
         if _key(sel) in out or scheme.check(shape, p):
             continue
         err = QuantError()
-        for _piece in scheme.stream([rows], p, rows.shape[0], name, imp, err):
-            pass
+        scheme.measured_rows(rows, p, name, imp, err)
         out[_key(sel)] = (sel, scheme.nbytes(*shape, p), err.sq_error * shape[0] / rows.shape[0])
     return out
 

@@ -47,11 +47,16 @@ def report_conversion(res: ConvertResult) -> None:
     if not res.errors:
         return
     worst = sorted(res.errors.items(), key=lambda kv: -kv[1].sq_error)[:WORST_SHOWN]
-    weighted = "importance-weighted " if any(e.weighted for e in res.errors.values()) else ""
-    table = Table(title=f"predicted loss ({weighted}squared error added to the outputs): the {len(worst)} largest of "
+    if any(e.compensated for e in res.errors.values()):
+        how, head = "under the input covariance", "Σ δHδᵀ"
+    elif any(e.weighted for e in res.errors.values()):
+        how, head = "importance-weighted", "Σ imp·(w−ŵ)²"
+    else:
+        how, head = "unweighted", "Σ (w−ŵ)²"
+    table = Table(title=f"predicted loss (squared error added to the outputs, {how}): the {len(worst)} largest of "
                         f"{len(res.errors)} quantized matrices (all: ieconv inspect {res.out_dir})",
                   title_justify="left")
-    for col in ("tensor", f"Σ {'imp·' if weighted else ''}(w−ŵ)²", "share", "SQNR dB"):
+    for col in ("tensor", head, "share", "SQNR dB"):
         table.add_column(col, justify="left" if col == "tensor" else "right")
     total = sum(e.sq_error for e in res.errors.values())
     for name, e in worst:

@@ -290,7 +290,9 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
             for p in plans:
                 progress.describe(p.name)
                 extra = {iebin.QUANT_KEY: p.quant} if p.quant else None
-                error = errors[p.name] = QuantError() if p.mode == "quantize" else None
+                error = QuantError() if p.mode == "quantize" else None
+                if error is not None:
+                    errors[p.name] = error
                 writer.add_tensor(p.name, p.dtype, p.shape, _chunks(g, p, progress, error), p.out_nbytes,
                                   extra=extra, error=error)
             aux = writer.stage_aux(aux_data)
@@ -305,7 +307,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
     return ConvertResult(out_dir, len(plans), bytes_in, meta["files"][0]["nbytes"], time.perf_counter() - t0,
                          sum(p.mode in ("cast", "dequant") for p in plans), sum(p.mode == "quantize" for p in plans),
                          warnings, stale, kept_blocks=sum(p.mode == "copy" and p.dtype in SCHEMES for p in plans),
-                         weighted_tensors=len(importance), errors={n: e for n, e in errors.items() if e is not None})
+                         weighted_tensors=len(importance), errors=errors)
 
 
 def _row_blocks(g: GGUFModel, p: _Tensor, progress: Progress) -> Iterator[tuple[int, np.ndarray]]:

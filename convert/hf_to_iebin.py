@@ -174,11 +174,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     progress.describe(name)
                     if qplan and name in qplan.quantize:
                         cov = covariances.get(name) if covariances is not None else None
-                        if cov is not None:
-                            errors[name] = _add_compensated(writer, name, sf, t, qplan.quantize[name], progress, *cov)
-                        else:
-                            errors[name] = _add_quantized(writer, name, sf, t, qplan.quantize[name], progress,
-                                                          importance.get(name))
+                        errors[name] = _add_quantized(writer, name, sf, t, qplan.quantize[name], progress,
+                                                      importance.get(name), cov)
                         continue
                     target = dtype if dtype and t.dtype.is_float else t.dtype.name
                     if target != t.dtype.name:
@@ -202,9 +199,13 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
 
 
 def _add_quantized(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t: SafetensorsTensor,
-                   params: QuantParams, progress: Progress, importance: Any = None) -> QuantError:
+                   params: QuantParams, progress: Progress, importance: Any = None,
+                   covariance: tuple[Any, Any] | None = None) -> QuantError:
     """Quantize a float matrix a block of rows at a time (memory stays
-    bounded); its predicted loss is recorded in the entry and returned."""
+    bounded); its predicted loss is recorded in the entry and returned. With
+    ``covariance`` (its input's H and inverse factor, runtime/hessians.py)
+    error-compensated instead (formats/gptq.py): the whole matrix at once,
+    as float64 while it works (SmolLM2's largest, the tied embedding: 230 MB)."""
     rows, cols = t.shape
     scheme = SCHEMES[params.scheme]
     rows_per_chunk = max(1, QUANT_CHUNK_ELEMS // max(cols, 1))
@@ -214,29 +215,16 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t:
             progress.advance(len(chunk))
             yield decode_f32(chunk, t.dtype.name).reshape(-1, cols)
 
-    error = QuantError()
-    pieces = (p.tobytes() for p in scheme.stream(row_chunks(), params, rows, name, importance, error))
-    writer.add_tensor(name, params.scheme, [rows, cols], pieces, scheme.nbytes(rows, cols, params),
-                      extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)}, error=error)
-    return error
-
-
-def _add_compensated(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t: SafetensorsTensor,
-                     params: QuantParams, progress: Progress, h: Any, u: Any) -> QuantError:
-    """Quantize a float matrix error-compensated under its input covariance
-    ``h`` (``u``: its inverse factor): the whole matrix at once, as float64
-    while it works (SmolLM2's largest, the tied embedding: 230 MB)."""
-    rows, cols = t.shape
-    scheme = SCHEMES[params.scheme]
-    parts = []
-    for chunk in sf.iter_chunks(t):
-        progress.advance(len(chunk))
-        parts.append(decode_f32(chunk, t.dtype.name))
-    w = np.concatenate(parts).reshape(rows, cols)
-    qr, error = gptq.quantize(w, h, scheme, params, name, u)
-    pieces = (p.tobytes() for p in scheme.payload(qr))
-    writer.add_tensor(name, params.scheme, [rows, cols], pieces, scheme.nbytes(rows, cols, params),
-                      extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)}, error=error)
+    if covariance is None:
+        error = QuantError()
+        pieces = scheme.stream(row_chunks(), params, rows, name, importance, error)
+    else:
+        h, u = covariance
+        qr, error = gptq.quantize(np.concatenate(list(row_chunks())), h, scheme, params, name, u)
+        pieces = scheme.payload(qr)
+    writer.add_tensor(name, params.scheme, [rows, cols], (p.tobytes() for p in pieces),
+                      scheme.nbytes(rows, cols, params), extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)},
+                      error=error)
     return error
 
 

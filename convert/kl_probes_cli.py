@@ -95,8 +95,8 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
         with Progress(TextColumn("{task.description:<44.44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TimeRemainingColumn(), console=err, transient=True, disable=quiet) as bar:
             task = bar.add_task(f"converting: all {base}", total=len(groups) + 3)
-            variants = _Variants(src, work, manifest, groups, probe, lambda label: bar.update(task, advance=1,
-                                                                                              description=label))
+            variants = _Variants(src, work, manifest, probe,
+                                 lambda label: bar.update(task, advance=1, description=label))
 
             # The reference's logits, computed once for all nine scorings where they fit in REF_CACHE_BYTES.
             rows = sum(len(evaluation.scored_positions(len(p))) for p in parts)
@@ -136,17 +136,13 @@ class _Variants:
     PROBE_BIN = "probe.ie.bin"
     VARIANT = "variant.ie.json"
 
-    def __init__(self, src, work: Path, manifest: dict, groups: list[str], probe: str,
-                 converted: Callable[[str], None]):
+    def __init__(self, src, work: Path, manifest: dict, probe: str, converted: Callable[[str], None]):
         self.base = work / "base"
         self.manifest = manifest_from(manifest, work / "q4_manifest.json")
         self.rules = [r["match"] for r in manifest["rules"]]
         convert(src, self.base, manifest=self.manifest)
         converted(f"converting: every group at {probe}")
-        all_probe = manifest
-        for g in groups:
-            all_probe = _with_probe(all_probe, g, probe)
-        convert(src, work / "probe", manifest=manifest_from(all_probe, work / "q4_manifest.json"))
+        convert(src, work / "probe", manifest=manifest_from(_all_at(manifest, probe), work / "q4_manifest.json"))
         converted("scoring")
         os.replace(work / "probe" / iebin.BIN_NAME, self.base / self.PROBE_BIN)
         self.meta = load_json(self.base / iebin.META_NAME)
@@ -171,11 +167,7 @@ class _Variants:
         return path
 
 
-def _with_probe(manifest: dict, group: str, probe: str) -> dict:
-    """The manifest with ``group`` (a rule's pattern or an exact entry) at ``probe``."""
-    out = {**manifest, "rules": [dict(r) for r in manifest["rules"]], "tensors": dict(manifest["tensors"])}
-    if group in out["tensors"]:
-        out["tensors"][group] = {"scheme": probe}
-    else:
-        out["rules"] = [{"match": r["match"], "scheme": probe} if r["match"] == group else r for r in out["rules"]]
-    return out
+def _all_at(manifest: dict, probe: str) -> dict:
+    """The manifest with every group (each rule and each exact entry) at ``probe``."""
+    return {**manifest, "rules": [{"match": r["match"], "scheme": probe} for r in manifest["rules"]],
+            "tensors": {n: {"scheme": probe} for n in manifest["tensors"]}}

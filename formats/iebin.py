@@ -9,7 +9,6 @@ format: the writer used by ``ieconv``, the strict validator used by
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -35,9 +34,9 @@ CHECKSUM = "sha256"
 
 TENSOR_KEYS = ("name", "dtype", "shape", "file", "file_data_offset", "nbytes", "sha256")
 QUANT_KEY = "quant"  # present exactly when dtype is a quantized scheme
-ERROR_KEY = "quant_error"  # optional on quantized tensors: the quantizer's predicted loss (QuantError)
-ERROR_FIELDS = {"weighted": (bool,), "sq_error": (int, float), "sq_norm": (int, float)}
-ERROR_OPTIONAL = {"compensated": (bool,)}  # true: error-compensated codes (formats/gptq.py)
+# Optional on quantized tensors: the quantizer's predicted loss (QuantError.record);
+# its keys and types are the JSON Schema's to check (validate_meta's backstop).
+ERROR_KEY = "quant_error"
 LEGACY_KEYS = ("shard", "shard_data_offset")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -215,8 +214,6 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
             field = f"{where}.quant" + (f".{e.key}" if e.key else "")
             raise FormatError(meta_file, field, f"{label}{e}") from None
         expected = SCHEMES[dtype].nbytes(shape[0], shape[1], params)
-        if ERROR_KEY in t:
-            _check_error(t[ERROR_KEY], meta_file, f"{where}.{ERROR_KEY}", label)
     else:
         expected = plain_nbytes(dtype, shape)
     if expected > INT64_MAX:
@@ -237,25 +234,6 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
     sha = t["sha256"]
     if not isinstance(sha, str) or not _SHA256.match(sha):
         raise FormatError(meta_file, f"{where}.sha256", f"{label}must be 64 lowercase hex digits")
-
-
-def _check_error(e: object, meta_file: str, where: str, label: str) -> None:
-    """A quant_error object: ERROR_FIELDS (and maybe ERROR_OPTIONAL), the sums finite and >= 0."""
-    if not isinstance(e, dict):
-        raise FormatError(meta_file, where, f"{label}must be an object, got {e!r}")
-    for key, types in {**ERROR_FIELDS, **ERROR_OPTIONAL}.items():
-        if key not in e:
-            if key in ERROR_OPTIONAL:
-                continue
-            raise FormatError(meta_file, where, f"{label}missing key {key!r}")
-        v = e[key]
-        if not isinstance(v, types) or (type(v) is bool) != (types == (bool,)):
-            raise FormatError(meta_file, f"{where}.{key}", f"{label}must be {'a boolean' if types == (bool,) else 'a number'}, got {v!r}")
-        if types != (bool,) and (v < 0 or (isinstance(v, float) and not math.isfinite(v))):
-            raise FormatError(meta_file, f"{where}.{key}", f"{label}must be finite and >= 0, got {v!r}")
-    extra = sorted(set(e) - set(ERROR_FIELDS) - set(ERROR_OPTIONAL))
-    if extra:
-        raise FormatError(meta_file, f"{where}.{extra[0]}", f"{label}unknown key {extra[0]!r}")
 
 
 def validate_meta(meta: object, meta_file: str | os.PathLike = META_NAME) -> None:

@@ -284,16 +284,21 @@ class Scheme(WeightType):
         """The tensor's bytes, in file order, from one quantize_rows result of all its rows."""
         return [qr.rows.reshape(-1)]
 
+    def measured_rows(self, w: np.ndarray, p: QuantParams, name: str, importance: np.ndarray | None,
+                      error: QuantError | None) -> "QuantizedRows":
+        """quantize_rows, its predicted loss added to ``error`` (when given)."""
+        qr = self.quantize_rows(w, p, name, importance)
+        if error is not None:
+            error.add(w, self.dequantize_rows(qr, w.shape[1], p), importance)
+        return qr
+
     def stream(self, row_chunks, p: QuantParams, rows: int, name: str,
                importance: np.ndarray | None = None, error: QuantError | None = None) -> Iterator[np.ndarray]:
         """Quantize an iterable of row chunks, yielding payload pieces in file order
         (and adding each chunk's predicted loss to ``error``).
-        Block schemes are row-contiguous, so each chunk's bytes go straight out."""
+        Block schemes are row-contiguous, so each chunk's payload goes straight out."""
         for w in row_chunks:
-            qr = self.quantize_rows(w, p, name, importance)
-            if error is not None:
-                error.add(w, self.dequantize_rows(qr, w.shape[1], p), importance)
-            yield qr.rows.reshape(-1)
+            yield from self.payload(self.measured_rows(w, p, name, importance, error))
 
 
 @dataclass
@@ -945,9 +950,7 @@ class Int4W(Scheme, weight_type="int4w"):
         """qs rows go out as they are made; the small scale/min planes follow."""
         scales, mins = [], []
         for w in row_chunks:
-            qr = self.quantize_rows(w, p, name, importance)
-            if error is not None:
-                error.add(w, self.dequantize_rows(qr, w.shape[1], p), importance)
+            qr = self.measured_rows(w, p, name, importance, error)
             scales.append(qr.scales)
             if qr.mins is not None:
                 mins.append(qr.mins)

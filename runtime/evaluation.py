@@ -185,10 +185,11 @@ def evaluate(model: Decoder, chunks: list[list[int]], ref: Decoder | None = None
     ref_buf = np.empty(shape, np.float32) if ref is not None else None
     for i, ids in enumerate(chunks):
         logits = model.logits(ids[:-1], first, out=buf)
-        ref_logits = None
-        if ref is not None and ref_cache is not None and i < len(ref_cache):
+        if ref is None:
+            ref_logits = None
+        elif ref_cache is not None and i < len(ref_cache):
             ref_logits = ref_cache[i]
-        elif ref is not None:
+        else:  # a kept copy cannot share the buffer the next chunk overwrites
             ref_logits = ref.logits(ids[:-1], first, out=ref_buf if ref_cache is None else np.empty(shape, np.float32))
             scores.forward_tokens += ctx - 1
             if ref_cache is not None:

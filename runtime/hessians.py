@@ -73,10 +73,12 @@ class Hessians:
         return self._have[slot], self._factors[slot]
 
     def _collect(self, first: int) -> None:
-        start = self._slots.index(first) if first in self._slots else None
-        window = [first] if start is None else []
+        """Run the calibration once for ``first`` and the slots after it in
+        ``order`` that fit the budget with it (the previous window dropped)."""
+        ahead = self._slots[self._slots.index(first):] if first in self._slots else [first]
+        window: list[int] = []
         used = 0
-        for s in self._slots[start:] if start is not None else []:
+        for s in ahead:
             size = self._width(s) ** 2 * 8
             if window and used + size > self.budget:
                 break

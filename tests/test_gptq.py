@@ -58,10 +58,9 @@ def test_block_update_is_the_optimal_brain_surgeon_step(sel):
     qr, _e = gptq.quantize(w, h, scheme, p)
     got = scheme.dequantize_rows(qr, w.shape[1], p)
     ref = _obs_reference(w, h, scheme, p)
-    # the two routes to the update differ in rounding only; a code that flips on
-    # such a difference is rare and then only one step
-    assert np.mean(got != ref) < 1e-3
-    assert np.abs(got - ref).max() <= 0.5 * np.abs(ref).max()
+    # the two routes to the update differ in float rounding only: every value
+    # agreed when written; a code flipping on a near-tie is allowed once in 10^4
+    assert np.mean(got != ref) < 1e-4
 
 
 @pytest.mark.parametrize("sel", SELECTIONS, ids=lambda s: s["scheme"] + str(s.get("group_size", "")))
@@ -145,10 +144,11 @@ def test_gptq_artifact_is_closer_to_the_float_model(wide, tmp_path):
                     "--imatrix", wide["imatrix"]).returncode == 0
     plain, g = tmp_path / "plain", tmp_path / "gptq"
     assert run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", wide["hf"], "--q4-map", m, "--out-dir", plain).returncode == 0
-    res = run_tool("ieconv", "gptq", "-q", "--hf-dir", wide["hf"], "--ref-dir", wide["f32"], "--q4-map", m,
+    res = run_tool("ieconv", "gptq", "--hf-dir", wide["hf"], "--ref-dir", wide["f32"], "--q4-map", m,
                    "--text-file", TEXT, "--ctx", "64", "--chunks", "6", "--out-dir", g)
     assert res.returncode == 0, res.stderr
     assert "15 quantized, 15 error-compensated; covariances of 384 tokens" in res.stderr
+    assert "under the input covariance" in res.stderr
     assert (g / iebin.BIN_NAME).stat().st_size == (plain / iebin.BIN_NAME).stat().st_size
     entries = [t for t in iebin.load_model(g).tensors if "quant" in t]
     assert len(entries) == 15 and all(t["quant_error"]["compensated"] is True for t in entries)

@@ -1017,19 +1017,16 @@ def test_float_entry_with_quant_object_is_rejected(qart):
     (lambda e: e.update(sq_norm=None), "quant_error.sq_norm"),
     (lambda e: e.update(weighted=0), "quant_error.weighted"),
     (lambda e: e.pop("sq_norm"), "quant_error"),
-    (lambda e: e.update(kl=0.1), "quant_error.kl"),
+    (lambda e: e.update(kl=0.1), "quant_error: Additional properties are not allowed ('kl'"),
     (lambda e: e.update(compensated=1), "quant_error.compensated"),
 ], ids=["negative", "string", "bool-as-number", "null", "int-as-bool", "missing", "unknown-key", "compensated-int"])
-def test_quant_error_rules(qart, schema_validator, mutate, field):
-    """The predicted-loss record of a quantized entry: exactly its three keys,
-    sums that are numbers >= 0 (JSON itself has no NaN/Infinity to carry);
-    the JSON Schema says the same."""
+def test_quant_error_rules(qart, mutate, field):
+    """The predicted-loss record of a quantized entry: its three keys (and an
+    optional boolean "compensated"), sums that are numbers >= 0 (JSON itself
+    has no NaN/Infinity to carry); the JSON Schema holds these rules, so the
+    error line is its message, naming the field."""
     d, i = qart
-    meta = read_meta(d)
-    assert meta["tensors"][i]["quant_error"]["weighted"] is False  # the golden conversion recorded one
-    assert list(schema_validator.iter_errors(meta)) == []
-    mutate(meta["tensors"][i]["quant_error"])
-    assert list(schema_validator.iter_errors(meta)) != []
+    assert read_meta(d)["tensors"][i]["quant_error"]["weighted"] is False  # the golden conversion recorded one
     edit(d, lambda m: mutate(m["tensors"][i]["quant_error"]))
     assert_cli_error(run_ieconv("validate", d), META_NAME, f"tensors[{i}].{field}")
 
@@ -1053,4 +1050,3 @@ def test_quant_error_on_a_float_entry_or_not_an_object_is_rejected(qart, schema_
     rec = {"weighted": True, "sq_error": 0.5, "sq_norm": 2.0, "compensated": True}  # what ieconv gptq writes
     edit(d, lambda m: m["tensors"][i].update(quant_error=rec))
     assert run_ieconv("validate", d).returncode == 0
-    assert list(schema_validator.iter_errors(read_meta(d))) == []

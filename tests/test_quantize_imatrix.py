@@ -272,8 +272,8 @@ def test_recorded_predicted_loss_is_the_weighted_error_of_the_bytes(wide):
     plain, _m, res_plain = _quantize(wide, "q4k-loss-plain", "--scheme", "q4_k")
     weighted, _m, res = _quantize(wide, "q4k-loss-im", "--scheme", "q4_k", "--imatrix", wide["imatrix"])
     assert recomputed(weighted, True) < 0.95 * recomputed(plain, False)
-    assert "predicted loss (importance-weighted squared error" in res.stderr
-    assert "predicted loss (squared error" in res_plain.stderr
+    assert "predicted loss (squared error added to the outputs, importance-weighted)" in res.stderr
+    assert "predicted loss (squared error added to the outputs, unweighted)" in res_plain.stderr
     res = run_tool("ieconv", "inspect", "--json", weighted)
     got = json.loads(res.stdout)["quant_error"]
     assert len(got) == 14 and got == {t["name"]: t["quant_error"] for t in iebin.load_model(weighted).tensors

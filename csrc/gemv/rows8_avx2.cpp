@@ -9,10 +9,10 @@
 // with x[8v+4 .. 8v+7] (each a broadcast 4-byte load), maddubs sums pairs to
 // int16, and the 16 products a 16-bit lane collects over the block stay
 // below 16 * 15 * 127 < 2^15, so one madd per block widens them to int32.
-// q8_0 tiles: eight loads per block, the sign moved from w to x (|w| x
-// sign(x, w)) so maddubs can multiply, one madd per load (two products
-// already reach 2 * 128 * 127). iq4_nl tiles: the 4-bit layout, values by
-// table shuffle, then as q8_0.
+// q8_0 and iq4_nl tiles (signed values): the sign moved from w to x (|w| x
+// sign(x, w)) so maddubs can multiply, one madd per product vector (two
+// products already reach 2 * 128 * 127); iq4_nl's values come from its
+// nibbles by a table shuffle.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -125,57 +125,45 @@ IE_INLINE void nib_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
   }
 }
 
-template <int NB>
-IE_INLINE void q8_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t k = 0; k < p.groups; ++k, w += p.group_bytes) {
-    const int64_t kx = k * B + b0;
-    __m256i s[NB];
-    for (auto& v : s) v = _mm256_setzero_si256();
-    for (int v = 0; v < 8; ++v) {
-      if (v % 2 == 0 && b0 == 0) prefetch(w + kAhead + 32 * v);
-      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
-      const __m256i aw = _mm256_sign_epi8(wv, wv);
-      for (int b = 0; b < NB; ++b) {
-        const __m256i xv = _mm256_sign_epi8(bcast4(x.q + (kx + b) * 32 + 4 * v), wv);
-        s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xv), ones));
-      }
-    }
-    const __m256 d = load8<2>(w + 256);
-    for (int b = 0; b < NB; ++b)
-      acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_mul_ps(d, _mm256_broadcast_ss(x.d + kx + b)), acc[b]);
-  }
+// int32 per row lane: s + the 4-element dot product of signed int8 values w
+// (lane i = row i) with the activation bytes xq[0..3]. maddubs multiplies
+// unsigned by signed, so w's sign moves onto x (|w| <= 128 read unsigned);
+// one pair of products already reaches 2 * 128 * 127, so each result is
+// widened at once.
+IE_INLINE __m256i dot4_signed(__m256i s, __m256i w, const int8_t* xq) {
+  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(bcast4(xq), w));
+  return _mm256_add_epi32(s, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 
-// iq4_nl tiles: the 4-bit tile layout, each nibble an index into kIq4Values
-// (one in-lane byte shuffle per half vector). The values are signed, so the
-// sign moves onto x as for q8_0, and each maddubs result is widened at once
-// (a pair already reaches 2 * 127 * 127).
-template <int NB>
-IE_INLINE void iq4_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+// Tiles whose values are signed int8: q8_0's as stored (eight vectors per
+// block, vector v = elements 4v .. 4v+3), iq4_nl's through kIq4Values (the
+// 4-bit layout: four vectors, each nibble an index, one in-lane shuffle per
+// half vector). Then the eight rows' f16 scales.
+template <bool IQ4, int NB>
+IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  constexpr int kCodes = IQ4 ? 128 : 256;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
   for (int64_t k = 0; k < p.groups; ++k, w += p.group_bytes) {
-    if (b0 == 0) {
-      prefetch(w + kAhead);
-      prefetch(w + kAhead + 64);
-    }
+    if (b0 == 0)  // the first rows read the tile from memory; later ones from L1
+      for (int o = 0; o < kCodes; o += 64) prefetch(w + kAhead + o);
     const int64_t kx = k * B + b0;
     __m256i s[NB];
     for (auto& v : s) v = _mm256_setzero_si256();
-    for (int v = 0; v < 4; ++v) {
+    for (int v = 0; v < kCodes / 32; ++v) {
       const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
-      const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
-      const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
-      const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
-      for (int b = 0; b < NB; ++b) {
-        const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-        s[b] = _mm256_add_epi32(s[b], _mm256_add_epi32(
-            _mm256_madd_epi16(_mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast4(xq), lo)), ones),
-            _mm256_madd_epi16(_mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast4(xq + 4), hi)), ones)));
+      if constexpr (IQ4) {
+        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
+        const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
+        for (int b = 0; b < NB; ++b) {
+          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
+          s[b] = dot4_signed(dot4_signed(s[b], lo, xq), hi, xq + 4);
+        }
+      } else {
+        for (int b = 0; b < NB; ++b) s[b] = dot4_signed(s[b], wv, x.q + (kx + b) * 32 + 4 * v);
       }
     }
-    const __m256 d = load8<2>(w + 128);
+    const __m256 d = load8<2>(w + kCodes);
     for (int b = 0; b < NB; ++b)
       acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_mul_ps(d, _mm256_broadcast_ss(x.d + kx + b)), acc[b]);
   }
@@ -197,8 +185,8 @@ template <int NB>
 void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   for (auto& v : acc) v = _mm256_setzero_ps();
   const uint8_t* w = p.bytes.data() + t * p.tile_bytes;
-  if (p.spec.type == WType::Q8_0) return q8_tile_n<NB>(p, w, x, B, b0, acc);
-  if (p.spec.type == WType::IQ4_NL) return iq4_tile_n<NB>(p, w, x, B, b0, acc);
+  if (p.spec.type == WType::Q8_0) return signed_tile_n<false, NB>(p, w, x, B, b0, acc);
+  if (p.spec.type == WType::IQ4_NL) return signed_tile_n<true, NB>(p, w, x, B, b0, acc);
   with_nib_params(p, [&](auto sb, auto aff) __attribute__((always_inline)) {
     constexpr int SB = decltype(sb)::value;
     constexpr bool AFF = decltype(aff)::value;
