@@ -8,66 +8,141 @@
 #include <cstring>
 
 #include "common/errors.h"
+#include "kernels.h"
 
 namespace ie {
 namespace {
 
-// Where block k of row r keeps its 32 codes (nibble pairs: byte j holds
-// elements j and j + 16; q8_0: 32 int8) and its scale and min bytes.
-struct BlockRef {
-  const uint8_t* codes;
-  const uint8_t* scale;
-  const uint8_t* min;
-};
+bool super_block(WType t) { return t == WType::Q4_K || t == WType::Q5_K || t == WType::Q6_K || t == WType::IQ4_XS; }
 
-BlockRef block_ref(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, int64_t k) {
-  if (s.type == WType::Int4w) {
-    const int64_t g = k * 32 / s.group_size;
-    const size_t gi = static_cast<size_t>(r * lay.groups + g) * lay.scale_bytes;
-    return {w + r * lay.row_bytes + k * 16, w + lay.scales_off + gi, s.symmetric ? nullptr : w + lay.mins_off + gi};
+// Bytes of one 32-block's codes in a tile (rows8.h).
+int tile_block_bytes(WType t) {
+  switch (t) {
+    case WType::Q8_0: return 256;
+    case WType::Q5_0:
+    case WType::Q5_1:
+    case WType::Q5_K: return 160;
+    case WType::Q6_K: return 192;
+    default: return 128;
   }
-  const uint8_t* blk = w + r * lay.row_bytes + k * lay.block_bytes;
-  return {blk + lay.block_qs, blk, s.type == WType::Q4_1 ? blk + 2 : nullptr};
 }
 
-// Element e (0..31) of a 4-bit block's codes.
-inline uint8_t nibble(const uint8_t* codes, int e) { return e < 16 ? codes[e] & 0xF : codes[e - 16] >> 4; }
+// The 16 nibble pairs of a q4_0-ordered block (byte e: elements e, e + 16) as 32 codes.
+void unpack_nibbles(const uint8_t* qs, uint8_t* q) {
+  for (int e = 0; e < 16; ++e) {
+    q[e] = qs[e] & 0xF;
+    q[e + 16] = qs[e] >> 4;
+  }
+}
+
+// The 32 codes of 32-block k of row r as stored (0..15, 0..31 or 0..63;
+// q8_0: its int8 values as bytes).
+void block_codes(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, int64_t k, uint8_t* q) {
+  const uint8_t* row = w + r * lay.row_bytes;
+  if (s.type == WType::Int4w) return unpack_nibbles(row + k * 16, q);
+  const uint8_t* blk = row + (super_block(s.type) ? k / 8 : k) * lay.block_bytes;
+  const int j = static_cast<int>(k % 8);  // sub-block of a super-block
+  switch (s.type) {
+    case WType::Q8_0: std::memcpy(q, blk + lay.block_qs, 32); return;
+    case WType::Q5_0:
+    case WType::Q5_1:
+      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q5_code(blk, static_cast<int>(lay.block_qs), e));
+      return;
+    case WType::Q4_K:
+      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q4k_code(blk, j, e));
+      return;
+    case WType::Q5_K:
+      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q5k_code(blk, j, e));
+      return;
+    case WType::Q6_K:
+      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q6k_code(blk, 32 * j + e));
+      return;
+    case WType::IQ4_XS: return unpack_nibbles(blk + lay.block_qs + 16 * j, q);
+    default: return unpack_nibbles(blk + lay.block_qs, q);  // q4_0, q4_1, iq4_nl
+  }
+}
+
+// Row i's codes q of one 32-block into the tile block at o (rows8.h).
+void put_codes(WType t, const uint8_t* q, int i, uint8_t* o) {
+  if (t == WType::Q8_0) {
+    for (int v = 0; v < 8; ++v) std::memcpy(o + v * 32 + 4 * i, q + 4 * v, 4);
+    return;
+  }
+  for (int v = 0; v < 4; ++v)
+    for (int j = 0; j < 4; ++j) {
+      const int lo = q[8 * v + j], hi = q[8 * v + 4 + j], at = v * 32 + 4 * i + j;
+      o[at] = static_cast<uint8_t>((lo & 0xF) | (hi & 0xF) << 4);
+      if (t == WType::Q6_K) o[128 + 32 * (v / 2) + 4 * i + j] |= static_cast<uint8_t>((lo >> 4 | (hi >> 4) << 2) << (4 * (v % 2)));
+      else if (tile_block_bytes(t) == 160) o[128 + 4 * i + j] |= static_cast<uint8_t>((lo >> 4) << v | (hi >> 4) << (4 + v));
+    }
+}
+
+// Row i's header fields of group g (its scales and mins) into the tile header at h.
+void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_t r, int64_t g, int i, uint8_t* h) {
+  const WeightSpec& s = p.spec;
+  const int sb = p.scale_bytes;
+  if (s.type == WType::Int4w) {
+    const size_t gi = static_cast<size_t>(r * lay.groups + g) * lay.scale_bytes;
+    std::memcpy(h + i * sb, w + lay.scales_off + gi, static_cast<size_t>(sb));
+    if (p.affine) std::memcpy(h + 8 * sb + i * sb, w + lay.mins_off + gi, static_cast<size_t>(sb));
+    return;
+  }
+  const uint8_t* blk = w + r * lay.row_bytes + g * lay.block_bytes;
+  switch (s.type) {
+    case WType::Q4_K:
+    case WType::Q5_K:
+      for (int k = 0; k < 3; ++k) std::memcpy(h + 32 * k + 4 * i, blk + 4 + 4 * k, 4);
+      std::memcpy(h + 96 + 2 * i, blk, 2);
+      std::memcpy(h + 112 + 2 * i, blk + 2, 2);
+      return;
+    case WType::IQ4_XS:
+      std::memcpy(h + 4 * i, blk + 4, 4);
+      std::memcpy(h + 32 + 2 * i, blk + 2, 2);
+      std::memcpy(h + 48 + 2 * i, blk, 2);
+      return;
+    case WType::Q6_K:
+      for (int b = 0; b < 8; ++b) {
+        h[16 * b + i] = blk[kQ6kScales + 2 * b];
+        h[16 * b + 8 + i] = blk[kQ6kScales + 2 * b + 1];
+      }
+      std::memcpy(h + 128 + 2 * i, blk + kQ6kD, 2);
+      return;
+    default:  // q4_0, q4_1, q5_0, q5_1, iq4_nl, q8_0: d (and m) lead the block
+      std::memcpy(h + i * sb, blk, 2);
+      if (p.affine) std::memcpy(h + 8 * sb + i * sb, blk + 2, 2);
+  }
+}
+
+size_t header_bytes(const Rows8& p) {
+  switch (p.spec.type) {
+    case WType::Q4_K:
+    case WType::Q5_K: return 128;
+    case WType::IQ4_XS: return 64;
+    case WType::Q6_K: return 144;
+    default: return static_cast<size_t>(8 * p.scale_bytes * (p.affine ? 2 : 1));
+  }
+}
 
 void pack_tile(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_t t, uint8_t* out) {
   const WeightSpec& s = p.spec;
-  const int sb = p.scale_bytes;
+  uint8_t q[32];
   for (int64_t g = 0; g < p.groups; ++g) {
     uint8_t* o = out + g * p.group_bytes;
     for (int i = 0; i < 8; ++i) {
       const int64_t r = 8 * t + i;
       if (r >= s.rows) break;  // padding rows stay zero
       for (int kb = 0; kb < p.bpg; ++kb) {
-        const BlockRef b = block_ref(s, lay, w, r, g * p.bpg + kb);
-        if (s.type == WType::Q8_0) {
-          for (int v = 0; v < 8; ++v) std::memcpy(o + v * 32 + 4 * i, b.codes + 4 * v, 4);
-        } else {
-          uint8_t* blk = o + kb * 128;
-          for (int v = 0; v < 4; ++v)
-            for (int j = 0; j < 4; ++j)
-              blk[v * 32 + 4 * i + j] =
-                  static_cast<uint8_t>(nibble(b.codes, 8 * v + j) | nibble(b.codes, 8 * v + 4 + j) << 4);
-        }
-        if (kb == 0) {
-          uint8_t* sc = o + (s.type == WType::Q8_0 ? 256 : p.bpg * 128);
-          std::memcpy(sc + i * sb, b.scale, static_cast<size_t>(sb));
-          if (p.affine) std::memcpy(sc + 8 * sb + i * sb, b.min, static_cast<size_t>(sb));
-        }
+        block_codes(s, lay, w, r, g * p.bpg + kb, q);
+        put_codes(s.type, q, i, o + kb * p.block_bytes);
       }
+      put_header(p, lay, w, r, g, i, o + static_cast<size_t>(p.bpg) * p.block_bytes);
     }
   }
 }
 
 }  // namespace
 
-bool rows8_applies(const WeightSpec& s) {
-  return s.type == WType::Int4w || s.type == WType::Q4_0 || s.type == WType::Q4_1 || s.type == WType::Q8_0 ||
-         s.type == WType::IQ4_NL;
-}
+bool rows8_applies(const WeightSpec& s) { return wtype_info(s.type).quantized; }
 
 Rows8 pack_rows8(const WeightSpec& s, const uint8_t* w, int threads) {
   Rows8 p;
@@ -77,19 +152,20 @@ Rows8 pack_rows8(const WeightSpec& s, const uint8_t* w, int threads) {
   const WeightLayout lay = weight_layout(s);
   p.spec = s;
   p.tiles = (s.rows + 7) / 8;
+  p.block_bytes = tile_block_bytes(s.type);
   if (s.type == WType::Int4w) {
     p.bpg = static_cast<int>(s.group_size / 32);
     p.groups = lay.groups;
     p.scale_bytes = static_cast<int>(lay.scale_bytes);
     p.affine = !s.symmetric;
   } else {
-    p.bpg = 1;
-    p.groups = s.cols / 32;
+    p.bpg = super_block(s.type) ? 8 : 1;
+    p.groups = s.cols / (32 * p.bpg);
     p.scale_bytes = 2;
-    p.affine = s.type == WType::Q4_1;
+    p.affine = s.type == WType::Q4_1 || s.type == WType::Q5_1;
   }
-  const size_t codes = s.type == WType::Q8_0 ? 256 : checked_mul(static_cast<size_t>(p.bpg), 128, "rows8 group");
-  p.group_bytes = codes + static_cast<size_t>(8 * p.scale_bytes * (p.affine ? 2 : 1));
+  p.group_bytes = checked_add(checked_mul(static_cast<size_t>(p.bpg), static_cast<size_t>(p.block_bytes), "rows8 group"),
+                              header_bytes(p), "rows8 group");
   p.tile_bytes = checked_mul(p.group_bytes, static_cast<size_t>(p.groups), "rows8 tile");
   p.bytes.resize(checked_mul(p.tile_bytes, static_cast<size_t>(p.tiles), "rows8 matrix"), /*zero=*/false);
   uint8_t* base = p.bytes.data();

@@ -5,32 +5,49 @@
 // accumulator per row and ends every row with a horizontal sum, a scale
 // setup and a scalar store. For the short rows of small models (hidden 576:
 // 9 groups of 64) those per-row costs are as large as the dot product
-// itself, and the batch-1 GEMV ran at a third of the read bandwidth. Here
-// eight rows are interleaved so that one 32-byte load holds 4 bytes of each
-// of them: every 32-bit lane is one row, the accumulator is the eight rows'
-// results, the scales of the eight rows are one vector, and nothing is
-// reduced horizontally (the layout of ggml's repacked q4_0 8x8, built here
-// for every 4-bit type and q8_0).
+// itself, and the batch-1 GEMV ran at a third of the read bandwidth; the
+// super-block types (q4_k, q5_k, q6_k, iq4_xs) also unpack their sub-scales
+// per row, and q5_0/q5_1 spread their fifth bits per row. Here eight rows are
+// interleaved so that one 32-byte load holds 4 bytes of each of them: every
+// 32-bit lane is one row, the accumulator is the eight rows' results, the
+// scales of the eight rows are one vector (packed sub-scales unpack eight
+// rows at a time), and nothing is reduced horizontally (the layout of ggml's
+// repacked q4_0 8x8, built here for every quantized type).
 //
 // The copy is made once when a decoder loads (pack_rows8) and lives beside
 // the mapped file, which int8 GEMVs then no longer read (its pages were
 // touched once, by the packing; f32 prefill's GEMM still reads it). Packing is
-// lossless: codes, scales and mins are copied bit for bit, so the product is
-// the stored matrix's, only summed in a different order.
+// lossless and the same size as the stored matrix (tail tiles aside): codes,
+// scales and mins are copied bit for bit, only moved, so the product is the
+// stored matrix's, summed in a different order.
 //
 // Layout, tile t = rows 8t .. 8t+7 (rows past the end are zero), tiles one
-// after another, each tile_bytes long:
-//  * 4-bit types (int4w, q4_0, q4_1, iq4_nl), per group g of the row (q4_0,
-//    q4_1, iq4_nl: a group is one 32-block) in order:
-//      bpg blocks of 128 bytes: four 32-byte vectors v = 0..3; in vector v,
-//        bytes 4i .. 4i+3 belong to row i, and byte j of them holds element
-//        8v + j of the block (low nibble) and element 8v + 4 + j (high);
-//      the eight rows' scales (f16, or f32 for int4w scale_dtype f32),
-//      then their mins (affine int4w, q4_1), same width.
-//    Codes keep their stored meaning: symmetric types subtract 8, iq4_nl's
-//    index kIq4Values.
-//  * q8_0, per 32-block: eight 32-byte vectors v = 0..7, bytes 4i .. 4i+3
-//    of vector v = elements 4v .. 4v+3 of row i; then the rows' eight f16 d.
+// after another, each tile_bytes long, made of the row's groups g in order
+// (a group: int4w's scale group, one 32-block for q4_0, q4_1, q5_0, q5_1,
+// iq4_nl and q8_0, one 256-element super-block for q4_k, q5_k, q6_k and
+// iq4_xs). A group is its 32-blocks (bpg of them, block_bytes each), then a
+// header.
+//  * A 32-block of codes: four 32-byte vectors v = 0..3; in vector v, bytes
+//    4i .. 4i+3 belong to row i, and byte j of them holds the low nibble of
+//    element 8v + j of the block (low nibble) and of element 8v + 4 + j
+//    (high). q5_0, q5_1 and q5_k follow with one vector of fifth bits: byte j
+//    of row i's lane has bit v = element 8v + j's, bit 4 + v = element
+//    8v + 4 + j's. q6_k follows with two vectors of bit pairs: vector v / 2,
+//    byte j of row i, bits 4 (v % 2) .. +1 = element 8v + j's bits 4..5 and
+//    bits 4 (v % 2) + 2 .. +3 = element 8v + 4 + j's.
+//    q8_0 instead: eight 32-byte vectors v = 0..7, bytes 4i .. 4i+3 of
+//    vector v = elements 4v .. 4v+3 of row i.
+//  * The header, per row i (lane order), each field a vector of 8 values:
+//    - int4w, q4_0, q4_1, q5_0, q5_1, iq4_nl, q8_0: the eight rows' scales
+//      (f16, or f32 for int4w scale_dtype f32), then their mins (affine
+//      int4w, q4_1, q5_1), same width;
+//    - q4_k, q5_k: the 12 scale bytes as three u32 words (word 0 of the eight
+//      rows, then word 1, then word 2), then d (f16) and dmin (f16);
+//    - iq4_xs: scales_l (u32), scales_h (u16), d (f16);
+//    - q6_k: per 32-block b, 8 bytes sc[2b] then 8 bytes sc[2b + 1] (int8
+//      sub-scales of its two 16-element halves), then d (f16).
+//    Codes keep their stored meaning: q4_0 and int4w subtract 8, q5_0 16,
+//    q6_k 32; iq4's index kIq4Values.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -43,17 +60,18 @@ namespace ie {
 struct Rows8 {
   WeightSpec spec;
   int64_t tiles = 0;
-  int64_t groups = 0;      // per row (4-bit types); blocks per row for q8_0
+  int64_t groups = 0;      // per row
   int bpg = 0;             // 32-blocks per group
-  int scale_bytes = 0;     // 2 (f16) or 4 (f32)
-  bool affine = false;     // a mins vector follows the scales
-  size_t group_bytes = 0;  // one group of one tile
+  int block_bytes = 0;     // one 32-block of one tile: 128, 160 (fifth bits), 192 (q6_k), 256 (q8_0)
+  int scale_bytes = 0;     // int4w and the 32-block types: 2 (f16) or 4 (f32)
+  bool affine = false;     // those types: a mins vector follows the scales
+  size_t group_bytes = 0;  // one group of one tile: bpg blocks, then the header
   size_t tile_bytes = 0;
   AlignedArray<uint8_t> bytes;
   bool empty() const { return tiles == 0; }
 };
 
-// Whether rows8 exists for this matrix (int4w, q4_0, q4_1, iq4_nl and q8_0).
+// Whether rows8 exists for this matrix (every quantized type).
 bool rows8_applies(const WeightSpec& s);
 
 // The interleaved copy of w (weight_nbytes(s) bytes), packed with `threads`

@@ -8,16 +8,20 @@
 // i of vector v pairs its low nibbles with x[8v .. 8v+3] and its high ones
 // with x[8v+4 .. 8v+7] (each a broadcast 4-byte load), maddubs sums pairs to
 // int16, and the 16 products a 16-bit lane collects over the block stay
-// below 16 * 15 * 127 < 2^15, so one madd per block widens them to int32.
-// q8_0 and iq4_nl tiles (signed values): the sign moved from w to x (|w| x
+// below 16 * 15 * 127 < 2^15, so one madd per block widens them to int32
+// (5-bit codes: one per two vectors). That madd multiplies by a vector of
+// int16 pairs: ones, or the eight rows' integer sub-scales of q4_k, q5_k,
+// q6_k and iq4_xs, which so cost nothing per product.
+// q8_0, iq4 and q6_k tiles (signed values): the sign moved from w to x (|w| x
 // sign(x, w)) so maddubs can multiply, one madd per product vector (two
-// products already reach 2 * 128 * 127); iq4_nl's values come from its
+// products already reach 2 * 128 * 127); iq4's values come from its
 // nibbles by a table shuffle.
 #include <immintrin.h>
 #include <omp.h>
 
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "common/exp_avx2.h"
 #include "kernels.h"
@@ -45,20 +49,91 @@ constexpr size_t kAhead = 4096;
 
 IE_INLINE void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
 
-// int32 per row lane: sum over the block of code * x, codes as stored (0..15).
-IE_INLINE __m256i nib_block(const uint8_t* w, const int8_t* xq) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m256i s16 = _mm256_setzero_si256();
-  for (int v = 0; v < 4; ++v) {
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
-    const __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
-    s16 = _mm256_add_epi16(s16, _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq + 8 * v)),
-                                                  _mm256_maddubs_epi16(hi, bcast4(xq + 8 * v + 4))));
-  }
-  return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+// fn(integral_constant<int, 0>) .. fn(integral_constant<int, N - 1>): loop
+// indices that shifts and shuffle controls need as compile-time constants.
+template <int N, class Fn, int... I>
+IE_INLINE void static_for_impl(Fn&& fn, std::integer_sequence<int, I...>) {
+  (fn(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class Fn>
+IE_INLINE void static_for(Fn&& fn) {
+  static_for_impl<N>(fn, std::make_integer_sequence<int, N>{});
 }
 
-// One tile of a 4-bit matrix: BPG blocks per group (0: p.bpg at run time),
+// Bit BIT of each byte of v moved to bit 4, the rest zero (16-bit shifts:
+// what crosses a byte boundary lands outside bit 4 and is masked off).
+template <int BIT>
+IE_INLINE __m256i bit_to_4(__m256i v) {
+  const __m256i m = _mm256_set1_epi8(0x10);
+  if constexpr (BIT <= 4) return _mm256_and_si256(_mm256_slli_epi16(v, 4 - BIT), m);
+  else return _mm256_and_si256(_mm256_srli_epi16(v, BIT - 4), m);
+}
+
+// Bits BIT, BIT + 1 of each byte of v moved to bits 4..5, the rest zero.
+template <int BIT>
+IE_INLINE __m256i pair_to_4(__m256i v) {
+  const __m256i m = _mm256_set1_epi8(0x30);
+  if constexpr (BIT <= 4) return _mm256_and_si256(_mm256_slli_epi16(v, 4 - BIT), m);
+  else return _mm256_and_si256(_mm256_srli_epi16(v, BIT - 4), m);
+}
+
+// Byte J of each 32-bit lane of v, zero-extended: to int32 (PAIRS false), or
+// to both int16 halves (PAIRS true: a madd multiplier for the whole lane).
+template <int J, bool PAIRS>
+IE_INLINE __m256i lane_byte(__m256i v) {
+  constexpr int z = -128, b = PAIRS ? J : z;
+  return _mm256_shuffle_epi8(v, _mm256_setr_epi8(J, z, b, z, 4 + J, z, 4 + b, z, 8 + J, z, 8 + b, z, 12 + J, z, 12 + b, z,
+                                                 J, z, b, z, 4 + J, z, 4 + b, z, 8 + J, z, 8 + b, z, 12 + J, z, 12 + b, z));
+}
+
+// A sign-extended int32 per lane as the same value in both int16 halves.
+IE_INLINE __m256i int16_pairs(__m256i v) { return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA); }
+
+// Prefetch part j of n of one group of a tile, kAhead bytes ahead (the
+// first activation rows read the tile from memory; later ones from L1).
+// Super-block groups spread their lines over their eight sub-blocks: a
+// group's lines asked for at once were measured slower.
+template <int N = 1>
+IE_INLINE void prefetch_group(const Rows8& p, const uint8_t* w, int b0, int j = 0) {
+  if (b0 != 0) return;
+  const size_t o1 = (p.group_bytes * static_cast<size_t>(j + 1) / N + 63) & ~size_t(63);
+  for (size_t o = (p.group_bytes * static_cast<size_t>(j) / N + 63) & ~size_t(63); o < o1; o += 64) prefetch(w + kAhead + o);
+}
+
+// int16 per half row lane: the unsigned codes of one 32-block (nibbles, and
+// for 5-bit codes the fifth bits at 128) times the activation codes xq,
+// added to s16 for vectors V0 .. V0 + N.
+template <int HB, int V0, int N>
+IE_INLINE __m256i codes_dot(const uint8_t* w, const int8_t* xq, __m256i s16) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  static_for<N>([&](auto vv) __attribute__((always_inline)) {
+    constexpr int v = V0 + decltype(vv)::value;
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
+    __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+    if constexpr (HB > 0) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128));
+      lo = _mm256_or_si256(lo, bit_to_4<v>(h));
+      hi = _mm256_or_si256(hi, bit_to_4<4 + v>(h));
+    }
+    s16 = _mm256_add_epi16(s16, _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq + 8 * v)),
+                                                  _mm256_maddubs_epi16(hi, bcast4(xq + 8 * v + 4))));
+  });
+  return s16;
+}
+
+// int32 per row lane: the 32-block's sum of code * x, times mult's int16
+// pairs (1, or a sub-scale). 4-bit codes: the 16 products a 16-bit lane
+// collects stay below 16 * 15 * 127 < 2^15, one madd per block; 5-bit
+// codes (HB = 32) widen after every 8 products (8 * 31 * 127 < 2^15).
+template <int HB>
+IE_INLINE __m256i block_dot(const uint8_t* w, const int8_t* xq, __m256i mult) {
+  const __m256i z = _mm256_setzero_si256();
+  if constexpr (HB == 0) return _mm256_madd_epi16(codes_dot<0, 0, 4>(w, xq, z), mult);
+  return _mm256_add_epi32(_mm256_madd_epi16(codes_dot<HB, 0, 2>(w, xq, z), mult),
+                          _mm256_madd_epi16(codes_dot<HB, 2, 2>(w, xq, z), mult));
+}
+
+// One token against one tile of int4w: BPG blocks per group (0: p.bpg at run time),
 // SB scale bytes, AFFINE (mins follow the scales; else codes are offset by 8).
 template <int BPG, int SB, bool AFFINE>
 IE_INLINE __m256 nib_tile(const Rows8& p, const uint8_t* w, const Q8Nat& x) {
@@ -70,7 +145,7 @@ IE_INLINE __m256 nib_tile(const Rows8& p, const uint8_t* w, const Q8Nat& x) {
     for (int kb = 0; kb < bpg; ++kb, ++k, w += 128) {
       prefetch(w + kAhead);
       prefetch(w + kAhead + 64);
-      __m256i s = nib_block(w, x.q + 32 * k);
+      __m256i s = block_dot<0>(w, x.q + 32 * k, _mm256_set1_epi16(1));
       if constexpr (!AFFINE) s = _mm256_sub_epi32(s, _mm256_set1_epi32(x.s8[k]));
       P = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(x.d + k), P);
       if constexpr (AFFINE) M = _mm256_add_ps(M, _mm256_broadcast_ss(x.ds + k));
@@ -85,38 +160,26 @@ IE_INLINE __m256 nib_tile(const Rows8& p, const uint8_t* w, const Q8Nat& x) {
   return acc;
 }
 
-// Several tokens (a prefill chunk): NB <= 4 activation rows b0 .. b0+NB of B
-// against one tile, whose bytes are read from L1 again for the next NB. The
-// scales multiply per block (no per-group partial sums), which keeps
-// 2 NB + 5 vectors live.
-template <int BPG, int SB, bool AFFINE, int NB>
+// Several tokens (a prefill chunk; NB = 1 for a single one): NB <= 4
+// activation rows b0 .. b0+NB of B against one tile of a type with one
+// scale (and min) per group, whose bytes are read from L1 again for the
+// next NB. The scales multiply per block (no per-group partial sums), which
+// keeps 2 NB + 5 vectors live. HB: 32 for 5-bit codes (q5_0, q5_1), whose
+// symmetric offset is 16, not 8.
+template <int BPG, int SB, bool AFFINE, int HB, int NB>
 IE_INLINE void nib_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1);
   const int bpg = BPG > 0 ? BPG : p.bpg;
   int64_t k = 0;
   for (int64_t g = 0; g < p.groups; ++g) {
-    const uint8_t* sc = w + static_cast<size_t>(bpg) * 128;
+    prefetch_group(p, w, b0);
+    const uint8_t* sc = w + static_cast<size_t>(bpg) * (128 + HB);
     const __m256 scale = load8<SB>(sc);
-    for (int kb = 0; kb < bpg; ++kb, ++k, w += 128) {
-      if (b0 == 0) {  // the first rows read the tile from memory; later ones from L1
-        prefetch(w + kAhead);
-        prefetch(w + kAhead + 64);
-      }
+    for (int kb = 0; kb < bpg; ++kb, ++k, w += 128 + HB) {
       const int64_t kx = k * B + b0;
-      __m256i s16[NB];
-      for (auto& v : s16) v = _mm256_setzero_si256();
-      for (int v = 0; v < 4; ++v) {
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
-        const __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
-        for (int b = 0; b < NB; ++b) {
-          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-          s16[b] = _mm256_add_epi16(s16[b], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq)),
-                                                              _mm256_maddubs_epi16(hi, bcast4(xq + 4))));
-        }
-      }
       for (int b = 0; b < NB; ++b) {
-        __m256i s = _mm256_madd_epi16(s16[b], ones);
-        if constexpr (!AFFINE) s = _mm256_sub_epi32(s, _mm256_set1_epi32(x.s8[kx + b]));
+        __m256i s = block_dot<HB>(w, x.q + (kx + b) * 32, ones);
+        if constexpr (!AFFINE) s = _mm256_sub_epi32(s, _mm256_set1_epi32(x.s8[kx + b] * (HB ? 2 : 1)));
         acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scale, _mm256_broadcast_ss(x.d + kx + b)), acc[b]);
         if constexpr (AFFINE) acc[b] = _mm256_fmadd_ps(load8<SB>(sc + 8 * SB), _mm256_broadcast_ss(x.ds + kx + b), acc[b]);
       }
@@ -125,47 +188,149 @@ IE_INLINE void nib_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
   }
 }
 
-// int32 per row lane: s + the 4-element dot product of signed int8 values w
-// (lane i = row i) with the activation bytes xq[0..3]. maddubs multiplies
-// unsigned by signed, so w's sign moves onto x (|w| <= 128 read unsigned);
-// one pair of products already reaches 2 * 128 * 127, so each result is
-// widened at once.
-IE_INLINE __m256i dot4_signed(__m256i s, __m256i w, const int8_t* xq) {
-  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(bcast4(xq), w));
-  return _mm256_add_epi32(s, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+// q4_k and q5_k tiles (Q5: fifth bits): per super-block, the eight rows'
+// packed 6-bit sub-scales and mins unpack as three word vectors (the
+// formulas of q4k_sub, eight rows at once); sub-block j's scales multiply
+// inside the madd that widens its products (int16 pairs), its mins times
+// dmin meet the activation's d * code sum; d multiplies once per super-block.
+template <bool Q5, int NB>
+IE_INLINE void kq_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  constexpr int kBlock = Q5 ? 160 : 128;
+  const __m256i m3f = _mm256_set1_epi8(0x3F), m0f = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
+    const uint8_t* h = w + 8 * kBlock;
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 32));
+    const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 64));
+    const __m256i ls[2] = {_mm256_and_si256(w0, m3f),
+                           _mm256_or_si256(_mm256_and_si256(w2, m0f), _mm256_and_si256(_mm256_srli_epi32(w0, 2), m30))};
+    const __m256i lm[2] = {_mm256_and_si256(w1, m3f), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m0f),
+                                                                      _mm256_and_si256(_mm256_srli_epi32(w1, 2), m30))};
+    const __m256 dmin = load8<2>(h + 112);
+    __m256 P[NB];
+    for (auto& v : P) v = _mm256_setzero_ps();
+    static_for<8>([&](auto jj) __attribute__((always_inline)) {
+      constexpr int j = decltype(jj)::value;
+      prefetch_group<8>(p, w, b0, j);
+      const __m256i sc16 = lane_byte<j % 4, true>(ls[j / 4]);
+      const __m256 mn = _mm256_mul_ps(_mm256_cvtepi32_ps(lane_byte<j % 4, false>(lm[j / 4])), dmin);
+      const int64_t kx = (g * 8 + j) * B + b0;
+      for (int b = 0; b < NB; ++b) {
+        const __m256i s = block_dot<Q5 ? 32 : 0>(w + j * kBlock, x.q + (kx + b) * 32, sc16);
+        P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+        acc[b] = _mm256_fnmadd_ps(mn, _mm256_broadcast_ss(x.ds + kx + b), acc[b]);
+      }
+    });
+    const __m256 d = load8<2>(h + 96);
+    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
+  }
 }
 
-// Tiles whose values are signed int8: q8_0's as stored (eight vectors per
-// block, vector v = elements 4v .. 4v+3), iq4_nl's through kIq4Values (the
-// 4-bit layout: four vectors, each nibble an index, one in-lane shuffle per
-// half vector). Then the eight rows' f16 scales.
+// int32 per row lane: s + the 4-element dot product of signed int8 values w
+// (lane i = row i) with the activation bytes xq[0..3], times mult's int16
+// pairs (1, or a sub-scale). maddubs multiplies unsigned by signed, so w's
+// sign moves onto x (|w| <= 128 read unsigned); one pair of products
+// already reaches 2 * 128 * 127, so each result is widened at once.
+IE_INLINE __m256i dot4_signed(__m256i s, __m256i w, const int8_t* xq, __m256i mult) {
+  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(bcast4(xq), w));
+  return _mm256_add_epi32(s, _mm256_madd_epi16(p, mult));
+}
+
+// iq4 values of the 4-bit layout's vector at w: low and high nibbles through
+// kIq4Values (one in-lane shuffle each).
+IE_INLINE void iq4_values(const uint8_t* w, __m256i* lo, __m256i* hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  *lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
+  *hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
+}
+
+// Tiles whose values are signed int8 with one f16 scale per 32-block:
+// q8_0's as stored (eight vectors per block, vector v = elements 4v ..
+// 4v+3), iq4_nl's through kIq4Values (the 4-bit layout: four vectors, each
+// nibble an index). Then the eight rows' f16 scales.
 template <bool IQ4, int NB>
 IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   constexpr int kCodes = IQ4 ? 128 : 256;
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t k = 0; k < p.groups; ++k, w += p.group_bytes) {
-    if (b0 == 0)  // the first rows read the tile from memory; later ones from L1
-      for (int o = 0; o < kCodes; o += 64) prefetch(w + kAhead + o);
+    prefetch_group(p, w, b0);
     const int64_t kx = k * B + b0;
     __m256i s[NB];
     for (auto& v : s) v = _mm256_setzero_si256();
     for (int v = 0; v < kCodes / 32; ++v) {
-      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
       if constexpr (IQ4) {
-        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
-        const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
+        __m256i lo, hi;
+        iq4_values(w + 32 * v, &lo, &hi);
         for (int b = 0; b < NB; ++b) {
           const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-          s[b] = dot4_signed(dot4_signed(s[b], lo, xq), hi, xq + 4);
+          s[b] = dot4_signed(dot4_signed(s[b], lo, xq, ones), hi, xq + 4, ones);
         }
       } else {
-        for (int b = 0; b < NB; ++b) s[b] = dot4_signed(s[b], wv, x.q + (kx + b) * 32 + 4 * v);
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
+        for (int b = 0; b < NB; ++b) s[b] = dot4_signed(s[b], wv, x.q + (kx + b) * 32 + 4 * v, ones);
       }
     }
     const __m256 d = load8<2>(w + kCodes);
     for (int b = 0; b < NB; ++b)
       acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_mul_ps(d, _mm256_broadcast_ss(x.d + kx + b)), acc[b]);
+  }
+}
+
+// Super-block tiles of signed values with integer sub-scales: iq4_xs (its
+// eight 6-bit sub-scales l - 32 unpacked eight rows at once from scales_l
+// and scales_h) and q6_k (codes - 32 from a nibble and a bit pair, two int8
+// sub-scales per 32-block). The sub-scales multiply inside the widening
+// madd; d once per super-block.
+template <bool Q6, int NB>
+IE_INLINE void super_signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0,
+                                   __m256 (&acc)[NB]) {
+  constexpr int kBlock = Q6 ? 192 : 128;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), off = _mm256_set1_epi8(32);
+  for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
+    const uint8_t* h = w + 8 * kBlock;
+    __m256 P[NB];
+    for (auto& v : P) v = _mm256_setzero_ps();
+    static_for<8>([&](auto jj) __attribute__((always_inline)) {
+      constexpr int j = decltype(jj)::value;
+      prefetch_group<8>(p, w, b0, j);
+      const uint8_t* blk = w + j * kBlock;
+      __m256i mult[2];  // for elements 0..15 and 16..31 of the block
+      if constexpr (Q6) {
+        for (int half = 0; half < 2; ++half)
+          mult[half] = int16_pairs(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + 16 * j + 8 * half))));
+      } else {
+        const __m256i lo4 = _mm256_and_si256(_mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)), 4 * j),
+                                             _mm256_set1_epi32(0xF));
+        const __m256i hi2 = _mm256_and_si256(
+            _mm256_srli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 32))), 2 * j),
+            _mm256_set1_epi32(3));
+        mult[0] = mult[1] = int16_pairs(_mm256_sub_epi32(_mm256_or_si256(lo4, _mm256_slli_epi32(hi2, 4)), _mm256_set1_epi32(32)));
+      }
+      const int64_t kx = (g * 8 + j) * B + b0;
+      __m256i s[NB];
+      for (auto& v : s) v = _mm256_setzero_si256();
+      static_for<4>([&](auto vv) __attribute__((always_inline)) {
+        constexpr int v = decltype(vv)::value;
+        __m256i lo, hi;
+        if constexpr (Q6) {
+          const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v));
+          const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (v / 2)));
+          lo = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(wv, m4), pair_to_4<4 * (v % 2)>(hb)), off);
+          hi = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4), pair_to_4<4 * (v % 2) + 2>(hb)), off);
+        } else {
+          iq4_values(blk + 32 * v, &lo, &hi);
+        }
+        for (int b = 0; b < NB; ++b) {
+          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
+          s[b] = dot4_signed(dot4_signed(s[b], lo, xq, mult[v / 2]), hi, xq + 4, mult[v / 2]);
+        }
+      });
+      for (int b = 0; b < NB; ++b) P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+    });
+    const __m256 d = load8<2>(h + (Q6 ? 128 : 48));
+    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
   }
 }
 
@@ -185,14 +350,23 @@ template <int NB>
 void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   for (auto& v : acc) v = _mm256_setzero_ps();
   const uint8_t* w = p.bytes.data() + t * p.tile_bytes;
-  if (p.spec.type == WType::Q8_0) return signed_tile_n<false, NB>(p, w, x, B, b0, acc);
-  if (p.spec.type == WType::IQ4_NL) return signed_tile_n<true, NB>(p, w, x, B, b0, acc);
+  switch (p.spec.type) {
+    case WType::Q8_0: return signed_tile_n<false, NB>(p, w, x, B, b0, acc);
+    case WType::IQ4_NL: return signed_tile_n<true, NB>(p, w, x, B, b0, acc);
+    case WType::Q5_0: return nib_tile_n<1, 2, false, 32, NB>(p, w, x, B, b0, acc);
+    case WType::Q5_1: return nib_tile_n<1, 2, true, 32, NB>(p, w, x, B, b0, acc);
+    case WType::Q4_K: return kq_tile_n<false, NB>(p, w, x, B, b0, acc);
+    case WType::Q5_K: return kq_tile_n<true, NB>(p, w, x, B, b0, acc);
+    case WType::IQ4_XS: return super_signed_tile_n<false, NB>(p, w, x, B, b0, acc);
+    case WType::Q6_K: return super_signed_tile_n<true, NB>(p, w, x, B, b0, acc);
+    default: break;  // int4w, q4_0, q4_1
+  }
   with_nib_params(p, [&](auto sb, auto aff) __attribute__((always_inline)) {
     constexpr int SB = decltype(sb)::value;
     constexpr bool AFF = decltype(aff)::value;
-    if (p.bpg == 1) nib_tile_n<1, SB, AFF, NB>(p, w, x, B, b0, acc);
-    else if (p.bpg == 2) nib_tile_n<2, SB, AFF, NB>(p, w, x, B, b0, acc);
-    else nib_tile_n<0, SB, AFF, NB>(p, w, x, B, b0, acc);
+    if (p.bpg == 1) nib_tile_n<1, SB, AFF, 0, NB>(p, w, x, B, b0, acc);
+    else if (p.bpg == 2) nib_tile_n<2, SB, AFF, 0, NB>(p, w, x, B, b0, acc);
+    else nib_tile_n<0, SB, AFF, 0, NB>(p, w, x, B, b0, acc);
   });
 }
 
@@ -202,7 +376,7 @@ void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256
 // q8_0 go through tile_dot_n.
 __m256 tile_dot(const Rows8& p, int64_t t, const Q8Nat& x) {
   const uint8_t* w = p.bytes.data() + t * p.tile_bytes;
-  if (p.spec.type != WType::Q8_0 && p.spec.type != WType::IQ4_NL && p.bpg >= 2) {
+  if (p.spec.type == WType::Int4w && p.bpg >= 2) {
     return with_nib_params(p, [&](auto sb, auto aff) __attribute__((always_inline)) {
       constexpr int SB = decltype(sb)::value;
       constexpr bool AFF = decltype(aff)::value;
