@@ -310,10 +310,15 @@ void prep_q8_nat(const float* x, int B, int64_t cols, uint8_t* arena) {
     for (int64_t k = 0; k < nblk; ++k) {
       std::memcpy(o.q + (k * B + b) * 32, o.qt + k * 32, 32);
       o.d[k * B + b] = o.dt[k];
-      int32_t sum = 0;
-      for (int j = 0; j < 32; ++j) sum += o.qt[k * 32 + j];
+      int32_t half[2] = {0, 0};
+      for (int j = 0; j < 32; ++j) half[j / 16] += o.qt[k * 32 + j];
+      const int32_t sum = half[0] + half[1];
       o.s8[k * B + b] = 8 * sum;
       o.ds[k * B + b] = o.dt[k] * static_cast<float>(sum);
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t v = static_cast<uint16_t>(static_cast<int16_t>(16 * half[h]));
+        o.h16[2 * (k * B + b) + h] = static_cast<int32_t>(v | v << 16);
+      }
     }
   }
 }

@@ -176,12 +176,15 @@ inline float iq4xs_scale(const uint8_t* blk, int j) {
 // act=int8 in natural element order, block-major (q8_0's form, and rows8's):
 // per 32-block and activation row, the codes, their scale d, and the code
 // sum as the zero-point term of symmetric 4-bit codes (8 * sum) and as the
-// min term of affine ones (d * sum).
+// min term of affine ones (d * sum); and 16 times the sums of the block's
+// halves (elements 0..15, 16..31) as int16 pairs, q6_k's offset term (its
+// sub-scales change at the half, so the offset 32 meets them per half).
 struct Q8Nat {
-  int8_t* q = nullptr;    // [nblk][B][32]
-  float* d = nullptr;     // [nblk][B]
-  int32_t* s8 = nullptr;  // [nblk][B]
-  float* ds = nullptr;    // [nblk][B]
+  int8_t* q = nullptr;      // [nblk][B][32]
+  float* d = nullptr;       // [nblk][B]
+  int32_t* s8 = nullptr;    // [nblk][B]
+  float* ds = nullptr;      // [nblk][B]
+  int32_t* h16 = nullptr;   // [nblk][B][2]: (16 sum_h, 16 sum_h) as two int16 (|16 sum_h| <= 16 * 16 * 127 < 2^15)
   int8_t* qt = nullptr;   // temporary: one quantized row [cols]
   float* dt = nullptr;    // temporary: its scales [nblk]
 };
@@ -194,6 +197,7 @@ inline Q8Nat carve_q8_nat(uint8_t* base, int B, int64_t cols, size_t* used = nul
   o.d = c.take<float>(nb);
   o.s8 = c.take<int32_t>(nb);
   o.ds = c.take<float>(nb);
+  o.h16 = c.take<int32_t>(2 * nb);
   o.qt = c.take<int8_t>(static_cast<size_t>(cols));
   o.dt = c.take<float>(static_cast<size_t>(cols / 32));
   if (used) *used = c.used();

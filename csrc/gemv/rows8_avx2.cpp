@@ -12,7 +12,7 @@
 // (5-bit codes: one per two vectors). That madd multiplies by a vector of
 // int16 pairs: ones, or the eight rows' integer sub-scales of q4_k, q5_k,
 // q6_k and iq4_xs, which so cost nothing per product.
-// q8_0, iq4 and q6_k tiles (signed values): the sign moved from w to x (|w| x
+// q8_0 and iq4 tiles (signed values): the sign moved from w to x (|w| x
 // sign(x, w)) so maddubs can multiply, one madd per product vector (two
 // products already reach 2 * 128 * 127); iq4's values come from its
 // nibbles by a table shuffle.
@@ -278,58 +278,84 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
   }
 }
 
-// Super-block tiles of signed values with integer sub-scales: iq4_xs (its
-// eight 6-bit sub-scales l - 32 unpacked eight rows at once from scales_l
-// and scales_h) and q6_k (codes - 32 from a nibble and a bit pair, two int8
-// sub-scales per 32-block). The sub-scales multiply inside the widening
-// madd; d once per super-block.
-template <bool Q6, int NB>
-IE_INLINE void super_signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0,
-                                   __m256 (&acc)[NB]) {
-  constexpr int kBlock = Q6 ? 192 : 128;
-  const __m256i m4 = _mm256_set1_epi8(0x0F), off = _mm256_set1_epi8(32);
+// iq4_xs tiles: per sub-block j, the eight rows' 6-bit sub-scales l - 32
+// unpacked at once from scales_l and scales_h, multiplied inside the madds
+// that widen the signed products; d once per super-block.
+template <int NB>
+IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
-    const uint8_t* h = w + 8 * kBlock;
+    const uint8_t* h = w + 8 * 128;
+    const __m256i ls_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h));
+    const __m256i ls_hi = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 32)));
     __m256 P[NB];
     for (auto& v : P) v = _mm256_setzero_ps();
     static_for<8>([&](auto jj) __attribute__((always_inline)) {
       constexpr int j = decltype(jj)::value;
       prefetch_group<8>(p, w, b0, j);
-      const uint8_t* blk = w + j * kBlock;
-      __m256i mult[2];  // for elements 0..15 and 16..31 of the block
-      if constexpr (Q6) {
-        for (int half = 0; half < 2; ++half)
-          mult[half] = int16_pairs(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + 16 * j + 8 * half))));
-      } else {
-        const __m256i lo4 = _mm256_and_si256(_mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)), 4 * j),
-                                             _mm256_set1_epi32(0xF));
-        const __m256i hi2 = _mm256_and_si256(
-            _mm256_srli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 32))), 2 * j),
-            _mm256_set1_epi32(3));
-        mult[0] = mult[1] = int16_pairs(_mm256_sub_epi32(_mm256_or_si256(lo4, _mm256_slli_epi32(hi2, 4)), _mm256_set1_epi32(32)));
+      const __m256i lo4 = _mm256_and_si256(_mm256_srli_epi32(ls_lo, 4 * j), _mm256_set1_epi32(0xF));
+      const __m256i hi2 = _mm256_and_si256(_mm256_srli_epi32(ls_hi, 2 * j), _mm256_set1_epi32(3));
+      const __m256i mult = int16_pairs(_mm256_sub_epi32(_mm256_or_si256(lo4, _mm256_slli_epi32(hi2, 4)), _mm256_set1_epi32(32)));
+      const int64_t kx = (g * 8 + j) * B + b0;
+      __m256i s[NB];
+      for (auto& v : s) v = _mm256_setzero_si256();
+      for (int v = 0; v < 4; ++v) {
+        __m256i lo, hi;
+        iq4_values(w + j * 128 + 32 * v, &lo, &hi);
+        for (int b = 0; b < NB; ++b) {
+          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
+          s[b] = dot4_signed(dot4_signed(s[b], lo, xq, mult), hi, xq + 4, mult);
+        }
       }
+      for (int b = 0; b < NB; ++b) P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+    });
+    const __m256 d = load8<2>(h + 48);
+    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
+  }
+}
+
+// q6_k tiles: codes 0..63 (a nibble and a bit pair) times x by maddubs (the
+// four products a 16-bit lane collects per vector stay below 4 * 63 * 127 <
+// 2^15), widened per vector by a madd with its half's int8 sub-scales (int16
+// pairs). The offset 32 is subtracted once per block as
+// 32 (sc_a sum x[0..15] + sc_b sum x[16..31]): two madds of the
+// activation's h16 pairs with the same sub-scales. d once per super-block.
+template <int NB>
+IE_INLINE void q6k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
+    const uint8_t* h = w + 8 * 192;
+    __m256 P[NB];
+    for (auto& v : P) v = _mm256_setzero_ps();
+    static_for<8>([&](auto jj) __attribute__((always_inline)) {
+      constexpr int j = decltype(jj)::value;
+      prefetch_group<8>(p, w, b0, j);
+      const uint8_t* blk = w + j * 192;
+      __m256i mult[2];  // elements 0..15 and 16..31 of the block
+      for (int half = 0; half < 2; ++half)
+        mult[half] = int16_pairs(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + 16 * j + 8 * half))));
       const int64_t kx = (g * 8 + j) * B + b0;
       __m256i s[NB];
       for (auto& v : s) v = _mm256_setzero_si256();
       static_for<4>([&](auto vv) __attribute__((always_inline)) {
         constexpr int v = decltype(vv)::value;
-        __m256i lo, hi;
-        if constexpr (Q6) {
-          const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v));
-          const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (v / 2)));
-          lo = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(wv, m4), pair_to_4<4 * (v % 2)>(hb)), off);
-          hi = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4), pair_to_4<4 * (v % 2) + 2>(hb)), off);
-        } else {
-          iq4_values(blk + 32 * v, &lo, &hi);
-        }
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v));
+        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (v / 2)));
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(wv, m4), pair_to_4<4 * (v % 2)>(hb));
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4), pair_to_4<4 * (v % 2) + 2>(hb));
         for (int b = 0; b < NB; ++b) {
           const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-          s[b] = dot4_signed(dot4_signed(s[b], lo, xq, mult[v / 2]), hi, xq + 4, mult[v / 2]);
+          const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq)), _mm256_maddubs_epi16(hi, bcast4(xq + 4)));
+          s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(s16, mult[v / 2]));
         }
       });
-      for (int b = 0; b < NB; ++b) P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+      for (int b = 0; b < NB; ++b) {
+        const int32_t* h16 = x.h16 + 2 * (kx + b);
+        const __m256i off = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mult[0]),
+                                             _mm256_madd_epi16(_mm256_set1_epi32(h16[1]), mult[1]));
+        P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s[b], off)), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+      }
     });
-    const __m256 d = load8<2>(h + (Q6 ? 128 : 48));
+    const __m256 d = load8<2>(h + 128);
     for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
   }
 }
@@ -357,8 +383,8 @@ void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256
     case WType::Q5_1: return nib_tile_n<1, 2, true, 32, NB>(p, w, x, B, b0, acc);
     case WType::Q4_K: return kq_tile_n<false, NB>(p, w, x, B, b0, acc);
     case WType::Q5_K: return kq_tile_n<true, NB>(p, w, x, B, b0, acc);
-    case WType::IQ4_XS: return super_signed_tile_n<false, NB>(p, w, x, B, b0, acc);
-    case WType::Q6_K: return super_signed_tile_n<true, NB>(p, w, x, B, b0, acc);
+    case WType::IQ4_XS: return iq4xs_tile_n<NB>(p, w, x, B, b0, acc);
+    case WType::Q6_K: return q6k_tile_n<NB>(p, w, x, B, b0, acc);
     default: break;  // int4w, q4_0, q4_1
   }
   with_nib_params(p, [&](auto sb, auto aff) __attribute__((always_inline)) {
