@@ -202,7 +202,7 @@ def test_gemv_matches_reference(v, act, isa):
                     assert np.all(np.abs(y - ref) <= bound + 1e-30), where
 
 
-# The types with a rows8 kernel (the others' kernels read the stored layout).
+# Every quantized type has a rows8 copy (floats read their stored layout).
 ROWS8_VARIANTS = [v for v in VARIANTS if v[0] not in ("f32", "f16", "bf16")]
 
 

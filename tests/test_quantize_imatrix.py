@@ -75,8 +75,12 @@ def _quantize(wide, name, *manifest_args, convert_args=()):
     return out, m, res
 
 
-@pytest.mark.parametrize("scheme", ["q4_k", "q5_k", "q6_k", "iq4_xs", "iq4_nl"])
+@pytest.mark.parametrize("scheme", ["q4_k", "q5_k", "q6_k", "iq4_xs", "iq4_nl", "q5_0", "q5_1"])
 def test_model_runs_and_matches_the_float64_reference(wide, scheme):
+    """Prefill (logits) with both activations on both ISAs, and, with int8
+    on AVX2, decode steps: those read the rows8 copies one token at a time
+    (q/k/v in one call, gate/up fused with SwiGLU) where prefill went
+    through them up to eight tokens at a time."""
     out, _m, _res = _quantize(wide, scheme, "--scheme", scheme)
     dtypes = {t["name"]: t["dtype"] for t in iebin.load_model(out).tensors}
     assert dtypes["model.layers.0.mlp.down_proj.weight"] == scheme and dtypes["model.layers.1.self_attn.q_proj.weight"] == scheme
@@ -88,8 +92,13 @@ def test_model_runs_and_matches_the_float64_reference(wide, scheme):
     # tightly in tests/test_gemv.py and tests/cpp
     for act, tol in (("f32", 1e-4), ("int8", 6e-2)):
         for isa in ("scalar", "avx2"):
-            got = Decoder(out, threads=2, act=act, isa=isa).logits(ids)
+            d = Decoder(out, threads=2, act=act, isa=isa)
+            got = d.logits(ids)
             assert np.abs(got - ref).max() / np.abs(ref).max() <= tol, (act, isa)
+            if act == "int8" and isa == "avx2":
+                assert d.rows8_bytes > 0
+                steps = np.stack([d.prefill(ids[:1])] + [d.step(t) for t in ids[1:]])
+                assert np.abs(steps - ref).max() / np.abs(ref).max() <= tol
     assert scheme in Decoder(out).precision
     res = run_tool("ierun", "verify", "int4", "--model-dir", out, "--hf-dir", wide["hf"])
     assert res.returncode == 0, res.stdout + res.stderr

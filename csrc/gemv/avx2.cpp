@@ -26,6 +26,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "avx2_bits.h"
 #include "common/half.h"
 #include "kernels.h"
 
@@ -70,10 +71,6 @@ void quantize_q8_avx2(const float* x, int64_t n, int8_t* q, float* d) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), _mm256_permutevar8x32_epi32(p, perm));
   }
 }
-
-// The chunk helpers take arrays of vectors by reference: they must be
-// inlined so that those stay in registers.
-#define IE_INLINE inline __attribute__((always_inline))
 
 // ---------------------------------------------------------------- helpers
 
@@ -962,15 +959,6 @@ constexpr int64_t kKBytes = T == WType::Q5_K ? kQ5kBytes : kQ4kBytes;
 template <WType T>
 constexpr int kKCodes = T == WType::Q5_K ? kQ5kCodes : kQ4kCodes;
 
-// Bit `bit` of each byte of v moved to bit 4 (16-bit shifts: what crosses a
-// byte boundary lands outside bit 4 and is masked off).
-template <int BIT>
-IE_INLINE __m256i bit_to_4(__m256i v) {
-  const __m256i m = _mm256_set1_epi8(0x10);
-  if constexpr (BIT <= 4) return _mm256_and_si256(_mm256_slli_epi16(v, 4 - BIT), m);
-  else return _mm256_and_si256(_mm256_srli_epi16(v, BIT - 4), m);
-}
-
 // act=f32: per sub-block j, scale_j * sum q x - min_j * sum x. A 32-byte code
 // chunk holds sub-blocks 2c (low nibbles) and 2c + 1 (high), both in element
 // order, so x is read as it is; the per-sub-block sums land in lane j of a
@@ -1103,8 +1091,8 @@ void k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
         __m256i lo = _mm256_and_si256(v, m4);
         __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
         if constexpr (T == WType::Q5_K) {
-          lo = _mm256_or_si256(lo, bit_to_4<2 * c>(hb[rr]));
-          hi = _mm256_or_si256(hi, bit_to_4<2 * c + 1>(hb[rr]));
+          lo = _mm256_or_si256(lo, bits_to_4<2 * c>(hb[rr]));
+          hi = _mm256_or_si256(hi, bits_to_4<2 * c + 1>(hb[rr]));
         }
         for (int b = 0; b < B; ++b) {
           const __m256i s0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xq0[b]), ones);

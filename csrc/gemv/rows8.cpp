@@ -13,20 +13,6 @@
 namespace ie {
 namespace {
 
-bool super_block(WType t) { return t == WType::Q4_K || t == WType::Q5_K || t == WType::Q6_K || t == WType::IQ4_XS; }
-
-// Bytes of one 32-block's codes in a tile (rows8.h).
-int tile_block_bytes(WType t) {
-  switch (t) {
-    case WType::Q8_0: return 256;
-    case WType::Q5_0:
-    case WType::Q5_1:
-    case WType::Q5_K: return 160;
-    case WType::Q6_K: return 192;
-    default: return 128;
-  }
-}
-
 // The 16 nibble pairs of a q4_0-ordered block (byte e: elements e, e + 16) as 32 codes.
 void unpack_nibbles(const uint8_t* qs, uint8_t* q) {
   for (int e = 0; e < 16; ++e) {
@@ -40,8 +26,9 @@ void unpack_nibbles(const uint8_t* qs, uint8_t* q) {
 void block_codes(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, int64_t k, uint8_t* q) {
   const uint8_t* row = w + r * lay.row_bytes;
   if (s.type == WType::Int4w) return unpack_nibbles(row + k * 16, q);
-  const uint8_t* blk = row + (super_block(s.type) ? k / 8 : k) * lay.block_bytes;
-  const int j = static_cast<int>(k % 8);  // sub-block of a super-block
+  const int subs = wtype_info(s.type).block_elems / 32;  // 8 in a super-block
+  const uint8_t* blk = row + k / subs * lay.block_bytes;
+  const int j = static_cast<int>(k % subs);  // sub-block of a super-block
   switch (s.type) {
     case WType::Q8_0: std::memcpy(q, blk + lay.block_qs, 32); return;
     case WType::Q5_0:
@@ -68,12 +55,13 @@ void put_codes(WType t, const uint8_t* q, int i, uint8_t* o) {
     for (int v = 0; v < 8; ++v) std::memcpy(o + v * 32 + 4 * i, q + 4 * v, 4);
     return;
   }
+  const int bits = rows8_code_bits(t);
   for (int v = 0; v < 4; ++v)
     for (int j = 0; j < 4; ++j) {
-      const int lo = q[8 * v + j], hi = q[8 * v + 4 + j], at = v * 32 + 4 * i + j;
-      o[at] = static_cast<uint8_t>((lo & 0xF) | (hi & 0xF) << 4);
-      if (t == WType::Q6_K) o[128 + 32 * (v / 2) + 4 * i + j] |= static_cast<uint8_t>((lo >> 4 | (hi >> 4) << 2) << (4 * (v % 2)));
-      else if (tile_block_bytes(t) == 160) o[128 + 4 * i + j] |= static_cast<uint8_t>((lo >> 4) << v | (hi >> 4) << (4 + v));
+      const int lo = q[8 * v + j], hi = q[8 * v + 4 + j];
+      o[v * 32 + 4 * i + j] = static_cast<uint8_t>((lo & 0xF) | (hi & 0xF) << 4);
+      if (bits == 5) o[128 + 4 * i + j] |= static_cast<uint8_t>((lo >> 4) << v | (hi >> 4) << (4 + v));
+      if (bits == 6) o[128 + 32 * (v / 2) + 4 * i + j] |= static_cast<uint8_t>((lo >> 4 | (hi >> 4) << 2) << (4 * (v % 2)));
     }
 }
 
@@ -90,23 +78,29 @@ void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64
   const uint8_t* blk = w + r * lay.row_bytes + g * lay.block_bytes;
   switch (s.type) {
     case WType::Q4_K:
-    case WType::Q5_K:
-      for (int k = 0; k < 3; ++k) std::memcpy(h + 32 * k + 4 * i, blk + 4 + 4 * k, 4);
-      std::memcpy(h + 96 + 2 * i, blk, 2);
-      std::memcpy(h + 112 + 2 * i, blk + 2, 2);
+    case WType::Q5_K: {
+      using H = Rows8KqHeader;
+      for (int k = 0; k < 3; ++k) std::memcpy(h + H::words + 32 * k + 4 * i, blk + 4 + 4 * k, 4);
+      std::memcpy(h + H::d + 2 * i, blk, 2);
+      std::memcpy(h + H::dmin + 2 * i, blk + 2, 2);
       return;
-    case WType::IQ4_XS:
-      std::memcpy(h + 4 * i, blk + 4, 4);
-      std::memcpy(h + 32 + 2 * i, blk + 2, 2);
-      std::memcpy(h + 48 + 2 * i, blk, 2);
+    }
+    case WType::IQ4_XS: {
+      using H = Rows8Iq4xsHeader;
+      std::memcpy(h + H::scales_l + 4 * i, blk + 4, 4);
+      std::memcpy(h + H::scales_h + 2 * i, blk + 2, 2);
+      std::memcpy(h + H::d + 2 * i, blk, 2);
       return;
-    case WType::Q6_K:
+    }
+    case WType::Q6_K: {
+      using H = Rows8Q6kHeader;
       for (int b = 0; b < 8; ++b) {
-        h[16 * b + i] = blk[kQ6kScales + 2 * b];
-        h[16 * b + 8 + i] = blk[kQ6kScales + 2 * b + 1];
+        h[H::scales + 16 * b + i] = blk[kQ6kScales + 2 * b];
+        h[H::scales + 16 * b + 8 + i] = blk[kQ6kScales + 2 * b + 1];
       }
-      std::memcpy(h + 128 + 2 * i, blk + kQ6kD, 2);
+      std::memcpy(h + H::d + 2 * i, blk + kQ6kD, 2);
       return;
+    }
     default:  // q4_0, q4_1, q5_0, q5_1, iq4_nl, q8_0: d (and m) lead the block
       std::memcpy(h + i * sb, blk, 2);
       if (p.affine) std::memcpy(h + 8 * sb + i * sb, blk + 2, 2);
@@ -116,9 +110,9 @@ void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64
 size_t header_bytes(const Rows8& p) {
   switch (p.spec.type) {
     case WType::Q4_K:
-    case WType::Q5_K: return 128;
-    case WType::IQ4_XS: return 64;
-    case WType::Q6_K: return 144;
+    case WType::Q5_K: return Rows8KqHeader::bytes;
+    case WType::IQ4_XS: return Rows8Iq4xsHeader::bytes;
+    case WType::Q6_K: return Rows8Q6kHeader::bytes;
     default: return static_cast<size_t>(8 * p.scale_bytes * (p.affine ? 2 : 1));
   }
 }
@@ -152,14 +146,14 @@ Rows8 pack_rows8(const WeightSpec& s, const uint8_t* w, int threads) {
   const WeightLayout lay = weight_layout(s);
   p.spec = s;
   p.tiles = (s.rows + 7) / 8;
-  p.block_bytes = tile_block_bytes(s.type);
+  p.block_bytes = 32 * rows8_code_bits(s.type);
   if (s.type == WType::Int4w) {
     p.bpg = static_cast<int>(s.group_size / 32);
     p.groups = lay.groups;
     p.scale_bytes = static_cast<int>(lay.scale_bytes);
     p.affine = !s.symmetric;
   } else {
-    p.bpg = super_block(s.type) ? 8 : 1;
+    p.bpg = wtype_info(s.type).block_elems / 32;
     p.groups = s.cols / (32 * p.bpg);
     p.scale_bytes = 2;
     p.affine = s.type == WType::Q4_1 || s.type == WType::Q5_1;

@@ -57,12 +57,38 @@
 
 namespace ie {
 
+// Bits per code in a tile's 32-blocks, so a block of one tile is 32 * bits
+// bytes: the nibbles (128), then the fifth bits (5) or q6_k's bit pairs
+// (6); q8_0's 256 value bytes.
+constexpr int rows8_code_bits(WType t) {
+  switch (t) {
+    case WType::Q8_0: return 8;
+    case WType::Q6_K: return 6;
+    case WType::Q5_0:
+    case WType::Q5_1:
+    case WType::Q5_K: return 5;
+    default: return 4;
+  }
+}
+
+// Byte offsets of the header fields of a super-block group (above), shared
+// by the packer and the kernels.
+struct Rows8KqHeader {  // q4_k, q5_k
+  static constexpr int words = 0, d = 96, dmin = 112, bytes = 128;
+};
+struct Rows8Iq4xsHeader {
+  static constexpr int scales_l = 0, scales_h = 32, d = 48, bytes = 64;
+};
+struct Rows8Q6kHeader {
+  static constexpr int scales = 0, d = 128, bytes = 144;
+};
+
 struct Rows8 {
   WeightSpec spec;
   int64_t tiles = 0;
   int64_t groups = 0;      // per row
   int bpg = 0;             // 32-blocks per group
-  int block_bytes = 0;     // one 32-block of one tile: 128, 160 (fifth bits), 192 (q6_k), 256 (q8_0)
+  int block_bytes = 0;     // one 32-block of one tile: 32 * rows8_code_bits
   int scale_bytes = 0;     // int4w and the 32-block types: 2 (f16) or 4 (f32)
   bool affine = false;     // those types: a mins vector follows the scales
   size_t group_bytes = 0;  // one group of one tile: bpg blocks, then the header

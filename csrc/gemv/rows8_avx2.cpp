@@ -23,13 +23,12 @@
 #include <type_traits>
 #include <utility>
 
+#include "avx2_bits.h"
 #include "common/exp_avx2.h"
 #include "kernels.h"
 
 namespace ie {
 namespace {
-
-#define IE_INLINE inline __attribute__((always_inline))
 
 IE_INLINE __m256i bcast4(const int8_t* p) {
   int32_t v;
@@ -51,30 +50,13 @@ IE_INLINE void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const 
 
 // fn(integral_constant<int, 0>) .. fn(integral_constant<int, N - 1>): loop
 // indices that shifts and shuffle controls need as compile-time constants.
-template <int N, class Fn, int... I>
+template <class Fn, int... I>
 IE_INLINE void static_for_impl(Fn&& fn, std::integer_sequence<int, I...>) {
   (fn(std::integral_constant<int, I>{}), ...);
 }
 template <int N, class Fn>
 IE_INLINE void static_for(Fn&& fn) {
-  static_for_impl<N>(fn, std::make_integer_sequence<int, N>{});
-}
-
-// Bit BIT of each byte of v moved to bit 4, the rest zero (16-bit shifts:
-// what crosses a byte boundary lands outside bit 4 and is masked off).
-template <int BIT>
-IE_INLINE __m256i bit_to_4(__m256i v) {
-  const __m256i m = _mm256_set1_epi8(0x10);
-  if constexpr (BIT <= 4) return _mm256_and_si256(_mm256_slli_epi16(v, 4 - BIT), m);
-  else return _mm256_and_si256(_mm256_srli_epi16(v, BIT - 4), m);
-}
-
-// Bits BIT, BIT + 1 of each byte of v moved to bits 4..5, the rest zero.
-template <int BIT>
-IE_INLINE __m256i pair_to_4(__m256i v) {
-  const __m256i m = _mm256_set1_epi8(0x30);
-  if constexpr (BIT <= 4) return _mm256_and_si256(_mm256_slli_epi16(v, 4 - BIT), m);
-  else return _mm256_and_si256(_mm256_srli_epi16(v, BIT - 4), m);
+  static_for_impl(fn, std::make_integer_sequence<int, N>{});
 }
 
 // Byte J of each 32-bit lane of v, zero-extended: to int32 (PAIRS false), or
@@ -112,8 +94,8 @@ IE_INLINE __m256i codes_dot(const uint8_t* w, const int8_t* xq, __m256i s16) {
     __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
     if constexpr (HB > 0) {
       const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128));
-      lo = _mm256_or_si256(lo, bit_to_4<v>(h));
-      hi = _mm256_or_si256(hi, bit_to_4<4 + v>(h));
+      lo = _mm256_or_si256(lo, bits_to_4<v>(h));
+      hi = _mm256_or_si256(hi, bits_to_4<4 + v>(h));
     }
     s16 = _mm256_add_epi16(s16, _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq + 8 * v)),
                                                   _mm256_maddubs_epi16(hi, bcast4(xq + 8 * v + 4))));
@@ -195,18 +177,19 @@ IE_INLINE void nib_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
 // dmin meet the activation's d * code sum; d multiplies once per super-block.
 template <bool Q5, int NB>
 IE_INLINE void kq_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
-  constexpr int kBlock = Q5 ? 160 : 128;
+  using H = Rows8KqHeader;
+  constexpr int kBlock = 32 * rows8_code_bits(Q5 ? WType::Q5_K : WType::Q4_K);
   const __m256i m3f = _mm256_set1_epi8(0x3F), m0f = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h));
-    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 32));
-    const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 64));
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 32));
+    const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 64));
     const __m256i ls[2] = {_mm256_and_si256(w0, m3f),
                            _mm256_or_si256(_mm256_and_si256(w2, m0f), _mm256_and_si256(_mm256_srli_epi32(w0, 2), m30))};
     const __m256i lm[2] = {_mm256_and_si256(w1, m3f), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m0f),
                                                                       _mm256_and_si256(_mm256_srli_epi32(w1, 2), m30))};
-    const __m256 dmin = load8<2>(h + 112);
+    const __m256 dmin = load8<2>(h + H::dmin);
     __m256 P[NB];
     for (auto& v : P) v = _mm256_setzero_ps();
     static_for<8>([&](auto jj) __attribute__((always_inline)) {
@@ -221,7 +204,7 @@ IE_INLINE void kq_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
         acc[b] = _mm256_fnmadd_ps(mn, _mm256_broadcast_ss(x.ds + kx + b), acc[b]);
       }
     });
-    const __m256 d = load8<2>(h + 96);
+    const __m256 d = load8<2>(h + H::d);
     for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
   }
 }
@@ -283,10 +266,12 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
 // that widen the signed products; d once per super-block.
 template <int NB>
 IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  using H = Rows8Iq4xsHeader;
+  constexpr int kBlock = 32 * rows8_code_bits(WType::IQ4_XS);
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
-    const uint8_t* h = w + 8 * 128;
-    const __m256i ls_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h));
-    const __m256i ls_hi = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 32)));
+    const uint8_t* h = w + 8 * kBlock;
+    const __m256i ls_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::scales_l));
+    const __m256i ls_hi = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + H::scales_h)));
     __m256 P[NB];
     for (auto& v : P) v = _mm256_setzero_ps();
     static_for<8>([&](auto jj) __attribute__((always_inline)) {
@@ -300,7 +285,7 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       for (auto& v : s) v = _mm256_setzero_si256();
       for (int v = 0; v < 4; ++v) {
         __m256i lo, hi;
-        iq4_values(w + j * 128 + 32 * v, &lo, &hi);
+        iq4_values(w + j * kBlock + 32 * v, &lo, &hi);
         for (int b = 0; b < NB; ++b) {
           const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
           s[b] = dot4_signed(dot4_signed(s[b], lo, xq, mult), hi, xq + 4, mult);
@@ -308,7 +293,7 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       }
       for (int b = 0; b < NB; ++b) P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_broadcast_ss(x.d + kx + b), P[b]);
     });
-    const __m256 d = load8<2>(h + 48);
+    const __m256 d = load8<2>(h + H::d);
     for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
   }
 }
@@ -321,18 +306,20 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
 // activation's h16 pairs with the same sub-scales. d once per super-block.
 template <int NB>
 IE_INLINE void q6k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  using H = Rows8Q6kHeader;
+  constexpr int kBlock = 32 * rows8_code_bits(WType::Q6_K);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
-    const uint8_t* h = w + 8 * 192;
+    const uint8_t* h = w + 8 * kBlock;
     __m256 P[NB];
     for (auto& v : P) v = _mm256_setzero_ps();
     static_for<8>([&](auto jj) __attribute__((always_inline)) {
       constexpr int j = decltype(jj)::value;
       prefetch_group<8>(p, w, b0, j);
-      const uint8_t* blk = w + j * 192;
+      const uint8_t* blk = w + j * kBlock;
       __m256i mult[2];  // elements 0..15 and 16..31 of the block
       for (int half = 0; half < 2; ++half)
-        mult[half] = int16_pairs(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + 16 * j + 8 * half))));
+        mult[half] = int16_pairs(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + H::scales + 16 * j + 8 * half))));
       const int64_t kx = (g * 8 + j) * B + b0;
       __m256i s[NB];
       for (auto& v : s) v = _mm256_setzero_si256();
@@ -340,8 +327,8 @@ IE_INLINE void q6k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
         constexpr int v = decltype(vv)::value;
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v));
         const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (v / 2)));
-        const __m256i lo = _mm256_or_si256(_mm256_and_si256(wv, m4), pair_to_4<4 * (v % 2)>(hb));
-        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4), pair_to_4<4 * (v % 2) + 2>(hb));
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(wv, m4), bits_to_4<4 * (v % 2), 2>(hb));
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4), bits_to_4<4 * (v % 2) + 2, 2>(hb));
         for (int b = 0; b < NB; ++b) {
           const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
           const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq)), _mm256_maddubs_epi16(hi, bcast4(xq + 4)));
@@ -355,7 +342,7 @@ IE_INLINE void q6k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
         P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s[b], off)), _mm256_broadcast_ss(x.d + kx + b), P[b]);
       }
     });
-    const __m256 d = load8<2>(h + 128);
+    const __m256 d = load8<2>(h + H::d);
     for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
   }
 }
