@@ -141,6 +141,9 @@ golden-iebin: setup
 	done
 	$(VENV)/bin/ieconv hf-to-iebin -q --overwrite --hf-dir golden/hf/tiny-llama --out-dir golden/iebin/tiny-llama-mixedq \
 	  --q4-map golden/manifests/tiny-llama.mixed.q4_manifest.json
+	@# SHA-256 digests, as every artifact recorded before xxh3_128 became the default: still read, still written.
+	$(VENV)/bin/ieconv hf-to-iebin -q --overwrite --hf-dir golden/hf/tiny-llama --out-dir golden/iebin/tiny-llama-sha256 \
+	  --checksum sha256
 
 # Peak RSS and speed (against `cp -r` of the same files) of converting a synthetic 512 MB checkpoint.
 bench-convert: setup

@@ -66,7 +66,7 @@ def dedup_extract_cmd(model_dir, tensor_map, groups_path, out_prefix, overwrite,
     """Write the defaults, masks and exceptions blobs and their index.
 
     Streams group by group (memory: one default plus one chunk per member),
-    checks every member's sha256 against the tensor map while reading, and
+    checks every member's digest against the tensor map while reading, and
     writes atomically (index last). Then: `ieconv dedup-link MODEL_DIR`.
     """
     from .dedup_extract import extract

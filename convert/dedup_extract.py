@@ -5,7 +5,7 @@ Two passes per group, chunk by chunk:
      one chunk of every member at a time (formats.dedup.majority);
   2. each member against the default: its mask and exceptions stream into
      their blobs while its bytes are hashed and checked against the tensor
-     map's sha256 (a stale map fails here, before anything is committed).
+     map's digest (a stale map fails here, before anything is committed).
 Memory: the group's default (one tensor) plus one chunk per member during
 pass 1, with chunks sized so that all members' chunks fit CHUNK_BUDGET;
 never the model. Outputs are staged and renamed together, index last.
@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from iekit.formats.fileio import PreadFiles
+from iekit.formats import checksums
 from iekit.formats import dedup as fmt
 from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.errors import FormatError, IEError
@@ -95,7 +96,9 @@ def extract(model_dir: Path, tensor_map_path: Path, groups_path: Path, out_prefi
         original = 0
         try:
             with StagedFiles(out_dir) as staged:
-                w = fmt.DedupWriter(staged, stem)
+                # The artifact's digests are the map's (the model's) algorithm.
+                alg = next((t.checksum for t in tmap.values()), checksums.DEFAULT)
+                w = fmt.DedupWriter(staged, stem, checksum=alg)
                 for g in groups:
                     n = tmap[g.members[0]].nbytes
                     C = chunk_size(len(g.members))
@@ -117,10 +120,11 @@ def extract(model_dir: Path, tensor_map_path: Path, groups_path: Path, out_prefi
                                 if progress:
                                     progress(raw.size)
                         e = w.add_member(m, tmap[m].shape, encoded())
-                        if e["sha256"] != tmap[m].sha256:
-                            raise FormatError(tensor_map_path, f"tensors.{m}.sha256",
-                                              f"the bytes of {m!r} hash to {e['sha256'][:12]}… but the map records "
-                                              f"{tmap[m].sha256[:12]}… (stale map, or the model changed)")
+                        t = tmap[m]
+                        if e[t.checksum] != t.digest:
+                            raise FormatError(tensor_map_path, f"tensors.{m}.{t.checksum}",
+                                              f"the bytes of {m!r} hash to {e[t.checksum][:12]}… but the map records "
+                                              f"{t.digest[:12]}… (stale map, or the model changed)")
                         entries.append(e)
                         original += n
                     w.add_group(tmap[g.members[0]].dtype, n, dentry, g.default_member, entries)

@@ -35,7 +35,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from iekit.formats import iebin
+from iekit.formats import checksums, iebin
 from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.casting import cast_bytes, decode_f32, encode_f32
 from iekit.formats.dtypes import DTYPES
@@ -242,13 +242,14 @@ def file_type_name(g: GGUFModel) -> str | None:
 def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dtype: str | None = None,
                  overwrite: bool = False, progress: Progress | None = None, dequantize_all: bool = False,
                  manifest: Manifest | None = None, force: bool = False,
-                 imatrix: str | os.PathLike | None = None) -> ConvertResult:
+                 imatrix: str | os.PathLike | None = None, checksum: str = checksums.DEFAULT) -> ConvertResult:
     """Import ``gguf_path`` into ``out_dir`` (see the module docstring).
     ``dequantize_all``: no block is kept, every tensor becomes a float
     (``dtype``, f32 by default): the float reference of a quantized file.
     ``manifest``: the tensors it selects are quantized again from their
     dequantized values (q4_manifest.json, as hf-to-iebin --q4-map), weighted
-    by ``imatrix`` (default: the manifest's) where it has an entry."""
+    by ``imatrix`` (default: the manifest's) where it has an entry.
+    ``checksum``: the digest algorithm recorded (formats/checksums.py)."""
     progress = progress or Progress()
     out_dir = Path(out_dir)
     check_dtype(dtype)
@@ -282,10 +283,10 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
     try:
         bytes_in = sum(p.src.nbytes for p in plans)
         progress.start("converting", bytes_in + g.path.stat().st_size)  # the file is hashed beside the import
-        with SourceHashes([(g.path.name, g.path)], progress.advance) as hashes, StagedFiles(out_dir) as staged:
+        with SourceHashes([(g.path.name, g.path)], progress.advance, checksum) as hashes, StagedFiles(out_dir) as staged:
             for n in stale:
                 staged.remove_on_commit(n)
-            writer = iebin.IebinWriter(staged)
+            writer = iebin.IebinWriter(staged, checksum=checksum)
             errors: dict[str, QuantError] = {}
             for p in plans:
                 progress.describe(p.name)

@@ -1,7 +1,8 @@
 """HF safetensors checkpoint -> IEBIN schema2, streamed tensor by tensor.
 
-Memory: tensors are copied (or cast) in 8 MiB chunks, so peak RSS is a few
-chunks plus Python, independent of model size. Atomicity: everything is
+Memory: tensors kept as they are are copied file to file inside the kernel
+(copy_file_range), cast or quantized ones in 8 MiB chunks, so peak RSS is a
+few chunks plus Python, independent of model size. Atomicity: everything is
 staged under temporary names in the output directory and renamed at the end,
 ``model.ie.json`` last; on any error the directory is left as it was (and
 directories the run created are removed again).
@@ -27,7 +28,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from iekit.formats import dedup as dedup_fmt
-from iekit.formats import gptq, iebin, weight_types
+from iekit.formats import checksums, gptq, iebin, weight_types
 from iekit.formats import imatrix as imatrix_fmt
 from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.casting import cast_bytes, decode_f32
@@ -134,13 +135,15 @@ def load_importance(path: str | os.PathLike | None, quantize: dict[str, QuantPar
 def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = None,
             overwrite: bool = False, progress: Progress | None = None,
             manifest: Manifest | None = None, force: bool = False,
-            imatrix: str | os.PathLike | None = None, covariances: Any = None) -> ConvertResult:
+            imatrix: str | os.PathLike | None = None, covariances: Any = None,
+            checksum: str = checksums.DEFAULT) -> ConvertResult:
     """Convert ``src`` into ``out_dir``; ``dtype`` casts floating tensors,
     ``manifest`` (q4_manifest.json) quantizes the tensors it selects,
     weighting each one's error by ``imatrix`` (default: the manifest's).
     ``covariances`` (runtime/hessians.py's Hessians): the matrices it has
     an input covariance for are quantized error-compensated (formats/gptq.py)
-    instead, each read whole."""
+    instead, each read whole. ``checksum``: the digest algorithm recorded
+    (formats/checksums.py)."""
     progress = progress or Progress()
     out_dir = Path(out_dir)
     check_dtype(dtype)
@@ -162,13 +165,13 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
             bytes_in = sum(t.nbytes for _, t in tensors.values())
             # One bar for both: the shards are hashed beside the conversion (source_hashes.py).
             progress.start("converting", bytes_in + sum((src.dir / s).stat().st_size for s in src.shards))
-            hashes = stack.enter_context(SourceHashes([(s, src.dir / s) for s in src.shards], progress.advance))
+            hashes = stack.enter_context(SourceHashes([(s, src.dir / s) for s in src.shards], progress.advance, checksum))
             n_cast = 0
             errors: dict[str, QuantError] = {}
             with StagedFiles(out_dir) as staged:
                 for n in stale:
                     staged.remove_on_commit(n)
-                writer = iebin.IebinWriter(staged)
+                writer = iebin.IebinWriter(staged, checksum=checksum)
                 for name in names:
                     sf, t = tensors[name]
                     progress.describe(name)
@@ -178,11 +181,13 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                                                       importance.get(name), cov)
                         continue
                     target = dtype if dtype and t.dtype.is_float else t.dtype.name
-                    if target != t.dtype.name:
-                        n_cast += 1
+                    if target == t.dtype.name:
+                        writer.add_copy(name, target, list(t.shape), t.nbytes,
+                                        lambda fd, off, sf=sf, t=t: sf.copy_to(t, fd, off, progress.advance))
+                        continue
+                    n_cast += 1
                     out_nbytes = t.nbytes // t.dtype.itemsize * DTYPES[target].itemsize
-                    writer.add_tensor(name, target, list(t.shape),
-                                      _chunks(sf, t, target, progress), out_nbytes)
+                    writer.add_tensor(name, target, list(t.shape), _cast_chunks(sf, t, target, progress), out_nbytes)
 
                 aux = writer.stage_aux(aux_data)
                 tok = [fname for fname in aux_data if fname in TOKENIZER_FILES]
@@ -228,7 +233,7 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t:
     return error
 
 
-def _chunks(sf: SafetensorsFile, t: SafetensorsTensor, target: str, progress: Progress) -> Iterator[bytes]:
+def _cast_chunks(sf: SafetensorsFile, t: SafetensorsTensor, target: str, progress: Progress) -> Iterator[bytes]:
     for chunk in sf.iter_chunks(t):
         progress.advance(len(chunk))
-        yield cast_bytes(chunk, t.dtype.name, target) if target != t.dtype.name else chunk
+        yield cast_bytes(chunk, t.dtype.name, target)

@@ -18,7 +18,8 @@ from typing import Any
 from iekit.formats.dtypes import DTYPES, LEGACY_ALIASES
 from iekit.formats.errors import FormatError
 from iekit.formats.fileio import check_regular
-from iekit.formats.iebin import CHECKSUM, DEFAULT_ALIGNMENT, FORMAT_NAME, LEGACY_KEYS, VERSION, sha256_file_range
+from iekit.formats import checksums
+from iekit.formats.iebin import DEFAULT_ALIGNMENT, FORMAT_NAME, LEGACY_KEYS, VERSION
 from iekit.formats.jsonio import load_json
 from iekit.formats.paths import check_inside, resolve_inside
 
@@ -52,9 +53,11 @@ def is_schema2(meta: object) -> bool:
     return not any(isinstance(t, dict) and any(k in t for k in LEGACY_KEYS) for t in entries)
 
 
-def upgrade_legacy(legacy: object, legacy_path: Path) -> tuple[dict[str, Any], list[str]]:
-    """Return (schema2 metadata, notes). Backing files are read for checksums
-    and sizes; they must lie inside the metadata's directory."""
+def upgrade_legacy(legacy: object, legacy_path: Path,
+                   checksum: str = checksums.DEFAULT) -> tuple[dict[str, Any], list[str]]:
+    """Return (schema2 metadata, notes). Backing files are read for
+    ``checksum`` digests and sizes; they must lie inside the metadata's
+    directory."""
     lf = os.fspath(legacy_path)
     model_dir = legacy_path.parent
     if not isinstance(legacy, dict):
@@ -100,7 +103,7 @@ def upgrade_legacy(legacy: object, legacy_path: Path) -> tuple[dict[str, Any], l
             raise FormatError(lf, f"{where}.file_data_offset", f"tensor {name!r}: bytes [{off}, {off + nbytes}) run past the end of {file} ({size} bytes)")
         tensors.append({"name": name, "dtype": dtype, "shape": shape, "file": file,
                         "file_data_offset": off, "nbytes": nbytes,
-                        "sha256": sha256_file_range(real, off, nbytes)})
+                        checksum: checksums.digest_file_range(real, off, nbytes, checksum)})
         if e.get("dtype") != dtype:
             notes.append(f"{name}: dtype {e.get('dtype')!r} -> {dtype!r}")
 
@@ -131,7 +134,7 @@ def upgrade_legacy(legacy: object, legacy_path: Path) -> tuple[dict[str, Any], l
         "format": FORMAT_NAME,
         "version": VERSION,
         "alignment": align,
-        "checksum": CHECKSUM,
+        "checksum": checksum,
         "producer": "ieconv iebin-upgrade",
         "model": model_summary(config),
         "config": config,

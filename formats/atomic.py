@@ -184,7 +184,7 @@ class StagedFiles:
         final = self.directory / name
         tmp = self.directory / temp_name(name, self._tag)
         try:
-            f = open(tmp, "xb")
+            f = open(tmp, "x+b")  # readable too: a writer may hash what it wrote (IebinWriter.add_copy)
         except OSError as e:
             raise _write_error(final, e) from None
         self._staged.append((tmp, final, f))

@@ -16,7 +16,6 @@ float and quantized tensors dedup alike.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +23,10 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from . import checksums
 from .atomic import StagedFiles
 from .dtypes import DTYPES, shape_elements
 from .errors import FormatError
-from .fileio import sha256_range
 from .jsonio import dumps_canonical, load_json, schema_check
 from .paths import check_relpath, resolve_inside
 from .quant import SCHEMES
@@ -37,7 +36,6 @@ TENSOR_MAP_FORMAT = "iekit-dedup-tensor-map"
 GROUPS_FORMAT = "iekit-dedup-groups"
 VERSION = 1
 POLICY = "lossless"
-CHECKSUM = "sha256"
 ALIGNMENT = 64  # what the writer uses: one cache line, any aligned SIMD load
 INDEX_NAME = "model.dedup.json"  # the name the runtime looks for in a model directory
 TENSOR_MAP_NAME = "tensor_map.json"
@@ -50,8 +48,6 @@ _SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 INDEX_SCHEMA = _SCHEMAS / "dedup_index.schema.json"
 TENSOR_MAP_SCHEMA = _SCHEMAS / "dedup_tensor_map.schema.json"
 GROUPS_SCHEMA = _SCHEMAS / "dedup_groups.schema.json"
-
-_EMPTY_SHA = hashlib.sha256(b"").hexdigest()
 
 
 def mask_nbytes(n: int) -> int:
@@ -163,7 +159,8 @@ class TensorRange:
     nbytes: int
     dtype: str
     shape: list[int]
-    sha256: str
+    digest: str  # of the tensor's bytes, by ``checksum`` (the model's algorithm)
+    checksum: str
 
 
 def _check_dtype_shape(dtype: str, shape: list[int], nbytes: int, file: str, where: str) -> None:
@@ -176,11 +173,14 @@ def _check_dtype_shape(dtype: str, shape: list[int], nbytes: int, file: str, whe
 
 
 def tensor_map_from_model(model: Any) -> dict[str, Any]:
-    """The tensor_map.json of an IEBIN model: every tensor's byte range."""
+    """The tensor_map.json of an IEBIN model: every tensor's byte range and
+    digest (by the model's checksum algorithm, which the dedup artifact
+    then records too)."""
+    alg = model.checksum
     tensors = {t["name"]: {"file": t["file"], "offset": t["file_data_offset"], "nbytes": t["nbytes"],
-                           "dtype": t["dtype"], "shape": list(t["shape"]), "sha256": t["sha256"]}
+                           "dtype": t["dtype"], "shape": list(t["shape"]), alg: t[alg]}
                for t in model.tensors}
-    obj = {"format": TENSOR_MAP_FORMAT, "version": VERSION, "tensors": tensors}
+    obj = {"format": TENSOR_MAP_FORMAT, "version": VERSION, "checksum": alg, "tensors": tensors}
     validate_tensor_map(obj, TENSOR_MAP_NAME)
     return obj
 
@@ -188,12 +188,15 @@ def tensor_map_from_model(model: Any) -> dict[str, Any]:
 def validate_tensor_map(obj: Any, file: str | os.PathLike) -> dict[str, TensorRange]:
     file = os.fspath(file)
     schema_check(obj, TENSOR_MAP_SCHEMA, file)
+    # Maps written before the field existed are sha256.
+    alg = checksums.algorithm(obj.get("checksum", "sha256"), file)
     out: dict[str, TensorRange] = {}
     for name, t in obj["tensors"].items():
         where = f"tensors.{name}"
+        checksums.check_record(t, alg, file, where)
         check_relpath(t["file"], file, f"{where}.file")
         _check_dtype_shape(t["dtype"], t["shape"], t["nbytes"], file, where)
-        out[name] = TensorRange(name, t["file"], t["offset"], t["nbytes"], t["dtype"], list(t["shape"]), t["sha256"])
+        out[name] = TensorRange(name, t["file"], t["offset"], t["nbytes"], t["dtype"], list(t["shape"]), t[alg.name], alg.name)
     return out
 
 
@@ -316,16 +319,30 @@ class DedupIndex:
 
 
 def regions(meta: dict[str, Any]) -> Iterator[tuple[str, int, int, str, str]]:
-    """Every (blob key, offset, length, sha256, field) the index describes."""
+    """Every (blob key, offset, length, digest, field) the index describes."""
+    alg = meta["checksum"]
     for g, grp in enumerate(meta["groups"]):
         n = grp["nbytes"]
         d = grp["default"]
-        yield "defaults", d["offset"], n, d["sha256"], f"groups[{g}].default"
+        yield "defaults", d["offset"], n, d[alg], f"groups[{g}].default"
         for j, m in enumerate(grp["members"]):
             f = f"groups[{g}].members[{j}]"
-            yield "masks", m["mask"]["offset"], mask_nbytes(n), m["mask"]["sha256"], f"{f}.mask"
+            yield "masks", m["mask"]["offset"], mask_nbytes(n), m["mask"][alg], f"{f}.mask"
             e = m["exceptions"]
-            yield "exceptions", e["offset"], e["count"], e["sha256"], f"{f}.exceptions"
+            yield "exceptions", e["offset"], e["count"], e[alg], f"{f}.exceptions"
+
+
+def _digest_records(meta: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str]]:
+    """Every object of a schema-valid index that carries a digest, with its field."""
+    for k in BLOB_KEYS:
+        yield meta["blobs"][k], f"blobs.{k}"
+    for g, grp in enumerate(meta["groups"]):
+        yield grp["default"], f"groups[{g}].default"
+        for j, m in enumerate(grp["members"]):
+            f = f"groups[{g}].members[{j}]"
+            yield m, f
+            yield m["mask"], f"{f}.mask"
+            yield m["exceptions"], f"{f}.exceptions"
 
 
 def validate_index(meta: Any, file: str | os.PathLike = INDEX_NAME) -> None:
@@ -339,7 +356,10 @@ def validate_index(meta: Any, file: str | os.PathLike = INDEX_NAME) -> None:
         raise FormatError(file, "version", f"unsupported version {meta.get('version')!r} (this build reads {VERSION})")
     if meta.get("policy") != POLICY:
         raise FormatError(file, "policy", f"unsupported policy {meta.get('policy')!r}: only {POLICY!r} exists (bit-exact reconstruction)")
+    alg = checksums.algorithm(meta.get("checksum"), file)
     schema_check(meta, INDEX_SCHEMA, file)
+    for record, where in _digest_records(meta):
+        checksums.check_record(record, alg, file, where)
     align = meta["alignment"]
     if align & (align - 1):
         raise FormatError(file, "alignment", f"must be a power of two between 1 and 2^20, got {align}")
@@ -386,7 +406,7 @@ def validate_index(meta: Any, file: str | os.PathLike = INDEX_NAME) -> None:
 
 def check_blobs(index: DedupIndex, deep: bool = False) -> list[FormatError]:
     """The rules that need the blob files. Paths and sizes raise at once;
-    with ``deep`` the content rules (each file's and each region's sha256,
+    with ``deep`` the content rules (each file's and each region's digest,
     mask popcount = exception count, zero tail bits, zero padding) are all
     checked and every failure is returned, so a report can list them."""
     mf = os.fspath(index.path)
@@ -405,20 +425,20 @@ def check_blobs(index: DedupIndex, deep: bool = False) -> list[FormatError]:
     if not deep:
         return []
     errors: list[FormatError] = []
+    alg = meta["checksum"]
     for k in BLOB_KEYS:
         b = meta["blobs"][k]
-        with open(real[k], "rb") as f:
-            got = sha256_range(f, 0, b["nbytes"])
-        if got != b["sha256"]:
-            errors.append(FormatError(mf, f"blobs.{k}.sha256", f"{b['name']}: checksum mismatch (stored {b['sha256'][:12]}…, actual {got[:12]}…)"))
+        got = checksums.digest_file_range(real[k], 0, b["nbytes"], alg)
+        if got != b[alg]:
+            errors.append(FormatError(mf, f"blobs.{k}.{alg}", f"{b['name']}: checksum mismatch (stored {b[alg][:12]}…, actual {got[:12]}…)"))
     files = {k: open(real[k], "rb") for k in BLOB_KEYS}
     try:
         covered: dict[str, list[tuple[int, int]]] = {k: [] for k in BLOB_KEYS}
         for key, off, length, sha, where in regions(meta):
             covered[key].append((off, off + length))
-            got = sha256_range(files[key], off, length)
+            got = checksums.digest_range(files[key], off, length, alg)
             if got != sha:
-                errors.append(FormatError(mf, f"{where}.sha256", f"checksum mismatch in {meta['blobs'][key]['name']} [{off}, {off + length}) (stored {sha[:12]}…, actual {got[:12]}…)"))
+                errors.append(FormatError(mf, f"{where}.{alg}", f"checksum mismatch in {meta['blobs'][key]['name']} [{off}, {off + length}) (stored {sha[:12]}…, actual {got[:12]}…)"))
         for g, j, grp, m in index.members():
             n = grp["nbytes"]
             files["masks"].seek(m["mask"]["offset"])
@@ -474,19 +494,20 @@ class _Blob:
     zero, the file ends right after the last region. An empty region is
     recorded at offset 0 and occupies nothing."""
 
-    def __init__(self, staged: StagedFiles, name: str, alignment: int):
+    def __init__(self, staged: StagedFiles, name: str, alignment: int, alg: checksums.Algorithm):
         self.name = name
         self.f = staged.open(name)
         self.alignment = alignment
+        self.alg = alg
         self.size = 0
-        self.file_hash = hashlib.sha256()
+        self.file_hash = alg.new()
         self._start = self._n = 0
-        self._h = hashlib.sha256()
+        self._h = alg.new()
 
     def begin(self) -> None:
         self._start = align_up(self.size, self.alignment)
         self._n = 0
-        self._h = hashlib.sha256()
+        self._h = self.alg.new()
 
     def write(self, c: bytes | np.ndarray) -> None:
         c = memoryview(np.ascontiguousarray(c)).cast("B") if isinstance(c, np.ndarray) else c
@@ -514,11 +535,13 @@ class DedupWriter:
     failure leaves the directory as it was.
     """
 
-    def __init__(self, staged: StagedFiles, stem: str, alignment: int = ALIGNMENT):
+    def __init__(self, staged: StagedFiles, stem: str, alignment: int = ALIGNMENT,
+                 checksum: str = checksums.DEFAULT):
         self.staged = staged
         self.stem = stem
         self.alignment = alignment
-        self.blobs = {k: _Blob(staged, stem + BLOB_SUFFIXES[k], alignment) for k in BLOB_KEYS}
+        self.alg = checksums.ALGORITHMS[checksum]
+        self.blobs = {k: _Blob(staged, stem + BLOB_SUFFIXES[k], alignment, self.alg) for k in BLOB_KEYS}
         self.groups: list[dict[str, Any]] = []
 
     def add_default(self, chunks: Iterable[bytes | np.ndarray]) -> dict[str, Any]:
@@ -526,15 +549,15 @@ class DedupWriter:
         blob.begin()
         for c in chunks:
             blob.write(c)
-        off, n, sha = blob.end()
-        return {"offset": off, "nbytes": n, "sha256": sha}
+        off, n, digest = blob.end()
+        return {"offset": off, "nbytes": n, self.alg.name: digest}
 
     def add_member(self, name: str, shape: list[int],
                    encoded: Iterable[tuple[np.ndarray, np.ndarray, bytes | np.ndarray]]) -> dict[str, Any]:
         """``encoded`` yields (mask chunk, exceptions chunk, original bytes
         chunk) in order; the original bytes are only hashed (the member's
-        sha256 is what reconstruction is checked against)."""
-        h = hashlib.sha256()
+        digest is what reconstruction is checked against)."""
+        h = self.alg.new()
         masks, excs = self.blobs["masks"], self.blobs["exceptions"]
         masks.begin()
         excs.begin()
@@ -542,22 +565,25 @@ class DedupWriter:
             h.update(raw)
             masks.write(mask)
             excs.write(exc)
-        moff, _mn, msha = masks.end()
-        eoff, count, esha = excs.end()
-        return {"name": name, "shape": list(shape), "sha256": h.hexdigest(),
-                "mask": {"offset": moff, "sha256": msha},
-                "exceptions": {"offset": eoff, "count": count, "sha256": esha}}
+        moff, _mn, mdigest = masks.end()
+        eoff, count, edigest = excs.end()
+        a = self.alg.name
+        return {"name": name, "shape": list(shape), a: h.hexdigest(),
+                "mask": {"offset": moff, a: mdigest},
+                "exceptions": {"offset": eoff, "count": count, a: edigest}}
 
     def add_group(self, dtype: str, nbytes: int, default: dict[str, Any], default_member: str | None,
                   members: list[dict[str, Any]]) -> None:
         self.groups.append({"dtype": dtype, "nbytes": nbytes,
-                            "default": {"offset": default["offset"], "sha256": default["sha256"], "member": default_member},
+                            "default": {"offset": default["offset"], self.alg.name: default[self.alg.name],
+                                        "member": default_member},
                             "members": members})
 
     def finish(self) -> dict[str, Any]:
         meta = {"format": INDEX_FORMAT, "version": VERSION, "policy": POLICY, "alignment": self.alignment,
-                "checksum": CHECKSUM, "producer": "ieconv",
-                "blobs": {k: {"name": b.name, "nbytes": b.size, "sha256": b.file_hash.hexdigest()} for k, b in self.blobs.items()},
+                "checksum": self.alg.name, "producer": "ieconv",
+                "blobs": {k: {"name": b.name, "nbytes": b.size, self.alg.name: b.file_hash.hexdigest()}
+                          for k, b in self.blobs.items()},
                 "groups": self.groups}
         validate_index(meta, self.stem + INDEX_SUFFIX)
         self.staged.write_bytes(self.stem + INDEX_SUFFIX, dumps_canonical(meta))

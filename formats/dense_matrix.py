@@ -6,13 +6,12 @@ checks a .bsr file against it; both read it through ``load_dense``.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 import numpy as np
 
-from . import iebin, weight_types
+from . import checksums, iebin, weight_types
 from .casting import decode_f32
 from .errors import FormatError, IEError
 from .fileio import check_regular
@@ -67,8 +66,8 @@ def load_iebin_tensor(model_dir: Path, name: str) -> np.ndarray:
     with open(m.path_of(t), "rb") as f:
         f.seek(t["file_data_offset"])
         raw = f.read(t["nbytes"])
-    if len(raw) != t["nbytes"] or hashlib.sha256(raw).hexdigest() != t["sha256"]:
-        raise FormatError(m.meta_path, f"{where}.sha256", f"tensor {name!r}: checksum mismatch")
+    if len(raw) != t["nbytes"] or checksums.digest(m.checksum, raw) != t[m.checksum]:
+        raise FormatError(m.meta_path, f"{where}.{m.checksum}", f"tensor {name!r}: checksum mismatch")
     return decode_f32(raw, t["dtype"]).reshape(t["shape"])
 
 

@@ -9,24 +9,30 @@ never hangs a loader and a link to /dev/zero never reads until memory runs
 out. ``check_regular`` is the same file-type rule for large files that are
 opened by path elsewhere (model.ie.bin, blobs, .bsr files).
 
-Two shapes of ranged access, each written once: a range streamed front to
+Three shapes of ranged access, each written once: a range streamed front to
 back in bounded chunks (hashing, comparing, compressing a tensor without
-holding it), and scattered preads through one descriptor per file (sampling
-and extracting many tensors of the same files). A file shorter than the range
-asked for is a FormatError naming the file, never a short read passed on.
+holding it), scattered preads through one descriptor per file (sampling
+and extracting many tensors of the same files), and a range copied from one
+descriptor to another (``copy_range``: the bytes a conversion keeps). A file
+shorter than the range asked for is a FormatError naming the file, never a
+short read passed on.
 """
 
 from __future__ import annotations
 
-import hashlib
+import errno
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from .errors import FormatError
 
 READ_CHUNK = 8 * 1024 * 1024
+COPY_CHUNK = 64 * 1024 * 1024  # per copy_file_range call: progress and Ctrl-C stay responsive
+# copy_file_range refuses these pairs of files (another filesystem, a kernel
+# or filesystem without it, special files): copy_range then reads and writes.
+_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EPERM}
 SMALL_FILE_MAX = 100 * 1024 * 1024  # JSON, config and tokenizer files (safetensors caps its header alike)
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
@@ -98,11 +104,56 @@ def iter_range(f: BinaryIO, offset: int, nbytes: int, chunk: int = READ_CHUNK) -
         yield buf
 
 
-def sha256_range(f: BinaryIO, offset: int, nbytes: int) -> str:
-    h = hashlib.sha256()
-    for buf in iter_range(f, offset, nbytes):
-        h.update(buf)
-    return h.hexdigest()
+def copy_range(src_fd: int, src_offset: int, dst_fd: int, dst_offset: int, nbytes: int,
+               advance: Callable[[int], None] | None = None) -> int:
+    """Copy ``nbytes`` from ``src_fd`` at ``src_offset`` to ``dst_fd`` at
+    ``dst_offset``; returns the bytes copied, fewer only where the source
+    ends early (the caller names the file in its error).
+
+    Why not read + write: every chunk then crosses user space twice, and a
+    fresh buffer per chunk costs page faults that on this VM made the same
+    copy take 0.4 to 1.7 s. ``copy_file_range`` copies inside the kernel (or
+    shares blocks, where the filesystem can); where the kernel refuses the
+    pair of files, one reused buffer goes through pread/pwrite instead."""
+    done = 0
+    kernel = hasattr(os, "copy_file_range")
+    view = None
+    while done < nbytes:
+        want = min(COPY_CHUNK, nbytes - done)
+        if kernel:
+            try:
+                k = os.copy_file_range(src_fd, dst_fd, want, src_offset + done, dst_offset + done)
+            except OSError as e:
+                if e.errno not in _NO_KERNEL_COPY:
+                    raise
+                kernel = False
+                continue
+        else:
+            if view is None:
+                view = memoryview(bytearray(min(READ_CHUNK, nbytes)))
+            k = os.preadv(src_fd, [view[:min(len(view), want)]], src_offset + done)
+            w = 0
+            while w < k:
+                w += os.pwrite(dst_fd, view[w:k], dst_offset + done + w)
+        if k == 0:
+            break
+        done += k
+        if advance is not None:
+            advance(k)
+    return done
+
+
+def digest_fd_range(fd: int, offset: int, nbytes: int, h) -> None:
+    """Feed bytes [offset, offset + nbytes) of ``fd`` to hash object ``h``
+    through one reused buffer (no allocation per chunk)."""
+    view = memoryview(bytearray(min(READ_CHUNK, max(nbytes, 1))))
+    done = 0
+    while done < nbytes:
+        k = os.preadv(fd, [view[:min(len(view), nbytes - done)]], offset + done)
+        if k == 0:
+            raise OSError(errno.EIO, f"descriptor {fd} ends before byte {offset + nbytes}")
+        h.update(view[:k])
+        done += k
 
 
 class PreadFiles:

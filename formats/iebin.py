@@ -8,18 +8,17 @@ format: the writer used by ``ieconv``, the strict validator used by
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
+from . import checksums
 from .atomic import StagedFiles
 from .dtypes import DTYPES, INT64_MAX, shape_elements
 from .errors import FormatError, IEError
-from .fileio import iter_range, sha256_range
+from .fileio import digest_fd_range, iter_range
 from .finite import PayloadScan
 from .jsonio import dumps_canonical, load_json, schema_check
 from .paths import check_relpath, resolve_inside
@@ -30,26 +29,18 @@ VERSION = 2
 DEFAULT_ALIGNMENT = 64
 META_NAME = "model.ie.json"
 BIN_NAME = "model.ie.bin"
-CHECKSUM = "sha256"
-
-TENSOR_KEYS = ("name", "dtype", "shape", "file", "file_data_offset", "nbytes", "sha256")
+TENSOR_KEYS = ("name", "dtype", "shape", "file", "file_data_offset", "nbytes")  # + the digest (formats/checksums.py)
 QUANT_KEY = "quant"  # present exactly when dtype is a quantized scheme
 # Optional on quantized tensors: the quantizer's predicted loss (QuantError.record);
 # its keys and types are the JSON Schema's to check (validate_meta's backstop).
 ERROR_KEY = "quant_error"
 LEGACY_KEYS = ("shard", "shard_data_offset")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "iebin.schema.json"
 
 
 def _is_int(v: object) -> bool:
     return type(v) is int  # bool is an int subclass and must not pass
-
-
-def sha256_file_range(path: Path, offset: int, nbytes: int) -> str:
-    with open(path, "rb") as f:
-        return sha256_range(f, offset, nbytes)
 
 
 # --------------------------------------------------------------------------
@@ -79,29 +70,64 @@ class IebinWriter:
     and the overlap rule needs no special case.
     """
 
-    def __init__(self, staged: StagedFiles, alignment: int = DEFAULT_ALIGNMENT):
+    def __init__(self, staged: StagedFiles, alignment: int = DEFAULT_ALIGNMENT,
+                 checksum: str = checksums.DEFAULT):
         self.alignment = alignment
+        self.checksum = checksums.ALGORITHMS[checksum]
         self._f = staged.open(BIN_NAME)
         self._staged = staged
         self._written = 0  # bytes actually in the file
         self._next = 0  # first offset the next tensor may use
         self.tensors: list[dict[str, Any]] = []
+        # add_copy's payloads are hashed from the staged file on this worker
+        # while the next one is copied; finish() collects the digests.
+        self._hasher = ThreadPoolExecutor(1, thread_name_prefix="iekit-hash")
+        self._pending: list[tuple[dict[str, Any], Any]] = []
+
+    def _start(self) -> int:
+        """Zero-fill up to the next aligned offset and return it."""
+        offset = -(-self._next // self.alignment) * self.alignment
+        if offset > self._written:
+            self._f.write(b"\0" * (offset - self._written))
+        return offset
+
+    def add_copy(self, name: str, dtype: str, shape: list[int], nbytes: int,
+                 copy: Callable[[int, int], None]) -> dict[str, Any]:
+        """A payload the source already holds as it must be stored:
+        ``copy(fd, offset)`` puts its ``nbytes`` into the staged file's
+        descriptor at ``offset`` (SafetensorsFile.copy_to: in the kernel, never
+        through Python). The digest is of the bytes as written, read back
+        from the staged file on a worker while the next payload is copied."""
+        offset = self._start()
+        self._f.flush()
+        copy(self._f.fileno(), offset)
+        self._f.seek(offset + nbytes)
+        self._written = offset + nbytes
+        self._next = offset + max(nbytes, 1)
+        entry = {"name": name, "dtype": dtype, "shape": list(shape), "file": BIN_NAME,
+                 "file_data_offset": offset, "nbytes": nbytes}
+        self._pending.append((entry, self._hasher.submit(self._digest_written, offset, nbytes)))
+        self.tensors.append(entry)
+        return entry
+
+    def _digest_written(self, offset: int, nbytes: int) -> str:
+        h = self.checksum.new()
+        digest_fd_range(self._f.fileno(), offset, nbytes, h)
+        return h.hexdigest()
 
     def add_tensor(self, name: str, dtype: str, shape: list[int], chunks: Iterable[bytes],
                    expected_nbytes: int, extra: dict[str, Any] | None = None,
                    error: QuantError | None = None) -> dict[str, Any]:
         """Write one payload from ``chunks``; ``error``, filled while they are
         produced (Scheme.stream), is recorded as the entry's quant_error."""
-        offset = -(-self._next // self.alignment) * self.alignment
-        if offset > self._written:
-            self._f.write(b"\0" * (offset - self._written))
+        offset = self._start()
         # Each chunk is hashed on a worker thread while it is written and the
-        # next one is read or cast (hashlib and file writes release the GIL):
-        # hashing no longer adds to the conversion's time on two cores.
-        h = hashlib.sha256()
+        # next one is read or cast (both hashes and file writes release the
+        # GIL), so hashing does not add to the conversion's time on two cores.
+        h = self.checksum.new()
         n = 0
         pending = None
-        with ThreadPoolExecutor(1, thread_name_prefix="iekit-sha256") as pool:
+        with ThreadPoolExecutor(1, thread_name_prefix="iekit-hash") as pool:
             for c in chunks:
                 if pending is not None:
                     pending.result()
@@ -115,7 +141,7 @@ class IebinWriter:
         self._written = offset + n
         self._next = offset + max(n, 1)
         entry = {"name": name, "dtype": dtype, "shape": list(shape), "file": BIN_NAME,
-                 "file_data_offset": offset, "nbytes": n, "sha256": h.hexdigest(), **(extra or {})}
+                 "file_data_offset": offset, "nbytes": n, self.checksum.name: h.hexdigest(), **(extra or {})}
         if error is not None:
             entry[ERROR_KEY] = error.record()
         self.tensors.append(entry)
@@ -127,7 +153,7 @@ class IebinWriter:
         records = []
         for name, data in files.items():
             self._staged.write_bytes(name, data)
-            records.append({"name": name, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+            records.append({"name": name, "nbytes": len(data), self.checksum.name: checksums.digest(self.checksum.name, data)})
         return records
 
     def finish(self, *, config: dict, source: dict, tokenizer_files: list[str],
@@ -135,11 +161,15 @@ class IebinWriter:
         """Build the metadata, self-validate it and stage ``model.ie.json``.
         ``model`` is the normalised summary of ``config`` (MODEL_FIELDS);
         without it every field is null."""
+        for entry, digest in self._pending:
+            entry[self.checksum.name] = digest.result()
+        self._pending.clear()
+        self._hasher.shutdown()
         meta = {
             "format": FORMAT_NAME,
             "version": VERSION,
             "alignment": self.alignment,
-            "checksum": CHECKSUM,
+            "checksum": self.checksum.name,
             "producer": "ieconv",
             "model": model if model is not None else dict.fromkeys(MODEL_FIELDS),
             "config": config,
@@ -171,7 +201,7 @@ def tensor_nbytes(dtype: str, shape: list[int], quant: dict | None = None) -> in
     return scheme.nbytes(shape[0], shape[1], scheme.params_from(quant, shape[1]))
 
 
-def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
+def _check_tensor(i: int, t: object, meta_file: str, alignment: int, alg: checksums.Algorithm) -> None:
     where = f"tensors[{i}]"
     if not isinstance(t, dict):
         raise FormatError(meta_file, where, "tensor entry is not an object")
@@ -183,8 +213,9 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
     for k in TENSOR_KEYS:
         if k not in t:
             raise FormatError(meta_file, where, f"{label}missing key {k!r}")
+    checksums.check_record(t, alg, meta_file, where, label)
     quantized = isinstance(t.get("dtype"), str) and t["dtype"] in SCHEMES
-    allowed = TENSOR_KEYS + ((QUANT_KEY, ERROR_KEY) if quantized else ())
+    allowed = TENSOR_KEYS + (alg.name,) + ((QUANT_KEY, ERROR_KEY) if quantized else ())
     unknown = sorted(set(t) - set(allowed))
     if unknown:
         raise FormatError(meta_file, f"{where}.{unknown[0]}", f"{label}unknown key {unknown[0]!r}")
@@ -231,9 +262,6 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int) -> None:
     if off % alignment:
         raise FormatError(meta_file, f"{where}.file_data_offset", f"{label}offset {off} is not a multiple of alignment {alignment}")
     check_relpath(t["file"], meta_file, f"{where}.file")
-    sha = t["sha256"]
-    if not isinstance(sha, str) or not _SHA256.match(sha):
-        raise FormatError(meta_file, f"{where}.sha256", f"{label}must be 64 lowercase hex digits")
 
 
 def validate_meta(meta: object, meta_file: str | os.PathLike = META_NAME) -> None:
@@ -250,14 +278,13 @@ def validate_meta(meta: object, meta_file: str | os.PathLike = META_NAME) -> Non
     align = meta.get("alignment")
     if not _is_int(align) or align < 1 or align > (1 << 20) or align & (align - 1):
         raise FormatError(meta_file, "alignment", f"must be a power of two between 1 and 2^20, got {align!r}")
-    if meta.get("checksum") != CHECKSUM:
-        raise FormatError(meta_file, "checksum", f"unsupported checksum algorithm {meta.get('checksum')!r} (expected {CHECKSUM!r})")
+    alg = checksums.algorithm(meta.get("checksum"), meta_file)
     tensors = meta.get("tensors")
     if not isinstance(tensors, list):
         raise FormatError(meta_file, "tensors", "missing or not a list")
     seen: dict[str, int] = {}
     for i, t in enumerate(tensors):
-        _check_tensor(i, t, meta_file, align)
+        _check_tensor(i, t, meta_file, align, alg)
         if t["name"] in seen:
             raise FormatError(meta_file, f"tensors[{i}].name", f"duplicate tensor name {t['name']!r} (also tensors[{seen[t['name']]}])")
         seen[t["name"]] = i
@@ -271,6 +298,12 @@ def validate_meta(meta: object, meta_file: str | os.PathLike = META_NAME) -> Non
         for i, f in enumerate(meta[key]):
             if isinstance(f, dict) and "name" in f:
                 check_relpath(f["name"], meta_file, f"{key}[{i}].name")
+            if key == "aux_files" and isinstance(f, dict):
+                checksums.check_record(f, alg, meta_file, f"{key}[{i}]")
+    shards = meta.get("source", {}).get("shards") if isinstance(meta.get("source"), dict) else None
+    for i, f in enumerate(shards if isinstance(shards, list) else []):
+        if isinstance(f, dict):
+            checksums.check_record(f, alg, meta_file, f"source.shards[{i}]")
     # The schema is the backstop for everything else (types of the other
     # top-level objects); the checks above give the precise messages.
     schema_check(meta, SCHEMA_PATH, meta_file)
@@ -287,6 +320,11 @@ class IebinModel:
     @property
     def tensors(self) -> list[dict[str, Any]]:
         return self.meta["tensors"]
+
+    @property
+    def checksum(self) -> str:
+        """The algorithm (formats/checksums.py) whose name keys every digest here."""
+        return self.meta["checksum"]
 
     def tensor(self, name: str) -> dict[str, Any]:
         for t in self.tensors:
@@ -328,6 +366,7 @@ def check_backing_files(meta: dict[str, Any], meta_path: Path, deep: bool = Fals
     (``./model.ie.bin``, an in-directory symlink) cannot hide an overlap."""
     model_dir = meta_path.parent
     mf = os.fspath(meta_path)
+    alg = meta["checksum"]
     by_name: dict[str, tuple[Path, int]] = {}
     seen_real: dict[Path, int] = {}
     for i, f in enumerate(meta["files"]):
@@ -365,20 +404,20 @@ def check_backing_files(meta: dict[str, Any], meta_path: Path, deep: bool = Fals
             raise FormatError(mf, f"aux_files[{i}].name", f"{a['name']!r} does not exist in {model_dir}")
         if real.stat().st_size != a["nbytes"]:
             raise FormatError(real, "(size)", f"file is {real.stat().st_size} bytes but aux_files[{i}].nbytes says {a['nbytes']}")
-        if deep and sha256_file_range(real, 0, a["nbytes"]) != a["sha256"]:
-            raise FormatError(mf, f"aux_files[{i}].sha256", f"{a['name']!r}: checksum mismatch")
+        if deep and checksums.digest_file_range(real, 0, a["nbytes"], alg) != a[alg]:
+            raise FormatError(mf, f"aux_files[{i}].{alg}", f"{a['name']!r}: checksum mismatch")
 
     if deep:
         for i, t in enumerate(meta["tensors"]):
             scan = PayloadScan(t, allow_nonfinite)
-            h = hashlib.sha256()
+            h = checksums.ALGORITHMS[alg].new()
             with open(by_name[t["file"]][0], "rb") as f:
                 for buf in iter_range(f, t["file_data_offset"], t["nbytes"]):
                     h.update(buf)
                     scan.feed(buf)
             got = h.hexdigest()
-            if got != t["sha256"]:
-                raise FormatError(mf, f"tensors[{i}].sha256", f"tensor {t['name']!r}: checksum mismatch (stored {t['sha256'][:12]}…, actual {got[:12]}…)")
+            if got != t[alg]:
+                raise FormatError(mf, f"tensors[{i}].{alg}", f"tensor {t['name']!r}: checksum mismatch (stored {t[alg][:12]}…, actual {got[:12]}…)")
             if scan.problem:
                 raise FormatError(mf, f"tensors[{i}]", f"tensor {t['name']!r}: {scan.problem}")
 

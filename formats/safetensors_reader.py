@@ -17,10 +17,11 @@ import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from .dtypes import FROM_SAFETENSORS, INT64_MAX, DType, shape_elements
 from .errors import FormatError
+from .fileio import copy_range
 from .jsonio import loads_strict
 
 MAX_HEADER_BYTES = 100_000_000  # the limit safetensors itself enforces
@@ -143,6 +144,13 @@ class SafetensorsFile:
                 raise self._err(t.name, "file shrank while reading (truncated during conversion?)")
             yield buf
             pos += want
+
+    def copy_to(self, t: SafetensorsTensor, dst_fd: int, dst_offset: int,
+                advance: Callable[[int], None] | None = None) -> None:
+        """The tensor's bytes, unchanged, into ``dst_fd`` at ``dst_offset``
+        (fileio.copy_range: in the kernel where it can)."""
+        if copy_range(self._fd, t.start, dst_fd, dst_offset, t.nbytes, advance) != t.nbytes:
+            raise self._err(t.name, "file shrank while reading (truncated during conversion?)")
 
     def read_rows(self, t: SafetensorsTensor, rows: Iterable[int]) -> bytes:
         """The bytes of rows ``rows`` (indices along the first axis) of ``t``,

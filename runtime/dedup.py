@@ -19,7 +19,6 @@ re-validates every number against the blobs before first use.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import warnings
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from iekit.formats import checksums
 from iekit.formats import dedup as fmt
 from iekit.formats import iebin
 from iekit.formats.errors import FormatError, IEError
@@ -49,16 +49,20 @@ def _debug(on: bool, msg: str) -> None:
 
 def cross_check(index: fmt.DedupIndex, model: iebin.IebinModel) -> None:
     """Every member is a tensor of the model with the same dtype, shape,
-    nbytes and sha256: the artifact belongs to this model."""
+    nbytes and digest: the artifact belongs to this model."""
     by_name = {t["name"]: t for t in model.tensors}
     mf = os.fspath(index.path)
+    alg = index.meta["checksum"]
+    if alg != model.checksum:
+        raise FormatError(mf, "checksum", f"{alg!r} digests, but {model.meta_path.name} records {model.checksum!r} "
+                          "(the artifact was extracted from another conversion of the model)")
     for g, j, grp, m in index.members():
         where = f"groups[{g}].members[{j}]"
         t = by_name.get(m["name"])
         if t is None:
             raise FormatError(mf, f"{where}.name", f"{m['name']!r} is not a tensor of {model.meta_path}")
         for key, mine, theirs in (("dtype", grp["dtype"], t["dtype"]), ("nbytes", grp["nbytes"], t["nbytes"]),
-                                  ("shape", m["shape"], t["shape"]), ("sha256", m["sha256"], t["sha256"])):
+                                  ("shape", m["shape"], t["shape"]), (alg, m[alg], t[alg])):
             if mine != theirs:
                 raise FormatError(mf, f"{where}.{key}", f"{m['name']!r}: {key} {mine!r} differs from model.ie.json ({theirs!r})")
 
@@ -142,15 +146,16 @@ class TensorSource:
 
     def _verify(self, name: str, buf: np.ndarray, t: dict[str, Any]) -> None:
         """IE_DEDUP_STRICT=1: the first rebuild of a tensor must hash to its
-        model.ie.json sha256, so a corrupted exception byte, mask or default,
+        model.ie.json digest, so a corrupted exception byte, mask or default,
         or a member pointed at the wrong group, is an error, not different
         logits. The verdict is cached: later rebuilds (after an LRU eviction)
-        read the same mapped blobs. Costs one SHA-256 pass over each grouped
+        read the same mapped blobs. Costs one hash pass over each grouped
         tensor, once, at load (docs/formats/dedup.md gives the measured rate)."""
-        digest = hashlib.sha256(buf).hexdigest()
-        if digest != t["sha256"]:
-            raise IEError(f"{self.index.path}: IE_DEDUP_STRICT=1: {name!r} rebuilds to sha256 {digest[:16]}..., "
-                          f"model.ie.json says {t['sha256'][:16]}... (a corrupted default, mask or exception "
+        alg = self.model.checksum
+        digest = checksums.digest(alg, buf)
+        if digest != t[alg]:
+            raise IEError(f"{self.index.path}: IE_DEDUP_STRICT=1: {name!r} rebuilds to {alg} {digest[:16]}..., "
+                          f"model.ie.json says {t[alg][:16]}... (a corrupted default, mask or exception "
                           f"region, or a member in the wrong group; ierun verify dedup names it)")
         self._verified.add(name)
 

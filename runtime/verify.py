@@ -1,7 +1,7 @@
 """``ierun verify``: prove an artifact's numerics, tensor by tensor.
 
 ``verify int4`` checks every quantized tensor of an IEBIN model:
-  1. checksum: the payload's sha256 equals the one in model.ie.json (the
+  1. checksum: the payload's digest equals the one in model.ie.json (the
      payload as the runtime reads it: with IE_DEDUP=1, rebuilt by the dedup
      loader where the tensor is grouped);
   1b. finite: every stored scale/minimum is finite (formats/finite.py) and
@@ -20,7 +20,6 @@ Exit 0 only when every check of every tensor holds.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from contextlib import ExitStack
@@ -32,7 +31,7 @@ import numpy as np
 from rich.table import Table
 
 from iekit.cli.support import stdout_console
-from iekit.formats import iebin
+from iekit.formats import checksums, iebin
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 from iekit.formats.finite import scan_bytes
@@ -120,7 +119,7 @@ def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int) -
         for t in quantized:
             r = TensorReport(t["name"], t["dtype"], t["shape"])
             raw = source.get(t["name"])
-            r.checks["checksum"] = hashlib.sha256(raw).hexdigest() == t["sha256"]
+            r.checks["checksum"] = checksums.digest(model.checksum, raw) == t[model.checksum]
             scheme = SCHEMES[t["dtype"]]
             params = scheme.params_from(t["quant"], t["shape"][1])
             with np.errstate(over="ignore", invalid="ignore"):

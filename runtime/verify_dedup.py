@@ -5,15 +5,15 @@ and every failure is reported:
   1. index: model.dedup.json passes the index rules and the three blobs
      exist inside the model directory with the recorded sizes (else stop);
   2. model: with a model.ie.json, every member is one of its tensors with the
-     same dtype, shape, nbytes and sha256;
-  3. checksums: each blob file's sha256 and each region's (default, mask,
+     same dtype, shape, nbytes and digest;
+  3. checksums: each blob file's digest and each region's (default, mask,
      exceptions). This is what catches a flipped byte that reconstruction
      never reads: a default byte every member overrides, or padding;
   4. content: mask popcount = exception count, zero bits past the tensor's
      end, zero padding;
   5. loader: the native DedupStore accepts the artifact (its own rules);
   6. reconstruction: every member rebuilt by the runtime kernel (the ISA
-     ierun selects) hashes to its recorded sha256 and, when model.ie.bin
+     ierun selects) hashes to its recorded digest and, when model.ie.bin
      holds it, equals those bytes.
 Verification is always strict: an unusable artifact fails, it never falls
 back. IE_DEDUP_CACHE_MB / IE_DEDUP_DEBUG / IE_DEDUP_POLICY apply.
@@ -25,7 +25,6 @@ as an honest baseline.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -36,6 +35,7 @@ import click
 from rich.table import Table
 
 from iekit.cli.support import human_bytes, stdout_console
+from iekit.formats import checksums
 from iekit.formats import dedup as fmt
 from iekit.formats import iebin
 from iekit.formats.errors import IEError
@@ -128,7 +128,7 @@ def verify_dedup(model_dir: Path, *, config: DedupConfig | None = None, zstd: bo
 
     problems = fmt.check_blobs(index, deep=True)  # 3 + 4
     rep.failures += [str(e) for e in problems]
-    bad_sums = sum(e.field.endswith("sha256") for e in problems)
+    bad_sums = sum(e.field.endswith("." + index.meta["checksum"]) for e in problems)
     rep.checks["checksums"] = 3 + sum(1 + 2 * len(g["members"]) for g in index.groups) - bad_sums
     rep.checks["content"] = max(0, rep.members - (len(problems) - bad_sums))
 
@@ -150,11 +150,12 @@ def verify_dedup(model_dir: Path, *, config: DedupConfig | None = None, zstd: bo
         data = store.get(m["name"]) if store is not None else None
         ok = data is not None
         if ok:
-            got = hashlib.sha256(data).hexdigest()
-            ok = got == m["sha256"]
+            alg = index.meta["checksum"]
+            got = checksums.digest(alg, data)
+            ok = got == m[alg]
             if not ok:
                 rep.failures.append(f"{index.path}: {m['name']!r}: reconstructed bytes hash to {got[:12]}…, "
-                                    f"recorded {m['sha256'][:12]}…")
+                                    f"recorded {m[alg][:12]}…")
         te = by_name.get(m["name"])
         pos = 0
         if zc is not None and (te is not None or ok):
@@ -234,7 +235,7 @@ def print_report(rep: DedupReport) -> None:
 def dedup_cmd(model_dir: Path, as_json: bool, no_zstd: bool, threads: int):
     """Rebuild every grouped tensor with the runtime kernel and check it bit for bit.
 
-    Also checks every blob's and region's sha256, so a flipped byte in any of
+    Also checks every blob's and region's digest, so a flipped byte in any of
     the three blobs fails even where no member reads it. Exit 0 only when
     every check holds; prints sizes against a zstd -3 baseline.
     """

@@ -8,15 +8,17 @@ from pathlib import Path
 
 import numpy as np
 
+from iekit.formats import checksums
 from iekit.formats import dedup as fmt
 from iekit.formats.atomic import StagedFiles
 from iekit.formats.iebin import IebinWriter
 
 
-def write_iebin(model_dir: Path, tensors: dict[str, tuple[str, list[int], bytes]]) -> Path:
+def write_iebin(model_dir: Path, tensors: dict[str, tuple[str, list[int], bytes]],
+                checksum: str = checksums.DEFAULT) -> Path:
     model_dir.mkdir(parents=True, exist_ok=True)
     with StagedFiles(model_dir) as staged:
-        w = IebinWriter(staged)
+        w = IebinWriter(staged, checksum=checksum)
         for name, (dtype, shape, data) in tensors.items():
             w.add_tensor(name, dtype, list(shape), [bytes(data)], len(data))
         w.finish(config={}, source={"kind": "hf_dir", "name": "test", "revision": None, "shards": []},

@@ -280,11 +280,17 @@ def test_real_bert_checkpoint_converts_exactly(tmp_path):
         assert blob[t["file_data_offset"]: t["file_data_offset"] + t["nbytes"]] == bytes(ref[t["name"]]["data"])
 
 
-def test_source_hashes_beside_the_conversion(tmp_path):
-    """The worker's digests are hashlib's; leaving early stops it without a digest."""
+@pytest.mark.parametrize("alg", ["xxh3_128", "sha256"])
+def test_source_hashes_beside_the_conversion(tmp_path, alg):
+    """The worker's digests are the libraries' own (hashlib, xxhash), over
+    chunk boundaries; leaving early stops it without a digest."""
     import hashlib
 
+    import xxhash
+
     from iekit.convert.source_hashes import CHUNK, SourceHashes
+
+    ref = {"sha256": lambda b: hashlib.sha256(b).hexdigest(), "xxh3_128": lambda b: xxhash.xxh3_128(b).hexdigest()}[alg]
 
     files = []
     for i, size in enumerate((0, 1, CHUNK + 7)):
@@ -292,12 +298,63 @@ def test_source_hashes_beside_the_conversion(tmp_path):
         p.write_bytes(bytes(range(256)) * (size // 256) + b"x" * (size % 256))
         files.append((p.name, p))
     seen = []
-    with SourceHashes(files, seen.append) as h:
+    with SourceHashes(files, seen.append, alg) as h:
         recs = h.records()
-    assert recs == [{"name": n, "nbytes": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-                    for n, p in files]
+    assert recs == [{"name": n, "nbytes": p.stat().st_size, alg: ref(p.read_bytes())} for n, p in files]
     assert sum(seen) == sum(p.stat().st_size for _, p in files)
     seen.clear()
     with SourceHashes(files * 50, seen.append):
         pass  # an error in the conversion leaves the block: the worker stops at its next chunk
     assert sum(seen) <= 2 * CHUNK < 50 * sum(p.stat().st_size for _, p in files)
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["copy_file_range", "pread-pwrite"])
+def test_copy_range_copies_exactly_and_reports_a_short_source(tmp_path, monkeypatch, kernel):
+    """fileio.copy_range, in the kernel and through its fallback (the kernel
+    refuses the pair of files: another filesystem, an old kernel)."""
+    import errno
+
+    from iekit.formats import fileio
+
+    if not kernel:
+        def refuse(*_a):
+            raise OSError(errno.EXDEV, "cross-device")
+        monkeypatch.setattr(os, "copy_file_range", refuse)
+    monkeypatch.setattr(fileio, "COPY_CHUNK", 4096)  # many calls, the last one partial
+    data = np.random.default_rng(3).integers(0, 256, 3 * 4096 + 77, dtype=np.uint8).tobytes()
+    (tmp_path / "src").write_bytes(b"x" * 10 + data)
+    (tmp_path / "dst").write_bytes(b"y" * 5)
+    seen = []
+    with open(tmp_path / "src", "rb") as s, open(tmp_path / "dst", "r+b") as d:
+        assert fileio.copy_range(s.fileno(), 10, d.fileno(), 5 + 64, len(data), seen.append) == len(data)
+        assert fileio.copy_range(s.fileno(), 10 + len(data) - 7, d.fileno(), 0, 100) == 7  # the source ends early
+    out = (tmp_path / "dst").read_bytes()
+    assert out[69:] == data and out[:7] == data[-7:]
+    assert out[7:69] == b"\0" * 62  # the hole before the copy: nothing else was written
+    assert sum(seen) == len(data)
+
+
+def test_kept_tensors_without_kernel_copy_give_the_same_artifact(tmp_path, monkeypatch):
+    """Where copy_file_range is refused, the fallback writes byte-identical output."""
+    import errno
+
+    def refuse(*_a):
+        raise OSError(errno.ENOSYS, "not implemented")
+    convert(from_dir(GOLDEN_HF / "tiny-llama"), tmp_path / "kernel")
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    convert(from_dir(GOLDEN_HF / "tiny-llama"), tmp_path / "fallback")
+    for f in (tmp_path / "kernel").iterdir():
+        assert (tmp_path / "fallback" / f.name).read_bytes() == f.read_bytes(), f.name
+
+
+def test_a_shard_truncated_during_the_copy_is_one_clear_error(tmp_path, monkeypatch):
+    from iekit.formats import fileio
+
+    src = tmp_path / "hf"
+    shutil.copytree(GOLDEN_HF / "tiny-llama", src)
+    real = fileio.copy_range
+    monkeypatch.setattr("iekit.formats.safetensors_reader.copy_range",
+                        lambda s, so, d, do, n, adv=None: real(s, so, d, do, n // 2, adv))  # as if the file ended
+    with pytest.raises(FormatError, match="file shrank while reading"):
+        convert(from_dir(src), tmp_path / "o")
+    assert not (tmp_path / "o").exists()

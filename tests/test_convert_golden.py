@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 import safetensors
+import xxhash
 
 from conftest import GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, run_tool
 from iekit.convert.hf_config import model_summary
@@ -45,6 +46,8 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-mistral", "tiny-mistral", []),
     ("tiny-llama3", "tiny-llama3", []),
     ("tiny-llama", "tiny-llama-mixedq", ["--q4-map", GOLDEN / "manifests" / "tiny-llama.mixed.q4_manifest.json"]),
+    # --checksum sha256 writes what every earlier version wrote, byte for byte
+    ("tiny-llama", "tiny-llama-sha256", ["--checksum", "sha256"]),
 ])
 def test_reconversion_is_byte_identical_to_golden(model, golden_name, extra, tmp_path):
     res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", GOLDEN_HF / model, "--out-dir", tmp_path / "o", *extra)
@@ -67,10 +70,26 @@ def test_tensor_bytes_equal_source_shard_bytes(model):
         assert t["shape"] == list(s["shape"])
         assert payload(m, t) == bytes(s["data"])
         assert t["file_data_offset"] % 64 == 0
-        assert t["sha256"] == hashlib.sha256(bytes(s["data"])).hexdigest()
+        assert m.checksum == "xxh3_128"
+        assert t["xxh3_128"] == xxhash.xxh3_128(bytes(s["data"])).hexdigest()
 
 
-@pytest.mark.parametrize("model", MODELS + ["tiny-llama-mixedq"])
+def test_sha256_artifacts_of_earlier_versions_still_read():
+    """golden/iebin/tiny-llama-sha256 is byte for byte what ieconv wrote before
+    xxh3_128 became the default: it validates (deep), and holds the same payloads."""
+    old = iebin.load_model(GOLDEN_IEBIN / "tiny-llama-sha256", deep=True)
+    new = iebin.load_model(GOLDEN_IEBIN / "tiny-llama", deep=True)
+    assert old.checksum == "sha256"
+    assert [t["name"] for t in old.tensors] == [t["name"] for t in new.tensors]
+    for a, b in zip(old.tensors, new.tensors):
+        assert payload(old, a) == payload(new, b)
+        assert a["sha256"] == hashlib.sha256(payload(old, a)).hexdigest()
+        assert "xxh3_128" not in a
+    for s in old.meta["source"]["shards"]:
+        assert s["sha256"] == hashlib.sha256((GOLDEN_HF / "tiny-llama" / s["name"]).read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("model", MODELS + ["tiny-llama-mixedq", "tiny-llama-sha256"])
 def test_metadata_round_trip_is_byte_identical(model):
     path = GOLDEN_IEBIN / model / iebin.META_NAME
     assert dumps_canonical(load_json(path)) == path.read_bytes()
@@ -90,7 +109,7 @@ def test_metadata_captures_config_source_and_tokenizer():
     shards = sorted(p.name for p in (GOLDEN_HF / "tiny-llama").glob("*.safetensors"))
     assert [s["name"] for s in src["shards"]] == shards
     for s in src["shards"]:
-        assert s["sha256"] == hashlib.sha256((GOLDEN_HF / "tiny-llama" / s["name"]).read_bytes()).hexdigest()
+        assert s["xxh3_128"] == xxhash.xxh3_128((GOLDEN_HF / "tiny-llama" / s["name"]).read_bytes()).hexdigest()
     assert mod == model_summary(cfg)
     q = iebin.load_model(GOLDEN_IEBIN / "tiny-qwen2").meta["model"]
     assert q["architecture"] == "Qwen2ForCausalLM" and q["tie_word_embeddings"] is True

@@ -404,7 +404,7 @@ def test_extract_detects_a_stale_map_and_writes_nothing(small_model):
         f.write(bytes([b[0] ^ 1]))
     with pytest.raises(FormatError, match="stale map") as ei:
         extract(small_model, tm, gr, small_model / "dedup_out" / "model")
-    assert ei.value.field == "tensors.t1.sha256"
+    assert ei.value.field == "tensors.t1.xxh3_128"
     assert sorted(p.name for p in (small_model / "dedup_out").iterdir()) == ["groups.indices.json", "tensor_map.json"]
 
 
@@ -572,11 +572,11 @@ def test_a_flipped_byte_fails_verify(flip_base, tmp_path, kind):
         f.write(bytes([b ^ 0x01]))
     rep = verify_dedup(model, zstd=False)
     assert not rep.ok
-    assert any(f"blobs.{blob.split('.')[1]}.sha256" in f for f in rep.failures)  # the whole-blob checksum
+    assert any(f"blobs.{blob.split('.')[1]}.xxh3_128" in f for f in rep.failures)  # the whole-blob checksum
     if kind == "default byte every member overrides":
         # reconstruction alone cannot see it: only the region checksum does
         assert rep.checks["reconstruction"] == 5
-        assert any("groups[0].default.sha256" in f for f in rep.failures)
+        assert any("groups[0].default.xxh3_128" in f for f in rep.failures)
     if kind.startswith("mask") and "padding" not in kind:
         assert any("loader:" in f for f in rep.failures)  # popcount / tail rule of the native loader
 
@@ -594,7 +594,48 @@ def test_flipped_byte_fails_the_cli(flip_base, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_sha256_of_golden_blobs_is_recorded():
+def test_digests_of_golden_blobs_are_recorded():
+    import xxhash
+
     idx = fmt.load_index(GOLDEN_DEDUP / "model" / "dedup_out")
+    assert idx.meta["checksum"] == "xxh3_128"
     for k in fmt.BLOB_KEYS:
-        assert hashlib.sha256(idx.blob_path(k).read_bytes()).hexdigest() == idx.meta["blobs"][k]["sha256"]
+        assert xxhash.xxh3_128(idx.blob_path(k).read_bytes()).hexdigest() == idx.meta["blobs"][k]["xxh3_128"]
+
+
+@pytest.mark.parametrize("alg", ["xxh3_128", "sha256"])
+def test_dedup_records_the_models_checksum(tmp_path, alg):
+    """plan -> extract -> link -> verify on a model of either algorithm: the map
+    and the index carry the model's digests (each member's equals the model's
+    entry, by the library's own hash), and a loader refuses an index whose
+    algorithm is not the model's."""
+    import xxhash
+
+    ref = {"sha256": lambda b: hashlib.sha256(b).hexdigest(), "xxh3_128": lambda b: xxhash.xxh3_128(b).hexdigest()}[alg]
+    rows = near_copies(np.random.default_rng(9), 3, 6000, 0.01)
+    model = write_iebin(tmp_path / "m", {f"t{i}": ("u8", [6000], r.tobytes()) for i, r in enumerate(rows)}, checksum=alg)
+    p = plan(model, min_bytes=1024)
+    tm, gr = write_plan(p, model / "dedup_out")
+    assert json.loads(tm.read_text())["checksum"] == alg
+    extract(model, tm, gr, model / "dedup_out" / "model")
+    link(model)
+    idx = fmt.load_index(model, deep=True)
+    assert idx.meta["checksum"] == alg
+    for _g, _j, _grp, m in idx.members():
+        assert m[alg] == ref(rows[int(m["name"][1:])].tobytes())
+        assert all(other not in m for other in ("sha256", "xxh3_128") if other != alg)
+    rep = verify_dedup(model, zstd=False)
+    assert rep.ok, rep.failures
+    other = "sha256" if alg == "xxh3_128" else "xxh3_128"
+    from iekit.formats import iebin
+    from iekit.runtime.dedup import cross_check
+
+    m = iebin.load_model(model)
+    m.meta["checksum"] = other  # as if the index came from another conversion of the model
+    with pytest.raises(FormatError, match=rf"checksum: '{alg}' digests, but model.ie.json records '{other}'"):
+        cross_check(idx, m)
+    meta = json.loads((model / "model.dedup.json").read_text())
+    meta["checksum"] = other  # the index's records no longer match its own field
+    (model / "dedup_out" / "model.dedup.json").write_text(json.dumps(meta))
+    with pytest.raises(FormatError, match=rf"blobs.defaults.{alg}: {alg} digest in a file whose checksum is '{other}'"):
+        fmt.load_index(model)

@@ -222,7 +222,7 @@ INDEX_RULES = [
     ("policy", _m("policy", "lossy"), "policy", "only 'lossless'"),
     ("alignment", _m("alignment", 48), "alignment", "power of two"),
     ("alignment range", _m("alignment", 0), "alignment", "less than the minimum"),
-    ("checksum", _m("checksum", "md5"), "checksum", "'sha256' was expected"),
+    ("checksum", _m("checksum", "md5"), "checksum", "unsupported checksum algorithm 'md5' (known: xxh3_128, sha256)"),
     ("missing key", _m("producer", _DEL), "(root)", "'producer' is a required property"),
     ("unknown key", _m("extra", 1), "(root)", "Additional properties"),
     ("blob missing", _m("blobs/masks", _DEL), "blobs", "'masks' is a required property"),
@@ -232,7 +232,8 @@ INDEX_RULES = [
     ("nbytes zero", _m("groups/0/nbytes", 0), "groups[0].nbytes", "less than the minimum"),
     ("shape", _m("groups/0/members/1/shape", [1000]), "groups[0].nbytes", "disagrees with u8[1000]"),
     ("dtype", _m("groups/0/dtype", "U8"), "groups[0].dtype", "unknown dtype"),
-    ("sha format", _m("groups/0/members/0/sha256", "ABC"), "groups[0].members[0].sha256", "does not match"),
+    ("digest format", _m("groups/0/members/0/xxh3_128", "ABC"), "groups[0].members[0].xxh3_128", "does not match"),
+    ("two digests", _m("groups/0/default/sha256", "0" * 64), "groups[0].default", "is valid under each of"),
     ("no members", _m("groups/1/members", []), "groups[1].members", ""),
     ("duplicate", _m("groups/1/members/1/name", "a0"), "groups[1].members[1].name", "duplicate member name 'a0'"),
     ("count", _m("groups/1/members/1/exceptions/count", 701), "groups[1].members[1].exceptions.count", "701 exceptions for a 700-byte tensor"),
@@ -291,18 +292,18 @@ def test_index_validator_deep_rules(art):
     data[fmt.mask_nbytes(N0)] = 9  # padding after members[0]'s mask
     (art / "model.masks.bin").write_bytes(bytes(data))
     fields = sorted(e.field for e in fmt.check_blobs(fmt.load_index(art), deep=True))
-    assert fields == ["(padding)", "blobs.masks.sha256", "groups[0].members[1].exceptions.count",
-                      "groups[0].members[1].mask.sha256", "groups[0].members[2].exceptions.count",
-                      "groups[0].members[2].mask", "groups[0].members[2].mask.sha256"]
+    assert fields == ["(padding)", "blobs.masks.xxh3_128", "groups[0].members[1].exceptions.count",
+                      "groups[0].members[1].mask.xxh3_128", "groups[0].members[2].exceptions.count",
+                      "groups[0].members[2].mask", "groups[0].members[2].mask.xxh3_128"]
     with pytest.raises(FormatError):
         fmt.load_index(art, deep=True)
 
 
 def test_runtime_cross_checks_members_against_model_ie_json(art):
     meta = meta_of(art)
-    meta["groups"][0]["members"][1]["sha256"] = "0" * 64
+    meta["groups"][0]["members"][1]["xxh3_128"] = "0" * 32
     (art / fmt.INDEX_NAME).write_text(json.dumps(meta))
-    with pytest.raises(IEError, match=r"groups\[0\]\.members\[1\]\.sha256: 'a1': sha256 .* differs from model.ie.json"):
+    with pytest.raises(IEError, match=r"groups\[0\]\.members\[1\]\.xxh3_128: 'a1': xxh3_128 .* differs from model.ie.json"):
         TensorSource(art, DedupConfig(enabled=True, strict=True))
     meta["groups"][0]["members"][1]["name"] = "zzz"
     (art / fmt.INDEX_NAME).write_text(json.dumps(meta))
@@ -427,14 +428,14 @@ def test_strict_refuses_a_flipped_exception_byte(art):
     assert count > 0
     _patch_blob(art, "model.exceptions.bin", off, (art / "model.exceptions.bin").read_bytes()[off] ^ 0x5A)
     src = TensorSource(art, DedupConfig(enabled=True, strict=True))  # the structure is intact: it loads
-    with pytest.raises(IEError, match=r"IE_DEDUP_STRICT=1: .*'a1'.*sha256.*model.ie.json"):
+    with pytest.raises(IEError, match=r"IE_DEDUP_STRICT=1: .*'a1'.*xxh3_128.*model.ie.json"):
         src.get("a1")
     assert np.array_equal(src.get("a0"), original(art, "a0"))  # other members still verified and served
 
 
 def test_strict_refuses_a_member_moved_to_another_group_of_the_same_size(tmp_path):
     """Two groups of equal nbytes: pointing a member at the other group keeps every
-    structural rule (and the member's own sha256 entry) intact."""
+    structural rule (and the member's own digest) intact."""
     rng = np.random.default_rng(7)
     d = tmp_path / "model"
     write_artifact(d, [{"members": {f"a{i}": r for i, r in enumerate(near_copies(rng, 2, 512, 0.02))}},
@@ -444,16 +445,16 @@ def test_strict_refuses_a_member_moved_to_another_group_of_the_same_size(tmp_pat
     meta["groups"][1]["members"].append(moved)
     (d / fmt.INDEX_NAME).write_text(json.dumps(meta))
     src = TensorSource(d, DedupConfig(enabled=True, strict=True))
-    with pytest.raises(IEError, match=rf"IE_DEDUP_STRICT=1: .*{moved['name']!r}.*sha256"):
+    with pytest.raises(IEError, match=rf"IE_DEDUP_STRICT=1: .*{moved['name']!r}.*xxh3_128"):
         src.get(moved["name"])
 
 
 def test_strict_verifies_once_per_tensor(art, monkeypatch):
-    import hashlib
+    from iekit.formats import checksums
 
     calls = []
-    real = hashlib.sha256
-    monkeypatch.setattr("iekit.runtime.dedup.hashlib.sha256", lambda b=b"": calls.append(1) or real(b))
+    real = checksums.digest
+    monkeypatch.setattr("iekit.runtime.dedup.checksums.digest", lambda a, b: calls.append(1) or real(a, b))
     src = TensorSource(art, DedupConfig(enabled=True, strict=True))
     for _ in range(3):
         src.get("a1")

@@ -297,11 +297,11 @@ def test_reference_must_be_the_same_model_family(tmp_path):
     vocab[a], vocab[b] = vocab[b], vocab[a]
     (other / "tokenizer.json").write_text(json.dumps(tok))
     meta = json.loads((other / "model.ie.json").read_text())
-    import hashlib
+    from iekit.formats import checksums
 
     for f in meta["aux_files"]:
         if f["name"] == "tokenizer.json":
             data = (other / "tokenizer.json").read_bytes()
-            f.update(sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data))
+            f.update({meta["checksum"]: checksums.digest(meta["checksum"], data), "nbytes": len(data)})
     (other / "model.ie.json").write_text(json.dumps(meta))
     assert_one_line_error(ev(other), "tokenizer.json", "do not share a tokenizer")

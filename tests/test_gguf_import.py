@@ -203,7 +203,7 @@ def test_q4_map_requantizes_from_the_dequantized_weights(tmp_path):
     assert res.returncode == 0, res.stderr
 
     def quantized(d: Path) -> dict:
-        return {t["name"]: (t["shape"], t["quant"], t["sha256"]) for t in _meta(d)["tensors"] if t["dtype"] == "int4w"}
+        return {t["name"]: (t["shape"], t["quant"], t["xxh3_128"]) for t in _meta(d)["tensors"] if t["dtype"] == "int4w"}
 
     assert len(quantized(tmp_path / "int4w")) == 14
     assert quantized(tmp_path / "int4w") == quantized(tmp_path / "via-hf")
@@ -224,13 +224,13 @@ def test_inspect_shows_the_gguf_source(tmp_path):
     assert _import(gguf, tmp_path / "out").returncode == 0
     res = run_tool("ieconv", "inspect", "--json", tmp_path / "out")
     src = json.loads(res.stdout)["source"]
-    import hashlib
+    import xxhash
 
     assert src["shards"] == [{"name": "m.gguf", "nbytes": gguf.stat().st_size,
-                              "sha256": hashlib.sha256(gguf.read_bytes()).hexdigest()}]
+                              "xxh3_128": xxhash.xxh3_128(gguf.read_bytes()).hexdigest()}]
     assert src["gguf"] == {"version": 3, "architecture": "llama", "file_type": "ALL_F32"}
     text = run_tool("ieconv", "inspect", tmp_path / "out").stdout
-    assert "ALL_F32" in text and src["shards"][0]["sha256"] in text
+    assert "ALL_F32" in text and "source xxh3_128" in text and src["shards"][0]["xxh3_128"] in text
 
 
 def test_chat_template_goes_to_tokenizer_config(tmp_path):

@@ -3,7 +3,7 @@ answered with an internal error (exit 3) or an unbounded allocation.
 
 - a safetensors shard whose header length is off by one (its JSON still
   parses, ending in padding spaces) was read with every tensor shifted;
-- NaN/Inf stored in weights (a NaN int4w scale with a matching sha256)
+- NaN/Inf stored in weights (a NaN int4w scale with a matching digest)
   passed ``validate --deep`` and ``verify int4``, and decoding emitted id 0
   forever;
 - wrong JSON types in model.ie.json / q4_manifest.json raised TypeError, a
@@ -15,7 +15,6 @@ The contract: one stderr line ``FILE: FIELD: message``, exit 1.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import resource
 import shutil
@@ -28,6 +27,7 @@ import numpy as np
 import pytest
 
 from conftest import BIN_DIR, GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool, st_write
+from iekit.formats import checksums
 from iekit.formats.errors import FormatError, IEError
 from iekit.formats.finite import PayloadScan
 from iekit.formats.jsonio import dumps_canonical
@@ -44,7 +44,7 @@ LLAMA = GOLDEN_IEBIN / "tiny-llama"
 
 def corrupt(src: Path, dst: Path, name: str, rel_off: int, data: bytes) -> Path:
     """A copy of model dir ``src`` with ``data`` written at byte ``rel_off`` of
-    tensor ``name``'s payload, and that tensor's sha256 updated to match (the
+    tensor ``name``'s payload, and that tensor's digest updated to match (the
     bytes are what they claim to be: only their meaning is wrong)."""
     shutil.copytree(src, dst)
     meta = json.loads((dst / "model.ie.json").read_text())
@@ -54,7 +54,8 @@ def corrupt(src: Path, dst: Path, name: str, rel_off: int, data: bytes) -> Path:
     o = t["file_data_offset"] + rel_off
     b[o:o + len(data)] = data
     (dst / "model.ie.bin").write_bytes(bytes(b))
-    t["sha256"] = hashlib.sha256(b[t["file_data_offset"]:t["file_data_offset"] + t["nbytes"]]).hexdigest()
+    alg = meta["checksum"]
+    t[alg] = checksums.digest(alg, bytes(b[t["file_data_offset"]:t["file_data_offset"] + t["nbytes"]]))
     (dst / "model.ie.json").write_bytes(dumps_canonical(meta))
     return dst
 

@@ -8,7 +8,6 @@ The error contract: ``str(FormatError) == "FILE: FIELD: message"``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ import pytest
 
 from conftest import run_tool
 from iekit.convert.hf_to_iebin import convert
+from iekit.formats import checksums
 from iekit.formats.errors import FormatError
 from iekit.formats.hf_checkpoint import from_dir
 from iekit.formats.iebin import BIN_NAME, META_NAME, TENSOR_KEYS, load_model, validate_meta
@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 GOLDEN_LLAMA = REPO / "golden" / "hf" / "tiny-llama"
 SCHEMA_FILE = REPO / "schemas" / "iebin.schema.json"
 IECONV = Path(sys.executable).with_name("ieconv")
-EMPTY_SHA = hashlib.sha256(b"").hexdigest()
+EMPTY_DIGEST = checksums.digest(checksums.DEFAULT, b"")
 
 I = 3  # the tensor most tests break: model.layers.0.mlp.down_proj.weight, f32 [64, 128]
 
@@ -55,6 +55,21 @@ def art(base_artifact, tmp_path) -> Path:
     d = tmp_path / "art"
     shutil.copytree(base_artifact, d)
     return d
+
+
+@pytest.fixture(scope="module", params=checksums.NAMES)
+def base_artifact_by(request, tmp_path_factory) -> tuple[Path, checksums.Algorithm]:
+    out = tmp_path_factory.mktemp(f"iebin-{request.param}") / "art"
+    convert(from_dir(GOLDEN_LLAMA), out, checksum=request.param)
+    return out, checksums.ALGORITHMS[request.param]
+
+
+@pytest.fixture
+def art_by(base_artifact_by, tmp_path) -> tuple[Path, checksums.Algorithm]:
+    """A private copy of the artifact written with each checksum algorithm, and the algorithm."""
+    d = tmp_path / "art"
+    shutil.copytree(base_artifact_by[0], d)
+    return d, base_artifact_by[1]
 
 
 def read_meta(d: Path) -> dict[str, Any]:
@@ -356,7 +371,7 @@ def test_tensors_partially_overlap(art):
 
 def _empty(name: str, offset: int) -> dict:
     return {"name": name, "dtype": "f32", "shape": [0], "file": BIN_NAME, "file_data_offset": offset,
-            "nbytes": 0, "sha256": EMPTY_SHA}
+            "nbytes": 0, checksums.DEFAULT: EMPTY_DIGEST}
 
 
 def test_zero_size_tensor_inside_another_tensor_overlaps(art):
@@ -539,10 +554,41 @@ def test_aux_file_missing(art):
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["A" * 64, "a" * 63, "a" * 65, "g" * 64, "", None, 0, EMPTY_SHA.upper()])
-def test_bad_sha256_string(art, value):
-    edit(art, set_tensor(I, sha256=value))
-    expect_error(art, f"tensors[{I}].sha256", "64 lowercase hex")
+@pytest.mark.parametrize("value", ["A", "a-1", "a+1", "g", "", None, 0, "upper"])
+def test_bad_digest_string(art_by, value):
+    art, alg = art_by
+    n = alg.hex_digits
+    value = {"A": "A" * n, "a-1": "a" * (n - 1), "a+1": "a" * (n + 1), "g": "g" * n,
+             "upper": checksums.digest(alg.name, b"").upper()}.get(value, value)
+    edit(art, set_tensor(I, **{alg.name: value}))
+    expect_error(art, f"tensors[{I}].{alg.name}", f"{n} lowercase hex")
+
+
+def test_a_digest_of_another_algorithm_is_refused(art_by):
+    """A record hashed otherwise than the file's ``checksum`` says would go unchecked."""
+    art, alg = art_by
+    other = next(a for a in checksums.NAMES if a != alg.name)
+
+    def swap(m):
+        t = m["tensors"][I]
+        del t[alg.name]
+        t[other] = checksums.digest(other, b"")
+    edit(art, swap)
+    expect_error(art, f"tensors[{I}].{other}", f"in a file whose checksum is {alg.name!r}")
+    edit(art, lambda m: m.update(checksum="md5"))
+    expect_error(art, "checksum", "unsupported checksum algorithm 'md5'", "xxh3_128, sha256")
+
+
+def test_aux_and_source_records_follow_the_checksum(art_by):
+    art, alg = art_by
+    meta = read_meta(art)
+    assert meta["checksum"] == alg.name
+    for rec in meta["aux_files"] + meta["source"]["shards"]:
+        assert set(rec) == {"name", "nbytes", alg.name}
+        path = (art / rec["name"]) if rec in meta["aux_files"] else GOLDEN_LLAMA / rec["name"]
+        assert rec[alg.name] == checksums.digest(alg.name, path.read_bytes())
+    edit(art, lambda m: m["source"]["shards"][0].update({alg.name: "x"}))
+    expect_error(art, f"source.shards[0].{alg.name}", "lowercase hex")
 
 
 def _flip(path: Path, offset: int) -> None:
@@ -554,22 +600,24 @@ def _flip(path: Path, offset: int) -> None:
 
 
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
-def test_payload_checksum_mismatch_needs_deep(art, where):
+def test_payload_checksum_mismatch_needs_deep(art_by, where):
+    art, alg = art_by
     t = read_meta(art)["tensors"][I]
     pos = {"first": 0, "middle": t["nbytes"] // 2, "last": t["nbytes"] - 1}[where]
     _flip(art / BIN_NAME, t["file_data_offset"] + pos)
     load_model(art, deep=False)  # the shallow check cannot see payload bytes
-    expect_error(art, f"tensors[{I}].sha256", "checksum mismatch", deep=True)
+    expect_error(art, f"tensors[{I}].{alg.name}", "checksum mismatch", deep=True)
 
 
-def test_aux_checksum_mismatch_needs_deep(art):
+def test_aux_checksum_mismatch_needs_deep(art_by):
+    art, alg = art_by
     cfg = art / "config.json"
     data = bytearray(cfg.read_bytes())
     data[len(data) // 2] ^= 0x01  # same size, different bytes
     cfg.write_bytes(bytes(data))
     i = [a["name"] for a in read_meta(art)["aux_files"]].index("config.json")
     load_model(art, deep=False)
-    expect_error(art, f"aux_files[{i}].sha256", "checksum mismatch", deep=True)
+    expect_error(art, f"aux_files[{i}].{alg.name}", "checksum mismatch", deep=True)
 
 
 # --------------------------------------------------------------------------
@@ -679,7 +727,7 @@ def test_cli_validate_checksum_mismatch_only_with_deep(art):
     ok = run_ieconv("validate", art)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("OK ") and ok.stderr == ""
-    assert_cli_error(run_ieconv("validate", "--deep", art), f"tensors[{I}].sha256", "checksum mismatch")
+    assert_cli_error(run_ieconv("validate", "--deep", art), f"tensors[{I}].{checksums.DEFAULT}", "checksum mismatch")
 
 
 def test_cli_validate_valid_artifact(art):
@@ -789,7 +837,7 @@ def _m_alignment(m):
 
 
 def _m_sha(m):
-    m["tensors"][I]["sha256"] = "A" * 64
+    m["tensors"][I][checksums.DEFAULT] = "A" * 32
 
 
 def _m_neg_nbytes(m):
@@ -801,7 +849,7 @@ def _m_neg_offset(m):
 
 
 def _m_missing_key(m):
-    del m["tensors"][I]["sha256"]
+    del m["tensors"][I][checksums.DEFAULT]
 
 
 @pytest.mark.parametrize("mutate", [_m_dtype, _m_dtype_upper, _m_neg_dim, _m_float_dim, _m_bool_dim,
@@ -881,9 +929,9 @@ def test_iebin_upgrade_in_place(legacy_dir):
             f.seek(e["shard_data_offset"])
             raw = f.read(t["nbytes"])
         assert len(raw) == t["nbytes"] == 4 * _prod(e["shape"])
-        assert t["sha256"] == hashlib.sha256(raw).hexdigest()
+        assert t[checksums.DEFAULT] == checksums.digest(checksums.DEFAULT, raw)
         with safe_open(d / e["shard"], "numpy") as sf:
-            assert hashlib.sha256(sf.get_tensor(e["name"]).tobytes()).hexdigest() == t["sha256"]
+            assert checksums.digest(checksums.DEFAULT, sf.get_tensor(e["name"]).tobytes()) == t[checksums.DEFAULT]
 
     # alignment: a power of two dividing every offset, and the largest such (<= 64)
     align = meta["alignment"]
