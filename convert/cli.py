@@ -325,7 +325,8 @@ def tensor_shapes(src: hf_checkpoint.HFSource) -> dict[str, tuple[str, list[int]
 @cli.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--deep", is_flag=True, help="Also recompute every tensor's and auxiliary file's digest (the "
-              "artifact's checksum) and check the stored values: no NaN/Inf quantization scale or (without --allow-nonfinite) float weight.")
+              "artifact's checksum) and check the stored values: no NaN/Inf quantization scale or (without "
+              "--allow-nonfinite) float weight.")
 @click.option("--allow-nonfinite", is_flag=True,
               help="Accept NaN/Inf values: in a BSR file's values, and (with --deep) in an IEBIN model's float "
                    "tensors. Non-finite quantization scales are always invalid.")

@@ -72,7 +72,7 @@ def dedup_extract_cmd(model_dir, tensor_map, groups_path, out_prefix, overwrite,
     from .dedup_extract import extract
     from iekit.formats.dedup import load_groups, load_tensor_map
 
-    tm = load_tensor_map(tensor_map)
+    tm = load_tensor_map(tensor_map).tensors
     total = sum(tm[m].nbytes for g in load_groups(groups_path, tm) for m in g.members)
     with Progress(TextColumn("extract"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=err,
                   disable=quiet or as_json, transient=True) as bar:

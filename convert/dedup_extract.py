@@ -22,7 +22,6 @@ from typing import Callable, Iterator
 import numpy as np
 
 from iekit.formats.fileio import PreadFiles
-from iekit.formats import checksums
 from iekit.formats import dedup as fmt
 from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.errors import FormatError, IEError
@@ -73,7 +72,8 @@ def extract(model_dir: Path, tensor_map_path: Path, groups_path: Path, out_prefi
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise IEError(f"{model_dir}: not a directory")
-    tmap = fmt.load_tensor_map(tensor_map_path)
+    tm = fmt.load_tensor_map(tensor_map_path)
+    tmap = tm.tensors
     groups = fmt.load_groups(groups_path, tmap)
     names = [m for g in groups for m in g.members]
     real = fmt.check_tensor_ranges(tmap, names, model_dir, tensor_map_path)
@@ -97,8 +97,7 @@ def extract(model_dir: Path, tensor_map_path: Path, groups_path: Path, out_prefi
         try:
             with StagedFiles(out_dir) as staged:
                 # The artifact's digests are the map's (the model's) algorithm.
-                alg = next((t.checksum for t in tmap.values()), checksums.DEFAULT)
-                w = fmt.DedupWriter(staged, stem, checksum=alg)
+                w = fmt.DedupWriter(staged, stem, checksum=tm.checksum)
                 for g in groups:
                     n = tmap[g.members[0]].nbytes
                     C = chunk_size(len(g.members))
@@ -120,11 +119,10 @@ def extract(model_dir: Path, tensor_map_path: Path, groups_path: Path, out_prefi
                                 if progress:
                                     progress(raw.size)
                         e = w.add_member(m, tmap[m].shape, encoded())
-                        t = tmap[m]
-                        if e[t.checksum] != t.digest:
-                            raise FormatError(tensor_map_path, f"tensors.{m}.{t.checksum}",
-                                              f"the bytes of {m!r} hash to {e[t.checksum][:12]}… but the map records "
-                                              f"{t.digest[:12]}… (stale map, or the model changed)")
+                        if e[tm.checksum] != tmap[m].digest:
+                            raise FormatError(tensor_map_path, f"tensors.{m}.{tm.checksum}",
+                                              f"the bytes of {m!r} hash to {e[tm.checksum][:12]}… but the map "
+                                              f"records {tmap[m].digest[:12]}… (stale map, or the model changed)")
                         entries.append(e)
                         original += n
                     w.add_group(tmap[g.members[0]].dtype, n, dentry, g.default_member, entries)

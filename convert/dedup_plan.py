@@ -294,7 +294,7 @@ def write_plan(p: Plan, out_dir: Path, overwrite: bool = False) -> tuple[Path, P
         raise IEError(f"{out_dir}: already holds {', '.join(clash)}; pass --overwrite to replace")
     groups = p.groups_json()
     tm = fmt.validate_tensor_map(p.tensor_map, out_dir / fmt.TENSOR_MAP_NAME)
-    fmt.validate_groups(groups, out_dir / fmt.GROUPS_NAME, tm)
+    fmt.validate_groups(groups, out_dir / fmt.GROUPS_NAME, tm.tensors)
     created = make_dirs(out_dir)  # only now, and removed again if writing fails
     try:
         with StagedFiles(out_dir) as staged:

@@ -18,7 +18,8 @@ from typing import Callable
 
 from iekit.formats import checksums
 
-CHUNK = 8 * 1024 * 1024
+class _Stopped(Exception):
+    """Raised from the progress callback: the conversion left early."""
 
 
 class SourceHashes:
@@ -31,21 +32,25 @@ class SourceHashes:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="iekit-hash")
         self._futures = [self._pool.submit(self._hash, path) for _name, path in files]
 
-    def _hash(self, path: Path) -> str | None:
-        h = self._alg.new()
-        view = memoryview(bytearray(CHUNK))  # one buffer: a fresh one per chunk costs page faults
-        with open(path, "rb", buffering=0) as f:
-            while n := f.readinto(view):
-                if self._stop.is_set():
-                    return None
-                h.update(view[:n])
-                self._advance(n)
-        return h.hexdigest()
+    def _hash(self, path: Path) -> tuple[int, str] | None:
+        """(size, digest) of the file as it was when hashing began."""
+        if self._stop.is_set():  # the files still queued when the conversion left early
+            return None
+        size = path.stat().st_size
+        try:
+            return size, checksums.digest_file_range(path, 0, size, self._alg.name, self._tick)
+        except _Stopped:
+            return None
+
+    def _tick(self, n: int) -> None:
+        if self._stop.is_set():
+            raise _Stopped
+        self._advance(n)
 
     def records(self) -> list[dict]:
         """[{name, nbytes, <algorithm>}] of every file, in the order given (waits for the worker)."""
-        return [{"name": name, "nbytes": path.stat().st_size, self._alg.name: fut.result()}
-                for (name, path), fut in zip(self._files, self._futures)]
+        return [{"name": name, "nbytes": size, self._alg.name: digest}
+                for (name, _path), (size, digest) in zip(self._files, (f.result() for f in self._futures))]
 
     def __enter__(self) -> "SourceHashes":
         return self

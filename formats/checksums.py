@@ -26,7 +26,7 @@ from typing import Any, BinaryIO, Callable
 import xxhash
 
 from .errors import FormatError
-from .fileio import iter_range
+from .fileio import pread_views
 
 
 @dataclass(frozen=True)
@@ -75,14 +75,19 @@ def digest(name: str, data: bytes | memoryview) -> str:
     return h.hexdigest()
 
 
-def digest_range(f: BinaryIO, offset: int, nbytes: int, name: str) -> str:
-    """Digest of ``nbytes`` of ``f`` from ``offset``, read in bounded chunks."""
+def digest_range(f: BinaryIO, offset: int, nbytes: int, name: str,
+                 advance: Callable[[int], None] | None = None) -> str:
+    """Digest of ``nbytes`` of ``f`` from ``offset``, read in bounded chunks;
+    ``advance(n)`` after each (a progress bar; raising stops the hash)."""
     h = ALGORITHMS[name].new()
-    for buf in iter_range(f, offset, nbytes):
-        h.update(buf)
+    for view in pread_views(f, offset, nbytes):
+        h.update(view)
+        if advance is not None:
+            advance(len(view))
     return h.hexdigest()
 
 
-def digest_file_range(path: str | os.PathLike, offset: int, nbytes: int, name: str) -> str:
-    with open(path, "rb") as f:
-        return digest_range(f, offset, nbytes, name)
+def digest_file_range(path: str | os.PathLike, offset: int, nbytes: int, name: str,
+                      advance: Callable[[int], None] | None = None) -> str:
+    with open(path, "rb", buffering=0) as f:
+        return digest_range(f, offset, nbytes, name, advance)

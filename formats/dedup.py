@@ -159,8 +159,16 @@ class TensorRange:
     nbytes: int
     dtype: str
     shape: list[int]
-    digest: str  # of the tensor's bytes, by ``checksum`` (the model's algorithm)
+    digest: str  # of the tensor's bytes, by the map's checksum
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """A validated tensor_map.json: its digest algorithm (the model's, which
+    the dedup artifact records too) and every tensor's range."""
+
     checksum: str
+    tensors: dict[str, TensorRange]
 
 
 def _check_dtype_shape(dtype: str, shape: list[int], nbytes: int, file: str, where: str) -> None:
@@ -185,7 +193,7 @@ def tensor_map_from_model(model: Any) -> dict[str, Any]:
     return obj
 
 
-def validate_tensor_map(obj: Any, file: str | os.PathLike) -> dict[str, TensorRange]:
+def validate_tensor_map(obj: Any, file: str | os.PathLike) -> TensorMap:
     file = os.fspath(file)
     schema_check(obj, TENSOR_MAP_SCHEMA, file)
     # Maps written before the field existed are sha256.
@@ -196,11 +204,11 @@ def validate_tensor_map(obj: Any, file: str | os.PathLike) -> dict[str, TensorRa
         checksums.check_record(t, alg, file, where)
         check_relpath(t["file"], file, f"{where}.file")
         _check_dtype_shape(t["dtype"], t["shape"], t["nbytes"], file, where)
-        out[name] = TensorRange(name, t["file"], t["offset"], t["nbytes"], t["dtype"], list(t["shape"]), t[alg.name], alg.name)
-    return out
+        out[name] = TensorRange(name, t["file"], t["offset"], t["nbytes"], t["dtype"], list(t["shape"]), t[alg.name])
+    return TensorMap(alg.name, out)
 
 
-def load_tensor_map(path: str | os.PathLike) -> dict[str, TensorRange]:
+def load_tensor_map(path: str | os.PathLike) -> TensorMap:
     return validate_tensor_map(load_json(path), path)
 
 
@@ -318,31 +326,18 @@ class DedupIndex:
                 "group_default_offset": i64([g["default"]["offset"] for g in self.groups])}
 
 
-def regions(meta: dict[str, Any]) -> Iterator[tuple[str, int, int, str, str]]:
-    """Every (blob key, offset, length, digest, field) the index describes."""
-    alg = meta["checksum"]
+def regions(meta: dict[str, Any]) -> Iterator[tuple[str, int, int, dict[str, Any], str]]:
+    """Every (blob key, offset, length, record, field) the index describes;
+    the record is the object holding the region's offset and digest."""
     for g, grp in enumerate(meta["groups"]):
         n = grp["nbytes"]
         d = grp["default"]
-        yield "defaults", d["offset"], n, d[alg], f"groups[{g}].default"
+        yield "defaults", d["offset"], n, d, f"groups[{g}].default"
         for j, m in enumerate(grp["members"]):
             f = f"groups[{g}].members[{j}]"
-            yield "masks", m["mask"]["offset"], mask_nbytes(n), m["mask"][alg], f"{f}.mask"
+            yield "masks", m["mask"]["offset"], mask_nbytes(n), m["mask"], f"{f}.mask"
             e = m["exceptions"]
-            yield "exceptions", e["offset"], e["count"], e[alg], f"{f}.exceptions"
-
-
-def _digest_records(meta: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str]]:
-    """Every object of a schema-valid index that carries a digest, with its field."""
-    for k in BLOB_KEYS:
-        yield meta["blobs"][k], f"blobs.{k}"
-    for g, grp in enumerate(meta["groups"]):
-        yield grp["default"], f"groups[{g}].default"
-        for j, m in enumerate(grp["members"]):
-            f = f"groups[{g}].members[{j}]"
-            yield m, f
-            yield m["mask"], f"{f}.mask"
-            yield m["exceptions"], f"{f}.exceptions"
+            yield "exceptions", e["offset"], e["count"], e, f"{f}.exceptions"
 
 
 def validate_index(meta: Any, file: str | os.PathLike = INDEX_NAME) -> None:
@@ -358,13 +353,12 @@ def validate_index(meta: Any, file: str | os.PathLike = INDEX_NAME) -> None:
         raise FormatError(file, "policy", f"unsupported policy {meta.get('policy')!r}: only {POLICY!r} exists (bit-exact reconstruction)")
     alg = checksums.algorithm(meta.get("checksum"), file)
     schema_check(meta, INDEX_SCHEMA, file)
-    for record, where in _digest_records(meta):
-        checksums.check_record(record, alg, file, where)
     align = meta["alignment"]
     if align & (align - 1):
         raise FormatError(file, "alignment", f"must be a power of two between 1 and 2^20, got {align}")
     real_names: dict[str, str] = {}
     for k in BLOB_KEYS:
+        checksums.check_record(meta["blobs"][k], alg, file, f"blobs.{k}")
         name = meta["blobs"][k]["name"]
         check_relpath(name, file, f"blobs.{k}.name")
         if name in real_names:
@@ -376,6 +370,7 @@ def validate_index(meta: Any, file: str | os.PathLike = INDEX_NAME) -> None:
         names = [m["name"] for m in grp["members"]]
         for j, m in enumerate(grp["members"]):
             where = f"groups[{g}].members[{j}]"
+            checksums.check_record(m, alg, file, where)
             if m["name"] in seen:
                 raise FormatError(file, f"{where}.name", f"duplicate member name {m['name']!r} (also {seen[m['name']]})")
             seen[m["name"]] = where
@@ -389,7 +384,8 @@ def validate_index(meta: Any, file: str | os.PathLike = INDEX_NAME) -> None:
             if grp["members"][names.index(dm)]["exceptions"]["count"] != 0:
                 raise FormatError(file, f"groups[{g}].default.member", f"{dm!r} is the default, so it must have 0 exceptions")
     spans: dict[str, list[tuple[int, int, str]]] = {k: [] for k in BLOB_KEYS}
-    for key, off, length, _sha, where in regions(meta):
+    for key, off, length, record, where in regions(meta):
+        checksums.check_record(record, alg, file, where)
         size = meta["blobs"][key]["nbytes"]
         if off % align:
             raise FormatError(file, f"{where}.offset", f"offset {off} is not a multiple of alignment {align}")
@@ -434,9 +430,10 @@ def check_blobs(index: DedupIndex, deep: bool = False) -> list[FormatError]:
     files = {k: open(real[k], "rb") for k in BLOB_KEYS}
     try:
         covered: dict[str, list[tuple[int, int]]] = {k: [] for k in BLOB_KEYS}
-        for key, off, length, sha, where in regions(meta):
+        for key, off, length, record, where in regions(meta):
             covered[key].append((off, off + length))
             got = checksums.digest_range(files[key], off, length, alg)
+            sha = record[alg]
             if got != sha:
                 errors.append(FormatError(mf, f"{where}.{alg}", f"checksum mismatch in {meta['blobs'][key]['name']} [{off}, {off + length}) (stored {sha[:12]}…, actual {got[:12]}…)"))
         for g, j, grp, m in index.members():

@@ -18,7 +18,7 @@ from . import checksums
 from .atomic import StagedFiles
 from .dtypes import DTYPES, INT64_MAX, shape_elements
 from .errors import FormatError, IEError
-from .fileio import digest_fd_range, iter_range
+from .fileio import iter_range
 from .finite import PayloadScan
 from .jsonio import dumps_canonical, load_json, schema_check
 from .paths import check_relpath, resolve_inside
@@ -79,8 +79,10 @@ class IebinWriter:
         self._written = 0  # bytes actually in the file
         self._next = 0  # first offset the next tensor may use
         self.tensors: list[dict[str, Any]] = []
-        # add_copy's payloads are hashed from the staged file on this worker
-        # while the next one is copied; finish() collects the digests.
+        # Payloads are hashed on this worker while the next chunk or payload
+        # is produced (hashes and file I/O release the GIL), so hashing does
+        # not add to a conversion's time on two cores. add_copy's digests
+        # are collected by finish().
         self._hasher = ThreadPoolExecutor(1, thread_name_prefix="iekit-hash")
         self._pending: list[tuple[dict[str, Any], Any]] = []
 
@@ -106,14 +108,10 @@ class IebinWriter:
         self._next = offset + max(nbytes, 1)
         entry = {"name": name, "dtype": dtype, "shape": list(shape), "file": BIN_NAME,
                  "file_data_offset": offset, "nbytes": nbytes}
-        self._pending.append((entry, self._hasher.submit(self._digest_written, offset, nbytes)))
+        digest = self._hasher.submit(checksums.digest_range, self._f, offset, nbytes, self.checksum.name)
+        self._pending.append((entry, digest))
         self.tensors.append(entry)
         return entry
-
-    def _digest_written(self, offset: int, nbytes: int) -> str:
-        h = self.checksum.new()
-        digest_fd_range(self._f.fileno(), offset, nbytes, h)
-        return h.hexdigest()
 
     def add_tensor(self, name: str, dtype: str, shape: list[int], chunks: Iterable[bytes],
                    expected_nbytes: int, extra: dict[str, Any] | None = None,
@@ -121,21 +119,17 @@ class IebinWriter:
         """Write one payload from ``chunks``; ``error``, filled while they are
         produced (Scheme.stream), is recorded as the entry's quant_error."""
         offset = self._start()
-        # Each chunk is hashed on a worker thread while it is written and the
-        # next one is read or cast (both hashes and file writes release the
-        # GIL), so hashing does not add to the conversion's time on two cores.
         h = self.checksum.new()
         n = 0
         pending = None
-        with ThreadPoolExecutor(1, thread_name_prefix="iekit-hash") as pool:
-            for c in chunks:
-                if pending is not None:
-                    pending.result()
-                pending = pool.submit(h.update, c)
-                self._f.write(c)
-                n += len(c)
+        for c in chunks:
             if pending is not None:
                 pending.result()
+            pending = self._hasher.submit(h.update, c)
+            self._f.write(c)
+            n += len(c)
+        if pending is not None:
+            pending.result()
         if n != expected_nbytes:
             raise IEError(f"{name}: produced {n} bytes, expected {expected_nbytes}")
         self._written = offset + n
@@ -298,12 +292,13 @@ def validate_meta(meta: object, meta_file: str | os.PathLike = META_NAME) -> Non
         for i, f in enumerate(meta[key]):
             if isinstance(f, dict) and "name" in f:
                 check_relpath(f["name"], meta_file, f"{key}[{i}].name")
-            if key == "aux_files" and isinstance(f, dict):
+    # The other records with a digest (the schema checks their other keys).
+    source = meta.get("source")
+    shards = source.get("shards") if isinstance(source, dict) else None
+    for key, records in (("aux_files", meta.get("aux_files")), ("source.shards", shards)):
+        for i, f in enumerate(records if isinstance(records, list) else []):
+            if isinstance(f, dict):
                 checksums.check_record(f, alg, meta_file, f"{key}[{i}]")
-    shards = meta.get("source", {}).get("shards") if isinstance(meta.get("source"), dict) else None
-    for i, f in enumerate(shards if isinstance(shards, list) else []):
-        if isinstance(f, dict):
-            checksums.check_record(f, alg, meta_file, f"source.shards[{i}]")
     # The schema is the backstop for everything else (types of the other
     # top-level objects); the checks above give the precise messages.
     schema_check(meta, SCHEMA_PATH, meta_file)

@@ -28,9 +28,14 @@ def test_streamed_range_equals_one_shot(tmp_path, alg, monkeypatch):
     data = bytes(range(256)) * 41 + b"tail"
     p = tmp_path / "f"
     p.write_bytes(b"head" + data + b"after")
-    monkeypatch.setattr(fileio.iter_range, "__defaults__", (1000,))  # many chunks, the last one partial
-    assert checksums.digest_file_range(p, 4, len(data), alg) == checksums.digest(alg, data)
+    monkeypatch.setattr(fileio.pread_views, "__defaults__", (1000,))  # many chunks, the last one partial
+    seen = []
+    assert checksums.digest_file_range(p, 4, len(data), alg, seen.append) == checksums.digest(alg, data)
+    assert seen == [1000] * (len(data) // 1000) + [len(data) % 1000]
     assert checksums.digest_file_range(p, 4, 0, alg) == checksums.digest(alg, b"")
+    with pytest.raises(FormatError) as ei:  # a range past the end: the file's one clear error
+        checksums.digest_file_range(p, 4, len(data) + 6, alg)
+    assert ei.value.field == "(size)" and str(p) in str(ei.value) and "ends before byte" in str(ei.value)
 
 
 @pytest.mark.parametrize("value", ["md5", "SHA256", "", None, 1, ["sha256"]])

@@ -288,7 +288,8 @@ def test_source_hashes_beside_the_conversion(tmp_path, alg):
 
     import xxhash
 
-    from iekit.convert.source_hashes import CHUNK, SourceHashes
+    from iekit.convert.source_hashes import SourceHashes
+    from iekit.formats.fileio import READ_CHUNK as CHUNK
 
     ref = {"sha256": lambda b: hashlib.sha256(b).hexdigest(), "xxh3_128": lambda b: xxhash.xxh3_128(b).hexdigest()}[alg]
 

@@ -398,7 +398,7 @@ def test_extract_detects_a_stale_map_and_writes_nothing(small_model):
     tm, gr = _plan_files(small_model, {"format": "iekit-dedup-groups", "version": 1,
                                        "groups": [{"members": ["t0", "t1", "t2"]}]})
     with open(small_model / "model.ie.bin", "r+b") as f:  # the model changed after planning
-        f.seek(fmt.load_tensor_map(tm)["t1"].offset + 10)
+        f.seek(fmt.load_tensor_map(tm).tensors["t1"].offset + 10)
         b = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([b[0] ^ 1]))
