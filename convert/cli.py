@@ -30,6 +30,7 @@ from iekit.formats.bsr import is_bsr_path
 from . import bpw_policy
 from .bsr_cli import block_sparse_cmd, inspect_bsr, validate_bsr
 from .dedup_cli import COMMANDS as DEDUP_COMMANDS
+from .dedup_cli import inspect_dedup_index, is_dedup_index_path, validate_dedup_index
 from .hf_hub import from_hub
 from .conversion_output import convert_progress, err, report_conversion
 from .hf_to_iebin import CAST_TARGETS
@@ -333,15 +334,20 @@ def tensor_shapes(src: hf_checkpoint.HFSource) -> dict[str, tuple[str, list[int]
 def validate(path: Path, deep: bool, allow_nonfinite: bool):
     """Check an artifact against every rule of its format.
 
-    PATH is an IEBIN model directory or its model.ie.json, a .bsr file
-    (block-sparse matrix; its crc32 is always checked), or an importance
-    matrix (.npz, `ieconv imatrix`; or llama.cpp's .gguf / legacy .dat). Exit 0 and one OK line, or one line
-    naming the file and field at fault and exit 1.
+    PATH is an IEBIN model directory or its model.ie.json (a packed model's
+    tensors in the dedup store included: --deep rebuilds and hashes each), a
+    .bsr file (block-sparse matrix; its crc32 is always checked), a dedup
+    index (*.dedup.json: blobs, regions and, with --deep, every region's
+    digest), or an importance matrix (.npz, `ieconv imatrix`; or llama.cpp's
+    .gguf / legacy .dat). Exit 0 and one OK line, or one line naming the file
+    and field at fault and exit 1.
     """
     if is_bsr_path(path):
         return validate_bsr(path, allow_nonfinite)
     if is_imatrix_path(path):
         return validate_imatrix(path)
+    if is_dedup_index_path(path):
+        return validate_dedup_index(path, deep)
     m = iebin.load_model(path, deep=deep, allow_nonfinite=allow_nonfinite)
     total = sum(t["nbytes"] for t in m.tensors)
     checked = ""
@@ -360,6 +366,7 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
     """Show an artifact's contents: tensors, dtypes, shapes, bytes, totals.
 
     The artifact is validated first (without re-hashing; see `validate --deep`).
+    A dedup index (*.dedup.json) shows its groups and what they are stored as.
     A .bsr file shows its block grid, density and bytes against dense f32; an
     importance matrix (.npz) its calibration and, per matrix, how much of the
     importance its top 1% of columns hold.
@@ -368,6 +375,8 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
         return inspect_bsr(path, as_json, allow_nonfinite)
     if is_imatrix_path(path):
         return inspect_imatrix(path, as_json)
+    if is_dedup_index_path(path):
+        return inspect_dedup_index(path, as_json)
     m = iebin.load_model(path)
     by_dtype: dict[str, list[int]] = {}  # dtype -> [tensors, bytes, elements]
     for t in m.tensors:
@@ -381,7 +390,7 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
     errors = {t["name"]: QuantError(**t[iebin.ERROR_KEY]) for t in m.tensors if iebin.ERROR_KEY in t}
     if as_json:
         click.echo(json.dumps({"path": str(m.meta_path), "model": m.meta["model"], "source": m.meta["source"],
-                               "tensors": len(m.tensors),
+                               "tensors": len(m.tensors), "tensors_in_store": len(m.in_store),
                                "bytes": sum(v[1] for v in by_dtype.values()),
                                "quantized_bits_per_weight": qbpw,
                                "quant_error": {n: e.record() for n, e in errors.items()},
@@ -403,6 +412,9 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
     if len(src["shards"]) == 1:
         summary.add_row(f"source {m.checksum}", src["shards"][0][m.checksum])
     summary.add_row("tokenizer files", ", ".join(m.meta["tokenizer"]["files"]) or "(none)")
+    if m.in_store:
+        summary.add_row("dedup store", f"{len(m.in_store)} tensors ({human_bytes(sum(t['nbytes'] for t in m.in_store))}) "
+                                       f"live in model.dedup.json, not in {iebin.BIN_NAME}")
     out.print(summary)
     table = Table(title="tensors")
     for col, just in (("name", "left"), ("dtype", "left"), ("quant", "left"), ("shape", "left"),
@@ -411,7 +423,7 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
     for t in m.tensors:
         e = errors.get(t["name"])
         table.add_row(t["name"], t["dtype"], quant_label(t.get("quant")), "×".join(map(str, t["shape"])) or "scalar",
-                      human_bytes(t["nbytes"]), str(t["file_data_offset"]),
+                      human_bytes(t["nbytes"]), str(t.get("file_data_offset", f"({t.get(iebin.STORE_KEY)} store)")),
                       *((f"{e.sqnr_db:.1f}" if e else "",) if errors else ()))
     out.print(table)
     totals = Table(title="totals")

@@ -37,7 +37,7 @@ def chunk_size(members: int) -> int:
     return c // 64 * 64
 
 
-class _Reader(PreadFiles):
+class TensorReader(PreadFiles):
     """Tensor ranges by name: bytes [start, start + n) of the tensor."""
 
     def __init__(self, tmap: dict[str, fmt.TensorRange], real: dict[str, Path]):
@@ -66,6 +66,45 @@ def output_names(stem: str) -> list[str]:
     return [stem + fmt.BLOB_SUFFIXES[k] for k in fmt.BLOB_KEYS] + [stem + fmt.INDEX_SUFFIX]
 
 
+def write_groups(w: fmt.DedupWriter, reader: TensorReader, groups: list[fmt.GroupSpec], tm: fmt.TensorMap,
+                 tensor_map_path: Path, progress: Callable[[int], None] | None = None) -> int:
+    """Stream every group into ``w`` (the two passes of the module
+    docstring); returns the original bytes of the grouped tensors. Each
+    member's bytes must hash to the map's digest: a stale map fails here,
+    before anything is committed."""
+    tmap = tm.tensors
+    original = 0
+    for g in groups:
+        n = tmap[g.members[0]].nbytes
+        C = chunk_size(len(g.members))
+        default = np.empty(n, np.uint8)
+        for a in range(0, n, C):
+            c = min(C, n - a)
+            if g.default_member is not None:
+                default[a:a + c] = reader.tensor(g.default_member, a, c)
+            else:
+                default[a:a + c] = fmt.majority(np.stack([reader.tensor(m, a, c) for m in g.members]))
+        dentry = w.add_default(default[a:a + C] for a in range(0, n, C))
+        entries = []
+        for m in g.members:
+            def encoded(m: str = m) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+                for a in range(0, n, C):
+                    raw = reader.tensor(m, a, min(C, n - a))
+                    mask, exc = fmt.encode(raw, default[a:a + raw.size])
+                    yield mask, exc, raw
+                    if progress:
+                        progress(raw.size)
+            e = w.add_member(m, tmap[m].shape, encoded())
+            if e[tm.checksum] != tmap[m].digest:
+                raise FormatError(tensor_map_path, f"tensors.{m}.{tm.checksum}",
+                                  f"the bytes of {m!r} hash to {e[tm.checksum][:12]}… but the map "
+                                  f"records {tmap[m].digest[:12]}… (stale map, or the model changed)")
+            entries.append(e)
+            original += n
+        w.add_group(tmap[g.members[0]].dtype, n, dentry, g.default_member, entries)
+    return original
+
+
 def extract(model_dir: Path, tensor_map_path: Path, groups_path: Path, out_prefix: Path,
             overwrite: bool = False, progress: Callable[[int], None] | None = None) -> ExtractResult:
     t0 = time.perf_counter()
@@ -92,40 +131,12 @@ def extract(model_dir: Path, tensor_map_path: Path, groups_path: Path, out_prefi
             if Path(os.path.realpath(p)) in sources:
                 raise IEError(f"{p}: is a source of the tensors being extracted; choose another --out-prefix")
 
-        reader = _Reader(tmap, real)
-        original = 0
+        reader = TensorReader(tmap, real)
         try:
             with StagedFiles(out_dir) as staged:
                 # The artifact's digests are the map's (the model's) algorithm.
                 w = fmt.DedupWriter(staged, stem, checksum=tm.checksum)
-                for g in groups:
-                    n = tmap[g.members[0]].nbytes
-                    C = chunk_size(len(g.members))
-                    default = np.empty(n, np.uint8)
-                    for a in range(0, n, C):
-                        c = min(C, n - a)
-                        if g.default_member is not None:
-                            default[a:a + c] = reader.tensor(g.default_member, a, c)
-                        else:
-                            default[a:a + c] = fmt.majority(np.stack([reader.tensor(m, a, c) for m in g.members]))
-                    dentry = w.add_default(default[a:a + C] for a in range(0, n, C))
-                    entries = []
-                    for m in g.members:
-                        def encoded(m: str = m) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-                            for a in range(0, n, C):
-                                raw = reader.tensor(m, a, min(C, n - a))
-                                mask, exc = fmt.encode(raw, default[a:a + raw.size])
-                                yield mask, exc, raw
-                                if progress:
-                                    progress(raw.size)
-                        e = w.add_member(m, tmap[m].shape, encoded())
-                        if e[tm.checksum] != tmap[m].digest:
-                            raise FormatError(tensor_map_path, f"tensors.{m}.{tm.checksum}",
-                                              f"the bytes of {m!r} hash to {e[tm.checksum][:12]}… but the map "
-                                              f"records {tmap[m].digest[:12]}… (stale map, or the model changed)")
-                        entries.append(e)
-                        original += n
-                    w.add_group(tmap[g.members[0]].dtype, n, dentry, g.default_member, entries)
+                original = write_groups(w, reader, groups, tm, tensor_map_path, progress)
                 meta = w.finish()
         finally:
             reader.close()

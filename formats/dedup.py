@@ -27,6 +27,7 @@ from . import checksums
 from .atomic import StagedFiles
 from .dtypes import DTYPES, shape_elements
 from .errors import FormatError
+from .fileio import PreadFiles
 from .jsonio import dumps_canonical, load_json, schema_check
 from .paths import check_relpath, resolve_inside
 from .quant import SCHEMES
@@ -181,13 +182,14 @@ def _check_dtype_shape(dtype: str, shape: list[int], nbytes: int, file: str, whe
 
 
 def tensor_map_from_model(model: Any) -> dict[str, Any]:
-    """The tensor_map.json of an IEBIN model: every tensor's byte range and
-    digest (by the model's checksum algorithm, which the dedup artifact
-    then records too)."""
+    """The tensor_map.json of an IEBIN model: every stored tensor's byte
+    range and digest (by the model's checksum algorithm, which the dedup
+    artifact then records too); a packed model's store members have no
+    range and are already grouped."""
     alg = model.checksum
     tensors = {t["name"]: {"file": t["file"], "offset": t["file_data_offset"], "nbytes": t["nbytes"],
                            "dtype": t["dtype"], "shape": list(t["shape"]), alg: t[alg]}
-               for t in model.tensors}
+               for t in model.stored}
     obj = {"format": TENSOR_MAP_FORMAT, "version": VERSION, "checksum": alg, "tensors": tensors}
     validate_tensor_map(obj, TENSOR_MAP_NAME)
     return obj
@@ -460,6 +462,50 @@ def check_blobs(index: DedupIndex, deep: bool = False) -> list[FormatError]:
         for f in files.values():
             f.close()
     return errors
+
+
+def cross_check(index: DedupIndex, tensors: list[dict[str, Any]], meta_path: Path, checksum: str) -> None:
+    """Every member is a tensor of the model (``tensors``, the entries of its
+    model.ie.json at ``meta_path``) with the same dtype, shape, nbytes and
+    digest: the artifact belongs to this model."""
+    by_name = {t["name"]: t for t in tensors}
+    mf = os.fspath(index.path)
+    alg = index.meta["checksum"]
+    if alg != checksum:
+        raise FormatError(mf, "checksum", f"{alg!r} digests, but {meta_path.name} records {checksum!r} "
+                          "(the artifact was extracted from another conversion of the model)")
+    for g, j, grp, m in index.members():
+        where = f"groups[{g}].members[{j}]"
+        t = by_name.get(m["name"])
+        if t is None:
+            raise FormatError(mf, f"{where}.name", f"{m['name']!r} is not a tensor of {meta_path}")
+        for key, mine, theirs in (("dtype", grp["dtype"], t["dtype"]), ("nbytes", grp["nbytes"], t["nbytes"]),
+                                  ("shape", m["shape"], t["shape"]), (alg, m[alg], t[alg])):
+            if mine != theirs:
+                raise FormatError(mf, f"{where}.{key}", f"{m['name']!r}: {key} {mine!r} differs from {meta_path.name} ({theirs!r})")
+
+
+def iter_member(index: DedupIndex, group: dict[str, Any], member: dict[str, Any],
+                chunk: int = 1 << 20) -> Iterator[np.ndarray]:
+    """A member's original bytes, rebuilt ``chunk`` bytes at a time (the
+    reference decoder on slices: memory stays at a few chunks whatever the
+    tensor's size). Raises FormatError when mask and exceptions disagree."""
+    chunk = max(8, chunk // 8 * 8)  # whole mask bytes per chunk
+    n = group["nbytes"]
+    mf = os.fspath(index.path)
+    with PreadFiles() as files:
+        read = lambda key, off, length: np.frombuffer(files.read(index.blob_path(key), off, length), np.uint8)  # noqa: E731
+        k = 0
+        for a in range(0, n, chunk):
+            b = min(n, a + chunk)
+            mask = read("masks", member["mask"]["offset"] + a // 8, mask_nbytes(b - a))
+            count = popcount(mask)
+            if k + count > member["exceptions"]["count"]:
+                raise FormatError(mf, "exceptions.count", f"member {member['name']!r}: the mask asks for more "
+                                  f"exceptions than the {member['exceptions']['count']} recorded")
+            exc = read("exceptions", member["exceptions"]["offset"] + k, count)
+            yield decode(read("defaults", group["default"]["offset"] + a, b - a), mask, exc)
+            k += count
 
 
 def index_path_for(path: str | os.PathLike) -> Path:

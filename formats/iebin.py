@@ -30,6 +30,13 @@ DEFAULT_ALIGNMENT = 64
 META_NAME = "model.ie.json"
 BIN_NAME = "model.ie.bin"
 TENSOR_KEYS = ("name", "dtype", "shape", "file", "file_data_offset", "nbytes")  # + the digest (formats/checksums.py)
+# A tensor whose bytes are not in a backing file but in the model's dedup
+# store (model.dedup.json + blobs, docs/formats/dedup.md) says so with
+# "store": "dedup" in place of file and file_data_offset, so every reader
+# knows where it lives (and an older reader refuses it instead of guessing).
+STORE_KEY = "store"
+STORES = ("dedup",)
+STORE_TENSOR_KEYS = ("name", "dtype", "shape", STORE_KEY, "nbytes")
 QUANT_KEY = "quant"  # present exactly when dtype is a quantized scheme
 # Optional on quantized tensors: the quantizer's predicted loss (QuantError.record);
 # its keys and types are the JSON Schema's to check (validate_meta's backstop).
@@ -94,7 +101,7 @@ class IebinWriter:
         return offset
 
     def add_copy(self, name: str, dtype: str, shape: list[int], nbytes: int,
-                 copy: Callable[[int, int], None]) -> dict[str, Any]:
+                 copy: Callable[[int, int], None], extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """A payload the source already holds as it must be stored:
         ``copy(fd, offset)`` puts its ``nbytes`` into the staged file's
         descriptor at ``offset`` (SafetensorsFile.copy_to: in the kernel, never
@@ -107,7 +114,7 @@ class IebinWriter:
         self._written = offset + nbytes
         self._next = offset + max(nbytes, 1)
         entry = {"name": name, "dtype": dtype, "shape": list(shape), "file": BIN_NAME,
-                 "file_data_offset": offset, "nbytes": nbytes}
+                 "file_data_offset": offset, "nbytes": nbytes, **(extra or {})}
         digest = self._hasher.submit(checksums.digest_range, self._f, offset, nbytes, self.checksum.name)
         self._pending.append((entry, digest))
         self.tensors.append(entry)
@@ -140,6 +147,14 @@ class IebinWriter:
             entry[ERROR_KEY] = error.record()
         self.tensors.append(entry)
         return entry
+
+    def add_in_store(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """A tensor whose bytes the dedup store holds (dedup-pack): its entry
+        as validated elsewhere, file and offset replaced by the store."""
+        out = {k: v for k, v in entry.items() if k not in ("file", "file_data_offset")}
+        out[STORE_KEY] = "dedup"
+        self.tensors.append(out)
+        return out
 
     def stage_aux(self, files: dict[str, bytes]) -> list[dict[str, Any]]:
         """Stage the non-tensor files (config, tokenizer) beside the payload;
@@ -204,12 +219,15 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int, alg: checks
     for k in LEGACY_KEYS:
         if k in t:
             raise FormatError(meta_file, f"{where}.{k}", f"{label}legacy key {k!r}; run `ieconv iebin-upgrade` to convert to schema2")
-    for k in TENSOR_KEYS:
+    keys = STORE_TENSOR_KEYS if STORE_KEY in t else TENSOR_KEYS
+    for k in keys:
         if k not in t:
             raise FormatError(meta_file, where, f"{label}missing key {k!r}")
+    if STORE_KEY in t and t[STORE_KEY] not in STORES:
+        raise FormatError(meta_file, f"{where}.{STORE_KEY}", f"{label}unknown store {t[STORE_KEY]!r} (known: {', '.join(STORES)})")
     checksums.check_record(t, alg, meta_file, where, label)
     quantized = isinstance(t.get("dtype"), str) and t["dtype"] in SCHEMES
-    allowed = TENSOR_KEYS + (alg.name,) + ((QUANT_KEY, ERROR_KEY) if quantized else ())
+    allowed = keys + (alg.name,) + ((QUANT_KEY, ERROR_KEY) if quantized else ())
     unknown = sorted(set(t) - set(allowed))
     if unknown:
         raise FormatError(meta_file, f"{where}.{unknown[0]}", f"{label}unknown key {unknown[0]!r}")
@@ -248,6 +266,8 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int, alg: checks
         raise FormatError(meta_file, f"{where}.nbytes", f"{label}must be a non-negative integer, got {nbytes!r}")
     if nbytes != expected:
         raise FormatError(meta_file, f"{where}.nbytes", f"{label}{nbytes} disagrees with {dtype}{shape} = {expected} bytes")
+    if STORE_KEY in t:
+        return
     off = t["file_data_offset"]
     if not _is_int(off) or off < 0:
         raise FormatError(meta_file, f"{where}.file_data_offset", f"{label}must be a non-negative integer, got {off!r}")
@@ -328,7 +348,21 @@ class IebinModel:
         raise IEError(f"{self.meta_path}: no tensor named {name!r}")
 
     def path_of(self, entry: dict[str, Any]) -> Path:
+        """The backing file of a stored tensor (not one in the dedup store)."""
+        if STORE_KEY in entry:
+            raise IEError(f"{self.meta_path}: tensor {entry['name']!r} lives in the {entry[STORE_KEY]} store, "
+                          "not in a backing file")
         return self.dir / entry["file"]
+
+    @property
+    def stored(self) -> list[dict[str, Any]]:
+        """The tensors whose bytes are in a backing file."""
+        return [t for t in self.tensors if STORE_KEY not in t]
+
+    @property
+    def in_store(self) -> list[dict[str, Any]]:
+        """The tensors whose bytes are in the dedup store (empty unless packed)."""
+        return [t for t in self.tensors if STORE_KEY in t]
 
 
 def meta_path_for(path: str | os.PathLike) -> Path:
@@ -378,6 +412,8 @@ def check_backing_files(meta: dict[str, Any], meta_path: Path, deep: bool = Fals
 
     spans: dict[Path, list[tuple[int, int, int]]] = {}
     for i, t in enumerate(meta["tensors"]):
+        if STORE_KEY in t:
+            continue
         resolve_inside(model_dir, t["file"], mf, f"tensors[{i}].file")
         if t["file"] not in by_name:
             raise FormatError(mf, f"tensors[{i}].file", f"tensor {t['name']!r}: {t['file']!r} is not listed in files")
@@ -402,8 +438,12 @@ def check_backing_files(meta: dict[str, Any], meta_path: Path, deep: bool = Fals
         if deep and checksums.digest_file_range(real, 0, a["nbytes"], alg) != a[alg]:
             raise FormatError(mf, f"aux_files[{i}].{alg}", f"{a['name']!r}: checksum mismatch")
 
+    if any(STORE_KEY in t for t in meta["tensors"]):
+        check_store(meta, meta_path, deep, allow_nonfinite)
     if deep:
         for i, t in enumerate(meta["tensors"]):
+            if STORE_KEY in t:
+                continue
             scan = PayloadScan(t, allow_nonfinite)
             h = checksums.ALGORITHMS[alg].new()
             with open(by_name[t["file"]][0], "rb") as f:
@@ -415,6 +455,47 @@ def check_backing_files(meta: dict[str, Any], meta_path: Path, deep: bool = Fals
                 raise FormatError(mf, f"tensors[{i}].{alg}", f"tensor {t['name']!r}: checksum mismatch (stored {t[alg][:12]}…, actual {got[:12]}…)")
             if scan.problem:
                 raise FormatError(mf, f"tensors[{i}]", f"tensor {t['name']!r}: {scan.problem}")
+
+
+def check_store(meta: dict[str, Any], meta_path: Path, deep: bool = False, allow_nonfinite: bool = False) -> None:
+    """The tensors in the dedup store: model.dedup.json must be in the model
+    directory (a packed model without it has no bytes for them: an error
+    naming the file, never a fallback), pass the index rules with its blobs,
+    and hold each such tensor as a member with the same dtype, shape, nbytes
+    and digest; every member must be a tensor of the model. ``deep``:
+    each member rebuilt (streamed) hashes to its digest and holds finite
+    values, as a stored tensor's payload must."""
+    from . import dedup  # the dedup format builds on this one
+
+    mf = os.fspath(meta_path)
+    index_path = meta_path.parent / dedup.INDEX_NAME
+    if not os.path.lexists(index_path):
+        i, t = next((i, t) for i, t in enumerate(meta["tensors"]) if STORE_KEY in t)
+        raise FormatError(mf, f"tensors[{i}].{STORE_KEY}", f"tensor {t['name']!r} lives in the dedup store, but "
+                          f"{index_path} does not exist (the store's files must travel with the model)")
+    index = dedup.load_index(meta_path.parent)
+    alg = meta["checksum"]
+    dedup.cross_check(index, meta["tensors"], meta_path, alg)
+    members = {m["name"]: (grp, m) for _g, _j, grp, m in index.members()}
+    for i, t in enumerate(meta["tensors"]):
+        if STORE_KEY not in t:
+            continue
+        if t["name"] not in members:
+            raise FormatError(mf, f"tensors[{i}].{STORE_KEY}", f"tensor {t['name']!r} lives in the dedup store, but "
+                              f"{index.path.name} has no member of that name")
+        if not deep:
+            continue
+        grp, m = members[t["name"]]
+        scan = PayloadScan(t, allow_nonfinite)
+        h = checksums.ALGORITHMS[alg].new()
+        for buf in dedup.iter_member(index, grp, m):
+            h.update(buf)
+            scan.feed(buf)
+        if h.hexdigest() != t[alg]:
+            raise FormatError(mf, f"tensors[{i}].{alg}", f"tensor {t['name']!r}: rebuilt from the dedup store, "
+                              f"checksum mismatch (stored {t[alg][:12]}…, actual {h.hexdigest()[:12]}…)")
+        if scan.problem:
+            raise FormatError(mf, f"tensors[{i}]", f"tensor {t['name']!r}: {scan.problem}")
 
 
 def write_meta(path: Path, meta: dict[str, Any]) -> None:

@@ -57,11 +57,13 @@ def _load_decoder(model_dir: str, threads: int, env: BenchEnv) -> tuple[Any, lis
 def _dedup_fields(dec: Any) -> dict[str, Any]:
     """dedup_active: IE_DEDUP=1 falls back to model.ie.bin (with a warning)
     when the artifact is unusable, so the flag alone can overstate it;
-    dedup_cache: the loader's counters (hits, misses, bytes) while active."""
+    dedup_cache: the loader's counters (hits, misses, bytes; fused_calls and
+    fused_bytes: products computed from the blobs in place) while active."""
     st = getattr(dec, "dedup_stats", None)
     if st is None:
         return {"dedup_active": None, "dedup_cache": None}
-    keys = ("hits", "misses", "evictions", "entries", "cached_bytes", "capacity_bytes")
+    keys = ("hits", "misses", "evictions", "bypasses", "entries", "cached_bytes", "capacity_bytes",
+            "reconstructed_bytes", "fused_calls", "fused_bytes")
     return {"dedup_active": bool(st.get("active")),
             "dedup_cache": {k: st[k] for k in keys if k in st} if st.get("active") else None}
 

@@ -255,8 +255,12 @@ class Decoder:
                 spec = _native.WeightSpec(**kernels.weight_params(t))
             except ValueError as e:
                 raise IEError(f"{meta_path}: tensors[{name!r}]: {e}") from None
-            mats[key] = (spec, self.source.get(name))
-            self._step_bytes += t["nbytes"] if per_step else 0
+            # A dedup member is multiplied where it lives (fused GEMV, or the
+            # store's cache); the embedding's rows are read one token at a
+            # time, so it is rebuilt whole.
+            member = self.source.member(name) if key != "embed" else None
+            mats[key] = (spec, *member) if member else (spec, self.source.get(name))
+            self._step_bytes += self.source.read_bytes(name) if per_step else 0
 
         def vector(key: str, name: str, n: int) -> None:
             t = entry(name, [n])

@@ -19,6 +19,7 @@ re-validates every number against the blobs before first use.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import warnings
@@ -35,7 +36,7 @@ from iekit.formats.errors import FormatError, IEError
 from .env import DEFAULT_CACHE_MB, DedupConfig
 from .native import _native
 
-__all__ = ["DedupConfig", "DedupWarning", "TensorSource", "cross_check", "open_store"]
+__all__ = ["DedupConfig", "DedupWarning", "TensorSource", "open_store"]
 
 
 class DedupWarning(UserWarning):
@@ -45,26 +46,6 @@ class DedupWarning(UserWarning):
 def _debug(on: bool, msg: str) -> None:
     if on:
         print(f"ie-dedup: {msg}", file=sys.stderr, flush=True)
-
-
-def cross_check(index: fmt.DedupIndex, model: iebin.IebinModel) -> None:
-    """Every member is a tensor of the model with the same dtype, shape,
-    nbytes and digest: the artifact belongs to this model."""
-    by_name = {t["name"]: t for t in model.tensors}
-    mf = os.fspath(index.path)
-    alg = index.meta["checksum"]
-    if alg != model.checksum:
-        raise FormatError(mf, "checksum", f"{alg!r} digests, but {model.meta_path.name} records {model.checksum!r} "
-                          "(the artifact was extracted from another conversion of the model)")
-    for g, j, grp, m in index.members():
-        where = f"groups[{g}].members[{j}]"
-        t = by_name.get(m["name"])
-        if t is None:
-            raise FormatError(mf, f"{where}.name", f"{m['name']!r} is not a tensor of {model.meta_path}")
-        for key, mine, theirs in (("dtype", grp["dtype"], t["dtype"]), ("nbytes", grp["nbytes"], t["nbytes"]),
-                                  ("shape", m["shape"], t["shape"]), (alg, m[alg], t[alg])):
-            if mine != theirs:
-                raise FormatError(mf, f"{where}.{key}", f"{m['name']!r}: {key} {mine!r} differs from model.ie.json ({theirs!r})")
 
 
 def open_store(model_dir: str | os.PathLike, *, cache_mb: float = DEFAULT_CACHE_MB, debug: bool = False,
@@ -80,7 +61,7 @@ def open_store(model_dir: str | os.PathLike, *, cache_mb: float = DEFAULT_CACHE_
     _debug(debug, f"index ok: {t['groups']} groups, {t['members']} members, {t['original_bytes']} original bytes, "
                   f"blobs {t['defaults_bytes']} + {t['masks_bytes']} + {t['exceptions_bytes']} bytes")
     if model is not None:
-        cross_check(index, model)
+        fmt.cross_check(index, model.tensors, model.meta_path, model.checksum)
         _debug(debug, f"members match {model.meta_path.name}")
     try:
         store = _native.DedupStore(os.fspath(index.dir), **index.arrays(), cache_mb=cache_mb, threads=threads,
@@ -99,18 +80,28 @@ class TensorSource:
                  threads: int = 0, isa: str = ""):
         self.model = iebin.load_model(model_dir)
         self.config = config if config is not None else DedupConfig.from_env()
+        # A packed model (dedup-pack) keeps its grouped tensors only in the
+        # store: it is always used and always strict, whatever IE_DEDUP says.
+        self.packed = bool(self.model.in_store)
+        if self.packed:
+            self.config = dataclasses.replace(self.config, enabled=True, strict=True)
         self.store = None
         self.index: fmt.DedupIndex | None = None
         self.fallback_reason: str | None = None
         self._by_name = {t["name"]: t for t in self.model.tensors}
         self._maps: dict[Path, np.memmap] = {}
         self._verified: set[str] = set()
+        self._members: dict[str, dict[str, Any]] = {}
         if not self.config.enabled:
             return
         try:
             self.store, self.index = open_store(self.model.dir, cache_mb=self.config.cache_mb, debug=self.config.debug,
                                                 threads=threads, isa=isa, model=self.model)
+            self._members = {m["name"]: m for _g, _j, _grp, m in self.index.members()}
         except (IEError, OSError) as e:
+            if self.packed:
+                raise IEError(f"{self.model.meta_path}: the model's grouped tensors live in the dedup store, "
+                              f"which is unusable: {e}") from None
             if self.config.strict:
                 raise IEError(f"IE_DEDUP_STRICT=1: dedup artifact unusable: {e}") from None
             self.fallback_reason = str(e)
@@ -143,6 +134,28 @@ class TensorSource:
         if mm is None:
             mm = self._maps[path] = np.memmap(path, dtype=np.uint8, mode="r")
         return mm[t["file_data_offset"]:t["file_data_offset"] + t["nbytes"]]
+
+    def member(self, name: str) -> tuple[Any, str] | None:
+        """(store, name) for a tensor the store serves, for kernels that read
+        the member where it is used (the decoder's fused GEMV, or the store's
+        LRU cache); None for a tensor in model.ie.bin. Strict: the member is
+        rebuilt once here and must hash to its digest (not kept)."""
+        self._entry(name)
+        if self.store is None or name not in self.store:
+            return None
+        if self.config.strict and name not in self._verified:
+            self._verify(name, self.store.get(name), self._by_name[name])
+        return self.store, name
+
+    def read_bytes(self, name: str) -> int:
+        """Bytes one product with the tensor reads: the member's default, mask
+        and exceptions where the fused GEMV rebuilds it in place (it does not
+        fit in the cache), else the tensor's own bytes."""
+        t = self._entry(name)
+        if self.store is None or name not in self.store or self.store.cacheable(name):
+            return t["nbytes"]
+        m = self._members[name]
+        return t["nbytes"] + fmt.mask_nbytes(t["nbytes"]) + m["exceptions"]["count"]
 
     def _verify(self, name: str, buf: np.ndarray, t: dict[str, Any]) -> None:
         """IE_DEDUP_STRICT=1: the first rebuild of a tensor must hash to its

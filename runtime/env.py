@@ -257,6 +257,13 @@ class DedupConfig:
         return cls(enabled=ie_dedup(env), strict=ie_dedup_strict(env), policy=ie_dedup_policy(env),
                    cache_mb=ie_dedup_cache_mb(env), debug=ie_dedup_debug(env))
 
+    def as_env(self) -> dict[str, str]:
+        """The variables that give a child process these settings (what a
+        benchmark hands to ``ierun``), so no other module spells the names."""
+        flag = lambda b: "1" if b else "0"  # noqa: E731
+        return {"IE_DEDUP": flag(self.enabled), "IE_DEDUP_STRICT": flag(self.strict), "IE_DEDUP_POLICY": self.policy,
+                "IE_DEDUP_CACHE_MB": f"{self.cache_mb:g}", "IE_DEDUP_DEBUG": flag(self.debug)}
+
 
 @dataclass(frozen=True)
 class BenchEnv:

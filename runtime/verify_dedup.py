@@ -41,7 +41,7 @@ from iekit.formats import iebin
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import iter_range
 
-from .dedup import DedupConfig, cross_check, open_store
+from .dedup import DedupConfig, open_store
 
 ZSTD_LEVEL = 3
 
@@ -121,7 +121,7 @@ def verify_dedup(model_dir: Path, *, config: DedupConfig | None = None, zstd: bo
     if (model_dir / iebin.META_NAME).exists():
         model = iebin.load_model(model_dir)
         try:
-            cross_check(index, model)
+            fmt.cross_check(index, model.tensors, model.meta_path, model.checksum)
             rep.checks["model"] = rep.members
         except IEError as e:
             rep.failures.append(str(e))

@@ -435,7 +435,9 @@ def test_dedup_reported_as_requested_and_as_used(tmp_path, nearcopy_f32):
     assert (r["dedup"], r["dedup_active"], r["warnings"]) == (True, True, [])
     groups = json.loads((model / "dedup_out" / "groups.indices.json").read_text())["groups"]
     grouped = sum(len(g["members"]) for g in groups)
-    # each grouped tensor is rebuilt once, when the decoder is built
-    assert grouped >= 14 and r["dedup_cache"]["misses"] == grouped and r["dedup_cache"]["hits"] == 0
+    # each grouped tensor is rebuilt once, when the decoder is built (strict: hashed); every
+    # product then reads it from the cache (256 MiB holds them all): nothing fused
+    c = r["dedup_cache"]
+    assert grouped >= 14 and c["misses"] == grouped and c["hits"] >= grouped and c["fused_calls"] == 0
     plain = _records(_bench(model, *args))[0]
     assert (plain["dedup_active"], plain["dedup_cache"]) == (False, None)

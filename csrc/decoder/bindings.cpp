@@ -24,12 +24,25 @@ using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
 // matrices[key] is (WeightSpec, buffer): the spec was validated when it was
 // made; here the buffer must hold exactly its bytes.
+// (WeightSpec, buffer): bytes read in place; (WeightSpec, DedupStore, name):
+// a dedup member, multiplied through the fused GEMV or the store's cache.
 ie::Matrix matrix(const py::dict& mats, const std::string& key, py::list& keep) {
   if (!mats.contains(key)) throw std::invalid_argument("decoder weights: missing matrix '" + key + "'");
   py::tuple t = mats[py::str(key)].cast<py::tuple>();
-  if (t.size() != 2) throw std::invalid_argument("decoder weights: '" + key + "' must be (WeightSpec, buffer)");
+  if (t.size() != 2 && t.size() != 3)
+    throw std::invalid_argument("decoder weights: '" + key + "' must be (WeightSpec, buffer) or (WeightSpec, DedupStore, name)");
   ie::Matrix m;
   m.spec = t[0].cast<ie::WeightSpec>();
+  if (t.size() == 3) {
+    m.store = t[1].cast<ie::dedup::DedupStore*>();
+    if (m.store == nullptr) throw std::invalid_argument("decoder weights: '" + key + "': no DedupStore");
+    m.name = t[2].cast<std::string>();
+    if (!m.store->contains(m.name))
+      throw std::invalid_argument("decoder weights: '" + key + "': '" + m.name + "' is not a member of the dedup store");
+    m.dedup = std::make_shared<const ie::DedupMatrix>(ie::make_dedup_matrix(m.spec, m.store->view(m.name)));
+    keep.append(t[1]);  // the store outlives the decoder
+    return m;
+  }
   py::object buf = t[1];
   m.data = static_cast<const uint8_t*>(ie::weight_buffer(py::reinterpret_borrow<py::buffer>(buf), m.spec, key).ptr);
   keep.append(buf);  // the buffer's owner, kept referenced for the decoder's lifetime

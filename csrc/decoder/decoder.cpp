@@ -26,7 +26,9 @@ namespace ie {
 namespace {
 
 void check_matrix(const char* what, const Matrix& m, int64_t rows, int64_t cols) {
-  if (m.data == nullptr) fail(std::string(what) + ": no data");
+  if (m.data == nullptr && !m.dedup) fail(std::string(what) + ": no data");
+  if (m.dedup && (m.store == nullptr || m.dedup->spec.rows != m.spec.rows || m.dedup->spec.cols != m.spec.cols))
+    fail(std::string(what) + ": dedup member planned for another matrix");
   if (m.spec.rows != rows || m.spec.cols != cols)
     fail(std::string(what) + ": shape [" + std::to_string(m.spec.rows) + ", " + std::to_string(m.spec.cols) +
          "], expected [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
@@ -96,6 +98,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   kv_dim_ = c.n_kv_heads * c.head_dim;
 
   check_matrix("embed_tokens", w_.embed, c.vocab, c.hidden);
+  if (w_.embed.dedup) fail("embed_tokens: pass the rebuilt bytes (rows are read one token at a time)");
   if (wtype_info(w_.embed.spec.type).quantized) {
     w_.embed_f32.resize(static_cast<size_t>(c.vocab) * c.hidden);
     dequantize(w_.embed.spec, w_.embed.data, w_.embed_f32.data());
@@ -124,7 +127,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   // the packing, are handed back (MADV_PAGEOUT: dropped from this process's
   // resident set, contents kept), so the copy does not double the RSS.
   auto pack = [&](Matrix& m) {
-    if (!gemv_uses_rows8(m.spec, act_, isa_)) return;
+    if (m.dedup || !gemv_uses_rows8(m.spec, act_, isa_)) return;
     m.rows8 = std::make_shared<const Rows8>(pack_rows8(m.spec, m.data, threads_));
     rows8_bytes_ += m.rows8->bytes.size();
     page_out(m.data, weight_nbytes(m.spec));
@@ -197,11 +200,28 @@ void Decoder::prepare(PreparedAct& prep, const float* x, int b, int cols) {
 }
 
 void Decoder::mm(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y) {
+  if (m.dedup) return mm_dedup(m, prep, x, b, bias, y);
   if (b > kMaxBatch)
     gemm(m.spec, m.data, x, b, bias, y, threads_, isa_, gemm_scratch_);
   else
     gemv(m.spec, m.data, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, threads_, isa_, scratch_,
          m.rows8.get());
+}
+
+// A dedup member: from the store's LRU cache where it fits there (rebuilt on
+// a miss), else through the fused GEMV, which never holds the whole matrix;
+// a prefill chunk's GEMM takes one transient rebuild (not cached).
+void Decoder::mm_dedup(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y) {
+  if (m.store->cacheable(m.name) || b > kMaxBatch) {
+    const dedup::BufferPtr buf = m.store->get(m.name);
+    Matrix plain;
+    plain.spec = m.spec;
+    plain.data = buf->data;
+    return mm(plain, prep, x, b, bias, y);
+  }
+  gemv_dedup(*m.dedup, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, threads_, isa_,
+             dedup_scratch_);
+  m.store->count_fused(m.dedup->read_bytes);
 }
 
 void Decoder::embed_row(int32_t token, float* out) const {

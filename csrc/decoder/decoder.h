@@ -18,6 +18,7 @@
 
 #include "common/isa.h"
 #include "gemm/gemm.h"
+#include "gemv/dedup_gemv.h"
 #include "gemv/gemv.h"
 
 namespace ie {
@@ -43,10 +44,16 @@ struct DecoderConfig {
 // A matrix in its stored format; `data` points into the mapped file.
 // `rows8` is the decoder's own row-interleaved copy for decode steps
 // (gemv/rows8.h), packed at load where the act=int8 GEMV reads one.
+// A dedup member has no `data`: `dedup` plans its fused GEMV over the
+// store's blobs, and `store` (which outlives the decoder) serves it from its
+// LRU cache where it fits there (dedup/dedup.h).
 struct Matrix {
   WeightSpec spec;
   const uint8_t* data = nullptr;
   std::shared_ptr<const Rows8> rows8;
+  std::shared_ptr<const DedupMatrix> dedup;
+  dedup::DedupStore* store = nullptr;
+  std::string name;  // the member's name in `store`
 };
 
 struct LayerWeights {
@@ -110,6 +117,7 @@ class Decoder {
   // that reads it) when b <= kMaxBatch, else through the GEMM.
   void prepare(PreparedAct& prep, const float* x, int b, int cols);
   void mm(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
+  void mm_dedup(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
 
   DecoderConfig cfg_;
   DecoderWeights w_;
@@ -133,6 +141,7 @@ class Decoder {
   PreparedAct xn_prep_, att_prep_, gate_prep_;
   GemvScratch scratch_;
   GemmScratch gemm_scratch_;
+  DedupGemvScratch dedup_scratch_;
 };
 
 // Tokens per prefill chunk with float activations: each GEMM converts its

@@ -105,6 +105,8 @@ py::dict stats_dict(const dd::DedupStore& s) {
   d["cached_bytes"] = st.cached_bytes;
   d["capacity_bytes"] = st.capacity_bytes;
   d["reconstructed_bytes"] = st.reconstructed_bytes;
+  d["fused_calls"] = st.fused_calls;
+  d["fused_bytes"] = st.fused_bytes;
   d["groups"] = s.groups();
   d["members"] = s.names().size();
   d["isa"] = ie::isa_name(s.isa());
@@ -147,6 +149,14 @@ void ie_register_dedup(py::module_& m) {
             return s.nbytes(name);
           },
           py::arg("name"))
+      .def(
+          "cacheable",
+          [](const dd::DedupStore& s, const std::string& name) {
+            if (!s.contains(name)) throw py::key_error(name);
+            return s.cacheable(name);
+          },
+          py::arg("name"), "Whether the LRU cache keeps the member once rebuilt (it fits in the cache); else "
+                           "the decoder multiplies it through the fused GEMV.")
       .def("stats", &stats_dict, "Cache counters (hits, misses, evictions, bypasses, bytes) and the kernel in use.")
       .def("clear_cache", &dd::DedupStore::clear_cache);
 

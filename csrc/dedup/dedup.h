@@ -60,6 +60,19 @@ size_t reconstruct_chunk_scalar(const uint8_t* def, const uint8_t* mask, const u
 // The reconstruction variant that runs for a resolved `isa`.
 Isa kernel_isa(Isa isa);
 
+// Bytes [a, b) of a member, rebuilt into `out` (b - a bytes): `def` and
+// `mask` point at the member's whole default and mask, `exc` at its first
+// exception, `k` is the number of set mask bits before byte a (from
+// exceptions_before) and `exc_count` the member's total. Any `a`: a scalar
+// head runs up to the next multiple of 8 (a whole mask byte), then the
+// ISA's chunk body. Returns the exceptions consumed, or kOverrun when the
+// mask asks for more than exc_count (never on validated input).
+size_t reconstruct_range(const uint8_t* def, const uint8_t* mask, const uint8_t* exc, size_t exc_count, size_t k,
+                         size_t a, size_t b, uint8_t* out, Isa isa);
+
+// Set mask bits before byte `a`, given `prefix` (chunk_prefix of the mask).
+uint64_t exceptions_before(const uint8_t* mask, const std::vector<uint64_t>& prefix, size_t a);
+
 // (static: included by files built with different ISA flags; see bsr.h)
 static inline size_t mask_nbytes(size_t n) { return (n + 7) / 8; }
 static inline size_t chunk_count(size_t n) { return (n + kChunk - 1) / kChunk; }
@@ -106,10 +119,26 @@ struct StoreSpec {
 struct StoreStats {
   uint64_t hits = 0, misses = 0, evictions = 0, bypasses = 0;
   uint64_t reconstructed_bytes = 0;
+  // Products computed from the blobs where the member is used (fused GEMV,
+  // nothing cached) and the blob bytes those calls read (default + mask +
+  // exceptions, per call).
+  uint64_t fused_calls = 0, fused_bytes = 0;
   size_t entries = 0, cached_bytes = 0, capacity_bytes = 0;
 };
 
 class MappedFile;
+
+// A member's regions inside the mapped blobs, valid while its store lives:
+// what a kernel needs to rebuild any byte range where the member is used
+// (gemv/dedup_gemv.h) instead of a full copy.
+struct MemberView {
+  const uint8_t* def = nullptr;
+  const uint8_t* mask = nullptr;
+  const uint8_t* exc = nullptr;
+  size_t exc_count = 0;
+  size_t nbytes = 0;
+  const std::vector<uint64_t>* prefix = nullptr;  // chunk_prefix of the mask
+};
 
 class DedupStore {
  public:
@@ -131,6 +160,12 @@ class DedupStore {
   // The tensor's bytes, from the LRU cache or reconstructed into it. A
   // tensor larger than the whole cache is returned uncached (a bypass).
   BufferPtr get(const std::string& name);
+  // Whether get(name) keeps what it rebuilds (the member fits in the cache).
+  bool cacheable(const std::string& name) const { return nbytes(name) <= capacity_; }
+  // The member's regions, for kernels that rebuild it piecewise.
+  MemberView view(const std::string& name) const;
+  // Counts one fused product that read `bytes` of the blobs.
+  void count_fused(size_t bytes);
   StoreStats stats() const;
   void clear_cache();
 

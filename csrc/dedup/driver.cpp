@@ -71,6 +71,37 @@ std::vector<uint64_t> chunk_prefix(const uint8_t* mask, size_t n) {
   return prefix;
 }
 
+uint64_t exceptions_before(const uint8_t* mask, const std::vector<uint64_t>& prefix, size_t a) {
+  const size_t c = a / kChunk;
+  uint64_t k = prefix.at(c);
+  const size_t from = c * (kChunk / 8);
+  k += popcount_bytes(mask + from, a / 8 - from);
+  if (a % 8) k += static_cast<uint64_t>(__builtin_popcount(mask[a / 8] & ((1u << (a % 8)) - 1u)));
+  return k;
+}
+
+size_t reconstruct_range(const uint8_t* def, const uint8_t* mask, const uint8_t* exc, size_t exc_count, size_t k,
+                         size_t a, size_t b, uint8_t* out, Isa isa) {
+  if (k > exc_count) return kOverrun;
+  const size_t k0 = k;
+  size_t i = a;
+  for (; i < b && i % 8; ++i) {  // head: the rest of a partly used mask byte
+    if (mask[i / 8] >> (i % 8) & 1u) {
+      if (k == exc_count) return kOverrun;
+      out[i - a] = exc[k++];
+    } else {
+      out[i - a] = def[i];
+    }
+  }
+  if (i < b) {
+    const size_t got = kDedupTable.ops(isa).chunk(def + i, mask + i / 8, exc + k, exc_count - k, out + (i - a), b - i,
+                                                  false);
+    if (got == kOverrun) return kOverrun;
+    k += got;
+  }
+  return k - k0;
+}
+
 namespace {
 
 // Below this, non-temporal stores cost more than they save: the output is

@@ -291,6 +291,28 @@ BufferPtr DedupStore::get(const std::string& name) {
   return buf;
 }
 
+MemberView DedupStore::view(const std::string& name) const {
+  const auto it = index_.find(name);
+  if (it == index_.end()) throw std::out_of_range("dedup: no grouped tensor named '" + name + "'");
+  const size_t i = it->second;
+  const StoreSpec& s = spec_;
+  const int64_t g = s.member_group[i];
+  MemberView v;
+  v.def = blobs_[0]->data() + s.group_default_offset[g];
+  v.mask = blobs_[1]->data() + s.mask_offset[i];
+  v.exc = blobs_[2]->data() ? blobs_[2]->data() + s.exc_offset[i] : nullptr;
+  v.exc_count = static_cast<size_t>(s.exc_count[i]);
+  v.nbytes = static_cast<size_t>(s.group_nbytes[g]);
+  v.prefix = &prefix_[i];
+  return v;
+}
+
+void DedupStore::count_fused(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++st_.fused_calls;
+  st_.fused_bytes += bytes;
+}
+
 StoreStats DedupStore::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   StoreStats out = st_;
