@@ -73,13 +73,17 @@ def dir_bytes(d: Path) -> int:
     return sum(p.stat().st_size for p in d.iterdir() if p.is_file() and not p.is_symlink())
 
 
-def bench(model: Path, env: dict[str, str], prompts: Path, threads: int, rounds: int) -> dict[str, float]:
+def bench_round(model: Path, env: dict[str, str], prompts: Path, threads: int) -> dict[str, float]:
     out = run(BIN / "ierun", "bench", "--model-dir", model, "--prompts-file", prompts, "--threads", threads,
-              "--rounds", rounds, "--max-new", 32, "--ignore-eos", env=env)
-    lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-    return {"tps": statistics.median(x["tps_true"] for x in lines),
-            "rss_peak_mb": max(x["rss_peak_mb"] for x in lines),
-            "mb_per_token": statistics.median(x["mb_per_token"] for x in lines)}
+              "--rounds", 1, "--max-new", 32, "--ignore-eos", env=env)
+    return next(json.loads(x) for x in out.splitlines() if x.startswith("{"))
+
+
+def summary(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {"tps": statistics.median(x["tps_true"] for x in rounds),
+            "decode_ms_p50": statistics.median(x["latency_p50_ms"] for x in rounds),
+            "rss_peak_mb": max(x["rss_peak_mb"] for x in rounds),
+            "mb_per_token": statistics.median(x["mb_per_token"] for x in rounds)}
 
 
 def main() -> None:
@@ -91,7 +95,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=2048)
     ap.add_argument("--redraw", type=float, default=0.005)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="iekit-dedup-pack-"))
     try:
@@ -105,10 +109,18 @@ def main() -> None:
         res = {"config": vars(a), "plain_dir_bytes": dir_bytes(plain), "packed_dir_bytes": dir_bytes(packed),
                "groups": pack["groups"], "grouped_tensors": pack["members"], "pack_seconds": pack["seconds"]}
         res["dir_ratio"] = res["packed_dir_bytes"] / res["plain_dir_bytes"]
-        res["plain"] = bench(plain, {}, prompts, a.threads, a.rounds)
-        res["packed_cache0"] = bench(packed, DedupConfig(cache_mb=0).as_env(), prompts, a.threads, a.rounds)
+        # Rounds alternate between the two models, so a machine whose speed
+        # drifts (shared hosts swing 1.5x from minute to minute) slows both
+        # alike; the speed ratio is the median of the per-pair ratios.
+        runs: dict[str, list] = {"plain": [], "packed_cache0": []}
+        for _ in range(a.rounds):
+            runs["plain"].append(bench_round(plain, {}, prompts, a.threads))
+            runs["packed_cache0"].append(bench_round(packed, DedupConfig(cache_mb=0).as_env(), prompts, a.threads))
+        for k, v in runs.items():
+            res[k] = summary(v)
         res["rss_ratio"] = res["packed_cache0"]["rss_peak_mb"] / res["plain"]["rss_peak_mb"]
-        res["tps_ratio"] = res["packed_cache0"]["tps"] / res["plain"]["tps"]
+        res["tps_ratio"] = statistics.median(
+            q["tps_true"] / p["tps_true"] for p, q in zip(runs["plain"], runs["packed_cache0"]))
         print(json.dumps(res, sort_keys=True))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -36,6 +36,9 @@ from iekit.formats.errors import FormatError, IEError
 from .env import DEFAULT_CACHE_MB, DedupConfig
 from .native import _native
 
+# Bytes of a member rebuilt at a time when it is verified without a whole copy.
+_VERIFY_SLICE = 4 << 20
+
 __all__ = ["DedupConfig", "DedupWarning", "TensorSource", "open_store"]
 
 
@@ -125,7 +128,7 @@ class TensorSource:
         if self.store is not None and name in self.store:
             buf = self.store.get(name)
             if self.config.strict and name not in self._verified:
-                self._verify(name, buf, t)
+                self._verify(name, checksums.digest(self.model.checksum, buf), t)
             return buf
         if t["nbytes"] == 0:
             return np.empty(0, np.uint8)
@@ -144,8 +147,25 @@ class TensorSource:
         if self.store is None or name not in self.store:
             return None
         if self.config.strict and name not in self._verified:
-            self._verify(name, self.store.get(name), self._by_name[name])
+            self._verify(name, self._digest(name), self._by_name[name])
         return self.store, name
+
+    def _digest(self, name: str) -> str:
+        """The member's digest: of the cached rebuild where the cache keeps
+        it (the first product then hits), else rebuilt a slice at a time into
+        one buffer, since a whole transient rebuild per member would leave the
+        allocator's heap tens of MB larger for the rest of the process (freed,
+        but not given back)."""
+        if self.store.cacheable(name):
+            return checksums.digest(self.model.checksum, self.store.get(name))
+        h = checksums.ALGORITHMS[self.model.checksum].new()
+        n = self.store.nbytes(name)
+        buf = np.empty(min(n, _VERIFY_SLICE), np.uint8)
+        for off in range(0, n, buf.size):
+            view = buf[:min(buf.size, n - off)]
+            self.store.read_into(name, off, view)
+            h.update(view)
+        return h.hexdigest()
 
     def read_bytes(self, name: str) -> int:
         """Bytes one product with the tensor reads: the member's default, mask
@@ -157,7 +177,7 @@ class TensorSource:
         m = self._members[name]
         return t["nbytes"] + fmt.mask_nbytes(t["nbytes"]) + m["exceptions"]["count"]
 
-    def _verify(self, name: str, buf: np.ndarray, t: dict[str, Any]) -> None:
+    def _verify(self, name: str, digest: str, t: dict[str, Any]) -> None:
         """IE_DEDUP_STRICT=1: the first rebuild of a tensor must hash to its
         model.ie.json digest, so a corrupted exception byte, mask or default,
         or a member pointed at the wrong group, is an error, not different
@@ -165,7 +185,6 @@ class TensorSource:
         read the same mapped blobs. Costs one hash pass over each grouped
         tensor, once, at load (docs/formats/dedup.md gives the measured rate)."""
         alg = self.model.checksum
-        digest = checksums.digest(alg, buf)
         if digest != t[alg]:
             raise IEError(f"{self.index.path}: IE_DEDUP_STRICT=1: {name!r} rebuilds to {alg} {digest[:16]}..., "
                           f"model.ie.json says {t[alg][:16]}... (a corrupted default, mask or exception "

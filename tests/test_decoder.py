@@ -8,6 +8,7 @@ pass used for quantized artifacts, where no transformers output exists.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -339,3 +340,29 @@ def test_error_prompt_text_without_tokenizer(tmp_path):
     assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--prompt", "hi"),
                           "no tokenizer.json", "token ids")
     assert run_tool("ierun", "generate", "--model-dir", d, "--ids", "0,5", "--max-new", "2").returncode == 0
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_kv_cache_pages_are_resident_only_once_written(tmp_path):
+    """The KV cache is sized for the whole window but costs memory only for
+    the positions used: a 2^19-position window (256 MiB of K and V) adds a
+    few MiB of RSS, and decodes exactly as the default window does."""
+    d = tmp_path / "m"
+    shutil.copytree(GOLDEN_IEBIN / "tiny-llama", d)
+    meta = json.loads((d / "model.ie.json").read_text())
+    for key in ("config", "model"):
+        meta[key]["max_position_embeddings"] = 1 << 19
+    (d / "model.ie.json").write_text(json.dumps(meta))
+    before = _rss_kib()
+    big = Decoder(d, ctx=1 << 19)
+    grown = (_rss_kib() - before) / 1024
+    kv_mib = 2 * big.spec.n_layers * big.spec.n_kv_heads * big.spec.head_dim * 4 * (1 << 19) / (1 << 20)
+    assert kv_mib == 256 and grown < 32, f"{grown:.1f} MiB resident after allocating a {kv_mib:.0f} MiB KV cache"
+    ref = Decoder(GOLDEN_IEBIN / "tiny-llama")
+    np.testing.assert_array_equal(big.prefill([1, 2, 3]), ref.prefill([1, 2, 3]))
+    np.testing.assert_array_equal(big.step(4), ref.step(4))

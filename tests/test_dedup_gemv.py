@@ -1,7 +1,8 @@
-"""The fused dedup GEMV (csrc/gemv/dedup_gemv.cpp): a member multiplied tile
-by tile from default + mask + exceptions equals the stored-format GEMV over
-the member's own bytes, for every weight type, ISA and activation precision,
-and never holds the whole member."""
+"""The fused dedup GEMV (csrc/gemv/dedup_gemv.cpp): a member multiplied a
+few rows at a time, each step rebuilt from default + mask + exceptions where
+the kernel reads it, equals the stored-format GEMV over the member's own
+bytes, for every weight type, ISA and activation precision, and never holds
+the whole member; and the streamed read the runtime verifies members with."""
 
 from __future__ import annotations
 
@@ -16,12 +17,11 @@ from iekit.runtime.dedup import open_store
 
 N = native._native
 ISAS = native.cpu_features()["isas"]
-TILE = 32 << 10  # kDedupTileBytes
-
-
 def _rows_for(raw_row: int) -> int:
-    """An odd row count giving several tiles and a partial last one."""
-    return max(9, (5 * TILE) // raw_row) | 1
+    """An odd row count (a last step shorter than the kernel's) spanning
+    several of the store's 64 KiB prefix chunks, so the second thread's first
+    row starts mid-chunk and finds its cursor from the prefix table."""
+    return max(9, (5 * N.DEDUP_CHUNK) // (2 * raw_row)) | 1
 
 
 def _members(v, seed: int):
@@ -74,3 +74,27 @@ def test_fused_gemv_equals_the_gemv_of_the_rebuilt_member(v, tmp_path):
     per_name = calls // len(members)
     assert st["fused_calls"] == calls
     assert st["fused_bytes"] == sum(per_name * (n + fmt.mask_nbytes(n) + exc[k]) for k in members)
+
+
+def test_read_into_rebuilds_any_slice_and_refuses_past_the_end(tmp_path):
+    rng = np.random.default_rng(5)
+    base = rng.integers(0, 256, 200_003, dtype=np.uint8)
+    members = {}
+    for j in range(3):
+        m = base.copy()
+        idx = rng.choice(m.size, m.size // 20, replace=False)
+        m[idx] = rng.integers(0, 256, idx.size, dtype=np.uint8)
+        members[f"w{j}"] = m
+    write_artifact(tmp_path, [{"members": members}])
+    store, _ = open_store(tmp_path, cache_mb=0)
+    for name, w in members.items():
+        for off, n in ((0, w.size), (1, 7), (13, 70_001), (65_535, 3), (w.size - 5, 5), (w.size, 0)):
+            out = np.full(n, 0xAA, np.uint8)
+            store.read_into(name, off, out)
+            np.testing.assert_array_equal(out, w[off:off + n], err_msg=f"{name} [{off}, +{n})")
+    with pytest.raises(ValueError, match="past the end of w0"):
+        store.read_into("w0", base.size - 2, np.empty(3, np.uint8))
+    with pytest.raises(KeyError):
+        store.read_into("nope", 0, np.empty(1, np.uint8))
+    st = store.stats()
+    assert st["reconstructed_bytes"] == 0 and st["misses"] == 0  # a streamed read is not a rebuild

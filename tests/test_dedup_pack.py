@@ -94,6 +94,8 @@ def test_cache_zero_multiplies_in_place_and_counts_it(pair, monkeypatch):
     dec.step(4)  # a decode step: fused GEMV only
     after = dec.dedup_stats
     assert after["cached_bytes"] == 0 and after["entries"] == 0
+    # The strict check at load streamed each member through one buffer.
+    assert before["reconstructed_bytes"] == 0 and before["misses"] == 0
     assert after["fused_calls"] - before["fused_calls"] == 14
     assert after["reconstructed_bytes"] == before["reconstructed_bytes"]  # nothing rebuilt whole
     idx = fmt.load_index(packed)

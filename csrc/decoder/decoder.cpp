@@ -137,8 +137,8 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   pack(w_.lm_head);
   const size_t cache = checked_mul(checked_mul(static_cast<size_t>(c.n_layers), static_cast<size_t>(c.max_ctx),
                                               "KV cache"), static_cast<size_t>(kv_dim_), "KV cache");
-  k_cache_.assign(cache, 0.f);
-  v_cache_.assign(cache, 0.f);
+  k_cache_ = ZeroPages<float>(cache);
+  v_cache_ = ZeroPages<float>(cache);
   const size_t B = kPrefillBatch;
   x_.resize(B * c.hidden);
   xn_.resize(B * std::max(c.hidden, c.inter));

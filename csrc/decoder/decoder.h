@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/isa.h"
+#include "common/zero_pages.h"
 #include "gemm/gemm.h"
 #include "gemv/dedup_gemv.h"
 #include "gemv/gemv.h"
@@ -133,7 +134,7 @@ class Decoder {
   std::vector<char> capture_on_;
   int64_t stats_tokens_ = 0;
   void add_stats(int slot, const float* x, int b, int n);
-  std::vector<float> k_cache_, v_cache_;  // [layer][max_ctx][kv_dim]
+  ZeroPages<float> k_cache_, v_cache_;  // [layer][max_ctx][kv_dim]; pages resident once written
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
   std::vector<float> rope_cs_;  // [chunk][cos(head_dim/2) | sin(head_dim/2)] of the chunk's positions
   // Each activation prepared once for every matrix that reads it (q/k/v, gate/up),

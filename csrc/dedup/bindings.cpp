@@ -139,6 +139,29 @@ void ie_register_dedup(py::module_& m) {
             return view_of(std::move(buf));
           },
           py::arg("name"), "The tensor's bytes (read-only uint8 array), from the LRU cache or reconstructed.")
+      .def(
+          "read_into",
+          [](const dd::DedupStore& s, const std::string& name, size_t offset, py::array_t<uint8_t> out) {
+            if (!s.contains(name)) throw py::key_error(name);
+            if (!(out.flags() & py::array::c_style) || !out.writeable())
+              throw std::invalid_argument("dedup: out must be a writable contiguous uint8 array");
+            const dd::MemberView v = s.view(name);
+            const size_t n = static_cast<size_t>(out.size());
+            if (offset > v.nbytes || n > v.nbytes - offset)
+              throw std::invalid_argument("dedup: bytes [" + std::to_string(offset) + ", +" + std::to_string(n) +
+                                          ") are past the end of " + name + " (" + std::to_string(v.nbytes) + " bytes)");
+            uint8_t* o = out.mutable_data();
+            size_t got;
+            {
+              py::gil_scoped_release nogil;
+              const uint64_t k = dd::exceptions_before(v.mask, *v.prefix, offset);
+              got = dd::reconstruct_range(v.def, v.mask, v.exc, v.exc_count, k, offset, offset + n, o, s.isa());
+            }
+            if (got == dd::kOverrun) throw std::invalid_argument("dedup: " + name + ": mask bits and exceptions disagree");
+          },
+          py::arg("name"), py::arg("offset"), py::arg("out"),
+          "Rebuilds bytes [offset, offset + len(out)) of the member into `out` (a streamed read: no whole copy, "
+          "not cached, not counted in stats()).")
       .def("__contains__", &dd::DedupStore::contains)
       .def("__len__", [](const dd::DedupStore& s) { return s.names().size(); })
       .def("names", &dd::DedupStore::names, "Grouped tensor names, in index order.")

@@ -1314,7 +1314,14 @@ int rows_per_step(const GemvArgs& a) {
 }
 
 template <int R, int B>
-void run_range(const GemvArgs& a, const Prepared& p, int64_t r, int64_t r1, float* sf) {
+void run_range(const GemvArgs& a, const Prepared& p, int64_t r, int64_t r1, float* sf, int t) {
+  if (a.src) {
+    run_from_source<R>(a, t, r, r1, [&](const GemvArgs& sub, int n) {
+      if (n == R) run_rows<R, B>(sub, p, 0, sf);
+      else run_rows<1, B>(sub, p, 0, sf);
+    });
+    return;
+  }
   for (; r + R <= r1; r += R) run_rows<R, B>(a, p, r, sf);
   for (; r < r1; ++r) run_rows<1, B>(a, p, r, sf);
 }
@@ -1428,12 +1435,13 @@ void gemv_avx2(const GemvArgs& a) {
     constexpr int B = decltype(bc)::value;
 #pragma omp parallel num_threads(a.threads)
     {
+      const int t = omp_get_thread_num();
       int64_t r0, r1;
-      thread_rows(rows, 4, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
-      float* sf = sc.sf ? sc.sf + omp_get_thread_num() * sc.sf_stride : nullptr;
-      if (R == 4 && B == 1) run_range<4, 1>(a, p, r0, r1, sf);
-      else if (R == 2 && B <= 2) run_range<2, B>(a, p, r0, r1, sf);
-      else run_range<1, B>(a, p, r0, r1, sf);
+      thread_rows(rows, 4, t, omp_get_num_threads(), &r0, &r1);
+      float* sf = sc.sf ? sc.sf + t * sc.sf_stride : nullptr;
+      if (R == 4 && B == 1) run_range<4, 1>(a, p, r0, r1, sf, t);
+      else if (R == 2 && B <= 2) run_range<2, B>(a, p, r0, r1, sf, t);
+      else run_range<1, B>(a, p, r0, r1, sf, t);
     }
   });
 }

@@ -1,14 +1,15 @@
 // The fused dedup GEMV: y = W x where W is a dedup member (default + mask +
-// exceptions, docs/formats/dedup.md) never rebuilt whole. Rows are taken a
-// tile at a time: each thread rebuilds its tile's bytes into a buffer that
-// stays in its L1/L2 (dedup::reconstruct_range) and runs the stored-format
-// GEMV on that tile, so the member costs no memory beyond one tile per
-// thread and its bytes are read once per product: the default, the mask
-// (an eighth of the tensor) and the exceptions.
+// exceptions, docs/formats/dedup.md) never rebuilt whole. The stored-format
+// GEMV reads it through a RowSource (gemv.h): each kernel step's rows (a
+// few KiB) are rebuilt by dedup::reconstruct_range into the thread's buffer,
+// which stays in L1, and multiplied there at once. So the member costs no
+// memory beyond that buffer, its bytes are read once per product (the
+// default, the mask, an eighth of the tensor, and the exceptions), and the
+// reads stay one sequential stream per blob, as a plain GEMV's are.
 //
-// A tile of rows [r0, r1) of a stored matrix is itself a matrix of r1 - r0
-// rows: the same bytes per row for block and float types, and for int4w the
-// tile's slice of each plane (codes, scales, mins) laid out as the smaller
+// Rows [r0, r0 + n) of a stored matrix are themselves a matrix of n rows:
+// the same bytes per row for block and float types, and for int4w the rows'
+// slice of each plane (codes, scales, mins) laid out as the smaller
 // matrix's planes.
 #pragma once
 #include <cstddef>
@@ -21,33 +22,32 @@
 
 namespace ie {
 
-// Rows per tile: about kDedupTileBytes of stored bytes, a multiple of 8.
-constexpr size_t kDedupTileBytes = size_t(128) << 10;
-
-// A member seen as a matrix: its spec and, per tile and plane, where the
-// tile's bytes are in the member and how many exceptions come before them.
+// A member seen as a matrix: its spec, its blobs and its planes (offset in
+// the member, bytes per row).
 struct DedupMatrix {
   WeightSpec spec;
   dedup::MemberView src;
-  int64_t tile_rows = 0;
-  struct Piece {
-    size_t src_off, nbytes, dst_off;
-    uint64_t k;  // set mask bits before src_off
+  struct Plane {
+    size_t off, per_row;
   };
-  std::vector<std::vector<Piece>> tiles;  // per tile, one piece per plane
-  size_t tile_nbytes = 0;                 // the largest tile's bytes
-  size_t read_bytes = 0;                  // blob bytes one product reads: default + mask + exceptions
+  std::vector<Plane> planes;
+  size_t read_bytes = 0;  // blob bytes one product reads: default + mask + exceptions
 };
 
-// Plans the tiles of `src`, a member of weight_nbytes(s) bytes; throws
+// Plans the planes of `src`, a member of weight_nbytes(s) bytes; throws
 // std::invalid_argument when the sizes disagree.
 DedupMatrix make_dedup_matrix(const WeightSpec& s, const dedup::MemberView& src);
 
-// Per-thread tile buffers, GEMV scratch and tile outputs, kept across calls.
+// Per-thread step buffers and exception cursors, and the GEMV scratch, kept
+// across calls (a decoder shares one among all its members).
 struct DedupGemvScratch {
-  std::vector<AlignedArray<uint8_t>> tile;
-  std::vector<GemvScratch> gemv;
-  std::vector<AlignedArray<float>> y;
+  struct Thread {
+    AlignedArray<uint8_t> buf;
+    int64_t next_row = -1;  // the row after the last step, where the cursors stand
+    uint64_t k[3] = {};     // per plane: mask bits set before next_row
+  };
+  std::vector<Thread> threads;
+  GemvScratch gemv;
 };
 
 // y[b * rows + r] = sum_c W[r][c] x[b][c] (+ bias[r]) for the member W,

@@ -195,27 +195,26 @@ bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, int threads, Isa is
   return true;
 }
 
-void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bias, float* y, Act act, int threads,
-          Isa isa, GemvScratch& scratch, const Rows8* rows8) {
+namespace {
+
+void check_gemv(const WeightSpec& s, const PreparedAct& x, Act act, int threads) {
   if (x.cols() != s.cols)
     fail("activation has " + std::to_string(x.cols()) + " columns, the matrix " + std::to_string(s.cols));
   if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
   if (act == Act::Int8 && !wtype_info(s.type).int8_act)
     fail(std::string("act='int8' applies to ") + wtype_names(false, true, "and") + " weights, not " + wtype_info(s.type).name);
+}
+
+// The checked call's kernel run: the activation's form prepared here, before
+// the kernel's parallel region (PreparedAct is not thread-safe).
+void run_gemv(const WeightSpec& s, const uint8_t* w, const RowSource* src, PreparedAct& x, const float* bias,
+              float* y, Act act, int threads, Isa isa, GemvScratch& scratch) {
   const GemvOps& ops = kGemvTable.ops(isa);
-  if (rows8 && act == Act::Int8) {
-    if (rows8->spec.type != s.type || rows8->spec.rows != s.rows || rows8->spec.cols != s.cols)
-      fail("gemv: the rows8 copy is of another matrix");
-    Rows8Job job;
-    job.w = rows8;
-    job.bias = bias;
-    job.y = y;
-    if (gemv_rows8(&job, 1, x, threads, isa)) return;
-  }
   GemvArgs a;
   a.spec = s;
   a.lay = weight_layout(s);
   a.w = w;
+  a.src = src;
   a.x = x.x();
   a.batch = x.batch();
   a.bias = bias;
@@ -226,6 +225,30 @@ void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bi
   scratch.bytes.resize(ops.scratch_bytes(a));
   a.scratch = scratch.bytes.data();
   ops.gemv(a);
+}
+
+}  // namespace
+
+void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bias, float* y, Act act, int threads,
+          Isa isa, GemvScratch& scratch, const Rows8* rows8) {
+  check_gemv(s, x, act, threads);
+  if (rows8 && act == Act::Int8) {
+    if (rows8->spec.type != s.type || rows8->spec.rows != s.rows || rows8->spec.cols != s.cols)
+      fail("gemv: the rows8 copy is of another matrix");
+    Rows8Job job;
+    job.w = rows8;
+    job.bias = bias;
+    job.y = y;
+    if (gemv_rows8(&job, 1, x, threads, isa)) return;
+  }
+  run_gemv(s, w, nullptr, x, bias, y, act, threads, isa, scratch);
+}
+
+void gemv(const WeightSpec& s, const RowSource& src, PreparedAct& x, const float* bias, float* y, Act act,
+          int threads, Isa isa, GemvScratch& scratch) {
+  if (src.rows == nullptr) fail("gemv: the row source has no rows function");
+  check_gemv(s, x, act, threads);
+  run_gemv(s, nullptr, &src, x, bias, y, act, threads, isa, scratch);
 }
 
 void gemv(const WeightSpec& s, const uint8_t* w, const float* x, int batch, const float* bias, float* y, Act act,

@@ -68,6 +68,26 @@ struct GemvScratch {
 void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bias, float* y, Act act, int threads,
           Isa isa, GemvScratch& scratch, const Rows8* rows8 = nullptr);
 
+// A matrix that never exists whole in memory (a dedup member: default +
+// mask + exceptions): the kernel asks it for each step's rows and multiplies
+// them where they were built, in the thread's L1, so rebuilding costs one
+// extra pass over a few KiB that are already in cache instead of a second
+// trip to DRAM. rows(ctx, t, r0, n) returns rows [r0, r0 + n) (n <=
+// kMaxStepRows) laid out as an n-row matrix of the same spec
+// (weight_layout), valid until thread t's next call, or null when the
+// source is malformed (the caller records why, and the kernel skips the
+// rows). A thread asks for its rows in increasing order.
+constexpr int kMaxStepRows = 4;
+struct RowSource {
+  const uint8_t* (*rows)(void* ctx, int thread, int64_t r0, int n) = nullptr;
+  void* ctx = nullptr;
+};
+
+// gemv() over a RowSource: the same kernel on the same bytes, so the same y
+// bit for bit. act=int8 uses the stored layout (there is no rows8 copy).
+void gemv(const WeightSpec& s, const RowSource& src, PreparedAct& x, const float* bias, float* y, Act act,
+          int threads, Isa isa, GemvScratch& scratch);
+
 // Whether a rows8 copy of a matrix of type `s` would be read by gemv calls
 // with `act` on `isa` (what a decoder packs at load).
 bool gemv_uses_rows8(const WeightSpec& s, Act act, Isa isa);

@@ -32,6 +32,7 @@ struct GemvArgs {
   float* y = nullptr;           // [batch, rows]
   Act act = Act::F32;
   int threads = 1;
+  const RowSource* src = nullptr;  // when set, w is null: rows come from src (run_from_source)
 };
 
 // One ISA's GEMV entry points (common/dispatch.h).
@@ -71,6 +72,39 @@ inline void thread_rows(int64_t rows, int align, int t, int nt, int64_t* r0, int
   *r1 = units * (t + 1) / nt * align;
   if (*r0 > rows) *r0 = rows;
   if (*r1 > rows) *r1 = rows;
+}
+
+// Thread t's rows [r, r1) of a matrix given by a.src, up to R rows a step:
+// each step is fetched as an n-row matrix, `run(sub, n)` multiplies it into
+// sub.y ([batch][n]) without bias, and the bias is added here as the kernels
+// add it (after everything else), so y is bit-identical to the stored case.
+template <int R, class Run>
+inline void run_from_source(const GemvArgs& a, int t, int64_t r, int64_t r1, Run run) {
+  static_assert(R >= 1 && R <= kMaxStepRows, "a step holds at most kMaxStepRows rows");
+  float yb[R * kMaxBatch];
+  GemvArgs sub = a;
+  sub.src = nullptr;
+  sub.bias = nullptr;
+  sub.y = yb;
+  WeightSpec one = a.spec, full = a.spec;
+  one.rows = 1;
+  full.rows = R;
+  const WeightLayout lay_one = weight_layout(one), lay_full = weight_layout(full);
+  const int64_t rows = a.spec.rows;
+  while (r < r1) {
+    const int n = r + R <= r1 ? R : 1;
+    sub.w = a.src->rows(a.src->ctx, t, r, n);
+    if (sub.w == nullptr) return;
+    sub.spec.rows = n;
+    sub.lay = n == R ? lay_full : lay_one;
+    run(sub, n);
+    for (int b = 0; b < a.batch; ++b)
+      for (int i = 0; i < n; ++i) {
+        const float v = yb[b * n + i];
+        a.y[b * rows + r + i] = a.bias ? v + a.bias[r + i] : v;
+      }
+    r += n;
+  }
 }
 
 // Carves 64-byte aligned arrays out of one buffer; the same walk sizes the

@@ -189,14 +189,19 @@ void gemv_scalar(const GemvArgs& a) {
   const float* dx = a.prep ? c.take<float>(static_cast<size_t>(a.batch * cols / 32)) : nullptr;
 #pragma omp parallel num_threads(a.threads)
   {
+    const int t = omp_get_thread_num();
     int64_t r0, r1;
-    thread_rows(rows, 4, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
-    for (int64_t r = r0; r < r1; ++r) {
+    thread_rows(rows, 4, t, omp_get_num_threads(), &r0, &r1);
+    auto row = [&](const GemvArgs& m, int64_t r) {  // m is a or a step of a.src
       float acc[kMaxBatch] = {};
-      if (a.act == Act::Int8) row_int8(a, r, qx, dx, acc);
-      else row_f32(a, r, acc);
-      for (int b = 0; b < a.batch; ++b) a.y[b * rows + r] = a.bias ? acc[b] + a.bias[r] : acc[b];
-    }
+      if (m.act == Act::Int8) row_int8(m, r, qx, dx, acc);
+      else row_f32(m, r, acc);
+      const int64_t n = m.spec.rows;
+      for (int b = 0; b < m.batch; ++b) m.y[b * n + r] = m.bias ? acc[b] + m.bias[r] : acc[b];
+    };
+    if (a.src) run_from_source<1>(a, t, r0, r1, [&](const GemvArgs& sub, int) { row(sub, 0); });
+    else
+      for (int64_t r = r0; r < r1; ++r) row(a, r);
   }
 }
 
