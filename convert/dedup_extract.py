@@ -32,9 +32,10 @@ MAX_CHUNK = 4 << 20
 
 
 def chunk_size(members: int) -> int:
-    """Bytes per member per step: a multiple of 64 (whole mask bytes)."""
+    """Bytes per member per step: a multiple of 512 (8 mask lines, whole
+    bytes of line bits), so the pieces' encodings concatenate."""
     c = min(MAX_CHUNK, max(MIN_CHUNK, CHUNK_BUDGET // max(1, members)))
-    return c // 64 * 64
+    return c // 512 * 512
 
 
 class TensorReader(PreadFiles):
@@ -87,11 +88,10 @@ def write_groups(w: fmt.DedupWriter, reader: TensorReader, groups: list[fmt.Grou
         dentry = w.add_default(default[a:a + C] for a in range(0, n, C))
         entries = []
         for m in g.members:
-            def encoded(m: str = m) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+            def encoded(m: str = m) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
                 for a in range(0, n, C):
                     raw = reader.tensor(m, a, min(C, n - a))
-                    mask, exc = fmt.encode(raw, default[a:a + raw.size])
-                    yield mask, exc, raw
+                    yield *fmt.encode_lines(raw, default[a:a + raw.size]), raw
                     if progress:
                         progress(raw.size)
             e = w.add_member(m, tmap[m].shape, encoded())

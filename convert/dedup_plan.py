@@ -136,10 +136,23 @@ def candidate_pairs(X: np.ndarray) -> set[tuple[int, int]]:
     return pairs
 
 
-def _join_saving(p: float, n: int) -> float:
-    """Bytes saved by storing a tensor as mask + exceptions against a default
-    it agrees with on a fraction ``p`` of bytes."""
-    return n - fmt.mask_nbytes(n) - (1.0 - p) * n - MEMBER_OVERHEAD
+def _mask_bytes(diff: np.ndarray, n: int) -> float:
+    """Estimated mask bytes of members whose sampled bytes differ from their
+    default where ``diff`` (members × sampled bytes) is set: each member's
+    line bits plus a word per 64-byte line holding a difference. The share
+    of such lines is the share of sampled runs holding one: a run is
+    RUN_BYTES = 64 bytes at a random offset, a line at another phase, with
+    the same odds (a tensor sampled whole is cut into lines as stored)."""
+    rows, S = diff.shape
+    runs = np.pad(diff, ((0, 0), (0, -S % RUN_BYTES))).reshape(rows, -1, RUN_BYTES).any(axis=2)
+    return rows * fmt.line_bits_nbytes(n) + 8 * fmt.line_count(n) * float(runs.mean(axis=1).sum())
+
+
+def _join_saving(X: np.ndarray, u: int, ref: int, n: int) -> float:
+    """Bytes saved by storing tensor ``u`` as mask + exceptions against the
+    bytes of tensor ``ref`` (sampled)."""
+    diff = X[u] != X[ref]
+    return n - _mask_bytes(diff[None], n) - float(diff.mean()) * n - MEMBER_OVERHEAD
 
 
 @dataclass
@@ -223,18 +236,18 @@ def group_bucket(X: np.ndarray, n: int) -> list[list[int]]:
     centre: list[int] = []
     members: list[list[int]] = []
     group_of = [-1] * k
-    for p, i, j in edges:
+    for _p, i, j in edges:
         gi, gj = group_of[i], group_of[j]
         if gi == -1 and gj == -1:
             # A new group stores one default plus two masks: it pays off when
-            # the second tensor's saving covers the first one's mask.
-            if _join_saving(p, n) - fmt.mask_nbytes(n) - MEMBER_OVERHEAD > 0:
+            # the second tensor's saving covers the first one's (empty) mask.
+            if _join_saving(X, j, i, n) - fmt.line_bits_nbytes(n) - MEMBER_OVERHEAD > 0:
                 group_of[i] = group_of[j] = len(centre)
                 centre.append(i)
                 members.append([i, j])
         elif (gi == -1) != (gj == -1):
             g, u = (gi, j) if gi != -1 else (gj, i)
-            if _join_saving(sim(u, centre[g]), n) > 0:
+            if _join_saving(X, u, centre[g], n) > 0:
                 group_of[u] = g
                 members[g].append(u)
     return merge_groups(X, members, n)
@@ -243,8 +256,8 @@ def group_bucket(X: np.ndarray, n: int) -> list[list[int]]:
 def _member_costs(X: np.ndarray, rows: list[int], default: np.ndarray, n: int) -> float:
     """Estimated bytes of ``rows`` stored as mask + exceptions against
     ``default`` (sampled), index and padding included."""
-    diff = np.count_nonzero(X[rows] != default) / X.shape[1]  # summed exception rate
-    return len(rows) * (fmt.mask_nbytes(n) + MEMBER_OVERHEAD) + diff * n
+    diff = X[rows] != default
+    return len(rows) * MEMBER_OVERHEAD + _mask_bytes(diff, n) + np.count_nonzero(diff) / X.shape[1] * n
 
 
 def merge_groups(X: np.ndarray, groups: list[list[int]], n: int) -> list[list[int]]:
@@ -312,7 +325,7 @@ def estimate_group(X: np.ndarray, rows: list[int], n: int, zstd_bytes: int) -> d
     maj = fmt.majority(X[rows])
     rates = [float(np.mean(X[r] != maj)) for r in rows]
     exc = sum(round(r * n) for r in rates)
-    dedup_bytes = n + len(rows) * fmt.mask_nbytes(n) + exc
+    dedup_bytes = n + round(_mask_bytes(X[rows] != maj, n)) + exc
     original = len(rows) * n
     return {"sampled_bytes": S, "exception_rate": round(sum(rates) / len(rates), 6),
             "original_bytes": original, "dedup_bytes": dedup_bytes, "saved_bytes": original - dedup_bytes,

@@ -35,7 +35,8 @@ from .quant import SCHEMES
 INDEX_FORMAT = "iekit-dedup"
 TENSOR_MAP_FORMAT = "iekit-dedup-tensor-map"
 GROUPS_FORMAT = "iekit-dedup-groups"
-VERSION = 1
+VERSION = 1  # tensor_map.json and groups.indices.json
+INDEX_VERSION = 2  # model.dedup.json; 1 stored a bit per byte, an eighth of every member
 POLICY = "lossless"
 ALIGNMENT = 64  # what the writer uses: one cache line, any aligned SIMD load
 INDEX_NAME = "model.dedup.json"  # the name the runtime looks for in a model directory
@@ -51,8 +52,16 @@ TENSOR_MAP_SCHEMA = _SCHEMAS / "dedup_tensor_map.schema.json"
 GROUPS_SCHEMA = _SCHEMAS / "dedup_groups.schema.json"
 
 
-def mask_nbytes(n: int) -> int:
-    return (n + 7) // 8
+LINE = 64  # tensor bytes per mask word
+
+
+def line_count(n: int) -> int:
+    return -(-n // LINE)
+
+
+def line_bits_nbytes(n: int) -> int:
+    """Bytes of an n-byte tensor's line bits (the end of its mask region)."""
+    return -(-line_count(n) // 8)
 
 
 def align_up(x: int, a: int) -> int:
@@ -120,17 +129,65 @@ def _vote(rows: np.ndarray) -> np.ndarray:
     return best_val
 
 
-def encode(member: np.ndarray, default: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(mask, exceptions) of ``member`` against ``default``: one mask bit per
-    byte, LSB first, set where they differ; the differing bytes in order."""
+def encode_lines(member: np.ndarray, default: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(words, line bits, exceptions) of ``member`` against ``default``: a
+    little-endian 64-bit word per 64-byte line that holds a differing byte
+    (bit j: byte j of the line), in line order; a bit per line (LSB first),
+    set where the line has a word; the differing bytes in order. Pieces of a
+    tensor cut at multiples of 512 bytes (8 lines: whole line-bit bytes)
+    encode to pieces of these three that concatenate to the whole's."""
     diff = member != default
-    return np.packbits(diff, bitorder="little"), member[diff]
+    n = diff.size
+    words = np.zeros((line_count(n), 8), np.uint8)
+    words.reshape(-1)[:-(-n // 8)] = np.packbits(diff, bitorder="little")
+    used = words.any(axis=1)
+    return words[used].reshape(-1), np.packbits(used, bitorder="little"), member[diff]
+
+
+def encode(member: np.ndarray, default: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mask region, exceptions) of ``member`` against ``default``: the
+    region is the words, then the line bits (docs/formats/dedup.md)."""
+    words, lines, exc = encode_lines(member, default)
+    return np.concatenate([words, lines]), exc
+
+
+def mask_bits(region: np.ndarray, n: int) -> np.ndarray:
+    """The byte mask (bit i: byte i, LSB first; ceil(n / 8) bytes) a line mask
+    region of an n-byte tensor stands for. ValueError names the first broken
+    rule: the size (words + line bits), line bits past the last line, a count
+    of words that is not the count of set line bits, a zero word, bits past
+    byte n - 1."""
+    lines_n, lb = line_count(n), line_bits_nbytes(n)
+    region = np.asarray(region, np.uint8)
+    if region.size < lb or (region.size - lb) % 8:
+        raise ValueError(f"a {n}-byte tensor's mask is 8-byte words then {lb} bytes of line bits, "
+                         f"not {region.size} bytes")
+    used = np.unpackbits(region[region.size - lb:], bitorder="little")
+    if used[lines_n:].any():
+        raise ValueError("line bits past the tensor's last line are set")
+    used = used[:lines_n].astype(bool)
+    nw = (region.size - lb) // 8
+    if int(used.sum()) != nw:
+        raise ValueError(f"the line bits name {int(used.sum())} lines but the region holds {nw} words")
+    words = region[:8 * nw].reshape(nw, 8)
+    zero = np.flatnonzero(~words.any(axis=1))
+    if zero.size:
+        raise ValueError(f"word {int(zero[0])} (line {int(np.flatnonzero(used)[zero[0]])}) is zero: "
+                         "a line without a differing byte has no word")
+    full = np.zeros((lines_n, 8), np.uint8)
+    full[used] = words
+    full = full.reshape(-1)
+    nb = -(-n // 8)
+    if full[nb:].any() or (n % 8 and full[nb - 1] >> (n % 8)):
+        raise ValueError("bits past the tensor's last byte are set")
+    return full[:nb]
 
 
 def decode(default: np.ndarray, mask: np.ndarray, exceptions: np.ndarray) -> np.ndarray:
-    """Reference decoder (numpy): out[i] = mask bit i ? exceptions[k++] : default[i]."""
+    """Reference decoder (numpy): out[i] = mask bit i ? exceptions[k++] : default[i],
+    ``mask`` a line mask region (ValueError for a malformed one)."""
     n = default.size
-    bits = np.unpackbits(mask, count=n, bitorder="little").astype(bool)
+    bits = np.unpackbits(mask_bits(mask, n), count=n, bitorder="little").astype(bool)
     if int(bits.sum()) != exceptions.size:
         raise ValueError(f"mask has {int(bits.sum())} set bits but there are {exceptions.size} exceptions")
     out = default.copy()
@@ -312,18 +369,19 @@ class DedupIndex:
 
     def arrays(self) -> dict[str, Any]:
         """Plain arrays for the native loader (iekit.runtime._native.DedupStore)."""
-        names, mg, mo, eo, ec = [], [], [], [], []
+        names, mg, mo, mn, eo, ec = [], [], [], [], [], []
         for g, _j, _grp, m in self.members():
             names.append(m["name"])
             mg.append(g)
             mo.append(m["mask"]["offset"])
+            mn.append(m["mask"]["nbytes"])
             eo.append(m["exceptions"]["offset"])
             ec.append(m["exceptions"]["count"])
         i64 = lambda v: np.asarray(v, dtype=np.int64).reshape(-1)  # noqa: E731
         return {"blob_names": [self.meta["blobs"][k]["name"] for k in BLOB_KEYS],
                 "blob_sizes": [self.meta["blobs"][k]["nbytes"] for k in BLOB_KEYS],
                 "alignment": self.meta["alignment"], "names": names,
-                "member_group": i64(mg), "mask_offset": i64(mo), "exc_offset": i64(eo), "exc_count": i64(ec),
+                "member_group": i64(mg), "mask_offset": i64(mo), "mask_nbytes": i64(mn), "exc_offset": i64(eo), "exc_count": i64(ec),
                 "group_nbytes": i64([g["nbytes"] for g in self.groups]),
                 "group_default_offset": i64([g["default"]["offset"] for g in self.groups])}
 
@@ -337,7 +395,7 @@ def regions(meta: dict[str, Any]) -> Iterator[tuple[str, int, int, dict[str, Any
         yield "defaults", d["offset"], n, d, f"groups[{g}].default"
         for j, m in enumerate(grp["members"]):
             f = f"groups[{g}].members[{j}]"
-            yield "masks", m["mask"]["offset"], mask_nbytes(n), m["mask"], f"{f}.mask"
+            yield "masks", m["mask"]["offset"], m["mask"]["nbytes"], m["mask"], f"{f}.mask"
             e = m["exceptions"]
             yield "exceptions", e["offset"], e["count"], e, f"{f}.exceptions"
 
@@ -349,8 +407,11 @@ def validate_index(meta: Any, file: str | os.PathLike = INDEX_NAME) -> None:
         raise FormatError(file, "(root)", "must be a JSON object")
     if meta.get("format") != INDEX_FORMAT:
         raise FormatError(file, "format", f"unknown format {meta.get('format')!r} (expected {INDEX_FORMAT!r})")
-    if meta.get("version") != VERSION or type(meta.get("version")) is not int:
-        raise FormatError(file, "version", f"unsupported version {meta.get('version')!r} (this build reads {VERSION})")
+    if meta.get("version") != INDEX_VERSION or type(meta.get("version")) is not int:
+        hint = (" (version 1 stored a mask bit per byte; re-run ieconv dedup-extract or dedup-pack on the model "
+                "to write version 2 line masks)") if meta.get("version") == 1 else ""
+        raise FormatError(file, "version", f"unsupported version {meta.get('version')!r} (this build reads "
+                          f"{INDEX_VERSION}){hint}")
     if meta.get("policy") != POLICY:
         raise FormatError(file, "policy", f"unsupported policy {meta.get('policy')!r}: only {POLICY!r} exists (bit-exact reconstruction)")
     alg = checksums.algorithm(meta.get("checksum"), file)
@@ -379,6 +440,10 @@ def validate_index(meta: Any, file: str | os.PathLike = INDEX_NAME) -> None:
             _check_dtype_shape(grp["dtype"], m["shape"], n, file, f"groups[{g}]")
             if m["exceptions"]["count"] > n:
                 raise FormatError(file, f"{where}.exceptions.count", f"{m['exceptions']['count']} exceptions for a {n}-byte tensor")
+            mn, lb = m["mask"]["nbytes"], line_bits_nbytes(n)
+            if mn < lb or (mn - lb) % 8 or (mn - lb) // 8 > line_count(n):
+                raise FormatError(file, f"{where}.mask.nbytes", f"a {n}-byte tensor's mask is up to {line_count(n)} "
+                                  f"8-byte words then {lb} bytes of line bits, not {mn} bytes")
         dm = grp["default"]["member"]
         if dm is not None:
             if dm not in names:
@@ -441,10 +506,12 @@ def check_blobs(index: DedupIndex, deep: bool = False) -> list[FormatError]:
         for g, j, grp, m in index.members():
             n = grp["nbytes"]
             files["masks"].seek(m["mask"]["offset"])
-            mask = np.frombuffer(files["masks"].read(mask_nbytes(n)), np.uint8)
             where = f"groups[{g}].members[{j}]"
-            if n % 8 and mask[-1] >> (n % 8):
-                errors.append(FormatError(mf, f"{where}.mask", f"member {m['name']!r}: bits past the tensor's last byte are set"))
+            try:
+                mask = mask_bits(np.frombuffer(files["masks"].read(m["mask"]["nbytes"]), np.uint8), n)
+            except ValueError as e:
+                errors.append(FormatError(mf, f"{where}.mask", f"member {m['name']!r}: {e}"))
+                continue
             pc = popcount(mask)
             if pc != m["exceptions"]["count"]:
                 errors.append(FormatError(mf, f"{where}.exceptions.count", f"member {m['name']!r}: mask has {pc} set bits but the index records {m['exceptions']['count']} exceptions"))
@@ -488,24 +555,38 @@ def cross_check(index: DedupIndex, tensors: list[dict[str, Any]], meta_path: Pat
 def iter_member(index: DedupIndex, group: dict[str, Any], member: dict[str, Any],
                 chunk: int = 1 << 20) -> Iterator[np.ndarray]:
     """A member's original bytes, rebuilt ``chunk`` bytes at a time (the
-    reference decoder on slices: memory stays at a few chunks whatever the
-    tensor's size). Raises FormatError when mask and exceptions disagree."""
-    chunk = max(8, chunk // 8 * 8)  # whole mask bytes per chunk
+    reference decoder on slices: memory stays at a few chunks plus the line
+    bits, n / 512 bytes, whatever the tensor's size). Raises FormatError
+    when the mask is malformed or disagrees with the exceptions."""
+    chunk = max(8 * LINE, chunk // (8 * LINE) * (8 * LINE))  # whole line-bit bytes per chunk
     n = group["nbytes"]
     mf = os.fspath(index.path)
+    lb = line_bits_nbytes(n)
+    moff, mn = member["mask"]["offset"], member["mask"]["nbytes"]
+    where = f"member {member['name']!r}"
     with PreadFiles() as files:
         read = lambda key, off, length: np.frombuffer(files.read(index.blob_path(key), off, length), np.uint8)  # noqa: E731
-        k = 0
+        used = np.unpackbits(read("masks", moff + mn - lb, lb), bitorder="little")
+        k = w = 0
         for a in range(0, n, chunk):
             b = min(n, a + chunk)
-            mask = read("masks", member["mask"]["offset"] + a // 8, mask_nbytes(b - a))
-            count = popcount(mask)
+            lines = used[a // LINE:line_count(b)]
+            nw = int(lines.sum())
+            if 8 * (w + nw) > mn - lb:
+                raise FormatError(mf, "mask", f"{where}: the line bits name more words than the mask holds")
+            region = np.concatenate([read("masks", moff + 8 * w, 8 * nw), np.packbits(lines, bitorder="little")])
+            try:
+                bits = mask_bits(region, b - a)
+            except ValueError as e:
+                raise FormatError(mf, "mask", f"{where}: {e}") from None
+            count = popcount(bits)
             if k + count > member["exceptions"]["count"]:
-                raise FormatError(mf, "exceptions.count", f"member {member['name']!r}: the mask asks for more "
+                raise FormatError(mf, "exceptions.count", f"{where}: the mask asks for more "
                                   f"exceptions than the {member['exceptions']['count']} recorded")
             exc = read("exceptions", member["exceptions"]["offset"] + k, count)
-            yield decode(read("defaults", group["default"]["offset"] + a, b - a), mask, exc)
+            yield decode(read("defaults", group["default"]["offset"] + a, b - a), region, exc)
             k += count
+            w += nw
 
 
 def index_path_for(path: str | os.PathLike) -> Path:
@@ -596,23 +677,29 @@ class DedupWriter:
         return {"offset": off, "nbytes": n, self.alg.name: digest}
 
     def add_member(self, name: str, shape: list[int],
-                   encoded: Iterable[tuple[np.ndarray, np.ndarray, bytes | np.ndarray]]) -> dict[str, Any]:
-        """``encoded`` yields (mask chunk, exceptions chunk, original bytes
-        chunk) in order; the original bytes are only hashed (the member's
-        digest is what reconstruction is checked against)."""
+                   encoded: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray, bytes | np.ndarray]]) -> dict[str, Any]:
+        """``encoded`` yields encode_lines' (words, line bits, exceptions) of
+        consecutive pieces of the member (cut at multiples of 512 bytes) with
+        the piece's original bytes, which are only hashed (the member's
+        digest is what reconstruction is checked against). Words stream to
+        the masks blob; the line bits (n / 512 bytes) are held and end the
+        region."""
         h = self.alg.new()
         masks, excs = self.blobs["masks"], self.blobs["exceptions"]
         masks.begin()
         excs.begin()
-        for mask, exc, raw in encoded:
+        lines = []
+        for words, line_bits, exc, raw in encoded:
             h.update(raw)
-            masks.write(mask)
+            masks.write(words)
+            lines.append(line_bits)
             excs.write(exc)
-        moff, _mn, mdigest = masks.end()
+        masks.write(np.concatenate(lines) if lines else np.zeros(0, np.uint8))
+        moff, mn, mdigest = masks.end()
         eoff, count, edigest = excs.end()
         a = self.alg.name
         return {"name": name, "shape": list(shape), a: h.hexdigest(),
-                "mask": {"offset": moff, a: mdigest},
+                "mask": {"offset": moff, "nbytes": mn, a: mdigest},
                 "exceptions": {"offset": eoff, "count": count, a: edigest}}
 
     def add_group(self, dtype: str, nbytes: int, default: dict[str, Any], default_member: str | None,
@@ -623,7 +710,7 @@ class DedupWriter:
                             "members": members})
 
     def finish(self) -> dict[str, Any]:
-        meta = {"format": INDEX_FORMAT, "version": VERSION, "policy": POLICY, "alignment": self.alignment,
+        meta = {"format": INDEX_FORMAT, "version": INDEX_VERSION, "policy": POLICY, "alignment": self.alignment,
                 "checksum": self.alg.name, "producer": "ieconv",
                 "blobs": {k: {"name": b.name, "nbytes": b.size, self.alg.name: b.file_hash.hexdigest()}
                           for k, b in self.blobs.items()},

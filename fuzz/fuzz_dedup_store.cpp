@@ -1,12 +1,13 @@
 // The dedup loader (DedupStore) on a fuzzed index and fuzzed blob files:
 // every input is refused with a "FILE: FIELD: message" line, or every
-// member it serves is rebuilt in bounds, by every variant.
+// member it serves is rebuilt in bounds, by every variant, whole and from a
+// cursor in the middle (the fused GEMV's ranges), the two agreeing.
 //
 // Input encoding (little-endian; fuzz/make_seeds.py writes the golden
 // artifact this way):
 //   u32 alignment, u8 G, u8 M,
 //   G x {i64 nbytes, i64 default_offset},
-//   M x {u8 group, i64 mask_offset, i64 exc_offset, i64 exc_count},
+//   M x {u8 group, i64 mask_offset, i64 mask_nbytes, i64 exc_offset, i64 exc_count},
 //   3 x i64 declared blob size, 3 x u32 blob length, then the three blobs.
 #include <algorithm>
 #include <stdexcept>
@@ -32,6 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     s.names.push_back("t" + std::to_string(i));
     s.member_group.push_back(r.get<uint8_t>());
     s.mask_offset.push_back(r.get<int64_t>());
+    s.mask_nbytes.push_back(r.get<int64_t>());
     s.exc_offset.push_back(r.get<int64_t>());
     s.exc_count.push_back(r.get<int64_t>());
   }
@@ -49,6 +51,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (const std::string& name : store.names()) {
         dd::BufferPtr buf = store.get(name);
         if (buf->size != store.nbytes(name)) std::abort();
+        const dd::MemberView v = store.view(name);
+        const size_t a = v.nbytes / 3 + (v.nbytes > 7 ? 5 : 0);
+        std::vector<uint8_t> part(v.nbytes - std::min(a, v.nbytes));
+        dd::Cursor c = dd::cursor_at(v, std::min(a, v.nbytes));
+        if (!dd::reconstruct_range(v, c, std::min(a, v.nbytes), v.nbytes, part.data(), isa) ||
+            !std::equal(part.begin(), part.end(), buf->data + std::min(a, v.nbytes)))
+          std::abort();
       }
     } catch (const std::invalid_argument& e) {
       const std::string m = e.what();

@@ -24,8 +24,8 @@ def dedup_seed(model_dir: Path) -> bytes:
     out = struct.pack("<IBB", a["alignment"], len(a["group_nbytes"]), len(a["names"]))
     for n, off in zip(a["group_nbytes"], a["group_default_offset"]):
         out += struct.pack("<qq", int(n), int(off))
-    for g, mo, eo, ec in zip(a["member_group"], a["mask_offset"], a["exc_offset"], a["exc_count"]):
-        out += struct.pack("<Bqqq", int(g), int(mo), int(eo), int(ec))
+    for g, mo, mn, eo, ec in zip(a["member_group"], a["mask_offset"], a["mask_nbytes"], a["exc_offset"], a["exc_count"]):
+        out += struct.pack("<Bqqqq", int(g), int(mo), int(mn), int(eo), int(ec))
     blobs = [(model_dir / name).read_bytes() for name in a["blob_names"]]
     out += struct.pack("<qqq", *a["blob_sizes"]) + struct.pack("<III", *map(len, blobs))
     return out + b"".join(blobs)

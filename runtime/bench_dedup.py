@@ -44,13 +44,18 @@ def bench_dedup(nbytes: int = 256 << 20, density: float = 0.01, threads: int = 2
     rng = np.random.default_rng(seed)
     default = _aligned(nbytes)
     default[:] = rng.integers(0, 256, nbytes, dtype=np.uint8)
-    mask = np.empty((nbytes + 7) // 8, np.uint8)
-    step = 1 << 24  # a multiple of 8: mask bytes never straddle two steps
+    words, lines, count = [], [], 0
+    step = 1 << 24  # a multiple of 512: whole bytes of line bits per step
     for a in range(0, nbytes, step):
-        bits = rng.random(min(step, nbytes - a), dtype=np.float32) < density
-        mask[a // 8:a // 8 + (bits.size + 7) // 8] = np.packbits(bits, bitorder="little")
-    prefix = _native.dedup_chunk_prefix(mask, nbytes)  # built once, as the loader does at open time
-    exc = rng.integers(0, 256, int(prefix[-1]), dtype=np.uint8)
+        c = min(step, nbytes - a)
+        member = default[a:a + c] ^ (rng.random(c, dtype=np.float32) < density).astype(np.uint8)
+        w, ln, exc_part = fmt.encode_lines(member, default[a:a + c])
+        words.append(w)
+        lines.append(ln)
+        count += exc_part.size
+    mask = np.concatenate(words + [np.concatenate(lines)])
+    exc = rng.integers(0, 256, count, dtype=np.uint8)
+    prefix = _native.dedup_prefix(default, mask, count)  # checked once, as the loader does at open time
     out = _aligned(nbytes)
     kw = dict(prefix=prefix, threads=threads, isa=isa, out=out)
     _native.dedup_reconstruct(default, mask, exc, **kw)  # warm-up: page faults, clocks
@@ -75,6 +80,7 @@ def bench_dedup(nbytes: int = 256 << 20, density: float = 0.01, threads: int = 2
         "nbytes": nbytes,
         "density": density,
         "exceptions": int(exc.size),
+        "mask_bytes": int(mask.size),
         "threads": threads,
         "seed": seed,
         "passes": passes,

@@ -175,7 +175,7 @@ class TensorSource:
         if self.store is None or name not in self.store or self.store.cacheable(name):
             return t["nbytes"]
         m = self._members[name]
-        return t["nbytes"] + fmt.mask_nbytes(t["nbytes"]) + m["exceptions"]["count"]
+        return t["nbytes"] + m["mask"]["nbytes"] + m["exceptions"]["count"]
 
     def _verify(self, name: str, digest: str, t: dict[str, Any]) -> None:
         """IE_DEDUP_STRICT=1: the first rebuild of a tensor must hash to its

@@ -9,8 +9,9 @@ and every failure is reported:
   3. checksums: each blob file's digest and each region's (default, mask,
      exceptions). This is what catches a flipped byte that reconstruction
      never reads: a default byte every member overrides, or padding;
-  4. content: mask popcount = exception count, zero bits past the tensor's
-     end, zero padding;
+  4. content: each line mask well formed (a word per set line bit, no zero
+     word, no bit past the tensor's end) with popcount = exception count,
+     zero padding;
   5. loader: the native DedupStore accepts the artifact (its own rules);
   6. reconstruction: every member rebuilt by the runtime kernel (the ISA
      ierun selects) hashes to its recorded digest and, when model.ie.bin

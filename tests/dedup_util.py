@@ -49,8 +49,7 @@ def write_artifact(model_dir: Path, groups: list[dict], extra: dict[str, bytes] 
             d = w.add_default([default])
             entries = []
             for name, data in g["members"].items():
-                mask, exc = fmt.encode(data, default)
-                entries.append(w.add_member(name, [data.size], [(mask, exc, data)]))
+                entries.append(w.add_member(name, [data.size], [(*fmt.encode_lines(data, default), data)]))
             w.add_group("u8", rows[0].size, d, dm, entries)
         w.finish()
     return model_dir / (stem + fmt.INDEX_SUFFIX)

@@ -76,10 +76,12 @@ def test_reconstruction_is_exact_and_popcounts_match(rows):
     n = rows.shape[1]
     for member in rows:
         mask, exc = fmt.encode(member, default)
-        assert mask.size == fmt.mask_nbytes(n)
-        assert fmt.popcount(mask) == exc.size
-        if n % 8:
-            assert mask[-1] >> (n % 8) == 0  # no bits past the end
+        bits = fmt.mask_bits(mask, n)  # the region's own rules hold (raises otherwise)
+        assert np.array_equal(bits, np.packbits(member != default, bitorder="little"))
+        lines = -(-n // 64)
+        assert mask.size == -(-lines // 8) + 8 * int(np.count_nonzero(np.any(
+            np.pad(member != default, (0, -n % 64)).reshape(lines, 64), axis=1)))
+        assert fmt.popcount(bits) == exc.size
         assert np.array_equal(fmt.decode(default, mask, exc), member)
         for isa in ISAS:
             for threads in (1, 2):
@@ -117,8 +119,8 @@ def test_kernels_on_large_sparse_and_dense_masks():
         sel[n // 2:] = False  # no exceptions in the second half
         member[sel] ^= rng.integers(1, 256, int(sel.sum()), dtype=np.uint8)
         mask, exc = fmt.encode(member, default)
-        prefix = _native.dedup_chunk_prefix(mask, n)
-        assert prefix[-1] == exc.size and len(prefix) == -(-n // chunk) + 1
+        prefix = _native.dedup_prefix(default, mask, exc.size)
+        assert tuple(prefix[-1]) == ((mask.size - -(-n // 512)) // 8, exc.size) and len(prefix) == -(-n // chunk) + 1
         for isa in ISAS:
             for threads in (1, 2):
                 for nt in (0, 1):
@@ -164,14 +166,30 @@ def test_kernels_never_read_past_the_exceptions(isa):
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_kernel_rejects_inconsistent_inputs(isa):
-    default = np.zeros(100, np.uint8)
-    mask = np.zeros(13, np.uint8)
-    mask[3] = 0b101
-    with pytest.raises(ValueError, match="disagree|prefix"):
-        _native.dedup_reconstruct(default, mask, np.zeros(1, np.uint8), isa=isa)  # 2 bits, 1 exception
-    with pytest.raises(ValueError, match="mask has 12 bytes"):
-        _native.dedup_reconstruct(default, mask[:12], np.zeros(2, np.uint8), isa=isa)
-    bad_prefix = np.array([0, 5], np.uint64)
+    default = np.zeros(100, np.uint8)  # 2 lines: 1 byte of line bits
+    word = np.zeros(8, np.uint8)
+    word[3] = 0b101  # bytes 24 and 26
+    mask = np.concatenate([word, np.array([0b01], np.uint8)])
+    with pytest.raises(ValueError, match="exceptions.count: mask has 2 set bits"):
+        _native.dedup_reconstruct(default, mask, np.zeros(1, np.uint8), isa=isa)
+    with pytest.raises(ValueError, match="cannot be words"):
+        _native.dedup_reconstruct(default, mask[1:], np.zeros(2, np.uint8), isa=isa)
+    for bad, rule in ((np.array([0b11], np.uint8), "name 2 lines but the region holds 1 words"),
+                      (np.array([0b101], np.uint8), "line bits past the tensor's last line"),
+                      (None, "is zero"), ("tail", "bits past the tensor's last byte")):
+        m = mask.copy()
+        if bad is None:
+            m[:8] = 0
+        elif isinstance(bad, str):
+            m = np.concatenate([word, np.zeros(8, np.uint8), np.array([0b11], np.uint8)])
+            m[8 + 7] = 0x80  # line 1's word: bit 63 is byte 127 of a 100-byte tensor
+        else:
+            m[8:] = bad
+        with pytest.raises(ValueError, match=rule):
+            _native.dedup_reconstruct(default, m, np.zeros(2, np.uint8), isa=isa)
+        with pytest.raises(ValueError, match=rule):
+            fmt.mask_bits(m, default.size)
+    bad_prefix = np.array([[0, 0], [1, 5]], np.uint64)
     with pytest.raises(ValueError, match="prefix"):
         _native.dedup_reconstruct(default, mask, np.zeros(2, np.uint8), prefix=bad_prefix, isa=isa)
 
@@ -182,7 +200,10 @@ def test_bench_dedup_reports_against_read_bandwidth():
     r = bench_dedup(nbytes=3 << 20, density=0.01, threads=2, seed=1, passes=2, bw_bytes=8 << 20)
     assert r["kernel"] == "dedup" and r["exact"] and r["isa"] in ISAS
     assert r["gbps"] > 0 and r["read_bw_gbps"] > 0 and r["fraction"] == pytest.approx(r["gbps"] / r["read_bw_gbps"])
-    assert r["bytes_read"] == (3 << 20) + (3 << 17) + r["exceptions"]
+    assert r["bytes_read"] == (3 << 20) + r["mask_bytes"] + r["exceptions"]
+    lines = (3 << 20) // 64  # a word per line with a set bit: 1 - 0.99^64 = 47% of them
+    words, rest = divmod(r["mask_bytes"] - lines // 8, 8)
+    assert rest == 0 and 0.44 < words / lines < 0.51
     assert 0.005 < r["exceptions"] / (3 << 20) < 0.015
 
 
@@ -416,8 +437,9 @@ def test_extract_named_default_and_small_chunks(small_model, monkeypatch):
     tm, gr = _plan_files(small_model, {"format": "iekit-dedup-groups", "version": 1,
                                        "groups": [{"members": ["t0", "t1", "t2"], "default_member": "t1"}]})
     a = extract(small_model, tm, gr, small_model / "a" / "model")
-    monkeypatch.setattr(ex, "MIN_CHUNK", 64)
-    monkeypatch.setattr(ex, "CHUNK_BUDGET", 3 * 128)
+    monkeypatch.setattr(ex, "MIN_CHUNK", 512)
+    monkeypatch.setattr(ex, "CHUNK_BUDGET", 3 * 1024)
+    assert ex.chunk_size(3) == 1024
     b = extract(small_model, tm, gr, small_model / "b" / "model")
     for name in ("model.defaults.bin", "model.masks.bin", "model.exceptions.bin", "model.dedup.json"):
         assert (a.index_path.parent / name).read_bytes() == (b.index_path.parent / name).read_bytes()
@@ -498,7 +520,7 @@ def test_golden_dedup_verifies(tmp_path):
 # --------------------------------------------------------------------------
 
 
-N = 1001  # not a multiple of 8 (mask tail bits) or 64 (padding after regions)
+N = 1100  # 18 lines (spare line bits in the last byte), not a multiple of 64 (padding after regions)
 
 
 @pytest.fixture(scope="module")
@@ -522,54 +544,55 @@ def flip_base(tmp_path_factory) -> Path:
 P0 = 17
 
 
-def _positions(model: Path) -> dict[str, tuple[str, int]]:
-    """One byte offset per (blob, kind of byte)."""
+def _positions(model: Path) -> dict[str, tuple[str, int, int]]:
+    """One (blob, byte offset, bit) per kind of byte."""
     meta = json.loads((model / "model.dedup.json").read_text())
     g0, g1 = meta["groups"]
     m0 = g0["members"][0]
     mask = np.frombuffer((model / "model.masks.bin").read_bytes(), np.uint8)
-    moff = m0["mask"]["offset"]
-    mbytes = mask[moff:moff + fmt.mask_nbytes(N)]
-    set_byte = moff + int(np.flatnonzero(mbytes)[0])
-    zero_byte = moff + int(np.flatnonzero(mbytes == 0)[0])
+    moff, mn = m0["mask"]["offset"], m0["mask"]["nbytes"]
+    lines, lb = fmt.line_count(N), fmt.line_bits_nbytes(N)
+    line_bits = np.unpackbits(mask[moff + mn - lb:moff + mn], count=lines, bitorder="little")
+    clear = int(np.flatnonzero(line_bits == 0)[0])
     default = np.frombuffer((model / "model.defaults.bin").read_bytes(), np.uint8)
-    masks_of_g0 = [np.unpackbits(mask[m["mask"]["offset"]:m["mask"]["offset"] + fmt.mask_nbytes(N)],
+    masks_of_g0 = [np.unpackbits(fmt.mask_bits(mask[m["mask"]["offset"]:m["mask"]["offset"] + m["mask"]["nbytes"]], N),
                                  count=N, bitorder="little") for m in g0["members"]]
     read_pos = int(np.flatnonzero(~np.any(masks_of_g0, axis=0))[0])
-    assert all(mk[P0] for mk in masks_of_g0)
+    assert all(mk[P0] for mk in masks_of_g0) and line_bits[0]  # line 0 (P0's) has word 0
     assert g1["default"]["offset"] > N and default.size > N  # padding after group 0's default
     e0 = g0["members"][0]["exceptions"]
     return {
-        "default byte read by members": ("model.defaults.bin", g0["default"]["offset"] + read_pos),
-        "default byte every member overrides": ("model.defaults.bin", g0["default"]["offset"] + P0),
-        "defaults padding": ("model.defaults.bin", N),
-        "mask byte with set bits": ("model.masks.bin", set_byte),
-        "mask byte all clear": ("model.masks.bin", zero_byte),
-        "mask tail bits": ("model.masks.bin", moff + fmt.mask_nbytes(N) - 1),
-        "masks padding": ("model.masks.bin", moff + fmt.mask_nbytes(N)),
-        "exception byte": ("model.exceptions.bin", e0["offset"]),
-        "exceptions padding": ("model.exceptions.bin", e0["offset"] + e0["count"]),
+        "default byte read by members": ("model.defaults.bin", g0["default"]["offset"] + read_pos, 1),
+        "default byte every member overrides": ("model.defaults.bin", g0["default"]["offset"] + P0, 1),
+        "defaults padding": ("model.defaults.bin", N, 1),
+        "mask word byte": ("model.masks.bin", moff, 1),
+        "mask line bit set": ("model.masks.bin", moff + mn - lb, 1),
+        "mask line bit clear": ("model.masks.bin", moff + mn - lb + clear // 8, 1 << clear % 8),
+        "mask tail bits": ("model.masks.bin", moff + mn - 1, 1 << lines % 8),
+        "masks padding": ("model.masks.bin", moff + mn, 1),
+        "exception byte": ("model.exceptions.bin", e0["offset"], 1),
+        "exceptions padding": ("model.exceptions.bin", e0["offset"] + e0["count"], 1),
     }
 
 
 def test_flip_base_verifies(flip_base):
     rep = verify_dedup(flip_base)
     assert rep.ok, rep.failures
-    assert len(_positions(flip_base)) == 9
+    assert len(_positions(flip_base)) == 10
 
 
 @pytest.mark.parametrize("kind", ["default byte read by members", "default byte every member overrides",
-                                  "defaults padding", "mask byte with set bits", "mask byte all clear",
+                                  "defaults padding", "mask word byte", "mask line bit set", "mask line bit clear",
                                   "mask tail bits", "masks padding", "exception byte", "exceptions padding"])
 def test_a_flipped_byte_fails_verify(flip_base, tmp_path, kind):
     model = tmp_path / "model"
     shutil.copytree(flip_base, model)
-    blob, pos = _positions(model)[kind]
+    blob, pos, bit = _positions(model)[kind]
     with open(model / blob, "r+b") as f:
         f.seek(pos)
         b = f.read(1)[0]
         f.seek(pos)
-        f.write(bytes([b ^ 0x01]))
+        f.write(bytes([b ^ bit]))
     rep = verify_dedup(model, zstd=False)
     assert not rep.ok
     assert any(f"blobs.{blob.split('.')[1]}.xxh3_128" in f for f in rep.failures)  # the whole-blob checksum
@@ -578,13 +601,13 @@ def test_a_flipped_byte_fails_verify(flip_base, tmp_path, kind):
         assert rep.checks["reconstruction"] == 5
         assert any("groups[0].default.xxh3_128" in f for f in rep.failures)
     if kind.startswith("mask") and "padding" not in kind:
-        assert any("loader:" in f for f in rep.failures)  # popcount / tail rule of the native loader
+        assert any("loader:" in f for f in rep.failures)  # a line-mask rule of the native loader
 
 
 def test_flipped_byte_fails_the_cli(flip_base, tmp_path):
     model = tmp_path / "model"
     shutil.copytree(flip_base, model)
-    blob, pos = _positions(model)["default byte every member overrides"]
+    blob, pos, _bit = _positions(model)["default byte every member overrides"]
     data = bytearray((model / blob).read_bytes())
     data[pos] ^= 0x80
     (model / blob).write_bytes(bytes(data))

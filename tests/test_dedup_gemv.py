@@ -69,11 +69,11 @@ def test_fused_gemv_equals_the_gemv_of_the_rebuilt_member(v, tmp_path):
     assert st["reconstructed_bytes"] == 0 and st["cached_bytes"] == 0  # never rebuilt whole
     # Each call reads the default, the member's mask and its exceptions once.
     n = next(iter(members.values())).size
-    exc = {name: int(np.count_nonzero(w != fmt.majority(np.stack(list(members.values())))))
-           for name, w in members.items()}
+    default = fmt.majority(np.stack(list(members.values())))
+    coded = {name: fmt.encode(w, default) for name, w in members.items()}  # (line mask, exceptions)
     per_name = calls // len(members)
     assert st["fused_calls"] == calls
-    assert st["fused_bytes"] == sum(per_name * (n + fmt.mask_nbytes(n) + exc[k]) for k in members)
+    assert st["fused_bytes"] == sum(per_name * (n + mask.size + exc.size) for mask, exc in coded.values())
 
 
 def test_read_into_rebuilds_any_slice_and_refuses_past_the_end(tmp_path):

@@ -125,7 +125,11 @@ NATIVE_RULES = [
     ("mask past end", _set("mask_offset", 4, 10 * 64), "groups[1].members[1].mask.offset"),
     ("exceptions past end", _set("exc_count", 4, 10_000), "groups[1].members[1].exceptions.count: must be in [0, 700]"),
     ("count beyond blob", _set("exc_offset", 1, 1 << 40), "run past the end of model.exceptions.bin"),
-    ("overlap", _set("mask_offset", 1, 0), "groups[0].members[1].mask.offset: overlaps groups[0].members[0].mask"),
+    ("overlap", _set("mask_offset", 1, 0), "].mask.offset: overlaps groups[0].members["),
+    ("mask nbytes words", lambda a: _set("mask_nbytes", 0, int(a["mask_nbytes"][0]) - 1)(a),
+     "groups[0].members[0].mask.nbytes: a 1001-byte tensor's mask is 2 bytes of line bits after up to 16 8-byte words"),
+    ("mask nbytes short", _set("mask_nbytes", 0, 1), "groups[0].members[0].mask.nbytes"),
+    ("mask arrays", lambda a: a.__setitem__("mask_nbytes", a["mask_nbytes"][:-1]), "member arrays have different lengths"),
     ("duplicate name", lambda a: a["names"].__setitem__(3, "a0"), "groups[1].members[0].name: duplicate member name 'a0'"),
     ("empty name", lambda a: a["names"].__setitem__(3, ""), "groups[1].members[0].name: must be a non-empty string"),
     # one more exception than mask bits (the extra byte is zero padding, so only the popcount rule breaks)
@@ -164,20 +168,31 @@ def _patch_blob(d: Path, blob: str, pos: int, value: int) -> None:
     (d / blob).write_bytes(bytes(data))
 
 
-def test_native_loader_rule_tail_bits(art):
-    m = meta_of(art)["groups"][0]["members"][2]
-    last = m["mask"]["offset"] + fmt.mask_nbytes(N0) - 1
+def _last_line_word(art: Path) -> tuple[int, str, int]:
+    """(member index, name, offset in model.masks.bin) of the word of the last
+    line of a group-0 member whose last line (bytes 960..1000) differs."""
     data = (art / "model.masks.bin").read_bytes()
-    _patch_blob(art, "model.masks.bin", last, data[last] | 0x80)  # N0 % 8 == 1: bits 1..7 are past the end
+    lb = fmt.line_bits_nbytes(N0)
+    for j, m in enumerate(meta_of(art)["groups"][0]["members"]):
+        off, n = m["mask"]["offset"], m["mask"]["nbytes"]
+        if data[off + n - 1] & 0x80:  # line 15: bit 7 of the second line-bit byte
+            return j, m["name"], off + n - lb - 8
+    raise AssertionError("no member of group 0 differs in its last line")
+
+
+def test_native_loader_rule_tail_bits(art):
+    j, name, word = _last_line_word(art)
+    data = (art / "model.masks.bin").read_bytes()
+    _patch_blob(art, "model.masks.bin", word + 5, data[word + 5] | 0x80)  # byte 40 + 7 of the last line: past byte 1000
     a = fmt.DedupIndex(art / fmt.INDEX_NAME, meta_of(art)).arrays()
-    with pytest.raises(ValueError, match=r"groups\[0\]\.members\[2\]\.mask: member 'a2': bits past the tensor's last byte"):
+    with pytest.raises(ValueError, match=rf"groups\[0\]\.members\[{j}\]\.mask: member '{name}': bits past the tensor's last byte"):
         store_from(art, a)
 
 
 @pytest.mark.parametrize("blob", ["model.defaults.bin", "model.masks.bin", "model.exceptions.bin"])
 def test_native_loader_rule_padding(art, blob):
     m = meta_of(art)
-    pos = {"model.defaults.bin": N0, "model.masks.bin": fmt.mask_nbytes(N0),
+    pos = {"model.defaults.bin": N0, "model.masks.bin": m["groups"][0]["members"][0]["mask"]["nbytes"],
            "model.exceptions.bin": m["groups"][0]["members"][0]["exceptions"]["count"]}[blob]
     _patch_blob(art, blob, pos, 1)
     with pytest.raises(ValueError, match=rf"{blob}: \(padding\): byte {pos} between regions is not zero"):
@@ -218,7 +233,8 @@ _DEL = object()
 
 INDEX_RULES = [
     ("format", _m("format", "other"), "format", "unknown format"),
-    ("version", _m("version", 2), "version", "unsupported version"),
+    ("version", _m("version", 3), "version", "unsupported version 3 (this build reads 2)"),
+    ("version 1", _m("version", 1), "version", "version 1 stored a mask bit per byte; re-run ieconv dedup-extract or dedup-pack"),
     ("policy", _m("policy", "lossy"), "policy", "only 'lossless'"),
     ("alignment", _m("alignment", 48), "alignment", "power of two"),
     ("alignment range", _m("alignment", 0), "alignment", "less than the minimum"),
@@ -241,7 +257,7 @@ INDEX_RULES = [
     ("default member exc", _m("groups/1/default/member", "b1"), "groups[1].default.member", "must have 0 exceptions"),
     ("misaligned", _m("groups/0/members/1/mask/offset", 96), "groups[0].members[1].mask.offset", "not a multiple of alignment 64"),
     ("past end", _m("groups/1/default/offset", 1088), "groups[1].default.offset", "run past the end of model.defaults.bin"),
-    ("overlap", _m("groups/0/members/2/mask/offset", 128), "groups[0].members[2].mask.offset", "overlaps groups[0].members[1].mask"),
+    ("overlap", _m("groups/0/members/2/mask/offset", 192), "groups[0].members[2].mask.offset", "overlaps groups[0].members[1].mask"),
     ("negative", _m("groups/0/members/0/exceptions/offset", -64), "groups[0].members[0].exceptions.offset", "less than the minimum"),
 ]
 
@@ -287,14 +303,17 @@ def test_index_validator_deep_rules(art):
     assert fmt.check_blobs(fmt.load_index(art), deep=True) == []
     mk = g0["members"][1]["mask"]["offset"]
     data = bytearray((art / "model.masks.bin").read_bytes())
-    data[mk] ^= 0x01  # one bit more or less: popcount and checksums
-    data[g0["members"][2]["mask"]["offset"] + fmt.mask_nbytes(N0) - 1] |= 0x40  # tail bit
-    data[fmt.mask_nbytes(N0)] = 9  # padding after members[0]'s mask
+    data[mk] ^= 0x01  # one bit more or less in word 0 (line 0): popcount and checksums
+    m2 = g0["members"][2]["mask"]
+    lines = data[m2["offset"] + m2["nbytes"] - 2:m2["offset"] + m2["nbytes"]]
+    clear = next(i for i in range(16) if not lines[i // 8] >> (i % 8) & 1)
+    data[m2["offset"] + m2["nbytes"] - 2 + clear // 8] |= 1 << (clear % 8)  # a line bit without its word
+    data[g0["members"][0]["mask"]["nbytes"]] = 9  # padding after members[0]'s mask
     (art / "model.masks.bin").write_bytes(bytes(data))
     fields = sorted(e.field for e in fmt.check_blobs(fmt.load_index(art), deep=True))
     assert fields == ["(padding)", "blobs.masks.xxh3_128", "groups[0].members[1].exceptions.count",
-                      "groups[0].members[1].mask.xxh3_128", "groups[0].members[2].exceptions.count",
-                      "groups[0].members[2].mask", "groups[0].members[2].mask.xxh3_128"]
+                      "groups[0].members[1].mask.xxh3_128", "groups[0].members[2].mask",
+                      "groups[0].members[2].mask.xxh3_128"]
     with pytest.raises(FormatError):
         fmt.load_index(art, deep=True)
 

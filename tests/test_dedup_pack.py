@@ -99,7 +99,7 @@ def test_cache_zero_multiplies_in_place_and_counts_it(pair, monkeypatch):
     assert after["fused_calls"] - before["fused_calls"] == 14
     assert after["reconstructed_bytes"] == before["reconstructed_bytes"]  # nothing rebuilt whole
     idx = fmt.load_index(packed)
-    read = sum(grp["nbytes"] + fmt.mask_nbytes(grp["nbytes"]) + m["exceptions"]["count"]
+    read = sum(grp["nbytes"] + m["mask"]["nbytes"] + m["exceptions"]["count"]
                for _g, _j, grp, m in idx.members())
     assert after["fused_bytes"] - before["fused_bytes"] == read
 

@@ -43,7 +43,7 @@ size_t reconstruct_chunk_avx512(const uint8_t* def, const uint8_t* mask, const u
   if (i < n) {  // the tail: fewer than 64 bytes, masked loads and store
     const size_t rem = n - i;
     uint64_t m = 0;
-    std::memcpy(&m, mask + i / 8, mask_nbytes(rem));
+    std::memcpy(&m, mask + i / 8, (rem + 7) / 8);
     m &= low_bits(rem);
     const size_t c = static_cast<size_t>(__builtin_popcountll(m));
     if (c > exc_avail - k) return kOverrun;

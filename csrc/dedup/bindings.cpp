@@ -35,7 +35,8 @@ py::array view_of(dd::BufferPtr buf) {
 std::unique_ptr<dd::DedupStore> make_store(const std::string& model_dir, const std::vector<std::string>& blob_names,
                                            const std::vector<int64_t>& blob_sizes, int64_t alignment,
                                            const std::vector<std::string>& names, const I64& member_group,
-                                           const I64& mask_offset, const I64& exc_offset, const I64& exc_count,
+                                           const I64& mask_offset, const I64& mask_nbytes, const I64& exc_offset,
+                                           const I64& exc_count,
                                            const I64& group_nbytes, const I64& group_default_offset,
                                            double cache_mb, int threads, bool debug, const std::string& isa,
                                            const std::string& index_label) {
@@ -53,6 +54,7 @@ std::unique_ptr<dd::DedupStore> make_store(const std::string& model_dir, const s
   s.names = names;
   s.member_group = to_vec(member_group, "member_group");
   s.mask_offset = to_vec(mask_offset, "mask_offset");
+  s.mask_nbytes = to_vec(mask_nbytes, "mask_nbytes");
   s.exc_offset = to_vec(exc_offset, "exc_offset");
   s.exc_count = to_vec(exc_count, "exc_count");
   s.group_nbytes = to_vec(group_nbytes, "group_nbytes");
@@ -63,20 +65,54 @@ std::unique_ptr<dd::DedupStore> make_store(const std::string& model_dir, const s
   return std::make_unique<dd::DedupStore>(s, cache_bytes, threads, debug, chosen);
 }
 
+// A line mask of an n-byte tensor checked against `exc_count` exceptions:
+// its view and prefix table, or ValueError naming the broken rule.
+dd::MemberView checked_view(const U8& def, const U8& mask, size_t exc_count, std::vector<dd::Cursor>* prefix) {
+  dd::MemberView v;
+  v.nbytes = static_cast<size_t>(def.size());
+  if (v.nbytes == 0) throw std::invalid_argument("dedup: the default is empty");
+  if (!dd::split_line_mask(mask.data(), static_cast<size_t>(mask.size()), v.nbytes, &v.mask))
+    throw std::invalid_argument("dedup: a " + std::to_string(mask.size()) + "-byte mask cannot be words + " +
+                                std::to_string(dd::line_bits_nbytes(v.nbytes)) + " bytes of line bits");
+  const auto [field, msg] = dd::check_line_mask(v.mask, exc_count, prefix);
+  if (!msg.empty()) throw std::invalid_argument("dedup: " + field + ": " + msg);
+  v.def = def.data();
+  v.exc_count = exc_count;
+  v.prefix = prefix;
+  return v;
+}
+
+using Prefix = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
+
+py::array prefix_array(const std::vector<dd::Cursor>& p) {
+  Prefix out({static_cast<py::ssize_t>(p.size()), py::ssize_t(2)});
+  for (size_t i = 0; i < p.size(); ++i) {
+    out.mutable_at(i, 0) = p[i].w;
+    out.mutable_at(i, 1) = p[i].k;
+  }
+  return out;
+}
+
 py::array reconstruct_py(const U8& def, const U8& mask, const U8& exc, py::object prefix_obj, int threads,
                          const std::string& isa_name, int stream_stores, py::object out_obj) {
   const ie::Isa isa = ie::resolve_isa(isa_name);
-  const size_t n = static_cast<size_t>(def.size());
-  if (static_cast<size_t>(mask.size()) != dd::mask_nbytes(n))
-    throw std::invalid_argument("dedup: mask has " + std::to_string(mask.size()) + " bytes, a " + std::to_string(n) +
-                                "-byte tensor needs " + std::to_string(dd::mask_nbytes(n)));
-  std::vector<uint64_t> prefix;
+  std::vector<dd::Cursor> prefix;
+  dd::MemberView v;
   if (prefix_obj.is_none()) {
-    prefix = dd::chunk_prefix(mask.data(), n);
-  } else {
-    auto p = prefix_obj.cast<py::array_t<uint64_t, py::array::c_style | py::array::forcecast>>();
-    prefix.assign(p.data(), p.data() + p.size());
+    v = checked_view(def, mask, static_cast<size_t>(exc.size()), &prefix);
+  } else {  // a table from dedup_prefix (the mask checked once): reconstruct() checks it against the chunks' ends
+    const Prefix p = prefix_obj.cast<Prefix>();
+    if (p.ndim() != 2 || p.shape(1) != 2) throw std::invalid_argument("dedup: prefix must be a [chunks + 1, 2] array");
+    for (py::ssize_t i = 0; i < p.shape(0); ++i) prefix.push_back({p.at(i, 0), p.at(i, 1)});
+    v.nbytes = static_cast<size_t>(def.size());
+    if (!dd::split_line_mask(mask.data(), static_cast<size_t>(mask.size()), v.nbytes, &v.mask))
+      throw std::invalid_argument("dedup: the mask's size does not fit the default's");
+    v.def = def.data();
+    v.exc_count = static_cast<size_t>(exc.size());
+    v.prefix = &prefix;
   }
+  v.exc = exc.data();
+  const size_t n = v.nbytes;
   py::array_t<uint8_t> out;
   if (out_obj.is_none()) {
     out = py::array_t<uint8_t>(static_cast<py::ssize_t>(n));
@@ -88,8 +124,7 @@ py::array reconstruct_py(const U8& def, const U8& mask, const U8& exc, py::objec
   uint8_t* o = out.mutable_data();
   {
     py::gil_scoped_release nogil;
-    dd::reconstruct(def.data(), mask.data(), exc.data(), static_cast<size_t>(exc.size()), prefix, o, n, threads, isa,
-                    stream_stores);
+    dd::reconstruct(v, o, threads, isa, stream_stores);
   }
   return out;
 }
@@ -124,7 +159,7 @@ void ie_register_dedup(py::module_& m) {
                              "'FILE: FIELD: message' otherwise). Build it through iekit.runtime.dedup.")
       .def(py::init(&make_store), py::arg("model_dir"), py::arg("blob_names"), py::arg("blob_sizes"),
            py::arg("alignment"), py::arg("names"), py::arg("member_group"), py::arg("mask_offset"),
-           py::arg("exc_offset"), py::arg("exc_count"), py::arg("group_nbytes"), py::arg("group_default_offset"),
+           py::arg("mask_nbytes"), py::arg("exc_offset"), py::arg("exc_count"), py::arg("group_nbytes"), py::arg("group_default_offset"),
            py::kw_only(), py::arg("cache_mb") = 256.0, py::arg("threads") = 0, py::arg("debug") = false,
            py::arg("isa") = "", py::arg("index_label") = "model.dedup.json")
       .def(
@@ -151,13 +186,13 @@ void ie_register_dedup(py::module_& m) {
               throw std::invalid_argument("dedup: bytes [" + std::to_string(offset) + ", +" + std::to_string(n) +
                                           ") are past the end of " + name + " (" + std::to_string(v.nbytes) + " bytes)");
             uint8_t* o = out.mutable_data();
-            size_t got;
+            bool ok;
             {
               py::gil_scoped_release nogil;
-              const uint64_t k = dd::exceptions_before(v.mask, *v.prefix, offset);
-              got = dd::reconstruct_range(v.def, v.mask, v.exc, v.exc_count, k, offset, offset + n, o, s.isa());
+              dd::Cursor c = dd::cursor_at(v, offset);
+              ok = dd::reconstruct_range(v, c, offset, offset + n, o, s.isa());
             }
-            if (got == dd::kOverrun) throw std::invalid_argument("dedup: " + name + ": mask bits and exceptions disagree");
+            if (!ok) throw std::invalid_argument("dedup: " + name + ": mask bits and exceptions disagree");
           },
           py::arg("name"), py::arg("offset"), py::arg("out"),
           "Rebuilds bytes [offset, offset + len(out)) of the member into `out` (a streamed read: no whole copy, "
@@ -183,21 +218,19 @@ void ie_register_dedup(py::module_& m) {
       .def("stats", &stats_dict, "Cache counters (hits, misses, evictions, bypasses, bytes) and the kernel in use.")
       .def("clear_cache", &dd::DedupStore::clear_cache);
 
-  m.def("dedup_chunk_prefix",
-        [](const U8& mask, size_t n) {
-          if (static_cast<size_t>(mask.size()) != dd::mask_nbytes(n))
-            throw std::invalid_argument("dedup: mask size does not match n");
-          std::vector<uint64_t> p;
-          {
-            py::gil_scoped_release nogil;
-            p = dd::chunk_prefix(mask.data(), n);
-          }
-          return py::array_t<uint64_t>(static_cast<py::ssize_t>(p.size()), p.data());
-        },
-        py::arg("mask"), py::arg("n"), "Exceptions before each DEDUP_CHUNK-byte chunk (length chunks + 1).");
+  m.def(
+      "dedup_prefix",
+      [](const U8& def, const U8& mask, size_t exc_count) {
+        std::vector<dd::Cursor> prefix;
+        checked_view(def, mask, exc_count, &prefix);
+        return prefix_array(prefix);
+      },
+      py::arg("default"), py::arg("mask"), py::arg("exc_count"),
+      "The line mask checked against the default's size and exc_count exceptions (ValueError naming the rule), "
+      "and its prefix table: [chunks + 1, 2] (words, exceptions) before each DEDUP_CHUNK-byte chunk.");
   m.def("dedup_reconstruct", &reconstruct_py, py::arg("default"), py::arg("mask"), py::arg("exceptions"),
         py::kw_only(), py::arg("prefix") = py::none(), py::arg("threads") = 1, py::arg("isa") = "",
         py::arg("stream_stores") = -1, py::arg("out") = py::none(),
-        "out[i] = mask bit i ? exceptions[k++] : default[i] with the selected kernel (test and bench hook). "
-        "ValueError if mask and exceptions disagree.");
+        "out[i] = mask bit i ? exceptions[k++] : default[i] for a line mask (docs/formats/dedup.md) with the "
+        "selected kernel (test and bench hook). ValueError naming the rule if mask and exceptions disagree.");
 }

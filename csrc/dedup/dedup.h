@@ -1,9 +1,15 @@
 // Lossless dedup (docs/formats/dedup.md): a grouped tensor is rebuilt from
-// its group's default payload, its mask (one bit per byte, LSB first, set
-// where the tensor differs from the default) and its exceptions (the
-// differing bytes in ascending position):
+// its group's default payload, its mask (which bytes differ from the
+// default) and its exceptions (the differing bytes in ascending position):
 //
 //     out[i] = mask bit i ? exc[k++] : def[i]
+//
+// The mask is stored sparse, as a line mask: one 64-bit word per 64-byte
+// line that holds a differing byte (bit j: byte 64 l + j, LSB first), then
+// one bit per line saying which lines have a word. Kernels see it one block
+// of 64 lines (4 KiB of tensor) at a time, expanded on the stack into the
+// byte mask above (8 bytes per line, zero for lines without a word), which
+// the per-ISA bodies (DedupOps) rebuild from.
 //
 // The JSON index is parsed and validated by the Python side
 // (formats/dedup.py); DedupStore receives plain arrays and re-validates every
@@ -19,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/aligned.h"
@@ -28,21 +35,23 @@
 namespace ie::dedup {
 
 // Parallel split unit: reconstruction runs chunk by chunk, each chunk
-// starting at a known exception index (the prefix table). A multiple of 64
-// so every chunk starts on a whole 64-bit mask word and a cache line.
+// starting at a known cursor (the prefix table). A multiple of kBlock.
 constexpr size_t kChunk = size_t(64) << 10;
+constexpr size_t kLine = 64;              // tensor bytes per mask word
+constexpr size_t kBlock = 64 * kLine;     // tensor bytes per 64 line bits
+static_assert(kChunk % kBlock == 0, "chunks hold whole blocks");
 
-// Returned by a chunk body when the mask asks for more exceptions than are
+// Returned by a body when the mask asks for more exceptions than are
 // readable; never happens on validated input.
 constexpr size_t kOverrun = ~size_t(0);
 
-// One ISA's body over one chunk of `n` output bytes (common/dispatch.h).
-// `def`, `mask`, `out` point at the chunk start (a multiple of 8 bytes into
-// the tensor), `exc` at the chunk's first exception, and `exc_avail`
-// exceptions may be read from there (the kernels never read past them).
-// `stream_stores`: write `out` with non-temporal stores (needs 32-byte
-// alignment; the caller decides: large outputs should not evict the cache;
-// the scalar reference ignores it). Returns the exceptions consumed.
+// One ISA's body over `n` output bytes with a byte mask (bit i of the mask:
+// byte i; common/dispatch.h). `def`, `mask`, `out` point at the start (a
+// multiple of 8 bytes into the block), `exc` at its first exception, and
+// `exc_avail` exceptions may be read from there (the kernels never read past
+// them). `stream_stores`: write `out` with non-temporal stores (needs 32-byte
+// alignment; the caller decides; the scalar reference ignores it). Returns
+// the exceptions consumed.
 struct DedupOps {
   size_t (*chunk)(const uint8_t* def, const uint8_t* mask, const uint8_t* exc, size_t exc_avail, uint8_t* out,
                   size_t n, bool stream_stores);
@@ -60,37 +69,69 @@ size_t reconstruct_chunk_scalar(const uint8_t* def, const uint8_t* mask, const u
 // The reconstruction variant that runs for a resolved `isa`.
 Isa kernel_isa(Isa isa);
 
-// Bytes [a, b) of a member, rebuilt into `out` (b - a bytes): `def` and
-// `mask` point at the member's whole default and mask, `exc` at its first
-// exception, `k` is the number of set mask bits before byte a (from
-// exceptions_before) and `exc_count` the member's total. Any `a`: a scalar
-// head runs up to the next multiple of 8 (a whole mask byte), then the
-// ISA's chunk body. Returns the exceptions consumed, or kOverrun when the
-// mask asks for more than exc_count (never on validated input).
-size_t reconstruct_range(const uint8_t* def, const uint8_t* mask, const uint8_t* exc, size_t exc_count, size_t k,
-                         size_t a, size_t b, uint8_t* out, Isa isa);
-
-// Set mask bits before byte `a`, given `prefix` (chunk_prefix of the mask).
-uint64_t exceptions_before(const uint8_t* mask, const std::vector<uint64_t>& prefix, size_t a);
-
 // (static: included by files built with different ISA flags; see bsr.h)
-static inline size_t mask_nbytes(size_t n) { return (n + 7) / 8; }
+static inline size_t line_count(size_t n) { return (n + kLine - 1) / kLine; }
+static inline size_t line_bits_nbytes(size_t n) { return (line_count(n) + 7) / 8; }
 static inline size_t chunk_count(size_t n) { return (n + kChunk - 1) / kChunk; }
 
-// Set bits in `nbytes` mask bytes.
+// A member's mask region, split: `nwords` 8-byte words, then the line bits
+// (line_bits_nbytes(n) bytes) of an n-byte tensor.
+struct LineMask {
+  const uint8_t* words = nullptr;
+  size_t nwords = 0;
+  const uint8_t* lines = nullptr;
+  size_t n = 0;
+};
+// Splits a region of `region_nbytes` bytes; false when its size cannot be
+// words + line bits (shorter than the line bits, or not whole words).
+bool split_line_mask(const uint8_t* region, size_t region_nbytes, size_t n, LineMask* out);
+
+// Where a walk through a member stands before some byte p: w = words of the
+// lines before p's line (all words at p = n), k = exceptions before p.
+struct Cursor {
+  uint64_t w = 0, k = 0;
+  bool operator==(const Cursor& o) const { return w == o.w && k == o.k; }
+};
+
+// Checks a line mask against an n-byte tensor with exc_count exceptions
+// (docs/formats/dedup.md, "Definition": words = set line bits, no line bit
+// past the last line, no zero word, no bit past byte n - 1, exceptions =
+// set word bits) and fills prefix[c] = the cursor at chunk c's start, for c
+// in [0, chunk_count(n)]. Returns {field, message} of the first broken rule
+// (field "mask" or "exceptions.count"), or an empty message.
+std::pair<std::string, std::string> check_line_mask(const LineMask& m, uint64_t exc_count,
+                                                    std::vector<Cursor>* prefix);
+
+// Set bits in `nbytes` bytes.
 uint64_t popcount_bytes(const uint8_t* p, size_t nbytes);
 
-// prefix[c] = exceptions before chunk c, for c in [0, chunk_count(n)];
-// prefix.back() is the mask's total popcount.
-std::vector<uint64_t> chunk_prefix(const uint8_t* mask, size_t n);
+// A member's regions inside the mapped blobs, valid while its store lives:
+// what a kernel needs to rebuild any byte range where the member is used
+// (gemv/dedup_gemv.h) instead of a full copy.
+struct MemberView {
+  const uint8_t* def = nullptr;
+  LineMask mask;
+  const uint8_t* exc = nullptr;
+  size_t exc_count = 0;
+  size_t nbytes = 0;
+  const std::vector<Cursor>* prefix = nullptr;  // check_line_mask's table
+};
+
+// The cursor at byte a (from the prefix table and the mask).
+Cursor cursor_at(const MemberView& v, size_t a);
+
+// Bytes [a, b) of the member into `out` (b - a bytes), `c` the cursor at a;
+// advances `c` to b. Returns false when the mask asks for more words or
+// exceptions than the member has (never on validated input; nothing past
+// them is read).
+bool reconstruct_range(const MemberView& v, Cursor& c, size_t a, size_t b, uint8_t* out, Isa isa,
+                       bool stream_stores = false);
 
 // Whole-tensor reconstruction, split over `threads` (OpenMP) at chunk
-// boundaries. `prefix` must come from chunk_prefix (checked: monotone, ends
-// at exc_count). Throws std::invalid_argument when mask and exceptions
-// disagree (only possible on unvalidated input). `stream_stores` < 0: auto.
-void reconstruct(const uint8_t* def, const uint8_t* mask, const uint8_t* exc, size_t exc_count,
-                 const std::vector<uint64_t>& prefix, uint8_t* out, size_t n, int threads, Isa isa,
-                 int stream_stores = -1);
+// boundaries from the prefix table. Throws std::invalid_argument when mask
+// and exceptions disagree (only possible on unvalidated input).
+// `stream_stores` < 0: auto.
+void reconstruct(const MemberView& v, uint8_t* out, int threads, Isa isa, int stream_stores = -1);
 
 // A 64-byte aligned heap buffer shared between the cache and its readers:
 // eviction drops the cache's reference, never memory a reader still holds.
@@ -112,7 +153,7 @@ struct StoreSpec {
   std::array<int64_t, 3> blob_sizes{};
   int64_t alignment = 64;
   std::vector<std::string> names;
-  std::vector<int64_t> member_group, mask_offset, exc_offset, exc_count;
+  std::vector<int64_t> member_group, mask_offset, mask_nbytes, exc_offset, exc_count;
   std::vector<int64_t> group_nbytes, group_default_offset;
 };
 
@@ -127,18 +168,6 @@ struct StoreStats {
 };
 
 class MappedFile;
-
-// A member's regions inside the mapped blobs, valid while its store lives:
-// what a kernel needs to rebuild any byte range where the member is used
-// (gemv/dedup_gemv.h) instead of a full copy.
-struct MemberView {
-  const uint8_t* def = nullptr;
-  const uint8_t* mask = nullptr;
-  const uint8_t* exc = nullptr;
-  size_t exc_count = 0;
-  size_t nbytes = 0;
-  const std::vector<uint64_t>* prefix = nullptr;  // chunk_prefix of the mask
-};
 
 class DedupStore {
  public:
@@ -171,6 +200,7 @@ class DedupStore {
 
  private:
   void validate_and_index();
+  MemberView view_at(size_t member) const;
   void log(const char* fmt, ...) const;
 
   StoreSpec spec_;
@@ -180,7 +210,7 @@ class DedupStore {
   Isa isa_;
   std::array<std::unique_ptr<MappedFile>, 3> blobs_;
   std::unordered_map<std::string, size_t> index_;    // name -> member
-  std::vector<std::vector<uint64_t>> prefix_;        // per member, chunk_prefix
+  std::vector<std::vector<Cursor>> prefix_;          // per member, check_line_mask's table
 
   mutable std::mutex mu_;  // guards everything below
   std::list<size_t> lru_;  // member indices, most recent first

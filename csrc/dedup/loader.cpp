@@ -146,8 +146,8 @@ void DedupStore::validate_and_index() {
 
   // Rule: the arrays describe the same members / groups.
   const size_t M = s.names.size(), G = s.group_nbytes.size();
-  if (s.member_group.size() != M || s.mask_offset.size() != M || s.exc_offset.size() != M ||
-      s.exc_count.size() != M)
+  if (s.member_group.size() != M || s.mask_offset.size() != M || s.mask_nbytes.size() != M ||
+      s.exc_offset.size() != M || s.exc_count.size() != M)
     fail_at(L, "groups", "member arrays have different lengths (internal: names/group/mask/exceptions)");
   if (s.group_default_offset.size() != G) fail_at(L, "groups", "group arrays have different lengths");
 
@@ -188,7 +188,13 @@ void DedupStore::validate_and_index() {
     if (s.names[i].empty()) fail_at(L, f + ".name", "must be a non-empty string");
     if (!index_.emplace(s.names[i], i).second) fail_at(L, f + ".name", "duplicate member name '" + s.names[i] + "'");
     const int64_t n = s.group_nbytes[g];
-    region(1, s.mask_offset[i], static_cast<int64_t>(mask_nbytes(static_cast<size_t>(n))), f + ".mask");
+    // Rule: a mask region is whole words, then the line bits.
+    const int64_t lb = static_cast<int64_t>(line_bits_nbytes(static_cast<size_t>(n)));
+    if (s.mask_nbytes[i] < lb || (s.mask_nbytes[i] - lb) % 8 != 0 || (s.mask_nbytes[i] - lb) / 8 > static_cast<int64_t>(line_count(static_cast<size_t>(n))))
+      fail_at(L, f + ".mask.nbytes", "a " + std::to_string(n) + "-byte tensor's mask is " + std::to_string(lb) +
+                                         " bytes of line bits after up to " + std::to_string(line_count(static_cast<size_t>(n))) +
+                                         " 8-byte words, got " + std::to_string(s.mask_nbytes[i]));
+    region(1, s.mask_offset[i], s.mask_nbytes[i], f + ".mask");
     // Rule: at most one exception per byte.
     if (s.exc_count[i] < 0 || s.exc_count[i] > n)
       fail_at(L, f + ".exceptions.count", "must be in [0, " + std::to_string(n) + "] (the group's nbytes), got " + std::to_string(s.exc_count[i]));
@@ -215,30 +221,22 @@ void DedupStore::validate_and_index() {
       if (base[p]) fail_at(s.blob_names[b], "(padding)", "byte " + std::to_string(p) + " after the last region is not zero");
   }
 
-  // Rule: each mask's popcount equals its exception count, and the bits past
-  // the tensor's end in its last mask byte are zero. The per-chunk popcounts
-  // become the prefix table that lets reconstruction run chunks in parallel.
+  // Rule: each mask is well formed (dedup.h, check_line_mask): its words
+  // are the lines its line bits name, none zero, no bit past the tensor, and
+  // their popcount is the exception count. The per-chunk cursors become the
+  // prefix table that lets reconstruction start anywhere.
   prefix_.assign(M, {});
-  std::vector<int> bad(M, 0);  // 1: popcount, 2: tail bits
+  std::vector<std::pair<std::string, std::string>> bad(M);
 #pragma omp parallel for num_threads(threads_) schedule(dynamic, 1)
   for (long long ii = 0; ii < static_cast<long long>(M); ++ii) {
     const size_t i = static_cast<size_t>(ii);
-    const size_t n = static_cast<size_t>(s.group_nbytes[s.member_group[i]]);
-    const uint8_t* mk = blobs_[1]->data() + s.mask_offset[i];
-    if (n % 8 && (mk[n / 8] >> (n % 8)) != 0) {
-      bad[i] = 2;
-      continue;
-    }
-    prefix_[i] = chunk_prefix(mk, n);
-    if (prefix_[i].back() != static_cast<uint64_t>(s.exc_count[i])) bad[i] = 1;
+    LineMask m;
+    split_line_mask(blobs_[1]->data() + s.mask_offset[i], static_cast<size_t>(s.mask_nbytes[i]),
+                    static_cast<size_t>(s.group_nbytes[s.member_group[i]]), &m);  // sizes checked above
+    bad[i] = check_line_mask(m, static_cast<uint64_t>(s.exc_count[i]), &prefix_[i]);
   }
-  for (size_t i = 0; i < M; ++i) {
-    if (bad[i] == 2)
-      fail_at(L, mfield[i] + ".mask", "member '" + s.names[i] + "': bits past the tensor's last byte are set");
-    if (bad[i] == 1)
-      fail_at(L, mfield[i] + ".exceptions.count", "member '" + s.names[i] + "': mask has " + std::to_string(prefix_[i].back()) +
-                                                   " set bits but the index records " + std::to_string(s.exc_count[i]) + " exceptions");
-  }
+  for (size_t i = 0; i < M; ++i)
+    if (!bad[i].second.empty()) fail_at(L, mfield[i] + "." + bad[i].first, "member '" + s.names[i] + "': " + bad[i].second);
   log("validated %zu groups, %zu members (alignment %lld, kernel %s, %d threads, cache %zu bytes)", G, M,
       static_cast<long long>(A), isa_name(isa_), threads_, capacity_);
 }
@@ -265,9 +263,7 @@ BufferPtr DedupStore::get(const std::string& name) {
   const int64_t g = s.member_group[i];
   const size_t n = static_cast<size_t>(s.group_nbytes[g]);
   auto buf = std::make_shared<Buffer>(n);
-  reconstruct(blobs_[0]->data() + s.group_default_offset[g], blobs_[1]->data() + s.mask_offset[i],
-              blobs_[2]->data() ? blobs_[2]->data() + s.exc_offset[i] : nullptr, static_cast<size_t>(s.exc_count[i]),
-              prefix_[i], buf->data, n, n >= (size_t(1) << 20) ? threads_ : 1, isa_);
+  reconstruct(view_at(i), buf->data, n >= (size_t(1) << 20) ? threads_ : 1, isa_);
   st_.reconstructed_bytes += n;
   if (n > capacity_) {
     ++st_.bypasses;
@@ -294,15 +290,18 @@ BufferPtr DedupStore::get(const std::string& name) {
 MemberView DedupStore::view(const std::string& name) const {
   const auto it = index_.find(name);
   if (it == index_.end()) throw std::out_of_range("dedup: no grouped tensor named '" + name + "'");
-  const size_t i = it->second;
+  return view_at(it->second);
+}
+
+MemberView DedupStore::view_at(size_t i) const {
   const StoreSpec& s = spec_;
   const int64_t g = s.member_group[i];
   MemberView v;
   v.def = blobs_[0]->data() + s.group_default_offset[g];
-  v.mask = blobs_[1]->data() + s.mask_offset[i];
+  v.nbytes = static_cast<size_t>(s.group_nbytes[g]);
+  split_line_mask(blobs_[1]->data() + s.mask_offset[i], static_cast<size_t>(s.mask_nbytes[i]), v.nbytes, &v.mask);
   v.exc = blobs_[2]->data() ? blobs_[2]->data() + s.exc_offset[i] : nullptr;
   v.exc_count = static_cast<size_t>(s.exc_count[i]);
-  v.nbytes = static_cast<size_t>(s.group_nbytes[g]);
   v.prefix = &prefix_[i];
   return v;
 }

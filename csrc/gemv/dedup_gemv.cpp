@@ -27,7 +27,7 @@ DedupMatrix make_dedup_matrix(const WeightSpec& s, const dedup::MemberView& src)
     m.planes.push_back({lay.scales_off, per_row});
     if (!s.symmetric) m.planes.push_back({lay.mins_off, per_row});
   }
-  m.read_bytes = src.nbytes + dedup::mask_nbytes(src.nbytes) + src.exc_count;
+  m.read_bytes = src.nbytes + 8 * src.mask.nwords + dedup::line_bits_nbytes(src.nbytes) + src.exc_count;
   return m;
 }
 
@@ -40,14 +40,17 @@ struct RowCtx {
   std::atomic<bool> bad{false};
 };
 
-// The next step's default and mask bytes [a, a + nb) into L2 (T1), as the
-// plain kernels prefetch their next rows: with the hardware prefetchers
-// alone the default's stream waits on DRAM while a step is multiplied
-// (a gate_proj member took 1.4x the plain GEMV's time without, 1.04x with).
-void prefetch_next(const dedup::MemberView& v, size_t a, size_t nb) {
+// The next step's default bytes [a, a + nb) and the mask words after the
+// cursor into L2 (T1), as the plain kernels prefetch their next rows: with
+// the hardware prefetchers alone the default's stream waits on DRAM while a
+// step is multiplied (a gate_proj member took 1.4x the plain GEMV's time
+// without, 1.04x with).
+void prefetch_next(const dedup::MemberView& v, const dedup::Cursor& c, size_t a, size_t nb) {
   const size_t b = std::min(v.nbytes, a + nb);
   for (size_t o = a; o < b; o += 64) __builtin_prefetch(v.def + o, 0, 2);
-  for (size_t o = a / 8; o < (b + 7) / 8; o += 64) __builtin_prefetch(v.mask + o, 0, 2);
+  const size_t w = std::min<size_t>(c.w, v.mask.nwords);
+  __builtin_prefetch(v.mask.words + 8 * w, 0, 2);
+  __builtin_prefetch(v.mask.words + 8 * w + 64, 0, 2);
 }
 
 // RowSource::rows: rows [r0, r0 + n) of the member, plane by plane, into
@@ -62,12 +65,10 @@ const uint8_t* member_rows(void* ctx, int t, int64_t r0, int n) {
     for (size_t i = 0; i < c.m->planes.size(); ++i) {
       const size_t a = c.m->planes[i].off + static_cast<size_t>(r0) * c.m->planes[i].per_row;
       const size_t nb = static_cast<size_t>(n) * c.m->planes[i].per_row;
-      if (st.next_row != r0) st.k[i] = dedup::exceptions_before(v.mask, *v.prefix, a);
-      const size_t got = dedup::reconstruct_range(v.def, v.mask, v.exc, v.exc_count, st.k[i], a, a + nb, out, c.isa);
-      if (got == dedup::kOverrun) throw std::invalid_argument("overrun");
-      st.k[i] += got;
+      if (st.next_row != r0) st.c[i] = dedup::cursor_at(v, a);
+      if (!dedup::reconstruct_range(v, st.c[i], a, a + nb, out, c.isa)) throw std::invalid_argument("overrun");
       out += nb;
-      prefetch_next(v, a + nb, nb);
+      prefetch_next(v, st.c[i], a + nb, nb);
     }
   } catch (...) {
     c.bad.store(true, std::memory_order_relaxed);

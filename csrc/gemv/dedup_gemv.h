@@ -4,7 +4,7 @@
 // few KiB) are rebuilt by dedup::reconstruct_range into the thread's buffer,
 // which stays in L1, and multiplied there at once. So the member costs no
 // memory beyond that buffer, its bytes are read once per product (the
-// default, the mask, an eighth of the tensor, and the exceptions), and the
+// default, the mask's words and line bits, and the exceptions), and the
 // reads stay one sequential stream per blob, as a plain GEMV's are.
 //
 // Rows [r0, r0 + n) of a stored matrix are themselves a matrix of n rows:
@@ -44,7 +44,7 @@ struct DedupGemvScratch {
   struct Thread {
     AlignedArray<uint8_t> buf;
     int64_t next_row = -1;  // the row after the last step, where the cursors stand
-    uint64_t k[3] = {};     // per plane: mask bits set before next_row
+    dedup::Cursor c[3];     // per plane: where the walk stands at next_row
   };
   std::vector<Thread> threads;
   GemvScratch gemv;

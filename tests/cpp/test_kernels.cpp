@@ -187,12 +187,47 @@ TEST(bsr_simd_matches_scalar) {
   }
 }
 
+// The line mask (words, then line bits) of a byte mask over n bytes: the
+// format's encoder, written out here so the kernels are tested against an
+// encoding that is not their own code.
+std::vector<uint8_t> line_mask_of(const std::vector<uint8_t>& bytes, size_t n) {
+  namespace dd = ie::dedup;
+  std::vector<uint8_t> words, lines(dd::line_bits_nbytes(n), 0);
+  for (size_t l = 0; l < dd::line_count(n); ++l) {
+    uint8_t w[8] = {};
+    for (size_t j = 0; j < 8 && 8 * l + j < bytes.size(); ++j) w[j] = bytes[8 * l + j];
+    if (std::any_of(w, w + 8, [](uint8_t b) { return b != 0; })) {
+      words.insert(words.end(), w, w + 8);
+      lines[l / 8] |= static_cast<uint8_t>(1u << (l % 8));
+    }
+  }
+  words.insert(words.end(), lines.begin(), lines.end());
+  return words;
+}
+
+// A member view over an n-byte default, a line mask and its exceptions,
+// checked (the loader's rules) with its prefix table in `prefix`.
+ie::dedup::MemberView member_view(const std::vector<uint8_t>& def, const std::vector<uint8_t>& region,
+                                  const std::vector<uint8_t>& exc, std::vector<ie::dedup::Cursor>* prefix) {
+  namespace dd = ie::dedup;
+  dd::MemberView v;
+  v.def = def.data();
+  v.nbytes = def.size();
+  dd::split_line_mask(region.data(), region.size(), def.size(), &v.mask);
+  v.exc = exc.data();
+  v.exc_count = exc.size();
+  v.prefix = prefix;
+  const auto bad = dd::check_line_mask(v.mask, exc.size(), prefix);
+  CHECK(bad.second.empty()) << bad.first << ": " << bad.second;
+  return v;
+}
+
 TEST(dedup_simd_matches_scalar) {
   namespace dd = ie::dedup;
   std::mt19937_64 rng(3);
   for (size_t n : {size_t(1), size_t(63), size_t(64), size_t(1000), size_t(dd::kChunk + 77), size_t(3 * dd::kChunk)}) {
-    for (double density : {0.0, 0.01, 0.3, 1.0}) {
-      std::vector<uint8_t> def(n), want(n), mask(dd::mask_nbytes(n), 0), exc;
+    for (double density : {0.0, 0.001, 0.01, 0.3, 1.0}) {
+      std::vector<uint8_t> def(n), want(n), mask((n + 7) / 8, 0), exc;
       for (size_t i = 0; i < n; ++i) {
         def[i] = static_cast<uint8_t>(rng());
         want[i] = def[i];
@@ -202,16 +237,33 @@ TEST(dedup_simd_matches_scalar) {
           exc.push_back(want[i]);
         }
       }
-      const std::vector<uint64_t> prefix = dd::chunk_prefix(mask.data(), n);
-      for (Isa isa : ie::available_isas())
+      const std::vector<uint8_t> region = line_mask_of(mask, n);
+      std::vector<dd::Cursor> prefix;
+      const dd::MemberView v = member_view(def, region, exc, &prefix);
+      for (Isa isa : ie::available_isas()) {
         for (int threads : {1, 3})
           for (int stream_stores : {0, 1}) {
             ie::AlignedArray<uint8_t> out(n);  // 64-byte aligned, as non-temporal stores need
-            dd::reconstruct(def.data(), mask.data(), exc.data(), exc.size(), prefix, out.data(), n, threads, isa,
-                            stream_stores);
+            dd::reconstruct(v, out.data(), threads, isa, stream_stores);
             CHECK(std::memcmp(out.data(), want.data(), n) == 0)
                 << ie::isa_name(isa) << " n=" << n << " density=" << density << " threads=" << threads;
           }
+        // Ranges from anywhere (the fused GEMV's steps): a cursor from the
+        // prefix table, then carried from range to range.
+        for (size_t a : {size_t(0), size_t(1), size_t(63), size_t(65), n / 3, n - 1}) {
+          if (a >= n) continue;
+          dd::Cursor c = dd::cursor_at(v, a);
+          std::vector<uint8_t> out(n - a);
+          size_t p = a;
+          for (size_t step : {size_t(7), size_t(4096), size_t(100), size_t(1) << 20}) {
+            const size_t e = std::min(n, p + step);
+            CHECK(dd::reconstruct_range(v, c, p, e, out.data() + (p - a), isa)) << "range " << p << ".." << e;
+            p = e;
+          }
+          if (p == n) CHECK(std::memcmp(out.data(), want.data() + a, n - a) == 0)
+              << ie::isa_name(isa) << " n=" << n << " density=" << density << " from " << a;
+        }
+      }
     }
   }
 }
@@ -232,7 +284,7 @@ TEST(dedup_gemv_matches_gemv_and_refuses_short_exceptions) {
   std::vector<float> dw(static_cast<size_t>(rows * cols)), ww;
   for (float& v : dw) v = std::generate_canonical<float, 24>(rng) - 0.5f;
   ww = dw;
-  std::vector<uint8_t> mask(dd::mask_nbytes(n), 0), exc;
+  std::vector<uint8_t> mask((n + 7) / 8, 0), exc;
   const uint8_t* def = reinterpret_cast<const uint8_t*>(dw.data());
   uint8_t* want = reinterpret_cast<uint8_t*>(ww.data());
   for (size_t e = 0; e < dw.size(); e += 7) ww[e] = std::generate_canonical<float, 24>(rng);
@@ -241,14 +293,11 @@ TEST(dedup_gemv_matches_gemv_and_refuses_short_exceptions) {
       mask[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
       exc.push_back(want[i]);
     }
-  const std::vector<uint64_t> prefix = dd::chunk_prefix(mask.data(), n);
-  dd::MemberView v;
-  v.def = def;
-  v.mask = mask.data();
-  v.exc = exc.data();
-  v.exc_count = exc.size();
-  v.nbytes = n;
-  v.prefix = &prefix;
+  const std::vector<uint8_t> region = line_mask_of(mask, n);
+  const std::vector<uint8_t> defv(def, def + n);
+  std::vector<dd::Cursor> prefix;
+  const dd::MemberView v0 = member_view(defv, region, exc, &prefix);
+  dd::MemberView v = v0;
   std::vector<float> x(cols), y(rows), ref(rows);
   for (float& t : x) t = std::generate_canonical<float, 24>(rng);
   for (Isa isa : ie::available_isas())
