@@ -139,7 +139,9 @@ def verify_dedup(model_dir: Path, *, config: DedupConfig | None = None, zstd: bo
     except IEError as e:
         rep.failures.append(f"loader: {e}")
         store = None
-    by_name = {t["name"]: t for t in model.tensors} if model else {}
+    # The members' original bytes, where the model still holds them (a packed
+    # model keeps only its digests: the reconstruction is checked against those).
+    by_name = {t["name"]: t for t in model.stored} if model else {}
     zc = _ZstdTotal() if zstd else None
     if store is not None:
         rep.checks["loader"] = 1
