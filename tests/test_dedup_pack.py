@@ -107,12 +107,13 @@ def test_cache_zero_multiplies_in_place_and_counts_it(pair, monkeypatch):
     _plain, packed = pair
     monkeypatch.setenv("IE_DEDUP_CACHE_MB", "0")
     dec = Decoder(packed, threads=2)
-    dec.prefill([1, 2, 3])
+    dec.prefill(list(range(1, 13)))  # 12 tokens: one prefill chunk through the GEMM, from the same steps
     before = dec.dedup_stats
-    dec.step(4)  # a decode step: fused GEMV only
+    assert before["fused_calls"] == 14
+    dec.step(13)  # a decode step: fused GEMV only
     after = dec.dedup_stats
     assert after["cached_bytes"] == 0 and after["entries"] == 0
-    # The strict check at load streamed each member through one buffer.
+    # The strict check at load streamed each member through one buffer; no product rebuilt one whole.
     assert before["reconstructed_bytes"] == 0 and before["misses"] == 0
     assert after["fused_calls"] - before["fused_calls"] == 14
     assert after["reconstructed_bytes"] == before["reconstructed_bytes"]  # nothing rebuilt whole

@@ -209,18 +209,21 @@ void Decoder::mm(const Matrix& m, PreparedAct& prep, const float* x, int b, cons
 }
 
 // A dedup member: from the store's LRU cache where it fits there (rebuilt on
-// a miss), else through the fused GEMV, which never holds the whole matrix;
-// a prefill chunk's GEMM takes one transient rebuild (not cached).
+// a miss), else multiplied where it is read, a few rows at a time (the fused
+// GEMV, or a prefill chunk's GEMM over the same steps): never held whole.
 void Decoder::mm_dedup(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y) {
-  if (m.store->cacheable(m.name) || b > kMaxBatch) {
+  if (m.store->cacheable(m.name)) {
     const dedup::BufferPtr buf = m.store->get(m.name);
     Matrix plain;
     plain.spec = m.spec;
     plain.data = buf->data;
     return mm(plain, prep, x, b, bias, y);
   }
-  gemv_dedup(*m.dedup, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, threads_, isa_,
-             dedup_scratch_);
+  if (b > kMaxBatch)
+    gemm_dedup(*m.dedup, x, b, bias, y, threads_, isa_, dedup_scratch_, gemm_scratch_);
+  else
+    gemv_dedup(*m.dedup, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, threads_, isa_,
+               dedup_scratch_);
   m.store->count_fused(m.dedup->read_bytes);
 }
 

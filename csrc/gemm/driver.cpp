@@ -25,24 +25,56 @@ Isa gemm_kernel_isa(Isa isa) { return kGemmTable.pick(isa); }
 
 namespace {
 
-// Rows [r0, r0 + nr) of W as float32, zero rows after nr: exactly dequantize()'s values.
-void tile_rows(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r0, int nr, float* wt) {
-  for (int r = 0; r < kTileRows; ++r) {
-    float* row = wt + r * s.cols;
-    if (r >= nr) {
-      std::memset(row, 0, static_cast<size_t>(s.cols) * sizeof(float));
-      continue;
-    }
-    for (int64_t c0 = 0; c0 < s.cols; c0 += 32)
-      dequant_span(s, lay, w, r0 + r, c0, static_cast<int>(std::min<int64_t>(32, s.cols - c0)), row + c0);
-  }
+void dequant_row(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, float* row) {
+  for (int64_t c0 = 0; c0 < s.cols; c0 += 32)
+    dequant_span(s, lay, w, r, c0, static_cast<int>(std::min<int64_t>(32, s.cols - c0)), row + c0);
 }
+
+// Rows [r0, r0 + nr) of W as float32, zero rows after nr: exactly
+// dequantize()'s values; from `src` (thread t's steps of up to
+// kMaxStepRows rows) when given, else from w. False when the source failed.
+bool tile_rows(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, const RowSource* src, int t,
+               int64_t r0, int nr, float* wt) {
+  std::memset(wt + static_cast<size_t>(nr) * s.cols, 0, static_cast<size_t>(kTileRows - nr) * s.cols * sizeof(float));
+  if (src == nullptr) {
+    for (int r = 0; r < nr; ++r) dequant_row(s, lay, w, r0 + r, wt + static_cast<size_t>(r) * s.cols);
+    return true;
+  }
+  for (int r = 0; r < nr;) {
+    const int step = std::min(kMaxStepRows, nr - r);
+    const uint8_t* p = src->rows(src->ctx, t, r0 + r, step);
+    if (p == nullptr) return false;
+    WeightSpec sub = s;
+    sub.rows = step;
+    const WeightLayout sl = weight_layout(sub);
+    for (int i = 0; i < step; ++i) dequant_row(sub, sl, p, i, wt + static_cast<size_t>(r + i) * s.cols);
+    r += step;
+  }
+  return true;
+}
+
+void run_gemm(const WeightSpec& s, const uint8_t* w, const RowSource* src, const float* x, int n, const float* bias,
+              float* y, int threads, Isa isa, GemmScratch& scratch);
 
 }  // namespace
 
 void gemm(const WeightSpec& s, const uint8_t* w, const float* x, int n, const float* bias, float* y, int threads,
           Isa isa, GemmScratch& scratch) {
-  if (w == nullptr || x == nullptr || y == nullptr) fail("gemm: null weights, activations or output");
+  if (w == nullptr) fail("gemm: null weights");
+  run_gemm(s, w, nullptr, x, n, bias, y, threads, isa, scratch);
+}
+
+void gemm(const WeightSpec& s, const RowSource& src, const float* x, int n, const float* bias, float* y, int threads,
+          Isa isa, GemmScratch& scratch) {
+  if (src.rows == nullptr) fail("gemm: the row source has no rows function");
+  run_gemm(s, nullptr, &src, x, n, bias, y, threads, isa, scratch);
+}
+
+namespace {
+
+void run_gemm(const WeightSpec& s, const uint8_t* w, const RowSource* src, const float* x, int n, const float* bias,
+              float* y, int threads, Isa isa, GemmScratch& scratch) {
+  if (x == nullptr || y == nullptr) fail("gemm: null activations or output");
   if (n < 1) fail("gemm: need at least one activation row, got " + std::to_string(n));
   if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
   const int64_t cols = s.cols, rows = s.rows;
@@ -59,7 +91,7 @@ void gemm(const WeightSpec& s, const uint8_t* w, const float* x, int n, const fl
   const int64_t ntiles = (rows + kTileRows - 1) / kTileRows;
   // float32 rows are read in place (4-byte aligned: the mapped file's
   // tensors are); other types, and a last tile of fewer rows, are converted.
-  const bool in_place = s.type == WType::F32 && reinterpret_cast<uintptr_t>(w) % alignof(float) == 0;
+  const bool in_place = src == nullptr && s.type == WType::F32 && reinterpret_cast<uintptr_t>(w) % alignof(float) == 0;
 #pragma omp parallel num_threads(threads)
   {
 #pragma omp for schedule(static)
@@ -80,8 +112,8 @@ void gemm(const WeightSpec& s, const uint8_t* w, const float* x, int n, const fl
       const float* wt = buf;
       if (in_place && nr == kTileRows)
         wt = reinterpret_cast<const float*>(w + r0 * lay.row_bytes);
-      else
-        tile_rows(s, lay, w, r0, nr, buf);
+      else if (!tile_rows(s, lay, w, src, static_cast<int>(me), r0, nr, buf))
+        continue;  // the source recorded why; its caller reports it
       for (int64_t p0 = 0; p0 < np; p0 += kPanelBlock) {
         const int64_t p1 = std::min<int64_t>(np_padded, p0 + kPanelBlock);
         for (int64_t k0 = 0; k0 < cols; k0 += kKBlock) {
@@ -102,5 +134,7 @@ void gemm(const WeightSpec& s, const uint8_t* w, const float* x, int n, const fl
     }
   }
 }
+
+}  // namespace
 
 }  // namespace ie

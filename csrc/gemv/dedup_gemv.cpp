@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/errors.h"
+#include "gemm/gemm.h"
 
 namespace ie {
 
@@ -79,10 +80,10 @@ const uint8_t* member_rows(void* ctx, int t, int64_t r0, int n) {
   return st.buf.data();
 }
 
-}  // namespace
-
-void gemv_dedup(const DedupMatrix& m, PreparedAct& x, const float* bias, float* y, Act act, int threads, Isa isa,
-                DedupGemvScratch& scratch) {
+// Runs `product` with a RowSource over the member (thread buffers sized
+// and cursors reset first), then reports a malformed store.
+template <class F>
+void with_source(const DedupMatrix& m, int threads, Isa isa, DedupGemvScratch& scratch, F product) {
   if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
   size_t step_bytes = 0;
   for (const DedupMatrix::Plane& p : m.planes) step_bytes += kMaxStepRows * p.per_row;
@@ -95,8 +96,22 @@ void gemv_dedup(const DedupMatrix& m, PreparedAct& x, const float* bias, float* 
   RowSource src;
   src.rows = member_rows;
   src.ctx = &ctx;
-  gemv(m.spec, src, x, bias, y, act, threads, isa, scratch.gemv);
+  product(src);
   if (ctx.bad.load()) fail("dedup GEMV: mask bits and exceptions disagree (malformed store)");
+}
+
+}  // namespace
+
+void gemv_dedup(const DedupMatrix& m, PreparedAct& x, const float* bias, float* y, Act act, int threads, Isa isa,
+                DedupGemvScratch& scratch) {
+  with_source(m, threads, isa, scratch,
+              [&](const RowSource& src) { gemv(m.spec, src, x, bias, y, act, threads, isa, scratch.gemv); });
+}
+
+void gemm_dedup(const DedupMatrix& m, const float* x, int n, const float* bias, float* y, int threads, Isa isa,
+                DedupGemvScratch& scratch, GemmScratch& gemm_scratch) {
+  with_source(m, threads, isa, scratch,
+              [&](const RowSource& src) { gemm(m.spec, src, x, n, bias, y, threads, isa, gemm_scratch); });
 }
 
 }  // namespace ie

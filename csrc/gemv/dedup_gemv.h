@@ -18,6 +18,7 @@
 
 #include "common/aligned.h"
 #include "dedup/dedup.h"
+#include "gemm/gemm.h"
 #include "gemv.h"
 
 namespace ie {
@@ -56,5 +57,11 @@ struct DedupGemvScratch {
 // (never on a validated store).
 void gemv_dedup(const DedupMatrix& m, PreparedAct& x, const float* bias, float* y, Act act, int threads, Isa isa,
                 DedupGemvScratch& scratch);
+
+// The prefill GEMM (gemm/gemm.h) over the member for x [n, cols], its weight
+// tiles converted from the same steps: equal to gemm() over the rebuilt
+// bytes, never holding the member.
+void gemm_dedup(const DedupMatrix& m, const float* x, int n, const float* bias, float* y, int threads, Isa isa,
+                DedupGemvScratch& scratch, GemmScratch& gemm_scratch);
 
 }  // namespace ie

@@ -268,8 +268,8 @@ TEST(dedup_simd_matches_scalar) {
   }
 }
 
-// The fused dedup GEMV on a hand-made member: equal to gemv() over the
-// rebuilt bytes (f32, every ISA, 1 and 3 threads); a mask asking for more
+// The fused dedup GEMV and GEMM on a hand-made member: equal to gemv() and
+// gemm() over the rebuilt bytes (f32, every ISA, 1 and 3 threads); a mask asking for more
 // exceptions than the member has is an exception after the parallel
 // region, never a read past the exceptions.
 TEST(dedup_gemv_matches_gemv_and_refuses_short_exceptions) {
@@ -308,6 +308,13 @@ TEST(dedup_gemv_matches_gemv_and_refuses_short_exceptions) {
       ie::DedupGemvScratch scratch;
       ie::gemv_dedup(ie::make_dedup_matrix(s, v), xa, nullptr, y.data(), ie::Act::F32, threads, isa, scratch);
       CHECK(std::memcmp(y.data(), ref.data(), rows * sizeof(float)) == 0) << ie::isa_name(isa) << " t" << threads;
+      // The prefill GEMM over the same steps, 11 activation rows.
+      std::vector<float> xs(11 * cols), ys(11 * rows), refs(11 * rows);
+      for (float& t : xs) t = std::generate_canonical<float, 24>(rng);
+      ie::GemmScratch gs;
+      ie::gemm(s, want, xs.data(), 11, nullptr, refs.data(), threads, isa, gs);
+      ie::gemm_dedup(ie::make_dedup_matrix(s, v), xs.data(), 11, nullptr, ys.data(), threads, isa, scratch, gs);
+      CHECK(std::memcmp(ys.data(), refs.data(), ys.size() * sizeof(float)) == 0) << "gemm " << ie::isa_name(isa);
       dd::MemberView short_v = v;
       short_v.exc_count -= 1;
       std::string err;
