@@ -82,6 +82,10 @@ def bench_round(model: Path, env: dict[str, str], prompts: Path, threads: int) -
 def summary(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {"tps": statistics.median(x["tps_true"] for x in rounds),
             "decode_ms_p50": statistics.median(x["latency_p50_ms"] for x in rounds),
+            # What the machine streamed while decoding: the plain model is
+            # bandwidth-bound, the fused one (defaults shared by k layers, hot
+            # in the LLC) rebuild-bound, so their ratio tracks this figure.
+            "decode_gbps": statistics.median(x["decode_gbps"] or 0.0 for x in rounds),
             "rss_peak_mb": max(x["rss_peak_mb"] for x in rounds),
             "mb_per_token": statistics.median(x["mb_per_token"] for x in rounds)}
 
