@@ -37,11 +37,10 @@ def _index_with_model(path: Path, deep: bool):
 def validate_dedup_index(path: Path, deep: bool) -> None:
     idx, model = _index_with_model(path, deep)
     t = idx.totals()
-    stored = sum(t[f"{k}_bytes"] for k in ("defaults", "masks", "exceptions"))
     checked = ", region checksums and masks verified" if deep else ""
     against = f", members match {model.meta_path.name}" if model else ""
     out.print(f"OK {idx.path}: dedup index v{idx.meta['version']}, {t['groups']} groups, {t['members']} tensors, "
-              f"{human_bytes(t['original_bytes'])} stored as {human_bytes(stored)}{against}{checked}", markup=False)
+              f"{human_bytes(t['original_bytes'])} stored as {human_bytes(t['stored_bytes'])}{against}{checked}", markup=False)
 
 
 def inspect_dedup_index(path: Path, as_json: bool) -> None:
@@ -62,10 +61,9 @@ def inspect_dedup_index(path: Path, as_json: bool) -> None:
         table.add_row(str(r["group"]), r["first"], str(r["members"]), r["dtype"], human_bytes(r["nbytes"]),
                       f"{100 * r['exceptions'] / (r['nbytes'] * r['members']):.2f}%")
     out.print(table)
-    stored = t["defaults_bytes"] + t["masks_bytes"] + t["exceptions_bytes"]
     out.print(f"{t['members']} tensors, {human_bytes(t['original_bytes'])} -> {human_bytes(t['defaults_bytes'])} "
               f"defaults + {human_bytes(t['masks_bytes'])} masks + {human_bytes(t['exceptions_bytes'])} exceptions "
-              f"= {human_bytes(stored)}", markup=False)
+              f"= {human_bytes(t['stored_bytes'])}", markup=False)
 
 
 @click.command("dedup-plan")
@@ -220,8 +218,8 @@ def dedup_pack_cmd(model_dir, out_dir, tensor_map, groups_path, min_bytes, overw
     model.masks.bin, model.exceptions.bin); model.ie.bin keeps only the other
     tensors, and the grouped tensors' entries in model.ie.json say
     "store": "dedup". ierun runs it directly (the store is required; with
-    IE_DEDUP_CACHE_MB=0 the GEMV rebuilds each tile of rows where it is
-    used, so no tensor is ever held whole), and `ieconv validate --deep` and
+    IE_DEDUP_CACHE_MB=0 each product rebuilds a few rows at a time where
+    it reads them, so no tensor is ever held whole), and `ieconv validate --deep` and
     `ierun verify dedup` prove every tensor bit for bit.
 
     Without --tensor-map/--groups the plan is made here, as dedup-plan would

@@ -363,9 +363,9 @@ class DedupIndex:
 
     def totals(self) -> dict[str, int]:
         original = sum(g["nbytes"] * len(g["members"]) for g in self.groups)
+        blobs = {f"{k}_bytes": self.meta["blobs"][k]["nbytes"] for k in BLOB_KEYS}
         return {"groups": len(self.groups), "members": sum(len(g["members"]) for g in self.groups),
-                "original_bytes": original,
-                **{f"{k}_bytes": self.meta["blobs"][k]["nbytes"] for k in BLOB_KEYS}}
+                "original_bytes": original, **blobs, "stored_bytes": sum(blobs.values())}
 
     def arrays(self) -> dict[str, Any]:
         """Plain arrays for the native loader (iekit.runtime._native.DedupStore)."""

@@ -94,13 +94,11 @@ class TensorSource:
         self._by_name = {t["name"]: t for t in self.model.tensors}
         self._maps: dict[Path, np.memmap] = {}
         self._verified: set[str] = set()
-        self._members: dict[str, dict[str, Any]] = {}
         if not self.config.enabled:
             return
         try:
             self.store, self.index = open_store(self.model.dir, cache_mb=self.config.cache_mb, debug=self.config.debug,
                                                 threads=threads, isa=isa, model=self.model)
-            self._members = {m["name"]: m for _g, _j, _grp, m in self.index.members()}
         except (IEError, OSError) as e:
             if self.packed:
                 raise IEError(f"{self.model.meta_path}: the model's grouped tensors live in the dedup store, "
@@ -141,8 +139,8 @@ class TensorSource:
     def member(self, name: str) -> tuple[Any, str] | None:
         """(store, name) for a tensor the store serves, for kernels that read
         the member where it is used (the decoder's fused GEMV, or the store's
-        LRU cache); None for a tensor in model.ie.bin. Strict: the member is
-        rebuilt once here and must hash to its digest (not kept)."""
+        LRU cache); None for a tensor in model.ie.bin. Strict: the member
+        must hash to its digest first (``_digest``)."""
         self._entry(name)
         if self.store is None or name not in self.store:
             return None
@@ -174,8 +172,7 @@ class TensorSource:
         t = self._entry(name)
         if self.store is None or name not in self.store or self.store.cacheable(name):
             return t["nbytes"]
-        m = self._members[name]
-        return t["nbytes"] + m["mask"]["nbytes"] + m["exceptions"]["count"]
+        return self.store.read_bytes(name)
 
     def _verify(self, name: str, digest: str, t: dict[str, Any]) -> None:
         """IE_DEDUP_STRICT=1: the first rebuild of a tensor must hash to its

@@ -79,17 +79,12 @@ py::array_t<float> gemv(const PyBsr& self, const FArray& x, const std::optional<
   const ie::Isa isa = ie::resolve_isa(isa_name);
   const ie::BsrMatrix& m = self.m;
   const auto cols = static_cast<py::ssize_t>(m.cols), rows = static_cast<py::ssize_t>(m.rows);
-  const py::ssize_t batch = ie::activation_batch(x, cols, ie::kBsrMaxBatch);
-  const float* bp = ie::bias_data(bias, rows);
-  if (threads < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(threads));
-  py::array_t<float> y = ie::gemv_output(x, batch, rows);
-  const float* xp = x.data();
-  float* yp = y.mutable_data();
+  ie::ProductOperands o = ie::product_operands(x, bias, rows, cols, ie::kBsrMaxBatch, threads);
   {
     py::gil_scoped_release nogil;
-    ie::bsr_gemv(m, xp, static_cast<int>(batch), bp, yp, threads, isa);
+    ie::bsr_gemv(m, o.x, static_cast<int>(o.batch), o.bias, o.yp, threads, isa);
   }
-  return y;
+  return o.y;
 }
 
 py::dict check(const std::string& path, bool allow_nonfinite) {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "common/weight_types.h"
 
@@ -64,6 +65,29 @@ const float* bias_data(const std::optional<FArray>& bias, int64_t rows) {
 // y shaped like x: [rows] for a 1-D x, else [batch, rows].
 inline pybind11::array_t<float> gemv_output(const pybind11::array& x, int64_t batch, int64_t rows) {
   return x.ndim() == 1 ? pybind11::array_t<float>({rows}) : pybind11::array_t<float>({batch, rows});
+}
+
+// The checked operands of y = W x (+ bias) for a W of [rows, cols], as every
+// product binding takes them: x [cols] or [batch <= max_batch, cols], the
+// optional bias, threads >= 1; y allocated shaped like x. The raw pointers
+// are for the kernel call with the GIL released.
+struct ProductOperands {
+  int64_t batch;
+  const float* x;
+  const float* bias;
+  pybind11::array_t<float> y;
+  float* yp;
+};
+
+template <class FArray>
+ProductOperands product_operands(const FArray& x, const std::optional<FArray>& bias, int64_t rows, int64_t cols,
+                                 int64_t max_batch, int threads) {
+  const int64_t batch = activation_batch(x, cols, max_batch);
+  const float* bp = bias_data(bias, rows);
+  if (threads < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(threads));
+  pybind11::array_t<float> y = gemv_output(x, batch, rows);
+  float* yp = y.mutable_data();
+  return {batch, x.data(), bp, std::move(y), yp};
 }
 
 }  // namespace ie

@@ -224,7 +224,7 @@ void Decoder::mm_dedup(const Matrix& m, PreparedAct& prep, const float* x, int b
   else
     gemv_dedup(*m.dedup, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, threads_, isa_,
                dedup_scratch_);
-  m.store->count_fused(m.dedup->read_bytes);
+  m.store->count_fused(m.dedup->src.read_bytes());
 }
 
 void Decoder::embed_row(int32_t token, float* out) const {

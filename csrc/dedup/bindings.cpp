@@ -65,17 +65,21 @@ std::unique_ptr<dd::DedupStore> make_store(const std::string& model_dir, const s
   return std::make_unique<dd::DedupStore>(s, cache_bytes, threads, debug, chosen);
 }
 
-// A line mask of an n-byte tensor checked against `exc_count` exceptions:
-// its view and prefix table, or ValueError naming the broken rule.
-dd::MemberView checked_view(const U8& def, const U8& mask, size_t exc_count, std::vector<dd::Cursor>* prefix) {
+// The view of an n-byte default and its line mask with `exc_count`
+// exceptions and `prefix` (filled and checked here when `check`, the
+// loader's rules: ValueError naming the broken one; else the caller's table,
+// which reconstruct() checks against every chunk's end).
+dd::MemberView member_view(const U8& def, const U8& mask, size_t exc_count, std::vector<dd::Cursor>* prefix, bool check) {
   dd::MemberView v;
   v.nbytes = static_cast<size_t>(def.size());
   if (v.nbytes == 0) throw std::invalid_argument("dedup: the default is empty");
   if (!dd::split_line_mask(mask.data(), static_cast<size_t>(mask.size()), v.nbytes, &v.mask))
     throw std::invalid_argument("dedup: a " + std::to_string(mask.size()) + "-byte mask cannot be words + " +
                                 std::to_string(dd::line_bits_nbytes(v.nbytes)) + " bytes of line bits");
-  const auto [field, msg] = dd::check_line_mask(v.mask, exc_count, prefix);
-  if (!msg.empty()) throw std::invalid_argument("dedup: " + field + ": " + msg);
+  if (check) {
+    const auto [field, msg] = dd::check_line_mask(v.mask, exc_count, prefix);
+    if (!msg.empty()) throw std::invalid_argument("dedup: " + field + ": " + msg);
+  }
   v.def = def.data();
   v.exc_count = exc_count;
   v.prefix = prefix;
@@ -97,20 +101,12 @@ py::array reconstruct_py(const U8& def, const U8& mask, const U8& exc, py::objec
                          const std::string& isa_name, int stream_stores, py::object out_obj) {
   const ie::Isa isa = ie::resolve_isa(isa_name);
   std::vector<dd::Cursor> prefix;
-  dd::MemberView v;
-  if (prefix_obj.is_none()) {
-    v = checked_view(def, mask, static_cast<size_t>(exc.size()), &prefix);
-  } else {  // a table from dedup_prefix (the mask checked once): reconstruct() checks it against the chunks' ends
+  if (!prefix_obj.is_none()) {  // a table from dedup_prefix: the mask was checked once there
     const Prefix p = prefix_obj.cast<Prefix>();
     if (p.ndim() != 2 || p.shape(1) != 2) throw std::invalid_argument("dedup: prefix must be a [chunks + 1, 2] array");
     for (py::ssize_t i = 0; i < p.shape(0); ++i) prefix.push_back({p.at(i, 0), p.at(i, 1)});
-    v.nbytes = static_cast<size_t>(def.size());
-    if (!dd::split_line_mask(mask.data(), static_cast<size_t>(mask.size()), v.nbytes, &v.mask))
-      throw std::invalid_argument("dedup: the mask's size does not fit the default's");
-    v.def = def.data();
-    v.exc_count = static_cast<size_t>(exc.size());
-    v.prefix = &prefix;
   }
+  dd::MemberView v = member_view(def, mask, static_cast<size_t>(exc.size()), &prefix, prefix_obj.is_none());
   v.exc = exc.data();
   const size_t n = v.nbytes;
   py::array_t<uint8_t> out;
@@ -208,6 +204,14 @@ void ie_register_dedup(py::module_& m) {
           },
           py::arg("name"))
       .def(
+          "read_bytes",
+          [](const dd::DedupStore& s, const std::string& name) {
+            if (!s.contains(name)) throw py::key_error(name);
+            return s.view(name).read_bytes();
+          },
+          py::arg("name"), "Bytes one pass over the member reads: default + mask region + exceptions (what a fused "
+                           "product of it reads; counted in stats()' fused_bytes).")
+      .def(
           "cacheable",
           [](const dd::DedupStore& s, const std::string& name) {
             if (!s.contains(name)) throw py::key_error(name);
@@ -222,7 +226,7 @@ void ie_register_dedup(py::module_& m) {
       "dedup_prefix",
       [](const U8& def, const U8& mask, size_t exc_count) {
         std::vector<dd::Cursor> prefix;
-        checked_view(def, mask, exc_count, &prefix);
+        member_view(def, mask, exc_count, &prefix, true);
         return prefix_array(prefix);
       },
       py::arg("default"), py::arg("mask"), py::arg("exc_count"),

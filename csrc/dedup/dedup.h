@@ -115,9 +115,13 @@ struct MemberView {
   size_t exc_count = 0;
   size_t nbytes = 0;
   const std::vector<Cursor>* prefix = nullptr;  // check_line_mask's table
+  // What one pass over the member reads: the default, the mask region and
+  // the exceptions (a fused product's bytes, mb_per_token's count).
+  size_t read_bytes() const { return nbytes + 8 * mask.nwords + line_bits_nbytes(nbytes) + exc_count; }
 };
 
-// The cursor at byte a (from the prefix table and the mask).
+// The cursor at byte a <= nbytes (from the prefix table and the mask);
+// never throws, so kernels call it inside parallel regions.
 Cursor cursor_at(const MemberView& v, size_t a);
 
 // Bytes [a, b) of the member into `out` (b - a bytes), `c` the cursor at a;

@@ -157,7 +157,7 @@ std::pair<std::string, std::string> check_line_mask(const LineMask& m, uint64_t 
 Cursor cursor_at(const MemberView& v, size_t a) {
   const LineMask& m = v.mask;
   const size_t ch = a / kChunk, la = a / kLine;
-  Cursor c = v.prefix->at(ch);
+  Cursor c = (*v.prefix)[ch];
   for (size_t line = ch * (kChunk / kLine); line < la;) {  // whole lines, a block of line bits at a time
     const size_t blk = line / 64;
     const unsigned lo = static_cast<unsigned>(line % 64), hi = static_cast<unsigned>(std::min<size_t>(64, la - blk * 64));

@@ -23,19 +23,14 @@ py::array_t<float> gemm_py(const py::buffer& w, const std::string& dtype, int64_
   const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
   const ie::Isa isa = ie::resolve_isa(isa_name);
   const py::buffer_info wb = ie::weight_buffer(w, s);
-  const int64_t n = ie::activation_batch(x, cols, INT_MAX);
-  const float* bp = ie::bias_data(bias, rows);
-  if (threads < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(threads));
-  py::array_t<float> y = ie::gemv_output(x, n, rows);
+  ie::ProductOperands o = ie::product_operands(x, bias, rows, cols, INT_MAX, threads);
   const uint8_t* wp = static_cast<const uint8_t*>(wb.ptr);
-  const float* xp = x.data();
-  float* yp = y.mutable_data();
   ie::GemmScratch scratch;
   {
     py::gil_scoped_release nogil;
-    ie::gemm(s, wp, xp, static_cast<int>(n), bp, yp, threads, isa, scratch);
+    ie::gemm(s, wp, o.x, static_cast<int>(o.batch), o.bias, o.yp, threads, isa, scratch);
   }
-  return y;
+  return o.y;
 }
 
 }  // namespace

@@ -28,19 +28,14 @@ py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_
   const ie::Isa isa = ie::resolve_isa(isa_name);
   const bool rows8 = ie::parse_layout(layout, s, a, isa);
   const py::buffer_info wb = ie::weight_buffer(w, s);
-  const int64_t batch = ie::activation_batch(x, cols, ie::kMaxBatch);
-  const float* bp = ie::bias_data(bias, rows);
-  if (threads < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(threads));
-  py::array_t<float> y = ie::gemv_output(x, batch, rows);
+  ie::ProductOperands o = ie::product_operands(x, bias, rows, cols, ie::kMaxBatch, threads);
   const uint8_t* wp = static_cast<const uint8_t*>(wb.ptr);
-  const float* xp = x.data();
-  float* yp = y.mutable_data();
   {
     py::gil_scoped_release nogil;
     const ie::Rows8 packed = rows8 ? ie::pack_rows8(s, wp, threads) : ie::Rows8();
-    ie::gemv(s, wp, xp, static_cast<int>(batch), bp, yp, a, threads, isa, rows8 ? &packed : nullptr);
+    ie::gemv(s, wp, o.x, static_cast<int>(o.batch), o.bias, o.yp, a, threads, isa, rows8 ? &packed : nullptr);
   }
-  return y;
+  return o.y;
 }
 
 // The fused dedup GEMV over member `name` of `store` (test and bench hook;
@@ -54,21 +49,16 @@ py::array_t<float> gemv_dedup_py(ie::dedup::DedupStore& store, const std::string
   const ie::Isa isa = ie::resolve_isa(isa_name);
   if (!store.contains(name)) throw py::key_error(name);
   const ie::DedupMatrix m = ie::make_dedup_matrix(s, store.view(name));
-  const int64_t batch = ie::activation_batch(x, cols, ie::kMaxBatch);
-  const float* bp = ie::bias_data(bias, rows);
-  if (threads < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(threads));
-  py::array_t<float> y = ie::gemv_output(x, batch, rows);
-  const float* xp = x.data();
-  float* yp = y.mutable_data();
+  ie::ProductOperands o = ie::product_operands(x, bias, rows, cols, ie::kMaxBatch, threads);
   {
     py::gil_scoped_release nogil;
     ie::PreparedAct xa;
-    xa.set(xp, static_cast<int>(batch), cols);
+    xa.set(o.x, static_cast<int>(o.batch), cols);
     ie::DedupGemvScratch scratch;
-    ie::gemv_dedup(m, xa, bp, yp, a, threads, isa, scratch);
-    store.count_fused(m.read_bytes);
+    ie::gemv_dedup(m, xa, o.bias, o.yp, a, threads, isa, scratch);
+    store.count_fused(m.src.read_bytes());
   }
-  return y;
+  return o.y;
 }
 
 py::array_t<float> dequantize_py(const py::buffer& w, const std::string& dtype, int64_t rows, int64_t cols,
@@ -155,8 +145,8 @@ void ie_register_gemv(py::module_& m) {
         py::arg("cols"), py::arg("x"), py::arg("bias") = py::none(), py::arg("group_size") = 0,
         py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1,
         py::arg("isa") = "",
-        "y = W x (+ bias) for the dedup member `name` of `store`, rebuilt tile by tile inside the product "
-        "(never whole); counted in store.stats() as a fused call.");
+        "y = W x (+ bias) for the dedup member `name` of `store`, rebuilt a kernel step at a time inside the "
+        "product (never whole); counted in store.stats() as a fused call.");
   m.def("dequantize", &dequantize_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
         py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16",
         "W as float32 [rows, cols], bit-exact with docs/formats/quant.md.");

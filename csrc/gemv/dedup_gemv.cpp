@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <stdexcept>
 #include <string>
 
 #include "common/errors.h"
@@ -28,7 +27,6 @@ DedupMatrix make_dedup_matrix(const WeightSpec& s, const dedup::MemberView& src)
     m.planes.push_back({lay.scales_off, per_row});
     if (!s.symmetric) m.planes.push_back({lay.mins_off, per_row});
   }
-  m.read_bytes = src.nbytes + 8 * src.mask.nwords + dedup::line_bits_nbytes(src.nbytes) + src.exc_count;
   return m;
 }
 
@@ -61,20 +59,18 @@ const uint8_t* member_rows(void* ctx, int t, int64_t r0, int n) {
   RowCtx& c = *static_cast<RowCtx*>(ctx);
   DedupGemvScratch::Thread& st = c.s->threads[static_cast<size_t>(t)];
   const dedup::MemberView& v = c.m->src;
-  try {
-    uint8_t* out = st.buf.data();
-    for (size_t i = 0; i < c.m->planes.size(); ++i) {
-      const size_t a = c.m->planes[i].off + static_cast<size_t>(r0) * c.m->planes[i].per_row;
-      const size_t nb = static_cast<size_t>(n) * c.m->planes[i].per_row;
-      if (st.next_row != r0) st.c[i] = dedup::cursor_at(v, a);
-      if (!dedup::reconstruct_range(v, st.c[i], a, a + nb, out, c.isa)) throw std::invalid_argument("overrun");
-      out += nb;
-      prefetch_next(v, st.c[i], a + nb, nb);
+  uint8_t* out = st.buf.data();
+  for (size_t i = 0; i < c.m->planes.size(); ++i) {
+    const size_t a = c.m->planes[i].off + static_cast<size_t>(r0) * c.m->planes[i].per_row;
+    const size_t nb = static_cast<size_t>(n) * c.m->planes[i].per_row;
+    if (st.next_row != r0) st.c[i] = dedup::cursor_at(v, a);
+    if (!dedup::reconstruct_range(v, st.c[i], a, a + nb, out, c.isa)) {
+      c.bad.store(true, std::memory_order_relaxed);
+      st.next_row = -1;
+      return nullptr;
     }
-  } catch (...) {
-    c.bad.store(true, std::memory_order_relaxed);
-    st.next_row = -1;
-    return nullptr;
+    out += nb;
+    prefetch_next(v, st.c[i], a + nb, nb);
   }
   st.next_row = r0 + n;
   return st.buf.data();

@@ -32,7 +32,6 @@ struct DedupMatrix {
     size_t off, per_row;
   };
   std::vector<Plane> planes;
-  size_t read_bytes = 0;  // blob bytes one product reads: default + mask + exceptions
 };
 
 // Plans the planes of `src`, a member of weight_nbytes(s) bytes; throws

@@ -260,7 +260,7 @@ TEST(dedup_simd_matches_scalar) {
             CHECK(dd::reconstruct_range(v, c, p, e, out.data() + (p - a), isa)) << "range " << p << ".." << e;
             p = e;
           }
-          if (p == n) CHECK(std::memcmp(out.data(), want.data() + a, n - a) == 0)
+          CHECK(p == n && std::memcmp(out.data(), want.data() + a, n - a) == 0)
               << ie::isa_name(isa) << " n=" << n << " density=" << density << " from " << a;
         }
       }
