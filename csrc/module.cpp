@@ -29,6 +29,9 @@ void ie_register_stream(py::module_&);   // stream/bindings.cpp
 void ie_register_dedup(py::module_&);    // dedup/bindings.cpp
 void ie_register_bsr(py::module_&);      // bsr/bindings.cpp
 void ie_register_decoder(py::module_&);  // decoder/bindings.cpp
+#if IE_HAVE_CUDA
+void ie_register_cuda(py::module_&);     // cuda/bindings.cpp
+#endif
 
 namespace {
 
@@ -162,4 +165,7 @@ PYBIND11_MODULE(_native, m) {
   ie_register_dedup(m);
   ie_register_bsr(m);
   ie_register_decoder(m);
+#if IE_HAVE_CUDA
+  ie_register_cuda(m);
+#endif
 }

@@ -4,7 +4,8 @@ The command wires the parts together in the order the design's timing
 discipline needs: environment (runtime/env.py), prompts, the model and the
 tokenized prompts -- every input is checked before anything is measured,
 so a bad one fails fast -- then the warm-up rounds, the read-bandwidth
-yardstick (same process, same threads as the decoder), then for each round
+yardstick (same process, same threads as the decoder; with --device cuda
+the device-to-device copy bandwidth), then for each round
 the timed window (bench_run.run_round) followed by everything that must
 stay outside it: counters, peak RSS, the yardstick again (so each round is
 judged against the machine as it was around it), metrics, printing. stdout carries only the JSON lines, so a harness
@@ -23,11 +24,13 @@ import numpy as np
 
 from iekit.formats.errors import IEError
 
+from . import cuda
 from .cpu_topology import physical_cores
 from .env import ACT_PREC_OF, ACTS, PRECISIONS, BenchEnv
 from .bench_run import read_prompts, reset_rss_peak, round_record, rss_peak_mb, run_round, tokenize
 
-READ_BW_MB = 256  # default yardstick: several times any last-level cache
+READ_BW_MB = 256  # default yardstick: several times any last-level cache (a GPU's L2 included)
+CUDA_COPY_ITERS = 20  # device copies per yardstick reading (median): a 256 MiB copy takes well under 1 ms
 
 
 def _warn(msg: str) -> None:
@@ -38,7 +41,7 @@ def _note(msg: str) -> None:
     click.echo(f"ierun bench: {msg}", err=True)
 
 
-def _load_decoder(model_dir: str, threads: int, env: BenchEnv) -> tuple[Any, list[str]]:
+def _load_decoder(model_dir: str, threads: int, env: BenchEnv, device: str) -> tuple[Any, list[str]]:
     """The Decoder and the warnings it raised while loading (e.g. the dedup
     fallback), as one-line messages: they go to stderr as 'warning: ...'
     lines and into the JSON, not as Python's two-line warning format."""
@@ -46,8 +49,11 @@ def _load_decoder(model_dir: str, threads: int, env: BenchEnv) -> tuple[Any, lis
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        # device= only off the default: cpu needs nothing from a decoder's
+        # signature beyond what it has always taken.
+        on = {"device": device} if device != "cpu" else {}
         try:
-            dec = Decoder(model_dir, threads=threads, act=env.act, affinity=env.affinity)
+            dec = Decoder(model_dir, threads=threads, act=env.act, affinity=env.affinity, **on)
         except (IEError, OSError) as e:
             reason = str(e) if isinstance(e, IEError) else f"{e.filename or model_dir}: {e.strerror or e}"
             raise IEError(env.model_error(model_dir, reason)) from None
@@ -70,7 +76,8 @@ def _dedup_fields(dec: Any) -> dict[str, Any]:
 
 HELP = """Time greedy decoding of a converted model: one JSON line per round.
 
-Each round runs every prompt in turn on the CPU decoder: prefill, then
+Each round runs every prompt in turn on the decoder (--device cpu, or
+cuda: the CUDA decoder, f32 activations): prefill, then
 greedy decoding of --max-new tokens (fewer on EOS, the EOS token counted,
 unless --ignore-eos). --warmup rounds run first and are not counted. The
 decoder keeps its KV cache between prompts and rounds and reuses the part
@@ -121,7 +128,10 @@ JSON fields (per round):
   effective_gbps      bytes_touched / wall_time_s / 1e9
   read_bw_before_gbps streaming read bandwidth just before and just after
   read_bw_after_gbps  the round, in this process with --threads threads
-                      over a --bandwidth-mb buffer
+                      over a --bandwidth-mb buffer; --device cuda: the
+                      device-to-device copy bandwidth (bytes read + bytes
+                      written) of a --bandwidth-mb buffer, timed with CUDA
+                      events
   read_bw_gbps        the larger of the two (what the machine can do)
   read_bw_spread      (larger - smaller) / larger
   roofline_fraction   effective_gbps / read_bw_gbps
@@ -180,8 +190,8 @@ def _summary(recs: list[dict[str, Any]]) -> str:
 
 
 @click.command("bench", help=HELP)
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
-              help="Decoder to run; only cpu is built.")
+@click.option("--device", type=click.Choice(cuda.DEVICES), default="cpu", show_default=True,
+              help="Decoder to run: cpu, or cuda (a CUDA build of iekit and a visible GPU).")
 @click.option("--model-dir", required=True, help="IEBIN model directory (model.ie.json + model.ie.bin).")
 @click.option("--prompts-file", default=None, help="Prompts, one per line (text or 'ids: 1,2,3').")
 @click.option("--max-new", type=click.IntRange(min=1), default=64, show_default=True,
@@ -211,13 +221,18 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, i
             _warn(f"--act {act} overrides IE_ACT_PREC={env.act_prec}")
         env = dataclasses.replace(env, act=act, act_prec=ACT_PREC_OF[act])
     if device == "cuda":
-        raise IEError("--device cuda: the CUDA decoder is not built in this iekit (only --device cpu)")
+        from .decoder import check_device
+
+        check_device(device)  # before anything is read or measured
+        if env.act == "int8":  # said here, where it is known whether --act or IE_ACT_PREC asked for it
+            asked = "--act int8" if act else f"IE_ACT_PREC={env.act_prec}"
+            raise IEError(f"{asked}: the CUDA decoder runs f32 activations only (f32 or auto)")
     threads = threads or physical_cores()
     source, lines = read_prompts(prompts_file)
 
     # Every input is checked before the yardstick: a bad model or prompt
     # fails at once, not after seconds of streaming.
-    dec, load_warnings = _load_decoder(model_dir, threads, env)
+    dec, load_warnings = _load_decoder(model_dir, threads, env, device)
     precision = str(dec.precision)
     msg = env.precision_warning(tuple(dec.precisions))
     later = load_warnings + ([msg] if msg else [])
@@ -225,11 +240,12 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, i
         _warn(w)
     prompts = tokenize(lines, dec, max_new)
 
-    from .native import read_bandwidth
+    from .native import _native, read_bandwidth
 
     # The yardstick runs on the decoder's threads (pinned when
-    # IE_TP_USE_AFFINITY=1), before the first counted round and after every
-    # round: each round is judged against the machine as it was around it.
+    # IE_TP_USE_AFFINITY=1), or on its device, before the first counted round
+    # and after every round: each round is judged against the machine as it
+    # was around it.
     # Its buffer must not count as the decoder's peak RSS: VmHWM is reset
     # after each measurement and the peak kept here.
     read_bw_bytes = bandwidth_mb << 20
@@ -239,7 +255,13 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, i
     def yardstick() -> float:
         nonlocal peak, rss_reset
         peak = max(peak, rss_peak_mb())
-        gbps = float(read_bandwidth(bytes=read_bw_bytes, threads=threads, passes=5)["gbps"])
+        if device == "cuda":
+            try:
+                gbps = float(_native.cuda_copy_gbps(read_bw_bytes, CUDA_COPY_ITERS))
+            except (ValueError, RuntimeError) as e:  # a CUDA failure: one line
+                raise IEError(f"--device cuda: copy bandwidth: {e}") from None
+        else:
+            gbps = float(read_bandwidth(bytes=read_bw_bytes, threads=threads, passes=5)["gbps"])
         rss_reset = reset_rss_peak() and rss_reset
         return gbps
 

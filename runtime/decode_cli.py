@@ -14,9 +14,11 @@ import numpy as np
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.errors import IEError
 
+from . import cuda
 from .env import ACTS
 from .sampling import Sampler, stream
 from .token_ids import parse_ids
+
 
 _model_dir = click.option("--model-dir", required=True, type=click.Path(path_type=Path),
                           help="IEBIN model directory (Llama, Mistral or Qwen2).")
@@ -26,7 +28,11 @@ _ctx = click.option("--ctx", type=click.IntRange(min=1), default=None,
                          "max_position_embeddings, and the KV cache must fit the memory available.")
 _act = click.option("--act", type=click.Choice(ACTS), default="auto", show_default=True,
                     help="Activations into quantized matrices: f32, or int8 per 32 (faster, less exact); auto: "
-                         "int8 where layer matrices have fewer than 8 bits per weight (4-bit types), else f32.")
+                         "int8 where layer matrices have fewer than 8 bits per weight (4-bit types), else f32 "
+                         "(always f32 with --device cuda).")
+_device = click.option("--device", type=click.Choice(cuda.DEVICES), default="cpu", show_default=True,
+                       help="Where the decoder runs: cpu, or cuda (a CUDA build of iekit and a visible GPU; the "
+                            "weights are uploaded once, f32 activations).")
 
 
 # C0 controls other than newline and tab would drive the terminal (a tiny
@@ -87,9 +93,10 @@ def chat_ids(dec, model_dir: Path, prompt: str | None, system: str | None) -> li
 @_threads
 @_ctx
 @_act
+@_device
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (prompt and generated ids, text).")
 def generate_cmd(model_dir, prompt, ids, prompts_file, chat, system, max_new, ignore_eos, temp, top_k, top_p, min_p,
-                 repeat_penalty, repeat_last_n, seed, threads, ctx, act, as_json):
+                 repeat_penalty, repeat_last_n, seed, threads, ctx, act, device, as_json):
     """Generate text from a prompt: greedy by default, --temp/--top-k/--top-p/--min-p/--seed to sample.
 
     The text streams to stdout as tokens come (control characters shown as
@@ -115,7 +122,7 @@ def generate_cmd(model_dir, prompt, ids, prompts_file, chat, system, max_new, ig
     bad = next((ln for ln in lines or [] if chat and ln.ids is not None), None)
     if bad is not None:  # before anything runs
         raise IEError(f"{bad.where}: --chat takes text prompts, not 'ids:' lines")
-    dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act)
+    dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act, device=device)
     if lines is None:
         pids = chat_ids(dec, model_dir, prompt, system) if chat else prompt_ids(dec, prompt, ids)
         _generate_one(dec, pids, max_new, sampler, ignore_eos, as_json)
@@ -181,7 +188,8 @@ def _generate_one(dec, pids: list[int], max_new: int, sampler: Sampler, ignore_e
 @_threads
 @_ctx
 @_act
-def logits_cmd(model_dir, ids, prompt, out_path, overwrite, threads, ctx, act):
+@_device
+def logits_cmd(model_dir, ids, prompt, out_path, overwrite, threads, ctx, act, device):
     """Write the logits of every position of one sequence to a .npy file.
 
     The file is written under a temporary name and renamed, so a failed run
@@ -191,7 +199,7 @@ def logits_cmd(model_dir, ids, prompt, out_path, overwrite, threads, ctx, act):
     from .decoder import Decoder
 
     check_new_file(out_path, overwrite)
-    dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act)
+    dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act, device=device)
     seq = prompt_ids(dec, prompt, ids)
     out = dec.logits(seq)
     buf = io.BytesIO()

@@ -1,13 +1,15 @@
-"""The decoder runtime's Python side: IEBIN artifact -> native ``Decoder``.
+"""The decoder runtime's Python side: IEBIN artifact -> native ``Decoder``
+(or, with ``device="cuda"``, the native ``CudaDecoder``).
 
 Reads the model description captured in ``model.ie.json`` (architecture,
 dimensions, RoPE), checks every tensor the architecture needs (present,
 right shape, a dtype the GEMV kernels read), and hands the native decoder
 zero-copy views of the mapped ``model.ie.bin`` (or, with ``IE_DEDUP=1``,
 of tensors rebuilt by the dedup loader). The per-token step runs entirely
-in C++ with the GIL released (csrc/decoder/decoder.cpp); this module only keeps
-the bookkeeping that makes benchmarks honest: the KV-cache prefix reuse
-counters and the weight bytes one step reads.
+in C++ with the GIL released (csrc/decoder/decoder.cpp, or on a CUDA device
+csrc/cuda/decoder.cu, which copies the weights to the device once); this
+module only keeps the bookkeeping that makes benchmarks honest: the KV-cache
+prefix reuse counters and the weight bytes one step reads.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import model_file, read_small
 
-from . import kernels
+from . import cuda, kernels
 from .dedup import TensorSource
 from .memory import available_bytes, gib
 from .native import _native
@@ -54,6 +56,25 @@ def resolve_act(act: str, layer_dtypes: set[str]) -> str:
         f = weight_types.get(d)
         if f.int8_act and f.block_bytes * 8 < ACT_AUTO_BITS * f.block_elems:
             return "int8"
+    return "f32"
+
+
+def check_device(device: str) -> None:
+    """Nothing when ``device`` can run here, else the one-line IEError saying
+    why not (runtime/cuda.py: a CUDA build of the extension and a visible GPU)."""
+    if device not in cuda.DEVICES:
+        raise IEError(f"--device: {device!r} is not a device ({' or '.join(cuda.DEVICES)})")
+    if device == "cuda":
+        cuda.require()
+
+
+def device_act(device: str, act: str, layer_dtypes: set[str]) -> str:
+    """The activation precision that runs on ``device`` for --act ``act``:
+    the CUDA decoder multiplies f32 activations only, so auto is f32 there."""
+    if device == "cpu":
+        return resolve_act(act, layer_dtypes)
+    if act == "int8":
+        raise IEError("--act int8: the CUDA decoder runs f32 activations only (--act f32 or auto)")
     return "f32"
 
 
@@ -215,7 +236,8 @@ def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path,
 
 
 class Decoder:
-    """Greedy/sampled decoding of an IEBIN Llama-family model on the CPU.
+    """Greedy/sampled decoding of an IEBIN Llama-family model on the CPU or,
+    with ``device="cuda"``, on the current CUDA device (f32 activations).
 
     ``prefill`` reuses the longest cached prefix of the previous sequence
     (``kv_hits`` counts reused positions, ``kv_misses`` computed ones), so a
@@ -224,9 +246,11 @@ class Decoder:
 
     def __init__(self, model_dir: str | os.PathLike, *, threads: int = 1, act: str = "auto",
                  affinity: str | None = None, ctx: int | None = None, default_ctx: int = DEFAULT_MAX_CTX,
-                 isa: str = ""):
+                 isa: str = "", device: str = "cpu"):
         if threads < 1:
             raise IEError(f"threads must be >= 1, got {threads}")
+        check_device(device)  # before the model is read: an impossible device fails at once
+        self.device = device
         self.source = TensorSource(model_dir, threads=threads, isa=isa)
         self.model = self.source.model
         meta_path = self.model.meta_path
@@ -304,11 +328,16 @@ class Decoder:
                                     window=s.window, inv_freq=s.inv_freq.tolist())
         layer_dtypes = {entries[f"model.layers.{i}.{hf}.weight"]["dtype"]
                         for i in range(s.n_layers) for hf in _LAYER_MATRICES.values()}
-        self.act = resolve_act(act, layer_dtypes)  # what runs: f32 | int8
+        self.act = device_act(device, act, layer_dtypes)  # what runs: f32 | int8
         try:
-            self._dec = _native.Decoder(cfg, mats, vecs, act=self.act, threads=threads, isa=isa)
+            if device == "cuda":
+                self._dec = _native.CudaDecoder(cfg, mats, vecs)
+            else:
+                self._dec = _native.Decoder(cfg, mats, vecs, act=self.act, threads=threads, isa=isa)
         except ValueError as e:
             raise IEError(f"{meta_path}: {e}") from None
+        except RuntimeError as e:  # a CUDA failure (out of device memory, ...): one line, already says where
+            raise IEError(str(e)) from None
         # The matrices' storage dtypes, most bytes first.
         self.precisions: tuple[str, ...] = tuple(d for d, _ in sorted(stored.items(), key=lambda kv: -kv[1]))
         self.model_bytes = sum(t["nbytes"] for t in self.model.tensors)
@@ -337,6 +366,12 @@ class Decoder:
         (csrc/gemv/rows8.h): made at load for act=int8 on AVX2, beside the
         mapped file (which act=int8 then no longer reads); 0 otherwise."""
         return self._dec.rows8_bytes
+
+    @property
+    def device_bytes(self) -> int:
+        """Device memory the weights take on ``device="cuda"`` (matrices as
+        uploaded, the f32 embedding table, norms, biases); 0 on the CPU."""
+        return self._dec.device_bytes if self.device == "cuda" else 0
 
     @property
     def weight_bytes_per_token(self) -> int:
@@ -411,7 +446,7 @@ class Decoder:
         # `ierun logits`) comes through here.
         try:
             out = self._dec.forward(np.asarray(ids, np.int32), all_logits, out)
-        except ValueError as e:
+        except (ValueError, RuntimeError) as e:  # RuntimeError: a CUDA failure, one line
             raise IEError(str(e)) from None
         fin = np.isfinite(out)
         if not fin.all():

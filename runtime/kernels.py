@@ -26,7 +26,7 @@ from iekit.formats import weight_types
 from iekit.formats.quant import Int4W, QuantDictError, QuantParams
 from iekit.formats.weight_types import WeightType
 
-from . import native
+from . import cuda, native
 from .native import NativeArgumentError
 
 GEMV_DTYPES = weight_types.names(gemv=True)
@@ -92,14 +92,19 @@ def expected_nbytes(entry: Mapping[str, Any]) -> int:
 
 
 def gemv(raw: Any, entry: Mapping[str, Any], x: np.ndarray, bias: np.ndarray | None = None, threads: int = 1,
-         act: str = "f32", isa: str = "", layout: str = "stored") -> np.ndarray:
+         act: str = "f32", isa: str = "", layout: str = "stored", device: str = "cpu") -> np.ndarray:
     """y = W x (+ bias) for x [cols] -> y [rows], or x [b, cols] (b <= 8) -> y [b, rows], float32.
 
     act="f32" (default) uses x as given; act="int8" first quantizes x per 32
     elements to int8 (faster; quantized weights only; error up to
     ~ |W| @ |x - x_int8|). layout="rows8" runs the decoder's batch-1 int8
-    kernel over a row-interleaved copy (csrc/gemv/rows8.h) made for this call."""
+    kernel over a row-interleaved copy (csrc/gemv/rows8.h) made for this call.
+    device="cuda" runs the CUDA kernel instead (act f32, the stored layout)."""
     p = weight_params(entry)
+    if device == "cuda":
+        if act != "f32" or layout != "stored":
+            raise NativeArgumentError("the CUDA GEMV takes act='f32' and layout='stored' only")
+        return cuda.gemv(as_bytes(raw), p, x, bias)
     return native.gemv(as_bytes(raw), p["dtype"], p["rows"], p["cols"], x, bias=bias, group_size=p["group_size"],
                        symmetric=p["symmetric"], scale_dtype=p["scale_dtype"], act=act, threads=threads, isa=isa,
                        layout=layout)
@@ -128,8 +133,11 @@ def max_rel_error(y: np.ndarray, x: np.ndarray, w64: np.ndarray, bias: np.ndarra
     return float((np.abs(y[fin] - want[fin]) / scale[fin]).max()) if fin.any() else 0.0
 
 
-def dequantize(raw: Any, entry: Mapping[str, Any]) -> np.ndarray:
-    """The tensor as float32 [rows, cols], bit-exact with docs/formats/quant.md."""
+def dequantize(raw: Any, entry: Mapping[str, Any], device: str = "cpu") -> np.ndarray:
+    """The tensor as float32 [rows, cols], bit-exact with docs/formats/quant.md
+    (on either device)."""
     p = weight_params(entry)
+    if device == "cuda":
+        return cuda.dequantize(as_bytes(raw), p)
     return native.dequantize(as_bytes(raw), p["dtype"], p["rows"], p["cols"], group_size=p["group_size"],
                              symmetric=p["symmetric"], scale_dtype=p["scale_dtype"])

@@ -23,6 +23,7 @@ from rich.table import Table
 from iekit.formats import weight_types
 from iekit.formats.quant import QuantParams
 
+from . import cuda
 from .kernels import native_weight_args
 
 READ_BW_MIN_BYTES = 256 << 20
@@ -90,6 +91,30 @@ def _run_dedup(o: dict[str, Any]) -> tuple[dict[str, Any], float]:
     return r, r["gbps"]
 
 
+def _run_dense_cuda(o: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """The dense GEMV family on the CUDA device (act f32, the stored bytes uploaded)."""
+    k = o["kernel"]
+    rows, cols, batch = _or(o["rows"], 16384), _or(o["cols"], 8192), _or(o["batch"], 1)
+    if not 1 <= batch <= 8:
+        raise click.UsageError(f"--batch must be 1..8, got {batch}")
+    if o["act"] not in (None, "f32") or o["layout"] not in (None, "stored"):
+        raise click.UsageError("--device cuda runs the float-activation GEMV on the stored layout "
+                               "(no --act int8, no --layout rows8)")
+    wt = weight_types.get(k)
+    params = (QuantParams(k, _or(o["group_size"], 64) or None, not o["affine"], _or(o["scale_dtype"], "f16"))
+              if k == "int4w" else None)
+    r = cuda.bench_gemv(**native_weight_args(wt, rows, cols, params), batch=batch,
+                        min_bytes=_or(o["min_mib"], 512) << 20, iters=o["iters"])
+    res = {
+        "kernel": k, "device": "cuda", "rows": rows, "cols": cols, "batch": batch, "act": "f32", "layout": "stored",
+        "cuda_kernel": r["kernel"], "group_size": r["group_size"] if k == "int4w" else (wt.block_elems if wt.quantized else 0),
+        "symmetric": r["symmetric"], "scale_dtype": r["scale_dtype"] if k == "int4w" else None,
+        "ms": r["ms_median"], "ms_min": r["ms_min"], "weight_bytes": r["weight_bytes"], "copies": r["copies"],
+        "iters": o["iters"],
+    }
+    return res, r["weight_bytes"] / (r["ms_median"] * 1e-3) / 1e9
+
+
 # name -> runner(options) -> (JSON result without the bandwidth fields, kernel GB/s)
 KERNELS: dict[str, Callable[[dict[str, Any]], tuple[dict[str, Any], float]]] = {
     **{name: _run_dense for name in DENSE}, "bsr": _run_bsr, "dedup": _run_dedup}
@@ -121,15 +146,27 @@ KERNELS: dict[str, Callable[[dict[str, Any]], tuple[dict[str, Any], float]]] = {
 @click.option("--min-mib", type=click.IntRange(min=1), default=None,
               help="Dense/bsr: weight copies are rotated until their total exceeds this (defeats the LLC) [256].")
 @click.option("--isa", default="", help="Kernel ISA (scalar, avx2, avx512: dedup only, the others use avx2 there); default: best available / IE_ISA.")
+@click.option("--device", type=click.Choice(cuda.DEVICES), default="cpu", show_default=True,
+              help="cuda: time the dense GEMV kernels on the GPU (a `make build-cuda` build), against the "
+                   "device-to-device copy bandwidth measured in the same run.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def microbench(as_json: bool, **o: Any) -> None:
+def microbench(as_json: bool, device: str, **o: Any) -> None:
     """Time one kernel and report it as a fraction of memory read bandwidth.
 
     Dense GEMV kernels (every weight type) report GB/s of
     stored weight bytes; bsr also times the dense f32 GEMV of the same
     matrix (speedup); dedup reports bytes read (default + mask +
-    exceptions) per second of reconstruction.
+    exceptions) per second of reconstruction. With --device cuda the
+    yardstick is the device's copy bandwidth (bytes read + written per
+    second), measured before and after the kernel.
     """
+    if device == "cuda":
+        cuda.require("ierun microbench")
+        if o["kernel"] not in DENSE:
+            raise click.UsageError(f"--device cuda times the dense GEMV kernels ({', '.join(DENSE)}), "
+                                   f"not {o['kernel']}")
+        _report(o["kernel"], as_json, *_with_yardstick(lambda: _run_dense_cuda(o), cuda.copy_gbps, "copy"))
+        return
     from .native import read_bandwidth
 
     if o["threads"] < 1:
@@ -138,19 +175,37 @@ def microbench(as_json: bool, **o: Any) -> None:
         if o[name] not in (None, False) and o["kernel"] not in kernels:
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --kernel {o['kernel']} "
                                    f"(only {', '.join(kernels)})")
-    bw0 = read_bandwidth(bytes=READ_BW_MIN_BYTES, threads=o["threads"], passes=5)
-    res, gbps = KERNELS[o["kernel"]](o)
-    bw1 = read_bandwidth(bytes=READ_BW_MIN_BYTES, threads=o["threads"], passes=5)
-    read_bw = (bw0["gbps"] + bw1["gbps"]) / 2
-    res.update(gbps=gbps, read_bw_gbps=read_bw, read_bw_samples_gbps=[bw0["gbps"], bw1["gbps"]],
-               read_bw_bytes=bw0["bytes"], fraction=gbps / read_bw)
+    measured: list[dict[str, Any]] = []
+
+    def read_gbps() -> float:
+        measured.append(read_bandwidth(bytes=READ_BW_MIN_BYTES, threads=o["threads"], passes=5))
+        return measured[-1]["gbps"]
+
+    res, yard = _with_yardstick(lambda: KERNELS[o["kernel"]](o), read_gbps, "read")
+    res["read_bw_bytes"] = measured[0]["bytes"]
+    _report(o["kernel"], as_json, res, yard)
+
+
+def _with_yardstick(run: Callable[[], tuple[dict[str, Any], float]], yardstick: Callable[[], float],
+                    what: str) -> tuple[dict[str, Any], str]:
+    """The kernel's result with the bandwidth measured before and after it
+    (``read_bw_gbps``: their mean) and ``fraction`` = kernel GB/s / that."""
+    bw0 = yardstick()
+    res, gbps = run()
+    bw1 = yardstick()
+    bw = (bw0 + bw1) / 2
+    res.update(gbps=gbps, read_bw_gbps=bw, read_bw_samples_gbps=[bw0, bw1], fraction=gbps / bw)
+    return res, what
+
+
+def _report(kernel: str, as_json: bool, res: dict[str, Any], yard: str) -> None:
     if as_json:
         click.echo(json.dumps(res))
         return
-    t = Table(title=f"ierun microbench --kernel {o['kernel']}", show_header=False)
+    t = Table(title=f"ierun microbench --kernel {kernel}", show_header=False)
     for key, v in res.items():
         if v is None or isinstance(v, list):
             continue
         t.add_row(key, f"{v:.4g}" if isinstance(v, float) else str(v))
-    t.add_row("[bold]fraction of read bandwidth", f"[bold]{res['fraction']:.1%}")
+    t.add_row(f"[bold]fraction of {yard} bandwidth", f"[bold]{res['fraction']:.1%}")
     Console(highlight=False).print(t)

@@ -38,7 +38,7 @@ from iekit.formats.finite import scan_bytes
 from iekit.formats.hf_checkpoint import collect_tensors, from_dir
 from iekit.formats.quant import SCHEMES
 
-from . import kernels, plots
+from . import cuda, kernels, plots
 from .dedup import TensorSource
 
 GEMV_RTOL = 1e-5
@@ -64,13 +64,14 @@ class TensorReport:
         return all(self.checks.values())
 
 
-def check_gemv(raw: np.ndarray, t: dict, w_deq: np.ndarray, rng: np.random.Generator, threads: int) -> float:
+def check_gemv(raw: np.ndarray, t: dict, w_deq: np.ndarray, rng: np.random.Generator, threads: int,
+               device: str = "cpu") -> float:
     """kernels.max_rel_error over a single and a batched GEMV."""
     worst = 0.0
     w64 = w_deq.astype(np.float64)
     for b in (1, BATCH):
         x = rng.standard_normal((b, w_deq.shape[1])).astype(np.float32)
-        y = kernels.gemv(raw, t, x if b > 1 else x[0], threads=threads).reshape(b, -1)
+        y = kernels.gemv(raw, t, x if b > 1 else x[0], threads=threads, device=device).reshape(b, -1)
         worst = max(worst, kernels.max_rel_error(y, x, w64))
     return worst
 
@@ -102,7 +103,8 @@ def source_values(src_tensors: dict, name: str, shape: list[int]) -> np.ndarray 
     return decode_f32(raw, st.dtype.name).reshape(shape)
 
 
-def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int) -> list[TensorReport]:
+def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int,
+                device: str = "cpu") -> list[TensorReport]:
     # Through the runtime's own tensor source: with IE_DEDUP=1 the bytes
     # checked are those the dedup loader rebuilds, as the decoder reads them.
     source = TensorSource(model_dir, threads=threads)
@@ -124,7 +126,7 @@ def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int) -
             params = scheme.params_from(t["quant"], t["shape"][1])
             with np.errstate(over="ignore", invalid="ignore"):
                 ref = scheme.dequantize(raw, *t["shape"], params)
-            native = kernels.dequantize(raw, t)
+            native = kernels.dequantize(raw, t, device=device)
             r.checks["dequant"] = bool(np.array_equal(native.view(np.uint32), ref.view(np.uint32)))
             problem = scan_bytes(t, raw)
             if problem is None and not np.isfinite(ref).all():
@@ -133,7 +135,7 @@ def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int) -
             r.checks["finite"] = problem is None
             if problem:
                 r.notes.append(problem)
-            rel = check_gemv(raw, t, ref, rng, threads)
+            rel = check_gemv(raw, t, ref, rng, threads, device)
             # JSON has no infinity: a non-finite output (or error) is reported as null and fails.
             r.gemv_max_rel = rel if math.isfinite(rel) else None
             r.checks["gemv"] = rel <= GEMV_RTOL
@@ -193,21 +195,26 @@ def print_table(reports: list[TensorReport], with_source: bool) -> None:
                    "the manifest should keep at higher precision (needs --hf-dir and matplotlib: "
                    "pip install 'iekit[plot]').")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
+@click.option("--device", type=click.Choice(cuda.DEVICES), default="cpu", show_default=True,
+              help="Run the dequantizer and the GEMV on this device (cuda: a `make build-cuda` build and a GPU).")
 def verify_int4_cmd(model_dir: Path, hf_dir: Path | None, threads: int, seed: int, as_json: bool,
-                    plot_path: Path | None, overwrite: bool):
+                    plot_path: Path | None, overwrite: bool, device: str):
     """Verify every quantized tensor: checksum, C++ vs Python dequantization
     (bit-exact), fused GEMV vs float64 (rel. error <= 1e-5) and, with
-    --hf-dir, the rounding bound against the source weights."""
+    --hf-dir, the rounding bound against the source weights. With --device
+    cuda the device's dequantizer and GEMV are the ones held to the references."""
+    if device == "cuda":
+        cuda.require("ierun verify int4")
     if plot_path is not None:
         if hf_dir is None:
             raise click.UsageError("--plot draws SQNR and RMSE against the source weights: give --hf-dir too")
         plots.check_target(plot_path, overwrite)
-    reports = verify_int4(model_dir, hf_dir, threads, seed)
+    reports = verify_int4(model_dir, hf_dir, threads, seed, device)
     if plot_path is not None:
         plots.tensor_plot(reports, f"ierun verify int4: {model_dir}", plot_path, overwrite)
     failed = [r for r in reports if not r.ok]
     if as_json:
-        click.echo(json.dumps({"ok": not failed, "model_dir": str(model_dir), "tensors": len(reports),
+        click.echo(json.dumps({"ok": not failed, "model_dir": str(model_dir), "device": device, "tensors": len(reports),
                                "failed": len(failed), "gemv_rtol": GEMV_RTOL,
                                "results": [{**asdict(r), "ok": r.ok} for r in reports]}, sort_keys=True))
     else:

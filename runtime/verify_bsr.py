@@ -28,6 +28,7 @@ from iekit.formats import bsr
 from iekit.formats.dense_matrix import load_dense
 from iekit.formats.errors import FormatError, IEError
 
+from . import cuda
 from .kernels import max_rel_error
 from .memory import available_bytes, gib
 from .native import _native
@@ -74,7 +75,8 @@ def check_dense_size(path: Path, rows: int, cols: int) -> None:
                           f"references, more than the {gib(avail)} of memory available")
 
 
-def verify_bsr(path: Path, dense: np.ndarray, threads: int, seed: int, allow_nonfinite: bool = False) -> dict:
+def verify_bsr(path: Path, dense: np.ndarray, threads: int, seed: int, allow_nonfinite: bool = False,
+               device: str = "cpu") -> dict:
     try:
         native_m = _native.BsrMatrix.load(str(path), allow_nonfinite=allow_nonfinite)
     except ValueError as e:
@@ -103,6 +105,8 @@ def verify_bsr(path: Path, dense: np.ndarray, threads: int, seed: int, allow_non
     isas = _native.cpu_features()["isas"]
     a64 = ref.to_dense(np.float64)
     rel = {isa: gemv_max_rel(native_m, ref, isa, threads, rng, allow_nonfinite, a64) for isa in isas}
+    if device == "cuda":  # the device kernel too, held to the same reference
+        rel["cuda"] = gemv_max_rel(cuda.DeviceBsr(native_m), ref, "", threads, rng, allow_nonfinite, a64)
     del a64
     checks["gemv"] = all(v <= GEMV_RTOL for v in rel.values())
     d64 = dense.astype(np.float64)
@@ -146,12 +150,17 @@ def print_report(r: dict) -> None:
               help="Accept NaN/Inf values (as written by ieconv block-sparse --allow-nonfinite); "
                    "GEMV outputs they reach must be non-finite and are not measured.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of the table.")
-def verify_bsr_cmd(path, dense_path, rows, cols, model_dir, tensor, threads, seed, allow_nonfinite, as_json):
+@click.option("--device", type=click.Choice(cuda.DEVICES), default="cpu", show_default=True,
+              help="cuda: also check the CUDA BSR kernel (a `make build-cuda` build and a GPU).")
+def verify_bsr_cmd(path, dense_path, rows, cols, model_dir, tensor, threads, seed, allow_nonfinite, as_json, device):
     """Verify a .bsr file: C++ and Python loaders agree, the stored blocks are
-    the dense input's, and the native GEMV (single and batched, every ISA)
-    matches float64 (rel. error <= 1e-5); reports the dropped mass."""
+    the dense input's, and the native GEMV (single and batched, every ISA,
+    and the CUDA kernel with --device cuda) matches float64 (rel. error <=
+    1e-5); reports the dropped mass."""
+    if device == "cuda":
+        cuda.require("ierun verify bsr")
     dense, _label = load_dense(dense_path, rows, cols, model_dir, tensor)
-    r = verify_bsr(path, dense, threads, seed, allow_nonfinite)
+    r = verify_bsr(path, dense, threads, seed, allow_nonfinite, device)
     if as_json:
         click.echo(json.dumps(r, sort_keys=True))
     else:

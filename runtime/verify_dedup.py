@@ -42,6 +42,7 @@ from iekit.formats import iebin
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import iter_range
 
+from . import cuda
 from .dedup import DedupConfig, open_store
 
 ZSTD_LEVEL = 3
@@ -107,7 +108,7 @@ class _ZstdTotal:
 
 
 def verify_dedup(model_dir: Path, *, config: DedupConfig | None = None, zstd: bool = True, threads: int = 0,
-                 isa: str = "") -> DedupReport:
+                 isa: str = "", device: str = "cpu") -> DedupReport:
     t0 = time.perf_counter()
     config = config if config is not None else DedupConfig.from_env()
     model_dir = Path(model_dir)
@@ -145,12 +146,17 @@ def verify_dedup(model_dir: Path, *, config: DedupConfig | None = None, zstd: bo
     zc = _ZstdTotal() if zstd else None
     if store is not None:
         rep.checks["loader"] = 1
-        rep.isa = store.stats()["isa"]
+        rep.isa = "cuda" if device == "cuda" else store.stats()["isa"]
     exact = 0
     # One pass per member: its original bytes (model.ie.bin, else the verified
     # reconstruction) are compared and fed to the zstd baseline chunk by chunk.
     for _g, _j, _grp, m in index.members():
-        data = store.get(m["name"]) if store is not None else None
+        if store is None:
+            data = None
+        elif device == "cuda":  # rebuilt by the device kernel from the uploaded blobs
+            data = cuda.dedup_reconstruct(store, m["name"])
+        else:
+            data = store.get(m["name"])
         ok = data is not None
         if ok:
             alg = index.meta["checksum"]
@@ -235,14 +241,18 @@ def print_report(rep: DedupReport) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of the table.")
 @click.option("--no-zstd", is_flag=True, help="Skip the zstd baseline (it reads and compresses every grouped tensor).")
 @click.option("--threads", default=0, show_default=True, help="Reconstruction threads (0: OpenMP default).")
-def dedup_cmd(model_dir: Path, as_json: bool, no_zstd: bool, threads: int):
+@click.option("--device", type=click.Choice(cuda.DEVICES), default="cpu", show_default=True,
+              help="Rebuild the members with this device's kernel (cuda: a `make build-cuda` build and a GPU).")
+def dedup_cmd(model_dir: Path, as_json: bool, no_zstd: bool, threads: int, device: str):
     """Rebuild every grouped tensor with the runtime kernel and check it bit for bit.
 
     Also checks every blob's and region's digest, so a flipped byte in any of
     the three blobs fails even where no member reads it. Exit 0 only when
     every check holds; prints sizes against a zstd -3 baseline.
     """
-    rep = verify_dedup(model_dir, zstd=not no_zstd, threads=threads)
+    if device == "cuda":
+        cuda.require("ierun verify dedup")
+    rep = verify_dedup(model_dir, zstd=not no_zstd, threads=threads, device=device)
     if as_json:
         click.echo(json.dumps(rep.as_json(), sort_keys=True))
     else:

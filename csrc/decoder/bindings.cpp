@@ -1,8 +1,9 @@
 // Python bindings of the decoder (`_native.DecoderConfig`, `_native.Decoder`,
-// `pin_threads`, `touch_bytes`). runtime/decoder.py is the only caller: it
-// resolves HF names to the keys used here and hands over (WeightSpec, byte
-// view) pairs of the mapped model.ie.bin, which this object keeps
-// referenced for its lifetime.
+// in CUDA builds `_native.CudaDecoder`, `pin_threads`, `touch_bytes`).
+// runtime/decoder.py is the only caller: it resolves HF names to the keys
+// used here and hands over (WeightSpec, byte view) pairs of the mapped
+// model.ie.bin, which the CPU decoder keeps referenced for its lifetime
+// (the CUDA one copies them to the device and reads them no more).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -16,6 +17,10 @@
 #include "decoder.h"
 #include "common/py_args.h"
 
+#if IE_HAVE_CUDA
+#include "cuda/decoder.h"
+#endif
+
 namespace py = pybind11;
 
 namespace {
@@ -25,8 +30,9 @@ using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 // matrices[key] is (WeightSpec, buffer): the spec was validated when it was
 // made; here the buffer must hold exactly its bytes.
 // (WeightSpec, buffer): bytes read in place; (WeightSpec, DedupStore, name):
-// a dedup member, multiplied through the fused GEMV or the store's cache.
-ie::Matrix matrix(const py::dict& mats, const std::string& key, py::list& keep) {
+// a dedup member, multiplied through the fused GEMV or the store's cache
+// (`plan_dedup`: the CPU decoder's), or rebuilt whole by the store (CUDA).
+ie::Matrix matrix(const py::dict& mats, const std::string& key, py::list& keep, bool plan_dedup) {
   if (!mats.contains(key)) throw std::invalid_argument("decoder weights: missing matrix '" + key + "'");
   py::tuple t = mats[py::str(key)].cast<py::tuple>();
   if (t.size() != 2 && t.size() != 3)
@@ -39,7 +45,8 @@ ie::Matrix matrix(const py::dict& mats, const std::string& key, py::list& keep) 
     m.name = t[2].cast<std::string>();
     if (!m.store->contains(m.name))
       throw std::invalid_argument("decoder weights: '" + key + "': '" + m.name + "' is not a member of the dedup store");
-    m.dedup = std::make_shared<const ie::DedupMatrix>(ie::make_dedup_matrix(m.spec, m.store->view(m.name)));
+    if (plan_dedup)
+      m.dedup = std::make_shared<const ie::DedupMatrix>(ie::make_dedup_matrix(m.spec, m.store->view(m.name)));
     keep.append(t[1]);  // the store outlives the decoder
     return m;
   }
@@ -64,39 +71,50 @@ struct PyDecoder {
   py::list keep;
 };
 
-std::unique_ptr<PyDecoder> make_decoder(const ie::DecoderConfig& c, const py::dict& mats, const py::dict& vecs,
-                                        const std::string& act, int threads, const std::string& isa) {
-  auto out = std::make_unique<PyDecoder>();
+// The weights named by the two dicts; `keep` collects the Python objects
+// whose memory the matrices point into.
+ie::DecoderWeights decoder_weights(const ie::DecoderConfig& c, const py::dict& mats, const py::dict& vecs,
+                                   py::list& keep, bool plan_dedup) {
   if (c.n_layers < 1) throw std::invalid_argument("decoder config: n_layers must be >= 1");
   ie::DecoderWeights w;
-  w.embed = matrix(mats, "embed", out->keep);
-  w.lm_head = matrix(mats, "lm_head", out->keep);
+  w.embed = matrix(mats, "embed", keep, plan_dedup);
+  w.lm_head = matrix(mats, "lm_head", keep, plan_dedup);
   w.final_norm = vec(vecs, "norm");
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     ie::LayerWeights L;
     L.attn_norm = vec(vecs, p + "attn_norm");
     L.mlp_norm = vec(vecs, p + "mlp_norm");
-    L.q = matrix(mats, p + "q", out->keep);
-    L.k = matrix(mats, p + "k", out->keep);
-    L.v = matrix(mats, p + "v", out->keep);
-    L.o = matrix(mats, p + "o", out->keep);
-    L.gate = matrix(mats, p + "gate", out->keep);
-    L.up = matrix(mats, p + "up", out->keep);
-    L.down = matrix(mats, p + "down", out->keep);
+    L.q = matrix(mats, p + "q", keep, plan_dedup);
+    L.k = matrix(mats, p + "k", keep, plan_dedup);
+    L.v = matrix(mats, p + "v", keep, plan_dedup);
+    L.o = matrix(mats, p + "o", keep, plan_dedup);
+    L.gate = matrix(mats, p + "gate", keep, plan_dedup);
+    L.up = matrix(mats, p + "up", keep, plan_dedup);
+    L.down = matrix(mats, p + "down", keep, plan_dedup);
     L.bq = vec(vecs, p + "bq", true);
     L.bk = vec(vecs, p + "bk", true);
     L.bv = vec(vecs, p + "bv", true);
     w.layers.push_back(std::move(L));
   }
+  return w;
+}
+
+std::unique_ptr<PyDecoder> make_decoder(const ie::DecoderConfig& c, const py::dict& mats, const py::dict& vecs,
+                                        const std::string& act, int threads, const std::string& isa) {
+  auto out = std::make_unique<PyDecoder>();
+  ie::DecoderWeights w = decoder_weights(c, mats, vecs, out->keep, /*plan_dedup=*/true);
   out->dec = std::make_unique<ie::Decoder>(c, std::move(w), ie::parse_act(act), threads, ie::resolve_isa(isa));
   return out;
 }
 
-py::array_t<float> forward(PyDecoder& self, py::array_t<int32_t, py::array::c_style | py::array::forcecast> tokens,
+// Decoder::forward or CudaDecoder::forward (the same contract) into a new
+// array or the caller's `out`.
+template <class Dec>
+py::array_t<float> forward(Dec& dec, py::array_t<int32_t, py::array::c_style | py::array::forcecast> tokens,
                            bool all_logits, std::optional<py::array> out_arg) {
   const int n = static_cast<int>(tokens.size());
-  const int vocab = self.dec->config().vocab;
+  const int vocab = dec.config().vocab;
   const std::vector<py::ssize_t> shape = all_logits ? std::vector<py::ssize_t>{n, vocab} : std::vector<py::ssize_t>{vocab};
   py::array_t<float> logits;
   if (out_arg) {
@@ -116,10 +134,21 @@ py::array_t<float> forward(PyDecoder& self, py::array_t<int32_t, py::array::c_st
   const int32_t* t = tokens.data();
   {
     py::gil_scoped_release nogil;
-    self.dec->forward(t, n, out, all_logits);
+    dec.forward(t, n, out, all_logits);
   }
   return logits;
 }
+
+#if IE_HAVE_CUDA
+// The device decoder reads the host weights only while it is built: nothing
+// Python owns is kept.
+std::unique_ptr<ie::cuda::CudaDecoder> make_cuda_decoder(const ie::DecoderConfig& c, const py::dict& mats,
+                                                         const py::dict& vecs) {
+  py::list keep;
+  const ie::DecoderWeights w = decoder_weights(c, mats, vecs, keep, /*plan_dedup=*/false);
+  return std::make_unique<ie::cuda::CudaDecoder>(c, w);
+}
+#endif
 
 }  // namespace
 
@@ -151,7 +180,10 @@ void ie_register_decoder(py::module_& m) {
   py::class_<PyDecoder>(m, "Decoder", "Llama-family decoder over weights read in place (csrc/decoder/decoder.h).")
       .def(py::init(&make_decoder), py::arg("config"), py::arg("matrices"), py::arg("vectors"),
            py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "")
-      .def("forward", &forward, py::arg("tokens"), py::arg("all_logits") = false, py::arg("out") = py::none(),
+      .def("forward",
+           [](PyDecoder& s, py::array_t<int32_t, py::array::c_style | py::array::forcecast> tokens, bool all_logits,
+              std::optional<py::array> out) { return forward(*s.dec, tokens, all_logits, out); },
+           py::arg("tokens"), py::arg("all_logits") = false, py::arg("out") = py::none(),
            "Run tokens at the next positions; float32 logits [n, vocab] (all_logits) or [vocab] (last), "
            "written into `out` when given (that shape, C-contiguous).")
       .def("truncate", [](PyDecoder& s, int n) { s.dec->truncate(n); }, py::arg("n"),
@@ -180,6 +212,25 @@ void ie_register_decoder(py::module_& m) {
            "([4 per layer: attn norm out, attention out, mlp norm out, SwiGLU out; then final norm out], tokens).")
       .def_property_readonly("rows8_bytes", [](const PyDecoder& s) { return s.dec->rows8_bytes(); },
                              "Bytes of the row-interleaved copies decode steps read (0: none).");
+#if IE_HAVE_CUDA
+  using ie::cuda::CudaDecoder;
+  py::class_<CudaDecoder>(m, "CudaDecoder",
+                          "The decoder on the current CUDA device: weights uploaded once, KV cache on the device "
+                          "(csrc/cuda/decoder.h).")
+      .def(py::init(&make_cuda_decoder), py::arg("config"), py::arg("matrices"), py::arg("vectors"))
+      .def("forward", &forward<CudaDecoder>, py::arg("tokens"), py::arg("all_logits") = false,
+           py::arg("out") = py::none(),
+           "Run tokens at the next positions; float32 logits [n, vocab] (all_logits) or [vocab] (last), "
+           "written into `out` when given (that shape, C-contiguous).")
+      .def("truncate", &CudaDecoder::truncate, py::arg("n"), "Forget cached positions >= n.")
+      .def_property_readonly("n_past", &CudaDecoder::n_past)
+      .def_property_readonly("device_bytes", &CudaDecoder::device_bytes,
+                             "Device bytes of the weights (matrices, f32 embedding table, norms, biases).")
+      .def_property_readonly("step_graph", &CudaDecoder::step_graph,
+                             "Whether single-token steps replay a CUDA graph.")
+      .def_property_readonly("rows8_bytes", [](const CudaDecoder&) { return size_t{0}; },
+                             "0: the device decoder keeps no row-interleaved copies (as Decoder.rows8_bytes).");
+#endif
   m.def("pin_threads", &ie::pin_threads, py::arg("threads"), py::arg("mode"),
         "Pin the OpenMP threads (compact|scatter|auto); returns each thread's CPU (-1: not pinned).");
   m.def(

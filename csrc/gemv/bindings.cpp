@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/py_args.h"
+#include "cuda/repack.h"
 #include "dedup_gemv.h"
 #include "gemv.h"
 
@@ -131,6 +132,23 @@ py::dict bench_gemv_py(const std::string& dtype, int64_t rows, int64_t cols, int
   return out;
 }
 
+// The CUDA upload's repack (cuda/repack.h), portable so the CPU tests
+// check it: (twin WeightSpec, its bytes), or None when s is read as stored.
+py::object repack_planar_py(const py::buffer& w, const std::string& dtype, int64_t rows, int64_t cols) {
+  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, 0, true, "f16");
+  const py::buffer_info wb = ie::weight_buffer(w, s);
+  ie::WeightSpec twin;
+  if (!ie::cuda::planar_twin(s, &twin)) return py::none();
+  py::array_t<uint8_t> out(static_cast<py::ssize_t>(ie::weight_nbytes(twin)));
+  const uint8_t* wp = static_cast<const uint8_t*>(wb.ptr);
+  uint8_t* op = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    ie::cuda::repack_planar(s, wp, op);
+  }
+  return py::make_tuple(twin, out);
+}
+
 }  // namespace
 
 void ie_register_gemv(py::module_& m) {
@@ -150,6 +168,9 @@ void ie_register_gemv(py::module_& m) {
   m.def("dequantize", &dequantize_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
         py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16",
         "W as float32 [rows, cols], bit-exact with docs/formats/quant.md.");
+  m.def("repack_planar", &repack_planar_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
+        "The CUDA upload's repack of q4_0 / q4_1 into int4w planes: (WeightSpec, uint8 bytes), or None for a "
+        "type read as stored (docs/cuda.md).");
   m.def("quantize_act_q8", &quantize_act_q8_py, py::arg("x"), py::arg("isa") = "",
         "The act='int8' activation quantizer: (q int8 [n], d float32 [n/32]).");
   m.def("bench_gemv", &bench_gemv_py, py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("group_size") = 0,
