@@ -7,7 +7,8 @@ between two CUDA events, the copies together several times the L2, so
 every call streams its weights from HBM. The yardstick is a
 device-to-device copy measured in the same process before and after
 (bytes read + bytes written per second). --sweep also times every split of
-a row over 1, 2, 4 and 8 warps at batch 1, to check the default's choice.
+a row over 1, 2, 4 and 8 warps and (planar 4-bit) every row-group size R at
+batch 1, to check the defaults' choice.
 Prints one JSON line per case and a table last.
 
     python benchmarks/cuda_gemv.py [--iters 30] [--sweep] [--json-out FILE]
@@ -45,7 +46,8 @@ def main() -> None:
         for rows, cols in SHAPES:
             for batch in map(int, args.batches.split(",")):
                 sweep = args.sweep and batch == 1
-                tunings = [(w, r) for w in (0, 1, 2, 4, 8) for r in ((0, 1, 2, 4) if dtype in PLANAR4 else (0,))
+                p4 = dtype in PLANAR4
+                tunings = [(w, r) for w in (0, 1, 2, 4, 8) for r in ((0, 1, 2, 4) if p4 else (0,))
                            ] if sweep else [(0, 0)]
                 for split, rpg in tunings:
                     r = cuda.bench_gemv(dtype=dtype, rows=rows, cols=cols, group_size=gs, symmetric=sym,

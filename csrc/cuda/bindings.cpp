@@ -82,7 +82,8 @@ py::array_t<float> dequantize_py(const py::buffer& w, const std::string& dtype, 
 }
 
 py::dict bench_gemv_py(const std::string& dtype, int64_t rows, int64_t cols, int64_t group_size, bool symmetric,
-                       const std::string& scale_dtype, int batch, size_t min_bytes, int iters, int split, int rows_per_group) {
+                       const std::string& scale_dtype, int batch, size_t min_bytes, int iters, int split,
+                       int rows_per_group) {
   const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
   require_device();
   ie::cuda::GemvBench r;

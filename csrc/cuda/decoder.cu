@@ -207,16 +207,7 @@ cudaStream_t new_stream() {
 CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
     : cfg_(cfg), stream_(nullptr, destroy_stream), graph_(nullptr, destroy_graph) {
   const DecoderConfig& c = cfg_;
-  if (c.n_layers < 1 || c.hidden < 1 || c.n_heads < 1 || c.n_kv_heads < 1 || c.head_dim < 2 || c.inter < 1 ||
-      c.vocab < 1 || c.max_ctx < 1)
-    fail("decoder config: every dimension must be positive");
-  if (c.window < 0) fail("decoder config: sliding window must be >= 0");
-  if (c.head_dim % 2) fail("decoder config: head_dim must be even for RoPE, got " + std::to_string(c.head_dim));
-  if (c.n_heads % c.n_kv_heads)
-    fail("decoder config: num_attention_heads (" + std::to_string(c.n_heads) +
-         ") is not a multiple of num_key_value_heads (" + std::to_string(c.n_kv_heads) + ")");
-  if (c.inv_freq.size() != static_cast<size_t>(c.head_dim / 2)) fail("decoder config: inv_freq must hold head_dim/2 values");
-  if (static_cast<int>(w.layers.size()) != c.n_layers) fail("decoder weights: layer count differs from the config");
+  check_decoder_config(c, w.layers.size());
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
   // Everything is checked before the first byte goes to the device.

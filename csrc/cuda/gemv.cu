@@ -91,82 +91,114 @@ __device__ __forceinline__ void nibbles(uint32_t w, int shift, float zero, float
 // byte j holds elements j (low nibble) and j + 16 (high). Per block and
 // row: p = sum (q - zero) x, then acc += scale * p (+ min * sum x). The
 // next unit's codes and scales are loaded before this one is computed, so
-// a lane always has a load in flight (at batch 1 the loop is as much
-// arithmetic as memory: ~3.4 instructions a weight).
+// a lane always has a load in flight.
+//
+// A lane owns whole blocks, so the x it needs is 128 contiguous bytes: read
+// from global memory, each float4 load of a warp touches 32 cache lines. At
+// batch 1 and 2 the CTA therefore first stages x, a tile of kTile4 / B units
+// at a time, in shared memory as [b][k][unit] float4s (k: the block's 8
+// float4s), so that lanes reading consecutive units read consecutive float4s
+// (on an H100: 45% -> 48% of the copy bandwidth; docs/cuda.md says what was
+// tried beyond that: deeper prefetch and other splits did not help).
+constexpr int kTile4 = 256;  // units of x per staged tile at batch 1: 32 KiB
+
+template <int B>
+__device__ __forceinline__ float4 x_part(const Launch& a, const float4* xs, int64_t t0, int b, int64_t u, int k) {
+  if (B <= 2) return xs[(b * 8 + k) * (kTile4 / B) + (u - t0)];
+  return ldx(a.x + (b < a.batch ? b : 0) * a.g.s.cols + u * 32 + 4 * k);
+}
+
 template <int B, int R, bool SYM, bool SF32>
-__global__ void __launch_bounds__(kThreads, R * B <= 2 ? 4 : R * B <= 4 ? 2 : 1) planar4_kernel(Launch a) {
+__global__ void __launch_bounds__(kThreads, R * B <= 2 ? 4 : R * B <= 4 ? 3 : 1) planar4_kernel(Launch a) {
+  constexpr bool kStage = B <= 2;
+  constexpr int kTile = kStage ? kTile4 / B : 1 << 30;
+  __shared__ float4 xs[kStage ? B * 8 * kTile : 1];
   const int64_t rows = a.g.s.rows, cols = a.g.s.cols;
   const WeightLayout& l = a.g.l;
   int64_t row0;
   int li;
   place(a, R, &row0, &li);
-  float acc[R][B] = {};
-  if (row0 < rows) {
-    const float zero = SYM ? 8388616.f : 8388608.f;  // 2^23 (+ 8)
-    const int64_t gs = a.g.s.group_size / 32;         // units per scale group
-    const uint8_t* rowp[R];
-    int64_t g0[R];
+  const bool active = row0 < rows;
+  const float zero = SYM ? 8388616.f : 8388608.f;  // 2^23 (+ 8)
+  const int64_t gs = a.g.s.group_size / 32;         // units per scale group
+  const uint8_t* rowp[R];
+  int64_t g0[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int64_t r = min(row0 + i, rows - 1);  // a short last group reads its last row again, stores nothing
+    rowp[i] = a.w + r * l.row_bytes;
+    g0[i] = r * l.groups;
+  }
+  uint4 qn[R];
+  float sn[R], mnn[R];
+  auto load = [&](int64_t u) {  // the next unit's codes and scales, into qn / sn / mnn
+    const int64_t g = gs == 1 ? u : u / gs;
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-      const int64_t r = min(row0 + i, rows - 1);  // a short last group reads its last row again, stores nothing
-      rowp[i] = a.w + r * l.row_bytes;
-      g0[i] = r * l.groups;
+      qn[i] = ld16(rowp[i] + u * 16);
+      if (SF32) {
+        sn[i] = __ldg(reinterpret_cast<const float*>(a.w + l.scales_off) + g0[i] + g);
+        mnn[i] = SYM ? 0.f : __ldg(reinterpret_cast<const float*>(a.w + l.mins_off) + g0[i] + g);
+      } else {
+        sn[i] = __half2float(__ldg(reinterpret_cast<const __half*>(a.w + l.scales_off) + g0[i] + g));
+        mnn[i] = SYM ? 0.f : __half2float(__ldg(reinterpret_cast<const __half*>(a.w + l.mins_off) + g0[i] + g));
+      }
     }
-    uint4 qn[R];
-    float sn[R], mnn[R];
-    auto load = [&](int64_t u) {
-      const int64_t g = gs == 1 ? u : u / gs;
+  };
+  float acc[R][B] = {};
+  auto compute = [&](const uint4 (&q)[R], const float (&sc)[R], const float (&mn)[R], int64_t t0, int64_t u) {
+    float p[R][B] = {}, xsum[B] = {};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float xl[B][4], xh[B][4];
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const float4 lo = x_part<B>(a, xs, t0, b, u, k), hi = x_part<B>(a, xs, t0, b, u, k + 4);
+        xl[b][0] = lo.x, xl[b][1] = lo.y, xl[b][2] = lo.z, xl[b][3] = lo.w;
+        xh[b][0] = hi.x, xh[b][1] = hi.y, xh[b][2] = hi.z, xh[b][3] = hi.w;
+        if (!SYM) xsum[b] += (lo.x + lo.y) + (lo.z + lo.w) + (hi.x + hi.y) + (hi.z + hi.w);
+      }
 #pragma unroll
       for (int i = 0; i < R; ++i) {
-        qn[i] = ld16(rowp[i] + u * 16);
-        if (SF32) {
-          sn[i] = __ldg(reinterpret_cast<const float*>(a.w + l.scales_off) + g0[i] + g);
-          mnn[i] = SYM ? 0.f : __ldg(reinterpret_cast<const float*>(a.w + l.mins_off) + g0[i] + g);
-        } else {
-          sn[i] = __half2float(__ldg(reinterpret_cast<const __half*>(a.w + l.scales_off) + g0[i] + g));
-          mnn[i] = SYM ? 0.f : __half2float(__ldg(reinterpret_cast<const __half*>(a.w + l.mins_off) + g0[i] + g));
-        }
+        const uint32_t w = k == 0 ? q[i].x : k == 1 ? q[i].y : k == 2 ? q[i].z : q[i].w;
+        float ql[4], qh[4];
+        nibbles(w, 0, zero, ql);
+        nibbles(w, 4, zero, qh);
+#pragma unroll
+        for (int b = 0; b < B; ++b)
+#pragma unroll
+          for (int t = 0; t < 4; ++t) p[i][b] = fmaf(ql[t], xl[b][t], fmaf(qh[t], xh[b][t], p[i][b]));
       }
-    };
-    const int64_t step = 32 * a.split;
-    if (li < a.units) load(li);
-    for (int64_t u = li; u < a.units; u += step) {
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        acc[i][b] = fmaf(sc[i], p[i][b], acc[i][b]);
+        if (!SYM) acc[i][b] = fmaf(mn[i], xsum[b], acc[i][b]);
+      }
+  };
+  const int64_t step = 32 * a.split;
+  for (int64_t t0 = 0; t0 < a.units; t0 += kTile) {
+    const int64_t t1 = min(t0 + kTile, a.units);
+    if (active && t0 + li < t1) load(t0 + li);  // in flight while x is staged
+    if (kStage) {
+      __syncthreads();  // the previous tile's readers are done
+      const int n = static_cast<int>(t1 - t0) * 8;
+      for (int f = threadIdx.x; f < B * n; f += kThreads) {
+        const int b = f / n, e = f % n;
+        xs[(b * 8 + e % 8) * kTile + e / 8] = ldx(a.x + (b < a.batch ? b : 0) * cols + t0 * 32 + 4 * e);
+      }
+      __syncthreads();
+    }
+    if (!active) continue;
+    for (int64_t u = t0 + li; u < t1; u += step) {
       uint4 q[R];
       float sc[R], mn[R];
 #pragma unroll
       for (int i = 0; i < R; ++i) q[i] = qn[i], sc[i] = sn[i], mn[i] = mnn[i];
-      if (u + step < a.units) load(u + step);
-      float p[R][B] = {}, xs[B] = {};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        float xl[B][4], xh[B][4];
-#pragma unroll
-        for (int b = 0; b < B; ++b) {
-          const float* xb = a.x + (b < a.batch ? b : 0) * cols + u * 32 + 4 * k;
-          const float4 lo = ldx(xb), hi = ldx(xb + 16);
-          xl[b][0] = lo.x, xl[b][1] = lo.y, xl[b][2] = lo.z, xl[b][3] = lo.w;
-          xh[b][0] = hi.x, xh[b][1] = hi.y, xh[b][2] = hi.z, xh[b][3] = hi.w;
-          if (!SYM) xs[b] += (lo.x + lo.y) + (lo.z + lo.w) + (hi.x + hi.y) + (hi.z + hi.w);
-        }
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-          const uint32_t w = k == 0 ? q[i].x : k == 1 ? q[i].y : k == 2 ? q[i].z : q[i].w;
-          float ql[4], qh[4];
-          nibbles(w, 0, zero, ql);
-          nibbles(w, 4, zero, qh);
-#pragma unroll
-          for (int b = 0; b < B; ++b)
-#pragma unroll
-            for (int t = 0; t < 4; ++t) p[i][b] = fmaf(ql[t], xl[b][t], fmaf(qh[t], xh[b][t], p[i][b]));
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < R; ++i)
-#pragma unroll
-        for (int b = 0; b < B; ++b) {
-          acc[i][b] = fmaf(sc[i], p[i][b], acc[i][b]);
-          if (!SYM) acc[i][b] = fmaf(mn[i], xs[b], acc[i][b]);
-        }
+      if (u + step < t1) load(u + step);
+      compute(q, sc, mn, t0, u);
     }
   }
   reduce_store<R, B>(acc, a, row0);

@@ -80,9 +80,7 @@ void rope(float* v, int n_heads, int head_dim, const float* cs) {
 
 }  // namespace
 
-Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa)
-    : cfg_(std::move(cfg)), w_(std::move(w)), act_(act), threads_(threads), isa_(isa) {
-  const DecoderConfig& c = cfg_;
+void check_decoder_config(const DecoderConfig& c, size_t layers) {
   if (c.n_layers < 1 || c.hidden < 1 || c.n_heads < 1 || c.n_kv_heads < 1 || c.head_dim < 2 || c.inter < 1 ||
       c.vocab < 1 || c.max_ctx < 1)
     fail("decoder config: every dimension must be positive");
@@ -92,8 +90,14 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     fail("decoder config: num_attention_heads (" + std::to_string(c.n_heads) +
          ") is not a multiple of num_key_value_heads (" + std::to_string(c.n_kv_heads) + ")");
   if (c.inv_freq.size() != static_cast<size_t>(c.head_dim / 2)) fail("decoder config: inv_freq must hold head_dim/2 values");
+  if (layers != static_cast<size_t>(c.n_layers)) fail("decoder weights: layer count differs from the config");
+}
+
+Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa)
+    : cfg_(std::move(cfg)), w_(std::move(w)), act_(act), threads_(threads), isa_(isa) {
+  const DecoderConfig& c = cfg_;
+  check_decoder_config(c, w_.layers.size());
   if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
-  if (static_cast<int>(w_.layers.size()) != c.n_layers) fail("decoder weights: layer count differs from the config");
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
 

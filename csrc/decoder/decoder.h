@@ -73,6 +73,11 @@ struct DecoderWeights {
   Matrix lm_head;  // may alias embed (tied)
 };
 
+// The checks every decoder (CPU, CUDA) makes of its configuration and of
+// the number of layers it was given; throws std::invalid_argument naming
+// the first inconsistent dimension.
+void check_decoder_config(const DecoderConfig& c, size_t layers);
+
 class Decoder {
  public:
   // Throws std::invalid_argument naming the first inconsistent dimension.
