@@ -38,11 +38,14 @@ def cli() -> None:
 @click.option("--fma-peak", is_flag=True, help="Also measure the multiply-add peak (GFLOPS of the selected kernels' ISA).")
 @click.option("--threads", default=1, show_default=True, help="Threads for --bandwidth and --fma-peak.")
 def info(as_json: bool, bandwidth: bool, fma_peak: bool, threads: int):
-    """CPU features, kernel ISAs available here, and the one selected; with
-    --bandwidth and --fma-peak the two yardsticks benchmarks report against."""
+    """CPU features, kernel ISAs available here, and the one selected; whether
+    this build has CUDA and which devices it sees; with --bandwidth and
+    --fma-peak the two yardsticks benchmarks report against."""
     from . import native
 
     f = native.cpu_features()
+    if f["cuda_build"]:  # what --device cuda would run on (docs/cuda.md)
+        f["cuda_devices"] = native._native.cuda_devices()
     if bandwidth:
         f["read_bandwidth"] = native.read_bandwidth(threads=threads)
     if fma_peak:
@@ -55,7 +58,11 @@ def info(as_json: bool, bandwidth: bool, fma_peak: bool, threads: int):
     t.add_row("cpu flags", " ".join(k for k, v in f["flags"].items() if v) or "(none)")
     t.add_row("kernel ISAs", ", ".join(f["isas"]))
     t.add_row("selected ISA", f["selected_isa"])
-    t.add_row("CUDA build", "yes" if f["cuda_build"] else "no")
+    t.add_row("CUDA build", "yes" if f["cuda_build"] else "no (`make build-cuda` makes one)")
+    if f["cuda_build"]:
+        t.add_row("CUDA devices", ", ".join(f"{d['index']}: {d['name']} ({d['total_mem_bytes'] / 2**30:.0f} GiB, "
+                                            f"compute {d['compute_capability']})" for d in f["cuda_devices"])
+                  or "none visible")
     if bandwidth:
         bw = f["read_bandwidth"]
         t.add_row("read bandwidth", f"{bw['gbps']:.2f} GB/s ({bw['threads']} threads, {bw['isa']})")
