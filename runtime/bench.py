@@ -49,11 +49,8 @@ def _load_decoder(model_dir: str, threads: int, env: BenchEnv, device: str) -> t
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        # device= only off the default: cpu needs nothing from a decoder's
-        # signature beyond what it has always taken.
-        on = {"device": device} if device != "cpu" else {}
         try:
-            dec = Decoder(model_dir, threads=threads, act=env.act, affinity=env.affinity, **on)
+            dec = Decoder(model_dir, threads=threads, act=env.act, affinity=env.affinity, device=device)
         except (IEError, OSError) as e:
             reason = str(e) if isinstance(e, IEError) else f"{e.filename or model_dir}: {e.strerror or e}"
             raise IEError(env.model_error(model_dir, reason)) from None
@@ -240,7 +237,7 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, i
         _warn(w)
     prompts = tokenize(lines, dec, max_new)
 
-    from .native import _native, read_bandwidth
+    from .native import read_bandwidth
 
     # The yardstick runs on the decoder's threads (pinned when
     # IE_TP_USE_AFFINITY=1), or on its device, before the first counted round
@@ -256,10 +253,7 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, i
         nonlocal peak, rss_reset
         peak = max(peak, rss_peak_mb())
         if device == "cuda":
-            try:
-                gbps = float(_native.cuda_copy_gbps(read_bw_bytes, CUDA_COPY_ITERS))
-            except (ValueError, RuntimeError) as e:  # a CUDA failure: one line
-                raise IEError(f"--device cuda: copy bandwidth: {e}") from None
+            gbps = cuda.copy_gbps(read_bw_bytes, CUDA_COPY_ITERS)
         else:
             gbps = float(read_bandwidth(bytes=read_bw_bytes, threads=threads, passes=5)["gbps"])
         rss_reset = reset_rss_peak() and rss_reset

@@ -40,10 +40,13 @@ def require(what: str = "") -> None:
 
 def _call(name: str, *args: Any, **kwargs: Any) -> Any:
     """_native.<name>, its argument errors as NativeArgumentError and CUDA's
-    runtime errors (a fault, out of device memory) as IEError."""
-    require(name)
+    runtime errors (no device, a fault, out of device memory) as IEError.
+    Only a CUDA build has the function; the binding itself checks for a device."""
+    fn = getattr(_native, name, None)
+    if fn is None:
+        require(name)
     try:
-        return getattr(_native, name)(*args, **kwargs)
+        return fn(*args, **kwargs)
     except ValueError as e:
         raise NativeArgumentError(str(e)) from None
     except RuntimeError as e:

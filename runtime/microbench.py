@@ -48,23 +48,33 @@ def _or(v: Any, default: Any) -> Any:
     return default if v is None else v
 
 
-def _run_dense(o: dict[str, Any]) -> tuple[dict[str, Any], float]:
-    """The dense GEMV family (float and packed weights)."""
-    from .native import bench_gemv
-
+def _run_dense(o: dict[str, Any], device: str = "cpu") -> tuple[dict[str, Any], float]:
+    """The dense GEMV family (float and packed weights), on the CPU or, with
+    device="cuda", the GPU (act f32, the stored bytes uploaded)."""
     k = o["kernel"]
-    rows, cols, batch, act = _or(o["rows"], 16384), _or(o["cols"], 8192), _or(o["batch"], 1), _or(o["act"], "f32")
-    layout = _or(o["layout"], "stored")
+    rows, cols, batch = _or(o["rows"], 16384), _or(o["cols"], 8192), _or(o["batch"], 1)
+    act, layout = _or(o["act"], "f32"), _or(o["layout"], "stored")
     if not 1 <= batch <= 8:
         raise click.UsageError(f"--batch must be 1..8, got {batch}")
     wt = weight_types.get(k)
     params = (QuantParams(k, _or(o["group_size"], 64) or None, not o["affine"], _or(o["scale_dtype"], "f16"))
               if k == "int4w" else None)
-    r = bench_gemv(**native_weight_args(wt, rows, cols, params), act=act, threads=o["threads"], batch=batch,
-                   min_bytes=_or(o["min_mib"], 256) << 20, iters=o["iters"], isa=o["isa"], layout=layout)
+    weights = native_weight_args(wt, rows, cols, params)
+    if device == "cuda":
+        if act != "f32" or layout != "stored":
+            raise click.UsageError("--device cuda runs the float-activation GEMV on the stored layout "
+                                   "(no --act int8, no --layout rows8)")
+        r = cuda.bench_gemv(**weights, batch=batch, min_bytes=_or(o["min_mib"], 512) << 20, iters=o["iters"])
+        where = {"device": "cuda", "cuda_kernel": r["kernel"]}
+    else:
+        from .native import bench_gemv
+
+        r = bench_gemv(**weights, act=act, threads=o["threads"], batch=batch,
+                       min_bytes=_or(o["min_mib"], 256) << 20, iters=o["iters"], isa=o["isa"], layout=layout)
+        where = {"threads": o["threads"], "isa": r["isa"]}
     res = {
-        "kernel": k, "rows": rows, "cols": cols, "threads": o["threads"], "batch": batch, "act": act, "layout": layout,
-        "isa": r["isa"], "group_size": r["group_size"] if k == "int4w" else (wt.block_elems if wt.quantized else 0),
+        "kernel": k, "rows": rows, "cols": cols, "batch": batch, "act": act, "layout": layout, **where,
+        "group_size": r["group_size"] if k == "int4w" else (wt.block_elems if wt.quantized else 0),
         "symmetric": r["symmetric"], "scale_dtype": r["scale_dtype"] if k == "int4w" else None,
         "ms": r["ms_median"], "ms_min": r["ms_min"], "weight_bytes": r["weight_bytes"], "copies": r["copies"],
         "iters": o["iters"],
@@ -89,30 +99,6 @@ def _run_dedup(o: dict[str, Any]) -> tuple[dict[str, Any], float]:
     r = bench_dedup(nbytes=_or(o["nbytes"], 256) << 20, density=_or(o["density"], 0.01), threads=o["threads"],
                     seed=_or(o["seed"], 0), passes=o["iters"], isa=o["isa"], bandwidth=False)
     return r, r["gbps"]
-
-
-def _run_dense_cuda(o: dict[str, Any]) -> tuple[dict[str, Any], float]:
-    """The dense GEMV family on the CUDA device (act f32, the stored bytes uploaded)."""
-    k = o["kernel"]
-    rows, cols, batch = _or(o["rows"], 16384), _or(o["cols"], 8192), _or(o["batch"], 1)
-    if not 1 <= batch <= 8:
-        raise click.UsageError(f"--batch must be 1..8, got {batch}")
-    if o["act"] not in (None, "f32") or o["layout"] not in (None, "stored"):
-        raise click.UsageError("--device cuda runs the float-activation GEMV on the stored layout "
-                               "(no --act int8, no --layout rows8)")
-    wt = weight_types.get(k)
-    params = (QuantParams(k, _or(o["group_size"], 64) or None, not o["affine"], _or(o["scale_dtype"], "f16"))
-              if k == "int4w" else None)
-    r = cuda.bench_gemv(**native_weight_args(wt, rows, cols, params), batch=batch,
-                        min_bytes=_or(o["min_mib"], 512) << 20, iters=o["iters"])
-    res = {
-        "kernel": k, "device": "cuda", "rows": rows, "cols": cols, "batch": batch, "act": "f32", "layout": "stored",
-        "cuda_kernel": r["kernel"], "group_size": r["group_size"] if k == "int4w" else (wt.block_elems if wt.quantized else 0),
-        "symmetric": r["symmetric"], "scale_dtype": r["scale_dtype"] if k == "int4w" else None,
-        "ms": r["ms_median"], "ms_min": r["ms_min"], "weight_bytes": r["weight_bytes"], "copies": r["copies"],
-        "iters": o["iters"],
-    }
-    return res, r["weight_bytes"] / (r["ms_median"] * 1e-3) / 1e9
 
 
 # name -> runner(options) -> (JSON result without the bandwidth fields, kernel GB/s)
@@ -165,7 +151,7 @@ def microbench(as_json: bool, device: str, **o: Any) -> None:
         if o["kernel"] not in DENSE:
             raise click.UsageError(f"--device cuda times the dense GEMV kernels ({', '.join(DENSE)}), "
                                    f"not {o['kernel']}")
-        _report(o["kernel"], as_json, *_with_yardstick(lambda: _run_dense_cuda(o), cuda.copy_gbps, "copy"))
+        _report(o["kernel"], as_json, *_with_yardstick(lambda: _run_dense(o, "cuda"), cuda.copy_gbps, "copy"))
         return
     from .native import read_bandwidth
 

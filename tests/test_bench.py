@@ -36,7 +36,8 @@ class FakeDecoder:
     (last + 1) % vocab, touch returns nbytes // stride, and every prefill of
     a prompt seen before counts its tokens as KV hits."""
 
-    def __init__(self, model_dir=None, *, threads=1, act="auto", affinity=None, ctx=None, vocab=16, eos=None):
+    def __init__(self, model_dir=None, *, threads=1, act="auto", affinity=None, ctx=None, vocab=16, eos=None,
+                 device="cpu"):
         self.vocab_size, self.eos_ids, self.max_ctx = vocab, frozenset([] if eos is None else [eos]), 64
         self.precision, self.precisions = "int4w", ("int4w",)
         self.weight_bytes_per_token, self.model_bytes = 1_000_000, 4_000_000

@@ -17,9 +17,10 @@ class Timer {
  public:
   Timer() {
     check(cudaEventCreate(&a_), "cudaEventCreate");
-    if (cudaEventCreate(&b_) != cudaSuccess) {
+    const cudaError_t e = cudaEventCreate(&b_);
+    if (e != cudaSuccess) {
       cudaEventDestroy(a_);
-      throw_cuda(cudaGetLastError(), "cudaEventCreate");
+      throw_cuda(e, "cudaEventCreate");
     }
   }
   ~Timer() {

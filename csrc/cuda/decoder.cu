@@ -171,18 +171,6 @@ __global__ void add_kernel(float* x, const float* y, size_t n) {
 
 int blocks_for(size_t n) { return static_cast<int>(std::min<size_t>((n + kThreads - 1) / kThreads, 1024)); }
 
-void check_matrix(const std::string& what, const Matrix& m, int64_t rows, int64_t cols) {
-  if (m.data == nullptr && m.store == nullptr) fail(what + ": no data");
-  if (m.spec.rows != rows || m.spec.cols != cols)
-    fail(what + ": shape [" + std::to_string(m.spec.rows) + ", " + std::to_string(m.spec.cols) + "], expected [" +
-         std::to_string(rows) + ", " + std::to_string(cols) + "]");
-}
-
-void check_vec(const std::string& what, const std::vector<float>& v, size_t n, bool optional = false) {
-  if (optional && v.empty()) return;
-  if (v.size() != n) fail(what + ": " + std::to_string(v.size()) + " elements, expected " + std::to_string(n));
-}
-
 // Two Matrix structs for the same stored bytes: a tied head, uploaded once.
 bool same_bytes(const Matrix& a, const Matrix& b) {
   const bool same_spec = a.spec.type == b.spec.type && a.spec.rows == b.spec.rows && a.spec.cols == b.spec.cols;
@@ -207,30 +195,9 @@ cudaStream_t new_stream() {
 CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
     : cfg_(cfg), stream_(nullptr, destroy_stream), graph_(nullptr, destroy_graph) {
   const DecoderConfig& c = cfg_;
-  check_decoder_config(c, w.layers.size());
+  check_decoder(c, w, /*dedup_plans=*/false);  // everything, before the first byte goes to the device
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
-  // Everything is checked before the first byte goes to the device.
-  check_matrix("embed_tokens", w.embed, c.vocab, c.hidden);
-  check_matrix("lm_head", w.lm_head, c.vocab, c.hidden);
-  check_vec("norm", w.final_norm, c.hidden);
-  check_vec("embed_f32", w.embed_f32, static_cast<size_t>(c.vocab) * c.hidden, true);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = w.layers[l];
-    const std::string p = "layer " + std::to_string(l) + " ";
-    check_vec(p + "input_layernorm", L.attn_norm, c.hidden);
-    check_vec(p + "post_attention_layernorm", L.mlp_norm, c.hidden);
-    check_matrix(p + "q_proj", L.q, q_dim_, c.hidden);
-    check_matrix(p + "k_proj", L.k, kv_dim_, c.hidden);
-    check_matrix(p + "v_proj", L.v, kv_dim_, c.hidden);
-    check_matrix(p + "o_proj", L.o, c.hidden, q_dim_);
-    check_matrix(p + "gate_proj", L.gate, c.inter, c.hidden);
-    check_matrix(p + "up_proj", L.up, c.inter, c.hidden);
-    check_matrix(p + "down_proj", L.down, c.hidden, c.inter);
-    check_vec(p + "q_proj.bias", L.bq, q_dim_, true);
-    check_vec(p + "k_proj.bias", L.bk, kv_dim_, true);
-    check_vec(p + "v_proj.bias", L.bv, kv_dim_, true);
-  }
   const size_t B = kMaxBatch, F = sizeof(float);
   const size_t cache = checked_mul(checked_mul(checked_mul(static_cast<size_t>(c.n_layers), static_cast<size_t>(c.max_ctx),
                                                            "KV cache"), static_cast<size_t>(kv_dim_), "KV cache"),

@@ -25,19 +25,20 @@
 namespace ie {
 namespace {
 
-void check_matrix(const char* what, const Matrix& m, int64_t rows, int64_t cols) {
-  if (m.data == nullptr && !m.dedup) fail(std::string(what) + ": no data");
+// A matrix has bytes in memory or is a member of a dedup store; with
+// `plans` (the CPU decoder) a member must come with its fused-GEMV plan.
+void check_matrix(const std::string& what, const Matrix& m, int64_t rows, int64_t cols, bool plans) {
+  if (m.data == nullptr && (plans ? !m.dedup : m.store == nullptr)) fail(what + ": no data");
   if (m.dedup && (m.store == nullptr || m.dedup->spec.rows != m.spec.rows || m.dedup->spec.cols != m.spec.cols))
-    fail(std::string(what) + ": dedup member planned for another matrix");
+    fail(what + ": dedup member planned for another matrix");
   if (m.spec.rows != rows || m.spec.cols != cols)
-    fail(std::string(what) + ": shape [" + std::to_string(m.spec.rows) + ", " + std::to_string(m.spec.cols) +
-         "], expected [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+    fail(what + ": shape [" + std::to_string(m.spec.rows) + ", " + std::to_string(m.spec.cols) + "], expected [" +
+         std::to_string(rows) + ", " + std::to_string(cols) + "]");
 }
 
-void check_vec(const char* what, const std::vector<float>& v, size_t n, bool optional = false) {
+void check_vec(const std::string& what, const std::vector<float>& v, size_t n, bool optional = false) {
   if (optional && v.empty()) return;
-  if (v.size() != n)
-    fail(std::string(what) + ": " + std::to_string(v.size()) + " elements, expected " + std::to_string(n));
+  if (v.size() != n) fail(what + ": " + std::to_string(v.size()) + " elements, expected " + std::to_string(n));
 }
 
 // Hints the kernel that [p, p + n) will not be read soon: its whole pages
@@ -80,7 +81,7 @@ void rope(float* v, int n_heads, int head_dim, const float* cs) {
 
 }  // namespace
 
-void check_decoder_config(const DecoderConfig& c, size_t layers) {
+void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_plans) {
   if (c.n_layers < 1 || c.hidden < 1 || c.n_heads < 1 || c.n_kv_heads < 1 || c.head_dim < 2 || c.inter < 1 ||
       c.vocab < 1 || c.max_ctx < 1)
     fail("decoder config: every dimension must be positive");
@@ -90,40 +91,42 @@ void check_decoder_config(const DecoderConfig& c, size_t layers) {
     fail("decoder config: num_attention_heads (" + std::to_string(c.n_heads) +
          ") is not a multiple of num_key_value_heads (" + std::to_string(c.n_kv_heads) + ")");
   if (c.inv_freq.size() != static_cast<size_t>(c.head_dim / 2)) fail("decoder config: inv_freq must hold head_dim/2 values");
-  if (layers != static_cast<size_t>(c.n_layers)) fail("decoder weights: layer count differs from the config");
+  if (w.layers.size() != static_cast<size_t>(c.n_layers)) fail("decoder weights: layer count differs from the config");
+  const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim, kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+  const bool p = dedup_plans;
+  check_matrix("embed_tokens", w.embed, c.vocab, c.hidden, p);
+  check_matrix("lm_head", w.lm_head, c.vocab, c.hidden, p);
+  check_vec("norm", w.final_norm, c.hidden);
+  check_vec("embed_f32", w.embed_f32, static_cast<size_t>(c.vocab) * c.hidden, true);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w.layers[l];
+    const std::string n = "layer " + std::to_string(l) + " ";
+    check_vec(n + "input_layernorm", L.attn_norm, c.hidden);
+    check_vec(n + "post_attention_layernorm", L.mlp_norm, c.hidden);
+    check_matrix(n + "q_proj", L.q, q_dim, c.hidden, p);
+    check_matrix(n + "k_proj", L.k, kv_dim, c.hidden, p);
+    check_matrix(n + "v_proj", L.v, kv_dim, c.hidden, p);
+    check_matrix(n + "o_proj", L.o, c.hidden, q_dim, p);
+    check_matrix(n + "gate_proj", L.gate, c.inter, c.hidden, p);
+    check_matrix(n + "up_proj", L.up, c.inter, c.hidden, p);
+    check_matrix(n + "down_proj", L.down, c.hidden, c.inter, p);
+    check_vec(n + "q_proj.bias", L.bq, q_dim, true);
+    check_vec(n + "k_proj.bias", L.bk, kv_dim, true);
+    check_vec(n + "v_proj.bias", L.bv, kv_dim, true);
+  }
 }
 
 Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa)
     : cfg_(std::move(cfg)), w_(std::move(w)), act_(act), threads_(threads), isa_(isa) {
   const DecoderConfig& c = cfg_;
-  check_decoder_config(c, w_.layers.size());
+  check_decoder(c, w_, /*dedup_plans=*/true);
   if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
-
-  check_matrix("embed_tokens", w_.embed, c.vocab, c.hidden);
   if (w_.embed.dedup) fail("embed_tokens: pass the rebuilt bytes (rows are read one token at a time)");
   if (wtype_info(w_.embed.spec.type).quantized) {
     w_.embed_f32.resize(static_cast<size_t>(c.vocab) * c.hidden);
     dequantize(w_.embed.spec, w_.embed.data, w_.embed_f32.data());
-  }
-  check_matrix("lm_head", w_.lm_head, c.vocab, c.hidden);
-  check_vec("norm", w_.final_norm, c.hidden);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = w_.layers[l];
-    const std::string p = "layer " + std::to_string(l) + " ";
-    check_vec((p + "input_layernorm").c_str(), L.attn_norm, c.hidden);
-    check_vec((p + "post_attention_layernorm").c_str(), L.mlp_norm, c.hidden);
-    check_matrix((p + "q_proj").c_str(), L.q, q_dim_, c.hidden);
-    check_matrix((p + "k_proj").c_str(), L.k, kv_dim_, c.hidden);
-    check_matrix((p + "v_proj").c_str(), L.v, kv_dim_, c.hidden);
-    check_matrix((p + "o_proj").c_str(), L.o, c.hidden, q_dim_);
-    check_matrix((p + "gate_proj").c_str(), L.gate, c.inter, c.hidden);
-    check_matrix((p + "up_proj").c_str(), L.up, c.inter, c.hidden);
-    check_matrix((p + "down_proj").c_str(), L.down, c.hidden, c.inter);
-    check_vec((p + "q_proj.bias").c_str(), L.bq, q_dim_, true);
-    check_vec((p + "k_proj.bias").c_str(), L.bk, kv_dim_, true);
-    check_vec((p + "v_proj.bias").c_str(), L.bv, kv_dim_, true);
   }
   // The int8 GEMVs read row-interleaved copies where their kernel exists;
   // a tied head shares the embedding's copy.

@@ -73,10 +73,12 @@ struct DecoderWeights {
   Matrix lm_head;  // may alias embed (tied)
 };
 
-// The checks every decoder (CPU, CUDA) makes of its configuration and of
-// the number of layers it was given; throws std::invalid_argument naming
-// the first inconsistent dimension.
-void check_decoder_config(const DecoderConfig& c, size_t layers);
+// The checks every decoder (CPU, CUDA) makes of its configuration and
+// weights before it uses any: dimensions, layer count, every matrix's and
+// vector's shape. dedup_plans: a dedup member must carry its fused-GEMV
+// plan (the CPU decoder; the CUDA one rebuilds members from the store).
+// Throws std::invalid_argument naming the first inconsistent one.
+void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_plans);
 
 class Decoder {
  public:
