@@ -107,7 +107,10 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, im
     Reads model.safetensors or sharded model-XXXXX-of-YYYYY.safetensors with
     model.safetensors.index.json, streams tensor by tensor (memory stays
     bounded whatever the model size), and writes atomically. Without --dtype
-    every tensor keeps its HF name and exact bytes. config.json,
+    every tensor keeps its HF name and exact bytes, except gpt-oss's MXFP4
+    pairs (config quant_method "mxfp4"): each P_blocks + P_scales becomes
+    one mxfp4 tensor P [experts, rows, cols], repacked, not dequantized
+    (convert/hf_mxfp4.py). config.json,
     generation_config.json and tokenizer files are copied alongside (each
     must be a regular file inside the checkpoint). Nothing already in
     --out-dir is replaced without --overwrite.
@@ -127,7 +130,8 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, im
     err.print(f"converted {res.tensors} tensors ({human_bytes(res.bytes_in)} in, {human_bytes(res.bytes_out)} "
               f"model.ie.bin{f', {res.cast_tensors} cast to {dtype}' if dtype else ''}"
               f"{f', {res.quantized_tensors} quantized' if manifest else ''}"
-              f"{f' ({res.weighted_tensors} importance-weighted)' if res.weighted_tensors else ''}) in {res.seconds:.2f} s "
+              f"{f' ({res.weighted_tensors} importance-weighted)' if res.weighted_tensors else ''}"
+              f"{f', {res.kept_blocks} MXFP4 kept as mxfp4' if res.kept_blocks else ''}) in {res.seconds:.2f} s "
               f"({mbps:.0f} MB/s) -> {res.out_dir}", markup=False)
 
 

@@ -40,6 +40,7 @@ from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
+from . import hf_mxfp4
 from .gguf_names import hf_name
 from .hf_config import model_summary
 from .iebin_legacy import TOKENIZER_FILES
@@ -155,14 +156,16 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
     created = make_dirs(out_dir)
     try:
         with ExitStack() as stack:
-            tensors = collect_tensors(src, stack)
+            # gpt-oss's MXFP4 blocks + scales pairs become one mxfp4 tensor each, never offered to the manifest.
+            tensors, pairs = hf_mxfp4.split_pairs(collect_tensors(src, stack), src.config, str(src.dir))
+            mx_pairs = {p.name: p for p in pairs}
             qplan = plan(manifest, {n: (t.dtype.name, list(t.shape)) for n, (_sf, t) in tensors.items()},
                          force=force) if manifest else None
             importance, iwarn = load_importance(imatrix or (manifest.imatrix if manifest else None),
                                                 qplan.quantize if qplan else {},
                                                 {n: list(t.shape) for n, (_sf, t) in tensors.items()})
-            names = sorted(tensors, key=natural_key)
-            bytes_in = sum(t.nbytes for _, t in tensors.values())
+            names = sorted([*tensors, *mx_pairs], key=natural_key)
+            bytes_in = sum(t.nbytes for _, t in tensors.values()) + sum(p.source_nbytes for p in pairs)
             # One bar for both: the shards are hashed beside the conversion (source_hashes.py).
             progress.start("converting", bytes_in + sum((src.dir / s).stat().st_size for s in src.shards))
             hashes = stack.enter_context(SourceHashes([(s, src.dir / s) for s in src.shards], progress.advance, checksum))
@@ -173,8 +176,13 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     staged.remove_on_commit(n)
                 writer = iebin.IebinWriter(staged, checksum=checksum)
                 for name in names:
-                    sf, t = tensors[name]
                     progress.describe(name)
+                    if name in mx_pairs:
+                        pair = mx_pairs[name]
+                        writer.add_tensor(name, "mxfp4", pair.shape, hf_mxfp4.chunks(pair, progress.advance), pair.nbytes,
+                                          extra={iebin.QUANT_KEY: hf_mxfp4.MXFP4.quant_dict(pair.shape[-1], QuantParams("mxfp4"))})
+                        continue
+                    sf, t = tensors[name]
                     if qplan and name in qplan.quantize:
                         cov = covariances.get(name) if covariances is not None else None
                         errors[name] = _add_quantized(writer, name, sf, t, qplan.quantize[name], progress,
@@ -200,7 +208,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
     bytes_out = meta["files"][0]["nbytes"]
     return ConvertResult(out_dir, len(names), bytes_in, bytes_out, time.perf_counter() - t0, n_cast,
                          len(qplan.quantize) if qplan else 0, (qplan.warnings if qplan else []) + iwarn, stale,
-                         weighted_tensors=len(importance), errors=errors)
+                         weighted_tensors=len(importance), errors=errors, kept_blocks=len(pairs))
 
 
 def _add_quantized(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t: SafetensorsTensor,

@@ -8,8 +8,9 @@ docs/formats/quant.md):
 - quantized tensors: every stored scale and minimum (``int4w`` scales/mins
   planes; the f16 fields of every block, as its scheme's ``F16_FIELDS``
   lists them: ``d``, and ``m`` (``q4_1``, ``q5_1``) or ``dmin`` (``q4_k``,
-  ``q5_k``)) must be finite -- always, nothing the quantizer writes is ever
-  otherwise;
+  ``q5_k``)) must be finite, and every E8M0 scale byte (``mxfp4``'s ``e``)
+  at most 252 (above, the block's values overflow float32; 255 is NaN) --
+  always, nothing the quantizer writes is ever otherwise;
 - float tensors (``f64 f32 f16 bf16``): every element must be finite unless
   the caller allows non-finite values (``--allow-nonfinite``, as for BSR).
 
@@ -27,7 +28,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .dtypes import DTYPES
-from .quant import SCHEMES
+from .quant import E8M0_MAX, SCHEMES, matrix_dims
 
 # element bytes -> (unsigned view, exponent mask, float view for messages)
 _F16 = ("<u2", 0x7C00, "<f2")
@@ -68,7 +69,9 @@ class PayloadScan:
         self._unit = 1
         scheme = SCHEMES.get(dtype)
         if scheme is not None:
-            rows, cols = shape
+            count, rows, cols = matrix_dims(shape)  # int4w: never a stack
+            self._stack_rows = rows if len(shape) == 3 else 0  # rows per expert of a stack (its messages say which)
+            rows *= count  # a stack of block matrices is one matrix of all their rows
             self._rows, self._cols = rows, cols
             if dtype == "int4w":
                 p = scheme.params_from(entry["quant"], cols)
@@ -84,6 +87,7 @@ class PayloadScan:
                 self._unit = scheme.block_bytes
                 self._elems = scheme.block_elems
                 self._fields = scheme.F16_FIELDS
+                self._e8m0 = scheme.E8M0_FIELDS
                 self._check = self._blocks
         elif dtype in _FLOAT_LAYOUT and not allow_nonfinite:
             self._layout = _FLOAT_LAYOUT[dtype]
@@ -144,13 +148,20 @@ class PayloadScan:
             i = _first_nonfinite(col, _F16)
             if i is not None and (first is None or i < first[0]):
                 first = (i, name, col)
+        for name, off in self._e8m0:
+            bad = np.flatnonzero(blocks[:, off] > E8M0_MAX)
+            if bad.size and (first is None or bad[0] < first[0]):
+                i = int(bad[0])
+                first = (i, name, f"{blocks[i, off]} (E8M0 codes above {E8M0_MAX} overflow float32; 255 is NaN)")
         if first is None:
             return None
-        i, name, col = first
+        i, name, what = first
         k = start // self._unit + i
         r, b = divmod(k, self._cols // self._elems)
-        return (f"block {k} (row {r}, columns {b * self._elems}..{b * self._elems + self._elems - 1}): {name} is "
-                f"{_value(col, i, _F16)}; non-finite block scales are invalid")
+        row = f"expert {r // self._stack_rows}, row {r % self._stack_rows}" if self._stack_rows else f"row {r}"
+        if not isinstance(what, str):
+            what = f"{_value(what, i, _F16)}; non-finite block scales are invalid"
+        return f"block {k} ({row}, columns {b * self._elems}..{b * self._elems + self._elems - 1}): {name} is {what}"
 
 
 def scan_bytes(entry: Mapping[str, Any], raw: Any, allow_nonfinite: bool = False) -> str | None:

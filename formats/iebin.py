@@ -207,7 +207,7 @@ def tensor_nbytes(dtype: str, shape: list[int], quant: dict | None = None) -> in
     scheme = SCHEMES.get(dtype)
     if scheme is None:
         return plain_nbytes(dtype, shape)
-    return scheme.nbytes(shape[0], shape[1], scheme.params_from(quant, shape[1]))
+    return scheme.tensor_nbytes(shape, scheme.params_from(quant, shape[-1]))
 
 
 def _check_tensor(i: int, t: object, meta_file: str, alignment: int, alg: checksums.Algorithm) -> None:
@@ -256,7 +256,7 @@ def _check_tensor(i: int, t: object, meta_file: str, alignment: int, alg: checks
         except QuantDictError as e:
             field = f"{where}.quant" + (f".{e.key}" if e.key else "")
             raise FormatError(meta_file, field, f"{label}{e}") from None
-        expected = SCHEMES[dtype].nbytes(shape[0], shape[1], params)
+        expected = SCHEMES[dtype].tensor_nbytes(shape, params)
     else:
         expected = plain_nbytes(dtype, shape)
     if expected > INT64_MAX:

@@ -209,17 +209,35 @@ def _is_types(allowed: tuple) -> bool:
     return isinstance(allowed[0], type)
 
 
+def matrix_dims(shape: list[int]) -> tuple[int, int, int]:
+    """(matrices, rows, cols) of a quantized tensor's shape: [rows, cols], or
+    a stack of equal matrices [experts, rows, cols] (a MoE layer's experts,
+    stored one matrix after another; docs/formats/iebin.md)."""
+    if len(shape) == 3:
+        return shape[0], shape[1], shape[2]
+    return 1, shape[0], shape[1]
+
+
 class Scheme(WeightType):
-    """Interface every scheme implements (matrix schemes: shape [rows, cols]).
+    """Interface every scheme implements (matrix schemes: shape [rows, cols],
+    or for the row-contiguous block schemes also [experts, rows, cols]).
     A concrete scheme is a registered weight type: ``class X(Scheme, weight_type="x")``."""
+
+    STACKS = True  # whether a tensor may be a stack [experts, rows, cols] of matrices
 
     def check(self, shape: list[int], p: QuantParams) -> str | None:
         """Why this tensor cannot use the scheme, or None."""
-        if len(shape) != 2:
-            return f"{self.name} needs a 2-D matrix, tensor has shape {shape}"
-        if shape[1] % self.block_elems:
-            return f"{self.name} needs cols to be a multiple of {self.block_elems}, got {shape[1]}"
+        if len(shape) != 2 and not (len(shape) == 3 and self.STACKS):
+            dims = "a 2-D matrix or a 3-D stack [experts, rows, cols]" if self.STACKS else "a 2-D matrix"
+            return f"{self.name} needs {dims}, tensor has shape {shape}"
+        if shape[-1] % self.block_elems:
+            return f"{self.name} needs cols to be a multiple of {self.block_elems}, got {shape[-1]}"
         return None
+
+    def tensor_nbytes(self, shape: list[int], p: QuantParams) -> int:
+        """Payload bytes of a tensor of this (checked) shape: its matrices one after another."""
+        count, rows, cols = matrix_dims(shape)
+        return count * self.nbytes(rows, cols, p)
 
     def quant_dict(self, cols: int, p: QuantParams) -> dict[str, Any]:
         raise NotImplementedError
@@ -245,7 +263,7 @@ class Scheme(WeightType):
             raise QuantDictError(extra[0], f"unknown key {extra[0]!r}")
         if quant["scheme"] != self.name:
             raise QuantDictError("scheme", f"{quant['scheme']!r} does not match dtype {self.name!r}")
-        cols = shape[1] if len(shape) == 2 else 0
+        cols = shape[-1] if len(shape) in (2, 3) else 0
         p = self.params_from(quant, cols)
         why = self.check(shape, p)
         if why:
@@ -320,6 +338,7 @@ class _Block(Scheme):
     """llama.cpp block formats: rows of whole blocks (block_elems each)."""
 
     F16_FIELDS: tuple[tuple[str, int], ...] = (("d", 0),)  # (name, byte offset) of each block's f16 scales
+    E8M0_FIELDS: tuple[tuple[str, int], ...] = ()  # (name, byte offset) of each block's E8M0 scale bytes
 
     @property
     def QUANT_KEYS(self):  # noqa: N802 - same role as the class attribute
@@ -720,13 +739,14 @@ class Q6_K(_Block, weight_type="q6_k"):
         return _grid_bound(x, s, -32, 31, np.float32(0), np.float32(2**-21) * np.abs(x))
 
 
-def _iq4_bound(x: np.ndarray, scale: np.ndarray, slack: np.ndarray) -> np.ndarray:
-    """Per-element bound for iq4 codes: the distance from x to the nearest
-    point of the stored scale's grid (scale * IQ4_VALUES), plus ``slack`` for
-    codes chosen against the scale before its f16 rounding, plus the f32
-    rounding of scale⁻¹ * x near a tie."""
+def _table_bound(x: np.ndarray, scale: np.ndarray, slack: np.ndarray | float,
+                 values: np.ndarray = qs.IQ4_VALUES) -> np.ndarray:
+    """Per-element bound for codes indexing a table of values (iq4, mxfp4):
+    the distance from x to the nearest point of the stored scale's grid
+    (scale * values), plus ``slack`` for codes chosen against the scale
+    before its rounding, plus the f32 rounding of scale⁻¹ * x near a tie."""
     near = np.full(np.broadcast_shapes(x.shape, scale.shape), np.inf, np.float32)
-    for v in qs.IQ4_VALUES:
+    for v in values:
         np.minimum(near, np.abs(x - scale * v), out=near)
     return near + slack + np.float32(2**-20) * np.abs(x) + np.float32(2**-24)
 
@@ -774,7 +794,7 @@ class IQ4_NL(_IQ4, weight_type="iq4_nl"):
 
     def _bound(self, b, raw):
         d16 = self._f16(raw, 0)
-        return _iq4_bound(b, d16, np.float32(254) * _f16_half_ulp(d16))
+        return _table_bound(b, d16, np.float32(254) * _f16_half_ulp(d16))
 
 
 class IQ4_XS(_IQ4, weight_type="iq4_xs"):
@@ -822,11 +842,103 @@ class IQ4_XS(_IQ4, weight_type="iq4_xs"):
         # codes chosen for d × l_j with d before f16 rounding: |l_j| ≤ 32 of its half ulp per grid step
         s = self.sub_scales(raw)[..., None]
         slack = np.float32(254 * 32) * _f16_half_ulp(self._f16(raw, 0))[..., None]
-        return _iq4_bound(b.reshape(-1, 8, self.SUB), s, slack)
+        return _table_bound(b.reshape(-1, 8, self.SUB), s, slack)
+
+
+# e2m1 (FP4 E2M1) values doubled, so they are integers: ggml's kvalues_mxfp4.
+MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.float32)
+# The largest E8M0 code a block may store: 2^(252 − 127) × 6 is below
+# float32's largest, 2^126 × 6 is not (and 255 is OCP MX's NaN).
+E8M0_MAX = 252
+
+
+def e8m0_half(e: np.ndarray) -> np.ndarray:
+    """2^(e − 128) as float32 for E8M0 codes e (half the block scale 2^(e − 127),
+    as ggml's ggml_e8m0_to_fp32_half: the doubled values times it are the
+    weights). Codes 0 and 1 give the subnormals 2^-128 and 2^-127."""
+    u = np.asarray(e).astype(np.uint32)
+    return np.where(u < 2, np.uint32(0x00200000) << u, (u - np.uint32(1)) << np.uint32(23)).astype(np.uint32).view(np.float32)
+
+
+class MXFP4(_Block, weight_type="mxfp4"):
+    """OCP microscaling FP4 (MX v1.0) in ggml's block_mxfp4 layout: per
+    32-element block one E8M0 scale byte e, then 16 bytes of e2m1 codes in
+    q4_0's order (byte j: element j low nibble, element j + 16 high); w =
+    2^(e − 127) × e2m1[q] = e8m0_half(e) × MXFP4_VALUES[q]. gpt-oss ships its
+    expert weights this way (in two planes, repacked by the converter).
+
+    Without an importance matrix the bytes are gguf.quants' (and ggml's
+    quantize_row_mxfp4_ref): e = ⌊log2 max|x|⌋ + 125, every code the nearest
+    grid value for that scale (first of equals), the errors compared in
+    float32 as ggml does. Blocks whose largest magnitude is below 2^-125
+    get e = 0 where ggml's uint8 cast wraps (their codes are 0 either way).
+    With one, the exponents e − 1, e and e + 1 are tried and the one with the
+    smallest weighted squared error kept."""
+
+    F16_FIELDS = ()
+    E8M0_FIELDS = (("e", 0),)
+
+    @staticmethod
+    def _exponent(b: np.ndarray) -> np.ndarray:
+        amax = np.abs(b).max(axis=1)
+        with np.errstate(divide="ignore"):
+            e = np.where(amax > 0, np.floor(np.log2(amax)) + np.float32(125), 0)
+        return np.clip(e, 0, 254).astype(np.int32)
+
+    @staticmethod
+    def _codes(b: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Nearest codes of blocks b for half-scales d [n] (the first of
+        equal float32 errors, as argmin takes them), and their values."""
+        best = np.full(b.shape, np.inf, np.float32)
+        q = np.zeros(b.shape, np.uint8)
+        for k, v in enumerate(MXFP4_VALUES):
+            err = np.abs(d[:, None] * v - b)
+            closer = err < best
+            best = np.where(closer, err, best)
+            q[closer] = k
+        return q, MXFP4_VALUES[q] * d[:, None]
+
+    @staticmethod
+    def _pack(e: np.ndarray, q: np.ndarray) -> np.ndarray:
+        return np.concatenate([e.astype(np.uint8)[:, None], _pack_nibbles(q)], axis=1)
+
+    def _quantize_blocks(self, b, name):
+        e = self._exponent(b)
+        return self._pack(e, self._codes(b, e8m0_half(e))[0])
+
+    def _quantize_weighted(self, b, wts, name):
+        e0 = self._exponent(b)
+        best_err = np.full(b.shape[0], np.inf)
+        best_e, best_q = e0.copy(), np.zeros(b.shape, np.uint8)
+        for de in (0, -1, 1):
+            e = np.clip(e0 + de, 0, 254)
+            q, v = self._codes(b, e8m0_half(e))
+            err = (wts.astype(np.float64) * (b.astype(np.float64) - v) ** 2).sum(axis=1)
+            better = err < best_err
+            best_err = np.where(better, err, best_err)
+            best_e = np.where(better, e, best_e)
+            best_q[better] = q[better]
+        return self._pack(best_e, best_q)
+
+    def _weights(self, w, imp):
+        # Scaled by a power of two per row first: E8M0 reaches 2^127, where
+        # x² overflows float32; the search only compares errors within a row.
+        amax = np.abs(w).max(axis=1, keepdims=True)
+        with np.errstate(divide="ignore"):
+            k = np.where(amax > 0, np.floor(np.log2(amax)), 0)
+        return _row_weights((w * np.exp2(-k.astype(np.float64))).astype(np.float32), imp)
+
+    def _dequantize_blocks(self, raw):
+        return e8m0_half(raw[:, 0])[:, None] * MXFP4_VALUES[_unpack_nibbles(raw[:, 1:])]
+
+    def _bound(self, b, raw):
+        return _table_bound(b, e8m0_half(raw[:, 0])[:, None], np.float32(0), MXFP4_VALUES)
 
 
 class Int4W(Scheme, weight_type="int4w"):
     """iekit's weight-only INT4, planar-v1 layout (qs | scales | mins)."""
+
+    STACKS = False  # its planes span the whole matrix; expert stacks take a block scheme
 
     QUANT_KEYS = {"scheme": ("int4w",), "group_size": (int,), "symmetric": (bool,),
                   "scale_dtype": ("f16", "f32"), "layout": ("planar-v1",)}

@@ -63,6 +63,7 @@ TABLE: tuple[WeightFacts, ...] = (
     _blocks("q6_k", 128 + 64 + 16 + 2, 256),  # 256 low nibbles, 256 high bit pairs, 16 x int8 scale, d: f16
     _blocks("q5_0", 2 + 4 + 16),  # d: f16, 32 fifth bits, 32 nibbles
     _blocks("q5_1", 2 + 2 + 4 + 16),  # d, m: f16, 32 fifth bits, 32 nibbles
+    _blocks("mxfp4", 1 + 16),  # e: E8M0 scale byte, 32 e2m1 nibbles
 )
 _FACTS: dict[str, WeightFacts] = {f.name: f for f in TABLE}
 

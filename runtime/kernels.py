@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from iekit.formats import weight_types
-from iekit.formats.quant import Int4W, QuantDictError, QuantParams
+from iekit.formats.quant import Int4W, QuantDictError, QuantParams, matrix_dims
 from iekit.formats.weight_types import WeightType
 
 from . import cuda, native
@@ -55,16 +55,21 @@ def weight_params(entry: Mapping[str, Any]) -> dict[str, Any]:
     wt = weight_types.find(dtype)
     if wt is None or not wt.gemv:
         raise NativeArgumentError(f"{name}: dtype {dtype!r} has no GEMV kernel (supported: {', '.join(GEMV_DTYPES)})")
-    if len(shape) != 2:
-        raise NativeArgumentError(f"{name}: GEMV needs a 2-D [rows, cols] tensor, got shape {shape}")
-    rows, cols = int(shape[0]), int(shape[1])
+    # A block scheme's expert stack [experts, rows, cols] is its matrices'
+    # rows one after another: one [experts * rows, cols] matrix.
+    if len(shape) != 2 and not (len(shape) == 3 and wt.quantized and wt.STACKS):
+        raise NativeArgumentError(f"{name}: GEMV needs a 2-D [rows, cols] tensor"
+                                  f"{' (or a block-scheme stack [experts, rows, cols])' if wt.quantized else ''}, "
+                                  f"got shape {shape}")
+    count, rows, cols = matrix_dims([int(d) for d in shape])
+    rows *= count
     q = entry.get("quant")
     params = None
     if wt.quantized:
         if not isinstance(q, Mapping):
             raise NativeArgumentError(f"{name}: quantized dtype {dtype!r} needs a 'quant' object")
         try:
-            params = wt.parse_quant(dict(q), [rows, cols])
+            params = wt.parse_quant(dict(q), shape)
         except QuantDictError as e:
             where = f"{dtype} quant.{e.key}: " if e.key else ""
             only = f" ({' or '.join(map(str, e.allowed))} only)" if e.allowed else ""

@@ -36,7 +36,7 @@ from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 from iekit.formats.finite import scan_bytes
 from iekit.formats.hf_checkpoint import collect_tensors, from_dir
-from iekit.formats.quant import SCHEMES
+from iekit.formats.quant import SCHEMES, matrix_dims
 
 from . import cuda, kernels, plots
 from .dedup import TensorSource
@@ -123,9 +123,10 @@ def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int,
             raw = source.get(t["name"])
             r.checks["checksum"] = checksums.digest(model.checksum, raw) == t[model.checksum]
             scheme = SCHEMES[t["dtype"]]
-            params = scheme.params_from(t["quant"], t["shape"][1])
+            count, rows, cols = matrix_dims(t["shape"])  # an expert stack: all its rows as one matrix
+            params = scheme.params_from(t["quant"], cols)
             with np.errstate(over="ignore", invalid="ignore"):
-                ref = scheme.dequantize(raw, *t["shape"], params)
+                ref = scheme.dequantize(raw, count * rows, cols, params)
             native = kernels.dequantize(raw, t, device=device)
             r.checks["dequant"] = bool(np.array_equal(native.view(np.uint32), ref.view(np.uint32)))
             problem = scan_bytes(t, raw)
@@ -147,6 +148,7 @@ def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int,
                     r.checks["bound"] = False
                     r.notes.append("not in --hf-dir")
                 else:
+                    w = w.reshape(ref.shape)
                     err = w.astype(np.float64) - ref
                     if t.get(iebin.ERROR_KEY, {}).get("compensated"):
                         # codes fitted to error-compensated values (formats/gptq.py): no per-element bound

@@ -35,7 +35,8 @@ GGML = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationTyp
         "q5_0": gguf.GGMLQuantizationType.Q5_0, "q5_1": gguf.GGMLQuantizationType.Q5_1,
         "q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_k": gguf.GGMLQuantizationType.Q4_K,
         "q5_k": gguf.GGMLQuantizationType.Q5_K, "q6_k": gguf.GGMLQuantizationType.Q6_K,
-        "iq4_nl": gguf.GGMLQuantizationType.IQ4_NL, "iq4_xs": gguf.GGMLQuantizationType.IQ4_XS}
+        "iq4_nl": gguf.GGMLQuantizationType.IQ4_NL, "iq4_xs": gguf.GGMLQuantizationType.IQ4_XS,
+        "mxfp4": gguf.GGMLQuantizationType.MXFP4}
 # Random-block types: (block elements, bytes, the offsets of the f16 scale fields).
 RANDOM_BLOCKS = {"q4_k": (256, 144, (0, 2)), "q5_k": (256, 176, (0, 2)), "q6_k": (256, 210, (208,)),
                  "iq4_nl": (32, 18, (0,)), "iq4_xs": (256, 136, (0,))}
@@ -97,6 +98,12 @@ def make_weights(kind: str, rows: int, cols: int, rng, group_size=0, symmetric=T
         raw[0, f16_at[0]:f16_at[0] + 2] = 0  # d = 0 (q4_k, q5_k: every sub-block is -min)
         entry["quant"] = {"scheme": kind, "block_size": elems}
         return raw.reshape(-1), gguf.quants.dequantize(raw.reshape(rows, -1), GGML[kind]).astype(np.float32), entry
+    if kind == "mxfp4":  # random codes under E8M0 scales 2^-9 .. 2^-2, and the subnormal scales of e = 0, 1
+        raw = rng.integers(0, 256, size=(rows * cols // 32, 17), dtype=np.uint8)
+        raw[:, 0] = rng.integers(119, 127, raw.shape[0])
+        raw[0, 0], raw[-1, 0] = 0, 1
+        entry["quant"] = {"scheme": kind, "block_size": 32}
+        return raw.reshape(-1), gguf.quants.dequantize(raw.reshape(rows, -1), GGML[kind]).astype(np.float32), entry
     if kind in GGML:
         w = rng.standard_normal((rows, cols)).astype(np.float32)
         w[0, :32] = 0  # an all-zero block (d = 0)
@@ -135,6 +142,7 @@ VARIANTS = [("f32", 0, True, "f16", [(37, 100), (5, 7), (3, 1)]),
             ("q5_1", 0, True, "f16", [(37, 96), (9, 64)]),
             ("q4_k", 0, True, "f16", [(37, 512), (3, 256)]),
             ("iq4_nl", 0, True, "f16", [(37, 96), (9, 64), (2, 32)]),
+            ("mxfp4", 0, True, "f16", [(37, 96), (9, 64), (2, 32)]),
             ("iq4_xs", 0, True, "f16", [(37, 512), (3, 256)]),
             ("q5_k", 0, True, "f16", [(37, 512), (3, 256)]),
             ("q6_k", 0, True, "f16", [(37, 512), (3, 256)])] + INT4W
@@ -236,7 +244,7 @@ def test_rows8_layout_matches_reference(v):
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), layout="rows8"),
      "not q4_0 with act='f32'"),
     (lambda: native.gemv(np.zeros(8 * 256 * 2, np.uint8), "bf16", 8, 256, np.zeros(256, np.float32), act="int8",
-                         layout="rows8"), "q5_0, q5_1 matrices .*, not bf16 with act='int8'"),
+                         layout="rows8"), "q5_1, mxfp4 matrices .*, not bf16 with act='int8'"),
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), act="int8",
                          layout="rows4"), "layout must be 'stored' or 'rows8'"),
 ])
@@ -344,7 +352,7 @@ def _int4w(rows=4, cols=64, gs=32):
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(63, np.float32), group_size=32),
      "x must have 64 elements, got 63"),
     (lambda: native.gemv(np.zeros(4 * 64 * 2, np.uint8), "f16", 4, 64, np.ones(64, np.float32), act="int8"),
-     "act='int8' applies to int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0 and q5_1"),
+     "act='int8' applies to int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1 and mxfp4"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32), group_size=32, bias=np.ones(3)),
      "bias must be 1-D with 4 elements"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32)), "int4w needs group_size"),

@@ -18,7 +18,7 @@ from iekit.formats.quant import SCHEMES
 from test_quantize_imatrix import wide  # noqa: F401  (the fixture: a Llama whose matrices are 256-multiples)
 
 TEXT = GOLDEN / "text" / "eval-sample.txt"
-SELECTIONS = [{"scheme": "q4_0"}, {"scheme": "iq4_nl"}, {"scheme": "q5_1"}, {"scheme": "q4_k"},
+SELECTIONS = [{"scheme": "q4_0"}, {"scheme": "iq4_nl"}, {"scheme": "q5_1"}, {"scheme": "q4_k"}, {"scheme": "mxfp4"},
               {"scheme": "int4w", "group_size": 64, "symmetric": False, "scale_dtype": "f16"}]
 
 

@@ -168,6 +168,22 @@ def test_weighted_quantization_is_no_worse_than_llama_cpp_with_the_same_imatrix(
     assert np.array_equal(s.quantize(x, p), _golden(f"{scheme}.bin"))
 
 
+def test_mxfp4_importance_is_no_worse_than_llama_cpp():
+    """llama.cpp's MXFP4 quantizer takes no importance matrix, so its bytes
+    with one are its bytes without (gguf.quants'); ours, searching the
+    exponent under the weights, may not do worse by their measure."""
+    x = np.load(GOLDEN / "input.npy")
+    imp = np.load(GOLDEN / "importance.npy")
+    s, p = SCHEMES["mxfp4"], QuantParams("mxfp4")
+    ours = s.quantize(x, p, importance=imp)
+    ours_deq = s.dequantize(ours, *x.shape, p)
+    ref = gguf.quants.quantize(x, gguf.GGMLQuantizationType.MXFP4)
+    ref_deq = gguf.quants.dequantize(ref, gguf.GGMLQuantizationType.MXFP4).astype(np.float32)
+    assert _weighted_err(x, ours_deq, imp) <= _weighted_err(x, ref_deq, imp)
+    assert _weighted_err(x, ours_deq, imp) < 0.99 * _weighted_err(x, ref_deq, imp)  # and the search does something
+    assert (np.abs(x - ours_deq) <= s.error_bound(x, ours, p)).all()
+
+
 @pytest.mark.parametrize("p", [QuantParams("int4w", g, sym, sd) for g in (32, 64, None)
                                for sym in (True, False) for sd in ("f16", "f32")],
                          ids=lambda p: f"g{p.group_size}-{'sym' if p.symmetric else 'aff'}-{p.scale_dtype}")

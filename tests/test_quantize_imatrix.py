@@ -75,7 +75,7 @@ def _quantize(wide, name, *manifest_args, convert_args=()):
     return out, m, res
 
 
-@pytest.mark.parametrize("scheme", ["q4_k", "q5_k", "q6_k", "iq4_xs", "iq4_nl", "q5_0", "q5_1"])
+@pytest.mark.parametrize("scheme", ["q4_k", "q5_k", "q6_k", "iq4_xs", "iq4_nl", "q5_0", "q5_1", "mxfp4"])
 def test_model_runs_and_matches_the_float64_reference(wide, scheme):
     """Prefill (logits) with both activations on both ISAs, and, with int8
     on AVX2, decode steps: those read the rows8 copies one token at a time

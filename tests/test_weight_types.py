@@ -53,13 +53,13 @@ def test_float_types_are_plain_element_dtypes():
 
 def test_block_sizes_match_gguf():
     """llama.cpp's own size table is the independent reference for its block formats."""
-    for n in ("q4_0", "q4_1", "q8_0", "q4_k", "iq4_nl", "iq4_xs", "q5_k", "q6_k", "q5_0", "q5_1"):
+    for n in ("q4_0", "q4_1", "q8_0", "q4_k", "iq4_nl", "iq4_xs", "q5_k", "q6_k", "q5_0", "q5_1", "mxfp4"):
         wt = weight_types.get(n)
         assert (wt.block_elems, wt.block_bytes) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[n.upper()]]
 
 
 def test_names_filters():
-    assert weight_types.names(quantized=True) == ("int4w", "q4_0", "q4_1", "q8_0", "q4_k", "iq4_nl", "iq4_xs", "q5_k", "q6_k", "q5_0", "q5_1")
+    assert weight_types.names(quantized=True) == ("int4w", "q4_0", "q4_1", "q8_0", "q4_k", "iq4_nl", "iq4_xs", "q5_k", "q6_k", "q5_0", "q5_1", "mxfp4")
     assert weight_types.names(quantized=False) == ("f32", "f16", "bf16")
     assert weight_types.names(int8_act=True) == QUANTIZED
     assert weight_types.names(gemv=True) == weight_types.names()
@@ -67,7 +67,7 @@ def test_names_filters():
 
 
 def test_unknown_name_is_a_clear_error():
-    with pytest.raises(IEError, match=r"unknown weight type 'q3_k' \(known: f32, f16, bf16, int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1\)"):
+    with pytest.raises(IEError, match=r"unknown weight type 'q3_k' \(known: f32, f16, bf16, int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4\)"):
         weight_types.get("q3_k")
     assert weight_types.find("q3_k") is None and weight_types.find(None) is None
 
@@ -85,7 +85,7 @@ def test_duplicate_registration_is_refused():
 
     assert weight_types.get("q4_0") is SCHEMES["q4_0"]
     assert [type(weight_types.get(n)).__name__ for n in weight_types.names()] == \
-        ["F32", "F16", "BF16", "Int4W", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "IQ4_NL", "IQ4_XS", "Q5_K", "Q6_K", "Q5_0", "Q5_1"]
+        ["F32", "F16", "BF16", "Int4W", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "IQ4_NL", "IQ4_XS", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "MXFP4"]
 
 
 # ------------------------------------------------------------------- nbytes

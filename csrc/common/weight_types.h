@@ -9,7 +9,7 @@
 
 namespace ie {
 
-enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS, Q5_K, Q6_K, Q5_0, Q5_1 };
+enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS, Q5_K, Q6_K, Q5_0, Q5_1, MXFP4 };
 
 struct WTypeInfo {
   WType type;
@@ -37,6 +37,7 @@ inline constexpr WTypeInfo kWeightTypes[] = {
     {WType::Q6_K, "q6_k", 256, 210, 0, true, true, true},   // codes first; int8 scales at 192, d at 208
     {WType::Q5_0, "q5_0", 32, 22, 2, true, true, true},     // codes: fifth bits (u32), then nibbles at 6
     {WType::Q5_1, "q5_1", 32, 24, 4, true, true, true},     // codes: fifth bits (u32), then nibbles at 8
+    {WType::MXFP4, "mxfp4", 32, 17, 1, true, true, true},   // E8M0 scale byte, then e2m1 nibbles
 };
 inline constexpr int kNumWeightTypes = sizeof(kWeightTypes) / sizeof(kWeightTypes[0]);
 
@@ -71,7 +72,7 @@ WeightSpec make_weight_spec(const std::string& dtype, int64_t rows, int64_t cols
 // Byte geometry of a stored weight matrix (docs/formats/quant.md).
 struct WeightLayout {
   size_t row_bytes = 0;    // one row; int4w: one row of the qs plane
-  size_t block_bytes = 0;  // per-block formats (q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, iq4_*): bytes per block, else 0
+  size_t block_bytes = 0;  // per-block formats (all quantized types but int4w): bytes per block, else 0
   size_t block_qs = 0;     // offset of the codes inside a block
   int64_t groups = 0;      // int4w: groups per row (G)
   size_t scale_bytes = 0;  // int4w: 2 (f16) or 4 (f32)

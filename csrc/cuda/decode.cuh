@@ -40,6 +40,15 @@ __device__ __forceinline__ int iq4_value(int q) {
   return kValues[q];
 }
 
+// ggml's kvalues_mxfp4 (e2m1 doubled) and the E8M0 scale halved, as ie::e8m0_half.
+__device__ __forceinline__ int mxfp4_value(int q) {
+  constexpr int8_t kValues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  return kValues[q];
+}
+__device__ __forceinline__ float e8m0_half(uint32_t e) {
+  return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
+
 // q4_k / q5_k sub-block j: (d * sc_j, dmin * m_j).
 __device__ __forceinline__ void q4k_sub(const uint8_t* blk, int j, float* scale, float* min) {
   const uint8_t* sc = blk + 4;
@@ -165,6 +174,17 @@ __device__ inline void decode_span(const Geometry& g, const uint8_t* w, int64_t 
       for (int e = 0; e < 16; ++e) {
         out[e] = d * static_cast<float>(iq4_value(qs[e] & 0xF));
         out[e + 16] = d * static_cast<float>(iq4_value(qs[e] >> 4));
+      }
+      return;
+    }
+    case WType::MXFP4: {
+      const uint8_t* blk = row + c0 / 32 * lay.block_bytes;
+      const float d = e8m0_half(blk[0]);
+      const uint8_t* qs = blk + lay.block_qs;
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        out[e] = d * static_cast<float>(mxfp4_value(qs[e] & 0xF));
+        out[e + 16] = d * static_cast<float>(mxfp4_value(qs[e] >> 4));
       }
       return;
     }

@@ -701,12 +701,13 @@ void q4_q8_rows(const GemvArgs& a, const NibQ8& xa, int64_t r0, float* out) {
   store_sums(acc, out);
 }
 
-// ------------------------------- q8_0, q5_0, q5_1, iq4_nl, iq4_xs
+// ------------------------ q8_0, q5_0, q5_1, iq4_nl, iq4_xs, mxfp4
 
 // Blocks whose 32 weights are a scale times int8 values (q5_1: plus a min):
 // q8_0 stores the values, q5_0 / q5_1 nibbles and fifth bits (codes, less
-// 16 for q5_0), iq4_nl / iq4_xs nibbles indexing kIq4Values (one in-lane
-// byte shuffle turns 32 of them into the values). A stored block holds S
+// 16 for q5_0), iq4_nl / iq4_xs / mxfp4 nibbles indexing a table of values
+// (grid_values: one in-lane byte shuffle turns 32 of them into the values;
+// mxfp4's scale is an E8M0 byte, not an f16). A stored block holds S
 // such 32-blocks (iq4_xs: 8 under one f16 d and 6-bit sub-scales; else 1).
 // act=f32 is one kernel for all (stored blocks, and inside them their
 // 32-blocks j); act=int8 has one for the 32-element blocks with values and
@@ -749,7 +750,7 @@ IE_INLINE __m256i block_values(const uint8_t* p, int j) {
   } else {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + codes + 16 * j));
     const __m128i m4 = _mm_set1_epi8(0xF);
-    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(T))));
     return _mm256_shuffle_epi8(table, _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4)));
   }
 }
@@ -769,6 +770,8 @@ IE_INLINE __m256 block_scales(const uint8_t* p) {
                                         _mm256_set1_epi32(3));
     const __m256i l = _mm256_add_epi32(_mm256_cvtepu8_epi32(nib), _mm256_slli_epi32(hi, 4));
     return _mm256_mul_ps(f16_bcast(p), _mm256_cvtepi32_ps(_mm256_sub_epi32(l, _mm256_set1_epi32(32))));
+  } else if constexpr (T == WType::MXFP4) {
+    return _mm256_set1_ps(e8m0_half(p[0]));
   } else {
     return f16_bcast(p);
   }
@@ -870,20 +873,21 @@ void i8_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   store_sums(acc, out);
 }
 
-// act=int8 for iq4_nl / iq4_xs, two 32-blocks at a time: their 32 code bytes
+// act=int8 for iq4_nl / iq4_xs / mxfp4, two 32-blocks at a time: their 32 code bytes
 // make one vector whose low nibbles are elements 0..15 of both blocks (one
 // block per 128-bit lane) and whose high nibbles are elements 16..31; the
 // activation's two blocks are regrouped to match by two lane permutes shared
 // by all rows. A pair then costs two shuffles, two maddubs and one float FMA
 // per row. iq4_xs pairs never straddle a super-block (8 sub-blocks); an
-// iq4_nl row with an odd number of blocks ends on a lone block (zeros beside).
+// iq4_nl or mxfp4 row with an odd number of blocks ends on a lone block
+// (zeros beside).
 template <WType T, int R, int B>
 void iq4_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   constexpr int S = kSubs<T>, kCodes = wtype_info(T).code_offset;
   constexpr int64_t BB = kBlockBytes<T>;
   const int64_t nblk = a.spec.cols / 32;
   const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF);
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(T))));
   const uint8_t* row[R];
   __m256 acc[R][B], sc[R];
   const int64_t pf = start_rows(a, r0, row, acc);
@@ -908,7 +912,7 @@ void iq4_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
         const __m128i c0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kCodes));
         const __m128i c1 = pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + BB + kCodes)) : _mm_setzero_si128();
         v = _mm256_set_m128i(c1, c0);
-        d = _mm256_set_m128(_mm_set1_ps(pair ? _cvtsh_ss(load_u16(p + BB)) : 0.f), _mm_set1_ps(_cvtsh_ss(load_u16(p))));
+        d = _mm256_set_m128(_mm_set1_ps(pair ? grid_scale(T, p + BB) : 0.f), _mm_set1_ps(grid_scale(T, p)));
       } else {
         const int j = static_cast<int>(k % S);
         const uint8_t* p = row[rr] + k / S * BB;
@@ -1237,7 +1241,7 @@ struct Prepared {  // views of the activation's form and of the per-call derived
 template <WType T, int R, int B>
 void i8_blocks_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* out) {
   if (a.act == Act::F32) i8_blocks_f32_rows<T, R, B>(a, r0, out);
-  else if constexpr (T == WType::IQ4_NL || T == WType::IQ4_XS) iq4_q8_rows<T, R, B>(a, p.q8, r0, out);
+  else if constexpr (T == WType::IQ4_NL || T == WType::IQ4_XS || T == WType::MXFP4) iq4_q8_rows<T, R, B>(a, p.q8, r0, out);
   else i8_q8_rows<T, R, B>(a, p.q8, r0, out);
 }
 
@@ -1257,6 +1261,7 @@ void run_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* sf) {
     case WType::Q5_1: i8_blocks_rows<WType::Q5_1, R, B>(a, p, r0, out); break;
     case WType::IQ4_NL: i8_blocks_rows<WType::IQ4_NL, R, B>(a, p, r0, out); break;
     case WType::IQ4_XS: i8_blocks_rows<WType::IQ4_XS, R, B>(a, p, r0, out); break;
+    case WType::MXFP4: i8_blocks_rows<WType::MXFP4, R, B>(a, p, r0, out); break;
     case WType::Q4_K:
       if (q8) k_q8_rows<WType::Q4_K, R, B>(a, p.q8, r0, out);
       else k_f32_rows<WType::Q4_K, R, B>(a, r0, out);

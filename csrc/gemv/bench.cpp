@@ -77,6 +77,10 @@ void fill_rows(const WeightSpec& s, const WeightLayout& l, uint8_t* w, int64_t r
           if (s.type == WType::Q4_1 || s.type == WType::Q5_1) put16(blk + 2, static_cast<uint16_t>(0x8000 | rand_scale_f16(st)));
         }
         break;
+      case WType::MXFP4:  // random codes under E8M0 scales 2^-8 .. 2^-1
+        fill_bytes(row, l.row_bytes, st);
+        for (int64_t b = 0; b < s.cols / 32; ++b) row[b * l.block_bytes] = static_cast<uint8_t>(119 + splitmix(st) % 8);
+        break;
       case WType::Q4_K:  // random codes and 6-bit sub-scales/mins under random f16 d, dmin
       case WType::Q5_K:
         fill_bytes(row, l.row_bytes, st);

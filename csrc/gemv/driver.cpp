@@ -126,15 +126,17 @@ void dequant_span(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w
       return;
     }
     case WType::IQ4_NL:
-    case WType::IQ4_XS: {
+    case WType::IQ4_XS:
+    case WType::MXFP4: {
       const bool xs = s.type == WType::IQ4_XS;
       const uint8_t* blk = row + c0 / s.group_size * lay.block_bytes;
       const int j = static_cast<int>(c0 % s.group_size / 32);
-      const float d = xs ? iq4xs_scale(blk, j) : f16_to_f32(load_u16(blk));
+      const float d = xs ? iq4xs_scale(blk, j) : grid_scale(s.type, blk);
+      const int8_t* values = grid_values(s.type);
       const uint8_t* qs = blk + lay.block_qs + 16 * j;
       for (int e = 0; e < 16; ++e) {
-        out[e] = d * static_cast<float>(kIq4Values[qs[e] & 0xF]);
-        out[e + 16] = d * static_cast<float>(kIq4Values[qs[e] >> 4]);
+        out[e] = d * static_cast<float>(values[qs[e] & 0xF]);
+        out[e + 16] = d * static_cast<float>(values[qs[e] >> 4]);
       }
       return;
     }

@@ -207,6 +207,25 @@ inline float iq4xs_scale(const uint8_t* blk, int j) {
   return f16_to_f32(load_u16(blk)) * static_cast<float>(l - 32);
 }
 
+// mxfp4 (OCP MX v1.0 FP4, ggml's block_mxfp4): an E8M0 scale byte e, then
+// 16 bytes of e2m1 codes in iq4_nl's nibble order; w = e8m0_half(e) *
+// kMxfp4Values[q], the e2m1 values doubled so they are int8 (ggml's
+// kvalues_mxfp4) and the scale 2^(e - 127) halved to match: 2^(e - 128),
+// the subnormals 2^-128, 2^-127 for e = 0, 1.
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+inline float e8m0_half(uint8_t e) {
+  return f32_from_bits(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
+}
+
+// The types whose codes index a table of int8 values (iq4_nl, iq4_xs,
+// mxfp4): the table; and for the one-scale-per-block ones (iq4_nl, mxfp4)
+// the scale of the block at blk.
+constexpr const int8_t* grid_values(WType t) { return t == WType::MXFP4 ? kMxfp4Values : kIq4Values; }
+inline float grid_scale(WType t, const uint8_t* blk) {
+  return t == WType::MXFP4 ? e8m0_half(blk[0]) : f16_to_f32(load_u16(blk));
+}
+
 // act=int8 in natural element order, block-major (q8_0's form, and rows8's):
 // per 32-block and activation row, the codes, their scale d, and the code
 // sum as the zero-point term of symmetric 4-bit codes (8 * sum) and as the

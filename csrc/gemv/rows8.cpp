@@ -45,7 +45,7 @@ void block_codes(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w,
       for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q6k_code(blk, 32 * j + e));
       return;
     case WType::IQ4_XS: return unpack_nibbles(blk + lay.block_qs + 16 * j, q);
-    default: return unpack_nibbles(blk + lay.block_qs, q);  // q4_0, q4_1, iq4_nl
+    default: return unpack_nibbles(blk + lay.block_qs, q);  // q4_0, q4_1, iq4_nl, mxfp4
   }
 }
 
@@ -101,9 +101,9 @@ void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64
       std::memcpy(h + H::d + 2 * i, blk + kQ6kD, 2);
       return;
     }
-    default:  // q4_0, q4_1, q5_0, q5_1, iq4_nl, q8_0: d (and m) lead the block
-      std::memcpy(h + i * sb, blk, 2);
-      if (p.affine) std::memcpy(h + 8 * sb + i * sb, blk + 2, 2);
+    default:  // q4_0, q4_1, q5_0, q5_1, iq4_nl, mxfp4, q8_0: d or e (and m) lead the block
+      std::memcpy(h + i * sb, blk, static_cast<size_t>(sb));
+      if (p.affine) std::memcpy(h + 8 * sb + i * sb, blk + sb, static_cast<size_t>(sb));
   }
 }
 
@@ -155,7 +155,7 @@ Rows8 pack_rows8(const WeightSpec& s, const uint8_t* w, int threads) {
   } else {
     p.bpg = wtype_info(s.type).block_elems / 32;
     p.groups = s.cols / (32 * p.bpg);
-    p.scale_bytes = 2;
+    p.scale_bytes = s.type == WType::MXFP4 ? 1 : 2;
     p.affine = s.type == WType::Q4_1 || s.type == WType::Q5_1;
   }
   p.group_bytes = checked_add(checked_mul(static_cast<size_t>(p.bpg), static_cast<size_t>(p.block_bytes), "rows8 group"),

@@ -24,7 +24,7 @@
 // Layout, tile t = rows 8t .. 8t+7 (rows past the end are zero), tiles one
 // after another, each tile_bytes long, made of the row's groups g in order
 // (a group: int4w's scale group, one 32-block for q4_0, q4_1, q5_0, q5_1,
-// iq4_nl and q8_0, one 256-element super-block for q4_k, q5_k, q6_k and
+// iq4_nl, mxfp4 and q8_0, one 256-element super-block for q4_k, q5_k, q6_k and
 // iq4_xs). A group is its 32-blocks (bpg of them, block_bytes each), then a
 // header.
 //  * A 32-block of codes: four 32-byte vectors v = 0..3; in vector v, bytes
@@ -40,14 +40,14 @@
 //  * The header, per row i (lane order), each field a vector of 8 values:
 //    - int4w, q4_0, q4_1, q5_0, q5_1, iq4_nl, q8_0: the eight rows' scales
 //      (f16, or f32 for int4w scale_dtype f32), then their mins (affine
-//      int4w, q4_1, q5_1), same width;
+//      int4w, q4_1, q5_1), same width; mxfp4: the eight rows' E8M0 bytes;
 //    - q4_k, q5_k: the 12 scale bytes as three u32 words (word 0 of the eight
 //      rows, then word 1, then word 2), then d (f16) and dmin (f16);
 //    - iq4_xs: scales_l (u32), scales_h (u16), d (f16);
 //    - q6_k: per 32-block b, 8 bytes sc[2b] then 8 bytes sc[2b + 1] (int8
 //      sub-scales of its two 16-element halves), then d (f16).
 //    Codes keep their stored meaning: q4_0 and int4w subtract 8, q5_0 16,
-//    q6_k 32; iq4's index kIq4Values.
+//    q6_k 32; iq4_nl's and mxfp4's index their tables (grid_values).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -89,7 +89,7 @@ struct Rows8 {
   int64_t groups = 0;      // per row
   int bpg = 0;             // 32-blocks per group
   int block_bytes = 0;     // one 32-block of one tile: 32 * rows8_code_bits
-  int scale_bytes = 0;     // int4w and the 32-block types: 2 (f16) or 4 (f32)
+  int scale_bytes = 0;     // int4w and the 32-block types: 2 (f16), 4 (f32) or 1 (mxfp4's E8M0)
   bool affine = false;     // those types: a mins vector follows the scales
   size_t group_bytes = 0;  // one group of one tile: bpg blocks, then the header
   size_t tile_bytes = 0;

@@ -12,10 +12,10 @@
 // (5-bit codes: one per two vectors). That madd multiplies by a vector of
 // int16 pairs: ones, or the eight rows' integer sub-scales of q4_k, q5_k,
 // q6_k and iq4_xs, which so cost nothing per product.
-// q8_0 and iq4 tiles (signed values): the sign moved from w to x (|w| x
-// sign(x, w)) so maddubs can multiply, one madd per product vector (two
-// products already reach 2 * 128 * 127); iq4's values come from its
-// nibbles by a table shuffle.
+// q8_0, iq4 and mxfp4 tiles (signed values): the sign moved from w to x
+// (|w| x sign(x, w)) so maddubs can multiply, one madd per product vector
+// (two products already reach 2 * 128 * 127); iq4's and mxfp4's values
+// come from their nibbles by a table shuffle.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -36,9 +36,17 @@ IE_INLINE __m256i bcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
+// Eight scales of SB bytes each as floats: f32, f16, or E8M0 bytes
+// (e8m0_half's bits: (e - 1) << 23, the subnormals for e < 2).
 template <int SB>
 IE_INLINE __m256 load8(const uint8_t* p) {
   if constexpr (SB == 4) return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  if constexpr (SB == 1) {
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
+  }
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
@@ -219,23 +227,26 @@ IE_INLINE __m256i dot4_signed(__m256i s, __m256i w, const int8_t* xq, __m256i mu
   return _mm256_add_epi32(s, _mm256_madd_epi16(p, mult));
 }
 
-// iq4 values of the 4-bit layout's vector at w: low and high nibbles through
-// kIq4Values (one in-lane shuffle each).
-IE_INLINE void iq4_values(const uint8_t* w, __m256i* lo, __m256i* hi) {
+// Table values of the 4-bit layout's vector at w: low and high nibbles
+// through grid_values(T) (one in-lane shuffle each).
+template <WType T>
+IE_INLINE void table_values(const uint8_t* w, __m256i* lo, __m256i* hi) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4Values)));
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(T))));
   const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
   *lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
   *hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
 }
 
-// Tiles whose values are signed int8 with one f16 scale per 32-block:
-// q8_0's as stored (eight vectors per block, vector v = elements 4v ..
-// 4v+3), iq4_nl's through kIq4Values (the 4-bit layout: four vectors, each
-// nibble an index). Then the eight rows' f16 scales.
-template <bool IQ4, int NB>
+// Tiles whose values are signed int8 with one scale per 32-block: q8_0's
+// as stored (eight vectors per block, vector v = elements 4v .. 4v+3),
+// iq4_nl's and mxfp4's through their tables (the 4-bit layout: four
+// vectors, each nibble an index). Then the eight rows' scales (f16; mxfp4:
+// E8M0 bytes).
+template <WType T, int NB>
 IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
-  constexpr int kCodes = IQ4 ? 128 : 256;
+  constexpr bool kTable = T != WType::Q8_0;
+  constexpr int kCodes = kTable ? 128 : 256;
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t k = 0; k < p.groups; ++k, w += p.group_bytes) {
     prefetch_group(p, w, b0);
@@ -243,9 +254,9 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
     __m256i s[NB];
     for (auto& v : s) v = _mm256_setzero_si256();
     for (int v = 0; v < kCodes / 32; ++v) {
-      if constexpr (IQ4) {
+      if constexpr (kTable) {
         __m256i lo, hi;
-        iq4_values(w + 32 * v, &lo, &hi);
+        table_values<T>(w + 32 * v, &lo, &hi);
         for (int b = 0; b < NB; ++b) {
           const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
           s[b] = dot4_signed(dot4_signed(s[b], lo, xq, ones), hi, xq + 4, ones);
@@ -255,7 +266,7 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
         for (int b = 0; b < NB; ++b) s[b] = dot4_signed(s[b], wv, x.q + (kx + b) * 32 + 4 * v, ones);
       }
     }
-    const __m256 d = load8<2>(w + kCodes);
+    const __m256 d = load8<T == WType::MXFP4 ? 1 : 2>(w + kCodes);
     for (int b = 0; b < NB; ++b)
       acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_mul_ps(d, _mm256_broadcast_ss(x.d + kx + b)), acc[b]);
   }
@@ -285,7 +296,7 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       for (auto& v : s) v = _mm256_setzero_si256();
       for (int v = 0; v < 4; ++v) {
         __m256i lo, hi;
-        iq4_values(w + j * kBlock + 32 * v, &lo, &hi);
+        table_values<WType::IQ4_XS>(w + j * kBlock + 32 * v, &lo, &hi);
         for (int b = 0; b < NB; ++b) {
           const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
           s[b] = dot4_signed(dot4_signed(s[b], lo, xq, mult), hi, xq + 4, mult);
@@ -364,8 +375,9 @@ void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256
   for (auto& v : acc) v = _mm256_setzero_ps();
   const uint8_t* w = p.bytes.data() + t * p.tile_bytes;
   switch (p.spec.type) {
-    case WType::Q8_0: return signed_tile_n<false, NB>(p, w, x, B, b0, acc);
-    case WType::IQ4_NL: return signed_tile_n<true, NB>(p, w, x, B, b0, acc);
+    case WType::Q8_0: return signed_tile_n<WType::Q8_0, NB>(p, w, x, B, b0, acc);
+    case WType::IQ4_NL: return signed_tile_n<WType::IQ4_NL, NB>(p, w, x, B, b0, acc);
+    case WType::MXFP4: return signed_tile_n<WType::MXFP4, NB>(p, w, x, B, b0, acc);
     case WType::Q5_0: return nib_tile_n<1, 2, false, 32, NB>(p, w, x, B, b0, acc);
     case WType::Q5_1: return nib_tile_n<1, 2, true, 32, NB>(p, w, x, B, b0, acc);
     case WType::Q4_K: return kq_tile_n<false, NB>(p, w, x, B, b0, acc);

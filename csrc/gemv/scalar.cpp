@@ -96,15 +96,17 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
     for (int e = 0; e < 32; ++e) k.code[e] = q6k_code(p, 32 * j + e);
     return k;
   }
-  if (s.type == WType::IQ4_NL || s.type == WType::IQ4_XS) {  // the grid values as codes: zero 0, min 0
+  if (s.type == WType::IQ4_NL || s.type == WType::IQ4_XS || s.type == WType::MXFP4) {
+    // the table values as codes: zero 0, min 0
     const int64_t per = s.group_size / 32;  // 32-blocks per stored block
     const uint8_t* p = a.w + r * l.row_bytes + blk / per * l.block_bytes;
     const int j = static_cast<int>(blk % per);
-    k.scale = s.type == WType::IQ4_XS ? iq4xs_scale(p, j) : f16_to_f32(load_u16(p));
+    k.scale = s.type == WType::IQ4_XS ? iq4xs_scale(p, j) : grid_scale(s.type, p);
+    const int8_t* values = grid_values(s.type);
     qs = p + l.block_qs + 16 * j;
     for (int e = 0; e < 16; ++e) {
-      k.code[e] = kIq4Values[qs[e] & 0xF];
-      k.code[e + 16] = kIq4Values[qs[e] >> 4];
+      k.code[e] = values[qs[e] & 0xF];
+      k.code[e + 16] = values[qs[e] >> 4];
     }
     return k;
   }
