@@ -132,14 +132,12 @@ def _check_not_mixed(rest: dict[str, tuple[SafetensorsFile, SafetensorsTensor]],
 
 
 def repack(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """HF blocks [n, 16] and scales [n] (uint8) -> IEBIN mxfp4 blocks [n, 17]."""
+    """HF blocks [n, 16] and scales [n] (uint8) -> IEBIN mxfp4 blocks [n, 17]:
+    the codes in element order, packed as the scheme packs them."""
     codes = np.empty((blocks.shape[0], 32), np.uint8)
     codes[:, 0::2] = blocks & 0x0F
     codes[:, 1::2] = blocks >> 4
-    out = np.empty((blocks.shape[0], 17), np.uint8)
-    out[:, 0] = scales
-    out[:, 1:] = codes[:, :16] | (codes[:, 16:] << 4)
-    return out
+    return MXFP4.pack_blocks(scales, codes)
 
 
 def chunks(p: Mxfp4Pair, advance: Callable[[int], None]) -> Iterator[bytes]:

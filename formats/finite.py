@@ -142,12 +142,12 @@ class PayloadScan:
 
     def _blocks(self, raw: np.ndarray, start: int) -> str | None:
         blocks = raw.reshape(-1, self._unit)
-        first = None  # (block within the chunk, field name, that field's f16 column)
+        first = None  # (block within the chunk, field name, what its value is)
         for name, off in self._fields:
             col = np.ascontiguousarray(blocks[:, off:off + 2]).reshape(-1)
             i = _first_nonfinite(col, _F16)
             if i is not None and (first is None or i < first[0]):
-                first = (i, name, col)
+                first = (i, name, f"{_value(col, i, _F16)}; non-finite block scales are invalid")
         for name, off in self._e8m0:
             bad = np.flatnonzero(blocks[:, off] > E8M0_MAX)
             if bad.size and (first is None or bad[0] < first[0]):
@@ -159,8 +159,6 @@ class PayloadScan:
         k = start // self._unit + i
         r, b = divmod(k, self._cols // self._elems)
         row = f"expert {r // self._stack_rows}, row {r % self._stack_rows}" if self._stack_rows else f"row {r}"
-        if not isinstance(what, str):
-            what = f"{_value(what, i, _F16)}; non-finite block scales are invalid"
         return f"block {k} ({row}, columns {b * self._elems}..{b * self._elems + self._elems - 1}): {name} is {what}"
 
 

@@ -899,12 +899,13 @@ class MXFP4(_Block, weight_type="mxfp4"):
         return q, MXFP4_VALUES[q] * d[:, None]
 
     @staticmethod
-    def _pack(e: np.ndarray, q: np.ndarray) -> np.ndarray:
+    def pack_blocks(e: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """E8M0 bytes [n] and codes [n, 32] (element order) -> blocks [n, 17]."""
         return np.concatenate([e.astype(np.uint8)[:, None], _pack_nibbles(q)], axis=1)
 
     def _quantize_blocks(self, b, name):
         e = self._exponent(b)
-        return self._pack(e, self._codes(b, e8m0_half(e))[0])
+        return self.pack_blocks(e, self._codes(b, e8m0_half(e))[0])
 
     def _quantize_weighted(self, b, wts, name):
         e0 = self._exponent(b)
@@ -918,7 +919,7 @@ class MXFP4(_Block, weight_type="mxfp4"):
             best_err = np.where(better, err, best_err)
             best_e = np.where(better, e, best_e)
             best_q[better] = q[better]
-        return self._pack(best_e, best_q)
+        return self.pack_blocks(best_e, best_q)
 
     def _weights(self, w, imp):
         # Scaled by a power of two per row first: E8M0 reaches 2^127, where

@@ -19,7 +19,6 @@ from .env import ACTS
 from .sampling import Sampler, stream
 from .token_ids import parse_ids
 
-
 _model_dir = click.option("--model-dir", required=True, type=click.Path(path_type=Path),
                           help="IEBIN model directory (Llama, Mistral or Qwen2).")
 _threads = click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="OpenMP threads.")

@@ -151,7 +151,7 @@ def microbench(as_json: bool, device: str, **o: Any) -> None:
         if o["kernel"] not in DENSE:
             raise click.UsageError(f"--device cuda times the dense GEMV kernels ({', '.join(DENSE)}), "
                                    f"not {o['kernel']}")
-        _report(o["kernel"], as_json, *_with_yardstick(lambda: _run_dense(o, "cuda"), cuda.copy_gbps, "copy"))
+        _report(o["kernel"], as_json, _with_yardstick(lambda: _run_dense(o, "cuda"), cuda.copy_gbps), "copy")
         return
     from .native import read_bandwidth
 
@@ -167,13 +167,13 @@ def microbench(as_json: bool, device: str, **o: Any) -> None:
         measured.append(read_bandwidth(bytes=READ_BW_MIN_BYTES, threads=o["threads"], passes=5))
         return measured[-1]["gbps"]
 
-    res, yard = _with_yardstick(lambda: KERNELS[o["kernel"]](o), read_gbps, "read")
+    res = _with_yardstick(lambda: KERNELS[o["kernel"]](o), read_gbps)
     res["read_bw_bytes"] = measured[0]["bytes"]
-    _report(o["kernel"], as_json, res, yard)
+    _report(o["kernel"], as_json, res, "read")
 
 
-def _with_yardstick(run: Callable[[], tuple[dict[str, Any], float]], yardstick: Callable[[], float],
-                    what: str) -> tuple[dict[str, Any], str]:
+def _with_yardstick(run: Callable[[], tuple[dict[str, Any], float]],
+                    yardstick: Callable[[], float]) -> dict[str, Any]:
     """The kernel's result with the bandwidth measured before and after it
     (``read_bw_gbps``: their mean) and ``fraction`` = kernel GB/s / that."""
     bw0 = yardstick()
@@ -181,10 +181,11 @@ def _with_yardstick(run: Callable[[], tuple[dict[str, Any], float]], yardstick: 
     bw1 = yardstick()
     bw = (bw0 + bw1) / 2
     res.update(gbps=gbps, read_bw_gbps=bw, read_bw_samples_gbps=[bw0, bw1], fraction=gbps / bw)
-    return res, what
+    return res
 
 
 def _report(kernel: str, as_json: bool, res: dict[str, Any], yard: str) -> None:
+    """The result as JSON or a table; ``yard`` names the yardstick (read, copy)."""
     if as_json:
         click.echo(json.dumps(res))
         return

@@ -127,14 +127,15 @@ def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int,
             # expert's float64 copies, not the whole stack's).
             count, rows, cols = matrix_dims(t["shape"])
             params = scheme.params_from(t["quant"], cols)
-            per = len(raw) // count
+            per, sub = len(raw) // count, {**t, "shape": [rows, cols]}
+            # codes fitted to error-compensated values (formats/gptq.py): no per-element bound
+            compensated = bool(t.get(iebin.ERROR_KEY, {}).get("compensated"))
             problem = scan_bytes(t, raw)
             w_all = source_values(src_tensors, t["name"], t["shape"]) if hf_dir else None
             worst, dequant_ok, bound_ok = 0.0, True, True
             sig = noise = max_abs = 0.0
             for k in range(count):
                 part = raw[k * per:(k + 1) * per]
-                sub = {**t, "shape": [rows, cols]}
                 with np.errstate(over="ignore", invalid="ignore"):
                     ref = scheme.dequantize(part, rows, cols, params)
                 native = kernels.dequantize(part, sub, device=device)
@@ -146,7 +147,7 @@ def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int,
                 if w_all is not None:
                     w = w_all.reshape(count, rows, cols)[k]
                     err = w.astype(np.float64) - ref
-                    if not t.get(iebin.ERROR_KEY, {}).get("compensated"):
+                    if not compensated:
                         bound_ok &= bool((np.abs(err) <= scheme.error_bound(w, part, params)).all())
                     sig += float(np.sum(w.astype(np.float64) ** 2))
                     noise += float(np.sum(err ** 2))
@@ -164,8 +165,7 @@ def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int,
                 r.checks["bound"] = False
                 r.notes.append("not in --hf-dir")
             elif hf_dir:
-                if t.get(iebin.ERROR_KEY, {}).get("compensated"):
-                    # codes fitted to error-compensated values (formats/gptq.py): no per-element bound
+                if compensated:
                     r.notes.append("error-compensated: no rounding bound against the source")
                 else:
                     r.checks["bound"] = bound_ok

@@ -7,6 +7,7 @@
 
 #include "common/errors.h"
 #include "cuda/bsr.h"
+#include "cuda/reduce.cuh"
 
 namespace ie::cuda {
 namespace {
@@ -45,7 +46,7 @@ __global__ void __launch_bounds__(32 * kWarps) bsr_kernel(Args a) {
     }
 #pragma unroll
     for (int b = 0; b < B; ++b) {
-      for (int off = 16; off > 0; off /= 2) acc[b] += __shfl_xor_sync(0xffffffffu, acc[b], off);
+      acc[b] = warp_sum(acc[b]);
       if (lane == 0 && b < a.batch) a.y[b * a.rows + r0 + i] = a.bias ? acc[b] + a.bias[r0 + i] : acc[b];
     }
   }

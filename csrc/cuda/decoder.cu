@@ -16,6 +16,7 @@
 
 #include "common/errors.h"
 #include "cuda/check.h"
+#include "cuda/reduce.cuh"
 #include "dedup/dedup.h"
 
 namespace ie::cuda {
@@ -23,40 +24,6 @@ namespace {
 
 constexpr int kThreads = 256;      // rows: norms, gathers, element-wise
 constexpr int kAttnThreads = 128;  // one (row, head) of attention: four warps over the cache positions
-
-__device__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// The block's sum (max) of every thread's v, returned to every thread;
-// `red` is 32 floats of shared memory, free again on return.
-__device__ float block_sum(float v, float* red) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  v = warp_sum(v);
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  v = lane < warps ? red[lane] : 0.f;
-  v = warp_sum(v);
-  __syncthreads();
-  return v;
-}
-
-__device__ float block_max(float v, float* red) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  v = warp_max(v);
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  v = lane < warps ? red[lane] : -INFINITY;
-  v = warp_max(v);
-  __syncthreads();
-  return v;
-}
 
 // x[row] = table[ids[row]]; io = {position, ids...}.
 __global__ void embed_kernel(const float* table, const int32_t* io, int hidden, float* x) {

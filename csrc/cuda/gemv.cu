@@ -15,15 +15,22 @@
 #include <string>
 #include <vector>
 
-#include "cuda/decode.cuh"
 #include "cuda/gemv.h"
+#include "cuda/reduce.cuh"
 #include "cuda/repack.h"
 #include "common/errors.h"
+#include "common/weight_decode.h"
 
 namespace ie::cuda {
 namespace {
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
+
+// What a kernel needs of a matrix, passed by value.
+struct Geometry {
+  WeightSpec s;
+  WeightLayout l;
+};
 
 struct Launch {
   const uint8_t* w;
@@ -47,9 +54,7 @@ __device__ __forceinline__ void reduce_store(float (&acc)[R][B], const Launch& a
 #pragma unroll
   for (int i = 0; i < R; ++i)
 #pragma unroll
-    for (int b = 0; b < B; ++b)
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) acc[i][b] += __shfl_xor_sync(0xffffffffu, acc[i][b], off);
+    for (int b = 0; b < B; ++b) acc[i][b] = warp_sum(acc[i][b]);
   if (lane == 0)
 #pragma unroll
     for (int i = 0; i < R; ++i)
@@ -255,7 +260,8 @@ __global__ void __launch_bounds__(kThreads) float_kernel(Launch a) {
   reduce_store<R, B>(acc, a, row0);
 }
 
-// Any type: unit = one 32-element span, decoded as dequantize() does.
+// Any type: unit = one 32-element span, decoded by the CPU's own decode_span
+// (common/weight_decode.h).
 template <int B>
 __global__ void __launch_bounds__(kThreads) blocks_kernel(Launch a) {
   const int64_t rows = a.g.s.rows, cols = a.g.s.cols;
@@ -268,7 +274,7 @@ __global__ void __launch_bounds__(kThreads) blocks_kernel(Launch a) {
       const int64_t c0 = u * 32;
       const int n = cols - c0 < 32 ? static_cast<int>(cols - c0) : 32;
       float w[32];
-      dev::decode_span(a.g, a.w, row0, c0, n, w);
+      decode_span(a.g.s, a.g.l, a.w, row0, c0, n, w);
 #pragma unroll
       for (int b = 0; b < B; ++b) {
         if (b >= a.batch) break;
@@ -289,7 +295,7 @@ __global__ void dequant_kernel(const uint8_t* w, Geometry g, float* out) {
   const int64_t r = i / spans, c0 = i % spans * 32;
   const int n = g.s.cols - c0 < 32 ? static_cast<int>(g.s.cols - c0) : 32;
   float v[32];
-  dev::decode_span(g, w, r, c0, n, v);
+  decode_span(g.s, g.l, w, r, c0, n, v);
   for (int j = 0; j < n; ++j) out[r * g.s.cols + c0 + j] = v[j];
 }
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/errors.h"
-#include "gemv/kernels.h"
+#include "common/weight_decode.h"
 
 namespace ie {
 
@@ -27,7 +27,7 @@ namespace {
 
 void dequant_row(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, float* row) {
   for (int64_t c0 = 0; c0 < s.cols; c0 += 32)
-    dequant_span(s, lay, w, r, c0, static_cast<int>(std::min<int64_t>(32, s.cols - c0)), row + c0);
+    decode_span(s, lay, w, r, c0, static_cast<int>(std::min<int64_t>(32, s.cols - c0)), row + c0);
 }
 
 // Rows [r0, r0 + nr) of W as float32, zero rows after nr: exactly
@@ -52,25 +52,6 @@ bool tile_rows(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, c
   }
   return true;
 }
-
-void run_gemm(const WeightSpec& s, const uint8_t* w, const RowSource* src, const float* x, int n, const float* bias,
-              float* y, int threads, Isa isa, GemmScratch& scratch);
-
-}  // namespace
-
-void gemm(const WeightSpec& s, const uint8_t* w, const float* x, int n, const float* bias, float* y, int threads,
-          Isa isa, GemmScratch& scratch) {
-  if (w == nullptr) fail("gemm: null weights");
-  run_gemm(s, w, nullptr, x, n, bias, y, threads, isa, scratch);
-}
-
-void gemm(const WeightSpec& s, const RowSource& src, const float* x, int n, const float* bias, float* y, int threads,
-          Isa isa, GemmScratch& scratch) {
-  if (src.rows == nullptr) fail("gemm: the row source has no rows function");
-  run_gemm(s, nullptr, &src, x, n, bias, y, threads, isa, scratch);
-}
-
-namespace {
 
 void run_gemm(const WeightSpec& s, const uint8_t* w, const RowSource* src, const float* x, int n, const float* bias,
               float* y, int threads, Isa isa, GemmScratch& scratch) {
@@ -136,5 +117,17 @@ void run_gemm(const WeightSpec& s, const uint8_t* w, const RowSource* src, const
 }
 
 }  // namespace
+
+void gemm(const WeightSpec& s, const uint8_t* w, const float* x, int n, const float* bias, float* y, int threads,
+          Isa isa, GemmScratch& scratch) {
+  if (w == nullptr) fail("gemm: null weights");
+  run_gemm(s, w, nullptr, x, n, bias, y, threads, isa, scratch);
+}
+
+void gemm(const WeightSpec& s, const RowSource& src, const float* x, int n, const float* bias, float* y, int threads,
+          Isa isa, GemmScratch& scratch) {
+  if (src.rows == nullptr) fail("gemm: the row source has no rows function");
+  run_gemm(s, nullptr, &src, x, n, bias, y, threads, isa, scratch);
+}
 
 }  // namespace ie

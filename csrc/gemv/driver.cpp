@@ -55,118 +55,12 @@ const uint8_t* prepared_form(PreparedAct& x, int kind, Isa isa) {
   return f.bytes.data();
 }
 
-void dequant_span(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, int64_t c0, int n,
-                  float* out) {
-  const uint8_t* row = w + static_cast<size_t>(r) * lay.row_bytes;
-  switch (s.type) {
-    case WType::F32:
-      std::memcpy(out, row + c0 * 4, static_cast<size_t>(n) * 4);
-      return;
-    case WType::F16:
-      for (int j = 0; j < n; ++j) out[j] = f16_to_f32(load_u16(row + (c0 + j) * 2));
-      return;
-    case WType::BF16:
-      for (int j = 0; j < n; ++j) out[j] = bf16_to_f32(load_u16(row + (c0 + j) * 2));
-      return;
-    case WType::Int4w: {
-      const uint8_t* qs = row + c0 / 2;
-      const size_t gi = static_cast<size_t>(r) * lay.groups + c0 / s.group_size;
-      const uint8_t* sp = w + lay.scales_off + gi * lay.scale_bytes;
-      const uint8_t* mp = w + lay.mins_off + gi * lay.scale_bytes;
-      const float sc = s.scale_f32 ? load_f32(sp) : f16_to_f32(load_u16(sp));
-      if (s.symmetric) {
-        for (int j = 0; j < 16; ++j) {
-          out[j] = sc * static_cast<float>((qs[j] & 0xF) - 8);
-          out[j + 16] = sc * static_cast<float>((qs[j] >> 4) - 8);
-        }
-      } else {
-        const float m = s.scale_f32 ? load_f32(mp) : f16_to_f32(load_u16(mp));
-        for (int j = 0; j < 16; ++j) {
-          out[j] = sc * static_cast<float>(qs[j] & 0xF) + m;
-          out[j + 16] = sc * static_cast<float>(qs[j] >> 4) + m;
-        }
-      }
-      return;
-    }
-    case WType::Q4_0:
-    case WType::Q4_1: {
-      const uint8_t* blk = row + c0 / 32 * lay.block_bytes;
-      const uint8_t* qs = blk + lay.block_qs;
-      const float d = f16_to_f32(load_u16(blk));
-      if (s.type == WType::Q4_0) {
-        for (int j = 0; j < 16; ++j) {
-          out[j] = d * static_cast<float>((qs[j] & 0xF) - 8);
-          out[j + 16] = d * static_cast<float>((qs[j] >> 4) - 8);
-        }
-      } else {
-        const float m = f16_to_f32(load_u16(blk + 2));
-        for (int j = 0; j < 16; ++j) {
-          out[j] = d * static_cast<float>(qs[j] & 0xF) + m;
-          out[j + 16] = d * static_cast<float>(qs[j] >> 4) + m;
-        }
-      }
-      return;
-    }
-    case WType::Q5_0:
-    case WType::Q5_1: {
-      const uint8_t* blk = row + c0 / 32 * lay.block_bytes;
-      const float d = f16_to_f32(load_u16(blk));
-      if (s.type == WType::Q5_0) {
-        for (int e = 0; e < 32; ++e) out[e] = static_cast<float>(q5_code(blk, 2, e) - 16) * d;
-      } else {
-        const float m = f16_to_f32(load_u16(blk + 2));
-        for (int e = 0; e < 32; ++e) out[e] = static_cast<float>(q5_code(blk, 4, e)) * d + m;
-      }
-      return;
-    }
-    case WType::Q8_0: {
-      const uint8_t* blk = row + c0 / 32 * lay.block_bytes;
-      const float d = f16_to_f32(load_u16(blk));
-      for (int j = 0; j < 32; ++j) out[j] = d * static_cast<float>(static_cast<int8_t>(blk[lay.block_qs + j]));
-      return;
-    }
-    case WType::IQ4_NL:
-    case WType::IQ4_XS:
-    case WType::MXFP4: {
-      const bool xs = s.type == WType::IQ4_XS;
-      const uint8_t* blk = row + c0 / s.group_size * lay.block_bytes;
-      const int j = static_cast<int>(c0 % s.group_size / 32);
-      const float d = xs ? iq4xs_scale(blk, j) : grid_scale(s.type, blk);
-      const int8_t* values = grid_values(s.type);
-      const uint8_t* qs = blk + lay.block_qs + 16 * j;
-      for (int e = 0; e < 16; ++e) {
-        out[e] = d * static_cast<float>(values[qs[e] & 0xF]);
-        out[e + 16] = d * static_cast<float>(values[qs[e] >> 4]);
-      }
-      return;
-    }
-    case WType::Q4_K:
-    case WType::Q5_K: {  // the same header; q5_k's codes have a fifth bit
-      const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
-      const int j = static_cast<int>(c0 % 256 / 32);
-      const Q4kSub p = q4k_sub(blk, j);
-      for (int e = 0; e < 32; ++e) {
-        const int q = s.type == WType::Q4_K ? q4k_code(blk, j, e) : q5k_code(blk, j, e);
-        out[e] = p.scale * static_cast<float>(q) - p.min;
-      }
-      return;
-    }
-    case WType::Q6_K: {
-      const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
-      const int i0 = static_cast<int>(c0 % 256);
-      for (int e = 0; e < 32; ++e)
-        out[e] = q6k_scale(blk, (i0 + e) / 16) * static_cast<float>(q6k_code(blk, i0 + e) - 32);
-      return;
-    }
-  }
-}
-
 void dequantize(const WeightSpec& s, const uint8_t* w, float* out) {
   const WeightLayout lay = weight_layout(s);
   for (int64_t r = 0; r < s.rows; ++r) {
     for (int64_t c0 = 0; c0 < s.cols; c0 += 32) {
       const int n = static_cast<int>(std::min<int64_t>(32, s.cols - c0));
-      dequant_span(s, lay, w, r, c0, n, out + r * s.cols + c0);
+      decode_span(s, lay, w, r, c0, n, out + r * s.cols + c0);
     }
   }
 }

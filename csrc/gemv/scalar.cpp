@@ -50,7 +50,7 @@ void row_f32(const GemvArgs& a, int64_t r, float* acc) {
   float w[32];
   for (int64_t c0 = 0; c0 < cols; c0 += 32) {
     const int n = static_cast<int>(std::min<int64_t>(32, cols - c0));
-    dequant_span(a.spec, a.lay, a.w, r, c0, n, w);
+    decode_span(a.spec, a.lay, a.w, r, c0, n, w);
     for (int b = 0; b < a.batch; ++b) {
       const float* xb = a.x + b * cols + c0;
       float p = 0.f;

@@ -1,0 +1,245 @@
+// Decoding of stored weight bytes (docs/formats/quant.md): every weight
+// type's layout and arithmetic, once. The CPU's dequantizer and scalar
+// reference (csrc/gemv) and the CUDA kernels (csrc/cuda, built with
+// -fmad=false as the CPU side is with -ffp-contract=off) call these same
+// functions, so the device computes the CPU's float32 values bit for bit
+// and the CPU tests check the code the GPU runs. Byte-addressed loads only
+// (half.h): block formats put their fields at any offset.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "common/half.h"
+#include "common/hd.h"
+#include "common/weight_types.h"
+
+namespace ie {
+// Internal linkage on purpose (as gemv/kernels.h explains): files built
+// with different ISA flags include this.
+namespace {
+
+// q4_k: sub-block j (0..7) of a 144-byte super-block (d, dmin: f16; 12
+// bytes of 6-bit sub-scales and sub-mins; 128 bytes of codes) decodes as
+// w = scale * q - min, both the f32 products d * sc_j and dmin * m_j that
+// ggml's dequantize_row_q4_K forms. Its codes are the low nibbles (j even)
+// or high nibbles (j odd) of code bytes 32 * (j / 2) .. 32 * (j / 2) + 31.
+constexpr int kQ4kBytes = wtype_info(WType::Q4_K).block_bytes;
+constexpr int kQ4kCodes = wtype_info(WType::Q4_K).code_offset;
+
+struct Q4kSub {
+  float scale, min;
+};
+
+IE_HD Q4kSub q4k_sub(const uint8_t* blk, int j) {
+  const uint8_t* sc = blk + 4;
+  int ls, lm;
+  if (j < 4) {
+    ls = sc[j] & 63;
+    lm = sc[j + 4] & 63;
+  } else {
+    ls = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+    lm = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+  }
+  return {f16_to_f32(load_u16(blk)) * static_cast<float>(ls), f16_to_f32(load_u16(blk + 2)) * static_cast<float>(lm)};
+}
+
+// The nibble of element e (0..31) of sub-block j, for 128 code bytes at `at`.
+IE_HD int kq_nibble(const uint8_t* blk, int at, int j, int e) { return (blk[at + 32 * (j / 2) + e] >> (4 * (j % 2))) & 0xF; }
+
+// Code e of sub-block j.
+IE_HD int q4k_code(const uint8_t* blk, int j, int e) { return kq_nibble(blk, kQ4kCodes, j, e); }
+
+// q5_k: q4_k's super-block (the same d, dmin and 12 scale bytes, so q4k_sub
+// gives its sub-blocks' scale and min) with 5-bit codes: the low nibbles as
+// q4_k stores them but at 48, the fifth bits in the 32 bytes at 16 (bit j of
+// byte e: element e of sub-block j).
+constexpr int kQ5kBytes = wtype_info(WType::Q5_K).block_bytes;
+constexpr int kQ5kCodes = wtype_info(WType::Q5_K).code_offset;
+constexpr int kQ5kHigh = 16;
+
+IE_HD int q5k_code(const uint8_t* blk, int j, int e) {
+  return kq_nibble(blk, kQ5kCodes, j, e) | (((blk[kQ5kHigh + e] >> j) & 1) << 4);
+}
+
+// q5_0 / q5_1: 32-element blocks whose codes (0..31) keep their fifth bits
+// in a little-endian u32 at `at` (bit e: element e) and their low nibbles
+// in the 16 bytes after it, in q4_0's order (byte e: elements e and e + 16).
+IE_HD int q5_code(const uint8_t* blk, int at, int e) {
+  const uint32_t qh = load_u32(blk + at);
+  return ((blk[at + 4 + e % 16] >> (4 * (e / 16))) & 0xF) | static_cast<int>(((qh >> e) & 1u) << 4);
+}
+
+// q6_k: 256-element super-blocks of sixteen 16-element sub-blocks, w =
+// (d * sc_j) * (q - 32): 6-bit codes q, int8 sub-scales sc_j at 192, f16 d
+// at 208. Element i = 128 h + 32 k + l (half h, quarter k) has its low
+// nibble in byte 64 h + 32 (k % 2) + l (high nibble for k >= 2) and its high
+// two bits at bit 2 k of byte 128 + 32 h + l.
+constexpr int kQ6kBytes = wtype_info(WType::Q6_K).block_bytes;
+constexpr int kQ6kHigh = 128, kQ6kScales = 192, kQ6kD = 208;
+
+IE_HD float q6k_scale(const uint8_t* blk, int j) {
+  return f16_to_f32(load_u16(blk + kQ6kD)) * static_cast<float>(static_cast<int8_t>(blk[kQ6kScales + j]));
+}
+
+IE_HD int q6k_code(const uint8_t* blk, int i) {
+  const int h = i / 128, k = i % 128 / 32, l = i % 32;
+  const int lo = (blk[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xF;
+  return lo | (((blk[kQ6kHigh + 32 * h + l] >> (2 * k)) & 3) << 4);
+}
+
+// iq4_nl / iq4_xs: each code indexes ggml's non-linear grid kvalues_iq4nl;
+// a 32-element (sub-)block is w = scale * iq4_value(q), its codes the low
+// nibbles (elements 0..15) and high nibbles (16..31) of 16 bytes. iq4_xs
+// super-blocks (d: f16, scales_h: u16, scales_l: 4 bytes, 128 code bytes)
+// give sub-block j the scale d * (l_j - 32), the f32 product ggml forms.
+// (The tables are function-local so device code can read them.)
+IE_HD constexpr int iq4_value(int q) {
+  constexpr int8_t kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  return kValues[q];
+}
+
+IE_HD float iq4xs_scale(const uint8_t* blk, int j) {
+  const int l = ((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((load_u16(blk + 2) >> (2 * j)) & 3) << 4);
+  return f16_to_f32(load_u16(blk)) * static_cast<float>(l - 32);
+}
+
+// mxfp4 (OCP MX v1.0 FP4, ggml's block_mxfp4): an E8M0 scale byte e, then
+// 16 bytes of e2m1 codes in iq4_nl's nibble order; w = e8m0_half(e) *
+// mxfp4_value(q), the e2m1 values doubled so they are int8 (ggml's
+// kvalues_mxfp4) and the scale 2^(e - 127) halved to match: 2^(e - 128),
+// the subnormals 2^-128, 2^-127 for e = 0, 1.
+IE_HD constexpr int mxfp4_value(int q) {
+  constexpr int8_t kValues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  return kValues[q];
+}
+
+IE_HD float e8m0_half(uint8_t e) {
+  return f32_from_bits(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
+}
+
+// The types whose codes index a table of int8 values (iq4_nl, iq4_xs,
+// mxfp4): value q of the table; and for the one-scale-per-block ones
+// (iq4_nl, mxfp4) the scale of the block at blk.
+IE_HD constexpr int grid_value(WType t, int q) { return t == WType::MXFP4 ? mxfp4_value(q) : iq4_value(q); }
+IE_HD float grid_scale(WType t, const uint8_t* blk) {
+  return t == WType::MXFP4 ? e8m0_half(blk[0]) : f16_to_f32(load_u16(blk));
+}
+
+// W[r][c0 .. c0 + n) of the stored matrix w into out: c0 a multiple of 32,
+// n = 32 for the block formats (n <= 32 for floats, the row's tail).
+IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, int64_t c0, int n,
+                       float* out) {
+  const uint8_t* row = w + static_cast<size_t>(r) * lay.row_bytes;
+  switch (s.type) {
+    case WType::F32:
+      for (int j = 0; j < n; ++j) out[j] = load_f32(row + (c0 + j) * 4);
+      return;
+    case WType::F16:
+      for (int j = 0; j < n; ++j) out[j] = f16_to_f32(load_u16(row + (c0 + j) * 2));
+      return;
+    case WType::BF16:
+      for (int j = 0; j < n; ++j) out[j] = bf16_to_f32(load_u16(row + (c0 + j) * 2));
+      return;
+    case WType::Int4w: {
+      const uint8_t* qs = row + c0 / 2;
+      const size_t gi = static_cast<size_t>(r) * lay.groups + c0 / s.group_size;
+      const uint8_t* sp = w + lay.scales_off + gi * lay.scale_bytes;
+      const uint8_t* mp = w + lay.mins_off + gi * lay.scale_bytes;
+      const float sc = s.scale_f32 ? load_f32(sp) : f16_to_f32(load_u16(sp));
+      if (s.symmetric) {
+        IE_UNROLL
+        for (int j = 0; j < 16; ++j) {
+          out[j] = sc * static_cast<float>((qs[j] & 0xF) - 8);
+          out[j + 16] = sc * static_cast<float>((qs[j] >> 4) - 8);
+        }
+      } else {
+        const float m = s.scale_f32 ? load_f32(mp) : f16_to_f32(load_u16(mp));
+        IE_UNROLL
+        for (int j = 0; j < 16; ++j) {
+          out[j] = sc * static_cast<float>(qs[j] & 0xF) + m;
+          out[j + 16] = sc * static_cast<float>(qs[j] >> 4) + m;
+        }
+      }
+      return;
+    }
+    case WType::Q4_0:
+    case WType::Q4_1: {
+      const uint8_t* blk = row + c0 / 32 * lay.block_bytes;
+      const uint8_t* qs = blk + lay.block_qs;
+      const float d = f16_to_f32(load_u16(blk));
+      if (s.type == WType::Q4_0) {
+        IE_UNROLL
+        for (int j = 0; j < 16; ++j) {
+          out[j] = d * static_cast<float>((qs[j] & 0xF) - 8);
+          out[j + 16] = d * static_cast<float>((qs[j] >> 4) - 8);
+        }
+      } else {
+        const float m = f16_to_f32(load_u16(blk + 2));
+        IE_UNROLL
+        for (int j = 0; j < 16; ++j) {
+          out[j] = d * static_cast<float>(qs[j] & 0xF) + m;
+          out[j + 16] = d * static_cast<float>(qs[j] >> 4) + m;
+        }
+      }
+      return;
+    }
+    case WType::Q5_0:
+    case WType::Q5_1: {
+      const uint8_t* blk = row + c0 / 32 * lay.block_bytes;
+      const float d = f16_to_f32(load_u16(blk));
+      if (s.type == WType::Q5_0) {
+        IE_UNROLL
+        for (int e = 0; e < 32; ++e) out[e] = static_cast<float>(q5_code(blk, 2, e) - 16) * d;
+      } else {
+        const float m = f16_to_f32(load_u16(blk + 2));
+        IE_UNROLL
+        for (int e = 0; e < 32; ++e) out[e] = static_cast<float>(q5_code(blk, 4, e)) * d + m;
+      }
+      return;
+    }
+    case WType::Q8_0: {
+      const uint8_t* blk = row + c0 / 32 * lay.block_bytes;
+      const float d = f16_to_f32(load_u16(blk));
+      IE_UNROLL
+      for (int j = 0; j < 32; ++j) out[j] = d * static_cast<float>(static_cast<int8_t>(blk[lay.block_qs + j]));
+      return;
+    }
+    case WType::IQ4_NL:
+    case WType::IQ4_XS:
+    case WType::MXFP4: {
+      const uint8_t* blk = row + c0 / s.group_size * lay.block_bytes;
+      const int j = static_cast<int>(c0 % s.group_size / 32);
+      const float d = s.type == WType::IQ4_XS ? iq4xs_scale(blk, j) : grid_scale(s.type, blk);
+      const uint8_t* qs = blk + lay.block_qs + 16 * j;
+      IE_UNROLL
+      for (int e = 0; e < 16; ++e) {
+        out[e] = d * static_cast<float>(grid_value(s.type, qs[e] & 0xF));
+        out[e + 16] = d * static_cast<float>(grid_value(s.type, qs[e] >> 4));
+      }
+      return;
+    }
+    case WType::Q4_K:
+    case WType::Q5_K: {  // the same header; q5_k's codes have a fifth bit
+      const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
+      const int j = static_cast<int>(c0 % 256 / 32);
+      const Q4kSub p = q4k_sub(blk, j);
+      IE_UNROLL
+      for (int e = 0; e < 32; ++e) {
+        const int q = s.type == WType::Q4_K ? q4k_code(blk, j, e) : q5k_code(blk, j, e);
+        out[e] = p.scale * static_cast<float>(q) - p.min;
+      }
+      return;
+    }
+    case WType::Q6_K: {
+      const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
+      const int i0 = static_cast<int>(c0 % 256);
+      IE_UNROLL
+      for (int e = 0; e < 32; ++e)
+        out[e] = q6k_scale(blk, (i0 + e) / 16) * static_cast<float>(q6k_code(blk, i0 + e) - 32);
+      return;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ie
