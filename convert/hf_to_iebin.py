@@ -35,12 +35,12 @@ from iekit.formats.casting import cast_bytes, decode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import IEError
 from iekit.formats.hf_checkpoint import HFSource, collect_tensors, read_aux
-from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
+from iekit.formats.safetensors_reader import CHUNK_BYTES
 
 from iekit.formats.q4_manifest import Manifest, plan
-from iekit.formats.quant import SCHEMES, QuantError, QuantParams
+from iekit.formats.quant import SCHEMES, QuantError, QuantParams, matrix_dims
 
-from . import hf_mxfp4
+from . import expert_stacks, hf_mxfp4
 from .gguf_names import hf_name
 from .hf_config import model_summary
 from .iebin_legacy import TOKENIZER_FILES
@@ -125,7 +125,7 @@ def load_importance(path: str | os.PathLike | None, quantize: dict[str, QuantPar
     im = imatrix_fmt.read_any(Path(path))
     if im.meta["format"] in imatrix_fmt.LLAMACPP_FORMATS:  # llama.cpp's tensor names -> ours
         im.entries = {hf: v for n, v in im.entries.items() if (hf := hf_name(n)) is not None}
-    found, missing = imatrix_fmt.select_for(im, {n: shapes[n][1] for n in quantize}, os.fspath(path))
+    found, missing = imatrix_fmt.select_for(im, {n: shapes[n][-1] for n in quantize}, os.fspath(path))
     if not missing:
         return found, []
     shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
@@ -159,11 +159,13 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
             # gpt-oss's MXFP4 blocks + scales pairs become one mxfp4 tensor each, never offered to the manifest.
             tensors, pairs = hf_mxfp4.split_pairs(collect_tensors(src, stack), src.config, str(src.dir))
             mx_pairs = {p.name: p for p in pairs}
-            qplan = plan(manifest, {n: (t.dtype.name, list(t.shape)) for n, (_sf, t) in tensors.items()},
+            # gpt-oss's float expert stacks are [experts, in, out]: written transposed (expert_stacks.py).
+            flip = expert_stacks.transposed(src.config, tensors)
+            shapes = {n: expert_stacks.out_shape(t) if n in flip else list(t.shape) for n, (_sf, t) in tensors.items()}
+            qplan = plan(manifest, {n: (t.dtype.name, shapes[n]) for n, (_sf, t) in tensors.items()},
                          force=force) if manifest else None
             importance, iwarn = load_importance(imatrix or (manifest.imatrix if manifest else None),
-                                                qplan.quantize if qplan else {},
-                                                {n: list(t.shape) for n, (_sf, t) in tensors.items()})
+                                                qplan.quantize if qplan else {}, shapes)
             names = sorted([*tensors, *mx_pairs], key=natural_key)
             bytes_in = sum(t.nbytes for _, t in tensors.values()) + sum(p.source_nbytes for p in pairs)
             # One bar for both: the shards are hashed beside the conversion (source_hashes.py).
@@ -183,19 +185,28 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                                           extra={iebin.QUANT_KEY: hf_mxfp4.MXFP4.quant_dict(pair.shape[-1], QuantParams("mxfp4"))})
                         continue
                     sf, t = tensors[name]
+                    shape = shapes[name]
+
+                    def source(chunk_bytes: int, sf=sf, t=t, name=name) -> Iterator[bytes]:
+                        # The tensor's bytes in IEBIN's orientation, whole rows per chunk.
+                        if name in flip:
+                            return expert_stacks.chunks(sf, t, progress.advance)
+                        return _advancing(sf.iter_chunks(t, chunk_bytes), progress)
+
                     if qplan and name in qplan.quantize:
                         cov = covariances.get(name) if covariances is not None else None
-                        errors[name] = _add_quantized(writer, name, sf, t, qplan.quantize[name], progress,
+                        errors[name] = _add_quantized(writer, name, shape, t.dtype.name, source, qplan.quantize[name],
                                                       importance.get(name), cov)
                         continue
                     target = dtype if dtype and t.dtype.is_float else t.dtype.name
-                    if target == t.dtype.name:
-                        writer.add_copy(name, target, list(t.shape), t.nbytes,
+                    if target == t.dtype.name and name not in flip:
+                        writer.add_copy(name, target, shape, t.nbytes,
                                         lambda fd, off, sf=sf, t=t: sf.copy_to(t, fd, off, progress.advance))
                         continue
-                    n_cast += 1
+                    n_cast += target != t.dtype.name
                     out_nbytes = t.nbytes // t.dtype.itemsize * DTYPES[target].itemsize
-                    writer.add_tensor(name, target, list(t.shape), _cast_chunks(sf, t, target, progress), out_nbytes)
+                    writer.add_tensor(name, target, shape, (cast_bytes(c, t.dtype.name, target) if target != t.dtype.name
+                                                            else c for c in source(CHUNK_BYTES)), out_nbytes)
 
                 aux = writer.stage_aux(aux_data)
                 tok = [fname for fname in aux_data if fname in TOKENIZER_FILES]
@@ -211,22 +222,24 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                          weighted_tensors=len(importance), errors=errors, kept_blocks=len(pairs))
 
 
-def _add_quantized(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t: SafetensorsTensor,
-                   params: QuantParams, progress: Progress, importance: Any = None,
+def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_dtype: str,
+                   source: Callable[[int], Iterator[bytes]], params: QuantParams, importance: Any = None,
                    covariance: tuple[Any, Any] | None = None) -> QuantError:
-    """Quantize a float matrix a block of rows at a time (memory stays
-    bounded); its predicted loss is recorded in the entry and returned. With
-    ``covariance`` (its input's H and inverse factor, runtime/hessians.py)
-    error-compensated instead (formats/gptq.py): the whole matrix at once,
-    as float64 while it works (SmolLM2's largest, the tied embedding: 230 MB)."""
-    rows, cols = t.shape
+    """Quantize a float matrix (or expert stack: its matrices' rows one after
+    another) a block of rows at a time from ``source`` (chunk bytes -> its
+    bytes, whole rows per chunk): memory stays bounded. Its predicted loss
+    is recorded in the entry and returned. With ``covariance`` (its input's
+    H and inverse factor, runtime/hessians.py) error-compensated instead
+    (formats/gptq.py): the whole matrix at once, as float64 while it works
+    (SmolLM2's largest, the tied embedding: 230 MB)."""
+    count, rows, cols = matrix_dims(shape)
+    rows *= count
     scheme = SCHEMES[params.scheme]
     rows_per_chunk = max(1, QUANT_CHUNK_ELEMS // max(cols, 1))
 
     def row_chunks() -> Iterator:
-        for chunk in sf.iter_chunks(t, rows_per_chunk * cols * t.dtype.itemsize):
-            progress.advance(len(chunk))
-            yield decode_f32(chunk, t.dtype.name).reshape(-1, cols)
+        for chunk in source(rows_per_chunk * cols * DTYPES[src_dtype].itemsize):
+            yield decode_f32(chunk, src_dtype).reshape(-1, cols)
 
     if covariance is None:
         error = QuantError()
@@ -235,13 +248,13 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, sf: SafetensorsFile, t:
         h, u = covariance
         qr, error = gptq.quantize(np.concatenate(list(row_chunks())), h, scheme, params, name, u)
         pieces = scheme.payload(qr)
-    writer.add_tensor(name, params.scheme, [rows, cols], (p.tobytes() for p in pieces),
-                      scheme.nbytes(rows, cols, params), extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)},
+    writer.add_tensor(name, params.scheme, shape, (p.tobytes() for p in pieces),
+                      scheme.tensor_nbytes(shape, params), extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)},
                       error=error)
     return error
 
 
-def _cast_chunks(sf: SafetensorsFile, t: SafetensorsTensor, target: str, progress: Progress) -> Iterator[bytes]:
-    for chunk in sf.iter_chunks(t):
+def _advancing(chunks: Iterator[bytes], progress: Progress) -> Iterator[bytes]:
+    for chunk in chunks:
         progress.advance(len(chunk))
-        yield cast_bytes(chunk, t.dtype.name, target)
+        yield chunk

@@ -27,7 +27,10 @@ KEEP = "keep"
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "q4_manifest.schema.json"
 
 # Tensors that lose the most from 4-bit storage; selecting them needs --force.
-_SENSITIVE = re.compile(r"(embed|wte|wpe|norm|(^|\.)ln_|layernorm)", re.IGNORECASE)
+# MoE routers too (gpt-oss's mlp.router, Mixtral's block_sparse_moe.gate,
+# Qwen3-MoE's mlp.gate): a small matrix whose error changes which experts
+# run (llama.cpp keeps ffn_gate_inp unquantized as well).
+_SENSITIVE = re.compile(r"(embed|wte|wpe|norm|(^|\.)ln_|layernorm|\.router\.|moe\.gate\.|mlp\.gate\.)", re.IGNORECASE)
 
 
 def is_sensitive(name: str) -> bool:
@@ -141,6 +144,13 @@ def plan(m: Manifest, tensors: dict[str, tuple[str, list[int]]], force: bool = F
     return out
 
 
+def _is_matrix(name: str, shape: list[int]) -> bool:
+    """A projection the usual policy quantizes: a 2-D ``*.weight``, or a 3-D
+    expert stack [experts, out, in] (gpt-oss's ``mlp.experts.gate_up_proj``;
+    schemes that cannot stack, int4w, keep it)."""
+    return (len(shape) == 2 and name.endswith("weight")) or (len(shape) == 3 and ".experts." in name)
+
+
 def _layer_pattern(name: str) -> str:
     """model.layers.3.mlp.up_proj.weight -> model.layers.*.mlp.up_proj.weight"""
     return re.sub(r"\.\d+\.", ".*.", name)
@@ -181,8 +191,8 @@ def _fitting(scheme: str, sel: dict[str, Any], shape: list[int]) -> dict[str, An
 def default_manifest(tensors: dict[str, tuple[str, list[int]]], scheme: str = "int4w", group_size: int | str = 64,
                      symmetric: bool = True, scale_dtype: str = "f16", *, head: str = KEEP, embedding: str = KEEP,
                      tied: bool = False, imatrix: str | None = None) -> dict[str, Any]:
-    """The usual policy: every 2-D float ``*.weight`` projection matrix is
-    quantized (attention and MLP) with ``scheme``; norms and biases are kept.
+    """The usual policy: every 2-D float ``*.weight`` projection matrix and
+    expert stack is quantized (attention, MLP, experts) with ``scheme``; norms and biases are kept.
     The output head gets ``head`` and the input embedding ``embedding`` (each
     ``keep`` or a scheme, int4w taking the same parameters), as exact
     ``tensors`` entries; with ``tied`` the embedding *is* the head (read in
@@ -202,7 +212,7 @@ def default_manifest(tensors: dict[str, tuple[str, list[int]]], scheme: str = "i
     exact: dict[str, Any] = {}
     patterns: dict[str, list[str]] = {}
     for name, (dtype, shape) in tensors.items():
-        if len(shape) != 2 or not DTYPES[dtype].is_float or not name.endswith("weight"):
+        if not DTYPES[dtype].is_float or not _is_matrix(name, shape):
             continue
         if name in HEAD_NAMES:
             special = head
@@ -238,6 +248,6 @@ def bytes_per_token(tensors: dict[str, tuple[str, list[int]]], quantize: dict[st
         if tied and name in HEAD_NAMES:
             continue
         p = quantize.get(name)
-        n = SCHEMES[p.scheme].nbytes(*shape, p) if p else math.prod(shape) * DTYPES[dtype].itemsize
+        n = SCHEMES[p.scheme].tensor_nbytes(shape, p) if p else math.prod(shape) * DTYPES[dtype].itemsize
         total += n // shape[0] + (n if tied else 0) if name in EMBED_NAMES and len(shape) == 2 else n
     return total

@@ -53,9 +53,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   c.inter = 32 * in.ConsumeIntegralInRange<int>(0, 3);
   c.vocab = in.ConsumeIntegralInRange<int>(0, 40);
   c.max_ctx = in.ConsumeIntegralInRange<int>(0, 24);
-  c.window = in.ConsumeIntegralInRange<int>(-1, 6);
+  for (int l = 0; l < c.n_layers + (in.ConsumeIntegral<uint8_t>() < 8); ++l)  // sometimes one too many
+    c.windows.push_back(in.ConsumeIntegralInRange<int>(-1, 6));
   c.eps = in.ConsumeFloatingPointInRange<float>(0.f, 1e-3f);
   c.inv_freq = vec(in, c.head_dim / 2);
+  c.rope_scale = in.ConsumeFloatingPointInRange<float>(-0.5f, 2.f);
+  if (in.ConsumeBool()) {  // mixture of experts
+    c.n_experts = in.ConsumeIntegralInRange<int>(-1, 4);
+    c.top_k = in.ConsumeIntegralInRange<int>(0, 5);
+    c.expert_inter = 32 * in.ConsumeIntegralInRange<int>(0, 2);
+    c.norm_topk = in.ConsumeBool();
+    c.glu = in.ConsumeBool() ? ie::Glu::GptOss : ie::Glu::Silu;
+    c.swiglu_limit = in.ConsumeFloatingPointInRange<float>(-1.f, 10.f);
+  }
   const int q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   Pool pool;
   try {
@@ -71,14 +81,37 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       L.k = matrix(in, pool, kv_dim, c.hidden);
       L.v = matrix(in, pool, kv_dim, c.hidden);
       L.o = matrix(in, pool, c.hidden, q_dim);
-      L.gate = matrix(in, pool, c.inter, c.hidden);
-      L.up = matrix(in, pool, c.inter, c.hidden);
-      L.down = matrix(in, pool, c.hidden, c.inter);
+      if (c.n_experts > 0 && in.ConsumeBool()) {
+        const bool fused = c.glu == ie::Glu::GptOss;
+        L.router = matrix(in, pool, c.n_experts, c.hidden);
+        if (in.ConsumeBool()) L.router_bias = vec(in, c.n_experts);
+        for (int e = 0; e < c.n_experts + (in.ConsumeIntegral<uint8_t>() < 8); ++e) {
+          ie::Expert x;
+          x.gate = matrix(in, pool, fused ? 2 * c.expert_inter : c.expert_inter, c.hidden);
+          if (!fused || in.ConsumeIntegral<uint8_t>() < 8) x.up = matrix(in, pool, c.expert_inter, c.hidden);
+          x.down = matrix(in, pool, c.hidden, c.expert_inter);
+          if (in.ConsumeBool()) {
+            x.bgate = vec(in, fused ? 2 * c.expert_inter : c.expert_inter);
+            x.bdown = vec(in, c.hidden);
+          }
+          L.experts.push_back(std::move(x));
+        }
+      } else {
+        L.gate = matrix(in, pool, c.inter, c.hidden);
+        L.up = matrix(in, pool, c.inter, c.hidden);
+        L.down = matrix(in, pool, c.hidden, c.inter);
+      }
       if (in.ConsumeBool()) {
         L.bq = vec(in, q_dim);
         L.bk = vec(in, kv_dim);
         L.bv = vec(in, kv_dim);
+        L.bo = vec(in, c.hidden);
       }
+      if (in.ConsumeBool()) {
+        L.q_norm = vec(in, c.head_dim);
+        L.k_norm = vec(in, c.head_dim);
+      }
+      if (in.ConsumeBool()) L.sinks = vec(in, c.n_heads);
       w.layers.push_back(std::move(L));
     }
     const ie::Isa isa = ie::available_isas()[in.ConsumeIntegral<uint8_t>() % ie::available_isas().size()];

@@ -11,6 +11,14 @@ Writes (replacing any previous output):
     golden/hf/tiny-qwen2/   Qwen2ForCausalLM, bfloat16, single model.safetensors, tied embeddings
     golden/hf/tiny-mistral/ MistralForCausalLM, bfloat16, single model.safetensors, sliding_window 4
     golden/hf/tiny-llama3/  LlamaForCausalLM, float32, single model.safetensors, Llama-3 rope scaling
+    golden/hf/tiny-qwen3/   Qwen3ForCausalLM, bfloat16, per-head q/k RMSNorm, head_dim 32 (q_dim != hidden)
+    golden/hf/tiny-qwen3-moe/  Qwen3MoeForCausalLM, bfloat16, 4 experts top-2 without renormalising,
+                            layer 1 dense (mlp_only_layers)
+    golden/hf/tiny-mixtral/ MixtralForCausalLM, bfloat16, 4 experts top-2 (per-expert w1/w2/w3 tensors)
+    golden/hf/tiny-gpt-oss/ GptOssForCausalLM, bfloat16: sinks, sliding/full layer_types, YaRN,
+                            q/k/v/o and expert biases, clamped SwiGLU (swiglu_limit 1.5 so the clamp binds)
+    golden/hf/tiny-gpt-oss-mxfp4/  the same model with its experts quantized to MXFP4 here and
+                            stored as gpt-oss-20b publishes them (*_blocks + *_scales, quant_method mxfp4)
     golden/ref/<model>/     ids.json, logits.npy, greedy.json, greedy_text.json, versions.json,
                             cast_<dtype>.safetensors (torch's casts of every tensor)
     golden/ref/cast_edge.safetensors   rounding edge cases cast by torch to bf16/f16
@@ -53,8 +61,16 @@ from transformers import (  # noqa: E402
     MistralConfig,
     MistralForCausalLM,
     PreTrainedTokenizerFast,
+    GptOssConfig,
+    GptOssForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 
 GOLDEN_DIR = Path(__file__).resolve().parent
@@ -69,6 +85,13 @@ SEED = 1239
 # with margins of at least 0.016 (Mistral) and 0.023 (Llama-3).
 MISTRAL_SEED = SEED + 3
 LLAMA3_SEED = SEED + 4
+QWEN3_SEED, QWEN3_MOE_SEED, MIXTRAL_SEED, GPT_OSS_SEED = SEED + 5, SEED + 6, SEED + 7, SEED + 8
+MOE = dict(num_experts_per_tok=2)  # of 4 experts, 32 channels each
+GPT_OSS_ROPE = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                "original_max_position_embeddings": 4096, "truncate": False}  # gpt-oss-20b's own
+GPT_OSS_LIMIT = 1.5  # gpt-oss-20b has 7.0; the tiny model's gate values rarely reach that
+# e2m1's eight magnitudes (OCP MX v1.0), code = sign << 3 | index
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 MISTRAL_WINDOW = 4       # well below SEQ_LEN, so most positions see a cut window
 # Llama-3 rope scaling sized for head_dim 16 and theta 1e4: the wavelengths
 # 2*pi*1e4^(2i/16) are 6.3, 19.9, 62.8, 199, ... and the bands split at
@@ -192,6 +215,8 @@ def init_weights(model: torch.nn.Module, seed: int) -> None:
         noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
         if "norm" in name:
             p.copy_(1.0 + NORM_STD * noise)
+        elif name.endswith("sinks"):  # gpt-oss: logits on the scale of the attention scores, so they matter
+            p.copy_(noise)
         else:
             p.copy_(INIT_STD * noise)
 
@@ -359,6 +384,93 @@ def make_llama3(tok) -> None:
                            rope_parameters={"rope_type": "default", "rope_theta": LLAMA3_ROPE["rope_theta"]})
 
 
+def make_qwen3(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    cfg = Qwen3Config(**dims, head_dim=32, tie_word_embeddings=False, attention_bias=False, use_sliding_window=False)
+    save_model(tok, "tiny-qwen3", Qwen3ForCausalLM, cfg, QWEN3_SEED, torch.bfloat16)
+
+
+def make_qwen3_moe(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    cfg = Qwen3MoeConfig(**dims, **MOE, num_experts=4, moe_intermediate_size=32, norm_topk_prob=False,
+                         mlp_only_layers=[1], decoder_sparse_step=1, tie_word_embeddings=False,
+                         use_sliding_window=False)
+    out = HF_DIR / "tiny-qwen3-moe"
+    logits = save_model(tok, out.name, Qwen3MoeForCausalLM, cfg, QWEN3_MOE_SEED, torch.bfloat16)
+    assert_feature_matters(Qwen3MoeForCausalLM, out, logits, "norm_topk_prob", norm_topk_prob=True)
+
+
+def make_mixtral(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    dims["intermediate_size"] = 32
+    cfg = MixtralConfig(**dims, **MOE, num_local_experts=4, tie_word_embeddings=False, sliding_window=None)
+    out = HF_DIR / "tiny-mixtral"
+    logits = save_model(tok, out.name, MixtralForCausalLM, cfg, MIXTRAL_SEED, torch.bfloat16)
+    assert_feature_matters(MixtralForCausalLM, out, logits, "top-2 routing", num_experts_per_tok=1)
+
+
+def gpt_oss_config(tok) -> GptOssConfig:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    dims["intermediate_size"] = 32
+    del dims["rope_theta"], dims["hidden_act"]  # in rope_parameters; gpt-oss's unit is its own
+    return GptOssConfig(**dims, **MOE, num_local_experts=4, head_dim=16, sliding_window=MISTRAL_WINDOW,
+                        layer_types=["sliding_attention", "full_attention"], rope_parameters=dict(GPT_OSS_ROPE),
+                        swiglu_limit=GPT_OSS_LIMIT, attention_bias=True, tie_word_embeddings=False)
+
+
+def mxfp4_quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """w [..., rows, cols] (cols % 32 == 0) -> HF's blocks [..., rows, cols/32, 16]
+    (byte k: element 2k low nibble, 2k + 1 high), scales [..., rows, cols/32]
+    (E8M0, 2^(s - 127)) and the dequantized values. Shared exponent
+    floor(log2 max|x|) - 2 (OCP MX: e2m1's largest exponent is 2), each value
+    to the nearest e2m1 magnitude (ties to the smaller), 6 at most."""
+    x = w.float().reshape(*w.shape[:-1], w.shape[-1] // 32, 32)
+    amax = x.abs().amax(-1, keepdim=True)
+    exp = torch.where(amax > 0, torch.floor(torch.log2(amax)) - 2, torch.full_like(amax, -127)).clamp(-127, 127)
+    mag = (x.abs() / torch.exp2(exp)).clamp(max=6.0)
+    idx = (mag[..., None] - E2M1).abs().argmin(-1)
+    codes = (idx | ((x < 0) & (idx > 0)).to(torch.int64) << 3).to(torch.uint8)
+    blocks = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    deq = (E2M1[idx] * torch.where(x < 0, -1.0, 1.0) * torch.exp2(exp)).reshape(w.shape)
+    return blocks.contiguous(), (exp[..., 0] + 127).to(torch.uint8).contiguous(), deq
+
+
+@torch.no_grad()
+def make_gpt_oss(tok) -> None:
+    """tiny-gpt-oss (bf16), then its experts quantized to MXFP4 in gpt-oss-20b's
+    published layout: rows are output features ([experts, 2I, H] for
+    gate_up_proj, the bf16 parameter [experts, H, 2I] transposed), and
+    config.json's quantization_config says mxfp4. transformers' own MXFP4
+    loader (dequantizing on the CPU) must rebuild exactly our dequantized
+    weights, and its logits are the MXFP4 model's reference."""
+    out = HF_DIR / "tiny-gpt-oss"
+    logits = save_model(tok, out.name, GptOssForCausalLM, gpt_oss_config(tok), GPT_OSS_SEED, torch.bfloat16)
+    assert_feature_matters(GptOssForCausalLM, out, logits, "swiglu_limit", swiglu_limit=100.0)
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(out / "model.safetensors")
+    deq = {}
+    for name in sorted(n for n in tensors if n.endswith(("experts.gate_up_proj", "experts.down_proj"))):
+        blocks, scales, deq[name] = mxfp4_quantize(tensors.pop(name).float().transpose(1, 2))
+        tensors[name + "_blocks"], tensors[name + "_scales"] = blocks, scales
+    mx = HF_DIR / "tiny-gpt-oss-mxfp4"
+    reset_dir(mx)
+    save_file(dict(sorted(tensors.items())), mx / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    write_json(mx / "config.json", config)
+    for f in ("generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(out / f, mx / f)
+    loaded = GptOssForCausalLM.from_pretrained(mx, dtype=torch.float32, local_files_only=True)
+    for name, ref in deq.items():  # transformers' params are [experts, in, out]
+        got = loaded.get_parameter(name).float().transpose(1, 2)
+        assert torch.equal(got, ref), f"transformers dequantizes {name} differently"
+    ref_logits = write_reference(GptOssForCausalLM, mx, REF_DIR / mx.name, tok)
+    rel = float(np.abs(ref_logits - logits).max() / np.abs(logits).max())
+    assert 1e-3 < rel < 0.5, f"MXFP4 experts change the logits by {rel:.2e} of max |logit|"
+
+
 def cast_edge_values() -> torch.Tensor:
     """f32 values that stress rounding: ties, subnormals, overflow, NaN/inf."""
     f32 = torch.tensor([0.0, -0.0, 1.0, -1.0, 65504.0, 65520.0, 1e6, -1e6, 3.0e38, -3.4e38,
@@ -409,6 +521,10 @@ def main() -> None:
     make_qwen2(tok)
     make_mistral(tok)
     make_llama3(tok)
+    make_qwen3(tok)
+    make_qwen3_moe(tok)
+    make_mixtral(tok)
+    make_gpt_oss(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

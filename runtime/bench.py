@@ -113,7 +113,10 @@ JSON fields (per round):
                       it; rss_peak_reset: false where that failed)
   read_bw_bytes       size of the bandwidth buffer (--bandwidth-mb)
   kv_hits, kv_misses  the decoder's KV prefix-cache counters, this round
-  weight_bytes_per_token  weight bytes one decode step reads
+  weight_bytes_per_token  weight bytes one decode step reads (of a mixture of
+                      experts: the router and the top_k routed experts only)
+  active_params_per_token weights one decode step multiplies (the same
+                      matrices, vectors and head, not the embedding lookup)
   touch_bytes_per_token   IE_BYTES_PER_TOKEN (0: no work-touch)
   stride_bytes        IE_STRIDE_BYTES
   touch_checksum      sum of the work-touch checksums (IE_VERIFY_TOUCH=1),

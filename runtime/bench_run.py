@@ -192,6 +192,7 @@ def round_record(n: int, t: RoundTimes, *, dec: Any, env: BenchEnv, kv: tuple[in
         "kv_hits": kv[0],
         "kv_misses": kv[1],
         "weight_bytes_per_token": weight_bpt,
+        "active_params_per_token": int(dec.active_params_per_token),
         "touch_bytes_per_token": env.bytes_per_token,
         "stride_bytes": env.stride_bytes,
         "touch_checksum": t.touch_checksum if env.verify_touch and env.bytes_per_token > 0 else None,

@@ -14,9 +14,7 @@ prefix reuse counters and the weight bytes one step reads.
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +28,17 @@ from iekit.formats.fileio import model_file, read_small
 from . import cuda, kernels
 from .dedup import TensorSource
 from .memory import available_bytes, gib
+from .model_spec import INT32_MAX, DecoderSpec, decoder_spec
 from .native import _native
 
-ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 FLOAT_VECTOR_DTYPES = weight_types.names(quantized=False)
 DEFAULT_MAX_CTX = 4096  # KV cache positions when the model allows more (float32, layers x 2 x kv_dim each)
-INT32_MAX = (1 << 31) - 1  # every dimension and --ctx reach the native decoder as a C int
 
-_LAYER_MATRICES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
-                   "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+_ATTN_MATRICES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"}
+_MLP_MATRICES = {"gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
 _LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "mlp_norm": "post_attention_layernorm.weight"}
+_LAYER_BIASES = {"bq": "self_attn.q_proj.bias", "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias",
+                 "bo": "self_attn.o_proj.bias"}
 # act="auto": int8 activations where a layer matrix has fewer than 8 bits per
 # weight. Measured on SmolLM2 (docs/eval.md): the int8 activations add a KL of
 # 0.0022 to the f32 model, a hundredth of what the 4-bit weights cost
@@ -78,136 +77,6 @@ def device_act(device: str, act: str, layer_dtypes: set[str]) -> str:
     return "f32"
 
 
-_LAYER_BIASES = {"bq": "self_attn.q_proj.bias", "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias"}
-
-
-@dataclass(frozen=True)
-class DecoderSpec:
-    """The dimensions the decoder runs with, from model.ie.json."""
-
-    architecture: str
-    n_layers: int
-    hidden: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    inter: int
-    vocab: int
-    max_positions: int  # the model's max_position_embeddings (INT32_MAX when it does not say)
-    eps: float
-    inv_freq: np.ndarray
-    tied: bool
-    eos_ids: frozenset[int]
-    window: int  # sliding-window attention span (0: none)
-
-
-def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> np.ndarray:
-    """RoPE inverse frequencies as transformers computes them (float32), with
-    Llama-3 ``rope_type: llama3`` scaling applied when the config asks."""
-    inv = (1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim))))
-    inv = inv.astype(np.float32)
-    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
-    if kind in (None, "default"):
-        return inv
-    if kind != "llama3":
-        raise IEError(f"rope_scaling: rope scaling {kind!r} is not supported (default and llama3 are)")
-    def num(key: str, default: float | None = None) -> float:
-        v = scaling.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise IEError(f"rope_scaling.{key}: expected a positive number, got {v!r}")
-        return float(v)
-
-    factor = num("factor")
-    low, high = num("low_freq_factor", 1.0), num("high_freq_factor", 4.0)
-    if high <= low:
-        raise IEError(f"rope_scaling.high_freq_factor: {high} must exceed low_freq_factor {low}")
-    old_ctx = num("original_max_position_embeddings")
-    low_wl, high_wl = old_ctx / low, old_ctx / high
-    wavelen = 2 * math.pi / inv
-    smooth = (old_ctx / wavelen - low) / (high - low)
-    scaled = np.where(wavelen > low_wl, inv / factor, inv)
-    medium = (wavelen >= high_wl) & (wavelen <= low_wl)
-    return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled).astype(np.float32)
-
-
-def _int(model: dict, meta_path: Path, key: str, default: int | None = None, section: str = "model") -> int:
-    """A positive integer; ``default`` stands in only for an absent/null value."""
-    v = model.get(key)
-    if v is None and default is not None:
-        return default
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise IEError(f"{meta_path}: {section}.{key}: expected a positive integer, got {v!r}")
-    if v > INT32_MAX:
-        raise IEError(f"{meta_path}: {section}.{key}: {v} is larger than the decoder supports ({INT32_MAX})")
-    return v
-
-
-def _positive(model: dict, meta_path: Path, key: str, default: float, allow_zero: bool = False) -> float:
-    v = model.get(key)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        raise IEError(f"{meta_path}: model.{key}: expected a {'non-negative' if allow_zero else 'positive'} "
-                      f"number, got {v!r}")
-    return float(v)
-
-
-def _inv_freq(head_dim: int, theta: float, scaling: Any, meta_path: Path) -> np.ndarray:
-    if scaling is not None and not isinstance(scaling, dict):
-        raise IEError(f"{meta_path}: model.rope_scaling: expected an object or null, got {scaling!r}")
-    try:
-        return rope_inv_freq(head_dim, theta, scaling)
-    except IEError as e:
-        raise IEError(f"{meta_path}: model.{e}") from None
-
-
-def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
-    """Everything the decoder needs from model.ie.json, or one clear error."""
-    m = meta.get("model") or {}
-    cfg = meta.get("config") or {}
-    arch = m.get("architecture")
-    if arch not in ARCHITECTURES:
-        raise IEError(f"{meta_path}: model.architecture: {arch!r} is not supported by the decoder "
-                      f"(supported: {', '.join(ARCHITECTURES)})")
-    act = m.get("hidden_act")
-    if act not in (None, "silu"):
-        raise IEError(f"{meta_path}: model.hidden_act: {act!r} is not supported (silu is)")
-    hidden, heads = _int(m, meta_path, "hidden_size"), _int(m, meta_path, "num_attention_heads")
-    head_dim = _int(m, meta_path, "head_dim", max(1, hidden // heads))
-    theta = _positive(m, meta_path, "rope_theta", 10000.0)
-    scaling = m.get("rope_scaling")
-    n_kv = _int(m, meta_path, "num_key_value_heads", heads)
-    if heads % n_kv:
-        raise IEError(f"{meta_path}: model.num_attention_heads: {heads} is not a multiple of "
-                      f"num_key_value_heads ({n_kv}); grouped-query attention needs it")
-    window = 0
-    if cfg.get("use_sliding_window"):
-        raise IEError(f"{meta_path}: config.use_sliding_window: per-layer sliding windows ({arch}) are not supported")
-    if arch == "MistralForCausalLM" and cfg.get("sliding_window") is not None:
-        window = _int(cfg, meta_path, "sliding_window", section="config")
-    eos = m.get("eos_token_id")
-    eos_list = eos if isinstance(eos, list) else ([] if eos is None else [eos])
-    if not all(type(e) is int for e in eos_list):
-        raise IEError(f"{meta_path}: model.eos_token_id: expected an integer or a list of integers, got {eos!r}")
-    eos_ids = frozenset(eos_list)
-    # head_dim sizes the RoPE table built here: hold it to the stored q_proj
-    # first, so a hostile value cannot allocate before any tensor is checked.
-    q_name = "model.layers.0.self_attn.q_proj.weight"
-    q = next((t for t in meta.get("tensors") or [] if isinstance(t, dict) and t.get("name") == q_name), None)
-    if q is None:
-        raise IEError(f"{meta_path}: tensors: {q_name!r} is missing ({arch} needs it)")
-    if list(q.get("shape") or [])[:1] != [heads * head_dim]:
-        raise IEError(f"{meta_path}: model.head_dim: {head_dim} × num_attention_heads {heads} = {heads * head_dim}, "
-                      f"but {q_name} has shape {q.get('shape')}")
-    return DecoderSpec(
-        architecture=arch, n_layers=_int(m, meta_path, "num_hidden_layers"), hidden=hidden, n_heads=heads,
-        n_kv_heads=n_kv, head_dim=head_dim,
-        inter=_int(m, meta_path, "intermediate_size"), vocab=_int(m, meta_path, "vocab_size"),
-        max_positions=_int(m, meta_path, "max_position_embeddings", INT32_MAX),
-        eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), inv_freq=_inv_freq(head_dim, theta, scaling, meta_path),
-        tied=bool(m.get("tie_word_embeddings")), eos_ids=eos_ids, window=window)
-
-
 def kv_cache_bytes(s: DecoderSpec, ctx: int, threads: int = 1) -> int:
     """What the native decoder allocates per context position, times ``ctx``:
     K and V (float32, every layer) and each thread's attention scores."""
@@ -236,8 +105,9 @@ def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path,
 
 
 class Decoder:
-    """Greedy/sampled decoding of an IEBIN Llama-family model on the CPU or,
-    with ``device="cuda"``, on the current CUDA device (f32 activations).
+    """Greedy/sampled decoding of an IEBIN model (model_spec.ARCHITECTURES)
+    on the CPU or, with ``device="cuda"`` (dense models without per-head
+    q/k norms or sinks), on the current CUDA device (f32 activations).
 
     ``prefill`` reuses the longest cached prefix of the previous sequence
     (``kv_hits`` counts reused positions, ``kv_misses`` computed ones), so a
@@ -269,22 +139,36 @@ class Decoder:
                 raise IEError(f"{meta_path}: tensors[{name!r}].shape: {t['shape']}, the config implies {shape}")
             return t
 
-        mats: dict[str, tuple[Any, Any]] = {}
+        mats: dict[str, tuple[Any, ...]] = {}
         vecs: dict[str, np.ndarray] = {}
+        stored: dict[str, int] = {}  # bytes per storage dtype of the layer matrices and head
+        layer_dtypes: set[str] = set()
+
+        def count(key: str, dtype: str, nbytes: int) -> None:
+            stored[dtype] = stored.get(dtype, 0) + nbytes
+            if key.startswith("layers."):
+                layer_dtypes.add(dtype)
         self._step_bytes = 0
+        self._active_params = 0
+
+        def spec_of(t: dict[str, Any], name: str) -> Any:
+            try:
+                return _native.WeightSpec(**kernels.weight_params(t))
+            except ValueError as e:
+                raise IEError(f"{meta_path}: tensors[{name!r}]: {e}") from None
 
         def matrix(key: str, name: str, shape: list[int], per_step: bool = True) -> None:
             t = entry(name, shape)
-            try:
-                spec = _native.WeightSpec(**kernels.weight_params(t))
-            except ValueError as e:
-                raise IEError(f"{meta_path}: tensors[{name!r}]: {e}") from None
+            spec = spec_of(t, name)
             # A dedup member is multiplied where it lives (fused GEMV, or the
             # store's cache); the embedding's rows are read one token at a
             # time, so it is rebuilt whole.
             member = self.source.member(name) if key != "embed" else None
             mats[key] = (spec, *member) if member else (spec, self.source.get(name))
-            self._step_bytes += self.source.read_bytes(name) if per_step else 0
+            if per_step:
+                self._step_bytes += self.source.read_bytes(name)
+                self._active_params += shape[0] * shape[1]
+                count(key, t["dtype"], t["nbytes"])
 
         def vector(key: str, name: str, n: int) -> None:
             t = entry(name, [n])
@@ -293,6 +177,40 @@ class Decoder:
                               f"norms and biases as {', '.join(FLOAT_VECTOR_DTYPES)}")
             vecs[key] = decode_f32(self.source.get(name).tobytes(), t["dtype"])
             self._step_bytes += t["nbytes"]
+            self._active_params += n
+
+        def expert_matrices(key_pre: str, key: str, pattern: str, shape: list[int], top_k: int) -> None:
+            """Each expert's [rows, cols] matrix under layers.L.experts.E.key: its
+            own tensor, or a slice of the stack [experts, rows, cols] (its bytes
+            in place: a view of the mapped file). A decode step reads top_k."""
+            n = s.moe.n_experts
+            if "{e}" in pattern:
+                for e in range(n):
+                    matrix(f"{key_pre}experts.{e}.{key}", pattern.format(e=e), shape, per_step=False)
+                one = entries[pattern.format(e=0)]
+                nbytes = one["nbytes"]
+            else:
+                t = entry(pattern, [n, *shape])
+                buf, per = self.source.get(pattern), t["nbytes"] // n
+                for e in range(n):
+                    one = {**t, "name": f"{pattern}[{e}]", "shape": list(shape)}
+                    mats[f"{key_pre}experts.{e}.{key}"] = (spec_of(one, pattern), buf[e * per:(e + 1) * per])
+                nbytes = per
+            count(key_pre, entries[pattern.format(e=0)]["dtype"], nbytes * n)
+            self._step_bytes += top_k * nbytes
+            self._active_params += top_k * shape[0] * shape[1]
+
+        def expert_vectors(key_pre: str, key: str, name: str, n: int, top_k: int) -> None:
+            """Per-expert biases from their stack [experts, n]."""
+            t = entry(name, [s.moe.n_experts, n])
+            if t["dtype"] not in FLOAT_VECTOR_DTYPES:
+                raise IEError(f"{meta_path}: tensors[{name!r}].dtype: {t['dtype']!r}; the decoder reads "
+                              f"biases as {', '.join(FLOAT_VECTOR_DTYPES)}")
+            rows = decode_f32(self.source.get(name).tobytes(), t["dtype"]).reshape(s.moe.n_experts, n)
+            for e in range(s.moe.n_experts):
+                vecs[f"{key_pre}experts.{e}.{key}"] = rows[e]
+            self._step_bytes += top_k * t["nbytes"] // s.moe.n_experts
+            self._active_params += top_k * n
 
         embed_name = "model.embed_tokens.weight"
         matrix("embed", embed_name, [s.vocab, s.hidden], per_step=False)
@@ -300,7 +218,9 @@ class Decoder:
         if s.tied or "lm_head.weight" not in entries:
             mats["lm_head"] = mats["embed"]
             self._step_bytes += entries[embed_name]["nbytes"]
+            self._active_params += s.vocab * s.hidden
             head = entries[embed_name]
+            count("lm_head", head["dtype"], head["nbytes"])
         else:
             matrix("lm_head", "lm_head.weight", [s.vocab, s.hidden])
             head = entries["lm_head.weight"]
@@ -308,26 +228,47 @@ class Decoder:
         vector("norm", "model.norm.weight", s.hidden)
         shapes = {"q": [q_dim, s.hidden], "k": [kv_dim, s.hidden], "v": [kv_dim, s.hidden], "o": [s.hidden, q_dim],
                   "gate": [s.inter, s.hidden], "up": [s.inter, s.hidden], "down": [s.hidden, s.inter]}
-        bias_len = {"bq": q_dim, "bk": kv_dim, "bv": kv_dim}
-        stored: dict[str, int] = {head["dtype"]: head["nbytes"]}
+        bias_len = {"bq": q_dim, "bk": kv_dim, "bv": kv_dim, "bo": s.hidden}
+        arch, moe = s.arch, s.moe
         for i in range(s.n_layers):
-            pre = f"model.layers.{i}."
-            for key, hf in _LAYER_MATRICES.items():
-                matrix(f"layers.{i}.{key}", f"{pre}{hf}.weight", shapes[key])
-                t = entries[f"{pre}{hf}.weight"]
-                stored[t["dtype"]] = stored.get(t["dtype"], 0) + t["nbytes"]
+            pre, key_pre = f"model.layers.{i}.", f"layers.{i}."
+            for key, hf in _ATTN_MATRICES.items():
+                matrix(key_pre + key, f"{pre}{hf}.weight", shapes[key])
             for key, hf in _LAYER_VECTORS.items():
-                vector(f"layers.{i}.{key}", pre + hf, s.hidden)
+                vector(key_pre + key, pre + hf, s.hidden)
             for key, hf in _LAYER_BIASES.items():
-                if pre + hf in entries:
-                    vector(f"layers.{i}.{key}", pre + hf, bias_len[key])
-                elif s.architecture == "Qwen2ForCausalLM":
-                    raise IEError(f"{meta_path}: tensors: {pre + hf!r} is missing (Qwen2 has q/k/v biases)")
-        cfg = _native.DecoderConfig(n_layers=s.n_layers, hidden=s.hidden, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads,
-                                    head_dim=s.head_dim, inter=s.inter, vocab=s.vocab, max_ctx=self.max_ctx, eps=s.eps,
-                                    window=s.window, inv_freq=s.inv_freq.tolist())
-        layer_dtypes = {entries[f"model.layers.{i}.{hf}.weight"]["dtype"]
-                        for i in range(s.n_layers) for hf in _LAYER_MATRICES.values()}
+                if key == "bo" and not arch.o_bias:
+                    continue
+                if pre + hf in entries or arch.bias == "required":
+                    vector(key_pre + key, pre + hf, bias_len[key])
+            if arch.qk_norm:
+                vector(key_pre + "q_norm", pre + "self_attn.q_norm.weight", s.head_dim)
+                vector(key_pre + "k_norm", pre + "self_attn.k_norm.weight", s.head_dim)
+            if arch.sinks:
+                vector(key_pre + "sinks", pre + "self_attn.sinks", s.n_heads)
+            if moe is None or not moe.layers[i]:
+                for key, hf in _MLP_MATRICES.items():
+                    matrix(key_pre + key, f"{pre}{hf}.weight", shapes[key])
+                continue
+            names = moe.names
+            matrix(key_pre + "router", pre + names["router"], [moe.n_experts, s.hidden])
+            if "router_bias" in names:
+                vector(key_pre + "router_bias", pre + names["router_bias"], moe.n_experts)
+            gate_rows = 2 * moe.inter if moe.glu == "gpt_oss" else moe.inter
+            expert_matrices(key_pre, "gate", pre + names["gate"], [gate_rows, s.hidden], moe.top_k)
+            if "up" in names:
+                expert_matrices(key_pre, "up", pre + names["up"], [moe.inter, s.hidden], moe.top_k)
+            expert_matrices(key_pre, "down", pre + names["down"], [s.hidden, moe.inter], moe.top_k)
+            for key, n in (("bgate", gate_rows), ("bdown", s.hidden)):
+                if key in names:
+                    expert_vectors(key_pre, key, pre + names[key], n, moe.top_k)
+        cfg = _native.DecoderConfig(
+            n_layers=s.n_layers, hidden=s.hidden, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads, head_dim=s.head_dim,
+            inter=s.inter, vocab=s.vocab, max_ctx=self.max_ctx, eps=s.eps, windows=list(s.windows),
+            inv_freq=s.inv_freq.tolist(), rope_scale=s.rope_scale,
+            **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
+                                           norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
+                                           swiglu_limit=moe.limit)))
         self.act = device_act(device, act, layer_dtypes)  # what runs: f32 | int8
         try:
             if device == "cuda":
@@ -376,8 +317,16 @@ class Decoder:
     @property
     def weight_bytes_per_token(self) -> int:
         """Weight bytes one decode step reads: every layer matrix, norms and
-        biases, the output head and one embedding row."""
+        biases, the output head and one embedding row; of a mixture of
+        experts the router and the top_k experts a token is routed to, not
+        the others (their bytes are never touched)."""
         return self._step_bytes
+
+    @property
+    def active_params_per_token(self) -> int:
+        """Weights one decode step multiplies: as weight_bytes_per_token
+        counts them, in parameters, less the embedding row (a lookup)."""
+        return self._active_params
 
     @property
     def dedup_stats(self) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import numpy as np
 
 from iekit.formats import iebin
 from iekit.formats.casting import decode_f32
-from iekit.formats.quant import SCHEMES
+from iekit.formats.quant import SCHEMES, matrix_dims
 
 
 def load_weights(model_dir) -> tuple[dict, dict[str, np.ndarray]]:
@@ -23,8 +23,9 @@ def load_weights(model_dir) -> tuple[dict, dict[str, np.ndarray]]:
         raw = m.path_of(t).read_bytes()[t["file_data_offset"]:t["file_data_offset"] + t["nbytes"]]
         if t["dtype"] in SCHEMES:
             s = SCHEMES[t["dtype"]]
-            rows, cols = t["shape"]
-            w = s.dequantize(np.frombuffer(raw, np.uint8), rows, cols, s.params_from(t["quant"], cols))
+            count, rows, cols = matrix_dims(t["shape"])  # an expert stack: count matrices' rows in a row
+            w = s.dequantize(np.frombuffer(raw, np.uint8), count * rows, cols,
+                             s.params_from(t["quant"], cols)).reshape(t["shape"])
         else:
             w = decode_f32(raw, t["dtype"]).reshape(t["shape"])
         out[t["name"]] = np.asarray(w, np.float64)

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import GOLDEN_IEBIN, assert_one_line_error, copy_model, run_tool
+from iekit.formats import iebin
 from iekit.formats.errors import FormatError, IEError
 from iekit.runtime import cuda
 from iekit.runtime.env import BenchEnv
@@ -24,7 +25,7 @@ from iekit.runtime.bench_run import (PromptLine, RoundTimes, read_prompts, round
 FIELDS = ("round", "tokens_generated", "wall_time_s", "tps_true", "latency_p50_ms", "latency_p95_ms",
           "prefill_ms", "rss_peak_mb", "kv_hits", "kv_misses", "mb_per_token", "bytes_touched",
           "model_coverage", "effective_gbps", "read_bw_gbps", "roofline_fraction", "decode_gbps",
-          "decode_roofline_fraction", "precision", "act_prec",
+          "decode_roofline_fraction", "precision", "act_prec", "active_params_per_token",
           "threads", "device", "model_dir", "prompts", "max_new", "dedup", "touch_checksum", "read_bw_bytes")
 # The yardstick of the real-command tests: a field's presence or an error path
 # needs no 256 MiB stream; test_golden_models_two_rounds[tiny-llama] keeps the default.
@@ -41,6 +42,7 @@ class FakeDecoder:
         self.vocab_size, self.eos_ids, self.max_ctx = vocab, frozenset([] if eos is None else [eos]), 64
         self.precision, self.precisions = "int4w", ("int4w",)
         self.weight_bytes_per_token, self.model_bytes = 1_000_000, 4_000_000
+        self.active_params_per_token = 1_800_000
         self.kv_hits = self.kv_misses = 0
         self.init = dict(model_dir=model_dir, threads=threads, act=act, affinity=affinity)
         self.act = "int8" if act == "auto" else act  # what runs: the model is int4w
@@ -386,7 +388,7 @@ def _check_consistent(r, model, prompts_file=None):
     assert (r["device"], r["model_dir"], r["max_new"]) == ("cpu", str(model), 4)
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama-mixedq"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama-mixedq", "tiny-gpt-oss-mxfp4"])
 def test_golden_models_two_rounds(name):
     model = GOLDEN_IEBIN / name
     default = name == "tiny-llama"  # the real default-size measurement path
@@ -401,7 +403,17 @@ def test_golden_models_two_rounds(name):
     # sequence ("The quick ..."), which share at least the token(s) of "The".
     assert recs[1]["kv_hits"] > 0
     # the matrices' storage, most bytes first (golden/manifests/tiny-llama.mixed.q4_manifest.json)
-    assert recs[0]["precision"] == {"tiny-llama": "f32", "tiny-llama-mixedq": "mixed(int4w,q8_0,q4_1,q4_0)"}[name]
+    assert recs[0]["precision"] == {"tiny-llama": "f32", "tiny-llama-mixedq": "mixed(int4w,q8_0,q4_1,q4_0)",
+                                    "tiny-gpt-oss-mxfp4": "mixed(bf16,mxfp4)"}[name]
+    if name == "tiny-gpt-oss-mxfp4":  # 2 of 4 experts a token: half the expert bytes and parameters
+        tensors = iebin.load_model(model).tensors
+        size = {t["name"]: (t["nbytes"], math.prod(t["shape"])) for t in tensors}
+        experts = [size[n] for n in size if ".experts." in n]
+        embed = size["model.embed_tokens.weight"]
+        assert recs[0]["weight_bytes_per_token"] == (sum(b for b, _ in size.values()) - embed[0] + embed[0] // 320
+                                                     - sum(b for b, _ in experts) // 2)
+        assert recs[0]["active_params_per_token"] == (sum(p for _, p in size.values()) - embed[1]
+                                                      - sum(p for _, p in experts) // 2)
 
 
 def test_work_touch_env_and_unsupported_act(tmp_path):

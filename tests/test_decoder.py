@@ -18,11 +18,14 @@ from conftest import GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error,
 from decoder_ref import forward, kl_top1, load_weights
 from iekit.formats.errors import IEError
 from iekit.runtime import native
-from iekit.runtime.decoder import Decoder, rope_inv_freq
+from iekit.runtime.decoder import Decoder
+from iekit.runtime.model_spec import rope_tables
 from iekit.runtime.sampling import Sampler, generate
 
-# tiny-mistral: sliding_window 4 over the 12 reference ids; tiny-llama3: rope_type llama3.
-MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3"]
+# tiny-mistral: sliding_window 4 over the 12 reference ids; tiny-llama3: rope_type llama3; tiny-qwen3:
+# q/k norms; the rest mixtures of experts (tests/test_moe.py), gpt-oss with sinks, YaRN and MXFP4 experts.
+MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
+          "tiny-gpt-oss", "tiny-gpt-oss-mxfp4"]
 
 
 def _ref(model: str, name: str):
@@ -56,8 +59,9 @@ def q4_dirs(tmp_path_factory):
 def test_logits_match_transformers(tmp_path, model, threads):
     out = tmp_path / "l.npy"
     ids = ",".join(map(str, _ref(model, "ids.json")))
+    # --act f32: the reference ran in f32 (the default, auto, runs int8 activations into tiny-gpt-oss-mxfp4's experts)
     res = run_tool("ierun", "logits", "--model-dir", GOLDEN_IEBIN / model, "--ids", ids, "--out", out,
-                   "--threads", str(threads))
+                   "--threads", str(threads), "--act", "f32")
     assert res.returncode == 0, res.stderr
     got, ref = np.load(out), _ref(model, "logits.npy")
     assert got.dtype == np.float32 and got.shape == ref.shape
@@ -143,17 +147,38 @@ def test_sampling_is_seeded_and_top_p_tiny_is_greedy():
 
 
 def test_llama3_rope_scaling_keeps_high_and_divides_low_frequencies():
-    base = rope_inv_freq(128, 500000.0, None)
+    base, one = rope_tables(128, 500000.0, None)
     sc = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 8192}
-    got = rope_inv_freq(128, 500000.0, sc)
+    got, scale = rope_tables(128, 500000.0, sc)
+    assert one == scale == 1.0
     wavelen = 2 * np.pi / base
     assert np.array_equal(got[wavelen < 8192 / 4], base[wavelen < 8192 / 4])
     assert np.allclose(got[wavelen > 8192], base[wavelen > 8192] / 8)
     mid = (wavelen >= 2048) & (wavelen <= 8192)
     assert mid.any() and np.all((got[mid] <= base[mid]) & (got[mid] >= base[mid] / 8))
-    with pytest.raises(IEError, match="yarn"):
-        rope_inv_freq(128, 1e4, {"rope_type": "yarn"})
+    with pytest.raises(IEError, match="dynamic"):
+        rope_tables(128, 1e4, {"rope_type": "dynamic", "factor": 2.0})
+
+
+def test_yarn_matches_gpt_oss_published_tables():
+    """gpt-oss-20b's YaRN (factor 32 over 4096 positions, beta 32/1, truncate
+    false): frequencies above the beta_fast band kept, below beta_slow's
+    divided by 32, a linear ramp between, and cos/sin scaled by 0.1 ln 32 + 1
+    (transformers' _compute_yarn_parameters, recomputed here in float64)."""
+    sc = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+          "original_max_position_embeddings": 4096, "truncate": False}
+    d, theta = 64, 150000.0
+    got, scale = rope_tables(d, theta, sc)
+    assert scale == pytest.approx(0.1 * np.log(32) + 1)
+    base = 1 / theta ** (np.arange(0, d, 2) / d)
+    lo, hi = (d * np.log(4096 / (b * 2 * np.pi)) / (2 * np.log(theta)) for b in (32.0, 1.0))
+    ramp = np.clip((np.arange(d // 2) - lo) / (hi - lo), 0, 1)
+    ref = base / 32 * ramp + base * (1 - ramp)
+    assert np.allclose(got, ref, rtol=1e-6, atol=0)
+    assert got[0] == pytest.approx(base[0], rel=1e-6) and got[-1] == pytest.approx(base[-1] / 32, rel=1e-6)
+    _, truncated = rope_tables(d, theta, {**sc, "truncate": True})
+    assert truncated == scale
 
 
 def test_mistral_sliding_window_against_float64_reference(tmp_path):

@@ -18,8 +18,9 @@ struct AttnOps {
   // sums the elements i < d - d % 8 with i % 8 == u), added pairwise as
   // ((0+1)+(2+3))+((4+5)+(6+7)), then the tail in order.
   void (*scores)(const float* q, const float* k, size_t stride, int n, int d, float scale, float* out);
-  // p[t] = exp(p[t] - max) for t < n; returns their sum. max is the
-  // largest p[t], so every exponential is in (0, 1].
+  // p[t] = exp(p[t] - max) for t < n; returns their sum. max is at least
+  // the largest p[t] (an attention sink's logit may exceed them all), so
+  // every exponential is in [0, 1].
   float (*softmax_exp)(float* p, int n, float max);
   // o[i] = sum over t < n of p[t] * v_t[i] for i < d, v_t = v + t * stride,
   // summed in order of t.

@@ -47,8 +47,9 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int n, float eps,
 // RoPE (rotate_half: pairs (i, i + head_dim/2) turn by pos * inv_freq[i])
 // of the row's q and k heads, then the row's k and v into the cache at its
 // position: one block per chunk row.
-__global__ void rope_store_kernel(float* q, float* k, const float* v, const float* inv_freq, const int32_t* io,
-                                  int n_heads, int n_kv_heads, int head_dim, float* k_cache, float* v_cache) {
+__global__ void rope_store_kernel(float* q, float* k, const float* v, const float* inv_freq, float rope_scale,
+                                  const int32_t* io, int n_heads, int n_kv_heads, int head_dim, float* k_cache,
+                                  float* v_cache) {
   const int j = blockIdx.x, half = head_dim / 2;
   const int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
   const int pos = io[0] + j;
@@ -59,7 +60,7 @@ __global__ void rope_store_kernel(float* q, float* k, const float* v, const floa
   for (int e = threadIdx.x; e < (n_heads + n_kv_heads) * half; e += blockDim.x) {
     const int h = e / half, i = e % half;
     const float ang = static_cast<float>(pos) * inv_freq[i];
-    const float c = cosf(ang), s = sinf(ang);
+    const float c = cosf(ang) * rope_scale, s = sinf(ang) * rope_scale;
     float* p = h < n_heads ? qj + h * head_dim : kj + (h - n_heads) * head_dim;
     const float a = p[i], b = p[i + half];
     p[i] = a * c - b * s;
@@ -163,6 +164,12 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
     : cfg_(cfg), stream_(nullptr, destroy_stream), graph_(nullptr, destroy_graph) {
   const DecoderConfig& c = cfg_;
   check_decoder(c, w, /*dedup_plans=*/false);  // everything, before the first byte goes to the device
+  // What the device step does not implement is refused, never skipped.
+  for (const LayerWeights& L : w.layers) {
+    if (!L.experts.empty()) fail("the CUDA decoder runs dense MLP layers only; a mixture of experts runs on the CPU");
+    if (!L.q_norm.empty()) fail("the CUDA decoder has no per-head q/k norm (Qwen3); run it on the CPU");
+    if (!L.sinks.empty()) fail("the CUDA decoder has no attention sinks (gpt-oss); run it on the CPU");
+  }
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
   const size_t B = kMaxBatch, F = sizeof(float);
@@ -188,6 +195,7 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
     d.bq = upload_vec(L.bq);
     d.bk = upload_vec(L.bk);
     d.bv = upload_vec(L.bv);
+    d.bo = upload_vec(L.bo);
     layers_.push_back(std::move(d));
   }
   final_norm_ = upload_vec(w.final_norm);
@@ -286,14 +294,14 @@ void CudaDecoder::enqueue_chunk(int b, Head head) {
     cuda::gemv(L.v, xn, b, L.bv.as<float>(), v, s);
     float* kc = k_cache_.as<float>() + l * layer_cache;
     float* vc = v_cache_.as<float>() + l * layer_cache;
-    rope_store_kernel<<<b, kThreads, 0, s>>>(q, k, v, inv_freq_.as<float>(), io, c.n_heads, c.n_kv_heads, c.head_dim,
+    rope_store_kernel<<<b, kThreads, 0, s>>>(q, k, v, inv_freq_.as<float>(), c.rope_scale, io, c.n_heads, c.n_kv_heads, c.head_dim,
                                              kc, vc);
     check_launch("rope_store_kernel");
     attention_kernel<<<dim3(c.n_heads, b), kAttnThreads, c.head_dim * sizeof(float), s>>>(
-        q, kc, vc, io, c.window, c.n_heads, c.n_heads / c.n_kv_heads, c.head_dim, c.max_ctx, scale,
+        q, kc, vc, io, c.windows[static_cast<size_t>(l)], c.n_heads, c.n_heads / c.n_kv_heads, c.head_dim, c.max_ctx, scale,
         scores_.as<float>(), att);
     check_launch("attention_kernel");
-    cuda::gemv(L.o, att, b, nullptr, tmp, s);
+    cuda::gemv(L.o, att, b, L.bo.as<float>(), tmp, s);
     add_kernel<<<blocks_for(static_cast<size_t>(b) * H), kThreads, 0, s>>>(x, tmp, static_cast<size_t>(b) * H);
     check_launch("add_kernel");
     rmsnorm_kernel<<<b, kThreads, 0, s>>>(x, L.mlp_norm.as<float>(), H, c.eps, xn);

@@ -52,7 +52,7 @@ class CudaDecoder {
  private:
   struct Layer {
     DeviceMatrix q, k, v, o, gate, up, down;
-    DeviceBuffer attn_norm, mlp_norm, bq, bk, bv;  // biases: empty when the architecture has none
+    DeviceBuffer attn_norm, mlp_norm, bq, bk, bv, bo;  // biases: empty when the architecture has none
   };
   enum class Head { None, Last, All };  // which rows of the chunk get logits
 

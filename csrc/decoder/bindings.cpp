@@ -88,12 +88,28 @@ ie::DecoderWeights decoder_weights(const ie::DecoderConfig& c, const py::dict& m
     L.k = matrix(mats, p + "k", keep, plan_dedup);
     L.v = matrix(mats, p + "v", keep, plan_dedup);
     L.o = matrix(mats, p + "o", keep, plan_dedup);
-    L.gate = matrix(mats, p + "gate", keep, plan_dedup);
-    L.up = matrix(mats, p + "up", keep, plan_dedup);
-    L.down = matrix(mats, p + "down", keep, plan_dedup);
-    L.bq = vec(vecs, p + "bq", true);
-    L.bk = vec(vecs, p + "bk", true);
-    L.bv = vec(vecs, p + "bv", true);
+    for (auto [key, out] : {std::pair{"bq", &L.bq}, {"bk", &L.bk}, {"bv", &L.bv}, {"bo", &L.bo}, {"q_norm", &L.q_norm},
+                            {"k_norm", &L.k_norm}, {"sinks", &L.sinks}, {"router_bias", &L.router_bias}})
+      *out = vec(vecs, p + key, true);
+    // A layer with a router is a layer of experts "layers.L.experts.E.{gate,up,down}"
+    // (gpt-oss: no up), with vectors "...{bgate,bdown}"; else a dense MLP.
+    if (!mats.contains(p + "router")) {
+      L.gate = matrix(mats, p + "gate", keep, plan_dedup);
+      L.up = matrix(mats, p + "up", keep, plan_dedup);
+      L.down = matrix(mats, p + "down", keep, plan_dedup);
+    } else {
+      L.router = matrix(mats, p + "router", keep, plan_dedup);
+      for (int e = 0; e < c.n_experts; ++e) {
+        const std::string x = p + "experts." + std::to_string(e) + ".";
+        ie::Expert ex;
+        ex.gate = matrix(mats, x + "gate", keep, plan_dedup);
+        if (c.glu == ie::Glu::Silu) ex.up = matrix(mats, x + "up", keep, plan_dedup);
+        ex.down = matrix(mats, x + "down", keep, plan_dedup);
+        ex.bgate = vec(vecs, x + "bgate", true);
+        ex.bdown = vec(vecs, x + "bdown", true);
+        L.experts.push_back(std::move(ex));
+      }
+    }
     w.layers.push_back(std::move(L));
   }
   return w;
@@ -154,7 +170,9 @@ std::unique_ptr<ie::cuda::CudaDecoder> make_cuda_decoder(const ie::DecoderConfig
 void ie_register_decoder(py::module_& m) {
   py::class_<ie::DecoderConfig>(m, "DecoderConfig", "The decoder's dimensions (csrc/decoder/decoder.h); checked by Decoder().")
       .def(py::init([](int n_layers, int hidden, int n_heads, int n_kv_heads, int head_dim, int inter, int vocab,
-                       int max_ctx, float eps, int window, std::vector<float> inv_freq) {
+                       int max_ctx, float eps, std::vector<int> windows, std::vector<float> inv_freq, float rope_scale,
+                       int n_experts, int top_k, int expert_inter, bool norm_topk, const std::string& glu,
+                       float swiglu_alpha, float swiglu_limit) {
              ie::DecoderConfig c;
              c.n_layers = n_layers;
              c.hidden = hidden;
@@ -165,16 +183,28 @@ void ie_register_decoder(py::module_& m) {
              c.vocab = vocab;
              c.max_ctx = max_ctx;
              c.eps = eps;
-             c.window = window;
+             c.windows = std::move(windows);
              c.inv_freq = std::move(inv_freq);
+             c.rope_scale = rope_scale;
+             c.n_experts = n_experts;
+             c.top_k = top_k;
+             c.expert_inter = expert_inter;
+             c.norm_topk = norm_topk;
+             if (glu != "silu" && glu != "gpt_oss") throw std::invalid_argument("glu must be silu or gpt_oss, got '" + glu + "'");
+             c.glu = glu == "silu" ? ie::Glu::Silu : ie::Glu::GptOss;
+             c.swiglu_alpha = swiglu_alpha;
+             c.swiglu_limit = swiglu_limit;
              return c;
            }),
            py::kw_only(), py::arg("n_layers"), py::arg("hidden"), py::arg("n_heads"), py::arg("n_kv_heads"),
            py::arg("head_dim"), py::arg("inter"), py::arg("vocab"), py::arg("max_ctx"), py::arg("eps"),
-           py::arg("window") = 0, py::arg("inv_freq"))
+           py::arg("windows"), py::arg("inv_freq"), py::arg("rope_scale") = 1.f,
+           py::arg("n_experts") = 0, py::arg("top_k") = 0, py::arg("expert_inter") = 0, py::arg("norm_topk") = true,
+           py::arg("glu") = "silu", py::arg("swiglu_alpha") = 1.702f, py::arg("swiglu_limit") = 7.f)
       .def_readonly("n_layers", &ie::DecoderConfig::n_layers)
       .def_readonly("hidden", &ie::DecoderConfig::hidden)
       .def_readonly("vocab", &ie::DecoderConfig::vocab)
+      .def_readonly("n_experts", &ie::DecoderConfig::n_experts)
       .def_readonly("max_ctx", &ie::DecoderConfig::max_ctx);
   py::class_<PyDecoder>(m, "Decoder", "Llama-family decoder over weights read in place (csrc/decoder/decoder.h).")
       .def(py::init(&make_decoder), py::arg("config"), py::arg("matrices"), py::arg("vectors"),

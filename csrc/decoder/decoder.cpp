@@ -79,13 +79,54 @@ void rope(float* v, int n_heads, int head_dim, const float* cs) {
   }
 }
 
+// No bytes at all: gpt-oss's `up` (its rows live interleaved in `gate`).
+bool absent(const Matrix& m) { return m.data == nullptr && !m.dedup && m.store == nullptr; }
+
+std::string num(double v) { return std::to_string(v); }
+
+void check_experts(const DecoderConfig& c, const LayerWeights& L, const std::string& n, bool p) {
+  if (c.n_experts == 0) fail(n + "has experts but the config has n_experts 0");
+  if (L.experts.size() != static_cast<size_t>(c.n_experts))
+    fail(n + "experts: " + std::to_string(L.experts.size()) + ", the config has " + std::to_string(c.n_experts));
+  check_matrix(n + "router", L.router, c.n_experts, c.hidden, p);
+  check_vec(n + "router.bias", L.router_bias, static_cast<size_t>(c.n_experts), true);
+  const bool fused = c.glu == Glu::GptOss;
+  const int64_t gate_rows = fused ? 2 * static_cast<int64_t>(c.expert_inter) : c.expert_inter;
+  for (size_t e = 0; e < L.experts.size(); ++e) {
+    const Expert& x = L.experts[e];
+    const std::string en = n + "expert " + std::to_string(e) + " ";
+    check_matrix(en + (fused ? "gate_up_proj" : "gate_proj"), x.gate, gate_rows, c.hidden, p);
+    if (fused) {
+      if (!absent(x.up)) fail(en + "up_proj: gpt-oss's up rows are interleaved in gate_up_proj; pass no up matrix");
+    } else {
+      check_matrix(en + "up_proj", x.up, c.expert_inter, c.hidden, p);
+    }
+    check_matrix(en + "down_proj", x.down, c.hidden, c.expert_inter, p);
+    check_vec(en + "gate bias", x.bgate, static_cast<size_t>(gate_rows), true);
+    check_vec(en + "down bias", x.bdown, static_cast<size_t>(c.hidden), true);
+  }
+}
+
 }  // namespace
 
 void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_plans) {
   if (c.n_layers < 1 || c.hidden < 1 || c.n_heads < 1 || c.n_kv_heads < 1 || c.head_dim < 2 || c.inter < 1 ||
       c.vocab < 1 || c.max_ctx < 1)
     fail("decoder config: every dimension must be positive");
-  if (c.window < 0) fail("decoder config: sliding window must be >= 0");
+  if (c.windows.size() != static_cast<size_t>(c.n_layers)) fail("decoder config: windows must hold one value per layer");
+  for (int win : c.windows)
+    if (win < 0) fail("decoder config: a sliding window must be >= 0, got " + std::to_string(win));
+  if (!(c.rope_scale > 0.f) || !std::isfinite(c.rope_scale)) fail("decoder config: rope_scale must be a positive number");
+  if (c.n_experts < 0) fail("decoder config: n_experts must be >= 0");
+  if (c.n_experts > 0) {
+    if (c.top_k < 1 || c.top_k > c.n_experts)
+      fail("decoder config: top_k " + std::to_string(c.top_k) + " is outside 1..n_experts (" +
+           std::to_string(c.n_experts) + ")");
+    if (c.expert_inter < 1) fail("decoder config: expert_inter must be positive");
+    if (c.glu == Glu::GptOss && (!(c.swiglu_limit > 0.f) || !std::isfinite(c.swiglu_limit)))
+      fail("decoder config: swiglu_limit must be a positive number, got " + num(c.swiglu_limit));
+    if (!std::isfinite(c.swiglu_alpha)) fail("decoder config: swiglu_alpha must be finite");
+  }
   if (c.head_dim % 2) fail("decoder config: head_dim must be even for RoPE, got " + std::to_string(c.head_dim));
   if (c.n_heads % c.n_kv_heads)
     fail("decoder config: num_attention_heads (" + std::to_string(c.n_heads) +
@@ -107,12 +148,21 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     check_matrix(n + "k_proj", L.k, kv_dim, c.hidden, p);
     check_matrix(n + "v_proj", L.v, kv_dim, c.hidden, p);
     check_matrix(n + "o_proj", L.o, c.hidden, q_dim, p);
-    check_matrix(n + "gate_proj", L.gate, c.inter, c.hidden, p);
-    check_matrix(n + "up_proj", L.up, c.inter, c.hidden, p);
-    check_matrix(n + "down_proj", L.down, c.hidden, c.inter, p);
+    if (L.experts.empty()) {
+      check_matrix(n + "gate_proj", L.gate, c.inter, c.hidden, p);
+      check_matrix(n + "up_proj", L.up, c.inter, c.hidden, p);
+      check_matrix(n + "down_proj", L.down, c.hidden, c.inter, p);
+    } else {
+      check_experts(c, L, n, p);
+    }
     check_vec(n + "q_proj.bias", L.bq, q_dim, true);
     check_vec(n + "k_proj.bias", L.bk, kv_dim, true);
     check_vec(n + "v_proj.bias", L.bv, kv_dim, true);
+    check_vec(n + "o_proj.bias", L.bo, c.hidden, true);
+    check_vec(n + "q_norm", L.q_norm, c.head_dim, true);
+    check_vec(n + "k_norm", L.k_norm, c.head_dim, true);
+    if (L.q_norm.empty() != L.k_norm.empty()) fail(n + "q_norm and k_norm: one without the other");
+    check_vec(n + "sinks", L.sinks, c.n_heads, true);
   }
 }
 
@@ -129,12 +179,14 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     dequantize(w_.embed.spec, w_.embed.data, w_.embed_f32.data());
   }
   // The int8 GEMVs read row-interleaved copies where their kernel exists;
-  // a tied head shares the embedding's copy.
+  // a tied head shares the embedding's copy. Experts are not copied: each
+  // token reads only top_k of them, in place, so the mapped file pages in
+  // the experts a prompt uses and no more.
   // The stored bytes are then not read again: their pages, touched once by
   // the packing, are handed back (MADV_PAGEOUT: dropped from this process's
   // resident set, contents kept), so the copy does not double the RSS.
   auto pack = [&](Matrix& m) {
-    if (m.dedup || !gemv_uses_rows8(m.spec, act_, isa_)) return;
+    if (m.dedup || absent(m) || !gemv_uses_rows8(m.spec, act_, isa_)) return;
     m.rows8 = std::make_shared<const Rows8>(pack_rows8(m.spec, m.data, threads_));
     rows8_bytes_ += m.rows8->bytes.size();
     page_out(m.data, weight_nbytes(m.spec));
@@ -156,6 +208,17 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   gate_.resize(B * c.inter);
   up_.resize(B * c.inter);
   scores_.resize(static_cast<size_t>(threads) * c.max_ctx);
+  if (c.n_experts > 0) {
+    const size_t gate_rows = static_cast<size_t>(c.expert_inter) * (c.glu == Glu::GptOss ? 2 : 1);
+    router_logits_.resize(B * c.n_experts);
+    route_e_.resize(B * c.top_k);
+    route_w_.resize(B * c.top_k);
+    routed_.resize(static_cast<size_t>(c.n_experts));
+    ex_x_.resize(B * c.hidden);
+    ex_g_.resize(B * gate_rows);
+    ex_u_.resize(B * c.expert_inter);
+    ex_y_.resize(B * c.hidden);
+  }
   rope_cs_.resize(B * c.head_dim);
 }
 
@@ -171,9 +234,16 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture) {
   captured_.assign(on ? static_cast<size_t>(slots) : 0, {});
   capture_on_.assign(on ? static_cast<size_t>(slots) : 0, 0);
   if (!on) return;
-  for (int slot : capture) capture_on_[static_cast<size_t>(slot)] = 1;
-  for (int l = 0; l < c.n_layers; ++l)
-    for (int n : {c.hidden, q_dim_, c.hidden, c.inter}) stats_.emplace_back(static_cast<size_t>(n), 0.0);
+  for (int slot : capture) {
+    if (slot % 4 == 3 && slot / 4 < c.n_layers && !w_.layers[static_cast<size_t>(slot / 4)].experts.empty())
+      fail("collect_stats: slot " + std::to_string(slot) + " (layer " + std::to_string(slot / 4) +
+           "'s expert down inputs) mixes every expert's rows; it cannot be captured");
+    capture_on_[static_cast<size_t>(slot)] = 1;
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    const int down_in = w_.layers[static_cast<size_t>(l)].experts.empty() ? c.inter : c.expert_inter;
+    for (int n : {c.hidden, q_dim_, c.hidden, down_in}) stats_.emplace_back(static_cast<size_t>(n), 0.0);
+  }
   stats_.emplace_back(static_cast<size_t>(c.hidden), 0.0);
 }
 
@@ -264,6 +334,11 @@ constexpr int kParallelAttnCtx = 32;
 
 void Decoder::attention(int layer, int b) {
   const int hd = cfg_.head_dim, nh = cfg_.n_heads, group = nh / cfg_.n_kv_heads;
+  const int window = cfg_.windows[static_cast<size_t>(layer)];
+  // gpt-oss's sinks: one more logit per head in the softmax's denominator,
+  // with no value behind it (transformers appends it to the scores and
+  // drops its probability).
+  const float* sinks = w_.layers[static_cast<size_t>(layer)].sinks.empty() ? nullptr : w_.layers[static_cast<size_t>(layer)].sinks.data();
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const float* kc = k_cache_.data() + static_cast<size_t>(layer) * cfg_.max_ctx * kv_dim_;
   const float* vc = v_cache_.data() + static_cast<size_t>(layer) * cfg_.max_ctx * kv_dim_;
@@ -277,14 +352,84 @@ void Decoder::attention(int layer, int b) {
     for (int h = 0; h < nh; ++h) {
       float* sc = scores_.data() + static_cast<size_t>(omp_get_thread_num()) * cfg_.max_ctx;
       const int n_ctx = n_past_ + j + 1;  // causal: this token and every earlier one
-      const int t0 = cfg_.window > 0 ? std::max(0, n_ctx - cfg_.window) : 0, n = n_ctx - t0;
+      const int t0 = window > 0 ? std::max(0, n_ctx - window) : 0, n = n_ctx - t0;
       const size_t kvo = static_cast<size_t>(t0) * kv_dim_ + (h / group) * hd;
       ops.scores(q_.data() + static_cast<size_t>(j) * q_dim_ + h * hd, kc + kvo, kv_dim_, n, hd, scale, sc);
-      const float mx = *std::max_element(sc, sc + n);
-      const float inv = 1.f / ops.softmax_exp(sc, n, mx);
+      const float mx = std::max(*std::max_element(sc, sc + n), sinks ? sinks[h] : -INFINITY);
+      const float inv = 1.f / (ops.softmax_exp(sc, n, mx) + (sinks ? std::exp(sinks[h] - mx) : 0.f));
       float* o = att_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
       ops.mix(sc, vc + kvo, kv_dim_, n, hd, o);
       for (int i = 0; i < hd; ++i) o[i] *= inv;
+    }
+  }
+}
+
+void Decoder::glu(Glu kind, float* g, const float* u, int n, int width) const {
+  const size_t all = static_cast<size_t>(n) * static_cast<size_t>(width);
+  if (kind == Glu::Silu) {
+#pragma omp parallel for num_threads(threads_) if (n > 1)
+    for (size_t i = 0; i < all; ++i) g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+    return;
+  }
+  // In place: output i is written after inputs 2i and 2i + 1 (>= i) are read.
+  const float lim = cfg_.swiglu_limit, alpha = cfg_.swiglu_alpha;
+  for (size_t i = 0; i < all; ++i) {
+    const float gate = std::min(g[2 * i], lim), up = std::clamp(g[2 * i + 1], -lim, lim);
+    g[i] = (up + 1.f) * (gate / (1.f + std::exp(-alpha * gate)));
+  }
+}
+
+// Routing as transformers does it: the top_k logits (softmax is monotonic,
+// so these are the top_k probabilities too), weighted by the softmax over
+// them (norm_topk) or over every expert's logit. Then each expert with rows
+// runs once over all of them, a GEMV or (a long prefill chunk) a GEMM, and
+// its outputs are added to the residual, weighted.
+void Decoder::experts(int layer, int b) {
+  const DecoderConfig& c = cfg_;
+  const LayerWeights& L = w_.layers[static_cast<size_t>(layer)];
+  const int H = c.hidden, E = c.n_experts, K = c.top_k, I = c.expert_inter;
+  mm(L.router, xn_prep_, xn_.data(), b, L.router_bias.empty() ? nullptr : L.router_bias.data(), router_logits_.data());
+  for (auto& r : routed_) r.clear();
+  for (int j = 0; j < b; ++j) {
+    const float* lg = &router_logits_[static_cast<size_t>(j) * E];
+    int* sel = &route_e_[static_cast<size_t>(j) * K];
+    float* wt = &route_w_[static_cast<size_t>(j) * K];
+    for (int k = 0; k < K; ++k) {  // selection by rank; a tie goes to the lower expert index
+      int best = -1;
+      for (int e = 0; e < E; ++e) {
+        if (std::find(sel, sel + k, e) != sel + k) continue;
+        if (best < 0 || lg[e] > lg[best]) best = e;
+      }
+      sel[k] = best;
+    }
+    const float mx = lg[sel[0]];
+    float sum = 0.f;
+    for (int k = 0; k < K; ++k) sum += (wt[k] = std::exp(lg[sel[k]] - mx));
+    if (!c.norm_topk) {
+      sum = 0.f;
+      for (int e = 0; e < E; ++e) sum += std::exp(lg[e] - mx);
+    }
+    for (int k = 0; k < K; ++k) routed_[static_cast<size_t>(sel[k])].emplace_back(j, wt[k] / sum);
+  }
+  for (int e = 0; e < E; ++e) {
+    const std::vector<std::pair<int, float>>& rows = routed_[static_cast<size_t>(e)];
+    if (rows.empty()) continue;
+    const Expert& x = L.experts[static_cast<size_t>(e)];
+    const int n = static_cast<int>(rows.size());
+    for (int r = 0; r < n; ++r)
+      std::copy_n(&xn_[static_cast<size_t>(rows[static_cast<size_t>(r)].first) * H], H, &ex_x_[static_cast<size_t>(r) * H]);
+    prepare(ex_prep_, ex_x_.data(), n, H);
+    mm(x.gate, ex_prep_, ex_x_.data(), n, x.bgate.empty() ? nullptr : x.bgate.data(), ex_g_.data());
+    if (c.glu == Glu::Silu) mm(x.up, ex_prep_, ex_x_.data(), n, nullptr, ex_u_.data());
+    glu(c.glu, ex_g_.data(), ex_u_.data(), n, I);
+    if (stats_on_) add_stats(4 * layer + 3, ex_g_.data(), n, I);
+    prepare(ex_down_prep_, ex_g_.data(), n, I);
+    mm(x.down, ex_down_prep_, ex_g_.data(), n, x.bdown.empty() ? nullptr : x.bdown.data(), ex_y_.data());
+    for (int r = 0; r < n; ++r) {
+      float* xj = &x_[static_cast<size_t>(rows[static_cast<size_t>(r)].first) * H];
+      const float* y = &ex_y_[static_cast<size_t>(r) * H];
+      const float wr = rows[static_cast<size_t>(r)].second;
+      for (int i = 0; i < H; ++i) xj[i] += wr * y[i];
     }
   }
 }
@@ -299,8 +444,8 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     float* cs = rope_cs_.data() + static_cast<size_t>(j) * c.head_dim;
     for (int i = 0; i < half; ++i) {
       const float ang = static_cast<float>(n_past_ + j) * c.inv_freq[i];
-      cs[i] = std::cos(ang);
-      cs[half + i] = std::sin(ang);
+      cs[i] = std::cos(ang) * c.rope_scale;
+      cs[half + i] = std::sin(ang) * c.rope_scale;
     }
   }
   for (int l = 0; l < c.n_layers; ++l) {
@@ -326,6 +471,12 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     for (int j = 0; j < b; ++j) {
       const int pos = n_past_ + j;
       const float* cs = rope_cs_.data() + static_cast<size_t>(j) * c.head_dim;
+      if (!L.q_norm.empty()) {  // Qwen3: each head's q and k RMS-normed before the rotation
+        for (int h = 0; h < c.n_heads; ++h)
+          rmsnorm(&q_[j * q_dim_ + h * c.head_dim], L.q_norm.data(), c.head_dim, c.eps, &q_[j * q_dim_ + h * c.head_dim]);
+        for (int h = 0; h < c.n_kv_heads; ++h)
+          rmsnorm(&k_[j * kv_dim_ + h * c.head_dim], L.k_norm.data(), c.head_dim, c.eps, &k_[j * kv_dim_ + h * c.head_dim]);
+      }
       rope(&q_[j * q_dim_], c.n_heads, c.head_dim, cs);
       rope(&k_[j * kv_dim_], c.n_kv_heads, c.head_dim, cs);
       std::copy_n(&k_[j * kv_dim_], kv_dim_, kc + static_cast<size_t>(pos) * kv_dim_);
@@ -334,7 +485,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     attention(l, b);
     if (stats_on_) add_stats(4 * l + 1, att_.data(), b, q_dim_);
     prepare(att_prep_, att_.data(), b, q_dim_);
-    mm(L.o, att_prep_, att_.data(), b, nullptr, xn_.data());
+    mm(L.o, att_prep_, att_.data(), b, L.bo.empty() ? nullptr : L.bo.data(), xn_.data());
 #pragma omp parallel for num_threads(threads_) if (b > 1)
     for (int j = 0; j < b; ++j) {
       float* xj = &x_[j * H];
@@ -343,17 +494,15 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     }
     if (stats_on_) add_stats(4 * l + 2, xn_.data(), b, H);
     prepare(xn_prep_, xn_.data(), b, H);
+    if (!L.experts.empty()) {
+      experts(l, b);
+      continue;
+    }
     const Rows8Job mlp = {L.gate.rows8.get(), L.up.rows8.get(), nullptr, gate_.data()};  // fused SwiGLU
     if (!(b <= kMaxBatch && mlp.w && mlp.up && gemv_rows8(&mlp, 1, xn_prep_, threads_, isa_))) {
       mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
       mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
-#pragma omp parallel for num_threads(threads_) if (b > 1)
-      for (int j = 0; j < b; ++j) {
-        for (int i = j * I; i < (j + 1) * I; ++i) {
-          const float g = gate_[i];
-          gate_[i] = g / (1.f + std::exp(-g)) * up_[i];  // SiLU(gate) * up
-        }
-      }
+      glu(Glu::Silu, gate_.data(), up_.data(), b, I);
     }
     if (stats_on_) add_stats(4 * l + 3, gate_.data(), b, I);
     prepare(gate_prep_, gate_.data(), b, I);

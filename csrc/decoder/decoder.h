@@ -1,6 +1,9 @@
-// A minimal Llama-family decoder (Llama, Mistral, Qwen2): RMSNorm, RoPE,
-// grouped-query attention over a float32 KV cache, SwiGLU MLP, tied or
-// untied output head. Every matrix is read in place, in its stored format,
+// A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, and the
+// mixture-of-experts models gpt-oss, Qwen3-MoE and Mixtral): RMSNorm, RoPE
+// (YaRN's attention factor included), grouped-query attention over a
+// float32 KV cache with optional per-head q/k norms, attention sinks and
+// per-layer sliding windows, a SwiGLU MLP or a routed set of experts, tied
+// or untied output head. Every matrix is read in place, in its stored format,
 // through the fused GEMV kernels (gemv.h) -- or, for a prefill chunk of
 // more than kMaxBatch tokens with float activations, the GEMM kernels
 // (gemm.h), which convert weight tiles to float32 once for the whole
@@ -14,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/isa.h"
@@ -23,6 +27,13 @@
 #include "gemv/gemv.h"
 
 namespace ie {
+
+// An expert's gated unit. Silu: SiLU(gate) * up, gate and up separate
+// matrices [expert_inter, hidden]. GptOss: one matrix [2 expert_inter,
+// hidden] whose rows alternate gate, up; gate clamped above at
+// swiglu_limit, up to [-limit, limit], out = (up + 1) * gate *
+// sigmoid(swiglu_alpha * gate) (transformers' GptOssExperts).
+enum class Glu { Silu, GptOss };
 
 struct DecoderConfig {
   int n_layers = 0;
@@ -34,12 +45,25 @@ struct DecoderConfig {
   int vocab = 0;
   int max_ctx = 0;
   float eps = 1e-5f;
-  // Sliding-window attention (Mistral): a query attends to the last `window`
-  // positions, itself included; 0 attends to the whole cache.
-  int window = 0;
-  // RoPE inverse frequencies [head_dim / 2], scaling (e.g. Llama-3's)
+  // Per layer: a query attends to the last windows[l] positions, itself
+  // included (sliding-window attention: Mistral, gpt-oss's sliding layers);
+  // 0 attends to the whole cache.
+  std::vector<int> windows;
+  // RoPE inverse frequencies [head_dim / 2], scaling (e.g. Llama-3's, YaRN's)
   // already applied; rotation pairs are (i, i + head_dim / 2) as in HF.
   std::vector<float> inv_freq;
+  // YaRN's attention factor: cos and sin are multiplied by it, as
+  // transformers does (1 for every other RoPE).
+  float rope_scale = 1.f;
+  // Mixture of experts (n_experts > 0): a layer with experts sends each
+  // token to the top_k experts its router scores highest, each an MLP of
+  // expert_inter channels, and adds their outputs weighted by the router.
+  int n_experts = 0, top_k = 0, expert_inter = 0;
+  // The weights: softmax over the selected logits (gpt-oss, Mixtral, and
+  // Qwen3-MoE's norm_topk_prob), else the softmax over all experts'.
+  bool norm_topk = true;
+  Glu glu = Glu::Silu;
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.f;  // Glu::GptOss only
 };
 
 // A matrix in its stored format; `data` points into the mapped file.
@@ -57,10 +81,25 @@ struct Matrix {
   std::string name;  // the member's name in `store`
 };
 
+// One expert: gate and up (Glu::Silu), or the interleaved gate_up in
+// `gate` (Glu::GptOss, `up` empty); biases empty where the model has none.
+// The matrices are slices of the stored [experts, rows, cols] stack (or an
+// expert's own tensor), read in place: only the routed experts' pages are
+// ever touched.
+struct Expert {
+  Matrix gate, up, down;
+  std::vector<float> bgate, bdown;
+};
+
 struct LayerWeights {
   std::vector<float> attn_norm, mlp_norm;
-  Matrix q, k, v, o, gate, up, down;
-  std::vector<float> bq, bk, bv;  // empty when the architecture has none
+  Matrix q, k, v, o, gate, up, down;  // gate/up/down: the dense MLP (no data in a layer with experts)
+  std::vector<float> bq, bk, bv, bo;  // empty when the architecture has none
+  std::vector<float> q_norm, k_norm;  // per-head RMSNorm weights [head_dim] (Qwen3), or empty
+  std::vector<float> sinks;           // attention sink logit per head (gpt-oss), or empty
+  Matrix router;                      // [n_experts, hidden] in a layer with experts
+  std::vector<float> router_bias;     // [n_experts] or empty
+  std::vector<Expert> experts;        // empty: a dense MLP layer
 };
 
 struct DecoderWeights {
@@ -97,7 +136,8 @@ class Decoder {
   // on, every token run adds x^2 of each matrix input, per column, in
   // float64. Turning it on clears them. Inputs per layer l, at 4 l + k:
   // k = 0 the attention norm's output (q/k/v), 1 the attention output (o),
-  // 2 the MLP norm's output (gate/up), 3 SiLU(gate) * up (down); at
+  // 2 the MLP norm's output (gate/up, router), 3 SiLU(gate) * up (down;
+  // in a layer with experts every routed row, expert_inter wide); at
   // 4 n_layers the final norm's output (the head). The inputs of the slots
   // in `capture` are also kept row by row (float32 [tokens, n]) until
   // take_captured(slot) hands them over: the input covariances GPTQ-style
@@ -121,6 +161,13 @@ class Decoder {
   void embed_row(int32_t token, float* out) const;
   void run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits);
   void attention(int layer, int b);
+  // The routed experts of layer `layer` over xn_ [b, hidden]; adds their
+  // weighted outputs to x_ (the residual).
+  void experts(int layer, int b);
+  // SiLU(gate) * up (or gpt-oss's clamped unit) of n rows of `width`
+  // channels: g holds gate (Glu::GptOss: interleaved gate/up, 2 width per
+  // row), u up; the result lands in g's first n * width floats.
+  void glu(Glu kind, float* g, const float* u, int n, int width) const;
   // x [b, cols]: through the GEMV (prepared once in `prep` for every matrix
   // that reads it) when b <= kMaxBatch, else through the GEMM.
   void prepare(PreparedAct& prep, const float* x, int b, int cols);
@@ -143,6 +190,13 @@ class Decoder {
   void add_stats(int slot, const float* x, int b, int n);
   ZeroPages<float> k_cache_, v_cache_;  // [layer][max_ctx][kv_dim]; pages resident once written
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
+  // Routing: logits [chunk, n_experts]; per token its top_k experts and
+  // weights; per expert the (token, weight) pairs routed to it; the rows
+  // gathered for one expert and its gate/up/down outputs.
+  std::vector<float> router_logits_, route_w_, ex_x_, ex_g_, ex_u_, ex_y_;
+  std::vector<int> route_e_;
+  std::vector<std::vector<std::pair<int, float>>> routed_;
+  PreparedAct ex_prep_, ex_down_prep_;
   std::vector<float> rope_cs_;  // [chunk][cos(head_dim/2) | sin(head_dim/2)] of the chunk's positions
   // Each activation prepared once for every matrix that reads it (q/k/v, gate/up),
   // and the GEMV scratch: storage kept across tokens, so a step allocates nothing.

@@ -1,0 +1,161 @@
+"""gpt-oss-20b at its real size: conversion, then decoding with 2 threads.
+
+Writes a synthetic checkpoint with gpt-oss-20b's exact config and tensor
+shapes (24 layers, 32 MXFP4 experts of 2880 channels, top-4, vocab 201088;
+about 13 GB) into --dir, streamed tensor by tensor (never held in RAM):
+random bf16 bits for the float tensors, random e2m1 nibbles and E8M0 scales
+2^-8..2^-4 for the experts. Then, each in a child process:
+
+- ``ieconv hf-to-iebin``: wall time and peak RSS (ru_maxrss), which must stay
+  flat, far below the model size;
+- ``ierun bench --threads 2`` over token-id prompts: decode tok/s,
+  ``mb_per_token`` (the active experts' bytes, not all 32), the roofline
+  fraction, active parameters per token, and peak RSS, which stays below the
+  model size because only the routed experts are paged in.
+
+One JSON line with all of it. The checkpoint and artifact stay in --dir
+(delete it after; --keep-source 0 removes the checkpoint once converted).
+
+    python benchmarks/bench_moe.py [--dir /tmp/ie-bench-moe] [--max-new 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+H, HEADS, KV, HD, E, K, I, V, LAYERS = 2880, 64, 8, 64, 32, 4, 2880, 201088, 24
+CONFIG = {
+    "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": H, "intermediate_size": I,
+    "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": KV, "head_dim": HD,
+    "num_local_experts": E, "num_experts_per_tok": K, "vocab_size": V, "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5, "rope_theta": 150000, "sliding_window": 128, "swiglu_limit": 7.0, "attention_bias": True,
+    "tie_word_embeddings": False, "hidden_act": "silu", "eos_token_id": 200002,
+    "layer_types": ["sliding_attention", "full_attention"] * (LAYERS // 2),
+    "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                     "original_max_position_embeddings": 4096, "truncate": False},
+    "quantization_config": {"quant_method": "mxfp4",
+                            "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                       "model.embed_tokens", "lm_head"]},
+}
+CHUNK = 64 << 20
+
+
+def layer_tensors(i: int) -> list[tuple[str, str, list[int]]]:
+    p = f"model.layers.{i}."
+    out = [(p + "input_layernorm.weight", "BF16", [H]), (p + "post_attention_layernorm.weight", "BF16", [H]),
+           (p + "self_attn.sinks", "BF16", [HEADS])]
+    for n, rows, cols in (("q", HEADS * HD, H), ("k", KV * HD, H), ("v", KV * HD, H), ("o", H, HEADS * HD)):
+        out += [(p + f"self_attn.{n}_proj.weight", "BF16", [rows, cols]), (p + f"self_attn.{n}_proj.bias", "BF16", [rows])]
+    out += [(p + "mlp.router.weight", "BF16", [E, H]), (p + "mlp.router.bias", "BF16", [E])]
+    for n, rows, cols in (("gate_up_proj", 2 * I, H), ("down_proj", H, I)):
+        out += [(p + f"mlp.experts.{n}_blocks", "U8", [E, rows, cols // 32, 16]),
+                (p + f"mlp.experts.{n}_scales", "U8", [E, rows, cols // 32]),
+                (p + f"mlp.experts.{n}_bias", "BF16", [E, rows])]
+    return out
+
+
+def fill(rng: np.random.Generator, name: str, dtype: str, n: int) -> np.ndarray:
+    """n bytes of the tensor: bf16 of magnitude 2^-8..2^-1 (norms near 1),
+    random e2m1 code bytes, or E8M0 scales 2^-8..2^-4."""
+    if dtype == "U8":
+        return rng.integers(119, 124, n, np.uint8) if name.endswith("_scales") else rng.integers(0, 256, n, np.uint8)
+    bits = rng.integers(0, 1 << 16, n // 2, np.uint16)
+    exp = (0x3F80 if "norm" in name else 0x3B80) + ((bits & 0x0380) if "norm" not in name else 0)
+    return ((bits & 0x807F) | exp).astype(np.uint16).view(np.uint8)
+
+
+def write_shard(path: Path, tensors: list[tuple[str, str, list[int]]], rng: np.random.Generator) -> int:
+    """A safetensors file written tensor by tensor, CHUNK bytes at a time."""
+    header, off = {}, 0
+    for name, dtype, shape in tensors:
+        n = int(np.prod(shape)) * (1 if dtype == "U8" else 2)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + n]}
+        off += n
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for name, dtype, shape in tensors:
+            left = int(np.prod(shape)) * (1 if dtype == "U8" else 2)
+            while left:
+                n = min(CHUNK, left)
+                f.write(fill(rng, name, dtype, n).tobytes())
+                left -= n
+    return off
+
+
+def write_checkpoint(d: Path) -> int:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(CONFIG, indent=1))
+    rng = np.random.default_rng(0)
+    shards = [[("model.embed_tokens.weight", "BF16", [V, H]), ("model.norm.weight", "BF16", [H])],
+              *[layer_tensors(i) for i in range(LAYERS)], [("lm_head.weight", "BF16", [V, H])]]
+    weight_map, total = {}, 0
+    for s, tensors in enumerate(shards):
+        fname = f"model-{s:05d}-of-{len(shards):05d}.safetensors"
+        total += write_shard(d / fname, tensors, rng)
+        weight_map.update({t[0]: fname for t in tensors})
+        print(f"  wrote {fname} ({total / 1e9:.2f} GB so far)", file=sys.stderr)
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return total
+
+
+def child(cmd: list[str]) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run cmd; its output, wall seconds and peak RSS (MiB)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if res.returncode:
+        sys.exit(f"{' '.join(cmd)} failed:\n{res.stderr}")
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return res, wall, max(peak, before) / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/ie-bench-moe"))
+    ap.add_argument("--max-new", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--keep-source", type=int, default=1)
+    a = ap.parse_args()
+    bindir = Path(sys.executable).parent
+    src, out = a.dir / "hf", a.dir / "iebin"
+    t0 = time.perf_counter()
+    size = write_checkpoint(src)
+    gen_s = time.perf_counter() - t0
+    shutil.rmtree(out, ignore_errors=True)
+    _, conv_s, conv_rss = child([str(bindir / "ieconv"), "hf-to-iebin", "-q", "--hf-dir", str(src), "--out-dir", str(out)])
+    if not a.keep_source:
+        shutil.rmtree(src)
+    prompts = a.dir / "prompts.txt"
+    prompts.write_text("ids: 200006,17360,200008,3575,553,261,10297,29186\nids: 12194,11,1495,553,481,30\n")
+    res, _, _ = child([str(bindir / "ierun"), "bench", "--model-dir", str(out), "--threads", str(a.threads),
+                       "--prompts-file", str(prompts), "--max-new", str(a.max_new), "--rounds", "1", "--ignore-eos"])
+    rec = json.loads(res.stdout.strip().splitlines()[-1])
+    print(json.dumps({
+        "checkpoint_gb": size / 1e9, "generate_s": round(gen_s, 1), "convert_s": round(conv_s, 1),
+        "convert_gbps": round(size / conv_s / 1e9, 3), "convert_rss_peak_mb": round(conv_rss),
+        "model_bytes": rec["model_bytes"], "threads": a.threads, "tps_true": rec["tps_true"],
+        "decode_tps": (rec["decode_steps"] / (rec["wall_time_s"] - rec["prefill_ms"] / 1e3)
+                       if rec["decode_steps"] else None),
+        "mb_per_token": rec["mb_per_token"], "model_coverage": rec["model_coverage"],
+        "active_params_per_token": rec["active_params_per_token"], "read_bw_gbps": rec["read_bw_gbps"],
+        "roofline_fraction": rec["roofline_fraction"], "decode_roofline_fraction": rec["decode_roofline_fraction"],
+        "bench_rss_peak_mb": rec["rss_peak_mb"], "act_prec": rec.get("act_prec"),
+    }))
+
+
+if __name__ == "__main__":
+    main()

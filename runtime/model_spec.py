@@ -1,0 +1,318 @@
+"""What the decoder runs, read from ``model.ie.json``: per architecture the
+dimensions, attention variant, RoPE tables and mixture-of-experts routing,
+and the HF tensor names each part lives under.
+
+Every option is read the way transformers 5.x reads it (the modeling files
+named beside each architecture below); an option the decoder does not
+implement is an error naming the config key, never a silently different
+model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from iekit.formats.errors import IEError
+
+INT32_MAX = (1 << 31) - 1  # every dimension and --ctx reach the native decoder as a C int
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One architecture's shape of a layer. ``moe``: where its experts live
+    (None: a dense MLP); ``qk_norm``: per-head RMSNorm of q and k before
+    RoPE; ``sinks``: learned attention sinks; ``bias``: q/k/v (and o, when
+    ``o_bias``) projections carry biases (``"required"``, ``"optional"``)."""
+
+    moe: str | None = None
+    qk_norm: bool = False
+    sinks: bool = False
+    bias: str = "optional"
+    o_bias: bool = False
+    window_everywhere: bool = False  # config.sliding_window applies to every layer (Mistral, Mixtral)
+
+
+ARCHS = {
+    "LlamaForCausalLM": Arch(),                                     # models/llama
+    "MistralForCausalLM": Arch(window_everywhere=True),             # models/mistral
+    "Qwen2ForCausalLM": Arch(bias="required"),                      # models/qwen2
+    "Qwen3ForCausalLM": Arch(qk_norm=True),                         # models/qwen3
+    "Qwen3MoeForCausalLM": Arch(moe="qwen3_moe", qk_norm=True),     # models/qwen3_moe
+    "MixtralForCausalLM": Arch(moe="mixtral", window_everywhere=True),  # models/mixtral
+    "GptOssForCausalLM": Arch(moe="gpt_oss", sinks=True, bias="required", o_bias=True),  # models/gpt_oss
+}
+ARCHITECTURES = tuple(ARCHS)
+
+# Per MoE layout: the router, and each expert's matrices. "{e}" is an expert
+# index; a name without it is a stack [experts, rows, cols] (gpt-oss: its
+# gate_up rows alternate gate, up; IEBIN stores every stack as [experts,
+# out, in], hf-to-iebin transposing gpt-oss's float [experts, in, out]).
+MOE_NAMES = {
+    "gpt_oss": {"router": "mlp.router.weight", "router_bias": "mlp.router.bias",
+                "gate": "mlp.experts.gate_up_proj", "bgate": "mlp.experts.gate_up_proj_bias",
+                "down": "mlp.experts.down_proj", "bdown": "mlp.experts.down_proj_bias"},
+    "mixtral": {"router": "block_sparse_moe.gate.weight", "gate": "block_sparse_moe.experts.{e}.w1.weight",
+                "up": "block_sparse_moe.experts.{e}.w3.weight", "down": "block_sparse_moe.experts.{e}.w2.weight"},
+    "qwen3_moe": {"router": "mlp.gate.weight", "gate": "mlp.experts.{e}.gate_proj.weight",
+                  "up": "mlp.experts.{e}.up_proj.weight", "down": "mlp.experts.{e}.down_proj.weight"},
+}
+LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
+
+
+@dataclass(frozen=True)
+class MoeSpec:
+    n_experts: int
+    top_k: int
+    inter: int            # each expert's channels
+    norm_topk: bool       # weights: softmax over the selected logits (else over all experts)
+    glu: str              # "silu" | "gpt_oss"
+    alpha: float          # gpt-oss's swiglu_alpha
+    limit: float          # gpt-oss's swiglu_limit
+    layers: tuple[bool, ...]  # per layer: experts (True) or a dense MLP
+    names: dict[str, str]
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """The dimensions the decoder runs with, from model.ie.json."""
+
+    architecture: str
+    arch: Arch
+    n_layers: int
+    hidden: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    inter: int            # the dense MLP's channels (every layer without experts)
+    vocab: int
+    max_positions: int    # the model's max_position_embeddings (INT32_MAX when it does not say)
+    eps: float
+    inv_freq: np.ndarray
+    rope_scale: float     # YaRN's attention factor on cos/sin (1 otherwise)
+    tied: bool
+    eos_ids: frozenset[int]
+    windows: tuple[int, ...]  # per layer, the sliding-window span (0: full attention)
+    moe: MoeSpec | None
+
+
+def _scaling_number(scaling: dict, key: str, default: float | None = None) -> float:
+    v = scaling.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise IEError(f"rope_scaling.{key}: expected a positive number, got {v!r}")
+    return float(v)
+
+
+def _llama3(inv: np.ndarray, scaling: dict) -> np.ndarray:
+    factor = _scaling_number(scaling, "factor")
+    low, high = _scaling_number(scaling, "low_freq_factor", 1.0), _scaling_number(scaling, "high_freq_factor", 4.0)
+    if high <= low:
+        raise IEError(f"rope_scaling.high_freq_factor: {high} must exceed low_freq_factor {low}")
+    old_ctx = _scaling_number(scaling, "original_max_position_embeddings")
+    low_wl, high_wl = old_ctx / low, old_ctx / high
+    wavelen = 2 * math.pi / inv
+    smooth = (old_ctx / wavelen - low) / (high - low)
+    scaled = np.where(wavelen > low_wl, inv / factor, inv)
+    medium = (wavelen >= high_wl) & (wavelen <= low_wl)
+    return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled).astype(np.float32)
+
+
+def _yarn(head_dim: int, theta: float, scaling: dict) -> tuple[np.ndarray, float]:
+    """transformers' _compute_yarn_parameters: frequencies ramped between
+    interpolated (divided by factor) and extrapolated ones over the band
+    [beta_fast, beta_slow] rotations fall in, and the attention factor
+    0.1 ln(factor) + 1 (or the config's attention_factor / mscale ratio)."""
+    factor = _scaling_number(scaling, "factor")
+    old_ctx = _scaling_number(scaling, "original_max_position_embeddings")
+    beta_fast = float(scaling.get("beta_fast") or 32)
+    beta_slow = float(scaling.get("beta_slow") or 1)
+    if scaling.get("partial_rotary_factor", 1.0) != 1.0:
+        raise IEError("rope_scaling.partial_rotary_factor: partial rotary embeddings are not supported")
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    att = scaling.get("attention_factor")
+    if att is not None:
+        att = _scaling_number(scaling, "attention_factor")
+    elif scaling.get("mscale") and scaling.get("mscale_all_dim"):
+        att = mscale(factor, float(scaling["mscale"])) / mscale(factor, float(scaling["mscale_all_dim"]))
+    else:
+        att = mscale(factor)
+
+    def correction_dim(rotations: float) -> float:
+        return head_dim * math.log(old_ctx / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001
+    pos = np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim))
+    ramp = np.clip((np.arange(head_dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low), 0, 1)
+    extrapolation = np.float32(1) - ramp
+    inv = (1 / (np.float32(factor) * pos)) * (1 - extrapolation) + (1 / pos) * extrapolation
+    return inv.astype(np.float32), float(att)
+
+
+def rope_tables(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> tuple[np.ndarray, float]:
+    """RoPE inverse frequencies (float32, as transformers computes them) and
+    the factor cos and sin are multiplied by, for rope types default,
+    llama3 and yarn."""
+    inv = (1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim))))
+    inv = inv.astype(np.float32)
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind in (None, "default"):
+        return inv, 1.0
+    if kind == "llama3":
+        return _llama3(inv, scaling), 1.0
+    if kind == "yarn":
+        return _yarn(head_dim, theta, scaling)
+    raise IEError(f"rope_scaling: rope scaling {kind!r} is not supported (default, llama3 and yarn are)")
+
+
+def _int(model: dict, meta_path: Path, key: str, default: int | None = None, section: str = "model",
+         minimum: int = 1) -> int:
+    """An integer >= ``minimum``; ``default`` stands in only for an absent/null value."""
+    v = model.get(key)
+    if v is None and default is not None:
+        return default
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise IEError(f"{meta_path}: {section}.{key}: expected {kind}, got {v!r}")
+    if v > INT32_MAX:
+        raise IEError(f"{meta_path}: {section}.{key}: {v} is larger than the decoder supports ({INT32_MAX})")
+    return v
+
+
+def _positive(model: dict, meta_path: Path, key: str, default: float, allow_zero: bool = False,
+              section: str = "model") -> float:
+    v = model.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        raise IEError(f"{meta_path}: {section}.{key}: expected a {'non-negative' if allow_zero else 'positive'} "
+                      f"number, got {v!r}")
+    return float(v)
+
+
+def _rope(head_dim: int, theta: float, scaling: Any, meta_path: Path) -> tuple[np.ndarray, float]:
+    if scaling is not None and not isinstance(scaling, dict):
+        raise IEError(f"{meta_path}: model.rope_scaling: expected an object or null, got {scaling!r}")
+    try:
+        return rope_tables(head_dim, theta, scaling)
+    except (IEError, TypeError, ValueError) as e:
+        raise IEError(f"{meta_path}: model.{e}") from None
+
+
+def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int, ...]:
+    """Per layer, the sliding window: config.layer_types names each layer's
+    attention (gpt-oss alternates); Mistral and Mixtral slide every layer.
+    Qwen's use_sliding_window (windows from max_window_layers on) is refused."""
+    if cfg.get("use_sliding_window"):
+        raise IEError(f"{meta_path}: config.use_sliding_window: Qwen's per-layer sliding windows are not supported")
+    types = cfg.get("layer_types")
+    window = cfg.get("sliding_window")
+    if types is None:
+        if arch.window_everywhere and window is not None:
+            return (_int(cfg, meta_path, "sliding_window", section="config"),) * n_layers
+        return (0,) * n_layers
+    if not isinstance(types, list) or len(types) != n_layers:
+        got = f"{len(types)} entries" if isinstance(types, list) else repr(types)
+        raise IEError(f"{meta_path}: config.layer_types: expected a list of {n_layers} entries "
+                      f"(num_hidden_layers), got {got}")
+    bad = next((t for t in types if t not in LAYER_TYPES), None)
+    if bad is not None:
+        raise IEError(f"{meta_path}: config.layer_types: {bad!r} is not a layer type the decoder runs "
+                      f"({', '.join(LAYER_TYPES)})")
+    if not any(LAYER_TYPES[t] for t in types):
+        return (0,) * n_layers
+    w = _int(cfg, meta_path, "sliding_window", section="config")
+    return tuple(w if LAYER_TYPES[t] else 0 for t in types)
+
+
+def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | None:
+    """The routing of gpt-oss, Mixtral and Qwen3-MoE, from their config keys
+    (configuration_gpt_oss / _mixtral / _qwen3_moe)."""
+    if arch.moe is None:
+        return None
+    # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts.
+    e_key = "num_experts" if arch.moe == "qwen3_moe" and "num_experts" in cfg else "num_local_experts"
+    n_experts = _int(cfg, meta_path, e_key, section="config")
+    top_k = _int(cfg, meta_path, "num_experts_per_tok", section="config")
+    if top_k > n_experts:
+        raise IEError(f"{meta_path}: config.num_experts_per_tok: {top_k} is more than the {n_experts} experts "
+                      f"({e_key})")
+    inter = _int(cfg, meta_path, "moe_intermediate_size" if arch.moe == "qwen3_moe" else "intermediate_size",
+                 section="config")
+    layers = (True,) * n_layers
+    norm_topk, glu, alpha, limit = True, "silu", 1.702, 7.0
+    if arch.moe == "qwen3_moe":
+        norm = cfg.get("norm_topk_prob", False)
+        if not isinstance(norm, bool):
+            raise IEError(f"{meta_path}: config.norm_topk_prob: expected true or false, got {norm!r}")
+        norm_topk = norm
+        step = _int(cfg, meta_path, "decoder_sparse_step", 1, section="config")
+        dense = cfg.get("mlp_only_layers") or []
+        if not isinstance(dense, list) or not all(type(i) is int for i in dense):
+            raise IEError(f"{meta_path}: config.mlp_only_layers: expected a list of layer indices, got {dense!r}")
+        layers = tuple(i not in dense and (i + 1) % step == 0 for i in range(n_layers))
+    if arch.moe == "gpt_oss":
+        glu = "gpt_oss"
+        limit = _positive(cfg, meta_path, "swiglu_limit", 7.0, section="config")
+        alpha = cfg.get("swiglu_alpha", 1.702)
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+            raise IEError(f"{meta_path}: config.swiglu_alpha: expected a number, got {alpha!r}")
+    return MoeSpec(n_experts=n_experts, top_k=top_k, inter=inter, norm_topk=norm_topk, glu=glu, alpha=float(alpha),
+                   limit=float(limit), layers=layers, names=MOE_NAMES[arch.moe])
+
+
+def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
+    """Everything the decoder needs from model.ie.json, or one clear error."""
+    m = meta.get("model") or {}
+    cfg = meta.get("config") or {}
+    name = m.get("architecture")
+    if name not in ARCHS:
+        raise IEError(f"{meta_path}: model.architecture: {name!r} is not supported by the decoder "
+                      f"(supported: {', '.join(ARCHITECTURES)})")
+    arch = ARCHS[name]
+    act = m.get("hidden_act")
+    if act not in (None, "silu"):
+        raise IEError(f"{meta_path}: model.hidden_act: {act!r} is not supported (silu is)")
+    hidden, heads = _int(m, meta_path, "hidden_size"), _int(m, meta_path, "num_attention_heads")
+    head_dim = _int(m, meta_path, "head_dim", max(1, hidden // heads))
+    theta = _positive(m, meta_path, "rope_theta", 10000.0)
+    n_kv = _int(m, meta_path, "num_key_value_heads", heads)
+    if heads % n_kv:
+        raise IEError(f"{meta_path}: model.num_attention_heads: {heads} is not a multiple of "
+                      f"num_key_value_heads ({n_kv}); grouped-query attention needs it")
+    n_layers = _int(m, meta_path, "num_hidden_layers")
+    windows = _windows(arch, cfg, n_layers, meta_path)
+    moe = _moe(arch, cfg, n_layers, meta_path)
+    eos = m.get("eos_token_id")
+    eos_list = eos if isinstance(eos, list) else ([] if eos is None else [eos])
+    if not all(type(e) is int for e in eos_list):
+        raise IEError(f"{meta_path}: model.eos_token_id: expected an integer or a list of integers, got {eos!r}")
+    # head_dim sizes the RoPE table built here: hold it to the stored q_proj
+    # first, so a hostile value cannot allocate before any tensor is checked.
+    q_name = "model.layers.0.self_attn.q_proj.weight"
+    q = next((t for t in meta.get("tensors") or [] if isinstance(t, dict) and t.get("name") == q_name), None)
+    if q is None:
+        raise IEError(f"{meta_path}: tensors: {q_name!r} is missing ({name} needs it)")
+    if list(q.get("shape") or [])[:1] != [heads * head_dim]:
+        raise IEError(f"{meta_path}: model.head_dim: {head_dim} × num_attention_heads {heads} = {heads * head_dim}, "
+                      f"but {q_name} has shape {q.get('shape')}")
+    inv_freq, rope_scale = _rope(head_dim, theta, m.get("rope_scaling"), meta_path)
+    # A model whose every layer has experts has no dense MLP width to read.
+    dense_inter = _int(m, meta_path, "intermediate_size") if moe is None or not all(moe.layers) else moe.inter
+    return DecoderSpec(
+        architecture=name, arch=arch, n_layers=n_layers, hidden=hidden, n_heads=heads, n_kv_heads=n_kv,
+        head_dim=head_dim, inter=dense_inter, vocab=_int(m, meta_path, "vocab_size"),
+        max_positions=_int(m, meta_path, "max_position_embeddings", INT32_MAX),
+        eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), inv_freq=inv_freq, rope_scale=rope_scale,
+        tied=bool(m.get("tie_word_embeddings")), eos_ids=frozenset(eos_list), windows=windows, moe=moe)

@@ -1,0 +1,180 @@
+"""Mixtures of experts (gpt-oss, Mixtral, Qwen3-MoE): conversion of expert
+stacks, routing, and the decoder's contract that a token reads only the
+experts it is routed to. Parity with transformers' logits and greedy ids for
+every tiny MoE model is in tests/test_decoder.py (MODELS)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
+from iekit.formats import iebin
+from iekit.formats.casting import decode_f32
+from iekit.formats.errors import IEError
+from iekit.formats.safetensors_reader import SafetensorsFile
+from iekit.runtime.decoder import Decoder
+
+
+def _rel(got: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
+
+
+def _tensor(model_dir, name: str) -> tuple[dict, bytes]:
+    m = iebin.load_model(model_dir)
+    t = next(t for t in m.tensors if t["name"] == name)
+    return t, m.path_of(t).read_bytes()[t["file_data_offset"]:t["file_data_offset"] + t["nbytes"]]
+
+
+def test_gpt_oss_float_stacks_are_stored_out_by_in():
+    """GptOssExperts' bf16 parameters are [experts, in, out] (x @ W); IEBIN
+    holds every stack [experts, out, in]: the converter transposes them."""
+    with SafetensorsFile(GOLDEN_HF / "tiny-gpt-oss" / "model.safetensors") as sf:
+        for name in ("model.layers.0.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj"):
+            src = sf.tensors[name]
+            hf = decode_f32(b"".join(sf.iter_chunks(src)), "bf16").reshape(src.shape)
+            t, raw = _tensor(GOLDEN_IEBIN / "tiny-gpt-oss", name)
+            assert t["shape"] == [src.shape[0], src.shape[2], src.shape[1]]
+            assert np.array_equal(decode_f32(raw, "bf16").reshape(t["shape"]), hf.transpose(0, 2, 1))
+
+
+def test_quantizing_bf16_experts_reproduces_the_published_mxfp4_layout(tmp_path):
+    """`ieconv q4-manifest --scheme mxfp4` on tiny-gpt-oss quantizes its expert
+    stacks (routers stay: they are sensitive) to exactly the bytes that the
+    golden generator's own MXFP4 quantizer, written in HF's published
+    blocks/scales layout and repacked by hf-to-iebin, gives."""
+    man, out = tmp_path / "q.json", tmp_path / "m"
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-gpt-oss", "-o", man,
+                    "--scheme", "mxfp4").returncode == 0
+    assert not any("router" in r["match"] for r in json.loads(man.read_text())["rules"])
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", GOLDEN_HF / "tiny-gpt-oss", "--out-dir", out, "--q4-map", man)
+    assert res.returncode == 0, res.stderr
+    for layer in (0, 1):
+        for proj in ("gate_up_proj", "down_proj"):
+            name = f"model.layers.{layer}.mlp.experts.{proj}"
+            ours, published = _tensor(out, name), _tensor(GOLDEN_IEBIN / "tiny-gpt-oss-mxfp4", name)
+            assert ours[0]["dtype"] == published[0]["dtype"] == "mxfp4" and ours[0]["shape"] == published[0]["shape"]
+            assert ours[1] == published[1], name
+
+
+@pytest.mark.parametrize("model,act", [("tiny-mixtral", "f32"), ("tiny-qwen3-moe", "f32"),
+                                       ("tiny-gpt-oss-mxfp4", "f32"), ("tiny-gpt-oss-mxfp4", "int8")])
+def test_batched_routing_equals_token_by_token(model, act):
+    """A prefill chunk gathers every expert's routed rows into one GEMV (or,
+    past 8 rows, a GEMM); one token at a time runs top_k GEMVs. Same sums."""
+    ids = [int(i) for i in np.random.default_rng(5).integers(0, 320, 40)]
+    d = Decoder(GOLDEN_IEBIN / model, threads=2, act=act)
+    whole = d.logits(ids)
+    d.reset()
+    steps = np.stack([d.prefill(ids[:1])] + [d.step(t) for t in ids[1:]])
+    assert _rel(steps, whole) <= (1e-5 if act == "f32" else 2e-2)
+
+
+def _router_top2(model_dir, token: int) -> list[int]:
+    """Layer 0's two experts for ``token`` at position 0, in float64."""
+    m = iebin.load_model(model_dir)
+
+    def get(name):
+        t, raw = _tensor(model_dir, name)
+        return decode_f32(raw, t["dtype"]).reshape(t["shape"]).astype(np.float64)
+
+    x = get("model.embed_tokens.weight")[token]
+    # Position 0 attends to itself only: the attention output is o_proj of its own v.
+    hd = m.meta["model"]["head_dim"]
+    eps = m.meta["model"]["norm_eps"]
+    xn = get("model.layers.0.input_layernorm.weight") * x / np.sqrt((x * x).mean() + eps)
+    v = get("model.layers.0.self_attn.v_proj.weight") @ xn
+    heads = m.meta["model"]["num_attention_heads"]
+    group = heads // m.meta["model"]["num_key_value_heads"]
+    att = np.concatenate([v[(h // group) * hd:(h // group + 1) * hd] for h in range(heads)])
+    x = x + get("model.layers.0.self_attn.o_proj.weight") @ att
+    xn = get("model.layers.0.post_attention_layernorm.weight") * x / np.sqrt((x * x).mean() + eps)
+    logits = get("model.layers.0.block_sparse_moe.gate.weight") @ xn
+    return sorted(np.argsort(-logits)[:2].tolist())
+
+
+def test_a_token_reads_only_its_experts(tmp_path):
+    """tiny-mixtral with layer 0's two unrouted experts overwritten by NaN
+    gives the same logits for a one-token prompt (their bytes are never
+    multiplied); NaN in a routed expert reaches the logits (the poison is
+    real)."""
+    token = 77
+    used = _router_top2(GOLDEN_IEBIN / "tiny-mixtral", token)
+    clean = Decoder(GOLDEN_IEBIN / "tiny-mixtral").prefill([token])
+
+    def poisoned(experts: list[int]):
+        d = tmp_path / f"p{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(GOLDEN_IEBIN / "tiny-mixtral", d)
+        m = iebin.load_model(d)
+        with open(d / iebin.BIN_NAME, "r+b") as f:
+            for e in experts:
+                for w in ("w1", "w2", "w3"):
+                    t = next(t for t in m.tensors if t["name"] == f"model.layers.0.block_sparse_moe.experts.{e}.{w}.weight")
+                    f.seek(t["file_data_offset"])
+                    f.write(b"\xc0\x7f" * (t["nbytes"] // 2))  # bf16 NaN
+        return Decoder(d)  # IE_VERIFY is not set: the bytes are not hashed at load
+
+    unused = [e for e in range(4) if e not in used]
+    assert np.array_equal(poisoned(unused).prefill([token]), clean)
+    with pytest.raises(IEError, match="non-finite"):
+        poisoned(used[:1]).prefill([token])
+
+
+def test_bytes_and_params_per_token_count_active_experts():
+    """weight_bytes_per_token: everything but the embedding (one row) and
+    the unrouted experts; tiny-mixtral routes 2 of 4, so half its expert
+    bytes are read per token."""
+    m = iebin.load_model(GOLDEN_IEBIN / "tiny-mixtral")
+    d = Decoder(GOLDEN_IEBIN / "tiny-mixtral")
+    experts = sum(t["nbytes"] for t in m.tensors if ".experts." in t["name"])
+    embed = next(t for t in m.tensors if t["name"] == "model.embed_tokens.weight")
+    total = sum(t["nbytes"] for t in m.tensors)
+    assert d.weight_bytes_per_token == total - embed["nbytes"] + embed["nbytes"] // 320 - experts // 2
+    n_expert_params = sum(int(np.prod(t["shape"])) for t in m.tensors if ".experts." in t["name"])
+    n_params = sum(int(np.prod(t["shape"])) for t in m.tensors)
+    assert d.active_params_per_token == n_params - 320 * 64 - n_expert_params // 2
+
+
+def _edited(tmp_path, model: str, edit) -> object:
+    d = tmp_path / "m"
+    shutil.copytree(GOLDEN_IEBIN / model, d)
+    meta = json.loads((d / "model.ie.json").read_text())
+    edit(meta)
+    (d / "model.ie.json").write_text(json.dumps(meta))
+    return d
+
+
+@pytest.mark.parametrize("model,key,value,needles", [
+    ("tiny-mixtral", "num_experts_per_tok", 5, ("config.num_experts_per_tok", "more than the 4 experts")),
+    ("tiny-mixtral", "num_experts_per_tok", 0, ("config.num_experts_per_tok", "positive integer")),
+    ("tiny-mixtral", "num_local_experts", None, ("config.num_local_experts", "positive integer")),
+    ("tiny-gpt-oss", "swiglu_limit", 0, ("config.swiglu_limit", "positive number")),
+    ("tiny-gpt-oss", "swiglu_limit", -7.0, ("config.swiglu_limit", "positive number")),
+    ("tiny-gpt-oss", "swiglu_alpha", "x", ("config.swiglu_alpha", "number")),
+    ("tiny-gpt-oss", "layer_types", ["full_attention"], ("config.layer_types", "2 entries", "got 1 entries")),
+    ("tiny-gpt-oss", "layer_types", ["full_attention", "chunked_attention"], ("config.layer_types", "chunked_attention")),
+    ("tiny-gpt-oss", "sliding_window", 0, ("config.sliding_window", "positive integer")),
+    ("tiny-qwen3-moe", "mlp_only_layers", "1", ("config.mlp_only_layers", "list of layer indices")),
+    ("tiny-qwen3-moe", "norm_topk_prob", "yes", ("config.norm_topk_prob", "true or false")),
+    ("tiny-qwen3", "use_sliding_window", True, ("config.use_sliding_window", "not supported")),
+])
+def test_error_moe_configs_the_decoder_cannot_run(tmp_path, model, key, value, needles):
+    d = _edited(tmp_path, model, lambda m: m["config"].update({key: value}))
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"), "model.ie.json", *needles)
+
+
+def test_error_missing_expert_and_wrong_rope(tmp_path):
+    def drop(m):
+        for t in m["tensors"]:
+            if t["name"] == "model.layers.1.block_sparse_moe.experts.3.w2.weight":
+                t["name"] = "model.layers.1.block_sparse_moe.experts.3.w9.weight"
+    d = _edited(tmp_path, "tiny-mixtral", drop)
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"),
+                          "experts.3.w2.weight", "missing")
+    shutil.rmtree(d)
+    d = _edited(tmp_path, "tiny-gpt-oss", lambda m: m["model"]["rope_scaling"].update(factor=-1))
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"),
+                          "rope_scaling.factor", "positive number")
