@@ -139,14 +139,33 @@ TEST(decoder_refuses_configs_it_cannot_run) {
   c.vocab = 10;
   c.max_ctx = 8;
   c.inv_freq.assign(8, 1.f);
-  bool threw = false;
-  try {
-    ie::Decoder d(c, ie::DecoderWeights{}, ie::Act::F32, 1, ie::Isa::Scalar);
-  } catch (const std::invalid_argument& e) {
-    threw = std::string(e.what()).find("num_key_value_heads") != std::string::npos;
-  }
-  CHECK(threw);
+  c.windows.assign(1, 0);
+  auto refuses = [](const ie::DecoderConfig& cfg, const char* needle) {
+    try {
+      ie::Decoder d(cfg, ie::DecoderWeights{}, ie::Act::F32, 1, ie::Isa::Scalar);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what()).find(needle) != std::string::npos;
+    }
+    return false;
+  };
+  CHECK(refuses(c, "num_key_value_heads"));
   c.n_kv_heads = 1;
+  ie::DecoderConfig bad = c;
+  bad.windows.assign(2, 0);  // one per layer
+  CHECK(refuses(bad, "windows must hold one value per layer"));
+  bad = c;
+  bad.n_experts = 4;
+  bad.top_k = 5;  // more experts per token than there are
+  bad.expert_inter = 32;
+  CHECK(refuses(bad, "top_k 5 is outside 1..n_experts (4)"));
+  bad.top_k = 2;
+  bad.glu = ie::Glu::GptOss;
+  bad.swiglu_limit = 0.f;
+  CHECK(refuses(bad, "swiglu_limit must be a positive number"));
+  bad = c;
+  bad.rope_scale = -1.f;
+  CHECK(refuses(bad, "rope_scale"));
+  bool threw = false;
   c.max_ctx = 1 << 30;
   c.n_layers = 1 << 20;  // a KV cache whose byte count overflows
   threw = false;
