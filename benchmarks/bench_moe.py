@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import shutil
 import struct
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+
+import child_rss  # benchmarks/, beside this script
 
 H, HEADS, KV, HD, E, K, I, V, LAYERS = 2880, 64, 8, 64, 32, 4, 2880, 201088, 24
 CONFIG = {
@@ -111,39 +109,34 @@ def write_checkpoint(d: Path) -> int:
     return total
 
 
-def child(cmd: list[str]) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run cmd; its output, wall seconds and peak RSS (MiB)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    t0 = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if res.returncode:
-        sys.exit(f"{' '.join(cmd)} failed:\n{res.stderr}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return res, wall, max(peak, before) / 1024
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=Path("/tmp/ie-bench-moe"))
     ap.add_argument("--max-new", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--keep-source", type=int, default=1)
+    ap.add_argument("--generate", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.generate:
+        print(write_checkpoint(a.generate))
+        return
     bindir = Path(sys.executable).parent
-    src, out = a.dir / "hf", a.dir / "iebin"
-    t0 = time.perf_counter()
-    size = write_checkpoint(src)
-    gen_s = time.perf_counter() - t0
+    src, out, log = a.dir / "hf", a.dir / "iebin", a.dir / "log.txt"
+    # Written by a child, so this process never holds more than a few MB (docs in child_rss.py).
+    a.dir.mkdir(parents=True, exist_ok=True)
+    gen_s, _ = child_rss.run([sys.executable, __file__, "--generate", str(src)], log, a.dir / "size.txt")
+    size = int((a.dir / "size.txt").read_text())
     shutil.rmtree(out, ignore_errors=True)
-    _, conv_s, conv_rss = child([str(bindir / "ieconv"), "hf-to-iebin", "-q", "--hf-dir", str(src), "--out-dir", str(out)])
+    conv_s, conv_rss = child_rss.run([str(bindir / "ieconv"), "hf-to-iebin", "-q", "--hf-dir", str(src),
+                                      "--out-dir", str(out)], log)
     if not a.keep_source:
         shutil.rmtree(src)
     prompts = a.dir / "prompts.txt"
     prompts.write_text("ids: 200006,17360,200008,3575,553,261,10297,29186\nids: 12194,11,1495,553,481,30\n")
-    res, _, _ = child([str(bindir / "ierun"), "bench", "--model-dir", str(out), "--threads", str(a.threads),
-                       "--prompts-file", str(prompts), "--max-new", str(a.max_new), "--rounds", "1", "--ignore-eos"])
-    rec = json.loads(res.stdout.strip().splitlines()[-1])
+    child_rss.run([str(bindir / "ierun"), "bench", "--model-dir", str(out), "--threads", str(a.threads),
+                   "--prompts-file", str(prompts), "--max-new", str(a.max_new), "--rounds", "1", "--ignore-eos"],
+                  log, a.dir / "bench.jsonl")
+    rec = json.loads((a.dir / "bench.jsonl").read_text().strip().splitlines()[-1])
     print(json.dumps({
         "checkpoint_gb": size / 1e9, "generate_s": round(gen_s, 1), "convert_s": round(conv_s, 1),
         "convert_gbps": round(size / conv_s / 1e9, 3), "convert_rss_peak_mb": round(conv_rss),

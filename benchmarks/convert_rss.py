@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -31,6 +30,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import child_rss  # benchmarks/, beside this script
 
 TENSOR_MB = 32
 
@@ -88,18 +89,11 @@ def main() -> None:
             cmd = [str(ieconv), "hf-to-iebin", "-q", "--hf-dir", str(tmp / "hf"), "--out-dir", str(out)]
             cmd += ["--checksum", checksum] + (["--dtype", dtype] if dtype else [])
             log = tmp / "stderr.txt"
-            t0 = time.perf_counter()
-            pid = os.posix_spawn(cmd[0], cmd, os.environ, file_actions=[
-                (os.POSIX_SPAWN_OPEN, 2, str(log), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)])
-            _pid, status, usage = os.wait4(pid, 0)
-            secs = time.perf_counter() - t0
-            if os.waitstatus_to_exitcode(status) != 0:
-                raise SystemExit(f"conversion failed: {' '.join(cmd)}: {log.read_text().strip()}")
+            secs, peak_mb = child_rss.run(cmd, log)
             inside = float(re.search(r" in ([0-9.]+) s ", log.read_text())[1])
-            peak_kb = usage.ru_maxrss
             print(json.dumps({"bench": "convert_rss", "dtype": dtype or "keep", "checksum": checksum, "model_mb": round(model_bytes / 1e6, 1),
-                              "peak_rss_mb": round(peak_kb / 1024, 1),
-                              "rss_over_model": round(peak_kb * 1024 / model_bytes, 3),
+                              "peak_rss_mb": round(peak_mb, 1),
+                              "rss_over_model": round(peak_mb * 2**20 / model_bytes, 3),
                               "seconds": round(secs, 2), "mb_per_s": round(model_bytes / 1e6 / secs, 1),
                               "cp_r_seconds": round(cp_secs, 2), "over_cp_r": round(secs / cp_secs, 2),
                               "cp_r_sync_seconds": round(cp_sync_secs, 2),

@@ -187,26 +187,29 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     sf, t = tensors[name]
                     shape = shapes[name]
 
-                    def source(chunk_bytes: int, sf=sf, t=t, name=name) -> Iterator[bytes]:
-                        # The tensor's bytes in IEBIN's orientation, whole rows per chunk.
+                    def tensor_bytes(chunk_bytes: int, sf=sf, t=t, name=name) -> Iterator[bytes]:
+                        # The tensor's bytes in IEBIN's orientation, whole rows per chunk
+                        # (a transposed stack: one expert per chunk).
                         if name in flip:
                             return expert_stacks.chunks(sf, t, progress.advance)
                         return _advancing(sf.iter_chunks(t, chunk_bytes), progress)
 
                     if qplan and name in qplan.quantize:
                         cov = covariances.get(name) if covariances is not None else None
-                        errors[name] = _add_quantized(writer, name, shape, t.dtype.name, source, qplan.quantize[name],
-                                                      importance.get(name), cov)
+                        errors[name] = _add_quantized(writer, name, shape, t.dtype.name, tensor_bytes,
+                                                      qplan.quantize[name], importance.get(name), cov)
                         continue
                     target = dtype if dtype and t.dtype.is_float else t.dtype.name
                     if target == t.dtype.name and name not in flip:
                         writer.add_copy(name, target, shape, t.nbytes,
                                         lambda fd, off, sf=sf, t=t: sf.copy_to(t, fd, off, progress.advance))
                         continue
-                    n_cast += target != t.dtype.name
+                    chunks = tensor_bytes(CHUNK_BYTES)
+                    if target != t.dtype.name:
+                        n_cast += 1
+                        chunks = (cast_bytes(c, t.dtype.name, target) for c in chunks)
                     out_nbytes = t.nbytes // t.dtype.itemsize * DTYPES[target].itemsize
-                    writer.add_tensor(name, target, shape, (cast_bytes(c, t.dtype.name, target) if target != t.dtype.name
-                                                            else c for c in source(CHUNK_BYTES)), out_nbytes)
+                    writer.add_tensor(name, target, shape, chunks, out_nbytes)
 
                 aux = writer.stage_aux(aux_data)
                 tok = [fname for fname in aux_data if fname in TOKENIZER_FILES]

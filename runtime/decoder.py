@@ -37,8 +37,8 @@ DEFAULT_MAX_CTX = 4096  # KV cache positions when the model allows more (float32
 _ATTN_MATRICES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"}
 _MLP_MATRICES = {"gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
 _LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "mlp_norm": "post_attention_layernorm.weight"}
-_LAYER_BIASES = {"bq": "self_attn.q_proj.bias", "bk": "self_attn.k_proj.bias", "bv": "self_attn.v_proj.bias",
-                 "bo": "self_attn.o_proj.bias"}
+_LAYER_BIASES = {"q": "self_attn.q_proj.bias", "k": "self_attn.k_proj.bias", "v": "self_attn.v_proj.bias",
+                 "o": "self_attn.o_proj.bias"}
 # act="auto": int8 activations where a layer matrix has fewer than 8 bits per
 # weight. Measured on SmolLM2 (docs/eval.md): the int8 activations add a KL of
 # 0.0022 to the f32 model, a hundredth of what the 4-bit weights cost
@@ -182,22 +182,24 @@ class Decoder:
         def expert_matrices(key_pre: str, key: str, pattern: str, shape: list[int], top_k: int) -> None:
             """Each expert's [rows, cols] matrix under layers.L.experts.E.key: its
             own tensor, or a slice of the stack [experts, rows, cols] (its bytes
-            in place: a view of the mapped file). A decode step reads top_k."""
+            in place: a view of the mapped file). A decode step reads top_k of
+            them; which, routing decides, so they count at their mean size."""
             n = s.moe.n_experts
             if "{e}" in pattern:
-                for e in range(n):
-                    matrix(f"{key_pre}experts.{e}.{key}", pattern.format(e=e), shape, per_step=False)
-                one = entries[pattern.format(e=0)]
-                nbytes = one["nbytes"]
+                names = [pattern.format(e=e) for e in range(n)]
+                for e, name in enumerate(names):
+                    matrix(f"{key_pre}experts.{e}.{key}", name, shape, per_step=False)
+                sizes = [(entries[m]["dtype"], entries[m]["nbytes"], self.source.read_bytes(m)) for m in names]
             else:
                 t = entry(pattern, [n, *shape])
                 buf, per = self.source.get(pattern), t["nbytes"] // n
                 for e in range(n):
                     one = {**t, "name": f"{pattern}[{e}]", "shape": list(shape)}
                     mats[f"{key_pre}experts.{e}.{key}"] = (spec_of(one, pattern), buf[e * per:(e + 1) * per])
-                nbytes = per
-            count(key_pre, entries[pattern.format(e=0)]["dtype"], nbytes * n)
-            self._step_bytes += top_k * nbytes
+                sizes = [(t["dtype"], per, per)] * n
+            for dtype, nbytes, _ in sizes:
+                count(key_pre, dtype, nbytes)
+            self._step_bytes += top_k * sum(read for *_, read in sizes) // n
             self._active_params += top_k * shape[0] * shape[1]
 
         def expert_vectors(key_pre: str, key: str, name: str, n: int, top_k: int) -> None:
@@ -228,7 +230,7 @@ class Decoder:
         vector("norm", "model.norm.weight", s.hidden)
         shapes = {"q": [q_dim, s.hidden], "k": [kv_dim, s.hidden], "v": [kv_dim, s.hidden], "o": [s.hidden, q_dim],
                   "gate": [s.inter, s.hidden], "up": [s.inter, s.hidden], "down": [s.hidden, s.inter]}
-        bias_len = {"bq": q_dim, "bk": kv_dim, "bv": kv_dim, "bo": s.hidden}
+        bias_len = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": s.hidden}
         arch, moe = s.arch, s.moe
         for i in range(s.n_layers):
             pre, key_pre = f"model.layers.{i}.", f"layers.{i}."
@@ -237,10 +239,8 @@ class Decoder:
             for key, hf in _LAYER_VECTORS.items():
                 vector(key_pre + key, pre + hf, s.hidden)
             for key, hf in _LAYER_BIASES.items():
-                if key == "bo" and not arch.o_bias:
-                    continue
-                if pre + hf in entries or arch.bias == "required":
-                    vector(key_pre + key, pre + hf, bias_len[key])
+                if pre + hf in entries or key in arch.biases:
+                    vector(key_pre + "b" + key, pre + hf, bias_len[key])
             if arch.qk_norm:
                 vector(key_pre + "q_norm", pre + "self_attn.q_norm.weight", s.head_dim)
                 vector(key_pre + "k_norm", pre + "self_attn.k_norm.weight", s.head_dim)

@@ -26,25 +26,26 @@ INT32_MAX = (1 << 31) - 1  # every dimension and --ctx reach the native decoder 
 class Arch:
     """One architecture's shape of a layer. ``moe``: where its experts live
     (None: a dense MLP); ``qk_norm``: per-head RMSNorm of q and k before
-    RoPE; ``sinks``: learned attention sinks; ``bias``: q/k/v (and o, when
-    ``o_bias``) projections carry biases (``"required"``, ``"optional"``)."""
+    RoPE; ``sinks``: learned attention sinks; ``biases``: the attention
+    projections (q, k, v, o) that must carry a bias. A bias present in the
+    artifact is read whatever the architecture (Llama's attention_bias puts
+    one on all four)."""
 
     moe: str | None = None
     qk_norm: bool = False
     sinks: bool = False
-    bias: str = "optional"
-    o_bias: bool = False
+    biases: tuple[str, ...] = ()
     window_everywhere: bool = False  # config.sliding_window applies to every layer (Mistral, Mixtral)
 
 
 ARCHS = {
     "LlamaForCausalLM": Arch(),                                     # models/llama
     "MistralForCausalLM": Arch(window_everywhere=True),             # models/mistral
-    "Qwen2ForCausalLM": Arch(bias="required"),                      # models/qwen2
+    "Qwen2ForCausalLM": Arch(biases=("q", "k", "v")),               # models/qwen2
     "Qwen3ForCausalLM": Arch(qk_norm=True),                         # models/qwen3
     "Qwen3MoeForCausalLM": Arch(moe="qwen3_moe", qk_norm=True),     # models/qwen3_moe
     "MixtralForCausalLM": Arch(moe="mixtral", window_everywhere=True),  # models/mixtral
-    "GptOssForCausalLM": Arch(moe="gpt_oss", sinks=True, bias="required", o_bias=True),  # models/gpt_oss
+    "GptOssForCausalLM": Arch(moe="gpt_oss", sinks=True, biases=("q", "k", "v", "o")),  # models/gpt_oss
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -126,21 +127,24 @@ def _yarn(head_dim: int, theta: float, scaling: dict) -> tuple[np.ndarray, float
     interpolated (divided by factor) and extrapolated ones over the band
     [beta_fast, beta_slow] rotations fall in, and the attention factor
     0.1 ln(factor) + 1 (or the config's attention_factor / mscale ratio)."""
+    if theta <= 1:
+        raise IEError(f"rope_theta: yarn needs a base above 1, got {theta}")
     factor = _scaling_number(scaling, "factor")
     old_ctx = _scaling_number(scaling, "original_max_position_embeddings")
-    beta_fast = float(scaling.get("beta_fast") or 32)
-    beta_slow = float(scaling.get("beta_slow") or 1)
+    # transformers reads `beta_fast or 32`: an absent or null beta takes its default.
+    beta_fast = _scaling_number(scaling, "beta_fast", 32.0) if scaling.get("beta_fast") is not None else 32.0
+    beta_slow = _scaling_number(scaling, "beta_slow", 1.0) if scaling.get("beta_slow") is not None else 1.0
     if scaling.get("partial_rotary_factor", 1.0) != 1.0:
         raise IEError("rope_scaling.partial_rotary_factor: partial rotary embeddings are not supported")
 
     def mscale(scale: float, m: float = 1.0) -> float:
         return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
 
-    att = scaling.get("attention_factor")
-    if att is not None:
+    if scaling.get("attention_factor") is not None:
         att = _scaling_number(scaling, "attention_factor")
     elif scaling.get("mscale") and scaling.get("mscale_all_dim"):
-        att = mscale(factor, float(scaling["mscale"])) / mscale(factor, float(scaling["mscale_all_dim"]))
+        att = (mscale(factor, _scaling_number(scaling, "mscale"))
+               / mscale(factor, _scaling_number(scaling, "mscale_all_dim")))
     else:
         att = mscale(factor)
 
@@ -176,15 +180,13 @@ def rope_tables(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> 
     raise IEError(f"rope_scaling: rope scaling {kind!r} is not supported (default, llama3 and yarn are)")
 
 
-def _int(model: dict, meta_path: Path, key: str, default: int | None = None, section: str = "model",
-         minimum: int = 1) -> int:
-    """An integer >= ``minimum``; ``default`` stands in only for an absent/null value."""
+def _int(model: dict, meta_path: Path, key: str, default: int | None = None, section: str = "model") -> int:
+    """A positive integer; ``default`` stands in only for an absent/null value."""
     v = model.get(key)
     if v is None and default is not None:
         return default
-    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise IEError(f"{meta_path}: {section}.{key}: expected {kind}, got {v!r}")
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise IEError(f"{meta_path}: {section}.{key}: expected a positive integer, got {v!r}")
     if v > INT32_MAX:
         raise IEError(f"{meta_path}: {section}.{key}: {v} is larger than the decoder supports ({INT32_MAX})")
     return v
@@ -206,7 +208,7 @@ def _rope(head_dim: int, theta: float, scaling: Any, meta_path: Path) -> tuple[n
         raise IEError(f"{meta_path}: model.rope_scaling: expected an object or null, got {scaling!r}")
     try:
         return rope_tables(head_dim, theta, scaling)
-    except (IEError, TypeError, ValueError) as e:
+    except IEError as e:
         raise IEError(f"{meta_path}: model.{e}") from None
 
 

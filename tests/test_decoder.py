@@ -14,7 +14,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, run_tool
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, run_tool, st_write
 from decoder_ref import forward, kl_top1, load_weights
 from iekit.formats.errors import IEError
 from iekit.runtime import native
@@ -173,12 +173,50 @@ def test_yarn_matches_gpt_oss_published_tables():
     assert scale == pytest.approx(0.1 * np.log(32) + 1)
     base = 1 / theta ** (np.arange(0, d, 2) / d)
     lo, hi = (d * np.log(4096 / (b * 2 * np.pi)) / (2 * np.log(theta)) for b in (32.0, 1.0))
-    ramp = np.clip((np.arange(d // 2) - lo) / (hi - lo), 0, 1)
-    ref = base / 32 * ramp + base * (1 - ramp)
-    assert np.allclose(got, ref, rtol=1e-6, atol=0)
+
+    def ref(lo, hi):
+        ramp = np.clip((np.arange(d // 2) - lo) / (hi - lo), 0, 1)
+        return base / 32 * ramp + base * (1 - ramp)
+
+    assert np.allclose(got, ref(lo, hi), rtol=1e-6, atol=0)
     assert got[0] == pytest.approx(base[0], rel=1e-6) and got[-1] == pytest.approx(base[-1] / 32, rel=1e-6)
-    _, truncated = rope_tables(d, theta, {**sc, "truncate": True})
-    assert truncated == scale
+    # truncate (the default): the band's ends rounded outwards to whole dimensions (8.08, 17.4 -> 8, 18)
+    truncated, same = rope_tables(d, theta, {**sc, "truncate": True})
+    assert same == scale and not np.allclose(truncated, got, rtol=1e-4)
+    assert np.allclose(truncated, ref(np.floor(lo), np.ceil(hi)), rtol=1e-6, atol=0)
+    for bad, needle in (({"beta_fast": "x"}, "beta_fast"), ({"mscale": -1, "mscale_all_dim": 1}, "mscale")):
+        with pytest.raises(IEError, match=needle):
+            rope_tables(d, theta, {**sc, **bad})
+    with pytest.raises(IEError, match="above 1"):
+        rope_tables(d, 1.0, sc)
+
+
+def test_llama_attention_bias_reaches_every_projection(tmp_path):
+    """A Llama with attention_bias: true has q, k, v and o biases; every one
+    present is read (o_proj's was once ignored), against the float64 reference."""
+    from iekit.formats.safetensors_reader import SafetensorsFile
+
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    tensors, rng = {}, np.random.default_rng(9)
+    for shard in sorted((GOLDEN_HF / "tiny-llama").glob("*.safetensors")):
+        with SafetensorsFile(shard) as sf:
+            for name, t in sf.tensors.items():
+                tensors[name] = ("F32", list(t.shape), b"".join(sf.iter_chunks(t)))
+                if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight")):
+                    bias = (0.3 * rng.standard_normal(t.shape[0])).astype(np.float32)
+                    tensors[name.replace(".weight", ".bias")] = ("F32", [t.shape[0]], bias.tobytes())
+    st_write(hf / "model.safetensors", tensors)
+    config = json.loads((GOLDEN_HF / "tiny-llama" / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**config, "attention_bias": True}))
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", hf, "--out-dir", tmp_path / "m")
+    assert res.returncode == 0, res.stderr
+    ids = _ref("tiny-llama", "ids.json")
+    model, w = load_weights(tmp_path / "m")
+    got = Decoder(tmp_path / "m").logits(ids)
+    assert _rel(got, forward(model, w, ids)) <= 1e-5
+    del w["model.layers.0.self_attn.o_proj.bias"], w["model.layers.1.self_attn.o_proj.bias"]
+    assert _rel(got, forward(model, w, ids)) > 1e-2  # the o biases matter here
 
 
 def test_mistral_sliding_window_against_float64_reference(tmp_path):

@@ -125,6 +125,25 @@ IE_HD float grid_scale(WType t, const uint8_t* blk) {
   return t == WType::MXFP4 ? e8m0_half(blk[0]) : f16_to_f32(load_u16(blk));
 }
 
+// 32 weights of a 4-bit block whose 16 code bytes hold elements j (low
+// nibble) and j + 16 (high), q4_0's order, shared by int4w's planar groups
+// and q4_0/q4_1: symmetric d (q - 8), or affine d q + m.
+IE_HD void nibbles32(const uint8_t* qs, float d, float* out) {
+  IE_UNROLL
+  for (int j = 0; j < 16; ++j) {
+    out[j] = d * static_cast<float>((qs[j] & 0xF) - 8);
+    out[j + 16] = d * static_cast<float>((qs[j] >> 4) - 8);
+  }
+}
+
+IE_HD void nibbles32(const uint8_t* qs, float d, float m, float* out) {
+  IE_UNROLL
+  for (int j = 0; j < 16; ++j) {
+    out[j] = d * static_cast<float>(qs[j] & 0xF) + m;
+    out[j + 16] = d * static_cast<float>(qs[j] >> 4) + m;
+  }
+}
+
 // W[r][c0 .. c0 + n) of the stored matrix w into out: c0 a multiple of 32,
 // n = 32 for the block formats (n <= 32 for floats, the row's tail).
 IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, int64_t c0, int n,
@@ -146,20 +165,10 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
       const uint8_t* sp = w + lay.scales_off + gi * lay.scale_bytes;
       const uint8_t* mp = w + lay.mins_off + gi * lay.scale_bytes;
       const float sc = s.scale_f32 ? load_f32(sp) : f16_to_f32(load_u16(sp));
-      if (s.symmetric) {
-        IE_UNROLL
-        for (int j = 0; j < 16; ++j) {
-          out[j] = sc * static_cast<float>((qs[j] & 0xF) - 8);
-          out[j + 16] = sc * static_cast<float>((qs[j] >> 4) - 8);
-        }
-      } else {
-        const float m = s.scale_f32 ? load_f32(mp) : f16_to_f32(load_u16(mp));
-        IE_UNROLL
-        for (int j = 0; j < 16; ++j) {
-          out[j] = sc * static_cast<float>(qs[j] & 0xF) + m;
-          out[j + 16] = sc * static_cast<float>(qs[j] >> 4) + m;
-        }
-      }
+      if (s.symmetric)
+        nibbles32(qs, sc, out);
+      else
+        nibbles32(qs, sc, s.scale_f32 ? load_f32(mp) : f16_to_f32(load_u16(mp)), out);
       return;
     }
     case WType::Q4_0:
@@ -167,20 +176,10 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
       const uint8_t* blk = row + c0 / 32 * lay.block_bytes;
       const uint8_t* qs = blk + lay.block_qs;
       const float d = f16_to_f32(load_u16(blk));
-      if (s.type == WType::Q4_0) {
-        IE_UNROLL
-        for (int j = 0; j < 16; ++j) {
-          out[j] = d * static_cast<float>((qs[j] & 0xF) - 8);
-          out[j + 16] = d * static_cast<float>((qs[j] >> 4) - 8);
-        }
-      } else {
-        const float m = f16_to_f32(load_u16(blk + 2));
-        IE_UNROLL
-        for (int j = 0; j < 16; ++j) {
-          out[j] = d * static_cast<float>(qs[j] & 0xF) + m;
-          out[j + 16] = d * static_cast<float>(qs[j] >> 4) + m;
-        }
-      }
+      if (s.type == WType::Q4_0)
+        nibbles32(qs, d, out);
+      else
+        nibbles32(qs, d, f16_to_f32(load_u16(blk + 2)), out);
       return;
     }
     case WType::Q5_0:

@@ -82,8 +82,6 @@ void rope(float* v, int n_heads, int head_dim, const float* cs) {
 // No bytes at all: gpt-oss's `up` (its rows live interleaved in `gate`).
 bool absent(const Matrix& m) { return m.data == nullptr && !m.dedup && m.store == nullptr; }
 
-std::string num(double v) { return std::to_string(v); }
-
 void check_experts(const DecoderConfig& c, const LayerWeights& L, const std::string& n, bool p) {
   if (c.n_experts == 0) fail(n + "has experts but the config has n_experts 0");
   if (L.experts.size() != static_cast<size_t>(c.n_experts))
@@ -124,7 +122,7 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
            std::to_string(c.n_experts) + ")");
     if (c.expert_inter < 1) fail("decoder config: expert_inter must be positive");
     if (c.glu == Glu::GptOss && (!(c.swiglu_limit > 0.f) || !std::isfinite(c.swiglu_limit)))
-      fail("decoder config: swiglu_limit must be a positive number, got " + num(c.swiglu_limit));
+      fail("decoder config: swiglu_limit must be a positive number, got " + std::to_string(c.swiglu_limit));
     if (!std::isfinite(c.swiglu_alpha)) fail("decoder config: swiglu_alpha must be finite");
   }
   if (c.head_dim % 2) fail("decoder config: head_dim must be even for RoPE, got " + std::to_string(c.head_dim));
@@ -211,12 +209,11 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   if (c.n_experts > 0) {
     const size_t gate_rows = static_cast<size_t>(c.expert_inter) * (c.glu == Glu::GptOss ? 2 : 1);
     router_logits_.resize(B * c.n_experts);
-    route_e_.resize(B * c.top_k);
-    route_w_.resize(B * c.top_k);
+    top_.resize(static_cast<size_t>(c.top_k));
     routed_.resize(static_cast<size_t>(c.n_experts));
     ex_x_.resize(B * c.hidden);
     ex_g_.resize(B * gate_rows);
-    ex_u_.resize(B * c.expert_inter);
+    if (c.glu == Glu::Silu) ex_u_.resize(B * c.expert_inter);
     ex_y_.resize(B * c.hidden);
   }
   rope_cs_.resize(B * c.head_dim);
@@ -338,7 +335,8 @@ void Decoder::attention(int layer, int b) {
   // gpt-oss's sinks: one more logit per head in the softmax's denominator,
   // with no value behind it (transformers appends it to the scores and
   // drops its probability).
-  const float* sinks = w_.layers[static_cast<size_t>(layer)].sinks.empty() ? nullptr : w_.layers[static_cast<size_t>(layer)].sinks.data();
+  const std::vector<float>& sink = w_.layers[static_cast<size_t>(layer)].sinks;
+  const float* sinks = sink.empty() ? nullptr : sink.data();
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   const float* kc = k_cache_.data() + static_cast<size_t>(layer) * cfg_.max_ctx * kv_dim_;
   const float* vc = v_cache_.data() + static_cast<size_t>(layer) * cfg_.max_ctx * kv_dim_;
@@ -383,44 +381,48 @@ void Decoder::glu(Glu kind, float* g, const float* u, int n, int width) const {
 // so these are the top_k probabilities too), weighted by the softmax over
 // them (norm_topk) or over every expert's logit. Then each expert with rows
 // runs once over all of them, a GEMV or (a long prefill chunk) a GEMM, and
-// its outputs are added to the residual, weighted.
+// its outputs are added to the residual, weighted. An expert that every
+// row of the chunk goes to (each of a decode step's top_k) reads xn_ and
+// its prepared activation as they are: nothing gathered or quantized again.
 void Decoder::experts(int layer, int b) {
   const DecoderConfig& c = cfg_;
   const LayerWeights& L = w_.layers[static_cast<size_t>(layer)];
   const int H = c.hidden, E = c.n_experts, K = c.top_k, I = c.expert_inter;
   mm(L.router, xn_prep_, xn_.data(), b, L.router_bias.empty() ? nullptr : L.router_bias.data(), router_logits_.data());
   for (auto& r : routed_) r.clear();
+  int* sel = top_.data();
   for (int j = 0; j < b; ++j) {
     const float* lg = &router_logits_[static_cast<size_t>(j) * E];
-    int* sel = &route_e_[static_cast<size_t>(j) * K];
-    float* wt = &route_w_[static_cast<size_t>(j) * K];
-    for (int k = 0; k < K; ++k) {  // selection by rank; a tie goes to the lower expert index
+    for (int k = 0; k < K; ++k) {  // selection by rank; a tie goes to the lower expert index (NaN: never picked over a number)
       int best = -1;
-      for (int e = 0; e < E; ++e) {
-        if (std::find(sel, sel + k, e) != sel + k) continue;
-        if (best < 0 || lg[e] > lg[best]) best = e;
-      }
+      for (int e = 0; e < E; ++e)
+        if (std::find(sel, sel + k, e) == sel + k && (best < 0 || lg[e] > lg[best])) best = e;
       sel[k] = best;
     }
     const float mx = lg[sel[0]];
     float sum = 0.f;
-    for (int k = 0; k < K; ++k) sum += (wt[k] = std::exp(lg[sel[k]] - mx));
-    if (!c.norm_topk) {
-      sum = 0.f;
+    if (c.norm_topk)
+      for (int k = 0; k < K; ++k) sum += std::exp(lg[sel[k]] - mx);
+    else
       for (int e = 0; e < E; ++e) sum += std::exp(lg[e] - mx);
-    }
-    for (int k = 0; k < K; ++k) routed_[static_cast<size_t>(sel[k])].emplace_back(j, wt[k] / sum);
+    for (int k = 0; k < K; ++k) routed_[static_cast<size_t>(sel[k])].emplace_back(j, std::exp(lg[sel[k]] - mx) / sum);
   }
   for (int e = 0; e < E; ++e) {
     const std::vector<std::pair<int, float>>& rows = routed_[static_cast<size_t>(e)];
     if (rows.empty()) continue;
     const Expert& x = L.experts[static_cast<size_t>(e)];
     const int n = static_cast<int>(rows.size());
-    for (int r = 0; r < n; ++r)
-      std::copy_n(&xn_[static_cast<size_t>(rows[static_cast<size_t>(r)].first) * H], H, &ex_x_[static_cast<size_t>(r) * H]);
-    prepare(ex_prep_, ex_x_.data(), n, H);
-    mm(x.gate, ex_prep_, ex_x_.data(), n, x.bgate.empty() ? nullptr : x.bgate.data(), ex_g_.data());
-    if (c.glu == Glu::Silu) mm(x.up, ex_prep_, ex_x_.data(), n, nullptr, ex_u_.data());
+    // Rows are routed in token order, each token at most once per expert: n == b is every row, in place.
+    const bool all = n == b;
+    if (!all) {
+      for (int r = 0; r < n; ++r)
+        std::copy_n(&xn_[static_cast<size_t>(rows[static_cast<size_t>(r)].first) * H], H, &ex_x_[static_cast<size_t>(r) * H]);
+      prepare(ex_prep_, ex_x_.data(), n, H);
+    }
+    PreparedAct& prep = all ? xn_prep_ : ex_prep_;
+    const float* in = all ? xn_.data() : ex_x_.data();
+    mm(x.gate, prep, in, n, x.bgate.empty() ? nullptr : x.bgate.data(), ex_g_.data());
+    if (c.glu == Glu::Silu) mm(x.up, prep, in, n, nullptr, ex_u_.data());
     glu(c.glu, ex_g_.data(), ex_u_.data(), n, I);
     if (stats_on_) add_stats(4 * layer + 3, ex_g_.data(), n, I);
     prepare(ex_down_prep_, ex_g_.data(), n, I);

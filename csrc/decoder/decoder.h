@@ -190,11 +190,11 @@ class Decoder {
   void add_stats(int slot, const float* x, int b, int n);
   ZeroPages<float> k_cache_, v_cache_;  // [layer][max_ctx][kv_dim]; pages resident once written
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
-  // Routing: logits [chunk, n_experts]; per token its top_k experts and
-  // weights; per expert the (token, weight) pairs routed to it; the rows
-  // gathered for one expert and its gate/up/down outputs.
-  std::vector<float> router_logits_, route_w_, ex_x_, ex_g_, ex_u_, ex_y_;
-  std::vector<int> route_e_;
+  // Routing: logits [chunk, n_experts]; one token's top_k experts; per
+  // expert the (token, weight) pairs routed to it; the rows gathered for
+  // one expert and its gate/up/down outputs.
+  std::vector<float> router_logits_, ex_x_, ex_g_, ex_u_, ex_y_;
+  std::vector<int> top_;
   std::vector<std::vector<std::pair<int, float>>> routed_;
   PreparedAct ex_prep_, ex_down_prep_;
   std::vector<float> rope_cs_;  // [chunk][cos(head_dim/2) | sin(head_dim/2)] of the chunk's positions

@@ -1,0 +1,28 @@
+"""Run a command as a child and measure it: wall seconds and its own peak RSS.
+
+posix_spawn + wait4: ``ru_maxrss`` is the child's own peak. A child forked
+from a process that held a lot of memory inherits that peak across exec,
+and RUSAGE_CHILDREN reports the largest of all children waited for, so
+neither measures one command.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+def run(cmd: list[str], stderr: Path, stdout: Path | None = None) -> tuple[float, float]:
+    """(seconds, peak RSS in MiB) of ``cmd``; its stderr (and stdout) go to
+    the files given. SystemExit, with its stderr, when it fails."""
+    actions = [(os.POSIX_SPAWN_OPEN, 2, str(stderr), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)]
+    if stdout is not None:
+        actions.append((os.POSIX_SPAWN_OPEN, 1, str(stdout), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+    t0 = time.perf_counter()
+    pid = os.posix_spawn(cmd[0], cmd, os.environ, file_actions=actions)
+    _pid, status, usage = os.wait4(pid, 0)
+    secs = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed: {stderr.read_text().strip()}")
+    return secs, usage.ru_maxrss / 1024
