@@ -11,7 +11,11 @@ random bf16 bits for the float tensors, random e2m1 nibbles and E8M0 scales
 - ``ierun bench --threads 2`` over token-id prompts: decode tok/s,
   ``mb_per_token`` (the active experts' bytes, not all 32), the roofline
   fraction, active parameters per token, and peak RSS, which stays below the
-  model size because only the routed experts are paged in.
+  model size because only the routed experts are paged in;
+- ``ieconv dedup-plan`` with every expert a unit of its own (768 experts of
+  each of the two stacks' sizes): time, peak RSS, groups found, and per
+  expert bucket the sampled byte agreement of the closest pair, of
+  neighbouring experts and over all pairs.
 
 One JSON line with all of it. The checkpoint and artifact stay in --dir
 (delete it after; --keep-source 0 removes the checkpoint once converted).
@@ -137,6 +141,9 @@ def main() -> None:
                    "--prompts-file", str(prompts), "--max-new", str(a.max_new), "--rounds", "1", "--ignore-eos"],
                   log, a.dir / "bench.jsonl")
     rec = json.loads((a.dir / "bench.jsonl").read_text().strip().splitlines()[-1])
+    plan_s, plan_rss = child_rss.run([str(bindir / "ieconv"), "dedup-plan", "--json", "--overwrite", "--model-dir",
+                                      str(out), "--out-dir", str(a.dir / "dedup_out")], log, a.dir / "plan.json")
+    plan = json.loads((a.dir / "plan.json").read_text())
     print(json.dumps({
         "checkpoint_gb": size / 1e9, "generate_s": round(gen_s, 1), "convert_s": round(conv_s, 1),
         "convert_gbps": round(size / conv_s / 1e9, 3), "convert_rss_peak_mb": round(conv_rss),
@@ -147,6 +154,12 @@ def main() -> None:
         "active_params_per_token": rec["active_params_per_token"], "read_bw_gbps": rec["read_bw_gbps"],
         "roofline_fraction": rec["roofline_fraction"], "decode_roofline_fraction": rec["decode_roofline_fraction"],
         "bench_rss_peak_mb": rec["rss_peak_mb"], "act_prec": rec.get("act_prec"),
+        "dedup_plan_s": round(plan_s, 1), "dedup_plan_rss_peak_mb": round(plan_rss), "dedup_units": plan["candidates"],
+        "dedup_experts": plan["experts"], "dedup_groups": len(plan["groups"]),
+        "dedup_candidate_groups_dropped": len(plan["dropped"]),
+        "dedup_expert_buckets": [{k: b[k] for k in ("first", "units", "nbytes", "pairs", "best_agreement",
+                                                    "neighbour_agreement", "mean_agreement")}
+                                 for b in plan["buckets"] if b["first"].endswith("]")],
     }))
 
 

@@ -75,7 +75,8 @@ def inspect_bsr(path: Path, as_json: bool, allow_nonfinite: bool) -> None:
 @click.option("--rows", type=click.IntRange(min=1), help="Rows of a raw float32 .bin input.")
 @click.option("--cols", type=click.IntRange(min=1), help="Columns of a raw float32 .bin input.")
 @click.option("--model-dir", type=click.Path(path_type=Path), help="IEBIN model directory to take --tensor from.")
-@click.option("--tensor", help="Name of a 2-D f32/f16/bf16 tensor in --model-dir.")
+@click.option("--tensor", help="Name of a 2-D f32/f16/bf16 tensor in --model-dir, or STACK[e]: expert e of a stack "
+              "[experts, rows, cols].")
 @click.option("--block-rows", required=True, type=click.IntRange(1, bsr.U32_MAX), help="Block height.")
 @click.option("--block-cols", required=True, type=click.IntRange(1, bsr.U32_MAX), help="Block width.")
 @click.option("--threshold", type=float, help="Drop blocks whose max |value| <= T.")
@@ -92,7 +93,8 @@ def block_sparse_cmd(dense, rows, cols, model_dir, tensor, block_rows, block_col
     \b
     DENSE is a .npy (float32, or float16/bfloat16 widened exactly) or a raw
     little-endian float32 .bin with --rows/--cols; or take a tensor from an
-    IEBIN model with --model-dir/--tensor (f32, f16, bf16).
+    IEBIN model with --model-dir/--tensor (f32, f16, bf16; one expert of a
+    stack as STACK[e], e.g. 'model.layers.0.mlp.experts.down_proj[3]').
 
     \b
     Policies (default: exact, lossless — every block holding a non-zero):

@@ -73,14 +73,22 @@ def inspect_dedup_index(path: Path, as_json: bool) -> None:
 @click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
 @click.option("--explain", is_flag=True, help="One line per candidate group, kept or dropped, with the numbers behind the verdict.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary instead of tables.")
+@click.option("--whole-stacks", is_flag=True,
+              help="Group expert stacks [experts, rows, cols] as whole tensors instead of expert by expert "
+                   "(what dedup-pack stores).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def dedup_plan_cmd(model_dir: Path, out_dir: Path, min_bytes: int, overwrite: bool, explain: bool, as_json: bool,
-                   quiet: bool):
+                   whole_stacks: bool, quiet: bool):
     """Find groups of near-identical tensors (same dtype and size) by sampling.
 
     Reads 4096 sampled bytes per tensor (fixed positions), pairs candidates
     (all pairs in small buckets, LSH banding in large ones) and groups them
-    greedily where mask + exceptions cost less than the tensor.
+    greedily where mask + exceptions cost less than the tensor. Each expert
+    of a stack [experts, rows, cols] is a unit of its own, named STACK[e],
+    so experts group with each other and across layers. The buckets table
+    says how alike each bucket's units are: the sampled byte agreement of
+    the closest candidate pair, of neighbours (expert e and e + 1), and the
+    mean over all pairs.
 
     A group is kept only if it pays: its estimated store (default + masks +
     exceptions + ~512 bytes of index and padding per member) must be smaller
@@ -95,7 +103,8 @@ def dedup_plan_cmd(model_dir: Path, out_dir: Path, min_bytes: int, overwrite: bo
     with Progress(TextColumn("dedup-plan sampling"), BarColumn(), MofNCompleteColumn(), TextColumn("tensors"),
                   console=err, disable=quiet or as_json, transient=True) as bar:
         task = bar.add_task("sample", total=None)
-        p = plan(model_dir, min_bytes=min_bytes, progress=lambda done, total: bar.update(task, completed=done, total=total))
+        p = plan(model_dir, min_bytes=min_bytes, progress=lambda done, total: bar.update(task, completed=done, total=total),
+                 split_experts=not whole_stacks)
     plain = sum(g.plain_bytes for g in p.groups)
     store = sum(g.store_bytes for g in p.groups)
     if as_json:
@@ -106,12 +115,24 @@ def dedup_plan_cmd(model_dir: Path, out_dir: Path, min_bytes: int, overwrite: bo
                     "plain_bytes": g.plain_bytes, "overhead_bytes": g.overhead_bytes, "store_bytes": g.store_bytes,
                     "verdict": "kept" if g.reason is None else "dropped", "reason": g.reason, "explain": g.explain()}
         click.echo(json.dumps({"tensor_map": str(tm_path), "groups_file": str(gr_path), "tensors": p.tensors,
-                               "candidates": p.candidates,
+                               "candidates": p.candidates, "experts": p.experts,
+                               "buckets": [b.as_json() for b in p.buckets],
                                "groups": [row(g) for g in p.groups], "dropped": [row(g) for g in p.dropped],
                                "est_original_bytes": plain, "est_saved_bytes": sum(g.estimate["saved_bytes"] for g in p.groups),
                                "est_store_bytes": store, "est_model_bytes_before": p.model_bytes,
                                "est_model_bytes_after": p.model_bytes_after}, sort_keys=True))
         return
+    if p.buckets:
+        bt = Table(title=f"buckets of equal dtype and size ({p.experts} expert slices among the units)" if p.experts
+                   else "buckets of equal dtype and size")
+        for col in ("first unit", "units", "dtype", "bytes each", "pairs", "closest pair", "neighbours", "all pairs"):
+            bt.add_column(col, justify="left" if col in ("first unit", "dtype") else "right")
+        pct = "{:.2%}".format
+        for b in p.buckets:
+            bt.add_row(b.first, str(b.units), b.dtype, human_bytes(b.nbytes), str(b.pairs),
+                       "-" if b.best_agreement is None else pct(b.best_agreement), pct(b.neighbour_agreement),
+                       pct(b.mean_agreement))
+        out.print(bt)
     candidates = p.groups + p.dropped  # kept first
     t = Table(title="dedup plan (estimated from samples)")
     for col, just in (("#", "right"), ("first member", "left"), ("members", "right"), ("dtype", "left"),
@@ -238,7 +259,7 @@ def dedup_pack_cmd(model_dir, out_dir, tensor_map, groups_path, min_bytes, overw
     else:
         from .dedup_plan import plan
 
-        p = plan(model_dir, min_bytes=min_bytes)
+        p = plan(model_dir, min_bytes=min_bytes, split_experts=False)  # a packed model stores whole tensors
         label = model_dir / fmt.TENSOR_MAP_NAME  # (not written: the plan made here)
         tm = fmt.validate_tensor_map(p.tensor_map, label)
         groups = fmt.validate_groups(p.groups_json(), model_dir / fmt.GROUPS_NAME, tm.tensors)

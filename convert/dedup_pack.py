@@ -67,6 +67,10 @@ def pack(model_dir: Path, out_dir: Path, tm: fmt.TensorMap, groups: list[fmt.Gro
     for g in groups:
         for m in g.members:
             t, r = by_name.get(m), tm.tensors[m]
+            if t is None and iebin.expert_of(m) and iebin.expert_of(m)[0] in by_name:
+                raise FormatError(tensor_map_label, f"tensors.{m}", f"{m!r} is one expert of a stack; a packed "
+                                  "model stores whole tensors (plan with `dedup-plan --whole-stacks`, or serve expert "
+                                  "groups with dedup-extract + dedup-link + IE_DEDUP=1)")
             if t is None or (t["file"], t["file_data_offset"], t["nbytes"], t[model.checksum]) != \
                     (r.file, r.offset, r.nbytes, r.digest):
                 raise FormatError(tensor_map_label, f"tensors.{m}", f"{m!r} is not where {model.meta_path} "

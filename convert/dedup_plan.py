@@ -5,7 +5,8 @@ thousands of tensors and tens of GB, so the planner reads a fixed sample of
 each tensor and works on samples only:
 
 1. Tensors are bucketed by (dtype, nbytes): only equal-size tensors can
-   share a default.
+   share a default. Each expert ``STACK[e]`` of a 3-D stack is a unit of
+   its own (``plan_units``), so experts group with each other.
 2. Each tensor contributes ``sample_bytes`` bytes (64 runs of 64 bytes at
    positions derived from SHAKE-256 of the size, stratified over the tensor:
    every tensor of a bucket is sampled at the same positions, the same way on
@@ -47,6 +48,7 @@ numbers after ``dedup-extract``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -56,7 +58,8 @@ from typing import Any, Callable
 import numpy as np
 import zstandard
 
-from iekit.formats.fileio import PreadFiles
+from iekit.formats import checksums
+from iekit.formats.fileio import PreadFiles, iter_range
 from iekit.formats import dedup as fmt
 from iekit.formats import iebin
 from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
@@ -221,8 +224,9 @@ def zstd_sizes(paths: list[tuple[Path, int]], n: int) -> list[int]:
     return out
 
 
-def group_bucket(X: np.ndarray, n: int) -> list[list[int]]:
-    """Greedy star grouping of one (dtype, nbytes) bucket; lists of row indices."""
+def group_bucket(X: np.ndarray, n: int, pairs: set[tuple[int, int]]) -> list[list[int]]:
+    """Greedy star grouping of one (dtype, nbytes) bucket over its candidate
+    ``pairs``; lists of row indices."""
     k = X.shape[0]
     sim_cache: dict[tuple[int, int], float] = {}
 
@@ -232,7 +236,7 @@ def group_bucket(X: np.ndarray, n: int) -> list[list[int]]:
             sim_cache[key] = float(np.mean(X[key[0]] == X[key[1]]))
         return sim_cache[key]
 
-    edges = sorted(((sim(i, j), i, j) for i, j in candidate_pairs(X)), key=lambda e: (-e[0], e[1], e[2]))
+    edges = sorted(((sim(i, j), i, j) for i, j in pairs), key=lambda e: (-e[0], e[1], e[2]))
     centre: list[int] = []
     members: list[list[int]] = []
     group_of = [-1] * k
@@ -333,14 +337,77 @@ def estimate_group(X: np.ndarray, rows: list[int], n: int, zstd_bytes: int) -> d
 
 
 @dataclass
+class Bucket:
+    """What the planner saw in one (dtype, nbytes) bucket, for the report:
+    how alike its units are, whether or not any group formed."""
+    dtype: str
+    nbytes: int
+    units: int
+    first: str
+    pairs: int  # candidate pairs (all pairs, or those LSH banding proposed)
+    best_agreement: float | None  # the most similar candidate pair's sampled byte agreement
+    neighbour_agreement: float  # mean sampled agreement of consecutive units (expert e and e + 1, layer i and i + 1)
+    mean_agreement: float  # mean over all pairs of units: the bucket's typical pair
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def describe_bucket(X: np.ndarray, names: list[str], dtype: str, n: int, pairs: set[tuple[int, int]]) -> Bucket:
+    best = max((float(np.mean(X[i] == X[j])) for i, j in pairs), default=None)
+    neighbour = float(np.mean(X[1:] == X[:-1]))
+    # All k(k-1)/2 pairs in O(k S): at each sampled position, sum n_b(n_b - 1)
+    # over the byte values' counts n_b counts the ordered pairs that agree
+    # (positions a block at a time: k × 256 counters, whatever S).
+    k, S = X.shape
+    agree = 0.0
+    for c0 in range(0, S, 256):
+        cols = X[:, c0:c0 + 256].astype(np.int64) + 256 * np.arange(min(256, S - c0))
+        counts = np.bincount(cols.ravel(), minlength=256 * cols.shape[1]).astype(np.float64)
+        agree += float((counts * (counts - 1)).sum())
+    return Bucket(dtype, n, k, names[0], len(pairs), best, neighbour, agree / (k * (k - 1) * S))
+
+
+def plan_units(model: iebin.IebinModel, split_experts: bool) -> list[dict[str, Any]]:
+    """The byte ranges the planner groups: every tensor in a backing file, or
+    with ``split_experts`` each expert ``STACK[e]`` of a 3-D stack in its
+    place (iebin.expert_slice), so experts can group with each other and with
+    other layers' experts. A packed model's store members are grouped already."""
+    units = []
+    for t in model.stored:
+        if split_experts and len(t["shape"]) == 3 and t["shape"][0] > 1:
+            units += [iebin.expert_slice(t, e) for e in range(t["shape"][0])]
+        else:
+            units.append(t)
+    return units
+
+
+def add_expert_ranges(tmap: dict[str, Any], model: iebin.IebinModel, names: list[str]) -> None:
+    """Add the grouped expert slices to the tensor map, each with the digest
+    of its bytes (read whole here: model.ie.json has only the stack's), so
+    extract checks them as it checks any tensor."""
+    alg = tmap["checksum"]
+    for name in names:
+        t = model.expert(name)
+        h = checksums.ALGORITHMS[alg].new()
+        with open(model.path_of(t), "rb") as f:
+            for buf in iter_range(f, t["file_data_offset"], t["nbytes"]):
+                h.update(buf)
+        tmap["tensors"][name] = {"file": t["file"], "offset": t["file_data_offset"], "nbytes": t["nbytes"],
+                                 "dtype": t["dtype"], "shape": t["shape"], alg: h.hexdigest()}
+
+
+@dataclass
 class Plan:
     tensor_map: dict[str, Any]
     groups: list[PlannedGroup]  # the groups that pay: written to groups.indices.json
     dropped: list[PlannedGroup]  # candidate groups that do not pay, with their reason
     tensors: int
-    candidates: int  # tensors in buckets of two or more
+    candidates: int  # units in buckets of two or more
     model_bytes: int  # all tensors of model.ie.json
     min_bytes: int = MIN_BYTES
+    buckets: list[Bucket] = field(default_factory=list)
+    experts: int = 0  # expert slices among the units (0: no stack was split)
 
     @property
     def model_bytes_after(self) -> int:
@@ -355,13 +422,16 @@ class Plan:
                            for g in self.groups]}
 
 
-def plan(model_dir: Path, min_bytes: int = MIN_BYTES, progress: Callable[[int, int], None] | None = None) -> Plan:
-    """Group the tensors of the IEBIN model in ``model_dir``."""
+def plan(model_dir: Path, min_bytes: int = MIN_BYTES, progress: Callable[[int, int], None] | None = None,
+         split_experts: bool = True) -> Plan:
+    """Group the tensors of the IEBIN model in ``model_dir`` (with
+    ``split_experts``, the experts of its stacks one by one: plan_units)."""
     model = iebin.load_model(model_dir)
     tmap = fmt.tensor_map_from_model(model)
-    order = {t["name"]: i for i, t in enumerate(model.tensors)}
+    units = plan_units(model, split_experts)
+    order = {t["name"]: i for i, t in enumerate(units)}
     buckets: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for t in model.stored:  # a packed model's store members are grouped already
+    for t in units:
         if t["nbytes"] >= max(1, min_bytes):
             buckets.setdefault((t["dtype"], t["nbytes"]), []).append(t)
     buckets = {k: v for k, v in buckets.items() if len(v) > 1}
@@ -369,10 +439,13 @@ def plan(model_dir: Path, min_bytes: int = MIN_BYTES, progress: Callable[[int, i
     done = 0
     kept: list[PlannedGroup] = []
     dropped: list[PlannedGroup] = []
+    seen: list[Bucket] = []
     for (dtype, n), ts in sorted(buckets.items(), key=lambda kv: order[kv[1][0]["name"]]):
         paths = [(model.path_of(t), t["file_data_offset"]) for t in ts]
         X = read_samples(paths, sample_runs(n))
-        for rows in group_bucket(X, n):
+        pairs = candidate_pairs(X)
+        seen.append(describe_bucket(X, [t["name"] for t in ts], dtype, n, pairs))
+        for rows in group_bucket(X, n, pairs):
             zstd_bytes = sum(zstd_sizes([paths[r] for r in rows], n))
             g = PlannedGroup(dtype, n, [ts[r]["name"] for r in rows], estimate_group(X, rows, n, zstd_bytes))
             g.reason = verdict(g)
@@ -382,7 +455,9 @@ def plan(model_dir: Path, min_bytes: int = MIN_BYTES, progress: Callable[[int, i
             progress(done, total)
     for gs in (kept, dropped):
         gs.sort(key=lambda g: order[g.members[0]])
-    return Plan(tmap, kept, dropped, len(model.tensors), total, sum(t["nbytes"] for t in model.tensors), min_bytes)
+    add_expert_ranges(tmap, model, [m for g in kept for m in g.members if "expert" in units[order[m]]])
+    return Plan(tmap, kept, dropped, len(model.tensors), total, sum(t["nbytes"] for t in model.tensors), min_bytes,
+                seen, sum("expert" in t for t in units))
 
 
 def write_plan(p: Plan, out_dir: Path, overwrite: bool = False) -> tuple[Path, Path]:

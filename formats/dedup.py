@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from . import checksums
+from . import checksums, iebin
 from .atomic import StagedFiles
 from .dtypes import DTYPES, shape_elements
 from .errors import FormatError
@@ -324,7 +324,19 @@ def validate_groups(obj: Any, file: str | os.PathLike, tmap: dict[str, TensorRan
         if dm is not None and dm not in members:
             raise FormatError(file, f"groups[{g}].default_member", f"{dm!r} is not a member of this group")
         out.append(GroupSpec(list(members), dm, grp.get("estimate")))
+    _check_disjoint(seen, tmap, file)
     return out
+
+
+def _check_disjoint(names: dict[str, int], tmap: dict[str, TensorRange], file: str) -> None:
+    """Grouped tensors must not share bytes (a stack and one of its expert
+    slices, or any two overlapping ranges of a hand-written map): each byte
+    is stored once, by one member."""
+    spans = sorted((tmap[n].file, tmap[n].offset, tmap[n].offset + tmap[n].nbytes, n) for n in names)
+    for (fa, _a0, a1, na), (fb, b0, _b1, nb) in zip(spans, spans[1:]):
+        if fa == fb and b0 < a1:
+            raise FormatError(file, f"groups[{names[nb]}]", f"{nb!r} shares bytes of {fa} with {na!r} "
+                              f"(groups[{names[na]}]); a byte belongs to one member")
 
 
 def load_groups(path: str | os.PathLike, tmap: dict[str, TensorRange]) -> list[GroupSpec]:
@@ -541,15 +553,36 @@ def cross_check(index: DedupIndex, tensors: list[dict[str, Any]], meta_path: Pat
     if alg != checksum:
         raise FormatError(mf, "checksum", f"{alg!r} digests, but {meta_path.name} records {checksum!r} "
                           "(the artifact was extracted from another conversion of the model)")
+    names = {m["name"] for _g, _j, _grp, m in index.members()}
     for g, j, grp, m in index.members():
         where = f"groups[{g}].members[{j}]"
         t = by_name.get(m["name"])
         if t is None:
-            raise FormatError(mf, f"{where}.name", f"{m['name']!r} is not a tensor of {meta_path}")
-        for key, mine, theirs in (("dtype", grp["dtype"], t["dtype"]), ("nbytes", grp["nbytes"], t["nbytes"]),
-                                  ("shape", m["shape"], t["shape"]), (alg, m[alg], t[alg])):
+            t = _expert_member(m["name"], by_name, names, mf, f"{where}.name", meta_path)
+        checks = [("dtype", grp["dtype"], t["dtype"]), ("nbytes", grp["nbytes"], t["nbytes"]),
+                  ("shape", m["shape"], t["shape"])]
+        if alg in t:  # an expert slice has no digest of its own; TensorSource hashes its stack
+            checks.append((alg, m[alg], t[alg]))
+        for key, mine, theirs in checks:
             if mine != theirs:
                 raise FormatError(mf, f"{where}.{key}", f"{m['name']!r}: {key} {mine!r} differs from {meta_path.name} ({theirs!r})")
+
+
+def _expert_member(name: str, by_name: dict[str, dict[str, Any]], members: set[str], mf: str, field: str,
+                   meta_path: Path) -> dict[str, Any]:
+    """The entry of a member that names an expert slice ``STACK[e]`` of the
+    model (iebin.expert_slice); refused when the stack itself is a member
+    too (the same bytes stored twice)."""
+    parsed = iebin.expert_of(name)
+    stack = by_name.get(parsed[0]) if parsed else None
+    if stack is None:
+        raise FormatError(mf, field, f"{name!r} is not a tensor of {meta_path}, nor an expert of one")
+    if len(stack["shape"]) != 3 or not 0 <= parsed[1] < stack["shape"][0] or iebin.STORE_KEY in stack:
+        raise FormatError(mf, field, f"{name!r}: {parsed[0]!r} (shape {stack['shape']}) has no such expert "
+                          "in a backing file")
+    if parsed[0] in members:
+        raise FormatError(mf, field, f"{name!r}: its stack {parsed[0]!r} is a member too (the same bytes twice)")
+    return iebin.expert_slice(stack, parsed[1])
 
 
 def iter_member(index: DedupIndex, group: dict[str, Any], member: dict[str, Any],

@@ -14,7 +14,7 @@ import numpy as np
 from . import checksums, iebin, weight_types
 from .casting import decode_f32
 from .errors import FormatError, IEError
-from .fileio import check_regular
+from .fileio import check_regular, iter_range
 
 IEBIN_FLOAT_DTYPES = weight_types.names(quantized=False)
 
@@ -54,21 +54,43 @@ def load_raw_f32(path: Path, rows: int, cols: int) -> np.ndarray:
 
 
 def load_iebin_tensor(model_dir: Path, name: str) -> np.ndarray:
-    """One 2-D f32/f16/bf16 tensor of an IEBIN artifact as float32 (checksum verified)."""
+    """One 2-D f32/f16/bf16 tensor of an IEBIN artifact as float32, or one
+    expert ``STACK[e]`` of a 3-D stack (iebin.expert_slice); checksum
+    verified (an expert's: its whole stack's, streamed)."""
     m = iebin.load_model(model_dir)
-    t = m.tensor(name)
-    where = f"tensors[{m.tensors.index(t)}]"
+    names = {t["name"] for t in m.tensors}
+    t = m.expert(name) if name not in names and iebin.expert_of(name) else m.tensor(name)
+    stack = m.tensor(t["stack"]) if "stack" in t else t
+    where = f"tensors[{m.tensors.index(stack)}]"
     if t["dtype"] not in IEBIN_FLOAT_DTYPES:
         raise FormatError(m.meta_path, f"{where}.dtype", f"tensor {name!r}: {t['dtype']} cannot be made block-sparse "
                           f"(one of {', '.join(IEBIN_FLOAT_DTYPES)})")
+    if len(t["shape"]) == 3:
+        raise FormatError(m.meta_path, f"{where}.shape", f"tensor {name!r} is an expert stack {t['shape']}; "
+                          f"name one expert, {name}[e] with e < {t['shape'][0]}")
     if len(t["shape"]) != 2 or 0 in t["shape"]:
         raise FormatError(m.meta_path, f"{where}.shape", f"tensor {name!r}: must be 2-D and non-empty, got {t['shape']}")
     with open(m.path_of(t), "rb") as f:
         f.seek(t["file_data_offset"])
         raw = f.read(t["nbytes"])
-    if len(raw) != t["nbytes"] or checksums.digest(m.checksum, raw) != t[m.checksum]:
-        raise FormatError(m.meta_path, f"{where}.{m.checksum}", f"tensor {name!r}: checksum mismatch")
+        if len(raw) != t["nbytes"] or _digest(f, stack, t, raw, m.checksum) != stack[m.checksum]:
+            raise FormatError(m.meta_path, f"{where}.{m.checksum}", f"tensor {name!r}: checksum mismatch")
     return decode_f32(raw, t["dtype"]).reshape(t["shape"])
+
+
+def _digest(f, stack: dict, t: dict, raw: bytes, alg: str) -> str:
+    """The digest of ``stack``'s bytes: ``raw`` itself when ``t`` is the
+    stack, else the stack read from ``f`` with ``raw`` in its expert's place."""
+    if t is stack:
+        return checksums.digest(alg, raw)
+    h = checksums.ALGORITHMS[alg].new()
+    for e in range(stack["shape"][0]):
+        if e == t["expert"]:
+            h.update(raw)
+            continue
+        for buf in iter_range(f, stack["file_data_offset"] + e * t["nbytes"], t["nbytes"]):
+            h.update(buf)
+    return h.hexdigest()
 
 
 def load_dense(path: Path | None = None, rows: int | None = None, cols: int | None = None,

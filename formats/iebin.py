@@ -354,6 +354,26 @@ class IebinModel:
                           "not in a backing file")
         return self.dir / entry["file"]
 
+    def expert(self, name: str) -> dict[str, Any]:
+        """The entry of the expert slice ``STACK[e]`` (expert_slice), for
+        the tools that treat each expert of a stack as a matrix of its own."""
+        parsed = expert_of(name)
+        if parsed is None:
+            raise IEError(f"{self.meta_path}: {name!r} does not name an expert slice (STACK[e])")
+        stack, e = parsed
+        t = self.tensor(stack)
+        i = self.tensors.index(t)
+        if len(t["shape"]) != 3 or t["shape"][0] < 1:
+            raise FormatError(self.meta_path, f"tensors[{i}].shape", f"{name!r}: {stack!r} is not an expert "
+                              f"stack [experts, rows, cols] (shape {t['shape']})")
+        if e >= t["shape"][0]:
+            raise FormatError(self.meta_path, f"tensors[{i}].shape", f"{name!r}: {stack!r} has "
+                              f"{t['shape'][0]} experts (0 to {t['shape'][0] - 1})")
+        if STORE_KEY in t:
+            raise FormatError(self.meta_path, f"tensors[{i}].{STORE_KEY}", f"{name!r}: {stack!r} lives in the "
+                              f"{t[STORE_KEY]} store as a whole; its experts are not tensors of their own there")
+        return expert_slice(t, e)
+
     @property
     def stored(self) -> list[dict[str, Any]]:
         """The tensors whose bytes are in a backing file."""
@@ -363,6 +383,39 @@ class IebinModel:
     def in_store(self) -> list[dict[str, Any]]:
         """The tensors whose bytes are in the dedup store (empty unless packed)."""
         return [t for t in self.tensors if STORE_KEY in t]
+
+
+def expert_of(name: str) -> tuple[str, int] | None:
+    """``(stack, e)`` for ``STACK[e]``, the name of expert ``e`` of a stack
+    ``[experts, rows, cols]`` where a tool treats each expert as a matrix of
+    its own (dedup-plan's units, block-sparse's --tensor); None for any
+    other name. ``e`` is written in decimal without leading zeros, so each
+    slice has exactly one name."""
+    if not name.endswith("]"):
+        return None
+    stack, sep, idx = name[:-1].rpartition("[")
+    if not sep or not stack or not (idx.isascii() and idx.isdigit()) or (len(idx) > 1 and idx[0] == "0"):
+        return None
+    return stack, int(idx)
+
+
+def expert_slice(t: dict[str, Any], e: int) -> dict[str, Any]:
+    """Expert ``e`` of the stack entry ``t`` as an entry of its own: its
+    shape ``[rows, cols]``, its bytes the e-th of the stack's equal parts
+    (a stack stores its experts one after another, in every dtype that
+    stacks: docs/formats/quant.md), read in place from the stack's file.
+    It carries no digest (model.ie.json records the stack's only), and
+    ``stack`` / ``expert`` say where it comes from."""
+    n = t["shape"][0]
+    if t["nbytes"] % n:
+        raise IEError(f"tensor {t['name']!r}: {t['nbytes']} bytes do not split into {n} equal experts")
+    per = t["nbytes"] // n
+    keep = ("dtype", "file", QUANT_KEY)
+    out = {k: t[k] for k in keep if k in t}
+    out.update(name=f"{t['name']}[{e}]", shape=list(t["shape"][1:]), nbytes=per, stack=t["name"], expert=e)
+    if "file_data_offset" in t:
+        out["file_data_offset"] = t["file_data_offset"] + e * per
+    return out
 
 
 def meta_path_for(path: str | os.PathLike) -> Path:

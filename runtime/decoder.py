@@ -181,9 +181,11 @@ class Decoder:
 
         def expert_matrices(key_pre: str, key: str, pattern: str, shape: list[int], top_k: int) -> None:
             """Each expert's [rows, cols] matrix under layers.L.experts.E.key: its
-            own tensor, or a slice of the stack [experts, rows, cols] (its bytes
-            in place: a view of the mapped file). A decode step reads top_k of
-            them; which, routing decides, so they count at their mean size."""
+            own tensor, or a slice STACK[e] of the stack [experts, rows, cols]
+            (its bytes in place: a view of the mapped file, or a dedup member
+            of its own; a stack grouped whole is rebuilt once and sliced). A
+            decode step reads top_k of them; which, routing decides, so they
+            count at their mean size."""
             n = s.moe.n_experts
             if "{e}" in pattern:
                 names = [pattern.format(e=e) for e in range(n)]
@@ -192,11 +194,18 @@ class Decoder:
                 sizes = [(entries[m]["dtype"], entries[m]["nbytes"], self.source.read_bytes(m)) for m in names]
             else:
                 t = entry(pattern, [n, *shape])
-                buf, per = self.source.get(pattern), t["nbytes"] // n
+                whole = self.source.get(pattern) if self.source.source_of(pattern) == "dedup" else None
+                sizes = []
                 for e in range(n):
-                    one = {**t, "name": f"{pattern}[{e}]", "shape": list(shape)}
-                    mats[f"{key_pre}experts.{e}.{key}"] = (spec_of(one, pattern), buf[e * per:(e + 1) * per])
-                sizes = [(t["dtype"], per, per)] * n
+                    one = iebin.expert_slice(t, e)
+                    spec, name, per = spec_of(one, pattern), one["name"], one["nbytes"]
+                    member = None if whole is not None else self.source.member(name)
+                    if member:
+                        mats[f"{key_pre}experts.{e}.{key}"] = (spec, *member)
+                    else:
+                        rows = self.source.get(name) if whole is None else whole[e * per:(e + 1) * per]
+                        mats[f"{key_pre}experts.{e}.{key}"] = (spec, rows)
+                    sizes.append((t["dtype"], per, per if whole is not None else self.source.read_bytes(name)))
             for dtype, nbytes, _ in sizes:
                 count(key_pre, dtype, nbytes)
             self._step_bytes += top_k * sum(read for *_, read in sizes) // n

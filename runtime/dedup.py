@@ -24,7 +24,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -115,7 +115,10 @@ class TensorSource:
         return "dedup" if self.store is not None and name in self.store else "iebin"
 
     def _entry(self, name: str) -> dict[str, Any]:
+        """A tensor's entry, or an expert slice's ``STACK[e]`` (iebin.expert_slice)."""
         t = self._by_name.get(name)
+        if t is None and iebin.expert_of(name) is not None:
+            t = self._by_name[name] = self.model.expert(name)
         if t is None:
             raise IEError(f"{self.model.meta_path}: no tensor named {name!r}")
         return t
@@ -126,7 +129,7 @@ class TensorSource:
         if self.store is not None and name in self.store:
             buf = self.store.get(name)
             if self.config.strict and name not in self._verified:
-                self._verify(name, checksums.digest(self.model.checksum, buf), t)
+                self._verify(name, lambda: checksums.digest(self.model.checksum, buf), t)
             return buf
         if t["nbytes"] == 0:
             return np.empty(0, np.uint8)
@@ -145,25 +148,29 @@ class TensorSource:
         if self.store is None or name not in self.store:
             return None
         if self.config.strict and name not in self._verified:
-            self._verify(name, self._digest(name), self._by_name[name])
+            self._verify(name, lambda: self._digest(name), self._by_name[name])
         return self.store, name
 
     def _digest(self, name: str) -> str:
-        """The member's digest: of the cached rebuild where the cache keeps
-        it (the first product then hits), else rebuilt a slice at a time into
-        one buffer, since a whole transient rebuild per member would leave the
-        allocator's heap tens of MB larger for the rest of the process (freed,
-        but not given back)."""
-        if self.store.cacheable(name):
-            return checksums.digest(self.model.checksum, self.store.get(name))
         h = checksums.ALGORITHMS[self.model.checksum].new()
+        self._hash_member(name, h)
+        return h.hexdigest()
+
+    def _hash_member(self, name: str, h: Any) -> None:
+        """Feed the member's bytes to ``h``: the cached rebuild where the cache
+        keeps it (the first product then hits), else rebuilt a slice at a time
+        into one buffer, since a whole transient rebuild per member would
+        leave the allocator's heap tens of MB larger for the rest of the
+        process (freed, but not given back)."""
+        if self.store.cacheable(name):
+            h.update(self.store.get(name))
+            return
         n = self.store.nbytes(name)
         buf = np.empty(min(n, _VERIFY_SLICE), np.uint8)
         for off in range(0, n, buf.size):
             view = buf[:min(buf.size, n - off)]
             self.store.read_into(name, off, view)
             h.update(view)
-        return h.hexdigest()
 
     def read_bytes(self, name: str) -> int:
         """Bytes one product with the tensor reads: the member's default, mask
@@ -174,19 +181,44 @@ class TensorSource:
             return t["nbytes"]
         return self.store.read_bytes(name)
 
-    def _verify(self, name: str, digest: str, t: dict[str, Any]) -> None:
+    def _verify(self, name: str, digest: Callable[[], str], t: dict[str, Any]) -> None:
         """IE_DEDUP_STRICT=1: the first rebuild of a tensor must hash to its
         model.ie.json digest, so a corrupted exception byte, mask or default,
         or a member pointed at the wrong group, is an error, not different
         logits. The verdict is cached: later rebuilds (after an LRU eviction)
         read the same mapped blobs. Costs one hash pass over each grouped
-        tensor, once, at load (docs/formats/dedup.md gives the measured rate)."""
-        alg = self.model.checksum
-        if digest != t[alg]:
-            raise IEError(f"{self.index.path}: IE_DEDUP_STRICT=1: {name!r} rebuilds to {alg} {digest[:16]}..., "
+        tensor, once, at load (docs/formats/dedup.md gives the measured rate).
+        An expert slice has no digest of its own: its whole stack is hashed
+        instead (``_verify_stack``)."""
+        if "stack" in t:
+            return self._verify_stack(t["stack"])
+        alg, got = self.model.checksum, digest()
+        if got != t[alg]:
+            raise IEError(f"{self.index.path}: IE_DEDUP_STRICT=1: {name!r} rebuilds to {alg} {got[:16]}..., "
                           f"model.ie.json says {t[alg][:16]}... (a corrupted default, mask or exception "
                           f"region, or a member in the wrong group; ierun verify dedup names it)")
         self._verified.add(name)
+
+    def _verify_stack(self, stack: str) -> None:
+        """Every expert of ``stack``, from the store where it is a member and
+        from model.ie.bin where not, in order, must hash to the stack's
+        model.ie.json digest; then all its slices count as verified."""
+        t = self._by_name[stack]
+        names = [f"{stack}[{e}]" for e in range(t["shape"][0])]
+        h = checksums.ALGORITHMS[self.model.checksum].new()
+        for name in names:
+            if name in self.store:
+                self._hash_member(name, h)
+            else:
+                h.update(self.get(name))
+        got, alg = h.hexdigest(), self.model.checksum
+        if got != t[alg]:
+            bad = [n for n in names if n in self.store]
+            raise IEError(f"{self.index.path}: IE_DEDUP_STRICT=1: the experts of {stack!r} ({len(bad)} of them from "
+                          f"the store, first {bad[0]!r}) hash to {alg} {got[:16]}..., model.ie.json says "
+                          f"{t[alg][:16]}... (a corrupted default, mask or exception region, or a member in the "
+                          "wrong group; ierun verify dedup names it)")
+        self._verified.update(names)
 
     def stats(self) -> dict[str, Any]:
         base = {"enabled": self.config.enabled, "active": self.store is not None, "fallback_reason": self.fallback_reason}

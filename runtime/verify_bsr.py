@@ -143,7 +143,7 @@ def print_report(r: dict) -> None:
 @click.option("--rows", type=click.IntRange(min=1), help="Rows of a raw .bin --dense.")
 @click.option("--cols", type=click.IntRange(min=1), help="Columns of a raw .bin --dense.")
 @click.option("--model-dir", type=click.Path(path_type=Path), help="IEBIN model holding the dense --tensor.")
-@click.option("--tensor", help="Tensor name in --model-dir.")
+@click.option("--tensor", help="Tensor name in --model-dir (STACK[e]: expert e of a stack).")
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="GEMV threads.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random x and bias.")
 @click.option("--allow-nonfinite", is_flag=True,

@@ -165,7 +165,7 @@ def verify_dedup(model_dir: Path, *, config: DedupConfig | None = None, zstd: bo
             if not ok:
                 rep.failures.append(f"{index.path}: {m['name']!r}: reconstructed bytes hash to {got[:12]}…, "
                                     f"recorded {m[alg][:12]}…")
-        te = by_name.get(m["name"])
+        te = by_name.get(m["name"]) or _expert_entry(model, m["name"])
         pos = 0
         if zc is not None and (te is not None or ok):
             zc.begin()
@@ -205,6 +205,17 @@ def verify_dedup(model_dir: Path, *, config: DedupConfig | None = None, zstd: bo
         rep.dedup_zstd_bytes = blobs.total
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+def _expert_entry(model: iebin.IebinModel | None, name: str) -> dict[str, Any] | None:
+    """The model.ie.bin range of a member that is an expert slice STACK[e],
+    or None (no model, another name, or one cross_check already refused)."""
+    if model is None or iebin.expert_of(name) is None:
+        return None
+    try:
+        return model.expert(name)
+    except IEError:
+        return None
 
 
 def _hb(n: int | None) -> str:
