@@ -56,16 +56,16 @@ demo: setup
 	$(VENV)/bin/ierun generate --model-dir $(DEMO_OUT)/smollm2 --prompt $(DEMO_PROMPT) --max-new 24 --threads 2
 	@# --act f32: this question's first greedy token is a near tie that the default int8 activations flip (docs/eval.md)
 	$(VENV)/bin/ierun generate --model-dir $(DEMO_OUT)/smollm2 --chat --prompt "What is the capital of France?" --threads 2 --act f32
-	$(VENV)/bin/ierun verify int4 --model-dir $(DEMO_OUT)/smollm2 --threads 2 --json > $(DEMO_OUT)/verify-smollm2.json
-	@echo "verify int4: every Q4_1/Q8_0 tensor of the import checked -> $(DEMO_OUT)/verify-smollm2.json"
+	$(VENV)/bin/ierun verify quant --model-dir $(DEMO_OUT)/smollm2 --threads 2 --json > $(DEMO_OUT)/verify-smollm2.json
+	@echo "verify quant: every Q4_1/Q8_0 tensor of the import checked -> $(DEMO_OUT)/verify-smollm2.json"
 	$(VENV)/bin/ierun bench --model-dir $(DEMO_OUT)/smollm2 --rounds 2 --max-new 16 --ignore-eos
 	$(VENV)/bin/ieconv hf-to-iebin --hf-dir golden/hf/tiny-llama --out-dir $(DEMO_OUT)/tiny-llama
 	$(VENV)/bin/ieconv validate --deep $(DEMO_OUT)/tiny-llama
 	$(VENV)/bin/ieconv gguf-to-iebin --gguf $(SMOLLM2_GGUF) --out-dir $(DEMO_OUT)/smollm2-f32 --dequantize
 	$(VENV)/bin/ieconv q4-manifest --gguf $(SMOLLM2_GGUF) -o $(DEMO_OUT)/q4_manifest.json
 	$(VENV)/bin/ieconv gguf-to-iebin --gguf $(SMOLLM2_GGUF) --out-dir $(DEMO_OUT)/smollm2-int4w --q4-map $(DEMO_OUT)/q4_manifest.json
-	$(VENV)/bin/ierun verify int4 --model-dir $(DEMO_OUT)/smollm2-int4w --threads 2 --json > $(DEMO_OUT)/verify-int4w.json
-	@echo "verify int4: every int4w tensor checked -> $(DEMO_OUT)/verify-int4w.json"
+	$(VENV)/bin/ierun verify quant --model-dir $(DEMO_OUT)/smollm2-int4w --threads 2 --json > $(DEMO_OUT)/verify-int4w.json
+	@echo "verify quant: every int4w tensor checked -> $(DEMO_OUT)/verify-int4w.json"
 	$(VENV)/bin/ierun generate --model-dir $(DEMO_OUT)/smollm2-int4w --prompt $(DEMO_PROMPT) --max-new 24 --threads 2
 	$(VENV)/bin/ierun eval --model-dir $(DEMO_OUT)/smollm2 --ref-dir $(DEMO_OUT)/smollm2-f32 \
 	  --text-file golden/text/eval-sample.txt --ctx 128 --threads 2

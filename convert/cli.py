@@ -234,7 +234,10 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     --scheme cannot store gets a fallback (int4w whole-row groups; q4_k:
     int4w with a scale and min per 64, its 4.5 bits per weight; iq4_xs:
     iq4_nl; q5_k, q6_k: q8_0). The bytes
-    a decode step reads under the policy are printed. Edit the result freely,
+    a decode step reads under the policy are printed. Expert stacks
+    [experts, rows, cols] take --scheme where it stacks; int4w's planes span
+    one matrix, so with int4w (and q4_k's int4w fallback) they get q4_0
+    (q4_1 with --affine). Edit the result freely,
     then: ieconv hf-to-iebin --hf-dir M --q4-map FILE ... (or gguf-to-iebin
     --gguf F --q4-map FILE ...).
     """
@@ -287,10 +290,18 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     q = sum(1 for _ in p.quantize)
     out.print(f"OK {out_path}: {len(manifest['rules'])} rules, {len(manifest['tensors'])} per-tensor entries; "
               f"quantizes {q} of {len(tensors)} tensors ({scheme})", markup=False)
+    fallback: dict[str, list[str]] = {}
     for name, sel in manifest["tensors"].items():
         if name in HEAD_NAMES or name in EMBED_NAMES:
             role = "tied embedding/head" if tied and name in EMBED_NAMES else "head" if name in HEAD_NAMES else "embedding"
             out.print(f"  {role} {name}: {sel['scheme']}", markup=False)
+        elif sel["scheme"] != scheme:
+            fallback.setdefault(sel["scheme"], []).append(name)
+    for s, names in sorted(fallback.items()):
+        stacks = sum(len(tensors[n][1]) == 3 for n in names)
+        what = f"{len(names)} {'expert stacks' if stacks == len(names) else 'matrices'}"
+        what += f" ({stacks} of them expert stacks)" if 0 < stacks < len(names) else ""
+        out.print(f"  {what} {scheme} cannot store: {s} (e.g. {names[0]})", markup=False)
     read, full = bytes_per_token(tensors, p.quantize, tied), bytes_per_token(tensors, {}, tied)
     out.print(f"  a decode step reads {human_bytes(read)} of weights ({full / read:.2f}x less than unquantized, "
               f"{human_bytes(full)}){'; the embedding is tied to the head' if tied else ''}", markup=False)

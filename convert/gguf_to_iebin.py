@@ -42,6 +42,7 @@ from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import FormatError
 from iekit.formats.finite import PayloadScan
 from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
+from iekit.formats.model_spec import check_convertible
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
@@ -277,6 +278,8 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
                 "tokenizer.json": tokenizer_json(g.fields, g.path)}
     if (tok_cfg := tokenizer_config_json(g.fields, g.path)) is not None:
         aux_data["tokenizer_config.json"] = tok_cfg
+    if (unsupported := check_convertible(model_summary(cfg), cfg, {p.name: p.shape for p in plans}, g.path)):
+        warnings.append(unsupported)
     stale = check_out_dir(out_dir, overwrite, [iebin.META_NAME, iebin.BIN_NAME, *aux_data])
     t0 = time.perf_counter()
     created = make_dirs(out_dir)

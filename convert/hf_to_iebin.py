@@ -35,6 +35,7 @@ from iekit.formats.casting import cast_bytes, decode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import IEError
 from iekit.formats.hf_checkpoint import HFSource, collect_tensors, read_aux
+from iekit.formats.model_spec import check_convertible
 from iekit.formats.safetensors_reader import CHUNK_BYTES
 
 from iekit.formats.q4_manifest import Manifest, plan
@@ -162,6 +163,9 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
             # gpt-oss's float expert stacks are [experts, in, out]: written transposed (expert_stacks.py).
             flip = expert_stacks.transposed(src.config, tensors)
             shapes = {n: expert_stacks.out_shape(t) if n in flip else list(t.shape) for n, (_sf, t) in tensors.items()}
+            # An invalid MoE / attention config is refused here, before any byte is written.
+            unsupported = check_convertible(model_summary(src.config), src.config,
+                                            {**shapes, **{p.name: p.shape for p in pairs}}, src.dir / "config.json")
             qplan = plan(manifest, {n: (t.dtype.name, shapes[n]) for n, (_sf, t) in tensors.items()},
                          force=force) if manifest else None
             importance, iwarn = load_importance(imatrix or (manifest.imatrix if manifest else None),
@@ -221,7 +225,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
         raise
     bytes_out = meta["files"][0]["nbytes"]
     return ConvertResult(out_dir, len(names), bytes_in, bytes_out, time.perf_counter() - t0, n_cast,
-                         len(qplan.quantize) if qplan else 0, (qplan.warnings if qplan else []) + iwarn, stale,
+                         len(qplan.quantize) if qplan else 0,
+                         (qplan.warnings if qplan else []) + iwarn + ([unsupported] if unsupported else []), stale,
                          weighted_tensors=len(importance), errors=errors, kept_blocks=len(pairs))
 
 

@@ -14,6 +14,12 @@ class IEError(Exception):
     """Any failure caused by user input (files, flags, environment)."""
 
 
+class UnsupportedError(IEError):
+    """Valid input that this tool does not implement (an architecture or
+    option the decoder does not run): a converter writes such a model, with
+    a warning; the runtime refuses it."""
+
+
 class FormatError(IEError):
     """An artifact or input file breaks a rule of its format."""
 

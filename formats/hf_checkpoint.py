@@ -4,7 +4,7 @@
 listed by ``model.safetensors.index.json``) and ``collect_tensors`` opens
 them, checking the index against the shards' own headers. Only safetensors
 weights are read. The converter reads its input through here (a hub repo id
-is resolved to a directory by convert/hf_hub.py); ``ierun verify int4
+is resolved to a directory by convert/hf_hub.py); ``ierun verify quant
 --hf-dir`` reads the source weights the same way.
 
 Every file read from the checkpoint (config.json, the index, the shards, the

@@ -147,7 +147,7 @@ def plan(m: Manifest, tensors: dict[str, tuple[str, list[int]]], force: bool = F
 def _is_matrix(name: str, shape: list[int]) -> bool:
     """A projection the usual policy quantizes: a 2-D ``*.weight``, or a 3-D
     expert stack [experts, out, in] (gpt-oss's ``mlp.experts.gate_up_proj``;
-    schemes that cannot stack, int4w, keep it)."""
+    int4w, which cannot stack, gives it STACK_FALLBACK's block scheme)."""
     return (len(shape) == 2 and name.endswith("weight")) or (len(shape) == 3 and ".experts." in name)
 
 
@@ -174,11 +174,20 @@ FALLBACK = {"q4_k": {"scheme": "int4w", "group_size": 64, "symmetric": False, "s
             "iq4_xs": {"scheme": "iq4_nl"}, "q5_k": {"scheme": "q8_0"}, "q6_k": {"scheme": "q8_0"}}
 
 
+# What an expert stack gets from int4w (and from q4_k through it), whose
+# planes span one whole matrix: the block scheme with its grid, 4-bit
+# symmetric or affine in blocks of 32 with f16 scales (q4_0 4.5, q4_1 5.0
+# bits per weight against int4w g64's 4.25 and 4.5).
+STACK_FALLBACK = {True: {"scheme": "q4_0"}, False: {"scheme": "q4_1"}}
+
+
 def _fitting(scheme: str, sel: dict[str, Any], shape: list[int]) -> dict[str, Any] | None:
-    """``sel``, or int4w's whole-row variant, or the scheme's FALLBACK, if it can
-    store ``shape``; else None."""
+    """``sel``, or int4w's whole-row variant (for a stack its STACK_FALLBACK),
+    or the scheme's FALLBACK, if it can store ``shape``; else None."""
     if SCHEMES[scheme].check(shape, selection_params(sel)) is None:
         return sel
+    if scheme == "int4w" and len(shape) == 3:
+        return _fitting(STACK_FALLBACK[sel["symmetric"]]["scheme"], STACK_FALLBACK[sel["symmetric"]], shape)
     if scheme == "int4w":
         row = {**sel, "group_size": "row"}
         if SCHEMES[scheme].check(shape, selection_params(row)) is None:

@@ -4,7 +4,7 @@ One small class per scheme (vectorised numpy quantize / dequantize / error
 bound): the quantized weight types of ``weight_types.py``, registered there
 by subclassing (their sizes come from its table); ``SCHEMES`` is the
 quantized part of that registry. The converter quantizes with it, the tests
-compare it with ``gguf.quants`` byte for byte, and ``ierun verify int4``
+compare it with ``gguf.quants`` byte for byte, and ``ierun verify quant``
 checks the C++ dequantizers and kernels against it. Layouts and the exact
 arithmetic are specified in docs/formats/quant.md.
 """

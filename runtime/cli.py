@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 
@@ -15,7 +16,7 @@ from .bench import bench
 from .decode_cli import generate_cmd, logits_cmd
 from .eval_cli import eval_cmd, verify_model_cmd
 from .microbench import microbench
-from .verify import verify_int4_cmd
+from .verify import verify_quant_cmd
 from .verify_bsr import verify_bsr_cmd
 from .verify_dedup import dedup_cmd as verify_dedup_cmd
 
@@ -86,7 +87,12 @@ cli.add_command(logits_cmd)
 cli.add_command(microbench)
 cli.add_command(bench)
 cli.add_command(eval_cmd)
-verify.add_command(verify_int4_cmd)
+verify.add_command(verify_quant_cmd)
+# Its name before it covered every scheme (mxfp4, the k-quants, ...): kept for
+# the scripts that use it, hidden from --help.
+_verify_int4 = copy.copy(verify_quant_cmd)
+_verify_int4.hidden = True
+verify.add_command(_verify_int4, "int4")
 verify.add_command(verify_dedup_cmd)
 verify.add_command(verify_bsr_cmd)
 verify.add_command(verify_model_cmd)

@@ -28,7 +28,7 @@ from iekit.formats.fileio import model_file, read_small
 from . import cuda, kernels
 from .dedup import TensorSource
 from .memory import available_bytes, gib
-from .model_spec import INT32_MAX, DecoderSpec, decoder_spec
+from iekit.formats.model_spec import INT32_MAX, DecoderSpec, decoder_spec
 from .native import _native
 
 FLOAT_VECTOR_DTYPES = weight_types.names(quantized=False)

@@ -11,7 +11,7 @@ variable             values                                default   read by    
 ==================== ===================================== ========= ====================================== ======
 IE_DEDUP             0 | 1                                 0         DedupConfig: every command that loads  error
                                                                      a model (generate, logits, bench,
-                                                                     verify int4); ierun verify dedup
+                                                                     verify quant); ierun verify dedup
 IE_DEDUP_STRICT      0 | 1                                 0         DedupConfig (as IE_DEDUP)              error
 IE_DEDUP_POLICY      lossless                              lossless  DedupConfig (as IE_DEDUP)              error
 IE_DEDUP_CACHE_MB    number of MiB >= 0                    256       DedupConfig (as IE_DEDUP)              error

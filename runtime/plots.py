@@ -1,5 +1,5 @@
 """Pictures for people who would rather look than read: ``ierun eval --plot``
-and ``ierun verify int4 --plot``.
+and ``ierun verify quant --plot``.
 
 matplotlib is an optional extra (``pip install 'iekit[plot]'``): it is
 imported only here, only when a plot is asked for, and its absence is one

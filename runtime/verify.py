@@ -1,6 +1,6 @@
 """``ierun verify``: prove an artifact's numerics, tensor by tensor.
 
-``verify int4`` checks every quantized tensor of an IEBIN model:
+``verify quant`` checks every quantized tensor of an IEBIN model:
   1. checksum: the payload's digest equals the one in model.ie.json (the
      payload as the runtime reads it: with IE_DEDUP=1, rebuilt by the dedup
      loader where the tensor is grouped);
@@ -103,7 +103,7 @@ def source_values(src_tensors: dict, name: str, shape: list[int]) -> np.ndarray 
     return decode_f32(raw, st.dtype.name).reshape(shape)
 
 
-def verify_int4(model_dir: Path, hf_dir: Path | None, threads: int, seed: int,
+def verify_quant(model_dir: Path, hf_dir: Path | None, threads: int, seed: int,
                 device: str = "cpu") -> list[TensorReport]:
     # Through the runtime's own tensor source: with IE_DEDUP=1 the bytes
     # checked are those the dedup loader rebuilds, as the decoder reads them.
@@ -182,7 +182,7 @@ def _fmt(v: float | None, spec: str) -> str:
 
 
 def print_table(reports: list[TensorReport], with_source: bool) -> None:
-    t = Table(title="ierun verify int4")
+    t = Table(title="ierun verify quant")
     cols = ["tensor", "dtype", "checksum", "finite", "dequant", "gemv (max rel)"]
     if with_source:
         cols += ["bound", "RMSE", "max |err|", "SQNR dB"]
@@ -198,7 +198,7 @@ def print_table(reports: list[TensorReport], with_source: bool) -> None:
     out.print(t)
 
 
-@click.command("int4")
+@click.command("quant")
 @click.option("--model-dir", required=True, type=click.Path(path_type=Path), help="IEBIN model directory.")
 @click.option("--hf-dir", type=click.Path(path_type=Path), help="Source HF checkpoint: also check rounding bounds and report error stats.")
 @click.option("--threads", default=1, show_default=True, help="GEMV threads.")
@@ -211,21 +211,21 @@ def print_table(reports: list[TensorReport], with_source: bool) -> None:
 @click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
 @click.option("--device", type=click.Choice(cuda.DEVICES), default="cpu", show_default=True,
               help="Run the dequantizer and the GEMV on this device (cuda: a `make build-cuda` build and a GPU).")
-def verify_int4_cmd(model_dir: Path, hf_dir: Path | None, threads: int, seed: int, as_json: bool,
+def verify_quant_cmd(model_dir: Path, hf_dir: Path | None, threads: int, seed: int, as_json: bool,
                     plot_path: Path | None, overwrite: bool, device: str):
     """Verify every quantized tensor: checksum, C++ vs Python dequantization
     (bit-exact), fused GEMV vs float64 (rel. error <= 1e-5) and, with
     --hf-dir, the rounding bound against the source weights. With --device
     cuda the device's dequantizer and GEMV are the ones held to the references."""
     if device == "cuda":
-        cuda.require("ierun verify int4")
+        cuda.require("ierun verify quant")
     if plot_path is not None:
         if hf_dir is None:
             raise click.UsageError("--plot draws SQNR and RMSE against the source weights: give --hf-dir too")
         plots.check_target(plot_path, overwrite)
-    reports = verify_int4(model_dir, hf_dir, threads, seed, device)
+    reports = verify_quant(model_dir, hf_dir, threads, seed, device)
     if plot_path is not None:
-        plots.tensor_plot(reports, f"ierun verify int4: {model_dir}", plot_path, overwrite)
+        plots.tensor_plot(reports, f"ierun verify quant: {model_dir}", plot_path, overwrite)
     failed = [r for r in reports if not r.ok]
     if as_json:
         click.echo(json.dumps({"ok": not failed, "model_dir": str(model_dir), "device": device, "tensors": len(reports),
@@ -238,7 +238,7 @@ def verify_int4_cmd(model_dir: Path, hf_dir: Path | None, threads: int, seed: in
             s = f"{r.name}: " + ",".join(k for k, v in r.checks.items() if not v)
             return s + (f" [{r.notes[0]}]" if not r.checks["finite"] else "")
 
-        raise IEError(f"verify int4: {len(failed)} of {len(reports)} quantized tensors failed "
+        raise IEError(f"verify quant: {len(failed)} of {len(reports)} quantized tensors failed "
                       f"({', '.join(why(r) for r in failed[:3])}{', …' if len(failed) > 3 else ''})")
     if not as_json:
         out.print(f"OK: {len(reports)} quantized tensors verified", markup=False)

@@ -66,7 +66,7 @@ def test_repack_checks_its_buffer():
 
 @pytest.mark.skipif(WHY is None, reason="a device is visible: the refusal cannot happen here")
 @pytest.mark.parametrize("argv", [
-    ["verify", "int4", "--model-dir", "golden/iebin/tiny-llama", "--device", "cuda"],
+    ["verify", "quant", "--model-dir", "golden/iebin/tiny-llama", "--device", "cuda"],
     ["verify", "dedup", "--model-dir", "golden/iebin/tiny-llama", "--device", "cuda"],
     ["verify", "bsr", "x.bsr", "--device", "cuda"],
     ["microbench", "--kernel", "q4_0", "--device", "cuda"],

@@ -19,7 +19,7 @@ from decoder_ref import forward, kl_top1, load_weights
 from iekit.formats.errors import IEError
 from iekit.runtime import native
 from iekit.runtime.decoder import Decoder
-from iekit.runtime.model_spec import rope_tables
+from iekit.formats.model_spec import rope_tables
 from iekit.runtime.sampling import Sampler, generate
 
 # tiny-mistral: sliding_window 4 over the 12 reference ids; tiny-llama3: rope_type llama3; tiny-qwen3:

@@ -155,7 +155,7 @@ def test_readme_and_docstring_tables_list_every_variable():
 @pytest.mark.parametrize("argv", [
     ("bench", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--max-new", "1", "--rounds", "1", "--bandwidth-mb", "1"),
     ("generate", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--ids", "1", "--max-new", "1"),
-    ("verify", "int4", "--model-dir", GOLDEN_IEBIN / "tiny-llama-mixedq"),
+    ("verify", "quant", "--model-dir", GOLDEN_IEBIN / "tiny-llama-mixedq"),
     ("verify", "dedup", "--model-dir", GOLDEN_IEBIN / "tiny-llama"),
 ], ids=["bench", "generate", "verify-int4", "verify-dedup"])
 def test_ie_dedup_yes_is_one_error_line_for_every_command(argv):

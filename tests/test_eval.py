@@ -221,7 +221,7 @@ def test_plots_are_pngs(tmp_path):
     assert_one_line_error(run_tool("ierun", "eval", "--model-dir", MIXED, "--ref-dir", F32, "--ids-file", ids_file,
                                    "--ctx", CTX, "--plot", png), str(png), "exists", "--overwrite")
     png2 = tmp_path / "int4.png"
-    res = run_tool("ierun", "verify", "int4", "--model-dir", MIXED, "--hf-dir", GOLDEN_HF / "tiny-llama",
+    res = run_tool("ierun", "verify", "quant", "--model-dir", MIXED, "--hf-dir", GOLDEN_HF / "tiny-llama",
                    "--plot", png2)
     assert res.returncode == 0, res.stderr
     assert png2.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -236,7 +236,7 @@ def test_plot_without_matplotlib_is_one_clear_line(tmp_path):
                    _ids_file(tmp_path, _ids(CTX)), "--ctx", CTX, "--plot", tmp_path / "x.png", env=env,
                    real_process=True)
     assert_one_line_error(res, "--plot needs matplotlib", "iekit[plot]")
-    res = run_tool("ierun", "verify", "int4", "--model-dir", MIXED, "--hf-dir", GOLDEN_HF / "tiny-llama",
+    res = run_tool("ierun", "verify", "quant", "--model-dir", MIXED, "--hf-dir", GOLDEN_HF / "tiny-llama",
                    "--plot", tmp_path / "y.png", env=env, real_process=True)
     assert_one_line_error(res, "--plot needs matplotlib")
 

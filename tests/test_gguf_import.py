@@ -208,7 +208,7 @@ def test_q4_map_requantizes_from_the_dequantized_weights(tmp_path):
     assert len(quantized(tmp_path / "int4w")) == 14
     assert quantized(tmp_path / "int4w") == quantized(tmp_path / "via-hf")
     assert _meta(tmp_path / "int4w")["tensors"][1]["dtype"] == "q8_0"  # the embedding keeps its blocks
-    res = run_tool("ierun", "verify", "int4", "--model-dir", tmp_path / "int4w")
+    res = run_tool("ierun", "verify", "quant", "--model-dir", tmp_path / "int4w")
     assert res.returncode == 0, res.stderr
 
 

@@ -136,7 +136,7 @@ def _kl(ref_logits, got):
 def test_gptq_artifact_is_closer_to_the_float_model(wide, tmp_path):
     """ieconv gptq as a user runs it: the same schemes and size as hf-to-iebin with
     the manifest and an imatrix of the same text, closer to the float model,
-    every quantized entry saying it was compensated, verify int4 passing."""
+    every quantized entry saying it was compensated, verify quant passing."""
     from iekit.runtime.decoder import Decoder
 
     m = tmp_path / "q.json"
@@ -158,7 +158,7 @@ def test_gptq_artifact_is_closer_to_the_float_model(wide, tmp_path):
     kl_plain = _kl(f32, Decoder(plain, act="f32").logits(ids))
     kl_g = _kl(f32, Decoder(g, act="f32").logits(ids))
     assert kl_g < 0.5 * kl_plain, (kl_g, kl_plain)  # 0.0095 against 0.034 when written
-    res = run_tool("ierun", "verify", "int4", "--model-dir", g, "--hf-dir", wide["hf"], "--json")
+    res = run_tool("ierun", "verify", "quant", "--model-dir", g, "--hf-dir", wide["hf"], "--json")
     assert res.returncode == 0, res.stdout + res.stderr
     assert all("bound" not in r["checks"] for r in json.loads(res.stdout)["results"])
 

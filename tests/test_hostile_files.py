@@ -505,12 +505,12 @@ def test_overwrite_replaces_the_artifact_as_a_whole(tmp_path):
     assert "--overwrite" in run_tool("ieconv", "hf-to-iebin", "--help").stdout
 
 
-def test_verify_int4_against_another_models_checkpoint_is_one_line(tmp_path):
+def test_verify_quant_against_another_models_checkpoint_is_one_line(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     st_write(other / "model.safetensors", {"lm_head.weight": ("F32", [10, 10], bytes(400))})
-    res = run_tool("ierun", "verify", "int4", "--model-dir", MIXEDQ, "--hf-dir", other)
+    res = run_tool("ierun", "verify", "quant", "--model-dir", MIXEDQ, "--hf-dir", other)
     assert_one_line_error(res, str(other), "--hf-dir")
     # same names, other shapes: checked before anything is compared
     q = json.loads((MIXEDQ / iebin.META_NAME).read_text())
@@ -520,7 +520,7 @@ def test_verify_int4_against_another_models_checkpoint_is_one_line(tmp_path):
     other.mkdir()
     (other / "config.json").write_text("{}")
     st_write(other / "model.safetensors", tensors)
-    res = run_tool("ierun", "verify", "int4", "--model-dir", MIXEDQ, "--hf-dir", other)
+    res = run_tool("ierun", "verify", "quant", "--model-dir", MIXEDQ, "--hf-dir", other)
     assert_one_line_error(res, str(other), "shape")
 
 

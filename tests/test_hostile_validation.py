@@ -4,7 +4,7 @@ answered with an internal error (exit 3) or an unbounded allocation.
 - a safetensors shard whose header length is off by one (its JSON still
   parses, ending in padding spaces) was read with every tensor shifted;
 - NaN/Inf stored in weights (a NaN int4w scale with a matching digest)
-  passed ``validate --deep`` and ``verify int4``, and decoding emitted id 0
+  passed ``validate --deep`` and ``verify quant``, and decoding emitted id 0
   forever;
 - wrong JSON types in model.ie.json / q4_manifest.json raised TypeError, a
   valid 104-byte .bsr made ``verify bsr`` allocate 192 GiB, and
@@ -190,10 +190,10 @@ def test_validate_deep_rejects_nonfinite_scales(tmp_path, name, off, data, words
 
 
 @pytest.mark.parametrize("name, off, data, words", NONFINITE_PARAMS, ids=lambda v: str(v)[:24])
-def test_verify_int4_fails_on_nonfinite_scales(tmp_path, name, off, data, words):
+def test_verify_quant_fails_on_nonfinite_scales(tmp_path, name, off, data, words):
     d = corrupt(MIXEDQ, tmp_path / "m", name, off, data)
-    res = run_tool("ierun", "verify", "int4", "--model-dir", d, "--json")
-    assert_one_line_error(res, "verify int4", name, "finite", *words)
+    res = run_tool("ierun", "verify", "quant", "--model-dir", d, "--json")
+    assert_one_line_error(res, "verify quant", name, "finite", *words)
     rep = json.loads(res.stdout)
     bad = next(r for r in rep["results"] if r["name"] == name)
     assert not bad["ok"] and not bad["checks"]["finite"] and not bad["checks"]["gemv"]

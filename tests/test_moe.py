@@ -178,3 +178,58 @@ def test_error_missing_expert_and_wrong_rope(tmp_path):
     d = _edited(tmp_path, "tiny-gpt-oss", lambda m: m["model"]["rope_scaling"].update(factor=-1))
     assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"),
                           "rope_scaling.factor", "positive number")
+
+
+@pytest.mark.parametrize("args,stack_scheme", [((), "q4_0"), (("--affine",), "q4_1"), (("--scheme", "q4_k"), "q4_1")])
+def test_int4w_policies_give_expert_stacks_a_block_scheme(tmp_path, args, stack_scheme):
+    """int4w cannot stack (its planes span one matrix): the usual policy
+    gives expert stacks the 4-bit block scheme with its grid, and says so;
+    the stored stacks are byte for byte gguf's quantizer on the stack's
+    [experts, out, in] values, and the model decodes."""
+    import gguf
+
+    man, out = tmp_path / "q.json", tmp_path / "m"
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-gpt-oss", "-o", man, *args)
+    assert res.returncode == 0, res.stderr
+    assert "4 expert stacks" in res.stdout and f"cannot store: {stack_scheme}" in res.stdout
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", GOLDEN_HF / "tiny-gpt-oss", "--out-dir", out, "--q4-map", man)
+    assert res.returncode == 0, res.stderr
+    for name in ("model.layers.0.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj"):
+        t, raw = _tensor(out, name)
+        ref_t, ref_raw = _tensor(GOLDEN_IEBIN / "tiny-gpt-oss", name)
+        assert (t["dtype"], t["shape"]) == (stack_scheme, ref_t["shape"])
+        w = decode_f32(ref_raw, "bf16").reshape(-1, ref_t["shape"][-1])
+        assert raw == gguf.quants.quantize(w, gguf.GGMLQuantizationType[stack_scheme.upper()]).tobytes()
+    assert np.isfinite(Decoder(out, threads=1, act="f32").logits([3, 17, 250])).all()
+
+
+@pytest.mark.parametrize("model,key,value,needles", [
+    ("tiny-mixtral", "num_experts_per_tok", 5, ("config.num_experts_per_tok", "more than the 4 experts")),
+    ("tiny-gpt-oss", "swiglu_limit", 0, ("config.swiglu_limit", "positive number")),
+    ("tiny-gpt-oss", "layer_types", ["full_attention"], ("config.layer_types", "2 entries", "got 1 entries")),
+    ("tiny-qwen3-moe", "num_experts", 0, ("config.num_experts", "positive integer")),
+])
+def test_converter_refuses_an_invalid_moe_config(tmp_path, model, key, value, needles):
+    """Bad input of the issue: one line naming the source config.json and
+    the key, before anything is written."""
+    src, out = tmp_path / "hf", tmp_path / "out"
+    shutil.copytree(GOLDEN_HF / model, src)
+    cfg = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**cfg, key: value}))
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", src, "--out-dir", out)
+    assert_one_line_error(res, f"{src / 'config.json'}:", *needles)
+    assert not out.exists()
+
+
+def test_converter_writes_a_valid_model_the_decoder_cannot_run_with_a_warning(tmp_path):
+    """Qwen's use_sliding_window is valid transformers, not implemented here:
+    the artifact is written (another runtime may run it), with a warning
+    saying ierun will refuse it, and ierun does."""
+    src, out = tmp_path / "hf", tmp_path / "out"
+    shutil.copytree(GOLDEN_HF / "tiny-qwen3", src)
+    cfg = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**cfg, "use_sliding_window": True}))
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", src, "--out-dir", out)
+    assert res.returncode == 0, res.stderr
+    assert "warning: ierun cannot run this model" in res.stderr and "use_sliding_window" in res.stderr
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", out, "--ids", "1"), "config.use_sliding_window")

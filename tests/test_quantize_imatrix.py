@@ -6,7 +6,7 @@ A Llama whose matrices are whole 256-element super-blocks (hidden 256, MLP
 artifact, ``ieconv q4-manifest --scheme S --imatrix``, ``ieconv
 hf-to-iebin --q4-map``; the native decoder then runs each artifact and
 is checked against the float64 numpy forward pass (tests/decoder_ref.py)
-over the same dequantized weights, and ``ierun verify int4`` passes.
+over the same dequantized weights, and ``ierun verify quant`` passes.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def test_model_runs_and_matches_the_float64_reference(wide, scheme):
                 steps = np.stack([d.prefill(ids[:1])] + [d.step(t) for t in ids[1:]])
                 assert np.abs(steps - ref).max() / np.abs(ref).max() <= tol
     assert scheme in Decoder(out).precision
-    res = run_tool("ierun", "verify", "int4", "--model-dir", out, "--hf-dir", wide["hf"])
+    res = run_tool("ierun", "verify", "quant", "--model-dir", out, "--hf-dir", wide["hf"])
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -127,7 +127,7 @@ def test_imatrix_weighted_artifact_is_closer_to_the_float_model(wide):
         assert json.loads(m.read_text())["imatrix"] == "im.npz"  # relative to the manifest
         assert "14 importance-weighted" in res.stderr
         assert kl(weighted) < kl(plain), scheme
-        res = run_tool("ierun", "verify", "int4", "--model-dir", weighted, "--hf-dir", wide["hf"])
+        res = run_tool("ierun", "verify", "quant", "--model-dir", weighted, "--hf-dir", wide["hf"])
         assert res.returncode == 0, res.stdout + res.stderr  # every code the nearest for its stored scale
     # --imatrix on the command line does the same as the manifest's
     _out, _m, res = _quantize(wide, "q4k-cli", "--scheme", "q4_k", convert_args=("--imatrix", wide["imatrix"]))

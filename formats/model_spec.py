@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from iekit.formats.errors import IEError
+from .errors import IEError, UnsupportedError
 
 INT32_MAX = (1 << 31) - 1  # every dimension and --ctx reach the native decoder as a C int
 
@@ -135,7 +135,7 @@ def _yarn(head_dim: int, theta: float, scaling: dict) -> tuple[np.ndarray, float
     beta_fast = _scaling_number(scaling, "beta_fast", 32.0) if scaling.get("beta_fast") is not None else 32.0
     beta_slow = _scaling_number(scaling, "beta_slow", 1.0) if scaling.get("beta_slow") is not None else 1.0
     if scaling.get("partial_rotary_factor", 1.0) != 1.0:
-        raise IEError("rope_scaling.partial_rotary_factor: partial rotary embeddings are not supported")
+        raise UnsupportedError("rope_scaling.partial_rotary_factor: partial rotary embeddings are not supported")
 
     def mscale(scale: float, m: float = 1.0) -> float:
         return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
@@ -177,7 +177,29 @@ def rope_tables(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> 
         return _llama3(inv, scaling), 1.0
     if kind == "yarn":
         return _yarn(head_dim, theta, scaling)
-    raise IEError(f"rope_scaling: rope scaling {kind!r} is not supported (default, llama3 and yarn are)")
+    raise UnsupportedError(f"rope_scaling: rope scaling {kind!r} is not supported (default, llama3 and yarn are)")
+
+
+def check_convertible(model: dict[str, Any], config: dict[str, Any], shapes: dict[str, list[int]],
+                      label: Path) -> str | None:
+    """Before a converter writes anything: a model of an architecture the
+    decoder runs must be a valid one (an expert count below top-k, a
+    swiglu_limit of 0, layer_types of the wrong length are refused: IEError,
+    naming ``label``). A valid one the decoder does not implement converts:
+    the reason is returned, for a warning, as it is for a config without
+    the dimensions of a whole model (a partial checkpoint converts as
+    tensors)."""
+    if model.get("architecture") not in ARCHS:
+        return None
+    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads") if model.get(k) is None]
+    if missing:
+        return f"ierun cannot run this model: {label}: no {', '.join(missing)} (not the config of a whole model)"
+    meta = {"model": model, "config": config, "tensors": [{"name": n, "shape": s} for n, s in shapes.items()]}
+    try:
+        decoder_spec(meta, label)
+    except UnsupportedError as e:
+        return f"ierun cannot run this model: {e}"
+    return None
 
 
 def _int(model: dict, meta_path: Path, key: str, default: int | None = None, section: str = "model") -> int:
@@ -208,8 +230,8 @@ def _rope(head_dim: int, theta: float, scaling: Any, meta_path: Path) -> tuple[n
         raise IEError(f"{meta_path}: model.rope_scaling: expected an object or null, got {scaling!r}")
     try:
         return rope_tables(head_dim, theta, scaling)
-    except IEError as e:
-        raise IEError(f"{meta_path}: model.{e}") from None
+    except IEError as e:  # (UnsupportedError stays one)
+        raise type(e)(f"{meta_path}: model.{e}") from None
 
 
 def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int, ...]:
@@ -217,7 +239,8 @@ def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int
     attention (gpt-oss alternates); Mistral and Mixtral slide every layer.
     Qwen's use_sliding_window (windows from max_window_layers on) is refused."""
     if cfg.get("use_sliding_window"):
-        raise IEError(f"{meta_path}: config.use_sliding_window: Qwen's per-layer sliding windows are not supported")
+        raise UnsupportedError(f"{meta_path}: config.use_sliding_window: Qwen's per-layer sliding windows are not "
+                               "supported")
     types = cfg.get("layer_types")
     window = cfg.get("sliding_window")
     if types is None:
@@ -275,17 +298,19 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
 
 
 def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
-    """Everything the decoder needs from model.ie.json, or one clear error."""
+    """Everything the decoder needs from model.ie.json, or one clear error:
+    UnsupportedError for a valid model the decoder does not implement,
+    IEError for an invalid one."""
     m = meta.get("model") or {}
     cfg = meta.get("config") or {}
     name = m.get("architecture")
     if name not in ARCHS:
-        raise IEError(f"{meta_path}: model.architecture: {name!r} is not supported by the decoder "
+        raise UnsupportedError(f"{meta_path}: model.architecture: {name!r} is not supported by the decoder "
                       f"(supported: {', '.join(ARCHITECTURES)})")
     arch = ARCHS[name]
     act = m.get("hidden_act")
     if act not in (None, "silu"):
-        raise IEError(f"{meta_path}: model.hidden_act: {act!r} is not supported (silu is)")
+        raise UnsupportedError(f"{meta_path}: model.hidden_act: {act!r} is not supported (silu is)")
     hidden, heads = _int(m, meta_path, "hidden_size"), _int(m, meta_path, "num_attention_heads")
     head_dim = _int(m, meta_path, "head_dim", max(1, hidden // heads))
     theta = _positive(m, meta_path, "rope_theta", 10000.0)
