@@ -11,7 +11,11 @@ random bf16 bits for the float tensors, random e2m1 nibbles and E8M0 scales
 - ``ierun bench --threads 2`` over token-id prompts: decode tok/s,
   ``mb_per_token`` (the active experts' bytes, not all 32), the roofline
   fraction, active parameters per token, and peak RSS, which stays below the
-  model size because only the routed experts are paged in;
+  model size because only the routed experts are paged in; and
+  ``ierun generate`` of one token from a one-token prompt (one forward
+  pass), whose peak RSS shows the paging: the token routes to 4 of each
+  layer's 32 experts and only those are read (the bench's prompts, with
+  random router weights, touch nearly all);
 - ``ieconv dedup-plan`` with every expert a unit of its own (768 experts of
   each of the two stacks' sizes): time, peak RSS, groups found, and per
   expert bucket the sampled byte agreement of the closest pair, of
@@ -141,6 +145,8 @@ def main() -> None:
                    "--prompts-file", str(prompts), "--max-new", str(a.max_new), "--rounds", "1", "--ignore-eos"],
                   log, a.dir / "bench.jsonl")
     rec = json.loads((a.dir / "bench.jsonl").read_text().strip().splitlines()[-1])
+    one_s, one_rss = child_rss.run([str(bindir / "ierun"), "generate", "--model-dir", str(out), "--threads",
+                                    str(a.threads), "--ids", "200006", "--max-new", "1", "--ignore-eos"], log)
     plan_s, plan_rss = child_rss.run([str(bindir / "ieconv"), "dedup-plan", "--json", "--overwrite", "--model-dir",
                                       str(out), "--out-dir", str(a.dir / "dedup_out")], log, a.dir / "plan.json")
     plan = json.loads((a.dir / "plan.json").read_text())
@@ -154,6 +160,7 @@ def main() -> None:
         "active_params_per_token": rec["active_params_per_token"], "read_bw_gbps": rec["read_bw_gbps"],
         "roofline_fraction": rec["roofline_fraction"], "decode_roofline_fraction": rec["decode_roofline_fraction"],
         "bench_rss_peak_mb": rec["rss_peak_mb"], "act_prec": rec.get("act_prec"),
+        "one_token_rss_peak_mb": round(one_rss), "one_token_s": round(one_s, 1),
         "dedup_plan_s": round(plan_s, 1), "dedup_plan_rss_peak_mb": round(plan_rss), "dedup_units": plan["candidates"],
         "dedup_experts": plan["experts"], "dedup_groups": len(plan["groups"]),
         "dedup_candidate_groups_dropped": len(plan["dropped"]),
