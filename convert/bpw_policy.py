@@ -121,7 +121,8 @@ def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | No
             continue
         err = QuantError()
         scheme.measured_rows(rows, p, name, imp, err)
-        out[_key(sel)] = (sel, scheme.nbytes(*shape, p), err.sq_error * shape[0] / rows.shape[0])
+        n_rows = math.prod(shape[:-1])  # an expert stack: its matrices' rows one after another
+        out[_key(sel)] = (sel, scheme.nbytes(n_rows, shape[-1], p), err.sq_error * n_rows / rows.shape[0])
     return out
 
 
@@ -184,11 +185,14 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
     errors: dict[str, dict[str, float]] = {}
     for name, shape in shapes.items():
         progress(name)
-        measured = _measure(name, shape, rows_of(name, sample_rows(shape[0])), importance.get(name), selections)
+        imp = importance.get(name)
+        if imp is not None and imp.ndim == 2:  # an expert stack's per-expert vectors: their mean ranks the schemes
+            imp = imp.mean(axis=0)
+        measured = _measure(name, shape, rows_of(name, sample_rows(math.prod(shape[:-1]))), imp, selections)
         errors[name] = {k: err for k, (_sel, _nb, err) in measured.items()}
         c = Choice(name, math.prod(shape), _options(measured))
         if not c.options:
-            raise IEError(f"{name}: no candidate scheme can store a {shape[0]}x{shape[1]} matrix")
+            raise IEError(f"{name}: no candidate scheme can store a {'x'.join(map(str, shape))} matrix")
         choices.append(c)
     if probes is not None:
         kl = kl_weights(probes, errors)

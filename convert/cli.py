@@ -27,7 +27,7 @@ from iekit.formats.q4_manifest import (EMBED_NAMES, HEAD_NAMES, KEEP, bytes_per_
 
 from iekit.formats.bsr import is_bsr_path
 
-from . import bpw_policy
+from . import bpw_policy, expert_stacks
 from .bsr_cli import block_sparse_cmd, inspect_bsr, validate_bsr
 from .dedup_cli import COMMANDS as DEDUP_COMMANDS
 from .dedup_cli import inspect_dedup_index, is_dedup_index_path, validate_dedup_index
@@ -315,16 +315,19 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource, manifest: dict, quantize: 
                                         TextColumn("matrices"), TimeRemainingColumn(), console=err,
                                         transient=True) as bar:
         tensors = hf_checkpoint.collect_tensors(src, stack)
+        flip = expert_stacks.transposed(src.config, tensors)
         task = bar.add_task("measuring candidates", total=len(quantize))
 
-        def rows_of(name: str, rows: list[int]):
+        def rows_of(name: str, rows: list[int]):  # rows of the matrix as written ([experts x out, in] for a stack)
             sf, t = tensors[name]
-            return decode_f32(sf.read_rows(t, rows), t.dtype.name).reshape(len(rows), -1)
+            raw = expert_stacks.read_rows(sf, t, rows) if name in flip else sf.read_rows(t, rows)
+            return decode_f32(raw, t.dtype.name).reshape(len(rows), -1)
 
         def step(name: str) -> None:
             bar.update(task, description=name, advance=1)
 
-        choices = bpw_policy.choose({n: list(tensors[n][1].shape) for n in quantize}, rows_of, importance,
+        shapes = {n: expert_stacks.out_shape(tensors[n][1]) if n in flip else list(tensors[n][1].shape) for n in quantize}
+        choices = bpw_policy.choose(shapes, rows_of, importance,
                                     target_bpw, step, probes)
     mix = bpw_policy.summary(choices)
     out_manifest = {k: v for k, v in manifest.items() if k not in ("rules", "tensors")}
@@ -334,8 +337,13 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource, manifest: dict, quantize: 
 
 
 def tensor_shapes(src: hf_checkpoint.HFSource) -> dict[str, tuple[str, list[int]]]:
+    """(dtype, shape) of every tensor as hf-to-iebin writes it: gpt-oss's
+    float expert stacks [experts, out, in] (convert/expert_stacks.py)."""
     with ExitStack() as stack:
-        return {n: (t.dtype.name, list(t.shape)) for n, (_f, t) in hf_checkpoint.collect_tensors(src, stack).items()}
+        tensors = hf_checkpoint.collect_tensors(src, stack)
+        flip = expert_stacks.transposed(src.config, tensors)
+        return {n: (t.dtype.name, expert_stacks.out_shape(t) if n in flip else list(t.shape))
+                for n, (_f, t) in tensors.items()}
 
 
 @cli.command()

@@ -39,6 +39,20 @@ def out_shape(t: SafetensorsTensor) -> list[int]:
     return [experts, n_out, n_in]
 
 
+def read_rows(sf: SafetensorsFile, t: SafetensorsTensor, rows: list[int]) -> bytes:
+    """Rows ``rows`` of the stack as written, [experts × out, in]: column o
+    of expert e's [in, out] for row e × out + o; each expert that holds one
+    is read whole, once."""
+    experts, n_in, n_out = t.shape
+    raw = _RAW[t.dtype.itemsize]
+    out = []
+    for e in sorted({r // n_out for r in rows}):
+        block = np.frombuffer(sf.read_rows(t, range(e * n_in, (e + 1) * n_in)), raw).reshape(n_in, n_out)
+        out += [(r, block[:, r % n_out]) for r in rows if r // n_out == e]
+    order = {r: i for i, r in enumerate(rows)}
+    return b"".join(col.tobytes() for _r, col in sorted(out, key=lambda rc: order[rc[0]]))
+
+
 def chunks(sf: SafetensorsFile, t: SafetensorsTensor, advance: Callable[[int], None]) -> Iterator[bytes]:
     """The stack's bytes as [experts, out, in], one expert at a time."""
     experts, n_in, n_out = t.shape

@@ -126,7 +126,7 @@ def load_importance(path: str | os.PathLike | None, quantize: dict[str, QuantPar
     im = imatrix_fmt.read_any(Path(path))
     if im.meta["format"] in imatrix_fmt.LLAMACPP_FORMATS:  # llama.cpp's tensor names -> ours
         im.entries = {hf: v for n, v in im.entries.items() if (hf := hf_name(n)) is not None}
-    found, missing = imatrix_fmt.select_for(im, {n: shapes[n][-1] for n in quantize}, os.fspath(path))
+    found, missing = imatrix_fmt.select_for(im, {n: shapes[n] for n in quantize}, os.fspath(path))
     if not missing:
         return found, []
     shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
@@ -249,7 +249,10 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
         for chunk in source(rows_per_chunk * cols * DTYPES[src_dtype].itemsize):
             yield decode_f32(chunk, src_dtype).reshape(-1, cols)
 
-    if covariance is None:
+    if covariance is None and importance is not None and importance.ndim == 2:  # a stack, one vector per expert
+        error = QuantError()
+        pieces = _per_expert(scheme, row_chunks(), params, rows // count, name, importance, error)
+    elif covariance is None:
         error = QuantError()
         pieces = scheme.stream(row_chunks(), params, rows, name, importance, error)
     else:
@@ -260,6 +263,20 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
                       scheme.tensor_nbytes(shape, params), extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)},
                       error=error)
     return error
+
+
+def _per_expert(scheme: Any, row_chunks: Iterator[np.ndarray], params: QuantParams, rows_per_expert: int,
+                name: str, importance: np.ndarray, error: QuantError) -> Iterator[np.ndarray]:
+    """A stack's payload with expert e's rows weighted by importance[e]:
+    the row chunks cut at expert boundaries (block schemes are row-local,
+    so the pieces' payloads concatenate in file order)."""
+    done = 0
+    for w in row_chunks:
+        while len(w):
+            e, at = divmod(done, rows_per_expert)
+            take = min(len(w), rows_per_expert - at)
+            yield from scheme.stream([w[:take]], params, take, name, importance[e], error)
+            w, done = w[take:], done + take
 
 
 def _advancing(chunks: Iterator[bytes], progress: Progress) -> Iterator[bytes]:

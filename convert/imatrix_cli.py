@@ -64,8 +64,10 @@ def imatrix_cmd(model_dir, text_file, ids_file, out_path, ctx, chunks, threads, 
     with Progress(TextColumn("imatrix"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=err, transient=True, disable=quiet) as bar:
         task = bar.add_task("", total=len(parts))
-        im = collect(dec, parts, source, lambda i: bar.update(task, advance=1))
+        im, warnings = collect(dec, parts, source, lambda i: bar.update(task, advance=1))
     imatrix.write(out_path, im, overwrite=overwrite)
+    for w in warnings:
+        err.print(f"warning: {w}", markup=False)
     if not quiet:
         err.print(f"imatrix: {len(im.entries)} matrices, {im.tokens} tokens in {len(parts)} chunks of {ctx} -> {out_path}")
 
@@ -100,8 +102,8 @@ def inspect_imatrix(path: Path, as_json: bool) -> None:
         a = im.entries[name].astype(np.float64)
         k = max(1, a.size // 100)
         top = np.sort(a)[-k:].sum() / a.sum() if a.sum() > 0 else 0.0
-        rows.append({"name": name, "cols": int(a.size), "mean": float(a.mean()), "max": float(a.max()),
-                     "top1pct_share": float(top)})
+        rows.append({"name": name, "cols": int(a.shape[-1]), "experts": int(a.shape[0]) if a.ndim == 2 else None,
+                     "mean": float(a.mean()), "max": float(a.max()), "top1pct_share": float(top)})
     if as_json:
         click.echo(json.dumps({"path": str(path), "meta": im.meta, "matrices": rows}, sort_keys=True))
         return
@@ -114,9 +116,10 @@ def inspect_imatrix(path: Path, as_json: bool) -> None:
         summary.add_row(f"source {key}", str(v))
     con.print(summary)
     table = Table(title="matrices (importance = mean x² of the input column)")
-    for col, just in (("name", "left"), ("cols", "right"), ("mean", "right"), ("max", "right"),
+    for col, just in (("name", "left"), ("cols", "right"), ("experts", "right"), ("mean", "right"), ("max", "right"),
                       ("top 1% of columns hold", "right")):
         table.add_column(col, justify=just)
     for r in rows:
-        table.add_row(r["name"], str(r["cols"]), f"{r['mean']:.4g}", f"{r['max']:.4g}", f"{100 * r['top1pct_share']:.1f}%")
+        table.add_row(r["name"], str(r["cols"]), "" if r["experts"] is None else str(r["experts"]), f"{r['mean']:.4g}",
+                      f"{r['max']:.4g}", f"{100 * r['top1pct_share']:.1f}%")
     con.print(table)

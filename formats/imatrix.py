@@ -2,7 +2,9 @@
 matrix, the mean of x² over calibration text, as llama-imatrix collects it.
 
 The file is an uncompressed zip (numpy's ``.npz``, so ``np.load`` reads it):
-one ``NAME.npy`` member per matrix, float32 [cols], and ``__meta__.json``.
+one ``NAME.npy`` member per matrix, float32 [cols] (an expert stack
+[experts, rows, cols]: [experts, cols], each expert's means over the rows
+routed to it), and ``__meta__.json``.
 ``write`` makes it byte for byte reproducible (members sorted, fixed
 timestamps, .npy format 1.0); ``read`` is strict: it reads only regular
 files, only stored (never deflated) members of bounded size, and refuses any
@@ -32,6 +34,7 @@ VERSION = 1
 META = "__meta__.json"
 MAX_FILE = 1 << 30        # bytes of a whole imatrix file
 MAX_COLS = 1 << 24        # columns of one matrix
+MAX_EXPERTS = 1 << 12     # experts of one stack's entry
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 # What zipfile raises on a broken archive (truncated members end in EOFError, an
 # encrypted or unknown-method member in RuntimeError / NotImplementedError).
@@ -43,7 +46,7 @@ _META_KEYS = {"format": str, "version": int, "tokens": int, "chunks": int, "ctx"
 
 
 class Imatrix:
-    """``entries``: matrix name -> float32 [cols], the mean of x² per input column;
+    """``entries``: matrix name -> float32 [cols] (a stack: [experts, cols]), the mean of x² per input column;
     ``meta``: format, version, tokens, chunks, ctx and the source (model, text)."""
 
     def __init__(self, entries: Mapping[str, np.ndarray], meta: Mapping[str, Any]):
@@ -85,12 +88,14 @@ def check_values(entries: Mapping[str, np.ndarray], where: str | Path) -> None:
     for name, a in entries.items():
         if not isinstance(name, str) or not name or name.startswith("/"):
             raise FormatError(where, repr(name), "not a matrix name")
-        if a.ndim != 1 or not 1 <= a.shape[0] <= MAX_COLS:
-            raise FormatError(where, name, f"shape {list(a.shape)}, expected [cols] with 1..{MAX_COLS} columns")
+        if a.ndim not in (1, 2) or not 1 <= a.shape[-1] <= MAX_COLS or (a.ndim == 2 and not 1 <= a.shape[0] <= MAX_EXPERTS):
+            raise FormatError(where, name, f"shape {list(a.shape)}, expected [cols] (1..{MAX_COLS}) or "
+                                           f"[experts, cols] (1..{MAX_EXPERTS} experts)")
         bad = ~np.isfinite(a) | (a < 0)
         if bad.any():
-            i = int(np.argmax(bad))
-            raise FormatError(where, name, f"column {i} is {float(a[i])!r}; importances are finite and >= 0")
+            at = np.unravel_index(int(np.argmax(bad)), a.shape)
+            what = f"column {at[-1]}" + (f" of expert {at[0]}" if a.ndim == 2 else "")
+            raise FormatError(where, name, f"{what} is {float(a[at])!r}; importances are finite and >= 0")
 
 
 def check_meta(meta: Any, where: str | Path) -> None:
@@ -175,8 +180,8 @@ def read_llamacpp_gguf(path: Path) -> Imatrix:
     ([1]: the tokens summed). Entries keep llama.cpp's tensor names and are
     the means in_sum2 / counts (counts rounded to integers; all ones where a
     count is 0), as llama-quantize computes them. Per-expert entries
-    ([n_expert, cols], mixture-of-experts models) are refused: no iekit
-    model has expert matrices yet. The file is first read as any GGUF is
+    ([n_expert, cols], llama.cpp's merged ``ffn_*_exps``) are refused: their
+    names are not mapped to the HF expert tensors yet. The file is first read as any GGUF is
     (formats/gguf_file.py), so every length and offset is checked."""
     from .gguf_file import open_gguf
 
@@ -215,7 +220,8 @@ def read_llamacpp_gguf(path: Path) -> Imatrix:
         if len(sums.shape) != 1 or counts.shape != [1]:
             experts = sums.shape[0] if len(sums.shape) > 1 else counts.shape[0]
             raise FormatError(path, name, f"in_sum2 {sums.shape}, counts {counts.shape}: per-expert entries "
-                                          f"({experts} experts) are not supported; expected [cols] and [1]")
+                                          f"({experts} experts, llama.cpp's ffn_*_exps) are not read yet; "
+                                          "expected [cols] and [1] (`ieconv imatrix` collects per-expert ones)")
         if not 1 <= sums.shape[0] <= MAX_COLS:
             raise FormatError(path, name + ".in_sum2", f"{sums.shape[0]} columns, expected 1..{MAX_COLS}")
         count = float(g.tensor_bytes(counts).view("<f4")[0])
@@ -298,28 +304,36 @@ def _array(data: bytes, path: Path, name: str) -> np.ndarray:
         shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
     except _NPY_ERRORS as e:
         raise FormatError(path, name, f"not a .npy array ({type(e).__name__}: {e})") from None
-    if dtype != np.dtype("<f4") or fortran or len(shape) != 1:
-        raise FormatError(path, name, f"{dtype.str} {list(shape)}, expected <f4 [cols]")
-    n = shape[0]
-    if not 1 <= n <= MAX_COLS or len(data) - f.tell() != 4 * n:
-        raise FormatError(path, name, f"{n} columns in {len(data) - f.tell()} data bytes")
-    return np.frombuffer(data, "<f4", count=n, offset=f.tell()).copy()
+    if dtype != np.dtype("<f4") or fortran or len(shape) not in (1, 2):
+        raise FormatError(path, name, f"{dtype.str} {list(shape)}, expected <f4 [cols] or [experts, cols]")
+    if not 1 <= shape[-1] <= MAX_COLS or (len(shape) == 2 and not 1 <= shape[0] <= MAX_EXPERTS):
+        raise FormatError(path, name, f"shape {list(shape)}: 1..{MAX_COLS} columns, 1..{MAX_EXPERTS} experts")
+    n = int(np.prod(shape))
+    if len(data) - f.tell() != 4 * n:
+        raise FormatError(path, name, f"{list(shape)} in {len(data) - f.tell()} data bytes")
+    return np.frombuffer(data, "<f4", count=n, offset=f.tell()).reshape(shape).copy()
 
 
-def select_for(im: Imatrix, matrices: Mapping[str, int], where: str) -> tuple[dict[str, np.ndarray], list[str]]:
+def select_for(im: Imatrix, matrices: Mapping[str, list[int]], where: str) -> tuple[dict[str, np.ndarray], list[str]]:
     """The entries for the matrices a quantizer will weight (``matrices``: name ->
-    columns), and the names it has no entry for (those are quantized unweighted:
+    tensor shape), and the names it has no entry for (those are quantized unweighted:
     llama-imatrix leaves out what it never sees, e.g. an untied input embedding).
-    A column count that differs, or no entry for any of them (an imatrix of
-    another model), is an error."""
+    A matrix takes a [cols] entry; an expert stack [experts, rows, cols] a
+    [experts, cols] one (each expert its own) or a [cols] one (shared). A
+    shape that differs, or no entry for any of them (an imatrix of another
+    model), is an error."""
     found: dict[str, np.ndarray] = {}
     missing: list[str] = []
-    for name, cols in matrices.items():
+    for name, shape in matrices.items():
         a = im.entries.get(name)
+        cols, stack = shape[-1], len(shape) == 3
         if a is None:
             missing.append(name)
-        elif a.shape[0] != cols:
-            raise FormatError(where, name, f"{a.shape[0]} columns, the matrix has {cols}")
+        elif a.shape[-1] != cols:
+            raise FormatError(where, name, f"{a.shape[-1]} columns, the matrix has {cols}")
+        elif a.ndim == 2 and not (stack and a.shape[0] == shape[0]):
+            raise FormatError(where, name, f"{a.shape[0]} experts' importances, but the tensor is "
+                              + (f"a stack of {shape[0]}" if stack else f"one matrix {list(shape)}"))
         else:
             found[name] = a
     if matrices and not found:

@@ -306,7 +306,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     name = m.get("architecture")
     if name not in ARCHS:
         raise UnsupportedError(f"{meta_path}: model.architecture: {name!r} is not supported by the decoder "
-                      f"(supported: {', '.join(ARCHITECTURES)})")
+                               f"(supported: {', '.join(ARCHITECTURES)})")
     arch = ARCHS[name]
     act = m.get("hidden_act")
     if act not in (None, "silu"):

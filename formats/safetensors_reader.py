@@ -12,6 +12,7 @@ read count towards RSS until the kernel reclaims them).
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import struct
@@ -153,13 +154,15 @@ class SafetensorsFile:
             raise self._err(t.name, "file shrank while reading (truncated during conversion?)")
 
     def read_rows(self, t: SafetensorsTensor, rows: Iterable[int]) -> bytes:
-        """The bytes of rows ``rows`` (indices along the first axis) of ``t``,
-        concatenated: one read each, nothing else of the tensor."""
-        row_bytes = t.nbytes // t.shape[0]
+        """The bytes of rows ``rows`` of ``t`` viewed as a matrix
+        [prod(shape[:-1]), shape[-1]] (an expert stack's matrices' rows one
+        after another), concatenated: one read each, nothing else of the tensor."""
+        n_rows = math.prod(t.shape[:-1])
+        row_bytes = t.nbytes // n_rows
         out = []
         for r in rows:
-            if not 0 <= r < t.shape[0]:
-                raise IndexError(f"{t.name}: row {r} of {t.shape[0]}")
+            if not 0 <= r < n_rows:
+                raise IndexError(f"{t.name}: row {r} of {n_rows}")
             buf = os.pread(self._fd, row_bytes, t.start + r * row_bytes)
             if len(buf) != row_bytes:
                 raise self._err(t.name, "file shrank while reading (truncated during conversion?)")

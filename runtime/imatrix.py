@@ -5,7 +5,11 @@ means per matrix go into a formats/imatrix.py file.
 Which input feeds which matrices is the Llama family's: the attention norm's
 output feeds q/k/v, the attention output o, the MLP norm's output gate/up,
 SiLU(gate) * up down, and the final norm's output the head (``lm_head``, or
-the tied embedding it shares).
+the tied embedding it shares). In a layer with experts the MLP norm's output
+feeds the router, and each expert's gate/up see only the rows routed to it
+and its down only its own GLU outputs: they get means over those rows, per
+expert, as llama-imatrix collects them (an expert stack [E, rows, cols] one
+entry [E, cols]; per-expert tensors one entry each).
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ LAYER_INPUTS = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("
 
 
 def collect(dec: Decoder, chunks: list[list[int]], source: dict,
-            on_chunk: Callable[[int], None] | None = None) -> Imatrix:
-    """Run every chunk as a fresh sequence and return the mean x² per input column."""
+            on_chunk: Callable[[int], None] | None = None) -> tuple[Imatrix, list[str]]:
+    """Run every chunk as a fresh sequence; the mean x² per input column of
+    every matrix, and warnings (experts no calibration row was routed to)."""
     if not chunks or not any(chunks):
         raise IEError("imatrix: no calibration tokens")
     dec._dec.collect_stats(True)
@@ -36,14 +41,49 @@ def collect(dec: Decoder, chunks: list[list[int]], source: dict,
             if on_chunk:
                 on_chunk(i)
         sums, tokens = dec._dec.stats()
+        per_expert = dec._dec.expert_stats()
     finally:
         dec._dec.collect_stats(False)
     entries: dict[str, np.ndarray] = {}
+    unrouted = 0
     for layer in range(dec.spec.n_layers):
-        for k, names in enumerate(LAYER_INPUTS):
-            mean = (np.asarray(sums[4 * layer + k]) / tokens).astype(np.float32)
+        pre = f"model.layers.{layer}."
+        means = [np.asarray(sums[4 * layer + k]) / tokens for k in range(4)]
+        slots = LAYER_INPUTS if per_expert[layer] is None else LAYER_INPUTS[:2]
+        for k, names in enumerate(slots):
             for n in names:
-                entries[f"model.layers.{layer}.{n}.weight"] = mean
+                entries[f"{pre}{n}.weight"] = means[k].astype(np.float32)
+        if per_expert[layer] is not None:
+            unrouted += _expert_entries(entries, pre, dec.spec.moe.names, means[2], np.asarray(sums[4 * layer + 3]),
+                                        *per_expert[layer])
     entries[dec.head_name] = (np.asarray(sums[-1]) / tokens).astype(np.float32)
     meta = {"tokens": int(tokens), "chunks": len(chunks), "ctx": max(len(c) for c in chunks), "source": source}
-    return Imatrix(entries, meta)
+    warnings = []
+    if unrouted:
+        n = dec.spec.moe.n_experts * sum(dec.spec.moe.layers)
+        warnings.append(f"{unrouted} of {n} experts got no calibration row; they take their layer's means over "
+                        "all rows (more calibration text routes to more experts)")
+    return Imatrix(entries, meta), warnings
+
+
+def _expert_entries(entries: dict[str, np.ndarray], pre: str, names: dict[str, str], mlp_in: np.ndarray,
+                    mid_sum: np.ndarray, in_sums: np.ndarray, mid_sums: np.ndarray, rows: np.ndarray) -> int:
+    """One MoE layer's entries: the router's (every token's MLP input), and
+    each expert's means over the rows routed to it; an expert with none
+    takes the means over all rows (its inputs are the layer's, as far as
+    anyone knows). Returns how many had none."""
+    entries[pre + names["router"]] = mlp_in.astype(np.float32)
+    seen = rows > 0
+    per_in = np.where(seen[:, None], in_sums / np.maximum(rows, 1)[:, None], mlp_in[None, :])
+    pooled_mid = mid_sum / max(rows.sum(), 1)
+    per_mid = np.where(seen[:, None], mid_sums / np.maximum(rows, 1)[:, None], pooled_mid[None, :])
+    for key, means in (("gate", per_in), ("up", per_in), ("down", per_mid)):
+        pattern = names.get(key)
+        if pattern is None:
+            continue
+        if "{e}" in pattern:
+            for e in range(len(rows)):
+                entries[pre + pattern.format(e=e)] = means[e].astype(np.float32)
+        else:  # a stack [E, rows, cols]: one [E, cols] entry
+            entries[pre + pattern] = means.astype(np.float32)
+    return int((~seen).sum())

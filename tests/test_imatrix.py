@@ -60,7 +60,8 @@ def test_cli_text_overwrite_and_errors(tmp_path):
 
 
 def _entries():
-    return {"a.weight": np.array([1.0, 0.5, 0.0], np.float32), "b.weight": np.arange(1, 65, dtype=np.float32)}
+    return {"a.weight": np.array([1.0, 0.5, 0.0], np.float32), "b.weight": np.arange(1, 65, dtype=np.float32),
+            "s.experts.down_proj": np.arange(12, dtype=np.float32).reshape(4, 3)}
 
 
 META = {"tokens": 10, "chunks": 1, "ctx": 10, "source": {"model_dir": "m"}}
@@ -74,12 +75,19 @@ def test_round_trip_is_byte_identical(tmp_path):
     assert imatrix.to_bytes(im) == p.read_bytes()
     with pytest.raises(FormatError, match="exists"):
         imatrix.write(p, im)
-    found, missing = imatrix.select_for(im, {"a.weight": 3, "c.weight": 3}, "im")
+    found, missing = imatrix.select_for(im, {"a.weight": [8, 3], "c.weight": [8, 3]}, "im")
     assert list(found) == ["a.weight"] and missing == ["c.weight"]
     with pytest.raises(FormatError, match="c.weight: no entry for any of the 1 matrices"):
-        imatrix.select_for(im, {"c.weight": 3}, "im")
+        imatrix.select_for(im, {"c.weight": [8, 3]}, "im")
     with pytest.raises(FormatError, match="a.weight: 3 columns, the matrix has 4"):
-        imatrix.select_for(im, {"a.weight": 4}, "im")
+        imatrix.select_for(im, {"a.weight": [8, 4]}, "im")
+    # An expert stack [experts, rows, cols] takes [experts, cols] (each expert its own) or [cols] (shared).
+    found, _ = imatrix.select_for(im, {"s.experts.down_proj": [4, 5, 3], "a.weight": [4, 6, 3]}, "im")
+    assert found["s.experts.down_proj"].shape == (4, 3) and found["a.weight"].shape == (3,)
+    with pytest.raises(FormatError, match="4 experts' importances, but the tensor is a stack of 2"):
+        imatrix.select_for(im, {"s.experts.down_proj": [2, 5, 3]}, "im")
+    with pytest.raises(FormatError, match="4 experts' importances, but the tensor is one matrix"):
+        imatrix.select_for(im, {"s.experts.down_proj": [5, 3]}, "im")
 
 
 def _zip(members: dict[str, bytes], compress=zipfile.ZIP_STORED) -> bytes:
@@ -102,9 +110,12 @@ GOOD_META = json.dumps({**META, "format": "iekit-imatrix", "version": 1}).encode
 @pytest.mark.parametrize("members, needle", [
     ({"a.weight.npy": _npy(np.array([np.nan], np.float32)), "__meta__.json": GOOD_META}, "column 0 is nan"),
     ({"a.weight.npy": _npy(np.array([1, -1], np.float32)), "__meta__.json": GOOD_META}, "column 1 is -1.0"),
-    ({"a.weight.npy": _npy(np.array([1.0])), "__meta__.json": GOOD_META}, "<f8 [1], expected <f4 [cols]"),
-    ({"a.weight.npy": _npy(np.ones((2, 2), np.float32)), "__meta__.json": GOOD_META}, "expected <f4 [cols]"),
-    ({"a.weight.npy": _npy(np.ones(3, np.float32))[:-4], "__meta__.json": GOOD_META}, "3 columns in 8 data bytes"),
+    ({"a.weight.npy": _npy(np.array([1.0])), "__meta__.json": GOOD_META}, "<f8 [1], expected <f4 [cols] or [experts, cols]"),
+    ({"a.weight.npy": _npy(np.ones((2, 2, 2), np.float32)), "__meta__.json": GOOD_META}, "expected <f4 [cols] or [experts"),
+    ({"a.weight.npy": _npy(np.ones((0, 2), np.float32)), "__meta__.json": GOOD_META}, "shape [0, 2]: 1.."),
+    ({"a.weight.npy": _npy(np.ones(3, np.float32))[:-4], "__meta__.json": GOOD_META}, "[3] in 8 data bytes"),
+    ({"a.weight.npy": _npy(np.array([[1, 2], [3, np.inf]], np.float32)), "__meta__.json": GOOD_META},
+     "column 1 of expert 1 is inf"),
     ({"a.weight.npy": b"not npy", "__meta__.json": GOOD_META}, "a.weight.npy"),
     ({"a.weight.npy": _npy(np.ones(3, np.float32))}, "__meta__.json: missing"),
     ({"a.weight.npy": _npy(np.ones(3, np.float32)), "__meta__.json": b"{"}, "not JSON"),

@@ -239,6 +239,27 @@ void ie_register_decoder(py::module_& m) {
              return py::make_tuple(out, s.dec->stats_tokens());
            },
            "([4 per layer: attn norm out, attention out, mlp norm out, SwiGLU out; then final norm out], tokens).")
+      .def("expert_stats", [](const PyDecoder& s) {
+             py::list out;
+             for (const ie::Decoder::ExpertStats& es : s.dec->expert_stats()) {
+               if (es.rows.empty()) {
+                 out.append(py::none());
+                 continue;
+               }
+               const auto E = static_cast<py::ssize_t>(es.rows.size());
+               auto arr = [E](const std::vector<double>& v) {
+                 py::array_t<double> a({E, static_cast<py::ssize_t>(v.size()) / E});
+                 std::copy(v.begin(), v.end(), a.mutable_data());
+                 return a;
+               };
+               py::array_t<double> rows(E);
+               std::copy(es.rows.begin(), es.rows.end(), rows.mutable_data());
+               out.append(py::make_tuple(arr(es.in), arr(es.mid), rows));
+             }
+             return out;
+           },
+           "Per layer: None (no experts), or (sum x^2 of each expert's input rows [E, hidden], of its down "
+           "inputs [E, expert_inter], rows routed to it [E]).")
       .def_property_readonly("rows8_bytes", [](const PyDecoder& s) { return s.dec->rows8_bytes(); },
                              "Bytes of the row-interleaved copies decode steps read (0: none).");
 #if IE_HAVE_CUDA

@@ -228,6 +228,7 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture) {
   stats_on_ = on;
   stats_tokens_ = 0;
   stats_.clear();
+  expert_stats_.assign(on ? static_cast<size_t>(c.n_layers) : 0, {});
   captured_.assign(on ? static_cast<size_t>(slots) : 0, {});
   capture_on_.assign(on ? static_cast<size_t>(slots) : 0, 0);
   if (!on) return;
@@ -238,8 +239,16 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture) {
     capture_on_[static_cast<size_t>(slot)] = 1;
   }
   for (int l = 0; l < c.n_layers; ++l) {
-    const int down_in = w_.layers[static_cast<size_t>(l)].experts.empty() ? c.inter : c.expert_inter;
+    const bool moe = !w_.layers[static_cast<size_t>(l)].experts.empty();
+    const int down_in = moe ? c.expert_inter : c.inter;
     for (int n : {c.hidden, q_dim_, c.hidden, down_in}) stats_.emplace_back(static_cast<size_t>(n), 0.0);
+    if (moe) {
+      ExpertStats& es = expert_stats_[static_cast<size_t>(l)];
+      const size_t E = static_cast<size_t>(c.n_experts);
+      es.in.assign(E * static_cast<size_t>(c.hidden), 0.0);
+      es.mid.assign(E * static_cast<size_t>(c.expert_inter), 0.0);
+      es.rows.assign(E, 0.0);
+    }
   }
   stats_.emplace_back(static_cast<size_t>(c.hidden), 0.0);
 }
@@ -251,13 +260,17 @@ std::vector<float> Decoder::take_captured(int slot, int* n) {
   return std::exchange(captured_[static_cast<size_t>(slot)], {});
 }
 
-void Decoder::add_stats(int slot, const float* x, int b, int n) {
-  double* s = stats_[static_cast<size_t>(slot)].data();
+// s[i] += x[j][i]^2 over the b rows of x (n wide), in float64.
+static void add_squares(double* s, const float* x, int b, int n) {
   for (int j = 0; j < b; ++j)
     for (int i = 0; i < n; ++i) {
       const double v = x[static_cast<size_t>(j) * n + i];
       s[i] += v * v;
     }
+}
+
+void Decoder::add_stats(int slot, const float* x, int b, int n) {
+  add_squares(stats_[static_cast<size_t>(slot)].data(), x, b, n);
   if (capture_on_[static_cast<size_t>(slot)]) {
     std::vector<float>& rows = captured_[static_cast<size_t>(slot)];
     rows.insert(rows.end(), x, x + static_cast<size_t>(b) * static_cast<size_t>(n));
@@ -424,7 +437,13 @@ void Decoder::experts(int layer, int b) {
     mm(x.gate, prep, in, n, x.bgate.empty() ? nullptr : x.bgate.data(), ex_g_.data());
     if (c.glu == Glu::Silu) mm(x.up, prep, in, n, nullptr, ex_u_.data());
     glu(c.glu, ex_g_.data(), ex_u_.data(), n, I);
-    if (stats_on_) add_stats(4 * layer + 3, ex_g_.data(), n, I);
+    if (stats_on_) {
+      add_stats(4 * layer + 3, ex_g_.data(), n, I);
+      ExpertStats& es = expert_stats_[static_cast<size_t>(layer)];
+      add_squares(&es.in[static_cast<size_t>(e) * H], in, n, H);
+      add_squares(&es.mid[static_cast<size_t>(e) * I], ex_g_.data(), n, I);
+      es.rows[static_cast<size_t>(e)] += n;
+    }
     prepare(ex_down_prep_, ex_g_.data(), n, I);
     mm(x.down, ex_down_prep_, ex_g_.data(), n, x.bdown.empty() ? nullptr : x.bdown.data(), ex_y_.data());
     for (int r = 0; r < n; ++r) {

@@ -142,8 +142,18 @@ class Decoder {
   // in `capture` are also kept row by row (float32 [tokens, n]) until
   // take_captured(slot) hands them over: the input covariances GPTQ-style
   // quantization needs (runtime/hessians.py), a chunk at a time.
+  // A layer with experts also sums per expert (expert_stats): each expert
+  // sees only the rows routed to it, and an importance matrix that pooled
+  // them would weight every expert by the others' inputs.
   void collect_stats(bool on, const std::vector<int>& capture = {});
   const std::vector<std::vector<double>>& stats() const { return stats_; }
+  // Per layer (all empty for a dense one): sum of x^2 of each expert's
+  // input rows [n_experts][hidden] (gate/up) and of its down projection's
+  // inputs [n_experts][expert_inter], and how many rows it was routed [n_experts].
+  struct ExpertStats {
+    std::vector<double> in, mid, rows;
+  };
+  const std::vector<ExpertStats>& expert_stats() const { return expert_stats_; }
   int64_t stats_tokens() const { return stats_tokens_; }
   // The rows captured for `slot` since the last call (moved out; n per row).
   std::vector<float> take_captured(int slot, int* n);
@@ -184,6 +194,7 @@ class Decoder {
   size_t rows8_bytes_ = 0;
   bool stats_on_ = false;
   std::vector<std::vector<double>> stats_;
+  std::vector<ExpertStats> expert_stats_;
   std::vector<std::vector<float>> captured_;  // per slot, rows of its input (slots in capture only)
   std::vector<char> capture_on_;
   int64_t stats_tokens_ = 0;
