@@ -255,7 +255,7 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     probes = kl_probes.read(probes_path) if probes_path is not None else None
     if hf_dir:
         src = hf_checkpoint.from_dir(hf_dir)
-        tensors, config = tensor_shapes(src), src.config
+        tensors, config = expert_stacks.shapes_as_written(src), src.config
     else:
         g = open_gguf(gguf_path)
         tensors, config = gguf_tensor_shapes(g), build_gguf_config(g)
@@ -334,16 +334,6 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource, manifest: dict, quantize: 
     out_manifest.update(rules=[], tensors={c.name: c.selection for c in sorted(choices, key=lambda c: c.name)},
                         bits_per_weight=round(mix["bits_per_weight"], 4))
     return out_manifest, mix
-
-
-def tensor_shapes(src: hf_checkpoint.HFSource) -> dict[str, tuple[str, list[int]]]:
-    """(dtype, shape) of every tensor as hf-to-iebin writes it: gpt-oss's
-    float expert stacks [experts, out, in] (convert/expert_stacks.py)."""
-    with ExitStack() as stack:
-        tensors = hf_checkpoint.collect_tensors(src, stack)
-        flip = expert_stacks.transposed(src.config, tensors)
-        return {n: (t.dtype.name, expert_stacks.out_shape(t) if n in flip else list(t.shape))
-                for n, (_f, t) in tensors.items()}
 
 
 @cli.command()

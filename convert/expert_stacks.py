@@ -14,10 +14,12 @@ source.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from iekit.formats.hf_checkpoint import collect_tensors
 from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 
 GPT_OSS = "GptOssForCausalLM"
@@ -37,6 +39,15 @@ def transposed(config: Any, tensors: dict[str, tuple[SafetensorsFile, Safetensor
 def out_shape(t: SafetensorsTensor) -> list[int]:
     experts, n_in, n_out = t.shape
     return [experts, n_out, n_in]
+
+
+def shapes_as_written(src: Any) -> dict[str, tuple[str, list[int]]]:
+    """(dtype, shape) of every tensor of the HF checkpoint ``src`` as
+    hf-to-iebin writes it: gpt-oss's float stacks [experts, out, in]."""
+    with ExitStack() as stack:
+        tensors = collect_tensors(src, stack)
+        flip = transposed(src.config, tensors)
+        return {n: (t.dtype.name, out_shape(t) if n in flip else list(t.shape)) for n, (_f, t) in tensors.items()}
 
 
 def read_rows(sf: SafetensorsFile, t: SafetensorsTensor, rows: list[int]) -> bytes:

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import GOLDEN, GOLDEN_IEBIN, assert_one_line_error, run_tool
+from conftest import GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
 from iekit.formats import gptq, iebin
 from iekit.formats.errors import IEError
 from iekit.formats.q4_manifest import selection_params
@@ -174,3 +174,19 @@ def test_gptq_bad_input_is_one_line(wide, tmp_path):
     res = run_tool(*args[:-4], "--text-file", empty, "--out-dir", tmp_path / "o", "--ref-dir", wide["f32"])
     assert_one_line_error(res, "empty.txt")
     assert not (tmp_path / "o").exists()
+
+
+def test_gptq_on_a_moe_model_compensates_attention_and_says_experts_are_not(tmp_path):
+    """gpt-oss's float stacks are transposed on conversion: the float
+    artifact's shapes are checked as written. Attention is compensated; the
+    experts (each would need its own routed rows' covariance) are quantized
+    as plain, with a warning."""
+    man, out = tmp_path / "q.json", tmp_path / "m"
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-gpt-oss", "-o", man,
+                    "--scheme", "q4_0").returncode == 0
+    res = run_tool("ieconv", "gptq", "--hf-dir", GOLDEN_HF / "tiny-gpt-oss", "--ref-dir", GOLDEN_IEBIN / "tiny-gpt-oss",
+                   "--q4-map", man, "--text-file", GOLDEN / "text" / "eval-sample.txt", "--out-dir", out, "--ctx", "32")
+    assert res.returncode == 0, res.stderr
+    assert "warning: 4 matrices have no input covariance" in res.stderr and "experts are not compensated" in res.stderr
+    assert "12 quantized, 8 error-compensated" in res.stderr
+    assert run_tool("ierun", "generate", "--model-dir", out, "--ids", "3,17", "--max-new", "2").returncode == 0
