@@ -173,6 +173,35 @@ def test_pack_stores_whole_tensors_and_refuses_an_expert_plan(experts_model, tmp
     assert not (tmp_path / "p").exists()
 
 
+def test_pack_groups_whole_stacks_across_layers(tmp_path, monkeypatch):
+    """Layer 1's stacks near copies of layer 0's: dedup-pack groups the
+    stacks whole, model.ie.bin drops them, and the packed model decodes bit
+    for bit as the plain one (each stack rebuilt once, sliced per expert)."""
+    model = tmp_path / "m"
+    shutil.copytree(GOLDEN_IEBIN / "tiny-gpt-oss", model)
+    meta = json.loads((model / iebin.META_NAME).read_text())
+    data = bytearray((model / iebin.BIN_NAME).read_bytes())
+    by_name = {t["name"]: t for t in meta["tensors"]}
+    rng = np.random.default_rng(1)
+    for stack in ("gate_up_proj", "down_proj"):
+        src, dst = (by_name[f"model.layers.{i}.mlp.experts.{stack}"] for i in (0, 1))
+        a = np.frombuffer(bytes(data[src["file_data_offset"]:][:src["nbytes"]]), np.uint8).copy()
+        a[rng.choice(a.size // 2, a.size // 200, replace=False) * 2] ^= 1
+        data[dst["file_data_offset"]:dst["file_data_offset"] + dst["nbytes"]] = a.tobytes()
+        dst[meta["checksum"]] = checksums.digest(meta["checksum"], a.tobytes())
+    (model / iebin.BIN_NAME).write_bytes(bytes(data))
+    iebin.write_meta(model / iebin.META_NAME, meta)
+    res = run_tool("ieconv", "dedup-pack", "--json", "--model-dir", model, "--out-dir", tmp_path / "p")
+    assert res.returncode == 0, res.stderr
+    packed = iebin.load_model(tmp_path / "p")
+    in_store = {t["name"] for t in packed.in_store}
+    assert {f"model.layers.{i}.mlp.experts.{s}" for i in (0, 1) for s in ("gate_up_proj", "down_proj")} <= in_store
+    plain = Decoder(model, threads=2, act="f32").logits(IDS)
+    for cache in ("0", "64"):
+        monkeypatch.setenv("IE_DEDUP_CACHE_MB", cache)
+        assert np.array_equal(Decoder(tmp_path / "p", threads=2, act="f32").logits(IDS), plain)
+
+
 def _groups_file(path: Path, members: list[list[str]]) -> Path:
     path.write_text(json.dumps({"format": fmt.GROUPS_FORMAT, "version": fmt.VERSION,
                                 "groups": [{"members": m} for m in members]}))
