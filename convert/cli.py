@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from iekit.cli.support import human_bytes, run_cli, stdout_console
-from iekit.formats import checksums, hf_checkpoint, iebin, kl_probes, weight_types
+from iekit.formats import checksums, expert_stacks, hf_checkpoint, iebin, kl_probes, weight_types
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
@@ -27,7 +27,7 @@ from iekit.formats.q4_manifest import (EMBED_NAMES, HEAD_NAMES, KEEP, bytes_per_
 
 from iekit.formats.bsr import is_bsr_path
 
-from . import bpw_policy, expert_stacks
+from . import bpw_policy
 from .bsr_cli import block_sparse_cmd, inspect_bsr, validate_bsr
 from .dedup_cli import COMMANDS as DEDUP_COMMANDS
 from .dedup_cli import inspect_dedup_index, is_dedup_index_path, validate_dedup_index

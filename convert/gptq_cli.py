@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from iekit.cli.support import human_bytes
-from iekit.formats import hf_checkpoint
+from iekit.formats import expert_stacks, hf_checkpoint
 from iekit.formats.errors import IEError
 from iekit.formats.q4_manifest import load_manifest, plan
 from iekit.runtime import evaluation
@@ -22,7 +22,6 @@ from iekit.runtime.cpu_topology import physical_cores
 from iekit.runtime.eval_cli import load_ids
 
 from .conversion_output import convert_progress, err, report_conversion
-from . import expert_stacks
 from .hf_to_iebin import convert, natural_key
 
 DEFAULT_CHUNKS = 16

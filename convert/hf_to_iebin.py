@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from iekit.formats import dedup as dedup_fmt
-from iekit.formats import checksums, gptq, iebin, weight_types
+from iekit.formats import checksums, expert_stacks, gptq, iebin, weight_types
 from iekit.formats import imatrix as imatrix_fmt
 from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.casting import cast_bytes, decode_f32
@@ -41,7 +41,7 @@ from iekit.formats.safetensors_reader import CHUNK_BYTES
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams, matrix_dims
 
-from . import expert_stacks, hf_mxfp4
+from . import hf_mxfp4
 from .gguf_names import hf_name
 from .hf_config import model_summary
 from .iebin_legacy import TOKENIZER_FILES

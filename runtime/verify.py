@@ -31,7 +31,7 @@ import numpy as np
 from rich.table import Table
 
 from iekit.cli.support import stdout_console
-from iekit.formats import checksums, iebin
+from iekit.formats import checksums, expert_stacks, iebin
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 from iekit.formats.finite import scan_bytes
@@ -76,9 +76,10 @@ def check_gemv(raw: np.ndarray, t: dict, w_deq: np.ndarray, rng: np.random.Gener
     return worst
 
 
-def check_source(src_tensors: dict, quantized: list[dict], hf_dir: Path, meta_path: Path) -> None:
+def check_source(src_tensors: dict, flip: set[str], quantized: list[dict], hf_dir: Path, meta_path: Path) -> None:
     """--hf-dir must be this model's source: every quantized tensor there, as a
-    float tensor of the same shape. Checked before any tensor is compared, so
+    float tensor of the same shape as written (``flip``: gpt-oss's float
+    stacks, transposed on conversion: formats/expert_stacks.py). Checked before any tensor is compared, so
     another model's checkpoint is one clear error, not a failure deep inside."""
     hint = f"is --hf-dir the checkpoint {meta_path.parent} was converted from?"
     missing = [t["name"] for t in quantized if t["name"] not in src_tensors]
@@ -87,19 +88,21 @@ def check_source(src_tensors: dict, quantized: list[dict], hf_dir: Path, meta_pa
                       f"{f' (nor {len(missing) - 1} other quantized tensors)' if len(missing) > 1 else ''}; {hint}")
     for t in quantized:
         st = src_tensors[t["name"]][1]
-        if list(st.shape) != list(t["shape"]):
-            raise IEError(f"{hf_dir}: tensor {t['name']!r} has shape {list(st.shape)} but {meta_path} records "
+        shape = expert_stacks.out_shape(st) if t["name"] in flip else list(st.shape)
+        if shape != list(t["shape"]):
+            raise IEError(f"{hf_dir}: tensor {t['name']!r} has shape {shape} (as written) but {meta_path} records "
                           f"{t['shape']}; {hint}")
         if not st.dtype.is_float:
             raise IEError(f"{hf_dir}: tensor {t['name']!r} is {st.dtype.name}, not a float tensor "
                           f"that could have been quantized; {hint}")
 
 
-def source_values(src_tensors: dict, name: str, shape: list[int]) -> np.ndarray | None:
+def source_values(src_tensors: dict, flip: set[str], name: str, shape: list[int]) -> np.ndarray | None:
+    """The source tensor's values as written (a transposed stack [experts, out, in])."""
     if name not in src_tensors:
         return None
     sf, st = src_tensors[name]
-    raw = b"".join(sf.iter_chunks(st))
+    raw = b"".join(expert_stacks.chunks(sf, st, lambda _n: None) if name in flip else sf.iter_chunks(st))
     return decode_f32(raw, st.dtype.name).reshape(shape)
 
 
@@ -115,9 +118,11 @@ def verify_quant(model_dir: Path, hf_dir: Path | None, threads: int, seed: int,
     rng = np.random.default_rng(seed)
     reports = []
     with ExitStack() as stack:
-        src_tensors = collect_tensors(from_dir(hf_dir), stack) if hf_dir else {}
+        src = from_dir(hf_dir) if hf_dir else None
+        src_tensors = collect_tensors(src, stack) if src else {}
+        flip = expert_stacks.transposed(src.config, src_tensors) if src else set()
         if hf_dir:
-            check_source(src_tensors, quantized, hf_dir, model.meta_path)
+            check_source(src_tensors, flip, quantized, hf_dir, model.meta_path)
         for t in quantized:
             r = TensorReport(t["name"], t["dtype"], t["shape"])
             raw = source.get(t["name"])
@@ -131,7 +136,7 @@ def verify_quant(model_dir: Path, hf_dir: Path | None, threads: int, seed: int,
             # codes fitted to error-compensated values (formats/gptq.py): no per-element bound
             compensated = bool(t.get(iebin.ERROR_KEY, {}).get("compensated"))
             problem = scan_bytes(t, raw)
-            w_all = source_values(src_tensors, t["name"], t["shape"]) if hf_dir else None
+            w_all = source_values(src_tensors, flip, t["name"], t["shape"]) if hf_dir else None
             worst, dequant_ok, bound_ok = 0.0, True, True
             sig = noise = max_abs = 0.0
             for k in range(count):

@@ -201,6 +201,10 @@ def test_int4w_policies_give_expert_stacks_a_block_scheme(tmp_path, args, stack_
         w = decode_f32(ref_raw, "bf16").reshape(-1, ref_t["shape"][-1])
         assert raw == gguf.quants.quantize(w, gguf.GGMLQuantizationType[stack_scheme.upper()]).tobytes()
     assert np.isfinite(Decoder(out, threads=1, act="f32").logits([3, 17, 250])).all()
+    # Rounding bounds against the checkpoint's [experts, in, out] parameters, read as written.
+    res = run_tool("ierun", "verify", "quant", "--json", "--model-dir", out, "--hf-dir", GOLDEN_HF / "tiny-gpt-oss")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert all(r["checks"]["bound"] for r in json.loads(res.stdout)["results"])
 
 
 @pytest.mark.parametrize("model,key,value,needles", [

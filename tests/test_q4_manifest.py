@@ -11,7 +11,7 @@ import pytest
 import safetensors
 
 from conftest import GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
-from iekit.convert.expert_stacks import shapes_as_written as tensor_shapes
+from iekit.formats.expert_stacks import shapes_as_written as tensor_shapes
 from iekit.convert.hf_to_iebin import convert
 from iekit.formats import iebin
 from iekit.formats.hf_checkpoint import from_dir
