@@ -31,7 +31,7 @@ import numpy as np
 from iekit.formats import checksums
 from iekit.formats import dedup as fmt
 from iekit.formats import iebin
-from iekit.formats.errors import FormatError, IEError
+from iekit.formats.errors import IEError
 
 from .env import DEFAULT_CACHE_MB, DedupConfig
 from .native import _native

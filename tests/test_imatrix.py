@@ -20,15 +20,20 @@ from iekit.formats.errors import FormatError
 TEXT = GOLDEN / "text" / "eval-sample.txt"
 
 
+def collect_ids(tmp_path, model_dir, ids: list[int], ctx: int = 16) -> tuple[imatrix.Imatrix, os.PathLike]:
+    """`ieconv imatrix` over exact token ids, as a user runs it: the file read back, and its path."""
+    (tmp_path / "ids.txt").write_text(",".join(map(str, ids)))
+    out = tmp_path / "im.npz"
+    res = run_tool("ieconv", "imatrix", "--model-dir", model_dir, "--ids-file", tmp_path / "ids.txt",
+                   "-o", out, "--ctx", str(ctx), "--threads", "2")
+    assert res.returncode == 0, res.stderr
+    return imatrix.read(out), out
+
+
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
 def test_collected_means_match_the_float64_reference(tmp_path, name):
     ids = [int(i) for i in np.random.default_rng(4).integers(3, 300, 48)]
-    (tmp_path / "ids.txt").write_text(",".join(map(str, ids)))
-    out = tmp_path / "im.npz"
-    res = run_tool("ieconv", "imatrix", "--model-dir", GOLDEN_IEBIN / name, "--ids-file", tmp_path / "ids.txt",
-                   "-o", out, "--ctx", "16", "--threads", "2")
-    assert res.returncode == 0, res.stderr
-    im = imatrix.read(out)
+    im, _ = collect_ids(tmp_path, GOLDEN_IEBIN / name, ids)
     assert im.tokens == 48 and im.meta["chunks"] == 3 and im.meta["ctx"] == 16
     model, w = load_weights(GOLDEN_IEBIN / name)
     ref: dict[str, np.ndarray] = {}

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 from conftest import GOLDEN_HF, GOLDEN_IEBIN, run_tool
-from iekit.formats import iebin, imatrix
+from iekit.formats import iebin
 from iekit.formats.casting import decode_f32
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 from iekit.runtime.decoder import Decoder
+from test_imatrix import collect_ids
 
 IDS = [int(i) for i in np.random.default_rng(8).integers(3, 300, 48)]
 
@@ -50,12 +51,7 @@ def _router(name: str, w: dict, pre: str, x: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("name", ["tiny-gpt-oss", "tiny-mixtral"])
 def test_expert_means_match_a_float64_routing(tmp_path, name):
-    (tmp_path / "ids.txt").write_text(",".join(map(str, IDS)))
-    out = tmp_path / "im.npz"
-    res = run_tool("ieconv", "imatrix", "--model-dir", GOLDEN_IEBIN / name, "--ids-file", tmp_path / "ids.txt",
-                   "-o", out, "--ctx", "16", "--threads", "2")
-    assert res.returncode == 0, res.stderr
-    im = imatrix.read(out)
+    im, _ = collect_ids(tmp_path, GOLDEN_IEBIN / name, IDS)
     # The MoE layers' inputs (slot 2: the MLP norm's output), captured row by row as the decoder saw them.
     dec = Decoder(GOLDEN_IEBIN / name, threads=1, act="f32")
     spec, cfg = dec.spec, iebin.load_model(GOLDEN_IEBIN / name).meta["config"]
@@ -97,17 +93,14 @@ def test_expert_means_match_a_float64_routing(tmp_path, name):
 def test_stack_experts_are_quantized_with_their_own_importance(tmp_path):
     """hf-to-iebin with an imatrix whose stack entries are [experts, cols]:
     expert e's bytes are the quantizer's on its rows with importance[e]."""
-    ids = tmp_path / "ids.txt"
-    ids.write_text(",".join(map(str, IDS)))
-    im_path, man, out = tmp_path / "im.npz", tmp_path / "q.json", tmp_path / "m"
-    assert run_tool("ieconv", "imatrix", "--model-dir", GOLDEN_IEBIN / "tiny-gpt-oss", "--ids-file", ids,
-                    "-o", im_path, "--ctx", "16").returncode == 0
+    im, im_path = collect_ids(tmp_path, GOLDEN_IEBIN / "tiny-gpt-oss", IDS)
+    man, out = tmp_path / "q.json", tmp_path / "m"
     res = run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-gpt-oss", "-o", man, "--scheme", "q4_1",
                    "--imatrix", im_path)
     assert res.returncode == 0, res.stderr
     res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", GOLDEN_HF / "tiny-gpt-oss", "--out-dir", out, "--q4-map", man)
     assert res.returncode == 0, res.stderr
-    imp = imatrix.read(im_path).entries
+    imp = im.entries
     floats = _weights(GOLDEN_IEBIN / "tiny-gpt-oss")
     m = iebin.load_model(out)
     scheme, p = SCHEMES["q4_1"], QuantParams("q4_1")
