@@ -314,21 +314,18 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource, manifest: dict, quantize: 
     with ExitStack() as stack, Progress(TextColumn("{task.description:<40.40}"), BarColumn(), MofNCompleteColumn(),
                                         TextColumn("matrices"), TimeRemainingColumn(), console=err,
                                         transient=True) as bar:
-        tensors = hf_checkpoint.collect_tensors(src, stack)
-        flip = expert_stacks.transposed(src.config, tensors)
+        written = expert_stacks.AsWritten(src.config, hf_checkpoint.collect_tensors(src, stack))
         task = bar.add_task("measuring candidates", total=len(quantize))
 
         def rows_of(name: str, rows: list[int]):  # rows of the matrix as written ([experts x out, in] for a stack)
-            sf, t = tensors[name]
-            raw = expert_stacks.read_rows(sf, t, rows) if name in flip else sf.read_rows(t, rows)
-            return decode_f32(raw, t.dtype.name).reshape(len(rows), -1)
+            dtype = written.tensors[name][1].dtype.name
+            return decode_f32(written.read_rows(name, rows), dtype).reshape(len(rows), -1)
 
         def step(name: str) -> None:
             bar.update(task, description=name, advance=1)
 
-        shapes = {n: expert_stacks.out_shape(tensors[n][1]) if n in flip else list(tensors[n][1].shape) for n in quantize}
-        choices = bpw_policy.choose(shapes, rows_of, importance,
-                                    target_bpw, step, probes)
+        choices = bpw_policy.choose({n: written.shape(n) for n in quantize}, rows_of, importance, target_bpw, step,
+                                    probes)
     mix = bpw_policy.summary(choices)
     out_manifest = {k: v for k, v in manifest.items() if k not in ("rules", "tensors")}
     out_manifest.update(rules=[], tensors={c.name: c.selection for c in sorted(choices, key=lambda c: c.name)},

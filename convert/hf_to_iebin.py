@@ -161,8 +161,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
             tensors, pairs = hf_mxfp4.split_pairs(collect_tensors(src, stack), src.config, str(src.dir))
             mx_pairs = {p.name: p for p in pairs}
             # gpt-oss's float expert stacks are [experts, in, out]: written transposed (expert_stacks.py).
-            flip = expert_stacks.transposed(src.config, tensors)
-            shapes = {n: expert_stacks.out_shape(t) if n in flip else list(t.shape) for n, (_sf, t) in tensors.items()}
+            written = expert_stacks.AsWritten(src.config, tensors)
+            shapes = written.shapes()
             # An invalid MoE / attention config is refused here, before any byte is written.
             unsupported = check_convertible(model_summary(src.config), src.config,
                                             {**shapes, **{p.name: p.shape for p in pairs}}, src.dir / "config.json")
@@ -191,12 +191,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     sf, t = tensors[name]
                     shape = shapes[name]
 
-                    def tensor_bytes(chunk_bytes: int, sf=sf, t=t, name=name) -> Iterator[bytes]:
-                        # The tensor's bytes in IEBIN's orientation, whole rows per chunk
-                        # (a transposed stack: one expert per chunk).
-                        if name in flip:
-                            return expert_stacks.chunks(sf, t, progress.advance)
-                        return _advancing(sf.iter_chunks(t, chunk_bytes), progress)
+                    def tensor_bytes(chunk_bytes: int, name=name) -> Iterator[bytes]:
+                        return written.chunks(name, chunk_bytes, progress.advance)
 
                     if qplan and name in qplan.quantize:
                         cov = covariances.get(name) if covariances is not None else None
@@ -204,7 +200,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                                                       qplan.quantize[name], importance.get(name), cov)
                         continue
                     target = dtype if dtype and t.dtype.is_float else t.dtype.name
-                    if target == t.dtype.name and name not in flip:
+                    if target == t.dtype.name and name not in written.flipped:
                         writer.add_copy(name, target, shape, t.nbytes,
                                         lambda fd, off, sf=sf, t=t: sf.copy_to(t, fd, off, progress.advance))
                         continue
@@ -278,8 +274,3 @@ def _per_expert(scheme: Any, row_chunks: Iterator[np.ndarray], params: QuantPara
             yield from scheme.stream([w[:take]], params, take, name, importance[e], error)
             w, done = w[take:], done + take
 
-
-def _advancing(chunks: Iterator[bytes], progress: Progress) -> Iterator[bytes]:
-    for chunk in chunks:
-        progress.advance(len(chunk))
-        yield chunk

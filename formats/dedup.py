@@ -577,9 +577,9 @@ def _expert_member(name: str, by_name: dict[str, dict[str, Any]], members: set[s
     stack = by_name.get(parsed[0]) if parsed else None
     if stack is None:
         raise FormatError(mf, field, f"{name!r} is not a tensor of {meta_path}, nor an expert of one")
-    if len(stack["shape"]) != 3 or not 0 <= parsed[1] < stack["shape"][0] or iebin.STORE_KEY in stack:
-        raise FormatError(mf, field, f"{name!r}: {parsed[0]!r} (shape {stack['shape']}) has no such expert "
-                          "in a backing file")
+    problem = iebin.slice_problem(stack, parsed[1])
+    if problem:
+        raise FormatError(mf, field, f"{name!r}: {problem} ({meta_path.name})")
     if parsed[0] in members:
         raise FormatError(mf, field, f"{name!r}: its stack {parsed[0]!r} is a member too (the same bytes twice)")
     return iebin.expert_slice(stack, parsed[1])

@@ -58,8 +58,7 @@ def load_iebin_tensor(model_dir: Path, name: str) -> np.ndarray:
     expert ``STACK[e]`` of a 3-D stack (iebin.expert_slice); checksum
     verified (an expert's: its whole stack's, streamed)."""
     m = iebin.load_model(model_dir)
-    names = {t["name"] for t in m.tensors}
-    t = m.expert(name) if name not in names and iebin.expert_of(name) else m.tensor(name)
+    t = m.entry(name)
     stack = m.tensor(t["stack"]) if "stack" in t else t
     where = f"tensors[{m.tensors.index(stack)}]"
     if t["dtype"] not in IEBIN_FLOAT_DTYPES:

@@ -9,7 +9,9 @@ float parameters run the other way: ``GptOssExperts.gate_up_proj``
 transformers multiplies as ``x @ W``. hf-to-iebin transposes those, one
 expert at a time (memory: one expert, 33 MB of bf16 for gpt-oss-20b), so the
 decoder, the validators and the quantizers see one orientation whatever the
-source.
+source. Every reader of a checkpoint that must agree with the artifact (the
+converter, q4-manifest's bit budget, gptq, verify quant --hf-dir) reads it
+through ``AsWritten``.
 """
 
 from __future__ import annotations
@@ -36,38 +38,58 @@ def transposed(config: Any, tensors: dict[str, tuple[SafetensorsFile, Safetensor
             if n.endswith(TRANSPOSED_SUFFIXES) and t.dtype.is_float and len(t.shape) == 3}
 
 
-def out_shape(t: SafetensorsTensor) -> list[int]:
-    experts, n_in, n_out = t.shape
-    return [experts, n_out, n_in]
+class AsWritten:
+    """A checkpoint's tensors (collect_tensors: name -> (file, tensor)) as
+    hf-to-iebin writes them: the same names, every stack [experts, out, in]."""
+
+    def __init__(self, config: Any, tensors: dict[str, tuple[SafetensorsFile, SafetensorsTensor]]):
+        self.tensors = tensors
+        self.flipped = transposed(config, tensors)  # read transposed, one expert at a time
+
+    def shape(self, name: str) -> list[int]:
+        t = self.tensors[name][1]
+        if name in self.flipped:
+            experts, n_in, n_out = t.shape
+            return [experts, n_out, n_in]
+        return list(t.shape)
+
+    def shapes(self) -> dict[str, list[int]]:
+        return {n: self.shape(n) for n in self.tensors}
+
+    def chunks(self, name: str, chunk_bytes: int, advance: Callable[[int], None]) -> Iterator[bytes]:
+        """The tensor's bytes as written, whole rows per chunk (a transposed
+        stack: one expert per chunk); ``advance`` gets each chunk's size."""
+        sf, t = self.tensors[name]
+        if name not in self.flipped:
+            for buf in sf.iter_chunks(t, chunk_bytes):
+                advance(len(buf))
+                yield buf
+            return
+        experts, n_in, n_out = t.shape
+        raw = _RAW[t.dtype.itemsize]
+        for buf in sf.iter_chunks(t, t.nbytes // experts if experts else t.nbytes):
+            advance(len(buf))
+            yield np.frombuffer(buf, raw).reshape(n_in, n_out).T.tobytes()
+
+    def read_rows(self, name: str, rows: list[int]) -> bytes:
+        """Rows ``rows`` of the tensor as written, viewed as a matrix
+        [prod(shape[:-1]), cols]. A transposed stack's row e × out + o is
+        column o of expert e's [in, out]: each expert holding one is read
+        whole, once."""
+        sf, t = self.tensors[name]
+        if name not in self.flipped:
+            return sf.read_rows(t, rows)
+        experts, n_in, n_out = t.shape
+        raw = _RAW[t.dtype.itemsize]
+        cols: dict[int, np.ndarray] = {}
+        for e in sorted({r // n_out for r in rows}):
+            block = np.frombuffer(sf.read_rows(t, range(e * n_in, (e + 1) * n_in)), raw).reshape(n_in, n_out)
+            cols.update({r: block[:, r % n_out] for r in rows if r // n_out == e})
+        return b"".join(cols[r].tobytes() for r in rows)
 
 
 def shapes_as_written(src: Any) -> dict[str, tuple[str, list[int]]]:
-    """(dtype, shape) of every tensor of the HF checkpoint ``src`` as
-    hf-to-iebin writes it: gpt-oss's float stacks [experts, out, in]."""
+    """(dtype, shape) of every tensor of the HF checkpoint ``src`` as written."""
     with ExitStack() as stack:
-        tensors = collect_tensors(src, stack)
-        flip = transposed(src.config, tensors)
-        return {n: (t.dtype.name, out_shape(t) if n in flip else list(t.shape)) for n, (_f, t) in tensors.items()}
-
-
-def read_rows(sf: SafetensorsFile, t: SafetensorsTensor, rows: list[int]) -> bytes:
-    """Rows ``rows`` of the stack as written, [experts × out, in]: column o
-    of expert e's [in, out] for row e × out + o; each expert that holds one
-    is read whole, once."""
-    experts, n_in, n_out = t.shape
-    raw = _RAW[t.dtype.itemsize]
-    out = []
-    for e in sorted({r // n_out for r in rows}):
-        block = np.frombuffer(sf.read_rows(t, range(e * n_in, (e + 1) * n_in)), raw).reshape(n_in, n_out)
-        out += [(r, block[:, r % n_out]) for r in rows if r // n_out == e]
-    order = {r: i for i, r in enumerate(rows)}
-    return b"".join(col.tobytes() for _r, col in sorted(out, key=lambda rc: order[rc[0]]))
-
-
-def chunks(sf: SafetensorsFile, t: SafetensorsTensor, advance: Callable[[int], None]) -> Iterator[bytes]:
-    """The stack's bytes as [experts, out, in], one expert at a time."""
-    experts, n_in, n_out = t.shape
-    raw = _RAW[t.dtype.itemsize]
-    for buf in sf.iter_chunks(t, t.nbytes // experts if experts else t.nbytes):
-        advance(len(buf))
-        yield np.frombuffer(buf, raw).reshape(n_in, n_out).T.tobytes()
+        written = AsWritten(src.config, collect_tensors(src, stack))
+        return {n: (t.dtype.name, written.shape(n)) for n, (_f, t) in written.tensors.items()}

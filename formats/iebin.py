@@ -354,25 +354,25 @@ class IebinModel:
                           "not in a backing file")
         return self.dir / entry["file"]
 
-    def expert(self, name: str) -> dict[str, Any]:
+    def entry(self, name: str, in_store: bool = False) -> dict[str, Any]:
+        """A tensor's entry by name, or an expert slice's (``STACK[e]``: expert)."""
+        if expert_of(name) is not None and all(t["name"] != name for t in self.tensors):
+            return self.expert(name, in_store)
+        return self.tensor(name)
+
+    def expert(self, name: str, in_store: bool = False) -> dict[str, Any]:
         """The entry of the expert slice ``STACK[e]`` (expert_slice), for
-        the tools that treat each expert of a stack as a matrix of its own."""
+        the tools that treat each expert of a stack as a matrix of its own;
+        of a stack in the dedup store only with ``in_store`` (the runtime,
+        which slices the rebuilt stack)."""
         parsed = expert_of(name)
         if parsed is None:
             raise IEError(f"{self.meta_path}: {name!r} does not name an expert slice (STACK[e])")
-        stack, e = parsed
-        t = self.tensor(stack)
-        i = self.tensors.index(t)
-        if len(t["shape"]) != 3 or t["shape"][0] < 1:
-            raise FormatError(self.meta_path, f"tensors[{i}].shape", f"{name!r}: {stack!r} is not an expert "
-                              f"stack [experts, rows, cols] (shape {t['shape']})")
-        if e >= t["shape"][0]:
-            raise FormatError(self.meta_path, f"tensors[{i}].shape", f"{name!r}: {stack!r} has "
-                              f"{t['shape'][0]} experts (0 to {t['shape'][0] - 1})")
-        if STORE_KEY in t:
-            raise FormatError(self.meta_path, f"tensors[{i}].{STORE_KEY}", f"{name!r}: {stack!r} lives in the "
-                              f"{t[STORE_KEY]} store as a whole; its experts are not tensors of their own there")
-        return expert_slice(t, e)
+        t = self.tensor(parsed[0])
+        problem = slice_problem(t, parsed[1], in_store)
+        if problem:
+            raise FormatError(self.meta_path, f"tensors[{self.tensors.index(t)}]", f"{name!r}: {problem}")
+        return expert_slice(t, parsed[1])
 
     @property
     def stored(self) -> list[dict[str, Any]]:
@@ -397,6 +397,20 @@ def expert_of(name: str) -> tuple[str, int] | None:
     if not sep or not stack or not (idx.isascii() and idx.isdigit()) or (len(idx) > 1 and idx[0] == "0"):
         return None
     return stack, int(idx)
+
+
+def slice_problem(stack: dict[str, Any], e: int, in_store: bool = False) -> str | None:
+    """Why expert ``e`` of the entry ``stack`` is no slice to read (not a
+    stack, past its experts, or, unless ``in_store``, the stack lives whole
+    in the dedup store), or None."""
+    shape, name = stack["shape"], stack["name"]
+    if len(shape) != 3 or shape[0] < 1:
+        return f"{name!r} is not an expert stack [experts, rows, cols] (shape {shape})"
+    if e >= shape[0]:
+        return f"{name!r} has {shape[0]} experts (0 to {shape[0] - 1})"
+    if STORE_KEY in stack and not in_store:
+        return f"{name!r} lives in the {stack[STORE_KEY]} store as a whole; its experts are not tensors of their own"
+    return None
 
 
 def expert_slice(t: dict[str, Any], e: int) -> dict[str, Any]:

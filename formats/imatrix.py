@@ -306,9 +306,7 @@ def _array(data: bytes, path: Path, name: str) -> np.ndarray:
         raise FormatError(path, name, f"not a .npy array ({type(e).__name__}: {e})") from None
     if dtype != np.dtype("<f4") or fortran or len(shape) not in (1, 2):
         raise FormatError(path, name, f"{dtype.str} {list(shape)}, expected <f4 [cols] or [experts, cols]")
-    if not 1 <= shape[-1] <= MAX_COLS or (len(shape) == 2 and not 1 <= shape[0] <= MAX_EXPERTS):
-        raise FormatError(path, name, f"shape {list(shape)}: 1..{MAX_COLS} columns, 1..{MAX_EXPERTS} experts")
-    n = int(np.prod(shape))
+    n = int(np.prod(shape))  # its bounds: check_values, once every member is read
     if len(data) - f.tell() != 4 * n:
         raise FormatError(path, name, f"{list(shape)} in {len(data) - f.tell()} data bytes")
     return np.frombuffer(data, "<f4", count=n, offset=f.tell()).reshape(shape).copy()

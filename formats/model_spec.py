@@ -132,8 +132,8 @@ def _yarn(head_dim: int, theta: float, scaling: dict) -> tuple[np.ndarray, float
     factor = _scaling_number(scaling, "factor")
     old_ctx = _scaling_number(scaling, "original_max_position_embeddings")
     # transformers reads `beta_fast or 32`: an absent or null beta takes its default.
-    beta_fast = _scaling_number(scaling, "beta_fast", 32.0) if scaling.get("beta_fast") is not None else 32.0
-    beta_slow = _scaling_number(scaling, "beta_slow", 1.0) if scaling.get("beta_slow") is not None else 1.0
+    beta_fast = _scaling_number(scaling, "beta_fast") if scaling.get("beta_fast") is not None else 32.0
+    beta_slow = _scaling_number(scaling, "beta_slow") if scaling.get("beta_slow") is not None else 1.0
     if scaling.get("partial_rotary_factor", 1.0) != 1.0:
         raise UnsupportedError("rope_scaling.partial_rotary_factor: partial rotary embeddings are not supported")
 

@@ -24,11 +24,11 @@ from iekit.formats import iebin, weight_types
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import model_file, read_small
+from iekit.formats.model_spec import INT32_MAX, DecoderSpec, decoder_spec
 
 from . import cuda, kernels
 from .dedup import TensorSource
 from .memory import available_bytes, gib
-from iekit.formats.model_spec import INT32_MAX, DecoderSpec, decoder_spec
 from .native import _native
 
 FLOAT_VECTOR_DTYPES = weight_types.names(quantized=False)
@@ -157,14 +157,19 @@ class Decoder:
             except ValueError as e:
                 raise IEError(f"{meta_path}: tensors[{name!r}]: {e}") from None
 
+        def bind(key: str, name: str) -> dict[str, Any]:
+            """The matrix under ``key``: a dedup member is multiplied where it
+            lives (fused GEMV, or the store's cache); the embedding's rows are
+            read one token at a time, so it is rebuilt whole; anything else
+            (an expert slice included) is its bytes in place."""
+            t = self.source.entry(name)
+            member = self.source.member(name) if key != "embed" else None
+            mats[key] = (spec_of(t, name), *member) if member else (spec_of(t, name), self.source.get(name))
+            return t
+
         def matrix(key: str, name: str, shape: list[int], per_step: bool = True) -> None:
             t = entry(name, shape)
-            spec = spec_of(t, name)
-            # A dedup member is multiplied where it lives (fused GEMV, or the
-            # store's cache); the embedding's rows are read one token at a
-            # time, so it is rebuilt whole.
-            member = self.source.member(name) if key != "embed" else None
-            mats[key] = (spec, *member) if member else (spec, self.source.get(name))
+            bind(key, name)
             if per_step:
                 self._step_bytes += self.source.read_bytes(name)
                 self._active_params += shape[0] * shape[1]
@@ -181,34 +186,22 @@ class Decoder:
 
         def expert_matrices(key_pre: str, key: str, pattern: str, shape: list[int], top_k: int) -> None:
             """Each expert's [rows, cols] matrix under layers.L.experts.E.key: its
-            own tensor, or a slice STACK[e] of the stack [experts, rows, cols]
-            (its bytes in place: a view of the mapped file, or a dedup member
-            of its own; a stack grouped whole is rebuilt once and sliced). A
-            decode step reads top_k of them; which, routing decides, so they
-            count at their mean size."""
+            own tensor, or the slice STACK[e] of the stack [experts, rows, cols]
+            (TensorSource: its bytes in place, a dedup member of its own, or a
+            view of a stack the store serves whole). A decode step reads top_k
+            of them; which, routing decides, so they count at their mean size."""
             n = s.moe.n_experts
             if "{e}" in pattern:
                 names = [pattern.format(e=e) for e in range(n)]
-                for e, name in enumerate(names):
-                    matrix(f"{key_pre}experts.{e}.{key}", name, shape, per_step=False)
-                sizes = [(entries[m]["dtype"], entries[m]["nbytes"], self.source.read_bytes(m)) for m in names]
+                for name in names:
+                    entry(name, shape)
             else:
-                t = entry(pattern, [n, *shape])
-                whole = self.source.get(pattern) if self.source.source_of(pattern) == "dedup" else None
-                sizes = []
-                for e in range(n):
-                    one = iebin.expert_slice(t, e)
-                    spec, name, per = spec_of(one, pattern), one["name"], one["nbytes"]
-                    member = None if whole is not None else self.source.member(name)
-                    if member:
-                        mats[f"{key_pre}experts.{e}.{key}"] = (spec, *member)
-                    else:
-                        rows = self.source.get(name) if whole is None else whole[e * per:(e + 1) * per]
-                        mats[f"{key_pre}experts.{e}.{key}"] = (spec, rows)
-                    sizes.append((t["dtype"], per, per if whole is not None else self.source.read_bytes(name)))
-            for dtype, nbytes, _ in sizes:
-                count(key_pre, dtype, nbytes)
-            self._step_bytes += top_k * sum(read for *_, read in sizes) // n
+                entry(pattern, [n, *shape])
+                names = [f"{pattern}[{e}]" for e in range(n)]
+            for e, name in enumerate(names):
+                t = bind(f"{key_pre}experts.{e}.{key}", name)
+                count(key_pre, t["dtype"], t["nbytes"])
+            self._step_bytes += top_k * sum(self.source.read_bytes(m) for m in names) // n
             self._active_params += top_k * shape[0] * shape[1]
 
         def expert_vectors(key_pre: str, key: str, name: str, n: int, top_k: int) -> None:

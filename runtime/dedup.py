@@ -93,6 +93,7 @@ class TensorSource:
         self.fallback_reason: str | None = None
         self._by_name = {t["name"]: t for t in self.model.tensors}
         self._maps: dict[Path, np.memmap] = {}
+        self._stacks: dict[str, np.ndarray] = {}  # stacks the store serves whole, rebuilt once for their slices
         self._verified: set[str] = set()
         if not self.config.enabled:
             return
@@ -111,22 +112,29 @@ class TensorSource:
             _debug(self.config.debug, f"fallback: {e}")
 
     def source_of(self, name: str) -> str:
-        self._entry(name)
-        return "dedup" if self.store is not None and name in self.store else "iebin"
+        t = self.entry(name)
+        return "dedup" if self._served(name) or ("stack" in t and self._served(t["stack"])) else "iebin"
 
-    def _entry(self, name: str) -> dict[str, Any]:
+    def _served(self, name: str) -> bool:
+        return self.store is not None and name in self.store
+
+    def entry(self, name: str) -> dict[str, Any]:
         """A tensor's entry, or an expert slice's ``STACK[e]`` (iebin.expert_slice)."""
         t = self._by_name.get(name)
-        if t is None and iebin.expert_of(name) is not None:
-            t = self._by_name[name] = self.model.expert(name)
         if t is None:
-            raise IEError(f"{self.model.meta_path}: no tensor named {name!r}")
+            t = self._by_name[name] = self.model.entry(name, in_store=True)
         return t
 
     def get(self, name: str) -> np.ndarray:
-        """The tensor's bytes as a read-only 1-D uint8 array."""
-        t = self._entry(name)
-        if self.store is not None and name in self.store:
+        """The tensor's bytes as a read-only 1-D uint8 array (an expert slice
+        of a stack the store serves whole: a view of the stack, rebuilt once)."""
+        t = self.entry(name)
+        if "stack" in t and self._served(t["stack"]):
+            stack = self._stacks.get(t["stack"])
+            if stack is None:
+                stack = self._stacks[t["stack"]] = self.get(t["stack"])
+            return stack[t["expert"] * t["nbytes"]:(t["expert"] + 1) * t["nbytes"]]
+        if self._served(name):
             buf = self.store.get(name)
             if self.config.strict and name not in self._verified:
                 self._verify(name, lambda: checksums.digest(self.model.checksum, buf), t)
@@ -144,8 +152,8 @@ class TensorSource:
         the member where it is used (the decoder's fused GEMV, or the store's
         LRU cache); None for a tensor in model.ie.bin. Strict: the member
         must hash to its digest first (``_digest``)."""
-        self._entry(name)
-        if self.store is None or name not in self.store:
+        self.entry(name)
+        if not self._served(name):
             return None
         if self.config.strict and name not in self._verified:
             self._verify(name, lambda: self._digest(name), self._by_name[name])
@@ -176,8 +184,8 @@ class TensorSource:
         """Bytes one product with the tensor reads: the member's default, mask
         and exceptions where the fused GEMV rebuilds it in place (it does not
         fit in the cache), else the tensor's own bytes."""
-        t = self._entry(name)
-        if self.store is None or name not in self.store or self.store.cacheable(name):
+        t = self.entry(name)
+        if not self._served(name) or self.store.cacheable(name):
             return t["nbytes"]
         return self.store.read_bytes(name)
 
@@ -207,7 +215,7 @@ class TensorSource:
         names = [f"{stack}[{e}]" for e in range(t["shape"][0])]
         h = checksums.ALGORITHMS[self.model.checksum].new()
         for name in names:
-            if name in self.store:
+            if self._served(name):
                 self._hash_member(name, h)
             else:
                 h.update(self.get(name))

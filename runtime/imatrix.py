@@ -54,8 +54,7 @@ def collect(dec: Decoder, chunks: list[list[int]], source: dict,
             for n in names:
                 entries[f"{pre}{n}.weight"] = means[k].astype(np.float32)
         if per_expert[layer] is not None:
-            unrouted += _expert_entries(entries, pre, dec.spec.moe.names, means[2], np.asarray(sums[4 * layer + 3]),
-                                        *per_expert[layer])
+            unrouted += _expert_entries(entries, pre, dec.spec.moe.names, means[2], *per_expert[layer])
     entries[dec.head_name] = (np.asarray(sums[-1]) / tokens).astype(np.float32)
     meta = {"tokens": int(tokens), "chunks": len(chunks), "ctx": max(len(c) for c in chunks), "source": source}
     warnings = []
@@ -67,7 +66,7 @@ def collect(dec: Decoder, chunks: list[list[int]], source: dict,
 
 
 def _expert_entries(entries: dict[str, np.ndarray], pre: str, names: dict[str, str], mlp_in: np.ndarray,
-                    mid_sum: np.ndarray, in_sums: np.ndarray, mid_sums: np.ndarray, rows: np.ndarray) -> int:
+                    in_sums: np.ndarray, mid_sums: np.ndarray, rows: np.ndarray) -> int:
     """One MoE layer's entries: the router's (every token's MLP input), and
     each expert's means over the rows routed to it; an expert with none
     takes the means over all rows (its inputs are the layer's, as far as
@@ -75,7 +74,7 @@ def _expert_entries(entries: dict[str, np.ndarray], pre: str, names: dict[str, s
     entries[pre + names["router"]] = mlp_in.astype(np.float32)
     seen = rows > 0
     per_in = np.where(seen[:, None], in_sums / np.maximum(rows, 1)[:, None], mlp_in[None, :])
-    pooled_mid = mid_sum / max(rows.sum(), 1)
+    pooled_mid = mid_sums.sum(axis=0) / max(rows.sum(), 1)
     per_mid = np.where(seen[:, None], mid_sums / np.maximum(rows, 1)[:, None], pooled_mid[None, :])
     for key, means in (("gate", per_in), ("up", per_in), ("down", per_mid)):
         pattern = names.get(key)

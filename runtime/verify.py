@@ -37,6 +37,7 @@ from iekit.formats.errors import IEError
 from iekit.formats.finite import scan_bytes
 from iekit.formats.hf_checkpoint import collect_tensors, from_dir
 from iekit.formats.quant import SCHEMES, matrix_dims
+from iekit.formats.safetensors_reader import CHUNK_BYTES
 
 from . import cuda, kernels, plots
 from .dedup import TensorSource
@@ -76,19 +77,18 @@ def check_gemv(raw: np.ndarray, t: dict, w_deq: np.ndarray, rng: np.random.Gener
     return worst
 
 
-def check_source(src_tensors: dict, flip: set[str], quantized: list[dict], hf_dir: Path, meta_path: Path) -> None:
+def check_source(src: expert_stacks.AsWritten, quantized: list[dict], hf_dir: Path, meta_path: Path) -> None:
     """--hf-dir must be this model's source: every quantized tensor there, as a
-    float tensor of the same shape as written (``flip``: gpt-oss's float
-    stacks, transposed on conversion: formats/expert_stacks.py). Checked before any tensor is compared, so
+    float tensor of the same shape as written (gpt-oss's float stacks are
+    transposed on conversion: formats/expert_stacks.py). Checked before any tensor is compared, so
     another model's checkpoint is one clear error, not a failure deep inside."""
     hint = f"is --hf-dir the checkpoint {meta_path.parent} was converted from?"
-    missing = [t["name"] for t in quantized if t["name"] not in src_tensors]
+    missing = [t["name"] for t in quantized if t["name"] not in src.tensors]
     if missing:
         raise IEError(f"{hf_dir}: has no tensor {missing[0]!r}"
                       f"{f' (nor {len(missing) - 1} other quantized tensors)' if len(missing) > 1 else ''}; {hint}")
     for t in quantized:
-        st = src_tensors[t["name"]][1]
-        shape = expert_stacks.out_shape(st) if t["name"] in flip else list(st.shape)
+        st, shape = src.tensors[t["name"]][1], src.shape(t["name"])
         if shape != list(t["shape"]):
             raise IEError(f"{hf_dir}: tensor {t['name']!r} has shape {shape} (as written) but {meta_path} records "
                           f"{t['shape']}; {hint}")
@@ -97,12 +97,12 @@ def check_source(src_tensors: dict, flip: set[str], quantized: list[dict], hf_di
                           f"that could have been quantized; {hint}")
 
 
-def source_values(src_tensors: dict, flip: set[str], name: str, shape: list[int]) -> np.ndarray | None:
+def source_values(src: expert_stacks.AsWritten, name: str, shape: list[int]) -> np.ndarray | None:
     """The source tensor's values as written (a transposed stack [experts, out, in])."""
-    if name not in src_tensors:
+    if name not in src.tensors:
         return None
-    sf, st = src_tensors[name]
-    raw = b"".join(expert_stacks.chunks(sf, st, lambda _n: None) if name in flip else sf.iter_chunks(st))
+    st = src.tensors[name][1]
+    raw = b"".join(src.chunks(name, CHUNK_BYTES, lambda _n: None))
     return decode_f32(raw, st.dtype.name).reshape(shape)
 
 
@@ -118,11 +118,11 @@ def verify_quant(model_dir: Path, hf_dir: Path | None, threads: int, seed: int,
     rng = np.random.default_rng(seed)
     reports = []
     with ExitStack() as stack:
-        src = from_dir(hf_dir) if hf_dir else None
-        src_tensors = collect_tensors(src, stack) if src else {}
-        flip = expert_stacks.transposed(src.config, src_tensors) if src else set()
+        src = None
         if hf_dir:
-            check_source(src_tensors, flip, quantized, hf_dir, model.meta_path)
+            checkpoint = from_dir(hf_dir)
+            src = expert_stacks.AsWritten(checkpoint.config, collect_tensors(checkpoint, stack))
+            check_source(src, quantized, hf_dir, model.meta_path)
         for t in quantized:
             r = TensorReport(t["name"], t["dtype"], t["shape"])
             raw = source.get(t["name"])
@@ -136,7 +136,7 @@ def verify_quant(model_dir: Path, hf_dir: Path | None, threads: int, seed: int,
             # codes fitted to error-compensated values (formats/gptq.py): no per-element bound
             compensated = bool(t.get(iebin.ERROR_KEY, {}).get("compensated"))
             problem = scan_bytes(t, raw)
-            w_all = source_values(src_tensors, flip, t["name"], t["shape"]) if hf_dir else None
+            w_all = source_values(src, t["name"], t["shape"]) if src else None
             worst, dequant_ok, bound_ok = 0.0, True, True
             sig = noise = max_abs = 0.0
             for k in range(count):

@@ -324,7 +324,7 @@ def test_dedup_served_weights_give_bit_identical_logits(request, monkeypatch, sc
     # that save bytes; the small attention matrices' re-searched scales
     # differ too much, the MLP matrices still group.
     assert len(served) >= (14 if scheme is None else 6)
-    assert {d.source._entry(n)["dtype"] for n in served} == {scheme or "f32"}
+    assert {d.source.entry(n)["dtype"] for n in served} == {scheme or "f32"}
     assert d.dedup_stats["active"] and d.dedup_stats["misses"] == len(served)
     got = d.logits(ids)
     if scheme is None:

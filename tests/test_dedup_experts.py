@@ -225,7 +225,7 @@ def test_error_a_plan_that_stores_bytes_twice(experts_model, tmp_path):
 
 
 @pytest.mark.parametrize("rename,needle", [
-    (lambda n: n.replace("[1]", "[4]"), "has no such expert"),
+    (lambda n: n.replace("[1]", "[4]"), "has 4 experts"),
     (lambda n: n.replace("gate_up_proj[1]", "nope[1]"), "nor an expert of one"),
     (lambda n: n.replace("[1]", ""), "the same bytes twice"),
 ])

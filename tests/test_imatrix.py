@@ -117,7 +117,7 @@ GOOD_META = json.dumps({**META, "format": "iekit-imatrix", "version": 1}).encode
     ({"a.weight.npy": _npy(np.array([1, -1], np.float32)), "__meta__.json": GOOD_META}, "column 1 is -1.0"),
     ({"a.weight.npy": _npy(np.array([1.0])), "__meta__.json": GOOD_META}, "<f8 [1], expected <f4 [cols] or [experts, cols]"),
     ({"a.weight.npy": _npy(np.ones((2, 2, 2), np.float32)), "__meta__.json": GOOD_META}, "expected <f4 [cols] or [experts"),
-    ({"a.weight.npy": _npy(np.ones((0, 2), np.float32)), "__meta__.json": GOOD_META}, "shape [0, 2]: 1.."),
+    ({"a.weight.npy": _npy(np.ones((0, 2), np.float32)), "__meta__.json": GOOD_META}, "shape [0, 2], expected [cols]"),
     ({"a.weight.npy": _npy(np.ones(3, np.float32))[:-4], "__meta__.json": GOOD_META}, "[3] in 8 data bytes"),
     ({"a.weight.npy": _npy(np.array([[1, 2], [3, np.inf]], np.float32)), "__meta__.json": GOOD_META},
      "column 1 of expert 1 is inf"),

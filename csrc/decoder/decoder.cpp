@@ -235,13 +235,12 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture) {
   for (int slot : capture) {
     if (slot % 4 == 3 && slot / 4 < c.n_layers && !w_.layers[static_cast<size_t>(slot / 4)].experts.empty())
       fail("collect_stats: slot " + std::to_string(slot) + " (layer " + std::to_string(slot / 4) +
-           "'s expert down inputs) mixes every expert's rows; it cannot be captured");
+           "'s down inputs) is empty in a layer with experts: each expert has its own (expert_stats)");
     capture_on_[static_cast<size_t>(slot)] = 1;
   }
   for (int l = 0; l < c.n_layers; ++l) {
     const bool moe = !w_.layers[static_cast<size_t>(l)].experts.empty();
-    const int down_in = moe ? c.expert_inter : c.inter;
-    for (int n : {c.hidden, q_dim_, c.hidden, down_in}) stats_.emplace_back(static_cast<size_t>(n), 0.0);
+    for (int n : {c.hidden, q_dim_, c.hidden, moe ? 0 : c.inter}) stats_.emplace_back(static_cast<size_t>(n), 0.0);
     if (moe) {
       ExpertStats& es = expert_stats_[static_cast<size_t>(l)];
       const size_t E = static_cast<size_t>(c.n_experts);
@@ -438,7 +437,6 @@ void Decoder::experts(int layer, int b) {
     if (c.glu == Glu::Silu) mm(x.up, prep, in, n, nullptr, ex_u_.data());
     glu(c.glu, ex_g_.data(), ex_u_.data(), n, I);
     if (stats_on_) {
-      add_stats(4 * layer + 3, ex_g_.data(), n, I);
       ExpertStats& es = expert_stats_[static_cast<size_t>(layer)];
       add_squares(&es.in[static_cast<size_t>(e) * H], in, n, H);
       add_squares(&es.mid[static_cast<size_t>(e) * I], ex_g_.data(), n, I);

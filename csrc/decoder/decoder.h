@@ -137,7 +137,7 @@ class Decoder {
   // float64. Turning it on clears them. Inputs per layer l, at 4 l + k:
   // k = 0 the attention norm's output (q/k/v), 1 the attention output (o),
   // 2 the MLP norm's output (gate/up, router), 3 SiLU(gate) * up (down;
-  // in a layer with experts every routed row, expert_inter wide); at
+  // empty in a layer with experts, whose down inputs are per expert); at
   // 4 n_layers the final norm's output (the head). The inputs of the slots
   // in `capture` are also kept row by row (float32 [tokens, n]) until
   // take_captured(slot) hands them over: the input covariances GPTQ-style
