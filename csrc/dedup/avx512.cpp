@@ -1,19 +1,19 @@
 // AVX-512 VBMI2 body of dedup reconstruction (compiled with AVX-512 flags
-// only here). vpexpandb *is* the definition of the format: it writes the
-// next popcount(k) source bytes, in order, to the lanes whose mask bit is
-// set and keeps the default elsewhere. Per 64 output bytes:
-//   k   = their 64 mask bits (one 8-byte load; LSB-first matches lane order)
-//   src = the next popcount(k) exception bytes (a masked load: lanes past
+// only here), for range.h's walk. vpexpandb *is* the definition of the
+// format: it writes the next popcount(k) source bytes, in order, to the
+// lanes whose mask bit is set. Per line:
+//   src = the next popcount(bits) exception bytes (a masked load: lanes past
 //         the count are neither read nor able to fault, so the kernel never
 //         reads beyond the member's exceptions, like the scalar reference)
-//   out = expand(default, k, src)
-// Branch-free: an all-zero k costs the same as any other (at ~1% density
-// about half of the 64-byte words hold a set bit, at random).
+//   out = expand(default, bits, src) for a line of a dense block; for a line
+//         of a sparse block (already a copy of the default) expand(bits, src)
+//         stored to the set lanes only (a masked store, so a line cut by the
+//         range's ends needs no special case)
+// Branch-free whatever the line's density.
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "dedup.h"
+#include "range.h"
 
 namespace ie::dedup {
 
@@ -21,44 +21,48 @@ namespace {
 
 inline __mmask64 low_bits(size_t n) { return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1; }
 
-size_t reconstruct_chunk_avx512(const uint8_t* def, const uint8_t* mask, const uint8_t* exc, size_t exc_avail,
-                                uint8_t* out, size_t n, bool stream_stores) {
-  size_t k = 0;
+// n bytes, 64 at a time (the tail with masked loads and stores); with `NT`
+// non-temporal where dst is 64-byte aligned.
+template <bool NT>
+inline void copy64(uint8_t* dst, const uint8_t* src, size_t n) {
+  const bool nt = NT && (reinterpret_cast<uintptr_t>(dst) & 63) == 0;
   size_t i = 0;
-  const bool nt = stream_stores && (reinterpret_cast<uintptr_t>(out) & 63) == 0;
   for (; i + 64 <= n; i += 64) {
-    uint64_t m;
-    std::memcpy(&m, mask + i / 8, 8);
-    const size_t c = static_cast<size_t>(__builtin_popcountll(m));
-    if (c > exc_avail - k) return kOverrun;
-    const __m512i d = _mm512_loadu_si512(def + i);
-    const __m512i src = _mm512_maskz_loadu_epi8(low_bits(c), exc + k);
-    const __m512i r = _mm512_mask_expand_epi8(d, m, src);
+    const __m512i x = _mm512_loadu_si512(src + i);
     if (nt)
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + i), r);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), x);
     else
-      _mm512_storeu_si512(out + i, r);
-    k += c;
+      _mm512_storeu_si512(dst + i, x);
   }
-  if (i < n) {  // the tail: fewer than 64 bytes, masked loads and store
-    const size_t rem = n - i;
-    uint64_t m = 0;
-    std::memcpy(&m, mask + i / 8, (rem + 7) / 8);
-    m &= low_bits(rem);
-    const size_t c = static_cast<size_t>(__builtin_popcountll(m));
-    if (c > exc_avail - k) return kOverrun;
-    const __mmask64 t = low_bits(rem);
-    const __m512i d = _mm512_maskz_loadu_epi8(t, def + i);
-    const __m512i src = _mm512_maskz_loadu_epi8(low_bits(c), exc + k);
-    _mm512_mask_storeu_epi8(out + i, t, _mm512_mask_expand_epi8(d, m, src));
-    k += c;
+  if (i < n) _mm512_mask_storeu_epi8(dst + i, low_bits(n - i), _mm512_maskz_loadu_epi8(low_bits(n - i), src + i));
+}
+
+struct Avx512Body {
+  void copy(uint8_t* d, const uint8_t* s, size_t n) const { copy64<false>(d, s, n); }
+  void stream(uint8_t* d, const uint8_t* s, size_t n) const { copy64<true>(d, s, n); }
+  // Any line, whole or cut: the store touches the set lanes only.
+  void patch(uint64_t bits, const uint8_t* exc, uint8_t* out) const {
+    const __m512i src = _mm512_maskz_loadu_epi8(low_bits(static_cast<size_t>(__builtin_popcountll(bits))), exc);
+    _mm512_mask_storeu_epi8(out, bits, _mm512_maskz_expand_epi8(bits, src));
   }
+  void line(const uint8_t* def, uint64_t word, const uint8_t* exc, uint8_t* out, bool nt) const {
+    const __m512i src = _mm512_maskz_loadu_epi8(low_bits(static_cast<size_t>(__builtin_popcountll(word))), exc);
+    const __m512i r = _mm512_mask_expand_epi8(_mm512_loadu_si512(def), word, src);
+    if (nt && (reinterpret_cast<uintptr_t>(out) & 63) == 0)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(out), r);
+    else
+      _mm512_storeu_si512(out, r);
+  }
+};
+
+bool range_avx512(const MemberView& v, Cursor& c, size_t a, size_t b, uint8_t* out, bool nt) {
+  const bool ok = rebuild_range(Avx512Body{}, v, c, a, b, out, nt);
   if (nt) _mm_sfence();
-  return k;
+  return ok;
 }
 
 }  // namespace
 
-const DedupOps kDedupAvx512 = {reconstruct_chunk_avx512};
+const DedupOps kDedupAvx512 = {range_avx512};
 
 }  // namespace ie::dedup

@@ -6,10 +6,11 @@
 //
 // The mask is stored sparse, as a line mask: one 64-bit word per 64-byte
 // line that holds a differing byte (bit j: byte 64 l + j, LSB first), then
-// one bit per line saying which lines have a word. Kernels see it one block
-// of 64 lines (4 KiB of tensor) at a time, expanded on the stack into the
-// byte mask above (8 bytes per line, zero for lines without a word), which
-// the per-ISA bodies (DedupOps) rebuild from.
+// one bit per line saying which lines have a word. A range is rebuilt 64
+// lines at a time (range.h): a block with few lines that have a word is a
+// copy of the default plus a patch of those lines, any other block a
+// branch-free step per line; the per-ISA bodies (DedupOps) supply the copy,
+// the patch and the step.
 //
 // The JSON index is parsed and validated by the Python side
 // (formats/dedup.py); DedupStore receives plain arrays and re-validates every
@@ -40,31 +41,6 @@ constexpr size_t kChunk = size_t(64) << 10;
 constexpr size_t kLine = 64;              // tensor bytes per mask word
 constexpr size_t kBlock = 64 * kLine;     // tensor bytes per 64 line bits
 static_assert(kChunk % kBlock == 0, "chunks hold whole blocks");
-
-// Returned by a body when the mask asks for more exceptions than are
-// readable; never happens on validated input.
-constexpr size_t kOverrun = ~size_t(0);
-
-// One ISA's body over `n` output bytes with a byte mask (bit i of the mask:
-// byte i; common/dispatch.h). `def`, `mask`, `out` point at the start (a
-// multiple of 8 bytes into the block), `exc` at its first exception, and
-// `exc_avail` exceptions may be read from there (the kernels never read past
-// them). `stream_stores`: write `out` with non-temporal stores (needs 32-byte
-// alignment; the caller decides; the scalar reference ignores it). Returns
-// the exceptions consumed.
-struct DedupOps {
-  size_t (*chunk)(const uint8_t* def, const uint8_t* mask, const uint8_t* exc, size_t exc_avail, uint8_t* out,
-                  size_t n, bool stream_stores);
-};
-extern const DedupOps kDedupScalar;
-#if IE_HAVE_X86
-extern const DedupOps kDedupAvx2;    // AVX2
-extern const DedupOps kDedupAvx512;  // AVX-512 VBMI2's vpexpandb
-#endif
-extern const IsaTable<DedupOps> kDedupTable;
-// The scalar reference body (the SIMD bodies' tails too).
-size_t reconstruct_chunk_scalar(const uint8_t* def, const uint8_t* mask, const uint8_t* exc, size_t exc_avail,
-                                uint8_t* out, size_t n, bool stream_stores = false);
 
 // The reconstruction variant that runs for a resolved `isa`.
 Isa kernel_isa(Isa isa);
@@ -123,6 +99,20 @@ struct MemberView {
 // The cursor at byte a <= nbytes (from the prefix table and the mask);
 // never throws, so kernels call it inside parallel regions.
 Cursor cursor_at(const MemberView& v, size_t a);
+
+// One ISA's body of reconstruct_range (below) with `nt`: write `out` with
+// non-temporal stores (the caller decides; the scalar reference ignores it).
+// Each body is range.h's walk with the ISA's own line patch and copy
+// (common/dispatch.h).
+struct DedupOps {
+  bool (*range)(const MemberView& v, Cursor& c, size_t a, size_t b, uint8_t* out, bool nt);
+};
+extern const DedupOps kDedupScalar;
+#if IE_HAVE_X86
+extern const DedupOps kDedupAvx2;    // AVX2
+extern const DedupOps kDedupAvx512;  // AVX-512 VBMI2's vpexpandb
+#endif
+extern const IsaTable<DedupOps> kDedupTable;
 
 // Bytes [a, b) of the member into `out` (b - a bytes), `c` the cursor at a;
 // advances `c` to b. Returns false when the mask asks for more words or

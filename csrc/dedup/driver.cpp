@@ -9,34 +9,30 @@
 #include <string>
 
 #include "dedup.h"
+#include "range.h"
 
 namespace ie::dedup {
 
-size_t reconstruct_chunk_scalar(const uint8_t* def, const uint8_t* mask, const uint8_t* exc, size_t exc_avail,
-                                uint8_t* out, size_t n, bool /*stream_stores*/) {
-  // The definition, one mask byte (8 output bytes) at a time; a zero mask
-  // byte is a plain copy, which is the only shortcut taken.
-  size_t k = 0;
-  for (size_t i = 0; i < n; i += 8) {
-    const size_t len = std::min<size_t>(8, n - i);
-    const unsigned m = mask[i >> 3];
-    if (m == 0) {
-      std::memcpy(out + i, def + i, len);
-      continue;
-    }
-    for (size_t j = 0; j < len; ++j) {
-      if (m >> j & 1u) {
-        if (k == exc_avail) return kOverrun;
-        out[i + j] = exc[k++];
-      } else {
-        out[i + j] = def[i + j];
-      }
-    }
+namespace {
+
+// The reference: plain copies, and the definition one set bit at a time.
+struct ScalarBody {
+  void copy(uint8_t* d, const uint8_t* s, size_t n) const { std::memcpy(d, s, n); }
+  void stream(uint8_t* d, const uint8_t* s, size_t n) const { std::memcpy(d, s, n); }
+  void patch(uint64_t bits, const uint8_t* exc, uint8_t* out) const { patch_bits(bits, exc, out); }
+  void line(const uint8_t* def, uint64_t word, const uint8_t* exc, uint8_t* out, bool /*nt*/) const {
+    std::memcpy(out, def, kLine);
+    patch_bits(word, exc, out);
   }
-  return k;
+};
+
+bool range_scalar(const MemberView& v, Cursor& c, size_t a, size_t b, uint8_t* out, bool /*nt*/) {
+  return rebuild_range(ScalarBody{}, v, c, a, b, out, false);
 }
 
-const DedupOps kDedupScalar = {reconstruct_chunk_scalar};
+}  // namespace
+
+const DedupOps kDedupScalar = {range_scalar};
 
 const IsaTable<DedupOps> kDedupTable = {{&kDedupScalar,
 #if IE_HAVE_X86
@@ -61,54 +57,6 @@ uint64_t popcount_bytes(const uint8_t* p, size_t nbytes) {
 }
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "mask words and line bits are little-endian");
-
-namespace {
-
-inline uint64_t load_u64(const uint8_t* p) {
-  uint64_t w;
-  std::memcpy(&w, p, 8);
-  return w;
-}
-
-// Bits [lo, hi) of a word, 0 <= lo <= hi <= 64.
-inline uint64_t bit_range(unsigned lo, unsigned hi) {
-  const uint64_t below_hi = hi >= 64 ? ~uint64_t{0} : (uint64_t{1} << hi) - 1;
-  return below_hi & ~((uint64_t{1} << lo) - 1);
-}
-
-// The 64 line bits of block `blk` (lines [64 blk, 64 blk + 64)), reading
-// only line-bit bytes that exist.
-inline uint64_t block_lines(const LineMask& m, size_t blk) {
-  const size_t nb = line_bits_nbytes(m.n), at = blk * 8;
-  if (at >= nb) return 0;
-  uint64_t w = 0;
-  std::memcpy(&w, m.lines + at, std::min<size_t>(8, nb - at));
-  return w;
-}
-
-// Bytes [a, b) of a block under its byte mask (positions from the block's
-// start): a scalar head up to a whole mask byte, then the ISA's body.
-// Returns the exceptions consumed, or kOverrun.
-size_t byte_range(const uint8_t* def, const uint8_t* mask, const uint8_t* exc, size_t exc_avail, size_t a, size_t b,
-                  uint8_t* out, Isa isa, bool nt) {
-  size_t k = 0, i = a;
-  for (; i < b && i % 8; ++i) {
-    if (mask[i / 8] >> (i % 8) & 1u) {
-      if (k == exc_avail) return kOverrun;
-      out[i - a] = exc[k++];
-    } else {
-      out[i - a] = def[i];
-    }
-  }
-  if (i < b) {
-    const size_t got = kDedupTable.ops(isa).chunk(def + i, mask + i / 8, exc + k, exc_avail - k, out + (i - a), b - i, nt);
-    if (got == kOverrun) return kOverrun;
-    k += got;
-  }
-  return k;
-}
-
-}  // namespace
 
 bool split_line_mask(const uint8_t* region, size_t region_nbytes, size_t n, LineMask* out) {
   const size_t lb = line_bits_nbytes(n);
@@ -171,31 +119,7 @@ Cursor cursor_at(const MemberView& v, size_t a) {
 }
 
 bool reconstruct_range(const MemberView& v, Cursor& c, size_t a, size_t b, uint8_t* out, Isa isa, bool nt) {
-  const LineMask& m = v.mask;
-  if (c.k > v.exc_count || c.w > m.nwords || b > v.nbytes || a > b) return false;
-  alignas(64) uint8_t bits[kBlock / 8];
-  for (size_t blk = a / kBlock; a < b && blk * kBlock < b; ++blk) {
-    const size_t base = blk * kBlock, s = std::max(a, base), e = std::min(b, base + kBlock);
-    const unsigned l0 = static_cast<unsigned>((s - base) / kLine), l1 = static_cast<unsigned>((e - base + kLine - 1) / kLine);
-    const uint64_t lw = block_lines(m, blk) & bit_range(l0, l1);
-    if (lw == 0) {
-      std::memcpy(out + (s - a), v.def + s, e - s);
-      continue;
-    }
-    if (static_cast<uint64_t>(__builtin_popcountll(lw)) > m.nwords - c.w) return false;
-    std::memset(bits + 8 * l0, 0, 8 * (l1 - l0));
-    uint64_t w = c.w;
-    for (uint64_t t = lw; t; t &= t - 1) std::memcpy(bits + 8 * __builtin_ctzll(t), m.words + 8 * w++, 8);
-    const size_t got = byte_range(v.def + base, bits, v.exc + c.k, v.exc_count - c.k, s - base, e - base, out + (s - a),
-                                  isa, nt);
-    if (got == kOverrun) return false;
-    c.k += got;
-    // The cursor passes the lines wholly before e (all of them at the
-    // tensor's end); a line e cuts keeps its word for the next range.
-    const unsigned passed = e == v.nbytes ? l1 : static_cast<unsigned>((e - base) / kLine);
-    c.w += static_cast<uint64_t>(__builtin_popcountll(lw & bit_range(l0, passed)));
-  }
-  return true;
+  return kDedupTable.ops(isa).range(v, c, a, b, out, nt);
 }
 
 namespace {
