@@ -61,23 +61,18 @@ inline unsigned step(const LaneTable& t, const uint8_t* def, const uint8_t* exc,
   return k1 + static_cast<unsigned>(__builtin_popcount(hi));
 }
 
-template <bool NT>
-inline void copy32(uint8_t* dst, const uint8_t* src, size_t n) {
+// n bytes with non-temporal stores where dst is 32-byte aligned.
+inline void stream32(uint8_t* dst, const uint8_t* src, size_t n) {
   size_t i = 0;
-  if (!NT || (reinterpret_cast<uintptr_t>(dst) & 31) == 0)
-    for (; i + 32 <= n; i += 32) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-      if constexpr (NT)
-        _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), x);
-      else
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), x);
-    }
+  if ((reinterpret_cast<uintptr_t>(dst) & 31) == 0)
+    for (; i + 32 <= n; i += 32)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
   std::memcpy(dst + i, src + i, n - i);
 }
 
 struct Avx2Body {
-  void copy(uint8_t* d, const uint8_t* s, size_t n) const { copy32<false>(d, s, n); }
-  void stream(uint8_t* d, const uint8_t* s, size_t n) const { copy32<true>(d, s, n); }
+  void stream(uint8_t* d, const uint8_t* s, size_t n) const { stream32(d, s, n); }
   void patch(uint64_t bits, const uint8_t* exc, uint8_t* out) const { patch_bits(bits, exc, out); }
   const LaneTable& t = lane_table();
   void line(const uint8_t* def, uint64_t word, const uint8_t* exc, uint8_t* out, bool nt) const {

@@ -12,6 +12,8 @@
 // Branch-free whatever the line's density.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "dedup.h"
 #include "range.h"
 
@@ -21,25 +23,17 @@ namespace {
 
 inline __mmask64 low_bits(size_t n) { return n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1; }
 
-// n bytes, 64 at a time (the tail with masked loads and stores); with `NT`
-// non-temporal where dst is 64-byte aligned.
-template <bool NT>
-inline void copy64(uint8_t* dst, const uint8_t* src, size_t n) {
-  const bool nt = NT && (reinterpret_cast<uintptr_t>(dst) & 63) == 0;
+// n bytes with non-temporal stores where dst is 64-byte aligned.
+inline void stream64(uint8_t* dst, const uint8_t* src, size_t n) {
   size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    const __m512i x = _mm512_loadu_si512(src + i);
-    if (nt)
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), x);
-    else
-      _mm512_storeu_si512(dst + i, x);
-  }
-  if (i < n) _mm512_mask_storeu_epi8(dst + i, low_bits(n - i), _mm512_maskz_loadu_epi8(low_bits(n - i), src + i));
+  if ((reinterpret_cast<uintptr_t>(dst) & 63) == 0)
+    for (; i + 64 <= n; i += 64)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), _mm512_loadu_si512(src + i));
+  std::memcpy(dst + i, src + i, n - i);
 }
 
 struct Avx512Body {
-  void copy(uint8_t* d, const uint8_t* s, size_t n) const { copy64<false>(d, s, n); }
-  void stream(uint8_t* d, const uint8_t* s, size_t n) const { copy64<true>(d, s, n); }
+  void stream(uint8_t* d, const uint8_t* s, size_t n) const { stream64(d, s, n); }
   // Any line, whole or cut: the store touches the set lanes only.
   void patch(uint64_t bits, const uint8_t* exc, uint8_t* out) const {
     const __m512i src = _mm512_maskz_loadu_epi8(low_bits(static_cast<size_t>(__builtin_popcountll(bits))), exc);

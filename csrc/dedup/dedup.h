@@ -9,8 +9,8 @@
 // one bit per line saying which lines have a word. A range is rebuilt 64
 // lines at a time (range.h): a block with few lines that have a word is a
 // copy of the default plus a patch of those lines, any other block a
-// branch-free step per line; the per-ISA bodies (DedupOps) supply the copy,
-// the patch and the step.
+// branch-free step per line; the per-ISA bodies (DedupOps) supply the
+// patch, the step and non-temporal copies.
 //
 // The JSON index is parsed and validated by the Python side
 // (formats/dedup.py); DedupStore receives plain arrays and re-validates every
@@ -101,9 +101,9 @@ struct MemberView {
 Cursor cursor_at(const MemberView& v, size_t a);
 
 // One ISA's body of reconstruct_range (below) with `nt`: write `out` with
-// non-temporal stores (the caller decides; the scalar reference ignores it).
-// Each body is range.h's walk with the ISA's own line patch and copy
-// (common/dispatch.h).
+// non-temporal stores (the caller decides; the scalar reference copies).
+// Each body is range.h's walk with the ISA's own line step, patch and
+// stream (common/dispatch.h).
 struct DedupOps {
   bool (*range)(const MemberView& v, Cursor& c, size_t a, size_t b, uint8_t* out, bool nt);
 };

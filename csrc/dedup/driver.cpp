@@ -15,9 +15,9 @@ namespace ie::dedup {
 
 namespace {
 
-// The reference: plain copies, and the definition one set bit at a time.
+// The reference: the definition one set bit at a time, and no
+// non-temporal store in portable C++ (a stream is a plain copy).
 struct ScalarBody {
-  void copy(uint8_t* d, const uint8_t* s, size_t n) const { std::memcpy(d, s, n); }
   void stream(uint8_t* d, const uint8_t* s, size_t n) const { std::memcpy(d, s, n); }
   void patch(uint64_t bits, const uint8_t* exc, uint8_t* out) const { patch_bits(bits, exc, out); }
   void line(const uint8_t* def, uint64_t word, const uint8_t* exc, uint8_t* out, bool /*nt*/) const {
@@ -26,8 +26,8 @@ struct ScalarBody {
   }
 };
 
-bool range_scalar(const MemberView& v, Cursor& c, size_t a, size_t b, uint8_t* out, bool /*nt*/) {
-  return rebuild_range(ScalarBody{}, v, c, a, b, out, false);
+bool range_scalar(const MemberView& v, Cursor& c, size_t a, size_t b, uint8_t* out, bool nt) {
+  return rebuild_range(ScalarBody{}, v, c, a, b, out, nt);
 }
 
 }  // namespace
