@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -189,9 +190,27 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     rows8_bytes_ += m.rows8->bytes.size();
     page_out(m.data, weight_nbytes(m.spec));
   };
+  // Matrices their GEMV reads as stored (float types; act=f32; an ISA
+  // without the rows8 kernel) are copied as they are, for the same reason
+  // the rows8 copies help: both live in memory that takes transparent huge
+  // pages (aligned.h), where streaming them costs no 4 KiB page walks.
+  auto copy_in = [&](Matrix& m) {
+    if (m.data == nullptr || m.dedup || m.rows8) return;
+    const size_t n = weight_nbytes(m.spec);
+    AlignedArray<uint8_t> a(n, /*zero=*/false);
+    std::memcpy(a.data(), m.data, n);
+    page_out(m.data, n);
+    if (w_.embed.data == m.data) w_.embed.data = a.data();  // a tied head: embedding rows come from the copy too
+    m.data = a.data();
+    copies_.push_back(std::move(a));
+  };
   for (LayerWeights& L : w_.layers)
-    for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) pack(*m);
+    for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) {
+      pack(*m);
+      copy_in(*m);
+    }
   pack(w_.lm_head);
+  copy_in(w_.lm_head);
   const size_t cache = checked_mul(checked_mul(static_cast<size_t>(c.n_layers), static_cast<size_t>(c.max_ctx),
                                               "KV cache"), static_cast<size_t>(kv_dim_), "KV cache");
   k_cache_ = ZeroPages<float>(cache);

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/aligned.h"
 #include "common/isa.h"
 #include "common/zero_pages.h"
 #include "gemm/gemm.h"
@@ -192,6 +193,7 @@ class Decoder {
   int n_past_ = 0;
   int q_dim_ = 0, kv_dim_ = 0;
   size_t rows8_bytes_ = 0;
+  std::vector<AlignedArray<uint8_t>> copies_;  // matrices read as stored, copied at load (decoder.cpp)
   bool stats_on_ = false;
   std::vector<std::vector<double>> stats_;
   std::vector<ExpertStats> expert_stats_;

@@ -1438,15 +1438,17 @@ void gemv_avx2(const GemvArgs& a) {
   const int R = rows_per_step(a);
   with_batch(a.batch, [&](auto bc) {
     constexpr int B = decltype(bc)::value;
+    RowSplit split(rows, a.threads);
 #pragma omp parallel num_threads(a.threads)
     {
       const int t = omp_get_thread_num();
-      int64_t r0, r1;
-      thread_rows(rows, 4, t, omp_get_num_threads(), &r0, &r1);
       float* sf = sc.sf ? sc.sf + t * sc.sf_stride : nullptr;
-      if (R == 4 && B == 1) run_range<4, 1>(a, p, r0, r1, sf, t);
-      else if (R == 2 && B <= 2) run_range<2, B>(a, p, r0, r1, sf, t);
-      else run_range<1, B>(a, p, r0, r1, sf, t);
+      int64_t r0, r1;
+      while (split.next(t, &r0, &r1)) {
+        if (R == 4 && B == 1) run_range<4, 1>(a, p, r0, r1, sf, t);
+        else if (R == 2 && B <= 2) run_range<2, B>(a, p, r0, r1, sf, t);
+        else run_range<1, B>(a, p, r0, r1, sf, t);
+      }
     }
   });
 }

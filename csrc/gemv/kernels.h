@@ -10,6 +10,7 @@
 
 #include "common/dispatch.h"
 #include "common/half.h"
+#include "common/work_split.h"
 #include "common/weight_decode.h"
 #include "gemv.h"
 #include "rows8.h"
@@ -67,6 +68,8 @@ namespace {
 
 // Thread t's rows [*r0, *r1) of nt: contiguous ranges whose boundaries are
 // multiples of `align` rows, so each thread streams one run of every plane.
+// With align 4, the share a RowSplit starts thread t on (benchmarks
+// first-touch their weights with it).
 inline void thread_rows(int64_t rows, int align, int t, int nt, int64_t* r0, int64_t* r1) {
   const int64_t units = (rows + align - 1) / align;
   *r0 = units * t / nt * align;
@@ -74,6 +77,25 @@ inline void thread_rows(int64_t rows, int align, int t, int nt, int64_t* r0, int
   if (*r0 > rows) *r0 = rows;
   if (*r1 > rows) *r1 = rows;
 }
+
+// How a GEMV's rows are shared by its threads (work_split.h): each starts
+// on its thread_rows(rows, 4, ...) share and takes 16 rows at a time; a
+// thread done early takes over half of another's remaining rows.
+class RowSplit {
+ public:
+  RowSplit(int64_t rows, int threads) : rows_(rows), split_((rows + 3) / 4, threads, 4) {}
+  bool next(int t, int64_t* r0, int64_t* r1) {
+    int64_t u0, u1;
+    if (!split_.next(t, &u0, &u1)) return false;
+    *r0 = u0 * 4;
+    *r1 = u1 * 4 < rows_ ? u1 * 4 : rows_;
+    return true;
+  }
+
+ private:
+  int64_t rows_;
+  WorkSplit split_;
+};
 
 // Thread t's rows [r, r1) of a matrix given by a.src, up to R rows a step:
 // each step is fetched as an n-row matrix, `run(sub, n)` multiplies it into

@@ -25,6 +25,7 @@
 
 #include "avx2_bits.h"
 #include "common/exp_avx2.h"
+#include "common/work_split.h"
 #include "kernels.h"
 
 namespace ie {
@@ -485,27 +486,19 @@ void run_job(const Rows8Job& j, int64_t t0, int64_t t1, const Q8Nat& x, int B) {
 
 void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, int threads) {
   const Q8Nat x = carve_q8_nat(const_cast<uint8_t*>(prep), batch, jobs[0].w->spec.cols);
-  // The jobs' tiles are one sequence, split over the threads by the bytes
-  // they read (a fused pair's tile reads two).
-  int64_t off[kMaxRows8Jobs + 1] = {0}, unit[kMaxRows8Jobs];
-  for (int i = 0; i < n; ++i) {
-    unit[i] = static_cast<int64_t>(jobs[i].w->tile_bytes + (jobs[i].up ? jobs[i].up->tile_bytes : 0));
-    off[i + 1] = off[i] + jobs[i].w->tiles * unit[i];
-  }
+  // The jobs' tiles are one sequence (job 0's, then job 1's, ...), shared
+  // by the threads one tile at a time (work_split.h).
+  int64_t first[kMaxRows8Jobs + 1] = {0};
+  for (int i = 0; i < n; ++i) first[i + 1] = first[i] + jobs[i].w->tiles;
+  WorkSplit split(first[n], threads);
 #pragma omp parallel num_threads(threads)
   {
-    const int th = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t c0 = off[n] / nt * th + off[n] % nt * th / nt;
-    const int64_t c1 = off[n] / nt * (th + 1) + off[n] % nt * (th + 1) / nt;
-    for (int i = 0; i < n; ++i) {
-      // Tile k of job i belongs to the thread whose range holds its first byte.
-      auto first = [&](int64_t c) {
-        const int64_t rel = c - off[i];
-        const int64_t k = rel <= 0 ? 0 : (rel + unit[i] - 1) / unit[i];
-        return k < jobs[i].w->tiles ? k : jobs[i].w->tiles;
-      };
-      const int64_t t0 = first(c0), t1 = first(c1);
-      if (t0 < t1) run_job(jobs[i], t0, t1, x, batch);
+    const int th = omp_get_thread_num();
+    int64_t k0, k1;
+    while (split.next(th, &k0, &k1)) {
+      int i = 0;
+      while (k0 >= first[i + 1]) ++i;
+      run_job(jobs[i], k0 - first[i], k1 - first[i], x, batch);
     }
   }
 }

@@ -189,11 +189,10 @@ void gemv_scalar(const GemvArgs& a) {
   Carve c(const_cast<uint8_t*>(a.prep));
   const int8_t* qx = a.prep ? c.take<int8_t>(static_cast<size_t>(a.batch * cols)) : nullptr;
   const float* dx = a.prep ? c.take<float>(static_cast<size_t>(a.batch * cols / 32)) : nullptr;
+  RowSplit split(rows, a.threads);
 #pragma omp parallel num_threads(a.threads)
   {
     const int t = omp_get_thread_num();
-    int64_t r0, r1;
-    thread_rows(rows, 4, t, omp_get_num_threads(), &r0, &r1);
     auto row = [&](const GemvArgs& m, int64_t r) {  // m is a or a step of a.src
       float acc[kMaxBatch] = {};
       if (m.act == Act::Int8) row_int8(m, r, qx, dx, acc);
@@ -201,9 +200,12 @@ void gemv_scalar(const GemvArgs& a) {
       const int64_t n = m.spec.rows;
       for (int b = 0; b < m.batch; ++b) m.y[b * n + r] = m.bias ? acc[b] + m.bias[r] : acc[b];
     };
-    if (a.src) run_from_source<1>(a, t, r0, r1, [&](const GemvArgs& sub, int) { row(sub, 0); });
-    else
-      for (int64_t r = r0; r < r1; ++r) row(a, r);
+    int64_t r0, r1;
+    while (split.next(t, &r0, &r1)) {
+      if (a.src) run_from_source<1>(a, t, r0, r1, [&](const GemvArgs& sub, int) { row(sub, 0); });
+      else
+        for (int64_t r = r0; r < r1; ++r) row(a, r);
+    }
   }
 }
 
