@@ -16,7 +16,9 @@ are removed again when it fails (``make_dirs`` / ``remove_dirs``).
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import functools
 import os
 import re
 import secrets
@@ -129,6 +131,31 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@functools.cache
+def _sync_file_range():
+    """libc's sync_file_range (Linux), or None."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    """Start writing ``[offset, offset + nbytes)`` of ``fd`` to disk now,
+    without waiting (Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``; a
+    no-op elsewhere). Why: a staged file is fsynced once, at commit, and
+    below the kernel's background-writeback threshold nothing reaches the
+    disk before that, so a conversion's disk writes all came after its work;
+    started as each payload lands, they overlap it. A hint: errors are
+    ignored (the commit's fsync reports any that matter)."""
+    fn = _sync_file_range()
+    if fn is not None and nbytes > 0:
+        fn(fd, offset, nbytes, 2)  # SYNC_FILE_RANGE_WRITE
 
 
 def _write_error(final: Path, e: OSError) -> IEError:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import checksums
-from .atomic import StagedFiles
+from .atomic import StagedFiles, start_writeback
 from .dtypes import DTYPES, INT64_MAX, shape_elements
 from .errors import FormatError, IEError
 from .fileio import iter_range
@@ -27,6 +27,8 @@ from .quant import SCHEMES, QuantDictError, QuantError
 FORMAT_NAME = "iebin"
 VERSION = 2
 DEFAULT_ALIGNMENT = 64
+# Disk writes of the payload file are started every this many bytes (IebinWriter._write_back).
+WRITEBACK_BYTES = 16 << 20
 META_NAME = "model.ie.json"
 BIN_NAME = "model.ie.bin"
 TENSOR_KEYS = ("name", "dtype", "shape", "file", "file_data_offset", "nbytes")  # + the digest (formats/checksums.py)
@@ -92,6 +94,15 @@ class IebinWriter:
         # are collected by finish().
         self._hasher = ThreadPoolExecutor(1, thread_name_prefix="iekit-hash")
         self._pending: list[tuple[dict[str, Any], Any]] = []
+        self._flushed = 0  # bytes whose writeback has been started (start_writeback)
+
+    def _write_back(self) -> None:
+        """Start the disk writes of what was written since the last call,
+        once that is at least WRITEBACK_BYTES."""
+        if self._written - self._flushed >= WRITEBACK_BYTES:
+            self._f.flush()
+            start_writeback(self._f.fileno(), self._flushed, self._written - self._flushed)
+            self._flushed = self._written
 
     def _start(self) -> int:
         """Zero-fill up to the next aligned offset and return it."""
@@ -117,6 +128,7 @@ class IebinWriter:
                  "file_data_offset": offset, "nbytes": nbytes, **(extra or {})}
         digest = self._hasher.submit(checksums.digest_range, self._f, offset, nbytes, self.checksum.name)
         self._pending.append((entry, digest))
+        self._write_back()
         self.tensors.append(entry)
         return entry
 
@@ -146,6 +158,7 @@ class IebinWriter:
         if error is not None:
             entry[ERROR_KEY] = error.record()
         self.tensors.append(entry)
+        self._write_back()
         return entry
 
     def add_in_store(self, entry: dict[str, Any]) -> dict[str, Any]:
