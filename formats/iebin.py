@@ -128,8 +128,8 @@ class IebinWriter:
                  "file_data_offset": offset, "nbytes": nbytes, **(extra or {})}
         digest = self._hasher.submit(checksums.digest_range, self._f, offset, nbytes, self.checksum.name)
         self._pending.append((entry, digest))
-        self._write_back()
         self.tensors.append(entry)
+        self._write_back()
         return entry
 
     def add_tensor(self, name: str, dtype: str, shape: list[int], chunks: Iterable[bytes],

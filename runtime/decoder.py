@@ -306,8 +306,9 @@ class Decoder:
     @property
     def rows8_bytes(self) -> int:
         """Bytes of the row-interleaved weight copies the decode steps read
-        (csrc/gemv/rows8.h): made at load for act=int8 on AVX2, beside the
-        mapped file (which act=int8 then no longer reads); 0 otherwise."""
+        (csrc/gemv/rows8.h): made at load for act=int8 on AVX2, in place of
+        the mapped file's pages; 0 otherwise (the stored bytes are then
+        copied as they are, docs/native.md)."""
         return self._dec.rows8_bytes
 
     @property

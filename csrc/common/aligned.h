@@ -45,9 +45,9 @@ class AlignedArray {
       // Large arrays start on a 2 MiB boundary and their whole 2 MiB spans
       // may take transparent huge pages (Linux's default THP mode only
       // gives them to memory that asks): streaming weights through 4 KiB
-      // pages costs a page walk every 64 lines, and decode measured
-      // 10-18% faster this way. The tail past the last whole span keeps
-      // small pages, so no huge page is paid for beyond the array.
+      // pages costs a page walk every 64 lines (docs/native.md has the
+      // figures). The tail past the last whole span keeps small pages, so
+      // no huge page is paid for beyond the array.
       const size_t align = bytes >= kHuge ? kHuge : 64;
       void* p = nullptr;
       if (posix_memalign(&p, align, bytes) != 0) throw std::bad_alloc();

@@ -177,40 +177,37 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     w_.embed_f32.resize(static_cast<size_t>(c.vocab) * c.hidden);
     dequantize(w_.embed.spec, w_.embed.data, w_.embed_f32.data());
   }
-  // The int8 GEMVs read row-interleaved copies where their kernel exists;
-  // a tied head shares the embedding's copy. Experts are not copied: each
-  // token reads only top_k of them, in place, so the mapped file pages in
-  // the experts a prompt uses and no more.
-  // The stored bytes are then not read again: their pages, touched once by
-  // the packing, are handed back (MADV_PAGEOUT: dropped from this process's
-  // resident set, contents kept), so the copy does not double the RSS.
-  auto pack = [&](Matrix& m) {
-    if (m.dedup || absent(m) || !gemv_uses_rows8(m.spec, act_, isa_)) return;
-    m.rows8 = std::make_shared<const Rows8>(pack_rows8(m.spec, m.data, threads_));
-    rows8_bytes_ += m.rows8->bytes.size();
-    page_out(m.data, weight_nbytes(m.spec));
-  };
-  // Matrices their GEMV reads as stored (float types; act=f32; an ISA
-  // without the rows8 kernel) are copied as they are, for the same reason
-  // the rows8 copies help: both live in memory that takes transparent huge
-  // pages (aligned.h), where streaming them costs no 4 KiB page walks.
-  auto copy_in = [&](Matrix& m) {
-    if (m.data == nullptr || m.dedup || m.rows8) return;
+  // Every dense matrix is read from a copy made here, in memory that takes
+  // transparent huge pages (aligned.h: streaming through 4 KiB pages costs
+  // a page walk every 64 lines): the row-interleaved rows8 copy where the
+  // int8 GEMV has that kernel, else the stored bytes as they are (float
+  // types, act=f32, an ISA without the kernel). A tied head's copy serves
+  // the embedding's rows too (an embedding is otherwise read in place, a
+  // row per token). Experts are not copied: each token reads only top_k of
+  // them, in place, so the mapped file pages in the experts a prompt uses
+  // and no more. The stored bytes are then not read again: their pages,
+  // touched once by the copying, are handed back (MADV_PAGEOUT: dropped
+  // from this process's resident set, contents kept), so a copy does not
+  // double the RSS.
+  auto make_resident = [&](Matrix& m) {
+    if (m.data == nullptr || m.dedup) return;
+    const uint8_t* stored = m.data;
     const size_t n = weight_nbytes(m.spec);
-    AlignedArray<uint8_t> a(n, /*zero=*/false);
-    std::memcpy(a.data(), m.data, n);
-    page_out(m.data, n);
-    if (w_.embed.data == m.data) w_.embed.data = a.data();  // a tied head: embedding rows come from the copy too
-    m.data = a.data();
-    copies_.push_back(std::move(a));
+    if (gemv_uses_rows8(m.spec, act_, isa_)) {
+      m.rows8 = std::make_shared<const Rows8>(pack_rows8(m.spec, stored, threads_));
+      rows8_bytes_ += m.rows8->bytes.size();
+    } else {
+      AlignedArray<uint8_t> copy(n, /*zero=*/false);
+      std::memcpy(copy.data(), stored, n);
+      if (w_.embed.data == stored) w_.embed.data = copy.data();
+      m.data = copy.data();
+      copies_.push_back(std::move(copy));
+    }
+    page_out(stored, n);
   };
   for (LayerWeights& L : w_.layers)
-    for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) {
-      pack(*m);
-      copy_in(*m);
-    }
-  pack(w_.lm_head);
-  copy_in(w_.lm_head);
+    for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) make_resident(*m);
+  make_resident(w_.lm_head);
   const size_t cache = checked_mul(checked_mul(static_cast<size_t>(c.n_layers), static_cast<size_t>(c.max_ctx),
                                               "KV cache"), static_cast<size_t>(kv_dim_), "KV cache");
   k_cache_ = ZeroPages<float>(cache);

@@ -159,8 +159,9 @@ class Decoder {
   // The rows captured for `slot` since the last call (moved out; n per row).
   std::vector<float> take_captured(int slot, int* n);
 
-  // Bytes of the rows8 copies packed at load (0 when decode steps read the
-  // mapped file: act=f32, or an ISA without the kernel).
+  // Bytes of the rows8 copies packed at load (0 where the int8 GEMV has no
+  // rows8 kernel: act=f32, or the scalar ISA; the stored bytes are then
+  // copied as they are).
   size_t rows8_bytes() const { return rows8_bytes_; }
 
   // Drops cached positions >= n (prefix reuse between prompts).
@@ -193,7 +194,7 @@ class Decoder {
   int n_past_ = 0;
   int q_dim_ = 0, kv_dim_ = 0;
   size_t rows8_bytes_ = 0;
-  std::vector<AlignedArray<uint8_t>> copies_;  // matrices read as stored, copied at load (decoder.cpp)
+  std::vector<AlignedArray<uint8_t>> copies_;  // the matrices without rows8, copied at load as stored
   bool stats_on_ = false;
   std::vector<std::vector<double>> stats_;
   std::vector<ExpertStats> expert_stats_;
