@@ -30,7 +30,7 @@ import sys
 
 # Third-party modules every command imports, none of which reads the
 # variables a test may vary at run time while it is imported.
-PRELOAD = ("numpy", "click", "rich.console", "rich.table", "rich.progress", "rich.markup", "jsonschema",
+PRELOAD = ("numpy", "click", "rich.console", "rich.table", "rich.progress", "rich.markup", "jsonschema_rs",
            "zstandard", "tokenizers", "safetensors", "safetensors.numpy")
 
 

@@ -405,7 +405,7 @@ def small_model(tmp_path) -> Path:
     ({"groups": [{"members": ["t0", "t0"]}]}, "groups[0].members[1]", "listed twice"),
     ({"groups": [{"members": ["t0", "t1"]}, {"members": ["t2", "t1"]}]}, "groups[1].members[1]", "already in groups[0]"),
     ({"groups": [{"members": ["t0", "t1"], "default_member": "t2"}]}, "groups[0].default_member", "not a member"),
-    ({"groups": [{"members": ["t0"]}]}, "groups[0].members", "too short"),
+    ({"groups": [{"members": ["t0"]}]}, "groups[0].members", "has less than 2 items"),
 ])
 def test_extract_rejects_bad_groups(small_model, groups_obj, field, needle):
     tm, gr = _plan_files(small_model, {"format": "iekit-dedup-groups", "version": 1, **groups_obj})

@@ -180,7 +180,7 @@ TOP_KEYS = ["format", "version", "alignment", "checksum", "producer", "model", "
 @pytest.mark.parametrize("key", TOP_KEYS)
 def test_missing_top_level_key(art, key):
     edit(art, lambda m: m.pop(key))
-    field, word = _SPECIFIC.get(key, ("(root)", f"{key!r} is a required property"))
+    field, word = _SPECIFIC.get(key, ("(root)", f'"{key}" is a required property'))
     expect_error(art, field, word)
 
 
