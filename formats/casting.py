@@ -19,36 +19,73 @@ import numpy as np
 from .dtypes import DTYPES, numpy_dtype
 
 
-def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
+# Casts run this many elements at a time: each step's temporaries (a few
+# numpy passes per rule) stay in L2 instead of streaming through memory.
+# An 8 MiB f32 -> bf16 chunk took 9.7 ms as whole-array numpy, 3.7 ms so.
+PIECE = 1 << 16
+
+F32_EXP_MASK = 0x7F800000  # |bits| above this is a NaN
 
 
-def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    # No uint32 overflow: the largest non-NaN pattern plus the bias stays < 2^32.
-    out = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
-    out[np.isnan(x)] = 0xFFFF
+def _decode_piece(a: np.ndarray, dtype: str, f32: np.ndarray) -> np.ndarray:
+    """One piece as float32: ``a`` itself for f32, else written into the
+    scratch ``f32``."""
+    if dtype == "f32":
+        return a
+    if dtype == "bf16":
+        bits = f32.view(np.uint32)
+        bits[...] = a
+        np.left_shift(bits, 16, out=bits)
+    else:
+        f32[...] = a  # f16 exactly, f64 rounded to nearest
+    return f32
+
+
+def _encode_piece(x: np.ndarray, out: np.ndarray, dtype: str, u32: np.ndarray) -> None:
+    """float32 ``x`` into ``out`` (``dtype``), by the rules in the module docstring."""
+    if dtype == "bf16":
+        u = x.view(np.uint32)
+        np.right_shift(u, 16, out=u32)
+        np.bitwise_and(u32, 1, out=u32)
+        np.add(u32, 0x7FFF, out=u32)  # round to nearest even: no uint32 overflow below the NaNs
+        np.add(u32, u, out=u32)
+        np.right_shift(u32, 16, out=u32)
+        out[...] = u32
+        np.bitwise_and(u, 0x7FFFFFFF, out=u32)
+        out[u32 > F32_EXP_MASK] = 0xFFFF
+        return
+    out[...] = x
+    if dtype == "f16":
+        nan = np.isnan(x)
+        if nan.any():
+            u = x[nan].view(np.uint32)
+            out.view(np.uint16)[nan] = ((u >> 16) & 0x8000) | 0x7E00 | ((u & 0x7FFFFF) >> 13)
+
+
+def _cast(a: np.ndarray, src: str, dst: str) -> np.ndarray:
+    """Elements of ``a`` (dtype ``src``) as ``dst``, through float32, a piece at a time."""
+    out = np.empty(a.size, numpy_dtype(dst))
+    n = min(a.size, PIECE)
+    f32, u32 = np.empty(n, np.float32), np.empty(n, np.uint32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for s in range(0, a.size, PIECE):
+            k = min(PIECE, a.size - s)
+            x = _decode_piece(a[s:s + k], src, f32[:k])
+            if dst == "f32":
+                out[s:s + k] = x
+            else:
+                _encode_piece(x, out[s:s + k], dst, u32[:k])
     return out
 
 
 def decode_f32(raw: bytes, dtype: str) -> np.ndarray:
     """Elements of a floating dtype as float32 (exact except f64 -> f32)."""
     a = np.frombuffer(raw, dtype=numpy_dtype(dtype))
-    if dtype == "bf16":
-        return bf16_bits_to_f32(a)
-    return a.astype(np.float32)
+    return a.copy() if dtype == "f32" else _cast(a, dtype, "f32")
 
 
 def encode_f32(x: np.ndarray, dtype: str) -> bytes:
-    if dtype == "bf16":
-        return f32_to_bf16_bits(x).tobytes()
-    out = x.astype(numpy_dtype(dtype))
-    if dtype == "f16":
-        nan = np.isnan(x)
-        if nan.any():
-            u = np.ascontiguousarray(x[nan], dtype=np.float32).view(np.uint32)
-            out.view(np.uint16)[nan] = ((u >> 16) & 0x8000) | 0x7E00 | ((u & 0x7FFFFF) >> 13)
-    return out.tobytes()
+    return _cast(np.ascontiguousarray(x, dtype=np.float32).reshape(-1), "f32", dtype).tobytes()
 
 
 def cast_bytes(raw: bytes, src: str, dst: str) -> bytes:
@@ -57,5 +94,4 @@ def cast_bytes(raw: bytes, src: str, dst: str) -> bytes:
         return raw
     if not (DTYPES[src].is_float and DTYPES[dst].is_float):
         raise ValueError(f"cast {src} -> {dst}: only floating dtypes are cast")
-    with np.errstate(over="ignore", invalid="ignore"):
-        return encode_f32(decode_f32(raw, src), dst)
+    return _cast(np.frombuffer(raw, dtype=numpy_dtype(src)), src, dst).tobytes()

@@ -139,6 +139,24 @@ def test_cast_edge_values_match_torch():
     assert np.array_equal(back.view(np.uint32), bits)
 
 
+def test_casts_of_long_arrays_match_torch_across_pieces():
+    """Casts run casting.PIECE elements at a time: the torch edge values,
+    repeated past three pieces and cut at an odd length, cast as torch did."""
+    from iekit.formats import casting
+
+    ref = st_tensors(GOLDEN_REF / "cast_edge.safetensors")
+    n = 3 * casting.PIECE + 17
+    reps = -(-n // (len(ref["x"]["data"]) // 4))
+    x = np.tile(np.frombuffer(bytes(ref["x"]["data"]), np.uint32), reps)[:n].tobytes()
+    for dst in ("bf16", "f16"):
+        want = np.tile(np.frombuffer(bytes(ref[f"x_{dst}"]["data"]), np.uint16), reps)[:n].tobytes()
+        assert casting.cast_bytes(x, "f32", dst) == want, dst
+        assert casting.encode_f32(np.frombuffer(x, np.float32), dst) == want, dst
+    bf16 = np.tile(np.frombuffer(bytes(ref["x_bf16"]["data"]), np.uint16), reps)[:n]
+    back = casting.decode_f32(bf16.tobytes(), "bf16").view(np.uint32)  # exact: the bits, shifted up
+    assert np.array_equal(back, bf16.astype(np.uint32) << 16)
+
+
 def test_converting_twice_is_deterministic(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     convert(from_dir(GOLDEN_HF / "tiny-qwen2"), a, dtype="f16")
