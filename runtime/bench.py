@@ -139,6 +139,17 @@ JSON fields (per round):
                       token / their summed time (prefill excluded)
   decode_roofline_fraction
                       decode_gbps / read_bw_gbps; both null if no step ran
+  decode_matmul_ms    a decode step's wall time (ms, mean) inside weight
+  decode_attention_ms matmuls (their threads' start and join included),
+  decode_other_ms     inside attention, and in the rest (norms, RoPE,
+                      activation quantization, residual adds); null on
+                      --device cuda
+  matmul_gbps         weight_bytes_per_token / decode_matmul_ms: how fast
+                      the kernels streamed the weights while decoding
+  matmul_roofline_fraction
+                      matmul_gbps / read_bw_gbps: with decode_*_ms, says
+                      whether a step is limited by the kernels or by the
+                      work between them
   busy                true when the yardstick moved by more than 10%
                       around the round, or roofline_fraction > 1: the
                       machine was shared, the fraction is not trustworthy
@@ -187,6 +198,18 @@ def _summary(recs: list[dict[str, Any]]) -> str:
     return (f"{len(recs)} round{'s' * (len(recs) > 1)}: median {med:.2f} tok/s (min {tps.min():.2f}, max "
             f"{tps.max():.2f}, spread {spread:.0%}), roofline median {float(np.median(roof)):.1%}"
             + (f"; {busy} busy round{'s' * (busy > 1)} (see 'busy')" if busy else ""))
+
+
+def _split_summary(recs: list[dict[str, Any]]) -> str | None:
+    """Where a decode step's time went (medians over the rounds); None where
+    the decoder does not split it."""
+    if any(r["decode_matmul_ms"] is None for r in recs):
+        return None
+    mm, att, other, frac = (float(np.median([r[k] or 0.0 for r in recs])) for k in
+                            ("decode_matmul_ms", "decode_attention_ms", "decode_other_ms", "matmul_roofline_fraction"))
+    total = mm + att + other
+    return (f"a decode step: {total:.2f} ms = weight matmuls {mm:.2f} ({mm / total:.0%} of it; streaming at "
+            f"{frac:.0%} of the read bandwidth) + attention {att:.2f} + other {other:.2f}")
 
 
 @click.command("bench", help=HELP)
@@ -294,3 +317,6 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, i
                   "its roofline_fraction is not trustworthy")
         before = after
     _note(_summary(recs))
+    split = _split_summary(recs)
+    if split:
+        _note(split)

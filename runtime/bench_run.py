@@ -101,6 +101,7 @@ class RoundTimes:
     prefill_s: list[float] = field(default_factory=list)  # one per prompt
     step_s: list[float] = field(default_factory=list)     # one per decode step call
     touch_checksum: int = 0          # sum of Decoder.touch results, mod 2**64
+    step_split: dict[str, float] | None = None  # Decoder.step_times() of the window (None: not split)
 
 
 def run_round(dec: Any, prompts: Sequence[Sequence[int]], max_new: int, env: BenchEnv,
@@ -115,6 +116,7 @@ def run_round(dec: Any, prompts: Sequence[Sequence[int]], max_new: int, env: Ben
     nbytes, stride = env.bytes_per_token, env.stride_bytes
     greedy = Sampler()
     checksum = 0
+    dec.reset_step_times()
     t_start = clock()
     for ids in prompts:
         t0 = clock()
@@ -126,6 +128,7 @@ def run_round(dec: Any, prompts: Sequence[Sequence[int]], max_new: int, env: Ben
                 checksum += dec.touch(nbytes, stride)
             t0 = clock()
     r.wall_s = clock() - t_start
+    r.step_split = dec.step_times()
     r.touch_checksum = checksum & CHECKSUM_MASK
     return r
 
@@ -163,6 +166,25 @@ def _pct_ms(xs: Sequence[float], q: float) -> float | None:
 # The yardstick before and after a round differing by more than this, or a
 # decoder faster than the yardstick, means something else used the memory.
 BUSY_SPREAD = 0.10
+
+
+def step_split_fields(split: dict[str, float] | None, weight_bpt: int, read_bw_gbps: float) -> dict[str, Any]:
+    """The decode step split (Decoder.step_times) as per-step milliseconds,
+    and the weight matmuls' own streaming rate: weight bytes per step over
+    the time inside them. All null where the steps were not split (CUDA)
+    or none ran."""
+    if not split or not split["steps"] or split["matmul_s"] <= 0:
+        return dict.fromkeys(("decode_matmul_ms", "decode_attention_ms", "decode_other_ms", "matmul_gbps",
+                              "matmul_roofline_fraction"))
+    steps = split["steps"]
+    matmul_gbps = weight_bpt * steps / split["matmul_s"] / 1e9
+    return {
+        "decode_matmul_ms": split["matmul_s"] / steps * 1e3,
+        "decode_attention_ms": split["attention_s"] / steps * 1e3,
+        "decode_other_ms": (split["total_s"] - split["matmul_s"] - split["attention_s"]) / steps * 1e3,
+        "matmul_gbps": matmul_gbps,
+        "matmul_roofline_fraction": matmul_gbps / read_bw_gbps if read_bw_gbps > 0 else None,
+    }
 
 
 def round_record(n: int, t: RoundTimes, *, dec: Any, env: BenchEnv, kv: tuple[int, int],
@@ -209,6 +231,7 @@ def round_record(n: int, t: RoundTimes, *, dec: Any, env: BenchEnv, kv: tuple[in
         "decode_gbps": decode_gbps,
         "decode_roofline_fraction": decode_gbps / read_bw_gbps if decode_gbps is not None and read_bw_gbps > 0 else None,
     }
+    rec.update(step_split_fields(t.step_split, weight_bpt, read_bw_gbps))
     frac = rec["roofline_fraction"]
     rec["busy"] = bool((spread is not None and spread > BUSY_SPREAD) or (frac is not None and frac > 1))
     rec.update(base)

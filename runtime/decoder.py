@@ -343,6 +343,17 @@ class Decoder:
     def n_past(self) -> int:
         return self._dec.n_past
 
+    def step_times(self) -> dict[str, float] | None:
+        """Where the decode steps' time went since ``reset_step_times``
+        (csrc/decoder/decoder.h, StepTimes): {"steps", "total_s",
+        "matmul_s", "attention_s"} of the single-token forward calls; None
+        on CUDA, whose steps are not split."""
+        return None if self.device == "cuda" else dict(self._dec.step_times())
+
+    def reset_step_times(self) -> None:
+        if self.device != "cuda":
+            self._dec.reset_step_times()
+
     # -- tokens -------------------------------------------------------------
 
     @property

@@ -26,7 +26,8 @@ FIELDS = ("round", "tokens_generated", "wall_time_s", "tps_true", "latency_p50_m
           "prefill_ms", "rss_peak_mb", "kv_hits", "kv_misses", "mb_per_token", "bytes_touched",
           "model_coverage", "effective_gbps", "read_bw_gbps", "roofline_fraction", "decode_gbps",
           "decode_roofline_fraction", "precision", "act_prec", "active_params_per_token",
-          "threads", "device", "model_dir", "prompts", "max_new", "dedup", "touch_checksum", "read_bw_bytes")
+          "threads", "device", "model_dir", "prompts", "max_new", "dedup", "touch_checksum", "read_bw_bytes",
+          "decode_matmul_ms", "decode_attention_ms", "decode_other_ms", "matmul_gbps", "matmul_roofline_fraction")
 # The yardstick of the real-command tests: a field's presence or an error path
 # needs no 256 MiB stream; test_golden_models_two_rounds[tiny-llama] keeps the default.
 SMALL_BW_MB = 4
@@ -68,7 +69,19 @@ class FakeDecoder:
             self.seen.add(tuple(ids))
         return self._logits(ids[-1])
 
+    # Each single-token call takes 4 ms: 3 in matmuls, 0.5 in attention (Decoder.step_times).
+    STEP_SPLIT = {"total_s": 0.004, "matmul_s": 0.003, "attention_s": 0.0005}
+
+    def reset_step_times(self):
+        self.split = {"steps": 0, **dict.fromkeys(self.STEP_SPLIT, 0.0)}
+
+    def step_times(self):
+        return dict(self.split)
+
     def step(self, token):
+        self.split["steps"] += 1
+        for k, v in self.STEP_SPLIT.items():
+            self.split[k] += v
         return self._logits(token)
 
     def touch(self, nbytes, stride):
@@ -178,6 +191,51 @@ def test_round_record_arithmetic():
     one = round_record(1, RoundTimes(wall_s=1.0, tokens=1, prefill_s=[0.5]), dec=dec, env=BenchEnv(),
                        kv=(0, 0), read_bw=(1.0, 1.0), rss_mb=1.0, base={})
     assert one["latency_p50_ms"] is None and one["mb_per_token"] == 1.0
+    assert one["decode_matmul_ms"] is None and one["matmul_roofline_fraction"] is None  # no split: all null
+
+
+def test_round_record_step_split():
+    """4 steps: 80 ms in matmuls, 10 in attention, 100 in all; 1 MB of weights
+    a step (the work-touch bytes are not the kernels'): 0.05 GB/s."""
+    t = RoundTimes(wall_s=2.0, tokens=5, prefill_s=[0.1], step_s=[0.025] * 4,
+                   step_split={"steps": 4, "total_s": 0.1, "matmul_s": 0.08, "attention_s": 0.01})
+    r = round_record(1, t, dec=FakeDecoder(), env=BenchEnv(bytes_per_token=500_000), kv=(0, 0),
+                     read_bw=(0.1, 0.1), rss_mb=1.0, base={})
+    assert (r["decode_matmul_ms"], r["decode_attention_ms"], r["decode_other_ms"]) == pytest.approx((20, 2.5, 2.5))
+    assert r["matmul_gbps"] == pytest.approx(0.05) and r["matmul_roofline_fraction"] == pytest.approx(0.5)
+    none = round_record(1, RoundTimes(wall_s=1.0, tokens=1, step_split={"steps": 0, "total_s": 0.0, "matmul_s": 0.0,
+                                                                        "attention_s": 0.0}),
+                        dec=FakeDecoder(), env=BenchEnv(), kv=(0, 0), read_bw=(1.0, 1.0), rss_mb=1.0, base={})
+    assert none["decode_matmul_ms"] is None and none["matmul_gbps"] is None
+
+
+def test_run_round_reads_the_split_of_its_own_window():
+    dec = FakeDecoder()
+    dec.reset_step_times()
+    dec.step(1)  # before the window: not this round's
+    t = run_round(dec, [[1, 2], [3]], 5, BenchEnv(), clock=ticking_clock(), ignore_eos=True)
+    assert t.step_split == pytest.approx({"steps": 8, "total_s": 0.032, "matmul_s": 0.024, "attention_s": 0.004})
+
+
+def test_decoder_splits_single_token_calls_only():
+    """The real decoder: a prefill of several tokens is not a decode step; each
+    single-token call is, and its matmul and attention time are parts of its
+    wall time."""
+    from iekit.runtime.decoder import Decoder
+    from iekit.runtime.sampling import Sampler, stream
+
+    dec = Decoder(GOLDEN_IEBIN / "tiny-llama", threads=2)
+    dec.reset_step_times()
+    dec.prefill([1, 2, 3, 4, 5])
+    assert dec.step_times() == {"steps": 0, "total_s": 0.0, "matmul_s": 0.0, "attention_s": 0.0}
+    dec.reset()
+    dec.reset_step_times()
+    assert len(list(stream(dec, [5, 6, 7], 6, Sampler(), stop_at_eos=False))) == 6
+    t = dec.step_times()
+    assert t["steps"] == 5 and 0 < t["attention_s"] and 0 < t["matmul_s"]
+    assert t["matmul_s"] + t["attention_s"] < t["total_s"]
+    dec.reset_step_times()
+    assert dec.step_times()["steps"] == 0
 
 
 @pytest.mark.parametrize("read_bw, wall, busy", [((0.012, 0.012), 2.0, False),   # fraction 0.5, steady
@@ -300,7 +358,10 @@ def test_warmup_ignore_eos_act_and_summary(monkeypatch, tmp_path):
     assert [r["round"] for r in recs] == [1, 2, 3] and res.stderr.count("(not counted)") == 2
     assert all(r["tokens_generated"] == 2 and not r["ignore_eos"] and r["warmup_rounds"] == 2 for r in recs)  # 1 -> 2, 3=EOS
     assert made[0].init["threads"] == physical_cores() and made[0].init["act"] == "f32"
-    assert "median" in res.stderr.splitlines()[-1]
+    assert "median" in res.stderr.splitlines()[-2]
+    # then where a step's time went (FakeDecoder.STEP_SPLIT)
+    assert "a decode step: 4.00 ms = weight matmuls 3.00 (75% of it;" in res.stderr.splitlines()[-1]
+    assert res.stderr.splitlines()[-1].endswith("+ attention 0.50 + other 0.50")
     res = runner.invoke(bench_mod.bench, args + ["--ignore-eos", "--act", "int8"], env={"IE_ACT_PREC": "fp32"})
     recs = [json.loads(ln) for ln in res.stdout.splitlines()]
     assert all(r["tokens_generated"] == 5 and r["ignore_eos"] and r["act"] == "int8" and r["act_prec"] == "int8"
@@ -386,6 +447,10 @@ def _check_consistent(r, model, prompts_file=None):
     if r["rss_peak_reset"] and r["read_bw_bytes"] == 256 << 20:
         assert r["rss_peak_mb"] < 256  # the 256 MiB bandwidth buffer is not counted against a tiny model
     assert (r["device"], r["model_dir"], r["max_new"]) == ("cpu", str(model), 4)
+    # the split of a decode step: parts of its time, and the matmuls' rate from it
+    assert r["decode_matmul_ms"] > 0 and r["decode_attention_ms"] > 0 and r["decode_other_ms"] >= 0
+    assert math.isclose(r["matmul_gbps"], r["weight_bytes_per_token"] / r["decode_matmul_ms"] / 1e6, rel_tol=1e-9)
+    assert math.isclose(r["matmul_roofline_fraction"], r["matmul_gbps"] / r["read_bw_gbps"], rel_tol=1e-9)
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama-mixedq", "tiny-gpt-oss-mxfp4"])

@@ -218,6 +218,18 @@ void ie_register_decoder(py::module_& m) {
       .def("truncate", [](PyDecoder& s, int n) { s.dec->truncate(n); }, py::arg("n"),
            "Forget cached positions >= n.")
       .def_property_readonly("n_past", [](const PyDecoder& s) { return s.dec->n_past(); })
+      .def("step_times", [](const PyDecoder& s) {
+             const ie::Decoder::StepTimes& t = s.dec->step_times();
+             py::dict d;
+             d["steps"] = t.steps;
+             d["total_s"] = t.total_s;
+             d["matmul_s"] = t.matmul_s;
+             d["attention_s"] = t.attention_s;
+             return d;
+           },
+           "Single-token forward calls since reset_step_times, and their wall seconds: in all, inside weight "
+           "matmuls, inside attention.")
+      .def("reset_step_times", [](PyDecoder& s) { s.dec->reset_step_times(); })
       .def("collect_stats", [](PyDecoder& s, bool on, const std::vector<int>& capture) { s.dec->collect_stats(on, capture); },
            py::arg("on"), py::arg("capture") = std::vector<int>{},
            "Start (clearing them) or stop the per-column sums of x^2 of every matrix input; the inputs of "

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -25,6 +26,22 @@
 
 namespace ie {
 namespace {
+
+// Adds the wall time of its scope to *acc; does nothing when acc is null.
+class Stopwatch {
+ public:
+  explicit Stopwatch(double* acc) : acc_(acc), t0_(acc ? Clock::now() : Clock::time_point()) {}
+  ~Stopwatch() {
+    if (acc_) *acc_ += std::chrono::duration<double>(Clock::now() - t0_).count();
+  }
+  Stopwatch(const Stopwatch&) = delete;
+  Stopwatch& operator=(const Stopwatch&) = delete;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  double* acc_;
+  Clock::time_point t0_;
+};
 
 // A matrix has bytes in memory or is a member of a dedup store; with
 // `plans` (the CPU decoder) a member must come with its fused-GEMV plan.
@@ -302,7 +319,19 @@ void Decoder::prepare(PreparedAct& prep, const float* x, int b, int cols) {
 }
 
 void Decoder::mm(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y) {
-  if (m.dedup) return mm_dedup(m, prep, x, b, bias, y);
+  Stopwatch sw(timer(&StepTimes::matmul_s));
+  if (m.dedup)
+    mm_dedup(m, prep, x, b, bias, y);
+  else
+    mm_plain(m, prep, x, b, bias, y);
+}
+
+bool Decoder::rows8(const Rows8Job* jobs, int n, PreparedAct& x) {
+  Stopwatch sw(timer(&StepTimes::matmul_s));
+  return gemv_rows8(jobs, n, x, threads_, isa_);
+}
+
+void Decoder::mm_plain(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y) {
   if (b > kMaxBatch)
     gemm(m.spec, m.data, x, b, bias, y, threads_, isa_, gemm_scratch_);
   else
@@ -319,7 +348,7 @@ void Decoder::mm_dedup(const Matrix& m, PreparedAct& prep, const float* x, int b
     Matrix plain;
     plain.spec = m.spec;
     plain.data = buf->data;
-    return mm(plain, prep, x, b, bias, y);
+    return mm_plain(plain, prep, x, b, bias, y);
   }
   if (b > kMaxBatch)
     gemm_dedup(*m.dedup, x, b, bias, y, threads_, isa_, dedup_scratch_, gemm_scratch_);
@@ -495,7 +524,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     const Rows8Job qkv[3] = {{L.q.rows8.get(), nullptr, bq, q_.data()},
                              {L.k.rows8.get(), nullptr, bk, k_.data()},
                              {L.v.rows8.get(), nullptr, bv, v_.data()}};
-    if (!(b <= kMaxBatch && qkv[0].w && qkv[1].w && qkv[2].w && gemv_rows8(qkv, 3, xn_prep_, threads_, isa_))) {
+    if (!(b <= kMaxBatch && qkv[0].w && qkv[1].w && qkv[2].w && rows8(qkv, 3, xn_prep_))) {
       mm(L.q, xn_prep_, xn_.data(), b, bq, q_.data());
       mm(L.k, xn_prep_, xn_.data(), b, bk, k_.data());
       mm(L.v, xn_prep_, xn_.data(), b, bv, v_.data());
@@ -517,7 +546,10 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       std::copy_n(&k_[j * kv_dim_], kv_dim_, kc + static_cast<size_t>(pos) * kv_dim_);
       std::copy_n(&v_[j * kv_dim_], kv_dim_, vc + static_cast<size_t>(pos) * kv_dim_);
     }
-    attention(l, b);
+    {
+      Stopwatch sw(timer(&StepTimes::attention_s));
+      attention(l, b);
+    }
     if (stats_on_) add_stats(4 * l + 1, att_.data(), b, q_dim_);
     prepare(att_prep_, att_.data(), b, q_dim_);
     mm(L.o, att_prep_, att_.data(), b, L.bo.empty() ? nullptr : L.bo.data(), xn_.data());
@@ -534,7 +566,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       continue;
     }
     const Rows8Job mlp = {L.gate.rows8.get(), L.up.rows8.get(), nullptr, gate_.data()};  // fused SwiGLU
-    if (!(b <= kMaxBatch && mlp.w && mlp.up && gemv_rows8(&mlp, 1, xn_prep_, threads_, isa_))) {
+    if (!(b <= kMaxBatch && mlp.w && mlp.up && rows8(&mlp, 1, xn_prep_))) {
       mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
       mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
       glu(Glu::Silu, gate_.data(), up_.data(), b, I);
@@ -572,6 +604,14 @@ void Decoder::forward(const int32_t* tokens, int n, float* logits, bool all_logi
     if (tokens[i] < 0 || tokens[i] >= cfg_.vocab)
       fail("token id " + std::to_string(tokens[i]) + " is outside the vocabulary (0.." +
            std::to_string(cfg_.vocab - 1) + ")");
+  // A single-token call is a decode step: its time is split in step_times_.
+  timing_ = n == 1;
+  struct TimingOff {
+    bool& on;
+    ~TimingOff() { on = false; }
+  } timing_off{timing_};
+  Stopwatch whole(timer(&StepTimes::total_s));
+  step_times_.steps += n == 1;
   const int chunk = act_ == Act::Int8 ? kMaxBatch : kPrefillBatch;
   for (int done = 0; done < n;) {
     const int b = std::min(chunk, n - done);

@@ -164,6 +164,20 @@ class Decoder {
   // copied as they are).
   size_t rows8_bytes() const { return rows8_bytes_; }
 
+  // Where the time of single-token forward calls (decode steps) went since
+  // the last reset: wall seconds inside weight matmuls (their threads'
+  // start and join included), inside attention, and in all (the rest:
+  // norms, RoPE, activation quantization, residual adds, the embedding
+  // row). ierun bench reports them per step: a step that is nearly all
+  // matmul is limited by how fast the kernels stream the weights, one that
+  // is not by the work between them.
+  struct StepTimes {
+    int64_t steps = 0;
+    double total_s = 0, matmul_s = 0, attention_s = 0;
+  };
+  const StepTimes& step_times() const { return step_times_; }
+  void reset_step_times() { step_times_ = StepTimes(); }
+
   // Drops cached positions >= n (prefix reuse between prompts).
   void truncate(int n);
   int n_past() const { return n_past_; }
@@ -183,8 +197,15 @@ class Decoder {
   // x [b, cols]: through the GEMV (prepared once in `prep` for every matrix
   // that reads it) when b <= kMaxBatch, else through the GEMM.
   void prepare(PreparedAct& prep, const float* x, int b, int cols);
+  // One weight matrix times x (counted in step_times_.matmul_s while a
+  // step is timed); mm_plain and mm_dedup are its two cases.
   void mm(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
+  void mm_plain(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
   void mm_dedup(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
+  // gemv_rows8 (gemv.h) on this decoder's threads and ISA, timed as mm is.
+  bool rows8(const Rows8Job* jobs, int n, PreparedAct& x);
+  // Where a timed step adds (null: this call is not a single-token step).
+  double* timer(double StepTimes::*field) { return timing_ ? &(step_times_.*field) : nullptr; }
 
   DecoderConfig cfg_;
   DecoderWeights w_;
@@ -194,6 +215,8 @@ class Decoder {
   int n_past_ = 0;
   int q_dim_ = 0, kv_dim_ = 0;
   size_t rows8_bytes_ = 0;
+  StepTimes step_times_;
+  bool timing_ = false;  // within a single-token forward
   std::vector<AlignedArray<uint8_t>> copies_;  // the matrices without rows8, copied at load as stored
   bool stats_on_ = false;
   std::vector<std::vector<double>> stats_;
