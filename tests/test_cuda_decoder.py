@@ -217,5 +217,8 @@ def test_bench_reports_the_cpu_fields():
     assert all(set(g) == set(c) for g, c in zip(gpu, cpu))
     assert all(r["device"] == "cuda" and r["act"] == "f32" and r["read_bw_gbps"] > 0 and r["tokens_generated"] > 0
                for r in gpu)
+    # the CPU decoder splits its steps, the CUDA one does not (ierun bench --help)
+    assert all(c["decode_matmul_ms"] > 0 and g["decode_matmul_ms"] is None and g["matmul_roofline_fraction"] is None
+               for g, c in zip(gpu, cpu))
     res = run_tool("ierun", "bench", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--device", "cuda", "--act", "int8")
     assert_one_line_error(res, "--act int8: the CUDA decoder runs f32 activations only")
