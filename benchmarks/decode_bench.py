@@ -137,12 +137,6 @@ def main() -> None:
               f"of read_bw {last['read_bw_gbps']:.2f} GB/s, mb_per_token {last['mb_per_token']:.1f}, "
               f"effective {last['effective_gbps']:.2f} GB/s, decode step p50 {last['latency_p50_ms']:.2f} ms, "
               f"prefill {last['prefill_ms']:.0f} ms")
-        if last["decode_matmul_ms"] is not None:  # the CPU decoder splits its steps (ierun bench --help)
-            share = statistics.median(r["decode_matmul_ms"] / (r["decode_matmul_ms"] + r["decode_attention_ms"]
-                                                                + r["decode_other_ms"]) for r in recs)
-            mrf = statistics.median(r["matmul_roofline_fraction"] for r in recs)
-            print(f"decode_bench: weight matmuls take {share:.1%} of a decode step and stream at {mrf:.3f} of "
-                  f"read_bw (medians)")
     finally:
         if args.keep:
             print(f"decode_bench: kept {tmp}", file=sys.stderr)

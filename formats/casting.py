@@ -21,10 +21,11 @@ from .dtypes import DTYPES, numpy_dtype
 
 # Casts run this many elements at a time: each step's temporaries (a few
 # numpy passes per rule) stay in L2 instead of streaming through memory.
-# An 8 MiB f32 -> bf16 chunk took 9.7 ms as whole-array numpy, 3.7 ms so.
+# An 8 MiB f32 -> bf16 chunk: 8.0-9.4 ms as whole-array numpy, 4.3-4.6 ms
+# so; the f16 casts, numpy's own scalar loop, gain less (0-40%).
 PIECE = 1 << 16
 
-F32_EXP_MASK = 0x7F800000  # |bits| above this is a NaN
+F32_INF_BITS = 0x7F800000  # float32 +inf; |bits| above it are NaNs
 
 
 def _decode_piece(a: np.ndarray, dtype: str, f32: np.ndarray) -> np.ndarray:
@@ -52,7 +53,7 @@ def _encode_piece(x: np.ndarray, out: np.ndarray, dtype: str, u32: np.ndarray) -
         np.right_shift(u32, 16, out=u32)
         out[...] = u32
         np.bitwise_and(u, 0x7FFFFFFF, out=u32)
-        out[u32 > F32_EXP_MASK] = 0xFFFF
+        out[u32 > F32_INF_BITS] = 0xFFFF
         return
     out[...] = x
     if dtype == "f16":

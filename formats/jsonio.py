@@ -79,8 +79,9 @@ def _validator(schema_path: Path) -> Any:
     pure-Python jsonschema: importing that took 0.11-0.18 s and checking a
     75-tensor model.ie.json ~55 ms (0.7 ms a tensor), paid by every command
     that loads a model; jsonschema-rs imports in ~50 ms and checks the same
-    file in ~0.3 ms (a 2000-tensor one: 1.3 s against 27 ms). The tests keep the Python jsonschema as an independent
-    second reading of the same schemas (tests/test_schemas.py)."""
+    file in ~0.3 ms (a 2000-tensor one: 27 ms against 1.3 s). The tests keep
+    the Python jsonschema as an independent second reading of the same
+    schemas (tests/test_schemas.py)."""
     import jsonschema_rs
 
     return jsonschema_rs.validator_for(load_json(schema_path))
@@ -90,7 +91,7 @@ def schema_check(obj: Any, schema_path: Path, file: str | os.PathLike) -> None:
     """Validate against a JSON Schema; the most relevant error becomes one
     FormatError naming the field (``rules[0].group_size``). Most relevant is
     the error highest in the document (shortest path; the first of those),
-    as jsonschema's ``best_match`` chooses."""
+    the rule jsonschema's ``best_match`` ranks by first."""
     try:
         errors = list(_validator(Path(schema_path)).iter_errors(obj))
     except ValueError as e:  # jsonschema-rs takes at most 255 levels of nesting ("Recursion limit reached")

@@ -348,7 +348,7 @@ class Decoder:
         (csrc/decoder/decoder.h, StepTimes): {"steps", "total_s",
         "matmul_s", "attention_s"} of the single-token forward calls; None
         on CUDA, whose steps are not split."""
-        return None if self.device == "cuda" else dict(self._dec.step_times())
+        return None if self.device == "cuda" else self._dec.step_times()
 
     def reset_step_times(self) -> None:
         if self.device != "cuda":

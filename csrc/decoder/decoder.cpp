@@ -611,7 +611,7 @@ void Decoder::forward(const int32_t* tokens, int n, float* logits, bool all_logi
     ~TimingOff() { on = false; }
   } timing_off{timing_};
   Stopwatch whole(timer(&StepTimes::total_s));
-  step_times_.steps += n == 1;
+  if (timing_) ++step_times_.steps;
   const int chunk = act_ == Act::Int8 ? kMaxBatch : kPrefillBatch;
   for (int done = 0; done < n;) {
     const int b = std::min(chunk, n - done);
