@@ -25,11 +25,11 @@ import numpy as np
 from iekit.formats.errors import IEError
 
 from . import cuda
-from .cpu_topology import physical_cores
+from .cpu_topology import LLC_MULTIPLE, dram_probe_bytes, last_level_cache_bytes, physical_cores
 from .env import ACT_PREC_OF, ACTS, PRECISIONS, BenchEnv
 from .bench_run import read_prompts, reset_rss_peak, round_record, rss_peak_mb, run_round, tokenize
 
-READ_BW_MB = 256  # default yardstick: several times any last-level cache (a GPU's L2 included)
+CUDA_READ_BW_MB = 256  # --device cuda's default yardstick: several times a GPU's L2 (50 MiB on an H100)
 CUDA_COPY_ITERS = 20  # device copies per yardstick reading (median): a 256 MiB copy takes well under 1 ms
 
 
@@ -112,6 +112,13 @@ JSON fields (per round):
                       buffer is excluded (VmHWM is reset after measuring
                       it; rss_peak_reset: false where that failed)
   read_bw_bytes       size of the bandwidth buffer (--bandwidth-mb)
+  llc_bytes           the last-level caches of the CPUs this process may use,
+                      as /sys reports them (null where it does not, and
+                      on --device cuda): read_bw_bytes is 4x this by default
+  read_bw_in_cache    true when read_bw_bytes is under 4x llc_bytes (a
+                      smaller --bandwidth-mb): part of the yardstick comes
+                      from cache, so read_bw_gbps overstates memory and every
+                      *_roofline_fraction understates (null where llc_bytes is)
   kv_hits, kv_misses  the decoder's KV prefix-cache counters, this round
   weight_bytes_per_token  weight bytes one decode step reads (of a mixture of
                       experts: the router and the top_k routed experts only)
@@ -231,9 +238,10 @@ def _split_summary(recs: list[dict[str, Any]]) -> str | None:
 @click.option("--act", type=click.Choice(ACTS), default=None,
               help="Activations into quantized matrices, as `ierun generate --act` (default: IE_ACT_PREC, else auto: "
                    "int8 for 4-bit layer matrices).")
-@click.option("--bandwidth-mb", type=click.IntRange(min=1), default=READ_BW_MB, show_default=True,
+@click.option("--bandwidth-mb", type=click.IntRange(min=1), default=None,
               help="Buffer of the read-bandwidth yardstick, MiB. Keep it several times the last-level "
-                   "cache: a smaller one measures the caches, not memory (read_bw_gbps, roofline_fraction).")
+                   "cache: a smaller one measures the caches, not memory (read_bw_gbps, roofline_fraction).  "
+                   f"[default: 4x the last-level cache, at least 256; --device cuda {CUDA_READ_BW_MB}]")
 def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, ignore_eos: bool, rounds: int,
           warmup: int, threads: int | None, act: str | None, bandwidth_mb: int) -> None:
     env = BenchEnv.from_env()
@@ -271,7 +279,15 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, i
     # was around it.
     # Its buffer must not count as the decoder's peak RSS: VmHWM is reset
     # after each measurement and the peak kept here.
-    read_bw_bytes = bandwidth_mb << 20
+    llc = None if device == "cuda" else last_level_cache_bytes()
+    if bandwidth_mb is not None:
+        read_bw_bytes = bandwidth_mb << 20
+    else:
+        read_bw_bytes = CUDA_READ_BW_MB << 20 if device == "cuda" else dram_probe_bytes()
+    in_cache = None if llc is None else read_bw_bytes < LLC_MULTIPLE * llc
+    if in_cache:
+        _warn(f"the {read_bw_bytes / 2**20:g} MiB yardstick is under {LLC_MULTIPLE}x the {llc / 2**20:g} MiB last-level "
+              "cache: part of it is read from cache, so read_bw_gbps overstates memory (read_bw_in_cache)")
     peak = rss_peak_mb()
     rss_reset = True
 
@@ -294,7 +310,8 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, i
             "pinned_cpus": getattr(dec, "pinned", None),
             "threads": threads, "device": device, "model_dir": model_dir, "prompts": source,
             "n_prompts": len(prompts), "max_new": max_new, "ignore_eos": ignore_eos, "rounds": rounds,
-            "warmup_rounds": warmup, "read_bw_bytes": read_bw_bytes,
+            "warmup_rounds": warmup, "read_bw_bytes": read_bw_bytes, "llc_bytes": llc,
+            "read_bw_in_cache": in_cache,
             "warnings": list(env.warnings) + later}
     before = yardstick()
     recs = []

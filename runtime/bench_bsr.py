@@ -4,8 +4,9 @@ What a block-sparse matrix buys is bytes not read, so the time of one GEMV
 should scale with the stored density. Both kernels are timed the same way:
 single calls from Python (the call overhead, a few microseconds, is the same
 for both), rotating through enough copies of the weights (> ``min_bytes``,
-three times the 32 MiB last-level cache by default) that every call streams
-its matrix from DRAM rather than from cache. The median is reported, next to
+by default 4x the last-level cache and at least 256 MiB:
+cpu_topology.dram_probe_bytes) that every call streams its matrix from
+DRAM rather than from cache. The median is reported, next to
 the machine's read bandwidth measured in the same run, so a number can be
 judged as a fraction of what the memory can deliver.
 
@@ -23,12 +24,9 @@ import numpy as np
 
 from iekit.formats import bsr
 
+from .cpu_topology import dram_probe_bytes
 from .kernels import max_rel_error
 from .native import _native
-
-LLC_BYTES = 32 << 20
-MIN_BYTES = 3 * LLC_BYTES
-BANDWIDTH_BYTES = 256 << 20
 
 
 def random_bsr(rng: np.random.Generator, rows: int, cols: int, br: int, bc: int, density: float) -> bsr.BsrMatrix:
@@ -68,12 +66,13 @@ def _time(calls: list, iters: int) -> list[float]:
 
 
 def bench_bsr(rows: int, cols: int, block_rows: int, block_cols: int, density: float, threads: int, seed: int,
-              *, iters: int = 40, min_bytes: int = MIN_BYTES, isa: str = "", bandwidth: bool = True) -> dict:
+              *, iters: int = 40, min_bytes: int | None = None, isa: str = "", bandwidth: bool = True) -> dict:
     """Time y = A x for a random BSR matrix of the given density and for the same
     matrix dense. ``gbps`` is the BSR bytes read (row_ptr + col_idx + values) per
     second; ``fraction`` is that over ``read_bw_gbps``."""
     if not 0 < density <= 1:
         raise ValueError(f"density must be in (0, 1], got {density}")
+    min_bytes = min_bytes or dram_probe_bytes()
     rng = np.random.default_rng(seed)
     ref = random_bsr(rng, rows, cols, block_rows, block_cols, density)
     first = native(ref)
@@ -95,7 +94,7 @@ def bench_bsr(rows: int, cols: int, block_rows: int, block_cols: int, density: f
     dense_ms = statistics.median(_time(dense_calls, iters))
     bsr_bytes = first.payload_bytes
     gbps = bsr_bytes / (bsr_ms * 1e-3) / 1e9
-    read_bw = _native.read_bandwidth(bytes=BANDWIDTH_BYTES, threads=threads, passes=5)["gbps"] if bandwidth else None
+    read_bw = _native.read_bandwidth(bytes=dram_probe_bytes(), threads=threads, passes=5)["gbps"] if bandwidth else None
     resolved = _native.kernel_isa("bsr", isa)
     return {
         "kernel": "bsr",

@@ -22,6 +22,7 @@ import numpy as np
 
 from iekit.formats import dedup as fmt
 
+from .cpu_topology import dram_probe_bytes
 from .native import _native, read_bandwidth
 
 
@@ -36,7 +37,7 @@ def bench_dedup(nbytes: int = 256 << 20, density: float = 0.01, threads: int = 2
                 bandwidth: bool = True) -> dict[str, Any]:
     """Time ``passes`` reconstructions (median) and, unless ``bandwidth`` is
     False (the caller measures it), the read bandwidth (``bw_bytes`` buffer,
-    default max(256 MiB, nbytes)) in one run."""
+    default max(cpu_topology.dram_probe_bytes(), nbytes)) in one run."""
     if nbytes < 1:
         raise ValueError("nbytes must be >= 1")
     if not 0.0 <= density <= 1.0:
@@ -62,7 +63,7 @@ def bench_dedup(nbytes: int = 256 << 20, density: float = 0.01, threads: int = 2
     # The yardstick is the machine's bandwidth (the best streaming-read kernel,
     # whatever ISA the dedup kernel was forced to), sampled before and after
     # the timed passes like `ierun microbench` does, and averaged.
-    bw_bytes = bw_bytes or max(256 << 20, nbytes)
+    bw_bytes = bw_bytes or max(dram_probe_bytes(), nbytes)
     bw0 = read_bandwidth(bytes=bw_bytes, threads=threads, passes=5) if bandwidth else None
     exact = bool(np.array_equal(out, fmt.decode(default, mask, exc)))
     times = []

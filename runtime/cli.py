@@ -35,7 +35,7 @@ def cli() -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
-@click.option("--bandwidth", is_flag=True, help="Also measure memory read bandwidth (256 MiB buffer).")
+@click.option("--bandwidth", is_flag=True, help="Also measure memory read bandwidth (a buffer of 4x the last-level cache, at least 256 MiB).")
 @click.option("--fma-peak", is_flag=True, help="Also measure the multiply-add peak (GFLOPS of the selected kernels' ISA).")
 @click.option("--threads", default=1, show_default=True, help="Threads for --bandwidth and --fma-peak.")
 def info(as_json: bool, bandwidth: bool, fma_peak: bool, threads: int):
@@ -43,12 +43,14 @@ def info(as_json: bool, bandwidth: bool, fma_peak: bool, threads: int):
     this build has CUDA and which devices it sees; with --bandwidth and
     --fma-peak the two yardsticks benchmarks report against."""
     from . import native
+    from .cpu_topology import dram_probe_bytes, last_level_cache_bytes
 
     f = native.cpu_features()
+    f["llc_bytes"] = last_level_cache_bytes()
     if f["cuda_build"]:  # what --device cuda would run on (docs/cuda.md)
         f["cuda_devices"] = native._native.cuda_devices()
     if bandwidth:
-        f["read_bandwidth"] = native.read_bandwidth(threads=threads)
+        f["read_bandwidth"] = native.read_bandwidth(bytes=dram_probe_bytes(), threads=threads)
     if fma_peak:
         f["fma_peak"] = native.fma_peak(threads=threads)
     if as_json:
@@ -56,6 +58,7 @@ def info(as_json: bool, bandwidth: bool, fma_peak: bool, threads: int):
         return
     t = Table(title="iekit native runtime", show_header=False)
     t.add_row("logical cpus", str(f["logical_cpus"]))
+    t.add_row("last-level cache", f"{f['llc_bytes'] / 2**20:g} MiB" if f["llc_bytes"] else "unknown")
     t.add_row("cpu flags", " ".join(k for k, v in f["flags"].items() if v) or "(none)")
     t.add_row("kernel ISAs", ", ".join(f["isas"]))
     t.add_row("selected ISA", f["selected_isa"])
@@ -66,7 +69,8 @@ def info(as_json: bool, bandwidth: bool, fma_peak: bool, threads: int):
                   or "none visible")
     if bandwidth:
         bw = f["read_bandwidth"]
-        t.add_row("read bandwidth", f"{bw['gbps']:.2f} GB/s ({bw['threads']} threads, {bw['isa']})")
+        t.add_row("read bandwidth", f"{bw['gbps']:.2f} GB/s ({bw['threads']} threads, {bw['isa']}, "
+                                    f"{bw['bytes'] / 2**20:g} MiB read)")
     if fma_peak:
         fp = f["fma_peak"]
         t.add_row("FMA peak", f"{fp['gflops']:.1f} GFLOPS float32 ({fp['threads']} threads, {fp['isa']})")

@@ -3,8 +3,9 @@
 Both numbers come from the same run: the kernel is timed (median of
 ``--iters`` calls, rotating through enough weight copies that every call
 streams its weights from DRAM), and the plain streaming read (``ierun info
---bandwidth``) is measured with the same thread count on a >= 256 MiB
-buffer, before and after. ``fraction`` = kernel GB/s / read GB/s, where
+--bandwidth``) is measured with the same thread count, before and after.
+Both the weight copies and the read's buffer cover 4x the last-level cache,
+at least 256 MiB (cpu_topology.dram_probe_bytes). ``fraction`` = kernel GB/s / read GB/s, where
 kernel GB/s = bytes the kernel must read / time of one call.
 
 Kernel families are looked up in ``KERNELS`` (name -> runner); each runner
@@ -24,9 +25,8 @@ from iekit.formats import weight_types
 from iekit.formats.quant import QuantParams
 
 from . import cuda
+from .cpu_topology import dram_probe_bytes
 from .kernels import native_weight_args
-
-READ_BW_MIN_BYTES = 256 << 20
 
 # Every weight type with a GEMV kernel (packed ones first), and those with an int8-activation path.
 DENSE = weight_types.names(gemv=True, quantized=True) + weight_types.names(gemv=True, quantized=False)
@@ -46,6 +46,11 @@ ONLY_FOR: dict[str, tuple[str, ...]] = {
 
 def _or(v: Any, default: Any) -> Any:
     return default if v is None else v
+
+
+def _min_bytes(o: dict[str, Any]) -> int:
+    """Weight bytes a CPU kernel rotates through per timing: --min-mib, else the DRAM probe size."""
+    return o["min_mib"] << 20 if o["min_mib"] is not None else dram_probe_bytes()
 
 
 def _run_dense(o: dict[str, Any], device: str = "cpu") -> tuple[dict[str, Any], float]:
@@ -70,7 +75,7 @@ def _run_dense(o: dict[str, Any], device: str = "cpu") -> tuple[dict[str, Any], 
         from .native import bench_gemv
 
         r = bench_gemv(**weights, act=act, threads=o["threads"], batch=batch,
-                       min_bytes=_or(o["min_mib"], 256) << 20, iters=o["iters"], isa=o["isa"], layout=layout)
+                       min_bytes=_min_bytes(o), iters=o["iters"], isa=o["isa"], layout=layout)
         where = {"threads": o["threads"], "isa": r["isa"]}
     res = {
         "kernel": k, "rows": rows, "cols": cols, "batch": batch, "act": act, "layout": layout, **where,
@@ -88,7 +93,7 @@ def _run_bsr(o: dict[str, Any]) -> tuple[dict[str, Any], float]:
 
     r = bench_bsr(_or(o["rows"], 4096), _or(o["cols"], 4096), _or(o["block_rows"], 16), _or(o["block_cols"], 16),
                   _or(o["density"], 0.1), o["threads"], _or(o["seed"], 0), iters=o["iters"],
-                  min_bytes=_or(o["min_mib"], 256) << 20, isa=o["isa"], bandwidth=False)
+                  min_bytes=_min_bytes(o), isa=o["isa"], bandwidth=False)
     return r, r["gbps"]
 
 
@@ -130,7 +135,8 @@ KERNELS: dict[str, Callable[[dict[str, Any]], tuple[dict[str, Any], float]]] = {
 @click.option("--seed", type=int, default=None, help="bsr/dedup: seed of the random data [0].")
 @click.option("--iters", default=20, show_default=True, help="Timed calls (median reported).")
 @click.option("--min-mib", type=click.IntRange(min=1), default=None,
-              help="Dense/bsr: weight copies are rotated until their total exceeds this (defeats the LLC) [256].")
+              help="Dense/bsr: weight copies are rotated until their total exceeds this (defeats the LLC) "
+                   "[4x the last-level cache, at least 256; --device cuda 512].")
 @click.option("--isa", default="", help="Kernel ISA (scalar, avx2, avx512: dedup only, the others use avx2 there); default: best available / IE_ISA.")
 @click.option("--device", type=click.Choice(cuda.DEVICES), default="cpu", show_default=True,
               help="cuda: time the dense GEMV kernels on the GPU (a `make build-cuda` build), against the "
@@ -164,7 +170,7 @@ def microbench(as_json: bool, device: str, **o: Any) -> None:
     measured: list[dict[str, Any]] = []
 
     def read_gbps() -> float:
-        measured.append(read_bandwidth(bytes=READ_BW_MIN_BYTES, threads=o["threads"], passes=5))
+        measured.append(read_bandwidth(bytes=dram_probe_bytes(), threads=o["threads"], passes=5))
         return measured[-1]["gbps"]
 
     res = _with_yardstick(lambda: KERNELS[o["kernel"]](o), read_gbps)
