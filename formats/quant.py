@@ -21,8 +21,13 @@ from . import weight_types
 from .dtypes import DTYPES
 from .errors import IEError
 from .weight_types import BLOCK, WeightType
+from .workers import ordered_map
 
 F16_MAX = 65504.0
+# Elements per quantization task on a worker thread (Scheme.measured_pieces):
+# 1 MiB of float32 and its temporaries stay in a core's L2, and two tasks per
+# thread in flight keep a conversion's peak RSS small on 16 cores too.
+PIECE_ELEMS = 1 << 18
 
 
 class QuantDictError(ValueError):
@@ -71,16 +76,24 @@ class QuantError:
 
     def add(self, w: np.ndarray, w_hat: np.ndarray, importance: np.ndarray | None) -> None:
         """Accumulate rows ``w`` [n, cols] and their dequantized ``w_hat``."""
+        self.merge(QuantError.between(w, w_hat, importance))
+
+    @staticmethod
+    def between(w: np.ndarray, w_hat: np.ndarray, importance: np.ndarray | None) -> "QuantError":
+        """The sums of rows ``w`` and their dequantized ``w_hat`` alone: a
+        worker computes them (formats/workers.py), the caller merges them in
+        row order, so the totals do not depend on the threads."""
         w = np.asarray(w, dtype=np.float64)
         d = w - w_hat
         if importance is None:
-            self.sq_error += float((d * d).sum())
-            self.sq_norm += float((w * w).sum())
-        else:
-            imp = np.asarray(importance, dtype=np.float64).reshape(-1)
-            self.weighted = True
-            self.sq_error += float(((d * d) @ imp).sum())
-            self.sq_norm += float(((w * w) @ imp).sum())
+            return QuantError(sq_error=float((d * d).sum()), sq_norm=float((w * w).sum()))
+        imp = np.asarray(importance, dtype=np.float64).reshape(-1)
+        return QuantError(weighted=True, sq_error=float(((d * d) @ imp).sum()), sq_norm=float(((w * w) @ imp).sum()))
+
+    def merge(self, other: "QuantError") -> None:
+        self.weighted = self.weighted or other.weighted
+        self.sq_error += other.sq_error
+        self.sq_norm += other.sq_norm
 
     @property
     def sqnr_db(self) -> float:
@@ -305,18 +318,40 @@ class Scheme(WeightType):
     def measured_rows(self, w: np.ndarray, p: QuantParams, name: str, importance: np.ndarray | None,
                       error: QuantError | None) -> "QuantizedRows":
         """quantize_rows, its predicted loss added to ``error`` (when given)."""
-        qr = self.quantize_rows(w, p, name, importance)
+        qr, e = self._measured(w, p, name, importance, error is not None)
         if error is not None:
-            error.add(w, self.dequantize_rows(qr, w.shape[1], p), importance)
+            error.merge(e)
         return qr
+
+    def _measured(self, w: np.ndarray, p: QuantParams, name: str, importance: np.ndarray | None,
+                  measure: bool) -> tuple["QuantizedRows", QuantError | None]:
+        qr = self.quantize_rows(w, p, name, importance)
+        return qr, QuantError.between(w, self.dequantize_rows(qr, w.shape[1], p), importance) if measure else None
+
+    def measured_pieces(self, row_chunks, p: QuantParams, name: str, importance: np.ndarray | None,
+                        error: QuantError | None) -> Iterator["QuantizedRows"]:
+        """measured_rows of row pieces of the chunks (PIECE_ELEMS elements or
+        one row), in row order, quantized on worker threads
+        (formats/workers.py). Every scheme here is row-local, so the pieces'
+        rows are the chunks' rows; their losses are merged in row order."""
+        def pieces() -> Iterator[np.ndarray]:
+            for w in row_chunks:
+                step = max(1, PIECE_ELEMS // max(w.shape[1], 1))
+                for a in range(0, w.shape[0], step):
+                    yield w[a:a + step]
+
+        for qr, e in ordered_map(lambda w: self._measured(w, p, name, importance, error is not None), pieces()):
+            if error is not None:
+                error.merge(e)
+            yield qr
 
     def stream(self, row_chunks, p: QuantParams, rows: int, name: str,
                importance: np.ndarray | None = None, error: QuantError | None = None) -> Iterator[np.ndarray]:
         """Quantize an iterable of row chunks, yielding payload pieces in file order
         (and adding each chunk's predicted loss to ``error``).
-        Block schemes are row-contiguous, so each chunk's payload goes straight out."""
-        for w in row_chunks:
-            yield from self.payload(self.measured_rows(w, p, name, importance, error))
+        Block schemes are row-contiguous, so each piece's payload goes straight out."""
+        for qr in self.measured_pieces(row_chunks, p, name, importance, error):
+            yield from self.payload(qr)
 
 
 @dataclass
@@ -1062,8 +1097,7 @@ class Int4W(Scheme, weight_type="int4w"):
     def stream(self, row_chunks, p, rows, name, importance=None, error=None):
         """qs rows go out as they are made; the small scale/min planes follow."""
         scales, mins = [], []
-        for w in row_chunks:
-            qr = self.measured_rows(w, p, name, importance, error)
+        for qr in self.measured_pieces(row_chunks, p, name, importance, error):
             scales.append(qr.scales)
             if qr.mins is not None:
                 mins.append(qr.mins)

@@ -18,11 +18,11 @@ is why the code below is written out operation by operation; change one and
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
+
+from .workers import ordered_map, worker_count
 
 F32 = np.float32
 
@@ -53,17 +53,12 @@ CHUNK = 8192  # blocks per pass: numpy's per-call cost fades, and a 576 x 1536 m
 
 
 def _over_chunks(n: int, work: Callable[[int, int], None]) -> None:
-    """work(a, b) over [0, n) in CHUNK pieces, on up to one thread per core:
-    numpy releases the GIL in element-wise operations this large, so the
-    pieces run in parallel. Each piece writes only its own rows."""
+    """work(a, b) over [0, n) in CHUNK pieces, on up to one thread per core
+    (formats/workers.py; inline inside a worker). Each piece writes only its
+    own rows."""
     spans = [(a, min(n, a + CHUNK)) for a in range(0, n, CHUNK)]
-    if len(spans) <= 1:
-        for a, b in spans:
-            work(a, b)
-        return
-    with ThreadPoolExecutor(max_workers=min(len(spans), os.cpu_count() or 1)) as pool:
-        for f in [pool.submit(work, a, b) for a, b in spans]:
-            f.result()
+    for _ in ordered_map(lambda span: work(*span), spans, workers=min(len(spans), worker_count())):
+        pass
 
 
 def qkx(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int

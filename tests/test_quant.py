@@ -178,3 +178,69 @@ def test_quant_dict_rules(quant, shape, key):
     with pytest.raises(QuantDictError) as ei:
         SCHEMES[quant["scheme"]].parse_quant(quant, shape)
     assert ei.value.key == key
+
+
+# ------------------------------------------------- quantizing on worker threads
+
+@pytest.mark.parametrize("scheme,params,weighted", [
+    ("int4w", QuantParams("int4w", 64, True, "f16"), False),
+    ("int4w", QuantParams("int4w", 32, False, "f32"), False),
+    ("q4_0", QuantParams("q4_0"), False),
+    ("q4_k", QuantParams("q4_k"), True),
+])
+def test_threads_give_the_bytes_and_loss_of_one(monkeypatch, scheme, params, weighted):
+    """A matrix of many pieces (PIECE_ELEMS) quantized on 4 workers is the
+    same payload, piece for piece, and the same predicted loss, to the last
+    bit, as on one: pieces come back in row order and losses merge in it."""
+    from iekit.formats import quant, workers
+    from iekit.formats.quant import QuantError
+
+    rng = np.random.default_rng(7)
+    cols = 1024
+    w = (rng.standard_normal((3 * quant.PIECE_ELEMS // cols + 5, cols)) * rng.uniform(0.01, 3, (1, cols))).astype(np.float32)
+    imp = rng.uniform(0.1, 2.0, cols).astype(np.float32) if weighted else None
+    s = SCHEMES[scheme]
+
+    def run(n):
+        monkeypatch.setattr(workers, "worker_count", lambda: n)
+        err = QuantError()
+        chunks = [w[:100], w[100:]]  # chunk edges that are not piece edges
+        return [bytes(piece) for piece in s.stream(chunks, params, len(w), "m", imp, err)], err
+
+    one, err1 = run(1)
+    four, err4 = run(4)
+    assert len(one) > 3 and four == one
+    assert (err4.sq_error, err4.sq_norm, err4.weighted) == (err1.sq_error, err1.sq_norm, weighted)
+    assert b"".join(one) == bytes(s.quantize(w, params, "m", imp))  # and as one whole-matrix call
+
+
+def test_ordered_map_keeps_order_raises_in_place_and_nests_inline():
+    import threading
+    import time
+
+    from iekit.formats.workers import ordered_map
+
+    def slow_first(i):
+        time.sleep(0.02 if i % 3 == 0 else 0)
+        return i * i, threading.current_thread().name
+
+    out = list(ordered_map(slow_first, range(20), workers=4))
+    assert [r for r, _ in out] == [i * i for i in range(20)]
+    assert all(name.startswith("iekit-work") for _, name in out)
+
+    def bad(i):
+        if i == 5:
+            raise IEError("piece 5")
+        return i
+
+    got = []
+    with pytest.raises(IEError, match="piece 5"):
+        for r in ordered_map(bad, range(50), workers=3):
+            got.append(r)
+    assert got == [0, 1, 2, 3, 4]  # everything before the failing item, nothing after
+
+    def nested(i):  # a map inside a worker runs on that worker
+        return [name for name in ordered_map(lambda _: threading.current_thread().name, range(3), workers=4)]
+
+    for names in ordered_map(nested, range(4), workers=2):
+        assert len(set(names)) == 1 and names[0].startswith("iekit-work")

@@ -1,0 +1,58 @@
+"""Worker threads for the converters' numpy work.
+
+numpy releases the GIL inside element-wise operations on arrays this large,
+so independent pieces of one matrix (row pieces, block spans) quantize in
+parallel on threads. ``ordered_map`` hands back results in the order of its
+inputs, so what a converter writes is the same bytes whatever the number of
+threads. Work already running on a worker runs nested maps inline: a
+quantizer that splits its own work (quant_search) inside a row piece does
+not start threads x threads threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_local = threading.local()
+
+
+def worker_count() -> int:
+    """The CPUs this process may run on (its affinity mask), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _enter_worker() -> None:
+    _local.worker = True
+
+
+def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int | None = None) -> Iterator[R]:
+    """fn(item) for every item, yielded in item order, on up to ``workers``
+    threads (default: worker_count()) with at most two per thread in flight,
+    so memory stays a few items' worth. Inline where one worker is asked
+    for, or where the caller is itself a worker. An exception from fn is
+    raised where its item's result is due; leaving early cancels the rest."""
+    workers = workers or worker_count()
+    if workers <= 1 or getattr(_local, "worker", False):
+        yield from map(fn, items)
+        return
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="iekit-work", initializer=_enter_worker)
+    pending: deque[Future] = deque()
+    try:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
