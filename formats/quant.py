@@ -110,10 +110,22 @@ class QuantError:
         return {**out, "compensated": True} if self.compensated else out
 
 
+class NonFiniteError(IEError):
+    """A NaN or ±inf among the rows to quantize, at (row, column) of those rows."""
+
+    def __init__(self, name: str, value: float, at: tuple[int, ...]):
+        self.name, self.value, self.at = name, value, at
+        super().__init__(f"{name}: non-finite value {value} at {at}; cannot quantize")
+
+    def moved(self, row0: int) -> "NonFiniteError":
+        """The same error for rows that start at row ``row0`` of the matrix."""
+        return NonFiniteError(self.name, self.value, (self.at[0] + row0, *self.at[1:]))
+
+
 def _finite_or_raise(w: np.ndarray, name: str) -> None:
     if not np.isfinite(w).all():
         bad = np.argwhere(~np.isfinite(w))[0]
-        raise IEError(f"{name}: non-finite value {w[tuple(bad)]} at {tuple(int(i) for i in bad)}; cannot quantize")
+        raise NonFiniteError(name, w[tuple(bad)], tuple(int(i) for i in bad))
 
 
 def _pack_nibbles(q: np.ndarray) -> np.ndarray:
@@ -333,14 +345,24 @@ class Scheme(WeightType):
         """measured_rows of row pieces of the chunks (PIECE_ELEMS elements or
         one row), in row order, quantized on worker threads
         (formats/workers.py). Every scheme here is row-local, so the pieces'
-        rows are the chunks' rows; their losses are merged in row order."""
-        def pieces() -> Iterator[np.ndarray]:
+        rows are the chunks' rows; their losses are merged in row order, and
+        a non-finite value is reported at its row of the whole matrix."""
+        def pieces() -> Iterator[tuple[int, np.ndarray]]:
+            row0 = 0
             for w in row_chunks:
                 step = max(1, PIECE_ELEMS // max(w.shape[1], 1))
                 for a in range(0, w.shape[0], step):
-                    yield w[a:a + step]
+                    yield row0 + a, w[a:a + step]
+                row0 += w.shape[0]
 
-        for qr, e in ordered_map(lambda w: self._measured(w, p, name, importance, error is not None), pieces()):
+        def measured(piece: tuple[int, np.ndarray]) -> tuple[QuantizedRows, QuantError | None]:
+            row0, w = piece
+            try:
+                return self._measured(w, p, name, importance, error is not None)
+            except NonFiniteError as e:
+                raise e.moved(row0) from None
+
+        for qr, e in ordered_map(measured, pieces()):
             if error is not None:
                 error.merge(e)
             yield qr

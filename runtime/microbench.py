@@ -4,9 +4,10 @@ Both numbers come from the same run: the kernel is timed (median of
 ``--iters`` calls, rotating through enough weight copies that every call
 streams its weights from DRAM), and the plain streaming read (``ierun info
 --bandwidth``) is measured with the same thread count, before and after.
-Both the weight copies and the read's buffer cover 4x the last-level cache,
-at least 256 MiB (cpu_topology.dram_probe_bytes). ``fraction`` = kernel GB/s / read GB/s, where
-kernel GB/s = bytes the kernel must read / time of one call.
+Both the weight copies and the read's buffer cover 4x the last-level
+cache, at least 256 MiB (cpu_topology.dram_probe_bytes). ``fraction`` =
+kernel GB/s / read GB/s, where kernel GB/s = bytes the kernel must read /
+time of one call.
 
 Kernel families are looked up in ``KERNELS`` (name -> runner); each runner
 checks the options that apply to it and returns the whole JSON result.

@@ -244,3 +244,18 @@ def test_ordered_map_keeps_order_raises_in_place_and_nests_inline():
 
     for names in ordered_map(nested, range(4), workers=2):
         assert len(set(names)) == 1 and names[0].startswith("iekit-work")
+
+
+@pytest.mark.parametrize("scheme", ["int4w", "q4_0"])
+def test_non_finite_value_is_reported_at_its_row_of_the_matrix(scheme):
+    """Rows are quantized in pieces and chunks; the error names the row of
+    the whole matrix, not of the piece that held it."""
+    from iekit.formats import quant
+
+    cols = 1024
+    w = np.ones((3 * quant.PIECE_ELEMS // cols, cols), np.float32)
+    w[700, 9] = np.nan
+    p = QuantParams(scheme, 64) if scheme == "int4w" else QuantParams(scheme)
+    chunks = [w[:300], w[300:]]
+    with pytest.raises(IEError, match=r"layer\.w: non-finite value nan at \(700, 9\)"):
+        list(SCHEMES[scheme].stream(chunks, p, len(w), "layer.w"))
