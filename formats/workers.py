@@ -23,12 +23,18 @@ R = TypeVar("R")
 _local = threading.local()
 
 
-def worker_count() -> int:
-    """The CPUs this process may run on (its affinity mask), at least 1."""
+def allowed_cpus() -> set[int]:
+    """The logical CPUs this process may run on (its affinity mask; every
+    CPU where the platform has none)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        return set(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        return set(range(os.cpu_count() or 1))
+
+
+def worker_count() -> int:
+    """One worker per allowed CPU, at least 1."""
+    return max(1, len(allowed_cpus()))
 
 
 def _enter_worker() -> None:

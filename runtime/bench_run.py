@@ -149,8 +149,9 @@ def rss_peak_mb() -> float:
 def reset_rss_peak() -> bool:
     """Reset VmHWM to the current RSS (Linux >= 4.0: ``5`` > clear_refs).
     The read-bandwidth yardstick allocates its buffer (4x the last-level
-    cache, at least 256 MiB, by default) in this process; without the reset it, not the decoder, would set
-    rss_peak_mb for any model smaller than that."""
+    cache, at least 256 MiB, by default) in this process; without the reset
+    it, not the decoder, would set rss_peak_mb for any model smaller than
+    that."""
     try:
         with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
             f.write("5")

@@ -35,7 +35,8 @@ def cli() -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
-@click.option("--bandwidth", is_flag=True, help="Also measure memory read bandwidth (a buffer of 4x the last-level cache, at least 256 MiB).")
+@click.option("--bandwidth", is_flag=True,
+              help="Also measure memory read bandwidth (a buffer of 4x the last-level cache, at least 256 MiB).")
 @click.option("--fma-peak", is_flag=True, help="Also measure the multiply-add peak (GFLOPS of the selected kernels' ISA).")
 @click.option("--threads", default=1, show_default=True, help="Threads for --bandwidth and --fma-peak.")
 def info(as_json: bool, bandwidth: bool, fma_peak: bool, threads: int):
