@@ -129,6 +129,36 @@ def test_int4w_scale_search_never_loses_to_the_plain_scale():
     assert sse_search.sum() < sse_plain.sum()  # and it does help somewhere
 
 
+@pytest.mark.parametrize("scale_dtype", ["f16", "f32"])
+def test_int4w_symmetric_scale_is_the_best_of_the_nine_candidates(scale_dtype):
+    """Each group's stored scale is the candidate s0 x (1 + k/16), k = 0..8, as
+    stored, with the least squared error (float64 here), and its codes the
+    nearest: the search keeps the winner, not the last or the first tried."""
+    rng = np.random.default_rng(21)
+    w = rng.standard_normal((48, 256)).astype(np.float32)
+    w[0, :64] = 0  # a zero group
+    p = QuantParams("int4w", 64, True, scale_dtype)
+    s = SCHEMES["int4w"]
+    raw = s.quantize(w, p)
+    _qs, got_s, _ = s.planes(raw, 48, 256, p)
+    deq = s.dequantize(raw, 48, 256, p).reshape(48, 4, 64).astype(np.float64)
+    x = w.reshape(48, 4, 64).astype(np.float64)
+    mx, mn = x.max(2), x.min(2)
+    s0 = np.where(-mn >= mx, np.maximum(-mn / 8, mx / 7), -np.maximum(mx / 8, -mn / 7)).astype(np.float32)
+    errs = []
+    for k in range(9):
+        c = (s0 * np.float32(1 + k / 16)).astype(np.float16 if scale_dtype == "f16" else np.float32).astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(c[..., None] != 0, np.clip(np.rint(x / c[..., None]), -8, 7), 0)
+        errs.append(((x - c[..., None] * q) ** 2).sum(2))
+    errs = np.stack(errs)
+    got = ((x - deq) ** 2).sum(2)
+    assert (got <= errs.min(0) * (1 + 1e-5) + 1e-30).all()
+    picked = errs.argmin(0)[1:]
+    assert len(set(picked.ravel())) >= 3  # winners other than the first: keeping it would fail above
+    assert got_s[0, 0] == 0
+
+
 def test_int4w_layout_matches_the_spec_written_independently():
     """Pack codes/scales by hand from docs/formats/quant.md and dequantize them."""
     rng = np.random.default_rng(5)
