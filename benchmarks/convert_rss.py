@@ -11,10 +11,14 @@ writes (an artifact is durable once the command returns) and cp does not,
 so `cp -r` followed by `sync` of the copies is timed too (`over_cp_r_sync`:
 the like-for-like ratio). ``inside_seconds`` is the converter's own figure
 (from its summary line: the conversion without interpreter start-up and
-imports, ~0.2 s here), ``over_cp_r_sync_inside`` its ratio. Three runs: bytes
-kept with the default digest (xxh3_128), kept with ``--checksum sha256``, and
-cast to bf16. The checkpoint is generated in a separate process: Linux carries a process's pre-exec peak RSS across
-exec, so a child forked from a process that held the data would inherit it.
+imports, ~0.2 s here), ``over_cp_r_sync_inside`` its ratio. Four runs: bytes
+kept with the default digest (xxh3_128), kept with ``--checksum sha256``,
+cast to bf16, and quantized (``--q4-map``, every tensor int4w g64 symmetric,
+the usual policy's scheme), whose ``m_elements_per_s`` is the conversion's
+own throughput (inside_seconds) on every CPU the process may use. The
+checkpoint is generated in a separate process: Linux carries a process's
+pre-exec peak RSS across exec, so a child forked from a process that held
+the data would inherit it.
 
     python benchmarks/convert_rss.py [--size-mb 512] [--keep]
 """
@@ -75,8 +79,11 @@ def main() -> None:
         gen = subprocess.run([sys.executable, __file__, "--generate", str(tmp / "hf"), "--size-mb", str(args.size_mb)],
                              check=True, capture_output=True, text=True)
         model_bytes = int(gen.stdout)
-        # The default digest, then what --checksum sha256 (every earlier artifact's) costs.
-        for dtype, checksum in ((None, "xxh3_128"), (None, "sha256"), ("bf16", "xxh3_128")):
+        q4_map = tmp / "int4w.q4_manifest.json"
+        q4_map.write_text(json.dumps({"version": 1, "default": {"scheme": "int4w", "group_size": 64, "symmetric": True,
+                                                                "scale_dtype": "f16"}, "rules": [], "tensors": {}}))
+        # The default digest, then what --checksum sha256 (every earlier artifact's) costs, a cast, quantization.
+        for dtype, checksum in ((None, "xxh3_128"), (None, "sha256"), ("bf16", "xxh3_128"), ("int4w", "xxh3_128")):
             subprocess.run(["sync"], check=True)  # both timings start with no dirty pages being written back
             t0 = time.perf_counter()
             subprocess.run(["cp", "-r", str(tmp / "hf"), str(tmp / "copy")], check=True)
@@ -87,10 +94,12 @@ def main() -> None:
             subprocess.run(["sync"], check=True)
             out = tmp / f"out-{dtype or 'keep'}-{checksum}"
             cmd = [str(ieconv), "hf-to-iebin", "-q", "--hf-dir", str(tmp / "hf"), "--out-dir", str(out)]
-            cmd += ["--checksum", checksum] + (["--dtype", dtype] if dtype else [])
+            cmd += ["--checksum", checksum]
+            cmd += ["--q4-map", str(q4_map)] if dtype == "int4w" else ["--dtype", dtype] if dtype else []
             log = tmp / "stderr.txt"
             secs, peak_mb = child_rss.run(cmd, log)
             inside = float(re.search(r" in ([0-9.]+) s ", log.read_text())[1])
+            quant = {"m_elements_per_s": round(model_bytes / 4 / 1e6 / inside, 1)} if dtype == "int4w" else {}
             print(json.dumps({"bench": "convert_rss", "dtype": dtype or "keep", "checksum": checksum, "model_mb": round(model_bytes / 1e6, 1),
                               "peak_rss_mb": round(peak_mb, 1),
                               "rss_over_model": round(peak_mb * 2**20 / model_bytes, 3),
@@ -98,7 +107,8 @@ def main() -> None:
                               "cp_r_seconds": round(cp_secs, 2), "over_cp_r": round(secs / cp_secs, 2),
                               "cp_r_sync_seconds": round(cp_sync_secs, 2),
                               "over_cp_r_sync": round(secs / cp_sync_secs, 2),
-                              "inside_seconds": inside, "over_cp_r_sync_inside": round(inside / cp_sync_secs, 2)}))
+                              "inside_seconds": inside, "over_cp_r_sync_inside": round(inside / cp_sync_secs, 2),
+                              **quant}))
             shutil.rmtree(out)
     finally:
         if not args.keep:
