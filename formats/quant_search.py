@@ -130,11 +130,11 @@ def _qkx_t(x, w, nmax, rmin, rdelta, nstep):
             cur = _colsum(np.multiply(w, diff, out=diff))
             better = (d > 0) & (cur < best) & ~flat
             if better.any():
-                lf[:, better] = aux[:, better]
+                np.copyto(lf, aux, where=better)
                 best = np.where(better, cur, best)
                 scale = np.where(better, this_scale, scale)
                 mn = np.where(better, this_min, mn)
-                xm = x - mn
+                np.subtract(x, mn, out=xm)
     scale = np.where(flat, F32(0), scale).astype(F32)
     lf[:, flat] = 0
     return scale, (-mn).astype(F32), lf.astype(np.uint8)
@@ -241,11 +241,13 @@ def _qx_t(x, w, nmax):
     with np.errstate(all="ignore"):
         mx, zero = _signed_max(x)
         wx = w * x
+        lf, t = np.empty_like(x), np.empty_like(x)  # reused by every fit: fresh temporaries cost page faults
 
         def fit(iscale):
             # iscale * x is at most nmax + 1 in magnitude: rint is nearest_int there
-            lf = np.clip(np.rint(iscale * x), F32(-nmax), F32(nmax - 1))
-            return _colsum(wx * lf), _colsum(w * lf * lf)
+            np.clip(np.rint(np.multiply(iscale, x, out=lf), out=lf), F32(-nmax), F32(nmax - 1), out=lf)
+            sumlx = _colsum(np.multiply(wx, lf, out=t))
+            return sumlx, _colsum(np.multiply(np.multiply(w, lf, out=t), lf, out=t))
 
         iscale = (F32(-nmax) / mx).astype(F32)
         sumlx, suml2 = fit(iscale)
@@ -282,17 +284,26 @@ _IQ4_LO, _IQ4_HI = -256, 228  # floor(2x) beyond these gives code 0 / 15 (2 x 11
 _IQ4_LUT = np.searchsorted(IQ4_VALUES[:-1] + IQ4_VALUES[1:], np.arange(_IQ4_LO, _IQ4_HI + 1), side="right").astype(np.uint8)
 
 
+_IQ4_VALUE_LUT = IQ4_VALUES[_IQ4_LUT]  # the nearest value itself, for the scale search's fits
+
+
+def _iq4_slot(a: np.ndarray) -> np.ndarray:
+    """floor(2a) - _IQ4_LO clamped to the tables' range, as intp (a NaN gets
+    some slot); ``a`` is overwritten."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.multiply(a, F32(2), out=a)
+        np.clip(a, F32(_IQ4_LO), F32(_IQ4_HI), out=a)
+        t = np.floor(a, out=a).astype(np.intp)
+    np.clip(t, _IQ4_LO, _IQ4_HI, out=t)  # NaN
+    t -= _IQ4_LO
+    return t
+
+
 def iq4_index(a: np.ndarray) -> np.ndarray:
     """The code of the IQ4_VALUES entry nearest to each a (ggml's best_index_int8:
     a tie goes to the upper entry; outside the grid the end one), uint8.
     A NaN (a zero block's 0 * inf) gets some code; its caller discards it."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        t = np.multiply(a, F32(2), dtype=F32)
-        np.clip(t, F32(_IQ4_LO), F32(_IQ4_HI), out=t)
-        t = np.floor(t, out=t).astype(np.int32)
-    np.clip(t, _IQ4_LO, _IQ4_HI, out=t)  # NaN
-    t -= _IQ4_LO
-    return _IQ4_LUT[t]
+    return _IQ4_LUT[_iq4_slot(np.array(a, dtype=F32))]
 
 
 def iq4_scales(x: np.ndarray, w: np.ndarray, ntry: int = 7) -> np.ndarray:
@@ -308,11 +319,12 @@ def _iq4_t(x, w, ntry):
     """iq4_scales on one chunk, transposed: x, w [32, n]."""
     with np.errstate(all="ignore"):
         mx, zero = _signed_max(x)
+        q, wq, t = np.empty_like(x), np.empty_like(x), np.empty_like(x)  # reused by every fit
 
         def fit(iscale):
-            q = IQ4_VALUES[iq4_index(iscale * x)]
-            wq = w * q
-            return _colsum(wq * x), _colsum(wq * q)
+            np.take(_IQ4_VALUE_LUT, _iq4_slot(np.multiply(iscale, x, out=t)), out=q)
+            np.multiply(w, q, out=wq)
+            return _colsum(np.multiply(wq, x, out=t)), _colsum(np.multiply(wq, q, out=t))
 
         d = (mx / F32(127)).astype(F32)  # -max / values[0]
         sumqx, sumq2 = fit((F32(1) / d).astype(F32))
