@@ -1044,7 +1044,7 @@ class Int4W(Scheme, weight_type="int4w"):
         so far are kept; the codes are made once, for the winner (the same
         function of x and its scale, so the same bytes). Keeping every
         candidate's codes ran at 11.7 M elements/s on one core of the 2-core
-        VM, this at 26-28."""
+        VM, this at 26-30."""
         mx = x.max(axis=2, keepdims=True)
         mn = x.min(axis=2, keepdims=True)
         neg = -mn >= mx
