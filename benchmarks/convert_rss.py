@@ -83,7 +83,9 @@ def main() -> None:
         q4_map.write_text(json.dumps({"version": 1, "default": {"scheme": "int4w", "group_size": 64, "symmetric": True,
                                                                 "scale_dtype": "f16"}, "rules": [], "tensors": {}}))
         # The default digest, then what --checksum sha256 (every earlier artifact's) costs, a cast, quantization.
-        for dtype, checksum in ((None, "xxh3_128"), (None, "sha256"), ("bf16", "xxh3_128"), ("int4w", "xxh3_128")):
+        runs = (("keep", "xxh3_128", []), ("keep", "sha256", []), ("bf16", "xxh3_128", ["--dtype", "bf16"]),
+                ("int4w", "xxh3_128", ["--q4-map", str(q4_map)]))
+        for label, checksum, extra in runs:
             subprocess.run(["sync"], check=True)  # both timings start with no dirty pages being written back
             t0 = time.perf_counter()
             subprocess.run(["cp", "-r", str(tmp / "hf"), str(tmp / "copy")], check=True)
@@ -92,15 +94,14 @@ def main() -> None:
             cp_sync_secs = time.perf_counter() - t0
             shutil.rmtree(tmp / "copy")
             subprocess.run(["sync"], check=True)
-            out = tmp / f"out-{dtype or 'keep'}-{checksum}"
-            cmd = [str(ieconv), "hf-to-iebin", "-q", "--hf-dir", str(tmp / "hf"), "--out-dir", str(out)]
-            cmd += ["--checksum", checksum]
-            cmd += ["--q4-map", str(q4_map)] if dtype == "int4w" else ["--dtype", dtype] if dtype else []
+            out = tmp / f"out-{label}-{checksum}"
+            cmd = [str(ieconv), "hf-to-iebin", "-q", "--hf-dir", str(tmp / "hf"), "--out-dir", str(out),
+                   "--checksum", checksum, *extra]
             log = tmp / "stderr.txt"
             secs, peak_mb = child_rss.run(cmd, log)
             inside = float(re.search(r" in ([0-9.]+) s ", log.read_text())[1])
-            quant = {"m_elements_per_s": round(model_bytes / 4 / 1e6 / inside, 1)} if dtype == "int4w" else {}
-            print(json.dumps({"bench": "convert_rss", "dtype": dtype or "keep", "checksum": checksum, "model_mb": round(model_bytes / 1e6, 1),
+            quant = {"m_elements_per_s": round(model_bytes / 4 / 1e6 / inside, 1)} if label == "int4w" else {}
+            print(json.dumps({"bench": "convert_rss", "dtype": label, "checksum": checksum, "model_mb": round(model_bytes / 1e6, 1),
                               "peak_rss_mb": round(peak_mb, 1),
                               "rss_over_model": round(peak_mb * 2**20 / model_bytes, 3),
                               "seconds": round(secs, 2), "mb_per_s": round(model_bytes / 1e6 / secs, 1),

@@ -1039,34 +1039,32 @@ class Int4W(Scheme, weight_type="int4w"):
         the least squared error, the first on ties; then its codes.
 
         Why it is written so: the candidates' scales and reciprocals are made
-        for all nine at once (per group, small), each candidate's error is
-        found in two reused buffers, and only the index and error of the best
-        so far are kept; the codes are made once, for the winner (the same
-        function of x and its scale, so the same bytes). Keeping every
-        candidate's codes ran at 11.7 M elements/s on one core of the 2-core
-        VM, this at 26-30."""
+        for all nine at once (per group, small; any of them beyond f16 is an
+        error), each candidate's error is found in two reused buffers, and
+        only the index and error of the best so far are kept; the codes are
+        made once, for the winner (the same function of x and its scale, so
+        the same bytes). Keeping every candidate's codes ran at 11.7 M
+        elements/s on one core of the 2-core VM, this at 26-30."""
         mx = x.max(axis=2, keepdims=True)
         mn = x.min(axis=2, keepdims=True)
         neg = -mn >= mx
         s0 = np.where(neg, np.maximum(-mn / np.float32(8), mx / np.float32(7)),
                       -np.maximum(mx / np.float32(8), -mn / np.float32(7))).astype(np.float32)
         cands = s0 * self.CANDIDATES  # [rows, groups, 9]
-        if p.scale_dtype == "f16":  # the first candidate out of range is the one reported
-            _check_f16_range(cands[..., int(np.argmax(np.abs(cands).max(axis=(0, 1)) > F16_MAX))], name)
+        if p.scale_dtype == "f16":
+            _check_f16_range(cands, name)
         scales = _round_to(cands, p.scale_dtype)
         recips = _safe_recip(scales)
         q, t = np.empty_like(x), np.empty_like(x)
-        best_err = best = None
+        best_err = np.full(s0.shape, np.inf, np.float32)
+        best = np.zeros(s0.shape, np.intp)
         for k in range(len(self.CANDIDATES)):
-            s = scales[..., k:k + 1]
             np.clip(np.rint(np.multiply(x, recips[..., k:k + 1], out=q), out=q), -8, 7, out=q)
-            err = np.square(np.subtract(x, np.multiply(s, q, out=t), out=t), out=t).sum(axis=2, keepdims=True)
-            if best_err is None:
-                best_err, best = err, np.zeros(err.shape, np.intp)
-            else:
-                better = err < best_err
-                np.copyto(best_err, err, where=better)
-                np.copyto(best, k, where=better)
+            np.multiply(scales[..., k:k + 1], q, out=t)
+            err = np.square(np.subtract(x, t, out=t), out=t).sum(axis=2, keepdims=True)
+            better = err < best_err
+            np.copyto(best_err, err, where=better)
+            np.copyto(best, k, where=better)
         np.clip(np.rint(np.multiply(x, np.take_along_axis(recips, best, axis=2), out=q), out=q), -8, 7, out=q)
         return np.take_along_axis(scales, best, axis=2)[..., 0], None, (q + np.float32(8)).astype(np.uint8)
 

@@ -287,13 +287,13 @@ _IQ4_LUT = np.searchsorted(IQ4_VALUES[:-1] + IQ4_VALUES[1:], np.arange(_IQ4_LO, 
 _IQ4_VALUE_LUT = IQ4_VALUES[_IQ4_LUT]  # the nearest value itself, for the scale search's fits
 
 
-def _iq4_slot(a: np.ndarray) -> np.ndarray:
+def _iq4_slot(a: np.ndarray, scratch: np.ndarray) -> np.ndarray:
     """floor(2a) - _IQ4_LO clamped to the tables' range, as intp (a NaN gets
-    some slot); ``a`` is overwritten."""
+    some slot); ``scratch`` (float32, a's shape; may be ``a``) is overwritten."""
     with np.errstate(invalid="ignore", over="ignore"):
-        np.multiply(a, F32(2), out=a)
-        np.clip(a, F32(_IQ4_LO), F32(_IQ4_HI), out=a)
-        t = np.floor(a, out=a).astype(np.intp)
+        np.multiply(a, F32(2), out=scratch, dtype=F32)
+        np.clip(scratch, F32(_IQ4_LO), F32(_IQ4_HI), out=scratch)
+        t = np.floor(scratch, out=scratch).astype(np.intp)
     np.clip(t, _IQ4_LO, _IQ4_HI, out=t)  # NaN
     t -= _IQ4_LO
     return t
@@ -303,7 +303,7 @@ def iq4_index(a: np.ndarray) -> np.ndarray:
     """The code of the IQ4_VALUES entry nearest to each a (ggml's best_index_int8:
     a tie goes to the upper entry; outside the grid the end one), uint8.
     A NaN (a zero block's 0 * inf) gets some code; its caller discards it."""
-    return _IQ4_LUT[_iq4_slot(np.array(a, dtype=F32))]
+    return _IQ4_LUT[_iq4_slot(a, np.empty(np.shape(a), F32))]
 
 
 def iq4_scales(x: np.ndarray, w: np.ndarray, ntry: int = 7) -> np.ndarray:
@@ -322,7 +322,7 @@ def _iq4_t(x, w, ntry):
         q, wq, t = np.empty_like(x), np.empty_like(x), np.empty_like(x)  # reused by every fit
 
         def fit(iscale):
-            np.take(_IQ4_VALUE_LUT, _iq4_slot(np.multiply(iscale, x, out=t)), out=q)
+            np.take(_IQ4_VALUE_LUT, _iq4_slot(np.multiply(iscale, x, out=t), t), out=q)
             np.multiply(w, q, out=wq)
             return _colsum(np.multiply(wq, x, out=t)), _colsum(np.multiply(wq, q, out=t))
 
