@@ -31,7 +31,7 @@ install: setup
 
 test: setup
 	$(VENV)/bin/ctest --test-dir $(NATIVE_BUILD) --output-on-failure
-	$(VPY) -m pytest -q
+	$(VPY) -m pytest -q -n auto
 
 # The C++ tests alone (every SIMD kernel vs its scalar reference, the loaders'
 # error contracts): an incremental rebuild and a few seconds, for kernel work.
@@ -107,7 +107,7 @@ san-build: setup fuzz-deps
 # and a short run of every fuzz target from its seed corpus (SAN_FUZZ_S=15).
 sanitize: san-build
 	$(VENV)/bin/ctest --test-dir $(SAN_BUILD) --output-on-failure
-	$(SAN_ENV) $(VPY) -m pytest -q -p no:cacheprovider $(SAN_PYTESTS)
+	$(SAN_ENV) $(VPY) -m pytest -q -n auto -p no:cacheprovider $(SAN_PYTESTS)
 	$(MAKE) --no-print-directory fuzz-run FUZZ_S=$(or $(SAN_FUZZ_S),15)
 
 # Every fuzz target for FUZZ_S seconds (default 60); crashes are kept under

@@ -23,7 +23,9 @@ validator and the C++ loader must accept and refuse the same inputs.
   klprobes    a mutated kl-probes.json: the strict reader, and what it accepted
               written back byte-identical
 
-    python fuzz/fuzz_python.py --seconds 60 [--target iebin ...]
+    python fuzz/fuzz_python.py --seconds 60 [--jobs N] [--target iebin ...]
+
+Targets run --jobs at a time (default: one per CPU this process may use).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -274,6 +277,8 @@ def fuzz_one(target: str, seconds: int, corpus: Path, inputs: list[str]) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=60)
+    ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                    help="targets run at once, one process each (default: the CPUs this process may use)")
     ap.add_argument("--corpus", type=Path, default=REPO / "build" / "fuzz-corpus")
     ap.add_argument("--target", action="append", choices=sorted(TARGETS))
     ap.add_argument("--one", choices=sorted(TARGETS), help="run one target in this process (with INPUTS: replay them)")
@@ -281,18 +286,24 @@ def main() -> int:
     a = ap.parse_args()
     if a.one:
         return fuzz_one(a.one, a.seconds, a.corpus / f"py_{a.one}", a.inputs)
-    failed = 0
-    for t in a.target or list(TARGETS):
+    targets = a.target or list(TARGETS)
+
+    def run(t: str) -> subprocess.CompletedProcess:
         # One process per target: libFuzzer runs once per process.
-        res = subprocess.run([sys.executable, __file__, "--one", t, "--seconds", str(a.seconds), "--corpus", str(a.corpus)],
-                             capture_output=True, text=True)
-        out = res.stdout + res.stderr
-        runs = [ln.split(":")[-1].strip() for ln in out.splitlines() if "stat::number_of_executed_units" in ln]
-        print(f"py_{t}: {runs[-1] if runs else 0} executions in {a.seconds} s, "
-              f"{'no findings' if res.returncode == 0 else 'FINDING (exit %d)' % res.returncode}", flush=True)
-        if res.returncode != 0:
-            failed += 1
-            print("\n".join(out.strip().splitlines()[-30:]), file=sys.stderr)
+        return subprocess.run([sys.executable, __file__, "--one", t, "--seconds", str(a.seconds), "--corpus", str(a.corpus)],
+                              capture_output=True, text=True)
+
+    failed = 0
+    with ThreadPoolExecutor(max(1, a.jobs)) as pool:
+        results = pool.map(run, targets)
+        for t, res in zip(targets, results):  # in the targets' order, each once it has ended
+            out = res.stdout + res.stderr
+            runs = [ln.split(":")[-1].strip() for ln in out.splitlines() if "stat::number_of_executed_units" in ln]
+            print(f"py_{t}: {runs[-1] if runs else 0} executions in {a.seconds} s, "
+                  f"{'no findings' if res.returncode == 0 else 'FINDING (exit %d)' % res.returncode}", flush=True)
+            if res.returncode != 0:
+                failed += 1
+                print("\n".join(out.strip().splitlines()[-30:]), file=sys.stderr)
     return 1 if failed else 0
 
 

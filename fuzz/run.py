@@ -1,5 +1,6 @@
-"""Runs libFuzzer targets one after the other for a fixed time each, from
-their seed corpora, and keeps what they find.
+"""Runs libFuzzer targets for a fixed time each, from their seed corpora,
+--jobs of them at a time (default: one per CPU this process may use; each
+target is one single-threaded process), and keeps what they find.
 
     python fuzz/run.py --build build/asan --corpus build/fuzz-corpus \\
         --findings fuzz/findings --seconds 60 fuzz_bsr_file fuzz_gemv ...
@@ -17,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,19 +51,22 @@ def main() -> int:
     ap.add_argument("--corpus", type=Path, required=True)
     ap.add_argument("--findings", type=Path, required=True)
     ap.add_argument("--seconds", type=int, default=60)
+    ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                    help="targets run at once (default: the CPUs this process may use)")
     ap.add_argument("targets", nargs="+")
     a = ap.parse_args()
-    failed = 0
     for t in a.targets:
-        exe = a.build / t
-        if not exe.is_file():
-            print(f"{t}: not built ({exe}); run make san-build", file=sys.stderr)
+        if not (a.build / t).is_file():
+            print(f"{t}: not built ({a.build / t}); run make san-build", file=sys.stderr)
             return 1
-        runs, bad, tail = run_target(exe, a.corpus / t, a.findings / t, a.seconds)
-        print(f"{t}: {runs} executions in {a.seconds} s, {bad} findings", flush=True)
-        if bad:
-            failed += 1
-            print(tail, file=sys.stderr)
+    failed = 0
+    with ThreadPoolExecutor(max(1, a.jobs)) as pool:
+        results = pool.map(lambda t: run_target(a.build / t, a.corpus / t, a.findings / t, a.seconds), a.targets)
+        for t, (runs, bad, tail) in zip(a.targets, results):  # in the targets' order, each once it has ended
+            print(f"{t}: {runs} executions in {a.seconds} s, {bad} findings", flush=True)
+            if bad:
+                failed += 1
+                print(tail, file=sys.stderr)
     return 1 if failed else 0
 
 
