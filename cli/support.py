@@ -26,10 +26,20 @@ from .interrupt import exit_interrupted
 def stdout_console():
     """The console results are printed on. soft_wrap: a result line stays one
     line however narrow the terminal; piped output gets a wide page so tables
-    never truncate tensor names."""
+    never truncate tensor names. No emoji codes: a path or tensor name with
+    ``:fire:`` in it prints as written (and rich's emoji table, 10 ms to
+    import, is never loaded)."""
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+    return Console(highlight=False, soft_wrap=True, emoji=False, width=None if sys.stdout.isatty() else 200)
+
+
+def stderr_console():
+    """The console progress bars, summaries and warnings go to: as
+    stdout_console, on stderr, at the terminal's width."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 def human_bytes(n: int) -> str:

@@ -6,14 +6,15 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
+
+from iekit.cli.support import stderr_console
 
 from .hf_to_iebin import ConvertResult
 from .hf_to_iebin import Progress as ConvertProgress
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = stderr_console()
 
 
 @contextmanager

@@ -6,14 +6,13 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
-from iekit.cli.support import human_bytes, stdout_console
+from iekit.cli.support import human_bytes, stderr_console, stdout_console
 
 out = stdout_console()
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = stderr_console()
 
 
 def is_dedup_index_path(path: Path) -> bool:

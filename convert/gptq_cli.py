@@ -17,9 +17,6 @@ from iekit.cli.support import human_bytes
 from iekit.formats import expert_stacks, hf_checkpoint
 from iekit.formats.errors import IEError
 from iekit.formats.q4_manifest import load_manifest, plan
-from iekit.runtime import evaluation
-from iekit.runtime.cpu_topology import physical_cores
-from iekit.runtime.eval_cli import load_ids
 
 from .conversion_output import convert_progress, err, report_conversion
 from .hf_to_iebin import convert, natural_key
@@ -62,7 +59,11 @@ def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks,
       ieconv q4-manifest --hf-dir M -o q.json --target-bpw 4.5 --imatrix imatrix.npz
       ieconv gptq --hf-dir M --ref-dir m-f32/ --q4-map q.json --text-file calib.txt --out-dir m-q/
     """
+    # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
+    from iekit.runtime import evaluation
+    from iekit.runtime.cpu_topology import physical_cores
     from iekit.runtime.decoder import Decoder
+    from iekit.runtime.eval_cli import load_ids
     from iekit.runtime.hessians import Hessians
 
     manifest = load_manifest(q4_map)

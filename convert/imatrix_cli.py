@@ -14,16 +14,12 @@ from pathlib import Path
 
 import click
 import numpy as np
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from iekit.cli.support import stdout_console
+from iekit.cli.support import stderr_console, stdout_console
 from iekit.formats import imatrix
 from iekit.formats.atomic import check_new_file
-from iekit.runtime import evaluation
-from iekit.runtime.cpu_topology import physical_cores
-from iekit.runtime.eval_cli import load_ids
 
 DEFAULT_CTX = 512
 
@@ -49,7 +45,11 @@ def imatrix_cmd(model_dir, text_file, ids_file, out_path, ctx, chunks, threads, 
 
     Example: ieconv imatrix --model-dir smollm2-f32/ --text-file calib.txt -o imatrix.npz --chunks 40
     """
+    # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
+    from iekit.runtime import evaluation
+    from iekit.runtime.cpu_topology import physical_cores
     from iekit.runtime.decoder import Decoder
+    from iekit.runtime.eval_cli import load_ids
     from iekit.runtime.imatrix import collect
 
     check_new_file(out_path, overwrite)
@@ -60,7 +60,7 @@ def imatrix_cmd(model_dir, text_file, ids_file, out_path, ctx, chunks, threads, 
     used = [t for p in parts for t in p]
     source = {"model_dir": str(model_dir), "calibration": what,
               "ids_sha256": hashlib.sha256(np.asarray(used, "<i4").tobytes()).hexdigest()}
-    err = Console(stderr=True)
+    err = stderr_console()
     with Progress(TextColumn("imatrix"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=err, transient=True, disable=quiet) as bar:
         task = bar.add_task("", total=len(parts))

@@ -23,17 +23,14 @@ from pathlib import Path
 from typing import Callable
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from iekit.cli.support import stderr_console
 from iekit.formats import hf_checkpoint, iebin, kl_probes
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.jsonio import dumps_canonical, load_json
 from iekit.formats.q4_manifest import default_manifest, is_tied, manifest_from
 from iekit.formats.weight_types import names as weight_type_names
-from iekit.runtime import evaluation
-from iekit.runtime.cpu_topology import physical_cores
-from iekit.runtime.eval_cli import load_ids
 
 from .hf_to_iebin import convert
 
@@ -74,7 +71,11 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
     Example: ieconv kl-probes --hf-dir M --ref-dir m-f32/ --text-file eval.txt
     --imatrix imatrix.npz -o kl-probes.json
     """
+    # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
+    from iekit.runtime import evaluation
+    from iekit.runtime.cpu_topology import physical_cores
     from iekit.runtime.decoder import Decoder
+    from iekit.runtime.eval_cli import load_ids
 
     if base == probe:
         raise click.UsageError("--probe must differ from --base")
@@ -89,7 +90,7 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
     imp = None if imatrix is None else os.fspath(Path(imatrix).resolve())
     manifest = default_manifest(shapes, base, head=base, tied=is_tied(shapes, src.config), imatrix=imp)
     groups = [r["match"] for r in manifest["rules"]] + sorted(manifest["tensors"])
-    err = Console(stderr=True)
+    err = stderr_console()
     work = Path(tempfile.mkdtemp(prefix=".kl-probes-", dir=Path(out_path).resolve().parent))
     try:
         with Progress(TextColumn("{task.description:<44.44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -7,10 +7,9 @@ import json
 import sys
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from iekit.cli.support import run_cli
+from iekit.cli.support import run_cli, stdout_console
 
 from .bench import bench
 from .decode_cli import generate_cmd, logits_cmd
@@ -20,7 +19,7 @@ from .verify import verify_quant_cmd
 from .verify_bsr import verify_bsr_cmd
 from .verify_dedup import dedup_cmd as verify_dedup_cmd
 
-out = Console(highlight=False)
+out = stdout_console()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

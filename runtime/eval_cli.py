@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from iekit.cli.support import stdout_console
+from iekit.cli.support import stderr_console, stdout_console
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import read_small
 
@@ -19,7 +18,7 @@ from .env import ACTS
 from .token_ids import parse_ids
 
 out = stdout_console()
-err = Console(stderr=True, highlight=False)
+err = stderr_console()
 
 TEXT_MAX = 1 << 30  # --text-file / --ids-file: 1 GiB at most
 

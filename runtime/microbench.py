@@ -19,9 +19,9 @@ import json
 from typing import Any, Callable
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from iekit.cli.support import stdout_console
 from iekit.formats import weight_types
 from iekit.formats.quant import QuantParams
 
@@ -202,4 +202,4 @@ def _report(kernel: str, as_json: bool, res: dict[str, Any], yard: str) -> None:
             continue
         t.add_row(key, f"{v:.4g}" if isinstance(v, float) else str(v))
     t.add_row(f"[bold]fraction of {yard} bandwidth", f"[bold]{res['fraction']:.1%}")
-    Console(highlight=False).print(t)
+    stdout_console().print(t)

@@ -359,3 +359,33 @@ def test_a_shard_truncated_during_the_copy_is_one_clear_error(tmp_path, monkeypa
     with pytest.raises(FormatError, match="file shrank while reading"):
         convert(from_dir(src), tmp_path / "o")
     assert not (tmp_path / "o").exists()
+
+
+def test_paths_with_emoji_codes_print_as_written(tmp_path):
+    """rich turns ``:fire:`` into 🔥 unless told not to; a summary naming the
+    output directory must name the one on disk."""
+    out = tmp_path / "run:fire:1"
+    res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", GOLDEN_HF / "tiny-llama", "--out-dir", out, "-q")
+    assert res.returncode == 0, res.stderr
+    assert str(out) in res.stderr and "🔥" not in res.stderr + res.stdout
+    res = run_tool("ieconv", "validate", out)
+    assert res.returncode == 0 and str(out) in res.stdout, res.stdout + res.stderr
+
+
+def test_ieconv_starts_without_the_runtime(tmp_path):
+    """ieconv's commands that run a model (imatrix, gptq, kl-probes) import the
+    runtime and its native extension when they run; the rest never pay for it.
+    A real process: what `ieconv hf-to-iebin` imports on its way."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "sys.argv = ['ieconv', 'hf-to-iebin', '-q', '--hf-dir', sys.argv[1], '--out-dir', sys.argv[2]]\n"
+            "from iekit.convert.cli import main\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "print(sorted(m for m in sys.modules if m.startswith('iekit.runtime') or m == 'rich._emoji_codes'))\n")
+    res = subprocess.run([sys.executable, "-c", code, str(GOLDEN_HF / "tiny-llama"), str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "[]", res.stdout
+    assert (tmp_path / "o" / "model.ie.json").is_file()
