@@ -39,7 +39,7 @@ def run_guarded(load_main) -> None:
 
 def _import_quickly(load_main):
     """``load_main()`` with the cyclic garbage collector off, then every object
-    it made frozen. Why: importing click, rich, numpy and iekit makes ~100k
+    it made frozen. Why: importing click, rich, numpy and iekit makes ~30k
     objects that live until exit; the collector's passes over them while
     importing free nothing, and frozen, no later collection (the interpreter's
     last one at exit included) walks them again."""
