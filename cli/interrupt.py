@@ -8,6 +8,7 @@ still importing click, rich, numpy or the native extension.
 
 from __future__ import annotations
 
+import _thread
 import gc
 import signal
 import sys
@@ -28,6 +29,7 @@ def run_guarded(load_main) -> None:
     130. Once the command has finished (or is failing), Ctrl-C is ignored:
     otherwise one arriving during the interpreter's shutdown would turn a
     finished run into death by SIGINT."""
+    sys.unraisablehook = _redeliver_interrupts(sys.unraisablehook)
     try:
         main = _import_quickly(load_main)
         main()
@@ -35,6 +37,30 @@ def run_guarded(load_main) -> None:
         exit_interrupted()
     finally:
         _ignore_sigint()
+
+
+def _redeliver_interrupts(previous):
+    """A ``sys.unraisablehook`` for Ctrl-C that lands where Python cannot raise
+    it: in a weakref callback or a ``__del__`` (importlib runs one for every
+    module lock it drops, so start-up is full of them). Python would print
+    "Exception ignored in ..." with a traceback and go on running the command;
+    this delivers the interrupt again instead, so ordinary code raises
+    KeyboardInterrupt where ``run_guarded`` catches it. From a new thread:
+    delivered in the hook, it would be raised in the hook (and ignored again);
+    that thread needs the GIL, which it gets once the hook has returned (the
+    hook does not wait for it).
+    Anything else goes to ``previous``."""
+
+    def hook(unraisable) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            try:  # interrupt_main: a no-op once SIGINT is ignored (the command has finished)
+                _thread.start_new_thread(_thread.interrupt_main, ())
+            except RuntimeError:  # the interpreter is shutting down: nothing left to interrupt
+                pass
+        else:
+            previous(unraisable)
+
+    return hook
 
 
 def _import_quickly(load_main):

@@ -18,6 +18,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -449,6 +450,38 @@ def test_ctrl_c_while_importing_exits_130_without_a_traceback(tmp_path, tool):
     assert res.returncode == 130, (res.returncode, res.stderr)
     assert "Traceback" not in res.stderr
     assert [ln for ln in res.stderr.splitlines() if ln.strip()] == ["interrupted"]
+
+
+_INTERRUPT_IN_A_FINALIZER = """
+import time
+from iekit.cli.interrupt import run_guarded
+
+class Dropped:
+    def __del__(self):
+        raise KeyboardInterrupt  # as a SIGINT landing in a finalizer does
+
+def load_main():
+    def main():
+        Dropped()
+        for _ in range(200):  # the command goes on: the interrupt must stop it here
+            time.sleep(0.01)
+        print("finished")
+    return main
+
+run_guarded(load_main)
+"""
+
+
+def test_ctrl_c_inside_a_finalizer_still_stops_the_command():
+    """Ctrl-C that lands in a weakref callback or __del__ (importlib drops a
+    module lock through one after every import; CI's SIGINT test hit it) is
+    "Exception ignored" to Python, which printed a traceback and went on
+    running the command. The console scripts deliver it again: exit 130, one line."""
+    for _ in range(3):
+        res = subprocess.run([sys.executable, "-c", _INTERRUPT_IN_A_FINALIZER], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 130, (res.returncode, res.stderr)
+        assert [ln for ln in res.stderr.splitlines() if ln.strip()] == ["interrupted"], res.stderr
+        assert "finished" not in res.stdout
 
 
 @pytest.mark.parametrize("delay", [0.15, 0.3, 0.6, 1.0])
