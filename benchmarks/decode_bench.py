@@ -13,7 +13,20 @@ with prompts given as token ids (the model has no tokenizer). It prints the
 bench JSON lines as they are and one summary line. Everything lives in a
 temporary directory under out/, removed at the end unless --keep.
 
-    python benchmarks/decode_bench.py [--threads 2] [--max-new 32] [--rounds 3] [--keep]
+    python benchmarks/decode_bench.py [--threads 2] [--max-new 32] [--rounds 3] [--keep] [--no-llamacpp]
+
+With llama.cpp's ``llama-bench`` and ``llama-quantize`` (on PATH, in
+build/llamacpp/bin after ``make llamacpp``, or given with --llama-bench /
+--llama-quantize) the same weights also go to llama.cpp, as the reference
+at the same size: written as an f16 GGUF (the way convert_hf_to_gguf.py
+writes a Llama, tests/gguf_build.py; no vocabulary, llama.cpp's "none"
+tokenizer), made Q4_0 with the same policy (``llama-quantize
+--token-embedding-type f16 --output-tensor-type f16``: only the layer
+matrices are 4-bit, as ours), and decoded by ``llama-bench -p 0 -n
+--max-new -t --threads``. Its decode tok/s times the bytes it reads per
+token (every tensor but the embedding) over the same read-bandwidth
+yardstick, measured just before and just after it (the larger), is its
+fraction of the roofline beside ours. ``--no-llamacpp`` skips it.
 
 ``--device cuda --size large`` is the GPU's case (docs/cuda.md): hidden
 4096, intermediate 14336, 32 heads / 8 KV heads, 8 layers, vocab 32000 --
@@ -32,6 +45,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import llamacpp
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CONFIG = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
@@ -85,6 +102,47 @@ def write_prompts(path: Path, n: int = 4, length: int = 16, seed: int = 1) -> No
     path.write_text("\n".join(lines) + "\n")
 
 
+def llamacpp_q4_0(tmp: Path, quantize: str, threads: int) -> Path:
+    """The checkpoint in tmp/hf as llama.cpp's Q4_0 with f16 embedding and head (our policy)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from gguf_build import gguf_from_hf
+
+    f16 = gguf_from_hf(tmp / "hf", tmp / "f16.gguf", quant={".": "F16"}, tokenizer="none")
+    out = tmp / "q4_0.gguf"
+    run([quantize, "--token-embedding-type", "f16", "--output-tensor-type", "f16", str(f16), str(out), "Q4_0",
+         str(threads)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    f16.unlink()
+    return out
+
+
+def llamacpp_decode(gguf_path: Path, bench: str, threads: int, n: int, rounds: int) -> dict:
+    """llama-bench's tg over the Q4_0 file, and its roofline fraction against ierun bench's yardstick."""
+    import gguf
+
+    from iekit.runtime.cpu_topology import dram_probe_bytes
+    from iekit.runtime.native import read_bandwidth
+
+    tensors = gguf.GGUFReader(str(gguf_path)).tensors
+    emb = next(t for t in tensors if t.name == "token_embd.weight")
+    per_token = sum(int(t.n_bytes) for t in tensors if t is not emb) + int(emb.n_bytes) // CONFIG["vocab_size"]
+
+    def yardstick() -> float:
+        return float(read_bandwidth(bytes=dram_probe_bytes(), threads=threads, passes=5)["gbps"])
+
+    before = yardstick()
+    res = run([bench, "-m", str(gguf_path), "-p", "0", "-n", str(n), "-t", str(threads), "-r", str(rounds),
+               "-o", "json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    after = yardstick()
+    rec = next(r for r in json.loads(res.stdout) if r.get("n_gen"))
+    bw = max(before, after)
+    tps = float(rec["avg_ts"])
+    fraction = tps * per_token / 1e9 / bw
+    return {"tg_tps": tps, "tg_tps_stddev": float(rec["stddev_ts"]), "mb_per_token": per_token / 1e6,
+            "read_bw_before_gbps": before, "read_bw_after_gbps": after, "read_bw_gbps": bw,
+            "decode_roofline_fraction": fraction,
+            "busy": abs(before - after) / bw > 0.1 or fraction > 1}  # ierun bench's rule
+
+
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
     return subprocess.run(cmd, check=True, **kw)
@@ -98,7 +156,11 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--size", choices=("small", "large"), default="small")
+    ap.add_argument("--llama-bench", default=llamacpp.tool("llama-bench"), help=llamacpp.where("llama-bench"))
+    ap.add_argument("--llama-quantize", default=llamacpp.tool("llama-quantize"), help=llamacpp.where("llama-quantize"))
+    ap.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp reference")
     args = ap.parse_args()
+    with_llamacpp = not args.no_llamacpp and args.device == "cpu" and args.llama_bench and args.llama_quantize
     if args.size == "large":
         CONFIG.update(LARGE)
     bindir = Path(sys.executable).parent
@@ -117,6 +179,7 @@ def main() -> None:
         iebin_mb = (tmp / "iebin" / "model.ie.bin").stat().st_size / 1e6
         print(f"decode_bench: converted to {iebin_mb:.0f} MB int4w IEBIN in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)
+        q4_0 = llamacpp_q4_0(tmp, args.llama_quantize, args.threads) if with_llamacpp else None
         shutil.rmtree(tmp / "hf")  # not needed any more; frees the page cache for the run
         write_prompts(tmp / "prompts.txt")
         res = run([str(bindir / "ierun"), "bench", "--device", args.device, "--model-dir", str(tmp / "iebin"),
@@ -137,6 +200,19 @@ def main() -> None:
               f"of read_bw {last['read_bw_gbps']:.2f} GB/s, mb_per_token {last['mb_per_token']:.1f}, "
               f"effective {last['effective_gbps']:.2f} GB/s, decode step p50 {last['latency_p50_ms']:.2f} ms, "
               f"prefill {last['prefill_ms']:.0f} ms")
+        decode_tps = [r["decode_gbps"] * 1e3 / r["mb_per_token"] for r in recs]
+        ours = (f"decode_bench: ierun int4w g64: decode {statistics.median(decode_tps):.1f} tok/s, "
+                f"{last['mb_per_token']:.1f} MB/token, {statistics.median(drf):.3f} of the roofline")
+        if q4_0 is not None:
+            ref = llamacpp_decode(q4_0, args.llama_bench, args.threads, args.max_new, args.rounds)
+            print(json.dumps({"llama_cpp": "Q4_0", **ref}))
+            busy = " (busy: not trustworthy)" if ref["busy"] else ""
+            print(f"{ours}\ndecode_bench: llama.cpp Q4_0:    decode {ref['tg_tps']:.1f} tok/s (llama-bench tg"
+                  f"{args.max_new}), {ref['mb_per_token']:.1f} MB/token, {ref['decode_roofline_fraction']:.3f} of "
+                  f"the roofline ({ref['read_bw_gbps']:.2f} GB/s){busy}")
+        elif args.device == "cpu":
+            print(f"{ours}\ndecode_bench: llama.cpp: skipped (no llama-bench / llama-quantize: make llamacpp, or "
+                  "--llama-bench and --llama-quantize)")
     finally:
         if args.keep:
             print(f"decode_bench: kept {tmp}", file=sys.stderr)

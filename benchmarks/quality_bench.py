@@ -21,10 +21,11 @@ logits before and after are compared (printed; they must agree to 1e-4).
 
 Text: Python's own documentation (``pydoc_data.topics``): the first half
 calibrates the importance matrix (``ieconv imatrix``), the second is scored.
-With llama.cpp's ``llama-quantize`` on PATH (or --llama-quantize), its Q4_0
-and Q4_K_M of the same rotated f32 model (with and without an imatrix: ours,
-written in llama.cpp's legacy format) are imported with ``gguf-to-iebin`` and
-scored the same way, so both sides run in one runtime on the same ids.
+With llama.cpp's ``llama-quantize`` (on PATH, built by ``make llamacpp``,
+or --llama-quantize), its Q4_0 and Q4_K_M of the same rotated f32 model
+(with and without an imatrix: ours, written in llama.cpp's legacy format)
+are imported with ``gguf-to-iebin`` and scored the same way, so both sides
+run in one runtime on the same ids.
 
     python benchmarks/quality_bench.py [--work out/quality] [--hf-dir M] [--chunks 16] [--threads 2]
 """
@@ -40,6 +41,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+import llamacpp
 
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve().parent
@@ -138,8 +141,8 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=16, help="512-token chunks scored.")
     ap.add_argument("--calib-chunks", type=int, default=40, help="512-token chunks of calibration for the imatrix.")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--llama-quantize", default=shutil.which("llama-quantize"),
-                    help="llama.cpp's llama-quantize (default: PATH); its Q4_0 / Q4_K_M are scored too")
+    ap.add_argument("--llama-quantize", default=llamacpp.tool("llama-quantize"),
+                    help=llamacpp.where("llama-quantize") + "; its Q4_0 / Q4_K_M are scored too")
     a = ap.parse_args()
     w = a.work
     w.mkdir(parents=True, exist_ok=True)
@@ -242,7 +245,7 @@ def main() -> None:
             rows.append((f"llama.cpp {ftype}{' + imatrix' if weighted else ''}", gguf_bpw(g),
                          eval_json(d, ref, held, a.chunks, a.threads)))
     else:
-        print("llama.cpp: skipped (no llama-quantize on PATH; --llama-quantize PATH)", file=sys.stderr)
+        print("llama.cpp: skipped (no llama-quantize: make llamacpp, or --llama-quantize PATH)", file=sys.stderr)
 
     tokens = rows[0][2]["tokens_scored"]
     print(f"\n{'rotated ' if not a.no_rotate else ''}{hf.name}: {tokens} tokens scored "

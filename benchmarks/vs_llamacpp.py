@@ -16,7 +16,7 @@ N tokens generated past EOS (``--ignore-eos``) after a one-token prompt,
 tokens/s of the decode steps: like llama-bench's tg, which starts from an
 empty context. Each is the median of --rounds rounds after a warm-up round,
 with ``ierun bench``'s bandwidth yardstick and ``busy`` flag. When
-``llama-bench`` is on PATH (or given with --llama-bench) it runs on the same
+``llama-bench`` is on PATH, built by ``make llamacpp`` or given with --llama-bench, it runs on the same
 files, threads and sizes in the same run; otherwise its column says
 "skipped".
 
@@ -31,12 +31,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import llamacpp
 
 BIN = Path(sys.executable).parent
 
@@ -97,7 +98,7 @@ def show(title: str, ours: dict, theirs: dict | None, a: argparse.Namespace) -> 
         print(f"{'llama.cpp':10} {theirs['pp']:10.1f} {theirs['tg']:10.1f}")
         print(f"{'ratio':10} {ours['pp'] / theirs['pp']:10.2f} {ours['tg'] / theirs['tg']:10.2f}")
     else:
-        print(f"{'llama.cpp':10} {'skipped':>10} {'skipped':>10}   (no llama-bench on PATH; --llama-bench PATH)")
+        print(f"{'llama.cpp':10} {'skipped':>10} {'skipped':>10}   (no llama-bench: make llamacpp, or --llama-bench PATH)")
 
 
 def main() -> None:
@@ -110,9 +111,9 @@ def main() -> None:
     ap.add_argument("--act", choices=("auto", "int8", "f32"), default="auto",
                     help="ierun's activations into quantized matrices (auto: int8 for 4-bit weights, as llama.cpp "
                          "quantizes them to 8 bits for its 4-bit types)")
-    ap.add_argument("--llama-bench", default=shutil.which("llama-bench"), help="llama.cpp's llama-bench (default: PATH)")
-    ap.add_argument("--llama-quantize", default=shutil.which("llama-quantize"),
-                    help="llama.cpp's llama-quantize, for the int4w-vs-Q4_0 pairing (default: PATH)")
+    ap.add_argument("--llama-bench", default=llamacpp.tool("llama-bench"), help=llamacpp.where("llama-bench"))
+    ap.add_argument("--llama-quantize", default=llamacpp.tool("llama-quantize"),
+                    help=llamacpp.where("llama-quantize") + ", for the int4w-vs-Q4_0 pairing")
     a = ap.parse_args()
     gguf = a.gguf or default_gguf()
     ieconv = str(BIN / "ieconv")
@@ -138,7 +139,7 @@ def main() -> None:
             show(f"ierun int4w vs llama.cpp Q4_0 (llama-quantize of {gguf.name}), {a.threads} threads", ours4, theirs4, a)
             out.update(ierun_int4w=ours4, llama_cpp_q4_0=theirs4)
         else:
-            print("\nint4w vs Q4_0: skipped (no llama-quantize on PATH; --llama-quantize PATH)")
+            print("\nint4w vs Q4_0: skipped (no llama-quantize: make llamacpp, or --llama-quantize PATH)")
     print(json.dumps(out))
 
 

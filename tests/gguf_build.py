@@ -82,10 +82,12 @@ def tokenizer_fields(tok_json: dict) -> dict:
 
 def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None, pre: str = "gpt-2",
                  arch: str | None = None, extra_kv: dict | None = None,
-                 tokenizer: dict | None = None, spm=None) -> Path:
+                 tokenizer: dict | str | None = None, spm=None) -> Path:
     """Write ``out`` from the checkpoint ``hf_dir``; ``quant`` maps a regex on
     HF names to a GGMLQuantizationType name (first match wins); ``tokenizer``
-    (a tokenizer.json) replaces the checkpoint's; ``spm`` (a
+    (a tokenizer.json) replaces the checkpoint's, or is ``"none"``: no
+    vocabulary, only ``{arch}.vocab_size`` (llama.cpp's "none" tokenizer, for
+    a synthetic model that runs on token ids); ``spm`` (a
     SentencePieceProcessor) stores a SentencePiece vocabulary instead, as
     convert_hf_to_gguf's ``_set_vocab_sentencepiece`` does."""
     import gguf
@@ -111,6 +113,11 @@ def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None
            "tokenizer.ggml.bos_token_id": ("uint32", cfg["bos_token_id"]),
            "tokenizer.ggml.eos_token_id": ("uint32", cfg["eos_token_id"])}
     kvs.update(extra_kv or {})
+    if tokenizer == "none":
+        for k in ("tokenizer.ggml.pre", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"):
+            del kvs[k]
+        kvs["tokenizer.ggml.model"] = ("string", "none")
+        kvs[f"{arch}.vocab_size"] = ("uint32", cfg["vocab_size"])
     if spm is not None:
         kvs["tokenizer.ggml.model"] = ("string", "llama")
         del kvs["tokenizer.ggml.pre"]
@@ -122,7 +129,7 @@ def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None
         w.add_token_scores([spm.get_score(i) for i in ids])
         w.add_token_types([2 if spm.is_unknown(i) else 3 if spm.is_control(i) else 5 if spm.is_unused(i)
                            else 6 if spm.is_byte(i) else 1 for i in ids])
-    else:
+    elif tokenizer != "none":
         tf = tokenizer_fields(tokenizer or json.loads((hf_dir / "tokenizer.json").read_text()))
         w.add_token_list(tf["tokens"])
         w.add_token_types(tf["types"])
