@@ -237,6 +237,35 @@ def test_mistral_sliding_window_against_float64_reference(tmp_path):
     assert _rel(steps, ref) <= 1e-5
 
 
+@pytest.mark.parametrize("window", [0, 300])
+def test_attention_over_several_key_blocks_at_any_thread_count(tmp_path, window):
+    """Attention reads the KV cache a block of keys at a time (256 at head_dim
+    16) for all the queries of a work item, and how queries are grouped into
+    items depends on the chunk and the threads. Over 600 positions (f32
+    prefill chunks of 256, then decode steps) a query spans up to three
+    blocks, and with a 300-position window starts inside one: the logits
+    must follow the float64 reference and not change by one bit with the
+    thread count."""
+    def edit(m):
+        m["model"].update(max_position_embeddings=640)
+        if window:
+            m["model"].update(architecture="MistralForCausalLM")
+            m["config"].update(sliding_window=window)
+    d = _edited(tmp_path, edit)
+    ids = [int(i) for i in np.random.default_rng(7).integers(0, 320, 600)]
+    model, w = load_weights(d)
+    ref = forward(model, w, ids, window=window)
+    runs = []
+    for threads in (1, 2, 3):
+        dec = Decoder(d, threads=threads)
+        got = np.concatenate([dec.logits(ids[:590])] + [dec.step(t)[None] for t in ids[590:]])
+        assert _rel(got, ref) <= 1e-5, threads
+        runs.append(got)
+    assert all(np.array_equal(runs[0], r) for r in runs[1:])
+    if window:
+        assert _rel(runs[0], forward(model, w, ids)) > 1e-2  # the window matters here
+
+
 def test_work_touch_continues_after_the_last_byte_read():
     """touch(n, stride) reads one byte every stride from where the last call
     stopped: 1000 bytes at stride 256 read offsets 0, 256, 512, 768, so the

@@ -1,9 +1,10 @@
 // The attention's inner loops over the KV cache, for one query row and one
-// head: its scores against every cached key, the softmax's exponentials,
-// and the probability-weighted sum of the cached values. They are
-// O(context) per token and head, so in a long prefill they cost as much as
-// the matrices unless each keeps its running sums in registers; the
-// decoder (decoder/decoder.cpp) calls them through this table.
+// head: its scores against a run of cached keys, the softmax's
+// exponentials, and the probability-weighted sum of a run of cached values.
+// They are O(context) per token and head, so in a long prefill they cost as
+// much as the matrices unless each keeps its running sums in registers; the
+// decoder (decoder/decoder.cpp) calls them through this table, a block of
+// keys at a time for all the queries that read them.
 #pragma once
 #include <cstddef>
 
@@ -22,8 +23,9 @@ struct AttnOps {
   // the largest p[t] (an attention sink's logit may exceed them all), so
   // every exponential is in [0, 1].
   float (*softmax_exp)(float* p, int n, float max);
-  // o[i] = sum over t < n of p[t] * v_t[i] for i < d, v_t = v + t * stride,
-  // summed in order of t.
+  // o[i] += sum over t < n of p[t] * v_t[i] for i < d, v_t = v + t * stride:
+  // added onto o[i] in order of t, so consecutive runs of t continue one
+  // chain (bit-identical to a single call over their union).
   void (*mix)(const float* p, const float* v, size_t stride, int n, int d, float* o);
 };
 extern const AttnOps kAttnScalar;

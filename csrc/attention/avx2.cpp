@@ -2,7 +2,8 @@
 // scores: eight keys at a time, q reloaded once per eight FMAs, and the
 // eight keys' partial-sum vectors reduced together (hadd, hadd, then the
 // two halves), which is the scalar reference's order. mix: the output row
-// in eight-lane accumulators across all n values, stored once.
+// loaded into eight-lane accumulators, carried across all n values, stored
+// once.
 #include <immintrin.h>
 
 #include "attention.h"
@@ -79,11 +80,11 @@ float softmax_exp_avx2(float* p, int n, float max) {
   return sum;
 }
 
-// o[c0, c0 + 8 * W) over all n values: W accumulators stay in registers.
+// o[c0, c0 + 8 * W) plus all n values: W accumulators stay in registers.
 template <int W>
 void mix_cols(const float* p, const float* v, size_t stride, int n, int c0, float* o) {
   __m256 acc[W];
-  for (int w = 0; w < W; ++w) acc[w] = _mm256_setzero_ps();
+  for (int w = 0; w < W; ++w) acc[w] = _mm256_loadu_ps(o + c0 + 8 * w);
   for (int t = 0; t < n; ++t) {
     const __m256 pt = _mm256_broadcast_ss(p + t);
     const float* vt = v + static_cast<size_t>(t) * stride + c0;
@@ -98,7 +99,7 @@ void mix_avx2(const float* p, const float* v, size_t stride, int n, int d, float
   for (; c + 32 <= d; c += 32) mix_cols<4>(p, v, stride, n, c, o);
   for (; c + 8 <= d; c += 8) mix_cols<1>(p, v, stride, n, c, o);
   for (; c < d; ++c) {
-    float s = 0.f;
+    float s = o[c];
     for (int t = 0; t < n; ++t) s += p[t] * v[static_cast<size_t>(t) * stride + c];
     o[c] = s;
   }

@@ -29,7 +29,6 @@ float softmax_exp_scalar(float* p, int n, float max) {
 }
 
 void mix_scalar(const float* p, const float* v, size_t stride, int n, int d, float* o) {
-  for (int i = 0; i < d; ++i) o[i] = 0.f;
   for (int t = 0; t < n; ++t) {
     const float* vt = v + static_cast<size_t>(t) * stride;
     for (int i = 0; i < d; ++i) o[i] += p[t] * vt[i];

@@ -120,15 +120,25 @@ TEST(attention_simd_matches_scalar) {
         const float s0 = ie::kAttnScalar.softmax_exp(e0.data(), n, 3.f), s1 = ops.softmax_exp(e1.data(), n, 3.f);
         CHECK(std::fabs(s1 - s0) <= 1e-6f * s0 + 1e-30f) << ie::isa_name(isa) << " n=" << n << ": sum " << s1 << " vs " << s0;
         for (int t = 0; t < n; ++t) CHECK(std::fabs(e1[t] - e0[t]) <= 3e-7f * e0[t] + 1e-37f) << "t=" << t << ": " << e1[t] << " vs " << e0[t];
+        // mix adds onto what o holds: both start from the same values.
         for (int t = 0; t < n; ++t) p[t] = std::fabs(u(rng));
+        std::vector<float> o0(d);
+        for (float& v : o0) v = u(rng);
+        ref_o = o0;
         ie::kAttnScalar.mix(p.data(), kv.data(), stride, n, d, ref_o.data());
-        std::fill(got_o.begin(), got_o.end(), 42.f);
+        got_o = o0;
         ops.mix(p.data(), kv.data(), stride, n, d, got_o.data());
         for (int i = 0; i < d; ++i) {
-          float bound = 0.f;
+          float bound = std::fabs(o0[i]);
           for (int t = 0; t < n; ++t) bound += std::fabs(p[t] * kv[t * stride + i]);
           CHECK(std::fabs(got_o[i] - ref_o[i]) <= 1e-6f * bound + 1e-30f) << ie::isa_name(isa) << " d=" << d << " n=" << n << " i=" << i;
         }
+        // Runs of t continue one chain: two calls over a split are bit-identical to one.
+        const int n1 = n / 3;
+        std::vector<float> split = o0;
+        ops.mix(p.data(), kv.data(), stride, n1, d, split.data());
+        ops.mix(p.data() + n1, kv.data() + n1 * stride, stride, n - n1, d, split.data());
+        CHECK(std::memcmp(split.data(), got_o.data(), d * sizeof(float)) == 0) << ie::isa_name(isa) << " d=" << d << " n=" << n << ": split at " << n1;
       }
     }
   }
