@@ -384,40 +384,22 @@ void Decoder::embed_row(int32_t token, float* out) const {
 
 // Cached positions from which a single token's attention runs on all threads.
 constexpr int kParallelAttnCtx = 32;
-// Queries one work item of attention holds at most (its scores are kept
-// whole for the softmax: this many rows of max_ctx floats per thread).
-constexpr int kAttnItemQueries = 32;
 
-namespace {
-
-struct AttnSplit {
-  int jparts, tj, hparts, th;  // token ranges of tj tokens, head ranges of th heads
-};
-
-// How attention's queries are shared out: a work item is one KV head's
-// queries of tokens [j0, j0 + tj) and of heads [h0, h0 + th) of its group,
-// so every key and value it reads serves all of them. Items are split,
-// tokens first, then heads, until there are enough of them where the
-// queries allow: for a decode step one per thread (whole KV heads while
-// there are as many as threads: a KV head split over two threads has its
-// keys read twice, and a step at 2k positions of SmolLM2 took 19 ms so
-// against 22 ms), for a prefill chunk two per thread (later tokens see more
-// of the cache: items are handed out one at a time).
 AttnSplit attn_split(int b, int n_kv, int group, int threads) {
+  if (b < 1 || n_kv < 1 || group < 1 || threads < 1) fail("attn_split: every argument must be >= 1");
   const int want = b == 1 ? threads : 2 * threads;
+  auto ceil_div = [](int a, int d) { return (a + d - 1) / d; };
   AttnSplit s;
-  s.jparts = std::min(b, (want + n_kv - 1) / n_kv);
-  s.tj = (b + s.jparts - 1) / s.jparts;
-  s.hparts = std::min(group, (want + n_kv * s.jparts - 1) / (n_kv * s.jparts));
-  s.th = (group + s.hparts - 1) / s.hparts;
-  if (s.tj * s.th > kAttnItemQueries) {  // a long f32 prefill chunk: cap the item, more items
-    s.tj = std::max(1, kAttnItemQueries / s.th);
-    s.jparts = (b + s.tj - 1) / s.tj;
-  }
+  s.tj = ceil_div(b, std::min(b, ceil_div(want, n_kv)));
+  const int jparts = ceil_div(b, s.tj);
+  s.th = ceil_div(group, std::min(group, ceil_div(want, n_kv * jparts)));
+  s.th = std::min(s.th, kAttnItemQueries);
+  s.tj = std::min(s.tj, kAttnItemQueries / s.th);  // a long f32 prefill chunk: cap the item, more items
+  // Parts from the sizes, so that no range is empty.
+  s.jparts = ceil_div(b, s.tj);
+  s.hparts = ceil_div(group, s.th);
   return s;
 }
-
-}  // namespace
 
 // Each item's queries run over the cache a block of keys at a time (16 KiB
 // of one head's keys or values, which stays in L1 while every query of the
@@ -440,7 +422,8 @@ void Decoder::attention(int layer, int b) {
   const AttnOps& ops = kAttnTable.ops(isa_);
   const AttnSplit sp = attn_split(b, cfg_.n_kv_heads, group, threads_);
   const size_t per_thread = checked_mul(static_cast<size_t>(sp.tj * sp.th), static_cast<size_t>(cfg_.max_ctx), "attention scores");
-  if (scores_.size() < per_thread * static_cast<size_t>(threads_)) scores_.resize(per_thread * static_cast<size_t>(threads_));
+  const size_t all = checked_mul(per_thread, static_cast<size_t>(threads_), "attention scores");
+  if (scores_.size() < all) scores_.resize(all);
   const int block = std::max(8, 4096 / hd / 8 * 8);  // keys per block
   const int items = cfg_.n_kv_heads * sp.jparts * sp.hparts;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads_) if (b > 1 || n_past_ >= kParallelAttnCtx)

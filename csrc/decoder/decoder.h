@@ -249,6 +249,27 @@ class Decoder {
 // activations (256 x intermediate floats) still fit in L2/L3.
 constexpr int kPrefillBatch = 256;
 
+// Queries one work item of attention holds at most (its scores are kept
+// whole for the softmax: this many rows of max_ctx floats per thread).
+constexpr int kAttnItemQueries = 32;
+
+// How attention's queries are shared out: a work item is one KV head's
+// queries of tokens [j0, j0 + tj) and of heads [h0, h0 + th) of its group,
+// so every key and value it reads serves all of them; jparts token ranges
+// times hparts head ranges per KV head. Items are split, tokens first, then
+// heads, until there are enough of them where the queries allow: for a
+// decode step (b = 1) one per thread (whole KV heads while there are as
+// many as threads: a KV head split over two threads has its keys read
+// twice, and a step at 2k positions of SmolLM2 took 19 ms so against 22
+// ms), for a prefill chunk two per thread (later tokens see more of the
+// cache: items are handed out one at a time); never more than
+// kAttnItemQueries queries. Throws std::invalid_argument unless every
+// argument is >= 1.
+struct AttnSplit {
+  int jparts, tj, hparts, th;
+};
+AttnSplit attn_split(int b, int n_kv, int group, int threads);
+
 // Pins the OpenMP pool's threads (Linux; a no-op elsewhere): "compact" (and
 // "auto", which on one socket has nothing better to do) puts thread i on the
 // i-th allowed CPU, "scatter" spreads threads evenly over the allowed CPUs. Returns the CPU of each thread, in thread order.

@@ -176,3 +176,33 @@ TEST(decoder_refuses_configs_it_cannot_run) {
   }
   CHECK(threw);
 }
+
+TEST(attention_split_covers_every_query_once_in_bounded_items) {
+  for (int b : {1, 2, 3, 7, 8, 9, 33, 256})
+    for (int n_kv : {1, 2, 3, 8})
+      for (int group : {1, 2, 3, 4, 7, 33, 64})
+        for (int threads : {1, 2, 3, 16}) {
+          const ie::AttnSplit s = ie::attn_split(b, n_kv, group, threads);
+          const std::string at = "b=" + std::to_string(b) + " n_kv=" + std::to_string(n_kv) + " group=" +
+                                 std::to_string(group) + " threads=" + std::to_string(threads);
+          CHECK(s.tj >= 1 && s.th >= 1 && s.tj * s.th <= ie::kAttnItemQueries) << at << ": tj " << s.tj << " th " << s.th;
+          // jparts ranges of tj tokens (the last may be shorter) cover 0..b, none empty; likewise heads.
+          CHECK(s.jparts * s.tj >= b && (s.jparts - 1) * s.tj < b) << at << ": jparts " << s.jparts << " tj " << s.tj;
+          CHECK(s.hparts * s.th >= group && (s.hparts - 1) * s.th < group) << at << ": hparts " << s.hparts << " th " << s.th;
+          if (b == 1 && n_kv >= threads && group <= ie::kAttnItemQueries) {
+            CHECK(s.th == group) << at << ": a decode step with a KV head per thread splits a head's queries";
+          }
+          // Equal-sized ranges cannot always make exactly the items wanted (two per thread for a
+          // chunk): never fewer than half of them, or than every query alone.
+          if (b > 1) {
+            CHECK(2 * n_kv * s.jparts * s.hparts >= std::min(2 * threads, b * n_kv * group)) << at << ": too few items";
+          }
+        }
+  bool refused = false;
+  try {
+    ie::attn_split(1, 0, 1, 1);
+  } catch (const std::invalid_argument&) {
+    refused = true;
+  }
+  CHECK(refused) << "attn_split accepted n_kv 0";
+}
