@@ -29,14 +29,31 @@ def run_guarded(load_main) -> None:
     130. Once the command has finished (or is failing), Ctrl-C is ignored:
     otherwise one arriving during the interpreter's shutdown would turn a
     finished run into death by SIGINT."""
-    sys.unraisablehook = _redeliver_interrupts(sys.unraisablehook)
     try:
         main = _import_quickly(load_main)
         main()
     except KeyboardInterrupt:
         exit_interrupted()
+    except Exception as e:
+        if _caused_by_interrupt(e):
+            exit_interrupted()
+        raise
     finally:
         _ignore_sigint()
+
+
+def _caused_by_interrupt(e: BaseException) -> bool:
+    """Whether Ctrl-C is behind ``e``: Python wraps some exceptions in others,
+    a KeyboardInterrupt included (3.11 turns one raised while a class body's
+    ``__set_name__`` runs, as in a dataclass being defined during an import,
+    into a RuntimeError), so the chain of causes is searched."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _redeliver_interrupts(previous):
@@ -61,6 +78,13 @@ def _redeliver_interrupts(previous):
             previous(unraisable)
 
     return hook
+
+
+# Installed as this module is imported, which the entry points do first:
+# the module locks of the imports before run_guarded (this module's own,
+# its caller's) are dropped through weakref callbacks too, and a CI run
+# whose start-up was slowed by the load saw a SIGINT land in one of those.
+sys.unraisablehook = _redeliver_interrupts(sys.unraisablehook)
 
 
 def _import_quickly(load_main):

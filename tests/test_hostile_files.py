@@ -453,16 +453,27 @@ def test_ctrl_c_while_importing_exits_130_without_a_traceback(tmp_path, tool):
 
 
 _INTERRUPT_IN_A_FINALIZER = """
-import time
+import sys, time
 from iekit.cli.interrupt import run_guarded
 
 class Dropped:
     def __del__(self):
         raise KeyboardInterrupt  # as a SIGINT landing in a finalizer does
 
+if sys.argv[1] == "before":  # between the entry point's imports and run_guarded
+    Dropped()
+
+class Interrupted:
+    def __set_name__(self, owner, name):
+        raise KeyboardInterrupt  # as a SIGINT landing while a dataclass is defined does
+
 def load_main():
+    if sys.argv[1] == "class":  # Python 3.11 re-raises it as a RuntimeError
+        class Imported:
+            field = Interrupted()
     def main():
-        Dropped()
+        if sys.argv[1] == "during":
+            Dropped()
         for _ in range(200):  # the command goes on: the interrupt must stop it here
             time.sleep(0.01)
         print("finished")
@@ -472,13 +483,19 @@ run_guarded(load_main)
 """
 
 
-def test_ctrl_c_inside_a_finalizer_still_stops_the_command():
+@pytest.mark.parametrize("when", ["during", "before", "class"])
+def test_ctrl_c_inside_a_finalizer_still_stops_the_command(when):
     """Ctrl-C that lands in a weakref callback or __del__ (importlib drops a
-    module lock through one after every import; CI's SIGINT test hit it) is
-    "Exception ignored" to Python, which printed a traceback and went on
-    running the command. The console scripts deliver it again: exit 130, one line."""
+    module lock through one after every import; CI's SIGINT test hit it, in
+    the command and, on a loaded machine, in the entry point's own imports
+    before run_guarded) is "Exception ignored" to Python, which printed a
+    traceback and went on running the command; one that lands while a class
+    is defined (a dataclass, importing) became a RuntimeError with a
+    traceback and exit 1. The console scripts deliver the first again and
+    trace the second to its cause: exit 130, one line."""
     for _ in range(3):
-        res = subprocess.run([sys.executable, "-c", _INTERRUPT_IN_A_FINALIZER], capture_output=True, text=True, timeout=60)
+        res = subprocess.run([sys.executable, "-c", _INTERRUPT_IN_A_FINALIZER, when], capture_output=True, text=True,
+                             timeout=60)
         assert res.returncode == 130, (res.returncode, res.stderr)
         assert [ln for ln in res.stderr.splitlines() if ln.strip()] == ["interrupted"], res.stderr
         assert "finished" not in res.stdout
