@@ -119,6 +119,7 @@ def llamacpp_decode(gguf_path: Path, bench: str, threads: int, n: int, rounds: i
     """llama-bench's tg over the Q4_0 file, and its roofline fraction against ierun bench's yardstick."""
     import gguf
 
+    from iekit.runtime.bench_run import BUSY_SPREAD
     from iekit.runtime.cpu_topology import dram_probe_bytes
     from iekit.runtime.native import read_bandwidth
 
@@ -140,7 +141,7 @@ def llamacpp_decode(gguf_path: Path, bench: str, threads: int, n: int, rounds: i
     return {"tg_tps": tps, "tg_tps_stddev": float(rec["stddev_ts"]), "mb_per_token": per_token / 1e6,
             "read_bw_before_gbps": before, "read_bw_after_gbps": after, "read_bw_gbps": bw,
             "decode_roofline_fraction": fraction,
-            "busy": abs(before - after) / bw > 0.1 or fraction > 1}  # ierun bench's rule
+            "busy": abs(before - after) / bw > BUSY_SPREAD or fraction > 1}  # ierun bench's rule
 
 
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:

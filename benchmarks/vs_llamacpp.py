@@ -16,9 +16,9 @@ N tokens generated past EOS (``--ignore-eos``) after a one-token prompt,
 tokens/s of the decode steps: like llama-bench's tg, which starts from an
 empty context. Each is the median of --rounds rounds after a warm-up round,
 with ``ierun bench``'s bandwidth yardstick and ``busy`` flag. When
-``llama-bench`` is on PATH, built by ``make llamacpp`` or given with --llama-bench, it runs on the same
-files, threads and sizes in the same run; otherwise its column says
-"skipped".
+``llama-bench`` is on PATH, built by ``make llamacpp`` or given with
+--llama-bench, it runs on the same files, threads and sizes in the same run;
+otherwise its column says "skipped".
 
     python benchmarks/vs_llamacpp.py [--gguf FILE] [--threads 2] [-p 512] [-n 64]
 

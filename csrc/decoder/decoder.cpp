@@ -433,57 +433,47 @@ void Decoder::attention(int layer, int b) {
     const int j0 = jp * sp.tj, j1 = std::min(b, j0 + sp.tj);
     const int h0 = g * group + hp * sp.th, h1 = std::min((g + 1) * group, h0 + sp.th);
     float* sc = scores_.data() + static_cast<size_t>(omp_get_thread_num()) * per_thread;
-    // Query r = (j, h) in order; its positions are [t0[r], t0[r] + n[r]).
-    int t0[kAttnItemQueries], n[kAttnItemQueries];
+    // Query r = (j, h) in order: its q row, output row, head and positions [t0[r], n_ctx[r]).
+    const float* qr[kAttnItemQueries];
+    float* out[kAttnItemQueries];
+    int head[kAttnItemQueries], t0[kAttnItemQueries], n_ctx[kAttnItemQueries];
     int nq = 0, lo = cfg_.max_ctx, hi = 0;
     for (int j = j0; j < j1; ++j)
       for (int h = h0; h < h1; ++h, ++nq) {
-        const int n_ctx = n_past_ + j + 1;  // causal: this token and every earlier one
-        t0[nq] = window > 0 ? std::max(0, n_ctx - window) : 0;
-        n[nq] = n_ctx - t0[nq];
+        qr[nq] = q_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
+        out[nq] = att_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
+        head[nq] = h;
+        n_ctx[nq] = n_past_ + j + 1;  // causal: this token and every earlier one
+        t0[nq] = window > 0 ? std::max(0, n_ctx[nq] - window) : 0;
         lo = std::min(lo, t0[nq]);
-        hi = std::max(hi, n_ctx);
+        hi = std::max(hi, n_ctx[nq]);
       }
-    // Calls fn(r, a, e) for each query r and block of its positions [a, e), block by block.
+    // Calls fn(r, a, e, p) for each query r and block of its positions [a, e), block by
+    // block; p: the query's scores from position a on.
     auto blocks = [&](auto&& fn) {
       for (int tb = lo; tb < hi; tb += block)
         for (int r = 0; r < nq; ++r) {
-          const int a = std::max(tb, t0[r]), e = std::min(std::min(tb + block, hi), t0[r] + n[r]);
-          if (a < e) fn(r, a, e);
+          const int a = std::max(tb, t0[r]), e = std::min(tb + block, n_ctx[r]);
+          if (a < e) fn(r, a, e, sc + static_cast<size_t>(r) * cfg_.max_ctx + (a - t0[r]));
         }
     };
-    auto query = [&](int r, int* j, int* h) {
-      *j = j0 + r / (h1 - h0);
-      *h = h0 + r % (h1 - h0);
-    };
     const size_t kvo = static_cast<size_t>(g) * hd;
-    blocks([&](int r, int a, int e) {
-      int j, h;
-      query(r, &j, &h);
-      ops.scores(q_.data() + static_cast<size_t>(j) * q_dim_ + h * hd, kc + static_cast<size_t>(a) * kv_dim_ + kvo,
-                 kv_dim_, e - a, hd, scale, sc + static_cast<size_t>(r) * cfg_.max_ctx + (a - t0[r]));
+    blocks([&](int r, int a, int e, float* p) {
+      ops.scores(qr[r], kc + static_cast<size_t>(a) * kv_dim_ + kvo, kv_dim_, e - a, hd, scale, p);
     });
     float inv[kAttnItemQueries];
     for (int r = 0; r < nq; ++r) {
-      int j, h;
-      query(r, &j, &h);
       float* p = sc + static_cast<size_t>(r) * cfg_.max_ctx;
-      const float mx = std::max(*std::max_element(p, p + n[r]), sinks ? sinks[h] : -INFINITY);
-      inv[r] = 1.f / (ops.softmax_exp(p, n[r], mx) + (sinks ? std::exp(sinks[h] - mx) : 0.f));
-      std::fill_n(att_.data() + static_cast<size_t>(j) * q_dim_ + h * hd, hd, 0.f);
+      const int n = n_ctx[r] - t0[r], h = head[r];
+      const float mx = std::max(*std::max_element(p, p + n), sinks ? sinks[h] : -INFINITY);
+      inv[r] = 1.f / (ops.softmax_exp(p, n, mx) + (sinks ? std::exp(sinks[h] - mx) : 0.f));
+      std::fill_n(out[r], hd, 0.f);
     }
-    blocks([&](int r, int a, int e) {
-      int j, h;
-      query(r, &j, &h);
-      ops.mix(sc + static_cast<size_t>(r) * cfg_.max_ctx + (a - t0[r]), vc + static_cast<size_t>(a) * kv_dim_ + kvo,
-              kv_dim_, e - a, hd, att_.data() + static_cast<size_t>(j) * q_dim_ + h * hd);
+    blocks([&](int r, int a, int e, float* p) {
+      ops.mix(p, vc + static_cast<size_t>(a) * kv_dim_ + kvo, kv_dim_, e - a, hd, out[r]);
     });
-    for (int r = 0; r < nq; ++r) {
-      int j, h;
-      query(r, &j, &h);
-      float* o = att_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
-      for (int i = 0; i < hd; ++i) o[i] *= inv[r];
-    }
+    for (int r = 0; r < nq; ++r)
+      for (int i = 0; i < hd; ++i) out[r][i] *= inv[r];
   }
 }
 
