@@ -190,7 +190,7 @@ $(LLAMACPP)/bin/llama-bench: | $(VPY)
 	$(VENV)/bin/cmake -S $$(echo $(LLAMACPP_SRC)/llama_cpp_python-*/vendor/llama.cpp) -B $(LLAMACPP) -G Ninja \
 	    -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
 	    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
-	$(VENV)/bin/ninja -C $(LLAMACPP) llama-bench llama-quantize llama-imatrix
+	$(VENV)/bin/ninja -C $(LLAMACPP) llama-bench llama-quantize llama-imatrix llama-perplexity
 
 # What each scheme / policy costs SmolLM2-135M (rotated off its 4-bit grid): bits per weight, KL,
 # top-1, PPL against f32; llama.cpp's Q4_0 / Q4_K_M beside them when llama-quantize is on PATH.

@@ -39,6 +39,7 @@ from .gguf_to_iebin import build_config as build_gguf_config
 from .gguf_to_iebin import convert_gguf
 from .gguf_to_iebin import tensor_shapes as gguf_tensor_shapes
 from .iebin_legacy import is_schema2, upgrade_legacy
+from .iebin_to_gguf import REQUANTIZE_TARGETS, export_gguf
 from .imatrix_cli import imatrix_cmd, inspect_imatrix, is_imatrix_path, validate_imatrix
 from .gptq_cli import gptq_cmd
 from .kl_probes_cli import kl_probes_cmd
@@ -194,6 +195,60 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
     err.print(f"imported {res.tensors} tensors ({'; '.join(parts) or 'all kept as they are'}; "
               f"{human_bytes(res.bytes_out)} model.ie.bin) in {res.seconds:.2f} s ({mbps:.0f} MB/s) -> {res.out_dir}",
               markup=False)
+
+
+@cli.command("iebin-to-gguf")
+@click.option("--model-dir", required=True, type=click.Path(path_type=Path),
+              help="The IEBIN model directory (model.ie.json + model.ie.bin) to export.")
+@click.option("--out", "out_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="The GGUF file to write (llama.cpp, Ollama, LM Studio read it).")
+@click.option("--requantize", type=click.Choice(REQUANTIZE_TARGETS),
+              help="Quantize again, to this type, the tensors whose bytes no GGUF type holds (int4w with f32 "
+                   "scales); the error it adds is reported per tensor. Without it they are refused.")
+@click.option("--allow-full-attention", is_flag=True,
+              help="Mistral/Mixtral with a sliding window shorter than the context: export anyway (llama.cpp's "
+                   "llama architecture attends to every position: identical up to the window).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output file (never a non-regular one).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, overwrite, quiet):
+    """Export an IEBIN model as a GGUF v3 file that llama.cpp loads and runs.
+
+    \b
+    - architectures: llama, mistral and mixtral (as llama.cpp's "llama"),
+      qwen2, qwen3, qwen3moe, gpt-oss, with llama.cpp's tensor names and
+      layouts (q/k rows re-interleaved, experts stacked as ffn_*_exps);
+    - f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k iq4_nl iq4_xs
+      mxfp4 tensors are copied byte for byte; int4w with f16 scales is
+      repacked losslessly (symmetric as Q4_0, affine as Q4_1);
+    - every hyperparameter llama.cpp reads, the tokenizer (byte-level BPE),
+      the chat template, general.* and the artifact's digest go in the
+      metadata.
+
+    \b
+    Typical use:
+      ieconv q4-manifest --hf-dir M -o mix.json --target-bpw 4.5 --gguf-types
+      ieconv hf-to-iebin --hf-dir M --out-dir q/ --q4-map mix.json
+      ieconv iebin-to-gguf --model-dir q/ --out q.gguf
+      llama-cli -m q.gguf -p "The capital of France is"
+
+    What llama.cpp cannot express (another architecture, a sliding window on
+    a llama model, a gpt-oss SwiGLU limit other than 7, a type it does not
+    have) is refused with one line and nothing is written. Streams tensor by
+    tensor from the mapped model.ie.bin; writes atomically.
+    """
+    with convert_progress(quiet) as prog:
+        res = export_gguf(model_dir, out_path, overwrite=overwrite, requantize=requantize,
+                          allow_full_attention=allow_full_attention, progress=prog)
+    for w in res.warnings:
+        err.print(f"warning: {w}", markup=False)
+    for name, e in sorted(res.requantized.items()):
+        err.print(f"requantized {name} to {requantize}: added error SQNR {e.sqnr_db:.1f} dB "
+                  f"(Σ(w−ŵ)² {e.sq_error:.4g} of Σw² {e.sq_norm:.4g})", markup=False)
+    parts = [f"{res.copied} copied byte for byte"] + ([f"{res.repacked} int4w repacked losslessly"] if res.repacked else [])
+    parts += [f"{res.widened} vectors widened to F32"] if res.widened else []
+    parts += [f"{len(res.requantized)} requantized"] if res.requantized else []
+    err.print(f"exported {res.tensors} tensors as GGUF v3, architecture {res.arch} ({'; '.join(parts)}; "
+              f"{human_bytes(res.bytes_out)}) in {res.seconds:.2f} s -> {res.out_path}", markup=False)
 
 
 @cli.command("q4-manifest")

@@ -1,26 +1,126 @@
-"""llama.cpp tensor names -> Hugging Face names (Llama family).
+"""llama.cpp's architectures and tensor names, beside the Hugging Face ones.
 
-One table for what reads llama.cpp's names: the GGUF importer, and the
-converters reading a llama.cpp importance matrix (``--imatrix x.dat``).
+The one table for everything that crosses between GGUF and IEBIN: the GGUF
+importer, the exporter (iebin_to_gguf.py), and the converters reading a
+llama.cpp importance matrix (``--imatrix x.dat``). The names are those of
+gguf-py's ``constants.py`` (``TENSOR_NAMES``, ``MODEL_TENSORS``) and of
+llama.cpp's ``convert_hf_to_gguf.py`` for each model class, restated here
+(tests/test_gguf_export.py holds this table against gguf-py's own
+``TensorNameMap``).
+
+Three ways a tensor crosses:
+
+- one to one: ``model.layers.N.self_attn.q_proj.weight`` is
+  ``blk.N.attn_q.weight`` (``LAYER``, per architecture);
+- experts (Mixtral, Qwen3-MoE): IEBIN keeps one matrix per expert,
+  ``...experts.E.w1.weight``; GGUF one stack per layer,
+  ``blk.N.ffn_gate_exps.weight`` [experts, rows, cols]: the experts' bytes
+  one after another (``EXPERTS``);
+- gpt-oss's gate/up pair: IEBIN (like transformers) keeps gate and up rows
+  interleaved in one stack ``mlp.experts.gate_up_proj`` [experts, 2 inter,
+  hidden] (gate rows even, up rows odd), llama.cpp two stacks
+  ``ffn_gate_exps`` and ``ffn_up_exps``; their biases likewise (``PAIRED``).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+# GGUF name inside blk.N -> HF name inside model.layers.N, for every Llama-family layer
 LAYER_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
                "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
                "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
 _BLK = re.compile(r"blk\.(\d+)\.([a-z_]+)\.(weight|bias)")
+_LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
 
 
 def hf_name(gguf_name: str) -> str | None:
-    """The Hugging Face name of a llama.cpp tensor, or None when it has none here."""
+    """The Hugging Face name of a llama.cpp dense-layer tensor, or None when
+    it has none here (an importance matrix's entries are matrices of these)."""
     top, _, suffix = gguf_name.partition(".")
     if top in _TOP and suffix in ("weight", "bias"):
         return f"{_TOP[top]}.{suffix}"
     m = _BLK.fullmatch(gguf_name)
     if m and m.group(2) in LAYER_NAMES:
         return f"model.layers.{int(m.group(1))}.{LAYER_NAMES[m.group(2)]}.{m.group(3)}"
+    return None
+
+
+def _dense(extra: dict[str, str] | None = None, norm_after: str = "ffn_norm") -> dict[str, str]:
+    """HF suffix -> GGUF suffix of a layer's one-to-one tensors (weights and biases)."""
+    out = {}
+    for g, h in LAYER_NAMES.items():
+        if g == "ffn_norm":
+            out[f"{h}.weight"] = f"{norm_after}.weight"
+            continue
+        out[f"{h}.weight"] = f"{g}.weight"
+        if g.startswith("attn_") and g != "attn_norm":
+            out[f"{h}.bias"] = f"{g}.bias"
+    out.update(extra or {})
+    return out
+
+
+@dataclass(frozen=True)
+class GGUFArch:
+    """One decoder architecture as llama.cpp writes it."""
+
+    gguf: str                 # general.architecture
+    hf_class: str             # the IEBIN / transformers class
+    model_type: str
+    permute_qk: bool          # llama.cpp's converter interleaves q/k rows (rotate-half pairs) for these
+    layer: dict[str, str]     # HF suffix -> GGUF suffix, one to one
+    experts: dict[str, str] = field(default_factory=dict)  # per-expert HF suffix ("{e}") -> GGUF stack suffix
+    paired: dict[str, tuple[str, str]] = field(default_factory=dict)  # interleaved HF stack -> (even, odd) GGUF
+
+
+_MOE_EXPS = {"gate": "ffn_gate_exps.weight", "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
+_LLAMA = _dense()
+_QK_NORM = {"self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight"}
+
+ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
+    GGUFArch("llama", "LlamaForCausalLM", "llama", True, _LLAMA),
+    # llama.cpp converts Mistral and Mixtral as "llama" (convert_hf_to_gguf: LlamaModel)
+    GGUFArch("llama", "MistralForCausalLM", "mistral", True, _LLAMA),
+    GGUFArch("llama", "MixtralForCausalLM", "mixtral", True,
+             {**_dense(), "block_sparse_moe.gate.weight": "ffn_gate_inp.weight"},
+             experts={f"block_sparse_moe.experts.{{e}}.{w}.weight": _MOE_EXPS[k]
+                      for w, k in (("w1", "gate"), ("w3", "up"), ("w2", "down"))}),
+    GGUFArch("qwen2", "Qwen2ForCausalLM", "qwen2", False, _LLAMA),
+    GGUFArch("qwen3", "Qwen3ForCausalLM", "qwen3", False, _dense(_QK_NORM)),
+    GGUFArch("qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", False,
+             _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight"}),
+             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()}),
+    GGUFArch("gpt-oss", "GptOssForCausalLM", "gpt_oss", False,
+             _dense({"self_attn.sinks": "attn_sinks.weight", "mlp.router.weight": "ffn_gate_inp.weight",
+                     "mlp.router.bias": "ffn_gate_inp.bias", "mlp.experts.down_proj": "ffn_down_exps.weight",
+                     "mlp.experts.down_proj_bias": "ffn_down_exps.bias"}, norm_after="post_attention_norm"),
+             paired={"mlp.experts.gate_up_proj": ("ffn_gate_exps.weight", "ffn_up_exps.weight"),
+                     "mlp.experts.gate_up_proj_bias": ("ffn_gate_exps.bias", "ffn_up_exps.bias")}),
+)}
+GGUF_ARCHS = tuple(dict.fromkeys(a.gguf for a in ARCHS.values()))  # what the importer reads
+
+
+def gguf_layer_name(arch: GGUFArch, hf: str) -> str | None:
+    """The GGUF name of a one-to-one HF tensor (top-level or in a layer), or None."""
+    for top, h in _TOP.items():
+        if hf.startswith(h + ".") and hf[len(h) + 1:] in ("weight", "bias"):
+            return f"{top}.{hf[len(h) + 1:]}"
+    m = _LAYER.fullmatch(hf)
+    if m and m.group(2) in arch.layer:
+        return f"blk.{int(m.group(1))}.{arch.layer[m.group(2)]}"
+    return None
+
+
+def hf_layer_name(arch: GGUFArch, gguf_name: str) -> str | None:
+    """The HF name of a one-to-one GGUF tensor, or None."""
+    top, _, suffix = gguf_name.partition(".")
+    if top in _TOP and suffix in ("weight", "bias"):
+        return f"{_TOP[top]}.{suffix}"
+    m = re.fullmatch(r"blk\.(\d+)\.(.+)", gguf_name)
+    if m:
+        for h, g in arch.layer.items():
+            if g == m.group(2):
+                return f"model.layers.{int(m.group(1))}.{h}"
     return None

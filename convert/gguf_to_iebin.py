@@ -46,7 +46,7 @@ from iekit.formats.model_spec import check_convertible
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
-from .gguf_names import hf_name
+from .gguf_names import ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, GGUFArch, hf_layer_name
 from .gguf_tokenizer import tokenizer_config_json, tokenizer_json
 from .hf_config import model_summary
 from .hf_to_iebin import ConvertResult, Progress, check_dtype, check_out_dir, load_importance, natural_key
@@ -56,20 +56,22 @@ CHUNK_BYTES = 8 * 1024 * 1024  # source bytes per step
 # ggml block types kept byte for byte
 COPIED = {"Q4_0": "q4_0", "Q4_1": "q4_1", "Q5_0": "q5_0", "Q5_1": "q5_1", "Q8_0": "q8_0", "Q4_K": "q4_k",
           "Q5_K": "q5_k", "Q6_K": "q6_k",
-          "IQ4_NL": "iq4_nl", "IQ4_XS": "iq4_xs"}
+          "IQ4_NL": "iq4_nl", "IQ4_XS": "iq4_xs", "MXFP4": "mxfp4"}
 FLOATS = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
 
 
-@dataclass(frozen=True)
-class Arch:
-    """A GGUF ``general.architecture`` the decoder runs, as its HF model class."""
+def _arch_of(g: GGUFModel) -> GGUFArch:
+    """The decoder architecture of a GGUF file: llama.cpp's ``llama`` is Mixtral
+    when it has experts (as llama.cpp writes Mixtral), Llama otherwise (and so
+    is Mistral: llama.cpp runs it as Llama)."""
+    key = _field(g, "general.architecture", str)
+    if key not in GGUF_ARCHS:
+        raise FormatError(g.path, "general.architecture", f"{key!r} is not supported (supported: {', '.join(GGUF_ARCHS)})")
+    if key == "llama":
+        moe = g.fields.get("llama.expert_count", 0)
+        return GGUF_ARCHS_BY_CLASS["MixtralForCausalLM" if type(moe) is int and moe > 0 else "LlamaForCausalLM"]
+    return next(a for a in GGUF_ARCHS_BY_CLASS.values() if a.gguf == key)
 
-    hf_class: str
-    model_type: str
-    permute_qk: bool  # llama.cpp's converter interleaves q/k rows (rotate-half pairs) for these
-
-
-ARCHS = {"llama": Arch("LlamaForCausalLM", "llama", True), "qwen2": Arch("Qwen2ForCausalLM", "qwen2", False)}
 
 def row_order(g: GGUFModel, t: GGUFTensor, cfg: dict[str, Any]) -> np.ndarray | None:
     """The source row of each output row of ``t`` (None: rows stay in place),
@@ -77,7 +79,7 @@ def row_order(g: GGUFModel, t: GGUFTensor, cfg: dict[str, Any]) -> np.ndarray | 
     within a head, GGUF rows run (pair, 2), Hugging Face rows (2, pair)."""
     kind = t.name.split(".")[2] if t.name.startswith("blk.") else ""
     heads = {"attn_q": cfg["num_attention_heads"], "attn_k": cfg["num_key_value_heads"]}.get(kind)
-    if heads is None or not ARCHS[g.fields["general.architecture"]].permute_qk:
+    if heads is None or not _arch_of(g).permute_qk:
         return None
     n = t.shape[0]
     if n % (2 * heads):
@@ -87,36 +89,48 @@ def row_order(g: GGUFModel, t: GGUFTensor, cfg: dict[str, Any]) -> np.ndarray | 
 
 @dataclass
 class _Tensor:
-    src: GGUFTensor
+    src: GGUFTensor     # the (first) source tensor: its ggml type is every source's
     name: str           # Hugging Face name
     dtype: str          # IEBIN dtype written
-    order: np.ndarray | None  # source row of each output row (q/k), else None
+    order: np.ndarray | None  # row of the sources' rows (concatenated) for each output row, else None: in place
     mode: str           # "copy" | "cast" | "dequant" | "quantize"
     params: QuantParams | None = None  # "quantize": the manifest's choice
     importance: Any = None  # "quantize": its importance vector (--imatrix), or None
+    shape_: list[int] | None = None  # the output shape when it is not the source's (an expert, a merged pair)
+    srcs: list[GGUFTensor] | None = None  # several sources whose rows are concatenated (gpt-oss's gate and up)
+    elementwise: bool = False  # a vector stack whose elements move one by one (gpt-oss's gate/up biases)
 
     @property
     def shape(self) -> list[int]:
-        return self.src.shape
+        return self.shape_ or self.src.shape
+
+    @property
+    def sources(self) -> list[GGUFTensor]:
+        return self.srcs or [self.src]
 
     @property
     def rows(self) -> int:
         """Rows the bytes are split into: a vector is kept whole unless its elements move."""
-        return self.shape[0] if len(self.shape) == 2 or self.order is not None else 1
+        if self.elementwise:
+            return int(np.prod(self.shape))
+        if len(self.shape) >= 2:
+            return int(np.prod(self.shape[:-1]))
+        return self.shape[0] if self.order is not None else 1
 
     @property
     def out_nbytes(self) -> int:
+        rows, cols = int(np.prod(self.shape[:-1])), self.shape[-1]
         if self.mode == "quantize":
-            return SCHEMES[self.dtype].nbytes(*self.shape, self.params)
+            return SCHEMES[self.dtype].nbytes(rows, cols, self.params)
         if self.mode == "copy" and self.dtype in SCHEMES:
-            return self.src.nbytes
+            return SCHEMES[self.dtype].nbytes(rows, cols)
         return int(np.prod(self.shape)) * DTYPES[self.dtype].itemsize
 
     @property
     def quant(self) -> dict[str, Any] | None:
         if self.dtype not in SCHEMES:
             return None
-        return SCHEMES[self.dtype].quant_dict(self.shape[1], self.params or QuantParams(self.dtype))
+        return SCHEMES[self.dtype].quant_dict(self.shape[-1], self.params or QuantParams(self.dtype))
 
 
 def _field(g: GGUFModel, key: str, typ: type, default: Any = None) -> Any:
@@ -135,17 +149,11 @@ def _field(g: GGUFModel, key: str, typ: type, default: Any = None) -> Any:
     return v
 
 
-def _architecture(g: GGUFModel) -> tuple[str, Arch]:
-    key = _field(g, "general.architecture", str)
-    if key not in ARCHS:
-        raise FormatError(g.path, "general.architecture", f"{key!r} is not supported (supported: {', '.join(ARCHS)})")
-    return key, ARCHS[key]
-
-
 def build_config(g: GGUFModel) -> dict[str, Any]:
     """The ``config.json`` the metadata describes (what transformers would read)."""
     names = {t.name: t for t in g.tensors}
-    a, arch = _architecture(g)
+    arch = _arch_of(g)
+    a = arch.gguf
     hidden = _field(g, f"{a}.embedding_length", int)
     heads = _field(g, f"{a}.attention.head_count", int)
     if hidden < 1 or heads < 1:
@@ -158,8 +166,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         raise FormatError(g.path, f"{a}.rope.dimension_count", f"rotates {g.fields[f'{a}.rope.dimension_count']} of "
                                                                f"{head_dim} head dimensions; partial RoPE is not supported")
     scaling = _field(g, f"{a}.rope.scaling.type", str, "none")
-    if scaling != "none":
-        raise FormatError(g.path, f"{a}.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported")
+    if scaling not in ("none", "yarn"):
+        raise FormatError(g.path, f"{a}.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported (none, yarn)")
     if "rope_freqs.weight" in names:
         raise FormatError(g.path, "tensor 'rope_freqs.weight'", "per-frequency RoPE factors (Llama-3.1 style) are "
                                                                 "not supported")
@@ -176,49 +184,131 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         "rope_theta": _field(g, f"{a}.rope.freq_base", float, 10000.0),
         "vocab_size": embed.shape[0], "tie_word_embeddings": "output.weight" not in names,
     }
-    for which in ("bos", "eos"):
-        tid = g.fields.get(f"tokenizer.ggml.{which}_token_id")
+    if scaling == "yarn":
+        cfg["rope_scaling"] = {
+            "rope_type": "yarn", "factor": _field(g, f"{a}.rope.scaling.factor", float),
+            "original_max_position_embeddings": _field(g, f"{a}.rope.scaling.original_context_length", int),
+            "beta_fast": _field(g, f"{a}.rope.scaling.yarn_beta_fast", float, 32.0),
+            "beta_slow": _field(g, f"{a}.rope.scaling.yarn_beta_slow", float, 1.0), "truncate": True}
+    _moe_config(g, arch, cfg)
+    for which, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding")):
+        tid = g.fields.get(f"tokenizer.ggml.{key}_token_id")
         if tid is not None:
-            cfg[f"{which}_token_id"] = _field(g, f"tokenizer.ggml.{which}_token_id", int)
+            cfg[f"{which}_token_id"] = _field(g, f"tokenizer.ggml.{key}_token_id", int)
     return cfg
+
+
+def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """The experts, windows and SwiGLU of the MoE architectures, as the HF
+    config keys the decoder reads, with what llama.cpp's graph for each does
+    where the file cannot say otherwise (qwen3moe renormalises the top-k
+    weights in every layer; gpt-oss's SwiGLU is alpha 1.702, limit 7)."""
+    a = arch.gguf
+    if arch.hf_class not in ("MixtralForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM"):
+        return
+    n = _field(g, f"{a}.expert_count", int)
+    k = _field(g, f"{a}.expert_used_count", int)
+    if n < 1 or not 1 <= k <= n:
+        raise FormatError(g.path, f"{a}.expert_used_count", f"{k} of {n} experts")
+    cfg.update(num_local_experts=n, num_experts_per_tok=k)
+    if arch.hf_class == "Qwen3MoeForCausalLM":
+        cfg.update(moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), norm_topk_prob=True,
+                   mlp_only_layers=[], decoder_sparse_step=1)
+    if arch.hf_class == "GptOssForCausalLM":
+        layers = cfg["num_hidden_layers"]
+        pattern = g.fields.get(f"{a}.attention.sliding_window_pattern", 2)
+        if type(pattern) is int and pattern >= 1:  # llama.cpp's set_swa_pattern: every pattern-th layer is full
+            swa = [i % pattern < pattern - 1 for i in range(layers)]
+        elif isinstance(pattern, list) and len(pattern) == layers and all(type(x) is bool for x in pattern):
+            swa = pattern
+        else:
+            raise FormatError(g.path, f"{a}.attention.sliding_window_pattern", f"expected a period or {layers} "
+                                                                               f"booleans, got {pattern!r}")
+        cfg.update(intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), swiglu_limit=7.0,
+                   swiglu_alpha=1.702, attention_bias=True,
+                   sliding_window=_field(g, f"{a}.attention.sliding_window", int),
+                   layer_types=["sliding_attention" if w else "full_attention" for w in swa])
+
+
+def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
+    """Each IEBIN tensor the file holds, by where its rows come from (mode
+    not yet chosen): one-to-one tensors, each expert of a ``ffn_*_exps``
+    stack (Mixtral, Qwen3-MoE: one matrix per expert), and gpt-oss's gate
+    and up stacks interleaved row by row into ``gate_up_proj``."""
+    arch = _arch_of(g)
+    by_name = {t.name: t for t in g.tensors}
+    stacks = {v: k for k, v in arch.experts.items()}
+    paired = {g2: (hf, k) for hf, pair in arch.paired.items() for k, g2 in enumerate(pair)}
+    out: list[_Tensor] = []
+    for t in g.tensors:
+        where = f"tensor {t.name!r}"
+        layer, _, suffix = t.name[len("blk."):].partition(".") if t.name.startswith("blk.") else ("", "", "")
+        name = hf_layer_name(arch, t.name)
+        if name is not None:
+            if len(t.shape) > 2 and not name.endswith(("experts.down_proj", "experts.down_proj_bias")):
+                raise FormatError(g.path, where, f"has {len(t.shape)} dimensions; expected a matrix or vector")
+            out.append(_Tensor(t, name, "", None, ""))
+        elif suffix in stacks:
+            if len(t.shape) != 3:
+                raise FormatError(g.path, where, f"an expert stack must be [experts, rows, cols], got {t.shape}")
+            n_exp, rows = t.shape[0], t.shape[1]
+            for e in range(n_exp):
+                out.append(_Tensor(t, f"model.layers.{int(layer)}.{stacks[suffix].format(e=e)}", "",
+                                   np.arange(e * rows, (e + 1) * rows), "", shape_=list(t.shape[1:])))
+        elif suffix in paired:
+            hf, k = paired[suffix]
+            if k == 1:
+                continue  # made with its even partner
+            odd = by_name.get(f"blk.{layer}.{arch.paired[hf][1]}")
+            if odd is None or odd.shape != t.shape or odd.ggml_type != t.ggml_type:
+                raise FormatError(g.path, where, f"needs blk.{layer}.{arch.paired[hf][1]} of the same shape and type")
+            n_exp, rows = t.shape[0], int(np.prod(t.shape[1:-1])) if len(t.shape) == 3 else t.shape[1]
+            # output row (e, 2i + k) is row (e, i) of source k; sources' rows concatenated
+            order = (np.arange(2)[None, None, :] * n_exp * rows + np.arange(n_exp)[:, None, None] * rows
+                     + np.arange(rows)[None, :, None]).reshape(-1)
+            shape = [n_exp, 2 * rows, *t.shape[2:]]
+            out.append(_Tensor(t, f"model.layers.{int(layer)}.{hf}", "", order, "", shape_=shape, srcs=[t, odd],
+                               elementwise=len(t.shape) == 2))
+        else:
+            raise FormatError(g.path, where, f"has no Hugging Face counterpart for {cfg['architectures'][0]}; "
+                                             "this tensor cannot be carried over")
+    return out
 
 
 def _plan(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantize_all: bool) -> list[_Tensor]:
     from gguf.quants import dequantize
 
     plans = []
-    for t in g.tensors:
+    for p in _sources(g, cfg):
+        t = p.src
         where = f"tensor {t.name!r}"
-        name = hf_name(t.name)
-        if name is None:
-            raise FormatError(g.path, where, f"has no Hugging Face counterpart for {cfg['architectures'][0]}; "
-                                             "this tensor cannot be carried over")
-        if len(t.shape) > 2:
-            raise FormatError(g.path, where, f"has {len(t.shape)} dimensions; weights here are matrices and vectors")
-        if t.ggml_type in COPIED and len(t.shape) == 2 and not dequantize_all:
+        if t.ggml_type in COPIED and len(p.shape) >= 2 and not p.elementwise and not dequantize_all:
             out, mode = COPIED[t.ggml_type], "copy"
         elif t.ggml_type in FLOATS:
             out = dtype or FLOATS[t.ggml_type]
             mode = "copy" if out == FLOATS[t.ggml_type] else "cast"
         else:
-            first = g.tensor_bytes(t)[:t.nbytes // (t.shape[0] if len(t.shape) == 2 else 1)]
+            first = g.tensor_bytes(t)[:t.nbytes // (int(np.prod(t.shape[:-1])) if len(t.shape) >= 2 else 1)]
             try:
                 dequantize(np.asarray(first), _qtype(t.ggml_type))
             except (NotImplementedError, KeyError, ValueError):
                 raise FormatError(g.path, f"{where} type", f"ggml type {t.ggml_type} cannot be converted "
                                                            "(gguf.quants cannot dequantize it)") from None
             out, mode = dtype or "f32", "dequant"
-        order = row_order(g, t, cfg)
-        if order is not None and len(t.shape) == 1 and mode == "dequant":
+        order = row_order(g, t, cfg) if p.order is None else p.order
+        if order is not None and len(p.shape) == 1 and mode == "dequant":
             raise FormatError(g.path, f"{where} type", "a quantized q/k bias cannot be un-interleaved")
-        plans.append(_Tensor(t, name, out, order, mode))
+        if p.elementwise and mode == "dequant":
+            raise FormatError(g.path, f"{where} type", "a quantized expert bias cannot be interleaved")
+        p.dtype, p.mode, p.order = out, mode, order
+        plans.append(p)
     return sorted(plans, key=lambda p: natural_key(p.name))
 
 
 def tensor_shapes(g: GGUFModel) -> dict[str, tuple[str, list[int]]]:
     """{HF name: (float dtype, shape)} of the tensors a manifest can select:
     quantized tensors count as the f32 they dequantize to."""
-    return {name: (FLOATS.get(t.ggml_type, "f32"), t.shape) for t in g.tensors if (name := hf_name(t.name))}
+    return {p.name: (FLOATS.get(p.src.ggml_type, "f32"), p.shape) for p in _sources(g, build_config(g))}
 
 
 def _qtype(name: str):
@@ -284,7 +374,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
     t0 = time.perf_counter()
     created = make_dirs(out_dir)
     try:
-        bytes_in = sum(p.src.nbytes for p in plans)
+        bytes_in = sum(p.rows * _src_rows(p)[1] for p in plans)
         progress.start("converting", bytes_in + g.path.stat().st_size)  # the file is hashed beside the import
         with SourceHashes([(g.path.name, g.path)], progress.advance, checksum) as hashes, StagedFiles(out_dir) as staged:
             for n in stale:
@@ -316,13 +406,34 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
 
 def _row_blocks(g: GGUFModel, p: _Tensor, progress: Progress) -> Iterator[tuple[int, np.ndarray]]:
     """(first output row, source bytes [k, row bytes]) in output row order, a few MiB at a time."""
-    raw = g.tensor_bytes(p.src).reshape(p.rows, -1)
-    step = max(1, CHUNK_BYTES // raw.shape[1])
+    raws = [g.tensor_bytes(t) for t in p.sources]
+    n, width = _src_rows(p)
+    raw = raws[0].reshape(-1, width) if len(raws) == 1 else None
+    step = max(1, CHUNK_BYTES // width)
     for r0 in range(0, p.rows, step):
         sel = slice(r0, min(r0 + step, p.rows))
-        part = np.asarray(raw[p.order[sel]] if p.order is not None else raw[sel])
+        if raw is not None:
+            part = np.asarray(raw[p.order[sel]] if p.order is not None else raw[sel])
+        else:  # rows of several sources: row i of the concatenation is row i % n of source i // n
+            idx = p.order[sel]
+            part = np.empty((len(idx), width), np.uint8)
+            for k, r in enumerate(raws):
+                hit = idx // n == k
+                part[hit] = r.reshape(-1, width)[idx[hit] % n]
         progress.advance(part.nbytes)
         yield r0, part
+
+
+def _src_rows(p: _Tensor) -> tuple[int, int]:
+    """(rows of each source, bytes per row) in the units ``p.rows`` counts."""
+    t = p.src
+    if p.elementwise:
+        n = int(np.prod(t.shape))
+    elif len(t.shape) >= 2:
+        n = int(np.prod(t.shape[:-1]))
+    else:
+        n = t.shape[0] if p.order is not None else 1
+    return n, t.nbytes // n
 
 
 def _floats(g: GGUFModel, p: _Tensor, r0: int, part: np.ndarray) -> np.ndarray:

@@ -189,3 +189,104 @@ def tokenizer_config_json(fields: dict[str, Any], path: Path) -> bytes | None:
         if type(tid) is int and 0 <= tid < len(tokens):
             cfg[f"{which}_token"] = tokens[tid]
     return (json.dumps(cfg, ensure_ascii=False, indent=1) + "\n").encode("utf-8")
+
+
+# --- the other way: a tokenizer.json as llama.cpp's tokenizer.ggml.* key-values ---
+
+NORMAL, UNUSED = 1, 5
+# Hugging Face writes the case-insensitive contractions as (?i:...); llama.cpp spells each case out.
+_HF_CONTRACTIONS = "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+_LLAMACPP_CONTRACTIONS = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+
+
+def _bpe_pre_name(pre: Any) -> str | None:
+    """The llama.cpp pre-tokenizer name whose pipeline ``pre`` (a
+    tokenizer.json ``pre_tokenizer``) is: the inverse of ``BPE_PRE``. The
+    digit split and the regex decide; offsets and prefix-space flags that do
+    not change the split are not compared."""
+    steps = pre.get("pretokenizers", []) if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
+    digits = False
+    if steps and isinstance(steps[0], dict) and steps[0].get("type") == "Digits":
+        if not steps[0].get("individual_digits"):
+            return None
+        digits, steps = True, steps[1:]
+    if len(steps) == 1 and isinstance(steps[0], dict) and steps[0].get("type") == "ByteLevel":
+        regex = None if steps[0].get("use_regex", True) and not steps[0].get("add_prefix_space") else "?"
+    elif (len(steps) == 2 and isinstance(steps[0], dict) and steps[0].get("type") == "Split"
+          and steps[0].get("behavior") == "Isolated" and not steps[0].get("invert")
+          and isinstance(steps[1], dict) and steps[1].get("type") == "ByteLevel" and not steps[1].get("use_regex", True)
+          and not steps[1].get("add_prefix_space")):
+        regex = (steps[0].get("pattern") or {}).get("Regex")
+        if isinstance(regex, str) and regex.startswith(_HF_CONTRACTIONS):  # HF's spelling of the same regex
+            regex = _LLAMACPP_CONTRACTIONS + regex[len(_HF_CONTRACTIONS):]
+    else:
+        return None
+    return next((name for name, sig in BPE_PRE.items() if sig == (digits, regex)), None)
+
+
+def gguf_tokenizer_fields(tok_bytes: bytes, tok_config: dict[str, Any], config: dict[str, Any],
+                          path: Path) -> dict[str, Any]:
+    """``tokenizer.*`` key-values (name -> value) for an artifact's
+    tokenizer.json (``path`` names it in errors), its tokenizer_config.json
+    (the chat template) and its config.json (BOS/EOS ids): what
+    convert_hf_to_gguf's ``_set_vocab_gpt2`` stores. Byte-level BPE with a
+    pre-tokenizer llama.cpp knows by name is carried over; anything else is
+    refused, since llama.cpp would tokenize differently."""
+    try:
+        tok = json.loads(tok_bytes)
+    except ValueError as e:
+        raise FormatError(path, "(file)", f"not JSON: {e}") from None
+    model = tok.get("model") if isinstance(tok, dict) else None
+    if not isinstance(model, dict) or model.get("type") != "BPE" or model.get("byte_fallback"):
+        kind = model.get("type") if isinstance(model, dict) else None
+        raise FormatError(path, "model.type", f"{kind!r} tokenizer: only byte-level BPE (GPT-2 style) is exported "
+                                              "to GGUF")
+    pre = _bpe_pre_name(tok.get("pre_tokenizer"))
+    if pre is None:
+        raise FormatError(path, "pre_tokenizer", "splits text in a way llama.cpp has no name for (known: "
+                                                 f"{', '.join(BPE_PRE)}); llama.cpp would tokenize differently")
+    vocab = model.get("vocab")
+    merges = model.get("merges")
+    if not isinstance(vocab, dict) or not isinstance(merges, list):
+        raise FormatError(path, "model.vocab", "a BPE model needs a vocab object and a merges list")
+    added = {t["id"]: t for t in tok.get("added_tokens") or [] if isinstance(t, dict) and type(t.get("id")) is int}
+    ids = [i for i in vocab.values() if type(i) is int and i >= 0]
+    size = max(max(ids, default=-1), max(added, default=-1)) + 1
+    if "vocab_size" in config and type(config["vocab_size"]) is int:
+        size = max(size, config["vocab_size"])
+    rev = {i: t for t, i in vocab.items()}
+    tokens, types = [], []
+    for i in range(size):
+        if i in added:
+            tokens.append(added[i]["content"])
+            types.append(CONTROL if added[i].get("special") else USER_DEFINED)
+        elif i in rev:
+            tokens.append(rev[i])
+            types.append(NORMAL)
+        else:  # ids the embedding has and the vocabulary does not name (padding rows)
+            tokens.append(f"[PAD{i}]")
+            types.append(UNUSED)
+    if len(set(tokens)) != len(tokens):
+        raise FormatError(path, "model.vocab", "two ids have the same token text")
+    fields: dict[str, Any] = {
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.merges": [m if isinstance(m, str) else " ".join(m) for m in merges],
+    }
+    for which, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding"), ("unk", "unknown")):
+        tid = config.get(f"{which}_token_id")
+        if isinstance(tid, list):  # several EOS ids: llama.cpp stores one (the first), as its converter does
+            tid = tid[0] if tid else None
+        if type(tid) is int and 0 <= tid < size:
+            fields[f"tokenizer.ggml.{key}_token_id"] = tid
+    post = tok.get("post_processor")
+    single = post.get("single") if isinstance(post, dict) and post.get("type") == "TemplateProcessing" else None
+    if isinstance(single, list) and single:
+        fields["tokenizer.ggml.add_bos_token"] = "SpecialToken" in single[0]
+        fields["tokenizer.ggml.add_eos_token"] = "SpecialToken" in single[-1]
+    else:
+        fields["tokenizer.ggml.add_bos_token"] = fields["tokenizer.ggml.add_eos_token"] = False
+    template = tok_config.get("chat_template")
+    if isinstance(template, str):
+        fields["tokenizer.chat_template"] = template
+    return fields

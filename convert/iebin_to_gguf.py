@@ -1,0 +1,562 @@
+"""IEBIN -> GGUF v3: an artifact as a file llama.cpp (Ollama, LM Studio) runs.
+
+The inverse of gguf_to_iebin.py, for every architecture the decoder runs,
+with llama.cpp's architecture names, tensor names and layouts
+(gguf_names.py): q/k rows interleaved for the Llama family's RoPE (whole
+rows move, so quantized rows keep their bytes), per-expert matrices
+stacked as ``ffn_*_exps``, gpt-oss's interleaved gate/up stack split in
+two.
+
+Bytes, by IEBIN dtype:
+
+- every type llama.cpp also has (f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k
+  q5_k q6_k iq4_nl iq4_xs mxfp4): copied byte for byte;
+- int4w with f16 scales (or f32 scales that f16 holds exactly): repacked
+  losslessly, the symmetric kind as Q4_0 (d = its group's scale, the same
+  nibbles), the affine kind as Q4_1 (d, m = its group's scale and minimum);
+  the values are the same floats (tests/test_gguf_export.py proves it);
+- anything else (int4w whose f32 scales f16 cannot hold) is refused, naming
+  the tensor and what to quantize with instead, unless ``requantize``
+  names a type: then it is quantized again from its values, and the error
+  that adds is reported per tensor;
+- vectors (norms, biases, sinks) are widened to F32, exactly, as llama.cpp's
+  converter writes them.
+
+The header, key-values and tensor table are written by gguf-py's
+``GGUFWriter``; the tensor data is streamed into the same file a few MiB
+at a time from the mapped ``model.ie.bin`` (``GGUFWriter.write_tensor_data``
+takes each tensor as one array in memory, which would make the peak memory
+grow with the largest tensor). The file is staged under a temporary name,
+fsynced and renamed, like every writer here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from iekit.formats import iebin
+from iekit.formats.atomic import StagedFiles, check_new_file
+from iekit.formats.casting import decode_f32
+from iekit.formats.errors import FormatError, IEError, UnsupportedError
+from iekit.formats.fileio import read_small
+from iekit.formats.jsonio import loads_strict
+from iekit.formats.model_spec import DecoderSpec, decoder_spec, rope_tables
+from iekit.formats.quant import SCHEMES, QuantError, QuantParams
+
+from .gguf_names import ARCHS, GGUFArch, gguf_layer_name
+from .gguf_tokenizer import gguf_tokenizer_fields
+from .hf_to_iebin import Progress
+
+CHUNK_BYTES = 8 * 1024 * 1024
+# IEBIN dtypes llama.cpp has under the same layout (GGMLQuantizationType names)
+SAME_BYTES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q4_0": "Q4_0", "q4_1": "Q4_1", "q5_0": "Q5_0",
+              "q5_1": "Q5_1", "q8_0": "Q8_0", "q4_k": "Q4_K", "q5_k": "Q5_K", "q6_k": "Q6_K", "iq4_nl": "IQ4_NL",
+              "iq4_xs": "IQ4_XS", "mxfp4": "MXFP4"}
+REQUANTIZE_TARGETS = tuple(n for n in SAME_BYTES if n in SCHEMES)
+# llama.cpp's general.file_type by the type most of the weights are in (LlamaFileType names)
+_FILE_TYPE = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16", "q4_0": "MOSTLY_Q4_0",
+              "q4_1": "MOSTLY_Q4_1", "q5_0": "MOSTLY_Q5_0", "q5_1": "MOSTLY_Q5_1", "q8_0": "MOSTLY_Q8_0",
+              "q4_k": "MOSTLY_Q4_K_M", "q5_k": "MOSTLY_Q5_K_M", "q6_k": "MOSTLY_Q6_K", "iq4_nl": "MOSTLY_IQ4_NL",
+              "iq4_xs": "MOSTLY_IQ4_XS", "mxfp4": "MOSTLY_MXFP4_MOE"}
+GPT_OSS_SWIGLU = (1.702, 7.0)  # llama.cpp's LLM_FFN_SWIGLU_OAI_MOE constants (alpha, limit)
+QUANTIZATION_VERSION = 2  # GGML_QNT_VERSION
+
+
+@dataclass
+class _Part:
+    """Rows of one IEBIN tensor (an expert stack's slice, or a whole one)."""
+
+    entry: dict[str, Any]
+    rows: np.ndarray | None = None   # which of its rows, in output order (None: all, in order)
+
+
+@dataclass
+class _Out:
+    """One GGUF tensor: its name, ggml type, shape (numpy order) and where its rows come from."""
+
+    name: str
+    ggml_type: str
+    shape: list[int]
+    parts: list[_Part]
+    dtype: str                 # the IEBIN dtype it is made from
+    how: str = "copy"          # copy | widen | repack | requantize
+    target: str | None = None  # repack / requantize: the IEBIN scheme written
+    error: QuantError | None = None
+
+    @property
+    def rows(self) -> int:
+        return math.prod(self.shape[:-1])
+
+    @property
+    def nbytes(self) -> int:
+        cols = self.shape[-1]
+        if self.how == "widen":
+            return self.rows * cols * 4
+        if self.target is not None:
+            return SCHEMES[self.target].nbytes(self.rows, cols, QuantParams(self.target))
+        return sum(_part_rows(p) for p in self.parts) * _row_bytes(self.parts[0].entry)
+
+
+@dataclass
+class ExportResult:
+    out_path: Path
+    tensors: int
+    bytes_out: int
+    seconds: float
+    arch: str
+    copied: int = 0
+    repacked: int = 0
+    widened: int = 0
+    requantized: dict[str, QuantError] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _part_rows(p: _Part) -> int:
+    return len(p.rows) if p.rows is not None else math.prod(p.entry["shape"][:-1]) if len(p.entry["shape"]) > 1 else 1
+
+
+def _row_bytes(e: dict[str, Any]) -> int:
+    rows = math.prod(e["shape"][:-1]) if len(e["shape"]) > 1 else 1
+    return e["nbytes"] // rows
+
+
+def _int4w_params(e: dict[str, Any]) -> QuantParams:
+    return SCHEMES["int4w"].params_from(e["quant"], e["shape"][-1])
+
+
+def qk_rows(n: int, heads: int) -> np.ndarray:
+    """llama.cpp's q/k row order for Llama-family RoPE: the HF row of each GGUF
+    row; within a head, GGUF rows run (pair, 2) where HF rows run (2, pair)."""
+    return np.arange(n).reshape(heads, 2, n // heads // 2).swapaxes(1, 2).reshape(-1)
+
+
+class _Plan:
+    """Every GGUF tensor of an artifact, and the key-values, or one refusal."""
+
+    def __init__(self, model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, requantize: str | None):
+        self.model, self.arch, self.spec = model, arch, spec
+        self.requantize = requantize
+        self.entries = {t["name"]: t for t in model.tensors}
+        self.used: set[str] = set()
+        self.out: list[_Out] = []
+
+    def where(self, name: str) -> str:
+        return f"tensors[{name!r}]"
+
+    def add(self, gguf_name: str, parts: list[_Part], shape: list[int]) -> None:
+        dtypes = {p.entry["dtype"] for p in parts}
+        first = parts[0].entry
+        if len(dtypes) > 1 or len({json_key(p.entry.get("quant")) for p in parts}) > 1:
+            raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: the experts stacked into "
+                          f"{gguf_name} are stored in different types ({', '.join(sorted(dtypes))}); a GGUF stack has "
+                          "one type: quantize them alike (one q4_manifest rule)")
+        dtype = first["dtype"]
+        vector = len(shape) == 1 or gguf_name.endswith(".bias") or ".attn_sinks." in gguf_name
+        o = _Out(gguf_name, SAME_BYTES.get(dtype, ""), shape, parts, dtype)
+        if vector and dtype in ("f16", "bf16", "f32"):
+            o.how, o.ggml_type = ("copy", "F32") if dtype == "f32" else ("widen", "F32")
+        elif dtype == "int4w":
+            p = _int4w_params(first)
+            target = "q4_0" if p.symmetric else "q4_1"
+            bad = next((q.entry["name"] for q in parts if not self._scales_fit_f16(q.entry)), None)
+            if bad is None:
+                o.how, o.target, o.ggml_type = "repack", target, target.upper()
+            elif self.requantize:
+                why = SCHEMES[self.requantize].check([o.rows, shape[-1]], QuantParams(self.requantize))
+                if why:
+                    raise IEError(f"{self.model.meta_path}: {self.where(bad)}: --requantize {self.requantize}: {why}")
+                o.how, o.target, o.ggml_type = "requantize", self.requantize, self.requantize.upper()
+                o.error = QuantError()
+            else:
+                raise IEError(f"{self.model.meta_path}: {self.where(bad)}: int4w with f32 scales that f16 cannot "
+                              f"hold has no GGUF type; quantize it with --scale-dtype f16 (exported losslessly as "
+                              f"{target.upper()}) or a llama.cpp scheme such as q4_k, or pass --requantize {target} "
+                              "to requantize it here")
+        elif dtype not in SAME_BYTES:
+            raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: dtype {dtype!r} has no GGUF type")
+        self.out.append(o)
+        self.used.update(p.entry["name"] for p in parts)
+
+    def _scales_fit_f16(self, e: dict[str, Any]) -> bool:
+        p = _int4w_params(e)
+        if p.scale_dtype == "f16":
+            return True
+        rows, cols = math.prod(e["shape"][:-1]), e["shape"][-1]
+        _qs, s, m = SCHEMES["int4w"].planes(self.model_bytes(e), rows, cols, p)
+        planes = [s] if m is None else [s, m]
+        with np.errstate(over="ignore"):
+            return all(np.array_equal(x.astype(np.float16).astype(np.float32), x) for x in planes)
+
+    def model_bytes(self, e: dict[str, Any]) -> np.ndarray:
+        return _tensor_bytes(self.model, e)
+
+    def entry(self, name: str) -> dict[str, Any]:
+        if name not in self.entries:
+            raise IEError(f"{self.model.meta_path}: no tensor {name!r}, which {self.arch.hf_class} needs")
+        return self.entries[name]
+
+
+def json_key(v: Any) -> str:
+    import json
+
+    return json.dumps(v, sort_keys=True)
+
+
+def _tensor_bytes(model: iebin.IebinModel, e: dict[str, Any]) -> np.ndarray:
+    """A stored tensor's bytes as a read-only uint8 view of its mapped file."""
+    path = model.path_of(e)
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    off = e["file_data_offset"]
+    return data[off:off + e["nbytes"]]
+
+
+def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: dict[str, Any],
+                       allow_full_attention: bool) -> list[str]:
+    """Refuse what llama.cpp's graph for this architecture cannot run as the
+    decoder does (one line naming the config key); return the warnings."""
+    where = f"{model.meta_path}: config"
+    warnings = []
+    if arch.gguf == "llama" and any(spec.windows):
+        w = max(spec.windows)
+        if w < spec.max_positions and not allow_full_attention:
+            raise IEError(f"{where}.sliding_window: {w} positions; llama.cpp's llama architecture attends to every "
+                          "position, so past that the exported model would answer differently. Pass "
+                          "--allow-full-attention to export anyway (identical for contexts up to the window)")
+        if w < spec.max_positions:
+            warnings.append(f"sliding_window {w} is dropped: llama.cpp attends to every position (identical up to {w})")
+    moe = spec.moe
+    if moe is not None:
+        if arch.gguf == "qwen3moe":
+            if not all(moe.layers):
+                raise IEError(f"{where}.mlp_only_layers: llama.cpp's qwen3moe has experts in every layer; "
+                              "this model has dense ones")
+            if not moe.norm_topk:
+                raise IEError(f"{where}.norm_topk_prob: false; llama.cpp's qwen3moe always renormalises the "
+                              "top-k weights")
+        if arch.gguf == "gpt-oss" and (moe.alpha, moe.limit) != GPT_OSS_SWIGLU:
+            raise IEError(f"{where}.swiglu_limit: llama.cpp's gpt-oss runs swiglu_alpha {GPT_OSS_SWIGLU[0]} and "
+                          f"swiglu_limit {GPT_OSS_SWIGLU[1]}; this model has {moe.alpha} and {moe.limit}")
+    scaling = _scaling(model)
+    kind = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
+    if kind == "yarn" and scaling.get("truncate", True) is False:
+        warnings.append("rope_scaling.truncate is false; llama.cpp's YaRN rounds its correction range (as truncate "
+                        "true does), so a few RoPE frequencies differ slightly")
+    if kind == "yarn" and (scaling.get("attention_factor") is not None or scaling.get("mscale")):
+        raise IEError(f"{where}.rope_scaling: YaRN with an explicit attention_factor/mscale is not expressed by "
+                      "llama.cpp's keys for this architecture")
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise IEError(f"{where}.hidden_act: {cfg.get('hidden_act')!r}; llama.cpp's {arch.gguf} uses silu")
+    return warnings
+
+
+def _scaling(model: iebin.IebinModel) -> dict[str, Any] | None:
+    s = model.meta["model"].get("rope_scaling")
+    return s if isinstance(s, dict) else None
+
+
+def _plan_tensors(plan: _Plan) -> None:
+    """Every GGUF tensor, in the order llama.cpp's converter writes them
+    (token_embd, then layer by layer, output_norm, output)."""
+    model, arch, spec = plan.model, plan.arch, plan.spec
+    names = sorted(plan.entries, key=_natural)
+
+    def one(hf: str, order: np.ndarray | None = None) -> None:
+        e = plan.entry(hf)
+        plan.add(gguf_layer_name(arch, hf), [_Part(e, order)], list(e["shape"]))
+
+    one("model.embed_tokens.weight")
+    heads = {"self_attn.q_proj": spec.n_heads, "self_attn.k_proj": spec.n_kv_heads}
+    for i in range(spec.n_layers):
+        pre = f"model.layers.{i}."
+        for hf in [n for n in names if n.startswith(pre)]:
+            sub = hf[len(pre):]
+            if sub not in arch.layer:
+                continue
+            order = None
+            proj = sub.rsplit(".", 1)[0]
+            if arch.permute_qk and proj in heads:
+                order = qk_rows(plan.entries[hf]["shape"][0], heads[proj])
+            one(hf, order)
+        for pattern, stack in arch.experts.items():
+            if spec.moe is None or not spec.moe.layers[i]:
+                continue
+            parts = [_Part(plan.entry(pre + pattern.format(e=e))) for e in range(spec.moe.n_experts)]
+            shape = [spec.moe.n_experts, *parts[0].entry["shape"]]
+            plan.add(f"blk.{i}.{stack}", parts, shape)
+        for hf_stack, (even, odd) in arch.paired.items():
+            e = plan.entry(pre + hf_stack)
+            n_exp, rows = e["shape"][0], e["shape"][1]
+            base = np.arange(n_exp)[:, None] * rows
+            for k, g in enumerate((even, odd)):
+                order = (base + np.arange(k, rows, 2)[None, :]).reshape(-1)
+                if len(e["shape"]) == 2:  # a bias stack [experts, 2 inter]: elements are its rows
+                    plan.add(f"blk.{i}.{g}", [_Part(_as_rows(e), order)], [n_exp, rows // 2])
+                else:
+                    plan.add(f"blk.{i}.{g}", [_Part(e, order)], [n_exp, rows // 2, e["shape"][2]])
+    one("model.norm.weight")
+    if "lm_head.weight" in plan.entries and not spec.tied:
+        one("lm_head.weight")
+    left = sorted(set(plan.entries) - plan.used - ({"lm_head.weight"} if spec.tied else set()))
+    if left:
+        raise IEError(f"{model.meta_path}: {plan.where(left[0])}: has no place in llama.cpp's {arch.gguf} "
+                      f"({len(left)} such tensors); refusing rather than dropping it")
+
+
+def _as_rows(e: dict[str, Any]) -> dict[str, Any]:
+    """A bias stack [experts, n] seen as experts × n one-element rows."""
+    return {**e, "shape": [*e["shape"], 1]}
+
+
+def _natural(name: str) -> list:
+    import re
+
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def _rows_of(plan: _Plan, part: _Part, sel: np.ndarray) -> np.ndarray:
+    """Rows ``sel`` of a part as bytes [k, row bytes] (int4w: its planes for those rows)."""
+    e = part.entry
+    raw = plan.model_bytes(e)
+    if e["dtype"] == "int4w":
+        raise AssertionError("int4w rows go through _int4w_rows")
+    return np.asarray(raw.reshape(-1, _row_bytes(e))[sel])
+
+
+def _int4w_values(plan: _Plan, e: dict[str, Any], sel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The codes [k, cols] (0..15), scales and mins [k, groups] (float32) of rows ``sel``."""
+    p = _int4w_params(e)
+    rows, cols = math.prod(e["shape"][:-1]), e["shape"][-1]
+    qs, s, m = SCHEMES["int4w"].planes(plan.model_bytes(e), rows, cols, p)
+    return np.asarray(qs[sel]), s[sel], None if m is None else m[sel]
+
+
+def _repack_int4w(qs: np.ndarray, s: np.ndarray, m: np.ndarray | None, cols: int) -> np.ndarray:
+    """int4w rows as Q4_0 (symmetric) or Q4_1 (affine) blocks: the same
+    nibbles (both pack element j low and j+16 high in each 32), the group's
+    scale as d and its minimum as m, so every value is the same float."""
+    k = qs.shape[0]
+    nb = cols // 32
+    per_group = cols // s.shape[1] // 32  # blocks per group
+    d = np.repeat(s, per_group, axis=1).astype(np.float16).view(np.uint8).reshape(k, nb, 2)
+    heads = [d]
+    if m is not None:
+        heads.append(np.repeat(m, per_group, axis=1).astype(np.float16).view(np.uint8).reshape(k, nb, 2))
+    return np.concatenate([*heads, qs.reshape(k, nb, 16)], axis=2).reshape(k, -1)
+
+
+def _chunks(plan: _Plan, o: _Out, advance: Callable[[int], None]) -> Iterator[bytes]:
+    """The tensor's GGUF bytes, a few MiB of rows at a time."""
+    cols = o.shape[-1]
+    for part in o.parts:
+        e = part.entry
+        n = _part_rows(part)
+        rb = max(1, e["nbytes"] // (math.prod(e["shape"][:-1]) if len(e["shape"]) > 1 else 1))
+        step = max(1, CHUNK_BYTES // rb)
+        for r0 in range(0, n, step):
+            sel = part.rows[r0:r0 + step] if part.rows is not None else np.arange(r0, min(r0 + step, n))
+            if e["dtype"] == "int4w":
+                qs, s, m = _int4w_values(plan, e, sel)
+                if o.how == "repack":
+                    out = _repack_int4w(qs, s, m, cols)
+                else:
+                    p = _int4w_params(e)
+                    from iekit.formats.quant import QuantizedRows
+
+                    w = SCHEMES["int4w"].dequantize_rows(QuantizedRows(qs, s, m), cols, p)
+                    target = SCHEMES[o.target]
+                    tp = QuantParams(o.target)
+                    raw = target.quantize(w, tp, o.name)
+                    o.error.add(w, target.dequantize(raw, w.shape[0], cols, tp), None)
+                    out = raw.reshape(w.shape[0], -1)
+            else:
+                rows = _rows_of(plan, part, sel)
+                out = rows
+                if o.how == "widen":
+                    out = decode_f32(rows.tobytes(), e["dtype"])
+            b = np.ascontiguousarray(out).tobytes()
+            advance(len(b))
+            yield b
+
+
+def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: dict[str, Any],
+              outs: list[_Out]) -> dict[str, tuple[str, Any]]:
+    """Key -> (gguf value type name, value): every hyperparameter llama.cpp
+    reads for the architecture, general.*, the tokenizer and the provenance."""
+    from gguf.constants import LlamaFileType
+
+    a = arch.gguf
+    m = model.meta["model"]
+    kv: dict[str, tuple[str, Any]] = {}
+    src = model.meta["source"]
+    kv["general.type"] = ("string", "model")
+    kv["general.name"] = ("string", src.get("name") or model.dir.name)
+    weight_elems: dict[str, int] = {}
+    for o in outs:
+        if len(o.shape) >= 2 and o.ggml_type:
+            t = (o.target or o.dtype)
+            weight_elems[t] = weight_elems.get(t, 0) + math.prod(o.shape)
+    main = max(weight_elems, key=weight_elems.get) if weight_elems else "f32"
+    kv["general.file_type"] = ("uint32", int(LlamaFileType[_FILE_TYPE.get(main, "ALL_F32")]))
+    kv["general.quantization_version"] = ("uint32", QUANTIZATION_VERSION)
+    kv[f"{a}.context_length"] = ("uint32", spec.max_positions)
+    kv[f"{a}.embedding_length"] = ("uint32", spec.hidden)
+    kv[f"{a}.block_count"] = ("uint32", spec.n_layers)
+    moe = spec.moe
+    dense_ff = spec.inter if moe is None or not all(moe.layers) else (cfg.get("intermediate_size") or moe.inter)
+    kv[f"{a}.feed_forward_length"] = ("uint32", int(dense_ff))
+    kv[f"{a}.attention.head_count"] = ("uint32", spec.n_heads)
+    kv[f"{a}.attention.head_count_kv"] = ("uint32", spec.n_kv_heads)
+    kv[f"{a}.attention.key_length"] = ("uint32", spec.head_dim)
+    kv[f"{a}.attention.value_length"] = ("uint32", spec.head_dim)
+    kv[f"{a}.rope.dimension_count"] = ("uint32", spec.head_dim)
+    kv[f"{a}.rope.freq_base"] = ("float32", float(m.get("rope_theta") or 10000.0))
+    kv[f"{a}.attention.layer_norm_rms_epsilon"] = ("float32", float(spec.eps))
+    kv[f"{a}.vocab_size"] = ("uint32", spec.vocab)
+    scaling = _scaling(model)
+    kind = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
+    if kind == "yarn":
+        kv[f"{a}.rope.scaling.type"] = ("string", "yarn")
+        kv[f"{a}.rope.scaling.factor"] = ("float32", float(scaling["factor"]))
+        kv[f"{a}.rope.scaling.original_context_length"] = ("uint32", int(scaling["original_max_position_embeddings"]))
+        kv[f"{a}.rope.scaling.yarn_beta_fast"] = ("float32", float(scaling.get("beta_fast") or 32.0))
+        kv[f"{a}.rope.scaling.yarn_beta_slow"] = ("float32", float(scaling.get("beta_slow") or 1.0))
+    if moe is not None:
+        kv[f"{a}.expert_count"] = ("uint32", moe.n_experts)
+        kv[f"{a}.expert_used_count"] = ("uint32", moe.top_k)
+        if arch.gguf in ("qwen3moe", "gpt-oss"):
+            kv[f"{a}.expert_feed_forward_length"] = ("uint32", moe.inter)
+    if arch.gguf == "gpt-oss":
+        kv[f"{a}.attention.sliding_window"] = ("uint32", max(spec.windows) or spec.max_positions)
+        kv[f"{a}.attention.sliding_window_pattern"] = ("bool_array", [w > 0 for w in spec.windows])
+    # where it came from: the artifact's own digest and its source's
+    alg = model.checksum
+    kv["iekit.artifact.checksum"] = ("string", f"{alg}:{_digest(model)}")
+    kv["iekit.source.kind"] = ("string", str(src.get("kind")))
+    kv["iekit.source.shards"] = ("string_array", [f"{s['name']} {alg}:{s[alg]}" for s in src.get("shards", [])
+                                                  if alg in s] or ["(none)"])
+    return kv
+
+
+def _digest(model: iebin.IebinModel) -> str:
+    from iekit.formats import checksums
+
+    return checksums.digest(model.checksum, read_small(model.meta_path))
+
+
+def _tokenizer(model: iebin.IebinModel, cfg: dict[str, Any]) -> dict[str, Any]:
+    files = model.meta.get("tokenizer", {}).get("files") or []
+    if "tokenizer.json" not in files:
+        raise IEError(f"{model.meta_path}: tokenizer.files: no tokenizer.json; llama.cpp needs the vocabulary in "
+                      "the GGUF file")
+    path = model.dir / "tokenizer.json"
+    tok_cfg: dict[str, Any] = {}
+    if "tokenizer_config.json" in files:
+        tc = loads_strict(read_small(model.dir / "tokenizer_config.json"), model.dir / "tokenizer_config.json")
+        tok_cfg = tc if isinstance(tc, dict) else {}
+    merged = {**cfg, **{k: v for k, v in model.meta["model"].items() if k.endswith("_token_id")}}
+    return gguf_tokenizer_fields(read_small(path), tok_cfg, merged, path)
+
+
+def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, overwrite: bool = False,
+                requantize: str | None = None, allow_full_attention: bool = False,
+                progress: Progress | None = None) -> ExportResult:
+    """Write the IEBIN artifact in ``model_dir`` as the GGUF file ``out_path``
+    (see the module docstring). Nothing is written unless all of it can be."""
+    import gguf
+    from gguf.constants import GGMLQuantizationType
+
+    progress = progress or Progress()
+    out_path = Path(out_path)
+    if requantize is not None and requantize not in REQUANTIZE_TARGETS:
+        raise IEError(f"--requantize {requantize!r}: expected one of {', '.join(REQUANTIZE_TARGETS)}")
+    if out_path.is_dir():
+        raise IEError(f"{out_path}: is a directory; give the .gguf file to write")
+    if out_path.exists() and not out_path.is_file() and not out_path.is_symlink():
+        raise IEError(f"{out_path}: exists and is not a regular file; it is never replaced")
+    check_new_file(out_path, overwrite)
+    model = iebin.load_model(model_dir)
+    if model.in_store:
+        raise IEError(f"{model.meta_path}: tensors[{model.in_store[0]['name']!r}]: lives in the dedup store; "
+                      "export the model before `ieconv dedup-pack` (GGUF has no shared regions)")
+    cfg = model.meta.get("config") or {}
+    cls = model.meta["model"].get("architecture")
+    arch = ARCHS.get(cls)
+    if arch is None:
+        raise IEError(f"{model.meta_path}: model.architecture: {cls!r} has no llama.cpp architecture here "
+                      f"(exported: {', '.join(ARCHS)})")
+    try:
+        spec = decoder_spec(model.meta, model.meta_path)
+    except UnsupportedError as e:
+        raise IEError(f"{e} (llama.cpp cannot run it either)") from None
+    warnings = _check_expressible(model, arch, spec, cfg, allow_full_attention)
+    plan = _Plan(model, arch, spec, requantize)
+    _plan_tensors(plan)
+    outs = plan.out
+    extra: list[tuple[str, np.ndarray]] = []
+    scaling = _scaling(model)
+    if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
+        # llama.cpp reads Llama-3 scaling as per-frequency divisors (its converter's rope_freqs.weight)
+        theta = float(model.meta["model"].get("rope_theta") or 10000.0)
+        base, _ = rope_tables(spec.head_dim, theta, None)
+        scaled, _ = rope_tables(spec.head_dim, theta, scaling)
+        extra.append(("rope_freqs.weight", (base / scaled).astype(np.float32)))
+    kv = _metadata(model, arch, spec, cfg, outs)
+    tok = _tokenizer(model, cfg)
+
+    t0 = time.perf_counter()
+    total = sum(o.nbytes for o in outs) + sum(a.nbytes for _n, a in extra)
+    progress.start("exporting", total)
+    with StagedFiles(out_path.parent, replace=overwrite) as staged:
+        f = staged.open(out_path.name)  # GGUFWriter writes the same (staged) file through its own handle
+        w = gguf.GGUFWriter(f.name, arch.gguf)
+        adders = {"string": w.add_string, "uint32": w.add_uint32, "float32": w.add_float32, "bool": w.add_bool}
+        for k, (typ, v) in kv.items():
+            if typ.endswith("_array"):
+                w.add_array(k, v)
+            else:
+                adders[typ](k, v)
+        for k, v in tok.items():
+            if isinstance(v, list):
+                w.add_array(k, v)
+            elif isinstance(v, bool):
+                w.add_bool(k, v)
+            elif isinstance(v, int):
+                w.add_uint32(k, v)
+            else:
+                w.add_string(k, v)
+        for n, a in extra:
+            w.add_tensor_info(n, a.shape, np.dtype(np.float32), a.nbytes)
+        for o in outs:
+            w.add_tensor_info(o.name, o.shape, np.dtype(np.float32), o.nbytes,
+                              raw_dtype=GGMLQuantizationType[o.ggml_type])
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        fout = w.fout[0]
+        w.write_padding(fout, fout.tell())
+        for n, a in extra:
+            fout.write(a.tobytes())
+            w.write_padding(fout, a.nbytes)
+            progress.advance(a.nbytes)
+        for o in outs:
+            progress.describe(o.name)
+            written = 0
+            for b in _chunks(plan, o, progress.advance):
+                fout.write(b)
+                written += len(b)
+            if written != o.nbytes:
+                raise AssertionError(f"{o.name}: wrote {written} bytes, planned {o.nbytes}")
+            w.write_padding(fout, written)
+        w.close()
+        nbytes = os.path.getsize(f.name)
+    return ExportResult(out_path, len(outs) + len(extra), nbytes, time.perf_counter() - t0, arch.gguf,
+                        copied=sum(o.how == "copy" for o in outs), repacked=sum(o.how == "repack" for o in outs),
+                        widened=sum(o.how == "widen" for o in outs),
+                        requantized={o.name: o.error for o in outs if o.error is not None}, warnings=warnings)

