@@ -60,6 +60,12 @@ LADDER: tuple[dict[str, Any], ...] = (
 )
 
 
+# The candidates llama.cpp has (q4-manifest --gguf-types): a policy of these
+# exports to GGUF byte for byte (ieconv iebin-to-gguf); int4w would be repacked
+# as Q4_0/Q4_1 there, at 4.5/5 bits instead of its 4.125-4.5.
+GGUF_LADDER: tuple[dict[str, Any], ...] = tuple(sel for sel in LADDER if sel["scheme"] != "int4w")
+
+
 @dataclass
 class Choice:
     """One matrix's candidates (ascending bits) and which is chosen."""
@@ -126,11 +132,12 @@ def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | No
     return out
 
 
-def _options(measured: dict[str, tuple[dict, int, float]]) -> list[tuple[dict, int, float]]:
-    """Of the LADDER's measured candidates, per size the one with the least
+def _options(measured: dict[str, tuple[dict, int, float]],
+             ladder: tuple[dict[str, Any], ...] = LADDER) -> list[tuple[dict, int, float]]:
+    """Of the ladder's measured candidates, per size the one with the least
     predicted error, on the lower convex hull of error against size."""
     best: dict[int, tuple[dict, int, float]] = {}
-    for sel in LADDER:
+    for sel in ladder:
         got = measured.get(_key(sel))
         if got is not None and (got[1] not in best or got[2] < best[got[1]][2]):
             best[got[1]] = got
@@ -174,13 +181,15 @@ def kl_weights(probes: KLProbes, errors: dict[str, dict[str, float]]) -> dict[st
 
 def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.ndarray],
            importance: dict[str, np.ndarray], target_bpw: float,
-           progress: Callable[[str], None] = lambda _n: None, probes: KLProbes | None = None) -> list[Choice]:
+           progress: Callable[[str], None] = lambda _n: None, probes: KLProbes | None = None,
+           ladder: tuple[dict[str, Any], ...] = LADDER) -> list[Choice]:
     """The chosen selection per matrix (``shapes``: the matrices to quantize;
     ``rows_of(name, rows)``: those float32 rows of it, read from the source:
     only sample_rows(...) are). With ``probes`` (formats/kl_probes.py) each
     matrix's errors are weighted by the KL they cost (kl_weights). Raises
-    IEError when even the cheapest candidates exceed the budget."""
-    selections = LADDER + ((probes.base, probes.probe) if probes is not None else ())
+    IEError when even the cheapest candidates exceed the budget. ``ladder``:
+    the candidates (GGUF_LADDER: only types llama.cpp has)."""
+    selections = ladder + ((probes.base, probes.probe) if probes is not None else ())
     choices = []
     errors: dict[str, dict[str, float]] = {}
     for name, shape in shapes.items():
@@ -190,7 +199,7 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
             imp = imp.mean(axis=0)
         measured = _measure(name, shape, rows_of(name, sample_rows(math.prod(shape[:-1]))), imp, selections)
         errors[name] = {k: err for k, (_sel, _nb, err) in measured.items()}
-        c = Choice(name, math.prod(shape), _options(measured))
+        c = Choice(name, math.prod(shape), _options(measured, ladder))
         if not c.options:
             raise IEError(f"{name}: no candidate scheme can store a {'x'.join(map(str, shape))} matrix")
         choices.append(c)

@@ -36,7 +36,7 @@ from .conversion_output import convert_progress, err, report_conversion
 from .hf_to_iebin import CAST_TARGETS
 from .hf_to_iebin import convert, load_importance
 from .gguf_to_iebin import build_config as build_gguf_config
-from .gguf_to_iebin import convert_gguf
+from .gguf_to_iebin import GGUFRows, convert_gguf
 from .gguf_to_iebin import tensor_shapes as gguf_tensor_shapes
 from .iebin_legacy import is_schema2, upgrade_legacy
 from .iebin_to_gguf import REQUANTIZE_TARGETS, export_gguf
@@ -274,13 +274,16 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, ove
               help="Instead of one scheme: per matrix, the mix of 4.125 to 8.5-bit schemes (int4w, q4_0, q4_1, "
                    "q4_k, iq4_xs, iq4_nl, q5_k, q5_0, q5_1, q6_k, q8_0) that meets this average bits per weight over the quantized matrices, spending bits "
                    "where the (importance-weighted, with --imatrix) error measured on their rows falls most. "
-                   "Needs --hf-dir.")
+                   "Reads the float weights of --hf-dir, or the dequantized weights of --gguf.")
+@click.option("--gguf-types", is_flag=True,
+              help="With --target-bpw: only types llama.cpp also has (q4_0 ... q8_0, k-quants, iq4_nl, iq4_xs; no "
+                   "int4w), so `ieconv iebin-to-gguf` exports every tensor byte for byte.")
 @click.option("--kl-probes", "probes_path", type=click.Path(path_type=Path, dir_okay=False),
               help="With --target-bpw: measured KL per group of matrices (ieconv kl-probes), which turns each "
                    "matrix's predicted error into KL, so bits go where they save the most KL.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, scale_dtype, head_scheme,
-                    embedding_scheme, quantize_head, imatrix, target_bpw, probes_path, overwrite):
+                    embedding_scheme, quantize_head, imatrix, target_bpw, gguf_types, probes_path, overwrite):
     """Write the usual quantization policy for a checkpoint as q4_manifest.json.
 
     Attention and MLP projection matrices get --scheme (one rule per layer
@@ -298,8 +301,8 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     """
     if (hf_dir is None) == (gguf_path is None):
         raise click.UsageError("give exactly one of --hf-dir or --gguf")
-    if target_bpw is not None and hf_dir is None:
-        raise click.UsageError("--target-bpw needs --hf-dir: it measures every candidate on the float weights")
+    if gguf_types and target_bpw is None:
+        raise click.UsageError("--gguf-types restricts --target-bpw's candidates; give --target-bpw too")
     if probes_path is not None and target_bpw is None:
         raise click.UsageError("--kl-probes weights --target-bpw's choices; give --target-bpw too")
     if scheme != "int4w" and (affine or scale_dtype != "f16" or group_size != "64"):
@@ -308,6 +311,7 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         raise click.UsageError(f"--quantize-head means --head-scheme {scheme}; give one of them")
     check_new_file(out_path, overwrite)
     probes = kl_probes.read(probes_path) if probes_path is not None else None
+    src = g = None
     if hf_dir:
         src = hf_checkpoint.from_dir(hf_dir)
         tensors, config = expert_stacks.shapes_as_written(src), src.config
@@ -332,7 +336,8 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     found, iwarn = load_importance(m.imatrix, p.quantize, {n: s for n, (_d, s) in tensors.items()})
     mix = None
     if target_bpw is not None:
-        manifest, mix = _target_bpw_manifest(src, manifest, p.quantize, found, target_bpw, probes)
+        ladder = bpw_policy.GGUF_LADDER if gguf_types else bpw_policy.LADDER
+        manifest, mix = _target_bpw_manifest(src, g, manifest, p.quantize, found, target_bpw, probes, ladder)
         p = plan(manifest_from(manifest, Path(out_path)), tensors)
     write_file_atomic(out_path, dumps_canonical(manifest), replace=overwrite)
     for w in p.warnings + iwarn:
@@ -362,25 +367,33 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
               f"{human_bytes(full)}){'; the embedding is tied to the head' if tied else ''}", markup=False)
 
 
-def _target_bpw_manifest(src: hf_checkpoint.HFSource, manifest: dict, quantize: dict, importance: dict,
-                         target_bpw: float, probes: kl_probes.KLProbes | None = None) -> tuple[dict, dict]:
+def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, quantize: dict, importance: dict,
+                         target_bpw: float, probes: kl_probes.KLProbes | None, ladder: tuple) -> tuple[dict, dict]:
     """The manifest with one exact entry per quantized matrix, chosen by
-    convert/bpw_policy.py for the budget, and the mix's summary."""
+    convert/bpw_policy.py for the budget, and the mix's summary. The
+    candidates are measured on the checkpoint's float rows (``src``) or on
+    the GGUF file's rows as gguf.quants dequantizes them (``g``: the float
+    model the file stands for, what gguf-to-iebin --q4-map quantizes)."""
     with ExitStack() as stack, Progress(TextColumn("{task.description:<40.40}"), BarColumn(), MofNCompleteColumn(),
                                         TextColumn("matrices"), TimeRemainingColumn(), console=err,
                                         transient=True) as bar:
-        written = expert_stacks.AsWritten(src.config, hf_checkpoint.collect_tensors(src, stack))
-        task = bar.add_task("measuring candidates", total=len(quantize))
+        if src is not None:
+            written = expert_stacks.AsWritten(src.config, hf_checkpoint.collect_tensors(src, stack))
+            shapes = {n: written.shape(n) for n in quantize}
 
-        def rows_of(name: str, rows: list[int]):  # rows of the matrix as written ([experts x out, in] for a stack)
-            dtype = written.tensors[name][1].dtype.name
-            return decode_f32(written.read_rows(name, rows), dtype).reshape(len(rows), -1)
+            def rows_of(name: str, rows: list[int]):  # rows as written ([experts x out, in] for a stack)
+                dtype = written.tensors[name][1].dtype.name
+                return decode_f32(written.read_rows(name, rows), dtype).reshape(len(rows), -1)
+        else:
+            reader = GGUFRows(g)
+            shapes = {n: reader.shape(n) for n in quantize}
+            rows_of = reader.rows
+        task = bar.add_task("measuring candidates", total=len(quantize))
 
         def step(name: str) -> None:
             bar.update(task, description=name, advance=1)
 
-        choices = bpw_policy.choose({n: written.shape(n) for n in quantize}, rows_of, importance, target_bpw, step,
-                                    probes)
+        choices = bpw_policy.choose(shapes, rows_of, importance, target_bpw, step, probes, ladder)
     mix = bpw_policy.summary(choices)
     out_manifest = {k: v for k, v in manifest.items() if k not in ("rules", "tensors")}
     out_manifest.update(rules=[], tensors={c.name: c.selection for c in sorted(choices, key=lambda c: c.name)},
@@ -409,6 +422,13 @@ def validate(path: Path, deep: bool, allow_nonfinite: bool):
     """
     if is_bsr_path(path):
         return validate_bsr(path, allow_nonfinite)
+    if is_gguf_model(path):
+        g = open_gguf(path)
+        build_gguf_config(g)
+        out.print(f"OK {path}: GGUF v{g.version}, {g.fields.get('general.architecture')}, {len(g.tensors)} tensors, "
+                  f"{len(g.fields)} key-values (structure, bounds and the model's hyperparameters checked; "
+                  "`ieconv gguf-to-iebin` checks every value)", markup=False)
+        return
     if is_imatrix_path(path):
         return validate_imatrix(path)
     if is_dedup_index_path(path):
@@ -438,6 +458,8 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
     """
     if is_bsr_path(path):
         return inspect_bsr(path, as_json, allow_nonfinite)
+    if is_gguf_model(path):
+        return inspect_gguf(path, as_json)
     if is_imatrix_path(path):
         return inspect_imatrix(path, as_json)
     if is_dedup_index_path(path):
@@ -500,6 +522,60 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
         totals.add_row("quantized", str(sum(v[0] for k, v in by_dtype.items() if k in SCHEMES)), human_bytes(qbytes),
                        f"{qbpw:.3f}")
     totals.add_row("all", str(len(m.tensors)), human_bytes(sum(v[1] for v in by_dtype.values())), "", style="bold")
+    out.print(totals)
+
+
+def is_gguf_model(path: Path) -> bool:
+    """A .gguf file that is not one of llama.cpp's importance matrices (general.type "imatrix")."""
+    if path.suffix != ".gguf" or not path.is_file():
+        return False
+    return open_gguf(path).fields.get("general.type") != "imatrix"
+
+
+def _short_value(v) -> str:
+    if isinstance(v, list):
+        head = ", ".join(repr(x) if isinstance(x, str) else str(x) for x in v[:4])
+        return f"[{head}{', ...' if len(v) > 4 else ''}] ({len(v)} items)"
+    text = repr(v) if isinstance(v, str) else str(v)
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def inspect_gguf(path: Path, as_json: bool) -> None:
+    """A GGUF model's key-values and tensors, as gguf-dump lists them, with totals by type."""
+    g = open_gguf(path)
+    by_type: dict[str, list[int]] = {}
+    for t in g.tensors:
+        c = by_type.setdefault(t.ggml_type, [0, 0, 0])
+        c[0] += 1
+        c[1] += t.nbytes
+        c[2] += math.prod(t.shape)
+    if as_json:
+        click.echo(json.dumps({"path": str(path), "version": g.version, "alignment": g.alignment,
+                               "metadata": {k: v if not isinstance(v, list) or len(v) <= 16 else
+                                            {"array_length": len(v), "first": v[:16]} for k, v in g.fields.items()},
+                               "tensors": [{"name": t.name, "type": t.ggml_type, "shape": t.shape, "offset": t.offset,
+                                            "nbytes": t.nbytes} for t in g.tensors],
+                               "by_type": {k: {"tensors": v[0], "bytes": v[1], "bits_per_weight": 8 * v[1] / v[2]}
+                                           for k, v in sorted(by_type.items())}}, sort_keys=True))
+        return
+    kv = Table(title=f"{path}: GGUF v{g.version}, {len(g.fields)} key-values")
+    kv.add_column("key")
+    kv.add_column("value")
+    for k, v in g.fields.items():
+        kv.add_row(k, _short_value(v))
+    out.print(kv)
+    table = Table(title=f"{len(g.tensors)} tensors")
+    for col, just in (("name", "left"), ("type", "left"), ("shape", "left"), ("bytes", "right"), ("offset", "right")):
+        table.add_column(col, justify=just)
+    for t in g.tensors:
+        table.add_row(t.name, t.ggml_type, "×".join(map(str, t.shape)), human_bytes(t.nbytes), str(t.offset))
+    out.print(table)
+    totals = Table(title="totals")
+    for col in ("type", "tensors", "bytes", "bits/weight"):
+        totals.add_column(col, justify="left" if col == "type" else "right")
+    for k, (n, b, e) in sorted(by_type.items()):
+        totals.add_row(k, str(n), human_bytes(b), f"{8 * b / e:.3f}")
+    totals.add_row("all", str(len(g.tensors)), human_bytes(sum(v[1] for v in by_type.values())), "", style="bold")
     out.print(totals)
 
 

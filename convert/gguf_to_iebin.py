@@ -311,6 +311,30 @@ def tensor_shapes(g: GGUFModel) -> dict[str, tuple[str, list[int]]]:
     return {p.name: (FLOATS.get(p.src.ggml_type, "f32"), p.shape) for p in _sources(g, build_config(g))}
 
 
+class GGUFRows:
+    """Float rows of a GGUF file's tensors under their IEBIN names and layout
+    (q/k un-interleaved, experts split, gpt-oss's pair merged), dequantized
+    by gguf.quants: what q4-manifest --target-bpw measures candidates on."""
+
+    def __init__(self, g: GGUFModel):
+        self.g = g
+        cfg = build_config(g)
+        self.plans = {p.name: p for p in _plan(g, cfg, "f32", True)}
+
+    def shape(self, name: str) -> list[int]:
+        return self.plans[name].shape
+
+    def rows(self, name: str, rows: list[int]) -> np.ndarray:
+        p = self.plans[name]
+        n, width = _src_rows(p)
+        idx = p.order[rows] if p.order is not None else np.asarray(rows)
+        part = np.empty((len(idx), width), np.uint8)
+        for k, t in enumerate(p.sources):
+            hit = idx // n == k
+            part[hit] = self.g.tensor_bytes(t).reshape(-1, width)[idx[hit] % n]
+        return _floats(self.g, p, 0, part).reshape(len(rows), -1)
+
+
 def _qtype(name: str):
     from gguf.constants import GGMLQuantizationType
 

@@ -28,6 +28,7 @@ from . import cuda
 from .cpu_topology import LLC_MULTIPLE, dram_probe_bytes, last_level_cache_bytes, physical_cores
 from .env import ACT_PREC_OF, ACTS, PRECISIONS, BenchEnv
 from .bench_run import read_prompts, reset_rss_peak, round_record, rss_peak_mb, run_round, tokenize
+from .gguf_models import model_dir_option
 
 CUDA_READ_BW_MB = 256  # --device cuda's default yardstick: several times a GPU's L2 (50 MiB on an H100)
 CUDA_COPY_ITERS = 20  # device copies per yardstick reading (median): a 256 MiB copy takes well under 1 ms
@@ -222,7 +223,7 @@ def _split_summary(recs: list[dict[str, Any]]) -> str | None:
 @click.command("bench", help=HELP)
 @click.option("--device", type=click.Choice(cuda.DEVICES), default="cpu", show_default=True,
               help="Decoder to run: cpu, or cuda (a CUDA build of iekit and a visible GPU).")
-@click.option("--model-dir", required=True, help="IEBIN model directory (model.ie.json + model.ie.bin).")
+@click.option("--model-dir", required=True, callback=model_dir_option, help="IEBIN model directory (model.ie.json + model.ie.bin).")
 @click.option("--prompts-file", default=None, help="Prompts, one per line (text or 'ids: 1,2,3').")
 @click.option("--max-new", type=click.IntRange(min=1), default=64, show_default=True,
               help="Tokens to generate per prompt (fewer on EOS, unless --ignore-eos).")

@@ -18,8 +18,9 @@ from . import cuda
 from .env import ACTS
 from .sampling import Sampler, stream
 from .token_ids import parse_ids
+from .gguf_models import model_dir_option
 
-_model_dir = click.option("--model-dir", required=True, type=click.Path(path_type=Path),
+_model_dir = click.option("--model-dir", required=True, callback=model_dir_option, type=click.Path(path_type=Path),
                           help="IEBIN model directory (Llama, Mistral or Qwen2).")
 _threads = click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="OpenMP threads.")
 _ctx = click.option("--ctx", type=click.IntRange(min=1), default=None,

@@ -29,6 +29,8 @@ IE_VERIFY_TOUCH      0 | 1                                 0         BenchEnv: i
 IE_TP_USE_AFFINITY   0 | 1                                 0         BenchEnv: ierun bench                  warn
 AFFINITY             compact | scatter | auto (any case)   auto      BenchEnv: ierun bench, with            warn
                                                                      IE_TP_USE_AFFINITY=1 only
+IE_GGUF_CACHE        a directory (absolute path)           (below)   gguf_models: every ierun command given error
+                                                                     a .gguf as --model-dir
 IE_DEBUG             1: traceback of an internal error     (unset)   the CLI plumbing                       cli
                                                                      (cli/support.py)
 IE_ISA               scalar | avx2 | avx512 | auto         auto      the native library                     native
@@ -92,6 +94,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("IE_VERIFY_TOUCH", "0 | 1", "0", "BenchEnv (ierun bench)", "warn"),
     Variable("IE_TP_USE_AFFINITY", "0 | 1", "0", "BenchEnv (ierun bench)", "warn"),
     Variable("AFFINITY", "compact | scatter | auto", "auto", "BenchEnv (ierun bench)", "warn"),
+    Variable("IE_GGUF_CACHE", "absolute directory", "$XDG_CACHE_HOME/iekit/gguf or ~/.cache/iekit/gguf",
+             "gguf_models (ierun given a .gguf)", "error"),
     Variable("IE_DEBUG", "1", "", "the CLI plumbing (cli/support.py)", "cli"),
     Variable("IE_ISA", "scalar | avx2 | avx512 | auto", "auto", "the native library (csrc/common/isa.cpp)", "native"),
 )
@@ -151,6 +155,17 @@ def _warn_count(env: Mapping[str, str], name: str, default: int, minimum: int, w
 
 # ----------------------------------------------------------- one rule each
 # The dedup loader's variables (rule: error).
+
+def ie_gguf_cache(env: Mapping[str, str]) -> str:
+    """Where ierun keeps the import of each GGUF file it is given (by digest)."""
+    v = _raw(env, "IE_GGUF_CACHE")
+    if v:
+        if not os.path.isabs(v):
+            raise IEError(f"IE_GGUF_CACHE={v!r}: expected an absolute directory")
+        return v
+    base = _raw(env, "XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "iekit", "gguf")
+
 
 def ie_dedup(env: Mapping[str, str]) -> bool:
     """IE_DEDUP=1: serve grouped tensors from the dedup artifact."""

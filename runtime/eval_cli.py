@@ -16,6 +16,7 @@ from iekit.formats.fileio import read_small
 from . import evaluation, plots
 from .env import ACTS
 from .token_ids import parse_ids
+from .gguf_models import model_dir_option
 
 out = stdout_console()
 err = stderr_console()
@@ -25,7 +26,7 @@ TEXT_MAX = 1 << 30  # --text-file / --ids-file: 1 GiB at most
 
 def _options(f):
     for opt in reversed([
-        click.option("--model-dir", required=True, type=click.Path(path_type=Path),
+        click.option("--model-dir", required=True, callback=model_dir_option, type=click.Path(path_type=Path),
                      help="IEBIN model to evaluate (e.g. the int4w artifact)."),
         click.option("--text-file", type=click.Path(path_type=Path, dir_okay=False),
                      help="UTF-8 text (e.g. wiki.test.raw), tokenized with the model's tokenizer.json."),
@@ -136,7 +137,7 @@ _HELP_SCORING = (
                             "KL(ref ‖ model) per token, top-1 agreement, Δp of the reference's top token.\n\n"
                             + _HELP_SCORING + "\n\nStandard errors treat tokens as independent (a lower bound).")
 @_options
-@click.option("--ref-dir", type=click.Path(path_type=Path),
+@click.option("--ref-dir", callback=model_dir_option, type=click.Path(path_type=Path),
               help="Reference IEBIN model (e.g. the f32 artifact): same architecture, vocabulary and tokenizer.")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON line (ppl, ppl_ref, kld_mean, kld_median, kld_p99, top1_agree, tokens_scored, ...).")

@@ -41,6 +41,7 @@ from iekit.formats.safetensors_reader import CHUNK_BYTES
 
 from . import cuda, kernels, plots
 from .dedup import TensorSource
+from .gguf_models import model_dir_option
 
 GEMV_RTOL = 1e-5
 BATCH = 4
@@ -204,7 +205,7 @@ def print_table(reports: list[TensorReport], with_source: bool) -> None:
 
 
 @click.command("quant")
-@click.option("--model-dir", required=True, type=click.Path(path_type=Path), help="IEBIN model directory.")
+@click.option("--model-dir", required=True, callback=model_dir_option, type=click.Path(path_type=Path), help="IEBIN model directory.")
 @click.option("--hf-dir", type=click.Path(path_type=Path), help="Source HF checkpoint: also check rounding bounds and report error stats.")
 @click.option("--threads", default=1, show_default=True, help="GEMV threads.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random activations.")

@@ -32,6 +32,7 @@ from . import cuda
 from .kernels import max_rel_error
 from .memory import available_bytes, gib
 from .native import _native
+from .gguf_models import model_dir_option
 
 GEMV_RTOL = 1e-5
 BATCHES = (1, 4, 8)
@@ -142,7 +143,7 @@ def print_report(r: dict) -> None:
               help="The dense source: .npy, or raw float32 .bin with --rows/--cols.")
 @click.option("--rows", type=click.IntRange(min=1), help="Rows of a raw .bin --dense.")
 @click.option("--cols", type=click.IntRange(min=1), help="Columns of a raw .bin --dense.")
-@click.option("--model-dir", type=click.Path(path_type=Path), help="IEBIN model holding the dense --tensor.")
+@click.option("--model-dir", callback=model_dir_option, type=click.Path(path_type=Path), help="IEBIN model holding the dense --tensor.")
 @click.option("--tensor", help="Tensor name in --model-dir (STACK[e]: expert e of a stack).")
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="GEMV threads.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random x and bias.")

@@ -1,0 +1,92 @@
+"""A llama.cpp GGUF file wherever ierun takes ``--model-dir``.
+
+Chosen: import once into a cache keyed by the file's digest, rather than
+reading its tensors in place. The decoder reads IEBIN: Hugging Face names,
+q/k rows in HF order, gpt-oss's gate/up rows interleaved, a tokenizer.json;
+a Llama-family GGUF has its q/k rows interleaved for llama.cpp's RoPE and
+its vocabulary as key-values, so reading it in place would need a second
+loader, tokenizer builder and RoPE layout in the runtime, all to be kept
+equal to the importer's. The importer (``ieconv gguf-to-iebin``: the same
+checks, the same bytes, blocks kept) already makes that artifact, and
+copying is cheap (SmolLM2's 94 MB in ~0.6 s); the second run finds it by
+digest (XXH3-128 of the whole file, ~20 GB/s) and starts as fast as from
+a directory. A changed file has another digest, hence another import.
+
+The import runs as ``ieconv gguf-to-iebin`` in a child process, since the
+runtime never imports the converter (tests/test_layers.py); its one error
+line becomes ierun's. Two ierun processes importing the same file at once
+each import into their own temporary directory; the first rename wins and
+the other uses it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from iekit.formats import checksums
+from iekit.formats.errors import IEError
+from iekit.formats.gguf_file import MAGIC
+
+from .env import ie_gguf_cache
+
+DIGEST = "xxh3_128"
+
+
+def is_gguf(path: Path) -> bool:
+    """A regular file that starts with GGUF's magic (a directory is an IEBIN model)."""
+    try:
+        if not path.is_file():
+            return False
+        with open(path, "rb") as f:
+            return f.read(4) == MAGIC
+    except OSError:
+        return False
+
+
+def imported(path: Path, env: dict[str, str] | None = None, say=None) -> Path:
+    """The IEBIN directory of the GGUF file ``path``, importing it on first use."""
+    env = dict(os.environ) if env is None else env
+    root = Path(ie_gguf_cache(env))
+    digest = checksums.digest_file_range(path, 0, path.stat().st_size, DIGEST)
+    final = root / digest
+    if (final / "model.ie.json").is_file():
+        return final
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise IEError(f"{root}: cannot create the GGUF cache ({e.strerror}); set IE_GGUF_CACHE") from None
+    tmp = root / f".{digest}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    argv = [sys.executable, "-c", "from iekit.convert.entry import main; main()", "gguf-to-iebin",
+            "--gguf", os.fspath(path), "--out-dir", os.fspath(tmp), "-q"]
+    res = subprocess.run(argv, capture_output=True, text=True, env={**env, "IE_DEBUG": ""})
+    if res.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        msg = lines[-1].removeprefix("error: ") if lines else f"ieconv gguf-to-iebin exited {res.returncode}"
+        if res.returncode == 130:
+            raise KeyboardInterrupt
+        raise IEError(msg.replace(os.fspath(tmp), "(the cache)"))
+    try:
+        os.rename(tmp, final)
+    except OSError:  # another process imported it first
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (final / "model.ie.json").is_file():
+            raise IEError(f"{final}: the GGUF cache holds something else here; remove it") from None
+    if say is not None:
+        say(f"imported {path} once into {final} (ierun reuses it while the file's {DIGEST} digest is the same)")
+    return final
+
+
+def model_dir_option(ctx: Any, param: Any, value: Any) -> Any:
+    """click callback of every ``--model-dir``: a GGUF file becomes its imported directory."""
+    if value is None or not is_gguf(Path(value)):
+        return value
+    from iekit.cli.support import stderr_console
+
+    return imported(Path(value), say=lambda m: stderr_console().print(m, markup=False))
