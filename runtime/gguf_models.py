@@ -64,7 +64,7 @@ def imported(path: Path, env: dict[str, str] | None = None, say=None) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     argv = [sys.executable, "-c", "from iekit.convert.entry import main; main()", "gguf-to-iebin",
             "--gguf", os.fspath(path), "--out-dir", os.fspath(tmp), "-q"]
-    res = subprocess.run(argv, capture_output=True, text=True, env={**env, "IE_DEBUG": ""})
+    res = subprocess.run(argv, capture_output=True, text=True, env=env)
     if res.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         lines = [ln for ln in res.stderr.splitlines() if ln.strip()]

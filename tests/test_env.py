@@ -127,7 +127,7 @@ def test_every_variable_has_one_rule_in_the_table():
     assert len(names) == len(set(names))
     assert {v.rule for v in VARIABLES} <= {"error", "warn", "cli", "native"}
     assert {v.name for v in VARIABLES if v.rule == "error"} == set(FLAGS_ERROR) | {"IE_DEDUP_POLICY",
-                                                                                    "IE_DEDUP_CACHE_MB"}
+                                                                                    "IE_DEDUP_CACHE_MB", "IE_GGUF_CACHE"}
     # each variable has one function in the module (IE_DEBUG and IE_ISA are read elsewhere)
     for v in VARIABLES:
         if v.rule in ("error", "warn") and v.name not in ("AFFINITY", "IE_TP_USE_AFFINITY"):

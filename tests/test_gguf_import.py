@@ -90,7 +90,7 @@ def test_float_import_equals_hf_to_iebin(tmp_path, hf_artifacts, model):
 def test_quantized_blocks_keep_their_bytes(tmp_path):
     """Q8_0 / Q4_0 / Q4_1 / Q5_0 tensors: the artifact's bytes are the GGUF's
     (rows un-interleaved for q/k), which are also what iekit's own quantizer
-    makes of the HF weights; MXFP4 (no iekit type) comes back dequantized."""
+    makes of the HF weights; MXFP4 keeps its bytes too (iekit's mxfp4 is ggml's block)."""
     from gguf.constants import GGMLQuantizationType
     from gguf.quants import dequantize
 
@@ -120,9 +120,10 @@ def test_quantized_blocks_keep_their_bytes(tmp_path):
                 assert raw == g.tensor_bytes(src).tobytes()
         elif src.ggml_type == "MXFP4":
             seen.add("MXFP4")
-            assert t["dtype"] == "f32"
+            assert t["dtype"] == "mxfp4" and raw == g.tensor_bytes(src).tobytes()
             ref = dequantize(np.asarray(g.tensor_bytes(src)).reshape(src.shape[0], -1), GGMLQuantizationType.MXFP4)
-            assert np.frombuffer(raw, np.float32).reshape(t["shape"]).tobytes() == ref.astype(np.float32).tobytes()
+            ours = SCHEMES["mxfp4"].dequantize(np.frombuffer(raw, np.uint8), *t["shape"], QuantParams("mxfp4"))
+            assert np.array_equal(ours, ref)
         else:
             assert raw == hf[t["name"]].astype(np.float32).tobytes()
     assert seen == {"q8_0", "q4_0", "q4_1", "q5_0", "MXFP4"}
@@ -145,7 +146,7 @@ def test_dtype_casts_floats_and_dequantized_tensors(tmp_path):
     gguf = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", quant={r"down": "MXFP4", r"q_proj": "Q4_1"})
     assert _import(gguf, tmp_path / "out", "--dtype", "f16").returncode == 0
     dtypes = {t["name"]: t["dtype"] for t in _meta(tmp_path / "out")["tensors"]}
-    assert dtypes["model.layers.0.mlp.down_proj.weight"] == "f16"
+    assert dtypes["model.layers.0.mlp.down_proj.weight"] == "mxfp4"  # kept: --dtype is for floats
     assert dtypes["model.layers.0.self_attn.q_proj.weight"] == "q4_1"
     assert dtypes["model.norm.weight"] == "f16"
     res = run_tool("ierun", "generate", "--model-dir", tmp_path / "out", "--ids", "1,2,3", "--max-new", "4")
@@ -428,7 +429,7 @@ def test_bad_tensors(tmp_path, tensors, data, needles):
     (_min_kvs(arch="falcon"), ("general.architecture", "'falcon' is not supported")),
     (_min_kvs(model="bert"), ("tokenizer.ggml.model", "'bert' cannot be rebuilt")),
     (_min_kvs(pre="deepseek-llm"), ("tokenizer.ggml.pre", "'deepseek-llm' cannot be rebuilt")),
-    (_min_kvs() + [kv_bytes("llama.rope.scaling.type", "str", "yarn")], ("rope.scaling.type", "yarn")),
+    (_min_kvs() + [kv_bytes("llama.rope.scaling.type", "str", "yarn")], ("rope.scaling.factor", "is missing")),
     (_min_kvs() + [kv_bytes("llama.rope.dimension_count", "u32", 8)], ("partial RoPE",)),
     (_min_kvs()[:-1] + [kv_bytes("tokenizer.ggml.merges", "strs", ["ab"])], ("merges[0]",)),
     (_min_kvs() + [kv_bytes("general.architecture", "str", "llama")], ("duplicate key",)),
