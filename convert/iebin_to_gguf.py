@@ -321,12 +321,9 @@ def _natural(name: str) -> list:
 
 
 def _rows_of(plan: _Plan, part: _Part, sel: np.ndarray) -> np.ndarray:
-    """Rows ``sel`` of a part as bytes [k, row bytes] (int4w: its planes for those rows)."""
+    """Rows ``sel`` of a part as bytes [k, row bytes] (not int4w: _int4w_values reads its planes)."""
     e = part.entry
-    raw = plan.model_bytes(e)
-    if e["dtype"] == "int4w":
-        raise AssertionError("int4w rows go through _int4w_rows")
-    return np.asarray(raw.reshape(-1, _row_bytes(e))[sel])
+    return np.asarray(plan.model_bytes(e).reshape(-1, _row_bytes(e))[sel])
 
 
 def _int4w_values(plan: _Plan, e: dict[str, Any], sel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

@@ -335,9 +335,12 @@ def test_llama_imatrix_gguf_is_validated_inspected_and_used(tmp_path):
         assert res.returncode == 0, res.stderr
         assert "(14 importance-weighted)" in res.stderr and "warning" not in res.stderr
     assert (outs[0] / "model.ie.bin").read_bytes() == (outs[1] / "model.ie.bin").read_bytes()
-    # a GGUF model where an imatrix should be: one line saying so
-    assert_one_line_error(run_tool("ieconv", "validate", GOLDEN / "gguf" / "tiny-llama.mixed.gguf"),
+    # a GGUF model where an imatrix should be: one line saying so (`ieconv validate` checks it as a model)
+    assert_one_line_error(run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", GOLDEN / "hf" / "tiny-llama", "--q4-map",
+                                   m, "--out-dir", tmp_path / "x", "--imatrix",
+                                   GOLDEN / "gguf" / "tiny-llama.mixed.gguf"),
                           "general.type", "a GGUF model, not an importance matrix")
+    assert run_tool("ieconv", "validate", GOLDEN / "gguf" / "tiny-llama.mixed.gguf").returncode == 0
 
 
 def _gguf_imatrix(path, tensors, kv=None):
@@ -385,7 +388,9 @@ def test_hostile_gguf_imatrix_is_one_clear_error(tmp_path, tensors, kv, needle):
     with pytest.raises(FormatError, match=needle) as e:
         imatrix.read_any(p)
     assert str(p) in str(e.value) and "\n" not in str(e.value)
-    assert_one_line_error(run_tool("ieconv", "validate", p), str(p), needle)
+    # validate takes a GGUF whose general.type is not "imatrix" for a model, and checks it as one
+    assert_one_line_error(run_tool("ieconv", "validate", p), str(p),
+                          "llama.embedding_length" if needle == "general.type" else needle)
 
 
 def test_gguf_imatrix_zero_count_means_ones(tmp_path):

@@ -224,9 +224,8 @@ def test_target_bpw_meets_the_budget_and_more_bits_buy_less_error(wide, tmp_path
     res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", tmp_path / "q.json", "--target-bpw", "3")
     assert_one_line_error(res, "--target-bpw 3.0", "cheapest candidates already average 4.125")
     assert not (tmp_path / "q.json").exists()
-    res = run_tool("ieconv", "q4-manifest", "--gguf", tmp_path / "x.gguf", "-o", tmp_path / "q.json",
-                   "--target-bpw", "4.5")
-    assert res.returncode == 2 and "--target-bpw needs --hf-dir" in res.stderr
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", tmp_path / "q.json", "--gguf-types")
+    assert res.returncode == 2 and "--gguf-types restricts --target-bpw" in res.stderr
 
 
 def test_candidates_are_the_lower_convex_hull_of_error_against_size():
