@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,7 +243,8 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
     out: list[_Tensor] = []
     for t in g.tensors:
         where = f"tensor {t.name!r}"
-        layer, _, suffix = t.name[len("blk."):].partition(".") if t.name.startswith("blk.") else ("", "", "")
+        m = re.fullmatch(r"blk\.(\d{1,9})\.(.+)", t.name)
+        layer, suffix = (m.group(1), m.group(2)) if m else ("", "")
         name = hf_layer_name(arch, t.name)
         if name is not None:
             if len(t.shape) > 2 and not name.endswith(("experts.down_proj", "experts.down_proj_bias")):
