@@ -328,13 +328,7 @@ class GGUFRows:
 
     def rows(self, name: str, rows: list[int]) -> np.ndarray:
         p = self.plans[name]
-        n, width = _src_rows(p)
-        idx = p.order[rows] if p.order is not None else np.asarray(rows)
-        part = np.empty((len(idx), width), np.uint8)
-        for k, t in enumerate(p.sources):
-            hit = idx // n == k
-            part[hit] = self.g.tensor_bytes(t).reshape(-1, width)[idx[hit] % n]
-        return _floats(self.g, p, 0, part).reshape(len(rows), -1)
+        return _floats(self.g, p, 0, _gather(self.g, p, np.asarray(rows))).reshape(len(rows), -1)
 
 
 def _qtype(name: str):
@@ -432,22 +426,28 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
 
 def _row_blocks(g: GGUFModel, p: _Tensor, progress: Progress) -> Iterator[tuple[int, np.ndarray]]:
     """(first output row, source bytes [k, row bytes]) in output row order, a few MiB at a time."""
-    raws = [g.tensor_bytes(t) for t in p.sources]
-    n, width = _src_rows(p)
-    raw = raws[0].reshape(-1, width) if len(raws) == 1 else None
-    step = max(1, CHUNK_BYTES // width)
+    step = max(1, CHUNK_BYTES // _src_rows(p)[1])
     for r0 in range(0, p.rows, step):
-        sel = slice(r0, min(r0 + step, p.rows))
-        if raw is not None:
-            part = np.asarray(raw[p.order[sel]] if p.order is not None else raw[sel])
-        else:  # rows of several sources: row i of the concatenation is row i % n of source i // n
-            idx = p.order[sel]
-            part = np.empty((len(idx), width), np.uint8)
-            for k, r in enumerate(raws):
-                hit = idx // n == k
-                part[hit] = r.reshape(-1, width)[idx[hit] % n]
+        part = _gather(g, p, slice(r0, min(r0 + step, p.rows)))
         progress.advance(part.nbytes)
         yield r0, part
+
+
+def _gather(g: GGUFModel, p: _Tensor, sel: slice | np.ndarray) -> np.ndarray:
+    """Output rows ``sel`` of ``p`` as source bytes [k, row bytes]: row i of
+    the sources' rows concatenated is row i % n of source i // n."""
+    n, width = _src_rows(p)
+    raws = [g.tensor_bytes(t).reshape(-1, width) for t in p.sources]
+    if p.order is None:
+        return np.asarray(raws[0][sel])
+    idx = p.order[sel]
+    if len(raws) == 1:
+        return np.asarray(raws[0][idx])
+    part = np.empty((len(idx), width), np.uint8)
+    for k, r in enumerate(raws):
+        hit = idx // n == k
+        part[hit] = r[idx[hit] % n]
+    return part
 
 
 def _src_rows(p: _Tensor) -> tuple[int, int]:

@@ -32,6 +32,7 @@ fsynced and renamed, like every writer here.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -48,11 +49,11 @@ from iekit.formats.errors import FormatError, IEError, UnsupportedError
 from iekit.formats.fileio import read_small
 from iekit.formats.jsonio import loads_strict
 from iekit.formats.model_spec import DecoderSpec, decoder_spec, rope_tables
-from iekit.formats.quant import SCHEMES, QuantError, QuantParams
+from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
 from .gguf_names import ARCHS, GGUFArch, gguf_layer_name
 from .gguf_tokenizer import gguf_tokenizer_fields
-from .hf_to_iebin import Progress
+from .hf_to_iebin import Progress, natural_key
 
 CHUNK_BYTES = 8 * 1024 * 1024
 # IEBIN dtypes llama.cpp has under the same layout (GGMLQuantizationType names)
@@ -144,6 +145,7 @@ class _Plan:
         self.model, self.arch, self.spec = model, arch, spec
         self.requantize = requantize
         self.entries = {t["name"]: t for t in model.tensors}
+        self.maps: dict[Path, np.memmap] = {}  # each backing file mapped once
         self.used: set[str] = set()
         self.out: list[_Out] = []
 
@@ -153,7 +155,7 @@ class _Plan:
     def add(self, gguf_name: str, parts: list[_Part], shape: list[int]) -> None:
         dtypes = {p.entry["dtype"] for p in parts}
         first = parts[0].entry
-        if len(dtypes) > 1 or len({json_key(p.entry.get("quant")) for p in parts}) > 1:
+        if len(dtypes) > 1 or len({json.dumps(p.entry.get("quant"), sort_keys=True) for p in parts}) > 1:
             raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: the experts stacked into "
                           f"{gguf_name} are stored in different types ({', '.join(sorted(dtypes))}); a GGUF stack has "
                           "one type: quantize them alike (one q4_manifest rule)")
@@ -195,26 +197,17 @@ class _Plan:
             return all(np.array_equal(x.astype(np.float16).astype(np.float32), x) for x in planes)
 
     def model_bytes(self, e: dict[str, Any]) -> np.ndarray:
-        return _tensor_bytes(self.model, e)
+        """A stored tensor's bytes as a read-only uint8 view of its mapped file."""
+        path = self.model.path_of(e)
+        if path not in self.maps:
+            self.maps[path] = np.memmap(path, dtype=np.uint8, mode="r")
+        off = e["file_data_offset"]
+        return self.maps[path][off:off + e["nbytes"]]
 
     def entry(self, name: str) -> dict[str, Any]:
         if name not in self.entries:
             raise IEError(f"{self.model.meta_path}: no tensor {name!r}, which {self.arch.hf_class} needs")
         return self.entries[name]
-
-
-def json_key(v: Any) -> str:
-    import json
-
-    return json.dumps(v, sort_keys=True)
-
-
-def _tensor_bytes(model: iebin.IebinModel, e: dict[str, Any]) -> np.ndarray:
-    """A stored tensor's bytes as a read-only uint8 view of its mapped file."""
-    path = model.path_of(e)
-    data = np.memmap(path, dtype=np.uint8, mode="r")
-    off = e["file_data_offset"]
-    return data[off:off + e["nbytes"]]
 
 
 def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: dict[str, Any],
@@ -265,7 +258,7 @@ def _plan_tensors(plan: _Plan) -> None:
     """Every GGUF tensor, in the order llama.cpp's converter writes them
     (token_embd, then layer by layer, output_norm, output)."""
     model, arch, spec = plan.model, plan.arch, plan.spec
-    names = sorted(plan.entries, key=_natural)
+    names = sorted(plan.entries, key=natural_key)
 
     def one(hf: str, order: np.ndarray | None = None) -> None:
         e = plan.entry(hf)
@@ -314,26 +307,6 @@ def _as_rows(e: dict[str, Any]) -> dict[str, Any]:
     return {**e, "shape": [*e["shape"], 1]}
 
 
-def _natural(name: str) -> list:
-    import re
-
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
-def _rows_of(plan: _Plan, part: _Part, sel: np.ndarray) -> np.ndarray:
-    """Rows ``sel`` of a part as bytes [k, row bytes] (not int4w: _int4w_values reads its planes)."""
-    e = part.entry
-    return np.asarray(plan.model_bytes(e).reshape(-1, _row_bytes(e))[sel])
-
-
-def _int4w_values(plan: _Plan, e: dict[str, Any], sel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """The codes [k, cols] (0..15), scales and mins [k, groups] (float32) of rows ``sel``."""
-    p = _int4w_params(e)
-    rows, cols = math.prod(e["shape"][:-1]), e["shape"][-1]
-    qs, s, m = SCHEMES["int4w"].planes(plan.model_bytes(e), rows, cols, p)
-    return np.asarray(qs[sel]), s[sel], None if m is None else m[sel]
-
-
 def _repack_int4w(qs: np.ndarray, s: np.ndarray, m: np.ndarray | None, cols: int) -> np.ndarray:
     """int4w rows as Q4_0 (symmetric) or Q4_1 (affine) blocks: the same
     nibbles (both pack element j low and j+16 high in each 32), the group's
@@ -349,96 +322,109 @@ def _repack_int4w(qs: np.ndarray, s: np.ndarray, m: np.ndarray | None, cols: int
 
 
 def _chunks(plan: _Plan, o: _Out, advance: Callable[[int], None]) -> Iterator[bytes]:
-    """The tensor's GGUF bytes, a few MiB of rows at a time."""
+    """The tensor's GGUF bytes, a few MiB of rows at a time (an int4w part's
+    planes are split once per part, then rows are taken from them)."""
     cols = o.shape[-1]
     for part in o.parts:
         e = part.entry
         n = _part_rows(part)
-        rb = max(1, e["nbytes"] // (math.prod(e["shape"][:-1]) if len(e["shape"]) > 1 else 1))
-        step = max(1, CHUNK_BYTES // rb)
+        raw = plan.model_bytes(e)
+        if e["dtype"] == "int4w":
+            p = _int4w_params(e)
+            qs, s, m = SCHEMES["int4w"].planes(raw, math.prod(e["shape"][:-1]), cols, p)
+        else:
+            rows = raw.reshape(-1, _row_bytes(e))
+        step = max(1, CHUNK_BYTES // _row_bytes(e))
         for r0 in range(0, n, step):
-            sel = part.rows[r0:r0 + step] if part.rows is not None else np.arange(r0, min(r0 + step, n))
-            if e["dtype"] == "int4w":
-                qs, s, m = _int4w_values(plan, e, sel)
-                if o.how == "repack":
-                    out = _repack_int4w(qs, s, m, cols)
-                else:
-                    p = _int4w_params(e)
-                    from iekit.formats.quant import QuantizedRows
-
-                    w = SCHEMES["int4w"].dequantize_rows(QuantizedRows(qs, s, m), cols, p)
-                    target = SCHEMES[o.target]
-                    tp = QuantParams(o.target)
-                    raw = target.quantize(w, tp, o.name)
-                    o.error.add(w, target.dequantize(raw, w.shape[0], cols, tp), None)
-                    out = raw.reshape(w.shape[0], -1)
-            else:
-                rows = _rows_of(plan, part, sel)
-                out = rows
+            sel = part.rows[r0:r0 + step] if part.rows is not None else slice(r0, min(r0 + step, n))
+            if e["dtype"] != "int4w":
+                out = np.asarray(rows[sel])
                 if o.how == "widen":
-                    out = decode_f32(rows.tobytes(), e["dtype"])
+                    out = decode_f32(out.tobytes(), e["dtype"])
+            elif o.how == "repack":
+                out = _repack_int4w(np.asarray(qs[sel]), s[sel], None if m is None else m[sel], cols)
+            else:  # requantize from int4w's values, measuring what that adds
+                w = SCHEMES["int4w"].dequantize_rows(QuantizedRows(np.asarray(qs[sel]), s[sel],
+                                                                   None if m is None else m[sel]), cols, p)
+                target, tp = SCHEMES[o.target], QuantParams(o.target)
+                out = target.quantize(w, tp, o.name)
+                o.error.add(w, target.dequantize(out, w.shape[0], cols, tp), None)
             b = np.ascontiguousarray(out).tobytes()
             advance(len(b))
             yield b
 
 
 def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: dict[str, Any],
-              outs: list[_Out]) -> dict[str, tuple[str, Any]]:
-    """Key -> (gguf value type name, value): every hyperparameter llama.cpp
-    reads for the architecture, general.*, the tokenizer and the provenance."""
+              outs: list[_Out]) -> dict[str, Any]:
+    """Key -> value (stored by its Python type: add_kv): every hyperparameter
+    llama.cpp reads for the architecture, general.* and the provenance."""
     from gguf.constants import LlamaFileType
 
     a = arch.gguf
     m = model.meta["model"]
-    kv: dict[str, tuple[str, Any]] = {}
+    kv: dict[str, Any] = {}
     src = model.meta["source"]
-    kv["general.type"] = ("string", "model")
-    kv["general.name"] = ("string", src.get("name") or model.dir.name)
+    kv["general.type"] = "model"
+    kv["general.name"] = src.get("name") or model.dir.name
     weight_elems: dict[str, int] = {}
     for o in outs:
         if len(o.shape) >= 2 and o.ggml_type:
             t = (o.target or o.dtype)
             weight_elems[t] = weight_elems.get(t, 0) + math.prod(o.shape)
     main = max(weight_elems, key=weight_elems.get) if weight_elems else "f32"
-    kv["general.file_type"] = ("uint32", int(LlamaFileType[_FILE_TYPE.get(main, "ALL_F32")]))
-    kv["general.quantization_version"] = ("uint32", QUANTIZATION_VERSION)
-    kv[f"{a}.context_length"] = ("uint32", spec.max_positions)
-    kv[f"{a}.embedding_length"] = ("uint32", spec.hidden)
-    kv[f"{a}.block_count"] = ("uint32", spec.n_layers)
+    kv["general.file_type"] = int(LlamaFileType[_FILE_TYPE.get(main, "ALL_F32")])
+    kv["general.quantization_version"] = QUANTIZATION_VERSION
+    kv[f"{a}.context_length"] = spec.max_positions
+    kv[f"{a}.embedding_length"] = spec.hidden
+    kv[f"{a}.block_count"] = spec.n_layers
     moe = spec.moe
     dense_ff = spec.inter if moe is None or not all(moe.layers) else (cfg.get("intermediate_size") or moe.inter)
-    kv[f"{a}.feed_forward_length"] = ("uint32", int(dense_ff))
-    kv[f"{a}.attention.head_count"] = ("uint32", spec.n_heads)
-    kv[f"{a}.attention.head_count_kv"] = ("uint32", spec.n_kv_heads)
-    kv[f"{a}.attention.key_length"] = ("uint32", spec.head_dim)
-    kv[f"{a}.attention.value_length"] = ("uint32", spec.head_dim)
-    kv[f"{a}.rope.dimension_count"] = ("uint32", spec.head_dim)
-    kv[f"{a}.rope.freq_base"] = ("float32", float(m.get("rope_theta") or 10000.0))
-    kv[f"{a}.attention.layer_norm_rms_epsilon"] = ("float32", float(spec.eps))
-    kv[f"{a}.vocab_size"] = ("uint32", spec.vocab)
+    kv[f"{a}.feed_forward_length"] = int(dense_ff)
+    kv[f"{a}.attention.head_count"] = spec.n_heads
+    kv[f"{a}.attention.head_count_kv"] = spec.n_kv_heads
+    kv[f"{a}.attention.key_length"] = spec.head_dim
+    kv[f"{a}.attention.value_length"] = spec.head_dim
+    kv[f"{a}.rope.dimension_count"] = spec.head_dim
+    kv[f"{a}.rope.freq_base"] = float(m.get("rope_theta") or 10000.0)
+    kv[f"{a}.attention.layer_norm_rms_epsilon"] = float(spec.eps)
+    kv[f"{a}.vocab_size"] = spec.vocab
     scaling = _scaling(model)
     kind = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
     if kind == "yarn":
-        kv[f"{a}.rope.scaling.type"] = ("string", "yarn")
-        kv[f"{a}.rope.scaling.factor"] = ("float32", float(scaling["factor"]))
-        kv[f"{a}.rope.scaling.original_context_length"] = ("uint32", int(scaling["original_max_position_embeddings"]))
-        kv[f"{a}.rope.scaling.yarn_beta_fast"] = ("float32", float(scaling.get("beta_fast") or 32.0))
-        kv[f"{a}.rope.scaling.yarn_beta_slow"] = ("float32", float(scaling.get("beta_slow") or 1.0))
+        kv[f"{a}.rope.scaling.type"] = "yarn"
+        kv[f"{a}.rope.scaling.factor"] = float(scaling["factor"])
+        kv[f"{a}.rope.scaling.original_context_length"] = int(scaling["original_max_position_embeddings"])
+        kv[f"{a}.rope.scaling.yarn_beta_fast"] = float(scaling.get("beta_fast") or 32.0)
+        kv[f"{a}.rope.scaling.yarn_beta_slow"] = float(scaling.get("beta_slow") or 1.0)
     if moe is not None:
-        kv[f"{a}.expert_count"] = ("uint32", moe.n_experts)
-        kv[f"{a}.expert_used_count"] = ("uint32", moe.top_k)
+        kv[f"{a}.expert_count"] = moe.n_experts
+        kv[f"{a}.expert_used_count"] = moe.top_k
         if arch.gguf in ("qwen3moe", "gpt-oss"):
-            kv[f"{a}.expert_feed_forward_length"] = ("uint32", moe.inter)
+            kv[f"{a}.expert_feed_forward_length"] = moe.inter
     if arch.gguf == "gpt-oss":
-        kv[f"{a}.attention.sliding_window"] = ("uint32", max(spec.windows) or spec.max_positions)
-        kv[f"{a}.attention.sliding_window_pattern"] = ("bool_array", [w > 0 for w in spec.windows])
+        kv[f"{a}.attention.sliding_window"] = max(spec.windows) or spec.max_positions
+        kv[f"{a}.attention.sliding_window_pattern"] = [w > 0 for w in spec.windows]
     # where it came from: the artifact's own digest and its source's
     alg = model.checksum
-    kv["iekit.artifact.checksum"] = ("string", f"{alg}:{_digest(model)}")
-    kv["iekit.source.kind"] = ("string", str(src.get("kind")))
-    kv["iekit.source.shards"] = ("string_array", [f"{s['name']} {alg}:{s[alg]}" for s in src.get("shards", [])
-                                                  if alg in s] or ["(none)"])
+    kv["iekit.artifact.checksum"] = f"{alg}:{_digest(model)}"
+    kv["iekit.source.kind"] = str(src.get("kind"))
+    kv["iekit.source.shards"] = [f"{s['name']} {alg}:{s[alg]}" for s in src.get("shards", []) if alg in s] or ["(none)"]
     return kv
+
+
+def add_kv(w: Any, key: str, v: Any) -> None:
+    """One key-value, typed as llama.cpp reads these keys: every integer
+    uint32, every real float32, lists as arrays (of their elements' type)."""
+    if isinstance(v, list):
+        w.add_array(key, v)
+    elif isinstance(v, bool):
+        w.add_bool(key, v)
+    elif isinstance(v, int):
+        w.add_uint32(key, v)
+    elif isinstance(v, float):
+        w.add_float32(key, v)
+    else:
+        w.add_string(key, v)
 
 
 def _digest(model: iebin.IebinModel) -> str:
@@ -513,21 +499,8 @@ def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, ov
     with StagedFiles(out_path.parent, replace=overwrite) as staged:
         f = staged.open(out_path.name)  # GGUFWriter writes the same (staged) file through its own handle
         w = gguf.GGUFWriter(f.name, arch.gguf)
-        adders = {"string": w.add_string, "uint32": w.add_uint32, "float32": w.add_float32, "bool": w.add_bool}
-        for k, (typ, v) in kv.items():
-            if typ.endswith("_array"):
-                w.add_array(k, v)
-            else:
-                adders[typ](k, v)
-        for k, v in tok.items():
-            if isinstance(v, list):
-                w.add_array(k, v)
-            elif isinstance(v, bool):
-                w.add_bool(k, v)
-            elif isinstance(v, int):
-                w.add_uint32(k, v)
-            else:
-                w.add_string(k, v)
+        for k, v in {**kv, **tok}.items():
+            add_kv(w, k, v)
         for n, a in extra:
             w.add_tensor_info(n, a.shape, np.dtype(np.float32), a.nbytes)
         for o in outs:

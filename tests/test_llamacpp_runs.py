@@ -28,5 +28,4 @@ def test_llamacpp_runs_the_export(tmp_path, models, name):  # noqa: F811
     res = subprocess.run([BENCH, "-m", str(out), "-p", "8", "-n", "4", "-r", "1", "-t", "1", "-o", "json"],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert '"n_gen": 4' in res.stdout and ARCH_OF[name].replace("-", "") in res.stdout.replace("-", "").lower() \
-        or '"n_gen": 4' in res.stdout
+    assert '"n_gen": 4' in res.stdout and '"avg_ts"' in res.stdout, res.stdout[-2000:]
