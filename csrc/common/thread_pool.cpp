@@ -1,0 +1,162 @@
+#include "common/thread_pool.h"
+
+#include <climits>
+#include <stdexcept>
+#include <string>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace ie {
+namespace {
+
+// How long a waiting thread spins before it sleeps. A decode step's parallel
+// regions follow each other within a few microseconds, so a worker spinning
+// this long finds the next one without a wake-up (~5-50 us); a longer gap
+// (the next token, Python work) costs one wake-up. On a busy machine a
+// spinning thread holds a core that the thread it waits for may need, so
+// the spin is kept short.
+constexpr std::chrono::microseconds kSpin(30);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Sleeps while *a == v (returns at once if it differs; spurious returns are
+// allowed: callers loop).
+void futex_wait(std::atomic<uint32_t>& a, uint32_t v) {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&a), FUTEX_WAIT_PRIVATE, v, nullptr, nullptr, 0);
+#else
+  if (a.load() == v) std::this_thread::sleep_for(std::chrono::microseconds(50));
+#endif
+}
+
+void futex_wake(std::atomic<uint32_t>& a, int n) {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&a), FUTEX_WAKE_PRIVATE, n, nullptr, nullptr, 0);
+#else
+  (void)a;
+  (void)n;
+#endif
+}
+
+// Spins until done() holds (true) or kSpin has passed (false).
+template <class P>
+bool spin_until(P done) {
+  const auto end = std::chrono::steady_clock::now() + kSpin;
+  for (unsigned i = 1;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > end) return false;
+  }
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int threads) : size_(threads) {
+  if (threads < 1 || threads > 4096) throw std::invalid_argument("threads must be 1..4096, got " + std::to_string(threads));
+  try {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker(); });
+  } catch (...) {
+    stop();  // the workers started so far
+    throw;
+  }
+}
+
+ThreadPool::~ThreadPool() { stop(); }
+
+void ThreadPool::stop() {
+  stop_.store(true, std::memory_order_release);
+  gen_.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake(gen_, INT_MAX);
+  for (std::thread& w : workers_)
+    if (w.joinable()) w.join();
+  workers_.clear();
+}
+
+void ThreadPool::record(std::exception_ptr e) {
+  std::lock_guard<std::mutex> lock(error_mu_);
+  if (!error_) error_ = e;
+}
+
+void ThreadPool::dispatch(void* fn, Call call, bool all) {
+  if (size_ == 1) {
+    call(fn, 0);
+    return;
+  }
+  fn_ = fn;
+  call_ = call;
+  const uint32_t g = static_cast<uint32_t>(state_.load(std::memory_order_relaxed) >> 32) + 1;
+  state_.store(uint64_t(g) << 32 | kOpen, std::memory_order_release);
+  gen_.store(g, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(gen_, INT_MAX);
+  std::exception_ptr mine;
+  try {
+    call(fn, 0);
+  } catch (...) {
+    mine = std::current_exception();
+  }
+  if (all) {
+    const uint64_t want = static_cast<uint64_t>(size_ - 1);
+    while ((state_.load(std::memory_order_acquire) & kJoined) != want)
+      if (!spin_until([&] { return (state_.load(std::memory_order_acquire) & kJoined) == want; }))
+        std::this_thread::yield();
+  }
+  // Close: from here no worker joins; wait for those that did.
+  const uint32_t joined = static_cast<uint32_t>(state_.fetch_and(~kOpen, std::memory_order_acq_rel) & kJoined);
+  auto finished = [&] { return done_.load(std::memory_order_acquire) == joined; };
+  if (!finished() && !spin_until(finished)) {
+    for (;;) {
+      caller_sleeps_.store(true, std::memory_order_seq_cst);
+      const uint32_t d = done_.load(std::memory_order_seq_cst);
+      if (d == joined) break;
+      futex_wait(done_, d);
+    }
+    caller_sleeps_.store(false, std::memory_order_relaxed);
+  }
+  done_.store(0, std::memory_order_relaxed);  // every joined call has returned; none can join this job
+  if (mine) std::rethrow_exception(mine);
+  std::exception_ptr theirs;
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    std::swap(theirs, error_);
+  }
+  if (theirs) std::rethrow_exception(theirs);
+}
+
+void ThreadPool::worker() {
+  uint32_t seen = 0;
+  for (;;) {
+    auto changed = [&] { return gen_.load(std::memory_order_acquire) != seen; };
+    if (!changed() && !spin_until(changed)) {
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      while (gen_.load(std::memory_order_seq_cst) == seen) futex_wait(gen_, seen);
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    if (stop_.load(std::memory_order_acquire)) return;
+    seen = gen_.load(std::memory_order_acquire);
+    uint64_t s = state_.load(std::memory_order_acquire);
+    int slot = -1;
+    while (static_cast<uint32_t>(s >> 32) == seen && (s & kOpen)) {
+      if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        slot = static_cast<int>(s & kJoined) + 1;
+        break;
+      }
+    }
+    if (slot < 0) continue;  // closed (or superseded) before this thread arrived
+    try {
+      call_(fn_, slot);
+    } catch (...) {
+      record(std::current_exception());
+    }
+    done_.fetch_add(1, std::memory_order_seq_cst);
+    if (caller_sleeps_.load(std::memory_order_seq_cst)) futex_wake(done_, 1);
+  }
+}
+
+}  // namespace ie

@@ -1,0 +1,106 @@
+// The native library's threads: a pool that a decoder owns (or a call makes
+// for itself), in place of OpenMP's.
+//
+// Why not OpenMP: its threads spin at every barrier, and a parallel region
+// ends only when every thread of the team has arrived. On a machine with
+// other work running (a laptop, a CI runner, a shared server) one of our
+// threads is often descheduled; the others then spin through their time
+// slices waiting for it, and a decode step of ~200 regions took 100x longer
+// (issue 49: 3.9 tok/s with 2 threads against 85 with one, on 2 busy cores).
+// Its wait policy is an environment variable read once per process, which
+// would change a user's other OpenMP code too.
+//
+// What this pool does instead:
+// - A job is open to late arrivals and never waits for a thread that has
+//   not started it. run(fn) calls fn(0) on the calling thread at once; a
+//   worker that wakes while the job is still open joins with the next slot.
+//   Work is claimed from shared counters (WorkSplit, parallel_for), so the
+//   caller alone can finish everything; when it has, it closes the job and
+//   waits only for the workers that joined, each busy with one claimed piece.
+// - Waiting spins briefly (kSpin: a decode step's regions follow each other
+//   within microseconds), then sleeps on a futex, so a waiting thread gives
+//   its core back to whoever needs it, our descheduled peer included.
+// - each(fn) is the strict form for setup (pinning, first touch, bandwidth
+//   measurement): fn(slot) runs once on every thread of the pool.
+//
+// No global state: each pool is an object; a Decoder holds one for its life.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace ie {
+
+class ThreadPool {
+ public:
+  // threads >= 1: the caller plus threads - 1 workers.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return size_; }
+
+  // fn(slot), slot in [0, size()): slot 0 on this thread, now; others on
+  // workers that arrive before this thread has returned from fn(0). fn must
+  // claim its work from shared state so that slot 0 alone finishes it. An
+  // exception from any call is rethrown here once every call has returned.
+  template <class F>
+  void run(F&& fn) {
+    dispatch(&fn, [](void* f, int slot) { (*static_cast<F*>(f))(slot); }, false);
+  }
+
+  // fn(slot) once on every thread, slots 0..size()-1; returns when all have.
+  template <class F>
+  void each(F&& fn) {
+    dispatch(&fn, [](void* f, int slot) { (*static_cast<F*>(f))(slot); }, true);
+  }
+
+ private:
+  using Call = void (*)(void*, int);
+  void dispatch(void* fn, Call call, bool all);
+  void worker();
+  void stop();
+  void finish_call();
+  void record(std::exception_ptr e);
+
+  // state_: generation (high 32 bits), open (bit 31), slots taken (low bits).
+  static constexpr uint64_t kOpen = uint64_t(1) << 31;
+  static constexpr uint64_t kJoined = kOpen - 1;
+
+  const int size_;
+  std::vector<std::thread> workers_;
+  alignas(64) std::atomic<uint64_t> state_{0};
+  alignas(64) std::atomic<uint32_t> gen_{0};  // the futex workers sleep on
+  std::atomic<int> sleepers_{0};
+  alignas(64) std::atomic<uint32_t> done_{0};  // calls finished by workers; the caller's futex
+  std::atomic<bool> caller_sleeps_{false};
+  std::atomic<bool> stop_{false};
+  void* fn_ = nullptr;
+  Call call_ = nullptr;
+  std::mutex error_mu_;
+  std::exception_ptr error_;
+};
+
+// Items [0, n) in pieces of `grain` claimed in order by whoever is free:
+// fn(i0, i1, slot). One piece or less runs on the calling thread alone,
+// with no worker woken.
+template <class F>
+void parallel_for(ThreadPool& pool, int64_t n, int64_t grain, F&& fn) {
+  if (grain < 1) grain = 1;
+  if (n <= grain || pool.size() == 1) {
+    if (n > 0) fn(int64_t(0), n, 0);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool.run([&](int slot) {
+    for (int64_t i0; (i0 = next.fetch_add(grain, std::memory_order_relaxed)) < n;)
+      fn(i0, i0 + grain < n ? i0 + grain : n, slot);
+  });
+}
+
+}  // namespace ie

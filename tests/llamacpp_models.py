@@ -1,0 +1,83 @@
+"""The golden toy models in configurations llama.cpp runs exactly as the
+decoder does, one per architecture ``iebin-to-gguf`` exports: shared by the
+export tests (tests/test_gguf_export.py, tests/test_llamacpp_runs.py) and
+``make bench-gguf`` (benchmarks/gguf_parity.py), so both judge the same models.
+
+Some golden checkpoints hold what llama.cpp cannot express (its qwen3moe has
+experts in every layer and always renormalises the top-k; its gpt-oss clamps
+SwiGLU at 7 and rounds YaRN's range), and the exporter refuses those; the
+variants here change exactly that and nothing else. tiny-mistral is absent:
+its 4-position sliding window is one the llama architecture does not have.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from gguf_build import hf_tensors
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+IECONV = Path(sys.executable).parent / "ieconv"
+# toy -> the architecture llama.cpp runs it as
+ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2", "tiny-qwen3": "qwen3",
+           "tiny-mixtral": "llama", "tiny-qwen3-moe": "qwen3moe", "tiny-gpt-oss": "gpt-oss",
+           "tiny-gpt-oss-mxfp4": "gpt-oss"}
+
+
+def _hf_variant(tmp: Path, name: str, edit: dict, tensors=None) -> Path:
+    """A copy of a golden checkpoint with its config edited (and, given
+    ``tensors``, its weights replaced, written as f32 safetensors)."""
+    from safetensors.numpy import save_file
+
+    d = tmp / f"hf-{name}"
+    shutil.copytree(GOLDEN / "hf" / name, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(edit)
+    (d / "config.json").write_text(json.dumps(cfg, indent=1))
+    if tensors is not None:
+        for f in d.glob("*.safetensors"):
+            f.unlink()
+        save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, str(d / "model.safetensors"))
+    return d
+
+
+def _convert(hf: Path, out: Path) -> Path:
+    res = subprocess.run([str(IECONV), "hf-to-iebin", "-q", "--hf-dir", str(hf), "--out-dir", str(out)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"hf-to-iebin {hf.name}: {res.stderr.strip()}")
+    return out
+
+
+def _qwen3_moe_every_layer(tmp: Path) -> Path:
+    """Qwen3-MoE as llama.cpp runs it: experts in every layer, top-k renormalised."""
+    t = hf_tensors(GOLDEN / "hf" / "tiny-qwen3-moe")
+    for k in [k for k in t if k.startswith("model.layers.1.mlp.")]:
+        del t[k]
+    for k in [k for k in t if k.startswith("model.layers.0.mlp.")]:
+        t[k.replace("layers.0", "layers.1")] = t[k][::-1].copy() * np.float32(0.75)
+    rp = json.loads((GOLDEN / "hf/tiny-qwen3-moe/config.json").read_text())["rope_parameters"]
+    hf = _hf_variant(tmp, "tiny-qwen3-moe", {"mlp_only_layers": [], "norm_topk_prob": True, "rope_parameters": rp,
+                                             "dtype": "float32"}, t)
+    return _convert(hf, tmp / "qwen3moe")
+
+
+def _gpt_oss_llamacpp(tmp: Path, name: str) -> Path:
+    """gpt-oss as llama.cpp runs it: SwiGLU limit 7, YaRN's range rounded."""
+    cfg = json.loads((GOLDEN / "hf" / name / "config.json").read_text())
+    rp = {**cfg["rope_parameters"], "truncate": True}
+    return _convert(_hf_variant(tmp, name, {"swiglu_limit": 7.0, "rope_parameters": rp}), tmp / name)
+
+
+def llamacpp_models(tmp: Path) -> dict[str, Path]:
+    """ARCH_OF's toys as artifacts (the golden ones where they need no change; variants are converted under ``tmp``)."""
+    out = {n: GOLDEN / "iebin" / n for n in ("tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral")}
+    out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
+    out["tiny-gpt-oss"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss")
+    out["tiny-gpt-oss-mxfp4"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss-mxfp4")
+    return out
