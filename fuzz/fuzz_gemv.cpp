@@ -34,14 +34,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ie::dequantize(s, w.data(), out.data());
   ie::PreparedAct xa;
   ie::GemvScratch scratch;
+  ie::ThreadPool pool(threads);
   xa.set(x.data(), batch, s.cols);
   for (ie::Isa isa : ie::available_isas())
     for (ie::Act act : {ie::Act::F32, ie::Act::Int8}) {
       if (act == ie::Act::Int8 && !t.int8_act) continue;
-      ie::gemv(s, w.data(), xa, nullptr, y.data(), act, threads, isa, scratch);
+      ie::gemv(s, w.data(), xa, nullptr, y.data(), act, pool, isa, scratch);
       if (act == ie::Act::Int8 && ie::gemv_uses_rows8(s, act, isa)) {
-        const ie::Rows8 packed = ie::pack_rows8(s, w.data(), threads);
-        ie::gemv(s, w.data(), xa, nullptr, y.data(), act, threads, isa, scratch, &packed);
+        const ie::Rows8 packed = ie::pack_rows8(s, w.data(), pool);
+        ie::gemv(s, w.data(), xa, nullptr, y.data(), act, pool, isa, scratch, &packed);
       }
     }
   return 0;

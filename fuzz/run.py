@@ -29,8 +29,7 @@ def run_target(exe: Path, corpus: Path, findings: Path, seconds: int) -> tuple[i
     corpus.mkdir(parents=True, exist_ok=True)
     findings.mkdir(parents=True, exist_ok=True)
     before = set(findings.iterdir())
-    env = dict(os.environ, LSAN_OPTIONS=f"suppressions={REPO / 'fuzz' / 'lsan.supp'}",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    env = dict(os.environ, UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
     env.pop("LD_PRELOAD", None)  # the targets link their own sanitizer runtime
     cmd = [str(exe), f"-max_total_time={seconds}", "-timeout=10", "-rss_limit_mb=4096", "-print_final_stats=1",
            f"-artifact_prefix={findings}/", str(corpus)]

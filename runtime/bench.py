@@ -22,10 +22,11 @@ from typing import Any
 import click
 import numpy as np
 
+from iekit.cli.support import threads_option
 from iekit.formats.errors import IEError
 
 from . import cuda
-from .cpu_topology import LLC_MULTIPLE, dram_probe_bytes, last_level_cache_bytes, physical_cores
+from .cpu_topology import LLC_MULTIPLE, dram_probe_bytes, last_level_cache_bytes
 from .env import ACT_PREC_OF, ACTS, PRECISIONS, BenchEnv
 from .bench_run import read_prompts, reset_rss_peak, round_record, rss_peak_mb, run_round, tokenize
 from .gguf_models import model_dir_option
@@ -233,9 +234,7 @@ def _split_summary(recs: list[dict[str, Any]]) -> str | None:
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="Rounds (JSON lines).")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
               help="Rounds run first and not counted (page cache, CPU clocks, allocator).")
-@click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="Decoder threads, also used for the read-bandwidth yardstick.  [default: the physical cores "
-                   "this process may use]")
+@threads_option("Decoder threads, also used for the read-bandwidth yardstick.")
 @click.option("--act", type=click.Choice(ACTS), default=None,
               help="Activations into quantized matrices, as `ierun generate --act` (default: IE_ACT_PREC, else auto: "
                    "int8 for 4-bit layer matrices).")
@@ -259,7 +258,6 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, i
         if env.act == "int8":  # said here, where it is known whether --act or IE_ACT_PREC asked for it
             asked = "--act int8" if act else f"IE_ACT_PREC={env.act_prec}"
             raise IEError(f"{asked}: the CUDA decoder runs f32 activations only (f32 or auto)")
-    threads = threads or physical_cores()
     source, lines = read_prompts(prompts_file)
 
     # Every input is checked before the yardstick: a bad model or prompt

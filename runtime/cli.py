@@ -9,7 +9,7 @@ import sys
 import click
 from rich.table import Table
 
-from iekit.cli.support import run_cli, stdout_console
+from iekit.cli.support import run_cli, stdout_console, threads_option
 
 from .bench import bench
 from .decode_cli import generate_cmd, logits_cmd
@@ -37,7 +37,7 @@ def cli() -> None:
 @click.option("--bandwidth", is_flag=True,
               help="Also measure memory read bandwidth (a buffer of 4x the last-level cache, at least 256 MiB).")
 @click.option("--fma-peak", is_flag=True, help="Also measure the multiply-add peak (GFLOPS of the selected kernels' ISA).")
-@click.option("--threads", default=1, show_default=True, help="Threads for --bandwidth and --fma-peak.")
+@threads_option("Threads for --bandwidth and --fma-peak.")
 def info(as_json: bool, bandwidth: bool, fma_peak: bool, threads: int):
     """CPU features, kernel ISAs available here, and the one selected; whether
     this build has CUDA and which devices it sees; with --bandwidth and

@@ -1,10 +1,5 @@
-"""The CPUs this process may run on: their physical cores and last-level caches.
-
-Decode and the bandwidth yardstick are memory-bound: a second hyperthread
-on a core adds no bandwidth and steals the first one's cache, so ``ierun
-bench`` defaults to one thread per physical core. Linux says which logical
-CPUs share a core in /sys/devices/system/cpu/cpuN/topology; elsewhere (or
-when that is unreadable) every logical CPU counts as a core.
+"""The last-level caches of the CPUs this process may run on (their physical
+cores: formats/workers.py, the default of every --threads).
 
 A read that is meant to measure memory must stream through more bytes than
 the caches hold, or it measures the caches: a 256 MiB yardstick is eight
@@ -25,19 +20,6 @@ from iekit.formats.workers import allowed_cpus
 _SYS_CPU = Path("/sys/devices/system/cpu")
 DRAM_PROBE_MIN_BYTES = 256 << 20  # the yardstick where the caches are unknown or small
 LLC_MULTIPLE = 4  # a streaming read over 4x the LLC finds at most a quarter of it cached
-
-
-def physical_cores(sys_cpu: Path = _SYS_CPU) -> int:
-    """Distinct (package, core) pairs among the CPUs this process may use (>= 1)."""
-    cpus = allowed_cpus()
-    cores = set()
-    for cpu in cpus:
-        topo = sys_cpu / f"cpu{cpu}" / "topology"
-        try:
-            cores.add(((topo / "physical_package_id").read_text().strip(), (topo / "core_id").read_text().strip()))
-        except OSError:
-            return max(1, len(cpus))
-    return max(1, len(cores))
 
 
 def _size_bytes(text: str) -> int:

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from iekit.cli.support import threads_option
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.errors import IEError
 
@@ -22,7 +23,7 @@ from .gguf_models import model_dir_option
 
 _model_dir = click.option("--model-dir", required=True, callback=model_dir_option, type=click.Path(path_type=Path),
                           help="IEBIN model directory (Llama, Mistral or Qwen2).")
-_threads = click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="OpenMP threads.")
+_threads = threads_option("Decoder threads.")
 _ctx = click.option("--ctx", type=click.IntRange(min=1), default=None,
                     help="KV cache positions [min(max_position_embeddings, 4096)]; at most "
                          "max_position_embeddings, and the KV cache must fit the memory available.")

@@ -126,8 +126,6 @@ class Decoder:
         meta_path = self.model.meta_path
         self.spec = s = decoder_spec(self.model.meta, meta_path)
         self.max_ctx = check_ctx(s, ctx, threads, meta_path, default_ctx)
-        # Each thread's CPU (-1: not pinned), or None without an affinity mode.
-        self.pinned: list[int] | None = _native.pin_threads(threads, affinity) if affinity else None
         entries = {t["name"]: t for t in self.model.tensors}
         q_dim, kv_dim = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim
 
@@ -276,11 +274,14 @@ class Decoder:
             if device == "cuda":
                 self._dec = _native.CudaDecoder(cfg, mats, vecs)
             else:
-                self._dec = _native.Decoder(cfg, mats, vecs, act=self.act, threads=threads, isa=isa)
+                self._dec = _native.Decoder(cfg, mats, vecs, act=self.act, threads=threads, isa=isa,
+                                            affinity=affinity or "")
         except ValueError as e:
             raise IEError(f"{meta_path}: {e}") from None
         except RuntimeError as e:  # a CUDA failure (out of device memory, ...): one line, already says where
             raise IEError(str(e)) from None
+        # Each decoder thread's CPU (-1: not pinned), or None without an affinity mode (or on CUDA).
+        self.pinned: list[int] | None = list(self._dec.pinned) if affinity and device != "cuda" else None
         # The matrices' storage dtypes, most bytes first.
         self.precisions: tuple[str, ...] = tuple(d for d, _ in sorted(stored.items(), key=lambda kv: -kv[1]))
         self.model_bytes = sum(t["nbytes"] for t in self.model.tensors)

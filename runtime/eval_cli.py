@@ -9,7 +9,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from iekit.cli.support import stderr_console, stdout_console
+from iekit.cli.support import stderr_console, stdout_console, threads_option
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import read_small
 
@@ -36,7 +36,7 @@ def _options(f):
                      help=f"Tokens per chunk [{evaluation.DEFAULT_CTX}, or the models' max_position_embeddings "
                           "if smaller]."),
         click.option("--chunks", type=click.IntRange(min=1), default=None, help="Evaluate the first N chunks only [all]."),
-        click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="OpenMP threads."),
+        threads_option("Decoder threads."),
         click.option("--act", type=click.Choice(ACTS), default="auto", show_default=True,
                      help="The evaluated model's activations into quantized matrices, as `ierun generate "
                           "--act` (auto: int8 for 4-bit layer matrices); the reference always runs with f32."),

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import click
 from rich.table import Table
 
-from iekit.cli.support import stdout_console
+from iekit.cli.support import stdout_console, threads_option
 from iekit.formats import weight_types
 from iekit.formats.quant import QuantParams
 
@@ -118,7 +118,7 @@ KERNELS: dict[str, Callable[[dict[str, Any]], tuple[dict[str, Any], float]]] = {
               help="Output features (weight rows) [dense 16384, bsr 4096].")
 @click.option("--cols", type=click.IntRange(min=1), default=None,
               help="Input features (weight columns) [dense 8192, bsr 4096].")
-@click.option("--threads", default=1, show_default=True, help="Threads, for the kernel and the bandwidth yardstick.")
+@threads_option("Threads, for the kernel and the bandwidth yardstick.")
 @click.option("--group-size", type=int, default=None, help="int4w group size: 32, 64, 128 or 0 = whole row [64].")
 @click.option("--affine", is_flag=True, help="int4w affine (w = s*q + m) instead of symmetric.")
 @click.option("--scale-dtype", type=click.Choice(["f16", "f32"]), default=None, help="int4w scale dtype [f16].")
@@ -162,8 +162,6 @@ def microbench(as_json: bool, device: str, **o: Any) -> None:
         return
     from .native import read_bandwidth
 
-    if o["threads"] < 1:
-        raise click.UsageError(f"--threads must be >= 1, got {o['threads']}")
     for name, kernels in ONLY_FOR.items():
         if o[name] not in (None, False) and o["kernel"] not in kernels:
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --kernel {o['kernel']} "

@@ -23,7 +23,7 @@ import click
 import numpy as np
 from rich.table import Table
 
-from iekit.cli.support import stdout_console
+from iekit.cli.support import stdout_console, threads_option
 from iekit.formats import bsr
 from iekit.formats.dense_matrix import load_dense
 from iekit.formats.errors import FormatError, IEError
@@ -145,7 +145,7 @@ def print_report(r: dict) -> None:
 @click.option("--cols", type=click.IntRange(min=1), help="Columns of a raw .bin --dense.")
 @click.option("--model-dir", callback=model_dir_option, type=click.Path(path_type=Path), help="IEBIN model holding the dense --tensor.")
 @click.option("--tensor", help="Tensor name in --model-dir (STACK[e]: expert e of a stack).")
-@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1), help="GEMV threads.")
+@threads_option("GEMV threads.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random x and bias.")
 @click.option("--allow-nonfinite", is_flag=True,
               help="Accept NaN/Inf values (as written by ieconv block-sparse --allow-nonfinite); "

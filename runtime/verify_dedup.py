@@ -35,7 +35,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from iekit.cli.support import human_bytes, stdout_console
+from iekit.cli.support import human_bytes, stdout_console, threads_option
 from iekit.formats import checksums
 from iekit.formats import dedup as fmt
 from iekit.formats import iebin
@@ -251,7 +251,7 @@ def print_report(rep: DedupReport) -> None:
 @click.option("--model-dir", required=True, type=click.Path(path_type=Path), help="Model directory holding model.dedup.json (see `ieconv dedup-link`).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of the table.")
 @click.option("--no-zstd", is_flag=True, help="Skip the zstd baseline (it reads and compresses every grouped tensor).")
-@click.option("--threads", default=0, show_default=True, help="Reconstruction threads (0: OpenMP default).")
+@threads_option("Reconstruction threads.")
 @click.option("--device", type=click.Choice(cuda.DEVICES), default="cpu", show_default=True,
               help="Rebuild the members with this device's kernel (cuda: a `make build-cuda` build and a GPU).")
 def dedup_cmd(model_dir: Path, as_json: bool, no_zstd: bool, threads: int, device: str):

@@ -344,7 +344,7 @@ def test_warmup_ignore_eos_act_and_summary(monkeypatch, tmp_path):
 
     monkeypatch.setitem(sys.modules, "iekit.runtime.decoder", types.SimpleNamespace(Decoder=factory))
     from iekit.runtime import bench as bench_mod
-    from iekit.runtime.cpu_topology import physical_cores
+    from iekit.formats.workers import physical_cores
 
     f = tmp_path / "p.txt"
     f.write_text("ids: 1\n")
@@ -372,17 +372,17 @@ def test_warmup_ignore_eos_act_and_summary(monkeypatch, tmp_path):
 
 def test_physical_cores_from_sysfs(tmp_path, monkeypatch):
     """Two hyperthreads of one core count once; unreadable topology counts every CPU."""
-    from iekit.runtime import cpu_topology
+    from iekit.formats import workers
 
-    monkeypatch.setattr(cpu_topology, "allowed_cpus", lambda: {0, 1, 2})
+    monkeypatch.setattr(workers, "allowed_cpus", lambda: {0, 1, 2})
     for cpu, core in ((0, 0), (1, 0), (2, 1)):
         d = tmp_path / f"cpu{cpu}" / "topology"
         d.mkdir(parents=True)
         (d / "physical_package_id").write_text("0\n")
         (d / "core_id").write_text(f"{core}\n")
-    assert cpu_topology.physical_cores(tmp_path) == 2
+    assert workers.physical_cores(tmp_path) == 2
     (tmp_path / "cpu2" / "topology" / "core_id").unlink()
-    assert cpu_topology.physical_cores(tmp_path) == 3
+    assert workers.physical_cores(tmp_path) == 3
 
 
 def _caches(root, cpu, *caches):

@@ -31,11 +31,22 @@ def test_sizes_that_overflow_are_refused(dtype, rows, cols, group):
         _native.WeightSpec(dtype, rows, cols, group_size=group)
 
 
-def test_pin_threads_checks_its_count():
-    with pytest.raises(ValueError, match="threads must be >= 1"):
-        _native.pin_threads(0, "compact")
-    with pytest.raises(ValueError, match="threads must be >= 1"):
-        _native.pin_threads(-3, "scatter")
+def test_decoder_checks_its_threads_and_affinity():
+    """The decoder's pool (csrc/common/thread_pool.h) is made with the
+    decoder: a bad thread count or pinning mode is one error, in Python's
+    check and in the native constructor behind it."""
+    from conftest import GOLDEN_IEBIN
+
+    from iekit.formats.errors import IEError
+    from iekit.runtime.decoder import Decoder
+
+    for bad in (0, -3):
+        with pytest.raises(IEError, match="threads must be >= 1"):
+            Decoder(GOLDEN_IEBIN / "tiny-llama", threads=bad, ctx=16)
+    with pytest.raises(IEError, match="affinity must be compact, scatter or auto, got 'sideways'"):
+        Decoder(GOLDEN_IEBIN / "tiny-llama", threads=2, ctx=16, affinity="sideways")
+    dec = Decoder(GOLDEN_IEBIN / "tiny-llama", threads=2, ctx=16, affinity="compact")
+    assert len(dec.pinned) == 2 and dec.logits([1, 2, 3]).shape == (3, 320)
 
 
 def test_touch_bytes_refuses_views_that_are_not_one_range():

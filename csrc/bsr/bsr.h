@@ -84,7 +84,7 @@ uint32_t crc32_update(uint32_t crc, const uint8_t* p, size_t n);
 constexpr int kBsrMaxBatch = 8;
 
 // y[b * rows + r] = sum_c A[r][c] x[b * cols + c] (+ bias[r]), 1 <= batch <= 8,
-// float32 accumulation. Block rows are split over `threads` OpenMP threads
+// float32 accumulation. Block rows are split over `threads` pool threads
 // in contiguous ranges of about equal work (blocks + rows). Throws
 // std::invalid_argument for a bad batch/threads, std::bad_alloc.
 void bsr_gemv(const BsrMatrix& m, const float* x, int batch, const float* bias, float* y, int threads, Isa isa);

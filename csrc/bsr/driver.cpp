@@ -1,11 +1,10 @@
 // BSR GEMV driver: x padded to whole blocks, block rows split over threads
 // by work, the variant chosen from the ISA table.
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
+#include "common/thread_pool.h"
 #include "bsr.h"
 
 namespace ie {
@@ -59,9 +58,9 @@ void bsr_gemv(const BsrMatrix& m, const float* x, int batch, const float* bias, 
   const size_t acc_stride = (acc_n + 15) / 16 * 16;
   const size_t scratch = acc_stride * 9;
   AlignedArray<float> acc(scratch * nt_max);
-#pragma omp parallel num_threads(nt_max)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+  ThreadPool pool(nt_max);
+  pool.each([&](int t) {
+    const int nt = pool.size();
     BsrRowsArgs a;
     a.m = &m;
     a.xpad = xpad.data();
@@ -73,7 +72,7 @@ void bsr_gemv(const BsrMatrix& m, const float* x, int batch, const float* bias, 
     a.lanes = a.acc + acc_stride;
     const uint64_t br0 = split_point(m, t, nt), br1 = split_point(m, t + 1, nt);
     if (br1 > br0) rows(a, br0, br1);
-  }
+  });
 }
 
 }  // namespace ie

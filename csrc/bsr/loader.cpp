@@ -2,7 +2,6 @@
 // The rules and their order mirror formats/bsr.py line for line; a rule
 // changed here must change there (tests/test_bsr_validator.py holds the two
 // to the same code and field on every hostile input).
-#include <omp.h>
 #include <sys/stat.h>
 
 #include <algorithm>

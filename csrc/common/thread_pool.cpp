@@ -89,6 +89,8 @@ void ThreadPool::dispatch(void* fn, Call call, bool all) {
     call(fn, 0);
     return;
   }
+  if (state_.load(std::memory_order_relaxed) & kOpen)  // only this pool's own jobs can see it open
+    throw std::logic_error("ThreadPool: a job started another on the same pool (nested parallelism)");
   fn_ = fn;
   call_ = call;
   const uint32_t g = static_cast<uint32_t>(state_.load(std::memory_order_relaxed) >> 32) + 1;

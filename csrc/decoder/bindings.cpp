@@ -1,5 +1,5 @@
 // Python bindings of the decoder (`_native.DecoderConfig`, `_native.Decoder`,
-// in CUDA builds `_native.CudaDecoder`, `pin_threads`, `touch_bytes`).
+// in CUDA builds `_native.CudaDecoder`, `touch_bytes`).
 // runtime/decoder.py is the only caller: it resolves HF names to the keys
 // used here and hands over (WeightSpec, byte view) pairs of the mapped
 // model.ie.bin, which the CPU decoder keeps referenced for its lifetime
@@ -116,10 +116,12 @@ ie::DecoderWeights decoder_weights(const ie::DecoderConfig& c, const py::dict& m
 }
 
 std::unique_ptr<PyDecoder> make_decoder(const ie::DecoderConfig& c, const py::dict& mats, const py::dict& vecs,
-                                        const std::string& act, int threads, const std::string& isa) {
+                                        const std::string& act, int threads, const std::string& isa,
+                                        const std::string& affinity) {
   auto out = std::make_unique<PyDecoder>();
   ie::DecoderWeights w = decoder_weights(c, mats, vecs, out->keep, /*plan_dedup=*/true);
-  out->dec = std::make_unique<ie::Decoder>(c, std::move(w), ie::parse_act(act), threads, ie::resolve_isa(isa));
+  out->dec = std::make_unique<ie::Decoder>(c, std::move(w), ie::parse_act(act), threads, ie::resolve_isa(isa),
+                                           affinity);
   return out;
 }
 
@@ -208,7 +210,9 @@ void ie_register_decoder(py::module_& m) {
       .def_readonly("max_ctx", &ie::DecoderConfig::max_ctx);
   py::class_<PyDecoder>(m, "Decoder", "Llama-family decoder over weights read in place (csrc/decoder/decoder.h).")
       .def(py::init(&make_decoder), py::arg("config"), py::arg("matrices"), py::arg("vectors"),
-           py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "")
+           py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "", py::arg("affinity") = "")
+      .def_property_readonly("pinned", [](const PyDecoder& s) { return s.dec->pinned(); },
+                             "Each thread's CPU (-1: not pinned); empty without an affinity.")
       .def("forward",
            [](PyDecoder& s, py::array_t<int32_t, py::array::c_style | py::array::forcecast> tokens, bool all_logits,
               std::optional<py::array> out) { return forward(*s.dec, tokens, all_logits, out); },
@@ -293,8 +297,6 @@ void ie_register_decoder(py::module_& m) {
       .def_property_readonly("rows8_bytes", [](const CudaDecoder&) { return size_t{0}; },
                              "0: the device decoder keeps no row-interleaved copies (as Decoder.rows8_bytes).");
 #endif
-  m.def("pin_threads", &ie::pin_threads, py::arg("threads"), py::arg("mode"),
-        "Pin the OpenMP threads (compact|scatter|auto); returns each thread's CPU (-1: not pinned).");
   m.def(
       "touch_bytes",
       [](py::buffer buf, size_t start, size_t nbytes, size_t stride) {

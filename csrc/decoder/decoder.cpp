@@ -4,7 +4,6 @@
 // straightforward loops the compiler vectorises.
 #include "decoder.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -182,11 +181,13 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   }
 }
 
-Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa)
+Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa, const std::string& affinity)
     : cfg_(std::move(cfg)), w_(std::move(w)), act_(act), threads_(threads), isa_(isa) {
   const DecoderConfig& c = cfg_;
   check_decoder(c, w_, /*dedup_plans=*/true);
   if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
+  pool_ = std::make_unique<ThreadPool>(threads);
+  if (!affinity.empty()) pinned_ = pin_threads(*pool_, affinity);
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
   if (w_.embed.dedup) fail("embed_tokens: pass the rebuilt bytes (rows are read one token at a time)");
@@ -211,7 +212,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     const uint8_t* stored = m.data;
     const size_t n = weight_nbytes(m.spec);
     if (gemv_uses_rows8(m.spec, act_, isa_)) {
-      m.rows8 = std::make_shared<const Rows8>(pack_rows8(m.spec, stored, threads_));
+      m.rows8 = std::make_shared<const Rows8>(pack_rows8(m.spec, stored, *pool_));
       rows8_bytes_ += m.rows8->bytes.size();
     } else {
       AlignedArray<uint8_t> copy(n, /*zero=*/false);
@@ -327,14 +328,14 @@ void Decoder::mm(const Matrix& m, PreparedAct& prep, const float* x, int b, cons
 
 bool Decoder::rows8(const Rows8Job* jobs, int n, PreparedAct& x) {
   Stopwatch sw(timer(&StepTimes::matmul_s));
-  return gemv_rows8(jobs, n, x, threads_, isa_);
+  return gemv_rows8(jobs, n, x, *pool_, isa_);
 }
 
 void Decoder::mm_plain(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y) {
   if (b > kMaxBatch)
-    gemm(m.spec, m.data, x, b, bias, y, threads_, isa_, gemm_scratch_);
+    gemm(m.spec, m.data, x, b, bias, y, *pool_, isa_, gemm_scratch_);
   else
-    gemv(m.spec, m.data, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, threads_, isa_, scratch_,
+    gemv(m.spec, m.data, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, *pool_, isa_, scratch_,
          m.rows8.get());
 }
 
@@ -350,9 +351,9 @@ void Decoder::mm_dedup(const Matrix& m, PreparedAct& prep, const float* x, int b
     return mm_plain(plain, prep, x, b, bias, y);
   }
   if (b > kMaxBatch)
-    gemm_dedup(*m.dedup, x, b, bias, y, threads_, isa_, dedup_scratch_, gemm_scratch_);
+    gemm_dedup(*m.dedup, x, b, bias, y, *pool_, isa_, dedup_scratch_, gemm_scratch_);
   else
-    gemv_dedup(*m.dedup, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, threads_, isa_,
+    gemv_dedup(*m.dedup, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, *pool_, isa_,
                dedup_scratch_);
   m.store->count_fused(m.dedup->src.read_bytes());
 }
@@ -426,13 +427,15 @@ void Decoder::attention(int layer, int b) {
   if (scores_.size() < all) scores_.resize(all);
   const int block = std::max(8, 4096 / hd / 8 * 8);  // keys per block
   const int items = cfg_.n_kv_heads * sp.jparts * sp.hparts;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_) if (b > 1 || n_past_ >= kParallelAttnCtx)
-  for (int it = 0; it < items; ++it) {
+  // A short single-token attention runs on this thread alone (one piece).
+  const int64_t grain = b > 1 || n_past_ >= kParallelAttnCtx ? 1 : items;
+  parallel_for(*pool_, items, grain, [&](int64_t i0, int64_t i1, int slot) {
+  for (int it = static_cast<int>(i0); it < i1; ++it) {
     // KV head fastest: items that run at the same time read different heads' caches.
     const int g = it % cfg_.n_kv_heads, jp = it / cfg_.n_kv_heads / sp.hparts, hp = it / cfg_.n_kv_heads % sp.hparts;
     const int j0 = jp * sp.tj, j1 = std::min(b, j0 + sp.tj);
     const int h0 = g * group + hp * sp.th, h1 = std::min((g + 1) * group, h0 + sp.th);
-    float* sc = scores_.data() + static_cast<size_t>(omp_get_thread_num()) * per_thread;
+    float* sc = scores_.data() + static_cast<size_t>(slot) * per_thread;
     // Query r = (j, h) in order: its q row, output row, head and positions [t0[r], n_ctx[r]).
     const float* qr[kAttnItemQueries];
     float* out[kAttnItemQueries];
@@ -475,13 +478,16 @@ void Decoder::attention(int layer, int b) {
     for (int r = 0; r < nq; ++r)
       for (int i = 0; i < hd; ++i) out[r][i] *= inv[r];
   }
+  });
 }
 
 void Decoder::glu(Glu kind, float* g, const float* u, int n, int width) const {
   const size_t all = static_cast<size_t>(n) * static_cast<size_t>(width);
   if (kind == Glu::Silu) {
-#pragma omp parallel for num_threads(threads_) if (n > 1)
-    for (size_t i = 0; i < all; ++i) g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+    rows(n, [&](int j) {
+      for (size_t i = static_cast<size_t>(j) * width; i < static_cast<size_t>(j + 1) * width; ++i)
+        g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+    });
     return;
   }
   // In place: output i is written after inputs 2i and 2i + 1 (>= i) are read.
@@ -572,8 +578,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
   }
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
-#pragma omp parallel for num_threads(threads_) if (b > 1)
-    for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]);
+    rows(b, [&](int j) { rmsnorm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]); });
     if (stats_on_) add_stats(4 * l, xn_.data(), b, H);
     prepare(xn_prep_, xn_.data(), b, H);
     const float* bq = L.bq.empty() ? nullptr : L.bq.data();
@@ -589,8 +594,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     }
     float* kc = k_cache_.data() + static_cast<size_t>(l) * c.max_ctx * kv_dim_;
     float* vc = v_cache_.data() + static_cast<size_t>(l) * c.max_ctx * kv_dim_;
-#pragma omp parallel for num_threads(threads_) if (b > 1)
-    for (int j = 0; j < b; ++j) {
+    rows(b, [&](int j) {
       const int pos = n_past_ + j;
       const float* cs = rope_cs_.data() + static_cast<size_t>(j) * c.head_dim;
       if (!L.q_norm.empty()) {  // Qwen3: each head's q and k RMS-normed before the rotation
@@ -603,7 +607,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       rope(&k_[j * kv_dim_], c.n_kv_heads, c.head_dim, cs);
       std::copy_n(&k_[j * kv_dim_], kv_dim_, kc + static_cast<size_t>(pos) * kv_dim_);
       std::copy_n(&v_[j * kv_dim_], kv_dim_, vc + static_cast<size_t>(pos) * kv_dim_);
-    }
+    });
     {
       Stopwatch sw(timer(&StepTimes::attention_s));
       attention(l, b);
@@ -611,12 +615,11 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     if (stats_on_) add_stats(4 * l + 1, att_.data(), b, q_dim_);
     prepare(att_prep_, att_.data(), b, q_dim_);
     mm(L.o, att_prep_, att_.data(), b, L.bo.empty() ? nullptr : L.bo.data(), xn_.data());
-#pragma omp parallel for num_threads(threads_) if (b > 1)
-    for (int j = 0; j < b; ++j) {
+    rows(b, [&](int j) {
       float* xj = &x_[j * H];
       for (int i = 0; i < H; ++i) xj[i] += xn_[j * H + i];
       rmsnorm(xj, L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
-    }
+    });
     if (stats_on_) add_stats(4 * l + 2, xn_.data(), b, H);
     prepare(xn_prep_, xn_.data(), b, H);
     if (!L.experts.empty()) {
@@ -632,8 +635,9 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     if (stats_on_) add_stats(4 * l + 3, gate_.data(), b, I);
     prepare(gate_prep_, gate_.data(), b, I);
     mm(L.down, gate_prep_, gate_.data(), b, nullptr, att_.data());
-#pragma omp parallel for num_threads(threads_) if (b > 1)
-    for (int i = 0; i < b * H; ++i) x_[i] += att_[i];
+    rows(b, [&](int j) {
+      for (int i = j * H; i < (j + 1) * H; ++i) x_[i] += att_[i];
+    });
   }
   n_past_ += b;
   if (stats_on_) {
@@ -642,8 +646,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     stats_tokens_ += b;
   }
   if (all_logits) {
-#pragma omp parallel for num_threads(threads_) if (b > 1)
-    for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]);
+    rows(b, [&](int j) { rmsnorm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]); });
     prepare(xn_prep_, xn_.data(), b, H);
     mm(w_.lm_head, xn_prep_, xn_.data(), b, nullptr, logits);
   } else if (logits != nullptr) {
@@ -680,8 +683,8 @@ void Decoder::forward(const int32_t* tokens, int n, float* logits, bool all_logi
   }
 }
 
-std::vector<int> pin_threads(int threads, const std::string& mode) {
-  if (threads < 1) fail("pin_threads: threads must be >= 1, got " + std::to_string(threads));
+std::vector<int> pin_threads(ThreadPool& pool, const std::string& mode) {
+  const int threads = pool.size();
   if (mode != "compact" && mode != "scatter" && mode != "auto")
     fail("affinity must be compact, scatter or auto, got '" + mode + "'");
   std::vector<int> where(static_cast<size_t>(threads), -1);
@@ -695,15 +698,13 @@ std::vector<int> pin_threads(int threads, const std::string& mode) {
   if (cpus.empty()) return where;
   const int n = static_cast<int>(cpus.size());
   const bool scatter = mode == "scatter";
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int cpu = cpus[static_cast<size_t>(scatter ? (static_cast<long>(t) * n / nt) % n : t % n)];
+  pool.each([&](int t) {
+    const int cpu = cpus[static_cast<size_t>(scatter ? (static_cast<long>(t) * n / threads) % n : t % n)];
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(cpu, &one);
     if (sched_setaffinity(0, sizeof(one), &one) == 0) where[static_cast<size_t>(t)] = cpu;
-  }
+  });
 #endif
   return where;
 }

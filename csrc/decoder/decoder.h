@@ -22,6 +22,7 @@
 
 #include "common/aligned.h"
 #include "common/isa.h"
+#include "common/thread_pool.h"
 #include "common/zero_pages.h"
 #include "gemm/gemm.h"
 #include "gemv/dedup_gemv.h"
@@ -123,7 +124,9 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
 class Decoder {
  public:
   // Throws std::invalid_argument naming the first inconsistent dimension.
-  Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa);
+  // affinity: "" (threads not pinned), or pin_threads' mode, applied before
+  // the weights are copied (so each copy is first touched where it is read).
+  Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa, const std::string& affinity = "");
 
   // Runs `n` tokens at positions n_past() .. n_past()+n-1, appending their
   // K/V to the cache. Writes [n, vocab] logits when all_logits, else only
@@ -163,6 +166,8 @@ class Decoder {
   // rows8 kernel: act=f32, or the scalar ISA; the stored bytes are then
   // copied as they are).
   size_t rows8_bytes() const { return rows8_bytes_; }
+  // Each thread's CPU (-1: not pinned); empty without an affinity.
+  const std::vector<int>& pinned() const { return pinned_; }
 
   // Where the time of single-token forward calls (decode steps) went since
   // the last reset: wall seconds inside weight matmuls (their threads'
@@ -194,6 +199,14 @@ class Decoder {
   // channels: g holds gate (Glu::GptOss: interleaved gate/up, 2 width per
   // row), u up; the result lands in g's first n * width floats.
   void glu(Glu kind, float* g, const float* u, int n, int width) const;
+  // fn(j) for each of a chunk's n token rows, shared by the pool's threads
+  // (a single row runs on this thread, waking none).
+  template <class F>
+  void rows(int n, F&& fn) const {
+    parallel_for(*pool_, n, 1, [&](int64_t j0, int64_t j1, int) {
+      for (int64_t j = j0; j < j1; ++j) fn(static_cast<int>(j));
+    });
+  }
   // x [b, cols]: through the GEMV (prepared once in `prep` for every matrix
   // that reads it) when b <= kMaxBatch, else through the GEMM.
   void prepare(PreparedAct& prep, const float* x, int b, int cols);
@@ -211,10 +224,12 @@ class Decoder {
   DecoderWeights w_;
   Act act_;
   int threads_;
+  std::unique_ptr<ThreadPool> pool_;  // threads_ threads; a pointer, so const members can run work on it
   Isa isa_;
   int n_past_ = 0;
   int q_dim_ = 0, kv_dim_ = 0;
   size_t rows8_bytes_ = 0;
+  std::vector<int> pinned_;
   StepTimes step_times_;
   bool timing_ = false;  // within a single-token forward
   std::vector<AlignedArray<uint8_t>> copies_;  // the matrices without rows8, copied at load as stored
@@ -270,10 +285,10 @@ struct AttnSplit {
 };
 AttnSplit attn_split(int b, int n_kv, int group, int threads);
 
-// Pins the OpenMP pool's threads (Linux; a no-op elsewhere): "compact" (and
+// Pins a pool's threads (Linux; a no-op elsewhere): "compact" (and
 // "auto", which on one socket has nothing better to do) puts thread i on the
 // i-th allowed CPU, "scatter" spreads threads evenly over the allowed CPUs. Returns the CPU of each thread, in thread order.
-std::vector<int> pin_threads(int threads, const std::string& mode);
+std::vector<int> pin_threads(ThreadPool& pool, const std::string& mode);
 
 // The benchmark's work-touch loop: reads one byte every `stride` bytes of
 // [base, base + size), `nbytes` in all, starting at `start` and wrapping.

@@ -121,7 +121,7 @@ extern const IsaTable<DedupOps> kDedupTable;
 bool reconstruct_range(const MemberView& v, Cursor& c, size_t a, size_t b, uint8_t* out, Isa isa,
                        bool stream_stores = false);
 
-// Whole-tensor reconstruction, split over `threads` (OpenMP) at chunk
+// Whole-tensor reconstruction, split over `threads` (a ThreadPool) at chunk
 // boundaries from the prefix table. Throws std::invalid_argument when mask
 // and exceptions disagree (only possible on unvalidated input).
 // `stream_stores` < 0: auto.

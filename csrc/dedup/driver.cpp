@@ -1,13 +1,12 @@
 // Dedup reconstruction: the scalar reference body, the ISA table and the
-// portable driver (chunk prefix table, OpenMP split).
-#include <omp.h>
-
+// portable driver (chunk prefix table, chunks shared by a ThreadPool).
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
+#include "common/thread_pool.h"
 #include "dedup.h"
 #include "range.h"
 
@@ -139,13 +138,15 @@ void reconstruct(const MemberView& v, uint8_t* out, int threads, Isa isa, int st
   const bool nt = aligned && (stream_stores < 0 ? n >= kStreamStoreMin : stream_stores > 0);
   const int workers = std::max(1, std::min<int>(threads, static_cast<int>(std::min<size_t>(chunks, 1 << 20))));
   std::atomic<bool> bad{false};
-#pragma omp parallel for num_threads(workers) schedule(static) if (workers > 1)
-  for (long long ch = 0; ch < static_cast<long long>(chunks); ++ch) {
-    const size_t a = static_cast<size_t>(ch) * kChunk, b = std::min(n, a + kChunk);
-    Cursor c = (*v.prefix)[ch];
-    if (!reconstruct_range(v, c, a, b, out + a, isa, nt) || !(c == (*v.prefix)[ch + 1]))
-      bad.store(true, std::memory_order_relaxed);
-  }
+  ThreadPool pool(workers);
+  parallel_for(pool, static_cast<int64_t>(chunks), 1, [&](int64_t c0, int64_t c1, int) {
+    for (size_t ch = static_cast<size_t>(c0); ch < static_cast<size_t>(c1); ++ch) {
+      const size_t a = ch * kChunk, b = std::min(n, a + kChunk);
+      Cursor c = (*v.prefix)[ch];
+      if (!reconstruct_range(v, c, a, b, out + a, isa, nt) || !(c == (*v.prefix)[ch + 1]))
+        bad.store(true, std::memory_order_relaxed);
+    }
+  });
   if (bad.load()) throw std::invalid_argument("dedup: mask bits and exceptions disagree (malformed input)");
 }
 

@@ -2,7 +2,6 @@
 // it was given against them (the "Loader rules" of docs/formats/dedup.md),
 // and serves tensors from an LRU cache of reconstructed payloads.
 #include <fcntl.h>
-#include <omp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,9 +16,11 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <tuple>
 
 #include "common/errors.h"
+#include "common/thread_pool.h"
 #include "dedup.h"
 
 namespace ie::dedup {
@@ -99,7 +100,7 @@ class MappedFile {
 };
 
 DedupStore::DedupStore(const StoreSpec& spec, size_t cache_bytes, int threads, bool debug, Isa isa)
-    : spec_(spec), capacity_(cache_bytes), threads_(threads > 0 ? threads : omp_get_max_threads()),
+    : spec_(spec), capacity_(cache_bytes), threads_(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
       debug_(debug), isa_(isa) {
   st_.capacity_bytes = capacity_;
   validate_and_index();
@@ -227,14 +228,15 @@ void DedupStore::validate_and_index() {
   // prefix table that lets reconstruction start anywhere.
   prefix_.assign(M, {});
   std::vector<std::pair<std::string, std::string>> bad(M);
-#pragma omp parallel for num_threads(threads_) schedule(dynamic, 1)
-  for (long long ii = 0; ii < static_cast<long long>(M); ++ii) {
-    const size_t i = static_cast<size_t>(ii);
-    LineMask m;
-    split_line_mask(blobs_[1]->data() + s.mask_offset[i], static_cast<size_t>(s.mask_nbytes[i]),
-                    static_cast<size_t>(s.group_nbytes[s.member_group[i]]), &m);  // sizes checked above
-    bad[i] = check_line_mask(m, static_cast<uint64_t>(s.exc_count[i]), &prefix_[i]);
-  }
+  ThreadPool pool(threads_);
+  parallel_for(pool, static_cast<int64_t>(M), 1, [&](int64_t i0, int64_t i1, int) {
+    for (size_t i = static_cast<size_t>(i0); i < static_cast<size_t>(i1); ++i) {
+      LineMask m;
+      split_line_mask(blobs_[1]->data() + s.mask_offset[i], static_cast<size_t>(s.mask_nbytes[i]),
+                      static_cast<size_t>(s.group_nbytes[s.member_group[i]]), &m);  // sizes checked above
+      bad[i] = check_line_mask(m, static_cast<uint64_t>(s.exc_count[i]), &prefix_[i]);
+    }
+  });
   for (size_t i = 0; i < M; ++i)
     if (!bad[i].second.empty()) fail_at(L, mfield[i] + "." + bad[i].first, "member '" + s.names[i] + "': " + bad[i].second);
   log("validated %zu groups, %zu members (alignment %lld, kernel %s, %d threads, cache %zu bytes)", G, M,

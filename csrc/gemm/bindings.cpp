@@ -28,7 +28,8 @@ py::array_t<float> gemm_py(const py::buffer& w, const std::string& dtype, int64_
   ie::GemmScratch scratch;
   {
     py::gil_scoped_release nogil;
-    ie::gemm(s, wp, o.x, static_cast<int>(o.batch), o.bias, o.yp, threads, isa, scratch);
+    ie::ThreadPool pool(threads);
+    ie::gemm(s, wp, o.x, static_cast<int>(o.batch), o.bias, o.yp, pool, isa, scratch);
   }
   return o.y;
 }

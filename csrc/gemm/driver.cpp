@@ -2,7 +2,6 @@
 // converts each thread's weight tiles to float32, runs the micro-kernel.
 #include "gemm.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -54,10 +53,10 @@ bool tile_rows(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, c
 }
 
 void run_gemm(const WeightSpec& s, const uint8_t* w, const RowSource* src, const float* x, int n, const float* bias,
-              float* y, int threads, Isa isa, GemmScratch& scratch) {
+              float* y, ThreadPool& pool, Isa isa, GemmScratch& scratch) {
   if (x == nullptr || y == nullptr) fail("gemm: null activations or output");
   if (n < 1) fail("gemm: need at least one activation row, got " + std::to_string(n));
-  if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
+  const int threads = pool.size();
   const int64_t cols = s.cols, rows = s.rows;
   const GemmOps& ops = kGemmTable.ops(isa);
   const int64_t np = (n + kPanel - 1) / kPanel;
@@ -73,21 +72,22 @@ void run_gemm(const WeightSpec& s, const uint8_t* w, const RowSource* src, const
   // float32 rows are read in place (4-byte aligned: the mapped file's
   // tensors are); other types, and a last tile of fewer rows, are converted.
   const bool in_place = src == nullptr && s.type == WType::F32 && reinterpret_cast<uintptr_t>(w) % alignof(float) == 0;
-#pragma omp parallel num_threads(threads)
-  {
-#pragma omp for schedule(static)
-    for (int64_t pc = 0; pc < np_padded * cols; ++pc) {
+  // Two passes, each over items claimed by whoever is free (thread_pool.h):
+  // the panels are complete before any tile reads them.
+  parallel_for(pool, np_padded * cols, 1024, [&](int64_t pc0, int64_t pc1, int) {
+    for (int64_t pc = pc0; pc < pc1; ++pc) {
       const int64_t p = pc / cols, c = pc % cols;
       for (int j = 0; j < kPanel; ++j) {
         const int64_t t = p * kPanel + j;
         panels[pc * kPanel + j] = t < n ? x[t * cols + c] : 0.f;
       }
     }
-    const size_t me = static_cast<size_t>(omp_get_thread_num());
+  });
+  parallel_for(pool, ntiles, 1, [&](int64_t t0, int64_t t1, int slot) {
+    const size_t me = static_cast<size_t>(slot);
     float* buf = scratch.tiles.data() + me * kTileRows * cols;
     float* acc = scratch.acc.data() + me * kPanelBlock * kTileRows * kPanel;
-#pragma omp for schedule(static)
-    for (int64_t ti = 0; ti < ntiles; ++ti) {
+    for (int64_t ti = t0; ti < t1; ++ti) {
       const int64_t r0 = ti * kTileRows;
       const int nr = static_cast<int>(std::min<int64_t>(kTileRows, rows - r0));
       const float* wt = buf;
@@ -113,21 +113,21 @@ void run_gemm(const WeightSpec& s, const uint8_t* w, const RowSource* src, const
         }
       }
     }
-  }
+  });
 }
 
 }  // namespace
 
-void gemm(const WeightSpec& s, const uint8_t* w, const float* x, int n, const float* bias, float* y, int threads,
+void gemm(const WeightSpec& s, const uint8_t* w, const float* x, int n, const float* bias, float* y, ThreadPool& pool,
           Isa isa, GemmScratch& scratch) {
   if (w == nullptr) fail("gemm: null weights");
-  run_gemm(s, w, nullptr, x, n, bias, y, threads, isa, scratch);
+  run_gemm(s, w, nullptr, x, n, bias, y, pool, isa, scratch);
 }
 
-void gemm(const WeightSpec& s, const RowSource& src, const float* x, int n, const float* bias, float* y, int threads,
+void gemm(const WeightSpec& s, const RowSource& src, const float* x, int n, const float* bias, float* y, ThreadPool& pool,
           Isa isa, GemmScratch& scratch) {
   if (src.rows == nullptr) fail("gemm: the row source has no rows function");
-  run_gemm(s, nullptr, &src, x, n, bias, y, threads, isa, scratch);
+  run_gemm(s, nullptr, &src, x, n, bias, y, pool, isa, scratch);
 }
 
 }  // namespace ie

@@ -40,12 +40,12 @@ struct GemmScratch {
 };
 
 // y[t * rows + r] = sum_c W[r][c] * x[t * cols + c] (+ bias[r]) for t < n.
-void gemm(const WeightSpec& s, const uint8_t* w, const float* x, int n, const float* bias, float* y, int threads,
+void gemm(const WeightSpec& s, const uint8_t* w, const float* x, int n, const float* bias, float* y, ThreadPool& pool,
           Isa isa, GemmScratch& scratch);
 // The same over a RowSource (gemv/gemv.h, a dedup member): each weight tile
 // is converted from the source's steps, so the matrix is never held whole;
 // the same values, so the same y.
-void gemm(const WeightSpec& s, const RowSource& src, const float* x, int n, const float* bias, float* y, int threads,
+void gemm(const WeightSpec& s, const RowSource& src, const float* x, int n, const float* bias, float* y, ThreadPool& pool,
           Isa isa, GemmScratch& scratch);
 
 // One ISA's micro-kernel covers kTileRows weight rows and `panels`

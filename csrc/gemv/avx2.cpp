@@ -19,7 +19,6 @@
 // Each kernel handles R rows at once (sharing activation loads), B <= 8
 // activation rows, and prefetches the next row block.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -1368,7 +1367,7 @@ Scratch carve_scratch(const GemvArgs& a, uint8_t* base, size_t* used = nullptr) 
   if (t == WType::Int4w) {
     s.derived = c.take<float>(static_cast<size_t>(a.batch * a.lay.groups));
     s.sf_stride = 4 * (a.spec.cols / 32 + 1);
-    s.sf = c.take<float>(static_cast<size_t>(a.threads * s.sf_stride));
+    s.sf = c.take<float>(static_cast<size_t>(a.pool->size() * s.sf_stride));
   } else if ((t == WType::Q4_0 || t == WType::Q4_1) && a.act == Act::F32) {
     s.derived = c.take<float>(static_cast<size_t>(a.batch * ((a.spec.cols + 63) / 64) * 8));
   }
@@ -1438,10 +1437,8 @@ void gemv_avx2(const GemvArgs& a) {
   const int R = rows_per_step(a);
   with_batch(a.batch, [&](auto bc) {
     constexpr int B = decltype(bc)::value;
-    RowSplit split(rows, a.threads);
-#pragma omp parallel num_threads(a.threads)
-    {
-      const int t = omp_get_thread_num();
+    RowSplit split(rows, a.pool->size());
+    a.pool->run([&](int t) {
       float* sf = sc.sf ? sc.sf + t * sc.sf_stride : nullptr;
       int64_t r0, r1;
       while (split.next(t, &r0, &r1)) {
@@ -1449,7 +1446,7 @@ void gemv_avx2(const GemvArgs& a) {
         else if (R == 2 && B <= 2) run_range<2, B>(a, p, r0, r1, sf, t);
         else run_range<1, B>(a, p, r0, r1, sf, t);
       }
-    }
+    });
   });
 }
 

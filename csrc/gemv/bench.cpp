@@ -1,6 +1,5 @@
 // bench_gemv: time GEMVs whose weights stream from DRAM, not the LLC; and
 // the random weights it streams (also the C++ tests' inputs).
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -135,12 +134,12 @@ GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_
   std::vector<AlignedArray<uint8_t>> bufs;
   for (int i = 0; i < copies; ++i) bufs.emplace_back(nbytes, /*zero=*/false);
   // First touch with the kernel's own row split.
-#pragma omp parallel num_threads(threads)
-  {
+  ThreadPool pool(threads);
+  pool.each([&](int t) {
     int64_t r0, r1;
-    thread_rows(s.rows, 4, omp_get_thread_num(), omp_get_num_threads(), &r0, &r1);
+    thread_rows(s.rows, 4, t, pool.size(), &r0, &r1);
     for (int i = 0; i < copies; ++i) fill_rows(s, l, bufs[i].data(), r0, r1, 1234 + i);
-  }
+  });
   std::vector<Rows8> packed(static_cast<size_t>(copies));
   if (rows8) {
     if (!gemv_uses_rows8(s, act, isa))
@@ -149,7 +148,7 @@ GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_
     // The copies replace the stored ones (packed by the threads that read them), so the
     // stored bytes are not resident twice.
     for (int i = 0; i < copies; ++i) {
-      packed[static_cast<size_t>(i)] = pack_rows8(s, bufs[static_cast<size_t>(i)].data(), threads);
+      packed[static_cast<size_t>(i)] = pack_rows8(s, bufs[static_cast<size_t>(i)].data(), pool);
       bufs[static_cast<size_t>(i)] = AlignedArray<uint8_t>();
     }
   }
@@ -161,14 +160,14 @@ GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_
   GemvScratch scratch;
   for (int i = 0; i < copies; ++i) {
     xa.set(x.data(), batch, s.cols);
-    gemv(s, bufs[i].data(), xa, nullptr, y.data(), act, threads, isa, scratch, rows8 ? &packed[i] : nullptr);
+    gemv(s, bufs[i].data(), xa, nullptr, y.data(), act, pool, isa, scratch, rows8 ? &packed[i] : nullptr);
   }
   std::vector<double> ms;
   for (int it = 0; it < iters; ++it) {
     const size_t c = static_cast<size_t>((it + 1) % copies);  // warm-up ended on copy copies-1
     const auto t0 = std::chrono::steady_clock::now();
     xa.set(x.data(), batch, s.cols);  // a new activation each call: its preparation is timed
-    gemv(s, bufs[c].data(), xa, nullptr, y.data(), act, threads, isa, scratch, rows8 ? &packed[c] : nullptr);
+    gemv(s, bufs[c].data(), xa, nullptr, y.data(), act, pool, isa, scratch, rows8 ? &packed[c] : nullptr);
     const auto t1 = std::chrono::steady_clock::now();
     ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }

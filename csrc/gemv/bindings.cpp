@@ -33,8 +33,12 @@ py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_
   const uint8_t* wp = static_cast<const uint8_t*>(wb.ptr);
   {
     py::gil_scoped_release nogil;
-    const ie::Rows8 packed = rows8 ? ie::pack_rows8(s, wp, threads) : ie::Rows8();
-    ie::gemv(s, wp, o.x, static_cast<int>(o.batch), o.bias, o.yp, a, threads, isa, rows8 ? &packed : nullptr);
+    ie::ThreadPool pool(threads);
+    const ie::Rows8 packed = rows8 ? ie::pack_rows8(s, wp, pool) : ie::Rows8();
+    ie::PreparedAct xa;
+    xa.set(o.x, static_cast<int>(o.batch), s.cols);
+    ie::GemvScratch scratch;
+    ie::gemv(s, wp, xa, o.bias, o.yp, a, pool, isa, scratch, rows8 ? &packed : nullptr);
   }
   return o.y;
 }
@@ -56,7 +60,8 @@ py::array_t<float> gemv_dedup_py(ie::dedup::DedupStore& store, const std::string
     ie::PreparedAct xa;
     xa.set(o.x, static_cast<int>(o.batch), cols);
     ie::DedupGemvScratch scratch;
-    ie::gemv_dedup(m, xa, o.bias, o.yp, a, threads, isa, scratch);
+    ie::ThreadPool pool(threads);
+    ie::gemv_dedup(m, xa, o.bias, o.yp, a, pool, isa, scratch);
     store.count_fused(m.src.read_bytes());
   }
   return o.y;

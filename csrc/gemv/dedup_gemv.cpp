@@ -80,7 +80,6 @@ const uint8_t* member_rows(void* ctx, int t, int64_t r0, int n) {
 // and cursors reset first), then reports a malformed store.
 template <class F>
 void with_source(const DedupMatrix& m, int threads, Isa isa, DedupGemvScratch& scratch, F product) {
-  if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
   size_t step_bytes = 0;
   for (const DedupMatrix::Plane& p : m.planes) step_bytes += kMaxStepRows * p.per_row;
   scratch.threads.resize(static_cast<size_t>(threads));
@@ -98,16 +97,16 @@ void with_source(const DedupMatrix& m, int threads, Isa isa, DedupGemvScratch& s
 
 }  // namespace
 
-void gemv_dedup(const DedupMatrix& m, PreparedAct& x, const float* bias, float* y, Act act, int threads, Isa isa,
+void gemv_dedup(const DedupMatrix& m, PreparedAct& x, const float* bias, float* y, Act act, ThreadPool& pool, Isa isa,
                 DedupGemvScratch& scratch) {
-  with_source(m, threads, isa, scratch,
-              [&](const RowSource& src) { gemv(m.spec, src, x, bias, y, act, threads, isa, scratch.gemv); });
+  with_source(m, pool.size(), isa, scratch,
+              [&](const RowSource& src) { gemv(m.spec, src, x, bias, y, act, pool, isa, scratch.gemv); });
 }
 
-void gemm_dedup(const DedupMatrix& m, const float* x, int n, const float* bias, float* y, int threads, Isa isa,
+void gemm_dedup(const DedupMatrix& m, const float* x, int n, const float* bias, float* y, ThreadPool& pool, Isa isa,
                 DedupGemvScratch& scratch, GemmScratch& gemm_scratch) {
-  with_source(m, threads, isa, scratch,
-              [&](const RowSource& src) { gemm(m.spec, src, x, n, bias, y, threads, isa, gemm_scratch); });
+  with_source(m, pool.size(), isa, scratch,
+              [&](const RowSource& src) { gemm(m.spec, src, x, n, bias, y, pool, isa, gemm_scratch); });
 }
 
 }  // namespace ie

@@ -54,13 +54,13 @@ struct DedupGemvScratch {
 // equal to gemv() over its rebuilt bytes (the same kernel per row).
 // Throws std::invalid_argument when the blobs disagree with the plan
 // (never on a validated store).
-void gemv_dedup(const DedupMatrix& m, PreparedAct& x, const float* bias, float* y, Act act, int threads, Isa isa,
+void gemv_dedup(const DedupMatrix& m, PreparedAct& x, const float* bias, float* y, Act act, ThreadPool& pool, Isa isa,
                 DedupGemvScratch& scratch);
 
 // The prefill GEMM (gemm/gemm.h) over the member for x [n, cols], its weight
 // tiles converted from the same steps: equal to gemm() over the rebuilt
 // bytes, never holding the member.
-void gemm_dedup(const DedupMatrix& m, const float* x, int n, const float* bias, float* y, int threads, Isa isa,
+void gemm_dedup(const DedupMatrix& m, const float* x, int n, const float* bias, float* y, ThreadPool& pool, Isa isa,
                 DedupGemvScratch& scratch, GemmScratch& gemm_scratch);
 
 }  // namespace ie

@@ -74,11 +74,10 @@ bool gemv_uses_rows8(const WeightSpec& s, Act act, Isa isa) {
   return act == Act::Int8 && rows8_applies(s) && kGemvTable.ops(isa).gemv_rows8 != nullptr;
 }
 
-bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, int threads, Isa isa) {
+bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, Isa isa) {
   const GemvOps& ops = kGemvTable.ops(isa);
   if (!ops.gemv_rows8) return false;
   if (n < 1 || n > kMaxRows8Jobs) fail("gemv_rows8: 1.." + std::to_string(kMaxRows8Jobs) + " jobs, got " + std::to_string(n));
-  if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
   for (int i = 0; i < n; ++i) {
     const Rows8Job& j = jobs[i];
     if (!j.w || j.w->empty() || !j.y) fail("gemv_rows8: job " + std::to_string(i) + " has no matrix or output");
@@ -87,16 +86,15 @@ bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, int threads, Isa is
     if (j.up && j.up->spec.rows != j.w->spec.rows) fail("gemv_rows8: gate and up differ in rows");
   }
   ops.gemv_rows8(jobs, n, prepared_form(x, static_cast<int>(Prep::Q8Blocks), kGemvTable.pick(isa)), x.batch(),
-                 threads);
+                 pool);
   return true;
 }
 
 namespace {
 
-void check_gemv(const WeightSpec& s, const PreparedAct& x, Act act, int threads) {
+void check_gemv(const WeightSpec& s, const PreparedAct& x, Act act) {
   if (x.cols() != s.cols)
     fail("activation has " + std::to_string(x.cols()) + " columns, the matrix " + std::to_string(s.cols));
-  if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
   if (act == Act::Int8 && !wtype_info(s.type).int8_act)
     fail(std::string("act='int8' applies to ") + wtype_names(false, true, "and") + " weights, not " + wtype_info(s.type).name);
 }
@@ -104,7 +102,7 @@ void check_gemv(const WeightSpec& s, const PreparedAct& x, Act act, int threads)
 // The checked call's kernel run: the activation's form prepared here, before
 // the kernel's parallel region (PreparedAct is not thread-safe).
 void run_gemv(const WeightSpec& s, const uint8_t* w, const RowSource* src, PreparedAct& x, const float* bias,
-              float* y, Act act, int threads, Isa isa, GemvScratch& scratch) {
+              float* y, Act act, ThreadPool& pool, Isa isa, GemvScratch& scratch) {
   const GemvOps& ops = kGemvTable.ops(isa);
   GemvArgs a;
   a.spec = s;
@@ -116,7 +114,7 @@ void run_gemv(const WeightSpec& s, const uint8_t* w, const RowSource* src, Prepa
   a.bias = bias;
   a.y = y;
   a.act = act;
-  a.threads = threads;
+  a.pool = &pool;
   a.prep = prepared_form(x, static_cast<int>(ops.prep_kind(s.type, act)), kGemvTable.pick(isa));
   scratch.bytes.resize(ops.scratch_bytes(a));
   a.scratch = scratch.bytes.data();
@@ -125,9 +123,9 @@ void run_gemv(const WeightSpec& s, const uint8_t* w, const RowSource* src, Prepa
 
 }  // namespace
 
-void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bias, float* y, Act act, int threads,
+void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bias, float* y, Act act, ThreadPool& pool,
           Isa isa, GemvScratch& scratch, const Rows8* rows8) {
-  check_gemv(s, x, act, threads);
+  check_gemv(s, x, act);
   if (rows8 && act == Act::Int8) {
     if (rows8->spec.type != s.type || rows8->spec.rows != s.rows || rows8->spec.cols != s.cols)
       fail("gemv: the rows8 copy is of another matrix");
@@ -135,16 +133,16 @@ void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bi
     job.w = rows8;
     job.bias = bias;
     job.y = y;
-    if (gemv_rows8(&job, 1, x, threads, isa)) return;
+    if (gemv_rows8(&job, 1, x, pool, isa)) return;
   }
-  run_gemv(s, w, nullptr, x, bias, y, act, threads, isa, scratch);
+  run_gemv(s, w, nullptr, x, bias, y, act, pool, isa, scratch);
 }
 
 void gemv(const WeightSpec& s, const RowSource& src, PreparedAct& x, const float* bias, float* y, Act act,
-          int threads, Isa isa, GemvScratch& scratch) {
+          ThreadPool& pool, Isa isa, GemvScratch& scratch) {
   if (src.rows == nullptr) fail("gemv: the row source has no rows function");
-  check_gemv(s, x, act, threads);
-  run_gemv(s, nullptr, &src, x, bias, y, act, threads, isa, scratch);
+  check_gemv(s, x, act);
+  run_gemv(s, nullptr, &src, x, bias, y, act, pool, isa, scratch);
 }
 
 void gemv(const WeightSpec& s, const uint8_t* w, const float* x, int batch, const float* bias, float* y, Act act,
@@ -152,7 +150,8 @@ void gemv(const WeightSpec& s, const uint8_t* w, const float* x, int batch, cons
   PreparedAct xa;
   xa.set(x, batch, s.cols);
   GemvScratch scratch;
-  gemv(s, w, xa, bias, y, act, threads, isa, scratch, rows8);
+  ThreadPool pool(threads);
+  gemv(s, w, xa, bias, y, act, pool, isa, scratch, rows8);
 }
 
 bool parse_layout(const std::string& layout, const WeightSpec& s, Act act, Isa isa) {

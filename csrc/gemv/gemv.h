@@ -4,8 +4,8 @@
 //
 // W is [rows, cols]; x is [batch, cols] float32 with 1 <= batch <= 8 (each
 // weight row is read once for all batch rows); y is [batch, rows] float32.
-// Accumulation is float32. Rows are split over `threads` OpenMP threads in
-// contiguous ranges.
+// Accumulation is float32. Rows are shared by a ThreadPool's threads
+// (common/thread_pool.h), each starting on a contiguous range.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +14,7 @@
 
 #include "common/aligned.h"
 #include "common/isa.h"
+#include "common/thread_pool.h"
 #include "common/weight_types.h"
 #include "rows8.h"
 
@@ -65,7 +66,7 @@ struct GemvScratch {
 // std::invalid_argument for act/dtype combinations that do not exist.
 // `rows8`, when given, is pack_rows8(s, w): act=int8 calls read it instead
 // of w where `isa` has a kernel for it (gemv_uses_rows8).
-void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bias, float* y, Act act, int threads,
+void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bias, float* y, Act act, ThreadPool& pool,
           Isa isa, GemvScratch& scratch, const Rows8* rows8 = nullptr);
 
 // A matrix that never exists whole in memory (a dedup member: default +
@@ -86,7 +87,7 @@ struct RowSource {
 // gemv() over a RowSource: the same kernel on the same bytes, so the same y
 // bit for bit. act=int8 uses the stored layout (there is no rows8 copy).
 void gemv(const WeightSpec& s, const RowSource& src, PreparedAct& x, const float* bias, float* y, Act act,
-          int threads, Isa isa, GemvScratch& scratch);
+          ThreadPool& pool, Isa isa, GemvScratch& scratch);
 
 // Whether a rows8 copy of a matrix of type `s` would be read by gemv calls
 // with `act` on `isa` (what a decoder packs at load).
@@ -106,8 +107,8 @@ constexpr int kMaxRows8Jobs = 4;
 // the same x [batch <= kMaxBatch, cols] (q/k/v; gate/up) in one parallel
 // region; y is [batch, rows] per job. Returns false, having done nothing,
 // where `isa` has no rows8 kernel: the caller then runs gemv() per matrix.
-bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, int threads, Isa isa);
-// The same for a one-off x (prepares it and allocates scratch for this call).
+bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, Isa isa);
+// The same for a one-off x (prepares it, and makes scratch and a pool of `threads` for this call).
 void gemv(const WeightSpec& s, const uint8_t* w, const float* x, int batch, const float* bias, float* y, Act act,
           int threads, Isa isa, const Rows8* rows8 = nullptr);
 

@@ -33,7 +33,7 @@ struct GemvArgs {
   const float* bias = nullptr;  // [rows] or null
   float* y = nullptr;           // [batch, rows]
   Act act = Act::F32;
-  int threads = 1;
+  ThreadPool* pool = nullptr;
   const RowSource* src = nullptr;  // when set, w is null: rows come from src (run_from_source)
 };
 
@@ -50,13 +50,13 @@ struct GemvOps {
   // act=int8 over rows8 copies (rows8.h) of n matrices that read the same x
   // [batch, cols], in one parallel region; `prep` is x's Prep::Q8Blocks form.
   // Null where the ISA has no such kernel (the stored layout is used).
-  void (*gemv_rows8)(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, int threads);
+  void (*gemv_rows8)(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
 };
 
 extern const GemvOps kGemvScalar;
 #if IE_HAVE_X86
 extern const GemvOps kGemvAvx2;
-void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, int threads);
+void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
 #endif
 extern const IsaTable<GemvOps> kGemvTable;
 

@@ -3,7 +3,6 @@
 // copy are per ISA.
 #include "rows8.h"
 
-#include <omp.h>
 
 #include <cstring>
 
@@ -138,10 +137,9 @@ void pack_tile(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_
 
 bool rows8_applies(const WeightSpec& s) { return wtype_info(s.type).quantized; }
 
-Rows8 pack_rows8(const WeightSpec& s, const uint8_t* w, int threads) {
+Rows8 pack_rows8(const WeightSpec& s, const uint8_t* w, ThreadPool& pool) {
   Rows8 p;
   if (!rows8_applies(s) || s.rows < 1 || s.cols < 1) return p;
-  if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
   if (s.cols % 32 != 0) fail("rows8: columns must be a multiple of 32, got " + std::to_string(s.cols));
   const WeightLayout lay = weight_layout(s);
   p.spec = s;
@@ -163,12 +161,15 @@ Rows8 pack_rows8(const WeightSpec& s, const uint8_t* w, int threads) {
   p.tile_bytes = checked_mul(p.group_bytes, static_cast<size_t>(p.groups), "rows8 tile");
   p.bytes.resize(checked_mul(p.tile_bytes, static_cast<size_t>(p.tiles), "rows8 matrix"), /*zero=*/false);
   uint8_t* base = p.bytes.data();
-  // Each thread zeroes and fills its own tiles (first touch where it will read them).
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t t = 0; t < p.tiles; ++t) {
-    std::memset(base + t * p.tile_bytes, 0, p.tile_bytes);
-    pack_tile(p, lay, w, t, base + t * p.tile_bytes);
-  }
+  // Each thread zeroes and fills the tiles its GEMV share starts on (first
+  // touch where they will be read: work_split.h's initial shares).
+  pool.each([&](int t) {
+    const int nt = pool.size();
+    for (int64_t k = p.tiles * t / nt; k < p.tiles * (t + 1) / nt; ++k) {
+      std::memset(base + k * p.tile_bytes, 0, p.tile_bytes);
+      pack_tile(p, lay, w, k, base + k * p.tile_bytes);
+    }
+  });
   return p;
 }
 

@@ -53,6 +53,7 @@
 #include <cstdint>
 
 #include "common/aligned.h"
+#include "common/thread_pool.h"
 #include "common/weight_types.h"
 
 namespace ie {
@@ -100,8 +101,8 @@ struct Rows8 {
 // Whether rows8 exists for this matrix (every quantized type).
 bool rows8_applies(const WeightSpec& s);
 
-// The interleaved copy of w (weight_nbytes(s) bytes), packed with `threads`
-// threads; an empty Rows8 where !rows8_applies(s). Throws std::bad_alloc.
-Rows8 pack_rows8(const WeightSpec& s, const uint8_t* w, int threads);
+// The interleaved copy of w (weight_nbytes(s) bytes), packed by the pool's
+// threads, each first-touching the tiles its GEMV share starts on; an empty Rows8 where !rows8_applies(s). Throws std::bad_alloc.
+Rows8 pack_rows8(const WeightSpec& s, const uint8_t* w, ThreadPool& pool);
 
 }  // namespace ie

@@ -17,7 +17,6 @@
 // (two products already reach 2 * 128 * 127); iq4's and mxfp4's values
 // come from their nibbles by a table shuffle.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstring>
 #include <type_traits>
@@ -484,23 +483,21 @@ void run_job(const Rows8Job& j, int64_t t0, int64_t t1, const Q8Nat& x, int B) {
 
 }  // namespace
 
-void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, int threads) {
+void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool) {
   const Q8Nat x = carve_q8_nat(const_cast<uint8_t*>(prep), batch, jobs[0].w->spec.cols);
   // The jobs' tiles are one sequence (job 0's, then job 1's, ...), shared
   // by the threads one tile at a time (work_split.h).
   int64_t first[kMaxRows8Jobs + 1] = {0};
   for (int i = 0; i < n; ++i) first[i + 1] = first[i] + jobs[i].w->tiles;
-  WorkSplit split(first[n], threads);
-#pragma omp parallel num_threads(threads)
-  {
-    const int th = omp_get_thread_num();
+  WorkSplit split(first[n], pool.size());
+  pool.run([&](int th) {
     int64_t k0, k1;
     while (split.next(th, &k0, &k1)) {
       int i = 0;
       while (k0 >= first[i + 1]) ++i;
       run_job(jobs[i], k0 - first[i], k1 - first[i], x, batch);
     }
-  }
+  });
 }
 
 }  // namespace ie

@@ -2,7 +2,6 @@
 // is tested against. One row at a time; each 32-element span of the row is
 // dequantized exactly as dequantize() does (into a 32-float buffer, never
 // the whole matrix) and dotted with every activation row.
-#include <omp.h>
 
 #include <algorithm>
 #include <limits>
@@ -189,10 +188,8 @@ void gemv_scalar(const GemvArgs& a) {
   Carve c(const_cast<uint8_t*>(a.prep));
   const int8_t* qx = a.prep ? c.take<int8_t>(static_cast<size_t>(a.batch * cols)) : nullptr;
   const float* dx = a.prep ? c.take<float>(static_cast<size_t>(a.batch * cols / 32)) : nullptr;
-  RowSplit split(rows, a.threads);
-#pragma omp parallel num_threads(a.threads)
-  {
-    const int t = omp_get_thread_num();
+  RowSplit split(rows, a.pool->size());
+  a.pool->run([&](int t) {
     auto row = [&](const GemvArgs& m, int64_t r) {  // m is a or a step of a.src
       float acc[kMaxBatch] = {};
       if (m.act == Act::Int8) row_int8(m, r, qx, dx, acc);
@@ -206,7 +203,7 @@ void gemv_scalar(const GemvArgs& a) {
       else
         for (int64_t r = r0; r < r1; ++r) row(a, r);
     }
-  }
+  });
 }
 
 }  // namespace

@@ -2,8 +2,8 @@
 #include "stream_read.h"
 
 #include "common/aligned.h"
+#include "common/thread_pool.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -53,22 +53,36 @@ const IsaTable<StreamOps> kStreamTable = {{&kStreamScalar,
 
 Isa stream_kernel_isa(Isa isa) { return kStreamTable.pick(isa); }
 
-double stream_sum_f32(const float* p, size_t n, int threads, Isa isa) {
-  if (threads < 1) threads = 1;
+namespace {
+
+// Thread t's floats [*i0, *i1) of n: chunk boundaries on 16-float (64-byte)
+// multiples keep SIMD loads aligned when the base pointer is.
+void share(size_t n, int t, int nt, size_t* i0, size_t* i1) {
+  const size_t blocks = (n + 15) / 16;
+  *i0 = std::min(n, blocks * t / nt * 16);
+  *i1 = std::min(n, blocks * (t + 1) / nt * 16);
+}
+
+// Every thread of the pool reads its share (each, not run: a bandwidth
+// measurement needs them all reading at once).
+double sum_on(ThreadPool& pool, const float* p, size_t n, Isa isa) {
   const auto sum_chunk = kStreamTable.ops(isa).sum_chunk;
+  std::vector<double> part(static_cast<size_t>(pool.size()), 0.0);
+  pool.each([&](int t) {
+    size_t i0, i1;
+    share(n, t, pool.size(), &i0, &i1);
+    if (i1 > i0) part[static_cast<size_t>(t)] = sum_chunk(p + i0, i1 - i0);
+  });
   double total = 0.0;
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-  {
-    const int t = omp_get_thread_num();
-    const int nt = omp_get_num_threads();
-    // Chunk boundaries on 16-float (64-byte) multiples keep SIMD loads aligned
-    // when the base pointer is.
-    const size_t blocks = (n + 15) / 16;
-    const size_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
-    const size_t i0 = std::min(n, b0 * 16), i1 = std::min(n, b1 * 16);
-    if (i1 > i0) total += sum_chunk(p + i0, i1 - i0);
-  }
+  for (double v : part) total += v;
   return total;
+}
+
+}  // namespace
+
+double stream_sum_f32(const float* p, size_t n, int threads, Isa isa) {
+  ThreadPool pool(threads < 1 ? 1 : threads);
+  return sum_on(pool, p, n, isa);
 }
 
 ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int passes, Isa isa) {
@@ -79,20 +93,19 @@ ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int passes, Isa 
   const size_t n = bytes / sizeof(float);
   AlignedArray<float> buf(n, /*zero=*/false);
   float* p = buf.data();
-  // First touch with the same static split as the reads (NUMA locality).
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const size_t blocks = (n + 15) / 16;
-    const size_t i0 = std::min(n, blocks * t / nt * 16), i1 = std::min(n, blocks * (t + 1) / nt * 16);
+  ThreadPool pool(threads);
+  // First touch with the same split as the reads (NUMA locality).
+  pool.each([&](int t) {
+    size_t i0, i1;
+    share(n, t, pool.size(), &i0, &i1);
     for (size_t i = i0; i < i1; ++i) p[i] = static_cast<float>(i & 1023) * (1.0f / 1024.0f);
-  }
+  });
   std::vector<double> gbps;
   volatile double sink = 0.0;
-  stream_sum_f32(p, n, threads, isa);  // warm-up pass (page tables, clocks)
+  sum_on(pool, p, n, isa);  // warm-up pass (page tables, clocks)
   for (int k = 0; k < passes; ++k) {
     const auto t0 = std::chrono::steady_clock::now();
-    sink = sink + stream_sum_f32(p, n, threads, isa);
+    sink = sink + sum_on(pool, p, n, isa);
     const auto t1 = std::chrono::steady_clock::now();
     const double s = std::chrono::duration<double>(t1 - t0).count();
     gbps.push_back(static_cast<double>(bytes) / s / 1e9);
@@ -105,11 +118,13 @@ FmaPeak measure_fma_peak(int threads, int passes, Isa isa) {
   if (threads < 1) throw std::invalid_argument("fma peak: threads must be >= 1, got " + std::to_string(threads));
   if (passes < 1) throw std::invalid_argument("fma peak: passes must be >= 1, got " + std::to_string(passes));
   const auto chains = kStreamTable.ops(isa).fma_chains;
+  ThreadPool pool(threads);
+  std::vector<float> part(static_cast<size_t>(threads), 0.f);
   auto timed = [&](int64_t iters, volatile float* sum) {
-    float total = 0.f;
     const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-    total += chains(0.5f + static_cast<float>(omp_get_thread_num()), 0.999f, 1e-3f, iters);
+    pool.each([&](int t) { part[static_cast<size_t>(t)] = chains(0.5f + static_cast<float>(t), 0.999f, 1e-3f, iters); });
+    float total = 0.f;
+    for (float v : part) total += v;
     *sum = *sum + total;  // m < 1 keeps every chain finite; the sum keeps the loop from being optimised away
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };

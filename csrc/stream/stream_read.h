@@ -10,7 +10,7 @@
 namespace ie {
 
 // Sum of n floats, read once, front to back, split across `threads`
-// (OpenMP, static contiguous chunks). The sum is returned so the reads
+// (a ThreadPool's each(), static contiguous chunks). The sum is returned so the reads
 // cannot be optimised away; it is also what the tests check.
 double stream_sum_f32(const float* p, size_t n, int threads, Isa isa);
 

@@ -120,6 +120,7 @@ TEST(gemv_prepared_activation_reused_across_matrices) {
         const std::vector<float> x = random_x(static_cast<size_t>(batch * cols), 3);
         ie::PreparedAct xa;
         ie::GemvScratch scratch;
+        ie::ThreadPool pool(2);
         xa.set(x.data(), batch, cols);
         for (int round = 0; round < 2; ++round) {
           for (const WeightSpec& s : mats) {
@@ -128,7 +129,7 @@ TEST(gemv_prepared_activation_reused_across_matrices) {
             ie::fill_random_weights(s, w.data(), 11);
             std::vector<float> fresh(static_cast<size_t>(batch * s.rows)), reused(fresh.size());
             ie::gemv(s, w.data(), x.data(), batch, nullptr, fresh.data(), a, 2, isa);
-            ie::gemv(s, w.data(), xa, nullptr, reused.data(), a, 2, isa, scratch);
+            ie::gemv(s, w.data(), xa, nullptr, reused.data(), a, pool, isa, scratch);
             CHECK(std::memcmp(fresh.data(), reused.data(), fresh.size() * 4) == 0) << label(s, a, batch, isa);
           }
         }
@@ -204,5 +205,6 @@ TEST(gemv_argument_errors) {
   ie::PreparedAct xa;
   ie::GemvScratch scratch;
   xa.set(x.data(), 1, 64);
-  CHECK(throws([&] { ie::gemv(s, w.data(), xa, nullptr, y.data(), Act::F32, 1, Isa::Scalar, scratch); }));
+  ie::ThreadPool pool(1);
+  CHECK(throws([&] { ie::gemv(s, w.data(), xa, nullptr, y.data(), Act::F32, pool, Isa::Scalar, scratch); }));
 }

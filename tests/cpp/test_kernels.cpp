@@ -318,20 +318,21 @@ TEST(dedup_gemv_matches_gemv_and_refuses_short_exceptions) {
       ie::PreparedAct xa;
       xa.set(x.data(), 1, cols);
       ie::DedupGemvScratch scratch;
-      ie::gemv_dedup(ie::make_dedup_matrix(s, v), xa, nullptr, y.data(), ie::Act::F32, threads, isa, scratch);
+      ie::ThreadPool pool(threads);
+      ie::gemv_dedup(ie::make_dedup_matrix(s, v), xa, nullptr, y.data(), ie::Act::F32, pool, isa, scratch);
       CHECK(std::memcmp(y.data(), ref.data(), rows * sizeof(float)) == 0) << ie::isa_name(isa) << " t" << threads;
       // The prefill GEMM over the same steps, 11 activation rows.
       std::vector<float> xs(11 * cols), ys(11 * rows), refs(11 * rows);
       for (float& t : xs) t = std::generate_canonical<float, 24>(rng);
       ie::GemmScratch gs;
-      ie::gemm(s, want, xs.data(), 11, nullptr, refs.data(), threads, isa, gs);
-      ie::gemm_dedup(ie::make_dedup_matrix(s, v), xs.data(), 11, nullptr, ys.data(), threads, isa, scratch, gs);
+      ie::gemm(s, want, xs.data(), 11, nullptr, refs.data(), pool, isa, gs);
+      ie::gemm_dedup(ie::make_dedup_matrix(s, v), xs.data(), 11, nullptr, ys.data(), pool, isa, scratch, gs);
       CHECK(std::memcmp(ys.data(), refs.data(), ys.size() * sizeof(float)) == 0) << "gemm " << ie::isa_name(isa);
       dd::MemberView short_v = v;
       short_v.exc_count -= 1;
       std::string err;
       try {
-        ie::gemv_dedup(ie::make_dedup_matrix(s, short_v), xa, nullptr, y.data(), ie::Act::F32, threads, isa, scratch);
+        ie::gemv_dedup(ie::make_dedup_matrix(s, short_v), xa, nullptr, y.data(), ie::Act::F32, pool, isa, scratch);
       } catch (const std::invalid_argument& e) {
         err = e.what();
       }

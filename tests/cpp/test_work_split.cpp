@@ -1,7 +1,5 @@
 // How parallel loops share their items (common/work_split.h) and the
 // storage they stream (common/aligned.h).
-#include <omp.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -18,23 +16,25 @@
 
 namespace {
 
-// Runs `threads` OpenMP threads over a WorkSplit made for `nt`; thread 0
+// Runs `threads` threads over a WorkSplit made for `nt`; thread 0
 // sleeps per claim (a thread slowed by the machine). Returns per item how
 // many times it was claimed, and per thread how many items it ran.
 void run_split(int64_t n, int nt, int threads, int64_t grain, std::vector<int>* claimed, std::vector<int64_t>* ran) {
   ie::WorkSplit split(n, nt, grain);
   std::vector<std::atomic<int>> count(static_cast<size_t>(n));
   ran->assign(static_cast<size_t>(threads), 0);
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num();
+  auto body = [&](int t) {
     int64_t i0, i1;
     while (split.next(t, &i0, &i1)) {
       if (t == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
       for (int64_t i = i0; i < i1; ++i) count[static_cast<size_t>(i)].fetch_add(1);
       (*ran)[static_cast<size_t>(t)] += i1 - i0;
     }
-  }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(body, t);
+  body(0);
+  for (std::thread& th : pool) th.join();
   claimed->clear();
   for (auto& c : count) claimed->push_back(c.load());
 }
@@ -65,8 +65,8 @@ TEST(work_split_moves_work_off_a_slow_thread) {
 }
 
 TEST(work_split_runs_shares_of_threads_that_never_came) {
-  // Made for 4 threads, run by 2 (an OpenMP runtime may grant fewer): the
-  // shares of threads 2 and 3 are taken by the others.
+  // Made for 4 threads, run by 2 (a pool's workers that never joined a job):
+  // the shares of threads 2 and 3 are taken by the others.
   std::vector<int> claimed;
   std::vector<int64_t> ran;
   run_split(1000, 4, 2, 1, &claimed, &ran);

@@ -1,0 +1,103 @@
+// The thread pool (common/thread_pool.h): every item of a job runs once
+// whoever runs it, over thousands of jobs back to back (the generation and
+// join protocol); each() reaches every thread; errors come back to the
+// caller and leave the pool usable.
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "common/work_split.h"
+#include "test.h"
+
+TEST(thread_pool_runs_every_item_once) {
+  for (int threads : {1, 2, 3, 8}) {
+    ie::ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 5, 64, 1000}) {
+      for (int rep = 0; rep < 300; ++rep) {
+        std::vector<std::atomic<int>> count(static_cast<size_t>(n));
+        std::atomic<int> bad_slot{0};
+        ie::parallel_for(pool, n, 1 + rep % 7, [&](int64_t i0, int64_t i1, int slot) {
+          if (slot < 0 || slot >= threads) bad_slot.fetch_add(1);
+          for (int64_t i = i0; i < i1; ++i) count[static_cast<size_t>(i)].fetch_add(1);
+        });
+        int wrong = 0;
+        for (auto& c : count) wrong += c.load() != 1;
+        CHECK(wrong == 0 && bad_slot.load() == 0) << threads << " threads, n=" << n << ", rep " << rep;
+      }
+    }
+  }
+}
+
+TEST(thread_pool_work_split_survives_absent_workers) {
+  // A job whose first piece is slow: the caller's slot is never blocked by
+  // a worker that has not arrived, and every item still runs once.
+  ie::ThreadPool pool(4);
+  for (int rep = 0; rep < 200; ++rep) {
+    ie::WorkSplit split(257, pool.size(), 3);
+    std::vector<std::atomic<int>> count(257);
+    pool.run([&](int slot) {
+      int64_t i0, i1;
+      while (split.next(slot, &i0, &i1))
+        for (int64_t i = i0; i < i1; ++i) count[static_cast<size_t>(i)].fetch_add(1);
+    });
+    int wrong = 0;
+    for (auto& c : count) wrong += c.load() != 1;
+    CHECK(wrong == 0) << "rep " << rep;
+  }
+}
+
+TEST(thread_pool_each_reaches_every_thread) {
+  ie::ThreadPool pool(4);
+  for (int rep = 0; rep < 50; ++rep) {
+    std::vector<std::atomic<int>> seen(4);
+    std::vector<std::thread::id> ids(4);
+    pool.each([&](int slot) {
+      seen[static_cast<size_t>(slot)].fetch_add(1);
+      ids[static_cast<size_t>(slot)] = std::this_thread::get_id();
+    });
+    std::set<std::thread::id> distinct(ids.begin(), ids.end());
+    CHECK(seen[0] == 1 && seen[1] == 1 && seen[2] == 1 && seen[3] == 1 && distinct.size() == 4) << "rep " << rep;
+  }
+}
+
+TEST(thread_pool_returns_errors_and_stays_usable) {
+  ie::ThreadPool pool(3);
+  for (int thrower : {0, 1, 2}) {
+    std::string what;
+    try {
+      pool.each([&](int slot) {
+        if (slot == thrower) throw std::invalid_argument("slot " + std::to_string(slot));
+      });
+    } catch (const std::invalid_argument& e) {
+      what = e.what();
+    }
+    CHECK(what == "slot " + std::to_string(thrower)) << what;
+    std::atomic<int> n{0};
+    pool.each([&](int) { n.fetch_add(1); });
+    CHECK(n.load() == 3);
+  }
+  bool threw = false;
+  try {
+    ie::ThreadPool bad(0);
+  } catch (const std::invalid_argument&) {
+    threw = true;
+  }
+  CHECK(threw);
+}
+
+TEST(thread_pool_sleeps_between_jobs) {
+  // Idle workers sleep (futex) after a short spin: a pool left alone for a
+  // while costs next to no CPU time.
+  ie::ThreadPool pool(4);
+  pool.each([](int) {});
+  const std::clock_t c0 = std::clock();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+  CHECK(cpu_s < 0.05) << "3 idle workers used " << cpu_s << " s of CPU in 0.2 s";
+}
