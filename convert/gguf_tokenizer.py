@@ -193,7 +193,7 @@ def tokenizer_config_json(fields: dict[str, Any], path: Path) -> bytes | None:
 
 # --- the other way: a tokenizer.json as llama.cpp's tokenizer.ggml.* key-values ---
 
-NORMAL, UNUSED = 1, 5
+NORMAL, UNKNOWN, UNUSED = 1, 2, 5
 # Hugging Face writes the case-insensitive contractions as (?i:...); llama.cpp spells each case out.
 _HF_CONTRACTIONS = "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
 _LLAMACPP_CONTRACTIONS = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
@@ -224,55 +224,112 @@ def _bpe_pre_name(pre: Any) -> str | None:
     return next((name for name, sig in BPE_PRE.items() if sig == (digits, regex)), None)
 
 
+def _spm_space_prefix(tok: dict[str, Any], path: Path) -> bool:
+    """Whether a SentencePiece-style tokenizer.json (BPE with byte fallback)
+    prepends ``▁`` to the text (llama.cpp's ``add_space_prefix``). Its
+    pipeline must be what llama.cpp's SentencePiece tokenizer does: spaces
+    become ``▁``, optionally one prepended, as a normalizer (HF's older
+    converter) or a non-splitting Metaspace pre-tokenizer (its newer one)."""
+    norm, pre = tok.get("normalizer"), tok.get("pre_tokenizer")
+    steps = norm.get("normalizers", []) if isinstance(norm, dict) and norm.get("type") == "Sequence" else \
+        ([] if norm is None else [norm])
+    prepend = bool(steps) and steps[0] == {"type": "Prepend", "prepend": SPM_SPACE}
+    rest = steps[1:] if prepend else steps
+    replaces = rest == [{"type": "Replace", "pattern": {"String": " "}, "content": SPM_SPACE}]
+    if pre is None and replaces:
+        return prepend
+    if (norm is None and isinstance(pre, dict) and pre.get("type") == "Metaspace" and pre.get("replacement") == SPM_SPACE
+            and not pre.get("split", True) and pre.get("prepend_scheme", "always") in ("always", "first", "never")):
+        return pre.get("prepend_scheme", "always") != "never"
+    raise FormatError(path, "normalizer", "a byte-fallback BPE tokenizer whose text pipeline is not SentencePiece's "
+                                          "(spaces as ▁, optionally one prepended); llama.cpp would tokenize differently")
+
+
+def _spm_scores(tokens: list[str], types: list[int], merges: list[tuple[str, str]], path: Path) -> list[float]:
+    """llama.cpp's SentencePiece tokenizer merges the adjacent pair whose
+    joined text is the token of the highest score; a BPE model merges the
+    pair of the lowest rank. So a token scores minus the rank of the first
+    merge that makes it (0 where no merge does: letters, bytes, controls).
+    A token that two others join into but no merge makes would be made by
+    llama.cpp and never by the BPE model: refused."""
+    first: dict[str, int] = {}
+    for rank, (a, b) in enumerate(merges):
+        first.setdefault(a + b, rank)
+    normal = {t for t, ty in zip(tokens, types) if ty == NORMAL}
+    for t in normal:
+        if t not in first and any(t[:k] in normal and t[k:] in normal for k in range(1, len(t))):
+            raise FormatError(path, "model.merges", f"token {t!r} joins two tokens but no merge makes it: llama.cpp's "
+                                                    "SentencePiece tokenizer would make it, this BPE model never does")
+    return [-float(first[t] + 1) if t in first and ty == NORMAL else 0.0 for t, ty in zip(tokens, types)]
+
+
 def gguf_tokenizer_fields(tok_bytes: bytes, tok_config: dict[str, Any], config: dict[str, Any],
                           path: Path) -> dict[str, Any]:
     """``tokenizer.*`` key-values (name -> value) for an artifact's
     tokenizer.json (``path`` names it in errors), its tokenizer_config.json
-    (the chat template) and its config.json (BOS/EOS ids): what
-    convert_hf_to_gguf's ``_set_vocab_gpt2`` stores. Byte-level BPE with a
-    pre-tokenizer llama.cpp knows by name is carried over; anything else is
+    (the chat template) and its config.json (BOS/EOS ids). Byte-level BPE
+    with a pre-tokenizer llama.cpp knows by name becomes ``gpt2``, as
+    convert_hf_to_gguf's ``_set_vocab_gpt2`` stores it; BPE with byte
+    fallback and SentencePiece's space convention (Llama 2, Mistral, what
+    gguf-to-iebin rebuilds from a ``llama`` vocabulary) becomes ``llama``
+    with scores ranked as its merges (``_spm_scores``); anything else is
     refused, since llama.cpp would tokenize differently."""
     try:
         tok = json.loads(tok_bytes)
     except ValueError as e:
         raise FormatError(path, "(file)", f"not JSON: {e}") from None
     model = tok.get("model") if isinstance(tok, dict) else None
-    if not isinstance(model, dict) or model.get("type") != "BPE" or model.get("byte_fallback"):
+    if not isinstance(model, dict) or model.get("type") != "BPE":
         kind = model.get("type") if isinstance(model, dict) else None
-        raise FormatError(path, "model.type", f"{kind!r} tokenizer: only byte-level BPE (GPT-2 style) is exported "
-                                              "to GGUF")
-    pre = _bpe_pre_name(tok.get("pre_tokenizer"))
-    if pre is None:
+        raise FormatError(path, "model.type", f"{kind!r} tokenizer: only BPE (byte-level, or SentencePiece-style with "
+                                              "byte fallback) is exported to GGUF")
+    spm = bool(model.get("byte_fallback"))
+    prefix = _spm_space_prefix(tok, path) if spm else None
+    pre = None if spm else _bpe_pre_name(tok.get("pre_tokenizer"))
+    if not spm and pre is None:
         raise FormatError(path, "pre_tokenizer", "splits text in a way llama.cpp has no name for (known: "
                                                  f"{', '.join(BPE_PRE)}); llama.cpp would tokenize differently")
     vocab = model.get("vocab")
     merges = model.get("merges")
     if not isinstance(vocab, dict) or not isinstance(merges, list):
         raise FormatError(path, "model.vocab", "a BPE model needs a vocab object and a merges list")
+    pairs = []
+    for i, m in enumerate(merges):
+        parts = m.split(" ") if isinstance(m, str) else m
+        if not isinstance(parts, list) or len(parts) != 2 or not all(isinstance(p, str) and p for p in parts):
+            raise FormatError(path, f"model.merges[{i}]", f"expected two tokens, got {m!r}")
+        pairs.append((parts[0], parts[1]))
     added = {t["id"]: t for t in tok.get("added_tokens") or [] if isinstance(t, dict) and type(t.get("id")) is int}
     ids = [i for i in vocab.values() if type(i) is int and i >= 0]
     size = max(max(ids, default=-1), max(added, default=-1)) + 1
     if "vocab_size" in config and type(config["vocab_size"]) is int:
         size = max(size, config["vocab_size"])
     rev = {i: t for t, i in vocab.items()}
+    unk = model.get("unk_token")
     tokens, types = [], []
     for i in range(size):
         if i in added:
             tokens.append(added[i]["content"])
             types.append(CONTROL if added[i].get("special") else USER_DEFINED)
         elif i in rev:
-            tokens.append(rev[i])
-            types.append(NORMAL)
+            t = rev[i]
+            tokens.append(t)
+            byte = spm and len(t) == 6 and t.startswith("<0x") and t.endswith(">")
+            types.append(BYTE if byte else UNKNOWN if spm and t == unk else NORMAL)
         else:  # ids the embedding has and the vocabulary does not name (padding rows)
             tokens.append(f"[PAD{i}]")
             types.append(UNUSED)
     if len(set(tokens)) != len(tokens):
         raise FormatError(path, "model.vocab", "two ids have the same token text")
-    fields: dict[str, Any] = {
-        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": tokens,
-        "tokenizer.ggml.token_type": types,
-        "tokenizer.ggml.merges": [m if isinstance(m, str) else " ".join(m) for m in merges],
-    }
+    fields: dict[str, Any] = {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types}
+    if spm:
+        fields.update({"tokenizer.ggml.model": "llama", "tokenizer.ggml.scores": _spm_scores(tokens, types, pairs, path),
+                       "tokenizer.ggml.add_space_prefix": prefix})
+    else:
+        fields.update({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre,
+                       "tokenizer.ggml.merges": [f"{a} {b}" for a, b in pairs]})
+    if spm and isinstance(unk, str) and unk in vocab and "unk_token_id" not in config:
+        fields["tokenizer.ggml.unknown_token_id"] = vocab[unk]
     for which, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding"), ("unk", "unknown")):
         tid = config.get(f"{which}_token_id")
         if isinstance(tid, list):  # several EOS ids: llama.cpp stores one (the first), as its converter does

@@ -13,7 +13,10 @@ validator and the C++ loader must accept and refuse the same inputs.
               every member rebuilt
   safetensors a mutated safetensors file: header parse, every tensor read
   gguf        a mutated GGUF file: the strict reader, then the whole import
-              (config, tokenizer, every tensor copied, cast or dequantized)
+              (config, tokenizer, every tensor copied, cast or dequantized);
+              seeds of every architecture as iebin-to-gguf writes them, so
+              expert stacks split, gpt-oss's gate/up pair merged, YaRN and
+              Llama-3's rope_freqs are read too
   bsr         differential: formats/bsr.py parse vs the C++ loader (bsr_check):
               same verdict, same code and field
   weightspec  differential: the Python registry's quant parser vs the native
@@ -218,6 +221,25 @@ TARGETS = {"iebin": t_iebin, "manifest": t_manifest, "dedup": t_dedup, "safetens
            "weightspec": t_weightspec, "gguf": t_gguf, "imatrix": t_imatrix, "klprobes": t_klprobes}
 
 
+_EXPORTED: list[bytes] = []
+
+
+def _exported_ggufs() -> list[bytes]:
+    """Each architecture's toy exported (tests/llamacpp_models.py), made once per process."""
+    if not _EXPORTED:
+        sys.path.insert(0, str(REPO / "tests"))
+        from llamacpp_models import llamacpp_models
+
+        from iekit.convert.iebin_to_gguf import export_gguf
+
+        d = _fresh_dir("gguf-seeds")
+        for name, model in sorted(llamacpp_models(d).items()):
+            if name in ("tiny-llama3", "tiny-mixtral", "tiny-qwen3-moe", "tiny-gpt-oss-mxfp4"):
+                export_gguf(model, d / f"{name}.gguf", progress=None)
+                _EXPORTED.append((d / f"{name}.gguf").read_bytes())
+    return _EXPORTED
+
+
 def seeds(target: str) -> list[bytes]:
     """Real inputs from golden/ to start from."""
     if target == "iebin":
@@ -231,7 +253,7 @@ def seeds(target: str) -> list[bytes]:
     if target == "bsr":
         return [p.read_bytes() for p in sorted((GOLDEN / "bsr").glob("*.bsr"))]
     if target == "gguf":
-        return [(GOLDEN / "gguf" / "tiny-llama.mixed.gguf").read_bytes()]
+        return [(GOLDEN / "gguf" / "tiny-llama.mixed.gguf").read_bytes(), *_exported_ggufs()]
     if target == "imatrix":
         return [(GOLDEN / "imatrix" / n).read_bytes()
                 for n in ("example.npz", "example-llamacpp.dat", "tiny-llama.llamacpp.gguf", "tiny-llama.llamacpp.dat")]

