@@ -1,5 +1,6 @@
 #include "common/thread_pool.h"
 
+#include <algorithm>
 #include <climits>
 #include <stdexcept>
 #include <string>
@@ -19,6 +20,21 @@ namespace {
 // spinning thread holds a core that the thread it waits for may need, so
 // the spin is kept short.
 constexpr std::chrono::microseconds kSpin(30);
+
+// The contention back-off (thread_pool.h). A quiet machine's longest wait
+// for a joined worker is one claimed piece (microseconds in decode, a GEMM
+// tile of a long prefill: up to ~1 ms, which the quarter-of-own-time rule
+// covers) or a hiccup of the host (up to ~1.6 ms seen on this 2-vCPU VM); a
+// worker descheduled for a CPU-bound neighbour cost 2.6-4.6 ms (a scheduler
+// slice; SmolLM2 decode, 13 of 13 such waits), as does a vCPU the host takes
+// away now and then (going solo is right then too). The first back-off,
+// 50 ms, is a few decode steps; it resets only after kGoodJobs jobs in a
+// row went well, so a lucky probe on a busy machine does not bring the
+// stalls back at once (10 ms with an at-once reset: 2 threads at 0.88 of
+// one thread's tg128 beside a busy process; 50 ms and kGoodJobs: 1.07).
+constexpr std::chrono::microseconds kStragglerWait(2000);
+constexpr std::chrono::microseconds kMinSolo(50'000), kMaxSolo(1'000'000);
+constexpr uint32_t kGoodJobs = 4096;  // ~20 decode steps of SmolLM2
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -58,7 +74,7 @@ bool spin_until(P done) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int threads) : size_(threads) {
+ThreadPool::ThreadPool(int threads) : size_(threads), backoff_(kMinSolo) {
   if (threads < 1 || threads > 4096) throw std::invalid_argument("threads must be 1..4096, got " + std::to_string(threads));
   try {
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker(); });
@@ -85,7 +101,10 @@ void ThreadPool::record(std::exception_ptr e) {
 }
 
 void ThreadPool::dispatch(void* fn, Call call, bool all) {
-  if (size_ == 1) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  if (size_ == 1 || (!all && start < solo_until_)) {
+    solo_jobs_ += size_ > 1;
     call(fn, 0);
     return;
   }
@@ -112,6 +131,7 @@ void ThreadPool::dispatch(void* fn, Call call, bool all) {
   // Close: from here no worker joins; wait for those that did.
   const uint32_t joined = static_cast<uint32_t>(state_.fetch_and(~kOpen, std::memory_order_acq_rel) & kJoined);
   auto finished = [&] { return done_.load(std::memory_order_acquire) == joined; };
+  const Clock::time_point own_done = Clock::now();
   if (!finished() && !spin_until(finished)) {
     for (;;) {
       caller_sleeps_.store(true, std::memory_order_seq_cst);
@@ -122,6 +142,16 @@ void ThreadPool::dispatch(void* fn, Call call, bool all) {
     caller_sleeps_.store(false, std::memory_order_relaxed);
   }
   done_.store(0, std::memory_order_relaxed);  // every joined call has returned; none can join this job
+  if (!all) {
+    const Clock::time_point end = Clock::now();
+    if (end - own_done > kStragglerWait && (end - own_done) * 4 > own_done - start) {
+      solo_until_ = end + backoff_;  // busy: the next jobs on this thread alone
+      backoff_ = std::min(backoff_ * 2, kMaxSolo);
+      good_jobs_ = 0;
+    } else if (++good_jobs_ >= kGoodJobs) {
+      backoff_ = kMinSolo;  // the machine has been free for a while
+    }
+  }
   if (mine) std::rethrow_exception(mine);
   std::exception_ptr theirs;
   {

@@ -20,6 +20,16 @@
 // - Waiting spins briefly (kSpin: a decode step's regions follow each other
 //   within microseconds), then sleeps on a futex, so a waiting thread gives
 //   its core back to whoever needs it, our descheduled peer included.
+// - A worker that joined and was then descheduled still holds the piece it
+//   claimed, and the caller must wait for it: a whole time slice of the
+//   other process when the machine is busy. When that wait exceeds both
+//   kStragglerWait and a quarter of the caller's own time in the job, the
+//   pool runs its next jobs on the caller alone (1-thread speed, and the
+//   workers sleep, leaving their cores to the neighbour) for a back-off
+//   period, then tries its workers again; the period doubles while the
+//   machine stays busy (kMinSolo .. kMaxSolo) and resets once jobs with
+//   workers have gone well for a while (kGoodJobs in a row). So --threads on a busy machine is never much slower
+//   than one thread, and a quiet machine keeps every thread.
 // - each(fn) is the strict form for setup (pinning, first touch, bandwidth
 //   measurement): fn(slot) runs once on every thread of the pool.
 //
@@ -44,6 +54,9 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return size_; }
+  // Jobs run by the caller alone since the pool was made, because the
+  // machine was busy (see above); for benchmarks' reports.
+  uint64_t solo_jobs() const { return solo_jobs_; }
 
   // fn(slot), slot in [0, size()): slot 0 on this thread, now; others on
   // workers that arrive before this thread has returned from fn(0). fn must
@@ -82,6 +95,11 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   void* fn_ = nullptr;
   Call call_ = nullptr;
+  // The caller's own (the back-off needs no atomics).
+  std::chrono::steady_clock::time_point solo_until_{};
+  std::chrono::microseconds backoff_;
+  uint32_t good_jobs_ = 0;  // jobs with workers in a row that went well
+  uint64_t solo_jobs_ = 0;
   std::mutex error_mu_;
   std::exception_ptr error_;
 };

@@ -211,6 +211,8 @@ void ie_register_decoder(py::module_& m) {
   py::class_<PyDecoder>(m, "Decoder", "Llama-family decoder over weights read in place (csrc/decoder/decoder.h).")
       .def(py::init(&make_decoder), py::arg("config"), py::arg("matrices"), py::arg("vectors"),
            py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "", py::arg("affinity") = "")
+      .def_property_readonly("solo_jobs", [](const PyDecoder& s) { return s.dec->solo_jobs(); },
+                             "Parallel jobs run on the calling thread alone because the machine was busy.")
       .def_property_readonly("pinned", [](const PyDecoder& s) { return s.dec->pinned(); },
                              "Each thread's CPU (-1: not pinned); empty without an affinity.")
       .def("forward",

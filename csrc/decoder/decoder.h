@@ -168,6 +168,8 @@ class Decoder {
   size_t rows8_bytes() const { return rows8_bytes_; }
   // Each thread's CPU (-1: not pinned); empty without an affinity.
   const std::vector<int>& pinned() const { return pinned_; }
+  // Parallel jobs run on the calling thread alone because the machine was busy (thread_pool.h).
+  uint64_t solo_jobs() const { return pool_->solo_jobs(); }
 
   // Where the time of single-token forward calls (decode steps) went since
   // the last reset: wall seconds inside weight matmuls (their threads'

@@ -101,3 +101,39 @@ TEST(thread_pool_sleeps_between_jobs) {
   const double cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
   CHECK(cpu_s < 0.05) << "3 idle workers used " << cpu_s << " s of CPU in 0.2 s";
 }
+
+namespace {
+
+// A job whose slot 0 waits (up to 1 s) for a worker to join; the worker
+// then takes `worker_ms`. Returns whether a worker joined.
+bool job_with_worker(ie::ThreadPool& pool, int worker_ms) {
+  std::atomic<bool> joined{false};
+  pool.run([&](int slot) {
+    if (slot != 0) {
+      joined = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(worker_ms));
+      return;
+    }
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (!joined && std::chrono::steady_clock::now() < end) std::this_thread::yield();
+  });
+  return joined;
+}
+
+}  // namespace
+
+TEST(thread_pool_backs_off_while_a_worker_stalls) {
+  // A joined worker that keeps the caller waiting milliseconds (a thread
+  // descheduled on a busy machine) sends the next jobs to the caller alone
+  // for a while; after the back-off the workers are used again.
+  ie::ThreadPool pool(2);
+  CHECK(job_with_worker(pool, 0) && pool.solo_jobs() == 0);
+  CHECK(job_with_worker(pool, 8));  // the caller waited ~8 ms for it (> 2 ms and a quarter of its own time)
+  const auto stalled = std::chrono::steady_clock::now();
+  std::atomic<int> others{0};
+  pool.run([&](int slot) { others += slot != 0; });
+  if (std::chrono::steady_clock::now() - stalled < std::chrono::milliseconds(40))  // inside the 50 ms back-off
+    CHECK(others == 0 && pool.solo_jobs() == 1) << "solo jobs " << pool.solo_jobs();
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));  // past the first back-off (50 ms)
+  CHECK(job_with_worker(pool, 0)) << "the workers are used again after the back-off";
+}
