@@ -25,15 +25,21 @@ With llama.cpp's ``llama-quantize`` (on PATH, built by ``make llamacpp``,
 or --llama-quantize), its Q4_0 and Q4_K_M of the same rotated f32 model
 (with and without an imatrix: ours, written in llama.cpp's legacy format)
 are imported with ``gguf-to-iebin`` and scored the same way, so both sides
-run in one runtime on the same ids.
+run in one runtime on the same ids. Then llama.cpp scores them itself: our
+f32 artifact exported with ``iebin-to-gguf`` is the base of
+``llama-perplexity --kl-divergence``, against which llama-quantize's Q4_0,
+Q4_K_M and IQ4_XS and our 4.5-bit policy restricted to llama.cpp's types
+(``--gguf-types``, through gptq, exported) are scored; the same policy
+unrestricted, in ierun's table, says what the restriction costs.
 
-    python benchmarks/quality_bench.py [--work out/quality] [--hf-dir M] [--chunks 16] [--threads 2]
+    python benchmarks/quality_bench.py [--work out/quality] [--hf-dir M] [--chunks 16] [--threads 2] [--only REGEX]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import struct
 import subprocess
@@ -132,6 +138,73 @@ def write_legacy_imatrix(npz: Path, out: Path) -> None:
     out.write_bytes(struct.pack("<i", n_entries) + body + struct.pack("<ii", 1, 0))
 
 
+GGUF_POLICY = "--target-bpw 4.5 + KL probes + gptq --gguf-types"
+# llama-quantize's types scored beside ours: (ftype, with the importance matrix)
+LLAMA_TYPES = (("Q4_0", False), ("Q4_K_M", False), ("Q4_K_M", True), ("IQ4_XS", True))
+
+
+def llama_perplexity(a, gguf: Path, text: Path, base: Path, score: bool) -> dict:
+    """llama-perplexity on ``gguf``: writes ``base`` (its log-probabilities,
+    score=False) or scores against it (KL, same top token, PPL)."""
+    args = [a.llama_perplexity, "-m", gguf, "-f", text, "-c", 512, "-b", 512, "--chunks", a.chunks, "-t", a.threads,
+            "--kl-divergence-base", base, *(["--kl-divergence"] if score else [])]
+    res = subprocess.run([str(x) for x in args], capture_output=True, text=True)
+    out = res.stdout + res.stderr
+    if res.returncode != 0:
+        raise SystemExit(f"llama-perplexity {gguf.name}: {out.strip()[-600:]}")
+    if not score:
+        return {}
+    num = r"(-?[\d.]+)\s+±\s+([\d.]+)"
+    kl, top, ppl = (re.search(p + r":?\s+" + num, out) for p in (r"Mean\s+KLD", r"Same top p", r"Mean PPL\(Q\)\s+"))
+    if not kl:
+        raise SystemExit(f"llama-perplexity {gguf.name}: no KL divergence in its output: {out.strip()[-600:]}")
+    return {"kld": float(kl.group(1)), "se": float(kl.group(2)), "top1": float(top.group(1)) / 100 if top else None,
+            "ppl": float(ppl.group(1)) if ppl else None}
+
+
+def llamacpp_scores(a, w: Path, ref: Path, im: Path, held_text: str, exported: Path | None) -> list:
+    """The same rotated model in llama.cpp, scored by llama.cpp: our f32
+    artifact exported (iebin-to-gguf) is the base; llama-quantize's types of
+    it and our GGUF-exportable policy exported are scored against it with
+    llama-perplexity --kl-divergence on the held-out text (tokenized by
+    llama.cpp). Each is also imported and scored in ierun (rows returned,
+    printed in the first table)."""
+    f32g = w / "f32.gguf"
+    run(BIN / "ieconv", "iebin-to-gguf", "-q", "--overwrite", "--model-dir", ref, "--out", f32g)
+    dat = w / "imatrix.dat"
+    write_legacy_imatrix(im, dat)
+    text, base = w / "held.txt", w / "f32.kld"
+    text.write_text(held_text)
+    ggufs = []
+    for ftype, weighted in LLAMA_TYPES:
+        g = w / f"llama-{ftype}{'-im' if weighted else ''}.gguf"
+        subprocess.run([a.llama_quantize, *(["--imatrix", str(dat)] if weighted else []), str(f32g), str(g), ftype,
+                        str(a.threads)], check=True, capture_output=True)
+        ggufs.append((f"llama.cpp {ftype}{' + imatrix' if weighted else ''}", g))
+    if exported is not None:
+        g = w / "iekit-gguf-types.gguf"
+        run(BIN / "ieconv", "iebin-to-gguf", "-q", "--overwrite", "--model-dir", exported, "--out", g)
+        ggufs.append((f"iekit {GGUF_POLICY}, exported", g))
+    rows = []
+    if a.llama_perplexity:
+        llama_perplexity(a, f32g, text, base, score=False)
+        scored = [(label, gguf_bpw(g), llama_perplexity(a, g, text, base, score=True)) for label, g in ggufs]
+        print(f"\nscored by llama.cpp ({Path(a.llama_perplexity).name} --kl-divergence against its own f32 run of "
+              f"the same model, {a.chunks} chunks of 512, f16 KV cache, its 8-bit activations)")
+        print(f"{'GGUF':<58} {'bits/w':>7} {'KL mean':>9} {'± se':>7} {'top-1':>7} {'PPL':>8}")
+        for label, bpw, r in scored:
+            print(f"{label:<58} {bpw:7.3f} {r['kld']:9.4f} {r['se']:7.4f} {r['top1'] or 0:7.3f} {r['ppl'] or 0:8.3f}")
+    else:
+        print("llama-perplexity: skipped (make llamacpp, or --llama-perplexity PATH)", file=sys.stderr)
+    for label, g in ggufs:
+        if label.startswith("iekit"):
+            continue
+        d = w / g.stem
+        run(BIN / "ieconv", "gguf-to-iebin", "-q", "--overwrite", "--gguf", g, "--out-dir", d)
+        rows.append((label, gguf_bpw(g), eval_json(d, ref, w / "eval-ids.txt", a.chunks, a.threads)))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", type=Path, default=Path("out/quality"), help="Models and text are kept here.")
@@ -142,7 +215,10 @@ def main() -> None:
     ap.add_argument("--calib-chunks", type=int, default=40, help="512-token chunks of calibration for the imatrix.")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--llama-quantize", default=llamacpp.tool("llama-quantize"),
-                    help=llamacpp.where("llama-quantize") + "; its Q4_0 / Q4_K_M are scored too")
+                    help=llamacpp.where("llama-quantize") + "; its Q4_0 / Q4_K_M / IQ4_XS are scored too")
+    ap.add_argument("--llama-perplexity", default=llamacpp.tool("llama-perplexity"),
+                    help=llamacpp.where("llama-perplexity") + "; it scores the GGUFs against its own f32 run")
+    ap.add_argument("--only", metavar="REGEX", help="Run only our policies whose label matches (llama.cpp's all run).")
     a = ap.parse_args()
     w = a.work
     w.mkdir(parents=True, exist_ok=True)
@@ -212,8 +288,12 @@ def main() -> None:
     runs = [(*p, False) for p in policies]
     runs += [(f"--target-bpw {b} + KL probes + gptq", ["--target-bpw", b, "--quantize-head", "--kl-probes", probes],
               True, True) for b in ("4.5", "4.75", "5.0")]
-    rows, used = [], set()
+    # what exporting costs: the 4.5-bit policy restricted to types llama.cpp has (exported below)
+    runs += [(GGUF_POLICY, ["--target-bpw", "4.5", "--quantize-head", "--kl-probes", probes, "--gguf-types"], True, True)]
+    rows, used, exported = [], set(), None
     for i, (label, args, weighted, compensated) in enumerate(runs):
+        if a.only and not re.search(a.only, label):
+            continue
         d = w / f"p{i}"
         man = w / f"p{i}.json"
         run(BIN / "ieconv", "q4-manifest", "--hf-dir", hf, "-o", man, "--overwrite", *args,
@@ -227,26 +307,12 @@ def main() -> None:
         used |= schemes
         rows.append((f"iekit {label}", bpw, eval_json(d, ref, held, a.chunks, a.threads)))
         print(f"  {rows[-1][0]}: done", file=sys.stderr)
-    if a.llama_quantize:
-        sys.path.insert(0, str(HERE.parent / "tests"))
-        from gguf_build import gguf_from_hf
-
-        f32g = w / "f32.gguf"
-        if not f32g.exists():
-            gguf_from_hf(hf, f32g)  # its tokenizer does not matter: every model is scored on the same ids
-        dat = w / "imatrix.dat"
-        write_legacy_imatrix(im, dat)
-        for ftype, weighted in (("Q4_0", False), ("Q4_K_M", False), ("Q4_K_M", True)):
-            g = w / f"llama-{ftype}{'-im' if weighted else ''}.gguf"
-            subprocess.run([a.llama_quantize, *(["--imatrix", str(dat)] if weighted else []), str(f32g), str(g), ftype,
-                            str(a.threads)], check=True, capture_output=True)
-            d = w / g.stem
-            run(BIN / "ieconv", "gguf-to-iebin", "-q", "--overwrite", "--gguf", g, "--out-dir", d)
-            rows.append((f"llama.cpp {ftype}{' + imatrix' if weighted else ''}", gguf_bpw(g),
-                         eval_json(d, ref, held, a.chunks, a.threads)))
-    else:
+        if label == GGUF_POLICY:
+            exported = d
+    llama_rows = llamacpp_scores(a, w, ref, im, text[half:], exported) if a.llama_quantize else []
+    if not a.llama_quantize:
         print("llama.cpp: skipped (no llama-quantize: make llamacpp, or --llama-quantize PATH)", file=sys.stderr)
-
+    rows += llama_rows
     tokens = rows[0][2]["tokens_scored"]
     print(f"\n{'rotated ' if not a.no_rotate else ''}{hf.name}: {tokens} tokens scored "
           f"({a.chunks} chunks of 512, second half of each), f32 activations; imatrix from {a.calib_chunks} chunks")
