@@ -25,7 +25,7 @@ import numpy as np
 from iekit.cli.support import threads_option
 from iekit.formats.errors import IEError
 
-from . import cuda
+from . import bench_llama, cuda
 from .cpu_topology import LLC_MULTIPLE, dram_probe_bytes, last_level_cache_bytes
 from .env import ACT_PREC_OF, ACTS, PRECISIONS, BenchEnv
 from .bench_run import read_prompts, reset_rss_peak, round_record, rss_peak_mb, run_round, tokenize
@@ -74,6 +74,12 @@ def _dedup_fields(dec: Any) -> dict[str, Any]:
 
 
 HELP = """Time greedy decoding of a converted model: one JSON line per round.
+
+With -p and/or -n it runs llama-bench's tests instead: ppP (a P-token
+prompt through an empty context) and tgN (N decode steps), for every value
+of -p, -n and -t, -r timed repetitions each, printed as llama-bench prints
+them (-o md; csv, json, jsonl): `ierun bench --model-dir M -p 512 -n 128
+-t 1,2`. The rest of this help is about the rounds.
 
 Each round runs every prompt in turn on the decoder (--device cpu, or
 cuda: the CUDA decoder, f32 activations): prefill, then
@@ -238,12 +244,24 @@ def _split_summary(recs: list[dict[str, Any]]) -> str | None:
 @click.option("--act", type=click.Choice(ACTS), default=None,
               help="Activations into quantized matrices, as `ierun generate --act` (default: IE_ACT_PREC, else auto: "
                    "int8 for 4-bit layer matrices).")
+@click.option("-p", "--n-prompt", "n_prompt", default=None, metavar="LIST",
+              help="llama-bench's prompt-processing tests: comma-separated prompt lengths (pp512: -p 512). With "
+                   "-p or -n, bench runs llama-bench's tests instead of rounds (runtime/bench_llama.py).")
+@click.option("-n", "--n-gen", "n_gen", default=None, metavar="LIST",
+              help="llama-bench's text-generation tests: comma-separated token counts (tg128: -n 128).")
+@click.option("-t", "thread_list", default=None, metavar="LIST",
+              help="With -p/-n: comma-separated thread counts, one decoder each (-t 1,2)  [default: --threads].")
+@click.option("-r", "--repetitions", type=click.IntRange(min=1), default=5, show_default=True,
+              help="With -p/-n: timed repetitions per test (after one untimed run).")
+@click.option("-o", "--output", type=click.Choice(bench_llama.FORMATS), default="md", show_default=True,
+              help="With -p/-n: llama-bench's markdown table, csv, json (one array) or jsonl.")
 @click.option("--bandwidth-mb", type=click.IntRange(min=1), default=None,
               help="Buffer of the read-bandwidth yardstick, MiB. Keep it several times the last-level "
                    "cache: a smaller one measures the caches, not memory (read_bw_gbps, roofline_fraction).  "
                    f"[default: 4x the last-level cache, at least 256; --device cuda {CUDA_READ_BW_MB}]")
 def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, ignore_eos: bool, rounds: int,
-          warmup: int, threads: int | None, act: str | None, bandwidth_mb: int) -> None:
+          warmup: int, threads: int | None, act: str | None, n_prompt: str | None, n_gen: str | None,
+          thread_list: str | None, repetitions: int, output: str, bandwidth_mb: int) -> None:
     env = BenchEnv.from_env()
     for w in env.warnings:
         _warn(w)
@@ -258,6 +276,23 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, i
         if env.act == "int8":  # said here, where it is known whether --act or IE_ACT_PREC asked for it
             asked = "--act int8" if act else f"IE_ACT_PREC={env.act_prec}"
             raise IEError(f"{asked}: the CUDA decoder runs f32 activations only (f32 or auto)")
+    if n_prompt is not None or n_gen is not None:
+        from .native import cpu_features
+
+        pp, tg = bench_llama.parse_list("-p", n_prompt), bench_llama.parse_list("-n", n_gen)
+        ts = bench_llama.parse_list("-t", thread_list) or [threads]
+        backend = "CUDA" if device == "cuda" else f"CPU ({cpu_features()['selected_isa']})"
+
+        def load(t: int) -> Any:
+            dec, msgs = _load_decoder(model_dir, t, env, device)
+            for w in msgs:
+                _warn(w)
+            return dec
+
+        click.echo(bench_llama.render(bench_llama.run_tests(load, ts, pp, tg, repetitions, backend), output), nl=False)
+        return
+    if thread_list is not None:
+        raise click.UsageError("-t lists threads for llama-bench's tests (-p/-n); the rounds take --threads")
     source, lines = read_prompts(prompts_file)
 
     # Every input is checked before the yardstick: a bad model or prompt

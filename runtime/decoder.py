@@ -341,6 +341,12 @@ class Decoder:
         return self.source.stats()
 
     @property
+    def solo_jobs(self) -> int:
+        """Parallel jobs the CPU decoder's pool ran on the calling thread alone
+        because the machine was busy (csrc/common/thread_pool.h); 0 on CUDA."""
+        return int(getattr(self._dec, "solo_jobs", 0))
+
+    @property
     def n_past(self) -> int:
         return self._dec.n_past
 

@@ -573,3 +573,40 @@ def test_dedup_reported_as_requested_and_as_used(tmp_path, nearcopy_f32):
     assert grouped >= 14 and c["misses"] == grouped and c["hits"] >= grouped and c["fused_calls"] == 0
     plain = _records(_bench(model, *args))[0]
     assert (plain["dedup_active"], plain["dedup_cache"]) == (False, None)
+
+def test_llama_bench_tests_and_outputs():
+    """-p/-n/-t as llama-bench takes them: one test per (threads, value),
+    each ppP / tgN with the mean and spread of -r repetitions, in
+    llama-bench's markdown table, csv, json and jsonl; the same tests in each."""
+    import csv
+    import io
+
+    args = ("-p", "8,16", "-n", "4", "-t", "1,2", "-r", "2")
+    rows = json.loads(_check_ok(_bench(GOLDEN_IEBIN / "tiny-llama", *args, "-o", "json", bandwidth_mb=None)))
+    assert [(r["threads"], r["test"]) for r in rows] == [(t, x) for t in (1, 2) for x in ("pp8", "pp16", "tg4")]
+    for r in rows:
+        assert len(r["samples_ts"]) == 2 and r["avg_ts"] == pytest.approx(sum(r["samples_ts"]) / 2)
+        assert r["avg_ts"] > 0 and r["stddev_ts"] >= 0 and r["model"] == "tiny-llama" and r["backend"].startswith("CPU")
+        assert (r["n_prompt"], r["n_gen"]) == ((int(r["test"][2:]), 0) if r["test"].startswith("pp")
+                                               else (0, int(r["test"][2:])))
+    lines = [json.loads(ln) for ln in _check_ok(_bench(GOLDEN_IEBIN / "tiny-llama", *args, "-o", "jsonl",
+                                                       bandwidth_mb=None)).splitlines()]
+    assert [(r["threads"], r["test"]) for r in lines] == [(r["threads"], r["test"]) for r in rows]
+    table = list(csv.DictReader(io.StringIO(_check_ok(_bench(GOLDEN_IEBIN / "tiny-llama", *args, "-o", "csv",
+                                                              bandwidth_mb=None)))))
+    assert [(int(r["threads"]), r["test"]) for r in table] == [(r["threads"], r["test"]) for r in rows]
+    md = _check_ok(_bench(GOLDEN_IEBIN / "tiny-llama", *args, bandwidth_mb=None)).splitlines()
+    assert md[0] == "| model | size | params | backend | threads | test | t/s |" and len(md) == 2 + len(rows)
+    assert all(" ± " in ln for ln in md[2:]) and "| 2 | tg4 |" in md[-1]
+
+
+@pytest.mark.parametrize("args, needle", [(("-p", "8,x"), "'x' is not an integer"), (("-t", "0", "-n", "4"), "-t"),
+                                          (("-t", "2",), "-t lists threads")])
+def test_llama_bench_bad_lists_are_usage_errors(args, needle):
+    res = _bench(GOLDEN_IEBIN / "tiny-llama", *args, bandwidth_mb=None)
+    assert res.returncode == 2 and needle in res.stderr and "Traceback" not in res.stderr
+
+
+def _check_ok(res) -> str:
+    assert res.returncode == 0, res.stderr
+    return res.stdout

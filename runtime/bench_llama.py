@@ -1,0 +1,135 @@
+"""``ierun bench -p 512 -n 128 -t 1,2``: llama-bench's tests, measured its way.
+
+Users compare engines with ``llama-bench -p 512 -n 128 -t 2``; this is the
+same vocabulary, so the figures sit beside llama-bench's in one table:
+
+- ``ppP`` (prompt processing): P token ids run through an empty context in
+  one prefill, tokens/s of that call;
+- ``tgN`` (text generation): N single-token decode steps from an empty
+  context (the first on the empty cache), tokens/s of the N steps;
+- each test runs once untimed, then ``-r`` times; the figure is the mean and
+  standard deviation of the repetitions' tokens/s, as llama-bench reports;
+- every comma-separated value of ``-p``, ``-n`` and ``-t`` is its own test
+  (one decoder per thread count: its pool is made with the decoder);
+- ``-o md`` (default: llama-bench's markdown table), ``csv``, ``json``
+  (one array) or ``jsonl`` (one object per test).
+
+The token ids are fixed and spread over the vocabulary (no tokenizer
+needed), different for every repetition's first id, so no KV-cache prefix
+is ever reused. The JSON-lines rounds of plain ``ierun bench`` (tps_true,
+roofline fraction) stay for harnesses; this is the summary a person reads.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+import time
+from typing import Any
+
+import click
+
+from iekit.formats.errors import IEError
+
+FORMATS = ("md", "csv", "json", "jsonl")
+FIELDS = ("model", "size", "params", "backend", "threads", "test", "n_prompt", "n_gen", "avg_ts", "stddev_ts",
+          "samples_ts", "solo_jobs")
+
+
+def parse_list(name: str, value: str | None) -> list[int]:
+    """'128,512' -> [128, 512]; each at least 1 (at least 0 for -n/-p: 0 skips that kind)."""
+    if value is None:
+        return []
+    out = []
+    for part in value.split(","):
+        try:
+            v = int(part)
+        except ValueError:
+            raise click.BadParameter(f"{part!r} is not an integer (a comma-separated list like 128,512)",
+                                     param_hint=name) from None
+        if v < (1 if name == "-t" else 0):
+            raise click.BadParameter(f"{v} is too small", param_hint=name)
+        out.append(v)
+    return out
+
+
+def _ids(n: int, vocab: int, rep: int) -> list[int]:
+    return [(rep * 104729 + i * 7919 + 17) % vocab for i in range(n)]
+
+
+def _pp(dec: Any, p: int, rep: int) -> float:
+    ids = _ids(p, dec.spec.vocab, rep)
+    dec.reset()
+    t0 = time.perf_counter()
+    dec.prefill(ids)
+    return p / (time.perf_counter() - t0)
+
+
+def _tg(dec: Any, n: int, rep: int) -> float:
+    ids = _ids(n, dec.spec.vocab, rep)
+    dec.reset()
+    t0 = time.perf_counter()
+    dec.prefill(ids[:1])
+    for t in ids[1:]:
+        dec.step(t)
+    return n / (time.perf_counter() - t0)
+
+
+def run_tests(load, threads: list[int], n_prompt: list[int], n_gen: list[int], reps: int,
+              backend: str) -> list[dict[str, Any]]:
+    """One record per (threads, test); ``load(threads)`` makes a decoder."""
+    rows = []
+    for t in threads:
+        dec = load(t)
+        ctx = max([*n_prompt, *n_gen, 1])
+        if ctx > dec.max_ctx:
+            raise IEError(f"a {ctx}-token test needs a context of {ctx}; this decoder holds {dec.max_ctx} (--ctx)")
+        params = sum(_count(e["shape"]) for e in dec.model.tensors)
+        tests = [("pp", p) for p in n_prompt if p] + [("tg", n) for n in n_gen if n]
+        for kind, size in tests:
+            fn = _pp if kind == "pp" else _tg
+            fn(dec, size, reps)  # untimed: clocks, caches, the pool's first wake-up
+            solo0 = dec.solo_jobs
+            samples = [fn(dec, size, r) for r in range(reps)]
+            rows.append({"model": dec.model.dir.name, "size": dec.model_bytes, "params": params,
+                         "backend": backend, "threads": t, "test": f"{kind}{size}",
+                         "n_prompt": size if kind == "pp" else 0, "n_gen": size if kind == "tg" else 0,
+                         "avg_ts": statistics.fmean(samples),
+                         "stddev_ts": statistics.stdev(samples) if len(samples) > 1 else 0.0,
+                         "samples_ts": samples, "solo_jobs": dec.solo_jobs - solo0})
+    return rows
+
+
+def _count(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _size(b: int) -> str:
+    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.2f} MiB"
+
+
+def _params(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.2f} M"
+
+
+def render(rows: list[dict[str, Any]], fmt: str) -> str:
+    """The records as llama-bench prints them (md), or as csv / json / jsonl."""
+    if fmt == "json":
+        return json.dumps(rows, indent=1) + "\n"
+    if fmt == "jsonl":
+        return "".join(json.dumps(r) + "\n" for r in rows)
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, "samples_ts": ";".join(f"{v:.3f}" for v in r["samples_ts"])})
+        return buf.getvalue()
+    head = "| model | size | params | backend | threads | test | t/s |\n| --- | ---: | ---: | --- | ---: | ---: | ---: |\n"
+    return head + "".join(f"| {r['model']} | {_size(r['size'])} | {_params(r['params'])} | {r['backend']} | "
+                          f"{r['threads']} | {r['test']} | {r['avg_ts']:.2f} ± {r['stddev_ts']:.2f} |\n" for r in rows)
