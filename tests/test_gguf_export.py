@@ -260,23 +260,11 @@ def test_sentencepiece_vocabulary_round_trips(tmp_path):
     exported again: ``llama`` with the same pieces, types and space prefix,
     scores that rank the merges as the BPE model does, and a tokenizer that
     still gives sentencepiece's own ids once imported again."""
-    spm = pytest.importorskip("sentencepiece")
     import gguf
-    from gguf_build import gguf_from_hf
-    from test_gguf_import import _strings
+    from test_gguf_import import _strings, sentencepiece_gguf
     from tokenizers import Tokenizer
 
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(t.replace("\n", " ").replace("\r", " ") for t in _strings(4000, seed=2)))
-    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "sp"), vocab_size=700,
-                                   model_type="bpe", byte_fallback=True, split_digits=True, character_coverage=0.9995,
-                                   normalization_rule_name="identity", remove_extra_whitespaces=False,
-                                   allow_whitespace_only_pieces=True, add_dummy_prefix=True, num_threads=1,
-                                   unk_id=0, bos_id=1, eos_id=2, minloglevel=2)
-    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
-    src = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "a.gguf", spm=sp,
-                       extra_kv={"tokenizer.ggml.bos_token_id": ("uint32", 1),
-                                 "tokenizer.ggml.eos_token_id": ("uint32", 2)})
+    sp, src = sentencepiece_gguf(tmp_path)
     assert _import(src, tmp_path / "m").returncode == 0
     res = _export(tmp_path / "m", tmp_path / "b.gguf")
     assert res.returncode == 0, res.stderr

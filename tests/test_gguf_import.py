@@ -327,13 +327,11 @@ def test_rebuilt_tokenizer_matches_the_original(tmp_path, trained_tokenizer, pre
     assert ours.decode(got[0], skip_special_tokens=False) == ("<s>" if bos else "") + texts[0]
 
 
-def test_sentencepiece_tokenizer_matches_sentencepiece(tmp_path):
-    """A Llama-style SentencePiece BPE model (byte fallback, digits split,
-    prefix space), stored as llama.cpp stores it (pieces, scores, types):
-    the rebuilt tokenizer gives sentencepiece's own ids, BOS first."""
+def sentencepiece_gguf(tmp_path: Path):
+    """(a Llama-style SentencePiece BPE model trained on the test strings:
+    byte fallback, digits split, prefix space; tiny-llama as a GGUF file
+    holding it as llama.cpp stores it: pieces, scores, types)."""
     spm = pytest.importorskip("sentencepiece")
-    from tokenizers import Tokenizer
-
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(t.replace("\n", " ").replace("\r", " ") for t in _strings(4000, seed=2)))
     spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "sp"), vocab_size=700,
@@ -342,8 +340,17 @@ def test_sentencepiece_tokenizer_matches_sentencepiece(tmp_path):
                                    allow_whitespace_only_pieces=True, add_dummy_prefix=True, num_threads=1,
                                    unk_id=0, bos_id=1, eos_id=2, minloglevel=2)
     sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
-    gguf = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", spm=sp,
-                        extra_kv={"tokenizer.ggml.bos_token_id": ("uint32", 1), "tokenizer.ggml.eos_token_id": ("uint32", 2)})
+    return sp, gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", spm=sp,
+                            extra_kv={"tokenizer.ggml.bos_token_id": ("uint32", 1),
+                                      "tokenizer.ggml.eos_token_id": ("uint32", 2)})
+
+
+def test_sentencepiece_tokenizer_matches_sentencepiece(tmp_path):
+    """The SentencePiece vocabulary of a GGUF file: the rebuilt tokenizer
+    gives sentencepiece's own ids, BOS first."""
+    from tokenizers import Tokenizer
+
+    sp, gguf = sentencepiece_gguf(tmp_path)
     assert _import(gguf, tmp_path / "out").returncode == 0
     ours = Tokenizer.from_file(str(tmp_path / "out/tokenizer.json"))
     texts = [t for t in _strings(3000, seed=3) if "<" not in t]  # sentencepiece reads "<s>" as text, not control
