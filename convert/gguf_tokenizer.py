@@ -24,6 +24,7 @@ silently splits text differently would make every figure downstream wrong.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -113,16 +114,12 @@ def _byte_level_bpe(fields: dict[str, Any], path: Path, tokens: list[str]):
     return tok
 
 
-def _sentencepiece_bpe(fields: dict[str, Any], path: Path, tokens: list[str], types: list[int]):
-    from tokenizers import Tokenizer, decoders, models, normalizers
-
-    scores = _get(fields, path, "tokenizer.ggml.scores", list)
-    if len(scores) != len(tokens) or not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in scores):
-        raise FormatError(path, "tokenizer.ggml.scores", f"must be an array of {len(tokens)} numbers (one per token)")
+def spm_merges(tokens: list[str], types: list[int], scores: list[float]) -> list[tuple[str, str]]:
+    """The BPE merges that tokenize as llama.cpp's SentencePiece tokenizer
+    does with these scores: every split of a token into two tokens, ranked
+    by the merged token's score (higher first), then by the pieces' ids."""
     vocab = {t: i for i, t in enumerate(tokens)}
     mergeable = {t: i for i, t in enumerate(tokens) if types[i] not in (CONTROL, USER_DEFINED, BYTE)}
-    # Every split of a token into two tokens is a merge, ranked by the merged
-    # token's score (higher first), then by the pieces' ids.
     ranked = []
     for t, i in mergeable.items():
         for k in range(1, len(t)):
@@ -130,10 +127,22 @@ def _sentencepiece_bpe(fields: dict[str, Any], path: Path, tokens: list[str], ty
             if a in mergeable and b in mergeable:
                 ranked.append((-scores[i], vocab[a], vocab[b], a, b))
     ranked.sort()
+    return [(r[3], r[4]) for r in ranked]
+
+
+def _sentencepiece_bpe(fields: dict[str, Any], path: Path, tokens: list[str], types: list[int]):
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    scores = _get(fields, path, "tokenizer.ggml.scores", list)
+    if len(scores) != len(tokens) or not all(isinstance(s, (int, float)) and not isinstance(s, bool)
+                                             and math.isfinite(s) for s in scores):
+        raise FormatError(path, "tokenizer.ggml.scores", f"must be an array of {len(tokens)} finite numbers (one per "
+                                                         "token)")
+    vocab = {t: i for i, t in enumerate(tokens)}
     unk_id = fields.get("tokenizer.ggml.unknown_token_id", 0)
     if type(unk_id) is not int or not 0 <= unk_id < len(tokens):
         raise FormatError(path, "tokenizer.ggml.unknown_token_id", f"not a token id: {unk_id!r}")
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(r[3], r[4]) for r in ranked], unk_token=tokens[unk_id],
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=spm_merges(tokens, types, scores), unk_token=tokens[unk_id],
                                byte_fallback=True, fuse_unk=True))
     prefix = fields.get("tokenizer.ggml.add_space_prefix", True)
     if not isinstance(prefix, bool):
@@ -176,14 +185,20 @@ def _post_processor(tok, fields: dict[str, Any], path: Path, tokens: list[str], 
 def tokenizer_config_json(fields: dict[str, Any], path: Path) -> bytes | None:
     """A ``tokenizer_config.json`` carrying the file's chat template
     (``tokenizer.chat_template``) and the text of its BOS/EOS tokens, which
-    templates refer to; None when the file has no template."""
+    templates refer to, and a SentencePiece vocabulary's scores
+    (``gguf_scores``: the BPE merges are made from them but cannot hold
+    them, and iebin-to-gguf writes them back as they were); None when there
+    is neither."""
     template = fields.get("tokenizer.chat_template")
-    if template is None:
+    scores = fields.get("tokenizer.ggml.scores") if fields.get("tokenizer.ggml.model") == "llama" else None
+    if template is None and scores is None:
         return None
-    if not isinstance(template, str):
+    if template is not None and not isinstance(template, str):
         raise FormatError(path, "tokenizer.chat_template", f"expected a string, got {type(template).__name__}")
     tokens = fields.get("tokenizer.ggml.tokens") or []
-    cfg: dict[str, Any] = {"chat_template": template}
+    cfg: dict[str, Any] = {} if template is None else {"chat_template": template}
+    if scores is not None:  # checked by tokenizer_json, which runs first
+        cfg["gguf_scores"] = [float(s) for s in scores]
     for which in ("bos", "eos"):
         tid = fields.get(f"tokenizer.ggml.{which}_token_id")
         if type(tid) is int and 0 <= tid < len(tokens):
@@ -323,7 +338,13 @@ def gguf_tokenizer_fields(tok_bytes: bytes, tok_config: dict[str, Any], config: 
         raise FormatError(path, "model.vocab", "two ids have the same token text")
     fields: dict[str, Any] = {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types}
     if spm:
-        fields.update({"tokenizer.ggml.model": "llama", "tokenizer.ggml.scores": _spm_scores(tokens, types, pairs, path),
+        scores = _spm_scores(tokens, types, pairs, path)
+        kept = tok_config.get("gguf_scores")  # a GGUF vocabulary's own scores, where they still make these merges
+        if (isinstance(kept, list) and len(kept) == len(tokens)
+                and all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in kept)
+                and spm_merges(tokens, types, kept) == pairs):
+            scores = [float(s) for s in kept]
+        fields.update({"tokenizer.ggml.model": "llama", "tokenizer.ggml.scores": scores,
                        "tokenizer.ggml.add_space_prefix": prefix})
     else:
         fields.update({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre,

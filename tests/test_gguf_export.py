@@ -257,9 +257,10 @@ def test_llama3_divisors_import_without_their_original_context(tmp_path, models)
 def test_sentencepiece_vocabulary_round_trips(tmp_path):
     """A SentencePiece vocabulary as llama.cpp stores it (``llama``: pieces,
     scores, types), imported (a byte-fallback BPE tokenizer.json) and
-    exported again: ``llama`` with the same pieces, types and space prefix,
-    scores that rank the merges as the BPE model does, and a tokenizer that
-    still gives sentencepiece's own ids once imported again."""
+    exported again: ``llama`` with the same pieces, types, scores and space
+    prefix, and a tokenizer that still gives sentencepiece's own ids once
+    imported again; a tokenizer.json without the file's scores gets scores
+    made from its merges, in the same order."""
     import gguf
     from test_gguf_import import _strings, sentencepiece_gguf
     from tokenizers import Tokenizer
@@ -275,8 +276,14 @@ def test_sentencepiece_vocabulary_round_trips(tmp_path):
         assert b[k] == a[k], k
     assert b.get("tokenizer.ggml.unknown_token_id", 0) == a.get("tokenizer.ggml.unknown_token_id", 0)
     assert b["tokenizer.ggml.add_space_prefix"] is True and b["tokenizer.ggml.add_bos_token"] is True
-    # the scores order the merged pieces as sentencepiece's own do (a higher score merges first)
-    sa, sb, types = a["tokenizer.ggml.scores"], b["tokenizer.ggml.scores"], a["tokenizer.ggml.token_type"]
+    # the file's own scores come back (kept in tokenizer_config.json, since the BPE merges cannot hold them)
+    assert b["tokenizer.ggml.scores"] == a["tokenizer.ggml.scores"]
+    # without them (a tokenizer.json from elsewhere) the scores are made from the merges: the same order
+    from iekit.convert.gguf_tokenizer import gguf_tokenizer_fields
+
+    made = gguf_tokenizer_fields((tmp_path / "m/tokenizer.json").read_bytes(), {}, {}, tmp_path / "tokenizer.json")
+    sa, sb, types = a["tokenizer.ggml.scores"], made["tokenizer.ggml.scores"], a["tokenizer.ggml.token_type"]
+    assert made["tokenizer.ggml.tokens"] == a["tokenizer.ggml.tokens"] and sb != sa
     normal = [i for i, t in enumerate(types) if t == 1 and len(sp.id_to_piece(i)) > 1]
     assert sorted(normal, key=lambda i: (-sa[i], i)) == sorted(normal, key=lambda i: (-sb[i], i))
     assert _import(tmp_path / "b.gguf", tmp_path / "m2").returncode == 0

@@ -526,3 +526,17 @@ def test_real_smollm2_tokenizer_matches_llama_cpp(tmp_path):
     got = [e.ids for e in tok.encode_batch(texts)]
     assert len(texts) == 2000 and sum(map(len, got)) > 30000
     assert got == [c[1] for c in frozen["cases"]]
+
+
+def test_sentencepiece_scores_must_be_finite_numbers(tmp_path):
+    """A NaN, Inf or non-number score would rank the merges arbitrarily (and
+    could not be written back as JSON): one error naming the key."""
+    from iekit.convert.gguf_tokenizer import tokenizer_json
+    from iekit.formats.errors import FormatError
+
+    base = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["<unk>", "a", "b", "ab"],
+            "tokenizer.ggml.token_type": [2, 1, 1, 1], "tokenizer.ggml.add_bos_token": False}
+    assert b'"ab"' in tokenizer_json({**base, "tokenizer.ggml.scores": [0.0, -1.0, -2.0, -0.5]}, tmp_path / "m.gguf")
+    for bad in (float("nan"), float("inf"), "x", True):
+        with pytest.raises(FormatError, match="tokenizer.ggml.scores.*finite numbers"):
+            tokenizer_json({**base, "tokenizer.ggml.scores": [0.0, bad, -2.0, -0.5]}, tmp_path / "m.gguf")
