@@ -43,13 +43,17 @@ def stderr_console():
     return Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
+MAX_THREADS = 4096  # what a native thread pool accepts (csrc/common/thread_pool.cpp)
+
+
 def threads_option(what: str):
     """The one ``--threads`` of every command that computes (generate, eval,
     verify, bench, microbench, info, imatrix, gptq, kl-probes): by default the
     physical cores this process may use, so a user on a 32-core machine does
     not silently get one thread (a second hyperthread per core adds no memory
-    bandwidth to a memory-bound decode)."""
-    return click.option("--threads", type=click.IntRange(min=1), default=None,
+    bandwidth to a memory-bound decode); at most MAX_THREADS, a usage error
+    before anything is loaded rather than a refusal deep in the native code."""
+    return click.option("--threads", type=click.IntRange(min=1, max=MAX_THREADS), default=None,
                         callback=lambda _ctx, _param, v: physical_cores() if v is None else v,
                         help=f"{what}  [default: the physical cores this process may use]")
 

@@ -53,9 +53,11 @@ def tokenizer_json(fields: dict[str, Any], path: Path) -> bytes:
     types = fields.get("tokenizer.ggml.token_type", [1] * n)
     if not isinstance(types, list) or len(types) != n or not all(type(t) is int for t in types):
         raise FormatError(path, "tokenizer.ggml.token_type", f"must be an array of {n} integers (one per token)")
-    if len(set(tokens)) != n:
-        dup = next(t for i, t in enumerate(tokens) if t in tokens[:i])
-        raise FormatError(path, "tokenizer.ggml.tokens", f"token {dup!r} appears twice")
+    seen: set[str] = set()
+    for t in tokens:  # a set, not a scan of the earlier tokens: linear in a hostile vocabulary too
+        if t in seen:
+            raise FormatError(path, "tokenizer.ggml.tokens", f"token {t!r} appears twice")
+        seen.add(t)
     if kind == "gpt2":
         tok = _byte_level_bpe(fields, path, tokens)
     elif kind == "llama":
@@ -114,6 +116,19 @@ def _byte_level_bpe(fields: dict[str, Any], path: Path, tokens: list[str]):
     return tok
 
 
+# The longest SentencePiece piece read or written (sentencepiece's own default is 16): every split of
+# every piece is looked up, so an unbounded piece would make a small hostile file run for minutes.
+MAX_PIECE_CHARS = 512
+
+
+def _check_piece_lengths(tokens: list[str], types: list[int], path: Path, field: str) -> None:
+    long = next((t for t, ty in zip(tokens, types) if ty not in (CONTROL, USER_DEFINED) and len(t) > MAX_PIECE_CHARS),
+                None)
+    if long is not None:
+        raise FormatError(path, field, f"a SentencePiece piece of {len(long)} characters (at most {MAX_PIECE_CHARS}): "
+                                       f"{long[:40]!r}...")
+
+
 def spm_merges(tokens: list[str], types: list[int], scores: list[float]) -> list[tuple[str, str]]:
     """The BPE merges that tokenize as llama.cpp's SentencePiece tokenizer
     does with these scores: every split of a token into two tokens, ranked
@@ -138,6 +153,7 @@ def _sentencepiece_bpe(fields: dict[str, Any], path: Path, tokens: list[str], ty
                                              and math.isfinite(s) for s in scores):
         raise FormatError(path, "tokenizer.ggml.scores", f"must be an array of {len(tokens)} finite numbers (one per "
                                                          "token)")
+    _check_piece_lengths(tokens, types, path, "tokenizer.ggml.tokens")
     vocab = {t: i for i, t in enumerate(tokens)}
     unk_id = fields.get("tokenizer.ggml.unknown_token_id", 0)
     if type(unk_id) is not int or not 0 <= unk_id < len(tokens):
@@ -338,6 +354,7 @@ def gguf_tokenizer_fields(tok_bytes: bytes, tok_config: dict[str, Any], config: 
         raise FormatError(path, "model.vocab", "two ids have the same token text")
     fields: dict[str, Any] = {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types}
     if spm:
+        _check_piece_lengths(tokens, types, path, "model.vocab")
         scores = _spm_scores(tokens, types, pairs, path)
         kept = tok_config.get("gguf_scores")  # a GGUF vocabulary's own scores, where they still make these merges
         if (isinstance(kept, list) and len(kept) == len(tokens)

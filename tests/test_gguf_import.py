@@ -540,3 +540,36 @@ def test_sentencepiece_scores_must_be_finite_numbers(tmp_path):
     for bad in (float("nan"), float("inf"), "x", True):
         with pytest.raises(FormatError, match="tokenizer.ggml.scores.*finite numbers"):
             tokenizer_json({**base, "tokenizer.ggml.scores": [0.0, bad, -2.0, -0.5]}, tmp_path / "m.gguf")
+
+
+def test_a_sentencepiece_piece_too_long_to_split_is_refused(tmp_path):
+    """Every split of every piece is looked up: a piece of a million
+    characters (a small hostile file) is one line, not minutes of work."""
+    import time
+
+    from iekit.convert.gguf_tokenizer import MAX_PIECE_CHARS, tokenizer_json
+    from iekit.formats.errors import FormatError
+
+    fields = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["<unk>", "a", "a" * 1_000_000],
+              "tokenizer.ggml.token_type": [2, 1, 1], "tokenizer.ggml.scores": [0.0, -1.0, -2.0],
+              "tokenizer.ggml.add_bos_token": False}
+    t0 = time.perf_counter()
+    with pytest.raises(FormatError, match=f"tokenizer.ggml.tokens: a SentencePiece piece of 1000000 characters "
+                                          f"\\(at most {MAX_PIECE_CHARS}\\)"):
+        tokenizer_json(fields, tmp_path / "m.gguf")
+    assert time.perf_counter() - t0 < 1
+
+
+def test_a_duplicate_token_is_found_in_linear_time(tmp_path):
+    """A 300k-token vocabulary whose last token repeats the first: one
+    line at once (the lookup once scanned every earlier token for each)."""
+    import time
+
+    from iekit.convert.gguf_tokenizer import tokenizer_json
+    from iekit.formats.errors import FormatError
+
+    tokens = [f"t{i}" for i in range(300_000)] + ["t0"]
+    t0 = time.perf_counter()
+    with pytest.raises(FormatError, match="tokenizer.ggml.tokens: token 't0' appears twice"):
+        tokenizer_json({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": tokens}, tmp_path / "m.gguf")
+    assert time.perf_counter() - t0 < 2

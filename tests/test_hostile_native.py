@@ -71,3 +71,17 @@ def test_touch_bytes_reads_one_byte_per_stride_wrapping(start, nbytes, stride):
 def test_bench_gemv_bounds_what_it_allocates():
     with pytest.raises(ValueError, match="min_bytes"):
         _native.bench_gemv("f32", 4, 32, min_bytes=2**62)
+
+
+@pytest.mark.parametrize("cmd", [("ierun", "generate", "--model-dir", "{m}", "--ids", "1,2", "--max-new", "1"),
+                                 ("ierun", "microbench", "--kernel", "q4_0", "--rows", "64", "--cols", "64"),
+                                 ("ieconv", "imatrix", "--model-dir", "{m}", "--text-file", "x", "-o", "y.npz")])
+def test_threads_beyond_what_a_pool_takes_is_a_usage_error(cmd):
+    """--threads 100000 once segfaulted inside libgomp; every command's
+    --threads now stops at the pool's limit with a usage line."""
+    from conftest import GOLDEN_IEBIN
+
+    args = [a.format(m=GOLDEN_IEBIN / "tiny-llama") for a in cmd[1:]]
+    res = run_tool(cmd[0], *args, "--threads", "100000")
+    assert res.returncode == 2 and "--threads" in res.stderr and "4096" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
