@@ -44,6 +44,8 @@ def stderr_console():
 
 
 MAX_THREADS = 4096  # what a native thread pool accepts (csrc/common/thread_pool.cpp)
+# Every --seed: what numpy's generators accept (a negative seed was an internal error, exit 3).
+SEED = click.IntRange(0, 2**63 - 1)
 
 
 def threads_option(what: str):

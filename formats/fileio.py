@@ -89,6 +89,15 @@ def read_small(path: str | os.PathLike, max_bytes: int = SMALL_FILE_MAX) -> byte
         os.close(fd)
 
 
+def read_utf8(path: str | os.PathLike, max_bytes: int = SMALL_FILE_MAX) -> str:
+    """A regular file of UTF-8 text (``read_small``'s checks: no FIFO,
+    device or oversized file), or one line naming the first bad byte."""
+    try:
+        return read_small(path, max_bytes).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(path, "(text)", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
 def _short(path: str | os.PathLike, end: int) -> FormatError:
     return FormatError(path, "(size)", f"file ends before byte {end}")
 

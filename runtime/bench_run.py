@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from iekit.formats.errors import FormatError, IEError
+from iekit.formats.fileio import read_utf8
 
 from .env import BenchEnv
 from .sampling import Sampler, stream
@@ -50,7 +51,7 @@ def read_prompts(path: str | Path | None) -> tuple[str, list[PromptLine]]:
         text = resources.files("iekit.runtime").joinpath(DEFAULT_PROMPTS).read_text(encoding="utf-8")
     else:
         source = str(path)
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_utf8(path)  # a FIFO, /dev/zero or bad UTF-8 is one line, as for eval --text-file
     prompts = []
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()

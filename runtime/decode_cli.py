@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from iekit.cli.support import threads_option
+from iekit.cli.support import SEED, threads_option
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.errors import IEError
 
@@ -90,7 +90,7 @@ def chat_ids(dec, model_dir: Path, prompt: str | None, system: str | None) -> li
               help="llama.cpp's repetition penalty on the last --repeat-last-n tokens (1: off; greedy too).")
 @click.option("--repeat-last-n", default=64, show_default=True, type=click.IntRange(min=0),
               help="Tokens the repetition penalty looks back over.")
-@click.option("--seed", type=int, default=None, help="Sampling seed (reproducible runs).")
+@click.option("--seed", type=SEED, default=None, help="Sampling seed (reproducible runs).")
 @_threads
 @_ctx
 @_act

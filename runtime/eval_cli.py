@@ -11,7 +11,7 @@ from rich.table import Table
 
 from iekit.cli.support import stderr_console, stdout_console, threads_option
 from iekit.formats.errors import IEError
-from iekit.formats.fileio import read_small
+from iekit.formats.fileio import read_small, read_utf8
 
 from . import evaluation, plots
 from .env import ACTS
@@ -55,10 +55,7 @@ def load_ids(model, text_file: Path | None, ids_file: Path | None) -> tuple[list
             return parse_ids(raw.decode("ascii")), f"--ids-file {ids_file}"
         except (UnicodeDecodeError, ValueError) as e:
             raise IEError(f"{ids_file}: {e if isinstance(e, ValueError) else 'expected ASCII token ids'}") from None
-    try:
-        text = read_small(text_file, TEXT_MAX).decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise IEError(f"{text_file}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    text = read_utf8(text_file, TEXT_MAX)
     if not text.strip():
         raise IEError(f"{text_file}: no text to evaluate (the file is empty)")
     return model.encode(text), f"--text-file {text_file}"

@@ -21,13 +21,14 @@ from typing import Any, Callable
 import click
 from rich.table import Table
 
-from iekit.cli.support import stdout_console, threads_option
+from iekit.cli.support import SEED, stdout_console, threads_option
 from iekit.formats import weight_types
 from iekit.formats.quant import QuantParams
 
 from . import cuda
 from .cpu_topology import dram_probe_bytes
 from .kernels import native_weight_args
+from .memory import available_bytes
 
 # Every weight type with a GEMV kernel (packed ones first), and those with an int8-activation path.
 DENSE = weight_types.names(gemv=True, quantized=True) + weight_types.names(gemv=True, quantized=False)
@@ -112,6 +113,25 @@ KERNELS: dict[str, Callable[[dict[str, Any]], tuple[dict[str, Any], float]]] = {
     **{name: _run_dense for name in DENSE}, "bsr": _run_bsr, "dedup": _run_dedup}
 
 
+MAX_ITERS = 1_000_000
+MAX_MIB = 65_535  # below the native 64 GiB cap on a benchmark's buffers; the memory available is checked too
+
+
+def _fraction(_ctx, _param, v: float | None) -> float | None:
+    """--density: in (0, 1] (NaN is not)."""
+    if v is not None and not 0 < v <= 1:
+        raise click.BadParameter(f"{v} is not a fraction in (0, 1]")
+    return v
+
+
+def _check_memory(o: dict[str, Any]) -> None:
+    """The buffers a run asks for must fit the memory available: a usage line, not an allocation failure."""
+    avail = available_bytes()
+    need = max((o["min_mib"] or 0) << 20, 3 * ((o["nbytes"] or 0) << 20))  # dedup: default, member and output
+    if avail is not None and need > avail:
+        raise click.UsageError(f"--min-mib/--nbytes ask for {need >> 20} MiB of buffers; {avail >> 20} MiB is available")
+
+
 @click.command()
 @click.option("--kernel", required=True, type=click.Choice(list(KERNELS)), help="Kernel (weight format) to time.")
 @click.option("--rows", type=click.IntRange(min=1), default=None,
@@ -130,12 +150,13 @@ KERNELS: dict[str, Callable[[dict[str, Any]], tuple[dict[str, Any], float]]] = {
                    "for its act=int8 GEMVs (rows8; needs --act int8 and AVX2) [stored].")
 @click.option("--block-rows", type=click.IntRange(min=1), default=None, help="bsr: block rows [16].")
 @click.option("--block-cols", type=click.IntRange(min=1), default=None, help="bsr: block columns [16].")
-@click.option("--density", type=float, default=None,
+@click.option("--density", type=float, default=None, callback=_fraction,
               help="bsr: fraction of blocks kept [0.1]; dedup: fraction of bytes that differ [0.01].")
-@click.option("--nbytes", type=click.IntRange(min=1), default=None, help="dedup: member size in MiB [256].")
-@click.option("--seed", type=int, default=None, help="bsr/dedup: seed of the random data [0].")
-@click.option("--iters", default=20, show_default=True, help="Timed calls (median reported).")
-@click.option("--min-mib", type=click.IntRange(min=1), default=None,
+@click.option("--nbytes", type=click.IntRange(min=1, max=MAX_MIB), default=None, help="dedup: member size in MiB [256].")
+@click.option("--seed", type=SEED, default=None, help="bsr/dedup: seed of the random data [0].")
+@click.option("--iters", type=click.IntRange(min=1, max=MAX_ITERS), default=20, show_default=True,
+              help="Timed calls (median reported).")
+@click.option("--min-mib", type=click.IntRange(min=1, max=MAX_MIB), default=None,
               help="Dense/bsr: weight copies are rotated until their total exceeds this (defeats the LLC) "
                    "[4x the last-level cache, at least 256; --device cuda 512].")
 @click.option("--isa", default="", help="Kernel ISA (scalar, avx2, avx512: dedup only, the others use avx2 there); default: best available / IE_ISA.")
@@ -166,6 +187,7 @@ def microbench(as_json: bool, device: str, **o: Any) -> None:
         if o[name] not in (None, False) and o["kernel"] not in kernels:
             raise click.UsageError(f"--{name.replace('_', '-')} does not apply to --kernel {o['kernel']} "
                                    f"(only {', '.join(kernels)})")
+    _check_memory(o)
     measured: list[dict[str, Any]] = []
 
     def read_gbps() -> float:

@@ -30,7 +30,7 @@ import click
 import numpy as np
 from rich.table import Table
 
-from iekit.cli.support import stdout_console, threads_option
+from iekit.cli.support import SEED, stdout_console, threads_option
 from iekit.formats import checksums, expert_stacks, iebin
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
@@ -208,7 +208,7 @@ def print_table(reports: list[TensorReport], with_source: bool) -> None:
 @click.option("--model-dir", required=True, callback=model_dir_option, type=click.Path(path_type=Path), help="IEBIN model directory.")
 @click.option("--hf-dir", type=click.Path(path_type=Path), help="Source HF checkpoint: also check rounding bounds and report error stats.")
 @threads_option("GEMV threads.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random activations.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random activations.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of the table.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Also draw each tensor's SQNR and RMSE by layer and kind to this PNG, to see which tensors "

@@ -23,7 +23,7 @@ import click
 import numpy as np
 from rich.table import Table
 
-from iekit.cli.support import stdout_console, threads_option
+from iekit.cli.support import SEED, stdout_console, threads_option
 from iekit.formats import bsr
 from iekit.formats.dense_matrix import load_dense
 from iekit.formats.errors import FormatError, IEError
@@ -146,7 +146,7 @@ def print_report(r: dict) -> None:
 @click.option("--model-dir", callback=model_dir_option, type=click.Path(path_type=Path), help="IEBIN model holding the dense --tensor.")
 @click.option("--tensor", help="Tensor name in --model-dir (STACK[e]: expert e of a stack).")
 @threads_option("GEMV threads.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random x and bias.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random x and bias.")
 @click.option("--allow-nonfinite", is_flag=True,
               help="Accept NaN/Inf values (as written by ieconv block-sparse --allow-nonfinite); "
                    "GEMV outputs they reach must be non-finite and are not measured.")

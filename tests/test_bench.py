@@ -610,3 +610,21 @@ def test_llama_bench_bad_lists_are_usage_errors(args, needle):
 def _check_ok(res) -> str:
     assert res.returncode == 0, res.stderr
     return res.stdout
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "not-utf8"])
+def test_prompts_file_goes_through_the_hardened_reader(tmp_path, kind):
+    """--prompts-file as eval's --text-file: a FIFO (it hung), /dev/zero (it
+    filled memory) or bytes that are not UTF-8 (exit 3) are one line, exit 1."""
+    import os
+
+    p = tmp_path / "prompts.txt"
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "device":
+        p = "/dev/zero"
+    else:
+        p.write_bytes(b"hello \xff\xfe world\n")
+    res = run_tool("ierun", "bench", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--prompts-file", p, "--max-new", "1",
+                   timeout=60)
+    assert_one_line_error(res, str(p), "not UTF-8 text" if kind == "not-utf8" else "expected a regular file")

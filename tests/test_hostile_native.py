@@ -85,3 +85,26 @@ def test_threads_beyond_what_a_pool_takes_is_a_usage_error(cmd):
     res = run_tool(cmd[0], *args, "--threads", "100000")
     assert res.returncode == 2 and "--threads" in res.stderr and "4096" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("ierun", "generate", "--model-dir", "{m}", "--ids", "1,2", "--max-new", "1", "--seed", "-1"), "--seed"),
+    (("ierun", "microbench", "--kernel", "bsr", "--seed", "-1"), "--seed"),
+    (("ierun", "microbench", "--kernel", "bsr", "--density", "0"), "--density"),
+    (("ierun", "microbench", "--kernel", "bsr", "--density", "nan"), "--density"),
+    (("ierun", "microbench", "--kernel", "bsr", "--density", "2"), "--density"),
+    (("ierun", "microbench", "--kernel", "dedup", "--density", "-1"), "--density"),
+    (("ierun", "microbench", "--kernel", "bsr", "--iters", "0"), "--iters"),
+    (("ierun", "microbench", "--kernel", "bsr", "--iters", "99999999999"), "--iters"),
+    (("ierun", "microbench", "--kernel", "q4_0", "--min-mib", "65536"), "--min-mib"),
+    (("ierun", "microbench", "--kernel", "dedup", "--nbytes", "65535"), "MiB is available"),
+])
+def test_numeric_options_out_of_range_are_usage_errors(args, needle):
+    """Numbers a command cannot use (a negative seed, a density outside
+    (0, 1] or NaN, no iterations or years of them, buffers past the memory
+    there is) are a usage line, exit 2, before any work: never exit 3 or a
+    wrapped counter."""
+    from conftest import GOLDEN_IEBIN
+
+    res = run_tool(args[0], *[a.format(m=GOLDEN_IEBIN / "tiny-llama") for a in args[1:]], timeout=60)
+    assert res.returncode == 2 and needle in res.stderr and "Traceback" not in res.stderr, (res.returncode, res.stderr)
