@@ -164,10 +164,17 @@ void ThreadPool::dispatch(void* fn, Call call, bool all) {
 void ThreadPool::worker() {
   uint32_t seen = 0;
   for (;;) {
-    auto changed = [&] { return gen_.load(std::memory_order_acquire) != seen; };
+    // stop_ counts as a change: a worker may have taken stop()'s own
+    // generation as `seen` (read after a job it arrived too late for), and
+    // must not then sleep through the wake-up that generation came with.
+    auto changed = [&] {
+      return gen_.load(std::memory_order_acquire) != seen || stop_.load(std::memory_order_acquire);
+    };
     if (!changed() && !spin_until(changed)) {
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
-      while (gen_.load(std::memory_order_seq_cst) == seen) futex_wait(gen_, seen);
+      // seq_cst: against the dispatcher's store of gen_ and load of sleepers_ (no lost wake-up)
+      while (gen_.load(std::memory_order_seq_cst) == seen && !stop_.load(std::memory_order_seq_cst))
+        futex_wait(gen_, seen);
       sleepers_.fetch_sub(1, std::memory_order_relaxed);
     }
     if (stop_.load(std::memory_order_acquire)) return;
