@@ -313,6 +313,8 @@ def main() -> None:
     if not a.llama_quantize:
         print("llama.cpp: skipped (no llama-quantize: make llamacpp, or --llama-quantize PATH)", file=sys.stderr)
     rows += llama_rows
+    if not rows:
+        raise SystemExit(f"--only {a.only!r} matches none of our policies, and llama.cpp is not there to score")
     tokens = rows[0][2]["tokens_scored"]
     print(f"\n{'rotated ' if not a.no_rotate else ''}{hf.name}: {tokens} tokens scored "
           f"({a.chunks} chunks of 512, second half of each), f32 activations; imatrix from {a.calib_chunks} chunks")

@@ -138,7 +138,7 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, im
 
 @cli.command("gguf-to-iebin")
 @click.option("--gguf", "gguf_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
-              help="The llama.cpp GGUF file (architectures: llama, qwen2).")
+              help="The llama.cpp GGUF file (architectures: llama, with experts as Mixtral; qwen2, qwen3, qwen3moe, gpt-oss).")
 @click.option("--out-dir", required=True, type=click.Path(path_type=Path), help="Output directory for model.ie.json + model.ie.bin.")
 @click.option("--dtype", type=click.Choice(CAST_TARGETS),
               help="Float dtype for tensors that are dequantized (default f32), and to cast F32/F16/BF16 tensors to "

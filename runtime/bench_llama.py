@@ -25,12 +25,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import statistics
 import time
 from typing import Any
 
 import click
 
+from iekit.cli.support import MAX_THREADS
 from iekit.formats.errors import IEError
 
 FORMATS = ("md", "csv", "json", "jsonl")
@@ -39,7 +41,7 @@ FIELDS = ("model", "size", "params", "backend", "threads", "test", "n_prompt", "
 
 
 def parse_list(name: str, value: str | None) -> list[int]:
-    """'128,512' -> [128, 512]; each at least 1 (at least 0 for -n/-p: 0 skips that kind)."""
+    """'128,512' -> [128, 512]; each at least 0 for -n/-p (0 skips that kind), 1..MAX_THREADS for -t."""
     if value is None:
         return []
     out = []
@@ -51,6 +53,8 @@ def parse_list(name: str, value: str | None) -> list[int]:
                                      param_hint=name) from None
         if v < (1 if name == "-t" else 0):
             raise click.BadParameter(f"{v} is too small", param_hint=name)
+        if name == "-t" and v > MAX_THREADS:
+            raise click.BadParameter(f"{v} is more than {MAX_THREADS} threads", param_hint=name)
         out.append(v)
     return out
 
@@ -86,7 +90,7 @@ def run_tests(load, threads: list[int], n_prompt: list[int], n_gen: list[int], r
         ctx = max([*n_prompt, *n_gen, 1])
         if ctx > dec.max_ctx:
             raise IEError(f"a {ctx}-token test needs a context of {ctx}; this decoder holds {dec.max_ctx} (--ctx)")
-        params = sum(_count(e["shape"]) for e in dec.model.tensors)
+        params = sum(math.prod(e["shape"]) for e in dec.model.tensors)
         tests = [("pp", p) for p in n_prompt if p] + [("tg", n) for n in n_gen if n]
         for kind, size in tests:
             fn = _pp if kind == "pp" else _tg
@@ -100,13 +104,6 @@ def run_tests(load, threads: list[int], n_prompt: list[int], n_gen: list[int], r
                          "stddev_ts": statistics.stdev(samples) if len(samples) > 1 else 0.0,
                          "samples_ts": samples, "solo_jobs": dec.solo_jobs - solo0})
     return rows
-
-
-def _count(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 def _size(b: int) -> str:

@@ -600,7 +600,9 @@ def test_llama_bench_tests_and_outputs():
     assert all(" ± " in ln for ln in md[2:]) and "| 2 | tg4 |" in md[-1]
 
 
-@pytest.mark.parametrize("args, needle", [(("-p", "8,x"), "'x' is not an integer"), (("-t", "0", "-n", "4"), "-t"),
+@pytest.mark.parametrize("args, needle", [(("-p", "8,x"), "'x' is not an integer"),
+                                          (("-t", "0", "-n", "4"), "-t: 0 is too small"),
+                                          (("-t", "1,5000", "-n", "4"), "-t: 5000 is more than 4096 threads"),
                                           (("-t", "2",), "-t lists threads")])
 def test_llama_bench_bad_lists_are_usage_errors(args, needle):
     res = _bench(GOLDEN_IEBIN / "tiny-llama", *args, bandwidth_mb=None)

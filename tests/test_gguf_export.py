@@ -74,6 +74,15 @@ def _as_f32(t: dict, raw: np.ndarray) -> np.ndarray:
     return raw.view(np.float16).astype(np.float32)
 
 
+def _gpt_oss_expert(src: dict, i: int, k: str, bias: bool) -> np.ndarray:
+    """What llama.cpp's blk.i.ffn_{k}_exps holds for gpt-oss: down as it is,
+    gate/up the rows (the bias's elements, widened to F32) of one parity of
+    the interleaved gate_up stack."""
+    t, raw = src[f"model.layers.{i}.mlp.experts.{'down_proj' if k == 'down' else 'gate_up_proj'}{'_bias' if bias else ''}"]
+    x = _as_f32(t, raw).reshape(t["shape"]) if bias else raw.reshape(t["shape"][0], t["shape"][1], -1)
+    return x if k == "down" else x[:, (0 if k == "gate" else 1)::2]
+
+
 @pytest.mark.parametrize("name", sorted(ARCH_OF))
 def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     """Names from gguf-py's own TensorNameMap, the bytes of every tensor as
@@ -145,9 +154,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             seen.add(g.name)
             data = np.asarray(g.data).reshape(-1).view(np.uint8)
             if a == "gpt-oss":
-                t, raw = src[f"model.layers.{i}.mlp.experts.{'down_proj' if k == 'down' else 'gate_up_proj'}"]
-                rows = raw.reshape(t["shape"][0], t["shape"][1], -1)
-                want = rows if k == "down" else rows[:, (0 if k == "gate" else 1)::2]
+                want = _gpt_oss_expert(src, i, k, bias=False)
             else:
                 pat = {"llama": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
                                  "down": "block_sparse_moe.experts.{e}.w2"},
@@ -162,9 +169,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             if g is None:
                 continue
             seen.add(g.name)
-            t, raw = src[f"model.layers.{i}.mlp.experts.{'down_proj' if k == 'down' else 'gate_up_proj'}_bias"]
-            want = _as_f32(t, raw).reshape(t["shape"])
-            want = want if k == "down" else want[:, (0 if k == "gate" else 1)::2]
+            want = _gpt_oss_expert(src, i, k, bias=True)
             assert g.tensor_type.name == "F32" and np.array_equal(np.asarray(g.data).reshape(want.shape), want)
     rp = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if rp.get("rope_type") == "llama3":  # convert_hf_to_gguf's per-frequency divisors, restated

@@ -101,10 +101,14 @@ void ThreadPool::record(std::exception_ptr e) {
 }
 
 void ThreadPool::dispatch(void* fn, Call call, bool all) {
+  if (size_ == 1) {
+    call(fn, 0);
+    return;
+  }
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
-  if (size_ == 1 || (!all && start < solo_until_)) {
-    solo_jobs_ += size_ > 1;
+  if (!all && start < solo_until_) {
+    ++solo_jobs_;
     call(fn, 0);
     return;
   }

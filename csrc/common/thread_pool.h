@@ -41,13 +41,14 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace ie {
 
 class ThreadPool {
  public:
-  // threads >= 1: the caller plus threads - 1 workers.
+  // threads in 1..4096: the caller plus threads - 1 workers.
   explicit ThreadPool(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -64,17 +65,21 @@ class ThreadPool {
   // exception from any call is rethrown here once every call has returned.
   template <class F>
   void run(F&& fn) {
-    dispatch(&fn, [](void* f, int slot) { (*static_cast<F*>(f))(slot); }, false);
+    dispatch(&fn, &call<std::remove_reference_t<F>>, false);
   }
 
   // fn(slot) once on every thread, slots 0..size()-1; returns when all have.
   template <class F>
   void each(F&& fn) {
-    dispatch(&fn, [](void* f, int slot) { (*static_cast<F*>(f))(slot); }, true);
+    dispatch(&fn, &call<std::remove_reference_t<F>>, true);
   }
 
  private:
   using Call = void (*)(void*, int);
+  template <class F>
+  static void call(void* fn, int slot) {
+    (*static_cast<F*>(fn))(slot);
+  }
   void dispatch(void* fn, Call call, bool all);
   void worker();
   void stop();

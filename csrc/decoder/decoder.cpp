@@ -4,7 +4,6 @@
 // straightforward loops the compiler vectorises.
 #include "decoder.h"
 
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -182,11 +181,10 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
 }
 
 Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa, const std::string& affinity)
-    : cfg_(std::move(cfg)), w_(std::move(w)), act_(act), threads_(threads), isa_(isa) {
+    : cfg_(std::move(cfg)), w_(std::move(w)), act_(act), isa_(isa) {
   const DecoderConfig& c = cfg_;
   check_decoder(c, w_, /*dedup_plans=*/true);
-  if (threads < 1) fail("threads must be >= 1, got " + std::to_string(threads));
-  pool_ = std::make_unique<ThreadPool>(threads);
+  pool_ = std::make_unique<ThreadPool>(threads);  // checks the count
   if (!affinity.empty()) pinned_ = pin_threads(*pool_, affinity);
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
@@ -421,63 +419,64 @@ void Decoder::attention(int layer, int b) {
   const float* kc = k_cache_.data() + static_cast<size_t>(layer) * cfg_.max_ctx * kv_dim_;
   const float* vc = v_cache_.data() + static_cast<size_t>(layer) * cfg_.max_ctx * kv_dim_;
   const AttnOps& ops = kAttnTable.ops(isa_);
-  const AttnSplit sp = attn_split(b, cfg_.n_kv_heads, group, threads_);
+  const int threads = pool_->size();
+  const AttnSplit sp = attn_split(b, cfg_.n_kv_heads, group, threads);
   const size_t per_thread = checked_mul(static_cast<size_t>(sp.tj * sp.th), static_cast<size_t>(cfg_.max_ctx), "attention scores");
-  const size_t all = checked_mul(per_thread, static_cast<size_t>(threads_), "attention scores");
+  const size_t all = checked_mul(per_thread, static_cast<size_t>(threads), "attention scores");
   if (scores_.size() < all) scores_.resize(all);
   const int block = std::max(8, 4096 / hd / 8 * 8);  // keys per block
   const int items = cfg_.n_kv_heads * sp.jparts * sp.hparts;
   // A short single-token attention runs on this thread alone (one piece).
   const int64_t grain = b > 1 || n_past_ >= kParallelAttnCtx ? 1 : items;
   parallel_for(*pool_, items, grain, [&](int64_t i0, int64_t i1, int slot) {
-  for (int it = static_cast<int>(i0); it < i1; ++it) {
-    // KV head fastest: items that run at the same time read different heads' caches.
-    const int g = it % cfg_.n_kv_heads, jp = it / cfg_.n_kv_heads / sp.hparts, hp = it / cfg_.n_kv_heads % sp.hparts;
-    const int j0 = jp * sp.tj, j1 = std::min(b, j0 + sp.tj);
-    const int h0 = g * group + hp * sp.th, h1 = std::min((g + 1) * group, h0 + sp.th);
-    float* sc = scores_.data() + static_cast<size_t>(slot) * per_thread;
-    // Query r = (j, h) in order: its q row, output row, head and positions [t0[r], n_ctx[r]).
-    const float* qr[kAttnItemQueries];
-    float* out[kAttnItemQueries];
-    int head[kAttnItemQueries], t0[kAttnItemQueries], n_ctx[kAttnItemQueries];
-    int nq = 0, lo = cfg_.max_ctx, hi = 0;
-    for (int j = j0; j < j1; ++j)
-      for (int h = h0; h < h1; ++h, ++nq) {
-        qr[nq] = q_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
-        out[nq] = att_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
-        head[nq] = h;
-        n_ctx[nq] = n_past_ + j + 1;  // causal: this token and every earlier one
-        t0[nq] = window > 0 ? std::max(0, n_ctx[nq] - window) : 0;
-        lo = std::min(lo, t0[nq]);
-        hi = std::max(hi, n_ctx[nq]);
-      }
-    // Calls fn(r, a, e, p) for each query r and block of its positions [a, e), block by
-    // block; p: the query's scores from position a on.
-    auto blocks = [&](auto&& fn) {
-      for (int tb = lo; tb < hi; tb += block)
-        for (int r = 0; r < nq; ++r) {
-          const int a = std::max(tb, t0[r]), e = std::min(tb + block, n_ctx[r]);
-          if (a < e) fn(r, a, e, sc + static_cast<size_t>(r) * cfg_.max_ctx + (a - t0[r]));
+    for (int it = static_cast<int>(i0); it < i1; ++it) {
+      // KV head fastest: items that run at the same time read different heads' caches.
+      const int g = it % cfg_.n_kv_heads, jp = it / cfg_.n_kv_heads / sp.hparts, hp = it / cfg_.n_kv_heads % sp.hparts;
+      const int j0 = jp * sp.tj, j1 = std::min(b, j0 + sp.tj);
+      const int h0 = g * group + hp * sp.th, h1 = std::min((g + 1) * group, h0 + sp.th);
+      float* sc = scores_.data() + static_cast<size_t>(slot) * per_thread;
+      // Query r = (j, h) in order: its q row, output row, head and positions [t0[r], n_ctx[r]).
+      const float* qr[kAttnItemQueries];
+      float* out[kAttnItemQueries];
+      int head[kAttnItemQueries], t0[kAttnItemQueries], n_ctx[kAttnItemQueries];
+      int nq = 0, lo = cfg_.max_ctx, hi = 0;
+      for (int j = j0; j < j1; ++j)
+        for (int h = h0; h < h1; ++h, ++nq) {
+          qr[nq] = q_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
+          out[nq] = att_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
+          head[nq] = h;
+          n_ctx[nq] = n_past_ + j + 1;  // causal: this token and every earlier one
+          t0[nq] = window > 0 ? std::max(0, n_ctx[nq] - window) : 0;
+          lo = std::min(lo, t0[nq]);
+          hi = std::max(hi, n_ctx[nq]);
         }
-    };
-    const size_t kvo = static_cast<size_t>(g) * hd;
-    blocks([&](int r, int a, int e, float* p) {
-      ops.scores(qr[r], kc + static_cast<size_t>(a) * kv_dim_ + kvo, kv_dim_, e - a, hd, scale, p);
-    });
-    float inv[kAttnItemQueries];
-    for (int r = 0; r < nq; ++r) {
-      float* p = sc + static_cast<size_t>(r) * cfg_.max_ctx;
-      const int n = n_ctx[r] - t0[r], h = head[r];
-      const float mx = std::max(*std::max_element(p, p + n), sinks ? sinks[h] : -INFINITY);
-      inv[r] = 1.f / (ops.softmax_exp(p, n, mx) + (sinks ? std::exp(sinks[h] - mx) : 0.f));
-      std::fill_n(out[r], hd, 0.f);
+      // Calls fn(r, a, e, p) for each query r and block of its positions [a, e), block by
+      // block; p: the query's scores from position a on.
+      auto blocks = [&](auto&& fn) {
+        for (int tb = lo; tb < hi; tb += block)
+          for (int r = 0; r < nq; ++r) {
+            const int a = std::max(tb, t0[r]), e = std::min(tb + block, n_ctx[r]);
+            if (a < e) fn(r, a, e, sc + static_cast<size_t>(r) * cfg_.max_ctx + (a - t0[r]));
+          }
+      };
+      const size_t kvo = static_cast<size_t>(g) * hd;
+      blocks([&](int r, int a, int e, float* p) {
+        ops.scores(qr[r], kc + static_cast<size_t>(a) * kv_dim_ + kvo, kv_dim_, e - a, hd, scale, p);
+      });
+      float inv[kAttnItemQueries];
+      for (int r = 0; r < nq; ++r) {
+        float* p = sc + static_cast<size_t>(r) * cfg_.max_ctx;
+        const int n = n_ctx[r] - t0[r], h = head[r];
+        const float mx = std::max(*std::max_element(p, p + n), sinks ? sinks[h] : -INFINITY);
+        inv[r] = 1.f / (ops.softmax_exp(p, n, mx) + (sinks ? std::exp(sinks[h] - mx) : 0.f));
+        std::fill_n(out[r], hd, 0.f);
+      }
+      blocks([&](int r, int a, int e, float* p) {
+        ops.mix(p, vc + static_cast<size_t>(a) * kv_dim_ + kvo, kv_dim_, e - a, hd, out[r]);
+      });
+      for (int r = 0; r < nq; ++r)
+        for (int i = 0; i < hd; ++i) out[r][i] *= inv[r];
     }
-    blocks([&](int r, int a, int e, float* p) {
-      ops.mix(p, vc + static_cast<size_t>(a) * kv_dim_ + kvo, kv_dim_, e - a, hd, out[r]);
-    });
-    for (int r = 0; r < nq; ++r)
-      for (int i = 0; i < hd; ++i) out[r][i] *= inv[r];
-  }
   });
 }
 

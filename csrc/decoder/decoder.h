@@ -225,8 +225,7 @@ class Decoder {
   DecoderConfig cfg_;
   DecoderWeights w_;
   Act act_;
-  int threads_;
-  std::unique_ptr<ThreadPool> pool_;  // threads_ threads; a pointer, so const members can run work on it
+  std::unique_ptr<ThreadPool> pool_;  // a pointer, so const members can run work on it
   Isa isa_;
   int n_past_ = 0;
   int q_dim_ = 0, kv_dim_ = 0;

@@ -35,16 +35,20 @@ TEST(thread_pool_runs_every_item_once) {
 }
 
 TEST(thread_pool_work_split_survives_absent_workers) {
-  // A job whose first piece is slow: the caller's slot is never blocked by
-  // a worker that has not arrived, and every item still runs once.
+  // A WorkSplit made for the whole pool, run by whichever slots join (the
+  // caller's always, a worker's only if it wakes in time; a worker slowed
+  // per claim here): the shares of slots that never came are stolen, and
+  // every item runs exactly once.
   ie::ThreadPool pool(4);
   for (int rep = 0; rep < 200; ++rep) {
     ie::WorkSplit split(257, pool.size(), 3);
     std::vector<std::atomic<int>> count(257);
     pool.run([&](int slot) {
       int64_t i0, i1;
-      while (split.next(slot, &i0, &i1))
+      while (split.next(slot, &i0, &i1)) {
+        if (slot == 1 && rep % 10 == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
         for (int64_t i = i0; i < i1; ++i) count[static_cast<size_t>(i)].fetch_add(1);
+      }
     });
     int wrong = 0;
     for (auto& c : count) wrong += c.load() != 1;
