@@ -133,7 +133,7 @@ def extract(model_dir: Path, tensor_map_path: Path, groups_path: Path, out_prefi
 
         reader = TensorReader(tmap, real)
         try:
-            with StagedFiles(out_dir) as staged:
+            with StagedFiles(out_dir, replace=overwrite, exclusive=True) as staged:
                 # The artifact's digests are the map's (the model's) algorithm.
                 w = fmt.DedupWriter(staged, stem, checksum=tm.checksum)
                 original = write_groups(w, reader, groups, tm, tensor_map_path, progress)

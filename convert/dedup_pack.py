@@ -88,7 +88,7 @@ def pack(model_dir: Path, out_dir: Path, tm: fmt.TensorMap, groups: list[fmt.Gro
     try:
         reader = TensorReader(tm.tensors, real)
         try:
-            with StagedFiles(out_dir) as staged:
+            with StagedFiles(out_dir, replace=overwrite, exclusive=True) as staged:
                 dw = fmt.DedupWriter(staged, STEM, checksum=tm.checksum)
                 write_groups(dw, reader, groups, tm, tensor_map_label, progress)
                 dmeta = dw.finish()

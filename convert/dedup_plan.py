@@ -471,7 +471,7 @@ def write_plan(p: Plan, out_dir: Path, overwrite: bool = False) -> tuple[Path, P
     fmt.validate_groups(groups, out_dir / fmt.GROUPS_NAME, tm.tensors)
     created = make_dirs(out_dir)  # only now, and removed again if writing fails
     try:
-        with StagedFiles(out_dir) as staged:
+        with StagedFiles(out_dir, replace=overwrite, exclusive=True) as staged:
             staged.write_bytes(fmt.TENSOR_MAP_NAME, dumps_canonical(p.tensor_map))
             staged.write_bytes(fmt.GROUPS_NAME, dumps_canonical(groups))
     except BaseException:

@@ -446,7 +446,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
     try:
         bytes_in = sum(p.rows * _src_rows(p)[1] for p in plans)
         progress.start("converting", bytes_in + g.path.stat().st_size)  # the file is hashed beside the import
-        with SourceHashes([(g.path.name, g.path)], progress.advance, checksum) as hashes, StagedFiles(out_dir) as staged:
+        with SourceHashes([(g.path.name, g.path)], progress.advance, checksum) as hashes, StagedFiles(out_dir, replace=overwrite, exclusive=True) as staged:
             for n in stale:
                 staged.remove_on_commit(n)
             writer = iebin.IebinWriter(staged, checksum=checksum)

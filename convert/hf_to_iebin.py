@@ -30,7 +30,7 @@ import numpy as np
 from iekit.formats import dedup as dedup_fmt
 from iekit.formats import checksums, expert_stacks, gptq, iebin, weight_types
 from iekit.formats import imatrix as imatrix_fmt
-from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
+from iekit.formats.atomic import StagedFiles, make_dirs, refuse_non_regular, remove_dirs
 from iekit.formats.casting import cast_bytes, decode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import IEError
@@ -106,6 +106,8 @@ def check_out_dir(out_dir: Path, overwrite: bool, writes: list[str], src_dir: Pa
     for n in present:
         if (out_dir / n).is_dir() and not (out_dir / n).is_symlink():
             raise IEError(f"{out_dir / n}: is a directory where the artifact has a file; move it away")
+        if n in writes or not (out_dir / n).is_symlink():  # a previous artifact's links may go, nothing else odd
+            refuse_non_regular(out_dir / n)
     if not overwrite:
         for n in sorted(present, key=lambda n: n not in writes):
             if n in writes:
@@ -177,7 +179,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
             hashes = stack.enter_context(SourceHashes([(s, src.dir / s) for s in src.shards], progress.advance, checksum))
             n_cast = 0
             errors: dict[str, QuantError] = {}
-            with StagedFiles(out_dir) as staged:
+            with StagedFiles(out_dir, replace=overwrite, exclusive=True) as staged:
                 for n in stale:
                     staged.remove_on_commit(n)
                 writer = iebin.IebinWriter(staged, checksum=checksum)

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import functools
 import os
 import re
 import secrets
+import stat
 import warnings
 from pathlib import Path
 from typing import BinaryIO
@@ -165,6 +167,54 @@ def _write_error(final: Path, e: OSError) -> IEError:
     return IEError(f"{final}: cannot write: {e.strerror or e}")
 
 
+def refuse_non_regular(path: Path) -> None:
+    """Refuse to write over ``path`` when it exists and is not a regular
+    file (a symlink, FIFO, device node, socket or directory), whatever the
+    user asked: replacing it would swap a device or a link for a plain file
+    (as root, ``--overwrite`` onto /dev/full replaced the device)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise IEError(f"{path}: cannot inspect: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise IEError(f"{path}: exists and is not a regular file ({_kind(st.st_mode)}); "
+                      "refusing to replace it, even with --overwrite")
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def lock_directory(directory: Path) -> int:
+    """Take ``directory``'s exclusive writer lock (flock on the directory
+    itself, so nothing is added to it) and return its descriptor; refused
+    at once when another writer holds it. Why: two conversions into one
+    new --out-dir both passed the up-front check and committed over each
+    other, leaving one model's weights beside another's tokenizer. The
+    lock is advisory (our writers take it); file systems without flock
+    are written unlocked, the commit's no-replace rename still guarding."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise IEError(f"{directory}: cannot open the output directory: {e.strerror or e}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise IEError(f"{directory}: another ieconv run is writing into this directory; "
+                      "wait for it, or choose another output directory") from None
+    except OSError:
+        pass  # no flock here (some network file systems)
+    return fd
+
+
 def link_no_replace(tmp: Path, final: Path) -> None:
     """Put ``tmp`` in place as ``final`` only if ``final`` does not exist
     (atomically where the file system has hard links); FileExistsError otherwise."""
@@ -192,18 +242,23 @@ class StagedFiles:
     ``directory`` (``clean_stale_temps``).
 
     ``replace=False``: committing refuses (FileExistsError naming the file,
-    nothing renamed) when a destination already exists, including one that
-    appeared while the files were being written. ``remove_on_commit(name)``
+    nothing left renamed) when a destination already exists, including one
+    that appeared while the files were being written. ``replace=True`` still
+    refuses a destination that is not a regular file (``refuse_non_regular``).
+    ``exclusive=True``: the directory is one artifact, and this run its only
+    writer (``lock_directory``) from construction to commit or abort.
+    ``remove_on_commit(name)``
     removes ``directory/name`` at commit time, before anything is renamed:
     the files of a previous artifact that the new one does not write.
     """
 
-    def __init__(self, directory: Path, *, replace: bool = True):
+    def __init__(self, directory: Path, *, replace: bool = True, exclusive: bool = False):
         self.directory = Path(directory)
         self.replace = replace
         self._staged: list[tuple[Path, Path, BinaryIO | None]] = []
         self._remove: list[Path] = []
         self._tag = new_tag()
+        self._lock = lock_directory(self.directory) if exclusive else None
         clean_stale_temps(self.directory)
 
     def open(self, name: str) -> BinaryIO:
@@ -235,60 +290,93 @@ class StagedFiles:
                     f.close()
                 except OSError as e:
                     raise _write_error(final, e) from None
-        if not self.replace:
-            for _tmp, final, _f in self._staged:
-                if final.exists() or final.is_symlink():
-                    raise FileExistsError(errno.EEXIST, "exists; pass --overwrite to replace it", os.fspath(final))
+        for _tmp, final, _f in self._staged:
+            if not self.replace and (final.exists() or final.is_symlink()):
+                raise FileExistsError(errno.EEXIST, "exists; pass --overwrite to replace it", os.fspath(final))
+            refuse_non_regular(final)
         for p in self._remove:
             try:
                 p.unlink()
             except FileNotFoundError:
                 pass
+        placed: list[Path] = []
         for tmp, final, _f in self._staged:
             try:
                 if self.replace:
                     os.replace(tmp, final)
                 else:
                     link_no_replace(tmp, final)
-            except FileExistsError:
-                raise FileExistsError(errno.EEXIST, "exists; pass --overwrite to replace it", os.fspath(final)) from None
+                    placed.append(final)
             except OSError as e:
+                # A writer racing outside the lock: take back what this commit placed, so
+                # the directory never holds a mix of two runs' files.
+                for p in placed:
+                    p.unlink(missing_ok=True)
+                if isinstance(e, FileExistsError):
+                    raise FileExistsError(errno.EEXIST, "exists; pass --overwrite to replace it",
+                                          os.fspath(final)) from None
                 raise _write_error(final, e) from None
         fsync_dir(self.directory)
         self._staged.clear()
         self._remove.clear()
+        self._unlock()
 
     def abort(self) -> None:
+        """Remove every staged file. Closing one may fail (its buffer is
+        flushed again on a full disk); the file is removed all the same."""
         for tmp, _final, f in self._staged:
             if f is not None and not f.closed:
-                f.close()
+                try:
+                    f.close()
+                except OSError:
+                    pass
             try:
                 tmp.unlink()
             except FileNotFoundError:
                 pass
         self._staged.clear()
         self._remove.clear()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)  # closing the last descriptor releases the flock
+            self._lock = None
+
+    def _writing(self) -> Path:
+        """The file a failed write was most likely writing: the last opened."""
+        return self._staged[-1][1] if self._staged else self.directory
 
     def __enter__(self) -> "StagedFiles":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
+            writing = self._writing()
             self.abort()
-        elif self._staged:
+            if isinstance(exc, OSError) and exc.filename is None and not isinstance(exc, FileExistsError):
+                # A write into a staged file (a full disk, a file size limit): told about the user's
+                # path, and said after the staged files are gone.
+                raise _write_error(writing, exc) from None
+            return
+        if self._staged:
             try:
                 self.commit()
             except BaseException:
                 self.abort()
                 raise
+        self._unlock()
 
 
 def check_new_file(path: str | os.PathLike, overwrite: bool) -> None:
     """Refuse, before any work is done, to write ``path`` over an existing
     file (a dangling symlink counts) without ``overwrite``, or into a folder
-    that does not exist. The commit re-checks (``write_file_atomic``'s
-    ``replace``); this makes a long command fail at once, not at its end."""
+    that does not exist, or over anything but a regular file even with
+    ``overwrite`` (``refuse_non_regular``). The commit re-checks
+    (``write_file_atomic``'s ``replace``); this makes a long command fail
+    at once, not at its end."""
     path = Path(path)
+    refuse_non_regular(path)
     if not overwrite and (path.exists() or path.is_symlink()):
         raise IEError(f"{path}: exists; pass --overwrite to replace it")
     if not path.parent.is_dir():
