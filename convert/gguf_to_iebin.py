@@ -49,7 +49,7 @@ from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, GGUFArch, hf_layer_name
 from .gguf_tokenizer import tokenizer_config_json, tokenizer_json
-from .hf_config import model_summary
+from iekit.formats.hf_config import model_summary
 from .hf_to_iebin import ConvertResult, Progress, check_dtype, check_out_dir, load_importance, natural_key
 from .source_hashes import SourceHashes
 

@@ -43,7 +43,7 @@ from iekit.formats.quant import SCHEMES, QuantError, QuantParams, matrix_dims
 
 from . import hf_mxfp4
 from .gguf_names import hf_name
-from .hf_config import model_summary
+from iekit.formats.hf_config import model_summary
 from .iebin_legacy import TOKENIZER_FILES
 from .source_hashes import SourceHashes
 

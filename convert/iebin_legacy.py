@@ -23,7 +23,7 @@ from iekit.formats.iebin import DEFAULT_ALIGNMENT, FORMAT_NAME, LEGACY_KEYS, VER
 from iekit.formats.jsonio import load_json
 from iekit.formats.paths import check_inside, resolve_inside
 
-from .hf_config import model_summary
+from iekit.formats.hf_config import model_summary
 
 # The tokenizer/config files a converter copies next to the weights.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",

@@ -19,6 +19,7 @@ from .atomic import StagedFiles, start_writeback
 from .dtypes import DTYPES, INT64_MAX, shape_elements
 from .errors import FormatError, IEError
 from .fileio import iter_range
+from .hf_config import check_summary
 from .finite import PayloadScan
 from .jsonio import dumps_canonical, load_json, schema_check
 from .paths import check_relpath, resolve_inside
@@ -57,7 +58,7 @@ def _is_int(v: object) -> bool:
 # --------------------------------------------------------------------------
 
 # The fields of the ``model`` object: the source config normalised (the
-# converter fills them in from config.json, convert/hf_config.py), null where
+# converter fills them in from config.json, formats/hf_config.py), null where
 # unknown.
 MODEL_FIELDS = ("architecture", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
                 "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings",
@@ -335,6 +336,7 @@ def validate_meta(meta: object, meta_file: str | os.PathLike = META_NAME) -> Non
     # The schema is the backstop for everything else (types of the other
     # top-level objects); the checks above give the precise messages.
     schema_check(meta, SCHEMA_PATH, meta_file)
+    check_summary(meta, meta_file)
 
 
 @dataclass

@@ -63,6 +63,17 @@ MOE_NAMES = {
                   "up": "mlp.experts.{e}.up_proj.weight", "down": "mlp.experts.{e}.down_proj.weight"},
 }
 LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
+# Per layer (under model.layers.N.): the attention and dense MLP matrices
+# (NAME.weight), the norms, and the optional attention biases, by the keys
+# the native decoder binds them under.
+ATTN_MATRICES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"}
+MLP_MATRICES = {"gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "mlp_norm": "post_attention_layernorm.weight"}
+LAYER_BIASES = {"q": "self_attn.q_proj.bias", "k": "self_attn.k_proj.bias", "v": "self_attn.v_proj.bias",
+                "o": "self_attn.o_proj.bias"}
+# Buffers old checkpoints saved that transformers ignores on load (it
+# recomputes them from the config), so the decoder may too.
+IGNORED_BUFFERS = ("self_attn.rotary_emb.inv_freq",)
 
 
 @dataclass(frozen=True)
@@ -303,6 +314,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     IEError for an invalid one."""
     m = meta.get("model") or {}
     cfg = meta.get("config") or {}
+    _check_config(cfg, meta_path)
     name = m.get("architecture")
     if name not in ARCHS:
         raise UnsupportedError(f"{meta_path}: model.architecture: {name!r} is not supported by the decoder "
@@ -337,9 +349,50 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     inv_freq, rope_scale = _rope(head_dim, theta, m.get("rope_scaling"), meta_path)
     # A model whose every layer has experts has no dense MLP width to read.
     dense_inter = _int(m, meta_path, "intermediate_size") if moe is None or not all(moe.layers) else moe.inter
-    return DecoderSpec(
+    spec = DecoderSpec(
         architecture=name, arch=arch, n_layers=n_layers, hidden=hidden, n_heads=heads, n_kv_heads=n_kv,
         head_dim=head_dim, inter=dense_inter, vocab=_int(m, meta_path, "vocab_size"),
         max_positions=_int(m, meta_path, "max_position_embeddings", INT32_MAX),
         eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), inv_freq=inv_freq, rope_scale=rope_scale,
         tied=bool(m.get("tie_word_embeddings")), eos_ids=frozenset(eos_list), windows=windows, moe=moe)
+    _check_all_used(spec, meta.get("tensors") or [], meta_path)
+    return spec
+
+
+def _check_config(cfg: dict[str, Any], meta_path: Path) -> None:
+    """Config keys that change the computation in a way the decoder does not implement."""
+    if cfg.get("mlp_bias"):
+        raise UnsupportedError(f"{meta_path}: config.mlp_bias: MLP biases are not supported by the decoder")
+
+
+def decoder_tensors(s: DecoderSpec) -> set[str]:
+    """Every tensor name the decoder reads for ``s`` (an attention bias of
+    any architecture, lm_head.weight even when tied, as transformers ties it
+    over whatever was saved)."""
+    names = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
+    for i in range(s.n_layers):
+        pre = f"model.layers.{i}."
+        names.update(f"{pre}{hf}.weight" for hf in ATTN_MATRICES.values())
+        names.update(pre + hf for hf in (*LAYER_VECTORS.values(), *LAYER_BIASES.values(), *IGNORED_BUFFERS))
+        if s.arch.qk_norm:
+            names.update((pre + "self_attn.q_norm.weight", pre + "self_attn.k_norm.weight"))
+        if s.arch.sinks:
+            names.add(pre + "self_attn.sinks")
+        if s.moe is None or not s.moe.layers[i]:
+            names.update(f"{pre}{hf}.weight" for hf in MLP_MATRICES.values())
+            continue
+        for pattern in s.moe.names.values():
+            per_expert = "{e}" in pattern  # else one stack of every expert
+            names.update(pre + pattern.format(e=e) for e in range(s.moe.n_experts) if per_expert or e == 0)
+    return names
+
+
+def _check_all_used(s: DecoderSpec, tensors: list[Any], meta_path: Path) -> None:
+    """A tensor the decoder would not read is refused: running without it
+    computes another model (MLP biases were carried and ignored)."""
+    known = decoder_tensors(s)
+    unused = [t.get("name") for t in tensors if isinstance(t, dict) and t.get("name") not in known]
+    if unused:
+        more = f" and {len(unused) - 1} more" if len(unused) > 1 else ""
+        raise UnsupportedError(f"{meta_path}: tensors[{unused[0]!r}]{more}: the {s.architecture} decoder does not "
+                               "use it, and running without it would compute another model")

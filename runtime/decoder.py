@@ -24,7 +24,8 @@ from iekit.formats import iebin, weight_types
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import model_file, read_small
-from iekit.formats.model_spec import INT32_MAX, DecoderSpec, decoder_spec
+from iekit.formats.model_spec import (ATTN_MATRICES, INT32_MAX, LAYER_BIASES, LAYER_VECTORS, MLP_MATRICES, DecoderSpec,
+                                      decoder_spec)
 
 from . import cuda, kernels
 from .dedup import TensorSource
@@ -34,11 +35,6 @@ from .native import _native
 FLOAT_VECTOR_DTYPES = weight_types.names(quantized=False)
 DEFAULT_MAX_CTX = 4096  # KV cache positions when the model allows more (float32, layers x 2 x kv_dim each)
 
-_ATTN_MATRICES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"}
-_MLP_MATRICES = {"gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
-_LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "mlp_norm": "post_attention_layernorm.weight"}
-_LAYER_BIASES = {"q": "self_attn.q_proj.bias", "k": "self_attn.k_proj.bias", "v": "self_attn.v_proj.bias",
-                 "o": "self_attn.o_proj.bias"}
 # act="auto": int8 activations where a layer matrix has fewer than 8 bits per
 # weight. Measured on SmolLM2 (docs/eval.md): the int8 activations add a KL of
 # 0.0022 to the f32 model, a hundredth of what the 4-bit weights cost
@@ -234,11 +230,11 @@ class Decoder:
         arch, moe = s.arch, s.moe
         for i in range(s.n_layers):
             pre, key_pre = f"model.layers.{i}.", f"layers.{i}."
-            for key, hf in _ATTN_MATRICES.items():
+            for key, hf in ATTN_MATRICES.items():
                 matrix(key_pre + key, f"{pre}{hf}.weight", shapes[key])
-            for key, hf in _LAYER_VECTORS.items():
+            for key, hf in LAYER_VECTORS.items():
                 vector(key_pre + key, pre + hf, s.hidden)
-            for key, hf in _LAYER_BIASES.items():
+            for key, hf in LAYER_BIASES.items():
                 if pre + hf in entries or key in arch.biases:
                     vector(key_pre + "b" + key, pre + hf, bias_len[key])
             if arch.qk_norm:
@@ -247,7 +243,7 @@ class Decoder:
             if arch.sinks:
                 vector(key_pre + "sinks", pre + "self_attn.sinks", s.n_heads)
             if moe is None or not moe.layers[i]:
-                for key, hf in _MLP_MATRICES.items():
+                for key, hf in MLP_MATRICES.items():
                     matrix(key_pre + key, f"{pre}{hf}.weight", shapes[key])
                 continue
             names = moe.names

@@ -159,6 +159,37 @@ def copy_model(src: Path, dst: Path) -> Path:
     return dst
 
 
+def edited_artifact(src: Path, dst: Path, edit) -> Path:
+    """A copy of the artifact ``src`` at ``dst`` whose model.ie.json ``edit(meta)`` changed."""
+    copy_model(src, dst)
+    meta = json.loads((dst / "model.ie.json").read_text())
+    edit(meta)
+    (dst / "model.ie.json").write_text(json.dumps(meta))
+    return dst
+
+
+def reconfigure(meta: dict, **fields) -> None:
+    """Make ``meta`` another model as a converter would from another
+    config.json: each field set in ``config`` (under the spelling it already
+    has; ``architecture`` as ``architectures``; None removes it) and
+    ``model`` derived again. (Editing ``model`` alone is refused: the
+    decoder holds it to the config.)"""
+    from iekit.formats.hf_config import SUMMARY_ALIASES, model_summary
+
+    cfg = meta["config"]
+    for field, value in fields.items():
+        if field == "architecture":
+            key, value = "architectures", [value]
+        else:
+            spellings = SUMMARY_ALIASES.get(field, (field,))
+            key = next((k for k in spellings if k in cfg), spellings[0])
+        if value is None:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    meta["model"] = model_summary(cfg)
+
+
 @pytest.fixture(scope="session")
 def nearcopy_f32(tmp_path_factory) -> Path:
     """tests/nearcopy.py's model, kept f32, with its dedup artifact linked."""

@@ -27,10 +27,10 @@ LLAMA_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self
 
 
 def gguf_name(hf: str) -> str:
-    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-           "lm_head.weight": "output.weight"}
-    if hf in top:
-        return top[hf]
+    top = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
+    stem, _, suffix = hf.rpartition(".")
+    if stem in top:
+        return f"{top[stem]}.{suffix}"
     m = re.fullmatch(r"model\.layers\.(\d+)\.(.+)\.(weight|bias)", hf)
     return f"blk.{m.group(1)}.{LLAMA_NAMES[m.group(2)]}.{m.group(3)}"
 

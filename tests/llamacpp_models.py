@@ -40,7 +40,7 @@ def _hf_variant(tmp: Path, name: str, edit: dict, tensors=None) -> Path:
     cfg.update(edit)
     (d / "config.json").write_text(json.dumps(cfg, indent=1))
     if tensors is not None:
-        for f in d.glob("*.safetensors"):
+        for f in [*d.glob("*.safetensors"), *d.glob("*.safetensors.index.json")]:
             f.unlink()
         save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, str(d / "model.safetensors"))
     return d

@@ -13,7 +13,7 @@ import safetensors
 import xxhash
 
 from conftest import GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, run_tool
-from iekit.convert.hf_config import model_summary
+from iekit.formats.hf_config import model_summary
 from iekit.convert.hf_to_iebin import convert
 from iekit.formats import iebin
 from iekit.formats.hf_checkpoint import from_dir

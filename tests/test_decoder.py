@@ -14,7 +14,8 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, run_tool, st_write
+from conftest import (GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact, reconfigure, run_tool,
+                      st_write)
 from decoder_ref import forward, kl_top1, load_weights
 from iekit.formats.errors import IEError
 from iekit.runtime import native
@@ -223,8 +224,7 @@ def test_mistral_sliding_window_against_float64_reference(tmp_path):
     """tiny-llama's weights relabelled Mistral with sliding_window 4: the
     first 4 positions equal full attention, later ones follow the window,
     whether the ids run as one prefill or token by token."""
-    d = _edited(tmp_path, lambda m: (m["model"].update(architecture="MistralForCausalLM"),
-                                     m["config"].update(sliding_window=4)))
+    d = _edited(tmp_path, lambda m: reconfigure(m, architecture="MistralForCausalLM", sliding_window=4))
     ids = _ref("tiny-llama", "ids.json")
     model, w = load_weights(d)
     ref = forward(model, w, ids, window=4)
@@ -246,12 +246,8 @@ def test_attention_over_several_key_blocks_at_any_thread_count(tmp_path, window)
     blocks, and with a 300-position window starts inside one: the logits
     must follow the float64 reference and not change by one bit with the
     thread count."""
-    def edit(m):
-        m["model"].update(max_position_embeddings=640)
-        if window:
-            m["model"].update(architecture="MistralForCausalLM")
-            m["config"].update(sliding_window=window)
-    d = _edited(tmp_path, edit)
+    d = _edited(tmp_path, lambda m: reconfigure(m, max_position_embeddings=640, **(
+        dict(architecture="MistralForCausalLM", sliding_window=window) if window else {})))
     ids = [int(i) for i in np.random.default_rng(7).integers(0, 320, 600)]
     model, w = load_weights(d)
     ref = forward(model, w, ids, window=window)
@@ -368,16 +364,11 @@ def test_dedup_served_weights_give_bit_identical_logits(request, monkeypatch, sc
 # ------------------------------------------------------------ errors
 
 def _edited(tmp_path, edit):
-    d = tmp_path / "m"
-    shutil.copytree(GOLDEN_IEBIN / "tiny-llama", d)
-    meta = json.loads((d / "model.ie.json").read_text())
-    edit(meta)
-    (d / "model.ie.json").write_text(json.dumps(meta))
-    return d
+    return edited_artifact(GOLDEN_IEBIN / "tiny-llama", tmp_path / "m", edit)
 
 
 def test_error_unknown_architecture(tmp_path):
-    d = _edited(tmp_path, lambda m: m["model"].update(architecture="GPT2LMHeadModel"))
+    d = _edited(tmp_path, lambda m: reconfigure(m, architecture="GPT2LMHeadModel"))
     assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"),
                           "model.architecture", "GPT2LMHeadModel", "not supported")
 
@@ -389,7 +380,7 @@ def test_error_unknown_architecture(tmp_path):
     ("num_attention_heads", 3, "multiple of num_key_value_heads"),
 ])
 def test_error_config_values_the_decoder_cannot_run(tmp_path, key, value, needle):
-    d = _edited(tmp_path, lambda m: m["model"].update({key: value}))
+    d = _edited(tmp_path, lambda m: reconfigure(m, **{key: value}))
     assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"), needle)
 
 
@@ -401,7 +392,7 @@ def test_error_missing_tensor(tmp_path):
 
 
 def test_error_shape_mismatch(tmp_path):
-    d = _edited(tmp_path, lambda m: m["model"].update(intermediate_size=96))
+    d = _edited(tmp_path, lambda m: reconfigure(m, intermediate_size=96))
     assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"),
                           "model.layers.0.mlp.gate_proj.weight", "shape", "[96, 64]")
 

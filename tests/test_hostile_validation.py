@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import BIN_DIR, GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool, st_write
+from conftest import (BIN_DIR, GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, reconfigure, run_tool,
+                      st_write)
 from iekit.formats import checksums
 from iekit.formats.errors import FormatError, IEError
 from iekit.formats.finite import PayloadScan
@@ -57,14 +58,6 @@ def corrupt(src: Path, dst: Path, name: str, rel_off: int, data: bytes) -> Path:
     alg = meta["checksum"]
     t[alg] = checksums.digest(alg, bytes(b[t["file_data_offset"]:t["file_data_offset"] + t["nbytes"]]))
     (dst / "model.ie.json").write_bytes(dumps_canonical(meta))
-    return dst
-
-
-def edit_meta(src: Path, dst: Path, fn) -> Path:
-    shutil.copytree(src, dst)
-    meta = json.loads((dst / "model.ie.json").read_text())
-    fn(meta)
-    (dst / "model.ie.json").write_text(json.dumps(meta))
     return dst
 
 
@@ -288,7 +281,7 @@ def test_nonfinite_logits_leave_the_decoder_usable(tmp_path):
 @pytest.mark.parametrize("key", ["files", "aux_files"])
 @pytest.mark.parametrize("value", [7, "x", {"name": "model.ie.bin"}, None])
 def test_files_of_the_wrong_type(tmp_path, key, value):
-    d = edit_meta(LLAMA, tmp_path / "m", lambda m: m.update({key: value}))
+    d = edited_artifact(LLAMA, tmp_path / "m", lambda m: m.update({key: value}))
     for tool, args in (("ieconv", ["validate", d]), ("ieconv", ["inspect", d]),
                        ("ierun", ["generate", "--model-dir", d, "--ids", "1"])):
         assert_one_line_error(run_tool(tool, *args), "model.ie.json", key)
@@ -382,7 +375,7 @@ def test_generate_ctx_beyond_the_model(tmp_path):
 
 
 def test_ctx_of_a_model_that_does_not_state_its_positions(tmp_path):
-    d = edit_meta(LLAMA, tmp_path / "m", lambda m: m["model"].update(max_position_embeddings=None))
+    d = edited_artifact(LLAMA, tmp_path / "m", lambda m: reconfigure(m, max_position_embeddings=None))
     assert run_tool("ierun", "generate", "--model-dir", d, "--ids", "1,2", "--ctx", "200",
                     "--max-new", "2").returncode == 0
     assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1", "--ctx", str(2**31)),
@@ -390,7 +383,7 @@ def test_ctx_of_a_model_that_does_not_state_its_positions(tmp_path):
 
 
 def test_generate_ctx_whose_kv_cache_cannot_fit(tmp_path):
-    d = edit_meta(LLAMA, tmp_path / "m", lambda m: m["model"].update(max_position_embeddings=2**31 - 1))
+    d = edited_artifact(LLAMA, tmp_path / "m", lambda m: reconfigure(m, max_position_embeddings=2**31 - 1))
     res = subprocess.run([str(BIN_DIR / "ierun"), "generate", "--model-dir", str(d), "--ids", "1,2",
                           "--ctx", str(2**31 - 1)], capture_output=True, text=True, timeout=300,
                          preexec_fn=_limit_memory(8 << 30))
@@ -398,16 +391,16 @@ def test_generate_ctx_whose_kv_cache_cannot_fit(tmp_path):
 
 
 @pytest.mark.parametrize("edit, words", [
-    (lambda m: m["model"].update(head_dim=2**40), ["model.head_dim", "larger than the decoder supports"]),
-    (lambda m: m["model"].update(head_dim=2**30), ["model.head_dim", "q_proj"]),
-    (lambda m: m["model"].update(eos_token_id=[[]]), ["model.eos_token_id"]),
-    (lambda m: m["model"].update(eos_token_id=["2"]), ["model.eos_token_id"]),
-    (lambda m: m["model"].update(rope_scaling={"rope_type": "llama3", "factor": "x"}), ["rope_scaling.factor"]),
-    (lambda m: m["model"].update(rope_scaling={"rope_type": "llama3", "factor": 8}),
+    (lambda m: reconfigure(m, head_dim=2**40), ["model.head_dim", "larger than the decoder supports"]),
+    (lambda m: reconfigure(m, head_dim=2**30), ["model.head_dim", "q_proj"]),
+    (lambda m: reconfigure(m, eos_token_id=[[]]), ["model.eos_token_id"]),
+    (lambda m: reconfigure(m, eos_token_id=["2"]), ["model.eos_token_id"]),
+    (lambda m: reconfigure(m, rope_scaling={"rope_type": "llama3", "factor": "x"}), ["rope_scaling.factor"]),
+    (lambda m: reconfigure(m, rope_scaling={"rope_type": "llama3", "factor": 8}),
      ["rope_scaling.original_max_position_embeddings"]),
-    (lambda m: m["model"].update(rope_scaling={"rope_type": "llama3", "factor": 8, "low_freq_factor": 4,
-                                               "original_max_position_embeddings": 64}), ["high_freq_factor"]),
+    (lambda m: reconfigure(m, rope_scaling={"rope_type": "llama3", "factor": 8, "low_freq_factor": 4,
+                                            "original_max_position_embeddings": 64}), ["high_freq_factor"]),
 ])
 def test_decoder_hostile_model_summary(tmp_path, edit, words):
-    d = edit_meta(LLAMA, tmp_path / "m", edit)
+    d = edited_artifact(LLAMA, tmp_path / "m", edit)
     assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"), "model.ie.json", *words)

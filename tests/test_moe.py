@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, reconfigure, run_tool
 from iekit.formats import iebin
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
@@ -139,12 +139,7 @@ def test_bytes_and_params_per_token_count_active_experts():
 
 
 def _edited(tmp_path, model: str, edit) -> object:
-    d = tmp_path / "m"
-    shutil.copytree(GOLDEN_IEBIN / model, d)
-    meta = json.loads((d / "model.ie.json").read_text())
-    edit(meta)
-    (d / "model.ie.json").write_text(json.dumps(meta))
-    return d
+    return edited_artifact(GOLDEN_IEBIN / model, tmp_path / "m", edit)
 
 
 @pytest.mark.parametrize("model,key,value,needles", [
@@ -168,14 +163,12 @@ def test_error_moe_configs_the_decoder_cannot_run(tmp_path, model, key, value, n
 
 def test_error_missing_expert_and_wrong_rope(tmp_path):
     def drop(m):
-        for t in m["tensors"]:
-            if t["name"] == "model.layers.1.block_sparse_moe.experts.3.w2.weight":
-                t["name"] = "model.layers.1.block_sparse_moe.experts.3.w9.weight"
+        m["tensors"] = [t for t in m["tensors"] if t["name"] != "model.layers.1.block_sparse_moe.experts.3.w2.weight"]
     d = _edited(tmp_path, "tiny-mixtral", drop)
     assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"),
                           "experts.3.w2.weight", "missing")
     shutil.rmtree(d)
-    d = _edited(tmp_path, "tiny-gpt-oss", lambda m: m["model"]["rope_scaling"].update(factor=-1))
+    d = _edited(tmp_path, "tiny-gpt-oss", lambda m: (m["config"]["rope_parameters"].update(factor=-1), reconfigure(m)))
     assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"),
                           "rope_scaling.factor", "positive number")
 

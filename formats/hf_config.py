@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .errors import FormatError
+
 
 def _is_int(v: object) -> bool:
     return type(v) is int  # bool is an int subclass and must not pass
@@ -17,7 +19,7 @@ def _is_int(v: object) -> bool:
 
 # Normalised name -> config.json spellings, first present wins. Encoders and
 # GPT-2 style configs use other names; absent fields are recorded as null.
-_SUMMARY_ALIASES: dict[str, tuple[str, ...]] = {
+SUMMARY_ALIASES: dict[str, tuple[str, ...]] = {
     "model_type": ("model_type",),
     "hidden_size": ("hidden_size", "n_embd", "d_model"),
     "intermediate_size": ("intermediate_size", "n_inner", "ffn_dim"),
@@ -43,7 +45,7 @@ def model_summary(config: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     archs = config.get("architectures")
     out["architecture"] = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    for key, names in _SUMMARY_ALIASES.items():
+    for key, names in SUMMARY_ALIASES.items():
         out[key] = next((config[n] for n in names if n in config), None)
     # transformers 5 moved rope_theta and the scaling into rope_parameters.
     rp = config.get("rope_parameters")
@@ -58,3 +60,17 @@ def model_summary(config: dict[str, Any]) -> dict[str, Any]:
     if out["head_dim"] is None and _is_int(heads) and _is_int(hidden) and heads > 0:
         out["head_dim"] = hidden // heads
     return out
+
+
+def check_summary(meta: dict[str, Any], meta_file: str) -> None:
+    """An IEBIN ``model`` object must be ``model_summary(config)``: the
+    runtime reads the first, the second is the model, so a value that
+    differs was edited in one place and is refused, not run as another
+    model (an edited rope_theta or norm_eps changes every logit)."""
+    m, cfg = meta.get("model"), meta.get("config")
+    if not isinstance(m, dict) or not isinstance(cfg, dict):
+        return  # the schema names the missing or mistyped object
+    for key, v in model_summary(cfg).items():
+        if key in m and m[key] != v:
+            raise FormatError(meta_file, f"model.{key}", f"{m[key]!r} disagrees with the stored config ({v!r}); "
+                              "one of them was edited (convert the model again)")
