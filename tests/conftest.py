@@ -124,6 +124,15 @@ def run_tool(tool: str, *args: str, env: dict | None = None, timeout: float = 30
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
 
 
+def python_bounded(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter, failing the test (not hanging the
+    suite) if it has not finished in ``timeout`` seconds."""
+    try:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running after {timeout} s (blocked?)")
+
+
 def assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> None:
     """The error contract: non-zero exit, one stderr line, no traceback."""
     assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)

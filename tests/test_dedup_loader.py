@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import assert_one_line_error, run_tool
+from conftest import assert_one_line_error, python_bounded, run_tool
 from dedup_util import near_copies, write_artifact
 from iekit.formats import dedup as fmt
 from iekit.formats.errors import FormatError, IEError
@@ -478,3 +478,25 @@ def test_strict_verifies_once_per_tensor(art, monkeypatch):
     for _ in range(3):
         src.get("a1")
     assert len(calls) == 1
+
+
+def test_native_loader_refuses_a_fifo_blob_without_blocking(art):
+    """The index was checked while the blob was a file; the loader meets a
+    FIFO in its place (the old one opened it first, and open(2) of a FIFO
+    waits for a writer: a hang)."""
+    code = f"""
+import os
+from iekit.formats import dedup as fmt
+from iekit.runtime.native import _native
+d = {str(art)!r}
+arrays = fmt.load_index(d).arrays()
+os.unlink(os.path.join(d, "model.masks.bin"))
+os.mkfifo(os.path.join(d, "model.masks.bin"))
+try:
+    _native.DedupStore(d, **arrays, cache_mb=1.0)
+except ValueError as e:
+    print(e)
+"""
+    res = python_bounded(code)
+    assert res.returncode == 0, res.stderr
+    assert "model.masks.bin: (file): not a regular file (a FIFO)" in res.stdout, res.stdout

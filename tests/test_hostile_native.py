@@ -6,10 +6,13 @@ reversed view, signed overflow for 2^62 columns."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import numpy as np
 import pytest
 
-from conftest import assert_one_line_error, run_tool
+from conftest import BIN_DIR, assert_one_line_error, python_bounded, run_tool
 from iekit.runtime.native import _native
 
 
@@ -108,3 +111,17 @@ def test_numeric_options_out_of_range_are_usage_errors(args, needle):
 
     res = run_tool(args[0], *[a.format(m=GOLDEN_IEBIN / "tiny-llama") for a in args[1:]], timeout=60)
     assert res.returncode == 2 and needle in res.stderr and "Traceback" not in res.stderr, (res.returncode, res.stderr)
+
+
+
+# ------------------------------------------------ the C++ loaders never block on a FIFO (issue 45, item 8)
+
+def test_bsr_loader_refuses_a_fifo_without_opening_it_blocking(tmp_path):
+    os.mkfifo(tmp_path / "m.bsr")
+    res = python_bounded(f"from iekit.runtime.native import _native; print(_native.bsr_check({str(tmp_path / 'm.bsr')!r}))")
+    assert res.returncode == 0, res.stderr
+    assert "'ok': False" in res.stdout and "not a regular file (a FIFO)" in res.stdout, res.stdout
+    np.save(tmp_path / "d.npy", np.ones((4, 4), np.float32))
+    cli = subprocess.run([str(BIN_DIR / "ierun"), "verify", "bsr", str(tmp_path / "m.bsr"), "--dense",
+                          str(tmp_path / "d.npy")], capture_output=True, text=True, timeout=60)
+    assert_one_line_error(cli, "m.bsr", "not a regular file")

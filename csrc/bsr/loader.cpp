@@ -3,6 +3,7 @@
 // changed here must change there (tests/test_bsr_validator.py holds the two
 // to the same code and field on every hostile input).
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "bsr.h"
+#include "common/regular_file.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the BSR loader reads little-endian payloads in place; add byte swapping for this target"
@@ -171,11 +173,16 @@ struct FileCloser {
 bool read_all(std::FILE* f, void* dst, size_t n) { return n == 0 || std::fread(dst, 1, n, f) == n; }
 
 BsrStatus load_impl(const std::string& path, bool allow_nonfinite, BsrMatrix* out, BsrError* err) {
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
-  if (!f) return fail(err, BsrStatus::Io, "(file)", std::strerror(errno));
+  std::string why;
+  const int fd = ie::open_regular_file(path, &why);
+  if (fd < 0) return fail(err, BsrStatus::Io, "(file)", why);
+  std::unique_ptr<std::FILE, FileCloser> f(::fdopen(fd, "rb"));
+  if (!f) {
+    ::close(fd);
+    return fail(err, BsrStatus::Io, "(file)", std::strerror(errno));
+  }
   struct stat st;
-  if (fstat(fileno(f.get()), &st) != 0) return fail(err, BsrStatus::Io, "(file)", std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return fail(err, BsrStatus::Io, "(file)", "not a regular file");
+  if (fstat(fd, &st) != 0) return fail(err, BsrStatus::Io, "(file)", std::strerror(errno));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
 
   uint8_t hb[kHeaderBytes] = {};

@@ -20,6 +20,7 @@
 #include <tuple>
 
 #include "common/errors.h"
+#include "common/regular_file.h"
 #include "common/thread_pool.h"
 #include "dedup.h"
 
@@ -65,12 +66,13 @@ std::string resolve_inside(const std::string& root_real, const std::string& rel,
 class MappedFile {
  public:
   MappedFile(const std::string& path, const std::string& label, int64_t expected) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail_at(path, "(file)", std::string("cannot open: ") + std::strerror(errno));
+    std::string why;
+    const int fd = open_regular_file(path, &why);
+    if (fd < 0) fail_at(path, "(file)", why);
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (::fstat(fd, &st) != 0) {
       ::close(fd);
-      fail_at(path, "(file)", "not a regular file");
+      fail_at(path, "(file)", std::string("cannot stat: ") + std::strerror(errno));
     }
     size_ = static_cast<size_t>(st.st_size);
     if (static_cast<int64_t>(size_) != expected) {
