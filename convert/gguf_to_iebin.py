@@ -43,13 +43,14 @@ from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import FormatError, IEError
 from iekit.formats.finite import PayloadScan
 from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
+from iekit.formats.hf_config import model_summary
+from iekit.formats.library_calls import guarded
 from iekit.formats.model_spec import check_convertible, rope_tables
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, GGUFArch, hf_layer_name
 from .gguf_tokenizer import tokenizer_config_json, tokenizer_json
-from iekit.formats.hf_config import model_summary
 from .hf_to_iebin import ConvertResult, Progress, check_dtype, check_out_dir, load_importance, natural_key
 from .source_hashes import SourceHashes
 
@@ -435,7 +436,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
         for p in plans:
             p.importance = importance.get(p.name)
     aux_data = {"config.json": (json.dumps(cfg, indent=2) + "\n").encode(),
-                "tokenizer.json": tokenizer_json(g.fields, g.path)}
+                "tokenizer.json": guarded(g.path, "rebuilding the tokenizer", tokenizer_json, g.fields, g.path)}
     if (tok_cfg := tokenizer_config_json(g.fields, g.path)) is not None:
         aux_data["tokenizer_config.json"] = tok_cfg
     if (unsupported := check_convertible(model_summary(cfg), cfg, {p.name: p.shape for p in plans}, g.path)):

@@ -102,7 +102,7 @@ def _byte_level_bpe(fields: dict[str, Any], path: Path, tokens: list[str]):
         pairs.append((parts[0], parts[1]))
     try:
         tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=pairs))
-    except Exception as e:  # the tokenizers library raises its own Exception type
+    except Exception as e:  # the tokenizers library raises its own Exception type (a panic: library_calls)
         raise FormatError(path, "tokenizer.ggml.merges", f"rejected by the BPE model: {e}") from None
     digits, regex = BPE_PRE[pre]
     steps = [pre_tokenizers.Digits(individual_digits=True)] if digits else []

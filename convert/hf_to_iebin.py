@@ -35,6 +35,7 @@ from iekit.formats.casting import cast_bytes, decode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import IEError
 from iekit.formats.hf_checkpoint import HFSource, collect_tensors, read_aux
+from iekit.formats.hf_config import model_summary
 from iekit.formats.model_spec import check_convertible
 from iekit.formats.safetensors_reader import CHUNK_BYTES
 
@@ -43,7 +44,6 @@ from iekit.formats.quant import SCHEMES, QuantError, QuantParams, matrix_dims
 
 from . import hf_mxfp4
 from .gguf_names import hf_name
-from iekit.formats.hf_config import model_summary
 from .iebin_legacy import TOKENIZER_FILES
 from .source_hashes import SourceHashes
 

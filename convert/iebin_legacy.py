@@ -18,12 +18,11 @@ from typing import Any
 from iekit.formats.dtypes import DTYPES, LEGACY_ALIASES
 from iekit.formats.errors import FormatError
 from iekit.formats.fileio import check_regular
+from iekit.formats.hf_config import model_summary
 from iekit.formats import checksums
 from iekit.formats.iebin import DEFAULT_ALIGNMENT, FORMAT_NAME, LEGACY_KEYS, VERSION
 from iekit.formats.jsonio import load_json
 from iekit.formats.paths import check_inside, resolve_inside
-
-from iekit.formats.hf_config import model_summary
 
 # The tokenizer/config files a converter copies next to the weights.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",

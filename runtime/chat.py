@@ -10,19 +10,30 @@ from the GGUF's ``tokenizer.chat_template``), rendered as transformers'
 ``strftime_now``, the special tokens' text as ``bos_token``/``eos_token``,
 and ``add_generation_prompt``. The result is tokenized without the
 tokenizer's own BOS/EOS (the template writes what the model needs).
+
+A template is a program from whoever made the model: nested loops, huge
+string products and gigabyte outputs kept ``generate --chat`` running, and
+an exception other than Jinja's own (division by zero, recursion, a bad
+``%`` format) was exit 3. So it renders in a child interpreter that cannot
+run away: at most ``RENDER_SECONDS`` of wall time and of CPU, ``RENDER_MEMORY``
+bytes of address space and ``RENDER_MAX_CHARS`` characters of output; any
+failure of the template is one line naming tokenizer_config.json.
 """
 
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from iekit.formats.errors import FormatError, IEError
-from iekit.formats.fileio import model_file, read_small
-
 CONFIG_NAME = "tokenizer_config.json"
+RENDER_SECONDS = 10           # wall and CPU time of one rendering
+RENDER_MEMORY = 1 << 30       # the renderer's address space
+RENDER_MAX_CHARS = 1 << 22    # 4 Mi characters: more than any context holds as tokens
 
 
 def _token_text(v: Any) -> str:
@@ -34,14 +45,15 @@ def _token_text(v: Any) -> str:
 
 def load_template(model_dir: Path) -> tuple[str, dict[str, str]]:
     """(template source, {bos_token, eos_token}) of the model, or one clear error."""
+    from iekit.formats.errors import FormatError, IEError
+    from iekit.formats.fileio import model_file, read_small
+    from iekit.formats.jsonio import loads_strict
+
     path = model_file(model_dir, CONFIG_NAME)
     if path is None:
         raise IEError(f"{model_dir}: no {CONFIG_NAME}, so no chat template; drop --chat and give the prompt as it "
                       "should be fed")
-    try:
-        cfg = json.loads(read_small(path))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise FormatError(path, "(file)", f"not valid JSON: {e}") from None
+    cfg = loads_strict(read_small(path), path)
     tpl = cfg.get("chat_template") if isinstance(cfg, dict) else None
     if isinstance(tpl, list):  # named templates: [{"name": "default", "template": ...}, ...]
         tpl = next((t.get("template") for t in tpl if isinstance(t, dict) and t.get("name") == "default"), None)
@@ -52,7 +64,35 @@ def load_template(model_dir: Path) -> tuple[str, dict[str, str]]:
 
 def render(template: str, specials: dict[str, str], prompt: str, system: str | None = None,
            where: str = "chat_template") -> str:
-    """The conversation [system?, user: prompt] in the template, ready for the assistant's turn."""
+    """The conversation [system?, user: prompt] in the template, ready for
+    the assistant's turn, rendered by a bounded child (module docstring)."""
+    from iekit.formats.errors import IEError
+
+    messages = ([{"role": "system", "content": system}] if system is not None else []) + \
+        [{"role": "user", "content": prompt}]
+    job = json.dumps({"template": template, "specials": specials, "messages": messages})
+    try:
+        res = subprocess.run([sys.executable, "-m", "iekit.runtime.chat"], input=job.encode(), capture_output=True,
+                             timeout=RENDER_SECONDS, preexec_fn=_limit_child)
+    except subprocess.TimeoutExpired:
+        raise IEError(f"{where}: the chat template ran for more than {RENDER_SECONDS} s; stopped") from None
+    try:
+        answer = json.loads(res.stdout)
+    except ValueError:
+        answer = {"error": "the renderer ended without an answer (exit status "
+                           f"{res.returncode}: out of its {RENDER_MEMORY >> 20} MiB or {RENDER_SECONDS} s of CPU?)"}
+    if "error" in answer:
+        raise IEError(f"{where}: the chat template failed: {answer['error']}")
+    return answer["text"]
+
+
+def _limit_child() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (RENDER_MEMORY, RENDER_MEMORY))
+    resource.setrlimit(resource.RLIMIT_CPU, (RENDER_SECONDS, RENDER_SECONDS))
+
+
+def _render_here(template: str, specials: dict[str, str], messages: list[dict[str, str]]) -> str:
+    """What the child runs: transformers' environment, streamed, stopped at RENDER_MAX_CHARS."""
     from jinja2 import TemplateError
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -63,9 +103,28 @@ def render(template: str, specials: dict[str, str], prompt: str, system: str | N
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
     env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)
     env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: datetime.now().strftime(fmt))
-    messages = ([{"role": "system", "content": system}] if system is not None else []) + \
-        [{"role": "user", "content": prompt}]
+    out, n = [], 0
+    for piece in env.from_string(template).generate(messages=messages, add_generation_prompt=True, **specials):
+        n += len(piece)
+        if n > RENDER_MAX_CHARS:
+            raise TemplateError(f"renders more than {RENDER_MAX_CHARS} characters; stopped")
+        out.append(piece)
+    return "".join(out)
+
+
+def _child_main() -> None:
+    """Read the job (JSON) on stdin, write {"text": ...} or {"error": ...} on stdout."""
     try:
-        return env.from_string(template).render(messages=messages, add_generation_prompt=True, **specials)
-    except TemplateError as e:
-        raise IEError(f"{where}: the chat template failed: {e}") from None
+        job = json.loads(sys.stdin.buffer.read())
+        answer = {"text": _render_here(job["template"], job["specials"], job["messages"])}
+    except MemoryError:
+        answer = {"error": f"needs more than {RENDER_MEMORY >> 20} MiB"}
+    except RecursionError:
+        answer = {"error": "recursion too deep"}
+    except Exception as e:  # whatever the template raised: it is the template's failure
+        answer = {"error": f"{type(e).__name__}: {e}" if not type(e).__module__.startswith("jinja2") else str(e)}
+    sys.stdout.write(json.dumps(answer))
+
+
+if __name__ == "__main__":
+    _child_main()

@@ -24,6 +24,7 @@ from iekit.formats import iebin, weight_types
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import model_file, read_small
+from iekit.formats.library_calls import guarded
 from iekit.formats.model_spec import (ATTN_MATRICES, INT32_MAX, LAYER_BIASES, LAYER_VECTORS, MLP_MATRICES, DecoderSpec,
                                       decoder_spec)
 
@@ -371,24 +372,26 @@ class Decoder:
             from tokenizers import Tokenizer
 
             try:
-                self._tokenizer = Tokenizer.from_str(read_small(path).decode("utf-8"))
+                text = read_small(path).decode("utf-8")
             except UnicodeDecodeError as e:
                 raise IEError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-            except Exception as e:  # the tokenizers library raises its own Exception type
-                raise IEError(f"{path}: cannot load the tokenizer: {e}") from None
+            self._tokenizer = (path, guarded(path, "loading the tokenizer", Tokenizer.from_str, text))
         return self._tokenizer
 
     def vocabulary(self) -> dict[str, int]:
         """The tokenizer's token -> id map, added tokens included."""
-        return self._tok().get_vocab(with_added_tokens=True)
+        path, tok = self._tok()
+        return guarded(path, "reading the vocabulary", tok.get_vocab, with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of ``text`` with the tokenizer's own post-processing (BOS
         where it adds one), unless ``add_special_tokens`` is false."""
-        return list(self._tok().encode(text, add_special_tokens=add_special_tokens).ids)
+        path, tok = self._tok()
+        return list(guarded(path, "tokenizing", tok.encode, text, add_special_tokens=add_special_tokens).ids)
 
     def decode(self, ids: list[int]) -> str:
-        return self._tok().decode(list(ids), skip_special_tokens=False)
+        path, tok = self._tok()
+        return guarded(path, "detokenizing", tok.decode, list(ids), skip_special_tokens=False)
 
     # -- running ------------------------------------------------------------
 

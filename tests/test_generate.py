@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -136,10 +137,40 @@ def test_chat_renders_like_transformers(tmp_path):
     ("{{ raise_exception('roles must alternate') }}", "roles must alternate"),
     ("{% for %}", "chat template failed"),
     (None, "chat_template"),
+    # what a template can raise besides Jinja's own errors (each was exit 3)
+    ("{{ 1 / 0 }}", "ZeroDivisionError"),
+    ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "recursion too deep"),
+    ("{{ raise_exception() }}", "TypeError"),
+    ("{{ '%d' % 'x' }}", "format"),
+    # templates that ran away (each kept generate --chat running, or ate the memory)
+    ("{{ 'x' * 10**10 }}", "needs more than"),
+    ("{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}", "renders more than"),
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "ran for more than"),
 ])
 def test_chat_template_errors_are_one_line(tmp_path, template, needle):
     d = _chat_model(tmp_path, template)
-    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--chat", "--prompt", "x"), needle)
+    res = run_tool("ierun", "generate", "--model-dir", d, "--chat", "--prompt", "x", timeout=60)
+    assert_one_line_error(res, needle, "tokenizer_config.json")
+
+
+@pytest.mark.parametrize("edit", [
+    {"truncation": {"direction": "Right", "max_length": 2, "strategy": "LongestFirst", "stride": 5}},
+    {"normalizer": {"type": "Precompiled", "precompiled_charsmap": "AAAA"}},
+    {"normalizer": {"type": "Replace", "pattern": {"String": ""}, "content": "x"}},
+    {"pre_tokenizer": {"type": "FixedLength", "length": 0}},
+])
+def test_a_tokenizer_that_panics_is_one_line(tmp_path, edit):
+    """Each panics inside the Rust tokenizers library: pyo3's PanicException
+    (a BaseException) and Rust's own backtrace on stderr were 38 lines."""
+    hf, d = tmp_path / "hf", tmp_path / "m"
+    shutil.copytree(GOLDEN_HF / "tiny-llama", hf)
+    tok = json.loads((hf / "tokenizer.json").read_text())
+    tok.update(edit)
+    (hf / "tokenizer.json").write_text(json.dumps(tok))
+    assert run_tool("ieconv", "hf-to-iebin", "--hf-dir", hf, "--out-dir", d, "-q").returncode == 0
+    res = run_tool("ierun", "generate", "--model-dir", d, "--prompt", "hello world abc", "--max-new", "1",
+                   env={**os.environ, "RUST_BACKTRACE": "1"})
+    assert_one_line_error(res, str(d / "tokenizer.json"), "failed")
 
 
 def test_chat_without_a_template_is_one_line():
