@@ -197,16 +197,52 @@ def _llama3_scaling(g: GGUFModel, t, head_dim: int, theta: float) -> dict[str, A
                                      "or more frequencies, factor); no other RoPE scaling is read")
 
 
+# The {arch}.* keys the importer reads (every architecture; the MoE ones
+# only for the architectures with experts, the sliding-window ones only for
+# gpt-oss), and those that change nothing computed. Any other {arch}.* key
+# is refused: a model it changes would be imported as another.
+_DENSE_KEYS = frozenset({
+    "context_length", "embedding_length", "block_count", "feed_forward_length", "vocab_size",
+    "attention.head_count", "attention.head_count_kv", "attention.key_length", "attention.value_length",
+    "attention.layer_norm_rms_epsilon", "rope.dimension_count", "rope.freq_base",
+    "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
+    "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
+    "rope.scaling.finetuned",  # llama.cpp records whether the scaling was fine-tuned; it computes nothing
+})
+_MOE_KEYS = frozenset({"expert_count", "expert_used_count", "expert_feed_forward_length"})
+_WINDOW_KEYS = frozenset({"attention.sliding_window", "attention.sliding_window_pattern"})
+
+
+def _check_arch_keys(g: GGUFModel, arch: GGUFArch) -> None:
+    a = arch.gguf
+    moe = bool(arch.experts or arch.paired)
+    allowed = _DENSE_KEYS | (_MOE_KEYS if moe else set()) | (_WINDOW_KEYS if a == "gpt-oss" else set())
+    for key, value in g.fields.items():
+        if not key.startswith(a + "."):
+            continue
+        suffix = key[len(a) + 1:]
+        if suffix in allowed or (suffix in _MOE_KEYS and value == 0):  # "no experts", as a dense model
+            continue
+        what = ("experts" if suffix in _MOE_KEYS else "sliding-window attention" if suffix in _WINDOW_KEYS
+                else "a setting the importer does not read")
+        raise FormatError(g.path, key, f"{value!r:.60}: {what} for {arch.hf_class} cannot be imported as the model "
+                                       "computes it; refusing rather than importing another model")
+
+
 def build_config(g: GGUFModel) -> dict[str, Any]:
     """The ``config.json`` the metadata describes (what transformers would read)."""
     names = {t.name: t for t in g.tensors}
     arch = _arch_of(g)
     a = arch.gguf
+    _check_arch_keys(g, arch)
     hidden = _field(g, f"{a}.embedding_length", int)
     heads = _field(g, f"{a}.attention.head_count", int)
     if hidden < 1 or heads < 1:
         raise FormatError(g.path, f"{a}.attention.head_count", f"{heads} heads of a {hidden}-wide model")
     kv = _field(g, f"{a}.attention.head_count_kv", int, heads)
+    if kv < 1 or heads % kv:
+        raise FormatError(g.path, f"{a}.attention.head_count_kv", f"{kv}: must be at least 1 and divide the {heads} "
+                                                                  "attention heads (grouped-query attention)")
     head_dim = _field(g, f"{a}.attention.key_length", int, hidden // heads)
     if _field(g, f"{a}.attention.value_length", int, head_dim) != head_dim:
         raise FormatError(g.path, f"{a}.attention.value_length", "differs from key_length; the decoder needs them equal")
@@ -222,6 +258,10 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     embed = names.get("token_embd.weight")
     if embed is None or len(embed.shape) != 2:
         raise FormatError(g.path, "tensor 'token_embd.weight'", "is missing or not a matrix")
+    vocab = embed.shape[0]
+    if _field(g, f"{a}.vocab_size", int, vocab) != vocab:
+        raise FormatError(g.path, f"{a}.vocab_size", f"{g.fields[f'{a}.vocab_size']} disagrees with the "
+                                                     f"{vocab} rows of token_embd.weight")
     cfg: dict[str, Any] = {
         "architectures": [arch.hf_class], "model_type": arch.model_type, "hidden_act": "silu",
         "hidden_size": hidden, "intermediate_size": _field(g, f"{a}.feed_forward_length", int),
@@ -230,7 +270,7 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         "max_position_embeddings": _field(g, f"{a}.context_length", int),
         "rms_norm_eps": _field(g, f"{a}.attention.layer_norm_rms_epsilon", float),
         "rope_theta": _field(g, f"{a}.rope.freq_base", float, 10000.0),
-        "vocab_size": embed.shape[0], "tie_word_embeddings": "output.weight" not in names,
+        "vocab_size": vocab, "tie_word_embeddings": "output.weight" not in names,
     }
     if scaling == "yarn":
         cfg["rope_scaling"] = {
@@ -245,6 +285,9 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         tid = g.fields.get(f"tokenizer.ggml.{key}_token_id")
         if tid is not None:
             cfg[f"{which}_token_id"] = _field(g, f"tokenizer.ggml.{key}_token_id", int)
+            if tid >= vocab:
+                raise FormatError(g.path, f"tokenizer.ggml.{key}_token_id", f"{tid} is outside the vocabulary "
+                                                                            f"(0..{vocab - 1})")
     return cfg
 
 

@@ -53,6 +53,10 @@ def tokenizer_json(fields: dict[str, Any], path: Path) -> bytes:
     types = fields.get("tokenizer.ggml.token_type", [1] * n)
     if not isinstance(types, list) or len(types) != n or not all(type(t) is int for t in types):
         raise FormatError(path, "tokenizer.ggml.token_type", f"must be an array of {n} integers (one per token)")
+    bad = next((i for i, t in enumerate(types) if not 0 <= t <= BYTE), None)
+    if bad is not None:
+        raise FormatError(path, f"tokenizer.ggml.token_type[{bad}]", f"{types[bad]} is not a token type "
+                                                                     f"(0..{BYTE}, llama.cpp's llama_token_type)")
     seen: set[str] = set()
     for t in tokens:  # a set, not a scan of the earlier tokens: linear in a hostile vocabulary too
         if t in seen:

@@ -17,7 +17,7 @@ imatrix files (GGUF, and the legacy ``.dat``), so users can reuse theirs.
 from __future__ import annotations
 
 import io
-import json
+import math
 import zipfile
 from pathlib import Path
 from typing import Any, Mapping
@@ -27,7 +27,7 @@ import numpy as np
 from .atomic import write_file_atomic
 from .errors import FormatError
 from .fileio import read_small
-from .jsonio import dumps_canonical
+from .jsonio import dumps_canonical, loads_strict
 
 FORMAT = "iekit-imatrix"
 VERSION = 1
@@ -35,6 +35,10 @@ META = "__meta__.json"
 MAX_FILE = 1 << 30        # bytes of a whole imatrix file
 MAX_COLS = 1 << 24        # columns of one matrix
 MAX_EXPERTS = 1 << 12     # experts of one stack's entry
+# The largest importance (a mean of x²: activations of 1e15) read. Larger
+# finite values overflowed float32 sums in the weighted scale search, and
+# the conversion failed on its own output's NaN losses.
+MAX_IMPORTANCE = 1e30
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 # What zipfile raises on a broken archive (truncated members end in EOFError, an
 # encrypted or unknown-method member in RuntimeError / NotImplementedError).
@@ -91,11 +95,12 @@ def check_values(entries: Mapping[str, np.ndarray], where: str | Path) -> None:
         if a.ndim not in (1, 2) or not 1 <= a.shape[-1] <= MAX_COLS or (a.ndim == 2 and not 1 <= a.shape[0] <= MAX_EXPERTS):
             raise FormatError(where, name, f"shape {list(a.shape)}, expected [cols] (1..{MAX_COLS}) or "
                                            f"[experts, cols] (1..{MAX_EXPERTS} experts)")
-        bad = ~np.isfinite(a) | (a < 0)
+        bad = ~np.isfinite(a) | (a < 0) | (a > MAX_IMPORTANCE)
         if bad.any():
             at = np.unravel_index(int(np.argmax(bad)), a.shape)
             what = f"column {at[-1]}" + (f" of expert {at[0]}" if a.ndim == 2 else "")
-            raise FormatError(where, name, f"{what} is {float(a[at])!r}; importances are finite and >= 0")
+            raise FormatError(where, name, f"{what} is {float(a[at])!r}; importances are finite, >= 0 and at most "
+                                           f"{MAX_IMPORTANCE:g}")
 
 
 def check_meta(meta: Any, where: str | Path) -> None:
@@ -139,10 +144,7 @@ def read(path: Path) -> Imatrix:
         except _ZIP_ERRORS as e:
             raise FormatError(path, name, f"unreadable ({type(e).__name__}: {e})") from None
         if name == META:
-            try:
-                meta = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
-            except (UnicodeDecodeError, ValueError) as e:
-                raise FormatError(path, name, f"not JSON ({e})") from None
+            meta = loads_strict(data, f"{path}: {name}")
             continue
         if not name.endswith(".npy"):
             raise FormatError(path, name, f"unexpected member (NAME.npy or {META})")
@@ -291,10 +293,6 @@ def read_llamacpp_legacy(path: Path) -> Imatrix:
     return Imatrix(entries, meta)
 
 
-def _no_constant(s: str) -> Any:
-    raise ValueError(f"{s} is not JSON")
-
-
 def _array(data: bytes, path: Path, name: str) -> np.ndarray:
     f = io.BytesIO(data)
     try:
@@ -306,7 +304,7 @@ def _array(data: bytes, path: Path, name: str) -> np.ndarray:
         raise FormatError(path, name, f"not a .npy array ({type(e).__name__}: {e})") from None
     if dtype != np.dtype("<f4") or fortran or len(shape) not in (1, 2):
         raise FormatError(path, name, f"{dtype.str} {list(shape)}, expected <f4 [cols] or [experts, cols]")
-    n = int(np.prod(shape))  # its bounds: check_values, once every member is read
+    n = math.prod(shape)  # Python's integers: a hostile header's shape cannot wrap to 0 (np.prod did)
     if len(data) - f.tell() != 4 * n:
         raise FormatError(path, name, f"{list(shape)} in {len(data) - f.tell()} data bytes")
     return np.frombuffer(data, "<f4", count=n, offset=f.tell()).reshape(shape).copy()

@@ -175,6 +175,8 @@ def kv_bytes(key: str, typ: str, value) -> bytes:
         return _str(key) + struct.pack("<I", 8) + _str(value)
     if typ == "strs":
         return _str(key) + struct.pack("<IIQ", 9, 8, len(value)) + b"".join(_str(v) for v in value)
+    if typ == "i32s":
+        return _str(key) + struct.pack("<IIQ", 9, 5, len(value)) + struct.pack(f"<{len(value)}i", *value)
     code, fmt = _VT[typ]
     return _str(key) + struct.pack("<I" + fmt, code, value)
 

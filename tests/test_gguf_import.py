@@ -444,6 +444,17 @@ def test_bad_tensors(tmp_path, tensors, data, needles):
     (_min_kvs() + [kv_bytes("general.alignment", "u32", 48)], ("general.alignment", "power of two")),
     ([k for k in _min_kvs() if b"block_count" not in k] + [kv_bytes("llama.block_count", "f32", 2.0)],
      ("llama.block_count", "expected a non-negative integer")),
+    # each of these was imported as another model, or failed with a traceback (issue 45)
+    (_min_kvs() + [kv_bytes("llama.attention.head_count_kv", "u32", 0)], ("head_count_kv", "at least 1")),
+    (_min_kvs() + [kv_bytes("llama.attention.head_count_kv", "u32", 3)], ("head_count_kv", "divide the 4")),
+    (_min_kvs() + [kv_bytes("tokenizer.ggml.eos_token_id", "u32", 3)], ("eos_token_id", "outside the vocabulary")),
+    (_min_kvs() + [kv_bytes("tokenizer.ggml.token_type", "i32s", [1, -1, 1])],
+     ("token_type[1]", "-1 is not a token type")),
+    (_min_kvs() + [kv_bytes("llama.vocab_size", "u32", 4)], ("llama.vocab_size", "disagrees", "3 rows")),
+    (_min_kvs() + [kv_bytes("llama.attention.sliding_window", "u32", 4096)],
+     ("llama.attention.sliding_window", "sliding-window attention", "refusing")),
+    (_min_kvs(arch="qwen2") + [kv_bytes("qwen2.expert_count", "u32", 8)], ("qwen2.expert_count", "experts")),
+    (_min_kvs() + [kv_bytes("llama.attention.clamp_kqv", "f32", 8.0)], ("llama.attention.clamp_kqv", "does not read")),
 ])
 def test_bad_metadata(tmp_path, kvs, needles):
     bad = raw_gguf(tmp_path / "bad.gguf", kvs, [_EMBED], bytes(768))

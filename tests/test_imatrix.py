@@ -109,6 +109,13 @@ def _npy(a: np.ndarray) -> bytes:
     return f.getvalue()
 
 
+def _huge_header() -> bytes:
+    """A .npy v1.0 header claiming [2**32, 2**32] float32 (2**64 elements: np.prod wraps to 0), no data."""
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }"
+    header += " " * (-(10 + len(header) + 1) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode()
+
+
 GOOD_META = json.dumps({**META, "format": "iekit-imatrix", "version": 1}).encode()
 
 
@@ -123,7 +130,7 @@ GOOD_META = json.dumps({**META, "format": "iekit-imatrix", "version": 1}).encode
      "column 1 of expert 1 is inf"),
     ({"a.weight.npy": b"not npy", "__meta__.json": GOOD_META}, "a.weight.npy"),
     ({"a.weight.npy": _npy(np.ones(3, np.float32))}, "__meta__.json: missing"),
-    ({"a.weight.npy": _npy(np.ones(3, np.float32)), "__meta__.json": b"{"}, "not JSON"),
+    ({"a.weight.npy": _npy(np.ones(3, np.float32)), "__meta__.json": b"{"}, "invalid JSON"),
     ({"a.weight.npy": _npy(np.ones(3, np.float32)), "__meta__.json": GOOD_META.replace(b'"tokens": 10', b'"tokens": "10"')},
      "tokens: expected int"),
     ({"a.weight.npy": _npy(np.ones(3, np.float32)), "__meta__.json": GOOD_META.replace(b'"tokens": 10', b'"tokens": true')},
@@ -135,6 +142,12 @@ GOOD_META = json.dumps({**META, "format": "iekit-imatrix", "version": 1}).encode
     ({"a.weight.npy": _npy(np.ones(3, np.float32)), "notes.txt": b"", "__meta__.json": GOOD_META},
      "notes.txt: unexpected member"),
     ({"__meta__.json": GOOD_META}, "no matrices"),
+    # issue 45: each of these was exit 3 (np.prod wrapped the shape to 0; json.loads recursed) or failed the
+    # conversion later, blaming its own output
+    ({"a.weight.npy": _huge_header(), "__meta__.json": GOOD_META}, "data bytes"),
+    ({"a.weight.npy": _npy(np.ones(3, np.float32)), "__meta__.json": b"[" * 100_000 + b"]" * 100_000},
+     "nesting too deep"),
+    ({"a.weight.npy": _npy(np.array([1, 3e38], np.float32)), "__meta__.json": GOOD_META}, "at most 1e+30"),
 ])
 def test_broken_files_are_one_clear_error(tmp_path, members, needle):
     p = tmp_path / "im.npz"
@@ -260,8 +273,8 @@ def test_llama_cpp_legacy_imatrix_is_read_and_used(tmp_path):
     (lambda b: b + b"x", "bytes after the trailer"),
     (lambda b: b"\x00\x00\x00\x00" + b[4:], "entry count: 0"),
     (lambda b: b[:4] + b"\xff\xff\xff\x7f" + b[8:], "entry 0: name length"),
-    (lambda b: b.replace(b"\x00\x00\x80\x40", b"\x00\x00\xc0\x7f", 1), "importances are finite and >= 0"),
-    (lambda b: b.replace(b"\x00\x00\x80\x40", b"\x00\x00\x80\xc0", 1), "importances are finite and >= 0"),
+    (lambda b: b.replace(b"\x00\x00\x80\x40", b"\x00\x00\xc0\x7f", 1), "importances are finite, >= 0"),
+    (lambda b: b.replace(b"\x00\x00\x80\x40", b"\x00\x00\x80\xc0", 1), "importances are finite, >= 0"),
     (lambda b: b"GGUF" + b[4:], "GGUF version"),
 ])
 def test_hostile_legacy_imatrix_is_one_clear_error(tmp_path, mutate, needle):
@@ -377,7 +390,7 @@ GOOD = {"blk.0.ffn_down.weight.in_sum2": np.full(8, 40.0, np.float32),
     ({"blk.0.ffn_up.weight": np.ones(8, np.float32)}, {}, "unexpected tensor"),
     ({"blk.0.ffn_down.weight.counts": np.array([np.nan], np.float32)}, {}, "token count"),
     ({"blk.0.ffn_down.weight.counts": np.array([-1.0], np.float32)}, {}, "token count"),
-    ({"blk.0.ffn_down.weight.in_sum2": -np.ones(8, np.float32)}, {}, "finite and >= 0"),
+    ({"blk.0.ffn_down.weight.in_sum2": -np.ones(8, np.float32)}, {}, "finite, >= 0"),
     ({"blk.0.ffn_down.weight.in_sum2": np.ones((2, 8), np.float32),
       "blk.0.ffn_down.weight.counts": np.ones((2, 1), np.float32)}, {}, "per-expert"),
 ], ids=["model-gguf", "no-chunk-count", "chunk-size-type", "datasets-type", "f16", "no-counts", "stray-tensor",
