@@ -86,6 +86,13 @@ def _redeliver_interrupts(previous):
 # whose start-up was slowed by the load saw a SIGINT land in one of those.
 sys.unraisablehook = _redeliver_interrupts(sys.unraisablehook)
 
+# Until here, cli/00-iekit-interrupt.pth's handler stood in (exit 130 at once,
+# nothing to clean up yet); from here Ctrl-C is Python's KeyboardInterrupt,
+# which run_guarded turns into the same exit after the cleanup. (A SIGINT
+# ignored by the parent, as under nohup, stays ignored.)
+if signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, signal.SIG_IGN, signal.SIG_DFL, None):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 def _import_quickly(load_main):
     """``load_main()`` with the cyclic garbage collector off, then every object

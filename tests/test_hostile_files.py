@@ -501,6 +501,25 @@ def test_ctrl_c_inside_a_finalizer_still_stops_the_command(when):
         assert "finished" not in res.stdout
 
 
+@pytest.mark.parametrize("tool", ["ieconv", "ierun"])
+def test_ctrl_c_before_the_command_line_is_imported_exits_130_quietly(tmp_path, tool):
+    """The ~20 ms after Python has read site-packages and before iekit's guard
+    runs (the console script's own `import re`, the first iekit imports):
+    held open here by a sitecustomize that waits, which Python runs at that
+    point. The old start-up printed a KeyboardInterrupt traceback."""
+    (tmp_path / "sitecustomize.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(tmp_path / 'ready')!r}).touch()\ntime.sleep(30)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    p = subprocess.Popen([str(BIN_DIR / tool), "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ready").exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.01)
+    p.send_signal(signal.SIGINT)
+    _out, err = p.communicate(timeout=60)
+    assert (p.returncode, err) == (130, "interrupted\n")
+
+
 @pytest.mark.parametrize("delay", [0.15, 0.3, 0.6, 1.0])
 def test_sigint_at_any_moment_of_start_up_exits_130_quietly(tmp_path, delay):
     """A real SIGINT at several moments of `ierun logits` (imports, native
