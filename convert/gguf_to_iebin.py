@@ -27,6 +27,7 @@ type or tokenizer kind this cannot carry over faithfully) are one line.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -384,9 +385,9 @@ def _plan(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantize_all: 
             out = dtype or FLOATS[t.ggml_type]
             mode = "copy" if out == FLOATS[t.ggml_type] else "cast"
         else:
-            first = g.tensor_bytes(t)[:t.nbytes // (int(np.prod(t.shape[:-1])) if len(t.shape) >= 2 else 1)]
+            row_bytes = t.nbytes // (math.prod(t.shape[:-1]) if len(t.shape) >= 2 else 1)
             try:
-                dequantize(np.asarray(first), _qtype(t.ggml_type))
+                dequantize(g.rows(t, 0, 1, row_bytes)[0], _qtype(t.ggml_type))
             except (NotImplementedError, KeyError, ValueError):
                 raise FormatError(g.path, f"{where} type", f"ggml type {t.ggml_type} cannot be converted "
                                                            "(gguf.quants cannot dequantize it)") from None
@@ -531,16 +532,16 @@ def _gather(g: GGUFModel, p: _Tensor, sel: slice | np.ndarray) -> np.ndarray:
     """Output rows ``sel`` of ``p`` as source bytes [k, row bytes]: row i of
     the sources' rows concatenated is row i % n of source i // n."""
     n, width = _src_rows(p)
-    raws = [g.tensor_bytes(t).reshape(-1, width) for t in p.sources]
-    if p.order is None:
-        return np.asarray(raws[0][sel])
-    idx = p.order[sel]
-    if len(raws) == 1:
-        return np.asarray(raws[0][idx])
+    if p.order is None and isinstance(sel, slice):
+        return g.rows(p.sources[0], sel.start, sel.stop, width)
+    idx = np.arange(p.rows)[sel] if p.order is None else p.order[sel]
     part = np.empty((len(idx), width), np.uint8)
-    for k, r in enumerate(raws):
+    for k, t in enumerate(p.sources):  # each source's rows read as the one span that holds them
         hit = idx // n == k
-        part[hit] = r[idx[hit] % n]
+        if hit.any():
+            local = idx[hit] % n
+            lo, hi = int(local.min()), int(local.max()) + 1
+            part[hit] = g.rows(t, lo, hi, width)[local - lo]
     return part
 
 

@@ -11,6 +11,7 @@
 #include "bsr/bsr.h"
 #include "common/cpu_features.h"
 #include "common/isa.h"
+#include "common/sigbus_report.h"
 #include "common/weight_types.h"
 #include "dedup/dedup.h"
 #include "gemm/gemm.h"
@@ -92,6 +93,9 @@ PYBIND11_MODULE(_native, m) {
   m.doc() = "iekit native runtime: CPU-dispatched kernels (scalar reference + AVX2/FMA, AVX-512)";
   py::register_exception<std::invalid_argument>(m, "NativeValueError", PyExc_ValueError);
 
+  m.def("report_sigbus_as", &ie::report_sigbus_as, py::arg("line"),
+        "From now on, a SIGBUS from a mapped file that shrank (BUS_ADRERR) prints LINE on stderr and exits 1 "
+        "instead of killing the process silently (common/sigbus_report.h).");
   m.def("cpu_features", &cpu_features_dict,
         "CPU flags, the kernel ISAs this build can run here, and the one selected "
         "(IE_ISA=scalar|avx2|avx512|auto overrides).");

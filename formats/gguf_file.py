@@ -22,6 +22,7 @@ Each broken rule is one ``FormatError`` naming the file and the field.
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import struct
@@ -67,11 +68,24 @@ class GGUFModel:
     alignment: int
     fields: dict[str, Any]       # key -> decoded value (str, int, float, bool, list)
     tensors: list[GGUFTensor]    # in file order
-    data: np.memmap              # the whole file, read-only
+    file: io.FileIO              # the file the header was read from, open for the tensors' reads
+
+    def rows(self, t: GGUFTensor, r0: int, r1: int, row_bytes: int) -> np.ndarray:
+        """Bytes [r0 * row_bytes, r1 * row_bytes) of ``t`` as uint8 [r1 - r0, row_bytes].
+        Read, not mapped: a file truncated while it is imported is one error
+        line ("shrank"), where a mapping's page past the new end was SIGBUS."""
+        start, n = r0 * row_bytes, (r1 - r0) * row_bytes
+        if not (0 <= r0 <= r1 and start + n <= t.nbytes):
+            raise IndexError(f"{t.name}: bytes [{start}, {start + n}) of {t.nbytes}")
+        buf = os.pread(self.file.fileno(), n, t.offset + start)
+        if len(buf) != n:
+            raise FormatError(self.path, f"tensor {t.name!r}", "file shrank while reading (truncated during the "
+                                                              "import?)")
+        return np.frombuffer(buf, np.uint8).reshape(r1 - r0, row_bytes)
 
     def tensor_bytes(self, t: GGUFTensor) -> np.ndarray:
-        """The tensor's bytes as a uint8 view of the mapped file (checked inside it)."""
-        return self.data[t.offset:t.offset + t.nbytes]
+        """The tensor's bytes (uint8), read whole: for small tensors (``rows`` streams)."""
+        return self.rows(t, 0, 1, t.nbytes).reshape(-1)
 
 
 class _Walk:
@@ -152,15 +166,19 @@ def open_gguf(path: str | os.PathLike) -> GGUFModel:
     size = check_regular(path).st_size
     if size < 24:
         raise FormatError(path, "header", f"is {size} bytes, shorter than a GGUF header (24)")
-    with open(path, "rb") as f:
-        header = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    f = io.FileIO(path, "r")
     try:
-        return _open(path, size, header)
-    finally:
-        header.close()
+        header = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            return _open(path, size, header, f)
+        finally:
+            header.close()
+    except BaseException:
+        f.close()
+        raise
 
 
-def _open(path: Path, size: int, header: mmap.mmap) -> GGUFModel:
+def _open(path: Path, size: int, header: mmap.mmap, f: io.FileIO) -> GGUFModel:
     w = _Walk(path, header)
     if header[:4] != MAGIC:
         raise FormatError(path, "magic", f"is {header[:4]!r}, expected {MAGIC!r}: not a GGUF file")
@@ -236,4 +254,4 @@ def _open(path: Path, size: int, header: mmap.mmap) -> GGUFModel:
         if a.offset + a.nbytes > b.offset:
             raise FormatError(path, f"tensor {b.name!r} offset", f"its data overlaps tensor {a.name!r}'s")
 
-    return GGUFModel(path, version, alignment, fields, tensors, np.memmap(path, dtype=np.uint8, mode="r"))
+    return GGUFModel(path, version, alignment, fields, tensors, f)

@@ -82,6 +82,9 @@ class TensorSource:
     def __init__(self, model_dir: str | os.PathLike, config: DedupConfig | None = None, *,
                  threads: int = 0, isa: str = ""):
         self.model = iebin.load_model(model_dir)
+        # Its files are read in place (mapped): one that shrinks under us is one line, not a silent SIGBUS.
+        _native.report_sigbus_as(f"error: {self.model.dir}: a model file ierun had mapped (model.ie.bin, a dedup "
+                                 "blob) shrank while in use (SIGBUS); model files must not change while ierun runs")
         self.config = config if config is not None else DedupConfig.from_env()
         # A packed model (dedup-pack) keeps its grouped tensors only in the
         # store: it is always used and always strict, whatever IE_DEDUP says.

@@ -584,3 +584,26 @@ def test_a_duplicate_token_is_found_in_linear_time(tmp_path):
     with pytest.raises(FormatError, match="tokenizer.ggml.tokens: token 't0' appears twice"):
         tokenizer_json({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": tokens}, tmp_path / "m.gguf")
     assert time.perf_counter() - t0 < 2
+
+
+@pytest.mark.parametrize("how", ["copy", "dequantize"])
+def test_a_gguf_truncated_during_the_import_is_one_error_and_leaves_nothing(tmp_path, how):
+    """The tensors are read, not mapped: a file cut short while it is imported
+    is "shrank" naming the tensor (the mapping died with SIGBUS and left its
+    staging file), and the output directory it created is gone."""
+    from iekit.convert.gguf_to_iebin import convert_gguf
+    from iekit.convert.hf_to_iebin import Progress
+    from iekit.formats.errors import FormatError
+
+    src = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", quant={r"proj": "Q8_0"})
+    cut = open_gguf(src).tensors[len(open_gguf(src).tensors) // 2].offset
+
+    def advance(_n: int) -> None:
+        if src.stat().st_size > cut:
+            os.truncate(src, cut)
+
+    with pytest.raises(FormatError, match="shrank while reading") as e:
+        convert_gguf(src, tmp_path / "out", progress=Progress(advance=advance),
+                     dequantize_all=how == "dequantize")
+    assert str(src) in str(e.value) and "tensor '" in str(e.value)
+    assert not (tmp_path / "out").exists()

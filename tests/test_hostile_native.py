@@ -12,7 +12,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import BIN_DIR, assert_one_line_error, python_bounded, run_tool
+from conftest import BIN_DIR, GOLDEN_IEBIN, assert_one_line_error, copy_model, python_bounded, run_tool
 from iekit.runtime.native import _native
 
 
@@ -125,3 +125,22 @@ def test_bsr_loader_refuses_a_fifo_without_opening_it_blocking(tmp_path):
     cli = subprocess.run([str(BIN_DIR / "ierun"), "verify", "bsr", str(tmp_path / "m.bsr"), "--dense",
                           str(tmp_path / "d.npy")], capture_output=True, text=True, timeout=60)
     assert_one_line_error(cli, "m.bsr", "not a regular file")
+
+
+# ------------------------------------------------ a mapped model that shrinks (issue 45, item 11)
+
+def test_a_model_file_truncated_under_the_runtime_is_one_line(tmp_path):
+    """ierun reads model.ie.bin in place; truncated while mapped, the next
+    read past the new end was a SIGBUS that killed it without a word."""
+    d = copy_model(GOLDEN_IEBIN / "tiny-llama", tmp_path / "m")
+    res = python_bounded(f"""
+import os
+from iekit.runtime.decoder import Decoder
+dec = Decoder({str(d)!r}, threads=2)
+os.truncate({str(d / 'model.ie.bin')!r}, 0)
+dec.logits([1, 2, 3])
+print("ran on a truncated file")
+""")
+    assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)
+    assert res.stderr.splitlines() == [f"error: {d}: a model file ierun had mapped (model.ie.bin, a dedup blob) "
+                                       "shrank while in use (SIGBUS); model files must not change while ierun runs"]
