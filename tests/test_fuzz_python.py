@@ -39,7 +39,7 @@ def _mutations(seed: bytes, n: int, rng: random.Random):
 def test_target_on_seeds_and_mutations(target):
     rng = random.Random(target)
     fn = fp.TARGETS[target]
-    n = 40 if target in ("iebin", "safetensors", "dedup", "gguf") else 150
+    n = 10 if target == "chat" else 40 if target in ("iebin", "safetensors", "dedup", "gguf") else 150
     for seed in fp.seeds(target):
         fn(seed)
         for data in _mutations(seed, n // max(1, len(fp.seeds(target))) + 1, rng):
