@@ -233,6 +233,11 @@ def link_no_replace(tmp: Path, final: Path) -> None:
     os.unlink(tmp)
 
 
+# What a write into a staged file fails with that no read does: such an error
+# without a file name is reported as the staged file's (StagedFiles.__exit__).
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
 class StagedFiles:
     """A set of files written under temporary names and committed together.
 
@@ -354,9 +359,9 @@ class StagedFiles:
         if exc_type is not None:
             writing = self._writing()
             self.abort()
-            if isinstance(exc, OSError) and exc.filename is None and not isinstance(exc, FileExistsError):
-                # A write into a staged file (a full disk, a file size limit): told about the user's
-                # path, and said after the staged files are gone.
+            if isinstance(exc, OSError) and exc.filename is None and exc.errno in _WRITE_ERRNOS:
+                # A write into a staged file failed (a full disk, a quota, a file size limit):
+                # told about the user's path, and said after the staged files are gone.
                 raise _write_error(writing, exc) from None
             return
         if self._staged:

@@ -367,8 +367,9 @@ def _check_config(cfg: dict[str, Any], meta_path: Path) -> None:
 
 def decoder_tensors(s: DecoderSpec) -> set[str]:
     """Every tensor name the decoder reads for ``s`` (an attention bias of
-    any architecture, lm_head.weight even when tied, as transformers ties it
-    over whatever was saved)."""
+    any architecture), and those it leaves unread as transformers does:
+    lm_head.weight of a tied model (tied over whatever was saved) and
+    IGNORED_BUFFERS."""
     names = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
     for i in range(s.n_layers):
         pre = f"model.layers.{i}."
