@@ -231,16 +231,15 @@ def main() -> None:
     ref_orig = w / "f32-orig"
     if not (ref_orig / "model.ie.json").exists():
         run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", hf, "--out-dir", ref_orig)
-    import pydoc_data.topics as topics
+    from sample_texts import calib_and_held
 
     from iekit.runtime.decoder import Decoder
 
     orig = Decoder(ref_orig)
-    text = "\n\n".join(topics.topics[k] for k in sorted(topics.topics))
+    calib_text, held_text = calib_and_held()
     calib, held = w / "calib.txt", w / "eval-ids.txt"
-    half = len(text) // 2
-    calib.write_text(text[:half])
-    held_ids = orig.encode(text[half:])
+    calib.write_text(calib_text)
+    held_ids = orig.encode(held_text)
     held.write_text(" ".join(map(str, held_ids)))
     if not a.no_rotate:
         rot = w / "rot-hf"
@@ -309,7 +308,7 @@ def main() -> None:
         print(f"  {rows[-1][0]}: done", file=sys.stderr)
         if label == GGUF_POLICY:
             exported = d
-    llama_rows = llamacpp_scores(a, w, ref, im, text[half:], exported) if a.llama_quantize else []
+    llama_rows = llamacpp_scores(a, w, ref, im, held_text, exported) if a.llama_quantize else []
     if not a.llama_quantize:
         print("llama.cpp: skipped (no llama-quantize: make llamacpp, or --llama-quantize PATH)", file=sys.stderr)
     rows += llama_rows

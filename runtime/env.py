@@ -71,7 +71,7 @@ from iekit.formats.errors import IEError
 
 @dataclass(frozen=True)
 class Variable:
-    """One row of the table above (tests check the README against it)."""
+    """One row of the table above (tests check docs/environment.md against it)."""
     name: str
     values: str
     default: str
