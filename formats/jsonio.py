@@ -56,7 +56,7 @@ def loads_strict(data: bytes, file: str | os.PathLike) -> Any:
     except _Reject as e:
         raise FormatError(file, "(file)", f"invalid JSON: {e}") from None
     except json.JSONDecodeError as e:
-        raise FormatError(file, "(file)", f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise FormatError(file, "(file)", f"invalid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
     except RecursionError:
         raise FormatError(file, "(file)", "invalid JSON: nesting too deep") from None
     except ValueError as e:  # e.g. an integer literal past Python's digit limit

@@ -14,6 +14,8 @@ import numpy as np
 from iekit.cli.support import SEED, threads_option
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.errors import IEError
+from iekit.formats.fileio import SMALL_FILE_MAX
+from iekit.formats.model_spec import ARCHITECTURES
 
 from . import cuda
 from .env import ACTS
@@ -22,7 +24,8 @@ from .token_ids import parse_ids
 from .gguf_models import model_dir_option
 
 _model_dir = click.option("--model-dir", required=True, callback=model_dir_option, type=click.Path(path_type=Path),
-                          help="IEBIN model directory (Llama, Mistral or Qwen2).")
+                          help="IEBIN model directory, or a .gguf (imported once, cached): "
+                               f"{', '.join(a.removesuffix('ForCausalLM') for a in ARCHITECTURES)}.")
 _threads = threads_option("Decoder threads.")
 _ctx = click.option("--ctx", type=click.IntRange(min=1), default=None,
                     help="KV cache positions [min(max_position_embeddings, 4096)]; at most "
@@ -43,6 +46,17 @@ _CONTROLS = {c: f"\\x{c:02x}" for c in range(32) if chr(c) not in "\n\t"} | {0x7
 
 def printable(text: str) -> str:
     return text.translate(_CONTROLS)
+
+
+def read_stdin_text(what: str) -> str:
+    """Standard input as UTF-8 text, at most the text reader's size (``--prompt -``)."""
+    data = sys.stdin.buffer.read(SMALL_FILE_MAX + 1)
+    if len(data) > SMALL_FILE_MAX:
+        raise IEError(f"{what}: standard input holds more than {SMALL_FILE_MAX} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise IEError(f"{what}: standard input is not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def prompt_ids(dec, prompt: str | None, ids: str | None) -> list[int]:
@@ -69,7 +83,7 @@ def chat_ids(dec, model_dir: Path, prompt: str | None, system: str | None) -> li
 
 @click.command("generate")
 @_model_dir
-@click.option("--prompt", help="Prompt text (tokenized with the model's tokenizer.json).")
+@click.option("--prompt", help="Prompt text (tokenized with the model's tokenizer.json); - reads it from standard input.")
 @click.option("--ids", help="Prompt as comma-separated token ids (models without a tokenizer).")
 @click.option("--prompts-file", type=click.Path(path_type=Path, dir_okay=False),
               help="Or many prompts, one per line (text, or 'ids: 1,2,3'; blank lines skipped), each generated "
@@ -117,8 +131,13 @@ def generate_cmd(model_dir, prompt, ids, prompts_file, chat, system, max_new, ig
         raise click.UsageError("give --prompts-file, or --prompt / --ids, not both")
     if chat and ids is not None:
         raise click.UsageError("--chat takes --prompt, not --ids")
-    sampler = Sampler(temp, top_p, seed, top_k=top_k, min_p=min_p, repeat_penalty=repeat_penalty,
-                      repeat_last_n=repeat_last_n)
+    try:
+        sampler = Sampler(temp, top_p, seed, top_k=top_k, min_p=min_p, repeat_penalty=repeat_penalty,
+                          repeat_last_n=repeat_last_n)
+    except IEError as e:  # a value out of range is bad usage (exit 2), as for every other option
+        raise click.UsageError(str(e)) from None
+    if prompt == "-":
+        prompt = read_stdin_text("--prompt -")
     lines = read_prompts(prompts_file)[1] if prompts_file is not None else None
     bad = next((ln for ln in lines or [] if chat and ln.ids is not None), None)
     if bad is not None:  # before anything runs
@@ -129,7 +148,8 @@ def generate_cmd(model_dir, prompt, ids, prompts_file, chat, system, max_new, ig
         _generate_one(dec, pids, max_new, sampler, ignore_eos, as_json)
         return
     # Every prompt is tokenized and checked (vocabulary, context) before the first one runs.
-    all_ids = [chat_ids(dec, model_dir, ln.text, system) for ln in lines] if chat else tokenize(lines, dec, max_new)
+    # (generation stops where the context is full, so only the prompts themselves must fit)
+    all_ids = [chat_ids(dec, model_dir, ln.text, system) for ln in lines] if chat else tokenize(lines, dec, 1)
     for line, pids in zip(lines, all_ids):
         if not as_json:
             click.echo(f"### {line.where}: {printable(line.text) if line.text is not None else 'ids'}")
@@ -145,10 +165,13 @@ def _generate_one(dec, pids: list[int], max_new: int, sampler: Sampler, ignore_e
     def visible() -> list[int]:  # the generated ids as text shows them: a final EOS is not text
         return new[:-1] if new and new[-1] in dec.eos_ids and not ignore_eos else new
 
+    dec.check_ids(pids)  # the prompt fits the context; generation then stops where the context is full
+    room = dec.max_ctx - len(pids) + 1  # the last token generated is never fed back: it takes no position
+    limit = min(max_new, room)
     t0 = time.perf_counter()
     t_first = None
     try:
-        for tok in stream(dec, pids, max_new, sampler, stop_at_eos=not ignore_eos):
+        for tok in stream(dec, pids, limit, sampler, stop_at_eos=not ignore_eos):
             t_first = t_first or time.perf_counter()
             new.append(tok)
             if as_json:
@@ -165,10 +188,12 @@ def _generate_one(dec, pids: list[int], max_new: int, sampler: Sampler, ignore_e
             sys.stdout.flush()
         raise
     t_end = time.perf_counter()
+    full = limit < max_new and len(new) == limit and not (new and new[-1] in dec.eos_ids and not ignore_eos)
     text = dec.decode(visible()) if has_tok else None
     if as_json:  # exact and reproducible: the same run prints the same object (no timings)
         click.echo(json.dumps({"prompt_ids": pids, "generated_ids": new, "text": text,
-                               "stopped_at_eos": bool(new) and new[-1] in dec.eos_ids and not ignore_eos}))
+                               "stopped_at_eos": bool(new) and new[-1] in dec.eos_ids and not ignore_eos,
+                               "stopped_at_ctx": full}))
         return
     if text is not None and text != shown:
         click.echo(printable(text[len(shown):]), nl=False)
@@ -176,6 +201,8 @@ def _generate_one(dec, pids: list[int], max_new: int, sampler: Sampler, ignore_e
     sys.stdout.flush()  # the text first, then the figures (stderr is unbuffered)
     prefill = (t_first or t_end) - t0
     tps = f", {(len(new) - 1) / (t_end - t_first):.1f} tok/s after the first" if t_first and len(new) > 1 else ""
+    if full:  # llama.cpp's llama-simple stops here too (llama-cli would shift the context instead)
+        click.echo(f"[stopped: the context of {dec.max_ctx} positions is full (--ctx raises it)]", err=True)
     click.echo(f"[{len(pids)} prompt tokens in {prefill:.2f} s; {len(new)} generated{tps}]", err=True)
 
 

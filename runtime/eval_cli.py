@@ -118,7 +118,7 @@ def print_summary(s: dict) -> None:
         t.add_row("Δp of ref's top token", f"mean {s['dp_mean']:+.5f}, RMS {s['dp_rms']:.5f}, "
                                            f"p1 {s['dp_p1']:+.5f}, p99 {s['dp_p99']:+.5f}")
     t.add_row("time", f"{s['seconds']:.2f} s, {s['tokens_per_s']:.0f} tokens/s "
-                      f"({'2 models' if s['ref_dir'] else '1 model'}, {s['threads']} threads, act {s['act']})")
+                      f"({'2 models' if s['ref_dir'] else '1 model'}, {s['threads']} thread{'s' if s['threads'] != 1 else ''}, act {s['act']})")
     out.print(t)
 
 

@@ -8,11 +8,12 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
+from conftest import BIN_DIR, GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
 
 from iekit.runtime.sampling import Sampler, generate
 
@@ -230,3 +231,31 @@ def test_prompts_file_is_checked_before_anything_runs(tmp_path):
                    "--ctx", "16", "--max-new", "4")
     assert_one_line_error(res, "p.txt:2")
     assert res.stdout == ""  # the first prompt did not run either
+
+
+# -- llama.cpp habits ------------------------------------------------------------------
+
+def test_prompt_dash_reads_standard_input():
+    args = [str(BIN_DIR / "ierun"), "generate", "--model-dir", str(GOLDEN_IEBIN / "tiny-llama"), "--max-new", "3",
+            "--json"]
+    piped = subprocess.run([*args, "--prompt", "-"], input="hello world\n", capture_output=True, text=True,
+                           timeout=300)
+    given = subprocess.run([*args, "--prompt", "hello world\n"], capture_output=True, text=True, timeout=300)
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout) == json.loads(given.stdout)
+    bad = subprocess.run([*args, "--prompt", "-"], input=b"\xff\xfe", capture_output=True, timeout=300)
+    assert bad.returncode == 1 and b"not UTF-8" in bad.stderr
+
+
+@pytest.mark.parametrize("opt", [("--temp", "-1"), ("--top-p", "0"), ("--min-p", "1"), ("--temp", "nan")])
+def test_sampling_values_out_of_range_are_usage_errors(opt):
+    res = run_tool("ierun", "generate", "--model-dir", GOLDEN_IEBIN / "tiny-llama", "--ids", "1", *opt)
+    assert res.returncode == 2 and opt[0] in res.stderr, res.stderr
+
+
+def test_help_names_every_architecture_the_decoder_runs():
+    from iekit.formats.model_spec import ARCHITECTURES
+
+    text = " ".join(run_tool("ierun", "generate", "--help").stdout.split())
+    for a in ARCHITECTURES:
+        assert a.removesuffix("ForCausalLM") in text, a

@@ -625,12 +625,21 @@ def test_staged_write_errors_name_the_users_path(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new.json", "x.json"]
 
 
-def test_an_error_after_streamed_text_starts_its_own_line():
-    """The KV cache of 4 positions runs out after 3 streamed tokens."""
+def test_generation_stops_cleanly_where_the_context_is_full():
+    """A KV cache of 4 positions holds the 2 prompt ids and 3 generated ones
+    (the last is never fed back): the text streams, a note says why it
+    stopped, exit 0 (it was an error after the text had streamed)."""
     res = subprocess.run([str(BIN_DIR / "ierun"), "generate", "--model-dir", GOLDEN_IEBIN / "tiny-llama",
-                          "--ids", "1,2", "--ctx", "4", "--max-new", "10"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    assert res.returncode == 1, res.stdout
-    lines = res.stdout.splitlines()
-    assert lines[-1].startswith("error: ") and "context" in lines[-1], res.stdout
-    assert len(lines) == 2 and lines[0], res.stdout  # the streamed text, then the error
+                          "--ids", "1,2", "--ctx", "4", "--max-new", "10", "--ignore-eos"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip()
+    assert "the context of 4 positions is full" in res.stderr and "3 generated" in res.stderr
+    js = subprocess.run([str(BIN_DIR / "ierun"), "generate", "--model-dir", GOLDEN_IEBIN / "tiny-llama",
+                         "--ids", "1,2", "--ctx", "4", "--max-new", "10", "--ignore-eos", "--json"],
+                        capture_output=True, text=True, timeout=300)
+    out = json.loads(js.stdout)
+    assert len(out["generated_ids"]) == 3 and out["stopped_at_ctx"] is True
+    too_long = subprocess.run([str(BIN_DIR / "ierun"), "generate", "--model-dir", GOLDEN_IEBIN / "tiny-llama",
+                               "--ids", "1,2,3,4,5", "--ctx", "4"], capture_output=True, text=True, timeout=300)
+    assert_one_line_error(too_long, "5 tokens exceeds the context of 4")

@@ -271,7 +271,7 @@ def test_llama_cpp_legacy_imatrix_is_read_and_used(tmp_path):
 @pytest.mark.parametrize("mutate, needle", [
     (lambda b: b[:-3], "file ends at byte"),
     (lambda b: b + b"x", "bytes after the trailer"),
-    (lambda b: b"\x00\x00\x00\x00" + b[4:], "entry count: 0"),
+    (lambda b: b"\x00\x00\x00\x00" + b[4:], "not an importance matrix"),
     (lambda b: b[:4] + b"\xff\xff\xff\x7f" + b[8:], "entry 0: name length"),
     (lambda b: b.replace(b"\x00\x00\x80\x40", b"\x00\x00\xc0\x7f", 1), "importances are finite, >= 0"),
     (lambda b: b.replace(b"\x00\x00\x80\x40", b"\x00\x00\x80\xc0", 1), "importances are finite, >= 0"),
@@ -413,3 +413,11 @@ def test_gguf_imatrix_zero_count_means_ones(tmp_path):
     assert imatrix.read_any(p).entries["blk.0.ffn_down.weight"].tolist() == [1.0] * 8
     _gguf_imatrix(p, GOOD)
     assert imatrix.read_any(p).entries["blk.0.ffn_down.weight"].tolist() == [4.0] * 8
+
+
+def test_a_file_that_is_no_imatrix_says_so(tmp_path):
+    """--imatrix README.md was read as a legacy .dat: 'entry count: 1701388323'."""
+    p = tmp_path / "README.md"
+    p.write_text("# iekit\n\nConvert and run models.\n")
+    with pytest.raises(FormatError, match="not an importance matrix"):
+        imatrix.read_any(p)
