@@ -91,11 +91,12 @@ def dedup_plan_cmd(model_dir: Path, out_dir: Path, min_bytes: int, overwrite: bo
 
     A group is kept only if it pays: its estimated store (default + masks +
     exceptions + ~512 bytes of index and padding per member) must be smaller
-    than both the plain members and zstd -3 of the members (estimated from up
-    to 8 windows of 64 KiB per member at fixed positions). Otherwise a
-    general-purpose compressor is the better tool and the group is dropped;
-    --explain says why. When no group pays, the plan is written with no
-    groups. `ieconv dedup-extract` makes the plan real.
+    than the plain members, the model you can run without it. zstd -3 of the
+    members (estimated from up to 8 windows of 64 KiB per member) is shown
+    beside it for comparison only: the runtime cannot run a compressed
+    model. --explain says why each group is kept or dropped. When no group
+    pays, the plan is written with no groups. `ieconv dedup-extract` makes
+    the plan real.
     """
     from .dedup_plan import plan, write_plan
 
@@ -154,7 +155,7 @@ def dedup_plan_cmd(model_dir: Path, out_dir: Path, min_bytes: int, overwrite: bo
                   f"{human_bytes(store)} dedup (est., {plain / store:.2f}x); model {human_bytes(p.model_bytes)} -> "
                   f"{human_bytes(p.model_bytes_after)} (est.)", markup=False)
     elif p.dropped:
-        best = min(p.dropped, key=lambda g: g.store_bytes / min(g.plain_bytes, g.estimate["zstd_bytes"]))
+        best = min(p.dropped, key=lambda g: g.store_bytes / g.plain_bytes)
         out.print(f"no group pays: best candidate {best.members[0]} (+{len(best.members) - 1}, {human_bytes(best.nbytes)} each): "
                   f"{best.explain()}", markup=False)
     else:

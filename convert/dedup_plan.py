@@ -30,17 +30,16 @@ each tensor and works on samples only:
 6. Each candidate group is re-estimated with the byte-wise majority of the
    samples (the default extract will use) and kept only if it pays: its
    store (default + masks + exceptions, plus MEMBER_OVERHEAD of index and
-   padding per member) must be smaller than both the plain members and zstd
-   -3 of the members. zstd is the bar because a general-purpose compressor
-   of the same bytes is always available; a store the runtime reads in
-   place that loses to it is the wrong tool (on a model without duplicated
-   layers, a 61% exception rate gave 1.34x where zstd -3 gives 1.99x). The
-   zstd size is estimated from up to ZSTD_WINDOWS windows of ZSTD_WINDOW
-   bytes per member, placed like the samples (by size only), each
-   compressed on its own and scaled by nbytes / sampled bytes; tensors no
-   larger than that sample are compressed whole. Only members of candidate
-   groups are compressed, so the extra I/O is at most 512 KiB per member.
-   Groups that do not pay stay in ``Plan.dropped`` with the reason.
+   padding per member) must be smaller than the plain members, the model
+   the user can run without it. zstd -3 of the members is estimated beside
+   it and reported (a general-purpose compressor's size, for comparison;
+   the runtime cannot run a compressed model): from up to ZSTD_WINDOWS
+   windows of ZSTD_WINDOW bytes per member, placed like the samples (by
+   size only), each compressed on its own and scaled by nbytes / sampled
+   bytes; tensors no larger than that sample are compressed whole. Only
+   members of candidate groups are compressed, so the extra I/O is at most
+   512 KiB per member. Groups that do not pay stay in ``Plan.dropped``
+   with the reason.
 
 The estimate is only an estimate; ``ierun verify dedup`` reports the real
 numbers after ``dedup-extract``.
@@ -76,7 +75,7 @@ LSH_BAND_BYTES = 4
 MEMBER_OVERHEAD = 512
 # Merge pass: candidate groups a unit is evaluated against, best agreement first.
 MERGE_TRIES = 4
-# The zstd bar a group must beat: level 3 (as ``ierun verify dedup``), sampled.
+# The zstd figure reported beside each group: level 3 (as ``ierun verify dedup``), sampled.
 ZSTD_LEVEL = 3
 ZSTD_WINDOW = 64 << 10
 ZSTD_WINDOWS = 8
@@ -165,7 +164,7 @@ class PlannedGroup:
     members: list[str]
     estimate: dict[str, Any] = field(default_factory=dict)
     default_member: str | None = None  # the planner always leaves the majority; people may name one
-    reason: str | None = None  # why it was dropped: "plain" or "zstd" (see ``verdict``); None when it pays
+    reason: str | None = None  # why it was dropped: "plain" (see ``verdict``); None when it pays
 
     @property
     def plain_bytes(self) -> int:
@@ -193,13 +192,11 @@ class PlannedGroup:
 
 
 def verdict(g: PlannedGroup) -> str | None:
-    """None when ``g`` pays (its store is smaller than both the plain members
-    and zstd -3 of them), else the bar it fails first: "plain", "zstd"."""
-    if g.store_bytes >= g.plain_bytes:
-        return "plain"
-    if g.store_bytes >= g.estimate["zstd_bytes"]:
-        return "zstd"
-    return None
+    """None when ``g`` pays (its store is smaller than the plain members: the
+    model the user can run without it), else "plain". zstd -3 is reported
+    beside it, not a bar: the runtime cannot run a zstd-compressed model, so
+    losing to zstd left the user with the whole plain model."""
+    return "plain" if g.store_bytes >= g.plain_bytes else None
 
 
 def zstd_sizes(paths: list[tuple[Path, int]], n: int) -> list[int]:
@@ -211,7 +208,7 @@ def zstd_sizes(paths: list[tuple[Path, int]], n: int) -> list[int]:
     sample. Windows of 64 KiB keep what zstd finds in float and quantized
     weights (entropy of exponents, runs of zeros); what they miss is repeats
     further apart than a window, which can only make the estimate larger
-    than zstd of the whole tensor: the bar errs in dedup's favour.
+    than zstd of the whole tensor.
     """
     runs = sample_runs(n, ZSTD_WINDOWS * ZSTD_WINDOW, ZSTD_WINDOW)
     sampled = sum(r for _s, r in runs)

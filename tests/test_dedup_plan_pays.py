@@ -1,6 +1,6 @@
 """``ieconv dedup-plan`` keeps only groups that pay: a group's estimated
-store (blobs + index) must be smaller than both its plain members and zstd
--3 of them.
+store (blobs + index) must be smaller than its plain members (what runs
+without it); zstd -3 of them is reported beside it, not a bar.
 
 Each case is checked against an independent reference: zstd -3 of every
 whole member (``zstandard``, not the planner's sampled windows), the bytes
@@ -66,20 +66,22 @@ def random_model(tmp_path_factory) -> Path:
     return write_iebin(tmp_path_factory.mktemp("random") / "m", tensors)
 
 
-def test_random_floats_no_group_pays(random_model, tmp_path):
+def test_a_group_smaller_than_plain_is_kept_where_zstd_is_smaller_still(random_model, tmp_path):
+    """wide.*: float32 with their low halves zero. The store beats plain (what
+    runs without it) though whole-member zstd beats the store: kept, the zstd
+    ratio reported beside it. (zstd was a second bar, which left the user
+    with the whole plain model: the runtime cannot run a compressed one.)
+    The random f32.* are no group: nothing beats plain there."""
     r = run_tool("ieconv", "dedup-plan", "--model-dir", random_model, "--out-dir", tmp_path / "o", "--explain")
     assert r.returncode == 0, r.stdout + r.stderr
-    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("no group pays: "))
-    assert "best candidate wide." in line and "dropped (zstd)" in line, line
-    assert json.loads((tmp_path / "o" / "groups.indices.json").read_text())["groups"] == []
-    assert (tmp_path / "o" / "tensor_map.json").is_file()
-    # the reason holds against the reference: whole-member zstd beats the store
+    line = next(ln for ln in r.stdout.splitlines() if "wide." in ln and ": kept:" in ln)
+    assert "smaller than plain" in line and "zstd -3" in line, line
     j = plan_json(random_model, "--overwrite")
-    assert j["groups"] == [] and len(j["dropped"]) == 1
-    d = j["dropped"][0]
-    assert sorted(d["members"]) == [f"wide.{i}" for i in range(6)] and d["reason"] == "zstd"
-    assert zstd_whole(random_model, d["members"]) < d["store_bytes"] < d["plain_bytes"]
-    assert j["est_model_bytes_after"] == j["est_model_bytes_before"] == 12 * 32768 * 4
+    [g] = j["groups"]
+    assert sorted(g["members"]) == [f"wide.{i}" for i in range(6)] and g["reason"] is None
+    assert zstd_whole(random_model, g["members"]) < g["store_bytes"] < g["plain_bytes"]
+    assert not any(m.startswith("f32.") for d in j["dropped"] for m in d["members"] if d["reason"] != "plain")
+    assert j["est_model_bytes_after"] < j["est_model_bytes_before"] == 12 * 32768 * 4
 
 
 @pytest.fixture(scope="module")
@@ -98,17 +100,16 @@ def sparse_model(tmp_path_factory) -> Path:
     return write_iebin(tmp_path_factory.mktemp("sparse") / "m", tensors)
 
 
-def test_low_entropy_dropped_for_zstd(sparse_model):
+def test_low_entropy_kept_though_zstd_packs_it_tighter(sparse_model):
     j = plan_json(sparse_model)
-    assert j["groups"] == [] and written_groups(sparse_model) == []
-    [d] = j["dropped"]
-    assert d["reason"] == "zstd" and d["verdict"] == "dropped"
+    [g] = j["groups"]
+    assert g["reason"] is None and g["verdict"] == "kept" and j["dropped"] == []
+    assert len(written_groups(sparse_model)) == 1
     n = 256 << 10
-    assert d["plain_bytes"] == 4 * n and d["overhead_bytes"] == 4 * MEMBER_OVERHEAD
-    assert d["store_bytes"] == d["dedup_bytes"] + d["overhead_bytes"] < d["plain_bytes"]  # beats plain, not zstd
-    ref = zstd_whole(sparse_model, d["members"])
-    assert abs(d["zstd_bytes"] - ref) < 0.15 * ref
-    assert ref * 5 < d["store_bytes"]
+    assert g["plain_bytes"] == 4 * n and g["overhead_bytes"] == 4 * MEMBER_OVERHEAD
+    assert g["store_bytes"] == g["dedup_bytes"] + g["overhead_bytes"] < g["plain_bytes"]
+    ref = zstd_whole(sparse_model, g["members"])
+    assert abs(g["zstd_bytes"] - ref) < 0.15 * ref and ref < g["store_bytes"]  # zstd smaller: reported, not a bar
 
 
 def test_explain_lines_match_the_json(sparse_model, random_model):
@@ -122,7 +123,8 @@ def test_explain_lines_match_the_json(sparse_model, random_model):
         assert len(lines) == len(rows) == 1
         m, g = lines[0], rows[0]
         assert m[2] == g["members"][0] and int(m[3]) == len(g["members"]) - 1
-        assert m[5] == f"dropped ({g['reason']})" and float(m[7]) == round(100 * g["exception_rate"], 1)
+        assert m[5] == ("kept" if g["reason"] is None else f"dropped ({g['reason']})")
+        assert float(m[7]) == round(100 * g["exception_rate"], 1)
         assert float(m[8]) == round(g["plain_bytes"] / g["store_bytes"], 2) and m[9] == "smaller"
         assert float(m[10]) == round(g["plain_bytes"] / g["zstd_bytes"], 2)
         assert g["explain"] == m[0].split(": ", 1)[1]
