@@ -447,7 +447,9 @@ def validate(path: Path, deep: bool, allow_nonfinite: bool):
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary instead of tables.")
 @click.option("--allow-nonfinite", is_flag=True, help="BSR files: accept NaN/Inf values.")
-def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
+@click.option("--summary", is_flag=True, help="IEBIN models: the model and the totals per dtype, without the "
+              "table of every tensor (a large model has thousands).")
+def inspect(path: Path, as_json: bool, allow_nonfinite: bool, summary: bool):
     """Show an artifact's contents: tensors, dtypes, shapes, bytes, totals.
 
     The artifact is validated first (without re-hashing; see `validate --deep`).
@@ -486,23 +488,29 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
                                             for k, v in sorted(by_dtype.items())}},
                               sort_keys=True))
         return
-    summary = Table(title=f"{m.meta_path}", show_header=False)
+    head = Table(title=f"{m.meta_path}", show_header=False)
     for k, v in m.meta["model"].items():
         if v is not None:
-            summary.add_row(k, str(v))
+            head.add_row(k, str(v))
     src = m.meta["source"]
     label = f"{src['kind']} {src['name']}" + (f"@{src['revision']}" if src["revision"] else "")
     if "gguf" in src:
         g = src["gguf"]
         label += f" (GGUF v{g['version']}, {g['architecture']}, llama.cpp file type {g['file_type'] or 'not given'})"
-    summary.add_row("source", label)
+    head.add_row("source", label)
     if len(src["shards"]) == 1:
-        summary.add_row(f"source {m.checksum}", src["shards"][0][m.checksum])
-    summary.add_row("tokenizer files", ", ".join(m.meta["tokenizer"]["files"]) or "(none)")
+        head.add_row(f"source {m.checksum}", src["shards"][0][m.checksum])
+    head.add_row("tokenizer files", ", ".join(m.meta["tokenizer"]["files"]) or "(none)")
     if m.in_store:
-        summary.add_row("dedup store", f"{len(m.in_store)} tensors ({human_bytes(sum(t['nbytes'] for t in m.in_store))}) "
+        head.add_row("dedup store", f"{len(m.in_store)} tensors ({human_bytes(sum(t['nbytes'] for t in m.in_store))}) "
                                        f"live in model.dedup.json, not in {iebin.BIN_NAME}")
-    out.print(summary)
+    out.print(head)
+    if not summary:
+        _print_tensors(m, errors)
+    _print_totals(m, by_dtype, qbytes, qbpw)
+
+
+def _print_tensors(m: iebin.IebinModel, errors: dict[str, QuantError]) -> None:
     table = Table(title="tensors")
     for col, just in (("name", "left"), ("dtype", "left"), ("quant", "left"), ("shape", "left"),
                       ("bytes", "right"), ("offset", "right")) + ((("SQNR dB", "right"),) if errors else ()):
@@ -513,6 +521,9 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool):
                       human_bytes(t["nbytes"]), str(t.get("file_data_offset", f"({t.get(iebin.STORE_KEY)} store)")),
                       *((f"{e.sqnr_db:.1f}" if e else "",) if errors else ()))
     out.print(table)
+
+
+def _print_totals(m: iebin.IebinModel, by_dtype: dict[str, list[int]], qbytes: int, qbpw: float | None) -> None:
     totals = Table(title="totals")
     for col in ("dtype", "tensors", "bytes", "bits/weight"):
         totals.add_column(col, justify="left" if col == "dtype" else "right")

@@ -182,3 +182,6 @@ def test_inspect_and_validate_cli():
     assert info["bytes"] == sum(t["nbytes"] for t in load_json(GOLDEN_IEBIN / "tiny-qwen2" / iebin.META_NAME)["tensors"])
     res = run_tool("ieconv", "inspect", GOLDEN_IEBIN / "tiny-llama")
     assert res.returncode == 0 and "model.layers.1.mlp.down_proj.weight" in res.stdout and "totals" in res.stdout
+    brief = run_tool("ieconv", "inspect", "--summary", GOLDEN_IEBIN / "tiny-llama")
+    assert brief.returncode == 0 and "totals" in brief.stdout and "LlamaForCausalLM" in brief.stdout
+    assert "model.layers.1.mlp.down_proj.weight" not in brief.stdout
