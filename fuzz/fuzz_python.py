@@ -250,9 +250,10 @@ def t_tokenizer(data: bytes) -> None:
 
 
 def t_chat(data: bytes) -> None:
-    from iekit.runtime.chat import render
+    from iekit.runtime.chat import first_turn, render
 
-    _expected(render, data.decode("utf-8", "replace"), {"bos_token": "<s>", "eos_token": "</s>"}, "hi", "be brief")
+    _expected(render, data.decode("utf-8", "replace"), {"bos_token": "<s>", "eos_token": "</s>"},
+              first_turn("hi", "be brief"))
 
 
 _PROMPTS_DECODER: list = []

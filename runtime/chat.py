@@ -62,14 +62,16 @@ def load_template(model_dir: Path) -> tuple[str, dict[str, str]]:
     return tpl, {k: _token_text(cfg.get(k)) for k in ("bos_token", "eos_token")}
 
 
-def render(template: str, specials: dict[str, str], prompt: str, system: str | None = None,
-           where: str = "chat_template") -> str:
-    """The conversation [system?, user: prompt] in the template, ready for
-    the assistant's turn, rendered by a bounded child (module docstring)."""
+def first_turn(prompt: str, system: str | None = None) -> list[dict[str, str]]:
+    """The conversation [system?, user: prompt]."""
+    return ([{"role": "system", "content": system}] if system is not None else []) + [{"role": "user", "content": prompt}]
+
+
+def render(template: str, specials: dict[str, str], messages: list[dict[str, str]], where: str = "chat_template") -> str:
+    """The conversation ``messages`` in the template, ready for the
+    assistant's turn, rendered by a bounded child (module docstring)."""
     from iekit.formats.errors import IEError
 
-    messages = ([{"role": "system", "content": system}] if system is not None else []) + \
-        [{"role": "user", "content": prompt}]
     job = json.dumps({"template": template, "specials": specials, "messages": messages})
     try:
         res = subprocess.run([sys.executable, "-m", "iekit.runtime.chat"], input=job.encode(), capture_output=True,

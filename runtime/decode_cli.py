@@ -70,15 +70,35 @@ def prompt_ids(dec, prompt: str | None, ids: str | None) -> list[int]:
         raise IEError(f"--ids: {e}") from None
 
 
-def chat_ids(dec, model_dir: Path, prompt: str | None, system: str | None) -> list[int]:
-    """The prompt as the user's turn of the model's chat template (runtime/chat.py)."""
+def chat_ids(dec, model_dir: Path, messages: list[dict[str, str]]) -> list[int]:
+    """The conversation in the model's chat template (runtime/chat.py), ready for the assistant's turn."""
     from .chat import load_template, render
 
-    if prompt is None:
-        raise click.UsageError("--chat needs --prompt (the user's message)")
     template, specials = load_template(model_dir)
-    return dec.encode(render(template, specials, prompt, system, f"{model_dir}/tokenizer_config.json"),
+    return dec.encode(render(template, specials, messages, f"{model_dir}/tokenizer_config.json"),
                       add_special_tokens=False)
+
+
+def chat_loop(dec, model_dir: Path, system: str | None, max_new: int, sampler: Sampler, ignore_eos: bool) -> None:
+    """``--chat`` without ``--prompt``: each line of standard input is the
+    user's next message, answered in the conversation so far (whose prefix
+    the KV cache keeps: only the new turn is computed), until end of input."""
+    from .chat import load_template
+
+    load_template(model_dir)  # no template: one error line before anything is read
+    messages = [{"role": "system", "content": system}] if system is not None else []
+    tty = sys.stdin.isatty()
+    while True:
+        if tty:
+            click.echo("> ", nl=False, err=True)
+        line = sys.stdin.readline(SMALL_FILE_MAX)
+        if not line:
+            return
+        if not line.strip():
+            continue
+        messages.append({"role": "user", "content": line.rstrip("\n")})
+        reply = _generate_one(dec, chat_ids(dec, model_dir, messages), max_new, sampler, ignore_eos, False)
+        messages.append({"role": "assistant", "content": reply})
 
 
 @click.command("generate")
@@ -119,10 +139,13 @@ def generate_cmd(model_dir, prompt, ids, prompts_file, chat, system, max_new, ig
     the end. With --json nothing streams and one object with the exact ids
     and text is printed at the end (no timings: the same run, the same
     bytes). --chat formats the prompt with the model's chat template (as
-    transformers' apply_chat_template does). --prompts-file runs many
-    prompts in one process (the model is loaded once).
+    transformers' apply_chat_template does); --chat without --prompt is a
+    conversation on standard input, one message per line, until its end.
+    --prompts-file runs many prompts in one process (the model is loaded
+    once). Generation stops where the context (--ctx) is full, with a note.
     """
     from .bench_run import read_prompts, tokenize
+    from .chat import first_turn
     from .decoder import Decoder
 
     if system is not None and not chat:
@@ -131,6 +154,8 @@ def generate_cmd(model_dir, prompt, ids, prompts_file, chat, system, max_new, ig
         raise click.UsageError("give --prompts-file, or --prompt / --ids, not both")
     if chat and ids is not None:
         raise click.UsageError("--chat takes --prompt, not --ids")
+    if ids is None and prompt is None and prompts_file is None and not chat:
+        raise click.UsageError("give --prompt, --ids or --prompts-file (or --chat alone, to chat on standard input)")
     try:
         sampler = Sampler(temp, top_p, seed, top_k=top_k, min_p=min_p, repeat_penalty=repeat_penalty,
                           repeat_last_n=repeat_last_n)
@@ -142,22 +167,30 @@ def generate_cmd(model_dir, prompt, ids, prompts_file, chat, system, max_new, ig
     bad = next((ln for ln in lines or [] if chat and ln.ids is not None), None)
     if bad is not None:  # before anything runs
         raise IEError(f"{bad.where}: --chat takes text prompts, not 'ids:' lines")
+    interactive = chat and prompt is None and lines is None
+    if interactive and as_json:
+        raise click.UsageError("--json needs --prompt (without it, --chat reads a conversation from standard input)")
     dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act, device=device)
+    if interactive:
+        chat_loop(dec, model_dir, system, max_new, sampler, ignore_eos)
+        return
     if lines is None:
-        pids = chat_ids(dec, model_dir, prompt, system) if chat else prompt_ids(dec, prompt, ids)
+        pids = chat_ids(dec, model_dir, first_turn(prompt, system)) if chat else prompt_ids(dec, prompt, ids)
         _generate_one(dec, pids, max_new, sampler, ignore_eos, as_json)
         return
     # Every prompt is tokenized and checked (vocabulary, context) before the first one runs.
     # (generation stops where the context is full, so only the prompts themselves must fit)
-    all_ids = [chat_ids(dec, model_dir, ln.text, system) for ln in lines] if chat else tokenize(lines, dec, 1)
+    all_ids = ([chat_ids(dec, model_dir, first_turn(ln.text, system)) for ln in lines] if chat
+               else tokenize(lines, dec, 1))
     for line, pids in zip(lines, all_ids):
         if not as_json:
             click.echo(f"### {line.where}: {printable(line.text) if line.text is not None else 'ids'}")
         _generate_one(dec, pids, max_new, sampler, ignore_eos, as_json)
 
 
-def _generate_one(dec, pids: list[int], max_new: int, sampler: Sampler, ignore_eos: bool, as_json: bool) -> None:
-    """One prompt's generation, streamed (or one JSON line), then its speed on stderr."""
+def _generate_one(dec, pids: list[int], max_new: int, sampler: Sampler, ignore_eos: bool, as_json: bool) -> str:
+    """One prompt's generation, streamed (or one JSON line), then its speed
+    on stderr; returns the text (the ids, without a tokenizer)."""
     has_tok = dec.has_tokenizer
     new: list[int] = []
     shown = ""
@@ -194,7 +227,7 @@ def _generate_one(dec, pids: list[int], max_new: int, sampler: Sampler, ignore_e
         click.echo(json.dumps({"prompt_ids": pids, "generated_ids": new, "text": text,
                                "stopped_at_eos": bool(new) and new[-1] in dec.eos_ids and not ignore_eos,
                                "stopped_at_ctx": full}))
-        return
+        return text if text is not None else " ".join(map(str, visible()))
     if text is not None and text != shown:
         click.echo(printable(text[len(shown):]), nl=False)
     click.echo()
@@ -204,6 +237,7 @@ def _generate_one(dec, pids: list[int], max_new: int, sampler: Sampler, ignore_e
     if full:  # llama.cpp's llama-simple stops here too (llama-cli would shift the context instead)
         click.echo(f"[stopped: the context of {dec.max_ctx} positions is full (--ctx raises it)]", err=True)
     click.echo(f"[{len(pids)} prompt tokens in {prefill:.2f} s; {len(new)} generated{tps}]", err=True)
+    return text if text is not None else " ".join(map(str, visible()))
 
 
 @click.command("logits")

@@ -174,6 +174,23 @@ def test_a_tokenizer_that_panics_is_one_line(tmp_path, edit):
     assert_one_line_error(res, str(d / "tokenizer.json"), "failed")
 
 
+def test_chat_without_a_prompt_is_a_conversation_on_standard_input(tmp_path):
+    """Each line is the next user message, answered in the conversation so
+    far: the second turn's prompt holds the first turn and its answer, and
+    only the new turn is computed (the cached prefix is reused)."""
+    d = _chat_model(tmp_path, TEMPLATE)
+    res = subprocess.run([str(BIN_DIR / "ierun"), "generate", "--model-dir", str(d), "--chat", "--max-new", "3",
+                          "--ignore-eos", "--system", "be brief"], input="hi there\n\nand again\n",
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    turns = [ln for ln in res.stderr.splitlines() if ln.startswith("[")]
+    assert len(turns) == 2 and all("3 generated" in t for t in turns), res.stderr
+    first, second = (int(t[1:].split()[0]) for t in turns)
+    assert second > first + 3  # the first turn, its 3-token answer and the new message
+    usage = run_tool("ierun", "generate", "--model-dir", d, "--chat", "--json")
+    assert usage.returncode == 2 and "--json needs --prompt" in usage.stderr
+
+
 def test_chat_without_a_template_is_one_line():
     assert_one_line_error(run_tool("ierun", "generate", "--model-dir", GOLDEN_IEBIN / "tiny-mistral", "--chat",
                                    "--prompt", "x"), "chat_template", "no chat template")
