@@ -536,12 +536,10 @@ def _gather(g: GGUFModel, p: _Tensor, sel: slice | np.ndarray) -> np.ndarray:
         return g.rows(p.sources[0], sel.start, sel.stop, width)
     idx = np.arange(p.rows)[sel] if p.order is None else p.order[sel]
     part = np.empty((len(idx), width), np.uint8)
-    for k, t in enumerate(p.sources):  # each source's rows read as the one span that holds them
+    for k, t in enumerate(p.sources):
         hit = idx // n == k
         if hit.any():
-            local = idx[hit] % n
-            lo, hi = int(local.min()), int(local.max()) + 1
-            part[hit] = g.rows(t, lo, hi, width)[local - lo]
+            part[hit] = g.take_rows(t, idx[hit] % n, width)
     return part
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .errors import IEError
+from .fileio import file_kind
 
 # .NAME.PID.TAG.tmp, TAG = 8 lowercase hex digits (StagedFiles, dedup-link's symlinks)
 TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>[0-9]{1,10})\.(?P<tag>[0-9a-f]{8})\.tmp$")
@@ -179,17 +180,8 @@ def refuse_non_regular(path: Path) -> None:
     except OSError as e:
         raise IEError(f"{path}: cannot inspect: {e.strerror or e}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise IEError(f"{path}: exists and is not a regular file ({_kind(st.st_mode)}); "
+        raise IEError(f"{path}: exists and is not a regular file ({file_kind(st.st_mode)}); "
                       "refusing to replace it, even with --overwrite")
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a plain file"
 
 
 def lock_directory(directory: Path) -> int:

@@ -36,13 +36,17 @@ COPY_CHUNK = 64 * 1024 * 1024  # per copy_file_range call: progress and Ctrl-C s
 _NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EPERM}
 SMALL_FILE_MAX = 100 * 1024 * 1024  # JSON, config and tokenizer files (safetensors caps its header alike)
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+_KINDS = ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
+def file_kind(mode: int) -> str:
+    """What a non-regular file is ("a FIFO (named pipe)", "a symlink", ...), for messages."""
+    return next((k for test, k in _KINDS if test(mode)), "not a plain file")
+
+
 def _not_regular(path: str | os.PathLike, mode: int) -> FormatError:
-    kind = next((k for test, k in _KINDS if test(mode)), "not a plain file")
-    return FormatError(path, "(file)", f"is {kind}, expected a regular file")
+    return FormatError(path, "(file)", f"is {file_kind(mode)}, expected a regular file")
 
 
 def check_regular(path: str | os.PathLike) -> os.stat_result:
@@ -92,10 +96,15 @@ def read_small(path: str | os.PathLike, max_bytes: int = SMALL_FILE_MAX) -> byte
 def read_utf8(path: str | os.PathLike, max_bytes: int = SMALL_FILE_MAX) -> str:
     """A regular file of UTF-8 text (``read_small``'s checks: no FIFO,
     device or oversized file), or one line naming the first bad byte."""
+    return utf8_text(read_small(path, max_bytes), path)
+
+
+def utf8_text(data: bytes, where: str | os.PathLike) -> str:
+    """``data`` as UTF-8 text, or one FormatError naming ``where`` and the first bad byte."""
     try:
-        return read_small(path, max_bytes).decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise FormatError(path, "(text)", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise FormatError(where, "(text)", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def _short(path: str | os.PathLike, end: int) -> FormatError:

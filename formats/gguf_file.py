@@ -83,6 +83,19 @@ class GGUFModel:
                                                               "import?)")
         return np.frombuffer(buf, np.uint8).reshape(r1 - r0, row_bytes)
 
+    def take_rows(self, t: GGUFTensor, rows: np.ndarray, row_bytes: int) -> np.ndarray:
+        """Rows ``rows`` (any order, repeats allowed) of ``t`` as uint8
+        [len(rows), row_bytes]: one read per run of consecutive rows, so
+        rows sampled across a large tensor read those rows, not the span
+        between them."""
+        rows = np.asarray(rows, np.int64)
+        uniq = np.unique(rows)
+        out = np.empty((len(uniq), row_bytes), np.uint8)
+        breaks = np.flatnonzero(np.diff(uniq) != 1) + 1
+        for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, len(uniq)]):
+            out[lo:hi] = self.rows(t, int(uniq[lo]), int(uniq[hi - 1]) + 1, row_bytes)
+        return out[np.searchsorted(uniq, rows)]
+
     def tensor_bytes(self, t: GGUFTensor) -> np.ndarray:
         """The tensor's bytes (uint8), read whole: for small tensors (``rows`` streams)."""
         return self.rows(t, 0, 1, t.nbytes).reshape(-1)

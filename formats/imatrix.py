@@ -266,11 +266,10 @@ def read_llamacpp_legacy(path: Path) -> Imatrix:
             raise FormatError(path, what, f"{v} (expected {lo}..{hi})")
         return v
 
-    first = int.from_bytes(raw[:4].ljust(4, b"\0"), "little", signed=True)
-    if not 1 <= first <= MAX_ENTRIES:  # the one number every legacy file starts with: anything else is not one
+    n = int.from_bytes(take(4, "entry count"), "little", signed=True)
+    if not 1 <= n <= MAX_ENTRIES:  # the one number every legacy file starts with: anything else is not one
         raise FormatError(path, "file", "not an importance matrix (not our .npz, not llama.cpp's GGUF imatrix, and "
                                         f"not its legacy .dat, whose first 4 bytes count 1..{MAX_ENTRIES} entries)")
-    n = i32("entry count", 1, MAX_ENTRIES)
     entries: dict[str, np.ndarray] = {}
     for i in range(n):
         size = i32(f"entry {i}: name length", 1, MAX_NAME)

@@ -14,7 +14,7 @@ import numpy as np
 from iekit.cli.support import SEED, threads_option
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.errors import IEError
-from iekit.formats.fileio import SMALL_FILE_MAX
+from iekit.formats.fileio import SMALL_FILE_MAX, utf8_text
 from iekit.formats.model_spec import ARCHITECTURES
 
 from . import cuda
@@ -53,10 +53,7 @@ def read_stdin_text(what: str) -> str:
     data = sys.stdin.buffer.read(SMALL_FILE_MAX + 1)
     if len(data) > SMALL_FILE_MAX:
         raise IEError(f"{what}: standard input holds more than {SMALL_FILE_MAX} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise IEError(f"{what}: standard input is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    return utf8_text(data, f"{what}: standard input")
 
 
 def prompt_ids(dec, prompt: str | None, ids: str | None) -> list[int]:
@@ -91,12 +88,13 @@ def chat_loop(dec, model_dir: Path, system: str | None, max_new: int, sampler: S
     while True:
         if tty:
             click.echo("> ", nl=False, err=True)
-        line = sys.stdin.readline(SMALL_FILE_MAX)
-        if not line:
+        raw = sys.stdin.buffer.readline(SMALL_FILE_MAX)
+        if not raw:
             return
+        line = utf8_text(raw, "standard input").rstrip("\n")  # bytes: bad UTF-8 is one line, not exit 3
         if not line.strip():
             continue
-        messages.append({"role": "user", "content": line.rstrip("\n")})
+        messages.append({"role": "user", "content": line})
         reply = _generate_one(dec, chat_ids(dec, model_dir, messages), max_new, sampler, ignore_eos, False)
         messages.append({"role": "assistant", "content": reply})
 
@@ -223,11 +221,12 @@ def _generate_one(dec, pids: list[int], max_new: int, sampler: Sampler, ignore_e
     t_end = time.perf_counter()
     full = limit < max_new and len(new) == limit and not (new and new[-1] in dec.eos_ids and not ignore_eos)
     text = dec.decode(visible()) if has_tok else None
+    reply = text if text is not None else " ".join(map(str, visible()))
     if as_json:  # exact and reproducible: the same run prints the same object (no timings)
         click.echo(json.dumps({"prompt_ids": pids, "generated_ids": new, "text": text,
                                "stopped_at_eos": bool(new) and new[-1] in dec.eos_ids and not ignore_eos,
                                "stopped_at_ctx": full}))
-        return text if text is not None else " ".join(map(str, visible()))
+        return reply
     if text is not None and text != shown:
         click.echo(printable(text[len(shown):]), nl=False)
     click.echo()
@@ -237,7 +236,7 @@ def _generate_one(dec, pids: list[int], max_new: int, sampler: Sampler, ignore_e
     if full:  # llama.cpp's llama-simple stops here too (llama-cli would shift the context instead)
         click.echo(f"[stopped: the context of {dec.max_ctx} positions is full (--ctx raises it)]", err=True)
     click.echo(f"[{len(pids)} prompt tokens in {prefill:.2f} s; {len(new)} generated{tps}]", err=True)
-    return text if text is not None else " ".join(map(str, visible()))
+    return reply
 
 
 @click.command("logits")

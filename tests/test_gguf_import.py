@@ -607,3 +607,23 @@ def test_a_gguf_truncated_during_the_import_is_one_error_and_leaves_nothing(tmp_
                      dequantize_all=how == "dequantize")
     assert str(src) in str(e.value) and "tensor '" in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_take_rows_reads_rows_in_any_order_as_the_tensor_holds_them(tmp_path):
+    """Sampled rows (q4-manifest --target-bpw measures evenly spaced ones)
+    come from one read per run of consecutive rows, not the span between
+    the first and the last: the same bytes as slicing the whole tensor."""
+    src = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", quant={r"up_proj": "Q8_0"})
+    g = open_gguf(src)
+    t = next(t for t in g.tensors if t.name == "blk.0.ffn_up.weight")
+    whole = g.tensor_bytes(t).reshape(t.shape[0], -1)
+    rows = np.array([5, 0, 1, 2, 100, 5, t.shape[0] - 1, 3])
+    reads = []
+    real = os.pread
+    try:
+        os.pread = lambda fd, n, off: reads.append(n) or real(fd, n, off)
+        got = g.take_rows(t, rows, whole.shape[1])
+    finally:
+        os.pread = real
+    assert np.array_equal(got, whole[rows])
+    assert sum(reads) == 7 * whole.shape[1] and len(reads) == 4  # runs 0-3, 5, 100, last

@@ -107,8 +107,6 @@ def test_numeric_options_out_of_range_are_usage_errors(args, needle):
     (0, 1] or NaN, no iterations or years of them, buffers past the memory
     there is) are a usage line, exit 2, before any work: never exit 3 or a
     wrapped counter."""
-    from conftest import GOLDEN_IEBIN
-
     res = run_tool(args[0], *[a.format(m=GOLDEN_IEBIN / "tiny-llama") for a in args[1:]], timeout=60)
     assert res.returncode == 2 and needle in res.stderr and "Traceback" not in res.stderr, (res.returncode, res.stderr)
 

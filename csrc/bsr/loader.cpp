@@ -174,15 +174,14 @@ bool read_all(std::FILE* f, void* dst, size_t n) { return n == 0 || std::fread(d
 
 BsrStatus load_impl(const std::string& path, bool allow_nonfinite, BsrMatrix* out, BsrError* err) {
   std::string why;
-  const int fd = ie::open_regular_file(path, &why);
+  struct stat st {};
+  const int fd = ie::open_regular_file(path, &st, &why);
   if (fd < 0) return fail(err, BsrStatus::Io, "(file)", why);
   std::unique_ptr<std::FILE, FileCloser> f(::fdopen(fd, "rb"));
   if (!f) {
     ::close(fd);
     return fail(err, BsrStatus::Io, "(file)", std::strerror(errno));
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0) return fail(err, BsrStatus::Io, "(file)", std::strerror(errno));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
 
   uint8_t hb[kHeaderBytes] = {};

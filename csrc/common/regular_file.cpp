@@ -1,7 +1,6 @@
 #include "common/regular_file.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,20 +21,19 @@ const char* kind_of(mode_t mode) {
 
 }  // namespace
 
-int open_regular_file(const std::string& path, std::string* why) {
+int open_regular_file(const std::string& path, struct stat* st, std::string* why) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     *why = std::string("cannot open: ") + std::strerror(errno);
     return -1;
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
+  if (::fstat(fd, st) != 0) {
     *why = std::string("cannot stat: ") + std::strerror(errno);
     ::close(fd);
     return -1;
   }
-  if (!S_ISREG(st.st_mode)) {
-    *why = std::string("not a regular file (") + kind_of(st.st_mode) + ")";
+  if (!S_ISREG(st->st_mode)) {
+    *why = std::string("not a regular file (") + kind_of(st->st_mode) + ")";
     ::close(fd);
     return -1;
   }

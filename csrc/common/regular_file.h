@@ -7,13 +7,16 @@
 // then switched back to blocking reads.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <string>
 
 namespace ie {
 
-// A descriptor (O_RDONLY, O_CLOEXEC) of the regular file at `path`, or -1
-// with `*why` saying what it is instead ("not a regular file (a FIFO)") or
-// why it could not be opened (strerror).
-int open_regular_file(const std::string& path, std::string* why);
+// A descriptor (O_RDONLY, O_CLOEXEC) of the regular file at `path`, its
+// fstat in `*st` (the size the caller checks), or -1 with `*why` saying what
+// it is instead ("not a regular file (a FIFO)") or why it could not be
+// opened (strerror).
+int open_regular_file(const std::string& path, struct stat* st, std::string* why);
 
 }  // namespace ie

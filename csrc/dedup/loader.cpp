@@ -67,13 +67,9 @@ class MappedFile {
  public:
   MappedFile(const std::string& path, const std::string& label, int64_t expected) {
     std::string why;
-    const int fd = open_regular_file(path, &why);
-    if (fd < 0) fail_at(path, "(file)", why);
     struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      ::close(fd);
-      fail_at(path, "(file)", std::string("cannot stat: ") + std::strerror(errno));
-    }
+    const int fd = open_regular_file(path, &st, &why);
+    if (fd < 0) fail_at(path, "(file)", why);
     size_ = static_cast<size_t>(st.st_size);
     if (static_cast<int64_t>(size_) != expected) {
       ::close(fd);
