@@ -24,6 +24,7 @@ from typing import Callable
 
 from iekit.formats import dedup as fmt
 from iekit.formats import iebin
+from iekit.formats.tensor_entries import expert_of
 from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.errors import FormatError, IEError
 from iekit.formats.fileio import copy_range, read_small
@@ -67,7 +68,7 @@ def pack(model_dir: Path, out_dir: Path, tm: fmt.TensorMap, groups: list[fmt.Gro
     for g in groups:
         for m in g.members:
             t, r = by_name.get(m), tm.tensors[m]
-            if t is None and iebin.expert_of(m) and iebin.expert_of(m)[0] in by_name:
+            if t is None and expert_of(m) and expert_of(m)[0] in by_name:
                 raise FormatError(tensor_map_label, f"tensors.{m}", f"{m!r} is one expert of a stack; a packed "
                                   "model stores whole tensors (plan with `dedup-plan --whole-stacks`, or serve expert "
                                   "groups with dedup-extract + dedup-link + IE_DEDUP=1)")

@@ -61,6 +61,7 @@ from iekit.formats import checksums
 from iekit.formats.fileio import PreadFiles, iter_range
 from iekit.formats import dedup as fmt
 from iekit.formats import iebin
+from iekit.formats.tensor_entries import expert_slice
 from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.errors import IEError
 from iekit.formats.jsonio import dumps_canonical
@@ -368,12 +369,12 @@ def describe_bucket(X: np.ndarray, names: list[str], dtype: str, n: int, pairs: 
 def plan_units(model: iebin.IebinModel, split_experts: bool) -> list[dict[str, Any]]:
     """The byte ranges the planner groups: every tensor in a backing file, or
     with ``split_experts`` each expert ``STACK[e]`` of a 3-D stack in its
-    place (iebin.expert_slice), so experts can group with each other and with
+    place (tensor_entries.expert_slice), so experts can group with each other and with
     other layers' experts. A packed model's store members are grouped already."""
     units = []
     for t in model.stored:
         if split_experts and len(t["shape"]) == 3 and t["shape"][0] > 1:
-            units += [iebin.expert_slice(t, e) for e in range(t["shape"][0])]
+            units += [expert_slice(t, e) for e in range(t["shape"][0])]
         else:
             units.append(t)
     return units

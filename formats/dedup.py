@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from . import checksums, iebin
+from . import checksums
 from .atomic import StagedFiles
 from .dtypes import DTYPES, shape_elements
 from .errors import FormatError
@@ -31,6 +31,7 @@ from .fileio import PreadFiles
 from .jsonio import dumps_canonical, load_json, schema_check
 from .paths import check_relpath, resolve_inside
 from .quant import SCHEMES
+from .tensor_entries import expert_of, expert_slice, slice_problem
 
 INDEX_FORMAT = "iekit-dedup"
 TENSOR_MAP_FORMAT = "iekit-dedup-tensor-map"
@@ -571,18 +572,18 @@ def cross_check(index: DedupIndex, tensors: list[dict[str, Any]], meta_path: Pat
 def _expert_member(name: str, by_name: dict[str, dict[str, Any]], members: set[str], mf: str, field: str,
                    meta_path: Path) -> dict[str, Any]:
     """The entry of a member that names an expert slice ``STACK[e]`` of the
-    model (iebin.expert_slice); refused when the stack itself is a member
+    model (tensor_entries.expert_slice); refused when the stack itself is a member
     too (the same bytes stored twice)."""
-    parsed = iebin.expert_of(name)
+    parsed = expert_of(name)
     stack = by_name.get(parsed[0]) if parsed else None
     if stack is None:
         raise FormatError(mf, field, f"{name!r} is not a tensor of {meta_path}, nor an expert of one")
-    problem = iebin.slice_problem(stack, parsed[1])
+    problem = slice_problem(stack, parsed[1])
     if problem:
         raise FormatError(mf, field, f"{name!r}: {problem} ({meta_path.name})")
     if parsed[0] in members:
         raise FormatError(mf, field, f"{name!r}: its stack {parsed[0]!r} is a member too (the same bytes twice)")
-    return iebin.expert_slice(stack, parsed[1])
+    return expert_slice(stack, parsed[1])
 
 
 def iter_member(index: DedupIndex, group: dict[str, Any], member: dict[str, Any],

@@ -55,7 +55,7 @@ def load_raw_f32(path: Path, rows: int, cols: int) -> np.ndarray:
 
 def load_iebin_tensor(model_dir: Path, name: str) -> np.ndarray:
     """One 2-D f32/f16/bf16 tensor of an IEBIN artifact as float32, or one
-    expert ``STACK[e]`` of a 3-D stack (iebin.expert_slice); checksum
+    expert ``STACK[e]`` of a 3-D stack (tensor_entries.expert_slice); checksum
     verified (an expert's: its whole stack's, streamed)."""
     m = iebin.load_model(model_dir)
     t = m.entry(name)

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import checksums
-from .atomic import StagedFiles, start_writeback
+from . import dedup
+from .atomic import StagedFiles, start_writeback, write_file_atomic
 from .dtypes import DTYPES, INT64_MAX, shape_elements
 from .errors import FormatError, IEError
 from .fileio import iter_range
@@ -24,6 +25,7 @@ from .finite import PayloadScan
 from .jsonio import dumps_canonical, load_json, schema_check
 from .paths import check_relpath, resolve_inside
 from .quant import SCHEMES, QuantDictError, QuantError
+from .tensor_entries import QUANT_KEY, STORE_KEY, expert_of, expert_slice, slice_problem
 
 FORMAT_NAME = "iebin"
 VERSION = 2
@@ -37,10 +39,8 @@ TENSOR_KEYS = ("name", "dtype", "shape", "file", "file_data_offset", "nbytes")  
 # store (model.dedup.json + blobs, docs/formats/dedup.md) says so with
 # "store": "dedup" in place of file and file_data_offset, so every reader
 # knows where it lives (and an older reader refuses it instead of guessing).
-STORE_KEY = "store"
 STORES = ("dedup",)
 STORE_TENSOR_KEYS = ("name", "dtype", "shape", STORE_KEY, "nbytes")
-QUANT_KEY = "quant"  # present exactly when dtype is a quantized scheme
 # Optional on quantized tensors: the quantizer's predicted loss (QuantError.record);
 # its keys and types are the JSON Schema's to check (validate_meta's backstop).
 ERROR_KEY = "quant_error"
@@ -400,53 +400,6 @@ class IebinModel:
         return [t for t in self.tensors if STORE_KEY in t]
 
 
-def expert_of(name: str) -> tuple[str, int] | None:
-    """``(stack, e)`` for ``STACK[e]``, the name of expert ``e`` of a stack
-    ``[experts, rows, cols]`` where a tool treats each expert as a matrix of
-    its own (dedup-plan's units, block-sparse's --tensor); None for any
-    other name. ``e`` is written in decimal without leading zeros, so each
-    slice has exactly one name."""
-    if not name.endswith("]"):
-        return None
-    stack, sep, idx = name[:-1].rpartition("[")
-    if not sep or not stack or not (idx.isascii() and idx.isdigit()) or (len(idx) > 1 and idx[0] == "0"):
-        return None
-    return stack, int(idx)
-
-
-def slice_problem(stack: dict[str, Any], e: int, in_store: bool = False) -> str | None:
-    """Why expert ``e`` of the entry ``stack`` is no slice to read (not a
-    stack, past its experts, or, unless ``in_store``, the stack lives whole
-    in the dedup store), or None."""
-    shape, name = stack["shape"], stack["name"]
-    if len(shape) != 3 or shape[0] < 1:
-        return f"{name!r} is not an expert stack [experts, rows, cols] (shape {shape})"
-    if e >= shape[0]:
-        return f"{name!r} has {shape[0]} experts (0 to {shape[0] - 1})"
-    if STORE_KEY in stack and not in_store:
-        return f"{name!r} lives in the {stack[STORE_KEY]} store as a whole; its experts are not tensors of their own"
-    return None
-
-
-def expert_slice(t: dict[str, Any], e: int) -> dict[str, Any]:
-    """Expert ``e`` of the stack entry ``t`` as an entry of its own: its
-    shape ``[rows, cols]``, its bytes the e-th of the stack's equal parts
-    (a stack stores its experts one after another, in every dtype that
-    stacks: docs/formats/quant.md), read in place from the stack's file.
-    It carries no digest (model.ie.json records the stack's only), and
-    ``stack`` / ``expert`` say where it comes from."""
-    n = t["shape"][0]
-    if t["nbytes"] % n:
-        raise IEError(f"tensor {t['name']!r}: {t['nbytes']} bytes do not split into {n} equal experts")
-    per = t["nbytes"] // n
-    keep = ("dtype", "file", QUANT_KEY)
-    out = {k: t[k] for k in keep if k in t}
-    out.update(name=f"{t['name']}[{e}]", shape=list(t["shape"][1:]), nbytes=per, stack=t["name"], expert=e)
-    if "file_data_offset" in t:
-        out["file_data_offset"] = t["file_data_offset"] + e * per
-    return out
-
-
 def meta_path_for(path: str | os.PathLike) -> Path:
     p = Path(path)
     return p / META_NAME if p.is_dir() else p
@@ -547,8 +500,6 @@ def check_store(meta: dict[str, Any], meta_path: Path, deep: bool = False, allow
     and digest; every member must be a tensor of the model. ``deep``:
     each member rebuilt (streamed) hashes to its digest and holds finite
     values, as a stored tensor's payload must."""
-    from . import dedup  # the dedup format builds on this one
-
     mf = os.fspath(meta_path)
     index_path = meta_path.parent / dedup.INDEX_NAME
     if not os.path.lexists(index_path):
@@ -583,6 +534,4 @@ def check_store(meta: dict[str, Any], meta_path: Path, deep: bool = False, allow
 def write_meta(path: Path, meta: dict[str, Any]) -> None:
     """Validate and atomically (re)write a model.ie.json."""
     validate_meta(meta, path)
-    from .atomic import write_file_atomic
-
     write_file_atomic(path, dumps_canonical(meta))

@@ -1,7 +1,7 @@
 """Quantized tensor schemes: the one reference implementation.
 
 One small class per scheme (vectorised numpy quantize / dequantize / error
-bound): the quantized weight types of ``weight_types.py``, registered there
+bound): the quantized weight types of ``weight_table.py``, registered there
 by subclassing (their sizes come from its table); ``SCHEMES`` is the
 quantized part of that registry. The converter quantizes with it, the tests
 compare it with ``gguf.quants`` byte for byte, and ``ierun verify quant``
@@ -17,10 +17,10 @@ from typing import Any, Iterator
 import numpy as np
 
 from . import quant_search as qs
-from . import weight_types
+from . import weight_table
 from .dtypes import DTYPES
 from .errors import IEError
-from .weight_types import BLOCK, WeightType
+from .weight_table import BLOCK, WeightType
 from .workers import ordered_map
 
 F16_MAX = 65504.0
@@ -1171,7 +1171,7 @@ class Int4W(Scheme, weight_type="int4w"):
 
 
 # The quantized weight types, in registry order.
-SCHEMES: dict[str, Scheme] = {n: weight_types.get(n) for n in weight_types.names(quantized=True)}
+SCHEMES: dict[str, Scheme] = {n: weight_table.registered(n) for n in weight_table.names(quantized=True)}
 
 
 def scheme_of(dtype: str) -> Scheme | None:

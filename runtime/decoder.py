@@ -29,7 +29,7 @@ from iekit.formats.model_spec import (ATTN_MATRICES, INT32_MAX, LAYER_BIASES, LA
                                       decoder_spec)
 
 from . import cuda, kernels
-from .dedup import TensorSource
+from .tensor_source import TensorSource
 from .memory import available_bytes, gib
 from .native import _native
 

@@ -40,7 +40,7 @@ from iekit.formats.quant import SCHEMES, matrix_dims
 from iekit.formats.safetensors_reader import CHUNK_BYTES
 
 from . import cuda, kernels, plots
-from .dedup import TensorSource
+from .tensor_source import TensorSource
 from .gguf_models import model_dir_option
 
 GEMV_RTOL = 1e-5

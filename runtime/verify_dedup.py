@@ -39,6 +39,7 @@ from iekit.cli.support import human_bytes, stdout_console, threads_option
 from iekit.formats import checksums
 from iekit.formats import dedup as fmt
 from iekit.formats import iebin
+from iekit.formats.tensor_entries import expert_of
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import iter_range
 
@@ -210,7 +211,7 @@ def verify_dedup(model_dir: Path, *, config: DedupConfig | None = None, zstd: bo
 def _expert_entry(model: iebin.IebinModel | None, name: str) -> dict[str, Any] | None:
     """The model.ie.bin range of a member that is an expert slice STACK[e],
     or None (no model, another name, or one cross_check already refused)."""
-    if model is None or iebin.expert_of(name) is None:
+    if model is None or expert_of(name) is None:
         return None
     try:
         return model.expert(name)

@@ -1,7 +1,7 @@
 """Dedup and block-sparse on expert stacks [experts, rows, cols].
 
 dedup-plan treats each expert of a stack as a unit of its own, STACK[e]
-(iebin.expert_slice), so experts that are near copies of each other group;
+(tensor_entries.expert_slice), so experts that are near copies of each other group;
 extract, link, ``ierun verify dedup`` and the decoder (IE_DEDUP=1) serve
 such members; a packed model stores whole tensors only and says so.
 block-sparse and ``verify bsr`` take one expert by the same name.
@@ -18,6 +18,7 @@ import pytest
 
 from conftest import GOLDEN_IEBIN, assert_one_line_error, run_tool
 from iekit.formats import checksums, iebin
+from iekit.formats.tensor_entries import expert_of
 from iekit.formats import dedup as fmt
 from iekit.convert.dedup_plan import describe_bucket
 from iekit.formats.casting import decode_f32
@@ -270,6 +271,6 @@ def test_block_sparse_takes_one_expert(tmp_path):
 
 
 def test_expert_names_parse_one_way():
-    assert iebin.expert_of("a.b[0]") == ("a.b", 0) and iebin.expert_of("a[31]") == ("a", 31)
+    assert expert_of("a.b[0]") == ("a.b", 0) and expert_of("a[31]") == ("a", 31)
     for name in ("a", "a[]", "[3]", "a[03]", "a[-1]", "a[1 ]", "a[٣]", "a[1]x"):
-        assert iebin.expert_of(name) is None, name
+        assert expert_of(name) is None, name

@@ -22,7 +22,8 @@ from dedup_util import near_copies, write_artifact
 from iekit.formats import dedup as fmt
 from iekit.formats.errors import FormatError, IEError
 from iekit.runtime import _native
-from iekit.runtime.dedup import DedupConfig, DedupWarning, TensorSource, open_store
+from iekit.runtime.dedup import DedupConfig, DedupWarning, open_store
+from iekit.runtime.tensor_source import TensorSource
 
 N0, N1 = 1001, 700
 
@@ -473,7 +474,7 @@ def test_strict_verifies_once_per_tensor(art, monkeypatch):
 
     calls = []
     real = checksums.digest
-    monkeypatch.setattr("iekit.runtime.dedup.checksums.digest", lambda a, b: calls.append(1) or real(a, b))
+    monkeypatch.setattr("iekit.runtime.tensor_source.checksums.digest", lambda a, b: calls.append(1) or real(a, b))
     src = TensorSource(art, DedupConfig(enabled=True, strict=True))
     for _ in range(3):
         src.get("a1")

@@ -97,3 +97,40 @@ def test_the_check_catches(folder, source):
 ])
 def test_the_check_allows(folder, source):
     assert not violations(source, f"iekit.{folder}", folder)
+
+
+def module_of(path: Path) -> str:
+    return f"{package_of(path)}.{path.stem}" if path.stem != "__init__" else package_of(path)
+
+
+def import_cycles(sources: dict[str, str]) -> list[list[str]]:
+    """The cycles among modules ``sources`` (module name -> source) through
+    their imports, function-level ones included: a cycle hidden inside a
+    function is still two modules that cannot be understood apart."""
+    graph = {m: sorted({d for _, d in imports(src, m.rpartition(".")[0]) if d in sources and d != m})
+             for m, src in sources.items()}
+    cycles, done = [], set()
+
+    def walk(m: str, stack: list[str]) -> None:
+        for d in graph[m]:
+            if d in stack:
+                cycles.append(stack[stack.index(d):] + [d])
+            elif d not in done:
+                walk(d, stack + [d])
+        done.add(m)
+
+    for m in sorted(graph):
+        if m not in done:
+            walk(m, [m])
+    return cycles
+
+
+def test_no_import_cycles():
+    sources = {module_of(p): p.read_text() for p in FILES if p.stem != "__init__"}
+    cycles = import_cycles(sources)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_catches():
+    assert import_cycles({"iekit.formats.a": "from . import b", "iekit.formats.b": "def f():\n    from .a import x"})
+    assert not import_cycles({"iekit.formats.a": "from . import b", "iekit.formats.b": "import numpy"})

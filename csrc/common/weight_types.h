@@ -1,6 +1,6 @@
 // The weight types: the one C++ table of what a matrix can be stored as
 // (docs/formats/quant.md). Every kernel, binding, benchmark and message
-// reads its facts here; formats/weight_types.py is the Python twin, and
+// reads its facts here; formats/weight_table.py is the Python twin, and
 // tests/test_weight_types_parity.py holds the two to each other.
 #pragma once
 #include <cstddef>
