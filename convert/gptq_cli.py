@@ -60,23 +60,20 @@ def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks,
       ieconv gptq --hf-dir M --ref-dir m-f32/ --q4-map q.json --text-file calib.txt --out-dir m-q/
     """
     # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
-    from iekit.runtime import evaluation
-    from iekit.runtime.decoder import Decoder
-    from iekit.runtime.eval_cli import load_ids
+    from iekit.runtime.calibration import calibration_chunks, float_decoder
     from iekit.runtime.hessians import Hessians
 
     manifest = load_manifest(q4_map)
     src = hf_checkpoint.from_dir(hf_dir)
     shapes = expert_stacks.shapes_as_written(src)
     order = sorted(plan(manifest, shapes, force=force).quantize, key=natural_key)
-    ref = Decoder(ref_dir, threads=threads, ctx=ctx, default_ctx=evaluation.DEFAULT_CTX, act="f32")
+    ref = float_decoder(ref_dir, threads=threads, ctx=ctx)
     ref_shapes = {t["name"]: t["shape"] for t in ref.model.tensors}
     for name in order:
         if ref_shapes.get(name, shapes[name][1]) != shapes[name][1]:
             raise IEError(f"{ref_dir}: {name} is {ref_shapes[name]}, {hf_dir} has {shapes[name][1]}: "
                           "--ref-dir must be this checkpoint's float artifact")
-    ids, what = load_ids(ref, text_file, ids_file)
-    parts = evaluation.chunk_ids(ids, ref.max_ctx, chunks, what)
+    parts, what = calibration_chunks(ref, text_file, ids_file, chunks)
     with convert_progress(quiet) as prog:
         cov = Hessians(ref, parts, order, MEMORY_BUDGET,
                        on_chunk=lambda i, n: prog.describe(f"covariances: chunk {i}/{n}"))

@@ -46,15 +46,12 @@ def imatrix_cmd(model_dir, text_file, ids_file, out_path, ctx, chunks, threads, 
     Example: ieconv imatrix --model-dir smollm2-f32/ --text-file calib.txt -o imatrix.npz --chunks 40
     """
     # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
-    from iekit.runtime import evaluation
-    from iekit.runtime.decoder import Decoder
-    from iekit.runtime.eval_cli import load_ids
+    from iekit.runtime.calibration import calibration_chunks, float_decoder
     from iekit.runtime.imatrix import collect
 
     check_new_file(out_path, overwrite)
-    dec = Decoder(model_dir, threads=threads, ctx=ctx, act="f32")
-    ids, what = load_ids(dec, text_file, ids_file)
-    parts = evaluation.chunk_ids(ids, ctx, chunks, what)
+    dec = float_decoder(model_dir, threads=threads, ctx=ctx)
+    parts, what = calibration_chunks(dec, text_file, ids_file, chunks)
     used = [t for p in parts for t in p]
     source = {"model_dir": str(model_dir), "calibration": what,
               "ids_sha256": hashlib.sha256(np.asarray(used, "<i4").tobytes()).hexdigest()}
@@ -67,7 +64,7 @@ def imatrix_cmd(model_dir, text_file, ids_file, out_path, ctx, chunks, threads, 
     for w in warnings:
         err.print(f"warning: {w}", markup=False)
     if not quiet:
-        err.print(f"imatrix: {len(im.entries)} matrices, {im.tokens} tokens in {len(parts)} chunks of {ctx} -> {out_path}")
+        err.print(f"imatrix: {len(im.entries)} matrices, {im.tokens} tokens in {len(parts)} chunks of {dec.max_ctx} -> {out_path}")
 
 
 def is_imatrix_path(path: Path) -> bool:

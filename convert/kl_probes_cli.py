@@ -73,8 +73,7 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
     """
     # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
     from iekit.runtime import evaluation
-    from iekit.runtime.decoder import Decoder
-    from iekit.runtime.eval_cli import load_ids
+    from iekit.runtime.calibration import calibration_chunks, float_decoder
 
     if base == probe:
         raise click.UsageError("--probe must differ from --base")
@@ -82,9 +81,8 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
     src = hf_checkpoint.from_dir(hf_dir)
     with ExitStack() as stack:
         shapes = {n: (t.dtype.name, list(t.shape)) for n, (_f, t) in hf_checkpoint.collect_tensors(src, stack).items()}
-    ref = Decoder(ref_dir, threads=threads, ctx=ctx, default_ctx=evaluation.DEFAULT_CTX, act="f32")
-    ids, what = load_ids(ref, text_file, ids_file)
-    parts = evaluation.chunk_ids(ids, ref.max_ctx, chunks, what)
+    ref = float_decoder(ref_dir, threads=threads, ctx=ctx)
+    parts, what = calibration_chunks(ref, text_file, ids_file, chunks)
     imp = None if imatrix is None else os.fspath(Path(imatrix).resolve())
     manifest = default_manifest(shapes, base, head=base, tied=is_tied(shapes, src.config), imatrix=imp)
     groups = [r["match"] for r in manifest["rules"]] + sorted(manifest["tensors"])
@@ -103,7 +101,7 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
 
             def kl_of(model_path: Path, label: str) -> dict:
                 bar.update(task, description=label)
-                model = Decoder(model_path, threads=threads, ctx=ref.max_ctx, act="f32")
+                model = float_decoder(model_path, threads=threads, ctx=ref.max_ctx)
                 evaluation.check_comparable(model, ref)
                 s = evaluation.evaluate(model, parts, ref, ref_cache=cache).summary()
                 bar.update(task, advance=1)

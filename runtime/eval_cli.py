@@ -11,18 +11,14 @@ from rich.table import Table
 
 from iekit.cli.support import stderr_console, stdout_console, threads_option
 from iekit.formats.errors import IEError
-from iekit.formats.fileio import read_small, read_utf8
 
 from . import evaluation, plots
 from .env import ACTS
-from .token_ids import parse_ids
+from .token_ids import load_ids
 from .gguf_models import model_dir_option
 
 out = stdout_console()
 err = stderr_console()
-
-TEXT_MAX = 1 << 30  # --text-file / --ids-file: 1 GiB at most
-
 
 def _options(f):
     for opt in reversed([
@@ -43,22 +39,6 @@ def _options(f):
     ]):
         f = opt(f)
     return f
-
-
-def load_ids(model, text_file: Path | None, ids_file: Path | None) -> tuple[list[int], str]:
-    """The token ids to evaluate, and the option they came from (for messages)."""
-    if (text_file is None) == (ids_file is None):
-        raise click.UsageError("give exactly one of --text-file and --ids-file")
-    if ids_file is not None:
-        raw = read_small(ids_file, TEXT_MAX)
-        try:
-            return parse_ids(raw.decode("ascii")), f"--ids-file {ids_file}"
-        except (UnicodeDecodeError, ValueError) as e:
-            raise IEError(f"{ids_file}: {e if isinstance(e, ValueError) else 'expected ASCII token ids'}") from None
-    text = read_utf8(text_file, TEXT_MAX)
-    if not text.strip():
-        raise IEError(f"{text_file}: no text to evaluate (the file is empty)")
-    return model.encode(text), f"--text-file {text_file}"
 
 
 def run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act, progress: bool):

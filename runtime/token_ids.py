@@ -1,9 +1,18 @@
 """Token ids written by hand or by a script ("1, 17,256", one per line), for
---ids, --ids-file and prompts files."""
+--ids, --ids-file and prompts files; and the ids a scoring or calibration
+command reads from --text-file or --ids-file."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+import click
+
+from iekit.formats.errors import IEError
+from iekit.formats.fileio import read_small, read_utf8
+
+TEXT_MAX = 1 << 30  # --text-file / --ids-file: 1 GiB at most
 
 _SEP = re.compile(r"[,\s]+")
 
@@ -22,3 +31,19 @@ def parse_ids(text: str) -> list[int]:
     if min(ids) < 0:
         raise ValueError(f"token ids must be >= 0, got {min(ids)}")
     return ids
+
+
+def load_ids(model, text_file: Path | None, ids_file: Path | None) -> tuple[list[int], str]:
+    """The token ids to evaluate, and the option they came from (for messages)."""
+    if (text_file is None) == (ids_file is None):
+        raise click.UsageError("give exactly one of --text-file and --ids-file")
+    if ids_file is not None:
+        raw = read_small(ids_file, TEXT_MAX)
+        try:
+            return parse_ids(raw.decode("ascii")), f"--ids-file {ids_file}"
+        except (UnicodeDecodeError, ValueError) as e:
+            raise IEError(f"{ids_file}: {e if isinstance(e, ValueError) else 'expected ASCII token ids'}") from None
+    text = read_utf8(text_file, TEXT_MAX)
+    if not text.strip():
+        raise IEError(f"{text_file}: no text to evaluate (the file is empty)")
+    return model.encode(text), f"--text-file {text_file}"
