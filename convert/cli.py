@@ -33,7 +33,7 @@ from .dedup_cli import COMMANDS as DEDUP_COMMANDS
 from .dedup_cli import inspect_dedup_index, is_dedup_index_path, validate_dedup_index
 from .hf_hub import from_hub
 from .conversion_output import convert_progress, err, report_conversion
-from .hf_to_iebin import CAST_TARGETS
+from .artifact_out import CAST_TARGETS
 from .hf_to_iebin import convert, load_importance
 from .gguf_to_iebin import build_config as build_gguf_config
 from .gguf_to_iebin import GGUFRows, convert_gguf

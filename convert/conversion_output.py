@@ -11,8 +11,8 @@ from rich.table import Table
 
 from iekit.cli.support import stderr_console
 
-from .hf_to_iebin import ConvertResult
-from .hf_to_iebin import Progress as ConvertProgress
+from .artifact_out import ConvertResult
+from .artifact_out import Progress as ConvertProgress
 
 err = stderr_console()
 

@@ -25,10 +25,11 @@ from typing import Callable
 from iekit.formats import dedup as fmt
 from iekit.formats import iebin
 from iekit.formats.tensor_entries import expert_of
-from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
+from iekit.formats.atomic import StagedFiles
 from iekit.formats.errors import FormatError, IEError
 from iekit.formats.fileio import copy_range, read_small
 
+from .artifact_out import ArtifactOut
 from .dedup_extract import TensorReader, output_names, write_groups
 
 STEM = "model"  # the store's files are model.dedup.json etc., where the runtime looks
@@ -76,29 +77,20 @@ def pack(model_dir: Path, out_dir: Path, tm: fmt.TensorMap, groups: list[fmt.Gro
                     (r.file, r.offset, r.nbytes, r.digest):
                 raise FormatError(tensor_map_label, f"tensors.{m}", f"{m!r} is not where {model.meta_path} "
                                   "puts it, or has another digest (a map of another model; run dedup-plan again)")
-    out_dir = Path(out_dir)
-    if out_dir.exists() and out_dir.resolve() == model.dir.resolve():
-        raise IEError(f"{out_dir}: is the source model's directory; pack into a new one")
-    names = [iebin.META_NAME, iebin.BIN_NAME, *(a["name"] for a in model.meta["aux_files"]), *output_names(STEM)]
-    clash = [n for n in names if os.path.lexists(out_dir / n)]
-    if clash and not overwrite:
-        raise IEError(f"{out_dir}: already holds {', '.join(clash)}; pass --overwrite to replace")
+    aux = [*(a["name"] for a in model.meta["aux_files"]), *output_names(STEM)]
+    out = ArtifactOut(out_dir, overwrite, aux, src_dir=model.dir)
+    out_dir, names = out.dir, [iebin.META_NAME, iebin.BIN_NAME, *aux]
     grouped = {m for g in groups for m in g.members}
     real = fmt.check_tensor_ranges(tm.tensors, sorted(grouped), model.dir, tensor_map_label)
-    created = make_dirs(out_dir)
+    reader = TensorReader(tm.tensors, real)
     try:
-        reader = TensorReader(tm.tensors, real)
-        try:
-            with StagedFiles(out_dir, replace=overwrite, exclusive=True) as staged:
-                dw = fmt.DedupWriter(staged, STEM, checksum=tm.checksum)
-                write_groups(dw, reader, groups, tm, tensor_map_label, progress)
-                dmeta = dw.finish()
-                _write_model(staged, model, grouped, progress)
-        finally:
-            reader.close()
-    except BaseException:
-        remove_dirs(created)
-        raise
+        with out.writing() as staged:
+            dw = fmt.DedupWriter(staged, STEM, checksum=tm.checksum)
+            write_groups(dw, reader, groups, tm, tensor_map_label, progress)
+            dmeta = dw.finish()
+            _write_model(staged, model, grouped, progress)
+    finally:
+        reader.close()
     src = [model.meta_path, *(model.dir / f["name"] for f in model.meta["files"]),
            *(model.dir / a["name"] for a in model.meta["aux_files"])]
     store = sum(dmeta["blobs"][k]["nbytes"] for k in fmt.BLOB_KEYS) + (out_dir / fmt.INDEX_NAME).stat().st_size

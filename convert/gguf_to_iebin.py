@@ -32,13 +32,11 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 
 from iekit.formats import checksums, iebin
-from iekit.formats.atomic import StagedFiles, make_dirs, remove_dirs
 from iekit.formats.casting import cast_bytes, decode_f32, encode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import FormatError, IEError
@@ -52,7 +50,8 @@ from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, GGUFArch, hf_layer_name
 from .gguf_tokenizer import tokenizer_config_json, tokenizer_json
-from .hf_to_iebin import ConvertResult, Progress, check_dtype, check_out_dir, load_importance, natural_key
+from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
+from .hf_to_iebin import load_importance
 from .source_hashes import SourceHashes
 
 CHUNK_BYTES = 8 * 1024 * 1024  # source bytes per step
@@ -457,7 +456,6 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
     by ``imatrix`` (default: the manifest's) where it has an entry.
     ``checksum``: the digest algorithm recorded (formats/checksums.py)."""
     progress = progress or Progress()
-    out_dir = Path(out_dir)
     check_dtype(dtype)
     g = open_gguf(gguf_path)
     cfg = build_config(g)
@@ -485,37 +483,30 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
         aux_data["tokenizer_config.json"] = tok_cfg
     if (unsupported := check_convertible(model_summary(cfg), cfg, {p.name: p.shape for p in plans}, g.path)):
         warnings.append(unsupported)
-    stale = check_out_dir(out_dir, overwrite, [iebin.META_NAME, iebin.BIN_NAME, *aux_data])
+    out = ArtifactOut(out_dir, overwrite, list(aux_data))
     t0 = time.perf_counter()
-    created = make_dirs(out_dir)
-    try:
-        bytes_in = sum(p.rows * _src_rows(p)[1] for p in plans)
-        progress.start("converting", bytes_in + g.path.stat().st_size)  # the file is hashed beside the import
-        with SourceHashes([(g.path.name, g.path)], progress.advance, checksum) as hashes, StagedFiles(out_dir, replace=overwrite, exclusive=True) as staged:
-            for n in stale:
-                staged.remove_on_commit(n)
-            writer = iebin.IebinWriter(staged, checksum=checksum)
-            errors: dict[str, QuantError] = {}
-            for p in plans:
-                progress.describe(p.name)
-                extra = {iebin.QUANT_KEY: p.quant} if p.quant else None
-                error = QuantError() if p.mode == "quantize" else None
-                if error is not None:
-                    errors[p.name] = error
-                writer.add_tensor(p.name, p.dtype, p.shape, _chunks(g, p, progress, error), p.out_nbytes,
-                                  extra=extra, error=error)
-            aux = writer.stage_aux(aux_data)
-            source = {"kind": "gguf", "name": g.path.name, "revision": None, "shards": hashes.records(),
-                      "gguf": {"version": g.version, "architecture": g.fields["general.architecture"],
-                               "file_type": file_type_name(g)}}
-            meta = writer.finish(config=cfg, model=model_summary(cfg), source=source,
-                                 tokenizer_files=[n for n in aux_data if n.startswith("tokenizer")], aux_files=aux)
-    except BaseException:
-        remove_dirs(created)
-        raise
-    return ConvertResult(out_dir, len(plans), bytes_in, meta["files"][0]["nbytes"], time.perf_counter() - t0,
+    bytes_in = sum(p.rows * _src_rows(p)[1] for p in plans)
+    progress.start("converting", bytes_in + g.path.stat().st_size)  # the file is hashed beside the import
+    errors: dict[str, QuantError] = {}
+    with SourceHashes([(g.path.name, g.path)], progress.advance, checksum) as hashes, out.writing() as staged:
+        writer = iebin.IebinWriter(staged, checksum=checksum)
+        for p in plans:
+            progress.describe(p.name)
+            extra = {iebin.QUANT_KEY: p.quant} if p.quant else None
+            error = QuantError() if p.mode == "quantize" else None
+            if error is not None:
+                errors[p.name] = error
+            writer.add_tensor(p.name, p.dtype, p.shape, _chunks(g, p, progress, error), p.out_nbytes,
+                              extra=extra, error=error)
+        aux = writer.stage_aux(aux_data)
+        source = {"kind": "gguf", "name": g.path.name, "revision": None, "shards": hashes.records(),
+                  "gguf": {"version": g.version, "architecture": g.fields["general.architecture"],
+                           "file_type": file_type_name(g)}}
+        meta = writer.finish(config=cfg, model=model_summary(cfg), source=source,
+                             tokenizer_files=out.tokenizer_files, aux_files=aux)
+    return ConvertResult(out.dir, len(plans), bytes_in, meta["files"][0]["nbytes"], time.perf_counter() - t0,
                          sum(p.mode in ("cast", "dequant") for p in plans), sum(p.mode == "quantize" for p in plans),
-                         warnings, stale, kept_blocks=sum(p.mode == "copy" and p.dtype in SCHEMES for p in plans),
+                         warnings, out.stale, kept_blocks=sum(p.mode == "copy" and p.dtype in SCHEMES for p in plans),
                          weighted_tensors=len(importance), errors=errors)
 
 

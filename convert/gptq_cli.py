@@ -19,7 +19,8 @@ from iekit.formats.errors import IEError
 from iekit.formats.q4_manifest import load_manifest, plan
 
 from .conversion_output import convert_progress, err, report_conversion
-from .hf_to_iebin import convert, natural_key
+from .artifact_out import natural_key
+from .hf_to_iebin import convert
 
 DEFAULT_CHUNKS = 16
 MEMORY_BUDGET = 1 << 30  # bytes of covariances held at once (float64, n² per matrix input)

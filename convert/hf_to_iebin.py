@@ -5,35 +5,24 @@ Memory: tensors kept as they are are copied file to file inside the kernel
 few chunks plus Python, independent of model size. Atomicity: everything is
 staged under temporary names in the output directory and renamed at the end,
 ``model.ie.json`` last; on any error the directory is left as it was (and
-directories the run created are removed again).
-
-The output directory's files: without ``overwrite`` nothing already there
-that an artifact consists of (``ARTIFACT_FILES``) is touched: the run is
-refused, naming the file. With ``overwrite`` the artifact is replaced as a
-whole: the files this conversion writes replace their namesakes, and the
-other ``ARTIFACT_FILES`` (a previous model's vocab.txt, its dedup links...)
-are removed at commit time and reported; any other file is left alone.
+directories the run created are removed again): artifact_out.py, the frame
+every converter writes through, which also says what --overwrite does.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from iekit.formats import dedup as dedup_fmt
-from iekit.formats import checksums, expert_stacks, gptq, iebin, weight_types
+from iekit.formats import checksums, expert_stacks, gptq, iebin
 from iekit.formats import imatrix as imatrix_fmt
-from iekit.formats.atomic import StagedFiles, make_dirs, refuse_non_regular, remove_dirs
 from iekit.formats.casting import cast_bytes, decode_f32
 from iekit.formats.dtypes import DTYPES
-from iekit.formats.errors import IEError
 from iekit.formats.hf_checkpoint import HFSource, collect_tensors, read_aux
 from iekit.formats.hf_config import model_summary
 from iekit.formats.model_spec import check_convertible
@@ -44,78 +33,11 @@ from iekit.formats.quant import SCHEMES, QuantError, QuantParams, matrix_dims
 
 from . import hf_mxfp4
 from .gguf_names import hf_name
-from .iebin_legacy import TOKENIZER_FILES
+from .artifact_out import (CONFIG_FILES, TOKENIZER_FILES, ArtifactOut, ConvertResult, Progress, check_dtype,
+                           natural_key)
 from .source_hashes import SourceHashes
 
-CONFIG_FILES = ("config.json", "generation_config.json")
-CAST_TARGETS = weight_types.names(quantized=False)  # --dtype: the float weight types
 QUANT_CHUNK_ELEMS = 1 << 20  # rows are quantized ~1M elements at a time
-# Every file name an IEBIN artifact directory may hold that iekit writes
-# (hf-to-iebin) or links there (dedup-link): what --overwrite replaces as a whole.
-ARTIFACT_FILES = (iebin.META_NAME, iebin.BIN_NAME, *CONFIG_FILES, *TOKENIZER_FILES, dedup_fmt.INDEX_NAME,
-                  *("model" + dedup_fmt.BLOB_SUFFIXES[k] for k in dedup_fmt.BLOB_KEYS))
-
-
-def natural_key(name: str) -> list:
-    """'layers.10' sorts after 'layers.9'."""
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
-
-
-@dataclass
-class ConvertResult:
-    out_dir: Path
-    tensors: int
-    bytes_in: int
-    bytes_out: int
-    seconds: float
-    cast_tensors: int
-    quantized_tensors: int = 0
-    warnings: list[str] | None = None
-    removed: list[str] | None = None  # files of a previous artifact removed (--overwrite)
-    kept_blocks: int = 0  # gguf-to-iebin: quantized tensors whose blocks were copied as they are
-    weighted_tensors: int = 0  # quantized with importance weights (--imatrix)
-    errors: dict[str, QuantError] = field(default_factory=dict)  # per tensor quantized here: its predicted loss
-
-
-@dataclass
-class Progress:
-    """Callbacks the CLI wires to a progress bar; no-ops by default."""
-
-    start: Callable[[str, int], None] = lambda label, total: None
-    advance: Callable[[int], None] = lambda n: None
-    describe: Callable[[str], None] = lambda text: None
-
-
-def check_dtype(dtype: str | None) -> None:
-    """``--dtype``: None (keep) or one of the float weight types."""
-    if dtype is not None and dtype not in CAST_TARGETS:
-        raise IEError(f"--dtype {dtype!r}: expected one of {', '.join(CAST_TARGETS)}")
-
-
-def check_out_dir(out_dir: Path, overwrite: bool, writes: list[str], src_dir: Path | None = None) -> list[str]:
-    """Refuse what must not happen to ``out_dir`` (a source checkpoint
-    directory ``src_dir`` is never one); returns the names of a previous
-    artifact's files to remove (``overwrite`` only)."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise IEError(f"{out_dir}: exists and is not a directory")
-    if src_dir is not None and out_dir.is_dir() and os.path.realpath(out_dir) == os.path.realpath(src_dir):
-        raise IEError(f"{out_dir}: output directory is the source checkpoint directory; choose another")
-    if not out_dir.is_dir():
-        return []
-    present = [n for n in ARTIFACT_FILES if os.path.lexists(out_dir / n)]
-    for n in present:
-        if (out_dir / n).is_dir() and not (out_dir / n).is_symlink():
-            raise IEError(f"{out_dir / n}: is a directory where the artifact has a file; move it away")
-        if n in writes or not (out_dir / n).is_symlink():  # a previous artifact's links may go, nothing else odd
-            refuse_non_regular(out_dir / n)
-    if not overwrite:
-        for n in sorted(present, key=lambda n: n not in writes):
-            if n in writes:
-                raise IEError(f"{out_dir / n}: exists; pass --overwrite to replace it")
-            raise IEError(f"{out_dir / n}: exists and is not a file of the new artifact (another model's?); "
-                          "pass --overwrite to remove it, or choose an empty --out-dir")
-    return [n for n in present if n not in writes]
-
 
 def load_importance(path: str | os.PathLike | None, quantize: dict[str, QuantParams],
                     shapes: dict[str, list[int]]) -> tuple[dict[str, Any], list[str]]:
@@ -149,82 +71,73 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
     instead, each read whole. ``checksum``: the digest algorithm recorded
     (formats/checksums.py)."""
     progress = progress or Progress()
-    out_dir = Path(out_dir)
     check_dtype(dtype)
     # The config and tokenizer files are read first (each checked: regular,
     # inside the checkpoint, bounded), so the names written are known.
     aux_data = {n: d for n in CONFIG_FILES + TOKENIZER_FILES if (d := read_aux(src, n)) is not None}
-    stale = check_out_dir(out_dir, overwrite, [iebin.META_NAME, iebin.BIN_NAME, *aux_data], src.dir)
+    out = ArtifactOut(out_dir, overwrite, list(aux_data), src.dir)
     t0 = time.perf_counter()
-    created = make_dirs(out_dir)
-    try:
-        with ExitStack() as stack:
-            # gpt-oss's MXFP4 blocks + scales pairs become one mxfp4 tensor each, never offered to the manifest.
-            tensors, pairs = hf_mxfp4.split_pairs(collect_tensors(src, stack), src.config, str(src.dir))
-            mx_pairs = {p.name: p for p in pairs}
-            # gpt-oss's float expert stacks are [experts, in, out]: written transposed (expert_stacks.py).
-            written = expert_stacks.AsWritten(src.config, tensors)
-            shapes = written.shapes()
-            # An invalid MoE / attention config is refused here, before any byte is written.
-            unsupported = check_convertible(model_summary(src.config), src.config,
-                                            {**shapes, **{p.name: p.shape for p in pairs}}, src.dir / "config.json")
-            qplan = plan(manifest, {n: (t.dtype.name, shapes[n]) for n, (_sf, t) in tensors.items()},
-                         force=force) if manifest else None
-            importance, iwarn = load_importance(imatrix or (manifest.imatrix if manifest else None),
-                                                qplan.quantize if qplan else {}, shapes)
-            names = sorted([*tensors, *mx_pairs], key=natural_key)
-            bytes_in = sum(t.nbytes for _, t in tensors.values()) + sum(p.source_nbytes for p in pairs)
-            # One bar for both: the shards are hashed beside the conversion (source_hashes.py).
-            progress.start("converting", bytes_in + sum((src.dir / s).stat().st_size for s in src.shards))
-            hashes = stack.enter_context(SourceHashes([(s, src.dir / s) for s in src.shards], progress.advance, checksum))
-            n_cast = 0
-            errors: dict[str, QuantError] = {}
-            with StagedFiles(out_dir, replace=overwrite, exclusive=True) as staged:
-                for n in stale:
-                    staged.remove_on_commit(n)
-                writer = iebin.IebinWriter(staged, checksum=checksum)
-                for name in names:
-                    progress.describe(name)
-                    if name in mx_pairs:
-                        pair = mx_pairs[name]
-                        writer.add_tensor(name, "mxfp4", pair.shape, hf_mxfp4.chunks(pair, progress.advance), pair.nbytes,
-                                          extra={iebin.QUANT_KEY: hf_mxfp4.MXFP4.quant_dict(pair.shape[-1], QuantParams("mxfp4"))})
-                        continue
-                    sf, t = tensors[name]
-                    shape = shapes[name]
+    with ExitStack() as stack:
+        # gpt-oss's MXFP4 blocks + scales pairs become one mxfp4 tensor each, never offered to the manifest.
+        tensors, pairs = hf_mxfp4.split_pairs(collect_tensors(src, stack), src.config, str(src.dir))
+        mx_pairs = {p.name: p for p in pairs}
+        # gpt-oss's float expert stacks are [experts, in, out]: written transposed (expert_stacks.py).
+        written = expert_stacks.AsWritten(src.config, tensors)
+        shapes = written.shapes()
+        # An invalid MoE / attention config is refused here, before any byte is written.
+        unsupported = check_convertible(model_summary(src.config), src.config,
+                                        {**shapes, **{p.name: p.shape for p in pairs}}, src.dir / "config.json")
+        qplan = plan(manifest, {n: (t.dtype.name, shapes[n]) for n, (_sf, t) in tensors.items()},
+                     force=force) if manifest else None
+        importance, iwarn = load_importance(imatrix or (manifest.imatrix if manifest else None),
+                                            qplan.quantize if qplan else {}, shapes)
+        names = sorted([*tensors, *mx_pairs], key=natural_key)
+        bytes_in = sum(t.nbytes for _, t in tensors.values()) + sum(p.source_nbytes for p in pairs)
+        # One bar for both: the shards are hashed beside the conversion (source_hashes.py).
+        progress.start("converting", bytes_in + sum((src.dir / s).stat().st_size for s in src.shards))
+        hashes = stack.enter_context(SourceHashes([(s, src.dir / s) for s in src.shards], progress.advance, checksum))
+        n_cast = 0
+        errors: dict[str, QuantError] = {}
+        with out.writing() as staged:
+            writer = iebin.IebinWriter(staged, checksum=checksum)
+            for name in names:
+                progress.describe(name)
+                if name in mx_pairs:
+                    pair = mx_pairs[name]
+                    writer.add_tensor(name, "mxfp4", pair.shape, hf_mxfp4.chunks(pair, progress.advance), pair.nbytes,
+                                      extra={iebin.QUANT_KEY: hf_mxfp4.MXFP4.quant_dict(pair.shape[-1], QuantParams("mxfp4"))})
+                    continue
+                sf, t = tensors[name]
+                shape = shapes[name]
 
-                    def tensor_bytes(chunk_bytes: int, name=name) -> Iterator[bytes]:
-                        return written.chunks(name, chunk_bytes, progress.advance)
+                def tensor_bytes(chunk_bytes: int, name=name) -> Iterator[bytes]:
+                    return written.chunks(name, chunk_bytes, progress.advance)
 
-                    if qplan and name in qplan.quantize:
-                        cov = covariances.get(name) if covariances is not None else None
-                        errors[name] = _add_quantized(writer, name, shape, t.dtype.name, tensor_bytes,
-                                                      qplan.quantize[name], importance.get(name), cov)
-                        continue
-                    target = dtype if dtype and t.dtype.is_float else t.dtype.name
-                    if target == t.dtype.name and name not in written.flipped:
-                        writer.add_copy(name, target, shape, t.nbytes,
-                                        lambda fd, off, sf=sf, t=t: sf.copy_to(t, fd, off, progress.advance))
-                        continue
-                    chunks = tensor_bytes(CHUNK_BYTES)
-                    if target != t.dtype.name:
-                        n_cast += 1
-                        chunks = (cast_bytes(c, t.dtype.name, target) for c in chunks)
-                    out_nbytes = t.nbytes // t.dtype.itemsize * DTYPES[target].itemsize
-                    writer.add_tensor(name, target, shape, chunks, out_nbytes)
+                if qplan and name in qplan.quantize:
+                    cov = covariances.get(name) if covariances is not None else None
+                    errors[name] = _add_quantized(writer, name, shape, t.dtype.name, tensor_bytes,
+                                                  qplan.quantize[name], importance.get(name), cov)
+                    continue
+                target = dtype if dtype and t.dtype.is_float else t.dtype.name
+                if target == t.dtype.name and name not in written.flipped:
+                    writer.add_copy(name, target, shape, t.nbytes,
+                                    lambda fd, off, sf=sf, t=t: sf.copy_to(t, fd, off, progress.advance))
+                    continue
+                chunks = tensor_bytes(CHUNK_BYTES)
+                if target != t.dtype.name:
+                    n_cast += 1
+                    chunks = (cast_bytes(c, t.dtype.name, target) for c in chunks)
+                out_nbytes = t.nbytes // t.dtype.itemsize * DTYPES[target].itemsize
+                writer.add_tensor(name, target, shape, chunks, out_nbytes)
 
-                aux = writer.stage_aux(aux_data)
-                tok = [fname for fname in aux_data if fname in TOKENIZER_FILES]
-                source = {"kind": src.kind, "name": src.name, "revision": src.revision, "shards": hashes.records()}
-                meta = writer.finish(config=src.config, model=model_summary(src.config), source=source,
-                                     tokenizer_files=tok, aux_files=aux)
-    except BaseException:
-        remove_dirs(created)
-        raise
+            aux = writer.stage_aux(aux_data)
+            source = {"kind": src.kind, "name": src.name, "revision": src.revision, "shards": hashes.records()}
+            meta = writer.finish(config=src.config, model=model_summary(src.config), source=source,
+                                 tokenizer_files=out.tokenizer_files, aux_files=aux)
     bytes_out = meta["files"][0]["nbytes"]
-    return ConvertResult(out_dir, len(names), bytes_in, bytes_out, time.perf_counter() - t0, n_cast,
+    return ConvertResult(out.dir, len(names), bytes_in, bytes_out, time.perf_counter() - t0, n_cast,
                          len(qplan.quantize) if qplan else 0,
-                         (qplan.warnings if qplan else []) + iwarn + ([unsupported] if unsupported else []), stale,
+                         (qplan.warnings if qplan else []) + iwarn + ([unsupported] if unsupported else []), out.stale,
                          weighted_tensors=len(importance), errors=errors, kept_blocks=len(pairs))
 
 

@@ -24,9 +24,8 @@ from iekit.formats.iebin import DEFAULT_ALIGNMENT, FORMAT_NAME, LEGACY_KEYS, VER
 from iekit.formats.jsonio import load_json
 from iekit.formats.paths import check_inside, resolve_inside
 
-# The tokenizer/config files a converter copies next to the weights.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "tokenizer.model", "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json")
+from .artifact_out import TOKENIZER_FILES
+
 
 
 def _dtype(raw: object, file: str, field: str) -> str:

@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from iekit.formats import iebin
-from iekit.formats.atomic import StagedFiles, check_new_file
+from iekit.formats.atomic import StagedFiles
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError, UnsupportedError
 from iekit.formats.fileio import read_small
@@ -53,7 +53,7 @@ from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
 from .gguf_names import ARCHS, GGUFArch, gguf_layer_name
 from .gguf_tokenizer import gguf_tokenizer_fields
-from .hf_to_iebin import Progress, natural_key
+from .artifact_out import Progress, check_out_file, natural_key
 
 CHUNK_BYTES = 8 * 1024 * 1024
 # IEBIN dtypes llama.cpp has under the same layout (GGMLQuantizationType names)
@@ -461,11 +461,7 @@ def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, ov
     out_path = Path(out_path)
     if requantize is not None and requantize not in REQUANTIZE_TARGETS:
         raise IEError(f"--requantize {requantize!r}: expected one of {', '.join(REQUANTIZE_TARGETS)}")
-    if out_path.is_dir():
-        raise IEError(f"{out_path}: is a directory; give the .gguf file to write")
-    if out_path.exists() and not out_path.is_file() and not out_path.is_symlink():
-        raise IEError(f"{out_path}: exists and is not a regular file; it is never replaced")
-    check_new_file(out_path, overwrite)
+    check_out_file(out_path, overwrite, "the .gguf file")
     model = iebin.load_model(model_dir)
     if model.in_store:
         raise IEError(f"{model.meta_path}: tensors[{model.in_store[0]['name']!r}]: lives in the dedup store; "

@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import GOLDEN_HF, assert_one_line_error, run_tool, st_write
-from iekit.convert.hf_to_iebin import Progress, convert, natural_key
+from iekit.convert.artifact_out import Progress, natural_key
+from iekit.convert.hf_to_iebin import convert
 from iekit.formats import iebin
 from iekit.formats.hf_checkpoint import from_dir
 from iekit.formats.errors import FormatError, IEError
@@ -222,7 +223,7 @@ def test_interrupted_conversion_leaves_directory_as_it_was(tmp_path, fail_after)
 
 def test_output_into_source_dir_is_refused(tmp_path):
     shutil.copytree(GOLDEN_HF / "tiny-qwen2", tmp_path / "hf")
-    with pytest.raises(IEError, match="source checkpoint directory"):
+    with pytest.raises(IEError, match="is the source directory"):
         convert(from_dir(tmp_path / "hf"), tmp_path / "hf")
 
 

@@ -161,7 +161,7 @@ def test_pack_refuses_to_replace_files_or_write_into_the_source(pair, tmp_path):
     assert res.returncode == 1 and "--overwrite" in res.stderr
     assert (out / "model.ie.json").read_text() == "mine" and sorted(p.name for p in out.iterdir()) == ["model.ie.json"]
     res = run_tool("ieconv", "dedup-pack", "-q", "--model-dir", plain, "--out-dir", plain)
-    assert res.returncode == 1 and "source model's directory" in res.stderr
+    assert res.returncode == 1 and "is the source directory" in res.stderr
     res = run_tool("ieconv", "dedup-pack", "-q", "--model-dir", _packed, "--out-dir", tmp_path / "again")
     assert res.returncode == 1 and "already packed" in res.stderr and not (tmp_path / "again").exists()
 

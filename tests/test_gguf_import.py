@@ -592,7 +592,7 @@ def test_a_gguf_truncated_during_the_import_is_one_error_and_leaves_nothing(tmp_
     is "shrank" naming the tensor (the mapping died with SIGBUS and left its
     staging file), and the output directory it created is gone."""
     from iekit.convert.gguf_to_iebin import convert_gguf
-    from iekit.convert.hf_to_iebin import Progress
+    from iekit.convert.artifact_out import Progress
     from iekit.formats.errors import FormatError
 
     src = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", quant={r"proj": "Q8_0"})

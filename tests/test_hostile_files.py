@@ -414,7 +414,7 @@ def test_a_failed_conversion_removes_the_parent_directories_it_created(tmp_path)
         if calls["n"] == 3:
             raise KeyboardInterrupt
 
-    from iekit.convert.hf_to_iebin import Progress
+    from iekit.convert.artifact_out import Progress
     with pytest.raises(KeyboardInterrupt):
         convert(from_dir(LLAMA), tmp_path / "x" / "y", progress=Progress(advance=advance))
     assert not (tmp_path / "x").exists()

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN_DIR, GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
-from iekit.convert.hf_to_iebin import Progress, convert
+from iekit.convert.artifact_out import Progress
+from iekit.convert.hf_to_iebin import convert
 from iekit.formats import iebin
 from iekit.formats.atomic import StagedFiles
 from iekit.formats.errors import IEError
