@@ -25,7 +25,7 @@
 #include "common/thread_pool.h"
 #include "common/zero_pages.h"
 #include "gemm/gemm.h"
-#include "gemv/dedup_gemv.h"
+#include "dedup/fused_product.h"
 #include "gemv/gemv.h"
 
 namespace ie {

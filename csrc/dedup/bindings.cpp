@@ -1,4 +1,5 @@
-// Python bindings of the dedup loader and kernel (`iekit.runtime._native`).
+// Python bindings of the dedup loader and kernels (`iekit.runtime._native`): the
+// store, and the fused GEMV over one of its members.
 // The environment (IE_DEDUP_*) is read by runtime/env.py, never here.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -7,7 +8,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/py_args.h"
 #include "dedup.h"
+#include "fused_product.h"
 
 namespace py = pybind11;
 namespace dd = ie::dedup;
@@ -145,6 +148,32 @@ py::dict stats_dict(const dd::DedupStore& s) {
   return d;
 }
 
+using FArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+// The fused dedup GEMV over member `name` of `store` (test and bench hook;
+// the decoder calls it directly).
+py::array_t<float> gemv_dedup_py(ie::dedup::DedupStore& store, const std::string& name, const std::string& dtype,
+                                 int64_t rows, int64_t cols, FArray x, std::optional<FArray> bias, int64_t group_size,
+                                 bool symmetric, const std::string& scale_dtype, const std::string& act, int threads,
+                                 const std::string& isa_name) {
+  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
+  const ie::Act a = ie::parse_act(act);
+  const ie::Isa isa = ie::resolve_isa(isa_name);
+  if (!store.contains(name)) throw py::key_error(name);
+  const ie::DedupMatrix m = ie::make_dedup_matrix(s, store.view(name));
+  ie::ProductOperands o = ie::product_operands(x, bias, rows, cols, ie::kMaxBatch, threads);
+  {
+    py::gil_scoped_release nogil;
+    ie::PreparedAct xa;
+    xa.set(o.x, static_cast<int>(o.batch), cols);
+    ie::DedupGemvScratch scratch;
+    ie::ThreadPool pool(threads);
+    ie::gemv_dedup(m, xa, o.bias, o.yp, a, pool, isa, scratch);
+    store.count_fused(m.src.read_bytes());
+  }
+  return o.y;
+}
+
 }  // namespace
 
 void ie_register_dedup(py::module_& m) {
@@ -237,4 +266,10 @@ void ie_register_dedup(py::module_& m) {
         py::arg("stream_stores") = -1, py::arg("out") = py::none(),
         "out[i] = mask bit i ? exceptions[k++] : default[i] for a line mask (docs/formats/dedup.md) with the "
         "selected kernel (test and bench hook). ValueError naming the rule if mask and exceptions disagree.");
+  m.def("gemv_dedup", &gemv_dedup_py, py::arg("store"), py::arg("name"), py::arg("dtype"), py::arg("rows"),
+        py::arg("cols"), py::arg("x"), py::arg("bias") = py::none(), py::arg("group_size") = 0,
+        py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1,
+        py::arg("isa") = "",
+        "y = W x (+ bias) for the dedup member `name` of `store`, rebuilt a kernel step at a time inside the "
+        "product (never whole); counted in store.stats() as a fused call.");
 }

@@ -83,7 +83,7 @@ uint64_t popcount_bytes(const uint8_t* p, size_t nbytes);
 
 // A member's regions inside the mapped blobs, valid while its store lives:
 // what a kernel needs to rebuild any byte range where the member is used
-// (gemv/dedup_gemv.h) instead of a full copy.
+// (fused_product.h) instead of a full copy.
 struct MemberView {
   const uint8_t* def = nullptr;
   LineMask mask;

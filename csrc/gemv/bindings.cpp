@@ -11,7 +11,6 @@
 
 #include "common/py_args.h"
 #include "cuda/repack.h"
-#include "dedup_gemv.h"
 #include "gemv.h"
 
 namespace py = pybind11;
@@ -39,30 +38,6 @@ py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_
     xa.set(o.x, static_cast<int>(o.batch), s.cols);
     ie::GemvScratch scratch;
     ie::gemv(s, wp, xa, o.bias, o.yp, a, pool, isa, scratch, rows8 ? &packed : nullptr);
-  }
-  return o.y;
-}
-
-// The fused dedup GEMV over member `name` of `store` (test and bench hook;
-// the decoder calls it directly).
-py::array_t<float> gemv_dedup_py(ie::dedup::DedupStore& store, const std::string& name, const std::string& dtype,
-                                 int64_t rows, int64_t cols, FArray x, std::optional<FArray> bias, int64_t group_size,
-                                 bool symmetric, const std::string& scale_dtype, const std::string& act, int threads,
-                                 const std::string& isa_name) {
-  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
-  const ie::Act a = ie::parse_act(act);
-  const ie::Isa isa = ie::resolve_isa(isa_name);
-  if (!store.contains(name)) throw py::key_error(name);
-  const ie::DedupMatrix m = ie::make_dedup_matrix(s, store.view(name));
-  ie::ProductOperands o = ie::product_operands(x, bias, rows, cols, ie::kMaxBatch, threads);
-  {
-    py::gil_scoped_release nogil;
-    ie::PreparedAct xa;
-    xa.set(o.x, static_cast<int>(o.batch), cols);
-    ie::DedupGemvScratch scratch;
-    ie::ThreadPool pool(threads);
-    ie::gemv_dedup(m, xa, o.bias, o.yp, a, pool, isa, scratch);
-    store.count_fused(m.src.read_bytes());
   }
   return o.y;
 }
@@ -164,12 +139,6 @@ void ie_register_gemv(py::module_& m) {
         "y = W x (+ bias) with W kept packed (w: 1-D uint8 buffer, not copied). x [cols] -> y [rows]; "
         "x [b, cols] (b <= 8) -> y [b, rows]. act='int8' quantizes x per 32 to int8 first (faster). "
         "layout='rows8' reads a row-interleaved copy (the decoder's int8 path; packed per call here).");
-  m.def("gemv_dedup", &gemv_dedup_py, py::arg("store"), py::arg("name"), py::arg("dtype"), py::arg("rows"),
-        py::arg("cols"), py::arg("x"), py::arg("bias") = py::none(), py::arg("group_size") = 0,
-        py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1,
-        py::arg("isa") = "",
-        "y = W x (+ bias) for the dedup member `name` of `store`, rebuilt a kernel step at a time inside the "
-        "product (never whole); counted in store.stats() as a fused call.");
   m.def("dequantize", &dequantize_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
         py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16",
         "W as float32 [rows, cols], bit-exact with docs/formats/quant.md.");

@@ -44,8 +44,16 @@ void block_codes(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w,
       for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q6k_code(blk, 32 * j + e));
       return;
     case WType::IQ4_XS: return unpack_nibbles(blk + lay.block_qs + 16 * j, q);
-    default: return unpack_nibbles(blk + lay.block_qs, q);  // q4_0, q4_1, iq4_nl, mxfp4
+    case WType::Q4_0:
+    case WType::Q4_1:
+    case WType::IQ4_NL:
+    case WType::MXFP4: return unpack_nibbles(blk + lay.block_qs, q);
+    case WType::Int4w:  // above
+    case WType::F32:
+    case WType::F16:
+    case WType::BF16: break;
   }
+  fail("rows8: no codes for " + std::string(wtype_info(s.type).name));
 }
 
 // Row i's codes q of one 32-block into the tile block at o (rows8.h).
@@ -100,10 +108,22 @@ void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64
       std::memcpy(h + H::d + 2 * i, blk + kQ6kD, 2);
       return;
     }
-    default:  // q4_0, q4_1, q5_0, q5_1, iq4_nl, mxfp4, q8_0: d or e (and m) lead the block
+    case WType::Q4_0:  // d or e (and m) lead the block
+    case WType::Q4_1:
+    case WType::Q5_0:
+    case WType::Q5_1:
+    case WType::IQ4_NL:
+    case WType::MXFP4:
+    case WType::Q8_0:
       std::memcpy(h + i * sb, blk, static_cast<size_t>(sb));
       if (p.affine) std::memcpy(h + 8 * sb + i * sb, blk + sb, static_cast<size_t>(sb));
+      return;
+    case WType::Int4w:  // above
+    case WType::F32:
+    case WType::F16:
+    case WType::BF16: break;
   }
+  fail("rows8: no header for " + std::string(wtype_info(s.type).name));
 }
 
 size_t header_bytes(const Rows8& p) {
@@ -112,8 +132,19 @@ size_t header_bytes(const Rows8& p) {
     case WType::Q5_K: return Rows8KqHeader::bytes;
     case WType::IQ4_XS: return Rows8Iq4xsHeader::bytes;
     case WType::Q6_K: return Rows8Q6kHeader::bytes;
-    default: return static_cast<size_t>(8 * p.scale_bytes * (p.affine ? 2 : 1));
+    case WType::Int4w:
+    case WType::Q4_0:
+    case WType::Q4_1:
+    case WType::Q5_0:
+    case WType::Q5_1:
+    case WType::IQ4_NL:
+    case WType::MXFP4:
+    case WType::Q8_0: return static_cast<size_t>(8 * p.scale_bytes * (p.affine ? 2 : 1));
+    case WType::F32:
+    case WType::F16:
+    case WType::BF16: break;
   }
+  fail("rows8: no header for " + std::string(wtype_info(p.spec.type).name));
 }
 
 void pack_tile(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_t t, uint8_t* out) {

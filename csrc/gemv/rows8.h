@@ -61,6 +61,12 @@ namespace ie {
 // Bits per code in a tile's 32-blocks, so a block of one tile is 32 * bits
 // bytes: the nibbles (128), then the fifth bits (5) or q6_k's bit pairs
 // (6); q8_0's 256 value bytes.
+// Every switch on the weight type here, in rows8.cpp and rows8_avx2.cpp
+// names each type (no `default:`): the build makes a missing case an
+// error (-Werror=switch), so a new type cannot pass for a 4-bit one.
+static_assert(kNumWeightTypes == 15, "a new weight type: give it its case in every switch of gemv/rows8*");
+
+// 0: a float type, which has no row-interleaved copy (rows8_applies).
 constexpr int rows8_code_bits(WType t) {
   switch (t) {
     case WType::Q8_0: return 8;
@@ -68,8 +74,18 @@ constexpr int rows8_code_bits(WType t) {
     case WType::Q5_0:
     case WType::Q5_1:
     case WType::Q5_K: return 5;
-    default: return 4;
+    case WType::Int4w:
+    case WType::Q4_0:
+    case WType::Q4_1:
+    case WType::Q4_K:
+    case WType::IQ4_NL:
+    case WType::IQ4_XS:
+    case WType::MXFP4: return 4;
+    case WType::F32:
+    case WType::F16:
+    case WType::BF16: return 0;
   }
+  return 0;
 }
 
 // Byte offsets of the header fields of a super-block group (above), shared

@@ -384,7 +384,12 @@ void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256
     case WType::Q5_K: return kq_tile_n<true, NB>(p, w, x, B, b0, acc);
     case WType::IQ4_XS: return iq4xs_tile_n<NB>(p, w, x, B, b0, acc);
     case WType::Q6_K: return q6k_tile_n<NB>(p, w, x, B, b0, acc);
-    default: break;  // int4w, q4_0, q4_1
+    case WType::Int4w:  // below: scale width and affinity chosen at run time
+    case WType::Q4_0:
+    case WType::Q4_1: break;
+    case WType::F32:  // no row-interleaved copy (rows8_applies)
+    case WType::F16:
+    case WType::BF16: return;
   }
   with_nib_params(p, [&](auto sb, auto aff) __attribute__((always_inline)) {
     constexpr int SB = decltype(sb)::value;

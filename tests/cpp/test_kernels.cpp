@@ -16,7 +16,7 @@
 #include "common/isa.h"
 #include "dedup/dedup.h"
 #include "gemm/gemm.h"
-#include "gemv/dedup_gemv.h"
+#include "dedup/fused_product.h"
 #include "stream/stream_read.h"
 #include "test.h"
 

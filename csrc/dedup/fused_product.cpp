@@ -1,6 +1,6 @@
 // The fused dedup GEMV (dedup_gemv.h): the stored-format GEMV over a
 // RowSource that rebuilds each step's rows into a per-thread buffer.
-#include "dedup_gemv.h"
+#include "fused_product.h"
 
 #include <algorithm>
 #include <atomic>

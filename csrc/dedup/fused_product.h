@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "common/aligned.h"
-#include "dedup/dedup.h"
+#include "dedup.h"
 #include "gemm/gemm.h"
-#include "gemv.h"
+#include "gemv/gemv.h"
 
 namespace ie {
 
