@@ -40,30 +40,28 @@ from iekit.formats.quant import SCHEMES, QuantError
 
 SAMPLE_ROWS = 64  # rows measured per matrix (evenly spaced)
 
-# The candidates, cheapest first; a matrix gets those its shape allows, and of
-# several with the same size the one with the least error on its rows.
-LADDER: tuple[dict[str, Any], ...] = (
-    {"scheme": "int4w", "group_size": 128, "symmetric": True, "scale_dtype": "f16"},   # 4.125
-    {"scheme": "int4w", "group_size": 64, "symmetric": True, "scale_dtype": "f16"},    # 4.25
-    {"scheme": "iq4_xs"},                                                              # 4.25
-    {"scheme": "q4_k"},                                                                # 4.5
-    {"scheme": "iq4_nl"},                                                              # 4.5
-    {"scheme": "int4w", "group_size": 64, "symmetric": False, "scale_dtype": "f16"},   # 4.5
-    {"scheme": "q4_0"},                                                                # 4.5
-    {"scheme": "int4w", "group_size": 32, "symmetric": False, "scale_dtype": "f16"},   # 5.0
-    {"scheme": "q4_1"},                                                                # 5.0
-    {"scheme": "q5_k"},                                                                # 5.5
-    {"scheme": "q5_0"},                                                                # 5.5
-    {"scheme": "q5_1"},                                                                # 6.0
-    {"scheme": "q6_k"},                                                                # 6.5625
-    {"scheme": "q8_0"},                                                                # 8.5
-)
+def _bits(sel: dict[str, Any]) -> float:
+    """Bits per weight of a selection (on whole 256-element rows, which every scheme and group size divides)."""
+    return SCHEMES[sel["scheme"]].nbytes(1, 256, selection_params(sel)) * 8 / 256
 
 
+def _ladder(schemes: list[str]) -> tuple[dict[str, Any], ...]:
+    """The candidates of ``schemes`` (each scheme's LADDER, quant.py), cheapest
+    first; of equal sizes a type llama.cpp reads first (an exact tie of
+    errors, as on an all-zero matrix, then exports as it is)."""
+    order = list(SCHEMES)
+    sels = [sel for n in schemes for sel in SCHEMES[n].LADDER]
+    return tuple(sorted(sels, key=lambda sel: (_bits(sel), SCHEMES[sel["scheme"]].GGUF is None,
+                                                order.index(sel["scheme"]))))
+
+
+# A matrix gets those its shape allows, and of several with the same size
+# the one with the least error on its rows.
+LADDER: tuple[dict[str, Any], ...] = _ladder(list(SCHEMES))
 # The candidates llama.cpp has (q4-manifest --gguf-types): a policy of these
 # exports to GGUF byte for byte (ieconv iebin-to-gguf); int4w would be repacked
 # as Q4_0/Q4_1 there, at 4.5/5 bits instead of its 4.125-4.5.
-GGUF_LADDER: tuple[dict[str, Any], ...] = tuple(sel for sel in LADDER if sel["scheme"] != "int4w")
+GGUF_LADDER: tuple[dict[str, Any], ...] = _ladder([n for n in SCHEMES if SCHEMES[n].GGUF is not None])
 
 
 @dataclass

@@ -36,7 +36,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from iekit.formats import checksums, iebin
+from iekit.formats import checksums, iebin, weight_types
 from iekit.formats.casting import cast_bytes, decode_f32, encode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import FormatError, IEError
@@ -55,11 +55,9 @@ from .hf_to_iebin import load_importance
 from .source_hashes import SourceHashes
 
 CHUNK_BYTES = 8 * 1024 * 1024  # source bytes per step
-# ggml block types kept byte for byte
-COPIED = {"Q4_0": "q4_0", "Q4_1": "q4_1", "Q5_0": "q5_0", "Q5_1": "q5_1", "Q8_0": "q8_0", "Q4_K": "q4_k",
-          "Q5_K": "q5_k", "Q6_K": "q6_k",
-          "IQ4_NL": "iq4_nl", "IQ4_XS": "iq4_xs", "MXFP4": "mxfp4"}
-FLOATS = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
+# ggml block types kept byte for byte, and the float types, by GGML name (quant.py's GGUF of each)
+COPIED = {g: n for n, g in weight_types.gguf_names(quantized=True).items()}
+FLOATS = {g: n for n, g in weight_types.gguf_names(quantized=False).items()}
 
 
 def _arch_of(g: GGUFModel) -> GGUFArch:

@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from iekit.formats import iebin
+from iekit.formats import iebin, weight_types
 from iekit.formats.atomic import StagedFiles
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError, UnsupportedError
@@ -56,16 +56,9 @@ from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
 CHUNK_BYTES = 8 * 1024 * 1024
-# IEBIN dtypes llama.cpp has under the same layout (GGMLQuantizationType names)
-SAME_BYTES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q4_0": "Q4_0", "q4_1": "Q4_1", "q5_0": "Q5_0",
-              "q5_1": "Q5_1", "q8_0": "Q8_0", "q4_k": "Q4_K", "q5_k": "Q5_K", "q6_k": "Q6_K", "iq4_nl": "IQ4_NL",
-              "iq4_xs": "IQ4_XS", "mxfp4": "MXFP4"}
+# IEBIN dtypes llama.cpp has under the same layout (GGMLQuantizationType names: quant.py's GGUF of each)
+SAME_BYTES = weight_types.gguf_names()
 REQUANTIZE_TARGETS = tuple(n for n in SAME_BYTES if n in SCHEMES)
-# llama.cpp's general.file_type by the type most of the weights are in (LlamaFileType names)
-_FILE_TYPE = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16", "q4_0": "MOSTLY_Q4_0",
-              "q4_1": "MOSTLY_Q4_1", "q5_0": "MOSTLY_Q5_0", "q5_1": "MOSTLY_Q5_1", "q8_0": "MOSTLY_Q8_0",
-              "q4_k": "MOSTLY_Q4_K_M", "q5_k": "MOSTLY_Q5_K_M", "q6_k": "MOSTLY_Q6_K", "iq4_nl": "MOSTLY_IQ4_NL",
-              "iq4_xs": "MOSTLY_IQ4_XS", "mxfp4": "MOSTLY_MXFP4_MOE"}
 GPT_OSS_SWIGLU = (1.702, 7.0)  # llama.cpp's LLM_FFN_SWIGLU_OAI_MOE constants (alpha, limit)
 QUANTIZATION_VERSION = 2  # GGML_QNT_VERSION
 
@@ -169,17 +162,17 @@ class _Plan:
             target = "q4_0" if p.symmetric else "q4_1"
             bad = next((q.entry["name"] for q in parts if not self._scales_fit_f16(q.entry)), None)
             if bad is None:
-                o.how, o.target, o.ggml_type = "repack", target, target.upper()
+                o.how, o.target, o.ggml_type = "repack", target, SAME_BYTES[target]
             elif self.requantize:
                 why = SCHEMES[self.requantize].check([o.rows, shape[-1]], QuantParams(self.requantize))
                 if why:
                     raise IEError(f"{self.model.meta_path}: {self.where(bad)}: --requantize {self.requantize}: {why}")
-                o.how, o.target, o.ggml_type = "requantize", self.requantize, self.requantize.upper()
+                o.how, o.target, o.ggml_type = "requantize", self.requantize, SAME_BYTES[self.requantize]
                 o.error = QuantError()
             else:
                 raise IEError(f"{self.model.meta_path}: {self.where(bad)}: int4w with f32 scales that f16 cannot "
                               f"hold has no GGUF type; quantize it with --scale-dtype f16 (exported losslessly as "
-                              f"{target.upper()}) or a llama.cpp scheme such as q4_k, or pass --requantize {target} "
+                              f"{SAME_BYTES[target]}) or a llama.cpp scheme such as q4_k, or pass --requantize {target} "
                               "to requantize it here")
         elif dtype not in SAME_BYTES:
             raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: dtype {dtype!r} has no GGUF type")
@@ -372,7 +365,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             t = (o.target or o.dtype)
             weight_elems[t] = weight_elems.get(t, 0) + math.prod(o.shape)
     main = max(weight_elems, key=weight_elems.get) if weight_elems else "f32"
-    kv["general.file_type"] = int(LlamaFileType[_FILE_TYPE.get(main, "ALL_F32")])
+    kv["general.file_type"] = int(LlamaFileType[weight_types.get(main).GGUF_FILE_TYPE or "ALL_F32"])
     kv["general.quantization_version"] = QUANTIZATION_VERSION
     kv[f"{a}.context_length"] = spec.max_positions
     kv[f"{a}.embedding_length"] = spec.hidden

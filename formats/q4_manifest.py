@@ -165,36 +165,21 @@ def is_tied(tensors: dict[str, Any], config: dict[str, Any]) -> bool:
     return not any(n in tensors for n in HEAD_NAMES) or config.get("tie_word_embeddings") is True
 
 
-# What a matrix gets when its rows are not whole 256-element super-blocks
-# (SmolLM2's 576 columns). q4_k: int4w with a scale and a minimum per 64
-# elements has its 4.5 bits per weight and its affine grid (llama.cpp falls
-# back to q5_0); iq4_xs: iq4_nl, its grid per 32 elements (llama.cpp's choice);
-# q5_k and q6_k: q8_0, more bits rather than fewer (llama.cpp: q5_1 and q8_0).
-FALLBACK = {"q4_k": {"scheme": "int4w", "group_size": 64, "symmetric": False, "scale_dtype": "f16"},
-            "iq4_xs": {"scheme": "iq4_nl"}, "q5_k": {"scheme": "q8_0"}, "q6_k": {"scheme": "q8_0"}}
-
-
-# What an expert stack gets from int4w (and from q4_k through it), whose
-# planes span one whole matrix: the block scheme with its grid, 4-bit
-# symmetric or affine in blocks of 32 with f16 scales (q4_0 4.5, q4_1 5.0
-# bits per weight against int4w g64's 4.25 and 4.5).
-STACK_FALLBACK = {True: {"scheme": "q4_0"}, False: {"scheme": "q4_1"}}
-
-
 def _fitting(scheme: str, sel: dict[str, Any], shape: list[int]) -> dict[str, Any] | None:
     """``sel``, or int4w's whole-row variant (for a stack its STACK_FALLBACK),
-    or the scheme's FALLBACK, if it can store ``shape``; else None."""
+    or the scheme's FALLBACK (quant.py, on each scheme), if it can store
+    ``shape``; else None."""
     if SCHEMES[scheme].check(shape, selection_params(sel)) is None:
         return sel
     if scheme == "int4w" and len(shape) == 3:
-        return _fitting(STACK_FALLBACK[sel["symmetric"]]["scheme"], STACK_FALLBACK[sel["symmetric"]], shape)
+        stack = SCHEMES["int4w"].STACK_FALLBACK[sel["symmetric"]]
+        return _fitting(stack["scheme"], stack, shape)
     if scheme == "int4w":
         row = {**sel, "group_size": "row"}
         if SCHEMES[scheme].check(shape, selection_params(row)) is None:
             return row
-    if scheme in FALLBACK:
-        return _fitting(FALLBACK[scheme]["scheme"], FALLBACK[scheme], shape)
-    return None
+    fallback = SCHEMES[scheme].FALLBACK
+    return None if fallback is None else _fitting(fallback["scheme"], fallback, shape)
 
 
 def default_manifest(tensors: dict[str, tuple[str, list[int]]], scheme: str = "int4w", group_size: int | str = 64,

@@ -12,7 +12,7 @@ arithmetic are specified in docs/formats/quant.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 import numpy as np
 
@@ -252,6 +252,12 @@ class Scheme(WeightType):
     A concrete scheme is a registered weight type: ``class X(Scheme, weight_type="x")``."""
 
     STACKS = True  # whether a tensor may be a stack [experts, rows, cols] of matrices
+    DECLARE = ("FALLBACK", "LADDER")
+    # The selection a matrix gets when its rows are not whole blocks of this
+    # scheme (q4-manifest, formats/q4_manifest.py), or None: nothing smaller fits.
+    FALLBACK: ClassVar[dict[str, Any] | None]
+    # The scheme's candidates for q4-manifest --target-bpw (convert/bpw_policy.py), or () for none.
+    LADDER: ClassVar[tuple[dict[str, Any], ...]]
 
     def check(self, shape: list[int], p: QuantParams) -> str | None:
         """Why this tensor cannot use the scheme, or None."""
@@ -467,6 +473,9 @@ class Q4_0(_Block, weight_type="q4_0"):
     """llama.cpp's Q4_0: per block d (f16) and 32 nibbles, w = d × (q − 8).
     Q5_0 is the same scheme with 5-bit codes, so it subclasses this one."""
 
+    GGUF, GGUF_FILE_TYPE = "Q4_0", "MOSTLY_Q4_0"
+    FALLBACK, LADDER = None, ({"scheme": "q4_0"},)
+
     ZERO = 8  # codes 0 .. 2 ZERO - 1, w = d × (q − ZERO)
     _pack = staticmethod(_pack_nibbles)  # codes [n, 32] -> the bytes after the header, and back
     _unpack = staticmethod(_unpack_nibbles)
@@ -505,6 +514,9 @@ class Q5_0(Q4_0, weight_type="q5_0"):
     """llama.cpp's Q5_0: per block d (f16), the codes' fifth bits (u32) and
     their low nibbles; w = d × (q − 16)."""
 
+    GGUF, GGUF_FILE_TYPE = "Q5_0", "MOSTLY_Q5_0"
+    FALLBACK, LADDER = None, ({"scheme": "q5_0"},)
+
     ZERO = 16
     _pack = staticmethod(_pack_fifth_bits)
     _unpack = staticmethod(_unpack_fifth_bits)
@@ -513,6 +525,9 @@ class Q5_0(Q4_0, weight_type="q5_0"):
 class Q4_1(_Block, weight_type="q4_1"):
     """llama.cpp's Q4_1: per block d, m (f16) and 32 nibbles, w = d × q + m.
     Q5_1 is the same scheme with 5-bit codes, so it subclasses this one."""
+
+    GGUF, GGUF_FILE_TYPE = "Q4_1", "MOSTLY_Q4_1"
+    FALLBACK, LADDER = None, ({"scheme": "q4_1"},)
 
     F16_FIELDS = (("d", 0), ("m", 2))
     NMAX = 15
@@ -555,6 +570,9 @@ class Q5_1(Q4_1, weight_type="q5_1"):
     """llama.cpp's Q5_1: per block d, m (f16), the codes' fifth bits (u32)
     and their low nibbles; w = d × q + m, q 0..31."""
 
+    GGUF, GGUF_FILE_TYPE = "Q5_1", "MOSTLY_Q5_1"
+    FALLBACK, LADDER = None, ({"scheme": "q5_1"},)
+
     NMAX = 31
     _pack = staticmethod(_pack_fifth_bits)
     _unpack = staticmethod(_unpack_fifth_bits)
@@ -562,6 +580,9 @@ class Q5_1(Q4_1, weight_type="q5_1"):
 
 class Q8_0(_Block, weight_type="q8_0"):
     """llama.cpp's Q8_0: per block d (f16) and 32 int8, w = d × q."""
+
+    GGUF, GGUF_FILE_TYPE = "Q8_0", "MOSTLY_Q8_0"
+    FALLBACK, LADDER = None, ({"scheme": "q8_0"},)
 
     @staticmethod
     def _exact_d(b):
@@ -597,6 +618,13 @@ class Q4_K(_Block, weight_type="q4_k"):
     it is quantize_row_q4_K_impl, which refits the sub-scales and mins for the
     weighted error too (formats/quant_search.py). Q5_K is the same scheme
     with one more bit per code, so it subclasses this one."""
+
+    GGUF, GGUF_FILE_TYPE = "Q4_K", "MOSTLY_Q4_K_M"
+    # Rows that are not whole 256-element super-blocks (SmolLM2's 576
+    # columns): int4w with a scale and a minimum per 64 elements, its 4.5
+    # bits per weight and its affine grid (llama.cpp falls back to q5_0).
+    FALLBACK = {"scheme": "int4w", "group_size": 64, "symmetric": False, "scale_dtype": "f16"}
+    LADDER = ({"scheme": "q4_k"},)
 
     SUB = 32  # elements per sub-block
     NMAX = 15  # codes 0..NMAX
@@ -700,6 +728,10 @@ class Q5_K(Q4_K, weight_type="q5_k"):
     before them (bit j of byte e: element e of sub-block j). ggml's
     quantize_row_q5_K_ref searches with make_qkx2_quants(-0.5, 0.1, 15)."""
 
+    GGUF, GGUF_FILE_TYPE = "Q5_K", "MOSTLY_Q5_K_M"
+    FALLBACK = {"scheme": "q8_0"}  # more bits rather than fewer (llama.cpp: q5_1)
+    LADDER = ({"scheme": "q5_k"},)
+
     NMAX = 31
     REF_SEARCH = (-0.5, 0.1, 15)
 
@@ -734,6 +766,10 @@ class Q6_K(_Block, weight_type="q6_k"):
     round(-128 × s_j / s_max), then every code the nearest one for
     d × sc_j as stored (a sub-block whose scale stores as zero keeps the
     search's codes)."""
+
+    GGUF, GGUF_FILE_TYPE = "Q6_K", "MOSTLY_Q6_K"
+    FALLBACK = {"scheme": "q8_0"}  # as llama.cpp
+    LADDER = ({"scheme": "q6_k"},)
 
     SUB = 16
     F16_FIELDS = (("d", 208),)
@@ -841,6 +877,9 @@ class IQ4_NL(_IQ4, weight_type="iq4_nl"):
     """llama.cpp's IQ4_NL: per 32-element block d (f16) and 32 nibbles,
     w = d × IQ4_VALUES[q] (the non-linear grid of quant_search.py)."""
 
+    GGUF, GGUF_FILE_TYPE = "IQ4_NL", "MOSTLY_IQ4_NL"
+    FALLBACK, LADDER = None, ({"scheme": "iq4_nl"},)
+
     SUPER = 32
 
     def _quantize_iq4(self, b, wts, name):
@@ -862,6 +901,10 @@ class IQ4_XS(_IQ4, weight_type="iq4_xs"):
     sub-blocks, w = d × (l_j − 32) × IQ4_VALUES[q] with a 6-bit sub-scale l_j
     (low nibbles in 4 bytes, high bit pairs in a u16) under one f16 d: the
     iq4_nl grid at 4.25 bits per weight."""
+
+    GGUF, GGUF_FILE_TYPE = "IQ4_XS", "MOSTLY_IQ4_XS"
+    FALLBACK = {"scheme": "iq4_nl"}  # its grid per 32 elements (llama.cpp's choice)
+    LADDER = ({"scheme": "iq4_xs"},)
 
     SUPER = 256
     SUB = 32
@@ -935,6 +978,13 @@ class MXFP4(_Block, weight_type="mxfp4"):
     With one, the exponents e − 1, e and e + 1 are tried and the one with the
     smallest weighted squared error kept."""
 
+    GGUF, GGUF_FILE_TYPE = "MXFP4", "MOSTLY_MXFP4_MOE"
+    # Not a candidate: at the same 4.25 bits iq4_xs has about half its error
+    # (relative squared error 0.0059 against 0.0134 on Gaussian rows, 0.011
+    # against 0.019 on Student-t(3) ones: its scales are powers of two), so
+    # measuring it would only cost time. gpt-oss's own mxfp4 is kept as it is.
+    FALLBACK, LADDER = None, ()
+
     F16_FIELDS = ()
     E8M0_FIELDS = (("e", 0),)
 
@@ -998,6 +1048,20 @@ class MXFP4(_Block, weight_type="mxfp4"):
 
 class Int4W(Scheme, weight_type="int4w"):
     """iekit's weight-only INT4, planar-v1 layout (qs | scales | mins)."""
+
+    GGUF = GGUF_FILE_TYPE = None  # iebin-to-gguf repacks it into Q4_0 / Q4_1 (f16 scales) instead
+    FALLBACK = None  # a whole-row group where the group size does not divide the columns
+    LADDER = (
+        {"scheme": "int4w", "group_size": 128, "symmetric": True, "scale_dtype": "f16"},   # 4.125
+        {"scheme": "int4w", "group_size": 64, "symmetric": True, "scale_dtype": "f16"},    # 4.25
+        {"scheme": "int4w", "group_size": 64, "symmetric": False, "scale_dtype": "f16"},   # 4.5
+        {"scheme": "int4w", "group_size": 32, "symmetric": False, "scale_dtype": "f16"},   # 5.0
+    )
+    # What an expert stack gets from int4w (and from q4_k through it), whose
+    # planes span one whole matrix: the block scheme with its grid, 4-bit
+    # symmetric or affine in blocks of 32 with f16 scales (q4_0 4.5, q4_1 5.0
+    # bits per weight against int4w g64's 4.25 and 4.5), by ``symmetric``.
+    STACK_FALLBACK = {True: {"scheme": "q4_0"}, False: {"scheme": "q4_1"}}
 
     STACKS = False  # its planes span the whole matrix; expert stacks take a block scheme
 

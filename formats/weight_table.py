@@ -85,6 +85,14 @@ class WeightType:
     gemv: ClassVar[bool]
     int8_act: ClassVar[bool]
 
+    # What every registered type states in its own class body, never by
+    # inheritance (q5_0 subclasses q4_0 but is not GGUF's Q4_0): the
+    # checklist of a new type, enforced when its class is defined. Subclasses
+    # add their own items (quant.Scheme: FALLBACK, LADDER).
+    DECLARE: ClassVar[tuple[str, ...]] = ("GGUF", "GGUF_FILE_TYPE")
+    GGUF: ClassVar[str | None]  # gguf.GGMLQuantizationType name of the same bytes (import and export copy them)
+    GGUF_FILE_TYPE: ClassVar[str | None]  # gguf.LlamaFileType of a file mostly of this type (general.file_type)
+
     def __init_subclass__(cls, weight_type: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if weight_type is None:
@@ -92,6 +100,11 @@ class WeightType:
         if weight_type not in _FACTS:
             raise TypeError(f"{cls.__qualname__}: weight type {weight_type!r} has no row in "
                             f"formats/weight_table.py TABLE (rows: {', '.join(_FACTS)})")
+        required = {a for k in cls.__mro__ for a in vars(k).get("DECLARE", ())}
+        missing = sorted(a for a in required if a not in vars(cls))
+        if missing:
+            raise TypeError(f"{cls.__qualname__}: weight type {weight_type!r} must state {', '.join(missing)} in its "
+                            "own class body (None where it has none): see WeightType.DECLARE")
         if weight_type in _REGISTRY:
             raise TypeError(f"{cls.__qualname__}: weight type {weight_type!r} is already registered "
                             f"(by {type(_REGISTRY[weight_type]).__qualname__})")
@@ -107,13 +120,19 @@ class WeightType:
 class F32(WeightType, weight_type="f32"):
     """IEEE binary32 elements."""
 
+    GGUF, GGUF_FILE_TYPE = "F32", "ALL_F32"
+
 
 class F16(WeightType, weight_type="f16"):
     """IEEE binary16 elements."""
 
+    GGUF, GGUF_FILE_TYPE = "F16", "MOSTLY_F16"
+
 
 class BF16(WeightType, weight_type="bf16"):
     """bfloat16 elements (the top half of a binary32)."""
+
+    GGUF, GGUF_FILE_TYPE = "BF16", "MOSTLY_BF16"
 
 
 def names(*, quantized: bool | None = None, gemv: bool | None = None,

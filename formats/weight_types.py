@@ -19,7 +19,7 @@ from . import quant as _quant  # noqa: F401  (imported for its effect: it regist
 from .errors import IEError
 from .weight_table import BLOCK, TABLE, WeightFacts, WeightType, names, registered
 
-__all__ = ["BLOCK", "TABLE", "WeightFacts", "WeightType", "find", "get", "names", "table"]
+__all__ = ["BLOCK", "TABLE", "WeightFacts", "WeightType", "find", "get", "gguf_names", "names", "table"]
 
 
 def find(name: object) -> WeightType | None:
@@ -38,3 +38,9 @@ def get(name: object) -> WeightType:
 def table() -> list[dict[str, Any]]:
     """The table as plain dicts in registry order (what ``_native.weight_types()`` returns on the C++ side)."""
     return [asdict(f) for f in TABLE]
+
+
+def gguf_names(*, quantized: bool | None = None) -> dict[str, str]:
+    """Weight type -> gguf.GGMLQuantizationType name, for the types whose
+    bytes GGUF stores as they are (registry order; ``quantized`` filters)."""
+    return {n: t.GGUF for n in names(quantized=quantized) if (t := get(n)).GGUF is not None}

@@ -52,10 +52,44 @@ def test_float_types_are_plain_element_dtypes():
 
 
 def test_block_sizes_match_gguf():
-    """llama.cpp's own size table is the independent reference for its block formats."""
-    for n in ("q4_0", "q4_1", "q8_0", "q4_k", "iq4_nl", "iq4_xs", "q5_k", "q6_k", "q5_0", "q5_1", "mxfp4"):
+    """llama.cpp's own size table is the independent reference for the types
+    GGUF stores byte for byte (each type's GGUF name), and its file types."""
+    assert set(weight_types.gguf_names()) == set(weight_types.names()) - {"int4w"}
+    for n, g in weight_types.gguf_names().items():
         wt = weight_types.get(n)
-        assert (wt.block_elems, wt.block_bytes) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[n.upper()]]
+        assert g == n.upper()
+        assert (wt.block_elems, wt.block_bytes) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[g]]
+        assert wt.GGUF_FILE_TYPE in gguf.LlamaFileType.__members__
+    assert weight_types.get("int4w").GGUF is None and weight_types.get("int4w").GGUF_FILE_TYPE is None
+
+
+def test_a_new_type_must_state_its_checklist():
+    """GGUF and the file type (every type), FALLBACK and LADDER (every
+    scheme) are stated in the class itself: inheriting q4_0's would make
+    q5_0 export as Q4_0."""
+    with pytest.raises(TypeError, match="must state GGUF, GGUF_FILE_TYPE in its own class body"):
+        class Bare(WeightType, weight_type="q4_0"):
+            pass
+    with pytest.raises(TypeError, match="must state FALLBACK, GGUF, GGUF_FILE_TYPE, LADDER"):
+        class Inherits(type(SCHEMES["q4_0"]), weight_type="q5_0"):
+            pass
+
+
+def test_fallbacks_and_ladder_entries_are_selections_of_real_schemes():
+    from iekit.convert import bpw_policy
+    from iekit.formats.q4_manifest import selection_params
+
+    for n in QUANTIZED:
+        s = SCHEMES[n]
+        for sel in s.LADDER:
+            assert sel["scheme"] == n and s.check([8, 1024], selection_params(sel)) is None, (n, sel)
+        if s.FALLBACK is not None:  # used where the rows are not whole blocks: it must fit SmolLM2's 576
+            fb = SCHEMES[s.FALLBACK["scheme"]]
+            assert s.check([8, 576], selection_params({"scheme": n})) is not None
+            assert fb.check([8, 576], selection_params(s.FALLBACK)) is None, n
+    bits = [bpw_policy._bits(sel) for sel in bpw_policy.LADDER]
+    assert bits == sorted(bits) and len(bpw_policy.LADDER) == sum(len(SCHEMES[n].LADDER) for n in QUANTIZED)
+    assert all(SCHEMES[sel["scheme"]].GGUF for sel in bpw_policy.GGUF_LADDER)
 
 
 def test_names_filters():
@@ -75,7 +109,7 @@ def test_unknown_name_is_a_clear_error():
 def test_duplicate_registration_is_refused():
     with pytest.raises(TypeError, match="'q4_0' is already registered"):
         class Again(WeightType, weight_type="q4_0"):
-            pass
+            GGUF = GGUF_FILE_TYPE = None
     with pytest.raises(TypeError, match="'q3_k' has no row"):
         class Unknown(WeightType, weight_type="q3_k"):
             pass

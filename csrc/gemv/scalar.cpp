@@ -7,6 +7,7 @@
 #include <limits>
 #include <cmath>
 
+#include "common/errors.h"
 #include "common/half.h"
 #include "kernels.h"
 
@@ -74,63 +75,78 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
   const WeightSpec& s = a.spec;
   const WeightLayout& l = a.lay;
   Block k{};
-  const uint8_t* qs = nullptr;
-  if (s.type == WType::Q4_K || s.type == WType::Q5_K) {
-    const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
-    const int j = static_cast<int>(blk % 8);
-    const Q4kSub sub = q4k_sub(p, j);
-    k.scale = sub.scale;
-    k.min = -sub.min;
-    k.zero = 0;
-    for (int e = 0; e < 32; ++e) k.code[e] = s.type == WType::Q4_K ? q4k_code(p, j, e) : q5k_code(p, j, e);
-    return k;
-  }
-  if (s.type == WType::Q6_K) {
-    const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
-    const int j = static_cast<int>(blk % 8);
-    k.split = true;
-    k.scale = q6k_scale(p, 2 * j);
-    k.scale_hi = q6k_scale(p, 2 * j + 1);
-    k.zero = 32;
-    for (int e = 0; e < 32; ++e) k.code[e] = q6k_code(p, 32 * j + e);
-    return k;
-  }
-  if (s.type == WType::IQ4_NL || s.type == WType::IQ4_XS || s.type == WType::MXFP4) {
-    // the table values as codes: zero 0, min 0
-    const int64_t per = s.group_size / 32;  // 32-blocks per stored block
-    const uint8_t* p = a.w + r * l.row_bytes + blk / per * l.block_bytes;
-    const int j = static_cast<int>(blk % per);
-    k.scale = s.type == WType::IQ4_XS ? iq4xs_scale(p, j) : grid_scale(s.type, p);
-    const int8_t* values = grid_values(s.type);
-    qs = p + l.block_qs + 16 * j;
-    for (int e = 0; e < 16; ++e) {
-      k.code[e] = values[qs[e] & 0xF];
-      k.code[e + 16] = values[qs[e] >> 4];
-    }
-    return k;
-  }
-  if (s.type == WType::Int4w) {
-    qs = a.w + r * l.row_bytes + blk * 16;
-    const size_t gi = static_cast<size_t>(r) * l.groups + blk * 32 / s.group_size;
-    const uint8_t* sp = a.w + l.scales_off + gi * l.scale_bytes;
-    const uint8_t* mp = a.w + l.mins_off + gi * l.scale_bytes;
-    k.scale = s.scale_f32 ? load_f32(sp) : f16_to_f32(load_u16(sp));
-    k.min = s.symmetric ? 0.f : (s.scale_f32 ? load_f32(mp) : f16_to_f32(load_u16(mp)));
-    k.zero = s.symmetric ? 8 : 0;
-  } else {
-    const uint8_t* p = a.w + r * l.row_bytes + blk * l.block_bytes;
-    k.scale = f16_to_f32(load_u16(p));
-    k.min = s.type == WType::Q4_1 || s.type == WType::Q5_1 ? f16_to_f32(load_u16(p + 2)) : 0.f;
-    k.zero = s.type == WType::Q4_0 ? 8 : s.type == WType::Q5_0 ? 16 : 0;
-    if (s.type == WType::Q5_0 || s.type == WType::Q5_1) {
-      for (int j = 0; j < 32; ++j) k.code[j] = q5_code(p, static_cast<int>(l.block_qs), j);
+  const uint8_t* qs = nullptr;  // the nibble types' 16 code bytes, unpacked below
+  switch (s.type) {
+    case WType::Q4_K:
+    case WType::Q5_K: {
+      const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
+      const int j = static_cast<int>(blk % 8);
+      const Q4kSub sub = q4k_sub(p, j);
+      k.scale = sub.scale;
+      k.min = -sub.min;
+      k.zero = 0;
+      for (int e = 0; e < 32; ++e) k.code[e] = s.type == WType::Q4_K ? q4k_code(p, j, e) : q5k_code(p, j, e);
       return k;
     }
-    if (s.type == WType::Q8_0) {
-      for (int j = 0; j < 32; ++j) k.code[j] = static_cast<int8_t>(p[l.block_qs + j]);
+    case WType::Q6_K: {
+      const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
+      const int j = static_cast<int>(blk % 8);
+      k.split = true;
+      k.scale = q6k_scale(p, 2 * j);
+      k.scale_hi = q6k_scale(p, 2 * j + 1);
+      k.zero = 32;
+      for (int e = 0; e < 32; ++e) k.code[e] = q6k_code(p, 32 * j + e);
       return k;
     }
-    qs = p + l.block_qs;
+    case WType::IQ4_NL:
+    case WType::IQ4_XS:
+    case WType::MXFP4: {
+      // the table values as codes: zero 0, min 0
+      const int64_t per = s.group_size / 32;  // 32-blocks per stored block
+      const uint8_t* p = a.w + r * l.row_bytes + blk / per * l.block_bytes;
+      const int j = static_cast<int>(blk % per);
+      k.scale = s.type == WType::IQ4_XS ? iq4xs_scale(p, j) : grid_scale(s.type, p);
+      const int8_t* values = grid_values(s.type);
+      qs = p + l.block_qs + 16 * j;
+      for (int e = 0; e < 16; ++e) {
+        k.code[e] = values[qs[e] & 0xF];
+        k.code[e + 16] = values[qs[e] >> 4];
+      }
+      return k;
+    }
+    case WType::Int4w: {
+      qs = a.w + r * l.row_bytes + blk * 16;
+      const size_t gi = static_cast<size_t>(r) * l.groups + blk * 32 / s.group_size;
+      const uint8_t* sp = a.w + l.scales_off + gi * l.scale_bytes;
+      const uint8_t* mp = a.w + l.mins_off + gi * l.scale_bytes;
+      k.scale = s.scale_f32 ? load_f32(sp) : f16_to_f32(load_u16(sp));
+      k.min = s.symmetric ? 0.f : (s.scale_f32 ? load_f32(mp) : f16_to_f32(load_u16(mp)));
+      k.zero = s.symmetric ? 8 : 0;
+      break;
+    }
+    case WType::Q4_0:
+    case WType::Q4_1:
+    case WType::Q5_0:
+    case WType::Q5_1:
+    case WType::Q8_0: {
+      const uint8_t* p = a.w + r * l.row_bytes + blk * l.block_bytes;
+      k.scale = f16_to_f32(load_u16(p));
+      k.min = s.type == WType::Q4_1 || s.type == WType::Q5_1 ? f16_to_f32(load_u16(p + 2)) : 0.f;
+      k.zero = s.type == WType::Q4_0 ? 8 : s.type == WType::Q5_0 ? 16 : 0;
+      if (s.type == WType::Q5_0 || s.type == WType::Q5_1) {
+        for (int j = 0; j < 32; ++j) k.code[j] = q5_code(p, static_cast<int>(l.block_qs), j);
+        return k;
+      }
+      if (s.type == WType::Q8_0) {
+        for (int j = 0; j < 32; ++j) k.code[j] = static_cast<int8_t>(p[l.block_qs + j]);
+        return k;
+      }
+      qs = p + l.block_qs;
+      break;
+    }
+    case WType::F32:
+    case WType::F16:
+    case WType::BF16: fail("gemv: a float type has no blocks");
   }
   for (int j = 0; j < 16; ++j) {
     k.code[j] = qs[j] & 0xF;
