@@ -365,26 +365,81 @@ def _check_config(cfg: dict[str, Any], meta_path: Path) -> None:
         raise UnsupportedError(f"{meta_path}: config.mlp_bias: MLP biases are not supported by the decoder")
 
 
+# The kinds of weight a layer binds: a matrix [rows, cols]; a float vector;
+# per expert a matrix (a tensor each, "{e}" in the name, or a stack
+# [experts, rows, cols]) or a vector (a row of a stack [experts, n]).
+MATRIX, VECTOR, EXPERT_MATRIX, EXPERT_VECTOR = "matrix", "vector", "expert_matrix", "expert_vector"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One weight the decoder binds, as the config implies it: ``key`` is
+    where the native decoder takes it (a field of csrc/decoder/decoder.h's
+    LayerWeights, or of Expert for the per-expert kinds; the one other
+    definition of these keys is the field table in csrc/decoder/bindings.cpp,
+    which refuses any key it does not know); ``name`` the tensor;
+    ``shape`` its shape (per expert for the expert kinds); ``required``
+    False for a bias read where the artifact stores it."""
+
+    key: str
+    name: str
+    shape: tuple[int, ...]
+    kind: str = MATRIX
+    required: bool = True
+
+
+def model_parts(s: DecoderSpec) -> list[Part]:
+    """The model-level weights: the embedding, the output head (the
+    embedding again when tied or absent: not required), the final norm."""
+    return [Part("embed", "model.embed_tokens.weight", (s.vocab, s.hidden)),
+            Part("lm_head", "lm_head.weight", (s.vocab, s.hidden), required=False),
+            Part("norm", "model.norm.weight", (s.hidden,), VECTOR)]
+
+
+def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
+    """Every weight of layer ``i`` the decoder binds, in binding order."""
+    pre = f"model.layers.{i}."
+    q_dim, kv_dim = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim
+    shapes = {"q": (q_dim, s.hidden), "k": (kv_dim, s.hidden), "v": (kv_dim, s.hidden), "o": (s.hidden, q_dim),
+              "gate": (s.inter, s.hidden), "up": (s.inter, s.hidden), "down": (s.hidden, s.inter)}
+    bias_len = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": s.hidden}
+    parts = [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in ATTN_MATRICES.items()]
+    parts += [Part(key, pre + hf, (s.hidden,), VECTOR) for key, hf in LAYER_VECTORS.items()]
+    parts += [Part("b" + key, pre + hf, (bias_len[key],), VECTOR, required=key in s.arch.biases)
+              for key, hf in LAYER_BIASES.items()]
+    if s.arch.qk_norm:
+        parts += [Part("q_norm", pre + "self_attn.q_norm.weight", (s.head_dim,), VECTOR),
+                  Part("k_norm", pre + "self_attn.k_norm.weight", (s.head_dim,), VECTOR)]
+    if s.arch.sinks:
+        parts.append(Part("sinks", pre + "self_attn.sinks", (s.n_heads,), VECTOR))
+    moe = s.moe
+    if moe is None or not moe.layers[i]:
+        return parts + [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in MLP_MATRICES.items()]
+    names = moe.names
+    parts.append(Part("router", pre + names["router"], (moe.n_experts, s.hidden)))
+    if "router_bias" in names:
+        parts.append(Part("router_bias", pre + names["router_bias"], (moe.n_experts,), VECTOR))
+    gate_rows = 2 * moe.inter if moe.glu == "gpt_oss" else moe.inter  # gpt-oss: gate and up rows alternate
+    per_expert = {"gate": (gate_rows, s.hidden), "up": (moe.inter, s.hidden), "down": (s.hidden, moe.inter)}
+    parts += [Part(key, pre + names[key], shape, EXPERT_MATRIX) for key, shape in per_expert.items() if key in names]
+    parts += [Part(key, pre + names[key], (n,), EXPERT_VECTOR)
+              for key, n in (("bgate", gate_rows), ("bdown", s.hidden)) if key in names]
+    return parts
+
+
 def decoder_tensors(s: DecoderSpec) -> set[str]:
     """Every tensor name the decoder reads for ``s`` (an attention bias of
     any architecture), and those it leaves unread as transformers does:
     lm_head.weight of a tied model (tied over whatever was saved) and
     IGNORED_BUFFERS."""
-    names = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
+    names = {p.name for p in model_parts(s)}
     for i in range(s.n_layers):
-        pre = f"model.layers.{i}."
-        names.update(f"{pre}{hf}.weight" for hf in ATTN_MATRICES.values())
-        names.update(pre + hf for hf in (*LAYER_VECTORS.values(), *LAYER_BIASES.values(), *IGNORED_BUFFERS))
-        if s.arch.qk_norm:
-            names.update((pre + "self_attn.q_norm.weight", pre + "self_attn.k_norm.weight"))
-        if s.arch.sinks:
-            names.add(pre + "self_attn.sinks")
-        if s.moe is None or not s.moe.layers[i]:
-            names.update(f"{pre}{hf}.weight" for hf in MLP_MATRICES.values())
-            continue
-        for pattern in s.moe.names.values():
-            per_expert = "{e}" in pattern  # else one stack of every expert
-            names.update(pre + pattern.format(e=e) for e in range(s.moe.n_experts) if per_expert or e == 0)
+        for p in layer_parts(s, i):
+            if "{e}" in p.name:  # a tensor per expert (else one stack of every expert)
+                names.update(p.name.format(e=e) for e in range(s.moe.n_experts))
+            else:
+                names.add(p.name)
+        names.update(f"model.layers.{i}.{hf}" for hf in IGNORED_BUFFERS)
     return names
 
 

@@ -2,10 +2,10 @@
 (or, with ``device="cuda"``, the native ``CudaDecoder``).
 
 Reads the model description captured in ``model.ie.json`` (architecture,
-dimensions, RoPE), checks every tensor the architecture needs (present,
-right shape, a dtype the GEMV kernels read), and hands the native decoder
-zero-copy views of the mapped ``model.ie.bin`` (or, with ``IE_DEDUP=1``,
-of tensors rebuilt by the dedup loader). The per-token step runs entirely
+dimensions, RoPE: formats/model_spec.py), binds every tensor the
+architecture needs (runtime/decoder_weights.py: present, right shape, a
+dtype the GEMV kernels read) and hands the native decoder zero-copy views
+of the mapped ``model.ie.bin`` (or of a dedup store's members). The per-token step runs entirely
 in C++ with the GIL released (csrc/decoder/decoder.cpp, or on a CUDA device
 csrc/cuda/decoder.cu, which copies the weights to the device once); this
 module only keeps the bookkeeping that makes benchmarks honest: the KV-cache
@@ -21,19 +21,16 @@ from typing import Any
 import numpy as np
 
 from iekit.formats import iebin, weight_types
-from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import model_file, read_small
 from iekit.formats.library_calls import guarded
-from iekit.formats.model_spec import (ATTN_MATRICES, INT32_MAX, LAYER_BIASES, LAYER_VECTORS, MLP_MATRICES, DecoderSpec,
-                                      decoder_spec)
+from iekit.formats.model_spec import INT32_MAX, DecoderSpec, decoder_spec
 
-from . import cuda, kernels
-from .tensor_source import TensorSource
+from . import cuda, decoder_weights
 from .memory import available_bytes, gib
 from .native import _native
+from .tensor_source import TensorSource
 
-FLOAT_VECTOR_DTYPES = weight_types.names(quantized=False)
 DEFAULT_MAX_CTX = 4096  # KV cache positions when the model allows more (float32, layers x 2 x kv_dim each)
 
 # act="auto": int8 activations where a layer matrix has fewer than 8 bits per
@@ -101,6 +98,18 @@ def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path,
     return ctx
 
 
+def native_config(s: DecoderSpec, max_ctx: int) -> Any:
+    """The native decoder's dimensions (csrc/decoder/decoder.h DecoderConfig) for ``s``."""
+    moe = s.moe
+    return _native.DecoderConfig(
+        n_layers=s.n_layers, hidden=s.hidden, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads, head_dim=s.head_dim,
+        inter=s.inter, vocab=s.vocab, max_ctx=max_ctx, eps=s.eps, windows=list(s.windows),
+        inv_freq=s.inv_freq.tolist(), rope_scale=s.rope_scale,
+        **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
+                                       norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
+                                       swiglu_limit=moe.limit)))
+
+
 class Decoder:
     """Greedy/sampled decoding of an IEBIN model (model_spec.ARCHITECTURES)
     on the CPU or, with ``device="cuda"`` (dense models without per-head
@@ -123,155 +132,16 @@ class Decoder:
         meta_path = self.model.meta_path
         self.spec = s = decoder_spec(self.model.meta, meta_path)
         self.max_ctx = check_ctx(s, ctx, threads, meta_path, default_ctx)
-        entries = {t["name"]: t for t in self.model.tensors}
-        q_dim, kv_dim = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim
-
-        def entry(name: str, shape: list[int]) -> dict[str, Any]:
-            t = entries.get(name)
-            if t is None:
-                raise IEError(f"{meta_path}: tensors: {name!r} is missing ({s.architecture} needs it)")
-            if list(t["shape"]) != shape:
-                raise IEError(f"{meta_path}: tensors[{name!r}].shape: {t['shape']}, the config implies {shape}")
-            return t
-
-        mats: dict[str, tuple[Any, ...]] = {}
-        vecs: dict[str, np.ndarray] = {}
-        stored: dict[str, int] = {}  # bytes per storage dtype of the layer matrices and head
-        layer_dtypes: set[str] = set()
-
-        def count(key: str, dtype: str, nbytes: int) -> None:
-            stored[dtype] = stored.get(dtype, 0) + nbytes
-            if key.startswith("layers."):
-                layer_dtypes.add(dtype)
-        self._step_bytes = 0
-        self._active_params = 0
-
-        def spec_of(t: dict[str, Any], name: str) -> Any:
-            try:
-                return _native.WeightSpec(**kernels.weight_params(t))
-            except ValueError as e:
-                raise IEError(f"{meta_path}: tensors[{name!r}]: {e}") from None
-
-        def bind(key: str, name: str) -> dict[str, Any]:
-            """The matrix under ``key``: a dedup member is multiplied where it
-            lives (fused GEMV, or the store's cache); the embedding's rows are
-            read one token at a time, so it is rebuilt whole; anything else
-            (an expert slice included) is its bytes in place."""
-            t = self.source.entry(name)
-            member = self.source.member(name) if key != "embed" else None
-            mats[key] = (spec_of(t, name), *member) if member else (spec_of(t, name), self.source.get(name))
-            return t
-
-        def matrix(key: str, name: str, shape: list[int], per_step: bool = True) -> None:
-            t = entry(name, shape)
-            bind(key, name)
-            if per_step:
-                self._step_bytes += self.source.read_bytes(name)
-                self._active_params += shape[0] * shape[1]
-                count(key, t["dtype"], t["nbytes"])
-
-        def vector(key: str, name: str, n: int) -> None:
-            t = entry(name, [n])
-            if t["dtype"] not in FLOAT_VECTOR_DTYPES:
-                raise IEError(f"{meta_path}: tensors[{name!r}].dtype: {t['dtype']!r}; the decoder reads "
-                              f"norms and biases as {', '.join(FLOAT_VECTOR_DTYPES)}")
-            vecs[key] = decode_f32(self.source.get(name).tobytes(), t["dtype"])
-            self._step_bytes += t["nbytes"]
-            self._active_params += n
-
-        def expert_matrices(key_pre: str, key: str, pattern: str, shape: list[int], top_k: int) -> None:
-            """Each expert's [rows, cols] matrix under layers.L.experts.E.key: its
-            own tensor, or the slice STACK[e] of the stack [experts, rows, cols]
-            (TensorSource: its bytes in place, a dedup member of its own, or a
-            view of a stack the store serves whole). A decode step reads top_k
-            of them; which, routing decides, so they count at their mean size."""
-            n = s.moe.n_experts
-            if "{e}" in pattern:
-                names = [pattern.format(e=e) for e in range(n)]
-                for name in names:
-                    entry(name, shape)
-            else:
-                entry(pattern, [n, *shape])
-                names = [f"{pattern}[{e}]" for e in range(n)]
-            for e, name in enumerate(names):
-                t = bind(f"{key_pre}experts.{e}.{key}", name)
-                count(key_pre, t["dtype"], t["nbytes"])
-            self._step_bytes += top_k * sum(self.source.read_bytes(m) for m in names) // n
-            self._active_params += top_k * shape[0] * shape[1]
-
-        def expert_vectors(key_pre: str, key: str, name: str, n: int, top_k: int) -> None:
-            """Per-expert biases from their stack [experts, n]."""
-            t = entry(name, [s.moe.n_experts, n])
-            if t["dtype"] not in FLOAT_VECTOR_DTYPES:
-                raise IEError(f"{meta_path}: tensors[{name!r}].dtype: {t['dtype']!r}; the decoder reads "
-                              f"biases as {', '.join(FLOAT_VECTOR_DTYPES)}")
-            rows = decode_f32(self.source.get(name).tobytes(), t["dtype"]).reshape(s.moe.n_experts, n)
-            for e in range(s.moe.n_experts):
-                vecs[f"{key_pre}experts.{e}.{key}"] = rows[e]
-            self._step_bytes += top_k * t["nbytes"] // s.moe.n_experts
-            self._active_params += top_k * n
-
-        embed_name = "model.embed_tokens.weight"
-        matrix("embed", embed_name, [s.vocab, s.hidden], per_step=False)
-        self._step_bytes += entries[embed_name]["nbytes"] // s.vocab  # one row per token
-        if s.tied or "lm_head.weight" not in entries:
-            mats["lm_head"] = mats["embed"]
-            self._step_bytes += entries[embed_name]["nbytes"]
-            self._active_params += s.vocab * s.hidden
-            head = entries[embed_name]
-            count("lm_head", head["dtype"], head["nbytes"])
-        else:
-            matrix("lm_head", "lm_head.weight", [s.vocab, s.hidden])
-            head = entries["lm_head.weight"]
-        self.head_name: str = head["name"]  # the tensor the output head reads (a tied embedding included)
-        vector("norm", "model.norm.weight", s.hidden)
-        shapes = {"q": [q_dim, s.hidden], "k": [kv_dim, s.hidden], "v": [kv_dim, s.hidden], "o": [s.hidden, q_dim],
-                  "gate": [s.inter, s.hidden], "up": [s.inter, s.hidden], "down": [s.hidden, s.inter]}
-        bias_len = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": s.hidden}
-        arch, moe = s.arch, s.moe
-        for i in range(s.n_layers):
-            pre, key_pre = f"model.layers.{i}.", f"layers.{i}."
-            for key, hf in ATTN_MATRICES.items():
-                matrix(key_pre + key, f"{pre}{hf}.weight", shapes[key])
-            for key, hf in LAYER_VECTORS.items():
-                vector(key_pre + key, pre + hf, s.hidden)
-            for key, hf in LAYER_BIASES.items():
-                if pre + hf in entries or key in arch.biases:
-                    vector(key_pre + "b" + key, pre + hf, bias_len[key])
-            if arch.qk_norm:
-                vector(key_pre + "q_norm", pre + "self_attn.q_norm.weight", s.head_dim)
-                vector(key_pre + "k_norm", pre + "self_attn.k_norm.weight", s.head_dim)
-            if arch.sinks:
-                vector(key_pre + "sinks", pre + "self_attn.sinks", s.n_heads)
-            if moe is None or not moe.layers[i]:
-                for key, hf in MLP_MATRICES.items():
-                    matrix(key_pre + key, f"{pre}{hf}.weight", shapes[key])
-                continue
-            names = moe.names
-            matrix(key_pre + "router", pre + names["router"], [moe.n_experts, s.hidden])
-            if "router_bias" in names:
-                vector(key_pre + "router_bias", pre + names["router_bias"], moe.n_experts)
-            gate_rows = 2 * moe.inter if moe.glu == "gpt_oss" else moe.inter
-            expert_matrices(key_pre, "gate", pre + names["gate"], [gate_rows, s.hidden], moe.top_k)
-            if "up" in names:
-                expert_matrices(key_pre, "up", pre + names["up"], [moe.inter, s.hidden], moe.top_k)
-            expert_matrices(key_pre, "down", pre + names["down"], [s.hidden, moe.inter], moe.top_k)
-            for key, n in (("bgate", gate_rows), ("bdown", s.hidden)):
-                if key in names:
-                    expert_vectors(key_pre, key, pre + names[key], n, moe.top_k)
-        cfg = _native.DecoderConfig(
-            n_layers=s.n_layers, hidden=s.hidden, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads, head_dim=s.head_dim,
-            inter=s.inter, vocab=s.vocab, max_ctx=self.max_ctx, eps=s.eps, windows=list(s.windows),
-            inv_freq=s.inv_freq.tolist(), rope_scale=s.rope_scale,
-            **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
-                                           norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
-                                           swiglu_limit=moe.limit)))
-        self.act = device_act(device, act, layer_dtypes)  # what runs: f32 | int8
+        bound = decoder_weights.bind(self.source, s)
+        self._step_bytes, self._active_params = bound.step_bytes, bound.active_params
+        self.head_name: str = bound.head_name  # the tensor the output head reads (a tied embedding included)
+        cfg = native_config(s, self.max_ctx)
+        self.act = device_act(device, act, bound.layer_dtypes)  # what runs: f32 | int8
         try:
             if device == "cuda":
-                self._dec = _native.CudaDecoder(cfg, mats, vecs)
+                self._dec = _native.CudaDecoder(cfg, bound.weights)
             else:
-                self._dec = _native.Decoder(cfg, mats, vecs, act=self.act, threads=threads, isa=isa,
+                self._dec = _native.Decoder(cfg, bound.weights, act=self.act, threads=threads, isa=isa,
                                             affinity=affinity or "")
         except ValueError as e:
             raise IEError(f"{meta_path}: {e}") from None
@@ -280,7 +150,7 @@ class Decoder:
         # Each decoder thread's CPU (-1: not pinned), or None without an affinity mode (or on CUDA).
         self.pinned: list[int] | None = list(self._dec.pinned) if affinity and device != "cuda" else None
         # The matrices' storage dtypes, most bytes first.
-        self.precisions: tuple[str, ...] = tuple(d for d, _ in sorted(stored.items(), key=lambda kv: -kv[1]))
+        self.precisions: tuple[str, ...] = tuple(d for d, _ in sorted(bound.stored.items(), key=lambda kv: -kv[1]))
         self.model_bytes = sum(t["nbytes"] for t in self.model.tensors)
         self._tokens: list[int] = []
         self._tokenizer = None

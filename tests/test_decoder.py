@@ -450,3 +450,51 @@ def test_kv_cache_pages_are_resident_only_once_written(tmp_path):
     ref = Decoder(GOLDEN_IEBIN / "tiny-llama")
     np.testing.assert_array_equal(big.prefill([1, 2, 3]), ref.prefill([1, 2, 3]))
     np.testing.assert_array_equal(big.step(4), ref.step(4))
+
+
+# ------------------------------------------------------------ the weight keys, defined twice and held together
+
+def test_the_weight_keys_are_the_native_decoders():
+    """formats/model_spec.py names the keys the weights bind under, and the
+    native binding's field tables take them: over the golden models (every
+    layout: biases, q/k norms, sinks, each MoE naming) the two are one set."""
+    from iekit.formats import iebin
+    from iekit.formats.model_spec import (EXPERT_MATRIX, EXPERT_VECTOR, MATRIX, VECTOR, decoder_spec, layer_parts,
+                                          model_parts)
+
+    got: dict[str, set[str]] = {MATRIX: set(), VECTOR: set(), EXPERT_MATRIX: set(), EXPERT_VECTOR: set()}
+    for model in MODELS:
+        m = iebin.load_model(GOLDEN_IEBIN / model)
+        s = decoder_spec(m.meta, m.meta_path)
+        for i in range(s.n_layers):
+            for p in layer_parts(s, i):
+                got[p.kind].add(p.key)
+    keys = native._native.decoder_weight_keys()
+    assert got[MATRIX] == set(keys["layer_matrices"])
+    assert got[VECTOR] == set(keys["layer_vectors"])
+    assert got[EXPERT_MATRIX] == set(keys["expert_matrices"])
+    assert got[EXPERT_VECTOR] == set(keys["expert_vectors"])
+    assert {p.key for p in model_parts(s)} | set(keys["layer_lists"]) >= {"embed", "lm_head", "norm", "experts"}
+    assert set(keys["model"]) == {p.key for p in model_parts(s)} | {"layers"}
+
+
+def test_the_native_binding_refuses_a_key_it_does_not_know_and_names_a_missing_one():
+    from iekit.runtime import decoder_weights
+    from iekit.runtime.decoder import native_config
+    from iekit.runtime.tensor_source import TensorSource
+    from iekit.formats.model_spec import decoder_spec
+
+    src = TensorSource(GOLDEN_IEBIN / "tiny-qwen3-moe")
+    s = decoder_spec(src.model.meta, src.model.meta_path)
+    cfg = native_config(s, 16)
+    bound = decoder_weights.bind(src, s)
+    native._native.Decoder(cfg, bound.weights)  # as bound: accepted
+    i = next(i for i, layer in enumerate(bound.weights["layers"]) if "experts" in layer)
+    layer = bound.weights["layers"][i]
+    for edit, message in [(lambda: layer.update(q_bias=layer["q_norm"]), rf"layers\[{i}\]\.q_bias: not a weight"),
+                          (lambda: layer["experts"][0].update(wo=layer["q"]), rf"layers\[{i}\]\.experts\[0\]\.wo: not a weight"),
+                          (lambda: (layer.pop("q_bias"), layer["experts"][0].pop("wo"), layer.pop("k")),
+                           f"layer {i} k_proj: no data")]:
+        edit()
+        with pytest.raises(ValueError, match=message):
+            native._native.Decoder(cfg, bound.weights)

@@ -1,9 +1,9 @@
 // Python bindings of the decoder (`_native.DecoderConfig`, `_native.Decoder`,
 // in CUDA builds `_native.CudaDecoder`, `touch_bytes`).
-// runtime/decoder.py is the only caller: it resolves HF names to the keys
-// used here and hands over (WeightSpec, byte view) pairs of the mapped
-// model.ie.bin, which the CPU decoder keeps referenced for its lifetime
-// (the CUDA one copies them to the device and reads them no more).
+// runtime/decoder_weights.py is the only caller: it resolves HF names to
+// the keys used here and hands over (WeightSpec, byte view) pairs of the
+// mapped model.ie.bin, which the CPU decoder keeps referenced for its
+// lifetime (the CUDA one copies them to the device and reads them no more).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -27,42 +27,79 @@ namespace {
 
 using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
-// matrices[key] is (WeightSpec, buffer): the spec was validated when it was
-// made; here the buffer must hold exactly its bytes.
-// (WeightSpec, buffer): bytes read in place; (WeightSpec, DedupStore, name):
-// a dedup member, multiplied through the fused GEMV or the store's cache
-// (`plan_dedup`: the CPU decoder's), or rebuilt whole by the store (CUDA).
-ie::Matrix matrix(const py::dict& mats, const std::string& key, py::list& keep, bool plan_dedup) {
-  if (!mats.contains(key)) throw std::invalid_argument("decoder weights: missing matrix '" + key + "'");
-  py::tuple t = mats[py::str(key)].cast<py::tuple>();
-  if (t.size() != 2 && t.size() != 3)
-    throw std::invalid_argument("decoder weights: '" + key + "' must be (WeightSpec, buffer) or (WeightSpec, DedupStore, name)");
+// The weight keys the decoder binds, each the field it fills: the one C++
+// definition of them (formats/model_spec.py layer_parts names the same keys
+// on the Python side; runtime/decoder_weights.py builds the dict). A key not
+// listed here is refused, a missing one is left empty for check_decoder to
+// name; tests/test_decoder.py holds the two lists to each other.
+template <class S>
+using Field = std::pair<const char*, S>;
+const Field<ie::Matrix ie::LayerWeights::*> kLayerMatrices[] = {
+    {"q", &ie::LayerWeights::q},       {"k", &ie::LayerWeights::k},   {"v", &ie::LayerWeights::v},
+    {"o", &ie::LayerWeights::o},       {"gate", &ie::LayerWeights::gate}, {"up", &ie::LayerWeights::up},
+    {"down", &ie::LayerWeights::down}, {"router", &ie::LayerWeights::router}};
+const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
+    {"attn_norm", &ie::LayerWeights::attn_norm}, {"mlp_norm", &ie::LayerWeights::mlp_norm},
+    {"bq", &ie::LayerWeights::bq},               {"bk", &ie::LayerWeights::bk},
+    {"bv", &ie::LayerWeights::bv},               {"bo", &ie::LayerWeights::bo},
+    {"q_norm", &ie::LayerWeights::q_norm},       {"k_norm", &ie::LayerWeights::k_norm},
+    {"sinks", &ie::LayerWeights::sinks},         {"router_bias", &ie::LayerWeights::router_bias}};
+const Field<ie::Matrix ie::Expert::*> kExpertMatrices[] = {
+    {"gate", &ie::Expert::gate}, {"up", &ie::Expert::up}, {"down", &ie::Expert::down}};
+const Field<std::vector<float> ie::Expert::*> kExpertVectors[] = {{"bgate", &ie::Expert::bgate},
+                                                                  {"bdown", &ie::Expert::bdown}};
+constexpr const char* kExpertsKey = "experts";  // a layer's list of per-expert dicts
+
+// A matrix value is (WeightSpec, buffer): the spec was validated when it was
+// made; here the buffer must hold exactly its bytes. (WeightSpec, buffer):
+// bytes read in place; (WeightSpec, DedupStore, name): a dedup member,
+// multiplied through the fused GEMV or the store's cache (`plan_dedup`: the
+// CPU decoder's), or rebuilt whole by the store (CUDA).
+ie::Matrix matrix(const py::handle& value, const std::string& where, py::list& keep, bool plan_dedup) {
+  if (!py::isinstance<py::tuple>(value) || (py::len(value) != 2 && py::len(value) != 3))
+    throw std::invalid_argument("decoder weights: " + where + " must be (WeightSpec, buffer) or (WeightSpec, DedupStore, name)");
+  py::tuple t = value.cast<py::tuple>();
   ie::Matrix m;
   m.spec = t[0].cast<ie::WeightSpec>();
   if (t.size() == 3) {
     m.store = t[1].cast<ie::dedup::DedupStore*>();
-    if (m.store == nullptr) throw std::invalid_argument("decoder weights: '" + key + "': no DedupStore");
+    if (m.store == nullptr) throw std::invalid_argument("decoder weights: " + where + ": no DedupStore");
     m.name = t[2].cast<std::string>();
     if (!m.store->contains(m.name))
-      throw std::invalid_argument("decoder weights: '" + key + "': '" + m.name + "' is not a member of the dedup store");
+      throw std::invalid_argument("decoder weights: " + where + ": '" + m.name + "' is not a member of the dedup store");
     if (plan_dedup)
       m.dedup = std::make_shared<const ie::DedupMatrix>(ie::make_dedup_matrix(m.spec, m.store->view(m.name)));
     keep.append(t[1]);  // the store outlives the decoder
     return m;
   }
   py::object buf = t[1];
-  m.data = static_cast<const uint8_t*>(ie::weight_buffer(py::reinterpret_borrow<py::buffer>(buf), m.spec, key).ptr);
+  m.data = static_cast<const uint8_t*>(ie::weight_buffer(py::reinterpret_borrow<py::buffer>(buf), m.spec, where).ptr);
   keep.append(buf);  // the buffer's owner, kept referenced for the decoder's lifetime
   return m;
 }
 
-std::vector<float> vec(const py::dict& vecs, const std::string& key, bool optional = false) {
-  if (!vecs.contains(key)) {
-    if (optional) return {};
-    throw std::invalid_argument("decoder weights: missing vector '" + key + "'");
-  }
-  F32Array a = vecs[py::str(key)].cast<F32Array>();
+std::vector<float> vec(const py::handle& value) {
+  F32Array a = value.cast<F32Array>();
   return std::vector<float>(a.data(), a.data() + a.size());
+}
+
+// Fills `out` from the dict `d` by the field tables; `extra` takes a key
+// the tables do not have (true: taken), else the key is refused.
+template <class T, size_t NM, size_t NV, class Extra>
+void fill(T& out, const py::dict& d, const std::string& where, const Field<ie::Matrix T::*> (&mats)[NM],
+          const Field<std::vector<float> T::*> (&vecs)[NV], py::list& keep, bool plan_dedup, Extra extra) {
+  for (auto item : d) {
+    const std::string key = py::str(item.first);
+    const std::string at = where + key;
+    auto m = std::find_if(std::begin(mats), std::end(mats), [&](const auto& f) { return key == f.first; });
+    auto v = std::find_if(std::begin(vecs), std::end(vecs), [&](const auto& f) { return key == f.first; });
+    if (m != std::end(mats))
+      out.*(m->second) = matrix(item.second, at, keep, plan_dedup);
+    else if (v != std::end(vecs))
+      out.*(v->second) = vec(item.second);
+    else if (!extra(key, item.second, at))
+      throw std::invalid_argument("decoder weights: " + at + ": not a weight the decoder binds");
+  }
 }
 
 // Owns the decoder and the Python objects whose memory it reads.
@@ -71,55 +108,65 @@ struct PyDecoder {
   py::list keep;
 };
 
-// The weights named by the two dicts; `keep` collects the Python objects
-// whose memory the matrices point into.
-ie::DecoderWeights decoder_weights(const ie::DecoderConfig& c, const py::dict& mats, const py::dict& vecs,
-                                   py::list& keep, bool plan_dedup) {
-  ie::DecoderWeights w;  // an n_layers < 1 builds no layers here and fails ie::check_decoder
-  w.embed = matrix(mats, "embed", keep, plan_dedup);
-  w.lm_head = matrix(mats, "lm_head", keep, plan_dedup);
-  w.final_norm = vec(vecs, "norm");
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    ie::LayerWeights L;
-    L.attn_norm = vec(vecs, p + "attn_norm");
-    L.mlp_norm = vec(vecs, p + "mlp_norm");
-    L.q = matrix(mats, p + "q", keep, plan_dedup);
-    L.k = matrix(mats, p + "k", keep, plan_dedup);
-    L.v = matrix(mats, p + "v", keep, plan_dedup);
-    L.o = matrix(mats, p + "o", keep, plan_dedup);
-    for (auto [key, out] : {std::pair{"bq", &L.bq}, {"bk", &L.bk}, {"bv", &L.bv}, {"bo", &L.bo}, {"q_norm", &L.q_norm},
-                            {"k_norm", &L.k_norm}, {"sinks", &L.sinks}, {"router_bias", &L.router_bias}})
-      *out = vec(vecs, p + key, true);
-    // A layer with a router is a layer of experts "layers.L.experts.E.{gate,up,down}"
-    // (gpt-oss: no up), with vectors "...{bgate,bdown}"; else a dense MLP.
-    if (!mats.contains(p + "router")) {
-      L.gate = matrix(mats, p + "gate", keep, plan_dedup);
-      L.up = matrix(mats, p + "up", keep, plan_dedup);
-      L.down = matrix(mats, p + "down", keep, plan_dedup);
-    } else {
-      L.router = matrix(mats, p + "router", keep, plan_dedup);
-      for (int e = 0; e < c.n_experts; ++e) {
-        const std::string x = p + "experts." + std::to_string(e) + ".";
-        ie::Expert ex;
-        ex.gate = matrix(mats, x + "gate", keep, plan_dedup);
-        if (c.glu == ie::Glu::Silu) ex.up = matrix(mats, x + "up", keep, plan_dedup);
-        ex.down = matrix(mats, x + "down", keep, plan_dedup);
-        ex.bgate = vec(vecs, x + "bgate", true);
-        ex.bdown = vec(vecs, x + "bdown", true);
-        L.experts.push_back(std::move(ex));
+// The weights of the dict runtime/decoder_weights.py builds ({"embed",
+// "lm_head", "norm", "layers": [{key: value, "experts": [{...}]}]});
+// `keep` collects the Python objects whose memory the matrices point into.
+ie::DecoderWeights decoder_weights(const py::dict& weights, py::list& keep, bool plan_dedup) {
+  ie::DecoderWeights w;  // what is missing stays empty: ie::check_decoder names it
+  for (auto item : weights) {
+    const std::string key = py::str(item.first);
+    if (key == "embed") {
+      w.embed = matrix(item.second, key, keep, plan_dedup);
+    } else if (key == "lm_head") {
+      w.lm_head = matrix(item.second, key, keep, plan_dedup);
+    } else if (key == "norm") {
+      w.final_norm = vec(item.second);
+    } else if (key == "layers") {
+      for (py::handle layer : item.second.cast<py::list>()) {
+        const std::string where = "layers[" + std::to_string(w.layers.size()) + "].";
+        ie::LayerWeights L;
+        fill(L, layer.cast<py::dict>(), where, kLayerMatrices, kLayerVectors, keep, plan_dedup,
+             [&](const std::string& k, py::handle experts, const std::string& at) {
+               if (k != kExpertsKey) return false;
+               for (py::handle e : experts.cast<py::list>()) {
+                 ie::Expert ex;
+                 fill(ex, e.cast<py::dict>(), at + "[" + std::to_string(L.experts.size()) + "].", kExpertMatrices,
+                      kExpertVectors, keep, plan_dedup, [](const std::string&, py::handle, const std::string&) { return false; });
+                 L.experts.push_back(std::move(ex));
+               }
+               return true;
+             });
+        w.layers.push_back(std::move(L));
       }
+    } else {
+      throw std::invalid_argument("decoder weights: " + key + ": not a weight the decoder binds");
     }
-    w.layers.push_back(std::move(L));
   }
   return w;
 }
 
-std::unique_ptr<PyDecoder> make_decoder(const ie::DecoderConfig& c, const py::dict& mats, const py::dict& vecs,
+// The keys above, for the test that holds them to formats/model_spec.py.
+py::dict weight_keys() {
+  auto names = [](const auto& table) {
+    py::list out;
+    for (const auto& f : table) out.append(f.first);
+    return out;
+  };
+  py::dict d;
+  d["model"] = py::make_tuple("embed", "lm_head", "norm", "layers");
+  d["layer_matrices"] = names(kLayerMatrices);
+  d["layer_vectors"] = names(kLayerVectors);
+  d["layer_lists"] = py::make_tuple(kExpertsKey);
+  d["expert_matrices"] = names(kExpertMatrices);
+  d["expert_vectors"] = names(kExpertVectors);
+  return d;
+}
+
+std::unique_ptr<PyDecoder> make_decoder(const ie::DecoderConfig& c, const py::dict& weights,
                                         const std::string& act, int threads, const std::string& isa,
                                         const std::string& affinity) {
   auto out = std::make_unique<PyDecoder>();
-  ie::DecoderWeights w = decoder_weights(c, mats, vecs, out->keep, /*plan_dedup=*/true);
+  ie::DecoderWeights w = decoder_weights(weights, out->keep, /*plan_dedup=*/true);
   out->dec = std::make_unique<ie::Decoder>(c, std::move(w), ie::parse_act(act), threads, ie::resolve_isa(isa),
                                            affinity);
   return out;
@@ -159,10 +206,9 @@ py::array_t<float> forward(Dec& dec, py::array_t<int32_t, py::array::c_style | p
 #if IE_HAVE_CUDA
 // The device decoder reads the host weights only while it is built: nothing
 // Python owns is kept.
-std::unique_ptr<ie::cuda::CudaDecoder> make_cuda_decoder(const ie::DecoderConfig& c, const py::dict& mats,
-                                                         const py::dict& vecs) {
+std::unique_ptr<ie::cuda::CudaDecoder> make_cuda_decoder(const ie::DecoderConfig& c, const py::dict& weights) {
   py::list keep;
-  const ie::DecoderWeights w = decoder_weights(c, mats, vecs, keep, /*plan_dedup=*/false);
+  const ie::DecoderWeights w = decoder_weights(weights, keep, /*plan_dedup=*/false);
   return std::make_unique<ie::cuda::CudaDecoder>(c, w);
 }
 #endif
@@ -209,7 +255,7 @@ void ie_register_decoder(py::module_& m) {
       .def_readonly("n_experts", &ie::DecoderConfig::n_experts)
       .def_readonly("max_ctx", &ie::DecoderConfig::max_ctx);
   py::class_<PyDecoder>(m, "Decoder", "Llama-family decoder over weights read in place (csrc/decoder/decoder.h).")
-      .def(py::init(&make_decoder), py::arg("config"), py::arg("matrices"), py::arg("vectors"),
+      .def(py::init(&make_decoder), py::arg("config"), py::arg("weights"),
            py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "", py::arg("affinity") = "")
       .def_property_readonly("solo_jobs", [](const PyDecoder& s) { return s.dec->solo_jobs(); },
                              "Parallel jobs run on the calling thread alone because the machine was busy.")
@@ -285,7 +331,7 @@ void ie_register_decoder(py::module_& m) {
   py::class_<CudaDecoder>(m, "CudaDecoder",
                           "The decoder on the current CUDA device: weights uploaded once, KV cache on the device "
                           "(csrc/cuda/decoder.h).")
-      .def(py::init(&make_cuda_decoder), py::arg("config"), py::arg("matrices"), py::arg("vectors"))
+      .def(py::init(&make_cuda_decoder), py::arg("config"), py::arg("weights"))
       .def("forward", &forward<CudaDecoder>, py::arg("tokens"), py::arg("all_logits") = false,
            py::arg("out") = py::none(),
            "Run tokens at the next positions; float32 logits [n, vocab] (all_logits) or [vocab] (last), "
@@ -299,6 +345,8 @@ void ie_register_decoder(py::module_& m) {
       .def_property_readonly("rows8_bytes", [](const CudaDecoder&) { return size_t{0}; },
                              "0: the device decoder keeps no row-interleaved copies (as Decoder.rows8_bytes).");
 #endif
+  m.def("decoder_weight_keys", &weight_keys,
+        "The keys Decoder's weights dict may hold, by where they go (csrc/decoder/bindings.cpp).");
   m.def(
       "touch_bytes",
       [](py::buffer buf, size_t start, size_t nbytes, size_t stride) {

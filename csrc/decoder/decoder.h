@@ -10,8 +10,8 @@
 // chunk and run near the FMA peak; the decoder owns only the KV
 // cache, activations and the small norm/bias vectors (widened to f32).
 //
-// The Python side (runtime/decoder.py) maps HF tensor names and the config
-// captured in model.ie.json onto these structs and keeps the mapped
+// The Python side (runtime/decoder.py, runtime/decoder_weights.py) maps HF
+// tensor names and the config captured in model.ie.json onto these structs and keeps the mapped
 // model.ie.bin alive for the decoder's lifetime.
 #pragma once
 #include <cstdint>
