@@ -213,7 +213,7 @@ def _choices(cmd, param):
 
 def test_cli_choices_are_the_registry():
     from iekit.convert.cli import cli
-    from iekit.runtime import decoder, kernels, microbench
+    from iekit.runtime import decoder_weights, kernels, microbench
 
     assert _choices(cli.commands["q4-manifest"], "scheme") == QUANTIZED
     assert _choices(cli.commands["hf-to-iebin"], "dtype") == FLOATS
@@ -221,4 +221,4 @@ def test_cli_choices_are_the_registry():
     assert set(kernel_choices) - {"bsr", "dedup"} == set(weight_types.names(gemv=True))
     assert microbench.PACKED == weight_types.names(int8_act=True)
     assert kernels.GEMV_DTYPES == weight_types.names(gemv=True)
-    assert decoder.FLOAT_VECTOR_DTYPES == FLOATS
+    assert decoder_weights.FLOAT_VECTOR_DTYPES == FLOATS
