@@ -37,11 +37,14 @@ def cli() -> None:
 @click.option("--bandwidth", is_flag=True,
               help="Also measure memory read bandwidth (a buffer of 4x the last-level cache, at least 256 MiB).")
 @click.option("--fma-peak", is_flag=True, help="Also measure the multiply-add peak (GFLOPS of the selected kernels' ISA).")
-@threads_option("Threads for --bandwidth and --fma-peak.")
-def info(as_json: bool, bandwidth: bool, fma_peak: bool, threads: int):
+@click.option("--int8-peak", is_flag=True,
+              help="Also measure the int8 multiply-add peak (the int8 dot product of the selected kernels' ISA; "
+                   "AVX2: vpmaddubsw), what act=int8 prefill is a fraction of.")
+@threads_option("Threads for --bandwidth and the peaks.")
+def info(as_json: bool, bandwidth: bool, fma_peak: bool, int8_peak: bool, threads: int):
     """CPU features, kernel ISAs available here, and the one selected; whether
-    this build has CUDA and which devices it sees; with --bandwidth and
-    --fma-peak the two yardsticks benchmarks report against."""
+    this build has CUDA and which devices it sees; with --bandwidth,
+    --fma-peak and --int8-peak the yardsticks benchmarks report against."""
     from . import native
     from .cpu_topology import dram_probe_bytes, last_level_cache_bytes
 
@@ -53,6 +56,8 @@ def info(as_json: bool, bandwidth: bool, fma_peak: bool, threads: int):
         f["read_bandwidth"] = native.read_bandwidth(bytes=dram_probe_bytes(), threads=threads)
     if fma_peak:
         f["fma_peak"] = native.fma_peak(threads=threads)
+    if int8_peak:
+        f["int8_peak"] = native.int8_peak(threads=threads)
     if as_json:
         click.echo(json.dumps(f, sort_keys=True))
         return
@@ -74,6 +79,9 @@ def info(as_json: bool, bandwidth: bool, fma_peak: bool, threads: int):
     if fma_peak:
         fp = f["fma_peak"]
         t.add_row("FMA peak", f"{fp['gflops']:.1f} GFLOPS float32 ({fp['threads']} threads, {fp['isa']})")
+    if int8_peak:
+        ip = f["int8_peak"]
+        t.add_row("int8 peak", f"{ip['gmacs']:.1f} G int8 multiply-adds/s ({ip['threads']} threads, {ip['isa']})")
     out.print(t)
 
 

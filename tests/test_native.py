@@ -82,6 +82,25 @@ def test_fma_peak_reports_positive_rate():
         native.fma_peak(threads=0)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("a, b", [(3, -7), (127, 127), (255, -64), (0, 5)])
+def test_int8_yardstick_loop_matches_int64(isa, a, b):
+    """The int8 peak's loop computes what it claims: 128 int32 lanes += 4ab,
+    as vpmaddubsw (a unsigned, b signed) then vpmaddwd compute it."""
+    iters = 1000
+    assert native._native.int8_chains(a, b, iters, isa=isa) == 128 * iters * 4 * a * b
+    for bad in ((256, 0), (255, 127)):  # not a byte; a pair sum past int16, which vpmaddubsw saturates
+        with pytest.raises(ValueError, match="a must be a byte"):
+            native._native.int8_chains(*bad, 1, isa=isa)
+
+
+def test_int8_peak_reports_positive_rate():
+    r = native.int8_peak(threads=2, passes=1)
+    assert r["gmacs"] > 0 and r["gmacs_best"] >= r["gmacs"] and r["threads"] == 2
+    with pytest.raises(ValueError, match="threads"):
+        native.int8_peak(threads=0)
+
+
 def test_ierun_info_json():
     import json
 

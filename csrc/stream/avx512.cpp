@@ -43,8 +43,31 @@ float fma_chains_avx512(float seed, float m, float c, int64_t iters) {
   return lane_sum(s);
 }
 
+int64_t int8_chains_avx512(int a, int b, int64_t iters) {
+  constexpr int kChains = kInt8Lanes / 16;
+  const __m512i ones = _mm512_set1_epi16(1);
+  const __m512i vb = _mm512_set1_epi8(static_cast<char>(b));
+  __m512i va[kChains], acc[kChains];
+  for (int k = 0; k < kChains; ++k) {
+    va[k] = _mm512_set1_epi8(static_cast<char>(a));
+    acc[k] = _mm512_setzero_si512();
+  }
+  for (int64_t i = 0; i < iters; ++i)
+    for (int k = 0; k < kChains; ++k) {
+      __asm__ volatile("" : "+v"(va[k]));  // a distinct, opaque input per chain and step
+      acc[k] = _mm512_add_epi32(acc[k], _mm512_madd_epi16(_mm512_maddubs_epi16(va[k], vb), ones));
+    }
+  int64_t total = 0;
+  alignas(64) int32_t lanes[16];
+  for (auto& x : acc) {
+    _mm512_store_si512(lanes, x);
+    for (int32_t v : lanes) total += v;
+  }
+  return total;
+}
+
 }  // namespace
 
-const StreamOps kStreamAvx512 = {stream_sum_chunk_avx512, fma_chains_avx512};
+const StreamOps kStreamAvx512 = {stream_sum_chunk_avx512, fma_chains_avx512, int8_chains_avx512};
 
 }  // namespace ie

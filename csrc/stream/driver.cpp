@@ -41,7 +41,17 @@ float fma_chains_scalar(float seed, float m, float c, int64_t iters) {
   return total;
 }
 
-const StreamOps kStreamScalar = {stream_sum_chunk_scalar, fma_chains_scalar};
+int64_t int8_chains_scalar(int a, int b, int64_t iters) {
+  uint32_t v[kInt8Lanes] = {};
+  const uint32_t step = static_cast<uint32_t>(4 * a * b);
+  for (int64_t i = 0; i < iters; ++i)
+    for (uint32_t& x : v) x += step;  // unsigned: wraps as the SIMD lanes do
+  int64_t total = 0;
+  for (uint32_t x : v) total += static_cast<int32_t>(x);
+  return total;
+}
+
+const StreamOps kStreamScalar = {stream_sum_chunk_scalar, fma_chains_scalar, int8_chains_scalar};
 
 const IsaTable<StreamOps> kStreamTable = {{&kStreamScalar,
 #if IE_HAVE_X86
@@ -140,6 +150,33 @@ FmaPeak measure_fma_peak(int threads, int passes, Isa isa) {
   }
   std::sort(gflops.begin(), gflops.end());
   return {gflops[gflops.size() / 2], gflops.back(), threads};
+}
+
+Int8Peak measure_int8_peak(int threads, int passes, Isa isa) {
+  if (threads < 1) throw std::invalid_argument("int8 peak: threads must be >= 1, got " + std::to_string(threads));
+  if (passes < 1) throw std::invalid_argument("int8 peak: passes must be >= 1, got " + std::to_string(passes));
+  const auto chains = kStreamTable.ops(isa).int8_chains;
+  ThreadPool pool(threads);
+  std::vector<int64_t> part(static_cast<size_t>(threads), 0);
+  auto timed = [&](int64_t iters, volatile int64_t* sum) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.each([&](int t) { part[static_cast<size_t>(t)] = chains(3 + t, -7, iters); });
+    int64_t total = 0;
+    for (int64_t v : part) total += v;
+    *sum = *sum + total;  // keeps the loop from being optimised away
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  volatile int64_t sink = 0;
+  const int64_t probe = 1'000'000;
+  const double t_probe = std::max(timed(probe, &sink), 1e-6);
+  const int64_t iters = std::max<int64_t>(probe, static_cast<int64_t>(static_cast<double>(probe) * 0.1 / t_probe));
+  std::vector<double> gmacs;
+  for (int k = 0; k < passes; ++k) {
+    const double s = timed(iters, &sink);
+    gmacs.push_back(4.0 * kInt8Lanes * static_cast<double>(iters) * threads / s / 1e9);
+  }
+  std::sort(gmacs.begin(), gmacs.end());
+  return {gmacs[gmacs.size() / 2], gmacs.back(), threads};
 }
 
 }  // namespace ie

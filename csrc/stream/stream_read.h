@@ -20,10 +20,19 @@ struct StreamOps {
   // kFmaLanes independent chains v = v * m + c, `iters` times each, from
   // v[l] = seed + l / 1024; returns the sum of the chains (kFmaLanes * iters FMAs).
   float (*fma_chains)(float seed, float m, float c, int64_t iters);
+  // kInt8Lanes independent int32 lanes, each `iters` times acc += 4 a b,
+  // computed as the int8 kernels compute a dot product (AVX2: vpmaddubsw of
+  // unsigned a and signed b bytes, |2ab| <= 32767 as it saturates, vpmaddwd
+  // with ones, vpaddd); returns the
+  // lanes' sum, each lane wrapping modulo 2^32 (kInt8Lanes * 4 * iters
+  // int8 multiplies).
+  int64_t (*int8_chains)(int a, int b, int64_t iters);
 };
 // 12 chains of 16 lanes (AVX-512; AVX2 runs them as two passes of 12 x 8):
 // enough independent FMAs in flight (latency 4 x 2 ports) for any x86 core.
 constexpr int kFmaLanes = 192;
+// 8 chains of 16 int32 lanes (AVX-512; AVX2 runs them as two passes of 8 x 8).
+constexpr int kInt8Lanes = 128;
 extern const StreamOps kStreamScalar;
 #if IE_HAVE_X86
 extern const StreamOps kStreamAvx2;
@@ -32,6 +41,7 @@ extern const StreamOps kStreamAvx512;
 extern const IsaTable<StreamOps> kStreamTable;
 
 float fma_chains_scalar(float seed, float m, float c, int64_t iters);
+int64_t int8_chains_scalar(int a, int b, int64_t iters);
 
 // The streaming-read variant that runs for a resolved `isa`.
 Isa stream_kernel_isa(Isa isa);
@@ -61,5 +71,15 @@ struct FmaPeak {
 // (2 flops per FMA lane), median and best of `passes` timed runs: what a
 // compute-bound kernel's GFLOPS are reported as a fraction of.
 FmaPeak measure_fma_peak(int threads, int passes, Isa isa);
+
+struct Int8Peak {
+  double gmacs_median;  // 10^9 int8 multiply-adds per second, all threads
+  double gmacs_best;
+  int threads;
+};
+
+// The same for int8 dot products (int8_chains): what prefill, whose
+// act=int8 kernels are built from them, is reported as a fraction of.
+Int8Peak measure_int8_peak(int threads, int passes, Isa isa);
 
 }  // namespace ie
