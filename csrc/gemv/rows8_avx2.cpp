@@ -123,6 +123,41 @@ IE_INLINE __m256i block_dot(const uint8_t* w, const int8_t* xq, __m256i mult) {
                           _mm256_madd_epi16(codes_dot<HB, 2, 2>(w, xq, z), mult));
 }
 
+// block_dot for NB tokens at once, whose blocks lie 32 bytes apart from xq:
+// each vector of codes is loaded and unpacked once for all NB (vector outer,
+// tokens inner), so a prefill chunk pays the unpacking once per four tokens,
+// not per token. s[b]: the same int32 lanes block_dot returns for token b
+// (the same sums, added in the same order).
+template <int HB, int NB>
+IE_INLINE void block_dot_n(const uint8_t* w, const int8_t* xq, __m256i mult, __m256i (&s)[NB]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256i s16[NB];
+  for (auto& v : s16) v = _mm256_setzero_si256();
+  static_for<4>([&](auto vv) __attribute__((always_inline)) {
+    constexpr int v = decltype(vv)::value;
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
+    __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+    if constexpr (HB > 0) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128));
+      lo = _mm256_or_si256(lo, bits_to_4<v>(h));
+      hi = _mm256_or_si256(hi, bits_to_4<4 + v>(h));
+    }
+    for (int b = 0; b < NB; ++b) {
+      const int8_t* xb = xq + 32 * b + 8 * v;
+      s16[b] = _mm256_add_epi16(s16[b], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb)),
+                                                         _mm256_maddubs_epi16(hi, bcast4(xb + 4))));
+    }
+    if constexpr (HB > 0 && v == 1) {  // 5-bit codes: widen after every 8 products
+      for (int b = 0; b < NB; ++b) {
+        s[b] = _mm256_madd_epi16(s16[b], mult);
+        s16[b] = _mm256_setzero_si256();
+      }
+    }
+  });
+  for (int b = 0; b < NB; ++b)
+    s[b] = HB > 0 ? _mm256_add_epi32(s[b], _mm256_madd_epi16(s16[b], mult)) : _mm256_madd_epi16(s16[b], mult);
+}
+
 // One token against one tile of int4w: BPG blocks per group (0: p.bpg at run time),
 // SB scale bytes, AFFINE (mins follow the scales; else codes are offset by 8).
 template <int BPG, int SB, bool AFFINE>
@@ -167,8 +202,10 @@ IE_INLINE void nib_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
     const __m256 scale = load8<SB>(sc);
     for (int kb = 0; kb < bpg; ++kb, ++k, w += 128 + HB) {
       const int64_t kx = k * B + b0;
+      __m256i sb[NB];
+      block_dot_n<HB, NB>(w, x.q + kx * 32, ones, sb);
       for (int b = 0; b < NB; ++b) {
-        __m256i s = block_dot<HB>(w, x.q + (kx + b) * 32, ones);
+        __m256i s = sb[b];
         if constexpr (!AFFINE) s = _mm256_sub_epi32(s, _mm256_set1_epi32(x.s8[kx + b] * (HB ? 2 : 1)));
         acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scale, _mm256_broadcast_ss(x.d + kx + b)), acc[b]);
         if constexpr (AFFINE) acc[b] = _mm256_fmadd_ps(load8<SB>(sc + 8 * SB), _mm256_broadcast_ss(x.ds + kx + b), acc[b]);
@@ -206,8 +243,10 @@ IE_INLINE void kq_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
       const __m256i sc16 = lane_byte<j % 4, true>(ls[j / 4]);
       const __m256 mn = _mm256_mul_ps(_mm256_cvtepi32_ps(lane_byte<j % 4, false>(lm[j / 4])), dmin);
       const int64_t kx = (g * 8 + j) * B + b0;
+      __m256i sb[NB];
+      block_dot_n<Q5 ? 32 : 0, NB>(w + j * kBlock, x.q + kx * 32, sc16, sb);
       for (int b = 0; b < NB; ++b) {
-        const __m256i s = block_dot<Q5 ? 32 : 0>(w + j * kBlock, x.q + (kx + b) * 32, sc16);
+        const __m256i s = sb[b];
         P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(x.d + kx + b), P[b]);
         acc[b] = _mm256_fnmadd_ps(mn, _mm256_broadcast_ss(x.ds + kx + b), acc[b]);
       }
