@@ -31,8 +31,9 @@ iq4_xs fall back to other types there, in both engines alike) and, unless
 --no-large, on a random Llama with SmolLM2's vocabulary and 2048-wide rows,
 written to be several times the last-level cache (decode then reads DRAM).
 Prefill is also given as a fraction of the machine's int8 multiply-add
-peak (``ierun info --int8-peak``, measured in the same run): the weights'
-multiply-adds per token times pp tok/s.
+peak (``ierun info --int8-peak``, measured in the same run): the layer
+weights' multiply-adds per token (the output head runs for the last
+prompt token only, in both engines) times pp tok/s.
 
 **Contention** (issue 49: users' machines are never idle): the int4w pairing
 again with a CPU-bound process (a Python busy loop) started beside it: both
@@ -216,6 +217,12 @@ def type_pair(t: str, src: Path, tmp: Path, a: argparse.Namespace) -> tuple[Path
     return d, g, "same bytes"
 
 
+def prefill_macs(model: Path, active_params: int) -> int:
+    """Multiply-adds per prompt token: a decode step's, less the output head's (a prefill runs it once)."""
+    m = json.loads((model / "model.ie.json").read_text())["model"]
+    return active_params - m["vocab_size"] * m["hidden_size"]
+
+
 def every_type(label: str, src: Path, tmp: Path, a: argparse.Namespace) -> list[dict]:
     """pp and tg of both engines for each of --types on the GGUF ``src``, as a table."""
     from iekit.runtime.native import int8_peak
@@ -227,7 +234,8 @@ def every_type(label: str, src: Path, tmp: Path, a: argparse.Namespace) -> list[
         ours_dir, theirs_gguf, how = type_pair(t, src, tmp, a)
         ours = ierun_pp_tg(ours_dir, a, tmp)
         theirs = llama_bench(a.llama_bench, theirs_gguf, a.p, a.n, a.threads, a.rounds) or {}
-        rows.append({"type": t, "how": how, "ierun": ours, "llama_cpp": theirs})
+        rows.append({"type": t, "how": how, "ierun": ours, "llama_cpp": theirs,
+                     "prefill_macs": prefill_macs(ours_dir, ours["active_params"])})
     peak = max(peak, int8_peak(threads=a.threads)["gmacs"] * 1e9)  # before and after: the larger
     nan = float("nan")
     print(f"\n{label}: every 4-bit type, {a.threads} threads, tokens/s (median of {a.rounds}); "
@@ -236,11 +244,12 @@ def every_type(label: str, src: Path, tmp: Path, a: argparse.Namespace) -> list[
           f"{'ierun tg':>9} {'llama tg':>9} {'ratio':>6}")
     for r in rows:
         o, th = r["ierun"], r["llama_cpp"]
-        frac = f"{o['pp'] * o['active_params'] / peak:.0%}/{th.get('pp', nan) * o['active_params'] / peak:.0%}"
+        macs = r["prefill_macs"]
+        frac = f"{o['pp'] * macs / peak:.0%}/{th.get('pp', nan) * macs / peak:.0%}"
         print(f"{r['type']:8} {r['how']:12} {o['model_bytes'] / 1e6:6.0f} {o['pp']:9.1f} {th.get('pp', nan):9.1f} "
               f"{o['pp'] / th.get('pp', nan):6.2f} {frac:>11} {o['tg']:9.1f} {th.get('tg', nan):9.1f} "
               f"{o['tg'] / th.get('tg', nan):6.2f}")
-        r["int8_peak_fraction"] = o["pp"] * o["active_params"] / peak
+        r["int8_peak_fraction"] = o["pp"] * macs / peak
     return rows
 
 
