@@ -90,44 +90,14 @@ IE_INLINE void prefetch_group(const Rows8& p, const uint8_t* w, int b0, int j = 
   for (size_t o = (p.group_bytes * static_cast<size_t>(j) / N + 63) & ~size_t(63); o < o1; o += 64) prefetch(w + kAhead + o);
 }
 
-// int16 per half row lane: the unsigned codes of one 32-block (nibbles, and
-// for 5-bit codes the fifth bits at 128) times the activation codes xq,
-// added to s16 for vectors V0 .. V0 + N.
-template <int HB, int V0, int N>
-IE_INLINE __m256i codes_dot(const uint8_t* w, const int8_t* xq, __m256i s16) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  static_for<N>([&](auto vv) __attribute__((always_inline)) {
-    constexpr int v = V0 + decltype(vv)::value;
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
-    __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
-    if constexpr (HB > 0) {
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128));
-      lo = _mm256_or_si256(lo, bits_to_4<v>(h));
-      hi = _mm256_or_si256(hi, bits_to_4<4 + v>(h));
-    }
-    s16 = _mm256_add_epi16(s16, _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq + 8 * v)),
-                                                  _mm256_maddubs_epi16(hi, bcast4(xq + 8 * v + 4))));
-  });
-  return s16;
-}
-
-// int32 per row lane: the 32-block's sum of code * x, times mult's int16
-// pairs (1, or a sub-scale). 4-bit codes: the 16 products a 16-bit lane
-// collects stay below 16 * 15 * 127 < 2^15, one madd per block; 5-bit
-// codes (HB = 32) widen after every 8 products (8 * 31 * 127 < 2^15).
-template <int HB>
-IE_INLINE __m256i block_dot(const uint8_t* w, const int8_t* xq, __m256i mult) {
-  const __m256i z = _mm256_setzero_si256();
-  if constexpr (HB == 0) return _mm256_madd_epi16(codes_dot<0, 0, 4>(w, xq, z), mult);
-  return _mm256_add_epi32(_mm256_madd_epi16(codes_dot<HB, 0, 2>(w, xq, z), mult),
-                          _mm256_madd_epi16(codes_dot<HB, 2, 2>(w, xq, z), mult));
-}
-
-// block_dot for NB tokens at once, whose blocks lie 32 bytes apart from xq:
-// each vector of codes is loaded and unpacked once for all NB (vector outer,
-// tokens inner), so a prefill chunk pays the unpacking once per four tokens,
-// not per token. s[b]: the same int32 lanes block_dot returns for token b
-// (the same sums, added in the same order).
+// int32 per row lane, for NB tokens whose blocks lie 32 bytes apart from xq:
+// the 32-block's sum of unsigned code (nibbles, and for 5-bit codes the
+// fifth bits at 128) times the activation code, times mult's int16 pairs
+// (1, or a sub-scale). 4-bit codes: the 16 products a 16-bit lane collects
+// stay below 16 * 15 * 127 < 2^15, one madd per block; 5-bit codes (HB =
+// 32) widen after every 8 products (8 * 31 * 127 < 2^15). Each vector of
+// codes is loaded and unpacked once for all NB tokens (vector outer, tokens
+// inner): a prefill chunk pays the unpacking once per four tokens.
 template <int HB, int NB>
 IE_INLINE void block_dot_n(const uint8_t* w, const int8_t* xq, __m256i mult, __m256i (&s)[NB]) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -156,6 +126,14 @@ IE_INLINE void block_dot_n(const uint8_t* w, const int8_t* xq, __m256i mult, __m
   });
   for (int b = 0; b < NB; ++b)
     s[b] = HB > 0 ? _mm256_add_epi32(s[b], _mm256_madd_epi16(s16[b], mult)) : _mm256_madd_epi16(s16[b], mult);
+}
+
+// block_dot_n for one token.
+template <int HB>
+IE_INLINE __m256i block_dot(const uint8_t* w, const int8_t* xq, __m256i mult) {
+  __m256i s[1];
+  block_dot_n<HB, 1>(w, xq, mult, s);
+  return s[0];
 }
 
 // One token against one tile of int4w: BPG blocks per group (0: p.bpg at run time),

@@ -38,34 +38,29 @@ py::dict read_bandwidth(size_t bytes, int threads, int passes, const std::string
   return out;
 }
 
-py::dict fma_peak(int threads, int passes, const std::string& isa_name) {
+// A peak measurement, GIL released, as {<unit>, <unit>_best, threads, isa}.
+template <class Measure>
+py::dict peak(const char* unit, int threads, int passes, const std::string& isa_name, Measure measure) {
   const ie::Isa isa = ie::resolve_isa(isa_name);
-  ie::FmaPeak r{};
+  decltype(measure(threads, passes, isa)) r{};
   {
     py::gil_scoped_release nogil;
-    r = ie::measure_fma_peak(threads, passes, isa);
+    r = measure(threads, passes, isa);
   }
   py::dict out;
-  out["gflops"] = r.gflops_median;
-  out["gflops_best"] = r.gflops_best;
+  out[unit] = r.median;
+  out[(std::string(unit) + "_best").c_str()] = r.best;
   out["threads"] = r.threads;
   out["isa"] = ie::isa_name(ie::stream_kernel_isa(isa));
   return out;
 }
 
+py::dict fma_peak(int threads, int passes, const std::string& isa_name) {
+  return peak("gflops", threads, passes, isa_name, ie::measure_fma_peak);
+}
+
 py::dict int8_peak(int threads, int passes, const std::string& isa_name) {
-  const ie::Isa isa = ie::resolve_isa(isa_name);
-  ie::Int8Peak r{};
-  {
-    py::gil_scoped_release nogil;
-    r = ie::measure_int8_peak(threads, passes, isa);
-  }
-  py::dict out;
-  out["gmacs"] = r.gmacs_median;
-  out["gmacs_best"] = r.gmacs_best;
-  out["threads"] = r.threads;
-  out["isa"] = ie::isa_name(ie::stream_kernel_isa(isa));
-  return out;
+  return peak("gmacs", threads, passes, isa_name, ie::measure_int8_peak);
 }
 
 int64_t int8_chains(int a, int b, int64_t iters, const std::string& isa_name) {

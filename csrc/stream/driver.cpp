@@ -12,6 +12,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <utility>
 #include <stdexcept>
 #include <vector>
 
@@ -124,59 +125,58 @@ ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int passes, Isa 
   return {gbps[gbps.size() / 2], gbps.back(), bytes, passes, threads};
 }
 
-FmaPeak measure_fma_peak(int threads, int passes, Isa isa) {
-  if (threads < 1) throw std::invalid_argument("fma peak: threads must be >= 1, got " + std::to_string(threads));
-  if (passes < 1) throw std::invalid_argument("fma peak: passes must be >= 1, got " + std::to_string(passes));
-  const auto chains = kStreamTable.ops(isa).fma_chains;
+namespace {
+
+// Median and best rate of `passes` timed runs of chains(t, iters) on every
+// thread at once, in units of 1e9 * ops_per_iter per thread and iteration;
+// iters is calibrated so that a pass lasts about 0.1 s whatever the
+// variant's speed (the calibration also warms the clocks up). chains'
+// results are summed into a volatile so no loop is optimised away.
+template <class Chains>
+std::pair<double, double> peak_rate(int threads, int passes, double ops_per_iter, Chains chains) {
   ThreadPool pool(threads);
-  std::vector<float> part(static_cast<size_t>(threads), 0.f);
-  auto timed = [&](int64_t iters, volatile float* sum) {
+  std::vector<double> part(static_cast<size_t>(threads), 0.0);
+  volatile double sink = 0.0;
+  auto timed = [&](int64_t iters) {
     const auto t0 = std::chrono::steady_clock::now();
-    pool.each([&](int t) { part[static_cast<size_t>(t)] = chains(0.5f + static_cast<float>(t), 0.999f, 1e-3f, iters); });
-    float total = 0.f;
-    for (float v : part) total += v;
-    *sum = *sum + total;  // m < 1 keeps every chain finite; the sum keeps the loop from being optimised away
+    pool.each([&](int t) { part[static_cast<size_t>(t)] = chains(t, iters); });
+    double total = 0.0;
+    for (double v : part) total += v;
+    sink = sink + total;
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  // Calibration (also warms the clocks up): passes of ~0.1 s whatever the variant's speed.
-  volatile float sink = 0.f;
   const int64_t probe = 1'000'000;
-  const double t_probe = std::max(timed(probe, &sink), 1e-6);
+  const double t_probe = std::max(timed(probe), 1e-6);
   const int64_t iters = std::max<int64_t>(probe, static_cast<int64_t>(static_cast<double>(probe) * 0.1 / t_probe));
-  std::vector<double> gflops;
-  for (int k = 0; k < passes; ++k) {
-    const double s = timed(iters, &sink);
-    gflops.push_back(2.0 * kFmaLanes * static_cast<double>(iters) * threads / s / 1e9);
-  }
-  std::sort(gflops.begin(), gflops.end());
-  return {gflops[gflops.size() / 2], gflops.back(), threads};
+  std::vector<double> rate;
+  for (int k = 0; k < passes; ++k)
+    rate.push_back(ops_per_iter * static_cast<double>(iters) * threads / timed(iters) / 1e9);
+  std::sort(rate.begin(), rate.end());
+  return {rate[rate.size() / 2], rate.back()};
+}
+
+void check_peak_args(const char* what, int threads, int passes) {
+  if (threads < 1) throw std::invalid_argument(std::string(what) + ": threads must be >= 1, got " + std::to_string(threads));
+  if (passes < 1) throw std::invalid_argument(std::string(what) + ": passes must be >= 1, got " + std::to_string(passes));
+}
+
+}  // namespace
+
+FmaPeak measure_fma_peak(int threads, int passes, Isa isa) {
+  check_peak_args("fma peak", threads, passes);
+  const auto chains = kStreamTable.ops(isa).fma_chains;  // m < 1 keeps every chain finite
+  const auto r = peak_rate(threads, passes, 2.0 * kFmaLanes, [&](int t, int64_t iters) {
+    return static_cast<double>(chains(0.5f + static_cast<float>(t), 0.999f, 1e-3f, iters));
+  });
+  return {r.first, r.second, threads};
 }
 
 Int8Peak measure_int8_peak(int threads, int passes, Isa isa) {
-  if (threads < 1) throw std::invalid_argument("int8 peak: threads must be >= 1, got " + std::to_string(threads));
-  if (passes < 1) throw std::invalid_argument("int8 peak: passes must be >= 1, got " + std::to_string(passes));
+  check_peak_args("int8 peak", threads, passes);
   const auto chains = kStreamTable.ops(isa).int8_chains;
-  ThreadPool pool(threads);
-  std::vector<int64_t> part(static_cast<size_t>(threads), 0);
-  auto timed = [&](int64_t iters, volatile int64_t* sum) {
-    const auto t0 = std::chrono::steady_clock::now();
-    pool.each([&](int t) { part[static_cast<size_t>(t)] = chains(3 + t, -7, iters); });
-    int64_t total = 0;
-    for (int64_t v : part) total += v;
-    *sum = *sum + total;  // keeps the loop from being optimised away
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  volatile int64_t sink = 0;
-  const int64_t probe = 1'000'000;
-  const double t_probe = std::max(timed(probe, &sink), 1e-6);
-  const int64_t iters = std::max<int64_t>(probe, static_cast<int64_t>(static_cast<double>(probe) * 0.1 / t_probe));
-  std::vector<double> gmacs;
-  for (int k = 0; k < passes; ++k) {
-    const double s = timed(iters, &sink);
-    gmacs.push_back(4.0 * kInt8Lanes * static_cast<double>(iters) * threads / s / 1e9);
-  }
-  std::sort(gmacs.begin(), gmacs.end());
-  return {gmacs[gmacs.size() / 2], gmacs.back(), threads};
+  const auto r = peak_rate(threads, passes, 4.0 * kInt8Lanes,
+                           [&](int t, int64_t iters) { return static_cast<double>(chains(3 + t, -7, iters)); });
+  return {r.first, r.second, threads};
 }
 
 }  // namespace ie

@@ -62,8 +62,8 @@ struct ReadBandwidth {
 ReadBandwidth measure_read_bandwidth(size_t bytes, int threads, int passes, Isa isa);
 
 struct FmaPeak {
-  double gflops_median;
-  double gflops_best;
+  double median;  // GFLOPS (2 per multiply-add lane), all threads
+  double best;
   int threads;
 };
 
@@ -73,8 +73,8 @@ struct FmaPeak {
 FmaPeak measure_fma_peak(int threads, int passes, Isa isa);
 
 struct Int8Peak {
-  double gmacs_median;  // 10^9 int8 multiply-adds per second, all threads
-  double gmacs_best;
+  double median;  // 10^9 int8 multiply-adds per second, all threads
+  double best;
   int threads;
 };
 
