@@ -64,13 +64,15 @@ LARGE = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads":
          "vocab_size": 32000}
 
 
-def write_checkpoint(d: Path, seed: int = 0) -> int:
-    """A random Llama checkpoint in one safetensors file; returns its tensor bytes.
-    Weights are N(0, 1/fan_in) so activations stay finite through the layers."""
+def write_checkpoint(d: Path, seed: int = 0, config: dict | None = None) -> int:
+    """A random Llama checkpoint of ``config`` (default CONFIG) in one
+    safetensors file; returns its tensor bytes. Weights are N(0, 1/fan_in)
+    so activations stay finite through the layers; a tied model has no
+    lm_head.weight."""
     import numpy as np
     from safetensors.numpy import save_file
 
-    c = CONFIG
+    c = CONFIG if config is None else config
     h, inter, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
     rng = np.random.default_rng(seed)
@@ -78,8 +80,9 @@ def write_checkpoint(d: Path, seed: int = 0) -> int:
     def mat(rows: int, cols: int) -> np.ndarray:
         return (rng.standard_normal((rows, cols), dtype=np.float32) * cols ** -0.5).astype(np.float16)
 
-    t = {"model.embed_tokens.weight": mat(v, h), "lm_head.weight": mat(v, h),
-         "model.norm.weight": np.ones(h, np.float16)}
+    t = {"model.embed_tokens.weight": mat(v, h), "model.norm.weight": np.ones(h, np.float16)}
+    if not c.get("tie_word_embeddings"):
+        t["lm_head.weight"] = mat(v, h)
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
         t.update({p + "self_attn.q_proj.weight": mat(h, h), p + "self_attn.k_proj.weight": mat(kv, h),

@@ -60,6 +60,7 @@ import tempfile
 from pathlib import Path
 
 import llamacpp
+from decode_bench import write_checkpoint
 from smollm2_hf import installed_gguf
 
 BIN = Path(sys.executable).parent
@@ -160,33 +161,15 @@ def run(*cmd) -> None:
 
 
 def large_gguf(tmp: Path, tokenizer_dir: Path, llc: int) -> Path:
-    """An f16 GGUF of a random Llama (N(0, 1/fan_in) weights) with as many
-    layers as make its 4-bit form at least 4x the last-level cache ``llc``."""
-    import numpy as np
-    from safetensors.numpy import save_file
-
+    """An f16 GGUF of a random Llama (decode_bench's checkpoint writer) with
+    as many layers as make its 4-bit form at least 4x the last-level cache ``llc``."""
     c = dict(LARGE)
     h, inter, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
     per_layer = 2 * h * h + 2 * kv * h + 3 * h * inter
     c["num_hidden_layers"] = max(2, -(-(4 * llc * 8 // 9 - v * h) // per_layer))  # 4.5 bits per weight
-    rng = np.random.default_rng(0)
-
-    def mat(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * cols ** -0.5).astype(np.float16)
-
     hf = tmp / "large-hf"
-    hf.mkdir()
-    t = {"model.embed_tokens.weight": mat(v, h), "model.norm.weight": np.ones(h, np.float16)}
-    for i in range(c["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        t.update({p + "self_attn.q_proj.weight": mat(h, h), p + "self_attn.k_proj.weight": mat(kv, h),
-                  p + "self_attn.v_proj.weight": mat(kv, h), p + "self_attn.o_proj.weight": mat(h, h),
-                  p + "mlp.gate_proj.weight": mat(inter, h), p + "mlp.up_proj.weight": mat(inter, h),
-                  p + "mlp.down_proj.weight": mat(h, inter), p + "input_layernorm.weight": np.ones(h, np.float16),
-                  p + "post_attention_layernorm.weight": np.ones(h, np.float16)})
-    save_file(t, str(hf / "model.safetensors"))
-    (hf / "config.json").write_text(json.dumps(c, indent=2))
+    write_checkpoint(hf, config=c)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (hf / name).write_bytes((tokenizer_dir / name).read_bytes())
     run(BIN / "ieconv", "hf-to-iebin", "-q", "--hf-dir", hf, "--out-dir", tmp / "large-f16")

@@ -369,6 +369,9 @@ def _check_config(cfg: dict[str, Any], meta_path: Path) -> None:
 # per expert a matrix (a tensor each, "{e}" in the name, or a stack
 # [experts, rows, cols]) or a vector (a row of a stack [experts, n]).
 MATRIX, VECTOR, EXPERT_MATRIX, EXPERT_VECTOR = "matrix", "vector", "expert_matrix", "expert_vector"
+# The keys of the native decoder's two lists: the model's layers, and a
+# layer's experts (each a dict of the expert kinds' keys).
+LAYERS_KEY, EXPERTS_KEY = "layers", "experts"
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,11 @@ from .decoder import Decoder
 from .token_ids import load_ids
 
 
-def float_decoder(model_dir: str | os.PathLike, *, threads: int, ctx: int | None,
-                  default_ctx: int = evaluation.DEFAULT_CTX) -> Decoder:
+def float_decoder(model_dir: str | os.PathLike, *, threads: int, ctx: int | None) -> Decoder:
     """The model with f32 activations: a calibration statistic describes the
     float model, not its int8-activation approximation. Its context is
-    ``ctx``, else ``default_ctx`` (or the model's own, if smaller)."""
-    return Decoder(model_dir, threads=threads, ctx=ctx, default_ctx=default_ctx, act="f32")
+    ``ctx``, else ierun eval's default (or the model's own, if smaller)."""
+    return Decoder(model_dir, threads=threads, ctx=ctx, default_ctx=evaluation.DEFAULT_CTX, act="f32")
 
 
 def calibration_chunks(dec: Decoder, text_file: Path | None, ids_file: Path | None,

@@ -23,7 +23,8 @@ import numpy as np
 from iekit.formats import weight_types
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
-from iekit.formats.model_spec import EXPERT_MATRIX, EXPERT_VECTOR, MATRIX, DecoderSpec, Part, layer_parts, model_parts
+from iekit.formats.model_spec import (EXPERT_MATRIX, EXPERT_VECTOR, EXPERTS_KEY, LAYERS_KEY, MATRIX, DecoderSpec,
+                                      Part, layer_parts, model_parts)
 
 from . import kernels
 from .native import _native
@@ -50,10 +51,9 @@ class _Binder:
     def __init__(self, source: TensorSource, s: DecoderSpec):
         self.source, self.s = source, s
         self.meta_path: Path = source.model.meta_path
-        self.entries = {t["name"]: t for t in source.model.tensors}
 
     def entry(self, name: str, shape: list[int]) -> dict[str, Any]:
-        t = self.entries.get(name)
+        t = self.source.find(name)
         if t is None:
             raise IEError(f"{self.meta_path}: tensors: {name!r} is missing ({self.s.architecture} needs it)")
         if list(t["shape"]) != shape:
@@ -73,12 +73,13 @@ class _Binder:
         member = None if in_place else self.source.member(name)
         return (spec, *member) if member else (spec, self.source.get(name))
 
-    def vector_rows(self, name: str, shape: list[int]) -> np.ndarray:
+    def vector_rows(self, name: str, shape: list[int]) -> tuple[dict[str, Any], np.ndarray]:
+        """The float tensor ``name`` (its entry, and its values as float32 of ``shape``)."""
         t = self.entry(name, shape)
         if t["dtype"] not in FLOAT_VECTOR_DTYPES:
             raise IEError(f"{self.meta_path}: tensors[{name!r}].dtype: {t['dtype']!r}; the decoder reads "
                           f"norms and biases as {', '.join(FLOAT_VECTOR_DTYPES)}")
-        return decode_f32(self.source.get(name).tobytes(), t["dtype"]).reshape(shape)
+        return t, decode_f32(self.source.get(name).tobytes(), t["dtype"]).reshape(shape)
 
     def count(self, out: BoundWeights, t: dict[str, Any], in_layer: bool) -> None:
         out.stored[t["dtype"]] = out.stored.get(t["dtype"], 0) + t["nbytes"]
@@ -97,20 +98,20 @@ class _Binder:
                 self.count(out, t, in_layer=True)
             elif p.kind == EXPERT_MATRIX:
                 self.bind_expert_matrices(out, p, experts)
-            elif not p.required and p.name not in self.entries:
+            elif not p.required and self.source.find(p.name) is None:
                 continue  # a bias the artifact does not store
             elif p.kind == EXPERT_VECTOR:
-                rows = self.vector_rows(p.name, [len(experts), *p.shape])
+                t, rows = self.vector_rows(p.name, [len(experts), *p.shape])
                 for e, ex in enumerate(experts):
                     ex[p.key] = rows[e]
-                out.step_bytes += s.moe.top_k * self.entries[p.name]["nbytes"] // len(experts)
+                out.step_bytes += s.moe.top_k * t["nbytes"] // len(experts)
                 out.active_params += s.moe.top_k * p.shape[0]
             else:
-                layer[p.key] = self.vector_rows(p.name, list(p.shape))
-                out.step_bytes += self.entries[p.name]["nbytes"]
+                t, layer[p.key] = self.vector_rows(p.name, list(p.shape))
+                out.step_bytes += t["nbytes"]
                 out.active_params += p.shape[0]
         if experts:
-            layer["experts"] = experts
+            layer[EXPERTS_KEY] = experts
         return layer
 
     def bind_expert_matrices(self, out: BoundWeights, p: Part, experts: list[dict[str, Any]]) -> None:
@@ -141,7 +142,7 @@ def bind(source: TensorSource, s: DecoderSpec) -> BoundWeights:
     b = _Binder(source, s)
     embed_part, head_part, norm_part = model_parts(s)
     embed = b.entry(embed_part.name, list(embed_part.shape))
-    tied = s.tied or head_part.name not in b.entries
+    tied = s.tied or source.find(head_part.name) is None
     head = embed if tied else b.entry(head_part.name, list(head_part.shape))
     out = BoundWeights(weights={}, head_name=head["name"])
     w = out.weights
@@ -151,8 +152,8 @@ def bind(source: TensorSource, s: DecoderSpec) -> BoundWeights:
     out.step_bytes += head["nbytes"] if tied else source.read_bytes(head_part.name)
     out.active_params += s.vocab * s.hidden
     b.count(out, head, in_layer=False)
-    w["norm"] = b.vector_rows(norm_part.name, list(norm_part.shape))
-    out.step_bytes += b.entries[norm_part.name]["nbytes"]
+    t, w["norm"] = b.vector_rows(norm_part.name, list(norm_part.shape))
+    out.step_bytes += t["nbytes"]
     out.active_params += s.hidden
-    w["layers"] = [b.bind_layer(out, i) for i in range(s.n_layers)]
+    w[LAYERS_KEY] = [b.bind_layer(out, i) for i in range(s.n_layers)]
     return out

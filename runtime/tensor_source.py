@@ -78,6 +78,11 @@ class TensorSource:
     def _served(self, name: str) -> bool:
         return self.store is not None and name in self.store
 
+    def find(self, name: str) -> dict[str, Any] | None:
+        """The entry of a tensor model.ie.json lists (or of an expert slice
+        already asked for), or None."""
+        return self._by_name.get(name)
+
     def entry(self, name: str) -> dict[str, Any]:
         """A tensor's entry, or an expert slice's ``STACK[e]`` (tensor_entries.expert_slice)."""
         t = self._by_name.get(name)

@@ -459,8 +459,8 @@ def test_the_weight_keys_are_the_native_decoders():
     native binding's field tables take them: over the golden models (every
     layout: biases, q/k norms, sinks, each MoE naming) the two are one set."""
     from iekit.formats import iebin
-    from iekit.formats.model_spec import (EXPERT_MATRIX, EXPERT_VECTOR, MATRIX, VECTOR, decoder_spec, layer_parts,
-                                          model_parts)
+    from iekit.formats.model_spec import (EXPERT_MATRIX, EXPERT_VECTOR, EXPERTS_KEY, LAYERS_KEY, MATRIX, VECTOR,
+                                          decoder_spec, layer_parts, model_parts)
 
     got: dict[str, set[str]] = {MATRIX: set(), VECTOR: set(), EXPERT_MATRIX: set(), EXPERT_VECTOR: set()}
     for model in MODELS:
@@ -474,26 +474,26 @@ def test_the_weight_keys_are_the_native_decoders():
     assert got[VECTOR] == set(keys["layer_vectors"])
     assert got[EXPERT_MATRIX] == set(keys["expert_matrices"])
     assert got[EXPERT_VECTOR] == set(keys["expert_vectors"])
-    assert {p.key for p in model_parts(s)} | set(keys["layer_lists"]) >= {"embed", "lm_head", "norm", "experts"}
-    assert set(keys["model"]) == {p.key for p in model_parts(s)} | {"layers"}
+    assert tuple(keys["layer_lists"]) == (EXPERTS_KEY,)
+    assert set(keys["model"]) == {p.key for p in model_parts(s)} | {LAYERS_KEY}
 
 
 def test_the_native_binding_refuses_a_key_it_does_not_know_and_names_a_missing_one():
     from iekit.runtime import decoder_weights
     from iekit.runtime.decoder import native_config
     from iekit.runtime.tensor_source import TensorSource
-    from iekit.formats.model_spec import decoder_spec
+    from iekit.formats.model_spec import EXPERTS_KEY, LAYERS_KEY, decoder_spec
 
     src = TensorSource(GOLDEN_IEBIN / "tiny-qwen3-moe")
     s = decoder_spec(src.model.meta, src.model.meta_path)
     cfg = native_config(s, 16)
     bound = decoder_weights.bind(src, s)
     native._native.Decoder(cfg, bound.weights)  # as bound: accepted
-    i = next(i for i, layer in enumerate(bound.weights["layers"]) if "experts" in layer)
-    layer = bound.weights["layers"][i]
+    i = next(i for i, layer in enumerate(bound.weights[LAYERS_KEY]) if EXPERTS_KEY in layer)
+    layer = bound.weights[LAYERS_KEY][i]
     for edit, message in [(lambda: layer.update(q_bias=layer["q_norm"]), rf"layers\[{i}\]\.q_bias: not a weight"),
-                          (lambda: layer["experts"][0].update(wo=layer["q"]), rf"layers\[{i}\]\.experts\[0\]\.wo: not a weight"),
-                          (lambda: (layer.pop("q_bias"), layer["experts"][0].pop("wo"), layer.pop("k")),
+                          (lambda: layer[EXPERTS_KEY][0].update(wo=layer["q"]), rf"layers\[{i}\]\.experts\[0\]\.wo: not a weight"),
+                          (lambda: (layer.pop("q_bias"), layer[EXPERTS_KEY][0].pop("wo"), layer.pop("k")),
                            f"layer {i} k_proj: no data")]:
         edit()
         with pytest.raises(ValueError, match=message):

@@ -87,9 +87,23 @@ def test_fallbacks_and_ladder_entries_are_selections_of_real_schemes():
             fb = SCHEMES[s.FALLBACK["scheme"]]
             assert s.check([8, 576], selection_params({"scheme": n})) is not None
             assert fb.check([8, 576], selection_params(s.FALLBACK)) is None, n
-    bits = [bpw_policy._bits(sel) for sel in bpw_policy.LADDER]
-    assert bits == sorted(bits) and len(bpw_policy.LADDER) == sum(len(SCHEMES[n].LADDER) for n in QUANTIZED)
-    assert all(SCHEMES[sel["scheme"]].GGUF for sel in bpw_policy.GGUF_LADDER)
+
+    # The ladder the classes add up to, pinned, with bits per weight from
+    # independent sources: int4w's definition (4 + 16/g per f16 scale, twice
+    # with mins) and gguf-py's size table for the block types.
+    def bits(sel):
+        if sel["scheme"] == "int4w":
+            return 4 + 16 / sel["group_size"] * (1 if sel["symmetric"] else 2)
+        elems, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[sel["scheme"].upper()]]
+        return nbytes * 8 / elems
+
+    got = [(bits(sel), sel["scheme"], sel.get("group_size"), sel.get("symmetric")) for sel in bpw_policy.LADDER]
+    assert got == [(4.125, "int4w", 128, True), (4.25, "iq4_xs", None, None), (4.25, "int4w", 64, True),
+                   (4.5, "q4_0", None, None), (4.5, "q4_k", None, None), (4.5, "iq4_nl", None, None),
+                   (4.5, "int4w", 64, False), (5.0, "q4_1", None, None), (5.0, "int4w", 32, False),
+                   (5.5, "q5_k", None, None), (5.5, "q5_0", None, None), (6.0, "q5_1", None, None),
+                   (6.5625, "q6_k", None, None), (8.5, "q8_0", None, None)]
+    assert bpw_policy.GGUF_LADDER == tuple(sel for sel in bpw_policy.LADDER if sel["scheme"] != "int4w")
 
 
 def test_names_filters():

@@ -48,7 +48,10 @@ const Field<ie::Matrix ie::Expert::*> kExpertMatrices[] = {
     {"gate", &ie::Expert::gate}, {"up", &ie::Expert::up}, {"down", &ie::Expert::down}};
 const Field<std::vector<float> ie::Expert::*> kExpertVectors[] = {{"bgate", &ie::Expert::bgate},
                                                                   {"bdown", &ie::Expert::bdown}};
-constexpr const char* kExpertsKey = "experts";  // a layer's list of per-expert dicts
+// The two lists (formats/model_spec.py LAYERS_KEY, EXPERTS_KEY): the model's
+// layers, and a layer's per-expert dicts.
+constexpr const char* kLayersKey = "layers";
+constexpr const char* kExpertsKey = "experts";
 
 // A matrix value is (WeightSpec, buffer): the spec was validated when it was
 // made; here the buffer must hold exactly its bytes. (WeightSpec, buffer):
@@ -121,7 +124,7 @@ ie::DecoderWeights decoder_weights(const py::dict& weights, py::list& keep, bool
       w.lm_head = matrix(item.second, key, keep, plan_dedup);
     } else if (key == "norm") {
       w.final_norm = vec(item.second);
-    } else if (key == "layers") {
+    } else if (key == kLayersKey) {
       for (py::handle layer : item.second.cast<py::list>()) {
         const std::string where = "layers[" + std::to_string(w.layers.size()) + "].";
         ie::LayerWeights L;
@@ -153,7 +156,7 @@ py::dict weight_keys() {
     return out;
   };
   py::dict d;
-  d["model"] = py::make_tuple("embed", "lm_head", "norm", "layers");
+  d["model"] = py::make_tuple("embed", "lm_head", "norm", kLayersKey);
   d["layer_matrices"] = names(kLayerMatrices);
   d["layer_vectors"] = names(kLayerVectors);
   d["layer_lists"] = py::make_tuple(kExpertsKey);
