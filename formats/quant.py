@@ -835,6 +835,103 @@ class Q6_K(_Block, weight_type="q6_k"):
         return _grid_bound(x, s, -32, 31, np.float32(0), np.float32(2**-21) * np.abs(x))
 
 
+class Q3_K(_Block, weight_type="q3_k"):
+    """llama.cpp's Q3_K: 256-element super-blocks of sixteen 16-element
+    sub-blocks, w = (d × (l_j − 32)) × (q − 4) with 3-bit codes q, 6-bit
+    sub-scales l_j and one f16 d: 3.4375 bits per weight. Byte layout: hmask
+    (32 bytes; bit h of byte m: bit 2 of element 32 h + m's code), qs (64
+    bytes; byte 32 h + l of half h: the low bit pairs of elements 128 h + l,
+    + 32, + 64, + 96 at bits 0, 2, 4, 6), the 12 scale bytes (l_j's low
+    nibble in byte j (j < 8) or the high nibble of byte j − 8; its high bit
+    pair at bit 2 (j / 4) of byte 8 + j % 4), then d.
+
+    ggml's quantize_row_q3_K_ref / _impl, byte for byte: per sub-block
+    make_q3_quants (without an importance matrix) or make_qx_quants under
+    imp × sqrt(σ² + x²) (with one); the sub-scales coded against the largest
+    as round(−32 × s_j / s_max) (make_qx_quants over them, weighted by each
+    sub-block's weight sum, with one); then every code the nearest one for
+    d × (l_j − 32) as stored (a sub-block whose scale stores as zero keeps
+    the search's codes)."""
+
+    GGUF, GGUF_FILE_TYPE = "Q3_K", "MOSTLY_Q3_K_M"
+    FALLBACK = {"scheme": "iq4_nl"}  # as llama.cpp: the 4-bit grid per 32 elements
+    LADDER = ({"scheme": "q3_k"},)
+
+    SUB = 16
+    F16_FIELDS = (("d", 108),)
+
+    def _weights(self, w, imp):
+        return np.broadcast_to(imp, w.shape)  # the search adds its own σ² per super-block
+
+    def _quantize_blocks(self, b, name):
+        return self._quantize_super(b, None, name)
+
+    def _quantize_weighted(self, b, wts, name):
+        return self._quantize_super(b, wts, name)
+
+    def _quantize_super(self, b, qw, name):
+        n = b.shape[0]
+        sub = b.reshape(n * 16, self.SUB)
+        if qw is None:  # quantize_row_q3_K_ref
+            scales, codes = qs.q3(sub, 4)
+            scales = scales.reshape(n, 16)
+            top = np.take_along_axis(scales, np.abs(scales).argmax(axis=1)[:, None], axis=1)[:, 0]
+            with np.errstate(all="ignore"):
+                iscale = np.where(top != 0, np.float32(-32) / top, np.float32(0)).astype(np.float32)
+                d = np.where(top != 0, np.float32(1) / iscale, np.float32(0)).astype(np.float32)
+                ls = np.where(top[:, None] != 0, np.clip(qs.nearest_int(iscale[:, None] * scales), -32, 31) + 32, 0)
+        else:  # quantize_row_q3_K_impl
+            sigma2 = (np.float32(2) * qs.seqsum(b * b) / np.float32(256)).astype(np.float32)
+            wts = qs.importance_weights(b, qw, sigma2).reshape(n * 16, self.SUB)
+            scales, codes = qs.qx(sub, wts, 4, with_codes=True)
+            d, ls = qs.qx(scales.reshape(n, 16), qs.seqsum(wts).reshape(n, 16), 32, with_codes=True)
+        _check_f16_range(d, name)
+        d16 = d.astype(np.float16)
+        ls = ls.astype(np.uint8)
+        step = (d16.astype(np.float32)[:, None] * (ls.astype(np.float32) - np.float32(32))).reshape(-1, 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            again = np.clip(qs.nearest_int(sub / step), -4, 3) + 4
+        codes = np.where(step != 0, again, codes).reshape(n, 256).astype(np.uint8)
+        hmask = np.zeros((n, 32), np.uint8)
+        for h in range(8):
+            hmask |= ((codes[:, 32 * h:32 * h + 32] >> 2) & 1) << h
+        q = (codes & 3).reshape(n, 2, 4, 32)  # [half, quarter, l]
+        qs_bytes = q[:, :, 0] | (q[:, :, 1] << 2) | (q[:, :, 2] << 4) | (q[:, :, 3] << 6)
+        packed = np.zeros((n, 12), np.uint8)
+        packed[:, :8] = (ls[:, :8] & 0xF) | ((ls[:, 8:] & 0xF) << 4)
+        for j in range(16):
+            packed[:, 8 + j % 4] |= (ls[:, j] >> 4) << (2 * (j // 4))
+        return np.concatenate([hmask, qs_bytes.reshape(n, 64), packed, d16[:, None].view(np.uint8)], axis=1)
+
+    @staticmethod
+    def sub_scales(raw: np.ndarray) -> np.ndarray:
+        """Per sub-block scale as float32 [n, 16]: the f32 product d × (l_j −
+        32) that ggml's dequantize_row_q3_K forms first."""
+        sc = raw[:, 96:108].astype(np.int32)
+        j = np.arange(16)
+        low = (sc[:, j % 8] >> (4 * (j // 8))) & 0xF
+        high = (sc[:, 8 + j % 4] >> (2 * (j // 4))) & 3
+        return (_Block._f16(raw, 108) * ((low | (high << 4)) - 32).astype(np.float32)).astype(np.float32)
+
+    @staticmethod
+    def codes(raw: np.ndarray) -> np.ndarray:
+        """The codes 0..7 of every element, [n, 256] (the value is code − 4)."""
+        q = raw[:, 32:96].reshape(-1, 2, 1, 32)  # [half, l]
+        low = (q >> (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]) & 3  # [half, quarter, l]
+        high = (raw[:, None, :32] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1  # [n, 8 (32-element runs), 32]
+        return low.reshape(-1, 256) | (high.reshape(-1, 256) << 2)
+
+    def _dequantize_blocks(self, raw):
+        q = self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32) - np.float32(4)
+        return (self.sub_scales(raw)[..., None] * q).reshape(-1, 256)
+
+    def _bound(self, b, raw):
+        # codes chosen for d × (l_j − 32) as stored: the nearest of the clamped grid, up to x / step's f32 rounding
+        s = self.sub_scales(raw)[..., None]
+        x = b.reshape(-1, 16, self.SUB)
+        return _grid_bound(x, s, -4, 3, np.float32(0), np.float32(2**-21) * np.abs(x))
+
+
 def _table_bound(x: np.ndarray, scale: np.ndarray, slack: np.ndarray | float,
                  values: np.ndarray = qs.IQ4_VALUES) -> np.ndarray:
     """Per-element bound for codes indexing a table of values (iq4, mxfp4):

@@ -7,7 +7,7 @@ with the smallest weighted squared error. These are those searches, over
 many blocks at once ([n, k] arrays, one block per row).
 
 They reproduce ggml-quants.c (``make_qkx2_quants``/``make_qkx3_quants``,
-``make_qp_quants``, ``make_qx_quants``, and the scale search of
+``make_qp_quants``, ``make_qx_quants``, ``make_q3_quants``, and the scale search of
 ``quantize_row_iq4_nl_impl``) *bit for bit* in float32, so that our q4_k bytes equal
 llama.cpp's: every sum is accumulated left to right (``seqsum``, as the C
 loops do, never numpy's pairwise sum), every product is formed in the C
@@ -208,6 +208,47 @@ def qx(x: np.ndarray, w: np.ndarray, nmax: int, with_codes: bool = False):
     with np.errstate(invalid="ignore"):
         l = np.clip(np.rint(iscale[:, None] * x), F32(-nmax), F32(nmax - 1)) + F32(nmax)
     return scale, np.where(iscale[:, None] != 0, l, F32(0)).astype(np.uint8)
+
+
+def q3(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """ggml's make_q3_quants with do_rmse (q3_k without an importance
+    matrix): codes -nmax..nmax-1 for the scale -nmax / (the element of
+    largest magnitude), then up to five passes that move one code at a time
+    wherever that raises the x²-weighted fit (sumlx² / suml2), every sum
+    updated in place as the C loop does. Returns (scale [n], L = code + nmax
+    [n, k] uint8; an all-zero row: scale 0, L 0)."""
+    x = np.asarray(x, F32)
+    n, k = x.shape
+    mx, zero = _signed_max(x.T)
+    w = x * x
+    with np.errstate(all="ignore"):
+        iscale = (F32(-nmax) / mx).astype(F32)
+        codes = np.clip(nearest_int(iscale[:, None] * x), -nmax, nmax - 1)
+        lf = codes.astype(F32)
+        sumlx = seqsum(w * x * lf)
+        suml2 = seqsum(w * lf * lf)
+        active = ~zero
+        for _ in range(5):
+            changed = np.zeros(n, bool)
+            for i in range(k):
+                wi, xi, li = w[:, i], x[:, i], codes[:, i].astype(F32)
+                slx = sumlx - wi * xi * li
+                sl2 = suml2 - wi * li * li
+                new = np.clip(nearest_int(xi * sl2 / slx), -nmax, nmax - 1)
+                nf = new.astype(F32)
+                ok = active & (slx > 0) & (new != codes[:, i])
+                slx = slx + wi * xi * nf
+                sl2 = sl2 + wi * nf * nf
+                ok &= (sl2 > 0) & (slx * slx * suml2 > sumlx * sumlx * sl2)
+                codes[:, i] = np.where(ok, new, codes[:, i])
+                sumlx = np.where(ok, slx, sumlx)
+                suml2 = np.where(ok, sl2, suml2)
+                changed |= ok
+            active &= changed  # a pass without a change ends that row's search, as the C loop breaks
+            if not active.any():
+                break
+        scale = np.where(suml2 > 0, sumlx / suml2, F32(0)).astype(F32)
+    return np.where(zero, F32(0), scale).astype(F32), np.where(zero[:, None], 0, codes + nmax).astype(np.uint8)
 
 
 def _scale_per_row(search_t: Callable, x: np.ndarray, w: np.ndarray, *args, outs: int = 1):

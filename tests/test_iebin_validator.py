@@ -262,7 +262,7 @@ def test_dtype_must_be_lowercase(art, value):
     expect_error(art, f"tensors[{I}].dtype", "lowercase", repr(value.lower()))
 
 
-@pytest.mark.parametrize("value", ["f8", "float32", "q3_k", "f32 ", ""])
+@pytest.mark.parametrize("value", ["f8", "float32", "q7_k", "f32 ", ""])
 def test_unknown_dtype(art, value):
     edit(art, set_tensor(I, dtype=value))
     expect_error(art, f"tensors[{I}].dtype", "unknown dtype", repr(value))

@@ -1,5 +1,5 @@
 """llama.cpp's block formats whose quantizers gguf-py lacks (the k-quants
-q4_k, q5_k, q6_k; iq4_nl, iq4_xs) and importance-weighted quantization
+q4_k, q5_k, q6_k, q3_k; iq4_nl, iq4_xs) and importance-weighted quantization
 (formats/quant.py, formats/quant_search.py) against llama.cpp itself.
 
 References, none of them our code:
@@ -27,7 +27,7 @@ from iekit.formats.quant import SCHEMES, QuantParams
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "quant"
 Q4K = SCHEMES["q4_k"]
 P = QuantParams("q4_k")
-KQUANTS = ["q4_k", "q5_k", "q6_k"]
+KQUANTS = ["q4_k", "q5_k", "q6_k", "q3_k"]
 GOLDEN_BYTES = KQUANTS + ["iq4_nl", "iq4_xs"]  # quantized by libggml itself, with and without an imatrix
 
 
@@ -100,8 +100,9 @@ def test_round_trip_on_random_scales(scheme, rows, supers, log_scale, seed):
     assert (np.abs(x - deq) <= s.error_bound(x, raw, p)).all()
 
 
-# A byte holding element 5's code bits 2..3 in row 0's first (sub-)block (q6_k: its low nibble).
-CODE_BYTE = {"q4_k": 16 + 5, "q5_k": 48 + 5, "q6_k": 5, "iq4_nl": 2 + 5, "iq4_xs": 8 + 5}
+# A byte holding element 5's code bits 2..3 in row 0's first (sub-)block (q6_k: its low nibble;
+# q3_k: the hmask byte whose bits 2..3 are the third bits of elements 69 and 101).
+CODE_BYTE = {"q4_k": 16 + 5, "q5_k": 48 + 5, "q6_k": 5, "q3_k": 5, "iq4_nl": 2 + 5, "iq4_xs": 8 + 5}
 
 
 @pytest.mark.parametrize("scheme", GOLDEN_BYTES)
@@ -197,3 +198,19 @@ def test_int4w_importance_lowers_the_weighted_error(p):
     e_weighted = _weighted_err(x, s.dequantize(weighted, *x.shape, p), imp)
     assert e_weighted < e_plain
     assert (np.abs(x - s.dequantize(weighted, *x.shape, p)) <= s.error_bound(x, weighted, p)).all()
+
+
+@pytest.mark.parametrize("scheme, d_at", [("q6_k", 208), ("q3_k", 32 + 64 + 12)])  # ggml's block_q6_K / block_q3_K: d last
+def test_a_nonfinite_d_at_the_end_of_a_block_is_found(scheme, d_at):
+    """The payload scan (ieconv validate --deep, formats/finite.py) finds a NaN d
+    where ggml's struct keeps it, after the codes and sub-scales."""
+    from iekit.formats.finite import PayloadScan
+
+    s, p = SCHEMES[scheme], QuantParams(scheme)
+    raw = s.quantize(np.random.default_rng(1).standard_normal((2, 512)).astype(np.float32), p).copy()
+    at = 3 * s.block_bytes + d_at  # row 1, second super-block
+    raw[at:at + 2] = np.array([np.nan], np.float16).view(np.uint8)
+    scan = PayloadScan({"dtype": scheme, "shape": [2, 512], "quant": s.quant_dict(512, p)})
+    for i in range(0, raw.size, 100):
+        scan.feed(raw[i:i + 100].tobytes())
+    assert scan.problem is not None and "block 3 (row 1, columns 256..511)" in scan.problem and "d is nan" in scan.problem

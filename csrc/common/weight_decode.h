@@ -87,6 +87,30 @@ IE_HD int q6k_code(const uint8_t* blk, int i) {
   return lo | (((blk[kQ6kHigh + 32 * h + l] >> (2 * k)) & 3) << 4);
 }
 
+// q3_k: 256-element super-blocks of sixteen 16-element sub-blocks, w =
+// (d * (l_j - 32)) * (q - 4): 3-bit codes q, 6-bit sub-scales l_j in the 12
+// bytes at 96 (low nibble: byte j % 8, high nibble for j >= 8; high bit
+// pair: bits 2 (j / 4) of byte 104 + j % 4), f16 d at 108. Element i = 128 h
+// + 32 k + l (half h, quarter k) has its low bit pair at bits 2 k of byte
+// 32 + 32 h + l and its high bit at bit i / 32 of byte i % 32.
+constexpr int kQ3kBytes = wtype_info(WType::Q3_K).block_bytes;
+constexpr int kQ3kLow = 32, kQ3kScales = 96, kQ3kD = 108;
+
+IE_HD int q3k_sub_scale(const uint8_t* blk, int j) {
+  const int low = (blk[kQ3kScales + j % 8] >> (4 * (j / 8))) & 0xF;
+  const int high = (blk[kQ3kScales + 8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (low | high << 4) - 32;
+}
+
+IE_HD float q3k_scale(const uint8_t* blk, int j) {
+  return f16_to_f32(load_u16(blk + kQ3kD)) * static_cast<float>(q3k_sub_scale(blk, j));
+}
+
+IE_HD int q3k_code(const uint8_t* blk, int i) {
+  const int h = i / 128, k = i % 128 / 32, l = i % 32;
+  return ((blk[kQ3kLow + 32 * h + l] >> (2 * k)) & 3) | (((blk[l] >> (i / 32)) & 1) << 2);
+}
+
 // iq4_nl / iq4_xs: each code indexes ggml's non-linear grid kvalues_iq4nl;
 // a 32-element (sub-)block is w = scale * iq4_value(q), its codes the low
 // nibbles (elements 0..15) and high nibbles (16..31) of 16 bytes. iq4_xs
@@ -235,6 +259,14 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
       IE_UNROLL
       for (int e = 0; e < 32; ++e)
         out[e] = q6k_scale(blk, (i0 + e) / 16) * static_cast<float>(q6k_code(blk, i0 + e) - 32);
+      return;
+    }
+    case WType::Q3_K: {
+      const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
+      const int i0 = static_cast<int>(c0 % 256);
+      IE_UNROLL
+      for (int e = 0; e < 32; ++e)
+        out[e] = q3k_scale(blk, (i0 + e) / 16) * static_cast<float>(q3k_code(blk, i0 + e) - 4);
       return;
     }
   }

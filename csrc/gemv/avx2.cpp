@@ -1113,30 +1113,65 @@ void k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   store_sums(acc, out);
 }
 
-// ------------------------------------------------------------------- q6_k
+// ------------------------------------------------------------ q6_k, q3_k
 
-// The 32 codes (0..63) of quarter k of half h, in element order: a nibble
-// from the 64 bytes of the half, bits 4..5 from bit pair k of the half's 32
-// high bytes (16-bit shifts: what crosses a byte boundary is masked off).
-IE_INLINE __m256i q6k_quarter(const uint8_t* blk, int h, int k) {
-  const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
-  const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32 * (k % 2)));
-  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ6kHigh + 32 * h));
-  const __m256i lo = k < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
-  const __m256i hi = _mm256_and_si256(k < 3 ? _mm256_slli_epi16(qh, 4 - 2 * k) : _mm256_srli_epi16(qh, 2), m30);
-  return _mm256_or_si256(lo, hi);
+// The k-quants of sixteen 16-element sub-blocks per super-block, w =
+// (d * sc_j) * (q - Z): q6_k (6-bit codes, Z = 32, int8 sub-scales) and
+// q3_k (3-bit codes, Z = 4, 6-bit sub-scales less 32). One kernel per
+// activation type serves both; what differs is below.
+template <WType T>
+constexpr int kSub16Zero = T == WType::Q6_K ? 32 : 4;
+template <WType T>
+constexpr int kSub16D = T == WType::Q6_K ? kQ6kD : kQ3kD;
+
+// The 32 codes of quarter K of half H, in element order (16-bit shifts:
+// what crosses a byte boundary is masked off). q6_k: a nibble from the 64
+// bytes of the half, bits 4..5 from bit pair k of the half's 32 high bytes.
+// q3_k: bit pair k of the half's 32 low bytes, bit 2 from bit 4 h + k of
+// the 32 hmask bytes.
+template <WType T, int H, int K>
+IE_INLINE __m256i sub16_quarter(const uint8_t* blk) {
+  if constexpr (T == WType::Q6_K) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * H + 32 * (K % 2)));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ6kHigh + 32 * H));
+    const __m256i lo = K < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+    return _mm256_or_si256(lo, bits_to<2 * K, 4, 2>(qh));
+  } else {
+    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ3kLow + 32 * H));
+    const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
+    return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 2 * K), _mm256_set1_epi8(3)), bits_to<4 * H + K, 2>(hm));
+  }
+}
+
+// The sixteen signed sub-scales sc_j of the super-block at blk as int8, in
+// sub-block order. q3_k's: a low nibble of bytes 96..103 (j < 8) or their
+// high one, the bit pair 2 (j / 4) of byte 104 + j % 4 above it, less 32.
+template <WType T>
+IE_INLINE __m128i sub16_scales(const uint8_t* blk) {
+  if constexpr (T == WType::Q6_K) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6kScales));
+  } else {
+    // the 16 bytes that end with d (inside the block), moved down to start at the scales
+    const __m128i v = _mm_srli_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ3kD + 2 - 16)), 2);
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    const __m128i low = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    const __m128i rep = _mm_shuffle_epi8(v, _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11));
+    const __m128i high = _mm_and_si128(_mm_srlv_epi32(rep, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+    return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+  }
 }
 
 // act=int8, per 32-element quarter (one activation block k, two 16-element
-// sub-blocks): codes 0..63 assembled from a nibble and a bit pair, maddubs
-// with qx, minus maddubs(32, qx) (the -32 offset, shared by all rows),
-// then madd with the two int8 sub-scales as int16 lanes (|sum| < 2^22), so
-// each quarter costs one float FMA by d_k; the row's f16 d multiplies once
-// per super-block.
-template <int R, int B>
-void q6_k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
+// sub-blocks): the codes, maddubs with qx, minus maddubs(Z, qx) (the
+// offset, shared by all rows), then madd with the two sub-scales as int16
+// lanes (|sum| < 2^22), so each quarter costs one float FMA by d_k; the
+// row's f16 d multiplies once per super-block.
+template <WType T, int R, int B>
+void sub16_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   const int64_t nsb = a.spec.cols / 256;
-  const __m256i k32 = _mm256_set1_epi8(32);
+  constexpr int64_t kBytes = wtype_info(T).block_bytes;
+  const __m256i zero = _mm256_set1_epi8(kSub16Zero<T>);
   // bytes 0,1 of the low 128-bit lane's dword, bytes 2,3 of the high lane's: sc_2i, sc_2i+1 as int16 x 8 each
   const __m256i bcast = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
                                          2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
@@ -1147,24 +1182,24 @@ void q6_k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
     __m256 part[R][B];
     __m256i sc16[R];
     for (int rr = 0; rr < R; ++rr) {
-      const uint8_t* blk = row[rr] + sb * kQ6kBytes;
-      prefetch_block(blk, kQ6kBytes, pf);
-      sc16[rr] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6kScales)));
+      const uint8_t* blk = row[rr] + sb * kBytes;
+      prefetch_block(blk, kBytes, pf);
+      sc16[rr] = _mm256_cvtepi8_epi16(sub16_scales<T>(blk));
       for (int b = 0; b < B; ++b) part[rr][b] = _mm256_setzero_ps();
     }
-    for (int h = 0; h < 2; ++h) {
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
+    static_for<8>([&](auto hk) __attribute__((always_inline)) {
+      constexpr int h = decltype(hk)::value / 4, k = decltype(hk)::value % 4;
+      {
         const int64_t kb = sb * 8 + 4 * h + k;
         __m256i xq[B], off[B];
         __m256 xd[B];
         for (int b = 0; b < B; ++b) {
           xq[b] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + (kb * B + b) * 32));
-          off[b] = _mm256_maddubs_epi16(k32, xq[b]);
+          off[b] = _mm256_maddubs_epi16(zero, xq[b]);
           xd[b] = _mm256_broadcast_ss(xa.d + kb * B + b);
         }
         for (int rr = 0; rr < R; ++rr) {
-          const __m256i q = q6k_quarter(row[rr] + sb * kQ6kBytes, h, k);
+          const __m256i q = sub16_quarter<T, h, k>(row[rr] + sb * kBytes);
           const __m256i s2 = _mm256_shuffle_epi8(
               _mm256_permutevar8x32_epi32(sc16[rr], _mm256_set1_epi32(4 * h + k)), bcast);
           for (int b = 0; b < B; ++b) {
@@ -1174,42 +1209,43 @@ void q6_k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
           }
         }
       }
-    }
+    });
     for (int rr = 0; rr < R; ++rr) {
-      const __m256 d = f16_bcast(row[rr] + sb * kQ6kBytes + kQ6kD);
+      const __m256 d = f16_bcast(row[rr] + sb * kBytes + kSub16D<T>);
       for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(part[rr][b], d, acc[rr][b]);
     }
   }
   store_sums(acc, out);
 }
 
-// act=f32: per quarter the codes as in the int8 kernel, less 32, widened to
+// act=f32: per quarter the codes as in the int8 kernel, less Z, widened to
 // float and FMA'd with x; the two 16-element halves meet their scales
 // d * sc_j (one vector of eight per half super-block) per quarter.
-template <int R, int B>
-void q6_k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
+template <WType T, int R, int B>
+void sub16_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
   const int64_t cols = a.spec.cols, nsb = cols / 256;
+  constexpr int64_t kBytes = wtype_info(T).block_bytes;
   const uint8_t* row[R];
   __m256 acc[R][B];
   const int64_t pf = start_rows(a, r0, row, acc);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     __m256 sf[R][2];  // lane j of sf[.][h]: d * sc_{8h + j}
     for (int rr = 0; rr < R; ++rr) {
-      const uint8_t* blk = row[rr] + sb * kQ6kBytes;
-      prefetch_block(blk, kQ6kBytes, pf);
-      const __m256 d = f16_bcast(blk + kQ6kD);
-      for (int h = 0; h < 2; ++h)
-        sf[rr][h] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                                          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + kQ6kScales + 8 * h)))));
+      const uint8_t* blk = row[rr] + sb * kBytes;
+      prefetch_block(blk, kBytes, pf);
+      const __m256 d = f16_bcast(blk + kSub16D<T>);
+      const __m128i sc = sub16_scales<T>(blk);
+      sf[rr][0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+      sf[rr][1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
     }
-    for (int h = 0; h < 2; ++h) {
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
+    static_for<8>([&](auto hk) __attribute__((always_inline)) {
+      constexpr int h = decltype(hk)::value / 4, k = decltype(hk)::value % 4;
+      {
         __m256 x[B][4];
         for (int b = 0; b < B; ++b)
           for (int u = 0; u < 4; ++u) x[b][u] = _mm256_loadu_ps(a.x + b * cols + sb * 256 + 128 * h + 32 * k + 8 * u);
         for (int rr = 0; rr < R; ++rr) {
-          const __m256i q = _mm256_sub_epi8(q6k_quarter(row[rr] + sb * kQ6kBytes, h, k), _mm256_set1_epi8(32));
+          const __m256i q = _mm256_sub_epi8(sub16_quarter<T, h, k>(row[rr] + sb * kBytes), _mm256_set1_epi8(kSub16Zero<T>));
           __m256 w[4];
           for (int u = 0; u < 4; ++u) {
             const __m128i half = u < 2 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
@@ -1224,7 +1260,7 @@ void q6_k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
           }
         }
       }
-    }
+    });
   }
   store_sums(acc, out);
 }
@@ -1270,8 +1306,12 @@ void run_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* sf) {
       else k_f32_rows<WType::Q5_K, R, B>(a, r0, out);
       break;
     case WType::Q6_K:
-      if (q8) q6_k_q8_rows<R, B>(a, p.q8, r0, out);
-      else q6_k_f32_rows<R, B>(a, r0, out);
+      if (q8) sub16_q8_rows<WType::Q6_K, R, B>(a, p.q8, r0, out);
+      else sub16_f32_rows<WType::Q6_K, R, B>(a, r0, out);
+      break;
+    case WType::Q3_K:
+      if (q8) sub16_q8_rows<WType::Q3_K, R, B>(a, p.q8, r0, out);
+      else sub16_f32_rows<WType::Q3_K, R, B>(a, r0, out);
       break;
     case WType::Q4_0:
       if (q8) q4_q8_rows<R, B, false>(a, p.nq, r0, out);

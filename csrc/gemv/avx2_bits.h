@@ -3,6 +3,8 @@
 #pragma once
 #include <immintrin.h>
 
+#include <utility>
+
 // The kernels' helpers take arrays of vectors by reference: they must be
 // inlined so that those stay in registers.
 #define IE_INLINE inline __attribute__((always_inline))
@@ -10,15 +12,29 @@
 namespace ie {
 namespace {
 
-// Bits BIT .. BIT + N - 1 of each byte of v moved to bits 4 .. 4 + N - 1,
-// the rest zero: the high bits of 5-bit (N = 1) and 6-bit (N = 2) codes
-// joined to their nibbles. 16-bit shifts: what crosses a byte boundary
-// lands outside the mask.
+// Bits BIT .. BIT + N - 1 of each byte of v moved to bits TO .. TO + N - 1,
+// the rest zero: the high bits of 3-bit (TO = 2), 5-bit (TO = 4, N = 1) and
+// 6-bit (TO = 4, N = 2) codes joined to their low bits. 16-bit shifts: what
+// crosses a byte boundary lands outside the mask.
+template <int BIT, int TO, int N = 1>
+IE_INLINE __m256i bits_to(__m256i v) {
+  const __m256i m = _mm256_set1_epi8(static_cast<char>(((1 << N) - 1) << TO));
+  if constexpr (BIT <= TO) return _mm256_and_si256(_mm256_slli_epi16(v, TO - BIT), m);
+  else return _mm256_and_si256(_mm256_srli_epi16(v, BIT - TO), m);
+}
+
 template <int BIT, int N = 1>
-IE_INLINE __m256i bits_to_4(__m256i v) {
-  const __m256i m = _mm256_set1_epi8(static_cast<char>(((1 << N) - 1) << 4));
-  if constexpr (BIT <= 4) return _mm256_and_si256(_mm256_slli_epi16(v, 4 - BIT), m);
-  else return _mm256_and_si256(_mm256_srli_epi16(v, BIT - 4), m);
+IE_INLINE __m256i bits_to_4(__m256i v) { return bits_to<BIT, 4, N>(v); }
+
+// fn(integral_constant<int, 0>) .. fn(integral_constant<int, N - 1>): loop
+// indices that shifts and shuffle controls need as compile-time constants.
+template <class Fn, int... I>
+IE_INLINE void static_for_impl(Fn&& fn, std::integer_sequence<int, I...>) {
+  (fn(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class Fn>
+IE_INLINE void static_for(Fn&& fn) {
+  static_for_impl(fn, std::make_integer_sequence<int, N>{});
 }
 
 }  // namespace

@@ -90,9 +90,11 @@ void fill_rows(const WeightSpec& s, const WeightLayout& l, uint8_t* w, int64_t r
         break;
       case WType::IQ4_XS:  // random codes and 6-bit sub-scales under a random f16 d
       case WType::Q6_K:    // random codes and int8 sub-scales under a random f16 d (at 208)
+      case WType::Q3_K:    // random codes and 6-bit sub-scales under a random f16 d (at 108)
         fill_bytes(row, l.row_bytes, st);
         for (int64_t b = 0; b < s.cols / 256; ++b)
-          put16(row + b * l.block_bytes + (s.type == WType::Q6_K ? kQ6kD : 0), rand_scale_f16(st));
+          put16(row + b * l.block_bytes + (s.type == WType::Q6_K ? kQ6kD : s.type == WType::Q3_K ? kQ3kD : 0),
+                rand_scale_f16(st));
         break;
       case WType::Int4w: {
         fill_bytes(row, l.row_bytes, st);

@@ -11,7 +11,7 @@
 // below 16 * 15 * 127 < 2^15, so one madd per block widens them to int32
 // (5-bit codes: one per two vectors). That madd multiplies by a vector of
 // int16 pairs: ones, or the eight rows' integer sub-scales of q4_k, q5_k,
-// q6_k and iq4_xs, which so cost nothing per product.
+// q6_k, q3_k and iq4_xs, which so cost nothing per product.
 // q8_0, iq4 and mxfp4 tiles (signed values): the sign moved from w to x
 // (|w| x sign(x, w)) so maddubs can multiply, one madd per product vector
 // (two products already reach 2 * 128 * 127); iq4's and mxfp4's values
@@ -20,7 +20,6 @@
 
 #include <cstring>
 #include <type_traits>
-#include <utility>
 
 #include "avx2_bits.h"
 #include "common/exp_avx2.h"
@@ -55,17 +54,6 @@ IE_INLINE __m256 load8(const uint8_t* p) {
 constexpr size_t kAhead = 4096;
 
 IE_INLINE void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
-
-// fn(integral_constant<int, 0>) .. fn(integral_constant<int, N - 1>): loop
-// indices that shifts and shuffle controls need as compile-time constants.
-template <class Fn, int... I>
-IE_INLINE void static_for_impl(Fn&& fn, std::integer_sequence<int, I...>) {
-  (fn(std::integral_constant<int, I>{}), ...);
-}
-template <int N, class Fn>
-IE_INLINE void static_for(Fn&& fn) {
-  static_for_impl(fn, std::make_integer_sequence<int, N>{});
-}
 
 // Byte J of each 32-bit lane of v, zero-extended: to int32 (PAIRS false), or
 // to both int16 halves (PAIRS true: a madd multiplier for the whole lane).
@@ -375,6 +363,78 @@ IE_INLINE void q6k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
   }
 }
 
+// Sub-scales l_j (0..63) of q3_k's sub-blocks 4Q .. 4Q + 3 of the eight
+// rows (byte j % 4 of each lane), from the three scale words: their low
+// nibbles from word Q % 2 (shifted by 4 for Q >= 2), their high bit pairs
+// from bits 2Q of word 2's bytes.
+template <int Q>
+IE_INLINE __m256i q3k_scale_word(__m256i w0, __m256i w1, __m256i w2) {
+  const __m256i lo = _mm256_and_si256(_mm256_srli_epi32(Q % 2 ? w1 : w0, 4 * (Q / 2)), _mm256_set1_epi8(0x0F));
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(w2, 2 * Q), _mm256_set1_epi8(3));
+  return _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4));
+}
+
+// q3_k tiles: codes 0..7 (a bit pair and a third bit) times x by maddubs;
+// a 16-element half's two vectors sum in int16 (8 products per lane stay
+// below 8 * 7 * 127 < 2^15) before one madd with its sub-scales l - 32
+// (int16 pairs, unpacked eight rows at once from the three scale words as
+// q3k_sub_scale does). The offset 4 is subtracted once per block from the
+// activation's h16 pairs (32 sc sum per half; an eighth of it, exactly).
+// d once per super-block.
+template <int NB>
+IE_INLINE void q3k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  using H = Rows8Q3kHeader;
+  constexpr int kBlock = 32 * rows8_code_bits(WType::Q3_K);
+  const __m256i m3 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi16(32);
+  for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
+    const uint8_t* h = w + 8 * kBlock;
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 32));
+    const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 64));
+    __m256 P[NB];
+    for (auto& v : P) v = _mm256_setzero_ps();
+    static_for<8>([&](auto jj) __attribute__((always_inline)) {
+      constexpr int j = decltype(jj)::value;
+      prefetch_group<8>(p, w, b0, j);
+      const uint8_t* blk = w + j * kBlock;
+      const __m256i sc = q3k_scale_word<j / 2>(w0, w1, w2);
+      const __m256i mult[2] = {_mm256_sub_epi16(lane_byte<(2 * j) % 4, true>(sc), k32),
+                               _mm256_sub_epi16(lane_byte<(2 * j + 1) % 4, true>(sc), k32)};
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64));
+      const int64_t kx = (g * 8 + j) * B + b0;
+      __m256i s[NB], s16[NB];
+      for (auto& v : s) v = _mm256_setzero_si256();
+      for (auto& v : s16) v = _mm256_setzero_si256();
+      static_for<4>([&](auto vv) __attribute__((always_inline)) {
+        constexpr int v = decltype(vv)::value;
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * (v / 2)));
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4 * (v % 2)), m3), bits_to<v, 2>(hb));
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4 * (v % 2) + 2), m3), bits_to<4 + v, 2>(hb));
+        for (int b = 0; b < NB; ++b) {
+          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
+          s16[b] = _mm256_add_epi16(s16[b], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq)),
+                                                             _mm256_maddubs_epi16(hi, bcast4(xq + 4))));
+        }
+        if constexpr (v % 2 == 1) {  // a 16-element half done: widen by its sub-scales
+          for (int b = 0; b < NB; ++b) {
+            s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(s16[b], mult[v / 2]));
+            s16[b] = _mm256_setzero_si256();
+          }
+        }
+      });
+      for (int b = 0; b < NB; ++b) {
+        const int32_t* h16 = x.h16 + 2 * (kx + b);
+        const __m256i off32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mult[0]),
+                                               _mm256_madd_epi16(_mm256_set1_epi32(h16[1]), mult[1]));
+        const __m256i off = _mm256_srai_epi32(off32, 3);
+        P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s[b], off)), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+      }
+    });
+    const __m256 d = load8<2>(h + H::d);
+    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
+  }
+}
+
 // fn(SB, AFFINE) as compile-time constants for a 4-bit copy's scale width and zero point.
 template <class Fn>
 IE_INLINE auto with_nib_params(const Rows8& p, Fn&& fn) {
@@ -401,6 +461,7 @@ void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256
     case WType::Q5_K: return kq_tile_n<true, NB>(p, w, x, B, b0, acc);
     case WType::IQ4_XS: return iq4xs_tile_n<NB>(p, w, x, B, b0, acc);
     case WType::Q6_K: return q6k_tile_n<NB>(p, w, x, B, b0, acc);
+    case WType::Q3_K: return q3k_tile_n<NB>(p, w, x, B, b0, acc);
     case WType::Int4w:  // below: scale width and affinity chosen at run time
     case WType::Q4_0:
     case WType::Q4_1: break;

@@ -62,7 +62,7 @@ void row_f32(const GemvArgs& a, int64_t r, float* acc) {
 
 // The integer codes of one 32-element block and its (scale, min):
 // w_j = scale * (code_j - zero) + min, with zero = 8 for symmetric 4-bit
-// (q6_k: 32, and scale_hi instead of scale for elements 16..31).
+// (q6_k: 32, q3_k: 4, and scale_hi instead of scale for elements 16..31).
 struct Block {
   int code[32];
   int zero;
@@ -96,6 +96,16 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
       k.scale_hi = q6k_scale(p, 2 * j + 1);
       k.zero = 32;
       for (int e = 0; e < 32; ++e) k.code[e] = q6k_code(p, 32 * j + e);
+      return k;
+    }
+    case WType::Q3_K: {
+      const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
+      const int j = static_cast<int>(blk % 8);
+      k.split = true;
+      k.scale = q3k_scale(p, 2 * j);
+      k.scale_hi = q3k_scale(p, 2 * j + 1);
+      k.zero = 4;
+      for (int e = 0; e < 32; ++e) k.code[e] = q3k_code(p, 32 * j + e);
       return k;
     }
     case WType::IQ4_NL:

@@ -187,7 +187,7 @@ TEST(gemv_argument_errors) {
     }
     return false;
   };
-  CHECK(throws([] { ie::make_weight_spec("q3_k", 1, 32, 0, true, "f16"); }));
+  CHECK(throws([] { ie::make_weight_spec("q7_k", 1, 32, 0, true, "f16"); }));
   CHECK(throws([] { ie::make_weight_spec("q4_0", 1, 48, 0, true, "f16"); }));
   CHECK(throws([] { ie::make_weight_spec("int4w", 1, 64, 48, true, "f16"); }));
   CHECK(throws([] { ie::make_weight_spec("int4w", 1, 64, 64, true, "f8"); }));
