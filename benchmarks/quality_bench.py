@@ -95,6 +95,51 @@ def rotate(src: Path, dst: Path, seed: int = 0) -> None:
             shutil.copy(src / f, dst / f)
 
 
+def widen(src: Path, dst: Path, width: int, seed: int = 1) -> None:
+    """Embed a norm-folded model's residual stream (rotate()'s output) in
+    ``width`` dimensions without changing its function, so that the matrices
+    that read it have rows of whole 256-element super-blocks (SmolLM2's 576
+    are not): P [width, H] with orthonormal columns; embedding E Pᵀ; the
+    matrices that write the stream (o_proj, down_proj) P W; those that read
+    it (q/k/v/gate/up, the head) sqrt(H / width) W Pᵀ, since RMSNorm now
+    divides by the root mean square over ``width`` elements; the norms' eps
+    times H / width; head_dim stated (hidden_size / heads no longer is it)."""
+    from safetensors.numpy import load_file, save_file
+
+    cfg = json.loads((src / "config.json").read_text())
+    w = {k: v.astype(np.float64) for f in sorted(src.glob("*.safetensors")) for k, v in load_file(f).items()}
+    H = cfg["hidden_size"]
+    if width <= H:
+        raise SystemExit(f"--widen {width}: the model is already {H} wide")
+    if any(k.endswith("norm.weight") and not np.all(v == 1) for k, v in w.items()):
+        raise SystemExit("widen: fold the norm weights first (rotate)")
+    p, r = np.linalg.qr(np.random.default_rng(seed).standard_normal((width, H)))
+    p *= np.sign(np.diag(r))
+    c = np.sqrt(H / width)
+    out = {}
+    for k, v in w.items():
+        if k == "model.embed_tokens.weight":
+            out[k] = v @ p.T
+        elif k.endswith("norm.weight"):
+            out[k] = np.ones(width)
+        elif re.search(r"(o_proj|down_proj)\.weight$", k):
+            out[k] = p @ v
+        elif re.search(r"(q_proj|k_proj|v_proj|gate_proj|up_proj)\.weight$", k) or k == "lm_head.weight":
+            out[k] = c * v @ p.T
+        elif k.endswith((".bias",)) and "o_proj" not in k and "down_proj" not in k:
+            out[k] = v
+        else:
+            raise SystemExit(f"widen: no rule for {k}")
+    dst.mkdir(parents=True, exist_ok=True)
+    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in out.items()}, str(dst / "model.safetensors"))
+    head_dim = cfg.get("head_dim") or H // cfg["num_attention_heads"]
+    cfg.update(hidden_size=width, head_dim=head_dim, rms_norm_eps=cfg["rms_norm_eps"] * H / width)
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        if (src / f).exists():
+            shutil.copy(src / f, dst / f)
+
+
 def eval_json(model: Path, ref: Path, ids: Path, chunks: int, threads: int) -> dict:
     res = run(BIN / "ierun", "eval", "--model-dir", model, "--ref-dir", ref, "--ids-file", ids, "--chunks", chunks,
               "--threads", threads, "--act", "f32", "--json")
@@ -138,9 +183,13 @@ def write_legacy_imatrix(npz: Path, out: Path) -> None:
     out.write_bytes(struct.pack("<i", n_entries) + body + struct.pack("<ii", 1, 0))
 
 
-GGUF_POLICY = "--target-bpw 4.5 + KL probes + gptq --gguf-types"
+GGUF_POLICY = "--target-bpw 4.5 + KL probes + gptq --gguf-types"  # the first table's exported policy
 # llama-quantize's types scored beside ours: (ftype, with the importance matrix)
-LLAMA_TYPES = (("Q4_0", False), ("Q4_K_M", False), ("Q4_K_M", True), ("IQ4_XS", True))
+LLAMA_TYPES = (("Q4_0", False), ("Q4_K_M", False), ("Q4_K_M", True))
+# the anchors near issue 47's budgets, all with the importance matrix: 4.25 bits (IQ4_XS), about 3.5 to 4
+# (IQ3_S, IQ3_M, Q3_K_S, Q3_K_M), about 3.1 (IQ3_XXS)
+LLAMA_SUB4_TYPES = (("IQ4_XS", True), ("Q3_K_M", True), ("Q3_K_S", True), ("IQ3_M", True), ("IQ3_S", True),
+                    ("IQ3_XXS", True))
 
 
 def llama_perplexity(a, gguf: Path, text: Path, base: Path, score: bool) -> dict:
@@ -162,47 +211,180 @@ def llama_perplexity(a, gguf: Path, text: Path, base: Path, score: bool) -> dict
             "ppl": float(ppl.group(1)) if ppl else None}
 
 
-def llamacpp_scores(a, w: Path, ref: Path, im: Path, held_text: str, exported: Path | None) -> list:
-    """The same rotated model in llama.cpp, scored by llama.cpp: our f32
-    artifact exported (iebin-to-gguf) is the base; llama-quantize's types of
-    it and our GGUF-exportable policy exported are scored against it with
-    llama-perplexity --kl-divergence on the held-out text (tokenized by
-    llama.cpp). Each is also imported and scored in ierun (rows returned,
-    printed in the first table)."""
+def llamacpp_scores(a, w: Path, ref: Path, im: Path, held: Path, held_text: str, exported: list[tuple[str, Path]],
+                    llama_types: tuple) -> list:
+    """The same model in llama.cpp, scored by llama.cpp: our f32 artifact
+    exported (iebin-to-gguf) is the base; llama-quantize's ``llama_types`` of
+    it and our GGUF-exportable policies (``exported``: label, artifact) are
+    scored against it with llama-perplexity --kl-divergence on the held-out
+    text (tokenized by llama.cpp). llama.cpp's are also imported and scored in
+    ierun (rows returned, printed in the model's table)."""
     f32g = w / "f32.gguf"
-    run(BIN / "ieconv", "iebin-to-gguf", "-q", "--overwrite", "--model-dir", ref, "--out", f32g)
+    if not f32g.exists():
+        run(BIN / "ieconv", "iebin-to-gguf", "-q", "--overwrite", "--model-dir", ref, "--out", f32g)
     dat = w / "imatrix.dat"
     write_legacy_imatrix(im, dat)
     text, base = w / "held.txt", w / "f32.kld"
     text.write_text(held_text)
     ggufs = []
-    for ftype, weighted in LLAMA_TYPES:
+    for ftype, weighted in llama_types:
         g = w / f"llama-{ftype}{'-im' if weighted else ''}.gguf"
-        subprocess.run([a.llama_quantize, *(["--imatrix", str(dat)] if weighted else []), str(f32g), str(g), ftype,
-                        str(a.threads)], check=True, capture_output=True)
+        if not g.exists():
+            subprocess.run([a.llama_quantize, *(["--imatrix", str(dat)] if weighted else []), str(f32g), str(g), ftype,
+                            str(a.threads)], check=True, capture_output=True)
         ggufs.append((f"llama.cpp {ftype}{' + imatrix' if weighted else ''}", g))
-    if exported is not None:
-        g = w / "iekit-gguf-types.gguf"
-        run(BIN / "ieconv", "iebin-to-gguf", "-q", "--overwrite", "--model-dir", exported, "--out", g)
-        ggufs.append((f"iekit {GGUF_POLICY}, exported", g))
+    for i, (label, d) in enumerate(exported):
+        g = w / f"iekit-exported-{i}.gguf"
+        run(BIN / "ieconv", "iebin-to-gguf", "-q", "--overwrite", "--model-dir", d, "--out", g)
+        ggufs.append((f"{label}, exported", g))
     rows = []
     if a.llama_perplexity:
         llama_perplexity(a, f32g, text, base, score=False)
         scored = [(label, gguf_bpw(g), llama_perplexity(a, g, text, base, score=True)) for label, g in ggufs]
         print(f"\nscored by llama.cpp ({Path(a.llama_perplexity).name} --kl-divergence against its own f32 run of "
               f"the same model, {a.chunks} chunks of 512, f16 KV cache, its 8-bit activations)")
-        print(f"{'GGUF':<58} {'bits/w':>7} {'KL mean':>9} {'± se':>7} {'top-1':>7} {'PPL':>8}")
+        print(f"{'GGUF':<66} {'bits/w':>7} {'KL mean':>9} {'± se':>7} {'top-1':>7} {'PPL':>8}")
         for label, bpw, r in scored:
-            print(f"{label:<58} {bpw:7.3f} {r['kld']:9.4f} {r['se']:7.4f} {r['top1'] or 0:7.3f} {r['ppl'] or 0:8.3f}")
+            print(f"{label:<66} {bpw:7.3f} {r['kld']:9.4f} {r['se']:7.4f} {r['top1'] or 0:7.3f} {r['ppl'] or 0:8.3f}")
     else:
         print("llama-perplexity: skipped (make llamacpp, or --llama-perplexity PATH)", file=sys.stderr)
     for label, g in ggufs:
         if label.startswith("iekit"):
             continue
         d = w / g.stem
-        run(BIN / "ieconv", "gguf-to-iebin", "-q", "--overwrite", "--gguf", g, "--out-dir", d)
-        rows.append((label, gguf_bpw(g), eval_json(d, ref, w / "eval-ids.txt", a.chunks, a.threads)))
+        if not (d / "model.ie.json").exists():
+            run(BIN / "ieconv", "gguf-to-iebin", "-q", "--overwrite", "--gguf", g, "--out-dir", d)
+        rows.append((label, gguf_bpw(g), eval_json(d, ref, held, a.chunks, a.threads)))
     return rows
+
+
+# (label, q4-manifest arguments, use the imatrix, convert through gptq); PROBES stands for the KL probes' file
+def policies_4_5_bits() -> list[tuple[str, list[str], bool, bool]]:
+    """The 4- to 6-bit schemes and policies of the first table (the rotated model only)."""
+    runs = [("q4_0", ["--scheme", "q4_0", "--quantize-head"], False),
+            ("q4_1", ["--scheme", "q4_1", "--quantize-head"], False),
+            ("int4w g64 affine", ["--scheme", "int4w", "--affine", "--quantize-head"], False),
+            ("q4_k (int4w g64 affine fallback)", ["--scheme", "q4_k", "--quantize-head"], False),
+            ("q4_0 + imatrix", ["--scheme", "q4_0", "--quantize-head"], True),
+            ("q4_k + imatrix", ["--scheme", "q4_k", "--quantize-head"], True),
+            ("iq4_nl", ["--scheme", "iq4_nl", "--quantize-head"], False),
+            ("iq4_nl + imatrix", ["--scheme", "iq4_nl", "--quantize-head"], True),
+            ("iq4_xs (iq4_nl fallback) + imatrix", ["--scheme", "iq4_xs", "--quantize-head"], True),
+            ("q5_0 + imatrix", ["--scheme", "q5_0", "--quantize-head"], True),
+            ("q5_1 + imatrix", ["--scheme", "q5_1", "--quantize-head"], True),
+            ("--target-bpw 4.5 + imatrix", ["--target-bpw", "4.5", "--quantize-head"], True),
+            ("--target-bpw 6.04 + imatrix", ["--target-bpw", "6.04", "--quantize-head"], True)]
+    # the same budgets with the KL probes, and Q4_K_M's size on this model
+    runs += [(f"--target-bpw {b} + imatrix + KL probes", ["--target-bpw", b, "--quantize-head", "--kl-probes", "PROBES"],
+              True) for b in ("4.5", "5.0", "5.5", "6.04")]
+    runs = [(*r, False) for r in runs]
+    # the probed budgets again through ieconv gptq (covariances on the calibration half)
+    runs += [(f"--target-bpw {b} + KL probes + gptq", ["--target-bpw", b, "--quantize-head", "--kl-probes", "PROBES"],
+              True, True) for b in ("4.5", "4.75", "5.0")]
+    # what exporting costs: the 4.5-bit policy restricted to types llama.cpp has (exported below)
+    runs += [(GGUF_POLICY, ["--target-bpw", "4.5", "--quantize-head", "--kl-probes", "PROBES", "--gguf-types"], True, True)]
+    return runs
+
+
+def policies_sub_4_bits() -> list[tuple[str, list[str], bool, bool]]:
+    """At and below 4 bits (issue 47's budgets), on both models: q3_k alone, and
+    the calibrated pipeline (imatrix, KL probes, --target-bpw, gptq) at 4.25,
+    4.0 and 3.25 bits per weight, restricted to llama.cpp's types so each is
+    also exported and scored by llama.cpp."""
+    runs = [("q3_k (iq4_nl fallback) + imatrix", ["--scheme", "q3_k", "--quantize-head"], True, False)]
+    runs += [(f"--target-bpw {b} + KL probes + gptq, GGUF types",
+              ["--target-bpw", b, "--quantize-head", "--kl-probes", "PROBES", "--gguf-types"], True, True)
+             for b in ("4.25", "4.0", "3.25")]
+    return runs
+
+
+def prepare_model(a, w: Path, hf: Path, orig, held_ids: list[int], calib: Path, widen_to: int) -> tuple[Path, Path, Path, Path]:
+    """The transformed checkpoint (rotated; then widened when widen_to), its
+    f32 artifact (checked to compute the original's logits), importance matrix
+    and KL probes, all cached under w. Returns (hf, ref, imatrix, probes)."""
+    if not a.no_rotate:
+        rot = a.work / "rot-hf"
+        if not (rot / "config.json").exists():
+            rotate(hf, rot)
+        hf = rot
+        if widen_to:
+            wide = w / "wide-hf"
+            if not (wide / "config.json").exists():
+                widen(rot, wide, widen_to)
+            hf = wide
+    ref = w / "f32"
+    if not (ref / "model.ie.json").exists():
+        run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", hf, "--out-dir", ref)
+    if not a.no_rotate:
+        from iekit.runtime.decoder import Decoder
+
+        probe = held_ids[:128]
+        x, y = orig.logits(probe), Decoder(ref).logits(probe)
+        rel = float(np.abs(x - y).max() / np.abs(x).max())
+        what = f"rotation{f' and widening to {widen_to}' if widen_to else ''}"
+        print(f"{what}: f32 logits before/after agree to {rel:.2e} (max |diff| / max |logit|) on 128 tokens")
+        if rel > 1e-4:
+            raise SystemExit(f"the {what} changed the model's function")
+    im = w / "imatrix.npz"
+    if not im.exists():
+        run(BIN / "ieconv", "imatrix", "-q", "--model-dir", ref, "--text-file", calib, "-o", im,
+            "--chunks", a.calib_chunks)
+    probes = w / "kl-probes.json"  # on the calibration half: the scored half stays unseen
+    if not probes.exists():
+        run(BIN / "ieconv", "kl-probes", "-q", "--hf-dir", hf, "--ref-dir", ref, "--text-file", calib,
+            "--imatrix", im, "--threads", a.threads, "-o", probes)
+    return hf, ref, im, probes
+
+
+def score_model(a, w: Path, title: str, hf: Path, ref: Path, im: Path, probes: Path, calib: Path, held: Path,
+                held_text: str, runs: list, llama_types: tuple) -> set[str]:
+    """Every policy of ``runs`` and llama.cpp's ``llama_types`` on one model:
+    prints the table (and llama.cpp's own scores); returns the schemes used."""
+    rows, used, exported = [], set(), []
+    for i, (label, args, weighted, compensated) in enumerate(runs):
+        if a.only and not re.search(a.only, label):
+            continue
+        d = w / f"p{i}"
+        man = w / f"p{i}.json"
+        args = [str(probes) if x == "PROBES" else x for x in args]
+        res = subprocess.run([str(x) for x in (BIN / "ieconv", "q4-manifest", "--hf-dir", hf, "-o", man, "--overwrite",
+                                                 *args, *(["--imatrix", im] if weighted else []))],
+                             capture_output=True, text=True)
+        if res.returncode != 0:  # a budget below what the model's shapes allow: say so, go on
+            print(f"  iekit {label}: {res.stderr.strip().splitlines()[-1]}", file=sys.stderr)
+            rows.append((f"iekit {label}", None, res.stderr.strip().splitlines()[-1]))
+            continue
+        if compensated:
+            run(BIN / "ieconv", "gptq", "-q", "--overwrite", "--hf-dir", hf, "--ref-dir", ref, "--q4-map", man,
+                "--text-file", calib, "--threads", a.threads, "--out-dir", d)
+        else:
+            run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", hf, "--q4-map", man, "--out-dir", d)
+        bpw, schemes = quantized_bpw(d)
+        used |= schemes
+        rows.append((f"iekit {label}", bpw, eval_json(d, ref, held, a.chunks, a.threads)))
+        print(f"  {rows[-1][0]}: done", file=sys.stderr)
+        if "--gguf-types" in args and compensated:
+            exported.append((f"iekit {label}", d))
+    if a.llama_quantize:
+        rows += llamacpp_scores(a, w, ref, im, held, held_text, exported, llama_types)
+    else:
+        print("llama.cpp: skipped (no llama-quantize: make llamacpp, or --llama-quantize PATH)", file=sys.stderr)
+    done = [r for r in rows if r[1] is not None]
+    if not done:
+        print(f"{title}: --only {a.only!r} matches none of our policies, and llama.cpp is not there to score",
+              file=sys.stderr)
+        return used
+    tokens = done[0][2]["tokens_scored"]
+    print(f"\n{title}: {tokens} tokens scored ({a.chunks} chunks of 512, second half of each), f32 activations; "
+          f"imatrix from {a.calib_chunks} chunks")
+    print(f"{'scheme / policy':<52} {'bits/w':>7} {'KL mean':>9} {'± se':>7} {'top-1':>7} {'PPL':>8}")
+    for label, bpw, e in rows:
+        if bpw is None:
+            print(f"{label:<52} {'':>7} {e}")
+        else:
+            print(f"{label:<52} {bpw:7.3f} {e['kld_mean']:9.4f} {e['kld_se']:7.4f} {e['top1_agree']:7.3f} {e['ppl']:8.3f}")
+    print(f"{'f32 reference':<52} {32:7.3f} {'':>9} {'':>7} {'':>7} {done[0][2]['ppl_ref']:8.3f}")
+    return used
 
 
 def main() -> None:
@@ -210,12 +392,15 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("out/quality"), help="Models and text are kept here.")
     ap.add_argument("--hf-dir", type=Path, help="A float Llama-family checkpoint (default: SmolLM2-135M).")
     ap.add_argument("--gguf", type=Path, help="SmolLM2's GGUF, if already downloaded.")
-    ap.add_argument("--no-rotate", action="store_true", help="Score the checkpoint as it is.")
+    ap.add_argument("--no-rotate", action="store_true", help="Score the checkpoint as it is (and do not widen it).")
+    ap.add_argument("--models", choices=["both", "rotated", "widened"], default="both",
+                    help="The rotated model (every policy), the widened one (the sub-4-bit policies), or both.")
+    ap.add_argument("--widen", type=int, default=768, help="Width of the widened model's residual stream.")
     ap.add_argument("--chunks", type=int, default=16, help="512-token chunks scored.")
     ap.add_argument("--calib-chunks", type=int, default=40, help="512-token chunks of calibration for the imatrix.")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--llama-quantize", default=llamacpp.tool("llama-quantize"),
-                    help=llamacpp.where("llama-quantize") + "; its Q4_0 / Q4_K_M / IQ4_XS are scored too")
+                    help=llamacpp.where("llama-quantize") + "; its Q4_0 / Q4_K_M / IQ4_XS / 3-bit types are scored too")
     ap.add_argument("--llama-perplexity", default=llamacpp.tool("llama-perplexity"),
                     help=llamacpp.where("llama-perplexity") + "; it scores the GGUFs against its own f32 run")
     ap.add_argument("--only", metavar="REGEX", help="Run only our policies whose label matches (llama.cpp's all run).")
@@ -241,86 +426,18 @@ def main() -> None:
     calib.write_text(calib_text)
     held_ids = orig.encode(held_text)
     held.write_text(" ".join(map(str, held_ids)))
-    if not a.no_rotate:
-        rot = w / "rot-hf"
-        if not (rot / "config.json").exists():
-            rotate(hf, rot)
-        hf = rot
-    ref = w / "f32"
-    if not (ref / "model.ie.json").exists():
-        run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", hf, "--out-dir", ref)
-    if not a.no_rotate:
-        probe = held_ids[:128]
-        x, y = orig.logits(probe), Decoder(ref).logits(probe)
-        rel = float(np.abs(x - y).max() / np.abs(x).max())
-        print(f"rotation: f32 logits before/after agree to {rel:.2e} (max |diff| / max |logit|) on 128 tokens")
-        if rel > 1e-4:
-            raise SystemExit("the rotation changed the model's function")
-    im = w / "imatrix.npz"
-    if not im.exists():
-        run(BIN / "ieconv", "imatrix", "-q", "--model-dir", ref, "--text-file", calib, "-o", im,
-            "--chunks", a.calib_chunks)
-    probes = w / "kl-probes.json"  # on the calibration half: the scored half stays unseen
-    if not probes.exists():
-        run(BIN / "ieconv", "kl-probes", "-q", "--hf-dir", hf, "--ref-dir", ref, "--text-file", calib,
-            "--imatrix", im, "--threads", a.threads, "-o", probes)
-
-    # (label, q4-manifest arguments, use the imatrix)
-    policies = [("q4_0", ["--scheme", "q4_0", "--quantize-head"], False),
-                ("q4_1", ["--scheme", "q4_1", "--quantize-head"], False),
-                ("int4w g64 affine", ["--scheme", "int4w", "--affine", "--quantize-head"], False),
-                ("q4_k (int4w g64 affine fallback)", ["--scheme", "q4_k", "--quantize-head"], False),
-                ("q4_0 + imatrix", ["--scheme", "q4_0", "--quantize-head"], True),
-                ("q4_k + imatrix", ["--scheme", "q4_k", "--quantize-head"], True),
-                ("iq4_nl", ["--scheme", "iq4_nl", "--quantize-head"], False),
-                ("iq4_nl + imatrix", ["--scheme", "iq4_nl", "--quantize-head"], True),
-                ("iq4_xs (iq4_nl fallback) + imatrix", ["--scheme", "iq4_xs", "--quantize-head"], True),
-                ("q5_0 + imatrix", ["--scheme", "q5_0", "--quantize-head"], True),
-                ("q5_1 + imatrix", ["--scheme", "q5_1", "--quantize-head"], True),
-                ("--target-bpw 4.5 + imatrix", ["--target-bpw", "4.5", "--quantize-head"], True),
-                ("--target-bpw 6.04 + imatrix", ["--target-bpw", "6.04", "--quantize-head"], True)]
-    # the same budgets with the KL probes, and Q4_K_M's size on this model
-    policies += [(f"--target-bpw {b} + imatrix + KL probes", ["--target-bpw", b, "--quantize-head", "--kl-probes", probes],
-                  True) for b in ("4.5", "5.0", "5.5", "6.04")]
-    # (..., converted error-compensated): the probed budgets again through ieconv gptq
-    # (covariances on the calibration half)
-    runs = [(*p, False) for p in policies]
-    runs += [(f"--target-bpw {b} + KL probes + gptq", ["--target-bpw", b, "--quantize-head", "--kl-probes", probes],
-              True, True) for b in ("4.5", "4.75", "5.0")]
-    # what exporting costs: the 4.5-bit policy restricted to types llama.cpp has (exported below)
-    runs += [(GGUF_POLICY, ["--target-bpw", "4.5", "--quantize-head", "--kl-probes", probes, "--gguf-types"], True, True)]
-    rows, used, exported = [], set(), None
-    for i, (label, args, weighted, compensated) in enumerate(runs):
-        if a.only and not re.search(a.only, label):
-            continue
-        d = w / f"p{i}"
-        man = w / f"p{i}.json"
-        run(BIN / "ieconv", "q4-manifest", "--hf-dir", hf, "-o", man, "--overwrite", *args,
-            *(["--imatrix", im] if weighted else []))
-        if compensated:
-            run(BIN / "ieconv", "gptq", "-q", "--overwrite", "--hf-dir", hf, "--ref-dir", ref, "--q4-map", man,
-                "--text-file", calib, "--threads", a.threads, "--out-dir", d)
-        else:
-            run(BIN / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", hf, "--q4-map", man, "--out-dir", d)
-        bpw, schemes = quantized_bpw(d)
-        used |= schemes
-        rows.append((f"iekit {label}", bpw, eval_json(d, ref, held, a.chunks, a.threads)))
-        print(f"  {rows[-1][0]}: done", file=sys.stderr)
-        if label == GGUF_POLICY:
-            exported = d
-    llama_rows = llamacpp_scores(a, w, ref, im, held_text, exported) if a.llama_quantize else []
-    if not a.llama_quantize:
-        print("llama.cpp: skipped (no llama-quantize: make llamacpp, or --llama-quantize PATH)", file=sys.stderr)
-    rows += llama_rows
-    if not rows:
-        raise SystemExit(f"--only {a.only!r} matches none of our policies, and llama.cpp is not there to score")
-    tokens = rows[0][2]["tokens_scored"]
-    print(f"\n{'rotated ' if not a.no_rotate else ''}{hf.name}: {tokens} tokens scored "
-          f"({a.chunks} chunks of 512, second half of each), f32 activations; imatrix from {a.calib_chunks} chunks")
-    print(f"{'scheme / policy':<40} {'bits/w':>7} {'KL mean':>9} {'± se':>7} {'top-1':>7} {'PPL':>8}")
-    for label, bpw, e in rows:
-        print(f"{label:<40} {bpw:7.3f} {e['kld_mean']:9.4f} {e['kld_se']:7.4f} {e['top1_agree']:7.3f} {e['ppl']:8.3f}")
-    print(f"{'f32 reference':<40} {32:7.3f} {'':>9} {'':>7} {'':>7} {rows[0][2]['ppl_ref']:8.3f}")
+    used = set()
+    if a.models in ("both", "rotated"):
+        m = prepare_model(a, w, hf, orig, held_ids, calib, 0)
+        title = f"{'rotated ' if not a.no_rotate else ''}{hf.name}"
+        used |= score_model(a, w, title, *m, calib, held, held_text, policies_4_5_bits() + policies_sub_4_bits(),
+                            LLAMA_TYPES + LLAMA_SUB4_TYPES)
+    if a.models in ("both", "widened") and not a.no_rotate:
+        wd = w / f"wide{a.widen}"
+        wd.mkdir(exist_ok=True)
+        m = prepare_model(a, wd, hf, orig, held_ids, calib, a.widen)
+        used |= score_model(a, wd, f"rotated {hf.name} widened to {a.widen}", *m, calib, held, held_text,
+                            policies_sub_4_bits(), LLAMA_SUB4_TYPES)
     print("\nGEMV, 16384 x 8192, int8 activations, threads", a.threads)
     for s in sorted(used):
         r = json.loads(run(BIN / "ierun", "microbench", "--kernel", s, "--act", "int8", "--threads", a.threads,

@@ -932,6 +932,101 @@ class Q3_K(_Block, weight_type="q3_k"):
         return _grid_bound(x, s, -4, 3, np.float32(0), np.float32(2**-21) * np.abs(x))
 
 
+class Q2_K(_Block, weight_type="q2_k"):
+    """llama.cpp's Q2_K: 256-element super-blocks of sixteen 16-element
+    sub-blocks, w = (d × sc_j) × q − (dmin × m_j) with 2-bit codes q, 4-bit
+    sub-scales sc_j and sub-mins m_j (one byte per sub-block: sc_j low, m_j
+    high) under f16 super-scales d and dmin: 2.625 bits per weight. Byte
+    layout: the 16 scale bytes, then qs (64 bytes; byte 32 h + l of half h:
+    the codes of elements 128 h + l, + 32, + 64, + 96 at bits 0, 2, 4, 6),
+    then d and dmin.
+
+    ggml's quantize_row_q2_K_ref / _impl, byte for byte: per sub-block
+    make_qkx2_quants under |x| comparing absolute errors (without an
+    importance matrix) or make_qkx3_quants under imp × sqrt(σ² + x²) (with
+    one); the sub-scales and sub-mins coded against their largest as
+    round(15 × s_j / s_max) (make_qp_quants, weighted by each sub-block's
+    weight sum, with one); then every code the nearest one for d × sc_j and
+    dmin × m_j as stored (a sub-block whose scale stores as zero keeps the
+    search's codes)."""
+
+    GGUF, GGUF_FILE_TYPE = "Q2_K", "MOSTLY_Q2_K"
+    FALLBACK = {"scheme": "iq4_nl"}  # as llama.cpp
+    LADDER = ({"scheme": "q2_k"},)
+
+    SUB = 16
+    F16_FIELDS = (("d", 80), ("dmin", 82))
+
+    def _weights(self, w, imp):
+        return np.broadcast_to(imp, w.shape)  # the search adds its own σ² per super-block
+
+    def _quantize_blocks(self, b, name):
+        return self._quantize_super(b, None, name)
+
+    def _quantize_weighted(self, b, wts, name):
+        return self._quantize_super(b, wts, name)
+
+    def _quantize_super(self, b, qw, name):
+        n = b.shape[0]
+        sub = b.reshape(n * 16, self.SUB)
+        if qw is None:  # quantize_row_q2_K_ref
+            scales, mins, codes = qs.qkx(sub, np.abs(sub), 3, -0.5, 0.1, 15, mad=True)
+            scales, mins = scales.reshape(n, 16), mins.reshape(n, 16)
+            max_scale = np.maximum(scales.max(axis=1), np.float32(0))
+            max_min = np.maximum(mins.max(axis=1), np.float32(0))
+            with np.errstate(all="ignore"):
+                inv_s = np.where(max_scale > 0, np.float32(15) / max_scale, np.float32(0)).astype(np.float32)
+                inv_m = np.where(max_min > 0, np.float32(15) / max_min, np.float32(0)).astype(np.float32)
+                ls = (qs.nearest_int(inv_s[:, None] * scales) & 0xF).astype(np.uint8)
+                lm = (qs.nearest_int(inv_m[:, None] * mins) & 0xF).astype(np.uint8)
+            d = (max_scale / np.float32(15)).astype(np.float32)
+            dmin = (max_min / np.float32(15)).astype(np.float32)
+        else:  # quantize_row_q2_K_impl
+            sigma2 = (qs.seqsum(b * b) / np.float32(256)).astype(np.float32)
+            wts = qs.importance_weights(b, qw, sigma2).reshape(n * 16, self.SUB)
+            scales, mins, codes = qs.qkx(sub, wts, 3, -0.9, 0.05, 36)
+            sw = qs.seqsum(wts).reshape(n, 16)
+            d, ls = qs.qp(scales.reshape(n, 16), sw, 15)
+            dmin, lm = qs.qp(mins.reshape(n, 16), sw, 15)
+        _check_f16_range(d, name)
+        _check_f16_range(dmin, name, "super-block minimum scale")
+        d16, m16 = d.astype(np.float16), dmin.astype(np.float16)
+        step = (d16.astype(np.float32)[:, None] * ls.astype(np.float32)).reshape(-1, 1)
+        low = (m16.astype(np.float32)[:, None] * lm.astype(np.float32)).reshape(-1, 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            again = np.clip(qs.nearest_int((sub + low) / step), 0, 3)
+        codes = np.where(step != 0, again, codes).reshape(n, 2, 4, 32).astype(np.uint8)  # [half, quarter, l]
+        qs_bytes = codes[:, :, 0] | (codes[:, :, 1] << 2) | (codes[:, :, 2] << 4) | (codes[:, :, 3] << 6)
+        return np.concatenate([ls | (lm << 4), qs_bytes.reshape(n, 64), d16[:, None].view(np.uint8),
+                               m16[:, None].view(np.uint8)], axis=1)
+
+    @staticmethod
+    def sub_params(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per sub-block (scale, min) as float32 [n, 16]: w = scale × q − min,
+        the f32 products d × sc_j and dmin × m_j ggml's dequantize_row_q2_K forms."""
+        sc = raw[:, :16]
+        return ((_Block._f16(raw, 80) * (sc & 0xF).astype(np.float32)).astype(np.float32),
+                (_Block._f16(raw, 82) * (sc >> 4).astype(np.float32)).astype(np.float32))
+
+    @staticmethod
+    def codes(raw: np.ndarray) -> np.ndarray:
+        """The codes 0..3 of every element, [n, 256]."""
+        q = raw[:, 16:80].reshape(-1, 2, 1, 32)  # [half, l]
+        return ((q >> (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]) & 3).reshape(-1, 256)
+
+    def _dequantize_blocks(self, raw):
+        s, m = self.sub_params(raw)
+        q = self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32)
+        return (s[..., None] * q - m[..., None]).reshape(-1, 256)
+
+    def _bound(self, b, raw):
+        # codes chosen for the sub-scale and sub-min as stored, up to (x + min) / scale's f32 rounding
+        s, m = self.sub_params(raw)
+        x = b.reshape(-1, 16, self.SUB)
+        ulp = np.float32(2**-21) * (np.abs(x) + m[..., None] + np.float32(3) * s[..., None])
+        return _grid_bound(x, s[..., None], 0, 3, -m[..., None], ulp)
+
+
 def _table_bound(x: np.ndarray, scale: np.ndarray, slack: np.ndarray | float,
                  values: np.ndarray = qs.IQ4_VALUES) -> np.ndarray:
     """Per-element bound for codes indexing a table of values (iq4, mxfp4):

@@ -61,11 +61,12 @@ def _over_chunks(n: int, work: Callable[[int, int], None]) -> None:
         pass
 
 
-def qkx(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int
+def qkx(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int, mad: bool = False
         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Affine codes for each row of x with weights w: (scale [n], the_min [n] >= 0,
     codes [n, k] uint8) with x ~ scale * code - the_min. ggml's make_qkx2_quants
-    (= make_qkx3_quants with weights) with use_mad false."""
+    (= make_qkx3_quants with weights); ``mad``: its use_mad, the weighted
+    absolute error compared instead of the squared one (q2_k)."""
     x = np.asarray(x, F32)
     w = np.asarray(w, F32)
     n = x.shape[0]
@@ -74,7 +75,7 @@ def qkx(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nst
     codes = np.empty(x.shape, np.uint8)
 
     def work(a: int, b: int) -> None:
-        s, m, c = _qkx_t(np.ascontiguousarray(x[a:b].T), np.ascontiguousarray(w[a:b].T), nmax, rmin, rdelta, nstep)
+        s, m, c = _qkx_t(np.ascontiguousarray(x[a:b].T), np.ascontiguousarray(w[a:b].T), nmax, rmin, rdelta, nstep, mad)
         scale[a:b], the_min[a:b], codes[a:b] = s, m, c.T
 
     _over_chunks(n, work)
@@ -94,7 +95,7 @@ def _grid(v: np.ndarray, iscale: np.ndarray, nmax: int) -> np.ndarray:
     return v
 
 
-def _qkx_t(x, w, nmax, rmin, rdelta, nstep):
+def _qkx_t(x, w, nmax, rmin, rdelta, nstep, mad):
     """qkx on one chunk, transposed: x, w [k, n]."""
     with np.errstate(all="ignore"):
         mn = np.minimum(x.min(axis=0), F32(0))
@@ -107,7 +108,7 @@ def _qkx_t(x, w, nmax, rmin, rdelta, nstep):
         xm = x - mn
         lf = _grid(iscale * xm, iscale, nmax)
         diff = scale * lf + mn - x
-        best = _colsum(w * (diff * diff))
+        best = _colsum(w * (np.abs(diff) if mad else diff * diff))
         tmp, tmp2, tmp3 = np.empty_like(x), np.empty_like(x), np.empty_like(x)
         for step in range(nstep + 1):
             # mn is the best fit's min so far, as in the C loop
@@ -126,7 +127,10 @@ def _qkx_t(x, w, nmax, rmin, rdelta, nstep):
             diff = np.multiply(this_scale, aux, out=tmp2)
             diff += this_min
             diff -= x
-            np.multiply(diff, diff, out=diff)
+            if mad:
+                np.abs(diff, out=diff)
+            else:
+                np.multiply(diff, diff, out=diff)
             cur = _colsum(np.multiply(w, diff, out=diff))
             better = (d > 0) & (cur < best) & ~flat
             if better.any():

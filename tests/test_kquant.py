@@ -1,5 +1,5 @@
 """llama.cpp's block formats whose quantizers gguf-py lacks (the k-quants
-q4_k, q5_k, q6_k, q3_k; iq4_nl, iq4_xs) and importance-weighted quantization
+q4_k, q5_k, q6_k, q3_k, q2_k; iq4_nl, iq4_xs) and importance-weighted quantization
 (formats/quant.py, formats/quant_search.py) against llama.cpp itself.
 
 References, none of them our code:
@@ -27,7 +27,7 @@ from iekit.formats.quant import SCHEMES, QuantParams
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "quant"
 Q4K = SCHEMES["q4_k"]
 P = QuantParams("q4_k")
-KQUANTS = ["q4_k", "q5_k", "q6_k", "q3_k"]
+KQUANTS = ["q4_k", "q5_k", "q6_k", "q3_k", "q2_k"]
 GOLDEN_BYTES = KQUANTS + ["iq4_nl", "iq4_xs"]  # quantized by libggml itself, with and without an imatrix
 
 
@@ -102,7 +102,7 @@ def test_round_trip_on_random_scales(scheme, rows, supers, log_scale, seed):
 
 # A byte holding element 5's code bits 2..3 in row 0's first (sub-)block (q6_k: its low nibble;
 # q3_k: the hmask byte whose bits 2..3 are the third bits of elements 69 and 101).
-CODE_BYTE = {"q4_k": 16 + 5, "q5_k": 48 + 5, "q6_k": 5, "q3_k": 5, "iq4_nl": 2 + 5, "iq4_xs": 8 + 5}
+CODE_BYTE = {"q4_k": 16 + 5, "q5_k": 48 + 5, "q6_k": 5, "q3_k": 5, "q2_k": 16 + 5, "iq4_nl": 2 + 5, "iq4_xs": 8 + 5}
 
 
 @pytest.mark.parametrize("scheme", GOLDEN_BYTES)

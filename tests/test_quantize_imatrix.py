@@ -1,5 +1,5 @@
 """Quantizing with an importance matrix, as users do it, and q4_k / q5_k /
-q6_k / q3_k / iq4_xs / iq4_nl models end to end.
+q6_k / q3_k / q2_k / iq4_xs / iq4_nl models end to end.
 
 A Llama whose matrices are whole 256-element super-blocks (hidden 256, MLP
 512) goes through the documented commands: ``ieconv imatrix`` on the f32
@@ -75,7 +75,7 @@ def _quantize(wide, name, *manifest_args, convert_args=()):
     return out, m, res
 
 
-@pytest.mark.parametrize("scheme", ["q4_k", "q5_k", "q6_k", "q3_k", "iq4_xs", "iq4_nl", "q5_0", "q5_1", "mxfp4"])
+@pytest.mark.parametrize("scheme", ["q4_k", "q5_k", "q6_k", "q3_k", "q2_k", "iq4_xs", "iq4_nl", "q5_0", "q5_1", "mxfp4"])
 def test_model_runs_and_matches_the_float64_reference(wide, scheme):
     """Prefill (logits) with both activations on both ISAs, and, with int8
     on AVX2, decode steps: those read the rows8 copies one token at a time
@@ -178,9 +178,9 @@ def test_q4_k_falls_back_where_rows_are_not_whole_super_blocks(tmp_path):
     assert sels and all(s == {"scheme": "iq4_nl"} for s in sels)
 
 
-@pytest.mark.parametrize("scheme", ["q4_k", "q5_k", "q6_k", "q3_k", "iq4_xs", "iq4_nl"])
+@pytest.mark.parametrize("scheme", ["q4_k", "q5_k", "q6_k", "q3_k", "q2_k", "iq4_xs", "iq4_nl"])
 def test_gguf_blocks_are_imported_byte_for_byte(wide, tmp_path, scheme):
-    """A llama.cpp GGUF with Q4_K (Q5_K, Q6_K, Q3_K, IQ4_XS, IQ4_NL) matrices: gguf-to-iebin keeps
+    """A llama.cpp GGUF with Q4_K (Q5_K, Q6_K, Q3_K, Q2_K, IQ4_XS, IQ4_NL) matrices: gguf-to-iebin keeps
     the blocks (only q/k rows move back from llama.cpp's interleaving), so the
     import equals hf-to-iebin's artifact of the same checkpoint tensor for tensor;
     exported again, the blocks are the GGUF's, under the same type."""
@@ -233,8 +233,8 @@ def test_target_bpw_meets_the_budget_and_more_bits_buy_less_error(wide, tmp_path
         assert bpw > target - 0.5  # the budget is spent, not left over
         kls[target] = _kl(wide["f32"], out, ids)
     assert kls[5.5] < kls[4.3]
-    res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", tmp_path / "q.json", "--target-bpw", "3")
-    assert_one_line_error(res, "--target-bpw 3.0", "cheapest candidates already average 3.438")
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", tmp_path / "q.json", "--target-bpw", "2")
+    assert_one_line_error(res, "--target-bpw 2.0", "cheapest candidates already average 2.625")
     assert not (tmp_path / "q.json").exists()
     res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", tmp_path / "q.json", "--gguf-types")
     assert res.returncode == 2 and "--gguf-types restricts --target-bpw" in res.stderr

@@ -111,6 +111,23 @@ IE_HD int q3k_code(const uint8_t* blk, int i) {
   return ((blk[kQ3kLow + 32 * h + l] >> (2 * k)) & 3) | (((blk[l] >> (i / 32)) & 1) << 2);
 }
 
+// q2_k: 256-element super-blocks of sixteen 16-element sub-blocks, w =
+// (d * sc_j) * q - (dmin * m_j): 2-bit codes q, byte j of the 16 at 0
+// holding sc_j (low nibble) and m_j (high), f16 d at 80 and dmin at 82.
+// Element i = 128 h + 32 k + l has its code at bits 2 k of byte 16 + 32 h + l.
+constexpr int kQ2kBytes = wtype_info(WType::Q2_K).block_bytes;
+constexpr int kQ2kCodes = wtype_info(WType::Q2_K).code_offset;
+constexpr int kQ2kD = 80, kQ2kDmin = 82;
+
+IE_HD Q4kSub q2k_sub(const uint8_t* blk, int j) {
+  return {f16_to_f32(load_u16(blk + kQ2kD)) * static_cast<float>(blk[j] & 0xF),
+          f16_to_f32(load_u16(blk + kQ2kDmin)) * static_cast<float>(blk[j] >> 4)};
+}
+
+IE_HD int q2k_code(const uint8_t* blk, int i) {
+  return (blk[kQ2kCodes + 32 * (i / 128) + i % 32] >> (2 * (i % 128 / 32))) & 3;
+}
+
 // iq4_nl / iq4_xs: each code indexes ggml's non-linear grid kvalues_iq4nl;
 // a 32-element (sub-)block is w = scale * iq4_value(q), its codes the low
 // nibbles (elements 0..15) and high nibbles (16..31) of 16 bytes. iq4_xs
@@ -267,6 +284,16 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
       IE_UNROLL
       for (int e = 0; e < 32; ++e)
         out[e] = q3k_scale(blk, (i0 + e) / 16) * static_cast<float>(q3k_code(blk, i0 + e) - 4);
+      return;
+    }
+    case WType::Q2_K: {
+      const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
+      const int i0 = static_cast<int>(c0 % 256);
+      IE_UNROLL
+      for (int e = 0; e < 32; ++e) {
+        const Q4kSub p = q2k_sub(blk, (i0 + e) / 16);
+        out[e] = p.scale * static_cast<float>(q2k_code(blk, i0 + e)) - p.min;
+      }
       return;
     }
   }

@@ -1113,22 +1113,26 @@ void k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   store_sums(acc, out);
 }
 
-// ------------------------------------------------------------ q6_k, q3_k
+// ------------------------------------------------------- q6_k, q3_k, q2_k
 
 // The k-quants of sixteen 16-element sub-blocks per super-block, w =
-// (d * sc_j) * (q - Z): q6_k (6-bit codes, Z = 32, int8 sub-scales) and
-// q3_k (3-bit codes, Z = 4, 6-bit sub-scales less 32). One kernel per
-// activation type serves both; what differs is below.
+// (d * sc_j) * (q - Z) - (dmin * m_j): q6_k (6-bit codes, Z = 32, int8
+// sub-scales), q3_k (3-bit codes, Z = 4, 6-bit sub-scales less 32) and the
+// affine q2_k (2-bit codes, Z = 0, 4-bit sub-scales and sub-mins under d and
+// dmin). One kernel per activation type serves all three; what differs is
+// below.
 template <WType T>
-constexpr int kSub16Zero = T == WType::Q6_K ? 32 : 4;
+constexpr bool kSub16Affine = T == WType::Q2_K;
 template <WType T>
-constexpr int kSub16D = T == WType::Q6_K ? kQ6kD : kQ3kD;
+constexpr int kSub16Zero = T == WType::Q6_K ? 32 : T == WType::Q3_K ? 4 : 0;
+template <WType T>
+constexpr int kSub16D = T == WType::Q6_K ? kQ6kD : T == WType::Q3_K ? kQ3kD : kQ2kD;
 
 // The 32 codes of quarter K of half H, in element order (16-bit shifts:
 // what crosses a byte boundary is masked off). q6_k: a nibble from the 64
-// bytes of the half, bits 4..5 from bit pair k of the half's 32 high bytes.
-// q3_k: bit pair k of the half's 32 low bytes, bit 2 from bit 4 h + k of
-// the 32 hmask bytes.
+// bytes of the half, bits 4..5 from bit pair K of the half's 32 high bytes.
+// q3_k: bit pair K of the half's 32 low bytes, bit 2 from bit 4 H + K of
+// the 32 hmask bytes. q2_k: bit pair K of the half's 32 code bytes.
 template <WType T, int H, int K>
 IE_INLINE __m256i sub16_quarter(const uint8_t* blk) {
   if constexpr (T == WType::Q6_K) {
@@ -1137,21 +1141,25 @@ IE_INLINE __m256i sub16_quarter(const uint8_t* blk) {
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ6kHigh + 32 * H));
     const __m256i lo = K < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
     return _mm256_or_si256(lo, bits_to<2 * K, 4, 2>(qh));
-  } else {
+  } else if constexpr (T == WType::Q3_K) {
     const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ3kLow + 32 * H));
     const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
     return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 2 * K), _mm256_set1_epi8(3)), bits_to<4 * H + K, 2>(hm));
+  } else {
+    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ2kCodes + 32 * H));
+    return _mm256_and_si256(_mm256_srli_epi16(ql, 2 * K), _mm256_set1_epi8(3));
   }
 }
 
 // The sixteen signed sub-scales sc_j of the super-block at blk as int8, in
 // sub-block order. q3_k's: a low nibble of bytes 96..103 (j < 8) or their
 // high one, the bit pair 2 (j / 4) of byte 104 + j % 4 above it, less 32.
+// q2_k's: the low nibbles of its 16 scale bytes.
 template <WType T>
 IE_INLINE __m128i sub16_scales(const uint8_t* blk) {
   if constexpr (T == WType::Q6_K) {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6kScales));
-  } else {
+  } else if constexpr (T == WType::Q3_K) {
     // the 16 bytes that end with d (inside the block), moved down to start at the scales
     const __m128i v = _mm_srli_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ3kD + 2 - 16)), 2);
     const __m128i m4 = _mm_set1_epi8(0xF);
@@ -1159,14 +1167,22 @@ IE_INLINE __m128i sub16_scales(const uint8_t* blk) {
     const __m128i rep = _mm_shuffle_epi8(v, _mm_setr_epi8(8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11, 8, 9, 10, 11));
     const __m128i high = _mm_and_si128(_mm_srlv_epi32(rep, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
     return _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));
+  } else {
+    return _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)), _mm_set1_epi8(0xF));
   }
+}
+
+// q2_k's sixteen sub-mins m_j (the high nibbles of its scale bytes) as int8.
+IE_INLINE __m128i q2k_mins(const uint8_t* blk) {
+  return _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk)), 4), _mm_set1_epi8(0xF));
 }
 
 // act=int8, per 32-element quarter (one activation block k, two 16-element
 // sub-blocks): the codes, maddubs with qx, minus maddubs(Z, qx) (the
 // offset, shared by all rows), then madd with the two sub-scales as int16
 // lanes (|sum| < 2^22), so each quarter costs one float FMA by d_k; the
-// row's f16 d multiplies once per super-block.
+// row's f16 d multiplies once per super-block. q2_k's mins meet
+// maddubs(1, qx) the same way, under dmin.
 template <WType T, int R, int B>
 void sub16_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   const int64_t nsb = a.spec.cols / 256;
@@ -1179,13 +1195,14 @@ void sub16_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   __m256 acc[R][B];
   const int64_t pf = start_rows(a, r0, row, acc);
   for (int64_t sb = 0; sb < nsb; ++sb) {
-    __m256 part[R][B];
-    __m256i sc16[R];
+    __m256 part[R][B], mpart[R][B];  // mpart: q2_k's sum of m_j * x per row
+    __m256i sc16[R], mc16[R];
     for (int rr = 0; rr < R; ++rr) {
       const uint8_t* blk = row[rr] + sb * kBytes;
       prefetch_block(blk, kBytes, pf);
       sc16[rr] = _mm256_cvtepi8_epi16(sub16_scales<T>(blk));
-      for (int b = 0; b < B; ++b) part[rr][b] = _mm256_setzero_ps();
+      if constexpr (kSub16Affine<T>) mc16[rr] = _mm256_cvtepi8_epi16(q2k_mins(blk));
+      for (int b = 0; b < B; ++b) part[rr][b] = mpart[rr][b] = _mm256_setzero_ps();
     }
     static_for<8>([&](auto hk) __attribute__((always_inline)) {
       constexpr int h = decltype(hk)::value / 4, k = decltype(hk)::value % 4;
@@ -1195,7 +1212,7 @@ void sub16_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
         __m256 xd[B];
         for (int b = 0; b < B; ++b) {
           xq[b] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + (kb * B + b) * 32));
-          off[b] = _mm256_maddubs_epi16(zero, xq[b]);
+          off[b] = _mm256_maddubs_epi16(kSub16Affine<T> ? _mm256_set1_epi8(1) : zero, xq[b]);  // q2_k: the pair sums of x
           xd[b] = _mm256_broadcast_ss(xa.d + kb * B + b);
         }
         for (int rr = 0; rr < R; ++rr) {
@@ -1203,9 +1220,15 @@ void sub16_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
           const __m256i s2 = _mm256_shuffle_epi8(
               _mm256_permutevar8x32_epi32(sc16[rr], _mm256_set1_epi32(4 * h + k)), bcast);
           for (int b = 0; b < B; ++b) {
-            const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xq[b]), off[b]);
+            const __m256i p = kSub16Affine<T> ? _mm256_maddubs_epi16(q, xq[b])
+                                              : _mm256_sub_epi16(_mm256_maddubs_epi16(q, xq[b]), off[b]);
             const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, s2));
             part[rr][b] = _mm256_fmadd_ps(s, xd[b], part[rr][b]);
+          }
+          if constexpr (kSub16Affine<T>) {
+            const __m256i m2 = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(mc16[rr], _mm256_set1_epi32(4 * h + k)), bcast);
+            for (int b = 0; b < B; ++b)
+              mpart[rr][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(off[b], m2)), xd[b], mpart[rr][b]);
           }
         }
       }
@@ -1213,6 +1236,10 @@ void sub16_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
     for (int rr = 0; rr < R; ++rr) {
       const __m256 d = f16_bcast(row[rr] + sb * kBytes + kSub16D<T>);
       for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(part[rr][b], d, acc[rr][b]);
+      if constexpr (kSub16Affine<T>) {
+        const __m256 dmin = f16_bcast(row[rr] + sb * kBytes + kQ2kDmin);
+        for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fnmadd_ps(mpart[rr][b], dmin, acc[rr][b]);
+      }
     }
   }
   store_sums(acc, out);
@@ -1229,7 +1256,7 @@ void sub16_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
   __m256 acc[R][B];
   const int64_t pf = start_rows(a, r0, row, acc);
   for (int64_t sb = 0; sb < nsb; ++sb) {
-    __m256 sf[R][2];  // lane j of sf[.][h]: d * sc_{8h + j}
+    __m256 sf[R][2], mf[R][2];  // lane j of sf[.][h]: d * sc_{8h + j}; of mf (q2_k): dmin * m_{8h + j}
     for (int rr = 0; rr < R; ++rr) {
       const uint8_t* blk = row[rr] + sb * kBytes;
       prefetch_block(blk, kBytes, pf);
@@ -1237,6 +1264,12 @@ void sub16_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
       const __m128i sc = sub16_scales<T>(blk);
       sf[rr][0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
       sf[rr][1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
+      if constexpr (kSub16Affine<T>) {
+        const __m256 dmin = f16_bcast(blk + kQ2kDmin);
+        const __m128i mc = q2k_mins(blk);
+        mf[rr][0] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(mc)));
+        mf[rr][1] = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(mc, 8))));
+      }
     }
     static_for<8>([&](auto hk) __attribute__((always_inline)) {
       constexpr int h = decltype(hk)::value / 4, k = decltype(hk)::value % 4;
@@ -1257,6 +1290,13 @@ void sub16_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
             const __m256 p0 = _mm256_fmadd_ps(w[1], x[b][1], _mm256_mul_ps(w[0], x[b][0]));
             const __m256 p1 = _mm256_fmadd_ps(w[3], x[b][3], _mm256_mul_ps(w[2], x[b][2]));
             acc[rr][b] = _mm256_fmadd_ps(p1, s1, _mm256_fmadd_ps(p0, s0, acc[rr][b]));
+          }
+          if constexpr (kSub16Affine<T>) {  // less m_j * (the half's x), lane by lane
+            const __m256 m0 = _mm256_permutevar8x32_ps(mf[rr][h], _mm256_set1_epi32(2 * k));
+            const __m256 m1 = _mm256_permutevar8x32_ps(mf[rr][h], _mm256_set1_epi32(2 * k + 1));
+            for (int b = 0; b < B; ++b)
+              acc[rr][b] = _mm256_fnmadd_ps(m1, _mm256_add_ps(x[b][2], x[b][3]),
+                                            _mm256_fnmadd_ps(m0, _mm256_add_ps(x[b][0], x[b][1]), acc[rr][b]));
           }
         }
       }
@@ -1312,6 +1352,10 @@ void run_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* sf) {
     case WType::Q3_K:
       if (q8) sub16_q8_rows<WType::Q3_K, R, B>(a, p.q8, r0, out);
       else sub16_f32_rows<WType::Q3_K, R, B>(a, r0, out);
+      break;
+    case WType::Q2_K:
+      if (q8) sub16_q8_rows<WType::Q2_K, R, B>(a, p.q8, r0, out);
+      else sub16_f32_rows<WType::Q2_K, R, B>(a, r0, out);
       break;
     case WType::Q4_0:
       if (q8) q4_q8_rows<R, B, false>(a, p.nq, r0, out);

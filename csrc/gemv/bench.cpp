@@ -82,10 +82,12 @@ void fill_rows(const WeightSpec& s, const WeightLayout& l, uint8_t* w, int64_t r
         break;
       case WType::Q4_K:  // random codes and 6-bit sub-scales/mins under random f16 d, dmin
       case WType::Q5_K:
+      case WType::Q2_K:  // (4-bit ones, d and dmin at 80)
         fill_bytes(row, l.row_bytes, st);
         for (int64_t b = 0; b < s.cols / 256; ++b) {
-          put16(row + b * l.block_bytes, rand_scale_f16(st));
-          put16(row + b * l.block_bytes + 2, rand_scale_f16(st));
+          uint8_t* blk = row + b * l.block_bytes + (s.type == WType::Q2_K ? kQ2kD : 0);
+          put16(blk, rand_scale_f16(st));
+          put16(blk + 2, rand_scale_f16(st));
         }
         break;
       case WType::IQ4_XS:  // random codes and 6-bit sub-scales under a random f16 d

@@ -46,6 +46,9 @@ void block_codes(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w,
     case WType::Q3_K:
       for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q3k_code(blk, 32 * j + e));
       return;
+    case WType::Q2_K:
+      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q2k_code(blk, 32 * j + e));
+      return;
     case WType::IQ4_XS: return unpack_nibbles(blk + lay.block_qs + 16 * j, q);
     case WType::Q4_0:
     case WType::Q4_1:
@@ -66,12 +69,12 @@ void put_codes(WType t, const uint8_t* q, int i, uint8_t* o) {
     return;
   }
   const int bits = rows8_code_bits(t);
-  if (bits == 3) {
+  if (bits <= 3) {
     for (int v = 0; v < 4; ++v)
       for (int j = 0; j < 4; ++j) {
         const int lo = q[8 * v + j], hi = q[8 * v + 4 + j];
         o[32 * (v / 2) + 4 * i + j] |= static_cast<uint8_t>(((lo & 3) | (hi & 3) << 2) << (4 * (v % 2)));
-        o[64 + 4 * i + j] |= static_cast<uint8_t>((lo >> 2) << v | (hi >> 2) << (4 + v));
+        if (bits == 3) o[64 + 4 * i + j] |= static_cast<uint8_t>((lo >> 2) << v | (hi >> 2) << (4 + v));
       }
     return;
   }
@@ -126,6 +129,13 @@ void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64
       std::memcpy(h + H::d + 2 * i, blk + kQ3kD, 2);
       return;
     }
+    case WType::Q2_K: {
+      using H = Rows8Q2kHeader;
+      for (int k = 0; k < 4; ++k) std::memcpy(h + H::words + 32 * k + 4 * i, blk + 4 * k, 4);
+      std::memcpy(h + H::d + 2 * i, blk + kQ2kD, 2);
+      std::memcpy(h + H::dmin + 2 * i, blk + kQ2kDmin, 2);
+      return;
+    }
     case WType::Q4_0:  // d or e (and m) lead the block
     case WType::Q4_1:
     case WType::Q5_0:
@@ -151,6 +161,7 @@ size_t header_bytes(const Rows8& p) {
     case WType::IQ4_XS: return Rows8Iq4xsHeader::bytes;
     case WType::Q6_K: return Rows8Q6kHeader::bytes;
     case WType::Q3_K: return Rows8Q3kHeader::bytes;
+    case WType::Q2_K: return Rows8Q2kHeader::bytes;
     case WType::Int4w:
     case WType::Q4_0:
     case WType::Q4_1:

@@ -25,7 +25,7 @@
 // after another, each tile_bytes long, made of the row's groups g in order
 // (a group: int4w's scale group, one 32-block for q4_0, q4_1, q5_0, q5_1,
 // iq4_nl, mxfp4 and q8_0, one 256-element super-block for q4_k, q5_k, q6_k,
-// q3_k and iq4_xs). A group is its 32-blocks (bpg of them, block_bytes each), then a
+// q3_k, q2_k and iq4_xs). A group is its 32-blocks (bpg of them, block_bytes each), then a
 // header.
 //  * A 32-block of codes: four 32-byte vectors v = 0..3; in vector v, bytes
 //    4i .. 4i+3 belong to row i, and byte j of them holds the low nibble of
@@ -35,10 +35,10 @@
 //    8v + 4 + j's. q6_k follows with two vectors of bit pairs: vector v / 2,
 //    byte j of row i, bits 4 (v % 2) .. +1 = element 8v + j's bits 4..5 and
 //    bits 4 (v % 2) + 2 .. +3 = element 8v + 4 + j's.
-//    q3_k instead: two vectors u = 0..1 of bit pairs, byte j of row i
-//    holding the low bit pairs of elements 8v + j (bits 4 (v % 2) .. +1) and
-//    8v + 4 + j (bits 4 (v % 2) + 2 .. +3) for v = 2u, 2u + 1; then one
-//    vector of third bits laid out as the fifth bits above.
+//    q3_k and q2_k instead: two vectors u = 0..1 of bit pairs, byte j of
+//    row i holding the low bit pairs of elements 8v + j (bits 4 (v % 2) ..
+//    +1) and 8v + 4 + j (bits 4 (v % 2) + 2 .. +3) for v = 2u, 2u + 1; q3_k
+//    follows with one vector of third bits laid out as the fifth bits above.
 //    q8_0 instead: eight 32-byte vectors v = 0..7, bytes 4i .. 4i+3 of
 //    vector v = elements 4v .. 4v+3 of row i.
 //  * The header, per row i (lane order), each field a vector of 8 values:
@@ -50,7 +50,8 @@
 //    - iq4_xs: scales_l (u32), scales_h (u16), d (f16);
 //    - q6_k: per 32-block b, 8 bytes sc[2b] then 8 bytes sc[2b + 1] (int8
 //      sub-scales of its two 16-element halves), then d (f16);
-//    - q3_k: the 12 scale bytes as three u32 words (as q4_k's), then d (f16).
+//    - q3_k: the 12 scale bytes as three u32 words (as q4_k's), then d (f16);
+//    - q2_k: the 16 scale/min bytes as four u32 words, then d and dmin (f16).
 //    Codes keep their stored meaning: q4_0 and int4w subtract 8, q5_0 16,
 //    q6_k 32, q3_k 4; iq4_nl's and mxfp4's index their tables (grid_values).
 #pragma once
@@ -65,11 +66,12 @@ namespace ie {
 
 // Bits per code in a tile's 32-blocks, so a block of one tile is 32 * bits
 // bytes: the nibbles (128), then the fifth bits (5) or q6_k's bit pairs
-// (6); q3_k's bit pairs (64) and third bits (3); q8_0's 256 value bytes.
+// (6); q3_k's bit pairs (64) and third bits (3); q2_k's bit pairs (2);
+// q8_0's 256 value bytes.
 // Every switch on the weight type here, in rows8.cpp and rows8_avx2.cpp
 // names each type (no `default:`): the build makes a missing case an
 // error (-Werror=switch), so a new type cannot pass for a 4-bit one.
-static_assert(kNumWeightTypes == 16, "a new weight type: give it its case in every switch of gemv/rows8*");
+static_assert(kNumWeightTypes == 17, "a new weight type: give it its case in every switch of gemv/rows8*");
 
 // 0: a float type, which has no row-interleaved copy (rows8_applies).
 constexpr int rows8_code_bits(WType t) {
@@ -77,6 +79,7 @@ constexpr int rows8_code_bits(WType t) {
     case WType::Q8_0: return 8;
     case WType::Q6_K: return 6;
     case WType::Q3_K: return 3;
+    case WType::Q2_K: return 2;
     case WType::Q5_0:
     case WType::Q5_1:
     case WType::Q5_K: return 5;
@@ -107,6 +110,9 @@ struct Rows8Q6kHeader {
 };
 struct Rows8Q3kHeader {
   static constexpr int words = 0, d = 96, bytes = 112;
+};
+struct Rows8Q2kHeader {
+  static constexpr int words = 0, d = 128, dmin = 144, bytes = 160;
 };
 
 struct Rows8 {

@@ -435,6 +435,67 @@ IE_INLINE void q3k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
   }
 }
 
+// q2_k tiles: codes 0..3 (bit pairs) times x by maddubs; a 16-element
+// half's two vectors sum in int16 before one madd with its 4-bit sub-scales
+// (int16 pairs from the four scale words, eight rows at once). The mins
+// meet the activation's h16 pairs (32 m sum per half) in one madd per half;
+// that sum times x's d and dmin / 32 (exact) is taken off per super-block,
+// d multiplies the rest.
+template <int NB>
+IE_INLINE void q2k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  using H = Rows8Q2kHeader;
+  constexpr int kBlock = 32 * rows8_code_bits(WType::Q2_K);
+  const __m256i m3 = _mm256_set1_epi8(3), m0f = _mm256_set1_epi8(0x0F);
+  for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
+    const uint8_t* h = w + 8 * kBlock;
+    __m256 P[NB], M[NB];
+    for (auto& v : P) v = _mm256_setzero_ps();
+    for (auto& v : M) v = _mm256_setzero_ps();
+    static_for<8>([&](auto jj) __attribute__((always_inline)) {
+      constexpr int j = decltype(jj)::value;
+      prefetch_group<8>(p, w, b0, j);
+      const uint8_t* blk = w + j * kBlock;
+      // word j / 2: the bytes of sub-blocks 4 (j / 2) .. +3, of which 2j % 4 and 2j % 4 + 1 are this block's
+      const __m256i word = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 32 * (j / 2)));
+      const __m256i sc = _mm256_and_si256(word, m0f), mn = _mm256_and_si256(_mm256_srli_epi32(word, 4), m0f);
+      const __m256i mult[2] = {lane_byte<(2 * j) % 4, true>(sc), lane_byte<(2 * j + 1) % 4, true>(sc)};
+      const __m256i mins[2] = {lane_byte<(2 * j) % 4, true>(mn), lane_byte<(2 * j + 1) % 4, true>(mn)};
+      const int64_t kx = (g * 8 + j) * B + b0;
+      __m256i s[NB], s16[NB];
+      for (auto& v : s) v = _mm256_setzero_si256();
+      for (auto& v : s16) v = _mm256_setzero_si256();
+      static_for<4>([&](auto vv) __attribute__((always_inline)) {
+        constexpr int v = decltype(vv)::value;
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * (v / 2)));
+        const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(wv, 4 * (v % 2)), m3);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4 * (v % 2) + 2), m3);
+        for (int b = 0; b < NB; ++b) {
+          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
+          s16[b] = _mm256_add_epi16(s16[b], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq)),
+                                                             _mm256_maddubs_epi16(hi, bcast4(xq + 4))));
+        }
+        if constexpr (v % 2 == 1) {  // a 16-element half done: widen by its sub-scales
+          for (int b = 0; b < NB; ++b) {
+            s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(s16[b], mult[v / 2]));
+            s16[b] = _mm256_setzero_si256();
+          }
+        }
+      });
+      for (int b = 0; b < NB; ++b) {
+        const int32_t* h16 = x.h16 + 2 * (kx + b);
+        const __m256i m32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mins[0]),
+                                             _mm256_madd_epi16(_mm256_set1_epi32(h16[1]), mins[1]));
+        const __m256 xd = _mm256_broadcast_ss(x.d + kx + b);
+        P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), xd, P[b]);
+        M[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m32), xd, M[b]);
+      }
+    });
+    const __m256 d = load8<2>(h + H::d);
+    const __m256 dmin32 = _mm256_mul_ps(load8<2>(h + H::dmin), _mm256_set1_ps(1.f / 32.f));
+    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fnmadd_ps(M[b], dmin32, _mm256_fmadd_ps(P[b], d, acc[b]));
+  }
+}
+
 // fn(SB, AFFINE) as compile-time constants for a 4-bit copy's scale width and zero point.
 template <class Fn>
 IE_INLINE auto with_nib_params(const Rows8& p, Fn&& fn) {
@@ -462,6 +523,7 @@ void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256
     case WType::IQ4_XS: return iq4xs_tile_n<NB>(p, w, x, B, b0, acc);
     case WType::Q6_K: return q6k_tile_n<NB>(p, w, x, B, b0, acc);
     case WType::Q3_K: return q3k_tile_n<NB>(p, w, x, B, b0, acc);
+    case WType::Q2_K: return q2k_tile_n<NB>(p, w, x, B, b0, acc);
     case WType::Int4w:  // below: scale width and affinity chosen at run time
     case WType::Q4_0:
     case WType::Q4_1: break;

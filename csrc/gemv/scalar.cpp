@@ -62,13 +62,14 @@ void row_f32(const GemvArgs& a, int64_t r, float* acc) {
 
 // The integer codes of one 32-element block and its (scale, min):
 // w_j = scale * (code_j - zero) + min, with zero = 8 for symmetric 4-bit
-// (q6_k: 32, q3_k: 4, and scale_hi instead of scale for elements 16..31).
+// (q6_k: 32, q3_k: 4; the 16-element sub-blocks of q6_k, q3_k and q2_k
+// split the block: scale_hi and min_hi for elements 16..31).
 struct Block {
   int code[32];
   int zero;
   float scale, min;
   bool split = false;
-  float scale_hi = 0.f;
+  float scale_hi = 0.f, min_hi = 0.f;
 };
 
 Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
@@ -106,6 +107,19 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
       k.scale_hi = q3k_scale(p, 2 * j + 1);
       k.zero = 4;
       for (int e = 0; e < 32; ++e) k.code[e] = q3k_code(p, 32 * j + e);
+      return k;
+    }
+    case WType::Q2_K: {
+      const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
+      const int j = static_cast<int>(blk % 8);
+      const Q4kSub lo = q2k_sub(p, 2 * j), hi = q2k_sub(p, 2 * j + 1);
+      k.split = true;
+      k.scale = lo.scale;
+      k.min = -lo.min;
+      k.scale_hi = hi.scale;
+      k.min_hi = -hi.min;
+      k.zero = 0;
+      for (int e = 0; e < 32; ++e) k.code[e] = q2k_code(p, 32 * j + e);
       return k;
     }
     case WType::IQ4_NL:
@@ -165,7 +179,7 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
   return k;
 }
 
-// act=int8: per block, sum_j w_j x~_j = scale * dx * sum_j qx_j (code_j - zero) + min * dx * sum_j qx_j
+// act=int8: per block (per half of a split one), sum_j w_j x~_j = scale * dx * sum_j qx_j (code_j - zero) + min * dx * sum_j qx_j
 // with the inner sums in int32 (x~ = dx * qx is the quantized activation).
 void row_int8(const GemvArgs& a, int64_t r, const int8_t* qx, const float* dx, float* acc) {
   const int64_t cols = a.spec.cols, nblk = cols / 32;
@@ -173,15 +187,17 @@ void row_int8(const GemvArgs& a, int64_t r, const int8_t* qx, const float* dx, f
     const Block k = load_block(a, r, blk);
     for (int b = 0; b < a.batch; ++b) {
       const int8_t* q = qx + b * cols + blk * 32;
-      int dot = 0, qsum = 0, dot_hi = 0;
+      int dot = 0, qsum = 0, dot_hi = 0, qsum_hi = 0;
       for (int j = 0; j < 32; ++j) {
-        (k.split && j >= 16 ? dot_hi : dot) += q[j] * (k.code[j] - k.zero);
-        qsum += q[j];
+        const bool hi = k.split && j >= 16;
+        (hi ? dot_hi : dot) += q[j] * (k.code[j] - k.zero);
+        (hi ? qsum_hi : qsum) += q[j];
       }
       const float d = dx[b * nblk + blk];
       acc[b] += (k.scale * d) * static_cast<float>(dot);
       if (k.split) acc[b] += (k.scale_hi * d) * static_cast<float>(dot_hi);
       if (k.min != 0.f) acc[b] += (k.min * d) * static_cast<float>(qsum);
+      if (k.min_hi != 0.f) acc[b] += (k.min_hi * d) * static_cast<float>(qsum_hi);
     }
   }
 }

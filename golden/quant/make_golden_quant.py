@@ -13,7 +13,7 @@ rows, with and without an importance vector:
 
 Writes golden/quant/input.npy (float32 [rows, 512]), importance.npy
 (float32 [512]) and <type>.bin / <type>-imatrix.bin for q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
-q6_k, q3_k, iq4_nl, iq4_xs.
+q6_k, q3_k, q2_k, iq4_nl, iq4_xs.
 Deterministic: running it twice writes the same bytes. The tests only read
 the files (tests/test_kquant.py).
 """
@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 COLS = 512
 ROW_BYTES = {"q4_0": COLS // 32 * 18, "q4_1": COLS // 32 * 20, "q5_0": COLS // 32 * 22, "q5_1": COLS // 32 * 24,
              "q4_k": COLS // 256 * 144,
-             "q5_k": COLS // 256 * 176, "q6_k": COLS // 256 * 210, "q3_k": COLS // 256 * 110,
+             "q5_k": COLS // 256 * 176, "q6_k": COLS // 256 * 210, "q3_k": COLS // 256 * 110, "q2_k": COLS // 256 * 84,
              "iq4_nl": COLS // 32 * 18, "iq4_xs": COLS // 256 * 136}
 
 
