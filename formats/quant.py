@@ -608,7 +608,25 @@ class Q8_0(_Block, weight_type="q8_0"):
         return _grid_bound(b, d16, -128, 127, np.float32(0), 127 * _f16_half_ulp(d16))
 
 
-class Q4_K(_Block, weight_type="q4_k"):
+class _KQuant(_Block):
+    """The k-quants whose one super-block quantizer takes the importance
+    matrix's column means as they are (None without one) and adds its own
+    σ² per super-block (q4_k, q5_k, q3_k, q2_k): ``_quantize_super``."""
+
+    def _weights(self, w, imp):
+        return np.broadcast_to(imp, w.shape)
+
+    def _quantize_blocks(self, b, name):
+        return self._quantize_super(b, None, name)
+
+    def _quantize_weighted(self, b, wts, name):
+        return self._quantize_super(b, wts, name)
+
+    def _quantize_super(self, b, qw, name):
+        raise NotImplementedError
+
+
+class Q4_K(_KQuant, weight_type="q4_k"):
     """llama.cpp's Q4_K: 256-element super-blocks of eight 32-element
     sub-blocks, w = d × sc_j × q − dmin × m_j with 6-bit sub-scales sc_j and
     sub-mins m_j (packed in 12 bytes) under f16 super-scales d and dmin.
@@ -630,15 +648,6 @@ class Q4_K(_Block, weight_type="q4_k"):
     NMAX = 15  # codes 0..NMAX
     REF_SEARCH = (-1.0, 0.1, 20)  # make_qkx2_quants' rmin, rdelta, nstep without importance weights
     F16_FIELDS = (("d", 0), ("dmin", 2))
-
-    def _weights(self, w, imp):
-        return np.broadcast_to(imp, w.shape)  # the importances themselves: the search adds its own sigma per super-block
-
-    def _quantize_blocks(self, b, name):
-        return self._quantize_super(b, None, name)
-
-    def _quantize_weighted(self, b, wts, name):
-        return self._quantize_super(b, wts, name)
 
     def _quantize_super(self, b, qw, name):
         """quantize_row_q{4,5}_K_ref (qw None) or quantize_row_q{4,5}_K_impl
@@ -835,7 +844,7 @@ class Q6_K(_Block, weight_type="q6_k"):
         return _grid_bound(x, s, -32, 31, np.float32(0), np.float32(2**-21) * np.abs(x))
 
 
-class Q3_K(_Block, weight_type="q3_k"):
+class Q3_K(_KQuant, weight_type="q3_k"):
     """llama.cpp's Q3_K: 256-element super-blocks of sixteen 16-element
     sub-blocks, w = (d × (l_j − 32)) × (q − 4) with 3-bit codes q, 6-bit
     sub-scales l_j and one f16 d: 3.4375 bits per weight. Byte layout: hmask
@@ -859,15 +868,6 @@ class Q3_K(_Block, weight_type="q3_k"):
 
     SUB = 16
     F16_FIELDS = (("d", 108),)
-
-    def _weights(self, w, imp):
-        return np.broadcast_to(imp, w.shape)  # the search adds its own σ² per super-block
-
-    def _quantize_blocks(self, b, name):
-        return self._quantize_super(b, None, name)
-
-    def _quantize_weighted(self, b, wts, name):
-        return self._quantize_super(b, wts, name)
 
     def _quantize_super(self, b, qw, name):
         n = b.shape[0]
@@ -932,7 +932,7 @@ class Q3_K(_Block, weight_type="q3_k"):
         return _grid_bound(x, s, -4, 3, np.float32(0), np.float32(2**-21) * np.abs(x))
 
 
-class Q2_K(_Block, weight_type="q2_k"):
+class Q2_K(_KQuant, weight_type="q2_k"):
     """llama.cpp's Q2_K: 256-element super-blocks of sixteen 16-element
     sub-blocks, w = (d × sc_j) × q − (dmin × m_j) with 2-bit codes q, 4-bit
     sub-scales sc_j and sub-mins m_j (one byte per sub-block: sc_j low, m_j
@@ -956,15 +956,6 @@ class Q2_K(_Block, weight_type="q2_k"):
 
     SUB = 16
     F16_FIELDS = (("d", 80), ("dmin", 82))
-
-    def _weights(self, w, imp):
-        return np.broadcast_to(imp, w.shape)  # the search adds its own σ² per super-block
-
-    def _quantize_blocks(self, b, name):
-        return self._quantize_super(b, None, name)
-
-    def _quantize_weighted(self, b, wts, name):
-        return self._quantize_super(b, wts, name)
 
     def _quantize_super(self, b, qw, name):
         n = b.shape[0]

@@ -144,13 +144,55 @@ def _qkx_t(x, w, nmax, rmin, rdelta, nstep, mad):
     return scale, (-mn).astype(F32), lf.astype(np.uint8)
 
 
+def _move_codes(x: np.ndarray, w: np.ndarray, codes: np.ndarray, lo: int | None, hi: int, active: np.ndarray,
+                removed_sl2: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The passes make_qp_quants and make_q3_quants end with: up to five
+    sweeps over the elements, each moving one code to the one its
+    neighbours' least-squares scale asks for (clamped to lo..hi; lo None:
+    only above) when that raises the fit sumlx² / suml2, the sums updated in
+    place as the C loops do. A row's search ends after a sweep without a
+    change (the C loop breaks; another sweep would change nothing). The
+    two differ in one test: make_qp_quants needs the sums without the
+    element positive (removed_sl2), make_q3_quants the sums with the new code.
+    Updates ``codes`` [n, k] in place; returns (sumlx, suml2) [n]."""
+    n, k = x.shape
+    lf = codes.astype(F32)
+    sumlx = seqsum(w * x * lf)
+    suml2 = seqsum(w * lf * lf)
+    for _ in range(5):
+        changed = np.zeros(n, bool)
+        for i in range(k):
+            wi, xi, li = w[:, i], x[:, i], codes[:, i].astype(F32)
+            slx = sumlx - wi * xi * li
+            sl2 = suml2 - wi * li * li
+            new = nearest_int(xi * sl2 / slx)
+            new = np.minimum(new, hi) if lo is None else np.clip(new, lo, hi)
+            nf = new.astype(F32)
+            ok = active & (slx > 0) & (new != codes[:, i])
+            if removed_sl2:
+                ok &= sl2 > 0
+            slx = slx + wi * xi * nf
+            sl2 = sl2 + wi * nf * nf
+            if not removed_sl2:
+                ok &= sl2 > 0
+            ok &= slx * slx * suml2 > sumlx * sumlx * sl2
+            codes[:, i] = np.where(ok, new, codes[:, i])
+            sumlx = np.where(ok, slx, sumlx)
+            suml2 = np.where(ok, sl2, suml2)
+            changed |= ok
+        active = active & changed
+        if not active.any():
+            break
+    return sumlx, suml2
+
+
 def qp(x: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     """Codes 0..nmax for non-negative x (a super-block's sub-scales or mins)
     under weights w, and the scale: ggml's make_qp_quants. Returns (scale [n],
     codes [n, k] uint8)."""
     x = np.asarray(x, F32)
     w = np.asarray(w, F32)
-    n, k = x.shape
+    n = x.shape[0]
     with np.errstate(all="ignore"):
         mx = np.maximum(x.max(axis=1), F32(0))
         zero = mx < F32(1e-15)
@@ -169,30 +211,7 @@ def qp(x: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]
             best = np.where(better, mse, best)
             iscale = np.where(better, isc, iscale)
         codes = np.minimum(nearest_int(iscale[:, None] * x), nmax)
-        lf = codes.astype(F32)
-        sumlx = seqsum(w * x * lf)
-        suml2 = seqsum(w * lf * lf)
-        active = np.ones(n, bool)
-        for _ in range(5):
-            changed = np.zeros(n, bool)
-            for i in range(k):
-                wi, xi, li = w[:, i], x[:, i], codes[:, i].astype(F32)
-                slx = sumlx - wi * xi * li
-                sl2 = suml2 - wi * li * li
-                ok = active & (slx > 0) & (sl2 > 0)
-                new = np.minimum(nearest_int(xi * sl2 / slx), nmax)
-                nf = new.astype(F32)
-                ok &= new != codes[:, i]
-                slx = slx + wi * xi * nf
-                sl2 = sl2 + wi * nf * nf
-                ok &= slx * slx * suml2 > sumlx * sumlx * sl2
-                codes[:, i] = np.where(ok, new, codes[:, i])
-                sumlx = np.where(ok, slx, sumlx)
-                suml2 = np.where(ok, sl2, suml2)
-                changed |= ok
-            active &= changed
-            if not active.any():
-                break
+        sumlx, suml2 = _move_codes(x, w, codes, None, nmax, np.ones(n, bool), removed_sl2=True)
         scale = np.where(suml2 > 0, sumlx / suml2, F32(0)).astype(F32)
     scale = np.where(zero, F32(0), scale).astype(F32)
     codes = np.where(zero[:, None], 0, codes)
@@ -219,38 +238,15 @@ def q3(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     matrix): codes -nmax..nmax-1 for the scale -nmax / (the element of
     largest magnitude), then up to five passes that move one code at a time
     wherever that raises the x²-weighted fit (sumlx² / suml2), every sum
-    updated in place as the C loop does. Returns (scale [n], L = code + nmax
-    [n, k] uint8; an all-zero row: scale 0, L 0)."""
+    updated in place as the C loop does (_move_codes). Returns (scale [n], L =
+    code + nmax [n, k] uint8; an all-zero row: scale 0, L 0)."""
     x = np.asarray(x, F32)
-    n, k = x.shape
     mx, zero = _signed_max(x.T)
     w = x * x
     with np.errstate(all="ignore"):
         iscale = (F32(-nmax) / mx).astype(F32)
         codes = np.clip(nearest_int(iscale[:, None] * x), -nmax, nmax - 1)
-        lf = codes.astype(F32)
-        sumlx = seqsum(w * x * lf)
-        suml2 = seqsum(w * lf * lf)
-        active = ~zero
-        for _ in range(5):
-            changed = np.zeros(n, bool)
-            for i in range(k):
-                wi, xi, li = w[:, i], x[:, i], codes[:, i].astype(F32)
-                slx = sumlx - wi * xi * li
-                sl2 = suml2 - wi * li * li
-                new = np.clip(nearest_int(xi * sl2 / slx), -nmax, nmax - 1)
-                nf = new.astype(F32)
-                ok = active & (slx > 0) & (new != codes[:, i])
-                slx = slx + wi * xi * nf
-                sl2 = sl2 + wi * nf * nf
-                ok &= (sl2 > 0) & (slx * slx * suml2 > sumlx * sumlx * sl2)
-                codes[:, i] = np.where(ok, new, codes[:, i])
-                sumlx = np.where(ok, slx, sumlx)
-                suml2 = np.where(ok, sl2, suml2)
-                changed |= ok
-            active &= changed  # a pass without a change ends that row's search, as the C loop breaks
-            if not active.any():
-                break
+        sumlx, suml2 = _move_codes(x, w, codes, -nmax, nmax - 1, ~zero, removed_sl2=False)
         scale = np.where(suml2 > 0, sumlx / suml2, F32(0)).astype(F32)
     return np.where(zero, F32(0), scale).astype(F32), np.where(zero[:, None], 0, codes + nmax).astype(np.uint8)
 

@@ -270,20 +270,17 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
       }
       return;
     }
-    case WType::Q6_K: {
+    case WType::Q6_K:
+    case WType::Q3_K: {  // symmetric codes under 16-element sub-scales, offset 32 or 4
       const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
       const int i0 = static_cast<int>(c0 % 256);
+      const bool q6 = s.type == WType::Q6_K;
       IE_UNROLL
-      for (int e = 0; e < 32; ++e)
-        out[e] = q6k_scale(blk, (i0 + e) / 16) * static_cast<float>(q6k_code(blk, i0 + e) - 32);
-      return;
-    }
-    case WType::Q3_K: {
-      const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
-      const int i0 = static_cast<int>(c0 % 256);
-      IE_UNROLL
-      for (int e = 0; e < 32; ++e)
-        out[e] = q3k_scale(blk, (i0 + e) / 16) * static_cast<float>(q3k_code(blk, i0 + e) - 4);
+      for (int e = 0; e < 32; ++e) {
+        const int i = i0 + e;
+        out[e] = q6 ? q6k_scale(blk, i / 16) * static_cast<float>(q6k_code(blk, i) - 32)
+                    : q3k_scale(blk, i / 16) * static_cast<float>(q3k_code(blk, i) - 4);
+      }
       return;
     }
     case WType::Q2_K: {

@@ -314,53 +314,62 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
   }
 }
 
-// q6_k tiles: codes 0..63 (a nibble and a bit pair) times x by maddubs (the
-// four products a 16-bit lane collects per vector stay below 4 * 63 * 127 <
-// 2^15), widened per vector by a madd with its half's int8 sub-scales (int16
-// pairs). The offset 32 is subtracted once per block as
-// 32 (sc_a sum x[0..15] + sc_b sum x[16..31]): two madds of the
-// activation's h16 pairs with the same sub-scales. d once per super-block.
-template <int NB>
-IE_INLINE void q6k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
-  using H = Rows8Q6kHeader;
-  constexpr int kBlock = 32 * rows8_code_bits(WType::Q6_K);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
-    const uint8_t* h = w + 8 * kBlock;
-    __m256 P[NB];
-    for (auto& v : P) v = _mm256_setzero_ps();
-    static_for<8>([&](auto jj) __attribute__((always_inline)) {
-      constexpr int j = decltype(jj)::value;
-      prefetch_group<8>(p, w, b0, j);
-      const uint8_t* blk = w + j * kBlock;
-      __m256i mult[2];  // elements 0..15 and 16..31 of the block
-      for (int half = 0; half < 2; ++half)
-        mult[half] = int16_pairs(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + H::scales + 16 * j + 8 * half))));
-      const int64_t kx = (g * 8 + j) * B + b0;
-      __m256i s[NB];
-      for (auto& v : s) v = _mm256_setzero_si256();
-      static_for<4>([&](auto vv) __attribute__((always_inline)) {
-        constexpr int v = decltype(vv)::value;
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v));
-        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (v / 2)));
-        const __m256i lo = _mm256_or_si256(_mm256_and_si256(wv, m4), bits_to_4<4 * (v % 2), 2>(hb));
-        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4), bits_to_4<4 * (v % 2) + 2, 2>(hb));
-        for (int b = 0; b < NB; ++b) {
-          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-          const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq)), _mm256_maddubs_epi16(hi, bcast4(xq + 4)));
-          s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(s16, mult[v / 2]));
-        }
-      });
+// int32 per row lane, for NB tokens whose blocks lie 32 bytes apart from
+// xq: a 32-block of q2_k's bit-pair codes (0..3) or, with THIRD, q3_k's
+// (0..7: the third bits in the vector at 64) times the activation codes.
+// Each 16-element half's products sum in int16 (8 per lane: at most 8 * 7
+// * 127 < 2^15), then one madd widens them by the half's sub-scales
+// mult[half] (int16 pairs).
+template <bool THIRD, int NB>
+IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB]) {
+  const __m256i m3 = _mm256_set1_epi8(3);
+  __m256i s16[NB];
+  for (auto& v : s) v = _mm256_setzero_si256();
+  for (auto& v : s16) v = _mm256_setzero_si256();
+  static_for<4>([&](auto vv) __attribute__((always_inline)) {
+    constexpr int v = decltype(vv)::value;
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * (v / 2)));
+    __m256i lo = _mm256_and_si256(_mm256_srli_epi16(wv, 4 * (v % 2)), m3);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4 * (v % 2) + 2), m3);
+    if constexpr (THIRD) {
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64));
+      lo = _mm256_or_si256(lo, bits_to<v, 2>(hb));
+      hi = _mm256_or_si256(hi, bits_to<4 + v, 2>(hb));
+    }
+    for (int b = 0; b < NB; ++b) {
+      const int8_t* xb = xq + 32 * b + 8 * v;
+      s16[b] = _mm256_add_epi16(s16[b], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb)),
+                                                         _mm256_maddubs_epi16(hi, bcast4(xb + 4))));
+    }
+    if constexpr (v % 2 == 1) {  // a 16-element half done: widen by its sub-scales
       for (int b = 0; b < NB; ++b) {
-        const int32_t* h16 = x.h16 + 2 * (kx + b);
-        const __m256i off = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mult[0]),
-                                             _mm256_madd_epi16(_mm256_set1_epi32(h16[1]), mult[1]));
-        P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s[b], off)), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+        s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(s16[b], mult[v / 2]));
+        s16[b] = _mm256_setzero_si256();
       }
-    });
-    const __m256 d = load8<2>(h + H::d);
-    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
-  }
+    }
+  });
+}
+
+// The int32 sums of a q6_k 32-block: codes 0..63 (a nibble and a bit pair)
+// times x by maddubs (the four products a 16-bit lane collects per vector
+// stay below 4 * 63 * 127 < 2^15), widened per vector by a madd with its
+// half's sub-scales mult[half] (int16 pairs).
+template <int NB>
+IE_INLINE void q6k_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (auto& v : s) v = _mm256_setzero_si256();
+  static_for<4>([&](auto vv) __attribute__((always_inline)) {
+    constexpr int v = decltype(vv)::value;
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v));
+    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (v / 2)));
+    const __m256i lo = _mm256_or_si256(_mm256_and_si256(wv, m4), bits_to_4<4 * (v % 2), 2>(hb));
+    const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4), bits_to_4<4 * (v % 2) + 2, 2>(hb));
+    for (int b = 0; b < NB; ++b) {
+      const int8_t* xb = xq + 32 * b + 8 * v;
+      const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb)), _mm256_maddubs_epi16(hi, bcast4(xb + 4)));
+      s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(s16, mult[v / 2]));
+    }
+  });
 }
 
 // Sub-scales l_j (0..63) of q3_k's sub-blocks 4Q .. 4Q + 3 of the eight
@@ -374,63 +383,53 @@ IE_INLINE __m256i q3k_scale_word(__m256i w0, __m256i w1, __m256i w2) {
   return _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4));
 }
 
-// q3_k tiles: codes 0..7 (a bit pair and a third bit) times x by maddubs;
-// a 16-element half's two vectors sum in int16 (8 products per lane stay
-// below 8 * 7 * 127 < 2^15) before one madd with its sub-scales l - 32
-// (int16 pairs, unpacked eight rows at once from the three scale words as
-// q3k_sub_scale does). The offset 4 is subtracted once per block from the
-// activation's h16 pairs (32 sc sum per half; an eighth of it, exactly).
-// d once per super-block.
-template <int NB>
-IE_INLINE void q3k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
-  using H = Rows8Q3kHeader;
-  constexpr int kBlock = 32 * rows8_code_bits(WType::Q3_K);
-  const __m256i m3 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi16(32);
+// q6_k and q3_k tiles (symmetric codes under 16-element sub-blocks, w =
+// d * sc_j * (q - Z), Z = 32 or 4): per 32-block the eight rows' two
+// sub-scales as int16 pairs (q6_k: its int8 ones from the header; q3_k:
+// unpacked from its three scale words, less 32), the block's sums
+// (q6k_block_dot_n, pairs_block_dot_n with the third bits), less the
+// offset: Z (sc_a sum x[0..15] + sc_b sum x[16..31]), two madds of the
+// activation's h16 pairs (32 sc sum per half; q3_k takes an eighth,
+// exactly). d once per super-block.
+template <WType T, int NB>
+IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  constexpr int kBlock = 32 * rows8_code_bits(T);
+  constexpr int kD = T == WType::Q6_K ? Rows8Q6kHeader::d : Rows8Q3kHeader::d;
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words));
-    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 32));
-    const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 64));
     __m256 P[NB];
     for (auto& v : P) v = _mm256_setzero_ps();
     static_for<8>([&](auto jj) __attribute__((always_inline)) {
       constexpr int j = decltype(jj)::value;
       prefetch_group<8>(p, w, b0, j);
       const uint8_t* blk = w + j * kBlock;
-      const __m256i sc = q3k_scale_word<j / 2>(w0, w1, w2);
-      const __m256i mult[2] = {_mm256_sub_epi16(lane_byte<(2 * j) % 4, true>(sc), k32),
-                               _mm256_sub_epi16(lane_byte<(2 * j + 1) % 4, true>(sc), k32)};
-      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64));
+      __m256i mult[2];  // elements 0..15 and 16..31 of the block
+      if constexpr (T == WType::Q6_K) {
+        for (int half = 0; half < 2; ++half)
+          mult[half] = int16_pairs(_mm256_cvtepi8_epi32(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + Rows8Q6kHeader::scales + 16 * j + 8 * half))));
+      } else {
+        using H = Rows8Q3kHeader;
+        const __m256i sc = q3k_scale_word<j / 2>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words)),
+                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 32)),
+                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 64)));
+        const __m256i k32 = _mm256_set1_epi16(32);
+        mult[0] = _mm256_sub_epi16(lane_byte<(2 * j) % 4, true>(sc), k32);
+        mult[1] = _mm256_sub_epi16(lane_byte<(2 * j + 1) % 4, true>(sc), k32);
+      }
       const int64_t kx = (g * 8 + j) * B + b0;
-      __m256i s[NB], s16[NB];
-      for (auto& v : s) v = _mm256_setzero_si256();
-      for (auto& v : s16) v = _mm256_setzero_si256();
-      static_for<4>([&](auto vv) __attribute__((always_inline)) {
-        constexpr int v = decltype(vv)::value;
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * (v / 2)));
-        const __m256i lo = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4 * (v % 2)), m3), bits_to<v, 2>(hb));
-        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4 * (v % 2) + 2), m3), bits_to<4 + v, 2>(hb));
-        for (int b = 0; b < NB; ++b) {
-          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-          s16[b] = _mm256_add_epi16(s16[b], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq)),
-                                                             _mm256_maddubs_epi16(hi, bcast4(xq + 4))));
-        }
-        if constexpr (v % 2 == 1) {  // a 16-element half done: widen by its sub-scales
-          for (int b = 0; b < NB; ++b) {
-            s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(s16[b], mult[v / 2]));
-            s16[b] = _mm256_setzero_si256();
-          }
-        }
-      });
+      __m256i s[NB];
+      if constexpr (T == WType::Q6_K) q6k_block_dot_n<NB>(blk, x.q + kx * 32, mult, s);
+      else pairs_block_dot_n<true, NB>(blk, x.q + kx * 32, mult, s);
       for (int b = 0; b < NB; ++b) {
         const int32_t* h16 = x.h16 + 2 * (kx + b);
         const __m256i off32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mult[0]),
                                                _mm256_madd_epi16(_mm256_set1_epi32(h16[1]), mult[1]));
-        const __m256i off = _mm256_srai_epi32(off32, 3);
+        const __m256i off = T == WType::Q6_K ? off32 : _mm256_srai_epi32(off32, 3);
         P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s[b], off)), _mm256_broadcast_ss(x.d + kx + b), P[b]);
       }
     });
-    const __m256 d = load8<2>(h + H::d);
+    const __m256 d = load8<2>(h + kD);
     for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
   }
 }
@@ -445,7 +444,7 @@ template <int NB>
 IE_INLINE void q2k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   using H = Rows8Q2kHeader;
   constexpr int kBlock = 32 * rows8_code_bits(WType::Q2_K);
-  const __m256i m3 = _mm256_set1_epi8(3), m0f = _mm256_set1_epi8(0x0F);
+  const __m256i m0f = _mm256_set1_epi8(0x0F);
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
     __m256 P[NB], M[NB];
@@ -461,26 +460,8 @@ IE_INLINE void q2k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
       const __m256i mult[2] = {lane_byte<(2 * j) % 4, true>(sc), lane_byte<(2 * j + 1) % 4, true>(sc)};
       const __m256i mins[2] = {lane_byte<(2 * j) % 4, true>(mn), lane_byte<(2 * j + 1) % 4, true>(mn)};
       const int64_t kx = (g * 8 + j) * B + b0;
-      __m256i s[NB], s16[NB];
-      for (auto& v : s) v = _mm256_setzero_si256();
-      for (auto& v : s16) v = _mm256_setzero_si256();
-      static_for<4>([&](auto vv) __attribute__((always_inline)) {
-        constexpr int v = decltype(vv)::value;
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * (v / 2)));
-        const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(wv, 4 * (v % 2)), m3);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4 * (v % 2) + 2), m3);
-        for (int b = 0; b < NB; ++b) {
-          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-          s16[b] = _mm256_add_epi16(s16[b], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq)),
-                                                             _mm256_maddubs_epi16(hi, bcast4(xq + 4))));
-        }
-        if constexpr (v % 2 == 1) {  // a 16-element half done: widen by its sub-scales
-          for (int b = 0; b < NB; ++b) {
-            s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(s16[b], mult[v / 2]));
-            s16[b] = _mm256_setzero_si256();
-          }
-        }
-      });
+      __m256i s[NB];
+      pairs_block_dot_n<false, NB>(blk, x.q + kx * 32, mult, s);
       for (int b = 0; b < NB; ++b) {
         const int32_t* h16 = x.h16 + 2 * (kx + b);
         const __m256i m32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mins[0]),
@@ -521,8 +502,8 @@ void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256
     case WType::Q4_K: return kq_tile_n<false, NB>(p, w, x, B, b0, acc);
     case WType::Q5_K: return kq_tile_n<true, NB>(p, w, x, B, b0, acc);
     case WType::IQ4_XS: return iq4xs_tile_n<NB>(p, w, x, B, b0, acc);
-    case WType::Q6_K: return q6k_tile_n<NB>(p, w, x, B, b0, acc);
-    case WType::Q3_K: return q3k_tile_n<NB>(p, w, x, B, b0, acc);
+    case WType::Q6_K: return sym16_tile_n<WType::Q6_K, NB>(p, w, x, B, b0, acc);
+    case WType::Q3_K: return sym16_tile_n<WType::Q3_K, NB>(p, w, x, B, b0, acc);
     case WType::Q2_K: return q2k_tile_n<NB>(p, w, x, B, b0, acc);
     case WType::Int4w:  // below: scale width and affinity chosen at run time
     case WType::Q4_0:

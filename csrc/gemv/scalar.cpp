@@ -89,24 +89,16 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
       for (int e = 0; e < 32; ++e) k.code[e] = s.type == WType::Q4_K ? q4k_code(p, j, e) : q5k_code(p, j, e);
       return k;
     }
-    case WType::Q6_K: {
-      const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
-      const int j = static_cast<int>(blk % 8);
-      k.split = true;
-      k.scale = q6k_scale(p, 2 * j);
-      k.scale_hi = q6k_scale(p, 2 * j + 1);
-      k.zero = 32;
-      for (int e = 0; e < 32; ++e) k.code[e] = q6k_code(p, 32 * j + e);
-      return k;
-    }
+    case WType::Q6_K:
     case WType::Q3_K: {
       const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
       const int j = static_cast<int>(blk % 8);
+      const bool q6 = s.type == WType::Q6_K;
       k.split = true;
-      k.scale = q3k_scale(p, 2 * j);
-      k.scale_hi = q3k_scale(p, 2 * j + 1);
-      k.zero = 4;
-      for (int e = 0; e < 32; ++e) k.code[e] = q3k_code(p, 32 * j + e);
+      k.scale = q6 ? q6k_scale(p, 2 * j) : q3k_scale(p, 2 * j);
+      k.scale_hi = q6 ? q6k_scale(p, 2 * j + 1) : q3k_scale(p, 2 * j + 1);
+      k.zero = q6 ? 32 : 4;
+      for (int e = 0; e < 32; ++e) k.code[e] = q6 ? q6k_code(p, 32 * j + e) : q3k_code(p, 32 * j + e);
       return k;
     }
     case WType::Q2_K: {
