@@ -186,8 +186,10 @@ $(LLAMACPP)/bin/llama-bench: | $(VPY)
 	    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
 	$(VENV)/bin/ninja -C $(LLAMACPP) llama-bench llama-quantize llama-imatrix llama-perplexity
 
-# What each scheme / policy costs SmolLM2-135M (rotated off its 4-bit grid): bits per weight, KL,
-# top-1, PPL against f32; llama.cpp's Q4_0 / Q4_K_M beside them when llama-quantize is on PATH.
+# What each scheme / policy costs SmolLM2-135M (rotated off its 4-bit grid; and widened to 768, so
+# its rows are whole 256-element super-blocks, for the 2- to 4-bit budgets): bits per weight, KL,
+# top-1, PPL against f32; llama.cpp's Q4_0 / Q4_K_M / IQ4_XS / 3-bit types beside them when
+# llama-quantize is on PATH (make llamacpp), scored by llama-perplexity too. About an hour.
 bench-quality: setup
 	$(VPY) benchmarks/quality_bench.py
 

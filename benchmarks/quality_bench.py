@@ -18,6 +18,13 @@ weights are folded into the matrices that read them, the residual stream is
 rotated by a random orthogonal matrix Q (embedding @ Q; q/k/v/gate/up
 (W * g) @ Q; o/down Q^T @ W; the head (E * g) @ Q, untied), and the f32
 logits before and after are compared (printed; they must agree to 1e-4).
+Its 576-wide rows are not whole 256-element super-blocks, which cripples
+the k- and i-quants (llama.cpp's and ours fall back to 32-element types), so
+a second model embeds the rotated one's residual stream in 768 dimensions
+(``widen``: again function-preserving, checked the same way), where every
+matrix but o_proj is super-block friendly; the 2- to 4-bit budgets are
+scored on both (``policies_sub_4_bits``, beside llama.cpp's IQ4_XS, Q3_K_S/M,
+IQ3_S/M and IQ3_XXS with the same importance matrix).
 
 Text: Python's own documentation (``pydoc_data.topics``): the first half
 calibrates the importance matrix (``ieconv imatrix``), the second is scored.
@@ -32,7 +39,8 @@ Q4_K_M and IQ4_XS and our 4.5-bit policy restricted to llama.cpp's types
 (``--gguf-types``, through gptq, exported) are scored; the same policy
 unrestricted, in ierun's table, says what the restriction costs.
 
-    python benchmarks/quality_bench.py [--work out/quality] [--hf-dir M] [--chunks 16] [--threads 2] [--only REGEX]
+    python benchmarks/quality_bench.py [--work out/quality] [--hf-dir M] [--models both|rotated|widened]
+        [--chunks 16] [--threads 2] [--only REGEX]
 """
 
 from __future__ import annotations
