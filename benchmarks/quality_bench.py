@@ -385,13 +385,13 @@ def score_model(a, w: Path, title: str, hf: Path, ref: Path, im: Path, probes: P
     tokens = done[0][2]["tokens_scored"]
     print(f"\n{title}: {tokens} tokens scored ({a.chunks} chunks of 512, second half of each), f32 activations; "
           f"imatrix from {a.calib_chunks} chunks")
-    print(f"{'scheme / policy':<52} {'bits/w':>7} {'KL mean':>9} {'± se':>7} {'top-1':>7} {'PPL':>8}")
+    print(f"{'scheme / policy':<58} {'bits/w':>7} {'KL mean':>9} {'± se':>7} {'top-1':>7} {'PPL':>8}")
     for label, bpw, e in rows:
         if bpw is None:
-            print(f"{label:<52} {'':>7} {e}")
+            print(f"{label:<58} {'':>7} {e}")
         else:
-            print(f"{label:<52} {bpw:7.3f} {e['kld_mean']:9.4f} {e['kld_se']:7.4f} {e['top1_agree']:7.3f} {e['ppl']:8.3f}")
-    print(f"{'f32 reference':<52} {32:7.3f} {'':>9} {'':>7} {'':>7} {done[0][2]['ppl_ref']:8.3f}")
+            print(f"{label:<58} {bpw:7.3f} {e['kld_mean']:9.4f} {e['kld_se']:7.4f} {e['top1_agree']:7.3f} {e['ppl']:8.3f}")
+    print(f"{'f32 reference':<58} {32:7.3f} {'':>9} {'':>7} {'':>7} {done[0][2]['ppl_ref']:8.3f}")
     return used
 
 
@@ -446,11 +446,13 @@ def main() -> None:
         m = prepare_model(a, wd, hf, orig, held_ids, calib, a.widen)
         used |= score_model(a, wd, f"rotated {hf.name} widened to {a.widen}", *m, calib, held, held_text,
                             policies_sub_4_bits(), LLAMA_SUB4_TYPES)
-    print("\nGEMV, 16384 x 8192, int8 activations, threads", a.threads)
+    print("\nGEMV, 16384 x 8192, int8 activations, threads", a.threads, "(rows8: the layout decode steps read)")
     for s in sorted(used):
-        r = json.loads(run(BIN / "ierun", "microbench", "--kernel", s, "--act", "int8", "--threads", a.threads,
-                           "--rows", 16384, "--cols", 8192, "--json").strip().splitlines()[-1])
-        print(f"  {s:<8} {r['gbps']:6.1f} GB/s of {r['read_bw_gbps']:.1f} read bandwidth: {r['fraction']:.2f}")
+        for layout in ("rows8", "stored"):
+            r = json.loads(run(BIN / "ierun", "microbench", "--kernel", s, "--act", "int8", "--threads", a.threads,
+                               "--rows", 16384, "--cols", 8192, "--layout", layout, "--json").strip().splitlines()[-1])
+            print(f"  {s:<8} {layout:<7} {r['gbps']:6.1f} GB/s of {r['read_bw_gbps']:.1f} read bandwidth: "
+                  f"{r['fraction']:.2f}")
 
 
 if __name__ == "__main__":

@@ -397,6 +397,10 @@ IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
   constexpr int kD = T == WType::Q6_K ? Rows8Q6kHeader::d : Rows8Q3kHeader::d;
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
+    __m256i words[3];  // q3_k's scale words, once per super-block
+    if constexpr (T == WType::Q3_K)
+      for (int k = 0; k < 3; ++k)
+        words[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + Rows8Q3kHeader::words + 32 * k));
     __m256 P[NB];
     for (auto& v : P) v = _mm256_setzero_ps();
     static_for<8>([&](auto jj) __attribute__((always_inline)) {
@@ -409,10 +413,7 @@ IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
           mult[half] = int16_pairs(_mm256_cvtepi8_epi32(
               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + Rows8Q6kHeader::scales + 16 * j + 8 * half))));
       } else {
-        using H = Rows8Q3kHeader;
-        const __m256i sc = q3k_scale_word<j / 2>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words)),
-                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 32)),
-                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 64)));
+        const __m256i sc = q3k_scale_word<j / 2>(words[0], words[1], words[2]);
         const __m256i k32 = _mm256_set1_epi16(32);
         mult[0] = _mm256_sub_epi16(lane_byte<(2 * j) % 4, true>(sc), k32);
         mult[1] = _mm256_sub_epi16(lane_byte<(2 * j + 1) % 4, true>(sc), k32);
