@@ -469,6 +469,20 @@ def _unpack_fifth_bits(p: np.ndarray) -> np.ndarray:
     return _unpack_nibbles(p[:, 4:]) | (hi << 4)
 
 
+def _pack_pairs(q: np.ndarray) -> np.ndarray:
+    """Bit pairs [n, 256] (0..3) -> [n, 64], ggml's layout for q2_k's codes,
+    q3_k's low code bits and q6_k's high ones: byte 32 h + l holds elements
+    128 h + l, + 32, + 64, + 96 at bits 0, 2, 4, 6."""
+    p = q.reshape(-1, 2, 4, 32)  # [half, quarter, l]
+    return (p[:, :, 0] | (p[:, :, 1] << 2) | (p[:, :, 2] << 4) | (p[:, :, 3] << 6)).reshape(-1, 64)
+
+
+def _unpack_pairs(p: np.ndarray) -> np.ndarray:
+    """Inverse of _pack_pairs: [n, 64] -> [n, 256]."""
+    q = p.reshape(-1, 2, 1, 32)  # [half, l]
+    return ((q >> (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]) & 3).reshape(-1, 256)
+
+
 class Q4_0(_Block, weight_type="q4_0"):
     """llama.cpp's Q4_0: per block d (f16) and 32 nibbles, w = d × (q − 8).
     Q5_0 is the same scheme with 5-bit codes, so it subclasses this one."""
@@ -608,6 +622,18 @@ class Q8_0(_Block, weight_type="q8_0"):
         return _grid_bound(b, d16, -128, 127, np.float32(0), 127 * _f16_half_ulp(d16))
 
 
+def _coded_by_max(v: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k-quants' _ref coding of a super-block's sub-scales (or sub-mins),
+    v [n, k] >= 0: each against the largest, codes min(nearest(nmax / max ×
+    v) as a byte, nmax) under the super-scale max / nmax (all zero where the
+    largest is not positive), as quantize_row_q{2,4,5}_K_ref do."""
+    top = np.maximum(v.max(axis=1), np.float32(0))
+    with np.errstate(all="ignore"):  # subnormal maxima: nmax / max overflows, as in C
+        inv = np.where(top > 0, np.float32(nmax) / top, np.float32(0)).astype(np.float32)
+        codes = np.minimum(qs.nearest_int(inv[:, None] * v) & 0xFF, nmax).astype(np.uint8)
+    return (top / np.float32(nmax)).astype(np.float32), codes
+
+
 class _KQuant(_Block):
     """The k-quants whose one super-block quantizer takes the importance
     matrix's column means as they are (None without one) and adds its own
@@ -658,16 +684,8 @@ class Q4_K(_KQuant, weight_type="q4_k"):
             av = np.sqrt(qs.seqsum(sub * sub) / np.float32(32)).astype(np.float32)
             wts = (av[:, None] + np.abs(sub)).astype(np.float32)
             scales, mins, codes = qs.qkx(sub, wts, self.NMAX, *self.REF_SEARCH)
-            scales, mins = scales.reshape(n, 8), mins.reshape(n, 8)
-            max_scale = np.maximum(scales.max(axis=1), np.float32(0))
-            max_min = np.maximum(mins.max(axis=1), np.float32(0))
-            with np.errstate(all="ignore"):  # subnormal maxima: 63 / max overflows, as in C
-                inv_s = np.where(max_scale > 0, np.float32(63) / max_scale, np.float32(0)).astype(np.float32)
-                inv_m = np.where(max_min > 0, np.float32(63) / max_min, np.float32(0)).astype(np.float32)
-                ls = np.minimum(qs.nearest_int(inv_s[:, None] * scales) & 0xFF, 63).astype(np.uint8)
-                lm = np.minimum(qs.nearest_int(inv_m[:, None] * mins) & 0xFF, 63).astype(np.uint8)
-            d = (max_scale / np.float32(63)).astype(np.float32)
-            dmin = (max_min / np.float32(63)).astype(np.float32)
+            d, ls = _coded_by_max(scales.reshape(n, 8), 63)
+            dmin, lm = _coded_by_max(mins.reshape(n, 8), 63)
         else:  # quantize_row_q4_K_impl
             sigma2 = (np.float32(2) * qs.seqsum(b * b) / np.float32(256)).astype(np.float32)
             wts = qs.importance_weights(b, qw, sigma2).reshape(n * 8, self.SUB)
@@ -797,8 +815,7 @@ class Q6_K(_Block, weight_type="q6_k"):
         sub = b.reshape(n * 16, self.SUB)
         scales, codes = qs.qx(sub, wts.reshape(n * 16, self.SUB), 32, with_codes=True)
         scales = scales.reshape(n, 16)
-        top = np.take_along_axis(scales, np.abs(scales).argmax(axis=1)[:, None], axis=1)[:, 0]
-        zero = np.abs(top) < np.float32(1e-15)  # GROUP_MAX_EPS: the super-block stores as all zero bytes
+        top, zero = qs.signed_max(scales)  # zero: the super-block stores as all zero bytes
         with np.errstate(all="ignore"):
             iscale = np.where(zero, np.float32(0), np.float32(-128) / top).astype(np.float32)
             d = np.where(zero, np.float32(0), np.float32(1) / iscale).astype(np.float32)
@@ -810,11 +827,9 @@ class Q6_K(_Block, weight_type="q6_k"):
             again = np.clip(qs.nearest_int(sub / step), -32, 31) + 32
         codes = np.where(step != 0, again, codes).reshape(n, 16 * self.SUB).astype(np.uint8)
         codes[zero] = 0  # ggml zeroes such a block (its sub-scales are 0 already: iscale is)
-        q = codes.reshape(n, 2, 4, 32)  # [half, quarter, l]
-        lo, hi = q & 0xF, q >> 4
+        lo = (codes & 0xF).reshape(n, 2, 4, 32)  # [half, quarter, l]
         ql = np.concatenate([lo[:, :, 0] | (lo[:, :, 2] << 4), lo[:, :, 1] | (lo[:, :, 3] << 4)], axis=2)
-        qh = hi[:, :, 0] | (hi[:, :, 1] << 2) | (hi[:, :, 2] << 4) | (hi[:, :, 3] << 6)
-        return np.concatenate([ql.reshape(n, 128), qh.reshape(n, 64), sc.view(np.uint8),
+        return np.concatenate([ql.reshape(n, 128), _pack_pairs(codes >> 4), sc.view(np.uint8),
                                d16[:, None].view(np.uint8)], axis=1)
 
     @staticmethod
@@ -827,10 +842,8 @@ class Q6_K(_Block, weight_type="q6_k"):
     def codes(raw: np.ndarray) -> np.ndarray:
         """The codes 0..63 of every element, [n, 256]."""
         ql = raw[:, :128].reshape(-1, 2, 2, 32)  # [half, byte group, l]
-        qh = raw[:, 128:192].reshape(-1, 2, 1, 32)
-        lo = np.concatenate([ql & 0xF, ql >> 4], axis=2)  # quarters 0, 1, 2, 3
-        hi = (qh >> (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]) & 3
-        return (lo | (hi << 4)).reshape(-1, 256)
+        lo = np.concatenate([ql & 0xF, ql >> 4], axis=2).reshape(-1, 256)  # quarters 0, 1, 2, 3
+        return lo | (_unpack_pairs(raw[:, 128:192]) << 4)
 
     def _dequantize_blocks(self, raw):
         s = self.sub_scales(raw)
@@ -875,7 +888,7 @@ class Q3_K(_KQuant, weight_type="q3_k"):
         if qw is None:  # quantize_row_q3_K_ref
             scales, codes = qs.q3(sub, 4)
             scales = scales.reshape(n, 16)
-            top = np.take_along_axis(scales, np.abs(scales).argmax(axis=1)[:, None], axis=1)[:, 0]
+            top, _ = qs.signed_max(scales)
             with np.errstate(all="ignore"):
                 iscale = np.where(top != 0, np.float32(-32) / top, np.float32(0)).astype(np.float32)
                 d = np.where(top != 0, np.float32(1) / iscale, np.float32(0)).astype(np.float32)
@@ -895,13 +908,11 @@ class Q3_K(_KQuant, weight_type="q3_k"):
         hmask = np.zeros((n, 32), np.uint8)
         for h in range(8):
             hmask |= ((codes[:, 32 * h:32 * h + 32] >> 2) & 1) << h
-        q = (codes & 3).reshape(n, 2, 4, 32)  # [half, quarter, l]
-        qs_bytes = q[:, :, 0] | (q[:, :, 1] << 2) | (q[:, :, 2] << 4) | (q[:, :, 3] << 6)
         packed = np.zeros((n, 12), np.uint8)
         packed[:, :8] = (ls[:, :8] & 0xF) | ((ls[:, 8:] & 0xF) << 4)
         for j in range(16):
             packed[:, 8 + j % 4] |= (ls[:, j] >> 4) << (2 * (j // 4))
-        return np.concatenate([hmask, qs_bytes.reshape(n, 64), packed, d16[:, None].view(np.uint8)], axis=1)
+        return np.concatenate([hmask, _pack_pairs(codes & 3), packed, d16[:, None].view(np.uint8)], axis=1)
 
     @staticmethod
     def sub_scales(raw: np.ndarray) -> np.ndarray:
@@ -916,10 +927,8 @@ class Q3_K(_KQuant, weight_type="q3_k"):
     @staticmethod
     def codes(raw: np.ndarray) -> np.ndarray:
         """The codes 0..7 of every element, [n, 256] (the value is code − 4)."""
-        q = raw[:, 32:96].reshape(-1, 2, 1, 32)  # [half, l]
-        low = (q >> (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]) & 3  # [half, quarter, l]
         high = (raw[:, None, :32] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1  # [n, 8 (32-element runs), 32]
-        return low.reshape(-1, 256) | (high.reshape(-1, 256) << 2)
+        return _unpack_pairs(raw[:, 32:96]) | (high.reshape(-1, 256) << 2)
 
     def _dequantize_blocks(self, raw):
         q = self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32) - np.float32(4)
@@ -962,16 +971,8 @@ class Q2_K(_KQuant, weight_type="q2_k"):
         sub = b.reshape(n * 16, self.SUB)
         if qw is None:  # quantize_row_q2_K_ref
             scales, mins, codes = qs.qkx(sub, np.abs(sub), 3, -0.5, 0.1, 15, mad=True)
-            scales, mins = scales.reshape(n, 16), mins.reshape(n, 16)
-            max_scale = np.maximum(scales.max(axis=1), np.float32(0))
-            max_min = np.maximum(mins.max(axis=1), np.float32(0))
-            with np.errstate(all="ignore"):
-                inv_s = np.where(max_scale > 0, np.float32(15) / max_scale, np.float32(0)).astype(np.float32)
-                inv_m = np.where(max_min > 0, np.float32(15) / max_min, np.float32(0)).astype(np.float32)
-                ls = (qs.nearest_int(inv_s[:, None] * scales) & 0xF).astype(np.uint8)
-                lm = (qs.nearest_int(inv_m[:, None] * mins) & 0xF).astype(np.uint8)
-            d = (max_scale / np.float32(15)).astype(np.float32)
-            dmin = (max_min / np.float32(15)).astype(np.float32)
+            d, ls = _coded_by_max(scales.reshape(n, 16), 15)
+            dmin, lm = _coded_by_max(mins.reshape(n, 16), 15)
         else:  # quantize_row_q2_K_impl
             sigma2 = (qs.seqsum(b * b) / np.float32(256)).astype(np.float32)
             wts = qs.importance_weights(b, qw, sigma2).reshape(n * 16, self.SUB)
@@ -986,9 +987,8 @@ class Q2_K(_KQuant, weight_type="q2_k"):
         low = (m16.astype(np.float32)[:, None] * lm.astype(np.float32)).reshape(-1, 1)
         with np.errstate(divide="ignore", invalid="ignore"):
             again = np.clip(qs.nearest_int((sub + low) / step), 0, 3)
-        codes = np.where(step != 0, again, codes).reshape(n, 2, 4, 32).astype(np.uint8)  # [half, quarter, l]
-        qs_bytes = codes[:, :, 0] | (codes[:, :, 1] << 2) | (codes[:, :, 2] << 4) | (codes[:, :, 3] << 6)
-        return np.concatenate([ls | (lm << 4), qs_bytes.reshape(n, 64), d16[:, None].view(np.uint8),
+        codes = np.where(step != 0, again, codes).reshape(n, 256).astype(np.uint8)
+        return np.concatenate([ls | (lm << 4), _pack_pairs(codes), d16[:, None].view(np.uint8),
                                m16[:, None].view(np.uint8)], axis=1)
 
     @staticmethod
@@ -1002,8 +1002,7 @@ class Q2_K(_KQuant, weight_type="q2_k"):
     @staticmethod
     def codes(raw: np.ndarray) -> np.ndarray:
         """The codes 0..3 of every element, [n, 256]."""
-        q = raw[:, 16:80].reshape(-1, 2, 1, 32)  # [half, l]
-        return ((q >> (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]) & 3).reshape(-1, 256)
+        return _unpack_pairs(raw[:, 16:80])
 
     def _dequantize_blocks(self, raw):
         s, m = self.sub_params(raw)
@@ -1096,7 +1095,7 @@ class IQ4_XS(_IQ4, weight_type="iq4_xs"):
         n = b.shape[0]
         sub = b.reshape(n * 8, self.SUB)
         scales = qs.iq4_scales(sub, wts.reshape(n * 8, self.SUB)).reshape(n, 8)
-        top = np.take_along_axis(scales, np.abs(scales).argmax(axis=1)[:, None], axis=1)[:, 0]
+        top, _ = qs.signed_max(scales)
         top = np.where(top != 0, top, np.float32(0))  # ggml starts its search for the largest at +0
         d = (-top / np.float32(32)).astype(np.float32)
         _check_f16_range(d, name)

@@ -241,7 +241,7 @@ def q3(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     updated in place as the C loop does (_move_codes). Returns (scale [n], L =
     code + nmax [n, k] uint8; an all-zero row: scale 0, L 0)."""
     x = np.asarray(x, F32)
-    mx, zero = _signed_max(x.T)
+    mx, zero = signed_max(x)
     w = x * x
     with np.errstate(all="ignore"):
         iscale = (F32(-nmax) / mx).astype(F32)
@@ -267,12 +267,12 @@ def _scale_per_row(search_t: Callable, x: np.ndarray, w: np.ndarray, *args, outs
     return tuple(res) if outs > 1 else res[0]
 
 
-def _signed_max(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per column of x [k, n]: the element of largest magnitude, sign kept (the
+def signed_max(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    """Along ``axis`` of x: the element of largest magnitude, sign kept (the
     first of equals, as the C loops' strict '>'), and whether it is below
-    ggml's 1e-15 (a block that stores as zero)."""
-    at = np.abs(x).argmax(axis=0)
-    mx = np.take_along_axis(x, at[None, :], axis=0)[0]
+    ggml's 1e-15 (GROUP_MAX_EPS: a block that stores as zero)."""
+    at = np.expand_dims(np.abs(x).argmax(axis=axis), axis)
+    mx = np.take_along_axis(x, at, axis=axis).squeeze(axis)
     return mx, np.abs(mx) < F32(1e-15)
 
 
@@ -280,7 +280,7 @@ def _qx_t(x, w, nmax):
     """qx on one chunk, transposed: x, w [k, n] -> (scale, the iscale whose
     codes it fitted; 0 in an all-zero column)."""
     with np.errstate(all="ignore"):
-        mx, zero = _signed_max(x)
+        mx, zero = signed_max(x, axis=0)
         wx = w * x
         lf, t = np.empty_like(x), np.empty_like(x)  # reused by every fit: fresh temporaries cost page faults
 
@@ -359,7 +359,7 @@ def iq4_scales(x: np.ndarray, w: np.ndarray, ntry: int = 7) -> np.ndarray:
 def _iq4_t(x, w, ntry):
     """iq4_scales on one chunk, transposed: x, w [32, n]."""
     with np.errstate(all="ignore"):
-        mx, zero = _signed_max(x)
+        mx, zero = signed_max(x, axis=0)
         q, wq, t = np.empty_like(x), np.empty_like(x), np.empty_like(x)  # reused by every fit
 
         def fit(iscale):

@@ -74,17 +74,23 @@ IE_HD int q5_code(const uint8_t* blk, int at, int e) {
 // at 208. Element i = 128 h + 32 k + l (half h, quarter k) has its low
 // nibble in byte 64 h + 32 (k % 2) + l (high nibble for k >= 2) and its high
 // two bits at bit 2 k of byte 128 + 32 h + l.
-constexpr int kQ6kBytes = wtype_info(WType::Q6_K).block_bytes;
 constexpr int kQ6kHigh = 128, kQ6kScales = 192, kQ6kD = 208;
 
 IE_HD float q6k_scale(const uint8_t* blk, int j) {
   return f16_to_f32(load_u16(blk + kQ6kD)) * static_cast<float>(static_cast<int8_t>(blk[kQ6kScales + j]));
 }
 
+// The bit pair of element i (0..255) in ggml's 64-byte layout at `at`
+// (q2_k's codes, q3_k's low code bits, q6_k's high ones): byte 32 h + l of
+// half h holds elements 128 h + l, + 32, + 64, + 96 at bits 0, 2, 4, 6.
+IE_HD int kq_pair(const uint8_t* blk, int at, int i) {
+  return (blk[at + 32 * (i / 128) + i % 32] >> (2 * (i % 128 / 32))) & 3;
+}
+
 IE_HD int q6k_code(const uint8_t* blk, int i) {
   const int h = i / 128, k = i % 128 / 32, l = i % 32;
   const int lo = (blk[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 0xF;
-  return lo | (((blk[kQ6kHigh + 32 * h + l] >> (2 * k)) & 3) << 4);
+  return lo | (kq_pair(blk, kQ6kHigh, i) << 4);
 }
 
 // q3_k: 256-element super-blocks of sixteen 16-element sub-blocks, w =
@@ -93,7 +99,6 @@ IE_HD int q6k_code(const uint8_t* blk, int i) {
 // pair: bits 2 (j / 4) of byte 104 + j % 4), f16 d at 108. Element i = 128 h
 // + 32 k + l (half h, quarter k) has its low bit pair at bits 2 k of byte
 // 32 + 32 h + l and its high bit at bit i / 32 of byte i % 32.
-constexpr int kQ3kBytes = wtype_info(WType::Q3_K).block_bytes;
 constexpr int kQ3kLow = 32, kQ3kScales = 96, kQ3kD = 108;
 
 IE_HD int q3k_sub_scale(const uint8_t* blk, int j) {
@@ -107,15 +112,13 @@ IE_HD float q3k_scale(const uint8_t* blk, int j) {
 }
 
 IE_HD int q3k_code(const uint8_t* blk, int i) {
-  const int h = i / 128, k = i % 128 / 32, l = i % 32;
-  return ((blk[kQ3kLow + 32 * h + l] >> (2 * k)) & 3) | (((blk[l] >> (i / 32)) & 1) << 2);
+  return kq_pair(blk, kQ3kLow, i) | (((blk[i % 32] >> (i / 32)) & 1) << 2);
 }
 
 // q2_k: 256-element super-blocks of sixteen 16-element sub-blocks, w =
 // (d * sc_j) * q - (dmin * m_j): 2-bit codes q, byte j of the 16 at 0
 // holding sc_j (low nibble) and m_j (high), f16 d at 80 and dmin at 82.
 // Element i = 128 h + 32 k + l has its code at bits 2 k of byte 16 + 32 h + l.
-constexpr int kQ2kBytes = wtype_info(WType::Q2_K).block_bytes;
 constexpr int kQ2kCodes = wtype_info(WType::Q2_K).code_offset;
 constexpr int kQ2kD = 80, kQ2kDmin = 82;
 
@@ -124,9 +127,7 @@ IE_HD Q4kSub q2k_sub(const uint8_t* blk, int j) {
           f16_to_f32(load_u16(blk + kQ2kDmin)) * static_cast<float>(blk[j] >> 4)};
 }
 
-IE_HD int q2k_code(const uint8_t* blk, int i) {
-  return (blk[kQ2kCodes + 32 * (i / 128) + i % 32] >> (2 * (i % 128 / 32))) & 3;
-}
+IE_HD int q2k_code(const uint8_t* blk, int i) { return kq_pair(blk, kQ2kCodes, i); }
 
 // iq4_nl / iq4_xs: each code indexes ggml's non-linear grid kvalues_iq4nl;
 // a 32-element (sub-)block is w = scale * iq4_value(q), its codes the low

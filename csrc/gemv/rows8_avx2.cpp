@@ -323,6 +323,7 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
 template <bool THIRD, int NB>
 IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB]) {
   const __m256i m3 = _mm256_set1_epi8(3);
+  const __m256i hb = THIRD ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64)) : _mm256_setzero_si256();
   __m256i s16[NB];
   for (auto& v : s) v = _mm256_setzero_si256();
   for (auto& v : s16) v = _mm256_setzero_si256();
@@ -332,7 +333,6 @@ IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m
     __m256i lo = _mm256_and_si256(_mm256_srli_epi16(wv, 4 * (v % 2)), m3);
     __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4 * (v % 2) + 2), m3);
     if constexpr (THIRD) {
-      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64));
       lo = _mm256_or_si256(lo, bits_to<v, 2>(hb));
       hi = _mm256_or_si256(hi, bits_to<4 + v, 2>(hb));
     }
