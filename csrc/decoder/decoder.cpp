@@ -224,6 +224,18 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   for (LayerWeights& L : w_.layers)
     for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) make_resident(*m);
   make_resident(w_.lm_head);
+  // int8 prefill chunks of kMaxRows8Batch tokens where every quantized
+  // matrix is read through its rows8 copy; else kMaxBatch, what the
+  // stored-layout GEMV takes (a dedup member, routed experts, an ISA without
+  // the rows8 kernel), so that no chunk falls back to the float GEMM.
+  if (act_ == Act::Int8) {
+    auto rows8_or_float = [](const Matrix& m) { return !m.dedup && (m.rows8 || !wtype_info(m.spec.type).int8_act); };
+    bool all = rows8_or_float(w_.lm_head);
+    for (const LayerWeights& L : w_.layers)
+      for (const Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})
+        all = all && L.experts.empty() && rows8_or_float(*m);
+    if (all) int8_chunk_ = kMaxRows8Batch;
+  }
   const size_t cache = checked_mul(checked_mul(static_cast<size_t>(c.n_layers), static_cast<size_t>(c.max_ctx),
                                               "KV cache"), static_cast<size_t>(kv_dim_), "KV cache");
   k_cache_ = ZeroPages<float>(cache);
@@ -313,7 +325,7 @@ void Decoder::truncate(int n) {
 }
 
 void Decoder::prepare(PreparedAct& prep, const float* x, int b, int cols) {
-  if (b <= kMaxBatch) prep.set(x, b, cols);
+  if (b <= kMaxRows8Batch) prep.set(x, b, cols);
 }
 
 void Decoder::mm(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y) {
@@ -330,7 +342,7 @@ bool Decoder::rows8(const Rows8Job* jobs, int n, PreparedAct& x) {
 }
 
 void Decoder::mm_plain(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y) {
-  if (b > kMaxBatch)
+  if (b > (m.rows8 && act_ == Act::Int8 ? kMaxRows8Batch : kMaxBatch))
     gemm(m.spec, m.data, x, b, bias, y, *pool_, isa_, gemm_scratch_);
   else
     gemv(m.spec, m.data, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, *pool_, isa_, scratch_,
@@ -586,7 +598,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     const Rows8Job qkv[3] = {{L.q.rows8.get(), nullptr, bq, q_.data()},
                              {L.k.rows8.get(), nullptr, bk, k_.data()},
                              {L.v.rows8.get(), nullptr, bv, v_.data()}};
-    if (!(b <= kMaxBatch && qkv[0].w && qkv[1].w && qkv[2].w && rows8(qkv, 3, xn_prep_))) {
+    if (!(b <= kMaxRows8Batch && qkv[0].w && qkv[1].w && qkv[2].w && rows8(qkv, 3, xn_prep_))) {
       mm(L.q, xn_prep_, xn_.data(), b, bq, q_.data());
       mm(L.k, xn_prep_, xn_.data(), b, bk, k_.data());
       mm(L.v, xn_prep_, xn_.data(), b, bv, v_.data());
@@ -626,7 +638,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       continue;
     }
     const Rows8Job mlp = {L.gate.rows8.get(), L.up.rows8.get(), nullptr, gate_.data()};  // fused SwiGLU
-    if (!(b <= kMaxBatch && mlp.w && mlp.up && rows8(&mlp, 1, xn_prep_))) {
+    if (!(b <= kMaxRows8Batch && mlp.w && mlp.up && rows8(&mlp, 1, xn_prep_))) {
       mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
       mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
       glu(Glu::Silu, gate_.data(), up_.data(), b, I);
@@ -672,7 +684,7 @@ void Decoder::forward(const int32_t* tokens, int n, float* logits, bool all_logi
   } timing_off{timing_};
   Stopwatch whole(timer(&StepTimes::total_s));
   if (timing_) ++step_times_.steps;
-  const int chunk = act_ == Act::Int8 ? kMaxBatch : kPrefillBatch;
+  const int chunk = act_ == Act::Int8 ? int8_chunk_ : kPrefillBatch;
   for (int done = 0; done < n;) {
     const int b = std::min(chunk, n - done);
     const bool last = done + b == n;

@@ -132,8 +132,9 @@ class Decoder {
   // K/V to the cache. Writes [n, vocab] logits when all_logits, else only
   // the last token's [vocab] (the head runs once). Tokens go through the
   // matrices kPrefillBatch at a time with float activations (GEMM), and
-  // kMaxBatch at a time with int8 ones (the GEMV's int8 path is the one
-  // being asked for); one weight read serves the whole chunk.
+  // kMaxRows8Batch at a time with int8 ones (kMaxBatch where a quantized
+  // matrix has no rows8 copy: the GEMV's int8 path is the one being asked
+  // for); one weight read serves the whole chunk.
   void forward(const int32_t* tokens, int n, float* logits, bool all_logits);
 
   // Activation statistics for an importance matrix (llama-imatrix's): while
@@ -210,7 +211,8 @@ class Decoder {
     });
   }
   // x [b, cols]: through the GEMV (prepared once in `prep` for every matrix
-  // that reads it) when b <= kMaxBatch, else through the GEMM.
+  // that reads it) when b <= kMaxBatch (kMaxRows8Batch for a matrix with a
+  // rows8 copy and int8 activations), else through the GEMM.
   void prepare(PreparedAct& prep, const float* x, int b, int cols);
   // One weight matrix times x (counted in step_times_.matmul_s while a
   // step is timed); mm_plain and mm_dedup are its two cases.
@@ -230,6 +232,7 @@ class Decoder {
   int n_past_ = 0;
   int q_dim_ = 0, kv_dim_ = 0;
   size_t rows8_bytes_ = 0;
+  int int8_chunk_ = kMaxBatch;  // tokens per int8 prefill chunk (set at load: kMaxRows8Batch where every matrix allows)
   std::vector<int> pinned_;
   StepTimes step_times_;
   bool timing_ = false;  // within a single-token forward

@@ -30,8 +30,8 @@ Act parse_act(const std::string& act) {
 const char* act_name(Act act) { return act == Act::Int8 ? "int8" : "f32"; }
 
 void PreparedAct::set(const float* x, int batch, int64_t cols) {
-  if (batch < 1 || batch > kMaxBatch)
-    fail("batch must be 1.." + std::to_string(kMaxBatch) + ", got " + std::to_string(batch));
+  if (batch < 1 || batch > kMaxRows8Batch)
+    fail("batch must be 1.." + std::to_string(kMaxRows8Batch) + ", got " + std::to_string(batch));
   if (cols < 1) fail("activation length must be positive, got " + std::to_string(cols));
   x_ = x;
   batch_ = batch;
@@ -103,6 +103,8 @@ void check_gemv(const WeightSpec& s, const PreparedAct& x, Act act) {
 // the kernel's parallel region (PreparedAct is not thread-safe).
 void run_gemv(const WeightSpec& s, const uint8_t* w, const RowSource* src, PreparedAct& x, const float* bias,
               float* y, Act act, ThreadPool& pool, Isa isa, GemvScratch& scratch) {
+  if (x.batch() > kMaxBatch)
+    fail("batch must be 1.." + std::to_string(kMaxBatch) + " outside the rows8 kernels, got " + std::to_string(x.batch()));
   const GemvOps& ops = kGemvTable.ops(isa);
   GemvArgs a;
   a.spec = s;

@@ -29,6 +29,13 @@ Act parse_act(const std::string& act);
 const char* act_name(Act act);
 
 constexpr int kMaxBatch = 8;
+// Activation rows one gemv_rows8 call takes (a PreparedAct holds up to
+// this many): a decoder's int8 prefill chunk. Its kernels pass four rows at
+// a time over a tile that stays in L1, so 32 rows read each weight tile
+// from memory once per 32 tokens, and the threads meet a quarter as often
+// as with chunks of kMaxBatch (SmolLM2 int4w pp512: +7-10% on 1 and 2
+// threads). The stored-layout kernels take kMaxBatch rows at most.
+constexpr int kMaxRows8Batch = 32;
 
 // An activation x [batch, cols] as every GEMV that reads it needs it: the
 // int8 quantization and the SIMD lane orders are built by the first matrix

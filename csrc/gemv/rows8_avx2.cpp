@@ -489,37 +489,45 @@ IE_INLINE auto with_nib_params(const Rows8& p, Fn&& fn) {
   return p.affine ? fn(S2{}, T{}) : fn(S2{}, F{});
 }
 
-// Rows of tile t for activation rows b0 .. b0+NB (of B).
+// Rows of tile t for activation rows b0 .. b0+NB (of B). The kernels add
+// into a local array, copied out once: `out` is the caller's memory, and
+// __m256 may alias the activation's float scales, so accumulating there made
+// the compiler store every accumulator after every block and reload x's
+// pointers (a quarter of the prefill kernel's time on SmolLM2 int4w).
 template <int NB>
-void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& xr, int B, int b0, __m256 (&out)[NB]) {
+  const Q8Nat x = xr;
+  __m256 acc[NB];
   for (auto& v : acc) v = _mm256_setzero_ps();
   const uint8_t* w = p.bytes.data() + t * p.tile_bytes;
   switch (p.spec.type) {
-    case WType::Q8_0: return signed_tile_n<WType::Q8_0, NB>(p, w, x, B, b0, acc);
-    case WType::IQ4_NL: return signed_tile_n<WType::IQ4_NL, NB>(p, w, x, B, b0, acc);
-    case WType::MXFP4: return signed_tile_n<WType::MXFP4, NB>(p, w, x, B, b0, acc);
-    case WType::Q5_0: return nib_tile_n<1, 2, false, 32, NB>(p, w, x, B, b0, acc);
-    case WType::Q5_1: return nib_tile_n<1, 2, true, 32, NB>(p, w, x, B, b0, acc);
-    case WType::Q4_K: return kq_tile_n<false, NB>(p, w, x, B, b0, acc);
-    case WType::Q5_K: return kq_tile_n<true, NB>(p, w, x, B, b0, acc);
-    case WType::IQ4_XS: return iq4xs_tile_n<NB>(p, w, x, B, b0, acc);
-    case WType::Q6_K: return sym16_tile_n<WType::Q6_K, NB>(p, w, x, B, b0, acc);
-    case WType::Q3_K: return sym16_tile_n<WType::Q3_K, NB>(p, w, x, B, b0, acc);
-    case WType::Q2_K: return q2k_tile_n<NB>(p, w, x, B, b0, acc);
-    case WType::Int4w:  // below: scale width and affinity chosen at run time
+    case WType::Q8_0: signed_tile_n<WType::Q8_0, NB>(p, w, x, B, b0, acc); break;
+    case WType::IQ4_NL: signed_tile_n<WType::IQ4_NL, NB>(p, w, x, B, b0, acc); break;
+    case WType::MXFP4: signed_tile_n<WType::MXFP4, NB>(p, w, x, B, b0, acc); break;
+    case WType::Q5_0: nib_tile_n<1, 2, false, 32, NB>(p, w, x, B, b0, acc); break;
+    case WType::Q5_1: nib_tile_n<1, 2, true, 32, NB>(p, w, x, B, b0, acc); break;
+    case WType::Q4_K: kq_tile_n<false, NB>(p, w, x, B, b0, acc); break;
+    case WType::Q5_K: kq_tile_n<true, NB>(p, w, x, B, b0, acc); break;
+    case WType::IQ4_XS: iq4xs_tile_n<NB>(p, w, x, B, b0, acc); break;
+    case WType::Q6_K: sym16_tile_n<WType::Q6_K, NB>(p, w, x, B, b0, acc); break;
+    case WType::Q3_K: sym16_tile_n<WType::Q3_K, NB>(p, w, x, B, b0, acc); break;
+    case WType::Q2_K: q2k_tile_n<NB>(p, w, x, B, b0, acc); break;
+    case WType::Int4w:  // scale width and affinity chosen at run time
     case WType::Q4_0:
-    case WType::Q4_1: break;
+    case WType::Q4_1:
+      with_nib_params(p, [&](auto sb, auto aff) __attribute__((always_inline)) {
+        constexpr int SB = decltype(sb)::value;
+        constexpr bool AFF = decltype(aff)::value;
+        if (p.bpg == 1) nib_tile_n<1, SB, AFF, 0, NB>(p, w, x, B, b0, acc);
+        else if (p.bpg == 2) nib_tile_n<2, SB, AFF, 0, NB>(p, w, x, B, b0, acc);
+        else nib_tile_n<0, SB, AFF, 0, NB>(p, w, x, B, b0, acc);
+      });
+      break;
     case WType::F32:  // no row-interleaved copy (rows8_applies)
     case WType::F16:
-    case WType::BF16: return;
+    case WType::BF16: break;
   }
-  with_nib_params(p, [&](auto sb, auto aff) __attribute__((always_inline)) {
-    constexpr int SB = decltype(sb)::value;
-    constexpr bool AFF = decltype(aff)::value;
-    if (p.bpg == 1) nib_tile_n<1, SB, AFF, 0, NB>(p, w, x, B, b0, acc);
-    else if (p.bpg == 2) nib_tile_n<2, SB, AFF, 0, NB>(p, w, x, B, b0, acc);
-    else nib_tile_n<0, SB, AFF, 0, NB>(p, w, x, B, b0, acc);
-  });
+  for (int b = 0; b < NB; ++b) out[b] = acc[b];
 }
 
 // The eight rows' results of tile t for one token: 4-bit groups of several
