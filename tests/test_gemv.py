@@ -242,6 +242,36 @@ def test_rows8_layout_matches_reference(v):
             assert np.all(np.abs(y - ref) <= bound), (vid(v), rows, batch, threads)
 
 
+# One 32-block of each type whose largest-magnitude code fills every element (byte value), and its
+# bytes before the codes (a unit scale; mxfp4: E8M0 128, which gguf-py reads as values 0..12).
+_EXTREME_BLOCKS = {"q4_0": (np.float16(1).tobytes(), 0x00), "q5_0": (np.float16(1).tobytes() + b"\0" * 4, 0x00),
+                   "q8_0": (np.float16(1).tobytes(), 0x81), "iq4_nl": (np.float16(1).tobytes(), 0x00),
+                   "mxfp4": (bytes([128]), 0x77)}
+
+
+@pytest.mark.skipif("avx2" not in ISAS, reason="the rows8 kernel is AVX2")
+@pytest.mark.parametrize("kind", sorted(_EXTREME_BLOCKS))
+def test_rows8_int16_sums_hold_at_the_largest_codes(kind):
+    """Where a rows8 kernel sums products in int16 before widening (the
+    4-bit codes, q5_0 every 8 products, mxfp4's |value| <= 12: 16 products
+    per 16-bit lane), the largest codes times activations all at 127 (and
+    -127) are the worst case; one more product per lane, or a type whose
+    values reach 127, would wrap it. Each sum must be the exact product."""
+    head, code = _EXTREME_BLOCKS[kind]
+    rows, cols = 16, 256
+    blocks = cols // 32
+    nbytes = native.expected_nbytes(kind, rows, cols)
+    block = np.frombuffer(head + bytes([code]) * (nbytes // (rows * blocks) - len(head)), np.uint8)
+    raw = np.tile(block, rows * blocks)
+    wd = gguf.quants.dequantize(raw.reshape(rows, -1), GGML[kind]).astype(np.float64)
+    assert np.abs(wd).max() in (8, 16, 127, 12)  # the largest magnitude of each type's codes
+    x = np.stack([np.full(cols, 1.0), np.full(cols, -1.0), np.where(np.arange(cols) % 2, 1.0, -1.0)]).astype(np.float32)
+    y = native.gemv(raw, kind, rows, cols, x, act="int8", isa="avx2", layout="rows8").reshape(3, rows)
+    d = np.float32(1) / np.float32(127)
+    ref = (x.astype(np.float64) * 127 * np.float64(d)) @ wd.T  # the quantized activations, exactly
+    assert np.all(np.abs(y - ref) <= 1e-5 * np.abs(ref).max()), kind
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda: native.gemv(np.zeros(64 * 4, np.uint8).view(np.uint8), "f32", 8, 8, np.zeros(8, np.float32),
                          layout="rows8"), "layout 'rows8' is read by"),
