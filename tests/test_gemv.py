@@ -223,12 +223,13 @@ ROWS8_VARIANTS = [v for v in VARIANTS if v[0] not in ("f32", "f16", "bf16")]
 def test_rows8_layout_matches_reference(v):
     """The decoder's row-interleaved int8 kernel: every packed type and
     parameter set, row counts that leave a partial tile, one token and
-    prefill chunks (four tokens at a time per tile), 1-3 threads (tile
+    prefill chunks up to kMaxRows8Batch = 32 rows (four tokens at a time per
+    tile, and a tail of one to three), 1-3 threads (tile
     splits), with and without bias, within the same bounds as the stored layout."""
     for i, (rows, cols) in enumerate(v[4] + [(3, v[4][0][1]), (64, v[4][0][1])]):
         raw, wd, entry, rng = gen(v, rows, cols, 300 + i)
         wd64, wabs = wd.astype(np.float64), np.abs(wd).astype(np.float64)
-        for batch, threads in ((1, 1), (1, 2), (1, 3), (3, 2), (5, 1), (8, 3)):
+        for batch, threads in ((1, 1), (1, 2), (1, 3), (3, 2), (5, 1), (8, 3), (13, 2), (32, 1)):
             x = rng.standard_normal((batch, cols)).astype(np.float32)
             x[0, : min(cols, 5)] *= 100
             bias = rng.standard_normal(rows).astype(np.float32) if threads != 2 else None
@@ -242,11 +243,13 @@ def test_rows8_layout_matches_reference(v):
             assert np.all(np.abs(y - ref) <= bound), (vid(v), rows, batch, threads)
 
 
-# One 32-block of each type whose largest-magnitude code fills every element (byte value), and its
-# bytes before the codes (a unit scale; mxfp4: E8M0 128, which gguf-py reads as values 0..12).
-_EXTREME_BLOCKS = {"q4_0": (np.float16(1).tobytes(), 0x00), "q5_0": (np.float16(1).tobytes() + b"\0" * 4, 0x00),
-                   "q8_0": (np.float16(1).tobytes(), 0x81), "iq4_nl": (np.float16(1).tobytes(), 0x00),
-                   "mxfp4": (bytes([128]), 0x77)}
+# One 32-block of each type whose largest-magnitude code fills every element: the bytes before the
+# codes (a unit scale; mxfp4: E8M0 128, which gguf-py reads as values 0..12), the code byte, and the
+# value it decodes to.
+_EXTREME_BLOCKS = {"q4_0": (np.float16(1).tobytes(), 0x00, -8),
+                   "q5_0": (np.float16(1).tobytes() + b"\0" * 4, 0x00, -16),
+                   "q8_0": (np.float16(1).tobytes(), 0x81, -127), "iq4_nl": (np.float16(1).tobytes(), 0x00, -127),
+                   "mxfp4": (bytes([128]), 0x77, 12)}
 
 
 @pytest.mark.skipif("avx2" not in ISAS, reason="the rows8 kernel is AVX2")
@@ -257,14 +260,14 @@ def test_rows8_int16_sums_hold_at_the_largest_codes(kind):
     per 16-bit lane), the largest codes times activations all at 127 (and
     -127) are the worst case; one more product per lane, or a type whose
     values reach 127, would wrap it. Each sum must be the exact product."""
-    head, code = _EXTREME_BLOCKS[kind]
+    head, code, value = _EXTREME_BLOCKS[kind]
     rows, cols = 16, 256
     blocks = cols // 32
     nbytes = native.expected_nbytes(kind, rows, cols)
     block = np.frombuffer(head + bytes([code]) * (nbytes // (rows * blocks) - len(head)), np.uint8)
     raw = np.tile(block, rows * blocks)
     wd = gguf.quants.dequantize(raw.reshape(rows, -1), GGML[kind]).astype(np.float64)
-    assert np.abs(wd).max() in (8, 16, 127, 12)  # the largest magnitude of each type's codes
+    assert np.all(wd == value)
     x = np.stack([np.full(cols, 1.0), np.full(cols, -1.0), np.where(np.arange(cols) % 2, 1.0, -1.0)]).astype(np.float32)
     y = native.gemv(raw, kind, rows, cols, x, act="int8", isa="avx2", layout="rows8").reshape(3, rows)
     d = np.float32(1) / np.float32(127)
@@ -381,6 +384,8 @@ def _int4w(rows=4, cols=64, gs=32):
      "cols must be a multiple of 32, got 100"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones((9, 64), np.float32), group_size=32),
      "batch must be 1..8, got 9"),
+    (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.ones((33, 32), np.float32), act="int8",
+                         layout="rows8"), "batch must be 1..32, got 33"),
     (lambda: native.gemv(np.zeros(16, np.uint8), "q7_k", 1, 32, np.ones(32, np.float32)),
      "unknown weight dtype 'q7_k'"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(63, np.float32), group_size=32),

@@ -231,9 +231,10 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   if (act_ == Act::Int8) {
     auto rows8_or_float = [](const Matrix& m) { return !m.dedup && (m.rows8 || !wtype_info(m.spec.type).int8_act); };
     bool all = rows8_or_float(w_.lm_head);
-    for (const LayerWeights& L : w_.layers)
-      for (const Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down})
-        all = all && L.experts.empty() && rows8_or_float(*m);
+    for (const LayerWeights& L : w_.layers) {
+      all = all && L.experts.empty();
+      for (const Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) all = all && rows8_or_float(*m);
+    }
     if (all) int8_chunk_ = kMaxRows8Batch;
   }
   const size_t cache = checked_mul(checked_mul(static_cast<size_t>(c.n_layers), static_cast<size_t>(c.max_ctx),

@@ -28,7 +28,8 @@ py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_
   const ie::Isa isa = ie::resolve_isa(isa_name);
   const bool rows8 = ie::parse_layout(layout, s, a, isa);
   const py::buffer_info wb = ie::weight_buffer(w, s);
-  ie::ProductOperands o = ie::product_operands(x, bias, rows, cols, ie::kMaxBatch, threads);
+  // rows8 takes a decoder's int8 prefill chunk (kMaxRows8Batch rows), the stored layout kMaxBatch
+  ie::ProductOperands o = ie::product_operands(x, bias, rows, cols, rows8 ? ie::kMaxRows8Batch : ie::kMaxBatch, threads);
   const uint8_t* wp = static_cast<const uint8_t*>(wb.ptr);
   {
     py::gil_scoped_release nogil;

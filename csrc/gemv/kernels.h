@@ -160,6 +160,12 @@ constexpr Grid16 grid_table(WType t) {
 }
 constexpr Grid16 kIq4Grid = grid_table(WType::IQ4_NL), kMxfp4Grid = grid_table(WType::MXFP4);
 constexpr const int8_t* grid_values(WType t) { return t == WType::MXFP4 ? kMxfp4Grid.v : kIq4Grid.v; }
+// The largest |value| of a table: how many products a kernel may sum in int16.
+constexpr int grid_abs_max(const Grid16& g) {
+  int m = 0;
+  for (int8_t v : g.v) m = v < 0 ? (-v > m ? -v : m) : (v > m ? v : m);
+  return m;
+}
 
 // act=int8 in natural element order, block-major (q8_0's form, and rows8's):
 // per 32-block and activation row, the codes, their scale d, and the code

@@ -256,6 +256,11 @@ template <WType T, int NB>
 IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   constexpr bool kTable = T != WType::Q8_0;
   constexpr int kCodes = kTable ? 128 : 256;
+  // mxfp4's values (|v| <= 12): the 16 products a 16-bit lane collects over
+  // a block stay below 2^15, so they sum in int16 and one madd per block
+  // widens them, as the 4-bit codes' do; iq4_nl's reach 127 and cannot.
+  constexpr bool kInt16 = T == WType::MXFP4;
+  static_assert(!kInt16 || 16 * grid_abs_max(kMxfp4Grid) * 127 < 32768, "mxfp4's block sums would wrap in int16");
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t k = 0; k < p.groups; ++k, w += p.group_bytes) {
     prefetch_group(p, w, b0);
@@ -263,30 +268,21 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
     __m256i s[NB];
     for (auto& v : s) v = _mm256_setzero_si256();
     for (int v = 0; v < kCodes / 32; ++v) {
-      if constexpr (T == WType::MXFP4) {
-        // |value| <= 12: the 16 products a 16-bit lane collects over the
-        // block stay below 16 * 12 * 127 < 2^15, so they sum in int16 and
-        // one madd per block widens them (as the 4-bit codes do)
+      if constexpr (kTable) {
         __m256i lo, hi;
         table_values<T>(w + 32 * v, &lo, &hi);
         for (int b = 0; b < NB; ++b) {
           const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-          s[b] = _mm256_add_epi16(s[b], _mm256_add_epi16(dot4_signed16(lo, xq), dot4_signed16(hi, xq + 4)));
-        }
-        if (v == 3)
-          for (int b = 0; b < NB; ++b) s[b] = _mm256_madd_epi16(s[b], ones);
-      } else if constexpr (kTable) {
-        __m256i lo, hi;
-        table_values<T>(w + 32 * v, &lo, &hi);
-        for (int b = 0; b < NB; ++b) {
-          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-          s[b] = dot4_signed(dot4_signed(s[b], lo, xq, ones), hi, xq + 4, ones);
+          if constexpr (kInt16) s[b] = _mm256_add_epi16(s[b], _mm256_add_epi16(dot4_signed16(lo, xq), dot4_signed16(hi, xq + 4)));
+          else s[b] = dot4_signed(dot4_signed(s[b], lo, xq, ones), hi, xq + 4, ones);
         }
       } else {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
         for (int b = 0; b < NB; ++b) s[b] = dot4_signed(s[b], wv, x.q + (kx + b) * 32 + 4 * v, ones);
       }
     }
+    if constexpr (kInt16)
+      for (int b = 0; b < NB; ++b) s[b] = _mm256_madd_epi16(s[b], ones);
     const __m256 d = load8<T == WType::MXFP4 ? 1 : 2>(w + kCodes);
     for (int b = 0; b < NB; ++b)
       acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_mul_ps(d, _mm256_broadcast_ss(x.d + kx + b)), acc[b]);
