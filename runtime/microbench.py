@@ -61,8 +61,11 @@ def _run_dense(o: dict[str, Any], device: str = "cpu") -> tuple[dict[str, Any], 
     k = o["kernel"]
     rows, cols, batch = _or(o["rows"], 16384), _or(o["cols"], 8192), _or(o["batch"], 1)
     act, layout = _or(o["act"], "f32"), _or(o["layout"], "stored")
-    if not 1 <= batch <= 8:
-        raise click.UsageError(f"--batch must be 1..8, got {batch}")
+    from .native import MAX_BATCH, MAX_ROWS8_BATCH
+
+    max_batch = MAX_ROWS8_BATCH if layout == "rows8" else MAX_BATCH
+    if not 1 <= batch <= max_batch:
+        raise click.UsageError(f"--batch must be 1..{max_batch} with --layout {layout}, got {batch}")
     wt = weight_types.get(k)
     params = (QuantParams(k, _or(o["group_size"], 64) or None, not o["affine"], _or(o["scale_dtype"], "f16"))
               if k == "int4w" else None)
@@ -144,7 +147,8 @@ def _check_memory(o: dict[str, Any]) -> None:
 @click.option("--scale-dtype", type=click.Choice(["f16", "f32"]), default=None, help="int4w scale dtype [f16].")
 @click.option("--act", type=click.Choice(["f32", "int8"]), default=None,
               help="Packed formats: activations f32 (precise) or int8 (quantized per 32, faster) [f32].")
-@click.option("--batch", type=int, default=None, help="Dense kernels: activation rows per call, 1..8 [1].")
+@click.option("--batch", type=int, default=None, help="Dense kernels: activation rows per call, 1..8 [1]; with --layout rows8 up to 32 "
+              "(a decoder's int8 prefill chunk).")
 @click.option("--layout", type=click.Choice(["stored", "rows8"]), default=None,
               help="Packed formats: read the stored layout, or the row-interleaved copy a decoder makes at load "
                    "for its act=int8 GEMVs (rows8; needs --act int8 and AVX2) [stored].")

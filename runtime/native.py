@@ -42,3 +42,5 @@ dequantize = _user_errors(_native.dequantize)
 expected_nbytes = _user_errors(_native.expected_nbytes)
 quantize_act_q8 = _user_errors(_native.quantize_act_q8)
 bench_gemv = _user_errors(_native.bench_gemv)
+MAX_BATCH = _native.MAX_BATCH  # activation rows per gemv call, stored layout
+MAX_ROWS8_BATCH = _native.MAX_ROWS8_BATCH  # ... and rows8's (a decoder's int8 prefill chunk)

@@ -440,6 +440,23 @@ def test_ierun_microbench_json():
     assert r["read_bw_bytes"] >= 256 << 20 and r["fraction"] > 0
 
 
+@pytest.mark.skipif("avx2" not in ISAS, reason="the rows8 kernel is AVX2")
+def test_ierun_microbench_times_a_prefill_chunk_on_rows8_and_refuses_more():
+    """--layout rows8 times the decoder's int8 prefill chunk (MAX_ROWS8_BATCH
+    rows); the stored layout stops at MAX_BATCH; past either, one usage line."""
+    from conftest import run_tool
+
+    base = ["ierun", "microbench", "--kernel", "q4_0", "--rows", "64", "--cols", "256", "--threads", "1",
+            "--act", "int8", "--iters", "2", "--min-mib", "1", "--json"]
+    res = run_tool(*base, "--layout", "rows8", "--batch", str(native.MAX_ROWS8_BATCH))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["batch"] == native.MAX_ROWS8_BATCH == 32
+    for layout, top in (("rows8", native.MAX_ROWS8_BATCH), ("stored", native.MAX_BATCH)):
+        res = run_tool(*base, "--layout", layout, "--batch", str(top + 1))
+        assert res.returncode == 2 and f"--batch must be 1..{top} with --layout {layout}, got {top + 1}" in res.stderr
+        assert "Traceback" not in res.stderr
+
+
 @pytest.mark.parametrize("kernel,args,needle", [
     ("f16", ["--affine"], "--affine does not apply to --kernel f16 (only int4w)"),
     ("q4_0", ["--group-size", "32"], "--group-size does not apply to --kernel q4_0 (only int4w)"),

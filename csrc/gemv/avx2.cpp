@@ -145,13 +145,6 @@ IE_INLINE void store_sums(const __m256 (&acc)[R][B], float* out) {
     for (int b = 0; b < B; ++b) out[rr * B + b] = hsum(acc[rr][b]);
 }
 
-// Keeps a value in a register: stops the compiler from re-loading shared
-// activation vectors once per row as memory operands.
-template <class V>
-IE_INLINE void in_reg(V& v) {
-  __asm__("" : "+x"(v));
-}
-
 // [p[0] x4, p[1] x4]
 IE_INLINE __m256 pair_bcast(const float* p) {
   double pair;  // two floats, loaded as one 8-byte lane (memcpy: p need not be 8-byte aligned)

@@ -26,6 +26,15 @@ IE_INLINE __m256i bits_to(__m256i v) {
 template <int BIT, int N = 1>
 IE_INLINE __m256i bits_to_4(__m256i v) { return bits_to<BIT, 4, N>(v); }
 
+// Keeps a value in a register as it is at this point: stops the compiler
+// from re-loading shared activation vectors once per row as memory operands
+// (avx2.cpp), and from re-associating a running sum into a tree whose
+// leaves all live at once (rows8_avx2.cpp).
+template <class V>
+IE_INLINE void in_reg(V& v) {
+  __asm__("" : "+x"(v));
+}
+
 // fn(integral_constant<int, 0>) .. fn(integral_constant<int, N - 1>): loop
 // indices that shifts and shuffle controls need as compile-time constants.
 template <class Fn, int... I>

@@ -138,7 +138,7 @@ void ie_register_gemv(py::module_& m) {
         py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "",
         py::arg("layout") = "stored",
         "y = W x (+ bias) with W kept packed (w: 1-D uint8 buffer, not copied). x [cols] -> y [rows]; "
-        "x [b, cols] (b <= 8) -> y [b, rows]. act='int8' quantizes x per 32 to int8 first (faster). "
+        "x [b, cols] (b <= MAX_BATCH; MAX_ROWS8_BATCH with layout='rows8') -> y [b, rows]. act='int8' quantizes x per 32 to int8 first (faster). "
         "layout='rows8' reads a row-interleaved copy (the decoder's int8 path; packed per call here).");
   m.def("dequantize", &dequantize_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
         py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16",
@@ -148,6 +148,9 @@ void ie_register_gemv(py::module_& m) {
         "type read as stored (docs/cuda.md).");
   m.def("quantize_act_q8", &quantize_act_q8_py, py::arg("x"), py::arg("isa") = "",
         "The act='int8' activation quantizer: (q int8 [n], d float32 [n/32]).");
+  // The most activation rows one call takes: the stored layout's, and rows8's (a decoder's int8 prefill chunk).
+  m.attr("MAX_BATCH") = ie::kMaxBatch;
+  m.attr("MAX_ROWS8_BATCH") = ie::kMaxRows8Batch;
   m.def("bench_gemv", &bench_gemv_py, py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("group_size") = 0,
         py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1,
         py::arg("batch") = 1, py::arg("min_bytes") = size_t(256) << 20, py::arg("iters") = 20, py::arg("isa") = "",

@@ -21,6 +21,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "avx2_bits.h"
@@ -104,8 +105,9 @@ IE_INLINE void block_dot_n(const uint8_t* w, const int8_t* xq, __m256i mult, __m
     }
     for (int b = 0; b < NB; ++b) {
       const int8_t* xb = xq + 32 * b + 8 * v;
-      s16[b] = _mm256_add_epi16(s16[b], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb)),
-                                                         _mm256_maddubs_epi16(hi, bcast4(xb + 4))));
+      s16[b] = _mm256_add_epi16(s16[b], _mm256_maddubs_epi16(lo, bcast4(xb)));
+      s16[b] = _mm256_add_epi16(s16[b], _mm256_maddubs_epi16(hi, bcast4(xb + 4)));
+      in_reg(s16[b]);
     }
     if constexpr (HB > 0 && v == 1) {  // 5-bit codes: widen after every 8 products
       for (int b = 0; b < NB; ++b) {
@@ -273,12 +275,20 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
         table_values<T>(w + 32 * v, &lo, &hi);
         for (int b = 0; b < NB; ++b) {
           const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-          if constexpr (kInt16) s[b] = _mm256_add_epi16(s[b], _mm256_add_epi16(dot4_signed16(lo, xq), dot4_signed16(hi, xq + 4)));
-          else s[b] = dot4_signed(dot4_signed(s[b], lo, xq, ones), hi, xq + 4, ones);
+          if constexpr (kInt16) {
+            s[b] = _mm256_add_epi16(s[b], dot4_signed16(lo, xq));
+            s[b] = _mm256_add_epi16(s[b], dot4_signed16(hi, xq + 4));
+          } else {
+            s[b] = dot4_signed(dot4_signed(s[b], lo, xq, ones), hi, xq + 4, ones);
+          }
+          in_reg(s[b]);
         }
       } else {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
-        for (int b = 0; b < NB; ++b) s[b] = dot4_signed(s[b], wv, x.q + (kx + b) * 32 + 4 * v, ones);
+        for (int b = 0; b < NB; ++b) {
+          s[b] = dot4_signed(s[b], wv, x.q + (kx + b) * 32 + 4 * v, ones);
+          in_reg(s[b]);
+        }
       }
     }
     if constexpr (kInt16)
@@ -317,6 +327,7 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
         for (int b = 0; b < NB; ++b) {
           const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
           s[b] = dot4_signed(dot4_signed(s[b], lo, xq, mult), hi, xq + 4, mult);
+          in_reg(s[b]);
         }
       }
       for (int b = 0; b < NB; ++b) P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_broadcast_ss(x.d + kx + b), P[b]);
@@ -350,8 +361,9 @@ IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m
     }
     for (int b = 0; b < NB; ++b) {
       const int8_t* xb = xq + 32 * b + 8 * v;
-      s16[b] = _mm256_add_epi16(s16[b], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb)),
-                                                         _mm256_maddubs_epi16(hi, bcast4(xb + 4))));
+      s16[b] = _mm256_add_epi16(s16[b], _mm256_maddubs_epi16(lo, bcast4(xb)));
+      s16[b] = _mm256_add_epi16(s16[b], _mm256_maddubs_epi16(hi, bcast4(xb + 4)));
+      in_reg(s16[b]);
     }
     if constexpr (v % 2 == 1) {  // a 16-element half done: widen by its sub-scales
       for (int b = 0; b < NB; ++b) {
@@ -380,6 +392,7 @@ IE_INLINE void q6k_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m25
       const int8_t* xb = xq + 32 * b + 8 * v;
       const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb)), _mm256_maddubs_epi16(hi, bcast4(xb + 4)));
       s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(s16, mult[v / 2]));
+      in_reg(s[b]);
     }
   });
 }
@@ -501,66 +514,95 @@ IE_INLINE auto with_nib_params(const Rows8& p, Fn&& fn) {
   return p.affine ? fn(S2{}, T{}) : fn(S2{}, F{});
 }
 
-// Rows of tile t for activation rows b0 .. b0+NB (of B). The kernels add
-// into a local array, copied out once: `out` is the caller's memory, and
-// __m256 may alias the activation's float scales, so accumulating there made
-// the compiler store every accumulator after every block and reload x's
-// pointers (a quarter of the prefill kernel's time on SmolLM2 int4w).
+// A tile kernel: activation rows b0 .. b0+NB (of B) against the tile at w.
 template <int NB>
-void tile_dot_n(const Rows8& p, int64_t t, const Q8Nat& xr, int B, int b0, __m256 (&out)[NB]) {
+using TileKernel = void (*)(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]);
+
+// Kernel K as a function of its own, chosen once per job (TileKernels):
+// its accumulators are local and live in registers. One function whose
+// switch over the types inlined every kernel kept them in memory for all
+// (zeroed by a rep stos per call, stored after every block), and `out`,
+// the caller's memory, may alias the activation's float scales, so adding
+// into it made the compiler store every accumulator after every block and
+// reload x's pointers. So the kernel adds into a local array, copied out once.
+template <int NB, TileKernel<NB> K>
+void tile_fn(const Rows8& p, const uint8_t* w, const Q8Nat& xr, int B, int b0, __m256 (&out)[NB]) {
   const Q8Nat x = xr;
   __m256 acc[NB];
-  for (auto& v : acc) v = _mm256_setzero_ps();
-  const uint8_t* w = p.bytes.data() + t * p.tile_bytes;
-  switch (p.spec.type) {
-    case WType::Q8_0: signed_tile_n<WType::Q8_0, NB>(p, w, x, B, b0, acc); break;
-    case WType::IQ4_NL: signed_tile_n<WType::IQ4_NL, NB>(p, w, x, B, b0, acc); break;
-    case WType::MXFP4: signed_tile_n<WType::MXFP4, NB>(p, w, x, B, b0, acc); break;
-    case WType::Q5_0: nib_tile_n<1, 2, false, 32, NB>(p, w, x, B, b0, acc); break;
-    case WType::Q5_1: nib_tile_n<1, 2, true, 32, NB>(p, w, x, B, b0, acc); break;
-    case WType::Q4_K: kq_tile_n<false, NB>(p, w, x, B, b0, acc); break;
-    case WType::Q5_K: kq_tile_n<true, NB>(p, w, x, B, b0, acc); break;
-    case WType::IQ4_XS: iq4xs_tile_n<NB>(p, w, x, B, b0, acc); break;
-    case WType::Q6_K: sym16_tile_n<WType::Q6_K, NB>(p, w, x, B, b0, acc); break;
-    case WType::Q3_K: sym16_tile_n<WType::Q3_K, NB>(p, w, x, B, b0, acc); break;
-    case WType::Q2_K: q2k_tile_n<NB>(p, w, x, B, b0, acc); break;
-    case WType::Int4w:  // scale width and affinity chosen at run time
-    case WType::Q4_0:
-    case WType::Q4_1:
-      with_nib_params(p, [&](auto sb, auto aff) __attribute__((always_inline)) {
-        constexpr int SB = decltype(sb)::value;
-        constexpr bool AFF = decltype(aff)::value;
-        if (p.bpg == 1) nib_tile_n<1, SB, AFF, 0, NB>(p, w, x, B, b0, acc);
-        else if (p.bpg == 2) nib_tile_n<2, SB, AFF, 0, NB>(p, w, x, B, b0, acc);
-        else nib_tile_n<0, SB, AFF, 0, NB>(p, w, x, B, b0, acc);
-      });
-      break;
-    case WType::F32:  // no row-interleaved copy (rows8_applies)
-    case WType::F16:
-    case WType::BF16: break;
+  for (auto& v : acc) {  // zeroed in registers: GCC zeroes a spilled array with a rep stos, slow to start
+    v = _mm256_setzero_ps();
+    in_reg(v);
   }
+  K(p, w, x, B, b0, acc);
   for (int b = 0; b < NB; ++b) out[b] = acc[b];
 }
 
-// The eight rows' results of tile t for one token: 4-bit groups of several
-// blocks sum their blocks first and apply the scale once (nib_tile: one
-// multiply per group, measured faster on int4w g64); one-block groups and
-// q8_0 go through tile_dot_n.
-__m256 tile_dot(const Rows8& p, int64_t t, const Q8Nat& x) {
-  const uint8_t* w = p.bytes.data() + t * p.tile_bytes;
-  if (p.spec.type == WType::Int4w && p.bpg >= 2) {
-    return with_nib_params(p, [&](auto sb, auto aff) __attribute__((always_inline)) {
-      constexpr int SB = decltype(sb)::value;
-      constexpr bool AFF = decltype(aff)::value;
-      if (p.bpg == 2) return nib_tile<2, SB, AFF>(p, w, x);
-      if (p.bpg == 4) return nib_tile<4, SB, AFF>(p, w, x);
-      return nib_tile<0, SB, AFF>(p, w, x);
-    });
-  }
-  __m256 acc[1];
-  tile_dot_n<1>(p, t, x, 1, 0, acc);
-  return acc[0];
+// One token against an int4w tile whose groups hold several blocks:
+// nib_tile sums a group's blocks first and applies the scale once (one
+// multiply per group, measured faster on int4w g64 than nib_tile_n).
+template <int BPG, int SB, bool AFFINE>
+void nib_tile_fn(const Rows8& p, const uint8_t* w, const Q8Nat& x, int, int, __m256 (&out)[1]) {
+  out[0] = nib_tile<BPG, SB, AFFINE>(p, w, x);
 }
+
+// The kernel of p's type for NB activation rows (SINGLE: one token, B = 1).
+template <int NB, bool SINGLE = false>
+TileKernel<NB> tile_kernel(const Rows8& p) {
+  switch (p.spec.type) {
+    case WType::Q8_0: return tile_fn<NB, signed_tile_n<WType::Q8_0, NB>>;
+    case WType::IQ4_NL: return tile_fn<NB, signed_tile_n<WType::IQ4_NL, NB>>;
+    case WType::MXFP4: return tile_fn<NB, signed_tile_n<WType::MXFP4, NB>>;
+    case WType::Q5_0: return tile_fn<NB, nib_tile_n<1, 2, false, 32, NB>>;
+    case WType::Q5_1: return tile_fn<NB, nib_tile_n<1, 2, true, 32, NB>>;
+    case WType::Q4_K: return tile_fn<NB, kq_tile_n<false, NB>>;
+    case WType::Q5_K: return tile_fn<NB, kq_tile_n<true, NB>>;
+    case WType::IQ4_XS: return tile_fn<NB, iq4xs_tile_n<NB>>;
+    case WType::Q6_K: return tile_fn<NB, sym16_tile_n<WType::Q6_K, NB>>;
+    case WType::Q3_K: return tile_fn<NB, sym16_tile_n<WType::Q3_K, NB>>;
+    case WType::Q2_K: return tile_fn<NB, q2k_tile_n<NB>>;
+    case WType::Int4w:  // scale width and affinity chosen at run time
+    case WType::Q4_0:
+    case WType::Q4_1:
+      return with_nib_params(p, [&](auto sb, auto aff) -> TileKernel<NB> {
+        constexpr int SB = decltype(sb)::value;
+        constexpr bool AFF = decltype(aff)::value;
+        if constexpr (SINGLE) {
+          if (p.spec.type == WType::Int4w && p.bpg >= 2) {
+            if (p.bpg == 2) return nib_tile_fn<2, SB, AFF>;
+            if (p.bpg == 4) return nib_tile_fn<4, SB, AFF>;
+            return nib_tile_fn<0, SB, AFF>;
+          }
+        }
+        if (p.bpg == 1) return tile_fn<NB, nib_tile_n<1, SB, AFF, 0, NB>>;
+        if (p.bpg == 2) return tile_fn<NB, nib_tile_n<2, SB, AFF, 0, NB>>;
+        return tile_fn<NB, nib_tile_n<0, SB, AFF, 0, NB>>;
+      });
+    case WType::F32:  // no row-interleaved copy (rows8_applies): a float Rows8 has no tiles to run
+    case WType::F16:
+    case WType::BF16: break;
+  }
+  return nullptr;
+}
+
+// The kernels of one matrix for a job: one token alone, and 1..4 of a batch.
+struct TileKernels {
+  TileKernel<1> single, n1;
+  TileKernel<2> n2;
+  TileKernel<3> n3;
+  TileKernel<4> n4;
+  explicit TileKernels(const Rows8& p)
+      : single(tile_kernel<1, true>(p)), n1(tile_kernel<1>(p)), n2(tile_kernel<2>(p)), n3(tile_kernel<3>(p)),
+        n4(tile_kernel<4>(p)) {}
+  // Activation rows b0 .. b0+NB (of B) against tile t of p.
+  template <int NB>
+  void run(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) const {
+    const uint8_t* w = p.bytes.data() + t * p.tile_bytes;
+    if constexpr (NB == 1) (B == 1 ? single : n1)(p, w, x, B, b0, acc);
+    if constexpr (NB == 2) n2(p, w, x, B, b0, acc);
+    if constexpr (NB == 3) n3(p, w, x, B, b0, acc);
+    if constexpr (NB == 4) n4(p, w, x, B, b0, acc);
+  }
+};
 
 // SiLU(g) * u = g * sigmoid(g) * u, with sigmoid from e = exp(-|g|) <= 1:
 // 1 / (1 + e) for g >= 0, e / (1 + e) below.
@@ -587,28 +629,16 @@ void store_tile(__m256 acc, const float* bias, float* y, int64_t r0, int64_t n) 
   std::memcpy(y + r0, o8, static_cast<size_t>(n) * sizeof(float));
 }
 
-// The NB <= 4 activation rows b0 .. b0+NB (of B) of one tile: a single
-// token's through tile_dot, the others through tile_dot_n.
+// Activation rows b0 .. b0+NB of tile t of one job (ku: its up matrix's kernels).
 template <int NB>
-void tile_rows(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
-  if constexpr (NB == 1) {
-    if (B == 1) {
-      acc[0] = tile_dot(p, t, x);
-      return;
-    }
-  }
-  tile_dot_n<NB>(p, t, x, B, b0, acc);
-}
-
-// Activation rows b0 .. b0+NB of tile t of one job.
-template <int NB>
-void run_tile_n(const Rows8Job& j, int64_t t, const Q8Nat& x, int B, int b0) {
+void run_tile_n(const Rows8Job& j, const TileKernels& kw, const TileKernels* ku, int64_t t, const Q8Nat& x, int B,
+                int b0) {
   const int64_t rows = j.w->spec.rows, n = rows - 8 * t < 8 ? rows - 8 * t : 8;
   __m256 acc[NB];
-  tile_rows<NB>(*j.w, t, x, B, b0, acc);
-  if (j.up) {
+  kw.run<NB>(*j.w, t, x, B, b0, acc);
+  if (ku) {
     __m256 u[NB];
-    tile_rows<NB>(*j.up, t, x, B, b0, u);
+    ku->run<NB>(*j.up, t, x, B, b0, u);
     for (int b = 0; b < NB; ++b) acc[b] = silu_mul(acc[b], u[b]);
   }
   for (int b = 0; b < NB; ++b) store_tile(acc[b], j.up ? nullptr : j.bias, j.y + (b0 + b) * rows, 8 * t, n);
@@ -616,13 +646,17 @@ void run_tile_n(const Rows8Job& j, int64_t t, const Q8Nat& x, int B, int b0) {
 
 // Tiles [t0, t1) of one job, for the B activation rows of x.
 void run_job(const Rows8Job& j, int64_t t0, int64_t t1, const Q8Nat& x, int B) {
+  const TileKernels kw(*j.w);
+  std::optional<TileKernels> ku;
+  if (j.up) ku.emplace(*j.up);
+  const TileKernels* up = ku ? &*ku : nullptr;
   for (int64_t t = t0; t < t1; ++t) {
     for (int b0 = 0; b0 < B; b0 += 4) {  // four rows at a time; the tile stays in L1 for the next four
       switch (B - b0 < 4 ? B - b0 : 4) {
-        case 1: run_tile_n<1>(j, t, x, B, b0); break;
-        case 2: run_tile_n<2>(j, t, x, B, b0); break;
-        case 3: run_tile_n<3>(j, t, x, B, b0); break;
-        default: run_tile_n<4>(j, t, x, B, b0); break;
+        case 1: run_tile_n<1>(j, kw, up, t, x, B, b0); break;
+        case 2: run_tile_n<2>(j, kw, up, t, x, B, b0); break;
+        case 3: run_tile_n<3>(j, kw, up, t, x, B, b0); break;
+        default: run_tile_n<4>(j, kw, up, t, x, B, b0); break;
       }
     }
   }
