@@ -127,10 +127,8 @@ GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_
                      bool rows8) {
   if (threads < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(threads));
   if (iters < 1) throw std::invalid_argument("iters must be >= 1, got " + std::to_string(iters));
-  // rows8 takes a decoder's int8 prefill chunk, the stored layout kMaxBatch rows
-  const int max_batch = rows8 ? kMaxRows8Batch : kMaxBatch;
-  if (batch < 1 || batch > max_batch)
-    throw std::invalid_argument("batch must be 1.." + std::to_string(max_batch) + ", got " + std::to_string(batch));
+  if (batch < 1 || batch > max_batch(rows8))
+    throw std::invalid_argument("batch must be 1.." + std::to_string(max_batch(rows8)) + ", got " + std::to_string(batch));
   const WeightLayout l = weight_layout(s);
   const size_t nbytes = l.nbytes;
   // The copies are filled (touched) before timing: bounded so that a large

@@ -28,8 +28,7 @@ py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_
   const ie::Isa isa = ie::resolve_isa(isa_name);
   const bool rows8 = ie::parse_layout(layout, s, a, isa);
   const py::buffer_info wb = ie::weight_buffer(w, s);
-  // rows8 takes a decoder's int8 prefill chunk (kMaxRows8Batch rows), the stored layout kMaxBatch
-  ie::ProductOperands o = ie::product_operands(x, bias, rows, cols, rows8 ? ie::kMaxRows8Batch : ie::kMaxBatch, threads);
+  ie::ProductOperands o = ie::product_operands(x, bias, rows, cols, ie::max_batch(rows8), threads);
   const uint8_t* wp = static_cast<const uint8_t*>(wb.ptr);
   {
     py::gil_scoped_release nogil;
@@ -149,8 +148,8 @@ void ie_register_gemv(py::module_& m) {
   m.def("quantize_act_q8", &quantize_act_q8_py, py::arg("x"), py::arg("isa") = "",
         "The act='int8' activation quantizer: (q int8 [n], d float32 [n/32]).");
   // The most activation rows one call takes: the stored layout's, and rows8's (a decoder's int8 prefill chunk).
-  m.attr("MAX_BATCH") = ie::kMaxBatch;
-  m.attr("MAX_ROWS8_BATCH") = ie::kMaxRows8Batch;
+  m.attr("MAX_BATCH") = ie::max_batch(false);
+  m.attr("MAX_ROWS8_BATCH") = ie::max_batch(true);
   m.def("bench_gemv", &bench_gemv_py, py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("group_size") = 0,
         py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1,
         py::arg("batch") = 1, py::arg("min_bytes") = size_t(256) << 20, py::arg("iters") = 20, py::arg("isa") = "",

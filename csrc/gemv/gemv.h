@@ -36,6 +36,8 @@ constexpr int kMaxBatch = 8;
 // as with chunks of kMaxBatch (SmolLM2 int4w pp512: +7-10% on 1 and 2
 // threads). The stored-layout kernels take kMaxBatch rows at most.
 constexpr int kMaxRows8Batch = 32;
+// The activation rows one GEMV call may take: rows8's, or the stored layout's.
+constexpr int max_batch(bool rows8) { return rows8 ? kMaxRows8Batch : kMaxBatch; }
 
 // An activation x [batch, cols] as every GEMV that reads it needs it: the
 // int8 quantization and the SIMD lane orders are built by the first matrix

@@ -163,7 +163,10 @@ constexpr const int8_t* grid_values(WType t) { return t == WType::MXFP4 ? kMxfp4
 // The largest |value| of a table: how many products a kernel may sum in int16.
 constexpr int grid_abs_max(const Grid16& g) {
   int m = 0;
-  for (int8_t v : g.v) m = v < 0 ? (-v > m ? -v : m) : (v > m ? v : m);
+  for (int8_t v : g.v) {
+    const int a = v < 0 ? -v : v;
+    if (a > m) m = a;
+  }
   return m;
 }
 

@@ -24,7 +24,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <optional>
 #include <type_traits>
 
 #include "avx2_bits.h"
@@ -521,7 +520,7 @@ IE_INLINE auto with_nib_params(const Rows8& p, Fn&& fn) {
 template <int NB>
 using TileKernel = void (*)(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]);
 
-// Kernel K as a function of its own, chosen once per job (TileKernels):
+// Kernel K as a function of its own, chosen once per call (TileKernels):
 // its accumulators are local and live in registers. One function whose
 // switch over the types inlined every kernel kept them in memory for all
 // (zeroed by a rep stos per call, stored after every block), and `out`,
@@ -587,12 +586,14 @@ TileKernel<NB> tile_kernel(const Rows8& p) {
   return nullptr;
 }
 
-// The kernels of one matrix for a job: one token alone, and 1..4 of a batch.
+// The kernels of one matrix: one token alone, and 1..4 of a batch (all
+// null for no matrix).
 struct TileKernels {
-  TileKernel<1> single, n1;
-  TileKernel<2> n2;
-  TileKernel<3> n3;
-  TileKernel<4> n4;
+  TileKernel<1> single = nullptr, n1 = nullptr;
+  TileKernel<2> n2 = nullptr;
+  TileKernel<3> n3 = nullptr;
+  TileKernel<4> n4 = nullptr;
+  TileKernels() = default;
   explicit TileKernels(const Rows8& p)
       : single(tile_kernel<1, true>(p)), n1(tile_kernel<1>(p)), n2(tile_kernel<2>(p)), n3(tile_kernel<3>(p)),
         n4(tile_kernel<4>(p)) {}
@@ -632,27 +633,24 @@ void store_tile(__m256 acc, const float* bias, float* y, int64_t r0, int64_t n) 
   std::memcpy(y + r0, o8, static_cast<size_t>(n) * sizeof(float));
 }
 
-// Activation rows b0 .. b0+NB of tile t of one job (ku: its up matrix's kernels).
+// Activation rows b0 .. b0+NB of tile t of one job (kw, ku: its matrices' kernels).
 template <int NB>
-void run_tile_n(const Rows8Job& j, const TileKernels& kw, const TileKernels* ku, int64_t t, const Q8Nat& x, int B,
+void run_tile_n(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, int64_t t, const Q8Nat& x, int B,
                 int b0) {
   const int64_t rows = j.w->spec.rows, n = rows - 8 * t < 8 ? rows - 8 * t : 8;
   __m256 acc[NB];
   kw.run<NB>(*j.w, t, x, B, b0, acc);
-  if (ku) {
+  if (j.up) {
     __m256 u[NB];
-    ku->run<NB>(*j.up, t, x, B, b0, u);
+    ku.run<NB>(*j.up, t, x, B, b0, u);
     for (int b = 0; b < NB; ++b) acc[b] = silu_mul(acc[b], u[b]);
   }
   for (int b = 0; b < NB; ++b) store_tile(acc[b], j.up ? nullptr : j.bias, j.y + (b0 + b) * rows, 8 * t, n);
 }
 
 // Tiles [t0, t1) of one job, for the B activation rows of x.
-void run_job(const Rows8Job& j, int64_t t0, int64_t t1, const Q8Nat& x, int B) {
-  const TileKernels kw(*j.w);
-  std::optional<TileKernels> ku;
-  if (j.up) ku.emplace(*j.up);
-  const TileKernels* up = ku ? &*ku : nullptr;
+void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& up, int64_t t0, int64_t t1, const Q8Nat& x,
+             int B) {
   for (int64_t t = t0; t < t1; ++t) {
     for (int b0 = 0; b0 < B; b0 += 4) {  // four rows at a time; the tile stays in L1 for the next four
       switch (B - b0 < 4 ? B - b0 : 4) {
@@ -672,14 +670,19 @@ void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch
   // The jobs' tiles are one sequence (job 0's, then job 1's, ...), shared
   // by the threads one tile at a time (work_split.h).
   int64_t first[kMaxRows8Jobs + 1] = {0};
-  for (int i = 0; i < n; ++i) first[i + 1] = first[i] + jobs[i].w->tiles;
+  TileKernels kw[kMaxRows8Jobs], ku[kMaxRows8Jobs];  // picked once per call, not per piece of work
+  for (int i = 0; i < n; ++i) {
+    first[i + 1] = first[i] + jobs[i].w->tiles;
+    kw[i] = TileKernels(*jobs[i].w);
+    if (jobs[i].up) ku[i] = TileKernels(*jobs[i].up);
+  }
   WorkSplit split(first[n], pool.size());
   pool.run([&](int th) {
     int64_t k0, k1;
     while (split.next(th, &k0, &k1)) {
       int i = 0;
       while (k0 >= first[i + 1]) ++i;
-      run_job(jobs[i], k0 - first[i], k1 - first[i], x, batch);
+      run_job(jobs[i], kw[i], ku[i], k0 - first[i], k1 - first[i], x, batch);
     }
   });
 }
