@@ -39,11 +39,15 @@ MEMORY_BUDGET = 1 << 30  # bytes of covariances held at once (float64, n² per m
               help="Tokens per chunk, each a fresh sequence [512, or the model's max_position_embeddings if smaller].")
 @click.option("--chunks", type=click.IntRange(min=1), default=DEFAULT_CHUNKS, show_default=True,
               help="Calibration chunks (more tokens: better-conditioned covariances, a longer pass).")
+@click.option("--sequential/--no-sequential", default=False, show_default=True,
+              help="Take each layer's covariances from the model with the layers before it already quantized "
+                   "(one calibration pass per layer instead of one in all).")
 @threads_option("Threads.")
 @click.option("--force", is_flag=True, help="Also quantize embeddings/norms the manifest selects.")
 @click.option("--overwrite", is_flag=True, help="Replace the artifact in --out-dir as a whole (as hf-to-iebin --overwrite).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks, threads, force, overwrite, quiet):
+def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks, sequential, threads, force, overwrite,
+             quiet):
     """Convert with error-compensated quantization (GPTQ-style) per a q4 manifest.
 
     Rounding every weight to its nearest grid point ignores that a matrix's
@@ -76,7 +80,7 @@ def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks,
                           "--ref-dir must be this checkpoint's float artifact")
     parts, what = calibration_chunks(ref, text_file, ids_file, chunks)
     with convert_progress(quiet) as prog:
-        cov = Hessians(ref, parts, order, MEMORY_BUDGET,
+        cov = Hessians(ref, parts, order, MEMORY_BUDGET, sequential=sequential,
                        on_chunk=lambda i, n: prog.describe(f"covariances: chunk {i}/{n}"))
         res = convert(src, out_dir, overwrite=overwrite, progress=prog, manifest=manifest, force=force, covariances=cov)
     report_conversion(res)

@@ -92,6 +92,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
         importance, iwarn = load_importance(imatrix or (manifest.imatrix if manifest else None),
                                             qplan.quantize if qplan else {}, shapes)
         names = sorted([*tensors, *mx_pairs], key=natural_key)
+        if covariances is not None:  # the order its windows (and a sequential pass) are collected in
+            names = covariances.forward_order(names)
         bytes_in = sum(t.nbytes for _, t in tensors.values()) + sum(p.source_nbytes for p in pairs)
         # One bar for both: the shards are hashed beside the conversion (source_hashes.py).
         progress.start("converting", bytes_in + sum((src.dir / s).stat().st_size for s in src.shards))
@@ -116,7 +118,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                 if qplan and name in qplan.quantize:
                     cov = covariances.get(name) if covariances is not None else None
                     errors[name] = _add_quantized(writer, name, shape, t.dtype.name, tensor_bytes,
-                                                  qplan.quantize[name], importance.get(name), cov)
+                                                  qplan.quantize[name], importance.get(name), cov,
+                                                  covariances.settle if cov is not None else None)
                     continue
                 target = dtype if dtype and t.dtype.is_float else t.dtype.name
                 if target == t.dtype.name and name not in written.flipped:
@@ -143,14 +146,16 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
 
 def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_dtype: str,
                    source: Callable[[int], Iterator[bytes]], params: QuantParams, importance: Any = None,
-                   covariance: tuple[Any, Any] | None = None) -> QuantError:
+                   covariance: tuple[Any, Any] | None = None,
+                   settle: Callable[[str, np.ndarray], None] | None = None) -> QuantError:
     """Quantize a float matrix (or expert stack: its matrices' rows one after
     another) a block of rows at a time from ``source`` (chunk bytes -> its
     bytes, whole rows per chunk): memory stays bounded. Its predicted loss
     is recorded in the entry and returned. With ``covariance`` (its input's
     H and inverse factor, runtime/hessians.py) error-compensated instead
     (formats/gptq.py): the whole matrix at once, as float64 while it works
-    (SmolLM2's largest, the tied embedding: 230 MB)."""
+    (SmolLM2's largest, the tied embedding: 230 MB), and its dequantized
+    values handed to ``settle`` (a sequential pass runs on with them)."""
     count, rows, cols = matrix_dims(shape)
     rows *= count
     scheme = SCHEMES[params.scheme]
@@ -169,6 +174,8 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
     else:
         h, u = covariance
         qr, error = gptq.quantize(np.concatenate(list(row_chunks())), h, scheme, params, name, u)
+        if settle is not None:
+            settle(name, scheme.dequantize_rows(qr, cols, params).reshape(rows, cols))
         pieces = scheme.payload(qr)
     writer.add_tensor(name, params.scheme, shape, (p.tobytes() for p in pieces),
                       scheme.tensor_nbytes(shape, params), extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)},

@@ -24,9 +24,9 @@ from iekit.formats import iebin, weight_types
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import model_file, read_small
 from iekit.formats.library_calls import guarded
-from iekit.formats.model_spec import INT32_MAX, DecoderSpec, decoder_spec
+from iekit.formats.model_spec import INT32_MAX, LAYERS_KEY, MATRIX, DecoderSpec, decoder_spec, layer_parts
 
-from . import cuda, decoder_weights
+from . import cuda, decoder_weights, kernels
 from .memory import available_bytes, gib
 from .native import _native
 from .tensor_source import TensorSource
@@ -137,16 +137,11 @@ class Decoder:
         self.head_name: str = bound.head_name  # the tensor the output head reads (a tied embedding included)
         cfg = native_config(s, self.max_ctx)
         self.act = device_act(device, act, bound.layer_dtypes)  # what runs: f32 | int8
-        try:
-            if device == "cuda":
-                self._dec = _native.CudaDecoder(cfg, bound.weights)
-            else:
-                self._dec = _native.Decoder(cfg, bound.weights, act=self.act, threads=threads, isa=isa,
-                                            affinity=affinity or "")
-        except ValueError as e:
-            raise IEError(f"{meta_path}: {e}") from None
-        except RuntimeError as e:  # a CUDA failure (out of device memory, ...): one line, already says where
-            raise IEError(str(e)) from None
+        self._weights = bound.weights
+        self._make = lambda: (_native.CudaDecoder(cfg, self._weights) if device == "cuda" else
+                              _native.Decoder(cfg, self._weights, act=self.act, threads=threads, isa=isa,
+                                              affinity=affinity or ""))
+        self._dec = self._build()
         # Each decoder thread's CPU (-1: not pinned), or None without an affinity mode (or on CUDA).
         self.pinned: list[int] | None = list(self._dec.pinned) if affinity and device != "cuda" else None
         # The matrices' storage dtypes, most bytes first.
@@ -158,6 +153,52 @@ class Decoder:
         self.kv_misses = 0
         self._touch_pos = 0
         self._touch_map: np.memmap | None = None
+
+    def _build(self) -> Any:
+        """The native decoder over ``self._weights``."""
+        try:
+            return self._make()
+        except ValueError as e:
+            raise IEError(f"{self.model.meta_path}: {e}") from None
+        except RuntimeError as e:  # a CUDA failure (out of device memory, ...): one line, already says where
+            raise IEError(str(e)) from None
+
+    def replace_matrices(self, values: dict[str, np.ndarray]) -> None:
+        """Run on from now with the layer matrices and head ``values`` names
+        (HF tensor names -> float32 [rows, cols]) in place of the
+        artifact's: sequential error compensation (runtime/hessians.py)
+        takes each layer's input covariances from a model whose earlier
+        layers are already quantized, and this swaps them in (their
+        dequantized values) without writing an artifact. A tied head is
+        the embedding too, so both change. The native decoder is rebuilt
+        (its KV cache starts empty); the caller's arrays are kept
+        referenced, not copied, until then."""
+        where = {self.head_name: [("lm_head",)] + ([("embed",)] if self._weights["embed"] is self._weights["lm_head"] else [])}
+        for i in range(self.spec.n_layers):
+            for p in layer_parts(self.spec, i):
+                if p.kind == MATRIX:
+                    where[p.name] = [(LAYERS_KEY, i, p.key)]
+        staged = []
+        for name, a in values.items():
+            if name not in where:
+                raise IEError(f"replace_matrices: {name!r} is not a dense layer matrix or the head of {self.model.dir}")
+            a = np.ascontiguousarray(a, dtype=np.float32)
+            if a.ndim != 2:
+                raise IEError(f"replace_matrices: {name}: expected a matrix, got shape {list(a.shape)}")
+            for path in where[name]:
+                d = self._weights
+                for k in path[:-1]:
+                    d = d[k]
+                old = d[path[-1]][0]
+                if a.shape != (old.rows, old.cols):
+                    raise IEError(f"replace_matrices: {name}: {list(a.shape)} where the model has [{old.rows}, {old.cols}]")
+                spec = _native.WeightSpec(**kernels.weight_params({"name": name, "dtype": "f32", "shape": list(a.shape)}))
+                staged.append((d, path[-1], (spec, kernels.as_bytes(a))))
+        for d, key, value in staged:  # all checked first: a refusal changes nothing
+            d[key] = value
+        self._dec = None  # the old copies go before the new ones are made
+        self._dec = self._build()
+        self._tokens = []
 
     # -- facts for reports ------------------------------------------------
 
@@ -344,6 +385,20 @@ class Decoder:
         if start:
             self._run(ids[:start], all_logits=False)
         return self._run(ids[start:], all_logits=True, out=out)
+
+    def run_layers(self, ids: list[int], layers: int) -> None:
+        """A fresh sequence ``ids`` through the first ``layers`` layers only,
+        no head: a calibration pass (runtime/hessians.py) that collects the
+        statistics of those layers' inputs stops where they end (CPU only)."""
+        ids = list(ids)
+        if not ids:
+            raise IEError("no ids")
+        self.check_ids(ids)
+        self.reset()
+        try:
+            self._dec.run_layers(np.asarray(ids, np.int32), layers)
+        except ValueError as e:
+            raise IEError(str(e)) from None
 
     def touch(self, nbytes: int, stride: int) -> int:
         """The benchmark's work-touch: read one byte every ``stride`` of the

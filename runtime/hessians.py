@@ -5,8 +5,17 @@ The decoder keeps the inputs of the slots asked for, a chunk at a time
 (csrc/decoder: collect_stats(capture=...)); each chunk's X [tokens, n]
 adds Xᵀ X. A slot's covariance takes n² × 8 bytes (SmolLM2: 27 MB a
 layer), so slots are collected in windows that fit ``budget`` bytes, in the
-order the converter asks for them, running the calibration text once per
-window: one pass for a model whose covariances all fit.
+order the model reads them (the converter asks in that order), running the
+calibration text once per window: one pass for a model whose covariances
+all fit.
+
+``sequential``: each layer's covariances come from a model whose earlier
+layers are already quantized (GPTQ's "sequential" mode): the converter
+hands every compensated matrix back (``settle``), the decoder swaps its
+dequantized values in, and each layer gets a pass of its own, so the
+later layers' codes are fitted to the inputs the quantized model will
+really give them, errors of the earlier layers included. One pass per
+layer instead of one in all.
 """
 
 from __future__ import annotations
@@ -28,19 +37,18 @@ _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)\.weight$")
 class Hessians:
     """``get(name)``: the input covariance of matrix ``name`` (float64,
     Σ x xᵀ / tokens), or None for a tensor no slot feeds. ``order``: the
-    matrices in the order they will be asked for."""
+    matrices that will be asked for, best in ``forward_order``."""
 
     def __init__(self, dec: Decoder, chunks: list[list[int]], order: list[str], budget: int = 1 << 30,
-                 on_chunk: Callable[[int, int], None] = lambda _i, _n: None):
+                 on_chunk: Callable[[int, int], None] = lambda _i, _n: None, sequential: bool = False):
         if not chunks or not any(chunks):
             raise IEError("covariances: no calibration tokens")
         self.dec, self.chunks, self.budget, self.on_chunk = dec, chunks, budget, on_chunk
+        self.sequential = sequential
+        self._settled: dict[str, np.ndarray] = {}  # quantized, not yet swapped into the decoder
         self.tokens = sum(len(c) for c in chunks)
-        self._slots: list[int] = []
-        for n in order:
-            s = self.slot_of(n)
-            if s is not None and s not in self._slots:
-                self._slots.append(s)
+        # Windows are runs of slots in the order the model reads them (forward_order).
+        self._slots = sorted({s for n in order if (s := self.slot_of(n)) is not None})
         self._have: dict[int, np.ndarray] = {}
         self._factors: dict[int, np.ndarray] = {}
         self.passes = 0
@@ -53,6 +61,21 @@ class Hessians:
         if m is None or int(m.group(1)) >= self.dec.spec.n_layers:
             return None
         return next((4 * int(m.group(1)) + k for k, names in enumerate(LAYER_INPUTS) if m.group(2) in names), None)
+
+    def forward_order(self, names: list[str]) -> list[str]:
+        """``names`` with the matrices that have a slot in the order the
+        model reads them (layer by layer; in a layer q/k/v, o, gate/up,
+        down; the head last), the others first as given: the order a
+        sequential conversion quantizes them in."""
+        slot = {n: self.slot_of(n) for n in names}
+        return [n for n in names if slot[n] is None] + sorted((n for n in names if slot[n] is not None),
+                                                               key=lambda n: slot[n])
+
+    def settle(self, name: str, w: np.ndarray) -> None:
+        """``name`` is quantized, its dequantized values ``w``: in sequential
+        mode the covariances collected from now on see them."""
+        if self.sequential and self.slot_of(name) is not None:
+            self._settled[name] = w
 
     def _width(self, slot: int) -> int:
         s = self.dec.spec
@@ -76,6 +99,8 @@ class Hessians:
         """Run the calibration once for ``first`` and the slots after it in
         ``order`` that fit the budget with it (the previous window dropped)."""
         ahead = self._slots[self._slots.index(first):] if first in self._slots else [first]
+        if self.sequential:  # a layer's slots only: the next layer waits for this one's codes
+            ahead = [s for s in ahead if s // 4 == first // 4]
         window: list[int] = []
         used = 0
         for s in ahead:
@@ -86,12 +111,19 @@ class Hessians:
             used += size
         self._have.clear()
         self._factors.clear()
+        if self._settled:
+            self.dec.replace_matrices(self._settled)
+            self._settled = {}
         acc = {s: np.zeros((self._width(s),) * 2) for s in window}
         self.passes += 1
         self.dec._dec.collect_stats(True, capture=window)
         try:
+            layers = max(window) // 4 + 1  # the head's slot (after the last layer) runs them all
             for i, c in enumerate(self.chunks):
-                self.dec.logits(c, start=len(c) - 1)
+                if layers > self.dec.spec.n_layers:
+                    self.dec.logits(c, start=len(c) - 1)
+                else:
+                    self.dec.run_layers(c, layers)
                 for s in window:
                     x = self.dec._dec.take_captured(s)
                     acc[s] += x.T @ x

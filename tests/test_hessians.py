@@ -55,3 +55,95 @@ def test_capture_slots_are_checked():
     assert dec._dec.take_captured(1).shape == (3, 64)
     assert dec._dec.take_captured(1).shape == (0, 64)  # handed over
     dec._dec.collect_stats(False)
+
+
+def _reference(model, w, chunks) -> dict[str, np.ndarray]:
+    """Σ x xᵀ / tokens of every matrix input, by the float64 forward pass over ``chunks``."""
+    ref: dict[str, np.ndarray] = {}
+    for c in chunks:
+        outer: dict[str, np.ndarray] = {}
+        forward(model, w, c, outer=outer)
+        for k, v in outer.items():
+            ref[k] = ref.get(k, 0) + v
+    return {k: v / sum(map(len, chunks)) for k, v in ref.items()}
+
+
+def test_sequential_covariances_see_the_quantized_earlier_layers():
+    """Sequential mode (ieconv gptq --sequential): once layer 0's matrices are
+    settled, layer 1's covariances are those of the float64 forward pass of the
+    model with layer 0 replaced, not of the float model; layer 0's own are the
+    float model's. The head (slot after the last layer) sees every layer settled."""
+    from iekit.runtime.decoder import Decoder
+    from iekit.runtime.hessians import Hessians
+
+    ids = [int(i) for i in np.random.default_rng(7).integers(3, 300, 32)]
+    chunks = [ids[:16], ids[16:]]
+    dec = Decoder(GOLDEN_IEBIN / "tiny-llama", threads=2, ctx=16, act="f32")
+    model, w = load_weights(GOLDEN_IEBIN / "tiny-llama")
+    float_ref = _reference(model, w, chunks)
+    cov = Hessians(dec, chunks, sorted(float_ref), sequential=True)
+    order = cov.forward_order(sorted(w))
+    mats = [n for n in order if cov.slot_of(n) is not None]
+    assert mats[-1] == dec.head_name and mats.index("model.layers.0.mlp.down_proj.weight") < mats.index(
+        "model.layers.1.self_attn.q_proj.weight")
+    coarse, layer, ref = dict(w), None, {}
+    for n in mats:
+        if cov.slot_of(n) // 4 != layer:  # a layer's inputs come from the model as its pass began
+            layer, ref = cov.slot_of(n) // 4, _reference(model, coarse, chunks)
+        h, _u = cov.get(n)
+        assert np.allclose(h, ref[n], rtol=1e-4, atol=1e-6 * np.abs(h).max()), n
+        coarse[n] = np.round(w[n] * 4) / 4  # a crude "quantizer", so the change is large
+        cov.settle(n, coarse[n].astype(np.float32))
+    last = _reference(model, coarse, chunks)[dec.head_name]
+    assert not np.allclose(last, float_ref[dec.head_name], rtol=0.05)  # the test would see a non-sequential pass
+    assert cov.passes == model["num_hidden_layers"] + 1
+
+
+def test_run_layers_stops_after_the_layers_asked_for():
+    """A calibration pass through the first layers only (Decoder.run_layers)
+    captures what the full forward captures for those layers' inputs, runs
+    none of the later ones, and leaves a cache forward refuses to continue
+    until it is truncated; layer counts outside 1..n_layers are refused."""
+    from iekit.formats.errors import IEError
+    from iekit.runtime.decoder import Decoder
+
+    dec = Decoder(GOLDEN_IEBIN / "tiny-llama", act="f32")
+    ids = [5, 6, 7, 8, 9]
+    dec._dec.collect_stats(True, capture=[0, 3, 4])
+    dec.logits(ids)
+    full = [dec._dec.take_captured(s) for s in (0, 3, 4)]
+    dec._dec.collect_stats(True, capture=[0, 3, 4])
+    dec.run_layers(ids, 1)
+    assert np.array_equal(dec._dec.take_captured(0), full[0]) and np.array_equal(dec._dec.take_captured(3), full[1])
+    assert dec._dec.take_captured(4).shape == (0, 64)  # layer 1 never ran
+    assert dec._dec.stats()[1] == 5
+    with pytest.raises(ValueError, match=r"positions 0..4 were run through the first layers only"):
+        dec._dec.forward(np.array([3], np.int32))
+    dec._dec.collect_stats(False)
+    assert np.allclose(dec.logits(ids), Decoder(GOLDEN_IEBIN / "tiny-llama", act="f32").logits(ids))
+    for bad in (0, 3):
+        with pytest.raises(IEError, match=f"run_layers: layers {bad} is outside 1..2"):
+            dec.run_layers(ids, bad)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
+def test_replace_matrices_runs_on_with_the_new_values(name):
+    """Decoder.replace_matrices (what a sequential pass swaps quantized layers in
+    with) against the float64 forward pass of the weights so changed; a tied
+    head is the embedding too. Unknown names and wrong shapes are refused."""
+    from iekit.formats.errors import IEError
+    from iekit.runtime.decoder import Decoder
+
+    dec = Decoder(GOLDEN_IEBIN / name, act="f32")
+    model, w = load_weights(GOLDEN_IEBIN / name)
+    rng = np.random.default_rng(3)
+    new = {n: (w[n] * rng.uniform(0.5, 1.5, w[n].shape)).astype(np.float32)
+           for n in ("model.layers.1.mlp.down_proj.weight", "model.layers.0.self_attn.k_proj.weight", dec.head_name)}
+    dec.replace_matrices(new)
+    ids = [7, 100, 42, 3, 250, 9]
+    ref = forward(model, {**w, **{n: v.astype(np.float64) for n, v in new.items()}}, ids)
+    assert np.allclose(dec.logits(ids), ref, rtol=1e-3, atol=1e-4 * np.abs(ref).max())
+    with pytest.raises(IEError, match="'model.norm.weight' is not a dense layer matrix or the head"):
+        dec.replace_matrices({"model.norm.weight": np.zeros((64, 64), np.float32)})
+    with pytest.raises(IEError, match=r"\[64, 32\] where the model has \[64, 64\]"):
+        dec.replace_matrices({"model.layers.0.self_attn.q_proj.weight": np.zeros((64, 32), np.float32)})

@@ -270,6 +270,16 @@ void ie_register_decoder(py::module_& m) {
            py::arg("tokens"), py::arg("all_logits") = false, py::arg("out") = py::none(),
            "Run tokens at the next positions; float32 logits [n, vocab] (all_logits) or [vocab] (last), "
            "written into `out` when given (that shape, C-contiguous).")
+      .def("run_layers",
+           [](PyDecoder& s, py::array_t<int32_t, py::array::c_style | py::array::forcecast> tokens, int layers) {
+             const int n = static_cast<int>(tokens.size());
+             const int32_t* t = tokens.data();
+             py::gil_scoped_release nogil;
+             s.dec->run_layers(t, n, layers);
+           },
+           py::arg("tokens"), py::arg("layers"),
+           "Run tokens at the next positions through the first `layers` layers only, no head (a calibration "
+           "pass: collect_stats of those layers' inputs); forward refuses to continue until they are truncated.")
       .def("truncate", [](PyDecoder& s, int n) { s.dec->truncate(n); }, py::arg("n"),
            "Forget cached positions >= n.")
       .def_property_readonly("n_past", [](const PyDecoder& s) { return s.dec->n_past(); })

@@ -323,6 +323,7 @@ void Decoder::add_stats(int slot, const float* x, int b, int n) {
 void Decoder::truncate(int n) {
   if (n < 0 || n > n_past_) fail("truncate: " + std::to_string(n) + " is outside 0.." + std::to_string(n_past_));
   n_past_ = n;
+  full_past_ = std::min(full_past_, n);
 }
 
 void Decoder::prepare(PreparedAct& prep, const float* x, int b, int cols) {
@@ -574,7 +575,7 @@ void Decoder::experts(int layer, int b) {
   }
 }
 
-void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits) {
+void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits, int layers) {
   const DecoderConfig& c = cfg_;
   const int H = c.hidden, I = c.inter;
   const int half = c.head_dim / 2;
@@ -588,7 +589,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       cs[half + i] = std::sin(ang) * c.rope_scale;
     }
   }
-  for (int l = 0; l < c.n_layers; ++l) {
+  for (int l = 0; l < layers; ++l) {
     const LayerWeights& L = w_.layers[l];
     rows(b, [&](int j) { rmsnorm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]); });
     if (stats_on_) add_stats(4 * l, xn_.data(), b, H);
@@ -652,10 +653,11 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     });
   }
   n_past_ += b;
+  if (stats_on_) stats_tokens_ += b;
+  if (layers < c.n_layers) return;
   if (stats_on_) {
     for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]);
     add_stats(4 * c.n_layers, xn_.data(), b, H);
-    stats_tokens_ += b;
   }
   if (all_logits) {
     rows(b, [&](int j) { rmsnorm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]); });
@@ -669,7 +671,20 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
 }
 
 void Decoder::forward(const int32_t* tokens, int n, float* logits, bool all_logits) {
+  run(tokens, n, logits, all_logits, cfg_.n_layers);
+}
+
+void Decoder::run_layers(const int32_t* tokens, int n, int layers) {
+  if (layers < 1 || layers > cfg_.n_layers)
+    fail("run_layers: layers " + std::to_string(layers) + " is outside 1.." + std::to_string(cfg_.n_layers));
+  run(tokens, n, nullptr, false, layers);
+}
+
+void Decoder::run(const int32_t* tokens, int n, float* logits, bool all_logits, int layers) {
   if (n < 1) fail("forward: no tokens");
+  if (layers == cfg_.n_layers && full_past_ != n_past_)
+    fail("forward: positions " + std::to_string(full_past_) + ".." + std::to_string(n_past_ - 1) +
+         " were run through the first layers only (run_layers): truncate them first");
   if (n > cfg_.max_ctx - n_past_)
     fail("context full: " + std::to_string(n_past_) + " cached + " + std::to_string(n) + " new tokens > ctx " +
          std::to_string(cfg_.max_ctx));
@@ -678,7 +693,7 @@ void Decoder::forward(const int32_t* tokens, int n, float* logits, bool all_logi
       fail("token id " + std::to_string(tokens[i]) + " is outside the vocabulary (0.." +
            std::to_string(cfg_.vocab - 1) + ")");
   // A single-token call is a decode step: its time is split in step_times_.
-  timing_ = n == 1;
+  timing_ = n == 1 && layers == cfg_.n_layers;
   struct TimingOff {
     bool& on;
     ~TimingOff() { on = false; }
@@ -690,9 +705,10 @@ void Decoder::forward(const int32_t* tokens, int n, float* logits, bool all_logi
     const int b = std::min(chunk, n - done);
     const bool last = done + b == n;
     float* out = all_logits ? logits + static_cast<size_t>(done) * cfg_.vocab : (last ? logits : nullptr);
-    run_chunk(tokens + done, b, out, all_logits);
+    run_chunk(tokens + done, b, out, all_logits, layers);
     done += b;
   }
+  if (layers == cfg_.n_layers) full_past_ = n_past_;
 }
 
 std::vector<int> pin_threads(ThreadPool& pool, const std::string& mode) {

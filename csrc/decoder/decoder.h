@@ -136,6 +136,12 @@ class Decoder {
   // matrix has no rows8 copy: the GEMV's int8 path is the one being asked
   // for); one weight read serves the whole chunk.
   void forward(const int32_t* tokens, int n, float* logits, bool all_logits);
+  // As forward, through layers 0 .. layers-1 only and without the output
+  // head: a calibration pass that collects statistics (collect_stats) of
+  // the first layers' inputs stops where they end. The later layers have
+  // no cache for those positions, so forward refuses to run on from them
+  // until they are truncated. Throws unless 1 <= layers <= n_layers.
+  void run_layers(const int32_t* tokens, int n, int layers);
 
   // Activation statistics for an importance matrix (llama-imatrix's): while
   // on, every token run adds x^2 of each matrix input, per column, in
@@ -193,7 +199,9 @@ class Decoder {
 
  private:
   void embed_row(int32_t token, float* out) const;
-  void run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits);
+  // forward and run_layers: `layers` layers, then the head where all are run.
+  void run(const int32_t* tokens, int n, float* logits, bool all_logits, int layers);
+  void run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits, int layers);
   void attention(int layer, int b);
   // The routed experts of layer `layer` over xn_ [b, hidden]; adds their
   // weighted outputs to x_ (the residual).
@@ -230,6 +238,7 @@ class Decoder {
   std::unique_ptr<ThreadPool> pool_;  // a pointer, so const members can run work on it
   Isa isa_;
   int n_past_ = 0;
+  int full_past_ = 0;  // positions cached in every layer (run_layers caches the first layers only)
   int q_dim_ = 0, kv_dim_ = 0;
   size_t rows8_bytes_ = 0;
   int int8_chunk_ = kMaxBatch;  // tokens per int8 prefill chunk (set at load: kMaxRows8Batch where every matrix allows)
