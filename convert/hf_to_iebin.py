@@ -29,7 +29,8 @@ from iekit.formats.model_spec import check_convertible
 from iekit.formats.safetensors_reader import CHUNK_BYTES
 
 from iekit.formats.q4_manifest import Manifest, plan
-from iekit.formats.quant import SCHEMES, QuantError, QuantParams, matrix_dims
+from iekit.formats.quant import SCHEMES, NonFiniteError, QuantError, QuantizedRows, QuantParams, matrix_dims
+from iekit.formats.workers import ordered_map
 
 from . import hf_mxfp4
 from .gguf_names import hf_name
@@ -119,7 +120,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     cov = covariances.get(name) if covariances is not None else None
                     errors[name] = _add_quantized(writer, name, shape, t.dtype.name, tensor_bytes,
                                                   qplan.quantize[name], importance.get(name), cov,
-                                                  covariances.settle if cov is not None else None)
+                                                  covariances.settle if cov is not None and covariances.sequential
+                                                  else None)
                     continue
                 target = dtype if dtype and t.dtype.is_float else t.dtype.name
                 if target == t.dtype.name and name not in written.flipped:
@@ -153,9 +155,9 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
     bytes, whole rows per chunk): memory stays bounded. Its predicted loss
     is recorded in the entry and returned. With ``covariance`` (its input's
     H and inverse factor, runtime/hessians.py) error-compensated instead
-    (formats/gptq.py): the whole matrix at once, as float64 while it works
-    (SmolLM2's largest, the tied embedding: 230 MB), and its dequantized
-    values handed to ``settle`` (a sequential pass runs on with them)."""
+    (formats/gptq.py), the same chunks of rows on worker threads, and its
+    dequantized values handed to ``settle`` (a sequential pass runs on with
+    them)."""
     count, rows, cols = matrix_dims(shape)
     rows *= count
     scheme = SCHEMES[params.scheme]
@@ -173,7 +175,13 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
         pieces = scheme.stream(row_chunks(), params, rows, name, importance, error)
     else:
         h, u = covariance
-        qr, error = gptq.quantize(np.concatenate(list(row_chunks())), h, scheme, params, name, u)
+        error = QuantError(compensated=True)
+        parts = []
+        for qr, e in ordered_map(lambda piece: _compensated(piece, h, u, scheme, params, name),
+                                 _with_row0(row_chunks())):
+            error.merge(e)
+            parts.append(qr)
+        qr = QuantizedRows.vstack(parts)
         if settle is not None:
             settle(name, scheme.dequantize_rows(qr, cols, params).reshape(rows, cols))
         pieces = scheme.payload(qr)
@@ -181,6 +189,27 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
                       scheme.tensor_nbytes(shape, params), extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)},
                       error=error)
     return error
+
+
+def _with_row0(row_chunks: Iterator[np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
+    """Each chunk with the index of its first row in the matrix."""
+    row0 = 0
+    for w in row_chunks:
+        yield row0, w
+        row0 += w.shape[0]
+
+
+def _compensated(piece: tuple[int, np.ndarray], h: np.ndarray, u: np.ndarray, scheme: Any, params: QuantParams,
+                 name: str) -> tuple[QuantizedRows, QuantError]:
+    """gptq.quantize of one chunk of rows (rows are independent under one
+    covariance: a chunk at a time gives the same codes as the whole matrix,
+    in memory bounded by the chunk, on worker threads); a non-finite value
+    is reported at its row of the whole matrix."""
+    row0, w = piece
+    try:
+        return gptq.quantize(w, h, scheme, params, name, u)
+    except NonFiniteError as e:
+        raise e.moved(row0) from None
 
 
 def _per_expert(scheme: Any, row_chunks: Iterator[np.ndarray], params: QuantParams, rows_per_expert: int,

@@ -399,6 +399,13 @@ class QuantizedRows:
             return None if xs[0] is None else np.concatenate(xs, axis=1)
         return QuantizedRows(cat([q.rows for q in parts]), cat([q.scales for q in parts]), cat([q.mins for q in parts]))
 
+    @staticmethod
+    def vstack(parts: list["QuantizedRows"]) -> "QuantizedRows":
+        """Row blocks of the same columns, quantized one after another."""
+        def cat(xs):
+            return None if xs[0] is None else np.concatenate(xs, axis=0)
+        return QuantizedRows(cat([q.rows for q in parts]), cat([q.scales for q in parts]), cat([q.mins for q in parts]))
+
 
 class _Block(Scheme):
     """llama.cpp block formats: rows of whole blocks (block_elems each)."""

@@ -73,7 +73,8 @@ class Hessians:
 
     def settle(self, name: str, w: np.ndarray) -> None:
         """``name`` is quantized, its dequantized values ``w``: in sequential
-        mode the covariances collected from now on see them."""
+        mode the covariances collected from now on see them (the converter
+        makes ``w`` only then)."""
         if self.sequential and self.slot_of(name) is not None:
             self._settled[name] = w
 

@@ -19,6 +19,7 @@ from test_quantize_imatrix import wide  # noqa: F401  (the fixture: a Llama whos
 
 TEXT = GOLDEN / "text" / "eval-sample.txt"
 SELECTIONS = [{"scheme": "q4_0"}, {"scheme": "iq4_nl"}, {"scheme": "q5_1"}, {"scheme": "q4_k"}, {"scheme": "mxfp4"},
+              {"scheme": "iq4_xs"}, {"scheme": "q3_k"},
               {"scheme": "int4w", "group_size": 64, "symmetric": False, "scale_dtype": "f16"}]
 
 
@@ -30,24 +31,30 @@ def _problem(rows=16, cols=1024, tokens=3000, seed=0):
     return rng.standard_normal((rows, cols)).astype(np.float32), x.T @ x / tokens
 
 
-def _obs_reference(w, h, scheme, p):
-    """The same block loop with the optimal update of the remaining columns R from
-    an explicit inverse of the covariance restricted to the columns not yet quantized:
-    W_R -= δ_B (H⁻¹_BB)⁻¹ H⁻¹_BR (no Cholesky factor)."""
+def _obs_reference(w, h, scheme, p, step=gptq.STEP):
+    """The same loop (steps of ``step`` columns inside a wider scale block, each
+    step's columns then held at their quantized values) with the optimal update
+    of the remaining columns R from an explicit inverse of the covariance
+    restricted to the columns not yet quantized: W_R -= δ_S (H⁻¹_SS)⁻¹ H⁻¹_SR
+    (no Cholesky factor)."""
     cols = w.shape[1]
     hd = h.copy()
     hd[np.diag_indices(cols)] += gptq.DAMP * np.mean(np.diagonal(h))
     cur = w.astype(np.float64).copy()
     bw = scheme.block_width(cols, p)
+    step = min(step, bw)
     imp = np.diagonal(h).astype(np.float32)
     out = []
     for c0 in range(0, cols, bw):
-        qr = scheme.quantize_rows(cur[:, c0:c0 + bw].astype(np.float32), p, "ref", imp[c0:c0 + bw])
-        out.append(scheme.dequantize_rows(qr, bw, p))
-        if c0 + bw < cols:
-            hinv = np.linalg.inv(hd[c0:, c0:])
-            delta = cur[:, c0:c0 + bw] - out[-1]
-            cur[:, c0 + bw:] -= delta @ np.linalg.solve(hinv[:bw, :bw], hinv[:bw, bw:])
+        for s0 in range(c0, c0 + bw, step):
+            q = scheme.dequantize_rows(scheme.quantize_rows(cur[:, c0:c0 + bw].astype(np.float32), p, "ref",
+                                                            imp[c0:c0 + bw]), bw, p)
+            if s0 + step < cols:
+                hinv = np.linalg.inv(hd[s0:, s0:])
+                delta = cur[:, s0:s0 + step] - q[:, s0 - c0:s0 - c0 + step]
+                cur[:, s0 + step:] -= delta @ np.linalg.solve(hinv[:step, :step], hinv[:step, step:])
+                cur[:, s0:s0 + step] = q[:, s0 - c0:s0 - c0 + step]
+        out.append(q)
     return np.concatenate(out, axis=1)
 
 
@@ -86,6 +93,22 @@ def test_compensation_lowers_the_output_error_and_reports_it(sel):
     assert e.sq_error == pytest.approx(loss(got), rel=1e-9)
     assert e.sq_norm == pytest.approx(float(np.einsum("rc,cd,rd->", w.astype(np.float64), h, w.astype(np.float64))),
                                       rel=1e-9)
+
+
+@pytest.mark.parametrize("scheme_name", ["q3_k", "iq4_xs", "q2_k"])
+def test_steps_inside_a_super_block_lower_the_error(scheme_name):
+    """Compensating STEP columns at a time inside a 256-element super-block (each
+    step's columns held at their quantized values for the block's next
+    quantization) leaves well under the output error of one step per block."""
+    scheme, p = SCHEMES[scheme_name], selection_params({"scheme": scheme_name})
+    w, h = _problem(rows=32, cols=768, seed=4)
+
+    def loss(step):
+        q = scheme.dequantize_rows(gptq.quantize(w, h, scheme, p, step=step)[0], w.shape[1], p)
+        d = w.astype(np.float64) - q
+        return float(np.einsum("rc,cd,rd->", d, h, d))
+
+    assert loss(gptq.STEP) < 0.75 * loss(256)
 
 
 def test_diagonal_covariance_changes_nothing_across_blocks():
@@ -133,10 +156,12 @@ def _kl(ref_logits, got):
     return float((np.exp(lp) * (lp - lq)).sum(1).mean())
 
 
-def test_gptq_artifact_is_closer_to_the_float_model(wide, tmp_path):
+@pytest.mark.parametrize("mode", ["--no-sequential", "--sequential"])
+def test_gptq_artifact_is_closer_to_the_float_model(wide, tmp_path, mode):
     """ieconv gptq as a user runs it: the same schemes and size as hf-to-iebin with
     the manifest and an imatrix of the same text, closer to the float model,
-    every quantized entry saying it was compensated, verify quant passing."""
+    every quantized entry saying it was compensated, verify quant passing;
+    --sequential takes a calibration pass per layer (and one for the head)."""
     from iekit.runtime.decoder import Decoder
 
     m = tmp_path / "q.json"
@@ -145,9 +170,10 @@ def test_gptq_artifact_is_closer_to_the_float_model(wide, tmp_path):
     plain, g = tmp_path / "plain", tmp_path / "gptq"
     assert run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", wide["hf"], "--q4-map", m, "--out-dir", plain).returncode == 0
     res = run_tool("ieconv", "gptq", "--hf-dir", wide["hf"], "--ref-dir", wide["f32"], "--q4-map", m,
-                   "--text-file", TEXT, "--ctx", "64", "--chunks", "6", "--out-dir", g)
+                   "--text-file", TEXT, "--ctx", "64", "--chunks", "6", "--out-dir", g, mode)
     assert res.returncode == 0, res.stderr
-    assert "15 quantized, 15 error-compensated; covariances of 384 tokens" in res.stderr
+    passes = "3 passes" if mode == "--sequential" else "1 pass)"
+    assert f"15 quantized, 15 error-compensated; covariances of 384 tokens (--text-file {TEXT}), {passes}" in res.stderr
     assert "under the input covariance" in res.stderr
     assert (g / iebin.BIN_NAME).stat().st_size == (plain / iebin.BIN_NAME).stat().st_size
     entries = [t for t in iebin.load_model(g).tensors if "quant" in t]
@@ -190,3 +216,33 @@ def test_gptq_on_a_moe_model_compensates_attention_and_says_experts_are_not(tmp_
     assert "warning: 4 matrices have no input covariance" in res.stderr and "experts are not compensated" in res.stderr
     assert "12 quantized, 8 error-compensated" in res.stderr
     assert run_tool("ierun", "generate", "--model-dir", out, "--ids", "3,17", "--max-new", "2").returncode == 0
+
+
+def test_a_chunk_of_rows_at_a_time_gives_the_same_bytes(wide, tmp_path, monkeypatch):
+    """The converter compensates a matrix a chunk of rows at a time, on worker
+    threads (memory bounded by the chunk, not the matrix: an 8B model's head
+    is 0.5 G weights); rows are independent under one covariance, so the
+    artifact is byte for byte the one made from whole matrices."""
+    from iekit.convert import hf_to_iebin
+    from iekit.formats import expert_stacks, hf_checkpoint
+    from iekit.formats.q4_manifest import load_manifest, plan
+    from iekit.runtime.decoder import Decoder
+    from iekit.runtime.hessians import Hessians
+
+    m = tmp_path / "q.json"
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", m, "--scheme", "q3_k", "--quantize-head",
+                    "--imatrix", wide["imatrix"]).returncode == 0
+    manifest, src = load_manifest(m), hf_checkpoint.from_dir(wide["hf"])
+    dec = Decoder(wide["f32"], act="f32", ctx=64)
+    ids = dec.encode(TEXT.read_text())[:256]
+    parts = [ids[i:i + 64] for i in range(0, 256, 64)]
+    out = {}
+    for chunk in (hf_to_iebin.QUANT_CHUNK_ELEMS, 256 * 40):  # whole matrices; 40 rows (ragged last chunks)
+        monkeypatch.setattr(hf_to_iebin, "QUANT_CHUNK_ELEMS", chunk)
+        names = list(plan(manifest, expert_stacks.shapes_as_written(src)).quantize)
+        res = hf_to_iebin.convert(src, tmp_path / str(chunk), manifest=manifest,
+                                  covariances=Hessians(dec, parts, names))
+        assert res.quantized_tensors == len(names) == 15
+        assert sum(e.compensated for e in res.errors.values()) == res.quantized_tensors
+        out[chunk] = (tmp_path / str(chunk) / iebin.BIN_NAME).read_bytes()
+    assert out[hf_to_iebin.QUANT_CHUNK_ELEMS] == out[256 * 40]
