@@ -12,6 +12,17 @@ from decoder_ref import forward, load_weights
 from iekit.formats import gptq
 
 
+def _reference(model, w, chunks) -> dict[str, np.ndarray]:
+    """Σ x xᵀ / tokens of every matrix input, by the float64 forward pass over ``chunks``."""
+    ref: dict[str, np.ndarray] = {}
+    for c in chunks:
+        outer: dict[str, np.ndarray] = {}
+        forward(model, w, c, outer=outer)
+        for k, v in outer.items():
+            ref[k] = ref.get(k, 0) + v
+    return {k: v / sum(map(len, chunks)) for k, v in ref.items()}
+
+
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
 def test_covariances_match_the_float64_reference(name):
     """runtime/hessians.py over the native decoder's captured inputs against Σ x xᵀ of the
@@ -23,17 +34,12 @@ def test_covariances_match_the_float64_reference(name):
     chunks = [ids[16 * c:16 * (c + 1)] for c in range(3)]
     dec = Decoder(GOLDEN_IEBIN / name, threads=2, ctx=16, act="f32")
     model, w = load_weights(GOLDEN_IEBIN / name)
-    ref: dict[str, np.ndarray] = {}
-    for c in chunks:
-        outer: dict[str, np.ndarray] = {}
-        forward(model, w, c, outer=outer)
-        for k, v in outer.items():
-            ref[k] = ref.get(k, 0) + v
+    ref = _reference(model, w, chunks)
     names = sorted(ref)
     cov = Hessians(dec, chunks, names, budget=3 * 64 * 64 * 8)  # three slots at a time: several passes
     for n in names:
         h, u = cov.get(n)
-        assert np.allclose(h, ref[n] / 48, rtol=1e-4, atol=1e-6 * np.abs(ref[n]).max() / 48), n
+        assert np.allclose(h, ref[n], rtol=1e-4, atol=1e-6 * np.abs(ref[n]).max()), n
         assert np.allclose(u.T @ u @ gptq.damped(h), np.eye(len(h)),
                            atol=1e-6)
     assert cov.passes >= 3
@@ -55,17 +61,6 @@ def test_capture_slots_are_checked():
     assert dec._dec.take_captured(1).shape == (3, 64)
     assert dec._dec.take_captured(1).shape == (0, 64)  # handed over
     dec._dec.collect_stats(False)
-
-
-def _reference(model, w, chunks) -> dict[str, np.ndarray]:
-    """Σ x xᵀ / tokens of every matrix input, by the float64 forward pass over ``chunks``."""
-    ref: dict[str, np.ndarray] = {}
-    for c in chunks:
-        outer: dict[str, np.ndarray] = {}
-        forward(model, w, c, outer=outer)
-        for k, v in outer.items():
-            ref[k] = ref.get(k, 0) + v
-    return {k: v / sum(map(len, chunks)) for k, v in ref.items()}
 
 
 def test_sequential_covariances_see_the_quantized_earlier_layers():
