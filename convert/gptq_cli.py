@@ -56,10 +56,11 @@ def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks,
     block at a time (32 columns at a time inside a 256-element super-block),
     moving the columns not yet quantized to cancel the error (the optimal
     update under that covariance). Same schemes, same size: the bytes are
-    the manifest's; only the codes are chosen better. The covariance's diagonal is the imatrix statistic, so no
-    --imatrix is needed. Use text the evaluation does not. --sequential
-    fits each layer to the inputs the quantized earlier layers give it, at
-    one calibration pass per layer (docs/quality.md says what it buys).
+    the manifest's; only the codes are chosen better. The covariance's
+    diagonal is the imatrix statistic, so no --imatrix is needed. Use text
+    the evaluation does not. --sequential fits each layer to the inputs the
+    quantized earlier layers give it, at one calibration pass per layer
+    (docs/quality.md says what it buys).
 
     \b
     Example:

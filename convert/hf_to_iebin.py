@@ -29,8 +29,7 @@ from iekit.formats.model_spec import check_convertible
 from iekit.formats.safetensors_reader import CHUNK_BYTES
 
 from iekit.formats.q4_manifest import Manifest, plan
-from iekit.formats.quant import SCHEMES, NonFiniteError, QuantError, QuantizedRows, QuantParams, matrix_dims
-from iekit.formats.workers import ordered_map
+from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams, map_row_pieces, matrix_dims
 
 from . import hf_mxfp4
 from .gguf_names import hf_name
@@ -177,8 +176,10 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
         h, u = covariance
         error = QuantError(compensated=True)
         parts = []
-        for qr, e in ordered_map(lambda piece: _compensated(piece, h, u, scheme, params, name),
-                                 _with_row0(row_chunks())):
+        # Rows are independent under one covariance: a chunk at a time gives the
+        # whole matrix's codes in memory bounded by the chunk (whole chunks:
+        # smaller pieces only add per-call cost).
+        for qr, e in map_row_pieces(lambda w: gptq.quantize(w, h, scheme, params, name, u), row_chunks(), None):
             error.merge(e)
             parts.append(qr)
         qr = QuantizedRows.vstack(parts)
@@ -189,27 +190,6 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
                       scheme.tensor_nbytes(shape, params), extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)},
                       error=error)
     return error
-
-
-def _with_row0(row_chunks: Iterator[np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
-    """Each chunk with the index of its first row in the matrix."""
-    row0 = 0
-    for w in row_chunks:
-        yield row0, w
-        row0 += w.shape[0]
-
-
-def _compensated(piece: tuple[int, np.ndarray], h: np.ndarray, u: np.ndarray, scheme: Any, params: QuantParams,
-                 name: str) -> tuple[QuantizedRows, QuantError]:
-    """gptq.quantize of one chunk of rows (rows are independent under one
-    covariance: a chunk at a time gives the same codes as the whole matrix,
-    in memory bounded by the chunk, on worker threads); a non-finite value
-    is reported at its row of the whole matrix."""
-    row0, w = piece
-    try:
-        return gptq.quantize(w, h, scheme, params, name, u)
-    except NonFiniteError as e:
-        raise e.moved(row0) from None
 
 
 def _per_expert(scheme: Any, row_chunks: Iterator[np.ndarray], params: QuantParams, rows_per_expert: int,

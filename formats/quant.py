@@ -356,22 +356,7 @@ class Scheme(WeightType):
         (formats/workers.py). Every scheme here is row-local, so the pieces'
         rows are the chunks' rows; their losses are merged in row order, and
         a non-finite value is reported at its row of the whole matrix."""
-        def pieces() -> Iterator[tuple[int, np.ndarray]]:
-            row0 = 0
-            for w in row_chunks:
-                step = max(1, PIECE_ELEMS // max(w.shape[1], 1))
-                for a in range(0, w.shape[0], step):
-                    yield row0 + a, w[a:a + step]
-                row0 += w.shape[0]
-
-        def measured(piece: tuple[int, np.ndarray]) -> tuple[QuantizedRows, QuantError | None]:
-            row0, w = piece
-            try:
-                return self._measured(w, p, name, importance, error is not None)
-            except NonFiniteError as e:
-                raise e.moved(row0) from None
-
-        for qr, e in ordered_map(measured, pieces()):
+        for qr, e in map_row_pieces(lambda w: self._measured(w, p, name, importance, error is not None), row_chunks):
             if error is not None:
                 error.merge(e)
             yield qr
@@ -385,6 +370,30 @@ class Scheme(WeightType):
             yield from self.payload(qr)
 
 
+def map_row_pieces(fn: Any, row_chunks: Any, piece_elems: int | None = PIECE_ELEMS) -> Iterator[Any]:
+    """fn(rows) of each piece of the row chunks (``piece_elems`` elements or
+    one row; None: the chunks as they come), in row order, on worker threads
+    (formats/workers.py); a non-finite value is reported at its row of the
+    whole matrix. Every scheme here is row-local, so the pieces' results
+    stack into the matrix's."""
+    def pieces() -> Iterator[tuple[int, np.ndarray]]:
+        row0 = 0
+        for w in row_chunks:
+            step = w.shape[0] if piece_elems is None else max(1, piece_elems // max(w.shape[1], 1))
+            for a in range(0, w.shape[0], step):
+                yield row0 + a, w[a:a + step]
+            row0 += w.shape[0]
+
+    def call(piece: tuple[int, np.ndarray]) -> Any:
+        row0, w = piece
+        try:
+            return fn(w)
+        except NonFiniteError as e:
+            raise e.moved(row0) from None
+
+    return ordered_map(call, pieces())
+
+
 @dataclass
 class QuantizedRows:
     rows: np.ndarray  # per-row payload, uint8 [n, row_bytes] (block schemes), or qs plane (int4w)
@@ -392,19 +401,21 @@ class QuantizedRows:
     mins: np.ndarray | None = None
 
     @staticmethod
+    def _joined(parts: list["QuantizedRows"], axis: int) -> "QuantizedRows":
+        def cat(xs):
+            return None if xs[0] is None else np.concatenate(xs, axis=axis)
+        return QuantizedRows(cat([q.rows for q in parts]), cat([q.scales for q in parts]), cat([q.mins for q in parts]))
+
+    @staticmethod
     def hstack(parts: list["QuantizedRows"]) -> "QuantizedRows":
         """Column blocks of the same rows, quantized one at a time (every
         layout here is row-local: a row's bytes are its blocks' in order)."""
-        def cat(xs):
-            return None if xs[0] is None else np.concatenate(xs, axis=1)
-        return QuantizedRows(cat([q.rows for q in parts]), cat([q.scales for q in parts]), cat([q.mins for q in parts]))
+        return QuantizedRows._joined(parts, 1)
 
     @staticmethod
     def vstack(parts: list["QuantizedRows"]) -> "QuantizedRows":
         """Row blocks of the same columns, quantized one after another."""
-        def cat(xs):
-            return None if xs[0] is None else np.concatenate(xs, axis=0)
-        return QuantizedRows(cat([q.rows for q in parts]), cat([q.scales for q in parts]), cat([q.mins for q in parts]))
+        return QuantizedRows._joined(parts, 0)
 
 
 class _Block(Scheme):

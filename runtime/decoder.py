@@ -173,7 +173,8 @@ class Decoder:
         the embedding too, so both change. The native decoder is rebuilt
         (its KV cache starts empty); the caller's arrays are kept
         referenced, not copied, until then."""
-        where = {self.head_name: [("lm_head",)] + ([("embed",)] if self._weights["embed"] is self._weights["lm_head"] else [])}
+        tied = self._weights["embed"] is self._weights["lm_head"]
+        where = {self.head_name: [("lm_head",), ("embed",)] if tied else [("lm_head",)]}
         for i in range(self.spec.n_layers):
             for p in layer_parts(self.spec, i):
                 if p.kind == MATRIX:
@@ -191,8 +192,10 @@ class Decoder:
                     d = d[k]
                 old = d[path[-1]][0]
                 if a.shape != (old.rows, old.cols):
-                    raise IEError(f"replace_matrices: {name}: {list(a.shape)} where the model has [{old.rows}, {old.cols}]")
-                spec = _native.WeightSpec(**kernels.weight_params({"name": name, "dtype": "f32", "shape": list(a.shape)}))
+                    raise IEError(f"replace_matrices: {name}: {list(a.shape)} where the model has "
+                                  f"[{old.rows}, {old.cols}]")
+                spec = _native.WeightSpec(**kernels.weight_params({"name": name, "dtype": "f32",
+                                                                   "shape": list(a.shape)}))
                 staged.append((d, path[-1], (spec, kernels.as_bytes(a))))
         for d, key, value in staged:  # all checked first: a refusal changes nothing
             d[key] = value

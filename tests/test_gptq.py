@@ -42,7 +42,7 @@ def _obs_reference(w, h, scheme, p, step=gptq.STEP):
     hd[np.diag_indices(cols)] += gptq.DAMP * np.mean(np.diagonal(h))
     cur = w.astype(np.float64).copy()
     bw = scheme.block_width(cols, p)
-    step = min(step, bw)
+    step = bw if bw % step else step
     imp = np.diagonal(h).astype(np.float32)
     out = []
     for c0 in range(0, cols, bw):
