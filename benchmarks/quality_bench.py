@@ -60,6 +60,7 @@ import llamacpp
 
 BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve().parent
+IK_BUILT = HERE.parent / "build" / "ik-llamacpp" / "bin"
 
 
 def run(*args) -> str:
@@ -160,16 +161,63 @@ def quantized_bpw(model: Path) -> tuple[float, set[str]]:
     return info["quantized_bits_per_weight"], schemes
 
 
-def gguf_bpw(path: Path) -> float:
-    """Bits per weight of a GGUF's quantized matrices but the token embedding (a lookup, kept f32 by ours)."""
-    from iekit.formats.gguf_file import open_gguf
+GGUF_FLOAT_TYPES = {0, 1, 30}  # F32, F16, BF16
+GGUF_VALUE_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # 8: string, 9: array
 
-    g = open_gguf(path)
+
+def gguf_bpw(path: Path) -> float:
+    """Bits per weight of a GGUF's quantized matrices but the token embedding
+    (a lookup, kept f32 by ours). Each tensor's size is the distance to the
+    next one's offset (alignment padding: at most 31 bytes of a matrix), so
+    types this project does not read (ik_llama.cpp's) are counted too."""
+    buf = path.read_bytes()
+    pos = 24
+    n_tensors, n_kv = struct.unpack_from("<QQ", buf, 8)
+
+    def take(fmt: str):
+        nonlocal pos
+        v = struct.unpack_from(fmt, buf, pos)
+        pos += struct.calcsize(fmt)
+        return v[0] if len(v) == 1 else v
+
+    def string() -> bytes:
+        nonlocal pos
+        n = take("<Q")
+        pos += n
+        return buf[pos - n:pos]
+
+    def skip(vtype: int) -> None:
+        nonlocal pos
+        if vtype == 8:
+            string()
+        elif vtype == 9:
+            item, count = take("<IQ")
+            for _ in range(count):
+                skip(item)
+        else:
+            pos += GGUF_VALUE_BYTES[vtype]
+
+    alignment = 32
+    for _ in range(n_kv):
+        key, vtype = string(), take("<I")
+        if key == b"general.alignment":
+            alignment = take("<I")
+        else:
+            skip(vtype)
+    infos = []
+    for _ in range(n_tensors):
+        name = string().decode()
+        dims = [take("<Q") for _ in range(take("<I"))]
+        gtype, offset = take("<IQ")
+        infos.append((offset, name, dims, gtype))
+    data = pos + -pos % alignment
+    infos.sort()
     bits = elems = 0
-    for t in g.tensors:
-        if len(t.shape) == 2 and t.ggml_type not in ("F32", "F16", "BF16") and t.name != "token_embd.weight":
-            bits += 8 * t.nbytes
-            elems += int(np.prod(t.shape))
+    for i, (offset, name, dims, gtype) in enumerate(infos):
+        end = infos[i + 1][0] if i + 1 < len(infos) else len(buf) - data
+        if len(dims) == 2 and gtype not in GGUF_FLOAT_TYPES and name != "token_embd.weight":
+            bits += 8 * (end - offset)
+            elems += dims[0] * dims[1]
     return bits / elems if elems else float("nan")
 
 
@@ -200,21 +248,28 @@ LLAMA_SUB4_TYPES = (("IQ4_XS", True), ("Q3_K_M", True), ("Q3_K_S", True), ("IQ3_
                     ("IQ3_XXS", True))
 
 
-def llama_perplexity(a, gguf: Path, text: Path, base: Path, score: bool) -> dict:
-    """llama-perplexity on ``gguf``: writes ``base`` (its log-probabilities,
-    score=False) or scores against it (KL, same top token, PPL)."""
-    args = [a.llama_perplexity, "-m", gguf, "-f", text, "-c", 512, "-b", 512, "--chunks", a.chunks, "-t", a.threads,
+# ik_llama.cpp's types near the same budgets, all with the importance matrix: its 4.25-bit IQ4_KS, 4.0-bit
+# IQ4_KSS and IQ4_KT (trellis), 3.44-bit IQ3_K, 3.19-bit IQ3_KS and 3.125-bit IQ3_KT; and IQ4_XS / IQ3_S, which
+# mainline has too, so that its scorer can be checked against mainline's on the same type
+IK_TYPES = ("IQ4_KS", "IQ4_KSS", "IQ4_KT", "IQ4_XS", "IQ3_K", "IQ3_S", "IQ3_KS", "IQ3_KT")
+
+
+def llama_perplexity(a, gguf: Path, text: Path, base: Path, score: bool, tool: str | None = None) -> dict:
+    """llama-perplexity (``tool``, default llama.cpp's) on ``gguf``: writes
+    ``base`` (its log-probabilities, score=False) or scores against it (KL,
+    same top token, PPL)."""
+    args = [tool or a.llama_perplexity, "-m", gguf, "-f", text, "-c", 512, "-b", 512, "--chunks", a.chunks, "-t", a.threads,
             "--kl-divergence-base", base, *(["--kl-divergence"] if score else [])]
     res = subprocess.run([str(x) for x in args], capture_output=True, text=True)
     out = res.stdout + res.stderr
     if res.returncode != 0:
-        raise SystemExit(f"llama-perplexity {gguf.name}: {out.strip()[-600:]}")
+        raise SystemExit(f"{args[0]} {gguf.name}: {out.strip()[-600:]}")
     if not score:
         return {}
     num = r"(-?[\d.]+)\s+±\s+([\d.]+)"
     kl, top, ppl = (re.search(p + r":?\s+" + num, out) for p in (r"Mean\s+KLD", r"Same top p", r"Mean PPL\(Q\)\s+"))
     if not kl:
-        raise SystemExit(f"llama-perplexity {gguf.name}: no KL divergence in its output: {out.strip()[-600:]}")
+        raise SystemExit(f"{args[0]} {gguf.name}: no KL divergence in its output: {out.strip()[-600:]}")
     return {"kld": float(kl.group(1)), "se": float(kl.group(2)), "top1": float(top.group(1)) / 100 if top else None,
             "ppl": float(ppl.group(1)) if ppl else None}
 
@@ -248,12 +303,7 @@ def llamacpp_scores(a, w: Path, ref: Path, im: Path, held: Path, held_text: str,
     rows = []
     if a.llama_perplexity:
         llama_perplexity(a, f32g, text, base, score=False)
-        scored = [(label, gguf_bpw(g), llama_perplexity(a, g, text, base, score=True)) for label, g in ggufs]
-        print(f"\nscored by llama.cpp ({Path(a.llama_perplexity).name} --kl-divergence against its own f32 run of "
-              f"the same model, {a.chunks} chunks of 512, f16 KV cache, its 8-bit activations)")
-        print(f"{'GGUF':<66} {'bits/w':>7} {'KL mean':>9} {'± se':>7} {'top-1':>7} {'PPL':>8}")
-        for label, bpw, r in scored:
-            print(f"{label:<66} {bpw:7.3f} {r['kld']:9.4f} {r['se']:7.4f} {r['top1'] or 0:7.3f} {r['ppl'] or 0:8.3f}")
+        print_scored(a, "llama.cpp", [(label, g, llama_perplexity(a, g, text, base, score=True)) for label, g in ggufs])
     else:
         print("llama-perplexity: skipped (make llamacpp, or --llama-perplexity PATH)", file=sys.stderr)
     for label, g in ggufs:
@@ -263,7 +313,39 @@ def llamacpp_scores(a, w: Path, ref: Path, im: Path, held: Path, held_text: str,
         if not (d / "model.ie.json").exists():
             run(BIN / "ieconv", "gguf-to-iebin", "-q", "--overwrite", "--gguf", g, "--out-dir", d)
         rows.append((label, gguf_bpw(g), eval_json(d, ref, held, a.chunks, a.threads)))
+    if a.ik_llamacpp:
+        ik_scores(a, w, f32g, dat, text, [(label, g) for label, g in ggufs if label.startswith("iekit")])
     return rows
+
+
+def print_scored(a, tool: str, scored: list[tuple[str, Path, dict]]) -> None:
+    """The table of GGUFs scored by ``tool``'s llama-perplexity --kl-divergence."""
+    print(f"\nscored by {tool} (llama-perplexity --kl-divergence against its own f32 run of the same model, "
+          f"{a.chunks} chunks of 512, f16 KV cache, its 8-bit activations)")
+    print(f"{'GGUF':<66} {'bits/w':>7} {'KL mean':>9} {'± se':>7} {'top-1':>7} {'PPL':>8}")
+    for label, g, r in scored:
+        print(f"{label:<66} {gguf_bpw(g):7.3f} {r['kld']:9.4f} {r['se']:7.4f} {r['top1'] or 0:7.3f} {r['ppl'] or 0:8.3f}")
+
+
+def ik_scores(a, w: Path, f32g: Path, dat: Path, text: Path, exported: list[tuple[str, Path]]) -> None:
+    """ik_llama.cpp's IK_TYPES of the model (its llama-quantize, with our
+    importance matrix) and our exported GGUFs, all scored by its own
+    llama-perplexity against its own f32 run: its types cannot be imported
+    (ierun does not read them), so this is the only table they appear in."""
+    quantize, perplexity = (str(a.ik_llamacpp / n) for n in ("llama-quantize", "llama-perplexity"))
+    ggufs = []
+    for ftype in IK_TYPES:
+        g = w / f"ik-{ftype}-im.gguf"
+        if not g.exists():
+            tmp = g.with_suffix(".part")
+            subprocess.run([quantize, "--imatrix", str(dat), str(f32g), str(tmp), ftype, str(a.threads)], check=True,
+                           capture_output=True)
+            tmp.rename(g)
+        ggufs.append((f"ik_llama.cpp {ftype} + imatrix", g))
+    base = w / "ik-f32.kld"
+    llama_perplexity(a, f32g, text, base, score=False, tool=perplexity)
+    print_scored(a, "ik_llama.cpp", [(label, g, llama_perplexity(a, g, text, base, score=True, tool=perplexity))
+                                     for label, g in ggufs + exported])
 
 
 # (label, q4-manifest arguments, use the imatrix, convert through gptq); PROBES stands for the KL probes' file
@@ -411,6 +493,10 @@ def main() -> None:
                     help=llamacpp.where("llama-quantize") + "; its Q4_0 / Q4_K_M / IQ4_XS / 3-bit types are scored too")
     ap.add_argument("--llama-perplexity", default=llamacpp.tool("llama-perplexity"),
                     help=llamacpp.where("llama-perplexity") + "; it scores the GGUFs against its own f32 run")
+    ap.add_argument("--ik-llamacpp", type=Path, default=IK_BUILT if (IK_BUILT / "llama-quantize").is_file() else None,
+                    help="Folder with ik_llama.cpp's llama-quantize and llama-perplexity (default: build/ik-llamacpp/bin "
+                         "from `make ik-llamacpp IK_SRC=...`, if built): its IQ4_KS / IQ4_KT / IQ3_K / IQ3_KS / IQ3_KT "
+                         "are scored beside ours by its own llama-perplexity.")
     ap.add_argument("--only", metavar="REGEX", help="Run only our policies whose label matches (llama.cpp's all run).")
     a = ap.parse_args()
     w = a.work

@@ -100,9 +100,9 @@ def ierun_pp_tg(model: Path, a: argparse.Namespace, tmp: Path) -> dict:
             "active_params": tg[0]["active_params_per_token"], "model_bytes": tg[0]["model_bytes"]}
 
 
-def llama_bench(exe: str, gguf: Path, p: int, n: int, threads: int, rounds: int) -> dict | None:
+def llama_bench(exe: str, gguf: Path, p: int, n: int, threads: int, rounds: int, extra: list[str]) -> dict | None:
     res = subprocess.run([exe, "-m", str(gguf), "-p", str(p), "-n", str(n), "-t", str(threads), "-r", str(rounds),
-                          "-o", "json"], capture_output=True, text=True)
+                          *extra, "-o", "json"], capture_output=True, text=True)
     if res.returncode != 0:
         print(f"llama-bench failed: {res.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
         return None
@@ -131,7 +131,8 @@ def contention(model: Path, gguf: Path, a: argparse.Namespace, tmp: Path) -> dic
         b = argparse.Namespace(**{**vars(a), "threads": threads})
         with busy_process() if busy else contextlib.nullcontext():
             ours = ierun_pp_tg(model, b, tmp)
-            theirs = llama_bench(a.llama_bench, gguf, a.p, a.n, threads, a.rounds) if a.llama_bench else None
+            theirs = (llama_bench(a.llama_bench, gguf, a.p, a.n, threads, a.rounds, a.llama_bench_args)
+                      if a.llama_bench else None)
         runs[label] = {"ierun": ours, "llama_cpp": theirs}
     print(f"{'':24} {'ierun pp':>10} {'ierun tg':>10} {'llama pp':>10} {'llama tg':>10}")
     for label, r in runs.items():
@@ -216,7 +217,7 @@ def every_type(label: str, src: Path, tmp: Path, a: argparse.Namespace) -> list[
     for t in a.types:
         ours_dir, theirs_gguf, how = type_pair(t, src, tmp, a)
         ours = ierun_pp_tg(ours_dir, a, tmp)
-        theirs = llama_bench(a.llama_bench, theirs_gguf, a.p, a.n, a.threads, a.rounds) or {}
+        theirs = llama_bench(a.llama_bench, theirs_gguf, a.p, a.n, a.threads, a.rounds, a.llama_bench_args) or {}
         rows.append({"type": t, "how": how, "ierun": ours, "llama_cpp": theirs,
                      "prefill_macs": prefill_macs(ours_dir, ours["active_params"])})
     peak = max(peak, int8_peak(threads=a.threads)["gmacs"] * 1e9)  # before and after: the larger
@@ -264,6 +265,9 @@ def main() -> None:
                     help=f"4-bit types to compare, comma-separated (default: {','.join(TYPES)}; none: '')")
     ap.add_argument("--no-large", action="store_true", help="Compare the types on SmolLM2 only.")
     ap.add_argument("--llama-bench", default=llamacpp.tool("llama-bench"), help=llamacpp.where("llama-bench"))
+    ap.add_argument("--llama-bench-args", type=str.split, default=[],
+                    help="More llama-bench arguments, e.g. '-rtr 1' for ik_llama.cpp's run-time repacking (with "
+                         "--llama-bench build/ik-llamacpp/bin/llama-bench from `make ik-llamacpp`)")
     ap.add_argument("--llama-quantize", default=llamacpp.tool("llama-quantize"),
                     help=llamacpp.where("llama-quantize") + ", for the int4w-vs-Q4_0 pairing")
     a = ap.parse_args()
@@ -274,7 +278,8 @@ def main() -> None:
         tmp = Path(t)
         subprocess.run([ieconv, "gguf-to-iebin", "-q", "--gguf", str(gguf), "--out-dir", str(tmp / "m")], check=True)
         ours = ierun_pp_tg(tmp / "m", a, tmp)
-        theirs = llama_bench(a.llama_bench, gguf, a.p, a.n, a.threads, a.rounds) if a.llama_bench else None
+        theirs = (llama_bench(a.llama_bench, gguf, a.p, a.n, a.threads, a.rounds, a.llama_bench_args)
+                  if a.llama_bench else None)
         show(f"same file ({gguf.name}), {a.threads} threads", ours, theirs, a)
         out.update(ierun=ours, llama_cpp=theirs)
         if a.llama_quantize:
@@ -286,7 +291,8 @@ def main() -> None:
             subprocess.run([ieconv, "gguf-to-iebin", "-q", "--gguf", str(gguf), "--out-dir", str(tmp / "int4w"),
                             "--q4-map", str(tmp / "q4.json")], check=True)
             ours4 = ierun_pp_tg(tmp / "int4w", a, tmp)
-            theirs4 = llama_bench(a.llama_bench, q40, a.p, a.n, a.threads, a.rounds) if a.llama_bench else None
+            theirs4 = (llama_bench(a.llama_bench, q40, a.p, a.n, a.threads, a.rounds, a.llama_bench_args)
+                       if a.llama_bench else None)
             print()
             show(f"ierun int4w vs llama.cpp Q4_0 (llama-quantize of {gguf.name}), {a.threads} threads", ours4, theirs4, a)
             out.update(ierun_int4w=ours4, llama_cpp_q4_0=theirs4)
