@@ -389,17 +389,20 @@ class Decoder:
             self._run(ids[:start], all_logits=False)
         return self._run(ids[start:], all_logits=True, out=out)
 
-    def run_layers(self, ids: list[int], layers: int) -> None:
-        """A fresh sequence ``ids`` through the first ``layers`` layers only,
-        no head: a calibration pass (runtime/hessians.py) that collects the
-        statistics of those layers' inputs stops where they end (CPU only)."""
+    def run_layers(self, ids: list[int], layers: int, first: int = 0, stream: np.ndarray | None = None) -> np.ndarray:
+        """A fresh sequence ``ids`` through layers ``first`` .. ``layers``-1
+        only, no head: a calibration pass (runtime/hessians.py) that collects
+        the statistics of those layers' inputs stops where they end (CPU
+        only). It starts from the embedding, or from ``stream`` [len(ids),
+        hidden], the residual stream entering layer ``first``; it returns the
+        stream leaving the last layer run, so the next pass can resume there."""
         ids = list(ids)
         if not ids:
             raise IEError("no ids")
         self.check_ids(ids)
         self.reset()
         try:
-            self._dec.run_layers(np.asarray(ids, np.int32), layers)
+            return self._dec.run_layers(np.asarray(ids, np.int32), layers, first, stream)
         except ValueError as e:
             raise IEError(str(e)) from None
 

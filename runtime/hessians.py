@@ -52,6 +52,13 @@ class Hessians:
         self._have: dict[int, np.ndarray] = {}
         self._factors: dict[int, np.ndarray] = {}
         self.passes = 0
+        # Each chunk's residual stream entering layer _at (None: start from the
+        # embedding): a window resumes there instead of running every layer
+        # before it again, so the passes run the layers once in all, not once
+        # per window (at Llama-3-8B's shapes each down_proj covariance, 1.6 GB,
+        # is a window of its own: 64 windows would have run 1056 layers).
+        self._at = 0
+        self._streams: list[np.ndarray] | None = None
 
     def slot_of(self, name: str) -> int | None:
         """The decoder's statistics slot whose input ``name`` reads (runtime/imatrix.py's numbering)."""
@@ -117,18 +124,28 @@ class Hessians:
             self._settled = {}
         acc = {s: np.zeros((self._width(s),) * 2) for s in window}
         self.passes += 1
+        lo = min(window) // 4
+        layers = min(max(window) // 4 + 1, self.dec.spec.n_layers)  # the head's slot needs them all
+        # Where the next window resumes: the input of this one's last layer
+        # (the next may start inside it), or with --sequential the input of
+        # this window's own layer, which is quantized before the next runs it.
+        keep = min(lo if self.sequential else layers - 1, layers - 1)
+        if self._at > lo:  # the kept stream is past this window's first layer: from the embedding again
+            self._at, self._streams = 0, None
+        streams = []
         self.dec._dec.collect_stats(True, capture=window)
         try:
-            layers = max(window) // 4 + 1  # the head's slot (after the last layer) runs them all
             for i, c in enumerate(self.chunks):
-                if layers > self.dec.spec.n_layers:
-                    self.dec.logits(c, start=len(c) - 1)
-                else:
-                    self.dec.run_layers(c, layers)
+                x, at = (None if self._streams is None else self._streams[i]), self._at
+                if at < keep:
+                    x, at = self.dec.run_layers(c, keep, at, x), keep
+                streams.append(x)
+                self.dec.run_layers(c, layers, at, x)
                 for s in window:
-                    x = self.dec._dec.take_captured(s)
-                    acc[s] += x.T @ x
+                    rows = self.dec._dec.take_captured(s)
+                    acc[s] += rows.T @ rows
                 self.on_chunk(i + 1, len(self.chunks))
         finally:
             self.dec._dec.collect_stats(False)
+        self._at, self._streams = keep, (streams if keep > 0 else None)
         self._have = {s: a / self.tokens for s, a in acc.items()}

@@ -117,8 +117,57 @@ def test_run_layers_stops_after_the_layers_asked_for():
     dec._dec.collect_stats(False)
     assert np.allclose(dec.logits(ids), Decoder(GOLDEN_IEBIN / "tiny-llama", act="f32").logits(ids))
     for bad in (0, 3):
-        with pytest.raises(IEError, match=f"run_layers: layers {bad} is outside 1..2"):
+        with pytest.raises(IEError, match=rf"run_layers: layers 0..{bad - 1} are not within 0..1"):
             dec.run_layers(ids, bad)
+    with pytest.raises(IEError, match="starting at layer 1 needs its input"):
+        dec.run_layers(ids, 2, first=1)
+    with pytest.raises(IEError, match=r"the residual stream must be \[5, 64\] float32"):
+        dec.run_layers(ids, 2, first=1, stream=np.zeros((4, 64), np.float32))
+
+
+def test_run_layers_resumes_from_the_residual_stream():
+    """Layer 0 run alone, then layer 1 from the stream it returned, gives the
+    stream and the captured inputs of both layers run at once."""
+    from iekit.runtime.decoder import Decoder
+
+    dec = Decoder(GOLDEN_IEBIN / "tiny-llama", act="f32")
+    ids = [5, 6, 7, 8, 9, 10, 11]
+    dec._dec.collect_stats(True, capture=[0, 4, 7])
+    whole = dec.run_layers(ids, 2)
+    want = [dec._dec.take_captured(s) for s in (0, 4, 7)]
+    x = dec.run_layers(ids, 1)
+    assert dec._dec.take_captured(4).shape == (0, 64)
+    assert np.array_equal(dec.run_layers(ids, 2, first=1, stream=x), whole)
+    got = [dec._dec.take_captured(s) for s in (0, 4, 7)]
+    assert all(np.array_equal(g, v) for g, v in zip(got, want))
+    dec._dec.collect_stats(False)
+
+
+def test_covariance_windows_run_each_layer_about_once():
+    """One slot per window (a budget of one covariance) still runs the layers
+    about once in all: each window resumes from the stream the last one kept
+    (the input of its last layer), instead of starting from the embedding."""
+    from iekit.runtime.decoder import Decoder
+    from iekit.runtime.hessians import Hessians
+
+    ids = [int(i) for i in np.random.default_rng(3).integers(3, 300, 32)]
+    chunks = [ids[:16], ids[16:]]
+    dec = Decoder(GOLDEN_IEBIN / "tiny-llama", threads=2, ctx=16, act="f32")
+    model, w = load_weights(GOLDEN_IEBIN / "tiny-llama")
+    ref = _reference(model, w, chunks)
+    runs = []
+    run_layers = dec.run_layers
+    dec.run_layers = lambda c, layers, first=0, stream=None: (runs.append(layers - first),
+                                                              run_layers(c, layers, first, stream))[1]
+    cov = Hessians(dec, chunks, sorted(ref), budget=1)
+    for n in cov.forward_order(sorted(ref)):
+        h, _u = cov.get(n)
+        assert np.allclose(h, ref[n], rtol=1e-4, atol=1e-6 * np.abs(ref[n]).max()), n
+    n_layers, windows = model["num_hidden_layers"], cov.passes
+    assert windows == 4 * n_layers + 1  # every slot (the head's too) a window of its own
+    # from the embedding, each window would have run (i // 4 + 1) layers: 2 + 2 + ... for 9 windows
+    from_embedding = sum(min(s // 4 + 1, n_layers) for s in range(windows)) * len(chunks)
+    assert sum(runs) <= (n_layers + windows) * len(chunks) < from_embedding
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])

@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -271,15 +272,29 @@ void ie_register_decoder(py::module_& m) {
            "Run tokens at the next positions; float32 logits [n, vocab] (all_logits) or [vocab] (last), "
            "written into `out` when given (that shape, C-contiguous).")
       .def("run_layers",
-           [](PyDecoder& s, py::array_t<int32_t, py::array::c_style | py::array::forcecast> tokens, int layers) {
-             const int n = static_cast<int>(tokens.size());
+           [](PyDecoder& s, py::array_t<int32_t, py::array::c_style | py::array::forcecast> tokens, int layers,
+              int first, std::optional<F32Array> stream) {
+             const int64_t hidden = s.dec->config().hidden;
+             const int64_t n = tokens.size();
+             if (n < 1 || n > std::numeric_limits<int>::max()) throw py::value_error("run_layers: no tokens");
+             if (stream && (stream->ndim() != 2 || stream->shape(0) != n || stream->shape(1) != hidden))
+               throw py::value_error("run_layers: the residual stream must be [" + std::to_string(n) + ", " +
+                                     std::to_string(hidden) + "] float32, one row per token");
+             py::array_t<float> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(hidden)});
              const int32_t* t = tokens.data();
-             py::gil_scoped_release nogil;
-             s.dec->run_layers(t, n, layers);
+             const float* in = stream ? stream->data() : nullptr;
+             float* o = out.mutable_data();
+             {
+               py::gil_scoped_release nogil;
+               s.dec->run_layers(t, static_cast<int>(n), layers, first, in, o);
+             }
+             return out;
            },
-           py::arg("tokens"), py::arg("layers"),
-           "Run tokens at the next positions through the first `layers` layers only, no head (a calibration "
-           "pass: collect_stats of those layers' inputs); forward refuses to continue until they are truncated.")
+           py::arg("tokens"), py::arg("layers"), py::arg("first") = 0, py::arg("stream") = py::none(),
+           "Run tokens at the next positions through layers first..layers-1 only, no head (a calibration pass: "
+           "collect_stats of those layers' inputs), from their embedding or from `stream` [n, hidden], the "
+           "residual stream entering layer `first`; returns the stream leaving layer layers-1. forward refuses "
+           "to continue until the positions are truncated.")
       .def("truncate", [](PyDecoder& s, int n) { s.dec->truncate(n); }, py::arg("n"),
            "Forget cached positions >= n.")
       .def_property_readonly("n_past", [](const PyDecoder& s) { return s.dec->n_past(); })

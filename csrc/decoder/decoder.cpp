@@ -575,12 +575,15 @@ void Decoder::experts(int layer, int b) {
   }
 }
 
-void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits, int layers) {
+void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits, int layers, Stream stream) {
   const DecoderConfig& c = cfg_;
   const int H = c.hidden, I = c.inter;
   const int half = c.head_dim / 2;
   for (int j = 0; j < b; ++j) {
-    embed_row(tokens[j], x_.data() + static_cast<size_t>(j) * H);
+    if (stream.in != nullptr)
+      std::copy_n(stream.in + static_cast<size_t>(j) * H, H, x_.data() + static_cast<size_t>(j) * H);
+    else
+      embed_row(tokens[j], x_.data() + static_cast<size_t>(j) * H);
     // The rotation of position n_past_ + j, the same in every layer and for q and k.
     float* cs = rope_cs_.data() + static_cast<size_t>(j) * c.head_dim;
     for (int i = 0; i < half; ++i) {
@@ -589,7 +592,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       cs[half + i] = std::sin(ang) * c.rope_scale;
     }
   }
-  for (int l = 0; l < layers; ++l) {
+  for (int l = stream.first; l < layers; ++l) {
     const LayerWeights& L = w_.layers[l];
     rows(b, [&](int j) { rmsnorm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]); });
     if (stats_on_) add_stats(4 * l, xn_.data(), b, H);
@@ -654,6 +657,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
   }
   n_past_ += b;
   if (stats_on_) stats_tokens_ += b;
+  if (stream.out != nullptr) std::copy_n(x_.data(), static_cast<size_t>(b) * H, stream.out);
   if (layers < c.n_layers) return;
   if (stats_on_) {
     for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]);
@@ -671,18 +675,20 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
 }
 
 void Decoder::forward(const int32_t* tokens, int n, float* logits, bool all_logits) {
-  run(tokens, n, logits, all_logits, cfg_.n_layers);
+  run(tokens, n, logits, all_logits, cfg_.n_layers, Stream{});
 }
 
-void Decoder::run_layers(const int32_t* tokens, int n, int layers) {
-  if (layers < 1 || layers > cfg_.n_layers)
-    fail("run_layers: layers " + std::to_string(layers) + " is outside 1.." + std::to_string(cfg_.n_layers));
-  run(tokens, n, nullptr, false, layers);
+void Decoder::run_layers(const int32_t* tokens, int n, int layers, int first, const float* x_in, float* x_out) {
+  if (first < 0 || first >= layers || layers > cfg_.n_layers)
+    fail("run_layers: layers " + std::to_string(first) + ".." + std::to_string(layers - 1) + " are not within 0.." +
+         std::to_string(cfg_.n_layers - 1));
+  if (first > 0 && x_in == nullptr) fail("run_layers: starting at layer " + std::to_string(first) + " needs its input");
+  run(tokens, n, nullptr, false, layers, Stream{first, x_in, x_out});
 }
 
-void Decoder::run(const int32_t* tokens, int n, float* logits, bool all_logits, int layers) {
+void Decoder::run(const int32_t* tokens, int n, float* logits, bool all_logits, int layers, Stream stream) {
   if (n < 1) fail("forward: no tokens");
-  if (layers == cfg_.n_layers && full_past_ != n_past_)
+  if (layers == cfg_.n_layers && stream.first == 0 && full_past_ != n_past_)
     fail("forward: positions " + std::to_string(full_past_) + ".." + std::to_string(n_past_ - 1) +
          " were run through the first layers only (run_layers): truncate them first");
   if (n > cfg_.max_ctx - n_past_)
@@ -693,7 +699,7 @@ void Decoder::run(const int32_t* tokens, int n, float* logits, bool all_logits, 
       fail("token id " + std::to_string(tokens[i]) + " is outside the vocabulary (0.." +
            std::to_string(cfg_.vocab - 1) + ")");
   // A single-token call is a decode step: its time is split in step_times_.
-  timing_ = n == 1 && layers == cfg_.n_layers;
+  timing_ = n == 1 && layers == cfg_.n_layers && stream.first == 0 && stream.out == nullptr;
   struct TimingOff {
     bool& on;
     ~TimingOff() { on = false; }
@@ -705,10 +711,13 @@ void Decoder::run(const int32_t* tokens, int n, float* logits, bool all_logits, 
     const int b = std::min(chunk, n - done);
     const bool last = done + b == n;
     float* out = all_logits ? logits + static_cast<size_t>(done) * cfg_.vocab : (last ? logits : nullptr);
-    run_chunk(tokens + done, b, out, all_logits, layers);
+    const size_t at = static_cast<size_t>(done) * cfg_.hidden;
+    run_chunk(tokens + done, b, out, all_logits, layers,
+              Stream{stream.first, stream.in != nullptr ? stream.in + at : nullptr,
+                     stream.out != nullptr ? stream.out + at : nullptr});
     done += b;
   }
-  if (layers == cfg_.n_layers) full_past_ = n_past_;
+  if (layers == cfg_.n_layers && stream.first == 0) full_past_ = n_past_;
 }
 
 std::vector<int> pin_threads(ThreadPool& pool, const std::string& mode) {

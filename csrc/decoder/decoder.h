@@ -136,12 +136,19 @@ class Decoder {
   // matrix has no rows8 copy: the GEMV's int8 path is the one being asked
   // for); one weight read serves the whole chunk.
   void forward(const int32_t* tokens, int n, float* logits, bool all_logits);
-  // As forward, through layers 0 .. layers-1 only and without the output
-  // head: a calibration pass that collects statistics (collect_stats) of
-  // the first layers' inputs stops where they end. The later layers have
-  // no cache for those positions, so forward refuses to run on from them
-  // until they are truncated. Throws unless 1 <= layers <= n_layers.
-  void run_layers(const int32_t* tokens, int n, int layers);
+  // As forward, through layers first .. layers-1 only and without the
+  // output head: a calibration pass that collects statistics (collect_stats)
+  // of some layers' inputs stops where they end. It starts from the tokens'
+  // embedding (first 0, x_in null) or from x_in [n, hidden], the residual
+  // stream entering layer `first`; x_out (if not null) gets the stream
+  // leaving layer layers-1. So a pass can resume where the last one
+  // stopped, and collecting every layer's covariances in windows costs one
+  // run of the layers, not one per window. The other layers have no cache
+  // for those positions, so forward refuses to run on from them until they
+  // are truncated. Throws unless 0 <= first < layers <= n_layers, and x_in
+  // is given where first > 0.
+  void run_layers(const int32_t* tokens, int n, int layers, int first = 0, const float* x_in = nullptr,
+                  float* x_out = nullptr);
 
   // Activation statistics for an importance matrix (llama-imatrix's): while
   // on, every token run adds x^2 of each matrix input, per column, in
@@ -200,8 +207,14 @@ class Decoder {
  private:
   void embed_row(int32_t token, float* out) const;
   // forward and run_layers: `layers` layers, then the head where all are run.
-  void run(const int32_t* tokens, int n, float* logits, bool all_logits, int layers);
-  void run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits, int layers);
+  // run_layers: x_in the stream entering layer `first` (null: the tokens' embedding), x_out the one leaving.
+  struct Stream {
+    int first = 0;
+    const float* in = nullptr;
+    float* out = nullptr;
+  };
+  void run(const int32_t* tokens, int n, float* logits, bool all_logits, int layers, Stream stream);
+  void run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits, int layers, Stream stream);
   void attention(int layer, int b);
   // The routed experts of layer `layer` over xn_ [b, hidden]; adds their
   // weighted outputs to x_ (the residual).
