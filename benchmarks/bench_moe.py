@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
-import struct
 import sys
 from pathlib import Path
 
 import numpy as np
 
 import child_rss  # benchmarks/, beside this script
+import synthetic_checkpoint
 
 H, HEADS, KV, HD, E, K, I, V, LAYERS = 2880, 64, 8, 64, 32, 4, 2880, 201088, 24
 CONFIG = {
@@ -81,40 +82,19 @@ def fill(rng: np.random.Generator, name: str, dtype: str, n: int) -> np.ndarray:
     return ((bits & 0x807F) | exp).astype(np.uint16).view(np.uint8)
 
 
-def write_shard(path: Path, tensors: list[tuple[str, str, list[int]]], rng: np.random.Generator) -> int:
-    """A safetensors file written tensor by tensor, CHUNK bytes at a time."""
-    header, off = {}, 0
-    for name, dtype, shape in tensors:
-        n = int(np.prod(shape)) * (1 if dtype == "U8" else 2)
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + n]}
-        off += n
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h)
-        for name, dtype, shape in tensors:
-            left = int(np.prod(shape)) * (1 if dtype == "U8" else 2)
-            while left:
-                n = min(CHUNK, left)
-                f.write(fill(rng, name, dtype, n).tobytes())
-                left -= n
-    return off
-
-
 def write_checkpoint(d: Path) -> int:
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "config.json").write_text(json.dumps(CONFIG, indent=1))
     rng = np.random.default_rng(0)
     shards = [[("model.embed_tokens.weight", "BF16", [V, H]), ("model.norm.weight", "BF16", [H])],
               *[layer_tensors(i) for i in range(LAYERS)], [("lm_head.weight", "BF16", [V, H])]]
-    weight_map, total = {}, 0
-    for s, tensors in enumerate(shards):
-        fname = f"model-{s:05d}-of-{len(shards):05d}.safetensors"
-        total += write_shard(d / fname, tensors, rng)
-        weight_map.update({t[0]: fname for t in tensors})
-        print(f"  wrote {fname} ({total / 1e9:.2f} GB so far)", file=sys.stderr)
-    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    return total
+
+    def chunks(name: str, dtype: str, shape: list[int]):  # CHUNK bytes at a time
+        left = math.prod(shape) * synthetic_checkpoint.ITEMSIZE[dtype]
+        while left:
+            n = min(CHUNK, left)
+            yield fill(rng, name, dtype, n).tobytes()
+            left -= n
+
+    return synthetic_checkpoint.write_checkpoint(d, CONFIG, shards, chunks)
 
 
 def main() -> None:

@@ -52,6 +52,7 @@ import shutil
 import struct
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -162,59 +163,21 @@ def quantized_bpw(model: Path) -> tuple[float, set[str]]:
 
 
 GGUF_FLOAT_TYPES = {0, 1, 30}  # F32, F16, BF16
-GGUF_VALUE_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # 8: string, 9: array
 
 
 def gguf_bpw(path: Path) -> float:
     """Bits per weight of a GGUF's quantized matrices but the token embedding
     (a lookup, kept f32 by ours). Each tensor's size is the distance to the
-    next one's offset (alignment padding: at most 31 bytes of a matrix), so
-    types this project does not read (ik_llama.cpp's) are counted too."""
-    buf = path.read_bytes()
-    pos = 24
-    n_tensors, n_kv = struct.unpack_from("<QQ", buf, 8)
+    next one's offset (alignment padding: at most 31 bytes of a matrix), from
+    the strict reader's header alone, so types this project does not read
+    (ik_llama.cpp's) are counted too."""
+    from iekit.formats.gguf_file import read_header
 
-    def take(fmt: str):
-        nonlocal pos
-        v = struct.unpack_from(fmt, buf, pos)
-        pos += struct.calcsize(fmt)
-        return v[0] if len(v) == 1 else v
-
-    def string() -> bytes:
-        nonlocal pos
-        n = take("<Q")
-        pos += n
-        return buf[pos - n:pos]
-
-    def skip(vtype: int) -> None:
-        nonlocal pos
-        if vtype == 8:
-            string()
-        elif vtype == 9:
-            item, count = take("<IQ")
-            for _ in range(count):
-                skip(item)
-        else:
-            pos += GGUF_VALUE_BYTES[vtype]
-
-    alignment = 32
-    for _ in range(n_kv):
-        key, vtype = string(), take("<I")
-        if key == b"general.alignment":
-            alignment = take("<I")
-        else:
-            skip(vtype)
-    infos = []
-    for _ in range(n_tensors):
-        name = string().decode()
-        dims = [take("<Q") for _ in range(take("<I"))]
-        gtype, offset = take("<IQ")
-        infos.append((offset, name, dims, gtype))
-    data = pos + -pos % alignment
-    infos.sort()
+    h = read_header(path)
+    infos = sorted(h.infos, key=lambda t: t[3])
+    ends = [t[3] for t in infos[1:]] + [h.size - h.data_start]
     bits = elems = 0
-    for i, (offset, name, dims, gtype) in enumerate(infos):
-        end = infos[i + 1][0] if i + 1 < len(infos) else len(buf) - data
+    for (name, dims, gtype, offset), end in zip(infos, ends):
         if len(dims) == 2 and gtype not in GGUF_FLOAT_TYPES and name != "token_embd.weight":
             bits += 8 * (end - offset)
             elems += dims[0] * dims[1]
@@ -274,47 +237,59 @@ def llama_perplexity(a, gguf: Path, text: Path, base: Path, score: bool, tool: s
             "ppl": float(ppl.group(1)) if ppl else None}
 
 
-def llamacpp_scores(a, w: Path, ref: Path, im: Path, held: Path, held_text: str, exported: list[tuple[str, Path]],
-                    llama_types: tuple) -> list:
-    """The same model in llama.cpp, scored by llama.cpp: our f32 artifact
-    exported (iebin-to-gguf) is the base; llama-quantize's ``llama_types`` of
-    it and our GGUF-exportable policies (``exported``: label, artifact) are
-    scored against it with llama-perplexity --kl-divergence on the held-out
-    text (tokenized by llama.cpp). llama.cpp's are also imported and scored in
-    ierun (rows returned, printed in the model's table)."""
+@dataclass
+class GGUFInputs:
+    """What both llama.cpp's and ik_llama.cpp's tables start from, made once per model."""
+
+    f32: Path  # our f32 artifact exported (iebin-to-gguf): the base both quantize and score against
+    imatrix: Path  # our importance matrix in llama.cpp's legacy .dat layout
+    text: Path  # the held-out text, for llama-perplexity to tokenize
+    ours: list[tuple[str, Path]]  # our GGUF-exportable policies, exported: (label, GGUF)
+
+
+def gguf_inputs(w: Path, ref: Path, im: Path, held_text: str, exported: list[tuple[str, Path]]) -> GGUFInputs:
     f32g = w / "f32.gguf"
     if not f32g.exists():
         run(BIN / "ieconv", "iebin-to-gguf", "-q", "--overwrite", "--model-dir", ref, "--out", f32g)
     dat = w / "imatrix.dat"
     write_legacy_imatrix(im, dat)
-    text, base = w / "held.txt", w / "f32.kld"
+    text = w / "held.txt"
     text.write_text(held_text)
-    ggufs = []
-    for ftype, weighted in llama_types:
-        g = w / f"llama-{ftype}{'-im' if weighted else ''}.gguf"
-        if not g.exists():
-            subprocess.run([a.llama_quantize, *(["--imatrix", str(dat)] if weighted else []), str(f32g), str(g), ftype,
-                            str(a.threads)], check=True, capture_output=True)
-        ggufs.append((f"llama.cpp {ftype}{' + imatrix' if weighted else ''}", g))
+    ours = []
     for i, (label, d) in enumerate(exported):
         g = w / f"iekit-exported-{i}.gguf"
         run(BIN / "ieconv", "iebin-to-gguf", "-q", "--overwrite", "--model-dir", d, "--out", g)
-        ggufs.append((f"{label}, exported", g))
-    rows = []
+        ours.append((f"{label}, exported", g))
+    return GGUFInputs(f32g, dat, text, ours)
+
+
+def llamacpp_scores(a, w: Path, ref: Path, held: Path, g_in: GGUFInputs, llama_types: tuple) -> list:
+    """The same model in llama.cpp, scored by llama.cpp: our f32 artifact
+    exported is the base; llama-quantize's ``llama_types`` of it and our
+    exported policies are scored against it with llama-perplexity
+    --kl-divergence on the held-out text (tokenized by llama.cpp).
+    llama.cpp's are also imported and scored in ierun (rows returned, printed
+    in the model's table)."""
+    theirs = []
+    for ftype, weighted in llama_types:
+        g = w / f"llama-{ftype}{'-im' if weighted else ''}.gguf"
+        if not g.exists():
+            subprocess.run([a.llama_quantize, *(["--imatrix", str(g_in.imatrix)] if weighted else []), str(g_in.f32),
+                            str(g), ftype, str(a.threads)], check=True, capture_output=True)
+        theirs.append((f"llama.cpp {ftype}{' + imatrix' if weighted else ''}", g))
     if a.llama_perplexity:
-        llama_perplexity(a, f32g, text, base, score=False)
-        print_scored(a, "llama.cpp", [(label, g, llama_perplexity(a, g, text, base, score=True)) for label, g in ggufs])
+        base = w / "f32.kld"
+        llama_perplexity(a, g_in.f32, g_in.text, base, score=False)
+        print_scored(a, "llama.cpp", [(label, g, llama_perplexity(a, g, g_in.text, base, score=True))
+                                      for label, g in theirs + g_in.ours])
     else:
         print("llama-perplexity: skipped (make llamacpp, or --llama-perplexity PATH)", file=sys.stderr)
-    for label, g in ggufs:
-        if label.startswith("iekit"):
-            continue
+    rows = []
+    for label, g in theirs:
         d = w / g.stem
         if not (d / "model.ie.json").exists():
             run(BIN / "ieconv", "gguf-to-iebin", "-q", "--overwrite", "--gguf", g, "--out-dir", d)
         rows.append((label, gguf_bpw(g), eval_json(d, ref, held, a.chunks, a.threads)))
-    if a.ik_llamacpp:
-        ik_scores(a, w, f32g, dat, text, [(label, g) for label, g in ggufs if label.startswith("iekit")])
     return rows
 
 
@@ -327,7 +302,7 @@ def print_scored(a, tool: str, scored: list[tuple[str, Path, dict]]) -> None:
         print(f"{label:<66} {gguf_bpw(g):7.3f} {r['kld']:9.4f} {r['se']:7.4f} {r['top1'] or 0:7.3f} {r['ppl'] or 0:8.3f}")
 
 
-def ik_scores(a, w: Path, f32g: Path, dat: Path, text: Path, exported: list[tuple[str, Path]]) -> None:
+def ik_scores(a, w: Path, g_in: GGUFInputs) -> None:
     """ik_llama.cpp's IK_TYPES of the model (its llama-quantize, with our
     importance matrix) and our exported GGUFs, all scored by its own
     llama-perplexity against its own f32 run: its types cannot be imported
@@ -338,14 +313,14 @@ def ik_scores(a, w: Path, f32g: Path, dat: Path, text: Path, exported: list[tupl
         g = w / f"ik-{ftype}-im.gguf"
         if not g.exists():
             tmp = g.with_suffix(".part")
-            subprocess.run([quantize, "--imatrix", str(dat), str(f32g), str(tmp), ftype, str(a.threads)], check=True,
-                           capture_output=True)
+            subprocess.run([quantize, "--imatrix", str(g_in.imatrix), str(g_in.f32), str(tmp), ftype, str(a.threads)],
+                           check=True, capture_output=True)
             tmp.rename(g)
         ggufs.append((f"ik_llama.cpp {ftype} + imatrix", g))
     base = w / "ik-f32.kld"
-    llama_perplexity(a, f32g, text, base, score=False, tool=perplexity)
-    print_scored(a, "ik_llama.cpp", [(label, g, llama_perplexity(a, g, text, base, score=True, tool=perplexity))
-                                     for label, g in ggufs + exported])
+    llama_perplexity(a, g_in.f32, g_in.text, base, score=False, tool=perplexity)
+    print_scored(a, "ik_llama.cpp", [(label, g, llama_perplexity(a, g, g_in.text, base, score=True, tool=perplexity))
+                                     for label, g in ggufs + g_in.ours])
 
 
 # (label, q4-manifest arguments, use the imatrix, convert through gptq); PROBES stands for the KL probes' file
@@ -455,10 +430,13 @@ def score_model(a, w: Path, title: str, hf: Path, ref: Path, im: Path, probes: P
         print(f"  {rows[-1][0]}: done", file=sys.stderr)
         if "--gguf-types" in args and compensated:
             exported.append((f"iekit {label}", d))
+    g_in = gguf_inputs(w, ref, im, held_text, exported) if a.llama_quantize or a.ik_llamacpp else None
     if a.llama_quantize:
-        rows += llamacpp_scores(a, w, ref, im, held, held_text, exported, llama_types)
+        rows += llamacpp_scores(a, w, ref, held, g_in, llama_types)
     else:
         print("llama.cpp: skipped (no llama-quantize: make llamacpp, or --llama-quantize PATH)", file=sys.stderr)
+    if a.ik_llamacpp:
+        ik_scores(a, w, g_in)
     done = [r for r in rows if r[1] is not None]
     if not done:
         print(f"{title}: --only {a.only!r} matches none of our policies, and llama.cpp is not there to score",

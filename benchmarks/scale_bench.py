@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 import child_rss  # benchmarks/, beside this script
+import synthetic_checkpoint
 
 H, HEADS, KV, HD, INTER, VOCAB, FULL_LAYERS = 4096, 32, 8, 128, 14336, 128256, 32
 CHUNK_ROWS = 1024  # rows of a matrix generated at a time (at most 56 MB of float32)
@@ -52,13 +52,14 @@ def config(layers: int) -> dict:
             "bos_token_id": 128000, "eos_token_id": 128001, "torch_dtype": "bfloat16"}
 
 
-def layer_tensors(i: int) -> list[tuple[str, list[int]]]:
+def layer_tensors(i: int) -> list[tuple[str, str, list[int]]]:
     p = f"model.layers.{i}."
-    return [(p + "input_layernorm.weight", [H]), (p + "post_attention_layernorm.weight", [H]),
-            (p + "self_attn.q_proj.weight", [HEADS * HD, H]), (p + "self_attn.k_proj.weight", [KV * HD, H]),
-            (p + "self_attn.v_proj.weight", [KV * HD, H]), (p + "self_attn.o_proj.weight", [H, HEADS * HD]),
-            (p + "mlp.gate_proj.weight", [INTER, H]), (p + "mlp.up_proj.weight", [INTER, H]),
-            (p + "mlp.down_proj.weight", [H, INTER])]
+    return [(p + n, "BF16", shape) for n, shape in (
+        ("input_layernorm.weight", [H]), ("post_attention_layernorm.weight", [H]),
+        ("self_attn.q_proj.weight", [HEADS * HD, H]), ("self_attn.k_proj.weight", [KV * HD, H]),
+        ("self_attn.v_proj.weight", [KV * HD, H]), ("self_attn.o_proj.weight", [H, HEADS * HD]),
+        ("mlp.gate_proj.weight", [INTER, H]), ("mlp.up_proj.weight", [INTER, H]),
+        ("mlp.down_proj.weight", [H, INTER]))]
 
 
 def bf16(x: np.ndarray) -> bytes:
@@ -67,41 +68,21 @@ def bf16(x: np.ndarray) -> bytes:
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
 
 
-def write_shard(path: Path, tensors: list[tuple[str, list[int]]], rng: np.random.Generator) -> int:
-    """One safetensors file, written CHUNK_ROWS rows at a time: norms 1,
-    matrices N(0, 1/cols)."""
-    header, off = {}, 0
-    for name, shape in tensors:
-        n = int(np.prod(shape)) * 2
-        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + n]}
-        off += n
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h)
-        for _name, shape in tensors:
-            if len(shape) == 1:
-                f.write(bf16(np.ones(shape, np.float32)))
-                continue
-            rows, cols = shape
-            for r in range(0, rows, CHUNK_ROWS):
-                f.write(bf16(rng.standard_normal((min(CHUNK_ROWS, rows - r), cols), np.float32) * cols ** -0.5))
-    return off
-
-
 def write_checkpoint(d: Path, layers: int) -> int:
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "config.json").write_text(json.dumps(config(layers), indent=1))
+    """Norms 1, matrices N(0, 1/cols), CHUNK_ROWS rows generated at a time."""
     rng = np.random.default_rng(0)
-    shards = [[("model.embed_tokens.weight", [VOCAB, H]), ("model.norm.weight", [H])],
-              *[layer_tensors(i) for i in range(layers)], [("lm_head.weight", [VOCAB, H])]]
-    weight_map, total = {}, 0
-    for s, tensors in enumerate(shards):
-        fname = f"model-{s:05d}-of-{len(shards):05d}.safetensors"
-        total += write_shard(d / fname, tensors, rng)
-        weight_map.update({t[0]: fname for t in tensors})
-    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    return total
+    shards = [[("model.embed_tokens.weight", "BF16", [VOCAB, H]), ("model.norm.weight", "BF16", [H])],
+              *[layer_tensors(i) for i in range(layers)], [("lm_head.weight", "BF16", [VOCAB, H])]]
+
+    def chunks(_name: str, _dtype: str, shape: list[int]):
+        if len(shape) == 1:
+            yield bf16(np.ones(shape, np.float32))
+            return
+        rows, cols = shape
+        for r in range(0, rows, CHUNK_ROWS):
+            yield bf16(rng.standard_normal((min(CHUNK_ROWS, rows - r), cols), np.float32) * cols ** -0.5)
+
+    return synthetic_checkpoint.write_checkpoint(d, config(layers), shards, chunks)
 
 
 def write_ids(path: Path, n: int, seed: int) -> None:

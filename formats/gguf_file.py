@@ -18,6 +18,9 @@ decodes the key-values as it goes (the tests check them against
   tensors' bytes overlapping.
 
 Each broken rule is one ``FormatError`` naming the file and the field.
+``read_header`` stops after the header's rules (the tensors' ggml type ids
+as stored, unresolved): a tool can size the tensors of a file whose types
+this reader does not know (ik_llama.cpp's, benchmarks/quality_bench.py).
 """
 
 from __future__ import annotations
@@ -101,6 +104,16 @@ class GGUFModel:
         return self.rows(t, 0, 1, t.nbytes).reshape(-1)
 
 
+@dataclass(frozen=True)
+class GGUFHeader:
+    version: int
+    alignment: int
+    fields: dict[str, Any]
+    infos: list[tuple[str, list[int], int, int]]  # per tensor: name, dims (GGUF order), ggml type id, offset
+    data_start: int  # file offset the tensors' offsets count from
+    size: int  # of the file
+
+
 class _Walk:
     """Bounded reads over the mapped file: every length checked before use."""
 
@@ -173,25 +186,42 @@ def _type_sizes() -> dict[int, tuple[str, int, int]]:
     return {int(t): (t.name, *GGML_QUANT_SIZES[t]) for t in GGMLQuantizationType if t in GGML_QUANT_SIZES}
 
 
+def read_header(path: str | os.PathLike) -> GGUFHeader:
+    """The header of GGUF file ``path``, checked up to the tensor infos (see
+    the module docstring): their type ids are not resolved nor their bytes
+    sized."""
+    path = Path(path)
+    size, f, buf = _map(path)
+    with f, buf:
+        return _header(path, size, buf)
+
+
 def open_gguf(path: str | os.PathLike) -> GGUFModel:
     """Validate ``path`` as a GGUF file and describe it (see the module docstring)."""
     path = Path(path)
-    size = check_regular(path).st_size
-    if size < 24:
-        raise FormatError(path, "header", f"is {size} bytes, shorter than a GGUF header (24)")
-    f = io.FileIO(path, "r")
+    size, f, buf = _map(path)
     try:
-        header = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        try:
-            return _open(path, size, header, f)
-        finally:
-            header.close()
+        with buf:
+            return _tensors(path, _header(path, size, buf), f)
     except BaseException:
         f.close()
         raise
 
 
-def _open(path: Path, size: int, header: mmap.mmap, f: io.FileIO) -> GGUFModel:
+def _map(path: Path) -> tuple[int, io.FileIO, mmap.mmap]:
+    """(size, open file, its read-only mapping) of a regular file at least a GGUF header long."""
+    size = check_regular(path).st_size
+    if size < 24:
+        raise FormatError(path, "header", f"is {size} bytes, shorter than a GGUF header (24)")
+    f = io.FileIO(path, "r")
+    try:
+        return size, f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except BaseException:
+        f.close()
+        raise
+
+
+def _header(path: Path, size: int, header: mmap.mmap) -> GGUFHeader:
     w = _Walk(path, header)
     if header[:4] != MAGIC:
         raise FormatError(path, "magic", f"is {header[:4]!r}, expected {MAGIC!r}: not a GGUF file")
@@ -219,7 +249,6 @@ def _open(path: Path, size: int, header: mmap.mmap, f: io.FileIO) -> GGUFModel:
     if type(alignment) is not int or alignment < 1 or alignment & (alignment - 1) or alignment > (1 << 20):
         raise FormatError(path, "general.alignment", f"must be a power of two up to 2^20, got {alignment!r}")
 
-    types = _type_sizes()
     infos = []
     for i in range(n_tensors):
         raw = w.string(f"tensors[{i}].name", MAX_NAME)
@@ -235,10 +264,15 @@ def _open(path: Path, size: int, header: mmap.mmap, f: io.FileIO) -> GGUFModel:
         tid = w.uint(4, f"{where} type")
         offset = w.uint(8, f"{where} offset")
         infos.append((name, dims, tid, offset))
-    data_start = -(-w.pos // alignment) * alignment
+    return GGUFHeader(version, alignment, fields, infos, -(-w.pos // alignment) * alignment, size)
 
+
+def _tensors(path: Path, h: GGUFHeader, f: io.FileIO) -> GGUFModel:
+    """The model of header ``h``: every tensor's type resolved and its bytes checked."""
+    size, alignment, data_start = h.size, h.alignment, h.data_start
+    types = _type_sizes()
     tensors, seen = [], set()
-    for name, dims, tid, offset in infos:
+    for name, dims, tid, offset in h.infos:
         where = f"tensor {name!r}"
         if name in seen:
             raise FormatError(path, where, "duplicate tensor name")
@@ -267,4 +301,4 @@ def _open(path: Path, size: int, header: mmap.mmap, f: io.FileIO) -> GGUFModel:
         if a.offset + a.nbytes > b.offset:
             raise FormatError(path, f"tensor {b.name!r} offset", f"its data overlaps tensor {a.name!r}'s")
 
-    return GGUFModel(path, version, alignment, fields, tensors, f)
+    return GGUFModel(path, h.version, alignment, h.fields, tensors, f)

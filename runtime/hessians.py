@@ -7,7 +7,9 @@ adds Xᵀ X. A slot's covariance takes n² × 8 bytes (SmolLM2: 27 MB a
 layer), so slots are collected in windows that fit ``budget`` bytes, in the
 order the model reads them (the converter asks in that order), running the
 calibration text once per window: one pass for a model whose covariances
-all fit.
+all fit. A window resumes from each chunk's residual stream that the last
+one kept (``Decoder.run_layers(..., first, stream)``), so many windows
+still run each layer about once, not once per window.
 
 ``sequential``: each layer's covariances come from a model whose earlier
 layers are already quantized (GPTQ's "sequential" mode): the converter
@@ -129,7 +131,7 @@ class Hessians:
         # Where the next window resumes: the input of this one's last layer
         # (the next may start inside it), or with --sequential the input of
         # this window's own layer, which is quantized before the next runs it.
-        keep = min(lo if self.sequential else layers - 1, layers - 1)
+        keep = min(lo, layers - 1) if self.sequential else layers - 1  # (the head's lo is past the last layer)
         if self._at > lo:  # the kept stream is past this window's first layer: from the embedding again
             self._at, self._streams = 0, None
         streams = []

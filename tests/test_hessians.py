@@ -157,8 +157,12 @@ def test_covariance_windows_run_each_layer_about_once():
     ref = _reference(model, w, chunks)
     runs = []
     run_layers = dec.run_layers
-    dec.run_layers = lambda c, layers, first=0, stream=None: (runs.append(layers - first),
-                                                              run_layers(c, layers, first, stream))[1]
+
+    def counted(c, layers, first=0, stream=None):
+        runs.append(layers - first)
+        return run_layers(c, layers, first, stream)
+
+    dec.run_layers = counted
     cov = Hessians(dec, chunks, sorted(ref), budget=1)
     for n in cov.forward_order(sorted(ref)):
         h, _u = cov.get(n)

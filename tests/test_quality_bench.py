@@ -8,6 +8,7 @@ import pytest
 import quality_bench
 from gguf_build import kv_bytes, raw_gguf
 
+from iekit.formats.errors import FormatError
 from iekit.formats.gguf_file import open_gguf
 
 
@@ -26,6 +27,11 @@ def test_gguf_bpw_counts_quantized_matrices_by_their_bytes_even_of_unknown_types
     assert len(open_gguf(q4_0).tensors) == 4  # a well-formed file, to our own reader too
     assert quality_bench.gguf_bpw(q4_0) == 4.5
     ik = _model(tmp_path, 144)  # ik_llama.cpp's IQ4_KS: a type id gguf-py and our reader refuse
-    with pytest.raises(Exception, match="144"):
+    with pytest.raises(FormatError, match="unknown ggml type 144"):
         open_gguf(ik)
     assert quality_bench.gguf_bpw(ik) == 4.5
+    # the header is still read strictly: a file cut inside its tensor infos is refused, not sized
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(ik.read_bytes()[:200])
+    with pytest.raises(FormatError, match="past the end"):
+        quality_bench.gguf_bpw(cut)

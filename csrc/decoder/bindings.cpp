@@ -276,7 +276,9 @@ void ie_register_decoder(py::module_& m) {
               int first, std::optional<F32Array> stream) {
              const int64_t hidden = s.dec->config().hidden;
              const int64_t n = tokens.size();
-             if (n < 1 || n > std::numeric_limits<int>::max()) throw py::value_error("run_layers: no tokens");
+             if (n < 1 || n > std::numeric_limits<int>::max())
+               throw py::value_error("run_layers: " + std::to_string(n) + " tokens, outside 1.." +
+                                     std::to_string(std::numeric_limits<int>::max()));
              if (stream && (stream->ndim() != 2 || stream->shape(0) != n || stream->shape(1) != hidden))
                throw py::value_error("run_layers: the residual stream must be [" + std::to_string(n) + ", " +
                                      std::to_string(hidden) + "] float32, one row per token");
