@@ -218,9 +218,14 @@ def test_gemv_matches_reference(v, act, isa):
 ROWS8_VARIANTS = [v for v in VARIANTS if v[0] not in ("f32", "f16", "bf16")]
 
 
-@pytest.mark.skipif("avx2" not in ISAS, reason="the rows8 kernel is AVX2")
+# The ISAs with rows8 kernels: AVX2's (maddubs) and AVX-512's (VNNI), each where this CPU has it.
+ROWS8_ISAS = [i for i in ISAS if i != "scalar"]
+
+
+@pytest.mark.skipif(not ROWS8_ISAS, reason="the rows8 kernels are AVX2 and AVX-512 VNNI")
+@pytest.mark.parametrize("isa", ROWS8_ISAS)
 @pytest.mark.parametrize("v", ROWS8_VARIANTS, ids=vid)
-def test_rows8_layout_matches_reference(v):
+def test_rows8_layout_matches_reference(v, isa):
     """The decoder's row-interleaved int8 kernel: every packed type and
     parameter set, row counts that leave a partial tile, one token and
     prefill chunks up to kMaxRows8Batch = 32 rows (four tokens at a time per
@@ -234,13 +239,30 @@ def test_rows8_layout_matches_reference(v):
             x[0, : min(cols, 5)] *= 100
             bias = rng.standard_normal(rows).astype(np.float32) if threads != 2 else None
             y = kernels.gemv(raw, entry, x[0] if batch == 1 else x, bias=bias, threads=threads, act="int8",
-                             isa="avx2", layout="rows8").reshape(batch, rows)
+                             isa=isa, layout="rows8").reshape(batch, rows)
             q, d = quantize_q8_ref(x)
             xq = q.astype(np.float64) * np.repeat(d.reshape(batch, -1).astype(np.float64), 32, axis=1)
             b64 = np.zeros(rows) if bias is None else bias.astype(np.float64)
             ref = xq @ wd64.T + b64
             bound = 1e-5 * (np.abs(xq) @ wabs.T + np.abs(b64)) + 1e-30
-            assert np.all(np.abs(y - ref) <= bound), (vid(v), rows, batch, threads)
+            assert np.all(np.abs(y - ref) <= bound), (vid(v), rows, batch, threads, isa)
+
+
+@pytest.mark.skipif(len(ROWS8_ISAS) < 2, reason="needs both rows8 kernels: AVX2 and AVX-512 VNNI")
+@pytest.mark.parametrize("v", ROWS8_VARIANTS, ids=vid)
+def test_rows8_isas_agree_bit_for_bit(v):
+    """VNNI's kernels compute the AVX2 kernels' integers another way (int32
+    dpbusd sums, signed values offset by 128, sub-scales by vpmulld) and then
+    the same float operations in the same order: every output must be the
+    same float, one token and prefill chunks, activations with outliers."""
+    rows, cols = v[4][0]
+    raw, _, entry, rng = gen(v, rows + 5, cols, 900)
+    for batch in (1, 4, 13, 32):
+        x = rng.standard_normal((batch, cols)).astype(np.float32)
+        x[:, : min(cols, 7)] *= 300
+        ys = [kernels.gemv(raw, entry, x[0] if batch == 1 else x, threads=2, act="int8", isa=isa, layout="rows8")
+              for isa in ROWS8_ISAS]
+        assert all(np.array_equal(ys[0], y) for y in ys[1:]), (vid(v), batch)
 
 
 # One 32-block of each type whose largest-magnitude code fills every element: the bytes before the
@@ -252,14 +274,17 @@ _EXTREME_BLOCKS = {"q4_0": (np.float16(1).tobytes(), 0x00, -8),
                    "mxfp4": (bytes([128]), 0x77, 12)}
 
 
-@pytest.mark.skipif("avx2" not in ISAS, reason="the rows8 kernel is AVX2")
+@pytest.mark.skipif(not ROWS8_ISAS, reason="the rows8 kernels are AVX2 and AVX-512 VNNI")
+@pytest.mark.parametrize("isa", ROWS8_ISAS)
 @pytest.mark.parametrize("kind", sorted(_EXTREME_BLOCKS))
-def test_rows8_int16_sums_hold_at_the_largest_codes(kind):
+def test_rows8_int16_sums_hold_at_the_largest_codes(kind, isa):
     """Where a rows8 kernel sums products in int16 before widening (the
     4-bit codes, q5_0 every 8 products, mxfp4's |value| <= 12: 16 products
     per 16-bit lane), the largest codes times activations all at 127 (and
     -127) are the worst case; one more product per lane, or a type whose
-    values reach 127, would wrap it. Each sum must be the exact product."""
+    values reach 127, would wrap it. VNNI sums in int32 and offsets the
+    signed values by 128, so these are its largest unsigned bytes too. Each
+    sum must be the exact product."""
     head, code, value = _EXTREME_BLOCKS[kind]
     rows, cols = 16, 256
     blocks = cols // 32
@@ -269,7 +294,7 @@ def test_rows8_int16_sums_hold_at_the_largest_codes(kind):
     wd = gguf.quants.dequantize(raw.reshape(rows, -1), GGML[kind]).astype(np.float64)
     assert np.all(wd == value)
     x = np.stack([np.full(cols, 1.0), np.full(cols, -1.0), np.where(np.arange(cols) % 2, 1.0, -1.0)]).astype(np.float32)
-    y = native.gemv(raw, kind, rows, cols, x, act="int8", isa="avx2", layout="rows8").reshape(3, rows)
+    y = native.gemv(raw, kind, rows, cols, x, act="int8", isa=isa, layout="rows8").reshape(3, rows)
     d = np.float32(1) / np.float32(127)
     ref = (x.astype(np.float64) * 127 * np.float64(d)) @ wd.T  # the quantized activations, exactly
     assert np.all(np.abs(y - ref) <= 1e-5 * np.abs(ref).max()), kind

@@ -22,7 +22,7 @@ static std::vector<Isa> probe_isas() {
   const CpuFeatures f = detect_cpu_features();
   if (f.avx2 && f.fma && f.f16c) {
     out.push_back(Isa::Avx2);
-    if (f.avx512f && f.avx512bw && f.avx512vbmi2) out.push_back(Isa::Avx512);
+    if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vbmi2 && f.avx512vnni) out.push_back(Isa::Avx512);
   }
 #endif
   return out;

@@ -8,7 +8,8 @@
 namespace ie {
 
 // Ordered: a kernel family without a variant for a level uses the best
-// lower one (common/dispatch.h). Avx512 = AVX2 + AVX-512 F/BW/VBMI2.
+// lower one (common/dispatch.h). Avx512 = AVX2 + AVX-512 F/BW/VL/VBMI2/VNNI
+// (Ice Lake, Zen 4 and later: every CPU with VBMI2 has VL and VNNI).
 enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 constexpr int kIsaLevels = 3;
 

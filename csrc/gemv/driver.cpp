@@ -13,11 +13,11 @@ namespace ie {
 
 const IsaTable<GemvOps> kGemvTable = {{&kGemvScalar,
 #if IE_HAVE_X86
-                                       &kGemvAvx2,
+                                       &kGemvAvx2, &kGemvAvx512
 #else
-                                       nullptr,
+                                       nullptr, nullptr
 #endif
-                                       nullptr}};
+                                       }};
 
 Isa gemv_kernel_isa(Isa isa) { return kGemvTable.pick(isa); }
 

@@ -56,7 +56,10 @@ struct GemvOps {
 extern const GemvOps kGemvScalar;
 #if IE_HAVE_X86
 extern const GemvOps kGemvAvx2;
+// AVX2's kernels with the rows8 kernels built for AVX-512 VNNI (vpdpbusd).
+extern const GemvOps kGemvAvx512;
 void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
+void gemv_rows8_avx512(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
 #endif
 extern const IsaTable<GemvOps> kGemvTable;
 

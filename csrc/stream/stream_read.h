@@ -23,7 +23,8 @@ struct StreamOps {
   // kInt8Lanes independent int32 lanes, each `iters` times acc += 4 a b,
   // computed as the int8 kernels compute a dot product (AVX2: vpmaddubsw of
   // unsigned a and signed b bytes, |2ab| <= 32767 as it saturates, vpmaddwd
-  // with ones, vpaddd); returns the
+  // with ones, vpaddd; AVX-512: VNNI's vpdpbusd, one instruction for the
+  // three, as the rows8 kernels at that level multiply); returns the
   // lanes' sum, each lane wrapping modulo 2^32 (kInt8Lanes * 4 * iters
   // int8 multiplies).
   int64_t (*int8_chains)(int a, int b, int64_t iters);
@@ -31,7 +32,7 @@ struct StreamOps {
 // 12 chains of 16 lanes (AVX-512; AVX2 runs them as two passes of 12 x 8):
 // enough independent FMAs in flight (latency 4 x 2 ports) for any x86 core.
 constexpr int kFmaLanes = 192;
-// 8 chains of 16 int32 lanes (AVX-512; AVX2 runs them as two passes of 8 x 8).
+// 8 chains of 16 int32 lanes (AVX-512; AVX2 runs them as four passes of 4 x 8).
 constexpr int kInt8Lanes = 128;
 extern const StreamOps kStreamScalar;
 #if IE_HAVE_X86

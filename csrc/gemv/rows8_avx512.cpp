@@ -1,0 +1,12 @@
+// The rows8 kernels (rows8_tiles.h) with AVX-512 VNNI's vpdpbusd, on 256-bit
+// vectors (AVX512VL): the layout's tiles are 32 bytes wide.
+#define IE_ROWS8_VNNI 1
+#include "rows8_tiles.h"
+
+namespace ie {
+
+void gemv_rows8_avx512(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool) {
+  gemv_rows8_tiles(jobs, n, prep, batch, pool);
+}
+
+}  // namespace ie

@@ -1,0 +1,811 @@
+// The GEMV kernels with int8 activations over rows8 copies (rows8.h), one
+// token or up to eight (four at a time per tile), compiled once per ISA:
+// rows8_avx2.cpp (-mavx2) and rows8_avx512.cpp (IE_ROWS8_VNNI, -mavx512vl
+// -mavx512vnni). Include only from those two files: everything here is
+// internal to the including object.
+// Every 32-bit lane is one of a tile's eight rows, so a tile ends with one
+// vector store and no horizontal sums. Checked against the scalar reference
+// (tests/test_gemv.py) at every ISA this CPU has.
+//
+// AVX2, 4-bit tiles, per 32-block: four 32-byte loads hold 8 rows x 32 codes. Lane
+// i of vector v pairs its low nibbles with x[8v .. 8v+3] and its high ones
+// with x[8v+4 .. 8v+7] (each a broadcast 4-byte load), maddubs sums pairs to
+// int16, and the 16 products a 16-bit lane collects over the block stay
+// below 16 * 15 * 127 < 2^15, so one madd per block widens them to int32
+// (5-bit codes: one per two vectors). That madd multiplies by a vector of
+// int16 pairs: ones, or the eight rows' integer sub-scales of q4_k, q5_k,
+// q6_k, q3_k and iq4_xs, which so cost nothing per product.
+// q8_0, iq4 and mxfp4 tiles (signed values): the sign moved from w to x
+// (|w| x sign(x, w)) so maddubs can multiply, one madd per product vector
+// (two products already reach 2 * 128 * 127); mxfp4's values (|v| <= 12)
+// sum in int16 over the block like the 4-bit codes, one madd per block
+// (batch-8 GEMV 1.37 -> 1.21 ms, batch 1 0.28 -> 0.25 on 4096x2048); iq4's
+// and mxfp4's values come from their nibbles by a table shuffle.
+// VNNI (IE_ROWS8_VNNI): vpdpbusd multiplies unsigned bytes by signed ones
+// and adds each lane's four products into int32 with no int16 step, so the
+// codes need neither the madd nor the int16 bounds: a block's sum is one
+// dpbusd per vector and token, and a sub-scale multiplies it once per block
+// (vpmulld). Signed values are read unsigned, offset by 128 (iq4 and mxfp4
+// from a table of v + 128, q8_0's bytes with their top bit flipped), and
+// 128 times the block's activation sum comes off once per block: the same
+// integers as the AVX2 kernels', so the same floats. q6_k, q3_k and q2_k
+// keep the AVX2 sums (maddubs, also under VNNI flags).
+// Each token's running sum is kept in order (in_reg after its adds): GCC
+// otherwise re-associates it into a tree of all 32 products of a block and
+// spills them (batch-8 int4w 1.05 -> 0.81 ms).
+#pragma once
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "avx2_bits.h"
+#include "common/exp_avx2.h"
+#include "common/work_split.h"
+#include "kernels.h"
+
+namespace ie {
+namespace {
+
+IE_INLINE __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Eight scales of SB bytes each as floats: f32, f16, or E8M0 bytes
+// (e8m0_half's bits: (e - 1) << 23, the subnormals for e < 2).
+template <int SB>
+IE_INLINE __m256 load8(const uint8_t* p) {
+  if constexpr (SB == 4) return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  if constexpr (SB == 1) {
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
+  }
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Software prefetch this far ahead of the tile being read (the tiles are
+// one sequential stream).
+constexpr size_t kAhead = 4096;
+
+IE_INLINE void prefetch(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0); }
+
+// Byte J of each 32-bit lane of v, zero-extended: to int32 (PAIRS false), or
+// to both int16 halves (PAIRS true: a madd multiplier for the whole lane).
+template <int J, bool PAIRS>
+IE_INLINE __m256i lane_byte(__m256i v) {
+  constexpr int z = -128, b = PAIRS ? J : z;
+  return _mm256_shuffle_epi8(v, _mm256_setr_epi8(J, z, b, z, 4 + J, z, 4 + b, z, 8 + J, z, 8 + b, z, 12 + J, z, 12 + b, z,
+                                                 J, z, b, z, 4 + J, z, 4 + b, z, 8 + J, z, 8 + b, z, 12 + J, z, 12 + b, z));
+}
+
+// A sign-extended int32 per lane as the same value in both int16 halves.
+IE_INLINE __m256i int16_pairs(__m256i v) { return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA); }
+
+#ifndef IE_ROWS8_VNNI
+#define IE_ROWS8_VNNI 0
+#endif
+
+// A sub-scale multiplier of a block's sums from its sign-extended int32 per
+// lane: int16 pairs for AVX2's madd, the int32 itself for VNNI's vpmulld.
+IE_INLINE __m256i mult_of(__m256i v) {
+#if IE_ROWS8_VNNI
+  return v;
+#else
+  return int16_pairs(v);
+#endif
+}
+
+// The same from byte J of each lane (zero-extended).
+template <int J>
+IE_INLINE __m256i mult_of_byte(__m256i v) {
+  return lane_byte<J, !IE_ROWS8_VNNI>(v);
+}
+
+#if IE_ROWS8_VNNI
+// s + per lane the four products of unsigned bytes u and signed bytes x.
+IE_INLINE __m256i dpbusd(__m256i s, __m256i u, __m256i x) { return _mm256_dpbusd_epi32(s, u, x); }
+#endif
+
+// Prefetch part j of n of one group of a tile, kAhead bytes ahead (the
+// first activation rows read the tile from memory; later ones from L1).
+// Super-block groups spread their lines over their eight sub-blocks: a
+// group's lines asked for at once were measured slower.
+template <int N = 1>
+IE_INLINE void prefetch_group(const Rows8& p, const uint8_t* w, int b0, int j = 0) {
+  if (b0 != 0) return;
+  const size_t o1 = (p.group_bytes * static_cast<size_t>(j + 1) / N + 63) & ~size_t(63);
+  for (size_t o = (p.group_bytes * static_cast<size_t>(j) / N + 63) & ~size_t(63); o < o1; o += 64) prefetch(w + kAhead + o);
+}
+
+// int32 per row lane, for NB tokens whose blocks lie 32 bytes apart from
+// xq: the 32-block's sum of unsigned code (nibbles, and for 5-bit codes the
+// fifth bits at 128) times the activation code, times mult (mult_of: 1, or
+// a sub-scale; SCALED false: 1, which VNNI then skips). AVX2: 4-bit codes'
+// 16 products a 16-bit lane collects stay below 16 * 15 * 127 < 2^15, one
+// madd per block; 5-bit codes (HB = 32) widen after every 8 products (8 * 31
+// * 127 < 2^15). VNNI: two int32 chains per token (low and high nibbles),
+// so that a token's dpbusds do not wait on one another. Each vector of
+// codes is loaded and unpacked once for all NB tokens (vector outer, tokens
+// inner): a prefill chunk pays the unpacking once per four tokens.
+template <int HB, int NB, bool SCALED = true>
+IE_INLINE void block_dot_n(const uint8_t* w, const int8_t* xq, __m256i mult, __m256i (&s)[NB]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+#if IE_ROWS8_VNNI
+  __m256i s2[NB];
+  for (auto& v : s) v = _mm256_setzero_si256();
+  for (auto& v : s2) v = _mm256_setzero_si256();
+#else
+  __m256i s16[NB];
+  for (auto& v : s16) v = _mm256_setzero_si256();
+#endif
+  static_for<4>([&](auto vv) __attribute__((always_inline)) {
+    constexpr int v = decltype(vv)::value;
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
+    __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+    if constexpr (HB > 0) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128));
+      lo = _mm256_or_si256(lo, bits_to_4<v>(h));
+      hi = _mm256_or_si256(hi, bits_to_4<4 + v>(h));
+    }
+    for (int b = 0; b < NB; ++b) {
+      const int8_t* xb = xq + 32 * b + 8 * v;
+#if IE_ROWS8_VNNI
+      s[b] = dpbusd(s[b], lo, bcast4(xb));
+      s2[b] = dpbusd(s2[b], hi, bcast4(xb + 4));
+      in_reg(s[b]);
+      in_reg(s2[b]);
+#else
+      s16[b] = _mm256_add_epi16(s16[b], _mm256_maddubs_epi16(lo, bcast4(xb)));
+      s16[b] = _mm256_add_epi16(s16[b], _mm256_maddubs_epi16(hi, bcast4(xb + 4)));
+      in_reg(s16[b]);
+#endif
+    }
+#if !IE_ROWS8_VNNI
+    if constexpr (HB > 0 && v == 1) {  // 5-bit codes: widen after every 8 products
+      for (int b = 0; b < NB; ++b) {
+        s[b] = _mm256_madd_epi16(s16[b], mult);
+        s16[b] = _mm256_setzero_si256();
+      }
+    }
+#endif
+  });
+#if IE_ROWS8_VNNI
+  for (int b = 0; b < NB; ++b) {
+    s[b] = _mm256_add_epi32(s[b], s2[b]);
+    if constexpr (SCALED) s[b] = _mm256_mullo_epi32(s[b], mult);
+  }
+#else
+  for (int b = 0; b < NB; ++b)
+    s[b] = HB > 0 ? _mm256_add_epi32(s[b], _mm256_madd_epi16(s16[b], mult)) : _mm256_madd_epi16(s16[b], mult);
+#endif
+}
+
+// block_dot_n for one token.
+template <int HB, bool SCALED = true>
+IE_INLINE __m256i block_dot(const uint8_t* w, const int8_t* xq, __m256i mult) {
+  __m256i s[1];
+  block_dot_n<HB, 1, SCALED>(w, xq, mult, s);
+  return s[0];
+}
+
+// One token against one tile of int4w: BPG blocks per group (0: p.bpg at run time),
+// SB scale bytes, AFFINE (mins follow the scales; else codes are offset by 8).
+template <int BPG, int SB, bool AFFINE>
+IE_INLINE __m256 nib_tile(const Rows8& p, const uint8_t* w, const Q8Nat& x) {
+  const int bpg = BPG > 0 ? BPG : p.bpg;
+  __m256 acc = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (int64_t g = 0; g < p.groups; ++g) {
+    __m256 P = _mm256_setzero_ps(), M = _mm256_setzero_ps();
+    for (int kb = 0; kb < bpg; ++kb, ++k, w += 128) {
+      prefetch(w + kAhead);
+      prefetch(w + kAhead + 64);
+      __m256i s = block_dot<0, false>(w, x.q + 32 * k, _mm256_set1_epi16(1));
+      if constexpr (!AFFINE) s = _mm256_sub_epi32(s, _mm256_set1_epi32(x.s8[k]));
+      P = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(x.d + k), P);
+      if constexpr (AFFINE) M = _mm256_add_ps(M, _mm256_broadcast_ss(x.ds + k));
+    }
+    acc = _mm256_fmadd_ps(P, load8<SB>(w), acc);
+    w += 8 * SB;
+    if constexpr (AFFINE) {
+      acc = _mm256_fmadd_ps(M, load8<SB>(w), acc);
+      w += 8 * SB;
+    }
+  }
+  return acc;
+}
+
+// Several tokens (a prefill chunk; NB = 1 for a single one): NB <= 4
+// activation rows b0 .. b0+NB of B against one tile of a type with one
+// scale (and min) per group, whose bytes are read from L1 again for the
+// next NB. The scales multiply per block (no per-group partial sums), which
+// keeps 2 NB + 5 vectors live. HB: 32 for 5-bit codes (q5_0, q5_1), whose
+// symmetric offset is 16, not 8.
+template <int BPG, int SB, bool AFFINE, int HB, int NB>
+IE_INLINE void nib_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int bpg = BPG > 0 ? BPG : p.bpg;
+  int64_t k = 0;
+  for (int64_t g = 0; g < p.groups; ++g) {
+    prefetch_group(p, w, b0);
+    const uint8_t* sc = w + static_cast<size_t>(bpg) * (128 + HB);
+    const __m256 scale = load8<SB>(sc);
+    for (int kb = 0; kb < bpg; ++kb, ++k, w += 128 + HB) {
+      const int64_t kx = k * B + b0;
+      __m256i sb[NB];
+      block_dot_n<HB, NB, false>(w, x.q + kx * 32, ones, sb);
+      for (int b = 0; b < NB; ++b) {
+        __m256i s = sb[b];
+        if constexpr (!AFFINE) s = _mm256_sub_epi32(s, _mm256_set1_epi32(x.s8[kx + b] * (HB ? 2 : 1)));
+        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scale, _mm256_broadcast_ss(x.d + kx + b)), acc[b]);
+        if constexpr (AFFINE) acc[b] = _mm256_fmadd_ps(load8<SB>(sc + 8 * SB), _mm256_broadcast_ss(x.ds + kx + b), acc[b]);
+      }
+    }
+    w += 8 * SB * (AFFINE ? 2 : 1);
+  }
+}
+
+// q4_k and q5_k tiles (Q5: fifth bits): per super-block, the eight rows'
+// packed 6-bit sub-scales and mins unpack as three word vectors (the
+// formulas of q4k_sub, eight rows at once); sub-block j's scales multiply
+// inside the madd that widens its products (int16 pairs), its mins times
+// dmin meet the activation's d * code sum; d multiplies once per super-block.
+template <bool Q5, int NB>
+IE_INLINE void kq_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  using H = Rows8KqHeader;
+  constexpr int kBlock = 32 * rows8_code_bits(Q5 ? WType::Q5_K : WType::Q4_K);
+  const __m256i m3f = _mm256_set1_epi8(0x3F), m0f = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
+    const uint8_t* h = w + 8 * kBlock;
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 32));
+    const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 64));
+    const __m256i ls[2] = {_mm256_and_si256(w0, m3f),
+                           _mm256_or_si256(_mm256_and_si256(w2, m0f), _mm256_and_si256(_mm256_srli_epi32(w0, 2), m30))};
+    const __m256i lm[2] = {_mm256_and_si256(w1, m3f), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m0f),
+                                                                      _mm256_and_si256(_mm256_srli_epi32(w1, 2), m30))};
+    const __m256 dmin = load8<2>(h + H::dmin);
+    __m256 P[NB];
+    for (auto& v : P) v = _mm256_setzero_ps();
+    static_for<8>([&](auto jj) __attribute__((always_inline)) {
+      constexpr int j = decltype(jj)::value;
+      prefetch_group<8>(p, w, b0, j);
+      const __m256i sc16 = mult_of_byte<j % 4>(ls[j / 4]);
+      const __m256 mn = _mm256_mul_ps(_mm256_cvtepi32_ps(lane_byte<j % 4, false>(lm[j / 4])), dmin);
+      const int64_t kx = (g * 8 + j) * B + b0;
+      __m256i sb[NB];
+      block_dot_n<Q5 ? 32 : 0, NB>(w + j * kBlock, x.q + kx * 32, sc16, sb);
+      for (int b = 0; b < NB; ++b) {
+        const __m256i s = sb[b];
+        P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+        acc[b] = _mm256_fnmadd_ps(mn, _mm256_broadcast_ss(x.ds + kx + b), acc[b]);
+      }
+    });
+    const __m256 d = load8<2>(h + H::d);
+    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
+  }
+}
+
+// int32 per row lane: s + the 4-element dot product of signed int8 values w
+// (lane i = row i) with the activation bytes xq[0..3], times mult's int16
+// pairs (1, or a sub-scale). maddubs multiplies unsigned by signed, so w's
+// sign moves onto x (|w| <= 128 read unsigned); one pair of products
+// already reaches 2 * 128 * 127, so each result is widened at once.
+IE_INLINE __m256i dot4_signed16(__m256i w, const int8_t* xq) {
+  return _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(bcast4(xq), w));
+}
+IE_INLINE __m256i dot4_signed(__m256i s, __m256i w, const int8_t* xq, __m256i mult) {
+  return _mm256_add_epi32(s, _mm256_madd_epi16(dot4_signed16(w, xq), mult));
+}
+
+// Table values of the 4-bit layout's vector at w: low and high nibbles
+// through grid_values(T) (one in-lane shuffle each).
+template <WType T>
+IE_INLINE void table_values(const uint8_t* w, __m256i* lo, __m256i* hi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(T))));
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  *lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
+  *hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
+}
+
+// Tiles whose values are signed int8 with one scale per 32-block: q8_0's
+// as stored (eight vectors per block, vector v = elements 4v .. 4v+3),
+// iq4_nl's and mxfp4's through their tables (the 4-bit layout: four
+// vectors, each nibble an index). Then the eight rows' scales (f16; mxfp4:
+// E8M0 bytes).
+template <WType T, int NB>
+IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  constexpr bool kTable = T != WType::Q8_0;
+  constexpr int kCodes = kTable ? 128 : 256;
+  // mxfp4's values (|v| <= 12): the 16 products a 16-bit lane collects over
+  // a block stay below 2^15, so they sum in int16 and one madd per block
+  // widens them, as the 4-bit codes' do; iq4_nl's reach 127 and cannot.
+  constexpr bool kInt16 = T == WType::MXFP4;
+  static_assert(!kInt16 || 16 * grid_abs_max(kMxfp4Grid) * 127 < 32768, "mxfp4's block sums would wrap in int16");
+#if IE_ROWS8_VNNI
+  // the values read unsigned, v + 128 (a flipped top bit), and 128 sum x (16 s8) taken off per block
+  const __m256i top = _mm256_set1_epi8(static_cast<char>(0x80)), m4 = _mm256_set1_epi8(0x0F);
+  const __m256i table = _mm256_xor_si256(
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(T)))), top);
+  for (int64_t k = 0; k < p.groups; ++k, w += p.group_bytes) {
+    prefetch_group(p, w, b0);
+    const int64_t kx = k * B + b0;
+    __m256i s[NB], s2[NB];
+    for (int b = 0; b < NB; ++b) s[b] = s2[b] = _mm256_setzero_si256();
+    for (int v = 0; v < kCodes / 32; ++v) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
+      if constexpr (kTable) {
+        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
+        const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
+        for (int b = 0; b < NB; ++b) {
+          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
+          s[b] = dpbusd(s[b], lo, bcast4(xq));
+          s2[b] = dpbusd(s2[b], hi, bcast4(xq + 4));
+          in_reg(s[b]);
+          in_reg(s2[b]);
+        }
+      } else {
+        const __m256i u = _mm256_xor_si256(wv, top);
+        for (int b = 0; b < NB; ++b) {
+          (v % 2 ? s2[b] : s[b]) = dpbusd(v % 2 ? s2[b] : s[b], u, bcast4(x.q + (kx + b) * 32 + 4 * v));
+          in_reg(s[b]);
+          in_reg(s2[b]);
+        }
+      }
+    }
+    for (int b = 0; b < NB; ++b)
+      s[b] = _mm256_sub_epi32(_mm256_add_epi32(s[b], s2[b]), _mm256_set1_epi32(16 * x.s8[kx + b]));
+#else
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t k = 0; k < p.groups; ++k, w += p.group_bytes) {
+    prefetch_group(p, w, b0);
+    const int64_t kx = k * B + b0;
+    __m256i s[NB];
+    for (auto& v : s) v = _mm256_setzero_si256();
+    for (int v = 0; v < kCodes / 32; ++v) {
+      if constexpr (kTable) {
+        __m256i lo, hi;
+        table_values<T>(w + 32 * v, &lo, &hi);
+        for (int b = 0; b < NB; ++b) {
+          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
+          if constexpr (kInt16) {
+            s[b] = _mm256_add_epi16(s[b], dot4_signed16(lo, xq));
+            s[b] = _mm256_add_epi16(s[b], dot4_signed16(hi, xq + 4));
+          } else {
+            s[b] = dot4_signed(dot4_signed(s[b], lo, xq, ones), hi, xq + 4, ones);
+          }
+          in_reg(s[b]);
+        }
+      } else {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
+        for (int b = 0; b < NB; ++b) {
+          s[b] = dot4_signed(s[b], wv, x.q + (kx + b) * 32 + 4 * v, ones);
+          in_reg(s[b]);
+        }
+      }
+    }
+    if constexpr (kInt16)
+      for (int b = 0; b < NB; ++b) s[b] = _mm256_madd_epi16(s[b], ones);
+#endif
+    const __m256 d = load8<T == WType::MXFP4 ? 1 : 2>(w + kCodes);
+    for (int b = 0; b < NB; ++b)
+      acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_mul_ps(d, _mm256_broadcast_ss(x.d + kx + b)), acc[b]);
+  }
+}
+
+// iq4_xs tiles: per sub-block j, the eight rows' 6-bit sub-scales l - 32
+// unpacked at once from scales_l and scales_h, multiplied inside the madds
+// that widen the signed products; d once per super-block.
+template <int NB>
+IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  using H = Rows8Iq4xsHeader;
+  constexpr int kBlock = 32 * rows8_code_bits(WType::IQ4_XS);
+  for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
+    const uint8_t* h = w + 8 * kBlock;
+    const __m256i ls_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::scales_l));
+    const __m256i ls_hi = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + H::scales_h)));
+    __m256 P[NB];
+    for (auto& v : P) v = _mm256_setzero_ps();
+    static_for<8>([&](auto jj) __attribute__((always_inline)) {
+      constexpr int j = decltype(jj)::value;
+      prefetch_group<8>(p, w, b0, j);
+      const __m256i lo4 = _mm256_and_si256(_mm256_srli_epi32(ls_lo, 4 * j), _mm256_set1_epi32(0xF));
+      const __m256i hi2 = _mm256_and_si256(_mm256_srli_epi32(ls_hi, 2 * j), _mm256_set1_epi32(3));
+      const __m256i mult = mult_of(_mm256_sub_epi32(_mm256_or_si256(lo4, _mm256_slli_epi32(hi2, 4)), _mm256_set1_epi32(32)));
+      const int64_t kx = (g * 8 + j) * B + b0;
+      __m256i s[NB];
+      for (auto& v : s) v = _mm256_setzero_si256();
+#if IE_ROWS8_VNNI
+      // the values read unsigned, v + 128 (a flipped top bit), and 128 sum x (16 s8) taken off per block
+      const __m256i top = _mm256_set1_epi8(static_cast<char>(0x80)), m4 = _mm256_set1_epi8(0x0F);
+      const __m256i table = _mm256_xor_si256(
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(WType::IQ4_XS)))), top);
+      __m256i s2[NB];
+      for (auto& v : s2) v = _mm256_setzero_si256();
+      for (int v = 0; v < 4; ++v) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * kBlock + 32 * v));
+        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
+        const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
+        for (int b = 0; b < NB; ++b) {
+          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
+          s[b] = dpbusd(s[b], lo, bcast4(xq));
+          s2[b] = dpbusd(s2[b], hi, bcast4(xq + 4));
+          in_reg(s[b]);
+          in_reg(s2[b]);
+        }
+      }
+      for (int b = 0; b < NB; ++b)
+        s[b] = _mm256_mullo_epi32(
+            _mm256_sub_epi32(_mm256_add_epi32(s[b], s2[b]), _mm256_set1_epi32(16 * x.s8[kx + b])), mult);
+#else
+      for (int v = 0; v < 4; ++v) {
+        __m256i lo, hi;
+        table_values<WType::IQ4_XS>(w + j * kBlock + 32 * v, &lo, &hi);
+        for (int b = 0; b < NB; ++b) {
+          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
+          s[b] = dot4_signed(dot4_signed(s[b], lo, xq, mult), hi, xq + 4, mult);
+          in_reg(s[b]);
+        }
+      }
+#endif
+      for (int b = 0; b < NB; ++b) P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+    });
+    const __m256 d = load8<2>(h + H::d);
+    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
+  }
+}
+
+// int32 per row lane, for NB tokens whose blocks lie 32 bytes apart from
+// xq: a 32-block of q2_k's bit-pair codes (0..3) or, with THIRD, q3_k's
+// (0..7: the third bits in the vector at 64) times the activation codes.
+// Each 16-element half's products sum in int16 (8 per lane: at most 8 * 7
+// * 127 < 2^15), then one madd widens them by the half's sub-scales
+// mult[half] (int16 pairs).
+template <bool THIRD, int NB>
+IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB]) {
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m256i hb = THIRD ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64)) : _mm256_setzero_si256();
+  __m256i s16[NB];
+  for (auto& v : s) v = _mm256_setzero_si256();
+  for (auto& v : s16) v = _mm256_setzero_si256();
+  static_for<4>([&](auto vv) __attribute__((always_inline)) {
+    constexpr int v = decltype(vv)::value;
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * (v / 2)));
+    __m256i lo = _mm256_and_si256(_mm256_srli_epi16(wv, 4 * (v % 2)), m3);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4 * (v % 2) + 2), m3);
+    if constexpr (THIRD) {
+      lo = _mm256_or_si256(lo, bits_to<v, 2>(hb));
+      hi = _mm256_or_si256(hi, bits_to<4 + v, 2>(hb));
+    }
+    for (int b = 0; b < NB; ++b) {
+      const int8_t* xb = xq + 32 * b + 8 * v;
+      s16[b] = _mm256_add_epi16(s16[b], _mm256_maddubs_epi16(lo, bcast4(xb)));
+      s16[b] = _mm256_add_epi16(s16[b], _mm256_maddubs_epi16(hi, bcast4(xb + 4)));
+      in_reg(s16[b]);
+    }
+    if constexpr (v % 2 == 1) {  // a 16-element half done: widen by its sub-scales
+      for (int b = 0; b < NB; ++b) {
+        s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(s16[b], mult[v / 2]));
+        s16[b] = _mm256_setzero_si256();
+      }
+    }
+  });
+}
+
+// The int32 sums of a q6_k 32-block: codes 0..63 (a nibble and a bit pair)
+// times x by maddubs (the four products a 16-bit lane collects per vector
+// stay below 4 * 63 * 127 < 2^15), widened per vector by a madd with its
+// half's sub-scales mult[half] (int16 pairs).
+template <int NB>
+IE_INLINE void q6k_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (auto& v : s) v = _mm256_setzero_si256();
+  static_for<4>([&](auto vv) __attribute__((always_inline)) {
+    constexpr int v = decltype(vv)::value;
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v));
+    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (v / 2)));
+    const __m256i lo = _mm256_or_si256(_mm256_and_si256(wv, m4), bits_to_4<4 * (v % 2), 2>(hb));
+    const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4), bits_to_4<4 * (v % 2) + 2, 2>(hb));
+    for (int b = 0; b < NB; ++b) {
+      const int8_t* xb = xq + 32 * b + 8 * v;
+      const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb)), _mm256_maddubs_epi16(hi, bcast4(xb + 4)));
+      s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(s16, mult[v / 2]));
+      in_reg(s[b]);
+    }
+  });
+}
+
+// Sub-scales l_j (0..63) of q3_k's sub-blocks 4Q .. 4Q + 3 of the eight
+// rows (byte j % 4 of each lane), from the three scale words: their low
+// nibbles from word Q % 2 (shifted by 4 for Q >= 2), their high bit pairs
+// from bits 2Q of word 2's bytes.
+template <int Q>
+IE_INLINE __m256i q3k_scale_word(__m256i w0, __m256i w1, __m256i w2) {
+  const __m256i lo = _mm256_and_si256(_mm256_srli_epi32(Q % 2 ? w1 : w0, 4 * (Q / 2)), _mm256_set1_epi8(0x0F));
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(w2, 2 * Q), _mm256_set1_epi8(3));
+  return _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4));
+}
+
+// q6_k and q3_k tiles (symmetric codes under 16-element sub-blocks, w =
+// d * sc_j * (q - Z), Z = 32 or 4): per 32-block the eight rows' two
+// sub-scales as int16 pairs (q6_k: its int8 ones from the header; q3_k:
+// unpacked from its three scale words, less 32), the block's sums
+// (q6k_block_dot_n, pairs_block_dot_n with the third bits), less the
+// offset: Z (sc_a sum x[0..15] + sc_b sum x[16..31]), two madds of the
+// activation's h16 pairs (32 sc sum per half; q3_k takes an eighth,
+// exactly). d once per super-block.
+template <WType T, int NB>
+IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  constexpr int kBlock = 32 * rows8_code_bits(T);
+  constexpr int kD = T == WType::Q6_K ? Rows8Q6kHeader::d : Rows8Q3kHeader::d;
+  for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
+    const uint8_t* h = w + 8 * kBlock;
+    __m256i words[3];  // q3_k's scale words, once per super-block
+    if constexpr (T == WType::Q3_K)
+      for (int k = 0; k < 3; ++k)
+        words[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + Rows8Q3kHeader::words + 32 * k));
+    __m256 P[NB];
+    for (auto& v : P) v = _mm256_setzero_ps();
+    static_for<8>([&](auto jj) __attribute__((always_inline)) {
+      constexpr int j = decltype(jj)::value;
+      prefetch_group<8>(p, w, b0, j);
+      const uint8_t* blk = w + j * kBlock;
+      __m256i mult[2];  // elements 0..15 and 16..31 of the block
+      if constexpr (T == WType::Q6_K) {
+        for (int half = 0; half < 2; ++half)
+          mult[half] = int16_pairs(_mm256_cvtepi8_epi32(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + Rows8Q6kHeader::scales + 16 * j + 8 * half))));
+      } else {
+        const __m256i sc = q3k_scale_word<j / 2>(words[0], words[1], words[2]);
+        const __m256i k32 = _mm256_set1_epi16(32);
+        mult[0] = _mm256_sub_epi16(lane_byte<(2 * j) % 4, true>(sc), k32);
+        mult[1] = _mm256_sub_epi16(lane_byte<(2 * j + 1) % 4, true>(sc), k32);
+      }
+      const int64_t kx = (g * 8 + j) * B + b0;
+      __m256i s[NB];
+      if constexpr (T == WType::Q6_K) q6k_block_dot_n<NB>(blk, x.q + kx * 32, mult, s);
+      else pairs_block_dot_n<true, NB>(blk, x.q + kx * 32, mult, s);
+      for (int b = 0; b < NB; ++b) {
+        const int32_t* h16 = x.h16 + 2 * (kx + b);
+        const __m256i off32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mult[0]),
+                                               _mm256_madd_epi16(_mm256_set1_epi32(h16[1]), mult[1]));
+        const __m256i off = T == WType::Q6_K ? off32 : _mm256_srai_epi32(off32, 3);
+        P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s[b], off)), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+      }
+    });
+    const __m256 d = load8<2>(h + kD);
+    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
+  }
+}
+
+// q2_k tiles: codes 0..3 (bit pairs) times x by maddubs; a 16-element
+// half's two vectors sum in int16 before one madd with its 4-bit sub-scales
+// (int16 pairs from the four scale words, eight rows at once). The mins
+// meet the activation's h16 pairs (32 m sum per half) in one madd per half;
+// that sum times x's d and dmin / 32 (exact) is taken off per super-block,
+// d multiplies the rest.
+template <int NB>
+IE_INLINE void q2k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
+  using H = Rows8Q2kHeader;
+  constexpr int kBlock = 32 * rows8_code_bits(WType::Q2_K);
+  const __m256i m0f = _mm256_set1_epi8(0x0F);
+  for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
+    const uint8_t* h = w + 8 * kBlock;
+    __m256 P[NB], M[NB];
+    for (auto& v : P) v = _mm256_setzero_ps();
+    for (auto& v : M) v = _mm256_setzero_ps();
+    static_for<8>([&](auto jj) __attribute__((always_inline)) {
+      constexpr int j = decltype(jj)::value;
+      prefetch_group<8>(p, w, b0, j);
+      const uint8_t* blk = w + j * kBlock;
+      // word j / 2: the bytes of sub-blocks 4 (j / 2) .. +3, of which 2j % 4 and 2j % 4 + 1 are this block's
+      const __m256i word = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 32 * (j / 2)));
+      const __m256i sc = _mm256_and_si256(word, m0f), mn = _mm256_and_si256(_mm256_srli_epi32(word, 4), m0f);
+      const __m256i mult[2] = {lane_byte<(2 * j) % 4, true>(sc), lane_byte<(2 * j + 1) % 4, true>(sc)};
+      const __m256i mins[2] = {lane_byte<(2 * j) % 4, true>(mn), lane_byte<(2 * j + 1) % 4, true>(mn)};
+      const int64_t kx = (g * 8 + j) * B + b0;
+      __m256i s[NB];
+      pairs_block_dot_n<false, NB>(blk, x.q + kx * 32, mult, s);
+      for (int b = 0; b < NB; ++b) {
+        const int32_t* h16 = x.h16 + 2 * (kx + b);
+        const __m256i m32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mins[0]),
+                                             _mm256_madd_epi16(_mm256_set1_epi32(h16[1]), mins[1]));
+        const __m256 xd = _mm256_broadcast_ss(x.d + kx + b);
+        P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), xd, P[b]);
+        M[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m32), xd, M[b]);
+      }
+    });
+    const __m256 d = load8<2>(h + H::d);
+    const __m256 dmin32 = _mm256_mul_ps(load8<2>(h + H::dmin), _mm256_set1_ps(1.f / 32.f));
+    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fnmadd_ps(M[b], dmin32, _mm256_fmadd_ps(P[b], d, acc[b]));
+  }
+}
+
+// fn(SB, AFFINE) as compile-time constants for a 4-bit copy's scale width and zero point.
+template <class Fn>
+IE_INLINE auto with_nib_params(const Rows8& p, Fn&& fn) {
+  using F = std::false_type;
+  using T = std::true_type;
+  using S2 = std::integral_constant<int, 2>;
+  using S4 = std::integral_constant<int, 4>;
+  if (p.scale_bytes == 4) return p.affine ? fn(S4{}, T{}) : fn(S4{}, F{});
+  return p.affine ? fn(S2{}, T{}) : fn(S2{}, F{});
+}
+
+// A tile kernel: activation rows b0 .. b0+NB (of B) against the tile at w.
+template <int NB>
+using TileKernel = void (*)(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]);
+
+// Kernel K as a function of its own, chosen once per call (TileKernels):
+// its accumulators are local and live in registers. One function whose
+// switch over the types inlined every kernel kept them in memory for all
+// (zeroed by a rep stos per call, stored after every block), and `out`,
+// the caller's memory, may alias the activation's float scales, so adding
+// into it made the compiler store every accumulator after every block and
+// reload x's pointers. So the kernel adds into a local array, copied out once.
+template <int NB, TileKernel<NB> K>
+void tile_fn(const Rows8& p, const uint8_t* w, const Q8Nat& xr, int B, int b0, __m256 (&out)[NB]) {
+  const Q8Nat x = xr;
+  __m256 acc[NB];
+  for (auto& v : acc) {  // zeroed in registers: GCC zeroes a spilled array with a rep stos, slow to start
+    v = _mm256_setzero_ps();
+    in_reg(v);
+  }
+  K(p, w, x, B, b0, acc);
+  for (int b = 0; b < NB; ++b) out[b] = acc[b];
+}
+
+// One token against an int4w tile whose groups hold several blocks:
+// nib_tile sums a group's blocks first and applies the scale once (one
+// multiply per group, measured faster on int4w g64 than nib_tile_n).
+template <int BPG, int SB, bool AFFINE>
+void nib_tile_fn(const Rows8& p, const uint8_t* w, const Q8Nat& x, int, int, __m256 (&out)[1]) {
+  out[0] = nib_tile<BPG, SB, AFFINE>(p, w, x);
+}
+
+// The kernel of p's type for NB activation rows (SINGLE: one token, B = 1).
+template <int NB, bool SINGLE = false>
+TileKernel<NB> tile_kernel(const Rows8& p) {
+  switch (p.spec.type) {
+    case WType::Q8_0: return tile_fn<NB, signed_tile_n<WType::Q8_0, NB>>;
+    case WType::IQ4_NL: return tile_fn<NB, signed_tile_n<WType::IQ4_NL, NB>>;
+    case WType::MXFP4: return tile_fn<NB, signed_tile_n<WType::MXFP4, NB>>;
+    case WType::Q5_0: return tile_fn<NB, nib_tile_n<1, 2, false, 32, NB>>;
+    case WType::Q5_1: return tile_fn<NB, nib_tile_n<1, 2, true, 32, NB>>;
+    case WType::Q4_K: return tile_fn<NB, kq_tile_n<false, NB>>;
+    case WType::Q5_K: return tile_fn<NB, kq_tile_n<true, NB>>;
+    case WType::IQ4_XS: return tile_fn<NB, iq4xs_tile_n<NB>>;
+    case WType::Q6_K: return tile_fn<NB, sym16_tile_n<WType::Q6_K, NB>>;
+    case WType::Q3_K: return tile_fn<NB, sym16_tile_n<WType::Q3_K, NB>>;
+    case WType::Q2_K: return tile_fn<NB, q2k_tile_n<NB>>;
+    case WType::Int4w:  // scale width and affinity chosen at run time
+    case WType::Q4_0:
+    case WType::Q4_1:
+      return with_nib_params(p, [&](auto sb, auto aff) -> TileKernel<NB> {
+        constexpr int SB = decltype(sb)::value;
+        constexpr bool AFF = decltype(aff)::value;
+        if constexpr (SINGLE) {
+          if (p.spec.type == WType::Int4w && p.bpg >= 2) {
+            if (p.bpg == 2) return nib_tile_fn<2, SB, AFF>;
+            if (p.bpg == 4) return nib_tile_fn<4, SB, AFF>;
+            return nib_tile_fn<0, SB, AFF>;
+          }
+        }
+        if (p.bpg == 1) return tile_fn<NB, nib_tile_n<1, SB, AFF, 0, NB>>;
+        if (p.bpg == 2) return tile_fn<NB, nib_tile_n<2, SB, AFF, 0, NB>>;
+        return tile_fn<NB, nib_tile_n<0, SB, AFF, 0, NB>>;
+      });
+    case WType::F32:  // no row-interleaved copy (rows8_applies): a float Rows8 has no tiles to run
+    case WType::F16:
+    case WType::BF16: break;
+  }
+  return nullptr;
+}
+
+// The kernels of one matrix: one token alone, and 1..4 of a batch (all
+// null for no matrix).
+struct TileKernels {
+  TileKernel<1> single = nullptr, n1 = nullptr;
+  TileKernel<2> n2 = nullptr;
+  TileKernel<3> n3 = nullptr;
+  TileKernel<4> n4 = nullptr;
+  TileKernels() = default;
+  explicit TileKernels(const Rows8& p)
+      : single(tile_kernel<1, true>(p)), n1(tile_kernel<1>(p)), n2(tile_kernel<2>(p)), n3(tile_kernel<3>(p)),
+        n4(tile_kernel<4>(p)) {}
+  // Activation rows b0 .. b0+NB (of B) against tile t of p.
+  template <int NB>
+  void run(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) const {
+    const uint8_t* w = p.bytes.data() + t * p.tile_bytes;
+    if constexpr (NB == 1) (B == 1 ? single : n1)(p, w, x, B, b0, acc);
+    if constexpr (NB == 2) n2(p, w, x, B, b0, acc);
+    if constexpr (NB == 3) n3(p, w, x, B, b0, acc);
+    if constexpr (NB == 4) n4(p, w, x, B, b0, acc);
+  }
+};
+
+// SiLU(g) * u = g * sigmoid(g) * u, with sigmoid from e = exp(-|g|) <= 1:
+// 1 / (1 + e) for g >= 0, e / (1 + e) below.
+__m256 silu_mul(__m256 g, __m256 u) {
+  const __m256 one = _mm256_set1_ps(1.f);
+  const __m256 e = exp_nonpositive(_mm256_or_ps(g, _mm256_set1_ps(-0.f)));
+  const __m256 num = _mm256_blendv_ps(one, e, _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ));
+  return _mm256_mul_ps(_mm256_mul_ps(g, _mm256_div_ps(num, _mm256_add_ps(one, e))), u);
+}
+
+// Rows r0 .. r0 + n (n <= 8) of y from one tile's vector.
+void store_tile(__m256 acc, const float* bias, float* y, int64_t r0, int64_t n) {
+  if (bias) {
+    alignas(32) float b8[8] = {};
+    std::memcpy(b8, bias + r0, static_cast<size_t>(n) * sizeof(float));
+    acc = _mm256_add_ps(acc, _mm256_load_ps(b8));
+  }
+  if (n == 8) {
+    _mm256_storeu_ps(y + r0, acc);
+    return;
+  }
+  alignas(32) float o8[8];
+  _mm256_store_ps(o8, acc);
+  std::memcpy(y + r0, o8, static_cast<size_t>(n) * sizeof(float));
+}
+
+// Activation rows b0 .. b0+NB of tile t of one job (kw, ku: its matrices' kernels).
+template <int NB>
+void run_tile_n(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, int64_t t, const Q8Nat& x, int B,
+                int b0) {
+  const int64_t rows = j.w->spec.rows, n = rows - 8 * t < 8 ? rows - 8 * t : 8;
+  __m256 acc[NB];
+  kw.run<NB>(*j.w, t, x, B, b0, acc);
+  if (j.up) {
+    __m256 u[NB];
+    ku.run<NB>(*j.up, t, x, B, b0, u);
+    for (int b = 0; b < NB; ++b) acc[b] = silu_mul(acc[b], u[b]);
+  }
+  for (int b = 0; b < NB; ++b) store_tile(acc[b], j.up ? nullptr : j.bias, j.y + (b0 + b) * rows, 8 * t, n);
+}
+
+// Tiles [t0, t1) of one job, for the B activation rows of x.
+void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& up, int64_t t0, int64_t t1, const Q8Nat& x,
+             int B) {
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int b0 = 0; b0 < B; b0 += 4) {  // four rows at a time; the tile stays in L1 for the next four
+      switch (B - b0 < 4 ? B - b0 : 4) {
+        case 1: run_tile_n<1>(j, kw, up, t, x, B, b0); break;
+        case 2: run_tile_n<2>(j, kw, up, t, x, B, b0); break;
+        case 3: run_tile_n<3>(j, kw, up, t, x, B, b0); break;
+        default: run_tile_n<4>(j, kw, up, t, x, B, b0); break;
+      }
+    }
+  }
+}
+
+// The ISA's gemv_rows8 (kernels.h).
+void gemv_rows8_tiles(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool) {
+  const Q8Nat x = carve_q8_nat(const_cast<uint8_t*>(prep), batch, jobs[0].w->spec.cols);
+  // The jobs' tiles are one sequence (job 0's, then job 1's, ...), shared
+  // by the threads one tile at a time (work_split.h).
+  int64_t first[kMaxRows8Jobs + 1] = {0};
+  TileKernels kw[kMaxRows8Jobs], ku[kMaxRows8Jobs];  // picked once per call, not per piece of work
+  for (int i = 0; i < n; ++i) {
+    first[i + 1] = first[i] + jobs[i].w->tiles;
+    kw[i] = TileKernels(*jobs[i].w);
+    if (jobs[i].up) ku[i] = TileKernels(*jobs[i].up);
+  }
+  WorkSplit split(first[n], pool.size());
+  pool.run([&](int th) {
+    int64_t k0, k1;
+    while (split.next(th, &k0, &k1)) {
+      int i = 0;
+      while (k0 >= first[i + 1]) ++i;
+      run_job(jobs[i], kw[i], ku[i], k0 - first[i], k1 - first[i], x, batch);
+    }
+  });
+}
+
+}  // namespace
+}  // namespace ie
