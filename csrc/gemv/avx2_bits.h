@@ -1,5 +1,5 @@
 // Bit moves shared by the AVX2 GEMV kernels (avx2.cpp: stored layouts;
-// rows8_avx2.cpp: rows8 copies). Include only from files built with -mavx2.
+// rows8_tiles.h: rows8 copies). Include only from files built with -mavx2.
 #pragma once
 #include <immintrin.h>
 
@@ -29,7 +29,7 @@ IE_INLINE __m256i bits_to_4(__m256i v) { return bits_to<BIT, 4, N>(v); }
 // Keeps a value in a register as it is at this point: stops the compiler
 // from re-loading shared activation vectors once per row as memory operands
 // (avx2.cpp), and from re-associating a running sum into a tree whose
-// leaves all live at once (rows8_avx2.cpp).
+// leaves all live at once (rows8_tiles.h).
 template <class V>
 IE_INLINE void in_reg(V& v) {
   __asm__("" : "+x"(v));

@@ -68,7 +68,7 @@ namespace ie {
 // bytes: the nibbles (128), then the fifth bits (5) or q6_k's bit pairs
 // (6); q3_k's bit pairs (64) and third bits (3); q2_k's bit pairs (2);
 // q8_0's 256 value bytes.
-// Every switch on the weight type here, in rows8.cpp and rows8_avx2.cpp
+// Every switch on the weight type here, in rows8.cpp and rows8_tiles.h
 // names each type (no `default:`): the build makes a missing case an
 // error (-Werror=switch), so a new type cannot pass for a 4-bit one.
 static_assert(kNumWeightTypes == 17, "a new weight type: give it its case in every switch of gemv/rows8*");

@@ -1,5 +1,6 @@
 // The GEMV kernels with int8 activations over rows8 copies (rows8.h), one
-// token or up to eight (four at a time per tile), compiled once per ISA:
+// token or a prefill chunk of up to 32 (four tokens at a time per tile, eight
+// under VNNI: kWide), compiled once per ISA:
 // rows8_avx2.cpp (-mavx2) and rows8_avx512.cpp (IE_ROWS8_VNNI, -mavx512vl
 // -mavx512vnni). Include only from those two files: everything here is
 // internal to the including object.
@@ -106,8 +107,28 @@ IE_INLINE __m256i mult_of_byte(__m256i v) {
 }
 
 #if IE_ROWS8_VNNI
-// s + per lane the four products of unsigned bytes u and signed bytes x.
-IE_INLINE __m256i dpbusd(__m256i s, __m256i u, __m256i x) { return _mm256_dpbusd_epi32(s, u, x); }
+// NB tokens' int32 sums of one block, added to by vpdpbusd (per lane, the
+// four products of unsigned bytes u and signed bytes x). Under four tokens
+// each has two chains (the low and the high nibbles' products), so that one
+// token's dpbusds do not wait on one another; from four up the tokens are
+// the chains, and eight tokens' second chains would not fit in the 32
+// registers (iq4_xs at eight tokens spilled: 2.87 -> 2.93 ms).
+template <int NB>
+struct VnniSums {
+  static constexpr int kChains = NB < 4 ? 2 : 1;
+  __m256i c[kChains][NB];
+  IE_INLINE VnniSums() {
+    for (auto& chain : c)
+      for (auto& v : chain) v = _mm256_setzero_si256();
+  }
+  // Token b's products u * x, into chain `half` (0: low nibbles, 1: high).
+  IE_INLINE void add(int half, int b, __m256i u, __m256i x) {
+    __m256i& r = c[half % kChains][b];
+    r = _mm256_dpbusd_epi32(r, u, x);
+    in_reg(r);
+  }
+  IE_INLINE __m256i sum(int b) const { return kChains == 2 ? _mm256_add_epi32(c[0][b], c[kChains - 1][b]) : c[0][b]; }
+};
 #endif
 
 // Prefetch part j of n of one group of a tile, kAhead bytes ahead (the
@@ -127,17 +148,14 @@ IE_INLINE void prefetch_group(const Rows8& p, const uint8_t* w, int b0, int j = 
 // a sub-scale; SCALED false: 1, which VNNI then skips). AVX2: 4-bit codes'
 // 16 products a 16-bit lane collects stay below 16 * 15 * 127 < 2^15, one
 // madd per block; 5-bit codes (HB = 32) widen after every 8 products (8 * 31
-// * 127 < 2^15). VNNI: two int32 chains per token (low and high nibbles),
-// so that a token's dpbusds do not wait on one another. Each vector of
+// * 127 < 2^15). VNNI: int32 sums (VnniSums). Each vector of
 // codes is loaded and unpacked once for all NB tokens (vector outer, tokens
 // inner): a prefill chunk pays the unpacking once per four tokens.
 template <int HB, int NB, bool SCALED = true>
 IE_INLINE void block_dot_n(const uint8_t* w, const int8_t* xq, __m256i mult, __m256i (&s)[NB]) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
 #if IE_ROWS8_VNNI
-  __m256i s2[NB];
-  for (auto& v : s) v = _mm256_setzero_si256();
-  for (auto& v : s2) v = _mm256_setzero_si256();
+  VnniSums<NB> vs;
 #else
   __m256i s16[NB];
   for (auto& v : s16) v = _mm256_setzero_si256();
@@ -154,10 +172,8 @@ IE_INLINE void block_dot_n(const uint8_t* w, const int8_t* xq, __m256i mult, __m
     for (int b = 0; b < NB; ++b) {
       const int8_t* xb = xq + 32 * b + 8 * v;
 #if IE_ROWS8_VNNI
-      s[b] = dpbusd(s[b], lo, bcast4(xb));
-      s2[b] = dpbusd(s2[b], hi, bcast4(xb + 4));
-      in_reg(s[b]);
-      in_reg(s2[b]);
+      vs.add(0, b, lo, bcast4(xb));
+      vs.add(1, b, hi, bcast4(xb + 4));
 #else
       s16[b] = _mm256_add_epi16(s16[b], _mm256_maddubs_epi16(lo, bcast4(xb)));
       s16[b] = _mm256_add_epi16(s16[b], _mm256_maddubs_epi16(hi, bcast4(xb + 4)));
@@ -174,10 +190,7 @@ IE_INLINE void block_dot_n(const uint8_t* w, const int8_t* xq, __m256i mult, __m
 #endif
   });
 #if IE_ROWS8_VNNI
-  for (int b = 0; b < NB; ++b) {
-    s[b] = _mm256_add_epi32(s[b], s2[b]);
-    if constexpr (SCALED) s[b] = _mm256_mullo_epi32(s[b], mult);
-  }
+  for (int b = 0; b < NB; ++b) s[b] = SCALED ? _mm256_mullo_epi32(vs.sum(b), mult) : vs.sum(b);
 #else
   for (int b = 0; b < NB; ++b)
     s[b] = HB > 0 ? _mm256_add_epi32(s[b], _mm256_madd_epi16(s16[b], mult)) : _mm256_madd_epi16(s16[b], mult);
@@ -219,7 +232,7 @@ IE_INLINE __m256 nib_tile(const Rows8& p, const uint8_t* w, const Q8Nat& x) {
   return acc;
 }
 
-// Several tokens (a prefill chunk; NB = 1 for a single one): NB <= 4
+// Several tokens (a prefill chunk; NB = 1 for a single one): NB <= kWide
 // activation rows b0 .. b0+NB of B against one tile of a type with one
 // scale (and min) per group, whose bytes are read from L1 again for the
 // next NB. The scales multiply per block (no per-group partial sums), which
@@ -335,8 +348,8 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
   for (int64_t k = 0; k < p.groups; ++k, w += p.group_bytes) {
     prefetch_group(p, w, b0);
     const int64_t kx = k * B + b0;
-    __m256i s[NB], s2[NB];
-    for (int b = 0; b < NB; ++b) s[b] = s2[b] = _mm256_setzero_si256();
+    VnniSums<NB> vs;
+    __m256i s[NB];
     for (int v = 0; v < kCodes / 32; ++v) {
       const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
       if constexpr (kTable) {
@@ -344,22 +357,15 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
         const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
         for (int b = 0; b < NB; ++b) {
           const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-          s[b] = dpbusd(s[b], lo, bcast4(xq));
-          s2[b] = dpbusd(s2[b], hi, bcast4(xq + 4));
-          in_reg(s[b]);
-          in_reg(s2[b]);
+          vs.add(0, b, lo, bcast4(xq));
+          vs.add(1, b, hi, bcast4(xq + 4));
         }
       } else {
         const __m256i u = _mm256_xor_si256(wv, top);
-        for (int b = 0; b < NB; ++b) {
-          (v % 2 ? s2[b] : s[b]) = dpbusd(v % 2 ? s2[b] : s[b], u, bcast4(x.q + (kx + b) * 32 + 4 * v));
-          in_reg(s[b]);
-          in_reg(s2[b]);
-        }
+        for (int b = 0; b < NB; ++b) vs.add(v % 2, b, u, bcast4(x.q + (kx + b) * 32 + 4 * v));
       }
     }
-    for (int b = 0; b < NB; ++b)
-      s[b] = _mm256_sub_epi32(_mm256_add_epi32(s[b], s2[b]), _mm256_set1_epi32(16 * x.s8[kx + b]));
+    for (int b = 0; b < NB; ++b) s[b] = _mm256_sub_epi32(vs.sum(b), _mm256_set1_epi32(16 * x.s8[kx + b]));
 #else
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t k = 0; k < p.groups; ++k, w += p.group_bytes) {
@@ -425,23 +431,19 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       const __m256i top = _mm256_set1_epi8(static_cast<char>(0x80)), m4 = _mm256_set1_epi8(0x0F);
       const __m256i table = _mm256_xor_si256(
           _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(WType::IQ4_XS)))), top);
-      __m256i s2[NB];
-      for (auto& v : s2) v = _mm256_setzero_si256();
+      VnniSums<NB> vs;
       for (int v = 0; v < 4; ++v) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * kBlock + 32 * v));
         const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
         const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
         for (int b = 0; b < NB; ++b) {
           const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-          s[b] = dpbusd(s[b], lo, bcast4(xq));
-          s2[b] = dpbusd(s2[b], hi, bcast4(xq + 4));
-          in_reg(s[b]);
-          in_reg(s2[b]);
+          vs.add(0, b, lo, bcast4(xq));
+          vs.add(1, b, hi, bcast4(xq + 4));
         }
       }
       for (int b = 0; b < NB; ++b)
-        s[b] = _mm256_mullo_epi32(
-            _mm256_sub_epi32(_mm256_add_epi32(s[b], s2[b]), _mm256_set1_epi32(16 * x.s8[kx + b])), mult);
+        s[b] = _mm256_mullo_epi32(_mm256_sub_epi32(vs.sum(b), _mm256_set1_epi32(16 * x.s8[kx + b])), mult);
 #else
       for (int v = 0; v < 4; ++v) {
         __m256i lo, hi;
@@ -707,17 +709,22 @@ TileKernel<NB> tile_kernel(const Rows8& p) {
   return nullptr;
 }
 
-// The kernels of one matrix: one token alone, and 1..4 of a batch (all
-// null for no matrix).
+// Tokens per pass over a tile when a chunk has them: VNNI's 32 vector
+// registers hold eight tokens' sums (AVX2's 16: four).
+constexpr int kWide = IE_ROWS8_VNNI ? 8 : 4;
+
+// The kernels of one matrix: one token alone, 1..4 of a batch, and kWide
+// (all null for no matrix).
 struct TileKernels {
   TileKernel<1> single = nullptr, n1 = nullptr;
   TileKernel<2> n2 = nullptr;
   TileKernel<3> n3 = nullptr;
   TileKernel<4> n4 = nullptr;
+  TileKernel<kWide> wide = nullptr;
   TileKernels() = default;
   explicit TileKernels(const Rows8& p)
       : single(tile_kernel<1, true>(p)), n1(tile_kernel<1>(p)), n2(tile_kernel<2>(p)), n3(tile_kernel<3>(p)),
-        n4(tile_kernel<4>(p)) {}
+        n4(tile_kernel<4>(p)), wide(kWide > 4 ? tile_kernel<kWide>(p) : nullptr) {}
   // Activation rows b0 .. b0+NB (of B) against tile t of p.
   template <int NB>
   void run(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) const {
@@ -726,6 +733,7 @@ struct TileKernels {
     if constexpr (NB == 2) n2(p, w, x, B, b0, acc);
     if constexpr (NB == 3) n3(p, w, x, B, b0, acc);
     if constexpr (NB == 4) n4(p, w, x, B, b0, acc);
+    if constexpr (NB == kWide && kWide > 4) wide(p, w, x, B, b0, acc);
   }
 };
 
@@ -773,7 +781,10 @@ void run_tile_n(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku,
 void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& up, int64_t t0, int64_t t1, const Q8Nat& x,
              int B) {
   for (int64_t t = t0; t < t1; ++t) {
-    for (int b0 = 0; b0 < B; b0 += 4) {  // four rows at a time; the tile stays in L1 for the next four
+    int b0 = 0;
+    if constexpr (kWide > 4)
+      for (; b0 + kWide <= B; b0 += kWide) run_tile_n<kWide>(j, kw, up, t, x, B, b0);
+    for (; b0 < B; b0 += 4) {  // four rows at a time; the tile stays in L1 for the next four
       switch (B - b0 < 4 ? B - b0 : 4) {
         case 1: run_tile_n<1>(j, kw, up, t, x, B, b0); break;
         case 2: run_tile_n<2>(j, kw, up, t, x, B, b0); break;
