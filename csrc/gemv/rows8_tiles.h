@@ -29,8 +29,9 @@
 // (vpmulld). Signed values are read unsigned, offset by 128 (iq4 and mxfp4
 // from a table of v + 128, q8_0's bytes with their top bit flipped), and
 // 128 times the block's activation sum comes off once per block: the same
-// integers as the AVX2 kernels', so the same floats. q6_k, q3_k and q2_k
-// keep the AVX2 sums (maddubs, also under VNNI flags).
+// integers as the AVX2 kernels', so the same floats. The 16-element
+// sub-blocks of q6_k, q3_k and q2_k: each half's dpbusd sums times its
+// sub-scale.
 // Each token's running sum is kept in order (in_reg after its adds): GCC
 // otherwise re-associates it into a tree of all 32 products of a block and
 // spills them (batch-8 int4w 1.05 -> 0.81 ms).
@@ -467,14 +468,19 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
 // (0..7: the third bits in the vector at 64) times the activation codes.
 // Each 16-element half's products sum in int16 (8 per lane: at most 8 * 7
 // * 127 < 2^15), then one madd widens them by the half's sub-scales
-// mult[half] (int16 pairs).
+// mult[half] (mult_of: int16 pairs); VNNI: in int32 by dpbusd, times
+// mult[half] by one vpmulld.
 template <bool THIRD, int NB>
 IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB]) {
   const __m256i m3 = _mm256_set1_epi8(3);
   const __m256i hb = THIRD ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64)) : _mm256_setzero_si256();
-  __m256i s16[NB];
   for (auto& v : s) v = _mm256_setzero_si256();
+#if IE_ROWS8_VNNI
+  VnniSums<NB> vs;
+#else
+  __m256i s16[NB];
   for (auto& v : s16) v = _mm256_setzero_si256();
+#endif
   static_for<4>([&](auto vv) __attribute__((always_inline)) {
     constexpr int v = decltype(vv)::value;
     const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * (v / 2)));
@@ -484,6 +490,17 @@ IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m
       lo = _mm256_or_si256(lo, bits_to<v, 2>(hb));
       hi = _mm256_or_si256(hi, bits_to<4 + v, 2>(hb));
     }
+#if IE_ROWS8_VNNI
+    for (int b = 0; b < NB; ++b) {
+      const int8_t* xb = xq + 32 * b + 8 * v;
+      vs.add(0, b, lo, bcast4(xb));
+      vs.add(1, b, hi, bcast4(xb + 4));
+    }
+    if constexpr (v % 2 == 1) {  // a 16-element half done: times its sub-scales
+      for (int b = 0; b < NB; ++b) s[b] = _mm256_add_epi32(s[b], _mm256_mullo_epi32(vs.sum(b), mult[v / 2]));
+      vs = VnniSums<NB>();
+    }
+#else
     for (int b = 0; b < NB; ++b) {
       const int8_t* xb = xq + 32 * b + 8 * v;
       s16[b] = _mm256_add_epi16(s16[b], _mm256_maddubs_epi16(lo, bcast4(xb)));
@@ -496,29 +513,46 @@ IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m
         s16[b] = _mm256_setzero_si256();
       }
     }
+#endif
   });
 }
 
 // The int32 sums of a q6_k 32-block: codes 0..63 (a nibble and a bit pair)
-// times x by maddubs (the four products a 16-bit lane collects per vector
-// stay below 4 * 63 * 127 < 2^15), widened per vector by a madd with its
-// half's sub-scales mult[half] (int16 pairs).
+// times x, times its half's sub-scales mult[half] (mult_of). AVX2: by
+// maddubs (the four products a 16-bit lane collects per vector stay below
+// 4 * 63 * 127 < 2^15), widened per vector by a madd with mult (int16
+// pairs); VNNI: each half's dpbusd sums times mult by one vpmulld.
 template <int NB>
 IE_INLINE void q6k_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB]) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (auto& v : s) v = _mm256_setzero_si256();
+#if IE_ROWS8_VNNI
+  VnniSums<NB> vs;
+#endif
   static_for<4>([&](auto vv) __attribute__((always_inline)) {
     constexpr int v = decltype(vv)::value;
     const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v));
     const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (v / 2)));
     const __m256i lo = _mm256_or_si256(_mm256_and_si256(wv, m4), bits_to_4<4 * (v % 2), 2>(hb));
     const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4), bits_to_4<4 * (v % 2) + 2, 2>(hb));
+#if IE_ROWS8_VNNI
+    for (int b = 0; b < NB; ++b) {
+      const int8_t* xb = xq + 32 * b + 8 * v;
+      vs.add(0, b, lo, bcast4(xb));
+      vs.add(1, b, hi, bcast4(xb + 4));
+    }
+    if constexpr (v % 2 == 1) {  // a half done: times its sub-scales
+      for (int b = 0; b < NB; ++b) s[b] = _mm256_add_epi32(s[b], _mm256_mullo_epi32(vs.sum(b), mult[v / 2]));
+      vs = VnniSums<NB>();
+    }
+#else
     for (int b = 0; b < NB; ++b) {
       const int8_t* xb = xq + 32 * b + 8 * v;
       const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb)), _mm256_maddubs_epi16(hi, bcast4(xb + 4)));
       s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(s16, mult[v / 2]));
       in_reg(s[b]);
     }
+#endif
   });
 }
 
@@ -557,21 +591,28 @@ IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       constexpr int j = decltype(jj)::value;
       prefetch_group<8>(p, w, b0, j);
       const uint8_t* blk = w + j * kBlock;
-      __m256i mult[2];  // elements 0..15 and 16..31 of the block
+      __m256i mult[2];  // elements 0..15 and 16..31 of the block, int16 pairs (the offsets' madds)
+      __m256i dot_mult[2];  // the same as the block sums take them (mult_of)
       if constexpr (T == WType::Q6_K) {
-        for (int half = 0; half < 2; ++half)
-          mult[half] = int16_pairs(_mm256_cvtepi8_epi32(
-              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + Rows8Q6kHeader::scales + 16 * j + 8 * half))));
+        for (int half = 0; half < 2; ++half) {
+          const __m256i m32 = _mm256_cvtepi8_epi32(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + Rows8Q6kHeader::scales + 16 * j + 8 * half)));
+          mult[half] = int16_pairs(m32);
+          dot_mult[half] = mult_of(m32);
+        }
       } else {
         const __m256i sc = q3k_scale_word<j / 2>(words[0], words[1], words[2]);
         const __m256i k32 = _mm256_set1_epi16(32);
         mult[0] = _mm256_sub_epi16(lane_byte<(2 * j) % 4, true>(sc), k32);
         mult[1] = _mm256_sub_epi16(lane_byte<(2 * j + 1) % 4, true>(sc), k32);
+        const __m256i l32 = _mm256_set1_epi32(32);
+        dot_mult[0] = mult_of(_mm256_sub_epi32(lane_byte<(2 * j) % 4, false>(sc), l32));
+        dot_mult[1] = mult_of(_mm256_sub_epi32(lane_byte<(2 * j + 1) % 4, false>(sc), l32));
       }
       const int64_t kx = (g * 8 + j) * B + b0;
       __m256i s[NB];
-      if constexpr (T == WType::Q6_K) q6k_block_dot_n<NB>(blk, x.q + kx * 32, mult, s);
-      else pairs_block_dot_n<true, NB>(blk, x.q + kx * 32, mult, s);
+      if constexpr (T == WType::Q6_K) q6k_block_dot_n<NB>(blk, x.q + kx * 32, dot_mult, s);
+      else pairs_block_dot_n<true, NB>(blk, x.q + kx * 32, dot_mult, s);
       for (int b = 0; b < NB; ++b) {
         const int32_t* h16 = x.h16 + 2 * (kx + b);
         const __m256i off32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mult[0]),
@@ -608,7 +649,7 @@ IE_INLINE void q2k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
       // word j / 2: the bytes of sub-blocks 4 (j / 2) .. +3, of which 2j % 4 and 2j % 4 + 1 are this block's
       const __m256i word = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 32 * (j / 2)));
       const __m256i sc = _mm256_and_si256(word, m0f), mn = _mm256_and_si256(_mm256_srli_epi32(word, 4), m0f);
-      const __m256i mult[2] = {lane_byte<(2 * j) % 4, true>(sc), lane_byte<(2 * j + 1) % 4, true>(sc)};
+      const __m256i mult[2] = {mult_of_byte<(2 * j) % 4>(sc), mult_of_byte<(2 * j + 1) % 4>(sc)};
       const __m256i mins[2] = {lane_byte<(2 * j) % 4, true>(mn), lane_byte<(2 * j + 1) % 4, true>(mn)};
       const int64_t kx = (g * 8 + j) * B + b0;
       __m256i s[NB];
