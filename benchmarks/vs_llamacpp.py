@@ -21,9 +21,11 @@ with ``ierun bench``'s bandwidth yardstick and ``busy`` flag. When
 otherwise its column says "skipped".
 
 **Every 4-bit type** (``--types``, default int4w q4_0 q4_k iq4_nl iq4_xs
-mxfp4), both engines on the same bytes: q4_0, q4_k, iq4_nl and iq4_xs as
+mxfp4 q4_k_m), both engines on the same bytes: q4_0, q4_k, iq4_nl and iq4_xs as
 ``llama-quantize --pure`` writes them (Q4_K_S's k-quants; the embedding and
-head q8_0), imported by ``ieconv gguf-to-iebin`` with the blocks kept;
+head q8_0), and q4_k_m as its Q4_K_M mix (q4_k with q6_k for some attn_v and
+ffn_down matrices: the file most users download), imported by ``ieconv
+gguf-to-iebin`` with the blocks kept;
 mxfp4 quantized by ``ieconv`` and exported with ``ieconv iebin-to-gguf``
 for llama.cpp; int4w (no GGUF type) against llama.cpp's Q4_0. On SmolLM2
 (its 576-wide rows are not whole 256-element super-blocks, so q4_k and
@@ -147,9 +149,10 @@ def contention(model: Path, gguf: Path, a: argparse.Namespace, tmp: Path) -> dic
     return runs
 
 
-TYPES = ("int4w", "q4_0", "q4_k", "iq4_nl", "iq4_xs", "mxfp4")
-# llama-quantize's file type for the types it writes (--pure: every matrix that type where its rows allow)
-LLAMA_FTYPE = {"q4_0": "Q4_0", "q4_k": "Q4_K_S", "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS"}
+TYPES = ("int4w", "q4_0", "q4_k", "iq4_nl", "iq4_xs", "mxfp4", "q4_k_m")
+# llama-quantize's file type for the types it writes (--pure: every matrix that type where its rows allow;
+# q4_k_m: its own mix, so not --pure)
+LLAMA_FTYPE = {"q4_0": "Q4_0", "q4_k": "Q4_K_S", "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS", "q4_k_m": "Q4_K_M"}
 # The large model: 2048-wide rows (whole super-blocks), SmolLM2's vocabulary (tokenizer.json for the export)
 LARGE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
          "intermediate_size": 5632, "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 49152,
@@ -184,7 +187,8 @@ def type_pair(t: str, src: Path, tmp: Path, a: argparse.Namespace) -> tuple[Path
     ieconv, d = BIN / "ieconv", tmp / t
     if t in LLAMA_FTYPE:
         g = tmp / f"{t}.gguf"
-        run(a.llama_quantize, "--allow-requantize", "--pure", "--token-embedding-type", "q8_0", "--output-tensor-type",
+        pure = [] if t == "q4_k_m" else ["--pure"]
+        run(a.llama_quantize, "--allow-requantize", *pure, "--token-embedding-type", "q8_0", "--output-tensor-type",
             "q8_0", src, g, LLAMA_FTYPE[t], a.threads)
         run(ieconv, "gguf-to-iebin", "-q", "--gguf", g, "--out-dir", d)
         return d, g, "same bytes"

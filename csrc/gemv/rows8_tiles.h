@@ -129,6 +129,20 @@ struct VnniSums {
     in_reg(r);
   }
   IE_INLINE __m256i sum(int b) const { return kChains == 2 ? _mm256_add_epi32(c[0][b], c[kChains - 1][b]) : c[0][b]; }
+  // Vector v of a 4-bit layout's block for every token (token b's codes at
+  // xq + 32 b): lo times elements 8v .. 8v+3, hi times 8v+4 .. 8v+7.
+  IE_INLINE void add_vector(int v, __m256i lo, __m256i hi, const int8_t* xq) {
+    for (int b = 0; b < NB; ++b) {
+      add(0, b, lo, bcast4(xq + 32 * b + 8 * v));
+      add(1, b, hi, bcast4(xq + 32 * b + 8 * v + 4));
+    }
+  }
+  // s[b] += token b's sums times mult (a 16-element half's sub-scales), and
+  // the sums start again for the next half.
+  IE_INLINE void flush_scaled(__m256i (&s)[NB], __m256i mult) {
+    for (int b = 0; b < NB; ++b) s[b] = _mm256_add_epi32(s[b], _mm256_mullo_epi32(sum(b), mult));
+    *this = VnniSums();
+  }
 };
 #endif
 
@@ -170,18 +184,15 @@ IE_INLINE void block_dot_n(const uint8_t* w, const int8_t* xq, __m256i mult, __m
       lo = _mm256_or_si256(lo, bits_to_4<v>(h));
       hi = _mm256_or_si256(hi, bits_to_4<4 + v>(h));
     }
+#if IE_ROWS8_VNNI
+    vs.add_vector(v, lo, hi, xq);
+#else
     for (int b = 0; b < NB; ++b) {
       const int8_t* xb = xq + 32 * b + 8 * v;
-#if IE_ROWS8_VNNI
-      vs.add(0, b, lo, bcast4(xb));
-      vs.add(1, b, hi, bcast4(xb + 4));
-#else
       s16[b] = _mm256_add_epi16(s16[b], _mm256_maddubs_epi16(lo, bcast4(xb)));
       s16[b] = _mm256_add_epi16(s16[b], _mm256_maddubs_epi16(hi, bcast4(xb + 4)));
       in_reg(s16[b]);
-#endif
     }
-#if !IE_ROWS8_VNNI
     if constexpr (HB > 0 && v == 1) {  // 5-bit codes: widen after every 8 products
       for (int b = 0; b < NB; ++b) {
         s[b] = _mm256_madd_epi16(s16[b], mult);
@@ -356,11 +367,7 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
       if constexpr (kTable) {
         const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
         const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
-        for (int b = 0; b < NB; ++b) {
-          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-          vs.add(0, b, lo, bcast4(xq));
-          vs.add(1, b, hi, bcast4(xq + 4));
-        }
+        vs.add_vector(v, lo, hi, x.q + kx * 32);
       } else {
         const __m256i u = _mm256_xor_si256(wv, top);
         for (int b = 0; b < NB; ++b) vs.add(v % 2, b, u, bcast4(x.q + (kx + b) * 32 + 4 * v));
@@ -437,11 +444,7 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * kBlock + 32 * v));
         const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
         const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
-        for (int b = 0; b < NB; ++b) {
-          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-          vs.add(0, b, lo, bcast4(xq));
-          vs.add(1, b, hi, bcast4(xq + 4));
-        }
+        vs.add_vector(v, lo, hi, x.q + kx * 32);
       }
       for (int b = 0; b < NB; ++b)
         s[b] = _mm256_mullo_epi32(_mm256_sub_epi32(vs.sum(b), _mm256_set1_epi32(16 * x.s8[kx + b])), mult);
@@ -491,15 +494,8 @@ IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m
       hi = _mm256_or_si256(hi, bits_to<4 + v, 2>(hb));
     }
 #if IE_ROWS8_VNNI
-    for (int b = 0; b < NB; ++b) {
-      const int8_t* xb = xq + 32 * b + 8 * v;
-      vs.add(0, b, lo, bcast4(xb));
-      vs.add(1, b, hi, bcast4(xb + 4));
-    }
-    if constexpr (v % 2 == 1) {  // a 16-element half done: times its sub-scales
-      for (int b = 0; b < NB; ++b) s[b] = _mm256_add_epi32(s[b], _mm256_mullo_epi32(vs.sum(b), mult[v / 2]));
-      vs = VnniSums<NB>();
-    }
+    vs.add_vector(v, lo, hi, xq);
+    if constexpr (v % 2 == 1) vs.flush_scaled(s, mult[v / 2]);  // a 16-element half done
 #else
     for (int b = 0; b < NB; ++b) {
       const int8_t* xb = xq + 32 * b + 8 * v;
@@ -536,15 +532,8 @@ IE_INLINE void q6k_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m25
     const __m256i lo = _mm256_or_si256(_mm256_and_si256(wv, m4), bits_to_4<4 * (v % 2), 2>(hb));
     const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4), bits_to_4<4 * (v % 2) + 2, 2>(hb));
 #if IE_ROWS8_VNNI
-    for (int b = 0; b < NB; ++b) {
-      const int8_t* xb = xq + 32 * b + 8 * v;
-      vs.add(0, b, lo, bcast4(xb));
-      vs.add(1, b, hi, bcast4(xb + 4));
-    }
-    if constexpr (v % 2 == 1) {  // a half done: times its sub-scales
-      for (int b = 0; b < NB; ++b) s[b] = _mm256_add_epi32(s[b], _mm256_mullo_epi32(vs.sum(b), mult[v / 2]));
-      vs = VnniSums<NB>();
-    }
+    vs.add_vector(v, lo, hi, xq);
+    if constexpr (v % 2 == 1) vs.flush_scaled(s, mult[v / 2]);  // a 16-element half done
 #else
     for (int b = 0; b < NB; ++b) {
       const int8_t* xb = xq + 32 * b + 8 * v;
