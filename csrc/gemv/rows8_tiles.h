@@ -137,10 +137,18 @@ struct VnniSums {
       add(1, b, hi, bcast4(xq + 32 * b + 8 * v + 4));
     }
   }
-  // s[b] += token b's sums times mult (a 16-element half's sub-scales), and
-  // the sums start again for the next half.
-  IE_INLINE void flush_scaled(__m256i (&s)[NB], __m256i mult) {
-    for (int b = 0; b < NB; ++b) s[b] = _mm256_add_epi32(s[b], _mm256_mullo_epi32(sum(b), mult));
+  // s[b] += (token b's sums - Z S) times mult (a 16-element half's
+  // sub-scales), S the half's activation sum (h16: token b's pair at h16 +
+  // 2 b, 16 S in each int16; Z 0, 4 or 32, so Z S = 16 S * Z / 16 exactly),
+  // and the sums start again for the next half.
+  template <int Z>
+  IE_INLINE void flush_scaled(__m256i (&s)[NB], __m256i mult, const int32_t* h16) {
+    for (int b = 0; b < NB; ++b) {
+      __m256i v = sum(b);
+      if constexpr (Z != 0)
+        v = _mm256_sub_epi32(v, _mm256_set1_epi32(static_cast<int16_t>(h16[2 * b]) * Z / 16));
+      s[b] = _mm256_add_epi32(s[b], _mm256_mullo_epi32(v, mult));
+    }
     *this = VnniSums();
   }
 };
@@ -474,7 +482,8 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
 // mult[half] (mult_of: int16 pairs); VNNI: in int32 by dpbusd, times
 // mult[half] by one vpmulld.
 template <bool THIRD, int NB>
-IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB]) {
+IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB],
+                                 [[maybe_unused]] const int32_t* h16) {
   const __m256i m3 = _mm256_set1_epi8(3);
   const __m256i hb = THIRD ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64)) : _mm256_setzero_si256();
   for (auto& v : s) v = _mm256_setzero_si256();
@@ -495,7 +504,7 @@ IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m
     }
 #if IE_ROWS8_VNNI
     vs.add_vector(v, lo, hi, xq);
-    if constexpr (v % 2 == 1) vs.flush_scaled(s, mult[v / 2]);  // a 16-element half done
+    if constexpr (v % 2 == 1) vs.template flush_scaled<THIRD ? 4 : 0>(s, mult[v / 2], h16 + v / 2);  // a half done
 #else
     for (int b = 0; b < NB; ++b) {
       const int8_t* xb = xq + 32 * b + 8 * v;
@@ -519,7 +528,8 @@ IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m
 // 4 * 63 * 127 < 2^15), widened per vector by a madd with mult (int16
 // pairs); VNNI: each half's dpbusd sums times mult by one vpmulld.
 template <int NB>
-IE_INLINE void q6k_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB]) {
+IE_INLINE void q6k_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB],
+                               [[maybe_unused]] const int32_t* h16) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (auto& v : s) v = _mm256_setzero_si256();
 #if IE_ROWS8_VNNI
@@ -533,7 +543,7 @@ IE_INLINE void q6k_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m25
     const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4), bits_to_4<4 * (v % 2) + 2, 2>(hb));
 #if IE_ROWS8_VNNI
     vs.add_vector(v, lo, hi, xq);
-    if constexpr (v % 2 == 1) vs.flush_scaled(s, mult[v / 2]);  // a 16-element half done
+    if constexpr (v % 2 == 1) vs.template flush_scaled<32>(s, mult[v / 2], h16 + v / 2);  // a half done
 #else
     for (int b = 0; b < NB; ++b) {
       const int8_t* xb = xq + 32 * b + 8 * v;
@@ -563,7 +573,9 @@ IE_INLINE __m256i q3k_scale_word(__m256i w0, __m256i w1, __m256i w2) {
 // (q6k_block_dot_n, pairs_block_dot_n with the third bits), less the
 // offset: Z (sc_a sum x[0..15] + sc_b sum x[16..31]), two madds of the
 // activation's h16 pairs (32 sc sum per half; q3_k takes an eighth,
-// exactly). d once per super-block.
+// exactly); VNNI takes Z sum off each half's sums before its sub-scale
+// multiplies them (VnniSums::flush_scaled), one subtraction per half and
+// token instead of two madds. d once per super-block.
 template <WType T, int NB>
 IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   constexpr int kBlock = 32 * rows8_code_bits(T);
@@ -600,14 +612,18 @@ IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       }
       const int64_t kx = (g * 8 + j) * B + b0;
       __m256i s[NB];
-      if constexpr (T == WType::Q6_K) q6k_block_dot_n<NB>(blk, x.q + kx * 32, dot_mult, s);
-      else pairs_block_dot_n<true, NB>(blk, x.q + kx * 32, dot_mult, s);
+      if constexpr (T == WType::Q6_K) q6k_block_dot_n<NB>(blk, x.q + kx * 32, dot_mult, s, x.h16 + 2 * kx);
+      else pairs_block_dot_n<true, NB>(blk, x.q + kx * 32, dot_mult, s, x.h16 + 2 * kx);
       for (int b = 0; b < NB; ++b) {
+#if IE_ROWS8_VNNI  // the offsets were taken off per half, before the sub-scales
+        P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+#else
         const int32_t* h16 = x.h16 + 2 * (kx + b);
         const __m256i off32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mult[0]),
                                                _mm256_madd_epi16(_mm256_set1_epi32(h16[1]), mult[1]));
         const __m256i off = T == WType::Q6_K ? off32 : _mm256_srai_epi32(off32, 3);
         P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s[b], off)), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+#endif
       }
     });
     const __m256 d = load8<2>(h + kD);
@@ -642,7 +658,7 @@ IE_INLINE void q2k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
       const __m256i mins[2] = {lane_byte<(2 * j) % 4, true>(mn), lane_byte<(2 * j + 1) % 4, true>(mn)};
       const int64_t kx = (g * 8 + j) * B + b0;
       __m256i s[NB];
-      pairs_block_dot_n<false, NB>(blk, x.q + kx * 32, mult, s);
+      pairs_block_dot_n<false, NB>(blk, x.q + kx * 32, mult, s, x.h16 + 2 * kx);
       for (int b = 0; b < NB; ++b) {
         const int32_t* h16 = x.h16 + 2 * (kx + b);
         const __m256i m32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mins[0]),
