@@ -294,29 +294,31 @@ IE_INLINE void kq_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
   const __m256i m3f = _mm256_set1_epi8(0x3F), m0f = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words));
-    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 32));
-    const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 64));
-    const __m256i ls[2] = {_mm256_and_si256(w0, m3f),
-                           _mm256_or_si256(_mm256_and_si256(w2, m0f), _mm256_and_si256(_mm256_srli_epi32(w0, 2), m30))};
-    const __m256i lm[2] = {_mm256_and_si256(w1, m3f), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), m0f),
-                                                                      _mm256_and_si256(_mm256_srli_epi32(w1, 2), m30))};
-    const __m256 dmin = load8<2>(h + H::dmin);
+    auto word = [h](int k) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 32 * k)); };
+    const __m256i ls[2] = {_mm256_and_si256(word(0), m3f), _mm256_or_si256(_mm256_and_si256(word(2), m0f),
+                                                                          _mm256_and_si256(_mm256_srli_epi32(word(0), 2), m30))};
     __m256 P[NB];
     for (auto& v : P) v = _mm256_setzero_ps();
     static_for<8>([&](auto jj) __attribute__((always_inline)) {
       constexpr int j = decltype(jj)::value;
       prefetch_group<8>(p, w, b0, j);
       const __m256i sc16 = mult_of_byte<j % 4>(ls[j / 4]);
-      const __m256 mn = _mm256_mul_ps(_mm256_cvtepi32_ps(lane_byte<j % 4, false>(lm[j / 4])), dmin);
       const int64_t kx = (g * 8 + j) * B + b0;
       __m256i sb[NB];
       block_dot_n<Q5 ? 32 : 0, NB>(w + j * kBlock, x.q + kx * 32, sc16, sb);
-      for (int b = 0; b < NB; ++b) {
-        const __m256i s = sb[b];
-        P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_broadcast_ss(x.d + kx + b), P[b]);
-        acc[b] = _mm256_fnmadd_ps(mn, _mm256_broadcast_ss(x.ds + kx + b), acc[b]);
-      }
+      for (int b = 0; b < NB; ++b) P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb[b]), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+    });
+    // The mins after the products (acc takes the same subtractions in the same order), so that their
+    // words and dmin are not live beside the tokens' sums (AVX2, batch 32: q4_k 3.01 -> 2.83 ms, q5_k
+    // 3.60 -> 3.40; VNNI unchanged).
+    const __m256i lm[2] = {_mm256_and_si256(word(1), m3f), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(word(2), 4), m0f),
+                                                                          _mm256_and_si256(_mm256_srli_epi32(word(1), 2), m30))};
+    const __m256 dmin = load8<2>(h + H::dmin);
+    static_for<8>([&](auto jj) __attribute__((always_inline)) {
+      constexpr int j = decltype(jj)::value;
+      const __m256 mn = _mm256_mul_ps(_mm256_cvtepi32_ps(lane_byte<j % 4, false>(lm[j / 4])), dmin);
+      const int64_t kx = (g * 8 + j) * B + b0;
+      for (int b = 0; b < NB; ++b) acc[b] = _mm256_fnmadd_ps(mn, _mm256_broadcast_ss(x.ds + kx + b), acc[b]);
     });
     const __m256 d = load8<2>(h + H::d);
     for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
