@@ -282,9 +282,9 @@ def test_rows8_int16_sums_hold_at_the_largest_codes(kind, isa):
     4-bit codes, q5_0 every 8 products, mxfp4's |value| <= 12: 16 products
     per 16-bit lane), the largest codes times activations all at 127 (and
     -127) are the worst case; one more product per lane, or a type whose
-    values reach 127, would wrap it. VNNI sums in int32 and offsets the
-    signed values by 128, so these are its largest unsigned bytes too. Each
-    sum must be the exact product."""
+    values reach 127, would wrap it. VNNI has no int16 step; there these
+    blocks check the offset of 128 that its signed values are read with, at
+    their extreme. Each sum must be the exact product."""
     head, code, value = _EXTREME_BLOCKS[kind]
     rows, cols = 16, 256
     blocks = cols // 32

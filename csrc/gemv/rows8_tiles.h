@@ -338,11 +338,14 @@ IE_INLINE __m256i dot4_signed(__m256i s, __m256i w, const int8_t* xq, __m256i mu
 }
 
 // Table values of the 4-bit layout's vector at w: low and high nibbles
-// through grid_values(T) (one in-lane shuffle each).
+// through grid_values(T) (one in-lane shuffle each). VNNI: offset by 128 (a
+// flipped top bit), read as unsigned bytes; the kernel takes 128 times the
+// block's activation sum (16 s8) off.
 template <WType T>
 IE_INLINE void table_values(const uint8_t* w, __m256i* lo, __m256i* hi) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(T))));
+  __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(T))));
+  if constexpr (IE_ROWS8_VNNI) table = _mm256_xor_si256(table, _mm256_set1_epi8(static_cast<char>(0x80)));
   const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
   *lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
   *hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
@@ -363,23 +366,21 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
   constexpr bool kInt16 = T == WType::MXFP4;
   static_assert(!kInt16 || 16 * grid_abs_max(kMxfp4Grid) * 127 < 32768, "mxfp4's block sums would wrap in int16");
 #if IE_ROWS8_VNNI
-  // the values read unsigned, v + 128 (a flipped top bit), and 128 sum x (16 s8) taken off per block
-  const __m256i top = _mm256_set1_epi8(static_cast<char>(0x80)), m4 = _mm256_set1_epi8(0x0F);
-  const __m256i table = _mm256_xor_si256(
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(T)))), top);
+  // the values read unsigned, v + 128 (table_values; q8_0's bytes with a flipped top bit), and 128 sum x
+  // (16 s8) taken off per block
   for (int64_t k = 0; k < p.groups; ++k, w += p.group_bytes) {
     prefetch_group(p, w, b0);
     const int64_t kx = k * B + b0;
     VnniSums<NB> vs;
     __m256i s[NB];
     for (int v = 0; v < kCodes / 32; ++v) {
-      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v));
       if constexpr (kTable) {
-        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
-        const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
+        __m256i lo, hi;
+        table_values<T>(w + 32 * v, &lo, &hi);
         vs.add_vector(v, lo, hi, x.q + kx * 32);
       } else {
-        const __m256i u = _mm256_xor_si256(wv, top);
+        const __m256i u = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * v)),
+                                           _mm256_set1_epi8(static_cast<char>(0x80)));
         for (int b = 0; b < NB; ++b) vs.add(v % 2, b, u, bcast4(x.q + (kx + b) * 32 + 4 * v));
       }
     }
@@ -444,16 +445,11 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       const int64_t kx = (g * 8 + j) * B + b0;
       __m256i s[NB];
       for (auto& v : s) v = _mm256_setzero_si256();
-#if IE_ROWS8_VNNI
-      // the values read unsigned, v + 128 (a flipped top bit), and 128 sum x (16 s8) taken off per block
-      const __m256i top = _mm256_set1_epi8(static_cast<char>(0x80)), m4 = _mm256_set1_epi8(0x0F);
-      const __m256i table = _mm256_xor_si256(
-          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(WType::IQ4_XS)))), top);
+#if IE_ROWS8_VNNI  // the values offset by 128 (table_values), 128 sum x (16 s8) taken off per block
       VnniSums<NB> vs;
       for (int v = 0; v < 4; ++v) {
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + j * kBlock + 32 * v));
-        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(wv, m4));
-        const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
+        __m256i lo, hi;
+        table_values<WType::IQ4_XS>(w + j * kBlock + 32 * v, &lo, &hi);
         vs.add_vector(v, lo, hi, x.q + kx * 32);
       }
       for (int b = 0; b < NB; ++b)
@@ -570,7 +566,7 @@ IE_INLINE __m256i q3k_scale_word(__m256i w0, __m256i w1, __m256i w2) {
 
 // q6_k and q3_k tiles (symmetric codes under 16-element sub-blocks, w =
 // d * sc_j * (q - Z), Z = 32 or 4): per 32-block the eight rows' two
-// sub-scales as int16 pairs (q6_k: its int8 ones from the header; q3_k:
+// sub-scales (mult_of: int16 pairs on AVX2; q6_k: its int8 ones from the header; q3_k:
 // unpacked from its three scale words, less 32), the block's sums
 // (q6k_block_dot_n, pairs_block_dot_n with the third bits), less the
 // offset: Z (sc_a sum x[0..15] + sc_b sum x[16..31]), two madds of the
@@ -594,28 +590,21 @@ IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       constexpr int j = decltype(jj)::value;
       prefetch_group<8>(p, w, b0, j);
       const uint8_t* blk = w + j * kBlock;
-      __m256i mult[2];  // elements 0..15 and 16..31 of the block, int16 pairs (the offsets' madds)
-      __m256i dot_mult[2];  // the same as the block sums take them (mult_of)
+      __m256i mult[2];  // elements 0..15 and 16..31 of the block (mult_of)
       if constexpr (T == WType::Q6_K) {
-        for (int half = 0; half < 2; ++half) {
-          const __m256i m32 = _mm256_cvtepi8_epi32(
-              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + Rows8Q6kHeader::scales + 16 * j + 8 * half)));
-          mult[half] = int16_pairs(m32);
-          dot_mult[half] = mult_of(m32);
-        }
+        for (int half = 0; half < 2; ++half)
+          mult[half] = mult_of(_mm256_cvtepi8_epi32(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + Rows8Q6kHeader::scales + 16 * j + 8 * half))));
       } else {
         const __m256i sc = q3k_scale_word<j / 2>(words[0], words[1], words[2]);
-        const __m256i k32 = _mm256_set1_epi16(32);
-        mult[0] = _mm256_sub_epi16(lane_byte<(2 * j) % 4, true>(sc), k32);
-        mult[1] = _mm256_sub_epi16(lane_byte<(2 * j + 1) % 4, true>(sc), k32);
-        const __m256i l32 = _mm256_set1_epi32(32);
-        dot_mult[0] = mult_of(_mm256_sub_epi32(lane_byte<(2 * j) % 4, false>(sc), l32));
-        dot_mult[1] = mult_of(_mm256_sub_epi32(lane_byte<(2 * j + 1) % 4, false>(sc), l32));
+        const __m256i k32 = _mm256_set1_epi32(32);
+        mult[0] = mult_of(_mm256_sub_epi32(lane_byte<(2 * j) % 4, false>(sc), k32));
+        mult[1] = mult_of(_mm256_sub_epi32(lane_byte<(2 * j + 1) % 4, false>(sc), k32));
       }
       const int64_t kx = (g * 8 + j) * B + b0;
       __m256i s[NB];
-      if constexpr (T == WType::Q6_K) q6k_block_dot_n<NB>(blk, x.q + kx * 32, dot_mult, s, x.h16 + 2 * kx);
-      else pairs_block_dot_n<true, NB>(blk, x.q + kx * 32, dot_mult, s, x.h16 + 2 * kx);
+      if constexpr (T == WType::Q6_K) q6k_block_dot_n<NB>(blk, x.q + kx * 32, mult, s, x.h16 + 2 * kx);
+      else pairs_block_dot_n<true, NB>(blk, x.q + kx * 32, mult, s, x.h16 + 2 * kx);
       for (int b = 0; b < NB; ++b) {
 #if IE_ROWS8_VNNI  // the offsets were taken off per half, before the sub-scales
         P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_broadcast_ss(x.d + kx + b), P[b]);
