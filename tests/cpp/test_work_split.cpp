@@ -73,6 +73,37 @@ TEST(work_split_runs_shares_of_threads_that_never_came) {
   for (int64_t i = 0; i < 1000; ++i) CHECK(claimed[static_cast<size_t>(i)] == 1) << "item " << i;
 }
 
+TEST(work_split_run_by_one_thread_streams_in_order) {
+  // A job that one thread runs alone (the pool's back-off, workers that never
+  // came) claims every item in order, as a one-thread split would: each range
+  // starts where the last one ended. (Taking back halves, it jumped backwards
+  // and restarted the prefetcher's stream at every steal.)
+  for (int64_t n : {1, 7, 64, 1001})
+    for (int nt : {2, 3, 8})
+      for (int64_t grain : {1, 4}) {
+        ie::WorkSplit split(n, nt, grain);
+        int64_t i0, i1, at = 0;
+        while (split.next(0, &i0, &i1)) {
+          CHECK(i0 == at) << "n=" << n << " nt=" << nt << " grain=" << grain << ": claimed " << i0 << ".." << i1
+                          << " after " << at;
+          at = i1;
+        }
+        CHECK(at == n) << "n=" << n << " nt=" << nt << ": ended at " << at;
+      }
+}
+
+TEST(work_split_thief_leaves_a_working_owner_its_stream) {
+  // Thread 1 has started its share; thread 0, done with its own, takes the
+  // back half, and thread 1 goes on where it was.
+  ie::WorkSplit split(100, 2, 1);
+  int64_t i0, i1;
+  CHECK(split.next(1, &i0, &i1) && i0 == 50 && i1 == 51);
+  while (split.next(0, &i0, &i1) && i0 < 50) {
+  }
+  CHECK(i0 == 75 && i1 == 76) << "thief took " << i0 << ".." << i1 << ", expected the back half from 75";
+  CHECK(split.next(1, &i0, &i1) && i0 == 51) << "owner went on at " << i0;
+}
+
 TEST(work_split_refuses_counts_past_32_bits) {
   bool threw = false;
   try {
