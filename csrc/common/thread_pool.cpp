@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #if defined(__linux__)
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -21,20 +23,32 @@ namespace {
 // the spin is kept short.
 constexpr std::chrono::microseconds kSpin(30);
 
-// The contention back-off (thread_pool.h). A quiet machine's longest wait
-// for a joined worker is one claimed piece (microseconds in decode, a GEMM
-// tile of a long prefill: up to ~1 ms, which the quarter-of-own-time rule
-// covers) or a hiccup of the host (up to ~1.6 ms seen on this 2-vCPU VM); a
-// worker descheduled for a CPU-bound neighbour cost 2.6-4.6 ms (a scheduler
-// slice; SmolLM2 decode, 13 of 13 such waits), as does a vCPU the host takes
-// away now and then (going solo is right then too). The first back-off,
-// 50 ms, is a few decode steps; it resets only after kGoodJobs jobs in a
-// row went well, so a lucky probe on a busy machine does not bring the
-// stalls back at once (10 ms with an at-once reset: 2 threads at 0.88 of
-// one thread's tg128 beside a busy process; 50 ms and kGoodJobs: 1.07).
+// The busy signs and the back-off (thread_pool.h).
+//
+// Run delay: windows of kWindow (a few decode steps, so that a window holds
+// every kind of job). On a quiet 2-core VM, 2 decoding threads waited for a
+// CPU 0% of their time in half the windows, under 0.2% in 90%, and up to
+// 20% in one window of a hundred (a hiccup of the host); beside one
+// CPU-bound process, 45-65% in every window. So the sign is kBusyWindows
+// windows in a row above kBusyDelay, and a probe after a back-off costs two
+// windows at the busy speed.
+//
+// Stragglers: a quiet machine's longest wait for a joined worker is one
+// claimed piece (microseconds in decode, a GEMM tile of a long prefill: up
+// to ~1 ms, which the quarter-of-own-time rule covers) or a hiccup of the
+// host (up to ~1.6 ms seen on a 2-vCPU VM); a worker descheduled for a
+// CPU-bound neighbour cost 2.6-8 ms (a scheduler slice).
+//
+// The first back-off, 50 ms, is a few decode steps; it resets only after
+// kGoodWindows windows in a row went well, so a lucky probe on a busy
+// machine does not bring the slow jobs back at once (10 ms with an at-once
+// reset: 2 threads at 0.88 of one thread's tg128 beside a busy process).
+constexpr std::chrono::milliseconds kWindow(10);
+constexpr double kBusyDelay = 0.1;
+constexpr uint32_t kBusyWindows = 2;
+constexpr uint32_t kGoodWindows = 10;
 constexpr std::chrono::microseconds kStragglerWait(2000);
 constexpr std::chrono::microseconds kMinSolo(50'000), kMaxSolo(1'000'000);
-constexpr uint32_t kGoodJobs = 4096;  // ~20 decode steps of SmolLM2
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -61,6 +75,22 @@ void futex_wake(std::atomic<uint32_t>& a, int n) {
 #endif
 }
 
+#if defined(__linux__)
+// The run delay in a task's schedstat file ("cpu_ns delay_ns slices"), in
+// ns; -1 where it cannot be read.
+int64_t read_run_delay(int fd) {
+  char buf[128];
+  const ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  char* p = buf;
+  std::strtoull(p, &p, 10);
+  char* q = p;
+  const unsigned long long d = std::strtoull(p, &q, 10);
+  return q == p ? -1 : static_cast<int64_t>(d);
+}
+#endif
+
 // Spins until done() holds (true) or kSpin has passed (false).
 template <class P>
 bool spin_until(P done) {
@@ -76,8 +106,10 @@ bool spin_until(P done) {
 
 ThreadPool::ThreadPool(int threads) : size_(threads), backoff_(kMinSolo) {
   if (threads < 1 || threads > 4096) throw std::invalid_argument("threads must be 1..4096, got " + std::to_string(threads));
+  tids_.reset(new std::atomic<int>[static_cast<size_t>(threads)]);
+  for (int i = 0; i < threads; ++i) tids_[i].store(0, std::memory_order_relaxed);
   try {
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker(); });
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker(i); });
   } catch (...) {
     stop();  // the workers started so far
     throw;
@@ -93,6 +125,75 @@ void ThreadPool::stop() {
   for (std::thread& w : workers_)
     if (w.joinable()) w.join();
   workers_.clear();
+#if defined(__linux__)
+  for (int fd : fds_)
+    if (fd >= 0) close(fd);
+#endif
+  fds_.clear();
+}
+
+int64_t ThreadPool::run_delay_ns() {
+#if defined(__linux__)
+  if (no_delay_) return -1;
+  if (fds_.empty()) fds_.assign(static_cast<size_t>(size_), -1);
+  const int tid = static_cast<int>(syscall(SYS_gettid));
+  if (tid != caller_tid_) {  // another thread calls the pool now: its own delay from here on
+    if (fds_[0] >= 0) close(fds_[0]);
+    fds_[0] = -1;
+    caller_tid_ = tid;
+    tids_[0].store(tid, std::memory_order_relaxed);
+  }
+  int64_t sum = 0;
+  for (int i = 0; i < size_; ++i) {
+    int& fd = fds_[static_cast<size_t>(i)];
+    if (fd < 0) {
+      const int t = tids_[i].load(std::memory_order_acquire);
+      if (t == 0) return -1;  // a worker not started yet
+      fd = open(("/proc/self/task/" + std::to_string(t) + "/schedstat").c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        no_delay_ = true;  // no schedstat here: the straggler sign alone
+        return -1;
+      }
+      if (i == 0) return -1;  // a new caller: no earlier reading to subtract from
+    }
+    const int64_t d = read_run_delay(fd);
+    if (d < 0) {
+      no_delay_ = true;
+      return -1;
+    }
+    sum += d;
+  }
+  return sum;
+#else
+  return -1;
+#endif
+}
+
+bool ThreadPool::busy_window(std::chrono::steady_clock::time_point now) {
+  if (window_open_ && now - window_start_ < kWindow) return false;
+  const int64_t d = run_delay_ns();
+  bool busy = false;
+  if (window_open_) {
+    const double ns = std::chrono::duration<double, std::nano>(now - window_start_).count();
+    if (d >= 0 && window_delay_ >= 0 && static_cast<double>(d - window_delay_) > kBusyDelay * size_ * ns) {
+      busy = ++busy_windows_ >= kBusyWindows;
+    } else {
+      busy_windows_ = 0;
+      if (++good_windows_ >= kGoodWindows) backoff_ = kMinSolo;  // the machine has been free for a while
+    }
+  }
+  window_open_ = true;
+  window_start_ = now;
+  window_delay_ = d;
+  return busy;
+}
+
+void ThreadPool::back_off(std::chrono::steady_clock::time_point now) {
+  solo_until_ = now + backoff_;
+  backoff_ = std::min(backoff_ * 2, kMaxSolo);
+  good_windows_ = 0;
+  busy_windows_ = 0;
+  window_open_ = false;
 }
 
 void ThreadPool::record(std::exception_ptr e) {
@@ -107,7 +208,12 @@ void ThreadPool::dispatch(void* fn, Call call, bool all) {
   }
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
-  if (!all && start < solo_until_) {
+  bool solo = !all && start < solo_until_;
+  if (!all && !solo && busy_window(start)) {
+    back_off(start);
+    solo = true;
+  }
+  if (solo) {
     ++solo_jobs_;
     call(fn, 0);
     return;
@@ -148,13 +254,7 @@ void ThreadPool::dispatch(void* fn, Call call, bool all) {
   done_.store(0, std::memory_order_relaxed);  // every joined call has returned; none can join this job
   if (!all) {
     const Clock::time_point end = Clock::now();
-    if (end - own_done > kStragglerWait && (end - own_done) * 4 > own_done - start) {
-      solo_until_ = end + backoff_;  // busy: the next jobs on this thread alone
-      backoff_ = std::min(backoff_ * 2, kMaxSolo);
-      good_jobs_ = 0;
-    } else if (++good_jobs_ >= kGoodJobs) {
-      backoff_ = kMinSolo;  // the machine has been free for a while
-    }
+    if (end - own_done > kStragglerWait && (end - own_done) * 4 > own_done - start) back_off(end);
   }
   if (mine) std::rethrow_exception(mine);
   std::exception_ptr theirs;
@@ -165,7 +265,10 @@ void ThreadPool::dispatch(void* fn, Call call, bool all) {
   if (theirs) std::rethrow_exception(theirs);
 }
 
-void ThreadPool::worker() {
+void ThreadPool::worker(int index) {
+#if defined(__linux__)
+  tids_[index].store(static_cast<int>(syscall(SYS_gettid)), std::memory_order_release);
+#endif
   uint32_t seen = 0;
   for (;;) {
     // stop_ counts as a change: a worker may have taken stop()'s own

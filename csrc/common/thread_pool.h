@@ -20,16 +20,27 @@
 // - Waiting spins briefly (kSpin: a decode step's regions follow each other
 //   within microseconds), then sleeps on a futex, so a waiting thread gives
 //   its core back to whoever needs it, our descheduled peer included.
-// - A worker that joined and was then descheduled still holds the piece it
-//   claimed, and the caller must wait for it: a whole time slice of the
-//   other process when the machine is busy. When that wait exceeds both
-//   kStragglerWait and a quarter of the caller's own time in the job, the
-//   pool runs its next jobs on the caller alone (1-thread speed, and the
-//   workers sleep, leaving their cores to the neighbour) for a back-off
+// - On a machine with more runnable threads than cores, the pool's threads
+//   take turns with the others', and a job with workers is slower than the
+//   caller alone: each of our threads runs a share of the time, and a job
+//   ends only when its last claimed piece is done. Two signs tell the pool
+//   so:
+//   - the share of its threads' time spent runnable but waiting for a CPU
+//     (Linux's run delay, /proc/.../schedstat), over windows of kWindow:
+//     above kBusyDelay in kBusyWindows windows in a row, the machine is
+//     oversubscribed. On 2 cores beside one CPU-bound process, 2 decoding
+//     threads waited 45-65% of their time; a decode that kept its worker
+//     ran at 0.87 of one thread's speed, and the caller seldom waited long
+//     for any one piece;
+//   - a joined worker that keeps the caller waiting past kStragglerWait and
+//     a quarter of the caller's own time in the job (descheduled holding
+//     the piece it claimed: a whole time slice of the other process).
+//   Then the pool runs its next jobs on the caller alone (1-thread speed;
+//   the workers sleep, leaving their cores to the neighbour) for a back-off
 //   period, then tries its workers again; the period doubles while the
-//   machine stays busy (kMinSolo .. kMaxSolo) and resets once jobs with
-//   workers have gone well for a while (kGoodJobs in a row). So --threads on a busy machine is never much slower
-//   than one thread, and a quiet machine keeps every thread.
+//   machine stays busy (kMinSolo .. kMaxSolo) and resets once kGoodWindows
+//   windows in a row with workers went well. So --threads on a busy machine
+//   is not slower than one thread, and a quiet machine keeps every thread.
 // - each(fn) is the strict form for setup (pinning, first touch, bandwidth
 //   measurement): fn(slot) runs once on every thread of the pool.
 //
@@ -39,6 +50,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -81,9 +93,16 @@ class ThreadPool {
     (*static_cast<F*>(fn))(slot);
   }
   void dispatch(void* fn, Call call, bool all);
-  void worker();
+  // Whether the window (kWindow) that ends at `now` showed the threads
+  // waiting for a CPU (thread_pool.cpp); opens the next window.
+  bool busy_window(std::chrono::steady_clock::time_point now);
+  // The pool's threads' summed run delay in ns; -1 where it cannot be read
+  // now (no schedstat; a worker not started; a new calling thread).
+  int64_t run_delay_ns();
+  // The next jobs on the caller alone, from `now` for the back-off period.
+  void back_off(std::chrono::steady_clock::time_point now);
+  void worker(int index);
   void stop();
-  void finish_call();
   void record(std::exception_ptr e);
 
   // state_: generation (high 32 bits), open (bit 31), slots taken (low bits).
@@ -100,11 +119,24 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   void* fn_ = nullptr;
   Call call_ = nullptr;
+  // Each thread's id for its run delay: the caller's (set when read), then
+  // the workers' (0 until started).
+  std::unique_ptr<std::atomic<int>[]> tids_;
   // The caller's own (the back-off needs no atomics).
   std::chrono::steady_clock::time_point solo_until_{};
   std::chrono::microseconds backoff_;
-  uint32_t good_jobs_ = 0;  // jobs with workers in a row that went well
+  bool window_open_ = false;
+  std::chrono::steady_clock::time_point window_start_{};
+  int64_t window_delay_ = -1;  // the threads' run delay when the window began (-1: unknown)
+  uint32_t good_windows_ = 0;  // windows with workers in a row that went well
+  uint32_t busy_windows_ = 0;  // windows in a row whose threads waited for a CPU
   uint64_t solo_jobs_ = 0;
+  // The threads' schedstat files, opened on first use (caller first, then
+  // one per worker); caller_tid_: the thread fds_[0] belongs to. None where
+  // they cannot be read (then only the straggler sign counts).
+  std::vector<int> fds_;
+  int caller_tid_ = 0;
+  bool no_delay_ = false;
   std::mutex error_mu_;
   std::exception_ptr error_;
 };

@@ -4,12 +4,17 @@
 // caller and leave the pool usable.
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+#if defined(__linux__)
+#include <sched.h>
+#include <unistd.h>
+#endif
 
 #include "common/thread_pool.h"
 #include "common/work_split.h"
@@ -141,6 +146,52 @@ TEST(thread_pool_backs_off_while_a_worker_stalls) {
   std::this_thread::sleep_for(std::chrono::milliseconds(80));  // past the first back-off (50 ms)
   CHECK(job_with_worker(pool, 0)) << "the workers are used again after the back-off";
 }
+
+#if defined(__linux__)
+TEST(thread_pool_goes_solo_while_its_threads_wait_for_a_cpu) {
+  // The pool's two threads and a CPU-bound thread pinned to one CPU: each of
+  // them waits for it most of the time (run delay), and after two 10 ms
+  // windows of that the pool runs its jobs on the caller alone. The jobs are
+  // ~40 ms of work each, so that the other sign (a caller waiting past 2 ms
+  // and a quarter of its own time for one straggling piece) cannot be what
+  // fires: no piece takes over 1 ms.
+  if (access("/proc/thread-self/schedstat", R_OK) != 0) {
+    std::printf("  (skipped: no schedstat here)\n");
+    return;
+  }
+  cpu_set_t saved, one;
+  if (sched_getaffinity(0, sizeof saved, &saved) != 0) return;
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &saved)) ++cpu;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  std::atomic<bool> stop{false}, pinned{true};
+  std::thread hog([&] {
+    if (sched_setaffinity(0, sizeof one, &one) != 0) pinned = false;
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  {
+    ie::ThreadPool pool(2);
+    pool.each([&](int) {
+      if (sched_setaffinity(0, sizeof one, &one) != 0) pinned = false;
+    });
+    auto spin_us = [](int us) {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+      while (std::chrono::steady_clock::now() < end) {
+      }
+    };
+    int jobs = 0;
+    for (; jobs < 30 && pool.solo_jobs() == 0; ++jobs)
+      ie::parallel_for(pool, 80, 1, [&](int64_t, int64_t, int) { spin_us(500); });
+    if (pinned)
+      CHECK(pool.solo_jobs() > 0) << "still using its worker after " << jobs << " jobs of ~40 ms on one shared CPU";
+  }
+  stop = true;
+  hog.join();
+  sched_setaffinity(0, sizeof saved, &saved);
+}
+#endif
 
 TEST(thread_pool_stops_while_workers_arrive_late) {
   // Pools made, given one short job and destroyed at once, many times: a
