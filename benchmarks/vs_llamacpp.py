@@ -40,9 +40,10 @@ prompt token only, in both engines) times pp tok/s.
 **Contention** (issue 49: users' machines are never idle): the int4w pairing
 again with a CPU-bound process (a Python busy loop) started beside it: both
 engines with --threads and with one thread, under that load, beside the
-quiet figures. A thread pool that degrades gracefully keeps --threads at
-least as fast as one thread, and decode at 0.45x its quiet speed or more on
-2 cores.
+quiet figures; the two busy runs take turns, --launches times each, and
+each is the median of its launches. A thread pool that degrades gracefully
+keeps --threads at least as fast as one thread, and decode at 0.45x its
+quiet speed or more on 2 cores.
 
     python benchmarks/vs_llamacpp.py [--gguf FILE] [--threads 2] [-p 512] [-n 128] [--types int4w,q4_k] [--no-large]
 
@@ -127,15 +128,37 @@ def busy_process():
 
 
 def contention(model: Path, gguf: Path, a: argparse.Namespace, tmp: Path) -> dict:
-    """pp and tg of both engines: --threads quiet, then --threads and 1 thread beside a busy process."""
-    runs: dict = {}
-    for label, threads, busy in (("quiet", a.threads, False), ("busy", a.threads, True), ("busy, 1 thread", 1, True)):
+    """pp and tg of both engines: --threads quiet, then --threads and 1 thread beside a busy process.
+
+    The busy runs take turns, a.launches times each (a shared machine moves +-10% from one launch to the next,
+    which one launch each cannot tell from the ratio asked about); each figure is the median of its launches.
+    Every busy run gets a neighbour of its own: one that has just shared its core with a run of more threads than
+    cores is owed CPU time by the scheduler, and takes it from the next run (a run right after llama.cpp's 2
+    threads measured 0.85-0.90 of its speed after a fresh neighbour)."""
+    def launch(threads: int, busy: bool) -> dict:
         b = argparse.Namespace(**{**vars(a), "threads": threads})
         with busy_process() if busy else contextlib.nullcontext():
             ours = ierun_pp_tg(model, b, tmp)
+        with busy_process() if busy else contextlib.nullcontext():
             theirs = (llama_bench(a.llama_bench, gguf, a.p, a.n, threads, a.rounds, a.llama_bench_args)
                       if a.llama_bench else None)
-        runs[label] = {"ierun": ours, "llama_cpp": theirs}
+        return {"ierun": ours, "llama_cpp": theirs}
+
+    def median_of(launches: list[dict]) -> dict:
+        out = {}
+        for eng in ("ierun", "llama_cpp"):
+            got = [r[eng] for r in launches if r[eng]]
+            out[eng] = {k: statistics.median(g[k] for g in got) for k in ("pp", "tg")} if got else None
+        if out["ierun"]:
+            out["ierun"]["busy_rounds"] = sum(r["ierun"]["busy_rounds"] for r in launches)
+        return out
+
+    runs: dict = {"quiet": launch(a.threads, False)}
+    busy: dict = {"busy": [], "busy, 1 thread": []}
+    for _ in range(a.launches):
+        busy["busy"].append(launch(a.threads, True))
+        busy["busy, 1 thread"].append(launch(1, True))
+    runs.update({k: median_of(v) for k, v in busy.items()})
     print(f"{'':24} {'ierun pp':>10} {'ierun tg':>10} {'llama pp':>10} {'llama tg':>10}")
     for label, r in runs.items():
         th = r["llama_cpp"] or {}
@@ -265,6 +288,8 @@ def main() -> None:
                     help="ierun's activations into quantized matrices (auto: int8 for 4-bit weights, as llama.cpp "
                          "quantizes them to 8 bits for its 4-bit types)")
     ap.add_argument("--no-contention", action="store_true", help="Skip the runs beside a busy process.")
+    ap.add_argument("--launches", type=int, default=3,
+                    help="Launches of each busy run (--threads and 1 thread, taking turns); the median is shown")
     ap.add_argument("--types", type=lambda v: v.split(","), default=list(TYPES),
                     help=f"4-bit types to compare, comma-separated (default: {','.join(TYPES)}; none: '')")
     ap.add_argument("--no-large", action="store_true", help="Compare the types on SmolLM2 only.")
@@ -301,7 +326,8 @@ def main() -> None:
             show(f"ierun int4w vs llama.cpp Q4_0 (llama-quantize of {gguf.name}), {a.threads} threads", ours4, theirs4, a)
             out.update(ierun_int4w=ours4, llama_cpp_q4_0=theirs4)
             if not a.no_contention:
-                print(f"\ncontention: int4w vs Q4_0 beside a CPU-bound process, tokens/s (median of {a.rounds})")
+                print(f"\ncontention: int4w vs Q4_0 beside a CPU-bound process, tokens/s (busy: the median of "
+                      f"{a.launches} launches taking turns, each the median of {a.rounds} rounds)")
                 out["contention"] = contention(tmp / "int4w", q40, a, tmp)
             a.types = [t for t in a.types if t]
             unknown = sorted(set(a.types) - set(TYPES))
