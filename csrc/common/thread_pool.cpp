@@ -170,19 +170,24 @@ int64_t ThreadPool::run_delay_ns() {
 }
 
 bool ThreadPool::busy_window(std::chrono::steady_clock::time_point now) {
-  if (window_open_ && now - window_start_ < kWindow) return false;
+  if (!window_open_) {
+    // A pool's first window takes its first reading when it ends (a pool made for one short call reads
+    // none); a window after a back-off starts from a reading, so that a probe costs two windows.
+    window_open_ = true;
+    window_start_ = now;
+    window_delay_ = fds_.empty() ? -1 : run_delay_ns();
+    return false;
+  }
+  if (now - window_start_ < kWindow) return false;
   const int64_t d = run_delay_ns();
   bool busy = false;
-  if (window_open_) {
-    const double ns = std::chrono::duration<double, std::nano>(now - window_start_).count();
-    if (d >= 0 && window_delay_ >= 0 && static_cast<double>(d - window_delay_) > kBusyDelay * size_ * ns) {
-      busy = ++busy_windows_ >= kBusyWindows;
-    } else {
-      busy_windows_ = 0;
-      if (++good_windows_ >= kGoodWindows) backoff_ = kMinSolo;  // the machine has been free for a while
-    }
+  const double ns = std::chrono::duration<double, std::nano>(now - window_start_).count();
+  if (d >= 0 && window_delay_ >= 0 && static_cast<double>(d - window_delay_) > kBusyDelay * size_ * ns) {
+    busy = ++busy_windows_ >= kBusyWindows;
+  } else {
+    busy_windows_ = 0;
+    if (++good_windows_ >= kGoodWindows) backoff_ = kMinSolo;  // the machine has been free for a while
   }
-  window_open_ = true;
   window_start_ = now;
   window_delay_ = d;
   return busy;
