@@ -39,16 +39,23 @@ constexpr std::chrono::microseconds kSpin(30);
 // host (up to ~1.6 ms seen on a 2-vCPU VM); a worker descheduled for a
 // CPU-bound neighbour cost 2.6-8 ms (a scheduler slice).
 //
-// The first back-off, 50 ms, is a few decode steps; it resets only after
-// kGoodWindows windows in a row went well, so a lucky probe on a busy
-// machine does not bring the slow jobs back at once (10 ms with an at-once
-// reset: 2 threads at 0.88 of one thread's tg128 beside a busy process).
+// Either sign halves the threads (limit_); a level's wait before the limit
+// rises to it again starts at 50 ms (a few decode steps), doubles with each
+// rise to it that fails before kGoodWindows windows, and resets only when a
+// rise holds that long, so a lucky probe on a busy machine does not bring
+// the slow jobs back at once (10 ms with an at-once reset: 2 threads at 0.88
+// of one thread's tg128 beside a busy process). One wait for all levels
+// kept 4 threads on 2 quiet cores at 1 thread for a second after a hiccup
+// at 2: good windows at 2 could not reset a wait that 4 kept doubling.
 constexpr std::chrono::milliseconds kWindow(10);
 constexpr double kBusyDelay = 0.1;
 constexpr uint32_t kBusyWindows = 2;
 constexpr uint32_t kGoodWindows = 10;
 constexpr std::chrono::microseconds kStragglerWait(2000);
 constexpr std::chrono::microseconds kMinSolo(50'000), kMaxSolo(1'000'000);
+
+// level_wait_'s index of a limit (1 .. 4096).
+int level(int limit) { return 31 - __builtin_clz(static_cast<unsigned>(limit)); }
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -104,7 +111,10 @@ bool spin_until(P done) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int threads) : size_(threads), backoff_(kMinSolo) {
+ThreadPool::ThreadPool(int threads)
+    : size_(threads), job_threads_(threads), limit_word_(static_cast<uint32_t>(threads)), limit_(threads),
+      level_wait_{} {
+  for (auto& w : level_wait_) w = kMinSolo;
   if (threads < 1 || threads > 4096) throw std::invalid_argument("threads must be 1..4096, got " + std::to_string(threads));
   tids_.reset(new std::atomic<int>[static_cast<size_t>(threads)]);
   for (int i = 0; i < threads; ++i) tids_[i].store(0, std::memory_order_relaxed);
@@ -120,6 +130,7 @@ ThreadPool::~ThreadPool() { stop(); }
 
 void ThreadPool::stop() {
   stop_.store(true, std::memory_order_release);
+  publish_limit(size_);  // workers past the limit come to gen_, and see the stop there
   gen_.fetch_add(1, std::memory_order_seq_cst);
   futex_wake(gen_, INT_MAX);
   for (std::thread& w : workers_)
@@ -182,20 +193,35 @@ bool ThreadPool::busy_window(std::chrono::steady_clock::time_point now) {
   const int64_t d = run_delay_ns();
   bool busy = false;
   const double ns = std::chrono::duration<double, std::nano>(now - window_start_).count();
-  if (d >= 0 && window_delay_ >= 0 && static_cast<double>(d - window_delay_) > kBusyDelay * size_ * ns) {
+  if (d >= 0 && window_delay_ >= 0 && static_cast<double>(d - window_delay_) > kBusyDelay * limit_ * ns) {
     busy = ++busy_windows_ >= kBusyWindows;
   } else {
     busy_windows_ = 0;
-    if (++good_windows_ >= kGoodWindows) backoff_ = kMinSolo;  // the machine has been free for a while
+    // every thread has gone well for a while: the machine is free again
+    if (++good_windows_ == kGoodWindows && raised_) {  // the rise to this limit held
+      level_wait_[level(limit_)] = kMinSolo;
+      raised_ = false;
+    }
   }
   window_start_ = now;
   window_delay_ = d;
   return busy;
 }
 
+void ThreadPool::publish_limit(int limit) {
+  const uint32_t was = limit_word_.exchange(static_cast<uint32_t>(limit), std::memory_order_seq_cst);
+  if (static_cast<uint32_t>(limit) > was) futex_wake(limit_word_, INT_MAX);
+}
+
 void ThreadPool::back_off(std::chrono::steady_clock::time_point now) {
-  solo_until_ = now + backoff_;
-  backoff_ = std::min(backoff_ * 2, kMaxSolo);
+  if (raised_ && good_windows_ < kGoodWindows) {  // the rise to this limit failed
+    auto& w = level_wait_[level(limit_)];
+    w = std::min(w * 2, kMaxSolo);
+  }
+  raised_ = false;
+  limit_ = std::max(1, limit_ / 2);
+  publish_limit(limit_);
+  next_probe_ = now + level_wait_[level(std::min(size_, 2 * limit_))];
   good_windows_ = 0;
   busy_windows_ = 0;
   window_open_ = false;
@@ -213,24 +239,34 @@ void ThreadPool::dispatch(void* fn, Call call, bool all) {
   }
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
-  bool solo = !all && start < solo_until_;
-  if (!all && !solo && busy_window(start)) {
-    back_off(start);
-    solo = true;
-  }
-  if (solo) {
-    ++solo_jobs_;
-    call(fn, 0);
-    return;
+  int limit = size_;
+  if (!all) {
+    if (limit_ < size_ && start >= next_probe_) {  // the back-off is over: twice the threads, from a fresh window
+      limit_ = std::min(size_, 2 * limit_);
+      publish_limit(limit_);
+      next_probe_ = start + level_wait_[level(std::min(size_, 2 * limit_))];  // for the next level, once this holds
+      raised_ = true;
+      good_windows_ = 0;
+      window_open_ = false;
+    }
+    if (limit_ > 1 && busy_window(start)) back_off(start);
+    limit = limit_;
+    if (limit == 1) {
+      ++solo_jobs_;
+      call(fn, 0);
+      return;
+    }
   }
   if (state_.load(std::memory_order_relaxed) & kOpen)  // only this pool's own jobs can see it open
     throw std::logic_error("ThreadPool: a job started another on the same pool (nested parallelism)");
+  job_threads_.store(limit, std::memory_order_relaxed);  // each(): every thread; published by state_'s release
+  if (all && limit_ < size_) publish_limit(size_);
   fn_ = fn;
   call_ = call;
   const uint32_t g = static_cast<uint32_t>(state_.load(std::memory_order_relaxed) >> 32) + 1;
   state_.store(uint64_t(g) << 32 | kOpen, std::memory_order_release);
   gen_.store(g, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(gen_, INT_MAX);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(gen_, limit == size_ ? INT_MAX : limit - 1);
   std::exception_ptr mine;
   try {
     call(fn, 0);
@@ -257,6 +293,7 @@ void ThreadPool::dispatch(void* fn, Call call, bool all) {
     caller_sleeps_.store(false, std::memory_order_relaxed);
   }
   done_.store(0, std::memory_order_relaxed);  // every joined call has returned; none can join this job
+  if (all && limit_ < size_) publish_limit(limit_);
   if (!all) {
     const Clock::time_point end = Clock::now();
     if (end - own_done > kStragglerWait && (end - own_done) * 4 > own_done - start) back_off(end);
@@ -276,6 +313,11 @@ void ThreadPool::worker(int index) {
 #endif
   uint32_t seen = 0;
   for (;;) {
+    const uint32_t limit = limit_word_.load(std::memory_order_seq_cst);
+    if (static_cast<uint32_t>(index) >= limit) {  // past the back-off's limit: sleep until it rises
+      futex_wait(limit_word_, limit);
+      continue;
+    }
     // stop_ counts as a change: a worker may have taken stop()'s own
     // generation as `seen` (read after a job it arrived too late for), and
     // must not then sleep through the wake-up that generation came with.
@@ -294,6 +336,8 @@ void ThreadPool::worker(int index) {
     uint64_t s = state_.load(std::memory_order_acquire);
     int slot = -1;
     while (static_cast<uint32_t>(s >> 32) == seen && (s & kOpen)) {
+      // a job under a lower limit than this thread saw (it fell while the thread waited on gen_)
+      if (static_cast<int>(s & kJoined) + 1 >= job_threads_.load(std::memory_order_relaxed)) break;
       if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
         slot = static_cast<int>(s & kJoined) + 1;
         break;

@@ -35,12 +35,16 @@
 //   - a joined worker that keeps the caller waiting past kStragglerWait and
 //     a quarter of the caller's own time in the job (descheduled holding
 //     the piece it claimed: a whole time slice of the other process).
-//   Then the pool runs its next jobs on the caller alone (1-thread speed;
-//   the workers sleep, leaving their cores to the neighbour) for a back-off
-//   period, then tries its workers again; the period doubles while the
-//   machine stays busy (kMinSolo .. kMaxSolo) and resets once kGoodWindows
-//   windows in a row with workers went well. So --threads on a busy machine
-//   is not slower than one thread, and a quiet machine keeps every thread.
+//   Then the pool halves the threads its jobs may use (limit(); at 1 the
+//   caller runs them alone, and the workers sleep, leaving their cores to
+//   the others) for a back-off period, then doubles them again to see. Each
+//   level has its own period (kMinSolo .. kMaxSolo): it doubles each time a
+//   rise to that level fails, and resets when one holds for kGoodWindows
+//   windows, so a hiccup at a level that held comes back at once, while a
+//   level the cores cannot hold is tried less and less often.
+//   So --threads on a busy machine is not slower than one thread, more
+//   threads than free cores settle at what the cores hold (8 threads on 2
+//   quiet cores: 2, not 1), and a quiet machine keeps every thread.
 // - each(fn) is the strict form for setup (pinning, first touch, bandwidth
 //   measurement): fn(slot) runs once on every thread of the pool.
 //
@@ -70,6 +74,9 @@ class ThreadPool {
   // Jobs run by the caller alone since the pool was made, because the
   // machine was busy (see above); for benchmarks' reports.
   uint64_t solo_jobs() const { return solo_jobs_; }
+  // The threads the next job may use, the caller's included (size() unless
+  // the machine was busy, see above).
+  int limit() const { return limit_; }
 
   // fn(slot), slot in [0, size()): slot 0 on this thread, now; others on
   // workers that arrive before this thread has returned from fn(0). fn must
@@ -99,8 +106,10 @@ class ThreadPool {
   // The pool's threads' summed run delay in ns; -1 where it cannot be read
   // now (no schedstat; a worker not started; a new calling thread).
   int64_t run_delay_ns();
-  // The next jobs on the caller alone, from `now` for the back-off period.
+  // Half the threads for the next jobs, from `now` for the back-off period.
   void back_off(std::chrono::steady_clock::time_point now);
+  // Sets the workers' limit_word_, waking those it lets in.
+  void publish_limit(int limit);
   void worker(int index);
   void stop();
   void record(std::exception_ptr e);
@@ -117,18 +126,27 @@ class ThreadPool {
   alignas(64) std::atomic<uint32_t> done_{0};  // calls finished by workers; the caller's futex
   std::atomic<bool> caller_sleeps_{false};
   std::atomic<bool> stop_{false};
+  std::atomic<int> job_threads_;  // threads the open job may use, the caller's included (read by workers)
+  // Workers 1 .. limit - 1 wait for jobs on gen_; those at or past the limit
+  // sleep on this futex until it rises (so a job's wake-up reaches no
+  // thread that may not join it), or each() or stop() raises it to size().
+  alignas(64) std::atomic<uint32_t> limit_word_;
   void* fn_ = nullptr;
   Call call_ = nullptr;
   // Each thread's id for its run delay: the caller's (set when read), then
   // the workers' (0 until started).
   std::unique_ptr<std::atomic<int>[]> tids_;
   // The caller's own (the back-off needs no atomics).
-  std::chrono::steady_clock::time_point solo_until_{};
-  std::chrono::microseconds backoff_;
+  int limit_;  // threads the next jobs may use (the back-off's)
+  std::chrono::steady_clock::time_point next_probe_{};  // when limit_ < size_ doubles again
+  // Per level (the bit length of a limit less one: 1, 2-3, 4-7, ...): the
+  // wait before the limit rises to it again.
+  std::chrono::microseconds level_wait_[13];
+  bool raised_ = false;  // limit_ rose and has not yet held for kGoodWindows windows
   bool window_open_ = false;
   std::chrono::steady_clock::time_point window_start_{};
   int64_t window_delay_ = -1;  // the threads' run delay when the window began (-1: unknown)
-  uint32_t good_windows_ = 0;  // windows with workers in a row that went well
+  uint32_t good_windows_ = 0;  // windows in a row that went well at this limit
   uint32_t busy_windows_ = 0;  // windows in a row whose threads waited for a CPU
   uint64_t solo_jobs_ = 0;
   // The threads' schedstat files, opened on first use (caller first, then

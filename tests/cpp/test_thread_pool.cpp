@@ -193,6 +193,59 @@ TEST(thread_pool_goes_solo_while_its_threads_wait_for_a_cpu) {
 }
 #endif
 
+TEST(thread_pool_settles_at_the_threads_the_cores_hold) {
+  // Four threads pinned to two CPUs (more threads than free cores: --threads
+  // 8 on a 2-core laptop) wait for a CPU about half their time. The pool
+  // halves its threads to two, where they stop waiting, not to one, and the
+  // jobs then use two slots only.
+  if (access("/proc/thread-self/schedstat", R_OK) != 0) {
+    std::printf("  (skipped: no schedstat here)\n");
+    return;
+  }
+  cpu_set_t saved, two;
+  if (sched_getaffinity(0, sizeof saved, &saved) != 0) return;
+  CPU_ZERO(&two);
+  int n = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE && n < 2; ++cpu)
+    if (CPU_ISSET(cpu, &saved)) {
+      CPU_SET(cpu, &two);
+      ++n;
+    }
+  if (n < 2) {
+    std::printf("  (skipped: one CPU)\n");
+    return;
+  }
+  {
+    ie::ThreadPool pool(4);
+    std::atomic<bool> pinned{true};
+    pool.each([&](int) {
+      if (sched_setaffinity(0, sizeof two, &two) != 0) pinned = false;
+    });
+    auto spin_us = [](int us) {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+      while (std::chrono::steady_clock::now() < end) {
+      }
+    };
+    int jobs = 0;
+    for (; jobs < 40 && pool.limit() == 4; ++jobs)
+      ie::parallel_for(pool, 80, 1, [&](int64_t, int64_t, int) { spin_us(500); });
+    if (pinned) {
+      CHECK(pool.limit() == 2) << "threads in use " << pool.limit() << " after " << jobs << " jobs";
+      std::atomic<int> top{0};
+      ie::parallel_for(pool, 80, 1, [&](int64_t, int64_t, int slot) {
+        spin_us(100);
+        for (int t = top.load(); slot > t && !top.compare_exchange_weak(t, slot);) {
+        }
+      });
+      CHECK(top.load() <= 1) << "slot " << top.load() << " joined a job limited to 2 threads";
+      std::atomic<int> ran{0};  // each() wakes the sleeping workers past the limit too
+      pool.each([&](int) { ran.fetch_add(1); });
+      CHECK(ran.load() == 4 && pool.limit() == 2) << ran.load() << " threads ran each(), limit " << pool.limit();
+    }
+  }
+  sched_setaffinity(0, sizeof saved, &saved);
+}
+
 TEST(thread_pool_stops_while_workers_arrive_late) {
   // Pools made, given one short job and destroyed at once, many times: a
   // worker that arrives after the job closed and reads the generation stop()
