@@ -197,7 +197,6 @@ bool ThreadPool::busy_window(std::chrono::steady_clock::time_point now) {
     busy = ++busy_windows_ >= kBusyWindows;
   } else {
     busy_windows_ = 0;
-    // every thread has gone well for a while: the machine is free again
     if (++good_windows_ == kGoodWindows && raised_) {  // the rise to this limit held
       level_wait_[level(limit_)] = kMinSolo;
       raised_ = false;
@@ -266,7 +265,8 @@ void ThreadPool::dispatch(void* fn, Call call, bool all) {
   const uint32_t g = static_cast<uint32_t>(state_.load(std::memory_order_relaxed) >> 32) + 1;
   state_.store(uint64_t(g) << 32 | kOpen, std::memory_order_release);
   gen_.store(g, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(gen_, limit == size_ ? INT_MAX : limit - 1);
+  // Only threads under the limit sleep here (and one that was, until its next look at the limit).
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(gen_, INT_MAX);
   std::exception_ptr mine;
   try {
     call(fn, 0);
