@@ -148,6 +148,37 @@ TEST(thread_pool_backs_off_while_a_worker_stalls) {
 }
 
 #if defined(__linux__)
+namespace {
+
+// Busy for `us` microseconds: a piece of CPU-bound work.
+void spin_us(int us) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  while (std::chrono::steady_clock::now() < end) {
+  }
+}
+
+// The first n CPUs this process may use, and its affinity to restore
+// after; false (with a note) where there are fewer, or no schedstat for the
+// pool's run-delay sign to read.
+bool pick_cpus(int n, cpu_set_t* saved, cpu_set_t* set) {
+  if (access("/proc/thread-self/schedstat", R_OK) != 0) {
+    std::printf("  (skipped: no schedstat here)\n");
+    return false;
+  }
+  if (sched_getaffinity(0, sizeof *saved, saved) != 0) return false;
+  CPU_ZERO(set);
+  int got = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE && got < n; ++cpu)
+    if (CPU_ISSET(cpu, saved)) {
+      CPU_SET(cpu, set);
+      ++got;
+    }
+  if (got < n) std::printf("  (skipped: fewer than %d CPUs)\n", n);
+  return got == n;
+}
+
+}  // namespace
+
 TEST(thread_pool_goes_solo_while_its_threads_wait_for_a_cpu) {
   // The pool's two threads and a CPU-bound thread pinned to one CPU: each of
   // them waits for it most of the time (run delay), and after two 10 ms
@@ -155,16 +186,8 @@ TEST(thread_pool_goes_solo_while_its_threads_wait_for_a_cpu) {
   // ~40 ms of work each, so that the other sign (a caller waiting past 2 ms
   // and a quarter of its own time for one straggling piece) cannot be what
   // fires: no piece takes over 1 ms.
-  if (access("/proc/thread-self/schedstat", R_OK) != 0) {
-    std::printf("  (skipped: no schedstat here)\n");
-    return;
-  }
   cpu_set_t saved, one;
-  if (sched_getaffinity(0, sizeof saved, &saved) != 0) return;
-  int cpu = 0;
-  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &saved)) ++cpu;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
+  if (!pick_cpus(1, &saved, &one)) return;
   std::atomic<bool> stop{false}, pinned{true};
   std::thread hog([&] {
     if (sched_setaffinity(0, sizeof one, &one) != 0) pinned = false;
@@ -176,11 +199,6 @@ TEST(thread_pool_goes_solo_while_its_threads_wait_for_a_cpu) {
     pool.each([&](int) {
       if (sched_setaffinity(0, sizeof one, &one) != 0) pinned = false;
     });
-    auto spin_us = [](int us) {
-      const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
-      while (std::chrono::steady_clock::now() < end) {
-      }
-    };
     int jobs = 0;
     for (; jobs < 30 && pool.solo_jobs() == 0; ++jobs)
       ie::parallel_for(pool, 80, 1, [&](int64_t, int64_t, int) { spin_us(500); });
@@ -191,41 +209,20 @@ TEST(thread_pool_goes_solo_while_its_threads_wait_for_a_cpu) {
   hog.join();
   sched_setaffinity(0, sizeof saved, &saved);
 }
-#endif
 
 TEST(thread_pool_settles_at_the_threads_the_cores_hold) {
   // Four threads pinned to two CPUs (more threads than free cores: --threads
   // 8 on a 2-core laptop) wait for a CPU about half their time. The pool
   // halves its threads to two, where they stop waiting, not to one, and the
   // jobs then use two slots only.
-  if (access("/proc/thread-self/schedstat", R_OK) != 0) {
-    std::printf("  (skipped: no schedstat here)\n");
-    return;
-  }
   cpu_set_t saved, two;
-  if (sched_getaffinity(0, sizeof saved, &saved) != 0) return;
-  CPU_ZERO(&two);
-  int n = 0;
-  for (int cpu = 0; cpu < CPU_SETSIZE && n < 2; ++cpu)
-    if (CPU_ISSET(cpu, &saved)) {
-      CPU_SET(cpu, &two);
-      ++n;
-    }
-  if (n < 2) {
-    std::printf("  (skipped: one CPU)\n");
-    return;
-  }
+  if (!pick_cpus(2, &saved, &two)) return;
   {
     ie::ThreadPool pool(4);
     std::atomic<bool> pinned{true};
     pool.each([&](int) {
       if (sched_setaffinity(0, sizeof two, &two) != 0) pinned = false;
     });
-    auto spin_us = [](int us) {
-      const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
-      while (std::chrono::steady_clock::now() < end) {
-      }
-    };
     int jobs = 0;
     for (; jobs < 40 && pool.limit() == 4; ++jobs)
       ie::parallel_for(pool, 80, 1, [&](int64_t, int64_t, int) { spin_us(500); });
@@ -245,6 +242,7 @@ TEST(thread_pool_settles_at_the_threads_the_cores_hold) {
   }
   sched_setaffinity(0, sizeof saved, &saved);
 }
+#endif
 
 TEST(thread_pool_stops_while_workers_arrive_late) {
   // Pools made, given one short job and destroyed at once, many times: a
