@@ -139,9 +139,10 @@ def contention(model: Path, gguf: Path, a: argparse.Namespace, tmp: Path) -> dic
         b = argparse.Namespace(**{**vars(a), "threads": threads})
         with busy_process() if busy else contextlib.nullcontext():
             ours = ierun_pp_tg(model, b, tmp)
-        with busy_process() if busy else contextlib.nullcontext():
-            theirs = (llama_bench(a.llama_bench, gguf, a.p, a.n, threads, a.rounds, a.llama_bench_args)
-                      if a.llama_bench else None)
+        theirs = None
+        if a.llama_bench:
+            with busy_process() if busy else contextlib.nullcontext():
+                theirs = llama_bench(a.llama_bench, gguf, a.p, a.n, threads, a.rounds, a.llama_bench_args)
         return {"ierun": ours, "llama_cpp": theirs}
 
     def median_of(launches: list[dict]) -> dict:

@@ -54,7 +54,7 @@ constexpr uint32_t kGoodWindows = 10;
 constexpr std::chrono::microseconds kStragglerWait(2000);
 constexpr std::chrono::microseconds kMinSolo(50'000), kMaxSolo(1'000'000);
 
-// level_wait_'s index of a limit (1 .. 4096).
+// level_wait_'s index of a limit (1 .. kMaxThreads).
 int level(int limit) { return 31 - __builtin_clz(static_cast<unsigned>(limit)); }
 
 inline void cpu_relax() {
@@ -112,10 +112,10 @@ bool spin_until(P done) {
 }  // namespace
 
 ThreadPool::ThreadPool(int threads)
-    : size_(threads), job_threads_(threads), limit_word_(static_cast<uint32_t>(threads)), limit_(threads),
-      level_wait_{} {
+    : size_(threads), limit_word_(static_cast<uint32_t>(threads)), limit_(threads) {
+  if (threads < 1 || threads > kMaxThreads)
+    throw std::invalid_argument("threads must be 1.." + std::to_string(kMaxThreads) + ", got " + std::to_string(threads));
   for (auto& w : level_wait_) w = kMinSolo;
-  if (threads < 1 || threads > 4096) throw std::invalid_argument("threads must be 1..4096, got " + std::to_string(threads));
   tids_.reset(new std::atomic<int>[static_cast<size_t>(threads)]);
   for (int i = 0; i < threads; ++i) tids_[i].store(0, std::memory_order_relaxed);
   try {
@@ -148,14 +148,14 @@ int64_t ThreadPool::run_delay_ns() {
   if (no_delay_) return -1;
   if (fds_.empty()) fds_.assign(static_cast<size_t>(size_), -1);
   const int tid = static_cast<int>(syscall(SYS_gettid));
-  if (tid != caller_tid_) {  // another thread calls the pool now: its own delay from here on
+  const int was = tids_[0].load(std::memory_order_relaxed);
+  if (tid != was) {  // the first reading, or another thread calls the pool now: its own delay from here on
     if (fds_[0] >= 0) close(fds_[0]);
     fds_[0] = -1;
-    caller_tid_ = tid;
     tids_[0].store(tid, std::memory_order_relaxed);
   }
   int64_t sum = 0;
-  for (int i = 0; i < size_; ++i) {
+  for (int i = 0; i < limit_; ++i) {
     int& fd = fds_[static_cast<size_t>(i)];
     if (fd < 0) {
       const int t = tids_[i].load(std::memory_order_acquire);
@@ -165,7 +165,6 @@ int64_t ThreadPool::run_delay_ns() {
         no_delay_ = true;  // no schedstat here: the straggler sign alone
         return -1;
       }
-      if (i == 0) return -1;  // a new caller: no earlier reading to subtract from
     }
     const int64_t d = read_run_delay(fd);
     if (d < 0) {
@@ -174,7 +173,7 @@ int64_t ThreadPool::run_delay_ns() {
     }
     sum += d;
   }
-  return sum;
+  return was != 0 && tid != was ? -1 : sum;
 #else
   return -1;
 #endif
@@ -258,8 +257,7 @@ void ThreadPool::dispatch(void* fn, Call call, bool all) {
   }
   if (state_.load(std::memory_order_relaxed) & kOpen)  // only this pool's own jobs can see it open
     throw std::logic_error("ThreadPool: a job started another on the same pool (nested parallelism)");
-  job_threads_.store(limit, std::memory_order_relaxed);  // each(): every thread; published by state_'s release
-  if (all && limit_ < size_) publish_limit(size_);
+  if (all && limit_ < size_) publish_limit(size_);  // each(): every thread
   fn_ = fn;
   call_ = call;
   const uint32_t g = static_cast<uint32_t>(state_.load(std::memory_order_relaxed) >> 32) + 1;
@@ -337,7 +335,7 @@ void ThreadPool::worker(int index) {
     int slot = -1;
     while (static_cast<uint32_t>(s >> 32) == seen && (s & kOpen)) {
       // a job under a lower limit than this thread saw (it fell while the thread waited on gen_)
-      if (static_cast<int>(s & kJoined) + 1 >= job_threads_.load(std::memory_order_relaxed)) break;
+      if ((s & kJoined) + 1 >= limit_word_.load(std::memory_order_relaxed)) break;
       if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
         slot = static_cast<int>(s & kJoined) + 1;
         break;

@@ -64,7 +64,8 @@ namespace ie {
 
 class ThreadPool {
  public:
-  // threads in 1..4096: the caller plus threads - 1 workers.
+  static constexpr int kMaxThreads = 4096;
+  // threads in 1..kMaxThreads: the caller plus threads - 1 workers.
   explicit ThreadPool(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -103,8 +104,9 @@ class ThreadPool {
   // Whether the window (kWindow) that ends at `now` showed the threads
   // waiting for a CPU (thread_pool.cpp); opens the next window.
   bool busy_window(std::chrono::steady_clock::time_point now);
-  // The pool's threads' summed run delay in ns; -1 where it cannot be read
-  // now (no schedstat; a worker not started; a new calling thread).
+  // The run delay in ns summed over the threads under limit_ (the others
+  // sleep); -1 where it cannot be read now (no schedstat; a worker not
+  // started; a new calling thread, whose delay no earlier reading holds).
   int64_t run_delay_ns();
   // Half the threads for the next jobs, from `now` for the back-off period.
   void back_off(std::chrono::steady_clock::time_point now);
@@ -126,22 +128,23 @@ class ThreadPool {
   alignas(64) std::atomic<uint32_t> done_{0};  // calls finished by workers; the caller's futex
   std::atomic<bool> caller_sleeps_{false};
   std::atomic<bool> stop_{false};
-  std::atomic<int> job_threads_;  // threads the open job may use, the caller's included (read by workers)
-  // Workers 1 .. limit - 1 wait for jobs on gen_; those at or past the limit
-  // sleep on this futex until it rises (so a job's wake-up reaches no
-  // thread that may not join it), or each() or stop() raises it to size().
+  // The threads a job may use, the caller's included: limit_, or size()
+  // for each() and stop(); constant while a job is open, so workers also
+  // cap a job's slots with it. Workers 1 .. limit - 1 wait for jobs on
+  // gen_; those at or past it sleep on this futex until it rises, so a
+  // job's wake-up reaches no thread that may not join it.
   alignas(64) std::atomic<uint32_t> limit_word_;
   void* fn_ = nullptr;
   Call call_ = nullptr;
-  // Each thread's id for its run delay: the caller's (set when read), then
-  // the workers' (0 until started).
+  // Each thread's id for its run delay: the caller's (the thread that last
+  // read it; 0 before), then the workers' (0 until started).
   std::unique_ptr<std::atomic<int>[]> tids_;
   // The caller's own (the back-off needs no atomics).
   int limit_;  // threads the next jobs may use (the back-off's)
   std::chrono::steady_clock::time_point next_probe_{};  // when limit_ < size_ doubles again
   // Per level (the bit length of a limit less one: 1, 2-3, 4-7, ...): the
   // wait before the limit rises to it again.
-  std::chrono::microseconds level_wait_[13];
+  std::chrono::microseconds level_wait_[32 - __builtin_clz(unsigned(kMaxThreads))];
   bool raised_ = false;  // limit_ rose and has not yet held for kGoodWindows windows
   bool window_open_ = false;
   std::chrono::steady_clock::time_point window_start_{};
@@ -149,11 +152,9 @@ class ThreadPool {
   uint32_t good_windows_ = 0;  // windows in a row that went well at this limit
   uint32_t busy_windows_ = 0;  // windows in a row whose threads waited for a CPU
   uint64_t solo_jobs_ = 0;
-  // The threads' schedstat files, opened on first use (caller first, then
-  // one per worker); caller_tid_: the thread fds_[0] belongs to. None where
-  // they cannot be read (then only the straggler sign counts).
+  // The threads' schedstat files (tids_' order), opened on first use. None
+  // where they cannot be read (then only the straggler sign counts).
   std::vector<int> fds_;
-  int caller_tid_ = 0;
   bool no_delay_ = false;
   std::mutex error_mu_;
   std::exception_ptr error_;
