@@ -13,7 +13,12 @@ of one matrix well, but not matrices against each other: an error in a value
 projection's outputs costs the model far more than the same error in a
 down projection's. With KL probes (``ieconv kl-probes``, measured KL per
 group of matrices) each matrix's error is converted to KL (kl_weights);
-without them it is taken as it is. Starting from every matrix's cheapest candidate, the step
+without them it is taken as it is. For a policy ``ieconv gptq`` converts,
+``--ref-dir`` measures each candidate as gptq quantizes it, under the
+matrix's full input covariance (choose's ``covariance``): compensation
+shrinks the errors of matrices with correlated inputs several times more
+than others', which moves the bits (on the widened SmolLM2 at 4.0 bits, KL
+0.114 -> 0.096, docs/quality.md). Starting from every matrix's cheapest candidate, the step
 with the largest error saved per extra bit is taken while the budget allows
 (a greedy knapsack over each matrix's candidates on the lower convex hull of
 error against bits, so that its steps save less and less per bit).
@@ -33,6 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from iekit.formats import gptq
 from iekit.formats.errors import IEError
 from iekit.formats.kl_probes import KLProbes
 from iekit.formats.q4_manifest import selection_params
@@ -114,17 +120,32 @@ def _key(sel: dict[str, Any]) -> str:
     return json.dumps(sel, sort_keys=True)
 
 
-def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | None,
-             selections) -> dict[str, tuple[dict, int, float]]:
+def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | None, selections,
+             cov: tuple[np.ndarray, np.ndarray] | None = None,
+             compensate: bool = False) -> dict[str, tuple[dict, int, float]]:
     """Per selection that can store the matrix (by _key): (selection, bytes,
-    predicted error), the error measured on ``rows`` and scaled to all rows."""
+    predicted error), the error measured on ``rows`` and scaled to all rows.
+    With ``cov`` (the input covariance and its gptq.inverse_factor) the
+    error is Σ δ H δᵀ, no independence of the columns assumed, and the
+    quantizer's importance is H's diagonal (as ieconv gptq's); with
+    ``compensate`` the rows are quantized as ieconv gptq quantizes them
+    (formats/gptq.py: each block's rounding error moved onto the columns
+    after it), so the error is the one the artifact will have."""
     out: dict[str, tuple[dict, int, float]] = {}
+    if cov is not None:
+        imp = gptq.importance(cov[0]).astype(np.float32)
     for sel in selections:
         scheme, p = SCHEMES[sel["scheme"]], selection_params(sel)
         if _key(sel) in out or scheme.check(shape, p):
             continue
         err = QuantError()
-        scheme.measured_rows(rows, p, name, imp, err)
+        if cov is None:
+            scheme.measured_rows(rows, p, name, imp, err)
+        elif compensate:
+            err = gptq.quantize(rows, cov[0], scheme, p, name, cov[1])[1]
+        else:
+            err.add_covariance(rows, scheme.dequantize_rows(scheme.quantize_rows(rows, p, name, imp), shape[-1], p),
+                               cov[0])
         n_rows = math.prod(shape[:-1])  # an expert stack: its matrices' rows one after another
         out[_key(sel)] = (sel, scheme.nbytes(n_rows, shape[-1], p), err.sq_error * n_rows / rows.shape[0])
     return out
@@ -180,23 +201,40 @@ def kl_weights(probes: KLProbes, errors: dict[str, dict[str, float]]) -> dict[st
 def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.ndarray],
            importance: dict[str, np.ndarray], target_bpw: float,
            progress: Callable[[str], None] = lambda _n: None, probes: KLProbes | None = None,
-           ladder: tuple[dict[str, Any], ...] = LADDER) -> list[Choice]:
+           ladder: tuple[dict[str, Any], ...] = LADDER,
+           covariance: Callable[[str], tuple[np.ndarray, np.ndarray] | None] | None = None) -> list[Choice]:
     """The chosen selection per matrix (``shapes``: the matrices to quantize;
     ``rows_of(name, rows)``: those float32 rows of it, read from the source:
     only sample_rows(...) are). With ``probes`` (formats/kl_probes.py) each
     matrix's errors are weighted by the KL they cost (kl_weights). Raises
     IEError when even the cheapest candidates exceed the budget. ``ladder``:
-    the candidates (GGUF_LADDER: only types llama.cpp has)."""
-    selections = ladder + ((probes.base, probes.probe) if probes is not None else ())
+    the candidates (GGUF_LADDER: only types llama.cpp has).
+
+    ``covariance(name)``: the input covariance of a matrix and its
+    gptq.inverse_factor (runtime/hessians.py), or None where there is none
+    (asked in ``shapes``' order). With it the candidates are measured as
+    ieconv gptq will quantize them: compensation shrinks some matrices'
+    errors several times more than others' (q/k/v/gate/up 2.5x, down_proj
+    1.1x on the widened SmolLM2, docs/quality.md), so a policy ranked by
+    nearest rounding spends bits where gptq no longer needs them. The
+    probes' KL per unit of error is still taken from nearest rounding
+    under the same covariance, since that is how the probes quantized."""
     choices = []
     errors: dict[str, dict[str, float]] = {}
+    probe_sels = (probes.base, probes.probe) if probes is not None else ()
     for name, shape in shapes.items():
         progress(name)
         imp = importance.get(name)
         if imp is not None and imp.ndim == 2:  # an expert stack's per-expert vectors: their mean ranks the schemes
             imp = imp.mean(axis=0)
-        measured = _measure(name, shape, rows_of(name, sample_rows(math.prod(shape[:-1]))), imp, selections)
-        errors[name] = {k: err for k, (_sel, _nb, err) in measured.items()}
+        rows = rows_of(name, sample_rows(math.prod(shape[:-1])))
+        cov = covariance(name) if covariance is not None else None
+        if cov is None:  # one measure serves the ladder and the probes
+            measured = _measure(name, shape, rows, imp, ladder + probe_sels)
+            errors[name] = {k: err for k, (_sel, _nb, err) in measured.items()}
+        else:
+            measured = _measure(name, shape, rows, imp, ladder, cov, compensate=True)
+            errors[name] = {k: err for k, (_sel, _nb, err) in _measure(name, shape, rows, imp, probe_sels, cov).items()}
         c = Choice(name, math.prod(shape), _options(measured, ladder))
         if not c.options:
             raise IEError(f"{name}: no candidate scheme can store a {'x'.join(map(str, shape))} matrix")

@@ -13,7 +13,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from iekit.cli.support import human_bytes, run_cli, stdout_console
+from iekit.cli.support import human_bytes, run_cli, stdout_console, threads_option
 from iekit.formats import checksums, expert_stacks, hf_checkpoint, iebin, kl_probes, weight_types
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.casting import decode_f32
@@ -31,9 +31,10 @@ from . import bpw_policy
 from .bsr_cli import block_sparse_cmd, inspect_bsr, validate_bsr
 from .dedup_cli import COMMANDS as DEDUP_COMMANDS
 from .dedup_cli import inspect_dedup_index, is_dedup_index_path, validate_dedup_index
+from .gptq_cli import calibration_options, covariances, gptq_cmd
 from .hf_hub import from_hub
 from .conversion_output import convert_progress, err, report_conversion
-from .artifact_out import CAST_TARGETS
+from .artifact_out import CAST_TARGETS, natural_key
 from .hf_to_iebin import convert, load_importance
 from .gguf_to_iebin import build_config as build_gguf_config
 from .gguf_to_iebin import GGUFRows, convert_gguf
@@ -41,7 +42,6 @@ from .gguf_to_iebin import tensor_shapes as gguf_tensor_shapes
 from .iebin_legacy import is_schema2, upgrade_legacy
 from .iebin_to_gguf import REQUANTIZE_TARGETS, export_gguf
 from .imatrix_cli import imatrix_cmd, inspect_imatrix, is_imatrix_path, validate_imatrix
-from .gptq_cli import gptq_cmd
 from .kl_probes_cli import kl_probes_cmd
 
 QUANTIZED = weight_types.names(quantized=True)
@@ -282,9 +282,17 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, ove
 @click.option("--kl-probes", "probes_path", type=click.Path(path_type=Path, dir_okay=False),
               help="With --target-bpw: measured KL per group of matrices (ieconv kl-probes), which turns each "
                    "matrix's predicted error into KL, so bits go where they save the most KL.")
+@click.option("--ref-dir", type=click.Path(path_type=Path),
+              help="With --target-bpw and --hf-dir, for a policy `ieconv gptq` converts: the checkpoint's float "
+                   "IEBIN artifact, run over the calibration text (--text-file, as gptq's) for the input "
+                   "covariances; each candidate's error is then measured as gptq will quantize it, error "
+                   "compensation included, not as nearest rounding leaves it.")
+@calibration_options
+@threads_option("Threads (with --ref-dir).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, scale_dtype, head_scheme,
-                    embedding_scheme, quantize_head, imatrix, target_bpw, gguf_types, probes_path, overwrite):
+                    embedding_scheme, quantize_head, imatrix, target_bpw, gguf_types, probes_path, ref_dir, text_file,
+                    ids_file, ctx, chunks, threads, overwrite):
     """Write the usual quantization policy for a checkpoint as q4_manifest.json.
 
     Attention and MLP projection matrices get --scheme (one rule per layer
@@ -306,6 +314,13 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         raise click.UsageError("--gguf-types restricts --target-bpw's candidates; give --target-bpw too")
     if probes_path is not None and target_bpw is None:
         raise click.UsageError("--kl-probes weights --target-bpw's choices; give --target-bpw too")
+    if ref_dir is not None and (target_bpw is None or hf_dir is None):
+        raise click.UsageError("--ref-dir measures --target-bpw's candidates as ieconv gptq quantizes an --hf-dir "
+                               "checkpoint; give --target-bpw and --hf-dir too")
+    if ref_dir is None and (text_file or ids_file):
+        raise click.UsageError("--text-file/--ids-file are the calibration text --ref-dir runs over; give --ref-dir too")
+    if ref_dir is not None and not (text_file or ids_file):
+        raise click.UsageError("--ref-dir runs over calibration text: give --text-file or --ids-file")
     if scheme != "int4w" and (affine or scale_dtype != "f16" or group_size != "64"):
         raise click.UsageError("--group-size/--affine/--scale-dtype apply to --scheme int4w only")
     if quantize_head and head_scheme not in (None, scheme):
@@ -338,7 +353,8 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     mix = None
     if target_bpw is not None:
         ladder = bpw_policy.GGUF_LADDER if gguf_types else bpw_policy.LADDER
-        manifest, mix = _target_bpw_manifest(src, g, manifest, p.quantize, found, target_bpw, probes, ladder)
+        calib = (ref_dir, text_file, ids_file, chunks, ctx, threads) if ref_dir is not None else None
+        manifest, mix = _target_bpw_manifest(src, g, manifest, p.quantize, found, target_bpw, probes, ladder, calib)
         p = plan(manifest_from(manifest, Path(out_path)), tensors)
     write_file_atomic(out_path, dumps_canonical(manifest), replace=overwrite)
     for w in p.warnings + iwarn:
@@ -369,18 +385,29 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
 
 
 def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, quantize: dict, importance: dict,
-                         target_bpw: float, probes: kl_probes.KLProbes | None, ladder: tuple) -> tuple[dict, dict]:
+                         target_bpw: float, probes: kl_probes.KLProbes | None, ladder: tuple,
+                         calib: tuple | None = None) -> tuple[dict, dict]:
     """The manifest with one exact entry per quantized matrix, chosen by
     convert/bpw_policy.py for the budget, and the mix's summary. The
     candidates are measured on the checkpoint's float rows (``src``) or on
     the GGUF file's rows as gguf.quants dequantizes them (``g``: the float
-    model the file stands for, what gguf-to-iebin --q4-map quantizes)."""
+    model the file stands for, what gguf-to-iebin --q4-map quantizes).
+    ``calib``: (ref_dir, text_file, ids_file, chunks, ctx, threads), to
+    measure them as ieconv gptq quantizes (input covariances from the float
+    artifact ref_dir over that text)."""
     with ExitStack() as stack, Progress(TextColumn("{task.description:<40.40}"), BarColumn(), MofNCompleteColumn(),
                                         TextColumn("matrices"), TimeRemainingColumn(), console=err,
                                         transient=True) as bar:
+        covariance = None
         if src is not None:
             written = expert_stacks.AsWritten(src.config, hf_checkpoint.collect_tensors(src, stack))
             shapes = {n: written.shape(n) for n in quantize}
+            if calib is not None:
+                task = bar.add_task("covariances", total=None)
+                cov, _parts, _what = covariances(shapes, calib[0], sorted(shapes, key=natural_key), *calib[1:],
+                                  on_chunk=lambda i, n: bar.update(task, description=f"covariances: chunk {i}/{n}"))
+                shapes = {n: shapes[n] for n in cov.forward_order(list(shapes))}  # the order they are collected in
+                covariance = cov.get
 
             def rows_of(name: str, rows: list[int]):  # rows as written ([experts x out, in] for a stack)
                 dtype = written.tensors[name][1].dtype.name
@@ -394,7 +421,7 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, 
         def step(name: str) -> None:
             bar.update(task, description=name, advance=1)
 
-        choices = bpw_policy.choose(shapes, rows_of, importance, target_bpw, step, probes, ladder)
+        choices = bpw_policy.choose(shapes, rows_of, importance, target_bpw, step, probes, ladder, covariance)
     mix = bpw_policy.summary(choices)
     out_manifest = {k: v for k, v in manifest.items() if k not in ("rules", "tensors")}
     out_manifest.update(rules=[], tensors={c.name: c.selection for c in sorted(choices, key=lambda c: c.name)},

@@ -26,6 +26,42 @@ DEFAULT_CHUNKS = 16
 MEMORY_BUDGET = 1 << 30  # bytes of covariances held at once (float64, n² per matrix input)
 
 
+def calibration_options(f):
+    """The calibration text the input covariances come from (--text-file or
+    --ids-file, --ctx, --chunks): ieconv gptq's, and q4-manifest --ref-dir's,
+    which must see the same covariances to predict gptq's errors."""
+    for opt in reversed([
+            click.option("--text-file", type=click.Path(path_type=Path), help="Calibration text (UTF-8), tokenized by the model."),
+            click.option("--ids-file", type=click.Path(path_type=Path), help="Calibration token ids instead of text."),
+            click.option("--ctx", type=click.IntRange(min=4), default=None,
+                         help="Tokens per chunk, each a fresh sequence [512, or the model's max_position_embeddings "
+                              "if smaller]."),
+            click.option("--chunks", type=click.IntRange(min=1), default=DEFAULT_CHUNKS, show_default=True,
+                         help="Calibration chunks (more tokens: better-conditioned covariances, a longer pass).")]):
+        f = opt(f)
+    return f
+
+
+def covariances(hf_shapes: dict[str, list[int]], ref_dir: Path, order: list[str], text_file: Path | None,
+                ids_file: Path | None, chunks: int, ctx: int | None, threads: int, sequential: bool = False,
+                on_chunk=lambda _i, _n: None):
+    """(runtime.hessians.Hessians over ``order``, the calibration chunks, where
+    they came from): the float artifact ``ref_dir`` run over the calibration
+    text, after checking that it is the checkpoint whose shapes are ``hf_shapes``."""
+    # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
+    from iekit.runtime.calibration import calibration_chunks, float_decoder
+    from iekit.runtime.hessians import Hessians
+
+    ref = float_decoder(ref_dir, threads=threads, ctx=ctx)
+    ref_shapes = {t["name"]: t["shape"] for t in ref.model.tensors}
+    for name in order:
+        if ref_shapes.get(name, hf_shapes[name]) != hf_shapes[name]:
+            raise IEError(f"{ref_dir}: {name} is {ref_shapes[name]}, the checkpoint has {hf_shapes[name]}: "
+                          "--ref-dir must be this checkpoint's float artifact")
+    parts, what = calibration_chunks(ref, text_file, ids_file, chunks)
+    return Hessians(ref, parts, order, MEMORY_BUDGET, sequential=sequential, on_chunk=on_chunk), parts, what
+
+
 @click.command("gptq")
 @click.option("--hf-dir", type=click.Path(path_type=Path), required=True, help="HF model directory (the float weights).")
 @click.option("--ref-dir", type=click.Path(path_type=Path), required=True,
@@ -33,12 +69,7 @@ MEMORY_BUDGET = 1 << 30  # bytes of covariances held at once (float64, n² per m
 @click.option("--q4-map", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="q4_manifest.json selecting the tensors and schemes (ieconv q4-manifest, --target-bpw included).")
 @click.option("--out-dir", type=click.Path(path_type=Path), required=True, help="Output directory for the artifact.")
-@click.option("--text-file", type=click.Path(path_type=Path), help="Calibration text (UTF-8), tokenized by the model.")
-@click.option("--ids-file", type=click.Path(path_type=Path), help="Calibration token ids instead of text.")
-@click.option("--ctx", type=click.IntRange(min=4), default=None,
-              help="Tokens per chunk, each a fresh sequence [512, or the model's max_position_embeddings if smaller].")
-@click.option("--chunks", type=click.IntRange(min=1), default=DEFAULT_CHUNKS, show_default=True,
-              help="Calibration chunks (more tokens: better-conditioned covariances, a longer pass).")
+@calibration_options
 @click.option("--sequential/--no-sequential", default=False, show_default=True,
               help="Take each layer's covariances from the model with the layers before it already quantized "
                    "(one calibration pass per layer instead of one in all).")
@@ -67,24 +98,14 @@ def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks,
       ieconv q4-manifest --hf-dir M -o q.json --target-bpw 4.5 --imatrix imatrix.npz
       ieconv gptq --hf-dir M --ref-dir m-f32/ --q4-map q.json --text-file calib.txt --out-dir m-q/
     """
-    # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
-    from iekit.runtime.calibration import calibration_chunks, float_decoder
-    from iekit.runtime.hessians import Hessians
-
     manifest = load_manifest(q4_map)
     src = hf_checkpoint.from_dir(hf_dir)
     shapes = expert_stacks.shapes_as_written(src)
     order = sorted(plan(manifest, shapes, force=force).quantize, key=natural_key)
-    ref = float_decoder(ref_dir, threads=threads, ctx=ctx)
-    ref_shapes = {t["name"]: t["shape"] for t in ref.model.tensors}
-    for name in order:
-        if ref_shapes.get(name, shapes[name][1]) != shapes[name][1]:
-            raise IEError(f"{ref_dir}: {name} is {ref_shapes[name]}, {hf_dir} has {shapes[name][1]}: "
-                          "--ref-dir must be this checkpoint's float artifact")
-    parts, what = calibration_chunks(ref, text_file, ids_file, chunks)
     with convert_progress(quiet) as prog:
-        cov = Hessians(ref, parts, order, MEMORY_BUDGET, sequential=sequential,
-                       on_chunk=lambda i, n: prog.describe(f"covariances: chunk {i}/{n}"))
+        cov, parts, what = covariances({n: s for n, (_d, s) in shapes.items()}, ref_dir, order, text_file, ids_file,
+                                       chunks, ctx, threads, sequential,
+                                       lambda i, n: prog.describe(f"covariances: chunk {i}/{n}"))
         res = convert(src, out_dir, overwrite=overwrite, progress=prog, manifest=manifest, force=force, covariances=cov)
     report_conversion(res)
     plain = [n for n in order if cov.slot_of(n) is None]

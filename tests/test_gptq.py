@@ -246,3 +246,71 @@ def test_a_chunk_of_rows_at_a_time_gives_the_same_bytes(wide, tmp_path, monkeypa
         assert sum(e.compensated for e in res.errors.values()) == res.quantized_tensors
         out[chunk] = (tmp_path / str(chunk) / iebin.BIN_NAME).read_bytes()
     assert out[hf_to_iebin.QUANT_CHUNK_ELEMS] == out[256 * 40]
+
+
+def _realized(choices, w, covs):
+    """Σ over matrices of the output error Σ δ H δᵀ that ieconv gptq leaves with each matrix's chosen selection."""
+    total = 0.0
+    for c in choices:
+        sel = c.selection
+        total += gptq.quantize(w[c.name], covs[c.name][0], SCHEMES[sel["scheme"]], selection_params(sel), c.name,
+                               covs[c.name][1])[1].sq_error
+    return total
+
+
+def test_a_policy_measured_with_compensation_spends_bits_where_gptq_still_needs_them():
+    """q4-manifest --target-bpw --ref-dir (bpw_policy.choose(covariance=...)):
+    two matrices with the same rows and the same input variances, one whose
+    inputs are correlated (compensation cancels much of its rounding error)
+    and one whose inputs are independent (compensation can do nothing).
+    Nearest rounding cannot tell them apart; measured as gptq quantizes, the
+    bits go to the second, and the artifact gptq then makes has less output
+    error than with the policy ranked by nearest rounding."""
+    from iekit.convert import bpw_policy
+
+    w0, h = _problem(rows=32, cols=1024)
+    hd = np.diag(np.diagonal(h))
+    w = {"corr": w0, "indep": w0.copy()}
+    covs = {"corr": (h, gptq.inverse_factor(h)), "indep": (hd, gptq.inverse_factor(hd))}
+    ladder = tuple(s for s in bpw_policy.GGUF_LADDER if s["scheme"] in ("q2_k", "q3_k", "q4_k", "q6_k"))
+    shapes = {n: [32, 1024] for n in w}
+    imp = {n: np.diagonal(h).astype(np.float32) for n in w}
+    rows_of = lambda name, rows: w[name][rows]  # noqa: E731
+    nearest = bpw_policy.choose(shapes, rows_of, imp, 4.0, ladder=ladder)
+    comp = bpw_policy.choose(shapes, rows_of, imp, 4.0, ladder=ladder, covariance=covs.get)
+    bits = {c.name: c.bits for c in comp}
+    assert bits["indep"] > bits["corr"], [(c.name, c.selection) for c in comp]
+    assert sum(c.bits for c in comp) <= 4.0 * 2 * 32 * 1024
+    assert _realized(comp, w, covs) < 0.9 * _realized(nearest, w, covs)
+
+
+def test_q4_manifest_ref_dir_measures_as_gptq_converts(wide, tmp_path):
+    """The command as a user runs it before ieconv gptq: the policy meets the
+    budget, gptq converts it, and its artifact's total output error (each
+    entry's quant_error under the calibration covariances) is no more than
+    that of the policy ranked by nearest rounding, converted the same way."""
+    calib = ("--text-file", TEXT, "--ctx", "64", "--chunks", "6")
+    base = ("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "--target-bpw", "4.0", "--gguf-types",
+            "--imatrix", wide["imatrix"])
+    totals = {}
+    for mode, extra in (("nearest", ()), ("compensated", ("--ref-dir", wide["f32"], *calib))):
+        m, out = tmp_path / f"{mode}.json", tmp_path / mode
+        res = run_tool(*base, "-o", m, *extra)
+        assert res.returncode == 0, res.stderr
+        assert json.loads(m.read_text())["bits_per_weight"] <= 4.0
+        res = run_tool("ieconv", "gptq", "-q", "--hf-dir", wide["hf"], "--ref-dir", wide["f32"], "--q4-map", m,
+                       "--out-dir", out, *calib)
+        assert res.returncode == 0, res.stderr
+        totals[mode] = sum(t["quant_error"]["sq_error"] for t in iebin.load_model(out).tensors if "quant" in t)
+    assert totals["compensated"] <= totals["nearest"], totals
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (("--ref-dir", "R", "--text-file", "T"), "give --target-bpw and --hf-dir"),
+    (("--target-bpw", "4", "--ref-dir", "R"), "give --text-file or --ids-file"),
+    (("--target-bpw", "4", "--text-file", "T"), "give --ref-dir too"),
+])
+def test_q4_manifest_ref_dir_usage_errors(wide, tmp_path, extra, needle):
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", tmp_path / "m.json", *extra)
+    assert res.returncode == 2 and needle in res.stderr, res.stderr
+    assert not (tmp_path / "m.json").exists()
