@@ -358,8 +358,11 @@ def policies_sub_4_bits() -> list[tuple[str, list[str], bool, bool]]:
     also exported and scored by llama.cpp."""
     runs = [("q3_k (iq4_nl fallback) + imatrix", ["--scheme", "q3_k", "--quantize-head"], True, False)]
     runs += [(f"--target-bpw {b} + KL probes + gptq, GGUF types",
-              ["--target-bpw", b, "--quantize-head", "--kl-probes", "PROBES", "--gguf-types"], True, True)
+              ["--target-bpw", b, "--quantize-head", "--kl-probes", "PROBES", "--gguf-types", "REF"], True, True)
              for b in ("4.25", "4.0", "3.25")]
+    # the same 4.0-bit policy ranked by nearest rounding (no --ref-dir): what measuring as gptq quantizes buys
+    runs += [("--target-bpw 4.0 + KL probes + gptq, GGUF types, nearest-ranked",
+              ["--target-bpw", "4.0", "--quantize-head", "--kl-probes", "PROBES", "--gguf-types"], True, True)]
     return runs
 
 
@@ -412,6 +415,8 @@ def score_model(a, w: Path, title: str, hf: Path, ref: Path, im: Path, probes: P
         d = w / f"p{i}"
         man = w / f"p{i}.json"
         args = [str(probes) if x == "PROBES" else x for x in args]
+        if "REF" in args:  # candidates measured as gptq quantizes them, on its calibration text
+            args = [y for x in args for y in (("--ref-dir", str(ref), "--text-file", str(calib)) if x == "REF" else (x,))]
         res = subprocess.run([str(x) for x in (BIN / "ieconv", "q4-manifest", "--hf-dir", hf, "-o", man, "--overwrite",
                                                  *args, *(["--imatrix", im] if weighted else []))],
                              capture_output=True, text=True)

@@ -151,6 +151,15 @@ def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | No
     return out
 
 
+def _cheapest_bits(name: str, shape: list[int], ladder: tuple[dict[str, Any], ...]) -> int:
+    """Bits of the smallest ladder candidate that can store the matrix."""
+    sizes = [SCHEMES[sel["scheme"]].nbytes(math.prod(shape[:-1]), shape[-1], selection_params(sel)) * 8
+             for sel in ladder if not SCHEMES[sel["scheme"]].check(shape, selection_params(sel))]
+    if not sizes:
+        raise IEError(f"{name}: no candidate scheme can store a {'x'.join(map(str, shape))} matrix")
+    return min(sizes)
+
+
 def _options(measured: dict[str, tuple[dict, int, float]],
              ladder: tuple[dict[str, Any], ...] = LADDER) -> list[tuple[dict, int, float]]:
     """Of the ladder's measured candidates, per size the one with the least
@@ -219,6 +228,13 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
     nearest rounding spends bits where gptq no longer needs them. The
     probes' KL per unit of error is still taken from nearest rounding
     under the same covariance, since that is how the probes quantized."""
+    # The floor before any measuring (which --ref-dir makes minutes long): every matrix at its cheapest candidate.
+    elems = sum(math.prod(shape) for shape in shapes.values())
+    budget = target_bpw * elems
+    floor = sum(_cheapest_bits(name, shape, ladder) for name, shape in shapes.items())
+    if floor > budget:
+        raise IEError(f"--target-bpw {target_bpw}: the cheapest candidates already average "
+                      f"{floor / elems:.3f} bits per weight")
     choices = []
     errors: dict[str, dict[str, float]] = {}
     probe_sels = (probes.base, probes.probe) if probes is not None else ()
@@ -235,20 +251,12 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
         else:
             measured = _measure(name, shape, rows, imp, ladder, cov, compensate=True)
             errors[name] = {k: err for k, (_sel, _nb, err) in _measure(name, shape, rows, imp, probe_sels, cov).items()}
-        c = Choice(name, math.prod(shape), _options(measured, ladder))
-        if not c.options:
-            raise IEError(f"{name}: no candidate scheme can store a {'x'.join(map(str, shape))} matrix")
-        choices.append(c)
+        choices.append(Choice(name, math.prod(shape), _options(measured, ladder)))
     if probes is not None:
         kl = kl_weights(probes, errors)
         for c in choices:  # errors in KL: the hull of each matrix is unchanged, the ranking across them is not
             c.options = [(sel, nb, err * kl[c.name]) for sel, nb, err in c.options]
-    elems = sum(c.elems for c in choices)
-    budget = target_bpw * elems
     used = sum(c.bits for c in choices)
-    if used > budget:
-        raise IEError(f"--target-bpw {target_bpw}: the cheapest candidates already average "
-                      f"{used / elems:.3f} bits per weight")
     heap: list[tuple[float, int]] = []
 
     def push(i: int) -> None:

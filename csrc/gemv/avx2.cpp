@@ -887,7 +887,8 @@ void iq4_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF);
   const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(T))));
   const uint8_t* row[R];
-  __m256 acc[R][B], sc[R];
+  __m256 acc[R][B];
+  __m256 sc[R] = {};  // iq4_xs: set at each super-block's first pair (k % S == 0, k starts at 0)
   const int64_t pf = start_rows(a, r0, row, acc);
   for (int64_t k = 0; k < nblk; k += 2) {
     const bool pair = k + 1 < nblk;
