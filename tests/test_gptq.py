@@ -305,6 +305,15 @@ def test_q4_manifest_ref_dir_measures_as_gptq_converts(wide, tmp_path):
     assert totals["compensated"] <= totals["nearest"], totals
 
 
+def test_q4_manifest_ref_dir_of_another_model_is_one_line(wide, tmp_path):
+    """The covariances must be this checkpoint's: another model's float
+    artifact is refused before any measuring, and nothing is written."""
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", tmp_path / "m.json", "--target-bpw", "4.0",
+                   "--ref-dir", GOLDEN_IEBIN / "tiny-llama", "--text-file", TEXT)
+    assert_one_line_error(res, "--ref-dir must be this checkpoint")
+    assert not (tmp_path / "m.json").exists()
+
+
 @pytest.mark.parametrize("extra, needle", [
     (("--ref-dir", "R", "--text-file", "T"), "give --target-bpw and --hf-dir"),
     (("--target-bpw", "4", "--ref-dir", "R"), "give --text-file or --ids-file"),
