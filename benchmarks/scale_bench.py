@@ -13,7 +13,7 @@ Then, each in a child process (child_rss.py: wall seconds, its own peak
 RSS), the stages a user runs for a calibrated policy:
 
     hf-to-iebin (the reference: q8_0, or --ref bf16), imatrix, kl-probes,
-    q4-manifest --target-bpw --kl-probes, gptq, ierun eval (against the
+    q4-manifest --target-bpw --kl-probes --ref-dir, gptq, ierun eval (against the
     reference)
 
 and one line per stage. With ``--layers`` given twice (``--layers 1,2``)
@@ -109,9 +109,11 @@ def stages(a, d: Path) -> list[tuple[str, list[str], Path | None]]:
                      str(a.calib_chunks), "--threads", t, "-o", im], None),
         ("kl-probes", [ec, "kl-probes", "-q", "--overwrite", "--hf-dir", hf, "--ref-dir", ref, "--ids-file", calib,
                        "--imatrix", im, "--chunks", str(a.chunks), "--threads", t, "-o", probes], None),
-        (f"q4-manifest --target-bpw {a.bpw}", [ec, "q4-manifest", "--overwrite", "--hf-dir", hf, "--target-bpw",
-                                               str(a.bpw), "--quantize-head", "--kl-probes", probes, "--imatrix", im,
-                                               "--gguf-types", "-o", man], None),
+        # measured as gptq will quantize (--ref-dir): a covariance pass and compensated candidates on sampled rows
+        (f"q4-manifest --target-bpw {a.bpw} --ref-dir",
+         [ec, "q4-manifest", "--overwrite", "--hf-dir", hf, "--target-bpw", str(a.bpw), "--quantize-head",
+          "--kl-probes", probes, "--imatrix", im, "--gguf-types", "--ref-dir", ref, "--ids-file", calib, "--chunks",
+          str(a.calib_chunks), "--threads", t, "-o", man], None),
         ("gptq", [ec, "gptq", "-q", "--overwrite", "--hf-dir", hf, "--ref-dir", ref, "--q4-map", man, "--ids-file",
                   calib, "--chunks", str(a.calib_chunks), "--threads", t, "--out-dir", out], None),
         ("ierun eval", [er, "eval", "--model-dir", out, "--ref-dir", ref, "--ids-file", held, "--chunks",
