@@ -403,9 +403,10 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, 
             written = expert_stacks.AsWritten(src.config, hf_checkpoint.collect_tensors(src, stack))
             shapes = {n: written.shape(n) for n in quantize}
             if calib is not None:
-                task = bar.add_task("covariances", total=None)
-                cov, _parts, _what = covariances(shapes, calib[0], sorted(shapes, key=natural_key), *calib[1:],
-                                  on_chunk=lambda i, n: bar.update(task, description=f"covariances: chunk {i}/{n}"))
+                pass_task = bar.add_task("covariances", total=None)  # collected while the candidates are measured
+                cov, _parts, _what = covariances(
+                    shapes, calib[0], sorted(shapes, key=natural_key), *calib[1:],
+                    on_chunk=lambda i, n: bar.update(pass_task, description=f"covariances: chunk {i}/{n}"))
                 shapes = {n: shapes[n] for n in cov.forward_order(list(shapes))}  # the order they are collected in
                 covariance = cov.get
 
