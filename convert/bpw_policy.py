@@ -120,24 +120,31 @@ def _key(sel: dict[str, Any]) -> str:
     return json.dumps(sel, sort_keys=True)
 
 
+def _storable(shape: list[int], selections) -> list[tuple[dict, Any, Any, int]]:
+    """(selection, scheme, params, bytes) of each distinct selection that can
+    store a matrix of ``shape`` (an expert stack: its matrices' rows one
+    after another)."""
+    out: dict[str, tuple[dict, Any, Any, int]] = {}
+    for sel in selections:
+        scheme, p = SCHEMES[sel["scheme"]], selection_params(sel)
+        if _key(sel) not in out and not scheme.check(shape, p):
+            out[_key(sel)] = (sel, scheme, p, scheme.nbytes(math.prod(shape[:-1]), shape[-1], p))
+    return list(out.values())
+
+
 def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | None, selections,
              cov: tuple[np.ndarray, np.ndarray] | None = None,
              compensate: bool = False) -> dict[str, tuple[dict, int, float]]:
     """Per selection that can store the matrix (by _key): (selection, bytes,
     predicted error), the error measured on ``rows`` and scaled to all rows.
     With ``cov`` (the input covariance and its gptq.inverse_factor) the
-    error is Σ δ H δᵀ, no independence of the columns assumed, and the
-    quantizer's importance is H's diagonal (as ieconv gptq's); with
+    error is Σ δ H δᵀ, no independence of the columns assumed; with
     ``compensate`` the rows are quantized as ieconv gptq quantizes them
     (formats/gptq.py: each block's rounding error moved onto the columns
     after it), so the error is the one the artifact will have."""
     out: dict[str, tuple[dict, int, float]] = {}
-    if cov is not None:
-        imp = gptq.importance(cov[0]).astype(np.float32)
-    for sel in selections:
-        scheme, p = SCHEMES[sel["scheme"]], selection_params(sel)
-        if _key(sel) in out or scheme.check(shape, p):
-            continue
+    scale = math.prod(shape[:-1]) / rows.shape[0]
+    for sel, scheme, p, nbytes in _storable(shape, selections):
         err = QuantError()
         if cov is None:
             scheme.measured_rows(rows, p, name, imp, err)
@@ -146,15 +153,13 @@ def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | No
         else:
             err.add_covariance(rows, scheme.dequantize_rows(scheme.quantize_rows(rows, p, name, imp), shape[-1], p),
                                cov[0])
-        n_rows = math.prod(shape[:-1])  # an expert stack: its matrices' rows one after another
-        out[_key(sel)] = (sel, scheme.nbytes(n_rows, shape[-1], p), err.sq_error * n_rows / rows.shape[0])
+        out[_key(sel)] = (sel, nbytes, err.sq_error * scale)
     return out
 
 
 def _cheapest_bits(name: str, shape: list[int], ladder: tuple[dict[str, Any], ...]) -> int:
     """Bits of the smallest ladder candidate that can store the matrix."""
-    sizes = [SCHEMES[sel["scheme"]].nbytes(math.prod(shape[:-1]), shape[-1], selection_params(sel)) * 8
-             for sel in ladder if not SCHEMES[sel["scheme"]].check(shape, selection_params(sel))]
+    sizes = [nbytes * 8 for _sel, _scheme, _p, nbytes in _storable(shape, ladder)]
     if not sizes:
         raise IEError(f"{name}: no candidate scheme can store a {'x'.join(map(str, shape))} matrix")
     return min(sizes)
@@ -249,6 +254,7 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
             measured = _measure(name, shape, rows, imp, ladder + probe_sels)
             errors[name] = {k: err for k, (_sel, _nb, err) in measured.items()}
         else:
+            imp = gptq.importance(cov[0]).astype(np.float32)  # H's diagonal, as ieconv gptq's quantizer weighs
             measured = _measure(name, shape, rows, imp, ladder, cov, compensate=True)
             errors[name] = {k: err for k, (_sel, _nb, err) in _measure(name, shape, rows, imp, probe_sels, cov).items()}
         choices.append(Choice(name, math.prod(shape), _options(measured, ladder)))

@@ -287,22 +287,25 @@ def test_a_policy_measured_with_compensation_spends_bits_where_gptq_still_needs_
 def test_q4_manifest_ref_dir_measures_as_gptq_converts(wide, tmp_path):
     """The command as a user runs it before ieconv gptq: the policy meets the
     budget, gptq converts it, and its artifact's total output error (each
-    entry's quant_error under the calibration covariances) is no more than
+    entry's quant_error under the calibration covariances) is below
     that of the policy ranked by nearest rounding, converted the same way."""
     calib = ("--text-file", TEXT, "--ctx", "64", "--chunks", "6")
     base = ("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "--target-bpw", "4.0", "--gguf-types",
             "--imatrix", wide["imatrix"])
-    totals = {}
+    totals, picked = {}, {}
     for mode, extra in (("nearest", ()), ("compensated", ("--ref-dir", wide["f32"], *calib))):
         m, out = tmp_path / f"{mode}.json", tmp_path / mode
         res = run_tool(*base, "-o", m, *extra)
         assert res.returncode == 0, res.stderr
-        assert json.loads(m.read_text())["bits_per_weight"] <= 4.0
+        man = json.loads(m.read_text())
+        assert man["bits_per_weight"] <= 4.0
+        picked[mode] = man["tensors"]
         res = run_tool("ieconv", "gptq", "-q", "--hf-dir", wide["hf"], "--ref-dir", wide["f32"], "--q4-map", m,
                        "--out-dir", out, *calib)
         assert res.returncode == 0, res.stderr
         totals[mode] = sum(t["quant_error"]["sq_error"] for t in iebin.load_model(out).tensors if "quant" in t)
-    assert totals["compensated"] <= totals["nearest"], totals
+    assert picked["compensated"] != picked["nearest"]  # the measure moved bits (8 of 14 matrices when written)
+    assert totals["compensated"] < 0.95 * totals["nearest"], totals  # 19.4 against 21.3 when written
 
 
 def test_q4_manifest_ref_dir_of_another_model_is_one_line(wide, tmp_path):

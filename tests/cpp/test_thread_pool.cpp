@@ -185,6 +185,22 @@ bool pinned_or_note(bool pinned) {
   return pinned;
 }
 
+// Pins every thread of `pool` to `cpus`, then runs jobs of 80 pieces of
+// 0.5 ms until done() or max_jobs of them: the jobs run, or -1 (with a
+// note) where pinning was refused and the test can check nothing.
+template <class Done>
+int pin_and_load(ie::ThreadPool& pool, const cpu_set_t& cpus, int max_jobs, Done done) {
+  std::atomic<bool> pinned{true};
+  pool.each([&](int) {
+    if (sched_setaffinity(0, sizeof cpus, &cpus) != 0) pinned = false;
+  });
+  if (!pinned_or_note(pinned)) return -1;
+  int jobs = 0;
+  for (; jobs < max_jobs && !done(); ++jobs)
+    ie::parallel_for(pool, 80, 1, [&](int64_t, int64_t, int) { spin_us(500); });
+  return jobs;
+}
+
 }  // namespace
 
 TEST(thread_pool_goes_solo_while_its_threads_wait_for_a_cpu) {
@@ -196,21 +212,16 @@ TEST(thread_pool_goes_solo_while_its_threads_wait_for_a_cpu) {
   // fires: no piece takes over 1 ms.
   cpu_set_t saved, one;
   if (!pick_cpus(1, &saved, &one)) return;
-  std::atomic<bool> stop{false}, pinned{true};
+  std::atomic<bool> stop{false}, hog_pinned{true};
   std::thread hog([&] {
-    if (sched_setaffinity(0, sizeof one, &one) != 0) pinned = false;
+    if (sched_setaffinity(0, sizeof one, &one) != 0) hog_pinned = false;
     while (!stop.load(std::memory_order_relaxed)) {
     }
   });
   {
     ie::ThreadPool pool(2);
-    pool.each([&](int) {
-      if (sched_setaffinity(0, sizeof one, &one) != 0) pinned = false;
-    });
-    int jobs = 0;
-    for (; jobs < 30 && pool.solo_jobs() == 0; ++jobs)
-      ie::parallel_for(pool, 80, 1, [&](int64_t, int64_t, int) { spin_us(500); });
-    if (pinned_or_note(pinned)) {
+    const int jobs = pin_and_load(pool, one, 30, [&] { return pool.solo_jobs() > 0; });
+    if (jobs >= 0 && pinned_or_note(hog_pinned)) {
       CHECK(pool.solo_jobs() > 0) << "still using its worker after " << jobs << " jobs of ~40 ms on one shared CPU";
     }
   }
@@ -228,14 +239,8 @@ TEST(thread_pool_settles_at_the_threads_the_cores_hold) {
   if (!pick_cpus(2, &saved, &two)) return;
   {
     ie::ThreadPool pool(4);
-    std::atomic<bool> pinned{true};
-    pool.each([&](int) {
-      if (sched_setaffinity(0, sizeof two, &two) != 0) pinned = false;
-    });
-    int jobs = 0;
-    for (; jobs < 40 && pool.limit() == 4; ++jobs)
-      ie::parallel_for(pool, 80, 1, [&](int64_t, int64_t, int) { spin_us(500); });
-    if (pinned_or_note(pinned)) {
+    const int jobs = pin_and_load(pool, two, 40, [&] { return pool.limit() != 4; });
+    if (jobs >= 0) {
       CHECK(pool.limit() == 2) << "threads in use " << pool.limit() << " after " << jobs << " jobs";
       std::atomic<int> top{0};
       ie::parallel_for(pool, 80, 1, [&](int64_t, int64_t, int slot) {
