@@ -162,9 +162,9 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       model.layers.N.self_attn.q_proj.weight) and llama.cpp's q/k row
       interleaving is undone: the artifact is what hf-to-iebin makes of
       the original checkpoint;
-    - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
-      IQ4_XS, MXFP4 blocks are copied byte for byte (their scales checked
-      finite); other quantized types (IQ3_S, IQ2_XS, ...) are dequantized
+    - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ3_S,
+      IQ4_NL, IQ4_XS, MXFP4 blocks are copied byte for byte (their scales
+      checked finite); other quantized types (IQ2_XS, IQ3_XXS, ...) are dequantized
       with gguf.quants to --dtype;
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
       its vocabulary (byte-level BPE with the gpt-2, smollm, llama-bpe or
@@ -219,7 +219,7 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, ove
       qwen2, qwen3, qwen3moe, gpt-oss, with llama.cpp's tensor names and
       layouts (q/k rows re-interleaved, experts stacked as ffn_*_exps);
     - f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k
-      iq4_nl iq4_xs mxfp4 tensors are copied byte for byte; int4w with f16 scales is
+      iq3_s iq4_nl iq4_xs mxfp4 tensors are copied byte for byte; int4w with f16 scales is
       repacked losslessly (symmetric as Q4_0, affine as Q4_1);
     - every hyperparameter llama.cpp reads, the tokenizer (byte-level BPE),
       the chat template, general.* and the artifact's digest go in the
@@ -272,12 +272,12 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, ove
               help="Record this importance matrix in the manifest (checked against the checkpoint now): "
                    "hf-to-iebin / gguf-to-iebin then weight every quantized matrix's error by it.")
 @click.option("--target-bpw", type=click.FloatRange(min=1.0), default=None,
-              help="Instead of one scheme: per matrix, the mix of 2.625 to 8.5-bit schemes (q2_k, q3_k, int4w, "
+              help="Instead of one scheme: per matrix, the mix of 2.625 to 8.5-bit schemes (q2_k, q3_k, iq3_s, int4w, "
                    "q4_0, q4_1, q4_k, iq4_xs, iq4_nl, q5_k, q5_0, q5_1, q6_k, q8_0) that meets this average bits per weight over the quantized matrices, spending bits "
                    "where the (importance-weighted, with --imatrix) error measured on their rows falls most. "
                    "Reads the float weights of --hf-dir, or the dequantized weights of --gguf.")
 @click.option("--gguf-types", is_flag=True,
-              help="With --target-bpw: only types llama.cpp also has (q4_0 ... q8_0, k-quants, iq4_nl, iq4_xs; no "
+              help="With --target-bpw: only types llama.cpp also has (q4_0 ... q8_0, k-quants, iq3_s, iq4_nl, iq4_xs; no "
                    "int4w), so `ieconv iebin-to-gguf` exports every tensor byte for byte.")
 @click.option("--kl-probes", "probes_path", type=click.Path(path_type=Path, dir_okay=False),
               help="With --target-bpw: measured KL per group of matrices (ieconv kl-probes), which turns each "
@@ -300,7 +300,7 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     get --head-scheme and --embedding-scheme (exact entries). A matrix
     --scheme cannot store gets a fallback (int4w whole-row groups; q4_k:
     int4w with a scale and min per 64, its 4.5 bits per weight; iq4_xs,
-    q3_k, q2_k: iq4_nl; q5_k, q6_k: q8_0). The bytes
+    q3_k, q2_k, iq3_s: iq4_nl; q5_k, q6_k: q8_0). The bytes
     a decode step reads under the policy are printed. Expert stacks
     [experts, rows, cols] take --scheme where it stacks; int4w's planes span
     one matrix, so with int4w (and q4_k's int4w fallback) they get q4_0

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Iterator
 
 import numpy as np
 
+from . import iq3s_grid
 from . import quant_search as qs
 from . import weight_table
 from .dtypes import DTYPES
@@ -1047,24 +1048,32 @@ def _table_bound(x: np.ndarray, scale: np.ndarray, slack: np.ndarray | float,
     return near + slack + np.float32(2**-20) * np.abs(x) + np.float32(2**-24)
 
 
-class _IQ4(_Block):
-    """The iq4 schemes' one quantizer, ggml's quantize_row_iq4_nl_impl: per
-    32-element sub-block a scale search over the non-linear grid under
-    per-element weights (x² without an importance matrix, imp × sqrt(σ² + x²)
-    with one, σ² from the whole super-block); the codes are then the nearest
-    grid points for the scale before f16 rounding, as ggml picks them."""
+class _SigmaWeighted(_Block):
+    """Schemes whose search weighs each element as ggml's iq quantizers do:
+    x² without an importance matrix, imp × sqrt(σ² + x²) with one, σ² from
+    the whole super-block (SUPER elements); ``_search`` gets the weights."""
 
-    SUPER: int  # elements that share one σ² (and, for iq4_xs, one f16 scale)
+    SUPER: int  # elements that share one σ² (and one f16 scale, where the type has super-blocks)
 
     def _weights(self, w, imp):
         return np.broadcast_to(imp, w.shape)  # the search adds its own σ² per super-block
 
     def _quantize_blocks(self, b, name):
-        return self._quantize_iq4(b, (b * b).astype(np.float32), name)
+        return self._search(b, (b * b).astype(np.float32), name)
 
     def _quantize_weighted(self, b, wts, name):
         sigma2 = (qs.seqsum(b * b) * np.float32(2 / self.SUPER)).astype(np.float32)
-        return self._quantize_iq4(b, qs.importance_weights(b, wts, sigma2), name)
+        return self._search(b, qs.importance_weights(b, wts, sigma2), name)
+
+    def _search(self, b: np.ndarray, wts: np.ndarray, name: str) -> np.ndarray:
+        raise NotImplementedError
+
+
+class _IQ4(_SigmaWeighted):
+    """The iq4 schemes' one quantizer, ggml's quantize_row_iq4_nl_impl: per
+    32-element sub-block a scale search over the non-linear grid under the
+    per-element weights; the codes are then the nearest grid points for the
+    scale before f16 rounding, as ggml picks them."""
 
     @staticmethod
     def _codes_for(sub: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -1082,7 +1091,7 @@ class IQ4_NL(_IQ4, weight_type="iq4_nl"):
 
     SUPER = 32
 
-    def _quantize_iq4(self, b, wts, name):
+    def _search(self, b, wts, name):
         d = qs.iq4_scales(b, wts)
         _check_f16_range(d, name)
         q = self._codes_for(b, d)
@@ -1109,7 +1118,7 @@ class IQ4_XS(_IQ4, weight_type="iq4_xs"):
     SUPER = 256
     SUB = 32
 
-    def _quantize_iq4(self, b, wts, name):
+    def _search(self, b, wts, name):
         n = b.shape[0]
         sub = b.reshape(n * 8, self.SUB)
         scales = qs.iq4_scales(sub, wts.reshape(n * 8, self.SUB)).reshape(n, 8)
@@ -1146,6 +1155,88 @@ class IQ4_XS(_IQ4, weight_type="iq4_xs"):
         s = self.sub_scales(raw)[..., None]
         slack = np.float32(254 * 32) * _f16_half_ulp(self._f16(raw, 0))[..., None]
         return _table_bound(b.reshape(-1, 8, self.SUB), s, slack)
+
+
+class IQ3_S(_SigmaWeighted, weight_type="iq3_s"):
+    """llama.cpp's IQ3_S: 256-element super-blocks of eight 32-element
+    sub-blocks; each four weights share a 9-bit index into the 512-entry
+    codebook of odd magnitudes 1..15 (formats/iq3s_grid.py), each weight a
+    sign bit; w = d × (1 + 2 s_j) × ±g with a 4-bit sub-scale s_j under one
+    f16 d: 3.4375 bits per weight, q3_k's size. Byte layout: d, qs (64
+    bytes: the low 8 bits of each four-tuple's index, in element order), qh
+    (8 bytes: bit m of byte j is bit 8 of sub-block j's tuple m), signs (32
+    bytes: bit e % 8 of byte e / 8 set where element e is negative), scales
+    (4 bytes: s_j in the low nibble of byte j / 2 for even j, the high one
+    for odd j).
+
+    Our own search, not ggml's (the bytes differ; llama.cpp and gguf-py read
+    ours, tests/test_iq3s.py): per sub-block a fan of scales, each giving
+    every four-tuple its nearest entry under the weights (unit weights
+    without an importance matrix, imp × sqrt(σ² + x²) with one) and the weighted
+    least-squares scale for those entries, the best kept
+    (iq3s_grid.scales); d = the largest / 31, each s_j the nearest for the
+    stored d, then every four-tuple the nearest entry for its scale as
+    stored."""
+
+    GGUF, GGUF_FILE_TYPE = "IQ3_S", "MOSTLY_IQ3_S"
+    FALLBACK = {"scheme": "iq4_nl"}  # as llama.cpp (a row that is no whole super-blocks)
+    LADDER = ({"scheme": "iq3_s"},)
+
+    SUPER = 256
+    SUB = 32
+    QS, QH, SIGNS, SCALES = 2, 66, 74, 106  # byte offsets of the fields after d
+
+    def _quantize_blocks(self, b, name):
+        # Unit weights, not ggml's x²: x² lets the many small weights of a
+        # four-tuple drift to favour its largest, twice the plain squared
+        # error of unit weights on Student-t rows (0.041 against 0.021; q3_k: 0.031).
+        return self._search(b, np.ones_like(b, dtype=np.float32), name)
+
+    def _search(self, b, wts, name):
+        n = b.shape[0]
+        a = np.abs(b).reshape(n * 8, self.SUB)
+        w = np.ascontiguousarray(wts, dtype=np.float32).reshape(n * 8, self.SUB)
+        sub = iq3s_grid.scales(a, w).reshape(n, 8)
+        d = (sub.max(axis=1) / np.float32(31)).astype(np.float32)
+        _check_f16_range(d, name)
+        d16 = d.astype(np.float16)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s = np.clip(np.rint((sub * _recip(d16.astype(np.float32))[:, None] - 1) / 2), 0, 15).astype(np.uint8)
+        db = self._sub_scales(d16.astype(np.float32), s)
+        u = (a.reshape(n, 8, self.SUB) * _recip(db)[..., None]).reshape(-1, 4)
+        idx = iq3s_grid.nearest(u, w.reshape(-1, 4)).reshape(n, 8, 8)
+        bits = np.arange(8, dtype=np.uint8)
+        qh = ((idx >> 8).astype(np.uint8) << bits).sum(axis=2, dtype=np.uint8)
+        signs = ((b < 0).reshape(n, 32, 8).astype(np.uint8) << bits).sum(axis=2, dtype=np.uint8)
+        return np.concatenate([d16[:, None].view(np.uint8), (idx & 0xFF).astype(np.uint8).reshape(n, 64), qh, signs,
+                               s[:, 0::2] | (s[:, 1::2] << 4)], axis=1)
+
+    @staticmethod
+    def _sub_scales(d: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """d × (1 + 2 s_j) as float32 [n, 8], the product ggml forms."""
+        return (d[:, None] * (1 + 2 * s.astype(np.int32)).astype(np.float32)).astype(np.float32)
+
+    def _fields(self, raw):
+        """Per sub-block scale [n, 8], magnitudes [n, 256] and signs (±1) [n, 256]."""
+        sc = raw[:, self.SCALES:self.SCALES + 4]
+        s = np.stack([sc & 0xF, sc >> 4], axis=2).reshape(-1, 8)
+        bits = np.arange(8, dtype=np.uint8)
+        high = (raw[:, self.QH:self.QH + 8, None] >> bits) & 1  # [n, 8 sub-blocks, 8 tuples]
+        idx = raw[:, self.QS:self.QS + 64].astype(np.int32) | (high.reshape(-1, 64).astype(np.int32) << 8)
+        neg = ((raw[:, self.SIGNS:self.SIGNS + 32, None] >> bits) & 1).reshape(-1, 256)
+        return (self._sub_scales(self._f16(raw, 0)[:, 0], s), iq3s_grid.grid()[idx].reshape(-1, 256),
+                np.where(neg != 0, np.float32(-1), np.float32(1)))
+
+    def _dequantize_blocks(self, raw):
+        db, mag, sign = self._fields(raw)
+        return ((db[..., None] * mag.reshape(-1, 8, self.SUB)).reshape(-1, 256) * sign).astype(np.float32)
+
+    def _bound(self, b, raw):
+        # a codebook entry is a compromise among its four weights: any magnitude 1..15 of the scale may be chosen
+        db = self._fields(raw)[0][..., None]
+        a = np.abs(b.reshape(-1, 8, self.SUB))
+        far = np.maximum(np.abs(a - db), np.abs(a - np.float32(15) * db))
+        return (far * np.float32(1 + 2**-20) + np.float32(2**-24)).reshape(-1, 256)
 
 
 # e2m1 (FP4 E2M1) values doubled, so they are integers: ggml's kvalues_mxfp4.

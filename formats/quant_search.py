@@ -52,7 +52,7 @@ def _colsum(a: np.ndarray) -> np.ndarray:
 CHUNK = 8192  # blocks per pass: numpy's per-call cost fades, and a 576 x 1536 matrix still gives each core work
 
 
-def _over_chunks(n: int, work: Callable[[int, int], None]) -> None:
+def over_chunks(n: int, work: Callable[[int, int], None]) -> None:
     """work(a, b) over [0, n) in CHUNK pieces, on up to one thread per core
     (formats/workers.py; inline inside a worker). Each piece writes only its
     own rows."""
@@ -78,7 +78,7 @@ def qkx(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nst
         s, m, c = _qkx_t(np.ascontiguousarray(x[a:b].T), np.ascontiguousarray(w[a:b].T), nmax, rmin, rdelta, nstep, mad)
         scale[a:b], the_min[a:b], codes[a:b] = s, m, c.T
 
-    _over_chunks(n, work)
+    over_chunks(n, work)
     return scale, the_min, codes
 
 
@@ -263,7 +263,7 @@ def _scale_per_row(search_t: Callable, x: np.ndarray, w: np.ndarray, *args, outs
         for r, g in zip(res, got if outs > 1 else (got,)):
             r[a:b] = g
 
-    _over_chunks(x.shape[0], work)
+    over_chunks(x.shape[0], work)
     return tuple(res) if outs > 1 else res[0]
 
 

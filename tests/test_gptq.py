@@ -95,7 +95,7 @@ def test_compensation_lowers_the_output_error_and_reports_it(sel):
                                       rel=1e-9)
 
 
-@pytest.mark.parametrize("scheme_name", ["q3_k", "iq4_xs", "q2_k"])
+@pytest.mark.parametrize("scheme_name", ["q3_k", "iq4_xs", "q2_k", "iq3_s"])
 def test_steps_inside_a_super_block_lower_the_error(scheme_name):
     """Compensating STEP columns at a time inside a 256-element super-block (each
     step's columns held at their quantized values for the block's next

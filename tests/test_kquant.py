@@ -200,10 +200,11 @@ def test_int4w_importance_lowers_the_weighted_error(p):
     assert (np.abs(x - s.dequantize(weighted, *x.shape, p)) <= s.error_bound(x, weighted, p)).all()
 
 
-@pytest.mark.parametrize("scheme, d_at", [("q6_k", 208), ("q3_k", 32 + 64 + 12)])  # ggml's block_q6_K / block_q3_K: d last
+@pytest.mark.parametrize("scheme, d_at", [("q6_k", 208), ("q3_k", 32 + 64 + 12), ("iq3_s", 0)])  # d last; iq3_s: first
 def test_a_nonfinite_d_at_the_end_of_a_block_is_found(scheme, d_at):
     """The payload scan (ieconv validate --deep, formats/finite.py) finds a NaN d
-    where ggml's struct keeps it, after the codes and sub-scales."""
+    where ggml's struct keeps it: after the codes and sub-scales (q6_k, q3_k),
+    or first (iq3_s, whose d is the only float in 110 bytes)."""
     from iekit.formats.finite import PayloadScan
 
     s, p = SCHEMES[scheme], QuantParams(scheme)

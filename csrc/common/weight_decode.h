@@ -11,6 +11,7 @@
 
 #include "common/half.h"
 #include "common/hd.h"
+#include "common/iq3s_grid.h"
 #include "common/weight_types.h"
 
 namespace ie {
@@ -129,6 +130,27 @@ IE_HD Q4kSub q2k_sub(const uint8_t* blk, int j) {
 
 IE_HD int q2k_code(const uint8_t* blk, int i) { return kq_pair(blk, kQ2kCodes, i); }
 
+// iq3_s: 256-element super-blocks of eight 32-element sub-blocks; four
+// weights share a 9-bit index into the codebook (iq3s_grid.h), each weight
+// its sign: w = d * (1 + 2 s_j) * (+-g). Sub-block j's tuple m has its low
+// index byte at 2 + 8 j + m and its high bit at bit m of byte 66 + j;
+// element e's sign is bit e % 8 of byte 74 + 4 j + e / 8; s_j is nibble j % 2
+// of byte 106 + j / 2. The scale is the f32 product ggml forms.
+constexpr int kIq3sQs = 2, kIq3sQh = 66, kIq3sSigns = 74, kIq3sScales = 106;
+
+IE_HD float iq3s_scale(const uint8_t* blk, int j) {
+  const int s = (blk[kIq3sScales + j / 2] >> (4 * (j % 2))) & 0xF;
+  return f16_to_f32(load_u16(blk)) * static_cast<float>(1 + 2 * s);
+}
+
+// Signed value (-15..15, odd) of element e (0..31) of sub-block j.
+IE_HD int iq3s_value(const uint8_t* blk, int j, int e) {
+  const int m = e / 4;
+  const int k = blk[kIq3sQs + 8 * j + m] | (((blk[kIq3sQh + j] >> m) & 1) << 8);
+  const int g = static_cast<int>((iq3s_grid()[k] >> (8 * (e % 4))) & 0xFF);
+  return (blk[kIq3sSigns + 4 * j + e / 8] >> (e % 8)) & 1 ? -g : g;
+}
+
 // iq4_nl / iq4_xs: each code indexes ggml's non-linear grid kvalues_iq4nl;
 // a 32-element (sub-)block is w = scale * iq4_value(q), its codes the low
 // nibbles (elements 0..15) and high nibbles (16..31) of 16 bytes. iq4_xs
@@ -160,9 +182,13 @@ IE_HD float e8m0_half(uint8_t e) {
 }
 
 // The types whose codes index a table of int8 values (iq4_nl, iq4_xs,
-// mxfp4): value q of the table; and for the one-scale-per-block ones
+// mxfp4; iq3_s's rows8 nibbles): value q of the table; and for the one-scale-per-block ones
 // (iq4_nl, mxfp4) the scale of the block at blk.
-IE_HD constexpr int grid_value(WType t, int q) { return t == WType::MXFP4 ? mxfp4_value(q) : iq4_value(q); }
+// iq3_s's rows8 copy (gemv/rows8.h) re-codes each signed value v (odd,
+// -15..15) as the nibble (v + 15) / 2, whose value is 2 q - 15.
+IE_HD constexpr int grid_value(WType t, int q) {
+  return t == WType::MXFP4 ? mxfp4_value(q) : t == WType::IQ3_S ? 2 * q - 15 : iq4_value(q);
+}
 IE_HD float grid_scale(WType t, const uint8_t* blk) {
   return t == WType::MXFP4 ? e8m0_half(blk[0]) : f16_to_f32(load_u16(blk));
 }
@@ -282,6 +308,14 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
         out[e] = q6 ? q6k_scale(blk, i / 16) * static_cast<float>(q6k_code(blk, i) - 32)
                     : q3k_scale(blk, i / 16) * static_cast<float>(q3k_code(blk, i) - 4);
       }
+      return;
+    }
+    case WType::IQ3_S: {
+      const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
+      const int j = static_cast<int>(c0 % 256 / 32);
+      const float d = iq3s_scale(blk, j);
+      IE_UNROLL
+      for (int e = 0; e < 32; ++e) out[e] = d * static_cast<float>(iq3s_value(blk, j, e));
       return;
     }
     case WType::Q2_K: {

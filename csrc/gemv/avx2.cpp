@@ -699,14 +699,15 @@ void q4_q8_rows(const GemvArgs& a, const NibQ8& xa, int64_t r0, float* out) {
   store_sums(acc, out);
 }
 
-// ------------------------ q8_0, q5_0, q5_1, iq4_nl, iq4_xs, mxfp4
+// ------------------ q8_0, q5_0, q5_1, iq4_nl, iq4_xs, mxfp4, iq3_s
 
 // Blocks whose 32 weights are a scale times int8 values (q5_1: plus a min):
 // q8_0 stores the values, q5_0 / q5_1 nibbles and fifth bits (codes, less
 // 16 for q5_0), iq4_nl / iq4_xs / mxfp4 nibbles indexing a table of values
 // (grid_values: one in-lane byte shuffle turns 32 of them into the values;
-// mxfp4's scale is an E8M0 byte, not an f16). A stored block holds S
-// such 32-blocks (iq4_xs: 8 under one f16 d and 6-bit sub-scales; else 1).
+// mxfp4's scale is an E8M0 byte, not an f16; iq3_s's values are codebook
+// words, gathered, with their signs). A stored block holds S such
+// 32-blocks (iq4_xs, iq3_s: 8 under one f16 d and sub-scales; else 1).
 // act=f32 is one kernel for all (stored blocks, and inside them their
 // 32-blocks j); act=int8 has one for the 32-element blocks with values and
 // one for the iq4 types (block pairs).
@@ -720,17 +721,20 @@ IE_INLINE __m256 f16_bcast(const uint8_t* p) { return _mm256_set1_ps(_cvtsh_ss(l
 template <WType T>
 constexpr bool kHasMin = T == WType::Q5_1;
 
-// Byte e of the result: 0x10 where bit e of the u32 at p is set (in-lane
+// Byte e of the result: 0xFF where bit e of the u32 at p is set (in-lane
 // shuffle of its bytes, then one bit test per byte).
-IE_INLINE __m256i fifth_bits(const uint8_t* p) {
-  uint32_t qh;
-  std::memcpy(&qh, p, 4);
+IE_INLINE __m256i bit_mask32(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
   const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(qh)),
+      _mm256_set1_epi32(static_cast<int>(bits)),
       _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
   const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
 }
+
+// Byte e of the result: 0x10 where bit e of the u32 at p is set.
+IE_INLINE __m256i fifth_bits(const uint8_t* p) { return _mm256_and_si256(bit_mask32(p), _mm256_set1_epi8(0x10)); }
 
 // The values of 32-block j of stored block p, in element order.
 template <WType T>
@@ -745,6 +749,16 @@ IE_INLINE __m256i block_values(const uint8_t* p, int j) {
         _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4)), fifth_bits(p + codes));
     if constexpr (T == WType::Q5_0) return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
     else return q;
+  } else if constexpr (T == WType::IQ3_S) {
+    // eight codebook words (four magnitudes each), then each byte negated where its sign bit is set
+    const uint8_t* qs = p + kIq3sQs + 8 * j;
+    const __m256i high = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(p[kIq3sQh + j] << 8), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+        _mm256_set1_epi32(0x100));
+    const __m256i idx = _mm256_or_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs))), high);
+    const __m256i g = _mm256_i32gather_epi32(reinterpret_cast<const int*>(iq3s_grid()), idx, 4);
+    const __m256i neg = bit_mask32(p + kIq3sSigns + 4 * j);
+    return _mm256_sub_epi8(_mm256_xor_si256(g, neg), neg);
   } else {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + codes + 16 * j));
     const __m128i m4 = _mm_set1_epi8(0xF);
@@ -768,6 +782,14 @@ IE_INLINE __m256 block_scales(const uint8_t* p) {
                                         _mm256_set1_epi32(3));
     const __m256i l = _mm256_add_epi32(_mm256_cvtepu8_epi32(nib), _mm256_slli_epi32(hi, 4));
     return _mm256_mul_ps(f16_bcast(p), _mm256_cvtepi32_ps(_mm256_sub_epi32(l, _mm256_set1_epi32(32))));
+  } else if constexpr (T == WType::IQ3_S) {
+    uint32_t sc;
+    std::memcpy(&sc, p + kIq3sScales, 4);
+    const __m256i s = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(sc)),
+                                                         _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                       _mm256_set1_epi32(0xF));
+    const __m256i l = _mm256_add_epi32(_mm256_slli_epi32(s, 1), _mm256_set1_epi32(1));
+    return _mm256_mul_ps(f16_bcast(p), _mm256_cvtepi32_ps(l));
   } else if constexpr (T == WType::MXFP4) {
     return _mm256_set1_ps(e8m0_half(p[0]));
   } else {
@@ -837,25 +859,38 @@ void i8_blocks_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
   store_sums(acc, out);
 }
 
-// act=int8 for q8_0, q5_0, q5_1 (x as Q8Nat): per block, (d * dx) * int32
-// sum_j v_j qx_j; maddubs takes |v| unsigned and moves v's sign onto qx
-// (|v| <= 127, so the pair sums fit int16). q5_1's codes are unsigned
-// already, and its min meets dx * sum qx (the prepared ds).
+// act=int8 for q8_0, q5_0, q5_1 and iq3_s (x as Q8Nat): per 32-block,
+// (scale * dx) * int32 sum_j v_j qx_j; maddubs takes |v| unsigned and moves
+// v's sign onto qx (|v| <= 127, so the pair sums fit int16). q5_1's codes
+// are unsigned already, and its min meets dx * sum qx (the prepared ds).
+// iq3_s's scales are its super-block's (block_scales, once per super-block).
 template <WType T, int R, int B>
 void i8_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
+  constexpr int S = kSubs<T>;
   constexpr int64_t BB = kBlockBytes<T>;
   const int64_t nblk = a.spec.cols / 32;
   const __m256i ones = _mm256_set1_epi16(1);
   const uint8_t* row[R];
   __m256 acc[R][B];
+  __m256 sc[R] = {};  // S > 1: the super-block's, set at its first 32-block
   const int64_t pf = start_rows(a, r0, row, acc);
   for (int64_t blk = 0; blk < nblk; ++blk) {
+    const int j = static_cast<int>(blk % S);
     for (int rr = 0; rr < R; ++rr) {
-      const uint8_t* p = row[rr] + blk * BB;
-      prefetch(p + pf);
-      const __m256i v = block_values<T>(p, 0);
+      const uint8_t* p = row[rr] + blk / S * BB;
+      __m256 d;
+      if constexpr (S == 1) {
+        prefetch(p + pf);
+        d = f16_bcast(p);
+      } else {
+        if (j == 0) {
+          prefetch_block(p, BB, pf);
+          sc[rr] = block_scales<T>(p);
+        }
+        d = lane<S>(sc[rr], j);
+      }
+      const __m256i v = block_values<T>(p, j);
       const __m256i av = kHasMin<T> ? v : _mm256_sign_epi8(v, v);
-      const __m256 d = f16_bcast(p);
       // q5_1's min in lane 0 only (the lanes are summed at the end)
       const __m256 m = kHasMin<T> ? _mm256_zextps128_ps256(_mm_set_ss(_cvtsh_ss(load_u16(p + 2)))) : __m256{};
       for (int b = 0; b < B; ++b) {
@@ -1337,6 +1372,7 @@ void run_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* sf) {
     case WType::IQ4_NL: i8_blocks_rows<WType::IQ4_NL, R, B>(a, p, r0, out); break;
     case WType::IQ4_XS: i8_blocks_rows<WType::IQ4_XS, R, B>(a, p, r0, out); break;
     case WType::MXFP4: i8_blocks_rows<WType::MXFP4, R, B>(a, p, r0, out); break;
+    case WType::IQ3_S: i8_blocks_rows<WType::IQ3_S, R, B>(a, p, r0, out); break;
     case WType::Q4_K:
       if (q8) k_q8_rows<WType::Q4_K, R, B>(a, p.q8, r0, out);
       else k_f32_rows<WType::Q4_K, R, B>(a, r0, out);

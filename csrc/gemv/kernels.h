@@ -161,8 +161,11 @@ constexpr Grid16 grid_table(WType t) {
   for (int q = 0; q < 16; ++q) g.v[q] = static_cast<int8_t>(grid_value(t, q));
   return g;
 }
-constexpr Grid16 kIq4Grid = grid_table(WType::IQ4_NL), kMxfp4Grid = grid_table(WType::MXFP4);
-constexpr const int8_t* grid_values(WType t) { return t == WType::MXFP4 ? kMxfp4Grid.v : kIq4Grid.v; }
+constexpr Grid16 kIq4Grid = grid_table(WType::IQ4_NL), kMxfp4Grid = grid_table(WType::MXFP4),
+                 kIq3sGrid = grid_table(WType::IQ3_S);
+constexpr const int8_t* grid_values(WType t) {
+  return t == WType::MXFP4 ? kMxfp4Grid.v : t == WType::IQ3_S ? kIq3sGrid.v : kIq4Grid.v;
+}
 // The largest |value| of a table: how many products a kernel may sum in int16.
 constexpr int grid_abs_max(const Grid16& g) {
   int m = 0;

@@ -25,7 +25,7 @@
 // after another, each tile_bytes long, made of the row's groups g in order
 // (a group: int4w's scale group, one 32-block for q4_0, q4_1, q5_0, q5_1,
 // iq4_nl, mxfp4 and q8_0, one 256-element super-block for q4_k, q5_k, q6_k,
-// q3_k, q2_k and iq4_xs). A group is its 32-blocks (bpg of them, block_bytes each), then a
+// q3_k, q2_k, iq4_xs and iq3_s). A group is its 32-blocks (bpg of them, block_bytes each), then a
 // header.
 //  * A 32-block of codes: four 32-byte vectors v = 0..3; in vector v, bytes
 //    4i .. 4i+3 belong to row i, and byte j of them holds the low nibble of
@@ -47,13 +47,20 @@
 //      int4w, q4_1, q5_1), same width; mxfp4: the eight rows' E8M0 bytes;
 //    - q4_k, q5_k: the 12 scale bytes as three u32 words (word 0 of the eight
 //      rows, then word 1, then word 2), then d (f16) and dmin (f16);
-//    - iq4_xs: scales_l (u32), scales_h (u16), d (f16);
+//    - iq4_xs: scales_l (u32), scales_h (u16), d (f16); iq3_s the same, its
+//      sub-scales 1 + 2 s_j written as iq4_xs's l_j - 32 (l_j = 33 + 2 s_j);
 //    - q6_k: per 32-block b, 8 bytes sc[2b] then 8 bytes sc[2b + 1] (int8
 //      sub-scales of its two 16-element halves), then d (f16);
 //    - q3_k: the 12 scale bytes as three u32 words (as q4_k's), then d (f16);
 //    - q2_k: the 16 scale/min bytes as four u32 words, then d and dmin (f16).
 //    Codes keep their stored meaning: q4_0 and int4w subtract 8, q5_0 16,
 //    q6_k 32, q3_k 4; iq4_nl's and mxfp4's index their tables (grid_values).
+//    iq3_s is the one type whose copy is not its stored size: its codebook
+//    words would need a gather per four weights of each row (a tile that
+//    gathered ran at 0.15 of the read bandwidth, 16384 x 8192, 2 threads),
+//    so each weight is re-coded as a nibble, (v + 15) / 2 for its signed
+//    value v, and the tile is iq4_xs's with that table: 4.25 bits per weight
+//    in the copy for 3.44 stored, the same products.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -71,7 +78,7 @@ namespace ie {
 // Every switch on the weight type here, in rows8.cpp and rows8_tiles.h
 // names each type (no `default:`): the build makes a missing case an
 // error (-Werror=switch), so a new type cannot pass for a 4-bit one.
-static_assert(kNumWeightTypes == 17, "a new weight type: give it its case in every switch of gemv/rows8*");
+static_assert(kNumWeightTypes == 18, "a new weight type: give it its case in every switch of gemv/rows8*");
 
 // 0: a float type, which has no row-interleaved copy (rows8_applies).
 constexpr int rows8_code_bits(WType t) {
@@ -89,6 +96,7 @@ constexpr int rows8_code_bits(WType t) {
     case WType::Q4_K:
     case WType::IQ4_NL:
     case WType::IQ4_XS:
+    case WType::IQ3_S:  // its signed values as nibbles (grid_value): 4 bits, not its stored 3.44
     case WType::MXFP4: return 4;
     case WType::F32:
     case WType::F16:
@@ -114,6 +122,7 @@ struct Rows8Q3kHeader {
 struct Rows8Q2kHeader {
   static constexpr int words = 0, d = 128, dmin = 144, bytes = 160;
 };
+
 
 struct Rows8 {
   WeightSpec spec;

@@ -437,13 +437,14 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
   }
 }
 
-// iq4_xs tiles: per sub-block j, the eight rows' 6-bit sub-scales l - 32
-// unpacked at once from scales_l and scales_h, multiplied inside the madds
-// that widen the signed products; d once per super-block.
-template <int NB>
+// iq4_xs tiles (and iq3_s's, the same layout with its own table): per
+// sub-block j, the eight rows' 6-bit sub-scales l - 32 unpacked at once from
+// scales_l and scales_h, multiplied inside the madds that widen the signed
+// products; d once per super-block.
+template <WType T, int NB>
 IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   using H = Rows8Iq4xsHeader;
-  constexpr int kBlock = 32 * rows8_code_bits(WType::IQ4_XS);
+  constexpr int kBlock = 32 * rows8_code_bits(T);
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
     const __m256i ls_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::scales_l));
@@ -462,7 +463,7 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       VnniSums<NB> vs;
       for (int v = 0; v < 4; ++v) {
         __m256i lo, hi;
-        table_values<WType::IQ4_XS>(w + j * kBlock + 32 * v, &lo, &hi);
+        table_values<T>(w + j * kBlock + 32 * v, &lo, &hi);
         vs.add_vector(v, lo, hi, x.q + kx * 32);
       }
       for (int b = 0; b < NB; ++b)
@@ -470,7 +471,7 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
 #else
       for (int v = 0; v < 4; ++v) {
         __m256i lo, hi;
-        table_values<WType::IQ4_XS>(w + j * kBlock + 32 * v, &lo, &hi);
+        table_values<T>(w + j * kBlock + 32 * v, &lo, &hi);
         for (int b = 0; b < NB; ++b) {
           const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
           s[b] = dot4_signed(dot4_signed(s[b], lo, xq, mult), hi, xq + 4, mult);
@@ -729,10 +730,11 @@ TileKernel<NB> tile_kernel(const Rows8& p) {
     case WType::Q5_1: return tile_fn<NB, nib_tile_n<1, 2, true, 32, NB>>;
     case WType::Q4_K: return tile_fn<NB, kq_tile_n<false, NB>>;
     case WType::Q5_K: return tile_fn<NB, kq_tile_n<true, NB>>;
-    case WType::IQ4_XS: return tile_fn<NB, iq4xs_tile_n<NB>>;
+    case WType::IQ4_XS: return tile_fn<NB, iq4xs_tile_n<WType::IQ4_XS, NB>>;
     case WType::Q6_K: return tile_fn<NB, sym16_tile_n<WType::Q6_K, NB>>;
     case WType::Q3_K: return tile_fn<NB, sym16_tile_n<WType::Q3_K, NB>>;
     case WType::Q2_K: return tile_fn<NB, q2k_tile_n<NB>>;
+    case WType::IQ3_S: return tile_fn<NB, iq4xs_tile_n<WType::IQ3_S, NB>>;
     case WType::Int4w:  // scale width and affinity chosen at run time
     case WType::Q4_0:
     case WType::Q4_1:

@@ -114,6 +114,13 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
       for (int e = 0; e < 32; ++e) k.code[e] = q2k_code(p, 32 * j + e);
       return k;
     }
+    case WType::IQ3_S: {  // the signed codebook values as codes: zero 0, min 0
+      const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
+      const int j = static_cast<int>(blk % 8);
+      k.scale = iq3s_scale(p, j);
+      for (int e = 0; e < 32; ++e) k.code[e] = iq3s_value(p, j, e);
+      return k;
+    }
     case WType::IQ4_NL:
     case WType::IQ4_XS:
     case WType::MXFP4: {
