@@ -279,6 +279,10 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, ove
 @click.option("--gguf-types", is_flag=True,
               help="With --target-bpw: only types llama.cpp also has (q4_0 ... q8_0, k-quants, iq3_s, iq4_nl, iq4_xs; no "
                    "int4w), so `ieconv iebin-to-gguf` exports every tensor byte for byte.")
+@click.option("--exclude-types", default="", metavar="TYPE[,TYPE...]",
+              help="With --target-bpw: leave these types out of the candidates. For example iq3_s when the "
+                   "file will run on llama.cpp's CPU backend and decode speed comes first: there its IQ3_S "
+                   "decodes 25-35% slower than Q3_K (our runtime runs both alike; docs/quality.md).")
 @click.option("--kl-probes", "probes_path", type=click.Path(path_type=Path, dir_okay=False),
               help="With --target-bpw: measured KL per group of matrices (ieconv kl-probes), which turns each "
                    "matrix's predicted error into KL, so bits go where they save the most KL.")
@@ -291,8 +295,8 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, ove
 @threads_option("Threads (with --ref-dir).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, scale_dtype, head_scheme,
-                    embedding_scheme, quantize_head, imatrix, target_bpw, gguf_types, probes_path, ref_dir, text_file,
-                    ids_file, ctx, chunks, threads, overwrite):
+                    embedding_scheme, quantize_head, imatrix, target_bpw, gguf_types, exclude_types, probes_path, ref_dir,
+                    text_file, ids_file, ctx, chunks, threads, overwrite):
     """Write the usual quantization policy for a checkpoint as q4_manifest.json.
 
     Attention and MLP projection matrices get --scheme (one rule per layer
@@ -312,6 +316,13 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         raise click.UsageError("give exactly one of --hf-dir or --gguf")
     if gguf_types and target_bpw is None:
         raise click.UsageError("--gguf-types restricts --target-bpw's candidates; give --target-bpw too")
+    excluded = {t.strip() for t in exclude_types.split(",") if t.strip()}
+    if excluded and target_bpw is None:
+        raise click.UsageError("--exclude-types restricts --target-bpw's candidates; give --target-bpw too")
+    unknown = sorted(excluded - {sel["scheme"] for sel in bpw_policy.LADDER})
+    if unknown:
+        raise click.UsageError(f"--exclude-types: {', '.join(unknown)} is not a --target-bpw candidate (candidates: "
+                               f"{', '.join(dict.fromkeys(sel['scheme'] for sel in bpw_policy.LADDER))})")
     if probes_path is not None and target_bpw is None:
         raise click.UsageError("--kl-probes weights --target-bpw's choices; give --target-bpw too")
     if ref_dir is not None and (target_bpw is None or hf_dir is None):
@@ -352,7 +363,8 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     found, iwarn = load_importance(m.imatrix, p.quantize, {n: s for n, (_d, s) in tensors.items()})
     mix = None
     if target_bpw is not None:
-        ladder = bpw_policy.GGUF_LADDER if gguf_types else bpw_policy.LADDER
+        ladder = tuple(sel for sel in (bpw_policy.GGUF_LADDER if gguf_types else bpw_policy.LADDER)
+                       if sel["scheme"] not in excluded)
         calib = (ref_dir, text_file, ids_file, chunks, ctx, threads) if ref_dir is not None else None
         manifest, mix = _target_bpw_manifest(src, g, manifest, p.quantize, found, target_bpw, probes, ladder, calib)
         p = plan(manifest_from(manifest, Path(out_path)), tensors)

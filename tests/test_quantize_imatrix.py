@@ -240,6 +240,30 @@ def test_target_bpw_meets_the_budget_and_more_bits_buy_less_error(wide, tmp_path
     assert res.returncode == 2 and "--gguf-types restricts --target-bpw" in res.stderr
 
 
+def test_exclude_types_leaves_a_type_out_of_the_mix(wide, tmp_path):
+    """At 3.5 bits the mix takes iq3_s (it beats q3_k at the same size); a
+    user deploying to llama.cpp's CPU backend, where IQ3_S decodes slower,
+    leaves it out and gets a mix without it, still on budget."""
+    def mix(*extra):
+        m = tmp_path / "q.json"
+        res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", m, "--overwrite", "--target-bpw", "3.5",
+                       "--gguf-types", "--imatrix", wide["imatrix"], *extra)
+        assert res.returncode == 0, res.stderr
+        man = json.loads(m.read_text())
+        return {t["scheme"] for t in man["tensors"].values()}, man["bits_per_weight"]
+
+    with_all, _ = mix()
+    assert "iq3_s" in with_all
+    without, bpw = mix("--exclude-types", "iq3_s")
+    assert "iq3_s" not in without and bpw <= 3.5
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", tmp_path / "x.json", "--target-bpw", "3.5",
+                   "--exclude-types", "iq3_s,q7_k")
+    assert res.returncode == 2 and "q7_k is not a --target-bpw candidate" in res.stderr
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", tmp_path / "x.json", "--exclude-types", "iq3_s")
+    assert res.returncode == 2 and "give --target-bpw too" in res.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
 def test_candidates_are_the_lower_convex_hull_of_error_against_size():
     """The greedy allocation takes a matrix's next step by error saved per bit:
     a size that saves less per bit than the step past it must not stand in
