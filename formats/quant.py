@@ -1170,7 +1170,7 @@ class IQ3_S(_SigmaWeighted, weight_type="iq3_s"):
     for odd j).
 
     Our own search, not ggml's (the bytes differ; llama.cpp and gguf-py read
-    ours, tests/test_iq3s.py): per sub-block a fan of scales, each giving
+    ours, tests/test_iq3s.py): per sub-block a search over scales, each giving
     every four-tuple its nearest entry under the weights (unit weights
     without an importance matrix, imp × sqrt(σ² + x²) with one) and the weighted
     least-squares scale for those entries, the best kept
