@@ -305,7 +305,9 @@ def test_q4_manifest_ref_dir_measures_as_gptq_converts(wide, tmp_path):
         assert res.returncode == 0, res.stderr
         totals[mode] = sum(t["quant_error"]["sq_error"] for t in iebin.load_model(out).tensors if "quant" in t)
     assert picked["compensated"] != picked["nearest"]  # the measure moved bits (8 of 14 matrices when written)
-    assert totals["compensated"] < 0.95 * totals["nearest"], totals  # 19.4 against 21.3 when written
+    # 19.4 against 21.3 when written (q3_k the one 3-bit type); 18.0 against 18.9 with iq3_s, whose edge
+    # over q3_k gptq partly cancels, so ranking by nearest rounding misleads it less
+    assert totals["compensated"] < 0.97 * totals["nearest"], totals
 
 
 def test_q4_manifest_ref_dir_of_another_model_is_one_line(wide, tmp_path):
