@@ -1200,9 +1200,10 @@ class IQ3_S(_SigmaWeighted, weight_type="iq3_s"):
         d = (sub.max(axis=1) / np.float32(31)).astype(np.float32)
         _check_f16_range(d, name)
         d16 = d.astype(np.float16)
+        dq = d16.astype(np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
-            s = np.clip(np.rint((sub * _recip(d16.astype(np.float32))[:, None] - 1) / 2), 0, 15).astype(np.uint8)
-        db = self._sub_scales(d16.astype(np.float32), s)
+            s = np.clip(np.rint((sub * _recip(dq)[:, None] - 1) / 2), 0, 15).astype(np.uint8)
+        db = self._times_sub(dq, s)
         u = (a.reshape(n, 8, self.SUB) * _recip(db)[..., None]).reshape(-1, 4)
         idx = iq3s_grid.nearest(u, w.reshape(-1, 4)).reshape(n, 8, 8)
         bits = np.arange(8, dtype=np.uint8)
@@ -1212,28 +1213,26 @@ class IQ3_S(_SigmaWeighted, weight_type="iq3_s"):
                                s[:, 0::2] | (s[:, 1::2] << 4)], axis=1)
 
     @staticmethod
-    def _sub_scales(d: np.ndarray, s: np.ndarray) -> np.ndarray:
+    def _times_sub(d: np.ndarray, s: np.ndarray) -> np.ndarray:
         """d × (1 + 2 s_j) as float32 [n, 8], the product ggml forms."""
         return (d[:, None] * (1 + 2 * s.astype(np.int32)).astype(np.float32)).astype(np.float32)
 
-    def _fields(self, raw):
-        """Per sub-block scale [n, 8], magnitudes [n, 256] and signs (±1) [n, 256]."""
+    def sub_scales(self, raw: np.ndarray) -> np.ndarray:
+        """Per sub-block scale as float32 [n, 8]."""
         sc = raw[:, self.SCALES:self.SCALES + 4]
-        s = np.stack([sc & 0xF, sc >> 4], axis=2).reshape(-1, 8)
+        return self._times_sub(self._f16(raw, 0)[:, 0], np.stack([sc & 0xF, sc >> 4], axis=2).reshape(-1, 8))
+
+    def _dequantize_blocks(self, raw):
         bits = np.arange(8, dtype=np.uint8)
         high = (raw[:, self.QH:self.QH + 8, None] >> bits) & 1  # [n, 8 sub-blocks, 8 tuples]
         idx = raw[:, self.QS:self.QS + 64].astype(np.int32) | (high.reshape(-1, 64).astype(np.int32) << 8)
         neg = ((raw[:, self.SIGNS:self.SIGNS + 32, None] >> bits) & 1).reshape(-1, 256)
-        return (self._sub_scales(self._f16(raw, 0)[:, 0], s), iq3s_grid.grid()[idx].reshape(-1, 256),
-                np.where(neg != 0, np.float32(-1), np.float32(1)))
-
-    def _dequantize_blocks(self, raw):
-        db, mag, sign = self._fields(raw)
-        return ((db[..., None] * mag.reshape(-1, 8, self.SUB)).reshape(-1, 256) * sign).astype(np.float32)
+        mag = iq3s_grid.grid()[idx].reshape(-1, 8, self.SUB)
+        return ((self.sub_scales(raw)[..., None] * mag).reshape(-1, 256) * np.where(neg != 0, np.float32(-1), np.float32(1)))
 
     def _bound(self, b, raw):
         # a codebook entry is a compromise among its four weights: any magnitude 1..15 of the scale may be chosen
-        db = self._fields(raw)[0][..., None]
+        db = self.sub_scales(raw)[..., None]
         a = np.abs(b.reshape(-1, 8, self.SUB))
         far = np.maximum(np.abs(a - db), np.abs(a - np.float32(15) * db))
         return (far * np.float32(1 + 2**-20) + np.float32(2**-24)).reshape(-1, 256)

@@ -284,14 +284,18 @@ def test_a_policy_measured_with_compensation_spends_bits_where_gptq_still_needs_
     assert _realized(comp, w, covs) < 0.9 * _realized(nearest, w, covs)
 
 
-def test_q4_manifest_ref_dir_measures_as_gptq_converts(wide, tmp_path):
+@pytest.mark.parametrize("types, margin", [
+    (("--exclude-types", "iq3_s"), 0.95),  # q3_k the one 3-bit type: 19.4 against 21.3 when written
+    ((), 0.97),  # with iq3_s (18.0 against 18.9): gptq cancels part of its edge over q3_k, so nearest misleads less
+])
+def test_q4_manifest_ref_dir_measures_as_gptq_converts(wide, tmp_path, types, margin):
     """The command as a user runs it before ieconv gptq: the policy meets the
     budget, gptq converts it, and its artifact's total output error (each
     entry's quant_error under the calibration covariances) is below
     that of the policy ranked by nearest rounding, converted the same way."""
     calib = ("--text-file", TEXT, "--ctx", "64", "--chunks", "6")
     base = ("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "--target-bpw", "4.0", "--gguf-types",
-            "--imatrix", wide["imatrix"])
+            "--imatrix", wide["imatrix"], *types)
     totals, picked = {}, {}
     for mode, extra in (("nearest", ()), ("compensated", ("--ref-dir", wide["f32"], *calib))):
         m, out = tmp_path / f"{mode}.json", tmp_path / mode
@@ -305,9 +309,7 @@ def test_q4_manifest_ref_dir_measures_as_gptq_converts(wide, tmp_path):
         assert res.returncode == 0, res.stderr
         totals[mode] = sum(t["quant_error"]["sq_error"] for t in iebin.load_model(out).tensors if "quant" in t)
     assert picked["compensated"] != picked["nearest"]  # the measure moved bits (8 of 14 matrices when written)
-    # 19.4 against 21.3 when written (q3_k the one 3-bit type); 18.0 against 18.9 with iq3_s, whose edge
-    # over q3_k gptq partly cancels, so ranking by nearest rounding misleads it less
-    assert totals["compensated"] < 0.97 * totals["nearest"], totals
+    assert totals["compensated"] < margin * totals["nearest"], totals
 
 
 def test_q4_manifest_ref_dir_of_another_model_is_one_line(wide, tmp_path):

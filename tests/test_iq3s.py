@@ -3,8 +3,8 @@ formats/iq3s_grid.py), checked against gguf-py's table and dequantizer
 (independent of our code) and against q3_k, the uniform grid of the same
 size that it exists to beat.
 
-The native decoders' bytes are held to gguf-py's in tests/test_gemv.py
-(random blocks, every ISA and layout); GGUF import and export byte for byte,
+The native decoders' bytes are held to gguf-py's here (every codebook
+entry) and in tests/test_gemv.py (random blocks, every ISA and layout); GGUF import and export byte for byte,
 and a model run on every path, in tests/test_quantize_imatrix.py.
 """
 
@@ -39,6 +39,23 @@ def test_codebook_is_gguf_py_s():
     gguf.quants.IQ3_S.init_grid()
     ref = np.asarray(gguf.quants.IQ3_S.grid, np.float32).reshape(512, 4)
     assert np.array_equal(iq3s_grid.grid(), ref)
+
+
+def test_native_decoder_reads_every_codebook_entry_as_gguf_py_does():
+    """csrc/common/iq3s_grid.h is the other copy of the codebook: eight rows
+    whose tuples index all 512 entries in turn (random signs, sub-scales and
+    d) dequantize natively to gguf-py's values bit for bit."""
+    from iekit.runtime import kernels
+
+    rng = np.random.default_rng(9)
+    raw = rng.integers(0, 256, (8, S.block_bytes), dtype=np.uint8)
+    raw[:, 0:2] = np.array(rng.uniform(0.01, 1, 8), np.float16).view(np.uint8).reshape(8, 2)
+    k = np.arange(512).reshape(8, 64)  # row r, tuple t: entry 64 r + t
+    raw[:, S.QS:S.QS + 64] = k & 0xFF
+    raw[:, S.QH:S.QH + 8] = ((k >> 8).reshape(8, 8, 8) << np.arange(8)).sum(axis=2)
+    got = kernels.dequantize(raw.reshape(-1), {"name": "w", "dtype": "iq3_s", "shape": [8, 256],
+                                               "quant": {"scheme": "iq3_s", "block_size": 256}})
+    assert np.array_equal(got.view(np.uint32), _gguf_deq(raw, 8).view(np.uint32))
 
 
 def test_block_is_llama_cpp_s_size():
@@ -114,7 +131,7 @@ def test_rows_need_whole_super_blocks():
 
 
 def test_a_scale_f16_cannot_hold_is_refused():
-    with pytest.raises(IEError, match="w.q"):
+    with pytest.raises(IEError, match=r"w\.q: scale .* overflows f16"):
         S.quantize(np.full((1, 256), 3e9, np.float32), P, name="w.q")
 
 

@@ -138,17 +138,24 @@ IE_HD int q2k_code(const uint8_t* blk, int i) { return kq_pair(blk, kQ2kCodes, i
 // of byte 106 + j / 2. The scale is the f32 product ggml forms.
 constexpr int kIq3sQs = 2, kIq3sQh = 66, kIq3sSigns = 74, kIq3sScales = 106;
 
+// Sub-block j's multiplier of d, 1 + 2 s_j (1..31).
+IE_HD int iq3s_sub_scale(const uint8_t* blk, int j) { return 1 + 2 * ((blk[kIq3sScales + j / 2] >> (4 * (j % 2))) & 0xF); }
+
 IE_HD float iq3s_scale(const uint8_t* blk, int j) {
-  const int s = (blk[kIq3sScales + j / 2] >> (4 * (j % 2))) & 0xF;
-  return f16_to_f32(load_u16(blk)) * static_cast<float>(1 + 2 * s);
+  return f16_to_f32(load_u16(blk)) * static_cast<float>(iq3s_sub_scale(blk, j));
 }
 
-// Signed value (-15..15, odd) of element e (0..31) of sub-block j.
-IE_HD int iq3s_value(const uint8_t* blk, int j, int e) {
-  const int m = e / 4;
-  const int k = blk[kIq3sQs + 8 * j + m] | (((blk[kIq3sQh + j] >> m) & 1) << 8);
-  const int g = static_cast<int>((iq3s_grid()[k] >> (8 * (e % 4))) & 0xFF);
-  return (blk[kIq3sSigns + 4 * j + e / 8] >> (e % 8)) & 1 ? -g : g;
+// The 32 signed values (-15..15, odd) of sub-block j, one codebook word per four.
+IE_HD void iq3s_values(const uint8_t* blk, int j, int* out) {
+  IE_UNROLL
+  for (int m = 0; m < 8; ++m) {
+    const uint32_t word = iq3s_grid()[blk[kIq3sQs + 8 * j + m] | (((blk[kIq3sQh + j] >> m) & 1) << 8)];
+    const int signs = blk[kIq3sSigns + 4 * j + m / 2] >> (4 * (m % 2));
+    for (int k = 0; k < 4; ++k) {
+      const int g = static_cast<int>((word >> (8 * k)) & 0xFF);
+      out[4 * m + k] = (signs >> k) & 1 ? -g : g;
+    }
+  }
 }
 
 // iq4_nl / iq4_xs: each code indexes ggml's non-linear grid kvalues_iq4nl;
@@ -314,8 +321,10 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
       const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
       const int j = static_cast<int>(c0 % 256 / 32);
       const float d = iq3s_scale(blk, j);
+      int v[32];
+      iq3s_values(blk, j, v);
       IE_UNROLL
-      for (int e = 0; e < 32; ++e) out[e] = d * static_cast<float>(iq3s_value(blk, j, e));
+      for (int e = 0; e < 32; ++e) out[e] = d * static_cast<float>(v[e]);
       return;
     }
     case WType::Q2_K: {

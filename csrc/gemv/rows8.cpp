@@ -50,9 +50,12 @@ void block_codes(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w,
       for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q2k_code(blk, 32 * j + e));
       return;
     case WType::IQ4_XS: return unpack_nibbles(blk + lay.block_qs + 16 * j, q);
-    case WType::IQ3_S:  // signed values -15..15 (odd) as nibbles (grid_value)
-      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>((iq3s_value(blk, j, e) + 15) / 2);
+    case WType::IQ3_S: {  // signed values -15..15 (odd) as nibbles (grid_value)
+      int v[32];
+      iq3s_values(blk, j, v);
+      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>((v[e] + 15) / 2);
       return;
+    }
     case WType::Q4_0:
     case WType::Q4_1:
     case WType::IQ4_NL:
@@ -132,14 +135,13 @@ void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64
       std::memcpy(h + H::d + 2 * i, blk + kQ3kD, 2);
       return;
     }
-    case WType::IQ3_S: {  // iq4_xs's header, l_j = 33 + 2 s_j so that l_j - 32 is the sub-scale
+    case WType::IQ3_S: {  // iq4_xs's header, l_j = 32 + (1 + 2 s_j) so that l_j - 32 is the sub-scale
       using H = Rows8Iq4xsHeader;
-      uint8_t l[8];
-      for (int j = 0; j < 8; ++j) l[j] = static_cast<uint8_t>(33 + 2 * ((blk[kIq3sScales + j / 2] >> (4 * (j % 2))) & 0xF));
       uint16_t hi = 0;
       for (int j = 0; j < 8; ++j) {
-        h[H::scales_l + 4 * i + j / 2] |= static_cast<uint8_t>((l[j] & 0xF) << (4 * (j % 2)));
-        hi = static_cast<uint16_t>(hi | (l[j] >> 4) << (2 * j));
+        const int l = 32 + iq3s_sub_scale(blk, j);
+        h[H::scales_l + 4 * i + j / 2] |= static_cast<uint8_t>((l & 0xF) << (4 * (j % 2)));
+        hi = static_cast<uint16_t>(hi | (l >> 4) << (2 * j));
       }
       std::memcpy(h + H::scales_h + 2 * i, &hi, 2);
       std::memcpy(h + H::d + 2 * i, blk, 2);

@@ -123,7 +123,6 @@ struct Rows8Q2kHeader {
   static constexpr int words = 0, d = 128, dmin = 144, bytes = 160;
 };
 
-
 struct Rows8 {
   WeightSpec spec;
   int64_t tiles = 0;

@@ -118,7 +118,7 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
       const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
       const int j = static_cast<int>(blk % 8);
       k.scale = iq3s_scale(p, j);
-      for (int e = 0; e < 32; ++e) k.code[e] = iq3s_value(p, j, e);
+      iq3s_values(p, j, k.code);
       return k;
     }
     case WType::IQ4_NL:
