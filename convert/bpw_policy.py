@@ -258,6 +258,7 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
             measured = _measure(name, shape, rows, imp, ladder, cov, compensate=True)
             errors[name] = {k: err for k, (_sel, _nb, err) in _measure(name, shape, rows, imp, probe_sels, cov).items()}
         choices.append(Choice(name, math.prod(shape), _options(measured, ladder)))
+        cov = None  # not held while the next window's covariances are collected (at 8B shapes 3.3 GB)
     if probes is not None:
         kl = kl_weights(probes, errors)
         for c in choices:  # errors in KL: the hull of each matrix is unchanged, the ranking across them is not

@@ -121,6 +121,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                                                   qplan.quantize[name], importance.get(name), cov,
                                                   covariances.settle if cov is not None and covariances.sequential
                                                   else None)
+                    cov = None  # not held while the next window's covariances are collected
                     continue
                 target = dtype if dtype and t.dtype.is_float else t.dtype.name
                 if target == t.dtype.name and name not in written.flipped:

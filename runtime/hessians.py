@@ -36,6 +36,29 @@ from .imatrix import LAYER_INPUTS
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)\.weight$")
 
 
+GRAM_BLOCK = 512  # columns per block of add_gram and mirror_upper
+
+
+def add_gram(acc: np.ndarray, rows: np.ndarray, block: int = GRAM_BLOCK) -> None:
+    """acc += rowsᵀ rows (each block's product in rows' dtype), its upper
+    triangle only (mirror_upper completes it), a block of columns at a
+    time: half the multiply-adds, and no n × n temporary beside acc (at
+    Llama-3-8B's shapes a down_proj input's is 1.6 GB)."""
+    n = acc.shape[0]
+    for j in range(0, n, block):
+        jb = slice(j, min(j + block, n))
+        acc[:jb.stop, jb] += rows[:, :jb.stop].T @ rows[:, jb]
+
+
+def mirror_upper(a: np.ndarray, block: int = GRAM_BLOCK) -> None:
+    """a's upper triangle copied onto its lower one, in place, by blocks."""
+    n = a.shape[0]
+    for j in range(0, n, block):
+        jb = slice(j, min(j + block, n))
+        a[jb.stop:, jb] = a[jb, jb.stop:].T
+        a[jb, jb] = np.triu(a[jb, jb]) + np.triu(a[jb, jb], 1).T
+
+
 class Hessians:
     """``get(name)``: the input covariance of matrix ``name`` (float64,
     Σ x xᵀ / tokens), or None for a tensor no slot feeds. ``order``: the
@@ -144,10 +167,12 @@ class Hessians:
                 streams.append(x)
                 self.dec.run_layers(c, layers, at, x)
                 for s in window:
-                    rows = self.dec._dec.take_captured(s)
-                    acc[s] += rows.T @ rows
+                    add_gram(acc[s], self.dec._dec.take_captured(s))
                 self.on_chunk(i + 1, len(self.chunks))
         finally:
             self.dec._dec.collect_stats(False)
         self._at, self._streams = keep, (streams if keep > 0 else None)
-        self._have = {s: a / self.tokens for s, a in acc.items()}
+        for a in acc.values():
+            mirror_upper(a)
+            a /= self.tokens
+        self._have = acc

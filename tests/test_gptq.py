@@ -136,6 +136,44 @@ def test_columns_that_never_saw_an_input_are_still_quantized_well():
     assert np.abs(got[:, :32] - w[:, :32]).max() <= 1.01 * np.abs(plain - w[:, :32]).max() + 1e-6
 
 
+@pytest.mark.parametrize("n, block", [(64, 7), (200, 64), (200, 512), (257, 128)])
+def test_inverse_factor_is_the_cholesky_factor_of_the_inverse(n, block):
+    """The in-place factorization (H = V Vᵀ, U = V⁻¹, by blocks) against numpy's
+    float64 inv + cholesky of the damped H, with a dead column and a block
+    width that does not divide n."""
+    x = np.random.default_rng(n).standard_normal((n + 40, n)) * np.random.default_rng(1).uniform(0.1, 3.0, n)
+    h = x.T @ x / len(x)
+    h[:, 5] = h[5, :] = 0.0
+    u = gptq.inverse_factor(h, block)
+    want = np.linalg.cholesky(np.linalg.inv(gptq.damped(h))).T
+    assert np.array_equal(u, np.triu(u))
+    assert np.abs(u - want).max() <= 1e-10 * np.abs(want).max()
+
+
+def test_inverse_factor_of_a_singular_covariance_is_one_clear_error():
+    h = np.ones((64, 64))  # rank 1; the 1% damping still leaves it positive definite
+    gptq.inverse_factor(h, 16)
+    h[0, 1] = h[1, 0] = -1e6  # indefinite whatever the damping
+    with pytest.raises(IEError, match="not positive definite"):
+        gptq.inverse_factor(h, 16)
+
+
+@pytest.mark.parametrize("n, block", [(64, 7), (200, 512), (130, 64)])
+def test_gram_by_upper_blocks_is_the_whole_product(n, block):
+    """runtime/hessians.py's add_gram + mirror_upper: Σ XᵀX over chunks in float64, exactly symmetric."""
+    from iekit.runtime.hessians import add_gram, mirror_upper
+
+    rng = np.random.default_rng(n)
+    xs = [rng.standard_normal((33, n)).astype(np.float32) for _ in range(3)]
+    acc = np.zeros((n, n))
+    for x in xs:
+        add_gram(acc, x, block)
+    mirror_upper(acc, block)
+    want = sum(x.astype(np.float64).T @ x.astype(np.float64) for x in xs)
+    assert np.array_equal(acc, acc.T)
+    assert np.allclose(acc, want, rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("h, needle", [
     (np.full((64, 64), np.nan), "non-finite"),
     (-np.eye(64), "negative variance"),
