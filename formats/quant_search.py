@@ -13,7 +13,9 @@ llama.cpp's: every sum is accumulated left to right (``seqsum``, as the C
 loops do, never numpy's pairwise sum), every product is formed in the C
 source's order, and ``nearest_int`` is the same magic-number rounding. That
 is why the code below is written out operation by operation; change one and
-``tests/test_kquant.py`` (golden bytes from llama.cpp) says so.
+``tests/test_kquant.py`` (golden bytes from llama.cpp) says so. The affine
+search (``qkx``), three quarters of q4_k's quantizer in numpy, runs in C++
+(csrc/search/qkx.cpp) with the same arithmetic.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import _search
 from .workers import ordered_map, worker_count
 
 F32 = np.float32
@@ -66,82 +69,21 @@ def qkx(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nst
     """Affine codes for each row of x with weights w: (scale [n], the_min [n] >= 0,
     codes [n, k] uint8) with x ~ scale * code - the_min. ggml's make_qkx2_quants
     (= make_qkx3_quants with weights); ``mad``: its use_mad, the weighted
-    absolute error compared instead of the squared one (q2_k)."""
-    x = np.asarray(x, F32)
-    w = np.asarray(w, F32)
+    absolute error compared instead of the squared one (q2_k). In C++
+    (csrc/search/qkx.cpp, the same float32 arithmetic as the C loops): its
+    37 fits per block were three quarters of q4_k's quantizer in numpy."""
+    x = np.ascontiguousarray(x, F32)
+    w = np.ascontiguousarray(w, F32)
     n = x.shape[0]
     scale = np.empty(n, F32)
     the_min = np.empty(n, F32)
     codes = np.empty(x.shape, np.uint8)
 
     def work(a: int, b: int) -> None:
-        s, m, c = _qkx_t(np.ascontiguousarray(x[a:b].T), np.ascontiguousarray(w[a:b].T), nmax, rmin, rdelta, nstep, mad)
-        scale[a:b], the_min[a:b], codes[a:b] = s, m, c.T
+        scale[a:b], the_min[a:b], codes[a:b] = _search.qkx(x[a:b], w[a:b], nmax, rmin, rdelta, nstep, mad)
 
     over_chunks(n, work)
     return scale, the_min, codes
-
-
-def _grid(v: np.ndarray, iscale: np.ndarray, nmax: int) -> np.ndarray:
-    """clamp(nearest_int(v), 0, nmax) as float32, in place. v = iscale * (x - min)
-    lies in [0, nmax + 1], where rint is nearest_int; a column whose iscale is
-    not finite (a subnormal range) takes the C arithmetic exactly."""
-    bad = ~np.isfinite(iscale)
-    exact = np.clip(nearest_int(v[:, bad]), 0, nmax) if bad.any() else None
-    np.rint(v, out=v)
-    np.clip(v, F32(0), F32(nmax), out=v)
-    if exact is not None:
-        v[:, bad] = exact
-    return v
-
-
-def _qkx_t(x, w, nmax, rmin, rdelta, nstep, mad):
-    """qkx on one chunk, transposed: x, w [k, n]."""
-    with np.errstate(all="ignore"):
-        mn = np.minimum(x.min(axis=0), F32(0))
-        mx = x.max(axis=0)
-        sum_w = _colsum(w)
-        sum_x = _colsum(w * x)
-        flat = mx == mn
-        iscale = (F32(nmax) / (mx - mn)).astype(F32)
-        scale = (F32(1) / iscale).astype(F32)
-        xm = x - mn
-        lf = _grid(iscale * xm, iscale, nmax)
-        diff = scale * lf + mn - x
-        best = _colsum(w * (np.abs(diff) if mad else diff * diff))
-        tmp, tmp2, tmp3 = np.empty_like(x), np.empty_like(x), np.empty_like(x)
-        for step in range(nstep + 1):
-            # mn is the best fit's min so far, as in the C loop
-            isc = ((F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / (mx - mn)).astype(F32)
-            aux = _grid(np.multiply(isc, xm, out=tmp), isc, nmax)
-            wl = np.multiply(w, aux, out=tmp2)
-            sum_l = _colsum(wl)
-            sum_l2 = _colsum(np.multiply(wl, aux, out=tmp3))
-            sum_xl = _colsum(np.multiply(wl, x, out=tmp3))
-            d = sum_w * sum_l2 - sum_l * sum_l
-            this_scale = (sum_w * sum_xl - sum_x * sum_l) / d
-            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d
-            pos = this_min > 0
-            this_min = np.where(pos, F32(0), this_min)
-            this_scale = np.where(pos, sum_xl / sum_l2, this_scale).astype(F32)
-            diff = np.multiply(this_scale, aux, out=tmp2)
-            diff += this_min
-            diff -= x
-            if mad:
-                np.abs(diff, out=diff)
-            else:
-                np.multiply(diff, diff, out=diff)
-            cur = _colsum(np.multiply(w, diff, out=diff))
-            better = (d > 0) & (cur < best) & ~flat
-            if better.any():
-                np.copyto(lf, aux, where=better)
-                best = np.where(better, cur, best)
-                scale = np.where(better, this_scale, scale)
-                mn = np.where(better, this_min, mn)
-                np.subtract(x, mn, out=xm)
-    scale = np.where(flat, F32(0), scale).astype(F32)
-    lf[:, flat] = 0
-    return scale, (-mn).astype(F32), lf.astype(np.uint8)
 
 
 def _move_codes(x: np.ndarray, w: np.ndarray, codes: np.ndarray, lo: int | None, hi: int, active: np.ndarray,

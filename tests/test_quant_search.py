@@ -1,0 +1,97 @@
+"""The quantizers' searches in C++ (csrc/search, iekit.formats._search)
+against the C loops of ggml-quants.c transcribed in float32 scalars; in the
+sanitizer run (Makefile SAN_PYTESTS). tests/test_kquant.py holds them to
+libggml's own bytes through the schemes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from iekit.formats import quant_search as qs
+
+
+def _make_qkx2_quants(x, w, nmax, rmin, rdelta, nstep, mad):
+    """ggml-quants.c's make_qkx2_quants for one block, transcribed line by line
+    in numpy float32 scalars (each operation rounded as the C code's)."""
+    f = np.float32
+    k = len(x)
+    mn, mx, sum_w, sum_x = x[0], x[0], w[0], w[0] * x[0]
+    for i in range(1, k):
+        mn, mx = (x[i] if x[i] < mn else mn), (x[i] if x[i] > mx else mx)
+        sum_w, sum_x = sum_w + w[i], sum_x + w[i] * x[i]
+    if mn > 0:
+        mn = f(0)
+    if mx == mn:
+        return f(0), -mn, np.zeros(k, np.uint8)
+
+    def codes(iscale, m):
+        return np.array([min(max(int(qs.nearest_int(iscale * (x[i] - m))), 0), nmax) for i in range(k)], np.uint8)
+
+    def err(sc, m, l):
+        e = None
+        for i in range(k):
+            d = sc * f(l[i]) + m - x[i]
+            t = w[i] * (abs(d) if mad else d * d)
+            e = t if e is None else e + t
+        return e
+
+    iscale = f(nmax) / (mx - mn)
+    scale = f(1) / iscale
+    best_l = codes(iscale, mn)
+    best = err(scale, mn, best_l)
+    for step in range(nstep + 1):
+        iscale = (f(rmin) + f(rdelta) * f(step) + f(nmax)) / (mx - mn)
+        l = codes(iscale, mn)
+        sl = sl2 = sxl = None
+        for i in range(k):
+            wl = w[i] * f(l[i])
+            sl, sl2, sxl = ((wl, wl * f(l[i]), wl * x[i]) if i == 0 else
+                            (sl + wl, sl2 + wl * f(l[i]), sxl + wl * x[i]))
+        d = sum_w * sl2 - sl * sl
+        if d > 0:
+            this_scale, this_min = (sum_w * sxl - sum_x * sl) / d, (sl2 * sum_x - sl * sxl) / d
+            if this_min > 0:
+                this_scale, this_min = sxl / sl2, f(0)
+            cur = err(this_scale, this_min, l)
+            if cur < best:
+                best, best_l, scale, mn = cur, l, this_scale, this_min
+    return scale, -mn, best_l
+
+
+@pytest.mark.parametrize("nmax, search, mad", [(15, (-1.0, 0.1, 20), False), (15, (-0.9, 0.05, 36), False),
+                                               (3, (-0.5, 0.1, 15), True), (31, (-0.5, 0.1, 15), False)])
+def test_native_affine_search_is_the_c_loop(nmax, search, mad):
+    """csrc/search/qkx.cpp (four blocks per vector) against the C loop transcribed
+    in float32 scalars: blocks all positive, all negative, flat, with zero weights,
+    subnormal, and a short last group of lanes."""
+    rng = np.random.default_rng(nmax)
+    x = rng.standard_normal((11, 16)).astype(np.float32)
+    x[1] = np.abs(x[1]) + 0.5
+    x[2] = -np.abs(x[2]) - 0.5
+    x[3] = 1.25
+    x[4] = np.float32(1e-40) * np.sign(x[4])
+    x[5, :5] = 0
+    w = (np.abs(x) if mad else rng.uniform(0, 2, x.shape)).astype(np.float32)
+    w[6, ::3] = 0
+    scale, the_min, codes = qs.qkx(x, w, nmax, *search, mad=mad)
+    for b in range(len(x)):
+        with np.errstate(all="ignore"):  # the subnormal block's scales overflow, as in C
+            s, m, l = _make_qkx2_quants(x[b], w[b], nmax, *search, mad)
+        assert (scale[b].tobytes(), the_min[b].tobytes()) == (np.float32(s).tobytes(), np.float32(m).tobytes()), b
+        assert np.array_equal(codes[b], l), b
+
+
+@pytest.mark.parametrize("args, needle", [
+    ((np.ones((2, 8), np.float32), np.ones((2, 7), np.float32), 15), "one shape"),
+    ((np.ones(8, np.float32), np.ones(8, np.float32), 15), "one shape"),
+    ((np.ones((2, 8), np.float32), np.ones((2, 8), np.float32), 0), "nmax"),
+    ((np.ones((2, 8), np.float32), np.ones((2, 8), np.float32), 256), "nmax"),
+])
+def test_native_affine_search_checks_its_arguments(args, needle):
+    from iekit.formats import _search
+
+    with pytest.raises(ValueError, match=needle):
+        _search.qkx(*args, -0.5, 0.1, 15)
+    with pytest.raises(ValueError, match="nstep"):
+        _search.qkx(np.ones((2, 8), np.float32), np.ones((2, 8), np.float32), 15, -0.5, 0.1, -1)
