@@ -23,6 +23,7 @@ from functools import cache
 
 import numpy as np
 
+from . import _search
 from .quant_search import over_chunks
 
 GRID_WORDS = np.array([
@@ -105,25 +106,24 @@ def grid() -> np.ndarray:
 def _neighbours() -> tuple[np.ndarray, np.ndarray]:
     """The NEIGHBOURS grid indices nearest (squared distance, then index) to
     each tuple of levels 0..7 ([4096, K], the tuple's index being sum
-    level_j 8^j), and their magnitudes [4096, K, 4]."""
+    level_j 8^j), and their magnitudes element-major [4096, 4, K] (the
+    native search runs across the candidates)."""
     levels = (np.arange(4096)[:, None] >> (3 * np.arange(4))[None, :]) & 7
     tuples = (2 * levels + 1).astype(np.float32)
     dist = ((tuples[:, None, :] - grid()[None, :, :]) ** 2).sum(-1)
     idx = np.argsort(dist, axis=1, kind="stable")[:, :NEIGHBOURS].astype(np.int16)
-    return idx, np.ascontiguousarray(grid()[idx])
+    return idx, np.ascontiguousarray(grid()[idx].transpose(0, 2, 1))
 
 
 def nearest(u: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Grid index [m] nearest to each magnitude four-tuple u [m, 4] (in grid
     units) under per-weight weights w [m, 4]: the smallest sum w (u - g)²
     among the rounded tuple's neighbours (the first of equals), compared as
-    sum w g (g - 2u), which differs from it by the candidates' common sum w u²."""
+    sum w g (g - 2u), which differs from it by the candidates' common sum w u².
+    In C++ (csrc/search/grid_nearest.cpp), where numpy spent most of the
+    quantizer's time."""
     idx, values = _neighbours()
-    levels = np.clip(np.rint((u - 1) * np.float32(0.5)), 0, 7).astype(np.int32)
-    t = levels @ np.array([1, 8, 64, 512], np.int32)
-    g = values[t]  # [m, K, 4]
-    err = np.matmul(g * (g - 2 * u[:, None, :]), w[:, :, None])[..., 0]
-    return idx[t, err.argmin(axis=1)].astype(np.int32)
+    return _search.grid_nearest(u, w, idx, values)
 
 
 # The scales tried per sub-block, as the place of its largest magnitude on

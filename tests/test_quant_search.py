@@ -95,3 +95,35 @@ def test_native_affine_search_checks_its_arguments(args, needle):
         _search.qkx(*args, -0.5, 0.1, 15)
     with pytest.raises(ValueError, match="nstep"):
         _search.qkx(np.ones((2, 8), np.float32), np.ones((2, 8), np.float32), 15, -0.5, 0.1, -1)
+
+
+def test_native_grid_search_is_the_numpy_one():
+    """csrc/search/grid_nearest.cpp against the same search in numpy: each
+    tuple's rounded levels, its 16 neighbours' sum w g (g - 2u), the first
+    smallest; tuples off the grid's range (negative, past 15) and zero weights."""
+    from iekit.formats import iq3s_grid
+
+    rng = np.random.default_rng(3)
+    u = rng.uniform(-2, 19, (5000, 4)).astype(np.float32)
+    w = rng.uniform(0, 2, (5000, 4)).astype(np.float32)
+    w[::7, 1] = 0
+    idx, values = iq3s_grid._neighbours()
+    levels = np.clip(np.rint((u - 1) * np.float32(0.5)), 0, 7).astype(np.int32)
+    t = levels @ np.array([1, 8, 64, 512])
+    g = values[t].transpose(0, 2, 1)  # [m, K, 4]
+    err = (g * (g - 2 * u[:, None, :]) * w[:, None, :]).sum(-1)
+    want = idx[t, err.argmin(axis=1)]
+    assert np.array_equal(iq3s_grid.nearest(u, w), want)
+
+
+@pytest.mark.parametrize("shapes, needle", [
+    (((5, 4), (5, 3), (4096, 16), (4096, 4, 16)), "u and w"),
+    (((5, 4), (5, 4), (4095, 16), (4096, 4, 16)), "cand_idx"),
+    (((5, 4), (5, 4), (4096, 16), (4096, 16, 4)), "cand_val"),
+])
+def test_native_grid_search_checks_its_arguments(shapes, needle):
+    from iekit.formats import _search
+
+    u, w, idx, val = (np.zeros(s, np.int16 if i == 2 else np.float32) for i, s in enumerate(shapes))
+    with pytest.raises(ValueError, match=needle):
+        _search.grid_nearest(u, w, idx, val)

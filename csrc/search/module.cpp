@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "grid_nearest.h"
 #include "qkx.h"
 
 namespace py = pybind11;
@@ -37,6 +38,29 @@ py::tuple qkx(const F32Array& x, const F32Array& w, int nmax, float rmin, float 
   return py::make_tuple(scale, the_min, codes);
 }
 
+py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
+                                 const py::array_t<int16_t, py::array::c_style | py::array::forcecast>& cand_idx,
+                                 const F32Array& cand_val) {
+  if (u.ndim() != 2 || u.shape(1) != 4 || w.ndim() != 2 || w.shape(0) != u.shape(0) || w.shape(1) != 4)
+    throw std::invalid_argument("grid_nearest: u and w must be [m, 4] arrays of one shape");
+  if (cand_idx.ndim() != 2 || cand_idx.shape(0) != 4096 || cand_idx.shape(1) < 1 ||
+      cand_idx.shape(1) > ie::kMaxCandidates)
+    throw std::invalid_argument("grid_nearest: cand_idx must be [4096, k], k 1.." + std::to_string(ie::kMaxCandidates));
+  const int k = static_cast<int>(cand_idx.shape(1));
+  if (cand_val.ndim() != 3 || cand_val.shape(0) != 4096 || cand_val.shape(1) != 4 || cand_val.shape(2) != k)
+    throw std::invalid_argument("grid_nearest: cand_val must be [4096, 4, k] beside cand_idx [4096, k]");
+  const int64_t m = u.shape(0);
+  py::array_t<int32_t> out(m);
+  const float *up = u.data(), *wp = w.data(), *vp = cand_val.data();
+  const int16_t* ip = cand_idx.data();
+  int32_t* op = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    ie::grid_nearest(up, wp, m, ip, vp, k, op);
+  }
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_search, m) {
@@ -45,4 +69,7 @@ PYBIND11_MODULE(_search, m) {
         py::arg("nstep"), py::arg("mad") = false,
         "ggml's make_qkx2_quants over blocks x, w [n, k] (float32): (scale [n], the_min [n], codes [n, k] uint8), "
         "x ~ scale * code - the_min.");
+  m.def("grid_nearest", &grid_nearest, py::arg("u"), py::arg("w"), py::arg("cand_idx"), py::arg("cand_val"),
+        "iq3_s's search: for each magnitude four-tuple u [m, 4] under weights w [m, 4], the candidate of its "
+        "rounded tuple (cand_idx [4096, k], cand_val [4096, 4, k]) of least weighted squared error: int32 [m].");
 }
