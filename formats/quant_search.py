@@ -267,9 +267,6 @@ _IQ4_LO, _IQ4_HI = -256, 228  # floor(2x) beyond these gives code 0 / 15 (2 x 11
 _IQ4_LUT = np.searchsorted(IQ4_VALUES[:-1] + IQ4_VALUES[1:], np.arange(_IQ4_LO, _IQ4_HI + 1), side="right").astype(np.uint8)
 
 
-_IQ4_VALUE_LUT = IQ4_VALUES[_IQ4_LUT]  # the nearest value itself, for the scale search's fits
-
-
 def _iq4_slot(a: np.ndarray, scratch: np.ndarray) -> np.ndarray:
     """floor(2a) - _IQ4_LO clamped to the tables' range, as intp (a NaN gets
     some slot); ``scratch`` (float32, a's shape; may be ``a``) is overwritten."""
@@ -294,28 +291,14 @@ def iq4_scales(x: np.ndarray, w: np.ndarray, ntry: int = 7) -> np.ndarray:
     IQ4_VALUES[code]) under weights w: the scale search of ggml's
     quantize_row_iq4_nl_impl (its first fit, then 2 * ntry + 1 more starts,
     each refit by weighted least squares). The scale may be negative: the grid
-    is not symmetric, and mirroring it can fit a block better."""
-    return _scale_per_row(_iq4_t, x, w, ntry)
+    is not symmetric, and mirroring it can fit a block better. In C++
+    (csrc/search/iq4_scales.cpp, the same arithmetic and code table)."""
+    x = np.ascontiguousarray(x, F32)
+    w = np.ascontiguousarray(w, F32)
+    out = np.empty(x.shape[0], F32)
 
+    def work(a: int, b: int) -> None:
+        out[a:b] = _search.iq4_scales(x[a:b], w[a:b], ntry)
 
-def _iq4_t(x, w, ntry):
-    """iq4_scales on one chunk, transposed: x, w [32, n]."""
-    with np.errstate(all="ignore"):
-        mx, zero = signed_max(x, axis=0)
-        q, wq, t = np.empty_like(x), np.empty_like(x), np.empty_like(x)  # reused by every fit
-
-        def fit(iscale):
-            np.take(_IQ4_VALUE_LUT, _iq4_slot(np.multiply(iscale, x, out=t), t), out=q)
-            np.multiply(w, q, out=wq)
-            return _colsum(np.multiply(wq, x, out=t)), _colsum(np.multiply(wq, q, out=t))
-
-        d = (mx / F32(127)).astype(F32)  # -max / values[0]
-        sumqx, sumq2 = fit((F32(1) / d).astype(F32))
-        d = np.where(sumq2 > 0, sumqx / sumq2, F32(0)).astype(F32)
-        best = (d * sumqx).astype(F32)
-        for itry in range(-ntry, ntry + 1):
-            sumqx, sumq2 = fit((F32(itry - 127) / mx).astype(F32))
-            better = (sumq2 > 0) & (sumqx * sumqx > best * sumq2)
-            d = np.where(better, sumqx / sumq2, d).astype(F32)
-            best = np.where(better, d * sumqx, best).astype(F32)
-    return np.where(zero, F32(0), d).astype(F32)
+    over_chunks(x.shape[0], work)
+    return out

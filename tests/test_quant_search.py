@@ -127,3 +127,73 @@ def test_native_grid_search_checks_its_arguments(shapes, needle):
     u, w, idx, val = (np.zeros(s, np.int16 if i == 2 else np.float32) for i, s in enumerate(shapes))
     with pytest.raises(ValueError, match=needle):
         _search.grid_nearest(u, w, idx, val)
+
+
+def _iq4_nl_scale(x, w, ntry):
+    """The scale search of ggml-quants.c's quantize_row_iq4_nl_impl for one
+    32-element block, transcribed in numpy float32 scalars, best_index_int8 included."""
+    f, values = np.float32, qs.IQ4_VALUES
+
+    def best_index(a):
+        if a <= values[0]:
+            return 0
+        if a >= values[15]:
+            return 15
+        lo, hi = 0, 15
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if a < values[mid] else (mid, hi)
+        return hi - 1 if a - values[hi - 1] < values[hi] - a else hi
+
+    def fit(iscale):
+        sqx = sq2 = f(0)
+        for j in range(32):
+            q = values[best_index(iscale * x[j])]
+            sqx, sq2 = sqx + w[j] * q * x[j], sq2 + w[j] * q * q
+        return sqx, sq2
+
+    amax, mx = f(0), f(0)
+    for v in x:
+        if abs(v) > amax:
+            amax, mx = abs(v), v
+    if amax < f(1e-15):
+        return f(0)
+    d = -mx / values[0]
+    sqx, sq2 = fit(f(1) / d)
+    d = sqx / sq2 if sq2 > 0 else f(0)
+    best = d * sqx
+    for itry in range(-ntry, ntry + 1):
+        sqx, sq2 = fit((f(itry) + values[0]) / mx)
+        if sq2 > 0 and sqx * sqx > best * sq2:
+            d = sqx / sq2
+            best = d * sqx
+    return d
+
+
+def test_native_iq4_scale_search_is_the_c_loop():
+    """csrc/search/iq4_scales.cpp against ggml's loop in float32 scalars: mixed,
+    one-signed, tiny (under 1e-15: scale 0), subnormal blocks, ties of the
+    largest magnitude, zero weights, and a short last group of lanes."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((13, 32)).astype(np.float32)
+    x[1] = np.abs(x[1])
+    x[2] = -np.abs(x[2]) * 1e3
+    x[3] = np.float32(1e-16)
+    x[4] = np.float32(1e-39) * np.sign(x[4])
+    x[5, 3], x[5, 9] = 4.0, -4.0  # a tie of magnitudes: the first
+    x[6] = np.round(x[6] * 8)
+    w = rng.uniform(0, 2, x.shape).astype(np.float32)
+    w[7, ::2] = 0
+    got = qs.iq4_scales(x, w)
+    with np.errstate(all="ignore"):
+        want = np.array([_iq4_nl_scale(x[b], w[b], 7) for b in range(len(x))], np.float32)
+    assert got.tobytes() == want.tobytes()
+
+
+def test_native_iq4_scale_search_checks_its_arguments():
+    from iekit.formats import _search
+
+    with pytest.raises(ValueError, match=r"\[n, 32\]"):
+        _search.iq4_scales(np.ones((3, 16), np.float32), np.ones((3, 16), np.float32))
+    with pytest.raises(ValueError, match="ntry"):
+        _search.iq4_scales(np.ones((3, 32), np.float32), np.ones((3, 32), np.float32), -1)

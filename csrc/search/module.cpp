@@ -8,6 +8,7 @@
 #include <string>
 
 #include "grid_nearest.h"
+#include "iq4_scales.h"
 #include "qkx.h"
 
 namespace py = pybind11;
@@ -61,6 +62,21 @@ py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
   return out;
 }
 
+py::array_t<float> iq4_scales(const F32Array& x, const F32Array& w, int ntry) {
+  if (x.ndim() != 2 || x.shape(1) != 32 || w.ndim() != 2 || w.shape(0) != x.shape(0) || w.shape(1) != 32)
+    throw std::invalid_argument("iq4_scales: x and w must be [n, 32] arrays of one shape");
+  if (ntry < 0 || ntry > 127) throw std::invalid_argument("iq4_scales: ntry must be 0..127, got " + std::to_string(ntry));
+  const int64_t n = x.shape(0);
+  py::array_t<float> scale(n);
+  const float *xp = x.data(), *wp = w.data();
+  float* sp = scale.mutable_data();
+  {
+    py::gil_scoped_release release;
+    ie::iq4_scales(xp, wp, n, ntry, sp);
+  }
+  return scale;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_search, m) {
@@ -69,6 +85,8 @@ PYBIND11_MODULE(_search, m) {
         py::arg("nstep"), py::arg("mad") = false,
         "ggml's make_qkx2_quants over blocks x, w [n, k] (float32): (scale [n], the_min [n], codes [n, k] uint8), "
         "x ~ scale * code - the_min.");
+  m.def("iq4_scales", &iq4_scales, py::arg("x"), py::arg("w"), py::arg("ntry") = 7,
+        "The scale search of ggml's quantize_row_iq4_nl_impl over 32-element blocks x, w [n, 32]: float32 [n].");
   m.def("grid_nearest", &grid_nearest, py::arg("u"), py::arg("w"), py::arg("cand_idx"), py::arg("cand_val"),
         "iq3_s's search: for each magnitude four-tuple u [m, 4] under weights w [m, 4], the candidate of its "
         "rounded tuple (cand_idx [4096, k], cand_val [4096, 4, k]) of least weighted squared error: int32 [m].");

@@ -1,0 +1,100 @@
+// iq4_scales.h, four blocks at a time in the lanes of a vector (as qkx.cpp).
+#include "iq4_scales.h"
+
+namespace ie {
+namespace {
+
+constexpr int kLanes = 4;
+typedef float V __attribute__((vector_size(4 * kLanes)));
+typedef int32_t VI __attribute__((vector_size(4 * kLanes)));
+
+// ggml's kvalues_iq4nl.
+constexpr float kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// A code is chosen by floor(2 a), clamped to [kLo, kHi]: the midpoints of
+// neighbouring values are half-integers, so a >= m iff floor(2a) >= 2m.
+constexpr int kLo = -256, kHi = 228;
+
+struct ValueTable {
+  float v[kHi - kLo + 1];
+  ValueTable() {
+    for (int s = kLo; s <= kHi; ++s) {
+      int code = 0;
+      while (code < 15 && kValues[code] + kValues[code + 1] <= static_cast<float>(s)) ++code;
+      v[s - kLo] = kValues[code];
+    }
+  }
+};
+
+// The grid value nearest to each lane of a (NaN: the lowest).
+inline V nearest_values(V a, const ValueTable& t) {
+  V s = a * 2.f;
+  s = s > static_cast<float>(kLo) ? s : static_cast<float>(kLo);  // NaN too
+  s = s < static_cast<float>(kHi) ? s : static_cast<float>(kHi);
+  VI f = __builtin_convertvector(s, VI);         // toward zero, then down where that was up: floor
+  f += __builtin_convertvector(f, V) > s;        // (a true comparison is -1)
+  V q;
+  for (int g = 0; g < kLanes; ++g) q[g] = t.v[f[g] - kLo];
+  return q;
+}
+
+// Σ w q x and Σ w q q of each lane, left to right, q the values of iscale * x.
+inline void fit(const V* x, const V* w, V iscale, const ValueTable& t, V& sumqx, V& sumq2) {
+  V q = nearest_values(iscale * x[0], t), wq = w[0] * q;
+  V sx = wq * x[0], s2 = wq * q;
+  for (int i = 1; i < 32; ++i) {
+    q = nearest_values(iscale * x[i], t);
+    wq = w[i] * q;
+    sx += wq * x[i];
+    s2 += wq * q;
+  }
+  sumqx = sx;
+  sumq2 = s2;
+}
+
+V group(const V* x, const V* w, int ntry, const ValueTable& t) {
+  V mx = x[0], amax = reinterpret_cast<V>(reinterpret_cast<VI>(x[0]) & 0x7FFFFFFF);
+  for (int i = 1; i < 32; ++i) {
+    const V a = reinterpret_cast<V>(reinterpret_cast<VI>(x[i]) & 0x7FFFFFFF);
+    // The first of equals, as the C loop's strict '>'; a NaN counts as the largest (numpy's argmax).
+    const VI more = (a > amax) | ((a != a) & (amax == amax));
+    amax = more ? a : amax;
+    mx = more ? x[i] : mx;
+  }
+  V sumqx, sumq2;
+  const V d0 = mx / 127.f;
+  fit(x, w, 1.f / d0, t, sumqx, sumq2);
+  V d = sumq2 > 0.f ? sumqx / sumq2 : V{};
+  V best = d * sumqx;
+  for (int itry = -ntry; itry <= ntry; ++itry) {
+    fit(x, w, static_cast<float>(itry - 127) / mx, t, sumqx, sumq2);
+    const VI better = (sumq2 > 0.f) & (sumqx * sumqx > best * sumq2);
+    d = better ? sumqx / sumq2 : d;
+    best = better ? d * sumqx : best;
+  }
+  const VI zero = (reinterpret_cast<V>(reinterpret_cast<VI>(mx) & 0x7FFFFFFF)) < 1e-15f;
+  return zero ? V{} : d;
+}
+
+}  // namespace
+
+void iq4_scales(const float* x, const float* w, int64_t n, int ntry, float* scale) {
+  static_assert(kLanes == 4);
+  const ValueTable t;
+  V xt[32], wt[32];
+  for (int64_t b0 = 0; b0 < n; b0 += kLanes) {
+    const int m = n - b0 < kLanes ? static_cast<int>(n - b0) : kLanes;
+    // A short last group repeats its first block in the lanes past the end (never written back).
+    for (int g = 0; g < kLanes; ++g) {
+      const float* xb = x + (b0 + (g < m ? g : 0)) * 32;
+      const float* wb = w + (b0 + (g < m ? g : 0)) * 32;
+      for (int i = 0; i < 32; ++i) {
+        xt[i][g] = xb[i];
+        wt[i][g] = wb[i];
+      }
+    }
+    const V d = group(xt, wt, ntry, t);
+    for (int g = 0; g < m; ++g) scale[b0 + g] = d[g];
+  }
+}
+
+}  // namespace ie
