@@ -215,4 +215,3 @@ def test_a_nonfinite_d_at_the_end_of_a_block_is_found(scheme, d_at):
     for i in range(0, raw.size, 100):
         scan.feed(raw[i:i + 100].tobytes())
     assert scan.problem is not None and "block 3 (row 1, columns 256..511)" in scan.problem and "d is nan" in scan.problem
-
