@@ -13,9 +13,9 @@ llama.cpp's: every sum is accumulated left to right (``seqsum``, as the C
 loops do, never numpy's pairwise sum), every product is formed in the C
 source's order, and ``nearest_int`` is the same magic-number rounding. That
 is why the code below is written out operation by operation; change one and
-``tests/test_kquant.py`` (golden bytes from llama.cpp) says so. The affine
-search (``qkx``), three quarters of q4_k's quantizer in numpy, runs in C++
-(csrc/search/qkx.cpp) with the same arithmetic.
+``tests/test_kquant.py`` (golden bytes from llama.cpp) says so. The two
+hottest, the affine search (``qkx``) and the iq4 scale search
+(``iq4_scales``), run in C++ (csrc/search) with the same arithmetic.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 // then k candidates' weighted errors, four products each.
 #include "grid_nearest.h"
 
+#include "lanes.h"
+
 namespace ie {
 
 void grid_nearest(const float* u, const float* w, int64_t m, const int16_t* cand_idx, const float* cand_val, int k,
@@ -13,7 +15,7 @@ void grid_nearest(const float* u, const float* w, int64_t m, const int16_t* cand
     for (int j = 0; j < 4; ++j) {
       // Half to even as numpy's rint, by adding and taking off 1.5 * 2^23 (nearbyint is a libm call
       // below SSE4.1); exact where it matters, |l| < 2^22, and on the right side of 0..7 beyond.
-      const float l = ((ui[j] - 1.f) * 0.5f + 12582912.f) - 12582912.f;
+      const float l = ((ui[j] - 1.f) * 0.5f + search::kRoundMagic) - search::kRoundMagic;
       t += (l > 0.f ? (l < 7.f ? static_cast<int>(l) : 7) : 0) << (3 * j);
     }
     // The candidates side by side (cand_val is [4096, 4, k]): each element's term is one pass of

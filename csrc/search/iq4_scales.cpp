@@ -1,15 +1,14 @@
-// iq4_scales.h, four blocks at a time in the lanes of a vector (as qkx.cpp).
+// iq4_scales.h, four blocks at a time (lanes.h).
 #include "iq4_scales.h"
+
+#include "common/weight_decode.h"
+#include "lanes.h"
 
 namespace ie {
 namespace {
 
-constexpr int kLanes = 4;
-typedef float V __attribute__((vector_size(4 * kLanes)));
-typedef int32_t VI __attribute__((vector_size(4 * kLanes)));
+using namespace search;
 
-// ggml's kvalues_iq4nl.
-constexpr float kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 // A code is chosen by floor(2 a), clamped to [kLo, kHi]: the midpoints of
 // neighbouring values are half-integers, so a >= m iff floor(2a) >= 2m.
 constexpr int kLo = -256, kHi = 228;
@@ -19,8 +18,8 @@ struct ValueTable {
   ValueTable() {
     for (int s = kLo; s <= kHi; ++s) {
       int code = 0;
-      while (code < 15 && kValues[code] + kValues[code + 1] <= static_cast<float>(s)) ++code;
-      v[s - kLo] = kValues[code];
+      while (code < 15 && iq4_value(code) + iq4_value(code + 1) <= s) ++code;
+      v[s - kLo] = static_cast<float>(iq4_value(code));
     }
   }
 };
@@ -52,9 +51,9 @@ inline void fit(const V* x, const V* w, V iscale, const ValueTable& t, V& sumqx,
 }
 
 V group(const V* x, const V* w, int ntry, const ValueTable& t) {
-  V mx = x[0], amax = reinterpret_cast<V>(reinterpret_cast<VI>(x[0]) & 0x7FFFFFFF);
+  V mx = x[0], amax = abs_lanes(x[0]);
   for (int i = 1; i < 32; ++i) {
-    const V a = reinterpret_cast<V>(reinterpret_cast<VI>(x[i]) & 0x7FFFFFFF);
+    const V a = abs_lanes(x[i]);
     // The first of equals, as the C loop's strict '>'; a NaN counts as the largest (numpy's argmax).
     const VI more = (a > amax) | ((a != a) & (amax == amax));
     amax = more ? a : amax;
@@ -71,27 +70,18 @@ V group(const V* x, const V* w, int ntry, const ValueTable& t) {
     d = better ? sumqx / sumq2 : d;
     best = better ? d * sumqx : best;
   }
-  const VI zero = (reinterpret_cast<V>(reinterpret_cast<VI>(mx) & 0x7FFFFFFF)) < 1e-15f;
+  const VI zero = abs_lanes(mx) < 1e-15f;
   return zero ? V{} : d;
 }
 
 }  // namespace
 
 void iq4_scales(const float* x, const float* w, int64_t n, int ntry, float* scale) {
-  static_assert(kLanes == 4);
   const ValueTable t;
   V xt[32], wt[32];
   for (int64_t b0 = 0; b0 < n; b0 += kLanes) {
-    const int m = n - b0 < kLanes ? static_cast<int>(n - b0) : kLanes;
-    // A short last group repeats its first block in the lanes past the end (never written back).
-    for (int g = 0; g < kLanes; ++g) {
-      const float* xb = x + (b0 + (g < m ? g : 0)) * 32;
-      const float* wb = w + (b0 + (g < m ? g : 0)) * 32;
-      for (int i = 0; i < 32; ++i) {
-        xt[i][g] = xb[i];
-        wt[i][g] = wb[i];
-      }
-    }
+    load_group(w, n, b0, 32, wt);
+    const int m = load_group(x, n, b0, 32, xt);
     const V d = group(xt, wt, ntry, t);
     for (int g = 0; g < m; ++g) scale[b0 + g] = d[g];
   }

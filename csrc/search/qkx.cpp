@@ -1,33 +1,26 @@
 // make_qkx2_quants as ggml-quants.c writes it (qkx.h), four blocks at a
-// time in the lanes of a vector (GCC/Clang vector extensions: SSE2 in the
-// default build). Each block's sums stay left to right in its own
-// lane, so every lane computes the C loop's floats; the numpy code this
-// replaced ran across blocks the same way (a block's own sums are one
-// chain no vector can split).
+// time (lanes.h; the numpy code this replaced ran across blocks the same
+// way: a block's own sums are one chain no vector can split).
 #include "qkx.h"
 
-#include <algorithm>
-#include <cstring>
 #include <vector>
+
+#include "lanes.h"
 
 namespace ie {
 namespace {
 
-constexpr int kLanes = 4;  // one SSE2 register: wider vectors without AVX went through the stack
-typedef float V __attribute__((vector_size(4 * kLanes)));
-typedef int32_t VI __attribute__((vector_size(4 * kLanes)));
+using namespace search;
 
 // ggml's nearest_int (round half to even by adding 1.5 * 2^23; what the C
 // code returns outside |v| < 2^22, inf and NaN included), clamped to 0..nmax.
 inline VI codes_of(V v, int nmax) {
-  const VI bits = reinterpret_cast<VI>(v + 12582912.f);
+  const VI bits = reinterpret_cast<VI>(v + kRoundMagic);
   VI l = (bits & 0x007FFFFF) - 0x00400000;  // in [-2^22, 2^22)
   l &= ~(l >> 31);                          // max(l, 0) by shifts and masks: SSE2 has no pmaxsd, and GCC
   const VI over = (nmax - l) >> 31;         // scalarized the selects
   return (l & ~over) | (nmax & over);
 }
-
-inline V as_float(VI l) { return __builtin_convertvector(l, V); }
 
 // Each lane's codes of x under iscale and min into l, and its sums
 // Σ w l, Σ w l², Σ w l x, left to right from element 0.
@@ -56,7 +49,7 @@ template <bool MAD>
 V error_of(const V* x, const V* w, int k, const VI* l, V scale, V min) {
   auto term = [&](int i) {
     const V diff = scale * as_float(l[i]) + min - x[i];
-    return w[i] * (MAD ? reinterpret_cast<V>(reinterpret_cast<VI>(diff) & 0x7FFFFFFF) : diff * diff);
+    return w[i] * (MAD ? abs_lanes(diff) : diff * diff);
   };
   V e = term(0);
   for (int i = 1; i < k; ++i) e += term(i);
@@ -115,15 +108,8 @@ void qkx_search(const float* x, const float* w, int64_t n, int k, const QkxSearc
   std::vector<V> xt(kk), wt(kk);
   std::vector<VI> L(kk), aux(kk);
   for (int64_t b0 = 0; b0 < n; b0 += kLanes) {
-    const int m = static_cast<int>(std::min<int64_t>(kLanes, n - b0));
-    // A short last group repeats its first block in the lanes past the end (never written back).
-    for (int g = 0; g < kLanes; ++g) {
-      const size_t o = static_cast<size_t>(b0 + (g < m ? g : 0)) * kk;
-      for (size_t i = 0; i < kk; ++i) {
-        xt[i][g] = x[o + i];
-        wt[i][g] = w[o + i];
-      }
-    }
+    load_group(w, n, b0, k, wt.data());
+    const int m = load_group(x, n, b0, k, xt.data());
     V sc, mn;
     (s.mad ? group<true> : group<false>)(xt.data(), wt.data(), k, s, sc, mn, L.data(), aux.data());
     for (int g = 0; g < m; ++g) {

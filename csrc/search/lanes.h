@@ -1,0 +1,39 @@
+// What the searches share: four blocks at a time in the lanes of a vector
+// (GCC/Clang vector extensions; one SSE2 register in the default build,
+// where wider vectors without AVX went through the stack), each block's
+// sums left to right in its own lane, so every lane computes the C loop's
+// floats. Included by the csrc/search files only.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace ie {
+namespace search {
+
+constexpr int kLanes = 4;
+typedef float V __attribute__((vector_size(4 * kLanes)));
+typedef int32_t VI __attribute__((vector_size(4 * kLanes)));
+
+// 1.5 * 2^23: v + kRoundMagic rounds v half to even into the low mantissa
+// bits (ggml's nearest_int), exact for |v| < 2^22.
+constexpr float kRoundMagic = 12582912.f;
+
+inline V as_float(VI l) { return __builtin_convertvector(l, V); }
+
+inline V abs_lanes(V v) { return reinterpret_cast<V>(reinterpret_cast<VI>(v) & 0x7FFFFFFF); }
+
+// Blocks b0 .. b0 + kLanes of src (k floats each, n blocks in all) into
+// dst[i][g] = element i of block b0 + g; a short last group repeats block b0
+// in the lanes past n (their results are never written back). Returns the
+// number of real blocks.
+inline int load_group(const float* src, int64_t n, int64_t b0, int k, V* dst) {
+  const int m = n - b0 < kLanes ? static_cast<int>(n - b0) : kLanes;
+  for (int g = 0; g < kLanes; ++g) {
+    const float* b = src + static_cast<size_t>(b0 + (g < m ? g : 0)) * static_cast<size_t>(k);
+    for (int i = 0; i < k; ++i) dst[i][g] = b[i];
+  }
+  return m;
+}
+
+}  // namespace search
+}  // namespace ie
