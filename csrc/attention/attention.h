@@ -1,10 +1,11 @@
-// The attention's inner loops over the KV cache, for one query row and one
-// head: its scores against a run of cached keys, the softmax's
-// exponentials, and the probability-weighted sum of a run of cached values.
-// They are O(context) per token and head, so in a long prefill they cost as
-// much as the matrices unless each keeps its running sums in registers; the
-// decoder (decoder/decoder.cpp) calls them through this table, a block of
-// keys at a time for all the queries that read them.
+// The attention's inner loops over the KV cache, for a tile of query rows
+// that share one KV head: their scores against a run of cached keys, the
+// softmax's exponentials, and the probability-weighted sums of a run of
+// cached values. They are O(context) per token and head, so in a long
+// prefill they cost as much as the matrices unless each keeps its running
+// sums in registers and reuses every key and value it loads for several
+// queries; the decoder (decoder/decoder.cpp) calls them through this table,
+// a block of keys at a time for all the queries of a work item.
 #pragma once
 #include <cstddef>
 
@@ -14,19 +15,22 @@
 namespace ie {
 
 struct AttnOps {
-  // out[t] = scale * (q . k_t) for t < n, k_t = k + t * stride (d floats
-  // each). Each dot sums in eight partial sums in a fixed order (lane u
-  // sums the elements i < d - d % 8 with i % 8 == u), added pairwise as
-  // ((0+1)+(2+3))+((4+5)+(6+7)), then the tail in order.
-  void (*scores)(const float* q, const float* k, size_t stride, int n, int d, float scale, float* out);
+  // out[r][t] = scale * (q[r] . k_t) for r < nq, t < n, with
+  // k_t = k + t * stride (d floats each). Each dot sums in eight partial
+  // sums in a fixed order (lane u sums the elements i < d - d % 8 with
+  // i % 8 == u), added pairwise as ((0+1)+(2+3))+((4+5)+(6+7)), then the
+  // tail in order: a score does not depend on nq, n or the other rows.
+  void (*scores)(const float* const* q, int nq, const float* k, size_t stride, int n, int d, float scale,
+                 float* const* out);
   // p[t] = exp(p[t] - max) for t < n; returns their sum. max is at least
   // the largest p[t] (an attention sink's logit may exceed them all), so
   // every exponential is in [0, 1].
   float (*softmax_exp)(float* p, int n, float max);
-  // o[i] += sum over t < n of p[t] * v_t[i] for i < d, v_t = v + t * stride:
-  // added onto o[i] in order of t, so consecutive runs of t continue one
-  // chain (bit-identical to a single call over their union).
-  void (*mix)(const float* p, const float* v, size_t stride, int n, int d, float* o);
+  // o[r][i] += sum over t < n of p[r][t] * v_t[i] for r < nq, i < d,
+  // v_t = v + t * stride: added onto o[r][i] in order of t, so consecutive
+  // runs of t continue one chain (bit-identical to a single call over their
+  // union), and a zero p adds nothing.
+  void (*mix)(const float* const* p, int nq, const float* v, size_t stride, int n, int d, float* const* o);
 };
 extern const AttnOps kAttnScalar;
 #if IE_HAVE_X86

@@ -1,10 +1,14 @@
 // AVX2/FMA attention loops (this file alone is built with -mavx2 -mfma).
-// scores: eight keys at a time, q reloaded once per eight FMAs, and the
-// eight keys' partial-sum vectors reduced together (hadd, hadd, then the
-// two halves), which is the scalar reference's order. mix: the output row
-// loaded into eight-lane accumulators, carried across all n values, stored
-// once.
+// Both products run on register tiles that reuse each load: scores, three
+// queries against four keys (a key row and a query row loaded once per
+// twelve FMAs, where one query against eight keys needed nine loads for
+// eight), with each (query, key)'s eight partial-sum lanes reduced by hadd
+// in the scalar reference's order; mix, six queries' output columns in
+// registers across the whole run of values, each value row loaded once for
+// the six.
 #include <immintrin.h>
+
+#include <algorithm>
 
 #include "attention.h"
 #include "common/exp_avx2.h"
@@ -14,46 +18,87 @@ namespace {
 
 // Lane u of the result: the sum of a[u]'s eight lanes, as
 // ((0+1)+(2+3))+((4+5)+(6+7)).
-__m256 reduce8(const __m256 a[8]) {
-  const __m256 s01 = _mm256_hadd_ps(a[0], a[1]), s23 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 s45 = _mm256_hadd_ps(a[4], a[5]), s67 = _mm256_hadd_ps(a[6], a[7]);
-  const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
-  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+__m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-float dot1(const float* q, const float* k, int body, int d) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int i = 0; i < body; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc);
-  alignas(32) float p[8];
-  _mm256_store_ps(p, acc);
-  float s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-  for (int i = body; i < d; ++i) s += q[i] * k[i];
-  return s;
+// e[u] += the products of q and key u's elements [body, d), in order.
+__attribute__((noinline)) void add_tail(const float* q, const float* k, size_t stride, int body, int d, int nk, float* e) {
+  for (int u = 0; u < nk; ++u)
+    for (int i = body; i < d; ++i) e[u] += q[i] * k[u * stride + i];
 }
 
-void scores_avx2(const float* q, const float* k, size_t stride, int n, int d, float scale, float* out) {
-  const int body = d - d % 8;
-  const __m256 vscale = _mm256_set1_ps(scale);
-  int t = 0;
-  for (; t + 8 <= n; t += 8) {
-    const float* kt = k + static_cast<size_t>(t) * stride;
-    __m256 acc[8];
-    for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
-    for (int i = 0; i < body; i += 8) {
-      const __m256 qv = _mm256_loadu_ps(q + i);
-      for (int u = 0; u < 8; ++u) acc[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kt + u * stride + i), acc[u]);
+// Scores of RQ queries against RK <= 4 consecutive keys. The loops over
+// the tile are unrolled by pragma: GCC otherwise unrolls them only after
+// deciding that the accumulator array lives on the stack, and stores every
+// accumulator on every pass. Inlined: a call per twelve scores cost 8%.
+template <int RQ, int RK>
+__attribute__((always_inline)) inline void scores_tile(const float* const* q, const float* k, size_t stride, int body,
+                                                       int d, float scale, float* const* out, int t) {
+  __m256 acc[RQ][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < RQ; ++r)
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) acc[r][u] = _mm256_setzero_ps();
+  for (int i = 0; i < body; i += 8) {
+    __m256 qv[RQ];
+#pragma GCC unroll 8
+    for (int r = 0; r < RQ; ++r) qv[r] = _mm256_loadu_ps(q[r] + i);
+#pragma GCC unroll 4
+    for (int u = 0; u < RK; ++u) {
+      const __m256 kv = _mm256_loadu_ps(k + u * stride + i);
+#pragma GCC unroll 8
+      for (int r = 0; r < RQ; ++r) acc[r][u] = _mm256_fmadd_ps(qv[r], kv, acc[r][u]);
     }
-    __m256 s = reduce8(acc);
-    if (body < d) {
-      alignas(32) float tail[8];
-      _mm256_store_ps(tail, s);
-      for (int u = 0; u < 8; ++u)
-        for (int i = body; i < d; ++i) tail[u] += q[i] * kt[u * stride + i];
-      s = _mm256_load_ps(tail);
-    }
-    _mm256_storeu_ps(out + t, _mm256_mul_ps(s, vscale));
   }
-  for (; t < n; ++t) out[t] = dot1(q, k + static_cast<size_t>(t) * stride, body, d) * scale;
+  // The rows' addresses before any store: a vector store may alias
+  // anything, so each later read of out[] would wait for it.
+  float* rows[RQ];
+#pragma GCC unroll 8
+  for (int r = 0; r < RQ; ++r) rows[r] = out[r] + t;
+  const __m128 vscale = _mm_set1_ps(scale);
+#pragma GCC unroll 8
+  for (int r = 0; r < RQ; ++r) {
+    const __m128 s = reduce4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+    float* o = rows[r];
+    if (RK == 4 && body == d) {
+      _mm_storeu_ps(o, _mm_mul_ps(s, vscale));
+    } else {
+      alignas(16) float e[4];
+      _mm_store_ps(e, s);
+      add_tail(q[r], k, stride, body, d, RK, e);
+      for (int u = 0; u < RK; ++u) o[u] = e[u] * scale;
+    }
+  }
+}
+
+// Scores of RQ queries against keys [t, t + nk), nk <= 4.
+template <int RQ>
+void scores_keys(const float* const* q, const float* k, size_t stride, int nk, int body, int d, float scale,
+                 float* const* out, int t) {
+  switch (nk) {
+    case 4: scores_tile<RQ, 4>(q, k, stride, body, d, scale, out, t); break;
+    case 3: scores_tile<RQ, 3>(q, k, stride, body, d, scale, out, t); break;
+    case 2: scores_tile<RQ, 2>(q, k, stride, body, d, scale, out, t); break;
+    default: scores_tile<RQ, 1>(q, k, stride, body, d, scale, out, t); break;
+  }
+}
+
+// Keys outermost: four keys (a few cache lines) stay in L1 while every
+// query reads them; queries outermost read the whole block of keys from L2
+// once per three queries.
+void scores_avx2(const float* const* q, int nq, const float* k, size_t stride, int n, int d, float scale,
+                 float* const* out) {
+  const int body = d - d % 8;
+  for (int t = 0; t < n; t += 4) {
+    const int nk = std::min(4, n - t);
+    const float* kt = k + t * stride;
+    int r = 0;
+    for (; r + 3 <= nq; r += 3) scores_keys<3>(q + r, kt, stride, nk, body, d, scale, out + r, t);
+    if (nq - r == 2) scores_keys<2>(q + r, kt, stride, nk, body, d, scale, out + r, t);
+    if (nq - r == 1) scores_keys<1>(q + r, kt, stride, nk, body, d, scale, out + r, t);
+  }
 }
 
 float softmax_exp_avx2(float* p, int n, float max) {
@@ -80,29 +125,70 @@ float softmax_exp_avx2(float* p, int n, float max) {
   return sum;
 }
 
-// o[c0, c0 + 8 * W) plus all n values: W accumulators stay in registers.
-template <int W>
-void mix_cols(const float* p, const float* v, size_t stride, int n, int c0, float* o) {
-  __m256 acc[W];
-  for (int w = 0; w < W; ++w) acc[w] = _mm256_loadu_ps(o + c0 + 8 * w);
+// Columns [c0, c0 + 8 * W) of RQ queries' outputs plus all n values: the
+// RQ * W accumulators stay in registers (unrolled by pragma, as in
+// scores_tile), each value vector is loaded once for all RQ queries.
+template <int RQ, int W>
+void mix_tile(const float* const* p, const float* v, size_t stride, int n, int c0, float* const* o) {
+  float* rows[RQ];  // read before any store (see scores_tile)
+  __m256 acc[RQ][W];
+#pragma GCC unroll 8
+  for (int r = 0; r < RQ; ++r) rows[r] = o[r] + c0;
+#pragma GCC unroll 8
+  for (int r = 0; r < RQ; ++r)
+#pragma GCC unroll 2
+    for (int w = 0; w < W; ++w) acc[r][w] = _mm256_loadu_ps(rows[r] + 8 * w);
   for (int t = 0; t < n; ++t) {
-    const __m256 pt = _mm256_broadcast_ss(p + t);
     const float* vt = v + static_cast<size_t>(t) * stride + c0;
-    for (int w = 0; w < W; ++w) acc[w] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vt + 8 * w), acc[w]);
+    __m256 vv[W];
+#pragma GCC unroll 2
+    for (int w = 0; w < W; ++w) vv[w] = _mm256_loadu_ps(vt + 8 * w);
+#pragma GCC unroll 8
+    for (int r = 0; r < RQ; ++r) {
+      const __m256 pt = _mm256_broadcast_ss(p[r] + t);
+#pragma GCC unroll 2
+      for (int w = 0; w < W; ++w) acc[r][w] = _mm256_fmadd_ps(pt, vv[w], acc[r][w]);
+    }
   }
-  for (int w = 0; w < W; ++w) _mm256_storeu_ps(o + c0 + 8 * w, acc[w]);
+#pragma GCC unroll 8
+  for (int r = 0; r < RQ; ++r)
+#pragma GCC unroll 2
+    for (int w = 0; w < W; ++w) _mm256_storeu_ps(rows[r] + 8 * w, acc[r][w]);
 }
 
-void mix_avx2(const float* p, const float* v, size_t stride, int n, int d, float* o) {
-  int c = 0;
-  for (; c + 64 <= d; c += 64) mix_cols<8>(p, v, stride, n, c, o);
-  for (; c + 32 <= d; c += 32) mix_cols<4>(p, v, stride, n, c, o);
-  for (; c + 8 <= d; c += 8) mix_cols<1>(p, v, stride, n, c, o);
-  for (; c < d; ++c) {
-    float s = o[c];
-    for (int t = 0; t < n; ++t) s += p[t] * v[static_cast<size_t>(t) * stride + c];
-    o[c] = s;
+// Columns [c, c + 8 * W) of RQ queries.
+template <int RQ>
+void mix_cols(const float* const* p, const float* v, size_t stride, int n, int c, int w, float* const* o) {
+  if (w == 2) {
+    mix_tile<RQ, 2>(p, v, stride, n, c, o);
+  } else {
+    mix_tile<RQ, 1>(p, v, stride, n, c, o);
   }
+}
+
+// Columns outermost: a 16-column slice of the values (one cache line per
+// position) stays in L1 while every query reads it.
+void mix_avx2(const float* const* p, int nq, const float* v, size_t stride, int n, int d, float* const* o) {
+  const int body = d - d % 8;
+  for (int c = 0; c < body; c += 16) {
+    const int w = std::min(2, (body - c) / 8);
+    int r = 0;
+    for (; r + 6 <= nq; r += 6) mix_cols<6>(p + r, v, stride, n, c, w, o + r);
+    switch (nq - r) {
+      case 5: mix_cols<5>(p + r, v, stride, n, c, w, o + r); break;
+      case 4: mix_cols<4>(p + r, v, stride, n, c, w, o + r); break;
+      case 3: mix_cols<3>(p + r, v, stride, n, c, w, o + r); break;
+      case 2: mix_cols<2>(p + r, v, stride, n, c, w, o + r); break;
+      case 1: mix_cols<1>(p + r, v, stride, n, c, w, o + r); break;
+      default: break;
+    }
+  }
+  for (int r = 0; r < nq; ++r)
+    for (int c = body; c < d; ++c) {
+      float s = o[r][c];
+      for (int t = 0; t < n; ++t) s += p[r][t] * v[static_cast<size_t>(t) * stride + c];
+      o[r][c] = s;
+    }
 }
 
 }  // namespace

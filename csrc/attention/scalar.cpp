@@ -6,17 +6,19 @@
 namespace ie {
 namespace {
 
-void scores_scalar(const float* q, const float* k, size_t stride, int n, int d, float scale, float* out) {
+void scores_scalar(const float* const* q, int nq, const float* k, size_t stride, int n, int d, float scale,
+                   float* const* out) {
   const int body = d - d % 8;
-  for (int t = 0; t < n; ++t) {
-    const float* kt = k + static_cast<size_t>(t) * stride;
-    float p[8] = {};
-    for (int i = 0; i < body; i += 8)
-      for (int u = 0; u < 8; ++u) p[u] += q[i + u] * kt[i + u];
-    float s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-    for (int i = body; i < d; ++i) s += q[i] * kt[i];
-    out[t] = s * scale;
-  }
+  for (int r = 0; r < nq; ++r)
+    for (int t = 0; t < n; ++t) {
+      const float* kt = k + static_cast<size_t>(t) * stride;
+      float p[8] = {};
+      for (int i = 0; i < body; i += 8)
+        for (int u = 0; u < 8; ++u) p[u] += q[r][i + u] * kt[i + u];
+      float s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+      for (int i = body; i < d; ++i) s += q[r][i] * kt[i];
+      out[r][t] = s * scale;
+    }
 }
 
 float softmax_exp_scalar(float* p, int n, float max) {
@@ -28,11 +30,13 @@ float softmax_exp_scalar(float* p, int n, float max) {
   return sum;
 }
 
-void mix_scalar(const float* p, const float* v, size_t stride, int n, int d, float* o) {
-  for (int t = 0; t < n; ++t) {
-    const float* vt = v + static_cast<size_t>(t) * stride;
-    for (int i = 0; i < d; ++i) o[i] += p[t] * vt[i];
-  }
+void mix_scalar(const float* const* p, int nq, const float* v, size_t stride, int n, int d, float* const* o) {
+  for (int r = 0; r < nq; ++r)
+    for (int t = 0; t < n; ++t) {
+      const float pt = p[r][t];
+      const float* vt = v + static_cast<size_t>(t) * stride;
+      for (int i = 0; i < d; ++i) o[r][i] += pt * vt[i];
+    }
 }
 
 }  // namespace

@@ -291,7 +291,8 @@ class Decoder {
 constexpr int kPrefillBatch = 256;
 
 // Queries one work item of attention holds at most (its scores are kept
-// whole for the softmax: this many rows of max_ctx floats per thread).
+// whole for the softmax: this many rows of max_ctx floats, and a block of
+// keys more, per thread).
 constexpr int kAttnItemQueries = 32;
 
 // How attention's queries are shared out: a work item is one KV head's

@@ -98,47 +98,78 @@ TEST(attention_simd_matches_scalar) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (int d : {1, 7, 8, 16, 64, 80, 96, 131}) {
     for (int n : {0, 1, 7, 8, 9, 33}) {
-      const size_t stride = static_cast<size_t>(d) + 5;  // rows of a wider cache, as in grouped heads
-      std::vector<float> q(d), kv(static_cast<size_t>(n) * stride + d), ref(n + 1), got(n + 1);
-      for (float& v : q) v = u(rng);
-      for (float& v : kv) v = u(rng);
-      ie::kAttnScalar.scores(q.data(), kv.data(), stride, n, d, 0.125f, ref.data());
-      std::vector<float> p(n), ref_o(d), got_o(d);
+      for (int nq : {1, 2, 3, 4, 7, 13}) {
+        const size_t stride = static_cast<size_t>(d) + 5;  // rows of a wider cache, as in grouped heads
+        const size_t ld = static_cast<size_t>(n) + 2;      // rows of scores wider than n: the kernels stay in theirs
+        std::vector<float> qs(static_cast<size_t>(nq) * d), kv(static_cast<size_t>(n) * stride + d);
+        for (float& v : qs) v = u(rng);
+        for (float& v : kv) v = u(rng);
+        std::vector<const float*> q(nq);
+        for (int r = 0; r < nq; ++r) q[r] = qs.data() + static_cast<size_t>(r) * d;
+        // Row r of a buffer of nq rows of ld floats (and one more float after them).
+        auto rows = [&](std::vector<float>& buf, size_t width) {
+          std::vector<float*> rp(nq);
+          for (int r = 0; r < nq; ++r) rp[r] = buf.data() + r * width;
+          return rp;
+        };
+        std::vector<float> ref(nq * ld + 1, 42.f), got(nq * ld + 1, 42.f), one(ld, 42.f);
+        ie::kAttnScalar.scores(q.data(), nq, kv.data(), stride, n, d, 0.125f, rows(ref, ld).data());
+        for (Isa isa : ie::available_isas()) {
+          const ie::AttnOps& ops = ie::kAttnTable.ops(isa);
+          const std::string at = std::string(ie::isa_name(isa)) + " d=" + std::to_string(d) + " n=" + std::to_string(n) +
+                                  " nq=" + std::to_string(nq);
+          std::fill(got.begin(), got.end(), 42.f);
+          ops.scores(q.data(), nq, kv.data(), stride, n, d, 0.125f, rows(got, ld).data());
+          for (int r = 0; r < nq; ++r) {
+            for (size_t t = n; t < ld; ++t) CHECK(got[r * ld + t] == 42.f) << at << ": scores wrote past n in row " << r;
+            // A score does not depend on the tile it was computed in.
+            float* one_row = one.data();
+            ops.scores(q.data() + r, 1, kv.data(), stride, n, d, 0.125f, &one_row);
+            CHECK(std::memcmp(one.data(), got.data() + r * ld, n * sizeof(float)) == 0) << at << ": row " << r << " alone differs";
+            for (int t = 0; t < n; ++t) {
+              float bound = 0.f;
+              for (int i = 0; i < d; ++i) bound += std::fabs(q[r][i] * kv[t * stride + i]);
+              CHECK(std::fabs(got[r * ld + t] - ref[r * ld + t]) <= 1e-6f * bound + 1e-30f) << at << " r=" << r << " t=" << t;
+            }
+          }
+          CHECK(got[nq * ld] == 42.f) << at << ": scores wrote past the last row";
+          // mix adds onto what o holds: both start from the same values. Row 1 of p is all
+          // zeros (a query that sees none of the block): its output must not change.
+          std::vector<float> p(nq * ld);
+          for (float& v : p) v = std::fabs(u(rng));
+          if (nq > 1) std::fill_n(p.begin() + ld, ld, 0.f);
+          std::vector<float*> pr = rows(p, ld), pr_split(nq);
+          for (int r = 0; r < nq; ++r) pr_split[r] = pr[r] + n / 3;
+          std::vector<float> o0(static_cast<size_t>(nq) * d);
+          for (float& v : o0) v = u(rng);
+          std::vector<float> ref_o = o0, got_o = o0, split = o0;
+          ie::kAttnScalar.mix(pr.data(), nq, kv.data(), stride, n, d, rows(ref_o, d).data());
+          ops.mix(pr.data(), nq, kv.data(), stride, n, d, rows(got_o, d).data());
+          for (int r = 0; r < nq; ++r)
+            for (int i = 0; i < d; ++i) {
+              const size_t x = static_cast<size_t>(r) * d + i;
+              float bound = std::fabs(o0[x]);
+              for (int t = 0; t < n; ++t) bound += std::fabs(p[r * ld + t] * kv[t * stride + i]);
+              CHECK(std::fabs(got_o[x] - ref_o[x]) <= 1e-6f * bound + 1e-30f) << at << " r=" << r << " i=" << i;
+            }
+          if (nq > 1) {
+            CHECK(std::memcmp(got_o.data() + d, o0.data() + d, d * sizeof(float)) == 0) << at << ": zero p changed o";
+          }
+          // Runs of t continue one chain: two calls over a split are bit-identical to one.
+          const int n1 = n / 3;
+          ops.mix(pr.data(), nq, kv.data(), stride, n1, d, rows(split, d).data());
+          ops.mix(pr_split.data(), nq, kv.data() + n1 * stride, stride, n - n1, d, rows(split, d).data());
+          CHECK(std::memcmp(split.data(), got_o.data(), split.size() * sizeof(float)) == 0) << at << ": split at " << n1;
+        }
+      }
+      // softmax_exp: exponentials of scores spread over [-90, 0] (past the vector exp's clamp at -87).
       for (Isa isa : ie::available_isas()) {
         const ie::AttnOps& ops = ie::kAttnTable.ops(isa);
-        got[n] = 42.f;
-        ops.scores(q.data(), kv.data(), stride, n, d, 0.125f, got.data());
-        CHECK(got[n] == 42.f) << ie::isa_name(isa) << ": scores wrote past n=" << n;
-        for (int t = 0; t < n; ++t) {
-          float bound = 0.f;
-          for (int i = 0; i < d; ++i) bound += std::fabs(q[i] * kv[t * stride + i]);
-          CHECK(std::fabs(got[t] - ref[t]) <= 1e-6f * bound + 1e-30f) << ie::isa_name(isa) << " d=" << d << " n=" << n;
-        }
-        // Exponentials of scores spread over [-90, 0] (past the vector exp's clamp at -87).
         std::vector<float> e0(n), e1(n);
         for (int t = 0; t < n; ++t) e0[t] = e1[t] = -90.f * static_cast<float>(t) / std::max(1, n - 1) + 3.f;
         const float s0 = ie::kAttnScalar.softmax_exp(e0.data(), n, 3.f), s1 = ops.softmax_exp(e1.data(), n, 3.f);
         CHECK(std::fabs(s1 - s0) <= 1e-6f * s0 + 1e-30f) << ie::isa_name(isa) << " n=" << n << ": sum " << s1 << " vs " << s0;
         for (int t = 0; t < n; ++t) CHECK(std::fabs(e1[t] - e0[t]) <= 3e-7f * e0[t] + 1e-37f) << "t=" << t << ": " << e1[t] << " vs " << e0[t];
-        // mix adds onto what o holds: both start from the same values.
-        for (int t = 0; t < n; ++t) p[t] = std::fabs(u(rng));
-        std::vector<float> o0(d);
-        for (float& v : o0) v = u(rng);
-        ref_o = o0;
-        ie::kAttnScalar.mix(p.data(), kv.data(), stride, n, d, ref_o.data());
-        got_o = o0;
-        ops.mix(p.data(), kv.data(), stride, n, d, got_o.data());
-        for (int i = 0; i < d; ++i) {
-          float bound = std::fabs(o0[i]);
-          for (int t = 0; t < n; ++t) bound += std::fabs(p[t] * kv[t * stride + i]);
-          CHECK(std::fabs(got_o[i] - ref_o[i]) <= 1e-6f * bound + 1e-30f) << ie::isa_name(isa) << " d=" << d << " n=" << n << " i=" << i;
-        }
-        // Runs of t continue one chain: two calls over a split are bit-identical to one.
-        const int n1 = n / 3;
-        std::vector<float> split = o0;
-        ops.mix(p.data(), kv.data(), stride, n1, d, split.data());
-        ops.mix(p.data() + n1, kv.data() + n1 * stride, stride, n - n1, d, split.data());
-        CHECK(std::memcmp(split.data(), got_o.data(), d * sizeof(float)) == 0) << ie::isa_name(isa) << " d=" << d << " n=" << n << ": split at " << n1;
       }
     }
   }
