@@ -22,6 +22,9 @@ struct AttnOps {
   // tail in order: a score does not depend on nq, n or the other rows.
   void (*scores)(const float* const* q, int nq, const float* k, size_t stride, int n, int d, float scale,
                  float* const* out);
+  // The largest of p[t] for t < n >= 1 (the softmax's shift; std::max_element
+  // went one float per cycle).
+  float (*max)(const float* p, int n);
   // p[t] = exp(p[t] - max) for t < n; returns their sum. max is at least
   // the largest p[t] (an attention sink's logit may exceed them all), so
   // every exponential is in [0, 1].

@@ -101,6 +101,21 @@ void scores_avx2(const float* const* q, int nq, const float* k, size_t stride, i
   }
 }
 
+float max_avx2(const float* p, int n) {
+  __m256 m0 = _mm256_set1_ps(p[0]), m1 = m0;
+  int t = 0;
+  for (; t + 16 <= n; t += 16) {
+    m0 = _mm256_max_ps(m0, _mm256_loadu_ps(p + t));
+    m1 = _mm256_max_ps(m1, _mm256_loadu_ps(p + t + 8));
+  }
+  alignas(32) float m8[8];
+  _mm256_store_ps(m8, _mm256_max_ps(m0, m1));
+  float m = m8[0];
+  for (int u = 1; u < 8; ++u) m = std::max(m, m8[u]);
+  for (; t < n; ++t) m = std::max(m, p[t]);
+  return m;
+}
+
 float softmax_exp_avx2(float* p, int n, float max) {
   const __m256 vmax = _mm256_set1_ps(max);
   __m256 acc = _mm256_setzero_ps();
@@ -193,6 +208,6 @@ void mix_avx2(const float* const* p, int nq, const float* v, size_t stride, int 
 
 }  // namespace
 
-const AttnOps kAttnAvx2 = {scores_avx2, softmax_exp_avx2, mix_avx2};
+const AttnOps kAttnAvx2 = {scores_avx2, max_avx2, softmax_exp_avx2, mix_avx2};
 
 }  // namespace ie

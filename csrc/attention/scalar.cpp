@@ -1,4 +1,5 @@
 // Scalar reference of the attention loops (attention.h), and the table.
+#include <algorithm>
 #include <cmath>
 
 #include "attention.h"
@@ -21,6 +22,12 @@ void scores_scalar(const float* const* q, int nq, const float* k, size_t stride,
     }
 }
 
+float max_scalar(const float* p, int n) {
+  float m = p[0];
+  for (int t = 1; t < n; ++t) m = std::max(m, p[t]);
+  return m;
+}
+
 float softmax_exp_scalar(float* p, int n, float max) {
   float sum = 0.f;
   for (int t = 0; t < n; ++t) {
@@ -41,7 +48,7 @@ void mix_scalar(const float* const* p, int nq, const float* v, size_t stride, in
 
 }  // namespace
 
-const AttnOps kAttnScalar = {scores_scalar, softmax_exp_scalar, mix_scalar};
+const AttnOps kAttnScalar = {scores_scalar, max_scalar, softmax_exp_scalar, mix_scalar};
 
 const IsaTable<AttnOps> kAttnTable = {{&kAttnScalar,
 #if IE_HAVE_X86

@@ -506,7 +506,7 @@ void Decoder::attention(int layer, int b) {
       float inv[kAttnItemQueries];
       for (int r = 0; r < nq; ++r) {
         const int n = n_ctx[r] - t0[r], h = head[r];
-        const float mx = std::max(*std::max_element(p[r], p[r] + n), sinks ? sinks[h] : -INFINITY);
+        const float mx = std::max(ops.max(p[r], n), sinks ? sinks[h] : -INFINITY);
         inv[r] = 1.f / (ops.softmax_exp(p[r], n, mx) + (sinks ? std::exp(sinks[h] - mx) : 0.f));
         // Zeros where its tiles ran past its positions: before the first, in
         // the block that holds it, and after the last, up to the item's.

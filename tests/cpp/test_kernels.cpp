@@ -165,6 +165,13 @@ TEST(attention_simd_matches_scalar) {
       // softmax_exp: exponentials of scores spread over [-90, 0] (past the vector exp's clamp at -87).
       for (Isa isa : ie::available_isas()) {
         const ie::AttnOps& ops = ie::kAttnTable.ops(isa);
+        // max: the largest at every position of the row in turn (the vector lanes, the tail).
+        std::vector<float> row(n);
+        for (int at = 0; at < n; ++at) {
+          for (float& v : row) v = u(rng) - 2.f;
+          row[at] = 0.5f;
+          CHECK(ops.max(row.data(), n) == 0.5f) << ie::isa_name(isa) << " n=" << n << ": max missed position " << at;
+        }
         std::vector<float> e0(n), e1(n);
         for (int t = 0; t < n; ++t) e0[t] = e1[t] = -90.f * static_cast<float>(t) / std::max(1, n - 1) + 3.f;
         const float s0 = ie::kAttnScalar.softmax_exp(e0.data(), n, 3.f), s1 = ops.softmax_exp(e1.data(), n, 3.f);
