@@ -72,10 +72,18 @@ void page_out(const uint8_t* p, size_t n) {
 #endif
 }
 
-// HF's LlamaRMSNorm in float32: x * rsqrt(mean(x^2) + eps) * weight.
+// HF's LlamaRMSNorm in float32: x * rsqrt(mean(x^2) + eps) * weight. The
+// squares are summed in eight partial sums (lane u: the elements i < n - n % 8
+// with i % 8 == u, added pairwise, then the tail in order), which the
+// compiler keeps in vector registers: one running sum was a chain of n
+// dependent adds, 2,300 cycles a row for SmolLM2's 576 (3% of a prefill).
 void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
-  float ss = 0.f;
-  for (int i = 0; i < n; ++i) ss += x[i] * x[i];
+  float p[8] = {};
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int u = 0; u < 8; ++u) p[u] += x[i + u] * x[i + u];
+  float ss = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+  for (; i < n; ++i) ss += x[i] * x[i];
   const float inv = 1.f / std::sqrt(ss / static_cast<float>(n) + eps);
   for (int i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
 }
