@@ -147,7 +147,7 @@ def _check_memory(o: dict[str, Any]) -> None:
 @click.option("--scale-dtype", type=click.Choice(["f16", "f32"]), default=None, help="int4w scale dtype [f16].")
 @click.option("--act", type=click.Choice(["f32", "int8"]), default=None,
               help="Packed formats: activations f32 (precise) or int8 (quantized per 32, faster) [f32].")
-@click.option("--batch", type=int, default=None, help="Dense kernels: activation rows per call, 1..8 [1]; with --layout rows8 up to 32 "
+@click.option("--batch", type=int, default=None, help="Dense kernels: activation rows per call, 1..8 [1]; with --layout rows8 up to 64 "
               "(a decoder's int8 prefill chunk).")
 @click.option("--layout", type=click.Choice(["stored", "rows8"]), default=None,
               help="Packed formats: read the stored layout, or the row-interleaved copy a decoder makes at load "

@@ -311,8 +311,8 @@ def test_int8_decode_steps_match_float64_reference(q4_dirs, tmp_path, isa):
 
 @pytest.mark.parametrize("isa", ["scalar", "avx2"])
 def test_int8_prefill_chunks_give_the_logits_of_single_steps(q4_dirs, isa):
-    """A 45-token int8 prefill runs in chunks (on AVX2, where every matrix has
-    a rows8 copy, of 32 tokens and then 13; else of 8): each token's logits
+    """A 77-token int8 prefill runs in chunks (on AVX2, where every matrix has
+    a rows8 copy, of 64 tokens and then 13; else of 8): each token's logits
     must be those of feeding the tokens one decode step at a time. A chunk
     sums each token's products as a step does, and the attention's order does not depend on the
     chunk, so they agree to float rounding (int4w's steps sum a group's
@@ -321,7 +321,7 @@ def test_int8_prefill_chunks_give_the_logits_of_single_steps(q4_dirs, isa):
     if isa not in native.cpu_features()["isas"]:
         pytest.skip(f"no {isa} here")
     rng = np.random.default_rng(5)
-    ids = [int(i) for i in rng.integers(0, 320, 45)]
+    ids = [int(i) for i in rng.integers(0, 320, 77)]
     for m in (q4_dirs["q8_0"], q4_dirs["int4w"]):
         d = Decoder(m, threads=2, act="int8", isa=isa)
         whole = d.logits(ids)
