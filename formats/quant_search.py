@@ -13,9 +13,9 @@ llama.cpp's: every sum is accumulated left to right (``seqsum``, as the C
 loops do, never numpy's pairwise sum), every product is formed in the C
 source's order, and ``nearest_int`` is the same magic-number rounding. That
 is why the code below is written out operation by operation; change one and
-``tests/test_kquant.py`` (golden bytes from llama.cpp) says so. The two
-hottest, the affine search (``qkx``) and the iq4 scale search
-(``iq4_scales``), run in C++ (csrc/search) with the same arithmetic.
+``tests/test_kquant.py`` (golden bytes from llama.cpp) says so. The
+searches themselves (``qkx``, ``qx``, ``qp``, ``q3``, ``iq4_scales``) run in
+C++ (csrc/search) with the same arithmetic, block by block in parallel.
 """
 
 from __future__ import annotations
@@ -41,15 +41,6 @@ def nearest_int(v: np.ndarray) -> np.ndarray:
 def seqsum(a: np.ndarray) -> np.ndarray:
     """Sum over the last axis, left to right in float32 (the C loops' order)."""
     return np.cumsum(a, axis=-1, dtype=F32)[..., -1]
-
-
-def _colsum(a: np.ndarray) -> np.ndarray:
-    """Sum over axis 0 of [k, n], left to right in float32: one vector add per
-    element of the block, so the blocks (columns) go at SIMD speed."""
-    acc = a[0].copy()
-    for row in a[1:]:
-        acc += row
-    return acc
 
 
 CHUNK = 8192  # blocks per pass: numpy's per-call cost fades, and a 576 x 1536 matrix still gives each core work
@@ -86,78 +77,29 @@ def qkx(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nst
     return scale, the_min, codes
 
 
-def _move_codes(x: np.ndarray, w: np.ndarray, codes: np.ndarray, lo: int | None, hi: int, active: np.ndarray,
-                removed_sl2: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The passes make_qp_quants and make_q3_quants end with: up to five
-    sweeps over the elements, each moving one code to the one its
-    neighbours' least-squares scale asks for (clamped to lo..hi; lo None:
-    only above) when that raises the fit sumlx² / suml2, the sums updated in
-    place as the C loops do. A row's search ends after a sweep without a
-    change (the C loop breaks; another sweep would change nothing). The
-    two differ in one test: make_qp_quants needs the sums without the
-    element positive (removed_sl2), make_q3_quants the sums with the new code.
-    Updates ``codes`` [n, k] in place; returns (sumlx, suml2) [n]."""
+def _blocks(search: Callable, x: np.ndarray, *args) -> tuple[np.ndarray, np.ndarray]:
+    """search(x[a:b], *args) -> (scale, codes) over every block (row) of x,
+    chunk by chunk on the thread pool; each of ``args`` an array of x's
+    shape is sliced alike, the others passed as they are."""
+    x = np.asarray(x, F32)
     n, k = x.shape
-    lf = codes.astype(F32)
-    sumlx = seqsum(w * x * lf)
-    suml2 = seqsum(w * lf * lf)
-    for _ in range(5):
-        changed = np.zeros(n, bool)
-        for i in range(k):
-            wi, xi, li = w[:, i], x[:, i], codes[:, i].astype(F32)
-            slx = sumlx - wi * xi * li
-            sl2 = suml2 - wi * li * li
-            new = nearest_int(xi * sl2 / slx)
-            new = np.minimum(new, hi) if lo is None else np.clip(new, lo, hi)
-            nf = new.astype(F32)
-            ok = active & (slx > 0) & (new != codes[:, i])
-            if removed_sl2:
-                ok &= sl2 > 0
-            slx = slx + wi * xi * nf
-            sl2 = sl2 + wi * nf * nf
-            if not removed_sl2:
-                ok &= sl2 > 0
-            ok &= slx * slx * suml2 > sumlx * sumlx * sl2
-            codes[:, i] = np.where(ok, new, codes[:, i])
-            sumlx = np.where(ok, slx, sumlx)
-            suml2 = np.where(ok, sl2, suml2)
-            changed |= ok
-        active = active & changed
-        if not active.any():
-            break
-    return sumlx, suml2
+    scale, codes = np.empty(n, F32), np.empty((n, k), np.uint8)
+
+    def work(a: int, b: int) -> None:
+        part = [v[a:b] if isinstance(v, np.ndarray) else v for v in args]
+        scale[a:b], codes[a:b] = search(x[a:b], *part)
+
+    over_chunks(n, work)
+    return scale, codes
 
 
 def qp(x: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     """Codes 0..nmax for non-negative x (a super-block's sub-scales or mins)
-    under weights w, and the scale: ggml's make_qp_quants. Returns (scale [n],
+    under weights w, and the scale: ggml's make_qp_quants (nine starting
+    scales, then up to five sweeps that move one code at a time where that
+    raises the weighted fit; csrc/search/move_codes.h). Returns (scale [n],
     codes [n, k] uint8)."""
-    x = np.asarray(x, F32)
-    w = np.asarray(w, F32)
-    n = x.shape[0]
-    with np.errstate(all="ignore"):
-        mx = np.maximum(x.max(axis=1), F32(0))
-        zero = mx < F32(1e-15)
-        iscale = (F32(nmax) / mx).astype(F32)
-        codes = nearest_int(iscale[:, None] * x)
-        scale = (F32(1) / iscale).astype(F32)
-        diff = x - scale[:, None] * codes.astype(F32)
-        best = seqsum(w * diff * diff)
-        for s in (-4, -3, -2, -1, 1, 2, 3, 4):
-            isc = ((F32(0.1) * F32(s) + F32(nmax)) / mx).astype(F32)
-            sc = (F32(1) / isc).astype(F32)
-            lf = np.minimum(nearest_int(isc[:, None] * x), nmax).astype(F32)
-            diff = x - sc[:, None] * lf
-            mse = seqsum(w * diff * diff)
-            better = mse < best
-            best = np.where(better, mse, best)
-            iscale = np.where(better, isc, iscale)
-        codes = np.minimum(nearest_int(iscale[:, None] * x), nmax)
-        sumlx, suml2 = _move_codes(x, w, codes, None, nmax, np.ones(n, bool), removed_sl2=True)
-        scale = np.where(suml2 > 0, sumlx / suml2, F32(0)).astype(F32)
-    scale = np.where(zero, F32(0), scale).astype(F32)
-    codes = np.where(zero[:, None], 0, codes)
-    return scale, codes.astype(np.uint8)
+    return _blocks(_search.qp, x, np.asarray(w, F32), nmax)
 
 
 def qx(x: np.ndarray, w: np.ndarray, nmax: int, with_codes: bool = False):
@@ -166,10 +108,17 @@ def qx(x: np.ndarray, w: np.ndarray, nmax: int, with_codes: bool = False):
     weights. With ``with_codes`` also its codes L = code + nmax [n, k] (0 in
     an all-zero row), which q6_k keeps where a sub-scale stores as zero;
     every other caller picks the nearest codes for the scale as stored."""
-    scale, iscale = _scale_per_row(_qx_t, x, w, nmax, outs=2)
+    x = np.asarray(x, F32)
+    w = np.asarray(w, F32)
+    n = x.shape[0]
+    scale, iscale = np.empty(n, F32), np.empty(n, F32)
+
+    def work(a: int, b: int) -> None:
+        scale[a:b], iscale[a:b] = _search.qx(x[a:b], w[a:b], nmax)
+
+    over_chunks(n, work)
     if not with_codes:
         return scale
-    x = np.asarray(x, F32)
     with np.errstate(invalid="ignore"):
         l = np.clip(np.rint(iscale[:, None] * x), F32(-nmax), F32(nmax - 1)) + F32(nmax)
     return scale, np.where(iscale[:, None] != 0, l, F32(0)).astype(np.uint8)
@@ -178,35 +127,11 @@ def qx(x: np.ndarray, w: np.ndarray, nmax: int, with_codes: bool = False):
 def q3(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     """ggml's make_q3_quants with do_rmse (q3_k without an importance
     matrix): codes -nmax..nmax-1 for the scale -nmax / (the element of
-    largest magnitude), then up to five passes that move one code at a time
-    wherever that raises the x²-weighted fit (sumlx² / suml2), every sum
-    updated in place as the C loop does (_move_codes). Returns (scale [n], L =
-    code + nmax [n, k] uint8; an all-zero row: scale 0, L 0)."""
-    x = np.asarray(x, F32)
-    mx, zero = signed_max(x)
-    w = x * x
-    with np.errstate(all="ignore"):
-        iscale = (F32(-nmax) / mx).astype(F32)
-        codes = np.clip(nearest_int(iscale[:, None] * x), -nmax, nmax - 1)
-        sumlx, suml2 = _move_codes(x, w, codes, -nmax, nmax - 1, ~zero, removed_sl2=False)
-        scale = np.where(suml2 > 0, sumlx / suml2, F32(0)).astype(F32)
-    return np.where(zero, F32(0), scale).astype(F32), np.where(zero[:, None], 0, codes + nmax).astype(np.uint8)
-
-
-def _scale_per_row(search_t: Callable, x: np.ndarray, w: np.ndarray, *args, outs: int = 1):
-    """search_t (one transposed chunk x, w [k, n] -> scales [n], or ``outs``
-    such arrays) over every row of x, w, chunk by chunk on the thread pool."""
-    x = np.asarray(x, F32)
-    w = np.asarray(w, F32)
-    res = [np.empty(x.shape[0], F32) for _ in range(outs)]
-
-    def work(a: int, b: int) -> None:
-        got = search_t(np.ascontiguousarray(x[a:b].T), np.ascontiguousarray(w[a:b].T), *args)
-        for r, g in zip(res, got if outs > 1 else (got,)):
-            r[a:b] = g
-
-    over_chunks(x.shape[0], work)
-    return tuple(res) if outs > 1 else res[0]
+    largest magnitude), then up to five sweeps that move one code at a time
+    wherever that raises the x²-weighted fit (sumlx² / suml2;
+    csrc/search/move_codes.h). Returns (scale [n], L = code + nmax [n, k]
+    uint8; an all-zero row: scale 0, L 0)."""
+    return _blocks(_search.q3, x, nmax)
 
 
 def signed_max(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
@@ -216,34 +141,6 @@ def signed_max(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
     at = np.expand_dims(np.abs(x).argmax(axis=axis), axis)
     mx = np.take_along_axis(x, at, axis=axis).squeeze(axis)
     return mx, np.abs(mx) < F32(1e-15)
-
-
-def _qx_t(x, w, nmax):
-    """qx on one chunk, transposed: x, w [k, n] -> (scale, the iscale whose
-    codes it fitted; 0 in an all-zero column)."""
-    with np.errstate(all="ignore"):
-        mx, zero = signed_max(x, axis=0)
-        wx = w * x
-        lf, t = np.empty_like(x), np.empty_like(x)  # reused by every fit: fresh temporaries cost page faults
-
-        def fit(iscale):
-            # iscale * x is at most nmax + 1 in magnitude: rint is nearest_int there
-            np.clip(np.rint(np.multiply(iscale, x, out=lf), out=lf), F32(-nmax), F32(nmax - 1), out=lf)
-            sumlx = _colsum(np.multiply(wx, lf, out=t))
-            return sumlx, _colsum(np.multiply(np.multiply(w, lf, out=t), lf, out=t))
-
-        iscale = (F32(-nmax) / mx).astype(F32)
-        sumlx, suml2 = fit(iscale)
-        scale = np.where(suml2 != 0, sumlx / suml2, F32(0)).astype(F32)
-        best = (scale * sumlx).astype(F32)
-        for s in (-9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9):
-            cand = (-(F32(nmax) + F32(0.1) * F32(s)) / mx).astype(F32)
-            sumlx, suml2 = fit(cand)
-            better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
-            scale = np.where(better, sumlx / suml2, scale).astype(F32)
-            best = np.where(better, scale * sumlx, best).astype(F32)
-            iscale = np.where(better, cand, iscale).astype(F32)
-    return np.where(zero, F32(0), scale).astype(F32), np.where(zero, F32(0), iscale).astype(F32)
 
 
 def importance_weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:

@@ -197,3 +197,194 @@ def test_native_iq4_scale_search_checks_its_arguments():
         _search.iq4_scales(np.ones((3, 16), np.float32), np.ones((3, 16), np.float32))
     with pytest.raises(ValueError, match="ntry"):
         _search.iq4_scales(np.ones((3, 32), np.float32), np.ones((3, 32), np.float32), -1)
+
+
+def _nearest(v):
+    return int(qs.nearest_int(np.float32(v)))
+
+
+def _signed_max(x):
+    """The C loops' max of magnitude, sign kept: the first of equals."""
+    amax = mx = np.float32(0)
+    for v in x:
+        if abs(v) > amax:
+            amax, mx = abs(v), v
+    return amax, mx
+
+
+def _make_qx_quants(x, w, nmax):
+    """ggml-quants.c's make_qx_quants with rmse_type 1 and weights, in float32
+    scalars: (scale, iscale whose codes it fitted)."""
+    f = np.float32
+    amax, mx = _signed_max(x)
+    if amax < f(1e-15):
+        return f(0), f(0)
+
+    def fit(iscale):
+        sumlx = suml2 = f(0)
+        for i in range(len(x)):
+            l = f(max(-nmax, min(nmax - 1, _nearest(iscale * x[i]))))
+            sumlx, suml2 = sumlx + w[i] * x[i] * l, suml2 + w[i] * l * l
+        return sumlx, suml2
+
+    iscale = f(-nmax) / mx
+    sumlx, suml2 = fit(iscale)
+    scale = sumlx / suml2 if suml2 else f(0)
+    best = scale * sumlx
+    for s in range(-9, 10):
+        if s == 0:
+            continue
+        cand = -(f(nmax) + f(0.1) * f(s)) / mx
+        sumlx, suml2 = fit(cand)
+        if suml2 > 0 and sumlx * sumlx > best * suml2:
+            scale, iscale = sumlx / suml2, cand
+            best = scale * sumlx
+    return scale, iscale
+
+
+def _sweeps(x, w, L, lo, hi, sumlx, suml2, removed_sl2):
+    """The five sweeps make_q3_quants (removed_sl2 False) and make_qp_quants
+    end with, moving codes L in place; returns the sums."""
+    f = np.float32
+    for _ in range(5):
+        changed = 0
+        for i in range(len(x)):
+            slx = sumlx - w[i] * x[i] * f(L[i])
+            sl2 = suml2 - w[i] * f(L[i]) * f(L[i])
+            if not slx > 0 or (removed_sl2 and not sl2 > 0):
+                continue
+            new = min(hi, _nearest(x[i] * sl2 / slx))
+            new = new if lo is None else max(lo, new)
+            if new == L[i]:
+                continue
+            slx, sl2 = slx + w[i] * x[i] * f(new), sl2 + w[i] * f(new) * f(new)
+            if (removed_sl2 or sl2 > 0) and slx * slx * suml2 > sumlx * sumlx * sl2:
+                L[i], sumlx, suml2 = new, slx, sl2
+                changed += 1
+        if not changed:
+            break
+    return sumlx, suml2
+
+
+def _make_q3_quants(x, nmax):
+    """make_q3_quants with do_rmse in float32 scalars: (scale, codes + nmax)."""
+    f = np.float32
+    amax, mx = _signed_max(x)
+    if amax < f(1e-15):
+        return f(0), np.zeros(len(x), np.uint8)
+    iscale = f(-nmax) / mx
+    w = x * x
+    L = [max(-nmax, min(nmax - 1, _nearest(iscale * v))) for v in x]
+    sumlx = suml2 = f(0)
+    for i in range(len(x)):
+        sumlx, suml2 = sumlx + w[i] * x[i] * f(L[i]), suml2 + w[i] * f(L[i]) * f(L[i])
+    sumlx, suml2 = _sweeps(x, w, L, -nmax, nmax - 1, sumlx, suml2, False)
+    return sumlx / suml2, np.array(L, np.int32).astype(np.uint8) + np.uint8(nmax)
+
+
+def _make_qp_quants(x, w, nmax):
+    """make_qp_quants in float32 scalars: (scale, codes)."""
+    f = np.float32
+    mx = max(f(0), max(x))
+    if mx < f(1e-15):
+        return f(0), np.zeros(len(x), np.uint8)
+
+    def mse(iscale, clamp):
+        sc, e = f(1) / iscale, f(0)
+        for i in range(len(x)):
+            l = _nearest(iscale * x[i])
+            diff = x[i] - sc * f(min(nmax, l) if clamp else l)
+            e = e + w[i] * diff * diff
+        return e
+
+    iscale = f(nmax) / mx
+    best = mse(iscale, False)
+    for s in range(-4, 5):
+        if s == 0:
+            continue
+        cand = (f(0.1) * f(s) + f(nmax)) / mx
+        e = mse(cand, True)
+        if e < best:
+            best, iscale = e, cand
+    L = [min(nmax, _nearest(iscale * v)) for v in x]
+    sumlx = suml2 = f(0)
+    for i in range(len(x)):
+        sumlx, suml2 = sumlx + w[i] * x[i] * f(L[i]), suml2 + w[i] * f(L[i]) * f(L[i])
+    sumlx, suml2 = _sweeps(x, w, L, None, nmax, sumlx, suml2, True)
+    return (sumlx / suml2 if suml2 > 0 else f(0)), np.array(L, np.uint8)
+
+
+def _hostile_blocks(rng, n, k):
+    """Mixed, one-signed, tiny (under 1e-15), subnormal, tied-magnitude and
+    integer-valued blocks (codes on a tie of nearest_int), n not a multiple of
+    the four lanes."""
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    x[1] = np.abs(x[1])
+    x[2] = -np.abs(x[2]) * 1e3
+    x[3] = np.float32(1e-16)
+    x[4] = np.float32(1e-39) * np.sign(x[4])
+    x[5, 3], x[5, 9 % k] = 4.0, -4.0
+    x[6] = np.round(x[6] * 8) / 2
+    x[7] = 0
+    return x
+
+
+@pytest.mark.parametrize("nmax, k", [(32, 16), (4, 16), (8, 32), (16, 16)])
+def test_native_symmetric_search_is_the_c_loop(nmax, k):
+    """csrc/search/qx.cpp against make_qx_quants in float32 scalars, scale and
+    the inverse scale whose codes it fitted, bit for bit."""
+    rng = np.random.default_rng(nmax + k)
+    x = _hostile_blocks(rng, 13, k)
+    w = rng.uniform(0, 2, x.shape).astype(np.float32)
+    w[8, ::2] = 0
+    from iekit.formats import _search
+
+    scale, iscale = _search.qx(x, w, nmax)
+    for b in range(len(x)):
+        with np.errstate(all="ignore"):
+            s, i = _make_qx_quants(x[b], w[b], nmax)
+        assert (scale[b].tobytes(), iscale[b].tobytes()) == (np.float32(s).tobytes(), np.float32(i).tobytes()), b
+
+
+@pytest.mark.parametrize("nmax", [4, 2])
+def test_native_q3_search_is_the_c_loop(nmax):
+    """csrc/search/move_codes.cpp's make_q3_quants against the C loop in float32
+    scalars (the sweeps included), on 16-element blocks as q3_k has."""
+    x = _hostile_blocks(np.random.default_rng(nmax), 13, 16)
+    scale, codes = qs.q3(x, nmax)
+    for b in range(len(x)):
+        with np.errstate(all="ignore"):
+            s, l = _make_q3_quants(x[b], nmax)
+        assert scale[b].tobytes() == np.float32(s).tobytes(), b
+        assert np.array_equal(codes[b], l), b
+
+
+@pytest.mark.parametrize("nmax, k", [(63, 8), (15, 16)])
+def test_native_qp_search_is_the_c_loop(nmax, k):
+    """make_qp_quants (q4_k's and q2_k's super-block scales and mins under an
+    importance matrix) against the C loop in float32 scalars."""
+    rng = np.random.default_rng(nmax)
+    x = np.abs(_hostile_blocks(rng, 13, k))
+    w = rng.uniform(0, 2, x.shape).astype(np.float32)
+    w[8, ::2] = 0
+    scale, codes = qs.qp(x, w, nmax)
+    for b in range(len(x)):
+        with np.errstate(all="ignore"):
+            s, l = _make_qp_quants(x[b], w[b], nmax)
+        assert scale[b].tobytes() == np.float32(s).tobytes(), b
+        assert np.array_equal(codes[b], l), b
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda s: s.qx(np.ones((2, 8), np.float32), np.ones((2, 7), np.float32), 4), "one shape"),
+    (lambda s: s.qx(np.ones((2, 8), np.float32), np.ones((2, 8), np.float32), 0), "nmax"),
+    (lambda s: s.q3(np.ones(8, np.float32), 4), r"\[blocks, k\]"),
+    (lambda s: s.q3(np.ones((2, 8), np.float32), 128), "nmax"),
+    (lambda s: s.qp(np.ones((2, 8), np.float32), np.ones((3, 8), np.float32), 15), "one shape"),
+    (lambda s: s.qp(np.ones((2, 0), np.float32), np.ones((2, 0), np.float32), 15), "k must be"),
+])
+def test_native_code_searches_check_their_arguments(call, needle):
+    from iekit.formats import _search
+
+    with pytest.raises(ValueError, match=needle):
+        call(_search)

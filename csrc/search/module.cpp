@@ -9,7 +9,9 @@
 
 #include "grid_nearest.h"
 #include "iq4_scales.h"
+#include "move_codes.h"
 #include "qkx.h"
+#include "qx.h"
 
 namespace py = pybind11;
 
@@ -37,6 +39,68 @@ py::tuple qkx(const F32Array& x, const F32Array& w, int nmax, float rmin, float 
     ie::qkx_search(xp, wp, n, k, s, sp, mp, cp);
   }
   return py::make_tuple(scale, the_min, codes);
+}
+
+py::tuple qx(const F32Array& x, const F32Array& w, int nmax) {
+  if (x.ndim() != 2 || w.ndim() != 2 || x.shape(0) != w.shape(0) || x.shape(1) != w.shape(1))
+    throw std::invalid_argument("qx: x and w must be [blocks, k] arrays of one shape");
+  if (x.shape(1) < 1 || x.shape(1) > (1 << 20))
+    throw std::invalid_argument("qx: k must be 1..2^20, got " + std::to_string(x.shape(1)));
+  if (nmax < 1 || nmax > 127) throw std::invalid_argument("qx: nmax must be 1..127, got " + std::to_string(nmax));
+  const int64_t n = x.shape(0);
+  const int k = static_cast<int>(x.shape(1));
+  py::array_t<float> scale(n), iscale(n);
+  const float *xp = x.data(), *wp = w.data();
+  float *sp = scale.mutable_data(), *ip = iscale.mutable_data();
+  {
+    py::gil_scoped_release release;
+    ie::qx_search(xp, wp, n, k, nmax, sp, ip);
+  }
+  return py::make_tuple(scale, iscale);
+}
+
+// x [blocks, k] (and w of its shape where the search takes weights): the
+// shape checks every code-moving search shares.
+void check_blocks(const char* what, const F32Array& x, const F32Array* w, int nmax, int top) {
+  const std::string at = what;
+  if (x.ndim() != 2 || (w && (w->ndim() != 2 || w->shape(0) != x.shape(0) || w->shape(1) != x.shape(1))))
+    throw std::invalid_argument(at + ": x" + (w ? " and w" : "") + " must be [blocks, k] arrays" + (w ? " of one shape" : ""));
+  if (x.shape(1) < 1 || x.shape(1) > (1 << 20))
+    throw std::invalid_argument(at + ": k must be 1..2^20, got " + std::to_string(x.shape(1)));
+  if (nmax < 1 || nmax > top)
+    throw std::invalid_argument(at + ": nmax must be 1.." + std::to_string(top) + ", got " + std::to_string(nmax));
+}
+
+py::tuple q3(const F32Array& x, int nmax) {
+  check_blocks("q3", x, nullptr, nmax, 127);
+  const int64_t n = x.shape(0);
+  const int k = static_cast<int>(x.shape(1));
+  py::array_t<float> scale(n);
+  py::array_t<uint8_t> codes({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(k)});
+  const float* xp = x.data();
+  float* sp = scale.mutable_data();
+  uint8_t* cp = codes.mutable_data();
+  {
+    py::gil_scoped_release release;
+    ie::q3_search(xp, n, k, nmax, sp, cp);
+  }
+  return py::make_tuple(scale, codes);
+}
+
+py::tuple qp(const F32Array& x, const F32Array& w, int nmax) {
+  check_blocks("qp", x, &w, nmax, 255);
+  const int64_t n = x.shape(0);
+  const int k = static_cast<int>(x.shape(1));
+  py::array_t<float> scale(n);
+  py::array_t<uint8_t> codes({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(k)});
+  const float *xp = x.data(), *wp = w.data();
+  float* sp = scale.mutable_data();
+  uint8_t* cp = codes.mutable_data();
+  {
+    py::gil_scoped_release release;
+    ie::qp_search(xp, wp, n, k, nmax, sp, cp);
+  }
+  return py::make_tuple(scale, codes);
 }
 
 py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
@@ -85,6 +149,14 @@ PYBIND11_MODULE(_search, m) {
         py::arg("nstep"), py::arg("mad") = false,
         "ggml's make_qkx2_quants over blocks x, w [n, k] (float32): (scale [n], the_min [n], codes [n, k] uint8), "
         "x ~ scale * code - the_min.");
+  m.def("qx", &qx, py::arg("x"), py::arg("w"), py::arg("nmax"),
+        "ggml's make_qx_quants (rmse_type 1, weights) over blocks x, w [n, k] (float32): (scale [n], iscale [n], "
+        "the inverse scale whose codes -nmax..nmax-1 the scale was fitted to; both 0 in an all-zero block).");
+  m.def("q3", &q3, py::arg("x"), py::arg("nmax"),
+        "ggml's make_q3_quants (do_rmse) over blocks x [n, k] (float32): (scale [n], codes + nmax [n, k] uint8).");
+  m.def("qp", &qp, py::arg("x"), py::arg("w"), py::arg("nmax"),
+        "ggml's make_qp_quants over non-negative blocks x, w [n, k] (float32): (scale [n], codes 0..nmax [n, k] "
+        "uint8).");
   m.def("iq4_scales", &iq4_scales, py::arg("x"), py::arg("w"), py::arg("ntry") = 7,
         "The scale search of ggml's quantize_row_iq4_nl_impl over 32-element blocks x, w [n, 32]: float32 [n].");
   m.def("grid_nearest", &grid_nearest, py::arg("u"), py::arg("w"), py::arg("cand_idx"), py::arg("cand_val"),
