@@ -121,18 +121,21 @@ def quantize(w: np.ndarray, h: np.ndarray, scheme: Scheme, p: QuantParams, name:
     bw = scheme.block_width(cols, p)
     step = bw if bw % step else step
     cur = np.array(w, dtype=np.float64)
+    errs = np.empty((rows, bw))
     parts = []
     for c0 in range(0, cols, bw):
-        blk = slice(c0, c0 + bw)
-        for s0 in range(c0, c0 + bw, step):
+        blk, end = slice(c0, c0 + bw), c0 + bw
+        for s0 in range(c0, end, step):
             qr = scheme.quantize_rows(cur[:, blk].astype(np.float32), p, name, imp[blk])
             if s0 + step == cols:
                 break
             b = slice(s0, s0 + step)
             got = scheme.dequantize_rows(qr, bw, p)[:, s0 - c0:s0 - c0 + step]
-            err = np.linalg.solve(u[b, b].T, (cur[:, b] - got).T).T  # delta @ inv(U_BB)
-            cur[:, s0 + step:] -= err @ u[b, s0 + step:]
+            err = errs[:, s0 - c0:s0 - c0 + step] = np.linalg.solve(u[b, b].T, (cur[:, b] - got).T).T  # delta @ inv(U_BB)
+            cur[:, s0 + step:end] -= err @ u[b, s0 + step:end]
             cur[:, b] = got  # stays put when the block is quantized again
+        if end < cols:  # the columns after the block: every step's share at once (GPTQ's lazy batch)
+            cur[:, end:] -= errs @ u[blk, end:]
         parts.append(qr)
     out = QuantizedRows.hstack(parts)
     e = QuantError(compensated=True)

@@ -53,6 +53,29 @@ class QuantParams:
     scale_dtype: str = "f16"
 
 
+QUADRATIC_BLOCK = 512  # columns of h per step of quadratic_sum
+
+
+def quadratic_sum(a: np.ndarray, h: np.ndarray) -> float:
+    """Σ_r a_r h a_rᵀ over the rows of ``a`` [n, cols], ``h`` [cols, cols]
+    symmetric. Block column by block column over h's upper triangle (a
+    diagonal block once, the blocks above it twice), in float32 GEMMs summed
+    in float64: a quarter of the float64 ``((a @ h) * a).sum()``'s time (a
+    third of gptq's on [2048, 8192]), and no float32 copy of h larger than
+    a block. Relative error about 1e-6: this is a reported loss."""
+    a = np.asarray(a, dtype=np.float32)
+    cols = a.shape[1]
+    total = 0.0
+    for j0 in range(0, cols, QUADRATIC_BLOCK):
+        j1 = min(cols, j0 + QUADRATIC_BLOCK)
+        hb = np.asarray(h[:j1, j0:j1], dtype=np.float32)
+        aj = a[:, j0:j1]
+        total += float(np.sum(aj * (aj @ hb[j0:]), dtype=np.float64))
+        if j0:
+            total += 2.0 * float(np.sum(aj * (a[:, :j0] @ hb[:j0]), dtype=np.float64))
+    return total
+
+
 @dataclass
 class QuantError:
     """A matrix's predicted loss: Σ imp[c] × (w − ŵ)² over its elements, and
@@ -73,10 +96,9 @@ class QuantError:
         """The same sums under a full input covariance ``h`` = E[x xᵀ] [cols,
         cols]: Σ_r δ_r h δ_rᵀ, no independence of the columns assumed."""
         w = np.asarray(w, dtype=np.float64)
-        d = w - w_hat
         self.weighted = True
-        self.sq_error += float(((d @ h) * d).sum())
-        self.sq_norm += float(((w @ h) * w).sum())
+        self.sq_error += quadratic_sum(w - w_hat, h)
+        self.sq_norm += quadratic_sum(w, h)
 
     def add(self, w: np.ndarray, w_hat: np.ndarray, importance: np.ndarray | None) -> None:
         """Accumulate rows ``w`` [n, cols] and their dequantized ``w_hat``."""
