@@ -22,6 +22,21 @@ inline V as_float(VI l) { return __builtin_convertvector(l, V); }
 
 inline V abs_lanes(V v) { return reinterpret_cast<V>(reinterpret_cast<VI>(v) & 0x7FFFFFFF); }
 
+// Each lane's element of largest magnitude, sign kept (the first of equals,
+// as the C loops' strict '>'), into max, and its magnitude into amax (both 0
+// in an all-zero block).
+inline void signed_max(const V* x, int k, V& amax, V& max) {
+  V a{}, m{};
+  for (int i = 0; i < k; ++i) {
+    const V ax = abs_lanes(x[i]);
+    const VI gt = ax > a;
+    a = gt ? ax : a;
+    m = gt ? x[i] : m;
+  }
+  amax = a;
+  max = m;
+}
+
 // Blocks b0 .. b0 + kLanes of src (k floats each, n blocks in all) into
 // dst[i][g] = element i of block b0 + g; a short last group repeats block b0
 // in the lanes past n (their results are never written back). Returns the

@@ -72,13 +72,8 @@ void sums(const V* x, const V* w, int k, const VI* l, V& sumlx, V& suml2) {
 }
 
 void q3_group(const V* x, V* w, int k, int nmax, VI* l, V& scale) {
-  V amax{}, max{};
-  for (int i = 0; i < k; ++i) {
-    const V ax = abs_lanes(x[i]);
-    const VI gt = ax > amax;
-    amax = gt ? ax : amax;
-    max = gt ? x[i] : max;
-  }
+  V amax, max;
+  signed_max(x, k, amax, max);
   const VI zero = amax < 1e-15f;
   const V iscale = static_cast<float>(-nmax) / max;
   for (int i = 0; i < k; ++i) {

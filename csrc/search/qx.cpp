@@ -31,13 +31,8 @@ void fit(const V* x, const V* w, int k, float nmax, V iscale, V& sumlx, V& suml2
 // One group of kLanes blocks, element-major (x[i][g]: element i of block g).
 void group(const V* x, const V* w, int k, int nmax, V& scale_out, V& iscale_out) {
   const float fmax = static_cast<float>(nmax);
-  V amax{}, max{};
-  for (int i = 0; i < k; ++i) {
-    const V ax = abs_lanes(x[i]);
-    const VI gt = ax > amax;
-    amax = gt ? ax : amax;
-    max = gt ? x[i] : max;
-  }
+  V amax, max;
+  signed_max(x, k, amax, max);
   const VI zero = amax < 1e-15f;  // GROUP_MAX_EPS
   V iscale = -fmax / max, sumlx, suml2;
   fit(x, w, k, fmax, iscale, sumlx, suml2);
