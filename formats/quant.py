@@ -95,9 +95,9 @@ class QuantError:
     def add_covariance(self, w: np.ndarray, w_hat: np.ndarray, h: np.ndarray) -> None:
         """The same sums under a full input covariance ``h`` = E[x xᵀ] [cols,
         cols]: Σ_r δ_r h δ_rᵀ, no independence of the columns assumed."""
-        w = np.asarray(w, dtype=np.float64)
+        w = np.asarray(w, dtype=np.float32)  # quadratic_sum works in float32: no float64 copy of the rows
         self.weighted = True
-        self.sq_error += quadratic_sum(w - w_hat, h)
+        self.sq_error += quadratic_sum(w - np.asarray(w_hat, dtype=np.float32), h)
         self.sq_norm += quadratic_sum(w, h)
 
     def add(self, w: np.ndarray, w_hat: np.ndarray, importance: np.ndarray | None) -> None:

@@ -20,7 +20,7 @@ C++ (csrc/search) with the same arithmetic, block by block in parallel.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from . import _search
 from .workers import ordered_map, worker_count
 
 F32 = np.float32
+R = TypeVar("R")
 
 
 def nearest_int(v: np.ndarray) -> np.ndarray:
@@ -46,13 +47,26 @@ def seqsum(a: np.ndarray) -> np.ndarray:
 CHUNK = 8192  # blocks per pass: numpy's per-call cost fades, and a 576 x 1536 matrix still gives each core work
 
 
-def over_chunks(n: int, work: Callable[[int, int], None]) -> None:
+def over_chunks(n: int, work: Callable[[int, int], R]) -> list[R]:
     """work(a, b) over [0, n) in CHUNK pieces, on up to one thread per core
-    (formats/workers.py; inline inside a worker). Each piece writes only its
-    own rows."""
+    (formats/workers.py; inline inside a worker): what each piece returned,
+    in order."""
     spans = [(a, min(n, a + CHUNK)) for a in range(0, n, CHUNK)]
-    for _ in ordered_map(lambda span: work(*span), spans, workers=min(len(spans), worker_count())):
-        pass
+    return list(ordered_map(lambda span: work(*span), spans, workers=min(len(spans), worker_count())))
+
+
+def _per_block(search: Callable, x: np.ndarray, w: np.ndarray | None, *params):
+    """One of the C++ searches, search(x[a:b], w[a:b] (where w is given),
+    *params), over every block (row) of x in float32, chunk by chunk on the
+    thread pool: its outputs (an array, or a tuple of them, one row per
+    block) joined in block order."""
+    arrays = [np.ascontiguousarray(v, F32) for v in (x, w) if v is not None]
+    parts = over_chunks(arrays[0].shape[0], lambda a, b: search(*(v[a:b] for v in arrays), *params))
+    if len(parts) <= 1:  # one piece as it came; no blocks: the search's own empty outputs
+        return parts[0] if parts else search(*arrays, *params)
+    if isinstance(parts[0], tuple):
+        return tuple(np.concatenate(p) for p in zip(*parts))
+    return np.concatenate(parts)
 
 
 def qkx(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int, mad: bool = False
@@ -63,34 +77,7 @@ def qkx(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nst
     absolute error compared instead of the squared one (q2_k). In C++
     (csrc/search/qkx.cpp, the same float32 arithmetic as the C loops): its
     37 fits per block were three quarters of q4_k's quantizer in numpy."""
-    x = np.ascontiguousarray(x, F32)
-    w = np.ascontiguousarray(w, F32)
-    n = x.shape[0]
-    scale = np.empty(n, F32)
-    the_min = np.empty(n, F32)
-    codes = np.empty(x.shape, np.uint8)
-
-    def work(a: int, b: int) -> None:
-        scale[a:b], the_min[a:b], codes[a:b] = _search.qkx(x[a:b], w[a:b], nmax, rmin, rdelta, nstep, mad)
-
-    over_chunks(n, work)
-    return scale, the_min, codes
-
-
-def _blocks(search: Callable, x: np.ndarray, *args) -> tuple[np.ndarray, np.ndarray]:
-    """search(x[a:b], *args) -> (scale, codes) over every block (row) of x,
-    chunk by chunk on the thread pool; each of ``args`` an array of x's
-    shape is sliced alike, the others passed as they are."""
-    x = np.asarray(x, F32)
-    n, k = x.shape
-    scale, codes = np.empty(n, F32), np.empty((n, k), np.uint8)
-
-    def work(a: int, b: int) -> None:
-        part = [v[a:b] if isinstance(v, np.ndarray) else v for v in args]
-        scale[a:b], codes[a:b] = search(x[a:b], *part)
-
-    over_chunks(n, work)
-    return scale, codes
+    return _per_block(_search.qkx, x, w, nmax, rmin, rdelta, nstep, mad)
 
 
 def qp(x: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
@@ -99,7 +86,7 @@ def qp(x: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]
     scales, then up to five sweeps that move one code at a time where that
     raises the weighted fit; csrc/search/move_codes.h). Returns (scale [n],
     codes [n, k] uint8)."""
-    return _blocks(_search.qp, x, np.asarray(w, F32), nmax)
+    return _per_block(_search.qp, x, w, nmax)
 
 
 def qx(x: np.ndarray, w: np.ndarray, nmax: int, with_codes: bool = False):
@@ -108,17 +95,10 @@ def qx(x: np.ndarray, w: np.ndarray, nmax: int, with_codes: bool = False):
     weights. With ``with_codes`` also its codes L = code + nmax [n, k] (0 in
     an all-zero row), which q6_k keeps where a sub-scale stores as zero;
     every other caller picks the nearest codes for the scale as stored."""
-    x = np.asarray(x, F32)
-    w = np.asarray(w, F32)
-    n = x.shape[0]
-    scale, iscale = np.empty(n, F32), np.empty(n, F32)
-
-    def work(a: int, b: int) -> None:
-        scale[a:b], iscale[a:b] = _search.qx(x[a:b], w[a:b], nmax)
-
-    over_chunks(n, work)
+    scale, iscale = _per_block(_search.qx, x, w, nmax)
     if not with_codes:
         return scale
+    x = np.asarray(x, F32)
     with np.errstate(invalid="ignore"):
         l = np.clip(np.rint(iscale[:, None] * x), F32(-nmax), F32(nmax - 1)) + F32(nmax)
     return scale, np.where(iscale[:, None] != 0, l, F32(0)).astype(np.uint8)
@@ -131,7 +111,7 @@ def q3(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     wherever that raises the x²-weighted fit (sumlx² / suml2;
     csrc/search/move_codes.h). Returns (scale [n], L = code + nmax [n, k]
     uint8; an all-zero row: scale 0, L 0)."""
-    return _blocks(_search.q3, x, nmax)
+    return _per_block(_search.q3, x, None, nmax)
 
 
 def signed_max(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
@@ -190,12 +170,4 @@ def iq4_scales(x: np.ndarray, w: np.ndarray, ntry: int = 7) -> np.ndarray:
     each refit by weighted least squares). The scale may be negative: the grid
     is not symmetric, and mirroring it can fit a block better. In C++
     (csrc/search/iq4_scales.cpp, the same arithmetic and code table)."""
-    x = np.ascontiguousarray(x, F32)
-    w = np.ascontiguousarray(w, F32)
-    out = np.empty(x.shape[0], F32)
-
-    def work(a: int, b: int) -> None:
-        out[a:b] = _search.iq4_scales(x[a:b], w[a:b], ntry)
-
-    over_chunks(x.shape[0], work)
-    return out
+    return _per_block(_search.iq4_scales, x, w, ntry)

@@ -78,13 +78,9 @@ V group(const V* x, const V* w, int ntry, const ValueTable& t) {
 
 void iq4_scales(const float* x, const float* w, int64_t n, int ntry, float* scale) {
   const ValueTable t;
-  V xt[32], wt[32];
-  for (int64_t b0 = 0; b0 < n; b0 += kLanes) {
-    load_group(w, n, b0, 32, wt);
-    const int m = load_group(x, n, b0, 32, xt);
-    const V d = group(xt, wt, ntry, t);
-    for (int g = 0; g < m; ++g) scale[b0 + g] = d[g];
-  }
+  for_each_group(x, w, n, 32, [&](int64_t b0, int m, const V* xt, const V* wt) {
+    store_lanes(group(xt, wt, ntry, t), b0, m, scale);
+  });
 }
 
 }  // namespace ie

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace ie {
 namespace search {
@@ -48,6 +49,32 @@ inline int load_group(const float* src, int64_t n, int64_t b0, int k, V* dst) {
     for (int i = 0; i < k; ++i) dst[i][g] = b[i];
   }
   return m;
+}
+
+// fn(b0, m, x, w) for each group of kLanes blocks from b0 (m of them real):
+// x and w loaded element-major (w: scratch of k vectors where not given).
+// Every search's driver.
+template <class Fn>
+void for_each_group(const float* x, const float* w, int64_t n, int k, Fn&& fn) {
+  std::vector<V> xt(static_cast<size_t>(k)), wt(static_cast<size_t>(k));
+  for (int64_t b0 = 0; b0 < n; b0 += kLanes) {
+    if (w) load_group(w, n, b0, k, wt.data());
+    const int m = load_group(x, n, b0, k, xt.data());
+    fn(b0, m, xt.data(), wt.data());
+  }
+}
+
+// Lane g < m of v into out[b0 + g].
+inline void store_lanes(V v, int64_t b0, int m, float* out) {
+  for (int g = 0; g < m; ++g) out[b0 + g] = v[g];
+}
+
+// Lane g < m of codes l[i] into row b0 + g of codes [n, k].
+inline void store_codes(const VI* l, int64_t b0, int m, int k, uint8_t* codes) {
+  for (int g = 0; g < m; ++g) {
+    uint8_t* c = codes + static_cast<size_t>(b0 + g) * static_cast<size_t>(k);
+    for (int i = 0; i < k; ++i) c[i] = static_cast<uint8_t>(l[i][g]);
+  }
 }
 
 }  // namespace search

@@ -19,13 +19,28 @@ namespace {
 
 using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
+// x [blocks, k] (and w of its shape where the search takes weights), k in
+// 1..2^20 (only k_only where given): the shape checks every search shares.
+void check_blocks(const char* what, const F32Array& x, const F32Array* w, int k_only = 0) {
+  const std::string at = what;
+  if (x.ndim() != 2 || (w && (w->ndim() != 2 || w->shape(0) != x.shape(0) || w->shape(1) != x.shape(1))))
+    throw std::invalid_argument(at + ": x" + (w ? " and w" : "") + " must be [blocks, k] arrays" + (w ? " of one shape" : ""));
+  if (k_only ? x.shape(1) != k_only : x.shape(1) < 1 || x.shape(1) > (1 << 20))
+    throw std::invalid_argument(at + ": k must be " + (k_only ? std::to_string(k_only) : "1..2^20") + ", got " +
+                                std::to_string(x.shape(1)));
+}
+
+// An integer argument within [lo, hi].
+void check_range(const char* what, const char* name, int v, int lo, int hi) {
+  if (v < lo || v > hi)
+    throw std::invalid_argument(std::string(what) + ": " + name + " must be " + std::to_string(lo) + ".." +
+                                std::to_string(hi) + ", got " + std::to_string(v));
+}
+
 py::tuple qkx(const F32Array& x, const F32Array& w, int nmax, float rmin, float rdelta, int nstep, bool mad) {
-  if (x.ndim() != 2 || w.ndim() != 2 || x.shape(0) != w.shape(0) || x.shape(1) != w.shape(1))
-    throw std::invalid_argument("qkx: x and w must be [blocks, k] arrays of one shape");
-  if (x.shape(1) < 1 || x.shape(1) > (1 << 20))
-    throw std::invalid_argument("qkx: k must be 1..2^20, got " + std::to_string(x.shape(1)));
-  if (nmax < 1 || nmax > 255) throw std::invalid_argument("qkx: nmax must be 1..255, got " + std::to_string(nmax));
-  if (nstep < 0 || nstep > 1000) throw std::invalid_argument("qkx: nstep must be 0..1000, got " + std::to_string(nstep));
+  check_blocks("qkx", x, &w);
+  check_range("qkx", "nmax", nmax, 1, 255);
+  check_range("qkx", "nstep", nstep, 0, 1000);
   const int64_t n = x.shape(0);
   const int k = static_cast<int>(x.shape(1));
   py::array_t<float> scale(n), the_min(n);
@@ -42,11 +57,8 @@ py::tuple qkx(const F32Array& x, const F32Array& w, int nmax, float rmin, float 
 }
 
 py::tuple qx(const F32Array& x, const F32Array& w, int nmax) {
-  if (x.ndim() != 2 || w.ndim() != 2 || x.shape(0) != w.shape(0) || x.shape(1) != w.shape(1))
-    throw std::invalid_argument("qx: x and w must be [blocks, k] arrays of one shape");
-  if (x.shape(1) < 1 || x.shape(1) > (1 << 20))
-    throw std::invalid_argument("qx: k must be 1..2^20, got " + std::to_string(x.shape(1)));
-  if (nmax < 1 || nmax > 127) throw std::invalid_argument("qx: nmax must be 1..127, got " + std::to_string(nmax));
+  check_blocks("qx", x, &w);
+  check_range("qx", "nmax", nmax, 1, 127);
   const int64_t n = x.shape(0);
   const int k = static_cast<int>(x.shape(1));
   py::array_t<float> scale(n), iscale(n);
@@ -59,20 +71,9 @@ py::tuple qx(const F32Array& x, const F32Array& w, int nmax) {
   return py::make_tuple(scale, iscale);
 }
 
-// x [blocks, k] (and w of its shape where the search takes weights): the
-// shape checks every code-moving search shares.
-void check_blocks(const char* what, const F32Array& x, const F32Array* w, int nmax, int top) {
-  const std::string at = what;
-  if (x.ndim() != 2 || (w && (w->ndim() != 2 || w->shape(0) != x.shape(0) || w->shape(1) != x.shape(1))))
-    throw std::invalid_argument(at + ": x" + (w ? " and w" : "") + " must be [blocks, k] arrays" + (w ? " of one shape" : ""));
-  if (x.shape(1) < 1 || x.shape(1) > (1 << 20))
-    throw std::invalid_argument(at + ": k must be 1..2^20, got " + std::to_string(x.shape(1)));
-  if (nmax < 1 || nmax > top)
-    throw std::invalid_argument(at + ": nmax must be 1.." + std::to_string(top) + ", got " + std::to_string(nmax));
-}
-
 py::tuple q3(const F32Array& x, int nmax) {
-  check_blocks("q3", x, nullptr, nmax, 127);
+  check_blocks("q3", x, nullptr);
+  check_range("q3", "nmax", nmax, 1, 127);
   const int64_t n = x.shape(0);
   const int k = static_cast<int>(x.shape(1));
   py::array_t<float> scale(n);
@@ -88,7 +89,8 @@ py::tuple q3(const F32Array& x, int nmax) {
 }
 
 py::tuple qp(const F32Array& x, const F32Array& w, int nmax) {
-  check_blocks("qp", x, &w, nmax, 255);
+  check_blocks("qp", x, &w);
+  check_range("qp", "nmax", nmax, 1, 255);
   const int64_t n = x.shape(0);
   const int k = static_cast<int>(x.shape(1));
   py::array_t<float> scale(n);
@@ -127,9 +129,8 @@ py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
 }
 
 py::array_t<float> iq4_scales(const F32Array& x, const F32Array& w, int ntry) {
-  if (x.ndim() != 2 || x.shape(1) != 32 || w.ndim() != 2 || w.shape(0) != x.shape(0) || w.shape(1) != 32)
-    throw std::invalid_argument("iq4_scales: x and w must be [n, 32] arrays of one shape");
-  if (ntry < 0 || ntry > 127) throw std::invalid_argument("iq4_scales: ntry must be 0..127, got " + std::to_string(ntry));
+  check_blocks("iq4_scales", x, &w, 32);
+  check_range("iq4_scales", "ntry", ntry, 0, 127);
   const int64_t n = x.shape(0);
   py::array_t<float> scale(n);
   const float *xp = x.data(), *wp = w.data();

@@ -126,39 +126,26 @@ void qp_group(const V* x, const V* w, int k, int nmax, VI* l, VI* aux, V& scale)
   for (int i = 0; i < k; ++i) l[i] = zero ? VI{} : l[i];
 }
 
-void store(int64_t b0, int m, int k, const V& sc, const VI* l, float* scale, uint8_t* codes) {
-  for (int g = 0; g < m; ++g) {
-    scale[b0 + g] = sc[g];
-    uint8_t* c = codes + static_cast<size_t>(b0 + g) * static_cast<size_t>(k);
-    for (int i = 0; i < k; ++i) c[i] = static_cast<uint8_t>(l[i][g]);
-  }
-}
-
 }  // namespace
 
 void q3_search(const float* x, int64_t n, int k, int nmax, float* scale, uint8_t* codes) {
-  const size_t kk = static_cast<size_t>(k);
-  std::vector<V> xt(kk), wt(kk);
-  std::vector<VI> l(kk);
-  for (int64_t b0 = 0; b0 < n; b0 += kLanes) {
-    const int m = load_group(x, n, b0, k, xt.data());
+  std::vector<VI> l(static_cast<size_t>(k));
+  for_each_group(x, nullptr, n, k, [&](int64_t b0, int m, const V* xt, V* wt) {
     V sc;
-    q3_group(xt.data(), wt.data(), k, nmax, l.data(), sc);
-    store(b0, m, k, sc, l.data(), scale, codes);
-  }
+    q3_group(xt, wt, k, nmax, l.data(), sc);  // wt: its scratch for the weights x²
+    store_lanes(sc, b0, m, scale);
+    store_codes(l.data(), b0, m, k, codes);
+  });
 }
 
 void qp_search(const float* x, const float* w, int64_t n, int k, int nmax, float* scale, uint8_t* codes) {
-  const size_t kk = static_cast<size_t>(k);
-  std::vector<V> xt(kk), wt(kk);
-  std::vector<VI> l(kk), aux(kk);
-  for (int64_t b0 = 0; b0 < n; b0 += kLanes) {
-    load_group(w, n, b0, k, wt.data());
-    const int m = load_group(x, n, b0, k, xt.data());
+  std::vector<VI> l(static_cast<size_t>(k)), aux(static_cast<size_t>(k));
+  for_each_group(x, w, n, k, [&](int64_t b0, int m, const V* xt, const V* wt) {
     V sc;
-    qp_group(xt.data(), wt.data(), k, nmax, l.data(), aux.data(), sc);
-    store(b0, m, k, sc, l.data(), scale, codes);
-  }
+    qp_group(xt, wt, k, nmax, l.data(), aux.data(), sc);
+    store_lanes(sc, b0, m, scale);
+    store_codes(l.data(), b0, m, k, codes);
+  });
 }
 
 }  // namespace ie

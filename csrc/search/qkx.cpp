@@ -104,21 +104,14 @@ void group(const V* x, const V* w, int k, const QkxSearch& s, V& scale_out, V& m
 
 void qkx_search(const float* x, const float* w, int64_t n, int k, const QkxSearch& s, float* scale, float* the_min,
                 uint8_t* codes) {
-  const size_t kk = static_cast<size_t>(k);
-  std::vector<V> xt(kk), wt(kk);
-  std::vector<VI> L(kk), aux(kk);
-  for (int64_t b0 = 0; b0 < n; b0 += kLanes) {
-    load_group(w, n, b0, k, wt.data());
-    const int m = load_group(x, n, b0, k, xt.data());
+  std::vector<VI> L(static_cast<size_t>(k)), aux(static_cast<size_t>(k));
+  for_each_group(x, w, n, k, [&](int64_t b0, int m, const V* xt, const V* wt) {
     V sc, mn;
-    (s.mad ? group<true> : group<false>)(xt.data(), wt.data(), k, s, sc, mn, L.data(), aux.data());
-    for (int g = 0; g < m; ++g) {
-      const size_t o = static_cast<size_t>(b0 + g) * kk;
-      scale[b0 + g] = sc[g];
-      the_min[b0 + g] = mn[g];
-      for (size_t i = 0; i < kk; ++i) codes[o + i] = static_cast<uint8_t>(L[i][g]);
-    }
-  }
+    (s.mad ? group<true> : group<false>)(xt, wt, k, s, sc, mn, L.data(), aux.data());
+    store_lanes(sc, b0, m, scale);
+    store_lanes(mn, b0, m, the_min);
+    store_codes(L.data(), b0, m, k, codes);
+  });
 }
 
 }  // namespace ie

@@ -2,8 +2,6 @@
 // (qx.h), four blocks at a time (lanes.h).
 #include "qx.h"
 
-#include <vector>
-
 #include "lanes.h"
 
 namespace ie {
@@ -54,18 +52,12 @@ void group(const V* x, const V* w, int k, int nmax, V& scale_out, V& iscale_out)
 }  // namespace
 
 void qx_search(const float* x, const float* w, int64_t n, int k, int nmax, float* scale, float* iscale) {
-  const size_t kk = static_cast<size_t>(k);
-  std::vector<V> xt(kk), wt(kk);
-  for (int64_t b0 = 0; b0 < n; b0 += kLanes) {
-    load_group(w, n, b0, k, wt.data());
-    const int m = load_group(x, n, b0, k, xt.data());
+  for_each_group(x, w, n, k, [&](int64_t b0, int m, const V* xt, const V* wt) {
     V sc, is;
-    group(xt.data(), wt.data(), k, nmax, sc, is);
-    for (int g = 0; g < m; ++g) {
-      scale[b0 + g] = sc[g];
-      iscale[b0 + g] = is[g];
-    }
-  }
+    group(xt, wt, k, nmax, sc, is);
+    store_lanes(sc, b0, m, scale);
+    store_lanes(is, b0, m, iscale);
+  });
 }
 
 }  // namespace ie
