@@ -1,6 +1,8 @@
 // The GEMV kernels with int8 activations over rows8 copies (rows8.h), one
-// token or a prefill chunk of up to 32 (four tokens at a time per tile, eight
-// under VNNI: kWide), compiled once per ISA:
+// token or a prefill chunk of up to 64 (four tokens at a time per tile, eight
+// under VNNI: kWide; under VNNI the common 4-bit types and q8_0 take eight
+// tokens over two tiles at once in 512-bit vectors, rows8_pairs.h), compiled
+// once per ISA:
 // rows8_avx2.cpp (-mavx2) and rows8_avx512.cpp (IE_ROWS8_VNNI, -mavx512vl
 // -mavx512vnni). Include only from those two files: everything here is
 // internal to the including object.
@@ -688,6 +690,10 @@ IE_INLINE auto with_nib_params(const Rows8& p, Fn&& fn) {
   return p.affine ? fn(S2{}, T{}) : fn(S2{}, F{});
 }
 
+#if IE_ROWS8_VNNI
+#include "rows8_pairs.h"
+#endif
+
 // A tile kernel: activation rows b0 .. b0+NB (of B) against the tile at w.
 template <int NB>
 using TileKernel = void (*)(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]);
@@ -771,10 +777,17 @@ struct TileKernels {
   TileKernel<3> n3 = nullptr;
   TileKernel<4> n4 = nullptr;
   TileKernel<kWide> wide = nullptr;
+#if IE_ROWS8_VNNI
+  PairKernel pair = nullptr;  // two tiles, eight tokens (rows8_pairs.h); null: one tile at a time
+#endif
   TileKernels() = default;
   explicit TileKernels(const Rows8& p)
       : single(tile_kernel<1, true>(p)), n1(tile_kernel<1>(p)), n2(tile_kernel<2>(p)), n3(tile_kernel<3>(p)),
-        n4(tile_kernel<4>(p)), wide(kWide > 4 ? tile_kernel<kWide>(p) : nullptr) {}
+        n4(tile_kernel<4>(p)), wide(kWide > 4 ? tile_kernel<kWide>(p) : nullptr)
+#if IE_ROWS8_VNNI
+        , pair(pair_kernel(p))
+#endif
+  {}
   // Activation rows b0 .. b0+NB (of B) against tile t of p.
   template <int NB>
   void run(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) const {
@@ -827,21 +840,55 @@ void run_tile_n(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku,
   for (int b = 0; b < NB; ++b) store_tile(acc[b], j.up ? nullptr : j.bias, j.y + (b0 + b) * rows, 8 * t, n);
 }
 
-// Tiles [t0, t1) of one job, for the B activation rows of x.
-void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& up, int64_t t0, int64_t t1, const Q8Nat& x,
+#if IE_ROWS8_VNNI
+// The eight tokens b0 .. b0+8 of tiles t and t + 1 of one job (pw, pu: its matrices' pair kernels).
+void run_pair(const Rows8Job& j, PairKernel pw, PairKernel pu, int64_t t, const Q8Nat& x, int B, int b0) {
+  const int64_t rows = j.w->spec.rows;
+  __m512 acc[kPairTokens], u[kPairTokens];
+  pw(*j.w, j.w->bytes.data() + t * j.w->tile_bytes, x, B, b0, acc);
+  if (j.up) pu(*j.up, j.up->bytes.data() + t * j.up->tile_bytes, x, B, b0, u);
+  for (int h = 0; h < 2; ++h) {
+    const int64_t r0 = 8 * (t + h), n = rows - r0 < 8 ? rows - r0 : 8;
+    for (int b = 0; b < kPairTokens; ++b) {
+      __m256 a = half_of(acc[b], h);
+      if (j.up) a = silu_mul(a, half_of(u[b], h));
+      store_tile(a, j.up ? nullptr : j.bias, j.y + (b0 + b) * rows, r0, n);
+    }
+  }
+}
+#endif
+
+// Activation rows b0 .. B of tile t of one job.
+void run_tile_rest(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, int64_t t, const Q8Nat& x, int B,
+                   int b0) {
+  if constexpr (kWide > 4)
+    for (; b0 + kWide <= B; b0 += kWide) run_tile_n<kWide>(j, kw, ku, t, x, B, b0);
+  for (; b0 < B; b0 += 4) {  // four rows at a time; the tile stays in L1 for the next four
+    switch (B - b0 < 4 ? B - b0 : 4) {
+      case 1: run_tile_n<1>(j, kw, ku, t, x, B, b0); break;
+      case 2: run_tile_n<2>(j, kw, ku, t, x, B, b0); break;
+      case 3: run_tile_n<3>(j, kw, ku, t, x, B, b0); break;
+      default: run_tile_n<4>(j, kw, ku, t, x, B, b0); break;
+    }
+  }
+}
+
+// Tiles [t0, t1) of one job, for the B activation rows of x: under VNNI two
+// tiles at a time where both matrices have pair kernels, then the tokens
+// past the last eight per tile.
+void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, int64_t t0, int64_t t1, const Q8Nat& x,
              int B) {
   for (int64_t t = t0; t < t1; ++t) {
-    int b0 = 0;
-    if constexpr (kWide > 4)
-      for (; b0 + kWide <= B; b0 += kWide) run_tile_n<kWide>(j, kw, up, t, x, B, b0);
-    for (; b0 < B; b0 += 4) {  // four rows at a time; the tile stays in L1 for the next four
-      switch (B - b0 < 4 ? B - b0 : 4) {
-        case 1: run_tile_n<1>(j, kw, up, t, x, B, b0); break;
-        case 2: run_tile_n<2>(j, kw, up, t, x, B, b0); break;
-        case 3: run_tile_n<3>(j, kw, up, t, x, B, b0); break;
-        default: run_tile_n<4>(j, kw, up, t, x, B, b0); break;
-      }
+#if IE_ROWS8_VNNI
+    if (kw.pair && (!j.up || ku.pair) && t + 1 < t1 && B >= kPairTokens) {
+      int b0 = 0;
+      for (; b0 + kPairTokens <= B; b0 += kPairTokens) run_pair(j, kw.pair, ku.pair, t, x, B, b0);
+      run_tile_rest(j, kw, ku, t, x, B, b0);
+      run_tile_rest(j, kw, ku, ++t, x, B, b0);
+      continue;
     }
+#endif
+    run_tile_rest(j, kw, ku, t, x, B, 0);
   }
 }
 
@@ -857,7 +904,8 @@ void gemv_rows8_tiles(const Rows8Job* jobs, int n, const uint8_t* prep, int batc
     kw[i] = TileKernels(*jobs[i].w);
     if (jobs[i].up) ku[i] = TileKernels(*jobs[i].up);
   }
-  WorkSplit split(first[n], pool.size());
+  // Under VNNI, chunks of eight tokens or more are claimed two tiles at a time (run_job's pairs).
+  WorkSplit split(first[n], pool.size(), IE_ROWS8_VNNI && batch >= 8 ? 2 : 1);
   pool.run([&](int th) {
     int64_t k0, k1;
     while (split.next(th, &k0, &k1)) {

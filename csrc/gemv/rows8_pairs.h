@@ -1,0 +1,274 @@
+// VNNI prefill kernels over two rows8 tiles at once: 16 rows in the lanes of
+// one 512-bit vector (tile t's eight in lanes 0..7, tile t + 1's in 8..15),
+// eight tokens per pass. Included by rows8_tiles.h under IE_ROWS8_VNNI only,
+// inside its namespace, after the 256-bit kernels whose helpers it uses.
+//
+// Why: the 256-bit VNNI tiles broadcast four activation bytes for every
+// vpdpbusd, and on Zen 4 that load, not the multiply, is the limit: one
+// thread reached 234 G multiply-adds/s with register operands and 145-185
+// with a broadcast load per 256-bit vpdpbusd, while a 512-bit vpdpbusd,
+// twice the products per broadcast, kept 224-233 (the same core issues one
+// 512-bit or two 256-bit vpdpbusd per cycle). The pair tiles also halve the
+// per-token work after each block (offset, convert, scale), which now
+// covers 16 rows.
+//
+// The layout is rows8's, unchanged: tile t + 1's bytes lie tile_bytes after
+// tile t's, at the same offsets. Each lane sees the integers and then the
+// float operations of the 256-bit kernel of its type in the same order, so
+// every output is the same float (tests/test_gemv.py compares the ISAs bit
+// for bit). Types without a pair kernel here return nullptr (pair_kernel)
+// and run one tile at a time.
+#pragma once
+
+// Keeps a 512-bit value in a register (in_reg's "x" would confine it to the
+// first 16 of the 32).
+IE_INLINE void in_zreg(__m512i& v) { __asm__("" : "+v"(v)); }
+
+// The 32 bytes at w in tile t (lanes 0..7) and in tile t + 1 (lanes 8..15).
+IE_INLINE __m512i load_pair(const uint8_t* w, size_t tile_bytes) {
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + tile_bytes));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+// load8's eight scales of each tile as 16 floats.
+template <int SB>
+IE_INLINE __m512 load16(const uint8_t* p, size_t tile_bytes) {
+  const __m512d lo = _mm512_castpd256_pd512(_mm256_castps_pd(load8<SB>(p)));
+  return _mm512_castpd_ps(_mm512_insertf64x4(lo, _mm256_castps_pd(load8<SB>(p + tile_bytes)), 1));
+}
+
+// Lanes 0..7 (h = 0: tile t's rows) or 8..15 (tile t + 1's).
+IE_INLINE __m256 half_of(__m512 v, int h) {
+  return h == 0 ? _mm512_castps512_ps256(v) : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+IE_INLINE __m512i bcast4z(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// Both tiles' group at w, prefetched as prefetch_group does one tile's.
+template <int N = 1>
+IE_INLINE void prefetch_pair(const Rows8& p, const uint8_t* w, int b0, int j = 0) {
+  prefetch_group<N>(p, w, b0, j);
+  prefetch_group<N>(p, w + p.tile_bytes, b0, j);
+}
+
+constexpr int kPairTokens = 8;
+
+// s[b] += the 4-bit layout's 32-block at w of both tiles (lo, hi: each
+// vector's nibbles, through VALUES: the codes themselves, or a table of
+// values + 128) times token b's codes (its block at xq + 32 b), one chain
+// per token as VnniSums<8> keeps them.
+template <class Values>
+IE_INLINE void pair_block(const uint8_t* w, size_t tb, const int8_t* xq, Values&& values, __m512i (&s)[kPairTokens]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int v = 0; v < 4; ++v) {
+    const __m512i wv = load_pair(w + 32 * v, tb);
+    const __m512i lo = values(_mm512_and_si512(wv, m4)), hi = values(_mm512_and_si512(_mm512_srli_epi32(wv, 4), m4));
+    for (int b = 0; b < kPairTokens; ++b) {
+      s[b] = _mm512_dpbusd_epi32(s[b], lo, bcast4z(xq + 32 * b + 8 * v));
+      s[b] = _mm512_dpbusd_epi32(s[b], hi, bcast4z(xq + 32 * b + 8 * v + 4));
+      in_zreg(s[b]);
+    }
+  }
+}
+
+IE_INLINE __m512i codes_as_is(__m512i c) { return c; }
+
+// grid_values(T) + 128 by nibble (table_values' table in each 128-bit lane).
+template <WType T>
+struct TableOf {
+  __m512i table;
+  TableOf()
+      : table(_mm512_xor_si512(
+            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(T)))),
+            _mm512_set1_epi8(static_cast<char>(0x80)))) {}
+  IE_INLINE __m512i operator()(__m512i c) const { return _mm512_shuffle_epi8(table, c); }
+};
+
+// nib_tile_n over a pair (int4w, q4_0, q4_1: 4-bit codes, one scale and
+// min per group).
+template <int BPG, int SB, bool AFFINE>
+IE_INLINE void nib_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
+  const size_t tb = p.tile_bytes;
+  const int bpg = BPG > 0 ? BPG : p.bpg;
+  int64_t k = 0;
+  for (int64_t g = 0; g < p.groups; ++g) {
+    prefetch_pair(p, w, b0);
+    const uint8_t* sc = w + static_cast<size_t>(bpg) * 128;
+    const __m512 scale = load16<SB>(sc, tb);
+    for (int kb = 0; kb < bpg; ++kb, ++k, w += 128) {
+      const int64_t kx = k * B + b0;
+      __m512i s[kPairTokens];  // from the codes' offset: 8 sum x off (s8), or nothing for affine codes
+      for (int b = 0; b < kPairTokens; ++b) s[b] = _mm512_set1_epi32(AFFINE ? 0 : -x.s8[kx + b]);
+      pair_block(w, tb, x.q + kx * 32, codes_as_is, s);
+      for (int b = 0; b < kPairTokens; ++b) {
+        acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[b]), _mm512_mul_ps(scale, _mm512_set1_ps(x.d[kx + b])), acc[b]);
+        if constexpr (AFFINE) acc[b] = _mm512_fmadd_ps(load16<SB>(sc + 8 * SB, tb), _mm512_set1_ps(x.ds[kx + b]), acc[b]);
+      }
+    }
+    w += 8 * SB * (AFFINE ? 2 : 1);
+  }
+}
+
+// signed_tile_n over a pair (iq4_nl, mxfp4 through their tables; q8_0's
+// bytes with a flipped top bit), 128 sum x taken off per block.
+template <WType T>
+IE_INLINE void signed_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
+  constexpr bool kTable = T != WType::Q8_0;
+  constexpr int kCodes = kTable ? 128 : 256;
+  const size_t tb = p.tile_bytes;
+  for (int64_t k = 0; k < p.groups; ++k, w += p.group_bytes) {
+    prefetch_pair(p, w, b0);
+    const int64_t kx = k * B + b0;
+    __m512i s[kPairTokens];  // from the values' offset: 128 sum x off (16 s8)
+    for (int b = 0; b < kPairTokens; ++b) s[b] = _mm512_set1_epi32(-16 * x.s8[kx + b]);
+    if constexpr (kTable) {
+      pair_block(w, tb, x.q + kx * 32, TableOf<T>(), s);
+    } else {
+      for (int v = 0; v < 8; ++v) {
+        const __m512i u = _mm512_xor_si512(load_pair(w + 32 * v, tb), _mm512_set1_epi8(static_cast<char>(0x80)));
+        for (int b = 0; b < kPairTokens; ++b) {
+          s[b] = _mm512_dpbusd_epi32(s[b], u, bcast4z(x.q + (kx + b) * 32 + 4 * v));
+          in_zreg(s[b]);
+        }
+      }
+    }
+    const __m512 d = load16<T == WType::MXFP4 ? 1 : 2>(w + kCodes, tb);
+    for (int b = 0; b < kPairTokens; ++b)
+      acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[b]), _mm512_mul_ps(d, _mm512_set1_ps(x.d[kx + b])), acc[b]);
+  }
+}
+
+// iq4xs_tile_n over a pair (iq4_xs, iq3_s): per sub-block the 16 rows'
+// sub-scales l - 32 from scales_l and scales_h, times the block's offset
+// sums by vpmulld; d once per super-block.
+template <WType T>
+IE_INLINE void iq4xs_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
+  using H = Rows8Iq4xsHeader;
+  constexpr int kBlock = 32 * rows8_code_bits(T);
+  const size_t tb = p.tile_bytes;
+  const TableOf<T> table;
+  for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
+    const uint8_t* h = w + 8 * kBlock;
+    const __m512i ls_lo = load_pair(h + H::scales_l, tb);
+    const __m128i hs0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + H::scales_h));
+    const __m128i hs1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + tb + H::scales_h));
+    const __m512i ls_hi = _mm512_cvtepu16_epi32(_mm256_inserti128_si256(_mm256_castsi128_si256(hs0), hs1, 1));
+    __m512 P[kPairTokens];
+    for (auto& v : P) v = _mm512_setzero_ps();
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; ++j) {
+      prefetch_pair<8>(p, w, b0, j);
+      const __m512i lo4 = _mm512_and_si512(_mm512_srl_epi32(ls_lo, _mm_cvtsi32_si128(4 * j)), _mm512_set1_epi32(0xF));
+      const __m512i hi2 = _mm512_and_si512(_mm512_srl_epi32(ls_hi, _mm_cvtsi32_si128(2 * j)), _mm512_set1_epi32(3));
+      const __m512i mult = _mm512_sub_epi32(_mm512_or_si512(lo4, _mm512_slli_epi32(hi2, 4)), _mm512_set1_epi32(32));
+      const int64_t kx = (g * 8 + j) * B + b0;
+      __m512i s[kPairTokens];  // from the values' offset: 128 sum x off (16 s8)
+      for (int b = 0; b < kPairTokens; ++b) s[b] = _mm512_set1_epi32(-16 * x.s8[kx + b]);
+      pair_block(w + j * kBlock, tb, x.q + kx * 32, table, s);
+      for (int b = 0; b < kPairTokens; ++b)
+        P[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(s[b], mult)), _mm512_set1_ps(x.d[kx + b]), P[b]);
+    }
+    const __m512 d = load16<2>(h + H::d, tb);
+    for (int b = 0; b < kPairTokens; ++b) acc[b] = _mm512_fmadd_ps(P[b], d, acc[b]);
+  }
+}
+
+// lane_byte<false> of 16 lanes: byte j (0..3) of each, zero-extended.
+IE_INLINE __m512i lane_byte_z(__m512i v, int j) {
+  constexpr char z = -128;
+  const __m512i base = _mm512_broadcast_i32x4(_mm_setr_epi8(0, z, z, z, 4, z, z, z, 8, z, z, z, 12, z, z, z));
+  return _mm512_shuffle_epi8(v, _mm512_add_epi8(base, _mm512_set1_epi8(static_cast<char>(j))));
+}
+
+// kq_tile_n over a pair (q4_k): the 16 rows' 6-bit sub-scales and mins
+// from the three scale words; sub-block j's sums times its sub-scale by
+// vpmulld, its mins times dmin against the activation's d * code sum after
+// the products; d once per super-block.
+IE_INLINE void q4k_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
+  using H = Rows8KqHeader;
+  constexpr int kBlock = 32 * rows8_code_bits(WType::Q4_K);
+  const size_t tb = p.tile_bytes;
+  const __m512i m3f = _mm512_set1_epi8(0x3F), m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
+    const uint8_t* h = w + 8 * kBlock;
+    auto word = [h, tb](int k) { return load_pair(h + H::words + 32 * k, tb); };
+    const __m512i ls[2] = {_mm512_and_si512(word(0), m3f), _mm512_or_si512(_mm512_and_si512(word(2), m0f),
+                                                                          _mm512_and_si512(_mm512_srli_epi32(word(0), 2), m30))};
+    __m512 P[kPairTokens];
+    for (auto& v : P) v = _mm512_setzero_ps();
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; ++j) {
+      prefetch_pair<8>(p, w, b0, j);
+      const __m512i mult = lane_byte_z(j < 4 ? ls[0] : ls[1], j % 4);
+      const int64_t kx = (g * 8 + j) * B + b0;
+      __m512i s[kPairTokens];
+      for (auto& v : s) v = _mm512_setzero_si512();
+      pair_block(w + j * kBlock, tb, x.q + kx * 32, codes_as_is, s);
+      for (int b = 0; b < kPairTokens; ++b)
+        P[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(s[b], mult)), _mm512_set1_ps(x.d[kx + b]), P[b]);
+    }
+    const __m512i lm[2] = {_mm512_and_si512(word(1), m3f), _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(word(2), 4), m0f),
+                                                                          _mm512_and_si512(_mm512_srli_epi32(word(1), 2), m30))};
+    const __m512 dmin = load16<2>(h + H::dmin, tb);
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; ++j) {
+      const __m512 mn = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_z(j < 4 ? lm[0] : lm[1], j % 4)), dmin);
+      const int64_t kx = (g * 8 + j) * B + b0;
+      for (int b = 0; b < kPairTokens; ++b) acc[b] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(x.ds[kx + b]), acc[b]);
+    }
+    const __m512 d = load16<2>(h + H::d, tb);
+    for (int b = 0; b < kPairTokens; ++b) acc[b] = _mm512_fmadd_ps(P[b], d, acc[b]);
+  }
+}
+
+// Eight activation rows b0 .. b0 + 8 (of B) against the tiles at w and w +
+// tile_bytes.
+using PairKernel = void (*)(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0,
+                            __m512 (&acc)[kPairTokens]);
+
+// K as a function of its own with local accumulators (tile_fn's reasons).
+template <void (*K)(const Rows8&, const uint8_t*, const Q8Nat&, int, int, __m512 (&)[kPairTokens])>
+void pair_fn(const Rows8& p, const uint8_t* w, const Q8Nat& xr, int B, int b0, __m512 (&out)[kPairTokens]) {
+  const Q8Nat x = xr;
+  __m512 acc[kPairTokens];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  K(p, w, x, B, b0, acc);
+  for (int b = 0; b < kPairTokens; ++b) out[b] = acc[b];
+}
+
+// The pair kernel of p's type, or nullptr where its tiles run one at a time.
+PairKernel pair_kernel(const Rows8& p) {
+  switch (p.spec.type) {
+    case WType::Q8_0: return pair_fn<signed_pair<WType::Q8_0>>;
+    case WType::IQ4_NL: return pair_fn<signed_pair<WType::IQ4_NL>>;
+    case WType::MXFP4: return pair_fn<signed_pair<WType::MXFP4>>;
+    case WType::IQ4_XS: return pair_fn<iq4xs_pair<WType::IQ4_XS>>;
+    case WType::IQ3_S: return pair_fn<iq4xs_pair<WType::IQ3_S>>;
+    case WType::Q4_K: return pair_fn<q4k_pair>;
+    case WType::Int4w:
+    case WType::Q4_0:
+    case WType::Q4_1:
+      return with_nib_params(p, [&](auto sb, auto aff) -> PairKernel {
+        constexpr int SB = decltype(sb)::value;
+        constexpr bool AFF = decltype(aff)::value;
+        if (p.bpg == 1) return pair_fn<nib_pair<1, SB, AFF>>;
+        if (p.bpg == 2) return pair_fn<nib_pair<2, SB, AFF>>;
+        return pair_fn<nib_pair<0, SB, AFF>>;
+      });
+    case WType::Q6_K:  // tried: 4% faster, its 32 live sums and accumulators spill
+    case WType::Q5_0:  // not written: no 4-bit type a user picks for prefill speed
+    case WType::Q5_1:
+    case WType::Q5_K:
+    case WType::Q3_K:
+    case WType::Q2_K:
+    case WType::F32:
+    case WType::F16:
+    case WType::BF16: break;
+  }
+  return nullptr;
+}
