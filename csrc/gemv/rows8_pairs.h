@@ -60,14 +60,20 @@ constexpr int kPairTokens = 8;
 
 // s[b] += the 4-bit layout's 32-block at w of both tiles (lo, hi: each
 // vector's nibbles, through VALUES: the codes themselves, or a table of
-// values + 128) times token b's codes (its block at xq + 32 b), one chain
-// per token as VnniSums<8> keeps them.
-template <class Values>
+// values + 128; HB = 32: with the fifth bits of the vector at w + 128 at 16,
+// as block_dot_n joins them) times token b's codes (its block at xq + 32 b),
+// one chain per token as VnniSums<8> keeps them.
+template <int HB = 0, class Values>
 IE_INLINE void pair_block(const uint8_t* w, size_t tb, const int8_t* xq, Values&& values, __m512i (&s)[kPairTokens]) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+  const __m512i h = HB ? load_pair(w + 128, tb) : _mm512_setzero_si512();
   for (int v = 0; v < 4; ++v) {
     const __m512i wv = load_pair(w + 32 * v, tb);
-    const __m512i lo = values(_mm512_and_si512(wv, m4)), hi = values(_mm512_and_si512(_mm512_srli_epi32(wv, 4), m4));
+    __m512i lo = values(_mm512_and_si512(wv, m4)), hi = values(_mm512_and_si512(_mm512_srli_epi32(wv, 4), m4));
+    if constexpr (HB > 0) {  // element 8v + j's fifth bit at bit v of its byte, 8v + 4 + j's at bit 4 + v
+      lo = _mm512_ternarylogic_epi32(lo, _mm512_sll_epi32(h, _mm_cvtsi32_si128(4 - v)), m10, 0xF8);
+      hi = _mm512_ternarylogic_epi32(hi, _mm512_srl_epi32(h, _mm_cvtsi32_si128(v)), m10, 0xF8);
+    }
     for (int b = 0; b < kPairTokens; ++b) {
       s[b] = _mm512_dpbusd_epi32(s[b], lo, bcast4z(xq + 32 * b + 8 * v));
       s[b] = _mm512_dpbusd_epi32(s[b], hi, bcast4z(xq + 32 * b + 8 * v + 4));
@@ -90,21 +96,21 @@ struct TableOf {
 };
 
 // nib_tile_n over a pair (int4w, q4_0, q4_1: 4-bit codes, one scale and
-// min per group).
-template <int BPG, int SB, bool AFFINE>
+// min per group; q5_0, q5_1: HB = 32, their fifth bits, offset 16).
+template <int BPG, int SB, bool AFFINE, int HB = 0>
 IE_INLINE void nib_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
   const size_t tb = p.tile_bytes;
   const int bpg = BPG > 0 ? BPG : p.bpg;
   int64_t k = 0;
   for (int64_t g = 0; g < p.groups; ++g) {
     prefetch_pair(p, w, b0);
-    const uint8_t* sc = w + static_cast<size_t>(bpg) * 128;
+    const uint8_t* sc = w + static_cast<size_t>(bpg) * (128 + HB);
     const __m512 scale = load16<SB>(sc, tb);
-    for (int kb = 0; kb < bpg; ++kb, ++k, w += 128) {
+    for (int kb = 0; kb < bpg; ++kb, ++k, w += 128 + HB) {
       const int64_t kx = k * B + b0;
-      __m512i s[kPairTokens];  // from the codes' offset: 8 sum x off (s8), or nothing for affine codes
-      for (int b = 0; b < kPairTokens; ++b) s[b] = _mm512_set1_epi32(AFFINE ? 0 : -x.s8[kx + b]);
-      pair_block(w, tb, x.q + kx * 32, codes_as_is, s);
+      __m512i s[kPairTokens];  // from the codes' offset: 8 (16) sum x off (s8), or nothing for affine codes
+      for (int b = 0; b < kPairTokens; ++b) s[b] = _mm512_set1_epi32(AFFINE ? 0 : -x.s8[kx + b] * (HB ? 2 : 1));
+      pair_block<HB>(w, tb, x.q + kx * 32, codes_as_is, s);
       for (int b = 0; b < kPairTokens; ++b) {
         acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[b]), _mm512_mul_ps(scale, _mm512_set1_ps(x.d[kx + b])), acc[b]);
         if constexpr (AFFINE) acc[b] = _mm512_fmadd_ps(load16<SB>(sc + 8 * SB, tb), _mm512_set1_ps(x.ds[kx + b]), acc[b]);
@@ -185,13 +191,14 @@ IE_INLINE __m512i lane_byte_z(__m512i v, int j) {
   return _mm512_shuffle_epi8(v, _mm512_add_epi8(base, _mm512_set1_epi8(static_cast<char>(j))));
 }
 
-// kq_tile_n over a pair (q4_k): the 16 rows' 6-bit sub-scales and mins
+// kq_tile_n over a pair (q4_k, q5_k: Q5, fifth bits): the 16 rows' 6-bit sub-scales and mins
 // from the three scale words; sub-block j's sums times its sub-scale by
 // vpmulld, its mins times dmin against the activation's d * code sum after
 // the products; d once per super-block.
-IE_INLINE void q4k_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
+template <bool Q5>
+IE_INLINE void kq_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
   using H = Rows8KqHeader;
-  constexpr int kBlock = 32 * rows8_code_bits(WType::Q4_K);
+  constexpr int kBlock = 32 * rows8_code_bits(Q5 ? WType::Q5_K : WType::Q4_K);
   const size_t tb = p.tile_bytes;
   const __m512i m3f = _mm512_set1_epi8(0x3F), m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
@@ -208,7 +215,7 @@ IE_INLINE void q4k_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B,
       const int64_t kx = (g * 8 + j) * B + b0;
       __m512i s[kPairTokens];
       for (auto& v : s) v = _mm512_setzero_si512();
-      pair_block(w + j * kBlock, tb, x.q + kx * 32, codes_as_is, s);
+      pair_block<Q5 ? 32 : 0>(w + j * kBlock, tb, x.q + kx * 32, codes_as_is, s);
       for (int b = 0; b < kPairTokens; ++b)
         P[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(s[b], mult)), _mm512_set1_ps(x.d[kx + b]), P[b]);
     }
@@ -220,6 +227,66 @@ IE_INLINE void q4k_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B,
       const __m512 mn = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_z(j < 4 ? lm[0] : lm[1], j % 4)), dmin);
       const int64_t kx = (g * 8 + j) * B + b0;
       for (int b = 0; b < kPairTokens; ++b) acc[b] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(x.ds[kx + b]), acc[b]);
+    }
+    const __m512 d = load16<2>(h + H::d, tb);
+    for (int b = 0; b < kPairTokens; ++b) acc[b] = _mm512_fmadd_ps(P[b], d, acc[b]);
+  }
+}
+
+// sym16_tile_n over a pair for q6_k: codes 0..63 (a nibble and a bit pair),
+// each 16-element half's sums, less 32 times its activation sum (h16),
+// times its int8 sub-scales by vpmulld; d once per super-block. The first
+// half's products wait in memory while the second half's sums run: held in
+// registers beside them and the super-block's float sums, 32 vectors spilled
+// inside the dpbusd loop.
+IE_INLINE void q6k_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
+  using H = Rows8Q6kHeader;
+  constexpr int kBlock = 32 * rows8_code_bits(WType::Q6_K);
+  const size_t tb = p.tile_bytes;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  alignas(64) int32_t first[kPairTokens][16];
+  for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
+    const uint8_t* h = w + 8 * kBlock;
+    __m512 P[kPairTokens];
+    for (auto& v : P) v = _mm512_setzero_ps();
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; ++j) {
+      prefetch_pair<8>(p, w, b0, j);
+      const uint8_t* blk = w + j * kBlock;
+      const int64_t kx = (g * 8 + j) * B + b0;
+#pragma GCC unroll 1
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* sc = h + H::scales + 16 * j + 8 * half;
+        const __m512i mult = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + tb))));
+        __m512i sums[kPairTokens];  // from the codes' offset: 32 times the half's activation sum off
+        for (int b = 0; b < kPairTokens; ++b)
+          sums[b] = _mm512_set1_epi32(-static_cast<int16_t>(x.h16[2 * (kx + b) + half]) * 2);
+        const __m512i hb = load_pair(blk + 128 + 32 * half, tb);
+        for (int u = 0; u < 2; ++u) {
+          const int v = 2 * half + u;
+          const __m512i wv = load_pair(blk + 32 * v, tb);
+          // hb's bit pairs of this vector: at bits 4u (lo's) and 4u + 2 (hi's), moved to 4..5
+          const __m512i hlo = u ? hb : _mm512_slli_epi32(hb, 4);
+          const __m512i hhi = u ? _mm512_srli_epi32(hb, 2) : _mm512_slli_epi32(hb, 2);
+          const __m512i lo = _mm512_ternarylogic_epi32(_mm512_and_si512(wv, m4), hlo, m30, 0xF8);  // a | (b & c)
+          const __m512i hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(wv, 4), m4), hhi, m30, 0xF8);
+          for (int b = 0; b < kPairTokens; ++b) {
+            sums[b] = _mm512_dpbusd_epi32(sums[b], lo, bcast4z(x.q + (kx + b) * 32 + 8 * v));
+            sums[b] = _mm512_dpbusd_epi32(sums[b], hi, bcast4z(x.q + (kx + b) * 32 + 8 * v + 4));
+            in_zreg(sums[b]);
+          }
+        }
+        for (int b = 0; b < kPairTokens; ++b) {
+          const __m512i t = _mm512_mullo_epi32(sums[b], mult);
+          if (half == 0) {
+            _mm512_store_si512(first[b], t);
+          } else {
+            const __m512i s = _mm512_add_epi32(_mm512_load_si512(first[b]), t);
+            P[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(x.d[kx + b]), P[b]);
+          }
+        }
+      }
     }
     const __m512 d = load16<2>(h + H::d, tb);
     for (int b = 0; b < kPairTokens; ++b) acc[b] = _mm512_fmadd_ps(P[b], d, acc[b]);
@@ -249,7 +316,11 @@ PairKernel pair_kernel(const Rows8& p) {
     case WType::MXFP4: return pair_fn<signed_pair<WType::MXFP4>>;
     case WType::IQ4_XS: return pair_fn<iq4xs_pair<WType::IQ4_XS>>;
     case WType::IQ3_S: return pair_fn<iq4xs_pair<WType::IQ3_S>>;
-    case WType::Q4_K: return pair_fn<q4k_pair>;
+    case WType::Q4_K: return pair_fn<kq_pair<false>>;
+    case WType::Q5_K: return pair_fn<kq_pair<true>>;
+    case WType::Q6_K: return pair_fn<q6k_pair>;
+    case WType::Q5_0: return pair_fn<nib_pair<1, 2, false, 32>>;
+    case WType::Q5_1: return pair_fn<nib_pair<1, 2, true, 32>>;
     case WType::Int4w:
     case WType::Q4_0:
     case WType::Q4_1:
@@ -260,11 +331,7 @@ PairKernel pair_kernel(const Rows8& p) {
         if (p.bpg == 2) return pair_fn<nib_pair<2, SB, AFF>>;
         return pair_fn<nib_pair<0, SB, AFF>>;
       });
-    case WType::Q6_K:  // tried: 4% faster, its 32 live sums and accumulators spill
-    case WType::Q5_0:  // not written: no 4-bit type a user picks for prefill speed
-    case WType::Q5_1:
-    case WType::Q5_K:
-    case WType::Q3_K:
+    case WType::Q3_K:  // not written: q3_k and q2_k run one tile at a time
     case WType::Q2_K:
     case WType::F32:
     case WType::F16:

@@ -1,6 +1,6 @@
 // The GEMV kernels with int8 activations over rows8 copies (rows8.h), one
 // token or a prefill chunk of up to 64 (four tokens at a time per tile, eight
-// under VNNI: kWide; under VNNI the common 4-bit types and q8_0 take eight
+// under VNNI: kWide; under VNNI every type but q3_k and q2_k takes eight
 // tokens over two tiles at once in 512-bit vectors, rows8_pairs.h), compiled
 // once per ISA:
 // rows8_avx2.cpp (-mavx2) and rows8_avx512.cpp (IE_ROWS8_VNNI, -mavx512vl
