@@ -16,8 +16,8 @@
 // tile t's, at the same offsets. Each lane sees the integers and then the
 // float operations of the 256-bit kernel of its type in the same order, so
 // every output is the same float (tests/test_gemv.py compares the ISAs bit
-// for bit). Types without a pair kernel here return nullptr (pair_kernel)
-// and run one tile at a time.
+// for bit). Every quantized type has one; the float types have no rows8
+// copy (pair_kernel returns nullptr).
 #pragma once
 
 // Keeps a 512-bit value in a register (in_reg's "x" would confine it to the
@@ -184,10 +184,12 @@ IE_INLINE void iq4xs_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
   }
 }
 
-// lane_byte<false> of 16 lanes: byte j (0..3) of each, zero-extended.
+// lane_byte of 16 lanes: byte j (0..3) of each, zero-extended to int32
+// (PAIRS false) or to both int16 halves (true).
+template <bool PAIRS = false>
 IE_INLINE __m512i lane_byte_z(__m512i v, int j) {
-  constexpr char z = -128;
-  const __m512i base = _mm512_broadcast_i32x4(_mm_setr_epi8(0, z, z, z, 4, z, z, z, 8, z, z, z, 12, z, z, z));
+  constexpr char z = -128, b = PAIRS ? 0 : z;
+  const __m512i base = _mm512_broadcast_i32x4(_mm_setr_epi8(0, z, b, z, 4, z, 4 + b, z, 8, z, 8 + b, z, 12, z, 12 + b, z));
   return _mm512_shuffle_epi8(v, _mm512_add_epi8(base, _mm512_set1_epi8(static_cast<char>(j))));
 }
 
@@ -233,20 +235,47 @@ IE_INLINE void kq_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, 
   }
 }
 
-// sym16_tile_n over a pair for q6_k: codes 0..63 (a nibble and a bit pair),
-// each 16-element half's sums, less 32 times its activation sum (h16),
-// times its int8 sub-scales by vpmulld; d once per super-block. The first
-// half's products wait in memory while the second half's sums run: held in
-// registers beside them and the super-block's float sums, 32 vectors spilled
-// inside the dpbusd loop.
-IE_INLINE void q6k_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
-  using H = Rows8Q6kHeader;
-  constexpr int kBlock = 32 * rows8_code_bits(WType::Q6_K);
+// Vector v (0..3) of a 32-block of q6_k (codes 0..63: a nibble and a bit
+// pair) or q3_k (0..7: a bit pair and a third bit) of both tiles, as
+// unsigned bytes: lo times elements 8v .. 8v+3, hi times 8v+4 .. 8v+7 (the
+// bits q6k_block_dot_n and pairs_block_dot_n join).
+template <WType T>
+IE_INLINE void sym16_codes(const uint8_t* blk, size_t tb, int v, __m512i* lo, __m512i* hi) {
+  auto sh = [](__m512i x, int n) {  // x shifted left by n, right by -n
+    return n >= 0 ? _mm512_sll_epi32(x, _mm_cvtsi32_si128(n)) : _mm512_srl_epi32(x, _mm_cvtsi32_si128(-n));
+  };
+  if constexpr (T == WType::Q6_K) {  // bit pairs at bits 4 (v % 2) (lo's) and 4 (v % 2) + 2 (hi's), moved to 4..5
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i wv = load_pair(blk + 32 * v, tb), hb = load_pair(blk + 128 + 32 * (v / 2), tb);
+    *lo = _mm512_ternarylogic_epi32(_mm512_and_si512(wv, m4), sh(hb, 4 - 4 * (v % 2)), m30, 0xF8);  // a | (b & c)
+    *hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(wv, 4), m4), sh(hb, 2 - 4 * (v % 2)), m30, 0xF8);
+  } else {  // bit pairs at 4 (v % 2) and 4 (v % 2) + 2 of vector v / 2; third bits v and 4 + v moved to 2
+    const __m512i m3 = _mm512_set1_epi8(3), m04 = _mm512_set1_epi8(4);
+    const __m512i wv = load_pair(blk + 32 * (v / 2), tb), hb = load_pair(blk + 64, tb);
+    *lo = _mm512_ternarylogic_epi32(_mm512_and_si512(sh(wv, -4 * (v % 2)), m3), sh(hb, 2 - v), m04, 0xF8);
+    *hi = _mm512_ternarylogic_epi32(_mm512_and_si512(sh(wv, -4 * (v % 2) - 2), m3), sh(hb, -2 - v), m04, 0xF8);
+  }
+}
+
+// sym16_tile_n over a pair (q6_k, q3_k): each 16-element half's sums, less
+// Z times its activation sum (h16; Z = 32 or 4), times its sub-scales by
+// vpmulld (q6_k's int8 ones; q3_k's from its scale words, less 32); d once
+// per super-block. The first half's products wait in memory while the
+// second half's sums run: held in registers beside them and the
+// super-block's float sums they were 32 vectors, and q6_k spilled inside the
+// dpbusd loop (4% over one tile at a time, against 24% now).
+template <WType T>
+IE_INLINE void sym16_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
+  constexpr int kBlock = 32 * rows8_code_bits(T);
+  constexpr int kD = T == WType::Q6_K ? Rows8Q6kHeader::d : Rows8Q3kHeader::d;
+  constexpr int kZ = T == WType::Q6_K ? 32 : 4;
   const size_t tb = p.tile_bytes;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   alignas(64) int32_t first[kPairTokens][16];
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
+    __m512i words[3];  // q3_k's scale words, once per super-block
+    if constexpr (T == WType::Q3_K)
+      for (int k = 0; k < 3; ++k) words[k] = load_pair(h + Rows8Q3kHeader::words + 32 * k, tb);
     __m512 P[kPairTokens];
     for (auto& v : P) v = _mm512_setzero_ps();
 #pragma GCC unroll 1
@@ -256,21 +285,25 @@ IE_INLINE void q6k_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B,
       const int64_t kx = (g * 8 + j) * B + b0;
 #pragma GCC unroll 1
       for (int half = 0; half < 2; ++half) {
-        const uint8_t* sc = h + H::scales + 16 * j + 8 * half;
-        const __m512i mult = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + tb))));
-        __m512i sums[kPairTokens];  // from the codes' offset: 32 times the half's activation sum off
+        __m512i mult;
+        if constexpr (T == WType::Q6_K) {
+          const uint8_t* sc = h + Rows8Q6kHeader::scales + 16 * j + 8 * half;
+          mult = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)),
+                                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + tb))));
+        } else {  // q3k_scale_word's sub-scales of sub-blocks 4q .. 4q+3, q = j / 2, byte (2j + half) % 4
+          const int q = j / 2;
+          const __m512i lo = _mm512_and_si512(_mm512_srl_epi32(q % 2 ? words[1] : words[0], _mm_cvtsi32_si128(4 * (q / 2))),
+                                              _mm512_set1_epi8(0x0F));
+          const __m512i hi = _mm512_and_si512(_mm512_srl_epi32(words[2], _mm_cvtsi32_si128(2 * q)), _mm512_set1_epi8(3));
+          mult = _mm512_sub_epi32(lane_byte_z(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), (2 * j + half) % 4),
+                                  _mm512_set1_epi32(32));
+        }
+        __m512i sums[kPairTokens];  // from the codes' offset: Z times the half's activation sum off
         for (int b = 0; b < kPairTokens; ++b)
-          sums[b] = _mm512_set1_epi32(-static_cast<int16_t>(x.h16[2 * (kx + b) + half]) * 2);
-        const __m512i hb = load_pair(blk + 128 + 32 * half, tb);
-        for (int u = 0; u < 2; ++u) {
-          const int v = 2 * half + u;
-          const __m512i wv = load_pair(blk + 32 * v, tb);
-          // hb's bit pairs of this vector: at bits 4u (lo's) and 4u + 2 (hi's), moved to 4..5
-          const __m512i hlo = u ? hb : _mm512_slli_epi32(hb, 4);
-          const __m512i hhi = u ? _mm512_srli_epi32(hb, 2) : _mm512_slli_epi32(hb, 2);
-          const __m512i lo = _mm512_ternarylogic_epi32(_mm512_and_si512(wv, m4), hlo, m30, 0xF8);  // a | (b & c)
-          const __m512i hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(wv, 4), m4), hhi, m30, 0xF8);
+          sums[b] = _mm512_set1_epi32(-(static_cast<int16_t>(x.h16[2 * (kx + b) + half]) * kZ / 16));
+        for (int v = 2 * half; v < 2 * half + 2; ++v) {
+          __m512i lo, hi;
+          sym16_codes<T>(blk, tb, v, &lo, &hi);
           for (int b = 0; b < kPairTokens; ++b) {
             sums[b] = _mm512_dpbusd_epi32(sums[b], lo, bcast4z(x.q + (kx + b) * 32 + 8 * v));
             sums[b] = _mm512_dpbusd_epi32(sums[b], hi, bcast4z(x.q + (kx + b) * 32 + 8 * v + 4));
@@ -288,8 +321,74 @@ IE_INLINE void q6k_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B,
         }
       }
     }
-    const __m512 d = load16<2>(h + H::d, tb);
+    const __m512 d = load16<2>(h + kD, tb);
     for (int b = 0; b < kPairTokens; ++b) acc[b] = _mm512_fmadd_ps(P[b], d, acc[b]);
+  }
+}
+
+// q2k_tile_n over a pair: codes 0..3, each half's sums times its 4-bit
+// sub-scale by vpmulld (the first half's products waiting in memory, as in
+// sym16_pair), its mins against the activation's h16 pairs (32 m sum per
+// half, one madd each). The per-block work for the mins (two madds, a
+// convert and an FMA per token) keeps it at 0.45 of the int8 peak, +8%
+// over one tile at a time (the mins' sums in memory: the same).
+IE_INLINE void q2k_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
+  using H = Rows8Q2kHeader;
+  constexpr int kBlock = 32 * rows8_code_bits(WType::Q2_K);
+  const size_t tb = p.tile_bytes;
+  const __m512i m0f = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+  alignas(64) int32_t first[kPairTokens][16];
+  for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
+    const uint8_t* h = w + 8 * kBlock;
+    __m512 P[kPairTokens], M[kPairTokens];
+    for (auto& v : P) v = _mm512_setzero_ps();
+    for (auto& v : M) v = _mm512_setzero_ps();
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; ++j) {
+      prefetch_pair<8>(p, w, b0, j);
+      const uint8_t* blk = w + j * kBlock;
+      // word j / 2: the bytes of sub-blocks 4 (j / 2) .. +3, of which 2j % 4 and 2j % 4 + 1 are this block's
+      const __m512i word = load_pair(h + H::words + 32 * (j / 2), tb);
+      const __m512i sc = _mm512_and_si512(word, m0f), mn = _mm512_and_si512(_mm512_srli_epi32(word, 4), m0f);
+      const int64_t kx = (g * 8 + j) * B + b0;
+#pragma GCC unroll 1
+      for (int half = 0; half < 2; ++half) {
+        const __m512i mult = lane_byte_z(sc, (2 * j + half) % 4);
+        __m512i sums[kPairTokens];
+        for (auto& v : sums) v = _mm512_setzero_si512();
+        const __m512i wv = load_pair(blk + 32 * half, tb);
+        for (int u = 0; u < 2; ++u) {  // vector v = 2 half + u: bit pairs at 4u (lo's) and 4u + 2 (hi's)
+          const int v = 2 * half + u;
+          const __m512i lo = _mm512_and_si512(_mm512_srl_epi32(wv, _mm_cvtsi32_si128(4 * u)), m3);
+          const __m512i hi = _mm512_and_si512(_mm512_srl_epi32(wv, _mm_cvtsi32_si128(4 * u + 2)), m3);
+          for (int b = 0; b < kPairTokens; ++b) {
+            sums[b] = _mm512_dpbusd_epi32(sums[b], lo, bcast4z(x.q + (kx + b) * 32 + 8 * v));
+            sums[b] = _mm512_dpbusd_epi32(sums[b], hi, bcast4z(x.q + (kx + b) * 32 + 8 * v + 4));
+            in_zreg(sums[b]);
+          }
+        }
+        for (int b = 0; b < kPairTokens; ++b) {
+          const __m512i t = _mm512_mullo_epi32(sums[b], mult);
+          if (half == 0) {
+            _mm512_store_si512(first[b], t);
+          } else {
+            const __m512i s = _mm512_add_epi32(_mm512_load_si512(first[b]), t);
+            P[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(x.d[kx + b]), P[b]);
+          }
+        }
+      }
+      const __m512i mins[2] = {lane_byte_z<true>(mn, (2 * j) % 4), lane_byte_z<true>(mn, (2 * j + 1) % 4)};
+      for (int b = 0; b < kPairTokens; ++b) {
+        const int32_t* h16 = x.h16 + 2 * (kx + b);
+        const __m512i m32 = _mm512_add_epi32(_mm512_madd_epi16(_mm512_set1_epi32(h16[0]), mins[0]),
+                                             _mm512_madd_epi16(_mm512_set1_epi32(h16[1]), mins[1]));
+        M[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m32), _mm512_set1_ps(x.d[kx + b]), M[b]);
+      }
+    }
+    const __m512 d = load16<2>(h + H::d, tb);
+    const __m512 dmin32 = _mm512_mul_ps(load16<2>(h + H::dmin, tb), _mm512_set1_ps(1.f / 32.f));
+    for (int b = 0; b < kPairTokens; ++b)
+      acc[b] = _mm512_fnmadd_ps(M[b], dmin32, _mm512_fmadd_ps(P[b], d, acc[b]));
   }
 }
 
@@ -308,7 +407,7 @@ void pair_fn(const Rows8& p, const uint8_t* w, const Q8Nat& xr, int B, int b0, _
   for (int b = 0; b < kPairTokens; ++b) out[b] = acc[b];
 }
 
-// The pair kernel of p's type, or nullptr where its tiles run one at a time.
+// The pair kernel of p's type (nullptr: a float type, no rows8 copy).
 PairKernel pair_kernel(const Rows8& p) {
   switch (p.spec.type) {
     case WType::Q8_0: return pair_fn<signed_pair<WType::Q8_0>>;
@@ -318,7 +417,9 @@ PairKernel pair_kernel(const Rows8& p) {
     case WType::IQ3_S: return pair_fn<iq4xs_pair<WType::IQ3_S>>;
     case WType::Q4_K: return pair_fn<kq_pair<false>>;
     case WType::Q5_K: return pair_fn<kq_pair<true>>;
-    case WType::Q6_K: return pair_fn<q6k_pair>;
+    case WType::Q6_K: return pair_fn<sym16_pair<WType::Q6_K>>;
+    case WType::Q3_K: return pair_fn<sym16_pair<WType::Q3_K>>;
+    case WType::Q2_K: return pair_fn<q2k_pair>;
     case WType::Q5_0: return pair_fn<nib_pair<1, 2, false, 32>>;
     case WType::Q5_1: return pair_fn<nib_pair<1, 2, true, 32>>;
     case WType::Int4w:
@@ -331,8 +432,6 @@ PairKernel pair_kernel(const Rows8& p) {
         if (p.bpg == 2) return pair_fn<nib_pair<2, SB, AFF>>;
         return pair_fn<nib_pair<0, SB, AFF>>;
       });
-    case WType::Q3_K:  // not written: q3_k and q2_k run one tile at a time
-    case WType::Q2_K:
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;

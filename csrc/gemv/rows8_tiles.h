@@ -1,8 +1,7 @@
 // The GEMV kernels with int8 activations over rows8 copies (rows8.h), one
 // token or a prefill chunk of up to 64 (four tokens at a time per tile, eight
-// under VNNI: kWide; under VNNI every type but q3_k and q2_k takes eight
-// tokens over two tiles at once in 512-bit vectors, rows8_pairs.h), compiled
-// once per ISA:
+// under VNNI: kWide; under VNNI eight tokens run over two tiles at once in
+// 512-bit vectors, rows8_pairs.h), compiled once per ISA:
 // rows8_avx2.cpp (-mavx2) and rows8_avx512.cpp (IE_ROWS8_VNNI, -mavx512vl
 // -mavx512vnni). Include only from those two files: everything here is
 // internal to the including object.
@@ -778,7 +777,7 @@ struct TileKernels {
   TileKernel<4> n4 = nullptr;
   TileKernel<kWide> wide = nullptr;
 #if IE_ROWS8_VNNI
-  PairKernel pair = nullptr;  // two tiles, eight tokens (rows8_pairs.h); null: one tile at a time
+  PairKernel pair = nullptr;  // two tiles, eight tokens (rows8_pairs.h)
 #endif
   TileKernels() = default;
   explicit TileKernels(const Rows8& p)
