@@ -236,9 +236,9 @@ IE_INLINE void kq_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, 
 }
 
 // Vector v (0..3) of a 32-block of q6_k (codes 0..63: a nibble and a bit
-// pair) or q3_k (0..7: a bit pair and a third bit) of both tiles, as
-// unsigned bytes: lo times elements 8v .. 8v+3, hi times 8v+4 .. 8v+7 (the
-// bits q6k_block_dot_n and pairs_block_dot_n join).
+// pair), q3_k (0..7: a bit pair and a third bit) or q2_k (0..3: a bit pair)
+// of both tiles, as unsigned bytes: lo times elements 8v .. 8v+3, hi times
+// 8v+4 .. 8v+7 (the bits q6k_block_dot_n and pairs_block_dot_n join).
 template <WType T>
 IE_INLINE void sym16_codes(const uint8_t* blk, size_t tb, int v, __m512i* lo, __m512i* hi) {
   auto sh = [](__m512i x, int n) {  // x shifted left by n, right by -n
@@ -249,21 +249,55 @@ IE_INLINE void sym16_codes(const uint8_t* blk, size_t tb, int v, __m512i* lo, __
     const __m512i wv = load_pair(blk + 32 * v, tb), hb = load_pair(blk + 128 + 32 * (v / 2), tb);
     *lo = _mm512_ternarylogic_epi32(_mm512_and_si512(wv, m4), sh(hb, 4 - 4 * (v % 2)), m30, 0xF8);  // a | (b & c)
     *hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(wv, 4), m4), sh(hb, 2 - 4 * (v % 2)), m30, 0xF8);
-  } else {  // bit pairs at 4 (v % 2) and 4 (v % 2) + 2 of vector v / 2; third bits v and 4 + v moved to 2
+  } else {  // bit pairs at 4 (v % 2) and 4 (v % 2) + 2 of vector v / 2; q3_k's third bits v and 4 + v moved to 2
     const __m512i m3 = _mm512_set1_epi8(3), m04 = _mm512_set1_epi8(4);
-    const __m512i wv = load_pair(blk + 32 * (v / 2), tb), hb = load_pair(blk + 64, tb);
-    *lo = _mm512_ternarylogic_epi32(_mm512_and_si512(sh(wv, -4 * (v % 2)), m3), sh(hb, 2 - v), m04, 0xF8);
-    *hi = _mm512_ternarylogic_epi32(_mm512_and_si512(sh(wv, -4 * (v % 2) - 2), m3), sh(hb, -2 - v), m04, 0xF8);
+    const __m512i wv = load_pair(blk + 32 * (v / 2), tb);
+    *lo = _mm512_and_si512(sh(wv, -4 * (v % 2)), m3);
+    *hi = _mm512_and_si512(sh(wv, -4 * (v % 2) - 2), m3);
+    if constexpr (T == WType::Q3_K) {
+      const __m512i hb = load_pair(blk + 64, tb);
+      *lo = _mm512_ternarylogic_epi32(*lo, sh(hb, 2 - v), m04, 0xF8);  // a | (b & c)
+      *hi = _mm512_ternarylogic_epi32(*hi, sh(hb, -2 - v), m04, 0xF8);
+    }
+  }
+}
+
+// One 16-element half (vectors 2 half and 2 half + 1) of a 32-block of
+// sym16_codes' types for the eight tokens: sums (started by the caller
+// from the codes' offset) += codes times the tokens' codes at xq + 32 b,
+// then times mult by vpmulld. The first half's products wait in `first`;
+// the second's are added to them and, as floats times the tokens' scales
+// xd[b], to P. Held in registers beside the second half's sums and P the
+// first half's products made 32 live vectors, and q6_k spilled inside the
+// dpbusd loop (4% over one tile at a time, against 24% this way).
+template <WType T>
+IE_INLINE void half_products(const uint8_t* blk, size_t tb, int half, const int8_t* xq, __m512i mult,
+                             __m512i (&sums)[kPairTokens], int32_t (&first)[kPairTokens][16], const float* xd,
+                             __m512 (&P)[kPairTokens]) {
+  for (int v = 2 * half; v < 2 * half + 2; ++v) {
+    __m512i lo, hi;
+    sym16_codes<T>(blk, tb, v, &lo, &hi);
+    for (int b = 0; b < kPairTokens; ++b) {
+      sums[b] = _mm512_dpbusd_epi32(sums[b], lo, bcast4z(xq + 32 * b + 8 * v));
+      sums[b] = _mm512_dpbusd_epi32(sums[b], hi, bcast4z(xq + 32 * b + 8 * v + 4));
+      in_zreg(sums[b]);
+    }
+  }
+  for (int b = 0; b < kPairTokens; ++b) {
+    const __m512i t = _mm512_mullo_epi32(sums[b], mult);
+    if (half == 0) {
+      _mm512_store_si512(first[b], t);
+    } else {
+      const __m512i s = _mm512_add_epi32(_mm512_load_si512(first[b]), t);
+      P[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(xd[b]), P[b]);
+    }
   }
 }
 
 // sym16_tile_n over a pair (q6_k, q3_k): each 16-element half's sums, less
-// Z times its activation sum (h16; Z = 32 or 4), times its sub-scales by
-// vpmulld (q6_k's int8 ones; q3_k's from its scale words, less 32); d once
-// per super-block. The first half's products wait in memory while the
-// second half's sums run: held in registers beside them and the
-// super-block's float sums they were 32 vectors, and q6_k spilled inside the
-// dpbusd loop (4% over one tile at a time, against 24% now).
+// Z times its activation sum (h16; Z = 32 or 4), times its sub-scales
+// (q6_k's int8 ones; q3_k's from its scale words, less 32; half_products);
+// d once per super-block.
 template <WType T>
 IE_INLINE void sym16_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
   constexpr int kBlock = 32 * rows8_code_bits(T);
@@ -301,24 +335,7 @@ IE_INLINE void sym16_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
         __m512i sums[kPairTokens];  // from the codes' offset: Z times the half's activation sum off
         for (int b = 0; b < kPairTokens; ++b)
           sums[b] = _mm512_set1_epi32(-(static_cast<int16_t>(x.h16[2 * (kx + b) + half]) * kZ / 16));
-        for (int v = 2 * half; v < 2 * half + 2; ++v) {
-          __m512i lo, hi;
-          sym16_codes<T>(blk, tb, v, &lo, &hi);
-          for (int b = 0; b < kPairTokens; ++b) {
-            sums[b] = _mm512_dpbusd_epi32(sums[b], lo, bcast4z(x.q + (kx + b) * 32 + 8 * v));
-            sums[b] = _mm512_dpbusd_epi32(sums[b], hi, bcast4z(x.q + (kx + b) * 32 + 8 * v + 4));
-            in_zreg(sums[b]);
-          }
-        }
-        for (int b = 0; b < kPairTokens; ++b) {
-          const __m512i t = _mm512_mullo_epi32(sums[b], mult);
-          if (half == 0) {
-            _mm512_store_si512(first[b], t);
-          } else {
-            const __m512i s = _mm512_add_epi32(_mm512_load_si512(first[b]), t);
-            P[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(x.d[kx + b]), P[b]);
-          }
-        }
+        half_products<T>(blk, tb, half, x.q + kx * 32, mult, sums, first, x.d + kx, P);
       }
     }
     const __m512 d = load16<2>(h + kD, tb);
@@ -327,16 +344,15 @@ IE_INLINE void sym16_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
 }
 
 // q2k_tile_n over a pair: codes 0..3, each half's sums times its 4-bit
-// sub-scale by vpmulld (the first half's products waiting in memory, as in
-// sym16_pair), its mins against the activation's h16 pairs (32 m sum per
-// half, one madd each). The per-block work for the mins (two madds, a
-// convert and an FMA per token) keeps it at 0.45 of the int8 peak, +8%
-// over one tile at a time (the mins' sums in memory: the same).
+// sub-scale (half_products), its mins against the activation's h16 pairs
+// (32 m sum per half, one madd each). The per-block work for the mins (two
+// madds, a convert and an FMA per token) keeps it at 0.45 of the int8 peak,
+// +8% over one tile at a time (the mins' sums in memory: the same).
 IE_INLINE void q2k_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
   using H = Rows8Q2kHeader;
   constexpr int kBlock = 32 * rows8_code_bits(WType::Q2_K);
   const size_t tb = p.tile_bytes;
-  const __m512i m0f = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+  const __m512i m0f = _mm512_set1_epi8(0x0F);
   alignas(64) int32_t first[kPairTokens][16];
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
@@ -353,29 +369,10 @@ IE_INLINE void q2k_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B,
       const int64_t kx = (g * 8 + j) * B + b0;
 #pragma GCC unroll 1
       for (int half = 0; half < 2; ++half) {
-        const __m512i mult = lane_byte_z(sc, (2 * j + half) % 4);
         __m512i sums[kPairTokens];
         for (auto& v : sums) v = _mm512_setzero_si512();
-        const __m512i wv = load_pair(blk + 32 * half, tb);
-        for (int u = 0; u < 2; ++u) {  // vector v = 2 half + u: bit pairs at 4u (lo's) and 4u + 2 (hi's)
-          const int v = 2 * half + u;
-          const __m512i lo = _mm512_and_si512(_mm512_srl_epi32(wv, _mm_cvtsi32_si128(4 * u)), m3);
-          const __m512i hi = _mm512_and_si512(_mm512_srl_epi32(wv, _mm_cvtsi32_si128(4 * u + 2)), m3);
-          for (int b = 0; b < kPairTokens; ++b) {
-            sums[b] = _mm512_dpbusd_epi32(sums[b], lo, bcast4z(x.q + (kx + b) * 32 + 8 * v));
-            sums[b] = _mm512_dpbusd_epi32(sums[b], hi, bcast4z(x.q + (kx + b) * 32 + 8 * v + 4));
-            in_zreg(sums[b]);
-          }
-        }
-        for (int b = 0; b < kPairTokens; ++b) {
-          const __m512i t = _mm512_mullo_epi32(sums[b], mult);
-          if (half == 0) {
-            _mm512_store_si512(first[b], t);
-          } else {
-            const __m512i s = _mm512_add_epi32(_mm512_load_si512(first[b]), t);
-            P[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(x.d[kx + b]), P[b]);
-          }
-        }
+        half_products<WType::Q2_K>(blk, tb, half, x.q + kx * 32, lane_byte_z(sc, (2 * j + half) % 4), sums, first,
+                                   x.d + kx, P);
       }
       const __m512i mins[2] = {lane_byte_z<true>(mn, (2 * j) % 4), lane_byte_z<true>(mn, (2 * j + 1) % 4)};
       for (int b = 0; b < kPairTokens; ++b) {
