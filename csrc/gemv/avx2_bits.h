@@ -29,10 +29,12 @@ IE_INLINE __m256i bits_to_4(__m256i v) { return bits_to<BIT, 4, N>(v); }
 // Keeps a value in a register as it is at this point: stops the compiler
 // from re-loading shared activation vectors once per row as memory operands
 // (avx2.cpp), and from re-associating a running sum into a tree whose
-// leaves all live at once (rows8_tiles.h).
+// leaves all live at once (rows8_tiles.h, rows8_pairs.h). "v": any vector
+// register the target has (all 32 under AVX-512, where "x" would confine
+// it to the first 16), of any width.
 template <class V>
 IE_INLINE void in_reg(V& v) {
-  __asm__("" : "+x"(v));
+  __asm__("" : "+v"(v));
 }
 
 // fn(integral_constant<int, 0>) .. fn(integral_constant<int, N - 1>): loop

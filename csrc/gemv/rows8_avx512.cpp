@@ -1,10 +1,6 @@
 // The rows8 kernels (rows8_tiles.h) with AVX-512 VNNI's vpdpbusd, on 256-bit
 // vectors (AVX512VL): the layout's tiles are 32 bytes wide.
 #define IE_ROWS8_VNNI 1
-// GCC 12's 512-bit intrinsics pass _mm512_undefined_* as the merge operand of
-// their unmasked builtins, which -O3 inlining reports as uninitialized reads.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "rows8_tiles.h"
 
 namespace ie {

@@ -20,10 +20,6 @@
 // copy (pair_kernel returns nullptr).
 #pragma once
 
-// Keeps a 512-bit value in a register (in_reg's "x" would confine it to the
-// first 16 of the 32).
-IE_INLINE void in_zreg(__m512i& v) { __asm__("" : "+v"(v)); }
-
 // The 32 bytes at w in tile t (lanes 0..7) and in tile t + 1 (lanes 8..15).
 IE_INLINE __m512i load_pair(const uint8_t* w, size_t tile_bytes) {
   const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
@@ -56,7 +52,7 @@ IE_INLINE void prefetch_pair(const Rows8& p, const uint8_t* w, int b0, int j = 0
   prefetch_group<N>(p, w + p.tile_bytes, b0, j);
 }
 
-constexpr int kPairTokens = 8;
+constexpr int kPairTokens = kWide;  // a pass's tokens, as over one tile
 
 // s[b] += the 4-bit layout's 32-block at w of both tiles (lo, hi: each
 // vector's nibbles, through VALUES: the codes themselves, or a table of
@@ -77,7 +73,7 @@ IE_INLINE void pair_block(const uint8_t* w, size_t tb, const int8_t* xq, Values&
     for (int b = 0; b < kPairTokens; ++b) {
       s[b] = _mm512_dpbusd_epi32(s[b], lo, bcast4z(xq + 32 * b + 8 * v));
       s[b] = _mm512_dpbusd_epi32(s[b], hi, bcast4z(xq + 32 * b + 8 * v + 4));
-      in_zreg(s[b]);
+      in_reg(s[b]);
     }
   }
 }
@@ -106,6 +102,7 @@ IE_INLINE void nib_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B,
     prefetch_pair(p, w, b0);
     const uint8_t* sc = w + static_cast<size_t>(bpg) * (128 + HB);
     const __m512 scale = load16<SB>(sc, tb);
+    const __m512 mins = AFFINE ? load16<SB>(sc + 8 * SB, tb) : _mm512_setzero_ps();
     for (int kb = 0; kb < bpg; ++kb, ++k, w += 128 + HB) {
       const int64_t kx = k * B + b0;
       __m512i s[kPairTokens];  // from the codes' offset: 8 (16) sum x off (s8), or nothing for affine codes
@@ -113,7 +110,7 @@ IE_INLINE void nib_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B,
       pair_block<HB>(w, tb, x.q + kx * 32, codes_as_is, s);
       for (int b = 0; b < kPairTokens; ++b) {
         acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[b]), _mm512_mul_ps(scale, _mm512_set1_ps(x.d[kx + b])), acc[b]);
-        if constexpr (AFFINE) acc[b] = _mm512_fmadd_ps(load16<SB>(sc + 8 * SB, tb), _mm512_set1_ps(x.ds[kx + b]), acc[b]);
+        if constexpr (AFFINE) acc[b] = _mm512_fmadd_ps(mins, _mm512_set1_ps(x.ds[kx + b]), acc[b]);
       }
     }
     w += 8 * SB * (AFFINE ? 2 : 1);
@@ -139,7 +136,7 @@ IE_INLINE void signed_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int
         const __m512i u = _mm512_xor_si512(load_pair(w + 32 * v, tb), _mm512_set1_epi8(static_cast<char>(0x80)));
         for (int b = 0; b < kPairTokens; ++b) {
           s[b] = _mm512_dpbusd_epi32(s[b], u, bcast4z(x.q + (kx + b) * 32 + 4 * v));
-          in_zreg(s[b]);
+          in_reg(s[b]);
         }
       }
     }
@@ -280,7 +277,7 @@ IE_INLINE void half_products(const uint8_t* blk, size_t tb, int half, const int8
     for (int b = 0; b < kPairTokens; ++b) {
       sums[b] = _mm512_dpbusd_epi32(sums[b], lo, bcast4z(xq + 32 * b + 8 * v));
       sums[b] = _mm512_dpbusd_epi32(sums[b], hi, bcast4z(xq + 32 * b + 8 * v + 4));
-      in_zreg(sums[b]);
+      in_reg(sums[b]);
     }
   }
   for (int b = 0; b < kPairTokens; ++b) {

@@ -689,8 +689,18 @@ IE_INLINE auto with_nib_params(const Rows8& p, Fn&& fn) {
   return p.affine ? fn(S2{}, T{}) : fn(S2{}, F{});
 }
 
+// Tokens per pass over a tile when a chunk has them: VNNI's 32 vector
+// registers hold eight tokens' sums (AVX2's 16: four).
+constexpr int kWide = IE_ROWS8_VNNI ? 8 : 4;
+
 #if IE_ROWS8_VNNI
+// GCC 12's 512-bit intrinsics pass _mm512_undefined_* as the merge operand of
+// their unmasked builtins, which -O3 inlining reports as uninitialized reads.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "rows8_pairs.h"
+#pragma GCC diagnostic pop
 #endif
 
 // A tile kernel: activation rows b0 .. b0+NB (of B) against the tile at w.
@@ -763,10 +773,6 @@ TileKernel<NB> tile_kernel(const Rows8& p) {
   }
   return nullptr;
 }
-
-// Tokens per pass over a tile when a chunk has them: VNNI's 32 vector
-// registers hold eight tokens' sums (AVX2's 16: four).
-constexpr int kWide = IE_ROWS8_VNNI ? 8 : 4;
 
 // The kernels of one matrix: one token alone, 1..4 of a batch, and kWide
 // (all null for no matrix).
@@ -873,13 +879,13 @@ void run_tile_rest(const Rows8Job& j, const TileKernels& kw, const TileKernels& 
 }
 
 // Tiles [t0, t1) of one job, for the B activation rows of x: under VNNI two
-// tiles at a time where both matrices have pair kernels, then the tokens
-// past the last eight per tile.
+// tiles at a time (every quantized type has a pair kernel), then the
+// tokens past the last eight per tile.
 void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, int64_t t0, int64_t t1, const Q8Nat& x,
              int B) {
   for (int64_t t = t0; t < t1; ++t) {
 #if IE_ROWS8_VNNI
-    if (kw.pair && (!j.up || ku.pair) && t + 1 < t1 && B >= kPairTokens) {
+    if (t + 1 < t1 && B >= kPairTokens) {
       int b0 = 0;
       for (; b0 + kPairTokens <= B; b0 += kPairTokens) run_pair(j, kw.pair, ku.pair, t, x, B, b0);
       run_tile_rest(j, kw, ku, t, x, B, b0);
@@ -903,8 +909,8 @@ void gemv_rows8_tiles(const Rows8Job* jobs, int n, const uint8_t* prep, int batc
     kw[i] = TileKernels(*jobs[i].w);
     if (jobs[i].up) ku[i] = TileKernels(*jobs[i].up);
   }
-  // Under VNNI, chunks of eight tokens or more are claimed two tiles at a time (run_job's pairs).
-  WorkSplit split(first[n], pool.size(), IE_ROWS8_VNNI && batch >= 8 ? 2 : 1);
+  // Under VNNI, chunks of a pair's tokens or more are claimed two tiles at a time (run_job's pairs).
+  WorkSplit split(first[n], pool.size(), IE_ROWS8_VNNI && batch >= kWide ? 2 : 1);
   pool.run([&](int th) {
     int64_t k0, k1;
     while (split.next(th, &k0, &k1)) {
