@@ -38,6 +38,7 @@ struct AttnOps {
 extern const AttnOps kAttnScalar;
 #if IE_HAVE_X86
 extern const AttnOps kAttnAvx2;
+extern const AttnOps kAttnAvx512;
 #endif
 extern const IsaTable<AttnOps> kAttnTable;
 

@@ -52,11 +52,11 @@ const AttnOps kAttnScalar = {scores_scalar, max_scalar, softmax_exp_scalar, mix_
 
 const IsaTable<AttnOps> kAttnTable = {{&kAttnScalar,
 #if IE_HAVE_X86
-                                       &kAttnAvx2,
+                                       &kAttnAvx2, &kAttnAvx512
 #else
-                                       nullptr,
+                                       nullptr, nullptr
 #endif
-                                       nullptr}};
+                                      }};
 
 Isa attention_kernel_isa(Isa isa) { return kAttnTable.pick(isa); }
 

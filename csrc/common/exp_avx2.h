@@ -1,5 +1,5 @@
-// exp of non-positive floats, eight at a time, for the AVX2 files that need
-// it (attention's softmax, the decode step's fused SwiGLU). Include it only
+// exp of non-positive floats, eight (or sixteen, under AVX-512F) at a time,
+// for the SIMD files that need it (attention's softmax, the fused SwiGLU). Include it only
 // from files built with -mavx2 -mfma: everything here has internal linkage,
 // so no object built without those flags can link to it
 // (tests/cpp/check_isa_symbols.py).
@@ -12,23 +12,60 @@ namespace {
 // exp(x) for x <= 0 (Cephes' single-precision method: x = n ln2 + r,
 // |r| <= ln2 / 2, a degree-6 polynomial for e^r, then 2^n in the exponent
 // bits); within 2 ulp of std::exp. Below -87 the result is clamped to
-// ~2^-126 instead of going subnormal; NaN stays NaN.
-inline __m256 exp_nonpositive(__m256 x) {
-  x = _mm256_max_ps(_mm256_set1_ps(-87.f), x);  // NaN in x is returned as is
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+// ~2^-126 instead of going subnormal; NaN stays NaN. One body (exp_body)
+// for both vector widths (__m256, and __m512 in files built with
+// AVX-512F), so a lane gets the same float from either.
+struct ExpOps256 {
+  using V = __m256;
+  static __m256 set1(float x) { return _mm256_set1_ps(x); }
+  static __m256 max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
+  static __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+  static __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+  static __m256 fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+  static __m256 fnmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fnmadd_ps(a, b, c); }
+  static __m256 round(__m256 a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static __m256 pow2(__m256 n) {  // 2^n for integer-valued n in the normal range
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  }
+};
+
+#if defined(__AVX512F__)
+struct ExpOps512 {
+  using V = __m512;
+  static __m512 set1(float x) { return _mm512_set1_ps(x); }
+  static __m512 max(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+  static __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+  static __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+  static __m512 fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+  static __m512 fnmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fnmadd_ps(a, b, c); }
+  static __m512 round(__m512 a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static __m512 pow2(__m512 n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+  }
+};
+#endif
+
+template <class O>
+inline typename O::V exp_body(typename O::V x) {
+  using V = typename O::V;
+  x = O::max(O::set1(-87.f), x);  // NaN in x is returned as is
+  const V n = O::round(O::mul(x, O::set1(1.44269504088896341f)));
+  V r = O::fnmadd(n, O::set1(0.693359375f), x);
+  r = O::fnmadd(n, O::set1(-2.12194440e-4f), r);
+  V p = O::set1(1.9875691500e-4f);
+  p = O::fmadd(p, r, O::set1(1.3981999507e-3f));
+  p = O::fmadd(p, r, O::set1(8.3334519073e-3f));
+  p = O::fmadd(p, r, O::set1(4.1665795894e-2f));
+  p = O::fmadd(p, r, O::set1(1.6666665459e-1f));
+  p = O::fmadd(p, r, O::set1(5.0000001201e-1f));
+  p = O::fmadd(O::mul(p, r), r, O::add(r, O::set1(1.f)));
+  return O::mul(p, O::pow2(n));
 }
+
+inline __m256 exp_nonpositive(__m256 x) { return exp_body<ExpOps256>(x); }
+#if defined(__AVX512F__)
+inline __m512 exp_nonpositive(__m512 x) { return exp_body<ExpOps512>(x); }
+#endif
 
 }  // namespace
 }  // namespace ie

@@ -851,14 +851,13 @@ void run_pair(const Rows8Job& j, PairKernel pw, PairKernel pu, int64_t t, const 
   const int64_t rows = j.w->spec.rows;
   __m512 acc[kPairTokens], u[kPairTokens];
   pw(*j.w, j.w->bytes.data() + t * j.w->tile_bytes, x, B, b0, acc);
-  if (j.up) pu(*j.up, j.up->bytes.data() + t * j.up->tile_bytes, x, B, b0, u);
+  if (j.up) {
+    pu(*j.up, j.up->bytes.data() + t * j.up->tile_bytes, x, B, b0, u);
+    for (int b = 0; b < kPairTokens; ++b) acc[b] = silu_mul(acc[b], u[b]);
+  }
   for (int h = 0; h < 2; ++h) {
     const int64_t r0 = 8 * (t + h), n = rows - r0 < 8 ? rows - r0 : 8;
-    for (int b = 0; b < kPairTokens; ++b) {
-      __m256 a = half_of(acc[b], h);
-      if (j.up) a = silu_mul(a, half_of(u[b], h));
-      store_tile(a, j.up ? nullptr : j.bias, j.y + (b0 + b) * rows, r0, n);
-    }
+    for (int b = 0; b < kPairTokens; ++b) store_tile(half_of(acc[b], h), j.up ? nullptr : j.bias, j.y + (b0 + b) * rows, r0, n);
   }
 }
 #endif

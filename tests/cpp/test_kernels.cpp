@@ -114,6 +114,17 @@ TEST(attention_simd_matches_scalar) {
         };
         std::vector<float> ref(nq * ld + 1, 42.f), got(nq * ld + 1, 42.f), one(ld, 42.f);
         ie::kAttnScalar.scores(q.data(), nq, kv.data(), stride, n, d, 0.125f, rows(ref, ld).data());
+        // mix adds onto what o holds: both start from the same values. Row 1 of p is all
+        // zeros (a query that sees none of the block): its output must not change.
+        std::vector<float> p(nq * ld);
+        for (float& v : p) v = std::fabs(u(rng));
+        if (nq > 1) std::fill_n(p.begin() + ld, ld, 0.f);
+        std::vector<float*> pr = rows(p, ld), pr_split(nq);
+        for (int r = 0; r < nq; ++r) pr_split[r] = pr[r] + n / 3;
+        std::vector<float> o0(static_cast<size_t>(nq) * d);
+        for (float& v : o0) v = u(rng);
+        // The SIMD variants differ in tile size only (attention/tiles.h): the same floats, bit for bit.
+        std::vector<float> simd_scores, simd_mix;
         for (Isa isa : ie::available_isas()) {
           const ie::AttnOps& ops = ie::kAttnTable.ops(isa);
           const std::string at = std::string(ie::isa_name(isa)) + " d=" + std::to_string(d) + " n=" + std::to_string(n) +
@@ -133,15 +144,6 @@ TEST(attention_simd_matches_scalar) {
             }
           }
           CHECK(got[nq * ld] == 42.f) << at << ": scores wrote past the last row";
-          // mix adds onto what o holds: both start from the same values. Row 1 of p is all
-          // zeros (a query that sees none of the block): its output must not change.
-          std::vector<float> p(nq * ld);
-          for (float& v : p) v = std::fabs(u(rng));
-          if (nq > 1) std::fill_n(p.begin() + ld, ld, 0.f);
-          std::vector<float*> pr = rows(p, ld), pr_split(nq);
-          for (int r = 0; r < nq; ++r) pr_split[r] = pr[r] + n / 3;
-          std::vector<float> o0(static_cast<size_t>(nq) * d);
-          for (float& v : o0) v = u(rng);
           std::vector<float> ref_o = o0, got_o = o0, split = o0;
           ie::kAttnScalar.mix(pr.data(), nq, kv.data(), stride, n, d, rows(ref_o, d).data());
           ops.mix(pr.data(), nq, kv.data(), stride, n, d, rows(got_o, d).data());
@@ -154,6 +156,14 @@ TEST(attention_simd_matches_scalar) {
             }
           if (nq > 1) {
             CHECK(std::memcmp(got_o.data() + d, o0.data() + d, d * sizeof(float)) == 0) << at << ": zero p changed o";
+          }
+          if (isa != Isa::Scalar) {
+            if (simd_scores.empty()) {
+              simd_scores = got;
+              simd_mix = got_o;
+            }
+            CHECK(std::memcmp(simd_scores.data(), got.data(), got.size() * sizeof(float)) == 0) << at << ": scores differ from the first SIMD variant's";
+            CHECK(std::memcmp(simd_mix.data(), got_o.data(), got_o.size() * sizeof(float)) == 0) << at << ": mix differs from the first SIMD variant's";
           }
           // Runs of t continue one chain: two calls over a split are bit-identical to one.
           const int n1 = n / 3;
