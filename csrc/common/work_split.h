@@ -21,11 +21,17 @@
 // A share whose owner is at work does not begin where the thief stopped,
 // so the owner keeps its stream and the thief takes the back half.
 //
+// Every share begins at a multiple of `grain`, and a steal splits at one, so
+// claimed pieces stay whole multiples of the grain (but the last item's):
+// the rows8 prefill kernels claim tiles in pairs, and an odd tile left by a
+// steal (frequent on a busy machine) ran at the one-tile kernel's speed.
+//
 // A share is one atomic word, (front, back) as two 32-bit indices: the
 // owner claims `grain` items from the front, a thief moves the back. An item
 // is claimed once and never returns, so a stale (front, back) with front <
 // back cannot reappear and compare-exchange is free of ABA.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -44,9 +50,10 @@ class WorkSplit {
   WorkSplit(int64_t n, int nt, int64_t grain = 1) : nt_(nt < 1 ? 1 : nt), grain_(grain < 1 ? 1 : grain) {
     if (n < 0 || n > int64_t(UINT32_MAX)) throw std::length_error("work split: item count outside 0..2^32-1");
     shares_.reset(new Share[static_cast<size_t>(nt_)]);
+    auto start = [&](int t) { return t == nt_ ? n : n * t / nt_ / grain_ * grain_; };
     for (int t = 0; t < nt_; ++t) {
-      shares_[t].stop = static_cast<uint32_t>(n * t / nt_);
-      shares_[t].v.store(pack(shares_[t].stop, static_cast<uint32_t>(n * (t + 1) / nt_)), std::memory_order_relaxed);
+      shares_[t].stop = static_cast<uint32_t>(start(t));
+      shares_[t].v.store(pack(shares_[t].stop, static_cast<uint32_t>(start(t + 1))), std::memory_order_relaxed);
     }
   }
 
@@ -98,11 +105,15 @@ class WorkSplit {
         }
       }
       if (victim < 0) return false;
-      const uint32_t f = front(vv), b = back(vv), half = (b - f + 1) / 2;
-      if (shares_[victim].v.compare_exchange_strong(vv, on ? pack(f + half, b) : pack(f, b - half),
-                                                    std::memory_order_acq_rel, std::memory_order_relaxed)) {
+      // The split point, a whole number of grains past f (f is one): the
+      // front half rounded up, or the back half's start rounded down (all
+      // of it where less than two grains are left).
+      const uint32_t f = front(vv), b = back(vv), g = static_cast<uint32_t>(grain_);
+      const uint32_t m = on ? std::min(b, f + ((b - f + 1) / 2 + g - 1) / g * g) : f + (b - f) / 2 / g * g;
+      if (shares_[victim].v.compare_exchange_strong(vv, on ? pack(m, b) : pack(f, m), std::memory_order_acq_rel,
+                                                    std::memory_order_relaxed)) {
         // Nobody else writes an empty share, so a store suffices.
-        shares_[t].v.store(on ? pack(f, f + half) : pack(b - half, b), std::memory_order_release);
+        shares_[t].v.store(on ? pack(f, m) : pack(m, b), std::memory_order_release);
         return true;
       }
     }

@@ -291,31 +291,40 @@ void prep_nib_q8(const float* x, int B, int64_t cols, uint8_t* arena) {
   }
 }
 
-void prep_q8_nat(const float* x, int B, int64_t cols, uint8_t* arena) {
-  Q8Nat o = carve_q8_nat(arena, B, cols);
-  const int64_t nblk = cols / 32;
+// Token b's blocks of Q8Nat (x: its row), each quantized into its place
+// (block k at k * B + b), so that threads given different tokens share
+// nothing.
+void prep_q8_token(const Q8Nat& o, const float* x, int B, int b, int64_t nblk) {
   const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
-  for (int b = 0; b < B; ++b) {
-    quantize_q8_avx2(x + b * cols, cols, o.qt, o.dt);
-    for (int64_t k = 0; k < nblk; ++k) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o.qt + k * 32));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.q + (k * B + b) * 32), q);
-      o.d[k * B + b] = o.dt[k];
-      // the two 16-element halves' sums: int32 lanes 0..3 and 4..7 of the pair sums (a scalar loop
-      // here was 5% of a SmolLM2 prefill, on one thread while the others waited)
-      const __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(one8, q), one16);
-      const __m128i s2 = _mm_hadd_epi32(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
-      const __m128i s1 = _mm_hadd_epi32(s2, s2);
-      const int32_t half[2] = {_mm_cvtsi128_si32(s1), _mm_extract_epi32(s1, 1)};
-      const int32_t sum = half[0] + half[1];
-      o.s8[k * B + b] = 8 * sum;
-      o.ds[k * B + b] = o.dt[k] * static_cast<float>(sum);
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t v = static_cast<uint16_t>(static_cast<int16_t>(16 * half[h]));
-        o.h16[2 * (k * B + b) + h] = static_cast<int32_t>(v | v << 16);
-      }
+  for (int64_t k = 0; k < nblk; ++k) {
+    const int64_t kb = k * B + b;
+    quantize_q8_avx2(x + k * 32, 32, o.q + kb * 32, o.d + kb);
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o.q + kb * 32));
+    // the two 16-element halves' sums: int32 lanes 0..3 and 4..7 of the pair sums (a scalar loop
+    // here was 5% of a SmolLM2 prefill)
+    const __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(one8, q), one16);
+    const __m128i s2 = _mm_hadd_epi32(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+    const __m128i s1 = _mm_hadd_epi32(s2, s2);
+    const int32_t half[2] = {_mm_cvtsi128_si32(s1), _mm_extract_epi32(s1, 1)};
+    const int32_t sum = half[0] + half[1];
+    o.s8[kb] = 8 * sum;
+    o.ds[kb] = o.d[kb] * static_cast<float>(sum);
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t v = static_cast<uint16_t>(static_cast<int16_t>(16 * half[h]));
+      o.h16[2 * kb + h] = static_cast<int32_t>(v | v << 16);
     }
   }
+}
+
+// The tokens over the pool, four at a time: a 64-token prefill chunk's
+// quantization on one thread was 3% of a SmolLM2 prefill, with the other
+// threads waiting for it.
+void prep_q8_nat(const float* x, int B, int64_t cols, uint8_t* arena, ThreadPool& pool) {
+  const Q8Nat o = carve_q8_nat(arena, B, cols);
+  const int64_t nblk = cols / 32;
+  parallel_for(pool, B, 4, [&](int64_t b0, int64_t b1, int) {
+    for (int64_t b = b0; b < b1; ++b) prep_q8_token(o, x + b * cols, B, static_cast<int>(b), nblk);
+  });
 }
 
 // ----------------------------------------------------------- float weights
@@ -1467,10 +1476,10 @@ size_t prep_bytes_avx2(Prep kind, int B, int64_t cols) {
   return used;
 }
 
-void prepare_avx2(Prep kind, const float* x, int B, int64_t cols, uint8_t* out) {
+void prepare_avx2(Prep kind, const float* x, int B, int64_t cols, uint8_t* out, ThreadPool& pool) {
   if (kind == Prep::NibF32) prep_nib_f32(x, B, cols, out);
   else if (kind == Prep::NibQ8) prep_nib_q8(x, B, cols, out);
-  else if (kind == Prep::Q8Blocks) prep_q8_nat(x, B, cols, out);
+  else if (kind == Prep::Q8Blocks) prep_q8_nat(x, B, cols, out, pool);
 }
 
 // Scratch: the derived activation pieces, then one int4w scale row per thread.

@@ -42,13 +42,13 @@ void PreparedAct::set(const float* x, int batch, int64_t cols) {
 static_assert(kPrepKinds == 5, "PreparedAct::forms_ holds one slot per Prep kind");
 
 // The form `kind` of x for `isa`'s kernels, built on first use.
-const uint8_t* prepared_form(PreparedAct& x, int kind, Isa isa) {
+const uint8_t* prepared_form(PreparedAct& x, int kind, Isa isa, ThreadPool& pool) {
   if (kind == static_cast<int>(Prep::None)) return nullptr;
   PreparedAct::Form& f = x.forms_[kind];
   if (!f.ready || f.isa != isa) {
     const GemvOps& ops = kGemvTable.ops(isa);
     f.bytes.resize(ops.prep_bytes(static_cast<Prep>(kind), x.batch(), x.cols()));
-    ops.prepare(static_cast<Prep>(kind), x.x(), x.batch(), x.cols(), f.bytes.data());
+    ops.prepare(static_cast<Prep>(kind), x.x(), x.batch(), x.cols(), f.bytes.data(), pool);
     f.ready = true;
     f.isa = isa;
   }
@@ -85,7 +85,7 @@ bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, I
       fail("gemv_rows8: job " + std::to_string(i) + ": the activation has " + std::to_string(x.cols()) + " columns");
     if (j.up && j.up->spec.rows != j.w->spec.rows) fail("gemv_rows8: gate and up differ in rows");
   }
-  ops.gemv_rows8(jobs, n, prepared_form(x, static_cast<int>(Prep::Q8Blocks), kGemvTable.pick(isa)), x.batch(),
+  ops.gemv_rows8(jobs, n, prepared_form(x, static_cast<int>(Prep::Q8Blocks), kGemvTable.pick(isa), pool), x.batch(),
                  pool);
   return true;
 }
@@ -117,7 +117,7 @@ void run_gemv(const WeightSpec& s, const uint8_t* w, const RowSource* src, Prepa
   a.y = y;
   a.act = act;
   a.pool = &pool;
-  a.prep = prepared_form(x, static_cast<int>(ops.prep_kind(s.type, act)), kGemvTable.pick(isa));
+  a.prep = prepared_form(x, static_cast<int>(ops.prep_kind(s.type, act)), kGemvTable.pick(isa), pool);
   scratch.bytes.resize(ops.scratch_bytes(a));
   a.scratch = scratch.bytes.data();
   ops.gemv(a);

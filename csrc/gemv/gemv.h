@@ -54,7 +54,7 @@ class PreparedAct {
   int64_t cols() const { return cols_; }
 
  private:
-  friend const uint8_t* prepared_form(PreparedAct& x, int kind, Isa isa);
+  friend const uint8_t* prepared_form(PreparedAct& x, int kind, Isa isa, ThreadPool& pool);
   struct Form {
     AlignedArray<uint8_t> bytes;
     bool ready = false;

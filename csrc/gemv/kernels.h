@@ -40,9 +40,10 @@ struct GemvArgs {
 // One ISA's GEMV entry points (common/dispatch.h).
 struct GemvOps {
   Prep (*prep_kind)(WType type, Act act);
-  // Bytes of a prepared form for x [batch, cols] (its temporaries included), and the filling of it.
+  // Bytes of a prepared form for x [batch, cols] (its temporaries included), and the filling of it
+  // (a prefill chunk's Q8Blocks over the pool: on one thread it left the others waiting).
   size_t (*prep_bytes)(Prep kind, int batch, int64_t cols);
-  void (*prepare)(Prep kind, const float* x, int batch, int64_t cols, uint8_t* out);
+  void (*prepare)(Prep kind, const float* x, int batch, int64_t cols, uint8_t* out, ThreadPool& pool);
   size_t (*scratch_bytes)(const GemvArgs& a);
   void (*gemv)(const GemvArgs& a);
   // The act=int8 activation quantizer; every variant's must agree bit for bit.
@@ -188,8 +189,6 @@ struct Q8Nat {
   int32_t* s8 = nullptr;    // [nblk][B]
   float* ds = nullptr;      // [nblk][B]
   int32_t* h16 = nullptr;   // [nblk][B][2]: (16 sum_h, 16 sum_h) as two int16 (|16 sum_h| <= 16 * 16 * 127 < 2^15)
-  int8_t* qt = nullptr;   // temporary: one quantized row [cols]
-  float* dt = nullptr;    // temporary: its scales [nblk]
 };
 
 inline Q8Nat carve_q8_nat(uint8_t* base, int B, int64_t cols, size_t* used = nullptr) {
@@ -201,8 +200,6 @@ inline Q8Nat carve_q8_nat(uint8_t* base, int B, int64_t cols, size_t* used = nul
   o.s8 = c.take<int32_t>(nb);
   o.ds = c.take<float>(nb);
   o.h16 = c.take<int32_t>(2 * nb);
-  o.qt = c.take<int8_t>(static_cast<size_t>(cols));
-  o.dt = c.take<float>(static_cast<size_t>(cols / 32));
   if (used) *used = c.used();
   return o;
 }

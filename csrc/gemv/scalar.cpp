@@ -214,7 +214,7 @@ size_t prep_bytes_scalar(Prep kind, int batch, int64_t cols) {
   return c.used();
 }
 
-void prepare_scalar(Prep kind, const float* x, int batch, int64_t cols, uint8_t* out) {
+void prepare_scalar(Prep kind, const float* x, int batch, int64_t cols, uint8_t* out, ThreadPool&) {
   if (kind != Prep::Q8Rows) return;
   Carve c(out);
   int8_t* q = c.take<int8_t>(static_cast<size_t>(batch * cols));

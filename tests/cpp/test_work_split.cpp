@@ -18,14 +18,18 @@ namespace {
 
 // Runs `threads` threads over a WorkSplit made for `nt`; thread 0
 // sleeps per claim (a thread slowed by the machine). Returns per item how
-// many times it was claimed, and per thread how many items it ran.
-void run_split(int64_t n, int nt, int threads, int64_t grain, std::vector<int>* claimed, std::vector<int64_t>* ran) {
+// many times it was claimed, and per thread how many items it ran; counts
+// in *unaligned the pieces that do not begin at a multiple of the grain.
+void run_split(int64_t n, int nt, int threads, int64_t grain, std::vector<int>* claimed, std::vector<int64_t>* ran,
+               int* unaligned = nullptr) {
   ie::WorkSplit split(n, nt, grain);
   std::vector<std::atomic<int>> count(static_cast<size_t>(n));
+  std::atomic<int> odd{0};
   ran->assign(static_cast<size_t>(threads), 0);
   auto body = [&](int t) {
     int64_t i0, i1;
     while (split.next(t, &i0, &i1)) {
+      if (i0 % grain != 0 || (i1 % grain != 0 && i1 != n)) odd.fetch_add(1);
       if (t == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
       for (int64_t i = i0; i < i1; ++i) count[static_cast<size_t>(i)].fetch_add(1);
       (*ran)[static_cast<size_t>(t)] += i1 - i0;
@@ -37,6 +41,7 @@ void run_split(int64_t n, int nt, int threads, int64_t grain, std::vector<int>* 
   for (std::thread& th : pool) th.join();
   claimed->clear();
   for (auto& c : count) claimed->push_back(c.load());
+  if (unaligned) *unaligned = odd.load();
 }
 
 }  // namespace
@@ -52,6 +57,23 @@ TEST(work_split_claims_every_item_once) {
           CHECK(claimed[static_cast<size_t>(i)] == 1)
               << "n=" << n << " nt=" << nt << " grain=" << grain << " item " << i << " claimed "
               << claimed[static_cast<size_t>(i)] << " times";
+      }
+}
+
+TEST(work_split_keeps_pieces_whole_grains) {
+  // Steals split at a multiple of the grain (rows8's tile pairs stay pairs),
+  // while thread 0 is slow and the others take from it, and with more
+  // shares than threads.
+  for (int64_t n : {2, 9, 64, 301, 1000})
+    for (int nt : {2, 3, 4})
+      for (int64_t grain : {2, 3, 4}) {
+        std::vector<int> claimed;
+        std::vector<int64_t> ran;
+        int unaligned = -1;
+        run_split(n, nt, nt == 4 ? 2 : nt, grain, &claimed, &ran, &unaligned);
+        CHECK(unaligned == 0) << "n=" << n << " nt=" << nt << " grain=" << grain << ": " << unaligned
+                              << " pieces not on the grain";
+        for (int64_t i = 0; i < n; ++i) CHECK(claimed[static_cast<size_t>(i)] == 1) << "n=" << n << " item " << i;
       }
 }
 
@@ -96,7 +118,7 @@ TEST(work_split_thief_leaves_a_working_owner_its_stream) {
   // Thread 1 has started its share; thread 0, done with its own, takes the
   // back half, and thread 1 goes on where it was.
   ie::WorkSplit split(100, 2, 1);
-  int64_t i0, i1;
+  int64_t i0 = -1, i1 = -1;
   CHECK(split.next(1, &i0, &i1) && i0 == 50 && i1 == 51);
   while (split.next(0, &i0, &i1) && i0 < 50) {
   }
