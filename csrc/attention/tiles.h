@@ -146,10 +146,21 @@ float max_simd(const float* p, int n) {
   return m;
 }
 
+// The sum runs in eight lanes, t + 8 after t. Under AVX-512F the
+// exponentials take sixteen at a time (the same operations per lane), and
+// each half is added in that order: the same floats from both variants.
 float softmax_exp_simd(float* p, int n, float max) {
   const __m256 vmax = _mm256_set1_ps(max);
   __m256 acc = _mm256_setzero_ps();
   int t = 0;
+#if defined(__AVX512F__)
+  for (const __m512 vmax16 = _mm512_set1_ps(max); t + 16 <= n; t += 16) {
+    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(p + t), vmax16));
+    _mm512_storeu_ps(p + t, e);
+    acc = _mm256_add_ps(acc, _mm256_loadu_ps(p + t));  // back from the store: no 512-bit extract
+    acc = _mm256_add_ps(acc, _mm256_loadu_ps(p + t + 8));
+  }
+#endif
   for (; t + 8 <= n; t += 8) {
     const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + t), vmax));
     _mm256_storeu_ps(p + t, e);

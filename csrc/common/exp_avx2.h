@@ -30,6 +30,11 @@ struct ExpOps256 {
 };
 
 #if defined(__AVX512F__)
+// GCC 12's 512-bit intrinsics pass _mm512_undefined_* as the merge operand of
+// their unmasked builtins, which -O3 inlining reports as uninitialized reads.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 struct ExpOps512 {
   using V = __m512;
   static __m512 set1(float x) { return _mm512_set1_ps(x); }
@@ -43,6 +48,7 @@ struct ExpOps512 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
   }
 };
+#pragma GCC diagnostic pop
 #endif
 
 template <class O>

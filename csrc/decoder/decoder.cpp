@@ -457,7 +457,10 @@ void Decoder::attention(int layer, int b) {
   // A short single-token attention runs on this thread alone (one piece).
   const int64_t grain = b > 1 || n_past_ >= kParallelAttnCtx ? 1 : items;
   parallel_for(*pool_, items, grain, [&](int64_t i0, int64_t i1, int slot) {
-    for (int it = static_cast<int>(i0); it < i1; ++it) {
+    for (int i = static_cast<int>(i0); i < i1; ++i) {
+      // The last tokens first: they see the most positions, and the threads
+      // that finish a prefill chunk's smaller items end the job together.
+      const int it = items - 1 - i;
       // KV head fastest: items that run at the same time read different heads' caches.
       const int g = it % cfg_.n_kv_heads, jp = it / cfg_.n_kv_heads / sp.hparts, hp = it / cfg_.n_kv_heads % sp.hparts;
       const int j0 = jp * sp.tj, j1 = std::min(b, j0 + sp.tj);
