@@ -92,13 +92,16 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
 // pos * inv_freq[i], whose cos and sin are cs[i] and cs[half + i].
 void rope(float* v, int n_heads, int head_dim, const float* cs) {
   const int half = head_dim / 2;
-  for (int i = 0; i < half; ++i) {
-    const float c = cs[i], s = cs[half + i];
-    for (int h = 0; h < n_heads; ++h) {
-      float* p = v + h * head_dim;
-      const float a = p[i], b = p[i + half];
-      p[i] = a * c - b * s;
-      p[i + half] = b * c + a * s;
+  // Heads outer: the inner loop runs over consecutive floats and vectorizes
+  // (heads inner, a stride of head_dim apart, it ran one float at a time:
+  // 1.7% of a SmolLM2 prefill with the cache copy).
+  for (int h = 0; h < n_heads; ++h) {
+    float* lo = v + h * head_dim;
+    float* hi = lo + half;
+    for (int i = 0; i < half; ++i) {
+      const float a = lo[i], b = hi[i], c = cs[i], s = cs[half + i];
+      lo[i] = a * c - b * s;
+      hi[i] = b * c + a * s;
     }
   }
 }
