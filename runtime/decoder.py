@@ -136,15 +136,14 @@ class Decoder:
         self._step_bytes, self._active_params = bound.step_bytes, bound.active_params
         self.head_name: str = bound.head_name  # the tensor the output head reads (a tied embedding included)
         cfg = native_config(s, self.max_ctx)
-        self.act = device_act(device, act, bound.layer_dtypes)  # what runs: f32 | int8
+        self.act = run_act = device_act(device, act, bound.layer_dtypes)  # what runs: f32 | int8
         self._weights = weights = bound.weights
         # Closes over the weights (replace_matrices changes them in place), not over self: a
         # Decoder in a reference cycle outlived its last name until Python's cycle collector ran,
         # and a loop that makes one decoder after another (kl-probes: one per group) held
         # several models' weights at once.
-        act_now = self.act
         self._make = lambda: (_native.CudaDecoder(cfg, weights) if device == "cuda" else
-                              _native.Decoder(cfg, weights, act=act_now, threads=threads, isa=isa,
+                              _native.Decoder(cfg, weights, act=run_act, threads=threads, isa=isa,
                                               affinity=affinity or ""))
         self._dec = self._build()
         # Each decoder thread's CPU (-1: not pinned), or None without an affinity mode (or on CUDA).

@@ -1,10 +1,13 @@
-// exp of non-positive floats, eight (or sixteen, under AVX-512F) at a time,
-// for the SIMD files that need it (attention's softmax, the fused SwiGLU). Include it only
+// exp of non-positive floats and SiLU(g) * u, eight (or sixteen, under
+// AVX-512F) at a time, for the SIMD files that need them (attention's
+// softmax, the fused SwiGLU of the rows8 kernels). Include it only
 // from files built with -mavx2 -mfma: everything here has internal linkage,
 // so no object built without those flags can link to it
 // (tests/cpp/check_isa_symbols.py).
 #pragma once
 #include <immintrin.h>
+
+#include <cstdint>
 
 namespace ie {
 namespace {
@@ -12,10 +15,12 @@ namespace {
 // exp(x) for x <= 0 (Cephes' single-precision method: x = n ln2 + r,
 // |r| <= ln2 / 2, a degree-6 polynomial for e^r, then 2^n in the exponent
 // bits); within 2 ulp of std::exp. Below -87 the result is clamped to
-// ~2^-126 instead of going subnormal; NaN stays NaN. One body (exp_body)
-// for both vector widths (__m256, and __m512 in files built with
-// AVX-512F), so a lane gets the same float from either.
-struct ExpOps256 {
+// ~2^-126 instead of going subnormal; NaN stays NaN.
+//
+// One body per function (exp_body, silu_body) over a width's adapter
+// (F32x8, and F32x16 in files built with AVX-512F), so a lane gets the
+// same float from either width.
+struct F32x8 {
   using V = __m256;
   static __m256 set1(float x) { return _mm256_set1_ps(x); }
   static __m256 max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
@@ -27,6 +32,11 @@ struct ExpOps256 {
   static __m256 pow2(__m256 n) {  // 2^n for integer-valued n in the normal range
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
   }
+  static __m256 div(__m256 a, __m256 b) { return _mm256_div_ps(a, b); }
+  static __m256 neg_abs(__m256 a) { return _mm256_or_ps(a, _mm256_set1_ps(-0.f)); }
+  static __m256 if_negative(__m256 g, __m256 a, __m256 b) {  // a where g < 0, else b
+    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ));
+  }
 };
 
 #if defined(__AVX512F__)
@@ -35,7 +45,7 @@ struct ExpOps256 {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-struct ExpOps512 {
+struct F32x16 {
   using V = __m512;
   static __m512 set1(float x) { return _mm512_set1_ps(x); }
   static __m512 max(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
@@ -46,6 +56,13 @@ struct ExpOps512 {
   static __m512 round(__m512 a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static __m512 pow2(__m512 n) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+  }
+  static __m512 div(__m512 a, __m512 b) { return _mm512_div_ps(a, b); }
+  static __m512 neg_abs(__m512 a) {
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_set1_epi32(INT32_MIN)));
+  }
+  static __m512 if_negative(__m512 g, __m512 a, __m512 b) {  // a where g < 0, else b
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ), b, a);
   }
 };
 #pragma GCC diagnostic pop
@@ -68,9 +85,20 @@ inline typename O::V exp_body(typename O::V x) {
   return O::mul(p, O::pow2(n));
 }
 
-inline __m256 exp_nonpositive(__m256 x) { return exp_body<ExpOps256>(x); }
+// SiLU(g) * u = g * sigmoid(g) * u, with sigmoid from e = exp(-|g|) <= 1:
+// 1 / (1 + e) for g >= 0, e / (1 + e) below (no overflow either way).
+template <class O>
+inline typename O::V silu_body(typename O::V g, typename O::V u) {
+  using V = typename O::V;
+  const V one = O::set1(1.f), e = exp_body<O>(O::neg_abs(g));
+  return O::mul(O::mul(g, O::div(O::if_negative(g, e, one), O::add(one, e))), u);
+}
+
+inline __m256 exp_nonpositive(__m256 x) { return exp_body<F32x8>(x); }
+inline __m256 silu_mul(__m256 g, __m256 u) { return silu_body<F32x8>(g, u); }
 #if defined(__AVX512F__)
-inline __m512 exp_nonpositive(__m512 x) { return exp_body<ExpOps512>(x); }
+inline __m512 exp_nonpositive(__m512 x) { return exp_body<F32x16>(x); }
+inline __m512 silu_mul(__m512 g, __m512 u) { return silu_body<F32x16>(g, u); }
 #endif
 
 }  // namespace

@@ -34,41 +34,49 @@ namespace ie {
 // Everything here has internal linkage except the ops table at the end.
 namespace {
 
-void quantize_q8_avx2(const float* x, int64_t n, int8_t* q, float* d) {
+// One 32-block of the act=int8 quantizer: its codes at q, its scale at *d.
+// Returns the codes' sums over elements 0..15 and 16..31 in int32 lanes 0
+// and 1, from the integers before they are packed (prep_q8_blocks' offset
+// terms; quantize_q8_avx2 drops them).
+IE_INLINE __m128i quantize_q8_block(const float* xb, int8_t* q, float* d) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   // round half away from zero = trunc(v + copysign(0.5 - 2^-25, v)), exact for |v| <= 127.
   const __m256 half = _mm256_set1_ps(0.49999997f);
-  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  for (int64_t b = 0; b < n / 32; ++b) {
-    const float* xb = x + b * 32;
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-    for (int u = 0; u < 4; ++u) {
-      v[u] = _mm256_loadu_ps(xb + 8 * u);
-      amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[u]), amax);
-      const __m256 z = _mm256_mul_ps(v[u], _mm256_setzero_ps());  // NaN exactly where v is not finite
-      bad = _mm256_or_ps(bad, _mm256_cmp_ps(z, z, _CMP_UNORD_Q));
-    }
-    if (_mm256_movemask_ps(bad)) {  // as in scalar: NaN scale, zero codes
-      d[b] = std::numeric_limits<float>::quiet_NaN();
-      std::memset(q + b * 32, 0, 32);
-      continue;
-    }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    const float db = _mm_cvtss_f32(m) / 127.f;
-    const float id = db != 0.f ? 1.f / db : 0.f;
-    d[b] = db;
-    const __m256 mul = _mm256_set1_ps(id);
-    __m256i i[4];
-    for (int u = 0; u < 4; ++u) {
-      const __m256 t = _mm256_mul_ps(v[u], mul);
-      i[u] = _mm256_cvttps_epi32(_mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(t, sign), half)));
-    }
-    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), _mm256_permutevar8x32_epi32(p, perm));
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+  for (int u = 0; u < 4; ++u) {
+    v[u] = _mm256_loadu_ps(xb + 8 * u);
+    amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[u]), amax);
+    const __m256 z = _mm256_mul_ps(v[u], _mm256_setzero_ps());  // NaN exactly where v is not finite
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(z, z, _CMP_UNORD_Q));
   }
+  if (_mm256_movemask_ps(bad)) {  // as in scalar: NaN scale, zero codes
+    *d = std::numeric_limits<float>::quiet_NaN();
+    std::memset(q, 0, 32);
+    return _mm_setzero_si128();
+  }
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  const float db = _mm_cvtss_f32(m) / 127.f;
+  const float id = db != 0.f ? 1.f / db : 0.f;
+  *d = db;
+  const __m256 mul = _mm256_set1_ps(id);
+  __m256i i[4];
+  for (int u = 0; u < 4; ++u) {
+    const __m256 t = _mm256_mul_ps(v[u], mul);
+    i[u] = _mm256_cvttps_epi32(_mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(t, sign), half)));
+  }
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  // (i0 + i1, i2 + i3) pairwise within 128-bit lanes, the lanes added, then pairwise again: (h0, h1, h0, h1)
+  const __m256i s = _mm256_hadd_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+  const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  return _mm_hadd_epi32(s4, s4);
+}
+
+void quantize_q8_avx2(const float* x, int64_t n, int8_t* q, float* d) {
+  for (int64_t b = 0; b < n / 32; ++b) quantize_q8_block(x + b * 32, q + b * 32, d + b);
 }
 
 // ---------------------------------------------------------------- helpers
@@ -297,18 +305,11 @@ void prep_nib_q8(const float* x, int B, int64_t cols, uint8_t* arena) {
 // tokens' scales share cache lines, and two threads writing them took 2.4x
 // the time of one.)
 void prep_q8_blocks(const Q8Nat& o, const float* x, int B, int64_t cols, int64_t k0, int64_t k1) {
-  const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
   for (int64_t k = k0; k < k1; ++k)
     for (int b = 0; b < B; ++b) {
       const int64_t kb = k * B + b;
-      quantize_q8_avx2(x + b * cols + k * 32, 32, o.q + kb * 32, o.d + kb);
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o.q + kb * 32));
-      // the two 16-element halves' sums: int32 lanes 0..3 and 4..7 of the pair sums (a scalar loop
-      // here was 5% of a SmolLM2 prefill)
-      const __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(one8, q), one16);
-      const __m128i s2 = _mm_hadd_epi32(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
-      const __m128i s1 = _mm_hadd_epi32(s2, s2);
-      const int32_t half[2] = {_mm_cvtsi128_si32(s1), _mm_extract_epi32(s1, 1)};
+      const __m128i halves = quantize_q8_block(x + b * cols + k * 32, o.q + kb * 32, o.d + kb);
+      const int32_t half[2] = {_mm_cvtsi128_si32(halves), _mm_extract_epi32(halves, 1)};
       const int32_t sum = half[0] + half[1];
       o.s8[kb] = 8 * sum;
       o.ds[kb] = o.d[kb] * static_cast<float>(sum);

@@ -432,13 +432,3 @@ PairKernel pair_kernel(const Rows8& p) {
   }
   return nullptr;
 }
-
-// SiLU(g) * u over a pair's 16 rows (run_pair's fused SwiGLU): silu_mul's
-// operations per lane, in half the instructions (the divide and the exp
-// were most of run_pair's own time).
-IE_INLINE __m512 silu_mul(__m512 g, __m512 u) {
-  const __m512 one = _mm512_set1_ps(1.f);
-  const __m512 e = exp_nonpositive(_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(g), _mm512_set1_epi32(INT32_MIN))));
-  const __m512 num = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ), one, e);
-  return _mm512_mul_ps(_mm512_mul_ps(g, _mm512_div_ps(num, _mm512_add_ps(one, e))), u);
-}
