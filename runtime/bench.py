@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
+from pathlib import Path
 from typing import Any
 
 import click
@@ -29,7 +30,7 @@ from . import bench_llama, cuda
 from .cpu_topology import LLC_MULTIPLE, dram_probe_bytes, last_level_cache_bytes
 from .env import ACT_PREC_OF, ACTS, PRECISIONS, BenchEnv
 from .bench_run import read_prompts, reset_rss_peak, round_record, rss_peak_mb, run_round, tokenize
-from .gguf_models import model_dir_option
+from .gguf_models import model_dir_flag
 
 CUDA_READ_BW_MB = 256  # --device cuda's default yardstick: several times a GPU's L2 (50 MiB on an H100)
 CUDA_COPY_ITERS = 20  # device copies per yardstick reading (median): a 256 MiB copy takes well under 1 ms
@@ -43,7 +44,7 @@ def _note(msg: str) -> None:
     click.echo(f"ierun bench: {msg}", err=True)
 
 
-def _load_decoder(model_dir: str, threads: int, env: BenchEnv, device: str) -> tuple[Any, list[str]]:
+def _load_decoder(model_dir: Path, threads: int, env: BenchEnv, device: str) -> tuple[Any, list[str]]:
     """The Decoder and the warnings it raised while loading (e.g. the dedup
     fallback), as one-line messages: they go to stderr as 'warning: ...'
     lines and into the JSON, not as Python's two-line warning format."""
@@ -55,7 +56,7 @@ def _load_decoder(model_dir: str, threads: int, env: BenchEnv, device: str) -> t
             dec = Decoder(model_dir, threads=threads, act=env.act, affinity=env.affinity, device=device)
         except (IEError, OSError) as e:
             reason = str(e) if isinstance(e, IEError) else f"{e.filename or model_dir}: {e.strerror or e}"
-            raise IEError(env.model_error(model_dir, reason)) from None
+            raise IEError(env.model_error(str(model_dir), reason)) from None
     return dec, [str(w.message) for w in caught]
 
 
@@ -230,7 +231,7 @@ def _split_summary(recs: list[dict[str, Any]]) -> str | None:
 @click.command("bench", help=HELP)
 @click.option("--device", type=click.Choice(cuda.DEVICES), default="cpu", show_default=True,
               help="Decoder to run: cpu, or cuda (a CUDA build of iekit and a visible GPU).")
-@click.option("--model-dir", required=True, callback=model_dir_option, help="IEBIN model directory (model.ie.json + model.ie.bin).")
+@model_dir_flag("IEBIN model directory (model.ie.json + model.ie.bin), or a .gguf (imported once, cached).")
 @click.option("--prompts-file", default=None, help="Prompts, one per line (text or 'ids: 1,2,3').")
 @click.option("--max-new", type=click.IntRange(min=1), default=64, show_default=True,
               help="Tokens to generate per prompt (fewer on EOS, unless --ignore-eos).")
@@ -259,7 +260,7 @@ def _split_summary(recs: list[dict[str, Any]]) -> str | None:
               help="Buffer of the read-bandwidth yardstick, MiB. Keep it several times the last-level "
                    "cache: a smaller one measures the caches, not memory (read_bw_gbps, roofline_fraction).  "
                    f"[default: 4x the last-level cache, at least 256; --device cuda {CUDA_READ_BW_MB}]")
-def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, ignore_eos: bool, rounds: int,
+def bench(device: str, model_dir: Path, prompts_file: str | None, max_new: int, ignore_eos: bool, rounds: int,
           warmup: int, threads: int | None, act: str | None, n_prompt: str | None, n_gen: str | None,
           thread_list: str | None, repetitions: int, output: str, bandwidth_mb: int) -> None:
     env = BenchEnv.from_env()
@@ -342,7 +343,7 @@ def bench(device: str, model_dir: str, prompts_file: str | None, max_new: int, i
     base = {"precision": precision, "precision_expected": env.precision_expected, "act_prec": env.act_prec,
             "act": dec.act, "dedup": env.dedup, **_dedup_fields(dec), "affinity": env.affinity,
             "pinned_cpus": getattr(dec, "pinned", None),
-            "threads": threads, "device": device, "model_dir": model_dir, "prompts": source,
+            "threads": threads, "device": device, "model_dir": str(model_dir), "prompts": source,
             "n_prompts": len(prompts), "max_new": max_new, "ignore_eos": ignore_eos, "rounds": rounds,
             "warmup_rounds": warmup, "read_bw_bytes": read_bw_bytes, "llc_bytes": llc,
             "read_bw_in_cache": in_cache,

@@ -36,7 +36,7 @@ from iekit.cli.support import MAX_THREADS
 from iekit.formats.errors import IEError
 
 FORMATS = ("md", "csv", "json", "jsonl")
-FIELDS = ("model", "size", "params", "backend", "threads", "test", "n_prompt", "n_gen", "avg_ts", "stddev_ts",
+FIELDS = ("model", "model_filename", "size", "params", "backend", "threads", "test", "n_prompt", "n_gen", "avg_ts", "stddev_ts",
           "samples_ts", "solo_jobs")
 
 
@@ -81,6 +81,27 @@ def _tg(dec: Any, n: int, rep: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def model_type(meta: dict[str, Any], tensors: list[dict[str, Any]]) -> str:
+    """llama-bench's model column: architecture, parameter count and weight
+    type ("llama 135M Q4_0"). The type is a GGUF's own file type where the
+    model came from one, else the type holding most of the layers' matrix
+    bytes ("Q4_K mixed" where others hold a third or more); embeddings and
+    head are left out, as in llama.cpp's "mostly" types."""
+    params = sum(math.prod(e["shape"]) for e in tensors)
+    size = f"{params / 1e9:.1f}B" if params >= 1e9 else f"{params / 1e6:.0f}M" if params >= 1e7 else f"{params / 1e6:.2f}M"
+    gguf_type = (meta.get("source") or {}).get("gguf", {}).get("file_type")
+    if isinstance(gguf_type, str):
+        kind = gguf_type.removeprefix("MOSTLY_")
+    else:
+        by_type: dict[str, int] = {}
+        for e in tensors:
+            if len(e["shape"]) >= 2 and ".layers." in e["name"]:
+                by_type[e["dtype"]] = by_type.get(e["dtype"], 0) + e["nbytes"]
+        top = max(by_type, key=by_type.__getitem__, default="?")
+        kind = top.upper() + (" mixed" if by_type and by_type[top] < 2 * sum(by_type.values()) / 3 else "")
+    return f"{meta.get('model', {}).get('model_type', '?')} {size} {kind}"
+
+
 def run_tests(load, threads: list[int], n_prompt: list[int], n_gen: list[int], reps: int,
               backend: str) -> list[dict[str, Any]]:
     """One record per (threads, test); ``load(threads)`` makes a decoder."""
@@ -97,7 +118,8 @@ def run_tests(load, threads: list[int], n_prompt: list[int], n_gen: list[int], r
             fn(dec, size, reps)  # untimed: clocks, caches, the pool's first wake-up
             solo0 = dec.solo_jobs
             samples = [fn(dec, size, r) for r in range(reps)]
-            rows.append({"model": dec.model.dir.name, "size": dec.model_bytes, "params": params,
+            rows.append({"model": model_type(dec.model.meta, dec.model.tensors), "model_filename": str(dec.model.dir),
+                         "size": dec.model_bytes, "params": params,
                          "backend": backend, "threads": t, "test": f"{kind}{size}",
                          "n_prompt": size if kind == "pp" else 0, "n_gen": size if kind == "tg" else 0,
                          "avg_ts": statistics.fmean(samples),

@@ -21,11 +21,10 @@ from . import cuda
 from .env import ACTS
 from .sampling import Sampler, stream
 from .token_ids import parse_ids
-from .gguf_models import model_dir_option
+from .gguf_models import model_dir_flag
 
-_model_dir = click.option("--model-dir", required=True, callback=model_dir_option, type=click.Path(path_type=Path),
-                          help="IEBIN model directory, or a .gguf (imported once, cached): "
-                               f"{', '.join(a.removesuffix('ForCausalLM') for a in ARCHITECTURES)}.")
+_model_dir = model_dir_flag("IEBIN model directory, or a .gguf (imported once, cached): "
+                            f"{', '.join(a.removesuffix('ForCausalLM') for a in ARCHITECTURES)}.")
 _threads = threads_option("Decoder threads.")
 _ctx = click.option("--ctx", type=click.IntRange(min=1), default=None,
                     help="KV cache positions [min(max_position_embeddings, 4096)]; at most "

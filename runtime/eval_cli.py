@@ -15,15 +15,15 @@ from iekit.formats.errors import IEError
 from . import evaluation, plots
 from .env import ACTS
 from .token_ids import load_ids
-from .gguf_models import model_dir_option
+from .gguf_models import model_dir_flag, model_dir_option
 
 out = stdout_console()
 err = stderr_console()
 
 def _options(f):
     for opt in reversed([
-        click.option("--model-dir", required=True, callback=model_dir_option, type=click.Path(path_type=Path),
-                     help="IEBIN model to evaluate (e.g. the int4w artifact)."),
+        model_dir_flag("IEBIN model directory to evaluate (e.g. the int4w artifact), or a .gguf (imported once, "
+                       "cached)."),
         click.option("--text-file", type=click.Path(path_type=Path, dir_okay=False),
                      help="UTF-8 text (e.g. wiki.test.raw), tokenized with the model's tokenizer.json."),
         click.option("--ids-file", type=click.Path(path_type=Path, dir_okay=False),

@@ -83,6 +83,14 @@ def imported(path: Path, env: dict[str, str] | None = None, say=None) -> Path:
     return final
 
 
+def model_dir_flag(help: str, required: bool = True) -> Any:
+    """ierun's ``-m/--model-dir`` (``-m`` as llama.cpp's tools spell it): a directory or a GGUF file."""
+    import click
+
+    return click.option("-m", "--model-dir", required=required, callback=model_dir_option,
+                        type=click.Path(path_type=Path), help=help)
+
+
 def model_dir_option(ctx: Any, param: Any, value: Any) -> Any:
     """click callback of every ``--model-dir``: a GGUF file becomes its imported directory."""
     if value is None or not is_gguf(Path(value)):

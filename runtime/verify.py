@@ -41,7 +41,7 @@ from iekit.formats.safetensors_reader import CHUNK_BYTES
 
 from . import cuda, kernels, plots
 from .tensor_source import TensorSource
-from .gguf_models import model_dir_option
+from .gguf_models import model_dir_flag
 
 GEMV_RTOL = 1e-5
 BATCH = 4
@@ -205,7 +205,7 @@ def print_table(reports: list[TensorReport], with_source: bool) -> None:
 
 
 @click.command("quant")
-@click.option("--model-dir", required=True, callback=model_dir_option, type=click.Path(path_type=Path), help="IEBIN model directory.")
+@model_dir_flag("IEBIN model directory, or a .gguf (imported once, cached).")
 @click.option("--hf-dir", type=click.Path(path_type=Path), help="Source HF checkpoint: also check rounding bounds and report error stats.")
 @threads_option("GEMV threads.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random activations.")

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import types
+from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -279,7 +282,7 @@ def test_command_with_fake_decoder(monkeypatch, tmp_path):
     recs = [json.loads(ln) for ln in res.stdout.splitlines()]
     assert [r["round"] for r in recs] == [1, 2]
     assert all(r["read_bw_bytes"] == SMALL_BW_MB << 20 and r["read_bw_gbps"] > 0 for r in recs)
-    assert made[0].init == dict(model_dir="m", threads=1, act="int8", affinity="compact")
+    assert made[0].init == dict(model_dir=Path("m"), threads=1, act="int8", affinity="compact")
     assert [(r["kv_hits"], r["kv_misses"]) for r in recs] == [(0, 3), (3, 0)]
     assert all(r["tokens_generated"] == 6 and r["touch_checksum"] == 48 and r["mb_per_token"] == 1.002048
                for r in recs)
@@ -586,7 +589,9 @@ def test_llama_bench_tests_and_outputs():
     assert [(r["threads"], r["test"]) for r in rows] == [(t, x) for t in (1, 2) for x in ("pp8", "pp16", "tg4")]
     for r in rows:
         assert len(r["samples_ts"]) == 2 and r["avg_ts"] == pytest.approx(sum(r["samples_ts"]) / 2)
-        assert r["avg_ts"] > 0 and r["stddev_ts"] >= 0 and r["model"] == "tiny-llama" and r["backend"].startswith("CPU")
+        assert r["avg_ts"] > 0 and r["stddev_ts"] >= 0 and r["backend"].startswith("CPU")
+        # llama-bench's model column: architecture, parameters, weight type (tiny-llama: 0.12 M f32 parameters)
+        assert r["model"] == "llama 0.12M F32" and r["model_filename"] == str(GOLDEN_IEBIN / "tiny-llama")
         assert (r["n_prompt"], r["n_gen"]) == ((int(r["test"][2:]), 0) if r["test"].startswith("pp")
                                                else (0, int(r["test"][2:])))
     lines = [json.loads(ln) for ln in _check_ok(_bench(GOLDEN_IEBIN / "tiny-llama", *args, "-o", "jsonl",
@@ -598,6 +603,25 @@ def test_llama_bench_tests_and_outputs():
     md = _check_ok(_bench(GOLDEN_IEBIN / "tiny-llama", *args, bandwidth_mb=None)).splitlines()
     assert md[0] == "| model | size | params | backend | threads | test | t/s |" and len(md) == 2 + len(rows)
     assert all(" ± " in ln for ln in md[2:]) and "| 2 | tg4 |" in md[-1]
+
+
+def test_gguf_with_llama_bench_flags_and_in_rounds(tmp_path):
+    """`ierun bench -m file.gguf` as llama-bench is run: -m takes a GGUF,
+    which is imported once; the model column is llama-bench's (the file's
+    own type), and the JSON rounds name the imported directory (a GGUF's
+    directory, a path object, made the rounds an internal error)."""
+    gguf_file = GOLDEN_IEBIN.parent / "gguf" / "tiny-llama.mixed.gguf"
+    env = {**os.environ, "IE_GGUF_CACHE": str(tmp_path / "cache")}
+    res = run_tool("ierun", "bench", "-m", gguf_file, "-p", "8", "-r", "1", "-o", "json", env=env)
+    rows = json.loads(_check_ok(res))
+    gguf_type = gguf.GGUFReader(gguf_file).fields["general.file_type"]
+    want = gguf.LlamaFileType(int(gguf_type.parts[gguf_type.data[0]][0])).name.removeprefix("MOSTLY_")
+    assert [r["model"] for r in rows] == [f"llama 0.12M {want}"]
+    imported = Path(rows[0]["model_filename"])
+    assert imported.parent == tmp_path / "cache" and (imported / "model.ie.json").is_file()
+    recs = _records(run_tool("ierun", "bench", "-m", gguf_file, "--max-new", "2", "--rounds", "1",
+                             "--bandwidth-mb", str(SMALL_BW_MB), env=env))
+    assert recs[0]["model_dir"] == str(imported)
 
 
 @pytest.mark.parametrize("args, needle", [(("-p", "8,x"), "'x' is not an integer"),
