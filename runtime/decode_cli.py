@@ -100,7 +100,7 @@ def chat_loop(dec, model_dir: Path, system: str | None, max_new: int, sampler: S
 
 @click.command("generate")
 @_model_dir
-@click.option("--prompt", help="Prompt text (tokenized with the model's tokenizer.json); - reads it from standard input.")
+@click.option("-p", "--prompt", help="Prompt text (tokenized with the model's tokenizer.json); - reads it from standard input.")
 @click.option("--ids", help="Prompt as comma-separated token ids (models without a tokenizer).")
 @click.option("--prompts-file", type=click.Path(path_type=Path, dir_okay=False),
               help="Or many prompts, one per line (text, or 'ids: 1,2,3'; blank lines skipped), each generated "
@@ -109,7 +109,8 @@ def chat_loop(dec, model_dir: Path, system: str | None, max_new: int, sampler: S
               help="Wrap the prompt as the user's message in the model's chat template (tokenizer_config.json), "
                    "for instruction-tuned models.")
 @click.option("--system", help="With --chat: a system message first.")
-@click.option("--max-new", default=32, show_default=True, type=click.IntRange(min=0), help="New tokens at most (EOS stops earlier).")
+@click.option("-n", "--max-new", default=32, show_default=True, type=click.IntRange(min=0),
+              help="New tokens at most (EOS stops earlier; llama-cli's -n).")
 @click.option("--ignore-eos", is_flag=True, help="Do not stop at EOS: generate exactly --max-new tokens.")
 @click.option("--temp", default=0.0, show_default=True, help="Sampling temperature; 0 is greedy.")
 @click.option("--top-k", default=0, show_default=True, type=click.IntRange(min=0),

@@ -95,6 +95,16 @@ def test_generate_cli_options_and_speed_line():
     assert res.returncode == 2
 
 
+def test_generate_takes_llama_cli_short_flags():
+    """-m, -p and -n as llama-cli spells them: the same run as the long flags."""
+    model = GOLDEN_IEBIN / "tiny-llama"
+    long = run_tool("ierun", "generate", "--model-dir", model, "--prompt", "hello world", "--max-new", "5",
+                    "--ignore-eos", "--json")
+    short = run_tool("ierun", "generate", "-m", model, "-p", "hello world", "-n", "5", "--ignore-eos", "--json")
+    assert long.returncode == 0 and short.returncode == 0, long.stderr + short.stderr
+    assert json.loads(short.stdout) == json.loads(long.stdout) and len(json.loads(long.stdout)["generated_ids"]) == 5
+
+
 # -- chat templates ------------------------------------------------------------------
 
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}[SYS]{{ m['content'] }}\n"
