@@ -24,12 +24,13 @@ def _options(f):
     for opt in reversed([
         model_dir_flag("IEBIN model directory to evaluate (e.g. the int4w artifact), or a .gguf (imported once, "
                        "cached)."),
-        click.option("--text-file", type=click.Path(path_type=Path, dir_okay=False),
-                     help="UTF-8 text (e.g. wiki.test.raw), tokenized with the model's tokenizer.json."),
+        click.option("-f", "--text-file", type=click.Path(path_type=Path, dir_okay=False),
+                     help="UTF-8 text (e.g. wiki.test.raw), tokenized with the model's tokenizer.json "
+                          "(llama-perplexity's -f)."),
         click.option("--ids-file", type=click.Path(path_type=Path, dir_okay=False),
                      help="Exact token ids instead of text, separated by commas and/or whitespace."),
-        click.option("--ctx", type=click.IntRange(min=4), default=None,
-                     help=f"Tokens per chunk [{evaluation.DEFAULT_CTX}, or the models' max_position_embeddings "
+        click.option("-c", "--ctx", type=click.IntRange(min=4), default=None,
+                     help=f"Tokens per chunk, llama-perplexity's -c [{evaluation.DEFAULT_CTX}, or the models' max_position_embeddings "
                           "if smaller]."),
         click.option("--chunks", type=click.IntRange(min=1), default=None, help="Evaluate the first N chunks only [all]."),
         threads_option("Decoder threads."),

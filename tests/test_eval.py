@@ -157,9 +157,10 @@ def test_text_is_tokenized_with_the_models_tokenizer(tmp_path):
     ids = Tokenizer.from_file(str(F32 / "tokenizer.json")).encode(text).ids
     a = _eval("--model-dir", MIXED, "--ref-dir", F32, "--text-file", tmp_path / "t.txt", "--ctx", CTX)
     b = _eval("--model-dir", MIXED, "--ref-dir", F32, "--ids-file", _ids_file(tmp_path, ids), "--ctx", CTX)
+    c = _eval("-m", MIXED, "--ref-dir", F32, "-f", tmp_path / "t.txt", "-c", CTX)  # llama-perplexity's flags
     assert a["tokens_in"] == len(ids)
     for k in ("ppl", "ppl_ref", "kld_mean", "top1_agree", "tokens_scored"):
-        assert a[k] == b[k], k
+        assert a[k] == b[k] == c[k], k
 
 
 def test_chunks_limits_the_work_and_ctx_defaults_to_the_models_context(tmp_path):
