@@ -20,14 +20,16 @@ from rich.table import Table
 from iekit.cli.support import stderr_console, stdout_console, threads_option
 from iekit.formats import imatrix
 from iekit.formats.atomic import check_new_file
+from iekit.runtime.gguf_models import model_dir_flag
 
 DEFAULT_CTX = 512
 
 
 @click.command("imatrix")
-@click.option("--model-dir", type=click.Path(path_type=Path), required=True,
-              help="IEBIN model to collect on: the float reference (e.g. gguf-to-iebin --dequantize, or hf-to-iebin).")
-@click.option("--text-file", type=click.Path(path_type=Path), help="Calibration text (UTF-8), tokenized by the model.")
+@model_dir_flag("IEBIN model to collect on: the float reference (e.g. hf-to-iebin, or gguf-to-iebin --dequantize), "
+                "or a .gguf as llama-imatrix takes it (imported once, cached; run with f32 activations).")
+@click.option("-f", "--text-file", type=click.Path(path_type=Path),
+              help="Calibration text (UTF-8), tokenized by the model (llama-imatrix's -f).")
 @click.option("--ids-file", type=click.Path(path_type=Path), help="Calibration token ids instead of text.")
 @click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), required=True, help="The imatrix file to write (.npz).")
 @click.option("--ctx", type=click.IntRange(min=2), default=DEFAULT_CTX, show_default=True,
@@ -44,6 +46,7 @@ def imatrix_cmd(model_dir, text_file, ids_file, out_path, ctx, chunks, threads, 
     gguf-to-iebin as --imatrix.
 
     Example: ieconv imatrix --model-dir smollm2-f32/ --text-file calib.txt -o imatrix.npz --chunks 40
+    (or as llama-imatrix: ieconv imatrix -m model.gguf -f calib.txt -o imatrix.npz)
     """
     # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
     from iekit.runtime.calibration import calibration_chunks, float_decoder

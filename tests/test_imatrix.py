@@ -324,6 +324,15 @@ def test_ieconv_imatrix_agrees_with_llama_imatrix(tmp_path):
     res = run_tool("ieconv", "imatrix", "-q", "--model-dir", GOLDEN / "gguf" / "tiny-llama-mixed", "--text-file", TEXT,
                    "--ctx", "64", "--chunks", "6", "-o", out)
     assert res.returncode == 0, res.stderr
+    # the GGUF itself, as llama-imatrix is run (-m FILE -f TEXT): imported, then the same statistics
+    direct = tmp_path / "direct.npz"
+    res = run_tool("ieconv", "imatrix", "-q", "-m", GOLDEN / "gguf" / "tiny-llama.mixed.gguf", "-f", TEXT,
+                   "--ctx", "64", "--chunks", "6", "-o", direct,
+                   env={**os.environ, "IE_GGUF_CACHE": str(tmp_path / "cache")})
+    assert res.returncode == 0, res.stderr
+    d = imatrix.read(direct)
+    assert d.entries.keys() == imatrix.read(out).entries.keys()
+    assert all(np.array_equal(v, imatrix.read(out).entries[k]) for k, v in d.entries.items())
     ours, theirs = imatrix.read(out), imatrix.read_any(LLAMACPP_GGUF)
     assert ours.tokens == theirs.tokens == 384
     assert set(ours.entries) - {"lm_head.weight"} == {hf_name(n) for n in theirs.entries}  # llama.cpp: --process-output
