@@ -20,14 +20,22 @@ from rich.table import Table
 from iekit.cli.support import stderr_console, stdout_console, threads_option
 from iekit.formats import imatrix
 from iekit.formats.atomic import check_new_file
-from iekit.runtime.gguf_models import model_dir_flag
 
 DEFAULT_CTX = 512
 
 
+def _model_dir(ctx, param, value):
+    """ierun's --model-dir callback (a GGUF becomes its import), imported
+    when the command runs: ieconv starts without the runtime."""
+    from iekit.runtime.gguf_models import model_dir_option
+
+    return model_dir_option(ctx, param, value)
+
+
 @click.command("imatrix")
-@model_dir_flag("IEBIN model to collect on: the float reference (e.g. hf-to-iebin, or gguf-to-iebin --dequantize), "
-                "or a .gguf as llama-imatrix takes it (imported once, cached; run with f32 activations).")
+@click.option("-m", "--model-dir", required=True, callback=_model_dir, type=click.Path(path_type=Path),
+              help="IEBIN model to collect on: the float reference (e.g. hf-to-iebin, or gguf-to-iebin --dequantize), "
+                   "or a .gguf as llama-imatrix takes it (imported once, cached; run with f32 activations).")
 @click.option("-f", "--text-file", type=click.Path(path_type=Path),
               help="Calibration text (UTF-8), tokenized by the model (llama-imatrix's -f).")
 @click.option("--ids-file", type=click.Path(path_type=Path), help="Calibration token ids instead of text.")
