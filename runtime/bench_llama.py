@@ -36,8 +36,8 @@ from iekit.cli.support import MAX_THREADS
 from iekit.formats.errors import IEError
 
 FORMATS = ("md", "csv", "json", "jsonl")
-FIELDS = ("model", "model_filename", "size", "params", "backend", "threads", "test", "n_prompt", "n_gen", "avg_ts", "stddev_ts",
-          "samples_ts", "solo_jobs")
+FIELDS = ("model", "model_filename", "size", "params", "backend", "threads", "test", "n_prompt", "n_gen", "avg_ts",
+          "stddev_ts", "samples_ts", "solo_jobs")
 
 
 def parse_list(name: str, value: str | None) -> list[int]:
@@ -81,14 +81,14 @@ def _tg(dec: Any, n: int, rep: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def model_type(meta: dict[str, Any], tensors: list[dict[str, Any]]) -> str:
+def model_type(meta: dict[str, Any], tensors: list[dict[str, Any]], params: int) -> str:
     """llama-bench's model column: architecture, parameter count and weight
     type ("llama 135M Q4_0"). The type is a GGUF's own file type where the
     model came from one, else the type holding most of the layers' matrix
     bytes ("Q4_K mixed" where others hold a third or more); embeddings and
     head are left out, as in llama.cpp's "mostly" types."""
-    params = sum(math.prod(e["shape"]) for e in tensors)
-    size = f"{params / 1e9:.1f}B" if params >= 1e9 else f"{params / 1e6:.0f}M" if params >= 1e7 else f"{params / 1e6:.2f}M"
+    size = (f"{params / 1e9:.1f}B" if params >= 1e9 else f"{params / 1e6:.0f}M" if params >= 1e7
+            else f"{params / 1e6:.2f}M")
     gguf_type = (meta.get("source") or {}).get("gguf", {}).get("file_type")
     if isinstance(gguf_type, str):
         kind = gguf_type.removeprefix("MOSTLY_")
@@ -112,15 +112,15 @@ def run_tests(load, threads: list[int], n_prompt: list[int], n_gen: list[int], r
         if ctx > dec.max_ctx:
             raise IEError(f"a {ctx}-token test needs a context of {ctx}; this decoder holds {dec.max_ctx} (--ctx)")
         params = sum(math.prod(e["shape"]) for e in dec.model.tensors)
+        label = model_type(dec.model.meta, dec.model.tensors, params)
         tests = [("pp", p) for p in n_prompt if p] + [("tg", n) for n in n_gen if n]
         for kind, size in tests:
             fn = _pp if kind == "pp" else _tg
             fn(dec, size, reps)  # untimed: clocks, caches, the pool's first wake-up
             solo0 = dec.solo_jobs
             samples = [fn(dec, size, r) for r in range(reps)]
-            rows.append({"model": model_type(dec.model.meta, dec.model.tensors), "model_filename": str(dec.model.dir),
-                         "size": dec.model_bytes, "params": params,
-                         "backend": backend, "threads": t, "test": f"{kind}{size}",
+            rows.append({"model": label, "model_filename": str(dec.model.dir), "size": dec.model_bytes,
+                         "params": params, "backend": backend, "threads": t, "test": f"{kind}{size}",
                          "n_prompt": size if kind == "pp" else 0, "n_gen": size if kind == "tg" else 0,
                          "avg_ts": statistics.fmean(samples),
                          "stddev_ts": statistics.stdev(samples) if len(samples) > 1 else 0.0,

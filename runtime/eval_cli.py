@@ -30,8 +30,8 @@ def _options(f):
         click.option("--ids-file", type=click.Path(path_type=Path, dir_okay=False),
                      help="Exact token ids instead of text, separated by commas and/or whitespace."),
         click.option("-c", "--ctx", type=click.IntRange(min=4), default=None,
-                     help=f"Tokens per chunk, llama-perplexity's -c [{evaluation.DEFAULT_CTX}, or the models' max_position_embeddings "
-                          "if smaller]."),
+                     help=f"Tokens per chunk, llama-perplexity's -c [{evaluation.DEFAULT_CTX}, or the models' "
+                          "max_position_embeddings if smaller]."),
         click.option("--chunks", type=click.IntRange(min=1), default=None, help="Evaluate the first N chunks only [all]."),
         threads_option("Decoder threads."),
         click.option("--act", type=click.Choice(ACTS), default="auto", show_default=True,

@@ -605,6 +605,27 @@ def test_llama_bench_tests_and_outputs():
     assert all(" ± " in ln for ln in md[2:]) and "| 2 | tg4 |" in md[-1]
 
 
+def test_model_type_is_llama_benchs_label():
+    """The GGUF's own file type where the model was imported from one; else
+    the type of most of the layers' matrix bytes (embedding and head left
+    out), "mixed" where other types hold a third or more."""
+    from iekit.runtime.bench_llama import model_type
+
+    def t(name, dtype, nbytes):
+        return {"name": name, "dtype": dtype, "nbytes": nbytes, "shape": [2, 2]}
+
+    meta = {"model": {"model_type": "llama"}}
+    layers = [t("model.layers.0.mlp.up_proj.weight", "q4_k", 700),
+              t("model.layers.0.mlp.down_proj.weight", "q6_k", 300)]
+    big_embed = [t("model.embed_tokens.weight", "q8_0", 5000)]
+    assert model_type(meta, layers + big_embed, 135_000_000) == "llama 135M Q4_K"
+    assert model_type(meta, layers[:1] + [t("model.layers.0.mlp.gate_proj.weight", "q6_k", 400)], 8_030_000_000) == \
+        "llama 8.0B Q4_K mixed"
+    gguf_meta = {**meta, "source": {"gguf": {"file_type": "MOSTLY_Q4_K_M"}}}
+    assert model_type(gguf_meta, layers, 1_230_000) == "llama 1.23M Q4_K_M"
+    assert model_type({**meta, "source": {"gguf": {"file_type": None}}}, layers, 1_230_000) == "llama 1.23M Q4_K"
+
+
 def test_gguf_with_llama_bench_flags_and_in_rounds(tmp_path):
     """`ierun bench -m file.gguf` as llama-bench is run: -m takes a GGUF,
     which is imported once; the model column is llama-bench's (the file's

@@ -330,10 +330,9 @@ def test_ieconv_imatrix_agrees_with_llama_imatrix(tmp_path):
                    "--ctx", "64", "--chunks", "6", "-o", direct,
                    env={**os.environ, "IE_GGUF_CACHE": str(tmp_path / "cache")})
     assert res.returncode == 0, res.stderr
-    d = imatrix.read(direct)
-    assert d.entries.keys() == imatrix.read(out).entries.keys()
-    assert all(np.array_equal(v, imatrix.read(out).entries[k]) for k, v in d.entries.items())
-    ours, theirs = imatrix.read(out), imatrix.read_any(LLAMACPP_GGUF)
+    ours, theirs, d = imatrix.read(out), imatrix.read_any(LLAMACPP_GGUF), imatrix.read(direct)
+    assert d.entries.keys() == ours.entries.keys()
+    assert all(np.array_equal(v, ours.entries[k]) for k, v in d.entries.items())
     assert ours.tokens == theirs.tokens == 384
     assert set(ours.entries) - {"lm_head.weight"} == {hf_name(n) for n in theirs.entries}  # llama.cpp: --process-output
     for name, v in theirs.entries.items():
