@@ -26,7 +26,7 @@ import numpy as np
 from iekit.cli.support import threads_option
 from iekit.formats.errors import IEError
 
-from . import bench_llama, cuda
+from . import bench_llama, cuda, kv_cache
 from .cpu_topology import LLC_MULTIPLE, dram_probe_bytes, last_level_cache_bytes
 from .env import ACT_PREC_OF, ACTS, PRECISIONS, BenchEnv
 from .bench_run import read_prompts, reset_rss_peak, round_record, rss_peak_mb, run_round, tokenize
@@ -44,7 +44,8 @@ def _note(msg: str) -> None:
     click.echo(f"ierun bench: {msg}", err=True)
 
 
-def _load_decoder(model_dir: Path, threads: int, env: BenchEnv, device: str) -> tuple[Any, list[str]]:
+def _load_decoder(model_dir: Path, threads: int, env: BenchEnv, device: str,
+                  cache_types: tuple[str | None, str | None], ctx: int | None = None) -> tuple[Any, list[str]]:
     """The Decoder and the warnings it raised while loading (e.g. the dedup
     fallback), as one-line messages: they go to stderr as 'warning: ...'
     lines and into the JSON, not as Python's two-line warning format."""
@@ -53,7 +54,9 @@ def _load_decoder(model_dir: Path, threads: int, env: BenchEnv, device: str) -> 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            dec = Decoder(model_dir, threads=threads, act=env.act, affinity=env.affinity, device=device)
+            dec = Decoder(model_dir, threads=threads, act=env.act, affinity=env.affinity, device=device,
+                          ctx=ctx, cache_type_k=cache_types[0], cache_type_v=cache_types[1],
+                          ctx_flag="the largest -p/-n plus the largest -d")
         except (IEError, OSError) as e:
             reason = str(e) if isinstance(e, IEError) else f"{e.filename or model_dir}: {e.strerror or e}"
             raise IEError(env.model_error(str(model_dir), reason)) from None
@@ -174,6 +177,8 @@ JSON fields (per round):
                       mixed(int4w,f32)); precision_expected: IE_PRECISION
   act_prec            IE_ACT_PREC as requested; act: what ran (f32|int8;
                       auto resolved)
+  type_k, type_v      the KV cache's element types (f16|f32; llama-bench's
+                      fields of the same names)
   dedup, dedup_active IE_DEDUP=1 seen; tensors really served by the dedup
                       loader (false after its fallback, null if unknown)
   affinity            thread pinning passed to the decoder (null: none)
@@ -250,6 +255,9 @@ def _split_summary(recs: list[dict[str, Any]]) -> str | None:
                    "-p or -n, bench runs llama-bench's tests instead of rounds (runtime/bench_llama.py).")
 @click.option("-n", "--n-gen", "n_gen", default=None, metavar="LIST",
               help="llama-bench's text-generation tests: comma-separated token counts (tg128: -n 128).")
+@click.option("-d", "--n-depth", "n_depth", default=None, metavar="LIST",
+              help="With -p/-n: llama-bench's depths, comma-separated: each test runs after that many tokens "
+                   "already fill the context, untimed (tg128 @ d2048: -n 128 -d 2048)  [default: 0].")
 @click.option("-t", "thread_list", default=None, metavar="LIST",
               help="With -p/-n: comma-separated thread counts, one decoder each (-t 1,2)  [default: --threads].")
 @click.option("-r", "--repetitions", type=click.IntRange(min=1), default=5, show_default=True,
@@ -260,9 +268,12 @@ def _split_summary(recs: list[dict[str, Any]]) -> str | None:
               help="Buffer of the read-bandwidth yardstick, MiB. Keep it several times the last-level "
                    "cache: a smaller one measures the caches, not memory (read_bw_gbps, roofline_fraction).  "
                    f"[default: 4x the last-level cache, at least 256; --device cuda {CUDA_READ_BW_MB}]")
+@kv_cache.options
 def bench(device: str, model_dir: Path, prompts_file: str | None, max_new: int, ignore_eos: bool, rounds: int,
           warmup: int, threads: int | None, act: str | None, n_prompt: str | None, n_gen: str | None,
-          thread_list: str | None, repetitions: int, output: str, bandwidth_mb: int) -> None:
+          n_depth: str | None, thread_list: str | None, repetitions: int, output: str, bandwidth_mb: int,
+          cache_type_k: str | None, cache_type_v: str | None) -> None:
+    cache_types = (cache_type_k, cache_type_v)
     env = BenchEnv.from_env()
     for w in env.warnings:
         _warn(w)
@@ -281,24 +292,28 @@ def bench(device: str, model_dir: Path, prompts_file: str | None, max_new: int, 
         from .native import cpu_features
 
         pp, tg = bench_llama.parse_list("-p", n_prompt), bench_llama.parse_list("-n", n_gen)
+        depths = bench_llama.parse_list("-d", n_depth) or [0]
         ts = bench_llama.parse_list("-t", thread_list) or [threads]
         backend = "CUDA" if device == "cuda" else f"CPU ({cpu_features()['selected_isa']})"
 
-        def load(t: int) -> Any:
-            dec, msgs = _load_decoder(model_dir, t, env, device)
+        def load(t: int, ctx: int) -> Any:
+            dec, msgs = _load_decoder(model_dir, t, env, device, cache_types, ctx)
             for w in msgs:
                 _warn(w)
             return dec
 
-        click.echo(bench_llama.render(bench_llama.run_tests(load, ts, pp, tg, repetitions, backend), output), nl=False)
+        click.echo(bench_llama.render(bench_llama.run_tests(load, ts, pp, tg, repetitions, backend, depths), output),
+                   nl=False)
         return
     if thread_list is not None:
         raise click.UsageError("-t lists threads for llama-bench's tests (-p/-n); the rounds take --threads")
+    if n_depth is not None:
+        raise click.UsageError("-d lists depths for llama-bench's tests (-p/-n); the rounds have none")
     source, lines = read_prompts(prompts_file)
 
     # Every input is checked before the yardstick: a bad model or prompt
     # fails at once, not after seconds of streaming.
-    dec, load_warnings = _load_decoder(model_dir, threads, env, device)
+    dec, load_warnings = _load_decoder(model_dir, threads, env, device, cache_types)
     precision = str(dec.precision)
     msg = env.precision_warning(tuple(dec.precisions))
     later = load_warnings + ([msg] if msg else [])
@@ -341,7 +356,7 @@ def bench(device: str, model_dir: Path, prompts_file: str | None, max_new: int, 
         _note(f"warm-up {n}/{warmup}: {t.tokens} tokens in {t.wall_s:.3f} s = "
               f"{t.tokens / t.wall_s if t.wall_s > 0 else 0:.2f} tok/s (not counted)")
     base = {"precision": precision, "precision_expected": env.precision_expected, "act_prec": env.act_prec,
-            "act": dec.act, "dedup": env.dedup, **_dedup_fields(dec), "affinity": env.affinity,
+            "act": dec.act, "type_k": dec.cache_types[0], "type_v": dec.cache_types[1], "dedup": env.dedup, **_dedup_fields(dec), "affinity": env.affinity,
             "pinned_cpus": getattr(dec, "pinned", None),
             "threads": threads, "device": device, "model_dir": str(model_dir), "prompts": source,
             "n_prompts": len(prompts), "max_new": max_new, "ignore_eos": ignore_eos, "rounds": rounds,

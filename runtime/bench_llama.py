@@ -9,8 +9,11 @@ same vocabulary, so the figures sit beside llama-bench's in one table:
   context (the first on the empty cache), tokens/s of the N steps;
 - each test runs once untimed, then ``-r`` times; the figure is the mean and
   standard deviation of the repetitions' tokens/s, as llama-bench reports;
-- every comma-separated value of ``-p``, ``-n`` and ``-t`` is its own test
-  (one decoder per thread count: its pool is made with the decoder);
+- ``-d D``: each test runs after D tokens already fill the context (their
+  prefill untimed), labelled ``tg128 @ d2048`` as llama-bench labels it: a
+  long context's decode reads the whole KV cache every step;
+- every comma-separated value of ``-p``, ``-n``, ``-d`` and ``-t`` is its
+  own test (one decoder per thread count: its pool is made with the decoder);
 - ``-o md`` (default: llama-bench's markdown table), ``csv``, ``json``
   (one array) or ``jsonl`` (one object per test).
 
@@ -36,12 +39,12 @@ from iekit.cli.support import MAX_THREADS
 from iekit.formats.errors import IEError
 
 FORMATS = ("md", "csv", "json", "jsonl")
-FIELDS = ("model", "model_filename", "size", "params", "backend", "threads", "test", "n_prompt", "n_gen", "avg_ts",
-          "stddev_ts", "samples_ts", "solo_jobs")
+FIELDS = ("model", "model_filename", "size", "params", "backend", "threads", "type_k", "type_v", "test", "n_prompt",
+          "n_gen", "n_depth", "avg_ts", "stddev_ts", "samples_ts", "solo_jobs")
 
 
 def parse_list(name: str, value: str | None) -> list[int]:
-    """'128,512' -> [128, 512]; each at least 0 for -n/-p (0 skips that kind), 1..MAX_THREADS for -t."""
+    """'128,512' -> [128, 512]; each at least 0 for -n/-p (0 skips that kind) and -d, 1..MAX_THREADS for -t."""
     if value is None:
         return []
     out = []
@@ -63,20 +66,25 @@ def _ids(n: int, vocab: int, rep: int) -> list[int]:
     return [(rep * 104729 + i * 7919 + 17) % vocab for i in range(n)]
 
 
-def _pp(dec: Any, p: int, rep: int) -> float:
-    ids = _ids(p, dec.spec.vocab, rep)
+def _pp(dec: Any, p: int, depth: int, rep: int) -> float:
+    ids = _ids(depth + p, dec.spec.vocab, rep)
     dec.reset()
+    if depth:
+        dec.prefill(ids[:depth])
     t0 = time.perf_counter()
-    dec.prefill(ids)
+    dec.prefill(ids)  # the cached depth is kept: the p new ids run
     return p / (time.perf_counter() - t0)
 
 
-def _tg(dec: Any, n: int, rep: int) -> float:
-    ids = _ids(n, dec.spec.vocab, rep)
+def _tg(dec: Any, n: int, depth: int, rep: int) -> float:
+    ids = _ids(depth + n, dec.spec.vocab, rep)
     dec.reset()
+    if depth:
+        dec.prefill(ids[:depth])
     t0 = time.perf_counter()
-    dec.prefill(ids[:1])
-    for t in ids[1:]:
+    if not depth:  # the first token on the empty cache, as llama-bench runs it
+        dec.prefill(ids[:1])
+    for t in ids[depth or 1:]:
         dec.step(t)
     return n / (time.perf_counter() - t0)
 
@@ -103,25 +111,26 @@ def model_type(meta: dict[str, Any], tensors: list[dict[str, Any]], params: int)
 
 
 def run_tests(load, threads: list[int], n_prompt: list[int], n_gen: list[int], reps: int,
-              backend: str) -> list[dict[str, Any]]:
-    """One record per (threads, test); ``load(threads)`` makes a decoder."""
+              backend: str, depths: list[int] = (0,)) -> list[dict[str, Any]]:
+    """One record per (threads, test, depth); ``load(threads, ctx)`` makes a
+    decoder whose cache holds ctx positions (as llama-bench sizes its
+    context: the largest test plus the deepest depth)."""
     rows = []
     for t in threads:
-        dec = load(t)
-        ctx = max([*n_prompt, *n_gen, 1])
-        if ctx > dec.max_ctx:
-            raise IEError(f"a {ctx}-token test needs a context of {ctx}; this decoder holds {dec.max_ctx} (--ctx)")
+        dec = load(t, max([*n_prompt, *n_gen, 1]) + max(depths))
         params = sum(math.prod(e["shape"]) for e in dec.model.tensors)
         label = model_type(dec.model.meta, dec.model.tensors, params)
         tests = [("pp", p) for p in n_prompt if p] + [("tg", n) for n in n_gen if n]
-        for kind, size in tests:
+        for (kind, size), depth in ((test, d) for test in tests for d in depths):
             fn = _pp if kind == "pp" else _tg
-            fn(dec, size, reps)  # untimed: clocks, caches, the pool's first wake-up
+            fn(dec, size, depth, reps)  # untimed: clocks, caches, the pool's first wake-up
             solo0 = dec.solo_jobs
-            samples = [fn(dec, size, r) for r in range(reps)]
+            samples = [fn(dec, size, depth, r) for r in range(reps)]
             rows.append({"model": label, "model_filename": str(dec.model.dir), "size": dec.model_bytes,
-                         "params": params, "backend": backend, "threads": t, "test": f"{kind}{size}",
+                         "params": params, "backend": backend, "threads": t, "type_k": dec.cache_types[0],
+                         "type_v": dec.cache_types[1], "test": f"{kind}{size}" + (f" @ d{depth}" if depth else ""),
                          "n_prompt": size if kind == "pp" else 0, "n_gen": size if kind == "tg" else 0,
+                         "n_depth": depth,
                          "avg_ts": statistics.fmean(samples),
                          "stddev_ts": statistics.stdev(samples) if len(samples) > 1 else 0.0,
                          "samples_ts": samples, "solo_jobs": dec.solo_jobs - solo0})

@@ -21,6 +21,7 @@ from . import cuda
 from .env import ACTS
 from .sampling import Sampler, stream
 from .token_ids import parse_ids
+from . import kv_cache
 from .gguf_models import model_dir_flag
 
 _model_dir = model_dir_flag("IEBIN model directory, or a .gguf (imported once, cached): "
@@ -127,9 +128,10 @@ def chat_loop(dec, model_dir: Path, system: str | None, max_new: int, sampler: S
 @_ctx
 @_act
 @_device
+@kv_cache.options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (prompt and generated ids, text).")
 def generate_cmd(model_dir, prompt, ids, prompts_file, chat, system, max_new, ignore_eos, temp, top_k, top_p, min_p,
-                 repeat_penalty, repeat_last_n, seed, threads, ctx, act, device, as_json):
+                 repeat_penalty, repeat_last_n, seed, threads, ctx, act, device, cache_type_k, cache_type_v, as_json):
     """Generate text from a prompt: greedy by default, --temp/--top-k/--top-p/--min-p/--seed to sample.
 
     The text streams to stdout as tokens come (control characters shown as
@@ -168,7 +170,8 @@ def generate_cmd(model_dir, prompt, ids, prompts_file, chat, system, max_new, ig
     interactive = chat and prompt is None and lines is None
     if interactive and as_json:
         raise click.UsageError("--json needs --prompt (without it, --chat reads a conversation from standard input)")
-    dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act, device=device)
+    dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act, device=device, cache_type_k=cache_type_k,
+                  cache_type_v=cache_type_v)
     if interactive:
         chat_loop(dec, model_dir, system, max_new, sampler, ignore_eos)
         return
@@ -250,7 +253,8 @@ def _generate_one(dec, pids: list[int], max_new: int, sampler: Sampler, ignore_e
 @_ctx
 @_act
 @_device
-def logits_cmd(model_dir, ids, prompt, out_path, overwrite, threads, ctx, act, device):
+@kv_cache.options
+def logits_cmd(model_dir, ids, prompt, out_path, overwrite, threads, ctx, act, device, cache_type_k, cache_type_v):
     """Write the logits of every position of one sequence to a .npy file.
 
     The file is written under a temporary name and renamed, so a failed run
@@ -260,7 +264,8 @@ def logits_cmd(model_dir, ids, prompt, out_path, overwrite, threads, ctx, act, d
     from .decoder import Decoder
 
     check_new_file(out_path, overwrite)
-    dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act, device=device)
+    dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act, device=device, cache_type_k=cache_type_k,
+                  cache_type_v=cache_type_v)
     seq = prompt_ids(dec, prompt, ids)
     out = dec.logits(seq)
     buf = io.BytesIO()

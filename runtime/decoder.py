@@ -26,12 +26,12 @@ from iekit.formats.fileio import model_file, read_small
 from iekit.formats.library_calls import guarded
 from iekit.formats.model_spec import INT32_MAX, LAYERS_KEY, MATRIX, DecoderSpec, decoder_spec, layer_parts
 
-from . import cuda, decoder_weights, kernels
+from . import cuda, decoder_weights, kernels, kv_cache
 from .memory import available_bytes, gib
 from .native import _native
 from .tensor_source import TensorSource
 
-DEFAULT_MAX_CTX = 4096  # KV cache positions when the model allows more (float32, layers x 2 x kv_dim each)
+DEFAULT_MAX_CTX = 4096  # KV cache positions when the model allows more (layers x 2 x kv_dim elements each)
 
 # act="auto": int8 activations where a layer matrix has fewer than 8 bits per
 # weight. Measured on SmolLM2 (docs/eval.md): the int8 activations add a KL of
@@ -71,40 +71,44 @@ def device_act(device: str, act: str, layer_dtypes: set[str]) -> str:
     return "f32"
 
 
-def kv_cache_bytes(s: DecoderSpec, ctx: int, threads: int = 1) -> int:
+def kv_cache_bytes(s: DecoderSpec, ctx: int, threads: int = 1, types: tuple[str, str] = ("f32", "f32")) -> int:
     """What the native decoder allocates per context position, times ``ctx``:
-    K and V (float32, every layer) and each thread's attention scores."""
-    return ctx * (2 * s.n_layers * s.n_kv_heads * s.head_dim + threads) * 4
+    K and V (every layer, of ``types``) and each thread's attention scores (float32)."""
+    kv = s.n_layers * s.n_kv_heads * s.head_dim
+    return ctx * (kv * (kv_cache.BYTES[types[0]] + kv_cache.BYTES[types[1]]) + threads * 4)
 
 
 def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path,
-              default: int = DEFAULT_MAX_CTX) -> int:
+              default: int = DEFAULT_MAX_CTX, types: tuple[str, str] = ("f32", "f32"), flag: str = "--ctx") -> int:
     """The KV cache positions to allocate: ``ctx``, else min(max_position_embeddings,
     ``default``); never more than the model's positions, a C int, or
-    (with the other KV cache sizes) the memory available."""
+    (with the other KV cache sizes) the memory available. ``flag``: what
+    the messages name as the source of ``ctx``."""
     if ctx is None:
         ctx = min(s.max_positions, default)
     elif isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1:
-        raise IEError(f"--ctx: must be a positive integer, got {ctx!r}")
+        raise IEError(f"{flag}: must be a positive integer, got {ctx!r}")
     elif ctx > min(s.max_positions, INT32_MAX):
         if s.max_positions == INT32_MAX:
-            raise IEError(f"--ctx: {ctx} is larger than the decoder supports ({INT32_MAX})")
-        raise IEError(f"--ctx: {ctx} exceeds the model's max_position_embeddings ({s.max_positions}) in {meta_path}")
-    need = kv_cache_bytes(s, ctx, threads)
+            raise IEError(f"{flag}: {ctx} is larger than the decoder supports ({INT32_MAX})")
+        raise IEError(f"{flag}: {ctx} exceeds the model's max_position_embeddings ({s.max_positions}) in {meta_path}")
+    need = kv_cache_bytes(s, ctx, threads, types)
     avail = available_bytes()
     if avail is not None and need > avail:
-        raise IEError(f"--ctx: {ctx} positions need a {gib(need)} KV cache ({s.n_layers} layers × 2 × "
-                      f"{s.n_kv_heads * s.head_dim} floats per position), more than the {gib(avail)} of memory available")
+        raise IEError(f"{flag}: {ctx} positions need a {gib(need)} KV cache ({s.n_layers} layers × 2 × "
+                      f"{s.n_kv_heads * s.head_dim} {'/'.join(types)} elements per position), more than the "
+                      f"{gib(avail)} of memory available")
     return ctx
 
 
-def native_config(s: DecoderSpec, max_ctx: int) -> Any:
-    """The native decoder's dimensions (csrc/decoder/decoder.h DecoderConfig) for ``s``."""
+def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str] = ("f32", "f32")) -> Any:
+    """The native decoder's dimensions (csrc/decoder/decoder.h DecoderConfig)
+    for ``s``, with a KV cache of ``types`` (K, V)."""
     moe = s.moe
     return _native.DecoderConfig(
         n_layers=s.n_layers, hidden=s.hidden, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads, head_dim=s.head_dim,
         inter=s.inter, vocab=s.vocab, max_ctx=max_ctx, eps=s.eps, windows=list(s.windows),
-        inv_freq=s.inv_freq.tolist(), rope_scale=s.rope_scale,
+        inv_freq=s.inv_freq.tolist(), rope_scale=s.rope_scale, k_cache=types[0], v_cache=types[1],
         **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
                                        norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
                                        swiglu_limit=moe.limit)))
@@ -118,24 +122,31 @@ class Decoder:
     ``prefill`` reuses the longest cached prefix of the previous sequence
     (``kv_hits`` counts reused positions, ``kv_misses`` computed ones), so a
     benchmark that repeats prompts measures a real cache, not a stub.
+
+    ``cache_type_k`` / ``cache_type_v``: the KV cache's element types
+    (runtime/kv_cache.py); f32 here, so a caller gets the exact cache unless
+    it asks, and None for the commands' default (f16 on the CPU).
+    ``ctx_flag``: what a refusal of ``ctx`` names as its source (a command's option).
     """
 
     def __init__(self, model_dir: str | os.PathLike, *, threads: int = 1, act: str = "auto",
                  affinity: str | None = None, ctx: int | None = None, default_ctx: int = DEFAULT_MAX_CTX,
-                 isa: str = "", device: str = "cpu"):
+                 isa: str = "", device: str = "cpu", cache_type_k: str | None = "f32",
+                 cache_type_v: str | None = "f32", ctx_flag: str = "--ctx"):
         if threads < 1:
             raise IEError(f"threads must be >= 1, got {threads}")
         check_device(device)  # before the model is read: an impossible device fails at once
         self.device = device
+        self.cache_types = types = kv_cache.resolve(device, cache_type_k, cache_type_v)
         self.source = TensorSource(model_dir, threads=threads, isa=isa)
         self.model = self.source.model
         meta_path = self.model.meta_path
         self.spec = s = decoder_spec(self.model.meta, meta_path)
-        self.max_ctx = check_ctx(s, ctx, threads, meta_path, default_ctx)
+        self.max_ctx = check_ctx(s, ctx, threads, meta_path, default_ctx, types, ctx_flag)
         bound = decoder_weights.bind(self.source, s)
         self._step_bytes, self._active_params = bound.step_bytes, bound.active_params
         self.head_name: str = bound.head_name  # the tensor the output head reads (a tied embedding included)
-        cfg = native_config(s, self.max_ctx)
+        cfg = native_config(s, self.max_ctx, types)
         self.act = run_act = device_act(device, act, bound.layer_dtypes)  # what runs: f32 | int8
         self._weights = weights = bound.weights
         # Closes over the weights (replace_matrices changes them in place), not over self: a

@@ -12,7 +12,7 @@ from rich.table import Table
 from iekit.cli.support import stderr_console, stdout_console, threads_option
 from iekit.formats.errors import IEError
 
-from . import evaluation, plots
+from . import evaluation, kv_cache, plots
 from .env import ACTS
 from .token_ids import load_ids
 from .gguf_models import model_dir_flag, model_dir_option
@@ -36,21 +36,29 @@ def _options(f):
         threads_option("Decoder threads."),
         click.option("--act", type=click.Choice(ACTS), default="auto", show_default=True,
                      help="The evaluated model's activations into quantized matrices, as `ierun generate "
-                          "--act` (auto: int8 for 4-bit layer matrices); the reference always runs with f32."),
+                          "--act` (auto: int8 for 4-bit layer matrices); the reference always runs with f32 (and the "
+                          "model's KV cache types)."),
+        kv_cache.options,
     ]):
         f = opt(f)
     return f
 
 
-def run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act, progress: bool):
-    """Load the model(s), score the chunks, return (scores, summary)."""
+def run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act, progress: bool,
+             cache_types: tuple[str | None, str | None] = (None, None)):
+    """Load the model(s), score the chunks, return (scores, summary). Both
+    run with ``cache_types`` (K, V; None: the commands' default), as
+    llama-perplexity --kl-divergence runs both with its cache type: the KL
+    is then the weights' and activations' alone."""
     from .decoder import Decoder
 
     # Without --ctx: DEFAULT_CTX, or the smaller context of either model.
-    model = Decoder(model_dir, threads=threads, ctx=ctx, default_ctx=evaluation.DEFAULT_CTX, act=act)
+    model = Decoder(model_dir, threads=threads, ctx=ctx, default_ctx=evaluation.DEFAULT_CTX, act=act,
+                    cache_type_k=cache_types[0], cache_type_v=cache_types[1])
     ref = None
     if ref_dir is not None:
-        ref = Decoder(ref_dir, threads=threads, ctx=ctx, default_ctx=model.max_ctx, act="f32")
+        ref = Decoder(ref_dir, threads=threads, ctx=ctx, default_ctx=model.max_ctx, act="f32",
+                      cache_type_k=model.cache_types[0], cache_type_v=model.cache_types[1])
         evaluation.check_comparable(model, ref)
     ctx = model.max_ctx if ref is None else min(model.max_ctx, ref.max_ctx)
     ids, what = load_ids(model, text_file, ids_file)
@@ -123,13 +131,14 @@ _HELP_SCORING = (
               help="Also draw the KL distribution, KL by position and the Δp distribution to this PNG "
                    "(needs --ref-dir and matplotlib: pip install 'iekit[plot]').")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
-def eval_cmd(model_dir, text_file, ids_file, ctx, chunks, threads, act, ref_dir, as_json, plot_path, overwrite):
+def eval_cmd(model_dir, text_file, ids_file, ctx, chunks, threads, act, cache_type_k, cache_type_v, ref_dir, as_json,
+             plot_path, overwrite):
     if plot_path is not None:
         if ref_dir is None:
             raise click.UsageError("--plot draws KL divergence and Δp: give --ref-dir too")
         plots.check_target(plot_path, overwrite)
     scores, s = run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act,
-                         progress=err.is_terminal)
+                         progress=err.is_terminal, cache_types=(cache_type_k, cache_type_v))
     if plot_path is not None:
         plots.eval_plot(scores, s, f"{model_dir} vs {ref_dir}", plot_path, overwrite)
     if as_json:
@@ -148,8 +157,10 @@ def eval_cmd(model_dir, text_file, ids_file, ctx, chunks, threads, act, ref_dir,
 @click.option("--max-kld", required=True, type=click.FloatRange(min=0), help="Largest mean KL divergence (nats) allowed.")
 @click.option("--min-top1", type=click.FloatRange(0, 1), default=None, help="Smallest top-1 agreement allowed (0..1).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line: the eval figures plus ok and the limits.")
-def verify_model_cmd(model_dir, text_file, ids_file, ctx, chunks, threads, act, ref_dir, max_kld, min_top1, as_json):
-    _, s = run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act, progress=err.is_terminal)
+def verify_model_cmd(model_dir, text_file, ids_file, ctx, chunks, threads, act, cache_type_k, cache_type_v, ref_dir,
+                     max_kld, min_top1, as_json):
+    _, s = run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act, progress=err.is_terminal,
+                    cache_types=(cache_type_k, cache_type_v))
     fails = []
     if not s["kld_mean"] <= max_kld:
         fails.append(f"mean KL divergence {s['kld_mean']:.6g} > --max-kld {max_kld:g}")

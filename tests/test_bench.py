@@ -43,8 +43,9 @@ class FakeDecoder:
     a prompt seen before counts its tokens as KV hits."""
 
     def __init__(self, model_dir=None, *, threads=1, act="auto", affinity=None, ctx=None, vocab=16, eos=None,
-                 device="cpu"):
+                 device="cpu", cache_type_k="f32", cache_type_v="f32", ctx_flag="--ctx"):
         self.vocab_size, self.eos_ids, self.max_ctx = vocab, frozenset([] if eos is None else [eos]), 64
+        self.cache_types = (cache_type_k, cache_type_v)
         self.precision, self.precisions = "int4w", ("int4w",)
         self.weight_bytes_per_token, self.model_bytes = 1_000_000, 4_000_000
         self.active_params_per_token = 1_800_000
@@ -603,6 +604,26 @@ def test_llama_bench_tests_and_outputs():
     md = _check_ok(_bench(GOLDEN_IEBIN / "tiny-llama", *args, bandwidth_mb=None)).splitlines()
     assert md[0] == "| model | size | params | backend | threads | test | t/s |" and len(md) == 2 + len(rows)
     assert all(" ± " in ln for ln in md[2:]) and "| 2 | tg4 |" in md[-1]
+
+
+def test_llama_bench_depths_and_cache_types():
+    """-d as llama-bench takes it: every test again after D tokens fill the
+    context, labelled "tg4 @ d16" with n_depth; type_k / type_v name the KV
+    cache (f16 by default, -ctk / -ctv). The context is sized for the
+    deepest test, and one past the model's positions says which flags asked."""
+    rows = json.loads(_check_ok(_bench(GOLDEN_IEBIN / "tiny-llama", "-p", "8", "-n", "4", "-d", "0,16", "-r", "1",
+                                       "-ctk", "f32", "-o", "json", bandwidth_mb=None)))
+    assert [(r["test"], r["n_depth"]) for r in rows] == [("pp8", 0), ("pp8 @ d16", 16), ("tg4", 0), ("tg4 @ d16", 16)]
+    assert all((r["type_k"], r["type_v"]) == ("f32", "f16") and r["avg_ts"] > 0 for r in rows)
+    deep = _bench(GOLDEN_IEBIN / "tiny-llama", "-n", "4", "-d", "125", "-r", "1", bandwidth_mb=None)
+    assert deep.returncode == 1 and "the largest -p/-n plus the largest -d: 129 exceeds the model's " \
+        "max_position_embeddings (128)" in deep.stderr and "Traceback" not in deep.stderr
+    assert json.loads(_check_ok(_bench(GOLDEN_IEBIN / "tiny-llama", "-n", "4", "-d", "124", "-r", "1", "-o", "json",
+                                       bandwidth_mb=None)))[0]["test"] == "tg4 @ d124"
+    rounds = _bench(GOLDEN_IEBIN / "tiny-llama", "-d", "4")
+    assert rounds.returncode == 2 and "-d lists depths for llama-bench's tests" in rounds.stderr
+    r = _records(_bench(GOLDEN_IEBIN / "tiny-llama", "--max-new", "2", "--rounds", "1", "-ctv", "f32"))[0]
+    assert (r["type_k"], r["type_v"]) == ("f16", "f32")  # the JSON rounds name the cache too
 
 
 def test_model_type_is_llama_benchs_label():

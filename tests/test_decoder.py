@@ -61,12 +61,31 @@ def test_logits_match_transformers(tmp_path, model, threads):
     out = tmp_path / "l.npy"
     ids = ",".join(map(str, _ref(model, "ids.json")))
     # --act f32: the reference ran in f32 (the default, auto, runs int8 activations into tiny-gpt-oss-mxfp4's experts)
+    # and an f32 KV cache, as transformers keeps (the default, f16, is tested below).
     res = run_tool("ierun", "logits", "--model-dir", GOLDEN_IEBIN / model, "--ids", ids, "--out", out,
-                   "--threads", str(threads), "--act", "f32")
+                   "--threads", str(threads), "--act", "f32", "-ctk", "f32", "--cache-type-v", "f32")
     assert res.returncode == 0, res.stderr
     got, ref = np.load(out), _ref(model, "logits.npy")
     assert got.dtype == np.float32 and got.shape == ref.shape
     assert _rel(got, ref) <= 1e-4
+
+
+def test_commands_default_to_an_f16_kv_cache(tmp_path):
+    """As llama.cpp: `ierun logits` without -ctk/-ctv runs the f16 cache
+    (the same floats as the library's Decoder with it), close to
+    transformers' f32 logits but not equal to the f32 cache's."""
+    ids = _ref("tiny-llama", "ids.json")
+    res = run_tool("ierun", "logits", "-m", GOLDEN_IEBIN / "tiny-llama", "--ids", ",".join(map(str, ids)),
+                   "--out", tmp_path / "l.npy", "--threads", "1", "--act", "f32")
+    assert res.returncode == 0, res.stderr
+    got = np.load(tmp_path / "l.npy")
+    half = Decoder(GOLDEN_IEBIN / "tiny-llama", act="f32", cache_type_k="f16", cache_type_v="f16").logits(ids)
+    assert np.array_equal(got, half)
+    assert not np.array_equal(got, Decoder(GOLDEN_IEBIN / "tiny-llama", act="f32").logits(ids))
+    assert _rel(got, _ref("tiny-llama", "logits.npy")) <= 5e-3
+    bad = run_tool("ierun", "logits", "-m", GOLDEN_IEBIN / "tiny-llama", "--ids", "1", "--out", tmp_path / "m.npy",
+                   "-ctv", "q4_0")
+    assert bad.returncode == 2 and "'q4_0' is not one of 'f16', 'f32'" in bad.stderr
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -260,6 +279,44 @@ def test_attention_over_several_key_blocks_at_any_thread_count(tmp_path, window)
     assert all(np.array_equal(runs[0], r) for r in runs[1:])
     if window:
         assert _rel(runs[0], forward(model, w, ids)) > 1e-2  # the window matters here
+
+
+@pytest.mark.parametrize("window", [0, 300])
+def test_f16_kv_cache_holds_keys_and_values_as_halves(tmp_path, window):
+    """cache_type_k/v f16 (the commands' default): over 600 positions
+    (several key blocks, prefill chunks and decode steps, a window that
+    starts inside a block) the logits follow a float64 reference whose keys
+    and values are rounded to float16, ten times closer than they follow the
+    exact one (so the cache really holds halves, and nothing else changed),
+    and do not change by one bit with the thread count."""
+    d = _edited(tmp_path, lambda m: reconfigure(m, max_position_embeddings=640, **(
+        dict(architecture="MistralForCausalLM", sliding_window=window) if window else {})))
+    ids = [int(i) for i in np.random.default_rng(7).integers(0, 320, 600)]
+    model, w = load_weights(d)
+    ref16 = forward(model, w, ids, window=window, kv_dtype=np.float16)
+    exact = forward(model, w, ids, window=window)
+    runs = []
+    for threads in (1, 3):
+        dec = Decoder(d, threads=threads, cache_type_k="f16", cache_type_v="f16")
+        assert dec.cache_types == ("f16", "f16")
+        got = np.concatenate([dec.logits(ids[:590])] + [dec.step(t)[None] for t in ids[590:]])
+        assert _rel(got, ref16) <= 2e-4 and _rel(got, exact) > 1e-3, threads
+        runs.append(got)
+    assert np.array_equal(runs[0], runs[1])
+    # Keys and values each: only the keys in halves lands between the two.
+    k_only = Decoder(d, threads=2, cache_type_k="f16").logits(ids)
+    assert 1e-5 < _rel(k_only, exact) and not np.array_equal(k_only, runs[0][:, :])
+
+
+def test_cache_type_is_checked_before_the_model_loads():
+    with pytest.raises(IEError, match="--cache-type-v: 'q8_0' is not a KV cache type"):
+        Decoder(GOLDEN_IEBIN / "tiny-llama", cache_type_v="q8_0")
+    from iekit.runtime import kv_cache
+
+    assert kv_cache.resolve("cpu", None, None) == ("f16", "f16")
+    assert kv_cache.resolve("cuda", None, "f32") == ("f32", "f32")
+    with pytest.raises(IEError, match="--cache-type-k f16: the CUDA decoder keeps an f32 KV cache"):
+        kv_cache.resolve("cuda", "f16", None)
 
 
 def test_work_touch_continues_after_the_last_byte_read():

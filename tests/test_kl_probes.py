@@ -122,9 +122,9 @@ def test_kl_probes_measure_every_group_and_the_policy_reads_them(wide, tmp_path)
                    "--imatrix", wide["imatrix"])
     assert res.returncode == 0, res.stderr
     res = run_tool("ierun", "eval", "--model-dir", tmp_path / "one", "--ref-dir", wide["f32"], "--text-file", TEXT,
-                   "--ctx", "64", "--chunks", "2", "--act", "f32", "--json")
+                   "--ctx", "64", "--chunks", "2", "--act", "f32", "-ctk", "f32", "-ctv", "f32", "--json")
     assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout.splitlines()[-1])["kld_mean"] == p.groups[g]
+    assert json.loads(res.stdout.splitlines()[-1])["kld_mean"] == p.groups[g]  # the probes run the exact f32 cache
     # the policy reads them: the budget is met and the manifest says what inspect measures
     out, m2, res = _quantize(wide, "bpw-probes", "--target-bpw", "5.5", "--imatrix", wide["imatrix"],
                              "--kl-probes", probes)

@@ -8,6 +8,7 @@
 // a block of keys at a time for all the queries of a work item.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "common/dispatch.h"
 #include "common/isa.h"
@@ -34,7 +35,21 @@ struct AttnOps {
   // runs of t continue one chain (bit-identical to a single call over their
   // union), and a zero p adds nothing.
   void (*mix)(const float* const* p, int nq, const float* v, size_t stride, int n, int d, float* const* o);
+  // An f16 KV cache (DecoderConfig::k_cache, v_cache) is read a block at a
+  // time through a float copy that the kernels above then reuse for every
+  // query of the block: dst[t * d + i] = src[t * stride + i] widened to
+  // float (exact), t < n, i < d.
+  void (*widen)(const uint16_t* src, size_t stride, int n, int d, float* dst);
+  // And written a token's row at a time: dst[i] = f16_to_cache(src[i]), i < n.
+  void (*narrow)(const float* src, int n, uint16_t* dst);
 };
+
+// A float as the f16 cache keeps it: |x| past 65504 (the largest finite
+// half) saturated to +-65504, then rounded to nearest even (f32_to_f16);
+// NaN stays NaN. A key or value that overflowed to infinity would make its
+// scores or the weighted sum inf - inf = NaN for every later token, where
+// saturating it costs only that element's excess.
+uint16_t f16_to_cache(float x);
 extern const AttnOps kAttnScalar;
 #if IE_HAVE_X86
 extern const AttnOps kAttnAvx2;

@@ -8,6 +8,6 @@
 
 namespace ie {
 
-const AttnOps kAttnAvx2 = {scores_tiles<3>, max_simd, softmax_exp_simd, mix_tiles<6, 2>};
+const AttnOps kAttnAvx2 = {scores_tiles<3>, max_simd, softmax_exp_simd, mix_tiles<6, 2>, widen_simd, narrow_simd};
 
 }  // namespace ie

@@ -10,6 +10,6 @@
 
 namespace ie {
 
-const AttnOps kAttnAvx512 = {scores_tiles<6>, max_simd, softmax_exp_simd, mix_tiles<6, 4>};
+const AttnOps kAttnAvx512 = {scores_tiles<6>, max_simd, softmax_exp_simd, mix_tiles<6, 4>, widen_simd, narrow_simd};
 
 }  // namespace ie

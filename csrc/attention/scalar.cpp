@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "attention.h"
+#include "common/half.h"
 
 namespace ie {
 namespace {
@@ -46,9 +47,20 @@ void mix_scalar(const float* const* p, int nq, const float* v, size_t stride, in
     }
 }
 
+void widen_scalar(const uint16_t* src, size_t stride, int n, int d, float* dst) {
+  for (int t = 0; t < n; ++t)
+    for (int i = 0; i < d; ++i) dst[static_cast<size_t>(t) * d + i] = f16_to_f32(src[t * stride + i]);
+}
+
+void narrow_scalar(const float* src, int n, uint16_t* dst) {
+  for (int i = 0; i < n; ++i) dst[i] = f16_to_cache(src[i]);
+}
+
 }  // namespace
 
-const AttnOps kAttnScalar = {scores_scalar, max_scalar, softmax_exp_scalar, mix_scalar};
+uint16_t f16_to_cache(float x) { return f32_to_f16(x > 65504.f ? 65504.f : x < -65504.f ? -65504.f : x); }
+
+const AttnOps kAttnScalar = {scores_scalar, max_scalar, softmax_exp_scalar, mix_scalar, widen_scalar, narrow_scalar};
 
 const IsaTable<AttnOps> kAttnTable = {{&kAttnScalar,
 #if IE_HAVE_X86

@@ -17,6 +17,7 @@
 
 #include "attention.h"
 #include "common/exp_avx2.h"
+#include "common/half.h"
 
 namespace ie {
 namespace {
@@ -248,6 +249,31 @@ void mix_tiles(const float* const* p, int nq, const float* v, size_t stride, int
       for (int t = 0; t < n; ++t) s += p[r][t] * v[static_cast<size_t>(t) * stride + c];
       o[r][c] = s;
     }
+}
+
+// The f16 cache's rows through F16C, eight elements at a time (the tails
+// through the scalar conversion: the same floats and halves, since both
+// round as IEEE says).
+void widen_simd(const uint16_t* src, size_t stride, int n, int d, float* dst) {
+  const int body = d - d % 8;
+  for (int t = 0; t < n; ++t) {
+    const uint16_t* s = src + t * stride;
+    float* o = dst + static_cast<size_t>(t) * d;
+    for (int i = 0; i < body; i += 8)
+      _mm256_storeu_ps(o + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+    for (int i = body; i < d; ++i) o[i] = f16_to_f32(s[i]);
+  }
+}
+
+void narrow_simd(const float* src, int n, uint16_t* dst) {
+  const __m256 hi = _mm256_set1_ps(65504.f), lo = _mm256_set1_ps(-65504.f);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    // min/max return their second operand where either is NaN: a NaN passes.
+    const __m256 x = _mm256_max_ps(lo, _mm256_min_ps(hi, _mm256_loadu_ps(src + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) dst[i] = f16_to_cache(src[i]);
 }
 
 }  // namespace

@@ -55,6 +55,32 @@ IE_HD float f16_to_f32(uint16_t h) {
   return f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
+// IEEE binary32 -> binary16, rounded to nearest even, as F16C's vcvtps2ph
+// (imm 0) and CUDA's __float2half_rn: past the largest finite half (65504)
+// infinity, NaN a quiet NaN keeping the payload's top bits, below half the
+// smallest subnormal zero (the sign kept).
+IE_HD uint16_t f32_to_f16(float f) {
+  uint32_t x;
+#ifdef __CUDA_ARCH__
+  x = __float_as_uint(f);
+#else
+  std::memcpy(&x, &f, 4);
+#endif
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  x &= 0x7fffffffu;
+  if (x > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((x >> 13) & 0x3ffu));
+  if (x >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds past 65504
+  if (x >= 0x38800000u) {  // a normal half (2^-14 and up): rebias, round off 13 bits (a carry bumps the exponent)
+    const uint32_t r = x - 0x38000000u;
+    return static_cast<uint16_t>(sign | ((r + 0x0fffu + ((r >> 13) & 1u)) >> 13));
+  }
+  if (x <= 0x33000000u) return static_cast<uint16_t>(sign);  // <= 2^-25: ties to the even zero
+  // A subnormal half: the 24-bit significand in units of 2^-24, shifted 14..24 places.
+  const uint32_t shift = 126u - (x >> 23), m = (x & 0x7fffffu) | 0x800000u;
+  const uint32_t q = m >> shift, rem = m & ((1u << shift) - 1u), tie = 1u << (shift - 1u);
+  return static_cast<uint16_t>(sign | (q + (rem > tie || (rem == tie && (q & 1u)))));
+}
+
 IE_HD float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
 
 }  // namespace ie

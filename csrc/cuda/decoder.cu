@@ -164,6 +164,8 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
     : cfg_(cfg), stream_(nullptr, destroy_stream), graph_(nullptr, destroy_graph) {
   const DecoderConfig& c = cfg_;
   check_decoder(c, w, /*dedup_plans=*/false);  // everything, before the first byte goes to the device
+  if (c.k_cache != WType::F32 || c.v_cache != WType::F32)
+    fail("the CUDA decoder keeps an f32 KV cache (--cache-type-k/--cache-type-v f32)");
   // What the device step does not implement is refused, never skipped.
   for (const LayerWeights& L : w.layers) {
     if (!L.experts.empty()) fail("the CUDA decoder runs dense MLP layers only; a mixture of experts runs on the CPU");

@@ -224,7 +224,7 @@ void ie_register_decoder(py::module_& m) {
       .def(py::init([](int n_layers, int hidden, int n_heads, int n_kv_heads, int head_dim, int inter, int vocab,
                        int max_ctx, float eps, std::vector<int> windows, std::vector<float> inv_freq, float rope_scale,
                        int n_experts, int top_k, int expert_inter, bool norm_topk, const std::string& glu,
-                       float swiglu_alpha, float swiglu_limit) {
+                       float swiglu_alpha, float swiglu_limit, const std::string& k_cache, const std::string& v_cache) {
              ie::DecoderConfig c;
              c.n_layers = n_layers;
              c.hidden = hidden;
@@ -246,13 +246,19 @@ void ie_register_decoder(py::module_& m) {
              c.glu = glu == "silu" ? ie::Glu::Silu : ie::Glu::GptOss;
              c.swiglu_alpha = swiglu_alpha;
              c.swiglu_limit = swiglu_limit;
+             for (auto [field, name] : {std::pair{&c.k_cache, &k_cache}, std::pair{&c.v_cache, &v_cache}}) {
+               if (*name != "f32" && *name != "f16")
+                 throw std::invalid_argument("a KV cache holds f32 or f16, got '" + *name + "'");
+               *field = *name == "f16" ? ie::WType::F16 : ie::WType::F32;
+             }
              return c;
            }),
            py::kw_only(), py::arg("n_layers"), py::arg("hidden"), py::arg("n_heads"), py::arg("n_kv_heads"),
            py::arg("head_dim"), py::arg("inter"), py::arg("vocab"), py::arg("max_ctx"), py::arg("eps"),
            py::arg("windows"), py::arg("inv_freq"), py::arg("rope_scale") = 1.f,
            py::arg("n_experts") = 0, py::arg("top_k") = 0, py::arg("expert_inter") = 0, py::arg("norm_topk") = true,
-           py::arg("glu") = "silu", py::arg("swiglu_alpha") = 1.702f, py::arg("swiglu_limit") = 7.f)
+           py::arg("glu") = "silu", py::arg("swiglu_alpha") = 1.702f, py::arg("swiglu_limit") = 7.f,
+           py::arg("k_cache") = "f32", py::arg("v_cache") = "f32")
       .def_readonly("n_layers", &ie::DecoderConfig::n_layers)
       .def_readonly("hidden", &ie::DecoderConfig::hidden)
       .def_readonly("vocab", &ie::DecoderConfig::vocab)

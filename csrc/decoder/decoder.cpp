@@ -157,6 +157,9 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     fail("decoder config: num_attention_heads (" + std::to_string(c.n_heads) +
          ") is not a multiple of num_key_value_heads (" + std::to_string(c.n_kv_heads) + ")");
   if (c.inv_freq.size() != static_cast<size_t>(c.head_dim / 2)) fail("decoder config: inv_freq must hold head_dim/2 values");
+  for (WType t : {c.k_cache, c.v_cache})
+    if (t != WType::F32 && t != WType::F16)
+      fail(std::string("decoder config: a KV cache holds f32 or f16, not ") + wtype_info(t).name);
   if (w.layers.size() != static_cast<size_t>(c.n_layers)) fail("decoder weights: layer count differs from the config");
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim, kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
   const bool p = dedup_plans;
@@ -250,8 +253,10 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   }
   const size_t cache = checked_mul(checked_mul(static_cast<size_t>(c.n_layers), static_cast<size_t>(c.max_ctx),
                                               "KV cache"), static_cast<size_t>(kv_dim_), "KV cache");
-  k_cache_ = ZeroPages<float>(cache);
-  v_cache_ = ZeroPages<float>(cache);
+  for (auto [half, type] : {std::pair{&k_cache_, c.k_cache}, std::pair{&v_cache_, c.v_cache}}) {
+    half->type = type;
+    half->bytes = ZeroPages<uint8_t>(checked_mul(cache, half->elem(), "KV cache"));
+  }
   const size_t B = kPrefillBatch;
   x_.resize(B * c.hidden);
   xn_.resize(B * std::max(c.hidden, c.inter));
@@ -446,8 +451,6 @@ void Decoder::attention(int layer, int b) {
   const std::vector<float>& sink = w_.layers[static_cast<size_t>(layer)].sinks;
   const float* sinks = sink.empty() ? nullptr : sink.data();
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-  const float* kc = k_cache_.data() + static_cast<size_t>(layer) * cfg_.max_ctx * kv_dim_;
-  const float* vc = v_cache_.data() + static_cast<size_t>(layer) * cfg_.max_ctx * kv_dim_;
   const AttnOps& ops = kAttnTable.ops(isa_);
   const int threads = pool_->size();
   const AttnSplit sp = attn_split(b, cfg_.n_kv_heads, group, threads);
@@ -456,6 +459,9 @@ void Decoder::attention(int layer, int b) {
   const size_t per_thread = checked_mul(static_cast<size_t>(sp.tj * sp.th), row, "attention scores");
   const size_t all = checked_mul(per_thread, static_cast<size_t>(threads), "attention scores");
   if (scores_.size() < all) scores_.resize(all);
+  const size_t widened = static_cast<size_t>(block) * static_cast<size_t>(hd);  // one block's floats
+  const bool f16 = k_cache_.type == WType::F16 || v_cache_.type == WType::F16;
+  if (f16 && kv_block_.size() < widened * threads) kv_block_.resize(checked_mul(widened, threads, "attention blocks"));
   const int items = cfg_.n_kv_heads * sp.jparts * sp.hparts;
   // A short single-token attention runs on this thread alone (one piece).
   const int64_t grain = b > 1 || n_past_ >= kParallelAttnCtx ? 1 : items;
@@ -485,7 +491,6 @@ void Decoder::attention(int layer, int b) {
           lo = std::min(lo, t0[nq]);
           hi = std::max(hi, n_ctx[nq]);
         }
-      const size_t kvo = static_cast<size_t>(g) * hd;
       // Calls fn(tb, te, m, sel, at) for each block [tb, te) of positions, with
       // the m queries sel[] that see any of it and at[i]: where position tb is
       // in query sel[i]'s row.
@@ -502,20 +507,31 @@ void Decoder::attention(int layer, int b) {
           fn(tb, te, m, sel, at);
         }
       };
-      // The next block's rows (of keys or values) into L2 while this one is
-      // computed: the rows are a cache row apart, too far for the hardware
-      // prefetcher to run ahead, and a decode step's few queries spend too
-      // little time on a block to hide their latency (a step at 2000
-      // positions of SmolLM2: 84 -> 99 tokens/s).
-      auto prefetch_next = [&](const float* cache, int te) {
-        for (int t = te; t < std::min(te + block, hi); ++t)
-          for (int i = 0; i < hd; i += 16) __builtin_prefetch(cache + static_cast<size_t>(t) * kv_dim_ + kvo + i, 0, 2);
+      // The next block (of keys or values) into L2 while this one is
+      // computed: a decode step's few queries spend too little time on a
+      // block to hide its latency (a step at 2000 positions of SmolLM2, when
+      // the cache's rows held every head: 84 -> 99 tokens/s).
+      auto prefetch_next = [&](KvCache& cache, int te) {
+        if (te >= hi) return;
+        const uint8_t* r = cache.at(cfg_, layer, g, te);
+        const size_t bytes = static_cast<size_t>(std::min(te + block, hi) - te) * hd * cache.elem();
+        for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(r + i, 0, 2);
+      };
+      // Positions [tb, te) of this KV head's keys or values as floats (hd
+      // apart): the f32 cache itself, or an f16 one's block widened into
+      // this thread's floats.
+      float* own = f16 ? kv_block_.data() + static_cast<size_t>(slot) * widened : nullptr;
+      auto floats = [&](KvCache& cache, int tb, int te) -> const float* {
+        const uint8_t* r = cache.at(cfg_, layer, g, tb);
+        if (cache.type == WType::F32) return reinterpret_cast<const float*>(r);
+        ops.widen(reinterpret_cast<const uint16_t*>(r), static_cast<size_t>(hd), te - tb, hd, own);
+        return own;
       };
       blocks([&](int tb, int te, int m, const int* sel, float* const* at) {
         const float* qs[kAttnItemQueries];
         for (int i = 0; i < m; ++i) qs[i] = qr[sel[i]];
-        prefetch_next(kc, te);
-        ops.scores(qs, m, kc + static_cast<size_t>(tb) * kv_dim_ + kvo, kv_dim_, te - tb, hd, scale, at);
+        prefetch_next(k_cache_, te);
+        ops.scores(qs, m, floats(k_cache_, tb, te), static_cast<size_t>(hd), te - tb, hd, scale, at);
       });
       float inv[kAttnItemQueries];
       for (int r = 0; r < nq; ++r) {
@@ -532,13 +548,24 @@ void Decoder::attention(int layer, int b) {
       blocks([&](int tb, int te, int m, const int* sel, float* const* at) {
         float* os[kAttnItemQueries];
         for (int i = 0; i < m; ++i) os[i] = out[sel[i]];
-        prefetch_next(vc, te);
-        ops.mix(at, m, vc + static_cast<size_t>(tb) * kv_dim_ + kvo, kv_dim_, te - tb, hd, os);
+        prefetch_next(v_cache_, te);
+        ops.mix(at, m, floats(v_cache_, tb, te), static_cast<size_t>(hd), te - tb, hd, os);
       });
       for (int r = 0; r < nq; ++r)
         for (int i = 0; i < hd; ++i) out[r][i] *= inv[r];
     }
   });
+}
+
+void Decoder::cache_row(KvCache& cache, int layer, int pos, const float* src) {
+  const int hd = cfg_.head_dim;
+  for (int h = 0; h < cfg_.n_kv_heads; ++h) {
+    uint8_t* dst = cache.at(cfg_, layer, h, pos);
+    if (cache.type == WType::F16)
+      kAttnTable.ops(isa_).narrow(src + static_cast<size_t>(h) * hd, hd, reinterpret_cast<uint16_t*>(dst));
+    else
+      std::memcpy(dst, src + static_cast<size_t>(h) * hd, static_cast<size_t>(hd) * sizeof(float));
+  }
 }
 
 void Decoder::glu(Glu kind, float* g, const float* u, int n, int width) const {
@@ -655,8 +682,6 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       mm(L.k, xn_prep_, xn_.data(), b, bk, k_.data());
       mm(L.v, xn_prep_, xn_.data(), b, bv, v_.data());
     }
-    float* kc = k_cache_.data() + static_cast<size_t>(l) * c.max_ctx * kv_dim_;
-    float* vc = v_cache_.data() + static_cast<size_t>(l) * c.max_ctx * kv_dim_;
     rows(b, [&](int j) {
       const int pos = n_past_ + j;
       const float* cs = rope_cs_.data() + static_cast<size_t>(j) * c.head_dim;
@@ -668,8 +693,8 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       }
       rope(&q_[j * q_dim_], c.n_heads, c.head_dim, cs);
       rope(&k_[j * kv_dim_], c.n_kv_heads, c.head_dim, cs);
-      std::copy_n(&k_[j * kv_dim_], kv_dim_, kc + static_cast<size_t>(pos) * kv_dim_);
-      std::copy_n(&v_[j * kv_dim_], kv_dim_, vc + static_cast<size_t>(pos) * kv_dim_);
+      cache_row(k_cache_, l, pos, &k_[j * kv_dim_]);
+      cache_row(v_cache_, l, pos, &v_[j * kv_dim_]);
     });
     {
       Stopwatch sw(timer(&StepTimes::attention_s));

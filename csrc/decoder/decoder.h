@@ -1,7 +1,7 @@
 // A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, and the
 // mixture-of-experts models gpt-oss, Qwen3-MoE and Mixtral): RMSNorm, RoPE
 // (YaRN's attention factor included), grouped-query attention over a
-// float32 KV cache with optional per-head q/k norms, attention sinks and
+// float32 or float16 KV cache with optional per-head q/k norms, attention sinks and
 // per-layer sliding windows, a SwiGLU MLP or a routed set of experts, tied
 // or untied output head. Every matrix is read in place, in its stored format,
 // through the fused GEMV kernels (gemv.h) -- or, for a prefill chunk of
@@ -66,6 +66,11 @@ struct DecoderConfig {
   bool norm_topk = true;
   Glu glu = Glu::Silu;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.f;  // Glu::GptOss only
+  // The KV cache's element types, WType::F32 or F16 (llama.cpp's default:
+  // half the memory, and half the bytes each decode step reads from a long
+  // context; the attention still multiplies floats, the f16 values widened
+  // exactly). The CUDA decoder keeps f32 only.
+  WType k_cache = WType::F32, v_cache = WType::F32;
 };
 
 // A matrix in its stored format; `data` points into the mapped file.
@@ -266,8 +271,27 @@ class Decoder {
   std::vector<char> capture_on_;
   int64_t stats_tokens_ = 0;
   void add_stats(int slot, const float* x, int b, int n);
-  ZeroPages<float> k_cache_, v_cache_;  // [layer][max_ctx][kv_dim]; pages resident once written
+  // Half of the KV cache: [layer][kv_head][max_ctx][head_dim] elements of
+  // `type` (DecoderConfig::k_cache, v_cache); pages resident once written.
+  // Head-major, so the block of positions an attention item reads is one
+  // contiguous run that the hardware prefetchers stream, where rows of
+  // every head at a stride of kv_dim left a decode step at 2048 positions
+  // waiting on memory (csrc/attention/attention.h).
+  struct KvCache {
+    WType type = WType::F32;
+    ZeroPages<uint8_t> bytes;
+    size_t elem() const { return type == WType::F16 ? 2 : 4; }
+    // Where head `head`'s element 0 at position `pos` of `layer` is.
+    uint8_t* at(const DecoderConfig& c, int layer, int head, int pos) {
+      const size_t run = static_cast<size_t>(layer) * c.n_kv_heads + static_cast<size_t>(head);
+      return bytes.data() + ((run * c.max_ctx + static_cast<size_t>(pos)) * c.head_dim) * elem();
+    }
+  };
+  KvCache k_cache_, v_cache_;
+  // Appends kv_dim_ floats at (layer, pos), converted to the cache's type.
+  void cache_row(KvCache& cache, int layer, int pos, const float* src);
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
+  std::vector<float> kv_block_;  // per thread, a block of an f16 cache's keys or values widened (attention)
   // Routing: logits [chunk, n_experts]; one token's top_k experts; per
   // expert the (token, weight) pairs routed to it; the rows gathered for
   // one expert and its gate/up/down outputs.

@@ -13,6 +13,7 @@
 #include "attention/attention.h"
 #include "bsr/bsr.h"
 #include "common/aligned.h"
+#include "common/half.h"
 #include "common/isa.h"
 #include "dedup/dedup.h"
 #include "gemm/gemm.h"
@@ -90,6 +91,62 @@ TEST(gemm_tile_simd_matches_scalar) {
       ops.tile(wt.data() + k1, ld, panel + k1 * ie::kPanel, pstride, cols - k1, split, false);
       CHECK(std::memcmp(split, got, nout * sizeof(float)) == 0) << ie::isa_name(isa) << " cols=" << cols << ": split at " << k1;
     }
+  }
+}
+
+// The f16 KV cache's conversions: every ISA writes the same halves and
+// reads back the same floats as the scalar reference, which is IEEE's
+// rounding to nearest even with saturation at +-65504 (NaN kept), and
+// widening is exact (every finite half survives a round trip).
+TEST(attention_f16_cache_conversions) {
+  std::vector<float> src;
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float f = ie::f16_to_f32(static_cast<uint16_t>(h));
+    src.push_back(f);
+    src.push_back(std::nextafter(f, 0.f));  // just below: a rounding case
+  }
+  for (float f : {65504.f, 65519.f, 65520.f, 1e9f, -1e9f, INFINITY, -INFINITY, 1e-30f, -1e-30f, 2.98e-8f, 2.99e-8f})
+    src.push_back(f);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.f, 4.f);
+  for (int i = 0; i < 1001; ++i) src.push_back(g(rng));  // an odd count: every SIMD variant has a tail
+  const int n = static_cast<int>(src.size());
+  std::vector<uint16_t> ref(n);
+  ie::kAttnScalar.narrow(src.data(), n, ref.data());
+  for (int i = 0; i < n; ++i) {
+    const float x = src[i], back = ie::f16_to_f32(ref[i]);
+    if (std::isnan(x)) {
+      CHECK(std::isnan(back)) << "NaN at " << i << " came back as " << back;
+    } else if (std::fabs(x) >= 65504.f) {
+      CHECK(back == std::copysign(65504.f, x)) << x << " saturates to " << back;
+    } else {
+      // Nearest: no other half is closer (ties to the even code).
+      auto dist = [&](int h) {  // to the half with code h (a NaN code or one past the ends: no rival)
+        const float f = ie::f16_to_f32(static_cast<uint16_t>(h & 0xffff));
+        return std::isnan(f) ? INFINITY : std::fabs(f - x);
+      };
+      CHECK(dist(ref[i]) <= dist(ref[i] + 1) && dist(ref[i]) <= dist(ref[i] - 1)) << x << " -> " << back;
+      if ((ref[i] & 0x7c00u) != 0x7c00u && static_cast<uint32_t>(i) < 0x20000u && i % 2 == 0) {
+        CHECK(back == x) << "half " << i / 2 << " does not survive a round trip";
+      }
+    }
+  }
+  const int d = 37, rows = n / 64;  // rows of a wider cache: stride 64
+  std::vector<float> ref_w(static_cast<size_t>(rows) * d);
+  ie::kAttnScalar.widen(ref.data(), 64, rows, d, ref_w.data());
+  for (int t = 0; t < rows; ++t)
+    for (int i = 0; i < d; ++i) {
+      const float want = ie::f16_to_f32(ref[t * 64 + i]), got = ref_w[static_cast<size_t>(t) * d + i];
+      CHECK(std::memcmp(&want, &got, 4) == 0) << "widen row " << t << " col " << i;
+    }
+  for (Isa isa : ie::available_isas()) {
+    const ie::AttnOps& ops = ie::kAttnTable.ops(isa);
+    std::vector<uint16_t> got(n);
+    ops.narrow(src.data(), n, got.data());
+    CHECK(got == ref) << ie::isa_name(isa) << ": narrow differs from the scalar reference";
+    std::vector<float> w(ref_w.size(), 42.f);
+    ops.widen(ref.data(), 64, rows, d, w.data());
+    CHECK(std::memcmp(w.data(), ref_w.data(), w.size() * sizeof(float)) == 0) << ie::isa_name(isa) << ": widen differs";
   }
 }
 
