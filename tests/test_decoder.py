@@ -256,13 +256,15 @@ def test_mistral_sliding_window_against_float64_reference(tmp_path):
     assert _rel(steps, ref) <= 1e-5
 
 
-@pytest.mark.parametrize("window", [0, 300])
+@pytest.mark.parametrize("window", [0, 300, 64])
 def test_attention_over_several_key_blocks_at_any_thread_count(tmp_path, window):
     """Attention reads the KV cache a block of keys at a time (256 at head_dim
     16) for all the queries of a work item, and how queries are grouped into
     items depends on the chunk and the threads. Over 600 positions (f32
     prefill chunks of 256, then decode steps) a query spans up to three
-    blocks, and with a 300-position window starts inside one: the logits
+    blocks, and with a 300-position window starts inside one; the decode
+    steps past 512 positions run as two spans whose softmaxes are merged
+    (with a 64-position window the first span is empty): the logits
     must follow the float64 reference and not change by one bit with the
     thread count."""
     d = _edited(tmp_path, lambda m: reconfigure(m, max_position_embeddings=640, **(
@@ -279,6 +281,25 @@ def test_attention_over_several_key_blocks_at_any_thread_count(tmp_path, window)
     assert all(np.array_equal(runs[0], r) for r in runs[1:])
     if window:
         assert _rel(runs[0], forward(model, w, ids)) > 1e-2  # the window matters here
+
+
+def test_decode_spans_merge_with_sinks_and_windows(tmp_path):
+    """gpt-oss (attention sinks, a 4-position sliding layer and a full one)
+    decoding at 600..699 positions: each step's attention runs in spans of
+    512 positions merged afterwards, the sink joining at the merge, and must
+    give the logits the one-pass prefill gives for the same positions, with
+    any thread count bit for bit."""
+    d = edited_artifact(GOLDEN_IEBIN / "tiny-gpt-oss", tmp_path / "m",
+                        lambda m: reconfigure(m, max_position_embeddings=800))
+    ids = [int(i) for i in np.random.default_rng(5).integers(0, 320, 700)]
+    whole = Decoder(d, threads=2, act="f32").logits(ids)[600:]
+    runs = []
+    for threads in (1, 3):
+        dec = Decoder(d, threads=threads, act="f32")
+        dec.prefill(ids[:600])
+        runs.append(np.stack([dec.step(t) for t in ids[600:]]))
+    assert np.array_equal(runs[0], runs[1])
+    assert _rel(runs[0], whole) <= 1e-5  # row i: the logits after ids[:601 + i]
 
 
 @pytest.mark.parametrize("window", [0, 300])

@@ -413,6 +413,8 @@ void Decoder::embed_row(int32_t token, float* out) const {
 
 // Cached positions from which a single token's attention runs on all threads.
 constexpr int kParallelAttnCtx = 32;
+// Positions per span of a decode step's attention (Decoder::attention).
+constexpr int kAttnSpan = 512;
 
 AttnSplit attn_split(int b, int n_kv, int group, int threads) {
   if (b < 1 || n_kv < 1 || group < 1 || threads < 1) fail("attn_split: every argument must be >= 1");
@@ -441,7 +443,9 @@ AttnSplit attn_split(int b, int n_kv, int group, int threads) {
 // diagonal, a window's edge) is set to zero after the softmax, and the value
 // sum adds it as nothing. Scores per key, the softmax per query and each
 // query's value sum in order of position do not depend on the tile, so the
-// result does not depend on the blocking or the split over threads.
+// result does not depend on the blocking or the split over threads. (A
+// decode step past kAttnSpan positions runs its softmax per span of
+// positions and merges the spans: that depends on the position alone.)
 void Decoder::attention(int layer, int b) {
   const int hd = cfg_.head_dim, nh = cfg_.n_heads, group = nh / cfg_.n_kv_heads;
   const int window = cfg_.windows[static_cast<size_t>(layer)];
@@ -462,7 +466,19 @@ void Decoder::attention(int layer, int b) {
   const size_t widened = static_cast<size_t>(block) * static_cast<size_t>(hd);  // one block's floats
   const bool f16 = k_cache_.type == WType::F16 || v_cache_.type == WType::F16;
   if (f16 && kv_block_.size() < widened * threads) kv_block_.resize(checked_mul(widened, threads, "attention blocks"));
-  const int items = cfg_.n_kv_heads * sp.jparts * sp.hparts;
+  // A decode step past kAttnSpan positions: its positions split into spans
+  // of kAttnSpan (by position alone, so the floats depend on the context,
+  // never on the threads); an item is one span of one KV head's queries,
+  // its partial softmax kept in part_ and merged below. Whole KV heads
+  // alone left SmolLM2's 3 over 2 threads 2:1, and 8 over 16 threads half
+  // the threads idle, while the step waited on the cache's reads.
+  const int n_spans = b == 1 && n_past_ + 1 > kAttnSpan ? (n_past_ + kAttnSpan) / kAttnSpan : 0;
+  const int jparts = n_spans ? n_spans : sp.jparts;
+  const size_t part_row = static_cast<size_t>(hd) + 2;  // sum of p v [hd], max, sum of p
+  if (n_spans)
+    part_.resize(checked_mul(checked_mul(static_cast<size_t>(nh), static_cast<size_t>(n_spans), "attention spans"),
+                             part_row, "attention spans"));
+  const int items = cfg_.n_kv_heads * jparts * sp.hparts;
   // A short single-token attention runs on this thread alone (one piece).
   const int64_t grain = b > 1 || n_past_ >= kParallelAttnCtx ? 1 : items;
   parallel_for(*pool_, items, grain, [&](int64_t i0, int64_t i1, int slot) {
@@ -472,7 +488,7 @@ void Decoder::attention(int layer, int b) {
       const int it = items - 1 - i;
       // KV head fastest: items that run at the same time read different heads' caches.
       const int g = it % cfg_.n_kv_heads, jp = it / cfg_.n_kv_heads / sp.hparts, hp = it / cfg_.n_kv_heads % sp.hparts;
-      const int j0 = jp * sp.tj, j1 = std::min(b, j0 + sp.tj);
+      const int j0 = n_spans ? 0 : jp * sp.tj, j1 = n_spans ? 1 : std::min(b, j0 + sp.tj);
       const int h0 = g * group + hp * sp.th, h1 = std::min((g + 1) * group, h0 + sp.th);
       // Query r = (j, h) in order: its q row, output row, head, positions [t0[r], n_ctx[r]),
       // and its scores' row (p[r][t - t0[r]] for position t).
@@ -483,14 +499,26 @@ void Decoder::attention(int layer, int b) {
       for (int j = j0; j < j1; ++j)
         for (int h = h0; h < h1; ++h, ++nq) {
           qr[nq] = q_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
-          out[nq] = att_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
+          out[nq] = n_spans ? part_.data() + (static_cast<size_t>(h) * n_spans + jp) * part_row
+                            : att_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
           p[nq] = scores_.data() + static_cast<size_t>(slot) * per_thread + nq * row + block;
           head[nq] = h;
           n_ctx[nq] = n_past_ + j + 1;  // causal: this token and every earlier one
           t0[nq] = window > 0 ? std::max(0, n_ctx[nq] - window) : 0;
+          if (n_spans) {
+            t0[nq] = std::max(t0[nq], jp * kAttnSpan);
+            n_ctx[nq] = std::min(n_ctx[nq], (jp + 1) * kAttnSpan);
+          }
           lo = std::min(lo, t0[nq]);
           hi = std::max(hi, n_ctx[nq]);
         }
+      if (lo >= hi) {  // a span wholly before a sliding window (one token: every query alike)
+        for (int r = 0; r < nq; ++r) {
+          out[r][hd] = -INFINITY;
+          out[r][hd + 1] = 0.f;
+        }
+        continue;
+      }
       // Calls fn(tb, te, m, sel, at) for each block [tb, te) of positions, with
       // the m queries sel[] that see any of it and at[i]: where position tb is
       // in query sel[i]'s row.
@@ -536,8 +564,13 @@ void Decoder::attention(int layer, int b) {
       float inv[kAttnItemQueries];
       for (int r = 0; r < nq; ++r) {
         const int n = n_ctx[r] - t0[r], h = head[r];
-        const float mx = std::max(ops.max(p[r], n), sinks ? sinks[h] : -INFINITY);
-        inv[r] = 1.f / (ops.softmax_exp(p[r], n, mx) + (sinks ? std::exp(sinks[h] - mx) : 0.f));
+        if (n_spans) {  // a span's own shift and sum; the sink joins at the merge
+          out[r][hd] = ops.max(p[r], n);
+          out[r][hd + 1] = ops.softmax_exp(p[r], n, out[r][hd]);
+        } else {
+          const float mx = std::max(ops.max(p[r], n), sinks ? sinks[h] : -INFINITY);
+          inv[r] = 1.f / (ops.softmax_exp(p[r], n, mx) + (sinks ? std::exp(sinks[h] - mx) : 0.f));
+        }
         // Zeros where its tiles ran past its positions: before the first, in
         // the block that holds it, and after the last, up to the item's.
         const int first = lo + (t0[r] - lo) / block * block;
@@ -551,10 +584,32 @@ void Decoder::attention(int layer, int b) {
         prefetch_next(v_cache_, te);
         ops.mix(at, m, floats(v_cache_, tb, te), static_cast<size_t>(hd), te - tb, hd, os);
       });
-      for (int r = 0; r < nq; ++r)
-        for (int i = 0; i < hd; ++i) out[r][i] *= inv[r];
+      if (!n_spans)
+        for (int r = 0; r < nq; ++r)
+          for (int i = 0; i < hd; ++i) out[r][i] *= inv[r];
     }
   });
+  if (!n_spans) return;
+  // The spans merged in order of position: each rescaled to the largest
+  // shift (the sink's logit included), summed, divided once.
+  for (int h = 0; h < nh; ++h) {
+    const float* part = part_.data() + static_cast<size_t>(h) * n_spans * part_row;
+    float mx = sinks ? sinks[h] : -INFINITY;
+    for (int s = 0; s < n_spans; ++s)
+      if (part[s * part_row + hd + 1] > 0.f) mx = std::max(mx, part[s * part_row + hd]);
+    float den = sinks ? std::exp(sinks[h] - mx) : 0.f;
+    float* o = att_.data() + static_cast<size_t>(h) * hd;
+    std::fill_n(o, hd, 0.f);
+    for (int s = 0; s < n_spans; ++s) {
+      const float* ps = part + s * part_row;
+      if (!(ps[hd + 1] > 0.f)) continue;  // empty: before the window
+      const float w = std::exp(ps[hd] - mx);
+      den += w * ps[hd + 1];
+      for (int i = 0; i < hd; ++i) o[i] += w * ps[i];
+    }
+    const float inv = 1.f / den;
+    for (int i = 0; i < hd; ++i) o[i] *= inv;
+  }
 }
 
 void Decoder::cache_row(KvCache& cache, int layer, int pos, const float* src) {
