@@ -3,9 +3,9 @@
 llama.cpp's ``-ctk`` / ``-ctv``, with its default: f16. A cache of halves
 takes half the memory, and a decode step at a long context reads half the
 bytes (on SmolLM2 at 2048 positions the f32 cache is more bytes per token
-than the 4-bit weights). The attention still multiplies floats: each block
-of cached halves is widened exactly before the kernels read it
-(csrc/attention/attention.h), so f16 costs only the rounding of K and V.
+than the 4-bit weights). The attention still multiplies floats: the kernels
+widen each cached half exactly as they load it (csrc/attention/attention.h),
+so f16 costs only the rounding of K and V.
 f32 keeps them exact: the references that calibration and ``ierun eval
 --ref-dir`` compare against run on it, and so does the CUDA decoder, which
 has no other. Kept apart from decoder.py so the commands can declare the

@@ -35,12 +35,14 @@ struct AttnOps {
   // runs of t continue one chain (bit-identical to a single call over their
   // union), and a zero p adds nothing.
   void (*mix)(const float* const* p, int nq, const float* v, size_t stride, int n, int d, float* const* o);
-  // An f16 KV cache (DecoderConfig::k_cache, v_cache) is read a block at a
-  // time through a float copy that the kernels above then reuse for every
-  // query of the block: dst[t * d + i] = src[t * stride + i] widened to
-  // float (exact), t < n, i < d.
-  void (*widen)(const uint16_t* src, size_t stride, int n, int d, float* dst);
-  // And written a token's row at a time: dst[i] = f16_to_cache(src[i]), i < n.
+  // scores and mix over an f16 KV cache (DecoderConfig::k_cache, v_cache):
+  // each cached half widened to float as it is loaded (exact), then the
+  // same operations, so they give what scores and mix give over the
+  // widened floats, bit for bit.
+  void (*scores_f16)(const float* const* q, int nq, const uint16_t* k, size_t stride, int n, int d, float scale,
+                     float* const* out);
+  void (*mix_f16)(const float* const* p, int nq, const uint16_t* v, size_t stride, int n, int d, float* const* o);
+  // The f16 cache written a token's row at a time: dst[i] = f16_to_cache(src[i]), i < n.
   void (*narrow)(const float* src, int n, uint16_t* dst);
 };
 

@@ -8,6 +8,7 @@
 
 namespace ie {
 
-const AttnOps kAttnAvx2 = {scores_tiles<3>, max_simd, softmax_exp_simd, mix_tiles<6, 2>, widen_simd, narrow_simd};
+const AttnOps kAttnAvx2 = {scores_tiles<3, float>,    max_simd, softmax_exp_simd, mix_tiles<6, 2, float>,
+                           scores_tiles<3, uint16_t>, mix_tiles<6, 2, uint16_t>, narrow_simd};
 
 }  // namespace ie

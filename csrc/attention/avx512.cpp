@@ -10,6 +10,7 @@
 
 namespace ie {
 
-const AttnOps kAttnAvx512 = {scores_tiles<6>, max_simd, softmax_exp_simd, mix_tiles<6, 4>, widen_simd, narrow_simd};
+const AttnOps kAttnAvx512 = {scores_tiles<6, float>,    max_simd, softmax_exp_simd, mix_tiles<6, 4, float>,
+                             scores_tiles<6, uint16_t>, mix_tiles<6, 4, uint16_t>, narrow_simd};
 
 }  // namespace ie

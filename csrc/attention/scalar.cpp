@@ -8,17 +8,22 @@
 namespace ie {
 namespace {
 
-void scores_scalar(const float* const* q, int nq, const float* k, size_t stride, int n, int d, float scale,
+// A cached element as a float (an f16 cache's widened, exactly).
+float elem(float x) { return x; }
+float elem(uint16_t h) { return f16_to_f32(h); }
+
+template <class T>
+void scores_scalar(const float* const* q, int nq, const T* k, size_t stride, int n, int d, float scale,
                    float* const* out) {
   const int body = d - d % 8;
   for (int r = 0; r < nq; ++r)
     for (int t = 0; t < n; ++t) {
-      const float* kt = k + static_cast<size_t>(t) * stride;
+      const T* kt = k + static_cast<size_t>(t) * stride;
       float p[8] = {};
       for (int i = 0; i < body; i += 8)
-        for (int u = 0; u < 8; ++u) p[u] += q[r][i + u] * kt[i + u];
+        for (int u = 0; u < 8; ++u) p[u] += q[r][i + u] * elem(kt[i + u]);
       float s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-      for (int i = body; i < d; ++i) s += q[r][i] * kt[i];
+      for (int i = body; i < d; ++i) s += q[r][i] * elem(kt[i]);
       out[r][t] = s * scale;
     }
 }
@@ -38,18 +43,14 @@ float softmax_exp_scalar(float* p, int n, float max) {
   return sum;
 }
 
-void mix_scalar(const float* const* p, int nq, const float* v, size_t stride, int n, int d, float* const* o) {
+template <class T>
+void mix_scalar(const float* const* p, int nq, const T* v, size_t stride, int n, int d, float* const* o) {
   for (int r = 0; r < nq; ++r)
     for (int t = 0; t < n; ++t) {
       const float pt = p[r][t];
-      const float* vt = v + static_cast<size_t>(t) * stride;
-      for (int i = 0; i < d; ++i) o[r][i] += pt * vt[i];
+      const T* vt = v + static_cast<size_t>(t) * stride;
+      for (int i = 0; i < d; ++i) o[r][i] += pt * elem(vt[i]);
     }
-}
-
-void widen_scalar(const uint16_t* src, size_t stride, int n, int d, float* dst) {
-  for (int t = 0; t < n; ++t)
-    for (int i = 0; i < d; ++i) dst[static_cast<size_t>(t) * d + i] = f16_to_f32(src[t * stride + i]);
 }
 
 void narrow_scalar(const float* src, int n, uint16_t* dst) {
@@ -60,7 +61,9 @@ void narrow_scalar(const float* src, int n, uint16_t* dst) {
 
 uint16_t f16_to_cache(float x) { return f32_to_f16(x > 65504.f ? 65504.f : x < -65504.f ? -65504.f : x); }
 
-const AttnOps kAttnScalar = {scores_scalar, max_scalar, softmax_exp_scalar, mix_scalar, widen_scalar, narrow_scalar};
+const AttnOps kAttnScalar = {scores_scalar<float>, max_scalar,           softmax_exp_scalar,
+                             mix_scalar<float>,    scores_scalar<uint16_t>, mix_scalar<uint16_t>,
+                             narrow_scalar};
 
 const IsaTable<AttnOps> kAttnTable = {{&kAttnScalar,
 #if IE_HAVE_X86

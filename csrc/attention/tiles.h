@@ -22,6 +22,14 @@
 namespace ie {
 namespace {
 
+// Eight cached elements as floats: an f32 cache's as they are, an f16
+// cache's widened on the load (F16C, exact), so both caches run the same
+// FMAs on the same floats.
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline float elem(float x) { return x; }
+inline float elem(uint16_t h) { return f16_to_f32(h); }
+
 // Lane u of the result: the sum of a[u]'s eight lanes, as
 // ((0+1)+(2+3))+((4+5)+(6+7)).
 __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
@@ -30,17 +38,18 @@ __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
 }
 
 // e[u] += the products of q and key u's elements [body, d), in order.
-__attribute__((noinline)) void add_tail(const float* q, const float* k, size_t stride, int body, int d, int nk, float* e) {
+template <class T>
+__attribute__((noinline)) void add_tail(const float* q, const T* k, size_t stride, int body, int d, int nk, float* e) {
   for (int u = 0; u < nk; ++u)
-    for (int i = body; i < d; ++i) e[u] += q[i] * k[u * stride + i];
+    for (int i = body; i < d; ++i) e[u] += q[i] * elem(k[u * stride + i]);
 }
 
 // Scores of RQ queries against RK <= 4 consecutive keys. The loops over
 // the tile are unrolled by pragma: GCC otherwise unrolls them only after
 // deciding that the accumulator array lives on the stack, and stores every
 // accumulator on every pass. Inlined: a call per twelve scores cost 8%.
-template <int RQ, int RK>
-__attribute__((always_inline)) inline void scores_tile(const float* const* q, const float* k, size_t stride, int body,
+template <int RQ, int RK, class T>
+__attribute__((always_inline)) inline void scores_tile(const float* const* q, const T* k, size_t stride, int body,
                                                        int d, float scale, float* const* out, int t) {
   __m256 acc[RQ][4];
 #pragma GCC unroll 8
@@ -56,14 +65,14 @@ __attribute__((always_inline)) inline void scores_tile(const float* const* q, co
       for (int r = 0; r < RQ; ++r) qv[r] = _mm256_loadu_ps(q[r] + i);
 #pragma GCC unroll 4
       for (int u = 0; u < RK; ++u) {
-        const __m256 kv = _mm256_loadu_ps(k + u * stride + i);
+        const __m256 kv = load8(k + u * stride + i);
 #pragma GCC unroll 8
         for (int r = 0; r < RQ; ++r) acc[r][u] = _mm256_fmadd_ps(qv[r], kv, acc[r][u]);
       }
     } else {
       __m256 kv[RK];
 #pragma GCC unroll 4
-      for (int u = 0; u < RK; ++u) kv[u] = _mm256_loadu_ps(k + u * stride + i);
+      for (int u = 0; u < RK; ++u) kv[u] = load8(k + u * stride + i);
 #pragma GCC unroll 8
       for (int r = 0; r < RQ; ++r) {
         const __m256 qv = _mm256_loadu_ps(q[r] + i);
@@ -94,8 +103,8 @@ __attribute__((always_inline)) inline void scores_tile(const float* const* q, co
 }
 
 // Scores of RQ queries against keys [t, t + nk), nk <= 4.
-template <int RQ>
-void scores_keys(const float* const* q, const float* k, size_t stride, int nk, int body, int d, float scale,
+template <int RQ, class T>
+void scores_keys(const float* const* q, const T* k, size_t stride, int nk, int body, int d, float scale,
                  float* const* out, int t) {
   switch (nk) {
     case 4: scores_tile<RQ, 4>(q, k, stride, body, d, scale, out, t); break;
@@ -106,8 +115,8 @@ void scores_keys(const float* const* q, const float* k, size_t stride, int nk, i
 }
 
 // Scores of the last m < RQ queries (R = RQ - 1 first).
-template <int R>
-void scores_rest(int m, const float* const* q, const float* k, size_t stride, int nk, int body, int d, float scale,
+template <int R, class T>
+void scores_rest(int m, const float* const* q, const T* k, size_t stride, int nk, int body, int d, float scale,
                  float* const* out, int t) {
   if constexpr (R > 0) {
     if (m == R) return scores_keys<R>(q, k, stride, nk, body, d, scale, out, t);
@@ -118,17 +127,17 @@ void scores_rest(int m, const float* const* q, const float* k, size_t stride, in
 // Keys outermost: four keys (a few cache lines) stay in L1 while every
 // query reads them; queries outermost read the whole block of keys from L2
 // once per tile of queries. RQ: the queries of a full tile.
-template <int RQ>
-void scores_tiles(const float* const* q, int nq, const float* k, size_t stride, int n, int d, float scale,
+template <int RQ, class T>
+void scores_tiles(const float* const* q, int nq, const T* k, size_t stride, int n, int d, float scale,
                   float* const* out) {
   static_assert(RQ >= 1 && RQ <= 6, "scores_tiles: RQ in 1..6");
   const int body = d - d % 8;
   for (int t = 0; t < n; t += 4) {
     const int nk = std::min(4, n - t);
-    const float* kt = k + t * stride;
+    const T* kt = k + t * stride;
     int r = 0;
     for (; r + RQ <= nq; r += RQ) scores_keys<RQ>(q + r, kt, stride, nk, body, d, scale, out + r, t);
-    scores_rest<RQ - 1>(nq - r, q + r, kt, stride, nk, body, d, scale, out + r, t);
+    scores_rest<RQ - 1, T>(nq - r, q + r, kt, stride, nk, body, d, scale, out + r, t);
   }
 }
 
@@ -185,8 +194,8 @@ float softmax_exp_simd(float* p, int n, float max) {
 // Columns [c0, c0 + 8 * W) of RQ queries' outputs plus all n values: the
 // RQ * W accumulators stay in registers (unrolled by pragma, as in
 // scores_tile), each value vector is loaded once for all RQ queries.
-template <int RQ, int W>
-void mix_tile(const float* const* p, const float* v, size_t stride, int n, int c0, float* const* o) {
+template <int RQ, int W, class T>
+void mix_tile(const float* const* p, const T* v, size_t stride, int n, int c0, float* const* o) {
   float* rows[RQ];  // read before any store (see scores_tile)
   __m256 acc[RQ][W];
 #pragma GCC unroll 8
@@ -196,10 +205,10 @@ void mix_tile(const float* const* p, const float* v, size_t stride, int n, int c
 #pragma GCC unroll 4
     for (int w = 0; w < W; ++w) acc[r][w] = _mm256_loadu_ps(rows[r] + 8 * w);
   for (int t = 0; t < n; ++t) {
-    const float* vt = v + static_cast<size_t>(t) * stride + c0;
+    const T* vt = v + static_cast<size_t>(t) * stride + c0;
     __m256 vv[W];
 #pragma GCC unroll 4
-    for (int w = 0; w < W; ++w) vv[w] = _mm256_loadu_ps(vt + 8 * w);
+    for (int w = 0; w < W; ++w) vv[w] = load8(vt + 8 * w);
 #pragma GCC unroll 8
     for (int r = 0; r < RQ; ++r) {
       const __m256 pt = _mm256_broadcast_ss(p[r] + t);
@@ -214,16 +223,16 @@ void mix_tile(const float* const* p, const float* v, size_t stride, int n, int c
 }
 
 // Columns [c, c + 8 w) of RQ queries, w <= W.
-template <int RQ, int W>
-void mix_cols(const float* const* p, const float* v, size_t stride, int n, int c, int w, float* const* o) {
+template <int RQ, int W, class T>
+void mix_cols(const float* const* p, const T* v, size_t stride, int n, int c, int w, float* const* o) {
   if constexpr (W > 1)
     if (w < W) return mix_cols<RQ, W - 1>(p, v, stride, n, c, w, o);
   mix_tile<RQ, W>(p, v, stride, n, c, o);
 }
 
 // Columns [c, c + 8 w) of the last m < RQ queries (R = RQ - 1 first).
-template <int R, int W>
-void mix_rest(int m, const float* const* p, const float* v, size_t stride, int n, int c, int w, float* const* o) {
+template <int R, int W, class T>
+void mix_rest(int m, const float* const* p, const T* v, size_t stride, int n, int c, int w, float* const* o) {
   if constexpr (R > 0) {
     if (m == R) return mix_cols<R, W>(p, v, stride, n, c, w, o);
     mix_rest<R - 1, W>(m, p, v, stride, n, c, w, o);
@@ -233,38 +242,27 @@ void mix_rest(int m, const float* const* p, const float* v, size_t stride, int n
 // Columns outermost: a slice of 8 W columns of the values (one or two cache
 // lines per position) stays in L1 while every query reads it. RQ, W: the
 // queries and column vectors of a full tile.
-template <int RQ, int W>
-void mix_tiles(const float* const* p, int nq, const float* v, size_t stride, int n, int d, float* const* o) {
+template <int RQ, int W, class T>
+void mix_tiles(const float* const* p, int nq, const T* v, size_t stride, int n, int d, float* const* o) {
   static_assert(RQ >= 1 && RQ <= 6 && W >= 1 && W <= 4, "mix_tiles: RQ in 1..6, W in 1..4");
   const int body = d - d % 8;
   for (int c = 0; c < body; c += 8 * W) {
     const int w = std::min(W, (body - c) / 8);
     int r = 0;
     for (; r + RQ <= nq; r += RQ) mix_cols<RQ, W>(p + r, v, stride, n, c, w, o + r);
-    mix_rest<RQ - 1, W>(nq - r, p + r, v, stride, n, c, w, o + r);
+    mix_rest<RQ - 1, W, T>(nq - r, p + r, v, stride, n, c, w, o + r);
   }
   for (int r = 0; r < nq; ++r)
     for (int c = body; c < d; ++c) {
       float s = o[r][c];
-      for (int t = 0; t < n; ++t) s += p[r][t] * v[static_cast<size_t>(t) * stride + c];
+      for (int t = 0; t < n; ++t) s += p[r][t] * elem(v[static_cast<size_t>(t) * stride + c]);
       o[r][c] = s;
     }
 }
 
-// The f16 cache's rows through F16C, eight elements at a time (the tails
-// through the scalar conversion: the same floats and halves, since both
-// round as IEEE says).
-void widen_simd(const uint16_t* src, size_t stride, int n, int d, float* dst) {
-  const int body = d - d % 8;
-  for (int t = 0; t < n; ++t) {
-    const uint16_t* s = src + t * stride;
-    float* o = dst + static_cast<size_t>(t) * d;
-    for (int i = 0; i < body; i += 8)
-      _mm256_storeu_ps(o + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
-    for (int i = body; i < d; ++i) o[i] = f16_to_f32(s[i]);
-  }
-}
-
+// The f16 cache's rows written through F16C, eight elements at a time (the
+// tail through the scalar conversion: the same halves, since both round as
+// IEEE says).
 void narrow_simd(const float* src, int n, uint16_t* dst) {
   const __m256 hi = _mm256_set1_ps(65504.f), lo = _mm256_set1_ps(-65504.f);
   int i = 0;

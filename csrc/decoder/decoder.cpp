@@ -463,9 +463,6 @@ void Decoder::attention(int layer, int b) {
   const size_t per_thread = checked_mul(static_cast<size_t>(sp.tj * sp.th), row, "attention scores");
   const size_t all = checked_mul(per_thread, static_cast<size_t>(threads), "attention scores");
   if (scores_.size() < all) scores_.resize(all);
-  const size_t widened = static_cast<size_t>(block) * static_cast<size_t>(hd);  // one block's floats
-  const bool f16 = k_cache_.type == WType::F16 || v_cache_.type == WType::F16;
-  if (f16 && kv_block_.size() < widened * threads) kv_block_.resize(checked_mul(widened, threads, "attention blocks"));
   // A decode step past kAttnSpan positions: its positions split into spans
   // of kAttnSpan (by position alone, so the floats depend on the context,
   // never on the threads); an item is one span of one KV head's queries,
@@ -545,21 +542,16 @@ void Decoder::attention(int layer, int b) {
         const size_t bytes = static_cast<size_t>(std::min(te + block, hi) - te) * hd * cache.elem();
         for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(r + i, 0, 2);
       };
-      // Positions [tb, te) of this KV head's keys or values as floats (hd
-      // apart): the f32 cache itself, or an f16 one's block widened into
-      // this thread's floats.
-      float* own = f16 ? kv_block_.data() + static_cast<size_t>(slot) * widened : nullptr;
-      auto floats = [&](KvCache& cache, int tb, int te) -> const float* {
-        const uint8_t* r = cache.at(cfg_, layer, g, tb);
-        if (cache.type == WType::F32) return reinterpret_cast<const float*>(r);
-        ops.widen(reinterpret_cast<const uint16_t*>(r), static_cast<size_t>(hd), te - tb, hd, own);
-        return own;
-      };
+      const size_t stride = static_cast<size_t>(hd);  // one position to the next, in a head's run
       blocks([&](int tb, int te, int m, const int* sel, float* const* at) {
         const float* qs[kAttnItemQueries];
         for (int i = 0; i < m; ++i) qs[i] = qr[sel[i]];
         prefetch_next(k_cache_, te);
-        ops.scores(qs, m, floats(k_cache_, tb, te), static_cast<size_t>(hd), te - tb, hd, scale, at);
+        const uint8_t* k = k_cache_.at(cfg_, layer, g, tb);
+        if (k_cache_.type == WType::F16)
+          ops.scores_f16(qs, m, reinterpret_cast<const uint16_t*>(k), stride, te - tb, hd, scale, at);
+        else
+          ops.scores(qs, m, reinterpret_cast<const float*>(k), stride, te - tb, hd, scale, at);
       });
       float inv[kAttnItemQueries];
       for (int r = 0; r < nq; ++r) {
@@ -582,7 +574,11 @@ void Decoder::attention(int layer, int b) {
         float* os[kAttnItemQueries];
         for (int i = 0; i < m; ++i) os[i] = out[sel[i]];
         prefetch_next(v_cache_, te);
-        ops.mix(at, m, floats(v_cache_, tb, te), static_cast<size_t>(hd), te - tb, hd, os);
+        const uint8_t* v = v_cache_.at(cfg_, layer, g, tb);
+        if (v_cache_.type == WType::F16)
+          ops.mix_f16(at, m, reinterpret_cast<const uint16_t*>(v), stride, te - tb, hd, os);
+        else
+          ops.mix(at, m, reinterpret_cast<const float*>(v), stride, te - tb, hd, os);
       });
       if (!n_spans)
         for (int r = 0; r < nq; ++r)

@@ -291,8 +291,7 @@ class Decoder {
   // Appends kv_dim_ floats at (layer, pos), converted to the cache's type.
   void cache_row(KvCache& cache, int layer, int pos, const float* src);
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
-  std::vector<float> kv_block_;  // per thread, a block of an f16 cache's keys or values widened (attention)
-  std::vector<float> part_;      // a decode step's partial softmaxes, [head][span][head_dim + 2] (attention)
+  std::vector<float> part_;  // a decode step's partial softmaxes, [head][span][head_dim + 2] (attention)
   // Routing: logits [chunk, n_experts]; one token's top_k experts; per
   // expert the (token, weight) pairs routed to it; the rows gathered for
   // one expert and its gate/up/down outputs.

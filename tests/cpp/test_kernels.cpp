@@ -94,10 +94,9 @@ TEST(gemm_tile_simd_matches_scalar) {
   }
 }
 
-// The f16 KV cache's conversions: every ISA writes the same halves and
-// reads back the same floats as the scalar reference, which is IEEE's
-// rounding to nearest even with saturation at +-65504 (NaN kept), and
-// widening is exact (every finite half survives a round trip).
+// The f16 KV cache's writes: every ISA writes the same halves as the scalar
+// reference, which is IEEE's rounding to nearest even with saturation at
+// +-65504 (NaN kept); every finite half survives a round trip.
 TEST(attention_f16_cache_conversions) {
   std::vector<float> src;
   for (uint32_t h = 0; h < 0x10000u; ++h) {
@@ -131,22 +130,52 @@ TEST(attention_f16_cache_conversions) {
       }
     }
   }
-  const int d = 37, rows = n / 64;  // rows of a wider cache: stride 64
-  std::vector<float> ref_w(static_cast<size_t>(rows) * d);
-  ie::kAttnScalar.widen(ref.data(), 64, rows, d, ref_w.data());
-  for (int t = 0; t < rows; ++t)
-    for (int i = 0; i < d; ++i) {
-      const float want = ie::f16_to_f32(ref[t * 64 + i]), got = ref_w[static_cast<size_t>(t) * d + i];
-      CHECK(std::memcmp(&want, &got, 4) == 0) << "widen row " << t << " col " << i;
-    }
   for (Isa isa : ie::available_isas()) {
-    const ie::AttnOps& ops = ie::kAttnTable.ops(isa);
     std::vector<uint16_t> got(n);
-    ops.narrow(src.data(), n, got.data());
+    ie::kAttnTable.ops(isa).narrow(src.data(), n, got.data());
     CHECK(got == ref) << ie::isa_name(isa) << ": narrow differs from the scalar reference";
-    std::vector<float> w(ref_w.size(), 42.f);
-    ops.widen(ref.data(), 64, rows, d, w.data());
-    CHECK(std::memcmp(w.data(), ref_w.data(), w.size() * sizeof(float)) == 0) << ie::isa_name(isa) << ": widen differs";
+  }
+}
+
+// scores_f16 and mix_f16 read an f16 cache as scores and mix read its halves
+// widened to floats: the same floats, bit for bit, on every ISA.
+TEST(attention_over_an_f16_cache_is_attention_over_its_halves) {
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int d : {7, 16, 64, 80, 131}) {
+    const int n = 45, nq = 7;
+    const size_t stride = static_cast<size_t>(d) + 3;
+    std::vector<float> qs(static_cast<size_t>(nq) * d), p(static_cast<size_t>(nq) * n), wide(n * stride);
+    std::vector<uint16_t> half(n * stride);
+    for (float& v : qs) v = u(rng);
+    for (float& v : p) v = std::fabs(u(rng));
+    for (size_t i = 0; i < half.size(); ++i) {
+      half[i] = ie::f16_to_cache(4.f * u(rng));
+      wide[i] = ie::f16_to_f32(half[i]);
+    }
+    std::vector<const float*> q(nq), pr(nq);
+    for (int r = 0; r < nq; ++r) {
+      q[r] = qs.data() + static_cast<size_t>(r) * d;
+      pr[r] = p.data() + static_cast<size_t>(r) * n;
+    }
+    for (Isa isa : ie::available_isas()) {
+      const ie::AttnOps& ops = ie::kAttnTable.ops(isa);
+      const std::string at = std::string(ie::isa_name(isa)) + " d=" + std::to_string(d);
+      std::vector<float> want(nq * n), got(nq * n), want_o(nq * d, 0.5f), got_o(nq * d, 0.5f);
+      std::vector<float*> w(nq), g(nq), wo(nq), go(nq);
+      for (int r = 0; r < nq; ++r) {
+        w[r] = want.data() + r * n;
+        g[r] = got.data() + r * n;
+        wo[r] = want_o.data() + r * d;
+        go[r] = got_o.data() + r * d;
+      }
+      ops.scores(q.data(), nq, wide.data(), stride, n, d, 0.125f, w.data());
+      ops.scores_f16(q.data(), nq, half.data(), stride, n, d, 0.125f, g.data());
+      CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0) << at << ": scores_f16";
+      ops.mix(pr.data(), nq, wide.data(), stride, n, d, wo.data());
+      ops.mix_f16(pr.data(), nq, half.data(), stride, n, d, go.data());
+      CHECK(std::memcmp(want_o.data(), got_o.data(), want_o.size() * sizeof(float)) == 0) << at << ": mix_f16";
+    }
   }
 }
 
