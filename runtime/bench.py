@@ -356,7 +356,8 @@ def bench(device: str, model_dir: Path, prompts_file: str | None, max_new: int, 
         _note(f"warm-up {n}/{warmup}: {t.tokens} tokens in {t.wall_s:.3f} s = "
               f"{t.tokens / t.wall_s if t.wall_s > 0 else 0:.2f} tok/s (not counted)")
     base = {"precision": precision, "precision_expected": env.precision_expected, "act_prec": env.act_prec,
-            "act": dec.act, "type_k": dec.cache_types[0], "type_v": dec.cache_types[1], "dedup": env.dedup, **_dedup_fields(dec), "affinity": env.affinity,
+            "act": dec.act, "type_k": dec.cache_types[0], "type_v": dec.cache_types[1], "dedup": env.dedup,
+            **_dedup_fields(dec), "affinity": env.affinity,
             "pinned_cpus": getattr(dec, "pinned", None),
             "threads": threads, "device": device, "model_dir": str(model_dir), "prompts": source,
             "n_prompts": len(prompts), "max_new": max_new, "ignore_eos": ignore_eos, "rounds": rounds,

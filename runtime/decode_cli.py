@@ -17,11 +17,10 @@ from iekit.formats.errors import IEError
 from iekit.formats.fileio import SMALL_FILE_MAX, utf8_text
 from iekit.formats.model_spec import ARCHITECTURES
 
-from . import cuda
+from . import cuda, kv_cache
 from .env import ACTS
 from .sampling import Sampler, stream
 from .token_ids import parse_ids
-from . import kv_cache
 from .gguf_models import model_dir_flag
 
 _model_dir = model_dir_flag("IEBIN model directory, or a .gguf (imported once, cached): "

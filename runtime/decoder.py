@@ -71,19 +71,19 @@ def device_act(device: str, act: str, layer_dtypes: set[str]) -> str:
     return "f32"
 
 
-def kv_cache_bytes(s: DecoderSpec, ctx: int, threads: int = 1, types: tuple[str, str] = ("f32", "f32")) -> int:
+def kv_cache_bytes(s: DecoderSpec, ctx: int, threads: int, types: tuple[str, str]) -> int:
     """What the native decoder allocates per context position, times ``ctx``:
     K and V (every layer, of ``types``) and each thread's attention scores (float32)."""
     kv = s.n_layers * s.n_kv_heads * s.head_dim
-    return ctx * (kv * (kv_cache.BYTES[types[0]] + kv_cache.BYTES[types[1]]) + threads * 4)
+    return ctx * (kv * (kv_cache.nbytes(types[0]) + kv_cache.nbytes(types[1])) + threads * 4)
 
 
-def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path,
-              default: int = DEFAULT_MAX_CTX, types: tuple[str, str] = ("f32", "f32"), flag: str = "--ctx") -> int:
+def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path, default: int,
+              types: tuple[str, str], flag: str) -> int:
     """The KV cache positions to allocate: ``ctx``, else min(max_position_embeddings,
     ``default``); never more than the model's positions, a C int, or
-    (with the other KV cache sizes) the memory available. ``flag``: what
-    the messages name as the source of ``ctx``."""
+    (with the other KV cache sizes, ``types``: K and V's) the memory
+    available. ``flag``: what the messages name as the source of ``ctx``."""
     if ctx is None:
         ctx = min(s.max_positions, default)
     elif isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1:
@@ -101,7 +101,7 @@ def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path,
     return ctx
 
 
-def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str] = ("f32", "f32")) -> Any:
+def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
     """The native decoder's dimensions (csrc/decoder/decoder.h DecoderConfig)
     for ``s``, with a KV cache of ``types`` (K, V)."""
     moe = s.moe

@@ -16,9 +16,15 @@ from __future__ import annotations
 
 import click
 
+from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import IEError
 
-BYTES = {"f16": 2, "f32": 4}  # bytes per cached element
+TYPES = ("f16", "f32")  # the cache's element types; their sizes are formats/dtypes.py's
+
+
+def nbytes(t: str) -> int:
+    """Bytes of one cached element of type ``t``."""
+    return DTYPES[t].itemsize
 
 
 def resolve(device: str, k: str | None, v: str | None) -> tuple[str, str]:
@@ -28,7 +34,7 @@ def resolve(device: str, k: str | None, v: str | None) -> tuple[str, str]:
     for flag, t in (("--cache-type-k", k), ("--cache-type-v", v)):
         if t is None:
             t = "f32" if device == "cuda" else "f16"
-        if t not in BYTES:
+        if t not in TYPES:
             raise IEError(f"{flag}: {t!r} is not a KV cache type (f16 or f32)")
         if device == "cuda" and t != "f32":
             raise IEError(f"{flag} {t}: the CUDA decoder keeps an f32 KV cache")
@@ -41,7 +47,7 @@ def options(f):
     runs the decoder on a user's model (generate, logits, eval, verify
     model, bench); the parameters are cache_type_k and cache_type_v."""
     for short, flag, what in (("-ctv", "--cache-type-v", "values"), ("-ctk", "--cache-type-k", "keys")):
-        f = click.option(short, flag, type=click.Choice(sorted(BYTES)), default=None,
+        f = click.option(short, flag, type=click.Choice(TYPES), default=None,
                          help=f"KV cache type of the {what} (llama.cpp's {short}): f16 halves the cache's memory "
                               "and what each token reads from a long context; f32 keeps them exact.  "
                               "[default: f16; f32 with --device cuda]")(f)

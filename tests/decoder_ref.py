@@ -34,11 +34,11 @@ def load_weights(model_dir) -> tuple[dict, dict[str, np.ndarray]]:
 
 def forward(model: dict, w: dict[str, np.ndarray], ids: list[int], window: int = 0,
             inputs: dict[str, np.ndarray] | None = None, outer: dict[str, np.ndarray] | None = None,
-            kv_dtype: type | None = None) -> np.ndarray:
+            k_dtype: type | None = None, v_dtype: type | None = None) -> np.ndarray:
     """Logits [len(ids), vocab] in float64; ``window`` > 0: query q sees keys
-    q - window < k <= q (Mistral's sliding window). ``kv_dtype`` (np.float16):
-    every key (after RoPE) and value rounded to it, as a cache of that type
-    holds them. ``inputs``, when given,
+    q - window < k <= q (Mistral's sliding window). ``k_dtype``, ``v_dtype``
+    (np.float16): every key (after RoPE), every value rounded to it, as a
+    cache of that type holds them. ``inputs``, when given,
     receives per matrix name the sum over positions of x² of its input, per
     column (an importance matrix's statistic; the head's under its name);
     ``outer`` the sum over positions of x xᵀ (the input covariance's)."""
@@ -77,8 +77,10 @@ def forward(model: dict, w: dict[str, np.ndarray], ids: list[int], window: int =
         q = rope(lin(p + "self_attn.q_proj", h).reshape(n, nh, hd))
         k = rope(lin(p + "self_attn.k_proj", h).reshape(n, nkv, hd))
         v = lin(p + "self_attn.v_proj", h).reshape(n, nkv, hd)
-        if kv_dtype is not None:
-            k, v = k.astype(kv_dtype).astype(np.float64), v.astype(kv_dtype).astype(np.float64)
+        if k_dtype is not None:
+            k = k.astype(k_dtype).astype(np.float64)
+        if v_dtype is not None:
+            v = v.astype(v_dtype).astype(np.float64)
         k, v = np.repeat(k, nh // nkv, 1), np.repeat(v, nh // nkv, 1)
         s = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(hd) + mask
         a = np.exp(s - s.max(-1, keepdims=True))

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "common/dispatch.h"
+#include "common/half.h"
 #include "common/isa.h"
 
 namespace ie {
@@ -52,6 +53,10 @@ struct AttnOps {
 // scores or the weighted sum inf - inf = NaN for every later token, where
 // saturating it costs only that element's excess.
 uint16_t f16_to_cache(float x);
+// A cached element as a float, for the scalar reference and the SIMD tails:
+// an f32 cache's as it is, an f16 cache's widened (exact).
+inline float cache_float(float x) { return x; }
+inline float cache_float(uint16_t h) { return f16_to_f32(h); }
 extern const AttnOps kAttnScalar;
 #if IE_HAVE_X86
 extern const AttnOps kAttnAvx2;

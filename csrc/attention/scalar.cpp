@@ -3,14 +3,9 @@
 #include <cmath>
 
 #include "attention.h"
-#include "common/half.h"
 
 namespace ie {
 namespace {
-
-// A cached element as a float (an f16 cache's widened, exactly).
-float elem(float x) { return x; }
-float elem(uint16_t h) { return f16_to_f32(h); }
 
 template <class T>
 void scores_scalar(const float* const* q, int nq, const T* k, size_t stride, int n, int d, float scale,
@@ -21,9 +16,9 @@ void scores_scalar(const float* const* q, int nq, const T* k, size_t stride, int
       const T* kt = k + static_cast<size_t>(t) * stride;
       float p[8] = {};
       for (int i = 0; i < body; i += 8)
-        for (int u = 0; u < 8; ++u) p[u] += q[r][i + u] * elem(kt[i + u]);
+        for (int u = 0; u < 8; ++u) p[u] += q[r][i + u] * cache_float(kt[i + u]);
       float s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-      for (int i = body; i < d; ++i) s += q[r][i] * elem(kt[i]);
+      for (int i = body; i < d; ++i) s += q[r][i] * cache_float(kt[i]);
       out[r][t] = s * scale;
     }
 }
@@ -49,7 +44,7 @@ void mix_scalar(const float* const* p, int nq, const T* v, size_t stride, int n,
     for (int t = 0; t < n; ++t) {
       const float pt = p[r][t];
       const T* vt = v + static_cast<size_t>(t) * stride;
-      for (int i = 0; i < d; ++i) o[r][i] += pt * elem(vt[i]);
+      for (int i = 0; i < d; ++i) o[r][i] += pt * cache_float(vt[i]);
     }
 }
 

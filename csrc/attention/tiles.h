@@ -17,7 +17,6 @@
 
 #include "attention.h"
 #include "common/exp_avx2.h"
-#include "common/half.h"
 
 namespace ie {
 namespace {
@@ -27,8 +26,6 @@ namespace {
 // FMAs on the same floats.
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-inline float elem(float x) { return x; }
-inline float elem(uint16_t h) { return f16_to_f32(h); }
 
 // Lane u of the result: the sum of a[u]'s eight lanes, as
 // ((0+1)+(2+3))+((4+5)+(6+7)).
@@ -41,7 +38,7 @@ __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
 template <class T>
 __attribute__((noinline)) void add_tail(const float* q, const T* k, size_t stride, int body, int d, int nk, float* e) {
   for (int u = 0; u < nk; ++u)
-    for (int i = body; i < d; ++i) e[u] += q[i] * elem(k[u * stride + i]);
+    for (int i = body; i < d; ++i) e[u] += q[i] * cache_float(k[u * stride + i]);
 }
 
 // Scores of RQ queries against RK <= 4 consecutive keys. The loops over
@@ -255,7 +252,7 @@ void mix_tiles(const float* const* p, int nq, const T* v, size_t stride, int n, 
   for (int r = 0; r < nq; ++r)
     for (int c = body; c < d; ++c) {
       float s = o[r][c];
-      for (int t = 0; t < n; ++t) s += p[r][t] * elem(v[static_cast<size_t>(t) * stride + c]);
+      for (int t = 0; t < n; ++t) s += p[r][t] * cache_float(v[static_cast<size_t>(t) * stride + c]);
       o[r][c] = s;
     }
 }

@@ -16,13 +16,13 @@ std::string wtype_names(bool quantized_only, bool int8_act_only, const char* con
   return out.empty() ? last : out + " " + conj + " " + last;
 }
 
-namespace {
-
 const WTypeInfo* find_wtype(const std::string& name) {
   for (const WTypeInfo& t : kWeightTypes)
     if (name == t.name) return &t;
   return nullptr;
 }
+
+namespace {
 
 // The layout without overflow checks; make_weight_spec checks its products first.
 WeightLayout layout_of(const WeightSpec& s) {

@@ -53,6 +53,9 @@ constexpr bool table_in_enum_order() {
 }
 static_assert(table_in_enum_order(), "kWeightTypes must list the types in WType order");
 
+// The table row named `name` (the IEBIN dtype), or null.
+const WTypeInfo* find_wtype(const std::string& name);
+
 // "f32, f16, ... or q8_0" ("and" with conj = "and") of the rows matching a filter, for messages.
 std::string wtype_names(bool quantized_only = false, bool int8_act_only = false, const char* conj = "or");
 

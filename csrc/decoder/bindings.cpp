@@ -247,9 +247,9 @@ void ie_register_decoder(py::module_& m) {
              c.swiglu_alpha = swiglu_alpha;
              c.swiglu_limit = swiglu_limit;
              for (auto [field, name] : {std::pair{&c.k_cache, &k_cache}, std::pair{&c.v_cache, &v_cache}}) {
-               if (*name != "f32" && *name != "f16")
-                 throw std::invalid_argument("a KV cache holds f32 or f16, got '" + *name + "'");
-               *field = *name == "f16" ? ie::WType::F16 : ie::WType::F32;
+               const ie::WTypeInfo* t = ie::find_wtype(*name);  // which of them a cache may hold: check_decoder
+               if (t == nullptr) throw std::invalid_argument("a KV cache holds f32 or f16, got '" + *name + "'");
+               *field = t->type;
              }
              return c;
            }),

@@ -274,13 +274,12 @@ class Decoder {
   // Half of the KV cache: [layer][kv_head][max_ctx][head_dim] elements of
   // `type` (DecoderConfig::k_cache, v_cache); pages resident once written.
   // Head-major, so the block of positions an attention item reads is one
-  // contiguous run that the hardware prefetchers stream, where rows of
-  // every head at a stride of kv_dim left a decode step at 2048 positions
-  // waiting on memory (csrc/attention/attention.h).
+  // contiguous run, at stride head_dim for the tiles (rows of every head,
+  // kv_dim apart, measured no slower or faster: docs/benchmarks.md).
   struct KvCache {
     WType type = WType::F32;
     ZeroPages<uint8_t> bytes;
-    size_t elem() const { return type == WType::F16 ? 2 : 4; }
+    size_t elem() const { return static_cast<size_t>(wtype_info(type).block_bytes); }
     // Where head `head`'s element 0 at position `pos` of `layer` is.
     uint8_t* at(const DecoderConfig& c, int layer, int head, int pos) {
       const size_t run = static_cast<size_t>(layer) * c.n_kv_heads + static_cast<size_t>(head);
