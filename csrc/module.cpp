@@ -98,7 +98,7 @@ PYBIND11_MODULE(_native, m) {
         "instead of killing the process silently (common/sigbus_report.h).");
   m.def("cpu_features", &cpu_features_dict,
         "CPU flags, the kernel ISAs this build can run here, and the one selected "
-        "(IE_ISA=scalar|avx2|avx512|auto overrides).");
+        "(IE_ISA=scalar|avx2|avxvnni|avx512|auto overrides).");
   m.def(
       "kernel_isa",
       [](const std::string& name, const std::string& isa) {

@@ -219,11 +219,11 @@ def test_gemv_matches_reference(v, act, isa):
 ROWS8_VARIANTS = [v for v in VARIANTS if v[0] not in ("f32", "f16", "bf16")]
 
 
-# The ISAs with rows8 kernels: AVX2's (maddubs) and AVX-512's (VNNI), each where this CPU has it.
+# The ISAs with rows8 kernels: AVX2's (maddubs), AVX-VNNI's and AVX-512's (vpdpbusd), each where this CPU has it.
 ROWS8_ISAS = [i for i in ISAS if i != "scalar"]
 
 
-@pytest.mark.skipif(not ROWS8_ISAS, reason="the rows8 kernels are AVX2 and AVX-512 VNNI")
+@pytest.mark.skipif(not ROWS8_ISAS, reason="the rows8 kernels are AVX2, AVX-VNNI and AVX-512 VNNI")
 @pytest.mark.parametrize("isa", ROWS8_ISAS)
 @pytest.mark.parametrize("v", ROWS8_VARIANTS, ids=vid)
 def test_rows8_layout_matches_reference(v, isa):
@@ -249,7 +249,7 @@ def test_rows8_layout_matches_reference(v, isa):
             assert np.all(np.abs(y - ref) <= bound), (vid(v), rows, batch, threads, isa)
 
 
-@pytest.mark.skipif(len(ROWS8_ISAS) < 2, reason="needs both rows8 kernels: AVX2 and AVX-512 VNNI")
+@pytest.mark.skipif(len(ROWS8_ISAS) < 2, reason="needs two rows8 kernels: AVX2 and a VNNI one")
 @pytest.mark.parametrize("v", ROWS8_VARIANTS, ids=vid)
 def test_rows8_isas_agree_bit_for_bit(v):
     """VNNI's kernels compute the AVX2 kernels' integers another way (int32
@@ -275,7 +275,7 @@ _EXTREME_BLOCKS = {"q4_0": (np.float16(1).tobytes(), 0x00, -8),
                    "mxfp4": (bytes([128]), 0x77, 12)}
 
 
-@pytest.mark.skipif(not ROWS8_ISAS, reason="the rows8 kernels are AVX2 and AVX-512 VNNI")
+@pytest.mark.skipif(not ROWS8_ISAS, reason="the rows8 kernels are AVX2, AVX-VNNI and AVX-512 VNNI")
 @pytest.mark.parametrize("isa", ROWS8_ISAS)
 @pytest.mark.parametrize("kind", sorted(_EXTREME_BLOCKS))
 def test_rows8_int16_sums_hold_at_the_largest_codes(kind, isa):

@@ -62,9 +62,9 @@ const AttnOps kAttnScalar = {scores_scalar<float>, max_scalar,           softmax
 
 const IsaTable<AttnOps> kAttnTable = {{&kAttnScalar,
 #if IE_HAVE_X86
-                                       &kAttnAvx2, &kAttnAvx512
+                                       &kAttnAvx2, nullptr, &kAttnAvx512
 #else
-                                       nullptr, nullptr
+                                       nullptr, nullptr, nullptr
 #endif
                                       }};
 

@@ -15,7 +15,7 @@ const IsaTable<BsrOps> kBsrTable = {{&kBsrScalar,
 #else
                                      nullptr,
 #endif
-                                     nullptr}};
+                                     nullptr, nullptr}};
 
 Isa bsr_kernel_isa(Isa isa) { return kBsrTable.pick(isa); }
 

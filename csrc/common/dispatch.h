@@ -12,10 +12,13 @@ template <class Ops>
 struct IsaTable {
   const Ops* by_isa[kIsaLevels];
 
-  // The best level at or below `isa` that has a variant (scalar always does).
+  // The best level at or below `isa` that has a variant (scalar always
+  // does), never AvxVnni's below Avx512 (a CPU with AVX-512 VNNI may lack
+  // the VEX form: isa.h).
   constexpr Isa pick(Isa isa) const {
     int i = static_cast<int>(isa);
-    while (i > 0 && by_isa[i] == nullptr) --i;
+    const int vex = static_cast<int>(Isa::AvxVnni);
+    while (i > 0 && (by_isa[i] == nullptr || (i == vex && isa > Isa::AvxVnni))) --i;
     return static_cast<Isa>(i);
   }
   const Ops& ops(Isa isa) const { return *by_isa[static_cast<int>(pick(isa))]; }

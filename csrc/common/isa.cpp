@@ -11,6 +11,7 @@ const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
+    case Isa::AvxVnni: return "avxvnni";
     case Isa::Avx512: return "avx512";
   }
   return "unknown";
@@ -22,6 +23,7 @@ static std::vector<Isa> probe_isas() {
   const CpuFeatures f = detect_cpu_features();
   if (f.avx2 && f.fma && f.f16c) {
     out.push_back(Isa::Avx2);
+    if (f.avxvnni) out.push_back(Isa::AvxVnni);
     if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vbmi2 && f.avx512vnni) out.push_back(Isa::Avx512);
   }
 #endif

@@ -8,10 +8,14 @@
 namespace ie {
 
 // Ordered: a kernel family without a variant for a level uses the best
-// lower one (common/dispatch.h). Avx512 = AVX2 + AVX-512 F/BW/VL/VBMI2/VNNI
-// (Ice Lake, Zen 4 and later: every CPU with VBMI2 has VL and VNNI).
-enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
-constexpr int kIsaLevels = 3;
+// lower one (common/dispatch.h), except that Avx512 never falls back to
+// AvxVnni. AvxVnni = AVX2 + AVX-VNNI, vpdpbusd on VEX-encoded 256-bit
+// vectors (Intel's client cores from Alder Lake on, which lack AVX-512;
+// also Sapphire Rapids and Zen 5). Avx512 = AVX2 + AVX-512 F/BW/VL/VBMI2/VNNI
+// (Ice Lake, Zen 4 and later: every CPU with VBMI2 has VL and VNNI); Zen 4
+// has it without AVX-VNNI, hence the exception.
+enum class Isa { Scalar = 0, Avx2 = 1, AvxVnni = 2, Avx512 = 3 };
+constexpr int kIsaLevels = 4;
 
 const char* isa_name(Isa isa);
 

@@ -35,9 +35,9 @@ const DedupOps kDedupScalar = {range_scalar};
 
 const IsaTable<DedupOps> kDedupTable = {{&kDedupScalar,
 #if IE_HAVE_X86
-                                         &kDedupAvx2, &kDedupAvx512
+                                         &kDedupAvx2, nullptr, &kDedupAvx512
 #else
-                                         nullptr, nullptr
+                                         nullptr, nullptr, nullptr
 #endif
 }};
 

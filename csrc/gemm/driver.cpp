@@ -14,9 +14,9 @@ namespace ie {
 
 const IsaTable<GemmOps> kGemmTable = {{&kGemmScalar,
 #if IE_HAVE_X86
-                                       &kGemmAvx2, &kGemmAvx512
+                                       &kGemmAvx2, nullptr, &kGemmAvx512
 #else
-                                       nullptr, nullptr
+                                       nullptr, nullptr, nullptr
 #endif
                                        }};
 

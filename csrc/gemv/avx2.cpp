@@ -1587,6 +1587,8 @@ const GemvOps kGemvAvx2 = {prep_kind_avx2, prep_bytes_avx2, prepare_avx2, scratc
                            quantize_q8_avx2, gemv_rows8_avx2};
 // The stored layouts' kernels and the activation quantizer are AVX2's (so
 // the prepared forms are the same bytes); only the rows8 kernels differ.
+const GemvOps kGemvAvxVnni = {prep_kind_avx2, prep_bytes_avx2, prepare_avx2, scratch_bytes_avx2, gemv_avx2,
+                              quantize_q8_avx2, gemv_rows8_avxvnni};
 const GemvOps kGemvAvx512 = {prep_kind_avx2, prep_bytes_avx2, prepare_avx2, scratch_bytes_avx2, gemv_avx2,
                              quantize_q8_avx2, gemv_rows8_avx512};
 

@@ -57,9 +57,12 @@ struct GemvOps {
 extern const GemvOps kGemvScalar;
 #if IE_HAVE_X86
 extern const GemvOps kGemvAvx2;
-// AVX2's kernels with the rows8 kernels built for AVX-512 VNNI (vpdpbusd).
+// AVX2's kernels with the rows8 kernels built for AVX-VNNI (VEX vpdpbusd,
+// 16 registers) and for AVX-512 VNNI (EVEX vpdpbusd, 32 registers).
+extern const GemvOps kGemvAvxVnni;
 extern const GemvOps kGemvAvx512;
 void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
+void gemv_rows8_avxvnni(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
 void gemv_rows8_avx512(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
 #endif
 extern const IsaTable<GemvOps> kGemvTable;

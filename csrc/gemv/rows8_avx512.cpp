@@ -1,6 +1,8 @@
 // The rows8 kernels (rows8_tiles.h) with AVX-512 VNNI's vpdpbusd, on 256-bit
-// vectors (AVX512VL): the layout's tiles are 32 bytes wide.
+// vectors (AVX512VL): the layout's tiles are 32 bytes wide. Its 32 registers
+// hold eight tokens' sums, and pairs of tiles run in 512-bit vectors.
 #define IE_ROWS8_VNNI 1
+#define IE_ROWS8_ZMM 1
 #include "rows8_tiles.h"
 
 namespace ie {

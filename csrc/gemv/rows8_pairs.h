@@ -1,6 +1,6 @@
 // VNNI prefill kernels over two rows8 tiles at once: 16 rows in the lanes of
 // one 512-bit vector (tile t's eight in lanes 0..7, tile t + 1's in 8..15),
-// eight tokens per pass. Included by rows8_tiles.h under IE_ROWS8_VNNI only,
+// eight tokens per pass. Included by rows8_tiles.h under IE_ROWS8_ZMM only,
 // inside its namespace, after the 256-bit kernels whose helpers it uses.
 //
 // Why: the 256-bit VNNI tiles broadcast four activation bytes for every

@@ -1,10 +1,12 @@
 // The GEMV kernels with int8 activations over rows8 copies (rows8.h), one
 // token or a prefill chunk of up to 64 (four tokens at a time per tile, eight
-// under VNNI: kWide; under VNNI eight tokens run over two tiles at once in
+// under AVX-512: kWide; there eight tokens run over two tiles at once in
 // 512-bit vectors, rows8_pairs.h), compiled once per ISA:
-// rows8_avx2.cpp (-mavx2) and rows8_avx512.cpp (IE_ROWS8_VNNI, -mavx512vl
-// -mavx512vnni). Include only from those two files: everything here is
-// internal to the including object.
+// rows8_avx2.cpp (-mavx2), rows8_avxvnni.cpp (IE_ROWS8_VNNI, -mavxvnni: the
+// VEX vpdpbusd, 16 registers) and rows8_avx512.cpp (IE_ROWS8_VNNI and
+// IE_ROWS8_ZMM, -mavx512vl -mavx512vnni: 32 registers and 512-bit pairs).
+// Include only from those three files: everything here is internal to the
+// including object.
 // Every 32-bit lane is one of a tile's eight rows, so a tile ends with one
 // vector store and no horizontal sums. Checked against the scalar reference
 // (tests/test_gemv.py) at every ISA this CPU has.
@@ -94,6 +96,22 @@ IE_INLINE __m256i int16_pairs(__m256i v) { return _mm256_blend_epi16(v, _mm256_s
 #ifndef IE_ROWS8_VNNI
 #define IE_ROWS8_VNNI 0
 #endif
+#ifndef IE_ROWS8_ZMM
+#define IE_ROWS8_ZMM 0
+#endif
+static_assert(!IE_ROWS8_ZMM || IE_ROWS8_VNNI, "the AVX-512 build multiplies with VNNI");
+
+#if IE_ROWS8_VNNI
+// Per 32-bit lane, r plus the four products of unsigned u and signed x
+// bytes: the EVEX form under AVX-512, the VEX one (AVX-VNNI) otherwise.
+IE_INLINE __m256i dpbusd(__m256i r, __m256i u, __m256i x) {
+#if IE_ROWS8_ZMM
+  return _mm256_dpbusd_epi32(r, u, x);
+#else
+  return _mm256_dpbusd_avx_epi32(r, u, x);
+#endif
+}
+#endif
 
 // A sub-scale multiplier of a block's sums from its sign-extended int32 per
 // lane: int16 pairs for AVX2's madd, the int32 itself for VNNI's vpmulld.
@@ -110,13 +128,13 @@ IE_INLINE __m256i mult_of_byte(__m256i v, int j) { return lane_byte<!IE_ROWS8_VN
 
 // fn(j) for the sub-blocks j = 0..7 of a super-block: unrolled (j a
 // constant that the helpers fold) for one token and for AVX2's four, a loop
-// for VNNI's eight tokens per pass. Unrolled, those kernels were 2,000-3,500
+// for AVX-512's eight tokens per pass. Unrolled, those kernels were 2,000-3,500
 // instructions each, more than the op cache holds beside the rest: as a loop
 // iq4_xs at batch 32 went 2.53 -> 2.26 ms (AVX2's four tokens: 4.60 -> 4.74,
 // so they stay unrolled).
 template <int NB, class F>
 IE_INLINE void for_sub_blocks(F&& fn) {
-  if constexpr (IE_ROWS8_VNNI && NB > 4) {
+  if constexpr (IE_ROWS8_ZMM && NB > 4) {
 #pragma GCC unroll 1
     for (int j = 0; j < 8; ++j) fn(j);
   } else {
@@ -129,7 +147,7 @@ IE_INLINE void for_sub_blocks(F&& fn) {
 // four products of unsigned bytes u and signed bytes x). Under four tokens
 // each has two chains (the low and the high nibbles' products), so that one
 // token's dpbusds do not wait on one another; from four up the tokens are
-// the chains, and eight tokens' second chains would not fit in the 32
+// the chains, and eight tokens' second chains would not fit in AVX-512's 32
 // registers (iq4_xs at eight tokens spilled: 2.87 -> 2.93 ms).
 template <int NB>
 struct VnniSums {
@@ -142,7 +160,7 @@ struct VnniSums {
   // Token b's products u * x, into chain `half` (0: low nibbles, 1: high).
   IE_INLINE void add(int half, int b, __m256i u, __m256i x) {
     __m256i& r = c[half % kChains][b];
-    r = _mm256_dpbusd_epi32(r, u, x);
+    r = dpbusd(r, u, x);
     in_reg(r);
   }
   IE_INLINE __m256i sum(int b) const { return kChains == 2 ? _mm256_add_epi32(c[0][b], c[kChains - 1][b]) : c[0][b]; }
@@ -689,11 +707,11 @@ IE_INLINE auto with_nib_params(const Rows8& p, Fn&& fn) {
   return p.affine ? fn(S2{}, T{}) : fn(S2{}, F{});
 }
 
-// Tokens per pass over a tile when a chunk has them: VNNI's 32 vector
-// registers hold eight tokens' sums (AVX2's 16: four).
-constexpr int kWide = IE_ROWS8_VNNI ? 8 : 4;
+// Tokens per pass over a tile when a chunk has them: AVX-512's 32 vector
+// registers hold eight tokens' sums (AVX2's and AVX-VNNI's 16: four).
+constexpr int kWide = IE_ROWS8_ZMM ? 8 : 4;
 
-#if IE_ROWS8_VNNI
+#if IE_ROWS8_ZMM
 // GCC 12's 512-bit intrinsics pass _mm512_undefined_* as the merge operand of
 // their unmasked builtins, which -O3 inlining reports as uninitialized reads.
 #pragma GCC diagnostic push
@@ -782,14 +800,14 @@ struct TileKernels {
   TileKernel<3> n3 = nullptr;
   TileKernel<4> n4 = nullptr;
   TileKernel<kWide> wide = nullptr;
-#if IE_ROWS8_VNNI
+#if IE_ROWS8_ZMM
   PairKernel pair = nullptr;  // two tiles, eight tokens (rows8_pairs.h)
 #endif
   TileKernels() = default;
   explicit TileKernels(const Rows8& p)
       : single(tile_kernel<1, true>(p)), n1(tile_kernel<1>(p)), n2(tile_kernel<2>(p)), n3(tile_kernel<3>(p)),
         n4(tile_kernel<4>(p)), wide(kWide > 4 ? tile_kernel<kWide>(p) : nullptr)
-#if IE_ROWS8_VNNI
+#if IE_ROWS8_ZMM
         , pair(pair_kernel(p))
 #endif
   {}
@@ -836,7 +854,7 @@ void run_tile_n(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku,
   for (int b = 0; b < NB; ++b) store_tile(acc[b], j.up ? nullptr : j.bias, j.y + (b0 + b) * rows, 8 * t, n);
 }
 
-#if IE_ROWS8_VNNI
+#if IE_ROWS8_ZMM
 // The eight tokens b0 .. b0+8 of tiles t and t + 1 of one job (pw, pu: its matrices' pair kernels).
 void run_pair(const Rows8Job& j, PairKernel pw, PairKernel pu, int64_t t, const Q8Nat& x, int B, int b0) {
   const int64_t rows = j.w->spec.rows;
@@ -869,13 +887,13 @@ void run_tile_rest(const Rows8Job& j, const TileKernels& kw, const TileKernels& 
   }
 }
 
-// Tiles [t0, t1) of one job, for the B activation rows of x: under VNNI two
+// Tiles [t0, t1) of one job, for the B activation rows of x: under AVX-512 two
 // tiles at a time (every quantized type has a pair kernel), then the
 // tokens past the last eight per tile.
 void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, int64_t t0, int64_t t1, const Q8Nat& x,
              int B) {
   for (int64_t t = t0; t < t1; ++t) {
-#if IE_ROWS8_VNNI
+#if IE_ROWS8_ZMM
     if (t + 1 < t1 && B >= kPairTokens) {
       int b0 = 0;
       for (; b0 + kPairTokens <= B; b0 += kPairTokens) run_pair(j, kw.pair, ku.pair, t, x, B, b0);
@@ -900,8 +918,8 @@ void gemv_rows8_tiles(const Rows8Job* jobs, int n, const uint8_t* prep, int batc
     kw[i] = TileKernels(*jobs[i].w);
     if (jobs[i].up) ku[i] = TileKernels(*jobs[i].up);
   }
-  // Under VNNI, chunks of a pair's tokens or more are claimed two tiles at a time (run_job's pairs).
-  WorkSplit split(first[n], pool.size(), IE_ROWS8_VNNI && batch >= kWide ? 2 : 1);
+  // Under AVX-512, chunks of a pair's tokens or more are claimed two tiles at a time (run_job's pairs).
+  WorkSplit split(first[n], pool.size(), IE_ROWS8_ZMM && batch >= kWide ? 2 : 1);
   pool.run([&](int th) {
     int64_t k0, k1;
     while (split.next(th, &k0, &k1)) {

@@ -87,5 +87,6 @@ int64_t int8_chains_avx2(int a, int b, int64_t iters) {
 }  // namespace
 
 const StreamOps kStreamAvx2 = {stream_sum_chunk_avx2, fma_chains_avx2, int8_chains_avx2};
+const StreamOps kStreamAvxVnni = {stream_sum_chunk_avx2, fma_chains_avx2, int8_chains_avxvnni};
 
 }  // namespace ie

@@ -56,9 +56,9 @@ const StreamOps kStreamScalar = {stream_sum_chunk_scalar, fma_chains_scalar, int
 
 const IsaTable<StreamOps> kStreamTable = {{&kStreamScalar,
 #if IE_HAVE_X86
-                                           &kStreamAvx2, &kStreamAvx512
+                                           &kStreamAvx2, &kStreamAvxVnni, &kStreamAvx512
 #else
-                                           nullptr, nullptr
+                                           nullptr, nullptr, nullptr
 #endif
                                            }};
 

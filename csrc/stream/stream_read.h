@@ -23,8 +23,8 @@ struct StreamOps {
   // kInt8Lanes independent int32 lanes, each `iters` times acc += 4 a b,
   // computed as the int8 kernels compute a dot product (AVX2: vpmaddubsw of
   // unsigned a and signed b bytes, |2ab| <= 32767 as it saturates, vpmaddwd
-  // with ones, vpaddd; AVX-512: VNNI's vpdpbusd, one instruction for the
-  // three, as the rows8 kernels at that level multiply); returns the
+  // with ones, vpaddd; AVX-VNNI and AVX-512: vpdpbusd, one instruction for
+  // the three, as the rows8 kernels at those levels multiply); returns the
   // lanes' sum, each lane wrapping modulo 2^32 (kInt8Lanes * 4 * iters
   // int8 multiplies).
   int64_t (*int8_chains)(int a, int b, int64_t iters);
@@ -37,7 +37,10 @@ constexpr int kInt8Lanes = 128;
 extern const StreamOps kStreamScalar;
 #if IE_HAVE_X86
 extern const StreamOps kStreamAvx2;
+// AVX2's read and FMA loop with AVX-VNNI's int8 loop (stream/avxvnni.cpp).
+extern const StreamOps kStreamAvxVnni;
 extern const StreamOps kStreamAvx512;
+int64_t int8_chains_avxvnni(int a, int b, int64_t iters);
 #endif
 extern const IsaTable<StreamOps> kStreamTable;
 
