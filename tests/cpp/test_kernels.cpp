@@ -13,6 +13,7 @@
 #include "attention/attention.h"
 #include "bsr/bsr.h"
 #include "common/aligned.h"
+#include "common/dispatch.h"
 #include "common/half.h"
 #include "common/isa.h"
 #include "dedup/dedup.h"
@@ -26,6 +27,20 @@ namespace {
 using ie::Isa;
 
 }  // namespace
+
+// A family with an avxvnni variant and none at avx512 must not run the VEX
+// form on an avx512 machine (Zen 4 has AVX-512 VNNI without AVX-VNNI).
+TEST(isa_table_never_falls_from_avx512_to_avxvnni) {
+  const int s = 0, a = 1, v = 2, z = 3;
+  const ie::IsaTable<int> vex_only = {{&s, &a, &v, nullptr}};
+  CHECK(vex_only.pick(Isa::Avx512) == Isa::Avx2);
+  CHECK(vex_only.pick(Isa::AvxVnni) == Isa::AvxVnni);
+  CHECK(vex_only.pick(Isa::Avx2) == Isa::Avx2);
+  const ie::IsaTable<int> all = {{&s, &a, &v, &z}};
+  CHECK(all.pick(Isa::Avx512) == Isa::Avx512 && all.ops(Isa::AvxVnni) == 2);
+  const ie::IsaTable<int> no_vex = {{&s, &a, nullptr, &z}};
+  CHECK(no_vex.pick(Isa::AvxVnni) == Isa::Avx2 && no_vex.pick(Isa::Avx512) == Isa::Avx512);
+}
 
 TEST(stream_sum_simd_matches_scalar) {
   std::mt19937 rng(1);
