@@ -532,21 +532,10 @@ void Decoder::attention(int layer, int b) {
           fn(tb, te, m, sel, at);
         }
       };
-      // The next block (of keys or values) into L2 while this one is
-      // computed: a decode step's few queries spend too little time on a
-      // block to hide its latency (a step at 2000 positions of SmolLM2, when
-      // the cache's rows held every head: 84 -> 99 tokens/s).
-      auto prefetch_next = [&](KvCache& cache, int te) {
-        if (te >= hi) return;
-        const uint8_t* r = cache.at(cfg_, layer, g, te);
-        const size_t bytes = static_cast<size_t>(std::min(te + block, hi) - te) * hd * cache.elem();
-        for (size_t i = 0; i < bytes; i += 64) __builtin_prefetch(r + i, 0, 2);
-      };
       const size_t stride = static_cast<size_t>(hd);  // one position to the next, in a head's run
       blocks([&](int tb, int te, int m, const int* sel, float* const* at) {
         const float* qs[kAttnItemQueries];
         for (int i = 0; i < m; ++i) qs[i] = qr[sel[i]];
-        prefetch_next(k_cache_, te);
         const uint8_t* k = k_cache_.at(cfg_, layer, g, tb);
         if (k_cache_.type == WType::F16)
           ops.scores_f16(qs, m, reinterpret_cast<const uint16_t*>(k), stride, te - tb, hd, scale, at);
@@ -573,7 +562,6 @@ void Decoder::attention(int layer, int b) {
       blocks([&](int tb, int te, int m, const int* sel, float* const* at) {
         float* os[kAttnItemQueries];
         for (int i = 0; i < m; ++i) os[i] = out[sel[i]];
-        prefetch_next(v_cache_, te);
         const uint8_t* v = v_cache_.at(cfg_, layer, g, tb);
         if (v_cache_.type == WType::F16)
           ops.mix_f16(at, m, reinterpret_cast<const uint16_t*>(v), stride, te - tb, hd, os);
