@@ -283,9 +283,13 @@ def every_type(label: str, src: Path, tmp: Path, a: argparse.Namespace) -> list[
         o, th = r["ierun"], r["llama_cpp"]
         macs = r["prefill_macs"]
         frac = f"{o['pp'] * macs / peak:.0%}/{th.get('pp', nan) * macs / peak:.0%}"
+        # Which figures are not what they seem: llama.cpp's retried without its crashing default (an
+        # understatement of it), ours with rounds the bench saw run beside other work.
+        notes = ([f"llama {th['note']}"] if th.get("note") else []) + \
+                ([f"{o['busy_rounds']} busy rounds"] if o["busy_rounds"] else [])
         print(f"{r['type']:8} {r['how']:12} {o['model_bytes'] / 1e6:6.0f} {o['pp']:9.1f} {th.get('pp', nan):9.1f} "
               f"{o['pp'] / th.get('pp', nan):6.2f} {frac:>11} {o['tg']:9.1f} {th.get('tg', nan):9.1f} "
-              f"{o['tg'] / th.get('tg', nan):6.2f}")
+              f"{o['tg'] / th.get('tg', nan):6.2f}" + (f"   ({'; '.join(notes)})" if notes else ""))
         r["int8_peak_fraction"] = o["pp"] * macs / peak
     return rows
 
