@@ -34,12 +34,12 @@ inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(
 // whether it sat in L3 or DRAM, and a burst into L2 of the next block
 // before each block changed nothing. 2 KiB ahead: 16 positions of
 // SmolLM2's f16 rows. A prefetch never faults, so the rows past the cache's
-// last one may be asked for too.
+// last one may be asked for too; the address is computed as an integer, as
+// it may lie past the end of the cache's allocation.
 constexpr size_t kCacheAhead = 2048;
-template <class T>
-inline void prefetch_ahead(const T* row, size_t bytes) {
-  const char* p = reinterpret_cast<const char*>(row) + kCacheAhead;
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+inline void prefetch_ahead(const void* row, size_t bytes) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(row) + kCacheAhead;
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T0);
 }
 
 // Lane u of the result: the sum of a[u]'s eight lanes, as
