@@ -30,7 +30,7 @@ def cli() -> None:
     Kernels exist as a scalar reference and AVX2/FMA variants, AVX-VNNI ones for the int8 GEMVs
     (Intel client cores without AVX-512), and AVX-512 ones for dedup (VBMI2), the prefill GEMM and the
     int8 GEMVs (VNNI); the best one this CPU supports is chosen at run time
-    (IE_ISA=scalar|avx2|avxvnni|avx512 overrides; avx512 needs AVX-512 F/BW/VL/VBMI2/VNNI).
+    (IE_ISA=scalar|avx2|avxvnni|avx512|amx overrides; avx512 needs AVX-512 F/BW/VL/VBMI2/VNNI, amx also AMX-TILE/INT8).
     """
 
 

@@ -34,7 +34,7 @@ IE_GGUF_CACHE        a directory (absolute path)           (below)   gguf_models
 IE_DEBUG             1: traceback of an internal error     (unset)   the CLI plumbing                       cli
                                                                      (cli/support.py)
 IE_ISA               scalar | avx2 | avxvnni | avx512 |    auto      the native library                     native
-                     auto                                            (csrc/common/isa.cpp)
+                     amx | auto                                      (csrc/common/isa.cpp)
 ==================== ===================================== ========= ====================================== ======
 
 Rules, by the last column:
@@ -97,7 +97,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("IE_GGUF_CACHE", "absolute directory", "$XDG_CACHE_HOME/iekit/gguf or ~/.cache/iekit/gguf",
              "gguf_models (ierun given a .gguf)", "error"),
     Variable("IE_DEBUG", "1", "", "the CLI plumbing (cli/support.py)", "cli"),
-    Variable("IE_ISA", "scalar | avx2 | avxvnni | avx512 | auto", "auto", "the native library (csrc/common/isa.cpp)", "native"),
+    Variable("IE_ISA", "scalar | avx2 | avxvnni | avx512 | amx | auto", "auto", "the native library (csrc/common/isa.cpp)", "native"),
 )
 
 # Storage precisions IE_PRECISION may name (the weight types, quantized

@@ -163,7 +163,7 @@ def _check_memory(o: dict[str, Any]) -> None:
 @click.option("--min-mib", type=click.IntRange(min=1, max=MAX_MIB), default=None,
               help="Dense/bsr: weight copies are rotated until their total exceeds this (defeats the LLC) "
                    "[4x the last-level cache, at least 256; --device cuda 512].")
-@click.option("--isa", default="", help="Kernel ISA (scalar, avx2, avxvnni: rows8 only, avx512: dedup and rows8); a kernel without that variant runs the best one below it; default: best available / IE_ISA.")
+@click.option("--isa", default="", help="Kernel ISA (scalar, avx2, avxvnni: rows8 only, avx512: dedup and rows8, amx: rows8 at --batch 16 or more); a kernel without that variant runs the best one below it; default: best available / IE_ISA.")
 @click.option("--device", type=click.Choice(cuda.DEVICES), default="cpu", show_default=True,
               help="cuda: time the dense GEMV kernels on the GPU (a `make build-cuda` build), against the "
                    "device-to-device copy bandwidth measured in the same run.")

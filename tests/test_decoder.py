@@ -366,7 +366,7 @@ def test_int4w_decoder_matches_float64_reference_over_dequantized_weights(q4_dir
         assert _rel(d.logits(ids), forward(model, w, ids)) <= tol
 
 
-@pytest.mark.parametrize("isa", ["scalar", "avx2", "avxvnni", "avx512"])
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avxvnni", "avx512", "amx"])
 def test_int8_decode_steps_match_float64_reference(q4_dirs, tmp_path, isa):
     """One token at a time: on AVX2, AVX-VNNI and AVX-512 the steps read the rows8
     copies (q/k/v in one call with Qwen2's biases, gate/up fused with
@@ -389,7 +389,7 @@ def test_int8_decode_steps_match_float64_reference(q4_dirs, tmp_path, isa):
         assert _rel(got, forward(model, w, ids[:-1])) <= tol, m
 
 
-@pytest.mark.parametrize("isa", ["scalar", "avx2", "avxvnni", "avx512"])
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avxvnni", "avx512", "amx"])
 def test_int8_prefill_chunks_give_the_logits_of_single_steps(q4_dirs, isa):
     """A 77-token int8 prefill runs in chunks (on AVX2, AVX-VNNI and AVX-512, where
     every matrix has a rows8 copy, of 64 tokens and then 13; else of 8):

@@ -23,19 +23,21 @@ def test_cpu_features_report():
                                                                    "avx512vnni"))
     assert ("avx512" in f["isas"]) == want_512
     assert ("avxvnni" in f["isas"]) == (f["flags"]["avx2"] and f["flags"]["avxvnni"])
+    # amx also needs the OS's grant (isa.cpp), which Linux gives any process that asks
+    assert ("amx" in f["isas"]) == (want_512 and f["flags"]["amx_tile"] and f["flags"]["amx_int8"])
     # Benchmarks report the variant that runs: the best one at or below the
     # level, from the table each family's driver dispatches through.
     variants = native._native.kernel_variants()
     # A CPU with AVX-512 VNNI may lack AVX-VNNI's VEX form (Zen 4), so avx512 never falls back to avxvnni.
-    order = ["scalar", "avx2", "avxvnni", "avx512"]
+    order = ["scalar", "avx2", "avxvnni", "avx512", "amx"]
     for family, levels in variants.items():
         assert levels[0] == "scalar" and levels == sorted(levels, key=order.index)
         for isa in f["isas"]:
-            below = [v for v in levels if order.index(v) <= order.index(isa) and not (v == "avxvnni" and isa == "avx512")]
+            below = [v for v in levels if order.index(v) <= order.index(isa) and not (v == "avxvnni" and isa in ("avx512", "amx"))]
             assert native._native.kernel_isa(family, isa) == max(below, key=order.index)
     # What this build holds: dedup, the prefill GEMM, the rows8 GEMVs (VNNI), attention (32 registers) and the
-    # yardsticks have AVX-512 bodies; the rows8 GEMVs and the int8 yardstick AVX-VNNI ones.
-    assert variants == {"gemv": ["scalar", "avx2", "avxvnni", "avx512"], "gemm": ["scalar", "avx2", "avx512"],
+    # yardsticks have AVX-512 bodies; the rows8 GEMVs and the int8 yardstick AVX-VNNI ones; the rows8 GEMVs AMX ones.
+    assert variants == {"gemv": ["scalar", "avx2", "avxvnni", "avx512", "amx"], "gemm": ["scalar", "avx2", "avx512"],
                         "attention": ["scalar", "avx2", "avx512"],
                         "bsr": ["scalar", "avx2"], "stream_read": ["scalar", "avx2", "avxvnni", "avx512"],
                         "dedup": ["scalar", "avx2", "avx512"]}

@@ -12,7 +12,8 @@ std::vector<std::pair<std::string, bool>> CpuFeatures::flags() const {
   return {{"sse4.2", sse42},       {"avx", avx},           {"avx2", avx2},
           {"fma", fma},            {"f16c", f16c},         {"avx512f", avx512f},
           {"avx512bw", avx512bw},  {"avx512vl", avx512vl}, {"avx512vnni", avx512vnni},
-          {"avx512vbmi2", avx512vbmi2}, {"avxvnni", avxvnni}};
+          {"avx512vbmi2", avx512vbmi2}, {"avxvnni", avxvnni}, {"amx_tile", amx_tile},
+          {"amx_int8", amx_int8}};
 }
 
 CpuFeatures detect_cpu_features() {
@@ -36,6 +37,16 @@ CpuFeatures detect_cpu_features() {
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
   f.avx512vbmi2 = __builtin_cpu_supports("avx512vbmi2");
   f.avxvnni = f.avx && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
+  // AMX: CPUID.7.0 EDX bits 24 (tile) and 25 (int8), and XCR0 bits 17-18
+  // (the OS saves the tile configuration and data).
+  if (f.avx512f && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    const bool tile = d >> 24 & 1, int8 = d >> 25 & 1;
+    unsigned lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    const bool os = (lo >> 17 & 3) == 3;
+    f.amx_tile = tile && os;
+    f.amx_int8 = tile && int8 && os;
+  }
 #endif
   unsigned n = std::thread::hardware_concurrency();
   f.logical_cpus = n ? static_cast<int>(n) : 1;

@@ -19,6 +19,8 @@ struct CpuFeatures {
   bool avx512vnni = false;
   bool avx512vbmi2 = false;
   bool avxvnni = false;
+  bool amx_tile = false;  // AMX-TILE and AMX-INT8 with the OS's tile state (XCR0);
+  bool amx_int8 = false;  // the process must still ask Linux for it (isa.cpp)
   int logical_cpus = 1;
 
   // (name, present) pairs in a fixed order, for reports.

@@ -5,6 +5,11 @@
 
 #include "cpu_features.h"
 
+#if IE_HAVE_X86 && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace ie {
 
 const char* isa_name(Isa isa) {
@@ -13,8 +18,22 @@ const char* isa_name(Isa isa) {
     case Isa::Avx2: return "avx2";
     case Isa::AvxVnni: return "avxvnni";
     case Isa::Avx512: return "avx512";
+    case Isa::Amx: return "amx";
   }
   return "unknown";
+}
+
+// Linux hands a process the AMX tile data only once asked
+// (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA): without it the first tile
+// instruction is a SIGILL. The grant is the process's for good, for every
+// thread, and asking again is harmless, so the probe below asks once.
+static bool amx_granted() {
+#if IE_HAVE_X86 && defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
 }
 
 static std::vector<Isa> probe_isas() {
@@ -24,7 +43,10 @@ static std::vector<Isa> probe_isas() {
   if (f.avx2 && f.fma && f.f16c) {
     out.push_back(Isa::Avx2);
     if (f.avxvnni) out.push_back(Isa::AvxVnni);
-    if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vbmi2 && f.avx512vnni) out.push_back(Isa::Avx512);
+    if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vbmi2 && f.avx512vnni) {
+      out.push_back(Isa::Avx512);
+      if (f.amx_tile && f.amx_int8 && amx_granted()) out.push_back(Isa::Amx);
+    }
   }
 #endif
   return out;

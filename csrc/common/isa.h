@@ -13,9 +13,12 @@ namespace ie {
 // vectors (Intel's client cores from Alder Lake on, which lack AVX-512;
 // also Sapphire Rapids and Zen 5). Avx512 = AVX2 + AVX-512 F/BW/VL/VBMI2/VNNI
 // (Ice Lake, Zen 4 and later: every CPU with VBMI2 has VL and VNNI); Zen 4
-// has it without AVX-VNNI, hence the exception.
-enum class Isa { Scalar = 0, Avx2 = 1, AvxVnni = 2, Avx512 = 3 };
-constexpr int kIsaLevels = 4;
+// has it without AVX-VNNI, hence the exception. Amx = Avx512 + AMX-TILE +
+// AMX-INT8, granted to the process by the OS (Sapphire Rapids and later
+// Xeons): only the prefill GEMVs have a variant; every other family runs
+// its Avx512 one.
+enum class Isa { Scalar = 0, Avx2 = 1, AvxVnni = 2, Avx512 = 3, Amx = 4 };
+constexpr int kIsaLevels = 5;
 
 const char* isa_name(Isa isa);
 

@@ -1591,5 +1591,7 @@ const GemvOps kGemvAvxVnni = {prep_kind_avx2, prep_bytes_avx2, prepare_avx2, scr
                               quantize_q8_avx2, gemv_rows8_avxvnni};
 const GemvOps kGemvAvx512 = {prep_kind_avx2, prep_bytes_avx2, prepare_avx2, scratch_bytes_avx2, gemv_avx2,
                              quantize_q8_avx2, gemv_rows8_avx512};
+const GemvOps kGemvAmx = {prep_kind_avx2, prep_bytes_avx2, prepare_avx2, scratch_bytes_avx2, gemv_avx2,
+                          quantize_q8_avx2, gemv_rows8_amx};
 
 }  // namespace ie

@@ -13,9 +13,9 @@ namespace ie {
 
 const IsaTable<GemvOps> kGemvTable = {{&kGemvScalar,
 #if IE_HAVE_X86
-                                       &kGemvAvx2, &kGemvAvxVnni, &kGemvAvx512
+                                       &kGemvAvx2, &kGemvAvxVnni, &kGemvAvx512, &kGemvAmx
 #else
-                                       nullptr, nullptr, nullptr
+                                       nullptr, nullptr, nullptr, nullptr
 #endif
                                        }};
 

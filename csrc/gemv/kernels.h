@@ -61,9 +61,12 @@ extern const GemvOps kGemvAvx2;
 // 16 registers) and for AVX-512 VNNI (EVEX vpdpbusd, 32 registers).
 extern const GemvOps kGemvAvxVnni;
 extern const GemvOps kGemvAvx512;
+// Avx512's, with AMX tile multiplies in the rows8 prefill kernels.
+extern const GemvOps kGemvAmx;
 void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
 void gemv_rows8_avxvnni(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
 void gemv_rows8_avx512(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
+void gemv_rows8_amx(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
 #endif
 extern const IsaTable<GemvOps> kGemvTable;
 

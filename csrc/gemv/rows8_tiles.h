@@ -5,7 +5,10 @@
 // rows8_avx2.cpp (-mavx2), rows8_avxvnni.cpp (IE_ROWS8_VNNI, -mavxvnni: the
 // VEX vpdpbusd, 16 registers) and rows8_avx512.cpp (IE_ROWS8_VNNI and
 // IE_ROWS8_ZMM, -mavx512vl -mavx512vnni: 32 registers and 512-bit pairs).
-// Include only from those three files: everything here is internal to the
+// rows8_amx.cpp builds the AVX-512 one again with IE_ROWS8_AMX: its pairs
+// of tiles take sixteen tokens at a time through AMX tile multiplies
+// (rows8_amx.h) where the type has such a kernel.
+// Include only from those four files: everything here is internal to the
 // including object.
 // Every 32-bit lane is one of a tile's eight rows, so a tile ends with one
 // vector store and no horizontal sums. Checked against the scalar reference
@@ -99,7 +102,11 @@ IE_INLINE __m256i int16_pairs(__m256i v) { return _mm256_blend_epi16(v, _mm256_s
 #ifndef IE_ROWS8_ZMM
 #define IE_ROWS8_ZMM 0
 #endif
+#ifndef IE_ROWS8_AMX
+#define IE_ROWS8_AMX 0
+#endif
 static_assert(!IE_ROWS8_ZMM || IE_ROWS8_VNNI, "the AVX-512 build multiplies with VNNI");
+static_assert(!IE_ROWS8_AMX || IE_ROWS8_ZMM, "the AMX build is the AVX-512 one with tile multiplies");
 
 #if IE_ROWS8_VNNI
 // Per 32-bit lane, r plus the four products of unsigned u and signed x
@@ -718,6 +725,9 @@ constexpr int kWide = IE_ROWS8_ZMM ? 8 : 4;
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "rows8_pairs.h"
+#if IE_ROWS8_AMX
+#include "rows8_amx.h"
+#endif
 #pragma GCC diagnostic pop
 #endif
 
@@ -803,12 +813,18 @@ struct TileKernels {
 #if IE_ROWS8_ZMM
   PairKernel pair = nullptr;  // two tiles, eight tokens (rows8_pairs.h)
 #endif
+#if IE_ROWS8_AMX
+  AmxKernel amx = nullptr;  // two tiles, sixteen tokens (rows8_amx.h); null: the pair kernel runs them
+#endif
   TileKernels() = default;
   explicit TileKernels(const Rows8& p)
       : single(tile_kernel<1, true>(p)), n1(tile_kernel<1>(p)), n2(tile_kernel<2>(p)), n3(tile_kernel<3>(p)),
         n4(tile_kernel<4>(p)), wide(kWide > 4 ? tile_kernel<kWide>(p) : nullptr)
 #if IE_ROWS8_ZMM
         , pair(pair_kernel(p))
+#endif
+#if IE_ROWS8_AMX
+        , amx(amx_kernel(p))
 #endif
   {}
   // Activation rows b0 .. b0+NB (of B) against tile t of p.
@@ -855,19 +871,21 @@ void run_tile_n(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku,
 }
 
 #if IE_ROWS8_ZMM
-// The eight tokens b0 .. b0+8 of tiles t and t + 1 of one job (pw, pu: its matrices' pair kernels).
-void run_pair(const Rows8Job& j, PairKernel pw, PairKernel pu, int64_t t, const Q8Nat& x, int B, int b0) {
+// The N tokens b0 .. b0+N of tiles t and t + 1 of one job (pw, pu: its
+// matrices' pair kernels, N = 8, or AMX kernels, N = 16).
+template <int N, class Kernel>
+void run_pair(const Rows8Job& j, Kernel pw, Kernel pu, int64_t t, const Q8Nat& x, int B, int b0) {
   const int64_t rows = j.w->spec.rows;
-  __m512 acc[kPairTokens], u[kPairTokens];
+  __m512 acc[N], u[N];
   pw(*j.w, j.w->bytes.data() + t * j.w->tile_bytes, x, B, b0, acc);
   if (j.up) {
     pu(*j.up, j.up->bytes.data() + t * j.up->tile_bytes, x, B, b0, u);
     // on the pair's 16 rows at once: the exp and divide were most of run_pair's own time
-    for (int b = 0; b < kPairTokens; ++b) acc[b] = silu_mul(acc[b], u[b]);
+    for (int b = 0; b < N; ++b) acc[b] = silu_mul(acc[b], u[b]);
   }
   for (int h = 0; h < 2; ++h) {
     const int64_t r0 = 8 * (t + h), n = rows - r0 < 8 ? rows - r0 : 8;
-    for (int b = 0; b < kPairTokens; ++b) store_tile(half_of(acc[b], h), j.up ? nullptr : j.bias, j.y + (b0 + b) * rows, r0, n);
+    for (int b = 0; b < N; ++b) store_tile(half_of(acc[b], h), j.up ? nullptr : j.bias, j.y + (b0 + b) * rows, r0, n);
   }
 }
 #endif
@@ -896,7 +914,11 @@ void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, in
 #if IE_ROWS8_ZMM
     if (t + 1 < t1 && B >= kPairTokens) {
       int b0 = 0;
-      for (; b0 + kPairTokens <= B; b0 += kPairTokens) run_pair(j, kw.pair, ku.pair, t, x, B, b0);
+#if IE_ROWS8_AMX
+      if (kw.amx && (!j.up || ku.amx))
+        for (; b0 + kAmxTokens <= B; b0 += kAmxTokens) run_pair<kAmxTokens>(j, kw.amx, ku.amx, t, x, B, b0);
+#endif
+      for (; b0 + kPairTokens <= B; b0 += kPairTokens) run_pair<kPairTokens>(j, kw.pair, ku.pair, t, x, B, b0);
       run_tile_rest(j, kw, ku, t, x, B, b0);
       run_tile_rest(j, kw, ku, ++t, x, B, b0);
       continue;
@@ -921,12 +943,21 @@ void gemv_rows8_tiles(const Rows8Job* jobs, int n, const uint8_t* prep, int batc
   // Under AVX-512, chunks of a pair's tokens or more are claimed two tiles at a time (run_job's pairs).
   WorkSplit split(first[n], pool.size(), IE_ROWS8_ZMM && batch >= kWide ? 2 : 1);
   pool.run([&](int th) {
+#if IE_ROWS8_AMX
+    // tile state is each thread's: shaped here, released after (a thread
+    // holding tile data makes every context switch save 8 KiB more)
+    const bool tiles = batch >= kAmxTokens;
+    if (tiles) amx_configure();
+#endif
     int64_t k0, k1;
     while (split.next(th, &k0, &k1)) {
       int i = 0;
       while (k0 >= first[i + 1]) ++i;
       run_job(jobs[i], kw[i], ku[i], k0 - first[i], k1 - first[i], x, batch);
     }
+#if IE_ROWS8_AMX
+    if (tiles) _tile_release();
+#endif
   });
 }
 

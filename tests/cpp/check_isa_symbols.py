@@ -20,7 +20,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-ISA_OBJECT = re.compile(r"(avx2|avxvnni|avx512)\.cpp\.o$")
+ISA_OBJECT = re.compile(r"(avx2|avxvnni|avx512|amx)\.cpp\.o$")
 # Compiler-generated helpers with no ISA-dependent code: clang's
 # __clang_call_terminate is a call to __cxa_begin_catch and std::terminate.
 COMPILER_HELPERS = {"__clang_call_terminate"}

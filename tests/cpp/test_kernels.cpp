@@ -40,6 +40,11 @@ TEST(isa_table_never_falls_from_avx512_to_avxvnni) {
   CHECK(all.pick(Isa::Avx512) == Isa::Avx512 && all.ops(Isa::AvxVnni) == 2);
   const ie::IsaTable<int> no_vex = {{&s, &a, nullptr, &z}};
   CHECK(no_vex.pick(Isa::AvxVnni) == Isa::Avx2 && no_vex.pick(Isa::Avx512) == Isa::Avx512);
+  // amx (AVX-512 and tiles) falls to avx512's variant, and never to avxvnni's past a missing avx512 one
+  CHECK(all.pick(Isa::Amx) == Isa::Avx512 && vex_only.pick(Isa::Amx) == Isa::Avx2);
+  const int t = 4;
+  const ie::IsaTable<int> tiles = {{&s, &a, &v, &z, &t}};
+  CHECK(tiles.pick(Isa::Amx) == Isa::Amx && tiles.pick(Isa::Avx512) == Isa::Avx512);
 }
 
 TEST(stream_sum_simd_matches_scalar) {

@@ -1,0 +1,262 @@
+// AMX prefill kernels over two rows8 tiles at once: the pair kernels'
+// 16 rows (rows8_pairs.h), sixteen tokens per pass, the integer products
+// of a 32-block made by one tile multiply. Included by rows8_tiles.h under
+// IE_ROWS8_AMX only, inside its namespace, after rows8_pairs.h.
+//
+// Why: a pair kernel spends 8 vpdpbusd per block and token (128 for 16
+// tokens), each with a broadcast load; one tdpbssd does the same 16 x 16 x
+// 32 products (measured here: 1.6 T multiply-adds/s a thread against the
+// VNNI peak's 0.24). What is left per block is what no int8 engine
+// escapes with a scale per 32 activations: each token's sums converted and
+// scaled into its accumulator (a tile store, then per token a load,
+// convert, multiply and FMA).
+//
+// The layout is rows8's, unchanged: a pair's block, unpacked, is the B
+// operand's VNNI form as it stands. Vector v of the 4-bit layout holds, in
+// lane n (row n of the pair), the four codes of elements 8v .. 8v+3 in its
+// low nibbles and of 8v+4 .. 8v+7 in its high ones, so its low and high
+// values are rows 2v and 2v + 1 of B (4 consecutive k of each of 16
+// columns); q8_0's vector v is row v. The tokens' blocks lie 32 bytes
+// apart in the activations (Q8Nat), so A is loaded in place.
+//
+// Values go in signed (tdpbssd): the codes minus their offset (8, 16 for
+// the five-bit types), the tables' values as they are, q8_0's bytes. The
+// sums are the pair kernels' integers exactly (they add the offset's term
+// -s8 separately), and each token's float operations are the pair
+// kernel's in the same order, so every output is the same float
+// (tests/test_gemv.py compares the ISAs bit for bit).
+#pragma once
+
+constexpr int kAmxTokens = 16;
+
+// Tile registers: C (int32 sums) in 0 and 1, A (activations) in 2 and 3, B
+// (weights) in 4 and 5; a block of parity P uses C P, A 2 + P and B 4 + P,
+// so two blocks' tile work and conversions overlap.
+struct AmxTileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Loads the kernels' tile shapes into this thread's tile configuration.
+IE_INLINE void amx_configure() {
+  AmxTileConfig c;
+  for (int p = 0; p < 2; ++p) {
+    c.rows[p] = kAmxTokens, c.colsb[p] = 64;      // C: 16 tokens x 16 rows of int32
+    c.rows[2 + p] = kAmxTokens, c.colsb[2 + p] = 32;  // A: 16 tokens x 32 codes
+    c.rows[4 + p] = 8, c.colsb[4 + p] = 64;       // B: 32 codes / 4 x 16 rows x 4
+  }
+  _tile_loadconfig(&c);
+}
+
+// A block of both tiles unpacked as B: eight 64-byte rows.
+struct alignas(64) AmxBlock {
+  __m512i b[8];
+};
+
+// The 4-bit layout's block at w of both tiles as signed values: VALUES maps
+// the nibbles (with HB = 32, the fifth bits at w + 128 joined as
+// pair_block does), then OFF comes off each.
+template <int HB, int OFF, class Values>
+IE_INLINE void amx_unpack4(const uint8_t* w, size_t tb, Values&& values, AmxBlock* out) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10), off = _mm512_set1_epi8(OFF);
+  const __m512i h = HB ? load_pair(w + 128, tb) : _mm512_setzero_si512();
+  for (int v = 0; v < 4; ++v) {
+    const __m512i wv = load_pair(w + 32 * v, tb);
+    __m512i lo = values(_mm512_and_si512(wv, m4)), hi = values(_mm512_and_si512(_mm512_srli_epi32(wv, 4), m4));
+    if constexpr (HB > 0) {
+      lo = _mm512_ternarylogic_epi32(lo, _mm512_sll_epi32(h, _mm_cvtsi32_si128(4 - v)), m10, 0xF8);
+      hi = _mm512_ternarylogic_epi32(hi, _mm512_srl_epi32(h, _mm_cvtsi32_si128(v)), m10, 0xF8);
+    }
+    if constexpr (OFF != 0) lo = _mm512_sub_epi8(lo, off), hi = _mm512_sub_epi8(hi, off);
+    _mm512_store_si512(out->b + 2 * v, lo);
+    _mm512_store_si512(out->b + 2 * v + 1, hi);
+  }
+}
+
+// grid_values(T) by nibble, signed (TableOf's table without the offset).
+template <WType T>
+struct SignedTableOf {
+  __m512i table;
+  SignedTableOf()
+      : table(_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(T))))) {}
+  IE_INLINE __m512i operator()(__m512i c) const { return _mm512_shuffle_epi8(table, c); }
+};
+
+// The 16 tokens' sums of block blk (parity P) against the activations at
+// xq, left in c (16 rows of 16 int32: token m's in row m). In assembly of
+// our own: GCC's tile intrinsics are asm statements that clobber all
+// memory, which made it keep the sixteen accumulators in memory, loaded and
+// stored again around every block; here the statement names the memory it
+// reads and writes.
+template <int P>
+IE_INLINE void amx_block(const AmxBlock& blk, const int8_t* xq, int32_t* c) {
+  using Sums = int32_t[kAmxTokens * 16];
+  using Codes = int8_t[kAmxTokens * 32];
+  const long row64 = 64, row32 = 32;
+  if constexpr (P == 0) {
+    __asm__ volatile(
+        "tileloadd (%[b],%[r64],1), %%tmm4\n\t"
+        "tileloadd (%[a],%[r32],1), %%tmm2\n\t"
+        "tilezero %%tmm0\n\t"
+        "tdpbssd %%tmm4, %%tmm2, %%tmm0\n\t"
+        "tilestored %%tmm0, (%[c],%[r64],1)"
+        : "=m"(*reinterpret_cast<Sums*>(c))
+        : [b] "r"(blk.b), [a] "r"(xq), [c] "r"(c), [r64] "r"(row64), [r32] "r"(row32), "m"(blk),
+          "m"(*reinterpret_cast<const Codes*>(xq)));
+  } else {
+    __asm__ volatile(
+        "tileloadd (%[b],%[r64],1), %%tmm5\n\t"
+        "tileloadd (%[a],%[r32],1), %%tmm3\n\t"
+        "tilezero %%tmm1\n\t"
+        "tdpbssd %%tmm5, %%tmm3, %%tmm1\n\t"
+        "tilestored %%tmm1, (%[c],%[r64],1)"
+        : "=m"(*reinterpret_cast<Sums*>(c))
+        : [b] "r"(blk.b), [a] "r"(xq), [c] "r"(c), [r64] "r"(row64), [r32] "r"(row32), "m"(blk),
+          "m"(*reinterpret_cast<const Codes*>(xq)));
+  }
+}
+
+// The n blocks of a pair for tokens b0 .. b0 + 16, in three stages a block
+// apart: block k + 2 unpacked into B form (unpack), block k + 1's tile
+// multiply, block k's sums into the accumulators (finish). A tile load of
+// bytes just stored by vector stores, and vector loads of a tile store's
+// bytes, wait for those stores to complete (in a one-stage loop those
+// waits took most of the time), so each stage reads what the one before
+// wrote a block earlier. unpack(k, out) and finish(k, sums) are called
+// with k in order, so they may keep running pointers.
+template <class Unpack, class Finish>
+IE_INLINE void amx_blocks(int64_t n, const Q8Nat& x, int B, int b0, Unpack&& unpack, Finish&& finish) {
+  AmxBlock buf[4];
+  alignas(64) int32_t c[2][kAmxTokens * 16];
+  auto xq = [&](int64_t k) { return x.q + (k * B + b0) * 32; };
+  unpack(0, &buf[0]);
+  if (n > 1) unpack(1, &buf[1]);
+  amx_block<0>(buf[0], xq(0), c[0]);
+  for (int64_t k = 0; k < n; k += 2) {
+    if (k + 2 < n) unpack(k + 2, &buf[(k + 2) & 3]);
+    if (k + 1 < n) amx_block<1>(buf[(k + 1) & 3], xq(k + 1), c[1]);
+    finish(k, c[0]);
+    if (k + 1 == n) break;
+    if (k + 3 < n) unpack(k + 3, &buf[(k + 3) & 3]);
+    if (k + 2 < n) amx_block<0>(buf[(k + 2) & 3], xq(k + 2), c[0]);
+    finish(k + 1, c[1]);
+  }
+}
+
+// acc[m] += (sums of token m) * (d * x.d of its block k), signed_pair's
+// and nib_pair's float operations in their order.
+IE_INLINE void amx_scale_add(const int32_t* c, __m512 d, const float* xd, __m512 (&acc)[kAmxTokens]) {
+  for (int m = 0; m < kAmxTokens; ++m)
+    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m)), _mm512_mul_ps(d, _mm512_set1_ps(xd[m])),
+                             acc[m]);
+}
+
+// Signed-value types (iq4_nl, mxfp4 through their tables; q8_0 as stored):
+// signed_pair's floats per token.
+template <WType T>
+IE_INLINE void signed_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kAmxTokens]) {
+  constexpr bool kTable = T != WType::Q8_0;
+  constexpr int kCodes = kTable ? 128 : 256;
+  const size_t tb = p.tile_bytes;
+  const SignedTableOf<T> table;
+  const uint8_t* wu = w;
+  amx_blocks(
+      p.groups, x, B, b0,
+      [&](int64_t, AmxBlock* out) __attribute__((always_inline)) {
+        prefetch_pair(p, wu, b0);
+        if constexpr (kTable) {
+          amx_unpack4<0, 0>(wu, tb, table, out);
+        } else {
+          for (int v = 0; v < 8; ++v) _mm512_store_si512(out->b + v, load_pair(wu + 32 * v, tb));
+        }
+        wu += p.group_bytes;
+      },
+      [&](int64_t k, const int32_t* c) __attribute__((always_inline)) {
+        const uint8_t* wk = w + k * p.group_bytes;
+        amx_scale_add(c, load16<T == WType::MXFP4 ? 1 : 2>(wk + kCodes, tb), x.d + k * B + b0, acc);
+      });
+}
+
+// nib_pair's types (int4w, q4_0, q4_1; q5_0, q5_1: HB = 32): codes minus
+// their offset (none for affine codes), nib_pair's floats per token.
+template <int BPG, int SB, bool AFFINE, int HB = 0>
+IE_INLINE void nib_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kAmxTokens]) {
+  constexpr int kOff = AFFINE ? 0 : (HB ? 16 : 8);
+  constexpr size_t kBlock = 128 + HB;
+  const size_t tb = p.tile_bytes;
+  const int bpg = BPG > 0 ? BPG : p.bpg;
+  const size_t codes = static_cast<size_t>(bpg) * kBlock;  // a group's blocks, then its scales (and mins)
+  const uint8_t* wu = w;  // unpack's block
+  int ku = 0;             // its place in its group
+  const uint8_t* wf = w;  // finish's group
+  int kf = 0;
+  __m512 scale = _mm512_setzero_ps(), mins = _mm512_setzero_ps();
+  amx_blocks(
+      p.groups * bpg, x, B, b0,
+      [&](int64_t, AmxBlock* out) __attribute__((always_inline)) {
+        if (ku == 0) prefetch_pair(p, wu, b0);
+        amx_unpack4<HB, kOff>(wu, tb, codes_as_is, out);
+        wu += kBlock;
+        if (++ku == bpg) ku = 0, wu += 8 * SB * (AFFINE ? 2 : 1);
+      },
+      [&](int64_t k, const int32_t* c) __attribute__((always_inline)) {
+        if (kf == 0) {
+          scale = load16<SB>(wf + codes, tb);
+          if constexpr (AFFINE) mins = load16<SB>(wf + codes + 8 * SB, tb);
+        }
+        const float* xd = x.d + k * B + b0;
+        amx_scale_add(c, scale, xd, acc);
+        if constexpr (AFFINE)
+          for (int m = 0; m < kAmxTokens; ++m) acc[m] = _mm512_fmadd_ps(mins, _mm512_set1_ps(x.ds[k * B + b0 + m]), acc[m]);
+        if (++kf == bpg) kf = 0, wf += p.group_bytes;
+      });
+}
+
+// Sixteen activation rows b0 .. b0 + 16 (of B) against the tiles at w and w
+// + tile_bytes; the tile configuration must be amx_configure's.
+using AmxKernel = void (*)(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0,
+                           __m512 (&acc)[kAmxTokens]);
+
+template <void (*K)(const Rows8&, const uint8_t*, const Q8Nat&, int, int, __m512 (&)[kAmxTokens])>
+void amx_fn(const Rows8& p, const uint8_t* w, const Q8Nat& xr, int B, int b0, __m512 (&out)[kAmxTokens]) {
+  const Q8Nat x = xr;
+  __m512 acc[kAmxTokens];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  K(p, w, x, B, b0, acc);
+  for (int b = 0; b < kAmxTokens; ++b) out[b] = acc[b];
+}
+
+// The AMX kernel of p's type; nullptr where it has none (the super-block
+// types, whose integer sub-scales the pair kernels apply: they run those).
+AmxKernel amx_kernel(const Rows8& p) {
+  switch (p.spec.type) {
+    case WType::Q8_0: return amx_fn<signed_amx<WType::Q8_0>>;
+    case WType::IQ4_NL: return amx_fn<signed_amx<WType::IQ4_NL>>;
+    case WType::MXFP4: return amx_fn<signed_amx<WType::MXFP4>>;
+    case WType::Q5_0: return amx_fn<nib_amx<1, 2, false, 32>>;
+    case WType::Q5_1: return amx_fn<nib_amx<1, 2, true, 32>>;
+    case WType::Int4w:
+    case WType::Q4_0:
+    case WType::Q4_1:
+      return with_nib_params(p, [&](auto sb, auto aff) -> AmxKernel {
+        constexpr int SB = decltype(sb)::value;
+        constexpr bool AFF = decltype(aff)::value;
+        if (p.bpg == 1) return amx_fn<nib_amx<1, SB, AFF>>;
+        if (p.bpg == 2) return amx_fn<nib_amx<2, SB, AFF>>;
+        return amx_fn<nib_amx<0, SB, AFF>>;
+      });
+    case WType::IQ4_XS:
+    case WType::IQ3_S:
+    case WType::Q4_K:
+    case WType::Q5_K:
+    case WType::Q6_K:
+    case WType::Q3_K:
+    case WType::Q2_K:
+    case WType::F32:
+    case WType::F16:
+    case WType::BF16: break;
+  }
+  return nullptr;
+}
