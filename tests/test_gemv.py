@@ -301,6 +301,37 @@ def test_rows8_int16_sums_hold_at_the_largest_codes(kind, isa):
     assert np.all(np.abs(y - ref) <= 1e-5 * np.abs(ref).max()), kind
 
 
+@pytest.mark.skipif(not ROWS8_ISAS, reason="the rows8 kernels are AVX2, AVX-VNNI and AVX-512 VNNI")
+def test_rows8_mxfp4_scales_at_every_exponent():
+    """mxfp4's E8M0 scales, 2^(e - 128) with its values doubled, from the
+    subnormal floats (e = 0, 1) to 2^32 (e = 160: larger would overflow the
+    sums' floats in the reference too): each ISA's rows8
+    kernel, one token and prefill chunks (the AVX-512 and AMX ones turn the
+    bytes into floats their own way), within the reference's bound and bit
+    for bit the same across the ISAs."""
+    rows, cols = 24, 256
+    blocks = cols // 32
+    rng = np.random.default_rng(17)
+    e = np.array([0, 1, 2, 3, 100, 127, 128, 129, 160], np.uint8)
+    raw = np.concatenate([e[rng.integers(0, len(e), (rows * blocks, 1))],
+                          rng.integers(0, 256, (rows * blocks, 16), dtype=np.uint8)], axis=1)
+    raw[: 3 * blocks, 0] = rng.integers(0, 3, 3 * blocks)  # rows whose every scale is subnormal or the smallest normal
+    raw = raw.ravel()
+    wd = gguf.quants.dequantize(raw.reshape(rows, -1), GGML["mxfp4"]).astype(np.float64)
+    for batch in (1, 13, 64):
+        x = rng.standard_normal((batch, cols)).astype(np.float32)
+        ys = []
+        for isa in ROWS8_ISAS:
+            y = native.gemv(raw, "mxfp4", rows, cols, x[0] if batch == 1 else x, act="int8", isa=isa,
+                            layout="rows8").reshape(batch, rows)
+            q, d = quantize_q8_ref(x)
+            xq = q.astype(np.float64) * np.repeat(d.reshape(batch, -1).astype(np.float64), 32, axis=1)
+            ref = xq @ wd.T
+            assert np.all(np.abs(y - ref) <= 1e-5 * (np.abs(xq) @ np.abs(wd).T) + 1e-300), (isa, batch)
+            ys.append(y)
+        assert all(np.array_equal(ys[0], y) for y in ys[1:]), batch
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda: native.gemv(np.zeros(64 * 4, np.uint8).view(np.uint8), "f32", 8, 8, np.zeros(8, np.float32),
                          layout="rows8"), "layout 'rows8' is read by"),

@@ -118,30 +118,30 @@ IE_INLINE void amx_block(const AmxBlock& blk, const int8_t* xq, int32_t* c) {
   }
 }
 
-// The n blocks of a pair for tokens b0 .. b0 + 16, in three stages a block
-// apart: block k + 2 unpacked into B form (unpack), block k + 1's tile
-// multiply, block k's sums into the accumulators (finish). A tile load of
-// bytes just stored by vector stores, and vector loads of a tile store's
-// bytes, wait for those stores to complete (in a one-stage loop those
-// waits took most of the time), so each stage reads what the one before
-// wrote a block earlier. unpack(k, out) and finish(k, sums) are called
-// with k in order, so they may keep running pointers.
+// The n blocks of a pair for tokens b0 .. b0 + 16, in three stages: block
+// k + 3 unpacked into B form (unpack), block k + 2's tile multiply, block
+// k's sums into the accumulators (finish). A tile load of bytes just
+// stored by vector stores, and vector loads of a tile store's bytes, wait
+// for those stores to complete (in a one-stage loop those waits took most
+// of the time), so each stage reads what the one before wrote a block or
+// two earlier. unpack(k, out) and finish(k, sums) are called with k in
+// order, so they may keep running pointers.
 template <class Unpack, class Finish>
 IE_INLINE void amx_blocks(int64_t n, const Q8Nat& x, int B, int b0, Unpack&& unpack, Finish&& finish) {
   AmxBlock buf[4];
-  alignas(64) int32_t c[2][kAmxTokens * 16];
+  alignas(64) int32_t c[4][kAmxTokens * 16];
   auto xq = [&](int64_t k) { return x.q + (k * B + b0) * 32; };
-  unpack(0, &buf[0]);
-  if (n > 1) unpack(1, &buf[1]);
+  for (int64_t k = 0; k < 3 && k < n; ++k) unpack(k, &buf[k]);
   amx_block<0>(buf[0], xq(0), c[0]);
-  for (int64_t k = 0; k < n; k += 2) {
-    if (k + 2 < n) unpack(k + 2, &buf[(k + 2) & 3]);
-    if (k + 1 < n) amx_block<1>(buf[(k + 1) & 3], xq(k + 1), c[1]);
-    finish(k, c[0]);
-    if (k + 1 == n) break;
+  if (n > 1) amx_block<1>(buf[1], xq(1), c[1]);
+  for (int64_t k = 0; k < n; k += 2) {  // tile registers by parity: the block numbers stay literal
     if (k + 3 < n) unpack(k + 3, &buf[(k + 3) & 3]);
-    if (k + 2 < n) amx_block<0>(buf[(k + 2) & 3], xq(k + 2), c[0]);
-    finish(k + 1, c[1]);
+    if (k + 2 < n) amx_block<0>(buf[(k + 2) & 3], xq(k + 2), c[(k + 2) & 3]);
+    finish(k, c[k & 3]);
+    if (k + 1 == n) break;
+    if (k + 4 < n) unpack(k + 4, &buf[(k + 4) & 3]);
+    if (k + 3 < n) amx_block<1>(buf[(k + 3) & 3], xq(k + 3), c[(k + 3) & 3]);
+    finish(k + 1, c[(k + 1) & 3]);
   }
 }
 

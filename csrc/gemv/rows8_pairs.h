@@ -30,6 +30,13 @@ IE_INLINE __m512i load_pair(const uint8_t* w, size_t tile_bytes) {
 // load8's eight scales of each tile as 16 floats.
 template <int SB>
 IE_INLINE __m512 load16(const uint8_t* p, size_t tile_bytes) {
+  if constexpr (SB == 1) {  // E8M0 bytes e: 2^(e - 128) by vscalefps, exact down to the subnormals (load8's floats)
+    int64_t e[2];
+    std::memcpy(&e[0], p, 8);
+    std::memcpy(&e[1], p + tile_bytes, 8);
+    const __m512 ef = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e))));
+    return _mm512_scalef_ps(_mm512_set1_ps(1.f), _mm512_sub_ps(ef, _mm512_set1_ps(128.f)));
+  }
   const __m512d lo = _mm512_castpd256_pd512(_mm256_castps_pd(load8<SB>(p)));
   return _mm512_castpd_ps(_mm512_insertf64x4(lo, _mm256_castps_pd(load8<SB>(p + tile_bytes)), 1));
 }
