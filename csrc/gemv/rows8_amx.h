@@ -90,33 +90,24 @@ struct SignedTableOf {
 // memory, which made it keep the sixteen accumulators in memory, loaded and
 // stored again around every block; here the statement names the memory it
 // reads and writes.
+#define IE_AMX_BLOCK(C, A, B)                                                                          \
+  __asm__ volatile("tileloadd (%[b],%[r64],1), %%tmm" #B "\n\t"                                         \
+                   "tileloadd (%[a],%[r32],1), %%tmm" #A "\n\t"                                         \
+                   "tilezero %%tmm" #C "\n\t"                                                           \
+                   "tdpbssd %%tmm" #B ", %%tmm" #A ", %%tmm" #C "\n\t"                                  \
+                   "tilestored %%tmm" #C ", (%[c],%[r64],1)"                                            \
+                   : "=m"(*reinterpret_cast<int32_t(*)[kAmxTokens * 16]>(c))                            \
+                   : [b] "r"(blk.b), [a] "r"(xq), [c] "r"(c), [r64] "r"(64L), [r32] "r"(32L), "m"(blk), \
+                     "m"(*reinterpret_cast<const int8_t(*)[kAmxTokens * 32]>(xq)))
 template <int P>
 IE_INLINE void amx_block(const AmxBlock& blk, const int8_t* xq, int32_t* c) {
-  using Sums = int32_t[kAmxTokens * 16];
-  using Codes = int8_t[kAmxTokens * 32];
-  const long row64 = 64, row32 = 32;
   if constexpr (P == 0) {
-    __asm__ volatile(
-        "tileloadd (%[b],%[r64],1), %%tmm4\n\t"
-        "tileloadd (%[a],%[r32],1), %%tmm2\n\t"
-        "tilezero %%tmm0\n\t"
-        "tdpbssd %%tmm4, %%tmm2, %%tmm0\n\t"
-        "tilestored %%tmm0, (%[c],%[r64],1)"
-        : "=m"(*reinterpret_cast<Sums*>(c))
-        : [b] "r"(blk.b), [a] "r"(xq), [c] "r"(c), [r64] "r"(row64), [r32] "r"(row32), "m"(blk),
-          "m"(*reinterpret_cast<const Codes*>(xq)));
+    IE_AMX_BLOCK(0, 2, 4);
   } else {
-    __asm__ volatile(
-        "tileloadd (%[b],%[r64],1), %%tmm5\n\t"
-        "tileloadd (%[a],%[r32],1), %%tmm3\n\t"
-        "tilezero %%tmm1\n\t"
-        "tdpbssd %%tmm5, %%tmm3, %%tmm1\n\t"
-        "tilestored %%tmm1, (%[c],%[r64],1)"
-        : "=m"(*reinterpret_cast<Sums*>(c))
-        : [b] "r"(blk.b), [a] "r"(xq), [c] "r"(c), [r64] "r"(row64), [r32] "r"(row32), "m"(blk),
-          "m"(*reinterpret_cast<const Codes*>(xq)));
+    IE_AMX_BLOCK(1, 3, 5);
   }
 }
+#undef IE_AMX_BLOCK
 
 // The n blocks of a pair for tokens b0 .. b0 + 16, in three stages: block
 // k + 3 unpacked into B form (unpack), block k + 2's tile multiply, block
@@ -214,6 +205,101 @@ IE_INLINE void nib_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, 
       });
 }
 
+// The super-block types, sub-block j's sums times the 16 rows' integer
+// sub-scales (vpmulld), into per-token float sums P over the super-block
+// that meet d once at its end, as their pair kernels do (the accumulators
+// are updated once per super-block, so sixteen P and sixteen acc need not
+// share the registers at each sub-block).
+IE_INLINE void amx_sub_add(const int32_t* c, __m512i mult, const float* xd, __m512 (&P)[kAmxTokens]) {
+  for (int m = 0; m < kAmxTokens; ++m)
+    P[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(_mm512_load_si512(c + 16 * m), mult)),
+                           _mm512_set1_ps(xd[m]), P[m]);
+}
+
+// iq4xs_pair's types (iq4_xs, iq3_s: signed table values, 6-bit
+// sub-scales l - 32), iq4xs_pair's floats per token.
+template <WType T>
+IE_INLINE void iq4xs_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kAmxTokens]) {
+  using H = Rows8Iq4xsHeader;
+  constexpr int kBlock = 32 * rows8_code_bits(T);
+  const size_t tb = p.tile_bytes;
+  const SignedTableOf<T> table;
+  __m512i ls_lo = _mm512_setzero_si512(), ls_hi = _mm512_setzero_si512();
+  __m512 P[kAmxTokens];
+  amx_blocks(
+      p.groups * 8, x, B, b0,
+      [&](int64_t k, AmxBlock* out) __attribute__((always_inline)) {
+        const uint8_t* wg = w + (k >> 3) * p.group_bytes;
+        prefetch_pair<8>(p, wg, b0, static_cast<int>(k & 7));
+        amx_unpack4<0, 0>(wg + (k & 7) * kBlock, tb, table, out);
+      },
+      [&](int64_t k, const int32_t* c) __attribute__((always_inline)) {
+        const int j = static_cast<int>(k & 7);
+        const uint8_t* h = w + (k >> 3) * p.group_bytes + 8 * kBlock;
+        if (j == 0) {
+          ls_lo = load_pair(h + H::scales_l, tb);
+          const __m128i hs0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + H::scales_h));
+          const __m128i hs1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + tb + H::scales_h));
+          ls_hi = _mm512_cvtepu16_epi32(_mm256_inserti128_si256(_mm256_castsi128_si256(hs0), hs1, 1));
+          for (auto& v : P) v = _mm512_setzero_ps();
+        }
+        const __m512i lo4 = _mm512_and_si512(_mm512_srl_epi32(ls_lo, _mm_cvtsi32_si128(4 * j)), _mm512_set1_epi32(0xF));
+        const __m512i hi2 = _mm512_and_si512(_mm512_srl_epi32(ls_hi, _mm_cvtsi32_si128(2 * j)), _mm512_set1_epi32(3));
+        const __m512i mult = _mm512_sub_epi32(_mm512_or_si512(lo4, _mm512_slli_epi32(hi2, 4)), _mm512_set1_epi32(32));
+        amx_sub_add(c, mult, x.d + k * B + b0, P);
+        if (j == 7) {
+          const __m512 d = load16<2>(h + H::d, tb);
+          for (int m = 0; m < kAmxTokens; ++m) acc[m] = _mm512_fmadd_ps(P[m], d, acc[m]);
+        }
+      });
+}
+
+// kq_pair's types (q4_k; q5_k: Q5, the fifth bits): codes as they are, the
+// 6-bit sub-scales by vpmulld, then the mins times dmin against each
+// token's d * code sum, then d: kq_pair's floats per token.
+template <bool Q5>
+IE_INLINE void kq_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kAmxTokens]) {
+  using H = Rows8KqHeader;
+  constexpr int kBlock = 32 * rows8_code_bits(Q5 ? WType::Q5_K : WType::Q4_K);
+  const size_t tb = p.tile_bytes;
+  const __m512i m3f = _mm512_set1_epi8(0x3F), m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  __m512i ls[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+  __m512 P[kAmxTokens];
+  amx_blocks(
+      p.groups * 8, x, B, b0,
+      [&](int64_t k, AmxBlock* out) __attribute__((always_inline)) {
+        const uint8_t* wg = w + (k >> 3) * p.group_bytes;
+        prefetch_pair<8>(p, wg, b0, static_cast<int>(k & 7));
+        amx_unpack4<Q5 ? 32 : 0, 0>(wg + (k & 7) * kBlock, tb, codes_as_is, out);
+      },
+      [&](int64_t k, const int32_t* c) __attribute__((always_inline)) {
+        const int j = static_cast<int>(k & 7);
+        const uint8_t* h = w + (k >> 3) * p.group_bytes + 8 * kBlock;
+        auto word = [h, tb](int i) { return load_pair(h + H::words + 32 * i, tb); };
+        if (j == 0) {
+          ls[0] = _mm512_and_si512(word(0), m3f);
+          ls[1] = _mm512_or_si512(_mm512_and_si512(word(2), m0f), _mm512_and_si512(_mm512_srli_epi32(word(0), 2), m30));
+          for (auto& v : P) v = _mm512_setzero_ps();
+        }
+        amx_sub_add(c, lane_byte_z(j < 4 ? ls[0] : ls[1], j % 4), x.d + k * B + b0, P);
+        if (j == 7) {
+          const __m512i lm[2] = {_mm512_and_si512(word(1), m3f),
+                                 _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(word(2), 4), m0f),
+                                                 _mm512_and_si512(_mm512_srli_epi32(word(1), 2), m30))};
+          const __m512 dmin = load16<2>(h + H::dmin, tb);
+          const int64_t kg = (k - 7) * B + b0;  // the super-block's first sub-block
+#pragma GCC unroll 1
+          for (int i = 0; i < 8; ++i) {
+            const __m512 mn = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_z(i < 4 ? lm[0] : lm[1], i % 4)), dmin);
+            for (int m = 0; m < kAmxTokens; ++m)
+              acc[m] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(x.ds[kg + i * B + m]), acc[m]);
+          }
+          const __m512 d = load16<2>(h + H::d, tb);
+          for (int m = 0; m < kAmxTokens; ++m) acc[m] = _mm512_fmadd_ps(P[m], d, acc[m]);
+        }
+      });
+}
+
 // Sixteen activation rows b0 .. b0 + 16 (of B) against the tiles at w and w
 // + tile_bytes; the tile configuration must be amx_configure's.
 using AmxKernel = void (*)(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0,
@@ -228,8 +314,9 @@ void amx_fn(const Rows8& p, const uint8_t* w, const Q8Nat& xr, int B, int b0, __
   for (int b = 0; b < kAmxTokens; ++b) out[b] = acc[b];
 }
 
-// The AMX kernel of p's type; nullptr where it has none (the super-block
-// types, whose integer sub-scales the pair kernels apply: they run those).
+// The AMX kernel of p's type; nullptr where it has none (q6_k, q3_k and
+// q2_k, whose 16-element sub-blocks would need a tile multiply per half:
+// the pair kernels run those).
 AmxKernel amx_kernel(const Rows8& p) {
   switch (p.spec.type) {
     case WType::Q8_0: return amx_fn<signed_amx<WType::Q8_0>>;
@@ -247,10 +334,10 @@ AmxKernel amx_kernel(const Rows8& p) {
         if (p.bpg == 2) return amx_fn<nib_amx<2, SB, AFF>>;
         return amx_fn<nib_amx<0, SB, AFF>>;
       });
-    case WType::IQ4_XS:
-    case WType::IQ3_S:
-    case WType::Q4_K:
-    case WType::Q5_K:
+    case WType::IQ4_XS: return amx_fn<iq4xs_amx<WType::IQ4_XS>>;
+    case WType::IQ3_S: return amx_fn<iq4xs_amx<WType::IQ3_S>>;
+    case WType::Q4_K: return amx_fn<kq_amx<false>>;
+    case WType::Q5_K: return amx_fn<kq_amx<true>>;
     case WType::Q6_K:
     case WType::Q3_K:
     case WType::Q2_K:
