@@ -19,12 +19,13 @@
 // columns); q8_0's vector v is row v. The tokens' blocks lie 32 bytes
 // apart in the activations (Q8Nat), so A is loaded in place.
 //
-// Values go in signed (tdpbssd): the codes minus their offset (8, 16 for
-// the five-bit types), the tables' values as they are, q8_0's bytes. The
-// sums are the pair kernels' integers exactly (they add the offset's term
-// -s8 separately), and each token's float operations are the pair
-// kernel's in the same order, so every output is the same float
-// (tests/test_gemv.py compares the ISAs bit for bit).
+// Values go in signed (tdpbssd): symmetric codes minus their offset (8, 16
+// for the five-bit types), affine and k-quant codes as they are, the
+// tables' values, q8_0's bytes. The sums are the pair kernels' integers
+// exactly (they take the offset's term off separately), and each token's
+// float operations are the pair kernel's in the same order, so every
+// output is the same float (tests/test_gemv.py compares the ISAs bit for
+// bit).
 #pragma once
 
 constexpr int kAmxTokens = 16;
