@@ -320,13 +320,13 @@ def test_rows8_mxfp4_scales_at_every_exponent():
     wd = gguf.quants.dequantize(raw.reshape(rows, -1), GGML["mxfp4"]).astype(np.float64)
     for batch in (1, 13, 64):
         x = rng.standard_normal((batch, cols)).astype(np.float32)
+        q, d = quantize_q8_ref(x)
+        xq = q.astype(np.float64) * np.repeat(d.reshape(batch, -1).astype(np.float64), 32, axis=1)
+        ref = xq @ wd.T
         ys = []
         for isa in ROWS8_ISAS:
             y = native.gemv(raw, "mxfp4", rows, cols, x[0] if batch == 1 else x, act="int8", isa=isa,
                             layout="rows8").reshape(batch, rows)
-            q, d = quantize_q8_ref(x)
-            xq = q.astype(np.float64) * np.repeat(d.reshape(batch, -1).astype(np.float64), 32, axis=1)
-            ref = xq @ wd.T
             assert np.all(np.abs(y - ref) <= 1e-5 * (np.abs(xq) @ np.abs(wd).T) + 1e-300), (isa, batch)
             ys.append(y)
         assert all(np.array_equal(ys[0], y) for y in ys[1:]), batch

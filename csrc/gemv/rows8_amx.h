@@ -56,34 +56,31 @@ struct alignas(64) AmxBlock {
   __m512i b[8];
 };
 
-// The 4-bit layout's block at w of both tiles as signed values: VALUES maps
-// the nibbles (with HB = 32, the fifth bits at w + 128 joined as
-// pair_block does), then OFF comes off each.
+// The 4-bit layout's block at w of both tiles as signed values
+// (pair_values' vectors), then OFF off each.
 template <int HB, int OFF, class Values>
 IE_INLINE void amx_unpack4(const uint8_t* w, size_t tb, Values&& values, AmxBlock* out) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10), off = _mm512_set1_epi8(OFF);
-  const __m512i h = HB ? load_pair(w + 128, tb) : _mm512_setzero_si512();
+  const __m512i h = HB ? load_pair(w + 128, tb) : _mm512_setzero_si512(), off = _mm512_set1_epi8(OFF);
   for (int v = 0; v < 4; ++v) {
-    const __m512i wv = load_pair(w + 32 * v, tb);
-    __m512i lo = values(_mm512_and_si512(wv, m4)), hi = values(_mm512_and_si512(_mm512_srli_epi32(wv, 4), m4));
-    if constexpr (HB > 0) {
-      lo = _mm512_ternarylogic_epi32(lo, _mm512_sll_epi32(h, _mm_cvtsi32_si128(4 - v)), m10, 0xF8);
-      hi = _mm512_ternarylogic_epi32(hi, _mm512_srl_epi32(h, _mm_cvtsi32_si128(v)), m10, 0xF8);
-    }
+    __m512i lo, hi;
+    pair_values<HB>(w, tb, h, v, values, &lo, &hi);
     if constexpr (OFF != 0) lo = _mm512_sub_epi8(lo, off), hi = _mm512_sub_epi8(hi, off);
     _mm512_store_si512(out->b + 2 * v, lo);
     _mm512_store_si512(out->b + 2 * v + 1, hi);
   }
 }
 
-// grid_values(T) by nibble, signed (TableOf's table without the offset).
-template <WType T>
-struct SignedTableOf {
-  __m512i table;
-  SignedTableOf()
-      : table(_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(T))))) {}
-  IE_INLINE __m512i operator()(__m512i c) const { return _mm512_shuffle_epi8(table, c); }
-};
+// Sub-block k (of the whole row: super-block k / 8, sub-block k % 8) of
+// the super-block types' 4-bit layout, unpacked as amx_unpack4 does, for
+// amx_blocks; its group prefetched ahead as the pair kernels do.
+template <int HB, int BLOCK, class Values>
+IE_INLINE auto sub_block_unpacker(const Rows8& p, const uint8_t* w, int b0, Values values) {
+  return [&p, w, b0, values](int64_t k, AmxBlock* out) __attribute__((always_inline)) {
+    const uint8_t* wg = w + (k >> 3) * p.group_bytes;
+    prefetch_pair<8>(p, wg, b0, static_cast<int>(k & 7));
+    amx_unpack4<HB, 0>(wg + (k & 7) * BLOCK, p.tile_bytes, values, out);
+  };
+}
 
 // The 16 tokens' sums of block blk (parity P) against the activations at
 // xq, left in c (16 rows of 16 int32: token m's in row m). In assembly of
@@ -152,7 +149,7 @@ IE_INLINE void signed_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
   constexpr bool kTable = T != WType::Q8_0;
   constexpr int kCodes = kTable ? 128 : 256;
   const size_t tb = p.tile_bytes;
-  const SignedTableOf<T> table;
+  const TableOf<T, false> table;
   const uint8_t* wu = w;
   amx_blocks(
       p.groups, x, B, b0,
@@ -224,16 +221,12 @@ IE_INLINE void iq4xs_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
   using H = Rows8Iq4xsHeader;
   constexpr int kBlock = 32 * rows8_code_bits(T);
   const size_t tb = p.tile_bytes;
-  const SignedTableOf<T> table;
+  const TableOf<T, false> table;
   __m512i ls_lo = _mm512_setzero_si512(), ls_hi = _mm512_setzero_si512();
   __m512 P[kAmxTokens];
   amx_blocks(
       p.groups * 8, x, B, b0,
-      [&](int64_t k, AmxBlock* out) __attribute__((always_inline)) {
-        const uint8_t* wg = w + (k >> 3) * p.group_bytes;
-        prefetch_pair<8>(p, wg, b0, static_cast<int>(k & 7));
-        amx_unpack4<0, 0>(wg + (k & 7) * kBlock, tb, table, out);
-      },
+      sub_block_unpacker<0, kBlock>(p, w, b0, table),
       [&](int64_t k, const int32_t* c) __attribute__((always_inline)) {
         const int j = static_cast<int>(k & 7);
         const uint8_t* h = w + (k >> 3) * p.group_bytes + 8 * kBlock;
@@ -268,11 +261,7 @@ IE_INLINE void kq_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, i
   __m512 P[kAmxTokens];
   amx_blocks(
       p.groups * 8, x, B, b0,
-      [&](int64_t k, AmxBlock* out) __attribute__((always_inline)) {
-        const uint8_t* wg = w + (k >> 3) * p.group_bytes;
-        prefetch_pair<8>(p, wg, b0, static_cast<int>(k & 7));
-        amx_unpack4<Q5 ? 32 : 0, 0>(wg + (k & 7) * kBlock, tb, codes_as_is, out);
-      },
+      sub_block_unpacker<Q5 ? 32 : 0, kBlock>(p, w, b0, codes_as_is),
       [&](int64_t k, const int32_t* c) __attribute__((always_inline)) {
         const int j = static_cast<int>(k & 7);
         const uint8_t* h = w + (k >> 3) * p.group_bytes + 8 * kBlock;

@@ -66,17 +66,29 @@ constexpr int kPairTokens = kWide;  // a pass's tokens, as over one tile
 // values + 128; HB = 32: with the fifth bits of the vector at w + 128 at 16,
 // as block_dot_n joins them) times token b's codes (its block at xq + 32 b),
 // one chain per token as VnniSums<8> keeps them.
+// Vector v (0..3) of the 4-bit layout's 32-block at w of both tiles: lo
+// (elements 8v .. 8v+3 of each row), hi (8v+4 .. 8v+7), each nibble
+// through VALUES; with HB = 32, the fifth bits (h: the vector at w + 128)
+// joined at 16. The pair kernels multiply them in place; the AMX ones
+// store them as the tile multiply's B (rows8_amx.h).
+template <int HB, class Values>
+IE_INLINE void pair_values(const uint8_t* w, size_t tb, __m512i h, int v, Values&& values, __m512i* lo, __m512i* hi) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+  const __m512i wv = load_pair(w + 32 * v, tb);
+  *lo = values(_mm512_and_si512(wv, m4));
+  *hi = values(_mm512_and_si512(_mm512_srli_epi32(wv, 4), m4));
+  if constexpr (HB > 0) {  // element 8v + j's fifth bit at bit v of its byte, 8v + 4 + j's at bit 4 + v
+    *lo = _mm512_ternarylogic_epi32(*lo, _mm512_sll_epi32(h, _mm_cvtsi32_si128(4 - v)), m10, 0xF8);
+    *hi = _mm512_ternarylogic_epi32(*hi, _mm512_srl_epi32(h, _mm_cvtsi32_si128(v)), m10, 0xF8);
+  }
+}
+
 template <int HB = 0, class Values>
 IE_INLINE void pair_block(const uint8_t* w, size_t tb, const int8_t* xq, Values&& values, __m512i (&s)[kPairTokens]) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
   const __m512i h = HB ? load_pair(w + 128, tb) : _mm512_setzero_si512();
   for (int v = 0; v < 4; ++v) {
-    const __m512i wv = load_pair(w + 32 * v, tb);
-    __m512i lo = values(_mm512_and_si512(wv, m4)), hi = values(_mm512_and_si512(_mm512_srli_epi32(wv, 4), m4));
-    if constexpr (HB > 0) {  // element 8v + j's fifth bit at bit v of its byte, 8v + 4 + j's at bit 4 + v
-      lo = _mm512_ternarylogic_epi32(lo, _mm512_sll_epi32(h, _mm_cvtsi32_si128(4 - v)), m10, 0xF8);
-      hi = _mm512_ternarylogic_epi32(hi, _mm512_srl_epi32(h, _mm_cvtsi32_si128(v)), m10, 0xF8);
-    }
+    __m512i lo, hi;
+    pair_values<HB>(w, tb, h, v, values, &lo, &hi);
     for (int b = 0; b < kPairTokens; ++b) {
       s[b] = _mm512_dpbusd_epi32(s[b], lo, bcast4z(xq + 32 * b + 8 * v));
       s[b] = _mm512_dpbusd_epi32(s[b], hi, bcast4z(xq + 32 * b + 8 * v + 4));
@@ -87,14 +99,16 @@ IE_INLINE void pair_block(const uint8_t* w, size_t tb, const int8_t* xq, Values&
 
 IE_INLINE __m512i codes_as_is(__m512i c) { return c; }
 
-// grid_values(T) + 128 by nibble (table_values' table in each 128-bit lane).
-template <WType T>
+// grid_values(T) + 128 by nibble (table_values' table in each 128-bit
+// lane), for vpdpbusd's unsigned bytes; OFFSET false: the values as they
+// are (the AMX kernels' signed tdpbssd).
+template <WType T, bool OFFSET = true>
 struct TableOf {
   __m512i table;
   TableOf()
       : table(_mm512_xor_si512(
             _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(T)))),
-            _mm512_set1_epi8(static_cast<char>(0x80)))) {}
+            _mm512_set1_epi8(static_cast<char>(OFFSET ? 0x80 : 0)))) {}
   IE_INLINE __m512i operator()(__m512i c) const { return _mm512_shuffle_epi8(table, c); }
 };
 
