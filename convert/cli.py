@@ -205,7 +205,7 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
               help="The GGUF file to write (llama.cpp, Ollama, LM Studio read it).")
 @click.option("--requantize", type=click.Choice(REQUANTIZE_TARGETS),
               help="Quantize again, to this type, the tensors whose bytes no GGUF type holds (int4w with f32 "
-                   "scales); the error it adds is reported per tensor. Without it they are refused.")
+                   "scales, iq4_xsh); the error it adds is reported per tensor. Without it they are refused.")
 @click.option("--allow-full-attention", is_flag=True,
               help="Mistral/Mixtral with a sliding window shorter than the context: export anyway (llama.cpp's "
                    "llama architecture attends to every position: identical up to the window).")
@@ -273,12 +273,12 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, ove
                    "hf-to-iebin / gguf-to-iebin then weight every quantized matrix's error by it.")
 @click.option("--target-bpw", type=click.FloatRange(min=1.0), default=None,
               help="Instead of one scheme: per matrix, the mix of 2.625 to 8.5-bit schemes (q2_k, q3_k, iq3_s, int4w, "
-                   "q4_0, q4_1, q4_k, iq4_xs, iq4_nl, q5_k, q5_0, q5_1, q6_k, q8_0) that meets this average bits per weight over the quantized matrices, spending bits "
+                   "q4_0, q4_1, q4_k, iq4_xs, iq4_xsh, iq4_nl, q5_k, q5_0, q5_1, q6_k, q8_0) that meets this average bits per weight over the quantized matrices, spending bits "
                    "where the (importance-weighted, with --imatrix) error measured on their rows falls most. "
                    "Reads the float weights of --hf-dir, or the dequantized weights of --gguf.")
 @click.option("--gguf-types", is_flag=True,
               help="With --target-bpw: only types llama.cpp also has (q4_0 ... q8_0, k-quants, iq3_s, iq4_nl, iq4_xs; no "
-                   "int4w), so `ieconv iebin-to-gguf` exports every tensor byte for byte.")
+                   "int4w, no iq4_xsh), so `ieconv iebin-to-gguf` exports every tensor byte for byte.")
 @click.option("--exclude-types", default="", metavar="TYPE[,TYPE...]",
               help="With --target-bpw: leave these types out of the candidates. For example iq3_s when the "
                    "file will run on llama.cpp's CPU backend and decode speed comes first: there its IQ3_S "
@@ -304,7 +304,7 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     get --head-scheme and --embedding-scheme (exact entries). A matrix
     --scheme cannot store gets a fallback (int4w whole-row groups; q4_k:
     int4w with a scale and min per 64, its 4.5 bits per weight; iq4_xs,
-    q3_k, q2_k, iq3_s: iq4_nl; q5_k, q6_k: q8_0). The bytes
+    iq4_xsh, q3_k, q2_k, iq3_s: iq4_nl; q5_k, q6_k: q8_0). The bytes
     a decode step reads under the policy are printed. Expert stacks
     [experts, rows, cols] take --scheme where it stacks; int4w's planes span
     one matrix, so with int4w (and q4_k's int4w fallback) they get q4_0

@@ -15,10 +15,10 @@ Bytes, by IEBIN dtype:
   losslessly, the symmetric kind as Q4_0 (d = its group's scale, the same
   nibbles), the affine kind as Q4_1 (d, m = its group's scale and minimum);
   the values are the same floats (tests/test_gguf_export.py proves it);
-- anything else (int4w whose f32 scales f16 cannot hold) is refused, naming
-  the tensor and what to quantize with instead, unless ``requantize``
-  names a type: then it is quantized again from its values, and the error
-  that adds is reported per tensor;
+- anything else (int4w whose f32 scales f16 cannot hold; iq4_xsh, a type
+  of ours alone) is refused, naming the tensor and what to quantize with
+  instead, unless ``requantize`` names a type: then it is quantized again
+  from its values, and the error that adds is reported per tensor;
 - vectors (norms, biases, sinks) are widened to F32, exactly, as llama.cpp's
   converter writes them.
 
@@ -174,8 +174,17 @@ class _Plan:
                               f"hold has no GGUF type; quantize it with --scale-dtype f16 (exported losslessly as "
                               f"{SAME_BYTES[target]}) or a llama.cpp scheme such as q4_k, or pass --requantize {target} "
                               "to requantize it here")
+        elif dtype not in SAME_BYTES and self.requantize and dtype in SCHEMES:
+            why = SCHEMES[self.requantize].check([o.rows, shape[-1]], QuantParams(self.requantize))
+            if why:
+                raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: --requantize {self.requantize}: {why}")
+            o.how, o.target, o.ggml_type = "requantize", self.requantize, SAME_BYTES[self.requantize]
+            o.error = QuantError()
         elif dtype not in SAME_BYTES:
-            raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: dtype {dtype!r} has no GGUF type")
+            hint = (f"; quantize with a llama.cpp type (q4-manifest --gguf-types, or --scheme iq4_xs), or pass "
+                    f"--requantize iq4_xs to requantize it here") if dtype in SCHEMES else ""
+            raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: dtype {dtype!r} has no GGUF type"
+                          f"{hint}")
         self.out.append(o)
         self.used.update(p.entry["name"] for p in parts)
 
@@ -314,6 +323,15 @@ def _repack_int4w(qs: np.ndarray, s: np.ndarray, m: np.ndarray | None, cols: int
     return np.concatenate([*heads, qs.reshape(k, nb, 16)], axis=2).reshape(k, -1)
 
 
+def _requantized(o: _Out, w: np.ndarray, cols: int) -> np.ndarray:
+    """Rows w [n, cols] quantized to o's --requantize target; the error
+    that adds is summed into o.error."""
+    target, tp = SCHEMES[o.target], QuantParams(o.target)
+    out = target.quantize(w, tp, o.name)
+    o.error.add(w, target.dequantize(out, w.shape[0], cols, tp), None)
+    return out
+
+
 def _chunks(plan: _Plan, o: _Out, advance: Callable[[int], None]) -> Iterator[bytes]:
     """The tensor's GGUF bytes, a few MiB of rows at a time (an int4w part's
     planes are split once per part, then rows are taken from them)."""
@@ -330,7 +348,12 @@ def _chunks(plan: _Plan, o: _Out, advance: Callable[[int], None]) -> Iterator[by
         step = max(1, CHUNK_BYTES // _row_bytes(e))
         for r0 in range(0, n, step):
             sel = part.rows[r0:r0 + step] if part.rows is not None else slice(r0, min(r0 + step, n))
-            if e["dtype"] != "int4w":
+            if e["dtype"] != "int4w" and o.how == "requantize":  # a type of ours alone, from its values
+                out = np.asarray(rows[sel])
+                src = SCHEMES[e["dtype"]]
+                w = src.dequantize(out, out.shape[0], cols, src.params_from(e["quant"], cols))
+                out = _requantized(o, w, cols)
+            elif e["dtype"] != "int4w":
                 out = np.asarray(rows[sel])
                 if o.how == "widen":
                     out = decode_f32(out.tobytes(), e["dtype"])
@@ -339,9 +362,7 @@ def _chunks(plan: _Plan, o: _Out, advance: Callable[[int], None]) -> Iterator[by
             else:  # requantize from int4w's values, measuring what that adds
                 w = SCHEMES["int4w"].dequantize_rows(QuantizedRows(np.asarray(qs[sel]), s[sel],
                                                                    None if m is None else m[sel]), cols, p)
-                target, tp = SCHEMES[o.target], QuantParams(o.target)
-                out = target.quantize(w, tp, o.name)
-                o.error.add(w, target.dequantize(out, w.shape[0], cols, tp), None)
+                out = _requantized(o, w, cols)
             b = np.ascontiguousarray(out).tobytes()
             advance(len(b))
             yield b

@@ -133,6 +133,10 @@ def importance_weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.
 # The non-linear 4-bit grid of iq4_nl / iq4_xs (ggml's kvalues_iq4nl): denser
 # near zero, where most weights of a block lie, than a uniform grid.
 IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], F32)
+# iq4_xsh's second grid is the first moved up by this much (csrc's kIq4ShiftStep): about a
+# third of the step near zero, so a sub-block whose weights fall between the first grid's
+# points has a grid of its own (ik_llama.cpp's IQ4_KS idea).
+IQ4_SHIFT = 4
 
 
 # ggml picks the upper of two neighbours v_k, v_k+1 unless x - v_k < v_k+1 - x in
@@ -161,6 +165,15 @@ def iq4_index(a: np.ndarray) -> np.ndarray:
     a tie goes to the upper entry; outside the grid the end one), uint8.
     A NaN (a zero block's 0 * inf) gets some code; its caller discards it."""
     return _IQ4_LUT[_iq4_slot(a, np.empty(np.shape(a), F32))]
+
+
+def iq4_shifted_scales(x: np.ndarray, w: np.ndarray, ntry: int = 7) -> tuple[np.ndarray, np.ndarray]:
+    """iq4_xsh's search: per 32-element row of x under weights w, the scale
+    and grid (shifted [n] uint8: 1 for IQ4_VALUES + IQ4_SHIFT) of least
+    weighted squared error, over scales that put the row's largest element
+    near either end of either grid, each refit by weighted least squares
+    (csrc/search/iq4_scales.cpp). Returns (scale [n], shifted [n])."""
+    return _per_block(_search.iq4_shifted_scales, x, w, ntry)
 
 
 def iq4_scales(x: np.ndarray, w: np.ndarray, ntry: int = 7) -> np.ndarray:

@@ -8,6 +8,8 @@ References never use the code under test (nor formats/quant.py):
   ``gguf.quants``;
 - int4w bytes are packed here from random codes/scales following
   docs/formats/quant.md, and dequantized here with numpy from the same text;
+- iq4_xsh bytes are random blocks (no other tool has the type), dequantized
+  here with numpy from docs/formats/quant.md;
 - products are ``W_deq @ x`` in float64.
 
 Bounds: act=f32 must be within 1e-5 * (|W| @ |x| + |bias|) of the float64
@@ -29,6 +31,7 @@ import pytest
 
 from iekit.formats.errors import IEError
 from iekit.runtime import kernels, native
+from iq4xsh_ref import deq_iq4_xsh
 
 ISAS = native.cpu_features()["isas"]
 GGML = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
@@ -100,6 +103,13 @@ def make_weights(kind: str, rows: int, cols: int, rng, group_size=0, symmetric=T
         raw[0, f16_at[0]:f16_at[0] + 2] = 0  # d = 0 (q4_k, q5_k: every sub-block is -min)
         entry["quant"] = {"scheme": kind, "block_size": elems}
         return raw.reshape(-1), gguf.quants.dequantize(raw.reshape(rows, -1), GGML[kind]).astype(np.float32), entry
+    if kind == "iq4_xsh":  # random codes, sub-scales and grid shifts under a random f16 d (0 in the first block)
+        raw = rng.integers(0, 256, size=(rows * cols // 256, 137), dtype=np.uint8)
+        dd = rng.uniform(-1, 1, raw.shape[0]) * 10.0 ** rng.uniform(-4, -2, raw.shape[0])
+        raw[:, 0:2] = dd.astype(np.float16)[:, None].view(np.uint8)
+        raw[0, 0:2] = 0
+        entry["quant"] = {"scheme": kind, "block_size": 256}
+        return raw.reshape(-1), deq_iq4_xsh(raw).reshape(rows, cols), entry
     if kind == "mxfp4":  # random codes under E8M0 scales 2^-9 .. 2^-2, and the subnormal scales of e = 0, 1
         raw = rng.integers(0, 256, size=(rows * cols // 32, 17), dtype=np.uint8)
         raw[:, 0] = rng.integers(119, 127, raw.shape[0])
@@ -150,7 +160,8 @@ VARIANTS = [("f32", 0, True, "f16", [(37, 100), (5, 7), (3, 1)]),
             ("q6_k", 0, True, "f16", [(37, 512), (3, 256)]),
             ("q3_k", 0, True, "f16", [(37, 512), (3, 256)]),
             ("q2_k", 0, True, "f16", [(37, 512), (3, 256)]),
-            ("iq3_s", 0, True, "f16", [(37, 512), (3, 256)])] + INT4W
+            ("iq3_s", 0, True, "f16", [(37, 512), (3, 256)]),
+            ("iq4_xsh", 0, True, "f16", [(37, 512), (3, 256)])] + INT4W
 
 
 def vid(v):
@@ -338,7 +349,7 @@ def test_rows8_mxfp4_scales_at_every_exponent():
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), layout="rows8"),
      "not q4_0 with act='f32'"),
     (lambda: native.gemv(np.zeros(8 * 256 * 2, np.uint8), "bf16", 8, 256, np.zeros(256, np.float32), act="int8",
-                         layout="rows8"), "q5_1, mxfp4, q3_k, q2_k, iq3_s matrices .*, not bf16 with act='int8'"),
+                         layout="rows8"), "q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh matrices .*, not bf16 with act='int8'"),
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), act="int8",
                          layout="rows4"), "layout must be 'stored' or 'rows8'"),
 ])
@@ -448,7 +459,7 @@ def _int4w(rows=4, cols=64, gs=32):
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(63, np.float32), group_size=32),
      "x must have 64 elements, got 63"),
     (lambda: native.gemv(np.zeros(4 * 64 * 2, np.uint8), "f16", 4, 64, np.ones(64, np.float32), act="int8"),
-     "act='int8' applies to int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4, q3_k, q2_k and iq3_s"),
+     "act='int8' applies to int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4, q3_k, q2_k, iq3_s and iq4_xsh"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32), group_size=32, bias=np.ones(3)),
      "bias must be 1-D with 4 elements"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32)), "int4w needs group_size"),

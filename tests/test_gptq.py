@@ -111,7 +111,7 @@ def test_quadratic_sum_over_the_upper_block_triangle(rows, cols):
     assert quadratic_sum(a[:, ::-1], h[::-1, ::-1]) == pytest.approx(want, rel=1e-5)  # not tied to an order
 
 
-@pytest.mark.parametrize("scheme_name", ["q3_k", "iq4_xs", "q2_k", "iq3_s"])
+@pytest.mark.parametrize("scheme_name", ["q3_k", "iq4_xs", "q2_k", "iq3_s", "iq4_xsh"])
 def test_steps_inside_a_super_block_lower_the_error(scheme_name):
     """Compensating STEP columns at a time inside a 256-element super-block (each
     step's columns held at their quantized values for the block's next

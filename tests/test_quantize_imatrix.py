@@ -75,7 +75,8 @@ def _quantize(wide, name, *manifest_args, convert_args=()):
     return out, m, res
 
 
-@pytest.mark.parametrize("scheme", ["q4_k", "q5_k", "q6_k", "q3_k", "q2_k", "iq4_xs", "iq4_nl", "q5_0", "q5_1", "mxfp4", "iq3_s"])
+@pytest.mark.parametrize("scheme", ["q4_k", "q5_k", "q6_k", "q3_k", "q2_k", "iq4_xs", "iq4_nl", "q5_0", "q5_1", "mxfp4", "iq3_s",
+                                    "iq4_xsh"])
 def test_model_runs_and_matches_the_float64_reference(wide, scheme):
     """Prefill (logits) with both activations on both ISAs, and, with int8
     on AVX2, decode steps: those read the rows8 copies one token at a time
@@ -208,6 +209,33 @@ def test_gguf_blocks_are_imported_byte_for_byte(wide, tmp_path, scheme):
     assert g.tensor_type.name == scheme.upper()
     raw = b.path_of(down).read_bytes()[down["file_data_offset"]:down["file_data_offset"] + down["nbytes"]]
     assert np.asarray(g.data).tobytes() == raw
+
+
+def test_gguf_export_refuses_iq4_xsh_unless_requantized(wide, tmp_path):
+    """llama.cpp has no iq4_xsh: iebin-to-gguf names the tensor and what to
+    do, and writes nothing; with --requantize iq4_xs it exports, gguf-py
+    reads IQ4_XS blocks whose values are within iq4_xs's reach of ours, and
+    the added error is reported per tensor."""
+    import gguf
+
+    out, _m, _res = _quantize(wide, "iq4_xsh-export", "--scheme", "iq4_xsh")
+    res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", out, "--out", tmp_path / "m.gguf")
+    assert_one_line_error(res, "dtype 'iq4_xsh' has no GGUF type", "--requantize iq4_xs")
+    assert not (tmp_path / "m.gguf").exists()
+    res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", out, "--out", tmp_path / "m.gguf", "--requantize", "iq4_xs")
+    assert res.returncode == 0, res.stderr
+    assert "requantized blk.0.ffn_down.weight to iq4_xs: added error SQNR" in res.stderr
+    model = iebin.load_model(out)
+    down = next(t for t in model.tensors if t["name"] == "model.layers.0.mlp.down_proj.weight")
+    g = {t.name: t for t in gguf.GGUFReader(str(tmp_path / "m.gguf")).tensors}["blk.0.ffn_down.weight"]
+    assert g.tensor_type.name == "IQ4_XS"
+    theirs = gguf.quants.dequantize(np.asarray(g.data), gguf.GGMLQuantizationType.IQ4_XS)
+    from iekit.formats.quant import SCHEMES, QuantParams
+
+    raw = model.path_of(down).read_bytes()[down["file_data_offset"]:down["file_data_offset"] + down["nbytes"]]
+    ours = SCHEMES["iq4_xsh"].dequantize(np.frombuffer(raw, np.uint8), *down["shape"], QuantParams("iq4_xsh"))
+    rel = np.linalg.norm(theirs - ours) / np.linalg.norm(ours)
+    assert 0 < rel < 0.15, rel
 
 
 def _kl(ref_dir, out_dir, ids):

@@ -54,13 +54,14 @@ def test_float_types_are_plain_element_dtypes():
 def test_block_sizes_match_gguf():
     """llama.cpp's own size table is the independent reference for the types
     GGUF stores byte for byte (each type's GGUF name), and its file types."""
-    assert set(weight_types.gguf_names()) == set(weight_types.names()) - {"int4w"}
+    assert set(weight_types.gguf_names()) == set(weight_types.names()) - {"int4w", "iq4_xsh"}
     for n, g in weight_types.gguf_names().items():
         wt = weight_types.get(n)
         assert g == n.upper()
         assert (wt.block_elems, wt.block_bytes) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[g]]
         assert wt.GGUF_FILE_TYPE in gguf.LlamaFileType.__members__
-    assert weight_types.get("int4w").GGUF is None and weight_types.get("int4w").GGUF_FILE_TYPE is None
+    for n in ("int4w", "iq4_xsh"):  # ours alone
+        assert weight_types.get(n).GGUF is None and weight_types.get(n).GGUF_FILE_TYPE is None
 
 
 def test_a_new_type_must_state_its_checklist():
@@ -90,24 +91,28 @@ def test_fallbacks_and_ladder_entries_are_selections_of_real_schemes():
 
     # The ladder the classes add up to, pinned, with bits per weight from
     # independent sources: int4w's definition (4 + 16/g per f16 scale, twice
-    # with mins) and gguf-py's size table for the block types.
+    # with mins), iq4_xsh's (iq4_xs's 4.25 and a bit per sub-block) and
+    # gguf-py's size table for the block types.
     def bits(sel):
         if sel["scheme"] == "int4w":
             return 4 + 16 / sel["group_size"] * (1 if sel["symmetric"] else 2)
+        if sel["scheme"] == "iq4_xsh":
+            return 4.25 + 1 / 32
         elems, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[sel["scheme"].upper()]]
         return nbytes * 8 / elems
 
     got = [(bits(sel), sel["scheme"], sel.get("group_size"), sel.get("symmetric")) for sel in bpw_policy.LADDER]
     assert got == [(2.625, "q2_k", None, None), (3.4375, "q3_k", None, None), (3.4375, "iq3_s", None, None), (4.125, "int4w", 128, True), (4.25, "iq4_xs", None, None), (4.25, "int4w", 64, True),
+                   (4.28125, "iq4_xsh", None, None),
                    (4.5, "q4_0", None, None), (4.5, "q4_k", None, None), (4.5, "iq4_nl", None, None),
                    (4.5, "int4w", 64, False), (5.0, "q4_1", None, None), (5.0, "int4w", 32, False),
                    (5.5, "q5_k", None, None), (5.5, "q5_0", None, None), (6.0, "q5_1", None, None),
                    (6.5625, "q6_k", None, None), (8.5, "q8_0", None, None)]
-    assert bpw_policy.GGUF_LADDER == tuple(sel for sel in bpw_policy.LADDER if sel["scheme"] != "int4w")
+    assert bpw_policy.GGUF_LADDER == tuple(sel for sel in bpw_policy.LADDER if sel["scheme"] not in ("int4w", "iq4_xsh"))
 
 
 def test_names_filters():
-    assert weight_types.names(quantized=True) == ("int4w", "q4_0", "q4_1", "q8_0", "q4_k", "iq4_nl", "iq4_xs", "q5_k", "q6_k", "q5_0", "q5_1", "mxfp4", "q3_k", "q2_k", "iq3_s")
+    assert weight_types.names(quantized=True) == ("int4w", "q4_0", "q4_1", "q8_0", "q4_k", "iq4_nl", "iq4_xs", "q5_k", "q6_k", "q5_0", "q5_1", "mxfp4", "q3_k", "q2_k", "iq3_s", "iq4_xsh")
     assert weight_types.names(quantized=False) == ("f32", "f16", "bf16")
     assert weight_types.names(int8_act=True) == QUANTIZED
     assert weight_types.names(gemv=True) == weight_types.names()
@@ -115,7 +120,7 @@ def test_names_filters():
 
 
 def test_unknown_name_is_a_clear_error():
-    with pytest.raises(IEError, match=r"unknown weight type 'q7_k' \(known: f32, f16, bf16, int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4, q3_k, q2_k, iq3_s\)"):
+    with pytest.raises(IEError, match=r"unknown weight type 'q7_k' \(known: f32, f16, bf16, int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh\)"):
         weight_types.get("q7_k")
     assert weight_types.find("q7_k") is None and weight_types.find(None) is None
 
@@ -133,7 +138,7 @@ def test_duplicate_registration_is_refused():
 
     assert weight_types.get("q4_0") is SCHEMES["q4_0"]
     assert [type(weight_types.get(n)).__name__ for n in weight_types.names()] == \
-        ["F32", "F16", "BF16", "Int4W", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "IQ4_NL", "IQ4_XS", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "MXFP4", "Q3_K", "Q2_K", "IQ3_S"]
+        ["F32", "F16", "BF16", "Int4W", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "IQ4_NL", "IQ4_XS", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "MXFP4", "Q3_K", "Q2_K", "IQ3_S", "IQ4_XSH"]
 
 
 # ------------------------------------------------------------------- nbytes

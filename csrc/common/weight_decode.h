@@ -174,6 +174,12 @@ IE_HD float iq4xs_scale(const uint8_t* blk, int j) {
   return f16_to_f32(load_u16(blk)) * static_cast<float>(l - 32);
 }
 
+// iq4_xsh: iq4_xs's 136 bytes, then a byte whose bit j shifts sub-block j's
+// grid up by kIq4ShiftStep (its values iq4_value(q) + 4: a second grid that
+// falls between the first's points near zero).
+constexpr int kIq4xshShifts = 136, kIq4ShiftStep = 4;
+IE_HD int iq4xsh_shift(const uint8_t* blk, int j) { return ((blk[kIq4xshShifts] >> j) & 1) * kIq4ShiftStep; }
+
 // mxfp4 (OCP MX v1.0 FP4, ggml's block_mxfp4): an E8M0 scale byte e, then
 // 16 bytes of e2m1 codes in iq4_nl's nibble order; w = e8m0_half(e) *
 // mxfp4_value(q), the e2m1 values doubled so they are int8 (ggml's
@@ -280,15 +286,18 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
     }
     case WType::IQ4_NL:
     case WType::IQ4_XS:
+    case WType::IQ4_XSH:
     case WType::MXFP4: {
       const uint8_t* blk = row + c0 / s.group_size * lay.block_bytes;
       const int j = static_cast<int>(c0 % s.group_size / 32);
-      const float d = s.type == WType::IQ4_XS ? iq4xs_scale(blk, j) : grid_scale(s.type, blk);
+      const bool xs = s.type == WType::IQ4_XS || s.type == WType::IQ4_XSH;
+      const float d = xs ? iq4xs_scale(blk, j) : grid_scale(s.type, blk);
+      const int shift = s.type == WType::IQ4_XSH ? iq4xsh_shift(blk, j) : 0;
       const uint8_t* qs = blk + lay.block_qs + 16 * j;
       IE_UNROLL
       for (int e = 0; e < 16; ++e) {
-        out[e] = d * static_cast<float>(grid_value(s.type, qs[e] & 0xF));
-        out[e + 16] = d * static_cast<float>(grid_value(s.type, qs[e] >> 4));
+        out[e] = d * static_cast<float>(grid_value(s.type, qs[e] & 0xF) + shift);
+        out[e + 16] = d * static_cast<float>(grid_value(s.type, qs[e] >> 4) + shift);
       }
       return;
     }

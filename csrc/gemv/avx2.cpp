@@ -710,15 +710,16 @@ void q4_q8_rows(const GemvArgs& a, const NibQ8& xa, int64_t r0, float* out) {
   store_sums(acc, out);
 }
 
-// ------------------ q8_0, q5_0, q5_1, iq4_nl, iq4_xs, mxfp4, iq3_s
+// ------------------ q8_0, q5_0, q5_1, iq4_nl, iq4_xs, iq4_xsh, mxfp4, iq3_s
 
 // Blocks whose 32 weights are a scale times int8 values (q5_1: plus a min):
 // q8_0 stores the values, q5_0 / q5_1 nibbles and fifth bits (codes, less
 // 16 for q5_0), iq4_nl / iq4_xs / mxfp4 nibbles indexing a table of values
 // (grid_values: one in-lane byte shuffle turns 32 of them into the values;
 // mxfp4's scale is an E8M0 byte, not an f16; iq3_s's values are codebook
-// words, gathered, with their signs). A stored block holds S such
-// 32-blocks (iq4_xs, iq3_s: 8 under one f16 d and sub-scales; else 1).
+// words, gathered, with their signs; iq4_xsh's are iq4_xs's plus each
+// sub-block's grid shift). A stored block holds S such 32-blocks (iq4_xs,
+// iq4_xsh, iq3_s: 8 under one f16 d and sub-scales; else 1).
 // act=f32 is one kernel for all (stored blocks, and inside them their
 // 32-blocks j); act=int8 has one for the 32-element blocks with values and
 // one for the iq4 types (block pairs).
@@ -774,7 +775,9 @@ IE_INLINE __m256i block_values(const uint8_t* p, int j) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + codes + 16 * j));
     const __m128i m4 = _mm_set1_epi8(0xF);
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(grid_values(T))));
-    return _mm256_shuffle_epi8(table, _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4)));
+    const __m256i q = _mm256_shuffle_epi8(table, _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4)));
+    if constexpr (T == WType::IQ4_XSH) return _mm256_add_epi8(q, _mm256_set1_epi8(static_cast<char>(iq4xsh_shift(p, j))));
+    else return q;
   }
 }
 
@@ -783,7 +786,7 @@ IE_INLINE __m256i block_values(const uint8_t* p, int j) {
 // 2 from bits 2j of the u16 at 2); every lane the one scale otherwise.
 template <WType T>
 IE_INLINE __m256 block_scales(const uint8_t* p) {
-  if constexpr (T == WType::IQ4_XS) {
+  if constexpr (T == WType::IQ4_XS || T == WType::IQ4_XSH) {
     uint32_t lo;
     std::memcpy(&lo, p + 4, 4);
     const __m128i nib = _mm_unpacklo_epi8(_mm_cvtsi32_si128(static_cast<int>(lo & 0x0F0F0F0Fu)),
@@ -968,8 +971,16 @@ void iq4_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
         v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kCodes + 16 * j));
         d = _mm256_permutevar8x32_ps(sc[rr], _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1));
       }
-      const __m256i wl = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
-      const __m256i wh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+      __m256i wl = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
+      __m256i wh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+      if constexpr (T == WType::IQ4_XSH) {  // each sub-block's values on its grid (|v| <= 127 still)
+        const uint8_t* p = row[rr] + k / S * BB;
+        const int j = static_cast<int>(k % S);
+        const __m256i sh = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(iq4xsh_shift(p, j + 1))),
+                                            _mm_set1_epi8(static_cast<char>(iq4xsh_shift(p, j))));
+        wl = _mm256_add_epi8(wl, sh);
+        wh = _mm256_add_epi8(wh, sh);
+      }
       const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
       for (int b = 0; b < B; ++b) {
         const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(al, _mm256_sign_epi8(xl[b], wl)), ones),
@@ -1362,7 +1373,8 @@ struct Prepared {  // views of the activation's form and of the per-call derived
 template <WType T, int R, int B>
 void i8_blocks_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* out) {
   if (a.act == Act::F32) i8_blocks_f32_rows<T, R, B>(a, r0, out);
-  else if constexpr (T == WType::IQ4_NL || T == WType::IQ4_XS || T == WType::MXFP4) iq4_q8_rows<T, R, B>(a, p.q8, r0, out);
+  else if constexpr (T == WType::IQ4_NL || T == WType::IQ4_XS || T == WType::IQ4_XSH || T == WType::MXFP4)
+    iq4_q8_rows<T, R, B>(a, p.q8, r0, out);
   else i8_q8_rows<T, R, B>(a, p.q8, r0, out);
 }
 
@@ -1382,6 +1394,7 @@ void run_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* sf) {
     case WType::Q5_1: i8_blocks_rows<WType::Q5_1, R, B>(a, p, r0, out); break;
     case WType::IQ4_NL: i8_blocks_rows<WType::IQ4_NL, R, B>(a, p, r0, out); break;
     case WType::IQ4_XS: i8_blocks_rows<WType::IQ4_XS, R, B>(a, p, r0, out); break;
+    case WType::IQ4_XSH: i8_blocks_rows<WType::IQ4_XSH, R, B>(a, p, r0, out); break;
     case WType::MXFP4: i8_blocks_rows<WType::MXFP4, R, B>(a, p, r0, out); break;
     case WType::IQ3_S: i8_blocks_rows<WType::IQ3_S, R, B>(a, p, r0, out); break;
     case WType::Q4_K:

@@ -49,7 +49,8 @@ void block_codes(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w,
     case WType::Q2_K:
       for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q2k_code(blk, 32 * j + e));
       return;
-    case WType::IQ4_XS: return unpack_nibbles(blk + lay.block_qs + 16 * j, q);
+    case WType::IQ4_XS:
+    case WType::IQ4_XSH: return unpack_nibbles(blk + lay.block_qs + 16 * j, q);
     case WType::IQ3_S: {  // signed values -15..15 (odd) as nibbles (grid_value)
       int v[32];
       iq3s_values(blk, j, v);
@@ -113,11 +114,13 @@ void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64
       std::memcpy(h + H::dmin + 2 * i, blk + 2, 2);
       return;
     }
-    case WType::IQ4_XS: {
+    case WType::IQ4_XS:
+    case WType::IQ4_XSH: {
       using H = Rows8Iq4xsHeader;
       std::memcpy(h + H::scales_l + 4 * i, blk + 4, 4);
       std::memcpy(h + H::scales_h + 2 * i, blk + 2, 2);
       std::memcpy(h + H::d + 2 * i, blk, 2);
+      if (s.type == WType::IQ4_XSH) h[H::shifts + i] = blk[kIq4xshShifts];
       return;
     }
     case WType::Q6_K: {
@@ -178,6 +181,7 @@ size_t header_bytes(const Rows8& p) {
     case WType::Q5_K: return Rows8KqHeader::bytes;
     case WType::IQ4_XS:
     case WType::IQ3_S: return Rows8Iq4xsHeader::bytes;
+    case WType::IQ4_XSH: return Rows8Iq4xsHeader::xsh_bytes;
     case WType::Q6_K: return Rows8Q6kHeader::bytes;
     case WType::Q3_K: return Rows8Q3kHeader::bytes;
     case WType::Q2_K: return Rows8Q2kHeader::bytes;

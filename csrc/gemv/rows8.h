@@ -25,7 +25,7 @@
 // after another, each tile_bytes long, made of the row's groups g in order
 // (a group: int4w's scale group, one 32-block for q4_0, q4_1, q5_0, q5_1,
 // iq4_nl, mxfp4 and q8_0, one 256-element super-block for q4_k, q5_k, q6_k,
-// q3_k, q2_k, iq4_xs and iq3_s). A group is its 32-blocks (bpg of them, block_bytes each), then a
+// q3_k, q2_k, iq4_xs, iq4_xsh and iq3_s). A group is its 32-blocks (bpg of them, block_bytes each), then a
 // header.
 //  * A 32-block of codes: four 32-byte vectors v = 0..3; in vector v, bytes
 //    4i .. 4i+3 belong to row i, and byte j of them holds the low nibble of
@@ -49,6 +49,7 @@
 //      rows, then word 1, then word 2), then d (f16) and dmin (f16);
 //    - iq4_xs: scales_l (u32), scales_h (u16), d (f16); iq3_s the same, its
 //      sub-scales 1 + 2 s_j written as iq4_xs's l_j - 32 (l_j = 33 + 2 s_j);
+//      iq4_xsh the same, then its grid shift byte (u8: bit j for sub-block j);
 //    - q6_k: per 32-block b, 8 bytes sc[2b] then 8 bytes sc[2b + 1] (int8
 //      sub-scales of its two 16-element halves), then d (f16);
 //    - q3_k: the 12 scale bytes as three u32 words (as q4_k's), then d (f16);
@@ -78,7 +79,7 @@ namespace ie {
 // Every switch on the weight type here, in rows8.cpp and rows8_tiles.h
 // names each type (no `default:`): the build makes a missing case an
 // error (-Werror=switch), so a new type cannot pass for a 4-bit one.
-static_assert(kNumWeightTypes == 18, "a new weight type: give it its case in every switch of gemv/rows8*");
+static_assert(kNumWeightTypes == 19, "a new weight type: give it its case in every switch of gemv/rows8*");
 
 // 0: a float type, which has no row-interleaved copy (rows8_applies).
 constexpr int rows8_code_bits(WType t) {
@@ -96,6 +97,7 @@ constexpr int rows8_code_bits(WType t) {
     case WType::Q4_K:
     case WType::IQ4_NL:
     case WType::IQ4_XS:
+    case WType::IQ4_XSH:
     case WType::IQ3_S:  // its signed values as nibbles (grid_value): 4 bits, not its stored 3.44
     case WType::MXFP4: return 4;
     case WType::F32:
@@ -110,8 +112,8 @@ constexpr int rows8_code_bits(WType t) {
 struct Rows8KqHeader {  // q4_k, q5_k
   static constexpr int words = 0, d = 96, dmin = 112, bytes = 128;
 };
-struct Rows8Iq4xsHeader {
-  static constexpr int scales_l = 0, scales_h = 32, d = 48, bytes = 64;
+struct Rows8Iq4xsHeader {  // iq4_xsh: 8 bytes more, each row's grid shift bits at `shifts`
+  static constexpr int scales_l = 0, scales_h = 32, d = 48, bytes = 64, shifts = 64, xsh_bytes = 72;
 };
 struct Rows8Q6kHeader {
   static constexpr int scales = 0, d = 128, bytes = 144;

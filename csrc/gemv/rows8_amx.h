@@ -215,7 +215,8 @@ IE_INLINE void amx_sub_add(const int32_t* c, __m512i mult, const float* xd, __m5
 }
 
 // iq4xs_pair's types (iq4_xs, iq3_s: signed table values, 6-bit
-// sub-scales l - 32), iq4xs_pair's floats per token.
+// sub-scales l - 32; iq4_xsh: each sub-block's values shifted as its grid
+// bit says), iq4xs_pair's floats per token.
 template <WType T>
 IE_INLINE void iq4xs_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kAmxTokens]) {
   using H = Rows8Iq4xsHeader;
@@ -226,7 +227,15 @@ IE_INLINE void iq4xs_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
   __m512 P[kAmxTokens];
   amx_blocks(
       p.groups * 8, x, B, b0,
-      sub_block_unpacker<0, kBlock>(p, w, b0, table),
+      [&](int64_t k, AmxBlock* out) __attribute__((always_inline)) {
+        if constexpr (T == WType::IQ4_XSH) {
+          const uint8_t* h = w + (k >> 3) * p.group_bytes + 8 * kBlock;
+          const ShiftedTable<TableOf<T, false>> shifted{table, xsh_shifts_pair(h, tb, static_cast<int>(k & 7))};
+          sub_block_unpacker<0, kBlock>(p, w, b0, shifted)(k, out);
+        } else {
+          sub_block_unpacker<0, kBlock>(p, w, b0, table)(k, out);
+        }
+      },
       [&](int64_t k, const int32_t* c) __attribute__((always_inline)) {
         const int j = static_cast<int>(k & 7);
         const uint8_t* h = w + (k >> 3) * p.group_bytes + 8 * kBlock;
@@ -326,6 +335,7 @@ AmxKernel amx_kernel(const Rows8& p) {
       });
     case WType::IQ4_XS: return amx_fn<iq4xs_amx<WType::IQ4_XS>>;
     case WType::IQ3_S: return amx_fn<iq4xs_amx<WType::IQ3_S>>;
+    case WType::IQ4_XSH: return amx_fn<iq4xs_amx<WType::IQ4_XSH>>;
     case WType::Q4_K: return amx_fn<kq_amx<false>>;
     case WType::Q5_K: return amx_fn<kq_amx<true>>;
     case WType::Q6_K:

@@ -167,9 +167,26 @@ IE_INLINE void signed_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int
   }
 }
 
-// iq4xs_tile_n over a pair (iq4_xs, iq3_s): per sub-block the 16 rows'
-// sub-scales l - 32 from scales_l and scales_h, times the block's offset
-// sums by vpmulld; d once per super-block.
+// xsh_shifts of both tiles' 16 rows (h: tile t's header).
+IE_INLINE __m512i xsh_shifts_pair(const uint8_t* h, size_t tb, int j) {
+  int64_t bits[2];
+  std::memcpy(&bits[0], h + Rows8Iq4xsHeader::shifts, 8);
+  std::memcpy(&bits[1], h + tb + Rows8Iq4xsHeader::shifts, 8);
+  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bits)));
+  return _mm512_maskz_mov_epi32(_mm512_test_epi32_mask(b, _mm512_set1_epi32(1 << j)), _mm512_set1_epi8(kIq4ShiftStep));
+}
+
+// A table functor whose values are shifted by sh (iq4_xsh's sub-block grids).
+template <class Table>
+struct ShiftedTable {
+  Table table;
+  __m512i sh;
+  IE_INLINE __m512i operator()(__m512i c) const { return _mm512_add_epi8(table(c), sh); }
+};
+
+// iq4xs_tile_n over a pair (iq4_xs, iq3_s; iq4_xsh, its values shifted):
+// per sub-block the 16 rows' sub-scales l - 32 from scales_l and scales_h,
+// times the block's offset sums by vpmulld; d once per super-block.
 template <WType T>
 IE_INLINE void iq4xs_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
   using H = Rows8Iq4xsHeader;
@@ -193,7 +210,10 @@ IE_INLINE void iq4xs_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
       const int64_t kx = (g * 8 + j) * B + b0;
       __m512i s[kPairTokens];  // from the values' offset: 128 sum x off (16 s8)
       for (int b = 0; b < kPairTokens; ++b) s[b] = _mm512_set1_epi32(-16 * x.s8[kx + b]);
-      pair_block(w + j * kBlock, tb, x.q + kx * 32, table, s);
+      if constexpr (T == WType::IQ4_XSH)
+        pair_block(w + j * kBlock, tb, x.q + kx * 32, ShiftedTable<TableOf<T>>{table, xsh_shifts_pair(h, tb, j)}, s);
+      else
+        pair_block(w + j * kBlock, tb, x.q + kx * 32, table, s);
       for (int b = 0; b < kPairTokens; ++b)
         P[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(s[b], mult)), _mm512_set1_ps(x.d[kx + b]), P[b]);
     }
@@ -430,6 +450,7 @@ PairKernel pair_kernel(const Rows8& p) {
     case WType::MXFP4: return pair_fn<signed_pair<WType::MXFP4>>;
     case WType::IQ4_XS: return pair_fn<iq4xs_pair<WType::IQ4_XS>>;
     case WType::IQ3_S: return pair_fn<iq4xs_pair<WType::IQ3_S>>;
+    case WType::IQ4_XSH: return pair_fn<iq4xs_pair<WType::IQ4_XSH>>;
     case WType::Q4_K: return pair_fn<kq_pair<false>>;
     case WType::Q5_K: return pair_fn<kq_pair<true>>;
     case WType::Q6_K: return pair_fn<sym16_pair<WType::Q6_K>>;

@@ -463,10 +463,20 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
   }
 }
 
-// iq4_xs tiles (and iq3_s's, the same layout with its own table): per
-// sub-block j, the eight rows' 6-bit sub-scales l - 32 unpacked at once from
-// scales_l and scales_h, multiplied inside the madds that widen the signed
-// products; d once per super-block.
+// iq4_xsh's grid shifts of sub-block j of the eight rows whose header is at
+// h: kIq4ShiftStep in every byte of a row's lane where its bit j is set,
+// added to the values the table gives (at most 117, or 245 offset by 128).
+IE_INLINE __m256i xsh_shifts(const uint8_t* h, int j) {
+  const __m256i bits = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + Rows8Iq4xsHeader::shifts)));
+  const __m256i bit = _mm256_set1_epi32(1 << j);
+  return _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_and_si256(bits, bit), bit), _mm256_set1_epi8(kIq4ShiftStep));
+}
+
+// iq4_xs tiles (and iq3_s's, the same layout with its own table; iq4_xsh's,
+// each sub-block's values shifted by xsh_shifts): per sub-block j, the
+// eight rows' 6-bit sub-scales l - 32 unpacked at once from scales_l and
+// scales_h, multiplied inside the madds that widen the signed products; d
+// once per super-block.
 template <WType T, int NB>
 IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   using H = Rows8Iq4xsHeader;
@@ -483,6 +493,7 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       const __m256i hi2 = _mm256_and_si256(_mm256_srl_epi32(ls_hi, _mm_cvtsi32_si128(2 * j)), _mm256_set1_epi32(3));
       const __m256i mult = mult_of(_mm256_sub_epi32(_mm256_or_si256(lo4, _mm256_slli_epi32(hi2, 4)), _mm256_set1_epi32(32)));
       const int64_t kx = (g * 8 + j) * B + b0;
+      const __m256i sh = T == WType::IQ4_XSH ? xsh_shifts(h, j) : _mm256_setzero_si256();
       __m256i s[NB];
       for (auto& v : s) v = _mm256_setzero_si256();
 #if IE_ROWS8_VNNI  // the values offset by 128 (table_values), 128 sum x (16 s8) taken off per block
@@ -490,6 +501,7 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       for (int v = 0; v < 4; ++v) {
         __m256i lo, hi;
         table_values<T>(w + j * kBlock + 32 * v, &lo, &hi);
+        if constexpr (T == WType::IQ4_XSH) lo = _mm256_add_epi8(lo, sh), hi = _mm256_add_epi8(hi, sh);
         vs.add_vector(v, lo, hi, x.q + kx * 32);
       }
       for (int b = 0; b < NB; ++b)
@@ -498,6 +510,7 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       for (int v = 0; v < 4; ++v) {
         __m256i lo, hi;
         table_values<T>(w + j * kBlock + 32 * v, &lo, &hi);
+        if constexpr (T == WType::IQ4_XSH) lo = _mm256_add_epi8(lo, sh), hi = _mm256_add_epi8(hi, sh);
         for (int b = 0; b < NB; ++b) {
           const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
           s[b] = dot4_signed(dot4_signed(s[b], lo, xq, mult), hi, xq + 4, mult);
@@ -778,6 +791,7 @@ TileKernel<NB> tile_kernel(const Rows8& p) {
     case WType::Q3_K: return tile_fn<NB, sym16_tile_n<WType::Q3_K, NB>>;
     case WType::Q2_K: return tile_fn<NB, q2k_tile_n<NB>>;
     case WType::IQ3_S: return tile_fn<NB, iq4xs_tile_n<WType::IQ3_S, NB>>;
+    case WType::IQ4_XSH: return tile_fn<NB, iq4xs_tile_n<WType::IQ4_XSH, NB>>;
     case WType::Int4w:  // scale width and affinity chosen at run time
     case WType::Q4_0:
     case WType::Q4_1:

@@ -123,17 +123,19 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
     }
     case WType::IQ4_NL:
     case WType::IQ4_XS:
+    case WType::IQ4_XSH:
     case WType::MXFP4: {
-      // the table values as codes: zero 0, min 0
+      // the table values (iq4_xsh: on its sub-block's grid) as codes: zero 0, min 0
       const int64_t per = s.group_size / 32;  // 32-blocks per stored block
       const uint8_t* p = a.w + r * l.row_bytes + blk / per * l.block_bytes;
       const int j = static_cast<int>(blk % per);
-      k.scale = s.type == WType::IQ4_XS ? iq4xs_scale(p, j) : grid_scale(s.type, p);
+      k.scale = s.type == WType::IQ4_XS || s.type == WType::IQ4_XSH ? iq4xs_scale(p, j) : grid_scale(s.type, p);
+      const int shift = s.type == WType::IQ4_XSH ? iq4xsh_shift(p, j) : 0;
       const int8_t* values = grid_values(s.type);
       qs = p + l.block_qs + 16 * j;
       for (int e = 0; e < 16; ++e) {
-        k.code[e] = values[qs[e] & 0xF];
-        k.code[e + 16] = values[qs[e] >> 4];
+        k.code[e] = values[qs[e] & 0xF] + shift;
+        k.code[e + 16] = values[qs[e] >> 4] + shift;
       }
       return k;
     }

@@ -1,4 +1,6 @@
 // iq4_scales.h, four blocks at a time (lanes.h).
+// iq4_xsh's search shares the iq4 table: its shifted grid's nearest value
+// to a is the plain grid's nearest to a - 4, plus 4.
 #include "iq4_scales.h"
 
 #include "common/weight_decode.h"
@@ -36,12 +38,14 @@ inline V nearest_values(V a, const ValueTable& t) {
   return q;
 }
 
-// Σ w q x and Σ w q q of each lane, left to right, q the values of iscale * x.
-inline void fit(const V* x, const V* w, V iscale, const ValueTable& t, V& sumqx, V& sumq2) {
-  V q = nearest_values(iscale * x[0], t), wq = w[0] * q;
+// Σ w q x and Σ w q q of each lane, left to right, q the values of iscale * x
+// on the grid shifted by `shift` (0: the iq4 grid itself).
+inline void fit(const V* x, const V* w, V iscale, const ValueTable& t, V& sumqx, V& sumq2, float shift = 0.f) {
+  auto value = [&](V a) { return shift == 0.f ? nearest_values(a, t) : nearest_values(a - shift, t) + shift; };
+  V q = value(iscale * x[0]), wq = w[0] * q;
   V sx = wq * x[0], s2 = wq * q;
   for (int i = 1; i < 32; ++i) {
-    q = nearest_values(iscale * x[i], t);
+    q = value(iscale * x[i]);
     wq = w[i] * q;
     sx += wq * x[i];
     s2 += wq * q;
@@ -50,15 +54,21 @@ inline void fit(const V* x, const V* w, V iscale, const ValueTable& t, V& sumqx,
   sumq2 = s2;
 }
 
-V group(const V* x, const V* w, int ntry, const ValueTable& t) {
+// Each lane's element of largest magnitude, sign kept (the first of equals,
+// as the C loop's strict '>'; a NaN counts as the largest, numpy's argmax).
+V block_max(const V* x) {
   V mx = x[0], amax = abs_lanes(x[0]);
   for (int i = 1; i < 32; ++i) {
     const V a = abs_lanes(x[i]);
-    // The first of equals, as the C loop's strict '>'; a NaN counts as the largest (numpy's argmax).
     const VI more = (a > amax) | ((a != a) & (amax == amax));
     amax = more ? a : amax;
     mx = more ? x[i] : mx;
   }
+  return mx;
+}
+
+V group(const V* x, const V* w, int ntry, const ValueTable& t) {
+  const V mx = block_max(x);
   V sumqx, sumq2;
   const V d0 = mx / 127.f;
   fit(x, w, 1.f / d0, t, sumqx, sumq2);
@@ -74,7 +84,48 @@ V group(const V* x, const V* w, int ntry, const ValueTable& t) {
   return zero ? V{} : d;
 }
 
+// iq4_xsh: the best of both grids (shift 0 and kShift) and, on each, of
+// scales that put the block's largest element near either end of the grid
+// (ggml's search tries the low end only): 2 x 2 x (2 ntry + 1) fits, each
+// refit by weighted least squares. fit_best is each lane's largest sumqx^2 /
+// sumq2 so far (the weighted error is Σ w x² less it), d its scale, shifted
+// where it came from the shifted grid.
+void shifted_group(const V* x, const V* w, int ntry, const ValueTable& t, V& d, VI& shifted) {
+  const V mx = block_max(x);
+  V best{};
+  d = V{};
+  shifted = VI{};
+  for (int s = 0; s < 2; ++s) {
+    const float shift = s ? static_cast<float>(kIq4ShiftStep) : 0.f;
+    for (const float end : {static_cast<float>(iq4_value(0)) + shift, static_cast<float>(iq4_value(15)) + shift}) {
+      for (int itry = -ntry; itry <= ntry; ++itry) {
+        V sumqx, sumq2;
+        fit(x, w, (end + static_cast<float>(itry)) / mx, t, sumqx, sumq2, shift);
+        const VI better = (sumq2 > 0.f) & (sumqx * sumqx > best * sumq2);
+        const V ds = sumq2 > 0.f ? sumqx / sumq2 : V{};
+        d = better ? ds : d;
+        best = better ? ds * sumqx : best;
+        shifted = better ? VI{} + s : shifted;
+      }
+    }
+  }
+  const VI zero = (abs_lanes(mx) < 1e-15f) | (best == 0.f);
+  d = zero ? V{} : d;
+  shifted = zero ? VI{} : shifted;
+}
+
 }  // namespace
+
+void iq4_shifted_scales(const float* x, const float* w, int64_t n, int ntry, float* scale, uint8_t* shifted) {
+  const ValueTable t;
+  for_each_group(x, w, n, 32, [&](int64_t b0, int m, const V* xt, const V* wt) {
+    V d;
+    VI s;
+    shifted_group(xt, wt, ntry, t, d, s);
+    store_lanes(d, b0, m, scale);
+    for (int g = 0; g < m; ++g) shifted[b0 + g] = static_cast<uint8_t>(s[g]);
+  });
+}
 
 void iq4_scales(const float* x, const float* w, int64_t n, int ntry, float* scale) {
   const ValueTable t;

@@ -1,5 +1,6 @@
 // The scale search of ggml's quantize_row_iq4_nl_impl (iq4_nl, iq4_xs) for
-// many 32-element blocks at once (formats/quant_search.py iq4_scales).
+// many 32-element blocks at once (formats/quant_search.py iq4_scales), and
+// iq4_xsh's search over the same grid and its shifted copy.
 #pragma once
 #include <cstdint>
 
@@ -12,5 +13,12 @@ namespace ie {
 // kept. Bit for bit the numpy search it replaced: a code is the nearest grid
 // value (a tie to the upper, beyond the grid its end), every sum left to right.
 void iq4_scales(const float* x, const float* w, int64_t n, int ntry, float* scale);
+
+// iq4_xsh's search (formats/quant.py IQ4_XSH): per block the scale and grid
+// (shifted[b] 1: the iq4 grid plus kIq4ShiftStep) of least weighted squared
+// error, over scales that put the largest element near either end of each
+// grid; scale 0 and shifted 0 for a block whose largest magnitude is under
+// 1e-15.
+void iq4_shifted_scales(const float* x, const float* w, int64_t n, int ntry, float* scale, uint8_t* shifted);
 
 }  // namespace ie
