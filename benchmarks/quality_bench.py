@@ -355,7 +355,8 @@ def policies_sub_4_bits() -> list[tuple[str, list[str], bool, bool]]:
     """At and below 4 bits (issue 47's budgets), on both models: q3_k alone, and
     the calibrated pipeline (imatrix, KL probes, --target-bpw, gptq) at 4.25,
     4.0 and 3.25 bits per weight, restricted to llama.cpp's types so each is
-    also exported and scored by llama.cpp."""
+    also exported and scored by llama.cpp; then 4.0 and 3.25 with every type
+    of ours (iq4_xsh among them), scored by ierun."""
     runs = [("q3_k (iq4_nl fallback) + imatrix", ["--scheme", "q3_k", "--quantize-head"], True, False)]
     runs += [(f"--target-bpw {b} + KL probes + gptq, GGUF types",
               ["--target-bpw", b, "--quantize-head", "--kl-probes", "PROBES", "--gguf-types", "REF"], True, True)
@@ -363,6 +364,10 @@ def policies_sub_4_bits() -> list[tuple[str, list[str], bool, bool]]:
     # the same 4.0-bit policy ranked by nearest rounding (no --ref-dir): what measuring as gptq quantizes buys
     runs += [("--target-bpw 4.0 + KL probes + gptq, GGUF types, nearest-ranked",
               ["--target-bpw", "4.0", "--quantize-head", "--kl-probes", "PROBES", "--gguf-types"], True, True)]
+    # every type of ours (iq4_xsh, int4w too): what leaving llama.cpp's types buys, ierun only
+    runs += [(f"--target-bpw {b} + KL probes + gptq, all types",
+              ["--target-bpw", b, "--quantize-head", "--kl-probes", "PROBES", "REF"], True, True)
+             for b in ("4.0", "3.25")]
     return runs
 
 

@@ -91,15 +91,6 @@ def test_less_error_than_q3_k_at_the_same_size(dist):
         assert ours < 0.8 * theirs, (w is not None, ours / theirs)
 
 
-def test_importance_lowers_the_weighted_error():
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((64, 512)).astype(np.float32)
-    imp = np.where(rng.random(512) < 0.1, 50.0, 0.1).astype(np.float32)
-    plain = S.dequantize(S.quantize(x, P), *x.shape, P)
-    weighted = S.dequantize(S.quantize(x, P, importance=imp), *x.shape, P)
-    assert _err(x, weighted, imp) < 0.9 * _err(x, plain, imp)
-
-
 def test_nearest_entry_is_the_exhaustive_one_up_to_a_hair():
     """The neighbour lists stand in for a search of all 512 entries: on-grid
     tuples find themselves, and off-grid ones lose under 0.5% of the

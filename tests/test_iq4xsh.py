@@ -92,15 +92,6 @@ def test_less_error_than_iq4_xs_for_a_thirty_second_of_a_bit(dist):
         assert ours < 0.93 * theirs, (dist, w is not None, ours / theirs)
 
 
-def test_importance_lowers_the_weighted_error():
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((64, 512)).astype(np.float32)
-    imp = np.where(rng.random(512) < 0.1, 50.0, 0.1).astype(np.float32)
-    plain = S.dequantize(S.quantize(x, P), *x.shape, P)
-    weighted = S.dequantize(S.quantize(x, P, importance=imp), *x.shape, P)
-    assert _err(x, weighted, imp) < 0.9 * _err(x, plain, imp)
-
-
 def test_a_flipped_shift_bit_breaks_the_bound():
     """The bound is each sub-block's own grid: a code read on the other grid
     is off by 4 steps of the scale, beyond it."""

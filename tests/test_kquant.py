@@ -72,10 +72,11 @@ def test_q6_k_keeps_the_search_codes_where_a_sub_scale_stores_as_zero():
     assert kept.any()
 
 
-@pytest.mark.parametrize("scheme", GOLDEN_BYTES)
+@pytest.mark.parametrize("scheme", [*GOLDEN_BYTES, "iq3_s", "iq4_xsh"])
 def test_importance_lowers_the_weighted_error(scheme):
     """The point of an importance matrix: on the columns it marks, the error
-    shrinks; summed with its weights, the error is lower than without it."""
+    shrinks; summed with its weights, the error is lower than without it
+    (our own searches too: iq3_s, iq4_xsh)."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((64, 512)).astype(np.float32)
     imp = np.where(rng.random(512) < 0.1, 50.0, 0.1).astype(np.float32)
