@@ -164,29 +164,30 @@ class _Plan:
             if bad is None:
                 o.how, o.target, o.ggml_type = "repack", target, SAME_BYTES[target]
             elif self.requantize:
-                why = SCHEMES[self.requantize].check([o.rows, shape[-1]], QuantParams(self.requantize))
-                if why:
-                    raise IEError(f"{self.model.meta_path}: {self.where(bad)}: --requantize {self.requantize}: {why}")
-                o.how, o.target, o.ggml_type = "requantize", self.requantize, SAME_BYTES[self.requantize]
-                o.error = QuantError()
+                self._requantized(o, bad)
             else:
                 raise IEError(f"{self.model.meta_path}: {self.where(bad)}: int4w with f32 scales that f16 cannot "
                               f"hold has no GGUF type; quantize it with --scale-dtype f16 (exported losslessly as "
                               f"{SAME_BYTES[target]}) or a llama.cpp scheme such as q4_k, or pass --requantize {target} "
                               "to requantize it here")
         elif dtype not in SAME_BYTES and self.requantize and dtype in SCHEMES:
-            why = SCHEMES[self.requantize].check([o.rows, shape[-1]], QuantParams(self.requantize))
-            if why:
-                raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: --requantize {self.requantize}: {why}")
-            o.how, o.target, o.ggml_type = "requantize", self.requantize, SAME_BYTES[self.requantize]
-            o.error = QuantError()
+            self._requantized(o, first["name"])
         elif dtype not in SAME_BYTES:
-            hint = (f"; quantize with a llama.cpp type (q4-manifest --gguf-types, or --scheme iq4_xs), or pass "
-                    f"--requantize iq4_xs to requantize it here") if dtype in SCHEMES else ""
+            hint = ("; quantize with a llama.cpp type (q4-manifest --gguf-types, or --scheme iq4_xs), or pass "
+                    "--requantize iq4_xs to requantize it here") if dtype in SCHEMES else ""
             raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: dtype {dtype!r} has no GGUF type"
                           f"{hint}")
         self.out.append(o)
         self.used.update(p.entry["name"] for p in parts)
+
+    def _requantized(self, o: _Out, name: str) -> None:
+        """o is written as --requantize's type (``name``: the tensor to blame
+        where that type cannot hold its shape)."""
+        why = SCHEMES[self.requantize].check([o.rows, o.shape[-1]], QuantParams(self.requantize))
+        if why:
+            raise IEError(f"{self.model.meta_path}: {self.where(name)}: --requantize {self.requantize}: {why}")
+        o.how, o.target, o.ggml_type = "requantize", self.requantize, SAME_BYTES[self.requantize]
+        o.error = QuantError()
 
     def _scales_fit_f16(self, e: dict[str, Any]) -> bool:
         p = _int4w_params(e)

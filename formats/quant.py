@@ -12,7 +12,7 @@ arithmetic are specified in docs/formats/quant.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Iterator, NamedTuple
 
 import numpy as np
 
@@ -1220,29 +1220,35 @@ class IQ4_XSH(_IQ4, weight_type="iq4_xsh"):
         n = b.shape[0]
         sub = b.reshape(n * 8, self.SUB)
         w = np.ascontiguousarray(wts, dtype=np.float32).reshape(n * 8, self.SUB)
-        scales = qs.iq4_shifted_scales(sub, w)[0].reshape(n, 8)
+        scales = qs.iq4_shifted_scales(sub, w).reshape(n, 8)
         top, _ = qs.signed_max(scales)
-        tries = [self._try_d(sub, w, scales, top / div, name) for div in (np.float32(-32), np.float32(31))]
-        take = tries[1][4] < tries[0][4]  # per super-block: the largest at l = -32, or at l = 31
+        low, high = (self._try_d(sub, w, scales, top / div, name) for div in (np.float32(-32), np.float32(31)))
+        take = high.err < low.err  # per super-block: the largest scale at l = -32, or at l = 31
         per_sub = np.repeat(take, 8)
-        d16 = np.where(take, tries[1][0], tries[0][0])
-        ls = np.where(take[:, None], tries[1][1], tries[0][1])
-        q = np.where(per_sub[:, None], tries[1][2], tries[0][2])
-        shift = np.where(per_sub, tries[1][3], tries[0][3])
+        d16 = np.where(take, high.d16, low.d16)
+        ls = np.where(take[:, None], high.ls, low.ls)
+        q = np.where(per_sub[:, None], high.q, low.q)
+        shift = np.where(per_sub, high.shift, low.shift)
         bits = (shift.reshape(n, 8).astype(np.uint8) << np.arange(8, dtype=np.uint8)).sum(axis=1, dtype=np.uint8)
         return np.concatenate([d16[:, None].view(np.uint8), IQ4_XS.pack_sub_scales(ls), _pack_nibbles(q.reshape(n, 256)),
                                bits[:, None]], axis=1)
 
-    def _try_d(self, sub, w, scales, d, name):
-        """One choice of d [n]: (d as f16, l_j − 32 [n, 8], codes [8n, 32],
-        shift [8n], weighted error per super-block [n])."""
+    class _Try(NamedTuple):
+        d16: np.ndarray    # [n] f16
+        ls: np.ndarray     # [n, 8] l_j − 32
+        q: np.ndarray      # [8n, 32] codes
+        shift: np.ndarray  # [8n] bool
+        err: np.ndarray    # [n] weighted squared error per super-block
+
+    def _try_d(self, sub, w, scales, d, name) -> "IQ4_XSH._Try":
+        """One choice of d [n], every sub-block's l_j, codes and grid for it."""
         d = np.asarray(d, np.float32)
         _check_f16_range(d, name)
         d16 = d.astype(np.float16)
         ls = np.clip(qs.nearest_int(_recip(d16.astype(np.float32))[:, None] * scales), -32, 31)
         s = (d16.astype(np.float32)[:, None] * ls.astype(np.float32)).astype(np.float32).reshape(-1)
         q, shift, err = self._codes_and_grids(sub, w, s)
-        return d16, ls, q, shift, err.reshape(-1, 8).sum(axis=1)
+        return self._Try(d16, ls, q, shift, err.reshape(-1, 8).sum(axis=1))
 
     @staticmethod
     def _codes_and_grids(sub: np.ndarray, w: np.ndarray, s: np.ndarray):

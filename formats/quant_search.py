@@ -167,12 +167,13 @@ def iq4_index(a: np.ndarray) -> np.ndarray:
     return _IQ4_LUT[_iq4_slot(a, np.empty(np.shape(a), F32))]
 
 
-def iq4_shifted_scales(x: np.ndarray, w: np.ndarray, ntry: int = 7) -> tuple[np.ndarray, np.ndarray]:
+def iq4_shifted_scales(x: np.ndarray, w: np.ndarray, ntry: int = 7) -> np.ndarray:
     """iq4_xsh's search: per 32-element row of x under weights w, the scale
-    and grid (shifted [n] uint8: 1 for IQ4_VALUES + IQ4_SHIFT) of least
-    weighted squared error, over scales that put the row's largest element
-    near either end of either grid, each refit by weighted least squares
-    (csrc/search/iq4_scales.cpp). Returns (scale [n], shifted [n])."""
+    [n] of least weighted squared error on either grid (IQ4_VALUES, or it +
+    IQ4_SHIFT), over scales that put the row's largest element near either
+    end of either grid, each refit by weighted least squares
+    (csrc/search/iq4_scales.cpp). The quantizer picks the grid again for the
+    scale as stored."""
     return _per_block(_search.iq4_shifted_scales, x, w, ntry)
 
 

@@ -205,6 +205,13 @@ IE_HD constexpr int grid_value(WType t, int q) {
 IE_HD float grid_scale(WType t, const uint8_t* blk) {
   return t == WType::MXFP4 ? e8m0_half(blk[0]) : f16_to_f32(load_u16(blk));
 }
+// Of the table types' 32-block j of the stored block at blk: its scale
+// (iq4_xs, iq4_xsh: d * (l_j - 32); else the block's one scale) and the
+// shift its values take (iq4_xsh's grid bit; 0 for the others).
+IE_HD float grid_sub_scale(WType t, const uint8_t* blk, int j) {
+  return t == WType::IQ4_XS || t == WType::IQ4_XSH ? iq4xs_scale(blk, j) : grid_scale(t, blk);
+}
+IE_HD int grid_shift(WType t, const uint8_t* blk, int j) { return t == WType::IQ4_XSH ? iq4xsh_shift(blk, j) : 0; }
 
 // 32 weights of a 4-bit block whose 16 code bytes hold elements j (low
 // nibble) and j + 16 (high), q4_0's order, shared by int4w's planar groups
@@ -290,9 +297,8 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
     case WType::MXFP4: {
       const uint8_t* blk = row + c0 / s.group_size * lay.block_bytes;
       const int j = static_cast<int>(c0 % s.group_size / 32);
-      const bool xs = s.type == WType::IQ4_XS || s.type == WType::IQ4_XSH;
-      const float d = xs ? iq4xs_scale(blk, j) : grid_scale(s.type, blk);
-      const int shift = s.type == WType::IQ4_XSH ? iq4xsh_shift(blk, j) : 0;
+      const float d = grid_sub_scale(s.type, blk, j);
+      const int shift = grid_shift(s.type, blk, j);
       const uint8_t* qs = blk + lay.block_qs + 16 * j;
       IE_UNROLL
       for (int e = 0; e < 16; ++e) {

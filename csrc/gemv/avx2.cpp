@@ -952,7 +952,7 @@ void iq4_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
       xd[b] = _mm256_set_m128(_mm_set1_ps(pair ? xa.d[(k + 1) * B + b] : 0.f), _mm_set1_ps(xa.d[k * B + b]));
     }
     for (int rr = 0; rr < R; ++rr) {
-      __m256i v;
+      __m256i v, sh = _mm256_setzero_si256();  // sh: iq4_xsh's shifts of the pair's two sub-blocks
       __m256 d;
       if constexpr (S == 1) {
         const uint8_t* p = row[rr] + k * BB;
@@ -970,17 +970,12 @@ void iq4_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
         }
         v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kCodes + 16 * j));
         d = _mm256_permutevar8x32_ps(sc[rr], _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1));
+        if constexpr (T == WType::IQ4_XSH)  // each sub-block's values on its grid (|v| <= 127 still)
+          sh = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(iq4xsh_shift(p, j + 1))),
+                                _mm_set1_epi8(static_cast<char>(iq4xsh_shift(p, j))));
       }
-      __m256i wl = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
-      __m256i wh = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-      if constexpr (T == WType::IQ4_XSH) {  // each sub-block's values on its grid (|v| <= 127 still)
-        const uint8_t* p = row[rr] + k / S * BB;
-        const int j = static_cast<int>(k % S);
-        const __m256i sh = _mm256_set_m128i(_mm_set1_epi8(static_cast<char>(iq4xsh_shift(p, j + 1))),
-                                            _mm_set1_epi8(static_cast<char>(iq4xsh_shift(p, j))));
-        wl = _mm256_add_epi8(wl, sh);
-        wh = _mm256_add_epi8(wh, sh);
-      }
+      const __m256i wl = _mm256_add_epi8(_mm256_shuffle_epi8(table, _mm256_and_si256(v, m4)), sh);
+      const __m256i wh = _mm256_add_epi8(_mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)), sh);
       const __m256i al = _mm256_sign_epi8(wl, wl), ah = _mm256_sign_epi8(wh, wh);
       for (int b = 0; b < B; ++b) {
         const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(al, _mm256_sign_epi8(xl[b], wl)), ones),

@@ -223,33 +223,23 @@ IE_INLINE void iq4xs_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
   constexpr int kBlock = 32 * rows8_code_bits(T);
   const size_t tb = p.tile_bytes;
   const TableOf<T, false> table;
-  __m512i ls_lo = _mm512_setzero_si512(), ls_hi = _mm512_setzero_si512();
+  auto header = [&](int64_t k) { return w + (k >> 3) * p.group_bytes + 8 * kBlock; };
+  Iq4xsSubScales ls;
   __m512 P[kAmxTokens];
   amx_blocks(
       p.groups * 8, x, B, b0,
       [&](int64_t k, AmxBlock* out) __attribute__((always_inline)) {
-        if constexpr (T == WType::IQ4_XSH) {
-          const uint8_t* h = w + (k >> 3) * p.group_bytes + 8 * kBlock;
-          const ShiftedTable<TableOf<T, false>> shifted{table, xsh_shifts_pair(h, tb, static_cast<int>(k & 7))};
-          sub_block_unpacker<0, kBlock>(p, w, b0, shifted)(k, out);
-        } else {
-          sub_block_unpacker<0, kBlock>(p, w, b0, table)(k, out);
-        }
+        const auto values = sub_block_table<T>(table, header(k), tb, static_cast<int>(k & 7));
+        sub_block_unpacker<0, kBlock>(p, w, b0, values)(k, out);
       },
       [&](int64_t k, const int32_t* c) __attribute__((always_inline)) {
         const int j = static_cast<int>(k & 7);
-        const uint8_t* h = w + (k >> 3) * p.group_bytes + 8 * kBlock;
+        const uint8_t* h = header(k);
         if (j == 0) {
-          ls_lo = load_pair(h + H::scales_l, tb);
-          const __m128i hs0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + H::scales_h));
-          const __m128i hs1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + tb + H::scales_h));
-          ls_hi = _mm512_cvtepu16_epi32(_mm256_inserti128_si256(_mm256_castsi128_si256(hs0), hs1, 1));
+          ls = Iq4xsSubScales(h, tb);
           for (auto& v : P) v = _mm512_setzero_ps();
         }
-        const __m512i lo4 = _mm512_and_si512(_mm512_srl_epi32(ls_lo, _mm_cvtsi32_si128(4 * j)), _mm512_set1_epi32(0xF));
-        const __m512i hi2 = _mm512_and_si512(_mm512_srl_epi32(ls_hi, _mm_cvtsi32_si128(2 * j)), _mm512_set1_epi32(3));
-        const __m512i mult = _mm512_sub_epi32(_mm512_or_si512(lo4, _mm512_slli_epi32(hi2, 4)), _mm512_set1_epi32(32));
-        amx_sub_add(c, mult, x.d + k * B + b0, P);
+        amx_sub_add(c, ls.mult(j), x.d + k * B + b0, P);
         if (j == 7) {
           const __m512 d = load16<2>(h + H::d, tb);
           for (int m = 0; m < kAmxTokens; ++m) acc[m] = _mm512_fmadd_ps(P[m], d, acc[m]);
@@ -265,8 +255,7 @@ IE_INLINE void kq_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, i
   using H = Rows8KqHeader;
   constexpr int kBlock = 32 * rows8_code_bits(Q5 ? WType::Q5_K : WType::Q4_K);
   const size_t tb = p.tile_bytes;
-  const __m512i m3f = _mm512_set1_epi8(0x3F), m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  __m512i ls[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+  KqSixBits<false> ls;
   __m512 P[kAmxTokens];
   amx_blocks(
       p.groups * 8, x, B, b0,
@@ -274,22 +263,18 @@ IE_INLINE void kq_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, i
       [&](int64_t k, const int32_t* c) __attribute__((always_inline)) {
         const int j = static_cast<int>(k & 7);
         const uint8_t* h = w + (k >> 3) * p.group_bytes + 8 * kBlock;
-        auto word = [h, tb](int i) { return load_pair(h + H::words + 32 * i, tb); };
         if (j == 0) {
-          ls[0] = _mm512_and_si512(word(0), m3f);
-          ls[1] = _mm512_or_si512(_mm512_and_si512(word(2), m0f), _mm512_and_si512(_mm512_srli_epi32(word(0), 2), m30));
+          ls = KqSixBits<false>(h, tb);
           for (auto& v : P) v = _mm512_setzero_ps();
         }
-        amx_sub_add(c, lane_byte_z(j < 4 ? ls[0] : ls[1], j % 4), x.d + k * B + b0, P);
+        amx_sub_add(c, ls.of(j), x.d + k * B + b0, P);
         if (j == 7) {
-          const __m512i lm[2] = {_mm512_and_si512(word(1), m3f),
-                                 _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(word(2), 4), m0f),
-                                                 _mm512_and_si512(_mm512_srli_epi32(word(1), 2), m30))};
+          const KqSixBits<true> lm(h, tb);
           const __m512 dmin = load16<2>(h + H::dmin, tb);
           const int64_t kg = (k - 7) * B + b0;  // the super-block's first sub-block
 #pragma GCC unroll 1
           for (int i = 0; i < 8; ++i) {
-            const __m512 mn = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_z(i < 4 ? lm[0] : lm[1], i % 4)), dmin);
+            const __m512 mn = _mm512_mul_ps(_mm512_cvtepi32_ps(lm.of(i)), dmin);
             for (int m = 0; m < kAmxTokens; ++m)
               acc[m] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(x.ds[kg + i * B + m]), acc[m]);
           }

@@ -184,6 +184,32 @@ struct ShiftedTable {
   IE_INLINE __m512i operator()(__m512i c) const { return _mm512_add_epi8(table(c), sh); }
 };
 
+// The table for sub-block j of iq4xs_pair's types (h: tile t's header):
+// iq4_xsh's shifted by its rows' grid bits, the others' as it is.
+template <WType T, class Table>
+IE_INLINE auto sub_block_table(const Table& table, const uint8_t* h, size_t tb, int j) {
+  if constexpr (T == WType::IQ4_XSH) return ShiftedTable<Table>{table, xsh_shifts_pair(h, tb, j)};
+  else return table;
+}
+
+// The 6-bit sub-scales of iq4_xs's rows8 header (iq3_s's and iq4_xsh's
+// too) for both tiles' 16 rows, unpacked per sub-block: l_j - 32 per lane.
+struct Iq4xsSubScales {
+  __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();  // scales_l words, scales_h as int32
+  Iq4xsSubScales() = default;
+  IE_INLINE Iq4xsSubScales(const uint8_t* h, size_t tb) {
+    const __m128i hs0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + Rows8Iq4xsHeader::scales_h));
+    const __m128i hs1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + tb + Rows8Iq4xsHeader::scales_h));
+    lo = load_pair(h + Rows8Iq4xsHeader::scales_l, tb);
+    hi = _mm512_cvtepu16_epi32(_mm256_inserti128_si256(_mm256_castsi128_si256(hs0), hs1, 1));
+  }
+  IE_INLINE __m512i mult(int j) const {
+    const __m512i lo4 = _mm512_and_si512(_mm512_srl_epi32(lo, _mm_cvtsi32_si128(4 * j)), _mm512_set1_epi32(0xF));
+    const __m512i hi2 = _mm512_and_si512(_mm512_srl_epi32(hi, _mm_cvtsi32_si128(2 * j)), _mm512_set1_epi32(3));
+    return _mm512_sub_epi32(_mm512_or_si512(lo4, _mm512_slli_epi32(hi2, 4)), _mm512_set1_epi32(32));
+  }
+};
+
 // iq4xs_tile_n over a pair (iq4_xs, iq3_s; iq4_xsh, its values shifted):
 // per sub-block the 16 rows' sub-scales l - 32 from scales_l and scales_h,
 // times the block's offset sums by vpmulld; d once per super-block.
@@ -195,25 +221,17 @@ IE_INLINE void iq4xs_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
   const TableOf<T> table;
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
-    const __m512i ls_lo = load_pair(h + H::scales_l, tb);
-    const __m128i hs0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + H::scales_h));
-    const __m128i hs1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + tb + H::scales_h));
-    const __m512i ls_hi = _mm512_cvtepu16_epi32(_mm256_inserti128_si256(_mm256_castsi128_si256(hs0), hs1, 1));
+    const Iq4xsSubScales ls(h, tb);
     __m512 P[kPairTokens];
     for (auto& v : P) v = _mm512_setzero_ps();
 #pragma GCC unroll 1
     for (int j = 0; j < 8; ++j) {
       prefetch_pair<8>(p, w, b0, j);
-      const __m512i lo4 = _mm512_and_si512(_mm512_srl_epi32(ls_lo, _mm_cvtsi32_si128(4 * j)), _mm512_set1_epi32(0xF));
-      const __m512i hi2 = _mm512_and_si512(_mm512_srl_epi32(ls_hi, _mm_cvtsi32_si128(2 * j)), _mm512_set1_epi32(3));
-      const __m512i mult = _mm512_sub_epi32(_mm512_or_si512(lo4, _mm512_slli_epi32(hi2, 4)), _mm512_set1_epi32(32));
+      const __m512i mult = ls.mult(j);
       const int64_t kx = (g * 8 + j) * B + b0;
       __m512i s[kPairTokens];  // from the values' offset: 128 sum x off (16 s8)
       for (int b = 0; b < kPairTokens; ++b) s[b] = _mm512_set1_epi32(-16 * x.s8[kx + b]);
-      if constexpr (T == WType::IQ4_XSH)
-        pair_block(w + j * kBlock, tb, x.q + kx * 32, ShiftedTable<TableOf<T>>{table, xsh_shifts_pair(h, tb, j)}, s);
-      else
-        pair_block(w + j * kBlock, tb, x.q + kx * 32, table, s);
+      pair_block(w + j * kBlock, tb, x.q + kx * 32, sub_block_table<T>(table, h, tb, j), s);
       for (int b = 0; b < kPairTokens; ++b)
         P[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(s[b], mult)), _mm512_set1_ps(x.d[kx + b]), P[b]);
     }
@@ -231,6 +249,23 @@ IE_INLINE __m512i lane_byte_z(__m512i v, int j) {
   return _mm512_shuffle_epi8(v, _mm512_add_epi8(base, _mm512_set1_epi8(static_cast<char>(j))));
 }
 
+// q4_k's (q5_k's) packed 6-bit sub-scales (MINS false) or mins (true) of
+// both tiles' 16 rows, from the three scale words of the header at h (the
+// formulas of q4k_sub, 16 rows at once); of(j): sub-block j's per lane.
+template <bool MINS>
+struct KqSixBits {
+  __m512i half[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};  // sub-blocks 0..3, 4..7: a byte each
+  KqSixBits() = default;
+  IE_INLINE KqSixBits(const uint8_t* h, size_t tb) {
+    auto word = [h, tb](int k) { return load_pair(h + Rows8KqHeader::words + 32 * k, tb); };
+    const __m512i low = word(MINS ? 1 : 0), w2 = word(2);
+    half[0] = _mm512_and_si512(low, _mm512_set1_epi8(0x3F));
+    half[1] = _mm512_or_si512(_mm512_and_si512(MINS ? _mm512_srli_epi32(w2, 4) : w2, _mm512_set1_epi8(0x0F)),
+                              _mm512_and_si512(_mm512_srli_epi32(low, 2), _mm512_set1_epi8(0x30)));
+  }
+  IE_INLINE __m512i of(int j) const { return lane_byte_z(half[j < 4 ? 0 : 1], j % 4); }
+};
+
 // kq_tile_n over a pair (q4_k, q5_k: Q5, fifth bits): the 16 rows' 6-bit sub-scales and mins
 // from the three scale words; sub-block j's sums times its sub-scale by
 // vpmulld, its mins times dmin against the activation's d * code sum after
@@ -240,18 +275,15 @@ IE_INLINE void kq_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, 
   using H = Rows8KqHeader;
   constexpr int kBlock = 32 * rows8_code_bits(Q5 ? WType::Q5_K : WType::Q4_K);
   const size_t tb = p.tile_bytes;
-  const __m512i m3f = _mm512_set1_epi8(0x3F), m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
-    auto word = [h, tb](int k) { return load_pair(h + H::words + 32 * k, tb); };
-    const __m512i ls[2] = {_mm512_and_si512(word(0), m3f), _mm512_or_si512(_mm512_and_si512(word(2), m0f),
-                                                                          _mm512_and_si512(_mm512_srli_epi32(word(0), 2), m30))};
+    const KqSixBits<false> ls(h, tb);
     __m512 P[kPairTokens];
     for (auto& v : P) v = _mm512_setzero_ps();
 #pragma GCC unroll 1
     for (int j = 0; j < 8; ++j) {
       prefetch_pair<8>(p, w, b0, j);
-      const __m512i mult = lane_byte_z(j < 4 ? ls[0] : ls[1], j % 4);
+      const __m512i mult = ls.of(j);
       const int64_t kx = (g * 8 + j) * B + b0;
       __m512i s[kPairTokens];
       for (auto& v : s) v = _mm512_setzero_si512();
@@ -259,12 +291,11 @@ IE_INLINE void kq_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, 
       for (int b = 0; b < kPairTokens; ++b)
         P[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(s[b], mult)), _mm512_set1_ps(x.d[kx + b]), P[b]);
     }
-    const __m512i lm[2] = {_mm512_and_si512(word(1), m3f), _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(word(2), 4), m0f),
-                                                                          _mm512_and_si512(_mm512_srli_epi32(word(1), 2), m30))};
+    const KqSixBits<true> lm(h, tb);
     const __m512 dmin = load16<2>(h + H::dmin, tb);
 #pragma GCC unroll 1
     for (int j = 0; j < 8; ++j) {
-      const __m512 mn = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_z(j < 4 ? lm[0] : lm[1], j % 4)), dmin);
+      const __m512 mn = _mm512_mul_ps(_mm512_cvtepi32_ps(lm.of(j)), dmin);
       const int64_t kx = (g * 8 + j) * B + b0;
       for (int b = 0; b < kPairTokens; ++b) acc[b] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(x.ds[kx + b]), acc[b]);
     }

@@ -129,8 +129,8 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
       const int64_t per = s.group_size / 32;  // 32-blocks per stored block
       const uint8_t* p = a.w + r * l.row_bytes + blk / per * l.block_bytes;
       const int j = static_cast<int>(blk % per);
-      k.scale = s.type == WType::IQ4_XS || s.type == WType::IQ4_XSH ? iq4xs_scale(p, j) : grid_scale(s.type, p);
-      const int shift = s.type == WType::IQ4_XSH ? iq4xsh_shift(p, j) : 0;
+      k.scale = grid_sub_scale(s.type, p, j);
+      const int shift = grid_shift(s.type, p, j);
       const int8_t* values = grid_values(s.type);
       qs = p + l.block_qs + 16 * j;
       for (int e = 0; e < 16; ++e) {

@@ -84,17 +84,15 @@ V group(const V* x, const V* w, int ntry, const ValueTable& t) {
   return zero ? V{} : d;
 }
 
-// iq4_xsh: the best of both grids (shift 0 and kShift) and, on each, of
-// scales that put the block's largest element near either end of the grid
-// (ggml's search tries the low end only): 2 x 2 x (2 ntry + 1) fits, each
-// refit by weighted least squares. fit_best is each lane's largest sumqx^2 /
-// sumq2 so far (the weighted error is Σ w x² less it), d its scale, shifted
-// where it came from the shifted grid.
-void shifted_group(const V* x, const V* w, int ntry, const ValueTable& t, V& d, VI& shifted) {
+// iq4_xsh: the scale of the best fit on either grid (shift 0 and
+// kIq4ShiftStep), of scales that put the block's largest element near
+// either end of the grid (ggml's search tries the low end only): 2 x 2 x
+// (2 ntry + 1) fits, each refit by weighted least squares. best is each
+// lane's largest sumqx^2 / sumq2 so far (the weighted error is Σ w x² less
+// it). The grid itself is chosen again for the scale as stored.
+V shifted_group(const V* x, const V* w, int ntry, const ValueTable& t) {
   const V mx = block_max(x);
-  V best{};
-  d = V{};
-  shifted = VI{};
+  V best{}, d{};
   for (int s = 0; s < 2; ++s) {
     const float shift = s ? static_cast<float>(kIq4ShiftStep) : 0.f;
     for (const float end : {static_cast<float>(iq4_value(0)) + shift, static_cast<float>(iq4_value(15)) + shift}) {
@@ -105,25 +103,19 @@ void shifted_group(const V* x, const V* w, int ntry, const ValueTable& t, V& d, 
         const V ds = sumq2 > 0.f ? sumqx / sumq2 : V{};
         d = better ? ds : d;
         best = better ? ds * sumqx : best;
-        shifted = better ? VI{} + s : shifted;
       }
     }
   }
   const VI zero = (abs_lanes(mx) < 1e-15f) | (best == 0.f);
-  d = zero ? V{} : d;
-  shifted = zero ? VI{} : shifted;
+  return zero ? V{} : d;
 }
 
 }  // namespace
 
-void iq4_shifted_scales(const float* x, const float* w, int64_t n, int ntry, float* scale, uint8_t* shifted) {
+void iq4_shifted_scales(const float* x, const float* w, int64_t n, int ntry, float* scale) {
   const ValueTable t;
   for_each_group(x, w, n, 32, [&](int64_t b0, int m, const V* xt, const V* wt) {
-    V d;
-    VI s;
-    shifted_group(xt, wt, ntry, t, d, s);
-    store_lanes(d, b0, m, scale);
-    for (int g = 0; g < m; ++g) shifted[b0 + g] = static_cast<uint8_t>(s[g]);
+    store_lanes(shifted_group(xt, wt, ntry, t), b0, m, scale);
   });
 }
 

@@ -14,11 +14,10 @@ namespace ie {
 // value (a tie to the upper, beyond the grid its end), every sum left to right.
 void iq4_scales(const float* x, const float* w, int64_t n, int ntry, float* scale);
 
-// iq4_xsh's search (formats/quant.py IQ4_XSH): per block the scale and grid
-// (shifted[b] 1: the iq4 grid plus kIq4ShiftStep) of least weighted squared
-// error, over scales that put the largest element near either end of each
-// grid; scale 0 and shifted 0 for a block whose largest magnitude is under
-// 1e-15.
-void iq4_shifted_scales(const float* x, const float* w, int64_t n, int ntry, float* scale, uint8_t* shifted);
+// iq4_xsh's search (formats/quant.py IQ4_XSH): per block the scale of least
+// weighted squared error on either grid (the iq4 grid, or it plus
+// kIq4ShiftStep), over scales that put the largest element near either end
+// of each grid; 0 for a block whose largest magnitude is under 1e-15.
+void iq4_shifted_scales(const float* x, const float* w, int64_t n, int ntry, float* scale);
 
 }  // namespace ie

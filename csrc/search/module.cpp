@@ -128,34 +128,28 @@ py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
   return out;
 }
 
-py::array_t<float> iq4_scales(const F32Array& x, const F32Array& w, int ntry) {
-  check_blocks("iq4_scales", x, &w, 32);
-  check_range("iq4_scales", "ntry", ntry, 0, 127);
+// A scale per 32-element block of x under weights w: one of the iq4 searches (SEARCH, named WHAT).
+template <void (*SEARCH)(const float*, const float*, int64_t, int, float*)>
+py::array_t<float> iq4_search(const char* what, const F32Array& x, const F32Array& w, int ntry) {
+  check_blocks(what, x, &w, 32);
+  check_range(what, "ntry", ntry, 0, 127);
   const int64_t n = x.shape(0);
   py::array_t<float> scale(n);
   const float *xp = x.data(), *wp = w.data();
   float* sp = scale.mutable_data();
   {
     py::gil_scoped_release release;
-    ie::iq4_scales(xp, wp, n, ntry, sp);
+    SEARCH(xp, wp, n, ntry, sp);
   }
   return scale;
 }
 
-py::tuple iq4_shifted_scales(const F32Array& x, const F32Array& w, int ntry) {
-  check_blocks("iq4_shifted_scales", x, &w, 32);
-  check_range("iq4_shifted_scales", "ntry", ntry, 0, 127);
-  const int64_t n = x.shape(0);
-  py::array_t<float> scale(n);
-  py::array_t<uint8_t> shifted(n);
-  const float *xp = x.data(), *wp = w.data();
-  float* sp = scale.mutable_data();
-  uint8_t* hp = shifted.mutable_data();
-  {
-    py::gil_scoped_release release;
-    ie::iq4_shifted_scales(xp, wp, n, ntry, sp, hp);
-  }
-  return py::make_tuple(scale, shifted);
+py::array_t<float> iq4_scales(const F32Array& x, const F32Array& w, int ntry) {
+  return iq4_search<ie::iq4_scales>("iq4_scales", x, w, ntry);
+}
+
+py::array_t<float> iq4_shifted_scales(const F32Array& x, const F32Array& w, int ntry) {
+  return iq4_search<ie::iq4_shifted_scales>("iq4_shifted_scales", x, w, ntry);
 }
 
 }  // namespace
@@ -177,8 +171,8 @@ PYBIND11_MODULE(_search, m) {
   m.def("iq4_scales", &iq4_scales, py::arg("x"), py::arg("w"), py::arg("ntry") = 7,
         "The scale search of ggml's quantize_row_iq4_nl_impl over 32-element blocks x, w [n, 32]: float32 [n].");
   m.def("iq4_shifted_scales", &iq4_shifted_scales, py::arg("x"), py::arg("w"), py::arg("ntry") = 7,
-        "iq4_xsh's search over 32-element blocks x, w [n, 32]: (scale float32 [n], shifted uint8 [n], 1 where the "
-        "grid shifted by kIq4ShiftStep fits better).");
+        "iq4_xsh's scale search over 32-element blocks x, w [n, 32], on the iq4 grid and its shifted copy: "
+        "float32 [n].");
   m.def("grid_nearest", &grid_nearest, py::arg("u"), py::arg("w"), py::arg("cand_idx"), py::arg("cand_val"),
         "iq3_s's search: for each magnitude four-tuple u [m, 4] under weights w [m, 4], the candidate of its "
         "rounded tuple (cand_idx [4096, k], cand_val [4096, 4, k]) of least weighted squared error: int32 [m].");
