@@ -30,6 +30,7 @@ from iekit.formats import hf_checkpoint, iebin, kl_probes
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.jsonio import dumps_canonical, load_json
 from iekit.formats.q4_manifest import default_manifest, is_tied, manifest_from
+from iekit.formats.quant import SCHEMES, QuantParams
 from iekit.formats.weight_types import names as weight_type_names
 
 from .hf_to_iebin import convert
@@ -81,18 +82,23 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
     src = hf_checkpoint.from_dir(hf_dir)
     with ExitStack() as stack:
         shapes = {n: (t.dtype.name, list(t.shape)) for n, (_f, t) in hf_checkpoint.collect_tensors(src, stack).items()}
-    ref = float_decoder(ref_dir, threads=threads, ctx=ctx)
-    parts, what = calibration_chunks(ref, text_file, ids_file, chunks)
     imp = None if imatrix is None else os.fspath(Path(imatrix).resolve())
     manifest = default_manifest(shapes, base, head=base, tied=is_tied(shapes, src.config), imatrix=imp)
-    groups = [r["match"] for r in manifest["rules"]] + sorted(manifest["tensors"])
+    groups, unfit = _probed_groups(manifest, shapes, probe)
+    if not groups:
+        raise click.UsageError(f"--probe {probe} can store no group of this model's matrices")
     err = stderr_console()
+    for g, why in unfit.items():
+        err.print(f"not probed: {g} ({why}); q4-manifest weights it by the other groups' geometric mean",
+                  markup=False)
+    ref = float_decoder(ref_dir, threads=threads, ctx=ctx)
+    parts, what = calibration_chunks(ref, text_file, ids_file, chunks)
     work = Path(tempfile.mkdtemp(prefix=".kl-probes-", dir=Path(out_path).resolve().parent))
     try:
         with Progress(TextColumn("{task.description:<44.44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TimeRemainingColumn(), console=err, transient=True, disable=quiet) as bar:
             task = bar.add_task(f"converting: all {base}", total=len(groups) + 3)
-            variants = _Variants(src, work, manifest, probe,
+            variants = _Variants(src, work, manifest, probe, groups,
                                  lambda label: bar.update(task, advance=1, description=label))
 
             # The reference's logits, computed once for all nine scorings where they fit in REF_CACHE_BYTES.
@@ -133,13 +139,14 @@ class _Variants:
     PROBE_BIN = "probe.ie.bin"
     VARIANT = "variant.ie.json"
 
-    def __init__(self, src, work: Path, manifest: dict, probe: str, converted: Callable[[str], None]):
+    def __init__(self, src, work: Path, manifest: dict, probe: str, groups: list[str],
+                 converted: Callable[[str], None]):
         self.base = work / "base"
         self.manifest = manifest_from(manifest, work / "q4_manifest.json")
         self.rules = [r["match"] for r in manifest["rules"]]
         convert(src, self.base, manifest=self.manifest)
         converted(f"converting: every group at {probe}")
-        convert(src, work / "probe", manifest=manifest_from(_all_at(manifest, probe), work / "q4_manifest.json"))
+        convert(src, work / "probe", manifest=manifest_from(_all_at(manifest, probe, groups), work / "q4_manifest.json"))
         converted("scoring")
         os.replace(work / "probe" / iebin.BIN_NAME, self.base / self.PROBE_BIN)
         self.meta = load_json(self.base / iebin.META_NAME)
@@ -164,7 +171,26 @@ class _Variants:
         return path
 
 
-def _all_at(manifest: dict, probe: str) -> dict:
-    """The manifest with every group (each rule and each exact entry) at ``probe``."""
-    return {**manifest, "rules": [{"match": r["match"], "scheme": probe} for r in manifest["rules"]],
-            "tensors": {n: {"scheme": probe} for n in manifest["tensors"]}}
+def _probed_groups(manifest: dict, shapes: dict[str, tuple[str, list[int]]], probe: str) -> tuple[list[str], dict]:
+    """The manifest's groups (each rule's pattern, each exact entry's name),
+    split into those every member of which ``probe`` can store and the rest
+    with the reason: a super-block probe (iq3_s) cannot store SmolLM2's
+    576-wide o_proj rows, and a probe that fell back to another scheme would
+    measure that scheme instead."""
+    m = manifest_from(manifest, Path("q4_manifest.json"))
+    rules = [r["match"] for r in manifest["rules"]]
+    where = {f"rules[{i}]": g for i, g in enumerate(rules)}
+    unfit: dict[str, str] = {}
+    for name, (_dtype, shape) in shapes.items():
+        _sel, origin = m.resolve(name)
+        group = where.get(origin, name if name in manifest["tensors"] else None)
+        if group is not None and group not in unfit and (why := SCHEMES[probe].check(shape, QuantParams(probe))):
+            unfit[group] = why
+    return [g for g in rules + sorted(manifest["tensors"]) if g not in unfit], unfit
+
+
+def _all_at(manifest: dict, probe: str, groups: list[str]) -> dict:
+    """The manifest with every group of ``groups`` (rules and exact entries) at ``probe``."""
+    return {**manifest, "rules": [{"match": r["match"], "scheme": probe if r["match"] in groups else r["scheme"]}
+                                  for r in manifest["rules"]],
+            "tensors": {n: {"scheme": probe} if n in groups else s for n, s in manifest["tensors"].items()}}

@@ -6,6 +6,7 @@ tests/test_quantize_imatrix.py (its ``wide`` fixture)."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -130,6 +131,42 @@ def test_kl_probes_measure_every_group_and_the_policy_reads_them(wide, tmp_path)
                              "--kl-probes", probes)
     bpw = json.loads(run_tool("ieconv", "inspect", out, "--json").stdout)["quantized_bits_per_weight"]
     assert bpw <= 5.5 and bpw == pytest.approx(json.loads(m2.read_text())["bits_per_weight"], abs=1e-4)
+
+
+def test_groups_a_super_block_probe_cannot_store_are_left_unprobed(wide, tmp_path):
+    """A 320-wide FFN: down_proj's rows are not whole 256-element super-blocks,
+    so --probe iq3_s leaves its group out (named on stderr) instead of failing
+    the run; the policy then weights it by the other groups' mean."""
+    from safetensors.numpy import load_file, save_file
+
+    hf = tmp_path / "hf"
+    shutil.copytree(wide["hf"], hf)
+    w = load_file(str(hf / "model.safetensors"))
+    for name in list(w):
+        if name.endswith(("gate_proj.weight", "up_proj.weight")):
+            w[name] = np.ascontiguousarray(w[name][:320])
+        elif name.endswith("down_proj.weight"):
+            w[name] = np.ascontiguousarray(w[name][:, :320])
+    save_file(w, str(hf / "model.safetensors"))
+    cfg = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**cfg, "intermediate_size": 320}))
+    f32 = tmp_path / "f32"
+    assert run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", hf, "--out-dir", f32).returncode == 0
+    probes = tmp_path / "probes.json"
+    res = run_tool("ieconv", "kl-probes", "--hf-dir", hf, "--ref-dir", f32, "--text-file", TEXT, "--ctx", "64",
+                   "--chunks", "2", "--base", "iq4_nl", "--probe", "iq3_s", "-o", probes)
+    assert res.returncode == 0, res.stderr
+    assert "not probed: model.layers.*.mlp.down_proj.weight (iq3_s needs cols to be a multiple of 256" in res.stderr
+    p = kl_probes.read(probes)
+    assert "model.layers.*.mlp.down_proj.weight" not in p.groups and "model.layers.*.mlp.up_proj.weight" in p.groups
+    assert len(p.groups) == 7 and all(kl > p.base_kl for kl in p.groups.values())
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", hf, "-o", tmp_path / "m.json", "--target-bpw", "4.0",
+                   "--kl-probes", probes)
+    assert res.returncode == 0, res.stderr
+    # a probe no matrix can store measures nothing: refused before any conversion
+    res = run_tool("ieconv", "kl-probes", "--hf-dir", GOLDEN / "hf" / "tiny-llama", "--ref-dir", f32,
+                   "--text-file", TEXT, "--base", "iq4_nl", "--probe", "iq3_s", "-o", tmp_path / "none.json")
+    assert res.returncode == 2 and "--probe iq3_s can store no group" in res.stderr
 
 
 def test_a_group_that_costs_much_kl_gets_the_bits(wide, tmp_path):
