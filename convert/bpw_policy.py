@@ -212,15 +212,57 @@ def kl_weights(probes: KLProbes, errors: dict[str, dict[str, float]]) -> dict[st
     return {name: max(per_group.get(group_of(name, probes.groups) or "", fallback), floor) for name in errors}
 
 
+@dataclass(frozen=True)
+class KLCurve:
+    """One matrix's KL as a function of its predicted error: piecewise
+    linear, one slope per set of probes, each slope used from the error the
+    matrix has at that set's base selection up to the next set's. One set
+    (the usual) is one slope, KL = slope × error. Several sets measured at
+    different bits (q5_1 → iq4_nl, iq4_nl → iq3_s) price each error where it
+    was measured: a policy that moves matrices to 2–3 bits is ranked by
+    the KL per error measured there, not by a slope measured at 5 bits
+    extrapolated (docs/quality.md, "KL probes at the bits a policy uses")."""
+
+    starts: tuple[float, ...]  # ascending, the first 0
+    slopes: tuple[float, ...]
+
+    def __call__(self, error: float) -> float:
+        kl = 0.0
+        for i, (start, slope) in enumerate(zip(self.starts, self.slopes)):
+            end = self.starts[i + 1] if i + 1 < len(self.starts) else math.inf
+            kl += slope * max(0.0, min(error, end) - start)
+        return kl
+
+
+def kl_curves(probe_sets: list[KLProbes], errors: dict[str, dict[str, float]],
+              placed: dict[str, dict[str, float]] | None = None) -> dict[str, KLCurve]:
+    """Per matrix, its KLCurve from every set of probes (kl_weights each
+    slope). The sets are ordered per matrix by its error at their base
+    selection, the segments start there: as ``placed`` measured it where it
+    did (the candidates' errors as gptq leaves them, on the scale the curve
+    is read at), else as ``errors``. A set whose base the matrix cannot
+    store adds no segment."""
+    weights = [kl_weights(p, errors) for p in probe_sets]
+    curves = {}
+    for name, errs in errors.items():
+        at = {**errs, **(placed or {}).get(name, {})}
+        segments = sorted((at[_key(p.base)], w[name]) for p, w in zip(probe_sets, weights) if _key(p.base) in at)
+        if not segments:  # no base storable: the first set's slope from zero
+            segments = [(0.0, weights[0][name])]
+        curves[name] = KLCurve((0.0,) + tuple(e for e, _w in segments[1:]), tuple(w for _e, w in segments))
+    return curves
+
+
 def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.ndarray],
            importance: dict[str, np.ndarray], target_bpw: float,
-           progress: Callable[[str], None] = lambda _n: None, probes: KLProbes | None = None,
+           progress: Callable[[str], None] = lambda _n: None, probes: tuple[KLProbes, ...] = (),
            ladder: tuple[dict[str, Any], ...] = LADDER,
            covariance: Callable[[str], tuple[np.ndarray, np.ndarray] | None] | None = None) -> list[Choice]:
     """The chosen selection per matrix (``shapes``: the matrices to quantize;
     ``rows_of(name, rows)``: those float32 rows of it, read from the source:
-    only sample_rows(...) are). With ``probes`` (formats/kl_probes.py) each
-    matrix's errors are weighted by the KL they cost (kl_weights). Raises
+    only sample_rows(...) are). With ``probes`` (formats/kl_probes.py, one
+    set or several measured at different bits) each matrix's errors are
+    turned into the KL they cost (kl_curves). Raises
     IEError when even the cheapest candidates exceed the budget. ``ladder``:
     the candidates (GGUF_LADDER: only types llama.cpp has).
 
@@ -242,7 +284,8 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
                       f"{floor / elems:.3f} bits per weight")
     choices = []
     errors: dict[str, dict[str, float]] = {}
-    probe_sels = (probes.base, probes.probe) if probes is not None else ()
+    placed: dict[str, dict[str, float]] = {}
+    probe_sels = tuple(sel for p in probes for sel in (p.base, p.probe))
     for name, shape in shapes.items():
         progress(name)
         imp = importance.get(name)
@@ -257,12 +300,13 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
             imp = gptq.importance(cov[0]).astype(np.float32)  # H's diagonal, as ieconv gptq's quantizer weighs
             measured = _measure(name, shape, rows, imp, ladder, cov, compensate=True)
             errors[name] = {k: err for k, (_sel, _nb, err) in _measure(name, shape, rows, imp, probe_sels, cov).items()}
+            placed[name] = {k: err for k, (_sel, _nb, err) in measured.items()}
         choices.append(Choice(name, math.prod(shape), _options(measured, ladder)))
         cov = None  # not held while the next window's covariances are collected (at 8B shapes 3.3 GB)
-    if probes is not None:
-        kl = kl_weights(probes, errors)
-        for c in choices:  # errors in KL: the hull of each matrix is unchanged, the ranking across them is not
-            c.options = [(sel, nb, err * kl[c.name]) for sel, nb, err in c.options]
+    if probes:
+        kl = kl_curves(probes, errors, placed)
+        for c in choices:  # errors in KL: the ranking across matrices changes, with several sets the hull too
+            c.options = lower_hull([(sel, nb, kl[c.name](err)) for sel, nb, err in c.options])
     used = sum(c.bits for c in choices)
     heap: list[tuple[float, int]] = []
 

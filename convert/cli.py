@@ -283,9 +283,11 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, ove
               help="With --target-bpw: leave these types out of the candidates. For example iq3_s when the "
                    "file will run on llama.cpp's CPU backend and decode speed comes first: there its IQ3_S "
                    "decodes 25-35% slower than Q3_K (our runtime runs both alike; docs/quality.md).")
-@click.option("--kl-probes", "probes_path", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--kl-probes", "probes_paths", type=click.Path(path_type=Path, dir_okay=False), multiple=True,
               help="With --target-bpw: measured KL per group of matrices (ieconv kl-probes), which turns each "
-                   "matrix's predicted error into KL, so bits go where they save the most KL.")
+                   "matrix's predicted error into KL, so bits go where they save the most KL. Give it again for "
+                   "probes measured at other bits (e.g. --base q5_1 --probe iq4_nl and --base iq4_nl --probe "
+                   "iq3_s): each prices the errors in its own range.")
 @click.option("--ref-dir", type=click.Path(path_type=Path),
               help="With --target-bpw and --hf-dir, for a policy `ieconv gptq` converts: the checkpoint's float "
                    "IEBIN artifact, run over the calibration text (--text-file, as gptq's) for the input "
@@ -295,7 +297,7 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, ove
 @threads_option("Threads (with --ref-dir).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, scale_dtype, head_scheme,
-                    embedding_scheme, quantize_head, imatrix, target_bpw, gguf_types, exclude_types, probes_path, ref_dir,
+                    embedding_scheme, quantize_head, imatrix, target_bpw, gguf_types, exclude_types, probes_paths, ref_dir,
                     text_file, ids_file, ctx, chunks, threads, overwrite):
     """Write the usual quantization policy for a checkpoint as q4_manifest.json.
 
@@ -323,7 +325,7 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     if unknown:
         raise click.UsageError(f"--exclude-types: {', '.join(unknown)} is not a --target-bpw candidate (candidates: "
                                f"{', '.join(dict.fromkeys(sel['scheme'] for sel in bpw_policy.LADDER))})")
-    if probes_path is not None and target_bpw is None:
+    if probes_paths and target_bpw is None:
         raise click.UsageError("--kl-probes weights --target-bpw's choices; give --target-bpw too")
     if ref_dir is not None and (target_bpw is None or hf_dir is None):
         raise click.UsageError("--ref-dir measures --target-bpw's candidates as ieconv gptq quantizes an --hf-dir "
@@ -337,7 +339,11 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     if quantize_head and head_scheme not in (None, scheme):
         raise click.UsageError(f"--quantize-head means --head-scheme {scheme}; give one of them")
     check_new_file(out_path, overwrite)
-    probes = kl_probes.read(probes_path) if probes_path is not None else None
+    probes = tuple(kl_probes.read(p) for p in probes_paths)
+    bases = [json.dumps(p.base, sort_keys=True) for p in probes]
+    if len(set(bases)) < len(bases):
+        raise click.UsageError("--kl-probes: two sets measured from the same --base; each set prices the errors "
+                               "from its base up, so give sets of different bases (e.g. q5_1 and iq4_nl)")
     src = g = None
     if hf_dir:
         src = hf_checkpoint.from_dir(hf_dir)
@@ -397,7 +403,7 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
 
 
 def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, quantize: dict, importance: dict,
-                         target_bpw: float, probes: kl_probes.KLProbes | None, ladder: tuple,
+                         target_bpw: float, probes: tuple[kl_probes.KLProbes, ...], ladder: tuple,
                          calib: tuple | None = None) -> tuple[dict, dict]:
     """The manifest with one exact entry per quantized matrix, chosen by
     convert/bpw_policy.py for the budget, and the mix's summary. The

@@ -100,6 +100,43 @@ def test_probes_that_measured_nothing_are_refused():
         bpw_policy.kl_weights(probes, {"a.0.w": {BASE: 1.0, PROBE: 2.0}})
 
 
+LOW = '{"scheme": "iq3_s"}'
+
+
+def test_probes_at_two_bit_ranges_price_each_error_where_it_was_measured():
+    """Set 1 (q5_1 -> iq4_nl) measured group a's slope at 0.20 / 4 = 0.05 per
+    unit of error, set 2 (iq4_nl -> iq3_s) at 1.20 / 8 = 0.15: for a.0.w,
+    whose iq4_nl error is 3, KL(e) is 0.05 e up to 3 and 0.15 per unit past
+    it, checked by hand in float64. One set alone is one slope (the usual
+    linear weighting); a matrix that cannot store set 2's base (o_proj at
+    iq3_s's super-blocks: here b stores iq4_nl but not iq3_s) still gets set
+    2's segment, at the geometric mean of the others' slopes."""
+    errors = {"a.0.w": {BASE: 1.0, PROBE: 3.0, LOW: 9.0}, "a.1.w": {BASE: 1.0, PROBE: 3.0, LOW: 5.0},
+              "b.0.w": {BASE: 0.5, PROBE: 1.5}}
+    hi = kl_probes.KLProbes({"scheme": "q5_1"}, {"scheme": "iq4_nl"}, 100, 0.05, {"a.*.w": 0.25, "b.0.w": 0.10})
+    lo = kl_probes.KLProbes({"scheme": "iq4_nl"}, {"scheme": "iq3_s"}, 100, 0.20, {"a.*.w": 1.40})
+    one = bpw_policy.kl_curves([hi], errors)
+    assert one["a.0.w"](7.0) == pytest.approx(0.05 * 7.0)
+    both = bpw_policy.kl_curves([lo, hi], errors)  # the order given does not matter
+    slope_lo = 1.20 / (6.0 + 2.0)
+    assert both["a.0.w"](2.0) == pytest.approx(0.05 * 2.0)
+    assert both["a.0.w"](9.0) == pytest.approx(0.05 * 3.0 + slope_lo * 6.0)
+    assert both["b.0.w"].starts == (0.0, 1.5)
+    assert both["b.0.w"](2.5) == pytest.approx(0.05 * 1.5 + slope_lo * 1.0)  # the geometric mean of one slope
+    # placed: the segments start where the candidates' own (compensated) errors put the base
+    placed = bpw_policy.kl_curves([hi, lo], errors, {"a.0.w": {PROBE: 2.0}})
+    assert placed["a.0.w"].starts == (0.0, 2.0) and placed["a.1.w"].starts == (0.0, 3.0)
+
+
+def test_two_probe_sets_from_one_base_are_refused(wide, tmp_path):
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(GOOD))
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", tmp_path / "q.json", "--target-bpw", "5",
+                   "--kl-probes", f, "--kl-probes", f)
+    assert res.returncode == 2 and "two sets measured from the same --base" in res.stderr
+    assert not (tmp_path / "q.json").exists()
+
+
 def test_kl_probes_measure_every_group_and_the_policy_reads_them(wide, tmp_path):
     probes = tmp_path / "probes.json"
     res = run_tool("ieconv", "kl-probes", "-q", "--hf-dir", wide["hf"], "--ref-dir", wide["f32"], "--text-file", TEXT,
@@ -211,3 +248,31 @@ def test_kl_probes_bad_input_is_one_line(wide, tmp_path):
     res = run_tool(*args, "--text-file", TEXT, "--base", "q5_1", "--probe", "q5_1")
     assert res.returncode == 2 and "--probe must differ from --base" in res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt", "short.txt"]  # no output, no work folder
+
+
+def test_probes_at_low_bits_keep_a_group_that_suffers_there_out_of_them(wide, tmp_path):
+    """Two sets: at 5 bits (q5_1 -> iq4_nl) the value projections cost
+    almost nothing, at 3 bits (iq4_nl -> iq3_s) 20x the others. At 3.5 bits
+    per weight the first set alone sends them to the bottom of the ladder;
+    with both, they keep at least 4.25 bits."""
+    groups = ["model.layers.*.self_attn.v_proj.weight", "model.layers.*.self_attn.q_proj.weight",
+              "model.layers.*.self_attn.k_proj.weight", "model.layers.*.self_attn.o_proj.weight",
+              "model.layers.*.mlp.gate_proj.weight", "model.layers.*.mlp.up_proj.weight",
+              "model.layers.*.mlp.down_proj.weight", "lm_head.weight"]
+    hi, lo = tmp_path / "hi.json", tmp_path / "lo.json"
+    hi.write_bytes(kl_probes.dumps(kl_probes.KLProbes({"scheme": "q5_1"}, {"scheme": "iq4_nl"}, 100, 0.05,
+                                                      {g: 0.0501 if "v_proj" in g else 0.10 for g in groups})))
+    lo.write_bytes(kl_probes.dumps(kl_probes.KLProbes({"scheme": "iq4_nl"}, {"scheme": "iq3_s"}, 100, 0.20,
+                                                      {g: 5.0 if "v_proj" in g else 0.45 for g in groups})))
+
+    def v_bits(*probes) -> list[float]:
+        m = tmp_path / "q.json"
+        args = [a for p in probes for a in ("--kl-probes", p)]
+        res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", m, "--overwrite", "--target-bpw", "3.5",
+                       "--quantize-head", "--imatrix", wide["imatrix"], *args)
+        assert res.returncode == 0, res.stderr
+        sel = json.loads(m.read_text())["tensors"]
+        return [bpw_policy._bits(s) for n, s in sorted(sel.items()) if "v_proj" in n]
+
+    assert max(v_bits(hi)) < 3.0
+    assert min(v_bits(hi, lo)) >= 4.25
