@@ -323,7 +323,8 @@ def ik_scores(a, w: Path, g_in: GGUFInputs) -> None:
                                      for label, g in ggufs + g_in.ours])
 
 
-# (label, q4-manifest arguments, use the imatrix, convert through gptq); PROBES stands for the KL probes' file
+# (label, q4-manifest arguments, use the imatrix, convert through gptq); PROBES and PROBES_LOW stand for the KL
+# probes' files (prepare_model)
 def policies_4_5_bits() -> list[tuple[str, list[str], bool, bool]]:
     """The 4- to 6-bit schemes and policies of the first table (the rotated model only)."""
     runs = [("q4_0", ["--scheme", "q4_0", "--quantize-head"], False),
@@ -351,30 +352,38 @@ def policies_4_5_bits() -> list[tuple[str, list[str], bool, bool]]:
     return runs
 
 
+PROBED = ("--kl-probes", "PROBES", "--kl-probes", "PROBES_LOW")  # both sets of probes (prepare_model)
+
+
 def policies_sub_4_bits() -> list[tuple[str, list[str], bool, bool]]:
     """At and below 4 bits (issue 47's budgets), on both models: q3_k alone, and
     the calibrated pipeline (imatrix, KL probes, --target-bpw, gptq) at 4.25,
     4.0 and 3.25 bits per weight, restricted to llama.cpp's types so each is
     also exported and scored by llama.cpp; then 4.0 and 3.25 with every type
-    of ours (iq4_xsh among them), scored by ierun."""
+    of ours (iq4_xsh among them), scored by ierun. Each with two sets of KL
+    probes, q5_1 -> iq4_nl and iq4_nl -> iq3_s: a slope measured at 5 bits
+    alone misprices the matrices these budgets move to 2.6-3.4 bits
+    (docs/quality.md, "KL probes at the bits a policy uses")."""
     runs = [("q3_k (iq4_nl fallback) + imatrix", ["--scheme", "q3_k", "--quantize-head"], True, False)]
     runs += [(f"--target-bpw {b} + KL probes + gptq, GGUF types",
-              ["--target-bpw", b, "--quantize-head", "--kl-probes", "PROBES", "--gguf-types", "REF"], True, True)
+              ["--target-bpw", b, "--quantize-head", *PROBED, "--gguf-types", "REF"], True, True)
              for b in ("4.25", "4.0", "3.25")]
     # the same 4.0-bit policy ranked by nearest rounding (no --ref-dir): what measuring as gptq quantizes buys
     runs += [("--target-bpw 4.0 + KL probes + gptq, GGUF types, nearest-ranked",
-              ["--target-bpw", "4.0", "--quantize-head", "--kl-probes", "PROBES", "--gguf-types"], True, True)]
+              ["--target-bpw", "4.0", "--quantize-head", *PROBED, "--gguf-types"], True, True)]
     # every type of ours (iq4_xsh, int4w too): what leaving llama.cpp's types buys, ierun only
     runs += [(f"--target-bpw {b} + KL probes + gptq, all types",
-              ["--target-bpw", b, "--quantize-head", "--kl-probes", "PROBES", "REF"], True, True)
+              ["--target-bpw", b, "--quantize-head", *PROBED, "REF"], True, True)
              for b in ("4.0", "3.25")]
     return runs
 
 
-def prepare_model(a, w: Path, hf: Path, orig, held_ids: list[int], calib: Path, widen_to: int) -> tuple[Path, Path, Path, Path]:
+def prepare_model(a, w: Path, hf: Path, orig, held_ids: list[int], calib: Path,
+                  widen_to: int) -> tuple[Path, Path, Path, dict]:
     """The transformed checkpoint (rotated; then widened when widen_to), its
     f32 artifact (checked to compute the original's logits), importance matrix
-    and KL probes, all cached under w. Returns (hf, ref, imatrix, probes)."""
+    and both sets of KL probes, all cached under w. Returns (hf, ref, imatrix,
+    {PROBES: file, PROBES_LOW: file})."""
     if not a.no_rotate:
         rot = a.work / "rot-hf"
         if not (rot / "config.json").exists():
@@ -402,14 +411,17 @@ def prepare_model(a, w: Path, hf: Path, orig, held_ids: list[int], calib: Path, 
     if not im.exists():
         run(BIN / "ieconv", "imatrix", "-q", "--model-dir", ref, "--text-file", calib, "-o", im,
             "--chunks", a.calib_chunks)
-    probes = w / "kl-probes.json"  # on the calibration half: the scored half stays unseen
-    if not probes.exists():
-        run(BIN / "ieconv", "kl-probes", "-q", "--hf-dir", hf, "--ref-dir", ref, "--text-file", calib,
-            "--imatrix", im, "--threads", a.threads, "-o", probes)
-    return hf, ref, im, probes
+    # on the calibration half (the scored half stays unseen): at 4.5-5.5 bits, and at 3.4-4.5 for the sub-4-bit budgets
+    probes = {"PROBES": (w / "kl-probes.json", "q5_1", "iq4_nl"),
+              "PROBES_LOW": (w / "kl-probes-low.json", "iq4_nl", "iq3_s")}
+    for path, base, probe in probes.values():
+        if not path.exists():
+            run(BIN / "ieconv", "kl-probes", "-q", "--hf-dir", hf, "--ref-dir", ref, "--text-file", calib,
+                "--imatrix", im, "--threads", a.threads, "--base", base, "--probe", probe, "-o", path)
+    return hf, ref, im, {k: v[0] for k, v in probes.items()}
 
 
-def score_model(a, w: Path, title: str, hf: Path, ref: Path, im: Path, probes: Path, calib: Path, held: Path,
+def score_model(a, w: Path, title: str, hf: Path, ref: Path, im: Path, probes: dict, calib: Path, held: Path,
                 held_text: str, runs: list, llama_types: tuple) -> set[str]:
     """Every policy of ``runs`` and llama.cpp's ``llama_types`` on one model:
     prints the table (and llama.cpp's own scores); returns the schemes used."""
@@ -419,7 +431,7 @@ def score_model(a, w: Path, title: str, hf: Path, ref: Path, im: Path, probes: P
             continue
         d = w / f"p{i}"
         man = w / f"p{i}.json"
-        args = [str(probes) if x == "PROBES" else x for x in args]
+        args = [str(probes.get(x, x)) for x in args]
         if "REF" in args:  # candidates measured as gptq quantizes them, on its calibration text
             args = [y for x in args for y in (("--ref-dir", str(ref), "--text-file", str(calib)) if x == "REF" else (x,))]
         res = subprocess.run([str(x) for x in (BIN / "ieconv", "q4-manifest", "--hf-dir", hf, "-o", man, "--overwrite",

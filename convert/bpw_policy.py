@@ -184,14 +184,14 @@ def group_of(name: str, groups: Any) -> str | None:
     return next((g for g in groups if fnmatch.fnmatchcase(name, g)), None)
 
 
-def kl_weights(probes: KLProbes, errors: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Per matrix, the KL one unit of its predicted error costs. ``errors``:
+def _slopes(probes: KLProbes, errors: dict[str, dict[str, float]]) -> tuple[dict[str, float], float]:
+    """Per matrix of a measured group, the KL one unit of its predicted
+    error costs; and the geometric mean of the groups' slopes. ``errors``:
     per matrix, the predicted error of each selection measured (by _key).
     Per probed group, (KL with the group at the probe selection − KL at base)
     over the predicted error that change adds to the group's matrices. A group
-    whose probe measured no KL (noise) keeps 1% of the median; matrices of no
-    group, and groups base or probe cannot store, get the geometric mean of
-    the others."""
+    whose probe measured no KL (noise) keeps 1% of the median; groups base or
+    probe cannot store are not measured."""
     base, probe = _key(probes.base), _key(probes.probe)
     members: dict[str, list[str]] = {}
     for name in errors:
@@ -208,8 +208,16 @@ def kl_weights(probes: KLProbes, errors: dict[str, dict[str, float]]) -> dict[st
     if not positive:
         raise IEError("the KL probes measured no KL cost for any group; nothing to weight the errors by")
     floor = 0.01 * positive[len(positive) // 2]
-    fallback = math.exp(sum(math.log(a) for a in positive) / len(positive))
-    return {name: max(per_group.get(group_of(name, probes.groups) or "", fallback), floor) for name in errors}
+    mean = math.exp(sum(math.log(a) for a in positive) / len(positive))
+    return {n: max(a, floor) for g, a in per_group.items() for n in members[g]}, mean
+
+
+def kl_weights(probes: KLProbes, errors: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Per matrix, the KL one unit of its predicted error costs (_slopes);
+    matrices of no group, and of groups base or probe cannot store, get the
+    geometric mean of the others."""
+    slopes, mean = _slopes(probes, errors)
+    return {name: slopes.get(name, mean) for name in errors}
 
 
 @dataclass(frozen=True)
@@ -236,20 +244,44 @@ class KLCurve:
 
 def kl_curves(probe_sets: list[KLProbes], errors: dict[str, dict[str, float]],
               placed: dict[str, dict[str, float]] | None = None) -> dict[str, KLCurve]:
-    """Per matrix, its KLCurve from every set of probes (kl_weights each
-    slope). The sets are ordered per matrix by its error at their base
-    selection, the segments start there: as ``placed`` measured it where it
-    did (the candidates' errors as gptq leaves them, on the scale the curve
-    is read at), else as ``errors``. A set whose base the matrix cannot
-    store adds no segment."""
-    weights = [kl_weights(p, errors) for p in probe_sets]
+    """Per matrix, its KLCurve: the sets of probes from the most bits at
+    their base to the fewest, each one's segment starting at the matrix's
+    error at that base, as ``placed`` measured it where it did (the
+    candidates' errors as gptq leaves them, on the scale the curve is read
+    at), else as ``errors``. A set whose base the matrix cannot store adds no
+    segment. A matrix a set did not measure (a super-block probe on 576-wide
+    rows) keeps its slope from the set before, times how much steeper this
+    set found the matrices both measured (the geometric mean of the ratios):
+    its own sensitivity, not every group's mean; with no set before, the
+    set's mean (kl_weights)."""
+    sets = sorted(probe_sets, key=lambda p: -_bits(p.base))
+    measured = [_slopes(p, errors) for p in sets]
+    ratios: dict[tuple[int, int], float] = {}
+
+    def steeper(k: int, j: int) -> float:
+        if (k, j) not in ratios:
+            both = [math.log(measured[k][0][n] / measured[j][0][n]) for n in measured[k][0] if n in measured[j][0]]
+            ratios[k, j] = (math.exp(sum(both) / len(both)) if both else measured[k][1] / measured[j][1])
+        return ratios[k, j]
+
     curves = {}
     for name, errs in errors.items():
         at = {**errs, **(placed or {}).get(name, {})}
-        segments = sorted((at[_key(p.base)], w[name]) for p, w in zip(probe_sets, weights) if _key(p.base) in at)
-        if not segments:  # no base storable: the first set's slope from zero
-            segments = [(0.0, weights[0][name])]
-        curves[name] = KLCurve((0.0,) + tuple(e for e, _w in segments[1:]), tuple(w for _e, w in segments))
+        starts: list[float] = []
+        slopes: list[float] = []
+        prev = None
+        for k, p in enumerate(sets):
+            if _key(p.base) not in at:
+                continue
+            slope = measured[k][0].get(name)
+            if slope is None:
+                slope = measured[k][1] if prev is None else slopes[-1] * steeper(k, prev)
+            starts.append(max(at[_key(p.base)], starts[-1]) if starts else 0.0)
+            slopes.append(slope)
+            prev = k
+        if not slopes:  # no base storable: the first set's weight from zero
+            starts, slopes = [0.0], [measured[0][0].get(name, measured[0][1])]
+        curves[name] = KLCurve(tuple(starts), tuple(slopes))
     return curves
 
 

@@ -108,12 +108,13 @@ def test_probes_at_two_bit_ranges_price_each_error_where_it_was_measured():
     unit of error, set 2 (iq4_nl -> iq3_s) at 1.20 / 8 = 0.15: for a.0.w,
     whose iq4_nl error is 3, KL(e) is 0.05 e up to 3 and 0.15 per unit past
     it, checked by hand in float64. One set alone is one slope (the usual
-    linear weighting); a matrix that cannot store set 2's base (o_proj at
-    iq3_s's super-blocks: here b stores iq4_nl but not iq3_s) still gets set
-    2's segment, at the geometric mean of the others' slopes."""
+    linear weighting). A matrix set 2 did not measure (o_proj at iq3_s's
+    super-blocks: here b stores iq4_nl but not iq3_s) still gets set 2's
+    segment: its own set-1 slope (0.10) times how much steeper set 2 found
+    the matrices both measured (0.15 / 0.05 = 3), not set 2's mean."""
     errors = {"a.0.w": {BASE: 1.0, PROBE: 3.0, LOW: 9.0}, "a.1.w": {BASE: 1.0, PROBE: 3.0, LOW: 5.0},
               "b.0.w": {BASE: 0.5, PROBE: 1.5}}
-    hi = kl_probes.KLProbes({"scheme": "q5_1"}, {"scheme": "iq4_nl"}, 100, 0.05, {"a.*.w": 0.25, "b.0.w": 0.10})
+    hi = kl_probes.KLProbes({"scheme": "q5_1"}, {"scheme": "iq4_nl"}, 100, 0.05, {"a.*.w": 0.25, "b.0.w": 0.15})
     lo = kl_probes.KLProbes({"scheme": "iq4_nl"}, {"scheme": "iq3_s"}, 100, 0.20, {"a.*.w": 1.40})
     one = bpw_policy.kl_curves([hi], errors)
     assert one["a.0.w"](7.0) == pytest.approx(0.05 * 7.0)
@@ -122,7 +123,7 @@ def test_probes_at_two_bit_ranges_price_each_error_where_it_was_measured():
     assert both["a.0.w"](2.0) == pytest.approx(0.05 * 2.0)
     assert both["a.0.w"](9.0) == pytest.approx(0.05 * 3.0 + slope_lo * 6.0)
     assert both["b.0.w"].starts == (0.0, 1.5)
-    assert both["b.0.w"](2.5) == pytest.approx(0.05 * 1.5 + slope_lo * 1.0)  # the geometric mean of one slope
+    assert both["b.0.w"](2.5) == pytest.approx(0.10 * 1.5 + 0.30 * 1.0)
     # placed: the segments start where the candidates' own (compensated) errors put the base
     placed = bpw_policy.kl_curves([hi, lo], errors, {"a.0.w": {PROBE: 2.0}})
     assert placed["a.0.w"].starts == (0.0, 2.0) and placed["a.1.w"].starts == (0.0, 3.0)
