@@ -71,6 +71,13 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
 
     Example: ieconv kl-probes --hf-dir M --ref-dir m-f32/ --text-file eval.txt
     --imatrix imatrix.npz -o kl-probes.json
+
+    For budgets below about 4.5 bits measure a second set where those
+    policies put matrices (--base iq4_nl --probe iq3_s -o kl-probes-low.json)
+    and give q4-manifest both (--kl-probes kl-probes.json --kl-probes
+    kl-probes-low.json): each set prices the errors in its own range. A group
+    the probe cannot store (iq3_s on rows that are no whole 256-element
+    super-blocks) is left out and named.
     """
     # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
     from iekit.runtime import evaluation
