@@ -220,10 +220,12 @@ IK_TYPES = ("IQ4_KS", "IQ4_KSS", "IQ4_KT", "IQ4_XS", "IQ3_K", "IQ3_S", "IQ3_KS",
 def llama_perplexity(a, gguf: Path, text: Path, base: Path, score: bool, tool: str | None = None) -> dict:
     """llama-perplexity (``tool``, default llama.cpp's) on ``gguf``: writes
     ``base`` (its log-probabilities, score=False) or scores against it (KL,
-    same top token, PPL)."""
+    same top token, PPL). Where llama.cpp's AMX path kills it, it runs again
+    without repacking (llamacpp.run_repack_safe): the same weights, its
+    plain kernels."""
     args = [tool or a.llama_perplexity, "-m", gguf, "-f", text, "-c", 512, "-b", 512, "--chunks", a.chunks, "-t", a.threads,
             "--kl-divergence-base", base, *(["--kl-divergence"] if score else [])]
-    res = subprocess.run([str(x) for x in args], capture_output=True, text=True)
+    res, _note = llamacpp.run_repack_safe([str(x) for x in args], ["--no-repack"])
     out = res.stdout + res.stderr
     if res.returncode != 0:
         raise SystemExit(f"{args[0]} {gguf.name}: {out.strip()[-600:]}")

@@ -118,11 +118,7 @@ def llama_bench(exe: str, gguf: Path, p: int, n: int, threads: int, rounds: int,
                 depth: int = 0) -> dict | None:
     cmd = [exe, "-m", str(gguf), "-p", str(p), "-n", str(n), "-t", str(threads), "-r", str(rounds),
            *(["-d", str(depth)] if depth else []), *extra, "-o", "json"]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    note = None
-    if res.returncode < 0 and "--repack" not in extra:  # killed by a signal: its AMX path (module docstring)
-        res = subprocess.run(cmd[:-2] + ["--repack", "0", "-o", "json"], capture_output=True, text=True)
-        note = "--repack 0"
+    res, note = llamacpp.run_repack_safe(cmd, ["--repack", "0"])  # its AMX path dies of a signal (module docstring)
     if res.returncode != 0:
         print(f"llama-bench failed ({res.returncode}): {res.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
         return None

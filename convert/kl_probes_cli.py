@@ -29,7 +29,7 @@ from iekit.cli.support import stderr_console, threads_option
 from iekit.formats import hf_checkpoint, iebin, kl_probes
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.jsonio import dumps_canonical, load_json
-from iekit.formats.q4_manifest import default_manifest, is_tied, manifest_from
+from iekit.formats.q4_manifest import default_manifest, is_tied, layer_pattern, manifest_from
 from iekit.formats.quant import SCHEMES, QuantParams
 from iekit.formats.weight_types import names as weight_type_names
 
@@ -95,8 +95,12 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
     if not groups:
         raise click.UsageError(f"--probe {probe} can store no group of this model's matrices")
     err = stderr_console()
+    unprobed: dict[str, list[str]] = {}  # per layer pattern the reasons (a fallback's exact entries: one per layer)
     for g, why in unfit.items():
-        err.print(f"not probed: {g} ({why}); q4-manifest weights it by the other groups' geometric mean",
+        unprobed.setdefault(layer_pattern(g), []).append(why)
+    for pattern, whys in unprobed.items():
+        count = f"{len(whys)} tensors; " if len(whys) > 1 else ""
+        err.print(f"not probed: {pattern} ({count}{whys[0]}); q4-manifest prices it from the probed groups",
                   markup=False)
     ref = float_decoder(ref_dir, threads=threads, ctx=ctx)
     parts, what = calibration_chunks(ref, text_file, ids_file, chunks)

@@ -151,7 +151,7 @@ def _is_matrix(name: str, shape: list[int]) -> bool:
     return (len(shape) == 2 and name.endswith("weight")) or (len(shape) == 3 and ".experts." in name)
 
 
-def _layer_pattern(name: str) -> str:
+def layer_pattern(name: str) -> str:
     """model.layers.3.mlp.up_proj.weight -> model.layers.*.mlp.up_proj.weight"""
     return re.sub(r"\.\d+\.", ".*.", name)
 
@@ -219,7 +219,7 @@ def default_manifest(tensors: dict[str, tuple[str, list[int]]], scheme: str = "i
                 exact[name] = sel
             continue
         if not is_sensitive(name):
-            patterns.setdefault(_layer_pattern(name), []).append(name)
+            patterns.setdefault(layer_pattern(name), []).append(name)
     for pattern, names in sorted(patterns.items()):
         fits = {n: _fitting(scheme, main, tensors[n][1]) for n in names}
         if all(v == main for v in fits.values()):

@@ -201,6 +201,12 @@ def test_groups_a_super_block_probe_cannot_store_are_left_unprobed(wide, tmp_pat
     res = run_tool("ieconv", "q4-manifest", "--hf-dir", hf, "-o", tmp_path / "m.json", "--target-bpw", "4.0",
                    "--kl-probes", probes)
     assert res.returncode == 0, res.stderr
+    # a base that falls back per tensor (iq4_xs -> iq4_nl on 320 columns): one line for the layer pattern
+    res = run_tool("ieconv", "kl-probes", "--hf-dir", hf, "--ref-dir", f32, "--text-file", TEXT, "--ctx", "64",
+                   "--chunks", "2", "--base", "iq4_xs", "--probe", "iq3_s", "-o", tmp_path / "xs.json")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("not probed") == 1
+    assert "not probed: model.layers.*.mlp.down_proj.weight (2 tensors; iq3_s needs cols" in res.stderr
     # a probe no matrix can store measures nothing: refused before any conversion
     res = run_tool("ieconv", "kl-probes", "--hf-dir", GOLDEN / "hf" / "tiny-llama", "--ref-dir", f32,
                    "--text-file", TEXT, "--base", "iq4_nl", "--probe", "iq3_s", "-o", tmp_path / "none.json")
