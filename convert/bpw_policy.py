@@ -46,7 +46,7 @@ from iekit.formats.quant import SCHEMES, QuantError
 
 SAMPLE_ROWS = 64  # rows measured per matrix (evenly spaced)
 
-def _bits(sel: dict[str, Any]) -> float:
+def selection_bits(sel: dict[str, Any]) -> float:
     """Bits per weight of a selection (on whole 256-element rows, which every scheme and group size divides)."""
     return SCHEMES[sel["scheme"]].nbytes(1, 256, selection_params(sel)) * 8 / 256
 
@@ -57,7 +57,7 @@ def _ladder(schemes: list[str]) -> tuple[dict[str, Any], ...]:
     errors, as on an all-zero matrix, then exports as it is)."""
     order = list(SCHEMES)
     sels = [sel for n in schemes for sel in SCHEMES[n].LADDER]
-    return tuple(sorted(sels, key=lambda sel: (_bits(sel), SCHEMES[sel["scheme"]].GGUF is None,
+    return tuple(sorted(sels, key=lambda sel: (selection_bits(sel), SCHEMES[sel["scheme"]].GGUF is None,
                                                 order.index(sel["scheme"]))))
 
 
@@ -254,7 +254,7 @@ def kl_curves(probe_sets: list[KLProbes], errors: dict[str, dict[str, float]],
     set found the matrices both measured (the geometric mean of the ratios):
     its own sensitivity, not every group's mean; with no set before, the
     set's mean (kl_weights)."""
-    sets = sorted(probe_sets, key=lambda p: -_bits(p.base))
+    sets = sorted(probe_sets, key=lambda p: -selection_bits(p.base))
     measured = [_slopes(p, errors) for p in sets]
     ratios: dict[tuple[int, int], float] = {}
 

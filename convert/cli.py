@@ -344,6 +344,13 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     if len(set(bases)) < len(bases):
         raise click.UsageError("--kl-probes: two sets measured from the same --base; each set prices the errors "
                                "from its base up, so give sets of different bases (e.g. q5_1 and iq4_nl)")
+    low = min(probes, key=lambda p: bpw_policy.selection_bits(p.probe), default=None)
+    if low is not None and target_bpw < bpw_policy.selection_bits(low.probe) - 0.25:  # a hint, not an error
+        err.print(f"note: the KL probes reach down to {low.probe['scheme']} "
+                  f"({bpw_policy.selection_bits(low.probe):g} bits per weight); --target-bpw {target_bpw:g} "
+                  f"puts matrices below, where a set measured there prices them better: ieconv kl-probes --base "
+                  f"{low.probe['scheme']} --probe TYPE (iq3_s, q2_k), given as another --kl-probes "
+                  "(docs/formats/kl_probes.md)", markup=False)
     src = g = None
     if hf_dir:
         src = hf_checkpoint.from_dir(hf_dir)

@@ -279,7 +279,12 @@ def test_probes_at_low_bits_keep_a_group_that_suffers_there_out_of_them(wide, tm
                        "--quantize-head", "--imatrix", wide["imatrix"], *args)
         assert res.returncode == 0, res.stderr
         sel = json.loads(m.read_text())["tensors"]
-        return [bpw_policy._bits(s) for n, s in sorted(sel.items()) if "v_proj" in n]
+        return [bpw_policy.selection_bits(s) for n, s in sorted(sel.items()) if "v_proj" in n], res.stderr
 
-    assert max(v_bits(hi)) < 3.0
-    assert min(v_bits(hi, lo)) >= 4.25
+    bits, stderr = v_bits(hi)
+    assert max(bits) < 3.0
+    # the user is told the probes stop above the budget, and what to measure
+    assert "note: the KL probes reach down to iq4_nl (4.5 bits per weight)" in stderr
+    assert "ieconv kl-probes --base iq4_nl --probe TYPE" in stderr
+    bits, stderr = v_bits(hi, lo)
+    assert min(bits) >= 4.25 and "note:" not in stderr
