@@ -12,7 +12,7 @@ the expected squared error the matrix adds to its outputs per token
 of one matrix well, but not matrices against each other: an error in a value
 projection's outputs costs the model far more than the same error in a
 down projection's. With KL probes (``ieconv kl-probes``, measured KL per
-group of matrices) each matrix's error is converted to KL (kl_weights);
+group of matrices) each matrix's error is converted to KL (kl_curves);
 without them it is taken as it is. For a policy ``ieconv gptq`` converts,
 ``--ref-dir`` measures each candidate as gptq quantizes it, under the
 matrix's full input covariance (choose's ``covariance``): compensation
@@ -256,6 +256,7 @@ def kl_curves(probe_sets: list[KLProbes], errors: dict[str, dict[str, float]],
     set's mean (kl_weights)."""
     sets = sorted(probe_sets, key=lambda p: -selection_bits(p.base))
     measured = [_slopes(p, errors) for p in sets]
+    first = kl_weights(sets[0], errors)
     ratios: dict[tuple[int, int], float] = {}
 
     def steeper(k: int, j: int) -> float:
@@ -275,12 +276,13 @@ def kl_curves(probe_sets: list[KLProbes], errors: dict[str, dict[str, float]],
                 continue
             slope = measured[k][0].get(name)
             if slope is None:
-                slope = measured[k][1] if prev is None else slopes[-1] * steeper(k, prev)
+                slope = ((first[name] if k == 0 else measured[k][1]) if prev is None
+                         else slopes[-1] * steeper(k, prev))
             starts.append(max(at[_key(p.base)], starts[-1]) if starts else 0.0)
             slopes.append(slope)
             prev = k
         if not slopes:  # no base storable: the first set's weight from zero
-            starts, slopes = [0.0], [measured[0][0].get(name, measured[0][1])]
+            starts, slopes = [0.0], [first[name]]
         curves[name] = KLCurve(tuple(starts), tuple(slopes))
     return curves
 
