@@ -202,6 +202,6 @@ def _probed_groups(manifest: dict, shapes: dict[str, tuple[str, list[int]]], pro
 
 def _all_at(manifest: dict, probe: str, groups: list[str]) -> dict:
     """The manifest with every group of ``groups`` (rules and exact entries) at ``probe``."""
-    return {**manifest, "rules": [{"match": r["match"], "scheme": probe if r["match"] in groups else r["scheme"]}
+    return {**manifest, "rules": [{"match": r["match"], "scheme": probe} if r["match"] in groups else r
                                   for r in manifest["rules"]],
             "tensors": {n: {"scheme": probe} if n in groups else s for n, s in manifest["tensors"].items()}}
