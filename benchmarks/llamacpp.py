@@ -29,8 +29,9 @@ def run_repack_safe(cmd: list[str], no_repack: list[str]) -> tuple[subprocess.Co
     ``--no-repack``). llama.cpp 0.3.36's AMX path, taken by default on a CPU
     with AMX, dies of SIGSEGV on any batch of 16 tokens or more; without
     repacking it runs its plain kernels on the same weights. Returns the
-    result and the arguments added, or None."""
+    result and the arguments added, or None (also when ``cmd`` already has
+    ``no_repack``'s flag)."""
     res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode >= 0 or any(a in cmd for a in no_repack):
+    if res.returncode >= 0 or no_repack[0] in cmd:
         return res, None
     return subprocess.run(cmd + no_repack, capture_output=True, text=True), " ".join(no_repack)

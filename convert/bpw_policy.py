@@ -115,7 +115,7 @@ def lower_hull(options: list[tuple[dict, int, float]]) -> list[tuple[dict, int, 
     return hull
 
 
-def _key(sel: dict[str, Any]) -> str:
+def selection_key(sel: dict[str, Any]) -> str:
     """A selection as a dictionary key."""
     return json.dumps(sel, sort_keys=True)
 
@@ -127,16 +127,17 @@ def _storable(shape: list[int], selections) -> list[tuple[dict, Any, Any, int]]:
     out: dict[str, tuple[dict, Any, Any, int]] = {}
     for sel in selections:
         scheme, p = SCHEMES[sel["scheme"]], selection_params(sel)
-        if _key(sel) not in out and not scheme.check(shape, p):
-            out[_key(sel)] = (sel, scheme, p, scheme.nbytes(math.prod(shape[:-1]), shape[-1], p))
+        if selection_key(sel) not in out and not scheme.check(shape, p):
+            out[selection_key(sel)] = (sel, scheme, p, scheme.nbytes(math.prod(shape[:-1]), shape[-1], p))
     return list(out.values())
 
 
 def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | None, selections,
              cov: tuple[np.ndarray, np.ndarray] | None = None,
              compensate: bool = False) -> dict[str, tuple[dict, int, float]]:
-    """Per selection that can store the matrix (by _key): (selection, bytes,
-    predicted error), the error measured on ``rows`` and scaled to all rows.
+    """Per selection that can store the matrix (by selection_key):
+    (selection, bytes, predicted error), the error measured on ``rows`` and
+    scaled to all rows.
     With ``cov`` (the input covariance and its gptq.inverse_factor) the
     error is Σ δ H δᵀ, no independence of the columns assumed; with
     ``compensate`` the rows are quantized as ieconv gptq quantizes them
@@ -153,7 +154,7 @@ def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | No
         else:
             err.add_covariance(rows, scheme.dequantize_rows(scheme.quantize_rows(rows, p, name, imp), shape[-1], p),
                                cov[0])
-        out[_key(sel)] = (sel, nbytes, err.sq_error * scale)
+        out[selection_key(sel)] = (sel, nbytes, err.sq_error * scale)
     return out
 
 
@@ -171,7 +172,7 @@ def _options(measured: dict[str, tuple[dict, int, float]],
     predicted error, on the lower convex hull of error against size."""
     best: dict[int, tuple[dict, int, float]] = {}
     for sel in ladder:
-        got = measured.get(_key(sel))
+        got = measured.get(selection_key(sel))
         if got is not None and (got[1] not in best or got[2] < best[got[1]][2]):
             best[got[1]] = got
     return lower_hull([best[nbytes] for nbytes in sorted(best)])
@@ -187,12 +188,13 @@ def group_of(name: str, groups: Any) -> str | None:
 def _slopes(probes: KLProbes, errors: dict[str, dict[str, float]]) -> tuple[dict[str, float], float]:
     """Per matrix of a measured group, the KL one unit of its predicted
     error costs; and the geometric mean of the groups' slopes. ``errors``:
-    per matrix, the predicted error of each selection measured (by _key).
+    per matrix, the predicted error of each selection measured (by
+    selection_key).
     Per probed group, (KL with the group at the probe selection − KL at base)
     over the predicted error that change adds to the group's matrices. A group
     whose probe measured no KL (noise) keeps 1% of the median; groups base or
     probe cannot store are not measured."""
-    base, probe = _key(probes.base), _key(probes.probe)
+    base, probe = selection_key(probes.base), selection_key(probes.probe)
     members: dict[str, list[str]] = {}
     for name in errors:
         g = group_of(name, probes.groups)
@@ -210,14 +212,6 @@ def _slopes(probes: KLProbes, errors: dict[str, dict[str, float]]) -> tuple[dict
     floor = 0.01 * positive[len(positive) // 2]
     mean = math.exp(sum(math.log(a) for a in positive) / len(positive))
     return {n: max(a, floor) for g, a in per_group.items() for n in members[g]}, mean
-
-
-def kl_weights(probes: KLProbes, errors: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Per matrix, the KL one unit of its predicted error costs (_slopes);
-    matrices of no group, and of groups base or probe cannot store, get the
-    geometric mean of the others."""
-    slopes, mean = _slopes(probes, errors)
-    return {name: slopes.get(name, mean) for name in errors}
 
 
 @dataclass(frozen=True)
@@ -252,11 +246,11 @@ def kl_curves(probe_sets: list[KLProbes], errors: dict[str, dict[str, float]],
     segment. A matrix a set did not measure (a super-block probe on 576-wide
     rows) keeps its slope from the set before, times how much steeper this
     set found the matrices both measured (the geometric mean of the ratios):
-    its own sensitivity, not every group's mean; with no set before, the
-    set's mean (kl_weights)."""
+    its own sensitivity, not every group's mean; with no set before (one set:
+    matrices of no group, or of a group it could not store), the set's
+    geometric mean."""
     sets = sorted(probe_sets, key=lambda p: -selection_bits(p.base))
     measured = [_slopes(p, errors) for p in sets]
-    first = kl_weights(sets[0], errors)
     ratios: dict[tuple[int, int], float] = {}
 
     def steeper(k: int, j: int) -> float:
@@ -272,17 +266,16 @@ def kl_curves(probe_sets: list[KLProbes], errors: dict[str, dict[str, float]],
         slopes: list[float] = []
         prev = None
         for k, p in enumerate(sets):
-            if _key(p.base) not in at:
+            if selection_key(p.base) not in at:
                 continue
             slope = measured[k][0].get(name)
             if slope is None:
-                slope = ((first[name] if k == 0 else measured[k][1]) if prev is None
-                         else slopes[-1] * steeper(k, prev))
-            starts.append(max(at[_key(p.base)], starts[-1]) if starts else 0.0)
+                slope = measured[k][1] if prev is None else slopes[-1] * steeper(k, prev)
+            starts.append(max(at[selection_key(p.base)], starts[-1]) if starts else 0.0)
             slopes.append(slope)
             prev = k
         if not slopes:  # no base storable: the first set's weight from zero
-            starts, slopes = [0.0], [first[name]]
+            starts, slopes = [0.0], [measured[0][0].get(name, measured[0][1])]
         curves[name] = KLCurve(tuple(starts), tuple(slopes))
     return curves
 

@@ -340,16 +340,14 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         raise click.UsageError(f"--quantize-head means --head-scheme {scheme}; give one of them")
     check_new_file(out_path, overwrite)
     probes = tuple(kl_probes.read(p) for p in probes_paths)
-    bases = [json.dumps(p.base, sort_keys=True) for p in probes]
-    if len(set(bases)) < len(bases):
+    if len({bpw_policy.selection_key(p.base) for p in probes}) < len(probes):
         raise click.UsageError("--kl-probes: two sets measured from the same --base; each set prices the errors "
                                "from its base up, so give sets of different bases (e.g. q5_1 and iq4_nl)")
-    low = min(probes, key=lambda p: bpw_policy.selection_bits(p.probe), default=None)
-    if low is not None and target_bpw < bpw_policy.selection_bits(low.probe) - 0.25:  # a hint, not an error
-        err.print(f"note: the KL probes reach down to {low.probe['scheme']} "
-                  f"({bpw_policy.selection_bits(low.probe):g} bits per weight); --target-bpw {target_bpw:g} "
-                  f"puts matrices below, where a set measured there prices them better: ieconv kl-probes --base "
-                  f"{low.probe['scheme']} --probe TYPE (iq3_s, q2_k), given as another --kl-probes "
+    low_bits, low = min(((bpw_policy.selection_bits(p.probe), p.probe["scheme"]) for p in probes), default=(0, ""))
+    if target_bpw is not None and target_bpw < low_bits - 0.25:  # a hint, not an error
+        err.print(f"note: the KL probes reach down to {low} ({low_bits:g} bits per weight); "
+                  f"--target-bpw {target_bpw:g} puts matrices below, where a set measured there prices them better: ieconv kl-probes --base "
+                  f"{low} --probe TYPE (iq3_s, q2_k), given as another --kl-probes "
                   "(docs/formats/kl_probes.md)", markup=False)
     src = g = None
     if hf_dir:

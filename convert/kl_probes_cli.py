@@ -33,6 +33,7 @@ from iekit.formats.q4_manifest import default_manifest, is_tied, layer_pattern, 
 from iekit.formats.quant import SCHEMES, QuantParams
 from iekit.formats.weight_types import names as weight_type_names
 
+from .bpw_policy import group_of
 from .hf_to_iebin import convert
 
 QUANTIZED = [n for n in weight_type_names(quantized=True) if n != "int4w"]
@@ -153,11 +154,11 @@ class _Variants:
     def __init__(self, src, work: Path, manifest: dict, probe: str, groups: list[str],
                  converted: Callable[[str], None]):
         self.base = work / "base"
-        self.manifest = manifest_from(manifest, work / "q4_manifest.json")
-        self.rules = [r["match"] for r in manifest["rules"]]
-        convert(src, self.base, manifest=self.manifest)
+        self.groups = _groups(manifest)
+        convert(src, self.base, manifest=manifest_from(manifest, work / "q4_manifest.json"))
         converted(f"converting: every group at {probe}")
-        convert(src, work / "probe", manifest=manifest_from(_all_at(manifest, probe, groups), work / "q4_manifest.json"))
+        probed = manifest_from(_all_at(manifest, probe, groups), work / "q4_manifest.json")
+        convert(src, work / "probe", manifest=probed)
         converted("scoring")
         os.replace(work / "probe" / iebin.BIN_NAME, self.base / self.PROBE_BIN)
         self.meta = load_json(self.base / iebin.META_NAME)
@@ -165,18 +166,11 @@ class _Variants:
                               for t in load_json(work / "probe" / iebin.META_NAME)["tensors"]}
         self.probe_file = {"name": self.PROBE_BIN, "nbytes": (self.base / self.PROBE_BIN).stat().st_size}
 
-    def members(self, group: str) -> set[str]:
-        """The tensors ``group`` selects: its exact name, or those its rule resolves."""
-        if group not in self.rules:
-            return {group}
-        where = f"rules[{self.rules.index(group)}]"
-        return {t["name"] for t in self.meta["tensors"] if self.manifest.resolve(t["name"])[1] == where}
-
     def with_probe(self, group: str) -> Path:
         """The metadata of the base artifact with ``group`` at probe (replacing the previous variant's)."""
-        names = self.members(group)
         meta = {**self.meta, "files": [*self.meta["files"], self.probe_file],
-                "tensors": [self.probe_entries[t["name"]] if t["name"] in names else t for t in self.meta["tensors"]]}
+                "tensors": [self.probe_entries[t["name"]] if group_of(t["name"], self.groups) == group else t
+                            for t in self.meta["tensors"]]}
         path = self.base / self.VARIANT
         write_file_atomic(path, dumps_canonical(meta), replace=True)
         return path
@@ -188,16 +182,20 @@ def _probed_groups(manifest: dict, shapes: dict[str, tuple[str, list[int]]], pro
     with the reason: a super-block probe (iq3_s) cannot store SmolLM2's
     576-wide o_proj rows, and a probe that fell back to another scheme would
     measure that scheme instead."""
-    m = manifest_from(manifest, Path("q4_manifest.json"))
-    rules = [r["match"] for r in manifest["rules"]]
-    where = {f"rules[{i}]": g for i, g in enumerate(rules)}
+    groups = _groups(manifest)
     unfit: dict[str, str] = {}
     for name, (_dtype, shape) in shapes.items():
-        _sel, origin = m.resolve(name)
-        group = where.get(origin, name if name in manifest["tensors"] else None)
+        group = group_of(name, groups)
         if group is not None and group not in unfit and (why := SCHEMES[probe].check(shape, QuantParams(probe))):
             unfit[group] = why
-    return [g for g in rules + sorted(manifest["tensors"]) if g not in unfit], unfit
+    return [g for g in groups if g not in unfit], unfit
+
+
+def _groups(manifest: dict) -> list[str]:
+    """The usual manifest's groups: each rule's pattern, then each exact
+    entry's name; bpw_policy.group_of finds a tensor's as the manifest
+    resolves it (an exact entry first, else the first rule matching)."""
+    return [r["match"] for r in manifest["rules"]] + sorted(manifest["tensors"])
 
 
 def _all_at(manifest: dict, probe: str, groups: list[str]) -> dict:

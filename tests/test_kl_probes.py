@@ -70,7 +70,14 @@ def test_non_finite_json_is_refused(tmp_path):
 BASE, PROBE = '{"scheme": "q5_1"}', '{"scheme": "iq4_nl"}'  # the selections as the policy keys them
 
 
-def test_kl_weights_are_measured_kl_over_predicted_error():
+def _one_slope(probes, errors) -> dict[str, float]:
+    """The KL per unit of error of each matrix under one set of probes: its curve is that one line."""
+    curves = bpw_policy.kl_curves([probes], errors)
+    assert all(c.starts == (0.0,) for c in curves.values())
+    return {name: c.slopes[0] for name, c in curves.items()}
+
+
+def test_one_set_is_measured_kl_over_predicted_error():
     """Per group, the KL its probe added over the predicted error that adds:
     group a (two matrices) added 0.20 KL for 2 x 2.0 of error, b 0.05 for 1.0;
     a group whose probe added none keeps 1% of the (upper) median, a, and a
@@ -79,7 +86,7 @@ def test_kl_weights_are_measured_kl_over_predicted_error():
               "b.0.w": {BASE: 0.5, PROBE: 1.5}, "c.0.w": {BASE: 1.0, PROBE: 2.0}, "d.0.w": {BASE: 1.0, PROBE: 2.0}}
     probes = kl_probes.KLProbes({"scheme": "q5_1"}, {"scheme": "iq4_nl"}, 100, 0.05,
                                 {"a.*.w": 0.25, "b.0.w": 0.10, "c.*": 0.04})
-    k = bpw_policy.kl_weights(probes, errors)
+    k = _one_slope(probes, errors)
     assert k["a.0.w"] == k["a.1.w"] == pytest.approx(0.20 / 4.0)
     assert k["b.0.w"] == pytest.approx(0.05 / 1.0)
     assert k["c.0.w"] == pytest.approx(0.01 * 0.05)
@@ -90,14 +97,14 @@ def test_a_group_the_selections_cannot_store_gets_the_geometric_mean():
     errors = {"a.0.w": {BASE: 1.0, PROBE: 3.0}, "b.0.w": {BASE: 1.0, PROBE: 2.0}, "c.0.w": {BASE: 1.0}}
     probes = kl_probes.KLProbes({"scheme": "q5_1"}, {"scheme": "iq4_nl"}, 100, 0.0,
                                 {"a.*": 0.2, "b.*": 0.4, "c.*": 9.0})
-    k = bpw_policy.kl_weights(probes, errors)
+    k = _one_slope(probes, errors)
     assert k["c.0.w"] == pytest.approx(np.sqrt(0.1 * 0.4))
 
 
 def test_probes_that_measured_nothing_are_refused():
     probes = kl_probes.KLProbes({"scheme": "q5_1"}, {"scheme": "iq4_nl"}, 100, 0.05, {"a.*": 0.01})
     with pytest.raises(IEError, match="no KL cost"):
-        bpw_policy.kl_weights(probes, {"a.0.w": {BASE: 1.0, PROBE: 2.0}})
+        _one_slope(probes, {"a.0.w": {BASE: 1.0, PROBE: 2.0}})
 
 
 LOW = '{"scheme": "iq3_s"}'

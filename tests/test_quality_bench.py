@@ -35,3 +35,25 @@ def test_gguf_bpw_counts_quantized_matrices_by_their_bytes_even_of_unknown_types
     cut.write_bytes(ik.read_bytes()[:200])
     with pytest.raises(FormatError, match="past the end"):
         quality_bench.gguf_bpw(cut)
+
+
+def test_a_llamacpp_tool_killed_by_a_signal_runs_once_more_without_repacking(tmp_path):
+    """benchmarks/llamacpp.py run_repack_safe, for llama.cpp's AMX crash: a
+    tool that dies of a signal is run again with the flag; one that exits
+    with an error, or was already given the flag, is not."""
+    import sys
+
+    import llamacpp
+
+    log = tmp_path / "runs"
+    # a stand-in tool: records its arguments, then dies of SIGSEGV unless given --no-repack
+    tool = [sys.executable, "-c", "import os, signal, sys; open(sys.argv[1], 'a').write(' '.join(sys.argv[2:]) + "
+            "'\\n'); '--no-repack' in sys.argv or os.kill(os.getpid(), signal.SIGSEGV)", str(log), "-m", "x"]
+    res, note = llamacpp.run_repack_safe(tool, ["--no-repack"])
+    assert (res.returncode, note) == (0, "--no-repack")
+    assert log.read_text().splitlines() == ["-m x", "-m x --no-repack"]
+    log.unlink()
+    res, note = llamacpp.run_repack_safe([*tool, "--repack", "0"], ["--repack", "0"])  # given the flag: no retry
+    assert res.returncode < 0 and note is None and len(log.read_text().splitlines()) == 1
+    res, note = llamacpp.run_repack_safe([sys.executable, "-c", "raise SystemExit(3)"], ["--no-repack"])
+    assert (res.returncode, note) == (3, None)
