@@ -1,6 +1,7 @@
 // AMX prefill kernels over two rows8 tiles at once: the pair kernels'
 // 16 rows (rows8_pairs.h), sixteen tokens per pass, the integer products
-// of a 32-block made by one tile multiply. Included by rows8_tiles.h under
+// of a 32-block made by one tile multiply (q6_k and q3_k: one per
+// 16-element half, whose sub-scales differ). Included by rows8_tiles.h under
 // IE_ROWS8_AMX only, inside its namespace, after rows8_pairs.h.
 //
 // Why: a pair kernel spends 8 vpdpbusd per block and token (128 for 16
@@ -21,7 +22,7 @@
 //
 // Values go in signed (tdpbssd): symmetric codes minus their offset (8, 16
 // for the five-bit types), affine and k-quant codes as they are, the
-// tables' values, q8_0's bytes. The sums are the pair kernels' integers
+// tables' values, q8_0's bytes; q6_k less 32, q3_k less 4. The sums are the pair kernels' integers
 // exactly (they take the offset's term off separately), and each token's
 // float operations are the pair kernel's in the same order, so every
 // output is the same float (tests/test_gemv.py compares the ISAs bit for
@@ -114,23 +115,36 @@ IE_INLINE void amx_block(const AmxBlock& blk, const int8_t* xq, int32_t* c) {
 // for those stores to complete (in a one-stage loop those waits took most
 // of the time), so each stage reads what the one before wrote a block or
 // two earlier. unpack(k, out) and finish(k, sums) are called with k in
-// order, so they may keep running pointers.
-template <class Unpack, class Finish>
+// order, so they may keep running pointers. HALVES = 2: the blocks are the
+// 16-element halves of the 32-blocks (the sym16 types' sub-scales), half k
+// against 32-block k / 2 of the activations; its unpack fills B's rows of
+// that half only (rows 4 (k % 2) .. +3), the other four stay zero, so one
+// tile multiply of the usual shape sums the half alone. Block k's sums stay
+// in place until finish(k + 1) returns.
+template <int HALVES = 1, class Unpack, class Finish>
 IE_INLINE void amx_blocks(int64_t n, const Q8Nat& x, int B, int b0, Unpack&& unpack, Finish&& finish) {
-  AmxBlock buf[4];
-  alignas(64) int32_t c[4][kAmxTokens * 16];
-  auto xq = [&](int64_t k) { return x.q + (k * B + b0) * 32; };
-  for (int64_t k = 0; k < 3 && k < n; ++k) unpack(k, &buf[k]);
-  amx_block<0>(buf[0], xq(0), c[0]);
-  if (n > 1) amx_block<1>(buf[1], xq(1), c[1]);
+  // leads in blocks, ring sizes: a half is half a block's work, so the
+  // stages stay as far apart in time with twice the blocks between them
+  constexpr int64_t kMul = 2 * HALVES, kUnpack = 3 * HALVES, kRing = 4 * HALVES;
+  AmxBlock buf[kRing];
+  if constexpr (HALVES == 2)  // buf[i] always holds half i % 2
+    for (auto& blk : buf)
+      for (auto& v : blk.b) v = _mm512_setzero_si512();
+  alignas(64) int32_t c[kRing][kAmxTokens * 16];
+  auto xq = [&](int64_t k) { return x.q + (k / HALVES * B + b0) * 32; };
+  for (int64_t k = 0; k < kUnpack && k < n; ++k) unpack(k, &buf[k]);
+  for (int64_t k = 0; k < kMul && k < n; k += 2) {
+    amx_block<0>(buf[k], xq(k), c[k]);
+    if (k + 1 < n) amx_block<1>(buf[k + 1], xq(k + 1), c[k + 1]);
+  }
   for (int64_t k = 0; k < n; k += 2) {  // tile registers by parity: the block numbers stay literal
-    if (k + 3 < n) unpack(k + 3, &buf[(k + 3) & 3]);
-    if (k + 2 < n) amx_block<0>(buf[(k + 2) & 3], xq(k + 2), c[(k + 2) & 3]);
-    finish(k, c[k & 3]);
+    if (k + kUnpack < n) unpack(k + kUnpack, &buf[(k + kUnpack) % kRing]);
+    if (k + kMul < n) amx_block<0>(buf[(k + kMul) % kRing], xq(k + kMul), c[(k + kMul) % kRing]);
+    finish(k, c[k % kRing]);
     if (k + 1 == n) break;
-    if (k + 4 < n) unpack(k + 4, &buf[(k + 4) & 3]);
-    if (k + 3 < n) amx_block<1>(buf[(k + 3) & 3], xq(k + 3), c[(k + 3) & 3]);
-    finish(k + 1, c[(k + 1) & 3]);
+    if (k + kUnpack + 1 < n) unpack(k + kUnpack + 1, &buf[(k + kUnpack + 1) % kRing]);
+    if (k + kMul + 1 < n) amx_block<1>(buf[(k + kMul + 1) % kRing], xq(k + kMul + 1), c[(k + kMul + 1) % kRing]);
+    finish(k + 1, c[(k + 1) % kRing]);
   }
 }
 
@@ -204,14 +218,22 @@ IE_INLINE void nib_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, 
 }
 
 // The super-block types, sub-block j's sums times the 16 rows' integer
-// sub-scales (vpmulld), into per-token float sums P over the super-block
-// that meet d once at its end, as their pair kernels do (the accumulators
-// are updated once per super-block, so sixteen P and sixteen acc need not
-// share the registers at each sub-block).
+// sub-scales, into per-token float sums P over the super-block that meet d
+// once at its end, as their pair kernels do (the accumulators are updated
+// once per super-block, so sixteen P and sixteen acc need not share the
+// registers at each sub-block). The pair kernels multiply the integers
+// (vpmulld: two micro-ops on Intel's port 0, 10 cycles) and convert the
+// product; here the sum is converted and multiplied as a float, one
+// micro-op, which took q6_k and q3_k from 120 and 90 to 145 G
+// multiply-adds/s a thread. The two are the same float: every |sum x
+// sub-scale| is below 2^24 (q4_k 32 x 15 x 127 x 63, q5_k 32 x 31 x 127 x
+// 63, iq4_xs and iq4_xsh 32 x 128 x 127 x 32, q6_k's halves 16 x 32 x 127 x
+// 128), so the sum, the sub-scale and their product are exact floats.
 IE_INLINE void amx_sub_add(const int32_t* c, __m512i mult, const float* xd, __m512 (&P)[kAmxTokens]) {
+  const __m512 mf = _mm512_cvtepi32_ps(mult);
   for (int m = 0; m < kAmxTokens; ++m)
-    P[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(_mm512_load_si512(c + 16 * m), mult)),
-                           _mm512_set1_ps(xd[m]), P[m]);
+    P[m] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m)), mf), _mm512_set1_ps(xd[m]),
+                           P[m]);
 }
 
 // iq4xs_pair's types (iq4_xs, iq3_s: signed table values, 6-bit
@@ -284,6 +306,77 @@ IE_INLINE void kq_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, i
       });
 }
 
+// Half k % 2 of 32-block k / 2 of the sym16 types (q6_k, q3_k: codes less
+// their offset Z) as rows 4 (k % 2) .. +3 of B, for
+// amx_blocks<2>; its group prefetched ahead as the pair kernels do.
+template <WType T>
+IE_INLINE auto half_unpacker(const Rows8& p, const uint8_t* w, int b0) {
+  constexpr int kBlock = 32 * rows8_code_bits(T);
+  constexpr char kZ = T == WType::Q6_K ? 32 : 4;
+  return [&p, w, b0](int64_t k, AmxBlock* out) __attribute__((always_inline)) {
+    const int64_t blk = k >> 1;
+    const int half = static_cast<int>(k & 1);
+    const uint8_t* wg = w + (blk >> 3) * p.group_bytes;
+    if (half == 0) prefetch_pair<8>(p, wg, b0, static_cast<int>(blk & 7));
+    for (int v = 2 * half; v < 2 * half + 2; ++v) {
+      __m512i lo, hi;
+      sym16_codes<T>(wg + (blk & 7) * kBlock, p.tile_bytes, v, &lo, &hi);
+      lo = _mm512_sub_epi8(lo, _mm512_set1_epi8(kZ)), hi = _mm512_sub_epi8(hi, _mm512_set1_epi8(kZ));
+      _mm512_store_si512(out->b + 2 * v, lo);
+      _mm512_store_si512(out->b + 2 * v + 1, hi);
+    }
+  };
+}
+
+// The two halves' sums of one 32-block (c0, c1) times their sub-scales,
+// added and into P, as half_products does for each token. Their integer
+// sum c0 m0 + c1 m1 is formed as fma(c0, m0, c1 m1) in floats: c1 m1 is
+// exact (amx_sub_add's bound), and the fma rounds the exact sum once, as
+// converting the integer sum does, so the float is the same.
+IE_INLINE void amx_halves_add(const int32_t* c0, __m512i mult0, const int32_t* c1, __m512i mult1, const float* xd,
+                              __m512 (&P)[kAmxTokens]) {
+  const __m512 m0 = _mm512_cvtepi32_ps(mult0), m1 = _mm512_cvtepi32_ps(mult1);
+  for (int m = 0; m < kAmxTokens; ++m) {
+    const __m512 s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c0 + 16 * m)), m0,
+                                     _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c1 + 16 * m)), m1));
+    P[m] = _mm512_fmadd_ps(s, _mm512_set1_ps(xd[m]), P[m]);
+  }
+}
+
+// sym16_pair's types (q6_k, q3_k): each half's sums by its own tile
+// multiply, then sym16_pair's integers and floats per token.
+template <WType T>
+IE_INLINE void sym16_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kAmxTokens]) {
+  constexpr int kBlock = 32 * rows8_code_bits(T);
+  constexpr int kD = T == WType::Q6_K ? Rows8Q6kHeader::d : Rows8Q3kHeader::d;
+  const size_t tb = p.tile_bytes;
+  __m512i words[3] = {};
+  const int32_t* c0 = nullptr;  // the block's first half's sums, until its second's finish
+  __m512i mult0 = _mm512_setzero_si512();
+  __m512 P[kAmxTokens];
+  amx_blocks<2>(
+      p.groups * 16, x, B, b0, half_unpacker<T>(p, w, b0),
+      [&](int64_t k, const int32_t* c) __attribute__((always_inline)) {
+        const int64_t blk = k >> 1;
+        const int j = static_cast<int>(blk & 7), half = static_cast<int>(k & 1);
+        const uint8_t* h = w + (blk >> 3) * p.group_bytes + 8 * kBlock;
+        if (k % 16 == 0) {
+          if constexpr (T == WType::Q3_K) q3k_words(h, tb, words);
+          for (auto& v : P) v = _mm512_setzero_ps();
+        }
+        const __m512i mult = sym16_mult<T>(h, tb, words, j, half);
+        if (half == 0) {
+          c0 = c, mult0 = mult;
+          return;
+        }
+        amx_halves_add(c0, mult0, c, mult, x.d + blk * B + b0, P);
+        if (j == 7) {
+          const __m512 d = load16<2>(h + kD, tb);
+          for (int m = 0; m < kAmxTokens; ++m) acc[m] = _mm512_fmadd_ps(P[m], d, acc[m]);
+        }
+      });
+}
+
 // Sixteen activation rows b0 .. b0 + 16 (of B) against the tiles at w and w
 // + tile_bytes; the tile configuration must be amx_configure's.
 using AmxKernel = void (*)(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0,
@@ -298,9 +391,8 @@ void amx_fn(const Rows8& p, const uint8_t* w, const Q8Nat& xr, int B, int b0, __
   for (int b = 0; b < kAmxTokens; ++b) out[b] = acc[b];
 }
 
-// The AMX kernel of p's type; nullptr where it has none (q6_k, q3_k and
-// q2_k, whose 16-element sub-blocks would need a tile multiply per half:
-// the pair kernels run those).
+// The AMX kernel of p's type; nullptr where it has none (q2_k, and the
+// float types, which have no rows8 copy): the pair kernels run those.
 AmxKernel amx_kernel(const Rows8& p) {
   switch (p.spec.type) {
     case WType::Q8_0: return amx_fn<signed_amx<WType::Q8_0>>;
@@ -323,9 +415,9 @@ AmxKernel amx_kernel(const Rows8& p) {
     case WType::IQ4_XSH: return amx_fn<iq4xs_amx<WType::IQ4_XSH>>;
     case WType::Q4_K: return amx_fn<kq_amx<false>>;
     case WType::Q5_K: return amx_fn<kq_amx<true>>;
-    case WType::Q6_K:
-    case WType::Q3_K:
-    case WType::Q2_K:
+    case WType::Q6_K: return amx_fn<sym16_amx<WType::Q6_K>>;
+    case WType::Q3_K: return amx_fn<sym16_amx<WType::Q3_K>>;
+    case WType::Q2_K:  // its mins' sums beside P and acc do not fit the registers at 16 tokens: no faster than its pair kernel
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;

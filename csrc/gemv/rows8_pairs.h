@@ -363,10 +363,35 @@ IE_INLINE void half_products(const uint8_t* blk, size_t tb, int half, const int8
   }
 }
 
+// q3_k's three scale words of both tiles (h: tile t's header), read once per super-block.
+IE_INLINE void q3k_words(const uint8_t* h, size_t tb, __m512i (&words)[3]) {
+  for (int k = 0; k < 3; ++k) words[k] = load_pair(h + Rows8Q3kHeader::words + 32 * k, tb);
+}
+
+// The 16 rows' integer sub-scale of half `half` of sub-block j of a
+// sym16_pair super-block (h: tile t's header): q6_k's int8 one; q3_k's 6-bit
+// one less 32 from its scale words (q3k_words), as q3k_scale_word unpacks it
+// (sub-blocks 4q .. 4q+3, q = j / 2, byte (2j + half) % 4). Shared by the
+// pair and AMX kernels.
+template <WType T>
+IE_INLINE __m512i sym16_mult(const uint8_t* h, size_t tb, const __m512i (&words)[3], int j, int half) {
+  if constexpr (T == WType::Q6_K) {
+    const uint8_t* sc = h + Rows8Q6kHeader::scales + 16 * j + 8 * half;
+    return _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)),
+                                                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + tb))));
+  } else {
+    const int q = j / 2;
+    const __m512i lo = _mm512_and_si512(_mm512_srl_epi32(q % 2 ? words[1] : words[0], _mm_cvtsi32_si128(4 * (q / 2))),
+                                        _mm512_set1_epi8(0x0F));
+    const __m512i hi = _mm512_and_si512(_mm512_srl_epi32(words[2], _mm_cvtsi32_si128(2 * q)), _mm512_set1_epi8(3));
+    return _mm512_sub_epi32(lane_byte_z(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), (2 * j + half) % 4),
+                            _mm512_set1_epi32(32));
+  }
+}
+
 // sym16_tile_n over a pair (q6_k, q3_k): each 16-element half's sums, less
 // Z times its activation sum (h16; Z = 32 or 4), times its sub-scales
-// (q6_k's int8 ones; q3_k's from its scale words, less 32; half_products);
-// d once per super-block.
+// (sym16_mult; half_products); d once per super-block.
 template <WType T>
 IE_INLINE void sym16_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
   constexpr int kBlock = 32 * rows8_code_bits(T);
@@ -376,9 +401,8 @@ IE_INLINE void sym16_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
   alignas(64) int32_t first[kPairTokens][16];
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
-    __m512i words[3];  // q3_k's scale words, once per super-block
-    if constexpr (T == WType::Q3_K)
-      for (int k = 0; k < 3; ++k) words[k] = load_pair(h + Rows8Q3kHeader::words + 32 * k, tb);
+    __m512i words[3] = {};  // q3_k's scale words, once per super-block
+    if constexpr (T == WType::Q3_K) q3k_words(h, tb, words);
     __m512 P[kPairTokens];
     for (auto& v : P) v = _mm512_setzero_ps();
 #pragma GCC unroll 1
@@ -388,19 +412,7 @@ IE_INLINE void sym16_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
       const int64_t kx = (g * 8 + j) * B + b0;
 #pragma GCC unroll 1
       for (int half = 0; half < 2; ++half) {
-        __m512i mult;
-        if constexpr (T == WType::Q6_K) {
-          const uint8_t* sc = h + Rows8Q6kHeader::scales + 16 * j + 8 * half;
-          mult = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)),
-                                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + tb))));
-        } else {  // q3k_scale_word's sub-scales of sub-blocks 4q .. 4q+3, q = j / 2, byte (2j + half) % 4
-          const int q = j / 2;
-          const __m512i lo = _mm512_and_si512(_mm512_srl_epi32(q % 2 ? words[1] : words[0], _mm_cvtsi32_si128(4 * (q / 2))),
-                                              _mm512_set1_epi8(0x0F));
-          const __m512i hi = _mm512_and_si512(_mm512_srl_epi32(words[2], _mm_cvtsi32_si128(2 * q)), _mm512_set1_epi8(3));
-          mult = _mm512_sub_epi32(lane_byte_z(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), (2 * j + half) % 4),
-                                  _mm512_set1_epi32(32));
-        }
+        const __m512i mult = sym16_mult<T>(h, tb, words, j, half);
         __m512i sums[kPairTokens];  // from the codes' offset: Z times the half's activation sum off
         for (int b = 0; b < kPairTokens; ++b)
           sums[b] = _mm512_set1_epi32(-(static_cast<int16_t>(x.h16[2 * (kx + b) + half]) * kZ / 16));
