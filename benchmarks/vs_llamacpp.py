@@ -43,7 +43,8 @@ iq4_xs fall back to other types there, in both engines alike) and, unless
 --no-large, on a random Llama with SmolLM2's vocabulary and 2048-wide rows,
 written to be several times the last-level cache (decode then reads DRAM).
 Prefill is also given as a fraction of the machine's int8 multiply-add
-peak (``ierun info --int8-peak``, measured in the same run): the layer
+peak (``ierun info --int8-peak``, measured in the same run; on a CPU with
+AMX, the tile unit's, as prefill then multiplies there): the layer
 weights' multiply-adds per token (the output head runs for the last
 prompt token only, in both engines) times pp tok/s.
 
@@ -262,7 +263,8 @@ def every_type(label: str, src: Path, tmp: Path, a: argparse.Namespace) -> list[
 
     tmp.mkdir()
     rows = []
-    peak = int8_peak(threads=a.threads)["gmacs"] * 1e9
+    yardstick = int8_peak(threads=a.threads)
+    peak = yardstick["gmacs"] * 1e9
     for t in a.types:
         ours_dir, theirs_gguf, how = type_pair(t, src, tmp, a)
         ours = ierun_pp_tg(ours_dir, a, tmp)
@@ -272,7 +274,7 @@ def every_type(label: str, src: Path, tmp: Path, a: argparse.Namespace) -> list[
     peak = max(peak, int8_peak(threads=a.threads)["gmacs"] * 1e9)  # before and after: the larger
     nan = float("nan")
     print(f"\n{label}: every 4-bit type, {a.threads} threads, tokens/s (median of {a.rounds}); "
-          f"int8 peak {peak / 1e9:.0f} G multiply-adds/s")
+          f"int8 peak {peak / 1e9:.0f} G multiply-adds/s ({yardstick['isa']})")
     print(f"{'type':8} {'':12} {'MB':>6} {'ierun pp':>9} {'llama pp':>9} {'ratio':>6} {'int8 %':>11} "
           f"{'ierun tg':>9} {'llama tg':>9} {'ratio':>6}")
     for r in rows:

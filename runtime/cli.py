@@ -41,7 +41,7 @@ def cli() -> None:
 @click.option("--fma-peak", is_flag=True, help="Also measure the multiply-add peak (GFLOPS of the selected kernels' ISA).")
 @click.option("--int8-peak", is_flag=True,
               help="Also measure the int8 multiply-add peak (the int8 dot product of the selected kernels' ISA; "
-                   "AVX2: vpmaddubsw), what act=int8 prefill is a fraction of.")
+                   "AVX2: vpmaddubsw; amx: tile multiplies), what act=int8 prefill is a fraction of.")
 @threads_option("Threads for --bandwidth and the peaks.")
 def info(as_json: bool, bandwidth: bool, fma_peak: bool, int8_peak: bool, threads: int):
     """CPU features, kernel ISAs available here, and the one selected; whether

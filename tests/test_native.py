@@ -36,10 +36,10 @@ def test_cpu_features_report():
             below = [v for v in levels if order.index(v) <= order.index(isa) and not (v == "avxvnni" and isa in ("avx512", "amx"))]
             assert native._native.kernel_isa(family, isa) == max(below, key=order.index)
     # What this build holds: dedup, the prefill GEMM, the rows8 GEMVs (VNNI), attention (32 registers) and the
-    # yardsticks have AVX-512 bodies; the rows8 GEMVs and the int8 yardstick AVX-VNNI ones; the rows8 GEMVs AMX ones.
+    # yardsticks have AVX-512 bodies; the rows8 GEMVs and the int8 yardstick AVX-VNNI ones and AMX ones.
     assert variants == {"gemv": ["scalar", "avx2", "avxvnni", "avx512", "amx"], "gemm": ["scalar", "avx2", "avx512"],
                         "attention": ["scalar", "avx2", "avx512"],
-                        "bsr": ["scalar", "avx2"], "stream_read": ["scalar", "avx2", "avxvnni", "avx512"],
+                        "bsr": ["scalar", "avx2"], "stream_read": ["scalar", "avx2", "avxvnni", "avx512", "amx"],
                         "dedup": ["scalar", "avx2", "avx512"]}
 
 
@@ -93,9 +93,12 @@ def test_fma_peak_reports_positive_rate():
 @pytest.mark.parametrize("a, b", [(3, -7), (127, 127), (255, -64), (0, 5)])
 def test_int8_yardstick_loop_matches_int64(isa, a, b):
     """The int8 peak's loop computes what it claims: 128 int32 lanes += 4ab,
-    as vpmaddubsw (a unsigned, b signed) then vpmaddwd compute it."""
+    as vpmaddubsw (a unsigned, b signed) then vpmaddwd compute it; at amx,
+    four tiles of 16 x 16 int32 lanes += 64ab (tdpbusd), the multiply-adds
+    its peak counts."""
     iters = 1000
-    assert native._native.int8_chains(a, b, iters, isa=isa) == 128 * iters * 4 * a * b
+    lanes, per_step = (4 * 16 * 16, 64) if isa == "amx" else (128, 4)
+    assert native._native.int8_chains(a, b, iters, isa=isa) == lanes * iters * per_step * a * b
     for bad in ((256, 0), (255, 127)):  # not a byte; a pair sum past int16, which vpmaddubsw saturates
         with pytest.raises(ValueError, match="a must be a byte"):
             native._native.int8_chains(*bad, 1, isa=isa)

@@ -86,7 +86,7 @@ int64_t int8_chains_avx2(int a, int b, int64_t iters) {
 
 }  // namespace
 
-const StreamOps kStreamAvx2 = {stream_sum_chunk_avx2, fma_chains_avx2, int8_chains_avx2};
-const StreamOps kStreamAvxVnni = {stream_sum_chunk_avx2, fma_chains_avx2, int8_chains_avxvnni};
+const StreamOps kStreamAvx2 = {stream_sum_chunk_avx2, fma_chains_avx2, int8_chains_avx2, 4.0 * kInt8Lanes};
+const StreamOps kStreamAvxVnni = {stream_sum_chunk_avx2, fma_chains_avx2, int8_chains_avxvnni, 4.0 * kInt8Lanes};
 
 }  // namespace ie

@@ -1,7 +1,8 @@
 // AVX-512 yardsticks: the streaming read in 16-lane vectors, the FMA peak
 // of cores with 512-bit FMA units, which the AVX-512 GEMM (gemm/avx512.cpp)
 // is reported against, and the int8 peak through VNNI's vpdpbusd, which the
-// AVX-512 level's rows8 kernels (gemv/rows8_avx512.cpp) multiply with.
+// AVX-512 level's rows8 kernels (gemv/rows8_avx512.cpp) multiply with; the
+// amx level's table row (kStreamAmx) takes these read and FMA loops.
 #include <immintrin.h>
 
 #include "stream_read.h"
@@ -68,6 +69,7 @@ int64_t int8_chains_avx512(int a, int b, int64_t iters) {
 
 }  // namespace
 
-const StreamOps kStreamAvx512 = {stream_sum_chunk_avx512, fma_chains_avx512, int8_chains_avx512};
+const StreamOps kStreamAvx512 = {stream_sum_chunk_avx512, fma_chains_avx512, int8_chains_avx512, 4.0 * kInt8Lanes};
+const StreamOps kStreamAmx = {stream_sum_chunk_avx512, fma_chains_avx512, int8_chains_amx, kAmxInt8Macs};
 
 }  // namespace ie

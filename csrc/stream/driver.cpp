@@ -52,13 +52,13 @@ int64_t int8_chains_scalar(int a, int b, int64_t iters) {
   return total;
 }
 
-const StreamOps kStreamScalar = {stream_sum_chunk_scalar, fma_chains_scalar, int8_chains_scalar};
+const StreamOps kStreamScalar = {stream_sum_chunk_scalar, fma_chains_scalar, int8_chains_scalar, 4.0 * kInt8Lanes};
 
 const IsaTable<StreamOps> kStreamTable = {{&kStreamScalar,
 #if IE_HAVE_X86
-                                           &kStreamAvx2, &kStreamAvxVnni, &kStreamAvx512
+                                           &kStreamAvx2, &kStreamAvxVnni, &kStreamAvx512, &kStreamAmx
 #else
-                                           nullptr, nullptr, nullptr
+                                           nullptr, nullptr, nullptr, nullptr
 #endif
                                            }};
 
@@ -173,8 +173,9 @@ FmaPeak measure_fma_peak(int threads, int passes, Isa isa) {
 
 Int8Peak measure_int8_peak(int threads, int passes, Isa isa) {
   check_peak_args("int8 peak", threads, passes);
-  const auto chains = kStreamTable.ops(isa).int8_chains;
-  const auto r = peak_rate(threads, passes, 4.0 * kInt8Lanes,
+  const StreamOps& ops = kStreamTable.ops(isa);
+  const auto chains = ops.int8_chains;
+  const auto r = peak_rate(threads, passes, ops.int8_macs,
                            [&](int t, int64_t iters) { return static_cast<double>(chains(3 + t, -7, iters)); });
   return {r.first, r.second, threads};
 }

@@ -25,22 +25,29 @@ struct StreamOps {
   // unsigned a and signed b bytes, |2ab| <= 32767 as it saturates, vpmaddwd
   // with ones, vpaddd; AVX-VNNI and AVX-512: vpdpbusd, one instruction for
   // the three, as the rows8 kernels at those levels multiply); returns the
-  // lanes' sum, each lane wrapping modulo 2^32 (kInt8Lanes * 4 * iters
-  // int8 multiplies).
+  // lanes' sum, each lane wrapping modulo 2^32 (int8_macs * iters int8
+  // multiplies). AMX: four 16 x 16 int32 tiles, each lane += 64 a b per
+  // step (tdpbusd, as the rows8 AMX kernels' tdpbssd).
   int64_t (*int8_chains)(int a, int b, int64_t iters);
+  double int8_macs;  // multiply-adds per step of int8_chains: 4 * kInt8Lanes, AMX's kAmxInt8Macs
 };
 // 12 chains of 16 lanes (AVX-512; AVX2 runs them as two passes of 12 x 8):
 // enough independent FMAs in flight (latency 4 x 2 ports) for any x86 core.
 constexpr int kFmaLanes = 192;
 // 8 chains of 16 int32 lanes (AVX-512; AVX2 runs them as four passes of 4 x 8).
 constexpr int kInt8Lanes = 128;
+// Four tile multiplies of 16 x 16 lanes x 64 products per step.
+constexpr int kAmxInt8Macs = 4 * 16 * 16 * 64;
 extern const StreamOps kStreamScalar;
 #if IE_HAVE_X86
 extern const StreamOps kStreamAvx2;
 // AVX2's read and FMA loop with AVX-VNNI's int8 loop (stream/avxvnni.cpp).
 extern const StreamOps kStreamAvxVnni;
 extern const StreamOps kStreamAvx512;
+// AVX-512's read and FMA loops with the tile unit's int8 loop (stream/amx.cpp).
+extern const StreamOps kStreamAmx;
 int64_t int8_chains_avxvnni(int a, int b, int64_t iters);
+int64_t int8_chains_amx(int a, int b, int64_t iters);
 #endif
 extern const IsaTable<StreamOps> kStreamTable;
 
