@@ -377,7 +377,7 @@ def main() -> None:
             if unknown:
                 raise SystemExit(f"--types: {', '.join(unknown)} not among {', '.join(TYPES)}")
             if a.types:
-                out["types"] = {"smollm2": every_type(f"SmolLM2 ({gguf.name})", gguf, tmp / "types-smollm2", a)}
+                out["types"] = {"smollm2": every_type(f"SmolLM2 ({gguf.name})" if a.gguf is None else str(gguf.name), gguf, tmp / "types-smollm2", a)}
                 if not a.no_large:
                     from iekit.runtime.cpu_topology import last_level_cache_bytes
 
