@@ -343,6 +343,53 @@ def test_rows8_mxfp4_scales_at_every_exponent():
         assert all(np.array_equal(ys[0], y) for y in ys[1:]), batch
 
 
+# Super-block types whose sums meet their sub-scales: (the sub-scale bytes, what they are set to,
+# the f16 fields set to 1.0). Each byte pattern gives every sub-scale its largest magnitude:
+# q4_k, q5_k 63 (mins 63), q6_k -128 or 127 at random, q3_k and iq4_xs -32, q2_k 15.
+_EXTREME_SUB_SCALES = {"q4_k": (slice(4, 16), 0xFF, (0, 2)), "q5_k": (slice(4, 16), 0xFF, (0, 2)),
+                       "q6_k": (slice(192, 208), None, (208,)), "q3_k": (slice(96, 108), 0x00, (108,)),
+                       "iq4_xs": (slice(2, 8), 0x00, (0,)), "q2_k": (slice(0, 16), 0xFF, (80, 82))}
+
+
+@pytest.mark.skipif(not ROWS8_ISAS, reason="the rows8 kernels are AVX2, AVX-VNNI and AVX-512 VNNI")
+@pytest.mark.parametrize("kind", sorted(_EXTREME_SUB_SCALES))
+def test_rows8_sub_scales_at_their_extremes(kind):
+    """The AMX kernels multiply a sub-block's integer sum by its sub-scale
+    as floats (and add q6_k's two halves by an fma) where the other ISAs
+    multiply integers: the same float only while |sum x sub-scale| < 2^24.
+    Every sub-scale at its largest magnitude, codes at both ends (rows of
+    all-zero and all-one code bytes) and at random, activations all +-127:
+    the products at their bound, within the float64 reference's and bit for
+    bit the same on every ISA, one token and prefill chunks of 16-token passes."""
+    scale_bytes, fill, halves = _EXTREME_SUB_SCALES[kind]
+    elems, nbytes, _ = RANDOM_BLOCKS[kind]
+    rows, cols = 40, 512
+    rng = np.random.default_rng(23)
+    blocks = rng.integers(0, 256, (rows, cols // elems, nbytes), dtype=np.uint8)
+    blocks[:8] = 0x00
+    blocks[8:16] = 0xFF
+    blocks[:, :, scale_bytes] = (rng.choice(np.array([0x80, 0x7F], np.uint8), blocks[:, :, scale_bytes].shape)
+                                 if fill is None else fill)
+    for at in halves:
+        blocks[:, :, at:at + 2] = np.frombuffer(np.float16(1).tobytes(), np.uint8)
+    raw = blocks.ravel()
+    wd = gguf.quants.dequantize(raw.reshape(rows, -1), GGML[kind]).astype(np.float64)
+    for batch in (1, 32, 53):
+        x = np.where(rng.random((batch, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
+        x[0] = 1.0
+        q, d = quantize_q8_ref(x)
+        assert np.all(np.abs(q) == 127)
+        xq = q.astype(np.float64) * np.repeat(d.reshape(batch, -1).astype(np.float64), 32, axis=1)
+        ref = xq @ wd.T
+        ys = []
+        for isa in ROWS8_ISAS:
+            y = native.gemv(raw, kind, rows, cols, x[0] if batch == 1 else x, act="int8", isa=isa,
+                            layout="rows8").reshape(batch, rows)
+            assert np.all(np.abs(y - ref) <= 1e-5 * (np.abs(xq) @ np.abs(wd).T) + 1e-300), (isa, batch)
+            ys.append(y)
+        assert all(np.array_equal(ys[0], y) for y in ys[1:]), batch
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda: native.gemv(np.zeros(64 * 4, np.uint8).view(np.uint8), "f32", 8, 8, np.zeros(8, np.float32),
                          layout="rows8"), "layout 'rows8' is read by"),
