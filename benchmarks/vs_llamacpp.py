@@ -377,7 +377,8 @@ def main() -> None:
             if unknown:
                 raise SystemExit(f"--types: {', '.join(unknown)} not among {', '.join(TYPES)}")
             if a.types:
-                out["types"] = {"smollm2": every_type(f"SmolLM2 ({gguf.name})" if a.gguf is None else str(gguf.name), gguf, tmp / "types-smollm2", a)}
+                label = gguf.name if a.gguf else f"SmolLM2 ({gguf.name})"
+                out["types"] = {"smollm2": every_type(label, gguf, tmp / "types-smollm2", a)}
                 if not a.no_large:
                     from iekit.runtime.cpu_topology import last_level_cache_bytes
 

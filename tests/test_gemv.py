@@ -361,7 +361,7 @@ def test_rows8_sub_scales_at_their_extremes(kind):
     all-zero and all-one code bytes) and at random, activations all +-127:
     the products at their bound, within the float64 reference's and bit for
     bit the same on every ISA, one token and prefill chunks of 16-token passes."""
-    scale_bytes, fill, halves = _EXTREME_SUB_SCALES[kind]
+    scale_bytes, fill, f16_at = _EXTREME_SUB_SCALES[kind]
     elems, nbytes, _ = RANDOM_BLOCKS[kind]
     rows, cols = 40, 512
     rng = np.random.default_rng(23)
@@ -370,7 +370,7 @@ def test_rows8_sub_scales_at_their_extremes(kind):
     blocks[8:16] = 0xFF
     blocks[:, :, scale_bytes] = (rng.choice(np.array([0x80, 0x7F], np.uint8), blocks[:, :, scale_bytes].shape)
                                  if fill is None else fill)
-    for at in halves:
+    for at in f16_at:
         blocks[:, :, at:at + 2] = np.frombuffer(np.float16(1).tobytes(), np.uint8)
     raw = blocks.ravel()
     wd = gguf.quants.dequantize(raw.reshape(rows, -1), GGML[kind]).astype(np.float64)

@@ -21,9 +21,9 @@
 // apart in the activations (Q8Nat), so A is loaded in place.
 //
 // Values go in signed (tdpbssd): symmetric codes minus their offset (8, 16
-// for the five-bit types), affine and k-quant codes as they are, the
-// tables' values, q8_0's bytes; q6_k less 32, q3_k less 4. The sums are the pair kernels' integers
-// exactly (they take the offset's term off separately), and each token's
+// for the five-bit types, 32 for q6_k, 4 for q3_k), affine and k-quant codes
+// as they are, the tables' values, q8_0's bytes. The sums are the pair
+// kernels' integers exactly (they take the offset's term off separately), and each token's
 // float operations are the pair kernel's in the same order, so every
 // output is the same float (tests/test_gemv.py compares the ISAs bit for
 // bit).
@@ -33,13 +33,8 @@ constexpr int kAmxTokens = 16;
 
 // Tile registers: C (int32 sums) in 0 and 1, A (activations) in 2 and 3, B
 // (weights) in 4 and 5; a block of parity P uses C P, A 2 + P and B 4 + P,
-// so two blocks' tile work and conversions overlap.
-struct AmxTileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+// so two blocks' tile work and conversions overlap (AmxTileConfig:
+// common/amx_tiles.h, which rows8_tiles.h includes at this level).
 
 // Loads the kernels' tile shapes into this thread's tile configuration.
 IE_INLINE void amx_configure() {
@@ -224,11 +219,11 @@ IE_INLINE void nib_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, 
 // registers at each sub-block). The pair kernels multiply the integers
 // (vpmulld: two micro-ops on Intel's port 0, 10 cycles) and convert the
 // product; here the sum is converted and multiplied as a float, one
-// micro-op, which took q6_k and q3_k from 120 and 90 to 145 G
-// multiply-adds/s a thread. The two are the same float: every |sum x
-// sub-scale| is below 2^24 (q4_k 32 x 15 x 127 x 63, q5_k 32 x 31 x 127 x
-// 63, iq4_xs and iq4_xsh 32 x 128 x 127 x 32, q6_k's halves 16 x 32 x 127 x
-// 128), so the sum, the sub-scale and their product are exact floats.
+// micro-op (q4_k, one thread: 128-167 -> 196-209 G multiply-adds/s). The
+// two are the same float: every |sum x sub-scale| is below 2^24 (q4_k 32 x
+// 15 x 127 x 63, q5_k 32 x 31 x 127 x 63, iq4_xs and iq4_xsh 32 x 128 x 127
+// x 32, q6_k's halves 16 x 32 x 127 x 128), so the sum, the sub-scale and
+// their product are exact floats (test_rows8_sub_scales_at_their_extremes).
 IE_INLINE void amx_sub_add(const int32_t* c, __m512i mult, const float* xd, __m512 (&P)[kAmxTokens]) {
   const __m512 mf = _mm512_cvtepi32_ps(mult);
   for (int m = 0; m < kAmxTokens; ++m)
@@ -321,9 +316,8 @@ IE_INLINE auto half_unpacker(const Rows8& p, const uint8_t* w, int b0) {
     for (int v = 2 * half; v < 2 * half + 2; ++v) {
       __m512i lo, hi;
       sym16_codes<T>(wg + (blk & 7) * kBlock, p.tile_bytes, v, &lo, &hi);
-      lo = _mm512_sub_epi8(lo, _mm512_set1_epi8(kZ)), hi = _mm512_sub_epi8(hi, _mm512_set1_epi8(kZ));
-      _mm512_store_si512(out->b + 2 * v, lo);
-      _mm512_store_si512(out->b + 2 * v + 1, hi);
+      _mm512_store_si512(out->b + 2 * v, _mm512_sub_epi8(lo, _mm512_set1_epi8(kZ)));
+      _mm512_store_si512(out->b + 2 * v + 1, _mm512_sub_epi8(hi, _mm512_set1_epi8(kZ)));
     }
   };
 }

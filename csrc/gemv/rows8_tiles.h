@@ -48,6 +48,9 @@
 #include <type_traits>
 
 #include "avx2_bits.h"
+#if IE_ROWS8_AMX
+#include "common/amx_tiles.h"
+#endif
 #include "common/exp_avx2.h"
 #include "common/work_split.h"
 #include "kernels.h"

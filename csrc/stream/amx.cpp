@@ -8,20 +8,10 @@
 
 #include <cstring>
 
+#include "common/amx_tiles.h"
 #include "stream_read.h"
 
 namespace ie {
-
-namespace {
-
-struct AmxTileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-}  // namespace
 
 // C tiles 0..3 += A tiles 4, 5 (every byte a, unsigned) times B tiles 6, 7
 // (every byte b, signed): four independent accumulators, 2 x 2, so no
