@@ -63,7 +63,7 @@ def _run_dense(o: dict[str, Any], device: str = "cpu") -> tuple[dict[str, Any], 
     act, layout = _or(o["act"], "f32"), _or(o["layout"], "stored")
     from .native import MAX_BATCH, MAX_ROWS8_BATCH
 
-    max_batch = MAX_ROWS8_BATCH if layout == "rows8" else MAX_BATCH
+    max_batch = MAX_BATCH if layout == "stored" else MAX_ROWS8_BATCH
     if not 1 <= batch <= max_batch:
         raise click.UsageError(f"--batch must be 1..{max_batch} with --layout {layout}, got {batch}")
     wt = weight_types.get(k)
@@ -73,7 +73,7 @@ def _run_dense(o: dict[str, Any], device: str = "cpu") -> tuple[dict[str, Any], 
     if device == "cuda":
         if act != "f32" or layout != "stored":
             raise click.UsageError("--device cuda runs the float-activation GEMV on the stored layout "
-                                   "(no --act int8, no --layout rows8)")
+                                   "(no --act int8, no --layout rows8 or packing)")
         r = cuda.bench_gemv(**weights, batch=batch, min_bytes=_or(o["min_mib"], 512) << 20, iters=o["iters"])
         where = {"device": "cuda", "cuda_kernel": r["kernel"]}
     else:
@@ -147,11 +147,13 @@ def _check_memory(o: dict[str, Any]) -> None:
 @click.option("--scale-dtype", type=click.Choice(["f16", "f32"]), default=None, help="int4w scale dtype [f16].")
 @click.option("--act", type=click.Choice(["f32", "int8"]), default=None,
               help="Packed formats: activations f32 (precise) or int8 (quantized per 32, faster) [f32].")
-@click.option("--batch", type=int, default=None, help="Dense kernels: activation rows per call, 1..8 [1]; with --layout rows8 up to 64 "
-              "(a decoder's int8 prefill chunk).")
-@click.option("--layout", type=click.Choice(["stored", "rows8"]), default=None,
-              help="Packed formats: read the stored layout, or the row-interleaved copy a decoder makes at load "
-                   "for its act=int8 GEMVs (rows8; needs --act int8 and AVX2) [stored].")
+@click.option("--batch", type=int, default=None, help="Dense kernels: activation rows per call, 1..8 [1]; with --layout rows8 "
+              "or packing up to 64 (a decoder's int8 prefill chunk).")
+@click.option("--layout", type=click.Choice(["stored", "rows8", "packing"]), default=None,
+              help="Packed formats: read the stored layout, the row-interleaved copy a decoder makes at load "
+                   "for its act=int8 GEMVs (rows8; needs --act int8 and AVX2), or the stored bytes packed into that "
+                   "layout tile by tile as the kernel runs, packing timed (packing: a decoder's experts in an int8 "
+                   "prefill chunk) [stored].")
 @click.option("--block-rows", type=click.IntRange(min=1), default=None, help="bsr: block rows [16].")
 @click.option("--block-cols", type=click.IntRange(min=1), default=None, help="bsr: block columns [16].")
 @click.option("--density", type=float, default=None, callback=_fraction,

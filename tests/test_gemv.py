@@ -277,6 +277,29 @@ def test_rows8_isas_agree_bit_for_bit(v):
         assert all(np.array_equal(ys[0], y) for y in ys[1:]), (vid(v), batch)
 
 
+@pytest.mark.skipif(not ROWS8_ISAS, reason="the rows8 kernels are AVX2, AVX-VNNI and AVX-512 VNNI")
+@pytest.mark.parametrize("isa", ROWS8_ISAS)
+@pytest.mark.parametrize("v", ROWS8_VARIANTS, ids=vid)
+def test_packing_layout_is_rows8_bit_for_bit(v, isa):
+    """layout='packing' (a decoder's experts in prefill) runs the rows8
+    kernels on tiles each thread packs from the stored bytes as it goes, one
+    or a pair at a time, the fast nibble packers for q4_0's and q4_k's orders
+    and the code-by-code one for the rest: every output must be the float
+    of a pack_rows8 copy, for partial tiles, odd tile counts split over
+    threads, and token counts that take every kernel (one token, the four-
+    and eight-token tiles and pairs, AMX's sixteen)."""
+    rows, cols = v[4][0]
+    for i, extra in enumerate((0, 5, 11)):
+        raw, _, entry, rng = gen(v, rows + extra, cols, 1300 + i)
+        for batch, threads in ((1, 1), (3, 2), (8, 3), (16, 2), (21, 1), (64, 3)):
+            x = rng.standard_normal((batch, cols)).astype(np.float32)
+            x[:, : min(cols, 7)] *= 300
+            bias = rng.standard_normal(rows + extra).astype(np.float32) if threads == 3 else None
+            y = [kernels.gemv(raw, entry, x[0] if batch == 1 else x, bias=bias, threads=threads, act="int8", isa=isa,
+                              layout=layout) for layout in ("rows8", "packing")]
+            assert np.array_equal(y[0], y[1]), (vid(v), rows + extra, batch, threads, isa)
+
+
 # One 32-block of each type whose largest-magnitude code fills every element: the bytes before the
 # codes (a unit scale; mxfp4: E8M0 128, which gguf-py reads as values 0..12), the code byte, and the
 # value it decodes to.
@@ -398,7 +421,9 @@ def test_rows8_sub_scales_at_their_extremes(kind):
     (lambda: native.gemv(np.zeros(8 * 256 * 2, np.uint8), "bf16", 8, 256, np.zeros(256, np.float32), act="int8",
                          layout="rows8"), "q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh matrices .*, not bf16 with act='int8'"),
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), act="int8",
-                         layout="rows4"), "layout must be 'stored' or 'rows8'"),
+                         layout="rows4"), "layout must be 'stored', 'rows8' or 'packing'"),
+    (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), layout="packing"),
+     "layout 'packing' is read by .* not q4_0 with act='f32'"),
 ])
 def test_rows8_layout_refused_where_it_is_not_read(call, match):
     with pytest.raises(ValueError, match=match):

@@ -126,11 +126,13 @@ void fill_random_weights(const WeightSpec& s, uint8_t* w, uint64_t seed) {
 }
 
 GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_t min_bytes, int iters, Isa isa,
-                     bool rows8) {
+                     Layout layout) {
+  const bool rows8 = layout == Layout::Rows8;
   if (threads < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(threads));
   if (iters < 1) throw std::invalid_argument("iters must be >= 1, got " + std::to_string(iters));
-  if (batch < 1 || batch > max_batch(rows8))
-    throw std::invalid_argument("batch must be 1.." + std::to_string(max_batch(rows8)) + ", got " + std::to_string(batch));
+  const int most = max_batch(layout != Layout::Stored);
+  if (batch < 1 || batch > most)
+    throw std::invalid_argument("batch must be 1.." + std::to_string(most) + ", got " + std::to_string(batch));
   const WeightLayout l = weight_layout(s);
   const size_t nbytes = l.nbytes;
   // The copies are filled (touched) before timing: bounded so that a large
@@ -147,10 +149,10 @@ GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_
     for (int i = 0; i < copies; ++i) fill_rows(s, l, bufs[i].data(), r0, r1, 1234 + i);
   });
   std::vector<Rows8> packed(static_cast<size_t>(copies));
+  if (layout != Layout::Stored && !gemv_uses_rows8(s, act, isa))
+    throw std::invalid_argument("the rows8 and packing layouts are read by act=int8 GEMVs of " +
+                                wtype_names(true, true, "and") + " matrices on an ISA with its kernel");
   if (rows8) {
-    if (!gemv_uses_rows8(s, act, isa))
-      throw std::invalid_argument("the rows8 layout is read by act=int8 GEMVs of " +
-                                  wtype_names(true, true, "and") + " matrices on an ISA with its kernel");
     // The copies replace the stored ones (packed by the threads that read them), so the
     // stored bytes are not resident twice.
     for (int i = 0; i < copies; ++i) {
@@ -164,16 +166,22 @@ GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_
 
   PreparedAct xa;
   GemvScratch scratch;
+  auto run = [&](size_t c) {
+    if (layout == Layout::Packing)
+      gemv_packing(s, bufs[c].data(), xa, nullptr, y.data(), pool, isa, scratch);
+    else
+      gemv(s, bufs[c].data(), xa, nullptr, y.data(), act, pool, isa, scratch, rows8 ? &packed[c] : nullptr);
+  };
   for (int i = 0; i < copies; ++i) {
     xa.set(x.data(), batch, s.cols);
-    gemv(s, bufs[i].data(), xa, nullptr, y.data(), act, pool, isa, scratch, rows8 ? &packed[i] : nullptr);
+    run(static_cast<size_t>(i));
   }
   std::vector<double> ms;
   for (int it = 0; it < iters; ++it) {
     const size_t c = static_cast<size_t>((it + 1) % copies);  // warm-up ended on copy copies-1
     const auto t0 = std::chrono::steady_clock::now();
     xa.set(x.data(), batch, s.cols);  // a new activation each call: its preparation is timed
-    gemv(s, bufs[c].data(), xa, nullptr, y.data(), act, pool, isa, scratch, rows8 ? &packed[c] : nullptr);
+    run(c);
     const auto t1 = std::chrono::steady_clock::now();
     ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }

@@ -26,18 +26,21 @@ py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_
   const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
   const ie::Act a = ie::parse_act(act);
   const ie::Isa isa = ie::resolve_isa(isa_name);
-  const bool rows8 = ie::parse_layout(layout, s, a, isa);
+  const ie::Layout l = ie::parse_layout(layout, s, a, isa);
   const py::buffer_info wb = ie::weight_buffer(w, s);
-  ie::ProductOperands o = ie::product_operands(x, bias, rows, cols, ie::max_batch(rows8), threads);
+  ie::ProductOperands o = ie::product_operands(x, bias, rows, cols, ie::max_batch(l != ie::Layout::Stored), threads);
   const uint8_t* wp = static_cast<const uint8_t*>(wb.ptr);
   {
     py::gil_scoped_release nogil;
     ie::ThreadPool pool(threads);
-    const ie::Rows8 packed = rows8 ? ie::pack_rows8(s, wp, pool) : ie::Rows8();
+    const ie::Rows8 packed = l == ie::Layout::Rows8 ? ie::pack_rows8(s, wp, pool) : ie::Rows8();
     ie::PreparedAct xa;
     xa.set(o.x, static_cast<int>(o.batch), s.cols);
     ie::GemvScratch scratch;
-    ie::gemv(s, wp, xa, o.bias, o.yp, a, pool, isa, scratch, rows8 ? &packed : nullptr);
+    if (l == ie::Layout::Packing)
+      ie::gemv_packing(s, wp, xa, o.bias, o.yp, pool, isa, scratch);
+    else
+      ie::gemv(s, wp, xa, o.bias, o.yp, a, pool, isa, scratch, l == ie::Layout::Rows8 ? &packed : nullptr);
   }
   return o.y;
 }
@@ -79,13 +82,13 @@ py::dict bench_gemv_py(const std::string& dtype, int64_t rows, int64_t cols, int
   const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
   const ie::Act a = ie::parse_act(act);
   const ie::Isa isa = ie::resolve_isa(isa_name);
-  const bool rows8 = ie::parse_layout(layout, s, a, isa);
+  const ie::Layout l = ie::parse_layout(layout, s, a, isa);
   if (a == ie::Act::Int8 && !ie::wtype_info(s.type).int8_act)
     throw std::invalid_argument("act='int8' applies to " + ie::wtype_names(false, true, "and") + " weights, not " + dtype);
   ie::GemvBench r;
   {
     py::gil_scoped_release nogil;
-    r = ie::bench_gemv(s, a, threads, batch, min_bytes, iters, isa, rows8);
+    r = ie::bench_gemv(s, a, threads, batch, min_bytes, iters, isa, l);
   }
   py::dict out;
   out["dtype"] = dtype;
@@ -137,8 +140,10 @@ void ie_register_gemv(py::module_& m) {
         py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "",
         py::arg("layout") = "stored",
         "y = W x (+ bias) with W kept packed (w: 1-D uint8 buffer, not copied). x [cols] -> y [rows]; "
-        "x [b, cols] (b <= MAX_BATCH; MAX_ROWS8_BATCH with layout='rows8') -> y [b, rows]. act='int8' quantizes x per 32 to int8 first (faster). "
-        "layout='rows8' reads a row-interleaved copy (the decoder's int8 path; packed per call here).");
+        "x [b, cols] (b <= MAX_BATCH; MAX_ROWS8_BATCH with layout='rows8' or 'packing') -> y [b, rows]. act='int8' quantizes x "
+        "per 32 to int8 first (faster). layout='rows8' reads a row-interleaved copy (the decoder's int8 path; packed per call "
+        "here); 'packing' runs the same kernels over the stored bytes, each thread packing the tiles it multiplies next "
+        "(a decoder's experts in prefill): the same y bit for bit.");
   m.def("dequantize", &dequantize_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
         py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16",
         "W as float32 [rows, cols], bit-exact with docs/formats/quant.md.");

@@ -74,19 +74,38 @@ bool gemv_uses_rows8(const WeightSpec& s, Act act, Isa isa) {
   return act == Act::Int8 && rows8_applies(s) && kGemvTable.ops(isa).gemv_rows8 != nullptr;
 }
 
-bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, Isa isa) {
+bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, Isa isa, GemvScratch* scratch) {
   const GemvOps& ops = kGemvTable.ops(isa);
   if (!ops.gemv_rows8) return false;
   if (n < 1 || n > kMaxRows8Jobs) fail("gemv_rows8: 1.." + std::to_string(kMaxRows8Jobs) + " jobs, got " + std::to_string(n));
+  if (x.batch() < 1 || x.batch() > kMaxRows8Batch) fail("gemv_rows8: batch must be 1.." + std::to_string(kMaxRows8Batch));
+  size_t pack = 0;  // per thread: two tiles of each stored matrix of a job
   for (int i = 0; i < n; ++i) {
     const Rows8Job& j = jobs[i];
-    if (!j.w || j.w->empty() || !j.y) fail("gemv_rows8: job " + std::to_string(i) + " has no matrix or output");
+    const std::string job = "gemv_rows8: job " + std::to_string(i);
+    if (!j.w || j.w->empty() || !j.y) fail(job + " has no matrix or output");
     if (j.w->spec.cols != x.cols() || (j.up && (j.up->empty() || j.up->spec.cols != x.cols())))
-      fail("gemv_rows8: job " + std::to_string(i) + ": the activation has " + std::to_string(x.cols()) + " columns");
+      fail(job + ": the activation has " + std::to_string(x.cols()) + " columns");
     if (j.up && j.up->spec.rows != j.w->spec.rows) fail("gemv_rows8: gate and up differ in rows");
+    // A matrix is a copy (bytes) or a shape over stored bytes, not both or
+    // neither; gate and up are alike.
+    auto check = [&](const Rows8* m, const uint8_t* stored, const char* what) {
+      if (m && (stored != nullptr) == (m->bytes.size() != 0))
+        fail(job + ": " + what + (stored ? " has a copy and stored bytes" : " has neither a copy nor stored bytes"));
+    };
+    check(j.w, j.stored, "w");
+    check(j.up, j.up_stored, "up");
+    if (j.up_stored && !j.up) fail(job + ": up_stored without up");
+    if (j.up && (j.stored != nullptr) != (j.up_stored != nullptr)) fail(job + ": gate and up must both be stored or both copies");
+    if (j.stored)
+      pack = std::max(pack, checked_mul(2, j.w->tile_bytes + (j.up ? j.up->tile_bytes : 0), "rows8 pack"));
   }
+  pack = (pack + 63) / 64 * 64;
+  GemvScratch own;
+  GemvScratch& s = scratch ? *scratch : own;
+  if (pack) s.bytes.resize(checked_mul(pack, static_cast<size_t>(pool.size()), "rows8 pack"), /*zero=*/false);
   ops.gemv_rows8(jobs, n, prepared_form(x, static_cast<int>(Prep::Q8Blocks), kGemvTable.pick(isa), pool), x.batch(),
-                 pool);
+                 pool, pack ? s.bytes.data() : nullptr, pack);
   return true;
 }
 
@@ -156,9 +175,24 @@ void gemv(const WeightSpec& s, const uint8_t* w, const float* x, int batch, cons
   gemv(s, w, xa, bias, y, act, pool, isa, scratch, rows8);
 }
 
-bool parse_layout(const std::string& layout, const WeightSpec& s, Act act, Isa isa) {
-  if (layout == "stored") return false;
-  if (layout != "rows8") fail("layout must be 'stored' or 'rows8', got '" + layout + "'");
+bool gemv_packing(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bias, float* y,
+                  ThreadPool& pool, Isa isa, GemvScratch& scratch) {
+  check_gemv(s, x, Act::Int8);
+  if (!gemv_uses_rows8(s, Act::Int8, isa)) return false;
+  if (w == nullptr) fail("gemv_packing: no weights");
+  const Rows8 shape = rows8_shape(s);
+  Rows8Job job;
+  job.w = &shape;
+  job.stored = w;
+  job.bias = bias;
+  job.y = y;
+  return gemv_rows8(&job, 1, x, pool, isa, &scratch);
+}
+
+Layout parse_layout(const std::string& layout, const WeightSpec& s, Act act, Isa isa) {
+  if (layout == "stored") return Layout::Stored;
+  if (layout != "rows8" && layout != "packing")
+    fail("layout must be 'stored', 'rows8' or 'packing', got '" + layout + "'");
   if (!gemv_uses_rows8(s, act, isa)) {
     std::string types;
     for (const WTypeInfo& t : kWeightTypes) {
@@ -166,11 +200,11 @@ bool parse_layout(const std::string& layout, const WeightSpec& s, Act act, Isa i
       probe.type = t.type;
       if (rows8_applies(probe)) types += (types.empty() ? "" : ", ") + std::string(t.name);
     }
-    fail("layout 'rows8' is read by act='int8' GEMVs of " + types +
+    fail("layout '" + layout + "' is read by act='int8' GEMVs of " + types +
          " matrices on an ISA with its kernel (avx2), not " + wtype_info(s.type).name + " with act='" +
          act_name(act) + "' on " + isa_name(kGemvTable.pick(isa)));
   }
-  return true;
+  return layout == "rows8" ? Layout::Rows8 : Layout::Packing;
 }
 
 }  // namespace ie

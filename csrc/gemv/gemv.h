@@ -105,26 +105,52 @@ bool gemv_uses_rows8(const WeightSpec& s, Act act, Isa isa);
 
 // One matrix of a gemv_rows8 call: y = W x (+ bias), or with `up` the fused
 // SwiGLU y = SiLU(W x) * (up x) (no bias), as a Llama MLP's gate and up.
+// With `stored` (and `up_stored` for up), w (and up) are rows8_shape()s
+// of those stored bytes, and each thread packs the one or two tiles it
+// multiplies next into a buffer of its own just before (pack_rows8_tiles):
+// the copy never exists whole. Why: a mixture's experts are read in place
+// (a decoder copies no expert), and in a prefill chunk each gets a few
+// tokens; packing per chunk costs a pass over the expert's bytes, which the
+// stored-layout kernels make anyway, and buys the rows8 kernels (VNNI, AMX).
 struct Rows8Job {
   const Rows8* w = nullptr;
   const Rows8* up = nullptr;
   const float* bias = nullptr;
   float* y = nullptr;
+  const uint8_t* stored = nullptr;
+  const uint8_t* up_stored = nullptr;
 };
 constexpr int kMaxRows8Jobs = 4;
 
 // The decoder's act=int8 products of up to kMaxRows8Jobs matrices reading
-// the same x [batch <= kMaxBatch, cols] (q/k/v; gate/up) in one parallel
-// region; y is [batch, rows] per job. Returns false, having done nothing,
-// where `isa` has no rows8 kernel: the caller then runs gemv() per matrix.
-bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, Isa isa);
+// the same x [batch <= kMaxRows8Batch, cols] (q/k/v; gate/up) in one
+// parallel region; y is [batch, rows] per job. Returns false, having done
+// nothing, where `isa` has no rows8 kernel: the caller then runs gemv() per
+// matrix. `scratch` holds the threads' packed tiles of jobs over stored
+// bytes (reused across calls; one for this call where null).
+bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, Isa isa,
+                GemvScratch* scratch = nullptr);
 // The same for a one-off x (prepares it, and makes scratch and a pool of `threads` for this call).
 void gemv(const WeightSpec& s, const uint8_t* w, const float* x, int batch, const float* bias, float* y, Act act,
           int threads, Isa isa, const Rows8* rows8 = nullptr);
 
-// "stored" (false) or "rows8" (true, where gemv_uses_rows8 holds); anything
-// else, or rows8 where it would not be read, is a one-line error.
-bool parse_layout(const std::string& layout, const WeightSpec& s, Act act, Isa isa);
+// y = W x (+ bias), act=int8, by the rows8 kernels over w as stored, each
+// thread packing the tiles it multiplies next (Rows8Job::stored): what a
+// decoder runs for a mixture's experts, which it reads in place, over the
+// tokens a prefill chunk routes to them. The same y bit for bit as gemv()
+// with pack_rows8(s, w). False, having done nothing, where
+// gemv_uses_rows8(s, Act::Int8, isa) does not hold.
+bool gemv_packing(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bias, float* y,
+                  ThreadPool& pool, Isa isa, GemvScratch& scratch);
+
+// How a GEMV call reads its matrix: as stored, from a rows8 copy made
+// beforehand, or packing tiles as it goes (gemv_packing).
+enum class Layout { Stored, Rows8, Packing };
+
+// "stored", "rows8" or "packing" (the last two where gemv_uses_rows8
+// holds); anything else, or rows8 where it would not be read, is a
+// one-line error.
+Layout parse_layout(const std::string& layout, const WeightSpec& s, Act act, Isa isa);
 
 // out[r * cols + c] = W[r][c] exactly as docs/formats/quant.md defines it
 // (float32 arithmetic, no fused multiply-add).
@@ -153,9 +179,10 @@ struct GemvBench {
 // exceeds `min_bytes`, rotating through them so every call streams its
 // weights from DRAM. Weights are first-touched by the same thread layout.
 // Each call re-prepares x (a new activation, as in a decoder step).
-// rows8: time the decoder's layout (pack_rows8 copies; act=int8, an ISA with
-// the kernel), reporting the stored matrix's bytes.
+// Layout::Rows8: time the decoder's layout (pack_rows8 copies; act=int8, an
+// ISA with the kernel); Layout::Packing: gemv_packing over the stored
+// copies, its packing timed. Both report the stored matrix's bytes.
 GemvBench bench_gemv(const WeightSpec& s, Act act, int threads, int batch, size_t min_bytes, int iters,
-                     Isa isa, bool rows8 = false);
+                     Isa isa, Layout layout = Layout::Stored);
 
 }  // namespace ie

@@ -50,8 +50,11 @@ struct GemvOps {
   void (*quantize_q8)(const float* x, int64_t n, int8_t* q, float* d);
   // act=int8 over rows8 copies (rows8.h) of n matrices that read the same x
   // [batch, cols], in one parallel region; `prep` is x's Prep::Q8Blocks form.
-  // Null where the ISA has no such kernel (the stored layout is used).
-  void (*gemv_rows8)(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
+  // Jobs over stored bytes pack their tiles into `pack`, pack_bytes per
+  // thread (rows8_pack_bytes). Null where the ISA has no such kernel (the
+  // stored layout is used).
+  void (*gemv_rows8)(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
+                     size_t pack_bytes);
 };
 
 extern const GemvOps kGemvScalar;
@@ -63,10 +66,14 @@ extern const GemvOps kGemvAvxVnni;
 extern const GemvOps kGemvAvx512;
 // Avx512's, with AMX tile multiplies in the rows8 prefill kernels.
 extern const GemvOps kGemvAmx;
-void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
-void gemv_rows8_avxvnni(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
-void gemv_rows8_avx512(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
-void gemv_rows8_amx(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool);
+void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
+                     size_t pack_bytes);
+void gemv_rows8_avxvnni(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
+                        size_t pack_bytes);
+void gemv_rows8_avx512(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
+                       size_t pack_bytes);
+void gemv_rows8_amx(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
+                    size_t pack_bytes);
 #endif
 extern const IsaTable<GemvOps> kGemvTable;
 

@@ -146,4 +146,14 @@ bool rows8_applies(const WeightSpec& s);
 // threads, each first-touching the tiles its GEMV share starts on; an empty Rows8 where !rows8_applies(s). Throws std::bad_alloc.
 Rows8 pack_rows8(const WeightSpec& s, const uint8_t* w, ThreadPool& pool);
 
+// The copy's shape (every field but bytes, which stays empty): what a
+// gemv_rows8 job over stored bytes describes its matrix by.
+Rows8 rows8_shape(const WeightSpec& s);
+
+// Tiles t0 .. t0 + n of the copy of w (p: rows8_shape of w's spec) into out,
+// n * p.tile_bytes bytes: the bytes pack_rows8 puts there. 4-bit codes in
+// q4_0's or q4_k's nibble order move four bytes at a time (several GB/s a
+// thread); the other types go through their 32 codes (about 0.5 GB/s).
+void pack_rows8_tiles(const Rows8& p, const uint8_t* w, int64_t t0, int64_t n, uint8_t* out);
+
 }  // namespace ie

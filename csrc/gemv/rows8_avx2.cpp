@@ -3,8 +3,9 @@
 
 namespace ie {
 
-void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool) {
-  gemv_rows8_tiles(jobs, n, prep, batch, pool);
+void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
+                     size_t pack_bytes) {
+  gemv_rows8_tiles(jobs, n, prep, batch, pool, pack, pack_bytes);
 }
 
 }  // namespace ie

@@ -852,10 +852,9 @@ struct TileKernels {
         , amx(amx_kernel(p))
 #endif
   {}
-  // Activation rows b0 .. b0+NB (of B) against tile t of p.
+  // Activation rows b0 .. b0+NB (of B) against p's tile at w.
   template <int NB>
-  void run(const Rows8& p, int64_t t, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) const {
-    const uint8_t* w = p.bytes.data() + t * p.tile_bytes;
+  void run(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) const {
     if constexpr (NB == 1) (B == 1 ? single : n1)(p, w, x, B, b0, acc);
     if constexpr (NB == 2) n2(p, w, x, B, b0, acc);
     if constexpr (NB == 3) n3(p, w, x, B, b0, acc);
@@ -880,16 +879,25 @@ void store_tile(__m256 acc, const float* bias, float* y, int64_t r0, int64_t n) 
   std::memcpy(y + r0, o8, static_cast<size_t>(n) * sizeof(float));
 }
 
+// Where a job's tile t is read: its copy's bytes, or (a job over stored
+// bytes) the thread's packed tiles, tile t0 first.
+struct TileBase {
+  const uint8_t* w;
+  const uint8_t* up;
+  int64_t t0;
+  const uint8_t* of(const Rows8& p, const uint8_t* base, int64_t t) const { return base + (t - t0) * p.tile_bytes; }
+};
+
 // Activation rows b0 .. b0+NB of tile t of one job (kw, ku: its matrices' kernels).
 template <int NB>
-void run_tile_n(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, int64_t t, const Q8Nat& x, int B,
-                int b0) {
+void run_tile_n(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, const TileBase& tb, int64_t t,
+                const Q8Nat& x, int B, int b0) {
   const int64_t rows = j.w->spec.rows, n = rows - 8 * t < 8 ? rows - 8 * t : 8;
   __m256 acc[NB];
-  kw.run<NB>(*j.w, t, x, B, b0, acc);
+  kw.run<NB>(*j.w, tb.of(*j.w, tb.w, t), x, B, b0, acc);
   if (j.up) {
     __m256 u[NB];
-    ku.run<NB>(*j.up, t, x, B, b0, u);
+    ku.run<NB>(*j.up, tb.of(*j.up, tb.up, t), x, B, b0, u);
     for (int b = 0; b < NB; ++b) acc[b] = silu_mul(acc[b], u[b]);
   }
   for (int b = 0; b < NB; ++b) store_tile(acc[b], j.up ? nullptr : j.bias, j.y + (b0 + b) * rows, 8 * t, n);
@@ -899,12 +907,12 @@ void run_tile_n(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku,
 // The N tokens b0 .. b0+N of tiles t and t + 1 of one job (pw, pu: its
 // matrices' pair kernels, N = 8, or AMX kernels, N = 16).
 template <int N, class Kernel>
-void run_pair(const Rows8Job& j, Kernel pw, Kernel pu, int64_t t, const Q8Nat& x, int B, int b0) {
+void run_pair(const Rows8Job& j, Kernel pw, Kernel pu, const TileBase& tb, int64_t t, const Q8Nat& x, int B, int b0) {
   const int64_t rows = j.w->spec.rows;
   __m512 acc[N], u[N];
-  pw(*j.w, j.w->bytes.data() + t * j.w->tile_bytes, x, B, b0, acc);
+  pw(*j.w, tb.of(*j.w, tb.w, t), x, B, b0, acc);
   if (j.up) {
-    pu(*j.up, j.up->bytes.data() + t * j.up->tile_bytes, x, B, b0, u);
+    pu(*j.up, tb.of(*j.up, tb.up, t), x, B, b0, u);
     // on the pair's 16 rows at once: the exp and divide were most of run_pair's own time
     for (int b = 0; b < N; ++b) acc[b] = silu_mul(acc[b], u[b]);
   }
@@ -916,45 +924,59 @@ void run_pair(const Rows8Job& j, Kernel pw, Kernel pu, int64_t t, const Q8Nat& x
 #endif
 
 // Activation rows b0 .. B of tile t of one job.
-void run_tile_rest(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, int64_t t, const Q8Nat& x, int B,
-                   int b0) {
+void run_tile_rest(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, const TileBase& tb, int64_t t,
+                   const Q8Nat& x, int B, int b0) {
   if constexpr (kWide > 4)
-    for (; b0 + kWide <= B; b0 += kWide) run_tile_n<kWide>(j, kw, ku, t, x, B, b0);
+    for (; b0 + kWide <= B; b0 += kWide) run_tile_n<kWide>(j, kw, ku, tb, t, x, B, b0);
   for (; b0 < B; b0 += 4) {  // four rows at a time; the tile stays in L1 for the next four
     switch (B - b0 < 4 ? B - b0 : 4) {
-      case 1: run_tile_n<1>(j, kw, ku, t, x, B, b0); break;
-      case 2: run_tile_n<2>(j, kw, ku, t, x, B, b0); break;
-      case 3: run_tile_n<3>(j, kw, ku, t, x, B, b0); break;
-      default: run_tile_n<4>(j, kw, ku, t, x, B, b0); break;
+      case 1: run_tile_n<1>(j, kw, ku, tb, t, x, B, b0); break;
+      case 2: run_tile_n<2>(j, kw, ku, tb, t, x, B, b0); break;
+      case 3: run_tile_n<3>(j, kw, ku, tb, t, x, B, b0); break;
+      default: run_tile_n<4>(j, kw, ku, tb, t, x, B, b0); break;
     }
   }
 }
 
 // Tiles [t0, t1) of one job, for the B activation rows of x: under AVX-512 two
 // tiles at a time (every quantized type has a pair kernel), then the
-// tokens past the last eight per tile.
+// tokens past the last eight per tile. A job over stored bytes packs each
+// tile (or pair) into `pack` (two tiles of each of its matrices) just
+// before its kernels read it.
 void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, int64_t t0, int64_t t1, const Q8Nat& x,
-             int B) {
+             int B, uint8_t* pack) {
   for (int64_t t = t0; t < t1; ++t) {
 #if IE_ROWS8_ZMM
-    if (t + 1 < t1 && B >= kPairTokens) {
+    const bool pair = t + 1 < t1 && B >= kPairTokens;
+#else
+    constexpr bool pair = false;
+#endif
+    TileBase tb{j.w->bytes.data(), j.up ? j.up->bytes.data() : nullptr, 0};
+    if (j.stored) {
+      tb = {pack, pack + 2 * j.w->tile_bytes, t};
+      pack_rows8_tiles(*j.w, j.stored, t, pair ? 2 : 1, pack);
+      if (j.up) pack_rows8_tiles(*j.up, j.up_stored, t, pair ? 2 : 1, pack + 2 * j.w->tile_bytes);
+    }
+#if IE_ROWS8_ZMM
+    if (pair) {
       int b0 = 0;
 #if IE_ROWS8_AMX
       if (kw.amx && (!j.up || ku.amx))
-        for (; b0 + kAmxTokens <= B; b0 += kAmxTokens) run_pair<kAmxTokens>(j, kw.amx, ku.amx, t, x, B, b0);
+        for (; b0 + kAmxTokens <= B; b0 += kAmxTokens) run_pair<kAmxTokens>(j, kw.amx, ku.amx, tb, t, x, B, b0);
 #endif
-      for (; b0 + kPairTokens <= B; b0 += kPairTokens) run_pair<kPairTokens>(j, kw.pair, ku.pair, t, x, B, b0);
-      run_tile_rest(j, kw, ku, t, x, B, b0);
-      run_tile_rest(j, kw, ku, ++t, x, B, b0);
+      for (; b0 + kPairTokens <= B; b0 += kPairTokens) run_pair<kPairTokens>(j, kw.pair, ku.pair, tb, t, x, B, b0);
+      run_tile_rest(j, kw, ku, tb, t, x, B, b0);
+      run_tile_rest(j, kw, ku, tb, ++t, x, B, b0);
       continue;
     }
 #endif
-    run_tile_rest(j, kw, ku, t, x, B, 0);
+    run_tile_rest(j, kw, ku, tb, t, x, B, 0);
   }
 }
 
 // The ISA's gemv_rows8 (kernels.h).
-void gemv_rows8_tiles(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool) {
+void gemv_rows8_tiles(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
+                      size_t pack_bytes) {
   const Q8Nat x = carve_q8_nat(const_cast<uint8_t*>(prep), batch, jobs[0].w->spec.cols);
   // The jobs' tiles are one sequence (job 0's, then job 1's, ...), shared
   // by the threads one tile at a time (work_split.h).
@@ -978,7 +1000,7 @@ void gemv_rows8_tiles(const Rows8Job* jobs, int n, const uint8_t* prep, int batc
     while (split.next(th, &k0, &k1)) {
       int i = 0;
       while (k0 >= first[i + 1]) ++i;
-      run_job(jobs[i], kw[i], ku[i], k0 - first[i], k1 - first[i], x, batch);
+      run_job(jobs[i], kw[i], ku[i], k0 - first[i], k1 - first[i], x, batch, pack + th * pack_bytes);
     }
 #if IE_ROWS8_AMX
     if (tiles) _tile_release();
