@@ -239,15 +239,20 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) make_resident(*m);
   make_resident(w_.lm_head);
   // int8 prefill chunks of kMaxRows8Batch tokens where every quantized
-  // matrix is read through its rows8 copy; else kMaxBatch, what the
-  // stored-layout GEMV takes (a dedup member, routed experts, an ISA without
-  // the rows8 kernel), so that no chunk falls back to the float GEMM.
+  // matrix is read through its rows8 copy, or (an expert) packed into
+  // rows8 tiles as it is multiplied (experts_packing); else kMaxBatch, what
+  // the stored-layout GEMV takes (a dedup member, an ISA without the rows8
+  // kernel), so that no chunk falls back to the float GEMM.
   if (act_ == Act::Int8) {
     auto rows8_or_float = [](const Matrix& m) { return !m.dedup && (m.rows8 || !wtype_info(m.spec.type).int8_act); };
+    auto packable_or_float = [&](const Matrix& m) {
+      return !m.dedup && (gemv_uses_rows8(m.spec, act_, isa_) || !wtype_info(m.spec.type).int8_act);
+    };
     bool all = rows8_or_float(w_.lm_head);
     for (const LayerWeights& L : w_.layers) {
-      all = all && L.experts.empty();
       for (const Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) all = all && rows8_or_float(*m);
+      for (const Expert& x : L.experts)
+        for (const Matrix* m : {&x.gate, &x.up, &x.down}) all = all && packable_or_float(*m);
     }
     if (all) int8_chunk_ = kMaxRows8Batch;
   }
@@ -365,6 +370,25 @@ void Decoder::mm_plain(const Matrix& m, PreparedAct& prep, const float* x, int b
   else
     gemv(m.spec, m.data, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, *pool_, isa_, scratch_,
          m.rows8.get());
+}
+
+// Tokens an expert needs in a chunk before its product packs rows8 tiles
+// (gemv_packing) instead of reading the stored layout: packing is a pass
+// over the expert's bytes (~7 GB/s on 2 threads for the 4-bit types),
+// which a few tokens do not repay. mxfp4 5760 x 2880, 2 threads: stored 3.1
+// ms for 8 tokens, packing 2.1 ms for 8, 2.6 ms for 16.
+constexpr int kPackingMinTokens = 8;
+
+// An expert's product (read in place: no rows8 copy): packing rows8 tiles
+// as it goes where it has enough tokens (int8, a type and ISA with the
+// kernels), else as any matrix.
+void Decoder::mm_expert(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y) {
+  if (b >= kPackingMinTokens && !m.dedup && gemv_uses_rows8(m.spec, act_, isa_)) {
+    Stopwatch sw(timer(&StepTimes::matmul_s));
+    gemv_packing(m.spec, m.data, prep, bias, y, *pool_, isa_, scratch_);
+    return;
+  }
+  mm(m, prep, x, b, bias, y);
 }
 
 // A dedup member: from the store's LRU cache where it fits there (rebuilt on
@@ -627,8 +651,8 @@ void Decoder::glu(Glu kind, float* g, const float* u, int n, int width) const {
 // Routing as transformers does it: the top_k logits (softmax is monotonic,
 // so these are the top_k probabilities too), weighted by the softmax over
 // them (norm_topk) or over every expert's logit. Then each expert with rows
-// runs once over all of them, a GEMV or (a long prefill chunk) a GEMM, and
-// its outputs are added to the residual, weighted. An expert that every
+// runs once over all of them (mm_expert), and its outputs are added to the
+// residual, weighted. An expert that every
 // row of the chunk goes to (each of a decode step's top_k) reads xn_ and
 // its prepared activation as they are: nothing gathered or quantized again.
 void Decoder::experts(int layer, int b) {
@@ -668,8 +692,8 @@ void Decoder::experts(int layer, int b) {
     }
     PreparedAct& prep = all ? xn_prep_ : ex_prep_;
     const float* in = all ? xn_.data() : ex_x_.data();
-    mm(x.gate, prep, in, n, x.bgate.empty() ? nullptr : x.bgate.data(), ex_g_.data());
-    if (c.glu == Glu::Silu) mm(x.up, prep, in, n, nullptr, ex_u_.data());
+    mm_expert(x.gate, prep, in, n, x.bgate.empty() ? nullptr : x.bgate.data(), ex_g_.data());
+    if (c.glu == Glu::Silu) mm_expert(x.up, prep, in, n, nullptr, ex_u_.data());
     glu(c.glu, ex_g_.data(), ex_u_.data(), n, I);
     if (stats_on_) {
       ExpertStats& es = expert_stats_[static_cast<size_t>(layer)];
@@ -678,7 +702,7 @@ void Decoder::experts(int layer, int b) {
       es.rows[static_cast<size_t>(e)] += n;
     }
     prepare(ex_down_prep_, ex_g_.data(), n, I);
-    mm(x.down, ex_down_prep_, ex_g_.data(), n, x.bdown.empty() ? nullptr : x.bdown.data(), ex_y_.data());
+    mm_expert(x.down, ex_down_prep_, ex_g_.data(), n, x.bdown.empty() ? nullptr : x.bdown.data(), ex_y_.data());
     for (int r = 0; r < n; ++r) {
       float* xj = &x_[static_cast<size_t>(rows[static_cast<size_t>(r)].first) * H];
       const float* y = &ex_y_[static_cast<size_t>(r) * H];
