@@ -93,14 +93,14 @@ def quantized_moe(tmp_path_factory) -> dict:
 @pytest.mark.parametrize("model", ["tiny-mixtral", "tiny-qwen3-moe", "tiny-gpt-oss-mxfp4"])
 @pytest.mark.parametrize("n", [7, 40, 120])
 def test_int8_prefill_packs_expert_tiles_and_agrees_with_steps(quantized_moe, model, n):
-    """An int8 prefill chunk (64 tokens) multiplies an expert that gets 8
-    or more of its tokens by the rows8 kernels over tiles packed as they
-    run (gemv_packing), one with fewer by the stored layout, as a decode
-    step does. Each token's activation is quantized alike either way and the
-    integer sums are exact, so the two orders of float operations agree to
-    float rounding: 7 tokens (no expert packs), 40 (most do), 120 (two
-    chunks). (A router near a tie can flip an expert on such a difference:
-    with these prompts none is.)"""
+    """An int8 prefill chunk of a model with experts (256 tokens) multiplies
+    an expert that gets 8 or more of its tokens by the rows8 kernels over
+    tiles packed as they run (gemv_packing), one with fewer by the stored
+    layout, as a decode step does. Each token's activation is quantized
+    alike either way and the integer sums are exact, so the two orders of
+    float operations agree to float rounding: 7 tokens (no expert packs), 40
+    (most do), 120. (A router near a tie can flip an expert on such a
+    difference: with these prompts none is.)"""
     ids = [int(i) for i in np.random.default_rng(n + 1).integers(0, 320, n)]
     d = Decoder(quantized_moe.get(model, GOLDEN_IEBIN / model), threads=2, act="int8")
     whole = d.logits(ids)

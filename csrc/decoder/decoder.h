@@ -137,9 +137,9 @@ class Decoder {
   // K/V to the cache. Writes [n, vocab] logits when all_logits, else only
   // the last token's [vocab] (the head runs once). Tokens go through the
   // matrices kPrefillBatch at a time with float activations (GEMM), and
-  // kMaxRows8Batch at a time with int8 ones (kMaxBatch where a quantized
-  // matrix has no rows8 copy: the GEMV's int8 path is the one being asked
-  // for); one weight read serves the whole chunk.
+  // 64 (with experts kMaxRows8Batch) at a time with int8 ones (kMaxBatch
+  // where a quantized matrix has no rows8 copy: the GEMV's int8 path is
+  // the one being asked for); one weight read serves the whole chunk.
   void forward(const int32_t* tokens, int n, float* logits, bool all_logits);
   // As forward, through layers first .. layers-1 only and without the
   // output head: a calibration pass that collects statistics (collect_stats)
@@ -260,7 +260,7 @@ class Decoder {
   int full_past_ = 0;  // positions cached in every layer (run_layers caches the first layers only)
   int q_dim_ = 0, kv_dim_ = 0;
   size_t rows8_bytes_ = 0;
-  int int8_chunk_ = kMaxBatch;  // tokens per int8 prefill chunk (set at load: kMaxRows8Batch where every matrix allows)
+  int int8_chunk_ = kMaxBatch;  // tokens per int8 prefill chunk (set at load: more where every matrix allows)
   std::vector<int> pinned_;
   StepTimes step_times_;
   bool timing_ = false;  // within a single-token forward
