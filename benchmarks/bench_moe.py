@@ -82,10 +82,15 @@ def fill(rng: np.random.Generator, name: str, dtype: str, n: int) -> np.ndarray:
     return ((bits & 0x807F) | exp).astype(np.uint16).view(np.uint8)
 
 
-def write_checkpoint(d: Path) -> int:
+def write_checkpoint(d: Path, layers: int = LAYERS, vocab: int = V) -> int:
+    """gpt-oss-20b's checkpoint, or (vs_llamacpp.py's MoE row) its first
+    ``layers`` layers over a ``vocab``-token vocabulary."""
     rng = np.random.default_rng(0)
-    shards = [[("model.embed_tokens.weight", "BF16", [V, H]), ("model.norm.weight", "BF16", [H])],
-              *[layer_tensors(i) for i in range(LAYERS)], [("lm_head.weight", "BF16", [V, H])]]
+    config = dict(CONFIG, num_hidden_layers=layers, vocab_size=vocab, layer_types=CONFIG["layer_types"][:layers])
+    if vocab != V:
+        config["eos_token_id"] = 2  # a tokenizer of its own (SmolLM2's: <|im_end|>)
+    shards = [[("model.embed_tokens.weight", "BF16", [vocab, H]), ("model.norm.weight", "BF16", [H])],
+              *[layer_tensors(i) for i in range(layers)], [("lm_head.weight", "BF16", [vocab, H])]]
 
     def chunks(name: str, dtype: str, shape: list[int]):  # CHUNK bytes at a time
         left = math.prod(shape) * synthetic_checkpoint.ITEMSIZE[dtype]
@@ -94,7 +99,7 @@ def write_checkpoint(d: Path) -> int:
             yield fill(rng, name, dtype, n).tobytes()
             left -= n
 
-    return synthetic_checkpoint.write_checkpoint(d, CONFIG, shards, chunks)
+    return synthetic_checkpoint.write_checkpoint(d, config, shards, chunks)
 
 
 def main() -> None:

@@ -48,6 +48,13 @@ AMX, the tile unit's, as prefill then multiplies there): the layer
 weights' multiply-adds per token (the output head runs for the last
 prompt token only, in both engines) times pp tok/s.
 
+**Experts** (unless --no-moe): mxfp4's own model, a mixture of experts
+shaped like gpt-oss-20b (its first 4 layers: 32 experts of 2880 x 2880, top
+4, bf16 attention; SmolLM2's vocabulary), random weights, converted by
+``ieconv hf-to-iebin`` and exported with ``ieconv iebin-to-gguf``: both
+engines on the same bytes, where a prefill chunk gives each expert a few of
+its tokens.
+
 **Contention** (issue 49: users' machines are never idle): the int4w pairing
 again with a CPU-bound process (a Python busy loop) started beside it: both
 engines with --threads and with one thread, under that load, beside the
@@ -68,6 +75,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -228,6 +236,19 @@ def large_gguf(tmp: Path, tokenizer_dir: Path, llc: int) -> Path:
     return out
 
 
+def moe_pair(tmp: Path, tokenizer_dir: Path) -> tuple[Path, Path]:
+    """(our model, its GGUF) of 4 gpt-oss-20b layers (bench_moe's writer) with SmolLM2's vocabulary."""
+    import bench_moe  # benchmarks/, beside this script
+
+    hf = tmp / "moe-hf"
+    bench_moe.write_checkpoint(hf, layers=4, vocab=49152)
+    (hf / "tokenizer.json").write_bytes((tokenizer_dir / "tokenizer.json").read_bytes())
+    run(BIN / "ieconv", "hf-to-iebin", "-q", "--hf-dir", hf, "--out-dir", tmp / "moe")
+    shutil.rmtree(hf)
+    run(BIN / "ieconv", "iebin-to-gguf", "--model-dir", tmp / "moe", "--out", tmp / "moe.gguf")
+    return tmp / "moe", tmp / "moe.gguf"
+
+
 def type_pair(t: str, src: Path, tmp: Path, a: argparse.Namespace) -> tuple[Path, Path, str]:
     """(our model, llama.cpp's GGUF, how they were made) for weight type ``t`` from the GGUF ``src``."""
     ieconv, d = BIN / "ieconv", tmp / t
@@ -324,6 +345,7 @@ def main() -> None:
     ap.add_argument("--types", type=lambda v: v.split(","), default=list(TYPES),
                     help=f"4-bit types to compare, comma-separated (default: {','.join(TYPES)}; none: '')")
     ap.add_argument("--no-large", action="store_true", help="Compare the types on SmolLM2 only.")
+    ap.add_argument("--no-moe", action="store_true", help="Skip the gpt-oss-shaped mixture of experts (mxfp4).")
     ap.add_argument("--llama-bench", default=llamacpp.tool("llama-bench"), help=llamacpp.where("llama-bench"))
     ap.add_argument("--llama-bench-args", type=str.split, default=[],
                     help="More llama-bench arguments, e.g. '-rtr 1' for ik_llama.cpp's run-time repacking (with "
@@ -387,6 +409,15 @@ def main() -> None:
                                                        "f16)", big, tmp / "types-large", a)
         else:
             print("\nint4w vs Q4_0: skipped (no llama-quantize: make llamacpp, or --llama-quantize PATH)")
+        if not a.no_moe:
+            moe, moe_gguf = moe_pair(tmp, tmp / "m")
+            ours_m = ierun_pp_tg(moe, a, tmp)
+            theirs_m = (llama_bench(a.llama_bench, moe_gguf, a.p, a.n, a.threads, a.rounds, a.llama_bench_args)
+                        if a.llama_bench else None)
+            print()
+            show(f"mxfp4 experts: 4 layers of gpt-oss-20b (32 experts, top 4; {moe_gguf.stat().st_size / 1e9:.1f} GB), "
+                 f"{a.threads} threads", ours_m, theirs_m, a)
+            out.update(ierun_moe=ours_m, llama_cpp_moe=theirs_m)
     print(json.dumps(out))
 
 
