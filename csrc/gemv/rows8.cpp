@@ -130,33 +130,18 @@ void put_nibbles_kq(const uint8_t* q, int i, uint8_t* o) {
   }
 }
 
-// Row r's 32-block k as row i of the tile block at o (zeroed before).
+// Row r's 32-block k as row i of the tile block at o (zeroed before):
+// int4w's, iq4_xs's and q4_k's nibbles four bytes at a time (the 32-block
+// types in q4_0's order go through pack_q40_tile), the rest code by code.
 void put_block(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, int64_t k, int i,
                uint8_t* o) {
   const uint8_t* row = w + r * lay.row_bytes;
-  switch (s.type) {
-    case WType::Int4w: return put_nibbles_q40(row + k * 16, i, o);
-    case WType::Q4_0:
-    case WType::Q4_1:
-    case WType::IQ4_NL:
-    case WType::MXFP4: return put_nibbles_q40(row + k * lay.block_bytes + lay.block_qs, i, o);
-    case WType::IQ4_XS:
-    case WType::IQ4_XSH: return put_nibbles_q40(row + k / 8 * lay.block_bytes + lay.block_qs + 16 * (k % 8), i, o);
-    case WType::Q4_K: {
-      const uint8_t* q = row + k / 8 * lay.block_bytes + kQ4kCodes + 32 * (k % 8 / 2);
-      return k % 2 ? put_nibbles_kq<true>(q, i, o) : put_nibbles_kq<false>(q, i, o);
-    }
-    case WType::Q8_0:
-    case WType::Q5_0:
-    case WType::Q5_1:
-    case WType::Q5_K:
-    case WType::Q6_K:
-    case WType::Q3_K:
-    case WType::Q2_K:
-    case WType::IQ3_S:
-    case WType::F32:
-    case WType::F16:
-    case WType::BF16: break;
+  if (s.type == WType::Int4w) return put_nibbles_q40(row + k * 16, i, o);
+  if (s.type == WType::IQ4_XS || s.type == WType::IQ4_XSH)
+    return put_nibbles_q40(row + k / 8 * lay.block_bytes + lay.block_qs + 16 * (k % 8), i, o);
+  if (s.type == WType::Q4_K) {
+    const uint8_t* q = row + k / 8 * lay.block_bytes + kQ4kCodes + 32 * (k % 8 / 2);
+    return k % 2 ? put_nibbles_kq<true>(q, i, o) : put_nibbles_kq<false>(q, i, o);
   }
   uint8_t q[32];
   block_codes(s, lay, w, r, k, q);
