@@ -240,7 +240,7 @@ ROWS8_ISAS = [i for i in ISAS if i != "scalar"]
 def test_rows8_layout_matches_reference(v, isa):
     """The decoder's row-interleaved int8 kernel: every packed type and
     parameter set, row counts that leave a partial tile, one token and
-    prefill chunks up to kMaxRows8Batch = 256 rows (four tokens at a time per
+    prefill chunks up to kMaxRows8Batch = 512 rows (four tokens at a time per
     tile, and a tail of one to three), 1-3 threads (tile
     splits), with and without bias, within the same bounds as the stored layout."""
     for i, (rows, cols) in enumerate(v[4] + [(3, v[4][0][1]), (64, v[4][0][1])]):
@@ -291,7 +291,7 @@ def test_packing_layout_is_rows8_bit_for_bit(v, isa):
     rows, cols = v[4][0]
     for i, extra in enumerate((0, 5, 11)):
         raw, _, entry, rng = gen(v, rows + extra, cols, 1300 + i)
-        for batch, threads in ((1, 1), (3, 2), (8, 3), (16, 2), (21, 1), (64, 3), (253, 2)):
+        for batch, threads in ((1, 1), (3, 2), (8, 3), (16, 2), (21, 1), (64, 3), (509, 2)):
             x = rng.standard_normal((batch, cols)).astype(np.float32)
             x[:, : min(cols, 7)] *= 300
             bias = rng.standard_normal(rows + extra).astype(np.float32) if threads == 3 else None
@@ -524,8 +524,8 @@ def _int4w(rows=4, cols=64, gs=32):
      "cols must be a multiple of 32, got 100"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones((9, 64), np.float32), group_size=32),
      "batch must be 1..8, got 9"),
-    (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.ones((257, 32), np.float32), act="int8",
-                         layout="rows8"), "batch must be 1..256, got 257"),
+    (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.ones((513, 32), np.float32), act="int8",
+                         layout="rows8"), "batch must be 1..512, got 513"),
     (lambda: native.gemv(np.zeros(16, np.uint8), "q7_k", 1, 32, np.ones(32, np.float32)),
      "unknown weight dtype 'q7_k'"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(63, np.float32), group_size=32),
@@ -591,7 +591,7 @@ def test_ierun_microbench_times_a_prefill_chunk_on_rows8_and_refuses_more():
             "--act", "int8", "--iters", "2", "--min-mib", "1", "--json"]
     res = run_tool(*base, "--layout", "rows8", "--batch", str(native.MAX_ROWS8_BATCH))
     assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout)["batch"] == native.MAX_ROWS8_BATCH == 256
+    assert json.loads(res.stdout)["batch"] == native.MAX_ROWS8_BATCH == 512
     for layout, top in (("rows8", native.MAX_ROWS8_BATCH), ("packing", native.MAX_ROWS8_BATCH),
                         ("stored", native.MAX_BATCH)):
         res = run_tool(*base, "--layout", layout, "--batch", str(top + 1))

@@ -93,7 +93,7 @@ def quantized_moe(tmp_path_factory) -> dict:
 @pytest.mark.parametrize("model", ["tiny-mixtral", "tiny-qwen3-moe", "tiny-gpt-oss-mxfp4"])
 @pytest.mark.parametrize("n", [7, 40, 120])
 def test_int8_prefill_packs_expert_tiles_and_agrees_with_steps(quantized_moe, model, n):
-    """An int8 prefill chunk of a model with experts (256 tokens) multiplies
+    """An int8 prefill chunk of a model with experts (512 tokens) multiplies
     an expert that gets 8 or more of its tokens by the rows8 kernels over
     tiles packed as they run (gemv_packing), one with fewer by the stored
     layout, as a decode step does. Each token's activation is quantized

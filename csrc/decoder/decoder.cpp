@@ -196,10 +196,11 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
 
 // A dense model's int8 prefill chunk: 64 tokens (gemv.h). 256 was 6-10%
 // slower on the widened SmolLM2's Q4_K_M (pp512, 2 threads, taking turns).
-// A model with experts takes kMaxRows8Batch = 256, so that each expert
-// gets more of a chunk's tokens (32 experts, top 4: about 32 instead of 8)
+// A model with experts takes kMaxRows8Batch (512), so that each expert
+// gets more of a chunk's tokens (32 experts, top 4: about 64 instead of 8)
 // and packs its tiles once for them: pp512 of 4 gpt-oss-20b layers, 2
-// threads, taking turns: 103 -> 212 and 125 -> 245 tok/s.
+// threads, taking turns: 64 -> 256 tokens 103 -> 212 and 125 -> 245 tok/s,
+// 256 -> 512 176 -> 214 and 202 -> 279 (kPrefillBatch).
 constexpr int kDenseRows8Chunk = 64;
 static_assert(kMaxRows8Batch <= kPrefillBatch, "an int8 chunk fits the decoder's activation buffers");
 

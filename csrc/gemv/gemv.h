@@ -31,13 +31,13 @@ const char* act_name(Act act);
 constexpr int kMaxBatch = 8;
 // Activation rows one gemv_rows8 call takes (a PreparedAct holds up to
 // this many): a decoder's int8 prefill chunk, 64 tokens for a dense model
-// and 256 for one with experts (decoder.cpp, kDenseRows8Chunk). Its kernels
+// and 512 for one with experts (decoder.cpp, kDenseRows8Chunk). Its kernels
 // pass four to sixteen rows at a time over a tile that stays in L1, so a
 // chunk reads each weight tile from memory once, and the threads meet an
 // eighth as often as with chunks of kMaxBatch (SmolLM2 int4w pp512, 8 ->
 // 32: +7-10% on 1 and 2 threads; q4_0, 32 -> 64: +4-5% on 2 threads, 128
 // no further). The stored-layout kernels take kMaxBatch rows at most.
-constexpr int kMaxRows8Batch = 256;
+constexpr int kMaxRows8Batch = 512;
 // The activation rows one GEMV call may take: rows8's, or the stored layout's.
 constexpr int max_batch(bool rows8) { return rows8 ? kMaxRows8Batch : kMaxBatch; }
 
