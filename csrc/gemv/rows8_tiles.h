@@ -925,35 +925,18 @@ void pack_q40_tiles_vec(const Rows8& p, const WeightLayout& lay, const uint8_t* 
 // Tiles t0 .. t0 + n of a job's stored matrix into out: whole tiles of the
 // types above in vectors, the rest as pack_rows8_tiles packs them.
 void pack_job_tiles(const Rows8& p, const uint8_t* w, int64_t t0, int64_t n, uint8_t* out) {
+  const WType ty = p.spec.type;
   const int64_t whole = std::min(n, p.spec.rows / 8 - t0);  // tiles with all eight rows
-  if (whole > 0) {
+  if (whole > 0 && (ty == WType::Q4_0 || ty == WType::IQ4_NL || ty == WType::Q4_1 || ty == WType::MXFP4)) {
     const WeightLayout lay = weight_layout(p.spec);
-    bool done = true;
-    switch (p.spec.type) {
-      case WType::Q4_0:
-      case WType::IQ4_NL: pack_q40_tiles_vec<2, false>(p, lay, w, t0, whole, out); break;
-      case WType::Q4_1: pack_q40_tiles_vec<2, true>(p, lay, w, t0, whole, out); break;
-      case WType::MXFP4: pack_q40_tiles_vec<1, false>(p, lay, w, t0, whole, out); break;
-      case WType::Int4w:  // pack_rows8_tiles: four bytes at a time, or code by code
-      case WType::Q8_0:
-      case WType::Q5_0:
-      case WType::Q5_1:
-      case WType::Q4_K:
-      case WType::Q5_K:
-      case WType::Q6_K:
-      case WType::Q3_K:
-      case WType::Q2_K:
-      case WType::IQ4_XS:
-      case WType::IQ4_XSH:
-      case WType::IQ3_S:
-      case WType::F32:
-      case WType::F16:
-      case WType::BF16: done = false; break;
-    }
-    if (done) {
-      t0 += whole, n -= whole, out += whole * p.tile_bytes;
-      if (n == 0) return;
-    }
+    if (ty == WType::Q4_1)
+      pack_q40_tiles_vec<2, true>(p, lay, w, t0, whole, out);
+    else if (ty == WType::MXFP4)
+      pack_q40_tiles_vec<1, false>(p, lay, w, t0, whole, out);
+    else
+      pack_q40_tiles_vec<2, false>(p, lay, w, t0, whole, out);
+    t0 += whole, n -= whole, out += whole * p.tile_bytes;
+    if (n == 0) return;
   }
   pack_rows8_tiles(p, w, t0, n, out);
 }
