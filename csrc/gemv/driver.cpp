@@ -79,7 +79,7 @@ bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, I
   if (!ops.gemv_rows8) return false;
   if (n < 1 || n > kMaxRows8Jobs) fail("gemv_rows8: 1.." + std::to_string(kMaxRows8Jobs) + " jobs, got " + std::to_string(n));
   if (x.batch() < 1 || x.batch() > kMaxRows8Batch) fail("gemv_rows8: batch must be 1.." + std::to_string(kMaxRows8Batch));
-  size_t pack = 0;  // per thread: two tiles of each stored matrix of a job
+  size_t pack = 0;  // per thread: two tiles of the largest stored matrix
   for (int i = 0; i < n; ++i) {
     const Rows8Job& j = jobs[i];
     const std::string job = "gemv_rows8: job " + std::to_string(i);
@@ -88,17 +88,11 @@ bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, I
       fail(job + ": the activation has " + std::to_string(x.cols()) + " columns");
     if (j.up && j.up->spec.rows != j.w->spec.rows) fail("gemv_rows8: gate and up differ in rows");
     // A matrix is a copy (bytes) or a shape over stored bytes, not both or
-    // neither; gate and up are alike.
-    auto check = [&](const Rows8* m, const uint8_t* stored, const char* what) {
-      if (m && (stored != nullptr) == (m->bytes.size() != 0))
-        fail(job + ": " + what + (stored ? " has a copy and stored bytes" : " has neither a copy nor stored bytes"));
-    };
-    check(j.w, j.stored, "w");
-    check(j.up, j.up_stored, "up");
-    if (j.up_stored && !j.up) fail(job + ": up_stored without up");
-    if (j.up && (j.stored != nullptr) != (j.up_stored != nullptr)) fail(job + ": gate and up must both be stored or both copies");
-    if (j.stored)
-      pack = std::max(pack, checked_mul(2, j.w->tile_bytes + (j.up ? j.up->tile_bytes : 0), "rows8 pack"));
+    // neither; a fused up is a copy.
+    if ((j.stored != nullptr) == (j.w->bytes.size() != 0))
+      fail(job + (j.stored ? ": w has a copy and stored bytes" : ": w has neither a copy nor stored bytes"));
+    if (j.stored && j.up) fail(job + ": a job over stored bytes has no fused up");
+    if (j.stored) pack = std::max(pack, checked_mul(2, j.w->tile_bytes, "rows8 pack"));
   }
   pack = (pack + 63) / 64 * 64;
   GemvScratch own;

@@ -106,8 +106,8 @@ bool gemv_uses_rows8(const WeightSpec& s, Act act, Isa isa);
 
 // One matrix of a gemv_rows8 call: y = W x (+ bias), or with `up` the fused
 // SwiGLU y = SiLU(W x) * (up x) (no bias), as a Llama MLP's gate and up.
-// With `stored` (and `up_stored` for up), w (and up) are rows8_shape()s
-// of those stored bytes, and each thread packs the one or two tiles it
+// With `stored` (no up), w is a rows8_shape() of those stored bytes,
+// and each thread packs the one or two tiles it
 // multiplies next into a buffer of its own just before (pack_rows8_tiles):
 // the copy never exists whole. Why: a mixture's experts are read in place
 // (a decoder copies no expert), and in a prefill chunk each gets a few
@@ -119,7 +119,6 @@ struct Rows8Job {
   const float* bias = nullptr;
   float* y = nullptr;
   const uint8_t* stored = nullptr;
-  const uint8_t* up_stored = nullptr;
 };
 constexpr int kMaxRows8Jobs = 4;
 

@@ -1003,8 +1003,7 @@ void run_tile_rest(const Rows8Job& j, const TileKernels& kw, const TileKernels& 
 // Tiles [t0, t1) of one job, for the B activation rows of x: under AVX-512 two
 // tiles at a time (every quantized type has a pair kernel), then the
 // tokens past the last eight per tile. A job over stored bytes packs each
-// tile (or pair) into `pack` (two tiles of each of its matrices) just
-// before its kernels read it.
+// tile (or pair) into `pack` (two tiles) just before its kernels read it.
 void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, int64_t t0, int64_t t1, const Q8Nat& x,
              int B, uint8_t* pack) {
   for (int64_t t = t0; t < t1; ++t) {
@@ -1015,9 +1014,8 @@ void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, in
 #endif
     TileBase tb{j.w->bytes.data(), j.up ? j.up->bytes.data() : nullptr, 0};
     if (j.stored) {
-      tb = {pack, pack + 2 * j.w->tile_bytes, t};
+      tb = {pack, nullptr, t};
       pack_job_tiles(*j.w, j.stored, t, pair ? 2 : 1, pack);
-      if (j.up) pack_job_tiles(*j.up, j.up_stored, t, pair ? 2 : 1, pack + 2 * j.w->tile_bytes);
     }
 #if IE_ROWS8_ZMM
     if (pair) {
