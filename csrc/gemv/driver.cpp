@@ -82,16 +82,17 @@ bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, I
   size_t pack = 0;  // per thread: two tiles of the largest stored matrix
   for (int i = 0; i < n; ++i) {
     const Rows8Job& j = jobs[i];
-    const std::string job = "gemv_rows8: job " + std::to_string(i);
-    if (!j.w || j.w->empty() || !j.y) fail(job + " has no matrix or output");
+    // The message's prefix, made only on a failure (this runs for every product of a decode step).
+    auto job = [i] { return "gemv_rows8: job " + std::to_string(i); };
+    if (!j.w || j.w->empty() || !j.y) fail(job() + " has no matrix or output");
     if (j.w->spec.cols != x.cols() || (j.up && (j.up->empty() || j.up->spec.cols != x.cols())))
-      fail(job + ": the activation has " + std::to_string(x.cols()) + " columns");
+      fail(job() + ": the activation has " + std::to_string(x.cols()) + " columns");
     if (j.up && j.up->spec.rows != j.w->spec.rows) fail("gemv_rows8: gate and up differ in rows");
     // A matrix is a copy (bytes) or a shape over stored bytes, not both or
     // neither; a fused up is a copy.
     if ((j.stored != nullptr) == (j.w->bytes.size() != 0))
-      fail(job + (j.stored ? ": w has a copy and stored bytes" : ": w has neither a copy nor stored bytes"));
-    if (j.stored && j.up) fail(job + ": a job over stored bytes has no fused up");
+      fail(job() + (j.stored ? ": w has a copy and stored bytes" : ": w has neither a copy nor stored bytes"));
+    if (j.stored && j.up) fail(job() + ": a job over stored bytes has no fused up");
     if (j.stored) pack = std::max(pack, checked_mul(2, j.w->tile_bytes, "rows8 pack"));
   }
   pack = (pack + 63) / 64 * 64;
