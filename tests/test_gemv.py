@@ -153,8 +153,8 @@ VARIANTS = [("f32", 0, True, "f16", [(37, 100), (5, 7), (3, 1)]),
             ("q5_0", 0, True, "f16", [(37, 96), (9, 64), (2, 32)]),
             ("q5_1", 0, True, "f16", [(37, 96), (9, 64)]),
             ("q4_k", 0, True, "f16", [(37, 512), (3, 256)]),
-            ("iq4_nl", 0, True, "f16", [(37, 96), (9, 64), (2, 32)]),
-            ("mxfp4", 0, True, "f16", [(37, 96), (9, 64), (2, 32)]),
+            ("iq4_nl", 0, True, "f16", [(37, 96), (9, 64), (2, 32), (6, 416), (3, 224)]),
+            ("mxfp4", 0, True, "f16", [(37, 96), (9, 64), (2, 32), (6, 416), (3, 224)]),
             ("iq4_xs", 0, True, "f16", [(37, 512), (3, 256)]),
             ("q5_k", 0, True, "f16", [(37, 512), (3, 256)]),
             ("q6_k", 0, True, "f16", [(37, 512), (3, 256)]),
@@ -335,27 +335,38 @@ def test_rows8_int16_sums_hold_at_the_largest_codes(kind, isa):
     assert np.all(np.abs(y - ref) <= 1e-5 * np.abs(ref).max()), kind
 
 
-@pytest.mark.skipif(not ROWS8_ISAS, reason="the rows8 kernels are AVX2, AVX-VNNI and AVX-512 VNNI")
-def test_rows8_mxfp4_scales_at_every_exponent():
-    """mxfp4's E8M0 scales, 2^(e - 128) with its values doubled, from the
-    subnormal floats (e = 0, 1) to 2^32 (e = 160: larger would overflow the
-    sums' floats in the reference too): each ISA's rows8
-    kernel, one token and prefill chunks (the AVX-512 and AMX ones turn the
-    bytes into floats their own way), within the reference's bound and bit
-    for bit the same across the ISAs."""
-    rows, cols = 24, 256
+def _mxfp4_at_every_exponent(rows, cols, rng):
+    """mxfp4 rows whose E8M0 scales run from the subnormal floats (e = 0, 1)
+    to 2^32 (e = 160: larger would overflow the sums' floats in the
+    reference too), the first three rows' all subnormal or the smallest
+    normal; and their float64 values."""
     blocks = cols // 32
-    rng = np.random.default_rng(17)
     e = np.array([0, 1, 2, 3, 100, 127, 128, 129, 160], np.uint8)
     raw = np.concatenate([e[rng.integers(0, len(e), (rows * blocks, 1))],
                           rng.integers(0, 256, (rows * blocks, 16), dtype=np.uint8)], axis=1)
-    raw[: 3 * blocks, 0] = rng.integers(0, 3, 3 * blocks)  # rows whose every scale is subnormal or the smallest normal
+    raw[: 3 * blocks, 0] = rng.integers(0, 3, 3 * blocks)
     raw = raw.ravel()
-    wd = gguf.quants.dequantize(raw.reshape(rows, -1), GGML["mxfp4"]).astype(np.float64)
+    return raw, gguf.quants.dequantize(raw.reshape(rows, -1), GGML["mxfp4"]).astype(np.float64)
+
+
+def _q8_ref(x):
+    """x as the int8 kernels read it (quantized per 32), in float64."""
+    q, d = quantize_q8_ref(x)
+    return q.astype(np.float64) * np.repeat(d.reshape(x.shape[0], -1).astype(np.float64), 32, axis=1)
+
+
+@pytest.mark.skipif(not ROWS8_ISAS, reason="the rows8 kernels are AVX2, AVX-VNNI and AVX-512 VNNI")
+def test_rows8_mxfp4_scales_at_every_exponent():
+    """mxfp4's E8M0 scales, 2^(e - 128) with its values doubled, at every
+    kind of exponent: each ISA's rows8 kernel, one token and prefill chunks
+    (the AVX-512 and AMX ones turn the bytes into floats their own way),
+    within the reference's bound and bit for bit the same across the ISAs."""
+    rows, cols = 24, 256
+    rng = np.random.default_rng(17)
+    raw, wd = _mxfp4_at_every_exponent(rows, cols, rng)
     for batch in (1, 13, 64):
         x = rng.standard_normal((batch, cols)).astype(np.float32)
-        q, d = quantize_q8_ref(x)
-        xq = q.astype(np.float64) * np.repeat(d.reshape(batch, -1).astype(np.float64), 32, axis=1)
+        xq = _q8_ref(x)
         ref = xq @ wd.T
         ys = []
         for isa in ROWS8_ISAS:
@@ -364,6 +375,25 @@ def test_rows8_mxfp4_scales_at_every_exponent():
             assert np.all(np.abs(y - ref) <= 1e-5 * (np.abs(xq) @ np.abs(wd).T) + 1e-300), (isa, batch)
             ys.append(y)
         assert all(np.array_equal(ys[0], y) for y in ys[1:]), batch
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_stored_mxfp4_scales_at_every_exponent(isa):
+    """The same scales through each ISA's stored-layout kernel (a decoder's
+    experts at one to eight tokens; AVX-512's makes 2^(e - 127) from the
+    exponent byte and halves it with the activation's scale, e = 0 its one
+    subnormal case): 11 blocks a row, so four-block steps and a three-block
+    tail, 4-row steps and single rows."""
+    rows, cols = 23, 352
+    rng = np.random.default_rng(19)
+    raw, wd = _mxfp4_at_every_exponent(rows, cols, rng)
+    for batch in (1, 3, 8):
+        x = rng.standard_normal((batch, cols)).astype(np.float32)
+        xq = _q8_ref(x)
+        y = native.gemv(raw, "mxfp4", rows, cols, x[0] if batch == 1 else x, act="int8", isa=isa,
+                        threads=2).reshape(batch, rows)
+        ref = xq @ wd.T
+        assert np.all(np.abs(y - ref) <= 1e-5 * (np.abs(xq) @ np.abs(wd).T) + 1e-300), (isa, batch)
 
 
 # Super-block types whose sums meet their sub-scales: (the sub-scale bytes, what they are set to,

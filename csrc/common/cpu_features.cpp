@@ -12,7 +12,7 @@ std::vector<std::pair<std::string, bool>> CpuFeatures::flags() const {
   return {{"sse4.2", sse42},       {"avx", avx},           {"avx2", avx2},
           {"fma", fma},            {"f16c", f16c},         {"avx512f", avx512f},
           {"avx512bw", avx512bw},  {"avx512vl", avx512vl}, {"avx512vnni", avx512vnni},
-          {"avx512vbmi2", avx512vbmi2}, {"avxvnni", avxvnni}, {"amx_tile", amx_tile},
+          {"avx512vbmi", avx512vbmi}, {"avx512vbmi2", avx512vbmi2}, {"avxvnni", avxvnni}, {"amx_tile", amx_tile},
           {"amx_int8", amx_int8}};
 }
 
@@ -35,6 +35,7 @@ CpuFeatures detect_cpu_features() {
   f.avx512bw = __builtin_cpu_supports("avx512bw");
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+  f.avx512vbmi = __builtin_cpu_supports("avx512vbmi");
   f.avx512vbmi2 = __builtin_cpu_supports("avx512vbmi2");
   f.avxvnni = f.avx && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
   // AMX: CPUID.7.0 EDX bits 24 (tile) and 25 (int8), and XCR0 bits 17-18

@@ -17,6 +17,7 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512vl = false;
   bool avx512vnni = false;
+  bool avx512vbmi = false;
   bool avx512vbmi2 = false;
   bool avxvnni = false;
   bool amx_tile = false;  // AMX-TILE and AMX-INT8 with the OS's tile state (XCR0);

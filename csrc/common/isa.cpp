@@ -43,7 +43,7 @@ static std::vector<Isa> probe_isas() {
   if (f.avx2 && f.fma && f.f16c) {
     out.push_back(Isa::Avx2);
     if (f.avxvnni) out.push_back(Isa::AvxVnni);
-    if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vbmi2 && f.avx512vnni) {
+    if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vbmi && f.avx512vbmi2 && f.avx512vnni) {
       out.push_back(Isa::Avx512);
       if (f.amx_tile && f.amx_int8 && amx_granted()) out.push_back(Isa::Amx);
     }

@@ -161,20 +161,6 @@ IE_INLINE __m256 pair_bcast(const float* p) {
   return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
 }
 
-template <class Fn>
-void with_batch(int b, Fn&& fn) {
-  switch (b) {
-    case 1: fn(std::integral_constant<int, 1>{}); break;
-    case 2: fn(std::integral_constant<int, 2>{}); break;
-    case 3: fn(std::integral_constant<int, 3>{}); break;
-    case 4: fn(std::integral_constant<int, 4>{}); break;
-    case 5: fn(std::integral_constant<int, 5>{}); break;
-    case 6: fn(std::integral_constant<int, 6>{}); break;
-    case 7: fn(std::integral_constant<int, 7>{}); break;
-    default: fn(std::integral_constant<int, 8>{}); break;
-  }
-}
-
 // ------------------------------------------------ activation preparation
 
 // The lane order: nibble k of 32-bit lane i of a 32-byte chunk is chunk
@@ -1597,9 +1583,11 @@ const GemvOps kGemvAvx2 = {prep_kind_avx2, prep_bytes_avx2, prepare_avx2, scratc
 // the prepared forms are the same bytes); only the rows8 kernels differ.
 const GemvOps kGemvAvxVnni = {prep_kind_avx2, prep_bytes_avx2, prepare_avx2, scratch_bytes_avx2, gemv_avx2,
                               quantize_q8_avx2, gemv_rows8_avxvnni};
-const GemvOps kGemvAvx512 = {prep_kind_avx2, prep_bytes_avx2, prepare_avx2, scratch_bytes_avx2, gemv_avx2,
+// AVX-512's and AMX's own stored-layout kernels (avx512.cpp) take what
+// they cover and hand the rest to AVX2's.
+const GemvOps kGemvAvx512 = {prep_kind_avx2, prep_bytes_avx2, prepare_avx2, scratch_bytes_avx2, gemv_avx512,
                              quantize_q8_avx2, gemv_rows8_avx512};
-const GemvOps kGemvAmx = {prep_kind_avx2, prep_bytes_avx2, prepare_avx2, scratch_bytes_avx2, gemv_avx2,
+const GemvOps kGemvAmx = {prep_kind_avx2, prep_bytes_avx2, prepare_avx2, scratch_bytes_avx2, gemv_avx512,
                           quantize_q8_avx2, gemv_rows8_amx};
 
 }  // namespace ie

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "common/dispatch.h"
 #include "common/half.h"
@@ -66,6 +67,9 @@ extern const GemvOps kGemvAvxVnni;
 extern const GemvOps kGemvAvx512;
 // Avx512's, with AMX tile multiplies in the rows8 prefill kernels.
 extern const GemvOps kGemvAmx;
+// AVX-512 VNNI + VBMI kernels for some stored layouts (avx512.cpp), AVX2's
+// for the rest.
+void gemv_avx512(const GemvArgs& a);
 void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
                      size_t pack_bytes);
 void gemv_rows8_avxvnni(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
@@ -144,6 +148,22 @@ inline void run_from_source(const GemvArgs& a, int t, int64_t r, int64_t r1, Run
         a.y[b * rows + r + i] = a.bias ? v + a.bias[r + i] : v;
       }
     r += n;
+  }
+}
+
+// fn(std::integral_constant<int, B>) for a batch of b activation rows
+// (1 <= b <= kMaxBatch): the kernels are compiled once per batch size.
+template <class Fn>
+void with_batch(int b, Fn&& fn) {
+  switch (b) {
+    case 1: fn(std::integral_constant<int, 1>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    case 4: fn(std::integral_constant<int, 4>{}); break;
+    case 5: fn(std::integral_constant<int, 5>{}); break;
+    case 6: fn(std::integral_constant<int, 6>{}); break;
+    case 7: fn(std::integral_constant<int, 7>{}); break;
+    default: fn(std::integral_constant<int, 8>{}); break;
   }
 }
 

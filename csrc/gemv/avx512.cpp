@@ -1,0 +1,253 @@
+// act=int8 GEMVs over the stored layout of iq4_nl and mxfp4 with AVX-512
+// VNNI and VBMI: the kernels a decoder's experts run at one to eight tokens
+// (a decoder copies no expert into rows8, and packing tiles costs more than
+// it saves below kPackingMinTokens). Every other case is AVX2's (avx2.cpp).
+//
+// Why a kernel of its own: AVX2's reads two blocks a step and turns each
+// block's scale into a float with scalar code, ~12 vector uops per 17
+// bytes; on gpt-oss-20b's experts it reached half the read bandwidth and
+// took 40% of a decode step. Here one step reads four blocks (68 or 72
+// bytes) as two loads, and one two-source byte permute (vpermt2b) gathers
+// their 64 code bytes so that 128-bit lane j holds block j's 16 bytes;
+// a second permute gathers the four scales into the same lanes. The codes'
+// low nibbles are elements 0..15 of each block and the high ones 16..31,
+// so the activation's four blocks are regrouped to match once per step for
+// every row (two qword permutes).
+//
+// vpdpbusd multiplies unsigned bytes by signed ones, so a table value v is
+// looked up as v + kOff (unsigned: iq4_nl's -127..113 as 1..241, mxfp4's
+// -12..12 as 4..28) and the sum then less kOff times the block's code sum,
+// which the prepared activation holds (Q8Nat's s8, as 8 times the sum): the dword sums start
+// from -kOff / 8 * s8 (in one dword of each lane), so the integer dot product
+// is exact, as AVX2's is. The float sums run in a different order from
+// AVX2's (per lane, four blocks apart), within the same bound.
+#include <immintrin.h>
+
+#include "avx2_bits.h"
+#include "kernels.h"
+
+// GCC 12's 512-bit intrinsics pass _mm512_undefined_* as the merge operand of
+// their unmasked builtins, which -O3 inlining reports as uninitialized reads.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace ie {
+namespace {
+
+template <WType T>
+struct Nib4 {
+  static_assert(T == WType::IQ4_NL || T == WType::MXFP4, "iq4_nl and mxfp4 only");
+  static constexpr int kBB = static_cast<int>(wtype_info(T).block_bytes);  // 18 or 17
+  static constexpr int kCodes = wtype_info(T).code_offset;                  // after the f16 or E8M0 scale
+  static constexpr int kOff = T == WType::MXFP4 ? 16 : 128;  // a multiple of 8: Q8Nat's s8 is 8 times the code sum
+  // Bytes a four-block step reads past its first 64.
+  static constexpr int kTail = 4 * kBB - 64;
+};
+
+// The byte tables a step reads, built at compile time:
+//  * table: v + kOff for each code (loaded into every 128-bit lane);
+//  * codes: vpermt2b indices, byte 16 j + i of the result = code byte i of
+//    block j (an index >= 64 reads the second source, the bytes after the
+//    first 64);
+//  * scales: vpermb indices that put block j's scale in 128-bit lane j:
+//    mxfp4's E8M0 byte as byte 0 of each of the lane's four dwords (the
+//    other bytes are masked to zero), iq4_nl's f16 as halves 4j .. 4j + 3
+//    of the low 256 bits (vcvtph2ps makes them the lane's four floats).
+struct Nib4Tables {
+  alignas(64) uint8_t codes[64];
+  alignas(64) uint8_t scales[64];
+  alignas(16) uint8_t table[16];
+};
+
+template <WType T>
+constexpr Nib4Tables nib4_tables() {
+  constexpr int BB = Nib4<T>::kBB;
+  Nib4Tables t{};
+  for (int q = 0; q < 16; ++q) t.table[q] = static_cast<uint8_t>(grid_values(T)[q] + Nib4<T>::kOff);
+  for (int j = 0; j < 4; ++j)
+    for (int i = 0; i < 16; ++i) t.codes[16 * j + i] = static_cast<uint8_t>(j * BB + Nib4<T>::kCodes + i);
+  for (int m = 0; m < 16; ++m) {
+    const int j = m / 4;
+    if constexpr (T == WType::MXFP4) {
+      t.scales[4 * m] = static_cast<uint8_t>(j * BB);
+    } else {
+      t.scales[2 * m] = static_cast<uint8_t>(j * BB);
+      t.scales[2 * m + 1] = static_cast<uint8_t>(j * BB + 1);
+    }
+  }
+  return t;
+}
+
+template <WType T>
+inline constexpr Nib4Tables kNib4Tables = nib4_tables<T>();
+
+// The four blocks' scales, lane j = block j's. mxfp4: 2^(e - 127) as the
+// float whose exponent field is e, and 2^-127 (the subnormal 1 << 22) for
+// e = 0, which has none; e8m0_half's 2^(e - 128) is half that, and the
+// half is taken with the activation's scales (an exact power of two).
+template <WType T>
+IE_INLINE __m512 block_scales4(__m512i l0, __m512i sidx) {
+  if constexpr (T == WType::MXFP4) {
+    const __m512i e = _mm512_maskz_permutexvar_epi8(0x1111111111111111ull, sidx, l0);
+    return _mm512_castsi512_ps(_mm512_max_epu32(_mm512_slli_epi32(e, 23), _mm512_set1_epi32(1 << 22)));
+  } else {
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi8(sidx, l0)));
+  }
+}
+
+// Token b's side of one four-block step (blocks k .. k + n - 1, n <= 4;
+// absent blocks are zeros): the codes regrouped as the weights' nibbles
+// are, lane j's scale (halved for mxfp4), and -kOff times the code sums
+// in dword 0 of each lane.
+struct X4 {
+  __m512i lo, hi, corr;
+  __m512 d;
+};
+
+// Loaded as vectors, never through arrays on the stack (a store of scalars
+// read back as one vector stalls on store forwarding: it cost a third of
+// the kernel's time). Token b's blocks are B apart in Q8Nat.
+template <WType T, int B>
+IE_INLINE X4 load_x4(const Q8Nat& xa, int64_t k, int n, int b) {
+  const __mmask8 in = static_cast<__mmask8>((1u << n) - 1);
+  __m512i a, c;
+  __m128 d;
+  __m128i s;
+  if constexpr (B == 1) {  // the four blocks' codes are 128 contiguous bytes
+    a = _mm512_maskz_loadu_epi8(n >= 2 ? ~0ull : 0xFFFFFFFFull, xa.q + k * 32);
+    c = _mm512_maskz_loadu_epi8(n == 4 ? ~0ull : n == 3 ? 0xFFFFFFFFull : 0, xa.q + k * 32 + 64);
+    d = _mm_maskz_loadu_ps(in, xa.d + k);
+    s = _mm_maskz_loadu_epi32(in, xa.s8 + k);
+  } else {
+    auto q = [&](int j) {
+      return _mm256_maskz_loadu_epi8(j < n ? ~0u : 0u, xa.q + ((k + j) * B + b) * 32);
+    };
+    a = _mm512_inserti64x4(_mm512_castsi256_si512(q(0)), q(1), 1);
+    c = _mm512_inserti64x4(_mm512_castsi256_si512(q(2)), q(3), 1);
+    const __m128i at = _mm_setr_epi32(0, B, 2 * B, 3 * B);
+    d = _mm_mmask_i32gather_ps(_mm_setzero_ps(), in, at, xa.d + k * B + b, 4);
+    s = _mm_mmask_i32gather_epi32(_mm_setzero_si128(), in, at, xa.s8 + k * B + b, 4);
+  }
+  X4 x;
+  x.lo = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13), c);
+  x.hi = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15), c);
+  const __m512i lane = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const float half = T == WType::MXFP4 ? 0.5f : 1.f;
+  x.d = _mm512_permutexvar_ps(lane, _mm512_castps128_ps512(_mm_mul_ps(d, _mm_set1_ps(half))));
+  x.corr = _mm512_maskz_permutexvar_epi32(0x1111, lane,
+                                          _mm512_castsi128_si512(_mm_mullo_epi32(s, _mm_set1_epi32(-Nib4<T>::kOff / 8))));
+  return x;
+}
+
+// One row's four blocks: the unsigned values of elements 0..15 (lo) and
+// 16..31 (hi) of block j in lane j, and the blocks' scales.
+struct W4 {
+  __m512i lo, hi;
+  __m512 d;
+};
+
+template <WType T>
+IE_INLINE W4 load_w4(const uint8_t* p, __mmask64 m0, __mmask64 m1, int64_t pf, __m512i table, __m512i cidx,
+                     __m512i sidx) {
+  // the next row block's bytes at this offset (as avx2.cpp does); two lines, since a step reads 68 or
+  // 72 bytes and one line a step left every 16th or 9th line to the hardware (2 threads: +15%)
+  _mm_prefetch(reinterpret_cast<const char*>(p + pf), _MM_HINT_T1);
+  _mm_prefetch(reinterpret_cast<const char*>(p + pf + 64), _MM_HINT_T1);
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  const __m512i l0 = _mm512_maskz_loadu_epi8(m0, p), l1 = _mm512_maskz_loadu_epi8(m1, p + 64);
+  const __m512i codes = _mm512_permutex2var_epi8(l0, cidx, l1);
+  return {_mm512_shuffle_epi8(table, _mm512_and_si512(codes, m4)),
+          _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(codes, 4), m4)), block_scales4<T>(l0, sidx)};
+}
+
+IE_INLINE void dot4(const W4& w, const X4& x, __m512& acc) {
+  const __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(x.corr, w.lo, x.lo), w.hi, x.hi);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(w.d, x.d), acc);
+}
+
+// Rows r0 .. r0 + R - 1 for all B tokens: out[rr * B + b]. One token:
+// its four blocks first, then each row's (the fewest live registers);
+// several: the rows' blocks first, then each token's.
+template <WType T, int R, int B>
+void nib4_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
+  constexpr int BB = Nib4<T>::kBB;
+  const int64_t nblk = a.spec.cols / 32, rb = a.lay.row_bytes, pf = R * rb;
+  const Nib4Tables& tb = kNib4Tables<T>;
+  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(tb.table)));
+  const __m512i cidx = _mm512_load_si512(tb.codes), sidx = _mm512_load_si512(tb.scales);
+  const uint8_t* w0 = a.w + r0 * rb;
+  __m512 acc[R][B];
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm512_setzero_ps();
+  for (int64_t k = 0; k < nblk; k += 4) {
+    const int n = nblk - k < 4 ? static_cast<int>(nblk - k) : 4;
+    // a step's bytes: 64 then kTail more; a row's last step may have fewer blocks
+    const __mmask64 m0 = n == 4 ? ~0ull : (1ull << (n * BB)) - 1;
+    const __mmask64 m1 = n == 4 ? (1ull << Nib4<T>::kTail) - 1 : 0;
+    const uint8_t* p = w0 + k * BB;
+    if constexpr (B == 1) {
+      const X4 x = load_x4<T, 1>(xa, k, n, 0);
+      for (int rr = 0; rr < R; ++rr) dot4(load_w4<T>(p + rr * rb, m0, m1, pf, table, cidx, sidx), x, acc[rr][0]);
+    } else {
+      W4 w[R];
+      for (int rr = 0; rr < R; ++rr) w[rr] = load_w4<T>(p + rr * rb, m0, m1, pf, table, cidx, sidx);
+      for (int b = 0; b < B; ++b) {
+        const X4 x = load_x4<T, B>(xa, k, n, b);
+        for (int rr = 0; rr < R; ++rr) dot4(w[rr], x, acc[rr][b]);
+      }
+    }
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = _mm512_reduce_add_ps(acc[rr][b]);
+}
+
+template <WType T, int R, int B>
+void nib4_range(const GemvArgs& a, const Q8Nat& xa, int64_t r, int64_t r1) {
+  const int64_t rows = a.spec.rows;
+  auto put = [&](int64_t r0, int n, const float* out) {
+    for (int rr = 0; rr < n; ++rr)
+      for (int b = 0; b < B; ++b) a.y[b * rows + r0 + rr] = a.bias ? out[rr * B + b] + a.bias[r0 + rr] : out[rr * B + b];
+  };
+  float out[R * B];
+  for (; r + R <= r1; r += R) {
+    nib4_rows<T, R, B>(a, xa, r, out);
+    put(r, R, out);
+  }
+  for (; r < r1; ++r) {
+    nib4_rows<T, 1, B>(a, xa, r, out);
+    put(r, 1, out);
+  }
+}
+
+bool nib4_applies(const GemvArgs& a) {
+  return a.act == Act::Int8 && a.src == nullptr && (a.spec.type == WType::IQ4_NL || a.spec.type == WType::MXFP4);
+}
+
+template <WType T>
+void nib4_gemv(const GemvArgs& a) {
+  const Q8Nat xa = carve_q8_nat(const_cast<uint8_t*>(a.prep), a.batch, a.spec.cols);
+  with_batch(a.batch, [&](auto bc) {
+    constexpr int B = decltype(bc)::value;
+    RowSplit split(a.spec.rows, a.pool->size());
+    a.pool->run([&](int t) {
+      int64_t r0, r1;
+      while (split.next(t, &r0, &r1)) {
+        if constexpr (B == 1) nib4_range<T, 4, 1>(a, xa, r0, r1);
+        else nib4_range<T, 2, B>(a, xa, r0, r1);
+      }
+    });
+  });
+}
+
+}  // namespace
+
+void gemv_avx512(const GemvArgs& a) {
+  if (!nib4_applies(a)) return kGemvAvx2.gemv(a);
+  if (a.spec.type == WType::MXFP4) nib4_gemv<WType::MXFP4>(a);
+  else nib4_gemv<WType::IQ4_NL>(a);
+}
+
+}  // namespace ie
+
+#pragma GCC diagnostic pop
