@@ -11,8 +11,8 @@ namespace ie {
 // lower one (common/dispatch.h), except that Avx512 never falls back to
 // AvxVnni. AvxVnni = AVX2 + AVX-VNNI, vpdpbusd on VEX-encoded 256-bit
 // vectors (Intel's client cores from Alder Lake on, which lack AVX-512;
-// also Sapphire Rapids and Zen 5). Avx512 = AVX2 + AVX-512 F/BW/VL/VBMI2/VNNI
-// (Ice Lake, Zen 4 and later: every CPU with VBMI2 has VL and VNNI); Zen 4
+// also Sapphire Rapids and Zen 5). Avx512 = AVX2 + AVX-512 F/BW/VL/VBMI/VBMI2/VNNI
+// (Ice Lake, Zen 4 and later: every CPU with VBMI2 has VBMI, VL and VNNI); Zen 4
 // has it without AVX-VNNI, hence the exception. Amx = Avx512 + AMX-TILE +
 // AMX-INT8, granted to the process by the OS (Sapphire Rapids and later
 // Xeons): only the prefill GEMVs have a variant; every other family runs
