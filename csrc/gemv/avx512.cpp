@@ -1,7 +1,8 @@
-// act=int8 GEMVs over the stored layout of iq4_nl and mxfp4 with AVX-512
-// VNNI and VBMI: the kernels a decoder's experts run at one to eight tokens
-// (a decoder copies no expert into rows8, and packing tiles costs more than
-// it saves below kPackingMinTokens). Every other case is AVX2's (avx2.cpp).
+// act=int8 GEMVs over the stored layout of iq4_nl, mxfp4 and q4_k with
+// AVX-512 VNNI and VBMI: the kernels a decoder's experts run at one to
+// eight tokens (a decoder copies no expert into rows8, and packing tiles
+// costs more than it saves below kPackingMinTokens). Every other case is
+// AVX2's (avx2.cpp). q4_k's kernel is described at its section below.
 //
 // Why a kernel of its own: AVX2's reads two blocks a step and turns each
 // block's scale into a float with scalar code, ~12 vector uops per 17
@@ -25,6 +26,7 @@
 
 #include "avx2_bits.h"
 #include "kernels.h"
+#include "kquant_avx2.h"
 
 // GCC 12's 512-bit intrinsics pass _mm512_undefined_* as the merge operand of
 // their unmasked builtins, which -O3 inlining reports as uninitialized reads.
@@ -202,8 +204,94 @@ void nib4_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
     for (int b = 0; b < B; ++b) out[rr * B + b] = _mm512_reduce_add_ps(acc[rr][b]);
 }
 
-template <WType T, int R, int B>
-void nib4_range(const GemvArgs& a, const Q8Nat& xa, int64_t r, int64_t r1) {
+// ------------------------------------------------------------------ q4_k
+//
+// A super-block is 8 sub-blocks of 32 (one activation block each) whose
+// codes are 4 chunks of 32 bytes, chunk c's low nibbles sub-block 2c and its
+// high ones 2c + 1. One 64-byte load is chunks 2h, 2h + 1: its low nibbles
+// are sub-blocks 4h and 4h + 2 (a 256-bit half each), its high ones 4h + 1
+// and 4h + 3, so the activation's four blocks are regrouped to match (two
+// qword permutes, once for all rows) and each half's integer sum is scaled
+// by its sub-block's d * sc_j * dx_j, permuted from the eight of the
+// super-block. The mins meet d_x * the block's code sum (Q8Nat's ds) in
+// lanes 0..7 of the same accumulator. AVX2's reads 32 bytes a step with
+// maddubs, pair sums and a horizontal add: ~7.5 GB/s a thread from L3.
+
+// Token b's blocks 4h .. 4h + 3 of super-block sb: [4h, 4h + 2] and [4h + 1, 4h + 3].
+template <int B>
+IE_INLINE void q4k_x(const Q8Nat& xa, int64_t sb, int h, int b, __m512i* lo, __m512i* hi) {
+  const int64_t k = sb * 8 + 4 * h;
+  __m512i a, c;
+  if constexpr (B == 1) {
+    a = _mm512_loadu_si512(xa.q + k * 32);
+    c = _mm512_loadu_si512(xa.q + k * 32 + 64);
+  } else {
+    auto q = [&](int j) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + ((k + j) * B + b) * 32)); };
+    a = _mm512_inserti64x4(_mm512_castsi256_si512(q(0)), q(1), 1);
+    c = _mm512_inserti64x4(_mm512_castsi256_si512(q(2)), q(3), 1);
+  }
+  *lo = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), c);
+  *hi = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15), c);
+}
+
+template <int R, int B>
+void q4k_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
+  constexpr int BB = wtype_info(WType::Q4_K).block_bytes, kCodes = wtype_info(WType::Q4_K).code_offset;
+  const int64_t nsb = a.spec.cols / 256, rb = a.lay.row_bytes, pf = R * rb;
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  // lanes 0..7 take sub-block j0 of the eight, lanes 8..15 j0 + 2
+  const __m512i pick[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
+                           _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3),
+                           _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
+                           _mm512_setr_epi32(5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7)};
+  const uint8_t* w0 = a.w + r0 * rb;
+  __m512 acc[R][B];
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m256 sc[R], mn[R];
+    for (int rr = 0; rr < R; ++rr) {
+      const uint8_t* blk = w0 + rr * rb + sb * BB;
+      for (int o = 0; o < BB; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + pf + o), _MM_HINT_T1);
+      q4k_params(blk, &sc[rr], &mn[rr]);
+    }
+    __m512 f[R][B];  // lanes 0..7: d * sc_j * dx_j
+    for (int b = 0; b < B; ++b) {
+      __m256 xd, xds;
+      xd_xds<B>(xa, sb, b, &xd, &xds);
+      for (int rr = 0; rr < R; ++rr) {
+        f[rr][b] = _mm512_castps256_ps512(_mm256_mul_ps(sc[rr], xd));
+        acc[rr][b] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(mn[rr]), _mm512_zextps256_ps512(xds), acc[rr][b]);
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      __m512i lo[R], hi[R];
+      for (int rr = 0; rr < R; ++rr) {
+        const __m512i v = _mm512_loadu_si512(w0 + rr * rb + sb * BB + kCodes + 64 * h);
+        lo[rr] = _mm512_and_si512(v, m4);
+        hi[rr] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      }
+      for (int b = 0; b < B; ++b) {
+        __m512i xl, xh;
+        q4k_x<B>(xa, sb, h, b, &xl, &xh);
+        for (int rr = 0; rr < R; ++rr) {
+          const __m512i sl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[rr], xl);
+          const __m512i sh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[rr], xh);
+          acc[rr][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sl), _mm512_permutexvar_ps(pick[2 * h], f[rr][b]), acc[rr][b]);
+          acc[rr][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sh), _mm512_permutexvar_ps(pick[2 * h + 1], f[rr][b]), acc[rr][b]);
+        }
+      }
+    }
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = _mm512_reduce_add_ps(acc[rr][b]);
+}
+
+// ---------------------------------------------------------------- driver
+
+// Rows [r, r1) for all B tokens through rows(a, xa, r0, out) R rows at a time, then one at a time.
+template <int R, int B, class Rows, class Row>
+void run_range(const GemvArgs& a, int64_t r, int64_t r1, Rows rows_r, Row row_1) {
   const int64_t rows = a.spec.rows;
   auto put = [&](int64_t r0, int n, const float* out) {
     for (int rr = 0; rr < n; ++rr)
@@ -211,30 +299,38 @@ void nib4_range(const GemvArgs& a, const Q8Nat& xa, int64_t r, int64_t r1) {
   };
   float out[R * B];
   for (; r + R <= r1; r += R) {
-    nib4_rows<T, R, B>(a, xa, r, out);
+    rows_r(r, out);
     put(r, R, out);
   }
   for (; r < r1; ++r) {
-    nib4_rows<T, 1, B>(a, xa, r, out);
+    row_1(r, out);
     put(r, 1, out);
   }
 }
 
-bool nib4_applies(const GemvArgs& a) {
-  return a.act == Act::Int8 && a.src == nullptr && (a.spec.type == WType::IQ4_NL || a.spec.type == WType::MXFP4);
+bool avx512_applies(const GemvArgs& a) {
+  const WType t = a.spec.type;
+  return a.act == Act::Int8 && a.src == nullptr && (t == WType::IQ4_NL || t == WType::MXFP4 || t == WType::Q4_K);
 }
 
 template <WType T>
-void nib4_gemv(const GemvArgs& a) {
+void gemv_type(const GemvArgs& a) {
   const Q8Nat xa = carve_q8_nat(const_cast<uint8_t*>(a.prep), a.batch, a.spec.cols);
   with_batch(a.batch, [&](auto bc) {
-    constexpr int B = decltype(bc)::value;
+    // rows a step: q4_k holds R x B scale vectors besides the sums, so one row from 3 tokens on
+    constexpr int B = decltype(bc)::value, R = B == 1 ? 4 : B == 2 || T != WType::Q4_K ? 2 : 1;
     RowSplit split(a.spec.rows, a.pool->size());
     a.pool->run([&](int t) {
       int64_t r0, r1;
       while (split.next(t, &r0, &r1)) {
-        if constexpr (B == 1) nib4_range<T, 4, 1>(a, xa, r0, r1);
-        else nib4_range<T, 2, B>(a, xa, r0, r1);
+        if constexpr (T == WType::Q4_K)
+          run_range<R, B>(
+              a, r0, r1, [&](int64_t r, float* out) { q4k_rows<R, B>(a, xa, r, out); },
+              [&](int64_t r, float* out) { q4k_rows<1, B>(a, xa, r, out); });
+        else
+          run_range<R, B>(
+              a, r0, r1, [&](int64_t r, float* out) { nib4_rows<T, R, B>(a, xa, r, out); },
+              [&](int64_t r, float* out) { nib4_rows<T, 1, B>(a, xa, r, out); });
       }
     });
   });
@@ -243,9 +339,10 @@ void nib4_gemv(const GemvArgs& a) {
 }  // namespace
 
 void gemv_avx512(const GemvArgs& a) {
-  if (!nib4_applies(a)) return kGemvAvx2.gemv(a);
-  if (a.spec.type == WType::MXFP4) nib4_gemv<WType::MXFP4>(a);
-  else nib4_gemv<WType::IQ4_NL>(a);
+  if (!avx512_applies(a)) return kGemvAvx2.gemv(a);
+  if (a.spec.type == WType::MXFP4) gemv_type<WType::MXFP4>(a);
+  else if (a.spec.type == WType::IQ4_NL) gemv_type<WType::IQ4_NL>(a);
+  else gemv_type<WType::Q4_K>(a);
 }
 
 }  // namespace ie
