@@ -130,18 +130,56 @@ void put_nibbles_kq(const uint8_t* q, int i, uint8_t* o) {
   }
 }
 
+// q5_k's fifth bits of 32-block j (bit j of the 32 bytes at qh, byte e for
+// element e) as row i's lane of the tile's fifth-bit vector at o (rows8.h:
+// byte e' holds element 8v + e' at bit v, 8v + 4 + e' at bit 4 + v), four
+// bytes at a time.
+void put_fifth_bits_q5k(const uint8_t* qh, int j, int i, uint8_t* o) {
+  uint32_t out = 0;
+  for (int v = 0; v < 4; ++v) {
+    const uint32_t a = load_u32(qh + 8 * v) >> j & 0x01010101u, b = load_u32(qh + 8 * v + 4) >> j & 0x01010101u;
+    out |= a << v | b << (4 + v);
+  }
+  store_u32(o + 4 * i, out);
+}
+
+// q6_k's high bit pairs of 32-block j (bits 2 (j % 4) of the 32 bytes at qh
+// of its half, byte e for element 32 (j / 4 * 4) ... + e) as row i's lane of
+// the tile's two bit-pair vectors at o (rows8.h), four bytes at a time.
+void put_bit_pairs_q6k(const uint8_t* qh, int j, int i, uint8_t* o) {
+  const int at = 2 * (j % 4);
+  auto pairs = [&](int v) {  // bytes e' = 0..3: element 8v + e' at bits 0..1, 8v + 4 + e' at 2..3
+    return (load_u32(qh + 8 * v) >> at & 0x03030303u) | (load_u32(qh + 8 * v + 4) >> at & 0x03030303u) << 2;
+  };
+  store_u32(o + 4 * i, pairs(0) | pairs(1) << 4);
+  store_u32(o + 32 + 4 * i, pairs(2) | pairs(3) << 4);
+}
+
 // Row r's 32-block k as row i of the tile block at o (zeroed before):
-// int4w's, iq4_xs's and q4_k's nibbles four bytes at a time (the 32-block
-// types in q4_0's order go through pack_q40_tile), the rest code by code.
+// int4w's, iq4_xs's and the k-quants' 4-bit nibbles four bytes at a time,
+// with q5_k's fifth bits and q6_k's bit pairs (the 32-block types in q4_0's
+// order go through pack_q40_tile); the rest code by code. q6_k's 0.2 GB/s
+// code by code made a Qwen3-MoE Q4_K_M prefill pack its q6_k experts for
+// 40% of its time.
 void put_block(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, int64_t k, int i,
                uint8_t* o) {
   const uint8_t* row = w + r * lay.row_bytes;
   if (s.type == WType::Int4w) return put_nibbles_q40(row + k * 16, i, o);
   if (s.type == WType::IQ4_XS || s.type == WType::IQ4_XSH)
     return put_nibbles_q40(row + k / 8 * lay.block_bytes + lay.block_qs + 16 * (k % 8), i, o);
-  if (s.type == WType::Q4_K) {
-    const uint8_t* q = row + k / 8 * lay.block_bytes + kQ4kCodes + 32 * (k % 8 / 2);
-    return k % 2 ? put_nibbles_kq<true>(q, i, o) : put_nibbles_kq<false>(q, i, o);
+  const uint8_t* blk = row + k / 8 * lay.block_bytes;
+  const int j = static_cast<int>(k % 8);
+  if (s.type == WType::Q4_K || s.type == WType::Q5_K) {
+    const uint8_t* q = blk + (s.type == WType::Q4_K ? kQ4kCodes : kQ5kCodes) + 32 * (j / 2);
+    j % 2 ? put_nibbles_kq<true>(q, i, o) : put_nibbles_kq<false>(q, i, o);
+    if (s.type == WType::Q5_K) put_fifth_bits_q5k(blk + kQ5kHigh, j, i, o + 128);
+    return;
+  }
+  if (s.type == WType::Q6_K) {  // element 128 h + 32 q + e: low nibble in byte 64 h + 32 (q % 2) + e, high for q >= 2
+    const int h = j / 4, q = j % 4;
+    const uint8_t* lo = blk + 64 * h + 32 * (q % 2);
+    q >= 2 ? put_nibbles_kq<true>(lo, i, o) : put_nibbles_kq<false>(lo, i, o);
+    return put_bit_pairs_q6k(blk + kQ6kHigh + 32 * h, j, i, o + 128);
   }
   uint8_t q[32];
   block_codes(s, lay, w, r, k, q);
@@ -283,13 +321,13 @@ bool stores_every_byte(WType t) {
     case WType::IQ4_NL:
     case WType::MXFP4:
     case WType::Q4_K:
+    case WType::Q5_K:
+    case WType::Q6_K:
     case WType::IQ4_XS:
     case WType::IQ4_XSH: return true;
     case WType::Q8_0:  // fifth bits, bit pairs, iq3_s's scale nibbles: or-ed in
     case WType::Q5_0:
     case WType::Q5_1:
-    case WType::Q5_K:
-    case WType::Q6_K:
     case WType::Q3_K:
     case WType::Q2_K:
     case WType::IQ3_S:
