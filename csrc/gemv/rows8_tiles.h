@@ -880,6 +880,18 @@ void store_tile(__m256 acc, const float* bias, float* y, int64_t r0, int64_t n) 
   std::memcpy(y + r0, o8, static_cast<size_t>(n) * sizeof(float));
 }
 
+// A 4 x 4 transpose of 32-bit words per lane: r[i]'s lanes are rows i and
+// i + 4, each its four words of a tile block; vector v of the block gets
+// word v of rows 0..7 (rows8.h).
+IE_INLINE void store_transposed(const __m256i (&r)[4], uint8_t* o) {
+  const __m256i a = _mm256_unpacklo_epi32(r[0], r[1]), b = _mm256_unpackhi_epi32(r[0], r[1]);
+  const __m256i c = _mm256_unpacklo_epi32(r[2], r[3]), d = _mm256_unpackhi_epi32(r[2], r[3]);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_unpacklo_epi64(a, c));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32), _mm256_unpackhi_epi64(a, c));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 64), _mm256_unpacklo_epi64(b, d));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 96), _mm256_unpackhi_epi64(b, d));
+}
+
 // pack_rows8_tiles for whole tiles of the 32-block types in q4_0's nibble
 // order (q4_0, q4_1, iq4_nl, mxfp4: SB-byte scale, AFFINE: and min, before
 // 16 code bytes), eight rows at a time in vectors: rows i and i + 4 share a
@@ -908,15 +920,55 @@ void pack_q40_tiles_vec(const Rows8& p, const WeightLayout& lay, const uint8_t* 
         const __m256i odd = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
         r[i] = _mm256_or_si256(even, _mm256_slli_epi32(odd, 4));  // lane: row's words v = 0..3
       }
-      const __m256i a = _mm256_unpacklo_epi32(r[0], r[1]), b = _mm256_unpackhi_epi32(r[0], r[1]);
-      const __m256i c = _mm256_unpacklo_epi32(r[2], r[3]), d = _mm256_unpackhi_epi32(r[2], r[3]);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_unpacklo_epi64(a, c));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32), _mm256_unpackhi_epi64(a, c));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 64), _mm256_unpacklo_epi64(b, d));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 96), _mm256_unpackhi_epi64(b, d));
+      store_transposed(r, o);
       for (int i = 0; i < 8; ++i) {
         std::memcpy(o + 128 + SB * i, row[i] + at, SB);
         if constexpr (AFFINE) std::memcpy(o + 128 + 8 * SB + SB * i, row[i] + at + SB, SB);
+      }
+    }
+  }
+}
+
+// The k-quants' nibbles (q4_k, q5_k, q6_k) the same way: one 32-byte run
+// per row holds two 32-blocks' codes, one in the low nibbles and one in
+// the high ones (put_nibbles_kq's order: element e in byte e), so each
+// row's load gives its four output words of both blocks (the odd words
+// shifted onto the even ones, then gathered into the low lane), rows i and
+// i + 4 share a register and the same transpose puts the words in place.
+// The rest of the tile is pack_rows8_kq_sides'. q4_k tiles took 33% of a
+// Qwen3-MoE-shaped Q4_K_M prefill through the portable packer.
+IE_INLINE __m128i kq_words(__m256i nib) {  // 8 words of nibbles -> word 2v | word 2v + 1 << 4, v = 0..3
+  const __m256i r = _mm256_or_si256(nib, _mm256_slli_epi32(_mm256_srli_epi64(nib, 32), 4));
+  return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
+}
+
+void pack_kq_tiles_vec(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_t t0, int64_t n,
+                       uint8_t* out) {
+  const WType ty = p.spec.type;
+  const int codes = wtype_info(ty).code_offset;  // q6_k: 0, its low nibbles lead the block
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  for (int64_t k = 0; k < n; ++k) {
+    const uint8_t* row[8];
+    for (int i = 0; i < 8; ++i) row[i] = w + (8 * (t0 + k) + i) * lay.row_bytes;
+    uint8_t* o = out + k * p.tile_bytes;
+    pack_rows8_kq_sides(p, w, t0 + k, o);
+    for (int64_t g = 0; g < p.groups; ++g, o += p.group_bytes) {
+      const size_t at = static_cast<size_t>(g) * lay.block_bytes + codes;
+      for (int c = 0; c < 4; ++c) {  // the run at 32 c: 32-blocks 2c, 2c + 1 (q6_k: 4 (c / 2) + c % 2, + 2)
+        const int jl = ty == WType::Q6_K ? 4 * (c / 2) + c % 2 : 2 * c, jh = ty == WType::Q6_K ? jl + 2 : jl + 1;
+        __m256i rl[4], rh[4];
+        for (int i = 0; i < 4; ++i) {
+          __m128i l[2], h[2];
+          for (int u = 0; u < 2; ++u) {
+            const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i + 4 * u] + at + 32 * c));
+            l[u] = kq_words(_mm256_and_si256(x, low));
+            h[u] = kq_words(_mm256_and_si256(_mm256_srli_epi16(x, 4), low));
+          }
+          rl[i] = _mm256_set_m128i(l[1], l[0]);
+          rh[i] = _mm256_set_m128i(h[1], h[0]);
+        }
+        store_transposed(rl, o + jl * p.block_bytes);
+        store_transposed(rh, o + jh * p.block_bytes);
       }
     }
   }
@@ -927,6 +979,11 @@ void pack_q40_tiles_vec(const Rows8& p, const WeightLayout& lay, const uint8_t* 
 void pack_job_tiles(const Rows8& p, const uint8_t* w, int64_t t0, int64_t n, uint8_t* out) {
   const WType ty = p.spec.type;
   const int64_t whole = std::min(n, p.spec.rows / 8 - t0);  // tiles with all eight rows
+  if (whole > 0 && (ty == WType::Q4_K || ty == WType::Q5_K || ty == WType::Q6_K)) {
+    pack_kq_tiles_vec(p, weight_layout(p.spec), w, t0, whole, out);
+    t0 += whole, n -= whole, out += whole * p.tile_bytes;
+    if (n == 0) return;
+  }
   if (whole > 0 && (ty == WType::Q4_0 || ty == WType::IQ4_NL || ty == WType::Q4_1 || ty == WType::MXFP4)) {
     const WeightLayout lay = weight_layout(p.spec);
     if (ty == WType::Q4_1)
