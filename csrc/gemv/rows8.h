@@ -152,8 +152,9 @@ Rows8 rows8_shape(const WeightSpec& s);
 
 // Tiles t0 .. t0 + n of the copy of w (p: rows8_shape of w's spec) into out,
 // n * p.tile_bytes bytes: the bytes pack_rows8 puts there. 4-bit codes in
-// q4_0's or q4_k's nibble order move four bytes at a time (several GB/s a
-// thread); the other types go through their 32 codes (about 0.5 GB/s).
+// q4_0's or q4_k's nibble order, q5_k's fifth bits and q6_k's bit pairs
+// move four bytes at a time (several GB/s a thread); the other types go
+// through their 32 codes (about 0.5 GB/s).
 void pack_rows8_tiles(const Rows8& p, const uint8_t* w, int64_t t0, int64_t n, uint8_t* out);
 
 // Of tile t (all eight rows) of a k-quant whose 4-bit nibbles are in q4_k's

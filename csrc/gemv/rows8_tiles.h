@@ -945,7 +945,6 @@ IE_INLINE __m128i kq_words(__m256i nib) {  // 8 words of nibbles -> word 2v | wo
 void pack_kq_tiles_vec(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_t t0, int64_t n,
                        uint8_t* out) {
   const WType ty = p.spec.type;
-  const int codes = wtype_info(ty).code_offset;  // q6_k: 0, its low nibbles lead the block
   const __m256i low = _mm256_set1_epi8(0x0F);
   for (int64_t k = 0; k < n; ++k) {
     const uint8_t* row[8];
@@ -953,7 +952,7 @@ void pack_kq_tiles_vec(const Rows8& p, const WeightLayout& lay, const uint8_t* w
     uint8_t* o = out + k * p.tile_bytes;
     pack_rows8_kq_sides(p, w, t0 + k, o);
     for (int64_t g = 0; g < p.groups; ++g, o += p.group_bytes) {
-      const size_t at = static_cast<size_t>(g) * lay.block_bytes + codes;
+      const size_t at = static_cast<size_t>(g) * lay.block_bytes + lay.block_qs;
       for (int c = 0; c < 4; ++c) {  // the run at 32 c: 32-blocks 2c, 2c + 1 (q6_k: 4 (c / 2) + c % 2, + 2)
         const int jl = ty == WType::Q6_K ? 4 * (c / 2) + c % 2 : 2 * c, jh = ty == WType::Q6_K ? jl + 2 : jl + 1;
         __m256i rl[4], rh[4];
