@@ -349,10 +349,17 @@ def _mxfp4_at_every_exponent(rows, cols, rng):
     return raw, gguf.quants.dequantize(raw.reshape(rows, -1), GGML["mxfp4"]).astype(np.float64)
 
 
-def _q8_ref(x):
-    """x as the int8 kernels read it (quantized per 32), in float64."""
+def _mxfp4_within_bound(raw, wd, x, isa, **layout):
+    """native.gemv of those rows (float64 values wd) and x with int8
+    activations, checked against the float64 product of x as the int8
+    kernels read it (quantized per 32), within 1e-5 of its magnitude."""
+    (rows, cols), batch = wd.shape, x.shape[0]
     q, d = quantize_q8_ref(x)
-    return q.astype(np.float64) * np.repeat(d.reshape(x.shape[0], -1).astype(np.float64), 32, axis=1)
+    xq = q.astype(np.float64) * np.repeat(d.reshape(batch, -1).astype(np.float64), 32, axis=1)
+    y = native.gemv(raw, "mxfp4", rows, cols, x[0] if batch == 1 else x, act="int8", isa=isa,
+                    **layout).reshape(batch, rows)
+    assert np.all(np.abs(y - xq @ wd.T) <= 1e-5 * (np.abs(xq) @ np.abs(wd).T) + 1e-300), (isa, batch, layout)
+    return y
 
 
 @pytest.mark.skipif(not ROWS8_ISAS, reason="the rows8 kernels are AVX2, AVX-VNNI and AVX-512 VNNI")
@@ -366,14 +373,7 @@ def test_rows8_mxfp4_scales_at_every_exponent():
     raw, wd = _mxfp4_at_every_exponent(rows, cols, rng)
     for batch in (1, 13, 64):
         x = rng.standard_normal((batch, cols)).astype(np.float32)
-        xq = _q8_ref(x)
-        ref = xq @ wd.T
-        ys = []
-        for isa in ROWS8_ISAS:
-            y = native.gemv(raw, "mxfp4", rows, cols, x[0] if batch == 1 else x, act="int8", isa=isa,
-                            layout="rows8").reshape(batch, rows)
-            assert np.all(np.abs(y - ref) <= 1e-5 * (np.abs(xq) @ np.abs(wd).T) + 1e-300), (isa, batch)
-            ys.append(y)
+        ys = [_mxfp4_within_bound(raw, wd, x, isa, layout="rows8") for isa in ROWS8_ISAS]
         assert all(np.array_equal(ys[0], y) for y in ys[1:]), batch
 
 
@@ -388,12 +388,7 @@ def test_stored_mxfp4_scales_at_every_exponent(isa):
     rng = np.random.default_rng(19)
     raw, wd = _mxfp4_at_every_exponent(rows, cols, rng)
     for batch in (1, 3, 8):
-        x = rng.standard_normal((batch, cols)).astype(np.float32)
-        xq = _q8_ref(x)
-        y = native.gemv(raw, "mxfp4", rows, cols, x[0] if batch == 1 else x, act="int8", isa=isa,
-                        threads=2).reshape(batch, rows)
-        ref = xq @ wd.T
-        assert np.all(np.abs(y - ref) <= 1e-5 * (np.abs(xq) @ np.abs(wd).T) + 1e-300), (isa, batch)
+        _mxfp4_within_bound(raw, wd, rng.standard_normal((batch, cols)).astype(np.float32), isa, threads=2)
 
 
 # Super-block types whose sums meet their sub-scales: (the sub-scale bytes, what they are set to,

@@ -310,7 +310,7 @@ void run_range(const GemvArgs& a, int64_t r, int64_t r1, Rows rows_r, Row row_1)
 
 bool avx512_applies(const GemvArgs& a) {
   const WType t = a.spec.type;
-  return a.act == Act::Int8 && a.src == nullptr && (t == WType::IQ4_NL || t == WType::MXFP4 || t == WType::Q4_K);
+  return a.act == Act::Int8 && (t == WType::IQ4_NL || t == WType::MXFP4 || t == WType::Q4_K);
 }
 
 template <WType T>
@@ -320,17 +320,23 @@ void gemv_type(const GemvArgs& a) {
     // rows a step: q4_k holds R x B scale vectors besides the sums, so one row from 3 tokens on
     constexpr int B = decltype(bc)::value, R = B == 1 ? 4 : B == 2 || T != WType::Q4_K ? 2 : 1;
     RowSplit split(a.spec.rows, a.pool->size());
+    // rows [r, r1) of g (a, or a step's rows fetched from a dedup member)
+    auto range = [&](const GemvArgs& g, int64_t r, int64_t r1) {
+      if constexpr (T == WType::Q4_K)
+        run_range<R, B>(
+            g, r, r1, [&](int64_t r0, float* out) { q4k_rows<R, B>(g, xa, r0, out); },
+            [&](int64_t r0, float* out) { q4k_rows<1, B>(g, xa, r0, out); });
+      else
+        run_range<R, B>(
+            g, r, r1, [&](int64_t r0, float* out) { nib4_rows<T, R, B>(g, xa, r0, out); },
+            [&](int64_t r0, float* out) { nib4_rows<T, 1, B>(g, xa, r0, out); });
+    };
     a.pool->run([&](int t) {
       int64_t r0, r1;
       while (split.next(t, &r0, &r1)) {
-        if constexpr (T == WType::Q4_K)
-          run_range<R, B>(
-              a, r0, r1, [&](int64_t r, float* out) { q4k_rows<R, B>(a, xa, r, out); },
-              [&](int64_t r, float* out) { q4k_rows<1, B>(a, xa, r, out); });
-        else
-          run_range<R, B>(
-              a, r0, r1, [&](int64_t r, float* out) { nib4_rows<T, R, B>(a, xa, r, out); },
-              [&](int64_t r, float* out) { nib4_rows<T, 1, B>(a, xa, r, out); });
+        // a row's sums do not depend on the rows beside it: a member's fused GEMV is this one's bit for bit
+        if (a.src) run_from_source<R>(a, t, r0, r1, [&](const GemvArgs& sub, int n) { range(sub, 0, n); });
+        else range(a, r0, r1);
       }
     });
   });
