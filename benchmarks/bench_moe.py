@@ -102,6 +102,52 @@ def write_checkpoint(d: Path, layers: int = LAYERS, vocab: int = V) -> int:
     return synthetic_checkpoint.write_checkpoint(d, config, shards, chunks)
 
 
+# Qwen3-30B-A3B's shapes (vs_llamacpp.py's Q4_K_M mixture): 128 experts of 2048 x 768, top 8.
+QWEN3_MOE = {
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+    "intermediate_size": 6144, "moe_intermediate_size": 768, "num_attention_heads": 32, "num_key_value_heads": 4,
+    "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": True,
+    "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+    "hidden_act": "silu", "decoder_sparse_step": 1, "mlp_only_layers": [], "attention_bias": False,
+    "use_sliding_window": False, "sliding_window": None,
+}
+
+
+def write_qwen3_moe_checkpoint(d: Path, layers: int = 4, vocab: int = 49152) -> int:
+    """The first ``layers`` layers of Qwen3-30B-A3B's shapes, every tensor
+    bf16 (fill's magnitudes), over a ``vocab``-token vocabulary (SmolLM2's
+    tokenizer: <|im_end|> = 2): what llama-quantize makes a Q4_K_M mixture
+    of. About 1.35 GB a layer."""
+    c = QWEN3_MOE
+    h, hd, e, inter = c["hidden_size"], c["head_dim"], c["num_experts"], c["moe_intermediate_size"]
+    rng = np.random.default_rng(0)
+    config = dict(c, num_hidden_layers=layers, vocab_size=vocab, eos_token_id=2)
+
+    def layer(i: int) -> list[tuple[str, str, list[int]]]:
+        p = f"model.layers.{i}."
+        out = [(p + n, "BF16", [size]) for n, size in (("input_layernorm.weight", h), ("post_attention_layernorm.weight", h),
+                                                         ("self_attn.q_norm.weight", hd), ("self_attn.k_norm.weight", hd))]
+        q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+        out += [(p + f"self_attn.{n}_proj.weight", "BF16", [rows, cols])
+                for n, rows, cols in (("q", q, h), ("k", kv, h), ("v", kv, h), ("o", h, q))]
+        out.append((p + "mlp.gate.weight", "BF16", [e, h]))
+        out += [(p + f"mlp.experts.{x}.{n}.weight", "BF16", [rows, cols]) for x in range(e)
+                for n, rows, cols in (("gate_proj", inter, h), ("up_proj", inter, h), ("down_proj", h, inter))]
+        return out
+
+    shards = [[("model.embed_tokens.weight", "BF16", [vocab, h]), ("model.norm.weight", "BF16", [h])],
+              *[layer(i) for i in range(layers)], [("lm_head.weight", "BF16", [vocab, h])]]
+
+    def chunks(name: str, dtype: str, shape: list[int]):
+        left = math.prod(shape) * synthetic_checkpoint.ITEMSIZE[dtype]
+        while left:
+            n = min(CHUNK, left)
+            yield fill(rng, name, dtype, n).tobytes()
+            left -= n
+
+    return synthetic_checkpoint.write_checkpoint(d, config, shards, chunks)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=Path("/tmp/ie-bench-moe"))

@@ -53,7 +53,10 @@ shaped like gpt-oss-20b (its first 4 layers: 32 experts of 2880 x 2880, top
 4, bf16 attention; SmolLM2's vocabulary), random weights, converted by
 ``ieconv hf-to-iebin`` and exported with ``ieconv iebin-to-gguf``: both
 engines on the same bytes, where a prefill chunk gives each expert a few of
-its tokens.
+its tokens. With llama-quantize, also a mixture as users make one with
+llama.cpp's own quantizer: 4 layers of Qwen3-30B-A3B's shapes (128 experts of
+2048 x 768, top 8), bf16, quantized to Q4_K_M by llama-quantize and imported
+by ``ieconv gguf-to-iebin``.
 
 **Contention** (issue 49: users' machines are never idle): the int4w pairing
 again with a CPU-bound process (a Python busy loop) started beside it: both
@@ -249,6 +252,27 @@ def moe_pair(tmp: Path, tokenizer_dir: Path) -> tuple[Path, Path]:
     return tmp / "moe", tmp / "moe.gguf"
 
 
+def q4km_moe_pair(tmp: Path, tokenizer_dir: Path, llama_quantize: str, threads: int) -> tuple[Path, Path]:
+    """(our model, its GGUF) of 4 Qwen3-30B-A3B-shaped layers (bench_moe's
+    writer, bf16), quantized to Q4_K_M by llama-quantize (q4_k gate and up
+    experts, q6_k or q4_k down, as users get it) and imported by
+    gguf-to-iebin: the same blocks for both engines."""
+    import bench_moe  # benchmarks/, beside this script
+
+    hf, bf16 = tmp / "qmoe-hf", tmp / "qmoe-bf16.gguf"
+    bench_moe.write_qwen3_moe_checkpoint(hf)
+    (hf / "tokenizer.json").write_bytes((tokenizer_dir / "tokenizer.json").read_bytes())
+    run(BIN / "ieconv", "hf-to-iebin", "-q", "--hf-dir", hf, "--out-dir", tmp / "qmoe-bf16")
+    shutil.rmtree(hf)
+    run(BIN / "ieconv", "iebin-to-gguf", "--model-dir", tmp / "qmoe-bf16", "--out", bf16)
+    shutil.rmtree(tmp / "qmoe-bf16")
+    subprocess.run([llama_quantize, str(bf16), str(tmp / "qmoe.gguf"), "Q4_K_M", str(threads)], check=True,
+                   capture_output=True)
+    bf16.unlink()
+    run(BIN / "ieconv", "gguf-to-iebin", "-q", "--gguf", tmp / "qmoe.gguf", "--out-dir", tmp / "qmoe")
+    return tmp / "qmoe", tmp / "qmoe.gguf"
+
+
 def type_pair(t: str, src: Path, tmp: Path, a: argparse.Namespace) -> tuple[Path, Path, str]:
     """(our model, llama.cpp's GGUF, how they were made) for weight type ``t`` from the GGUF ``src``."""
     ieconv, d = BIN / "ieconv", tmp / t
@@ -345,7 +369,8 @@ def main() -> None:
     ap.add_argument("--types", type=lambda v: v.split(","), default=list(TYPES),
                     help=f"4-bit types to compare, comma-separated (default: {','.join(TYPES)}; none: '')")
     ap.add_argument("--no-large", action="store_true", help="Compare the types on SmolLM2 only.")
-    ap.add_argument("--no-moe", action="store_true", help="Skip the gpt-oss-shaped mixture of experts (mxfp4).")
+    ap.add_argument("--no-moe", action="store_true",
+                    help="Skip the mixtures of experts (gpt-oss-shaped mxfp4; Qwen3-MoE-shaped Q4_K_M, with llama-quantize).")
     ap.add_argument("--llama-bench", default=llamacpp.tool("llama-bench"), help=llamacpp.where("llama-bench"))
     ap.add_argument("--llama-bench-args", type=str.split, default=[],
                     help="More llama-bench arguments, e.g. '-rtr 1' for ik_llama.cpp's run-time repacking (with "
@@ -418,6 +443,15 @@ def main() -> None:
             show(f"mxfp4 experts: 4 layers of gpt-oss-20b (32 experts, top 4; {moe_gguf.stat().st_size / 1e9:.1f} GB), "
                  f"{a.threads} threads", ours_m, theirs_m, a)
             out.update(ierun_moe=ours_m, llama_cpp_moe=theirs_m)
+            if a.llama_quantize:
+                qm, qm_gguf = q4km_moe_pair(tmp, tmp / "m", a.llama_quantize, a.threads)
+                ours_q = ierun_pp_tg(qm, a, tmp)
+                theirs_q = (llama_bench(a.llama_bench, qm_gguf, a.p, a.n, a.threads, a.rounds, a.llama_bench_args)
+                            if a.llama_bench else None)
+                print()
+                show(f"Q4_K_M experts: 4 layers of Qwen3-30B-A3B (128 experts, top 8; llama-quantize, "
+                     f"{qm_gguf.stat().st_size / 1e9:.1f} GB), {a.threads} threads", ours_q, theirs_q, a)
+                out.update(ierun_moe_q4km=ours_q, llama_cpp_moe_q4km=theirs_q)
     print(json.dumps(out))
 
 
