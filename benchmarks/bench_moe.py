@@ -82,6 +82,18 @@ def fill(rng: np.random.Generator, name: str, dtype: str, n: int) -> np.ndarray:
     return ((bits & 0x807F) | exp).astype(np.uint16).view(np.uint8)
 
 
+def chunks_from(rng: np.random.Generator):
+    """synthetic_checkpoint's chunk generator over fill: CHUNK bytes at a time."""
+    def chunks(name: str, dtype: str, shape: list[int]):
+        left = math.prod(shape) * synthetic_checkpoint.ITEMSIZE[dtype]
+        while left:
+            n = min(CHUNK, left)
+            yield fill(rng, name, dtype, n).tobytes()
+            left -= n
+
+    return chunks
+
+
 def write_checkpoint(d: Path, layers: int = LAYERS, vocab: int = V) -> int:
     """gpt-oss-20b's checkpoint, or (vs_llamacpp.py's MoE row) its first
     ``layers`` layers over a ``vocab``-token vocabulary."""
@@ -91,15 +103,7 @@ def write_checkpoint(d: Path, layers: int = LAYERS, vocab: int = V) -> int:
         config["eos_token_id"] = 2  # a tokenizer of its own (SmolLM2's: <|im_end|>)
     shards = [[("model.embed_tokens.weight", "BF16", [vocab, H]), ("model.norm.weight", "BF16", [H])],
               *[layer_tensors(i) for i in range(layers)], [("lm_head.weight", "BF16", [vocab, H])]]
-
-    def chunks(name: str, dtype: str, shape: list[int]):  # CHUNK bytes at a time
-        left = math.prod(shape) * synthetic_checkpoint.ITEMSIZE[dtype]
-        while left:
-            n = min(CHUNK, left)
-            yield fill(rng, name, dtype, n).tobytes()
-            left -= n
-
-    return synthetic_checkpoint.write_checkpoint(d, config, shards, chunks)
+    return synthetic_checkpoint.write_checkpoint(d, config, shards, chunks_from(rng))
 
 
 # Qwen3-30B-A3B's shapes (vs_llamacpp.py's Q4_K_M mixture): 128 experts of 2048 x 768, top 8.
@@ -137,15 +141,7 @@ def write_qwen3_moe_checkpoint(d: Path, layers: int = 4, vocab: int = 49152) -> 
 
     shards = [[("model.embed_tokens.weight", "BF16", [vocab, h]), ("model.norm.weight", "BF16", [h])],
               *[layer(i) for i in range(layers)], [("lm_head.weight", "BF16", [vocab, h])]]
-
-    def chunks(name: str, dtype: str, shape: list[int]):
-        left = math.prod(shape) * synthetic_checkpoint.ITEMSIZE[dtype]
-        while left:
-            n = min(CHUNK, left)
-            yield fill(rng, name, dtype, n).tobytes()
-            left -= n
-
-    return synthetic_checkpoint.write_checkpoint(d, config, shards, chunks)
+    return synthetic_checkpoint.write_checkpoint(d, config, shards, chunks_from(rng))
 
 
 def main() -> None:

@@ -273,6 +273,16 @@ def q4km_moe_pair(tmp: Path, tokenizer_dir: Path, llama_quantize: str, threads: 
     return tmp / "qmoe", tmp / "qmoe.gguf"
 
 
+def measure_pair(label: str, ours_dir: Path, gguf: Path, a: argparse.Namespace, tmp: Path) -> tuple[dict, dict | None]:
+    """pp and tg of our model and of llama.cpp's GGUF (when llama-bench is
+    there), shown under ``label`` after a blank line."""
+    ours = ierun_pp_tg(ours_dir, a, tmp)
+    theirs = llama_bench(a.llama_bench, gguf, a.p, a.n, a.threads, a.rounds, a.llama_bench_args) if a.llama_bench else None
+    print()
+    show(label, ours, theirs, a)
+    return ours, theirs
+
+
 def type_pair(t: str, src: Path, tmp: Path, a: argparse.Namespace) -> tuple[Path, Path, str]:
     """(our model, llama.cpp's GGUF, how they were made) for weight type ``t`` from the GGUF ``src``."""
     ieconv, d = BIN / "ieconv", tmp / t
@@ -409,11 +419,8 @@ def main() -> None:
                            capture_output=True)
             subprocess.run([ieconv, "gguf-to-iebin", "-q", "--gguf", str(gguf), "--out-dir", str(tmp / "int4w"),
                             "--q4-map", str(tmp / "q4.json")], check=True)
-            ours4 = ierun_pp_tg(tmp / "int4w", a, tmp)
-            theirs4 = (llama_bench(a.llama_bench, q40, a.p, a.n, a.threads, a.rounds, a.llama_bench_args)
-                       if a.llama_bench else None)
-            print()
-            show(f"ierun int4w vs llama.cpp Q4_0 (llama-quantize of {gguf.name}), {a.threads} threads", ours4, theirs4, a)
+            ours4, theirs4 = measure_pair(f"ierun int4w vs llama.cpp Q4_0 (llama-quantize of {gguf.name}), "
+                                          f"{a.threads} threads", tmp / "int4w", q40, a, tmp)
             out.update(ierun_int4w=ours4, llama_cpp_q4_0=theirs4)
             if not a.no_contention:
                 print(f"\ncontention: int4w vs Q4_0 beside a CPU-bound process, tokens/s (busy: the median of "
@@ -436,21 +443,15 @@ def main() -> None:
             print("\nint4w vs Q4_0: skipped (no llama-quantize: make llamacpp, or --llama-quantize PATH)")
         if not a.no_moe:
             moe, moe_gguf = moe_pair(tmp, tmp / "m")
-            ours_m = ierun_pp_tg(moe, a, tmp)
-            theirs_m = (llama_bench(a.llama_bench, moe_gguf, a.p, a.n, a.threads, a.rounds, a.llama_bench_args)
-                        if a.llama_bench else None)
-            print()
-            show(f"mxfp4 experts: 4 layers of gpt-oss-20b (32 experts, top 4; {moe_gguf.stat().st_size / 1e9:.1f} GB), "
-                 f"{a.threads} threads", ours_m, theirs_m, a)
+            ours_m, theirs_m = measure_pair(f"mxfp4 experts: 4 layers of gpt-oss-20b (32 experts, top 4; "
+                                            f"{moe_gguf.stat().st_size / 1e9:.1f} GB), {a.threads} threads",
+                                            moe, moe_gguf, a, tmp)
             out.update(ierun_moe=ours_m, llama_cpp_moe=theirs_m)
             if a.llama_quantize:
                 qm, qm_gguf = q4km_moe_pair(tmp, tmp / "m", a.llama_quantize, a.threads)
-                ours_q = ierun_pp_tg(qm, a, tmp)
-                theirs_q = (llama_bench(a.llama_bench, qm_gguf, a.p, a.n, a.threads, a.rounds, a.llama_bench_args)
-                            if a.llama_bench else None)
-                print()
-                show(f"Q4_K_M experts: 4 layers of Qwen3-30B-A3B (128 experts, top 8; llama-quantize, "
-                     f"{qm_gguf.stat().st_size / 1e9:.1f} GB), {a.threads} threads", ours_q, theirs_q, a)
+                ours_q, theirs_q = measure_pair(f"Q4_K_M experts: 4 layers of Qwen3-30B-A3B (128 experts, top 8; "
+                                                f"llama-quantize, {qm_gguf.stat().st_size / 1e9:.1f} GB), "
+                                                f"{a.threads} threads", qm, qm_gguf, a, tmp)
                 out.update(ierun_moe_q4km=ours_q, llama_cpp_moe_q4km=theirs_q)
     print(json.dumps(out))
 

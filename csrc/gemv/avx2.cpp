@@ -976,7 +976,6 @@ void iq4_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
 
 // ------------------------------------------------------------- q4_k, q5_k
 
-
 // q5_k is q4_k with a fifth code bit: the same super-block header, its
 // nibbles at 48, and bit j of byte e of the 32 bytes at 16 the fifth bit of
 // element e of sub-block j. One kernel per activation type serves both.
@@ -1057,7 +1056,6 @@ void k_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
   }
   store_sums(acc, out);
 }
-
 
 // act=int8 (x as Q8Nat: per 32-block codes, scale d and d * sum of codes):
 // per sub-block j, (scale_j d_j) * int32 sum q qx - min_j * (d_j sum qx). The

@@ -107,26 +107,35 @@ struct X4 {
   __m512 d;
 };
 
+// Token b's activation codes of blocks k .. k + 3 (the first n; the others
+// zeros): blocks k, k + 1 in *a and k + 2, k + 3 in *c. Token b's blocks are
+// B apart in Q8Nat; one token's four are 128 contiguous bytes.
+template <int B>
+IE_INLINE void load_blocks4(const Q8Nat& xa, int64_t k, int n, int b, __m512i* a, __m512i* c) {
+  if constexpr (B == 1) {
+    *a = _mm512_maskz_loadu_epi8(n >= 2 ? ~0ull : 0xFFFFFFFFull, xa.q + k * 32);
+    *c = _mm512_maskz_loadu_epi8(n == 4 ? ~0ull : n == 3 ? 0xFFFFFFFFull : 0, xa.q + k * 32 + 64);
+  } else {
+    auto q = [&](int j) { return _mm256_maskz_loadu_epi8(j < n ? ~0u : 0u, xa.q + ((k + j) * B + b) * 32); };
+    *a = _mm512_inserti64x4(_mm512_castsi256_si512(q(0)), q(1), 1);
+    *c = _mm512_inserti64x4(_mm512_castsi256_si512(q(2)), q(3), 1);
+  }
+}
+
 // Loaded as vectors, never through arrays on the stack (a store of scalars
 // read back as one vector stalls on store forwarding: it cost a third of
-// the kernel's time). Token b's blocks are B apart in Q8Nat.
+// the kernel's time).
 template <WType T, int B>
 IE_INLINE X4 load_x4(const Q8Nat& xa, int64_t k, int n, int b) {
   const __mmask8 in = static_cast<__mmask8>((1u << n) - 1);
   __m512i a, c;
+  load_blocks4<B>(xa, k, n, b, &a, &c);
   __m128 d;
   __m128i s;
-  if constexpr (B == 1) {  // the four blocks' codes are 128 contiguous bytes
-    a = _mm512_maskz_loadu_epi8(n >= 2 ? ~0ull : 0xFFFFFFFFull, xa.q + k * 32);
-    c = _mm512_maskz_loadu_epi8(n == 4 ? ~0ull : n == 3 ? 0xFFFFFFFFull : 0, xa.q + k * 32 + 64);
+  if constexpr (B == 1) {
     d = _mm_maskz_loadu_ps(in, xa.d + k);
     s = _mm_maskz_loadu_epi32(in, xa.s8 + k);
   } else {
-    auto q = [&](int j) {
-      return _mm256_maskz_loadu_epi8(j < n ? ~0u : 0u, xa.q + ((k + j) * B + b) * 32);
-    };
-    a = _mm512_inserti64x4(_mm512_castsi256_si512(q(0)), q(1), 1);
-    c = _mm512_inserti64x4(_mm512_castsi256_si512(q(2)), q(3), 1);
     const __m128i at = _mm_setr_epi32(0, B, 2 * B, 3 * B);
     d = _mm_mmask_i32gather_ps(_mm_setzero_ps(), in, at, xa.d + k * B + b, 4);
     s = _mm_mmask_i32gather_epi32(_mm_setzero_si128(), in, at, xa.s8 + k * B + b, 4);
@@ -220,16 +229,8 @@ void nib4_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
 // Token b's blocks 4h .. 4h + 3 of super-block sb: [4h, 4h + 2] and [4h + 1, 4h + 3].
 template <int B>
 IE_INLINE void q4k_x(const Q8Nat& xa, int64_t sb, int h, int b, __m512i* lo, __m512i* hi) {
-  const int64_t k = sb * 8 + 4 * h;
   __m512i a, c;
-  if constexpr (B == 1) {
-    a = _mm512_loadu_si512(xa.q + k * 32);
-    c = _mm512_loadu_si512(xa.q + k * 32 + 64);
-  } else {
-    auto q = [&](int j) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + ((k + j) * B + b) * 32)); };
-    a = _mm512_inserti64x4(_mm512_castsi256_si512(q(0)), q(1), 1);
-    c = _mm512_inserti64x4(_mm512_castsi256_si512(q(2)), q(3), 1);
-  }
+  load_blocks4<B>(xa, sb * 8 + 4 * h, 4, b, &a, &c);
   *lo = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), c);
   *hi = _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15), c);
 }
@@ -289,9 +290,10 @@ void q4k_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
 
 // ---------------------------------------------------------------- driver
 
-// Rows [r, r1) for all B tokens through rows(a, xa, r0, out) R rows at a time, then one at a time.
-template <int R, int B, class Rows, class Row>
-void run_range(const GemvArgs& a, int64_t r, int64_t r1, Rows rows_r, Row row_1) {
+// Rows [r, r1) for all B tokens through kernel(std::integral_constant<int, N>, r0, out), which
+// computes rows r0 .. r0 + N - 1: R rows at a time, then one at a time.
+template <int R, int B, class Kernel>
+void run_range(const GemvArgs& a, int64_t r, int64_t r1, Kernel kernel) {
   const int64_t rows = a.spec.rows;
   auto put = [&](int64_t r0, int n, const float* out) {
     for (int rr = 0; rr < n; ++rr)
@@ -299,11 +301,11 @@ void run_range(const GemvArgs& a, int64_t r, int64_t r1, Rows rows_r, Row row_1)
   };
   float out[R * B];
   for (; r + R <= r1; r += R) {
-    rows_r(r, out);
+    kernel(std::integral_constant<int, R>{}, r, out);
     put(r, R, out);
   }
   for (; r < r1; ++r) {
-    row_1(r, out);
+    kernel(std::integral_constant<int, 1>{}, r, out);
     put(r, 1, out);
   }
 }
@@ -322,14 +324,10 @@ void gemv_type(const GemvArgs& a) {
     RowSplit split(a.spec.rows, a.pool->size());
     // rows [r, r1) of g (a, or a step's rows fetched from a dedup member)
     auto range = [&](const GemvArgs& g, int64_t r, int64_t r1) {
-      if constexpr (T == WType::Q4_K)
-        run_range<R, B>(
-            g, r, r1, [&](int64_t r0, float* out) { q4k_rows<R, B>(g, xa, r0, out); },
-            [&](int64_t r0, float* out) { q4k_rows<1, B>(g, xa, r0, out); });
-      else
-        run_range<R, B>(
-            g, r, r1, [&](int64_t r0, float* out) { nib4_rows<T, R, B>(g, xa, r0, out); },
-            [&](int64_t r0, float* out) { nib4_rows<T, 1, B>(g, xa, r0, out); });
+      run_range<R, B>(g, r, r1, [&](auto n, int64_t r0, float* out) {
+        if constexpr (T == WType::Q4_K) q4k_rows<decltype(n)::value, B>(g, xa, r0, out);
+        else nib4_rows<T, decltype(n)::value, B>(g, xa, r0, out);
+      });
     };
     a.pool->run([&](int t) {
       int64_t r0, r1;

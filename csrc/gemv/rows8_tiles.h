@@ -978,14 +978,12 @@ void pack_kq_tiles_vec(const Rows8& p, const WeightLayout& lay, const uint8_t* w
 void pack_job_tiles(const Rows8& p, const uint8_t* w, int64_t t0, int64_t n, uint8_t* out) {
   const WType ty = p.spec.type;
   const int64_t whole = std::min(n, p.spec.rows / 8 - t0);  // tiles with all eight rows
-  if (whole > 0 && (ty == WType::Q4_K || ty == WType::Q5_K || ty == WType::Q6_K)) {
-    pack_kq_tiles_vec(p, weight_layout(p.spec), w, t0, whole, out);
-    t0 += whole, n -= whole, out += whole * p.tile_bytes;
-    if (n == 0) return;
-  }
-  if (whole > 0 && (ty == WType::Q4_0 || ty == WType::IQ4_NL || ty == WType::Q4_1 || ty == WType::MXFP4)) {
+  const bool kq = ty == WType::Q4_K || ty == WType::Q5_K || ty == WType::Q6_K;
+  if (whole > 0 && (kq || ty == WType::Q4_0 || ty == WType::IQ4_NL || ty == WType::Q4_1 || ty == WType::MXFP4)) {
     const WeightLayout lay = weight_layout(p.spec);
-    if (ty == WType::Q4_1)
+    if (kq)
+      pack_kq_tiles_vec(p, lay, w, t0, whole, out);
+    else if (ty == WType::Q4_1)
       pack_q40_tiles_vec<2, true>(p, lay, w, t0, whole, out);
     else if (ty == WType::MXFP4)
       pack_q40_tiles_vec<1, false>(p, lay, w, t0, whole, out);
