@@ -415,21 +415,6 @@ void pack_rows8_tiles(const Rows8& p, const uint8_t* w, int64_t t0, int64_t n, u
   for (int64_t k = 0; k < n; ++k) pack_tile(p, lay, w, t0 + k, out + k * p.tile_bytes);
 }
 
-void pack_rows8_kq_sides(const Rows8& p, const uint8_t* w, int64_t t, uint8_t* out) {
-  const WeightSpec& s = p.spec;
-  if (p.empty() || t < 0 || 8 * t + 8 > s.rows || (s.type != WType::Q4_K && s.type != WType::Q5_K && s.type != WType::Q6_K))
-    fail("pack_rows8_kq_sides: a whole tile of q4_k, q5_k or q6_k");
-  const WeightLayout lay = weight_layout(s);
-  for (int64_t g = 0; g < p.groups; ++g) {
-    uint8_t* o = out + g * p.group_bytes;
-    for (int i = 0; i < 8; ++i) {
-      const uint8_t* blk = w + (8 * t + i) * lay.row_bytes + g * lay.block_bytes;
-      for (int j = 0; j < 8; ++j) put_kq_high_bits(s.type, blk, j, i, o + j * p.block_bytes);
-      put_header(p, lay, w, 8 * t + i, g, i, o + static_cast<size_t>(p.bpg) * p.block_bytes);
-    }
-  }
-}
-
 Rows8 pack_rows8(const WeightSpec& s, const uint8_t* w, ThreadPool& pool) {
   Rows8 p = rows8_shape(s);
   if (p.empty()) return p;

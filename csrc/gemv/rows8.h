@@ -157,10 +157,4 @@ Rows8 rows8_shape(const WeightSpec& s);
 // through their 32 codes (about 0.5 GB/s).
 void pack_rows8_tiles(const Rows8& p, const uint8_t* w, int64_t t0, int64_t n, uint8_t* out);
 
-// Of tile t (all eight rows) of a k-quant whose 4-bit nibbles are in q4_k's
-// order (q4_k, q5_k, q6_k): every byte pack_rows8_tiles puts there except
-// the nibble vectors of its 32-blocks (the headers, q5_k's fifth bits,
-// q6_k's bit pairs). The vector packers (rows8_tiles.h) write the nibbles.
-void pack_rows8_kq_sides(const Rows8& p, const uint8_t* w, int64_t t, uint8_t* out);
-
 }  // namespace ie

@@ -883,13 +883,37 @@ void store_tile(__m256 acc, const float* bias, float* y, int64_t r0, int64_t n) 
 // A 4 x 4 transpose of 32-bit words per lane: r[i]'s lanes are rows i and
 // i + 4, each its four words of a tile block; vector v of the block gets
 // word v of rows 0..7 (rows8.h).
-IE_INLINE void store_transposed(const __m256i (&r)[4], uint8_t* o) {
+IE_INLINE void transpose4(const __m256i (&r)[4], __m256i (&v)[4]) {
   const __m256i a = _mm256_unpacklo_epi32(r[0], r[1]), b = _mm256_unpackhi_epi32(r[0], r[1]);
   const __m256i c = _mm256_unpacklo_epi32(r[2], r[3]), d = _mm256_unpackhi_epi32(r[2], r[3]);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_unpacklo_epi64(a, c));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32), _mm256_unpackhi_epi64(a, c));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 64), _mm256_unpacklo_epi64(b, d));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 96), _mm256_unpackhi_epi64(b, d));
+  v[0] = _mm256_unpacklo_epi64(a, c);
+  v[1] = _mm256_unpackhi_epi64(a, c);
+  v[2] = _mm256_unpacklo_epi64(b, d);
+  v[3] = _mm256_unpackhi_epi64(b, d);
+}
+
+IE_INLINE void store_transposed(const __m256i (&r)[4], uint8_t* o) {
+  __m256i v[4];
+  transpose4(r, v);
+  for (int k = 0; k < 4; ++k) _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * k), v[k]);
+}
+
+// Word k (0..7) of the 32 bytes at row[i] + at, rows 0..7 in t[k]'s lanes:
+// the k-quants' high bits of eight rows, ready to be shifted into rows8's
+// vectors (pack_kq_sides_vec).
+IE_INLINE void load_transposed8(const uint8_t* const (&row)[8], size_t at, __m256i (&t)[8]) {
+  __m256i r[4][2];  // rows i (lane 0) and i + 4 (lane 1) as words 0..3 | 4..7
+  for (int i = 0; i < 4; ++i) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i] + at));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i + 4] + at));
+    r[i][0] = _mm256_permute2x128_si256(a, b, 0x20);
+    r[i][1] = _mm256_permute2x128_si256(a, b, 0x31);
+  }
+  for (int h = 0; h < 2; ++h) {
+    __m256i v[4];
+    transpose4({r[0][h], r[1][h], r[2][h], r[3][h]}, v);
+    for (int k = 0; k < 4; ++k) t[4 * h + k] = v[k];
+  }
 }
 
 // pack_rows8_tiles for whole tiles of the 32-block types in q4_0's nibble
@@ -935,8 +959,76 @@ void pack_q40_tiles_vec(const Rows8& p, const WeightLayout& lay, const uint8_t* 
 // row's load gives its four output words of both blocks (the odd words
 // shifted onto the even ones, then gathered into the low lane), rows i and
 // i + 4 share a register and the same transpose puts the words in place.
-// The rest of the tile is pack_rows8_kq_sides'. q4_k tiles took 33% of a
+// The rest of the tile is pack_kq_sides_vec's. q4_k tiles took 33% of a
 // Qwen3-MoE-shaped Q4_K_M prefill through the portable packer.
+// The rest of a k-quant super-block of eight rows (row[i] + at: row i's
+// block) as rows8's tile group at o, in vectors: the header (q4_k / q5_k:
+// the three scale words and d, dmin; q6_k: the sixteen sub-scales, a byte
+// transpose, and d), q5_k's fifth bits and q6_k's bit pairs (each output
+// word is four of the row's words shifted into place: put_fifth_bits_q5k's
+// and put_bit_pairs_q6k's bytes). Row by row these were ~20% of a
+// Qwen3-MoE-shaped Q4_K_M prefill (put_header's call per row and group,
+// q6_k's bit pairs per 32-block).
+void pack_kq_sides_vec(const Rows8& p, const uint8_t* const (&row)[8], size_t at, uint8_t* o) {
+  const WType ty = p.spec.type;
+  uint8_t* h = o + static_cast<size_t>(p.bpg) * p.block_bytes;
+  if (ty == WType::Q6_K) {
+    using H = Rows8Q6kHeader;
+    for (int u = 0; u < 2; ++u) {  // sub-scales 8u .. 8u + 7: byte s of row i to h[8 s + i]
+      __m128i x[8];
+      for (int i = 0; i < 8; ++i) x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + at + kQ6kScales));
+      __m128i e[4];
+      for (int i = 0; i < 4; ++i)
+        e[i] = u ? _mm_unpackhi_epi8(x[2 * i], x[2 * i + 1]) : _mm_unpacklo_epi8(x[2 * i], x[2 * i + 1]);
+      const __m128i lo01 = _mm_unpacklo_epi16(e[0], e[1]), hi01 = _mm_unpackhi_epi16(e[0], e[1]);
+      const __m128i lo23 = _mm_unpacklo_epi16(e[2], e[3]), hi23 = _mm_unpackhi_epi16(e[2], e[3]);
+      uint8_t* s = h + H::scales + 64 * u;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(s), _mm_unpacklo_epi32(lo01, lo23));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(s + 16), _mm_unpackhi_epi32(lo01, lo23));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(s + 32), _mm_unpacklo_epi32(hi01, hi23));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(s + 48), _mm_unpackhi_epi32(hi01, hi23));
+    }
+    for (int i = 0; i < 8; ++i) std::memcpy(h + H::d + 2 * i, row[i] + at + kQ6kD, 2);
+    const __m256i m2 = _mm256_set1_epi8(3);
+    for (int half = 0; half < 2; ++half) {  // 32-blocks 4 half + q: bits 2q of the half's 32 bytes
+      __m256i t[8];
+      load_transposed8(row, at + kQ6kHigh + 32 * half, t);
+      for (int q = 0; q < 4; ++q)
+        for (int v = 0; v < 2; ++v) {
+          __m256i out = _mm256_setzero_si256();
+          for (int k = 0; k < 4; ++k)
+            out = _mm256_or_si256(out, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(t[4 * v + k], 2 * q), m2), 2 * k));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + (4 * half + q) * p.block_bytes + 128 + 32 * v), out);
+        }
+    }
+    return;
+  }
+  using H = Rows8KqHeader;  // q4_k, q5_k: d, dmin and three scale words lead the block
+  __m256i r[4], v[4];
+  for (int i = 0; i < 4; ++i)
+    r[i] = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(row[i + 4] + at), reinterpret_cast<const __m128i*>(row[i] + at));
+  transpose4(r, v);
+  for (int k = 0; k < 3; ++k) _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + H::words + 32 * k), v[k + 1]);
+  const __m256i halves = _mm256_shuffle_epi8(  // per lane: the four d, then the four dmin
+      v[0], _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7,
+                             10, 11, 14, 15));
+  static_assert(H::dmin == H::d + 16, "d and dmin are one store");
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + H::d), _mm256_permute4x64_epi64(halves, _MM_SHUFFLE(3, 1, 2, 0)));
+  if (ty == WType::Q5_K) {
+    const __m256i m1 = _mm256_set1_epi8(1);
+    __m256i t[8];
+    load_transposed8(row, at + kQ5kHigh, t);
+    for (int j = 0; j < 8; ++j) {  // element 8v + e' at bit v, 8v + 4 + e' at bit 4 + v
+      __m256i out = _mm256_setzero_si256();
+      for (int u = 0; u < 4; ++u) {
+        out = _mm256_or_si256(out, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(t[2 * u], j), m1), u));
+        out = _mm256_or_si256(out, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(t[2 * u + 1], j), m1), 4 + u));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + j * p.block_bytes + 128), out);
+    }
+  }
+}
+
 IE_INLINE __m128i kq_words(__m256i nib) {  // 8 words of nibbles -> word 2v | word 2v + 1 << 4, v = 0..3
   const __m256i r = _mm256_or_si256(nib, _mm256_slli_epi32(_mm256_srli_epi64(nib, 32), 4));
   return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
@@ -950,8 +1042,11 @@ void pack_kq_tiles_vec(const Rows8& p, const WeightLayout& lay, const uint8_t* w
     const uint8_t* row[8];
     for (int i = 0; i < 8; ++i) row[i] = w + (8 * (t0 + k) + i) * lay.row_bytes;
     uint8_t* o = out + k * p.tile_bytes;
-    pack_rows8_kq_sides(p, w, t0 + k, o);
     for (int64_t g = 0; g < p.groups; ++g, o += p.group_bytes) {
+      for (int i = 0; i < 8; ++i)  // the next tile's block g, asked for a tile ahead
+        for (size_t b = 0; b < lay.block_bytes + 63; b += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(row[i] + 8 * lay.row_bytes + g * lay.block_bytes + b), _MM_HINT_T0);
+      pack_kq_sides_vec(p, row, static_cast<size_t>(g) * lay.block_bytes, o);
       const size_t at = static_cast<size_t>(g) * lay.block_bytes + lay.block_qs;
       for (int c = 0; c < 4; ++c) {  // the run at 32 c: 32-blocks 2c, 2c + 1 (q6_k: 4 (c / 2) + c % 2, + 2)
         const int jl = ty == WType::Q6_K ? 4 * (c / 2) + c % 2 : 2 * c, jh = ty == WType::Q6_K ? jl + 2 : jl + 1;
