@@ -403,6 +403,13 @@ void Decoder::mm_expert(const Matrix& m, PreparedAct& prep, const float* x, int 
   mm(m, prep, x, b, bias, y);
 }
 
+bool Decoder::mm_expert_swiglu(const Expert& e, PreparedAct& prep, int b, float* y) {
+  auto packs = [&](const Matrix& m) { return !m.dedup && gemv_uses_rows8(m.spec, act_, isa_); };
+  if (cfg_.glu != Glu::Silu || b < kPackingMinTokens || !e.bgate.empty() || !packs(e.gate) || !packs(e.up)) return false;
+  Stopwatch sw(timer(&StepTimes::matmul_s));
+  return gemv_packing_swiglu(e.gate.spec, e.gate.data, e.up.spec, e.up.data, prep, y, *pool_, isa_, scratch_);
+}
+
 // A dedup member: from the store's LRU cache where it fits there (rebuilt on
 // a miss), else multiplied where it is read, a few rows at a time (the fused
 // GEMV, or a prefill chunk's GEMM over the same steps): never held whole.
@@ -704,9 +711,11 @@ void Decoder::experts(int layer, int b) {
     }
     PreparedAct& prep = all ? xn_prep_ : ex_prep_;
     const float* in = all ? xn_.data() : ex_x_.data();
-    mm_expert(x.gate, prep, in, n, x.bgate.empty() ? nullptr : x.bgate.data(), ex_g_.data());
-    if (c.glu == Glu::Silu) mm_expert(x.up, prep, in, n, nullptr, ex_u_.data());
-    glu(c.glu, ex_g_.data(), ex_u_.data(), n, I);
+    if (!mm_expert_swiglu(x, prep, n, ex_g_.data())) {
+      mm_expert(x.gate, prep, in, n, x.bgate.empty() ? nullptr : x.bgate.data(), ex_g_.data());
+      if (c.glu == Glu::Silu) mm_expert(x.up, prep, in, n, nullptr, ex_u_.data());
+      glu(c.glu, ex_g_.data(), ex_u_.data(), n, I);
+    }
     if (stats_on_) {
       ExpertStats& es = expert_stats_[static_cast<size_t>(layer)];
       add_squares(&es.in[static_cast<size_t>(e) * H], in, n, H);

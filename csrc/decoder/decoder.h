@@ -246,6 +246,9 @@ class Decoder {
   void mm_plain(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
   void mm_dedup(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
   void mm_expert(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
+  // SiLU(gate) * up of an expert's b rows into y in one product where both
+  // matrices pack (gemv_packing_swiglu); false, having done nothing, where not.
+  bool mm_expert_swiglu(const Expert& e, PreparedAct& prep, int b, float* y);
   // gemv_rows8 (gemv.h) on this decoder's threads and ISA, timed as mm is.
   bool rows8(const Rows8Job* jobs, int n, PreparedAct& x);
   // Where a timed step adds (null: this call is not a single-token step).

@@ -79,7 +79,7 @@ bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, I
   if (!ops.gemv_rows8) return false;
   if (n < 1 || n > kMaxRows8Jobs) fail("gemv_rows8: 1.." + std::to_string(kMaxRows8Jobs) + " jobs, got " + std::to_string(n));
   if (x.batch() < 1 || x.batch() > kMaxRows8Batch) fail("gemv_rows8: batch must be 1.." + std::to_string(kMaxRows8Batch));
-  size_t pack = 0;  // per thread: two tiles of the largest stored matrix
+  size_t pack = 0;  // per thread: two tiles of the largest stored job's matrix (and up)
   for (int i = 0; i < n; ++i) {
     const Rows8Job& j = jobs[i];
     // The message's prefix, made only on a failure (this runs for every product of a decode step).
@@ -89,11 +89,15 @@ bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, I
       fail(job() + ": the activation has " + std::to_string(x.cols()) + " columns");
     if (j.up && j.up->spec.rows != j.w->spec.rows) fail("gemv_rows8: gate and up differ in rows");
     // A matrix is a copy (bytes) or a shape over stored bytes, not both or
-    // neither; a fused up is a copy.
+    // neither; a fused up is read as its gate is.
     if ((j.stored != nullptr) == (j.w->bytes.size() != 0))
       fail(job() + (j.stored ? ": w has a copy and stored bytes" : ": w has neither a copy nor stored bytes"));
-    if (j.stored && j.up) fail(job() + ": a job over stored bytes has no fused up");
-    if (j.stored) pack = std::max(pack, checked_mul(2, j.w->tile_bytes, "rows8 pack"));
+    if (j.stored_up && !j.up) fail(job() + ": stored up bytes without an up matrix");
+    if (j.up && ((j.stored_up != nullptr) != (j.stored != nullptr) || (j.stored_up != nullptr) == (j.up->bytes.size() != 0)))
+      fail(job() + ": gate and up must both be copies or both stored");
+    if (j.stored)
+      pack = std::max(pack, j.up ? checked_add(packed_up_offset(j), checked_mul(2, j.up->tile_bytes, "rows8 pack"), "rows8 pack")
+                                 : checked_mul(2, j.w->tile_bytes, "rows8 pack"));
   }
   pack = (pack + 63) / 64 * 64;
   GemvScratch own;
@@ -180,6 +184,22 @@ bool gemv_packing(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const f
   job.w = &shape;
   job.stored = w;
   job.bias = bias;
+  job.y = y;
+  return gemv_rows8(&job, 1, x, pool, isa, &scratch);
+}
+
+bool gemv_packing_swiglu(const WeightSpec& gs, const uint8_t* g, const WeightSpec& us, const uint8_t* u,
+                         PreparedAct& x, float* y, ThreadPool& pool, Isa isa, GemvScratch& scratch) {
+  check_gemv(gs, x, Act::Int8);
+  check_gemv(us, x, Act::Int8);
+  if (!gemv_uses_rows8(gs, Act::Int8, isa) || !gemv_uses_rows8(us, Act::Int8, isa)) return false;
+  if (g == nullptr || u == nullptr) fail("gemv_packing_swiglu: no weights");
+  const Rows8 gate = rows8_shape(gs), up = rows8_shape(us);
+  Rows8Job job;
+  job.w = &gate;
+  job.up = &up;
+  job.stored = g;
+  job.stored_up = u;
   job.y = y;
   return gemv_rows8(&job, 1, x, pool, isa, &scratch);
 }

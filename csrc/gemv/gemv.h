@@ -106,8 +106,8 @@ bool gemv_uses_rows8(const WeightSpec& s, Act act, Isa isa);
 
 // One matrix of a gemv_rows8 call: y = W x (+ bias), or with `up` the fused
 // SwiGLU y = SiLU(W x) * (up x) (no bias), as a Llama MLP's gate and up.
-// With `stored` (no up), w is a rows8_shape() of those stored bytes,
-// and each thread packs the one or two tiles it
+// With `stored`, w is a rows8_shape() of those stored bytes (and up, with
+// `stored_up`, of its own), and each thread packs the one or two tiles it
 // multiplies next into a buffer of its own just before (pack_rows8_tiles):
 // the copy never exists whole. Why: a mixture's experts are read in place
 // (a decoder copies no expert), and in a prefill chunk each gets a few
@@ -119,6 +119,7 @@ struct Rows8Job {
   const float* bias = nullptr;
   float* y = nullptr;
   const uint8_t* stored = nullptr;
+  const uint8_t* stored_up = nullptr;
 };
 constexpr int kMaxRows8Jobs = 4;
 
@@ -142,6 +143,18 @@ void gemv(const WeightSpec& s, const uint8_t* w, const float* x, int batch, cons
 // gemv_uses_rows8(s, Act::Int8, isa) does not hold.
 bool gemv_packing(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bias, float* y,
                   ThreadPool& pool, Isa isa, GemvScratch& scratch);
+// y = SiLU(G x) * (U x) the same way, G and U as stored (a mixture's
+// expert gate and up): one parallel region whose threads pack both
+// matrices' tiles side by side and apply the unit to the tiles' sums in
+// registers, as a dense MLP's fused gate and up do (Rows8Job::up), instead
+// of two products and a pass over their outputs. False, having done
+// nothing, where either matrix has no rows8 kernel on isa.
+bool gemv_packing_swiglu(const WeightSpec& gs, const uint8_t* g, const WeightSpec& us, const uint8_t* u,
+                         PreparedAct& x, float* y, ThreadPool& pool, Isa isa, GemvScratch& scratch);
+
+// Where a stored job's up tiles start in a thread's pack buffer: after
+// w's two, on a cache line.
+inline size_t packed_up_offset(const Rows8Job& j) { return (2 * j.w->tile_bytes + 63) / 64 * 64; }
 
 // How a GEMV call reads its matrix: as stored, from a rows8 copy made
 // beforehand, or packing tiles as it goes (gemv_packing).

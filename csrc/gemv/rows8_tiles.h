@@ -1172,8 +1172,9 @@ void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, in
 #endif
     TileBase tb{j.w->bytes.data(), j.up ? j.up->bytes.data() : nullptr, 0};
     if (j.stored) {
-      tb = {pack, nullptr, t};
+      tb = {pack, j.up ? pack + packed_up_offset(j) : nullptr, t};
       pack_job_tiles(*j.w, j.stored, t, pair ? 2 : 1, pack);
+      if (j.up) pack_job_tiles(*j.up, j.stored_up, t, pair ? 2 : 1, pack + packed_up_offset(j));
     }
 #if IE_ROWS8_ZMM
     if (pair) {
