@@ -394,8 +394,12 @@ constexpr int kPackingMinTokens = 8;
 // An expert's product (read in place: no rows8 copy): packing rows8 tiles
 // as it goes where it has enough tokens (int8, a type and ISA with the
 // kernels), else as any matrix.
+bool Decoder::packs(const Matrix& m, int b) const {
+  return b >= kPackingMinTokens && !m.dedup && gemv_uses_rows8(m.spec, act_, isa_);
+}
+
 void Decoder::mm_expert(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y) {
-  if (b >= kPackingMinTokens && !m.dedup && gemv_uses_rows8(m.spec, act_, isa_)) {
+  if (packs(m, b)) {
     Stopwatch sw(timer(&StepTimes::matmul_s));
     gemv_packing(m.spec, m.data, prep, bias, y, *pool_, isa_, scratch_);
     return;
@@ -404,8 +408,7 @@ void Decoder::mm_expert(const Matrix& m, PreparedAct& prep, const float* x, int 
 }
 
 bool Decoder::mm_expert_swiglu(const Expert& e, PreparedAct& prep, int b, float* y) {
-  auto packs = [&](const Matrix& m) { return !m.dedup && gemv_uses_rows8(m.spec, act_, isa_); };
-  if (cfg_.glu != Glu::Silu || b < kPackingMinTokens || !e.bgate.empty() || !packs(e.gate) || !packs(e.up)) return false;
+  if (cfg_.glu != Glu::Silu || !e.bgate.empty() || !packs(e.gate, b) || !packs(e.up, b)) return false;
   Stopwatch sw(timer(&StepTimes::matmul_s));
   return gemv_packing_swiglu(e.gate.spec, e.gate.data, e.up.spec, e.up.data, prep, y, *pool_, isa_, scratch_);
 }

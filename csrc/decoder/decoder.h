@@ -245,6 +245,8 @@ class Decoder {
   void mm(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
   void mm_plain(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
   void mm_dedup(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
+  // Whether an expert's product over b rows packs rows8 tiles (mm_expert).
+  bool packs(const Matrix& m, int b) const;
   void mm_expert(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
   // SiLU(gate) * up of an expert's b rows into y in one product where both
   // matrices pack (gemv_packing_swiglu); false, having done nothing, where not.

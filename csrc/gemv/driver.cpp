@@ -90,11 +90,11 @@ bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, I
     if (j.up && j.up->spec.rows != j.w->spec.rows) fail("gemv_rows8: gate and up differ in rows");
     // A matrix is a copy (bytes) or a shape over stored bytes, not both or
     // neither; a fused up is read as its gate is.
-    if ((j.stored != nullptr) == (j.w->bytes.size() != 0))
+    auto copy_or_stored = [](const Rows8& m, const uint8_t* stored) { return (stored != nullptr) != (m.bytes.size() != 0); };
+    if (!copy_or_stored(*j.w, j.stored))
       fail(job() + (j.stored ? ": w has a copy and stored bytes" : ": w has neither a copy nor stored bytes"));
-    if (j.stored_up && !j.up) fail(job() + ": stored up bytes without an up matrix");
-    if (j.up && ((j.stored_up != nullptr) != (j.stored != nullptr) || (j.stored_up != nullptr) == (j.up->bytes.size() != 0)))
-      fail(job() + ": gate and up must both be copies or both stored");
+    if (j.up ? !copy_or_stored(*j.up, j.stored_up) || (j.stored_up != nullptr) != (j.stored != nullptr) : j.stored_up != nullptr)
+      fail(job() + ": up must be a copy, or stored bytes, as w is");
     if (j.stored)
       pack = std::max(pack, j.up ? checked_add(packed_up_offset(j), checked_mul(2, j.up->tile_bytes, "rows8 pack"), "rows8 pack")
                                  : checked_mul(2, j.w->tile_bytes, "rows8 pack"));

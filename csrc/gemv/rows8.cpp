@@ -155,13 +155,6 @@ void put_bit_pairs_q6k(const uint8_t* qh, int j, int i, uint8_t* o) {
   store_u32(o + 32 + 4 * i, pairs(2) | pairs(3) << 4);
 }
 
-// q5_k's fifth bits or q6_k's bit pairs of 32-block j of the super-block at
-// blk as row i of the tile block at o (nothing for q4_k).
-void put_kq_high_bits(WType t, const uint8_t* blk, int j, int i, uint8_t* o) {
-  if (t == WType::Q5_K) put_fifth_bits_q5k(blk + kQ5kHigh, j, i, o + 128);
-  if (t == WType::Q6_K) put_bit_pairs_q6k(blk + kQ6kHigh + 32 * (j / 4), j, i, o + 128);
-}
-
 // Row r's 32-block k as row i of the tile block at o (zeroed before):
 // int4w's, iq4_xs's and the k-quants' 4-bit nibbles four bytes at a time,
 // with q5_k's fifth bits and q6_k's bit pairs (the 32-block types in q4_0's
@@ -179,13 +172,14 @@ void put_block(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, i
   if (s.type == WType::Q4_K || s.type == WType::Q5_K) {
     const uint8_t* q = blk + (s.type == WType::Q4_K ? kQ4kCodes : kQ5kCodes) + 32 * (j / 2);
     j % 2 ? put_nibbles_kq<true>(q, i, o) : put_nibbles_kq<false>(q, i, o);
-    return put_kq_high_bits(s.type, blk, j, i, o);
+    if (s.type == WType::Q5_K) put_fifth_bits_q5k(blk + kQ5kHigh, j, i, o + 128);
+    return;
   }
   if (s.type == WType::Q6_K) {  // element 128 h + 32 q + e: low nibble in byte 64 h + 32 (q % 2) + e, high for q >= 2
     const int h = j / 4, q = j % 4;
     const uint8_t* lo = blk + 64 * h + 32 * (q % 2);
     q >= 2 ? put_nibbles_kq<true>(lo, i, o) : put_nibbles_kq<false>(lo, i, o);
-    return put_kq_high_bits(s.type, blk, j, i, o);
+    return put_bit_pairs_q6k(blk + kQ6kHigh + 32 * h, j, i, o + 128);
   }
   uint8_t q[32];
   block_codes(s, lay, w, r, k, q);

@@ -964,14 +964,6 @@ void pack_q40_tiles_vec(const Rows8& p, const WeightLayout& lay, const uint8_t* 
   }
 }
 
-// The k-quants' nibbles (q4_k, q5_k, q6_k) the same way: one 32-byte run
-// per row holds two 32-blocks' codes, one in the low nibbles and one in
-// the high ones (put_nibbles_kq's order: element e in byte e), so each
-// row's load gives its four output words of both blocks (the odd words
-// shifted onto the even ones, then gathered into the low lane), rows i and
-// i + 4 share a register and the same transpose puts the words in place.
-// The rest of the tile is pack_kq_sides_vec's. q4_k tiles took 33% of a
-// Qwen3-MoE-shaped Q4_K_M prefill through the portable packer.
 // The rest of a k-quant super-block of eight rows (row[i] + at: row i's
 // block) as rows8's tile group at o, in vectors: the header (q4_k / q5_k:
 // the three scale words and d, dmin; q6_k: the sixteen sub-scales, a byte
@@ -985,9 +977,9 @@ void pack_kq_sides_vec(const Rows8& p, const uint8_t* const (&row)[8], size_t at
   uint8_t* h = o + static_cast<size_t>(p.bpg) * p.block_bytes;
   if (ty == WType::Q6_K) {
     using H = Rows8Q6kHeader;
+    __m128i x[8];
+    for (int i = 0; i < 8; ++i) x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + at + kQ6kScales));
     for (int u = 0; u < 2; ++u) {  // sub-scales 8u .. 8u + 7: byte s of row i to h[8 s + i]
-      __m128i x[8];
-      for (int i = 0; i < 8; ++i) x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + at + kQ6kScales));
       __m128i e[4];
       for (int i = 0; i < 4; ++i)
         e[i] = u ? _mm_unpackhi_epi8(x[2 * i], x[2 * i + 1]) : _mm_unpacklo_epi8(x[2 * i], x[2 * i + 1]);
@@ -1040,6 +1032,14 @@ void pack_kq_sides_vec(const Rows8& p, const uint8_t* const (&row)[8], size_t at
   }
 }
 
+// The k-quants' nibbles (q4_k, q5_k, q6_k) as pack_q40_tiles_vec packs:
+// one 32-byte run per row holds two 32-blocks' codes, one in the low
+// nibbles and one in the high ones (put_nibbles_kq's order: element e in byte e), so each
+// row's load gives its four output words of both blocks (the odd words
+// shifted onto the even ones, then gathered into the low lane), rows i and
+// i + 4 share a register and the same transpose puts the words in place.
+// The rest of the tile is pack_kq_sides_vec's. q4_k tiles took 33% of a
+// Qwen3-MoE-shaped Q4_K_M prefill through the portable packer.
 IE_INLINE __m128i kq_words(__m256i nib) {  // 8 words of nibbles -> word 2v | word 2v + 1 << 4, v = 0..3
   const __m256i r = _mm256_or_si256(nib, _mm256_slli_epi32(_mm256_srli_epi64(nib, 32), 4));
   return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
@@ -1172,9 +1172,10 @@ void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, in
 #endif
     TileBase tb{j.w->bytes.data(), j.up ? j.up->bytes.data() : nullptr, 0};
     if (j.stored) {
-      tb = {pack, j.up ? pack + packed_up_offset(j) : nullptr, t};
+      uint8_t* up = j.up ? pack + packed_up_offset(j) : nullptr;
+      tb = {pack, up, t};
       pack_job_tiles(*j.w, j.stored, t, pair ? 2 : 1, pack);
-      if (j.up) pack_job_tiles(*j.up, j.stored_up, t, pair ? 2 : 1, pack + packed_up_offset(j));
+      if (up) pack_job_tiles(*j.up, j.stored_up, t, pair ? 2 : 1, up);
     }
 #if IE_ROWS8_ZMM
     if (pair) {

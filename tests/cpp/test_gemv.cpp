@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/isa.h"
@@ -207,4 +208,59 @@ TEST(gemv_argument_errors) {
   xa.set(x.data(), 1, 64);
   ie::ThreadPool pool(1);
   CHECK(throws([&] { ie::gemv(s, w.data(), xa, nullptr, y.data(), Act::F32, pool, Isa::Scalar, scratch); }));
+}
+
+TEST(gemv_packing_swiglu_is_silu_of_gate_times_up) {
+  // An expert's fused gate and up (gemv_packing_swiglu) against its two
+  // packing products and SiLU in double: gate and up of different types
+  // (their tiles differ in size, so up's start in each thread's buffer is
+  // its own), whole and partial tiles, batches that take the pairs and the
+  // single tiles. Jobs whose gate and up are not read alike are refused.
+  const int64_t cols = 512;
+  const std::pair<const char*, const char*> types[] = {{"q4_k", "q6_k"}, {"q4_0", "mxfp4"}, {"q5_k", "q4_k"}};
+  for (const auto& [gt, ut] : types) {
+    for (int64_t rows : {40, 13}) {
+      const WeightSpec gs = ie::make_weight_spec(gt, rows, cols, 0, true, "f16");
+      const WeightSpec us = ie::make_weight_spec(ut, rows, cols, 0, true, "f16");
+      std::vector<uint8_t> g(ie::weight_nbytes(gs)), u(ie::weight_nbytes(us));
+      ie::fill_random_weights(gs, g.data(), 21 + rows);
+      ie::fill_random_weights(us, u.data(), 22 + rows);
+      for (Isa isa : ie::available_isas()) {
+        for (int batch : {8, 21}) {
+          const std::vector<float> x = random_x(static_cast<size_t>(batch * cols), 31 + batch);
+          ie::PreparedAct xa;
+          ie::GemvScratch scratch;
+          ie::ThreadPool pool(2);
+          xa.set(x.data(), batch, cols);
+          std::vector<float> yg(static_cast<size_t>(batch * rows)), yu(yg.size()), y(yg.size(), NAN);
+          const std::string what = std::string(gt) + "/" + ut + " rows=" + std::to_string(rows) + " batch=" +
+                                   std::to_string(batch) + " isa=" + ie::isa_name(isa);
+          const bool fused = ie::gemv_packing_swiglu(gs, g.data(), us, u.data(), xa, y.data(), pool, isa, scratch);
+          CHECK(fused == ie::gemv_packing(gs, g.data(), xa, nullptr, yg.data(), pool, isa, scratch)) << what;
+          if (!fused) continue;  // no rows8 kernel at this level (scalar)
+          CHECK(ie::gemv_packing(us, u.data(), xa, nullptr, yu.data(), pool, isa, scratch)) << what;
+          for (size_t i = 0; i < y.size(); ++i) {
+            const double gv = yg[i], want = gv / (1 + std::exp(-gv)) * yu[i];
+            if (!(std::fabs(y[i] - want) <= 1e-5 * std::fabs(want) + 1e-30)) {
+              CHECK(false) << what << " element " << i << ": " << y[i] << " vs " << want;
+              break;
+            }
+          }
+          const ie::Rows8 gate = ie::rows8_shape(gs), up = ie::rows8_shape(us);
+          ie::Rows8Job job;
+          job.w = &gate;
+          job.up = &up;
+          job.y = y.data();
+          job.stored = g.data();  // up neither a copy nor stored bytes
+          bool refused = false;
+          try {
+            ie::gemv_rows8(&job, 1, xa, pool, isa, &scratch);
+          } catch (const std::invalid_argument& e) {
+            refused = std::string(e.what()).find("up must be a copy, or stored bytes, as w is") != std::string::npos;
+          }
+          CHECK(refused) << what;
+        }
+      }
+    }
+  }
 }
