@@ -207,14 +207,13 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
   // -- the stored matrix itself when it is f32, else widened once here
   // (exactly, by the GEMV's own dequantizer).
   const bool tied = same_bytes(w.embed, w.lm_head);
-  if (!w.embed_f32.empty()) embed_f32_ = upload_vec(w.embed_f32);
-  if (tied || w.embed_f32.empty()) embed_ = upload(w.embed, "embed_tokens");
+  embed_ = upload(w.embed, "embed_tokens");
   if (!tied) head_ = upload(w.lm_head, "lm_head");
   head_ptr_ = tied ? &embed_ : &head_;
   // A synchronous copy from pageable memory may return before its DMA has
   // landed: wait for every upload before the stream reads any of them.
   check(cudaDeviceSynchronize(), "weight upload");
-  if (w.embed_f32.empty() && embed_.spec.type != WType::F32) {
+  if (embed_.spec.type != WType::F32) {
     embed_f32_ = DeviceBuffer(checked_mul(static_cast<size_t>(c.vocab) * c.hidden, F, "embed_tokens"));
     cuda::dequantize(embed_, embed_f32_.as<float>(), stream_.get());
     check(cudaStreamSynchronize(stream_.get()), "embed_tokens dequantize");

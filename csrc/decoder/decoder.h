@@ -110,10 +110,8 @@ struct LayerWeights {
 };
 
 struct DecoderWeights {
-  // [vocab, hidden]; rows are read one token at a time. Float dtypes are
-  // read in place; a quantized table is dequantized once into embed_f32.
+  // [vocab, hidden]; rows are read one token at a time, in place.
   Matrix embed;
-  std::vector<float> embed_f32;
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;
   Matrix lm_head;  // may alias embed (tied)
