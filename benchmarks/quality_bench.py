@@ -15,8 +15,8 @@ The default model is SmolLM2-135M (benchmarks/smollm2_hf.py: the
 4-bit grid, which flatters any grid-aligned scheme, so the model is first
 transformed without changing its function (DEVELOPERS.md): the RMSNorm
 weights are folded into the matrices that read them, the residual stream is
-rotated by a random orthogonal matrix Q (embedding @ Q; q/k/v/gate/up
-(W * g) @ Q; o/down Q^T @ W; the head (E * g) @ Q, untied), and the f32
+rotated by a random orthogonal matrix Q (``ieconv rotate``: embedding @ Q;
+q/k/v/gate/up (W * g) @ Q; o/down Q^T @ W; the head (E * g) @ Q, untied), and the f32
 logits before and after are compared (printed; they must agree to 1e-4).
 Its 576-wide rows are not whole 256-element super-blocks, which cripples
 the k- and i-quants (llama.cpp's and ours fall back to 32-element types), so
@@ -70,39 +70,8 @@ def run(*args) -> str:
 
 
 def rotate(src: Path, dst: Path, seed: int = 0) -> None:
-    """The function-preserving transform of the module docstring (Llama family)."""
-    from safetensors.numpy import load_file, save_file
-
-    cfg = json.loads((src / "config.json").read_text())
-    w = {}
-    for f in sorted(src.glob("*.safetensors")):
-        w.update({k: v.astype(np.float64) for k, v in load_file(f).items()})
-    H = cfg["hidden_size"]
-    q, r = np.linalg.qr(np.random.default_rng(seed).standard_normal((H, H)))
-    q *= np.sign(np.diag(r))  # a Haar-random orthogonal matrix
-    emb = w["model.embed_tokens.weight"]
-    head = w.get("lm_head.weight", emb)
-    out = {"model.embed_tokens.weight": emb @ q, "lm_head.weight": (head * w["model.norm.weight"]) @ q,
-           "model.norm.weight": np.ones(H)}
-    for i in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        g1, g2 = w[p + "input_layernorm.weight"], w[p + "post_attention_layernorm.weight"]
-        for n in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
-            out[p + n + ".weight"] = (w[p + n + ".weight"] * g1) @ q
-            if p + n + ".bias" in w:
-                out[p + n + ".bias"] = w[p + n + ".bias"]
-        for n in ("mlp.gate_proj", "mlp.up_proj"):
-            out[p + n + ".weight"] = (w[p + n + ".weight"] * g2) @ q
-        for n in ("self_attn.o_proj", "mlp.down_proj"):
-            out[p + n + ".weight"] = q.T @ w[p + n + ".weight"]
-        out[p + "input_layernorm.weight"] = np.ones(H)
-        out[p + "post_attention_layernorm.weight"] = np.ones(H)
-    dst.mkdir(parents=True, exist_ok=True)
-    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in out.items()}, str(dst / "model.safetensors"))
-    (dst / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": False}, indent=2) + "\n")
-    for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
-        if (src / f).exists():
-            shutil.copy(src / f, dst / f)
+    """The function-preserving transform of the module docstring: ``ieconv rotate``."""
+    run(BIN / "ieconv", "rotate", "-q", "--hf-dir", src, "--out-dir", dst, "--seed", seed)
 
 
 def widen(src: Path, dst: Path, width: int, seed: int = 1) -> None:

@@ -1,0 +1,260 @@
+"""``ieconv rotate``: the same model with its residual stream rotated, as
+an HF checkpoint any of the tools here (and transformers) reads.
+
+Why: quantization error is set by a block's largest values, and a trained
+model's residual stream has a few channels far larger than the rest (outlier
+features), so every matrix that reads or writes the stream has columns or
+rows that spoil their blocks. A random orthogonal Q spreads each channel
+over all of them (incoherence processing: QuIP#, QuaRot, SpinQuant's R1)
+without changing what the model computes, and costs nothing at run time:
+the rotated matrices are just other matrices. docs/quality.md ("Rotating
+the residual stream") measures what it buys.
+
+The transform (rows are outputs, as HF stores them; x a row vector):
+- each RMSNorm's weight g is folded into the matrices that read its output
+  (their columns times g) and becomes ones, since RMSNorm(x Q) =
+  RMSNorm(x) Q only without a per-channel weight;
+- the stream is x Q: the embedding E Q; every matrix that reads it
+  (q/k/v, gate/up, a router, the experts' gate/up, the head) W Q; every one
+  that writes it (o_proj, down_proj, the experts' down) and such a bias Qᵀ W;
+- the head is untied (it is E g Q, the embedding E Q): its extra bytes are
+  the price, counted by every bits-per-weight figure here.
+Q is Haar-random (QR of a seeded Gaussian matrix, signs fixed), so a seed
+names the checkpoint. A tensor without a rule here is refused, never
+copied unrotated.
+
+Memory: a matrix that reads the stream is rotated a chunk of rows at a time,
+one that writes it whole (each output row needs every input row), so peak
+RSS is Q plus the largest writing matrix in f32, never the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from iekit.formats.atomic import StagedFiles, make_dirs, refuse_non_regular, remove_dirs
+from iekit.formats.casting import decode_f32, encode_f32
+from iekit.formats.errors import IEError
+from iekit.formats.hf_checkpoint import HFSource, SINGLE_NAME, collect_tensors, read_aux
+from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
+from iekit.formats.safetensors_writer import SafetensorsWriter
+
+from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, Progress, natural_key
+
+# The architectures whose every tensor has a rule below: RMSNorm before each
+# block, residual writers o_proj and down_proj (Mixtral: w2), nothing after
+# a block but the add. Gemma's norms after blocks, gpt-oss's sinks and MXFP4
+# experts, Phi's LayerNorm would each need rules of their own.
+ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe")
+OUT_DTYPES = ("f32", "bf16", "f16")
+ROWS_BYTES = 32 << 20  # rows rotated per step: bounded memory, whole BLAS calls
+
+LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
+_EXPERT = r"(?:mlp\.experts\.\d+\.|block_sparse_moe\.experts\.\d+\.)"
+READS_ATTN = re.compile(r"self_attn\.[qkv]_proj\.weight")
+READS_MLP = re.compile(rf"mlp\.(?:gate|up)_proj\.weight|mlp\.gate\.weight|block_sparse_moe\.gate\.weight"
+                       rf"|{_EXPERT}(?:gate_proj|up_proj|w1|w3)\.weight")
+WRITES = re.compile(rf"self_attn\.o_proj\.(?:weight|bias)|mlp\.down_proj\.(?:weight|bias)"
+                    rf"|{_EXPERT}(?:down_proj|w2)\.(?:weight|bias)")
+KEPT = re.compile(r"self_attn\.[qkv]_proj\.bias|self_attn\.[qk]_norm\.weight")  # inside a head, not on the stream
+NORMS = {"input_layernorm.weight": READS_ATTN, "post_attention_layernorm.weight": READS_MLP}
+
+
+@dataclass
+class Rule:
+    """How output tensor ``name`` is made: ``kind`` "read" ((W * g) Q; g
+    the norm ``norm``, or none), "write" (Qᵀ W), "ones", "keep"; from
+    tensor ``src``."""
+
+    name: str
+    kind: str
+    shape: list[int]
+    src: str | None = None
+    norm: str | None = None
+
+
+@dataclass
+class RotateResult:
+    out_dir: Path
+    tensors: int
+    bytes_in: int
+    bytes_out: int
+    head_bytes: int  # the untied head's, included in bytes_out
+    seconds: float
+
+
+def haar_orthogonal(n: int, seed: int) -> np.ndarray:
+    """A Haar-random n x n orthogonal matrix (float64): Q of a seeded
+    Gaussian matrix's QR, each column's sign set by R's diagonal (without it
+    the distribution is not uniform)."""
+    q, r = np.linalg.qr(np.random.default_rng(seed).standard_normal((n, n)))
+    return q * np.sign(np.diag(r))
+
+
+def plan(config: dict, tensors: dict[str, SafetensorsTensor], config_path: Path) -> list[Rule]:
+    """A rule for every tensor of the rotated checkpoint, in file order; an
+    IEError naming the first tensor or config field no rule covers."""
+    mt = config.get("model_type")
+    if mt not in ARCHITECTURES:
+        raise IEError(f"{config_path}: model_type {mt!r}: rotation is implemented for {', '.join(ARCHITECTURES)}")
+    h = config.get("hidden_size")
+    if type(h) is not int or h < 1:
+        raise IEError(f"{config_path}: hidden_size must be a positive integer, got {h!r}")
+    for name, t in tensors.items():
+        if not t.dtype.is_float:
+            raise IEError(f"{name}: dtype {t.dtype.name}: only float tensors can be rotated")
+
+    def shape(name: str) -> list[int]:
+        return list(tensors[name].shape)
+
+    def need(name: str, want: list[int | None], what: str) -> None:
+        s = shape(name)
+        if len(s) != len(want) or any(w is not None and d != w for d, w in zip(s, want)):
+            dims = " x ".join("*" if w is None else str(w) for w in want)
+            raise IEError(f"{name}: shape {s}: {what} must be [{dims}] (hidden_size {h})")
+
+    for top in ("model.embed_tokens.weight", "model.norm.weight"):
+        if top not in tensors:
+            raise IEError(f"{config_path.parent}: no tensor {top!r}")
+    need("model.embed_tokens.weight", [None, h], "the embedding")
+    need("model.norm.weight", [h], "a norm")
+    head = "lm_head.weight" if "lm_head.weight" in tensors else "model.embed_tokens.weight"
+    if head != "lm_head.weight" and config.get("tie_word_embeddings") is False:
+        raise IEError(f"{config_path}: tie_word_embeddings is false but the checkpoint has no 'lm_head.weight'")
+    need(head, shape("model.embed_tokens.weight"), "the head")
+    rules = [Rule("model.embed_tokens.weight", "read", shape("model.embed_tokens.weight"), "model.embed_tokens.weight"),
+             Rule("lm_head.weight", "read", shape(head), head, "model.norm.weight"),
+             Rule("model.norm.weight", "ones", [h])]
+    for name in tensors:
+        if name in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"):
+            continue
+        m = LAYER.fullmatch(name)
+        rest = m.group(2) if m else ""
+        if rest in NORMS:
+            need(name, [h], "a norm")
+            rules.append(Rule(name, "ones", [h]))
+        elif READS_ATTN.fullmatch(rest) or READS_MLP.fullmatch(rest):
+            norm = f"model.layers.{m.group(1)}." + ("input_layernorm.weight" if READS_ATTN.fullmatch(rest)
+                                                    else "post_attention_layernorm.weight")
+            if norm not in tensors:
+                raise IEError(f"{name}: reads the residual stream through {norm!r}, which the checkpoint lacks")
+            need(name, [None, h], "a matrix that reads the residual stream")
+            rules.append(Rule(name, "read", shape(name), name, norm))
+        elif WRITES.fullmatch(rest):
+            need(name, [h, None] if rest.endswith("weight") else [h], "a matrix or bias that writes the stream")
+            rules.append(Rule(name, "write", shape(name), name))
+        elif KEPT.fullmatch(rest):
+            rules.append(Rule(name, "keep", shape(name), name))
+        else:
+            raise IEError(f"{name}: no rotation rule for this tensor ({mt}); nothing is written")
+    return sorted(rules, key=lambda r: natural_key(r.name))
+
+
+def _rows(sf: SafetensorsFile, t: SafetensorsTensor, advance) -> Iterator[np.ndarray]:
+    """The tensor as float32 rows [k, cols], ROWS_BYTES of them at a time."""
+    cols = t.shape[-1] if t.shape else 1
+    row_bytes = max(1, cols * t.dtype.itemsize)
+    for raw in sf.iter_chunks(t, max(1, ROWS_BYTES // row_bytes) * row_bytes):
+        advance(len(raw))
+        yield decode_f32(raw, t.dtype.name).reshape(-1, cols)
+
+
+def _values(rule: Rule, tensors, q32: np.ndarray, dtype: str, advance) -> Iterator[bytes]:
+    """Output tensor ``rule.name``'s bytes in ``dtype``, a chunk at a time."""
+    if rule.kind == "ones":
+        yield encode_f32(np.ones(rule.shape, np.float32), dtype)
+        return
+    sf, t = tensors[rule.src]
+    if rule.kind == "keep":
+        for w in _rows(sf, t, advance):
+            yield encode_f32(w, dtype)
+    elif rule.kind == "read":
+        g = None
+        if rule.norm is not None:
+            nf, nt = tensors[rule.norm]
+            g = np.concatenate(list(_rows(nf, nt, lambda n: None)), axis=None)
+        for w in _rows(sf, t, advance):
+            yield encode_f32((w * g if g is not None else w) @ q32, dtype)
+    else:  # write: Qᵀ W, a chunk of output rows at a time from the whole of W
+        w = np.concatenate(list(_rows(sf, t, advance)), axis=0).reshape(q32.shape[0], -1)
+        step = max(1, ROWS_BYTES // max(1, 4 * w.shape[1]))
+        for r0 in range(0, w.shape[0], step):
+            yield encode_f32(q32[:, r0:r0 + step].T @ w, dtype)
+
+
+def rotate(src: HFSource, out_dir: str | os.PathLike, *, seed: int = 0, dtype: str = "f32",
+           overwrite: bool = False, progress: Progress | None = None) -> RotateResult:
+    """Write ``src`` rotated (module docstring) into ``out_dir`` as
+    model.safetensors, config.json (tie_word_embeddings false) and the
+    source's generation and tokenizer files, staged and renamed together."""
+    progress = progress or Progress()
+    if dtype not in OUT_DTYPES:
+        raise IEError(f"--dtype {dtype!r}: expected one of {', '.join(OUT_DTYPES)}")
+    out = Path(out_dir)
+    aux = {n: d for n in CONFIG_FILES + TOKENIZER_FILES if n != "config.json" and (d := read_aux(src, n)) is not None}
+    writes = [SINGLE_NAME, "config.json", *aux]
+    _check_out(out, writes, overwrite, src.dir)
+    t0 = time.perf_counter()
+    with ExitStack() as stack:
+        tensors = collect_tensors(src, stack)
+        rules = plan(src.config, {n: t for n, (_sf, t) in tensors.items()}, src.dir / "config.json")
+        h = src.config["hidden_size"]
+        q32 = haar_orthogonal(h, seed).astype(np.float32)
+        config = {**src.config, "tie_word_embeddings": False}
+        if "torch_dtype" in config:
+            config["torch_dtype"] = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}[dtype]
+        meta = {"format": "pt", "iekit.rotation": json.dumps({"kind": "haar", "seed": seed, "hidden_size": h})}
+        item = {"f32": 4, "bf16": 2, "f16": 2}[dtype]
+        bytes_in = sum(tensors[r.src][1].nbytes for r in rules if r.src is not None)
+        progress.start("rotating", bytes_in)
+        created = make_dirs(out)
+        try:
+            with StagedFiles(out, replace=overwrite, exclusive=True) as staged:
+                f = staged.open(SINGLE_NAME)
+                writer = SafetensorsWriter(f, [(r.name, dtype, r.shape) for r in rules], meta)
+                for r in rules:
+                    progress.describe(r.name)
+                    writer.write(r.name, _values(r, tensors, q32, dtype, progress.advance))
+                writer.finish()
+                staged.write_bytes("config.json", (json.dumps(config, indent=2) + "\n").encode())
+                for n, d in aux.items():
+                    staged.write_bytes(n, d)
+        except BaseException:
+            remove_dirs(created)
+            raise
+    bytes_out = (out / SINGLE_NAME).stat().st_size
+    head = next(r for r in rules if r.name == "lm_head.weight")
+    return RotateResult(out, len(rules), bytes_in, bytes_out, int(np.prod(head.shape)) * item,
+                        time.perf_counter() - t0)
+
+
+def _check_out(out: Path, writes: list[str], overwrite: bool, src_dir: Path) -> None:
+    """Before any work: the output is a directory (or nothing yet), not the
+    source, holds no other checkpoint's shards (a stale index or shard would
+    be read instead of, or beside, ours), and replaces nothing without
+    ``overwrite``, nor anything but a regular file even with it."""
+    if out.exists() and not out.is_dir():
+        raise IEError(f"{out}: exists and is not a directory")
+    if not out.is_dir():
+        return
+    if os.path.realpath(out) == os.path.realpath(src_dir):
+        raise IEError(f"{out}: output directory is the source checkpoint; choose another")
+    others = sorted(p.name for p in out.iterdir()
+                    if p.name != SINGLE_NAME and (p.name.endswith(".safetensors") or p.name.endswith(".index.json")))
+    if others:
+        raise IEError(f"{out / others[0]}: another checkpoint's weights are here; choose an empty --out-dir")
+    for n in writes:
+        p = out / n
+        if os.path.lexists(p):
+            refuse_non_regular(p)
+            if not overwrite:
+                raise IEError(f"{p}: exists; pass --overwrite to replace it")
