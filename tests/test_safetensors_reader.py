@@ -458,3 +458,42 @@ def test_read_rows_reads_exactly_those_rows(tmp_path):
             f.read_rows(t, [7])
     with safe_open(str(p), "np") as ref:
         assert np.array_equal(got, ref.get_tensor("w")[[0, 3, 6]])
+
+
+def test_streamed_writer_is_read_by_safetensors_and_rewrites_identically(tmp_path):
+    """formats/safetensors_writer.py (ieconv rotate's): safetensors' own reader
+    and ours accept its file, and writing what was read gives the same bytes."""
+    from safetensors.numpy import load_file
+
+    from iekit.formats.safetensors_writer import SafetensorsWriter
+
+    rng = np.random.default_rng(0)
+    tensors = {"b.weight": rng.standard_normal((3, 5)).astype("<f4"), "a.bias": rng.standard_normal(7).astype("<f4"),
+               "c.half": rng.standard_normal((2, 3)).astype("<f2")}
+    dtype = {"<f4": "f32", "<f2": "f16"}
+
+    def write(path, arrays):
+        with open(path, "wb") as f:
+            w = SafetensorsWriter(f, [(n, dtype[a.dtype.str], list(a.shape)) for n, a in arrays.items()], {"format": "pt"})
+            for n, a in arrays.items():  # in pieces, as the rotation streams them
+                raw = a.tobytes()
+                w.write(n, [raw[:4], raw[4:]])
+            w.finish()
+
+    write(tmp_path / "a.safetensors", tensors)
+    got = load_file(tmp_path / "a.safetensors")
+    assert set(got) == set(tensors) and all(np.array_equal(got[n], a) for n, a in tensors.items())
+    assert (8 + struct.unpack("<Q", (tmp_path / "a.safetensors").read_bytes()[:8])[0]) % 8 == 0
+    with SafetensorsFile(tmp_path / "a.safetensors") as sf:
+        assert sf.metadata == {"format": "pt"}
+        again = {n: np.frombuffer(b"".join(sf.iter_chunks(sf.tensors[n])), tensors[n].dtype).reshape(tensors[n].shape)
+                 for n in tensors}
+    write(tmp_path / "b.safetensors", again)
+    assert (tmp_path / "a.safetensors").read_bytes() == (tmp_path / "b.safetensors").read_bytes()
+
+    with open(tmp_path / "c.safetensors", "wb") as f:
+        w = SafetensorsWriter(f, [("x", "f32", [2]), ("y", "f32", [1])], {})
+        with pytest.raises(ValueError, match="'y' written where 'x' comes next"):
+            w.write("y", [b"\0" * 4])
+        with pytest.raises(ValueError, match="got 4 bytes, its header says 8"):
+            w.write("x", [b"\0" * 4])
