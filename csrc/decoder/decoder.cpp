@@ -15,7 +15,6 @@
 #include "attention/attention.h"
 #include "common/errors.h"
 #include "common/half.h"
-#include "common/weight_decode.h"
 
 #if defined(__linux__)
 #include <sched.h>
@@ -432,10 +431,7 @@ void Decoder::embed_row(int32_t token, float* out) const {
   // One row widened per token, by the GEMV's own dequantizer: a table
   // widened once would hold vocab x hidden floats (113 MB for SmolLM2, 2 GB
   // for a 128k-vocabulary 8B model) to save microseconds a prompt.
-  const WeightSpec& s = w_.embed.spec;
-  const WeightLayout lay = weight_layout(s);
-  for (int64_t c0 = 0; c0 < s.cols; c0 += 32)
-    decode_span(s, lay, w_.embed.data, token, c0, static_cast<int>(std::min<int64_t>(32, s.cols - c0)), out + c0);
+  dequantize_row(w_.embed.spec, w_.embed.data, token, out);
 }
 
 // Cached positions from which a single token's attention runs on all threads.

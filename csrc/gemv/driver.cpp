@@ -55,14 +55,21 @@ const uint8_t* prepared_form(PreparedAct& x, int kind, Isa isa, ThreadPool& pool
   return f.bytes.data();
 }
 
+namespace {
+void decode_row(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, float* out) {
+  for (int64_t c0 = 0; c0 < s.cols; c0 += 32)
+    decode_span(s, lay, w, r, c0, static_cast<int>(std::min<int64_t>(32, s.cols - c0)), out + c0);
+}
+}  // namespace
+
 void dequantize(const WeightSpec& s, const uint8_t* w, float* out) {
   const WeightLayout lay = weight_layout(s);
-  for (int64_t r = 0; r < s.rows; ++r) {
-    for (int64_t c0 = 0; c0 < s.cols; c0 += 32) {
-      const int n = static_cast<int>(std::min<int64_t>(32, s.cols - c0));
-      decode_span(s, lay, w, r, c0, n, out + r * s.cols + c0);
-    }
-  }
+  for (int64_t r = 0; r < s.rows; ++r) decode_row(s, lay, w, r, out + r * s.cols);
+}
+
+void dequantize_row(const WeightSpec& s, const uint8_t* w, int64_t r, float* out) {
+  if (r < 0 || r >= s.rows) fail("dequantize_row: row " + std::to_string(r) + " of " + std::to_string(s.rows));
+  decode_row(s, weight_layout(s), w, r, out);
 }
 
 void quantize_act_q8(const float* x, int64_t n, int8_t* q, float* d, Isa isa) {

@@ -168,6 +168,8 @@ Layout parse_layout(const std::string& layout, const WeightSpec& s, Act act, Isa
 // out[r * cols + c] = W[r][c] exactly as docs/formats/quant.md defines it
 // (float32 arithmetic, no fused multiply-add).
 void dequantize(const WeightSpec& s, const uint8_t* w, float* out);
+// Row r of it alone into out[cols] (an embedding lookup); r in [0, rows).
+void dequantize_row(const WeightSpec& s, const uint8_t* w, int64_t r, float* out);
 
 // The act=int8 activation quantizer (n % 32 == 0): q[n], d[n / 32].
 void quantize_act_q8(const float* x, int64_t n, int8_t* q, float* d, Isa isa);
