@@ -1,8 +1,8 @@
 """The frame every converter writes through: what an artifact directory
 holds, what a run may do to it, and the staged writer's setup and teardown.
 
-hf-to-iebin, gguf-to-iebin and gptq write an IEBIN directory; iebin-to-gguf
-writes one file. Both kinds are checked before any work (a long run must not
+hf-to-iebin, gguf-to-iebin and gptq write an IEBIN directory; rotate an HF
+checkpoint directory (``HF_FILES``); iebin-to-gguf writes one file. Both kinds are checked before any work (a long run must not
 fail at its end on a name), staged under temporary names and renamed at
 commit (formats/atomic.py), and leave nothing behind when they fail.
 
@@ -27,6 +27,7 @@ from iekit.formats import iebin, weight_types
 from iekit.formats import dedup as dedup_fmt
 from iekit.formats.atomic import StagedFiles, check_new_file, make_dirs, refuse_non_regular, remove_dirs
 from iekit.formats.errors import IEError
+from iekit.formats.hf_checkpoint import SINGLE_NAME
 from iekit.formats.quant import QuantError
 
 # The config and tokenizer files a converter writes next to the weights.
@@ -37,6 +38,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 # (the converters) or links there (dedup-link): what --overwrite replaces as a whole.
 ARTIFACT_FILES = (iebin.META_NAME, iebin.BIN_NAME, *CONFIG_FILES, *TOKENIZER_FILES, dedup_fmt.INDEX_NAME,
                   *("model" + dedup_fmt.BLOB_SUFFIXES[k] for k in dedup_fmt.BLOB_KEYS))
+# What ieconv rotate writes: an HF checkpoint in one shard.
+HF_FILES = (SINGLE_NAME, *CONFIG_FILES, *TOKENIZER_FILES)
 CAST_TARGETS = weight_types.names(quantized=False)  # --dtype: the float weight types
 
 
@@ -76,17 +79,19 @@ def check_dtype(dtype: str | None) -> None:
         raise IEError(f"--dtype {dtype!r}: expected one of {', '.join(CAST_TARGETS)}")
 
 
-def check_out_dir(out_dir: Path, overwrite: bool, writes: list[str], src_dir: Path | None = None) -> list[str]:
+def check_out_dir(out_dir: Path, overwrite: bool, writes: list[str], src_dir: Path | None = None,
+                  owned: tuple[str, ...] = ARTIFACT_FILES) -> list[str]:
     """Refuse what must not happen to ``out_dir`` (a source checkpoint
     directory ``src_dir`` is never one); returns the names of a previous
-    artifact's files to remove (``overwrite`` only)."""
+    artifact's files to remove (``overwrite`` only). ``owned``: the names
+    an artifact of this kind consists of."""
     if out_dir.exists() and not out_dir.is_dir():
         raise IEError(f"{out_dir}: exists and is not a directory")
     if src_dir is not None and out_dir.is_dir() and os.path.realpath(out_dir) == os.path.realpath(src_dir):
         raise IEError(f"{out_dir}: output directory is the source directory (its checkpoint or model); choose another")
     if not out_dir.is_dir():
         return []
-    present = [n for n in ARTIFACT_FILES if os.path.lexists(out_dir / n)]
+    present = [n for n in owned if os.path.lexists(out_dir / n)]
     for n in present:
         if (out_dir / n).is_dir() and not (out_dir / n).is_symlink():
             raise IEError(f"{out_dir / n}: is a directory where the artifact has a file; move it away")
@@ -102,17 +107,19 @@ def check_out_dir(out_dir: Path, overwrite: bool, writes: list[str], src_dir: Pa
 
 
 class ArtifactOut:
-    """An IEBIN directory a converter is about to write: checked when made
-    (``check_out_dir``: before the conversion's work), written inside
-    ``writing()``. ``aux``: the files written beside model.ie.json and
-    model.ie.bin (config, tokenizer, dedup store), by name; ``stale``: a previous artifact's files the commit
+    """An IEBIN directory a converter is about to write (or, with ``weights``
+    and ``owned`` given, another kind: rotate's HF checkpoint, ``HF_FILES``):
+    checked when made (``check_out_dir``: before the conversion's work),
+    written inside ``writing()``. ``aux``: the files written beside the
+    ``weights`` (config, tokenizer, dedup store), by name; ``stale``: a previous artifact's files the commit
     removes (``overwrite`` only), for the result to report."""
 
-    def __init__(self, out_dir: str | os.PathLike, overwrite: bool, aux: list[str], src_dir: Path | None = None):
+    def __init__(self, out_dir: str | os.PathLike, overwrite: bool, aux: list[str], src_dir: Path | None = None,
+                 weights: tuple[str, ...] = (iebin.META_NAME, iebin.BIN_NAME), owned: tuple[str, ...] = ARTIFACT_FILES):
         self.dir = Path(out_dir)
         self.overwrite = overwrite
         self.tokenizer_files = [n for n in aux if n in TOKENIZER_FILES]  # what model.ie.json lists as the tokenizer
-        self.stale = check_out_dir(self.dir, overwrite, [iebin.META_NAME, iebin.BIN_NAME, *aux], src_dir)
+        self.stale = check_out_dir(self.dir, overwrite, [*weights, *aux], src_dir, owned)
 
     @contextmanager
     def writing(self) -> Iterator[StagedFiles]:

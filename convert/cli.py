@@ -717,7 +717,7 @@ def keep_backup(path: Path, data: bytes) -> Path:
 
 # dedup-plan, dedup-extract, dedup-link (convert/dedup_cli.py), block-sparse
 # (convert/bsr_cli.py; validate and inspect hand .bsr files to it) and imatrix
-# (convert/imatrix_cli.py), kl-probes and gptq.
+# (convert/imatrix_cli.py), kl-probes, gptq and rotate.
 for _c in (*DEDUP_COMMANDS, block_sparse_cmd, imatrix_cmd, kl_probes_cmd, gptq_cmd, rotate_cmd):
     cli.add_command(_c)
 

@@ -45,14 +45,14 @@ from typing import Iterator
 
 import numpy as np
 
-from iekit.formats.atomic import StagedFiles, make_dirs, refuse_non_regular, remove_dirs
 from iekit.formats.casting import decode_f32, encode_f32
+from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import IEError
 from iekit.formats.hf_checkpoint import HFSource, SINGLE_NAME, collect_tensors, read_aux
 from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 from iekit.formats.safetensors_writer import SafetensorsWriter
 
-from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, Progress, natural_key
+from .artifact_out import CONFIG_FILES, HF_FILES, TOKENIZER_FILES, ArtifactOut, Progress, natural_key
 
 # The architectures whose every tensor has a rule below: RMSNorm before each
 # block, residual writers o_proj and down_proj (Mixtral: w2), nothing after
@@ -70,7 +70,8 @@ READS_MLP = re.compile(rf"mlp\.(?:gate|up)_proj\.weight|mlp\.gate\.weight|block_
 WRITES = re.compile(rf"self_attn\.o_proj\.(?:weight|bias)|mlp\.down_proj\.(?:weight|bias)"
                     rf"|{_EXPERT}(?:down_proj|w2)\.(?:weight|bias)")
 KEPT = re.compile(r"self_attn\.[qkv]_proj\.bias|self_attn\.[qk]_norm\.weight")  # inside a head, not on the stream
-NORMS = {"input_layernorm.weight": READS_ATTN, "post_attention_layernorm.weight": READS_MLP}
+READERS = ((READS_ATTN, "input_layernorm.weight"), (READS_MLP, "post_attention_layernorm.weight"))  # and their norms
+NORMS = {n for _pattern, n in READERS}
 
 
 @dataclass
@@ -94,6 +95,7 @@ class RotateResult:
     bytes_out: int
     head_bytes: int  # the untied head's, included in bytes_out
     seconds: float
+    removed: list[str]  # a previous checkpoint's files the run removed (--overwrite)
 
 
 def haar_orthogonal(n: int, seed: int) -> np.ndarray:
@@ -143,12 +145,12 @@ def plan(config: dict, tensors: dict[str, SafetensorsTensor], config_path: Path)
             continue
         m = LAYER.fullmatch(name)
         rest = m.group(2) if m else ""
+        reads = next((n for pattern, n in READERS if pattern.fullmatch(rest)), None)  # through this norm
         if rest in NORMS:
             need(name, [h], "a norm")
             rules.append(Rule(name, "ones", [h]))
-        elif READS_ATTN.fullmatch(rest) or READS_MLP.fullmatch(rest):
-            norm = f"model.layers.{m.group(1)}." + ("input_layernorm.weight" if READS_ATTN.fullmatch(rest)
-                                                    else "post_attention_layernorm.weight")
+        elif reads is not None:
+            norm = f"model.layers.{m.group(1)}.{reads}"
             if norm not in tensors:
                 raise IEError(f"{name}: reads the residual stream through {norm!r}, which the checkpoint lacks")
             need(name, [None, h], "a matrix that reads the residual stream")
@@ -172,8 +174,10 @@ def _rows(sf: SafetensorsFile, t: SafetensorsTensor, advance) -> Iterator[np.nda
         yield decode_f32(raw, t.dtype.name).reshape(-1, cols)
 
 
-def _values(rule: Rule, tensors, q32: np.ndarray, dtype: str, advance) -> Iterator[bytes]:
-    """Output tensor ``rule.name``'s bytes in ``dtype``, a chunk at a time."""
+def _values(rule: Rule, tensors, norms: dict[str, np.ndarray], q32: np.ndarray, dtype: str,
+            advance) -> Iterator[bytes]:
+    """Output tensor ``rule.name``'s bytes in ``dtype``, a chunk at a time
+    (``norms``: the norm weights by name, read once)."""
     if rule.kind == "ones":
         yield encode_f32(np.ones(rule.shape, np.float32), dtype)
         return
@@ -182,10 +186,7 @@ def _values(rule: Rule, tensors, q32: np.ndarray, dtype: str, advance) -> Iterat
         for w in _rows(sf, t, advance):
             yield encode_f32(w, dtype)
     elif rule.kind == "read":
-        g = None
-        if rule.norm is not None:
-            nf, nt = tensors[rule.norm]
-            g = np.concatenate(list(_rows(nf, nt, lambda n: None)), axis=None)
+        g = norms.get(rule.norm)
         for w in _rows(sf, t, advance):
             yield encode_f32((w * g if g is not None else w) @ q32, dtype)
     else:  # write: Qᵀ W, a chunk of output rows at a time from the whole of W
@@ -199,66 +200,42 @@ def rotate(src: HFSource, out_dir: str | os.PathLike, *, seed: int = 0, dtype: s
            overwrite: bool = False, progress: Progress | None = None) -> RotateResult:
     """Write ``src`` rotated (module docstring) into ``out_dir`` as
     model.safetensors, config.json (tie_word_embeddings false) and the
-    source's generation and tokenizer files, staged and renamed together."""
+    source's generation and tokenizer files, staged and renamed together
+    (artifact_out.py's rules for the directory, and no other checkpoint's
+    shards beside them)."""
     progress = progress or Progress()
     if dtype not in OUT_DTYPES:
         raise IEError(f"--dtype {dtype!r}: expected one of {', '.join(OUT_DTYPES)}")
-    out = Path(out_dir)
     aux = {n: d for n in CONFIG_FILES + TOKENIZER_FILES if n != "config.json" and (d := read_aux(src, n)) is not None}
-    writes = [SINGLE_NAME, "config.json", *aux]
-    _check_out(out, writes, overwrite, src.dir)
+    out = ArtifactOut(out_dir, overwrite, ["config.json", *aux], src.dir, weights=(SINGLE_NAME,), owned=HF_FILES)
+    others = sorted(p.name for p in out.dir.iterdir() if p.name != SINGLE_NAME
+                    and p.name.endswith((".safetensors", ".index.json"))) if out.dir.is_dir() else []
+    if others:  # a stale index or shard would be read instead of, or beside, ours
+        raise IEError(f"{out.dir / others[0]}: another checkpoint's weights are here; choose an empty --out-dir")
     t0 = time.perf_counter()
     with ExitStack() as stack:
         tensors = collect_tensors(src, stack)
         rules = plan(src.config, {n: t for n, (_sf, t) in tensors.items()}, src.dir / "config.json")
+        norms = {n: np.concatenate(list(_rows(*tensors[n], lambda k: None)), axis=None)
+                 for n in {r.norm for r in rules if r.norm is not None}}
         h = src.config["hidden_size"]
         q32 = haar_orthogonal(h, seed).astype(np.float32)
         config = {**src.config, "tie_word_embeddings": False}
         if "torch_dtype" in config:
             config["torch_dtype"] = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}[dtype]
         meta = {"format": "pt", "iekit.rotation": json.dumps({"kind": "haar", "seed": seed, "hidden_size": h})}
-        item = {"f32": 4, "bf16": 2, "f16": 2}[dtype]
         bytes_in = sum(tensors[r.src][1].nbytes for r in rules if r.src is not None)
         progress.start("rotating", bytes_in)
-        created = make_dirs(out)
-        try:
-            with StagedFiles(out, replace=overwrite, exclusive=True) as staged:
-                f = staged.open(SINGLE_NAME)
-                writer = SafetensorsWriter(f, [(r.name, dtype, r.shape) for r in rules], meta)
-                for r in rules:
-                    progress.describe(r.name)
-                    writer.write(r.name, _values(r, tensors, q32, dtype, progress.advance))
-                writer.finish()
-                staged.write_bytes("config.json", (json.dumps(config, indent=2) + "\n").encode())
-                for n, d in aux.items():
-                    staged.write_bytes(n, d)
-        except BaseException:
-            remove_dirs(created)
-            raise
-    bytes_out = (out / SINGLE_NAME).stat().st_size
+        with out.writing() as staged:
+            writer = SafetensorsWriter(staged.open(SINGLE_NAME), [(r.name, dtype, r.shape) for r in rules], meta)
+            for r in rules:
+                progress.describe(r.name)
+                writer.write(r.name, _values(r, tensors, norms, q32, dtype, progress.advance))
+            writer.finish()
+            staged.write_bytes("config.json", (json.dumps(config, indent=2) + "\n").encode())
+            for n, d in aux.items():
+                staged.write_bytes(n, d)
     head = next(r for r in rules if r.name == "lm_head.weight")
-    return RotateResult(out, len(rules), bytes_in, bytes_out, int(np.prod(head.shape)) * item,
-                        time.perf_counter() - t0)
+    return RotateResult(out.dir, len(rules), bytes_in, (out.dir / SINGLE_NAME).stat().st_size,
+                        int(np.prod(head.shape)) * DTYPES[dtype].itemsize, time.perf_counter() - t0, out.stale)
 
-
-def _check_out(out: Path, writes: list[str], overwrite: bool, src_dir: Path) -> None:
-    """Before any work: the output is a directory (or nothing yet), not the
-    source, holds no other checkpoint's shards (a stale index or shard would
-    be read instead of, or beside, ours), and replaces nothing without
-    ``overwrite``, nor anything but a regular file even with it."""
-    if out.exists() and not out.is_dir():
-        raise IEError(f"{out}: exists and is not a directory")
-    if not out.is_dir():
-        return
-    if os.path.realpath(out) == os.path.realpath(src_dir):
-        raise IEError(f"{out}: output directory is the source checkpoint; choose another")
-    others = sorted(p.name for p in out.iterdir()
-                    if p.name != SINGLE_NAME and (p.name.endswith(".safetensors") or p.name.endswith(".index.json")))
-    if others:
-        raise IEError(f"{out / others[0]}: another checkpoint's weights are here; choose an empty --out-dir")
-    for n in writes:
-        p = out / n
-        if os.path.lexists(p):
-            refuse_non_regular(p)
-            if not overwrite:
-                raise IEError(f"{p}: exists; pass --overwrite to replace it")

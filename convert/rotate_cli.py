@@ -62,3 +62,6 @@ def rotate_cmd(hf_dir, out_dir, seed, dtype, overwrite, quiet):
               f"{src.config['hidden_size']} matrix (seed {seed}): {human_bytes(res.bytes_in)} in, "
               f"{human_bytes(res.bytes_out)} {dtype} out, the untied head {human_bytes(res.head_bytes)} of it, in "
               f"{res.seconds:.1f} s -> {res.out_dir}", markup=False)
+    if res.removed:
+        err.print(f"removed the previous checkpoint's {', '.join(res.removed)} from {res.out_dir} "
+                  "(not part of the new one)", markup=False)

@@ -11,6 +11,7 @@ import shutil
 import numpy as np
 import pytest
 from conftest import GOLDEN, assert_one_line_error, run_tool
+from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 from iekit.runtime.decoder import Decoder
@@ -70,8 +71,8 @@ def test_rotated_checkpoint_computes_the_same_logits(tmp_path, model):
     assert np.allclose(ro.T @ ro, o.T @ o, rtol=1e-5, atol=1e-6 * np.abs(o.T @ o).max())
     e, re = w["model.embed_tokens.weight"], r["model.embed_tokens.weight"]
     assert np.allclose(np.linalg.norm(re, axis=1), np.linalg.norm(e, axis=1), rtol=1e-5)
-    meta = json.loads((tmp_path / "rot" / "model.safetensors").read_bytes()[8:].split(b"}}", 1)[0] + b"}}")
-    assert json.loads(meta["__metadata__"]["iekit.rotation"])["seed"] == 0
+    with safe_open(tmp_path / "rot" / "model.safetensors", "np") as f:
+        assert json.loads(f.metadata()["iekit.rotation"])["seed"] == 0
 
 
 def test_the_seed_names_the_bytes_and_bf16_stays_close(tmp_path):
@@ -98,7 +99,12 @@ def test_output_directory_rules(tmp_path):
     assert_one_line_error(_rotate(src, out), "model.safetensors", "exists; pass --overwrite")
     assert _rotate(src, out, "--overwrite", "--seed", 3).returncode == 0
     assert (out / "model.safetensors").read_bytes() != before
-    assert_one_line_error(_rotate(src, src), "source checkpoint")
+    assert_one_line_error(_rotate(src, src), "is the source directory")
+    # a previous checkpoint's file the new one does not write: removed with --overwrite, and said
+    (out / "vocab.txt").write_text("old")
+    res = _rotate(src, out, "--overwrite")
+    assert res.returncode == 0 and "removed the previous checkpoint's vocab.txt" in res.stderr, res.stderr
+    assert not (out / "vocab.txt").exists()
     other = tmp_path / "other"
     other.mkdir()
     (other / "model-00001-of-00002.safetensors").write_bytes(b"x")

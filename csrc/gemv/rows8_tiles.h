@@ -1032,6 +1032,11 @@ void pack_kq_sides_vec(const Rows8& p, const uint8_t* const (&row)[8], size_t at
   }
 }
 
+IE_INLINE __m128i kq_words(__m256i nib) {  // 8 words of nibbles -> word 2v | word 2v + 1 << 4, v = 0..3
+  const __m256i r = _mm256_or_si256(nib, _mm256_slli_epi32(_mm256_srli_epi64(nib, 32), 4));
+  return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
+}
+
 // The k-quants' nibbles (q4_k, q5_k, q6_k) as pack_q40_tiles_vec packs:
 // one 32-byte run per row holds two 32-blocks' codes, one in the low
 // nibbles and one in the high ones (put_nibbles_kq's order: element e in byte e), so each
@@ -1040,11 +1045,6 @@ void pack_kq_sides_vec(const Rows8& p, const uint8_t* const (&row)[8], size_t at
 // i + 4 share a register and the same transpose puts the words in place.
 // The rest of the tile is pack_kq_sides_vec's. q4_k tiles took 33% of a
 // Qwen3-MoE-shaped Q4_K_M prefill through the portable packer.
-IE_INLINE __m128i kq_words(__m256i nib) {  // 8 words of nibbles -> word 2v | word 2v + 1 << 4, v = 0..3
-  const __m256i r = _mm256_or_si256(nib, _mm256_slli_epi32(_mm256_srli_epi64(nib, 32), 4));
-  return _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
-}
-
 void pack_kq_tiles_vec(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_t t0, int64_t n,
                        uint8_t* out) {
   const WType ty = p.spec.type;
