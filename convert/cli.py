@@ -82,6 +82,14 @@ CHECKSUM_OPTION = click.option(
          "or need a cryptographic hash. Readers accept both.")
 
 
+# The converters' --allow-nonfinite (hf-to-iebin, gguf-to-iebin): validate --deep takes the same flag.
+ALLOW_NONFINITE_OPTION = click.option(
+    "--allow-nonfinite", is_flag=True,
+    help="Keep float tensors that hold NaN or ±inf (without it they are refused, naming the tensor and element: "
+         "such a weight turns every logit into NaN). The artifact then validates only with `validate --deep "
+         "--allow-nonfinite`. A non-finite quantization scale is always refused.")
+
+
 def check_q4_map_flags(q4_map, force: bool, imatrix) -> None:
     if (force or imatrix) and not q4_map:
         raise click.UsageError(f"{'--force' if force else '--imatrix'} only applies with --q4-map")
@@ -98,12 +106,14 @@ def check_q4_map_flags(q4_map, force: bool, imatrix) -> None:
 @click.option("--force", is_flag=True, help="With --q4-map: also quantize embeddings/norms the manifest selects.")
 @IMATRIX_OPTION
 @CHECKSUM_OPTION
+@ALLOW_NONFINITE_OPTION
 @click.option("--overwrite", is_flag=True,
               help="Replace the artifact in --out-dir as a whole: its files are replaced, and files of a previous "
                    "artifact this one does not write (model.ie.*, config/tokenizer files, dedup links) are removed "
                    "and listed. Other files are never touched. Without it, any such file already there is an error.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, imatrix, checksum, overwrite, quiet):
+def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, imatrix, checksum, allow_nonfinite,
+                    overwrite, quiet):
     """Convert an HF safetensors checkpoint to IEBIN schema2.
 
     Reads model.safetensors or sharded model-XXXXX-of-YYYYY.safetensors with
@@ -114,8 +124,9 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, im
     one mxfp4 tensor P [experts, rows, cols], repacked, not dequantized
     (convert/hf_mxfp4.py). config.json,
     generation_config.json and tokenizer files are copied alongside (each
-    must be a regular file inside the checkpoint). Nothing already in
-    --out-dir is replaced without --overwrite.
+    must be a regular file inside the checkpoint). A float tensor holding
+    NaN or ±inf is refused, naming its shard and element (--allow-nonfinite
+    keeps it). Nothing already in --out-dir is replaced without --overwrite.
     """
     if (hf_dir is None) == (repo_id is None):
         raise click.UsageError("give exactly one of --hf-dir or --repo-id")
@@ -126,7 +137,7 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, im
     src = hf_checkpoint.from_dir(hf_dir) if hf_dir is not None else from_hub(repo_id, revision)
     with convert_progress(quiet) as prog:
         res = convert(src, out_dir, dtype=dtype, overwrite=overwrite, progress=prog, manifest=manifest, force=force,
-                      imatrix=imatrix, checksum=checksum)
+                      imatrix=imatrix, checksum=checksum, allow_nonfinite=allow_nonfinite)
     report_conversion(res)
     mbps = res.bytes_in / 1e6 / res.seconds if res.seconds > 0 else float("inf")
     err.print(f"converted {res.tensors} tensors ({human_bytes(res.bytes_in)} in, {human_bytes(res.bytes_out)} "
@@ -153,9 +164,11 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, im
 @click.option("--force", is_flag=True, help="With --q4-map: also quantize embeddings/norms the manifest selects.")
 @IMATRIX_OPTION
 @CHECKSUM_OPTION
+@ALLOW_NONFINITE_OPTION
 @click.option("--overwrite", is_flag=True, help="Replace the artifact in --out-dir as a whole (as hf-to-iebin --overwrite).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imatrix, checksum, overwrite, quiet):
+def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imatrix, checksum, allow_nonfinite,
+                      overwrite, quiet):
     """Import a llama.cpp GGUF model as IEBIN schema2, keeping its quantized blocks.
 
     \b
@@ -187,7 +200,7 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
     with convert_progress(quiet) as prog:
         res = convert_gguf(gguf_path, out_dir, dtype=dtype, overwrite=overwrite, progress=prog,
                            dequantize_all=dequantize, manifest=manifest, force=force, imatrix=imatrix,
-                           checksum=checksum)
+                           checksum=checksum, allow_nonfinite=allow_nonfinite)
     report_conversion(res)
     mbps = res.bytes_in / 1e6 / res.seconds if res.seconds > 0 else float("inf")
     parts = [f"{res.kept_blocks} with their blocks kept"] if res.kept_blocks else []

@@ -40,7 +40,7 @@ from iekit.formats import checksums, iebin, weight_types
 from iekit.formats.casting import cast_bytes, decode_f32, encode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import FormatError, IEError
-from iekit.formats.finite import PayloadScan
+from iekit.formats.finite import checker
 from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
 from iekit.formats.hf_config import model_summary
 from iekit.formats.library_calls import guarded
@@ -445,14 +445,17 @@ def file_type_name(g: GGUFModel) -> str | None:
 def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dtype: str | None = None,
                  overwrite: bool = False, progress: Progress | None = None, dequantize_all: bool = False,
                  manifest: Manifest | None = None, force: bool = False,
-                 imatrix: str | os.PathLike | None = None, checksum: str = checksums.DEFAULT) -> ConvertResult:
+                 imatrix: str | os.PathLike | None = None, checksum: str = checksums.DEFAULT,
+                 allow_nonfinite: bool = False) -> ConvertResult:
     """Import ``gguf_path`` into ``out_dir`` (see the module docstring).
     ``dequantize_all``: no block is kept, every tensor becomes a float
     (``dtype``, f32 by default): the float reference of a quantized file.
     ``manifest``: the tensors it selects are quantized again from their
     dequantized values (q4_manifest.json, as hf-to-iebin --q4-map), weighted
     by ``imatrix`` (default: the manifest's) where it has an entry.
-    ``checksum``: the digest algorithm recorded (formats/checksums.py)."""
+    ``checksum``: the digest algorithm recorded (formats/checksums.py).
+    A float tensor holding NaN or ±inf is refused unless ``allow_nonfinite``
+    (a block's scale never is)."""
     progress = progress or Progress()
     check_dtype(dtype)
     g = open_gguf(gguf_path)
@@ -494,7 +497,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
             error = QuantError() if p.mode == "quantize" else None
             if error is not None:
                 errors[p.name] = error
-            writer.add_tensor(p.name, p.dtype, p.shape, _chunks(g, p, progress, error), p.out_nbytes,
+            writer.add_tensor(p.name, p.dtype, p.shape, _chunks(g, p, progress, error, allow_nonfinite), p.out_nbytes,
                               extra=extra, error=error)
         aux = writer.stage_aux(aux_data)
         source = {"kind": "gguf", "name": g.path.name, "revision": None, "shards": hashes.records(),
@@ -559,15 +562,17 @@ def _floats(g: GGUFModel, p: _Tensor, r0: int, part: np.ndarray) -> np.ndarray:
     return w
 
 
-def _chunks(g: GGUFModel, p: _Tensor, progress: Progress, error: QuantError | None = None) -> Iterator[bytes]:
+def _chunks(g: GGUFModel, p: _Tensor, progress: Progress, error: QuantError | None = None,
+            allow_nonfinite: bool = False) -> Iterator[bytes]:
     """The tensor's output bytes, streamed (a quantized one's predicted loss
-    added to ``error``)."""
+    added to ``error``), each checked finite (finite.py) before it is passed
+    on: a float's elements unless ``allow_nonfinite``, a block's scales always."""
     if p.mode == "quantize":
         rows = (_floats(g, p, r0, part) for r0, part in _row_blocks(g, p, progress))
         yield from (piece.tobytes() for piece in SCHEMES[p.dtype].stream(rows, p.params, p.shape[0], p.name,
                                                                            p.importance, error))
         return
-    scan = PayloadScan({"dtype": p.dtype, "shape": p.shape}, allow_nonfinite=True) if p.dtype in SCHEMES else None
+    check = checker({"dtype": p.dtype, "shape": p.shape}, g.path, p.src.name, allow_nonfinite)
     for r0, part in _row_blocks(g, p, progress):
         if p.mode == "copy":
             out = part.tobytes()
@@ -575,8 +580,6 @@ def _chunks(g: GGUFModel, p: _Tensor, progress: Progress, error: QuantError | No
             out = cast_bytes(part.tobytes(), FLOATS[p.src.ggml_type], p.dtype)
         else:
             out = encode_f32(_floats(g, p, r0, part), p.dtype)
-        if scan is not None:
-            scan.feed(out)
-            if scan.problem:
-                raise FormatError(g.path, f"tensor {p.src.name!r}", scan.problem)
+        if check is not None:
+            check(out)
         yield out

@@ -23,6 +23,7 @@ from iekit.formats import checksums, expert_stacks, gptq, iebin
 from iekit.formats import imatrix as imatrix_fmt
 from iekit.formats.casting import cast_bytes, decode_f32
 from iekit.formats.dtypes import DTYPES
+from iekit.formats.finite import checked, checker
 from iekit.formats.hf_checkpoint import HFSource, collect_tensors, read_aux
 from iekit.formats.hf_config import model_summary
 from iekit.formats.model_spec import check_convertible
@@ -62,14 +63,16 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
             overwrite: bool = False, progress: Progress | None = None,
             manifest: Manifest | None = None, force: bool = False,
             imatrix: str | os.PathLike | None = None, covariances: Any = None,
-            checksum: str = checksums.DEFAULT) -> ConvertResult:
+            checksum: str = checksums.DEFAULT, allow_nonfinite: bool = False) -> ConvertResult:
     """Convert ``src`` into ``out_dir``; ``dtype`` casts floating tensors,
     ``manifest`` (q4_manifest.json) quantizes the tensors it selects,
     weighting each one's error by ``imatrix`` (default: the manifest's).
     ``covariances`` (runtime/hessians.py's Hessians): the matrices it has
     an input covariance for are quantized error-compensated (formats/gptq.py)
     instead, each read whole. ``checksum``: the digest algorithm recorded
-    (formats/checksums.py)."""
+    (formats/checksums.py). A float tensor holding NaN or ±inf (or a cast
+    overflowing to inf) is refused, naming its shard, unless
+    ``allow_nonfinite``: ``validate --deep`` would refuse the artifact."""
     progress = progress or Progress()
     check_dtype(dtype)
     # The config and tokenizer files are read first (each checked: regular,
@@ -124,16 +127,20 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     cov = None  # not held while the next window's covariances are collected
                     continue
                 target = dtype if dtype and t.dtype.is_float else t.dtype.name
+                entry = {"dtype": target, "shape": shape}
                 if target == t.dtype.name and name not in written.flipped:
                     writer.add_copy(name, target, shape, t.nbytes,
-                                    lambda fd, off, sf=sf, t=t: sf.copy_to(t, fd, off, progress.advance))
+                                    lambda fd, off, sf=sf, t=t: sf.copy_to(t, fd, off, progress.advance),
+                                    check=checker(entry, sf.path, name, allow_nonfinite))
                     continue
                 chunks = tensor_bytes(CHUNK_BYTES)
+                where = sf.path
                 if target != t.dtype.name:
                     n_cast += 1
                     chunks = (cast_bytes(c, t.dtype.name, target) for c in chunks)
+                    where = f"{sf.path} (cast to {target})"
                 out_nbytes = t.nbytes // t.dtype.itemsize * DTYPES[target].itemsize
-                writer.add_tensor(name, target, shape, chunks, out_nbytes)
+                writer.add_tensor(name, target, shape, checked(chunks, entry, where, name, allow_nonfinite), out_nbytes)
 
             aux = writer.stage_aux(aux_data)
             source = {"kind": src.kind, "name": src.name, "revision": src.revision, "shards": hashes.records()}

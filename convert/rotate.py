@@ -48,6 +48,7 @@ import numpy as np
 from iekit.formats.casting import decode_f32, encode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import IEError
+from iekit.formats.finite import checker
 from iekit.formats.hf_checkpoint import HFSource, SINGLE_NAME, collect_tensors, read_aux
 from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 from iekit.formats.safetensors_writer import SafetensorsWriter
@@ -166,10 +167,14 @@ def plan(config: dict, tensors: dict[str, SafetensorsTensor], config_path: Path)
 
 
 def _rows(sf: SafetensorsFile, t: SafetensorsTensor, advance) -> Iterator[np.ndarray]:
-    """The tensor as float32 rows [k, cols], ROWS_BYTES of them at a time."""
+    """The tensor as float32 rows [k, cols], ROWS_BYTES of them at a time;
+    a NaN or ±inf is refused (rotated, it would spread over a whole row or
+    column of every matrix it meets)."""
     cols = t.shape[-1] if t.shape else 1
     row_bytes = max(1, cols * t.dtype.itemsize)
+    check = checker({"dtype": t.dtype.name, "shape": list(t.shape)}, sf.path, t.name, hint=False)
     for raw in sf.iter_chunks(t, max(1, ROWS_BYTES // row_bytes) * row_bytes):
+        check(raw)
         advance(len(raw))
         yield decode_f32(raw, t.dtype.name).reshape(-1, cols)
 

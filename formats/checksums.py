@@ -76,11 +76,15 @@ def digest(name: str, data: bytes | memoryview) -> str:
 
 
 def digest_range(f: BinaryIO, offset: int, nbytes: int, name: str,
+                 check: Callable[[memoryview], None] | None = None,
                  advance: Callable[[int], None] | None = None) -> str:
     """Digest of ``nbytes`` of ``f`` from ``offset``, read in bounded chunks;
-    ``advance(n)`` after each (a progress bar; raising stops the hash)."""
+    ``check(view)`` sees each chunk (finite.checker: raising stops the hash),
+    ``advance(n)`` after each (a progress bar; raising stops it too)."""
     h = ALGORITHMS[name].new()
     for view in pread_views(f, offset, nbytes):
+        if check is not None:
+            check(view)
         h.update(view)
         if advance is not None:
             advance(len(view))
@@ -90,4 +94,4 @@ def digest_range(f: BinaryIO, offset: int, nbytes: int, name: str,
 def digest_file_range(path: str | os.PathLike, offset: int, nbytes: int, name: str,
                       advance: Callable[[int], None] | None = None) -> str:
     with open(path, "rb", buffering=0) as f:
-        return digest_range(f, offset, nbytes, name, advance)
+        return digest_range(f, offset, nbytes, name, advance=advance)

@@ -14,6 +14,10 @@ docs/formats/quant.md):
 - float tensors (``f64 f32 f16 bf16``): every element must be finite unless
   the caller allows non-finite values (``--allow-nonfinite``, as for BSR).
 
+Converters check what they write the same way (``checked``, and
+IebinWriter's read-back of copied payloads), naming the source file, so
+that no tool here writes an artifact ``validate --deep`` refuses.
+
 ``PayloadScan`` takes the payload in chunks of any size, in order (it keeps
 at most one block of carry-over), and remembers the first problem as one
 message naming the element, group or block. Integer tensors have nothing to
@@ -23,11 +27,13 @@ float arithmetic and treats bf16 like the others.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import os
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
 from .dtypes import DTYPES
+from .errors import FormatError
 from .quant import E8M0_MAX, SCHEMES, matrix_dims
 
 # element bytes -> (unsigned view, exponent mask, float view for messages)
@@ -59,8 +65,9 @@ class PayloadScan:
     """Feed a tensor entry's payload with ``feed``; ``problem`` is the first
     non-finite value found, as a message, or None."""
 
-    def __init__(self, entry: Mapping[str, Any], allow_nonfinite: bool = False):
+    def __init__(self, entry: Mapping[str, Any], allow_nonfinite: bool = False, hint: bool = True):
         self.problem: str | None = None
+        self._hint = hint  # a float's message names --allow-nonfinite (the caller has it)
         self._pos = 0  # payload bytes consumed by _check
         self._carry = b""
         dtype, shape = entry["dtype"], list(entry["shape"])
@@ -121,8 +128,8 @@ class PayloadScan:
         where = f"element {e}"
         if len(self._shape) > 1:
             where += f" (index {tuple(int(v) for v in np.unravel_index(e, self._shape))})"
-        return (f"{self._dtype} {where} is {_value(raw, i, self._layout)}; non-finite weights are invalid "
-                "(pass --allow-nonfinite to accept them)")
+        return (f"{self._dtype} {where} is {_value(raw, i, self._layout)}; non-finite weights are invalid"
+                + (" (pass --allow-nonfinite to accept them)" if self._hint else ""))
 
     def _int4w(self, raw: np.ndarray, start: int) -> str | None:
         end = start + raw.size
@@ -168,3 +175,31 @@ def scan_bytes(entry: Mapping[str, Any], raw: Any, allow_nonfinite: bool = False
     s = PayloadScan(entry, allow_nonfinite)
     s.feed(np.frombuffer(raw, dtype=np.uint8))
     return s.problem
+
+
+def checker(entry: Mapping[str, Any], source: str | os.PathLike, tensor: str, allow_nonfinite: bool = False,
+            hint: bool = True) -> Callable[[bytes | memoryview], None] | None:
+    """A function to feed ``entry``'s payload to, chunk by chunk, that raises
+    a FormatError naming ``source`` and ``tensor`` at the first non-finite
+    value; None when the tensor has nothing to check. ``hint``: the caller
+    offers --allow-nonfinite, and the message says so."""
+    scan = PayloadScan(entry, allow_nonfinite, hint)
+    if not scan.active:
+        return None
+
+    def feed(chunk: bytes | memoryview) -> None:
+        scan.feed(chunk)
+        if scan.problem:
+            raise FormatError(source, f"tensor {tensor!r}", scan.problem)
+    return feed
+
+
+def checked(chunks: Iterable[bytes], entry: Mapping[str, Any], source: str | os.PathLike, tensor: str,
+            allow_nonfinite: bool = False) -> Iterator[bytes]:
+    """``chunks`` (a payload for ``entry``) passed on unchanged, each only
+    after it was checked (``checker``)."""
+    feed = checker(entry, source, tensor, allow_nonfinite)
+    for c in chunks:
+        if feed is not None:
+            feed(c)
+        yield c

@@ -95,6 +95,7 @@ class IebinWriter:
         # are collected by finish().
         self._hasher = ThreadPoolExecutor(1, thread_name_prefix="iekit-hash")
         self._pending: list[tuple[dict[str, Any], Any]] = []
+        self._pending_done = 0  # how many of them _raise_failed has seen finish
         self._flushed = 0  # bytes whose writeback has been started (start_writeback)
 
     def _write_back(self) -> None:
@@ -105,6 +106,13 @@ class IebinWriter:
             start_writeback(self._f.fileno(), self._flushed, self._written - self._flushed)
             self._flushed = self._written
 
+    def _raise_failed(self) -> None:
+        """Raise what a finished read-back of add_copy raised (a short read,
+        a non-finite value), without waiting for the ones still running."""
+        while self._pending_done < len(self._pending) and self._pending[self._pending_done][1].done():
+            self._pending[self._pending_done][1].result()
+            self._pending_done += 1
+
     def _start(self) -> int:
         """Zero-fill up to the next aligned offset and return it."""
         offset = -(-self._next // self.alignment) * self.alignment
@@ -113,12 +121,16 @@ class IebinWriter:
         return offset
 
     def add_copy(self, name: str, dtype: str, shape: list[int], nbytes: int,
-                 copy: Callable[[int, int], None], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                 copy: Callable[[int, int], None], extra: dict[str, Any] | None = None,
+                 check: Callable[[memoryview], None] | None = None) -> dict[str, Any]:
         """A payload the source already holds as it must be stored:
         ``copy(fd, offset)`` puts its ``nbytes`` into the staged file's
         descriptor at ``offset`` (SafetensorsFile.copy_to: in the kernel, never
         through Python). The digest is of the bytes as written, read back
-        from the staged file on a worker while the next payload is copied."""
+        from the staged file on a worker while the next payload is copied;
+        ``check`` (finite.checker) is fed the same bytes there, and what it
+        raises is raised by a later add_* or by finish()."""
+        self._raise_failed()
         offset = self._start()
         self._f.flush()
         copy(self._f.fileno(), offset)
@@ -127,7 +139,7 @@ class IebinWriter:
         self._next = offset + max(nbytes, 1)
         entry = {"name": name, "dtype": dtype, "shape": list(shape), "file": BIN_NAME,
                  "file_data_offset": offset, "nbytes": nbytes, **(extra or {})}
-        digest = self._hasher.submit(checksums.digest_range, self._f, offset, nbytes, self.checksum.name)
+        digest = self._hasher.submit(checksums.digest_range, self._f, offset, nbytes, self.checksum.name, check)
         self._pending.append((entry, digest))
         self.tensors.append(entry)
         self._write_back()
@@ -138,6 +150,7 @@ class IebinWriter:
                    error: QuantError | None = None) -> dict[str, Any]:
         """Write one payload from ``chunks``; ``error``, filled while they are
         produced (Scheme.stream), is recorded as the entry's quant_error."""
+        self._raise_failed()
         offset = self._start()
         h = self.checksum.new()
         n = 0
@@ -187,6 +200,7 @@ class IebinWriter:
         for entry, digest in self._pending:
             entry[self.checksum.name] = digest.result()
         self._pending.clear()
+        self._pending_done = 0
         self._hasher.shutdown()
         meta = {
             "format": FORMAT_NAME,

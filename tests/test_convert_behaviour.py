@@ -68,8 +68,8 @@ def test_random_checkpoints_convert_exactly(tmp_path_factory, tensors, shards):
     root = tmp_path_factory.mktemp("ck")
     shards = min(shards, len(tensors))
     write_checkpoint(root / "hf", tensors, shards)
-    convert(from_dir(root / "hf"), root / "out")
-    m = iebin.load_model(root / "out", deep=True, allow_nonfinite=True)  # random bytes: NaN/Inf floats too
+    convert(from_dir(root / "hf"), root / "out", allow_nonfinite=True)  # random bytes: NaN/Inf floats too
+    m = iebin.load_model(root / "out", deep=True, allow_nonfinite=True)
     assert [t["name"] for t in m.tensors] == sorted(tensors, key=natural_key)
     blob = (root / "out" / iebin.BIN_NAME).read_bytes()
     for t in m.tensors:
@@ -78,7 +78,7 @@ def test_random_checkpoints_convert_exactly(tmp_path_factory, tensors, shards):
         assert blob[t["file_data_offset"]: t["file_data_offset"] + t["nbytes"]] == data
     meta_bytes = (root / "out" / iebin.META_NAME).read_bytes()
     assert dumps_canonical(load_json(root / "out" / iebin.META_NAME)) == meta_bytes
-    convert(from_dir(root / "hf"), root / "out2")
+    convert(from_dir(root / "hf"), root / "out2", allow_nonfinite=True)
     assert (root / "out2" / iebin.BIN_NAME).read_bytes() == blob
     assert json.loads((root / "out2" / iebin.META_NAME).read_bytes())["tensors"] == json.loads(meta_bytes)["tensors"]
 
@@ -87,8 +87,11 @@ def test_int_and_bool_tensors_are_not_cast(tmp_path):
     write_checkpoint(tmp_path / "hf", {"a": ("I32", [3], struct.pack("<3i", 1, -2, 3)),
                                         "b": ("BOOL", [2], b"\x01\x00"),
                                         "c": ("F64", [2], struct.pack("<2d", 1.5, 1e300))})
-    convert(from_dir(tmp_path / "hf"), tmp_path / "o", dtype="f16")
-    m = iebin.load_model(tmp_path / "o", deep=True, allow_nonfinite=True)  # 1e300 casts to f16 inf
+    with pytest.raises(FormatError, match=r"model.safetensors \(cast to f16\): tensor 'c': f16 element 1 is inf"):
+        convert(from_dir(tmp_path / "hf"), tmp_path / "o", dtype="f16")  # 1e300 casts to f16 inf
+    assert not (tmp_path / "o").exists()
+    convert(from_dir(tmp_path / "hf"), tmp_path / "o", dtype="f16", allow_nonfinite=True)
+    m = iebin.load_model(tmp_path / "o", deep=True, allow_nonfinite=True)
     dt = {t["name"]: t["dtype"] for t in m.tensors}
     assert dt == {"a": "i32", "b": "bool", "c": "f16"}
     c = m.tensor("c")

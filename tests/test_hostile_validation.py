@@ -210,6 +210,81 @@ def test_validate_deep_rejects_nonfinite_float_weights_unless_allowed(tmp_path, 
     assert ok.returncode == 0 and "non-finite floats allowed" in ok.stdout, ok.stderr
 
 
+def _poisoned_checkpoint(src: Path, dst: Path, name: str, index: int, value: float) -> Path:
+    """A copy of HF checkpoint ``src`` with element ``index`` of tensor
+    ``name`` set to ``value`` in the tensor's own dtype (f32/f16/bf16)."""
+    shutil.copytree(src, dst)
+    for shard in dst.glob("*.safetensors"):
+        b = bytearray(shard.read_bytes())
+        n = struct.unpack("<Q", b[:8])[0]
+        h = json.loads(b[8:8 + n])
+        if name in h:
+            dt = h[name]["dtype"]
+            raw = (np.array([value], np.float32).view(np.uint32) >> 16).astype("<u2").tobytes() if dt == "BF16" \
+                else np.array([value], {"F32": "<f4", "F16": "<f2"}[dt]).tobytes()
+            o = 8 + n + h[name]["data_offsets"][0] + index * len(raw)
+            b[o:o + len(raw)] = raw
+            shard.write_bytes(bytes(b))
+            return dst
+    raise AssertionError(f"{name} not in {src}")
+
+
+@pytest.mark.parametrize("model, name, index, value, cmd, shown", [
+    # the first tensor written, copied in the kernel: found by the read-back, raised by a later tensor
+    ("tiny-llama", "lm_head.weight", 3, np.nan, [], "element 3 (index (0, 3)) is nan"),
+    # the last one: raised when the artifact is finished
+    ("tiny-llama", "model.norm.weight", 5, -np.inf, [], "element 5 is -inf"),
+    ("tiny-qwen2", "model.layers.0.mlp.down_proj.weight", 2, np.nan, [], "bf16 element 2 (index (0, 2)) is nan"),
+    # a cast: the source's NaN, and a finite f32 that overflows f16
+    ("tiny-llama", "model.layers.1.self_attn.q_proj.weight", 7, np.nan, ["--dtype", "f16"], "f16 element 7"),
+    ("tiny-llama", "model.layers.1.self_attn.q_proj.weight", 7, 1e6, ["--dtype", "f16"], "is inf"),
+])
+def test_hf_to_iebin_refuses_nonfinite_float_weights_unless_allowed(tmp_path, model, name, index, value, cmd, shown):
+    """What hf-to-iebin writes, validate --deep accepts: a NaN or ±inf weight
+    (it turns every logit into NaN) is refused, naming the shard, tensor and
+    element, with nothing written; --allow-nonfinite keeps it, as validate's
+    flag of the same name accepts it."""
+    src = _poisoned_checkpoint(GOLDEN_HF / model, tmp_path / "hf", name, index, value)
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", src, "--out-dir", tmp_path / "o", *cmd)
+    assert_one_line_error(res, ".safetensors", f"tensor '{name}'", shown, "--allow-nonfinite")
+    assert not (tmp_path / "o").exists() and not list(tmp_path.glob("o.*"))
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", src, "--out-dir", tmp_path / "o", *cmd,
+                   "--allow-nonfinite")
+    assert res.returncode == 0, res.stderr
+    assert_one_line_error(run_tool("ieconv", "validate", "--deep", tmp_path / "o"), name, shown)
+    assert run_tool("ieconv", "validate", "--deep", "--allow-nonfinite", tmp_path / "o").returncode == 0
+
+
+def test_rotate_refuses_a_nonfinite_weight(tmp_path):
+    """Rotated, one NaN would fill a whole row or column of every matrix it meets."""
+    src = _poisoned_checkpoint(GOLDEN_HF / "tiny-llama", tmp_path / "hf", "model.layers.0.mlp.up_proj.weight", 9,
+                               np.inf)
+    res = run_tool("ieconv", "rotate", "-q", "--hf-dir", src, "--out-dir", tmp_path / "rot")
+    assert_one_line_error(res, ".safetensors", "model.layers.0.mlp.up_proj.weight", "element 9 (index (0, 9)) is inf")
+    assert "--allow-nonfinite" not in res.stderr  # rotate has no such flag
+    assert not (tmp_path / "rot").exists()
+
+
+def test_gguf_to_iebin_refuses_a_nonfinite_float_tensor_unless_allowed(tmp_path):
+    """A GGUF's F32 tensors are copied, and checked like hf-to-iebin's."""
+    from gguf_build import gguf_from_hf
+
+    from iekit.formats.gguf_file import open_gguf
+
+    good = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "good.gguf")
+    t = next(t for t in open_gguf(good).tensors if t.name == "blk.1.attn_norm.weight")
+    data = bytearray(good.read_bytes())
+    data[t.offset + 4 * 6:t.offset + 4 * 7] = f32(NAN)
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(bytes(data))
+    res = run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", bad, "--out-dir", tmp_path / "o")
+    assert_one_line_error(res, "bad.gguf", "blk.1.attn_norm.weight", "element 6 is nan", "--allow-nonfinite")
+    assert not (tmp_path / "o").exists()
+    res = run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", bad, "--out-dir", tmp_path / "o", "--allow-nonfinite")
+    assert res.returncode == 0, res.stderr
+    assert run_tool("ieconv", "validate", "--deep", "--allow-nonfinite", tmp_path / "o").returncode == 0
+
+
 def test_payload_scan_is_independent_of_chunking():
     """validate --deep streams payloads in chunks: a NaN is found wherever the
     chunk boundaries fall (even splitting a block or an element)."""
