@@ -48,6 +48,18 @@ MAX_THREADS = 4096  # what a native thread pool accepts (csrc/common/thread_pool
 SEED = click.IntRange(0, 2**63 - 1)
 
 
+class FiniteFloat(click.FloatRange):
+    """click's FloatRange without NaN and ±inf, which compare false to every
+    bound and so pass it: ``--target-bpw nan`` was a manifest "meeting" a
+    target of nan."""
+
+    def convert(self, value, param, ctx):
+        v = super().convert(value, param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"{v} is not a finite number.", param, ctx)
+        return v
+
+
 def threads_option(what: str):
     """The one ``--threads`` of every command that computes (generate, eval,
     verify, bench, microbench, info, imatrix, gptq, kl-probes): by default the

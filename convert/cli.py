@@ -13,7 +13,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from iekit.cli.support import human_bytes, run_cli, stdout_console, threads_option
+from iekit.cli.support import FiniteFloat, human_bytes, run_cli, stdout_console, threads_option
 from iekit.formats import checksums, expert_stacks, hf_checkpoint, iebin, kl_probes, weight_types
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.casting import decode_f32
@@ -285,7 +285,7 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, ove
 @click.option("--imatrix", type=click.Path(path_type=Path, dir_okay=False),
               help="Record this importance matrix in the manifest (checked against the checkpoint now): "
                    "hf-to-iebin / gguf-to-iebin then weight every quantized matrix's error by it.")
-@click.option("--target-bpw", type=click.FloatRange(min=1.0), default=None,
+@click.option("--target-bpw", type=FiniteFloat(min=1.0), default=None,
               help="Instead of one scheme: per matrix, the mix of 2.625 to 8.5-bit schemes (q2_k, q3_k, iq3_s, int4w, "
                    "q4_0, q4_1, q4_k, iq4_xs, iq4_xsh, iq4_nl, q5_k, q5_0, q5_1, q6_k, q8_0) that meets this average bits per weight over the quantized matrices, spending bits "
                    "where the (importance-weighted, with --imatrix) error measured on their rows falls most. "

@@ -9,7 +9,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from iekit.cli.support import stderr_console, stdout_console, threads_option
+from iekit.cli.support import FiniteFloat, stderr_console, stdout_console, threads_option
 from iekit.formats.errors import IEError
 
 from . import evaluation, kv_cache, plots
@@ -154,8 +154,8 @@ def eval_cmd(model_dir, text_file, ids_file, ctx, chunks, threads, act, cache_ty
                              "at least --min-top1 when given).\n\n" + _HELP_SCORING)
 @_options
 @click.option("--ref-dir", required=True, type=click.Path(path_type=Path), help="Reference IEBIN model.")
-@click.option("--max-kld", required=True, type=click.FloatRange(min=0), help="Largest mean KL divergence (nats) allowed.")
-@click.option("--min-top1", type=click.FloatRange(0, 1), default=None, help="Smallest top-1 agreement allowed (0..1).")
+@click.option("--max-kld", required=True, type=FiniteFloat(min=0), help="Largest mean KL divergence (nats) allowed.")
+@click.option("--min-top1", type=FiniteFloat(0, 1), default=None, help="Smallest top-1 agreement allowed (0..1).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line: the eval figures plus ok and the limits.")
 def verify_model_cmd(model_dir, text_file, ids_file, ctx, chunks, threads, act, cache_type_k, cache_type_v, ref_dir,
                      max_kld, min_top1, as_json):

@@ -185,6 +185,22 @@ def test_usage_errors_exit_2(tmp_path):
     assert res.returncode == 2
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+@pytest.mark.parametrize("cmd", [
+    ("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-llama", "-o", "OUT", "--target-bpw"),
+    ("ierun", "verify", "model", "--model-dir", GOLDEN_HF, "--ref-dir", GOLDEN_HF, "--max-kld"),
+    ("ierun", "verify", "model", "--model-dir", GOLDEN_HF, "--ref-dir", GOLDEN_HF, "--max-kld", "1", "--min-top1"),
+])
+def test_float_options_refuse_nan_and_inf(tmp_path, cmd, value):
+    """NaN compares false to every bound, so click's FloatRange let it through:
+    q4-manifest --target-bpw nan wrote a manifest "meeting" a target of nan."""
+    res = run_tool(*[tmp_path / "m.json" if a == "OUT" else a for a in cmd], value)
+    # -inf, and inf above --min-top1's 1, fail the range first
+    assert res.returncode == 2 and re.search(r"is not a finite number|is not in the range", res.stderr), res.stderr
+    assert "nan" not in value.lower() or "is not a finite number" in res.stderr
+    assert not (tmp_path / "m.json").exists()
+
+
 # ---------------------------------------------------------------- atomic output
 
 def test_refuses_to_overwrite_then_overwrites(tmp_path):
