@@ -113,6 +113,9 @@ def plan(config: dict, tensors: dict[str, SafetensorsTensor], config_path: Path)
     mt = config.get("model_type")
     if mt not in ARCHITECTURES:
         raise IEError(f"{config_path}: model_type {mt!r}: rotation is implemented for {', '.join(ARCHITECTURES)}")
+    if config.get("quantization_config") is not None:  # its weights, or transformers' loading, are not floats
+        raise IEError(f"{config_path}: quantization_config: a quantized checkpoint cannot be rotated; "
+                      "rotate the float checkpoint")
     h = config.get("hidden_size")
     if type(h) is not int or h < 1:
         raise IEError(f"{config_path}: hidden_size must be a positive integer, got {h!r}")

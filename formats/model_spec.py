@@ -363,6 +363,12 @@ def _check_config(cfg: dict[str, Any], meta_path: Path) -> None:
     """Config keys that change the computation in a way the decoder does not implement."""
     if cfg.get("mlp_bias"):
         raise UnsupportedError(f"{meta_path}: config.mlp_bias: MLP biases are not supported by the decoder")
+    q = cfg.get("quantization_config")
+    method = q.get("quant_method") if isinstance(q, dict) else q
+    if q is not None and method != "mxfp4":  # mxfp4: gpt-oss's experts, converted to the mxfp4 type
+        raise UnsupportedError(f"{meta_path}: config.quantization_config: quant_method {method!r} is not supported "
+                               "(the decoder reads float weights, or the types ieconv and llama.cpp quantize to; "
+                               "mxfp4 is); dequantize the checkpoint first")
 
 
 # The kinds of weight a layer binds: a matrix [rows, cols]; a float vector;

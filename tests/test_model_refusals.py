@@ -44,6 +44,24 @@ def test_mlp_biases_are_refused_not_ignored(tmp_path, config_says):
     assert not (tmp_path / "l.npy").exists()
 
 
+@pytest.mark.parametrize("qc", [{"quant_method": "fp8", "weight_block_size": [128, 128]}, {"quant_method": "awq"},
+                                "gptq"])
+def test_a_quantization_config_the_decoder_does_not_apply_is_refused(tmp_path, qc):
+    """transformers quantizes float weights on load per quantization_config
+    (fp8 with pre_quantized false, bitsandbytes); the decoder would have run
+    them as floats. Converted as tensors, refused by ierun and rotate."""
+    hf = _hf_variant(tmp_path, "tiny-llama", {"quantization_config": qc}, hf_tensors(GOLDEN_HF / "tiny-llama"))
+    out = tmp_path / "m"
+    res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", hf, "--out-dir", out, "-q")
+    assert res.returncode == 0 and "ierun cannot run this model" in res.stderr, res.stderr
+    run = run_tool("ierun", "generate", "--model-dir", out, "--ids", "1", "--max-new", "1")
+    method = qc["quant_method"] if isinstance(qc, dict) else qc
+    assert_one_line_error(run, str(out / "model.ie.json"), "config.quantization_config", repr(method))
+    res = run_tool("ieconv", "rotate", "-q", "--hf-dir", hf, "--out-dir", tmp_path / "rot")
+    assert_one_line_error(res, "config.json", "quantization_config", "cannot be rotated")
+    assert not (tmp_path / "rot").exists()
+
+
 def test_gguf_biases_the_decoder_has_no_use_for_are_refused(tmp_path):
     """ffn_*.bias has no place in the import (refused there); output.bias
     imports as lm_head.bias, which the old decoder carried and ignored."""
