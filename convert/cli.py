@@ -36,6 +36,7 @@ from .hf_hub import from_hub
 from .conversion_output import convert_progress, err, report_conversion
 from .artifact_out import CAST_TARGETS, natural_key
 from .hf_to_iebin import convert, load_importance
+from .gguf_to_hf import convert_gguf_to_hf
 from .gguf_to_iebin import build_config as build_gguf_config
 from .gguf_to_iebin import GGUFRows, convert_gguf
 from .gguf_to_iebin import tensor_shapes as gguf_tensor_shapes
@@ -86,7 +87,7 @@ CHECKSUM_OPTION = click.option(
 ALLOW_NONFINITE_OPTION = click.option(
     "--allow-nonfinite", is_flag=True,
     help="Keep float tensors that hold NaN or ±inf (without it they are refused, naming the tensor and element: "
-         "such a weight turns every logit into NaN). The artifact then validates only with `validate --deep "
+         "such a weight turns every logit into NaN). An IEBIN artifact then validates only with `validate --deep "
          "--allow-nonfinite`. A non-finite quantization scale is always refused.")
 
 
@@ -210,6 +211,47 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
     err.print(f"imported {res.tensors} tensors ({'; '.join(parts) or 'all kept as they are'}; "
               f"{human_bytes(res.bytes_out)} model.ie.bin) in {res.seconds:.2f} s ({mbps:.0f} MB/s) -> {res.out_dir}",
               markup=False)
+
+
+@cli.command("gguf-to-hf")
+@click.option("--gguf", "gguf_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="The llama.cpp GGUF file (llama, with experts as Mixtral; qwen2, qwen3, qwen3moe).")
+@click.option("--out-dir", required=True, type=click.Path(path_type=Path),
+              help="Where the checkpoint is written (model.safetensors, config.json, tokenizer files).")
+@click.option("--dtype", type=click.Choice(CAST_TARGETS),
+              help="Dtype of dequantized tensors (default f32, in which a block's values are exact) and of "
+                   "F32/F16/BF16 tensors (default: kept).")
+@ALLOW_NONFINITE_OPTION
+@click.option("--overwrite", is_flag=True, help="Replace the files of a previous checkpoint in --out-dir.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, overwrite, quiet):
+    """Write a GGUF as the Hugging Face checkpoint it came from, float.
+
+    For the tools that read an HF checkpoint's float weights (rotate,
+    kl-probes, gptq, q4-manifest --ref-dir) when the model is a GGUF:
+    gguf-to-iebin's import (HF tensor names, llama.cpp's q/k row
+    interleaving undone, config.json and tokenizer.json rebuilt from the
+    metadata) as model.safetensors, every block type dequantized with
+    gguf.quants. A quantized GGUF gives its quantized values, not the
+    original's: rather start from an F16/BF16/F32 file. gpt-oss is
+    refused (gguf-to-iebin imports it).
+
+    \b
+    Typical use:
+      ieconv gguf-to-hf --gguf m-f16.gguf --out-dir m-hf
+      ieconv rotate --hf-dir m-hf --out-dir m-rot
+      ieconv hf-to-iebin --hf-dir m-rot --out-dir ref ; ieconv gptq --hf-dir m-rot --ref-dir ref ...
+    """
+    with convert_progress(quiet) as prog:
+        res = convert_gguf_to_hf(gguf_path, out_dir, dtype=dtype, overwrite=overwrite, progress=prog,
+                                 allow_nonfinite=allow_nonfinite)
+    mbps = res.bytes_in / 1e6 / res.seconds if res.seconds > 0 else float("inf")
+    err.print(f"wrote {res.tensors} tensors ({res.cast_tensors} dequantized or cast; {human_bytes(res.bytes_in)} "
+              f"read, {human_bytes(res.bytes_out)} model.safetensors) in {res.seconds:.2f} s ({mbps:.0f} MB/s) "
+              f"-> {res.out_dir}", markup=False)
+    if res.removed:
+        err.print(f"removed the previous checkpoint's {', '.join(res.removed)} from {res.out_dir} "
+                  "(not part of the new one)", markup=False)
 
 
 @cli.command("iebin-to-gguf")

@@ -118,6 +118,11 @@ class _Tensor:
         return self.shape[0] if self.order is not None else 1
 
     @property
+    def in_nbytes(self) -> int:
+        """Source bytes read to make it (gpt-oss's pairs: both halves)."""
+        return self.rows * _src_rows(self)[1]
+
+    @property
     def out_nbytes(self) -> int:
         rows, cols = int(np.prod(self.shape[:-1])), self.shape[-1]
         if self.mode == "quantize":
@@ -369,7 +374,10 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
     return out
 
 
-def _plan(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantize_all: bool) -> list[_Tensor]:
+def plan_tensors(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantize_all: bool) -> list[_Tensor]:
+    """Every output tensor, in name order, with how its bytes are made
+    (``mode``: copied, cast to ``dtype``, or dequantized to ``dtype`` or
+    f32; ``dequantize_all``: no block is kept) and its rows' order."""
     from gguf.quants import dequantize
 
     plans = []
@@ -399,6 +407,16 @@ def _plan(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantize_all: 
     return sorted(plans, key=lambda p: natural_key(p.name))
 
 
+def aux_files(g: GGUFModel, cfg: dict[str, Any]) -> dict[str, bytes]:
+    """config.json (``cfg``), and tokenizer.json and tokenizer_config.json
+    rebuilt from the vocabulary and the chat template (gguf_tokenizer.py)."""
+    aux = {"config.json": (json.dumps(cfg, indent=2) + "\n").encode(),
+           "tokenizer.json": guarded(g.path, "rebuilding the tokenizer", tokenizer_json, g.fields, g.path)}
+    if (tok_cfg := tokenizer_config_json(g.fields, g.path)) is not None:
+        aux["tokenizer_config.json"] = tok_cfg
+    return aux
+
+
 def tensor_shapes(g: GGUFModel) -> dict[str, tuple[str, list[int]]]:
     """{HF name: (float dtype, shape)} of the tensors a manifest can select:
     quantized tensors count as the f32 they dequantize to."""
@@ -413,7 +431,7 @@ class GGUFRows:
     def __init__(self, g: GGUFModel):
         self.g = g
         cfg = build_config(g)
-        self.plans = {p.name: p for p in _plan(g, cfg, "f32", True)}
+        self.plans = {p.name: p for p in plan_tensors(g, cfg, "f32", True)}
 
     def shape(self, name: str) -> list[int]:
         return self.plans[name].shape
@@ -460,7 +478,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
     check_dtype(dtype)
     g = open_gguf(gguf_path)
     cfg = build_config(g)
-    plans = _plan(g, cfg, dtype, dequantize_all)
+    plans = plan_tensors(g, cfg, dtype, dequantize_all)
     warnings: list[str] = []
     importance: dict = {}
     if manifest is not None:
@@ -478,15 +496,12 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
         warnings = warnings + iwarn
         for p in plans:
             p.importance = importance.get(p.name)
-    aux_data = {"config.json": (json.dumps(cfg, indent=2) + "\n").encode(),
-                "tokenizer.json": guarded(g.path, "rebuilding the tokenizer", tokenizer_json, g.fields, g.path)}
-    if (tok_cfg := tokenizer_config_json(g.fields, g.path)) is not None:
-        aux_data["tokenizer_config.json"] = tok_cfg
+    aux_data = aux_files(g, cfg)
     if (unsupported := check_convertible(model_summary(cfg), cfg, {p.name: p.shape for p in plans}, g.path)):
         warnings.append(unsupported)
     out = ArtifactOut(out_dir, overwrite, list(aux_data))
     t0 = time.perf_counter()
-    bytes_in = sum(p.rows * _src_rows(p)[1] for p in plans)
+    bytes_in = sum(p.in_nbytes for p in plans)
     progress.start("converting", bytes_in + g.path.stat().st_size)  # the file is hashed beside the import
     errors: dict[str, QuantError] = {}
     with SourceHashes([(g.path.name, g.path)], progress.advance, checksum) as hashes, out.writing() as staged:
@@ -497,7 +512,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
             error = QuantError() if p.mode == "quantize" else None
             if error is not None:
                 errors[p.name] = error
-            writer.add_tensor(p.name, p.dtype, p.shape, _chunks(g, p, progress, error, allow_nonfinite), p.out_nbytes,
+            writer.add_tensor(p.name, p.dtype, p.shape, tensor_chunks(g, p, progress, error, allow_nonfinite), p.out_nbytes,
                               extra=extra, error=error)
         aux = writer.stage_aux(aux_data)
         source = {"kind": "gguf", "name": g.path.name, "revision": None, "shards": hashes.records(),
@@ -562,7 +577,7 @@ def _floats(g: GGUFModel, p: _Tensor, r0: int, part: np.ndarray) -> np.ndarray:
     return w
 
 
-def _chunks(g: GGUFModel, p: _Tensor, progress: Progress, error: QuantError | None = None,
+def tensor_chunks(g: GGUFModel, p: _Tensor, progress: Progress, error: QuantError | None = None,
             allow_nonfinite: bool = False) -> Iterator[bytes]:
     """The tensor's output bytes, streamed (a quantized one's predicted loss
     added to ``error``), each checked finite (finite.py) before it is passed

@@ -53,7 +53,7 @@ from iekit.formats.hf_checkpoint import HFSource, SINGLE_NAME, collect_tensors, 
 from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 from iekit.formats.safetensors_writer import SafetensorsWriter
 
-from .artifact_out import CONFIG_FILES, HF_FILES, TOKENIZER_FILES, ArtifactOut, Progress, natural_key
+from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, Progress, checkpoint_out, natural_key
 
 # The architectures whose every tensor has a rule below: RMSNorm before each
 # block, residual writers o_proj and down_proj (Mixtral: w2), nothing after
@@ -215,11 +215,7 @@ def rotate(src: HFSource, out_dir: str | os.PathLike, *, seed: int = 0, dtype: s
     if dtype not in OUT_DTYPES:
         raise IEError(f"--dtype {dtype!r}: expected one of {', '.join(OUT_DTYPES)}")
     aux = {n: d for n in CONFIG_FILES + TOKENIZER_FILES if n != "config.json" and (d := read_aux(src, n)) is not None}
-    out = ArtifactOut(out_dir, overwrite, ["config.json", *aux], src.dir, weights=(SINGLE_NAME,), owned=HF_FILES)
-    others = sorted(p.name for p in out.dir.iterdir() if p.name != SINGLE_NAME
-                    and p.name.endswith((".safetensors", ".index.json"))) if out.dir.is_dir() else []
-    if others:  # a stale index or shard would be read instead of, or beside, ours
-        raise IEError(f"{out.dir / others[0]}: another checkpoint's weights are here; choose an empty --out-dir")
+    out = checkpoint_out(out_dir, overwrite, ["config.json", *aux], src.dir)
     t0 = time.perf_counter()
     with ExitStack() as stack:
         tensors = collect_tensors(src, stack)

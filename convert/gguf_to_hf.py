@@ -1,0 +1,70 @@
+"""``ieconv gguf-to-hf``: a llama.cpp GGUF as the Hugging Face checkpoint it
+was converted from (model.safetensors, config.json, tokenizer files).
+
+Why: the calibrated tools here (``rotate``, ``kl-probes``, ``gptq``,
+``q4-manifest --ref-dir``) read float weights under HF names, and many
+users have a model only as a GGUF (an f16 file from llama.cpp's
+convert_hf_to_gguf.py, or a quantized one). This is gguf-to-iebin's import
+(HF names, llama.cpp's q/k row interleaving undone, config.json and
+tokenizer.json rebuilt from the metadata) written as safetensors instead:
+F32/F16/BF16 tensors keep their bytes (or are cast to ``--dtype``), every
+block type is dequantized by gguf.quants to ``--dtype`` (f32 by default:
+a block's values are exact in f32, not in f16 or bf16). hf-to-iebin of the
+result is gguf-to-iebin --dequantize of the file, tensor for tensor.
+
+gpt-oss is refused: its HF layout (expert stacks stored transposed, MXFP4
+pairs) is not what the import builds; gguf-to-iebin reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from iekit.formats.gguf_file import open_gguf
+from iekit.formats.errors import FormatError
+from iekit.formats.hf_checkpoint import SINGLE_NAME
+from iekit.formats.safetensors_writer import SafetensorsWriter
+
+from .artifact_out import ConvertResult, Progress, check_dtype, checkpoint_out
+from .gguf_to_iebin import aux_files, build_config, file_type_name, plan_tensors, tensor_chunks
+
+# The model types whose HF tensors are the import's, one for one.
+HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe")
+
+
+def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dtype: str | None = None,
+                       overwrite: bool = False, progress: Progress | None = None,
+                       allow_nonfinite: bool = False) -> ConvertResult:
+    """Write ``gguf_path`` into ``out_dir`` as an HF checkpoint (module
+    docstring), staged and renamed together; the directory follows
+    artifact_out.checkpoint_out's rules."""
+    progress = progress or Progress()
+    check_dtype(dtype)
+    g = open_gguf(gguf_path)
+    cfg = build_config(g)
+    if cfg["model_type"] not in HF_LAYOUT:
+        raise FormatError(g.path, "general.architecture", f"{cfg['model_type']}: its Hugging Face layout is not "
+                                                          f"written ({', '.join(HF_LAYOUT)} are); gguf-to-iebin "
+                                                          "imports it")
+    plans = plan_tensors(g, cfg, dtype, dequantize_all=True)
+    floats = {p.dtype for p in plans}
+    if len(floats) == 1:
+        cfg["torch_dtype"] = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}.get(floats.pop())
+    aux = aux_files(g, cfg)
+    out = checkpoint_out(out_dir, overwrite, list(aux))
+    t0 = time.perf_counter()
+    bytes_in = sum(p.in_nbytes for p in plans)
+    progress.start("converting", bytes_in)
+    meta = {"format": "pt", "iekit.source": json.dumps({"gguf": g.path.name, "file_type": file_type_name(g)})}
+    with out.writing() as staged:
+        writer = SafetensorsWriter(staged.open(SINGLE_NAME), [(p.name, p.dtype, p.shape) for p in plans], meta)
+        for p in plans:
+            progress.describe(p.name)
+            writer.write(p.name, tensor_chunks(g, p, progress, None, allow_nonfinite))
+        writer.finish()
+        for name, data in aux.items():
+            staged.write_bytes(name, data)
+    return ConvertResult(out.dir, len(plans), bytes_in, (out.dir / SINGLE_NAME).stat().st_size,
+                         time.perf_counter() - t0, sum(p.mode in ("cast", "dequant") for p in plans), removed=out.stale)
