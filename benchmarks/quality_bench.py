@@ -234,13 +234,14 @@ def gguf_inputs(w: Path, ref: Path, im: Path, held_text: str, exported: list[tup
     return GGUFInputs(f32g, dat, text, ours)
 
 
-def llamacpp_scores(a, w: Path, ref: Path, held: Path, g_in: GGUFInputs, llama_types: tuple) -> list:
+def llamacpp_scores(a, w: Path, ref: Path, held: Path, g_in: GGUFInputs,
+                    llama_types: tuple) -> tuple[list, list[Scored]]:
     """The same model in llama.cpp, scored by llama.cpp: our f32 artifact
     exported is the base; llama-quantize's ``llama_types`` of it and our
     exported policies are scored against it with llama-perplexity
-    --kl-divergence on the held-out text (tokenized by llama.cpp).
-    llama.cpp's are also imported and scored in ierun (rows returned, printed
-    in the model's table)."""
+    --kl-divergence on the held-out text (tokenized by llama.cpp), printed
+    and returned. llama.cpp's are also imported and scored in ierun (rows
+    returned, printed in the model's table)."""
     theirs = []
     for ftype, weighted in llama_types:
         g = w / f"llama-{ftype}{'-im' if weighted else ''}.gguf"
@@ -248,11 +249,12 @@ def llamacpp_scores(a, w: Path, ref: Path, held: Path, g_in: GGUFInputs, llama_t
             subprocess.run([a.llama_quantize, *(["--imatrix", str(g_in.imatrix)] if weighted else []), str(g_in.f32),
                             str(g), ftype, str(a.threads)], check=True, capture_output=True)
         theirs.append((f"llama.cpp {ftype}{' + imatrix' if weighted else ''}", g))
+    scored = []
     if a.llama_perplexity:
         base = w / "f32.kld"
         llama_perplexity(a, g_in.f32, g_in.text, base, score=False)
-        print_scored(a, "llama.cpp", [(label, g, llama_perplexity(a, g, g_in.text, base, score=True))
-                                      for label, g in theirs + g_in.ours])
+        scored = print_scored(a, "llama.cpp", [(label, g, llama_perplexity(a, g, g_in.text, base, score=True))
+                                               for label, g in theirs + g_in.ours])
     else:
         print("llama-perplexity: skipped (make llamacpp, or --llama-perplexity PATH)", file=sys.stderr)
     rows = []
@@ -261,19 +263,58 @@ def llamacpp_scores(a, w: Path, ref: Path, held: Path, g_in: GGUFInputs, llama_t
         if not (d / "model.ie.json").exists():
             run(BIN / "ieconv", "gguf-to-iebin", "-q", "--overwrite", "--gguf", g, "--out-dir", d)
         rows.append((label, gguf_bpw(g), eval_json(d, ref, held, a.chunks, a.threads)))
-    return rows
+    return rows, scored
 
 
-def print_scored(a, tool: str, scored: list[tuple[str, Path, dict]]) -> None:
-    """The table of GGUFs scored by ``tool``'s llama-perplexity --kl-divergence."""
+@dataclass
+class Scored:
+    """One line of a table, for the goals' summary: who scored it, what, at how many bits."""
+
+    scorer: str
+    label: str
+    bpw: float
+    kld: float
+    se: float
+
+
+def print_scored(a, tool: str, scored: list[tuple[str, Path, dict]]) -> list[Scored]:
+    """The table of GGUFs scored by ``tool``'s llama-perplexity --kl-divergence (returned too)."""
     print(f"\nscored by {tool} (llama-perplexity --kl-divergence against its own f32 run of the same model, "
           f"{a.chunks} chunks of 512, f16 KV cache, its 8-bit activations)")
     print(f"{'GGUF':<66} {'bits/w':>7} {'KL mean':>9} {'± se':>7} {'top-1':>7} {'PPL':>8}")
+    out = []
     for label, g, r in scored:
         print(f"{label:<66} {gguf_bpw(g):7.3f} {r['kld']:9.4f} {r['se']:7.4f} {r['top1'] or 0:7.3f} {r['ppl'] or 0:8.3f}")
+        out.append(Scored(f"{tool}'s llama-perplexity", label, gguf_bpw(g), r["kld"], r["se"]))
+    return out
 
 
-def ik_scores(a, w: Path, g_in: GGUFInputs) -> None:
+# Issue 47's goals: at each budget, our KL at most GOAL_RATIO x the best anchor of these types (with imatrix)
+GOALS = {4.0: ("IQ4_XS", "IQ4_KS"), 3.25: ("IQ3_S", "IQ3_K")}
+GOAL_RATIO = 0.7
+
+
+def goal_summary(title: str, scored: list[Scored]) -> None:
+    """For each budget of GOALS and each scorer: our best policy within the
+    budget against the best of its anchors scored by the same tool, as the
+    ratio the goal bounds (or why there is none)."""
+    print(f"\n{title}: the goals (KL at most {GOAL_RATIO}x the best anchor's, the same scorer)")
+    for budget, anchor_types in GOALS.items():
+        for scorer in dict.fromkeys(s.scorer for s in scored):
+            mine = [s for s in scored if s.scorer == scorer and s.label.startswith("iekit ") and s.bpw <= budget + 5e-3]
+            anchors = [s for s in scored if s.scorer == scorer and re.match(rf"(ik_)?llama\.cpp ({'|'.join(anchor_types)})"
+                                                                         r" \+ imatrix", s.label)]
+            head = f"  <= {budget} bits, {scorer}:"
+            if not mine or not anchors:
+                print(f"{head} {'no policy of ours within the budget' if not mine else 'no anchor scored'}")
+                continue
+            m, t = min(mine, key=lambda s: s.kld), min(anchors, key=lambda s: s.kld)
+            r = m.kld / t.kld
+            print(f"{head} {m.label} ({m.bpw:.3f} b) {m.kld:.4f} ± {m.se:.4f} against {t.label} ({t.bpw:.3f} b) "
+                  f"{t.kld:.4f} ± {t.se:.4f}: {r:.2f}x {'(met)' if r <= GOAL_RATIO else '(not met)'}")
+
+
+def ik_scores(a, w: Path, g_in: GGUFInputs) -> list[Scored]:
     """ik_llama.cpp's IK_TYPES of the model (its llama-quantize, with our
     importance matrix) and our exported GGUFs, all scored by its own
     llama-perplexity against its own f32 run: its types cannot be imported
@@ -290,8 +331,9 @@ def ik_scores(a, w: Path, g_in: GGUFInputs) -> None:
         ggufs.append((f"ik_llama.cpp {ftype} + imatrix", g))
     base = w / "ik-f32.kld"
     llama_perplexity(a, g_in.f32, g_in.text, base, score=False, tool=perplexity)
-    print_scored(a, "ik_llama.cpp", [(label, g, llama_perplexity(a, g, g_in.text, base, score=True, tool=perplexity))
-                                     for label, g in ggufs + g_in.ours])
+    return print_scored(a, "ik_llama.cpp", [(label, g, llama_perplexity(a, g, g_in.text, base, score=True,
+                                                                         tool=perplexity))
+                                            for label, g in ggufs + g_in.ours])
 
 
 # (label, q4-manifest arguments, use the imatrix, convert through gptq); PROBES and PROBES_LOW stand for the KL
@@ -424,12 +466,14 @@ def score_model(a, w: Path, title: str, hf: Path, ref: Path, im: Path, probes: d
         if "--gguf-types" in args and compensated:
             exported.append((f"iekit {label}", d))
     g_in = gguf_inputs(w, ref, im, held_text, exported) if a.llama_quantize or a.ik_llamacpp else None
+    scored = []  # by llama.cpp's and ik_llama.cpp's own scorers
     if a.llama_quantize:
-        rows += llamacpp_scores(a, w, ref, held, g_in, llama_types)
+        theirs, scored = llamacpp_scores(a, w, ref, held, g_in, llama_types)
+        rows += theirs
     else:
         print("llama.cpp: skipped (no llama-quantize: make llamacpp, or --llama-quantize PATH)", file=sys.stderr)
     if a.ik_llamacpp:
-        ik_scores(a, w, g_in)
+        scored += ik_scores(a, w, g_in)
     done = [r for r in rows if r[1] is not None]
     if not done:
         print(f"{title}: --only {a.only!r} matches none of our policies, and llama.cpp is not there to score",
@@ -445,6 +489,8 @@ def score_model(a, w: Path, title: str, hf: Path, ref: Path, im: Path, probes: d
         else:
             print(f"{label:<58} {bpw:7.3f} {e['kld_mean']:9.4f} {e['kld_se']:7.4f} {e['top1_agree']:7.3f} {e['ppl']:8.3f}")
     print(f"{'f32 reference':<58} {32:7.3f} {'':>9} {'':>7} {'':>7} {done[0][2]['ppl_ref']:8.3f}")
+    goal_summary(title, [Scored("ierun eval", label, bpw, e["kld_mean"], e["kld_se"]) for label, bpw, e in done]
+                 + scored)
     return used
 
 
