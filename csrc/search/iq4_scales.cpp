@@ -33,9 +33,10 @@ inline V nearest_values(V a, const ValueTable& t) {
   s = s < static_cast<float>(kHi) ? s : static_cast<float>(kHi);
   VI f = __builtin_convertvector(s, VI);         // toward zero, then down where that was up: floor
   f += __builtin_convertvector(f, V) > s;        // (a true comparison is -1)
-  V q;
-  for (int g = 0; g < kLanes; ++g) q[g] = t.v[f[g] - kLo];
-  return q;
+  // Built in registers: lanes written one by one went through the stack, and
+  // the whole-vector load after four scalar stores missed store forwarding.
+  static_assert(kLanes == 4, "one initializer per lane");
+  return V{t.v[f[0] - kLo], t.v[f[1] - kLo], t.v[f[2] - kLo], t.v[f[3] - kLo]};
 }
 
 // Σ w q x and Σ w q q of each lane, left to right, q the values of iscale * x
