@@ -83,7 +83,7 @@ CHECKSUM_OPTION = click.option(
          "or need a cryptographic hash. Readers accept both.")
 
 
-# The converters' --allow-nonfinite (hf-to-iebin, gguf-to-iebin): validate --deep takes the same flag.
+# The converters' --allow-nonfinite (hf-to-iebin, gguf-to-iebin, gguf-to-hf): validate --deep takes the same flag.
 ALLOW_NONFINITE_OPTION = click.option(
     "--allow-nonfinite", is_flag=True,
     help="Keep float tensors that hold NaN or ±inf (without it they are refused, naming the tensor and element: "

@@ -580,14 +580,17 @@ def _floats(g: GGUFModel, p: _Tensor, r0: int, part: np.ndarray) -> np.ndarray:
 def tensor_chunks(g: GGUFModel, p: _Tensor, progress: Progress, error: QuantError | None = None,
             allow_nonfinite: bool = False) -> Iterator[bytes]:
     """The tensor's output bytes, streamed (a quantized one's predicted loss
-    added to ``error``), each checked finite (finite.py) before it is passed
-    on: a float's elements unless ``allow_nonfinite``, a block's scales always."""
+    added to ``error``). What is copied or cast is checked finite
+    (finite.py) before it is passed on: a float's elements unless
+    ``allow_nonfinite``, a block's scales always; what is dequantized was
+    checked by ``_floats`` already."""
     if p.mode == "quantize":
         rows = (_floats(g, p, r0, part) for r0, part in _row_blocks(g, p, progress))
         yield from (piece.tobytes() for piece in SCHEMES[p.dtype].stream(rows, p.params, p.shape[0], p.name,
                                                                            p.importance, error))
         return
-    check = checker({"dtype": p.dtype, "shape": p.shape}, g.path, p.src.name, allow_nonfinite)
+    check = checker({"dtype": p.dtype, "shape": p.shape}, g.path, p.src.name, allow_nonfinite) \
+        if p.mode != "dequant" else None
     for r0, part in _row_blocks(g, p, progress):
         if p.mode == "copy":
             out = part.tobytes()

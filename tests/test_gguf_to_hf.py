@@ -84,8 +84,8 @@ def test_blocks_are_dequantized_as_gguf_quants_does(tmp_path):
 def test_dtype_casts_every_tensor(tmp_path):
     res = _to_hf(MIXED, tmp_path / "hf", "--dtype", "bf16")
     assert res.returncode == 0, res.stderr
-    header = json.loads((tmp_path / "hf" / "model.safetensors").read_bytes()[8:][:int.from_bytes(
-        (tmp_path / "hf" / "model.safetensors").read_bytes()[:8], "little")])
+    raw = (tmp_path / "hf" / "model.safetensors").read_bytes()
+    header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
     assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {"BF16"}
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["torch_dtype"] == "bfloat16"
 

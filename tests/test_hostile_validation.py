@@ -16,6 +16,7 @@ The contract: one stderr line ``FILE: FIELD: message``, exit 1.
 from __future__ import annotations
 
 import json
+import os
 import resource
 import shutil
 import struct
@@ -230,9 +231,9 @@ def _poisoned_checkpoint(src: Path, dst: Path, name: str, index: int, value: flo
 
 
 @pytest.mark.parametrize("model, name, index, value, cmd, shown", [
-    # the first tensor written, copied in the kernel: found by the read-back, raised by a later tensor
+    # copied in the kernel, so found by the digest's read-back: the first tensor written
     ("tiny-llama", "lm_head.weight", 3, np.nan, [], "element 3 (index (0, 3)) is nan"),
-    # the last one: raised when the artifact is finished
+    # and the last one (its read-back ends only in finish())
     ("tiny-llama", "model.norm.weight", 5, -np.inf, [], "element 5 is -inf"),
     ("tiny-qwen2", "model.layers.0.mlp.down_proj.weight", 2, np.nan, [], "bf16 element 2 (index (0, 2)) is nan"),
     # a cast: the source's NaN, and a finite f32 that overflows f16
@@ -253,6 +254,24 @@ def test_hf_to_iebin_refuses_nonfinite_float_weights_unless_allowed(tmp_path, mo
     assert res.returncode == 0, res.stderr
     assert_one_line_error(run_tool("ieconv", "validate", "--deep", tmp_path / "o"), name, shown)
     assert run_tool("ieconv", "validate", "--deep", "--allow-nonfinite", tmp_path / "o").returncode == 0
+
+
+def test_a_failed_read_back_is_raised_by_the_next_tensor(tmp_path):
+    """IebinWriter checks a kernel-copied payload on its hashing worker; a
+    failure there stops the run at the next add_*, not only at finish()
+    after every other tensor was written."""
+    from iekit.formats.atomic import StagedFiles
+    from iekit.formats.iebin import IebinWriter
+
+    def bad(view):
+        raise FormatError("src.safetensors", "tensor 'a'", "f32 element 0 is nan")
+
+    with pytest.raises(FormatError, match="tensor 'a'"), StagedFiles(tmp_path) as staged:
+        w = IebinWriter(staged)
+        w.add_copy("a", "f32", [1], 4, lambda fd, off: os.pwrite(fd, b"\0" * 4, off), check=bad)
+        w._pending[-1][1].exception(timeout=10)  # the worker has run the check
+        w.add_tensor("b", "f32", [1], [b"\0" * 4], 4)
+    assert not list(tmp_path.iterdir())
 
 
 def test_rotate_refuses_a_nonfinite_weight(tmp_path):
