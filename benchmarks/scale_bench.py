@@ -16,6 +16,8 @@ RSS), the stages a user runs for a calibrated policy:
     q4-manifest --target-bpw --kl-probes --ref-dir, gptq, ierun eval (against the
     reference)
 
+(``--policy imatrix``: q4-manifest from the imatrix alone, no kl-probes)
+
 and one line per stage. With ``--layers`` given twice (``--layers 1,2``)
 it also fits each stage's time and peak RSS (and the part of it the stage
 allocated, beside the mapped weights) as fixed + per-layer and
@@ -23,7 +25,7 @@ extrapolates to the full 32 layers: the figures to read are whether
 memory stays flat in depth and time grows linearly.
 
     python benchmarks/scale_bench.py [--dir /tmp/ie-bench-8b] [--layers 1,2] [--bpw 4.0]
-        [--calib-chunks 8] [--chunks 2] [--threads 2] [--keep]
+        [--calib-chunks 8] [--chunks 2] [--threads 2] [--policy probes|imatrix] [--keep]
 """
 
 from __future__ import annotations
@@ -104,16 +106,21 @@ def stages(a, d: Path) -> list[tuple[str, list[str], Path | None]]:
         first = [("q4-manifest (q8_0 reference)", [ec, "q4-manifest", "--overwrite", "--hf-dir", hf, "--scheme", "q8_0",
                                                    "--quantize-head", "-o", ref_map], None),
                  (first[0][0], [*to_ref, "--q4-map", ref_map], None)]
+    manifest = [ec, "q4-manifest", "--overwrite", "--hf-dir", hf, "--target-bpw", str(a.bpw), "--quantize-head",
+                "--imatrix", im, "--gguf-types", "-o", man]
+    policy = [(f"q4-manifest --target-bpw {a.bpw} (imatrix only)", manifest, None)]
+    if a.policy == "probes":
+        policy = [
+            ("kl-probes", [ec, "kl-probes", "-q", "--overwrite", "--hf-dir", hf, "--ref-dir", ref, "--ids-file", calib,
+                           "--imatrix", im, "--chunks", str(a.chunks), "--threads", t, "-o", probes], None),
+            # measured as gptq will quantize (--ref-dir): a covariance pass and compensated candidates on sampled rows
+            (f"q4-manifest --target-bpw {a.bpw} --ref-dir",
+             [*manifest, "--kl-probes", probes, "--ref-dir", ref, "--ids-file", calib, "--chunks", str(a.calib_chunks),
+              "--threads", t], None)]
     return first + [
         ("imatrix", [ec, "imatrix", "-q", "--overwrite", "--model-dir", ref, "--ids-file", calib, "--chunks",
                      str(a.calib_chunks), "--threads", t, "-o", im], None),
-        ("kl-probes", [ec, "kl-probes", "-q", "--overwrite", "--hf-dir", hf, "--ref-dir", ref, "--ids-file", calib,
-                       "--imatrix", im, "--chunks", str(a.chunks), "--threads", t, "-o", probes], None),
-        # measured as gptq will quantize (--ref-dir): a covariance pass and compensated candidates on sampled rows
-        (f"q4-manifest --target-bpw {a.bpw} --ref-dir",
-         [ec, "q4-manifest", "--overwrite", "--hf-dir", hf, "--target-bpw", str(a.bpw), "--quantize-head",
-          "--kl-probes", probes, "--imatrix", im, "--gguf-types", "--ref-dir", ref, "--ids-file", calib, "--chunks",
-          str(a.calib_chunks), "--threads", t, "-o", man], None),
+        *policy,
         ("gptq", [ec, "gptq", "-q", "--overwrite", "--hf-dir", hf, "--ref-dir", ref, "--q4-map", man, "--ids-file",
                   calib, "--chunks", str(a.calib_chunks), "--threads", t, "--out-dir", out], None),
         ("ierun eval", [er, "eval", "--model-dir", out, "--ref-dir", ref, "--ids-file", held, "--chunks",
@@ -161,6 +168,10 @@ def main() -> None:
     ap.add_argument("--ref", choices=["q8_0", "bf16"], default="q8_0",
                     help="The float reference every stage maps (imatrix, kl-probes and gptq run it; eval scores "
                          "against it): bf16 is the checkpoint itself (16 GB at 32 layers), q8_0 half that.")
+    ap.add_argument("--policy", choices=["probes", "imatrix"], default="probes",
+                    help="How q4-manifest places the bits: probes (kl-probes, then --kl-probes --ref-dir: the "
+                         "calibrated policy, an hour at 32 layers) or imatrix (the imatrix alone: minutes; to time "
+                         "the stages after it).")
     ap.add_argument("--keep", action="store_true", help="Keep each depth's checkpoint and artifacts.")
     ap.add_argument("--generate", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()

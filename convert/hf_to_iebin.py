@@ -31,6 +31,7 @@ from iekit.formats.safetensors_reader import CHUNK_BYTES
 
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams, map_row_pieces, matrix_dims
+from iekit.formats.workers import worker_count
 
 from . import hf_mxfp4
 from .gguf_names import hf_name
@@ -162,13 +163,14 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
     bytes, whole rows per chunk): memory stays bounded. Its predicted loss
     is recorded in the entry and returned. With ``covariance`` (its input's
     H and inverse factor, runtime/hessians.py) error-compensated instead
-    (formats/gptq.py), the same chunks of rows on worker threads, and its
+    (formats/gptq.py), chunks of gptq.chunk_rows rows on worker threads, and its
     dequantized values handed to ``settle`` (a sequential pass runs on with
     them)."""
     count, rows, cols = matrix_dims(shape)
     rows *= count
     scheme = SCHEMES[params.scheme]
-    rows_per_chunk = max(1, QUANT_CHUNK_ELEMS // max(cols, 1))
+    rows_per_chunk = max(1, QUANT_CHUNK_ELEMS // max(cols, 1)) if covariance is None else \
+        gptq.chunk_rows(rows, cols, worker_count())
 
     def row_chunks() -> Iterator:
         for chunk in source(rows_per_chunk * cols * DTYPES[src_dtype].itemsize):

@@ -26,6 +26,12 @@ move). The last step's quantization is the block's bytes. With one step
 per super-block, as before, 256 columns were rounded with no feedback
 among them: on the widened SmolLM2 this leaves 2–3x the output error for
 q/k/v/gate/up at q2_k..q4_k and iq4_xs (docs/quality.md).
+The columns after a block move by every block's error; applied block by
+block, that is a rank-32 update of the rest of the matrix per scale block,
+one pass over memory each. They are applied LAZY columns at a time instead
+(GPTQ's lazy batch): the blocks of a group update only the group's own
+columns, and the rest take the whole group's errors in one product, which
+runs at the GEMM's speed. The arithmetic is the same, in another order.
 Where columns never see an input (H's diagonal 0) they get the others'
 mean variance, and H is damped by a fraction of its mean diagonal so the
 inverse exists (damped).
@@ -44,6 +50,23 @@ from .quant import QuantError, QuantizedRows, QuantParams, Scheme
 DAMP = 0.01  # added to H's diagonal, times its mean
 FACTOR_BLOCK = 512  # columns per block of inverse_factor's in-place factorizations
 STEP = 32  # columns per step inside a wider block (16: 5-13% less error, q4_k 20% more, 1.5x the time)
+# Columns per lazy group: the columns after a group take its blocks' errors in one product of this
+# rank, not one per block. A rank-32 update of float64 columns is memory-bound (one pass over the
+# rest of the matrix per scale block); at rank 512 it runs at the GEMM's speed.
+LAZY = 512
+CHUNK_ELEMS = 1 << 23  # the most elements chunk_rows gives one call
+
+
+def chunk_rows(rows: int, cols: int, workers: int) -> int:
+    """Rows to compensate at a time. Every call reads all of ``u`` (cols² × 8
+    bytes: 1.6 GB for a 14336-wide down_proj input) once per lazy group, so
+    a chunk must have enough rows to amortize it: the converters' 1M-element
+    chunks (73 rows of that down_proj) read it 56 times over, and took 2.4x
+    the time of 585-row chunks (docs/quality.md). Up to CHUNK_ELEMS
+    elements (the chunk's float64 copy: 64 MB), but at least two chunks a
+    worker where the matrix has the rows, so every worker has work."""
+    cap = max(1, CHUNK_ELEMS // max(cols, 1))
+    return max(1, min(cap, -(-rows // (2 * workers))))
 
 
 def importance(h: np.ndarray) -> np.ndarray:
@@ -121,22 +144,27 @@ def quantize(w: np.ndarray, h: np.ndarray, scheme: Scheme, p: QuantParams, name:
     bw = scheme.block_width(cols, p)
     step = bw if bw % step else step
     cur = np.array(w, dtype=np.float64)
-    errs = np.empty((rows, bw))
+    lazy = max(bw, LAZY // bw * bw)
+    errs = np.empty((rows, lazy))
     parts = []
-    for c0 in range(0, cols, bw):
-        blk, end = slice(c0, c0 + bw), c0 + bw
-        for s0 in range(c0, end, step):
-            qr = scheme.quantize_rows(cur[:, blk].astype(np.float32), p, name, imp[blk])
-            if s0 + step == cols:
-                break
-            b = slice(s0, s0 + step)
-            got = scheme.dequantize_rows(qr, bw, p)[:, s0 - c0:s0 - c0 + step]
-            err = errs[:, s0 - c0:s0 - c0 + step] = np.linalg.solve(u[b, b].T, (cur[:, b] - got).T).T  # delta @ inv(U_BB)
-            cur[:, s0 + step:end] -= err @ u[b, s0 + step:end]
-            cur[:, b] = got  # stays put when the block is quantized again
-        if end < cols:  # the columns after the block: every step's share at once (GPTQ's lazy batch)
-            cur[:, end:] -= errs @ u[blk, end:]
-        parts.append(qr)
+    for g0 in range(0, cols, lazy):
+        grp, gend = slice(g0, min(g0 + lazy, cols)), min(g0 + lazy, cols)
+        for c0 in range(g0, gend, bw):
+            blk, end = slice(c0, c0 + bw), c0 + bw
+            for s0 in range(c0, end, step):
+                qr = scheme.quantize_rows(cur[:, blk].astype(np.float32), p, name, imp[blk])
+                if s0 + step == cols:
+                    break
+                b, e = slice(s0, s0 + step), slice(s0 - g0, s0 - g0 + step)
+                got = scheme.dequantize_rows(qr, bw, p)[:, s0 - c0:s0 - c0 + step]
+                err = errs[:, e] = np.linalg.solve(u[b, b].T, (cur[:, b] - got).T).T  # delta @ inv(U_BB)
+                cur[:, s0 + step:end] -= err @ u[b, s0 + step:end]
+                cur[:, b] = got  # stays put when the block is quantized again
+            if end < gend:  # the group's columns after the block: every step's share at once
+                cur[:, end:gend] -= errs[:, c0 - g0:end - g0] @ u[blk, end:gend]
+            parts.append(qr)
+        if gend < cols:  # the columns after the group: the whole group's share in one product (GPTQ's lazy batch)
+            cur[:, gend:] -= errs[:, :gend - g0] @ u[grp, gend:]
     out = QuantizedRows.hstack(parts)
     e = QuantError(compensated=True)
     e.add_covariance(w, scheme.dequantize_rows(out, cols, p), h)

@@ -291,15 +291,26 @@ def test_a_chunk_of_rows_at_a_time_gives_the_same_bytes(wide, tmp_path, monkeypa
     ids = dec.encode(TEXT.read_text())[:256]
     parts = [ids[i:i + 64] for i in range(0, 256, 64)]
     out = {}
-    for chunk in (hf_to_iebin.QUANT_CHUNK_ELEMS, 256 * 40):  # whole matrices; 40 rows (ragged last chunks)
-        monkeypatch.setattr(hf_to_iebin, "QUANT_CHUNK_ELEMS", chunk)
+    for chunk in (1 << 30, 40):  # whole matrices; 40 rows (ragged last chunks)
+        monkeypatch.setattr(gptq, "chunk_rows", lambda rows, _cols, _workers, n=chunk: min(rows, n))
         names = list(plan(manifest, expert_stacks.shapes_as_written(src)).quantize)
         res = hf_to_iebin.convert(src, tmp_path / str(chunk), manifest=manifest,
                                   covariances=Hessians(dec, parts, names))
         assert res.quantized_tensors == len(names) == 15
         assert sum(e.compensated for e in res.errors.values()) == res.quantized_tensors
         out[chunk] = (tmp_path / str(chunk) / iebin.BIN_NAME).read_bytes()
-    assert out[hf_to_iebin.QUANT_CHUNK_ELEMS] == out[256 * 40]
+    assert out[1 << 30] == out[40]
+
+
+@pytest.mark.parametrize("rows, cols, workers, want", [
+    (4096, 14336, 2, 585),     # an 8B down_proj: capped by CHUNK_ELEMS (8M elements), 7 chunks
+    (14336, 4096, 2, 2048),    # its gate_proj: capped, 7 chunks
+    (1024, 4096, 2, 256),      # its k_proj: under the cap, two chunks a worker
+    (1024, 4096, 16, 32),
+    (3, 576, 2, 1),
+    (1, 1 << 30, 1, 1)])       # wider than the cap: still a row
+def test_compensated_chunks_amortize_the_factor_and_feed_every_worker(rows, cols, workers, want):
+    assert gptq.chunk_rows(rows, cols, workers) == want
 
 
 def _realized(choices, w, covs):
