@@ -69,12 +69,15 @@ def chunk_rows(rows: int, cols: int, workers: int) -> int:
     return max(1, min(cap, -(-rows // (2 * workers))))
 
 
-def importance(h: np.ndarray) -> np.ndarray:
+def importance(h: np.ndarray, checked: bool = False) -> np.ndarray:
     """H's diagonal (the imatrix statistic), a column that never saw an input
     (0) taking the mean of the others: its weights still matter for other
-    text, so its importance is not 0."""
+    text, so its importance is not 0. ``checked``: H has passed this check
+    already (inverse_factor ran on it), so only its diagonal is read; the
+    check reads all n² values (1.6 GB at an 8B down_proj), which quantize
+    would otherwise repeat for every chunk of rows."""
     diag = np.array(np.diagonal(h), dtype=np.float64)
-    if not np.isfinite(h).all() or (diag < 0).any():
+    if not (checked or np.isfinite(h).all()) or (diag < 0).any():
         raise IEError("input covariance: non-finite values or a negative variance")
     live = diag > 0
     return np.where(live, diag, diag[live].mean() if live.any() else 1.0)
@@ -139,8 +142,8 @@ def quantize(w: np.ndarray, h: np.ndarray, scheme: Scheme, p: QuantParams, name:
     rows, cols = w.shape
     if h.shape != (cols, cols):
         raise IEError(f"{name}: input covariance is {list(h.shape)}, the matrix has {cols} columns")
+    imp = importance(h, checked=u is not None).astype(np.float32)
     u = inverse_factor(h) if u is None else u
-    imp = importance(h).astype(np.float32)
     bw = scheme.block_width(cols, p)
     step = bw if bw % step else step
     cur = np.array(w, dtype=np.float64)
