@@ -324,7 +324,7 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
             measured = _measure(name, shape, rows, imp, ladder + probe_sels)
             errors[name] = {k: err for k, (_sel, _nb, err) in measured.items()}
         else:
-            imp = gptq.importance(cov[0], checked=True).astype(np.float32)  # H's diagonal, as ieconv gptq's quantizer weighs
+            imp = gptq.importance(cov[0]).astype(np.float32)  # H's diagonal, as ieconv gptq's quantizer weighs
             measured = _measure(name, shape, rows, imp, ladder, cov, compensate=True)
             errors[name] = {k: err for k, (_sel, _nb, err) in _measure(name, shape, rows, imp, probe_sels, cov).items()}
             placed[name] = {k: err for k, (_sel, _nb, err) in measured.items()}

@@ -69,15 +69,14 @@ def chunk_rows(rows: int, cols: int, workers: int) -> int:
     return max(1, min(cap, -(-rows // (2 * workers))))
 
 
-def importance(h: np.ndarray, checked: bool = False) -> np.ndarray:
+def importance(h: np.ndarray) -> np.ndarray:
     """H's diagonal (the imatrix statistic), a column that never saw an input
     (0) taking the mean of the others: its weights still matter for other
-    text, so its importance is not 0. ``checked``: H has passed this check
-    already (inverse_factor ran on it), so only its diagonal is read; the
-    check reads all n² values (1.6 GB at an 8B down_proj), which quantize
-    would otherwise repeat for every chunk of rows."""
+    text, so its importance is not 0. Only the diagonal is read: the whole
+    of H is checked where the factor is made from it (damped), once per
+    matrix input, not once per chunk of rows (1.6 GB at an 8B down_proj)."""
     diag = np.array(np.diagonal(h), dtype=np.float64)
-    if not (checked or np.isfinite(h).all()) or (diag < 0).any():
+    if not np.isfinite(diag).all() or (diag < 0).any():
         raise IEError("input covariance: non-finite values or a negative variance")
     live = diag > 0
     return np.where(live, diag, diag[live].mean() if live.any() else 1.0)
@@ -88,6 +87,8 @@ def damped(h: np.ndarray, damp: float = DAMP) -> np.ndarray:
     its mean added there, so H⁻¹ exists."""
     imp = importance(h)
     h = np.array(h, dtype=np.float64)
+    if not np.isfinite(h).all():
+        raise IEError("input covariance: non-finite values or a negative variance")
     h[np.diag_indices(len(h))] = imp + damp * float(imp.mean())
     return h
 
@@ -142,8 +143,8 @@ def quantize(w: np.ndarray, h: np.ndarray, scheme: Scheme, p: QuantParams, name:
     rows, cols = w.shape
     if h.shape != (cols, cols):
         raise IEError(f"{name}: input covariance is {list(h.shape)}, the matrix has {cols} columns")
-    imp = importance(h, checked=u is not None).astype(np.float32)
-    u = inverse_factor(h) if u is None else u
+    u = inverse_factor(h) if u is None else u  # the caller's was made from h: checked there
+    imp = importance(h).astype(np.float32)
     bw = scheme.block_width(cols, p)
     step = bw if bw % step else step
     cur = np.array(w, dtype=np.float64)
@@ -151,23 +152,24 @@ def quantize(w: np.ndarray, h: np.ndarray, scheme: Scheme, p: QuantParams, name:
     errs = np.empty((rows, lazy))
     parts = []
     for g0 in range(0, cols, lazy):
-        grp, gend = slice(g0, min(g0 + lazy, cols)), min(g0 + lazy, cols)
+        gend = min(g0 + lazy, cols)
         for c0 in range(g0, gend, bw):
             blk, end = slice(c0, c0 + bw), c0 + bw
             for s0 in range(c0, end, step):
                 qr = scheme.quantize_rows(cur[:, blk].astype(np.float32), p, name, imp[blk])
                 if s0 + step == cols:
                     break
-                b, e = slice(s0, s0 + step), slice(s0 - g0, s0 - g0 + step)
+                b = slice(s0, s0 + step)
                 got = scheme.dequantize_rows(qr, bw, p)[:, s0 - c0:s0 - c0 + step]
-                err = errs[:, e] = np.linalg.solve(u[b, b].T, (cur[:, b] - got).T).T  # delta @ inv(U_BB)
+                delta = cur[:, b] - got
+                err = errs[:, s0 - g0:s0 - g0 + step] = np.linalg.solve(u[b, b].T, delta.T).T  # delta @ inv(U_BB)
                 cur[:, s0 + step:end] -= err @ u[b, s0 + step:end]
                 cur[:, b] = got  # stays put when the block is quantized again
             if end < gend:  # the group's columns after the block: every step's share at once
                 cur[:, end:gend] -= errs[:, c0 - g0:end - g0] @ u[blk, end:gend]
             parts.append(qr)
         if gend < cols:  # the columns after the group: the whole group's share in one product (GPTQ's lazy batch)
-            cur[:, gend:] -= errs[:, :gend - g0] @ u[grp, gend:]
+            cur[:, gend:] -= errs[:, :gend - g0] @ u[g0:gend, gend:]
     out = QuantizedRows.hstack(parts)
     e = QuantError(compensated=True)
     e.add_covariance(w, scheme.dequantize_rows(out, cols, p), h)

@@ -62,6 +62,7 @@ def _obs_reference(w, h, scheme, p, step=gptq.STEP):
 def test_block_update_is_the_optimal_brain_surgeon_step(sel):
     scheme, p = SCHEMES[sel["scheme"]], selection_params(sel)
     w, h = _problem()
+    assert gptq.LAZY < w.shape[1]  # the update crosses a lazy group's end
     qr, _e = gptq.quantize(w, h, scheme, p)
     got = scheme.dequantize_rows(qr, w.shape[1], p)
     ref = _obs_reference(w, h, scheme, p)
@@ -192,6 +193,7 @@ def test_gram_by_upper_blocks_is_the_whole_product(n, block):
 
 @pytest.mark.parametrize("h, needle", [
     (np.full((64, 64), np.nan), "non-finite"),
+    (np.eye(64) + np.where(np.arange(64)[:, None] > np.arange(64), np.inf, 0.0), "non-finite"),  # off its diagonal
     (-np.eye(64), "negative variance"),
     (np.eye(32), "input covariance is [32, 32]"),
 ])
