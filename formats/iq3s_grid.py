@@ -24,7 +24,7 @@ from functools import cache
 import numpy as np
 
 from . import _search
-from .quant_search import over_chunks
+from .quant_search import per_block
 
 GRID_WORDS = np.array([
     0x01010101, 0x01010103, 0x01010105, 0x0101010b, 0x0101010f, 0x01010301, 0x01010303, 0x01010305,
@@ -137,43 +137,12 @@ MOVES = (2.0, 1.0)
 
 
 def scales(a: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """The scale [m] of each 32-element row of magnitudes a [m, 32] under
-    weights w [m, 32]: at each place tried (STARTS, MOVES), every four-tuple
-    takes its nearest entry and the scale is their weighted least-squares
-    fit; the one of least weighted squared error (largest scale x sum w a q)
-    is kept, 0 for a row of zeros."""
-    a = np.asarray(a, np.float32)
-    w = np.asarray(w, np.float32)
-    out = np.zeros(a.shape[0], np.float32)
-    g = grid()
-
-    def work(i: int, j: int) -> None:
-        x, wx = a[i:j], w[i:j]
-        amax = x.max(axis=1, keepdims=True)
-        unit = x / np.where(amax > 0, amax, 1)  # a division: 1 / a subnormal largest would overflow
-        best = np.zeros(j - i, np.float32)
-        gain = np.zeros(j - i, np.float32)
-        place = np.zeros(j - i, np.float32)
-
-        def fit(at: np.ndarray) -> None:
-            nonlocal best, gain, place
-            q = g[nearest((unit * at[:, None]).reshape(-1, 4), wx.reshape(-1, 4))].reshape(x.shape)
-            wq = wx * q
-            sumqx = (wq * x).sum(axis=1)
-            sumq2 = (wq * q).sum(axis=1)
-            scale = (sumqx / np.where(sumq2 > 0, sumq2, np.inf)).astype(np.float32)
-            better = scale * sumqx > gain
-            best = np.where(better, scale, best)
-            gain = np.where(better, scale * sumqx, gain)
-            place = np.where(better, at, place)
-
-        for start in STARTS:
-            fit(np.full(j - i, start, np.float32))
-        for move in MOVES:
-            around = place.copy()
-            for d in (-move, move):
-                fit(around + np.float32(d))
-        out[i:j] = best
-
-    over_chunks(a.shape[0], work)
-    return out
+    """The scale [m] of each 32-element row of finite magnitudes a [m, 32]
+    under weights w [m, 32]: at each place tried (STARTS, MOVES), every
+    four-tuple takes its nearest entry and the scale is their weighted
+    least-squares fit; the one of least weighted squared error (largest
+    scale x sum w a q) is kept, 0 for a row of zeros. In C++
+    (csrc/search/grid_nearest.cpp): the numpy it replaced, now in
+    tests/test_quant_search.py, took a third of an 8B gptq run's time."""
+    _, values = _neighbours()
+    return per_block(_search.grid_scales, a, w, values, np.array(STARTS, np.float32), np.array(MOVES, np.float32))

@@ -55,7 +55,7 @@ def over_chunks(n: int, work: Callable[[int, int], R]) -> list[R]:
     return list(ordered_map(lambda span: work(*span), spans, workers=min(len(spans), worker_count())))
 
 
-def _per_block(search: Callable, x: np.ndarray, w: np.ndarray | None, *params):
+def per_block(search: Callable, x: np.ndarray, w: np.ndarray | None, *params):
     """One of the C++ searches, search(x[a:b], w[a:b] (where w is given),
     *params), over every block (row) of x in float32, chunk by chunk on the
     thread pool: its outputs (an array, or a tuple of them, one row per
@@ -77,7 +77,7 @@ def qkx(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nst
     absolute error compared instead of the squared one (q2_k). In C++
     (csrc/search/qkx.cpp, the same float32 arithmetic as the C loops): its
     37 fits per block were three quarters of q4_k's quantizer in numpy."""
-    return _per_block(_search.qkx, x, w, nmax, rmin, rdelta, nstep, mad)
+    return per_block(_search.qkx, x, w, nmax, rmin, rdelta, nstep, mad)
 
 
 def qp(x: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
@@ -86,7 +86,7 @@ def qp(x: np.ndarray, w: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]
     scales, then up to five sweeps that move one code at a time where that
     raises the weighted fit; csrc/search/move_codes.h). Returns (scale [n],
     codes [n, k] uint8)."""
-    return _per_block(_search.qp, x, w, nmax)
+    return per_block(_search.qp, x, w, nmax)
 
 
 def qx(x: np.ndarray, w: np.ndarray, nmax: int, with_codes: bool = False):
@@ -95,7 +95,7 @@ def qx(x: np.ndarray, w: np.ndarray, nmax: int, with_codes: bool = False):
     weights. With ``with_codes`` also its codes L = code + nmax [n, k] (0 in
     an all-zero row), which q6_k keeps where a sub-scale stores as zero;
     every other caller picks the nearest codes for the scale as stored."""
-    scale, iscale = _per_block(_search.qx, x, w, nmax)
+    scale, iscale = per_block(_search.qx, x, w, nmax)
     if not with_codes:
         return scale
     x = np.asarray(x, F32)
@@ -111,7 +111,7 @@ def q3(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     wherever that raises the x²-weighted fit (sumlx² / suml2;
     csrc/search/move_codes.h). Returns (scale [n], L = code + nmax [n, k]
     uint8; an all-zero row: scale 0, L 0)."""
-    return _per_block(_search.q3, x, None, nmax)
+    return per_block(_search.q3, x, None, nmax)
 
 
 def signed_max(x: np.ndarray, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
@@ -174,7 +174,7 @@ def iq4_shifted_scales(x: np.ndarray, w: np.ndarray, ntry: int = 7) -> np.ndarra
     end of either grid, each refit by weighted least squares
     (csrc/search/iq4_scales.cpp). The quantizer picks the grid again for the
     scale as stored."""
-    return _per_block(_search.iq4_shifted_scales, x, w, ntry)
+    return per_block(_search.iq4_shifted_scales, x, w, ntry)
 
 
 def iq4_scales(x: np.ndarray, w: np.ndarray, ntry: int = 7) -> np.ndarray:
@@ -184,4 +184,4 @@ def iq4_scales(x: np.ndarray, w: np.ndarray, ntry: int = 7) -> np.ndarray:
     each refit by weighted least squares). The scale may be negative: the grid
     is not symmetric, and mirroring it can fit a block better. In C++
     (csrc/search/iq4_scales.cpp, the same arithmetic and code table)."""
-    return _per_block(_search.iq4_scales, x, w, ntry)
+    return per_block(_search.iq4_scales, x, w, ntry)

@@ -116,6 +116,72 @@ def test_native_grid_search_is_the_numpy_one():
     assert np.array_equal(iq3s_grid.nearest(u, w), want)
 
 
+def _iq3s_scales(a, w):
+    """formats/iq3s_grid.py's scales() as it was in numpy before
+    csrc/search/grid_nearest.cpp took it over: every row at once, each
+    operation a float32 array operation, the sums numpy's."""
+    from iekit.formats import iq3s_grid
+
+    amax = a.max(axis=1, keepdims=True)
+    unit = a / np.where(amax > 0, amax, 1)
+    best, gain, place = (np.zeros(len(a), np.float32) for _ in range(3))
+
+    def fit(at):
+        nonlocal best, gain, place
+        q = iq3s_grid.grid()[iq3s_grid.nearest((unit * at[:, None]).reshape(-1, 4), w.reshape(-1, 4))].reshape(a.shape)
+        wq = w * q
+        sumqx, sumq2 = (wq * a).sum(axis=1), (wq * q).sum(axis=1)
+        scale = (sumqx / np.where(sumq2 > 0, sumq2, np.inf)).astype(np.float32)
+        better = scale * sumqx > gain
+        best, gain, place = (np.where(better, v, old) for v, old in ((scale, best), (scale * sumqx, gain), (at, place)))
+
+    for start in iq3s_grid.STARTS:
+        fit(np.full(len(a), start, np.float32))
+    for move in iq3s_grid.MOVES:
+        around = place.copy()
+        for d in (-move, move):
+            fit(around + np.float32(d))
+    return best
+
+
+def test_native_grid_scales_are_the_numpy_ones():
+    """csrc/search/grid_nearest.cpp's scale search against the numpy it
+    replaced, bit for bit: magnitudes over six decades, rows of zeros, of one
+    weight, subnormal, with zero weights; and a short last chunk."""
+    from iekit.formats import iq3s_grid
+
+    rng = np.random.default_rng(5)
+    a = np.abs(rng.standard_normal((6001, 32)) * np.exp(rng.uniform(-7, 7, (6001, 1)))).astype(np.float32)
+    w = rng.uniform(0, 3, a.shape).astype(np.float32)
+    a[1] = 0
+    a[2, 1:] = 0
+    a[3] = np.float32(1e-41) * (1 + np.arange(32) % 3)
+    w[4] = 0
+    w[5, ::2] = 0
+    w[6] = np.float32(1e-30)
+    got, want = iq3s_grid.scales(a, w), _iq3s_scales(a, w)
+    assert got.tobytes() == want.tobytes(), np.flatnonzero(got != want)[:10]
+    assert got[1] == 0 and got[4] == 0 and (got[7:] > 0).all()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (((5, 32), (5, 31), (4096, 4, 16), (2,), (2,)), "one shape"),
+    (((5, 16), (5, 16), (4096, 4, 16), (2,), (2,)), "k must be 32"),
+    (((5, 32), (5, 32), (4096, 16, 4), (2,), (2,)), "cand_val"),
+    (((5, 32), (5, 32), (4096, 4, 16), (0,), (2,)), "starts"),
+])
+def test_native_grid_scales_check_their_arguments(args, needle):
+    from iekit.formats import _search
+
+    with pytest.raises(ValueError, match=needle):
+        _search.grid_scales(*(np.ones(s, np.float32) for s in args))
+    bad = np.ones((5, 32), np.float32)
+    bad[2, 3] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        _search.grid_scales(bad, np.ones((5, 32), np.float32), np.ones((4096, 4, 16), np.float32),
+                            np.ones(2, np.float32), np.ones(2, np.float32))
+
+
 @pytest.mark.parametrize("shapes, needle", [
     (((5, 4), (5, 3), (4096, 16), (4096, 4, 16)), "u and w"),
     (((5, 4), (5, 4), (4095, 16), (4096, 4, 16)), "cand_idx"),

@@ -1,38 +1,106 @@
-// iq3_s's nearest-entry search (grid_nearest.h): per tuple, its level index,
-// then k candidates' weighted errors, four products each.
+// iq3_s's searches (grid_nearest.h): per tuple, its level index, then k
+// candidates' weighted errors, four products each; per 32-element row, the
+// scale fits built on that.
 #include "grid_nearest.h"
+
+#include <cmath>
 
 #include "lanes.h"
 
 namespace ie {
+namespace {
+
+// The candidate of least weighted error for the tuple ui under weights wi:
+// its place among the k candidates of the tuple's levels, *t their index.
+inline int nearest_one(const float* ui, const float* wi, const float* cand_val, int k, int* t_out) {
+  int t = 0;
+  for (int j = 0; j < 4; ++j) {
+    // Half to even as numpy's rint, by adding and taking off 1.5 * 2^23 (nearbyint is a libm call
+    // below SSE4.1); exact where it matters, |l| < 2^22, and on the right side of 0..7 beyond.
+    const float l = ((ui[j] - 1.f) * 0.5f + search::kRoundMagic) - search::kRoundMagic;
+    t += (l > 0.f ? (l < 7.f ? static_cast<int>(l) : 7) : 0) << (3 * j);
+  }
+  // The candidates side by side (cand_val is [4096, 4, k]): each element's term is one pass of
+  // vector lanes over them, four passes in all.
+  const float* g = cand_val + static_cast<int64_t>(t) * 4 * k;
+  float e[kMaxCandidates];
+  for (int c = 0; c < k; ++c) e[c] = g[c] * (g[c] - 2.f * ui[0]) * wi[0];
+  for (int j = 1; j < 4; ++j) {
+    const float* gj = g + j * k;
+    const float u2 = 2.f * ui[j], wj = wi[j];
+    for (int c = 0; c < k; ++c) e[c] += gj[c] * (gj[c] - u2) * wj;
+  }
+  int best = 0;
+  for (int c = 1; c < k; ++c)
+    if (e[c] < e[best]) best = c;
+  *t_out = t;
+  return best;
+}
+
+// The float32 sum of 32 values in numpy's order (its pairwise sum below 128
+// elements: eight running sums of every eighth value, then a tree), so that
+// the fits are the bits of formats/iq3s_grid.py's numpy they replaced.
+inline float numpy_sum32(const float* v) {
+  float r[8];
+  for (int j = 0; j < 8; ++j) r[j] = v[j];
+  for (int i = 8; i < 32; i += 8)
+    for (int j = 0; j < 8; ++j) r[j] += v[i + j];
+  return ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+}
+
+float row_scale(const float* x, const float* w, const float* cand_val, int k, const float* starts, int nstarts,
+                const float* moves, int nmoves) {
+  float amax = x[0];
+  for (int i = 1; i < 32; ++i) amax = x[i] > amax ? x[i] : amax;
+  const float div = amax > 0.f ? amax : 1.f;  // a division: 1 / a subnormal largest would overflow
+  float unit[32];
+  for (int i = 0; i < 32; ++i) unit[i] = x[i] / div;
+  float best = 0.f, gain = 0.f, place = 0.f;
+  auto fit = [&](float at) {
+    float u[32], wqx[32], wqq[32];
+    for (int i = 0; i < 32; ++i) u[i] = unit[i] * at;
+    for (int b = 0; b < 32; b += 4) {
+      int t;
+      const int c = nearest_one(u + b, w + b, cand_val, k, &t);
+      const float* g = cand_val + static_cast<int64_t>(t) * 4 * k + c;
+      for (int j = 0; j < 4; ++j) {
+        const float q = g[j * k], wq = w[b + j] * q;
+        wqx[b + j] = wq * x[b + j];
+        wqq[b + j] = wq * q;
+      }
+    }
+    const float sumqx = numpy_sum32(wqx), sumq2 = numpy_sum32(wqq);
+    const float scale = sumqx / (sumq2 > 0.f ? sumq2 : INFINITY);
+    if (scale * sumqx > gain) {
+      best = scale;
+      gain = scale * sumqx;
+      place = at;
+    }
+  };
+  for (int s = 0; s < nstarts; ++s) fit(starts[s]);
+  for (int m = 0; m < nmoves; ++m) {
+    const float around = place;
+    fit(around - moves[m]);
+    fit(around + moves[m]);
+  }
+  return best;
+}
+
+}  // namespace
 
 void grid_nearest(const float* u, const float* w, int64_t m, const int16_t* cand_idx, const float* cand_val, int k,
                   int32_t* out) {
   for (int64_t i = 0; i < m; ++i) {
-    const float* ui = u + 4 * i;
-    const float* wi = w + 4 * i;
-    int t = 0;
-    for (int j = 0; j < 4; ++j) {
-      // Half to even as numpy's rint, by adding and taking off 1.5 * 2^23 (nearbyint is a libm call
-      // below SSE4.1); exact where it matters, |l| < 2^22, and on the right side of 0..7 beyond.
-      const float l = ((ui[j] - 1.f) * 0.5f + search::kRoundMagic) - search::kRoundMagic;
-      t += (l > 0.f ? (l < 7.f ? static_cast<int>(l) : 7) : 0) << (3 * j);
-    }
-    // The candidates side by side (cand_val is [4096, 4, k]): each element's term is one pass of
-    // vector lanes over them, four passes in all.
-    const float* g = cand_val + static_cast<int64_t>(t) * 4 * k;
-    float e[kMaxCandidates];
-    for (int c = 0; c < k; ++c) e[c] = g[c] * (g[c] - 2.f * ui[0]) * wi[0];
-    for (int j = 1; j < 4; ++j) {
-      const float* gj = g + j * k;
-      const float u2 = 2.f * ui[j], wj = wi[j];
-      for (int c = 0; c < k; ++c) e[c] += gj[c] * (gj[c] - u2) * wj;
-    }
-    int best = 0;
-    for (int c = 1; c < k; ++c)
-      if (e[c] < e[best]) best = c;
-    out[i] = cand_idx[static_cast<int64_t>(t) * k + best];
+    int t;
+    const int c = nearest_one(u + 4 * i, w + 4 * i, cand_val, k, &t);
+    out[i] = cand_idx[static_cast<int64_t>(t) * k + c];
   }
+}
+
+void grid_scales(const float* a, const float* w, int64_t m, const float* cand_val, int k, const float* starts,
+                 int nstarts, const float* moves, int nmoves, float* out) {
+  for (int64_t r = 0; r < m; ++r)
+    out[r] = row_scale(a + 32 * r, w + 32 * r, cand_val, k, starts, nstarts, moves, nmoves);
 }
 
 }  // namespace ie

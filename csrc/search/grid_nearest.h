@@ -1,6 +1,8 @@
 // The nearest codebook entry to each four-tuple of magnitudes under
 // per-weight weights, among the candidates a table lists for its rounded
-// tuple: iq3_s's search (formats/iq3s_grid.py builds the table).
+// tuple, and the scale fits built on it: iq3_s's searches
+// (formats/iq3s_grid.py builds the table; tests/test_quant_search.py holds
+// the numpy they replaced).
 #pragma once
 #include <cstdint>
 
@@ -16,5 +18,14 @@ constexpr int kMaxCandidates = 512;
 // first of equals.
 void grid_nearest(const float* u, const float* w, int64_t m, const int16_t* cand_idx, const float* cand_val, int k,
                   int32_t* out);
+
+// a, w: [m, 32] finite magnitudes and weights. out[r]: the scale of row r,
+// formats/iq3s_grid.py's scales() in the same float32 operations: at each
+// place p tried (starts, then the best so far moved by -d and +d for each d
+// of moves), u = a / max(a) * p (1 for max(a) 0) takes each tuple's grid_nearest entry q and
+// the weighted least-squares scale s = sum w q a / sum w q q; the first s of
+// largest s * sum w q a (0 where none is above 0) is kept.
+void grid_scales(const float* a, const float* w, int64_t m, const float* cand_val, int k, const float* starts,
+                 int nstarts, const float* moves, int nmoves, float* out);
 
 }  // namespace ie

@@ -4,6 +4,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -35,6 +36,15 @@ void check_range(const char* what, const char* name, int v, int lo, int hi) {
   if (v < lo || v > hi)
     throw std::invalid_argument(std::string(what) + ": " + name + " must be " + std::to_string(lo) + ".." +
                                 std::to_string(hi) + ", got " + std::to_string(v));
+}
+
+// cand_val [4096, 4, k], k 1..kMaxCandidates: iq3_s's candidate table; returns k.
+int check_candidates(const char* what, const F32Array& cand_val) {
+  if (cand_val.ndim() != 3 || cand_val.shape(0) != 4096 || cand_val.shape(1) != 4 || cand_val.shape(2) < 1 ||
+      cand_val.shape(2) > ie::kMaxCandidates)
+    throw std::invalid_argument(std::string(what) + ": cand_val must be [4096, 4, k], k 1.." +
+                                std::to_string(ie::kMaxCandidates));
+  return static_cast<int>(cand_val.shape(2));
 }
 
 py::tuple qkx(const F32Array& x, const F32Array& w, int nmax, float rmin, float rdelta, int nstep, bool mad) {
@@ -114,7 +124,7 @@ py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
       cand_idx.shape(1) > ie::kMaxCandidates)
     throw std::invalid_argument("grid_nearest: cand_idx must be [4096, k], k 1.." + std::to_string(ie::kMaxCandidates));
   const int k = static_cast<int>(cand_idx.shape(1));
-  if (cand_val.ndim() != 3 || cand_val.shape(0) != 4096 || cand_val.shape(1) != 4 || cand_val.shape(2) != k)
+  if (check_candidates("grid_nearest", cand_val) != k)
     throw std::invalid_argument("grid_nearest: cand_val must be [4096, 4, k] beside cand_idx [4096, k]");
   const int64_t m = u.shape(0);
   py::array_t<int32_t> out(m);
@@ -124,6 +134,28 @@ py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
   {
     py::gil_scoped_release release;
     ie::grid_nearest(up, wp, m, ip, vp, k, op);
+  }
+  return out;
+}
+
+py::array_t<float> grid_scales(const F32Array& a, const F32Array& w, const F32Array& cand_val, const F32Array& starts,
+                               const F32Array& moves) {
+  check_blocks("grid_scales", a, &w, 32);
+  const int k = check_candidates("grid_scales", cand_val);
+  if (starts.ndim() != 1 || moves.ndim() != 1 || starts.shape(0) < 1 || starts.shape(0) > 64 || moves.shape(0) > 64)
+    throw std::invalid_argument("grid_scales: starts (1..64) and moves (0..64) must be 1-d arrays");
+  const int64_t m = a.shape(0);
+  const float *ap = a.data(), *wp = w.data();
+  for (int64_t i = 0; i < 32 * m; ++i)
+    if (!std::isfinite(ap[i]) || !std::isfinite(wp[i]))
+      throw std::invalid_argument("grid_scales: a and w must be finite");
+  py::array_t<float> out(m);
+  const float *vp = cand_val.data(), *sp = starts.data(), *mp = moves.data();
+  const int ns = static_cast<int>(starts.shape(0)), nm = static_cast<int>(moves.shape(0));
+  float* op = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    ie::grid_scales(ap, wp, m, vp, k, sp, ns, mp, nm, op);
   }
   return out;
 }
@@ -173,6 +205,10 @@ PYBIND11_MODULE(_search, m) {
   m.def("iq4_shifted_scales", &iq4_shifted_scales, py::arg("x"), py::arg("w"), py::arg("ntry") = 7,
         "iq4_xsh's scale search over 32-element blocks x, w [n, 32], on the iq4 grid and its shifted copy: "
         "float32 [n].");
+  m.def("grid_scales", &grid_scales, py::arg("a"), py::arg("w"), py::arg("cand_val"), py::arg("starts"),
+        py::arg("moves"),
+        "iq3_s's scale search: for each row of 32 finite magnitudes a and weights w [m, 32], the best weighted "
+        "least-squares scale over the places tried (starts, then moves around the best): float32 [m].");
   m.def("grid_nearest", &grid_nearest, py::arg("u"), py::arg("w"), py::arg("cand_idx"), py::arg("cand_val"),
         "iq3_s's search: for each magnitude four-tuple u [m, 4] under weights w [m, 4], the candidate of its "
         "rounded tuple (cand_idx [4096, k], cand_val [4096, 4, k]) of least weighted squared error: int32 [m].");
