@@ -93,7 +93,7 @@ GRID_WORDS = np.array([
     0x0f090307, 0x0f090501, 0x0f090b01, 0x0f0b0505, 0x0f0b0905, 0x0f0d0105, 0x0f0d0703, 0x0f0f0101,
 ], dtype="<u4")
 
-NEIGHBOURS = 16  # grid points tried per rounded tuple
+NEIGHBOURS = 16  # grid points tried per rounded tuple (the native search's kCandidates: built for 16)
 
 
 @cache

@@ -107,13 +107,25 @@ def test_native_grid_search_is_the_numpy_one():
     u = rng.uniform(-2, 19, (5000, 4)).astype(np.float32)
     w = rng.uniform(0, 2, (5000, 4)).astype(np.float32)
     w[::7, 1] = 0
+    # Errors that are NaN (2u overflows, times a zero weight; a NaN u) or -inf: the scan's answer.
+    u[1, 2], w[1, 2] = 3e38, 0
+    u[2, 0] = np.nan
+    u[3, 3] = -3e38
+    u[4, :2], w[4, 0] = 3e38, 0
     idx, values = iq3s_grid._neighbours()
-    levels = np.clip(np.rint((u - 1) * np.float32(0.5)), 0, 7).astype(np.int32)
-    t = levels @ np.array([1, 8, 64, 512])
-    g = values[t].transpose(0, 2, 1)  # [m, K, 4]
-    err = (g * (g - 2 * u[:, None, :]) * w[:, None, :]).sum(-1)
-    want = idx[t, err.argmin(axis=1)]
-    assert np.array_equal(iq3s_grid.nearest(u, w), want)
+    with np.errstate(all="ignore"):
+        levels = np.clip(np.rint((u - 1) * np.float32(0.5)), 0, 7)
+        t = np.where(np.isnan(levels), 0, levels).astype(np.int32) @ np.array([1, 8, 64, 512])
+        g = values[t].transpose(0, 2, 1)  # [m, K, 4]
+        term = g * (g - 2 * u[:, None, :]) * w[:, None, :]
+    err = term[..., 0]
+    for j in range(1, 4):
+        err = err + term[..., j]
+    best = np.zeros(len(u), np.int64)  # the first smaller one, left to right: NaN never replaces nor is replaced
+    for c in range(1, err.shape[1]):
+        best = np.where(err[:, c] < err[np.arange(len(u)), best], c, best)
+    assert np.isnan(err[1:5]).any(axis=1)[[0, 1, 3]].all() and np.isinf(err[3]).all()
+    assert np.array_equal(iq3s_grid.nearest(u, w), idx[t, best])
 
 
 def _iq3s_scales(a, w):
@@ -168,6 +180,7 @@ def test_native_grid_scales_are_the_numpy_ones():
     (((5, 32), (5, 31), (4096, 4, 16), (2,), (2,)), "one shape"),
     (((5, 16), (5, 16), (4096, 4, 16), (2,), (2,)), "k must be 32"),
     (((5, 32), (5, 32), (4096, 16, 4), (2,), (2,)), "cand_val"),
+    (((5, 32), (5, 32), (4096, 4, 12), (2,), (2,)), "cand_val"),
     (((5, 32), (5, 32), (4096, 4, 16), (0,), (2,)), "starts"),
 ])
 def test_native_grid_scales_check_their_arguments(args, needle):
@@ -185,6 +198,7 @@ def test_native_grid_scales_check_their_arguments(args, needle):
 @pytest.mark.parametrize("shapes, needle", [
     (((5, 4), (5, 3), (4096, 16), (4096, 4, 16)), "u and w"),
     (((5, 4), (5, 4), (4095, 16), (4096, 4, 16)), "cand_idx"),
+    (((5, 4), (5, 4), (4096, 8), (4096, 4, 8)), "cand_idx"),
     (((5, 4), (5, 4), (4096, 16), (4096, 16, 4)), "cand_val"),
 ])
 def test_native_grid_search_checks_its_arguments(shapes, needle):

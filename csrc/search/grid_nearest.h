@@ -8,15 +8,17 @@
 
 namespace ie {
 
-constexpr int kMaxCandidates = 512;
+// Candidates per tuple of levels (formats/iq3s_grid.py's NEIGHBOURS): fixed,
+// so that they are four vectors of errors with no loop bounds.
+constexpr int kCandidates = 16;
 
-// u, w: [m, 4]. cand_idx [4096, k] (int16 entry numbers, k <= kMaxCandidates)
-// and cand_val [4096, 4, k] (their magnitudes, element-major) list the candidates of each tuple of
+// u, w: [m, 4]. cand_idx [4096, kCandidates] (int16 entry numbers) and
+// cand_val [4096, 4, kCandidates] (their magnitudes, element-major) list the candidates of each tuple of
 // levels 0..7 (index sum level_j 8^j), level_j = clamp(rint((u_j - 1) / 2),
 // 0, 7) (NaN: 0). out[i]: the candidate of least sum_j w_j g_j (g_j - 2 u_j)
 // (the weighted squared distance less the candidates' common sum w u^2), the
 // first of equals.
-void grid_nearest(const float* u, const float* w, int64_t m, const int16_t* cand_idx, const float* cand_val, int k,
+void grid_nearest(const float* u, const float* w, int64_t m, const int16_t* cand_idx, const float* cand_val,
                   int32_t* out);
 
 // a, w: [m, 32] finite magnitudes and weights. out[r]: the scale of row r,
@@ -25,7 +27,7 @@ void grid_nearest(const float* u, const float* w, int64_t m, const int16_t* cand
 // of moves), u = a / max(a) * p (1 for max(a) 0) takes each tuple's grid_nearest entry q and
 // the weighted least-squares scale s = sum w q a / sum w q q; the first s of
 // largest s * sum w q a (0 where none is above 0) is kept.
-void grid_scales(const float* a, const float* w, int64_t m, const float* cand_val, int k, const float* starts,
-                 int nstarts, const float* moves, int nmoves, float* out);
+void grid_scales(const float* a, const float* w, int64_t m, const float* cand_val, const float* starts, int nstarts,
+                 const float* moves, int nmoves, float* out);
 
 }  // namespace ie

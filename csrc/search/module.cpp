@@ -38,13 +38,12 @@ void check_range(const char* what, const char* name, int v, int lo, int hi) {
                                 std::to_string(hi) + ", got " + std::to_string(v));
 }
 
-// cand_val [4096, 4, k], k 1..kMaxCandidates: iq3_s's candidate table; returns k.
-int check_candidates(const char* what, const F32Array& cand_val) {
-  if (cand_val.ndim() != 3 || cand_val.shape(0) != 4096 || cand_val.shape(1) != 4 || cand_val.shape(2) < 1 ||
-      cand_val.shape(2) > ie::kMaxCandidates)
-    throw std::invalid_argument(std::string(what) + ": cand_val must be [4096, 4, k], k 1.." +
-                                std::to_string(ie::kMaxCandidates));
-  return static_cast<int>(cand_val.shape(2));
+// cand_val [4096, 4, kCandidates]: iq3_s's candidate table.
+void check_candidates(const char* what, const F32Array& cand_val) {
+  if (cand_val.ndim() != 3 || cand_val.shape(0) != 4096 || cand_val.shape(1) != 4 ||
+      cand_val.shape(2) != ie::kCandidates)
+    throw std::invalid_argument(std::string(what) + ": cand_val must be [4096, 4, " +
+                                std::to_string(ie::kCandidates) + "]");
 }
 
 py::tuple qkx(const F32Array& x, const F32Array& w, int nmax, float rmin, float rdelta, int nstep, bool mad) {
@@ -120,12 +119,9 @@ py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
                                  const F32Array& cand_val) {
   if (u.ndim() != 2 || u.shape(1) != 4 || w.ndim() != 2 || w.shape(0) != u.shape(0) || w.shape(1) != 4)
     throw std::invalid_argument("grid_nearest: u and w must be [m, 4] arrays of one shape");
-  if (cand_idx.ndim() != 2 || cand_idx.shape(0) != 4096 || cand_idx.shape(1) < 1 ||
-      cand_idx.shape(1) > ie::kMaxCandidates)
-    throw std::invalid_argument("grid_nearest: cand_idx must be [4096, k], k 1.." + std::to_string(ie::kMaxCandidates));
-  const int k = static_cast<int>(cand_idx.shape(1));
-  if (check_candidates("grid_nearest", cand_val) != k)
-    throw std::invalid_argument("grid_nearest: cand_val must be [4096, 4, k] beside cand_idx [4096, k]");
+  if (cand_idx.ndim() != 2 || cand_idx.shape(0) != 4096 || cand_idx.shape(1) != ie::kCandidates)
+    throw std::invalid_argument("grid_nearest: cand_idx must be [4096, " + std::to_string(ie::kCandidates) + "]");
+  check_candidates("grid_nearest", cand_val);
   const int64_t m = u.shape(0);
   py::array_t<int32_t> out(m);
   const float *up = u.data(), *wp = w.data(), *vp = cand_val.data();
@@ -133,7 +129,7 @@ py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
   int32_t* op = out.mutable_data();
   {
     py::gil_scoped_release release;
-    ie::grid_nearest(up, wp, m, ip, vp, k, op);
+    ie::grid_nearest(up, wp, m, ip, vp, op);
   }
   return out;
 }
@@ -141,7 +137,7 @@ py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
 py::array_t<float> grid_scales(const F32Array& a, const F32Array& w, const F32Array& cand_val, const F32Array& starts,
                                const F32Array& moves) {
   check_blocks("grid_scales", a, &w, 32);
-  const int k = check_candidates("grid_scales", cand_val);
+  check_candidates("grid_scales", cand_val);
   if (starts.ndim() != 1 || moves.ndim() != 1 || starts.shape(0) < 1 || starts.shape(0) > 64 || moves.shape(0) > 64)
     throw std::invalid_argument("grid_scales: starts (1..64) and moves (0..64) must be 1-d arrays");
   const int64_t m = a.shape(0);
@@ -155,7 +151,7 @@ py::array_t<float> grid_scales(const F32Array& a, const F32Array& w, const F32Ar
   float* op = out.mutable_data();
   {
     py::gil_scoped_release release;
-    ie::grid_scales(ap, wp, m, vp, k, sp, ns, mp, nm, op);
+    ie::grid_scales(ap, wp, m, vp, sp, ns, mp, nm, op);
   }
   return out;
 }
@@ -211,5 +207,5 @@ PYBIND11_MODULE(_search, m) {
         "least-squares scale over the places tried (starts, then moves around the best): float32 [m].");
   m.def("grid_nearest", &grid_nearest, py::arg("u"), py::arg("w"), py::arg("cand_idx"), py::arg("cand_val"),
         "iq3_s's search: for each magnitude four-tuple u [m, 4] under weights w [m, 4], the candidate of its "
-        "rounded tuple (cand_idx [4096, k], cand_val [4096, 4, k]) of least weighted squared error: int32 [m].");
+        "rounded tuple (cand_idx [4096, 16], cand_val [4096, 4, 16]) of least weighted squared error: int32 [m].");
 }
