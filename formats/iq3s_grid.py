@@ -137,7 +137,7 @@ MOVES = (2.0, 1.0)
 
 
 def scales(a: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """The scale [m] of each 32-element row of finite magnitudes a [m, 32]
+    """The scale [m] of each 32-element row of magnitudes a [m, 32]
     under weights w [m, 32]: at each place tried (STARTS, MOVES), every
     four-tuple takes its nearest entry and the scale is their weighted
     least-squares fit; the one of least weighted squared error (largest

@@ -79,7 +79,7 @@ inline float numpy_sum32(const float* v) {
 float row_scale(const float* x, const float* w, const float* cand_val, const float* starts, int nstarts,
                 const float* moves, int nmoves) {
   float amax = x[0];
-  for (int i = 1; i < 32; ++i) amax = x[i] > amax ? x[i] : amax;
+  for (int i = 1; i < 32; ++i) amax = x[i] > amax || x[i] != x[i] ? x[i] : amax;  // a NaN stays, as numpy's max
   const float div = amax > 0.f ? amax : 1.f;  // a division: 1 / a subnormal largest would overflow
   float unit[32];
   for (int i = 0; i < 32; ++i) unit[i] = x[i] / div;

@@ -21,8 +21,9 @@ constexpr int kCandidates = 16;
 void grid_nearest(const float* u, const float* w, int64_t m, const int16_t* cand_idx, const float* cand_val,
                   int32_t* out);
 
-// a, w: [m, 32] finite magnitudes and weights. out[r]: the scale of row r,
-// formats/iq3s_grid.py's scales() in the same float32 operations: at each
+// a, w: [m, 32] magnitudes and weights. out[r]: the scale of row r,
+// formats/iq3s_grid.py's scales() in the same float32 operations (NaN and
+// inf included: a weight can overflow where an importance matrix is huge): at each
 // place p tried (starts, then the best so far moved by -d and +d for each d
 // of moves), u = a / max(a) * p (1 for max(a) 0) takes each tuple's grid_nearest entry q and
 // the weighted least-squares scale s = sum w q a / sum w q q; the first s of
