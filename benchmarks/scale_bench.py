@@ -16,8 +16,8 @@ RSS), the stages a user runs for a calibrated policy:
     q4-manifest --target-bpw --kl-probes --ref-dir, gptq, ierun eval (against the
     reference)
 
-(``--policy imatrix``: q4-manifest from the imatrix alone, no kl-probes),
-and one line per stage. With ``--layers`` given twice (``--layers 1,2``)
+(``--policy imatrix``: q4-manifest from the imatrix alone, no kl-probes).
+It prints one line per stage. With ``--layers`` given twice (``--layers 1,2``)
 it also fits each stage's time and peak RSS (and the part of it the stage
 allocated, beside the mapped weights) as fixed + per-layer and
 extrapolates to the full 32 layers: the figures to read are whether

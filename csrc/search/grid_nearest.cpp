@@ -67,7 +67,7 @@ __attribute__((always_inline)) inline int nearest_one(const float* ui, const flo
 
 // The float32 sum of 32 values in numpy's order (its pairwise sum below 128
 // elements: eight running sums of every eighth value, then a tree), so that
-// the fits are the bits of formats/iq3s_grid.py's numpy they replaced.
+// the fits are the bits of the numpy they replaced (tests/test_quant_search.py).
 inline float numpy_sum32(const float* v) {
   float r[8];
   for (int j = 0; j < 8; ++j) r[j] = v[j];
