@@ -12,7 +12,12 @@ parallel on threads. ``ordered_map`` hands back results in the order of its
 inputs, so what a converter writes is the same bytes whatever the number of
 threads. Work already running on a worker runs nested maps inline: a
 quantizer that splits its own work (quant_search) inside a row piece does
-not start threads x threads threads.
+not start threads x threads threads. For the same reason a map's workers
+run their BLAS products (gptq's updates, numpy's matmul and solve) on one
+BLAS thread each while the map runs: OpenBLAS's own pool of one thread per
+CPU, started from every worker, oversubscribed the CPUs and made gptq
+1.3-1.4x slower for the same bytes (docs/quality.md). Products outside a
+map (the covariance passes, inverse_factor) keep every BLAS thread.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TypeVar
+
+from threadpoolctl import threadpool_limits
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -66,19 +73,22 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int | None = 
     threads (default: worker_count()) with at most two per thread in flight,
     so memory stays a few items' worth. Inline where one worker is asked
     for, or where the caller is itself a worker. An exception from fn is
-    raised where its item's result is due; leaving early cancels the rest."""
+    raised where its item's result is due; leaving early cancels the rest.
+    While the workers run, BLAS libraries run one thread each (module
+    docstring); the previous limit is back when the map ends."""
     workers = workers or worker_count()
     if workers <= 1 or getattr(_local, "worker", False):
         yield from map(fn, items)
         return
     pool = ThreadPoolExecutor(workers, thread_name_prefix="iekit-work", initializer=_enter_worker)
     pending: deque[Future] = deque()
-    try:
-        for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) >= 2 * workers:
+    with threadpool_limits(1, user_api="blas"):  # lifted only once no worker runs (after shutdown)
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) >= 2 * workers:
+                    yield pending.popleft().result()
+            while pending:
                 yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)

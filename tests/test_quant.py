@@ -276,6 +276,29 @@ def test_ordered_map_keeps_order_raises_in_place_and_nests_inline():
         assert len(set(names)) == 1 and names[0].startswith("iekit-work")
 
 
+def test_ordered_map_runs_blas_on_one_thread_per_worker_while_it_runs():
+    """A map's workers each get one BLAS thread (OpenBLAS's pool per worker
+    oversubscribed the CPUs); the caller's limit is back after the map, also
+    when it ends early, and a one-worker map (inline) leaves BLAS alone."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from iekit.formats.workers import ordered_map
+
+    def blas_threads(_=None):
+        return sorted({lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"})
+
+    with threadpool_limits(2, user_api="blas"):
+        if blas_threads() != [2]:
+            pytest.skip(f"this numpy's BLAS will not run 2 threads: {threadpool_info()}")
+        assert list(ordered_map(blas_threads, range(4), workers=2)) == [[1]] * 4
+        assert blas_threads() == [2]
+        assert list(ordered_map(blas_threads, range(2), workers=1)) == [[2]] * 2
+        it = ordered_map(blas_threads, range(10), workers=2)
+        assert next(it) == [1] and blas_threads() == [1]  # the caller's products share the CPUs with the workers
+        it.close()
+        assert blas_threads() == [2]
+
+
 @pytest.mark.parametrize("scheme", ["int4w", "q4_0"])
 def test_non_finite_value_is_reported_at_its_row_of_the_matrix(scheme):
     """Rows are quantized in pieces and chunks; the error names the row of
