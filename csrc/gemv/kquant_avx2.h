@@ -5,30 +5,33 @@
 #pragma once
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "avx2_bits.h"
-#include "common/half.h"
 #include "kernels.h"
 
 namespace ie {
 namespace {
 
 // The eight sub-blocks' scales d * sc_j and mins dmin * m_j of one
-// super-block as vectors (lane j = sub-block j). The 12 packed bytes are
-// three little-endian words: sc_0..3 and m_0..3 are the low 6 bits of the
-// first two; sc_4..7 and m_4..7 take their low 4 bits from the third word's
-// nibbles and their high 2 bits from the top bits of the first two.
+// super-block as vectors (lane j = sub-block j). The 12 packed bytes q at 4
+// hold sc_0..3 and m_0..3 in the low 6 bits of q[0..3] and q[4..7]; sc_4..7
+// and m_4..7 take their low 4 bits from q[8..11]'s nibbles and their high 2
+// bits from the top bits of q[0..3] and q[4..7]. All sixteen come out of one
+// 16-byte load by two byte shuffles and masks (sc_j in byte j, m_j in byte
+// 8 + j): the scalar unpacking it replaced was a third of AVX2's stored-layout
+// q4_k GEMV, the kernel a Q4_K_M MoE's experts decode with (docs/benchmarks.md).
 IE_INLINE void q4k_params(const uint8_t* blk, __m256* sc, __m256* mn) {
-  uint32_t w[3];
-  std::memcpy(w, blk + 4, 12);
-  const uint32_t ls_lo = w[0] & 0x3F3F3F3Fu, lm_lo = w[1] & 0x3F3F3F3Fu;
-  const uint32_t ls_hi = (w[2] & 0x0F0F0F0Fu) | ((w[0] & 0xC0C0C0C0u) >> 2);
-  const uint32_t lm_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | ((w[1] & 0xC0C0C0C0u) >> 2);
-  const __m128i ls = _mm_cvtsi64_si128(static_cast<long long>(ls_lo | static_cast<uint64_t>(ls_hi) << 32));
-  const __m128i lm = _mm_cvtsi64_si128(static_cast<long long>(lm_lo | static_cast<uint64_t>(lm_hi) << 32));
-  *sc = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(load_u16(blk))), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(ls)));
-  *mn = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(load_u16(blk + 2))), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lm)));
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));  // d, dmin, then q at byte 4
+  const __m128i low = _mm_shuffle_epi8(raw, _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __m128i top = _mm_shuffle_epi8(raw, _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11));
+  const __m128i six = _mm_and_si128(low, _mm_setr_epi8(0x3F, 0x3F, 0x3F, 0x3F, 0xF, 0xF, 0xF, 0xF,  //
+                                                       0x3F, 0x3F, 0x3F, 0x3F, 0, 0, 0, 0));
+  const __m128i nib = _mm_and_si128(_mm_srli_epi16(low, 4), _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xF, 0xF, 0xF, 0xF));
+  const __m128i two = _mm_srli_epi16(_mm_and_si128(top, _mm_set1_epi8(static_cast<char>(0xC0))), 2);
+  const __m128i v = _mm_or_si128(_mm_or_si128(six, nib), two);
+  const __m128 dd = _mm_cvtph_ps(raw);  // d, dmin
+  *sc = _mm256_mul_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)));
+  *mn = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)),
+                      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(v, v))));
 }
 
 // Super-block sb's activation scales for row b: lane j = d and d * code sum of 32-block 8 sb + j.
