@@ -24,7 +24,8 @@ from iekit.formats import iebin, weight_types
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import model_file, read_small
 from iekit.formats.library_calls import guarded
-from iekit.formats.model_spec import INT32_MAX, LAYERS_KEY, MATRIX, DecoderSpec, decoder_spec, layer_parts
+from iekit.formats.model_spec import (EXPERTS_KEY, INT32_MAX, LAYERS_KEY, MATRIX, DecoderSpec, decoder_spec,
+                                      layer_parts)
 
 from . import cuda, decoder_weights, kernels, kv_cache
 from .memory import available_bytes, gib
@@ -114,6 +115,32 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
                                        swiglu_limit=moe.limit)))
 
 
+EXPERT_MODES = ("auto", "copy", "in-place")
+
+
+def copy_experts(mode: str, weights: dict[str, Any], act: str, device: str) -> bool:
+    """Whether the native decoder gives a mixture of experts' matrices
+    row-interleaved copies (rows8) at load, as it gives every dense matrix:
+    decode then reads them with the tile kernels instead of the stored
+    layout's, 1.24x faster on a Qwen3-MoE-shaped Q4_K_M (docs/benchmarks.md),
+    at the price of the whole model resident. In place, the mapped file pages
+    in only the experts a prompt routes to, and a model larger than memory
+    still runs. ``copy`` or ``in-place`` as asked; ``auto``: copy when the
+    copies take at most two thirds of the memory available now. Only
+    act=int8 on the CPU has the kernels that read them (and the native
+    decoder copies nothing on an ISA without them: scalar)."""
+    if mode not in EXPERT_MODES:
+        raise IEError(f"experts: {mode!r} is not one of {', '.join(EXPERT_MODES)}")
+    if mode == "in-place" or act != "int8" or device != "cpu":
+        return False
+    nbytes = sum(getattr(v[1], "nbytes", 0) for layer in weights[LAYERS_KEY] for ex in layer.get(EXPERTS_KEY, ())
+                 for v in ex.values() if isinstance(v, tuple))
+    if mode == "copy" or nbytes == 0:
+        return nbytes > 0
+    avail = available_bytes()
+    return avail is not None and 3 * nbytes <= 2 * avail
+
+
 class Decoder:
     """Greedy/sampled decoding of an IEBIN model (model_spec.ARCHITECTURES)
     on the CPU or, with ``device="cuda"`` (dense models without per-head
@@ -127,12 +154,14 @@ class Decoder:
     (runtime/kv_cache.py); f32 here, so a caller gets the exact cache unless
     it asks, and None for the commands' default (f16 on the CPU).
     ``ctx_flag``: what a refusal of ``ctx`` names as its source (a command's option).
+    ``experts``: a mixture of experts' matrices copied for the fast kernels
+    or read in place (copy_experts; ``copied_experts`` says which).
     """
 
     def __init__(self, model_dir: str | os.PathLike, *, threads: int = 1, act: str = "auto",
                  affinity: str | None = None, ctx: int | None = None, default_ctx: int = DEFAULT_MAX_CTX,
                  isa: str = "", device: str = "cpu", cache_type_k: str | None = "f32",
-                 cache_type_v: str | None = "f32", ctx_flag: str = "--ctx"):
+                 cache_type_v: str | None = "f32", ctx_flag: str = "--ctx", experts: str = "auto"):
         if threads < 1:
             raise IEError(f"threads must be >= 1, got {threads}")
         check_device(device)  # before the model is read: an impossible device fails at once
@@ -149,13 +178,14 @@ class Decoder:
         cfg = native_config(s, self.max_ctx, types)
         self.act = run_act = device_act(device, act, bound.layer_dtypes)  # what runs: f32 | int8
         self._weights = weights = bound.weights
+        self.copied_experts = copied = copy_experts(experts, weights, run_act, device)
         # Closes over the weights (replace_matrices changes them in place), not over self: a
         # Decoder in a reference cycle outlived its last name until Python's cycle collector ran,
         # and a loop that makes one decoder after another (kl-probes: one per group) held
         # several models' weights at once.
         self._make = lambda: (_native.CudaDecoder(cfg, weights) if device == "cuda" else
                               _native.Decoder(cfg, weights, act=run_act, threads=threads, isa=isa,
-                                              affinity=affinity or ""))
+                                              affinity=affinity or "", copy_experts=copied))
         self._dec = self._build()
         # Each decoder thread's CPU (-1: not pinned), or None without an affinity mode (or on CUDA).
         self.pinned: list[int] | None = list(self._dec.pinned) if affinity and device != "cuda" else None
@@ -234,8 +264,9 @@ class Decoder:
     def rows8_bytes(self) -> int:
         """Bytes of the row-interleaved weight copies the decode steps read
         (csrc/gemv/rows8.h): made at load for act=int8 on AVX2, in place of
-        the mapped file's pages; 0 otherwise (the stored bytes are then
-        copied as they are, docs/native.md)."""
+        the mapped file's pages (a mixture's experts too where
+        ``copied_experts``); 0 otherwise (the stored bytes are then copied
+        as they are, docs/native.md)."""
         return self._dec.rows8_bytes
 
     @property

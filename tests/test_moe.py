@@ -16,6 +16,7 @@ from iekit.formats import iebin
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 from iekit.formats.safetensors_reader import SafetensorsFile
+from iekit.runtime import native
 from iekit.runtime.decoder import Decoder
 
 
@@ -107,6 +108,47 @@ def test_int8_prefill_packs_expert_tiles_and_agrees_with_steps(quantized_moe, mo
     d.reset()
     steps = np.stack([d.prefill(ids[:1])] + [d.step(t) for t in ids[1:]])
     assert _rel(steps, whole) <= 1e-5
+
+
+@pytest.mark.parametrize("isa", ["avx2", "scalar"])
+@pytest.mark.parametrize("model", ["tiny-mixtral", "tiny-qwen3-moe", "tiny-gpt-oss-mxfp4"])
+def test_copied_experts_compute_what_in_place_ones_do(quantized_moe, model, isa):
+    """experts="copy" gives every expert a rows8 copy at load (the tile
+    kernels, a fused SwiGLU pass where the expert has no gate bias), where
+    in place a decode step reads the stored layout and a chunk packs tiles
+    past 7 routed rows: the same integer sums, so the logits agree to float
+    rounding, a 40-token prefill and then single steps. An ISA without the
+    rows8 kernels (scalar) copies nothing."""
+    if isa not in native.cpu_features()["isas"]:
+        pytest.skip(f"no {isa} here")
+    path = quantized_moe.get(model, GOLDEN_IEBIN / model)
+    ids = [int(i) for i in np.random.default_rng(11).integers(0, 320, 48)]
+    out = {}
+    for mode in ("in-place", "copy"):
+        d = Decoder(path, threads=2, act="int8", isa=isa, experts=mode)
+        assert d.copied_experts == (mode == "copy")
+        out[mode] = (d.rows8_bytes, np.concatenate([d.logits(ids[:40]), np.stack([d.step(t) for t in ids[40:]])]))
+    assert (out["copy"][0] > out["in-place"][0]) == (isa != "scalar")
+    assert _rel(out["copy"][1], out["in-place"][1].astype(np.float64)) <= 1e-5
+
+
+def test_experts_copied_where_memory_allows(monkeypatch):
+    """experts="auto" copies when the copies take at most two thirds of the
+    memory available (and never for act=f32, which has no kernel to read
+    them, nor on CUDA); an unknown mode is one clear error."""
+    from iekit.runtime import decoder as dec_mod
+
+    weights = {"layers": [{"experts": [{"gate": (None, np.zeros(300, np.uint8)), "bgate": np.zeros(4, np.float32)}]},
+                          {}]}
+    for avail, want in ((450, True), (449, False), (None, False)):
+        monkeypatch.setattr(dec_mod, "available_bytes", lambda a=avail: a)
+        assert dec_mod.copy_experts("auto", weights, "int8", "cpu") is want, avail
+    assert dec_mod.copy_experts("copy", weights, "int8", "cpu") is True
+    assert not dec_mod.copy_experts("copy", weights, "f32", "cpu")
+    assert not dec_mod.copy_experts("copy", weights, "int8", "cuda")
+    assert not dec_mod.copy_experts("copy", {"layers": [{}]}, "int8", "cpu")  # a dense model: nothing to copy
+    with pytest.raises(IEError, match="experts: 'all' is not one of auto, copy, in-place"):
+        dec_mod.copy_experts("all", weights, "int8", "cpu")
 
 
 def _router_top2(model_dir, token: int) -> list[int]:

@@ -203,7 +203,8 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
 constexpr int kDenseRows8Chunk = 64;
 static_assert(kMaxRows8Batch <= kPrefillBatch, "an int8 chunk fits the decoder's activation buffers");
 
-Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa, const std::string& affinity)
+Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa, const std::string& affinity,
+                 bool copy_experts)
     : cfg_(std::move(cfg)), w_(std::move(w)), act_(act), isa_(isa) {
   const DecoderConfig& c = cfg_;
   check_decoder(c, w_, /*dedup_plans=*/true);
@@ -218,9 +219,15 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   // int8 GEMV has that kernel, else the stored bytes as they are (float
   // types, act=f32, an ISA without the kernel). A tied head's copy serves
   // the embedding's rows too (an embedding is otherwise read in place, a
-  // row per token). Experts are not copied: each token reads only top_k of
-  // them, in place, so the mapped file pages in the experts a prompt uses
-  // and no more. The stored bytes are then not read again: their pages,
+  // row per token). Experts get rows8 copies only with copy_experts: each
+  // token reads only top_k of them, so in place the mapped file pages in the
+  // experts a prompt uses and no more, and a model larger than memory still
+  // runs; copied, the whole model is resident, and a Qwen3-MoE-shaped
+  // Q4_K_M decodes 1.24x faster on AVX2 (its stored-layout expert kernels
+  // took 1.6-2.0x the tiles' time per byte, docs/benchmarks.md). Python's
+  // Decoder copies them where the machine has the memory. (Experts without
+  // the rows8 kernel stay in place: a copy of the stored bytes would not be
+  // read faster.) The stored bytes are then not read again: their pages,
   // touched once by the copying, are handed back (MADV_PAGEOUT: dropped
   // from this process's resident set, contents kept), so a copy does not
   // double the RSS.
@@ -242,6 +249,11 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   };
   for (LayerWeights& L : w_.layers)
     for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) make_resident(*m);
+  if (copy_experts)
+    for (LayerWeights& L : w_.layers)
+      for (Expert& x : L.experts)
+        for (Matrix* m : {&x.gate, &x.up, &x.down})
+          if (m->data != nullptr && !m->dedup && gemv_uses_rows8(m->spec, act_, isa_)) make_resident(*m);
   make_resident(w_.lm_head);
   // int8 prefill chunks of kDenseRows8Chunk tokens (kMaxRows8Batch with
   // experts) where every quantized matrix is read through its rows8 copy,
@@ -386,11 +398,11 @@ void Decoder::mm_plain(const Matrix& m, PreparedAct& prep, const float* x, int b
 // ms for 8 tokens, packing 2.1 ms for 8, 2.6 ms for 16.
 constexpr int kPackingMinTokens = 8;
 
-// An expert's product (read in place: no rows8 copy): packing rows8 tiles
+// An expert's product read in place (no rows8 copy): packing rows8 tiles
 // as it goes where it has enough tokens (int8, a type and ISA with the
 // kernels), else as any matrix.
 bool Decoder::packs(const Matrix& m, int b) const {
-  return b >= kPackingMinTokens && !m.dedup && gemv_uses_rows8(m.spec, act_, isa_);
+  return b >= kPackingMinTokens && !m.rows8 && !m.dedup && gemv_uses_rows8(m.spec, act_, isa_);
 }
 
 void Decoder::mm_expert(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y) {
@@ -691,7 +703,11 @@ void Decoder::experts(int layer, int b) {
     }
     PreparedAct& prep = all ? xn_prep_ : ex_prep_;
     const float* in = all ? xn_.data() : ex_x_.data();
-    if (!mm_expert_swiglu(x, prep, n, ex_g_.data())) {
+    // copied experts (copy_experts): gate and up in one fused pass over their rows8 copies, as a dense MLP's
+    const Rows8Job fused = {x.gate.rows8.get(), x.up.rows8.get(), nullptr, ex_g_.data()};
+    const bool done = c.glu == Glu::Silu && x.bgate.empty() && fused.w && fused.up && n <= kMaxRows8Batch &&
+                      rows8(&fused, 1, prep);
+    if (!done && !mm_expert_swiglu(x, prep, n, ex_g_.data())) {
       mm_expert(x.gate, prep, in, n, x.bgate.empty() ? nullptr : x.bgate.data(), ex_g_.data());
       if (c.glu == Glu::Silu) mm_expert(x.up, prep, in, n, nullptr, ex_u_.data());
       glu(c.glu, ex_g_.data(), ex_u_.data(), n, I);

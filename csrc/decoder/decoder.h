@@ -129,7 +129,9 @@ class Decoder {
   // Throws std::invalid_argument naming the first inconsistent dimension.
   // affinity: "" (threads not pinned), or pin_threads' mode, applied before
   // the weights are copied (so each copy is first touched where it is read).
-  Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa, const std::string& affinity = "");
+  // copy_experts: experts get rows8 copies too (Decoder::Decoder says when that pays).
+  Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa, const std::string& affinity = "",
+          bool copy_experts = false);
 
   // Runs `n` tokens at positions n_past() .. n_past()+n-1, appending their
   // K/V to the cache. Writes [n, vocab] logits when all_logits, else only
