@@ -91,23 +91,24 @@ def _tg(dec: Any, n: int, depth: int, rep: int) -> float:
 
 def model_type(meta: dict[str, Any], tensors: list[dict[str, Any]], params: int) -> str:
     """llama-bench's model column: architecture, parameter count and weight
-    type ("llama 135M Q4_0"). The type is the one holding most of the
+    type ("llama 135M Q4_0"). The type is a GGUF's own file type where the
+    model was imported from one as it was, else the type holding most of the
     layers' matrix bytes ("Q4_K mixed" where others hold a third or more);
     embeddings and head are left out, as in llama.cpp's "mostly" types. A
-    GGUF's own file type names it instead where the model came from one and
-    still holds that type ("Q4_K_M" says more than "Q4_K"); one requantized
-    by --q4-map holds another, and its source's "F16" would mislabel it."""
+    model requantized on import (--q4-map: its tensors carry the converter's
+    quant_error) holds other types than its source file said ("F16")."""
     size = (f"{params / 1e9:.1f}B" if params >= 1e9 else f"{params / 1e6:.0f}M" if params >= 1e7
             else f"{params / 1e6:.2f}M")
-    by_type: dict[str, int] = {}
-    for e in tensors:
-        if len(e["shape"]) >= 2 and ".layers." in e["name"]:
-            by_type[e["dtype"]] = by_type.get(e["dtype"], 0) + e["nbytes"]
-    top = max(by_type, key=by_type.__getitem__, default="?")
-    kind = top.upper() + (" mixed" if by_type and by_type[top] < 2 * sum(by_type.values()) / 3 else "")
     gguf_type = (meta.get("source") or {}).get("gguf", {}).get("file_type")
-    if isinstance(gguf_type, str) and gguf_type.removeprefix("MOSTLY_").removeprefix("ALL_").startswith(top.upper()):
+    if isinstance(gguf_type, str) and not any("quant_error" in e for e in tensors):
         kind = gguf_type.removeprefix("MOSTLY_")
+    else:
+        by_type: dict[str, int] = {}
+        for e in tensors:
+            if len(e["shape"]) >= 2 and ".layers." in e["name"]:
+                by_type[e["dtype"]] = by_type.get(e["dtype"], 0) + e["nbytes"]
+        top = max(by_type, key=by_type.__getitem__, default="?")
+        kind = top.upper() + (" mixed" if by_type and by_type[top] < 2 * sum(by_type.values()) / 3 else "")
     return f"{meta.get('model', {}).get('model_type', '?')} {size} {kind}"
 
 
