@@ -26,7 +26,7 @@ import numpy as np
 from iekit.cli.support import threads_option
 from iekit.formats.errors import IEError
 
-from . import bench_llama, cuda, kv_cache
+from . import bench_llama, cuda, expert_copies, kv_cache
 from .cpu_topology import LLC_MULTIPLE, dram_probe_bytes, last_level_cache_bytes
 from .env import ACT_PREC_OF, ACTS, PRECISIONS, BenchEnv
 from .bench_run import read_prompts, reset_rss_peak, round_record, rss_peak_mb, run_round, tokenize
@@ -45,7 +45,8 @@ def _note(msg: str) -> None:
 
 
 def _load_decoder(model_dir: Path, threads: int, env: BenchEnv, device: str,
-                  cache_types: tuple[str | None, str | None], ctx: int | None = None) -> tuple[Any, list[str]]:
+                  cache_types: tuple[str | None, str | None], experts: str,
+                  ctx: int | None = None) -> tuple[Any, list[str]]:
     """The Decoder and the warnings it raised while loading (e.g. the dedup
     fallback), as one-line messages: they go to stderr as 'warning: ...'
     lines and into the JSON, not as Python's two-line warning format."""
@@ -56,7 +57,7 @@ def _load_decoder(model_dir: Path, threads: int, env: BenchEnv, device: str,
         try:
             dec = Decoder(model_dir, threads=threads, act=env.act, affinity=env.affinity, device=device,
                           ctx=ctx, cache_type_k=cache_types[0], cache_type_v=cache_types[1],
-                          ctx_flag="the largest -p/-n plus the largest -d")
+                          experts=experts, ctx_flag="the largest -p/-n plus the largest -d")
         except (IEError, OSError) as e:
             reason = str(e) if isinstance(e, IEError) else f"{e.filename or model_dir}: {e.strerror or e}"
             raise IEError(env.model_error(str(model_dir), reason)) from None
@@ -179,6 +180,9 @@ JSON fields (per round):
                       auto resolved)
   type_k, type_v      the KV cache's element types (f16|f32; llama-bench's
                       fields of the same names)
+  experts_copied      a mixture of experts' matrices copied into the fast
+                      kernels' layout at load (--experts), not read in
+                      place; false for a dense model
   dedup, dedup_active IE_DEDUP=1 seen; tensors really served by the dedup
                       loader (false after its fallback, null if unknown)
   affinity            thread pinning passed to the decoder (null: none)
@@ -269,10 +273,11 @@ def _split_summary(recs: list[dict[str, Any]]) -> str | None:
                    "cache: a smaller one measures the caches, not memory (read_bw_gbps, roofline_fraction).  "
                    f"[default: 4x the last-level cache, at least 256; --device cuda {CUDA_READ_BW_MB}]")
 @kv_cache.options
+@expert_copies.option
 def bench(device: str, model_dir: Path, prompts_file: str | None, max_new: int, ignore_eos: bool, rounds: int,
           warmup: int, threads: int | None, act: str | None, n_prompt: str | None, n_gen: str | None,
           n_depth: str | None, thread_list: str | None, repetitions: int, output: str, bandwidth_mb: int,
-          cache_type_k: str | None, cache_type_v: str | None) -> None:
+          cache_type_k: str | None, cache_type_v: str | None, experts: str) -> None:
     cache_types = (cache_type_k, cache_type_v)
     env = BenchEnv.from_env()
     for w in env.warnings:
@@ -297,7 +302,7 @@ def bench(device: str, model_dir: Path, prompts_file: str | None, max_new: int, 
         backend = "CUDA" if device == "cuda" else f"CPU ({cpu_features()['selected_isa']})"
 
         def load(t: int, ctx: int) -> Any:
-            dec, msgs = _load_decoder(model_dir, t, env, device, cache_types, ctx)
+            dec, msgs = _load_decoder(model_dir, t, env, device, cache_types, experts, ctx)
             for w in msgs:
                 _warn(w)
             return dec
@@ -313,7 +318,7 @@ def bench(device: str, model_dir: Path, prompts_file: str | None, max_new: int, 
 
     # Every input is checked before the yardstick: a bad model or prompt
     # fails at once, not after seconds of streaming.
-    dec, load_warnings = _load_decoder(model_dir, threads, env, device, cache_types)
+    dec, load_warnings = _load_decoder(model_dir, threads, env, device, cache_types, experts)
     precision = str(dec.precision)
     msg = env.precision_warning(tuple(dec.precisions))
     later = load_warnings + ([msg] if msg else [])
@@ -356,7 +361,8 @@ def bench(device: str, model_dir: Path, prompts_file: str | None, max_new: int, 
         _note(f"warm-up {n}/{warmup}: {t.tokens} tokens in {t.wall_s:.3f} s = "
               f"{t.tokens / t.wall_s if t.wall_s > 0 else 0:.2f} tok/s (not counted)")
     base = {"precision": precision, "precision_expected": env.precision_expected, "act_prec": env.act_prec,
-            "act": dec.act, "type_k": dec.cache_types[0], "type_v": dec.cache_types[1], "dedup": env.dedup,
+            "act": dec.act, "type_k": dec.cache_types[0], "type_v": dec.cache_types[1],
+            "experts_copied": dec.copied_experts, "dedup": env.dedup,
             **_dedup_fields(dec), "affinity": env.affinity,
             "pinned_cpus": getattr(dec, "pinned", None),
             "threads": threads, "device": device, "model_dir": str(model_dir), "prompts": source,

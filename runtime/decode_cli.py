@@ -17,7 +17,7 @@ from iekit.formats.errors import IEError
 from iekit.formats.fileio import SMALL_FILE_MAX, utf8_text
 from iekit.formats.model_spec import ARCHITECTURES
 
-from . import cuda, kv_cache
+from . import cuda, expert_copies, kv_cache
 from .env import ACTS
 from .sampling import Sampler, stream
 from .token_ids import parse_ids
@@ -128,9 +128,11 @@ def chat_loop(dec, model_dir: Path, system: str | None, max_new: int, sampler: S
 @_act
 @_device
 @kv_cache.options
+@expert_copies.option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (prompt and generated ids, text).")
 def generate_cmd(model_dir, prompt, ids, prompts_file, chat, system, max_new, ignore_eos, temp, top_k, top_p, min_p,
-                 repeat_penalty, repeat_last_n, seed, threads, ctx, act, device, cache_type_k, cache_type_v, as_json):
+                 repeat_penalty, repeat_last_n, seed, threads, ctx, act, device, cache_type_k, cache_type_v, experts,
+                 as_json):
     """Generate text from a prompt: greedy by default, --temp/--top-k/--top-p/--min-p/--seed to sample.
 
     The text streams to stdout as tokens come (control characters shown as
@@ -170,7 +172,7 @@ def generate_cmd(model_dir, prompt, ids, prompts_file, chat, system, max_new, ig
     if interactive and as_json:
         raise click.UsageError("--json needs --prompt (without it, --chat reads a conversation from standard input)")
     dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act, device=device, cache_type_k=cache_type_k,
-                  cache_type_v=cache_type_v)
+                  cache_type_v=cache_type_v, experts=experts)
     if interactive:
         chat_loop(dec, model_dir, system, max_new, sampler, ignore_eos)
         return
@@ -253,7 +255,9 @@ def _generate_one(dec, pids: list[int], max_new: int, sampler: Sampler, ignore_e
 @_act
 @_device
 @kv_cache.options
-def logits_cmd(model_dir, ids, prompt, out_path, overwrite, threads, ctx, act, device, cache_type_k, cache_type_v):
+@expert_copies.option
+def logits_cmd(model_dir, ids, prompt, out_path, overwrite, threads, ctx, act, device, cache_type_k, cache_type_v,
+               experts):
     """Write the logits of every position of one sequence to a .npy file.
 
     The file is written under a temporary name and renamed, so a failed run
@@ -264,7 +268,7 @@ def logits_cmd(model_dir, ids, prompt, out_path, overwrite, threads, ctx, act, d
 
     check_new_file(out_path, overwrite)
     dec = Decoder(model_dir, threads=threads, ctx=ctx, act=act, device=device, cache_type_k=cache_type_k,
-                  cache_type_v=cache_type_v)
+                  cache_type_v=cache_type_v, experts=experts)
     seq = prompt_ids(dec, prompt, ids)
     out = dec.logits(seq)
     buf = io.BytesIO()

@@ -24,10 +24,10 @@ from iekit.formats import iebin, weight_types
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import model_file, read_small
 from iekit.formats.library_calls import guarded
-from iekit.formats.model_spec import (EXPERTS_KEY, INT32_MAX, LAYERS_KEY, MATRIX, DecoderSpec, decoder_spec,
-                                      layer_parts)
+from iekit.formats.model_spec import INT32_MAX, LAYERS_KEY, MATRIX, DecoderSpec, decoder_spec, layer_parts
 
 from . import cuda, decoder_weights, kernels, kv_cache
+from .expert_copies import copy_experts
 from .memory import available_bytes, gib
 from .native import _native
 from .tensor_source import TensorSource
@@ -113,32 +113,6 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
         **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
                                        norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
                                        swiglu_limit=moe.limit)))
-
-
-EXPERT_MODES = ("auto", "copy", "in-place")
-
-
-def copy_experts(mode: str, weights: dict[str, Any], act: str, device: str) -> bool:
-    """Whether the native decoder gives a mixture of experts' matrices
-    row-interleaved copies (rows8) at load, as it gives every dense matrix:
-    decode then reads them with the tile kernels instead of the stored
-    layout's, 1.24x faster on a Qwen3-MoE-shaped Q4_K_M (docs/benchmarks.md),
-    at the price of the whole model resident. In place, the mapped file pages
-    in only the experts a prompt routes to, and a model larger than memory
-    still runs. ``copy`` or ``in-place`` as asked; ``auto``: copy when the
-    copies take at most two thirds of the memory available now. Only
-    act=int8 on the CPU has the kernels that read them (and the native
-    decoder copies nothing on an ISA without them: scalar)."""
-    if mode not in EXPERT_MODES:
-        raise IEError(f"experts: {mode!r} is not one of {', '.join(EXPERT_MODES)}")
-    if mode == "in-place" or act != "int8" or device != "cpu":
-        return False
-    nbytes = sum(getattr(v[1], "nbytes", 0) for layer in weights[LAYERS_KEY] for ex in layer.get(EXPERTS_KEY, ())
-                 for v in ex.values() if isinstance(v, tuple))
-    if mode == "copy" or nbytes == 0:
-        return nbytes > 0
-    avail = available_bytes()
-    return avail is not None and 3 * nbytes <= 2 * avail
 
 
 class Decoder:

@@ -12,7 +12,7 @@ from rich.table import Table
 from iekit.cli.support import FiniteFloat, stderr_console, stdout_console, threads_option
 from iekit.formats.errors import IEError
 
-from . import evaluation, kv_cache, plots
+from . import evaluation, expert_copies, kv_cache, plots
 from .env import ACTS
 from .token_ids import load_ids
 from .gguf_models import model_dir_flag, model_dir_option
@@ -39,13 +39,14 @@ def _options(f):
                           "--act` (auto: int8 for 4-bit layer matrices); the reference always runs with f32 (and the "
                           "model's KV cache types)."),
         kv_cache.options,
+        expert_copies.option,
     ]):
         f = opt(f)
     return f
 
 
 def run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act, progress: bool,
-             cache_types: tuple[str | None, str | None] = (None, None)):
+             cache_types: tuple[str | None, str | None] = (None, None), experts: str = "auto"):
     """Load the model(s), score the chunks, return (scores, summary). Both
     run with ``cache_types`` (K, V; None: the commands' default), as
     llama-perplexity --kl-divergence runs both with its cache type: the KL
@@ -54,7 +55,7 @@ def run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act,
 
     # Without --ctx: DEFAULT_CTX, or the smaller context of either model.
     model = Decoder(model_dir, threads=threads, ctx=ctx, default_ctx=evaluation.DEFAULT_CTX, act=act,
-                    cache_type_k=cache_types[0], cache_type_v=cache_types[1])
+                    cache_type_k=cache_types[0], cache_type_v=cache_types[1], experts=experts)
     ref = None
     if ref_dir is not None:
         ref = Decoder(ref_dir, threads=threads, ctx=ctx, default_ctx=model.max_ctx, act="f32",
@@ -131,14 +132,14 @@ _HELP_SCORING = (
               help="Also draw the KL distribution, KL by position and the Δp distribution to this PNG "
                    "(needs --ref-dir and matplotlib: pip install 'iekit[plot]').")
 @click.option("--overwrite", is_flag=True, help="Replace an existing --plot file.")
-def eval_cmd(model_dir, text_file, ids_file, ctx, chunks, threads, act, cache_type_k, cache_type_v, ref_dir, as_json,
-             plot_path, overwrite):
+def eval_cmd(model_dir, text_file, ids_file, ctx, chunks, threads, act, cache_type_k, cache_type_v, experts, ref_dir,
+             as_json, plot_path, overwrite):
     if plot_path is not None:
         if ref_dir is None:
             raise click.UsageError("--plot draws KL divergence and Δp: give --ref-dir too")
         plots.check_target(plot_path, overwrite)
     scores, s = run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act,
-                         progress=err.is_terminal, cache_types=(cache_type_k, cache_type_v))
+                         progress=err.is_terminal, cache_types=(cache_type_k, cache_type_v), experts=experts)
     if plot_path is not None:
         plots.eval_plot(scores, s, f"{model_dir} vs {ref_dir}", plot_path, overwrite)
     if as_json:
@@ -157,10 +158,10 @@ def eval_cmd(model_dir, text_file, ids_file, ctx, chunks, threads, act, cache_ty
 @click.option("--max-kld", required=True, type=FiniteFloat(min=0), help="Largest mean KL divergence (nats) allowed.")
 @click.option("--min-top1", type=FiniteFloat(0, 1), default=None, help="Smallest top-1 agreement allowed (0..1).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line: the eval figures plus ok and the limits.")
-def verify_model_cmd(model_dir, text_file, ids_file, ctx, chunks, threads, act, cache_type_k, cache_type_v, ref_dir,
-                     max_kld, min_top1, as_json):
+def verify_model_cmd(model_dir, text_file, ids_file, ctx, chunks, threads, act, cache_type_k, cache_type_v, experts,
+                     ref_dir, max_kld, min_top1, as_json):
     _, s = run_eval(model_dir, ref_dir, text_file, ids_file, ctx, chunks, threads, act, progress=err.is_terminal,
-                    cache_types=(cache_type_k, cache_type_v))
+                    cache_types=(cache_type_k, cache_type_v), experts=experts)
     fails = []
     if not s["kld_mean"] <= max_kld:
         fails.append(f"mean KL divergence {s['kld_mean']:.6g} > --max-kld {max_kld:g}")

@@ -31,7 +31,7 @@ FIELDS = ("round", "tokens_generated", "wall_time_s", "tps_true", "latency_p50_m
           "decode_roofline_fraction", "precision", "act_prec", "active_params_per_token",
           "threads", "device", "model_dir", "prompts", "max_new", "dedup", "touch_checksum", "read_bw_bytes",
           "decode_matmul_ms", "decode_attention_ms", "decode_other_ms", "matmul_gbps", "matmul_roofline_fraction",
-          "llc_bytes", "read_bw_in_cache")
+          "llc_bytes", "read_bw_in_cache", "experts_copied")
 # The yardstick of the real-command tests: a field's presence or an error path
 # needs no DRAM-sized stream; test_golden_models_two_rounds[tiny-llama] keeps the default.
 SMALL_BW_MB = 4
@@ -43,7 +43,7 @@ class FakeDecoder:
     a prompt seen before counts its tokens as KV hits."""
 
     def __init__(self, model_dir=None, *, threads=1, act="auto", affinity=None, ctx=None, vocab=16, eos=None,
-                 device="cpu", cache_type_k="f32", cache_type_v="f32", ctx_flag="--ctx"):
+                 device="cpu", cache_type_k="f32", cache_type_v="f32", ctx_flag="--ctx", experts="auto"):
         self.vocab_size, self.eos_ids, self.max_ctx = vocab, frozenset([] if eos is None else [eos]), 64
         self.cache_types = (cache_type_k, cache_type_v)
         self.precision, self.precisions = "int4w", ("int4w",)
@@ -51,6 +51,7 @@ class FakeDecoder:
         self.active_params_per_token = 1_800_000
         self.kv_hits = self.kv_misses = 0
         self.init = dict(model_dir=model_dir, threads=threads, act=act, affinity=affinity)
+        self.copied_experts = False  # a dense model
         self.act = "int8" if act == "auto" else act  # what runs: the model is int4w
         self.touches: list[tuple[int, int]] = []
         self.seen: set[tuple[int, ...]] = set()

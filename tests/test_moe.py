@@ -136,7 +136,7 @@ def test_experts_copied_where_memory_allows(monkeypatch):
     """experts="auto" copies when the copies take at most two thirds of the
     memory available (and never for act=f32, which has no kernel to read
     them, nor on CUDA); an unknown mode is one clear error."""
-    from iekit.runtime import decoder as dec_mod
+    from iekit.runtime import expert_copies as dec_mod
 
     weights = {"layers": [{"experts": [{"gate": (None, np.zeros(300, np.uint8)), "bgate": np.zeros(4, np.float32)}]},
                           {}]}
@@ -149,6 +149,31 @@ def test_experts_copied_where_memory_allows(monkeypatch):
     assert not dec_mod.copy_experts("copy", {"layers": [{}]}, "int8", "cpu")  # a dense model: nothing to copy
     with pytest.raises(IEError, match="experts: 'all' is not one of auto, copy, in-place"):
         dec_mod.copy_experts("all", weights, "int8", "cpu")
+
+
+def test_experts_flag_chooses_copies_from_the_commands(quantized_moe, tmp_path):
+    """--experts reaches the decoder from the commands a user runs: logits
+    computed from copies and in place agree to float rounding, bench's JSON
+    says which ran, and a mode that does not exist is a usage error."""
+    if "avx2" not in native.cpu_features()["isas"]:
+        pytest.skip("no rows8 kernels here: nothing is copied")
+    model = quantized_moe["tiny-qwen3-moe"]
+    out = {}
+    for mode in ("copy", "in-place"):
+        out[mode] = tmp_path / f"{mode}.npy"
+        res = run_tool("ierun", "logits", "--model-dir", model, "--ids", "5,17,200,3,99", "--act", "int8",
+                       "--experts", mode, "--out", out[mode])
+        assert res.returncode == 0, res.stderr
+    assert _rel(np.load(out["copy"]), np.load(out["in-place"]).astype(np.float64)) <= 1e-5
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("ids: 1,2,3\n")
+    for mode, want in (("copy", True), ("in-place", False)):
+        res = run_tool("ierun", "bench", "--model-dir", model, "--prompts-file", prompts, "--max-new", "2",
+                       "--rounds", "1", "--warmup", "0", "--bandwidth-mb", "1", "--act", "int8", "--experts", mode)
+        assert res.returncode == 0, res.stderr
+        assert [json.loads(ln)["experts_copied"] for ln in res.stdout.splitlines()] == [want]
+    res = run_tool("ierun", "generate", "--model-dir", model, "--ids", "1", "--experts", "all")
+    assert res.returncode == 2 and "'all' is not one of" in res.stderr
 
 
 def _router_top2(model_dir, token: int) -> list[int]:

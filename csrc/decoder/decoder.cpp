@@ -223,7 +223,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   // token reads only top_k of them, so in place the mapped file pages in the
   // experts a prompt uses and no more, and a model larger than memory still
   // runs; copied, the whole model is resident, and a Qwen3-MoE-shaped
-  // Q4_K_M decodes 1.24x faster on AVX2 (its stored-layout expert kernels
+  // Q4_K_M decodes 1.74x faster on AVX2 (its stored-layout expert kernels
   // took 1.6-2.0x the tiles' time per byte, docs/benchmarks.md). Python's
   // Decoder copies them where the machine has the memory. (Experts without
   // the rows8 kernel stay in place: a copy of the stored bytes would not be

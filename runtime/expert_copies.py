@@ -1,0 +1,53 @@
+"""Whether a mixture of experts' matrices get the decoder's row-interleaved
+copies (rows8) at load, and ``--experts``, the flag that asks.
+
+Kept apart from runtime/decoder.py so the commands can offer the flag
+without loading the native runtime (``--help`` stays fast)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from iekit.formats.errors import IEError
+from iekit.formats.model_spec import EXPERTS_KEY, LAYERS_KEY
+
+from .memory import available_bytes
+
+MODES = ("auto", "copy", "in-place")
+
+
+def copy_experts(mode: str, weights: dict[str, Any], act: str, device: str) -> bool:
+    """Whether the native decoder gives a mixture of experts' matrices
+    rows8 copies, as it gives every dense matrix: decode then reads them
+    with the tile kernels instead of the stored layout's (and a Silu
+    mixture's gate and up in one pass), 1.74x faster on a Qwen3-MoE-shaped
+    Q4_K_M on AVX2 (docs/benchmarks.md), at the price of the whole model
+    resident. In place, the mapped file pages in only the experts a prompt
+    routes to, and a model larger than memory still runs. ``copy`` or
+    ``in-place`` as asked; ``auto``: copy when the copies take at most two
+    thirds of the memory available now. Only act=int8 on the CPU has the
+    kernels that read them (and the native decoder copies nothing on an ISA
+    without them: scalar)."""
+    if mode not in MODES:
+        raise IEError(f"experts: {mode!r} is not one of {', '.join(MODES)}")
+    if mode == "in-place" or act != "int8" or device != "cpu":
+        return False
+    nbytes = sum(getattr(v[1], "nbytes", 0) for layer in weights[LAYERS_KEY] for ex in layer.get(EXPERTS_KEY, ())
+                 for v in ex.values() if isinstance(v, tuple))
+    if mode == "copy" or nbytes == 0:
+        return nbytes > 0
+    avail = available_bytes()
+    return avail is not None and 3 * nbytes <= 2 * avail
+
+
+def option(f):
+    """--experts, for every command that runs the decoder on a user's model
+    (generate, logits, eval, verify model, bench); the parameter is experts."""
+    return click.option("--experts", type=click.Choice(MODES), default="auto", show_default=True,
+                        help="A mixture of experts' matrices: copy them into the fast kernels' layout at load "
+                             "(the whole model resident; MoE decode 1.7x on AVX2), or read them in place from "
+                             "the mapped file (only the experts a prompt routes to are paged in, and a model "
+                             "larger than memory runs); auto copies when the copies fit in two thirds of the "
+                             "memory available. Only int8 activations on the CPU copy.")(f)
