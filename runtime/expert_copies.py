@@ -13,7 +13,7 @@ import click
 from iekit.formats.errors import IEError
 from iekit.formats.model_spec import EXPERTS_KEY, LAYERS_KEY
 
-from .memory import available_bytes
+from .memory import available_bytes, gib
 
 MODES = ("auto", "copy", "in-place")
 
@@ -25,9 +25,10 @@ def copy_experts(mode: str, weights: dict[str, Any], act: str, device: str) -> b
     mixture's gate and up in one pass), 1.74x faster on a Qwen3-MoE-shaped
     Q4_K_M on AVX2 (docs/benchmarks.md), at the price of the whole model
     resident. In place, the mapped file pages in only the experts a prompt
-    routes to, and a model larger than memory still runs. ``copy`` or
-    ``in-place`` as asked; ``auto``: copy when the copies take at most two
-    thirds of the memory available now. Only act=int8 on the CPU has the
+    routes to, and a model larger than memory still runs. ``in-place`` as
+    asked; ``copy`` as asked unless the copies (the stored size) exceed the
+    memory available: an IEError; ``auto``: copy when the copies take at
+    most two thirds of the memory available now. Only act=int8 on the CPU has the
     kernels that read them (and the native decoder copies nothing on an ISA
     without them: scalar)."""
     if mode not in MODES:
@@ -36,9 +37,16 @@ def copy_experts(mode: str, weights: dict[str, Any], act: str, device: str) -> b
         return False
     nbytes = sum(getattr(v[1], "nbytes", 0) for layer in weights[LAYERS_KEY] for ex in layer.get(EXPERTS_KEY, ())
                  for v in ex.values() if isinstance(v, tuple))
-    if mode == "copy" or nbytes == 0:
-        return nbytes > 0
+    if nbytes == 0:
+        return False
     avail = available_bytes()
+    if mode == "copy":
+        # Asked for, so done even when tight; but copies past the memory there
+        # is would end in the kernel's out-of-memory kill, not an error.
+        if avail is not None and nbytes > avail:
+            raise IEError(f"experts copy: the experts' copies take {gib(nbytes)}, more than the {gib(avail)} "
+                          "of memory available (in-place reads them from the mapped file)")
+        return True
     return avail is not None and 3 * nbytes <= 2 * avail
 
 

@@ -135,20 +135,28 @@ def test_copied_experts_compute_what_in_place_ones_do(quantized_moe, model, isa)
 def test_experts_copied_where_memory_allows(monkeypatch):
     """experts="auto" copies when the copies take at most two thirds of the
     memory available (and never for act=f32, which has no kernel to read
-    them, nor on CUDA); an unknown mode is one clear error."""
-    from iekit.runtime import expert_copies as dec_mod
+    them, nor on CUDA); "copy" copies unless the copies exceed the memory
+    available (one clear error, not an out-of-memory kill); an unknown mode
+    is one clear error."""
+    from iekit.runtime import expert_copies
 
     weights = {"layers": [{"experts": [{"gate": (None, np.zeros(300, np.uint8)), "bgate": np.zeros(4, np.float32)}]},
                           {}]}
     for avail, want in ((450, True), (449, False), (None, False)):
-        monkeypatch.setattr(dec_mod, "available_bytes", lambda a=avail: a)
-        assert dec_mod.copy_experts("auto", weights, "int8", "cpu") is want, avail
-    assert dec_mod.copy_experts("copy", weights, "int8", "cpu") is True
-    assert not dec_mod.copy_experts("copy", weights, "f32", "cpu")
-    assert not dec_mod.copy_experts("copy", weights, "int8", "cuda")
-    assert not dec_mod.copy_experts("copy", {"layers": [{}]}, "int8", "cpu")  # a dense model: nothing to copy
+        monkeypatch.setattr(expert_copies, "available_bytes", lambda a=avail: a)
+        assert expert_copies.copy_experts("auto", weights, "int8", "cpu") is want, avail
+    monkeypatch.setattr(expert_copies, "available_bytes", lambda: 300)
+    assert expert_copies.copy_experts("copy", weights, "int8", "cpu") is True
+    monkeypatch.setattr(expert_copies, "available_bytes", lambda: 299)
+    with pytest.raises(IEError, match="experts copy: the experts' copies take 0.0 GiB, more than the 0.0 GiB of "
+                                      "memory available"):
+        expert_copies.copy_experts("copy", weights, "int8", "cpu")
+    assert not expert_copies.copy_experts("in-place", weights, "int8", "cpu")
+    assert not expert_copies.copy_experts("copy", weights, "f32", "cpu")
+    assert not expert_copies.copy_experts("copy", weights, "int8", "cuda")
+    assert not expert_copies.copy_experts("copy", {"layers": [{}]}, "int8", "cpu")  # a dense model: nothing to copy
     with pytest.raises(IEError, match="experts: 'all' is not one of auto, copy, in-place"):
-        dec_mod.copy_experts("all", weights, "int8", "cpu")
+        expert_copies.copy_experts("all", weights, "int8", "cpu")
 
 
 def test_experts_flag_chooses_copies_from_the_commands(quantized_moe, tmp_path):
