@@ -263,7 +263,8 @@ def _split_summary(recs: list[dict[str, Any]]) -> str | None:
               help="With -p/-n: llama-bench's depths, comma-separated: each test runs after that many tokens "
                    "already fill the context, untimed (tg128 @ d2048: -n 128 -d 2048)  [default: 0].")
 @click.option("-t", "thread_list", default=None, metavar="LIST",
-              help="With -p/-n: comma-separated thread counts, one decoder each (-t 1,2)  [default: --threads].")
+              help="With -p/-n: comma-separated thread counts, one decoder each, loaded once the last is freed "
+                   "(-t 1,2)  [default: --threads].")
 @click.option("-r", "--repetitions", type=click.IntRange(min=1), default=5, show_default=True,
               help="With -p/-n: timed repetitions per test (after one untimed run).")
 @click.option("-o", "--output", type=click.Choice(bench_llama.FORMATS), default="md", show_default=True,

@@ -39,8 +39,8 @@ from iekit.cli.support import MAX_THREADS
 from iekit.formats.errors import IEError
 
 FORMATS = ("md", "csv", "json", "jsonl")
-FIELDS = ("model", "model_filename", "size", "params", "backend", "threads", "type_k", "type_v", "test", "n_prompt",
-          "n_gen", "n_depth", "avg_ts", "stddev_ts", "samples_ts", "solo_jobs")
+FIELDS = ("model", "model_filename", "size", "params", "backend", "threads", "type_k", "type_v", "experts_copied",
+          "test", "n_prompt", "n_gen", "n_depth", "avg_ts", "stddev_ts", "samples_ts", "solo_jobs")
 
 
 def parse_list(name: str, value: str | None) -> list[int]:
@@ -116,26 +116,38 @@ def run_tests(load, threads: list[int], n_prompt: list[int], n_gen: list[int], r
               backend: str, depths: list[int] = (0,)) -> list[dict[str, Any]]:
     """One record per (threads, test, depth); ``load(threads, ctx)`` makes a
     decoder whose cache holds ctx positions (as llama-bench sizes its
-    context: the largest test plus the deepest depth)."""
+    context: the largest test plus the deepest depth). Each thread count's
+    decoder is gone before the next one loads: two at once would hold two
+    sets of weight copies (rows8, and a mixture's experts), and the second's
+    --experts auto would judge the memory by the first's."""
     rows = []
+    ctx = max([*n_prompt, *n_gen, 1]) + max(depths)
     for t in threads:
-        dec = load(t, max([*n_prompt, *n_gen, 1]) + max(depths))
-        params = sum(math.prod(e["shape"]) for e in dec.model.tensors)
-        label = model_type(dec.model.meta, dec.model.tensors, params)
-        tests = [("pp", p) for p in n_prompt if p] + [("tg", n) for n in n_gen if n]
-        for (kind, size), depth in ((test, d) for test in tests for d in depths):
-            fn = _pp if kind == "pp" else _tg
-            fn(dec, size, depth, reps)  # untimed: clocks, caches, the pool's first wake-up
-            solo0 = dec.solo_jobs
-            samples = [fn(dec, size, depth, r) for r in range(reps)]
-            rows.append({"model": label, "model_filename": str(dec.model.dir), "size": dec.model_bytes,
-                         "params": params, "backend": backend, "threads": t, "type_k": dec.cache_types[0],
-                         "type_v": dec.cache_types[1], "test": f"{kind}{size}" + (f" @ d{depth}" if depth else ""),
-                         "n_prompt": size if kind == "pp" else 0, "n_gen": size if kind == "tg" else 0,
-                         "n_depth": depth,
-                         "avg_ts": statistics.fmean(samples),
-                         "stddev_ts": statistics.stdev(samples) if len(samples) > 1 else 0.0,
-                         "samples_ts": samples, "solo_jobs": dec.solo_jobs - solo0})
+        rows += _tests(load(t, ctx), t, n_prompt, n_gen, reps, backend, depths)
+    return rows
+
+
+def _tests(dec, t: int, n_prompt: list[int], n_gen: list[int], reps: int, backend: str,
+           depths: list[int]) -> list[dict[str, Any]]:
+    """run_tests' records of one decoder (``t`` threads)."""
+    rows = []
+    params = sum(math.prod(e["shape"]) for e in dec.model.tensors)
+    label = model_type(dec.model.meta, dec.model.tensors, params)
+    tests = [("pp", p) for p in n_prompt if p] + [("tg", n) for n in n_gen if n]
+    for (kind, size), depth in ((test, d) for test in tests for d in depths):
+        fn = _pp if kind == "pp" else _tg
+        fn(dec, size, depth, reps)  # untimed: clocks, caches, the pool's first wake-up
+        solo0 = dec.solo_jobs
+        samples = [fn(dec, size, depth, r) for r in range(reps)]
+        rows.append({"model": label, "model_filename": str(dec.model.dir), "size": dec.model_bytes,
+                     "params": params, "backend": backend, "threads": t, "type_k": dec.cache_types[0],
+                     "type_v": dec.cache_types[1], "experts_copied": dec.copied_experts,
+                     "test": f"{kind}{size}" + (f" @ d{depth}" if depth else ""),
+                     "n_prompt": size if kind == "pp" else 0, "n_gen": size if kind == "tg" else 0,
+                     "n_depth": depth,
+                     "avg_ts": statistics.fmean(samples),
+                     "stddev_ts": statistics.stdev(samples) if len(samples) > 1 else 0.0,
+                     "samples_ts": samples, "solo_jobs": dec.solo_jobs - solo0})
     return rows
 
 

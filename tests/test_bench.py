@@ -607,6 +607,35 @@ def test_llama_bench_tests_and_outputs():
     assert all(" ± " in ln for ln in md[2:]) and "| 2 | tg4 |" in md[-1]
 
 
+def test_llama_bench_frees_each_decoder_before_the_next_loads():
+    """-t 1,2: each thread count's decoder (its rows8 copies, a mixture's
+    experts) is gone before the next one loads, so memory holds one model's
+    copies and --experts auto judges the memory without the last one's; the
+    records say whether experts were copied."""
+    import gc
+    import weakref
+
+    from iekit.runtime.bench_llama import run_tests
+    from iekit.runtime.decoder import Decoder
+
+    gc.collect()
+    gc.disable()  # only reference counts free the decoders: a cycle would keep one alive and fail
+    try:
+        alive = []
+
+        def load(t, ctx):
+            assert all(r() is None for r in alive), "the last decoder is still alive"
+            dec = Decoder(GOLDEN_IEBIN / "tiny-llama", threads=t, ctx=ctx, act="int8")
+            alive.append(weakref.ref(dec))
+            return dec
+
+        rows = run_tests(load, [1, 2, 1], [8], [2], 1, "CPU")
+    finally:
+        gc.enable()
+    assert len(alive) == 3 and [r["threads"] for r in rows] == [1, 1, 2, 2, 1, 1]
+    assert all(r["experts_copied"] is False for r in rows)  # a dense model
+
+
 def test_llama_bench_depths_and_cache_types():
     """-d as llama-bench takes it: every test again after D tokens fill the
     context, labelled "tg4 @ d16" with n_depth; type_k / type_v name the KV
