@@ -152,7 +152,7 @@ class Decoder:
         cfg = native_config(s, self.max_ctx, types)
         self.act = run_act = device_act(device, act, bound.layer_dtypes)  # what runs: f32 | int8
         self._weights = weights = bound.weights
-        self.copied_experts = copied = copy_experts(experts, weights, run_act, device)
+        copied = copy_experts(experts, weights, run_act, device)
         # Closes over the weights (replace_matrices changes them in place), not over self: a
         # Decoder in a reference cycle outlived its last name until Python's cycle collector ran,
         # and a loop that makes one decoder after another (kl-probes: one per group) held
@@ -233,6 +233,13 @@ class Decoder:
     @property
     def eos_ids(self) -> frozenset[int]:
         return self.spec.eos_ids
+
+    @property
+    def copied_experts(self) -> bool:
+        """Whether a mixture's experts got rows8 copies at load, as the
+        native decoder made them: ``experts`` asks (copy_experts), and an
+        ISA without the kernels (scalar) copies none."""
+        return self.device != "cuda" and bool(self._dec.experts_copied)
 
     @property
     def rows8_bytes(self) -> int:

@@ -126,7 +126,7 @@ def test_copied_experts_compute_what_in_place_ones_do(quantized_moe, model, isa)
     out = {}
     for mode in ("in-place", "copy"):
         d = Decoder(path, threads=2, act="int8", isa=isa, experts=mode)
-        assert d.copied_experts == (mode == "copy")
+        assert d.copied_experts == (mode == "copy" and isa != "scalar")  # as the native decoder reports it
         out[mode] = (d.rows8_bytes, np.concatenate([d.logits(ids[:40]), np.stack([d.step(t) for t in ids[40:]])]))
     assert (out["copy"][0] > out["in-place"][0]) == (isa != "scalar")
     assert _rel(out["copy"][1], out["in-place"][1].astype(np.float64)) <= 1e-5

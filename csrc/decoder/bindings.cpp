@@ -361,6 +361,9 @@ void ie_register_decoder(py::module_& m) {
            },
            "Per layer: None (no experts), or (sum x^2 of each expert's input rows [E, hidden], of its down "
            "inputs [E, expert_inter], rows routed to it [E]).")
+      .def_property_readonly("experts_copied", [](const PyDecoder& s) { return s.dec->experts_copied(); },
+                             "Whether a mixture's experts got rows8 copies at load (copy_experts, where the ISA and "
+                             "act have the kernels).")
       .def_property_readonly("rows8_bytes", [](const PyDecoder& s) { return s.dec->rows8_bytes(); },
                              "Bytes of the row-interleaved copies decode steps read (0: none).");
 #if IE_HAVE_CUDA

@@ -249,11 +249,14 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   };
   for (LayerWeights& L : w_.layers)
     for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) make_resident(*m);
-  if (copy_experts)
+  if (copy_experts)  // only into rows8: a copy of an expert's stored bytes would not be read faster
     for (LayerWeights& L : w_.layers)
       for (Expert& x : L.experts)
         for (Matrix* m : {&x.gate, &x.up, &x.down})
-          if (m->data != nullptr && !m->dedup && gemv_uses_rows8(m->spec, act_, isa_)) make_resident(*m);
+          if (gemv_uses_rows8(m->spec, act_, isa_)) {
+            make_resident(*m);
+            experts_copied_ = experts_copied_ || m->rows8 != nullptr;
+          }
   make_resident(w_.lm_head);
   // int8 prefill chunks of kDenseRows8Chunk tokens (kMaxRows8Batch with
   // experts) where every quantized matrix is read through its rows8 copy,
@@ -414,8 +417,17 @@ void Decoder::mm_expert(const Matrix& m, PreparedAct& prep, const float* x, int 
   mm(m, prep, x, b, bias, y);
 }
 
+bool Decoder::swiglu_rows8(const Matrix& gate, const Matrix& up, PreparedAct& prep, int b, float* y) {
+  const Rows8Job job = {gate.rows8.get(), up.rows8.get(), nullptr, y};
+  return b <= kMaxRows8Batch && job.w && job.up && rows8(&job, 1, prep);
+}
+
+// A Silu expert's gate and up in one pass: over their copies, or packing
+// their stored bytes into tiles as it goes.
 bool Decoder::mm_expert_swiglu(const Expert& e, PreparedAct& prep, int b, float* y) {
-  if (cfg_.glu != Glu::Silu || !e.bgate.empty() || !packs(e.gate, b) || !packs(e.up, b)) return false;
+  if (cfg_.glu != Glu::Silu || !e.bgate.empty()) return false;
+  if (swiglu_rows8(e.gate, e.up, prep, b, y)) return true;
+  if (!packs(e.gate, b) || !packs(e.up, b)) return false;
   Stopwatch sw(timer(&StepTimes::matmul_s));
   return gemv_packing_swiglu(e.gate.spec, e.gate.data, e.up.spec, e.up.data, prep, y, *pool_, isa_, scratch_);
 }
@@ -703,11 +715,7 @@ void Decoder::experts(int layer, int b) {
     }
     PreparedAct& prep = all ? xn_prep_ : ex_prep_;
     const float* in = all ? xn_.data() : ex_x_.data();
-    // copied experts (copy_experts): gate and up in one fused pass over their rows8 copies, as a dense MLP's
-    const Rows8Job fused = {x.gate.rows8.get(), x.up.rows8.get(), nullptr, ex_g_.data()};
-    const bool done = c.glu == Glu::Silu && x.bgate.empty() && fused.w && fused.up && n <= kMaxRows8Batch &&
-                      rows8(&fused, 1, prep);
-    if (!done && !mm_expert_swiglu(x, prep, n, ex_g_.data())) {
+    if (!mm_expert_swiglu(x, prep, n, ex_g_.data())) {
       mm_expert(x.gate, prep, in, n, x.bgate.empty() ? nullptr : x.bgate.data(), ex_g_.data());
       if (c.glu == Glu::Silu) mm_expert(x.up, prep, in, n, nullptr, ex_u_.data());
       glu(c.glu, ex_g_.data(), ex_u_.data(), n, I);
@@ -794,8 +802,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       experts(l, b);
       continue;
     }
-    const Rows8Job mlp = {L.gate.rows8.get(), L.up.rows8.get(), nullptr, gate_.data()};  // fused SwiGLU
-    if (!(b <= kMaxRows8Batch && mlp.w && mlp.up && rows8(&mlp, 1, xn_prep_))) {
+    if (!swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data())) {
       mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
       mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
       glu(Glu::Silu, gate_.data(), up_.data(), b, I);

@@ -185,6 +185,8 @@ class Decoder {
   // rows8 kernel: act=f32, or the scalar ISA; the stored bytes are then
   // copied as they are).
   size_t rows8_bytes() const { return rows8_bytes_; }
+  // Whether any expert got a rows8 copy (copy_experts, on an ISA and act with the kernels).
+  bool experts_copied() const { return experts_copied_; }
   // Each thread's CPU (-1: not pinned); empty without an affinity.
   const std::vector<int>& pinned() const { return pinned_; }
   // Parallel jobs run on the calling thread alone because the machine was busy (thread_pool.h).
@@ -248,9 +250,14 @@ class Decoder {
   // Whether an expert's product over b rows packs rows8 tiles (mm_expert).
   bool packs(const Matrix& m, int b) const;
   void mm_expert(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
-  // SiLU(gate) * up of an expert's b rows into y in one product where both
-  // matrices pack (gemv_packing_swiglu); false, having done nothing, where not.
+  // SiLU(gate) * up of a Silu expert's b rows into y in one product: over
+  // both matrices' copies (swiglu_rows8), else where both pack
+  // (gemv_packing_swiglu); false, having done nothing, where neither.
   bool mm_expert_swiglu(const Expert& e, PreparedAct& prep, int b, float* y);
+  // SiLU(gate x) * (up x) into y in one fused pass over gate's and up's rows8
+  // copies (a dense MLP's, copied experts'); false, having done nothing,
+  // where either has no copy or b is past a rows8 batch.
+  bool swiglu_rows8(const Matrix& gate, const Matrix& up, PreparedAct& prep, int b, float* y);
   // gemv_rows8 (gemv.h) on this decoder's threads and ISA, timed as mm is.
   bool rows8(const Rows8Job* jobs, int n, PreparedAct& x);
   // Where a timed step adds (null: this call is not a single-token step).
@@ -265,6 +272,7 @@ class Decoder {
   int full_past_ = 0;  // positions cached in every layer (run_layers caches the first layers only)
   int q_dim_ = 0, kv_dim_ = 0;
   size_t rows8_bytes_ = 0;
+  bool experts_copied_ = false;
   int int8_chunk_ = kMaxBatch;  // tokens per int8 prefill chunk (set at load: more where every matrix allows)
   std::vector<int> pinned_;
   StepTimes step_times_;
