@@ -54,11 +54,17 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "golden"
-_TMP = Path(tempfile.mkdtemp(prefix="iefuzz-py."))
+# The targets' scratch files go here: a directory its parent process made
+# and removes after it (_child: libFuzzer ends a process with exit(), which
+# skips Python's own cleanup); tests set it to theirs.
+SCRATCH: Path | None = None
+_CHILD = "IEFUZZ_PY_CHILD"
 
 
 def _fresh_dir(name: str) -> Path:
-    d = _TMP / name
+    if SCRATCH is None:
+        raise RuntimeError("fuzz_python: SCRATCH is not set (run the targets through main, or set it)")
+    d = SCRATCH / name
     if d.exists():
         shutil.rmtree(d)
     d.mkdir()
@@ -396,6 +402,14 @@ def fuzz_one(target: str, seconds: int, corpus: Path, inputs: list[str]) -> int:
     return 0
 
 
+def _child(args: list[str], **kw) -> subprocess.CompletedProcess:
+    """This file run with ``args`` in a child process whose scratch directory
+    (its TMPDIR, the targets' SCRATCH) is removed here when it has ended."""
+    with tempfile.TemporaryDirectory(prefix="iefuzz-py.") as scratch:
+        return subprocess.run([sys.executable, __file__, *args], env={**os.environ, "TMPDIR": scratch, _CHILD: "1"},
+                              **kw)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=60)
@@ -406,14 +420,18 @@ def main() -> int:
     ap.add_argument("--one", choices=sorted(TARGETS), help="run one target in this process (with INPUTS: replay them)")
     ap.add_argument("inputs", nargs="*", help="with --one: input files to replay, e.g. a finding")
     a = ap.parse_args()
-    if a.one:
+    if a.one and os.environ.get(_CHILD):
+        global SCRATCH
+        SCRATCH = Path(os.environ["TMPDIR"])
         return fuzz_one(a.one, a.seconds, a.corpus / f"py_{a.one}", a.inputs)
+    if a.one:  # a replay by hand: the same child, its output passed through
+        return _child(sys.argv[1:]).returncode
     targets = a.target or list(TARGETS)
 
     def run(t: str) -> subprocess.CompletedProcess:
         # One process per target: libFuzzer runs once per process.
-        return subprocess.run([sys.executable, __file__, "--one", t, "--seconds", str(a.seconds), "--corpus", str(a.corpus)],
-                              capture_output=True, text=True)
+        return _child(["--one", t, "--seconds", str(a.seconds), "--corpus", str(a.corpus)], capture_output=True,
+                      text=True)
 
     failed = 0
     with ThreadPoolExecutor(max(1, a.jobs)) as pool:

@@ -1,5 +1,6 @@
 // Shared by the libFuzzer harnesses: a private scratch directory per
-// process (under $TMPDIR, removed at exit) for loaders that take paths, and
+// process (under $TMPDIR; fuzz/run.py points that at a directory of its own
+// and removes it when the target ends) for loaders that take paths, and
 // a little-endian reader for the harnesses' explicit input encodings.
 #pragma once
 #include <unistd.h>

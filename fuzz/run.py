@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,7 +26,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run_target(exe: Path, corpus: Path, findings: Path, seconds: int) -> tuple[int, int, str]:
-    """(executions, findings, last lines of output) of one timed run."""
+    """(executions, findings, last lines of output) of one timed run. The
+    target's scratch files (fuzz_util.h) go to a directory of this run's,
+    removed when it ends: libFuzzer leaves with exit(), so the target
+    cannot remove its own."""
     corpus.mkdir(parents=True, exist_ok=True)
     findings.mkdir(parents=True, exist_ok=True)
     before = set(findings.iterdir())
@@ -36,7 +40,9 @@ def run_target(exe: Path, corpus: Path, findings: Path, seconds: int) -> tuple[i
     regressions = REPO / "fuzz" / "regressions" / exe.name
     if regressions.is_dir():  # start from the inputs that once found bugs (libFuzzer only reads them)
         cmd.append(str(regressions))
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds * 3 + 120)
+    with tempfile.TemporaryDirectory(prefix=f"iefuzz-{exe.name}.") as scratch:
+        res = subprocess.run(cmd, capture_output=True, text=True, env={**env, "TMPDIR": scratch},
+                             timeout=seconds * 3 + 120)
     out = res.stdout + res.stderr
     runs = [int(m) for m in re.findall(r"stat::number_of_executed_units:\s*(\d+)", out)]
     new = set(findings.iterdir()) - before

@@ -16,6 +16,11 @@ fp = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(fp)
 
 
+@pytest.fixture(autouse=True)
+def _scratch(tmp_path, monkeypatch):
+    monkeypatch.setattr(fp, "SCRATCH", tmp_path)
+
+
 def _mutations(seed: bytes, n: int, rng: random.Random):
     """Byte flips, truncations, insertions and splices, as libFuzzer makes."""
     for _ in range(n):
@@ -44,3 +49,20 @@ def test_target_on_seeds_and_mutations(target):
         fn(seed)
         for data in _mutations(seed, n // max(1, len(fp.seeds(target))) + 1, rng):
             fn(data)
+
+
+def test_runner_leaves_no_scratch_behind(tmp_path):
+    """Each target's scratch directory is the runner's to remove: libFuzzer
+    ends the target's process with exit(), so 119 of them once piled up in /tmp."""
+    pytest.importorskip("atheris")
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "tmp").mkdir()
+    res = subprocess.run([sys.executable, fp.__file__, "--seconds", "1", "--target", "manifest", "--corpus",
+                          str(tmp_path / "corpus")], env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "py_manifest:" in res.stdout and "no findings" in res.stdout
+    assert list((tmp_path / "tmp").iterdir()) == []
