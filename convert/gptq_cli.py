@@ -9,13 +9,18 @@ schemes and bytes per weight as the manifest says, only better codes.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import click
 
 from iekit.cli.support import human_bytes, threads_option
-from iekit.formats import expert_stacks, hf_checkpoint
+from iekit.formats import expert_stacks, hf_checkpoint, iebin
 from iekit.formats.errors import IEError
+from iekit.formats.fileio import read_small
+from iekit.formats.gptq_partial import PartialRun
+from iekit.formats.jsonio import dumps_canonical
 from iekit.formats.q4_manifest import load_manifest, plan
 
 from .conversion_output import convert_progress, err, report_conversion
@@ -44,15 +49,13 @@ def calibration_options(f):
     return f
 
 
-def covariances(hf_shapes: dict[str, list[int]], ref_dir: Path, order: list[str], text_file: Path | None,
-                ids_file: Path | None, chunks: int, ctx: int | None, threads: int, sequential: bool = False,
-                on_chunk=lambda _i, _n: None):
-    """(runtime.hessians.Hessians over ``order``, the calibration chunks, where
-    they came from): the float artifact ``ref_dir`` run over the calibration
-    text, after checking that it is the checkpoint whose shapes are ``hf_shapes``."""
+def calibration(hf_shapes: dict[str, list[int]], ref_dir: Path, order: list[str], text_file: Path | None,
+                ids_file: Path | None, chunks: int, ctx: int | None, threads: int):
+    """(the float artifact ``ref_dir`` loaded, the calibration chunks, where
+    they came from), after checking that it is the checkpoint whose shapes
+    are ``hf_shapes``."""
     # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
     from iekit.runtime.calibration import calibration_chunks, float_decoder
-    from iekit.runtime.hessians import Hessians
 
     ref = float_decoder(ref_dir, threads=threads, ctx=ctx)
     ref_shapes = {t["name"]: t["shape"] for t in ref.model.tensors}
@@ -61,7 +64,42 @@ def covariances(hf_shapes: dict[str, list[int]], ref_dir: Path, order: list[str]
             raise IEError(f"{ref_dir}: {name} is {ref_shapes[name]}, the checkpoint has {hf_shapes[name]}: "
                           "--ref-dir must be this checkpoint's float artifact")
     parts, what = calibration_chunks(ref, text_file, ids_file, chunks)
+    return ref, parts, what
+
+
+def covariances(hf_shapes: dict[str, list[int]], ref_dir: Path, order: list[str], text_file: Path | None,
+                ids_file: Path | None, chunks: int, ctx: int | None, threads: int, sequential: bool = False,
+                on_chunk=lambda _i, _n: None):
+    """(runtime.hessians.Hessians over ``order``, the calibration chunks, where
+    they came from): ``calibration``'s model run over its text."""
+    from iekit.runtime.hessians import Hessians
+
+    ref, parts, what = calibration(hf_shapes, ref_dir, order, text_file, ids_file, chunks, ctx, threads)
     return Hessians(ref, parts, order, MEMORY_BUDGET, sequential=sequential, on_chunk=on_chunk), parts, what
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(len(p).to_bytes(8, "little") + p)
+    return h.hexdigest()
+
+
+def _stat_line(path: Path) -> bytes:
+    st = path.stat()
+    return f"{path.name}:{st.st_size}:{st.st_mtime_ns}".encode()
+
+
+def run_inputs(src: hf_checkpoint.HFSource, ref_dir: Path, q4_map: Path, parts: list[list[int]], sequential: bool,
+               force: bool) -> dict[str, object]:
+    """What a gptq run's codes depend on, as fingerprints (formats/gptq_partial.py):
+    a resumed run must match every one. The weights by their shards' sizes and
+    modification times (hashing 16 GB would cost minutes), the rest by content."""
+    return {"checkpoint": _digest(dumps_canonical(src.config), *(_stat_line(src.dir / s) for s in src.shards)),
+            "ref_dir": _digest(read_small(ref_dir / iebin.META_NAME), _stat_line(ref_dir / iebin.BIN_NAME)),
+            "q4_map": _digest(read_small(q4_map)),
+            "calibration": _digest(json.dumps(parts).encode()),
+            "sequential": sequential, "force": force}
 
 
 @click.command("gptq")
@@ -78,9 +116,12 @@ def covariances(hf_shapes: dict[str, list[int]], ref_dir: Path, order: list[str]
 @threads_option("Threads.")
 @click.option("--force", is_flag=True, help="Also quantize embeddings/norms the manifest selects.")
 @click.option("--overwrite", is_flag=True, help="Replace the artifact in --out-dir as a whole (as hf-to-iebin --overwrite).")
+@click.option("--resume/--no-resume", default=True, show_default=True,
+              help="Take the matrices an interrupted run of the same inputs kept in OUT_DIR/.gptq-partial instead "
+                   "of quantizing them again; --no-resume discards them.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks, sequential, threads, force, overwrite,
-             quiet):
+             resume, quiet):
     """Convert with error-compensated quantization (GPTQ-style) per a q4 manifest.
 
     Rounding every weight to its nearest grid point ignores that a matrix's
@@ -95,20 +136,42 @@ def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks,
     quantized earlier layers give it, at one calibration pass per layer
     (docs/quality.md says what it buys).
 
+    Each compensated matrix is kept in OUT_DIR/.gptq-partial as soon as it
+    is made: after a Ctrl-C, a kill or a reboot, the same command goes on
+    from there (the artifact is the one an uninterrupted run writes); the
+    directory goes once the artifact is committed.
+
     \b
     Example:
       ieconv q4-manifest --hf-dir M -o q.json --target-bpw 4.5 --imatrix imatrix.npz
       ieconv gptq --hf-dir M --ref-dir m-f32/ --q4-map q.json --text-file calib.txt --out-dir m-q/
     """
+    from iekit.runtime.hessians import Hessians
+
     manifest = load_manifest(q4_map)
     src = hf_checkpoint.from_dir(hf_dir)
     shapes = expert_stacks.shapes_as_written(src)
     order = sorted(plan(manifest, shapes, force=force).quantize, key=natural_key)
-    with convert_progress(quiet) as prog:
-        cov, parts, what = covariances({n: s for n, (_d, s) in shapes.items()}, ref_dir, order, text_file, ids_file,
-                                       chunks, ctx, threads, sequential,
-                                       lambda i, n: prog.describe(f"covariances: chunk {i}/{n}"))
-        res = convert(src, out_dir, overwrite=overwrite, progress=prog, manifest=manifest, force=force, covariances=cov)
+    ref, parts, what = calibration({n: s for n, (_d, s) in shapes.items()}, ref_dir, order, text_file, ids_file,
+                                   chunks, ctx, threads)
+    partial = PartialRun(out_dir, run_inputs(src, ref_dir, q4_map, parts, sequential, force), resume)
+    partial.check_names(set(order))
+    resumed = len(partial.done)
+    if resumed:
+        err.print(f"resuming: {resumed} of {len(order)} matrices from {partial.dir} (kept by an interrupted run of "
+                  "the same inputs)", markup=False)
+    try:
+        with convert_progress(quiet) as prog:
+            cov = Hessians(ref, parts, [n for n in order if n not in partial.done], MEMORY_BUDGET,
+                           sequential=sequential, on_chunk=lambda i, n: prog.describe(f"covariances: chunk {i}/{n}"))
+            res = convert(src, out_dir, overwrite=overwrite, progress=prog, manifest=manifest, force=force,
+                          covariances=cov, partial=partial)
+    except KeyboardInterrupt:  # (an error is one line: the next run says "resuming" instead)
+        if partial.done and partial.dir.is_dir():
+            err.print(f"{len(partial.done)} of {len(order)} matrices are kept in {partial.dir}: the same command "
+                      "goes on from them (--no-resume discards them)", markup=False)
+        raise
+    partial.finish()
     report_conversion(res)
     plain = [n for n in order if cov.slot_of(n) is None]
     if plain:  # expert matrices: each would need the covariance of its own routed rows
@@ -116,6 +179,8 @@ def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks,
                   f"compensation (e.g. {plain[0]}; experts are not compensated yet)", markup=False)
     done = sum(e.compensated for e in res.errors.values())
     tokens = sum(len(p) for p in parts)
+    resumed_note = f" ({resumed} kept by the interrupted run)" if resumed else ""
     err.print(f"converted {res.tensors} tensors ({human_bytes(res.bytes_out)} model.ie.bin, {res.quantized_tensors} "
-              f"quantized, {done} error-compensated; covariances of {tokens} tokens ({what}), {cov.passes} "
-              f"pass{'es' if cov.passes != 1 else ''}) in {res.seconds:.1f} s -> {res.out_dir}", markup=False)
+              f"quantized, {done} error-compensated{resumed_note}; covariances of {tokens} tokens ({what}), "
+              f"{cov.passes} pass{'es' if cov.passes != 1 else ''}) in {res.seconds:.1f} s -> {res.out_dir}",
+              markup=False)

@@ -24,6 +24,7 @@ from iekit.formats import imatrix as imatrix_fmt
 from iekit.formats.casting import cast_bytes, decode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.finite import checked, checker
+from iekit.formats.gptq_partial import PartialRun
 from iekit.formats.hf_checkpoint import HFSource, collect_tensors, read_aux
 from iekit.formats.hf_config import model_summary
 from iekit.formats.model_spec import check_convertible
@@ -64,13 +65,17 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
             overwrite: bool = False, progress: Progress | None = None,
             manifest: Manifest | None = None, force: bool = False,
             imatrix: str | os.PathLike | None = None, covariances: Any = None,
-            checksum: str = checksums.DEFAULT, allow_nonfinite: bool = False) -> ConvertResult:
+            checksum: str = checksums.DEFAULT, allow_nonfinite: bool = False,
+            partial: PartialRun | None = None) -> ConvertResult:
     """Convert ``src`` into ``out_dir``; ``dtype`` casts floating tensors,
     ``manifest`` (q4_manifest.json) quantizes the tensors it selects,
     weighting each one's error by ``imatrix`` (default: the manifest's).
     ``covariances`` (runtime/hessians.py's Hessians): the matrices it has
     an input covariance for are quantized error-compensated (formats/gptq.py)
-    instead, each read whole. ``checksum``: the digest algorithm recorded
+    instead, each read whole; with ``partial`` (formats/gptq_partial.py)
+    each compensated matrix is kept there as soon as it is made, and a
+    matrix an interrupted run kept is taken from there, not quantized
+    again. ``checksum``: the digest algorithm recorded
     (formats/checksums.py). A float tensor holding NaN or ±inf (or a cast
     overflowing to inf) is refused, naming its shard, unless
     ``allow_nonfinite``: ``validate --deep`` would refuse the artifact."""
@@ -105,6 +110,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
         n_cast = 0
         errors: dict[str, QuantError] = {}
         with out.writing() as staged:
+            if partial is not None:
+                partial.begin()
             writer = iebin.IebinWriter(staged, checksum=checksum)
             for name in names:
                 progress.describe(name)
@@ -120,11 +127,17 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     return written.chunks(name, chunk_bytes, progress.advance)
 
                 if qplan and name in qplan.quantize:
+                    settle = covariances.settle if covariances is not None and covariances.sequential else None
+                    kept = partial.get(name) if partial is not None else None
+                    if kept is not None:
+                        errors[name] = _add_kept(writer, name, shape, qplan.quantize[name], *kept, settle)
+                        progress.advance(t.nbytes)  # its source is not read
+                        continue
                     cov = covariances.get(name) if covariances is not None else None
                     errors[name] = _add_quantized(writer, name, shape, t.dtype.name, tensor_bytes,
                                                   qplan.quantize[name], importance.get(name), cov,
-                                                  covariances.settle if cov is not None and covariances.sequential
-                                                  else None)
+                                                  settle if cov is not None else None,
+                                                  partial.put if cov is not None and partial is not None else None)
                     cov = None  # not held while the next window's covariances are collected
                     continue
                 target = dtype if dtype and t.dtype.is_float else t.dtype.name
@@ -157,15 +170,16 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
 def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_dtype: str,
                    source: Callable[[int], Iterator[bytes]], params: QuantParams, importance: Any = None,
                    covariance: tuple[Any, Any] | None = None,
-                   settle: Callable[[str, np.ndarray], None] | None = None) -> QuantError:
+                   settle: Callable[[str, np.ndarray], None] | None = None,
+                   keep: Callable[[str, bytes, QuantError], None] | None = None) -> QuantError:
     """Quantize a float matrix (or expert stack: its matrices' rows one after
     another) a block of rows at a time from ``source`` (chunk bytes -> its
     bytes, whole rows per chunk): memory stays bounded. Its predicted loss
     is recorded in the entry and returned. With ``covariance`` (its input's
     H and inverse factor, runtime/hessians.py) error-compensated instead
-    (formats/gptq.py), chunks of gptq.chunk_rows rows on worker threads, and its
+    (formats/gptq.py), chunks of gptq.chunk_rows rows on worker threads, its
     dequantized values handed to ``settle`` (a sequential pass runs on with
-    them)."""
+    them) and its payload to ``keep`` (an interrupted run resumes from it)."""
     count, rows, cols = matrix_dims(shape)
     rows *= count
     scheme = SCHEMES[params.scheme]
@@ -196,9 +210,28 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
         if settle is not None:
             settle(name, scheme.dequantize_rows(qr, cols, params).reshape(rows, cols))
         pieces = scheme.payload(qr)
+        if keep is not None:
+            data = b"".join(p.tobytes() for p in pieces)
+            keep(name, data, error)
+            pieces = [np.frombuffer(data, np.uint8)]
     writer.add_tensor(name, params.scheme, shape, (p.tobytes() for p in pieces),
                       scheme.tensor_nbytes(shape, params), extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)},
                       error=error)
+    return error
+
+
+def _add_kept(writer: iebin.IebinWriter, name: str, shape: list[int], params: QuantParams, data: bytes,
+              error: QuantError, settle: Callable[[str, np.ndarray], None] | None) -> QuantError:
+    """A compensated matrix an interrupted run kept (formats/gptq_partial.py):
+    written as _add_quantized wrote it, and handed to ``settle`` as its
+    payload dequantizes (the same values dequantize_rows gave then)."""
+    count, rows, cols = matrix_dims(shape)
+    scheme = SCHEMES[params.scheme]
+    if settle is not None:
+        settle(name, scheme.dequantize(np.frombuffer(data, np.uint8), rows * count, cols, params)
+               .reshape(rows * count, cols))
+    writer.add_tensor(name, params.scheme, shape, [data], scheme.tensor_nbytes(shape, params),
+                      extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)}, error=error)
     return error
 
 

@@ -144,9 +144,12 @@ class Hessians:
             used += size
         self._have.clear()
         self._factors.clear()
-        if self._settled:
-            self.dec.replace_matrices(self._settled)
-            self._settled = {}
+        # The quantized matrices read before this window (all of them, in a run that quantizes in forward order;
+        # a resumed run settles the matrices an interrupted one kept as it meets them, so later ones wait).
+        ready = {n: w for n, w in self._settled.items() if self.slot_of(n) < first}
+        if ready:
+            self.dec.replace_matrices(ready)
+            self._settled = {n: w for n, w in self._settled.items() if n not in ready}
         acc = {s: np.zeros((self._width(s),) * 2) for s in window}
         self.passes += 1
         lo = min(window) // 4
