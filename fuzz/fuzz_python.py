@@ -25,6 +25,9 @@ validator and the C++ loader must accept and refuse the same inputs.
               the strict readers, and what ours accepted written back and read again
   klprobes    a mutated kl-probes.json: the strict reader, and what it accepted
               written back byte-identical
+  gptqpartial a mutated .gptq-partial/progress.json beside the golden payloads:
+              the resume reader, every matrix it kept read back, the directory
+              readied for a run
   tokenizer   a GGUF file's tokenizer.* key-values (as JSON): the rebuilt
               tokenizer.json and tokenizer_config.json, then that tokenizer
               loaded and used as the runtime uses it
@@ -230,6 +233,21 @@ def t_klprobes(data: bytes) -> None:
             raise AssertionError("kl-probes: write -> read -> write is not byte-identical")
 
 
+def t_gptqpartial(data: bytes) -> None:
+    from iekit.formats import gptq_partial
+
+    golden = GOLDEN / "gptq_partial"
+    out = _fresh_dir("gptqpartial")
+    shutil.copytree(golden, out / gptq_partial.PARTIAL_DIR)
+    (out / gptq_partial.PARTIAL_DIR / gptq_partial.STATE_NAME).write_bytes(data)
+    inputs = json.loads((golden / gptq_partial.STATE_NAME).read_text())["inputs"]
+    pr = _expected(gptq_partial.PartialRun, out, inputs)
+    if pr is not None:
+        for name in list(pr.done):
+            pr.get(name)  # checked at reading: must not fail now
+        _expected(pr.begin)
+
+
 def t_tokenizer(data: bytes) -> None:
     from tokenizers import Tokenizer
 
@@ -280,7 +298,7 @@ def t_prompts(data: bytes) -> None:
 
 TARGETS = {"iebin": t_iebin, "manifest": t_manifest, "dedup": t_dedup, "safetensors": t_safetensors, "bsr": t_bsr,
            "weightspec": t_weightspec, "gguf": t_gguf, "imatrix": t_imatrix, "klprobes": t_klprobes,
-           "tokenizer": t_tokenizer, "chat": t_chat, "prompts": t_prompts}
+           "gptqpartial": t_gptqpartial, "tokenizer": t_tokenizer, "chat": t_chat, "prompts": t_prompts}
 
 
 _EXPORTED: list[bytes] = []
@@ -343,6 +361,8 @@ def _golden_seeds(target: str) -> list[bytes]:
                 for n in ("example.npz", "example-llamacpp.dat", "tiny-llama.llamacpp.gguf", "tiny-llama.llamacpp.dat")]
     if target == "klprobes":
         return [(GOLDEN / "kl_probes" / "smollm2-rotated.json").read_bytes()]
+    if target == "gptqpartial":
+        return [(GOLDEN / "gptq_partial" / "progress.json").read_bytes()]
     if target == "tokenizer":
         from iekit.formats.gguf_file import open_gguf
 
