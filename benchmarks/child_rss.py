@@ -14,9 +14,17 @@ import time
 from pathlib import Path
 
 
+class Failed(SystemExit):
+    """The command failed (or was stopped) after ``seconds``; the message holds its stderr."""
+
+    def __init__(self, message: str, seconds: float):
+        super().__init__(message)
+        self.seconds = seconds
+
+
 def run(cmd: list[str], stderr: Path, stdout: Path | None = None, anon: list[float] | None = None) -> tuple[float, float]:
     """(seconds, peak RSS in MiB) of ``cmd``; its stderr (and stdout) go to
-    the files given. SystemExit, with its stderr, when it fails. With
+    the files given. Failed (a SystemExit), with its stderr, when it fails. With
     ``anon`` (a list), its peak anonymous RSS in MiB is appended, sampled
     from /proc every 0.2 s: the memory it allocated, where ru_maxrss also
     counts the pages of files it mapped (a model's weights), which the
@@ -35,7 +43,7 @@ def run(cmd: list[str], stderr: Path, stdout: Path | None = None, anon: list[flo
         anon.append(peak[0])
     secs = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed: {stderr.read_text().strip()}")
+        raise Failed(f"{' '.join(cmd)} failed: {stderr.read_text().strip()}", secs)
     return secs, usage.ru_maxrss / 1024
 
 

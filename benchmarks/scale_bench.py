@@ -24,7 +24,10 @@ extrapolates to the full 32 layers: the figures to read are whether
 memory stays flat in depth and time grows linearly.
 
     python benchmarks/scale_bench.py [--dir /tmp/ie-bench-8b] [--layers 1,2] [--bpw 4.0]
-        [--calib-chunks 8] [--chunks 2] [--threads 2] [--policy probes|imatrix] [--keep]
+        [--calib-chunks 8] [--chunks 2] [--threads 2] [--policy probes|imatrix] [--keep] [--resume]
+
+A stage stopped (SIGINT to its command, e.g. gptq's hours at 32 layers split
+over several sittings) ends this script; ``--resume`` goes on from there.
 """
 
 from __future__ import annotations
@@ -129,23 +132,42 @@ def stages(a, d: Path) -> list[tuple[str, list[str], Path | None]]:
 
 def run_depth(a, layers: int) -> list[dict]:
     d = a.dir / f"layers{layers}"
-    shutil.rmtree(d, ignore_errors=True)
-    d.mkdir(parents=True)
-    log = d / "log.txt"
-    gen_s, _ = child_rss.run([sys.executable, __file__, "--generate", str(d / "hf"), "--layers", str(layers)], log,
-                             d / "size.txt")
+    log, done_file = d / "log.txt", d / "stages.jsonl"
+    done = [json.loads(x) for x in done_file.read_text().splitlines()] if a.resume and done_file.exists() else []
+    if not (a.resume and (d / "size.txt").exists()):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        gen_s, _ = child_rss.run([sys.executable, __file__, "--generate", str(d / "hf"), "--layers", str(layers)], log,
+                                 d / "size.txt")
+        print(f"{layers} layer(s): checkpoint written in {gen_s:.0f} s", file=sys.stderr)
+        write_ids(d / "calib.txt", a.calib_chunks * 512, seed=1)
+        write_ids(d / "held.txt", a.chunks * 512, seed=2)
     size = int((d / "size.txt").read_text())
-    print(f"{layers} layer(s): checkpoint {size / 1e9:.2f} GB written in {gen_s:.0f} s", file=sys.stderr)
-    write_ids(d / "calib.txt", a.calib_chunks * 512, seed=1)
-    write_ids(d / "held.txt", a.chunks * 512, seed=2)
+    print(f"{layers} layer(s): checkpoint {size / 1e9:.2f} GB", file=sys.stderr)
     rows = []
     for name, cmd, stdout in stages(a, d):
+        # --resume: a stage that ended is not run again; one that was stopped (gptq keeps its finished matrices
+        # and goes on from them) runs again, its times summed and its peaks the largest
+        parts = [r for r in done if r["stage"] == name]
+        if parts and not parts[-1].get("stopped"):
+            rows.append(parts[-1])
+            print(f"  {name:<32} done before: {parts[-1]['minutes']:7.2f} min", file=sys.stderr)
+            continue
         anon: list[float] = []
-        secs, rss = child_rss.run(cmd, log, stdout, anon)
-        rows.append({"layers": layers, "stage": name, "minutes": secs / 60, "rss_gib": rss / 1024,
-                     "anon_gib": anon[0] / 1024})
-        print(f"  {name:<32} {secs / 60:7.2f} min  peak RSS {rss / 1024:6.2f} GiB, of it allocated "
-              f"{anon[0] / 1024:6.2f} GiB", file=sys.stderr)
+        try:
+            secs, rss = child_rss.run(cmd, log, stdout, anon)
+        except child_rss.Failed as e:
+            row = {"layers": layers, "stage": name, "minutes": e.seconds / 60, "stopped": True}
+            with done_file.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            raise SystemExit(f"{name} stopped after {e.seconds / 60:.1f} min (--resume goes on): {e}") from None
+        row = {"layers": layers, "stage": name, "minutes": (secs + sum(r["minutes"] * 60 for r in parts)) / 60,
+               "rss_gib": rss / 1024, "anon_gib": anon[0] / 1024, "runs": len(parts) + 1}
+        with done_file.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        rows.append(row)
+        print(f"  {name:<32} {row['minutes']:7.2f} min  peak RSS {rss / 1024:6.2f} GiB, of it allocated "
+              f"{anon[0] / 1024:6.2f} GiB{f' (this run; {len(parts) + 1} runs)' if parts else ''}", file=sys.stderr)
     ev = json.loads((d / "eval.json").read_text().strip().splitlines()[-1])
     info = json.loads(subprocess.run([str(a.bin / "ieconv"), "inspect", str(d / "q"), "--json"], check=True,
                                      capture_output=True, text=True).stdout)
@@ -172,8 +194,12 @@ def main() -> None:
                          "calibrated policy, an hour at 32 layers) or imatrix (the imatrix alone: minutes; to time "
                          "the stages after it).")
     ap.add_argument("--keep", action="store_true", help="Keep each depth's checkpoint and artifacts.")
+    ap.add_argument("--resume", action="store_true",
+                    help="Go on with the depths in --dir: stages that ended are not run again, a stopped one (Ctrl-C "
+                         "to its command; gptq resumes from the matrices it kept) runs again. Implies --keep.")
     ap.add_argument("--generate", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    a.keep = a.keep or a.resume
     depths = sorted({int(x) for x in a.layers.split(",")})
     if a.generate:
         print(write_checkpoint(a.generate, depths[0]))
