@@ -162,8 +162,8 @@ def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks,
                   "the same inputs)", markup=False)
     try:
         with convert_progress(quiet) as prog:
-            cov = Hessians(ref, parts, [n for n in order if n not in partial.done], MEMORY_BUDGET,
-                           sequential=sequential, on_chunk=lambda i, n: prog.describe(f"covariances: chunk {i}/{n}"))
+            cov = Hessians(ref, parts, order, MEMORY_BUDGET, sequential=sequential, kept=set(partial.done),
+                           on_chunk=lambda i, n: prog.describe(f"covariances: chunk {i}/{n}"))
             res = convert(src, out_dir, overwrite=overwrite, progress=prog, manifest=manifest, force=force,
                           covariances=cov, partial=partial)
     except KeyboardInterrupt:  # (an error is one line: the next run says "resuming" instead)

@@ -65,15 +65,19 @@ class Hessians:
     matrices that will be asked for, best in ``forward_order``."""
 
     def __init__(self, dec: Decoder, chunks: list[list[int]], order: list[str], budget: int = 1 << 30,
-                 on_chunk: Callable[[int, int], None] = lambda _i, _n: None, sequential: bool = False):
+                 on_chunk: Callable[[int, int], None] = lambda _i, _n: None, sequential: bool = False,
+                 kept: frozenset[str] | set[str] = frozenset()):
         if not chunks or not any(chunks):
             raise IEError("covariances: no calibration tokens")
         self.dec, self.chunks, self.budget, self.on_chunk = dec, chunks, budget, on_chunk
         self.sequential = sequential
         self._settled: dict[str, np.ndarray] = {}  # quantized, not yet swapped into the decoder
         self.tokens = sum(len(c) for c in chunks)
-        # Windows are runs of slots in the order the model reads them (forward_order).
-        self._slots = sorted({s for n in order if (s := self.slot_of(n)) is not None})
+        # Windows are runs of slots in the order the model reads them (forward_order), fixed up front: a resumed
+        # run (``kept``: matrices an interrupted one already quantized, never asked for) takes its covariances from
+        # the same windows as the run it resumes, so that with ``sequential`` each sees the same quantized matrices.
+        self._windows = self._partition(sorted({s for n in order if (s := self.slot_of(n)) is not None}))
+        self._needed = {s for n in order if n not in kept and (s := self.slot_of(n)) is not None}
         self._have: dict[int, np.ndarray] = {}
         self._factors: dict[int, np.ndarray] = {}
         self.passes = 0
@@ -128,32 +132,37 @@ class Hessians:
             self._factors[slot] = gptq.inverse_factor(self._have[slot])
         return self._have[slot], self._factors[slot]
 
+    def _partition(self, slots: list[int]) -> list[list[int]]:
+        """``slots`` cut into windows, greedily in order: as many as fit the
+        budget (at least one), with ``sequential`` one layer's at most (the
+        next layer waits for this one's codes)."""
+        windows: list[list[int]] = []
+        for s in slots:
+            w = windows[-1] if windows else None
+            if w is None or (self.sequential and s // 4 != w[0] // 4) or \
+                    sum(self._width(t) ** 2 * 8 for t in w) + self._width(s) ** 2 * 8 > self.budget:
+                windows.append([s])
+            else:
+                w.append(s)
+        return windows
+
     def _collect(self, first: int) -> None:
-        """Run the calibration once for ``first`` and the slots after it in
-        ``order`` that fit the budget with it (the previous window dropped)."""
-        ahead = self._slots[self._slots.index(first):] if first in self._slots else [first]
-        if self.sequential:  # a layer's slots only: the next layer waits for this one's codes
-            ahead = [s for s in ahead if s // 4 == first // 4]
-        window: list[int] = []
-        used = 0
-        for s in ahead:
-            size = self._width(s) ** 2 * 8
-            if window and used + size > self.budget:
-                break
-            window.append(s)
-            used += size
+        """Run the calibration once for the window holding ``first`` (the
+        previous window dropped), for its slots a matrix still asks for."""
+        window = next((w for w in self._windows if first in w), [first])
+        take = [s for s in window if s in self._needed or s == first]
         self._have.clear()
         self._factors.clear()
         # The quantized matrices read before this window (all of them, in a run that quantizes in forward order;
         # a resumed run settles the matrices an interrupted one kept as it meets them, so later ones wait).
-        ready = {n: w for n, w in self._settled.items() if self.slot_of(n) < first}
+        ready = {n: w for n, w in self._settled.items() if self.slot_of(n) < window[0]}
         if ready:
             self.dec.replace_matrices(ready)
             self._settled = {n: w for n, w in self._settled.items() if n not in ready}
-        acc = {s: np.zeros((self._width(s),) * 2) for s in window}
+        acc = {s: np.zeros((self._width(s),) * 2) for s in take}
         self.passes += 1
-        lo = min(window) // 4
-        layers = min(max(window) // 4 + 1, self.dec.spec.n_layers)  # the head's slot needs them all
+        lo = min(take) // 4
+        layers = min(max(take) // 4 + 1, self.dec.spec.n_layers)  # the head's slot needs them all
         # Where the next window resumes: the input of this one's last layer
         # (the next may start inside it), or with --sequential the input of
         # this window's own layer, which is quantized before the next runs it.
@@ -161,7 +170,7 @@ class Hessians:
         if self._at > lo:  # the kept stream is past this window's first layer: from the embedding again
             self._at, self._streams = 0, None
         streams = []
-        self.dec._dec.collect_stats(True, capture=window)
+        self.dec._dec.collect_stats(True, capture=take)
         try:
             for i, c in enumerate(self.chunks):
                 x, at = (None if self._streams is None else self._streams[i]), self._at
@@ -169,7 +178,7 @@ class Hessians:
                     x, at = self.dec.run_layers(c, keep, at, x), keep
                 streams.append(x)
                 self.dec.run_layers(c, layers, at, x)
-                for s in window:
+                for s in take:
                     add_gram(acc[s], self.dec._dec.take_captured(s))
                 self.on_chunk(i + 1, len(self.chunks))
         finally:

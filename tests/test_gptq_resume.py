@@ -72,11 +72,13 @@ def _interrupted(args, out_dir, after: int, monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("mode", ["--no-sequential", "--sequential"])
-@pytest.mark.parametrize("after", [2, 7, 9])
+@pytest.mark.parametrize("after", [2, 5, 7, 9])
 def test_an_interrupted_run_resumes_to_the_same_bytes(runs, tmp_path, mode, after, monkeypatch, capfd):
-    """Interrupted inside layer 0 (2: k_proj and q_proj kept, v_proj not: with
-    --sequential the kept ones must not reach the model before layer 0's own
-    covariances are taken), at its end (7), and inside layer 1 (9)."""
+    """Interrupted inside layer 0's first slot (2: k_proj and q_proj kept,
+    v_proj not), later in it (5: up of gate/up not kept), at its end (7), and
+    inside layer 1 (9). With --sequential a kept matrix must not reach the
+    model before the window that took its layer's covariances in the
+    interrupted run: the resumed run takes them from the same windows."""
     _m, out = runs
     args, whole = out[mode]
     o = tmp_path / "o"
@@ -281,3 +283,51 @@ def test_partial_state_round_trips(tmp_path):
         gptq_partial.PartialRun(tmp_path, {**inputs, "sequential": True, "x": 1})
     again.finish()
     assert not (tmp_path / PARTIAL_DIR).exists()
+
+
+@pytest.mark.parametrize("after", [1, 5, 8])
+def test_windows_split_by_the_budget_resume_the_same(runs, wide, tmp_path, after):
+    """At Llama-3-8B's shapes a down_proj covariance is a window of its own
+    (1.6 GB of the 1 GiB budget), so with --sequential its window sees its
+    layer's other matrices quantized. A budget of one slot per window here:
+    resumed inside such a layer, the artifact is the uninterrupted one's."""
+    from iekit.convert import hf_to_iebin
+    from iekit.formats import expert_stacks, hf_checkpoint
+    from iekit.formats.q4_manifest import load_manifest, plan
+    from iekit.runtime.decoder import Decoder
+    from iekit.runtime.hessians import Hessians
+
+    m, _out = runs
+    manifest, src = load_manifest(m), hf_checkpoint.from_dir(wide["hf"])
+    names = list(plan(manifest, expert_stacks.shapes_as_written(src)).quantize)
+    dec = Decoder(wide["f32"], act="f32", ctx=64)
+    ids = dec.encode(TEXT.read_text())[:192]
+    parts = [ids[i:i + 64] for i in range(0, 192, 64)]
+
+    def run(out, partial=None):
+        d = Decoder(wide["f32"], act="f32", ctx=64)  # a fresh model: sequential runs swap quantized matrices in
+        cov = Hessians(d, parts, names, budget=1, sequential=True, kept=set(partial.done) if partial else set())
+        return hf_to_iebin.convert(src, out, manifest=manifest, covariances=cov, partial=partial)
+
+    run(tmp_path / "whole")
+    inputs = {"x": "y"}
+    put = gptq_partial.PartialRun.put
+    count = {"n": 0}
+
+    def put_then_interrupt(self, name, data, error):
+        put(self, name, data, error)
+        count["n"] += 1
+        if count["n"] == after:
+            raise KeyboardInterrupt
+
+    gptq_partial.PartialRun.put = put_then_interrupt
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run(tmp_path / "o", gptq_partial.PartialRun(tmp_path / "o", inputs))
+    finally:
+        gptq_partial.PartialRun.put = put
+    partial = gptq_partial.PartialRun(tmp_path / "o", inputs)
+    assert len(partial.done) == after
+    res = run(tmp_path / "o", partial)
+    assert sum(e.compensated for e in res.errors.values()) == MATRICES
+    assert (tmp_path / "o" / iebin.BIN_NAME).read_bytes() == (tmp_path / "whole" / iebin.BIN_NAME).read_bytes()
