@@ -6,6 +6,7 @@ line each."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -48,11 +49,10 @@ def runs(wide, tmp_path_factory):
     return m, out
 
 
-def _interrupted(args, out_dir, after: int, monkeypatch) -> None:
-    """The command run in this process, Ctrl-C arriving as its ``after``-th
-    matrix has been kept (deterministic, unlike a timed signal)."""
-    from iekit.convert.gptq_cli import gptq_cmd
-
+@contextlib.contextmanager
+def _ctrl_c_after(after: int, exc=KeyboardInterrupt):
+    """Ctrl-C arriving as the ``after``-th matrix has been kept (deterministic,
+    unlike a timed signal); the block must end in ``exc``."""
     put = gptq_partial.PartialRun.put
     count = {"n": 0}
 
@@ -62,10 +62,20 @@ def _interrupted(args, out_dir, after: int, monkeypatch) -> None:
         if count["n"] == after:
             raise KeyboardInterrupt
 
-    with monkeypatch.context() as mp:
-        mp.setattr(gptq_partial.PartialRun, "put", put_then_interrupt)
-        with pytest.raises(click.exceptions.Abort):  # click's wrapping of the KeyboardInterrupt
-            gptq_cmd.main([*map(str, args), "-q", "--out-dir", str(out_dir)], standalone_mode=False)
+    gptq_partial.PartialRun.put = put_then_interrupt
+    try:
+        with pytest.raises(exc):
+            yield
+    finally:
+        gptq_partial.PartialRun.put = put
+
+
+def _interrupted(args, out_dir, after: int) -> None:
+    """The command run in this process, interrupted after ``after`` matrices."""
+    from iekit.convert.gptq_cli import gptq_cmd
+
+    with _ctrl_c_after(after, click.exceptions.Abort):  # click's wrapping of the KeyboardInterrupt
+        gptq_cmd.main([*map(str, args), "-q", "--out-dir", str(out_dir)], standalone_mode=False)
     assert not (out_dir / iebin.BIN_NAME).exists()  # nothing committed
     state = json.loads((out_dir / PARTIAL_DIR / STATE_NAME).read_text())
     assert len(state["matrices"]) == after
@@ -73,7 +83,7 @@ def _interrupted(args, out_dir, after: int, monkeypatch) -> None:
 
 @pytest.mark.parametrize("mode", ["--no-sequential", "--sequential"])
 @pytest.mark.parametrize("after", [2, 5, 7, 9])
-def test_an_interrupted_run_resumes_to_the_same_bytes(runs, tmp_path, mode, after, monkeypatch, capfd):
+def test_an_interrupted_run_resumes_to_the_same_bytes(runs, tmp_path, mode, after, capfd):
     """Interrupted inside layer 0's first slot (2: k_proj and q_proj kept,
     v_proj not), later in it (5: up of gate/up not kept), at its end (7), and
     inside layer 1 (9). With --sequential a kept matrix must not reach the
@@ -82,7 +92,7 @@ def test_an_interrupted_run_resumes_to_the_same_bytes(runs, tmp_path, mode, afte
     _m, out = runs
     args, whole = out[mode]
     o = tmp_path / "o"
-    _interrupted(args, o, after, monkeypatch)
+    _interrupted(args, o, after)
     assert f"{after} of {MATRICES} matrices are kept in {o / PARTIAL_DIR}: the same command goes on" in \
         capfd.readouterr().err
     res = run_tool("ieconv", "gptq", "-q", *args, "--out-dir", o)
@@ -123,11 +133,11 @@ def test_a_real_ctrl_c_keeps_what_is_done(runs, tmp_path):
     assert (o / iebin.BIN_NAME).read_bytes() == (whole / iebin.BIN_NAME).read_bytes()
 
 
-def test_other_inputs_are_refused_naming_what_differs(runs, tmp_path, monkeypatch):
+def test_other_inputs_are_refused_naming_what_differs(runs, tmp_path):
     m, out = runs
     args, _whole = out["--no-sequential"]
     o = tmp_path / "o"
-    _interrupted(args, o, 3, monkeypatch)
+    _interrupted(args, o, 3)
     other = list(args)
     other[other.index("--chunks") + 1] = "3"
     res = run_tool("ieconv", "gptq", "-q", *other, "--out-dir", o)
@@ -166,11 +176,11 @@ def _first_payload(o):
     ("payload renamed", "expected '"),
     ("subdirectory", "a directory inside"),
 ])
-def test_a_damaged_partial_directory_is_one_line(runs, tmp_path, monkeypatch, damage, needle):
+def test_a_damaged_partial_directory_is_one_line(runs, tmp_path, damage, needle):
     _m, out = runs
     args, _whole = out["--no-sequential"]
     o = tmp_path / "o"
-    _interrupted(args, o, 2, monkeypatch)
+    _interrupted(args, o, 2)
     d = o / PARTIAL_DIR
     if damage == "dir is a fifo":
         shutil.rmtree(d)
@@ -213,13 +223,13 @@ def test_a_damaged_partial_directory_is_one_line(runs, tmp_path, monkeypatch, da
     assert not (o / iebin.BIN_NAME).exists()
 
 
-def test_a_payload_without_a_record_is_dropped(runs, tmp_path, monkeypatch):
+def test_a_payload_without_a_record_is_dropped(runs, tmp_path):
     """A kill between a payload's rename and its record: the payload is not
     kept (a record is what keeps it), and the next run removes it."""
     _m, out = runs
     args, whole = out["--no-sequential"]
     o = tmp_path / "o"
-    _interrupted(args, o, 2, monkeypatch)
+    _interrupted(args, o, 2)
     stray = o / PARTIAL_DIR / ("f" * 24 + ".bin")
     stray.write_bytes(b"half")
     res = run_tool("ieconv", "gptq", "-q", *args, "--out-dir", o)
@@ -311,21 +321,8 @@ def test_windows_split_by_the_budget_resume_the_same(runs, wide, tmp_path, after
 
     run(tmp_path / "whole")
     inputs = {"x": "y"}
-    put = gptq_partial.PartialRun.put
-    count = {"n": 0}
-
-    def put_then_interrupt(self, name, data, error):
-        put(self, name, data, error)
-        count["n"] += 1
-        if count["n"] == after:
-            raise KeyboardInterrupt
-
-    gptq_partial.PartialRun.put = put_then_interrupt
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            run(tmp_path / "o", gptq_partial.PartialRun(tmp_path / "o", inputs))
-    finally:
-        gptq_partial.PartialRun.put = put
+    with _ctrl_c_after(after):
+        run(tmp_path / "o", gptq_partial.PartialRun(tmp_path / "o", inputs))
     partial = gptq_partial.PartialRun(tmp_path / "o", inputs)
     assert len(partial.done) == after
     res = run(tmp_path / "o", partial)
