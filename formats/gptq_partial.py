@@ -24,12 +24,13 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_file_atomic
+from .atomic import TEMP_NAME, write_file_atomic
 from .errors import IEError
 from .fileio import file_kind, read_small
 from .jsonio import dumps_canonical, loads_strict, schema_check
@@ -40,6 +41,7 @@ STATE_NAME = "progress.json"
 FORMAT = "iekit-gptq-partial"
 VERSION = 1
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "gptq_partial.schema.json"
+_PAYLOAD = re.compile(r"^[0-9a-f]{24}\.bin$")
 
 
 def payload_name(tensor: str) -> str:
@@ -77,6 +79,7 @@ class PartialRun:
         if not stat.S_ISDIR(st.st_mode):
             raise IEError(f"{self.dir}: is {file_kind(st.st_mode)}, where gptq keeps an interrupted run's matrices; "
                           "move it away")
+        self._check_entries()
         if not resume:
             self._discard = True
             return
@@ -93,13 +96,20 @@ class PartialRun:
             raise IEError(f"{self.dir}: an interrupted gptq run of other inputs ({', '.join(differ)} differ) kept "
                           f"{len(obj['matrices'])} matrices here; pass --no-resume to discard them, or choose another "
                           "--out-dir")
-        for p in self.dir.iterdir():
-            if p.is_dir() and not p.is_symlink():
-                raise IEError(f"{p}: a directory inside {self.dir}, which only holds files gptq wrote; move it away")
         for name, rec in obj["matrices"].items():
             self.done[name] = rec
             self._read(name)  # every kept payload checked now, not hours into the run
         self._state = raw
+
+    def _check_entries(self) -> None:
+        """Only what gptq writes may be here (progress.json, payloads, staged
+        temporary files): anything else is refused, never removed."""
+        for p in self.dir.iterdir():
+            if p.name != STATE_NAME and not _PAYLOAD.match(p.name) and not TEMP_NAME.match(p.name):
+                what = "a directory" if p.is_dir() and not p.is_symlink() else "a file"
+                raise IEError(f"{p}: {what} inside {self.dir} that gptq did not write; move it away")
+            if p.is_dir() and not p.is_symlink():
+                raise IEError(f"{p}: a directory inside {self.dir}, which only holds files gptq wrote; move it away")
 
     def check_names(self, expected: set[str]) -> None:
         """Every kept matrix must be one this run compensates."""
@@ -125,12 +135,11 @@ class PartialRun:
         st = os.lstat(self.dir)
         if not stat.S_ISDIR(st.st_mode):
             raise IEError(f"{self.dir}: is {file_kind(st.st_mode)}, expected a directory")
+        self._check_entries()
         keep = {STATE_NAME, *(r["file"] for r in self.done.values())}
         for p in self.dir.iterdir():
-            if p.name not in keep:
-                if p.is_dir() and not p.is_symlink():
-                    raise IEError(f"{p}: a directory inside {self.dir}, which only holds files gptq wrote; move it away")
-                p.unlink()  # a payload whose record was never written, a dead writer's temporary file
+            if p.name not in keep and _PAYLOAD.match(p.name):
+                p.unlink()  # a payload whose record was never written (dead writers' temporary files: StagedFiles)
         if self._state is None:
             self._write_state()
 

@@ -223,6 +223,19 @@ def test_a_damaged_partial_directory_is_one_line(runs, tmp_path, damage, needle)
     assert not (o / iebin.BIN_NAME).exists()
 
 
+@pytest.mark.parametrize("resume", ["--resume", "--no-resume"])
+def test_a_file_gptq_did_not_write_is_refused_never_removed(runs, tmp_path, resume):
+    _m, out = runs
+    args, _whole = out["--no-sequential"]
+    o = tmp_path / "o"
+    _interrupted(args, o, 2)
+    mine = o / PARTIAL_DIR / "notes.txt"
+    mine.write_text("mine")
+    res = run_tool("ieconv", "gptq", "-q", *args, "--out-dir", o, resume)
+    assert_one_line_error(res, f"{mine}: a file inside {o / PARTIAL_DIR} that gptq did not write; move it away")
+    assert mine.read_text() == "mine" and len(_state(o)["matrices"]) == 2
+
+
 def test_a_payload_without_a_record_is_dropped(runs, tmp_path):
     """A kill between a payload's rename and its record: the payload is not
     kept (a record is what keeps it), and the next run removes it."""
