@@ -400,6 +400,23 @@ IE_INLINE void table_values(const uint8_t* w, __m256i* lo, __m256i* hi) {
   *hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
 }
 
+// Vector v (0..3) of a 32-block whose values table_values read unsigned
+// (v + ADD), for NB tokens whose blocks lie 32 bytes apart from xq: the
+// products of its low and high nibbles' values summed in int16 over each
+// half block (half[b]: 8 per 16-bit lane, the callers bound them below
+// 2^15), widened into s[b] by mult's int16 pairs as each half ends.
+template <int NB>
+IE_INLINE void add_unsigned_vector(int v, __m256i lo, __m256i hi, const int8_t* xq, __m256i mult, __m256i (&half)[NB],
+                                   __m256i (&s)[NB]) {
+  for (int b = 0; b < NB; ++b) {
+    const int8_t* xb = xq + b * 32 + 8 * v;
+    const __m256i q = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb)), _mm256_maddubs_epi16(hi, bcast4(xb + 4)));
+    half[b] = v % 2 == 0 ? q : _mm256_add_epi16(half[b], q);
+    if (v % 2 == 1) s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(half[b], mult));
+    in_reg(s[b]);
+  }
+}
+
 // Tiles whose values are signed int8 with one scale per 32-block: q8_0's
 // as stored (eight vectors per block, vector v = elements 4v .. 4v+3),
 // iq4_nl's and mxfp4's through their tables (the 4-bit layout: four
@@ -450,13 +467,7 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
       if constexpr (kInt16) {
         __m256i lo, hi;
         table_values<T, kOff>(w + 32 * v, &lo, &hi);
-        for (int b = 0; b < NB; ++b) {
-          const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq)), _mm256_maddubs_epi16(hi, bcast4(xq + 4)));
-          h[b] = v % 2 == 0 ? p : _mm256_add_epi16(h[b], p);
-          if (v % 2 == 1) s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(h[b], ones));
-          in_reg(s[b]);
-        }
+        add_unsigned_vector<NB>(v, lo, hi, x.q + kx * 32, ones, h, s);
       } else if constexpr (kTable) {
         __m256i lo, hi;
         table_values<T>(w + 32 * v, &lo, &hi);
@@ -545,13 +556,7 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
         for (int v = 0; v < 4; ++v) {
           __m256i lo, hi;
           table_values<T, 16>(w + j * kBlock + 32 * v, &lo, &hi);
-          for (int b = 0; b < NB; ++b) {
-            const int8_t* xq = x.q + (kx + b) * 32 + 8 * v;
-            const __m256i q = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xq)), _mm256_maddubs_epi16(hi, bcast4(xq + 4)));
-            half[b] = v % 2 == 0 ? q : _mm256_add_epi16(half[b], q);
-            if (v % 2 == 1) s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(half[b], mult));
-            in_reg(s[b]);
-          }
+          add_unsigned_vector<NB>(v, lo, hi, x.q + kx * 32, mult, half, s);
         }
       } else {
         for (int v = 0; v < 4; ++v) {
