@@ -70,7 +70,6 @@ class PartialRun:
         self.state_path = self.dir / STATE_NAME
         self.inputs = inputs
         self.done: dict[str, dict[str, Any]] = {}
-        self.kept_now = 0  # matrices this run added
         self._discard = False
         self._state: bytes | None = None  # progress.json as read, to find a change before begin()
         st = _lstat(self.dir)
@@ -177,7 +176,6 @@ class PartialRun:
                                "compensated": error.compensated}}
         write_file_atomic(self.dir / rec["file"], data)
         self.done[name] = rec
-        self.kept_now += 1
         self._write_state()
 
     def _write_state(self) -> None:
