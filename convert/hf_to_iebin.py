@@ -130,7 +130,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     settle = covariances.settle if covariances is not None and covariances.sequential else None
                     kept = partial.get(name) if partial is not None else None
                     if kept is not None:
-                        errors[name] = _add_kept(writer, name, shape, qplan.quantize[name], *kept, settle)
+                        errors[name] = _add_payload(writer, name, shape, qplan.quantize[name], *kept, settle)
                         progress.advance(t.nbytes)  # its source is not read
                         continue
                     cov = covariances.get(name) if covariances is not None else None
@@ -210,21 +210,22 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
         if settle is not None:
             settle(name, scheme.dequantize_rows(qr, cols, params).reshape(rows, cols))
         pieces = scheme.payload(qr)
-        if keep is not None:
+        if keep is not None:  # the payload joined once: kept, then written from the same bytes
             data = b"".join(p.tobytes() for p in pieces)
             keep(name, data, error)
-            pieces = [np.frombuffer(data, np.uint8)]
+            return _add_payload(writer, name, shape, params, data, error)
     writer.add_tensor(name, params.scheme, shape, (p.tobytes() for p in pieces),
                       scheme.tensor_nbytes(shape, params), extra={iebin.QUANT_KEY: scheme.quant_dict(cols, params)},
                       error=error)
     return error
 
 
-def _add_kept(writer: iebin.IebinWriter, name: str, shape: list[int], params: QuantParams, data: bytes,
-              error: QuantError, settle: Callable[[str, np.ndarray], None] | None) -> QuantError:
-    """A compensated matrix an interrupted run kept (formats/gptq_partial.py):
-    written as _add_quantized wrote it, and handed to ``settle`` as its
-    payload dequantizes (the same values dequantize_rows gave then)."""
+def _add_payload(writer: iebin.IebinWriter, name: str, shape: list[int], params: QuantParams, data: bytes,
+                 error: QuantError, settle: Callable[[str, np.ndarray], None] | None = None) -> QuantError:
+    """A compensated matrix's whole payload written as _add_quantized writes
+    one: just made and kept (formats/gptq_partial.py), or kept by an
+    interrupted run and handed to ``settle`` as it dequantizes (the values
+    dequantize_rows gave when it was made)."""
     count, rows, cols = matrix_dims(shape)
     scheme = SCHEMES[params.scheme]
     if settle is not None:

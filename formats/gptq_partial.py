@@ -104,11 +104,10 @@ class PartialRun:
         """Only what gptq writes may be here (progress.json, payloads, staged
         temporary files): anything else is refused, never removed."""
         for p in self.dir.iterdir():
-            if p.name != STATE_NAME and not _PAYLOAD.match(p.name) and not TEMP_NAME.match(p.name):
-                what = "a directory" if p.is_dir() and not p.is_symlink() else "a file"
-                raise IEError(f"{p}: {what} inside {self.dir} that gptq did not write; move it away")
-            if p.is_dir() and not p.is_symlink():
-                raise IEError(f"{p}: a directory inside {self.dir}, which only holds files gptq wrote; move it away")
+            is_dir = p.is_dir() and not p.is_symlink()
+            if is_dir or not (p.name == STATE_NAME or _PAYLOAD.match(p.name) or TEMP_NAME.match(p.name)):
+                raise IEError(f"{p}: {'a directory' if is_dir else 'a file'} inside {self.dir} that gptq did not "
+                              "write; move it away")
 
     def check_names(self, expected: set[str]) -> None:
         """Every kept matrix must be one this run compensates."""

@@ -137,13 +137,14 @@ class Hessians:
         budget (at least one), with ``sequential`` one layer's at most (the
         next layer waits for this one's codes)."""
         windows: list[list[int]] = []
+        used = 0  # bytes of the last window's covariances
         for s in slots:
-            w = windows[-1] if windows else None
-            if w is None or (self.sequential and s // 4 != w[0] // 4) or \
-                    sum(self._width(t) ** 2 * 8 for t in w) + self._width(s) ** 2 * 8 > self.budget:
-                windows.append([s])
-            else:
-                w.append(s)
+            size = self._width(s) ** 2 * 8
+            if not windows or (self.sequential and s // 4 != windows[-1][0] // 4) or used + size > self.budget:
+                windows.append([])
+                used = 0
+            windows[-1].append(s)
+            used += size
         return windows
 
     def _collect(self, first: int) -> None:

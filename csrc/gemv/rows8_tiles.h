@@ -27,9 +27,9 @@
 // (two products already reach 2 * 128 * 127). mxfp4's values (|v| <= 12)
 // are read unsigned as v + 16, with no sign moves, and sum in int16 over
 // half a block, one madd per half block; 16 sum x comes off per block
-// (prefill tile 2048 x 2048 x 64 tokens, 1 thread: 4.39-4.47 -> 3.91-4.15
+// (prefill tile 2048 x 2048 x 64 tokens, 1 thread: 4.37-4.46 -> 4.06-4.18
 // ms); iq3_s's (|v| <= 15, its iq4_xs-layout copy) as v + 16 the same way
-// (5.36-5.55 -> 4.45-4.65 ms). iq4's, iq3_s's and mxfp4's values come from
+// (5.26-5.37 -> 4.29-4.40 ms). iq4's, iq3_s's and mxfp4's values come from
 // their nibbles by a table shuffle.
 // VNNI (IE_ROWS8_VNNI): vpdpbusd multiplies unsigned bytes by signed ones
 // and adds each lane's four products into int32 with no int16 step, so the
@@ -400,6 +400,12 @@ IE_INLINE void table_values(const uint8_t* w, __m256i* lo, __m256i* hi) {
   *hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4));
 }
 
+// The offset AVX2's mxfp4 and iq3_s tiles read their values with (v + 16
+// >= 1, below 2^15 after 8 products with x): a multiple of 8, as Q8Nat's
+// s8 is 8 times a block's code sum, so the offset's share is kUnsignedOffset / 8 s8.
+constexpr int kUnsignedOffset = 16;
+constexpr bool unsigned_fits(const Grid16& g) { return 8 * (grid_abs_max(g) + kUnsignedOffset) * 127 < 32768; }
+
 // Vector v (0..3) of a 32-block whose values table_values read unsigned
 // (v + ADD), for NB tokens whose blocks lie 32 bytes apart from xq: the
 // products of its low and high nibbles' values summed in int16 over each
@@ -431,10 +437,8 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
   // block stay below 2^15, so they sum in int16 and one madd per half block
   // widens them; 16 sum x (2 s8) comes off per block. iq4_nl's values reach
   // 127: their sign moves onto x, one madd per product vector.
-  constexpr bool kInt16 = T == WType::MXFP4;
-  constexpr int kOff = 16;  // a multiple of 8: Q8Nat's s8 is 8 times the block's code sum
-  static_assert(!kInt16 || 8 * (grid_abs_max(kMxfp4Grid) + kOff) * 127 < 32768,
-                "mxfp4's half-block sums would wrap in int16");
+  constexpr bool kUnsigned = T == WType::MXFP4;
+  static_assert(!kUnsigned || unsigned_fits(kMxfp4Grid), "mxfp4's half-block sums would wrap in int16");
 #if IE_ROWS8_VNNI
   // the values read unsigned, v + 128 (table_values; q8_0's bytes with a flipped top bit), and 128 sum x
   // (16 s8) taken off per block
@@ -462,11 +466,11 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
     const int64_t kx = k * B + b0;
     __m256i s[NB];
     for (auto& v : s) v = _mm256_setzero_si256();
-    __m256i h[NB] = {};  // kInt16: a half block's products
+    __m256i h[NB] = {};  // kUnsigned: a half block's products
     for (int v = 0; v < kCodes / 32; ++v) {
-      if constexpr (kInt16) {
+      if constexpr (kUnsigned) {
         __m256i lo, hi;
-        table_values<T, kOff>(w + 32 * v, &lo, &hi);
+        table_values<T, kUnsignedOffset>(w + 32 * v, &lo, &hi);
         add_unsigned_vector<NB>(v, lo, hi, x.q + kx * 32, ones, h, s);
       } else if constexpr (kTable) {
         __m256i lo, hi;
@@ -484,8 +488,9 @@ IE_INLINE void signed_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, i
         }
       }
     }
-    if constexpr (kInt16)
-      for (int b = 0; b < NB; ++b) s[b] = _mm256_sub_epi32(s[b], _mm256_set1_epi32(kOff / 8 * x.s8[kx + b]));
+    if constexpr (kUnsigned)
+      for (int b = 0; b < NB; ++b)
+        s[b] = _mm256_sub_epi32(s[b], _mm256_set1_epi32(kUnsignedOffset / 8 * x.s8[kx + b]));
 #endif
     const __m256 d = load8<T == WType::MXFP4 ? 1 : 2>(w + kCodes);
     for (int b = 0; b < NB; ++b)
@@ -549,13 +554,14 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
         // iq3_s's values (|v| <= 15) read unsigned as v + 16, as mxfp4's (signed_tile_n): no sign moves, the
         // products summed in int16 over half a block, one madd by the sub-scales per half; sc 16 sum x comes
         // off per block, as a madd of the sub-scale pairs by (s8, s8) (s8 = 8 sum x fits int16).
-        static_assert(8 * (grid_abs_max(kIq3sGrid) + 16) * 127 < 32768, "iq3_s's half-block sums would wrap in int16");
+        static_assert(unsigned_fits(kIq3sGrid), "iq3_s's half-block sums would wrap in int16");
+        static_assert(kUnsignedOffset == 16, "the madd by (s8, s8) below takes off 2 s8 = 16 sum x");
         __m256i half[NB] = {};
         for (int b = 0; b < NB; ++b)
           s[b] = _mm256_sub_epi32(s[b], _mm256_madd_epi16(mult, _mm256_set1_epi16(static_cast<int16_t>(x.s8[kx + b]))));
         for (int v = 0; v < 4; ++v) {
           __m256i lo, hi;
-          table_values<T, 16>(w + j * kBlock + 32 * v, &lo, &hi);
+          table_values<T, kUnsignedOffset>(w + j * kBlock + 32 * v, &lo, &hi);
           add_unsigned_vector<NB>(v, lo, hi, x.q + kx * 32, mult, half, s);
         }
       } else {
