@@ -22,6 +22,7 @@ from iekit.formats.fileio import read_small
 from iekit.formats.gguf_file import open_gguf
 from iekit.formats.jsonio import dumps_canonical, loads_strict
 from iekit.formats.quant import SCHEMES, QuantError
+from iekit.formats.workers import one_blas_thread
 from iekit.formats.q4_manifest import (EMBED_NAMES, HEAD_NAMES, KEEP, bytes_per_token, default_manifest, is_tied,
                                        load_manifest, manifest_from, plan)
 
@@ -478,6 +479,8 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, 
                                         TextColumn("matrices"), TimeRemainingColumn(), console=err,
                                         transient=True) as bar:
         covariance = None
+        if calib is not None:  # measured as gptq quantizes: the same manifest each run (formats/workers.py)
+            stack.enter_context(one_blas_thread())
         if src is not None:
             written = expert_stacks.AsWritten(src.config, hf_checkpoint.collect_tensors(src, stack))
             shapes = {n: written.shape(n) for n in quantize}

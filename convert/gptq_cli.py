@@ -22,6 +22,7 @@ from iekit.formats.fileio import read_small
 from iekit.formats.gptq_partial import PartialRun
 from iekit.formats.jsonio import dumps_canonical
 from iekit.formats.q4_manifest import load_manifest, plan
+from iekit.formats.workers import one_blas_thread
 
 from .conversion_output import convert_progress, err, report_conversion
 from .artifact_out import natural_key
@@ -78,27 +79,39 @@ def covariances(hf_shapes: dict[str, list[int]], ref_dir: Path, order: list[str]
     return Hessians(ref, parts, order, MEMORY_BUDGET, sequential=sequential, on_chunk=on_chunk), parts, what
 
 
-def _digest(*parts: bytes) -> str:
+def digest(*parts: bytes) -> str:
     h = hashlib.sha256()
     for p in parts:
         h.update(len(p).to_bytes(8, "little") + p)
     return h.hexdigest()
 
 
-def _stat_line(path: Path) -> bytes:
+def stat_line(path: Path) -> bytes:
     st = path.stat()
     return f"{path.name}:{st.st_size}:{st.st_mtime_ns}".encode()
+
+
+def checkpoint_fingerprint(src: hf_checkpoint.HFSource) -> str:
+    """The weights by their shards' sizes and modification times (hashing
+    16 GB would cost minutes), the config by content."""
+    return digest(dumps_canonical(src.config), *(stat_line(src.dir / s) for s in src.shards))
+
+
+def artifact_fingerprint(model_dir: Path) -> str:
+    """An IEBIN artifact by its model.ie.json's content and its bin's size and
+    modification time."""
+    return digest(read_small(model_dir / iebin.META_NAME), stat_line(model_dir / iebin.BIN_NAME))
 
 
 def run_inputs(src: hf_checkpoint.HFSource, ref_dir: Path, q4_map: Path, parts: list[list[int]], sequential: bool,
                force: bool) -> dict[str, object]:
     """What a gptq run's codes depend on, as fingerprints (formats/gptq_partial.py):
-    a resumed run must match every one. The weights by their shards' sizes and
-    modification times (hashing 16 GB would cost minutes), the rest by content."""
-    return {"checkpoint": _digest(dumps_canonical(src.config), *(_stat_line(src.dir / s) for s in src.shards)),
-            "ref_dir": _digest(read_small(ref_dir / iebin.META_NAME), _stat_line(ref_dir / iebin.BIN_NAME)),
-            "q4_map": _digest(read_small(q4_map)),
-            "calibration": _digest(json.dumps(parts).encode()),
+    a resumed run must match every one: the checkpoint and the float artifact
+    as their fingerprints take them, the rest by content."""
+    return {"checkpoint": checkpoint_fingerprint(src),
+            "ref_dir": artifact_fingerprint(ref_dir),
+            "q4_map": digest(read_small(q4_map)),
+            "calibration": digest(json.dumps(parts).encode()),
             "sequential": sequential, "force": force}
 
 
@@ -146,6 +159,13 @@ def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks,
       ieconv q4-manifest --hf-dir M -o q.json --target-bpw 4.5 --imatrix imatrix.npz
       ieconv gptq --hf-dir M --ref-dir m-f32/ --q4-map q.json --text-file calib.txt --out-dir m-q/
     """
+    with one_blas_thread():  # the same run, the same bytes (formats/workers.py)
+        _gptq(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks, sequential, threads, force,
+              overwrite, resume, quiet)
+
+
+def _gptq(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks, sequential, threads, force, overwrite,
+          resume, quiet) -> None:
     from iekit.runtime.hessians import Hessians
 
     manifest = load_manifest(q4_map)

@@ -17,7 +17,8 @@ run their BLAS products (gptq's updates, numpy's matmul and solve) on one
 BLAS thread each while the map runs: OpenBLAS's own pool of one thread per
 CPU, started from every worker, oversubscribed the CPUs and made gptq
 1.3-1.4x slower for the same bytes (docs/quality.md). Products outside a
-map (the covariance passes, inverse_factor) keep every BLAS thread.
+map (the covariance passes, inverse_factor) keep every BLAS thread, except
+in the commands whose codes come from float products (``one_blas_thread``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -62,6 +64,22 @@ def physical_cores(sys_cpu: Path = Path("/sys/devices/system/cpu")) -> int:
 def worker_count() -> int:
     """One worker per allowed CPU, at least 1."""
     return max(1, len(allowed_cpus()))
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """BLAS on one thread for the whole of a command whose codes come from
+    float products (gptq's compensation, a policy measured as gptq
+    quantizes), so that the same run gives the same bytes. OpenBLAS's
+    results depend on its thread count (a Cholesky, or a 256-wide product,
+    differs in the last bit between one and two threads), and ordered_map's
+    limit is process-wide: a factor taken on the main thread while a map ran
+    got one thread, and two otherwise, so a gptq run's codes depended on
+    timing (a resumed run differed from the uninterrupted one under load,
+    tests/test_quantize_cmd.py). The maps' products ran on one thread each
+    already; the factors and covariance products now do too."""
+    with threadpool_limits(1, user_api="blas"):
+        yield
 
 
 def _enter_worker() -> None:

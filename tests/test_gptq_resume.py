@@ -341,3 +341,26 @@ def test_windows_split_by_the_budget_resume_the_same(runs, wide, tmp_path, after
     res = run(tmp_path / "o", partial)
     assert sum(e.compensated for e in res.errors.values()) == MATRICES
     assert (tmp_path / "o" / iebin.BIN_NAME).read_bytes() == (tmp_path / "whole" / iebin.BIN_NAME).read_bytes()
+
+
+def test_factors_run_on_one_blas_thread(runs, tmp_path, monkeypatch):
+    """OpenBLAS's results depend on its thread count, and a map's one-thread
+    limit is process-wide: a factor taken while a map ran got one thread,
+    otherwise every one, so a run's codes depended on timing (a resumed run
+    differed from an uninterrupted one under load). Every factor gptq takes
+    now runs on one BLAS thread (formats/workers.py, one_blas_thread)."""
+    from threadpoolctl import threadpool_info
+
+    from iekit.convert.gptq_cli import gptq_cmd
+    from iekit.formats import gptq
+
+    seen, real = [], gptq.inverse_factor
+
+    def spy(h, *a, **k):
+        seen.append({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+        return real(h, *a, **k)
+
+    monkeypatch.setattr(gptq, "inverse_factor", spy)
+    args, _whole = runs[1]["--no-sequential"]
+    gptq_cmd.main([*map(str, args), "-q", "--out-dir", str(tmp_path / "q")], standalone_mode=False)
+    assert len(seen) >= 4 and all(s == {1} for s in seen), seen
