@@ -45,6 +45,7 @@ from .iebin_legacy import is_schema2, upgrade_legacy
 from .iebin_to_gguf import REQUANTIZE_TARGETS, export_gguf
 from .imatrix_cli import imatrix_cmd, inspect_imatrix, is_imatrix_path, validate_imatrix
 from .kl_probes_cli import kl_probes_cmd
+from .quantize_cli import quantize_cmd
 from .rotate_cli import rotate_cmd
 
 QUANTIZED = weight_types.names(quantized=True)
@@ -775,8 +776,8 @@ def keep_backup(path: Path, data: bytes) -> Path:
 
 # dedup-plan, dedup-extract, dedup-link (convert/dedup_cli.py), block-sparse
 # (convert/bsr_cli.py; validate and inspect hand .bsr files to it) and imatrix
-# (convert/imatrix_cli.py), kl-probes, gptq and rotate.
-for _c in (*DEDUP_COMMANDS, block_sparse_cmd, imatrix_cmd, kl_probes_cmd, gptq_cmd, rotate_cmd):
+# (convert/imatrix_cli.py), kl-probes, gptq, quantize (the calibrated pipeline) and rotate.
+for _c in (*DEDUP_COMMANDS, block_sparse_cmd, imatrix_cmd, kl_probes_cmd, gptq_cmd, quantize_cmd, rotate_cmd):
     cli.add_command(_c)
 
 

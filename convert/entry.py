@@ -17,3 +17,7 @@ def _load_main():
 
 def main() -> None:
     run_guarded(_load_main)
+
+
+if __name__ == "__main__":  # ieconv quantize runs its stages as `python -m iekit.convert.entry ...`
+    main()

@@ -88,11 +88,7 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
         raise click.UsageError("--probe must differ from --base")
     check_new_file(out_path, overwrite)
     src = hf_checkpoint.from_dir(hf_dir)
-    with ExitStack() as stack:
-        shapes = {n: (t.dtype.name, list(t.shape)) for n, (_f, t) in hf_checkpoint.collect_tensors(src, stack).items()}
-    imp = None if imatrix is None else os.fspath(Path(imatrix).resolve())
-    manifest = default_manifest(shapes, base, head=base, tied=is_tied(shapes, src.config), imatrix=imp)
-    groups, unfit = _probed_groups(manifest, shapes, probe)
+    manifest, groups, unfit = probe_plan(src, base, probe, imatrix)
     if not groups:
         raise click.UsageError(f"--probe {probe} can store no group of this model's matrices")
     err = stderr_console()
@@ -174,6 +170,18 @@ class _Variants:
         path = self.base / self.VARIANT
         write_file_atomic(path, dumps_canonical(meta), replace=True)
         return path
+
+
+def probe_plan(src: hf_checkpoint.HFSource, base: str, probe: str, imatrix: Path | None = None):
+    """(the usual manifest at ``base``, the groups ``probe`` can store, the
+    rest with the reason): what a kl-probes run measures, known
+    before any model runs (ieconv quantize leaves out a probe set that
+    would measure nothing)."""
+    with ExitStack() as stack:
+        shapes = {n: (t.dtype.name, list(t.shape)) for n, (_f, t) in hf_checkpoint.collect_tensors(src, stack).items()}
+    imp = None if imatrix is None else os.fspath(Path(imatrix).resolve())
+    manifest = default_manifest(shapes, base, head=base, tied=is_tied(shapes, src.config), imatrix=imp)
+    return (manifest, *_probed_groups(manifest, shapes, probe))
 
 
 def _probed_groups(manifest: dict, shapes: dict[str, tuple[str, list[int]]], probe: str) -> tuple[list[str], dict]:

@@ -28,6 +28,9 @@ validator and the C++ loader must accept and refuse the same inputs.
   gptqpartial a mutated .gptq-partial/progress.json beside the golden payloads:
               the resume reader, every matrix it kept read back, the directory
               readied for a run
+  quantizestages a mutated ieconv quantize work record (stages.json): the
+              reader, what it accepted written back byte-identical, and the
+              stages kept of the golden record's own plan
   tokenizer   a GGUF file's tokenizer.* key-values (as JSON): the rebuilt
               tokenizer.json and tokenizer_config.json, then that tokenizer
               loaded and used as the runtime uses it
@@ -248,6 +251,24 @@ def t_gptqpartial(data: bytes) -> None:
         _expected(pr.begin)
 
 
+def t_quantizestages(data: bytes) -> None:
+    from iekit.formats import quantize_stages
+
+    golden = json.loads((GOLDEN / "quantize_stages" / quantize_stages.STATE_NAME).read_text())
+    work = _fresh_dir("quantizestages")
+    (work / quantize_stages.STATE_NAME).write_bytes(data)
+    log = _expected(quantize_stages.StageLog, work, golden["inputs"])
+    if log is not None:
+        again = quantize_stages.encode(log.inputs, log.finished)
+        (work / quantize_stages.STATE_NAME).write_bytes(again)
+        back = quantize_stages.StageLog(work, golden["inputs"])
+        if quantize_stages.encode(back.inputs, back.finished) != again:
+            raise AssertionError("quantize stages: write -> read -> write is not byte-identical")
+        planned = [(s["name"], tuple(s["argv"]), [work / "missing"]) for s in golden["stages"]]
+        if log.keep_prefix(planned) != 0:
+            raise AssertionError("quantize stages: a stage whose outputs are missing was kept")
+
+
 def t_tokenizer(data: bytes) -> None:
     from tokenizers import Tokenizer
 
@@ -298,7 +319,8 @@ def t_prompts(data: bytes) -> None:
 
 TARGETS = {"iebin": t_iebin, "manifest": t_manifest, "dedup": t_dedup, "safetensors": t_safetensors, "bsr": t_bsr,
            "weightspec": t_weightspec, "gguf": t_gguf, "imatrix": t_imatrix, "klprobes": t_klprobes,
-           "gptqpartial": t_gptqpartial, "tokenizer": t_tokenizer, "chat": t_chat, "prompts": t_prompts}
+           "gptqpartial": t_gptqpartial, "quantizestages": t_quantizestages, "tokenizer": t_tokenizer, "chat": t_chat,
+           "prompts": t_prompts}
 
 
 _EXPORTED: list[bytes] = []
@@ -363,6 +385,8 @@ def _golden_seeds(target: str) -> list[bytes]:
         return [(GOLDEN / "kl_probes" / "smollm2-rotated.json").read_bytes()]
     if target == "gptqpartial":
         return [(GOLDEN / "gptq_partial" / "progress.json").read_bytes()]
+    if target == "quantizestages":
+        return [(GOLDEN / "quantize_stages" / "stages.json").read_bytes()]
     if target == "tokenizer":
         from iekit.formats.gguf_file import open_gguf
 

@@ -1,0 +1,324 @@
+"""``ieconv quantize``: the calibrated pipeline in one command, resumable by stage.
+
+The best policy this project has (docs/quality.md, "The goals as make
+bench-quality prints them") is six commands with a dozen flags that must
+agree: a float reference, an importance matrix, two sets of KL probes, a
+``--target-bpw`` policy whose candidates are measured as gptq will
+quantize them, and gptq itself. A user should not have to know that
+recipe, nor lose an hour of it to a Ctrl-C. Each stage is the documented
+command run as a child process (the same bytes as typing it; its memory
+returned when it ends, so the pipeline's peak is its largest stage's),
+its outputs kept in a work directory and its record in
+``WORK/stages.json`` (formats/quantize_stages.py); the same command run
+again goes on from the first stage not done, and gptq resumes inside its
+stage.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import stat
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from iekit.cli.support import FiniteFloat, human_bytes, threads_option
+from iekit.formats import expert_stacks, hf_checkpoint, iebin
+from iekit.formats.atomic import TEMP_NAME, make_dirs
+from iekit.formats.errors import IEError
+from iekit.formats.fileio import check_regular, file_kind
+from iekit.formats.quantize_stages import STATE_NAME, Finished, StageLog, outputs_fingerprint
+
+from .artifact_out import check_out_dir, check_out_file
+from .conversion_output import err
+from .gptq_cli import DEFAULT_CHUNKS, artifact_fingerprint, checkpoint_fingerprint, digest, stat_line
+from .kl_probes_cli import probe_plan
+
+WORK_NAME = ".quantize"  # the default work directory, inside --out-dir; removed once the artifact is there
+# A reference this large in f32 is made q8_0 instead (--reference auto): kl-probes holds it beside a quantized
+# variant, and an 8B model's 32 GB of f32 would not fit a 24 GB machine (q8_0: 8.5 GB, docs/quality.md).
+F32_REFERENCE_MAX = 8 << 30
+LOW_PROBES_BELOW = 4.5  # budgets below this also get KL probes at 3-4 bits (ieconv kl-probes --help)
+PROBE_SETS = (("kl-probes", "q5_1", "iq4_nl", "kl-probes.json"),
+              ("kl-probes (3-4 bits)", "iq4_nl", "iq3_s", "kl-probes-low.json"))
+
+
+@dataclass
+class Stage:
+    """One command of the pipeline: ``argv`` (the ieconv sub-command and its
+    arguments: what the record compares), ``extra`` (flags that change no
+    output: -q, --overwrite), ``outputs`` (what must exist for it to count
+    as done)."""
+
+    name: str
+    argv: list[str]
+    outputs: list[Path]
+    extra: list[str] = field(default_factory=list)
+
+
+def probe_sets(src: hf_checkpoint.HFSource, target_bpw: float) -> list[tuple[str, str, str, str]]:
+    """PROBE_SETS' entries this budget uses (the 3-4-bit one below
+    LOW_PROBES_BELOW) whose probe can store some of the model's matrices:
+    iq3_s stores none of a model whose rows are no 256-element
+    super-blocks, and ieconv kl-probes refuses to measure nothing."""
+    sets = []
+    for entry in PROBE_SETS[:2 if target_bpw < LOW_PROBES_BELOW else 1]:
+        name, base, probe, _file = entry
+        if probe_plan(src, base, probe)[1]:
+            sets.append(entry)
+        else:
+            err.print(f"{name}: left out: {probe} can store none of this model's matrices", markup=False)
+    return sets
+
+
+def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, reference: str, calib: list[str],
+         chunks: int, probe_chunks: int, sets: list[tuple[str, str, str, str]], target_bpw: float, gguf_types: bool,
+         gguf: Path | None, threads: int, overwrite: bool, quiet: bool) -> list[Stage]:
+    """The stages, in order, as a user would type them (``sets``: the KL probe sets, probe_sets)."""
+    t = ["--threads", str(threads)]
+    q = ["-q"] if quiet else []
+    stages = []
+    if ref_dir is None:
+        ref_dir = work / "ref"
+        to_ref = ["hf-to-iebin", "--hf-dir", str(hf_dir), "--out-dir", str(ref_dir)]
+        if reference == "q8_0":  # every matrix at q8_0 (the embedding, a lookup, kept): a quarter of f32's bytes
+            ref_map = work / "ref_q8_0.json"
+            stages.append(Stage("reference policy", ["q4-manifest", "--hf-dir", str(hf_dir), "--scheme", "q8_0",
+                                                     "--quantize-head", "-o", str(ref_map)], [ref_map], ["--overwrite"]))
+            to_ref += ["--q4-map", str(ref_map)]
+        stages.append(Stage(f"reference ({reference})", to_ref, [ref_dir / iebin.META_NAME], [*q, "--overwrite"]))
+    im = work / "imatrix.npz"
+    stages.append(Stage("imatrix", ["imatrix", "--model-dir", str(ref_dir), *calib, "--chunks", str(chunks), *t,
+                                    "-o", str(im)], [im], [*q, "--overwrite"]))
+    probe_args = []
+    for name, base, probe, file in sets:
+        path = work / file
+        stages.append(Stage(name, ["kl-probes", "--hf-dir", str(hf_dir), "--ref-dir", str(ref_dir), *calib,
+                                   "--imatrix", str(im), "--base", base, "--probe", probe, "--chunks",
+                                   str(probe_chunks), *t, "-o", str(path)], [path], [*q, "--overwrite"]))
+        probe_args += ["--kl-probes", str(path)]
+    man = work / "q4_manifest.json"
+    stages.append(Stage("policy", ["q4-manifest", "--hf-dir", str(hf_dir), "--target-bpw", repr(target_bpw),
+                                   "--quantize-head", "--imatrix", str(im), *probe_args,
+                                   *(["--gguf-types"] if gguf_types else []), "--ref-dir", str(ref_dir), *calib,
+                                   "--chunks", str(chunks), *t, "-o", str(man)], [man], ["--overwrite"]))
+    over = ["--overwrite"] if overwrite else []
+    stages.append(Stage("gptq", ["gptq", "--hf-dir", str(hf_dir), "--ref-dir", str(ref_dir), "--q4-map", str(man),
+                                 *calib, "--chunks", str(chunks), *t, "--out-dir", str(out_dir)],
+                        [out_dir / iebin.META_NAME], [*q, *over]))
+    if gguf is not None:
+        stages.append(Stage("gguf", ["iebin-to-gguf", "--model-dir", str(out_dir), "--out", str(gguf)], [gguf],
+                            [*q, *over]))
+    return stages
+
+
+def _f32_bytes(src: hf_checkpoint.HFSource) -> int:
+    return 4 * sum(math.prod(shape) for _dtype, shape in expert_stacks.shapes_as_written(src).values())
+
+
+def _check_work(work: Path, owned: set[str]) -> None:
+    """The work directory holds only what this command writes there: a
+    symlink, a FIFO or a file in its place, or a file it did not write
+    inside, is refused, never removed."""
+    try:
+        st = os.lstat(work)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise IEError(f"{work}: is {file_kind(st.st_mode)}, where ieconv quantize keeps its stages' outputs; "
+                      "move it away or pass --work-dir")
+    for p in work.iterdir():
+        if p.name not in owned and not TEMP_NAME.match(p.name):
+            raise IEError(f"{p}: inside the work directory {work}, and not written by ieconv quantize; move it away "
+                          "or pass another --work-dir")
+
+
+def _remove_work(work: Path, owned: set[str]) -> None:
+    """The default work directory goes once the artifact is there: only what
+    this command wrote in it (the reference can be as large as the model)."""
+    for name in owned:
+        p = work / name
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        elif os.path.lexists(p):
+            p.unlink()
+    try:
+        work.rmdir()
+    except OSError:  # something appeared in it meanwhile: left as it is
+        err.print(f"note: {work} was kept: it holds files ieconv quantize did not write", markup=False)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def _let_finish(pid: int) -> None:
+    """After a Ctrl-C: the child got it too when it came from the terminal
+    (one process group) and is let finish its own cleanup (gptq keeps its
+    finished matrices); otherwise it is passed on after 3 s."""
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        if os.waitpid(pid, os.WNOHANG) != (0, 0):
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGINT)
+    os.waitpid(pid, 0)
+
+
+def _run(stage: Stage) -> tuple[float, int]:
+    """The stage's command as a child process; (seconds, its peak RSS in
+    bytes). A failure or a signal ends the pipeline with one line naming
+    the stage."""
+    argv = [sys.executable, "-m", "iekit.convert.entry", *stage.argv, *stage.extra]
+    t0 = time.monotonic()
+    pid = os.posix_spawn(sys.executable, argv, os.environ)
+    try:
+        _pid, status, usage = os.wait4(pid, 0)
+    except KeyboardInterrupt:
+        _let_finish(pid)
+        raise
+    seconds = time.monotonic() - t0
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        hint = " (out of memory?)" if sig == signal.SIGKILL else ""
+        raise IEError(f"stage {stage.name}: killed by signal {signal.Signals(sig).name}{hint}; the stages before it "
+                      "are kept: the same command goes on from there")
+    code = os.WEXITSTATUS(status)
+    if code == 130:
+        raise KeyboardInterrupt
+    if code != 0:
+        raise IEError(f"stage {stage.name}: ieconv {stage.argv[0]} failed (exit {code}, its error above); the "
+                      "stages before it are kept: the same command goes on from there")
+    return seconds, usage.ru_maxrss * 1024
+
+
+@click.command("quantize")
+@click.option("--hf-dir", type=click.Path(path_type=Path), required=True, help="HF model directory (the float weights).")
+@click.option("--out-dir", type=click.Path(path_type=Path), required=True, help="Output directory for the artifact.")
+@click.option("--target-bpw", type=FiniteFloat(min=1.0), required=True,
+              help="Average bits per weight over the quantized matrices (q4-manifest --target-bpw): 4.5, 4.0, 3.25 ...")
+@click.option("--text-file", type=click.Path(path_type=Path),
+              help="Calibration text (UTF-8), tokenized by the model: the imatrix, the KL probes, the policy's and "
+                   "gptq's covariances all come from it. Use text the evaluation does not.")
+@click.option("--ids-file", type=click.Path(path_type=Path), help="Calibration token ids instead of text.")
+@click.option("--ctx", type=click.IntRange(min=4), default=None,
+              help="Tokens per chunk [512, or the model's max_position_embeddings if smaller].")
+@click.option("--chunks", type=click.IntRange(min=1), default=DEFAULT_CHUNKS, show_default=True,
+              help="Calibration chunks for the imatrix, the policy and gptq (fewer: faster, worse-conditioned "
+                   "covariances; at 8B on 2 cores gptq with 2 chunks takes about 2 hours, docs/quality.md).")
+@click.option("--probe-chunks", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Chunks each KL probe scores (ieconv kl-probes --chunks).")
+@click.option("--kl-probes/--no-kl-probes", default=True, show_default=True,
+              help="Measure the KL each group of matrices costs (one set, and a second at 3-4 bits for budgets "
+                   "below 4.5) and spend bits by it; --no-kl-probes ranks by the imatrix-weighted error alone "
+                   "(much faster at 8B: the probes score the model twice per layer pattern).")
+@click.option("--gguf-types", is_flag=True,
+              help="Only types llama.cpp also has, so the artifact exports to GGUF byte for byte.")
+@click.option("--gguf", "gguf_out", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also write the artifact as this GGUF file (for llama.cpp, Ollama, LM Studio); implies --gguf-types.")
+@click.option("--ref-dir", type=click.Path(path_type=Path),
+              help="The checkpoint's float IEBIN artifact, if you have one (hf-to-iebin without --q4-map); "
+                   "else one is made in the work directory.")
+@click.option("--reference", type=click.Choice(["auto", "f32", "q8_0"]), default="auto", show_default=True,
+              help="The reference made when there is no --ref-dir: auto is f32 up to 8 GiB of f32 weights "
+                   "(about 2B parameters), q8_0 above (a quarter of the memory; docs/quality.md's 8B runs use it).")
+@click.option("--work-dir", type=click.Path(path_type=Path),
+              help="Where the stages' outputs are kept (the reference, imatrix, KL probes, policy). Default "
+                   "OUT_DIR/.quantize, removed once the artifact is written; a --work-dir you give is kept, and "
+                   "another budget run with it reuses every stage before the policy.")
+@threads_option("Threads of every stage.")
+@click.option("--overwrite", is_flag=True, help="Replace the artifact in --out-dir (and the --gguf file).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars (the stage lines and the summary stay).")
+def quantize_cmd(hf_dir, out_dir, target_bpw, text_file, ids_file, ctx, chunks, probe_chunks, kl_probes, gguf_types,
+                 gguf_out, ref_dir, reference, work_dir, threads, overwrite, quiet):
+    """Quantize a checkpoint to --target-bpw bits with everything that
+    buys quality: importance matrix, KL probes, a policy measured as gptq
+    quantizes, and gptq's error-compensated codes.
+
+    Runs, as child processes, the commands a user would type (each stage's
+    line shows it): hf-to-iebin (the float reference), imatrix, kl-probes
+    (twice below 4.5 bits), q4-manifest --target-bpw --kl-probes --ref-dir,
+    gptq, and with --gguf iebin-to-gguf. Each finished stage is recorded in
+    the work directory: after a Ctrl-C, a kill or a failed stage, the same
+    command goes on from the first stage not done (and gptq from its last
+    finished matrix). A summary gives each stage's minutes and peak memory.
+
+    \b
+    Example:
+      ieconv quantize --hf-dir M --text-file calib.txt --target-bpw 4.0 --out-dir m-q4/ --gguf m-q4.gguf
+      ierun eval --model-dir m-q4/ --ref-dir m-f32/ --text-file held.txt
+    """
+    if (text_file is None) == (ids_file is None):
+        raise click.UsageError("give the calibration text as --text-file or --ids-file (one of them)")
+    calib_file = (text_file or ids_file).resolve()
+    check_regular(calib_file)
+    hf_dir, out_dir = hf_dir.resolve(), out_dir.resolve()
+    src = hf_checkpoint.from_dir(hf_dir)
+    if gguf_out is not None:
+        gguf_out = gguf_out.resolve()
+        gguf_types = True
+    if ref_dir is not None:
+        ref_dir = ref_dir.resolve()
+        if not (ref_dir / iebin.META_NAME).is_file():
+            raise IEError(f"{ref_dir}: no {iebin.META_NAME}: --ref-dir must be the checkpoint's float IEBIN artifact")
+    if ctx is None:  # one context for every stage (imatrix's own default ignores the model's limit)
+        ctx = min(512, int(src.config.get("max_position_embeddings") or 512))
+    if reference == "auto":
+        reference = "f32" if _f32_bytes(src) <= F32_REFERENCE_MAX else "q8_0"
+    keep_work = work_dir is not None
+    # a --work-dir given may be a link to another disk; the default one is never followed (its files are removed)
+    work = work_dir.resolve() if keep_work else out_dir / WORK_NAME
+    if work in (out_dir, hf_dir) or (ref_dir is not None and work == ref_dir):
+        raise IEError(f"{work}: --work-dir must be a directory of its own, not the checkpoint, reference or output")
+    calib = [f"--{'text' if text_file else 'ids'}-file", str(calib_file), "--ctx", str(ctx)]
+    sets = probe_sets(src, target_bpw) if kl_probes else []
+    stages = plan(hf_dir, out_dir, work, ref_dir, reference, calib, chunks, probe_chunks, sets, target_bpw,
+                  gguf_types, gguf_out, threads, overwrite, quiet)
+    owned = {STATE_NAME} | {p.relative_to(work).parts[0] for s in stages for p in s.outputs if work in p.parents}
+    _check_work(work, owned)
+    inputs = {"checkpoint": checkpoint_fingerprint(src), "calibration": digest(stat_line(calib_file)),
+              "ref_dir": artifact_fingerprint(ref_dir) if ref_dir else None}
+    log = StageLog(work, inputs)
+    kept = log.keep_prefix([(s.name, tuple(s.argv), s.outputs) for s in stages])
+    if log.inputs_changed:
+        err.print(f"{log.path}: kept from a run of other inputs (the checkpoint or the calibration text changed): "
+                  "every stage runs again", markup=False)
+    if kept < len(stages) and any(s.name == "gptq" for s in stages[kept:]):
+        check_out_dir(out_dir, overwrite, [iebin.META_NAME, iebin.BIN_NAME], src_dir=hf_dir)
+    if gguf_out is not None and kept < len(stages):
+        check_out_file(gguf_out, overwrite, "the .gguf file")
+    make_dirs(work)
+    rows = []
+    for i, s in enumerate(stages):
+        head = f"[{i + 1}/{len(stages)}] {s.name}"
+        if i < kept:
+            rec = log.finished[i]
+            err.print(f"{head}: kept from an earlier run (it took {_duration(rec.seconds)})", markup=False)
+            rows.append((s.name, None, rec))
+            continue
+        err.print(f"{head}: ieconv {' '.join(s.argv)}", markup=False, soft_wrap=True)
+        seconds, rss = _run(s)
+        made = outputs_fingerprint(s.outputs)
+        if made is None:
+            raise IEError(f"stage {s.name}: finished but did not write {', '.join(map(str, s.outputs))}")
+        rec = Finished(s.name, tuple(s.argv), made, round(seconds, 3), rss)
+        log.add(rec)
+        rows.append((s.name, rec, None))
+    table = Table(title=f"ieconv quantize: {target_bpw} bits per weight -> {out_dir}")
+    for c in ("stage", "minutes", "peak RSS"):
+        table.add_column(c, justify="left" if c == "stage" else "right")
+    for name, ran, old in rows:
+        rec = ran or old
+        table.add_row(name, f"{rec.seconds / 60:.2f}" + ("" if ran else " (kept)"), human_bytes(rec.peak_rss_bytes))
+    err.print(table)
+    if keep_work:
+        err.print(f"the stages' outputs are kept in {work}", markup=False)
+    else:
+        _remove_work(work, owned)

@@ -1,0 +1,118 @@
+"""The stages ``ieconv quantize`` has finished in its work directory, kept
+so that the same command goes on from the first one not yet done
+(docs/formats/quantize_stages.md).
+
+Why: the calibrated pipeline (a float reference, an importance matrix, KL
+probes, a measured policy, gptq) runs for hours at 8B on a CPU, in stages
+that each take minutes to an hour. After a Ctrl-C, an out-of-memory kill or
+a failed stage, running the same command again must not redo the stages
+that finished. Each finished stage appends its record (name, the command
+line it ran, its time and peak memory) to ``WORK/stages.json``, replaced
+atomically. A new run keeps the longest run of leading stages whose records
+equal its own plan and whose outputs are there, and runs the rest: a later
+stage reads the earlier ones' outputs, so once one runs again every later
+one does. The run's inputs are fingerprinted (the checkpoint's shards by
+size and modification time, the calibration text by content): other inputs
+keep nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .atomic import write_file_atomic
+from .errors import IEError
+from .fileio import file_kind, read_small
+from .jsonio import dumps_canonical, loads_strict, schema_check
+
+STATE_NAME = "stages.json"
+FORMAT = "iekit-quantize-stages"
+VERSION = 1
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "quantize_stages.schema.json"
+
+
+@dataclass(frozen=True)
+class Finished:
+    """One finished stage: its name, the ieconv command line it ran (the
+    sub-command and its arguments, paths absolute; without --overwrite and
+    -q, which change no output), its outputs' fingerprint as it left them
+    (outputs_fingerprint), and what it cost."""
+
+    name: str
+    argv: tuple[str, ...]
+    outputs: str
+    seconds: float
+    peak_rss_bytes: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "argv": list(self.argv), "outputs": self.outputs, "seconds": self.seconds,
+                "peak_rss_bytes": self.peak_rss_bytes}
+
+
+def outputs_fingerprint(outputs: list[Path]) -> str | None:
+    """SHA-256 over each output's path, size and modification time (None
+    if one is missing): a stage is kept only while its outputs are the ones
+    it wrote, not a later run's or an edited copy."""
+    h = hashlib.sha256()
+    for p in outputs:
+        try:
+            st = os.lstat(p)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()
+
+
+class StageLog:
+    """``WORK/stages.json`` for one run of ``inputs`` (fingerprints): the
+    stages an earlier run of the same inputs finished (``finished``), and
+    the record this run keeps as it goes (``keep_prefix``, ``add``)."""
+
+    def __init__(self, work: Path, inputs: dict[str, Any]):
+        self.path = Path(work) / STATE_NAME
+        self.inputs = inputs
+        self.finished: list[Finished] = []
+        self.inputs_changed = False
+        try:
+            st = os.lstat(self.path)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        if not stat.S_ISREG(st.st_mode):
+            raise IEError(f"{self.path}: is {file_kind(st.st_mode)}, where ieconv quantize records its finished "
+                          "stages; move it away")
+        obj = loads_strict(read_small(self.path), self.path)
+        schema_check(obj, SCHEMA_PATH, self.path)
+        if obj["inputs"] != inputs:
+            self.inputs_changed = True  # every stage runs again; the record is replaced at the first one's end
+            return
+        self.finished = [Finished(s["name"], tuple(s["argv"]), s["outputs"], s["seconds"], s["peak_rss_bytes"])
+                         for s in obj["stages"]]
+
+    def keep_prefix(self, planned: list[tuple[str, tuple[str, ...], list[Path]]]) -> int:
+        """How many leading stages of ``planned`` ((name, argv, outputs) each)
+        an earlier run finished with the same command line and whose outputs
+        are still the ones it wrote; the records after them are dropped."""
+        n = 0
+        for (name, argv, outputs), rec in zip(planned, self.finished):
+            if rec.name != name or rec.argv != tuple(argv) or rec.outputs != outputs_fingerprint(outputs):
+                break
+            n += 1
+        self.finished = self.finished[:n]
+        return n
+
+    def add(self, rec: Finished) -> None:
+        """Record a finished stage (staged, fsynced, renamed)."""
+        self.finished.append(rec)
+        write_file_atomic(self.path, encode(self.inputs, self.finished))
+
+
+def encode(inputs: dict[str, Any], finished: list[Finished]) -> bytes:
+    """The record's bytes: canonical JSON, so reading and writing it again
+    gives the same bytes (tests/test_quantize_cmd.py)."""
+    return dumps_canonical({"format": FORMAT, "version": VERSION, "inputs": inputs,
+                            "stages": [f.as_json() for f in finished]})

@@ -1,0 +1,203 @@
+"""``ieconv quantize``: the calibrated pipeline in one command. Its artifact
+is byte for byte what the documented commands typed one after another
+write; run again it keeps the stages that finished (formats/
+quantize_stages.py) and goes on from the first that did not, after a
+failed stage or a Ctrl-C in the middle of gptq; a hostile work directory
+or record is one clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import BIN_DIR, GOLDEN, assert_one_line_error, run_tool
+from iekit.formats import iebin
+from iekit.formats.errors import IEError
+from iekit.formats.quantize_stages import STATE_NAME, StageLog, encode
+from test_quantize_imatrix import wide  # noqa: F401  (the fixture: a Llama whose matrices are 256-multiples)
+
+TEXT = GOLDEN / "text" / "eval-sample.txt"
+# small enough for a test: 4 chunks of 64 tokens, probes scoring one
+FAST = ("--text-file", TEXT, "--ctx", "64", "--chunks", "4", "--probe-chunks", "1", "--threads", "1")
+STAGES = ["reference (f32)", "imatrix", "kl-probes", "kl-probes (3-4 bits)", "policy", "gptq"]
+
+
+def _quantize(hf, out, *extra):
+    return run_tool("ieconv", "quantize", "-q", "--hf-dir", hf, "--out-dir", out, *FAST, *extra)
+
+
+def _stage_lines(res) -> list[str]:
+    return [ln for ln in res.stderr.splitlines() if ln.startswith("[")]
+
+
+@pytest.fixture(scope="module")
+def whole(wide, tmp_path_factory):
+    """One uninterrupted run at 4.0 bits with a --work-dir kept: (out, work)."""
+    root = tmp_path_factory.mktemp("quantize")
+    out, work = root / "out", root / "work"
+    res = _quantize(wide["hf"], out, "--target-bpw", "4.0", "--work-dir", work)
+    assert res.returncode == 0, res.stderr
+    assert [ln.split(":")[0] for ln in _stage_lines(res)] == [f"[{i + 1}/6] {s}" for i, s in enumerate(STAGES)]
+    return out, work
+
+
+def test_the_pipeline_is_the_documented_commands(wide, whole, tmp_path):
+    """The same artifact, byte for byte, as the README's commands typed by hand."""
+    out, _work = whole
+    hf, t = wide["hf"], ["--text-file", TEXT, "--ctx", "64", "--threads", "1"]
+    ref, im, kl, kl_low, man, q = (tmp_path / n for n in ("ref", "im.npz", "kl.json", "kl-low.json", "q.json", "q"))
+    for cmd in (["hf-to-iebin", "--hf-dir", hf, "--out-dir", ref],
+                ["imatrix", "--model-dir", ref, *t, "--chunks", "4", "-o", im],
+                ["kl-probes", "--hf-dir", hf, "--ref-dir", ref, *t, "--imatrix", im, "--chunks", "1", "-o", kl],
+                ["kl-probes", "--hf-dir", hf, "--ref-dir", ref, *t, "--imatrix", im, "--chunks", "1",
+                 "--base", "iq4_nl", "--probe", "iq3_s", "-o", kl_low],
+                ["q4-manifest", "--hf-dir", hf, "--target-bpw", "4.0", "--quantize-head", "--imatrix", im,
+                 "--kl-probes", kl, "--kl-probes", kl_low, "--ref-dir", ref, *t, "--chunks", "4", "-o", man],
+                ["gptq", "--hf-dir", hf, "--ref-dir", ref, "--q4-map", man, *t, "--chunks", "4", "--out-dir", q]):
+        res = run_tool("ieconv", *cmd)
+        assert res.returncode == 0, (cmd[0], res.stderr)
+    for name in (iebin.META_NAME, iebin.BIN_NAME):
+        assert (out / name).read_bytes() == (q / name).read_bytes(), name
+    assert not (out / ".quantize").exists()  # a --work-dir was given: nothing in the output directory
+
+
+def test_rerun_keeps_finished_stages_and_another_budget_reuses_them(wide, whole, tmp_path):
+    out, work = whole
+    before = (out / iebin.BIN_NAME).stat().st_mtime_ns
+    res = _quantize(wide["hf"], out, "--target-bpw", "4.0", "--work-dir", work)
+    assert res.returncode == 0, res.stderr
+    assert all("kept from an earlier run" in ln for ln in _stage_lines(res))
+    assert (out / iebin.BIN_NAME).stat().st_mtime_ns == before
+    # another budget: the reference, imatrix and probes are kept, the policy and gptq run (into a new --out-dir)
+    other = tmp_path / "out-4.25"
+    res = _quantize(wide["hf"], other, "--target-bpw", "4.25", "--work-dir", work)
+    assert res.returncode == 0, res.stderr
+    lines = _stage_lines(res)
+    assert ["kept from an earlier run" in ln for ln in lines] == [True] * 4 + [False] * 2
+    meta = json.loads((other / iebin.META_NAME).read_text())
+    assert meta != json.loads((out / iebin.META_NAME).read_text())
+    # the record now ends with the 4.25-bit policy: the 4.0-bit run's gptq is no longer kept
+    stages = json.loads((work / STATE_NAME).read_text())["stages"]
+    assert [s["name"] for s in stages] == STAGES and "4.25" in stages[4]["argv"]
+
+
+def test_failed_stage_keeps_the_ones_before_it(wide, whole, tmp_path):
+    """A budget the shapes cannot meet fails in the policy stage: one last line
+    naming it, exit 1, the stages before it kept for the next run."""
+    _out, work = whole
+    w2 = tmp_path / "work"
+    shutil.copytree(work, w2)
+    res = _quantize(wide["hf"], tmp_path / "out", "--target-bpw", "1.0", "--work-dir", w2)
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("error: stage policy: ieconv q4-manifest failed (exit 1")
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "out" / iebin.META_NAME).exists()
+    assert [s["name"] for s in json.loads((w2 / STATE_NAME).read_text())["stages"]] == STAGES[:4]
+
+
+def _kept_matrices(out) -> int:
+    try:
+        return len(json.loads((out / ".gptq-partial" / "progress.json").read_bytes())["matrices"])
+    except (OSError, ValueError):  # not there yet
+        return 0
+
+
+def test_ctrl_c_in_gptq_resumes_to_the_same_bytes(wide, whole, tmp_path):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) once gptq
+    has kept a matrix: exit 130; the same command keeps the stages before,
+    gptq resumes, and the artifact is the uninterrupted run's. Without
+    --work-dir the work directory is OUT/.quantize, removed at the end."""
+    out_ref, _work = whole
+    out = tmp_path / "out"
+    argv = [str(BIN_DIR / "ieconv"), "quantize", "-q", "--hf-dir", str(wide["hf"]), "--out-dir", str(out),
+            *map(str, FAST), "--target-bpw", "4.0"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not _kept_matrices(out) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, proc.communicate()
+    os.killpg(proc.pid, signal.SIGINT)
+    _stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert not (out / iebin.META_NAME).exists()
+    res = _quantize(wide["hf"], out, "--target-bpw", "4.0")
+    assert res.returncode == 0, res.stderr
+    assert ["kept from an earlier run" in ln for ln in _stage_lines(res)] == [True] * 5 + [False]
+    assert "resuming:" in res.stderr
+    assert (out / iebin.BIN_NAME).read_bytes() == (out_ref / iebin.BIN_NAME).read_bytes()
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # work directory gone
+
+
+def test_existing_artifact_is_refused_before_any_stage(wide, whole):
+    out, _work = whole
+    res = _quantize(wide["hf"], out, "--target-bpw", "4.5", "--no-kl-probes")
+    assert_one_line_error(res, f"{out / iebin.META_NAME}: exists; pass --overwrite to replace it")
+    assert not (out / ".quantize").exists()
+
+
+@pytest.mark.parametrize("case", ["fifo", "symlink", "foreign", "record-garbage", "record-types", "record-fifo"])
+def test_hostile_work_directory(wide, tmp_path, case):
+    work, out = tmp_path / "work", tmp_path / "out"
+    where = ["--work-dir", work]
+    if case == "fifo":
+        os.mkfifo(work)
+    elif case == "symlink":  # the default work directory, whose files are removed at the end, is never followed
+        (tmp_path / "elsewhere").mkdir()
+        out.mkdir()
+        (out / ".quantize").symlink_to(tmp_path / "elsewhere")
+        where = []
+    else:
+        work.mkdir()
+        if case == "foreign":
+            (work / "notes.txt").write_text("mine")
+        elif case == "record-garbage":
+            (work / STATE_NAME).write_bytes(b"{not json")
+        elif case == "record-types":
+            (work / STATE_NAME).write_text(json.dumps({"format": "iekit-quantize-stages", "version": 1,
+                                                       "inputs": {}, "stages": [{"name": "x", "argv": "imatrix"}]}))
+        else:
+            os.mkfifo(work / STATE_NAME)
+    res = _quantize(wide["hf"], out, "--target-bpw", "4.0", *where)
+    needle = {"fifo": "is a FIFO", "symlink": "is a symlink", "foreign": "notes.txt: inside the work directory",
+              "record-garbage": STATE_NAME, "record-types": "stages[0]", "record-fifo": "is a FIFO"}[case]
+    assert_one_line_error(res, needle)
+    assert not (out / iebin.META_NAME).exists()
+    if case == "foreign":
+        assert (work / "notes.txt").read_text() == "mine"
+
+
+def test_calibration_text_is_required_once(wide, tmp_path):
+    res = run_tool("ieconv", "quantize", "--hf-dir", wide["hf"], "--out-dir", tmp_path / "o", "--target-bpw", "4")
+    assert res.returncode == 2 and "--text-file or --ids-file" in res.stderr
+
+
+def test_golden_record_reads_and_writes_back_byte_identical(tmp_path):
+    """golden/quantize_stages/stages.json (a real run's record, its paths
+    made generic): read with its own inputs and written back the same; with
+    other inputs nothing is kept."""
+    golden = (GOLDEN / "quantize_stages" / STATE_NAME).read_bytes()
+    (tmp_path / STATE_NAME).write_bytes(golden)
+    inputs = json.loads(golden)["inputs"]
+    log = StageLog(tmp_path, inputs)
+    assert [f.name for f in log.finished] == STAGES and not log.inputs_changed
+    assert encode(log.inputs, log.finished) == golden
+    other = StageLog(tmp_path, {**inputs, "calibration": "0" * 64})
+    assert other.inputs_changed and other.finished == []
+    # outputs that are not there (or not as the stage left them) keep nothing
+    planned = [(f.name, f.argv, [tmp_path / "missing"]) for f in log.finished]
+    assert log.keep_prefix(planned) == 0
+
+
+def test_record_schema_refusal_names_the_field(tmp_path):
+    doc = json.loads((GOLDEN / "quantize_stages" / STATE_NAME).read_text())
+    doc["stages"][1]["peak_rss_bytes"] = -1
+    (tmp_path / STATE_NAME).write_text(json.dumps(doc))
+    with pytest.raises(IEError, match=r"stages\[1\]\.peak_rss_bytes"):
+        StageLog(tmp_path, doc["inputs"])
