@@ -234,7 +234,9 @@ def _run(stage: Stage) -> tuple[float, int]:
                    "OUT_DIR/.quantize, removed once the artifact is written; a --work-dir you give is kept, and "
                    "another budget run with it reuses every stage before the policy.")
 @threads_option("Threads of every stage.")
-@click.option("--overwrite", is_flag=True, help="Replace the artifact in --out-dir (and the --gguf file).")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the artifact in --out-dir and the --gguf file when their stages run (a stage kept from "
+                   "an earlier run does not run again: remove the work directory to start over).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars (the stage lines and the summary stay).")
 def quantize_cmd(hf_dir, out_dir, target_bpw, text_file, ids_file, ctx, chunks, probe_chunks, kl_probes, gguf_types,
                  gguf_out, ref_dir, reference, work_dir, threads, overwrite, quiet):
