@@ -9,18 +9,16 @@ schemes and bytes per weight as the manifest says, only better codes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import click
 
 from iekit.cli.support import human_bytes, threads_option
-from iekit.formats import expert_stacks, hf_checkpoint, iebin
+from iekit.formats import expert_stacks, fingerprints, hf_checkpoint, iebin
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import read_small
 from iekit.formats.gptq_partial import PartialRun
-from iekit.formats.jsonio import dumps_canonical
 from iekit.formats.q4_manifest import load_manifest, plan
 from iekit.formats.workers import one_blas_thread
 
@@ -79,39 +77,15 @@ def covariances(hf_shapes: dict[str, list[int]], ref_dir: Path, order: list[str]
     return Hessians(ref, parts, order, MEMORY_BUDGET, sequential=sequential, on_chunk=on_chunk), parts, what
 
 
-def digest(*parts: bytes) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(len(p).to_bytes(8, "little") + p)
-    return h.hexdigest()
-
-
-def stat_line(path: Path) -> bytes:
-    st = path.stat()
-    return f"{path.name}:{st.st_size}:{st.st_mtime_ns}".encode()
-
-
-def checkpoint_fingerprint(src: hf_checkpoint.HFSource) -> str:
-    """The weights by their shards' sizes and modification times (hashing
-    16 GB would cost minutes), the config by content."""
-    return digest(dumps_canonical(src.config), *(stat_line(src.dir / s) for s in src.shards))
-
-
-def artifact_fingerprint(model_dir: Path) -> str:
-    """An IEBIN artifact by its model.ie.json's content and its bin's size and
-    modification time."""
-    return digest(read_small(model_dir / iebin.META_NAME), stat_line(model_dir / iebin.BIN_NAME))
-
-
 def run_inputs(src: hf_checkpoint.HFSource, ref_dir: Path, q4_map: Path, parts: list[list[int]], sequential: bool,
                force: bool) -> dict[str, object]:
     """What a gptq run's codes depend on, as fingerprints (formats/gptq_partial.py):
     a resumed run must match every one: the checkpoint and the float artifact
     as their fingerprints take them, the rest by content."""
-    return {"checkpoint": checkpoint_fingerprint(src),
-            "ref_dir": artifact_fingerprint(ref_dir),
-            "q4_map": digest(read_small(q4_map)),
-            "calibration": digest(json.dumps(parts).encode()),
+    return {"checkpoint": fingerprints.checkpoint(src),
+            "ref_dir": fingerprints.artifact(ref_dir),
+            "q4_map": fingerprints.digest(read_small(q4_map)),
+            "calibration": fingerprints.digest(json.dumps(parts).encode()),
             "sequential": sequential, "force": force}
 
 

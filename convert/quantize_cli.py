@@ -30,15 +30,15 @@ import click
 from rich.table import Table
 
 from iekit.cli.support import FiniteFloat, human_bytes, threads_option
-from iekit.formats import expert_stacks, hf_checkpoint, iebin
+from iekit.formats import expert_stacks, fingerprints, hf_checkpoint, iebin
 from iekit.formats.atomic import TEMP_NAME, make_dirs
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import check_regular, file_kind
-from iekit.formats.quantize_stages import STATE_NAME, Finished, StageLog, outputs_fingerprint
+from iekit.formats.quantize_stages import STATE_NAME, Finished, StageLog
 
 from .artifact_out import check_out_dir, check_out_file
 from .conversion_output import err
-from .gptq_cli import DEFAULT_CHUNKS, artifact_fingerprint, checkpoint_fingerprint, digest, stat_line
+from .gptq_cli import DEFAULT_CHUNKS
 from .kl_probes_cli import probe_plan
 
 WORK_NAME = ".quantize"  # the default work directory, inside --out-dir; removed once the artifact is there
@@ -54,8 +54,8 @@ PROBE_SETS = (("kl-probes", "q5_1", "iq4_nl", "kl-probes.json"),
 class Stage:
     """One command of the pipeline: ``argv`` (the ieconv sub-command and its
     arguments: what the record compares), ``extra`` (flags that change no
-    output: -q, --overwrite), ``outputs`` (what must exist for it to count
-    as done)."""
+    output: -q, --overwrite), ``outputs`` (what it writes: kept only while
+    they are as it left them, fingerprints.outputs)."""
 
     name: str
     argv: list[str]
@@ -285,8 +285,9 @@ def quantize_cmd(hf_dir, out_dir, target_bpw, text_file, ids_file, ctx, chunks, 
                   gguf_types, gguf_out, threads, overwrite, quiet)
     owned = {STATE_NAME} | {p.relative_to(work).parts[0] for s in stages for p in s.outputs if work in p.parents}
     _check_work(work, owned)
-    inputs = {"checkpoint": checkpoint_fingerprint(src), "calibration": digest(stat_line(calib_file)),
-              "ref_dir": artifact_fingerprint(ref_dir) if ref_dir else None}
+    inputs = {"checkpoint": fingerprints.checkpoint(src),
+              "calibration": fingerprints.digest(fingerprints.stat_line(calib_file)),
+              "ref_dir": fingerprints.artifact(ref_dir) if ref_dir else None}
     log = StageLog(work, inputs)
     kept = log.keep_prefix([(s.name, tuple(s.argv), s.outputs) for s in stages])
     if log.inputs_changed:
@@ -303,22 +304,22 @@ def quantize_cmd(hf_dir, out_dir, target_bpw, text_file, ids_file, ctx, chunks, 
         if i < kept:
             rec = log.finished[i]
             err.print(f"{head}: kept from an earlier run (it took {_duration(rec.seconds)})", markup=False)
-            rows.append((s.name, None, rec))
+            rows.append((rec, True))
             continue
         err.print(f"{head}: ieconv {' '.join(s.argv)}", markup=False, soft_wrap=True)
         seconds, rss = _run(s)
-        made = outputs_fingerprint(s.outputs)
+        made = fingerprints.outputs(s.outputs)
         if made is None:
             raise IEError(f"stage {s.name}: finished but did not write {', '.join(map(str, s.outputs))}")
         rec = Finished(s.name, tuple(s.argv), made, round(seconds, 3), rss)
         log.add(rec)
-        rows.append((s.name, rec, None))
+        rows.append((rec, False))
     table = Table(title=f"ieconv quantize: {target_bpw} bits per weight -> {out_dir}")
     for c in ("stage", "minutes", "peak RSS"):
         table.add_column(c, justify="left" if c == "stage" else "right")
-    for name, ran, old in rows:
-        rec = ran or old
-        table.add_row(name, f"{rec.seconds / 60:.2f}" + ("" if ran else " (kept)"), human_bytes(rec.peak_rss_bytes))
+    for rec, was_kept in rows:
+        table.add_row(rec.name, f"{rec.seconds / 60:.2f}" + (" (kept)" if was_kept else ""),
+                      human_bytes(rec.peak_rss_bytes))
     err.print(table)
     if keep_work:
         err.print(f"the stages' outputs are kept in {work}", markup=False)

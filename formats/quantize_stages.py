@@ -7,27 +7,26 @@ probes, a measured policy, gptq) runs for hours at 8B on a CPU, in stages
 that each take minutes to an hour. After a Ctrl-C, an out-of-memory kill or
 a failed stage, running the same command again must not redo the stages
 that finished. Each finished stage appends its record (name, the command
-line it ran, its time and peak memory) to ``WORK/stages.json``, replaced
-atomically. A new run keeps the longest run of leading stages whose records
-equal its own plan and whose outputs are there, and runs the rest: a later
+line it ran, its outputs' fingerprint, its time and peak memory) to
+``WORK/stages.json``, replaced atomically. A new run keeps the longest run
+of leading stages whose records equal its own plan and whose outputs are as
+they were left, and runs the rest: a later
 stage reads the earlier ones' outputs, so once one runs again every later
-one does. The run's inputs are fingerprinted (the checkpoint's shards by
-size and modification time, the calibration text by content): other inputs
-keep nothing.
+one does. The run's inputs are fingerprinted (formats/fingerprints.py: the
+checkpoint's shards and the calibration file by size and modification
+time): other inputs keep nothing.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import fingerprints
 from .atomic import write_file_atomic
-from .errors import IEError
-from .fileio import file_kind, read_small
+from .fileio import read_small
 from .jsonio import dumps_canonical, loads_strict, schema_check
 
 STATE_NAME = "stages.json"
@@ -41,7 +40,7 @@ class Finished:
     """One finished stage: its name, the ieconv command line it ran (the
     sub-command and its arguments, paths absolute; without --overwrite and
     -q, which change no output), its outputs' fingerprint as it left them
-    (outputs_fingerprint), and what it cost."""
+    (fingerprints.outputs), and what it cost."""
 
     name: str
     argv: tuple[str, ...]
@@ -54,20 +53,6 @@ class Finished:
                 "peak_rss_bytes": self.peak_rss_bytes}
 
 
-def outputs_fingerprint(outputs: list[Path]) -> str | None:
-    """SHA-256 over each output's path, size and modification time (None
-    if one is missing): a stage is kept only while its outputs are the ones
-    it wrote, not a later run's or an edited copy."""
-    h = hashlib.sha256()
-    for p in outputs:
-        try:
-            st = os.lstat(p)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
-    return h.hexdigest()
-
-
 class StageLog:
     """``WORK/stages.json`` for one run of ``inputs`` (fingerprints): the
     stages an earlier run of the same inputs finished (``finished``), and
@@ -78,14 +63,9 @@ class StageLog:
         self.inputs = inputs
         self.finished: list[Finished] = []
         self.inputs_changed = False
-        try:
-            st = os.lstat(self.path)
-        except (FileNotFoundError, NotADirectoryError):
+        if not os.path.lexists(self.path):
             return
-        if not stat.S_ISREG(st.st_mode):
-            raise IEError(f"{self.path}: is {file_kind(st.st_mode)}, where ieconv quantize records its finished "
-                          "stages; move it away")
-        obj = loads_strict(read_small(self.path), self.path)
+        obj = loads_strict(read_small(self.path), self.path)  # (read_small refuses a FIFO or device)
         schema_check(obj, SCHEMA_PATH, self.path)
         if obj["inputs"] != inputs:
             self.inputs_changed = True  # every stage runs again; the record is replaced at the first one's end
@@ -99,7 +79,7 @@ class StageLog:
         are still the ones it wrote; the records after them are dropped."""
         n = 0
         for (name, argv, outputs), rec in zip(planned, self.finished):
-            if rec.name != name or rec.argv != tuple(argv) or rec.outputs != outputs_fingerprint(outputs):
+            if rec.name != name or rec.argv != tuple(argv) or rec.outputs != fingerprints.outputs(outputs):
                 break
             n += 1
         self.finished = self.finished[:n]
