@@ -22,7 +22,7 @@ import json
 import os
 import time
 
-from iekit.formats.gguf_file import open_gguf
+from iekit.formats.gguf_file import GGUFModel, open_gguf
 from iekit.formats.errors import FormatError
 from iekit.formats.hf_checkpoint import SINGLE_NAME
 from iekit.formats.safetensors_writer import SafetensorsWriter
@@ -34,6 +34,39 @@ from .gguf_to_iebin import aux_files, build_config, file_type_name, plan_tensors
 HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe")
 
 
+FLOAT_TYPES = ("F32", "F16", "BF16")  # GGUF tensor types that hold the weights themselves, not codes
+
+
+def _hf_config(g: GGUFModel) -> dict:
+    """The config.json of ``g``, refused where its HF layout is not written."""
+    cfg = build_config(g)
+    if cfg["model_type"] not in HF_LAYOUT:
+        raise FormatError(g.path, "general.architecture", f"{cfg['model_type']}: its Hugging Face layout is not "
+                                                          f"written ({', '.join(HF_LAYOUT)} are); gguf-to-iebin "
+                                                          "imports it")
+    return cfg
+
+
+def check_float_source(gguf_path: str | os.PathLike, allow_requantize: bool) -> None:
+    """Refuse, before anything is written, a GGUF that cannot be a float
+    source for calibrated quantization (ieconv quantize --from-gguf): an
+    architecture whose HF layout is not written, or quantized tensors
+    unless ``allow_requantize``. Why the second: their values are the codes
+    of an earlier quantization, and quantizing them again adds a second
+    rounding on top of the first (llama-quantize asks for
+    --allow-requantize for the same reason)."""
+    g = open_gguf(gguf_path)
+    with g.file:
+        _hf_config(g)
+        coded = [t for t in g.tensors if t.ggml_type not in FLOAT_TYPES]
+    if coded and not allow_requantize:
+        kinds = sorted({t.ggml_type for t in coded})
+        raise FormatError(g.path, f"tensor {coded[0].name!r}",
+                          f"is {coded[0].ggml_type} ({len(coded)} tensors are quantized: {', '.join(kinds)}): "
+                          "quantizing codes again adds a second rounding error to the first; start from an "
+                          "F16/BF16/F32 GGUF (convert_hf_to_gguf.py --outtype f16), or pass --allow-requantize")
+
+
 def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dtype: str | None = None,
                        overwrite: bool = False, progress: Progress | None = None,
                        allow_nonfinite: bool = False) -> ConvertResult:
@@ -43,11 +76,7 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
     progress = progress or Progress()
     check_dtype(dtype)
     g = open_gguf(gguf_path)
-    cfg = build_config(g)
-    if cfg["model_type"] not in HF_LAYOUT:
-        raise FormatError(g.path, "general.architecture", f"{cfg['model_type']}: its Hugging Face layout is not "
-                                                          f"written ({', '.join(HF_LAYOUT)} are); gguf-to-iebin "
-                                                          "imports it")
+    cfg = _hf_config(g)
     plans = plan_tensors(g, cfg, dtype, dequantize_all=True)
     floats = {p.dtype for p in plans}
     if len(floats) == 1:

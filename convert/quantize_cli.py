@@ -31,6 +31,7 @@ from rich.table import Table
 
 from iekit.cli.support import FiniteFloat, human_bytes, threads_option
 from iekit.formats import expert_stacks, fingerprints, hf_checkpoint, iebin
+from iekit.formats.hf_checkpoint import SINGLE_NAME
 from iekit.formats.atomic import TEMP_NAME, make_dirs
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import check_regular, file_kind
@@ -38,6 +39,7 @@ from iekit.formats.quantize_stages import STATE_NAME, Finished, StageLog
 
 from .artifact_out import check_out_dir, check_out_file
 from .conversion_output import err
+from .gguf_to_hf import check_float_source
 from .gptq_cli import DEFAULT_CHUNKS
 from .kl_probes_cli import probe_plan
 
@@ -48,6 +50,11 @@ F32_REFERENCE_MAX = 8 << 30
 LOW_PROBES_BELOW = 4.5  # budgets below this also get KL probes at 3-4 bits (ieconv kl-probes --help)
 PROBE_SETS = (("kl-probes", "q5_1", "iq4_nl", "kl-probes.json"),
               ("kl-probes (3-4 bits)", "iq4_nl", "iq3_s", "kl-probes-low.json"))
+# What the stages write in the work directory (nothing else is there: _check_work)
+HF_NAME, REF_NAME, REF_MAP_NAME = "hf", "ref", "ref_q8_0.json"
+IMATRIX_NAME, MANIFEST_NAME = "imatrix.npz", "q4_manifest.json"
+WORK_NAMES = frozenset({STATE_NAME, HF_NAME, REF_NAME, REF_MAP_NAME, IMATRIX_NAME, MANIFEST_NAME,
+                        *(file for *_, file in PROBE_SETS)})
 
 
 @dataclass
@@ -86,15 +93,15 @@ def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, referenc
     q = ["-q"] if quiet else []
     stages = []
     if ref_dir is None:
-        ref_dir = work / "ref"
+        ref_dir = work / REF_NAME
         to_ref = ["hf-to-iebin", "--hf-dir", str(hf_dir), "--out-dir", str(ref_dir)]
         if reference == "q8_0":  # every matrix at q8_0 (the embedding, a lookup, kept): a quarter of f32's bytes
-            ref_map = work / "ref_q8_0.json"
+            ref_map = work / REF_MAP_NAME
             stages.append(Stage("reference policy", ["q4-manifest", "--hf-dir", str(hf_dir), "--scheme", "q8_0",
                                                      "--quantize-head", "-o", str(ref_map)], [ref_map], ["--overwrite"]))
             to_ref += ["--q4-map", str(ref_map)]
         stages.append(Stage(f"reference ({reference})", to_ref, [ref_dir / iebin.META_NAME], [*q, "--overwrite"]))
-    im = work / "imatrix.npz"
+    im = work / IMATRIX_NAME
     stages.append(Stage("imatrix", ["imatrix", "--model-dir", str(ref_dir), *calib, "--chunks", str(chunks), *t,
                                     "-o", str(im)], [im], [*q, "--overwrite"]))
     probe_args = []
@@ -104,7 +111,7 @@ def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, referenc
                                    "--imatrix", str(im), "--base", base, "--probe", probe, "--chunks",
                                    str(probe_chunks), *t, "-o", str(path)], [path], [*q, "--overwrite"]))
         probe_args += ["--kl-probes", str(path)]
-    man = work / "q4_manifest.json"
+    man = work / MANIFEST_NAME
     stages.append(Stage("policy", ["q4-manifest", "--hf-dir", str(hf_dir), "--target-bpw", repr(target_bpw),
                                    "--quantize-head", "--imatrix", str(im), *probe_args,
                                    *(["--gguf-types"] if gguf_types else []), "--ref-dir", str(ref_dir), *calib,
@@ -119,11 +126,19 @@ def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, referenc
     return stages
 
 
+def source_stage(gguf: Path, work: Path, quiet: bool) -> Stage:
+    """The stage before the others when the weights are a GGUF: the HF
+    checkpoint every later stage reads, written into the work directory."""
+    hf = work / HF_NAME
+    return Stage("checkpoint", ["gguf-to-hf", "--gguf", str(gguf), "--out-dir", str(hf)],
+                 [hf / SINGLE_NAME, hf / "config.json"], [*(["-q"] if quiet else []), "--overwrite"])
+
+
 def _f32_bytes(src: hf_checkpoint.HFSource) -> int:
     return 4 * sum(math.prod(shape) for _dtype, shape in expert_stacks.shapes_as_written(src).values())
 
 
-def _check_work(work: Path, owned: set[str]) -> None:
+def _check_work(work: Path, owned: frozenset[str]) -> None:
     """The work directory holds only what this command writes there: a
     symlink, a FIFO or a file in its place, or a file it did not write
     inside, is refused, never removed."""
@@ -140,7 +155,7 @@ def _check_work(work: Path, owned: set[str]) -> None:
                           "or pass another --work-dir")
 
 
-def _remove_work(work: Path, owned: set[str]) -> None:
+def _remove_work(work: Path, owned: frozenset[str]) -> None:
     """The default work directory goes once the artifact is there: only what
     this command wrote in it (the reference can be as large as the model)."""
     for name in owned:
@@ -199,8 +214,31 @@ def _run(stage: Stage) -> tuple[float, int]:
     return seconds, usage.ru_maxrss * 1024
 
 
+def _stage(s: Stage, head: str, log: StageLog, kept: Finished | None) -> tuple[Finished, bool]:
+    """Stage ``s`` under the heading ``head``: ``kept`` (the earlier run's
+    record) said, or run and recorded; (its record, whether it was kept)."""
+    if kept is not None:
+        err.print(f"{head}: kept from an earlier run (it took {_duration(kept.seconds)})", markup=False)
+        return kept, True
+    err.print(f"{head}: ieconv {' '.join(s.argv)}", markup=False, soft_wrap=True)
+    seconds, rss = _run(s)
+    made = fingerprints.outputs(s.outputs)
+    if made is None:
+        raise IEError(f"stage {s.name}: finished but did not write {', '.join(map(str, s.outputs))}")
+    rec = Finished(s.name, tuple(s.argv), made, round(seconds, 3), rss)
+    log.add(rec)
+    return rec, False
+
+
 @click.command("quantize")
-@click.option("--hf-dir", type=click.Path(path_type=Path), required=True, help="HF model directory (the float weights).")
+@click.option("--hf-dir", type=click.Path(path_type=Path), help="HF model directory (the float weights).")
+@click.option("--from-gguf", "gguf_in", type=click.Path(path_type=Path, dir_okay=False),
+              help="Or the weights as a GGUF file (F16/BF16/F32, as llama.cpp's convert_hf_to_gguf.py writes "
+                   "them): a first stage writes it as an HF checkpoint in the work directory (ieconv gguf-to-hf), "
+                   "which the other stages read. Needs the model's size in disk space there.")
+@click.option("--allow-requantize", is_flag=True,
+              help="With --from-gguf: accept a quantized GGUF (its codes are quantized again: a second rounding "
+                   "error on top of the first; llama-quantize's flag of the same name).")
 @click.option("--out-dir", type=click.Path(path_type=Path), required=True, help="Output directory for the artifact.")
 @click.option("--target-bpw", type=FiniteFloat(min=1.0), required=True,
               help="Average bits per weight over the quantized matrices (q4-manifest --target-bpw): 4.5, 4.0, 3.25 ...")
@@ -238,14 +276,15 @@ def _run(stage: Stage) -> tuple[float, int]:
               help="Replace the artifact in --out-dir and the --gguf file when their stages run (a stage kept from "
                    "an earlier run does not run again: remove the work directory to start over).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars (the stage lines and the summary stay).")
-def quantize_cmd(hf_dir, out_dir, target_bpw, text_file, ids_file, ctx, chunks, probe_chunks, kl_probes, gguf_types,
-                 gguf_out, ref_dir, reference, work_dir, threads, overwrite, quiet):
+def quantize_cmd(hf_dir, gguf_in, allow_requantize, out_dir, target_bpw, text_file, ids_file, ctx, chunks, probe_chunks,
+                 kl_probes, gguf_types, gguf_out, ref_dir, reference, work_dir, threads, overwrite, quiet):
     """Quantize a checkpoint to --target-bpw bits with everything that
     buys quality: importance matrix, KL probes, a policy measured as gptq
     quantizes, and gptq's error-compensated codes.
 
     Runs, as child processes, the commands a user would type (each stage's
-    line shows it): hf-to-iebin (the float reference), imatrix, kl-probes
+    line shows it): with --from-gguf gguf-to-hf (the weights as an HF
+    checkpoint), hf-to-iebin (the float reference), imatrix, kl-probes
     (twice below 4.5 bits), q4-manifest --target-bpw --kl-probes --ref-dir,
     gptq, and with --gguf iebin-to-gguf. Each finished stage is recorded in
     the work directory: after a Ctrl-C, a kill or a failed stage, the same
@@ -255,14 +294,18 @@ def quantize_cmd(hf_dir, out_dir, target_bpw, text_file, ids_file, ctx, chunks, 
     \b
     Example:
       ieconv quantize --hf-dir M --text-file calib.txt --target-bpw 4.0 --out-dir m-q4/ --gguf m-q4.gguf
+      ieconv quantize --from-gguf m-f16.gguf --text-file calib.txt --target-bpw 4.0 --out-dir m-q4/ --gguf m-q4.gguf
       ierun eval --model-dir m-q4/ --ref-dir m-f32/ --text-file held.txt
     """
     if (text_file is None) == (ids_file is None):
         raise click.UsageError("give the calibration text as --text-file or --ids-file (one of them)")
+    if (hf_dir is None) == (gguf_in is None):
+        raise click.UsageError("give the weights as --hf-dir or --from-gguf (one of them)")
+    if allow_requantize and gguf_in is None:
+        raise click.UsageError("--allow-requantize is about a quantized --from-gguf file")
     calib_file = (text_file or ids_file).resolve()
     check_regular(calib_file)
-    hf_dir, out_dir = hf_dir.resolve(), out_dir.resolve()
-    src = hf_checkpoint.from_dir(hf_dir)
+    out_dir = out_dir.resolve()
     if gguf_out is not None:
         gguf_out = gguf_out.resolve()
         gguf_types = True
@@ -270,50 +313,59 @@ def quantize_cmd(hf_dir, out_dir, target_bpw, text_file, ids_file, ctx, chunks, 
         ref_dir = ref_dir.resolve()
         if not (ref_dir / iebin.META_NAME).is_file():
             raise IEError(f"{ref_dir}: no {iebin.META_NAME}: --ref-dir must be the checkpoint's float IEBIN artifact")
+    keep_work = work_dir is not None
+    # a --work-dir given may be a link to another disk; the default one is never followed (its files are removed)
+    work = work_dir.resolve() if keep_work else out_dir / WORK_NAME
+    if gguf_in is not None:
+        gguf_in = gguf_in.resolve()
+        if gguf_out == gguf_in:
+            raise IEError(f"{gguf_out}: --gguf would replace the --from-gguf file the weights come from")
+        check_float_source(gguf_in, allow_requantize)
+        source, hf_dir = [source_stage(gguf_in, work, quiet)], work / HF_NAME
+        checkpoint = fingerprints.digest(fingerprints.stat_line(gguf_in))
+    else:
+        hf_dir = hf_dir.resolve()
+        source, src = [], hf_checkpoint.from_dir(hf_dir)
+        checkpoint = fingerprints.checkpoint(src)
+    if work in (out_dir, hf_dir) or (ref_dir is not None and work == ref_dir):
+        raise IEError(f"{work}: --work-dir must be a directory of its own, not the checkpoint, reference or output")
+    _check_work(work, WORK_NAMES)
+    inputs = {"checkpoint": checkpoint, "calibration": fingerprints.digest(fingerprints.stat_line(calib_file)),
+              "ref_dir": fingerprints.artifact(ref_dir) if ref_dir else None}
+    log = StageLog(work, inputs)
+    if log.inputs_changed:
+        err.print(f"{log.path}: kept from a run of other inputs (the checkpoint or the calibration text changed): "
+                  "every stage runs again", markup=False)
+
+    def check_outputs(artifact: bool, gguf: bool) -> None:  # before a stage runs: what gptq and the export replace
+        if artifact:
+            check_out_dir(out_dir, overwrite, [iebin.META_NAME, iebin.BIN_NAME], src_dir=hf_dir)
+        if gguf and gguf_out is not None:
+            check_out_file(gguf_out, overwrite, "the .gguf file")
+
+    rows = []
+    if source:  # the checkpoint the plan is made from: kept, or written before the plan
+        s = source[0]
+        keeps = log.keeps(0, s.name, s.argv, s.outputs)
+        if not keeps:
+            log.keep_prefix([])  # the records after it are of other weights
+            check_outputs(True, True)  # every stage runs
+            make_dirs(work)
+        rows.append(_stage(s, f"[1] {s.name}", log, log.finished[0] if keeps else None))
+        src = hf_checkpoint.from_dir(hf_dir)
     if ctx is None:  # one context for every stage (imatrix's own default ignores the model's limit)
         ctx = min(512, int(src.config.get("max_position_embeddings") or 512))
     if reference == "auto":
         reference = "f32" if _f32_bytes(src) <= F32_REFERENCE_MAX else "q8_0"
-    keep_work = work_dir is not None
-    # a --work-dir given may be a link to another disk; the default one is never followed (its files are removed)
-    work = work_dir.resolve() if keep_work else out_dir / WORK_NAME
-    if work in (out_dir, hf_dir) or (ref_dir is not None and work == ref_dir):
-        raise IEError(f"{work}: --work-dir must be a directory of its own, not the checkpoint, reference or output")
     calib = [f"--{'text' if text_file else 'ids'}-file", str(calib_file), "--ctx", str(ctx)]
     sets = probe_sets(src, target_bpw) if kl_probes else []
-    stages = plan(hf_dir, out_dir, work, ref_dir, reference, calib, chunks, probe_chunks, sets, target_bpw,
-                  gguf_types, gguf_out, threads, overwrite, quiet)
-    owned = {STATE_NAME} | {p.relative_to(work).parts[0] for s in stages for p in s.outputs if work in p.parents}
-    _check_work(work, owned)
-    inputs = {"checkpoint": fingerprints.checkpoint(src),
-              "calibration": fingerprints.digest(fingerprints.stat_line(calib_file)),
-              "ref_dir": fingerprints.artifact(ref_dir) if ref_dir else None}
-    log = StageLog(work, inputs)
+    stages = source + plan(hf_dir, out_dir, work, ref_dir, reference, calib, chunks, probe_chunks, sets, target_bpw,
+                           gguf_types, gguf_out, threads, overwrite, quiet)
     kept = log.keep_prefix([(s.name, tuple(s.argv), s.outputs) for s in stages])
-    if log.inputs_changed:
-        err.print(f"{log.path}: kept from a run of other inputs (the checkpoint or the calibration text changed): "
-                  "every stage runs again", markup=False)
-    if kept < len(stages) and any(s.name == "gptq" for s in stages[kept:]):
-        check_out_dir(out_dir, overwrite, [iebin.META_NAME, iebin.BIN_NAME], src_dir=hf_dir)
-    if gguf_out is not None and kept < len(stages):
-        check_out_file(gguf_out, overwrite, "the .gguf file")
+    check_outputs(any(s.name == "gptq" for s in stages[kept:]), kept < len(stages))
     make_dirs(work)
-    rows = []
-    for i, s in enumerate(stages):
-        head = f"[{i + 1}/{len(stages)}] {s.name}"
-        if i < kept:
-            rec = log.finished[i]
-            err.print(f"{head}: kept from an earlier run (it took {_duration(rec.seconds)})", markup=False)
-            rows.append((rec, True))
-            continue
-        err.print(f"{head}: ieconv {' '.join(s.argv)}", markup=False, soft_wrap=True)
-        seconds, rss = _run(s)
-        made = fingerprints.outputs(s.outputs)
-        if made is None:
-            raise IEError(f"stage {s.name}: finished but did not write {', '.join(map(str, s.outputs))}")
-        rec = Finished(s.name, tuple(s.argv), made, round(seconds, 3), rss)
-        log.add(rec)
-        rows.append((rec, False))
+    for i, s in enumerate(stages[len(source):], start=len(source)):
+        rows.append(_stage(s, f"[{i + 1}/{len(stages)}] {s.name}", log, log.finished[i] if i < kept else None))
     table = Table(title=f"ieconv quantize: {target_bpw} bits per weight -> {out_dir}")
     for c in ("stage", "minutes", "peak RSS"):
         table.add_column(c, justify="left" if c == "stage" else "right")
@@ -324,4 +376,4 @@ def quantize_cmd(hf_dir, out_dir, target_bpw, text_file, ids_file, ctx, chunks, 
     if keep_work:
         err.print(f"the stages' outputs are kept in {work}", markup=False)
     else:
-        _remove_work(work, owned)
+        _remove_work(work, WORK_NAMES)

@@ -78,12 +78,20 @@ class StageLog:
         an earlier run finished with the same command line and whose outputs
         are still the ones it wrote; the records after them are dropped."""
         n = 0
-        for (name, argv, outputs), rec in zip(planned, self.finished):
-            if rec.name != name or rec.argv != tuple(argv) or rec.outputs != fingerprints.outputs(outputs):
-                break
+        while n < len(planned) and self.keeps(n, *planned[n]):
             n += 1
         self.finished = self.finished[:n]
         return n
+
+    def keeps(self, i: int, name: str, argv: tuple[str, ...] | list[str], outputs: list[Path]) -> bool:
+        """Whether the earlier run finished stage ``i`` with this name and
+        command line and its outputs are still the ones it wrote (the
+        record is left as it is: a stage that must run before the rest can
+        be planned asks this first, keep_prefix decides later)."""
+        if i >= len(self.finished):
+            return False
+        rec = self.finished[i]
+        return rec.name == name and rec.argv == tuple(argv) and rec.outputs == fingerprints.outputs(outputs)
 
     def add(self, rec: Finished) -> None:
         """Record a finished stage (staged, fsynced, renamed)."""

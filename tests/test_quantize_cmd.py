@@ -172,6 +172,70 @@ def test_hostile_work_directory(wide, tmp_path, case):
         assert (work / "notes.txt").read_text() == "mine"
 
 
+def _gguf_of(model_dir, out, scheme=None):
+    """The artifact at ``model_dir`` as a GGUF: its float blocks, or each
+    matrix quantized to ``scheme`` (q4-manifest and gguf-to-iebin of that)."""
+    res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", model_dir, "--out", out)
+    assert res.returncode == 0, res.stderr
+    if scheme is None:
+        return out
+    man, q = out.with_suffix(".json"), out.with_suffix(".q")
+    assert run_tool("ieconv", "q4-manifest", "--gguf", out, "-o", man, "--scheme", scheme).returncode == 0
+    assert run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", out, "--q4-map", man, "--out-dir", q).returncode == 0
+    out.unlink()
+    return _gguf_of(q, out)
+
+
+def test_from_gguf_quantizes_the_checkpoint_it_holds(wide, whole, tmp_path):
+    """The model as an F32 GGUF (what convert_hf_to_gguf.py writes, here
+    iebin-to-gguf of the float artifact): a first stage writes it as an HF
+    checkpoint, and the artifact is byte for byte the --hf-dir run's. Run
+    again, every stage is kept, the checkpoint's too."""
+    out, _work = whole
+    gguf = _gguf_of(wide["f32"], tmp_path / "m-f32.gguf")
+    q, work = tmp_path / "q", tmp_path / "work"
+    res = run_tool("ieconv", "quantize", "-q", "--from-gguf", gguf, "--out-dir", q, *FAST, "--target-bpw", "4.0",
+                   "--work-dir", work)
+    assert res.returncode == 0, res.stderr
+    assert [ln.split(":")[0] for ln in _stage_lines(res)] == \
+        ["[1] checkpoint", *(f"[{i + 2}/7] {s}" for i, s in enumerate(STAGES))]
+    assert f"ieconv gguf-to-hf --gguf {gguf} --out-dir {work / 'hf'}" in res.stderr
+    assert (q / iebin.BIN_NAME).read_bytes() == (out / iebin.BIN_NAME).read_bytes()
+    res = run_tool("ieconv", "quantize", "-q", "--from-gguf", gguf, "--out-dir", q, *FAST, "--target-bpw", "4.0",
+                   "--work-dir", work)
+    assert res.returncode == 0, res.stderr
+    lines = _stage_lines(res)
+    assert len(lines) == 7 and all("kept from an earlier run" in ln for ln in lines), lines
+
+
+def test_quantized_gguf_is_requantized_only_when_asked(wide, tmp_path):
+    gguf = _gguf_of(wide["f32"], tmp_path / "m-q4_k.gguf", "q4_k")
+    q = tmp_path / "q"
+    args = ("ieconv", "quantize", "-q", "--from-gguf", gguf, "--out-dir", q, *FAST, "--target-bpw", "4.5",
+            "--no-kl-probes")
+    assert_one_line_error(run_tool(*args), f"{gguf}: tensor 'blk.0.", "is Q4_K", "--allow-requantize")
+    assert not q.exists()
+    res = run_tool(*args, "--allow-requantize")
+    assert res.returncode == 0, res.stderr
+    assert run_tool("ierun", "generate", "--model-dir", q, "--ids", "3,17", "--max-new", "2").returncode == 0
+    assert not (q / ".quantize").exists()
+
+
+def test_from_gguf_refusals(wide, tmp_path):
+    gguf, q = _gguf_of(wide["f32"], tmp_path / "m.gguf"), tmp_path / "q"
+    base = ("ieconv", "quantize", "--out-dir", q, *FAST, "--target-bpw", "4")
+    for extra, needle in ((["--from-gguf", gguf, "--hf-dir", wide["hf"]], "--hf-dir or --from-gguf"),
+                          ([], "--hf-dir or --from-gguf"),
+                          (["--hf-dir", wide["hf"], "--allow-requantize"], "--allow-requantize")):
+        res = run_tool(*base, *extra)
+        assert res.returncode == 2 and needle in res.stderr, res.stderr
+    assert_one_line_error(run_tool(*base, "--from-gguf", gguf, "--gguf", gguf, "--overwrite"),
+                          "--gguf would replace the --from-gguf file")
+    os.mkfifo(tmp_path / "fifo.gguf")
+    assert_one_line_error(run_tool(*base, "--from-gguf", tmp_path / "fifo.gguf"), "fifo.gguf", "FIFO")
+    assert not q.exists()
+
+
 def test_calibration_text_is_required_once(wide, tmp_path):
     res = run_tool("ieconv", "quantize", "--hf-dir", wide["hf"], "--out-dir", tmp_path / "o", "--target-bpw", "4")
     assert res.returncode == 2 and "--text-file or --ids-file" in res.stderr
