@@ -365,3 +365,21 @@ def test_factors_run_on_one_blas_thread(runs, tmp_path, monkeypatch):
     with threadpool_limits(2, user_api="blas"):  # as a 2-CPU machine runs it, even where this one has one CPU
         gptq_cmd.main([*map(str, args), "-q", "--out-dir", str(tmp_path / "q")], standalone_mode=False)
     assert len(seen) >= 4 and all(s == {1} for s in seen), seen
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to compare with one")
+@pytest.mark.parametrize("mode", ["--no-sequential", "--sequential"])
+def test_one_cpu_gives_the_bytes_of_two(runs, tmp_path, mode):
+    """Rows are compensated in chunks sized by the CPUs the process may use
+    (gptq.chunk_rows: a 256-row matrix in chunks of 128 on one CPU, of 64
+    on two), every
+    product on one BLAS thread: a row's values do not depend on how many
+    rows share its product, so a run resumed on a machine with other CPUs
+    still gives the uninterrupted run's bytes."""
+    args, whole = runs[1][mode]
+    one = {min(os.sched_getaffinity(0))}
+    res = subprocess.run([str(BIN_DIR / "ieconv"), "gptq", "-q", *map(str, args), "--out-dir", str(tmp_path / "q")],
+                         capture_output=True, text=True, preexec_fn=lambda: os.sched_setaffinity(0, one))
+    assert res.returncode == 0, res.stderr
+    for name in (iebin.META_NAME, iebin.BIN_NAME):
+        assert (tmp_path / "q" / name).read_bytes() == (whole / name).read_bytes(), name
