@@ -16,6 +16,8 @@ stage.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import os
 import shutil
@@ -32,7 +34,7 @@ from rich.table import Table
 from iekit.cli.support import FiniteFloat, human_bytes, threads_option
 from iekit.formats import expert_stacks, fingerprints, hf_checkpoint, iebin
 from iekit.formats.hf_checkpoint import SINGLE_NAME
-from iekit.formats.atomic import TEMP_NAME, make_dirs
+from iekit.formats.atomic import TEMP_NAME, StagedFiles, make_dirs
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import check_regular, file_kind
 from iekit.formats.quantize_stages import STATE_NAME, Finished, StageLog
@@ -52,22 +54,25 @@ PROBE_SETS = (("kl-probes", "q5_1", "iq4_nl", "kl-probes.json"),
               ("kl-probes (3-4 bits)", "iq4_nl", "iq3_s", "kl-probes-low.json"))
 # What the stages write in the work directory (nothing else is there: _check_work)
 HF_NAME, REF_NAME, REF_MAP_NAME = "hf", "ref", "ref_q8_0.json"
-IMATRIX_NAME, MANIFEST_NAME = "imatrix.npz", "q4_manifest.json"
-WORK_NAMES = frozenset({STATE_NAME, HF_NAME, REF_NAME, REF_MAP_NAME, IMATRIX_NAME, MANIFEST_NAME,
+IMATRIX_NAME, MANIFEST_NAME, EVAL_NAME = "imatrix.npz", "q4_manifest.json", "eval.json"
+WORK_NAMES = frozenset({STATE_NAME, HF_NAME, REF_NAME, REF_MAP_NAME, IMATRIX_NAME, MANIFEST_NAME, EVAL_NAME,
                         *(file for *_, file in PROBE_SETS)})
 
 
 @dataclass
 class Stage:
-    """One command of the pipeline: ``argv`` (the ieconv sub-command and its
-    arguments: what the record compares), ``extra`` (flags that change no
-    output: -q, --overwrite), ``outputs`` (what it writes: kept only while
-    they are as it left them, fingerprints.outputs)."""
+    """One command of the pipeline: ``argv`` (the ``tool``'s sub-command and
+    its arguments: what the record compares), ``extra`` (flags that change
+    no output: -q, --overwrite), ``outputs`` (what it writes: kept only
+    while they are as it left them, fingerprints.outputs), ``stdout`` (a
+    file its standard output goes to, one of its outputs)."""
 
     name: str
     argv: list[str]
     outputs: list[Path]
     extra: list[str] = field(default_factory=list)
+    tool: str = "ieconv"
+    stdout: Path | None = None
 
 
 def probe_sets(src: hf_checkpoint.HFSource, target_bpw: float) -> list[tuple[str, str, str, str]]:
@@ -87,8 +92,9 @@ def probe_sets(src: hf_checkpoint.HFSource, target_bpw: float) -> list[tuple[str
 
 def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, reference: str, calib: list[str],
          chunks: int, probe_chunks: int, sets: list[tuple[str, str, str, str]], target_bpw: float, gguf_types: bool,
-         gguf: Path | None, threads: int, overwrite: bool, quiet: bool) -> list[Stage]:
-    """The stages, in order, as a user would type them (``sets``: the KL probe sets, probe_sets)."""
+         gguf: Path | None, threads: int, overwrite: bool, quiet: bool, eval_text: Path | None = None) -> list[Stage]:
+    """The stages, in order, as a user would type them (``sets``: the KL probe sets, probe_sets;
+    ``eval_text``: held-out text the artifact is scored on against the reference)."""
     t = ["--threads", str(threads)]
     q = ["-q"] if quiet else []
     stages = []
@@ -120,6 +126,11 @@ def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, referenc
     stages.append(Stage("gptq", ["gptq", "--hf-dir", str(hf_dir), "--ref-dir", str(ref_dir), "--q4-map", str(man),
                                  *calib, "--chunks", str(chunks), *t, "--out-dir", str(out_dir)],
                         [out_dir / iebin.META_NAME], [*q, *over]))
+    if eval_text is not None:  # the text is among the outputs' fingerprint: another text scores again
+        ev = work / EVAL_NAME
+        stages.append(Stage("eval", ["eval", "--model-dir", str(out_dir), "--ref-dir", str(ref_dir), "--text-file",
+                                     str(eval_text), "--ctx", calib[calib.index("--ctx") + 1], *t, "--json"],
+                            [ev, eval_text], tool="ierun", stdout=ev))
     if gguf is not None:
         stages.append(Stage("gguf", ["iebin-to-gguf", "--model-dir", str(out_dir), "--out", str(gguf)], [gguf],
                             [*q, *over]))
@@ -170,6 +181,14 @@ def _remove_work(work: Path, owned: frozenset[str]) -> None:
         err.print(f"note: {work} was kept: it holds files ieconv quantize did not write", markup=False)
 
 
+def _scores(path: Path, text: Path) -> str:
+    """The eval stage's line of the summary, from its JSON line (ierun eval --json)."""
+    e = json.loads(path.read_bytes())
+    return (f"scored on {text.name} ({e['tokens_scored']} tokens, act {e['act']}): KL {e['kld_mean']:.4f} ± "
+            f"{e['kld_se']:.4f}, top-1 {e['top1_agree']:.1%}, perplexity {e['ppl']:.2f} (reference "
+            f"{e['ppl_ref']:.2f})")
+
+
 def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
@@ -187,19 +206,32 @@ def _let_finish(pid: int) -> None:
     os.waitpid(pid, 0)
 
 
+TOOL_MODULES = {"ieconv": "iekit.convert.entry", "ierun": "iekit.runtime.cli"}
+
+
 def _run(stage: Stage) -> tuple[float, int]:
     """The stage's command as a child process; (seconds, its peak RSS in
     bytes). A failure or a signal ends the pipeline with one line naming
-    the stage."""
-    argv = [sys.executable, "-m", "iekit.convert.entry", *stage.argv, *stage.extra]
-    t0 = time.monotonic()
-    pid = os.posix_spawn(sys.executable, argv, os.environ)
-    try:
-        _pid, status, usage = os.wait4(pid, 0)
-    except KeyboardInterrupt:
-        _let_finish(pid)
-        raise
-    seconds = time.monotonic() - t0
+    the stage. Its standard output, where the stage keeps it, goes to a
+    staged file renamed into place once the stage has succeeded."""
+    argv = [sys.executable, "-m", TOOL_MODULES[stage.tool], *stage.argv, *stage.extra]
+    with StagedFiles(stage.stdout.parent) if stage.stdout else contextlib.nullcontext() as staged:
+        out = staged.open(stage.stdout.name) if staged else None
+        actions = [(os.POSIX_SPAWN_DUP2, out.fileno(), 1)] if out else []
+        t0 = time.monotonic()
+        pid = os.posix_spawn(sys.executable, argv, os.environ, file_actions=actions)
+        try:
+            _pid, status, usage = os.wait4(pid, 0)
+        except KeyboardInterrupt:
+            _let_finish(pid)
+            raise
+        seconds = time.monotonic() - t0
+        _check_status(stage, status)
+    return seconds, usage.ru_maxrss * 1024
+
+
+def _check_status(stage: Stage, status: int) -> None:
+    """One line naming the stage for a child that failed or died of a signal."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         hint = " (out of memory?)" if sig == signal.SIGKILL else ""
@@ -209,9 +241,8 @@ def _run(stage: Stage) -> tuple[float, int]:
     if code == 130:
         raise KeyboardInterrupt
     if code != 0:
-        raise IEError(f"stage {stage.name}: ieconv {stage.argv[0]} failed (exit {code}, its error above); the "
+        raise IEError(f"stage {stage.name}: {stage.tool} {stage.argv[0]} failed (exit {code}, its error above); the "
                       "stages before it are kept: the same command goes on from there")
-    return seconds, usage.ru_maxrss * 1024
 
 
 def _stage(s: Stage, head: str, log: StageLog, kept: Finished | None) -> tuple[Finished, bool]:
@@ -220,7 +251,7 @@ def _stage(s: Stage, head: str, log: StageLog, kept: Finished | None) -> tuple[F
     if kept is not None:
         err.print(f"{head}: kept from an earlier run (it took {_duration(kept.seconds)})", markup=False)
         return kept, True
-    err.print(f"{head}: ieconv {' '.join(s.argv)}", markup=False, soft_wrap=True)
+    err.print(f"{head}: {s.tool} {' '.join(s.argv)}", markup=False, soft_wrap=True)
     seconds, rss = _run(s)
     made = fingerprints.outputs(s.outputs)
     if made is None:
@@ -246,6 +277,10 @@ def _stage(s: Stage, head: str, log: StageLog, kept: Finished | None) -> tuple[F
               help="Calibration text (UTF-8), tokenized by the model: the imatrix, the KL probes, the policy's and "
                    "gptq's covariances all come from it. Use text the evaluation does not.")
 @click.option("--ids-file", type=click.Path(path_type=Path), help="Calibration token ids instead of text.")
+@click.option("--eval-text", type=click.Path(path_type=Path, dir_okay=False),
+              help="Held-out text to score the artifact on once it is written (ierun eval against the float "
+                   "reference, int8 activations where the runtime uses them): KL, top-1 agreement and perplexity "
+                   "in the summary, and in WORK/eval.json. Use text the calibration did not see.")
 @click.option("--ctx", type=click.IntRange(min=4), default=None,
               help="Tokens per chunk [512, or the model's max_position_embeddings if smaller].")
 @click.option("--chunks", type=click.IntRange(min=1), default=DEFAULT_CHUNKS, show_default=True,
@@ -276,8 +311,9 @@ def _stage(s: Stage, head: str, log: StageLog, kept: Finished | None) -> tuple[F
               help="Replace the artifact in --out-dir and the --gguf file when their stages run (a stage kept from "
                    "an earlier run does not run again: remove the work directory to start over).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars (the stage lines and the summary stay).")
-def quantize_cmd(hf_dir, gguf_in, allow_requantize, out_dir, target_bpw, text_file, ids_file, ctx, chunks, probe_chunks,
-                 kl_probes, gguf_types, gguf_out, ref_dir, reference, work_dir, threads, overwrite, quiet):
+def quantize_cmd(hf_dir, gguf_in, allow_requantize, out_dir, target_bpw, text_file, ids_file, eval_text, ctx, chunks,
+                 probe_chunks, kl_probes, gguf_types, gguf_out, ref_dir, reference, work_dir, threads, overwrite,
+                 quiet):
     """Quantize a checkpoint to --target-bpw bits with everything that
     buys quality: importance matrix, KL probes, a policy measured as gptq
     quantizes, and gptq's error-compensated codes.
@@ -286,16 +322,18 @@ def quantize_cmd(hf_dir, gguf_in, allow_requantize, out_dir, target_bpw, text_fi
     line shows it): with --from-gguf gguf-to-hf (the weights as an HF
     checkpoint), hf-to-iebin (the float reference), imatrix, kl-probes
     (twice below 4.5 bits), q4-manifest --target-bpw --kl-probes --ref-dir,
-    gptq, and with --gguf iebin-to-gguf. Each finished stage is recorded in
-    the work directory: after a Ctrl-C, a kill or a failed stage, the same
-    command goes on from the first stage not done (and gptq from its last
-    finished matrix). A summary gives each stage's minutes and peak memory.
+    gptq, with --eval-text ierun eval (how far the artifact is from the
+    reference), and with --gguf iebin-to-gguf. Each finished stage is
+    recorded in the work directory: after a Ctrl-C, a kill or a failed
+    stage, the same command goes on from the first stage not done (and gptq
+    from its last finished matrix). A summary gives each stage's minutes and
+    peak memory, and with --eval-text the artifact's KL, top-1 agreement and
+    perplexity.
 
     \b
     Example:
-      ieconv quantize --hf-dir M --text-file calib.txt --target-bpw 4.0 --out-dir m-q4/ --gguf m-q4.gguf
+      ieconv quantize --hf-dir M --text-file calib.txt --target-bpw 4.0 --out-dir m-q4/ --eval-text held.txt
       ieconv quantize --from-gguf m-f16.gguf --text-file calib.txt --target-bpw 4.0 --out-dir m-q4/ --gguf m-q4.gguf
-      ierun eval --model-dir m-q4/ --ref-dir m-f32/ --text-file held.txt
     """
     if (text_file is None) == (ids_file is None):
         raise click.UsageError("give the calibration text as --text-file or --ids-file (one of them)")
@@ -305,6 +343,12 @@ def quantize_cmd(hf_dir, gguf_in, allow_requantize, out_dir, target_bpw, text_fi
         raise click.UsageError("--allow-requantize is about a quantized --from-gguf file")
     calib_file = (text_file or ids_file).resolve()
     check_regular(calib_file)
+    if eval_text is not None:
+        eval_text = eval_text.resolve()
+        check_regular(eval_text)
+        if eval_text == calib_file:
+            err.print(f"warning: {eval_text} is also the calibration text: the artifact was fitted to it, so its "
+                      "scores there flatter it", markup=False)
     out_dir = out_dir.resolve()
     if gguf_out is not None:
         gguf_out = gguf_out.resolve()
@@ -360,7 +404,7 @@ def quantize_cmd(hf_dir, gguf_in, allow_requantize, out_dir, target_bpw, text_fi
     calib = [f"--{'text' if text_file else 'ids'}-file", str(calib_file), "--ctx", str(ctx)]
     sets = probe_sets(src, target_bpw) if kl_probes else []
     stages = source + plan(hf_dir, out_dir, work, ref_dir, reference, calib, chunks, probe_chunks, sets, target_bpw,
-                           gguf_types, gguf_out, threads, overwrite, quiet)
+                           gguf_types, gguf_out, threads, overwrite, quiet, eval_text)
     kept = log.keep_prefix([(s.name, tuple(s.argv), s.outputs) for s in stages])
     check_outputs(any(s.name == "gptq" for s in stages[kept:]), kept < len(stages))
     make_dirs(work)
@@ -373,6 +417,8 @@ def quantize_cmd(hf_dir, gguf_in, allow_requantize, out_dir, target_bpw, text_fi
         table.add_row(rec.name, f"{rec.seconds / 60:.2f}" + (" (kept)" if was_kept else ""),
                       human_bytes(rec.peak_rss_bytes))
     err.print(table)
+    if eval_text is not None:
+        err.print(_scores(work / EVAL_NAME, eval_text), markup=False)
     if keep_work:
         err.print(f"the stages' outputs are kept in {work}", markup=False)
     else:

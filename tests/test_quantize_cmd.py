@@ -236,6 +236,49 @@ def test_from_gguf_refusals(wide, tmp_path):
     assert not q.exists()
 
 
+def test_eval_text_scores_the_artifact(wide, tmp_path):
+    """--eval-text: a last stage scores the artifact against the reference
+    (ierun eval, as typed by hand gives the same figures); kept on a rerun,
+    run again alone when the text changes."""
+    held = tmp_path / "held.txt"
+    held.write_text("\n".join(reversed(TEXT.read_text().splitlines())))
+    q, work = tmp_path / "q", tmp_path / "work"
+    args = ("ieconv", "quantize", "-q", "--hf-dir", wide["hf"], "--out-dir", q, *FAST, "--target-bpw", "4.0",
+            "--work-dir", work, "--eval-text", held)
+    res = run_tool(*args)
+    assert res.returncode == 0, res.stderr
+    lines = _stage_lines(res)
+    assert lines[-1].startswith("[7/7] eval: ierun eval --model-dir"), lines
+    by_hand = run_tool("ierun", "eval", "--model-dir", q, "--ref-dir", work / "ref", "--text-file", held, "--ctx", "64",
+                       "--threads", "1", "--json")
+    assert by_hand.returncode == 0, by_hand.stderr
+    want, got = json.loads(by_hand.stdout), json.loads((work / "eval.json").read_text())
+    for k in ("kld_mean", "top1_agree", "ppl", "ppl_ref", "tokens_scored"):
+        assert got[k] == want[k], k
+    summary = (f"scored on held.txt ({want['tokens_scored']} tokens, act int8): KL {want['kld_mean']:.4f} ± "
+               f"{want['kld_se']:.4f}, top-1 {want['top1_agree']:.1%}")
+    assert summary in res.stderr
+    res = run_tool(*args)
+    assert res.returncode == 0 and all("kept from an earlier run" in ln for ln in _stage_lines(res)), res.stderr
+    assert summary in res.stderr  # from the kept stage's file
+    st = held.stat()
+    os.utime(held, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # the text edited: it is scored again, alone
+    res = run_tool(*args)
+    assert res.returncode == 0, res.stderr
+    lines = _stage_lines(res)
+    assert all("kept" in ln for ln in lines[:-1]) and lines[-1].startswith("[7/7] eval: ierun eval"), lines
+
+
+def test_eval_text_refusals(wide, tmp_path):
+    base = ("ieconv", "quantize", "--out-dir", tmp_path / "q", *FAST, "--target-bpw", "4")
+    res = run_tool(*base, "--hf-dir", tmp_path / "missing", "--eval-text", TEXT)  # the calibration text: warned
+    assert res.returncode == 1 and "is also the calibration text" in res.stderr, res.stderr
+    os.mkfifo(tmp_path / "held.txt")
+    assert_one_line_error(run_tool(*base, "--hf-dir", wide["hf"], "--eval-text", tmp_path / "held.txt"), "held.txt",
+                          "FIFO")
+    assert not (tmp_path / "q").exists()
+
+
 def test_calibration_text_is_required_once(wide, tmp_path):
     res = run_tool("ieconv", "quantize", "--hf-dir", wide["hf"], "--out-dir", tmp_path / "o", "--target-bpw", "4")
     assert res.returncode == 2 and "--text-file or --ids-file" in res.stderr
