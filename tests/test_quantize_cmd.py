@@ -236,6 +236,27 @@ def test_from_gguf_refusals(wide, tmp_path):
     assert not q.exists()
 
 
+def test_rotate_is_ieconv_rotate_then_the_pipeline(wide, tmp_path):
+    """--rotate: a stage before the plan rotates the checkpoint (ieconv
+    rotate, the seed given), every later stage reads the rotated one: the
+    artifact is byte for byte rotate typed by hand, then quantize."""
+    rot, fast = tmp_path / "rot", (*FAST, "--target-bpw", "4.0", "--no-kl-probes")
+    assert run_tool("ieconv", "rotate", "-q", "--hf-dir", wide["hf"], "--out-dir", rot, "--seed", "5").returncode == 0
+    assert run_tool("ieconv", "quantize", "-q", "--hf-dir", rot, "--out-dir", tmp_path / "by-hand", *fast).returncode == 0
+    args = ("ieconv", "quantize", "-q", "--hf-dir", wide["hf"], "--rotate", "5", "--out-dir", tmp_path / "q", *fast,
+            "--work-dir", tmp_path / "work")
+    res = run_tool(*args)
+    assert res.returncode == 0, res.stderr
+    assert [ln.split(":")[0] for ln in _stage_lines(res)] == \
+        ["[1] rotate", *(f"[{i + 2}/5] {s}" for i, s in enumerate(("reference (f32)", "imatrix", "policy", "gptq")))]
+    assert f"--out-dir {tmp_path / 'work' / 'rotated'} --seed 5" in res.stderr
+    assert (tmp_path / "q" / iebin.BIN_NAME).read_bytes() == (tmp_path / "by-hand" / iebin.BIN_NAME).read_bytes()
+    res = run_tool(*args)
+    assert res.returncode == 0 and all("kept from an earlier run" in ln for ln in _stage_lines(res)), res.stderr
+    res = run_tool(*args[:-2], "--ref-dir", wide["f32"])  # a reference of the unrotated model: not for its covariances
+    assert res.returncode == 2 and "--rotate makes the reference" in res.stderr
+
+
 def test_eval_text_scores_the_artifact(wide, tmp_path):
     """--eval-text: a last stage scores the artifact against the reference
     (ierun eval, as typed by hand gives the same figures); kept on a rerun,
