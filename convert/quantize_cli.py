@@ -36,7 +36,7 @@ from iekit.formats import expert_stacks, fingerprints, hf_checkpoint, iebin
 from iekit.formats.hf_checkpoint import SINGLE_NAME
 from iekit.formats.atomic import TEMP_NAME, StagedFiles, make_dirs
 from iekit.formats.errors import IEError
-from iekit.formats.fileio import check_regular, file_kind
+from iekit.formats.fileio import check_regular, file_kind, read_small
 from iekit.formats.quantize_stages import STATE_NAME, Finished, StageLog
 
 from .artifact_out import check_out_dir, check_out_file
@@ -196,10 +196,13 @@ def _remove_work(work: Path, owned: frozenset[str]) -> None:
 
 def _scores(path: Path, text: Path) -> str:
     """The eval stage's line of the summary, from its JSON line (ierun eval --json)."""
-    e = json.loads(path.read_bytes())
-    return (f"scored on {text.name} ({e['tokens_scored']} tokens, act {e['act']}): KL {e['kld_mean']:.4f} ± "
-            f"{e['kld_se']:.4f}, top-1 {e['top1_agree']:.1%}, perplexity {e['ppl']:.2f} (reference "
-            f"{e['ppl_ref']:.2f})")
+    try:
+        e = json.loads(read_small(path))
+        return (f"scored on {text.name} ({e['tokens_scored']} tokens, act {e['act']}): KL {e['kld_mean']:.4f} ± "
+                f"{e['kld_se']:.4f}, top-1 {e['top1_agree']:.1%}, perplexity {e['ppl']:.2f} (reference "
+                f"{e['ppl_ref']:.2f})")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise IEError(f"{path}: not ierun eval's JSON line ({exc!r}); remove it and run the command again") from None
 
 
 def _duration(seconds: float) -> str:

@@ -288,6 +288,13 @@ def test_eval_text_scores_the_artifact(wide, tmp_path):
     assert res.returncode == 0, res.stderr
     lines = _stage_lines(res)
     assert all("kept" in ln for ln in lines[:-1]) and lines[-1].startswith("[7/7] eval: ierun eval"), lines
+    ev = work / "eval.json"  # garbage with the kept file's size and time: one line, not a traceback
+    st = ev.stat()
+    ev.write_bytes(b"x" * st.st_size)
+    os.utime(ev, ns=(st.st_atime_ns, st.st_mtime_ns))
+    res = run_tool(*args)
+    assert res.returncode == 1 and "eval.json: not ierun eval's JSON line" in res.stderr.splitlines()[-1], res.stderr
+    assert "Traceback" not in res.stderr
 
 
 def test_eval_text_refusals(wide, tmp_path):
