@@ -586,8 +586,7 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool, summary: bool):
         c[1] += t["nbytes"]
         c[2] += math.prod(t["shape"])
     qbytes = sum(v[1] for k, v in by_dtype.items() if k in SCHEMES)
-    qelems = sum(v[2] for k, v in by_dtype.items() if k in SCHEMES)
-    qbpw = 8 * qbytes / qelems if qelems else None  # bits per weight over the quantized matrices, scales included
+    qbpw, _counts = iebin.quantized_mix(m.tensors)  # bits per weight over the quantized matrices, scales included
     errors = {t["name"]: QuantError(**t[iebin.ERROR_KEY]) for t in m.tensors if iebin.ERROR_KEY in t}
     if as_json:
         click.echo(json.dumps({"path": str(m.meta_path), "model": m.meta["model"], "source": m.meta["source"],

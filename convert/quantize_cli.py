@@ -194,6 +194,18 @@ def _remove_work(work: Path, owned: frozenset[str]) -> None:
         err.print(f"note: {work} was kept: it holds files ieconv quantize did not write", markup=False)
 
 
+def _mix_line(out_dir: Path, gguf: Path | None) -> str:
+    """The summary's line on what was made: size, bits per weight, the types."""
+    m = iebin.load_model(out_dir)
+    bpw, counts = iebin.quantized_mix(m.tensors)
+    size = sum(os.path.getsize(out_dir / f["name"]) for f in m.meta["files"])
+    types = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    also = f"; {gguf.name} {human_bytes(gguf.stat().st_size)}" if gguf is not None else ""
+    mix = f"{bpw:.3f} bits per weight over {sum(counts.values())} quantized tensors: {types}" if counts else \
+        "no quantized tensors"
+    return f"{out_dir}: {human_bytes(size)}{also}; {mix}"
+
+
 def _scores(path: Path, text: Path) -> str:
     """The eval stage's line of the summary, from its JSON line (ierun eval --json)."""
     try:
@@ -439,6 +451,7 @@ def quantize_cmd(hf_dir, gguf_in, rotate, allow_requantize, out_dir, target_bpw,
         table.add_row(rec.name, f"{rec.seconds / 60:.2f}" + (" (kept)" if was_kept else ""),
                       human_bytes(rec.peak_rss_bytes))
     err.print(table)
+    err.print(_mix_line(out_dir, gguf_out), markup=False)
     if eval_text is not None:
         err.print(_scores(work / EVAL_NAME, eval_text), markup=False)
     if keep_work:

@@ -230,6 +230,20 @@ def plain_nbytes(dtype: str, shape: list[int]) -> int:
     return shape_elements(shape) * DTYPES[dtype].itemsize
 
 
+def quantized_mix(tensors: Iterable[dict[str, Any]]) -> tuple[float | None, dict[str, int]]:
+    """(bits per weight over the quantized tensors, scales included, or None
+    where none is; how many tensors each quantized type stores): the figure
+    ieconv inspect and ieconv quantize's summary give for an artifact."""
+    qbytes = qelems = 0
+    counts: dict[str, int] = {}
+    for t in tensors:
+        if t["dtype"] in SCHEMES:
+            qbytes += t["nbytes"]
+            qelems += shape_elements(t["shape"])
+            counts[t["dtype"]] = counts.get(t["dtype"], 0) + 1
+    return (8 * qbytes / qelems if qelems else None), counts
+
+
 def tensor_nbytes(dtype: str, shape: list[int], quant: dict | None = None) -> int:
     """Payload size of a (validated) tensor entry, plain or quantized."""
     scheme = SCHEMES.get(dtype)

@@ -279,6 +279,12 @@ def test_eval_text_scores_the_artifact(wide, tmp_path):
     summary = (f"scored on held.txt ({want['tokens_scored']} tokens, act int8): KL {want['kld_mean']:.4f} ± "
                f"{want['kld_se']:.4f}, top-1 {want['top1_agree']:.1%}")
     assert summary in res.stderr
+    inspected = json.loads(run_tool("ieconv", "inspect", q, "--json").stdout)  # the summary's mix line is inspect's
+    counts = {k: v["tensors"] for k, v in inspected["by_dtype"].items() if k not in ("f32", "f16", "bf16")}
+    mix = [ln for ln in res.stderr.splitlines() if ln.startswith(f"{q}: ")]
+    assert len(mix) == 1 and f"{inspected['quantized_bits_per_weight']:.3f} bits per weight over " \
+        f"{sum(counts.values())} quantized tensors" in mix[0], (mix, inspected)
+    assert all(f"{n} {k}" in mix[0] for k, n in counts.items()), mix
     res = run_tool(*args)
     assert res.returncode == 0 and all("kept from an earlier run" in ln for ln in _stage_lines(res)), res.stderr
     assert summary in res.stderr  # from the kept stage's file
