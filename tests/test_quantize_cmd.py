@@ -17,6 +17,7 @@ import time
 import pytest
 
 from conftest import BIN_DIR, GOLDEN, assert_one_line_error, run_tool
+from llamacpp_models import llamacpp_models
 from iekit.formats import iebin
 from iekit.formats.errors import IEError
 from iekit.formats.quantize_stages import STATE_NAME, StageLog, encode
@@ -233,6 +234,9 @@ def test_from_gguf_refusals(wide, tmp_path):
                           "--gguf would replace the --from-gguf file")
     os.mkfifo(tmp_path / "fifo.gguf")
     assert_one_line_error(run_tool(*base, "--from-gguf", tmp_path / "fifo.gguf"), "fifo.gguf", "FIFO")
+    oss = llamacpp_models(tmp_path / "toys")["tiny-gpt-oss"]  # gguf-to-hf does not write its HF layout
+    assert_one_line_error(run_tool(*base, "--from-gguf", _gguf_of(oss, tmp_path / "oss.gguf")),
+                          "general.architecture", "gpt_oss", "give its HF checkpoint as --hf-dir")
     assert not q.exists()
 
 
