@@ -21,7 +21,7 @@ from iekit.formats.errors import IEError
 from iekit.formats.fileio import read_small
 from iekit.formats.gguf_file import open_gguf
 from iekit.formats.jsonio import dumps_canonical, loads_strict
-from iekit.formats.quant import SCHEMES, QuantError
+from iekit.formats.quant import QuantError
 from iekit.formats.workers import one_blas_thread
 from iekit.formats.q4_manifest import (EMBED_NAMES, HEAD_NAMES, KEEP, bytes_per_token, default_manifest, is_tied,
                                        load_manifest, manifest_from, plan)
@@ -579,14 +579,8 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool, summary: bool):
     if is_dedup_index_path(path):
         return inspect_dedup_index(path, as_json)
     m = iebin.load_model(path)
-    by_dtype: dict[str, list[int]] = {}  # dtype -> [tensors, bytes, elements]
-    for t in m.tensors:
-        c = by_dtype.setdefault(t["dtype"], [0, 0, 0])
-        c[0] += 1
-        c[1] += t["nbytes"]
-        c[2] += math.prod(t["shape"])
-    qbytes = sum(v[1] for k, v in by_dtype.items() if k in SCHEMES)
-    qbpw, _counts = iebin.quantized_mix(m.tensors)  # bits per weight over the quantized matrices, scales included
+    by_dtype = iebin.dtype_totals(m.tensors)
+    qcount, qbytes, qbpw = iebin.quantized_totals(by_dtype)  # bits per weight over the quantized matrices
     errors = {t["name"]: QuantError(**t[iebin.ERROR_KEY]) for t in m.tensors if iebin.ERROR_KEY in t}
     if as_json:
         click.echo(json.dumps({"path": str(m.meta_path), "model": m.meta["model"], "source": m.meta["source"],
@@ -618,7 +612,7 @@ def inspect(path: Path, as_json: bool, allow_nonfinite: bool, summary: bool):
     out.print(head)
     if not summary:
         _print_tensors(m, errors)
-    _print_totals(m, by_dtype, qbytes, qbpw)
+    _print_totals(m, by_dtype, qcount, qbytes, qbpw)
 
 
 def _print_tensors(m: iebin.IebinModel, errors: dict[str, QuantError]) -> None:
@@ -634,15 +628,15 @@ def _print_tensors(m: iebin.IebinModel, errors: dict[str, QuantError]) -> None:
     out.print(table)
 
 
-def _print_totals(m: iebin.IebinModel, by_dtype: dict[str, list[int]], qbytes: int, qbpw: float | None) -> None:
+def _print_totals(m: iebin.IebinModel, by_dtype: dict[str, list[int]], qcount: int, qbytes: int,
+                  qbpw: float | None) -> None:
     totals = Table(title="totals")
     for col in ("dtype", "tensors", "bytes", "bits/weight"):
         totals.add_column(col, justify="left" if col == "dtype" else "right")
     for k, (n, b, e) in sorted(by_dtype.items()):
         totals.add_row(k, str(n), human_bytes(b), f"{8 * b / e:.3f}" if e else "")
     if qbpw is not None:
-        totals.add_row("quantized", str(sum(v[0] for k, v in by_dtype.items() if k in SCHEMES)), human_bytes(qbytes),
-                       f"{qbpw:.3f}")
+        totals.add_row("quantized", str(qcount), human_bytes(qbytes), f"{qbpw:.3f}")
     totals.add_row("all", str(len(m.tensors)), human_bytes(sum(v[1] for v in by_dtype.values())), "", style="bold")
     out.print(totals)
 

@@ -37,6 +37,7 @@ from iekit.formats.hf_checkpoint import SINGLE_NAME
 from iekit.formats.atomic import TEMP_NAME, StagedFiles, make_dirs
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import check_regular, file_kind, read_small
+from iekit.formats.quant import SCHEMES
 from iekit.formats.quantize_stages import STATE_NAME, Finished, StageLog
 
 from .artifact_out import check_out_dir, check_out_file
@@ -63,9 +64,11 @@ WORK_NAMES = frozenset({STATE_NAME, HF_NAME, ROT_NAME, REF_NAME, REF_MAP_NAME, I
 class Stage:
     """One command of the pipeline: ``argv`` (the ``tool``'s sub-command and
     its arguments: what the record compares), ``extra`` (flags that change
-    no output: -q, --overwrite), ``outputs`` (what it writes: kept only
-    while they are as it left them, fingerprints.outputs), ``stdout`` (a
-    file its standard output goes to, one of its outputs)."""
+    no output: -q, --overwrite), ``outputs`` (what it writes), ``reads``
+    (an input no earlier stage writes and the run's inputs do not cover:
+    the eval stage's held-out text), ``stdout`` (a file its standard output
+    goes to, one of its outputs). It is kept only while its outputs and
+    reads are as it left them (``watched``, fingerprints.outputs)."""
 
     name: str
     argv: list[str]
@@ -73,6 +76,16 @@ class Stage:
     extra: list[str] = field(default_factory=list)
     tool: str = "ieconv"
     stdout: Path | None = None
+    reads: list[Path] = field(default_factory=list)
+
+    @property
+    def watched(self) -> list[Path]:
+        return [*self.outputs, *self.reads]
+
+
+def _planned(stages: list[Stage]) -> list[tuple[str, tuple[str, ...], list[Path]]]:
+    """The stages as StageLog compares them with its records."""
+    return [(s.name, tuple(s.argv), s.watched) for s in stages]
 
 
 def probe_sets(src: hf_checkpoint.HFSource, target_bpw: float) -> list[tuple[str, str, str, str]]:
@@ -90,11 +103,14 @@ def probe_sets(src: hf_checkpoint.HFSource, target_bpw: float) -> list[tuple[str
     return sets
 
 
-def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, reference: str, calib: list[str],
-         chunks: int, probe_chunks: int, sets: list[tuple[str, str, str, str]], target_bpw: float, gguf_types: bool,
-         gguf: Path | None, threads: int, overwrite: bool, quiet: bool, eval_text: Path | None = None) -> list[Stage]:
-    """The stages, in order, as a user would type them (``sets``: the KL probe sets, probe_sets;
-    ``eval_text``: held-out text the artifact is scored on against the reference)."""
+def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, reference: str, calib_file: list[str],
+         ctx: int, chunks: int, probe_chunks: int, sets: list[tuple[str, str, str, str]], target_bpw: float,
+         gguf_types: bool, gguf: Path | None, threads: int, overwrite: bool, quiet: bool,
+         eval_text: Path | None = None) -> list[Stage]:
+    """The stages, in order, as a user would type them (``calib_file``: --text-file or --ids-file and
+    the file; ``sets``: the KL probe sets, probe_sets; ``eval_text``: held-out text the artifact is
+    scored on against the reference)."""
+    calib = [*calib_file, "--ctx", str(ctx)]
     t = ["--threads", str(threads)]
     q = ["-q"] if quiet else []
     stages = []
@@ -126,11 +142,11 @@ def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, referenc
     stages.append(Stage("gptq", ["gptq", "--hf-dir", str(hf_dir), "--ref-dir", str(ref_dir), "--q4-map", str(man),
                                  *calib, "--chunks", str(chunks), *t, "--out-dir", str(out_dir)],
                         [out_dir / iebin.META_NAME], [*q, *over]))
-    if eval_text is not None:  # the text is among the outputs' fingerprint: another text scores again
+    if eval_text is not None:  # another (or an edited) text is scored again
         ev = work / EVAL_NAME
         stages.append(Stage("eval", ["eval", "--model-dir", str(out_dir), "--ref-dir", str(ref_dir), "--text-file",
-                                     str(eval_text), "--ctx", calib[calib.index("--ctx") + 1], *t, "--json"],
-                            [ev, eval_text], tool="ierun", stdout=ev))
+                                     str(eval_text), "--ctx", str(ctx), *t, "--json"], [ev], tool="ierun", stdout=ev,
+                            reads=[eval_text]))
     if gguf is not None:
         stages.append(Stage("gguf", ["iebin-to-gguf", "--model-dir", str(out_dir), "--out", str(gguf)], [gguf],
                             [*q, *over]))
@@ -197,12 +213,13 @@ def _remove_work(work: Path, owned: frozenset[str]) -> None:
 def _mix_line(out_dir: Path, gguf: Path | None) -> str:
     """The summary's line on what was made: size, bits per weight, the types."""
     m = iebin.load_model(out_dir)
-    bpw, counts = iebin.quantized_mix(m.tensors)
+    totals = iebin.dtype_totals(m.tensors)
+    count, _bytes, bpw = iebin.quantized_totals(totals)
+    types = ", ".join(f"{v[0]} {k}" for k, v in sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))
+                      if k in SCHEMES)
     size = sum(os.path.getsize(out_dir / f["name"]) for f in m.meta["files"])
-    types = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     also = f"; {gguf.name} {human_bytes(gguf.stat().st_size)}" if gguf is not None else ""
-    mix = f"{bpw:.3f} bits per weight over {sum(counts.values())} quantized tensors: {types}" if counts else \
-        "no quantized tensors"
+    mix = f"{bpw:.3f} bits per weight over {count} quantized tensors: {types}" if count else "no quantized tensors"
     return f"{out_dir}: {human_bytes(size)}{also}; {mix}"
 
 
@@ -281,9 +298,9 @@ def _stage(s: Stage, head: str, log: StageLog, kept: Finished | None) -> tuple[F
         return kept, True
     err.print(f"{head}: {s.tool} {' '.join(s.argv)}", markup=False, soft_wrap=True)
     seconds, rss = _run(s)
-    made = fingerprints.outputs(s.outputs)
+    made = fingerprints.outputs(s.watched)
     if made is None:
-        raise IEError(f"stage {s.name}: finished but did not write {', '.join(map(str, s.outputs))}")
+        raise IEError(f"stage {s.name}: finished, but {', '.join(map(str, s.watched))} are not all there")
     rec = Finished(s.name, tuple(s.argv), made, round(seconds, 3), rss)
     log.add(rec)
     return rec, False
@@ -422,26 +439,28 @@ def quantize_cmd(hf_dir, gguf_in, rotate, allow_requantize, out_dir, target_bpw,
         if gguf and gguf_out is not None:
             check_out_file(gguf_out, overwrite, "the .gguf file")
 
-    rows = []
-    for i, s in enumerate(source):  # the checkpoint the plan is made from: kept, or written before the plan
-        keeps = log.keeps(i, s.name, s.argv, s.outputs)
-        if not keeps:
-            log.keep_prefix([(t.name, tuple(t.argv), t.outputs) for t in source[:i]])  # later records: other weights
-            check_outputs(True, True)  # every stage from here runs
-            make_dirs(work)
-        rows.append(_stage(s, f"[{i + 1}] {s.name}", log, log.finished[i] if keeps else None))
+    # The stages that write the checkpoint the plan is made from: kept, or run before the plan. Where one runs,
+    # every later stage does (the records after it are of other weights), so the outputs are checked now.
+    src_kept = log.matching(_planned(source))
+    if src_kept < len(source):
+        log.keep_prefix(_planned(source[:src_kept]))
+        check_outputs(True, True)
+        make_dirs(work)
+    rows = [_stage(s, f"[{i + 1}] {s.name}", log, log.finished[i] if i < src_kept else None)
+            for i, s in enumerate(source)]
     src = hf_checkpoint.from_dir(hf_dir)
     if ctx is None:  # one context for every stage (imatrix's own default ignores the model's limit)
         ctx = min(512, int(src.config.get("max_position_embeddings") or 512))
     if reference == "auto":
         reference = "f32" if _f32_bytes(src) <= F32_REFERENCE_MAX else "q8_0"
-    calib = [f"--{'text' if text_file else 'ids'}-file", str(calib_file), "--ctx", str(ctx)]
+    calib = [f"--{'text' if text_file else 'ids'}-file", str(calib_file)]
     sets = probe_sets(src, target_bpw) if kl_probes else []
-    stages = source + plan(hf_dir, out_dir, work, ref_dir, reference, calib, chunks, probe_chunks, sets, target_bpw,
-                           gguf_types, gguf_out, threads, overwrite, quiet, eval_text)
-    kept = log.keep_prefix([(s.name, tuple(s.argv), s.outputs) for s in stages])
-    check_outputs(any(s.name == "gptq" for s in stages[kept:]), kept < len(stages))
-    make_dirs(work)
+    stages = source + plan(hf_dir, out_dir, work, ref_dir, reference, calib, ctx, chunks, probe_chunks, sets,
+                           target_bpw, gguf_types, gguf_out, threads, overwrite, quiet, eval_text)
+    kept = log.keep_prefix(_planned(stages))
+    if src_kept == len(source):  # (else checked before the checkpoint's stages ran)
+        check_outputs(any(s.name == "gptq" for s in stages[kept:]), kept < len(stages))
+        make_dirs(work)
     for i, s in enumerate(stages[len(source):], start=len(source)):
         rows.append(_stage(s, f"[{i + 1}/{len(stages)}] {s.name}", log, log.finished[i] if i < kept else None))
     table = Table(title=f"ieconv quantize: {target_bpw} bits per weight -> {out_dir}")

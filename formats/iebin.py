@@ -230,18 +230,24 @@ def plain_nbytes(dtype: str, shape: list[int]) -> int:
     return shape_elements(shape) * DTYPES[dtype].itemsize
 
 
-def quantized_mix(tensors: Iterable[dict[str, Any]]) -> tuple[float | None, dict[str, int]]:
-    """(bits per weight over the quantized tensors, scales included, or None
-    where none is; how many tensors each quantized type stores): the figure
-    ieconv inspect and ieconv quantize's summary give for an artifact."""
-    qbytes = qelems = 0
-    counts: dict[str, int] = {}
+def dtype_totals(tensors: Iterable[dict[str, Any]]) -> dict[str, list[int]]:
+    """Per dtype of an artifact's tensor entries: [tensors, bytes, elements]
+    (ieconv inspect's totals and ieconv quantize's summary)."""
+    totals: dict[str, list[int]] = {}
     for t in tensors:
-        if t["dtype"] in SCHEMES:
-            qbytes += t["nbytes"]
-            qelems += shape_elements(t["shape"])
-            counts[t["dtype"]] = counts.get(t["dtype"], 0) + 1
-    return (8 * qbytes / qelems if qelems else None), counts
+        c = totals.setdefault(t["dtype"], [0, 0, 0])
+        c[0] += 1
+        c[1] += t["nbytes"]
+        c[2] += shape_elements(t["shape"])
+    return totals
+
+
+def quantized_totals(totals: dict[str, list[int]]) -> tuple[int, int, float | None]:
+    """(tensors, bytes, bits per weight, scales included; None without any) of
+    the quantized dtypes in dtype_totals' ``totals``."""
+    q = [v for k, v in totals.items() if k in SCHEMES]
+    elems = sum(v[2] for v in q)
+    return sum(v[0] for v in q), sum(v[1] for v in q), (8 * sum(v[1] for v in q) / elems if elems else None)
 
 
 def tensor_nbytes(dtype: str, shape: list[int], quant: dict | None = None) -> int:

@@ -73,25 +73,24 @@ class StageLog:
         self.finished = [Finished(s["name"], tuple(s["argv"]), s["outputs"], s["seconds"], s["peak_rss_bytes"])
                          for s in obj["stages"]]
 
-    def keep_prefix(self, planned: list[tuple[str, tuple[str, ...], list[Path]]]) -> int:
-        """How many leading stages of ``planned`` ((name, argv, outputs) each)
-        an earlier run finished with the same command line and whose outputs
-        are still the ones it wrote; the records after them are dropped."""
+    def matching(self, planned: list[tuple[str, tuple[str, ...], list[Path]]]) -> int:
+        """How many leading stages of ``planned`` ((name, argv, fingerprinted
+        paths) each) an earlier run finished with the same command line and
+        whose paths are still as it left them. The record is left as it is:
+        the stages that write the checkpoint ask this before the rest of the
+        plan, which needs that checkpoint, exists."""
         n = 0
-        while n < len(planned) and self.keeps(n, *planned[n]):
+        for (name, argv, paths), rec in zip(planned, self.finished):
+            if rec.name != name or rec.argv != tuple(argv) or rec.outputs != fingerprints.outputs(paths):
+                break
             n += 1
-        self.finished = self.finished[:n]
         return n
 
-    def keeps(self, i: int, name: str, argv: tuple[str, ...] | list[str], outputs: list[Path]) -> bool:
-        """Whether the earlier run finished stage ``i`` with this name and
-        command line and its outputs are still the ones it wrote (the
-        record is left as it is: a stage that must run before the rest can
-        be planned asks this first, keep_prefix decides later)."""
-        if i >= len(self.finished):
-            return False
-        rec = self.finished[i]
-        return rec.name == name and rec.argv == tuple(argv) and rec.outputs == fingerprints.outputs(outputs)
+    def keep_prefix(self, planned: list[tuple[str, tuple[str, ...], list[Path]]]) -> int:
+        """``matching(planned)``, the records after those stages dropped."""
+        n = self.matching(planned)
+        self.finished = self.finished[:n]
+        return n
 
     def add(self, rec: Finished) -> None:
         """Record a finished stage (staged, fsynced, renamed)."""
