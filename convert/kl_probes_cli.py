@@ -15,9 +15,9 @@ evaluation per group, plus the base: minutes on a 135M model
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable
@@ -26,9 +26,11 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from iekit.cli.support import stderr_console, threads_option
-from iekit.formats import hf_checkpoint, iebin, kl_probes
+from iekit.formats import fingerprints, hf_checkpoint, iebin, kl_probes
 from iekit.formats.atomic import check_new_file, write_file_atomic
+from iekit.formats.fileio import read_small
 from iekit.formats.jsonio import dumps_canonical, load_json
+from iekit.formats.kl_probes_partial import PROBE_BIN, PROBE_META, ProbesRun
 from iekit.formats.q4_manifest import default_manifest, is_tied, layer_pattern, manifest_from
 from iekit.formats.quant import SCHEMES, QuantParams
 from iekit.formats.weight_types import names as weight_type_names
@@ -59,9 +61,12 @@ REF_CACHE_BYTES = 1 << 30  # the reference's scored logits kept in memory (SmolL
 @click.option("--chunks", type=click.IntRange(min=1), default=4, show_default=True, help="Chunks scored per measurement.")
 @threads_option("Threads.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
+@click.option("--resume/--no-resume", default=True, show_default=True,
+              help="Take the conversions and scorings an interrupted run of the same inputs kept in .OUT.partial "
+                   "(beside the output) instead of making them again; --no-resume discards them.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base, probe, ctx, chunks, threads,
-                  overwrite, quiet):
+                  overwrite, resume, quiet):
     """Measure the KL each group of matrices costs at a coarser scheme.
 
     Every matrix the usual policy quantizes (the head included) gets --base;
@@ -79,6 +84,11 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
     kl-probes-low.json): each set prices the errors in its own range. A group
     the probe cannot store (iq3_s on rows that are no whole 256-element
     super-blocks) is left out and named.
+
+    The work is kept in .OUT.partial beside the output (-o OUT) as it is
+    done: the two conversions, then each scoring. After a Ctrl-C or a kill
+    the same command goes on from there (the output is the one an
+    uninterrupted run writes); the folder goes once the output is written.
     """
     # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
     from iekit.runtime import evaluation
@@ -101,12 +111,16 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
                   markup=False)
     ref = float_decoder(ref_dir, threads=threads, ctx=ctx)
     parts, what = calibration_chunks(ref, text_file, ids_file, chunks)
-    work = Path(tempfile.mkdtemp(prefix=".kl-probes-", dir=Path(out_path).resolve().parent))
+    run = ProbesRun(out_path, run_inputs(src, ref_dir, imatrix, parts, base, probe), resume)
     try:
-        with Progress(TextColumn("{task.description:<44.44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TimeRemainingColumn(), console=err, transient=True, disable=quiet) as bar:
-            task = bar.add_task(f"converting: all {base}", total=len(groups) + 3)
-            variants = _Variants(src, work, manifest, probe, groups,
+        with run, Progress(TextColumn("{task.description:<44.44}"), BarColumn(), MofNCompleteColumn(),
+                           TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True,
+                           disable=quiet) as bar:
+            if run.kept():
+                err.print(f"resuming: {run.describe(len(groups))} from {run.dir} (kept by an interrupted run of the "
+                          "same inputs)", markup=False)
+            task = bar.add_task(f"converting: all {base}", total=len(groups) + 3, completed=2 if run.converted else 0)
+            variants = _Variants(src, run, manifest, probe, groups,
                                  lambda label: bar.update(task, advance=1, description=label))
 
             # The reference's logits, computed once for all nine scorings where they fit in REF_CACHE_BYTES.
@@ -121,13 +135,29 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
                 bar.update(task, advance=1)
                 return s
 
-            first = kl_of(variants.base, f"all {base}")
-            base_kl, tokens = float(first["kld_mean"]), int(first["tokens_scored"])
-            results = {g: float(kl_of(variants.with_probe(g), g)["kld_mean"]) for g in groups}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+            if run.base_kl is None:
+                first = kl_of(variants.base, f"all {base}")
+                base_kl, tokens = float(first["kld_mean"]), int(first["tokens_scored"])
+                run.put_base(base_kl, tokens)
+            else:
+                base_kl, tokens = run.base_kl, run.tokens
+                bar.update(task, advance=1)
+            results = {}
+            for g in groups:
+                if g in run.groups:
+                    results[g] = run.groups[g]
+                    bar.update(task, advance=1)
+                else:
+                    results[g] = float(kl_of(variants.with_probe(g), g)["kld_mean"])
+                    run.put(g, results[g])
+    except KeyboardInterrupt:  # (an error is one line: the next run says "resuming" instead)
+        if run.kept() and run.dir.is_dir():
+            err.print(f"{run.describe(len(groups))} are kept in {run.dir}: the same command goes on from them "
+                      "(--no-resume discards them)", markup=False)
+        raise
     p = kl_probes.KLProbes({"scheme": base}, {"scheme": probe}, tokens, base_kl, results)
     write_file_atomic(out_path, kl_probes.dumps(p), replace=overwrite)
+    run.finish()
     if not quiet:
         width = max(len(g) for g in results)
         err.print(f"all {base}: KL {base_kl:.4f} over {tokens} tokens; one group at {probe}:", markup=False)
@@ -136,31 +166,47 @@ def kl_probes_cmd(hf_dir, ref_dir, text_file, ids_file, out_path, imatrix, base,
         err.print(f"-> {out_path}", markup=False)
 
 
+def run_inputs(src: hf_checkpoint.HFSource, ref_dir: Path, imatrix: Path | None, parts: list[list[int]], base: str,
+               probe: str) -> dict[str, object]:
+    """What a run's measurements depend on, as fingerprints
+    (formats/kl_probes_partial.py): the checkpoint and the reference as
+    formats/fingerprints.py takes them, the importance matrix and the scored
+    token ids by content, the two schemes by name."""
+    return {"checkpoint": fingerprints.checkpoint(src), "ref_dir": fingerprints.artifact(ref_dir),
+            "imatrix": None if imatrix is None else fingerprints.digest(read_small(imatrix)),
+            "calibration": fingerprints.digest(json.dumps(parts).encode()), "base": base, "probe": probe}
+
+
 class _Variants:
     """The artifacts the probes score, each matrix quantized once per scheme:
     the model converted with every matrix at base, and again with every group
-    at probe (that payload moved beside the first as PROBE_BIN); the variant
-    with one group at probe is then only metadata, base's entries with the
-    group's swapped for the probe conversion's (an IEBIN entry names its
-    file). Nine conversions of SmolLM2 became two."""
+    at probe (that payload and its metadata moved beside the first as
+    PROBE_BIN and PROBE_META); the variant with one group at probe is then
+    only metadata, base's entries with the group's swapped for the probe
+    conversion's (an IEBIN entry names its file). Nine conversions of
+    SmolLM2 became two. Both are made in the run's work folder and recorded
+    there, or taken as an interrupted run of the same inputs left them."""
 
-    PROBE_BIN = "probe.ie.bin"
     VARIANT = "variant.ie.json"
 
-    def __init__(self, src, work: Path, manifest: dict, probe: str, groups: list[str],
+    def __init__(self, src, run: ProbesRun, manifest: dict, probe: str, groups: list[str],
                  converted: Callable[[str], None]):
-        self.base = work / "base"
+        self.base = run.base_dir
         self.groups = _groups(manifest)
-        convert(src, self.base, manifest=manifest_from(manifest, work / "q4_manifest.json"))
-        converted(f"converting: every group at {probe}")
-        probed = manifest_from(_all_at(manifest, probe, groups), work / "q4_manifest.json")
-        convert(src, work / "probe", manifest=probed)
-        converted("scoring")
-        os.replace(work / "probe" / iebin.BIN_NAME, self.base / self.PROBE_BIN)
+        if run.converted is None:
+            where = run.dir / "q4_manifest.json"  # (named in messages only)
+            convert(src, self.base, manifest=manifest_from(manifest, where))
+            converted(f"converting: every group at {probe}")
+            convert(src, run.staging_dir, manifest=manifest_from(_all_at(manifest, probe, groups), where))
+            os.replace(run.staging_dir / iebin.BIN_NAME, self.base / PROBE_BIN)
+            os.replace(run.staging_dir / iebin.META_NAME, self.base / PROBE_META)
+            shutil.rmtree(run.staging_dir)
+            run.put_converted()
+            converted("scoring")
         self.meta = load_json(self.base / iebin.META_NAME)
-        self.probe_entries = {t["name"]: {**t, "file": self.PROBE_BIN}
-                              for t in load_json(work / "probe" / iebin.META_NAME)["tensors"]}
-        self.probe_file = {"name": self.PROBE_BIN, "nbytes": (self.base / self.PROBE_BIN).stat().st_size}
+        self.probe_entries = {t["name"]: {**t, "file": PROBE_BIN}
+                              for t in load_json(self.base / PROBE_META)["tensors"]}
+        self.probe_file = {"name": PROBE_BIN, "nbytes": (self.base / PROBE_BIN).stat().st_size}
 
     def with_probe(self, group: str) -> Path:
         """The metadata of the base artifact with ``group`` at probe (replacing the previous variant's)."""

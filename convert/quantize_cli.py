@@ -10,8 +10,8 @@ command run as a child process (the same bytes as typing it; its memory
 returned when it ends, so the pipeline's peak is its largest stage's),
 its outputs kept in a work directory and its record in
 ``WORK/stages.json`` (formats/quantize_stages.py); the same command run
-again goes on from the first stage not done, and gptq resumes inside its
-stage.
+again goes on from the first stage not done, and kl-probes and gptq
+resume inside theirs.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from iekit.formats.hf_checkpoint import SINGLE_NAME
 from iekit.formats.atomic import TEMP_NAME, StagedFiles, make_dirs
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import check_regular, file_kind, read_small
+from iekit.formats.kl_probes_partial import partial_dir
 from iekit.formats.quant import SCHEMES
 from iekit.formats.quantize_stages import STATE_NAME, Finished, StageLog
 
@@ -57,7 +58,7 @@ PROBE_SETS = (("kl-probes", "q5_1", "iq4_nl", "kl-probes.json"),
 HF_NAME, ROT_NAME, REF_NAME, REF_MAP_NAME = "hf", "rotated", "ref", "ref_q8_0.json"
 IMATRIX_NAME, MANIFEST_NAME, EVAL_NAME = "imatrix.npz", "q4_manifest.json", "eval.json"
 WORK_NAMES = frozenset({STATE_NAME, HF_NAME, ROT_NAME, REF_NAME, REF_MAP_NAME, IMATRIX_NAME, MANIFEST_NAME, EVAL_NAME,
-                        *(file for *_, file in PROBE_SETS)})
+                        *(file for *_, file in PROBE_SETS), *(partial_dir(Path(file)).name for *_, file in PROBE_SETS)})
 
 
 @dataclass
@@ -106,11 +107,13 @@ def probe_sets(src: hf_checkpoint.HFSource, target_bpw: float) -> list[tuple[str
 def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, reference: str, calib_file: list[str],
          ctx: int, chunks: int, probe_chunks: int, sets: list[tuple[str, str, str, str]], target_bpw: float,
          gguf_types: bool, gguf: Path | None, threads: int, overwrite: bool, quiet: bool,
-         eval_text: Path | None = None) -> list[Stage]:
+         eval_text: Path | None = None, resume: bool = True) -> list[Stage]:
     """The stages, in order, as a user would type them (``calib_file``: --text-file or --ids-file and
     the file; ``sets``: the KL probe sets, probe_sets; ``eval_text``: held-out text the artifact is
-    scored on against the reference)."""
+    scored on against the reference; ``resume`` False: kl-probes and gptq discard what an interrupted
+    run of theirs kept)."""
     calib = [*calib_file, "--ctx", str(ctx)]
+    fresh = [] if resume else ["--no-resume"]
     t = ["--threads", str(threads)]
     q = ["-q"] if quiet else []
     stages = []
@@ -131,7 +134,7 @@ def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, referenc
         path = work / file
         stages.append(Stage(name, ["kl-probes", "--hf-dir", str(hf_dir), "--ref-dir", str(ref_dir), *calib,
                                    "--imatrix", str(im), "--base", base, "--probe", probe, "--chunks",
-                                   str(probe_chunks), *t, "-o", str(path)], [path], [*q, "--overwrite"]))
+                                   str(probe_chunks), *t, "-o", str(path)], [path], [*q, "--overwrite", *fresh]))
         probe_args += ["--kl-probes", str(path)]
     man = work / MANIFEST_NAME
     stages.append(Stage("policy", ["q4-manifest", "--hf-dir", str(hf_dir), "--target-bpw", repr(target_bpw),
@@ -141,7 +144,7 @@ def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, referenc
     over = ["--overwrite"] if overwrite else []
     stages.append(Stage("gptq", ["gptq", "--hf-dir", str(hf_dir), "--ref-dir", str(ref_dir), "--q4-map", str(man),
                                  *calib, "--chunks", str(chunks), *t, "--out-dir", str(out_dir)],
-                        [out_dir / iebin.META_NAME], [*q, *over]))
+                        [out_dir / iebin.META_NAME], [*q, *over, *fresh]))
     if eval_text is not None:  # another (or an edited) text is scored again
         ev = work / EVAL_NAME
         stages.append(Stage("eval", ["eval", "--model-dir", str(out_dir), "--ref-dir", str(ref_dir), "--text-file",
@@ -361,10 +364,14 @@ def _stage(s: Stage, head: str, log: StageLog, kept: Finished | None) -> tuple[F
 @click.option("--overwrite", is_flag=True,
               help="Replace the artifact in --out-dir and the --gguf file when their stages run (a stage kept from "
                    "an earlier run does not run again: remove the work directory to start over).")
+@click.option("--resume/--no-resume", default=True, show_default=True,
+              help="Let kl-probes and gptq go on from what an interrupted run of theirs kept (they refuse work "
+                   "kept from other inputs, e.g. after a new --target-bpw); --no-resume discards it. Finished "
+                   "stages are kept either way.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars (the stage lines and the summary stay).")
 def quantize_cmd(hf_dir, gguf_in, rotate, allow_requantize, out_dir, target_bpw, text_file, ids_file, eval_text, ctx, chunks,
                  probe_chunks, kl_probes, gguf_types, gguf_out, ref_dir, reference, work_dir, threads, overwrite,
-                 quiet):
+                 resume, quiet):
     """Quantize a checkpoint to --target-bpw bits with everything that
     buys quality: importance matrix, KL probes, a policy measured as gptq
     quantizes, and gptq's error-compensated codes.
@@ -376,8 +383,8 @@ def quantize_cmd(hf_dir, gguf_in, rotate, allow_requantize, out_dir, target_bpw,
     gptq, with --eval-text ierun eval (how far the artifact is from the
     reference), and with --gguf iebin-to-gguf. Each finished stage is
     recorded in the work directory: after a Ctrl-C, a kill or a failed
-    stage, the same command goes on from the first stage not done (and gptq
-    from its last finished matrix). A summary gives each stage's minutes and
+    stage, the same command goes on from the first stage not done (kl-probes
+    from its last scoring, gptq from its last finished matrix). A summary gives each stage's minutes and
     peak memory, and with --eval-text the artifact's KL, top-1 agreement and
     perplexity.
 
@@ -456,7 +463,7 @@ def quantize_cmd(hf_dir, gguf_in, rotate, allow_requantize, out_dir, target_bpw,
     calib = [f"--{'text' if text_file else 'ids'}-file", str(calib_file)]
     sets = probe_sets(src, target_bpw) if kl_probes else []
     stages = source + plan(hf_dir, out_dir, work, ref_dir, reference, calib, ctx, chunks, probe_chunks, sets,
-                           target_bpw, gguf_types, gguf_out, threads, overwrite, quiet, eval_text)
+                           target_bpw, gguf_types, gguf_out, threads, overwrite, quiet, eval_text, resume)
     kept = log.keep_prefix(_planned(stages))
     if src_kept == len(source):  # (else checked before the checkpoint's stages ran)
         check_outputs(any(s.name == "gptq" for s in stages[kept:]), kept < len(stages))

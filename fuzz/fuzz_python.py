@@ -28,6 +28,9 @@ validator and the C++ loader must accept and refuse the same inputs.
   gptqpartial a mutated .gptq-partial/progress.json beside the golden payloads:
               the resume reader, every matrix it kept read back, the directory
               readied for a run
+  klpartial   a mutated .NAME.partial/progress.json of kl-probes: the resume
+              reader under the folder's lock, and what it accepted written
+              back byte-identical
   quantizestages a mutated ieconv quantize work record (stages.json): the
               reader, what it accepted written back byte-identical, and the
               stages kept of the golden record's own plan
@@ -251,6 +254,26 @@ def t_gptqpartial(data: bytes) -> None:
         _expected(pr.begin)
 
 
+def t_klpartial(data: bytes) -> None:
+    from iekit.formats import kl_probes_partial
+    from iekit.formats.jsonio import dumps_canonical
+
+    golden = GOLDEN / "kl_probes_partial" / kl_probes_partial.STATE_NAME
+    out = _fresh_dir("klpartial") / "kl-probes.json"
+    d = kl_probes_partial.partial_dir(out)
+    d.mkdir()
+    (d / kl_probes_partial.STATE_NAME).write_bytes(data)
+    run = kl_probes_partial.ProbesRun(out, json.loads(golden.read_text())["inputs"])
+    if _expected(run.__enter__) is not None:
+        run.__exit__(None, None, None)
+        if run.kept():  # (no conversions here: a record that kept any is read as of other bytes, and dropped)
+            raise AssertionError("kl-probes partial: scorings kept without their conversions")
+        state = dumps_canonical(run.to_json())
+        again = kl_probes_partial.from_json(json.loads(state), d / kl_probes_partial.STATE_NAME)
+        if dumps_canonical(again) != state:
+            raise AssertionError("kl-probes partial: write -> read -> write is not byte-identical")
+
+
 def t_quantizestages(data: bytes) -> None:
     from iekit.formats import quantize_stages
 
@@ -319,7 +342,7 @@ def t_prompts(data: bytes) -> None:
 
 TARGETS = {"iebin": t_iebin, "manifest": t_manifest, "dedup": t_dedup, "safetensors": t_safetensors, "bsr": t_bsr,
            "weightspec": t_weightspec, "gguf": t_gguf, "imatrix": t_imatrix, "klprobes": t_klprobes,
-           "gptqpartial": t_gptqpartial, "quantizestages": t_quantizestages, "tokenizer": t_tokenizer, "chat": t_chat,
+           "gptqpartial": t_gptqpartial, "klpartial": t_klpartial, "quantizestages": t_quantizestages, "tokenizer": t_tokenizer, "chat": t_chat,
            "prompts": t_prompts}
 
 
@@ -385,6 +408,8 @@ def _golden_seeds(target: str) -> list[bytes]:
         return [(GOLDEN / "kl_probes" / "smollm2-rotated.json").read_bytes()]
     if target == "gptqpartial":
         return [(GOLDEN / "gptq_partial" / "progress.json").read_bytes()]
+    if target == "klpartial":
+        return [(GOLDEN / "kl_probes_partial" / "progress.json").read_bytes()]
     if target == "quantizestages":
         return [(GOLDEN / "quantize_stages" / "stages.json").read_bytes()]
     if target == "tokenizer":

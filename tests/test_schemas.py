@@ -32,6 +32,7 @@ DOCUMENTS = {
     "golden/manifests/tiny-llama.mixed.q4_manifest.json": "q4_manifest",
     "golden/kl_probes/smollm2-rotated.json": "kl_probes",
     "golden/gptq_partial/progress.json": "gptq_partial",
+    "golden/kl_probes_partial/progress.json": "kl_probes_partial",
     "golden/quantize_stages/stages.json": "quantize_stages",
 }
 
@@ -40,7 +41,8 @@ BROKEN = ("golden/iebin/tiny-llama-mixedq/model.ie.json", "golden/gguf/tiny-llam
           "golden/iebin/tiny-gpt-oss-mxfp4/model.ie.json", "golden/dedup/model/dedup_out/model.dedup.json",
           "golden/dedup/model/dedup_out/tensor_map.json", "golden/dedup/model/dedup_out/groups.indices.json",
           "golden/manifests/tiny-llama.mixed.q4_manifest.json", "golden/kl_probes/smollm2-rotated.json",
-          "golden/gptq_partial/progress.json", "golden/quantize_stages/stages.json")
+          "golden/gptq_partial/progress.json", "golden/kl_probes_partial/progress.json",
+          "golden/quantize_stages/stages.json")
 
 # what a value is replaced with: every JSON type, and numbers past the ranges the schemas allow
 REPLACEMENTS = (None, True, 0, -1, 1.5, 2**64, "", "x", [], {})
