@@ -39,8 +39,9 @@ from typing import Any, Callable
 import numpy as np
 
 from iekit.formats import gptq
-from iekit.formats.errors import IEError
+from iekit.formats.errors import FormatError, IEError
 from iekit.formats.kl_probes import KLProbes
+from iekit.formats.policy_measurements import Measurements
 from iekit.formats.q4_manifest import selection_params
 from iekit.formats.quant import SCHEMES, QuantError
 
@@ -156,6 +157,41 @@ def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | No
                                cov[0])
         out[selection_key(sel)] = (sel, nbytes, err.sq_error * scale)
     return out
+
+
+def _known(cache: Measurements | None, name: str, shape: list[int], kind: str, selections,
+           measure: Callable[[list[dict]], dict[str, tuple[dict, int, float]]]) -> dict[str, tuple[dict, int, float]]:
+    """_measure's answer for ``selections``: from ``cache`` where it has
+    them (their bytes checked against the matrix's), the rest measured and
+    added to it."""
+    have = cache.get(name, kind) if cache is not None else {}
+    out, missing = {}, []
+    for sel, _scheme, _p, nbytes in _storable(shape, selections):
+        key = selection_key(sel)
+        if key not in have:
+            missing.append(sel)
+        elif have[key][0] != nbytes:
+            raise FormatError(cache.path, f"matrices.{name}.{kind}.{key}",
+                              f"{have[key][0]} bytes, but the matrix takes {nbytes} in this selection")
+        else:
+            out[key] = (sel, nbytes, float(have[key][1]))
+    if missing:
+        new = measure(missing)
+        if cache is not None:
+            cache.put(name, kind, {k: (nb, err) for k, (_sel, nb, err) in new.items()})
+        out.update(new)
+    return out
+
+
+def measured_before(cache: Measurements, shapes: dict[str, list[int]], ladder, probes: tuple[KLProbes, ...],
+                    with_covariance: bool) -> set[str]:
+    """The matrices whose every candidate ``cache`` holds (so choose never
+    asks for their covariance, and the calibration pass can skip them)."""
+    probe_sels = tuple(sel for p in probes for sel in (p.base, p.probe))
+    wants = [("placed", ladder), ("probed", probe_sels)] if with_covariance else [("placed", ladder + probe_sels)]
+    return {name for name, shape in shapes.items()
+            if all(selection_key(sel) in cache.get(name, kind) for kind, sels in wants
+                   for sel, *_ in _storable(shape, sels))}
 
 
 def _cheapest_bits(name: str, shape: list[int], ladder: tuple[dict[str, Any], ...]) -> int:
@@ -284,7 +320,8 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
            importance: dict[str, np.ndarray], target_bpw: float,
            progress: Callable[[str], None] = lambda _n: None, probes: tuple[KLProbes, ...] = (),
            ladder: tuple[dict[str, Any], ...] = LADDER,
-           covariance: Callable[[str], tuple[np.ndarray, np.ndarray] | None] | None = None) -> list[Choice]:
+           covariance: Callable[[str], tuple[np.ndarray, np.ndarray] | None] | None = None,
+           cache: Measurements | None = None) -> list[Choice]:
     """The chosen selection per matrix (``shapes``: the matrices to quantize;
     ``rows_of(name, rows)``: those float32 rows of it, read from the source:
     only sample_rows(...) are). With ``probes`` (formats/kl_probes.py, one
@@ -301,7 +338,13 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
     1.1x on the widened SmolLM2, docs/quality.md), so a policy ranked by
     nearest rounding spends bits where gptq no longer needs them. The
     probes' KL per unit of error is still taken from nearest rounding
-    under the same covariance, since that is how the probes quantized."""
+    under the same covariance, since that is how the probes quantized.
+
+    ``cache`` (formats/policy_measurements.py): errors measured before for
+    the same inputs, taken instead of measuring (a matrix whose candidates
+    are all there is not read, and its covariance never asked for:
+    measured_before), and what is measured added and saved after each
+    matrix."""
     # The floor before any measuring (which --ref-dir makes minutes long): every matrix at its cheapest candidate.
     elems = sum(math.prod(shape) for shape in shapes.values())
     budget = target_bpw * elems
@@ -313,21 +356,35 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
     errors: dict[str, dict[str, float]] = {}
     placed: dict[str, dict[str, float]] = {}
     probe_sels = tuple(sel for p in probes for sel in (p.base, p.probe))
+    before = measured_before(cache, shapes, ladder, probes, covariance is not None) if cache is not None else set()
     for name, shape in shapes.items():
         progress(name)
-        imp = importance.get(name)
-        if imp is not None and imp.ndim == 2:  # an expert stack's per-expert vectors: their mean ranks the schemes
-            imp = imp.mean(axis=0)
-        rows = rows_of(name, sample_rows(math.prod(shape[:-1])))
-        cov = covariance(name) if covariance is not None else None
-        if cov is None:  # one measure serves the ladder and the probes
-            measured = _measure(name, shape, rows, imp, ladder + probe_sels)
+        cov = covariance(name) if covariance is not None and name not in before else None
+        with_cov = cov is not None or (covariance is not None and name in before)
+        sampled: list[np.ndarray] = []  # read only if something is measured
+
+        def rows() -> np.ndarray:
+            if not sampled:
+                sampled.append(rows_of(name, sample_rows(math.prod(shape[:-1]))))
+            return sampled[0]
+
+        if not with_cov:  # one measure serves the ladder and the probes
+            imp = importance.get(name)
+            if imp is not None and imp.ndim == 2:  # an expert stack's per-expert vectors: their mean ranks the schemes
+                imp = imp.mean(axis=0)
+            measured = _known(cache, name, shape, "placed", ladder + probe_sels,
+                              lambda sels: _measure(name, shape, rows(), imp, sels))
             errors[name] = {k: err for k, (_sel, _nb, err) in measured.items()}
-        else:
-            imp = gptq.importance(cov[0]).astype(np.float32)  # H's diagonal, as ieconv gptq's quantizer weighs
-            measured = _measure(name, shape, rows, imp, ladder, cov, compensate=True)
-            errors[name] = {k: err for k, (_sel, _nb, err) in _measure(name, shape, rows, imp, probe_sels, cov).items()}
+        else:  # (cov is None only where every candidate was measured before)
+            imp = gptq.importance(cov[0]).astype(np.float32) if cov is not None else None  # H's diagonal, as gptq weighs
+            measured = _known(cache, name, shape, "placed", ladder,
+                              lambda sels: _measure(name, shape, rows(), imp, sels, cov, compensate=True))
+            probed = _known(cache, name, shape, "probed", probe_sels,
+                            lambda sels: _measure(name, shape, rows(), imp, sels, cov))
+            errors[name] = {k: err for k, (_sel, _nb, err) in probed.items()}
             placed[name] = {k: err for k, (_sel, _nb, err) in measured.items()}
+        if cache is not None and sampled:
+            cache.save()
         choices.append(Choice(name, math.prod(shape), _options(measured, ladder)))
         cov = None  # not held while the next window's covariances are collected (at 8B shapes 3.3 GB)
     if probes:

@@ -14,13 +14,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from iekit.cli.support import FiniteFloat, human_bytes, run_cli, stdout_console, threads_option
-from iekit.formats import checksums, expert_stacks, hf_checkpoint, iebin, kl_probes, weight_types
+from iekit.formats import checksums, expert_stacks, fingerprints, hf_checkpoint, iebin, kl_probes, weight_types
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import read_small
 from iekit.formats.gguf_file import open_gguf
 from iekit.formats.jsonio import dumps_canonical, loads_strict
+from iekit.formats.policy_measurements import Measurements
 from iekit.formats.quant import QuantError
 from iekit.formats.workers import one_blas_thread
 from iekit.formats.q4_manifest import (EMBED_NAMES, HEAD_NAMES, KEEP, bytes_per_token, default_manifest, is_tied,
@@ -32,7 +33,7 @@ from . import bpw_policy
 from .bsr_cli import block_sparse_cmd, inspect_bsr, validate_bsr
 from .dedup_cli import COMMANDS as DEDUP_COMMANDS
 from .dedup_cli import inspect_dedup_index, is_dedup_index_path, validate_dedup_index
-from .gptq_cli import calibration_options, covariances, gptq_cmd
+from .gptq_cli import MEMORY_BUDGET, calibration, calibration_options, gptq_cmd
 from .hf_hub import from_hub
 from .conversion_output import convert_progress, err, report_conversion
 from .artifact_out import CAST_TARGETS, natural_key
@@ -351,12 +352,18 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, ove
                    "IEBIN artifact, run over the calibration text (--text-file, as gptq's) for the input "
                    "covariances; each candidate's error is then measured as gptq will quantize it, error "
                    "compensation included, not as nearest rounding leaves it.")
+@click.option("--measurements", type=click.Path(path_type=Path, dir_okay=False),
+              help="With --target-bpw: keep every candidate's measured error in this file (JSON), after each matrix; "
+                   "a later run of the same inputs (weights, reference and calibration text, or imatrix) takes them "
+                   "instead of measuring again: after a Ctrl-C it goes on where it stopped, and at another budget "
+                   "or with other --kl-probes it measures nothing (with --ref-dir at 8B: seconds instead of 45 "
+                   "minutes). A file of other inputs is said so and replaced.")
 @calibration_options
 @threads_option("Threads (with --ref-dir).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, scale_dtype, head_scheme,
                     embedding_scheme, quantize_head, imatrix, target_bpw, gguf_types, exclude_types, probes_paths, ref_dir,
-                    text_file, ids_file, ctx, chunks, threads, overwrite):
+                    measurements, text_file, ids_file, ctx, chunks, threads, overwrite):
     """Write the usual quantization policy for a checkpoint as q4_manifest.json.
 
     Attention and MLP projection matrices get --scheme (one rule per layer
@@ -385,6 +392,10 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
                                f"{', '.join(dict.fromkeys(sel['scheme'] for sel in bpw_policy.LADDER))})")
     if probes_paths and target_bpw is None:
         raise click.UsageError("--kl-probes weights --target-bpw's choices; give --target-bpw too")
+    if measurements is not None and target_bpw is None:
+        raise click.UsageError("--measurements keeps --target-bpw's measured errors; give --target-bpw too")
+    if measurements is not None and Path(measurements).resolve() == Path(out_path).resolve():
+        raise click.UsageError("--measurements must be another file than the manifest (-o)")
     if ref_dir is not None and (target_bpw is None or hf_dir is None):
         raise click.UsageError("--ref-dir measures --target-bpw's candidates as ieconv gptq quantizes an --hf-dir "
                                "checkpoint; give --target-bpw and --hf-dir too")
@@ -435,7 +446,8 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         ladder = tuple(sel for sel in (bpw_policy.GGUF_LADDER if gguf_types else bpw_policy.LADDER)
                        if sel["scheme"] not in excluded)
         calib = (ref_dir, text_file, ids_file, chunks, ctx, threads) if ref_dir is not None else None
-        manifest, mix = _target_bpw_manifest(src, g, manifest, p.quantize, found, target_bpw, probes, ladder, calib)
+        manifest, mix = _target_bpw_manifest(src, g, manifest, p.quantize, found, target_bpw, probes, ladder, calib,
+                                             measurements, m.imatrix)
         p = plan(manifest_from(manifest, Path(out_path)), tensors)
     write_file_atomic(out_path, dumps_canonical(manifest), replace=overwrite)
     for w in p.warnings + iwarn:
@@ -465,9 +477,25 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
               f"{human_bytes(full)}){'; the embedding is tied to the head' if tied else ''}", markup=False)
 
 
+def _measured_inputs(src: hf_checkpoint.HFSource | None, g, imatrix: Path | None, calib: tuple | None,
+                     parts: list[list[int]] | None) -> dict[str, object]:
+    """What the candidates' errors depend on, as fingerprints
+    (formats/policy_measurements.py): the weights; with --ref-dir the
+    reference and the calibration ids (the covariances, whose diagonal is
+    the importance), else the importance matrix file."""
+    weights = fingerprints.checkpoint(src) if src is not None else fingerprints.digest(fingerprints.stat_line(
+        Path(g.path), whole_path=True))
+    if calib is not None:
+        return {"weights": weights, "ref_dir": fingerprints.artifact(calib[0]),
+                "calibration": fingerprints.digest(json.dumps(parts).encode()), "imatrix": None}
+    return {"weights": weights, "ref_dir": None, "calibration": None,
+            "imatrix": None if imatrix is None else fingerprints.digest(read_small(imatrix))}
+
+
 def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, quantize: dict, importance: dict,
                          target_bpw: float, probes: tuple[kl_probes.KLProbes, ...], ladder: tuple,
-                         calib: tuple | None = None) -> tuple[dict, dict]:
+                         calib: tuple | None = None, measurements: Path | None = None,
+                         manifest_imatrix: Path | None = None) -> tuple[dict, dict]:
     """The manifest with one exact entry per quantized matrix, chosen by
     convert/bpw_policy.py for the budget, and the mix's summary. The
     candidates are measured on the checkpoint's float rows (``src``) or on
@@ -475,23 +503,21 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, 
     model the file stands for, what gguf-to-iebin --q4-map quantizes).
     ``calib``: (ref_dir, text_file, ids_file, chunks, ctx, threads), to
     measure them as ieconv gptq quantizes (input covariances from the float
-    artifact ref_dir over that text)."""
+    artifact ref_dir over that text). ``measurements``: the file of errors
+    measured before (formats/policy_measurements.py), taken where they are
+    of these inputs and added to; ``manifest_imatrix``: the importance
+    matrix file the errors are weighted by without ``calib``."""
     with ExitStack() as stack, Progress(TextColumn("{task.description:<40.40}"), BarColumn(), MofNCompleteColumn(),
                                         TextColumn("matrices"), TimeRemainingColumn(), console=err,
                                         transient=True) as bar:
-        covariance = None
+        covariance, parts = None, None
         if calib is not None:  # measured as gptq quantizes: the same manifest each run (formats/workers.py)
             stack.enter_context(one_blas_thread())
         if src is not None:
             written = expert_stacks.AsWritten(src.config, hf_checkpoint.collect_tensors(src, stack))
             shapes = {n: written.shape(n) for n in quantize}
             if calib is not None:
-                pass_task = bar.add_task("covariances", total=None)  # collected while the candidates are measured
-                cov, _parts, _what = covariances(
-                    shapes, calib[0], sorted(shapes, key=natural_key), *calib[1:],
-                    on_chunk=lambda i, n: bar.update(pass_task, description=f"covariances: chunk {i}/{n}"))
-                shapes = {n: shapes[n] for n in cov.forward_order(list(shapes))}  # the order they are collected in
-                covariance = cov.get
+                ref, parts, _what = calibration(shapes, calib[0], sorted(shapes, key=natural_key), *calib[1:])
 
             def rows_of(name: str, rows: list[int]):  # rows as written ([experts x out, in] for a stack)
                 dtype = written.tensors[name][1].dtype.name
@@ -500,12 +526,29 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, 
             reader = GGUFRows(g)
             shapes = {n: reader.shape(n) for n in quantize}
             rows_of = reader.rows
+        cache, kept = None, set()
+        if measurements is not None:
+            cache = Measurements(measurements, _measured_inputs(src, g, manifest_imatrix, calib, parts))
+            if cache.note:
+                err.print(f"note: {cache.note}", markup=False)
+            kept = bpw_policy.measured_before(cache, shapes, ladder, probes, calib is not None)
+            if kept:
+                err.print(f"{measurements}: {len(kept)} of {len(shapes)} matrices measured before (of the same "
+                          "inputs): taken as they are", markup=False)
+        if calib is not None:
+            from iekit.runtime.hessians import Hessians
+
+            pass_task = bar.add_task("covariances", total=None)  # collected while the candidates are measured
+            cov = Hessians(ref, parts, sorted(shapes, key=natural_key), MEMORY_BUDGET, kept=kept,
+                           on_chunk=lambda i, n: bar.update(pass_task, description=f"covariances: chunk {i}/{n}"))
+            shapes = {n: shapes[n] for n in cov.forward_order(list(shapes))}  # the order they are collected in
+            covariance = cov.get
         task = bar.add_task("measuring candidates", total=len(quantize))
 
         def step(name: str) -> None:
             bar.update(task, description=name, advance=1)
 
-        choices = bpw_policy.choose(shapes, rows_of, importance, target_bpw, step, probes, ladder, covariance)
+        choices = bpw_policy.choose(shapes, rows_of, importance, target_bpw, step, probes, ladder, covariance, cache)
     mix = bpw_policy.summary(choices)
     out_manifest = {k: v for k, v in manifest.items() if k not in ("rules", "tensors")}
     out_manifest.update(rules=[], tensors={c.name: c.selection for c in sorted(choices, key=lambda c: c.name)},

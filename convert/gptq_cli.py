@@ -66,17 +66,6 @@ def calibration(hf_shapes: dict[str, list[int]], ref_dir: Path, order: list[str]
     return ref, parts, what
 
 
-def covariances(hf_shapes: dict[str, list[int]], ref_dir: Path, order: list[str], text_file: Path | None,
-                ids_file: Path | None, chunks: int, ctx: int | None, threads: int, sequential: bool = False,
-                on_chunk=lambda _i, _n: None):
-    """(runtime.hessians.Hessians over ``order``, the calibration chunks, where
-    they came from): ``calibration``'s model run over its text."""
-    from iekit.runtime.hessians import Hessians
-
-    ref, parts, what = calibration(hf_shapes, ref_dir, order, text_file, ids_file, chunks, ctx, threads)
-    return Hessians(ref, parts, order, MEMORY_BUDGET, sequential=sequential, on_chunk=on_chunk), parts, what
-
-
 def run_inputs(src: hf_checkpoint.HFSource, ref_dir: Path, q4_map: Path, parts: list[list[int]], sequential: bool,
                force: bool) -> dict[str, object]:
     """What a gptq run's codes depend on, as fingerprints (formats/gptq_partial.py):

@@ -57,7 +57,9 @@ PROBE_SETS = (("kl-probes", "q5_1", "iq4_nl", "kl-probes.json"),
 # What the stages write in the work directory (nothing else is there: _check_work)
 HF_NAME, ROT_NAME, REF_NAME, REF_MAP_NAME = "hf", "rotated", "ref", "ref_q8_0.json"
 IMATRIX_NAME, MANIFEST_NAME, EVAL_NAME = "imatrix.npz", "q4_manifest.json", "eval.json"
+MEASURED_NAME = "measurements.json"  # the policy's measured errors: kept, so another budget measures nothing
 WORK_NAMES = frozenset({STATE_NAME, HF_NAME, ROT_NAME, REF_NAME, REF_MAP_NAME, IMATRIX_NAME, MANIFEST_NAME, EVAL_NAME,
+                        MEASURED_NAME,
                         *(file for *_, file in PROBE_SETS), *(partial_dir(Path(file)).name for *_, file in PROBE_SETS)})
 
 
@@ -140,7 +142,8 @@ def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, referenc
     stages.append(Stage("policy", ["q4-manifest", "--hf-dir", str(hf_dir), "--target-bpw", repr(target_bpw),
                                    "--quantize-head", "--imatrix", str(im), *probe_args,
                                    *(["--gguf-types"] if gguf_types else []), "--ref-dir", str(ref_dir), *calib,
-                                   "--chunks", str(chunks), *t, "-o", str(man)], [man], ["--overwrite"]))
+                                   "--chunks", str(chunks), *t, "--measurements", str(work / MEASURED_NAME),
+                                   "-o", str(man)], [man], ["--overwrite"]))
     over = ["--overwrite"] if overwrite else []
     stages.append(Stage("gptq", ["gptq", "--hf-dir", str(hf_dir), "--ref-dir", str(ref_dir), "--q4-map", str(man),
                                  *calib, "--chunks", str(chunks), *t, "--out-dir", str(out_dir)],

@@ -31,6 +31,8 @@ validator and the C++ loader must accept and refuse the same inputs.
   klpartial   a mutated .NAME.partial/progress.json of kl-probes: the resume
               reader under the folder's lock, and what it accepted written
               back byte-identical
+  measurements a mutated q4-manifest --measurements file: the reader, and
+              what it accepted written back byte-identical
   quantizestages a mutated ieconv quantize work record (stages.json): the
               reader, what it accepted written back byte-identical, and the
               stages kept of the golden record's own plan
@@ -274,6 +276,21 @@ def t_klpartial(data: bytes) -> None:
             raise AssertionError("kl-probes partial: write -> read -> write is not byte-identical")
 
 
+def t_measurements(data: bytes) -> None:
+    from iekit.formats import policy_measurements
+    from iekit.formats.jsonio import dumps_canonical
+
+    golden = GOLDEN / "policy_measurements" / "tiny-llama.json"
+    p = _fresh_dir("measurements") / "m.json"
+    p.write_bytes(data)
+    m = _expected(policy_measurements.Measurements, p, json.loads(golden.read_text())["inputs"])
+    if m is not None:
+        m.save()
+        again = p.read_bytes()
+        if dumps_canonical(policy_measurements.Measurements(p, m.inputs).to_json()) != again:
+            raise AssertionError("measurements: write -> read -> write is not byte-identical")
+
+
 def t_quantizestages(data: bytes) -> None:
     from iekit.formats import quantize_stages
 
@@ -342,7 +359,8 @@ def t_prompts(data: bytes) -> None:
 
 TARGETS = {"iebin": t_iebin, "manifest": t_manifest, "dedup": t_dedup, "safetensors": t_safetensors, "bsr": t_bsr,
            "weightspec": t_weightspec, "gguf": t_gguf, "imatrix": t_imatrix, "klprobes": t_klprobes,
-           "gptqpartial": t_gptqpartial, "klpartial": t_klpartial, "quantizestages": t_quantizestages, "tokenizer": t_tokenizer, "chat": t_chat,
+           "gptqpartial": t_gptqpartial, "klpartial": t_klpartial, "measurements": t_measurements,
+           "quantizestages": t_quantizestages, "tokenizer": t_tokenizer, "chat": t_chat,
            "prompts": t_prompts}
 
 
@@ -410,6 +428,8 @@ def _golden_seeds(target: str) -> list[bytes]:
         return [(GOLDEN / "gptq_partial" / "progress.json").read_bytes()]
     if target == "klpartial":
         return [(GOLDEN / "kl_probes_partial" / "progress.json").read_bytes()]
+    if target == "measurements":
+        return [(GOLDEN / "policy_measurements" / "tiny-llama.json").read_bytes()]
     if target == "quantizestages":
         return [(GOLDEN / "quantize_stages" / "stages.json").read_bytes()]
     if target == "tokenizer":

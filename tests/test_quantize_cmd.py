@@ -83,6 +83,15 @@ def test_rerun_keeps_finished_stages_and_another_budget_reuses_them(wide, whole,
     lines = _stage_lines(res)
     assert ["kept from an earlier run" in ln for ln in lines] == [True] * 4 + [False] * 2
     assert 4.0 < json.loads((work / "q4_manifest.json").read_text())["bits_per_weight"] <= 4.25
+    # the policy measured nothing (the 4.0-bit run's errors, in WORK/measurements.json), and chose as if it had
+    assert "15 of 15 matrices measured before (of the same inputs)" in res.stderr
+    by_hand = tmp_path / "q.json"
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "--target-bpw", "4.25", "--quantize-head",
+                   "--imatrix", work / "imatrix.npz", "--kl-probes", work / "kl-probes.json", "--kl-probes",
+                   work / "kl-probes-low.json", "--ref-dir", work / "ref", "--text-file", TEXT, "--ctx", "64",
+                   "--chunks", "4", "--threads", "1", "-o", by_hand)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(by_hand.read_text())["tensors"] == json.loads((work / "q4_manifest.json").read_text())["tensors"]
     # the record now ends with the 4.25-bit policy: the 4.0-bit run's gptq is no longer kept
     stages = json.loads((work / STATE_NAME).read_text())["stages"]
     assert [s["name"] for s in stages] == STAGES and "4.25" in stages[4]["argv"]

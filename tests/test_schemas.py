@@ -33,6 +33,7 @@ DOCUMENTS = {
     "golden/kl_probes/smollm2-rotated.json": "kl_probes",
     "golden/gptq_partial/progress.json": "gptq_partial",
     "golden/kl_probes_partial/progress.json": "kl_probes_partial",
+    "golden/policy_measurements/tiny-llama.json": "policy_measurements",
     "golden/quantize_stages/stages.json": "quantize_stages",
 }
 
@@ -42,7 +43,7 @@ BROKEN = ("golden/iebin/tiny-llama-mixedq/model.ie.json", "golden/gguf/tiny-llam
           "golden/dedup/model/dedup_out/tensor_map.json", "golden/dedup/model/dedup_out/groups.indices.json",
           "golden/manifests/tiny-llama.mixed.q4_manifest.json", "golden/kl_probes/smollm2-rotated.json",
           "golden/gptq_partial/progress.json", "golden/kl_probes_partial/progress.json",
-          "golden/quantize_stages/stages.json")
+          "golden/policy_measurements/tiny-llama.json", "golden/quantize_stages/stages.json")
 
 # what a value is replaced with: every JSON type, and numbers past the ranges the schemas allow
 REPLACEMENTS = (None, True, 0, -1, 1.5, 2**64, "", "x", [], {})
