@@ -548,7 +548,14 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, 
         def step(name: str) -> None:
             bar.update(task, description=name, advance=1)
 
-        choices = bpw_policy.choose(shapes, rows_of, importance, target_bpw, step, probes, ladder, covariance, cache)
+        try:
+            choices = bpw_policy.choose(shapes, rows_of, importance, target_bpw, step, probes, ladder, covariance,
+                                        cache)
+        except KeyboardInterrupt:  # (an error is one line: the next run says "measured before" instead)
+            if cache is not None and cache.matrices:
+                err.print(f"{len(cache.matrices)} of {len(shapes)} matrices' measured errors are kept in "
+                          f"{measurements}: the same command goes on from them", markup=False)
+            raise
     mix = bpw_policy.summary(choices)
     out_manifest = {k: v for k, v in manifest.items() if k not in ("rules", "tensors")}
     out_manifest.update(rules=[], tensors={c.name: c.selection for c in sorted(choices, key=lambda c: c.name)},

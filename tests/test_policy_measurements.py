@@ -64,7 +64,7 @@ def test_another_budget_measures_nothing_and_chooses_the_same(tmp_path, imatrix,
     assert json.loads(m.read_text()) == doc  # nothing new was measured
 
 
-def test_an_interrupted_run_goes_on_to_the_same_manifest(tmp_path):
+def test_an_interrupted_run_goes_on_to_the_same_manifest(tmp_path, capfd):
     """Ctrl-C after the fifth matrix was kept: the next run takes those five
     and measures the other ten."""
     from iekit.convert.cli import q4_manifest_cmd
@@ -88,6 +88,8 @@ def test_an_interrupted_run_goes_on_to_the_same_manifest(tmp_path):
     finally:
         Measurements.save = save
     assert not out.exists() and len(json.loads(m.read_text())["matrices"]) == 5
+    assert f"5 of {MATRICES} matrices' measured errors are kept in {m}: the same command goes on" in \
+        capfd.readouterr().err
     got, err = _manifest(out, "4.6", *MODES["ref-dir, kl-probes"], "--measurements", m)
     assert f"5 of {MATRICES} matrices measured before" in err
     assert got == whole
