@@ -247,14 +247,20 @@ def _duration(seconds: float) -> str:
 def _let_finish(pid: int) -> None:
     """After a Ctrl-C: the child got it too when it came from the terminal
     (one process group) and is let finish its own cleanup (gptq keeps its
-    finished matrices); otherwise it is passed on after 3 s."""
+    finished matrices); otherwise it is passed on after 3 s. A child
+    already reaped (it ended, and wait4 returned, just before the
+    interrupt was raised) is done: seen as 'error: No child processes',
+    exit 1, when a Ctrl-C met a stage that stopped at once."""
     deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline:
-        if os.waitpid(pid, os.WNOHANG) != (0, 0):
-            return
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGINT)
-    os.waitpid(pid, 0)
+    try:
+        while time.monotonic() < deadline:
+            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGINT)
+        os.waitpid(pid, 0)
+    except (ChildProcessError, ProcessLookupError):
+        return
 
 
 TOOL_MODULES = {"ieconv": "iekit.convert.entry", "ierun": "iekit.runtime.cli"}

@@ -119,6 +119,18 @@ def _kept_matrices(out) -> int:
         return 0
 
 
+def test_ctrl_c_as_the_stage_ends_is_an_interrupt_not_an_error():
+    """Ctrl-C raised just after wait4 reaped the stage (it stopped at once):
+    letting it finish is nothing to do, not 'No child processes'."""
+    from iekit.convert.quantize_cli import _let_finish
+
+    pid = os.posix_spawn("/bin/true", ["true"], os.environ)
+    os.waitpid(pid, 0)
+    t0 = time.monotonic()
+    _let_finish(pid)  # raised ChildProcessError before
+    assert time.monotonic() - t0 < 1
+
+
 def test_ctrl_c_in_gptq_resumes_to_the_same_bytes(wide, whole, tmp_path):
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) once gptq
     has kept a matrix: exit 130; the same command keeps the stages before,
