@@ -360,7 +360,7 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
     for name, shape in shapes.items():
         progress(name)
         cov = covariance(name) if covariance is not None and name not in before else None
-        with_cov = cov is not None or (covariance is not None and name in before)
+        with_cov = covariance is not None and (cov is not None or name in before)
         sampled: list[np.ndarray] = []  # read only if something is measured
 
         def rows() -> np.ndarray:

@@ -487,9 +487,8 @@ def _measured_inputs(src: hf_checkpoint.HFSource | None, g, imatrix: Path | None
         Path(g.path), whole_path=True))
     if calib is not None:
         return {"weights": weights, "ref_dir": fingerprints.artifact(calib[0]),
-                "calibration": fingerprints.digest(json.dumps(parts).encode()), "imatrix": None}
-    return {"weights": weights, "ref_dir": None, "calibration": None,
-            "imatrix": None if imatrix is None else fingerprints.digest(read_small(imatrix))}
+                "calibration": fingerprints.token_chunks(parts), "imatrix": None}
+    return {"weights": weights, "ref_dir": None, "calibration": None, "imatrix": fingerprints.small_file(imatrix)}
 
 
 def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, quantize: dict, importance: dict,

@@ -22,7 +22,7 @@ import json
 import os
 import time
 
-from iekit.formats.gguf_file import open_gguf
+from iekit.formats.gguf_file import GGUFModel, open_gguf
 from iekit.formats.errors import FormatError
 from iekit.formats.hf_checkpoint import SINGLE_NAME
 from iekit.formats.safetensors_writer import SafetensorsWriter
@@ -37,6 +37,16 @@ HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe")
 FLOAT_TYPES = ("F32", "F16", "BF16")  # GGUF tensor types that hold the weights themselves, not codes
 
 
+def _hf_config(g: GGUFModel, advice: str) -> dict:
+    """The config.json of ``g``; refused, with ``advice`` (what to do
+    instead, which differs by command), where its HF layout is not written."""
+    cfg = build_config(g)
+    if cfg["model_type"] not in HF_LAYOUT:
+        raise FormatError(g.path, "general.architecture", f"{cfg['model_type']}: its Hugging Face layout is not "
+                                                          f"written ({', '.join(HF_LAYOUT)} are); {advice}")
+    return cfg
+
+
 def check_float_source(gguf_path: str | os.PathLike, allow_requantize: bool) -> None:
     """Refuse, before anything is written, a GGUF that cannot be a float
     source for calibrated quantization (ieconv quantize --from-gguf): an
@@ -47,11 +57,7 @@ def check_float_source(gguf_path: str | os.PathLike, allow_requantize: bool) -> 
     --allow-requantize for the same reason)."""
     g = open_gguf(gguf_path)
     with g.file:
-        model_type = build_config(g)["model_type"]
-        if model_type not in HF_LAYOUT:
-            raise FormatError(g.path, "general.architecture",
-                              f"{model_type}: not a source ieconv quantize can start from (its Hugging Face layout "
-                              f"is not written; {', '.join(HF_LAYOUT)} are): give its HF checkpoint as --hf-dir")
+        _hf_config(g, "ieconv quantize cannot start from it: give its HF checkpoint as --hf-dir")
         coded = [t for t in g.tensors if t.ggml_type not in FLOAT_TYPES]
     if coded and not allow_requantize:
         kinds = sorted({t.ggml_type for t in coded})
@@ -70,11 +76,7 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
     progress = progress or Progress()
     check_dtype(dtype)
     g = open_gguf(gguf_path)
-    cfg = build_config(g)
-    if cfg["model_type"] not in HF_LAYOUT:
-        raise FormatError(g.path, "general.architecture", f"{cfg['model_type']}: its Hugging Face layout is not "
-                                                          f"written ({', '.join(HF_LAYOUT)} are); gguf-to-iebin "
-                                                          "imports it")
+    cfg = _hf_config(g, "gguf-to-iebin imports it")
     plans = plan_tensors(g, cfg, dtype, dequantize_all=True)
     floats = {p.dtype for p in plans}
     if len(floats) == 1:

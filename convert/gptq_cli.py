@@ -9,7 +9,6 @@ schemes and bytes per weight as the manifest says, only better codes.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -17,7 +16,6 @@ import click
 from iekit.cli.support import human_bytes, threads_option
 from iekit.formats import expert_stacks, fingerprints, hf_checkpoint, iebin
 from iekit.formats.errors import IEError
-from iekit.formats.fileio import read_small
 from iekit.formats.gptq_partial import PartialRun
 from iekit.formats.q4_manifest import load_manifest, plan
 from iekit.formats.workers import one_blas_thread
@@ -73,8 +71,8 @@ def run_inputs(src: hf_checkpoint.HFSource, ref_dir: Path, q4_map: Path, parts: 
     as their fingerprints take them, the rest by content."""
     return {"checkpoint": fingerprints.checkpoint(src),
             "ref_dir": fingerprints.artifact(ref_dir),
-            "q4_map": fingerprints.digest(read_small(q4_map)),
-            "calibration": fingerprints.digest(json.dumps(parts).encode()),
+            "q4_map": fingerprints.small_file(q4_map),
+            "calibration": fingerprints.token_chunks(parts),
             "sequential": sequential, "force": force}
 
 

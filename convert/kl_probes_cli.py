@@ -15,7 +15,6 @@ evaluation per group, plus the base: minutes on a 135M model
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from contextlib import ExitStack
@@ -28,7 +27,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from iekit.cli.support import stderr_console, threads_option
 from iekit.formats import fingerprints, hf_checkpoint, iebin, kl_probes
 from iekit.formats.atomic import check_new_file, write_file_atomic
-from iekit.formats.fileio import read_small
 from iekit.formats.jsonio import dumps_canonical, load_json
 from iekit.formats.kl_probes_partial import PROBE_BIN, PROBE_META, ProbesRun
 from iekit.formats.q4_manifest import default_manifest, is_tied, layer_pattern, manifest_from
@@ -173,8 +171,8 @@ def run_inputs(src: hf_checkpoint.HFSource, ref_dir: Path, imatrix: Path | None,
     formats/fingerprints.py takes them, the importance matrix and the scored
     token ids by content, the two schemes by name."""
     return {"checkpoint": fingerprints.checkpoint(src), "ref_dir": fingerprints.artifact(ref_dir),
-            "imatrix": None if imatrix is None else fingerprints.digest(read_small(imatrix)),
-            "calibration": fingerprints.digest(json.dumps(parts).encode()), "base": base, "probe": probe}
+            "imatrix": fingerprints.small_file(imatrix), "calibration": fingerprints.token_chunks(parts),
+            "base": base, "probe": probe}
 
 
 class _Variants:

@@ -9,6 +9,7 @@ checkpoint would cost minutes on every resume), small ones by content.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -31,6 +32,24 @@ def stat_line(path: Path, whole_path: bool = False) -> bytes:
     following a symlink at the end."""
     st = os.lstat(path)
     return f"{path if whole_path else path.name}:{st.st_size}:{st.st_mtime_ns}".encode()
+
+
+def small_file(path: Path | None) -> str | None:
+    """A small input file (a manifest, an importance matrix) by content; None for none."""
+    return None if path is None else digest(read_small(path))
+
+
+def token_chunks(parts: list[list[int]]) -> str:
+    """Calibration or scored token ids as cut into chunks (so the text or ids
+    file, the context, the chunk count and the tokenizer are all in it)."""
+    return digest(json.dumps(parts).encode())
+
+
+def differing(recorded: dict, now: dict) -> list[str]:
+    """The input names whose fingerprints differ between a kept record and
+    this run (one missing on either side counts), sorted: what a refusal
+    to resume names."""
+    return sorted(k for k in set(recorded) | set(now) if recorded.get(k) != now.get(k))
 
 
 def checkpoint(src: HFSource) -> str:

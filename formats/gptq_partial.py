@@ -30,6 +30,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from . import fingerprints
 from .atomic import TEMP_NAME, write_file_atomic
 from .errors import IEError
 from .fileio import file_kind, read_small
@@ -90,7 +91,7 @@ class PartialRun:
         if not obj["matrices"]:  # stopped before its first matrix: nothing to keep
             self._discard = True
             return
-        differ = sorted(k for k in set(obj["inputs"]) | set(inputs) if obj["inputs"].get(k) != inputs.get(k))
+        differ = fingerprints.differing(obj["inputs"], inputs)
         if differ:
             raise IEError(f"{self.dir}: an interrupted gptq run of other inputs ({', '.join(differ)} differ) kept "
                           f"{len(obj['matrices'])} matrices here; pass --no-resume to discard them, or choose another "

@@ -121,7 +121,7 @@ class ProbesRun:
 
     def _read(self) -> None:
         obj = from_json(loads_strict(read_small(self.state_path), self.state_path), self.state_path)
-        differ = sorted(k for k in set(obj["inputs"]) | set(self.inputs) if obj["inputs"].get(k) != self.inputs.get(k))
+        differ = fingerprints.differing(obj["inputs"], self.inputs)
         if differ:
             raise IEError(f"{self.dir}: an interrupted kl-probes run of other inputs ({', '.join(differ)} differ) kept "
                           "its work here; pass --no-resume to discard it")

@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from . import fingerprints
 from .atomic import refuse_non_regular, write_file_atomic
 from .errors import FormatError
 from .fileio import read_small
@@ -52,7 +53,7 @@ class Measurements:
         if not os.path.lexists(self.path):
             return
         obj = from_json(loads_strict(read_small(self.path), self.path), self.path)
-        differ = sorted(k for k in set(obj["inputs"]) | set(inputs) if obj["inputs"].get(k) != inputs.get(k))
+        differ = fingerprints.differing(obj["inputs"], inputs)
         if differ:
             self.note = (f"{self.path}: measured for other inputs ({', '.join(differ)} differ): every candidate is "
                          "measured again, and the file replaced")
