@@ -15,6 +15,7 @@ from rich.table import Table
 
 from iekit.cli.support import FiniteFloat, human_bytes, run_cli, stdout_console, threads_option
 from iekit.formats import checksums, expert_stacks, fingerprints, hf_checkpoint, iebin, kl_probes, weight_types
+from iekit.formats.paths import real_path
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
@@ -394,7 +395,7 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         raise click.UsageError("--kl-probes weights --target-bpw's choices; give --target-bpw too")
     if measurements is not None and target_bpw is None:
         raise click.UsageError("--measurements keeps --target-bpw's measured errors; give --target-bpw too")
-    if measurements is not None and Path(measurements).resolve() == Path(out_path).resolve():
+    if measurements is not None and real_path(measurements) == real_path(out_path):
         raise click.UsageError("--measurements must be another file than the manifest (-o)")
     if ref_dir is not None and (target_bpw is None or hf_dir is None):
         raise click.UsageError("--ref-dir measures --target-bpw's candidates as ieconv gptq quantizes an --hf-dir "
@@ -435,7 +436,7 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     gs = group_size if group_size == "row" else int(group_size)
     rel = None
     if imatrix is not None:  # recorded relative to the manifest when it can be
-        rel = os.path.relpath(Path(imatrix).resolve(), Path(out_path).resolve().parent)
+        rel = os.path.relpath(real_path(imatrix), real_path(out_path).parent)
     manifest = default_manifest(tensors, scheme, gs, not affine, scale_dtype, head=head, embedding=embedding_scheme,
                                 tied=tied, imatrix=rel)
     m = manifest_from(manifest, Path(out_path))
@@ -780,9 +781,9 @@ def iebin_upgrade(legacy_json: Path, out_path: Path | None, no_backup: bool, ove
         return
     meta, notes = upgrade_legacy(legacy, legacy_json, checksum)
     target = out_path or legacy_json
-    if target.resolve().parent != legacy_json.resolve().parent:
+    if real_path(target).parent != real_path(legacy_json).parent:
         raise IEError(f"{target}: must be in the same directory as {legacy_json} (tensor file paths are relative)")
-    in_place = target.resolve() == legacy_json.resolve()
+    in_place = real_path(target) == real_path(legacy_json)
     if not in_place:
         check_new_file(target, overwrite)
     iebin.validate_meta(meta, target)

@@ -5,7 +5,9 @@ it records against MODEL_DIR. Extraction usually writes into a subdirectory
 (``MODEL_DIR/dedup_out/``), so this creates, in MODEL_DIR, relative symlinks
 to the index (as ``model.dedup.json``) and to each blob under the name the
 index records; blobs first, the index last, each link placed by an atomic
-rename. Checked: the index validates, every target lies inside MODEL_DIR,
+rename. Checked: the index validates, its members are tensors of the
+model in MODEL_DIR (an artifact of another model, or a directory whose
+model.ie.json is broken, was linked and reported OK), every target lies inside MODEL_DIR,
 existing regular files and the IEBIN files are never replaced (existing
 links are, or only with --overwrite for regular files), and afterwards the
 index loads through the links and resolves to the same files.
@@ -65,6 +67,8 @@ def link(model_dir: Path, index: Path | None = None, overwrite: bool = False) ->
     if os.path.commonpath([root, real_index]) != root:
         raise IEError(f"{index}: is outside {model_dir}; only an artifact inside the model directory can be linked")
     idx = fmt.load_index(index)
+    model = iebin.load_model(model_dir)  # what the links serve: the artifact must be of this model
+    fmt.cross_check(idx, model.tensors, model.meta_path, model.checksum)
     clean_stale_temps(model_dir)  # links of an interrupted run
     if Path(os.path.realpath(idx.dir)) == Path(os.path.realpath(model_dir)):
         raise IEError(f"{index}: is already in {model_dir}; nothing to link")

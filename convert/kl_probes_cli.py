@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from iekit.cli.support import stderr_console, threads_option
 from iekit.formats import fingerprints, hf_checkpoint, iebin, kl_probes
+from iekit.formats.paths import real_path
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.jsonio import dumps_canonical, load_json
 from iekit.formats.kl_probes_partial import PROBE_BIN, PROBE_META, ProbesRun
@@ -223,7 +224,7 @@ def probe_plan(src: hf_checkpoint.HFSource, base: str, probe: str, imatrix: Path
     would measure nothing)."""
     with ExitStack() as stack:
         shapes = {n: (t.dtype.name, list(t.shape)) for n, (_f, t) in hf_checkpoint.collect_tensors(src, stack).items()}
-    imp = None if imatrix is None else os.fspath(Path(imatrix).resolve())
+    imp = None if imatrix is None else os.fspath(real_path(imatrix))
     manifest = default_manifest(shapes, base, head=base, tied=is_tied(shapes, src.config), imatrix=imp)
     return (manifest, *_probed_groups(manifest, shapes, probe))
 

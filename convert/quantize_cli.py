@@ -36,8 +36,9 @@ from iekit.formats import expert_stacks, fingerprints, hf_checkpoint, iebin
 from iekit.formats.hf_checkpoint import SINGLE_NAME
 from iekit.formats.atomic import TEMP_NAME, StagedFiles, make_dirs
 from iekit.formats.errors import IEError
-from iekit.formats.fileio import check_regular, file_kind, read_small
+from iekit.formats.fileio import file_kind, read_small
 from iekit.formats.kl_probes_partial import partial_dir
+from iekit.formats.paths import real_path
 from iekit.formats.quant import SCHEMES
 from iekit.formats.quantize_stages import STATE_NAME, Finished, StageLog
 
@@ -194,7 +195,7 @@ def _check_work(work: Path, owned: frozenset[str]) -> None:
         return
     if not stat.S_ISDIR(st.st_mode):
         raise IEError(f"{work}: is {file_kind(st.st_mode)}, where ieconv quantize keeps its stages' outputs; "
-                      "move it away or pass --work-dir")
+                      "move it away or pass another --work-dir")
     for p in work.iterdir():
         if p.name not in owned and not TEMP_NAME.match(p.name):
             raise IEError(f"{p}: inside the work directory {work}, and not written by ieconv quantize; move it away "
@@ -410,33 +411,35 @@ def quantize_cmd(hf_dir, gguf_in, rotate, allow_requantize, out_dir, target_bpw,
         raise click.UsageError("--allow-requantize is about a quantized --from-gguf file")
     if rotate is not None and ref_dir is not None:  # gptq's covariances are of its reference's activations
         raise click.UsageError("--rotate makes the reference of the rotated model: a --ref-dir is of the unrotated one")
-    calib_file = (text_file or ids_file).resolve()
-    check_regular(calib_file)
+    from iekit.runtime.token_ids import read_source  # the runtime is imported by the commands that run it
+
+    calib_file = real_path(text_file or ids_file)
+    read_source(text_file, ids_file)
     if eval_text is not None:
-        eval_text = eval_text.resolve()
-        check_regular(eval_text)
+        eval_text = real_path(eval_text)
+        read_source(eval_text, None)
         if eval_text == calib_file:
             err.print(f"warning: {eval_text} is also the calibration text: the artifact was fitted to it, so its "
                       "scores there flatter it", markup=False)
-    out_dir = out_dir.resolve()
+    out_dir = real_path(out_dir)
     if gguf_out is not None:
-        gguf_out = gguf_out.resolve()
+        gguf_out = real_path(gguf_out)
         gguf_types = True
     if ref_dir is not None:
-        ref_dir = ref_dir.resolve()
+        ref_dir = real_path(ref_dir)
         if not (ref_dir / iebin.META_NAME).is_file():
             raise IEError(f"{ref_dir}: no {iebin.META_NAME}: --ref-dir must be the checkpoint's float IEBIN artifact")
     keep_work = work_dir is not None
     # a --work-dir given may be a link to another disk; the default one is never followed (its files are removed)
-    work = work_dir.resolve() if keep_work else out_dir / WORK_NAME
+    work = real_path(work_dir) if keep_work else out_dir / WORK_NAME
     if gguf_in is not None:
-        gguf_in = gguf_in.resolve()
+        gguf_in = real_path(gguf_in)
         if gguf_out == gguf_in:
             raise IEError(f"{gguf_out}: --gguf would replace the --from-gguf file the weights come from")
         check_float_source(gguf_in, allow_requantize)
         checkpoint = fingerprints.digest(fingerprints.stat_line(gguf_in))
     else:
-        hf_dir = hf_dir.resolve()
+        hf_dir = real_path(hf_dir)
         checkpoint = fingerprints.checkpoint(hf_checkpoint.from_dir(hf_dir))
     if work in (out_dir, hf_dir) or (ref_dir is not None and work == ref_dir):
         raise IEError(f"{work}: --work-dir must be a directory of its own, not the checkpoint, reference or output")

@@ -24,7 +24,7 @@ from typing import Any
 
 from .errors import FormatError, IEError
 from .fileio import check_regular, read_small
-from .jsonio import load_json
+from .jsonio import aux_json_check, load_json
 from .paths import check_inside, resolve_inside
 from .safetensors_reader import SafetensorsFile, SafetensorsTensor
 
@@ -100,12 +100,16 @@ def from_dir(path: str | os.PathLike, *, kind: str = "hf_dir", name: str | None 
 def read_aux(src: HFSource, name: str) -> bytes | None:
     """The bytes of the checkpoint's file ``name`` (config or tokenizer file),
     or None when there is none; a file that is not regular, too large, or
-    resolves outside the checkpoint is a FormatError."""
+    resolves outside the checkpoint is a FormatError, and so is a ``.json``
+    one that is not a JSON object (``aux_json_check``)."""
     p = src.dir / name
     if not _present(p):
         return None
     check_inside(src.containment_root, p)
-    return read_small(p)
+    data = read_small(p)
+    aux_json_check(data, p)
+    return data
+
 
 
 def collect_tensors(src: HFSource, stack: ExitStack) -> dict[str, tuple[SafetensorsFile, SafetensorsTensor]]:

@@ -19,10 +19,10 @@ from . import dedup
 from .atomic import StagedFiles, start_writeback, write_file_atomic
 from .dtypes import DTYPES, INT64_MAX, shape_elements
 from .errors import FormatError, IEError
-from .fileio import iter_range
+from .fileio import iter_range, read_small
 from .hf_config import check_summary
 from .finite import PayloadScan
-from .jsonio import dumps_canonical, load_json, schema_check
+from .jsonio import aux_json_check, dumps_canonical, load_json, schema_check
 from .paths import check_relpath, resolve_inside
 from .quant import SCHEMES, QuantDictError, QuantError
 from .tensor_entries import QUANT_KEY, STORE_KEY, expert_of, expert_slice, slice_problem
@@ -506,6 +506,8 @@ def check_backing_files(meta: dict[str, Any], meta_path: Path, deep: bool = Fals
             raise FormatError(real, "(size)", f"file is {real.stat().st_size} bytes but aux_files[{i}].nbytes says {a['nbytes']}")
         if deep and checksums.digest_file_range(real, 0, a["nbytes"], alg) != a[alg]:
             raise FormatError(mf, f"aux_files[{i}].{alg}", f"{a['name']!r}: checksum mismatch")
+        if deep:
+            aux_json_check(read_small(real), real)
 
     if any(STORE_KEY in t for t in meta["tensors"]):
         check_store(meta, meta_path, deep, allow_nonfinite)

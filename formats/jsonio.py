@@ -73,6 +73,16 @@ def load_json(path: str | os.PathLike, *, max_bytes: int = JSON_MAX_BYTES,
     return loads_strict(read_small(path, max_bytes), path)
 
 
+def aux_json_check(data: bytes, path: Path) -> None:
+    """A ``.json`` config or tokenizer file must be one JSON object, read as
+    strictly as every other JSON file. Why here: a converter copies these
+    files byte for byte, and a broken tokenizer.json carried into an
+    artifact passed ``validate --deep`` and failed only when ``ierun`` first
+    loaded it, far from the checkpoint that held it."""
+    if path.suffix == ".json" and not isinstance(loads_strict(data, path), dict):
+        raise FormatError(path, "(root)", "must be a JSON object")
+
+
 @functools.lru_cache(maxsize=None)
 def _validator(schema_path: Path) -> Any:
     """The compiled validator of one schema file. jsonschema-rs, not the

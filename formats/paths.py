@@ -43,6 +43,14 @@ def resolve_inside(model_dir: Path, rel: object, file: str | os.PathLike, field:
     return target
 
 
+def real_path(path: str | os.PathLike) -> Path:
+    """``Path(path).resolve()`` without its RuntimeError on a loop of
+    symlinks (Python before 3.13 raises one; an internal error, exit 3): the
+    loop is left in the path, and the open that follows fails with ELOOP,
+    which every command reports as one line naming the path."""
+    return Path(os.path.realpath(path))
+
+
 def check_inside(model_dir: str | os.PathLike, path: str | os.PathLike) -> Path:
     """``path`` (a file of ``model_dir``, e.g. ``model_dir/config.json``) must
     resolve inside ``model_dir`` (the rule ``resolve_inside`` applies to the

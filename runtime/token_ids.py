@@ -33,8 +33,12 @@ def parse_ids(text: str) -> list[int]:
     return ids
 
 
-def load_ids(model, text_file: Path | None, ids_file: Path | None) -> tuple[list[int], str]:
-    """The token ids to evaluate, and the option they came from (for messages)."""
+def read_source(text_file: Path | None, ids_file: Path | None) -> tuple[str | list[int], str]:
+    """The text (UTF-8, not empty) or the token ids to evaluate, as read and
+    before any model is loaded, and the option they came from (for
+    messages). ``ieconv quantize`` reads its texts through here up front, so
+    an empty or binary file is refused before its first stage, not minutes
+    later where the imatrix stage first tokenizes it."""
     if (text_file is None) == (ids_file is None):
         raise click.UsageError("give exactly one of --text-file and --ids-file")
     if ids_file is not None:
@@ -46,4 +50,10 @@ def load_ids(model, text_file: Path | None, ids_file: Path | None) -> tuple[list
     text = read_utf8(text_file, TEXT_MAX)
     if not text.strip():
         raise IEError(f"{text_file}: no text to evaluate (the file is empty)")
-    return model.encode(text), f"--text-file {text_file}"
+    return text, f"--text-file {text_file}"
+
+
+def load_ids(model, text_file: Path | None, ids_file: Path | None) -> tuple[list[int], str]:
+    """The token ids to evaluate (``read_source``'s, text encoded by ``model``), and the option they came from."""
+    src, what = read_source(text_file, ids_file)
+    return (src if isinstance(src, list) else model.encode(src)), what

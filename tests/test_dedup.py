@@ -486,6 +486,26 @@ def test_link_rules(small_model, tmp_path):
         link(small_model, small_model / "model.dedup.json")
 
 
+def test_link_refuses_a_model_directory_the_artifact_is_not_of(small_model, tmp_path):
+    """The links serve the model beside them: an artifact of another model,
+    or a model.ie.json that does not load, is refused and nothing is linked
+    (both were linked and reported OK)."""
+    tm, gr = _plan_files(small_model)
+    extract(small_model, tm, gr, small_model / "dedup_out" / "model")
+    other = tmp_path / "other"
+    shutil.copytree(GOLDEN_DEDUP.parent / "iebin" / "tiny-llama", other)
+    shutil.copytree(small_model / "dedup_out", other / "dedup_out")
+    with pytest.raises(FormatError, match="is not a tensor of .*model.ie.json"):
+        link(other)
+    broken = tmp_path / "broken"
+    shutil.copytree(small_model, broken)
+    (broken / "model.ie.json").write_bytes(b"\xff" * 64)
+    with pytest.raises(FormatError, match="model.ie.json.*not valid UTF-8"):
+        link(broken)
+    for d in (other, broken):
+        assert not [p for p in d.iterdir() if p.is_symlink()]
+
+
 # --------------------------------------------------------------------------
 # golden
 # --------------------------------------------------------------------------

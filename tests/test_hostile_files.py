@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import BIN_DIR, GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool, st_write
+from conftest import BIN_DIR, GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool, st_write
 from iekit.convert.hf_to_iebin import convert
 from iekit.formats import iebin
 from iekit.formats.atomic import StagedFiles, write_file_atomic
@@ -643,3 +643,82 @@ def test_generation_stops_cleanly_where_the_context_is_full():
     too_long = subprocess.run([str(BIN_DIR / "ierun"), "generate", "--model-dir", GOLDEN_IEBIN / "tiny-llama",
                                "--ids", "1,2,3,4,5", "--ctx", "4"], capture_output=True, text=True, timeout=300)
     assert_one_line_error(too_long, "5 tokens exceeds the context of 4")
+
+# ---------------------------------------------------------------- 8: what a sweep of every path option found
+
+def _loop(p: Path) -> Path:
+    """A symlink that points at itself: opening it fails with ELOOP."""
+    p.symlink_to(p.name)
+    return p
+
+
+@pytest.mark.parametrize("what", ["q4-manifest --imatrix", "kl-probes --imatrix", "quantize --text-file",
+                                  "quantize --eval-text", "quantize --from-gguf", "quantize --out-dir"])
+def test_a_loop_of_symlinks_is_one_line_naming_it_not_an_internal_error(tmp_path, what):
+    """Path.resolve() raised RuntimeError ("Symlink loop") before Python 3.13:
+    these options were an internal error, exit 3."""
+    loop = _loop(tmp_path / "loop")
+    text = GOLDEN / "text" / "eval-sample.txt"
+    q = ["ieconv", "quantize", "--target-bpw", "4.5", "--ctx", "32", "--chunks", "2"]
+    cmd = {
+        "q4-manifest --imatrix": ["ieconv", "q4-manifest", "--hf-dir", LLAMA, "--imatrix", loop, "-o", tmp_path / "m.json"],
+        "kl-probes --imatrix": ["ieconv", "kl-probes", "--hf-dir", LLAMA, "--ref-dir", GOLDEN_IEBIN / "tiny-llama",
+                                "--text-file", text, "--imatrix", loop, "-o", tmp_path / "k.json"],
+        "quantize --text-file": [*q, "--hf-dir", LLAMA, "--text-file", loop, "--out-dir", tmp_path / "o"],
+        "quantize --eval-text": [*q, "--hf-dir", LLAMA, "--text-file", text, "--eval-text", loop, "--out-dir", tmp_path / "o"],
+        "quantize --from-gguf": [*q, "--from-gguf", loop, "--text-file", text, "--out-dir", tmp_path / "o"],
+        "quantize --out-dir": [*q, "--hf-dir", LLAMA, "--text-file", text, "--out-dir", loop],
+    }[what]
+    res = run_bounded(*cmd, timeout=120)
+    assert_one_line_error(res, str(loop), "Too many levels of symbolic links")
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json", "generation_config.json"])
+@pytest.mark.parametrize("how", ["truncated", "a list", "binary"])
+def test_a_checkpoint_json_file_that_is_not_a_json_object_is_refused_at_conversion(tmp_path, name, how):
+    """These files are copied byte for byte: a broken tokenizer.json passed
+    the conversion and validate --deep, and failed only when ierun loaded it."""
+    hf = tmp_path / "hf"
+    shutil.copytree(LLAMA, hf)
+    data = (hf / name).read_bytes()
+    (hf / name).write_bytes({"truncated": data[: len(data) // 2], "a list": b"[1, 2]", "binary": b"\xff\xfe{}"}[how])
+    for cmd in (["hf-to-iebin", "--hf-dir", hf, "--out-dir", tmp_path / "o"],
+                ["rotate", "--hf-dir", hf, "--out-dir", tmp_path / "r"]):
+        res = run_bounded("ieconv", *cmd)
+        assert_one_line_error(res, str(hf / name), {"truncated": "invalid JSON", "a list": "must be a JSON object",
+                                                     "binary": "not valid UTF-8"}[how])
+    assert not (tmp_path / "o").exists() and not (tmp_path / "r").exists()
+
+
+def test_validate_deep_refuses_an_aux_json_file_that_is_not_json_even_with_its_checksum(tmp_path):
+    """A checksum says the file is what was recorded, not that it is a
+    tokenizer: an artifact written by another tool with a broken
+    tokenizer.json is refused by validate --deep, naming the file."""
+    from iekit.formats import checksums
+
+    d = _iebin_copy(tmp_path)
+    meta = json.loads((d / iebin.META_NAME).read_text())
+    rec = next(a for a in meta["aux_files"] if a["name"] == "tokenizer.json")
+    bad = b"[" + b" " * (rec["nbytes"] - 2) + b"]"
+    (d / "tokenizer.json").write_bytes(bad)
+    alg = next(k for k in rec if k not in ("name", "nbytes"))
+    rec[alg] = checksums.digest(alg, bad)
+    (d / iebin.META_NAME).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    assert run_bounded("ieconv", "validate", d).returncode == 0  # sizes only
+    res = run_bounded("ieconv", "validate", "--deep", d)
+    assert_one_line_error(res, str(d / "tokenizer.json"), "must be a JSON object")
+
+
+@pytest.mark.parametrize("option", ["--text-file", "--eval-text"])
+@pytest.mark.parametrize("how", ["empty", "binary"])
+def test_quantize_refuses_an_unusable_text_before_its_first_stage(tmp_path, option, how):
+    """The imatrix stage used to find an empty or binary calibration text
+    after the reference conversion (minutes at 8B), --eval-text after gptq."""
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes({"empty": b"\n \n", "binary": b"\x00\xff\xfe" * 100}[how])
+    text = bad if option == "--text-file" else GOLDEN / "text" / "eval-sample.txt"
+    extra = ["--eval-text", bad] if option == "--eval-text" else []
+    res = run_bounded("ieconv", "quantize", "--hf-dir", LLAMA, "--text-file", text, *extra, "--target-bpw", "4.5",
+                      "--ctx", "32", "--chunks", "2", "--out-dir", tmp_path / "o")
+    assert_one_line_error(res, str(bad), {"empty": "no text to evaluate", "binary": "not UTF-8 text"}[how])
+    assert "[1" not in res.stderr + res.stdout and not (tmp_path / "o").exists()
