@@ -483,12 +483,13 @@ def _measured_inputs(src: hf_checkpoint.HFSource | None, g, imatrix: Path | None
     """What the candidates' errors depend on, as fingerprints
     (formats/policy_measurements.py): the weights; with --ref-dir the
     reference and the calibration ids (the covariances, whose diagonal is
-    the importance), else the importance matrix file."""
+    the importance, and refit_scales: measured as gptq quantizes, its scales
+    refitted), else the importance matrix file."""
     weights = fingerprints.checkpoint(src) if src is not None else fingerprints.digest(fingerprints.stat_line(
         Path(g.path), whole_path=True))
     if calib is not None:
         return {"weights": weights, "ref_dir": fingerprints.artifact(calib[0]),
-                "calibration": fingerprints.token_chunks(parts), "imatrix": None}
+                "calibration": fingerprints.token_chunks(parts), "imatrix": None, "refit_scales": True}
     return {"weights": weights, "ref_dir": None, "calibration": None, "imatrix": fingerprints.small_file(imatrix)}
 
 

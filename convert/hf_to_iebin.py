@@ -66,7 +66,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
             manifest: Manifest | None = None, force: bool = False,
             imatrix: str | os.PathLike | None = None, covariances: Any = None,
             checksum: str = checksums.DEFAULT, allow_nonfinite: bool = False,
-            partial: PartialRun | None = None) -> ConvertResult:
+            partial: PartialRun | None = None, refit_scales: bool = True) -> ConvertResult:
     """Convert ``src`` into ``out_dir``; ``dtype`` casts floating tensors,
     ``manifest`` (q4_manifest.json) quantizes the tensors it selects,
     weighting each one's error by ``imatrix`` (default: the manifest's).
@@ -75,7 +75,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
     instead, each read whole; with ``partial`` (formats/gptq_partial.py)
     each compensated matrix is kept there as soon as it is made, and a
     matrix an interrupted run kept is taken from there, not quantized
-    again. ``checksum``: the digest algorithm recorded
+    again; ``refit_scales``: their scales refitted once their codes are
+    final (gptq.refit_scales). ``checksum``: the digest algorithm recorded
     (formats/checksums.py). A float tensor holding NaN or ±inf (or a cast
     overflowing to inf) is refused, naming its shard, unless
     ``allow_nonfinite``: ``validate --deep`` would refuse the artifact."""
@@ -137,7 +138,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     errors[name] = _add_quantized(writer, name, shape, t.dtype.name, tensor_bytes,
                                                   qplan.quantize[name], importance.get(name), cov,
                                                   settle if cov is not None else None,
-                                                  partial.put if cov is not None and partial is not None else None)
+                                                  partial.put if cov is not None and partial is not None else None,
+                                                  refit_scales)
                     cov = None  # not held while the next window's covariances are collected
                     continue
                 target = dtype if dtype and t.dtype.is_float else t.dtype.name
@@ -171,7 +173,8 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
                    source: Callable[[int], Iterator[bytes]], params: QuantParams, importance: Any = None,
                    covariance: tuple[Any, Any] | None = None,
                    settle: Callable[[str, np.ndarray], None] | None = None,
-                   keep: Callable[[str, bytes, QuantError], None] | None = None) -> QuantError:
+                   keep: Callable[[str, bytes, QuantError], None] | None = None,
+                   refit_scales: bool = True) -> QuantError:
     """Quantize a float matrix (or expert stack: its matrices' rows one after
     another) a block of rows at a time from ``source`` (chunk bytes -> its
     bytes, whole rows per chunk): memory stays bounded. Its predicted loss
@@ -179,7 +182,8 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
     H and inverse factor, runtime/hessians.py) error-compensated instead
     (formats/gptq.py), chunks of gptq.chunk_rows rows on worker threads, its
     dequantized values handed to ``settle`` (a sequential pass runs on with
-    them) and its payload to ``keep`` (an interrupted run resumes from it)."""
+    them) and its payload to ``keep`` (an interrupted run resumes from it);
+    ``refit_scales``: gptq.quantize's ``refit``."""
     count, rows, cols = matrix_dims(shape)
     rows *= count
     scheme = SCHEMES[params.scheme]
@@ -203,7 +207,8 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
         # Rows are independent under one covariance: a chunk at a time gives the
         # whole matrix's codes in memory bounded by the chunk (whole chunks:
         # smaller pieces only add per-call cost).
-        for qr, e in map_row_pieces(lambda w: gptq.quantize(w, h, scheme, params, name, u), row_chunks(), None):
+        for qr, e in map_row_pieces(lambda w: gptq.quantize(w, h, scheme, params, name, u, refit=refit_scales),
+                                    row_chunks(), None):
             error.merge(e)
             parts.append(qr)
         qr = QuantizedRows.vstack(parts)

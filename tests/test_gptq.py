@@ -63,7 +63,7 @@ def test_block_update_is_the_optimal_brain_surgeon_step(sel):
     scheme, p = SCHEMES[sel["scheme"]], selection_params(sel)
     w, h = _problem()
     assert gptq.LAZY < w.shape[1]  # the update crosses a lazy group's end
-    qr, _e = gptq.quantize(w, h, scheme, p)
+    qr, _e = gptq.quantize(w, h, scheme, p, refit=False)  # the compensation alone (the refit: below)
     got = scheme.dequantize_rows(qr, w.shape[1], p)
     ref = _obs_reference(w, h, scheme, p)
     # the two routes to the update differ in float rounding only: every value
@@ -130,14 +130,25 @@ def test_steps_inside_a_super_block_lower_the_error(scheme_name):
 
 def test_diagonal_covariance_changes_nothing_across_blocks():
     """With uncorrelated inputs no column can cancel another's error: every block
-    is quantized as it stands (the scheme's importance-weighted rounding)."""
+    is quantized as it stands (the scheme's importance-weighted rounding), and
+    the refit, blocks uncoupled, only moves each block's d to the least
+    weighted error of its codes."""
     scheme, p = SCHEMES["q4_0"], selection_params({"scheme": "q4_0"})
     w, _h = _problem()
     h = np.diag(np.linspace(0.5, 2.0, w.shape[1]))
-    qr, _e = gptq.quantize(w, h, scheme, p)
+    qr, _e = gptq.quantize(w, h, scheme, p, refit=False)
     imp = np.diagonal(h).astype(np.float32)
     blocks = [scheme.quantize_rows(w[:, c:c + 32], p, "t", imp[c:c + 32]).rows for c in range(0, w.shape[1], 32)]
     assert np.array_equal(qr.rows, np.concatenate(blocks, axis=1))
+    refit = gptq.quantize(w, h, scheme, p)[0]
+    assert _changed_bytes(qr.rows, refit.rows, 18) == {0, 1}
+    codes = (qr.rows.reshape(-1, 18)[:, 2:] & 0x0F).astype(np.float64), (qr.rows.reshape(-1, 18)[:, 2:] >> 4)
+    q = np.concatenate([codes[0], codes[1].astype(np.float64)], axis=1) - 8  # [blocks, 32]: each block's values / d
+    x = w.astype(np.float64).reshape(-1, 32)
+    hb = np.tile(np.diagonal(h).reshape(-1, 32), (w.shape[0], 1))
+    best = (q * hb * x).sum(1) / np.maximum((q * hb * q).sum(1), 1e-30)  # each block's weighted least-squares d
+    d = np.ascontiguousarray(refit.rows.reshape(-1, 18)[:, :2]).view(np.float16)[:, 0]
+    assert np.allclose(d, best, rtol=1e-3, atol=1e-7)
 
 
 def test_columns_that_never_saw_an_input_are_still_quantized_well():
@@ -397,3 +408,90 @@ def test_q4_manifest_ref_dir_usage_errors(wide, tmp_path, extra, needle):
     res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", tmp_path / "m.json", *extra)
     assert res.returncode == 2 and needle in res.stderr, res.stderr
     assert not (tmp_path / "m.json").exists()
+
+
+def _changed_bytes(a: np.ndarray, b: np.ndarray, block_bytes: int) -> set[int]:
+    """The offsets inside a block at which any block of rows ``a`` and ``b`` differ."""
+    diff = (a.reshape(-1, block_bytes) != b.reshape(-1, block_bytes)).any(axis=0)
+    return set(np.flatnonzero(diff).tolist())
+
+
+@pytest.mark.parametrize("sel", SELECTIONS + [{"scheme": "q6_k"}, {"scheme": "q2_k"}, {"scheme": "iq3_s"},
+                                              {"scheme": "q8_0"}, {"scheme": "int4w", "group_size": 128}],
+                         ids=lambda s: "-".join(str(v) for v in s.values()))
+def test_refit_scales_lowers_every_rows_error_and_changes_only_scale_fields(sel):
+    """Codes held, only the scale fields move (a block type's F16_FIELDS
+    bytes; int4w's scale and min planes, its codes not), and no row's
+    error under H grows; the whole matrix's falls. mxfp4's power-of-two
+    scales have no field to refit: its rows come back as they were."""
+    w, h = _problem(rows=24, cols=512, seed=5)
+    scheme, p = SCHEMES[sel["scheme"]], selection_params(sel)
+    qr = gptq.quantize(w, h, scheme, p, refit=False)[0]
+    new = gptq.refit_scales(w, h, qr, scheme, p)
+
+    def row_errors(q):
+        d = scheme.dequantize_rows(q, 512, p).astype(np.float64) - w
+        return np.einsum("ij,jk,ik->i", d, h, d)
+
+    before, after = row_errors(qr), row_errors(new)
+    assert np.all(after <= before * (1 + 1e-12)), (after / before).max()
+    if sel["scheme"] == "mxfp4":
+        assert np.array_equal(new.rows, qr.rows)
+        return
+    assert after.sum() < 0.995 * before.sum(), after.sum() / before.sum()
+    if qr.scales is not None:
+        assert np.array_equal(new.rows, qr.rows) and not np.array_equal(new.scales, qr.scales)
+        return
+    fields = {o + k for _n, o in scheme.F16_FIELDS for k in (0, 1)}
+    changed = _changed_bytes(qr.rows, new.rows, qr.rows.shape[1] // (512 // scheme.block_elems))
+    assert changed and changed <= fields, (changed, fields)
+
+
+def test_refit_scales_is_the_least_squares_fit_of_an_explicit_system():
+    """q4_1 (two fields, d and m, per 32-element block) against the normal
+    equations built from an explicit design matrix per row and solved in
+    float64 by numpy's lstsq: the same fields, to their f16 rounding."""
+    w, h = _problem(rows=6, cols=256, seed=9)
+    scheme, p = SCHEMES["q4_1"], selection_params({"scheme": "q4_1"})
+    qr = gptq.quantize(w, h, scheme, p, refit=False)[0]
+    new = gptq.refit_scales(w, h, qr, scheme, p)
+    blocks = qr.rows.reshape(6, 8, 20)
+    codes = np.concatenate([blocks[:, :, 4:] & 0x0F, blocks[:, :, 4:] >> 4], axis=2).astype(np.float64)  # 6, 8, 32
+    got = new.rows.reshape(6, 8, 20)
+    for r in range(6):
+        v = np.zeros((256, 16))
+        for b in range(8):
+            v[32 * b:32 * b + 32, b] = codes[r, b]  # d's column: the codes
+            v[32 * b:32 * b + 32, 8 + b] = 1.0  # m's column
+        want = np.linalg.lstsq(v.T @ h @ v, v.T @ h @ w[r].astype(np.float64), rcond=None)[0]
+        d = np.ascontiguousarray(got[r, :, 0:2]).view(np.float16)[:, 0].astype(np.float64)
+        m = np.ascontiguousarray(got[r, :, 2:4]).view(np.float16)[:, 0].astype(np.float64)
+        assert np.allclose(d, want[:8], rtol=2e-3, atol=1e-6), (d, want[:8])
+        assert np.allclose(m, want[8:], rtol=2e-3, atol=1e-6), (m, want[8:])
+
+
+def test_gptq_refit_scales_option(wide, tmp_path):
+    """ieconv gptq refits by default: against --no-refit-scales the same
+    size, the q4_0 codes byte for byte (only each block's d moved), and
+    less recorded output error, matrix by matrix."""
+    m = tmp_path / "q.json"
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", m, "--scheme", "q4_0", "--quantize-head",
+                    "--imatrix", wide["imatrix"]).returncode == 0
+    args = ("ieconv", "gptq", "-q", "--hf-dir", wide["hf"], "--ref-dir", wide["f32"], "--q4-map", m, "--text-file",
+            TEXT, "--ctx", "64", "--chunks", "6")
+    for name, extra in (("plain", ["--no-refit-scales"]), ("refit", [])):
+        res = run_tool(*args, "--out-dir", tmp_path / name, *extra)
+        assert res.returncode == 0, res.stderr
+    models = {n: iebin.load_model(tmp_path / n) for n in ("plain", "refit")}
+    errors = {n: {t["name"]: t["quant_error"]["sq_error"] for t in mdl.tensors if "quant" in t}
+              for n, mdl in models.items()}
+    assert errors["plain"].keys() == errors["refit"].keys() and len(errors["plain"]) == 15
+    assert all(errors["refit"][k] <= errors["plain"][k] for k in errors["plain"]), errors
+    assert sum(errors["refit"].values()) < 0.99 * sum(errors["plain"].values())
+    a, b = ((tmp_path / n / iebin.BIN_NAME).read_bytes() for n in ("plain", "refit"))
+    assert len(a) == len(b)
+    for t in models["plain"].tensors:
+        if "quant" in t:
+            off, n = t["file_data_offset"], t["nbytes"]
+            ta, tb = (np.frombuffer(x[off:off + n], np.uint8) for x in (a, b))
+            assert _changed_bytes(ta, tb, 18) <= {0, 1}, t["name"]

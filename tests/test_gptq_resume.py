@@ -145,6 +145,8 @@ def test_other_inputs_are_refused_naming_what_differs(runs, tmp_path):
                                "pass --no-resume")
     other = [a if a != "--no-sequential" else "--sequential" for a in args]
     assert_one_line_error(run_tool("ieconv", "gptq", "-q", *other, "--out-dir", o), "(sequential differ)")
+    assert_one_line_error(run_tool("ieconv", "gptq", "-q", *args, "--no-refit-scales", "--out-dir", o),
+                          "(refit_scales differ)")
     m2 = tmp_path / "q2.json"
     m2.write_text(m.read_text().replace('"q3_k"', '"q4_k"'))
     other = [a if a != m else m2 for a in args]

@@ -105,7 +105,7 @@ def test_other_inputs_are_said_and_replaced(tmp_path, imatrix):
            "replaced" in err and "measured before" not in err
     assert got == _manifest(tmp_path / "b0.json", "5.0", *other)[0]
     _got, err = _manifest(tmp_path / "c.json", "5.0", "--imatrix", imatrix, "--measurements", m)
-    assert "(calibration, imatrix, ref_dir differ)" in err
+    assert "(calibration, imatrix, ref_dir, refit_scales differ)" in err
     assert json.loads(m.read_text())["inputs"]["ref_dir"] is None
 
 
