@@ -53,6 +53,8 @@ the float model from 0.19 to 0.08, and the refit from 0.081 to 0.074
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import numpy as np
 
 from .errors import IEError
@@ -192,43 +194,53 @@ def quantize(w: np.ndarray, h: np.ndarray, scheme: Scheme, p: QuantParams, name:
     return out, e
 
 
-def _fields(scheme: Scheme, qr: QuantizedRows, cols: int, p: QuantParams):
+class _Field(NamedTuple):
+    """One scale field of a quantized matrix: ``get()`` its values [rows,
+    blocks] as float64, ``stored(v)`` what storing v keeps of it (rounded to
+    the field's type), ``put(q, v)`` q with the field set to v."""
+
+    get: Callable[[], np.ndarray]
+    stored: Callable[[np.ndarray], np.ndarray]
+    put: Callable[[QuantizedRows, np.ndarray], QuantizedRows]
+
+
+def _as(dtype) -> Callable[[np.ndarray], np.ndarray]:
+    """Values as a field of ``dtype`` holds them (f16: clipped to its range, not inf)."""
+    if np.dtype(dtype) == np.float16:
+        return lambda v: np.clip(v, -65504, 65504).astype(np.float16)
+    return lambda v: np.asarray(v).astype(dtype)
+
+
+def _fields(scheme: Scheme, qr: QuantizedRows, cols: int, p: QuantParams) -> tuple[int, list[_Field]]:
     """The scale fields dequantization is linear in, and the columns each
-    covers: (width, [(get, put)]), get() a field's values [rows, blocks] as
-    float64, put(q, v) q with that field set to v (rounded to its storage
-    type). Block types: their F16_FIELDS (a k-quant's d and dmin cover its
+    covers. Block types: their F16_FIELDS (a k-quant's d and dmin cover its
     256-element super-block); int4w: its scale and min planes. A type with
     none (mxfp4's E8M0 exponents) has no fields."""
     rows = qr.rows.shape[0]
     if qr.scales is not None:  # int4w: the scale (and min) planes
-        planes = ["scales"] + (["mins"] if qr.mins is not None else [])
-
-        def make(name):
-            def get():
-                return getattr(qr, name).astype(np.float64)
+        def plane(name: str) -> _Field:
+            cast = _as(getattr(qr, name).dtype)
 
             def put(q, v):
-                arr = getattr(q, name)
-                new = np.clip(v, -65504, 65504).astype(arr.dtype) if arr.dtype == np.float16 else v.astype(arr.dtype)
+                new = cast(v)
                 return QuantizedRows(q.rows, new if name == "scales" else q.scales, new if name == "mins" else q.mins)
-            return get, put
-        return scheme.block_width(cols, p), [make(n) for n in planes]
-    offs = [o for _n, o in getattr(scheme, "F16_FIELDS", ())]
-    be = scheme.block_elems
-    nb = cols // be
+            return _Field(lambda: getattr(qr, name).astype(np.float64), lambda v: cast(v).astype(np.float64), put)
+        return scheme.block_width(cols, p), [plane(n) for n in ("scales", "mins") if getattr(qr, n) is not None]
+    nb = cols // scheme.block_elems
     bb = qr.rows.shape[1] // nb
+    cast = _as(np.float16)
 
-    def make_b(off):
+    def f16_field(off: int) -> _Field:
         def get():
-            b = qr.rows.reshape(rows, nb, bb)
-            return np.ascontiguousarray(b[:, :, off:off + 2]).view(np.float16)[..., 0].astype(np.float64)
+            return np.ascontiguousarray(qr.rows.reshape(rows, nb, bb)[:, :, off:off + 2]).view(np.float16)[..., 0] \
+                .astype(np.float64)
 
         def put(q, v):
             b = q.rows.reshape(rows, nb, bb).copy()
-            b[:, :, off:off + 2] = np.clip(v, -65504, 65504).astype(np.float16)[..., None].view(np.uint8)
+            b[:, :, off:off + 2] = cast(v)[..., None].view(np.uint8)
             return QuantizedRows(b.reshape(rows, -1), q.scales, q.mins)
-        return get, put
-    return be, [make_b(o) for o in offs]
+        return _Field(get, lambda v: cast(v).astype(np.float64), put)
+    return scheme.block_elems, [f16_field(o) for _n, o in getattr(scheme, "F16_FIELDS", ())]
 
 
 def refit_scales(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Scheme, p: QuantParams) -> QuantizedRows:
@@ -239,8 +251,9 @@ def refit_scales(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Scheme
     gives the basis B_f [rows, cols], and ŵ = Σ_f s_f ⊙ B_f with s_f one
     value per block. The normal equations of a row couple every block with
     every other through H: G[(f, a), (g, b)] = B_f[a] H[a, b] B_g[b]ᵀ and
-    c[(f, a)] = B_f[a] (H w)[a], made one block's products at a time (rows
-    × cols² multiply-adds in all, gptq's own order). A small ridge toward
+    c[(f, a)] = B_f[a] (H w)[a], G's upper blocks made one block's products
+    at a time (rows × cols² × (fields / 2 + 1) multiply-adds in all, with
+    H w: gptq's own order of work). A small ridge toward
     the fields as quantized keeps blocks whose codes are all zero where
     they were. Rows that rounding the fields to their storage type would
     make worse keep their old fields, so no row's error grows."""
@@ -251,45 +264,45 @@ def refit_scales(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Scheme
     nb, nf = cols // bw, len(fields)
     n = nb * nf
     h = np.asarray(h, np.float64)
-    old = np.stack([get() for get, _put in fields], 1)  # rows, nf, nb
     basis = np.empty((rows, nf, cols))
     for k in range(nf):  # dequantized with field k = 1, the others 0: ŵ = Σ_k field_k ⊙ basis_k
         q = qr
-        for j, (_g, put) in enumerate(fields):
-            q = put(q, np.full((rows, nb), 1.0 if j == k else 0.0))
+        for j, f in enumerate(fields):
+            q = f.put(q, np.full((rows, nb), 1.0 if j == k else 0.0))
         basis[:, k] = scheme.dequantize_rows(q, cols, p)
     rhs = np.einsum("rfbk,rbk->rfb", basis.reshape(rows, nf, nb, bw),
                     (np.asarray(w, np.float64) @ h).reshape(rows, nb, bw)).reshape(rows, n)
     hb = h.reshape(nb, bw, cols)
     rstep = max(1, min(rows, REFIT_BYTES // (8 * max(n * n, nf * cols))))
-    s = np.empty((rows, n))
+    s = np.stack([f.get() for f in fields], 1).reshape(rows, n)  # the fields as quantized, replaced row by row
     for r0 in range(0, rows, rstep):
         r1 = min(rows, r0 + rstep)
         v = basis[r0:r1].reshape(r1 - r0, nf, nb, bw)
         g = np.empty((r1 - r0, nf, nb, nf, nb))
-        for a in range(nb):  # G[r, f, a, f', b] = basis_f[r, a] H[a, b] basis_f'[r, b]ᵀ
-            u = np.matmul(v[:, :, a], hb[a]).reshape(r1 - r0, nf, nb, bw)
-            g[:, :, a] = np.einsum("rfbk,rgbk->rfgb", u, v)
+        for a in range(nb):  # G[r, f, a, f', b] = basis_f[r, a] H[a, b] basis_f'[r, b]ᵀ, b ≥ a by one GEMM; G symmetric
+            u = (v[:, :, a].reshape(-1, bw) @ hb[a, :, a * bw:]).reshape(r1 - r0, nf, nb - a, bw)
+            t = np.einsum("rfbk,rgbk->rfgb", u, v[:, :, a:])
+            g[:, :, a, :, a:] = t
+            g[:, :, a + 1:, :, a] = t[..., 1:].transpose(0, 2, 3, 1)
         g = g.reshape(r1 - r0, n, n)
-        s0 = old[r0:r1].reshape(r1 - r0, n)
+        s0, c = s[r0:r1].copy(), rhs[r0:r1]
         lam = RIDGE * np.maximum(np.trace(g, axis1=1, axis2=2) / n, 1e-30)[:, None]
-        g[:, np.arange(n), np.arange(n)] += lam
+        gr = g.copy()
+        gr[:, np.arange(n), np.arange(n)] += lam
         try:
-            s[r0:r1] = np.linalg.solve(g, (rhs[r0:r1] + lam * s0)[..., None])[..., 0]
+            x = np.linalg.solve(gr, (c + lam * s0)[..., None])[..., 0]
         except np.linalg.LinAlgError:  # not positive definite even with the ridge: the scales as quantized
-            return qr
-    if not np.isfinite(s).all():
-        return qr
-    s = s.reshape(rows, nf, nb)
+            continue
+        x = np.stack([f.stored(y) for f, y in zip(fields, x.reshape(r1 - r0, nf, nb).transpose(1, 0, 2))], 1)
+        x = x.reshape(r1 - r0, n)  # what the file will hold
+
+        def loss(y):  # the row's error less wᵀHw: ŵ is linear in the fields
+            return np.einsum("ri,rij,rj->r", y, g, y) - 2 * np.einsum("ri,ri->r", y, c)
+
+        better = np.isfinite(x).all(axis=1) & (loss(x) <= loss(s0))
+        s[r0:r1][better] = x[better]
     new = qr
-    for k, (_get, put) in enumerate(fields):
-        new = put(new, s[:, k])
-    before = scheme.dequantize_rows(qr, cols, p).astype(np.float64) - w
-    after = scheme.dequantize_rows(new, cols, p).astype(np.float64) - w
-    worse = np.einsum("ij,ij->i", after @ h, after) > np.einsum("ij,ij->i", before @ h, before)
-    if worse.any():  # rounding to the storage type: keep those rows' old fields
-        keep = np.where(worse[:, None, None], old, s)
-        new = qr
-        for k, (_get, put) in enumerate(fields):
-            new = put(new, keep[:, k])
+    s = s.reshape(rows, nf, nb)
+    for k, f in enumerate(fields):
+        new = f.put(new, s[:, k])
     return new
