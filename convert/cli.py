@@ -15,13 +15,13 @@ from rich.table import Table
 
 from iekit.cli.support import FiniteFloat, human_bytes, run_cli, stdout_console, threads_option
 from iekit.formats import checksums, expert_stacks, fingerprints, hf_checkpoint, iebin, kl_probes, weight_types
-from iekit.formats.paths import real_path
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import read_small
 from iekit.formats.gguf_file import open_gguf
 from iekit.formats.jsonio import dumps_canonical, loads_strict
+from iekit.formats.paths import real_path
 from iekit.formats.policy_measurements import Measurements
 from iekit.formats.quant import QuantError
 from iekit.formats.workers import one_blas_thread

@@ -7,10 +7,11 @@ to the index (as ``model.dedup.json``) and to each blob under the name the
 index records; blobs first, the index last, each link placed by an atomic
 rename. Checked: the index validates, its members are tensors of the
 model in MODEL_DIR (an artifact of another model, or a directory whose
-model.ie.json is broken, was linked and reported OK), every target lies inside MODEL_DIR,
-existing regular files and the IEBIN files are never replaced (existing
-links are, or only with --overwrite for regular files), and afterwards the
-index loads through the links and resolves to the same files.
+model.ie.json is broken, was linked and reported OK), every target lies
+inside MODEL_DIR, existing regular files and the IEBIN files are never
+replaced (existing links are, or only with --overwrite for regular
+files), and afterwards the index loads through the links and resolves to
+the same files.
 """
 
 from __future__ import annotations

@@ -26,10 +26,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from iekit.cli.support import stderr_console, threads_option
 from iekit.formats import fingerprints, hf_checkpoint, iebin, kl_probes
-from iekit.formats.paths import real_path
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.jsonio import dumps_canonical, load_json
 from iekit.formats.kl_probes_partial import PROBE_BIN, PROBE_META, ProbesRun
+from iekit.formats.paths import real_path
 from iekit.formats.q4_manifest import default_manifest, is_tied, layer_pattern, manifest_from
 from iekit.formats.quant import SCHEMES, QuantParams
 from iekit.formats.weight_types import names as weight_type_names
