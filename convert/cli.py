@@ -14,7 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from iekit.cli.support import FiniteFloat, human_bytes, run_cli, stdout_console, threads_option
-from iekit.formats import checksums, expert_stacks, fingerprints, hf_checkpoint, iebin, kl_probes, weight_types
+from iekit.formats import (checksums, expert_stacks, fingerprints, gptq, hf_checkpoint, iebin, kl_probes,
+                           weight_types)
 from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
@@ -489,7 +490,8 @@ def _measured_inputs(src: hf_checkpoint.HFSource | None, g, imatrix: Path | None
         Path(g.path), whole_path=True))
     if calib is not None:
         return {"weights": weights, "ref_dir": fingerprints.artifact(calib[0]),
-                "calibration": fingerprints.token_chunks(parts), "imatrix": None, "refit_scales": True}
+                "calibration": fingerprints.token_chunks(parts), "imatrix": None,
+                "refit_scales": gptq.REFIT_SCALES}
     return {"weights": weights, "ref_dir": None, "calibration": None, "imatrix": fingerprints.small_file(imatrix)}
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from iekit.cli.support import human_bytes, threads_option
-from iekit.formats import expert_stacks, fingerprints, hf_checkpoint, iebin
+from iekit.formats import expert_stacks, fingerprints, gptq, hf_checkpoint, iebin
 from iekit.formats.errors import IEError
 from iekit.formats.gptq_partial import PartialRun
 from iekit.formats.q4_manifest import load_manifest, plan
@@ -87,7 +87,7 @@ def run_inputs(src: hf_checkpoint.HFSource, ref_dir: Path, q4_map: Path, parts: 
 @click.option("--sequential/--no-sequential", default=False, show_default=True,
               help="Take each layer's covariances from the model with the layers before it already quantized "
                    "(one calibration pass per layer instead of one in all).")
-@click.option("--refit-scales/--no-refit-scales", default=True, show_default=True,
+@click.option("--refit-scales/--no-refit-scales", default=gptq.REFIT_SCALES, show_default=True,
               help="Once a matrix's codes are final, refit its scales (and mins) to the least output error under "
                    "the covariance, codes held: the same bytes per weight, about 10% less KL on SmolLM2.")
 @threads_option("Threads.")

@@ -66,7 +66,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
             manifest: Manifest | None = None, force: bool = False,
             imatrix: str | os.PathLike | None = None, covariances: Any = None,
             checksum: str = checksums.DEFAULT, allow_nonfinite: bool = False,
-            partial: PartialRun | None = None, refit_scales: bool = True) -> ConvertResult:
+            partial: PartialRun | None = None, refit_scales: bool = gptq.REFIT_SCALES) -> ConvertResult:
     """Convert ``src`` into ``out_dir``; ``dtype`` casts floating tensors,
     ``manifest`` (q4_manifest.json) quantizes the tensors it selects,
     weighting each one's error by ``imatrix`` (default: the manifest's).
@@ -174,7 +174,7 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
                    covariance: tuple[Any, Any] | None = None,
                    settle: Callable[[str, np.ndarray], None] | None = None,
                    keep: Callable[[str, bytes, QuantError], None] | None = None,
-                   refit_scales: bool = True) -> QuantError:
+                   refit_scales: bool = gptq.REFIT_SCALES) -> QuantError:
     """Quantize a float matrix (or expert stack: its matrices' rows one after
     another) a block of rows at a time from ``source`` (chunk bytes -> its
     bytes, whole rows per chunk): memory stays bounded. Its predicted loss

@@ -70,6 +70,9 @@ LAZY = 512
 CHUNK_ELEMS = 1 << 23  # the most elements chunk_rows gives one call
 REFIT_BYTES = 64 << 20  # refit_scales: rows at a time so that their systems (or one block's products) fit this
 RIDGE = 1e-9  # refit_scales: times the mean diagonal, pulling each system toward the scales as quantized
+# Whether quantize refits the scales by default: ieconv gptq's default, and what the policy's measurements
+# (q4-manifest --target-bpw --ref-dir, which measure as quantize does) record as their refit_scales input.
+REFIT_SCALES = True
 
 
 def chunk_rows(rows: int, cols: int, workers: int) -> int:
@@ -149,7 +152,7 @@ def inverse_factor(h: np.ndarray, block: int = FACTOR_BLOCK) -> np.ndarray:
 
 
 def quantize(w: np.ndarray, h: np.ndarray, scheme: Scheme, p: QuantParams, name: str = "tensor",
-             u: np.ndarray | None = None, step: int = STEP, refit: bool = True) -> tuple[QuantizedRows, QuantError]:
+             u: np.ndarray | None = None, step: int = STEP, refit: bool = REFIT_SCALES) -> tuple[QuantizedRows, QuantError]:
     """Rows ``w`` [rows, cols] under input covariance ``h`` [cols, cols]:
     the quantized rows (scheme's layout) and their predicted loss under
     ``h`` (QuantError.add_covariance, against ``w`` as given). ``u``: the
