@@ -491,7 +491,7 @@ def _measured_inputs(src: hf_checkpoint.HFSource | None, g, imatrix: Path | None
     if calib is not None:
         return {"weights": weights, "ref_dir": fingerprints.artifact(calib[0]),
                 "calibration": fingerprints.token_chunks(parts), "imatrix": None,
-                "refit_scales": gptq.REFIT_SCALES}
+                "refit_scales": gptq.REFIT_METHOD}
     return {"weights": weights, "ref_dir": None, "calibration": None, "imatrix": fingerprints.small_file(imatrix)}
 
 

@@ -88,8 +88,9 @@ def run_inputs(src: hf_checkpoint.HFSource, ref_dir: Path, q4_map: Path, parts: 
               help="Take each layer's covariances from the model with the layers before it already quantized "
                    "(one calibration pass per layer instead of one in all).")
 @click.option("--refit-scales/--no-refit-scales", default=gptq.REFIT_SCALES, show_default=True,
-              help="Once a matrix's codes are final, refit its scales (and mins) to the least output error under "
-                   "the covariance, codes held: the same bytes per weight, about 10% less KL on SmolLM2.")
+              help="Once a matrix's codes are final, refit its scales (and mins; a k-quant's or i-quant's "
+                   "sub-block scales too) to less output error under the covariance, codes held: the same bytes "
+                   "per weight, about 10% less KL on SmolLM2.")
 @threads_option("Threads.")
 @click.option("--force", is_flag=True, help="Also quantize embeddings/norms the manifest selects.")
 @click.option("--overwrite", is_flag=True, help="Replace the artifact in --out-dir as a whole (as hf-to-iebin --overwrite).")

@@ -43,7 +43,10 @@ linear in its scale fields (each block's d, and its min or dmin where the
 type has one; int4w's group scales and mins), so the fields that minimize
 (w − ŵ) H (w − ŵ)ᵀ with the codes held are one small least-squares problem
 per row (refit_scales): blocks × fields unknowns, coupled through H. The
-bytes stay the type's; only scale fields change. mxfp4's power-of-two
+types with sub-block scales (the k-quants, iq4_xs, iq4_xsh, iq3_s) have
+their integer sub-scales refitted too (refit_sub_scales): solved as real
+numbers, then coded back into the type's integers and super-scales. The
+bytes stay the type's; only scale bytes change. mxfp4's power-of-two
 scales are left as they are.
 
 On the rotated SmolLM2 at 4.5 bits per weight this takes the KL against
@@ -69,10 +72,15 @@ STEP = 32  # columns per step inside a wider block (16: 5-13% less error, q4_k 2
 LAZY = 512
 CHUNK_ELEMS = 1 << 23  # the most elements chunk_rows gives one call
 REFIT_BYTES = 64 << 20  # refit_scales: rows at a time so that their systems (or one block's products) fit this
+SUB_WINDOW = 256  # refit_sub_scales: the most unknowns per row solved together (whole super-blocks of sub-scales)
+SUB_SWEEPS = 1  # refit_sub_scales: passes over a row of more windows (2: q2_k's error ~2% less at windows of 2 super-blocks, twice the time)
 RIDGE = 1e-9  # refit_scales: times the mean diagonal, pulling each system toward the scales as quantized
-# Whether quantize refits the scales by default: ieconv gptq's default, and what the policy's measurements
-# (q4-manifest --target-bpw --ref-dir, which measure as quantize does) record as their refit_scales input.
+# Whether quantize refits the scales by default (ieconv gptq's default), and the refit it runs: what the
+# policy's measurements (q4-manifest --target-bpw --ref-dir, which measure as quantize does) record as
+# their refit_scales input, so that a file measured with another refit (true: the f16 scales alone,
+# before sub-scales were refitted) is measured again.
 REFIT_SCALES = True
+REFIT_METHOD = "sub-scales"
 
 
 def chunk_rows(rows: int, cols: int, workers: int) -> int:
@@ -191,7 +199,7 @@ def quantize(w: np.ndarray, h: np.ndarray, scheme: Scheme, p: QuantParams, name:
             cur[:, gend:] -= errs[:, :gend - g0] @ u[g0:gend, gend:]
     out = QuantizedRows.hstack(parts)
     if refit:
-        out = refit_scales(w, h, out, scheme, p)
+        out = refit_to_codes(w, h, out, scheme, p)
     e = QuantError(compensated=True)
     e.add_covariance(w, scheme.dequantize_rows(out, cols, p), h)
     return out, e
@@ -244,6 +252,15 @@ def _fields(scheme: Scheme, qr: QuantizedRows, cols: int, p: QuantParams) -> tup
             return QuantizedRows(b.reshape(rows, -1), q.scales, q.mins)
         return _Field(get, lambda v: cast(v).astype(np.float64), put)
     return scheme.block_elems, [f16_field(o) for _n, o in getattr(scheme, "F16_FIELDS", ())]
+
+
+def refit_to_codes(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Scheme, p: QuantParams) -> QuantizedRows:
+    """``qr``'s scales refitted to its codes: refit_sub_scales where the type
+    has sub-block scales (they and the super-scales together), else
+    refit_scales (its f16 or int4w scale fields)."""
+    if qr.scales is None and qr.rows.size and scheme.sub_scale_fields(qr.rows[:1, :scheme.block_bytes]) is not None:
+        return refit_sub_scales(w, h, qr, scheme, p)
+    return refit_scales(w, h, qr, scheme, p)
 
 
 def refit_scales(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Scheme, p: QuantParams) -> QuantizedRows:
@@ -309,3 +326,138 @@ def refit_scales(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Scheme
     for k, f in enumerate(fields):
         new = f.put(new, s[:, k])
     return new
+
+
+def refit_sub_scales(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Scheme, p: QuantParams) -> QuantizedRows:
+    """``qr`` with its sub-block scales (and mins) and its f16 super-scales
+    refitted, codes held, to less (w − ŵ) H (w − ŵ)ᵀ per row: refit_scales
+    for the types with sub-scales (the k-quants, iq4_xs, iq4_xsh, iq3_s).
+
+    refit_scales moves a super-block's f16 d (and dmin) only, its integer
+    sub-scales as quantized: on the widened SmolLM2 that leaves iq4_xs's
+    q_proj at 0.80x gptq's error, where refitting the sub-scales too gives
+    0.70x (docs/quality.md). Each sub-block's values are linear in its scale
+    (and min) with the codes held (SubScales), so per row and window of
+    SUB_WINDOW unknowns (whole super-blocks), against the row's current
+    residual r:
+      1. the fields as real numbers: (G + λ) Δ = c, c = B H rᵀ (G = B H Bᵀ);
+      2. the type's integers and super-scales fitted to them (fit_levels);
+      3. each super-scale times the factor that fits best with the integers
+         held (the same G, projected), rounded to f16;
+      4. the window's bytes kept only if their change δ of the fields lowers
+         the error, δ G δᵀ − 2 δ c < 0: exact, so no row ends worse.
+    Windows run left to right (Gauss-Seidel; SUB_SWEEPS passes where a row
+    has more than one), H rᵀ kept up to date between them. The work is one
+    product of the rows by H plus G's upper half per window: about
+    refit_scales' own."""
+    rows, cols = w.shape
+    if qr.scales is not None or cols % scheme.block_elems:
+        return qr
+    nblk = cols // scheme.block_elems
+    out = qr.rows.reshape(rows, nblk, -1).copy()
+    bb = out.shape[2]
+    sub = scheme.sub_scale_fields(out.reshape(rows * nblk, bb))
+    if sub is None:
+        return qr
+    bw = sub.width
+    nf, ns = sub.values.shape[1:]
+    offs = [o for _n, o in scheme.F16_FIELDS]
+    if len(offs) != nf:
+        raise IEError(f"{scheme.name}: {nf} sub-scale fields but {len(offs)} f16 super-scales")
+    nb = nblk * ns  # sub-blocks per row
+
+    def by_row(a: np.ndarray, r: int) -> np.ndarray:  # [r × blocks, nf, ns, ...] -> [r, nf, blocks × ns, ...]
+        a = a.reshape(r, -1, nf, ns, *a.shape[3:]).swapaxes(1, 2)
+        return a.reshape(r, nf, -1, *a.shape[4:])
+
+    basis = by_row(sub.basis, rows).astype(np.float64)
+    s = by_row(sub.values, rows).astype(np.float64)
+    h = np.asarray(h, np.float64)
+    hr = (np.asarray(w, np.float64) - np.einsum("rfbk,rfb->rbk", basis, s).reshape(rows, cols)) @ h  # H rᵀ per row
+    per = max(1, SUB_WINDOW // (nf * ns)) * ns  # sub-blocks per window
+    windows = [(a, min(nb, a + per)) for a in range(0, nb, per)]
+    order = windows if len(windows) == 1 else windows * SUB_SWEEPS
+    for i, (a0, a1) in enumerate(order):
+        k, c0, c1, b0, b1 = a1 - a0, a0 * bw, a1 * bw, a0 // ns, a1 // ns
+        n, m = nf * k, nf * (b1 - b0)  # unknowns: sub-block fields, super-scales
+        rstep = max(1, min(rows, REFIT_BYTES // (8 * max(n * n, nf * (c1 - c0)))))
+        hw = h[c0:c1, c0:c1].astype(np.float32).reshape(k, bw, k, bw)
+        for r0 in range(0, rows, rstep):
+            r1 = min(rows, r0 + rstep)
+            nr = r1 - r0
+            v = basis[r0:r1, :, a0:a1]  # [r, nf, k, bw]
+            g = _window_gram(v, hw)
+            c = np.einsum("rfbk,rbk->rfb", v, hr[r0:r1, c0:c1].reshape(nr, k, bw)).reshape(nr, n)
+            cur = s[r0:r1, :, a0:a1].reshape(nr, n).copy()  # s changes below
+
+            def fields(by):  # the window's fields as bytes ``by`` [r × super-blocks, bb] store them
+                return by_row(scheme.sub_scale_fields(by).values, nr).astype(np.float64).reshape(nr, n)
+
+            def rescaled(by, vals):  # ``by`` with each f16 super-scale times the factor that fits best, integers held
+                lift = np.zeros((nr, nf, k, nf, k // ns))
+                for f in range(nf):
+                    lift[:, f, :, f] = vals.reshape(nr, nf, k)[:, f, :, None] * np.repeat(np.eye(k // ns), ns, axis=0)
+                lift = lift.reshape(nr, n, m)
+                lg = lift.transpose(0, 2, 1) @ g  # [r, m, n]
+                alpha = 1 + _ridge_solve(lg @ lift, np.einsum("rmi,ri->rm", lift.transpose(0, 2, 1), c)
+                                         + np.einsum("rmj,rj->rm", lg, cur - vals))
+                by = by.reshape(nr, b1 - b0, bb).copy()
+                for f, off in enumerate(offs):
+                    d16 = np.ascontiguousarray(by[:, :, off:off + 2]).view(np.float16)[..., 0].astype(np.float64)
+                    new = np.clip(d16 * alpha.reshape(nr, nf, b1 - b0)[:, f], -65504, 65504)
+                    by[:, :, off:off + 2] = np.where(np.isfinite(new), new, d16).astype(np.float16)[..., None].view(np.uint8)
+                return by.reshape(-1, bb)
+
+            blocks = out[r0:r1, b0:b1].reshape(-1, bb).copy()
+            x = cur + _ridge_solve(g, c)  # the fields as real numbers
+            enc = scheme.with_sub_scales(blocks, x.reshape(nr, nf, k // ns, ns).swapaxes(1, 2).reshape(-1, nf, ns))
+            # candidates: the new integers as fitted, and with their super-scales refitted; the old integers with theirs
+            best = np.zeros(nr)  # keeping the window as it is: no change
+            for by in (enc, rescaled(enc, fields(enc)), rescaled(blocks, cur)):
+                vals = fields(by)
+                d = vals - cur
+                e = np.einsum("ri,ri->r", (g @ d[..., None])[..., 0] - 2 * c, d)  # the error's change, δ G δᵀ − 2 δ c
+                take = np.isfinite(e) & np.isfinite(vals).all(axis=1) & (e < best)
+                best = np.where(take, e, best)
+                out[r0:r1, b0:b1][take] = by.reshape(nr, b1 - b0, bb)[take]
+                s[r0:r1, :, a0:a1][take] = vals[take].reshape(-1, nf, k)
+            step = s[r0:r1, :, a0:a1] - cur.reshape(nr, nf, k)
+            if i + 1 < len(order):  # H rᵀ after the step, for the windows still to come
+                hr[r0:r1] -= np.einsum("rfbk,rfb->rbk", v, step).reshape(nr, c1 - c0) @ h[c0:c1]
+    return QuantizedRows(out.reshape(rows, -1))
+
+
+def _window_gram(v: np.ndarray, hw: np.ndarray) -> np.ndarray:
+    """G [r, nf·k, nf·k] of a window: G[r, (f, a), (g, b)] = v[r, f, a] H_ab
+    v[r, g, b]ᵀ for bases v [r, nf, k, width] and the window's H as hw [k,
+    width, k, width]. The products run in float32 (the sub-blocks' GEMMs are
+    only width deep, so memory-bound in float64: half the time, the refit's
+    errors the same to three digits on the widened SmolLM2); b ≥ a only, G
+    being symmetric."""
+    nr, nf, k, bw = v.shape
+    v32 = v.astype(np.float32)
+    g = np.empty((nr, nf, k, nf, k))
+    for a in range(k):
+        u = (v32[:, :, a].reshape(-1, bw) @ hw[a, :, a:].reshape(bw, -1)).reshape(nr, nf, k - a, bw)
+        t = np.einsum("rfbj,rgbj->rfgb", u, v32[:, :, a:])
+        g[:, :, a, :, a:] = t
+        g[:, :, a + 1:, :, a] = t[..., 1:].transpose(0, 2, 3, 1)
+    return g.reshape(nr, nf * k, nf * k)
+
+
+def _ridge_solve(g: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """x with (g + λ) x = c per row (g [r, n, n] symmetric, λ RIDGE times its
+    mean diagonal); zero for a row whose system is singular even so."""
+    n = g.shape[1]
+    lam = RIDGE * np.maximum(np.trace(g, axis1=1, axis2=2) / n, 1e-30)
+    gr = g + lam[:, None, None] * np.eye(n)
+    try:
+        x = np.linalg.solve(gr, c[..., None])[..., 0]
+    except np.linalg.LinAlgError:  # some row singular: each on its own
+        x = np.zeros_like(c)
+        for r in range(len(g)):
+            try:
+                x[r] = np.linalg.solve(gr[r], c[r])
+            except np.linalg.LinAlgError:
+                pass
+    return np.where(np.isfinite(x).all(axis=1, keepdims=True), x, 0.0)

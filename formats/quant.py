@@ -493,6 +493,17 @@ class _Block(Scheme):
         blocks = self._blocks(w)
         return self._bound(blocks, self._raw_blocks(raw)).reshape(w.shape)
 
+    def sub_scale_fields(self, raw: np.ndarray) -> SubScales | None:
+        """The sub-block scales of blocks ``raw`` [n, block_bytes] (None: the
+        type has none; its f16 fields are gptq.refit_scales' alone)."""
+        return None
+
+    def with_sub_scales(self, raw: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """``raw`` with its sub-scale fields set to ``values`` [n, fields,
+        sub-blocks] as nearly as the type stores them (fit_levels: the
+        super-scales and integers), the codes as they are."""
+        raise NotImplementedError
+
 
 def _pack_fifth_bits(q: np.ndarray) -> np.ndarray:
     """[n, 32] codes 0..31 -> [n, 20]: qh (u32 LE, bit j = bit 4 of element j),
@@ -675,6 +686,43 @@ def _coded_by_max(v: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     return (top / np.float32(nmax)).astype(np.float32), codes
 
 
+class SubScales(NamedTuple):
+    """A super-block type's sub-block scales (and mins), as
+    gptq.refit_sub_scales refits them: each sub-block's dequantized values
+    are Σ_f values[f] × basis[f], with the codes held."""
+
+    width: int  # elements per sub-block
+    basis: np.ndarray  # [n, fields, sub-blocks, width]: what each field multiplies (the codes' values; −1 for a min)
+    values: np.ndarray  # [n, fields, sub-blocks]: the fields as stored (float32 products of the super-scale and an integer)
+
+
+FIT_FACTORS = np.linspace(0.8, 1.25, 19, dtype=np.float32)  # fit_levels: super-scales tried around the largest's
+
+
+def fit_levels(x: np.ndarray, lo: int, hi: int, odd: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Sub-scales x [n, k] (any floats) as a super-scale d [n] (f16-exact
+    float32) times integers l [n, k] in lo..hi (odd: the odd ones only, as
+    iq3_s's 1 + 2 s), of least Σ (x − d l)² among d = the largest |x| over
+    lo or hi (those of its sign) times FIT_FACTORS. Codes that a type keeps
+    fixed make the scales' best values no longer the quantizer's, so the
+    re-coding searches a little around the extreme rather than pinning it."""
+    x = np.asarray(x, np.float32)
+    top = x[np.arange(len(x)), np.abs(x).argmax(axis=1)] if x.size else np.zeros(len(x), np.float32)
+    best = (np.full(len(x), np.inf, np.float32), np.zeros(len(x), np.float32), np.zeros(x.shape, np.int32))
+    for end in {e for e in (lo, hi) if e != 0}:
+        for f in FIT_FACTORS:
+            with np.errstate(all="ignore"):
+                d = np.clip(top / np.float32(end) * f, -65504, 65504).astype(np.float16).astype(np.float32)
+                r = np.where(d[:, None] != 0, x / d[:, None], np.float32(0))
+            r = np.nan_to_num(r, nan=0.0, posinf=hi, neginf=lo)
+            l = 2 * np.rint((r - 1) / 2) + 1 if odd else np.rint(r)
+            l = np.clip(l, lo, hi).astype(np.int32)
+            e = np.square(x - d[:, None] * l).sum(axis=1)
+            take = e < best[0]
+            best = (np.where(take, e, best[0]), np.where(take, d, best[1]), np.where(take[:, None], l, best[2]))
+    return best[1], best[2]
+
+
 class _KQuant(_Block):
     """The k-quants whose one super-block quantizer takes the importance
     matrix's column means as they are (None without one) and adds its own
@@ -745,12 +793,18 @@ class Q4_K(_KQuant, weight_type="q4_k"):
         with np.errstate(divide="ignore", invalid="ignore"):
             again = np.clip(qs.nearest_int((sub + sm) / sd), 0, self.NMAX).astype(np.uint8)
         codes = np.where(sd != 0, again, codes).reshape(n, 8, self.SUB)
-        packed = np.empty((n, 12), np.uint8)
+        return np.concatenate([d16.reshape(n, 1).view(np.uint8), m16.reshape(n, 1).view(np.uint8),
+                               self._pack_sub(ls, lm), self._pack_codes(codes)], axis=1)
+
+    @staticmethod
+    def _pack_sub(ls: np.ndarray, lm: np.ndarray) -> np.ndarray:
+        """6-bit sub-scales and sub-mins [n, 8] (0..63) -> their 12 bytes."""
+        ls, lm = ls.astype(np.uint8), lm.astype(np.uint8)
+        packed = np.empty((ls.shape[0], 12), np.uint8)
         packed[:, 0:4] = ls[:, :4] | ((ls[:, 4:] >> 4) << 6)
         packed[:, 4:8] = lm[:, :4] | ((lm[:, 4:] >> 4) << 6)
         packed[:, 8:12] = (ls[:, 4:] & 0xF) | ((lm[:, 4:] & 0xF) << 4)
-        return np.concatenate([d16.reshape(n, 1).view(np.uint8), m16.reshape(n, 1).view(np.uint8),
-                               packed, self._pack_codes(codes)], axis=1)
+        return packed
 
     @staticmethod
     def _pack_codes(codes: np.ndarray) -> np.ndarray:
@@ -779,6 +833,19 @@ class Q4_K(_KQuant, weight_type="q4_k"):
     def _dequantize_blocks(self, raw):
         s, m = self.sub_params(raw)
         return (s[..., None] * self._sub_codes(raw).astype(np.float32) - m[..., None]).reshape(-1, 256)
+
+    def sub_scale_fields(self, raw):
+        codes = self._sub_codes(raw).astype(np.float32)
+        return SubScales(self.SUB, np.stack([codes, np.full_like(codes, -1)], axis=1), np.stack(self.sub_params(raw), 1))
+
+    def with_sub_scales(self, raw, values):
+        d, ls = fit_levels(values[:, 0], 0, 63)
+        dmin, lm = fit_levels(values[:, 1], 0, 63)
+        out = raw.copy()
+        out[:, 0:2] = d.astype(np.float16)[:, None].view(np.uint8)
+        out[:, 2:4] = dmin.astype(np.float16)[:, None].view(np.uint8)
+        out[:, 4:16] = self._pack_sub(ls, lm)
+        return out
 
     def _bound(self, b, raw):
         # The codes are chosen for the sub-scale and sub-min as stored; a 6-bit
@@ -891,6 +958,17 @@ class Q6_K(_Block, weight_type="q6_k"):
         q = self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32) - np.float32(32)
         return (s[..., None] * q).reshape(-1, 256)
 
+    def sub_scale_fields(self, raw):
+        q = self.codes(raw).reshape(-1, 1, 16, self.SUB).astype(np.float32) - np.float32(32)
+        return SubScales(self.SUB, q, self.sub_scales(raw)[:, None])
+
+    def with_sub_scales(self, raw, values):
+        d, sc = fit_levels(values[:, 0], -128, 127)
+        out = raw.copy()
+        out[:, 192:208] = sc.astype(np.int8).view(np.uint8)
+        out[:, 208:210] = d.astype(np.float16)[:, None].view(np.uint8)
+        return out
+
     def _bound(self, b, raw):
         # codes chosen for d × sc_j as stored: the nearest of the clamped grid, up to x / step's f32 rounding
         s = self.sub_scales(raw)[..., None]
@@ -949,11 +1027,17 @@ class Q3_K(_KQuant, weight_type="q3_k"):
         hmask = np.zeros((n, 32), np.uint8)
         for h in range(8):
             hmask |= ((codes[:, 32 * h:32 * h + 32] >> 2) & 1) << h
-        packed = np.zeros((n, 12), np.uint8)
+        return np.concatenate([hmask, _pack_pairs(codes & 3), self._pack_sub(ls), d16[:, None].view(np.uint8)], axis=1)
+
+    @staticmethod
+    def _pack_sub(ls: np.ndarray) -> np.ndarray:
+        """Sub-scales l_j [n, 16] (0..63, l_j − 32 the multiplier) -> their 12 bytes."""
+        ls = ls.astype(np.uint8)
+        packed = np.zeros((ls.shape[0], 12), np.uint8)
         packed[:, :8] = (ls[:, :8] & 0xF) | ((ls[:, 8:] & 0xF) << 4)
         for j in range(16):
             packed[:, 8 + j % 4] |= (ls[:, j] >> 4) << (2 * (j // 4))
-        return np.concatenate([hmask, _pack_pairs(codes & 3), packed, d16[:, None].view(np.uint8)], axis=1)
+        return packed
 
     @staticmethod
     def sub_scales(raw: np.ndarray) -> np.ndarray:
@@ -974,6 +1058,17 @@ class Q3_K(_KQuant, weight_type="q3_k"):
     def _dequantize_blocks(self, raw):
         q = self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32) - np.float32(4)
         return (self.sub_scales(raw)[..., None] * q).reshape(-1, 256)
+
+    def sub_scale_fields(self, raw):
+        q = self.codes(raw).reshape(-1, 1, 16, self.SUB).astype(np.float32) - np.float32(4)
+        return SubScales(self.SUB, q, self.sub_scales(raw)[:, None])
+
+    def with_sub_scales(self, raw, values):
+        d, ls = fit_levels(values[:, 0], -32, 31)
+        out = raw.copy()
+        out[:, 96:108] = self._pack_sub(ls + 32)
+        out[:, 108:110] = d.astype(np.float16)[:, None].view(np.uint8)
+        return out
 
     def _bound(self, b, raw):
         # codes chosen for d × (l_j − 32) as stored: the nearest of the clamped grid, up to x / step's f32 rounding
@@ -1049,6 +1144,19 @@ class Q2_K(_KQuant, weight_type="q2_k"):
         s, m = self.sub_params(raw)
         q = self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32)
         return (s[..., None] * q - m[..., None]).reshape(-1, 256)
+
+    def sub_scale_fields(self, raw):
+        q = self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32)
+        return SubScales(self.SUB, np.stack([q, np.full_like(q, -1)], axis=1), np.stack(self.sub_params(raw), 1))
+
+    def with_sub_scales(self, raw, values):
+        d, ls = fit_levels(values[:, 0], 0, 15)
+        dmin, lm = fit_levels(values[:, 1], 0, 15)
+        out = raw.copy()
+        out[:, :16] = (ls | (lm << 4)).astype(np.uint8)
+        out[:, 80:82] = d.astype(np.float16)[:, None].view(np.uint8)
+        out[:, 82:84] = dmin.astype(np.float16)[:, None].view(np.uint8)
+        return out
 
     def _bound(self, b, raw):
         # codes chosen for the sub-scale and sub-min as stored, up to (x + min) / scale's f32 rounding
@@ -1175,8 +1283,21 @@ class IQ4_XS(_IQ4, weight_type="iq4_xs"):
         return (_Block._f16(raw, 0) * (ls - 32).astype(np.float32)).astype(np.float32)
 
     def _dequantize_blocks(self, raw):
-        q = _unpack_nibbles(raw[:, 8:]).reshape(-1, 8, self.SUB)
-        return (self.sub_scales(raw)[..., None] * qs.IQ4_VALUES[q]).reshape(-1, 256)
+        return (self.sub_scales(raw)[..., None] * self._values(raw)).reshape(-1, 256)
+
+    def _values(self, raw: np.ndarray) -> np.ndarray:
+        """Each element's grid value [n, 8, 32], before its sub-block's scale."""
+        return qs.IQ4_VALUES[_unpack_nibbles(raw[:, 8:136]).reshape(-1, 8, self.SUB)]
+
+    def sub_scale_fields(self, raw):
+        return SubScales(self.SUB, self._values(raw)[:, None], IQ4_XS.sub_scales(raw)[:, None])
+
+    def with_sub_scales(self, raw, values):
+        d, ls = fit_levels(values[:, 0], -32, 31)
+        out = raw.copy()
+        out[:, 0:2] = d.astype(np.float16)[:, None].view(np.uint8)
+        out[:, 2:8] = IQ4_XS.pack_sub_scales(ls)
+        return out
 
     def _bound(self, b, raw):
         # codes chosen for d × l_j with d before f16 rounding: |l_j| ≤ 32 of its half ulp per grid step
@@ -1269,9 +1390,15 @@ class IQ4_XSH(_IQ4, weight_type="iq4_xsh"):
         return bits.astype(np.float32) * np.float32(qs.IQ4_SHIFT)
 
     def _dequantize_blocks(self, raw):
+        return (IQ4_XS.sub_scales(raw)[..., None] * self._values(raw)).reshape(-1, 256)
+
+    def _values(self, raw: np.ndarray) -> np.ndarray:
+        """Each element's value on its sub-block's grid [n, 8, 32], before the sub-block's scale."""
         q = _unpack_nibbles(raw[:, 8:self.SHIFTS]).reshape(-1, 8, self.SUB)
-        values = qs.IQ4_VALUES[q] + self.shifts(raw)[..., None]
-        return (IQ4_XS.sub_scales(raw)[..., None] * values).reshape(-1, 256)
+        return qs.IQ4_VALUES[q] + self.shifts(raw)[..., None]
+
+    sub_scale_fields = IQ4_XS.sub_scale_fields  # the same sub-scale bytes, its own values
+    with_sub_scales = IQ4_XS.with_sub_scales
 
     def _bound(self, b, raw):
         # codes the nearest on the sub-block's grid for the scale as stored: |x − s (v + sh)| = |(x − s sh) − s v|
@@ -1334,7 +1461,13 @@ class IQ3_S(_SigmaWeighted, weight_type="iq3_s"):
         qh = ((idx >> 8).astype(np.uint8) << bits).sum(axis=2, dtype=np.uint8)
         signs = ((b < 0).reshape(n, 32, 8).astype(np.uint8) << bits).sum(axis=2, dtype=np.uint8)
         return np.concatenate([d16[:, None].view(np.uint8), (idx & 0xFF).astype(np.uint8).reshape(n, 64), qh, signs,
-                               s[:, 0::2] | (s[:, 1::2] << 4)], axis=1)
+                               self._pack_sub(s)], axis=1)
+
+    @staticmethod
+    def _pack_sub(s: np.ndarray) -> np.ndarray:
+        """4-bit sub-scales s_j [n, 8] -> their 4 bytes."""
+        s = s.astype(np.uint8)
+        return s[:, 0::2] | (s[:, 1::2] << 4)
 
     @staticmethod
     def _times_sub(d: np.ndarray, s: np.ndarray) -> np.ndarray:
@@ -1347,12 +1480,25 @@ class IQ3_S(_SigmaWeighted, weight_type="iq3_s"):
         return self._times_sub(self._f16(raw, 0)[:, 0], np.stack([sc & 0xF, sc >> 4], axis=2).reshape(-1, 8))
 
     def _dequantize_blocks(self, raw):
+        return (self.sub_scales(raw)[..., None] * self._values(raw)).reshape(-1, 256)
+
+    def _values(self, raw: np.ndarray) -> np.ndarray:
+        """Each element's signed codebook value [n, 8, 32], before its sub-block's scale."""
         bits = np.arange(8, dtype=np.uint8)
         high = (raw[:, self.QH:self.QH + 8, None] >> bits) & 1  # [n, 8 sub-blocks, 8 tuples]
         idx = raw[:, self.QS:self.QS + 64].astype(np.int32) | (high.reshape(-1, 64).astype(np.int32) << 8)
-        neg = ((raw[:, self.SIGNS:self.SIGNS + 32, None] >> bits) & 1).reshape(-1, 256)
-        mag = iq3s_grid.grid()[idx].reshape(-1, 8, self.SUB)
-        return ((self.sub_scales(raw)[..., None] * mag).reshape(-1, 256) * np.where(neg != 0, np.float32(-1), np.float32(1)))
+        neg = ((raw[:, self.SIGNS:self.SIGNS + 32, None] >> bits) & 1).reshape(-1, 8, self.SUB)
+        return iq3s_grid.grid()[idx].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1), np.float32(1))
+
+    def sub_scale_fields(self, raw):
+        return SubScales(self.SUB, self._values(raw)[:, None], self.sub_scales(raw)[:, None])
+
+    def with_sub_scales(self, raw, values):
+        d, m = fit_levels(values[:, 0], 1, 31, odd=True)  # the multipliers 1 + 2 s_j
+        out = raw.copy()
+        out[:, 0:2] = d.astype(np.float16)[:, None].view(np.uint8)
+        out[:, self.SCALES:self.SCALES + 4] = self._pack_sub((m - 1) // 2)
+        return out
 
     def _bound(self, b, raw):
         # a codebook entry is a compromise among its four weights: any magnitude 1..15 of the scale may be chosen

@@ -470,6 +470,100 @@ def test_refit_scales_is_the_least_squares_fit_of_an_explicit_system():
         assert np.allclose(m, want[8:], rtol=2e-3, atol=1e-6), (m, want[8:])
 
 
+# The bytes of each sub-scale type's block that hold scales (its f16 super-scales and sub-scales):
+# refit_sub_scales may change these and nothing else.
+SCALE_BYTES = {"q4_k": range(0, 16), "q5_k": range(0, 16), "q6_k": range(192, 210), "q3_k": range(96, 110),
+               "q2_k": [*range(0, 16), *range(80, 84)], "iq4_xs": range(0, 8), "iq4_xsh": range(0, 8),
+               "iq3_s": [0, 1, *range(106, 110)]}
+
+
+def _row_errors(w, h, scheme, p, q):
+    d = scheme.dequantize_rows(q, w.shape[1], p).astype(np.float64) - w
+    return np.einsum("ij,jk,ik->i", d, h, d)
+
+
+@pytest.mark.parametrize("name", sorted(SCALE_BYTES))
+def test_sub_scale_fields_are_what_dequantization_multiplies(name):
+    """Each type's SubScales, as refit_sub_scales reads them: the dequantized
+    values are the fields times their bases, exactly (float32), and
+    with_sub_scales of the fields as they are keeps the codes' bytes."""
+    w, _h = _problem(rows=8, cols=512, seed=3)
+    scheme, p = SCHEMES[name], selection_params({"scheme": name})
+    raw = scheme.quantize_rows(w, p, "t").rows.reshape(-1, scheme.block_bytes)
+    sub = scheme.sub_scale_fields(raw)
+    nf = sub.values.shape[1]
+    got = sub.values[:, 0, :, None] * sub.basis[:, 0]
+    if nf == 2:  # a min: its basis is −1
+        assert np.all(sub.basis[:, 1] == -1)
+        got = got + sub.values[:, 1, :, None] * sub.basis[:, 1]
+    assert np.array_equal(got.reshape(raw.shape[0], -1), scheme.dequantize(raw, 8, 512, p).reshape(raw.shape[0], -1))
+    again = scheme.with_sub_scales(raw, sub.values)
+    codes = np.setdiff1d(np.arange(scheme.block_bytes), SCALE_BYTES[name])
+    assert np.array_equal(again[:, codes], raw[:, codes])
+
+
+@pytest.mark.parametrize("lo, hi, odd", [(0, 63, False), (-32, 31, False), (-128, 127, False), (0, 15, False),
+                                         (1, 31, True)])
+def test_fit_levels_codes_sub_scales_within_their_range(lo, hi, odd):
+    """fit_levels: integers in lo..hi (odd ones only for iq3_s's 1 + 2 s),
+    d exact in f16, and an error no larger than coding against the largest
+    value alone (d = its value / the range's end), which its search includes."""
+    from iekit.formats.quant import fit_levels
+    rng = np.random.default_rng(abs(lo) + hi)
+    x = (rng.standard_normal((500, 8)) * np.exp(rng.standard_normal((500, 1)))).astype(np.float32)
+    if lo >= 0:
+        x = np.abs(x)
+    d, l = fit_levels(x, lo, hi, odd)
+    assert l.min() >= lo and l.max() <= hi
+    if odd:
+        assert np.all(l % 2 == 1)
+    assert np.array_equal(d, d.astype(np.float16).astype(np.float32))
+    top = x[np.arange(500), np.abs(x).argmax(axis=1)]
+    plain = np.inf
+    for end in {lo, hi} - {0}:
+        d0 = (top / np.float32(end)).astype(np.float16).astype(np.float32)
+        r = x / d0[:, None]
+        l0 = np.clip(2 * np.rint((r - 1) / 2) + 1 if odd else np.rint(r), lo, hi)
+        plain = np.minimum(plain, np.square(x - d0[:, None] * l0).sum(axis=1))
+    assert np.all(np.square(x - d[:, None] * l).sum(axis=1) <= plain * (1 + 1e-6) + 1e-30)
+
+
+@pytest.mark.parametrize("window, sweeps", [(gptq.SUB_WINDOW, gptq.SUB_SWEEPS), (16, 2)])
+@pytest.mark.parametrize("name", sorted(SCALE_BYTES))
+def test_refit_sub_scales_beats_refit_scales_and_no_row_grows(name, window, sweeps, monkeypatch):
+    """With the sub-scales refitted too, no row's error under H grows (each
+    window's change is kept only where its exact effect lowers the error:
+    with windows of one super-block or less and two sweeps, the H rᵀ kept
+    between windows is tested too), the matrix's error is at most
+    refit_scales' (the d-only refit, which one window includes) and well
+    below gptq's own, and only scale bytes change."""
+    monkeypatch.setattr(gptq, "SUB_WINDOW", window)
+    monkeypatch.setattr(gptq, "SUB_SWEEPS", sweeps)
+    w, h = _problem(rows=24, cols=1024, seed=5)
+    scheme, p = SCHEMES[name], selection_params({"scheme": name})
+    qr = gptq.quantize(w, h, scheme, p, refit=False)[0]
+    new = gptq.refit_to_codes(w, h, qr, scheme, p)
+    before, after = _row_errors(w, h, scheme, p, qr), _row_errors(w, h, scheme, p, new)
+    assert np.all(after <= before * (1 + 1e-9)), (after / before).max()
+    assert after.sum() < 0.97 * before.sum(), after.sum() / before.sum()
+    if window == gptq.SUB_WINDOW:
+        d_only = _row_errors(w, h, scheme, p, gptq.refit_scales(w, h, qr, scheme, p))
+        assert after.sum() <= d_only.sum() * (1 + 1e-9), (after.sum(), d_only.sum())
+    changed = _changed_bytes(qr.rows, new.rows, scheme.block_bytes)
+    assert changed and changed <= set(SCALE_BYTES[name]), changed
+
+
+def test_refit_is_refit_scales_for_types_without_sub_scales():
+    """q4_0 and int4w have no sub-scales: gptq.refit_to_codes is refit_scales, byte for byte."""
+    w, h = _problem(rows=8, cols=256, seed=2)
+    for sel in ({"scheme": "q4_0"}, {"scheme": "int4w", "group_size": 64}):
+        scheme, p = SCHEMES[sel["scheme"]], selection_params(sel)
+        qr = gptq.quantize(w, h, scheme, p, refit=False)[0]
+        a, b = gptq.refit_to_codes(w, h, qr, scheme, p), gptq.refit_scales(w, h, qr, scheme, p)
+        assert np.array_equal(a.rows, b.rows)
+        assert (a.scales is None and b.scales is None) or np.array_equal(a.scales, b.scales)
+
+
 def test_gptq_refit_scales_option(wide, tmp_path):
     """ieconv gptq refits by default: against --no-refit-scales the same
     size, the q4_0 codes byte for byte (only each block's d moved), and
