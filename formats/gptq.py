@@ -292,27 +292,14 @@ def refit_scales(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Scheme
         basis[:, k] = scheme.dequantize_rows(q, cols, p)
     rhs = np.einsum("rfbk,rbk->rfb", basis.reshape(rows, nf, nb, bw),
                     (np.asarray(w, np.float64) @ h).reshape(rows, nb, bw)).reshape(rows, n)
-    hb = h.reshape(nb, bw, cols)
+    hb = h.reshape(nb, bw, nb, bw)
     rstep = max(1, min(rows, REFIT_BYTES // (8 * max(n * n, nf * cols))))
     s = np.stack([f.get() for f in fields], 1).reshape(rows, n)  # the fields as quantized, replaced row by row
     for r0 in range(0, rows, rstep):
         r1 = min(rows, r0 + rstep)
-        v = basis[r0:r1].reshape(r1 - r0, nf, nb, bw)
-        g = np.empty((r1 - r0, nf, nb, nf, nb))
-        for a in range(nb):  # G[r, f, a, f', b] = basis_f[r, a] H[a, b] basis_f'[r, b]ᵀ, b ≥ a by one GEMM; G symmetric
-            u = (v[:, :, a].reshape(-1, bw) @ hb[a, :, a * bw:]).reshape(r1 - r0, nf, nb - a, bw)
-            t = np.einsum("rfbk,rgbk->rfgb", u, v[:, :, a:])
-            g[:, :, a, :, a:] = t
-            g[:, :, a + 1:, :, a] = t[..., 1:].transpose(0, 2, 3, 1)
-        g = g.reshape(r1 - r0, n, n)
+        g = _window_gram(basis[r0:r1].reshape(r1 - r0, nf, nb, bw), hb)
         s0, c = s[r0:r1].copy(), rhs[r0:r1]
-        lam = RIDGE * np.maximum(np.trace(g, axis1=1, axis2=2) / n, 1e-30)[:, None]
-        gr = g.copy()
-        gr[:, np.arange(n), np.arange(n)] += lam
-        try:
-            x = np.linalg.solve(gr, (c + lam * s0)[..., None])[..., 0]
-        except np.linalg.LinAlgError:  # not positive definite even with the ridge: the scales as quantized
-            continue
+        x = s0 + _ridge_solve(g, c - np.einsum("rij,rj->ri", g, s0))  # the ridge pulls toward the fields as quantized
         x = np.stack([f.stored(y) for f, y in zip(fields, x.reshape(r1 - r0, nf, nb).transpose(1, 0, 2))], 1)
         x = x.reshape(r1 - r0, n)  # what the file will hold
 
@@ -393,7 +380,8 @@ def refit_sub_scales(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Sc
             def fields(by):  # the window's fields as bytes ``by`` [r × super-blocks, bb] store them
                 return by_row(scheme.sub_scale_fields(by).values, nr).astype(np.float64).reshape(nr, n)
 
-            def rescaled(by, vals):  # ``by`` with each f16 super-scale times the factor that fits best, integers held
+            def rescaled(by, vals):  # ``by`` with each f16 super-scale times the factor that fits best, integers
+                # held, and its fields
                 lift = np.zeros((nr, nf, k, nf, k // ns))
                 for f in range(nf):
                     lift[:, f, :, f] = vals.reshape(nr, nf, k)[:, f, :, None] * np.repeat(np.eye(k // ns), ns, axis=0)
@@ -404,17 +392,18 @@ def refit_sub_scales(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Sc
                 by = by.reshape(nr, b1 - b0, bb).copy()
                 for f, off in enumerate(offs):
                     d16 = np.ascontiguousarray(by[:, :, off:off + 2]).view(np.float16)[..., 0].astype(np.float64)
-                    new = np.clip(d16 * alpha.reshape(nr, nf, b1 - b0)[:, f], -65504, 65504)
-                    by[:, :, off:off + 2] = np.where(np.isfinite(new), new, d16).astype(np.float16)[..., None].view(np.uint8)
-                return by.reshape(-1, bb)
+                    new = d16 * alpha.reshape(nr, nf, b1 - b0)[:, f]
+                    by[:, :, off:off + 2] = _as(np.float16)(np.where(np.isfinite(new), new, d16))[..., None].view(np.uint8)
+                by = by.reshape(-1, bb)
+                return by, fields(by)
 
             blocks = out[r0:r1, b0:b1].reshape(-1, bb).copy()
             x = cur + _ridge_solve(g, c)  # the fields as real numbers
             enc = scheme.with_sub_scales(blocks, x.reshape(nr, nf, k // ns, ns).swapaxes(1, 2).reshape(-1, nf, ns))
             # candidates: the new integers as fitted, and with their super-scales refitted; the old integers with theirs
             best = np.zeros(nr)  # keeping the window as it is: no change
-            for by in (enc, rescaled(enc, fields(enc)), rescaled(blocks, cur)):
-                vals = fields(by)
+            fit = fields(enc)
+            for by, vals in ((enc, fit), rescaled(enc, fit), rescaled(blocks, cur)):
                 d = vals - cur
                 e = np.einsum("ri,ri->r", (g @ d[..., None])[..., 0] - 2 * c, d)  # the error's change, δ G δᵀ − 2 δ c
                 take = np.isfinite(e) & np.isfinite(vals).all(axis=1) & (e < best)
@@ -428,18 +417,19 @@ def refit_sub_scales(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Sc
 
 
 def _window_gram(v: np.ndarray, hw: np.ndarray) -> np.ndarray:
-    """G [r, nf·k, nf·k] of a window: G[r, (f, a), (g, b)] = v[r, f, a] H_ab
-    v[r, g, b]ᵀ for bases v [r, nf, k, width] and the window's H as hw [k,
-    width, k, width]. The products run in float32 (the sub-blocks' GEMMs are
-    only width deep, so memory-bound in float64: half the time, the refit's
-    errors the same to three digits on the widened SmolLM2); b ≥ a only, G
-    being symmetric."""
+    """G [r, nf·k, nf·k] of a window of k blocks: G[r, (f, a), (g, b)] =
+    v[r, f, a] H_ab v[r, g, b]ᵀ for bases v [r, nf, k, width] and the
+    window's H as hw [k, width, k, width], one GEMM per block a for the
+    blocks b ≥ a (G is symmetric). The products run in hw's dtype:
+    refit_sub_scales passes float32 (its sub-blocks' GEMMs are only 16 or 32
+    deep, so memory-bound in float64: half the time, the refit's errors the
+    same to three digits on the widened SmolLM2)."""
     nr, nf, k, bw = v.shape
-    v32 = v.astype(np.float32)
+    v = v.astype(hw.dtype)
     g = np.empty((nr, nf, k, nf, k))
     for a in range(k):
-        u = (v32[:, :, a].reshape(-1, bw) @ hw[a, :, a:].reshape(bw, -1)).reshape(nr, nf, k - a, bw)
-        t = np.einsum("rfbj,rgbj->rfgb", u, v32[:, :, a:])
+        u = (v[:, :, a].reshape(-1, bw) @ hw[a, :, a:].reshape(bw, -1)).reshape(nr, nf, k - a, bw)
+        t = np.einsum("rfbj,rgbj->rfgb", u, v[:, :, a:])
         g[:, :, a, :, a:] = t
         g[:, :, a + 1:, :, a] = t[..., 1:].transpose(0, 2, 3, 1)
     return g.reshape(nr, nf * k, nf * k)

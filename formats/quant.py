@@ -723,6 +723,20 @@ def fit_levels(x: np.ndarray, lo: int, hi: int, odd: bool = False) -> tuple[np.n
     return best[1], best[2]
 
 
+class _ScaledValues:
+    """A mixin for the types whose element is its sub-block's scale times a
+    value its code names (q6_k, q3_k: the code less an offset; iq4_xs,
+    iq4_xsh: a grid value; iq3_s: a signed codebook value): given
+    ``sub_scales`` and ``_values`` [n, sub-blocks, SUB], dequantization and
+    the SubScales gptq refits follow from the two."""
+
+    def _dequantize_blocks(self, raw):
+        return (self.sub_scales(raw)[..., None] * self._values(raw)).reshape(raw.shape[0], -1)
+
+    def sub_scale_fields(self, raw):
+        return SubScales(self.SUB, self._values(raw)[:, None], self.sub_scales(raw)[:, None])
+
+
 class _KQuant(_Block):
     """The k-quants whose one super-block quantizer takes the importance
     matrix's column means as they are (None without one) and adds its own
@@ -887,7 +901,7 @@ class Q5_K(Q4_K, weight_type="q5_k"):
         return np.concatenate([q & 0xF, q >> 4], axis=2).reshape(-1, 8, 32) | (hi << 4)
 
 
-class Q6_K(_Block, weight_type="q6_k"):
+class Q6_K(_ScaledValues, _Block, weight_type="q6_k"):
     """llama.cpp's Q6_K: 256-element super-blocks of sixteen 16-element
     sub-blocks, w = (d × sc_j) × (q − 32) with 6-bit codes q, int8 sub-scales
     sc_j and one f16 d (stored last). A 128-element half keeps its codes'
@@ -953,14 +967,8 @@ class Q6_K(_Block, weight_type="q6_k"):
         lo = np.concatenate([ql & 0xF, ql >> 4], axis=2).reshape(-1, 256)  # quarters 0, 1, 2, 3
         return lo | (_unpack_pairs(raw[:, 128:192]) << 4)
 
-    def _dequantize_blocks(self, raw):
-        s = self.sub_scales(raw)
-        q = self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32) - np.float32(32)
-        return (s[..., None] * q).reshape(-1, 256)
-
-    def sub_scale_fields(self, raw):
-        q = self.codes(raw).reshape(-1, 1, 16, self.SUB).astype(np.float32) - np.float32(32)
-        return SubScales(self.SUB, q, self.sub_scales(raw)[:, None])
+    def _values(self, raw: np.ndarray) -> np.ndarray:
+        return self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32) - np.float32(32)
 
     def with_sub_scales(self, raw, values):
         d, sc = fit_levels(values[:, 0], -128, 127)
@@ -976,7 +984,7 @@ class Q6_K(_Block, weight_type="q6_k"):
         return _grid_bound(x, s, -32, 31, np.float32(0), np.float32(2**-21) * np.abs(x))
 
 
-class Q3_K(_KQuant, weight_type="q3_k"):
+class Q3_K(_ScaledValues, _KQuant, weight_type="q3_k"):
     """llama.cpp's Q3_K: 256-element super-blocks of sixteen 16-element
     sub-blocks, w = (d × (l_j − 32)) × (q − 4) with 3-bit codes q, 6-bit
     sub-scales l_j and one f16 d: 3.4375 bits per weight. Byte layout: hmask
@@ -1055,13 +1063,8 @@ class Q3_K(_KQuant, weight_type="q3_k"):
         high = (raw[:, None, :32] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1  # [n, 8 (32-element runs), 32]
         return _unpack_pairs(raw[:, 32:96]) | (high.reshape(-1, 256) << 2)
 
-    def _dequantize_blocks(self, raw):
-        q = self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32) - np.float32(4)
-        return (self.sub_scales(raw)[..., None] * q).reshape(-1, 256)
-
-    def sub_scale_fields(self, raw):
-        q = self.codes(raw).reshape(-1, 1, 16, self.SUB).astype(np.float32) - np.float32(4)
-        return SubScales(self.SUB, q, self.sub_scales(raw)[:, None])
+    def _values(self, raw: np.ndarray) -> np.ndarray:
+        return self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32) - np.float32(4)
 
     def with_sub_scales(self, raw, values):
         d, ls = fit_levels(values[:, 0], -32, 31)
@@ -1235,7 +1238,7 @@ class IQ4_NL(_IQ4, weight_type="iq4_nl"):
         return _table_bound(b, d16, np.float32(254) * _f16_half_ulp(d16))
 
 
-class IQ4_XS(_IQ4, weight_type="iq4_xs"):
+class IQ4_XS(_ScaledValues, _IQ4, weight_type="iq4_xs"):
     """llama.cpp's IQ4_XS: 256-element super-blocks of eight 32-element
     sub-blocks, w = d × (l_j − 32) × IQ4_VALUES[q] with a 6-bit sub-scale l_j
     (low nibbles in 4 bytes, high bit pairs in a u16) under one f16 d: the
@@ -1282,15 +1285,9 @@ class IQ4_XS(_IQ4, weight_type="iq4_xs"):
         ls = ((lo[:, j // 2] >> (4 * (j % 2))) & 0xF) | (((h[:, None] >> (2 * j)) & 3) << 4)
         return (_Block._f16(raw, 0) * (ls - 32).astype(np.float32)).astype(np.float32)
 
-    def _dequantize_blocks(self, raw):
-        return (self.sub_scales(raw)[..., None] * self._values(raw)).reshape(-1, 256)
-
     def _values(self, raw: np.ndarray) -> np.ndarray:
         """Each element's grid value [n, 8, 32], before its sub-block's scale."""
         return qs.IQ4_VALUES[_unpack_nibbles(raw[:, 8:136]).reshape(-1, 8, self.SUB)]
-
-    def sub_scale_fields(self, raw):
-        return SubScales(self.SUB, self._values(raw)[:, None], IQ4_XS.sub_scales(raw)[:, None])
 
     def with_sub_scales(self, raw, values):
         d, ls = fit_levels(values[:, 0], -32, 31)
@@ -1306,7 +1303,7 @@ class IQ4_XS(_IQ4, weight_type="iq4_xs"):
         return _table_bound(b.reshape(-1, 8, self.SUB), s, slack)
 
 
-class IQ4_XSH(_IQ4, weight_type="iq4_xsh"):
+class IQ4_XSH(_ScaledValues, _IQ4, weight_type="iq4_xsh"):
     """iq4_xs with a second grid: its 136 bytes, then one byte whose bit j
     moves sub-block j onto IQ4_VALUES + IQ4_SHIFT, w = d × (l_j − 32) ×
     (IQ4_VALUES[q] + 4 shift_j): 4.28125 bits per weight. Not a llama.cpp
@@ -1389,26 +1386,24 @@ class IQ4_XSH(_IQ4, weight_type="iq4_xsh"):
         bits = (raw[:, self.SHIFTS, None] >> np.arange(8, dtype=np.uint8)) & 1
         return bits.astype(np.float32) * np.float32(qs.IQ4_SHIFT)
 
-    def _dequantize_blocks(self, raw):
-        return (IQ4_XS.sub_scales(raw)[..., None] * self._values(raw)).reshape(-1, 256)
+    sub_scales = staticmethod(IQ4_XS.sub_scales)  # iq4_xs's bytes for d and the sub-scales
 
     def _values(self, raw: np.ndarray) -> np.ndarray:
         """Each element's value on its sub-block's grid [n, 8, 32], before the sub-block's scale."""
         q = _unpack_nibbles(raw[:, 8:self.SHIFTS]).reshape(-1, 8, self.SUB)
         return qs.IQ4_VALUES[q] + self.shifts(raw)[..., None]
 
-    sub_scale_fields = IQ4_XS.sub_scale_fields  # the same sub-scale bytes, its own values
     with_sub_scales = IQ4_XS.with_sub_scales
 
     def _bound(self, b, raw):
         # codes the nearest on the sub-block's grid for the scale as stored: |x − s (v + sh)| = |(x − s sh) − s v|
-        s = IQ4_XS.sub_scales(raw)[..., None]
+        s = self.sub_scales(raw)[..., None]
         moved = s * self.shifts(raw)[..., None]
         x = b.reshape(-1, 8, self.SUB) - moved
         return _table_bound(x, s, np.float32(2**-20) * np.abs(moved)).reshape(-1, 256)
 
 
-class IQ3_S(_SigmaWeighted, weight_type="iq3_s"):
+class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
     """llama.cpp's IQ3_S: 256-element super-blocks of eight 32-element
     sub-blocks; each four weights share a 9-bit index into the 512-entry
     codebook of odd magnitudes 1..15 (formats/iq3s_grid.py), each weight a
@@ -1479,9 +1474,6 @@ class IQ3_S(_SigmaWeighted, weight_type="iq3_s"):
         sc = raw[:, self.SCALES:self.SCALES + 4]
         return self._times_sub(self._f16(raw, 0)[:, 0], np.stack([sc & 0xF, sc >> 4], axis=2).reshape(-1, 8))
 
-    def _dequantize_blocks(self, raw):
-        return (self.sub_scales(raw)[..., None] * self._values(raw)).reshape(-1, 256)
-
     def _values(self, raw: np.ndarray) -> np.ndarray:
         """Each element's signed codebook value [n, 8, 32], before its sub-block's scale."""
         bits = np.arange(8, dtype=np.uint8)
@@ -1489,9 +1481,6 @@ class IQ3_S(_SigmaWeighted, weight_type="iq3_s"):
         idx = raw[:, self.QS:self.QS + 64].astype(np.int32) | (high.reshape(-1, 64).astype(np.int32) << 8)
         neg = ((raw[:, self.SIGNS:self.SIGNS + 32, None] >> bits) & 1).reshape(-1, 8, self.SUB)
         return iq3s_grid.grid()[idx].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1), np.float32(1))
-
-    def sub_scale_fields(self, raw):
-        return SubScales(self.SUB, self._values(raw)[:, None], self.sub_scales(raw)[:, None])
 
     def with_sub_scales(self, raw, values):
         d, m = fit_levels(values[:, 0], 1, 31, odd=True)  # the multipliers 1 + 2 s_j
