@@ -11,7 +11,8 @@ a row over 1, 2, 4 and 8 warps and (planar 4-bit) every row-group size R at
 batch 1, to check the defaults' choice.
 Prints one JSON line per case and a table last.
 
-    python benchmarks/cuda_gemv.py [--iters 30] [--sweep] [--json-out FILE]
+    python benchmarks/cuda_gemv.py [--iters 30] [--sweep] [--types q4_k,...] [--batches 1,4,8]
+                                   [--min-mb 512] [--json-out FILE]
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ TYPES = [("int4w-g32", "int4w", 32, True), ("int4w-g128", "int4w", 128, True), (
          ("q4_0", "q4_0", 0, True), ("q4_1", "q4_1", 0, True), ("q8_0", "q8_0", 0, True), ("bf16", "bf16", 0, True),
          ("f16", "f16", 0, True), ("f32", "f32", 0, True), ("q4_k", "q4_k", 0, True), ("q6_k", "q6_k", 0, True),
          ("q3_k", "q3_k", 0, True), ("q2_k", "q2_k", 0, True), ("iq3_s", "iq3_s", 0, True),
-         ("iq4_xsh", "iq4_xsh", 0, True)]
+         ("iq4_xsh", "iq4_xsh", 0, True), ("q5_k", "q5_k", 0, True), ("iq4_xs", "iq4_xs", 0, True),
+         ("iq4_nl", "iq4_nl", 0, True), ("mxfp4", "mxfp4", 0, True), ("q5_0", "q5_0", 0, True)]
+
+
+def positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
 
 
 def main() -> None:
@@ -37,6 +46,8 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="also time each warps-per-row split at batch 1")
     ap.add_argument("--batches", default="1,4,8")
     ap.add_argument("--types", default="", help="comma-separated labels to run (default: all)")
+    ap.add_argument("--min-mb", type=positive_int, default=512, metavar="MIB",
+                    help="weight copies per case together at least this many MiB (several times the L2)")
     ap.add_argument("--json-out")
     args = ap.parse_args()
     cuda.require("cuda_gemv.py")
@@ -53,7 +64,7 @@ def main() -> None:
                            ] if sweep else [(0, 0)]
                 for split, rpg in tunings:
                     r = cuda.bench_gemv(dtype=dtype, rows=rows, cols=cols, group_size=gs, symmetric=sym,
-                                        scale_dtype="f16", batch=batch, min_bytes=512 << 20, iters=args.iters,
+                                        scale_dtype="f16", batch=batch, min_bytes=args.min_mb << 20, iters=args.iters,
                                         split=split, rows_per_group=rpg)
                     gbps = r["weight_bytes"] / (r["ms_median"] * 1e-3) / 1e9
                     rec = {"type": label, "rows": rows, "cols": cols, "batch": batch, "split": split, "R": rpg,

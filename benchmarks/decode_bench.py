@@ -14,6 +14,9 @@ bench JSON lines as they are and one summary line. Everything lives in a
 temporary directory under out/, removed at the end unless --keep.
 
     python benchmarks/decode_bench.py [--threads 2] [--max-new 32] [--rounds 3] [--keep] [--no-llamacpp]
+                                      [--scheme int4w]
+
+``--scheme`` picks another type for the layer matrices (q4_k, iq4_xs, ...).
 
 With llama.cpp's ``llama-bench`` and ``llama-quantize`` (on PATH, in
 build/llamacpp/bin after ``make llamacpp``, or given with --llama-bench /
@@ -47,6 +50,8 @@ import time
 from pathlib import Path
 
 import llamacpp
+
+from iekit.formats import weight_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -160,6 +165,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--size", choices=("small", "large"), default="small")
+    ap.add_argument("--scheme", default="int4w", choices=weight_table.names(quantized=True),
+                    help="the layer matrices' weight type (ieconv q4-manifest --scheme); llama.cpp's reference stays Q4_0")
     ap.add_argument("--llama-bench", default=llamacpp.tool("llama-bench"), help=llamacpp.where("llama-bench"))
     ap.add_argument("--llama-quantize", default=llamacpp.tool("llama-quantize"), help=llamacpp.where("llama-quantize"))
     ap.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp reference")
@@ -177,11 +184,12 @@ def main() -> None:
         print(f"decode_bench: wrote {src_bytes / 1e6:.0f} MB f16 checkpoint in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)
         t0 = time.perf_counter()
-        run([str(bindir / "ieconv"), "q4-manifest", "--hf-dir", str(tmp / "hf"), "-o", str(tmp / "q4.json")])
+        run([str(bindir / "ieconv"), "q4-manifest", "--hf-dir", str(tmp / "hf"), "-o", str(tmp / "q4.json"),
+             "--scheme", args.scheme])
         run([str(bindir / "ieconv"), "hf-to-iebin", "-q", "--hf-dir", str(tmp / "hf"), "--out-dir", str(tmp / "iebin"),
              "--q4-map", str(tmp / "q4.json")])
         iebin_mb = (tmp / "iebin" / "model.ie.bin").stat().st_size / 1e6
-        print(f"decode_bench: converted to {iebin_mb:.0f} MB int4w IEBIN in {time.perf_counter() - t0:.1f} s",
+        print(f"decode_bench: converted to {iebin_mb:.0f} MB {args.scheme} IEBIN in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)
         q4_0 = llamacpp_q4_0(tmp, args.llama_quantize, args.threads) if with_llamacpp else None
         shutil.rmtree(tmp / "hf")  # not needed any more; frees the page cache for the run
@@ -205,7 +213,8 @@ def main() -> None:
               f"effective {last['effective_gbps']:.2f} GB/s, decode step p50 {last['latency_p50_ms']:.2f} ms, "
               f"prefill {last['prefill_ms']:.0f} ms")
         decode_tps = [r["decode_gbps"] * 1e3 / r["mb_per_token"] for r in recs]
-        ours = (f"decode_bench: ierun int4w g64: decode {statistics.median(decode_tps):.1f} tok/s, "
+        label = "int4w g64" if args.scheme == "int4w" else args.scheme
+        ours = (f"decode_bench: ierun {label}: decode {statistics.median(decode_tps):.1f} tok/s, "
                 f"{last['mb_per_token']:.1f} MB/token, {statistics.median(drf):.3f} of the roofline")
         if q4_0 is not None:
             ref = llamacpp_decode(q4_0, args.llama_bench, args.threads, args.max_new, args.rounds)

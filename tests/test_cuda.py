@@ -106,16 +106,25 @@ def test_device_gemv_matches_float64(v):
         assert y1.shape == (rows,)
 
 
+BLOCK_KINDS = ["q8_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q3_k", "q2_k", "iq4_nl", "iq4_xs", "iq4_xsh",
+               "iq3_s", "mxfp4"]
+
+
 @gpu
-@pytest.mark.parametrize("kind", ["int4w", "q4_0", "q4_1", "bf16", "f16", "f32", "q8_0"])
+@pytest.mark.parametrize("kind", ["int4w", "q4_0", "q4_1", "bf16", "f16", "f32"] + BLOCK_KINDS)
 def test_device_gemv_at_decode_shapes(kind):
-    """The shapes the kernels are tuned for (and the split over warps each picks)."""
+    """The shapes the kernels are tuned for (and the split over warps each
+    picks), at the batches decode (1) and prefill chunks (up to 8) use. For
+    the block types, rows of 88 and 448 spans end in a partial step of a
+    warp (32 spans) and a partial x tile, and 14336 columns split a row over
+    two warps."""
     rng = np.random.default_rng(9)
-    for rows, cols in ((512, 14336), (2048, 4096), (100, 8192)):
+    for rows, cols in ((512, 14336), (2048, 4096), (100, 8192), (37, 2816)):
         raw, wd, entry = make_weights(kind, rows, cols, rng, group_size=128)
-        x = rng.standard_normal((1, cols)).astype(np.float32)
-        y = kernels.gemv(raw, entry, x, device="cuda")
-        assert kernels.max_rel_error(y, x, wd.astype(np.float64)) <= 1e-5, (kind, rows, cols)
+        for b in (1, 2, 3, 8):
+            x = rng.standard_normal((b, cols)).astype(np.float32)
+            y = kernels.gemv(raw, entry, x, device="cuda")
+            assert kernels.max_rel_error(y, x, wd.astype(np.float64)) <= 1e-5, (kind, rows, cols, b)
 
 
 @gpu

@@ -163,11 +163,16 @@ IE_HD void iq3s_values(const uint8_t* blk, int j, int* out) {
 // nibbles (elements 0..15) and high nibbles (16..31) of 16 bytes. iq4_xs
 // super-blocks (d: f16, scales_h: u16, scales_l: 4 bytes, 128 code bytes)
 // give sub-block j the scale d * (l_j - 32), the f32 product ggml forms.
-// (The tables are function-local so device code can read them.)
-IE_HD constexpr int iq4_value(int q) {
-  constexpr int8_t kValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-  return kValues[q];
+// The 16-entry tables are two u64 words of int8 values, little-endian, so
+// that device code reads them from registers: an array indexed at run time
+// would be a per-thread copy in local memory on the GPU.
+IE_HD constexpr int table16(uint64_t lo, uint64_t hi, int q) {
+  return static_cast<int8_t>(((q < 8 ? lo : hi) >> (8 * (q & 7))) & 0xFF);
 }
+
+// kvalues_iq4nl: -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113
+IE_HD constexpr int iq4_value(int q) { return table16(0xF6EADDCFBFAD9881ull, 0x7159453526190D01ull, q); }
+static_assert(iq4_value(0) == -127 && iq4_value(7) == -10 && iq4_value(8) == 1 && iq4_value(15) == 113);
 
 IE_HD float iq4xs_scale(const uint8_t* blk, int j) {
   const int l = ((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((load_u16(blk + 2) >> (2 * j)) & 3) << 4);
@@ -185,10 +190,9 @@ IE_HD int iq4xsh_shift(const uint8_t* blk, int j) { return ((blk[kIq4xshShifts] 
 // mxfp4_value(q), the e2m1 values doubled so they are int8 (ggml's
 // kvalues_mxfp4) and the scale 2^(e - 127) halved to match: 2^(e - 128),
 // the subnormals 2^-128, 2^-127 for e = 0, 1.
-IE_HD constexpr int mxfp4_value(int q) {
-  constexpr int8_t kValues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-  return kValues[q];
-}
+// kvalues_mxfp4: 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
+IE_HD constexpr int mxfp4_value(int q) { return table16(0x0C08060403020100ull, 0xF4F8FAFCFDFEFF00ull, q); }
+static_assert(mxfp4_value(7) == 12 && mxfp4_value(8) == 0 && mxfp4_value(9) == -1 && mxfp4_value(15) == -12);
 
 IE_HD float e8m0_half(uint8_t e) {
   return f32_from_bits(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
@@ -324,11 +328,12 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
       const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
       const int i0 = static_cast<int>(c0 % 256);
       const bool q6 = s.type == WType::Q6_K;
+      const int j = i0 / 16;  // the span's two sub-blocks: j, j + 1
+      const float sc[2] = {q6 ? q6k_scale(blk, j) : q3k_scale(blk, j), q6 ? q6k_scale(blk, j + 1) : q3k_scale(blk, j + 1)};
       IE_UNROLL
       for (int e = 0; e < 32; ++e) {
         const int i = i0 + e;
-        out[e] = q6 ? q6k_scale(blk, i / 16) * static_cast<float>(q6k_code(blk, i) - 32)
-                    : q3k_scale(blk, i / 16) * static_cast<float>(q3k_code(blk, i) - 4);
+        out[e] = sc[e / 16] * static_cast<float>(q6 ? q6k_code(blk, i) - 32 : q3k_code(blk, i) - 4);
       }
       return;
     }
@@ -345,11 +350,9 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
     case WType::Q2_K: {
       const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
       const int i0 = static_cast<int>(c0 % 256);
+      const Q4kSub p[2] = {q2k_sub(blk, i0 / 16), q2k_sub(blk, i0 / 16 + 1)};  // the span's two sub-blocks
       IE_UNROLL
-      for (int e = 0; e < 32; ++e) {
-        const Q4kSub p = q2k_sub(blk, (i0 + e) / 16);
-        out[e] = p.scale * static_cast<float>(q2k_code(blk, i0 + e)) - p.min;
-      }
+      for (int e = 0; e < 32; ++e) out[e] = p[e / 16].scale * static_cast<float>(q2k_code(blk, i0 + e)) - p[e / 16].min;
       return;
     }
   }

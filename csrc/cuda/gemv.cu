@@ -99,26 +99,41 @@ __device__ __forceinline__ void nibbles(uint32_t w, int shift, float zero, float
 // a lane always has a load in flight.
 //
 // A lane owns whole blocks, so the x it needs is 128 contiguous bytes: read
-// from global memory, each float4 load of a warp touches 32 cache lines. At
-// batch 1 and 2 the CTA therefore first stages x, a tile of kTile4 / B units
-// at a time, in shared memory as [b][k][unit] float4s (k: the block's 8
-// float4s), so that lanes reading consecutive units read consecutive float4s
-// (on an H100: 45% -> 48% of the copy bandwidth; docs/cuda.md says what was
-// tried beyond that: deeper prefetch and other splits did not help).
-constexpr int kTile4 = 256;  // units of x per staged tile at batch 1: 32 KiB
+// from global memory, each float4 load of a warp touches 32 cache lines. The
+// CTA therefore first stages x, a tile of U units at a time, in
+// shared memory as [b][k][unit] float4s (k: the block's 8 float4s), so that
+// lanes reading consecutive units read consecutive float4s (on an H100: 45%
+// -> 48% of the copy bandwidth at batch 1; docs/cuda.md says what was tried
+// beyond that: deeper prefetch and other splits did not help). The warps
+// that share a row take 32 units of a tile each (gemv_tuned caps W so).
+// A tile is U units: 32 KiB of x for planar4, 16 KiB (32 KiB at batch 8)
+// for the blocks kernel, which keeps shared memory for its weights too.
+__host__ __device__ constexpr int planar4_tile(int B) { return 256 / B; }
+__host__ __device__ constexpr int blocks_tile(int B) { return 128 / B < 32 ? 32 : 128 / B; }
 
-template <int B>
-__device__ __forceinline__ float4 x_part(const Launch& a, const float4* xs, int64_t t0, int b, int64_t u, int k) {
-  if (B <= 2) return xs[(b * 8 + k) * (kTile4 / B) + (u - t0)];
-  return ldx(a.x + (b < a.batch ? b : 0) * a.g.s.cols + u * 32 + 4 * k);
+// Stages units [t0, t1) of every batch row of x into xs (the whole CTA).
+template <int B, int U>
+__device__ __forceinline__ void stage_x(const Launch& a, float4* xs, int64_t t0, int64_t t1) {
+  __syncthreads();  // the previous tile's readers are done
+  const int n = static_cast<int>(t1 - t0) * 8;
+  for (int f = threadIdx.x; f < B * n; f += kThreads) {
+    const int b = f / n, e = f % n;
+    xs[(b * 8 + e % 8) * U + e / 8] = ldx(a.x + (b < a.batch ? b : 0) * a.g.s.cols + t0 * 32 + 4 * e);
+  }
+  __syncthreads();
+}
+
+// float4 k of unit u's 32 x values of batch row b, from the tile at t0.
+template <int U>
+__device__ __forceinline__ float4 x_part(const float4* xs, int64_t t0, int b, int64_t u, int k) {
+  return xs[(b * 8 + k) * U + (u - t0)];
 }
 
 template <int B, int R, bool SYM, bool SF32>
 __global__ void __launch_bounds__(kThreads, R * B <= 2 ? 4 : R * B <= 4 ? 3 : 1) planar4_kernel(Launch a) {
-  constexpr bool kStage = B <= 2;
-  constexpr int kTile = kStage ? kTile4 / B : 1 << 30;
-  __shared__ float4 xs[kStage ? B * 8 * kTile : 1];
-  const int64_t rows = a.g.s.rows, cols = a.g.s.cols;
+  constexpr int kTile = planar4_tile(B);
+  __shared__ float4 xs[B * 8 * kTile];
+  const int64_t rows = a.g.s.rows;
   const WeightLayout& l = a.g.l;
   int64_t row0;
   int li;
@@ -158,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, R * B <= 2 ? 4 : R * B <= 4 ? 3 : 1)
       float xl[B][4], xh[B][4];
 #pragma unroll
       for (int b = 0; b < B; ++b) {
-        const float4 lo = x_part<B>(a, xs, t0, b, u, k), hi = x_part<B>(a, xs, t0, b, u, k + 4);
+        const float4 lo = x_part<kTile>(xs, t0, b, u, k), hi = x_part<kTile>(xs, t0, b, u, k + 4);
         xl[b][0] = lo.x, xl[b][1] = lo.y, xl[b][2] = lo.z, xl[b][3] = lo.w;
         xh[b][0] = hi.x, xh[b][1] = hi.y, xh[b][2] = hi.z, xh[b][3] = hi.w;
         if (!SYM) xsum[b] += (lo.x + lo.y) + (lo.z + lo.w) + (hi.x + hi.y) + (hi.z + hi.w);
@@ -187,15 +202,7 @@ __global__ void __launch_bounds__(kThreads, R * B <= 2 ? 4 : R * B <= 4 ? 3 : 1)
   for (int64_t t0 = 0; t0 < a.units; t0 += kTile) {
     const int64_t t1 = min(t0 + kTile, a.units);
     if (active && t0 + li < t1) load(t0 + li);  // in flight while x is staged
-    if (kStage) {
-      __syncthreads();  // the previous tile's readers are done
-      const int n = static_cast<int>(t1 - t0) * 8;
-      for (int f = threadIdx.x; f < B * n; f += kThreads) {
-        const int b = f / n, e = f % n;
-        xs[(b * 8 + e % 8) * kTile + e / 8] = ldx(a.x + (b < a.batch ? b : 0) * cols + t0 * 32 + 4 * e);
-      }
-      __syncthreads();
-    }
+    stage_x<B, kTile>(a, xs, t0, t1);
     if (!active) continue;
     for (int64_t u = t0 + li; u < t1; u += step) {
       uint4 q[R];
@@ -260,10 +267,10 @@ __global__ void __launch_bounds__(kThreads) float_kernel(Launch a) {
   reduce_store<R, B>(acc, a, row0);
 }
 
-// Any type: unit = one 32-element span, decoded by the CPU's own decode_span
-// (common/weight_decode.h).
+// Floats whose rows are not 16-byte aligned: unit = one span of up to 32
+// elements, read by the CPU's own decode_span (common/weight_decode.h).
 template <int B>
-__global__ void __launch_bounds__(kThreads) blocks_kernel(Launch a) {
+__global__ void __launch_bounds__(kThreads) span_kernel(Launch a) {
   const int64_t rows = a.g.s.rows, cols = a.g.s.cols;
   int64_t row0;
   int li;
@@ -288,6 +295,104 @@ __global__ void __launch_bounds__(kThreads) blocks_kernel(Launch a) {
   reduce_store<1, B>(acc, a, row0);
 }
 
+// Block types (q8_0, q5_0/1, the k-quants, the i-quants, mxfp4): unit = one
+// 32-element span. A warp's step is 32 consecutive units of its row, 1024
+// elements: whole blocks and super-blocks, contiguous bytes at any
+// alignment. The warp copies them into a shared-memory slot with coalesced
+// 16-byte cp.async copies, the next step's in flight while this one is
+// computed (two slots; one where shared memory allows no second), then each
+// lane decodes its span from the slot with the CPU's own decode_span, the
+// type fixed at compile time so the switch folds and the 32 values stay in
+// registers. Reading the blocks straight from global memory a byte at a
+// time, lanes 18 to 210 bytes apart, cost one L1 wavefront per byte and
+// lane group: 3.5-7% of the copy bandwidth on an H100 (docs/cuda.md).
+constexpr int kStepUnits = 32;
+
+// A block type's geometry as constants device code can read: elements per
+// block, and the 16-byte words that cover one step's bytes at any alignment.
+template <WType T>
+struct StepOf {
+  static constexpr int kElems = wtype_info(T).block_elems;
+  static constexpr int kWords = (kStepUnits * 32 / kElems * wtype_info(T).block_bytes + 15) / 16 + 1;
+};
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+template <WType T, int B>
+__global__ void __launch_bounds__(kThreads, 2) blocks_kernel(Launch a) {
+  constexpr int V = StepOf<T>::kWords, L = (V + 31) / 32;  // words per step, per lane
+  constexpr int64_t kBlockElems = StepOf<T>::kElems;
+  constexpr int kTile = blocks_tile(B);
+  constexpr int kXBytes = B * 8 * kTile * 16, kSlotBytes = kWarps * V * 16;
+  constexpr int S = kXBytes + 2 * kSlotBytes <= 46 * 1024 ? 2 : 1;  // slots per warp (48 KiB static)
+  __shared__ float4 xs[B * 8 * kTile];
+  __shared__ uint4 ws[kWarps][S][V];
+  WeightSpec s = a.g.s;
+  s.type = T;
+  const WeightLayout& l = a.g.l;
+  const int64_t rows = s.rows;
+  int64_t row0;
+  int li;
+  place(a, 1, &row0, &li);
+  const bool active = row0 < rows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t first = li - lane, step = kStepUnits * a.split;  // this warp's first unit in a tile; its stride
+  const uint8_t* row = a.w + (active ? row0 : 0) * l.row_bytes;
+  auto at = [&](int64_t u0) { return row + u0 * 32 / kBlockElems * l.block_bytes; };  // step u0's first byte
+  auto skew = [&](int64_t u0) { return static_cast<int>(reinterpret_cast<uintptr_t>(at(u0)) & 15); };
+  auto issue = [&](int64_t u0, int slot) {  // step u0's words into the slot: one commit group
+    const int64_t n = min(static_cast<int64_t>(kStepUnits), a.units - u0);
+    const uint8_t* p0 = at(u0) - skew(u0);
+    const int words = static_cast<int>((skew(u0) + n * 32 / kBlockElems * l.block_bytes + 15) / 16);
+#pragma unroll
+    for (int k = 0; k < L; ++k)
+      if (lane + 32 * k < words) cp_async16(&ws[warp][slot][lane + 32 * k], p0 + 16 * (lane + 32 * k));
+    cp_async_commit();
+  };
+  float acc[1][B] = {};
+  for (int64_t t0 = 0; t0 < a.units; t0 += kTile) {
+    const int64_t t1 = min(t0 + kTile, a.units);
+    if (active && t0 + first < t1) issue(t0 + first, 0);  // in flight while x is staged
+    stage_x<B, kTile>(a, xs, t0, t1);
+    if (!active) continue;
+    int it = 0;
+    for (int64_t u0 = t0 + first; u0 < t1; u0 += step, ++it) {
+      const int slot = S == 2 ? it & 1 : 0;
+      if (S == 1 && it > 0) issue(u0, 0);
+      if (S == 2) {
+        if (u0 + step < t1) issue(u0 + step, slot ^ 1);
+        else cp_async_commit();  // an empty group keeps the count
+      }
+      cp_async_wait<S - 1>();  // this lane's words of step u0 are in
+      __syncwarp();            // and every lane's
+      const int64_t u = u0 + lane;
+      if (u < t1) {
+        float w[32];
+        decode_span(s, l, reinterpret_cast<const uint8_t*>(ws[warp][slot]) + skew(u0), 0, (u - u0) * 32, 32, w);
+#pragma unroll
+        for (int b = 0; b < B; ++b) {
+          float p = 0.f;
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            const float4 xv = x_part<kTile>(xs, t0, b, u, k);
+            p = fmaf(w[4 * k], xv.x, fmaf(w[4 * k + 1], xv.y, fmaf(w[4 * k + 2], xv.z, fmaf(w[4 * k + 3], xv.w, p))));
+          }
+          acc[0][b] += p;
+        }
+      }
+      __syncwarp();  // the slot's readers are done before it is filled again
+    }
+  }
+  reduce_store<1, B>(acc, a, row0);
+}
+
 __global__ void dequant_kernel(const uint8_t* w, Geometry g, float* out) {
   const int64_t spans = (g.s.cols + 31) / 32;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -299,13 +404,34 @@ __global__ void dequant_kernel(const uint8_t* w, Geometry g, float* out) {
   for (int j = 0; j < n; ++j) out[r * g.s.cols + c0 + j] = v[j];
 }
 
-enum class Kind { Planar4, Float, Blocks };
+enum class Kind { Planar4, Float, Span, Blocks };
 
 Kind kind_of(const WeightSpec& k) {
   if (k.type == WType::Int4w) return Kind::Planar4;  // cols % 32 == 0: 16-byte aligned rows
-  const bool f = k.type == WType::F32 || k.type == WType::F16 || k.type == WType::BF16;
-  if (f && weight_layout(k).row_bytes % 16 == 0) return Kind::Float;
+  if (k.type == WType::F32 || k.type == WType::F16 || k.type == WType::BF16)
+    return weight_layout(k).row_bytes % 16 == 0 ? Kind::Float : Kind::Span;
   return Kind::Blocks;
+}
+
+// The blocks kernel of the matrix's type.
+template <int B>
+void launch_blocks(const Launch& a, dim3 g, dim3 t, cudaStream_t st) {
+  switch (a.g.s.type) {
+    case WType::Q8_0: blocks_kernel<WType::Q8_0, B><<<g, t, 0, st>>>(a); break;
+    case WType::Q5_0: blocks_kernel<WType::Q5_0, B><<<g, t, 0, st>>>(a); break;
+    case WType::Q5_1: blocks_kernel<WType::Q5_1, B><<<g, t, 0, st>>>(a); break;
+    case WType::Q4_K: blocks_kernel<WType::Q4_K, B><<<g, t, 0, st>>>(a); break;
+    case WType::Q5_K: blocks_kernel<WType::Q5_K, B><<<g, t, 0, st>>>(a); break;
+    case WType::Q6_K: blocks_kernel<WType::Q6_K, B><<<g, t, 0, st>>>(a); break;
+    case WType::Q3_K: blocks_kernel<WType::Q3_K, B><<<g, t, 0, st>>>(a); break;
+    case WType::Q2_K: blocks_kernel<WType::Q2_K, B><<<g, t, 0, st>>>(a); break;
+    case WType::IQ4_NL: blocks_kernel<WType::IQ4_NL, B><<<g, t, 0, st>>>(a); break;
+    case WType::IQ4_XS: blocks_kernel<WType::IQ4_XS, B><<<g, t, 0, st>>>(a); break;
+    case WType::IQ4_XSH: blocks_kernel<WType::IQ4_XSH, B><<<g, t, 0, st>>>(a); break;
+    case WType::IQ3_S: blocks_kernel<WType::IQ3_S, B><<<g, t, 0, st>>>(a); break;
+    case WType::MXFP4: blocks_kernel<WType::MXFP4, B><<<g, t, 0, st>>>(a); break;
+    default: fail(std::string("gemv: no blocks kernel for ") + wtype_info(a.g.s.type).name);
+  }
 }
 
 // W: the largest power of two <= 8 that leaves each lane at least four
@@ -343,8 +469,11 @@ void launch_b(const Launch& a, Kind kind, int R, cudaStream_t st) {
       else if (a.g.s.type == WType::F16) float_kernel<WType::F16, B><<<g, t, 0, st>>>(a);
       else float_kernel<WType::BF16, B><<<g, t, 0, st>>>(a);
       break;
+    case Kind::Span:
+      span_kernel<B><<<g, t, 0, st>>>(a);
+      break;
     case Kind::Blocks:
-      blocks_kernel<B><<<g, t, 0, st>>>(a);
+      launch_blocks<B>(a, g, t, st);
       break;
   }
   check_launch("gemv kernel");
@@ -357,13 +486,18 @@ DeviceMatrix upload_matrix(const WeightSpec& s, const uint8_t* host) {
   DeviceMatrix m;
   m.spec = s;
   m.kspec = s;
+  std::vector<uint8_t> planar;
   if (planar_twin(s, &m.kspec)) {
-    std::vector<uint8_t> planar(weight_nbytes(m.kspec));
+    planar.resize(weight_nbytes(m.kspec));
     repack_planar(s, host, planar.data());
-    m.bytes = to_device(planar.data(), planar.size());
-  } else {
-    m.bytes = to_device(host, weight_nbytes(s));
+    host = planar.data();
   }
+  // The blocks kernel reads whole aligned 16-byte words, so the last one
+  // may reach up to 15 bytes past the matrix: they exist, zeroed.
+  const size_t n = weight_nbytes(m.kspec);
+  m.bytes = DeviceBuffer(n + kReadSlack);
+  m.bytes.upload(host, n);
+  check(cudaMemset(m.bytes.as<uint8_t>() + n, 0, kReadSlack), "cudaMemset");
   return m;
 }
 
@@ -371,6 +505,7 @@ const char* gemv_kernel_name(const DeviceMatrix& m) {
   switch (kind_of(m.kspec)) {
     case Kind::Planar4: return "planar4";
     case Kind::Float: return "float";
+    case Kind::Span: return "span";
     default: return "blocks";
   }
 }
@@ -387,11 +522,15 @@ void gemv_tuned(const DeviceMatrix& m, const float* x, int batch, const float* b
   Launch a{m.bytes.as<uint8_t>(), {m.kspec, weight_layout(m.kspec)}, x, batch, bias, y, 0, 1};
   const int64_t cols = m.kspec.cols;
   a.units = kind == Kind::Float ? static_cast<int64_t>(a.g.l.row_bytes / 16) : (cols + 31) / 32;
-  a.split = split ? split : split_for(a.units);
   const int B = batch <= 1 ? 1 : batch <= 2 ? 2 : batch <= 4 ? 4 : 8;
+  a.split = split ? split : split_for(a.units);
+  // The planar4 and blocks warps of a row group each take 32 units of an x
+  // tile: at batch 2 and up, fewer of them share a row.
+  if (kind == Kind::Planar4) a.split = std::min(a.split, planar4_tile(B) / 32);
+  if (kind == Kind::Blocks) a.split = std::min(a.split, blocks_tile(B) / 32);
   if (tune.rows != 0 && tune.rows != 1 && tune.rows != 2 && tune.rows != 4)
     fail("gemv: rows per group must be 0 (auto), 1, 2 or 4, got " + std::to_string(tune.rows));
-  const int R = kind == Kind::Blocks ? 1 : kind == Kind::Planar4 && tune.rows ? tune.rows : rows_for(B);
+  const int R = kind == Kind::Blocks || kind == Kind::Span ? 1 : kind == Kind::Planar4 && tune.rows ? tune.rows : rows_for(B);
   switch (B) {
     case 1: launch_b<1>(a, kind, R, stream); break;
     case 2: launch_b<2>(a, kind, R, stream); break;

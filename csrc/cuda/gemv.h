@@ -7,9 +7,13 @@
 //    cuda/repack.h): 16-byte code loads, one warp per row group, several
 //    rows sharing each x load;
 //  - plain floats (f32, f16, bf16): 16-byte loads along the row;
-//  - every other type (and the shapes the two above do not take): one lane
-//    per 32-element block, decoded by the same device decoder as
-//    dequantize(), which is bit-exact with docs/formats/quant.md.
+//  - the other block types: a warp copies 1024 elements' worth of one row
+//    (whole blocks and super-blocks) into shared memory with 16-byte
+//    cp.async copies, the next step's in flight, then each lane decodes
+//    one 32-element span with the same device decoder as dequantize(),
+//    which is bit-exact with docs/formats/quant.md;
+//  - floats whose rows are not 16-byte aligned: that decoder, one span per
+//    lane, read from global memory.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -21,6 +25,7 @@
 namespace ie::cuda {
 
 constexpr int kMaxBatch = 8;
+constexpr size_t kReadSlack = 16;  // zero bytes after each uploaded matrix
 
 // A weight matrix on the device. `spec` is the matrix as stored in the
 // file; `kspec` what the kernels read: the same, or the planar int4w twin
@@ -28,7 +33,7 @@ constexpr int kMaxBatch = 8;
 struct DeviceMatrix {
   WeightSpec spec;
   WeightSpec kspec;
-  DeviceBuffer bytes;  // weight_nbytes(kspec) bytes
+  DeviceBuffer bytes;  // weight_nbytes(kspec) bytes, then kReadSlack zero bytes
   bool repacked() const { return kspec.type != spec.type; }
 };
 
@@ -41,8 +46,10 @@ DeviceMatrix upload_matrix(const WeightSpec& s, const uint8_t* host);
 void gemv(const DeviceMatrix& m, const float* x, int batch, const float* bias, float* y, cudaStream_t stream);
 
 // The benchmark's tuning knobs (0 = the default): W, the warps that split
-// a row group (1, 2, 4 or 8), and R, the rows of a group (planar 4-bit
-// only: 1, 2 or 4).
+// a row group (1, 2, 4 or 8; each warp of the planar 4-bit and blocks
+// kernels takes 32 units of a staged x tile, so they cap it at the tile's
+// units / 32: planar 4-bit 8 / batch, blocks 4 / batch, at least 1), and
+// R, the rows of a group (planar 4-bit only: 1, 2 or 4).
 struct GemvTuning {
   int split = 0;
   int rows = 0;
@@ -54,7 +61,7 @@ void gemv_tuned(const DeviceMatrix& m, const float* x, int batch, const float* b
 // stored matrix's values, also for a repacked one). Asynchronous.
 void dequantize(const DeviceMatrix& m, float* out, cudaStream_t stream);
 
-// The kernel gemv() runs for m: "planar4", "float" or "blocks".
+// The kernel gemv() runs for m: "planar4", "float", "blocks" or "span".
 const char* gemv_kernel_name(const DeviceMatrix& m);
 
 }  // namespace ie::cuda
