@@ -415,11 +415,10 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         raise click.UsageError("--kl-probes: two sets measured from the same --base; each set prices the errors "
                                "from its base up, so give sets of different bases (e.g. q5_1 and iq4_nl)")
     low_bits, low = min(((bpw_policy.selection_bits(p.probe), p.probe["scheme"]) for p in probes), default=(0, ""))
-    if target_bpw is not None and target_bpw < low_bits - 0.25:  # a hint, not an error
-        err.print(f"note: the KL probes reach down to {low} ({low_bits:g} bits per weight); "
-                  f"--target-bpw {target_bpw:g} puts matrices below, where a set measured there prices them better: ieconv kl-probes --base "
-                  f"{low} --probe TYPE (iq3_s, q2_k), given as another --kl-probes "
-                  "(docs/formats/kl_probes.md)", markup=False)
+    hinted = target_bpw is not None and bool(probes) and target_bpw < low_bits - 0.25
+    if hinted:  # a hint, not an error
+        err.print(f"note: the KL probes reach down to {low} ({low_bits:g} bits per weight); --target-bpw "
+                  f"{target_bpw:g} puts matrices below, {_low_probes_advice(low)}", markup=False)
     src = g = None
     if hf_dir:
         src = hf_checkpoint.from_dir(hf_dir)
@@ -458,6 +457,13 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         out.print(f"OK {out_path}: {mix['bits_per_weight']:.3f} bits per weight over {len(p.quantize)} quantized "
                   f"matrices (target {target_bpw}): " + ", ".join(f"{n} {k}" for k, n in sorted(mix["counts"].items())),
                   markup=False)
+        far = sorted(n for n, sel in manifest["tensors"].items() if bpw_policy.selection_bits(sel) < low_bits - 1)
+        if probes and far and not hinted:
+            named = ", ".join(f"{n} {manifest['tensors'][n]['scheme']}" for n in far[:4])
+            more = f" and {len(far) - 4} more" if len(far) > 4 else ""
+            err.print(f"note: {len(far)} matrices went over a bit below the KL probes' lowest type, {low} "
+                      f"({low_bits:g} bits per weight), where their KL is extrapolated: {named}{more}; "
+                      f"{_low_probes_advice(low)}", markup=False)
         return
     q = sum(1 for _ in p.quantize)
     out.print(f"OK {out_path}: {len(manifest['rules'])} rules, {len(manifest['tensors'])} per-tensor entries; "
@@ -493,6 +499,15 @@ def _measured_inputs(src: hf_checkpoint.HFSource | None, g, imatrix: Path | None
                 "calibration": fingerprints.token_chunks(parts), "imatrix": None,
                 "refit_scales": gptq.REFIT_METHOD}
     return {"weights": weights, "ref_dir": None, "calibration": None, "imatrix": fingerprints.small_file(imatrix)}
+
+
+def _low_probes_advice(low: str) -> str:
+    """What to measure when a policy goes below its probes: one set at 4-5 bits
+    extrapolates a matrix's KL to 2-3 bits, and got layer 0's down_proj of the
+    rotated SmolLM2 wrong by a fifth of the model's KL (docs/quality.md,
+    "Sub-block scales refitted too")."""
+    return (f"where a set measured there prices them better: ieconv kl-probes --base {low} --probe TYPE (iq3_s, "
+            "q2_k), given as another --kl-probes (docs/formats/kl_probes.md)")
 
 
 def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, quantize: dict, importance: dict,

@@ -52,7 +52,10 @@ WORK_NAME = ".quantize"  # the default work directory, inside --out-dir; removed
 # A reference this large in f32 is made q8_0 instead (--reference auto): kl-probes holds it beside a quantized
 # variant, and an 8B model's 32 GB of f32 would not fit a 24 GB machine (q8_0: 8.5 GB, docs/quality.md).
 F32_REFERENCE_MAX = 8 << 30
-LOW_PROBES_BELOW = 4.5  # budgets below this also get KL probes at 3-4 bits (ieconv kl-probes --help)
+# Budgets below this also get KL probes at 3-4 bits (ieconv kl-probes --help): a policy puts its
+# cheapest matrices up to 2 bits under the budget (at 4.5, the rotated SmolLM2's layer-0 down_proj
+# went to q2_k, 2.6 bits), where the 4-5-bit set alone extrapolates their KL (docs/quality.md).
+LOW_PROBES_BELOW = 5.5
 PROBE_SETS = (("kl-probes", "q5_1", "iq4_nl", "kl-probes.json"),
               ("kl-probes (3-4 bits)", "iq4_nl", "iq3_s", "kl-probes-low.json"))
 # What the stages write in the work directory (nothing else is there: _check_work)
@@ -354,7 +357,7 @@ def _stage(s: Stage, head: str, log: StageLog, kept: Finished | None) -> tuple[F
               help="Chunks each KL probe scores (ieconv kl-probes --chunks).")
 @click.option("--kl-probes/--no-kl-probes", default=True, show_default=True,
               help="Measure the KL each group of matrices costs (one set, and a second at 3-4 bits for budgets "
-                   "below 4.5) and spend bits by it; --no-kl-probes ranks by the imatrix-weighted error alone "
+                   "below 5.5) and spend bits by it; --no-kl-probes ranks by the imatrix-weighted error alone "
                    "(much faster at 8B: the probes score the model twice per layer pattern).")
 @click.option("--gguf-types", is_flag=True,
               help="Only types llama.cpp also has, so the artifact exports to GGUF byte for byte.")
@@ -389,7 +392,7 @@ def quantize_cmd(hf_dir, gguf_in, rotate, allow_requantize, out_dir, target_bpw,
     Runs, as child processes, the commands a user would type (each stage's
     line shows it): with --from-gguf gguf-to-hf (the weights as an HF
     checkpoint), hf-to-iebin (the float reference), imatrix, kl-probes
-    (twice below 4.5 bits), q4-manifest --target-bpw --kl-probes --ref-dir,
+    (twice below 5.5 bits), q4-manifest --target-bpw --kl-probes --ref-dir,
     gptq, with --eval-text ierun eval (how far the artifact is from the
     reference), and with --gguf iebin-to-gguf. Each finished stage is
     recorded in the work directory: after a Ctrl-C, a kill or a failed

@@ -264,11 +264,10 @@ def test_kl_probes_bad_input_is_one_line(wide, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt", "short.txt"]  # no output, no work folder
 
 
-def test_probes_at_low_bits_keep_a_group_that_suffers_there_out_of_them(wide, tmp_path):
-    """Two sets: at 5 bits (q5_1 -> iq4_nl) the value projections cost
-    almost nothing, at 3 bits (iq4_nl -> iq3_s) 20x the others. At 3.5 bits
-    per weight the first set alone sends them to the bottom of the ladder;
-    with both, they keep at least 4.25 bits."""
+def _two_sets(tmp_path, v_lo: float):
+    """Two probe files for the wide model, each group's KL given: at 5 bits
+    (q5_1 -> iq4_nl) the value projections cost almost nothing; at 3 bits
+    (iq4_nl -> iq3_s) they cost v_lo, the other groups 0.45."""
     groups = ["model.layers.*.self_attn.v_proj.weight", "model.layers.*.self_attn.q_proj.weight",
               "model.layers.*.self_attn.k_proj.weight", "model.layers.*.self_attn.o_proj.weight",
               "model.layers.*.mlp.gate_proj.weight", "model.layers.*.mlp.up_proj.weight",
@@ -277,7 +276,16 @@ def test_probes_at_low_bits_keep_a_group_that_suffers_there_out_of_them(wide, tm
     hi.write_bytes(kl_probes.dumps(kl_probes.KLProbes({"scheme": "q5_1"}, {"scheme": "iq4_nl"}, 100, 0.05,
                                                       {g: 0.0501 if "v_proj" in g else 0.10 for g in groups})))
     lo.write_bytes(kl_probes.dumps(kl_probes.KLProbes({"scheme": "iq4_nl"}, {"scheme": "iq3_s"}, 100, 0.20,
-                                                      {g: 5.0 if "v_proj" in g else 0.45 for g in groups})))
+                                                      {g: v_lo if "v_proj" in g else 0.45 for g in groups})))
+    return hi, lo
+
+
+def test_probes_at_low_bits_keep_a_group_that_suffers_there_out_of_them(wide, tmp_path):
+    """Two sets: at 5 bits (q5_1 -> iq4_nl) the value projections cost
+    almost nothing, at 3 bits (iq4_nl -> iq3_s) 20x the others. At 3.5 bits
+    per weight the first set alone sends them to the bottom of the ladder;
+    with both, they keep at least 4.25 bits."""
+    hi, lo = _two_sets(tmp_path, v_lo=5.0)
 
     def v_bits(*probes) -> list[float]:
         m = tmp_path / "q.json"
@@ -290,8 +298,36 @@ def test_probes_at_low_bits_keep_a_group_that_suffers_there_out_of_them(wide, tm
 
     bits, stderr = v_bits(hi)
     assert max(bits) < 3.0
-    # the user is told the probes stop above the budget, and what to measure
+    # the user is told the probes stop above the budget, and what to measure (once: before the policy runs)
     assert "note: the KL probes reach down to iq4_nl (4.5 bits per weight)" in stderr
     assert "ieconv kl-probes --base iq4_nl --probe TYPE" in stderr
+    assert stderr.count("note:") == 1
     bits, stderr = v_bits(hi, lo)
     assert min(bits) >= 4.25 and "note:" not in stderr
+
+
+def test_matrices_far_below_the_probes_are_named(wide, tmp_path):
+    """A budget above the probes can still send matrices far below them: one
+    set at 4-5 bits that finds the value projections almost free puts them at
+    the bottom of the ladder at 4.6 bits per weight, over a bit under the
+    probe's iq4_nl, where their KL is extrapolated. The note names them and
+    what to measure; with a set measured down there it says nothing."""
+    hi, lo = _two_sets(tmp_path, v_lo=0.25)
+
+    def run(*probes):
+        m = tmp_path / "q.json"
+        args = [a for p in probes for a in ("--kl-probes", p)]
+        res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", m, "--overwrite", "--target-bpw", "4.6",
+                       "--quantize-head", "--imatrix", wide["imatrix"], *args)
+        assert res.returncode == 0, res.stderr
+        sel = json.loads(m.read_text())["tensors"]
+        return {n: s for n, s in sel.items() if bpw_policy.selection_bits(s) < 3.5}, res.stderr
+
+    far, stderr = run(hi)
+    assert far and any("v_proj" in n for n in far)
+    assert f"note: {len(far)} matrices went over a bit below the KL probes' lowest type, iq4_nl (4.5 bits" in stderr
+    first = sorted(far)[0]
+    assert f"{first} {far[first]['scheme']}" in stderr
+    assert "ieconv kl-probes --base iq4_nl --probe TYPE" in stderr and stderr.count("note:") == 1
+    far, stderr = run(hi, lo)
+    assert "note:" not in stderr
