@@ -461,7 +461,8 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         if probes and far and not hinted:
             named = ", ".join(f"{n} {manifest['tensors'][n]['scheme']}" for n in far[:4])
             more = f" and {len(far) - 4} more" if len(far) > 4 else ""
-            err.print(f"note: {len(far)} matrices went over a bit below the KL probes' lowest type, {low} "
+            err.print(f"note: {len(far)} matri{'x' if len(far) == 1 else 'ces'} went over a bit below the KL "
+                      f"probes' lowest type, {low} "
                       f"({low_bits:g} bits per weight), where their KL is extrapolated: {named}{more}; "
                       f"{_low_probes_advice(low)}", markup=False)
         return

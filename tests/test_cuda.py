@@ -116,10 +116,10 @@ def test_device_gemv_at_decode_shapes(kind):
     """The shapes the kernels are tuned for (and the split over warps each
     picks), at the batches decode (1) and prefill chunks (up to 8) use. For
     the block types, rows of 88 and 448 spans end in a partial step of a
-    warp (32 spans) and a partial x tile, and 14336 columns split a row over
-    two warps."""
+    warp (32 spans) and a partial x tile, and 14336 and 32768 columns split
+    a row over two and four warps."""
     rng = np.random.default_rng(9)
-    for rows, cols in ((512, 14336), (2048, 4096), (100, 8192), (37, 2816)):
+    for rows, cols in ((512, 14336), (2048, 4096), (100, 8192), (37, 2816), (9, 32768)):
         raw, wd, entry = make_weights(kind, rows, cols, rng, group_size=128)
         for b in (1, 2, 3, 8):
             x = rng.standard_normal((b, cols)).astype(np.float32)

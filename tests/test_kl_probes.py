@@ -325,7 +325,8 @@ def test_matrices_far_below_the_probes_are_named(wide, tmp_path):
 
     far, stderr = run(hi)
     assert far and any("v_proj" in n for n in far)
-    assert f"note: {len(far)} matrices went over a bit below the KL probes' lowest type, iq4_nl (4.5 bits" in stderr
+    noun = "matrix" if len(far) == 1 else "matrices"
+    assert f"note: {len(far)} {noun} went over a bit below the KL probes' lowest type, iq4_nl (4.5 bits" in stderr
     first = sorted(far)[0]
     assert f"{first} {far[first]['scheme']}" in stderr
     assert "ieconv kl-probes --base iq4_nl --probe TYPE" in stderr and stderr.count("note:") == 1
