@@ -48,6 +48,39 @@ def hf_name(gguf_name: str) -> str | None:
     return None
 
 
+def importance_to_hf(entries: dict, names) -> dict:
+    """A llama.cpp importance matrix's entries under the HF names of a model
+    whose tensors are ``names``: a dense layer's one to one (hf_name); an
+    expert stack's, [experts, cols] under ``blk.N.ffn_*_exps.weight``, as the
+    model holds its experts: a row per expert matrix (Mixtral, Qwen3-MoE),
+    or whole for a stack kept as one tensor (gpt-oss's down_proj, and its
+    gate_up_proj from ffn_gate_exps or ffn_up_exps: the same routed inputs).
+    What no architecture maps onto ``names`` is left out."""
+    out = {}
+    for n, v in entries.items():
+        hf = hf_name(n)
+        if hf is not None:
+            out[hf] = v
+            continue
+        m = _BLK.fullmatch(n)
+        if m is None:
+            continue
+        pre, suffix = f"model.layers.{int(m.group(1))}.", f"{m.group(2)}.{m.group(3)}"
+        for arch in ARCHS.values():
+            whole = [h for h, g in arch.layer.items() if g == suffix]
+            whole += [h for h, pair in arch.paired.items() if suffix in pair]
+            for h in whole:
+                if pre + h in names:
+                    out[pre + h] = v
+            if getattr(v, "ndim", 1) != 2:
+                continue
+            for pattern, g in arch.experts.items():
+                each = [pre + pattern.format(e=e) for e in range(v.shape[0])]
+                if g == suffix and all(x in names for x in each):
+                    out.update(zip(each, v))
+    return out
+
+
 def _dense(extra: dict[str, str] | None = None, norm_after: str = "ffn_norm") -> dict[str, str]:
     """HF suffix -> GGUF suffix of a layer's one-to-one tensors (weights and biases)."""
     out = {}

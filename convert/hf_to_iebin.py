@@ -35,7 +35,7 @@ from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams,
 from iekit.formats.workers import worker_count
 
 from . import hf_mxfp4
-from .gguf_names import hf_name
+from .gguf_names import importance_to_hf
 from .artifact_out import (CONFIG_FILES, TOKENIZER_FILES, ArtifactOut, ConvertResult, Progress, check_dtype,
                            natural_key)
 from .source_hashes import SourceHashes
@@ -52,7 +52,7 @@ def load_importance(path: str | os.PathLike | None, quantize: dict[str, QuantPar
         return {}, []
     im = imatrix_fmt.read_any(Path(path))
     if im.meta["format"] in imatrix_fmt.LLAMACPP_FORMATS:  # llama.cpp's tensor names -> ours
-        im.entries = {hf: v for n, v in im.entries.items() if (hf := hf_name(n)) is not None}
+        im.entries = importance_to_hf(im.entries, shapes)
     found, missing = imatrix_fmt.select_for(im, {n: shapes[n] for n in quantize}, os.fspath(path))
     if not missing:
         return found, []

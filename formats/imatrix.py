@@ -179,12 +179,14 @@ def read_llamacpp_gguf(path: Path) -> Imatrix:
     ``general.type`` "imatrix", ``imatrix.datasets`` (strings),
     ``imatrix.chunk_count`` and ``imatrix.chunk_size``; per matrix NAME the
     F32 tensors NAME.in_sum2 ([cols]: Σ x² per input column) and NAME.counts
-    ([1]: the tokens summed). Entries keep llama.cpp's tensor names and are
-    the means in_sum2 / counts (counts rounded to integers; all ones where a
-    count is 0), as llama-quantize computes them. Per-expert entries
-    ([n_expert, cols], llama.cpp's merged ``ffn_*_exps``) are refused: their
-    names are not mapped to the HF expert tensors yet. The file is first read as any GGUF is
-    (formats/gguf_file.py), so every length and offset is checked."""
+    ([1]: the tokens summed); an expert stack (llama.cpp's ``ffn_*_exps``)
+    has one row of each per expert, in_sum2 [experts, cols] and counts
+    [experts, 1] (the rows routed to each). Entries keep llama.cpp's tensor
+    names (convert/gguf_names.py maps them) and are the means in_sum2 /
+    counts (counts rounded to integers; all ones where a count is 0), as
+    llama-quantize computes them: [cols], or [experts, cols] for a stack.
+    The file is first read as any GGUF is (formats/gguf_file.py), so every
+    length and offset is checked."""
     from .gguf_file import open_gguf
 
     path = Path(path)
@@ -219,21 +221,26 @@ def read_llamacpp_gguf(path: Path) -> Imatrix:
             if s not in pair:
                 raise FormatError(path, name + s, "missing: every matrix has .in_sum2 and .counts")
         sums, counts = pair[".in_sum2"], pair[".counts"]
-        if len(sums.shape) != 1 or counts.shape != [1]:
-            experts = sums.shape[0] if len(sums.shape) > 1 else counts.shape[0]
-            raise FormatError(path, name, f"in_sum2 {sums.shape}, counts {counts.shape}: per-expert entries "
-                                          f"({experts} experts, llama.cpp's ffn_*_exps) are not read yet; "
-                                          "expected [cols] and [1] (`ieconv imatrix` collects per-expert ones)")
-        if not 1 <= sums.shape[0] <= MAX_COLS:
-            raise FormatError(path, name + ".in_sum2", f"{sums.shape[0]} columns, expected 1..{MAX_COLS}")
-        count = float(g.tensor_bytes(counts).view("<f4")[0])
-        if not (np.isfinite(count) and 0 <= count < 2**53):
-            raise FormatError(path, name + ".counts", f"is {count!r}; a token count is finite and >= 0")
-        n = int(np.floor(count + 0.5))  # lround, as llama.cpp reads it
-        v = g.tensor_bytes(sums).view("<f4").astype(np.float32)
-        with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN sums: check_values names them below
-            entries[name] = v / np.float32(n) if n > 0 else np.ones_like(v)
-        tokens = max(tokens, n)
+        stack = len(sums.shape) == 2
+        experts = sums.shape[0] if stack else 1
+        if not (len(sums.shape) == 1 and counts.shape == [1] or stack and counts.shape == [experts, 1]):
+            raise FormatError(path, name, f"in_sum2 {sums.shape}, counts {counts.shape}: expected [cols] and [1], "
+                                          "or per expert [experts, cols] and [experts, 1]")
+        if not 1 <= experts <= MAX_EXPERTS:
+            raise FormatError(path, name + ".in_sum2", f"{experts} experts, expected 1..{MAX_EXPERTS}")
+        if not 1 <= sums.shape[-1] <= MAX_COLS:
+            raise FormatError(path, name + ".in_sum2", f"{sums.shape[-1]} columns, expected 1..{MAX_COLS}")
+        count = g.tensor_bytes(counts).view("<f4").astype(np.float64)
+        bad = next((c for c in count if not (np.isfinite(c) and 0 <= c < 2**53)), None)
+        if bad is not None:
+            raise FormatError(path, name + ".counts", f"has {bad!r}; a token count is finite and >= 0")
+        n = np.floor(count + 0.5)  # lround, as llama.cpp reads it
+        v = g.tensor_bytes(sums).view("<f4").astype(np.float32).reshape(experts, -1)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # inf/NaN: check_values names them
+            means = np.where(n[:, None] > 0, v / n[:, None].astype(np.float32), np.float32(1))
+        entries[name] = means.astype(np.float32) if stack else means[0].astype(np.float32)
+        if not stack:  # a stack's counts are the rows routed to each expert, not the tokens
+            tokens = max(tokens, int(n[0]))
     check_values(entries, path)
     meta = {"format": LLAMACPP_GGUF, "chunks": counts_kv["imatrix.chunk_count"],
             "ctx": counts_kv["imatrix.chunk_size"], "tokens": tokens, "dataset": ", ".join(datasets) or None}

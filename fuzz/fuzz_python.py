@@ -421,7 +421,8 @@ def _golden_seeds(target: str) -> list[bytes]:
         return [(GOLDEN / "gguf" / "tiny-llama.mixed.gguf").read_bytes(), *_exported_ggufs()]
     if target == "imatrix":
         return [(GOLDEN / "imatrix" / n).read_bytes()
-                for n in ("example.npz", "example-llamacpp.dat", "tiny-llama.llamacpp.gguf", "tiny-llama.llamacpp.dat")]
+                for n in ("example.npz", "example-llamacpp.dat", "tiny-llama.llamacpp.gguf", "tiny-llama.llamacpp.dat",
+                          "tiny-mixtral.llamacpp.gguf")]
     if target == "klprobes":
         return [(GOLDEN / "kl_probes" / "smollm2-rotated.json").read_bytes()]
     if target == "gptqpartial":

@@ -399,10 +399,14 @@ GOOD = {"blk.0.ffn_down.weight.in_sum2": np.full(8, 40.0, np.float32),
     ({"blk.0.ffn_down.weight.counts": np.array([np.nan], np.float32)}, {}, "token count"),
     ({"blk.0.ffn_down.weight.counts": np.array([-1.0], np.float32)}, {}, "token count"),
     ({"blk.0.ffn_down.weight.in_sum2": -np.ones(8, np.float32)}, {}, "finite, >= 0"),
-    ({"blk.0.ffn_down.weight.in_sum2": np.ones((2, 8), np.float32),
-      "blk.0.ffn_down.weight.counts": np.ones((2, 1), np.float32)}, {}, "per-expert"),
+    ({"blk.0.ffn_down_exps.weight.in_sum2": np.ones((2, 8), np.float32),
+      "blk.0.ffn_down_exps.weight.counts": np.ones((3, 1), np.float32)}, {}, "per expert"),
+    ({"blk.0.ffn_down_exps.weight.in_sum2": np.ones((2, 8), np.float32),
+      "blk.0.ffn_down_exps.weight.counts": np.array([[4.0], [np.inf]], np.float32)}, {}, "token count"),
+    ({"blk.0.ffn_down_exps.weight.in_sum2": np.array([np.ones(8), -np.ones(8)], np.float32),
+      "blk.0.ffn_down_exps.weight.counts": np.ones((2, 1), np.float32)}, {}, "expert 1"),
 ], ids=["model-gguf", "no-chunk-count", "chunk-size-type", "datasets-type", "f16", "no-counts", "stray-tensor",
-        "nan-count", "negative-count", "negative-sums", "experts"])
+        "nan-count", "negative-count", "negative-sums", "expert-counts-shape", "expert-count-inf", "expert-sums"])
 def test_hostile_gguf_imatrix_is_one_clear_error(tmp_path, tensors, kv, needle):
     p = tmp_path / "imatrix.gguf"
     _gguf_imatrix(p, {k: v for k, v in {**GOOD, **tensors}.items() if v is not None}, kv)
