@@ -27,6 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from iekit.formats.errors import FormatError
+
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 # GGUF name inside blk.N -> HF name inside model.layers.N, for every Llama-family layer
 LAYER_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
@@ -48,14 +50,16 @@ def hf_name(gguf_name: str) -> str | None:
     return None
 
 
-def importance_to_hf(entries: dict, names) -> dict:
+def importance_to_hf(entries: dict, names, where: str) -> dict:
     """A llama.cpp importance matrix's entries under the HF names of a model
     whose tensors are ``names``: a dense layer's one to one (hf_name); an
     expert stack's, [experts, cols] under ``blk.N.ffn_*_exps.weight``, as the
-    model holds its experts: a row per expert matrix (Mixtral, Qwen3-MoE),
-    or whole for a stack kept as one tensor (gpt-oss's down_proj, and its
-    gate_up_proj from ffn_gate_exps or ffn_up_exps: the same routed inputs).
-    What no architecture maps onto ``names`` is left out."""
+    model holds its experts: a row per expert matrix (Mixtral, Qwen3-MoE;
+    rows for another number of experts than the layer has are an error
+    naming ``where``: the imatrix of another model), or whole for a stack
+    kept as one tensor (gpt-oss's down_proj, and its gate_up_proj from
+    ffn_gate_exps or ffn_up_exps: the same routed inputs; select_for checks
+    its experts). What no architecture maps onto ``names`` is left out."""
     out = {}
     for n, v in entries.items():
         hf = hf_name(n)
@@ -75,9 +79,13 @@ def importance_to_hf(entries: dict, names) -> dict:
             if getattr(v, "ndim", 1) != 2:
                 continue
             for pattern, g in arch.experts.items():
-                each = [pre + pattern.format(e=e) for e in range(v.shape[0])]
-                if g == suffix and all(x in names for x in each):
-                    out.update(zip(each, v))
+                if g != suffix or pre + pattern.format(e=0) not in names:
+                    continue
+                have = next(e for e in range(len(names) + 1) if pre + pattern.format(e=e) not in names)
+                if have != v.shape[0]:
+                    raise FormatError(where, n, f"{v.shape[0]} experts' rows, but layer {int(m.group(1))} of the "
+                                                f"model has {have} experts (the imatrix of another model?)")
+                out.update(zip((pre + pattern.format(e=e) for e in range(have)), v))
     return out
 
 

@@ -52,7 +52,7 @@ def load_importance(path: str | os.PathLike | None, quantize: dict[str, QuantPar
         return {}, []
     im = imatrix_fmt.read_any(Path(path))
     if im.meta["format"] in imatrix_fmt.LLAMACPP_FORMATS:  # llama.cpp's tensor names -> ours
-        im.entries = importance_to_hf(im.entries, shapes)
+        im.entries = importance_to_hf(im.entries, shapes, os.fspath(path))
     found, missing = imatrix_fmt.select_for(im, {n: shapes[n] for n in quantize}, os.fspath(path))
     if not missing:
         return found, []

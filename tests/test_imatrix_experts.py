@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, run_tool
+from conftest import GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
 from iekit.formats import iebin
 from iekit.formats.casting import decode_f32
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
@@ -230,7 +230,7 @@ def test_llama_imatrix_per_expert_entries_agree_with_ours(tmp_path):
     ours, theirs = imatrix.read(out), imatrix.read_any(GOLDEN / "imatrix" / "tiny-mixtral.llamacpp.gguf")
     assert theirs.tokens == ours.tokens == 384
     assert theirs.entries["blk.0.ffn_gate_exps.weight"].shape == (4, 64)
-    mapped = importance_to_hf(theirs.entries, set(ours.entries))
+    mapped = importance_to_hf(theirs.entries, set(ours.entries), "imatrix.gguf")
     assert set(mapped) == set(ours.entries) - {"lm_head.weight"}  # llama.cpp leaves the output out by default
 
     def rel(a, b):
@@ -245,3 +245,21 @@ def test_llama_imatrix_per_expert_entries_agree_with_ours(tmp_path):
                 for b in range(4):
                     if a != b:
                         assert rel(ours.entries[expert[a]], mapped[expert[b]]) > 0.10, (expert[a], b)
+
+
+def test_llamacpp_expert_rows_of_another_model_are_one_error(tmp_path):
+    """A per-expert entry with a row for each of 3 experts, for a Mixtral
+    whose layers have 4: one line naming the file and the entry, nothing
+    written (the gpt-oss stacks take select_for's check of [experts, cols])."""
+    from test_imatrix import _gguf_imatrix
+
+    p = tmp_path / "imatrix.gguf"
+    _gguf_imatrix(p, {"blk.0.ffn_gate_exps.weight.in_sum2": np.ones((3, 64), np.float32),
+                      "blk.0.ffn_gate_exps.weight.counts": np.ones((3, 1), np.float32)})
+    man = tmp_path / "q.json"
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-mixtral", "-o", man, "--scheme",
+                    "q4_1").returncode == 0
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", GOLDEN_HF / "tiny-mixtral", "--out-dir", tmp_path / "m",
+                   "--q4-map", man, "--imatrix", p)
+    assert_one_line_error(res, str(p), "blk.0.ffn_gate_exps.weight", "3 experts' rows", "has 4 experts")
+    assert not (tmp_path / "m").exists()
