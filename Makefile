@@ -115,9 +115,10 @@ fuzz-run:
 	  $(FUZZ_TARGETS)
 	$(SAN_ENV) $(VPY) fuzz/fuzz_python.py --seconds $(FUZZ_S)
 
-# Compile-only check of the CUDA sources for sm_80 and sm_90, and of the
-# host files that include the CUDA headers (CI runs it; without nvcc on
-# PATH it says so and passes): a CUDA file that does not build cannot land.
+# Compile-only check of the CUDA sources for sm_75 (a T4, built on request),
+# sm_80 and sm_90 (the default build's), and of the host files that include
+# the CUDA headers (CI runs it; without nvcc on PATH it says so and passes):
+# a CUDA file that does not build cannot land.
 CUDA_SRCS := $(wildcard csrc/cuda/*.cu)
 CUDA_HOST_SRCS := csrc/cuda/bindings.cpp csrc/decoder/bindings.cpp csrc/module.cpp
 cuda-check: $(VPY)
@@ -125,7 +126,8 @@ cuda-check: $(VPY)
 	inc="$$(nvcc -v -x cu -E /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$$ INCLUDES="-I\([^"]*\)".*/\1/p' | head -1)"; \
 	for f in $(CUDA_SRCS); do \
 	  echo "nvcc $$f"; \
-	  nvcc -std=c++17 -fmad=false -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	  nvcc -std=c++17 -fmad=false -gencode arch=compute_75,code=sm_75 -gencode arch=compute_80,code=sm_80 \
+	    -gencode arch=compute_90,code=sm_90 \
 	    -DIE_HAVE_CUDA=1 -DIE_HAVE_X86=1 -Icsrc -c $$f -o /dev/null || exit 1; \
 	done; \
 	for f in $(CUDA_HOST_SRCS); do \

@@ -316,14 +316,29 @@ struct StepOf {
   static constexpr int kWords = (kStepUnits * 32 / kElems * wtype_info(T).block_bytes + 15) / 16 + 1;
 };
 
+// cp.async is sm_80 and up; built for an older GPU (CMAKE_CUDA_ARCHITECTURES=75:
+// a T4) the copy is a plain 16-byte load and store, done when it returns, and
+// the group calls have nothing to do.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+#if __CUDA_ARCH__ >= 800
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+#else
+  *static_cast<uint4*>(smem) = ld16(static_cast<const uint8_t*>(gmem));
+#endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
 // Waits until at most N of this thread's groups are still in flight.
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
 
 template <WType T, int B>
 __global__ void __launch_bounds__(kThreads, 2) blocks_kernel(Launch a) {
