@@ -280,6 +280,16 @@ def _two_sets(tmp_path, v_lo: float):
     return hi, lo
 
 
+def _policy(wide, tmp_path, target: str, *probes) -> tuple[dict, str]:
+    """q4-manifest --target-bpw on the wide model with these probe files: its selections and stderr."""
+    m = tmp_path / "q.json"
+    args = [a for p in probes for a in ("--kl-probes", p)]
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", m, "--overwrite", "--target-bpw", target,
+                   "--quantize-head", "--imatrix", wide["imatrix"], *args)
+    assert res.returncode == 0, res.stderr
+    return json.loads(m.read_text())["tensors"], res.stderr
+
+
 def test_probes_at_low_bits_keep_a_group_that_suffers_there_out_of_them(wide, tmp_path):
     """Two sets: at 5 bits (q5_1 -> iq4_nl) the value projections cost
     almost nothing, at 3 bits (iq4_nl -> iq3_s) 20x the others. At 3.5 bits
@@ -288,13 +298,8 @@ def test_probes_at_low_bits_keep_a_group_that_suffers_there_out_of_them(wide, tm
     hi, lo = _two_sets(tmp_path, v_lo=5.0)
 
     def v_bits(*probes) -> list[float]:
-        m = tmp_path / "q.json"
-        args = [a for p in probes for a in ("--kl-probes", p)]
-        res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", m, "--overwrite", "--target-bpw", "3.5",
-                       "--quantize-head", "--imatrix", wide["imatrix"], *args)
-        assert res.returncode == 0, res.stderr
-        sel = json.loads(m.read_text())["tensors"]
-        return [bpw_policy.selection_bits(s) for n, s in sorted(sel.items()) if "v_proj" in n], res.stderr
+        sel, stderr = _policy(wide, tmp_path, "3.5", *probes)
+        return [bpw_policy.selection_bits(s) for n, s in sorted(sel.items()) if "v_proj" in n], stderr
 
     bits, stderr = v_bits(hi)
     assert max(bits) < 3.0
@@ -315,13 +320,8 @@ def test_matrices_far_below_the_probes_are_named(wide, tmp_path):
     hi, lo = _two_sets(tmp_path, v_lo=0.25)
 
     def run(*probes):
-        m = tmp_path / "q.json"
-        args = [a for p in probes for a in ("--kl-probes", p)]
-        res = run_tool("ieconv", "q4-manifest", "--hf-dir", wide["hf"], "-o", m, "--overwrite", "--target-bpw", "4.6",
-                       "--quantize-head", "--imatrix", wide["imatrix"], *args)
-        assert res.returncode == 0, res.stderr
-        sel = json.loads(m.read_text())["tensors"]
-        return {n: s for n, s in sel.items() if bpw_policy.selection_bits(s) < 3.5}, res.stderr
+        sel, stderr = _policy(wide, tmp_path, "4.6", *probes)
+        return {n: s for n, s in sel.items() if bpw_policy.selection_bits(s) < 3.5}, stderr
 
     far, stderr = run(hi)
     assert far and any("v_proj" in n for n in far)
