@@ -76,7 +76,7 @@ def importance_to_hf(entries: dict, names, where: str) -> dict:
             for h in whole:
                 if pre + h in names:
                     out[pre + h] = v
-            if getattr(v, "ndim", 1) != 2:
+            if v.ndim != 2:
                 continue
             for pattern, g in arch.experts.items():
                 if g != suffix or pre + pattern.format(e=0) not in names:

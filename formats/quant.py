@@ -498,10 +498,25 @@ class _Block(Scheme):
         type has none; its f16 fields are gptq.refit_scales' alone)."""
         return None
 
+    # The types with sub-scales: per field of SubScales, the range of its integers (lo, hi, odd: fit_levels),
+    # each field's super-scale the f16 at its F16_FIELDS entry, the integers stored by _put_sub_levels.
+    SUB_LEVELS: tuple[tuple[int, int, bool], ...] = ()
+
     def with_sub_scales(self, raw: np.ndarray, values: np.ndarray) -> np.ndarray:
         """``raw`` with its sub-scale fields set to ``values`` [n, fields,
-        sub-blocks] as nearly as the type stores them (fit_levels: the
-        super-scales and integers), the codes as they are."""
+        sub-blocks] as nearly as the type stores them (per field, fit_levels'
+        super-scale and integers), the codes as they are."""
+        if not self.SUB_LEVELS:
+            raise NotImplementedError(f"{self.name} has no sub-scales")
+        out = raw.copy()
+        fits = [fit_levels(values[:, f], lo, hi, odd) for f, (lo, hi, odd) in enumerate(self.SUB_LEVELS)]
+        for (_name, off), (d, _l) in zip(self.F16_FIELDS, fits, strict=True):
+            out[:, off:off + 2] = d.astype(np.float16)[:, None].view(np.uint8)
+        self._put_sub_levels(out, *(levels for _d, levels in fits))
+        return out
+
+    def _put_sub_levels(self, out: np.ndarray, *levels: np.ndarray) -> None:
+        """Stores each field's integers [n, sub-blocks] in blocks ``out``."""
         raise NotImplementedError
 
 
@@ -852,14 +867,10 @@ class Q4_K(_KQuant, weight_type="q4_k"):
         codes = self._sub_codes(raw).astype(np.float32)
         return SubScales(self.SUB, np.stack([codes, np.full_like(codes, -1)], axis=1), np.stack(self.sub_params(raw), 1))
 
-    def with_sub_scales(self, raw, values):
-        d, ls = fit_levels(values[:, 0], 0, 63)
-        dmin, lm = fit_levels(values[:, 1], 0, 63)
-        out = raw.copy()
-        out[:, 0:2] = d.astype(np.float16)[:, None].view(np.uint8)
-        out[:, 2:4] = dmin.astype(np.float16)[:, None].view(np.uint8)
+    SUB_LEVELS = ((0, 63, False), (0, 63, False))  # the 6-bit sub-scales, the 6-bit sub-mins
+
+    def _put_sub_levels(self, out, ls, lm):
         out[:, 4:16] = self._pack_sub(ls, lm)
-        return out
 
     def _bound(self, b, raw):
         # The codes are chosen for the sub-scale and sub-min as stored; a 6-bit
@@ -970,12 +981,10 @@ class Q6_K(_ScaledValues, _Block, weight_type="q6_k"):
     def _values(self, raw: np.ndarray) -> np.ndarray:
         return self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32) - np.float32(32)
 
-    def with_sub_scales(self, raw, values):
-        d, sc = fit_levels(values[:, 0], -128, 127)
-        out = raw.copy()
+    SUB_LEVELS = ((-128, 127, False),)  # int8 sub-scales
+
+    def _put_sub_levels(self, out, sc):
         out[:, 192:208] = sc.astype(np.int8).view(np.uint8)
-        out[:, 208:210] = d.astype(np.float16)[:, None].view(np.uint8)
-        return out
 
     def _bound(self, b, raw):
         # codes chosen for d × sc_j as stored: the nearest of the clamped grid, up to x / step's f32 rounding
@@ -1066,12 +1075,10 @@ class Q3_K(_ScaledValues, _KQuant, weight_type="q3_k"):
     def _values(self, raw: np.ndarray) -> np.ndarray:
         return self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32) - np.float32(4)
 
-    def with_sub_scales(self, raw, values):
-        d, ls = fit_levels(values[:, 0], -32, 31)
-        out = raw.copy()
+    SUB_LEVELS = ((-32, 31, False),)  # the multipliers l_j - 32
+
+    def _put_sub_levels(self, out, ls):
         out[:, 96:108] = self._pack_sub(ls + 32)
-        out[:, 108:110] = d.astype(np.float16)[:, None].view(np.uint8)
-        return out
 
     def _bound(self, b, raw):
         # codes chosen for d × (l_j − 32) as stored: the nearest of the clamped grid, up to x / step's f32 rounding
@@ -1152,14 +1159,10 @@ class Q2_K(_KQuant, weight_type="q2_k"):
         q = self.codes(raw).reshape(-1, 16, self.SUB).astype(np.float32)
         return SubScales(self.SUB, np.stack([q, np.full_like(q, -1)], axis=1), np.stack(self.sub_params(raw), 1))
 
-    def with_sub_scales(self, raw, values):
-        d, ls = fit_levels(values[:, 0], 0, 15)
-        dmin, lm = fit_levels(values[:, 1], 0, 15)
-        out = raw.copy()
+    SUB_LEVELS = ((0, 15, False), (0, 15, False))  # the 4-bit sub-scales, the 4-bit sub-mins
+
+    def _put_sub_levels(self, out, ls, lm):
         out[:, :16] = (ls | (lm << 4)).astype(np.uint8)
-        out[:, 80:82] = d.astype(np.float16)[:, None].view(np.uint8)
-        out[:, 82:84] = dmin.astype(np.float16)[:, None].view(np.uint8)
-        return out
 
     def _bound(self, b, raw):
         # codes chosen for the sub-scale and sub-min as stored, up to (x + min) / scale's f32 rounding
@@ -1289,12 +1292,10 @@ class IQ4_XS(_ScaledValues, _IQ4, weight_type="iq4_xs"):
         """Each element's grid value [n, 8, 32], before its sub-block's scale."""
         return qs.IQ4_VALUES[_unpack_nibbles(raw[:, 8:136]).reshape(-1, 8, self.SUB)]
 
-    def with_sub_scales(self, raw, values):
-        d, ls = fit_levels(values[:, 0], -32, 31)
-        out = raw.copy()
-        out[:, 0:2] = d.astype(np.float16)[:, None].view(np.uint8)
+    SUB_LEVELS = ((-32, 31, False),)  # the multipliers l_j - 32
+
+    def _put_sub_levels(self, out, ls):
         out[:, 2:8] = IQ4_XS.pack_sub_scales(ls)
-        return out
 
     def _bound(self, b, raw):
         # codes chosen for d × l_j with d before f16 rounding: |l_j| ≤ 32 of its half ulp per grid step
@@ -1393,7 +1394,7 @@ class IQ4_XSH(_ScaledValues, _IQ4, weight_type="iq4_xsh"):
         q = _unpack_nibbles(raw[:, 8:self.SHIFTS]).reshape(-1, 8, self.SUB)
         return qs.IQ4_VALUES[q] + self.shifts(raw)[..., None]
 
-    with_sub_scales = IQ4_XS.with_sub_scales
+    SUB_LEVELS, _put_sub_levels = IQ4_XS.SUB_LEVELS, IQ4_XS._put_sub_levels
 
     def _bound(self, b, raw):
         # codes the nearest on the sub-block's grid for the scale as stored: |x − s (v + sh)| = |(x − s sh) − s v|
@@ -1482,12 +1483,10 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
         neg = ((raw[:, self.SIGNS:self.SIGNS + 32, None] >> bits) & 1).reshape(-1, 8, self.SUB)
         return iq3s_grid.grid()[idx].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1), np.float32(1))
 
-    def with_sub_scales(self, raw, values):
-        d, m = fit_levels(values[:, 0], 1, 31, odd=True)  # the multipliers 1 + 2 s_j
-        out = raw.copy()
-        out[:, 0:2] = d.astype(np.float16)[:, None].view(np.uint8)
+    SUB_LEVELS = ((1, 31, True),)  # the multipliers 1 + 2 s_j
+
+    def _put_sub_levels(self, out, m):
         out[:, self.SCALES:self.SCALES + 4] = self._pack_sub((m - 1) // 2)
-        return out
 
     def _bound(self, b, raw):
         # a codebook entry is a compromise among its four weights: any magnitude 1..15 of the scale may be chosen

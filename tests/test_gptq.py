@@ -14,7 +14,7 @@ from conftest import GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run
 from iekit.formats import gptq, iebin
 from iekit.formats.errors import IEError
 from iekit.formats.q4_manifest import selection_params
-from iekit.formats.quant import SCHEMES
+from iekit.formats.quant import SCHEMES, fit_levels
 from test_quantize_imatrix import wide  # noqa: F401  (the fixture: a Llama whose matrices are 256-multiples)
 
 TEXT = GOLDEN / "text" / "eval-sample.txt"
@@ -485,8 +485,11 @@ def _row_errors(w, h, scheme, p, q):
 @pytest.mark.parametrize("name", sorted(SCALE_BYTES))
 def test_sub_scale_fields_are_what_dequantization_multiplies(name):
     """Each type's SubScales, as refit_sub_scales reads them: the dequantized
-    values are the fields times their bases, exactly (float32), and
-    with_sub_scales of the fields as they are keeps the codes' bytes."""
+    values are the fields times their bases, exactly (float32); and
+    with_sub_scales of the fields as they are keeps the codes' bytes and
+    stores fields that read back as exactly fit_levels' super-scale times
+    its integers (an integer packed off by one, or into the wrong bytes,
+    reads back as another value)."""
     w, _h = _problem(rows=8, cols=512, seed=3)
     scheme, p = SCHEMES[name], selection_params({"scheme": name})
     raw = scheme.quantize_rows(w, p, "t").rows.reshape(-1, scheme.block_bytes)
@@ -500,6 +503,11 @@ def test_sub_scale_fields_are_what_dequantization_multiplies(name):
     again = scheme.with_sub_scales(raw, sub.values)
     codes = np.setdiff1d(np.arange(scheme.block_bytes), SCALE_BYTES[name])
     assert np.array_equal(again[:, codes], raw[:, codes])
+    back = scheme.sub_scale_fields(again).values
+    assert len(scheme.SUB_LEVELS) == nf
+    for f, (lo, hi, odd) in enumerate(scheme.SUB_LEVELS):
+        d, levels = fit_levels(sub.values[:, f], lo, hi, odd)
+        assert np.array_equal(back[:, f], d[:, None] * levels.astype(np.float32)), (name, f)
 
 
 @pytest.mark.parametrize("lo, hi, odd", [(0, 63, False), (-32, 31, False), (-128, 127, False), (0, 15, False),
@@ -508,7 +516,6 @@ def test_fit_levels_codes_sub_scales_within_their_range(lo, hi, odd):
     """fit_levels: integers in lo..hi (odd ones only for iq3_s's 1 + 2 s),
     d exact in f16, and an error no larger than coding against the largest
     value alone (d = its value / the range's end), which its search includes."""
-    from iekit.formats.quant import fit_levels
     rng = np.random.default_rng(abs(lo) + hi)
     x = (rng.standard_normal((500, 8)) * np.exp(rng.standard_normal((500, 1)))).astype(np.float32)
     if lo >= 0:

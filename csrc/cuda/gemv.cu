@@ -100,14 +100,14 @@ __device__ __forceinline__ void nibbles(uint32_t w, int shift, float zero, float
 //
 // A lane owns whole blocks, so the x it needs is 128 contiguous bytes: read
 // from global memory, each float4 load of a warp touches 32 cache lines. The
-// CTA therefore first stages x, a tile of U units at a time, in
-// shared memory as [b][k][unit] float4s (k: the block's 8 float4s), so that
-// lanes reading consecutive units read consecutive float4s (on an H100: 45%
-// -> 48% of the copy bandwidth at batch 1; docs/cuda.md says what was tried
-// beyond that: deeper prefetch and other splits did not help). The warps
-// that share a row take 32 units of a tile each (gemv_tuned caps W so).
-// A tile is U units: 32 KiB of x for planar4, 16 KiB (32 KiB at batch 8)
-// for the blocks kernel, which keeps shared memory for its weights too.
+// CTA therefore first stages x, a tile of U units at a time, in shared
+// memory as [b][k][unit] float4s (k: the block's 8 float4s), so that lanes
+// reading consecutive units read consecutive float4s (on an H100: 45% -> 48%
+// of the copy bandwidth at batch 1; docs/cuda.md says what was tried beyond
+// that: deeper prefetch and other splits did not help). U: 32 KiB of x for
+// planar4, 16 KiB (32 KiB at batch 8) for the blocks kernel, which keeps
+// shared memory for its weights too. The warps that share a row take 32
+// units of a tile each (gemv_tuned caps W so).
 __host__ __device__ constexpr int planar4_tile(int B) { return 256 / B; }
 __host__ __device__ constexpr int blocks_tile(int B) { return 128 / B < 32 ? 32 : 128 / B; }
 
