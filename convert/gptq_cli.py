@@ -110,7 +110,9 @@ def gptq_cmd(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks,
     update under that covariance). Same schemes, same size: the bytes are
     the manifest's; only the codes are chosen better. The covariance's
     diagonal is the imatrix statistic, so no --imatrix is needed. Use text
-    the evaluation does not. --sequential fits each layer to the inputs the
+    the evaluation does not. Each expert of a mixture is compensated under
+    the covariances of the rows routed to it (docs/moe.md). --sequential
+    fits each layer to the inputs the
     quantized earlier layers give it, at one calibration pass per layer
     (docs/quality.md says what it buys). Then each matrix's scales are
     refitted to its final codes (--no-refit-scales: as the blocks were
@@ -161,9 +163,14 @@ def _gptq(hf_dir, ref_dir, q4_map, out_dir, text_file, ids_file, ctx, chunks, se
     partial.finish()
     report_conversion(res)
     plain = [n for n in order if cov.slot_of(n) is None]
-    if plain:  # expert matrices: each would need the covariance of its own routed rows
+    if plain:  # a tensor no matrix input of the decoder feeds (an embedding the manifest quantizes)
         err.print(f"warning: {len(plain)} matrices have no input covariance here and were quantized without error "
-                  f"compensation (e.g. {plain[0]}; experts are not compensated yet)", markup=False)
+                  f"compensation (e.g. {plain[0]})", markup=False)
+    if cov.unrouted:
+        layers = sorted({slot // 4 for slot, _e in cov.unrouted})
+        err.print(f"warning: {len({(s // 4, e) for s, e in cov.unrouted})} experts (layers {', '.join(map(str, layers))}) "
+                  "got no calibration row: each was compensated under the mean covariance of its layer's routed "
+                  "experts (more calibration text, --chunks, routes to more)", markup=False)
     done = sum(e.compensated for e in res.errors.values())
     tokens = sum(len(p) for p in parts)
     resumed_note = f" ({resumed} kept by the interrupted run)" if resumed else ""

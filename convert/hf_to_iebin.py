@@ -134,7 +134,9 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                         errors[name] = _add_payload(writer, name, shape, qplan.quantize[name], *kept, settle)
                         progress.advance(t.nbytes)  # its source is not read
                         continue
-                    cov = covariances.get(name) if covariances is not None else None
+                    cov = None if covariances is None else (
+                        (lambda e, name=name: covariances.get(name, e)) if covariances.is_stack(name)
+                        else covariances.get(name))
                     errors[name] = _add_quantized(writer, name, shape, t.dtype.name, tensor_bytes,
                                                   qplan.quantize[name], importance.get(name), cov,
                                                   settle if cov is not None else None,
@@ -179,7 +181,8 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
     another) a block of rows at a time from ``source`` (chunk bytes -> its
     bytes, whole rows per chunk): memory stays bounded. Its predicted loss
     is recorded in the entry and returned. With ``covariance`` (its input's
-    H and inverse factor, runtime/hessians.py) error-compensated instead
+    H and inverse factor, runtime/hessians.py; for a stack, expert -> its
+    own, or None for an expert quantized plain) error-compensated instead
     (formats/gptq.py), chunks of gptq.chunk_rows rows on worker threads, its
     dequantized values handed to ``settle`` (a sequential pass runs on with
     them) and its payload to ``keep`` (an interrupted run resumes from it);
@@ -201,16 +204,25 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
         error = QuantError()
         pieces = scheme.stream(row_chunks(), params, rows, name, importance, error)
     else:
-        h, u = covariance
         error = QuantError(compensated=True)
         parts = []
-        # Rows are independent under one covariance: a chunk at a time gives the
-        # whole matrix's codes in memory bounded by the chunk (whole chunks:
-        # smaller pieces only add per-call cost).
-        for qr, e in map_row_pieces(lambda w: gptq.quantize(w, h, scheme, params, name, u, refit=refit_scales),
-                                    row_chunks(), None):
-            error.merge(e)
-            parts.append(qr)
+        # A stack's experts each under their own covariance, in row order.
+        step = gptq.chunk_rows(rows // count, cols, worker_count())  # an expert's rows, on every worker
+        runs = ((covariance(e), [w[a:a + step] for a in range(0, len(w), step)])
+                for e, w in _expert_rows(row_chunks(), rows // count)) \
+            if callable(covariance) else [(covariance, row_chunks())]
+        for cov, chunks in runs:
+            if cov is None:  # an expert with no covariance: its nearest codes
+                parts += scheme.measured_pieces(chunks, params, name, None, error)
+                continue
+            h, u = cov
+            # Rows are independent under one covariance: a chunk at a time gives the
+            # whole matrix's codes in memory bounded by the chunk (whole chunks:
+            # smaller pieces only add per-call cost).
+            for qr, e in map_row_pieces(lambda w: gptq.quantize(w, h, scheme, params, name, u, refit=refit_scales),
+                                        chunks, None):
+                error.merge(e)
+                parts.append(qr)
         qr = QuantizedRows.vstack(parts)
         if settle is not None:
             settle(name, scheme.dequantize_rows(qr, cols, params).reshape(rows, cols))
@@ -241,16 +253,25 @@ def _add_payload(writer: iebin.IebinWriter, name: str, shape: list[int], params:
     return error
 
 
-def _per_expert(scheme: Any, row_chunks: Iterator[np.ndarray], params: QuantParams, rows_per_expert: int,
-                name: str, importance: np.ndarray, error: QuantError) -> Iterator[np.ndarray]:
-    """A stack's payload with expert e's rows weighted by importance[e]:
-    the row chunks cut at expert boundaries (block schemes are row-local,
-    so the pieces' payloads concatenate in file order)."""
-    done = 0
+def _expert_rows(row_chunks: Iterator[np.ndarray], rows_per_expert: int) -> Iterator[tuple[int, np.ndarray]]:
+    """A stack's row chunks as (expert, its rows): the chunks joined and cut
+    at expert boundaries, so one expert's rows are held at a time."""
+    expert, held, have = 0, [], 0
     for w in row_chunks:
         while len(w):
-            e, at = divmod(done, rows_per_expert)
-            take = min(len(w), rows_per_expert - at)
-            yield from scheme.stream([w[:take]], params, take, name, importance[e], error)
-            w, done = w[take:], done + take
+            take = min(len(w), rows_per_expert - have)
+            held.append(w[:take])
+            w, have = w[take:], have + take
+            if have == rows_per_expert:
+                yield expert, (np.concatenate(held) if len(held) > 1 else held[0])
+                expert, held, have = expert + 1, [], 0
+
+
+def _per_expert(scheme: Any, row_chunks: Iterator[np.ndarray], params: QuantParams, rows_per_expert: int,
+                name: str, importance: np.ndarray, error: QuantError) -> Iterator[np.ndarray]:
+    """A stack's payload with expert e's rows weighted by importance[e]
+    (block schemes are row-local, so the pieces' payloads concatenate in
+    file order)."""
+    for e, w in _expert_rows(row_chunks, rows_per_expert):
+        yield from scheme.stream([w], params, len(w), name, importance[e], error)
 

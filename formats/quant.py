@@ -62,7 +62,11 @@ def quadratic_sum(a: np.ndarray, h: np.ndarray) -> float:
     diagonal block once, the blocks above it twice), in float32 GEMMs summed
     in float64: a quarter of the float64 ``((a @ h) * a).sum()``'s time (a
     third of gptq's on [2048, 8192]), and no float32 copy of h larger than
-    a block. Relative error about 1e-6: this is a reported loss."""
+    a block. Relative error about 1e-6: this is a reported loss. Never
+    negative: h is a covariance, so each term is ≥ 0, but rows that
+    compensation left nearly in h's null space (a covariance of fewer
+    calibration rows than columns: a rarely routed expert) can sum to a
+    rounding error below 0, which the artifact's schema rightly refuses."""
     a = np.asarray(a, dtype=np.float32)
     cols = a.shape[1]
     total = 0.0
@@ -73,7 +77,7 @@ def quadratic_sum(a: np.ndarray, h: np.ndarray) -> float:
         total += float(np.sum(aj * (aj @ hb[j0:]), dtype=np.float64))
         if j0:
             total += 2.0 * float(np.sum(aj * (a[:, :j0] @ hb[:j0]), dtype=np.float64))
-    return total
+    return max(total, 0.0)
 
 
 @dataclass

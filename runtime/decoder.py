@@ -24,7 +24,8 @@ from iekit.formats import iebin, weight_types
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import model_file, read_small
 from iekit.formats.library_calls import guarded
-from iekit.formats.model_spec import INT32_MAX, LAYERS_KEY, MATRIX, DecoderSpec, decoder_spec, layer_parts
+from iekit.formats.model_spec import (EXPERT_MATRIX, EXPERTS_KEY, INT32_MAX, LAYERS_KEY, MATRIX, DecoderSpec,
+                                      decoder_spec, layer_parts)
 
 from . import cuda, decoder_weights, kernels, kv_cache
 from .expert_copies import copy_experts
@@ -183,7 +184,8 @@ class Decoder:
             raise IEError(str(e)) from None
 
     def replace_matrices(self, values: dict[str, np.ndarray]) -> None:
-        """Run on from now with the layer matrices and head ``values`` names
+        """Run on from now with the layer matrices (experts' included; a
+        stack's values [experts x rows, cols]) and head ``values`` names
         (HF tensor names -> float32 [rows, cols]) in place of the
         artifact's: sequential error compensation (runtime/hessians.py)
         takes each layer's input covariances from a model whose earlier
@@ -193,29 +195,43 @@ class Decoder:
         (its KV cache starts empty); the caller's arrays are kept
         referenced, not copied, until then."""
         tied = self._weights["embed"] is self._weights["lm_head"]
-        where = {self.head_name: [("lm_head",), ("embed",)] if tied else [("lm_head",)]}
+        # name -> where its values go: (path, expert) pairs, expert None for a whole matrix, else a stack's
+        # [experts x rows, cols] values split among its experts.
+        where = {self.head_name: [(("lm_head",), None), (("embed",), None)] if tied else [(("lm_head",), None)]}
         for i in range(self.spec.n_layers):
             for p in layer_parts(self.spec, i):
                 if p.kind == MATRIX:
-                    where[p.name] = [(LAYERS_KEY, i, p.key)]
+                    where[p.name] = [((LAYERS_KEY, i, p.key), None)]
+                elif p.kind == EXPERT_MATRIX:
+                    experts = range(self.spec.moe.n_experts)
+                    if "{e}" in p.name:
+                        where.update({p.name.format(e=e): [((LAYERS_KEY, i, EXPERTS_KEY, e, p.key), None)]
+                                      for e in experts})
+                    else:
+                        where[p.name] = [((LAYERS_KEY, i, EXPERTS_KEY, e, p.key), e) for e in experts]
         staged = []
         for name, a in values.items():
             if name not in where:
-                raise IEError(f"replace_matrices: {name!r} is not a dense layer matrix or the head of {self.model.dir}")
+                raise IEError(f"replace_matrices: {name!r} is not a layer matrix or the head of {self.model.dir}")
             a = np.ascontiguousarray(a, dtype=np.float32)
             if a.ndim != 2:
                 raise IEError(f"replace_matrices: {name}: expected a matrix, got shape {list(a.shape)}")
-            for path in where[name]:
+            if where[name][0][1] is not None:  # a stack: expert e's rows
+                if a.shape[0] % len(where[name]):
+                    raise IEError(f"replace_matrices: {name}: {a.shape[0]} rows are not {len(where[name])} experts'")
+                a = a.reshape(len(where[name]), -1, a.shape[1])
+            for path, expert in where[name]:
+                a_e = a if expert is None else a[expert]
                 d = self._weights
                 for k in path[:-1]:
                     d = d[k]
                 old = d[path[-1]][0]
-                if a.shape != (old.rows, old.cols):
-                    raise IEError(f"replace_matrices: {name}: {list(a.shape)} where the model has "
-                                  f"[{old.rows}, {old.cols}]")
+                if a_e.shape != (old.rows, old.cols):
+                    raise IEError(f"replace_matrices: {name}: {list(a_e.shape)} where the model has "
+                                  f"[{old.rows}, {old.cols}]" + ("" if expert is None else f" (expert {expert})"))
                 spec = _native.WeightSpec(**kernels.weight_params({"name": name, "dtype": "f32",
-                                                                   "shape": list(a.shape)}))
-                staged.append((d, path[-1], (spec, kernels.as_bytes(a))))
+                                                                   "shape": list(a_e.shape)}))
+                staged.append((d, path[-1], (spec, kernels.as_bytes(a_e))))
         for d, key, value in staged:  # all checked first: a refusal changes nothing
             d[key] = value
         self._dec = None  # the old copies go before the new ones are made

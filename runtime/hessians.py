@@ -18,6 +18,19 @@ dequantized values in, and each layer gets a pass of its own, so the
 later layers' codes are fitted to the inputs the quantized model will
 really give them, errors of the earlier layers included. One pass per
 layer instead of one in all.
+
+Experts: each expert of a mixture sees only the rows routed to it, so each
+gets its own covariances, from those rows alone (csrc/decoder:
+collect_stats(capture_experts=...)): its gate/up input's, and its down
+projection's input's. They are divided by all the calibration tokens, as
+every other covariance is, so an expert that few rows reach weighs as
+little in a predicted error as it does in the model's output. A unit of
+collection is (slot, expert): the dense slots are (slot, -1), and an expert
+stack [experts, rows, cols] has one unit per expert (``get(name, e)``). An
+expert that no calibration row reached takes the mean of the covariances
+its window collected for its layer's routed experts of the same input: its
+inputs are the layer's, as far as anyone knows (the imatrix does the same
+with its means).
 """
 
 from __future__ import annotations
@@ -59,10 +72,14 @@ def mirror_upper(a: np.ndarray, block: int = GRAM_BLOCK) -> None:
         a[jb, jb] = np.triu(a[jb, jb]) + np.triu(a[jb, jb], 1).T
 
 
+Unit = tuple[int, int]  # (the decoder's statistics slot, the expert or -1)
+
+
 class Hessians:
     """``get(name)``: the input covariance of matrix ``name`` (float64,
-    Σ x xᵀ / tokens), or None for a tensor no slot feeds. ``order``: the
-    matrices that will be asked for, best in ``forward_order``."""
+    Σ x xᵀ / tokens), or None for a tensor no slot feeds; ``get(name, e)``
+    expert ``e``'s of an expert stack. ``order``: the matrices that will be
+    asked for, best in ``forward_order``."""
 
     def __init__(self, dec: Decoder, chunks: list[list[int]], order: list[str], budget: int = 1 << 30,
                  on_chunk: Callable[[int, int], None] = lambda _i, _n: None, sequential: bool = False,
@@ -73,14 +90,16 @@ class Hessians:
         self.sequential = sequential
         self._settled: dict[str, np.ndarray] = {}  # quantized, not yet swapped into the decoder
         self.tokens = sum(len(c) for c in chunks)
-        # Windows are runs of slots in the order the model reads them (forward_order), fixed up front: a resumed
+        self._experts = self._expert_units()
+        # Windows are runs of units in the order the model reads them (forward_order), fixed up front: a resumed
         # run (``kept``: matrices an interrupted one already quantized, never asked for) takes its covariances from
         # the same windows as the run it resumes, so that with ``sequential`` each sees the same quantized matrices.
-        self._windows = self._partition(sorted({s for n in order if (s := self.slot_of(n)) is not None}))
-        self._needed = {s for n in order if n not in kept and (s := self.slot_of(n)) is not None}
-        self._have: dict[int, np.ndarray] = {}
-        self._factors: dict[int, np.ndarray] = {}
+        self._windows = self._partition(sorted({u for n in order for u in self.units_of(n)}))
+        self._needed = {u for n in order if n not in kept for u in self.units_of(n)}
+        self._have: dict[Unit, np.ndarray] = {}
+        self._factors: dict[Unit, np.ndarray] = {}
         self.passes = 0
+        self.unrouted: set[Unit] = set()  # expert units no calibration row reached
         # Each chunk's residual stream entering layer _at (None: start from the
         # embedding): a window resumes there instead of running every layer
         # before it again, so the passes run the layers once in all, not once
@@ -89,81 +108,123 @@ class Hessians:
         self._at = 0
         self._streams: list[np.ndarray] | None = None
 
-    def slot_of(self, name: str) -> int | None:
-        """The decoder's statistics slot whose input ``name`` reads (runtime/imatrix.py's numbering)."""
+    def _expert_units(self) -> dict[str, list[Unit]]:
+        """Each expert matrix's units: a tensor per expert one, a stack one per expert."""
+        moe, out = self.dec.spec.moe, {}
+        if moe is None:
+            return out
+        for layer, has in enumerate(moe.layers):
+            if not has:
+                continue
+            pre = f"model.layers.{layer}."
+            out[pre + moe.names["router"]] = [(4 * layer + 2, -1)]
+            for key, k in (("gate", 2), ("up", 2), ("down", 3)):
+                pattern = moe.names.get(key)
+                if pattern is None:
+                    continue
+                if "{e}" in pattern:
+                    out.update({pre + pattern.format(e=e): [(4 * layer + k, e)] for e in range(moe.n_experts)})
+                else:
+                    out[pre + pattern] = [(4 * layer + k, e) for e in range(moe.n_experts)]
+        return out
+
+    def units_of(self, name: str) -> list[Unit]:
+        """The covariances ``name`` is quantized under: one, one per expert of a stack, or none."""
+        if name in self._experts:
+            return self._experts[name]
         if name == self.dec.head_name:
-            return 4 * self.dec.spec.n_layers
+            return [(4 * self.dec.spec.n_layers, -1)]
         m = _LAYER.match(name)
         if m is None or int(m.group(1)) >= self.dec.spec.n_layers:
-            return None
-        return next((4 * int(m.group(1)) + k for k, names in enumerate(LAYER_INPUTS) if m.group(2) in names), None)
+            return []
+        moe = self.dec.spec.moe
+        if moe is not None and moe.layers[int(m.group(1))] and m.group(2).startswith("mlp."):
+            return []  # a layer with experts has no dense MLP
+        return [(4 * int(m.group(1)) + k, -1) for k, names in enumerate(LAYER_INPUTS) if m.group(2) in names][:1]
+
+    def slot_of(self, name: str) -> int | None:
+        """The decoder's statistics slot whose input ``name`` reads (runtime/imatrix.py's numbering)."""
+        units = self.units_of(name)
+        return units[0][0] if units else None
+
+    def is_stack(self, name: str) -> bool:
+        """Whether ``name`` is an expert stack: one covariance per expert, ``get(name, e)``."""
+        return len(self.units_of(name)) > 1
 
     def forward_order(self, names: list[str]) -> list[str]:
-        """``names`` with the matrices that have a slot in the order the
-        model reads them (layer by layer; in a layer q/k/v, o, gate/up,
-        down; the head last), the others first as given: the order a
-        sequential conversion quantizes them in."""
-        slot = {n: self.slot_of(n) for n in names}
-        return [n for n in names if slot[n] is None] + sorted((n for n in names if slot[n] is not None),
-                                                               key=lambda n: slot[n])
+        """``names`` with the matrices that have a covariance in the order
+        the model reads them (layer by layer; in a layer q/k/v, o, gate/up
+        (or the router, then each expert's gate/up), down (each expert's);
+        the head last), the others first as given: the order a sequential
+        conversion quantizes them in."""
+        unit = {n: self.units_of(n) for n in names}
+        return [n for n in names if not unit[n]] + sorted((n for n in names if unit[n]), key=lambda n: unit[n][0])
 
     def settle(self, name: str, w: np.ndarray) -> None:
         """``name`` is quantized, its dequantized values ``w``: in sequential
         mode the covariances collected from now on see them (the converter
         makes ``w`` only then)."""
-        if self.sequential and self.slot_of(name) is not None:
+        if self.sequential and self.units_of(name):
             self._settled[name] = w
 
-    def _width(self, slot: int) -> int:
+    def _width(self, unit: Unit) -> int:
         s = self.dec.spec
+        slot, expert = unit
         if slot == 4 * s.n_layers:
             return s.hidden
+        if expert >= 0:
+            return s.hidden if slot % 4 == 2 else s.moe.inter
         return (s.hidden, s.n_heads * s.head_dim, s.hidden, s.inter)[slot % 4]
 
-    def get(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
-        """(covariance, its gptq.inverse_factor) of ``name``'s input, or None;
-        the factor is computed once for the matrices one input feeds (q/k/v)."""
-        slot = self.slot_of(name)
-        if slot is None:
+    def get(self, name: str, expert: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """(covariance, its gptq.inverse_factor) of ``name``'s input (of
+        expert ``expert``'s, for a stack), or None; the factor is computed
+        once for the matrices one input feeds (q/k/v, an expert's gate/up)."""
+        units = self.units_of(name)
+        if not units or (len(units) > 1) != (expert is not None):
             return None
-        if slot not in self._have:
-            self._collect(slot)
-        if slot not in self._factors:
-            self._factors[slot] = gptq.inverse_factor(self._have[slot])
-        return self._have[slot], self._factors[slot]
+        unit = units[expert or 0]
+        if unit not in self._have:
+            self._collect(unit)
+        if not self._have[unit].any():  # an unrouted expert with no routed one beside it to stand in
+            return None
+        if unit not in self._factors:
+            self._factors[unit] = gptq.inverse_factor(self._have[unit])
+        return self._have[unit], self._factors[unit]
 
-    def _partition(self, slots: list[int]) -> list[list[int]]:
-        """``slots`` cut into windows, greedily in order: as many as fit the
+    def _partition(self, units: list[Unit]) -> list[list[Unit]]:
+        """``units`` cut into windows, greedily in order: as many as fit the
         budget (at least one), with ``sequential`` one layer's at most (the
         next layer waits for this one's codes)."""
-        windows: list[list[int]] = []
+        windows: list[list[Unit]] = []
         used = 0  # bytes of the last window's covariances
-        for s in slots:
-            size = self._width(s) ** 2 * 8
-            if not windows or (self.sequential and s // 4 != windows[-1][0] // 4) or used + size > self.budget:
+        for u in units:
+            size = self._width(u) ** 2 * 8
+            if not windows or (self.sequential and u[0] // 4 != windows[-1][0][0] // 4) or used + size > self.budget:
                 windows.append([])
                 used = 0
-            windows[-1].append(s)
+            windows[-1].append(u)
             used += size
         return windows
 
-    def _collect(self, first: int) -> None:
+    def _collect(self, first: Unit) -> None:
         """Run the calibration once for the window holding ``first`` (the
-        previous window dropped), for its slots a matrix still asks for."""
+        previous window dropped), for its units a matrix still asks for."""
         window = next((w for w in self._windows if first in w), [first])
-        take = [s for s in window if s in self._needed or s == first]
+        take = [u for u in window if u in self._needed or u == first]
         self._have.clear()
         self._factors.clear()
         # The quantized matrices read before this window (all of them, in a run that quantizes in forward order;
         # a resumed run settles the matrices an interrupted one kept as it meets them, so later ones wait).
-        ready = {n: w for n, w in self._settled.items() if self.slot_of(n) < window[0]}
+        ready = {n: w for n, w in self._settled.items() if self.units_of(n)[-1] < window[0]}
         if ready:
             self.dec.replace_matrices(ready)
             self._settled = {n: w for n, w in self._settled.items() if n not in ready}
-        acc = {s: np.zeros((self._width(s),) * 2) for s in take}
+        acc = {u: np.zeros((self._width(u),) * 2) for u in take}
+        rows = {u: 0 for u in take if u[1] >= 0}
         self.passes += 1
-        lo = min(take) // 4
-        layers = min(max(take) // 4 + 1, self.dec.spec.n_layers)  # the head's slot needs them all
+        lo = min(take)[0] // 4
+        layers = min(max(take)[0] // 4 + 1, self.dec.spec.n_layers)  # the head's slot needs them all
         # Where the next window resumes: the input of this one's last layer
         # (the next may start inside it), or with --sequential the input of
         # this window's own layer, which is quantized before the next runs it.
@@ -171,7 +232,9 @@ class Hessians:
         if self._at > lo:  # the kept stream is past this window's first layer: from the embedding again
             self._at, self._streams = 0, None
         streams = []
-        self.dec._dec.collect_stats(True, capture=take)
+        dense = [u[0] for u in take if u[1] < 0]
+        expert_layers = sorted({u[0] // 4 for u in take if u[1] >= 0})
+        self.dec._dec.collect_stats(True, capture=dense, capture_experts=expert_layers)
         try:
             for i, c in enumerate(self.chunks):
                 x, at = (None if self._streams is None else self._streams[i]), self._at
@@ -179,8 +242,14 @@ class Hessians:
                     x, at = self.dec.run_layers(c, keep, at, x), keep
                 streams.append(x)
                 self.dec.run_layers(c, layers, at, x)
-                for s in take:
-                    add_gram(acc[s], self.dec._dec.take_captured(s))
+                for slot in dense:
+                    add_gram(acc[(slot, -1)], self.dec._dec.take_captured(slot))
+                for layer in expert_layers:
+                    for e, pair in enumerate(self.dec._dec.take_expert_captured(layer)):
+                        for k, x_e in zip((2, 3), pair):
+                            if (u := (4 * layer + k, e)) in acc and len(x_e):
+                                add_gram(acc[u], x_e)
+                                rows[u] += len(x_e)
                 self.on_chunk(i + 1, len(self.chunks))
         finally:
             self.dec._dec.collect_stats(False)
@@ -188,4 +257,14 @@ class Hessians:
         for a in acc.values():
             mirror_upper(a)
             a /= self.tokens
+        self._fill_unrouted(acc, rows)
         self._have = acc
+
+    def _fill_unrouted(self, acc: dict[Unit, np.ndarray], rows: dict[Unit, int]) -> None:
+        """Each expert unit no row reached takes the mean of the routed ones
+        of its slot in ``acc`` (left zero if there are none)."""
+        for u in [u for u, n in rows.items() if n == 0]:
+            self.unrouted.add(u)
+            seen = [acc[v] for v, n in rows.items() if n and v[0] == u[0]]
+            if seen:
+                acc[u] = sum(seen) / len(seen)

@@ -319,10 +319,26 @@ void ie_register_decoder(py::module_& m) {
            "Single-token forward calls since reset_step_times, and their wall seconds: in all, inside weight "
            "matmuls, inside attention.")
       .def("reset_step_times", [](PyDecoder& s) { s.dec->reset_step_times(); })
-      .def("collect_stats", [](PyDecoder& s, bool on, const std::vector<int>& capture) { s.dec->collect_stats(on, capture); },
-           py::arg("on"), py::arg("capture") = std::vector<int>{},
+      .def("collect_stats", [](PyDecoder& s, bool on, const std::vector<int>& capture, const std::vector<int>& capture_experts) {
+             s.dec->collect_stats(on, capture, capture_experts);
+           },
+           py::arg("on"), py::arg("capture") = std::vector<int>{}, py::arg("capture_experts") = std::vector<int>{},
            "Start (clearing them) or stop the per-column sums of x^2 of every matrix input; the inputs of "
-           "the `capture` slots are also kept row by row for take_captured.")
+           "the `capture` slots are also kept row by row for take_captured, and each expert's routed rows of "
+           "the `capture_experts` layers for take_expert_captured.")
+      .def("take_expert_captured", [](PyDecoder& s, int layer) {
+             const int H = s.dec->config().hidden, I = s.dec->config().expert_inter;
+             auto arr = [](const std::vector<float>& v, int n) {
+               py::array_t<float> a({static_cast<py::ssize_t>(v.size() / static_cast<size_t>(n)), static_cast<py::ssize_t>(n)});
+               std::copy(v.begin(), v.end(), a.mutable_data());
+               return a;
+             };
+             py::list out;
+             for (const ie::Decoder::ExpertRows& r : s.dec->take_expert_captured(layer)) out.append(py::make_tuple(arr(r.in, H), arr(r.mid, I)));
+             return out;
+           }, py::arg("layer"),
+           "Per expert of a captured layer, its routed rows since the last call: (input float32 [rows, hidden], "
+           "down input float32 [rows, expert_inter]).")
       .def("take_captured", [](PyDecoder& s, int slot) {
              int n = 0;
              std::vector<float> rows = s.dec->take_captured(slot, &n);

@@ -306,12 +306,17 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   rope_cs_.resize(B * c.head_dim);
 }
 
-void Decoder::collect_stats(bool on, const std::vector<int>& capture) {
+void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std::vector<int>& capture_experts) {
   const DecoderConfig& c = cfg_;
   const int slots = 4 * c.n_layers + 1;
   for (int slot : capture)
     if (slot < 0 || slot >= slots) fail("collect_stats: capture slot " + std::to_string(slot) + " is outside 0.." + std::to_string(slots - 1));
-  if (!on && !capture.empty()) fail("collect_stats: capture needs on");
+  for (int l : capture_experts)
+    if (l < 0 || l >= c.n_layers || w_.layers[static_cast<size_t>(l)].experts.empty())
+      fail("collect_stats: capture_experts layer " + std::to_string(l) + " is not a layer with experts");
+  if (!on && !(capture.empty() && capture_experts.empty())) fail("collect_stats: capture needs on");
+  expert_captured_.assign(on ? static_cast<size_t>(c.n_layers) : 0, {});
+  for (int l : capture_experts) expert_captured_[static_cast<size_t>(l)].assign(static_cast<size_t>(c.n_experts), {});
   stats_on_ = on;
   stats_tokens_ = 0;
   stats_.clear();
@@ -344,6 +349,15 @@ std::vector<float> Decoder::take_captured(int slot, int* n) {
     fail("take_captured: slot " + std::to_string(slot) + " is not being captured");
   *n = static_cast<int>(stats_[static_cast<size_t>(slot)].size());
   return std::exchange(captured_[static_cast<size_t>(slot)], {});
+}
+
+std::vector<Decoder::ExpertRows> Decoder::take_expert_captured(int layer) {
+  if (layer < 0 || static_cast<size_t>(layer) >= expert_captured_.size() || expert_captured_[static_cast<size_t>(layer)].empty())
+    fail("take_expert_captured: layer " + std::to_string(layer) + "'s experts are not being captured");
+  std::vector<ExpertRows>& per = expert_captured_[static_cast<size_t>(layer)];
+  std::vector<ExpertRows> out(per.size());
+  for (size_t e = 0; e < per.size(); ++e) out[e] = std::exchange(per[e], {});
+  return out;
 }
 
 // s[i] += x[j][i]^2 over the b rows of x (n wide), in float64.
@@ -725,6 +739,11 @@ void Decoder::experts(int layer, int b) {
       add_squares(&es.in[static_cast<size_t>(e) * H], in, n, H);
       add_squares(&es.mid[static_cast<size_t>(e) * I], ex_g_.data(), n, I);
       es.rows[static_cast<size_t>(e)] += n;
+      if (!expert_captured_[static_cast<size_t>(layer)].empty()) {
+        ExpertRows& kept = expert_captured_[static_cast<size_t>(layer)][static_cast<size_t>(e)];
+        kept.in.insert(kept.in.end(), in, in + static_cast<size_t>(n) * H);
+        kept.mid.insert(kept.mid.end(), ex_g_.data(), ex_g_.data() + static_cast<size_t>(n) * I);
+      }
     }
     prepare(ex_down_prep_, ex_g_.data(), n, I);
     mm_expert(x.down, ex_down_prep_, ex_g_.data(), n, x.bdown.empty() ? nullptr : x.bdown.data(), ex_y_.data());

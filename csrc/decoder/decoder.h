@@ -167,8 +167,11 @@ class Decoder {
   // quantization needs (runtime/hessians.py), a chunk at a time.
   // A layer with experts also sums per expert (expert_stats): each expert
   // sees only the rows routed to it, and an importance matrix that pooled
-  // them would weight every expert by the others' inputs.
-  void collect_stats(bool on, const std::vector<int>& capture = {});
+  // them would weight every expert by the others' inputs. The layers in
+  // `capture_experts` (each one with experts) keep each expert's routed
+  // input rows and its down projection's input rows too, until
+  // take_expert_captured(layer): each expert's own covariances.
+  void collect_stats(bool on, const std::vector<int>& capture = {}, const std::vector<int>& capture_experts = {});
   const std::vector<std::vector<double>>& stats() const { return stats_; }
   // Per layer (all empty for a dense one): sum of x^2 of each expert's
   // input rows [n_experts][hidden] (gate/up) and of its down projection's
@@ -180,6 +183,13 @@ class Decoder {
   int64_t stats_tokens() const { return stats_tokens_; }
   // The rows captured for `slot` since the last call (moved out; n per row).
   std::vector<float> take_captured(int slot, int* n);
+  // Per expert of a capture_experts layer, the rows routed to it since the
+  // last call: its input (hidden wide) and its down projection's input
+  // (expert_inter wide), moved out.
+  struct ExpertRows {
+    std::vector<float> in, mid;
+  };
+  std::vector<ExpertRows> take_expert_captured(int layer);
 
   // Bytes of the rows8 copies packed at load (0 where the int8 GEMV has no
   // rows8 kernel: act=f32, or the scalar ISA; the stored bytes are then
@@ -283,6 +293,7 @@ class Decoder {
   std::vector<ExpertStats> expert_stats_;
   std::vector<std::vector<float>> captured_;  // per slot, rows of its input (slots in capture only)
   std::vector<char> capture_on_;
+  std::vector<std::vector<ExpertRows>> expert_captured_;  // per layer (capture_experts only), per expert
   int64_t stats_tokens_ = 0;
   void add_stats(int slot, const float* x, int b, int n);
   // Half of the KV cache: [layer][kv_head][max_ctx][head_dim] elements of
