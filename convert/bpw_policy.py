@@ -134,8 +134,8 @@ def _storable(shape: list[int], selections) -> list[tuple[dict, Any, Any, int]]:
 
 
 def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | None, selections,
-             cov: tuple[np.ndarray, np.ndarray] | None = None,
-             compensate: bool = False) -> dict[str, tuple[dict, int, float]]:
+             cov: Any = None, compensate: bool = False,
+             row_ids: np.ndarray | None = None) -> dict[str, tuple[dict, int, float]]:
     """Per selection that can store the matrix (by selection_key):
     (selection, bytes, predicted error), the error measured on ``rows`` and
     scaled to all rows.
@@ -143,20 +143,32 @@ def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | No
     error is Σ δ H δᵀ, no independence of the columns assumed; with
     ``compensate`` the rows are quantized as ieconv gptq quantizes them
     (formats/gptq.py: each block's rounding error moved onto the columns
-    after it), so the error is the one the artifact will have."""
-    out: dict[str, tuple[dict, int, float]] = {}
+    after it), so the error is the one the artifact will have. For an
+    expert stack ``cov`` may be expert -> its covariance (or None): each
+    expert's rows (``row_ids``: which rows of the stack ``rows`` are) are
+    then measured under its own, weighted by its diagonal, as gptq
+    quantizes them; one expert's covariance is asked for at a time."""
+    storable = _storable(shape, selections)
+    sums = {selection_key(sel): 0.0 for sel, *_ in storable}
+    if callable(cov):
+        expert = np.asarray(row_ids) // shape[-2]
+        groups = ((c, rows[expert == e], None if c is None else gptq.importance(c[0]).astype(np.float32))
+                  for e in np.unique(expert) for c in [cov(int(e))])
+    else:
+        groups = iter([(cov, rows, imp)])
+    for c, mine, g_imp in groups:
+        for sel, scheme, p, _nbytes in storable:
+            err = QuantError()
+            if c is None:
+                scheme.measured_rows(mine, p, name, g_imp, err)
+            elif compensate:
+                err = gptq.quantize(mine, c[0], scheme, p, name, c[1])[1]
+            else:
+                err.add_covariance(mine, scheme.dequantize_rows(scheme.quantize_rows(mine, p, name, g_imp), shape[-1],
+                                                                p), c[0])
+            sums[selection_key(sel)] += err.sq_error
     scale = math.prod(shape[:-1]) / rows.shape[0]
-    for sel, scheme, p, nbytes in _storable(shape, selections):
-        err = QuantError()
-        if cov is None:
-            scheme.measured_rows(rows, p, name, imp, err)
-        elif compensate:
-            err = gptq.quantize(rows, cov[0], scheme, p, name, cov[1])[1]
-        else:
-            err.add_covariance(rows, scheme.dequantize_rows(scheme.quantize_rows(rows, p, name, imp), shape[-1], p),
-                               cov[0])
-        out[selection_key(sel)] = (sel, nbytes, err.sq_error * scale)
-    return out
+    return {selection_key(sel): (sel, nbytes, sums[selection_key(sel)] * scale) for sel, _s, _p, nbytes in storable}
 
 
 def _known(cache: Measurements | None, name: str, shape: list[int], kind: str, selections,
@@ -320,7 +332,7 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
            importance: dict[str, np.ndarray], target_bpw: float,
            progress: Callable[[str], None] = lambda _n: None, probes: tuple[KLProbes, ...] = (),
            ladder: tuple[dict[str, Any], ...] = LADDER,
-           covariance: Callable[[str], tuple[np.ndarray, np.ndarray] | None] | None = None,
+           covariance: Callable[[str], Any] | None = None,
            cache: Measurements | None = None) -> list[Choice]:
     """The chosen selection per matrix (``shapes``: the matrices to quantize;
     ``rows_of(name, rows)``: those float32 rows of it, read from the source:
@@ -332,7 +344,7 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
 
     ``covariance(name)``: the input covariance of a matrix and its
     gptq.inverse_factor (runtime/hessians.py), or None where there is none
-    (asked in ``shapes``' order). With it the candidates are measured as
+    (asked in ``shapes``' order); for an expert stack, expert -> its own. With it the candidates are measured as
     ieconv gptq will quantize them: compensation shrinks some matrices'
     errors several times more than others' (q/k/v/gate/up 2.5x, down_proj
     1.1x on the widened SmolLM2, docs/quality.md), so a policy ranked by
@@ -362,10 +374,11 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
         cov = covariance(name) if covariance is not None and name not in before else None
         with_cov = covariance is not None and (cov is not None or name in before)
         sampled: list[np.ndarray] = []  # read only if something is measured
+        row_ids = sample_rows(math.prod(shape[:-1]))
 
         def rows() -> np.ndarray:
             if not sampled:
-                sampled.append(rows_of(name, sample_rows(math.prod(shape[:-1]))))
+                sampled.append(rows_of(name, row_ids))
             return sampled[0]
 
         if not with_cov:  # one measure serves the ladder and the probes
@@ -376,11 +389,13 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
                               lambda sels: _measure(name, shape, rows(), imp, sels))
             errors[name] = {k: err for k, (_sel, _nb, err) in measured.items()}
         else:  # (cov is None only where every candidate was measured before)
-            imp = gptq.importance(cov[0]).astype(np.float32) if cov is not None else None  # H's diagonal, as gptq weighs
+            # H's diagonal, as gptq weighs (a stack's: each expert's own, in _measure)
+            imp = gptq.importance(cov[0]).astype(np.float32) if cov is not None and not callable(cov) else None
+            ids = np.asarray(row_ids)
             measured = _known(cache, name, shape, "placed", ladder,
-                              lambda sels: _measure(name, shape, rows(), imp, sels, cov, compensate=True))
+                              lambda sels: _measure(name, shape, rows(), imp, sels, cov, compensate=True, row_ids=ids))
             probed = _known(cache, name, shape, "probed", probe_sels,
-                            lambda sels: _measure(name, shape, rows(), imp, sels, cov))
+                            lambda sels: _measure(name, shape, rows(), imp, sels, cov, row_ids=ids))
             errors[name] = {k: err for k, (_sel, _nb, err) in probed.items()}
             placed[name] = {k: err for k, (_sel, _nb, err) in measured.items()}
         if cache is not None and sampled:

@@ -561,7 +561,7 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, 
             cov = Hessians(ref, parts, sorted(shapes, key=natural_key), MEMORY_BUDGET, kept=kept,
                            on_chunk=lambda i, n: bar.update(pass_task, description=f"covariances: chunk {i}/{n}"))
             shapes = {n: shapes[n] for n in cov.forward_order(list(shapes))}  # the order they are collected in
-            covariance = cov.get
+            covariance = cov.of
         task = bar.add_task("measuring candidates", total=len(quantize))
 
         def step(name: str) -> None:

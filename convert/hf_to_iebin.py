@@ -134,9 +134,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                         errors[name] = _add_payload(writer, name, shape, qplan.quantize[name], *kept, settle)
                         progress.advance(t.nbytes)  # its source is not read
                         continue
-                    cov = None if covariances is None else (
-                        (lambda e, name=name: covariances.get(name, e)) if covariances.is_stack(name)
-                        else covariances.get(name))
+                    cov = covariances.of(name) if covariances is not None else None
                     errors[name] = _add_quantized(writer, name, shape, t.dtype.name, tensor_bytes,
                                                   qplan.quantize[name], importance.get(name), cov,
                                                   settle if cov is not None else None,

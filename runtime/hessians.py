@@ -36,7 +36,7 @@ with its means).
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -191,6 +191,12 @@ class Hessians:
         if unit not in self._factors:
             self._factors[unit] = gptq.inverse_factor(self._have[unit])
         return self._have[unit], self._factors[unit]
+
+    def of(self, name: str) -> Any:
+        """What a quantizer takes for ``name``: ``get(name)``, or for an
+        expert stack expert -> ``get(name, expert)``, asked for an expert at
+        a time (its experts' covariances need not fit in memory together)."""
+        return (lambda e: self.get(name, e)) if self.is_stack(name) else self.get(name)
 
     def _partition(self, units: list[Unit]) -> list[list[Unit]]:
         """``units`` cut into windows, greedily in order: as many as fit the

@@ -8,10 +8,13 @@ quantized experts in."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from conftest import GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, run_tool
+from iekit.convert.bpw_policy import selection_key
 from iekit.formats import gptq, iebin
 from iekit.formats.quant import SCHEMES, matrix_dims
 from test_imatrix_experts import _glu, _router, _weights
@@ -282,3 +285,38 @@ def test_expert_capture_arguments_are_checked():
     assert all(m.shape == (len(x), moe.spec.moe.inter) for x, m in got)
     assert sum(len(x) for x, _m in moe._dec.take_expert_captured(1)) == 0  # handed over
     moe._dec.collect_stats(False)
+
+
+def test_policy_measures_each_stack_expert_as_gptq_quantizes_it(tmp_path):
+    """q4-manifest --target-bpw --ref-dir on gpt-oss's float stacks: each
+    stack's sampled rows are measured an expert at a time under that
+    expert's covariance, as gptq compensates them (rows are independent
+    under one covariance), so the error it records for the selection it
+    chose is what ieconv gptq's artifact has on those rows: Σ δ H_e δᵀ
+    of the artifact's sampled rows, each under its expert's covariance,
+    scaled to the stack."""
+    from iekit.convert.bpw_policy import sample_rows
+    from iekit.runtime.calibration import calibration_chunks, float_decoder
+    from iekit.runtime.hessians import Hessians
+
+    name, calib = "tiny-gpt-oss", ("--text-file", TEXT, "--ctx", "32")
+    man, meas, out = tmp_path / "q.json", tmp_path / "m.json", tmp_path / "o"
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / name, "-o", man, "--target-bpw", "4.5",
+                   "--ref-dir", GOLDEN_IEBIN / name, *calib, "--measurements", meas)
+    assert res.returncode == 0, res.stderr
+    res = run_tool("ieconv", "gptq", "--hf-dir", GOLDEN_HF / name, "--ref-dir", GOLDEN_IEBIN / name, "--q4-map", man,
+                   *calib, "--out-dir", out, "-q")
+    assert res.returncode == 0, res.stderr
+    chosen, measured = json.loads(man.read_text())["tensors"], json.loads(meas.read_text())["matrices"]
+    stacks = [n for n in chosen if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]
+    dec = float_decoder(GOLDEN_IEBIN / name, threads=1, ctx=32)
+    cov = Hessians(dec, calibration_chunks(dec, TEXT, None, 32)[0], stacks)
+    w, q = _weights(GOLDEN_IEBIN / name), _stored(out)
+    assert len(stacks) == 4
+    for n in stacks:
+        E, rows, _cols = w[n].shape
+        ids = np.array(sample_rows(E * rows))
+        d = (w[n] - q[n]).reshape(E * rows, -1)[ids]
+        want = sum(np.einsum("ij,jk,ik->", d[ids // rows == e], cov.get(n, e)[0], d[ids // rows == e])
+                   for e in range(E)) * E * rows / len(ids)
+        assert measured[n]["placed"][selection_key(chosen[n])][1] == pytest.approx(want, rel=1e-4), n
