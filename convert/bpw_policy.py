@@ -135,7 +135,7 @@ def _storable(shape: list[int], selections) -> list[tuple[dict, Any, Any, int]]:
 
 def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | None, selections,
              cov: Any = None, compensate: bool = False,
-             row_ids: np.ndarray | None = None) -> dict[str, tuple[dict, int, float]]:
+             row_ids: list[int] | None = None) -> dict[str, tuple[dict, int, float]]:
     """Per selection that can store the matrix (by selection_key):
     (selection, bytes, predicted error), the error measured on ``rows`` and
     scaled to all rows.
@@ -150,13 +150,16 @@ def _measure(name: str, shape: list[int], rows: np.ndarray, imp: np.ndarray | No
     quantizes them; one expert's covariance is asked for at a time."""
     storable = _storable(shape, selections)
     sums = {selection_key(sel): 0.0 for sel, *_ in storable}
-    if callable(cov):
+    def groups():  # (covariance, rows, importance) of each expert of a stack, or of the matrix
+        if not callable(cov):
+            yield cov, rows, imp
+            return
         expert = np.asarray(row_ids) // shape[-2]
-        groups = ((c, rows[expert == e], None if c is None else gptq.importance(c[0]).astype(np.float32))
-                  for e in np.unique(expert) for c in [cov(int(e))])
-    else:
-        groups = iter([(cov, rows, imp)])
-    for c, mine, g_imp in groups:
+        for e in np.unique(expert):
+            c = cov(int(e))
+            yield c, rows[expert == e], None if c is None else gptq.importance(c[0]).astype(np.float32)
+
+    for c, mine, g_imp in groups():
         for sel, scheme, p, _nbytes in storable:
             err = QuantError()
             if c is None:
@@ -344,9 +347,10 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
 
     ``covariance(name)``: the input covariance of a matrix and its
     gptq.inverse_factor (runtime/hessians.py), or None where there is none
-    (asked in ``shapes``' order); for an expert stack, expert -> its own. With it the candidates are measured as
-    ieconv gptq will quantize them: compensation shrinks some matrices'
-    errors several times more than others' (q/k/v/gate/up 2.5x, down_proj
+    (asked in ``shapes``' order); for an expert stack, expert -> its own.
+    With it the candidates are measured as ieconv gptq will quantize them:
+    compensation shrinks some matrices' errors several times more than
+    others' (q/k/v/gate/up 2.5x, down_proj
     1.1x on the widened SmolLM2, docs/quality.md), so a policy ranked by
     nearest rounding spends bits where gptq no longer needs them. The
     probes' KL per unit of error is still taken from nearest rounding
@@ -391,11 +395,11 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
         else:  # (cov is None only where every candidate was measured before)
             # H's diagonal, as gptq weighs (a stack's: each expert's own, in _measure)
             imp = gptq.importance(cov[0]).astype(np.float32) if cov is not None and not callable(cov) else None
-            ids = np.asarray(row_ids)
             measured = _known(cache, name, shape, "placed", ladder,
-                              lambda sels: _measure(name, shape, rows(), imp, sels, cov, compensate=True, row_ids=ids))
+                              lambda sels: _measure(name, shape, rows(), imp, sels, cov, compensate=True,
+                                                    row_ids=row_ids))
             probed = _known(cache, name, shape, "probed", probe_sels,
-                            lambda sels: _measure(name, shape, rows(), imp, sels, cov, row_ids=ids))
+                            lambda sels: _measure(name, shape, rows(), imp, sels, cov, row_ids=row_ids))
             errors[name] = {k: err for k, (_sel, _nb, err) in probed.items()}
             placed[name] = {k: err for k, (_sel, _nb, err) in measured.items()}
         if cache is not None and sampled:

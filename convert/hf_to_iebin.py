@@ -204,11 +204,12 @@ def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_d
     else:
         error = QuantError(compensated=True)
         parts = []
-        # A stack's experts each under their own covariance, in row order.
-        step = gptq.chunk_rows(rows // count, cols, worker_count())  # an expert's rows, on every worker
-        runs = ((covariance(e), [w[a:a + step] for a in range(0, len(w), step)])
-                for e, w in _expert_rows(row_chunks(), rows // count)) \
-            if callable(covariance) else [(covariance, row_chunks())]
+        if callable(covariance):  # a stack: each expert under its own covariance, in row order
+            step = gptq.chunk_rows(rows // count, cols, worker_count())  # an expert's rows, on every worker
+            runs = ((covariance(e), [w[a:a + step] for a in range(0, len(w), step)])
+                    for e, w in _expert_rows(row_chunks(), rows // count))
+        else:
+            runs = [(covariance, row_chunks())]
         for cov, chunks in runs:
             if cov is None:  # an expert with no covariance: its nearest codes
                 parts += scheme.measured_pieces(chunks, params, name, None, error)

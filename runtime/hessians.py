@@ -227,7 +227,6 @@ class Hessians:
             self.dec.replace_matrices(ready)
             self._settled = {n: w for n, w in self._settled.items() if n not in ready}
         acc = {u: np.zeros((self._width(u),) * 2) for u in take}
-        rows = {u: 0 for u in take if u[1] >= 0}
         self.passes += 1
         lo = min(take)[0] // 4
         layers = min(max(take)[0] // 4 + 1, self.dec.spec.n_layers)  # the head's slot needs them all
@@ -253,9 +252,8 @@ class Hessians:
                 for layer in expert_layers:
                     for e, pair in enumerate(self.dec._dec.take_expert_captured(layer)):
                         for k, x_e in zip((2, 3), pair):
-                            if (u := (4 * layer + k, e)) in acc and len(x_e):
+                            if (u := (4 * layer + k, e)) in acc:
                                 add_gram(acc[u], x_e)
-                                rows[u] += len(x_e)
                 self.on_chunk(i + 1, len(self.chunks))
         finally:
             self.dec._dec.collect_stats(False)
@@ -263,14 +261,16 @@ class Hessians:
         for a in acc.values():
             mirror_upper(a)
             a /= self.tokens
-        self._fill_unrouted(acc, rows)
+        self._fill_unrouted(acc)
         self._have = acc
 
-    def _fill_unrouted(self, acc: dict[Unit, np.ndarray], rows: dict[Unit, int]) -> None:
-        """Each expert unit no row reached takes the mean of the routed ones
-        of its slot in ``acc`` (left zero if there are none)."""
-        for u in [u for u, n in rows.items() if n == 0]:
+    def _fill_unrouted(self, acc: dict[Unit, np.ndarray]) -> None:
+        """Each expert unit no row reached (its covariance still zero) takes
+        the mean of the routed ones of its slot in ``acc`` (left zero if there
+        are none: get then gives None)."""
+        routed = {u: a.any() for u, a in acc.items() if u[1] >= 0}
+        for u in [u for u, seen in routed.items() if not seen]:
             self.unrouted.add(u)
-            seen = [acc[v] for v, n in rows.items() if n and v[0] == u[0]]
-            if seen:
-                acc[u] = sum(seen) / len(seen)
+            peers = [acc[v] for v, seen in routed.items() if seen and v[0] == u[0]]
+            if peers:
+                acc[u] = sum(peers) / len(peers)

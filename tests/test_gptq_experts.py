@@ -266,27 +266,6 @@ def test_experts_no_row_reached_take_their_layers_routed_mean(tmp_path):
     assert "warning: 4 experts (layers 0, 1) got no calibration row" in res.stderr
 
 
-def test_expert_capture_arguments_are_checked():
-    from iekit.runtime.decoder import Decoder
-
-    dense, moe = Decoder(GOLDEN_IEBIN / "tiny-llama", act="f32"), Decoder(GOLDEN_IEBIN / "tiny-mixtral", act="f32")
-    with pytest.raises(ValueError, match="capture_experts layer 0 is not a layer with experts"):
-        dense._dec.collect_stats(True, capture_experts=[0])
-    with pytest.raises(ValueError, match="capture_experts layer 2 is not a layer with experts"):
-        moe._dec.collect_stats(True, capture_experts=[2])
-    with pytest.raises(ValueError, match="capture needs on"):
-        moe._dec.collect_stats(False, capture_experts=[0])
-    moe._dec.collect_stats(True, capture_experts=[1])
-    with pytest.raises(ValueError, match="layer 0's experts are not being captured"):
-        moe._dec.take_expert_captured(0)
-    moe.logits([5, 6, 7])
-    got = moe._dec.take_expert_captured(1)
-    assert len(got) == 4 and sum(len(x) for x, _m in got) == 3 * 2  # three rows, two experts each
-    assert all(m.shape == (len(x), moe.spec.moe.inter) for x, m in got)
-    assert sum(len(x) for x, _m in moe._dec.take_expert_captured(1)) == 0  # handed over
-    moe._dec.collect_stats(False)
-
-
 def test_policy_measures_each_stack_expert_as_gptq_quantizes_it(tmp_path):
     """q4-manifest --target-bpw --ref-dir on gpt-oss's float stacks: each
     stack's sampled rows are measured an expert at a time under that

@@ -63,6 +63,27 @@ def test_capture_slots_are_checked():
     dec._dec.collect_stats(False)
 
 
+def test_expert_capture_arguments_are_checked():
+    from iekit.runtime.decoder import Decoder
+
+    dense, moe = Decoder(GOLDEN_IEBIN / "tiny-llama", act="f32"), Decoder(GOLDEN_IEBIN / "tiny-mixtral", act="f32")
+    with pytest.raises(ValueError, match="capture_experts layer 0 is not a layer with experts"):
+        dense._dec.collect_stats(True, capture_experts=[0])
+    with pytest.raises(ValueError, match="capture_experts layer 2 is not a layer with experts"):
+        moe._dec.collect_stats(True, capture_experts=[2])
+    with pytest.raises(ValueError, match="capture needs on"):
+        moe._dec.collect_stats(False, capture_experts=[0])
+    moe._dec.collect_stats(True, capture_experts=[1])
+    with pytest.raises(ValueError, match="layer 0's experts are not being captured"):
+        moe._dec.take_expert_captured(0)
+    moe.logits([5, 6, 7])
+    got = moe._dec.take_expert_captured(1)
+    assert len(got) == 4 and sum(len(x) for x, _m in got) == 3 * 2  # three rows, two experts each
+    assert all(m.shape == (len(x), moe.spec.moe.inter) for x, m in got)
+    assert sum(len(x) for x, _m in moe._dec.take_expert_captured(1)) == 0  # handed over
+    moe._dec.collect_stats(False)
+
+
 def test_sequential_covariances_see_the_quantized_earlier_layers():
     """Sequential mode (ieconv gptq --sequential): once layer 0's matrices are
     settled, layer 1's covariances are those of the float64 forward pass of the

@@ -207,6 +207,13 @@ py::array_t<float> forward(Dec& dec, py::array_t<int32_t, py::array::c_style | p
   return logits;
 }
 
+// Captured rows (n floats each) as a float32 array [rows, n].
+py::array_t<float> rows_array(const std::vector<float>& v, int n) {
+  py::array_t<float> a({static_cast<py::ssize_t>(v.size() / static_cast<size_t>(n)), static_cast<py::ssize_t>(n)});
+  std::copy(v.begin(), v.end(), a.mutable_data());
+  return a;
+}
+
 #if IE_HAVE_CUDA
 // The device decoder reads the host weights only while it is built: nothing
 // Python owns is kept.
@@ -328,23 +335,17 @@ void ie_register_decoder(py::module_& m) {
            "the `capture_experts` layers for take_expert_captured.")
       .def("take_expert_captured", [](PyDecoder& s, int layer) {
              const int H = s.dec->config().hidden, I = s.dec->config().expert_inter;
-             auto arr = [](const std::vector<float>& v, int n) {
-               py::array_t<float> a({static_cast<py::ssize_t>(v.size() / static_cast<size_t>(n)), static_cast<py::ssize_t>(n)});
-               std::copy(v.begin(), v.end(), a.mutable_data());
-               return a;
-             };
              py::list out;
-             for (const ie::Decoder::ExpertRows& r : s.dec->take_expert_captured(layer)) out.append(py::make_tuple(arr(r.in, H), arr(r.mid, I)));
+             for (const ie::Decoder::ExpertRows& r : s.dec->take_expert_captured(layer))
+               out.append(py::make_tuple(rows_array(r.in, H), rows_array(r.mid, I)));
              return out;
            }, py::arg("layer"),
            "Per expert of a captured layer, its routed rows since the last call: (input float32 [rows, hidden], "
            "down input float32 [rows, expert_inter]).")
       .def("take_captured", [](PyDecoder& s, int slot) {
              int n = 0;
-             std::vector<float> rows = s.dec->take_captured(slot, &n);
-             py::array_t<float> a({static_cast<py::ssize_t>(rows.size() / static_cast<size_t>(n)), static_cast<py::ssize_t>(n)});
-             std::copy(rows.begin(), rows.end(), a.mutable_data());
-             return a;
+             const std::vector<float> rows = s.dec->take_captured(slot, &n);
+             return rows_array(rows, n);
            }, py::arg("slot"), "The rows of slot's input captured since the last call, float32 [tokens, n].")
       .def("stats", [](const PyDecoder& s) {
              py::list out;
