@@ -30,7 +30,7 @@ Text: Python's own documentation (``pydoc_data.topics``): the first half
 calibrates the importance matrix (``ieconv imatrix``), the second is scored.
 With llama.cpp's ``llama-quantize`` (on PATH, built by ``make llamacpp``,
 or --llama-quantize), its Q4_0 and Q4_K_M of the same rotated f32 model
-(with and without an imatrix: ours, written in llama.cpp's legacy format)
+(with and without an imatrix: ours, written as llama.cpp's GGUF imatrix)
 are imported with ``gguf-to-iebin`` and scored the same way, so both sides
 run in one runtime on the same ids. Then llama.cpp scores them itself: our
 f32 artifact exported with ``iebin-to-gguf`` is the base of
@@ -49,7 +49,6 @@ import argparse
 import json
 import re
 import shutil
-import struct
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -153,24 +152,6 @@ def gguf_bpw(path: Path) -> float:
     return bits / elems if elems else float("nan")
 
 
-def write_legacy_imatrix(npz: Path, out: Path) -> None:
-    """Our importance matrix in llama.cpp's legacy .dat layout (ncall 1: the values are the means)."""
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    from gguf_build import gguf_name
-
-    from iekit.formats import imatrix
-
-    im = imatrix.read(npz)
-    body = b""
-    for name, v in sorted(im.entries.items()):
-        if name == "model.embed_tokens.weight":
-            continue
-        n = gguf_name(name).encode()
-        body += struct.pack("<i", len(n)) + n + struct.pack("<ii", 1, v.size) + v.astype("<f4").tobytes()
-    n_entries = sum(1 for k in im.entries if k != "model.embed_tokens.weight")
-    out.write_bytes(struct.pack("<i", n_entries) + body + struct.pack("<ii", 1, 0))
-
-
 GGUF_POLICY = "--target-bpw 4.5 + KL probes + gptq --gguf-types"  # the first table's exported policy
 # llama-quantize's types scored beside ours: (ftype, with the importance matrix)
 LLAMA_TYPES = (("Q4_0", False), ("Q4_K_M", False), ("Q4_K_M", True))
@@ -213,7 +194,7 @@ class GGUFInputs:
     """What both llama.cpp's and ik_llama.cpp's tables start from, made once per model."""
 
     f32: Path  # our f32 artifact exported (iebin-to-gguf): the base both quantize and score against
-    imatrix: Path  # our importance matrix in llama.cpp's legacy .dat layout
+    imatrix: Path  # our importance matrix as llama.cpp's GGUF imatrix (ieconv imatrix --in-file)
     text: Path  # the held-out text, for llama-perplexity to tokenize
     ours: list[tuple[str, Path]]  # our GGUF-exportable policies, exported: (label, GGUF)
 
@@ -222,8 +203,8 @@ def gguf_inputs(w: Path, ref: Path, im: Path, held_text: str, exported: list[tup
     f32g = w / "f32.gguf"
     if not f32g.exists():
         run(BIN / "ieconv", "iebin-to-gguf", "-q", "--overwrite", "--model-dir", ref, "--out", f32g)
-    dat = w / "imatrix.dat"
-    write_legacy_imatrix(im, dat)
+    gim = w / "imatrix.gguf"
+    run(BIN / "ieconv", "imatrix", "-q", "--overwrite", "--model-dir", ref, "--in-file", im, "-o", gim)
     text = w / "held.txt"
     text.write_text(held_text)
     ours = []
@@ -231,7 +212,7 @@ def gguf_inputs(w: Path, ref: Path, im: Path, held_text: str, exported: list[tup
         g = w / f"iekit-exported-{i}.gguf"
         run(BIN / "ieconv", "iebin-to-gguf", "-q", "--overwrite", "--model-dir", d, "--out", g)
         ours.append((f"{label}, exported", g))
-    return GGUFInputs(f32g, dat, text, ours)
+    return GGUFInputs(f32g, gim, text, ours)
 
 
 def llamacpp_scores(a, w: Path, ref: Path, held: Path, g_in: GGUFInputs,

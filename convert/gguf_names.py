@@ -27,6 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from iekit.formats.errors import FormatError
 
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
@@ -89,6 +91,43 @@ def importance_to_hf(entries: dict, names, where: str) -> dict:
     return out
 
 
+def importance_to_gguf(entries: dict, routed: dict, tokens: int, arch: "GGUFArch", where: str) -> dict:
+    """The inverse of importance_to_hf, for writing llama.cpp's GGUF imatrix:
+    HF-named means (a formats/imatrix.py Imatrix's entries, ``routed`` its
+    rows per expert entry) -> llama.cpp name -> (means, counts). A one-to-one
+    matrix keeps its means over ``tokens``; a model's per-expert matrices
+    (Mixtral, Qwen3-MoE) become one [experts, cols] entry per layer and
+    stack suffix, with each expert's routed rows as its count; a stack kept
+    whole (gpt-oss) keeps its rows, gate_up_proj written under both
+    ffn_gate_exps and ffn_up_exps (llama.cpp's two stacks see the same
+    rows). An entry with no llama.cpp name is an error naming ``where``:
+    an imatrix is not written with a matrix left out."""
+    out: dict[str, tuple] = {}
+    experts: dict[str, dict[int, tuple]] = {}
+    patterns = [(re.compile(re.escape(p).replace(r"\{e\}", r"(\d+)")), g) for p, g in arch.experts.items()]
+    for name, v in entries.items():
+        count = np.asarray(routed.get(name, tokens), np.float64).reshape(-1)
+        g = gguf_layer_name(arch, name)
+        if g is not None:
+            out[g] = (v, count if v.ndim == 2 else count[:1])
+            continue
+        m = _LAYER.fullmatch(name)
+        pair = arch.paired.get(m.group(2)) if m else None
+        if pair is not None:
+            out.update({f"blk.{int(m.group(1))}.{g}": (v, count) for g in pair})
+            continue
+        hit = next(((p.fullmatch(m.group(2)), g) for p, g in patterns if m and p.fullmatch(m.group(2))), None)
+        if hit is None:
+            raise FormatError(where, name, f"has no tensor in llama.cpp's {arch.gguf}; refusing to write its "
+                                           "imatrix without it")
+        experts.setdefault(f"blk.{int(m.group(1))}.{hit[1]}", {})[int(hit[0].group(1))] = (v, count[0])
+    for g, rows in experts.items():
+        if sorted(rows) != list(range(len(rows))):
+            raise FormatError(where, g, f"experts {sorted(rows)}: expected 0..{len(rows) - 1}, each once")
+        out[g] = (np.stack([rows[e][0] for e in range(len(rows))]), np.array([rows[e][1] for e in range(len(rows))]))
+    return out
+
+
 def _dense(extra: dict[str, str] | None = None, norm_after: str = "ffn_norm") -> dict[str, str]:
     """HF suffix -> GGUF suffix of a layer's one-to-one tensors (weights and biases)."""
     out = {}
@@ -141,6 +180,15 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
                      "mlp.experts.gate_up_proj_bias": ("ffn_gate_exps.bias", "ffn_up_exps.bias")}),
 )}
 GGUF_ARCHS = tuple(dict.fromkeys(a.gguf for a in ARCHS.values()))  # what the importer reads
+
+
+def arch_of(meta: dict, meta_path) -> GGUFArch:
+    """The llama.cpp architecture of an IEBIN model (its model.ie.json ``meta``), or one error line."""
+    cls = meta["model"].get("architecture")
+    if cls not in ARCHS:
+        raise FormatError(meta_path, "model.architecture", f"{cls!r} has no llama.cpp architecture here "
+                                                           f"(written as GGUF: {', '.join(ARCHS)})")
+    return ARCHS[cls]
 
 
 def gguf_layer_name(arch: GGUFArch, hf: str) -> str | None:

@@ -51,7 +51,7 @@ from iekit.formats.jsonio import loads_strict
 from iekit.formats.model_spec import DecoderSpec, decoder_spec, rope_tables
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import ARCHS, GGUFArch, gguf_layer_name
+from .gguf_names import GGUFArch, arch_of, gguf_layer_name
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
@@ -482,11 +482,7 @@ def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, ov
         raise IEError(f"{model.meta_path}: tensors[{model.in_store[0]['name']!r}]: lives in the dedup store; "
                       "export the model before `ieconv dedup-pack` (GGUF has no shared regions)")
     cfg = model.meta.get("config") or {}
-    cls = model.meta["model"].get("architecture")
-    arch = ARCHS.get(cls)
-    if arch is None:
-        raise IEError(f"{model.meta_path}: model.architecture: {cls!r} has no llama.cpp architecture here "
-                      f"(exported: {', '.join(ARCHS)})")
+    arch = arch_of(model.meta, model.meta_path)
     try:
         spec = decoder_spec(model.meta, model.meta_path)
     except UnsupportedError as e:

@@ -20,6 +20,9 @@ from rich.table import Table
 from iekit.cli.support import stderr_console, stdout_console, threads_option
 from iekit.formats import imatrix
 from iekit.formats.atomic import check_new_file
+from iekit.formats.errors import IEError
+
+from .gguf_names import arch_of, importance_to_gguf
 
 DEFAULT_CTX = 512
 
@@ -39,29 +42,47 @@ def _model_dir(ctx, param, value):
 @click.option("-f", "--text-file", type=click.Path(path_type=Path),
               help="Calibration text (UTF-8), tokenized by the model (llama-imatrix's -f).")
 @click.option("--ids-file", type=click.Path(path_type=Path), help="Calibration token ids instead of text.")
-@click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), required=True, help="The imatrix file to write (.npz).")
+@click.option("-o", "--out", "out_path", type=click.Path(path_type=Path), required=True,
+              help="The imatrix file to write: ours (.npz), or llama.cpp's GGUF imatrix when it ends in .gguf "
+                   "(or with --output-format gguf).")
+@click.option("--output-format", type=click.Choice(["npz", "gguf"]), default=None,
+              help="npz: ours (every ieconv command reads it); gguf: llama.cpp's GGUF imatrix under its tensor names, "
+                   "as llama-imatrix writes it, for llama-quantize --imatrix (ieconv reads it too). "
+                   "[default: gguf for a .gguf file name, else npz]")
+@click.option("--in-file", type=click.Path(path_type=Path),
+              help="Collect nothing: write this .npz of ours (made on this model) as llama.cpp's GGUF imatrix, as "
+                   "llama-imatrix --in-file converts its .dat. The .npz keeps no per-expert row counts: each "
+                   "expert's count is the tokens (its means, all llama-quantize uses, are kept).")
 @click.option("--ctx", type=click.IntRange(min=2), default=DEFAULT_CTX, show_default=True,
               help="Tokens per chunk; each chunk runs as a fresh sequence (the tail shorter than a chunk is left out).")
 @click.option("--chunks", type=click.IntRange(min=1), default=None, help="Use only the first N chunks.")
 @threads_option("Threads.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def imatrix_cmd(model_dir, text_file, ids_file, out_path, ctx, chunks, threads, overwrite, quiet):
+def imatrix_cmd(model_dir, text_file, ids_file, out_path, output_format, in_file, ctx, chunks, threads, overwrite,
+                quiet):
     """Collect an importance matrix: per input column of every matrix, the mean of x²
     over calibration text, as llama-imatrix does: an importance-weighted
     quantizer weights its error by it (the columns that carry large
     activations matter most): pass it to q4-manifest, hf-to-iebin or
-    gguf-to-iebin as --imatrix.
+    gguf-to-iebin as --imatrix. Written as llama.cpp's GGUF imatrix (-o
+    NAME.gguf) it is llama-quantize's --imatrix too.
 
     Example: ieconv imatrix --model-dir smollm2-f32/ --text-file calib.txt -o imatrix.npz --chunks 40
-    (or as llama-imatrix: ieconv imatrix -m model.gguf -f calib.txt -o imatrix.npz)
+    (or as llama-imatrix: ieconv imatrix -m model.gguf -f calib.txt -o imatrix.gguf, then
+    llama-quantize --imatrix imatrix.gguf model.gguf out.gguf Q4_K_M)
     """
     # The runtime (the native extension included) only when a model runs: every other ieconv command starts without it.
     from iekit.runtime.calibration import calibration_chunks, float_decoder
     from iekit.runtime.imatrix import collect
 
     check_new_file(out_path, overwrite)
+    fmt = output_format or ("gguf" if out_path.suffix == ".gguf" else "npz")
+    if in_file is not None:
+        _convert(model_dir, in_file, out_path, fmt, text_file or ids_file, overwrite, quiet)
+        return
     dec = float_decoder(model_dir, threads=threads, ctx=ctx)
+    arch = arch_of(dec.model.meta, dec.model.meta_path) if fmt == "gguf" else None  # refused before the run, not after it
     parts, what = calibration_chunks(dec, text_file, ids_file, chunks)
     used = [t for p in parts for t in p]
     source = {"model_dir": str(model_dir), "calibration": what,
@@ -71,11 +92,50 @@ def imatrix_cmd(model_dir, text_file, ids_file, out_path, ctx, chunks, threads, 
                   TimeRemainingColumn(), console=err, transient=True, disable=quiet) as bar:
         task = bar.add_task("", total=len(parts))
         im, warnings = collect(dec, parts, source, lambda i: bar.update(task, advance=1))
-    imatrix.write(out_path, im, overwrite=overwrite)
+    if arch is None:
+        imatrix.write(out_path, im, overwrite=overwrite)
+    else:
+        entries = importance_to_gguf(im.entries, im.routed, im.tokens, arch, str(out_path))
+        imatrix.write_llamacpp_gguf(out_path, entries, arch=arch.gguf, datasets=[_dataset(what)], chunk_count=len(parts),
+                                    chunk_size=dec.max_ctx, overwrite=overwrite)
     for w in warnings:
         err.print(f"warning: {w}", markup=False)
     if not quiet:
         err.print(f"imatrix: {len(im.entries)} matrices, {im.tokens} tokens in {len(parts)} chunks of {dec.max_ctx} -> {out_path}")
+
+
+def _dataset(calibration: str) -> str:
+    """The calibration file as given ("--text-file calib.txt" -> "calib.txt"): what llama-imatrix records of its -f."""
+    flag, _, path = calibration.partition(" ")
+    return path if flag in ("--text-file", "--ids-file") else calibration
+
+
+def _convert(model_dir: Path, in_file: Path, out_path: Path, fmt: str, calibration: Path | None, overwrite: bool,
+             quiet: bool) -> None:
+    """--in-file: our .npz, checked against the model's matrices, as llama.cpp's GGUF imatrix."""
+    from iekit.formats import iebin
+
+    if fmt != "gguf":
+        raise click.UsageError("--in-file writes llama.cpp's GGUF imatrix: -o NAME.gguf (or --output-format gguf)")
+    if calibration is not None:
+        raise click.UsageError(f"--in-file converts a collected imatrix; {calibration} would not be read")
+    im = imatrix.read_any(in_file)
+    if im.meta["format"] in imatrix.LLAMACPP_FORMATS:
+        raise IEError(f"{in_file}: already llama.cpp's imatrix: llama-quantize takes it as it is (llama-imatrix "
+                      "--in-file x.dat -o x.gguf converts a .dat)")
+    model = iebin.load_model(model_dir)
+    arch = arch_of(model.meta, model.meta_path)
+    shapes = {t["name"]: t["shape"] for t in model.tensors}
+    stray = sorted(set(im.entries) - set(shapes))
+    if stray:
+        raise IEError(f"{in_file}: {stray[0]}: not a matrix of {model_dir} ({len(stray)} such entries; the imatrix "
+                      "of another model?)")
+    imatrix.select_for(im, {n: shapes[n] for n in im.entries}, str(in_file))  # columns and experts
+    entries = importance_to_gguf(im.entries, {}, im.tokens, arch, str(in_file))
+    imatrix.write_llamacpp_gguf(out_path, entries, arch=arch.gguf, datasets=[_dataset(im.meta["source"].get("calibration", ""))],
+                                chunk_count=im.meta["chunks"], chunk_size=im.meta["ctx"], overwrite=overwrite)
+    if not quiet:
+        stderr_console().print(f"imatrix: {len(entries)} llama.cpp entries from {in_file} -> {out_path}", markup=False)
 
 
 def is_imatrix_path(path: Path) -> bool:

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .atomic import write_file_atomic
+from .atomic import StagedFiles, write_file_atomic
 from .errors import FormatError
 from .fileio import read_small
 from .jsonio import dumps_canonical, loads_strict
@@ -51,11 +51,16 @@ _META_KEYS = {"format": str, "version": int, "tokens": int, "chunks": int, "ctx"
 
 class Imatrix:
     """``entries``: matrix name -> float32 [cols] (a stack: [experts, cols]), the mean of x² per input column;
-    ``meta``: format, version, tokens, chunks, ctx and the source (model, text)."""
+    ``meta``: format, version, tokens, chunks, ctx and the source (model, text);
+    ``routed``: for expert matrices, the rows each mean is over (an int, or [experts] for a stack)
+    where a collection knows them. Every other entry is over ``tokens``. Not kept in the .npz
+    (a quantizer needs only the means); llama.cpp's GGUF imatrix stores them as counts."""
 
-    def __init__(self, entries: Mapping[str, np.ndarray], meta: Mapping[str, Any]):
+    def __init__(self, entries: Mapping[str, np.ndarray], meta: Mapping[str, Any],
+                 routed: Mapping[str, Any] | None = None):
         self.entries = dict(entries)
         self.meta = dict(meta)
+        self.routed = dict(routed or {})
 
     @property
     def tokens(self) -> int:
@@ -245,6 +250,55 @@ def read_llamacpp_gguf(path: Path) -> Imatrix:
     meta = {"format": LLAMACPP_GGUF, "chunks": counts_kv["imatrix.chunk_count"],
             "ctx": counts_kv["imatrix.chunk_size"], "tokens": tokens, "dataset": ", ".join(datasets) or None}
     return Imatrix(entries, meta)
+
+
+def write_llamacpp_gguf(path: Path, entries: Mapping[str, tuple[np.ndarray, np.ndarray]], *, arch: str,
+                        datasets: list[str], chunk_count: int, chunk_size: int, overwrite: bool = False) -> None:
+    """llama.cpp's GGUF imatrix, as llama-imatrix writes it (``read_llamacpp_gguf``
+    reads it): ``entries`` maps llama.cpp's tensor names to (means, counts):
+    means [cols] with counts [1], or an expert stack's [experts, cols] with
+    [experts] (the rows routed to each). Written as NAME.in_sum2 = means ×
+    counts (0 where the count is 0, as llama-imatrix leaves an expert no row
+    reached; llama-quantize then weights it evenly) and NAME.counts, names
+    sorted as llama-imatrix sorts them, by gguf-py's GGUFWriter (so gguf's own
+    reader and llama.cpp's take it); ``arch`` only labels the file
+    (general.architecture). Staged, fsynced and renamed; an existing file
+    only with ``overwrite``."""
+    import gguf
+
+    path = Path(path)
+    check_values({n: m for n, (m, _c) in entries.items()}, path)
+    for key, v in (("imatrix.chunk_count", chunk_count), ("imatrix.chunk_size", chunk_size)):
+        if not 0 <= v < 2**32:
+            raise FormatError(path, key, f"{v} does not fit a u32")
+    tensors: list[tuple[str, np.ndarray]] = []
+    for name in sorted(entries):
+        means, counts = entries[name]
+        counts = np.asarray(counts, np.float64).reshape(-1)
+        rows = means.reshape(-1, means.shape[-1])
+        if len(counts) != len(rows) or not (np.isfinite(counts).all() and (counts >= 0).all()):
+            raise FormatError(path, name, f"counts {counts.tolist()} for {len(rows)} rows of means")
+        sums = np.where(counts[:, None] > 0, rows.astype(np.float64) * counts[:, None], 0.0).astype(np.float32)
+        stack = means.ndim == 2
+        tensors.append((name + ".in_sum2", sums if stack else sums[0]))
+        tensors.append((name + ".counts", counts.astype(np.float32).reshape(-1, 1) if stack else
+                        counts.astype(np.float32)))
+    try:
+        with StagedFiles(path.parent, replace=overwrite) as staged:
+            f = staged.open(path.name)  # GGUFWriter writes the same (staged) file through its own handle
+            w = gguf.GGUFWriter(f.name, arch)
+            w.add_type("imatrix")
+            w.add_array("imatrix.datasets", list(datasets))
+            w.add_uint32("imatrix.chunk_count", chunk_count)
+            w.add_uint32("imatrix.chunk_size", chunk_size)
+            for name, a in tensors:
+                w.add_tensor(name, a)
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+            w.close()
+    except FileExistsError:
+        raise FormatError(path, "file", "exists (pass --overwrite to replace it)") from None
 
 
 def read_llamacpp_legacy(path: Path) -> Imatrix:

@@ -45,6 +45,7 @@ def collect(dec: Decoder, chunks: list[list[int]], source: dict,
     finally:
         dec._dec.collect_stats(False)
     entries: dict[str, np.ndarray] = {}
+    routed: dict[str, object] = {}
     unrouted = 0
     for layer in range(dec.spec.n_layers):
         pre = f"model.layers.{layer}."
@@ -54,7 +55,7 @@ def collect(dec: Decoder, chunks: list[list[int]], source: dict,
             for n in names:
                 entries[f"{pre}{n}.weight"] = means[k].astype(np.float32)
         if per_expert[layer] is not None:
-            unrouted += _expert_entries(entries, pre, dec.spec.moe.names, means[2], *per_expert[layer])
+            unrouted += _expert_entries(entries, routed, pre, dec.spec.moe.names, means[2], *per_expert[layer])
     entries[dec.head_name] = (np.asarray(sums[-1]) / tokens).astype(np.float32)
     meta = {"tokens": int(tokens), "chunks": len(chunks), "ctx": max(len(c) for c in chunks), "source": source}
     warnings = []
@@ -62,15 +63,15 @@ def collect(dec: Decoder, chunks: list[list[int]], source: dict,
         n = dec.spec.moe.n_experts * sum(dec.spec.moe.layers)
         warnings.append(f"{unrouted} of {n} experts got no calibration row; they take their layer's means over "
                         "all rows (more calibration text routes to more experts)")
-    return Imatrix(entries, meta), warnings
+    return Imatrix(entries, meta, routed), warnings
 
 
-def _expert_entries(entries: dict[str, np.ndarray], pre: str, names: dict[str, str], mlp_in: np.ndarray,
-                    in_sums: np.ndarray, mid_sums: np.ndarray, rows: np.ndarray) -> int:
+def _expert_entries(entries: dict[str, np.ndarray], routed: dict[str, object], pre: str, names: dict[str, str],
+                    mlp_in: np.ndarray, in_sums: np.ndarray, mid_sums: np.ndarray, rows: np.ndarray) -> int:
     """One MoE layer's entries: the router's (every token's MLP input), and
-    each expert's means over the rows routed to it; an expert with none
-    takes the means over all rows (its inputs are the layer's, as far as
-    anyone knows). Returns how many had none."""
+    each expert's means over the rows routed to it (``routed``: how many);
+    an expert with none takes the means over all rows (its inputs are the
+    layer's, as far as anyone knows). Returns how many had none."""
     entries[pre + names["router"]] = mlp_in.astype(np.float32)
     seen = rows > 0
     per_in = np.where(seen[:, None], in_sums / np.maximum(rows, 1)[:, None], mlp_in[None, :])
@@ -83,6 +84,8 @@ def _expert_entries(entries: dict[str, np.ndarray], pre: str, names: dict[str, s
         if "{e}" in pattern:
             for e in range(len(rows)):
                 entries[pre + pattern.format(e=e)] = means[e].astype(np.float32)
+                routed[pre + pattern.format(e=e)] = int(rows[e])
         else:  # a stack [E, rows, cols]: one [E, cols] entry
             entries[pre + pattern] = means.astype(np.float32)
+            routed[pre + pattern] = np.asarray(rows, np.int64).copy()
     return int((~seen).sum())

@@ -20,14 +20,16 @@ from iekit.formats.errors import FormatError
 TEXT = GOLDEN / "text" / "eval-sample.txt"
 
 
-def collect_ids(tmp_path, model_dir, ids: list[int], ctx: int = 16) -> tuple[imatrix.Imatrix, os.PathLike]:
-    """`ieconv imatrix` over exact token ids, as a user runs it: the file read back, and its path."""
+def collect_ids(tmp_path, model_dir, ids: list[int], ctx: int = 16,
+                out_name: str = "im.npz") -> tuple[imatrix.Imatrix, os.PathLike]:
+    """`ieconv imatrix` over exact token ids, as a user runs it: the file read back, and its path
+    (``out_name`` .gguf: llama.cpp's GGUF imatrix)."""
     (tmp_path / "ids.txt").write_text(",".join(map(str, ids)))
-    out = tmp_path / "im.npz"
+    out = tmp_path / out_name
     res = run_tool("ieconv", "imatrix", "--model-dir", model_dir, "--ids-file", tmp_path / "ids.txt",
                    "-o", out, "--ctx", str(ctx), "--threads", "2")
     assert res.returncode == 0, res.stderr
-    return imatrix.read(out), out
+    return imatrix.read_any(out), out
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
@@ -338,6 +340,58 @@ def test_ieconv_imatrix_agrees_with_llama_imatrix(tmp_path):
     for name, v in theirs.entries.items():
         rel = np.abs(ours.entries[hf_name(name)] - v).max() / v.max()
         assert rel < (1e-5 if name.startswith("blk.0.attn_") and name != "blk.0.attn_output.weight" else 3e-2), name
+
+
+def _gguf_fields_and_tensors(path) -> tuple[dict, dict]:
+    """What gguf's own reader sees: the key-values, and per tensor its shape (numpy order) and values."""
+    from gguf import GGUFReader
+
+    r = GGUFReader(path)
+    fields = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
+    return fields, {t.name: np.asarray(t.data, np.float32).reshape(list(reversed([int(d) for d in t.shape])))
+                    for t in r.tensors}
+
+
+def test_ieconv_imatrix_writes_what_llama_imatrix_writes(tmp_path):
+    """`-o NAME.gguf` is llama.cpp's GGUF imatrix. Against llama-imatrix's own file
+    of the same GGUF, text and chunks (golden), gguf's reader sees the same keys
+    (its -f as given; the architecture as a label), the same tensors and shapes
+    (and the head's, which llama-imatrix writes with --process-output), the same
+    counts, and sums that agree as the means do; read back, the means are the
+    .npz's; an existing file stays unless --overwrite, and a rewrite is the same
+    bytes."""
+    from iekit.convert.gguf_names import importance_to_hf
+
+    args = ["imatrix", "-q", "-m", GOLDEN / "gguf" / "tiny-llama.mixed.gguf", "-f", TEXT, "--ctx", "64", "--chunks", "6"]
+    env = {**os.environ, "IE_GGUF_CACHE": str(tmp_path / "cache")}
+    out, npz = tmp_path / "ours.gguf", tmp_path / "ours.npz"
+    for path in (out, npz):
+        res = run_tool("ieconv", *args, "-o", path, env=env)
+        assert res.returncode == 0, res.stderr
+    (ours_kv, ours), (theirs_kv, theirs) = _gguf_fields_and_tensors(out), _gguf_fields_and_tensors(LLAMACPP_GGUF)
+    assert theirs_kv["imatrix.datasets"] == ["eval-sample.txt"] and ours_kv["imatrix.datasets"] == [str(TEXT)]
+    assert ours_kv == {**theirs_kv, "general.architecture": "llama", "imatrix.datasets": [str(TEXT)]}
+    assert set(ours) == set(theirs) | {"output.weight.in_sum2", "output.weight.counts"}
+    for name, v in theirs.items():
+        assert ours[name].shape == v.shape, name
+        if name.endswith(".counts"):
+            assert v.tolist() == [384.0] and ours[name].tolist() == [384.0], name
+        else:
+            rel = np.abs(ours[name] - v).max() / v.max()
+            assert rel < (1e-5 if name.startswith(("blk.0.attn_q", "blk.0.attn_k", "blk.0.attn_v")) else 3e-2), name
+    mine = imatrix.read(npz)
+    back = importance_to_hf(imatrix.read_any(out).entries, set(mine.entries), str(out))
+    assert back.keys() == mine.entries.keys()
+    for k, v in mine.entries.items():
+        np.testing.assert_allclose(back[k], v, rtol=1e-6, err_msg=k)
+    before = out.read_bytes()
+    assert_one_line_error(run_tool("ieconv", *args, "-o", out, env=env), str(out), "--overwrite")
+    assert run_tool("ieconv", *args, "-o", out, "--overwrite", env=env).returncode == 0
+    assert out.read_bytes() == before
+    # --output-format gguf whatever the name; npz for a .gguf name
+    for fmt, path, magic in (("gguf", tmp_path / "a.imatrix", b"GGUF"), ("npz", tmp_path / "b.gguf", b"PK")):
+        assert run_tool("ieconv", *args, "-o", path, "--output-format", fmt, env=env).returncode == 0
+        assert path.read_bytes()[:len(magic)] == magic
 
 
 def test_llama_imatrix_gguf_is_validated_inspected_and_used(tmp_path):

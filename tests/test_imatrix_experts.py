@@ -145,7 +145,7 @@ _DENSE = [(r"model\.layers\.(\d+)\.self_attn\.(q|k|v)_proj\.weight", "blk.{0}.at
           (r"model\.layers\.(\d+)\.mlp\.(gate|up|down)_proj\.weight", "blk.{0}.ffn_{1}.weight"),
           (r"model\.layers\.(\d+)\.(?:block_sparse_moe\.gate|mlp\.gate|mlp\.router)\.weight",
            "blk.{0}.ffn_gate_inp.weight"),
-          (r"lm_head\.weight", "output.weight")]
+          (r"lm_head\.weight", "output.weight"), (r"model\.embed_tokens\.weight", "token_embd.weight")]
 _EXPERT = [(r"model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.w1\.weight", "blk.{0}.ffn_gate_exps.weight"),
            (r"model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.w3\.weight", "blk.{0}.ffn_up_exps.weight"),
            (r"model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.w2\.weight", "blk.{0}.ffn_down_exps.weight"),
@@ -155,9 +155,8 @@ _STACK = [(r"model\.layers\.(\d+)\.mlp\.experts\.gate_up_proj", ("blk.{0}.ffn_ga
           (r"model\.layers\.(\d+)\.mlp\.experts\.down_proj", ("blk.{0}.ffn_down_exps.weight",))]
 
 
-def _as_llamacpp(entries: dict) -> dict[str, np.ndarray]:
-    """Our entries as llama-imatrix's GGUF tensors: NAME.in_sum2 (means x counts) and NAME.counts, an
-    expert stack's with a row per expert and counts of 2^e rows (exact, so the means read back exact)."""
+def _llamacpp_means(entries: dict) -> dict[str, np.ndarray]:
+    """Our entries under llama-imatrix's names: an expert stack's [experts, cols]."""
     import re
 
     sums: dict[str, np.ndarray] = {}
@@ -173,8 +172,14 @@ def _as_llamacpp(entries: dict) -> dict[str, np.ndarray]:
             if m := re.fullmatch(pat, name):
                 sums.update({o.format(*m.groups()): v for o in outs})
     sums.update({n: np.stack([r[e] for e in sorted(r)]) for n, r in rows.items()})
+    return sums
+
+
+def _as_llamacpp(entries: dict) -> dict[str, np.ndarray]:
+    """Our entries as llama-imatrix's GGUF tensors: NAME.in_sum2 (means x counts) and NAME.counts, an
+    expert stack's with a row per expert and counts of 2^e rows (exact, so the means read back exact)."""
     tensors = {}
-    for n, v in sums.items():
+    for n, v in _llamacpp_means(entries).items():
         counts = (2.0 ** np.arange(v.shape[0], dtype=np.float32))[:, None] if v.ndim == 2 else np.float32([4.0])
         tensors[n + ".in_sum2"] = (v * (counts if v.ndim == 2 else counts[0])).astype(np.float32)
         tensors[n + ".counts"] = counts.astype(np.float32)
@@ -245,6 +250,50 @@ def test_llama_imatrix_per_expert_entries_agree_with_ours(tmp_path):
                 for b in range(4):
                     if a != b:
                         assert rel(ours.entries[expert[a]], mapped[expert[b]]) > 0.10, (expert[a], b)
+    # written as llama.cpp's GGUF, each expert's count is the rows routed to it, as llama-imatrix counted
+    # them (within the one row a near tie moves), in the same order
+    res = run_tool("ieconv", "imatrix", "-q", "-m", gguf, "-f", GOLDEN / "text" / "eval-sample.txt", "--ctx", "64",
+                   "--chunks", "6", "-o", tmp_path / "ours.gguf", env={**os.environ, "IE_GGUF_CACHE": str(tmp_path / "cache")})
+    assert res.returncode == 0, res.stderr
+    from gguf import GGUFReader
+
+    counts = [{t.name: np.asarray(t.data).reshape(-1) for t in GGUFReader(f).tensors if t.name.endswith("_exps.weight.counts")}
+              for f in (tmp_path / "ours.gguf", GOLDEN / "imatrix" / "tiny-mixtral.llamacpp.gguf")]
+    assert counts[0].keys() == counts[1].keys() and len(counts[0]) == 6
+    for n, c in counts[1].items():
+        assert c.sum() == counts[0][n].sum() == 384 * 2 and np.abs(counts[0][n] - c).max() <= 1, (n, counts[0][n], c)
+
+
+@pytest.mark.parametrize("name", ["tiny-mixtral", "tiny-qwen3-moe", "tiny-gpt-oss", "tiny-qwen2"])
+def test_gguf_imatrix_holds_each_entry_under_llama_cpps_name(tmp_path, name):
+    """`ieconv imatrix -o x.gguf` on each layout: gguf's own reader finds every
+    entry under its llama.cpp name (the tables above, from gguf-py's names; a
+    tied head under token_embd's), in_sum2 = means x counts, counts the tokens
+    for a matrix and, for an expert stack, [experts, 1] rows routed to each
+    (top-k per token in all); read back, the means are the .npz's."""
+    from gguf import GGUFReader
+
+    from iekit.convert.gguf_names import importance_to_hf
+
+    im, _ = collect_ids(tmp_path, GOLDEN_IEBIN / name, IDS)
+    back, out = collect_ids(tmp_path, GOLDEN_IEBIN / name, IDS, out_name="im.gguf")
+    spec = Decoder(GOLDEN_IEBIN / name, threads=1).spec
+    expected = _llamacpp_means(im.entries)
+    assert ("token_embd.weight" in expected) == spec.tied
+    got = {t.name: np.asarray(t.data, np.float32).reshape(list(reversed([int(d) for d in t.shape])))
+           for t in GGUFReader(out).tensors}
+    assert set(got) == {n + s for n in expected for s in (".in_sum2", ".counts")}
+    for n, means in expected.items():
+        counts, sums = got[n + ".counts"], got[n + ".in_sum2"]
+        if means.ndim == 2:
+            assert counts.shape == (spec.moe.n_experts, 1) and counts.sum() == 48 * spec.moe.top_k, n
+        else:
+            assert counts.tolist() == [48.0], n
+        np.testing.assert_allclose(sums, means * (counts if means.ndim == 2 else counts[0]), rtol=1e-6, err_msg=n)
+    mapped = importance_to_hf(back.entries, set(im.entries), str(out))
+    assert mapped.keys() == im.entries.keys()
+    for k, v in im.entries.items():
+        np.testing.assert_allclose(mapped[k], v, rtol=1e-6, err_msg=k)
 
 
 def test_llamacpp_expert_rows_of_another_model_are_one_error(tmp_path):
@@ -263,3 +312,63 @@ def test_llamacpp_expert_rows_of_another_model_are_one_error(tmp_path):
                    "--q4-map", man, "--imatrix", p)
     assert_one_line_error(res, str(p), "blk.0.ffn_gate_exps.weight", "3 experts' rows", "has 4 experts")
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("name", ["tiny-mixtral", "tiny-gpt-oss"])
+def test_gguf_imatrix_leaves_an_unrouted_expert_as_llama_imatrix_does(tmp_path, name):
+    """One token repeated routes to few experts: the others get count 0
+    and sums 0 in the GGUF (what llama-imatrix writes; llama-quantize then
+    weights them evenly, and so does our reader), where the .npz keeps the
+    layer's means for them; the routed ones keep their means."""
+    from gguf import GGUFReader
+
+    im, _ = collect_ids(tmp_path, GOLDEN_IEBIN / name, [7, 7, 7, 7], ctx=4)
+    back, out = collect_ids(tmp_path, GOLDEN_IEBIN / name, [7, 7, 7, 7], ctx=4, out_name="im.gguf")
+    got = {t.name: np.asarray(t.data, np.float32).reshape(list(reversed([int(d) for d in t.shape])))
+           for t in GGUFReader(out).tensors}
+    spec = Decoder(GOLDEN_IEBIN / name, threads=1).spec
+    stacks = [n[:-len(".counts")] for n in got if n.endswith("_exps.weight.counts")]
+    assert len(stacks) == 3 * spec.n_layers
+    for n in stacks:
+        counts, sums = got[n + ".counts"][:, 0], got[n + ".in_sum2"]
+        assert counts.sum() == 4 * spec.moe.top_k and (counts == 0).any() and (counts == np.round(counts)).all(), n
+        assert not sums[counts == 0].any() and (sums[counts > 0] > 0).all(), n
+        assert (back.entries[n][counts == 0] == 1).all(), n
+        mine = _llamacpp_means(im.entries)[n]
+        np.testing.assert_allclose(back.entries[n][counts > 0], mine[counts > 0], rtol=1e-6, err_msg=n)
+        assert not (mine[counts == 0] == 1).all(), n
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-mixtral"])
+def test_in_file_writes_a_collected_npz_as_llama_cpps_gguf(tmp_path, name):
+    """`--in-file im.npz -o im.gguf` collects nothing: for a dense model it is the
+    file the collection writes with -o im.gguf, byte for byte; for experts the
+    means are kept and every count is the tokens (the .npz keeps no per-expert
+    rows). What is not ours to convert, or not this model's, is one line."""
+    from gguf import GGUFReader
+
+    im, npz = collect_ids(tmp_path, GOLDEN_IEBIN / name, IDS)
+    _, direct = collect_ids(tmp_path, GOLDEN_IEBIN / name, IDS, out_name="direct.gguf")
+    out = tmp_path / "converted.gguf"
+    res = run_tool("ieconv", "imatrix", "-q", "--model-dir", GOLDEN_IEBIN / name, "--in-file", npz, "-o", out)
+    assert res.returncode == 0, res.stderr
+    if name == "tiny-llama":
+        assert out.read_bytes() == direct.read_bytes()
+    else:
+        counts = [np.asarray(t.data).reshape(-1) for t in GGUFReader(out).tensors if t.name.endswith(".counts")]
+        assert len(counts) == 17 and all((c == 48).all() for c in counts)
+        from iekit.convert.gguf_names import importance_to_hf
+        from iekit.formats import imatrix
+
+        back = importance_to_hf(imatrix.read_any(out).entries, set(im.entries), str(out))
+        assert back.keys() == im.entries.keys()
+        for k, v in im.entries.items():
+            np.testing.assert_allclose(back[k], v, rtol=1e-6, err_msg=k)
+    other = "tiny-qwen3" if name == "tiny-llama" else "tiny-qwen3-moe"
+    assert_one_line_error(run_tool("ieconv", "imatrix", "--model-dir", GOLDEN_IEBIN / other, "--in-file", npz,
+                                   "-o", tmp_path / "x.gguf"), str(npz))
+    assert_one_line_error(run_tool("ieconv", "imatrix", "--model-dir", GOLDEN_IEBIN / name, "--in-file", out,
+                                   "-o", tmp_path / "y.gguf"), "already llama.cpp's imatrix")
+    assert not (tmp_path / "x.gguf").exists() and not (tmp_path / "y.gguf").exists()
+    res = run_tool("ieconv", "imatrix", "--model-dir", GOLDEN_IEBIN / name, "--in-file", npz, "-o", tmp_path / "z.npz")
+    assert res.returncode == 2 and "--in-file writes llama.cpp's GGUF imatrix" in res.stderr

@@ -2,7 +2,9 @@
 every architecture (skipped unless ``make llamacpp`` built its tools, or
 they are on PATH): ``llama-bench`` processes a prompt and generates tokens
 with each exported model, which fails on any tensor name, shape, type or
-hyperparameter llama.cpp does not accept."""
+hyperparameter llama.cpp does not accept; ``llama-quantize`` quantizes it
+with the GGUF imatrix ``ieconv imatrix`` writes, using every entry (it
+checks each one's size against its tensor, an expert stack's too)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from llamacpp import tool  # noqa: E402
 
 BENCH = tool("llama-bench")
+QUANTIZE = tool("llama-quantize")
 
 
 @pytest.mark.skipif(BENCH is None, reason="llama.cpp's llama-bench is not built (make llamacpp)")
@@ -29,3 +32,29 @@ def test_llamacpp_runs_the_export(tmp_path, models, name):  # noqa: F811
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert '"n_gen": 4' in res.stdout and '"avg_ts"' in res.stdout, res.stdout[-2000:]
+
+
+@pytest.mark.skipif(QUANTIZE is None, reason="llama.cpp's llama-quantize is not built (make llamacpp)")
+@pytest.mark.parametrize("name", sorted(ARCH_OF))
+def test_llama_quantize_takes_our_gguf_imatrix(tmp_path, models, name):  # noqa: F811
+    from conftest import run_tool
+
+    out, im = tmp_path / f"{name}.gguf", tmp_path / "imatrix.gguf"
+    assert _export(models[name], out).returncode == 0
+    (tmp_path / "ids.txt").write_text(" ".join(str(i) for i in range(3, 99)))
+    res = run_tool("ieconv", "imatrix", "-q", "--model-dir", models[name], "--ids-file", tmp_path / "ids.txt",
+                   "--ctx", "32", "-o", im)
+    assert res.returncode == 0, res.stderr
+    from gguf import GGUFReader
+
+    n = sum(t.name.endswith(".counts") for t in GGUFReader(im).tensors)
+    res = subprocess.run([QUANTIZE, "--allow-requantize", "--imatrix", str(im), str(out), str(tmp_path / "q.gguf"),
+                          "Q4_K_M"], capture_output=True, text=True, timeout=300)
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log[-2000:]
+    assert f"loaded {n} importance matrix entries from {im} computed on 3 chunks" in log, log[-2000:]
+    assert "imatrix size" not in log, log[-2000:]
+    import re
+
+    # the input embedding is a lookup, never a product: no imatrix has it (a tied head is written under it)
+    assert set(re.findall(r"did not find weights for (\S+)", log)) <= {"token_embd.weight"}, log[-2000:]
