@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -52,16 +53,20 @@ def hf_name(gguf_name: str) -> str | None:
     return None
 
 
-def importance_to_hf(entries: dict, names, where: str) -> dict:
+def importance_to_hf(entries: dict, names: Mapping[str, Sequence[int]] | Collection[str], where: str) -> dict:
     """A llama.cpp importance matrix's entries under the HF names of a model
-    whose tensors are ``names``: a dense layer's one to one (hf_name); an
-    expert stack's, [experts, cols] under ``blk.N.ffn_*_exps.weight``, as the
-    model holds its experts: a row per expert matrix (Mixtral, Qwen3-MoE;
-    rows for another number of experts than the layer has are an error
-    naming ``where``: the imatrix of another model), or whole for a stack
-    kept as one tensor (gpt-oss's down_proj, and its gate_up_proj from
-    ffn_gate_exps or ffn_up_exps: the same routed inputs; select_for checks
-    its experts). What no architecture maps onto ``names`` is left out."""
+    whose tensors are ``names`` (with their shapes, where given): a dense
+    layer's one to one (hf_name); an expert stack's, [experts, cols] under
+    ``blk.N.ffn_*_exps.weight``, as the model holds its experts: a row per
+    expert matrix (Mixtral, Qwen3-MoE; rows for another number of experts
+    than the layer has are an error naming ``where``: the imatrix of another
+    model), or whole for a stack kept as one tensor (gpt-oss's down_proj, and
+    its gate_up_proj from ffn_gate_exps or ffn_up_exps: the same routed
+    inputs; select_for checks its experts). llama.cpp's legacy .dat keeps a
+    stack's rows one after another, [experts × cols]: with the shapes, such
+    an entry is split into its experts' rows. What no architecture maps onto
+    ``names`` is left out."""
+    shape_of = names.get if isinstance(names, Mapping) else (lambda _n: None)
     out = {}
     for n, v in entries.items():
         hf = hf_name(n)
@@ -77,18 +82,26 @@ def importance_to_hf(entries: dict, names, where: str) -> dict:
             whole += [h for h, pair in arch.paired.items() if suffix in pair]
             for h in whole:
                 if pre + h in names:
-                    out[pre + h] = v
-            if v.ndim != 2:
-                continue
+                    shape = shape_of(pre + h)
+                    out[pre + h] = _experts_rows(v, shape[0], shape[-1]) if shape and len(shape) == 3 else v
             for pattern, g in arch.experts.items():
                 if g != suffix or pre + pattern.format(e=0) not in names:
                     continue
                 have = next(e for e in range(len(names) + 1) if pre + pattern.format(e=e) not in names)
-                if have != v.shape[0]:
-                    raise FormatError(where, n, f"{v.shape[0]} experts' rows, but layer {int(m.group(1))} of the "
+                shape = shape_of(pre + pattern.format(e=0))
+                rows = _experts_rows(v, have, shape[-1]) if shape else v
+                if rows.ndim != 2:
+                    continue
+                if have != rows.shape[0]:
+                    raise FormatError(where, n, f"{rows.shape[0]} experts' rows, but layer {int(m.group(1))} of the "
                                                 f"model has {have} experts (the imatrix of another model?)")
-                out.update(zip((pre + pattern.format(e=e) for e in range(have)), v))
+                out.update(zip((pre + pattern.format(e=e) for e in range(have)), rows))
     return out
+
+
+def _experts_rows(v: np.ndarray, experts: int, cols: int) -> np.ndarray:
+    """A legacy .dat's [experts × cols] entry as [experts, cols]; anything else as it is."""
+    return v.reshape(experts, cols) if v.ndim == 1 and experts > 1 and v.size == experts * cols else v
 
 
 def importance_to_gguf(entries: dict, routed: dict, tokens: int, arch: "GGUFArch", where: str) -> dict:

@@ -422,7 +422,7 @@ def _golden_seeds(target: str) -> list[bytes]:
     if target == "imatrix":
         return [(GOLDEN / "imatrix" / n).read_bytes()
                 for n in ("example.npz", "example-llamacpp.dat", "tiny-llama.llamacpp.gguf", "tiny-llama.llamacpp.dat",
-                          "tiny-mixtral.llamacpp.gguf")]
+                          "tiny-mixtral.llamacpp.gguf", "tiny-mixtral.llamacpp.dat")]
     if target == "klprobes":
         return [(GOLDEN / "kl_probes" / "smollm2-rotated.json").read_bytes()]
     if target == "gptqpartial":

@@ -372,3 +372,34 @@ def test_in_file_writes_a_collected_npz_as_llama_cpps_gguf(tmp_path, name):
     assert not (tmp_path / "x.gguf").exists() and not (tmp_path / "y.gguf").exists()
     res = run_tool("ieconv", "imatrix", "--model-dir", GOLDEN_IEBIN / name, "--in-file", npz, "-o", tmp_path / "z.npz")
     assert res.returncode == 2 and "--in-file writes llama.cpp's GGUF imatrix" in res.stderr
+
+
+@pytest.mark.parametrize("name", ["tiny-mixtral", "tiny-gpt-oss"])
+def test_legacy_dat_expert_stacks_weight_each_expert(tmp_path, name):
+    """llama.cpp's legacy .dat keeps an expert stack's rows one after another
+    ([experts x cols] values): split per expert, they weight each expert as
+    the GGUF's rows do. The Mixtral toy's .dat is llama-imatrix's own (golden,
+    the run of tiny-mixtral.llamacpp.gguf); gpt-oss's is written from our
+    entries (ncall 4: the means come back exact). Same bytes as the GGUF / .npz, no matrix left out."""
+    from test_imatrix import _legacy
+
+    if name == "tiny-mixtral":
+        pair = (GOLDEN / "imatrix" / "tiny-mixtral.llamacpp.gguf", GOLDEN / "imatrix" / "tiny-mixtral.llamacpp.dat")
+    else:
+        im, npz = collect_ids(tmp_path, GOLDEN_IEBIN / name, IDS)
+        dat = tmp_path / "im.dat"
+        dat.write_bytes(_legacy({n: (4, (4 * v.astype(np.float64)).reshape(-1).tolist())
+                                 for n, v in _llamacpp_means(im.entries).items()}))
+        pair = (npz, dat)
+    man = tmp_path / "q.json"
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / name, "-o", man, "--scheme", "q4_1")
+    assert res.returncode == 0, res.stderr
+    bins = []
+    for i, im_path in enumerate(pair):
+        out = tmp_path / f"o{i}"
+        res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", GOLDEN_HF / name, "--out-dir", out, "--q4-map", man,
+                       "--imatrix", im_path)
+        assert res.returncode == 0, res.stderr
+        assert "no entry" not in res.stderr, res.stderr
+        bins.append((out / iebin.BIN_NAME).read_bytes())
+    assert bins[0] == bins[1]

@@ -13,10 +13,13 @@ for f in gguf dat; do
   "$bin" -m ../gguf/tiny-llama.mixed.gguf -f eval-sample.txt -o "../imatrix/tiny-llama.llamacpp.$f" \
     --output-format $f -c 64 --chunks 6 -t 1 --no-ppl
 done
-# The Mixtral toy's per-expert entries (ffn_*_exps: a row and a count per expert),
+# The Mixtral toy's per-expert entries (ffn_*_exps: in the GGUF a row and a count per expert,
+# in the .dat the experts' rows one after another),
 # from its GGUF export (ieconv iebin-to-gguf, the repository's .venv).
 tmp=$(mktemp -d)
 ../../.venv/bin/ieconv iebin-to-gguf -q --model-dir ../iebin/tiny-mixtral --out "$tmp/tiny-mixtral.gguf"
-"$bin" -m "$tmp/tiny-mixtral.gguf" -f eval-sample.txt -o ../imatrix/tiny-mixtral.llamacpp.gguf \
-  --output-format gguf -c 64 --chunks 6 -t 1 --no-ppl
+for f in gguf dat; do
+  "$bin" -m "$tmp/tiny-mixtral.gguf" -f eval-sample.txt -o "../imatrix/tiny-mixtral.llamacpp.$f" \
+    --output-format $f -c 64 --chunks 6 -t 1 --no-ppl
+done
 rm -rf "$tmp"
