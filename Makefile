@@ -171,7 +171,8 @@ bench-vs-llamacpp: setup
 	$(VPY) benchmarks/vs_llamacpp.py
 
 # llama.cpp's llama-bench, llama-quantize and llama-imatrix, the reference of bench-vs-llamacpp,
-# bench-decode and bench-quality (they look in $(LLAMACPP)/bin after PATH): built from the llama.cpp
+# bench-decode and bench-quality (they look in $(LLAMACPP)/bin after PATH), and llama-gguf-split, whose
+# split files tests/test_llamacpp_runs.py imports where it is built: built from the llama.cpp
 # that PyPI's llama-cpp-python sdist vendors, with llama.cpp's own defaults (GGML_NATIVE=ON: its
 # best build for this CPU). Optional: nothing else needs it. ~10 min on 2 cores.
 LLAMACPP := build/llamacpp
@@ -187,7 +188,7 @@ $(LLAMACPP)/bin/llama-bench: | $(VPY)
 	$(VENV)/bin/cmake -S $$(echo $(LLAMACPP_SRC)/llama_cpp_python-*/vendor/llama.cpp) -B $(LLAMACPP) -G Ninja \
 	    -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
 	    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
-	$(VENV)/bin/ninja -C $(LLAMACPP) llama-bench llama-quantize llama-imatrix llama-perplexity
+	$(VENV)/bin/ninja -C $(LLAMACPP) llama-bench llama-quantize llama-imatrix llama-perplexity llama-gguf-split
 
 # ik_llama.cpp's llama-quantize, llama-perplexity and llama-bench, for its own types (IQ4_KS, IQ4_KT,
 # IQ3_K, IQ3_KS, IQ3_KT), which bench-quality scores beside ours when they are here. It is not on PyPI:

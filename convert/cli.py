@@ -606,8 +606,9 @@ def validate(path: Path, deep: bool, allow_nonfinite: bool):
     if is_gguf_model(path):
         g = open_gguf(path)
         build_gguf_config(g)
-        out.print(f"OK {path}: GGUF v{g.version}, {g.fields.get('general.architecture')}, {len(g.tensors)} tensors, "
-                  f"{len(g.fields)} key-values (structure, bounds and the model's hyperparameters checked; "
+        files = f" in {len(g.paths)} files" if len(g.paths) > 1 else ""
+        out.print(f"OK {path}: GGUF v{g.version}, {g.fields.get('general.architecture')}, {len(g.tensors)} tensors"
+                  f"{files}, {len(g.fields)} key-values (structure, bounds and the model's hyperparameters checked; "
                   "`ieconv gguf-to-iebin` checks every value)", markup=False)
         return
     if is_imatrix_path(path):
@@ -738,8 +739,9 @@ def inspect_gguf(path: Path, as_json: bool) -> None:
         click.echo(json.dumps({"path": str(path), "version": g.version, "alignment": g.alignment,
                                "metadata": {k: v if not isinstance(v, list) or len(v) <= 16 else
                                             {"array_length": len(v), "first": v[:16]} for k, v in g.fields.items()},
+                               "files": [str(p) for p in g.paths],
                                "tensors": [{"name": t.name, "type": t.ggml_type, "shape": t.shape, "offset": t.offset,
-                                            "nbytes": t.nbytes} for t in g.tensors],
+                                            "nbytes": t.nbytes, "file": t.shard} for t in g.tensors],
                                "by_type": {k: {"tensors": v[0], "bytes": v[1], "bits_per_weight": 8 * v[1] / v[2]}
                                            for k, v in sorted(by_type.items())}}, sort_keys=True))
         return
@@ -749,11 +751,14 @@ def inspect_gguf(path: Path, as_json: bool) -> None:
     for k, v in g.fields.items():
         kv.add_row(k, _short_value(v))
     out.print(kv)
-    table = Table(title=f"{len(g.tensors)} tensors")
-    for col, just in (("name", "left"), ("type", "left"), ("shape", "left"), ("bytes", "right"), ("offset", "right")):
+    split = len(g.paths) > 1
+    table = Table(title=f"{len(g.tensors)} tensors" + (f" in {len(g.paths)} files" if split else ""))
+    cols = (("name", "left"), ("type", "left"), ("shape", "left"), ("bytes", "right"), ("offset", "right"))
+    for col, just in cols + ((("file", "right"),) if split else ()):
         table.add_column(col, justify=just)
     for t in g.tensors:
-        table.add_row(t.name, t.ggml_type, "×".join(map(str, t.shape)), human_bytes(t.nbytes), str(t.offset))
+        table.add_row(t.name, t.ggml_type, "×".join(map(str, t.shape)), human_bytes(t.nbytes), str(t.offset),
+                      *([f"{t.shard + 1} of {len(g.paths)}"] if split else []))
     out.print(table)
     totals = Table(title="totals")
     for col in ("type", "tensors", "bytes", "bits/weight"):

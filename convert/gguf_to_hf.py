@@ -56,7 +56,7 @@ def check_float_source(gguf_path: str | os.PathLike, allow_requantize: bool) -> 
     rounding on top of the first (llama-quantize asks for
     --allow-requantize for the same reason)."""
     g = open_gguf(gguf_path)
-    with g.file:
+    with g:
         _hf_config(g, "ieconv quantize cannot start from it: give its HF checkpoint as --hf-dir")
         coded = [t for t in g.tensors if t.ggml_type not in FLOAT_TYPES]
     if coded and not allow_requantize:

@@ -502,9 +502,9 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
     out = ArtifactOut(out_dir, overwrite, list(aux_data))
     t0 = time.perf_counter()
     bytes_in = sum(p.in_nbytes for p in plans)
-    progress.start("converting", bytes_in + g.path.stat().st_size)  # the file is hashed beside the import
+    progress.start("converting", bytes_in + sum(p.stat().st_size for p in g.paths))  # hashed beside the import
     errors: dict[str, QuantError] = {}
-    with SourceHashes([(g.path.name, g.path)], progress.advance, checksum) as hashes, out.writing() as staged:
+    with SourceHashes([(p.name, p) for p in g.paths], progress.advance, checksum) as hashes, out.writing() as staged:
         writer = iebin.IebinWriter(staged, checksum=checksum)
         for p in plans:
             progress.describe(p.name)

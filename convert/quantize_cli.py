@@ -37,6 +37,7 @@ from iekit.formats.hf_checkpoint import SINGLE_NAME
 from iekit.formats.atomic import TEMP_NAME, StagedFiles, make_dirs
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import file_kind, read_small
+from iekit.formats.gguf_file import shard_paths
 from iekit.formats.kl_probes_partial import partial_dir
 from iekit.formats.paths import real_path
 from iekit.formats.quant import SCHEMES
@@ -437,10 +438,11 @@ def quantize_cmd(hf_dir, gguf_in, rotate, allow_requantize, out_dir, target_bpw,
     work = real_path(work_dir) if keep_work else out_dir / WORK_NAME
     if gguf_in is not None:
         gguf_in = real_path(gguf_in)
-        if gguf_out == gguf_in:
+        shards = shard_paths(gguf_in)
+        if gguf_out in shards:
             raise IEError(f"{gguf_out}: --gguf would replace the --from-gguf file the weights come from")
         check_float_source(gguf_in, allow_requantize)
-        checkpoint = fingerprints.digest(fingerprints.stat_line(gguf_in))
+        checkpoint = fingerprints.digest(b"".join(fingerprints.stat_line(p) for p in shards))
     else:
         hf_dir = real_path(hf_dir)
         checkpoint = fingerprints.checkpoint(hf_checkpoint.from_dir(hf_dir))

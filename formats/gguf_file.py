@@ -17,6 +17,16 @@ decodes the key-values as it goes (the tests check them against
   data offset a multiple of the alignment; its bytes inside the file; no two
   tensors' bytes overlapping.
 
+A model split by llama.cpp's ``gguf-split`` (or gguf-py's writer with
+``split_max_tensors``/``split_max_size``) is opened from its first file,
+``NAME-00001-of-0000N.gguf``, as llama.cpp's loader opens it: the first
+file holds every key-value, each holds ``split.no`` (0-based),
+``split.count`` and ``split.tensors.count``; the other files are found by
+name beside it, each checked as above, and their tensors join one table
+(``GGUFTensor.shard``). Every shard must be there and be the one its name
+says; a tensor in two shards, a count that disagrees, or a key a later
+shard holds with another value than the first's is an error.
+
 Each broken rule is one ``FormatError`` naming the file and the field.
 ``read_header`` stops after the header's rules (the tensors' ggml type ids
 as stored, unresolved): a tool can size the tensors of a file whose types
@@ -28,6 +38,7 @@ from __future__ import annotations
 import io
 import mmap
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,8 +71,9 @@ class GGUFTensor:
     name: str
     ggml_type: str      # gguf.GGMLQuantizationType name: "Q4_1", "F32", ...
     shape: list[int]    # row-major, as numpy and Hugging Face see it (GGUF stores it reversed)
-    offset: int         # absolute file offset of the data
+    offset: int         # absolute offset of the data in its file
     nbytes: int
+    shard: int = 0      # which of the model's files holds it (GGUFModel.paths)
 
 
 @dataclass
@@ -70,8 +82,19 @@ class GGUFModel:
     version: int
     alignment: int
     fields: dict[str, Any]       # key -> decoded value (str, int, float, bool, list)
-    tensors: list[GGUFTensor]    # in file order
-    file: io.FileIO              # the file the header was read from, open for the tensors' reads
+    tensors: list[GGUFTensor]    # in file order (a split model: shard by shard)
+    files: list[io.FileIO]       # per shard, open for the tensors' reads (one for an unsplit file)
+    paths: list[Path]            # per shard; paths[0] is ``path``
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+
+    def __enter__(self) -> "GGUFModel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def rows(self, t: GGUFTensor, r0: int, r1: int, row_bytes: int) -> np.ndarray:
         """Bytes [r0 * row_bytes, r1 * row_bytes) of ``t`` as uint8 [r1 - r0, row_bytes].
@@ -80,10 +103,10 @@ class GGUFModel:
         start, n = r0 * row_bytes, (r1 - r0) * row_bytes
         if not (0 <= r0 <= r1 and start + n <= t.nbytes):
             raise IndexError(f"{t.name}: bytes [{start}, {start + n}) of {t.nbytes}")
-        buf = os.pread(self.file.fileno(), n, t.offset + start)
+        buf = os.pread(self.files[t.shard].fileno(), n, t.offset + start)
         if len(buf) != n:
-            raise FormatError(self.path, f"tensor {t.name!r}", "file shrank while reading (truncated during the "
-                                                              "import?)")
+            raise FormatError(self.paths[t.shard], f"tensor {t.name!r}", "file shrank while reading (truncated "
+                                                                         "during the import?)")
         return np.frombuffer(buf, np.uint8).reshape(r1 - r0, row_bytes)
 
     def take_rows(self, t: GGUFTensor, rows: np.ndarray, row_bytes: int) -> np.ndarray:
@@ -197,8 +220,65 @@ def read_header(path: str | os.PathLike) -> GGUFHeader:
 
 
 def open_gguf(path: str | os.PathLike) -> GGUFModel:
-    """Validate ``path`` as a GGUF file and describe it (see the module docstring)."""
+    """Validate ``path`` as a GGUF file (the first file of a split model, with
+    the others beside it) and describe it (see the module docstring)."""
     path = Path(path)
+    g = _open_one(path)
+    try:
+        paths = _shard_paths(path, g.fields)
+        for i, p in enumerate(paths[1:], 1):
+            _join(g, _open_one(p), i, len(paths))
+        if len(paths) > 1:
+            total = g.fields[SPLIT_TENSORS]
+            if total != len(g.tensors):
+                raise FormatError(path, SPLIT_TENSORS, f"is {total}, but the {len(paths)} files hold "
+                                                       f"{len(g.tensors)} tensors")
+    except BaseException:
+        g.close()
+        raise
+    return g
+
+
+def shard_paths(path: str | os.PathLike) -> list[Path]:
+    """The files of the GGUF model opened from ``path``: itself, or every
+    shard of a split model, from the first's header (for hashing them all)."""
+    path = Path(path)
+    return _shard_paths(path, read_header(path).fields)
+
+
+SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS = "split.no", "split.count", "split.tensors.count"
+_SHARD_NAME = re.compile(r"(.+)-(\d{5})-of-(\d{5})\.gguf")
+MAX_SHARDS = 9999  # what the five-digit names count to (llama.cpp's gguf-split)
+
+
+def _count(fields: dict[str, Any], path: Path, key: str, lo: int, hi: int) -> int:
+    v = fields.get(key)
+    if type(v) is not int or not lo <= v <= hi:
+        raise FormatError(path, key, f"expected an integer {lo}..{hi}, got {v!r}")
+    return v
+
+
+def _shard_paths(path: Path, fields: dict[str, Any]) -> list[Path]:
+    """[path] for an unsplit file; a split model's files, named as gguf-split names them."""
+    if SPLIT_COUNT not in fields:
+        return [path]
+    count = _count(fields, path, SPLIT_COUNT, 1, MAX_SHARDS)
+    no = _count(fields, path, SPLIT_NO, 0, count - 1)
+    _count(fields, path, SPLIT_TENSORS, 0, 2**31 - 1)
+    if count == 1:
+        return [path]
+    m = _SHARD_NAME.fullmatch(path.name)
+    if no != 0:
+        first = f"{m.group(1)}-00001-of-{m.group(3)}.gguf" if m else "the file whose split.no is 0"
+        raise FormatError(path, SPLIT_NO, f"is {no}: file {no + 1} of a model split in {count}; open it from "
+                                          f"its first file, {first}")
+    if m is None or int(m.group(2)) != 1 or int(m.group(3)) != count:
+        raise FormatError(path, SPLIT_COUNT, f"is {count}, but the name is not NAME-00001-of-{count:05d}.gguf, "
+                                             "so the other files cannot be found (keep gguf-split's names)")
+    return [path.with_name(f"{m.group(1)}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+
+
+def _open_one(path: Path) -> GGUFModel:
     size, f, buf = _map(path)
     try:
         with buf:
@@ -206,6 +286,28 @@ def open_gguf(path: str | os.PathLike) -> GGUFModel:
     except BaseException:
         f.close()
         raise
+
+
+def _join(g: GGUFModel, part: GGUFModel, i: int, count: int) -> None:
+    """Shard ``i`` (0-based) of ``count`` into ``g``; ``g`` owns its file from here."""
+    g.files.append(part.files[0])
+    g.paths.append(part.path)
+    for key, want in ((SPLIT_NO, i), (SPLIT_COUNT, count), (SPLIT_TENSORS, g.fields[SPLIT_TENSORS])):
+        if part.fields.get(key) != want:
+            raise FormatError(part.path, key, f"is {part.fields.get(key)!r}, expected {want!r} (file {i + 1} of "
+                                              f"{g.path.name}'s {count})")
+    for key, v in part.fields.items():
+        if key.startswith("split.") or key == "general.alignment":  # each file's own
+            continue
+        if key not in g.fields or g.fields[key] != v:
+            raise FormatError(part.path, key, f"a key the first file, {g.path.name}, "
+                                              + ("holds with another value" if key in g.fields else "does not hold")
+                                              + ": llama.cpp reads the model's key-values from the first file only")
+    shard_of = {t.name: t.shard for t in g.tensors}
+    for t in part.tensors:
+        if t.name in shard_of:
+            raise FormatError(part.path, f"tensor {t.name!r}", f"is in {g.paths[shard_of[t.name]].name} too")
+        g.tensors.append(GGUFTensor(t.name, t.ggml_type, t.shape, t.offset, t.nbytes, i))
 
 
 def _map(path: Path) -> tuple[int, io.FileIO, mmap.mmap]:
@@ -301,4 +403,4 @@ def _tensors(path: Path, h: GGUFHeader, f: io.FileIO) -> GGUFModel:
         if a.offset + a.nbytes > b.offset:
             raise FormatError(path, f"tensor {b.name!r} offset", f"its data overlaps tensor {a.name!r}'s")
 
-    return GGUFModel(path, h.version, alignment, h.fields, tensors, f)
+    return GGUFModel(path, h.version, alignment, h.fields, tensors, [f], [path])

@@ -82,14 +82,17 @@ def tokenizer_fields(tok_json: dict) -> dict:
 
 def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None, pre: str = "gpt-2",
                  arch: str | None = None, extra_kv: dict | None = None,
-                 tokenizer: dict | str | None = None, spm=None) -> Path:
+                 tokenizer: dict | str | None = None, spm=None, split_max_tensors: int = 0) -> Path:
     """Write ``out`` from the checkpoint ``hf_dir``; ``quant`` maps a regex on
     HF names to a GGMLQuantizationType name (first match wins); ``tokenizer``
     (a tokenizer.json) replaces the checkpoint's, or is ``"none"``: no
     vocabulary, only ``{arch}.vocab_size`` (llama.cpp's "none" tokenizer, for
     a synthetic model that runs on token ids); ``spm`` (a
     SentencePieceProcessor) stores a SentencePiece vocabulary instead, as
-    convert_hf_to_gguf's ``_set_vocab_sentencepiece`` does."""
+    convert_hf_to_gguf's ``_set_vocab_sentencepiece`` does. ``split_max_tensors``:
+    split into files of that many tensors, as convert_hf_to_gguf's
+    ``--split-max-tensors`` does (gguf-py's writer names them
+    ``STEM-00001-of-0000N.gguf``); the first file's path is returned."""
     import gguf
     from gguf.constants import GGMLQuantizationType
     from gguf.quants import quantize
@@ -98,7 +101,7 @@ def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None
     model_type = cfg["model_type"]
     arch = arch or {"llama": "llama", "mistral": "llama", "qwen2": "qwen2"}[model_type]
     heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    w = gguf.GGUFWriter(str(out), arch)
+    w = gguf.GGUFWriter(str(out), arch, split_max_tensors=split_max_tensors)
     theta = cfg.get("rope_theta") or cfg["rope_parameters"]["rope_theta"]
     kvs = {f"{arch}.context_length": ("uint32", cfg["max_position_embeddings"]),
            f"{arch}.embedding_length": ("uint32", cfg["hidden_size"]),
@@ -158,7 +161,7 @@ def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return out
+    return w.format_shard_names(out)[0]
 
 
 # -- raw writer for hostile files ---------------------------------------------

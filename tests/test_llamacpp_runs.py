@@ -4,7 +4,9 @@ they are on PATH): ``llama-bench`` processes a prompt and generates tokens
 with each exported model, which fails on any tensor name, shape, type or
 hyperparameter llama.cpp does not accept; ``llama-quantize`` quantizes it
 with the GGUF imatrix ``ieconv imatrix`` writes, using every entry (it
-checks each one's size against its tensor, an expert stack's too)."""
+checks each one's size against its tensor, an expert stack's too);
+``llama-gguf-split`` splits it, and the first file imports to the bytes of
+the whole."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from llamacpp import tool  # noqa: E402
 
 BENCH = tool("llama-bench")
 QUANTIZE = tool("llama-quantize")
+GGUF_SPLIT = tool("llama-gguf-split")
 
 
 @pytest.mark.skipif(BENCH is None, reason="llama.cpp's llama-bench is not built (make llamacpp)")
@@ -58,3 +61,21 @@ def test_llama_quantize_takes_our_gguf_imatrix(tmp_path, models, name):  # noqa:
 
     # the input embedding is a lookup, never a product: no imatrix has it (a tied head is written under it)
     assert set(re.findall(r"did not find weights for (\S+)", log)) <= {"token_embd.weight"}, log[-2000:]
+
+
+@pytest.mark.skipif(GGUF_SPLIT is None, reason="llama.cpp's llama-gguf-split is not built (make llamacpp)")
+@pytest.mark.parametrize("name", ["tiny-mixtral", "tiny-gpt-oss"])
+def test_a_model_split_by_llama_gguf_split_imports_as_the_whole(tmp_path, models, name):  # noqa: F811
+    from conftest import run_tool
+
+    whole = tmp_path / f"{name}.gguf"
+    assert _export(models[name], whole).returncode == 0
+    res = subprocess.run([GGUF_SPLIT, "--split", "--split-max-tensors", "9", str(whole), str(tmp_path / "s")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    firsts = sorted(tmp_path.glob("s-00001-of-*.gguf"))
+    assert len(firsts) == 1 and int(firsts[0].name[-10:-5]) >= 3, sorted(p.name for p in tmp_path.iterdir())
+    for label, src in (("whole", whole), ("split", firsts[0])):
+        res = run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", src, "--out-dir", tmp_path / label)
+        assert res.returncode == 0, res.stderr
+    assert (tmp_path / "whole" / "model.ie.bin").read_bytes() == (tmp_path / "split" / "model.ie.bin").read_bytes()
