@@ -259,6 +259,18 @@ def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, overwrite, quiet)
                   "(not part of the new one)", markup=False)
 
 
+def _split_size(ctx, param, value: str | None) -> int | None:
+    """--split-max-size as convert_hf_to_gguf.py reads it: bytes, or N with K, M or G (powers of 1000)."""
+    if value is None:
+        return None
+    text = value.strip().upper()
+    scale = {"K": 1000, "M": 1000**2, "G": 1000**3}.get(text[-1:], 1)
+    digits = text[:-1] if scale > 1 else text
+    if not digits.isdigit() or int(digits) < 1:
+        raise click.BadParameter(f"{value!r}: a positive number of bytes, or N followed by K, M or G (50G)")
+    return int(digits) * scale
+
+
 @cli.command("iebin-to-gguf")
 @click.option("--model-dir", required=True, type=click.Path(path_type=Path),
               help="The IEBIN model directory (model.ie.json + model.ie.bin) to export.")
@@ -270,9 +282,15 @@ def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, overwrite, quiet)
 @click.option("--allow-full-attention", is_flag=True,
               help="Mistral/Mixtral with a sliding window shorter than the context: export anyway (llama.cpp's "
                    "llama architecture attends to every position: identical up to the window).")
+@click.option("--split-max-size", callback=_split_size, metavar="N[K|M|G]",
+              help="Split into files of at most this many tensor bytes (K, M, G: 1000, 1000², 1000³), named as "
+                   "llama.cpp's gguf-split names them: OUT-00001-of-0000N.gguf; llama.cpp, and every GGUF input "
+                   "here, opens them from the first. Hugging Face takes files up to 50G.")
+@click.option("--split-max-tensors", type=click.IntRange(min=1), help="Split into files of at most N tensors.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file (never a non-regular one).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, overwrite, quiet):
+def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, split_max_size, split_max_tensors,
+                      overwrite, quiet):
     """Export an IEBIN model as a GGUF v3 file that llama.cpp loads and runs.
 
     \b
@@ -300,7 +318,8 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, ove
     """
     with convert_progress(quiet) as prog:
         res = export_gguf(model_dir, out_path, overwrite=overwrite, requantize=requantize,
-                          allow_full_attention=allow_full_attention, progress=prog)
+                          allow_full_attention=allow_full_attention, progress=prog, split_max_size=split_max_size,
+                          split_max_tensors=split_max_tensors)
     for w in res.warnings:
         err.print(f"warning: {w}", markup=False)
     for name, e in sorted(res.requantized.items()):
@@ -309,8 +328,9 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, ove
     parts = [f"{res.copied} copied byte for byte"] + ([f"{res.repacked} int4w repacked losslessly"] if res.repacked else [])
     parts += [f"{res.widened} vectors widened to F32"] if res.widened else []
     parts += [f"{len(res.requantized)} requantized"] if res.requantized else []
+    files = f" (the first of {len(res.files)} files)" if len(res.files) > 1 else ""
     err.print(f"exported {res.tensors} tensors as GGUF v3, architecture {res.arch} ({'; '.join(parts)}; "
-              f"{human_bytes(res.bytes_out)}) in {res.seconds:.2f} s -> {res.out_path}", markup=False)
+              f"{human_bytes(res.bytes_out)}) in {res.seconds:.2f} s -> {res.out_path}{files}", markup=False)
 
 
 @cli.command("q4-manifest")

@@ -110,6 +110,7 @@ class ExportResult:
     widened: int = 0
     requantized: dict[str, QuantError] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)  # the files written (out_path, or its split's)
 
 
 def _part_rows(p: _Part) -> int:
@@ -464,11 +465,39 @@ def _tokenizer(model: iebin.IebinModel, cfg: dict[str, Any]) -> dict[str, Any]:
     return gguf_tokenizer_fields(read_small(path), tok_cfg, merged, path)
 
 
+def shard_names(out_path: Path, count: int) -> list[Path]:
+    """gguf-split's names: m.gguf split in 3 is m-00001-of-00003.gguf ... (one file keeps its name)."""
+    if count == 1:
+        return [out_path]
+    return [out_path.with_name(f"{out_path.stem}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+
+
+def _shards(sizes: list[int], max_bytes: int | None, max_tensors: int | None) -> list[int]:
+    """How many of the tensors (in order, of these byte sizes) go in each file: a new file when the
+    next would pass either limit, as convert_hf_to_gguf's --split-max-size / --split-max-tensors do
+    (a tensor larger than the size limit gets a file of its own)."""
+    counts = [0]
+    held = 0
+    for n in sizes:
+        if counts[-1] and (max_tensors and counts[-1] >= max_tensors or max_bytes and held + n > max_bytes):
+            counts.append(0)
+            held = 0
+        counts[-1] += 1
+        held += n
+    return counts
+
+
 def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, overwrite: bool = False,
                 requantize: str | None = None, allow_full_attention: bool = False,
-                progress: Progress | None = None) -> ExportResult:
+                progress: Progress | None = None, split_max_size: int | None = None,
+                split_max_tensors: int | None = None) -> ExportResult:
     """Write the IEBIN artifact in ``model_dir`` as the GGUF file ``out_path``
-    (see the module docstring). Nothing is written unless all of it can be."""
+    (see the module docstring), or, given a limit, as files of at most
+    ``split_max_size`` tensor bytes / ``split_max_tensors`` tensors named as
+    llama.cpp's gguf-split names them (m-00001-of-0000N.gguf): the first
+    holds every key-value, each split.no / split.count / split.tensors.count,
+    as gguf-split writes them (llama.cpp loads them from the first file).
+    Nothing is written unless all of it can be."""
     import gguf
     from gguf.constants import GGMLQuantizationType
 
@@ -476,7 +505,8 @@ def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, ov
     out_path = Path(out_path)
     if requantize is not None and requantize not in REQUANTIZE_TARGETS:
         raise IEError(f"--requantize {requantize!r}: expected one of {', '.join(REQUANTIZE_TARGETS)}")
-    check_out_file(out_path, overwrite, "the .gguf file")
+    if not (split_max_size or split_max_tensors):
+        check_out_file(out_path, overwrite, "the .gguf file")  # at once: the split's names wait for the plan
     model = iebin.load_model(model_dir)
     if model.in_store:
         raise IEError(f"{model.meta_path}: tensors[{model.in_store[0]['name']!r}]: lives in the dedup store; "
@@ -499,43 +529,59 @@ def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, ov
         base, _ = rope_tables(spec.head_dim, theta, None)
         scaled, _ = rope_tables(spec.head_dim, theta, scaling)
         extra.append(("rope_freqs.weight", (base / scaled).astype(np.float32)))
-    kv = _metadata(model, arch, spec, cfg, outs)
-    tok = _tokenizer(model, cfg)
+    kv = {**_metadata(model, arch, spec, cfg, outs), **_tokenizer(model, cfg)}
+    items: list[tuple[str, np.ndarray] | _Out] = [*extra, *outs]
+    sizes = [x[1].nbytes if isinstance(x, tuple) else x.nbytes for x in items]
+    counts = _shards(sizes, split_max_size, split_max_tensors)
+    paths = shard_names(out_path, len(counts))
+    for p in paths:
+        check_out_file(p, overwrite, "the .gguf file")
 
     t0 = time.perf_counter()
-    total = sum(o.nbytes for o in outs) + sum(a.nbytes for _n, a in extra)
-    progress.start("exporting", total)
+    progress.start("exporting", sum(sizes))
+    nbytes = 0
     with StagedFiles(out_path.parent, replace=overwrite) as staged:
-        f = staged.open(out_path.name)  # GGUFWriter writes the same (staged) file through its own handle
-        w = gguf.GGUFWriter(f.name, arch.gguf)
-        for k, v in {**kv, **tok}.items():
-            add_kv(w, k, v)
-        for n, a in extra:
-            w.add_tensor_info(n, a.shape, np.dtype(np.float32), a.nbytes)
-        for o in outs:
-            w.add_tensor_info(o.name, o.shape, np.dtype(np.float32), o.nbytes,
-                              raw_dtype=GGMLQuantizationType[o.ggml_type])
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_ti_data_to_file()
-        fout = w.fout[0]
-        w.write_padding(fout, fout.tell())
-        for n, a in extra:
-            fout.write(a.tobytes())
-            w.write_padding(fout, a.nbytes)
-            progress.advance(a.nbytes)
-        for o in outs:
-            progress.describe(o.name)
-            written = 0
-            for b in _chunks(plan, o, progress.advance):
-                fout.write(b)
-                written += len(b)
-            if written != o.nbytes:
-                raise AssertionError(f"{o.name}: wrote {written} bytes, planned {o.nbytes}")
-            w.write_padding(fout, written)
-        w.close()
-        nbytes = os.path.getsize(f.name)
-    return ExportResult(out_path, len(outs) + len(extra), nbytes, time.perf_counter() - t0, arch.gguf,
+        start = 0
+        for i, (path, n) in enumerate(zip(paths, counts)):
+            f = staged.open(path.name)  # GGUFWriter writes the same (staged) file through its own handle
+            w = gguf.GGUFWriter(f.name, arch.gguf)
+            for k, v in (kv.items() if i == 0 else ()):
+                add_kv(w, k, v)
+            if len(paths) > 1:
+                w.add_uint16("split.no", i)
+                w.add_uint16("split.count", len(paths))
+                w.add_int32("split.tensors.count", len(items))
+            shard = items[start:start + n]
+            start += n
+            for x in shard:
+                if isinstance(x, tuple):
+                    w.add_tensor_info(x[0], x[1].shape, np.dtype(np.float32), x[1].nbytes)
+                else:
+                    w.add_tensor_info(x.name, x.shape, np.dtype(np.float32), x.nbytes,
+                                      raw_dtype=GGMLQuantizationType[x.ggml_type])
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_ti_data_to_file()
+            fout = w.fout[0]
+            w.write_padding(fout, fout.tell())
+            for x in shard:
+                if isinstance(x, tuple):
+                    fout.write(x[1].tobytes())
+                    w.write_padding(fout, x[1].nbytes)
+                    progress.advance(x[1].nbytes)
+                    continue
+                progress.describe(x.name)
+                written = 0
+                for b in _chunks(plan, x, progress.advance):
+                    fout.write(b)
+                    written += len(b)
+                if written != x.nbytes:
+                    raise AssertionError(f"{x.name}: wrote {written} bytes, planned {x.nbytes}")
+                w.write_padding(fout, written)
+            w.close()
+            nbytes += os.path.getsize(f.name)
+    return ExportResult(paths[0], len(items), nbytes, time.perf_counter() - t0, arch.gguf,
                         copied=sum(o.how == "copy" for o in outs), repacked=sum(o.how == "repack" for o in outs),
                         widened=sum(o.how == "widen" for o in outs),
-                        requantized={o.name: o.error for o in outs if o.error is not None}, warnings=warnings)
+                        requantized={o.name: o.error for o in outs if o.error is not None}, warnings=warnings,
+                        files=paths)

@@ -414,3 +414,63 @@ def test_outputs_are_never_replaced_unasked(tmp_path):
     os.mkfifo(fifo)
     assert_one_line_error(_export(GOLDEN_IEBIN / "tiny-llama", fifo, "--overwrite"), "not a regular file")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.gguf", "m.gguf"]
+
+
+@pytest.mark.parametrize("name", ["tiny-mixtral", "tiny-gpt-oss"])
+def test_a_split_export_is_the_export_in_gguf_splits_files(tmp_path, models, name):
+    """--split-max-tensors N: files named and keyed as llama.cpp's gguf-split
+    writes them (gguf's own reader: the first holds every key-value of the
+    unsplit export, the others only split.*; each split.no / split.count /
+    split.tensors.count), holding the unsplit export's tensors in its order,
+    byte for byte, at most N a file; imported from the first file, the same
+    artifact as the unsplit export's."""
+    whole = tmp_path / "whole.gguf"
+    assert _export(models[name], whole).returncode == 0
+    res = _export(models[name], tmp_path / "s.gguf", "--split-max-tensors", "7")
+    assert res.returncode == 0, res.stderr
+    ref_kv, ref_t = _reader_kv(whole), list(_reader_tensors(whole).values())
+    files = sorted(tmp_path.glob("s-*-of-*.gguf"))
+    n = -(-len(ref_t) // 7)
+    assert [p.name for p in files] == [f"s-{i:05d}-of-{n:05d}.gguf" for i in range(1, n + 1)]
+    assert "(the first of" in res.stderr and str(files[0]) in res.stderr
+    got = []
+    for i, p in enumerate(files):
+        kv, tensors = _reader_kv(p), list(_reader_tensors(p).values())
+        split = {"split.no": i, "split.count": n, "split.tensors.count": len(ref_t)}
+        assert kv == ({**ref_kv, **split} if i == 0 else {"general.architecture": ref_kv["general.architecture"],
+                                                            **split}), p.name
+        assert 1 <= len(tensors) <= 7
+        got += tensors
+    assert [(t.name, t.tensor_type, list(t.shape)) for t in got] == [(t.name, t.tensor_type, list(t.shape))
+                                                                       for t in ref_t]
+    assert all(np.array_equal(a.data, b.data) for a, b in zip(got, ref_t))
+    for label, src in (("whole", whole), ("split", files[0])):
+        assert _import(src, tmp_path / label).returncode == 0
+    assert (tmp_path / "whole" / "model.ie.bin").read_bytes() == (tmp_path / "split" / "model.ie.bin").read_bytes()
+
+
+def test_split_max_size_and_what_a_split_will_not_replace(tmp_path):
+    """--split-max-size 20K: no file holds more tensor bytes than that unless it
+    holds one tensor; a limit the model stays under writes one file under its own
+    name, unsplit; a file of the split already there is refused, and nothing is
+    written, until --overwrite; a size that is not one is a usage error."""
+    src = GOLDEN_IEBIN / "tiny-llama"
+    assert _export(src, tmp_path / "m.gguf", "--split-max-size", "20K").returncode == 0
+    files = sorted(tmp_path.glob("m-*-of-*.gguf"))
+    assert len(files) > 3
+    for p in files:
+        sizes = [int(t.n_bytes) for t in _reader_tensors(p).values()]
+        assert sum(sizes) <= 20_000 or len(sizes) == 1, (p.name, sizes)
+    assert _export(src, tmp_path / "one.gguf", "--split-max-tensors", "1000").returncode == 0
+    assert "split.count" not in _reader_kv(tmp_path / "one.gguf")
+    assert not list(tmp_path.glob("one-*"))
+    (tmp_path / "t").mkdir()
+    taken = tmp_path / "t" / "m-00002-of-00003.gguf"
+    taken.write_bytes(b"mine")
+    assert_one_line_error(_export(src, tmp_path / "t" / "m.gguf", "--split-max-tensors", "8"), str(taken), "--overwrite")
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [taken.name] and taken.read_bytes() == b"mine"
+    assert _export(src, tmp_path / "t" / "m.gguf", "--split-max-tensors", "8", "--overwrite").returncode == 0
+    assert taken.read_bytes()[:4] == b"GGUF" and len(list((tmp_path / "t").iterdir())) == 3
+    for bad in ("0", "12X", "-5M", "G"):
+        res = _export(src, tmp_path / "x.gguf", "--split-max-size", bad)
+        assert res.returncode == 2 and "--split-max-size" in res.stderr, (bad, res.stderr)

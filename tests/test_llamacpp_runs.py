@@ -6,7 +6,7 @@ hyperparameter llama.cpp does not accept; ``llama-quantize`` quantizes it
 with the GGUF imatrix ``ieconv imatrix`` writes, using every entry (it
 checks each one's size against its tensor, an expert stack's too);
 ``llama-gguf-split`` splits it, and the first file imports to the bytes of
-the whole."""
+the whole; and llama-bench runs an export split by ``--split-max-tensors``."""
 
 from __future__ import annotations
 
@@ -79,3 +79,15 @@ def test_a_model_split_by_llama_gguf_split_imports_as_the_whole(tmp_path, models
         res = run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", src, "--out-dir", tmp_path / label)
         assert res.returncode == 0, res.stderr
     assert (tmp_path / "whole" / "model.ie.bin").read_bytes() == (tmp_path / "split" / "model.ie.bin").read_bytes()
+
+
+@pytest.mark.skipif(BENCH is None, reason="llama.cpp's llama-bench is not built (make llamacpp)")
+def test_llamacpp_runs_a_split_export(tmp_path, models):  # noqa: F811
+    out = tmp_path / "m.gguf"
+    assert _export(models["tiny-qwen3-moe"], out, "--split-max-tensors", "5").returncode == 0
+    first = sorted(tmp_path.glob("m-00001-of-*.gguf"))
+    assert len(first) == 1 and int(first[0].name[-10:-5]) > 2
+    res = subprocess.run([BENCH, "-m", str(first[0]), "-p", "8", "-n", "4", "-r", "1", "-t", "1", "-o", "json"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert '"n_gen": 4' in res.stdout, res.stdout[-2000:]
