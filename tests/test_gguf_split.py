@@ -77,6 +77,20 @@ def test_a_split_imports_to_the_bytes_of_the_whole_file(tmp_path, files):
     assert len(listed["files"]) == 3 and {t["file"] for t in listed["tensors"]} == {0, 1, 2}
 
 
+def test_gguf_to_hf_and_q4_manifest_take_the_first_file(tmp_path, files):
+    whole, first = files
+    for name, src in (("whole", whole), ("split", first)):
+        res = run_tool("ieconv", "gguf-to-hf", "-q", "--gguf", src, "--out-dir", tmp_path / name)
+        assert res.returncode == 0, res.stderr
+        res = run_tool("ieconv", "q4-manifest", "--gguf", src, "-o", tmp_path / f"{name}.json", "--scheme", "q4_0")
+        assert res.returncode == 0, res.stderr
+    from safetensors.numpy import load_file
+
+    a, b = (load_file(tmp_path / n / "model.safetensors") for n in ("whole", "split"))  # the header names the file
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert (tmp_path / "whole.json").read_text() == (tmp_path / "split.json").read_text()
+
+
 def test_ierun_takes_the_first_file_and_reimports_a_changed_shard(tmp_path, files):
     whole, first = files
     first = _copy_split(first, tmp_path / "m")
