@@ -129,11 +129,11 @@ def importance_to_gguf(entries: dict, routed: dict, tokens: int, arch: "GGUFArch
         if pair is not None:
             out.update({f"blk.{int(m.group(1))}.{g}": (v, count) for g in pair})
             continue
-        hit = next(((p.fullmatch(m.group(2)), g) for p, g in patterns if m and p.fullmatch(m.group(2))), None)
+        hit = next(((int(e.group(1)), g) for p, g in patterns if m and (e := p.fullmatch(m.group(2)))), None)
         if hit is None:
             raise FormatError(where, name, f"has no tensor in llama.cpp's {arch.gguf}; refusing to write its "
                                            "imatrix without it")
-        experts.setdefault(f"blk.{int(m.group(1))}.{hit[1]}", {})[int(hit[0].group(1))] = (v, count[0])
+        experts.setdefault(f"blk.{int(m.group(1))}.{hit[1]}", {})[hit[0]] = (v, count[0])
     for g, rows in experts.items():
         if sorted(rows) != list(range(len(rows))):
             raise FormatError(where, g, f"experts {sorted(rows)}: expected 0..{len(rows) - 1}, each once")

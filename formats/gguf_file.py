@@ -241,8 +241,12 @@ def open_gguf(path: str | os.PathLike) -> GGUFModel:
 
 def shard_paths(path: str | os.PathLike) -> list[Path]:
     """The files of the GGUF model opened from ``path``: itself, or every
-    shard of a split model, from the first's header (for hashing them all)."""
+    shard of a split model, from the first's header (for hashing them all).
+    A name that is not gguf-split's is one file without reading it (a
+    split's first file so renamed is refused by ``open_gguf``)."""
     path = Path(path)
+    if not _SHARD_NAME.fullmatch(path.name):
+        return [path]
     return _shard_paths(path, read_header(path).fields)
 
 

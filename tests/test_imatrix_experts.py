@@ -403,3 +403,21 @@ def test_legacy_dat_expert_stacks_weight_each_expert(tmp_path, name):
         assert "no entry" not in res.stderr, res.stderr
         bins.append((out / iebin.BIN_NAME).read_bytes())
     assert bins[0] == bins[1]
+
+
+def test_what_has_no_llama_cpp_tensor_is_not_written():
+    """importance_to_gguf refuses, naming the entry, a matrix llama.cpp's
+    architecture has no tensor for, and experts that are not 0..E-1 once each."""
+    from iekit.convert.gguf_names import ARCHS, importance_to_gguf
+    from iekit.formats.errors import FormatError
+
+    v = np.ones(8, np.float32)
+    with pytest.raises(FormatError, match=r"x.npz: model.layers.0.mlp.extra_proj.weight: has no tensor"):
+        importance_to_gguf({"model.layers.0.mlp.extra_proj.weight": v}, {}, 4, ARCHS["LlamaForCausalLM"], "x.npz")
+    pattern = "model.layers.0.block_sparse_moe.experts.{e}.w1.weight"
+    with pytest.raises(FormatError, match=r"blk.0.ffn_gate_exps.weight: experts \[0, 2\]"):
+        importance_to_gguf({pattern.format(e=0): v, pattern.format(e=2): v}, {}, 4, ARCHS["MixtralForCausalLM"], "x")
+    out = importance_to_gguf({pattern.format(e=1): v, pattern.format(e=0): 2 * v}, {pattern.format(e=0): 3}, 4,
+                             ARCHS["MixtralForCausalLM"], "x")
+    means, counts = out["blk.0.ffn_gate_exps.weight"]
+    assert means.tolist() == [[2.0] * 8, [1.0] * 8] and counts.tolist() == [3, 4]
