@@ -168,8 +168,10 @@ def inspect_imatrix(path: Path, as_json: bool) -> None:
         a = im.entries[name].astype(np.float64)
         k = max(1, a.size // 100)
         top = np.sort(a)[-k:].sum() / a.sum() if a.sum() > 0 else 0.0
+        n = im.routed.get(name)
         rows.append({"name": name, "cols": int(a.shape[-1]), "experts": int(a.shape[0]) if a.ndim == 2 else None,
-                     "mean": float(a.mean()), "max": float(a.max()), "top1pct_share": float(top)})
+                     "mean": float(a.mean()), "max": float(a.max()), "top1pct_share": float(top),
+                     "routed": None if n is None else [int(x) for x in np.atleast_1d(n)]})
     if as_json:
         click.echo(json.dumps({"path": str(path), "meta": im.meta, "matrices": rows}, sort_keys=True))
         return
@@ -182,10 +184,24 @@ def inspect_imatrix(path: Path, as_json: bool) -> None:
         summary.add_row(f"source {key}", str(v))
     con.print(summary)
     table = Table(title="matrices (importance = mean x² of the input column)")
-    for col, just in (("name", "left"), ("cols", "right"), ("experts", "right"), ("mean", "right"), ("max", "right"),
-                      ("top 1% of columns hold", "right")):
+    routed = any(r["routed"] for r in rows)
+    cols = (("name", "left"), ("cols", "right"), ("experts", "right"), ("mean", "right"), ("max", "right"),
+            ("top 1% of columns hold", "right")) + ((("rows per expert", "right"),) if routed else ())
+    for col, just in cols:
         table.add_column(col, justify=just)
     for r in rows:
         table.add_row(r["name"], str(r["cols"]), "" if r["experts"] is None else str(r["experts"]), f"{r['mean']:.4g}",
-                      f"{r['max']:.4g}", f"{100 * r['top1pct_share']:.1f}%")
+                      f"{r['max']:.4g}", f"{100 * r['top1pct_share']:.1f}%", *([_routing(r["routed"])] if routed else []))
     con.print(table)
+    unrouted = sum(n == 0 for r in rows for n in r["routed"] or [])
+    if unrouted:
+        con.print(f"{unrouted} expert entries got no calibration row: quantizers weight them evenly "
+                  "(more calibration text routes to more experts)", markup=False)
+
+
+def _routing(n: list[int] | None) -> str:
+    """How evenly the calibration reached a stack's experts: the fewest and most rows, and how many got none."""
+    if not n:
+        return ""
+    none = sum(x == 0 for x in n)
+    return f"{min(n)}–{max(n)}" + (f", {none} none" if none else "")

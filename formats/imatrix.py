@@ -189,7 +189,8 @@ def read_llamacpp_gguf(path: Path) -> Imatrix:
     [experts, 1] (the rows routed to each). Entries keep llama.cpp's tensor
     names (convert/gguf_names.py maps them) and are the means in_sum2 /
     counts (counts rounded to integers; all ones where a count is 0), as
-    llama-quantize computes them: [cols], or [experts, cols] for a stack.
+    llama-quantize computes them: [cols], or [experts, cols] for a stack,
+    whose counts are kept as ``routed``.
     The file is first read as any GGUF is (formats/gguf_file.py), so every
     length and offset is checked."""
     from .gguf_file import open_gguf
@@ -220,6 +221,7 @@ def read_llamacpp_gguf(path: Path) -> Imatrix:
     if len(found) > MAX_ENTRIES:
         raise FormatError(path, "tensors", f"{len(found)} matrices, more than {MAX_ENTRIES}")
     entries: dict[str, np.ndarray] = {}
+    routed: dict[str, Any] = {}
     tokens = 0
     for name, pair in found.items():
         for s in GGUF_SUFFIXES:
@@ -244,12 +246,14 @@ def read_llamacpp_gguf(path: Path) -> Imatrix:
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # inf/NaN: check_values names them
             means = np.where(n[:, None] > 0, v / n[:, None].astype(np.float32), np.float32(1))
         entries[name] = means.astype(np.float32) if stack else means[0].astype(np.float32)
-        if not stack:  # a stack's counts are the rows routed to each expert, not the tokens
+        if stack:  # a stack's counts are the rows routed to each expert, not the tokens
+            routed[name] = n.astype(np.int64)
+        else:
             tokens = max(tokens, int(n[0]))
     check_values(entries, path)
     meta = {"format": LLAMACPP_GGUF, "chunks": counts_kv["imatrix.chunk_count"],
             "ctx": counts_kv["imatrix.chunk_size"], "tokens": tokens, "dataset": ", ".join(datasets) or None}
-    return Imatrix(entries, meta)
+    return Imatrix(entries, meta, routed)
 
 
 def write_llamacpp_gguf(path: Path, entries: Mapping[str, tuple[np.ndarray, np.ndarray]], *, arch: str,

@@ -337,6 +337,14 @@ def test_gguf_imatrix_leaves_an_unrouted_expert_as_llama_imatrix_does(tmp_path, 
         mine = _llamacpp_means(im.entries)[n]
         np.testing.assert_allclose(back.entries[n][counts > 0], mine[counts > 0], rtol=1e-6, err_msg=n)
         assert not (mine[counts == 0] == 1).all(), n
+    # inspect shows how the rows reached each stack's experts, and how many got none
+    listed = {r["name"]: r for r in json.loads(run_tool("ieconv", "inspect", "--json", out).stdout)["matrices"]}
+    zeros = 0
+    for n in stacks:
+        assert listed[n]["routed"] == got[n + ".counts"][:, 0].astype(int).tolist(), n
+        zeros += listed[n]["routed"].count(0)
+    text = run_tool("ieconv", "inspect", out).stdout
+    assert f"{zeros} expert entries got no calibration row" in text and "rows per expert" in text
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-mixtral"])
