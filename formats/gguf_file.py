@@ -319,9 +319,15 @@ def _map(path: Path) -> tuple[int, io.FileIO, mmap.mmap]:
     size = check_regular(path).st_size
     if size < 24:
         raise FormatError(path, "header", f"is {size} bytes, shorter than a GGUF header (24)")
-    f = io.FileIO(path, "r")
+    try:
+        f = io.FileIO(path, "r")
+    except OSError as e:  # unreadable, or out of descriptors (a split of very many files)
+        raise FormatError(path, "(file)", f"cannot open: {e.strerror}") from None
     try:
         return size, f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as e:
+        f.close()
+        raise FormatError(path, "(file)", f"cannot map: {e.strerror}") from None
     except BaseException:
         f.close()
         raise

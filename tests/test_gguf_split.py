@@ -188,3 +188,27 @@ def test_a_broken_split_is_one_line(tmp_path, files, case):
     assert_one_line_error(run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", arg, "--out-dir", tmp_path / "o"),
                           *needles)
     assert not (tmp_path / "o").exists()
+
+
+def test_a_shard_that_cannot_be_opened_is_named(files, monkeypatch):
+    """Out of file descriptors (a split of very many files) or unreadable: one
+    line naming the shard, and the shards already open are closed."""
+    import errno
+    import io
+
+    from iekit.formats import gguf_file
+
+    _whole, first = files
+    opened, real = [], io.FileIO
+
+    def file_io(path, mode="r"):
+        if str(path).endswith("-00003-of-00003.gguf"):
+            raise OSError(errno.EMFILE, "Too many open files")
+        f = real(path, mode)
+        opened.append(f)
+        return f
+
+    monkeypatch.setattr(gguf_file.io, "FileIO", file_io)
+    with pytest.raises(FormatError, match=r"m-00003-of-00003.gguf: \(file\): cannot open: Too many open files"):
+        open_gguf(first)
+    assert len(opened) == 2 and all(f.closed for f in opened)
