@@ -72,6 +72,27 @@ def threads_option(what: str):
                         help=f"{what}  [default: the physical cores this process may use]")
 
 
+def split_max_size_option(what: str):
+    """``--split-max-size`` (iebin-to-gguf, quantize --gguf) as convert_hf_to_gguf.py reads it: bytes, or N
+    with K, M or G (powers of 1000)."""
+
+    def parse(_ctx, _param, value: str | None) -> int | None:
+        if value is None:
+            return None
+        text = value.strip().upper()
+        scale = {"K": 1000, "M": 1000**2, "G": 1000**3}.get(text[-1:], 1)
+        digits = text[:-1] if scale > 1 else text
+        if not digits.isdigit() or int(digits) < 1:
+            raise click.BadParameter(f"{value!r}: a positive number of bytes, or N followed by K, M or G (50G)")
+        return int(digits) * scale
+
+    text = ("split into files of at most this many tensor bytes (K, M, G: 1000, 1000², 1000³), named as "
+            "llama.cpp's gguf-split names them: OUT-00001-of-0000N.gguf; llama.cpp, and every GGUF input here, "
+            "opens them from the first. Hugging Face takes files up to 50G.")
+    return click.option("--split-max-size", callback=parse, metavar="N[K|M|G]",
+                        help=f"{what} {text}" if what else text[0].upper() + text[1:])
+
+
 def human_bytes(n: int) -> str:
     """1536 -> '1.50 KiB' (binary units), for summaries and tables."""
     if n < 1024:

@@ -13,7 +13,8 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from iekit.cli.support import FiniteFloat, human_bytes, run_cli, stdout_console, threads_option
+from iekit.cli.support import (FiniteFloat, human_bytes, run_cli, split_max_size_option, stdout_console,
+                               threads_option)
 from iekit.formats import (checksums, expert_stacks, fingerprints, gptq, hf_checkpoint, iebin, kl_probes,
                            weight_types)
 from iekit.formats.atomic import check_new_file, write_file_atomic
@@ -259,18 +260,6 @@ def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, overwrite, quiet)
                   "(not part of the new one)", markup=False)
 
 
-def _split_size(ctx, param, value: str | None) -> int | None:
-    """--split-max-size as convert_hf_to_gguf.py reads it: bytes, or N with K, M or G (powers of 1000)."""
-    if value is None:
-        return None
-    text = value.strip().upper()
-    scale = {"K": 1000, "M": 1000**2, "G": 1000**3}.get(text[-1:], 1)
-    digits = text[:-1] if scale > 1 else text
-    if not digits.isdigit() or int(digits) < 1:
-        raise click.BadParameter(f"{value!r}: a positive number of bytes, or N followed by K, M or G (50G)")
-    return int(digits) * scale
-
-
 @cli.command("iebin-to-gguf")
 @click.option("--model-dir", required=True, type=click.Path(path_type=Path),
               help="The IEBIN model directory (model.ie.json + model.ie.bin) to export.")
@@ -282,10 +271,7 @@ def _split_size(ctx, param, value: str | None) -> int | None:
 @click.option("--allow-full-attention", is_flag=True,
               help="Mistral/Mixtral with a sliding window shorter than the context: export anyway (llama.cpp's "
                    "llama architecture attends to every position: identical up to the window).")
-@click.option("--split-max-size", callback=_split_size, metavar="N[K|M|G]",
-              help="Split into files of at most this many tensor bytes (K, M, G: 1000, 1000², 1000³), named as "
-                   "llama.cpp's gguf-split names them: OUT-00001-of-0000N.gguf; llama.cpp, and every GGUF input "
-                   "here, opens them from the first. Hugging Face takes files up to 50G.")
+@split_max_size_option("")
 @click.option("--split-max-tensors", type=click.IntRange(min=1), help="Split into files of at most N tensors.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file (never a non-regular one).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")

@@ -487,6 +487,56 @@ def _shards(sizes: list[int], max_bytes: int | None, max_tensors: int | None) ->
     return counts
 
 
+@dataclass
+class _Layout:
+    """What an export writes, planned before anything is: its tensors in order (rope_freqs first, when
+    there is one), their bytes, how many go in each file, the files, and the key-values."""
+
+    plan: _Plan
+    items: list  # (name, float32 array) or _Out, in file order
+    sizes: list[int]
+    counts: list[int]
+    paths: list[Path]
+    kv: dict[str, Any]
+    warnings: list[str]
+
+
+def _layout(model_dir: str | os.PathLike, out_path: Path, requantize: str | None, allow_full_attention: bool,
+            split_max_size: int | None, split_max_tensors: int | None) -> _Layout:
+    model = iebin.load_model(model_dir)
+    if model.in_store:
+        raise IEError(f"{model.meta_path}: tensors[{model.in_store[0]['name']!r}]: lives in the dedup store; "
+                      "export the model before `ieconv dedup-pack` (GGUF has no shared regions)")
+    cfg = model.meta.get("config") or {}
+    arch = arch_of(model.meta, model.meta_path)
+    try:
+        spec = decoder_spec(model.meta, model.meta_path)
+    except UnsupportedError as e:
+        raise IEError(f"{e} (llama.cpp cannot run it either)") from None
+    warnings = _check_expressible(model, arch, spec, cfg, allow_full_attention)
+    plan = _Plan(model, arch, spec, requantize)
+    _plan_tensors(plan)
+    items: list[tuple[str, np.ndarray] | _Out] = []
+    scaling = _scaling(model)
+    if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
+        # llama.cpp reads Llama-3 scaling as per-frequency divisors (its converter's rope_freqs.weight)
+        theta = float(model.meta["model"].get("rope_theta") or 10000.0)
+        base, _ = rope_tables(spec.head_dim, theta, None)
+        scaled, _ = rope_tables(spec.head_dim, theta, scaling)
+        items.append(("rope_freqs.weight", (base / scaled).astype(np.float32)))
+    items += plan.out
+    kv = {**_metadata(model, arch, spec, cfg, plan.out), **_tokenizer(model, cfg)}
+    sizes = [x[1].nbytes if isinstance(x, tuple) else x.nbytes for x in items]
+    counts = _shards(sizes, split_max_size, split_max_tensors)
+    return _Layout(plan, items, sizes, counts, shard_names(out_path, len(counts)), kv, warnings)
+
+
+def planned_files(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, split_max_size: int | None = None,
+                  split_max_tensors: int | None = None) -> list[Path]:
+    """The files ``export_gguf`` would write for these limits (ieconv quantize records them)."""
+    return _layout(model_dir, Path(out_path), None, True, split_max_size, split_max_tensors).paths
+
+
 def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, overwrite: bool = False,
                 requantize: str | None = None, allow_full_attention: bool = False,
                 progress: Progress | None = None, split_max_size: int | None = None,
@@ -507,33 +557,9 @@ def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, ov
         raise IEError(f"--requantize {requantize!r}: expected one of {', '.join(REQUANTIZE_TARGETS)}")
     if not (split_max_size or split_max_tensors):
         check_out_file(out_path, overwrite, "the .gguf file")  # at once: the split's names wait for the plan
-    model = iebin.load_model(model_dir)
-    if model.in_store:
-        raise IEError(f"{model.meta_path}: tensors[{model.in_store[0]['name']!r}]: lives in the dedup store; "
-                      "export the model before `ieconv dedup-pack` (GGUF has no shared regions)")
-    cfg = model.meta.get("config") or {}
-    arch = arch_of(model.meta, model.meta_path)
-    try:
-        spec = decoder_spec(model.meta, model.meta_path)
-    except UnsupportedError as e:
-        raise IEError(f"{e} (llama.cpp cannot run it either)") from None
-    warnings = _check_expressible(model, arch, spec, cfg, allow_full_attention)
-    plan = _Plan(model, arch, spec, requantize)
-    _plan_tensors(plan)
+    lay = _layout(model_dir, out_path, requantize, allow_full_attention, split_max_size, split_max_tensors)
+    plan, items, sizes, counts, paths, kv = lay.plan, lay.items, lay.sizes, lay.counts, lay.paths, lay.kv
     outs = plan.out
-    extra: list[tuple[str, np.ndarray]] = []
-    scaling = _scaling(model)
-    if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
-        # llama.cpp reads Llama-3 scaling as per-frequency divisors (its converter's rope_freqs.weight)
-        theta = float(model.meta["model"].get("rope_theta") or 10000.0)
-        base, _ = rope_tables(spec.head_dim, theta, None)
-        scaled, _ = rope_tables(spec.head_dim, theta, scaling)
-        extra.append(("rope_freqs.weight", (base / scaled).astype(np.float32)))
-    kv = {**_metadata(model, arch, spec, cfg, outs), **_tokenizer(model, cfg)}
-    items: list[tuple[str, np.ndarray] | _Out] = [*extra, *outs]
-    sizes = [x[1].nbytes if isinstance(x, tuple) else x.nbytes for x in items]
-    counts = _shards(sizes, split_max_size, split_max_tensors)
-    paths = shard_names(out_path, len(counts))
     for p in paths:
         check_out_file(p, overwrite, "the .gguf file")
 
@@ -544,7 +570,7 @@ def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, ov
         start = 0
         for i, (path, n) in enumerate(zip(paths, counts)):
             f = staged.open(path.name)  # GGUFWriter writes the same (staged) file through its own handle
-            w = gguf.GGUFWriter(f.name, arch.gguf)
+            w = gguf.GGUFWriter(f.name, plan.arch.gguf)
             for k, v in (kv.items() if i == 0 else ()):
                 add_kv(w, k, v)
             if len(paths) > 1:
@@ -580,8 +606,8 @@ def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, ov
                 w.write_padding(fout, written)
             w.close()
             nbytes += os.path.getsize(f.name)
-    return ExportResult(paths[0], len(items), nbytes, time.perf_counter() - t0, arch.gguf,
+    return ExportResult(paths[0], len(items), nbytes, time.perf_counter() - t0, plan.arch.gguf,
                         copied=sum(o.how == "copy" for o in outs), repacked=sum(o.how == "repack" for o in outs),
                         widened=sum(o.how == "widen" for o in outs),
-                        requantized={o.name: o.error for o in outs if o.error is not None}, warnings=warnings,
+                        requantized={o.name: o.error for o in outs if o.error is not None}, warnings=lay.warnings,
                         files=paths)

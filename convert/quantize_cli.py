@@ -26,12 +26,14 @@ import stat
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Callable
 
 import click
 from rich.table import Table
 
-from iekit.cli.support import FiniteFloat, human_bytes, threads_option
+from iekit.cli.support import FiniteFloat, human_bytes, split_max_size_option, threads_option
 from iekit.formats import expert_stacks, fingerprints, hf_checkpoint, iebin
 from iekit.formats.hf_checkpoint import SINGLE_NAME
 from iekit.formats.atomic import TEMP_NAME, StagedFiles, make_dirs
@@ -47,6 +49,7 @@ from .artifact_out import check_out_dir, check_out_file
 from .conversion_output import err
 from .gguf_to_hf import check_float_source
 from .gptq_cli import DEFAULT_CHUNKS
+from .iebin_to_gguf import planned_files
 from .kl_probes_cli import probe_plan
 
 WORK_NAME = ".quantize"  # the default work directory, inside --out-dir; removed once the artifact is there
@@ -80,7 +83,7 @@ class Stage:
 
     name: str
     argv: list[str]
-    outputs: list[Path]
+    outputs: list[Path] | Callable[[], list[Path]]  # or, where they depend on what a stage before makes, a function
     extra: list[str] = field(default_factory=list)
     tool: str = "ieconv"
     stdout: Path | None = None
@@ -88,7 +91,7 @@ class Stage:
 
     @property
     def watched(self) -> list[Path]:
-        return [*self.outputs, *self.reads]
+        return [*(self.outputs() if callable(self.outputs) else self.outputs), *self.reads]
 
 
 def _planned(stages: list[Stage]) -> list[tuple[str, tuple[str, ...], list[Path]]]:
@@ -114,7 +117,7 @@ def probe_sets(src: hf_checkpoint.HFSource, target_bpw: float) -> list[tuple[str
 def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, reference: str, calib_file: list[str],
          ctx: int, chunks: int, probe_chunks: int, sets: list[tuple[str, str, str, str]], target_bpw: float,
          gguf_types: bool, gguf: Path | None, threads: int, overwrite: bool, quiet: bool,
-         eval_text: Path | None = None, resume: bool = True) -> list[Stage]:
+         eval_text: Path | None = None, resume: bool = True, split_max_size: int | None = None) -> list[Stage]:
     """The stages, in order, as a user would type them (``calib_file``: --text-file or --ids-file and
     the file; ``sets``: the KL probe sets, probe_sets; ``eval_text``: held-out text the artifact is
     scored on against the reference; ``resume`` False: kl-probes and gptq discard what an interrupted
@@ -159,9 +162,21 @@ def plan(hf_dir: Path, out_dir: Path, work: Path, ref_dir: Path | None, referenc
                                      str(eval_text), "--ctx", str(ctx), *t, "--json"], [ev], tool="ierun", stdout=ev,
                             reads=[eval_text]))
     if gguf is not None:
-        stages.append(Stage("gguf", ["iebin-to-gguf", "--model-dir", str(out_dir), "--out", str(gguf)], [gguf],
-                            [*q, *over]))
+        split = ["--split-max-size", str(split_max_size)] if split_max_size else []
+        stages.append(Stage("gguf", ["iebin-to-gguf", "--model-dir", str(out_dir), "--out", str(gguf), *split],
+                            partial(gguf_files, out_dir, gguf, split_max_size), [*q, *over]))
     return stages
+
+
+def gguf_files(out_dir: Path, gguf: Path, split_max_size: int | None) -> list[Path]:
+    """The files the gguf stage writes: ``gguf``, or its split's, whose names the artifact's tensors decide
+    (planned from it once gptq made it)."""
+    if not split_max_size or not (out_dir / iebin.META_NAME).is_file():
+        return [gguf]
+    try:
+        return planned_files(out_dir, gguf, split_max_size=split_max_size)
+    except IEError:  # an artifact gptq will replace (of types GGUF has not): the stage cannot be kept anyway
+        return [gguf]
 
 
 def source_stages(hf_dir: Path | None, gguf: Path | None, rotate: int | None, work: Path,
@@ -221,15 +236,16 @@ def _remove_work(work: Path, owned: frozenset[str]) -> None:
         err.print(f"note: {work} was kept: it holds files ieconv quantize did not write", markup=False)
 
 
-def _mix_line(out_dir: Path, gguf: Path | None) -> str:
-    """The summary's line on what was made: size, bits per weight, the types."""
+def _mix_line(out_dir: Path, gguf: list[Path]) -> str:
+    """The summary's line on what was made: size, bits per weight, the types (``gguf``: the files exported)."""
     m = iebin.load_model(out_dir)
     totals = iebin.dtype_totals(m.tensors)
     count, _bytes, bpw = iebin.quantized_totals(totals)
     types = ", ".join(f"{v[0]} {k}" for k, v in sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))
                       if k in SCHEMES)
     size = sum(os.path.getsize(out_dir / f["name"]) for f in m.meta["files"])
-    also = f"; {gguf.name} {human_bytes(gguf.stat().st_size)}" if gguf is not None else ""
+    files = f" ({len(gguf)} files)" if len(gguf) > 1 else ""
+    also = f"; {gguf[0].name}{files} {human_bytes(sum(p.stat().st_size for p in gguf))}" if gguf else ""
     mix = f"{bpw:.3f} bits per weight over {count} quantized tensors: {types}" if count else "no quantized tensors"
     return f"{out_dir}: {human_bytes(size)}{also}; {mix}"
 
@@ -364,6 +380,7 @@ def _stage(s: Stage, head: str, log: StageLog, kept: Finished | None) -> tuple[F
               help="Only types llama.cpp also has, so the artifact exports to GGUF byte for byte.")
 @click.option("--gguf", "gguf_out", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write the artifact as this GGUF file (for llama.cpp, Ollama, LM Studio); implies --gguf-types.")
+@split_max_size_option("With --gguf:")
 @click.option("--ref-dir", type=click.Path(path_type=Path),
               help="The checkpoint's float IEBIN artifact, if you have one (hf-to-iebin without --q4-map); "
                    "else one is made in the work directory.")
@@ -384,8 +401,8 @@ def _stage(s: Stage, head: str, log: StageLog, kept: Finished | None) -> tuple[F
                    "stages are kept either way.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars (the stage lines and the summary stay).")
 def quantize_cmd(hf_dir, gguf_in, rotate, allow_requantize, out_dir, target_bpw, text_file, ids_file, eval_text, ctx, chunks,
-                 probe_chunks, kl_probes, gguf_types, gguf_out, ref_dir, reference, work_dir, threads, overwrite,
-                 resume, quiet):
+                 probe_chunks, kl_probes, gguf_types, gguf_out, split_max_size, ref_dir, reference, work_dir, threads,
+                 overwrite, resume, quiet):
     """Quantize a checkpoint to --target-bpw bits with everything that
     buys quality: importance matrix, KL probes, a policy measured as gptq
     quantizes, and gptq's error-compensated codes.
@@ -413,6 +430,8 @@ def quantize_cmd(hf_dir, gguf_in, rotate, allow_requantize, out_dir, target_bpw,
         raise click.UsageError("give the weights as --hf-dir or --from-gguf (one of them)")
     if allow_requantize and gguf_in is None:
         raise click.UsageError("--allow-requantize is about a quantized --from-gguf file")
+    if split_max_size and gguf_out is None:
+        raise click.UsageError("--split-max-size splits the --gguf export; give --gguf too")
     if rotate is not None and ref_dir is not None:  # gptq's covariances are of its reference's activations
         raise click.UsageError("--rotate makes the reference of the rotated model: a --ref-dir is of the unrotated one")
     from iekit.runtime.token_ids import read_source  # the runtime is imported by the commands that run it
@@ -460,8 +479,10 @@ def quantize_cmd(hf_dir, gguf_in, rotate, allow_requantize, out_dir, target_bpw,
     def check_outputs(artifact: bool, gguf: bool) -> None:  # before a stage runs: what gptq and the export replace
         if artifact:
             check_out_dir(out_dir, overwrite, [iebin.META_NAME, iebin.BIN_NAME], src_dir=hf_dir)
-        if gguf and gguf_out is not None:
-            check_out_file(gguf_out, overwrite, "the .gguf file")
+        if gguf and gguf_out is not None:  # a split's names wait for the artifact: any of that stem's are refused
+            for p in [gguf_out, *(sorted(gguf_out.parent.glob(f"{gguf_out.stem}-?????-of-?????.gguf"))
+                                  if split_max_size else [])]:
+                check_out_file(p, overwrite, "the .gguf file")
 
     # The stages that write the checkpoint the plan is made from: kept, or run before the plan. Where one runs,
     # every later stage does (the records after it are of other weights), so the outputs are checked now.
@@ -480,7 +501,8 @@ def quantize_cmd(hf_dir, gguf_in, rotate, allow_requantize, out_dir, target_bpw,
     calib = [f"--{'text' if text_file else 'ids'}-file", str(calib_file)]
     sets = probe_sets(src, target_bpw) if kl_probes else []
     stages = source + plan(hf_dir, out_dir, work, ref_dir, reference, calib, ctx, chunks, probe_chunks, sets,
-                           target_bpw, gguf_types, gguf_out, threads, overwrite, quiet, eval_text, resume)
+                           target_bpw, gguf_types, gguf_out, threads, overwrite, quiet, eval_text, resume,
+                           split_max_size)
     kept = log.keep_prefix(_planned(stages))
     if src_kept == len(source):  # (else checked before the checkpoint's stages ran)
         check_outputs(any(s.name == "gptq" for s in stages[kept:]), kept < len(stages))
@@ -494,7 +516,7 @@ def quantize_cmd(hf_dir, gguf_in, rotate, allow_requantize, out_dir, target_bpw,
         table.add_row(rec.name, f"{rec.seconds / 60:.2f}" + (" (kept)" if was_kept else ""),
                       human_bytes(rec.peak_rss_bytes))
     err.print(table)
-    err.print(_mix_line(out_dir, gguf_out), markup=False)
+    err.print(_mix_line(out_dir, stages[-1].watched if gguf_out is not None else []), markup=False)
     if eval_text is not None:
         err.print(_scores(work / EVAL_NAME, eval_text), markup=False)
     if keep_work:

@@ -97,6 +97,36 @@ def test_rerun_keeps_finished_stages_and_another_budget_reuses_them(wide, whole,
     assert [s["name"] for s in stages] == STAGES and "4.25" in stages[4]["argv"]
 
 
+def test_gguf_split_is_a_stage_kept_by_its_files(wide, tmp_path):
+    """--gguf q.gguf --split-max-size: the export stage writes gguf-split's
+    files (those the artifact's tensors decide), which import to the
+    artifact; run again, the stage is kept, as long as its files are there
+    (one gone, the others are replaced only with --overwrite)."""
+    out, work, gguf = tmp_path / "out", tmp_path / "work", tmp_path / "q.gguf"
+    args = ("--target-bpw", "4.5", "--no-kl-probes", "--work-dir", work, "--gguf", gguf, "--split-max-size", "300K")
+    res = _quantize(wide["hf"], out, *args)
+    assert res.returncode == 0, res.stderr
+    files = sorted(tmp_path.glob("q-*-of-*.gguf"))
+    assert len(files) > 2 and not gguf.exists()
+    assert [ln.split(":")[0] for ln in _stage_lines(res)] == \
+        [f"[{i + 1}/5] {s}" for i, s in enumerate(["reference (f32)", "imatrix", "policy", "gptq", "gguf"])]
+    assert f"{files[0].name} ({len(files)} files)" in res.stderr
+    res = run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", files[0], "--out-dir", tmp_path / "back")
+    assert res.returncode == 0, res.stderr
+    again = _quantize(wide["hf"], out, *args)
+    assert again.returncode == 0, again.stderr
+    assert all("kept from an earlier run" in ln for ln in _stage_lines(again))
+    files[-1].unlink()  # the stage is not kept; its other files are not replaced unasked
+    assert_one_line_error(_quantize(wide["hf"], out, *args), str(files[0]), "--overwrite")
+    again = _quantize(wide["hf"], out, *args, "--overwrite")
+    assert again.returncode == 0, again.stderr
+    assert ["kept from an earlier run" in ln for ln in _stage_lines(again)] == [True] * 4 + [False]
+    assert files[-1].exists()
+    res = run_tool("ieconv", "quantize", "--hf-dir", wide["hf"], "--out-dir", tmp_path / "x", *FAST, "--target-bpw",
+                   "4", "--split-max-size", "1G")
+    assert res.returncode == 2 and "give --gguf too" in res.stderr
+
+
 def test_failed_stage_keeps_the_ones_before_it(wide, tmp_path):
     """A budget the shapes cannot meet fails in the policy stage: one last line
     naming it, exit 1, the stages before it recorded for the next run."""
