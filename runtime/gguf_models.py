@@ -30,6 +30,7 @@ from typing import Any
 
 from iekit.formats import checksums
 from iekit.formats.errors import IEError
+from iekit.formats.fileio import check_regular
 from iekit.formats.gguf_file import MAGIC, shard_paths
 
 from .env import ie_gguf_cache
@@ -52,7 +53,8 @@ def imported(path: Path, env: dict[str, str] | None = None, say=None) -> Path:
     """The IEBIN directory of the GGUF file ``path``, importing it on first use."""
     env = dict(os.environ) if env is None else env
     root = Path(ie_gguf_cache(env))
-    digest = _digest(path)
+    paths = shard_paths(path)
+    digest = _digest(paths)
     final = root / digest
     if (final / "model.ie.json").is_file():
         return final
@@ -79,15 +81,16 @@ def imported(path: Path, env: dict[str, str] | None = None, say=None) -> Path:
         if not (final / "model.ie.json").is_file():
             raise IEError(f"{final}: the GGUF cache holds something else here; remove it") from None
     if say is not None:
-        say(f"imported {path} once into {final} (ierun reuses it while the file's {DIGEST} digest is the same)")
+        files = "the file's" if len(paths) == 1 else f"its {len(paths)} files'"
+        say(f"imported {path} once into {final} (ierun reuses it while {files} {DIGEST} digest is the same)")
     return final
 
 
-def _digest(path: Path) -> str:
+def _digest(paths: list[Path]) -> str:
     """The file's digest; a split model's (gguf-split's NAME-00001-of-0000N.gguf) over every file's, so that
     a changed shard is a new import too."""
-    paths = shard_paths(path)
-    digests = [checksums.digest_file_range(p, 0, p.stat().st_size, DIGEST) for p in paths]
+    # check_regular: a shard missing (or not a file) is one line naming it
+    digests = [checksums.digest_file_range(p, 0, check_regular(p).st_size, DIGEST) for p in paths]
     if len(digests) == 1:
         return digests[0]
     return checksums.digest(DIGEST, "\n".join(digests).encode())

@@ -112,6 +112,10 @@ def test_ierun_takes_the_first_file_and_reimports_a_changed_shard(tmp_path, file
     res = run_tool("ierun", "generate", "-m", first, "--ids", "1,2,3", "--max-new", "4", env=env)
     assert res.returncode == 0, res.stderr
     assert len(list((tmp_path / "cache").iterdir())) == 3
+    assert "while its 3 files' xxh3_128 digest is the same" in res.stderr
+    shard_paths(first)[1].unlink()
+    assert_one_line_error(run_tool("ierun", "generate", "-m", first, "--ids", "1", "--max-new", "1", env=env),
+                          "m-00002-of-00003.gguf: (file): no such file")
 
 
 def _patch(path: Path, key: str, value: bytes) -> None:
