@@ -101,7 +101,9 @@ def imatrix_cmd(model_dir, text_file, ids_file, out_path, output_format, in_file
     for w in warnings:
         err.print(f"warning: {w}", markup=False)
     if not quiet:
-        err.print(f"imatrix: {len(im.entries)} matrices, {im.tokens} tokens in {len(parts)} chunks of {dec.max_ctx} -> {out_path}")
+        kind = "" if arch is None else " (llama.cpp's GGUF imatrix, for llama-quantize --imatrix)"
+        err.print(f"imatrix: {len(im.entries)} matrices, {im.tokens} tokens in {len(parts)} chunks of {dec.max_ctx} "
+                  f"-> {out_path}{kind}", markup=False)
 
 
 def _dataset(calibration: str) -> str:
