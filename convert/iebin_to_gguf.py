@@ -47,6 +47,7 @@ from iekit.formats.atomic import StagedFiles
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError, UnsupportedError
 from iekit.formats.fileio import read_small
+from iekit.formats.gguf_file import MAX_SHARDS
 from iekit.formats.jsonio import loads_strict
 from iekit.formats.model_spec import DecoderSpec, decoder_spec, rope_tables
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
@@ -528,6 +529,9 @@ def _layout(model_dir: str | os.PathLike, out_path: Path, requantize: str | None
     kv = {**_metadata(model, arch, spec, cfg, plan.out), **_tokenizer(model, cfg)}
     sizes = [x[1].nbytes if isinstance(x, tuple) else x.nbytes for x in items]
     counts = _shards(sizes, split_max_size, split_max_tensors)
+    if len(counts) > MAX_SHARDS:
+        raise IEError(f"{out_path}: {len(counts)} files; gguf-split's names count to {MAX_SHARDS} (a larger "
+                      "--split-max-size / --split-max-tensors)")
     return _Layout(plan, items, sizes, counts, shard_names(out_path, len(counts)), kv, warnings)
 
 

@@ -252,7 +252,7 @@ def shard_paths(path: str | os.PathLike) -> list[Path]:
 
 SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS = "split.no", "split.count", "split.tensors.count"
 _SHARD_NAME = re.compile(r"(.+)-(\d{5})-of-(\d{5})\.gguf")
-MAX_SHARDS = 9999  # what the five-digit names count to (llama.cpp's gguf-split)
+MAX_SHARDS = 99999  # what the five-digit names of llama.cpp's gguf-split count to
 
 
 def _count(fields: dict[str, Any], path: Path, key: str, lo: int, hi: int) -> int:

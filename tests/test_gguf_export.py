@@ -474,3 +474,15 @@ def test_split_max_size_and_what_a_split_will_not_replace(tmp_path):
     for bad in ("0", "12X", "-5M", "G"):
         res = _export(src, tmp_path / "x.gguf", "--split-max-size", bad)
         assert res.returncode == 2 and "--split-max-size" in res.stderr, (bad, res.stderr)
+
+
+def test_more_files_than_gguf_split_can_name_is_refused(tmp_path, monkeypatch):
+    """Five digits name at most 99999 files (llama.cpp's gguf-split); a split past that is one line, nothing
+    written (here with the limit lowered to 2, the tiny model in 3 files)."""
+    from iekit.convert import iebin_to_gguf
+    from iekit.formats.errors import IEError
+
+    monkeypatch.setattr(iebin_to_gguf, "MAX_SHARDS", 2)
+    with pytest.raises(IEError, match="3 files; gguf-split's names count to 2"):
+        iebin_to_gguf.export_gguf(GOLDEN_IEBIN / "tiny-llama", tmp_path / "m.gguf", split_max_tensors=8)
+    assert not list(tmp_path.iterdir())
