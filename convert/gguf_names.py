@@ -107,8 +107,9 @@ def _experts_rows(v: np.ndarray, experts: int, cols: int) -> np.ndarray:
 def importance_to_gguf(entries: dict, routed: dict, tokens: int, arch: "GGUFArch", where: str) -> dict:
     """The inverse of importance_to_hf, for writing llama.cpp's GGUF imatrix:
     HF-named means (a formats/imatrix.py Imatrix's entries, ``routed`` its
-    rows per expert entry) -> llama.cpp name -> (means, counts). A one-to-one
-    matrix keeps its means over ``tokens``; a model's per-expert matrices
+    rows per expert entry; where it has none, ``tokens``) -> llama.cpp name ->
+    (means, counts). A one-to-one matrix keeps its means over ``tokens``; a
+    model's per-expert matrices
     (Mixtral, Qwen3-MoE) become one [experts, cols] entry per layer and
     stack suffix, with each expert's routed rows as its count; a stack kept
     whole (gpt-oss) keeps its rows, gate_up_proj written under both
@@ -120,9 +121,11 @@ def importance_to_gguf(entries: dict, routed: dict, tokens: int, arch: "GGUFArch
     patterns = [(re.compile(re.escape(p).replace(r"\{e\}", r"(\d+)")), g) for p, g in arch.experts.items()]
     for name, v in entries.items():
         count = np.asarray(routed.get(name, tokens), np.float64).reshape(-1)
+        if v.ndim == 2 and count.size == 1:  # a stack's rows without their own counts (a .npz): each over the tokens
+            count = np.full(len(v), count[0])
         g = gguf_layer_name(arch, name)
         if g is not None:
-            out[g] = (v, count if v.ndim == 2 else count[:1])
+            out[g] = (v, count)
             continue
         m = _LAYER.fullmatch(name)
         pair = arch.paired.get(m.group(2)) if m else None

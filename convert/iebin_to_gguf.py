@@ -491,14 +491,13 @@ def _shards(sizes: list[int], max_bytes: int | None, max_tensors: int | None) ->
 @dataclass
 class _Layout:
     """What an export writes, planned before anything is: its tensors in order (rope_freqs first, when
-    there is one), their bytes, how many go in each file, the files, and the key-values."""
+    there is one), their bytes, how many go in each file, and the files."""
 
     plan: _Plan
     items: list  # (name, float32 array) or _Out, in file order
     sizes: list[int]
     counts: list[int]
     paths: list[Path]
-    kv: dict[str, Any]
     warnings: list[str]
 
 
@@ -526,13 +525,12 @@ def _layout(model_dir: str | os.PathLike, out_path: Path, requantize: str | None
         scaled, _ = rope_tables(spec.head_dim, theta, scaling)
         items.append(("rope_freqs.weight", (base / scaled).astype(np.float32)))
     items += plan.out
-    kv = {**_metadata(model, arch, spec, cfg, plan.out), **_tokenizer(model, cfg)}
     sizes = [x[1].nbytes if isinstance(x, tuple) else x.nbytes for x in items]
     counts = _shards(sizes, split_max_size, split_max_tensors)
     if len(counts) > MAX_SHARDS:
         raise IEError(f"{out_path}: {len(counts)} files; gguf-split's names count to {MAX_SHARDS} (a larger "
                       "--split-max-size / --split-max-tensors)")
-    return _Layout(plan, items, sizes, counts, shard_names(out_path, len(counts)), kv, warnings)
+    return _Layout(plan, items, sizes, counts, shard_names(out_path, len(counts)), warnings)
 
 
 def planned_files(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, split_max_size: int | None = None,
@@ -559,13 +557,15 @@ def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, ov
     out_path = Path(out_path)
     if requantize is not None and requantize not in REQUANTIZE_TARGETS:
         raise IEError(f"--requantize {requantize!r}: expected one of {', '.join(REQUANTIZE_TARGETS)}")
-    if not (split_max_size or split_max_tensors):
-        check_out_file(out_path, overwrite, "the .gguf file")  # at once: the split's names wait for the plan
+    split = bool(split_max_size or split_max_tensors)
+    if not split:
+        check_out_file(out_path, overwrite, "the .gguf file")  # at once: a split's names wait for the plan
     lay = _layout(model_dir, out_path, requantize, allow_full_attention, split_max_size, split_max_tensors)
-    plan, items, sizes, counts, paths, kv = lay.plan, lay.items, lay.sizes, lay.counts, lay.paths, lay.kv
-    outs = plan.out
-    for p in paths:
+    plan, items, sizes, counts, paths = lay.plan, lay.items, lay.sizes, lay.counts, lay.paths
+    for p in paths if split else ():
         check_out_file(p, overwrite, "the .gguf file")
+    outs, cfg = plan.out, plan.model.meta.get("config") or {}
+    kv = {**_metadata(plan.model, plan.arch, plan.spec, cfg, outs), **_tokenizer(plan.model, cfg)}
 
     t0 = time.perf_counter()
     progress.start("exporting", sum(sizes))

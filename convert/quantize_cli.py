@@ -516,7 +516,7 @@ def quantize_cmd(hf_dir, gguf_in, rotate, allow_requantize, out_dir, target_bpw,
         table.add_row(rec.name, f"{rec.seconds / 60:.2f}" + (" (kept)" if was_kept else ""),
                       human_bytes(rec.peak_rss_bytes))
     err.print(table)
-    err.print(_mix_line(out_dir, stages[-1].watched if gguf_out is not None else []), markup=False)
+    err.print(_mix_line(out_dir, gguf_files(out_dir, gguf_out, split_max_size) if gguf_out else []), markup=False)
     if eval_text is not None:
         err.print(_scores(work / EVAL_NAME, eval_text), markup=False)
     if keep_work:

@@ -226,8 +226,9 @@ def open_gguf(path: str | os.PathLike) -> GGUFModel:
     g = _open_one(path)
     try:
         paths = _shard_paths(path, g.fields)
+        shard_of = {t.name: 0 for t in g.tensors}
         for i, p in enumerate(paths[1:], 1):
-            _join(g, _open_one(p), i, len(paths))
+            _join(g, _open_one(p), i, len(paths), shard_of)
         if len(paths) > 1:
             total = g.fields[SPLIT_TENSORS]
             if total != len(g.tensors):
@@ -292,8 +293,9 @@ def _open_one(path: Path) -> GGUFModel:
         raise
 
 
-def _join(g: GGUFModel, part: GGUFModel, i: int, count: int) -> None:
-    """Shard ``i`` (0-based) of ``count`` into ``g``; ``g`` owns its file from here."""
+def _join(g: GGUFModel, part: GGUFModel, i: int, count: int, shard_of: dict[str, int]) -> None:
+    """Shard ``i`` (0-based) of ``count`` into ``g`` (``shard_of``: which shard holds each tensor name so
+    far); ``g`` owns its file from here."""
     g.files.append(part.files[0])
     g.paths.append(part.path)
     for key, want in ((SPLIT_NO, i), (SPLIT_COUNT, count), (SPLIT_TENSORS, g.fields[SPLIT_TENSORS])):
@@ -307,10 +309,10 @@ def _join(g: GGUFModel, part: GGUFModel, i: int, count: int) -> None:
             raise FormatError(part.path, key, f"a key the first file, {g.path.name}, "
                                               + ("holds with another value" if key in g.fields else "does not hold")
                                               + ": llama.cpp reads the model's key-values from the first file only")
-    shard_of = {t.name: t.shard for t in g.tensors}
     for t in part.tensors:
         if t.name in shard_of:
             raise FormatError(part.path, f"tensor {t.name!r}", f"is in {g.paths[shard_of[t.name]].name} too")
+        shard_of[t.name] = i
         g.tensors.append(GGUFTensor(t.name, t.ggml_type, t.shape, t.offset, t.nbytes, i))
 
 

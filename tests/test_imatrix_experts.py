@@ -347,7 +347,7 @@ def test_gguf_imatrix_leaves_an_unrouted_expert_as_llama_imatrix_does(tmp_path, 
     assert f"{zeros} expert entries got no calibration row" in text and "rows per expert" in text
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-mixtral"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-mixtral", "tiny-gpt-oss"])
 def test_in_file_writes_a_collected_npz_as_llama_cpps_gguf(tmp_path, name):
     """`--in-file im.npz -o im.gguf` collects nothing: for a dense model it is the
     file the collection writes with -o im.gguf, byte for byte; for experts the
@@ -363,8 +363,11 @@ def test_in_file_writes_a_collected_npz_as_llama_cpps_gguf(tmp_path, name):
     if name == "tiny-llama":
         assert out.read_bytes() == direct.read_bytes()
     else:
-        counts = [np.asarray(t.data).reshape(-1) for t in GGUFReader(out).tensors if t.name.endswith(".counts")]
-        assert len(counts) == 17 and all((c == 48).all() for c in counts)
+        counts = {t.name[:-len(".counts")]: np.asarray(t.data).reshape(-1) for t in GGUFReader(out).tensors
+                  if t.name.endswith(".counts")}
+        means = _llamacpp_means(im.entries)
+        assert counts.keys() == means.keys()
+        assert all(c.tolist() == [48] * (len(means[n]) if means[n].ndim == 2 else 1) for n, c in counts.items())
         from iekit.convert.gguf_names import importance_to_hf
         from iekit.formats import imatrix
 
@@ -372,7 +375,7 @@ def test_in_file_writes_a_collected_npz_as_llama_cpps_gguf(tmp_path, name):
         assert back.keys() == im.entries.keys()
         for k, v in im.entries.items():
             np.testing.assert_allclose(back[k], v, rtol=1e-6, err_msg=k)
-    other = "tiny-qwen3" if name == "tiny-llama" else "tiny-qwen3-moe"
+    other = {"tiny-llama": "tiny-qwen3", "tiny-mixtral": "tiny-qwen3-moe", "tiny-gpt-oss": "tiny-mixtral"}[name]
     assert_one_line_error(run_tool("ieconv", "imatrix", "--model-dir", GOLDEN_IEBIN / other, "--in-file", npz,
                                    "-o", tmp_path / "x.gguf"), str(npz))
     assert_one_line_error(run_tool("ieconv", "imatrix", "--model-dir", GOLDEN_IEBIN / name, "--in-file", out,
