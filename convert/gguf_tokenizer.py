@@ -25,19 +25,74 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from iekit.formats.errors import FormatError
 
-# llama.cpp's pre-tokenizer regexes (llama-vocab.cpp), by tokenizer.ggml.pre.
+# llama.cpp's pre-tokenizer regexes (llama-vocab.cpp's regex_exprs), spelled as it spells them.
+_CONTRACTIONS = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+_DIGIT = r"\p{N}"
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
-_LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-# pre name -> (split on single digits first, regex after; None: ByteLevel's own, which is _GPT2)
-BPE_PRE = {"gpt-2": (False, None), "smollm": (True, None), "llama-bpe": (False, _LLAMA3), "qwen2": (False, _QWEN2)}
+_LLAMA3 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# o200k's and Tekken's case-aware words, which llama.cpp writes without \p{Lu}/\p{Ll}: an "upper" letter
+# is one not in a-z and a "lower" one not in A-Z, so outside ASCII every letter is both.
+_UPPER, _LOWER = r"((?=[\p{L}])([^a-z]))", r"((?=[\p{L}])([^A-Z]))"
+_GPT4O = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTIONS}?|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*"
+          rf"{_CONTRACTIONS}?|\p{{N}}{{1,3}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_TEKKEN = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*|\p{{N}}"
+           r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_CJK = "[一-龥ࠀ-一가-퟿]+"
+# DeepSeek-LLM's letters, as code points: six of them are not in Unicode normal form, which an editor
+# would silently normalise into other characters.
+_DEEPSEEK_LETTERS = (
+    "\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-\u0373"
+    "\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481"
+    "\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-"
+    "\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57"
+    "\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-"
+    "\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115\u2119-"
+    "\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184"
+    "\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-"
+    "\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-"
+    "\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2"
+    "\U000118a0-\U000118df\U0001e900-\U0001e943")
+_DEEPSEEK_LLM = ("[\r\n]", r"\s?[A-Za-z" + _DEEPSEEK_LETTERS + "]+", "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$",
+                 _CJK, "\\p{N}+")
+_DEEPSEEK_CODER = ("[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}")
+_DEEPSEEK3 = (r"\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",
+              "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
+              "| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+")
+
+
+@dataclass(frozen=True)
+class BpePre:
+    """How llama.cpp splits text before byte-level BPE, for a group of
+    ``tokenizer.ggml.pre`` names (llama-vocab.cpp's pre type and flags)."""
+
+    regexes: tuple[str, ...]  # applied in turn, each isolating its matches (and the text between them)
+    ignore_merges: bool = False  # a piece that is a token is that token, whatever the merges would make
+    add_bos: bool = False  # BOS is added where the file has no tokenizer.ggml.add_bos_token
+
+
+_PRE_GROUPS: tuple[tuple[tuple[str, ...], BpePre], ...] = (
+    (("gpt-2", "phi-2", "mpt", "olmo", "jais", "exaone4"), BpePre((_GPT2,))),
+    (("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"),
+     BpePre((_DIGIT, _GPT2))),
+    (("llama-bpe", "llama3", "llama-v3", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"),
+     BpePre((_LLAMA3,), ignore_merges=True, add_bos=True)),
+    (("smaug-bpe", "dbrx"), BpePre((_LLAMA3,))),
+    (("qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"), BpePre((_QWEN2,))),
+    (("gpt-4o", "llama4"), BpePre((_GPT4O,))),
+    (("tekken",), BpePre((_TEKKEN,), ignore_merges=True, add_bos=True)),
+    (("deepseek-llm",), BpePre(_DEEPSEEK_LLM)),
+    (("deepseek-coder",), BpePre(_DEEPSEEK_CODER)),
+    (("deepseek-v3",), BpePre(_DEEPSEEK3)),
+)
+# tokenizer.ggml.pre -> its split; the first name of each group is the one an export writes.
+BPE_PRE: dict[str, BpePre] = {name: pre for names, pre in _PRE_GROUPS for name in names}
 CONTROL, USER_DEFINED, BYTE = 3, 4, 6
 SPM_SPACE = "\u2581"
 
@@ -75,8 +130,8 @@ def tokenizer_json(fields: dict[str, Any], path: Path) -> bytes:
                             for t, ty in zip(tokens, types) if ty == CONTROL])
     tok.add_tokens([AddedToken(t, special=False, normalized=False)
                     for t, ty in zip(tokens, types) if ty == USER_DEFINED])
-    # llama.cpp's defaults when the file does not say: BOS for SentencePiece and Llama-3's BPE.
-    bos_default = kind == "llama" or fields.get("tokenizer.ggml.pre") == "llama-bpe"
+    # llama.cpp's defaults when the file does not say: BOS for SentencePiece and for Llama-3's and Tekken's BPE.
+    bos_default = kind == "llama" or BPE_PRE[fields["tokenizer.ggml.pre"]].add_bos
     _post_processor(tok, fields, path, tokens, bos_default)
     return (json.dumps(json.loads(tok.to_str()), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
 
@@ -94,7 +149,7 @@ def _byte_level_bpe(fields: dict[str, Any], path: Path, tokens: list[str]):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
     pre = fields.get("tokenizer.ggml.pre", "default")
-    if pre not in BPE_PRE:
+    if not isinstance(pre, str) or pre not in BPE_PRE:
         raise FormatError(path, "tokenizer.ggml.pre", f"pre-tokenizer {pre!r} cannot be rebuilt "
                                                       f"(supported: {', '.join(BPE_PRE)})")
     merges = _get(fields, path, "tokenizer.ggml.merges", list)
@@ -105,16 +160,20 @@ def _byte_level_bpe(fields: dict[str, Any], path: Path, tokens: list[str]):
             raise FormatError(path, f"tokenizer.ggml.merges[{i}]", f"expected two tokens separated by a space, got {m!r}")
         pairs.append((parts[0], parts[1]))
     try:
-        tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=pairs))
+        tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=pairs,
+                                   ignore_merges=BPE_PRE[pre].ignore_merges))
     except Exception as e:  # the tokenizers library raises its own Exception type (a panic: library_calls)
         raise FormatError(path, "tokenizer.ggml.merges", f"rejected by the BPE model: {e}") from None
-    digits, regex = BPE_PRE[pre]
-    steps = [pre_tokenizers.Digits(individual_digits=True)] if digits else []
-    if regex is None:
+    regexes = list(BPE_PRE[pre].regexes)
+    steps = []
+    if regexes[0] == _DIGIT:  # HF's own form of it
+        steps.append(pre_tokenizers.Digits(individual_digits=True))
+        regexes.pop(0)
+    if regexes == [_GPT2]:  # HF's ByteLevel regex splits as llama.cpp's GPT-2 one does
         steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
     else:
-        steps += [pre_tokenizers.Split(Regex(regex), behavior="isolated"),
-                  pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+        steps += [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
+        steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
     tok.pre_tokenizer = pre_tokenizers.Sequence(steps)
     tok.decoder = decoders.ByteLevel()
     return tok
@@ -229,34 +288,82 @@ def tokenizer_config_json(fields: dict[str, Any], path: Path) -> bytes | None:
 # --- the other way: a tokenizer.json as llama.cpp's tokenizer.ggml.* key-values ---
 
 NORMAL, UNKNOWN, UNUSED = 1, 2, 5
-# Hugging Face writes the case-insensitive contractions as (?i:...); llama.cpp spells each case out.
-_HF_CONTRACTIONS = "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
-_LLAMACPP_CONTRACTIONS = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+# Hugging Face's spellings (tokenizer.json) of pieces llama.cpp spells out, its regex engine having neither
+# inline case folding nor \p{Lu}: the same text splits the same way, except that llama.cpp's "upper" and
+# "lower" take every letter outside ASCII (o200k's and Tekken's words; docs/gguf.md).
+_HF_SPELLINGS = ((r"(?i:'s|'t|'re|'ve|'m|'ll|'d)", _CONTRACTIONS),
+                 (r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]", _UPPER), (r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]", _LOWER))
+_HF_GPT2 = _GPT2 + r"|\s+"  # ByteLevel's own regex: its last branch takes only what llama.cpp leaves between
 
 
-def _bpe_pre_name(pre: Any) -> str | None:
-    """The llama.cpp pre-tokenizer name whose pipeline ``pre`` (a
-    tokenizer.json ``pre_tokenizer``) is: the inverse of ``BPE_PRE``. The
-    digit split and the regex decide; offsets and prefix-space flags that do
-    not change the split are not compared."""
-    steps = pre.get("pretokenizers", []) if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
-    digits = False
-    if steps and isinstance(steps[0], dict) and steps[0].get("type") == "Digits":
-        if not steps[0].get("individual_digits"):
-            return None
-        digits, steps = True, steps[1:]
-    if len(steps) == 1 and isinstance(steps[0], dict) and steps[0].get("type") == "ByteLevel":
-        regex = None if steps[0].get("use_regex", True) and not steps[0].get("add_prefix_space") else "?"
-    elif (len(steps) == 2 and isinstance(steps[0], dict) and steps[0].get("type") == "Split"
-          and steps[0].get("behavior") == "Isolated" and not steps[0].get("invert")
-          and isinstance(steps[1], dict) and steps[1].get("type") == "ByteLevel" and not steps[1].get("use_regex", True)
-          and not steps[1].get("add_prefix_space")):
-        regex = (steps[0].get("pattern") or {}).get("Regex")
-        if isinstance(regex, str) and regex.startswith(_HF_CONTRACTIONS):  # HF's spelling of the same regex
-            regex = _LLAMACPP_CONTRACTIONS + regex[len(_HF_CONTRACTIONS):]
-    else:
+def _pre_regexes(pre: Any) -> tuple[str, ...] | None:
+    """The llama.cpp regexes a tokenizer.json ``pre_tokenizer`` applies, in
+    order (as ``BpePre.regexes``); None where it is not a chain of isolating
+    splits ending in a byte-level step that adds no prefix space."""
+    steps = pre.get("pretokenizers") if isinstance(pre, dict) and pre.get("type") == "Sequence" else [pre]
+    if not isinstance(steps, list) or not steps:
         return None
-    return next((name for name, sig in BPE_PRE.items() if sig == (digits, regex)), None)
+    out: list[str] = []
+    for i, st in enumerate(steps):
+        last = i == len(steps) - 1
+        kind = st.get("type") if isinstance(st, dict) else None
+        if kind == "Digits" and st.get("individual_digits") and not last:
+            out.append(_DIGIT)
+        elif kind == "Split" and st.get("behavior") == "Isolated" and not st.get("invert") and not last:
+            regex = (st.get("pattern") or {}).get("Regex") if isinstance(st.get("pattern"), dict) else None
+            if not isinstance(regex, str):
+                return None
+            for hf, ours in _HF_SPELLINGS:
+                regex = regex.replace(hf, ours)
+            out.append(_GPT2 if regex == _HF_GPT2 else regex)
+        elif kind == "ByteLevel" and last and not st.get("add_prefix_space"):
+            if st.get("use_regex", True):
+                out.append(_GPT2)
+        else:
+            return None
+    return tuple(out)
+
+
+def _bpe_pre_name(tok: dict[str, Any], pairs: list[tuple[str, str]], path: Path) -> str:
+    """The ``tokenizer.ggml.pre`` under which llama.cpp splits text as the
+    tokenizer.json ``tok`` does, and treats a piece that is a whole token as
+    it does (``ignore_merges``). Where llama.cpp's flag for that split is not
+    the file's, the name is still right if the merges make every token from
+    its own text (then the flag changes nothing); else refused."""
+    regexes = _pre_regexes(tok.get("pre_tokenizer"))
+    groups = [(names[0], spec) for names, spec in _PRE_GROUPS if spec.regexes == regexes]
+    if not groups:
+        known = ", ".join(names[0] for names, _ in _PRE_GROUPS)
+        raise FormatError(path, "pre_tokenizer", f"splits text in a way llama.cpp has no name for (known: {known}); "
+                                                 "llama.cpp would tokenize differently")
+    ignore = tok["model"].get("ignore_merges", False) is True
+    name = next((n for n, spec in groups if spec.ignore_merges == ignore), None)
+    if name is not None:
+        return name
+    added = {t.get("content") for t in tok.get("added_tokens") or [] if isinstance(t, dict)}
+    try:
+        stray = _token_no_merge_makes(tok["model"]["vocab"], pairs, added)
+    except Exception as e:  # the tokenizers library raises its own Exception type
+        raise FormatError(path, "model.merges", f"rejected by the BPE model: {e}") from None
+    if stray is None:
+        return groups[0][0]
+    theirs = "ignores" if not ignore else "applies"
+    raise FormatError(path, "model.ignore_merges",
+                      f"is {str(ignore).lower()}, but llama.cpp's {groups[0][0]!r} {theirs} the merges on a piece that "
+                      f"is a whole token, and here that differs (the merges do not make {stray!r} from its text): "
+                      "llama.cpp would tokenize differently")
+
+
+def _token_no_merge_makes(vocab: dict[str, Any], pairs: list[tuple[str, str]], added: set) -> str | None:
+    """A vocabulary token that the merges, applied to its own text, do not
+    make (None if there is none): only such a token tokenizes differently
+    with and without ``ignore_merges``. Added tokens are matched before
+    the model runs, so they do not count."""
+    from tokenizers import models
+
+    ids = {t: i for t, i in vocab.items() if type(i) is int and i >= 0}
+    bpe = models.BPE(vocab=ids, merges=pairs)
+    return next((t for t in ids if len(t) > 1 and t not in added and [x.value for x in bpe.tokenize(t)] != [t]), None)
 
 
 def _spm_space_prefix(tok: dict[str, Any], path: Path) -> bool:
@@ -320,10 +427,6 @@ def gguf_tokenizer_fields(tok_bytes: bytes, tok_config: dict[str, Any], config: 
                                               "byte fallback) is exported to GGUF")
     spm = bool(model.get("byte_fallback"))
     prefix = _spm_space_prefix(tok, path) if spm else None
-    pre = None if spm else _bpe_pre_name(tok.get("pre_tokenizer"))
-    if not spm and pre is None:
-        raise FormatError(path, "pre_tokenizer", "splits text in a way llama.cpp has no name for (known: "
-                                                 f"{', '.join(BPE_PRE)}); llama.cpp would tokenize differently")
     vocab = model.get("vocab")
     merges = model.get("merges")
     if not isinstance(vocab, dict) or not isinstance(merges, list):
@@ -334,6 +437,7 @@ def gguf_tokenizer_fields(tok_bytes: bytes, tok_config: dict[str, Any], config: 
         if not isinstance(parts, list) or len(parts) != 2 or not all(isinstance(p, str) and p for p in parts):
             raise FormatError(path, f"model.merges[{i}]", f"expected two tokens, got {m!r}")
         pairs.append((parts[0], parts[1]))
+    pre = None if spm else _bpe_pre_name(tok, pairs, path)
     added = {t["id"]: t for t in tok.get("added_tokens") or [] if isinstance(t, dict) and type(t.get("id")) is int}
     ids = [i for i in vocab.values() if type(i) is int and i >= 0]
     size = max(max(ids, default=-1), max(added, default=-1)) + 1

@@ -434,7 +434,7 @@ def test_bad_tensors(tmp_path, tensors, data, needles):
 @pytest.mark.parametrize("kvs, needles", [
     (_min_kvs(arch="falcon"), ("general.architecture", "'falcon' is not supported")),
     (_min_kvs(model="bert"), ("tokenizer.ggml.model", "'bert' cannot be rebuilt")),
-    (_min_kvs(pre="deepseek-llm"), ("tokenizer.ggml.pre", "'deepseek-llm' cannot be rebuilt")),
+    (_min_kvs(pre="chatglm-bpe"), ("tokenizer.ggml.pre", "'chatglm-bpe' cannot be rebuilt")),
     (_min_kvs() + [kv_bytes("llama.rope.scaling.type", "str", "yarn")], ("rope.scaling.factor", "is missing")),
     (_min_kvs() + [kv_bytes("llama.rope.dimension_count", "u32", 8)], ("partial RoPE",)),
     (_min_kvs()[:-1] + [kv_bytes("tokenizer.ggml.merges", "strs", ["ab"])], ("merges[0]",)),
