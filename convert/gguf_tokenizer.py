@@ -266,11 +266,14 @@ def tokenizer_config_json(fields: dict[str, Any], path: Path) -> bytes | None:
     (``tokenizer.chat_template``) and the text of its BOS/EOS tokens, which
     templates refer to, and a SentencePiece vocabulary's scores
     (``gguf_scores``: the BPE merges are made from them but cannot hold
-    them, and iebin-to-gguf writes them back as they were); None when there
-    is neither."""
+    them, and iebin-to-gguf writes them back as they were); and a byte-level
+    vocabulary's unknown token (``unk_token``, which llama.cpp's BPE never
+    emits, so not in the model, but which an export names again); None when
+    there is none of these."""
     template = fields.get("tokenizer.chat_template")
     scores = fields.get("tokenizer.ggml.scores") if fields.get("tokenizer.ggml.model") == "llama" else None
-    if template is None and scores is None:
+    unk = fields.get("tokenizer.ggml.unknown_token_id") if fields.get("tokenizer.ggml.model") == "gpt2" else None
+    if template is None and scores is None and unk is None:
         return None
     if template is not None and not isinstance(template, str):
         raise FormatError(path, "tokenizer.chat_template", f"expected a string, got {type(template).__name__}")
@@ -278,8 +281,8 @@ def tokenizer_config_json(fields: dict[str, Any], path: Path) -> bytes | None:
     cfg: dict[str, Any] = {} if template is None else {"chat_template": template}
     if scores is not None:  # checked by tokenizer_json, which runs first
         cfg["gguf_scores"] = [float(s) for s in scores]
-    for which in ("bos", "eos"):
-        tid = fields.get(f"tokenizer.ggml.{which}_token_id")
+    for which, tid in (("bos", fields.get("tokenizer.ggml.bos_token_id")),
+                       ("eos", fields.get("tokenizer.ggml.eos_token_id")), ("unk", unk)):
         if type(tid) is int and 0 <= tid < len(tokens):
             cfg[f"{which}_token"] = tokens[tid]
     return (json.dumps(cfg, ensure_ascii=False, indent=1) + "\n").encode("utf-8")
@@ -474,7 +477,10 @@ def gguf_tokenizer_fields(tok_bytes: bytes, tok_config: dict[str, Any], config: 
     else:
         fields.update({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre,
                        "tokenizer.ggml.merges": [f"{a} {b}" for a, b in pairs]})
-    if spm and isinstance(unk, str) and unk in vocab and "unk_token_id" not in config:
+    if unk is None and not spm:  # a byte-level model has none; its tokenizer_config.json may name one
+        unk = tok_config.get("unk_token")
+        unk = unk.get("content") if isinstance(unk, dict) else unk
+    if isinstance(unk, str) and unk in vocab and "unk_token_id" not in config:  # as convert_hf_to_gguf names it
         fields["tokenizer.ggml.unknown_token_id"] = vocab[unk]
     for which, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding"), ("unk", "unknown")):
         tid = config.get(f"{which}_token_id")

@@ -19,8 +19,8 @@ Bytes, by IEBIN dtype:
   of ours alone) is refused, naming the tensor and what to quantize with
   instead, unless ``requantize`` names a type: then it is quantized again
   from its values, and the error that adds is reported per tensor;
-- vectors (norms, biases, sinks) are widened to F32, exactly, as llama.cpp's
-  converter writes them.
+- vectors (norms, biases, sinks) and float routers (``ffn_gate_inp``) are
+  widened to F32, exactly, as llama.cpp's converter writes them.
 
 The header, key-values and tensor table are written by gguf-py's
 ``GGUFWriter``; the tensor data is streamed into the same file a few MiB
@@ -155,9 +155,12 @@ class _Plan:
                           f"{gguf_name} are stored in different types ({', '.join(sorted(dtypes))}); a GGUF stack has "
                           "one type: quantize them alike (one q4_manifest rule)")
         dtype = first["dtype"]
-        vector = len(shape) == 1 or gguf_name.endswith(".bias") or ".attn_sinks." in gguf_name
+        # what llama.cpp's converter always writes as F32: vectors, biases, sinks and the routers, whose
+        # product with a BF16 or F16 matrix ggml would take with the activations rounded to that type too
+        f32 = (len(shape) == 1 or gguf_name.endswith(".bias") or ".attn_sinks." in gguf_name
+               or ".ffn_gate_inp." in gguf_name)
         o = _Out(gguf_name, SAME_BYTES.get(dtype, ""), shape, parts, dtype)
-        if vector and dtype in ("f16", "bf16", "f32"):
+        if f32 and dtype in ("f16", "bf16", "f32"):
             o.how, o.ggml_type = ("copy", "F32") if dtype == "f32" else ("widen", "F32")
         elif dtype == "int4w":
             p = _int4w_params(first)

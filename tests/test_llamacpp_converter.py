@@ -1,0 +1,109 @@
+"""GGUF files written by llama.cpp's own converter (``convert_hf_to_gguf.py``,
+frozen in golden/gguf/llamacpp/ by golden/gguf/make_llamacpp_converted.py):
+the files users download, not our restatement of how they are written.
+
+Imported, each is the Hugging Face checkpoint it came from: every tensor
+equal in value to hf-to-iebin's, and the decoder's view of the config the
+same. Exported from that checkpoint, iebin-to-gguf writes the same tensors
+in the same types, byte for byte, and every key-value the converter wrote
+that llama.cpp reads, with the same value."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import GOLDEN_HF, run_tool
+
+from iekit.formats.iebin import load_model
+from iekit.formats.model_spec import decoder_spec
+
+CONVERTED = GOLDEN_HF.parent / "gguf" / "llamacpp"
+# the generator's config changes to the checkpoints (its docstring says why)
+CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-mxfp4": {"swiglu_limit": 7.0}}
+# descriptive keys the converter derives from the directory and file (llama.cpp reads none of them to run)
+DESCRIPTIVE = {"general.name", "general.basename", "general.size_label", "general.finetune", "general.type",
+               "general.quantization_version"}
+
+
+@pytest.fixture(scope="module", params=list(CHANGES))
+def pair(request, tmp_path_factory):
+    """(name, hf-to-iebin of the checkpoint, gguf-to-iebin of llama.cpp's file, the checkpoint)."""
+    name = request.param
+    d = tmp_path_factory.mktemp(name)
+    hf = d / "hf"
+    shutil.copytree(GOLDEN_HF / name, hf)
+    cfg = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**cfg, **CHANGES[name]}, indent=2))
+    for args in (("hf-to-iebin", "--hf-dir", hf, "--out-dir", d / "from-hf"),
+                 ("gguf-to-iebin", "--gguf", CONVERTED / f"{name}.gguf", "--out-dir", d / "from-gguf")):
+        res = run_tool("ieconv", *args, "-q")
+        assert res.returncode == 0, res.stderr
+    return name, d / "from-hf", d / "from-gguf", hf
+
+
+def _values(model, entry) -> np.ndarray:
+    with open(model.path_of(entry), "rb") as f:
+        f.seek(entry["file_data_offset"])
+        raw = np.frombuffer(f.read(entry["nbytes"]), np.uint8)
+    if entry["dtype"] == "bf16":
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if entry["dtype"] in ("f16", "f32"):
+        return raw.view(np.dtype(entry["dtype"].replace("f", "float"))).astype(np.float64)
+    return raw  # a block type: its bytes
+
+
+def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
+    """The same tensors (names, shapes, values; MXFP4 experts byte for byte)
+    and the same decoder spec. gpt-oss's YaRN is the one difference, and the
+    intended one: llama.cpp rounds the correction range (truncate), which
+    the import records, as it records llama.cpp's swiglu constants."""
+    name, from_hf, from_gguf, _ = pair
+    a, b = load_model(from_hf), load_model(from_gguf)
+    ta, tb = {t["name"]: t for t in a.tensors}, {t["name"]: t for t in b.tensors}
+    assert sorted(ta) == sorted(tb)
+    for n, t in ta.items():
+        assert t["shape"] == tb[n]["shape"], n
+        assert (t["dtype"] in ("f16", "bf16", "f32")) == (tb[n]["dtype"] in ("f16", "bf16", "f32")), n
+        assert np.array_equal(_values(a, t), _values(b, tb[n])), n
+    sa, sb = (decoder_spec(m.meta, m.meta_path) for m in (a, b))
+    fields = [f.name for f in dataclasses.fields(sa) if f.name != "inv_freq"]
+    assert {f: getattr(sa, f) for f in fields} == {f: getattr(sb, f) for f in fields}
+    if name.startswith("tiny-gpt-oss"):
+        assert b.meta["config"]["rope_scaling"]["truncate"] is True
+        assert not np.array_equal(sa.inv_freq, sb.inv_freq)
+    else:
+        assert np.array_equal(sa.inv_freq, sb.inv_freq)
+
+
+def test_export_writes_what_llamacpps_converter_writes(pair, tmp_path):
+    """iebin-to-gguf of the checkpoint: every tensor in llama.cpp's type
+    (vectors, biases, sinks and routers widened to F32, as its converter
+    does) with the same bytes; every key-value llama.cpp's file has, with
+    its value (ours adds only keys llama.cpp reads with the values it would
+    otherwise derive, and where it came from)."""
+    import gguf
+
+    name, from_hf, _, _ = pair
+    out = tmp_path / "ours.gguf"
+    res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", from_hf, "--out", out, "-q")
+    assert res.returncode == 0, res.stderr
+    theirs, ours = (gguf.GGUFReader(str(p)) for p in (CONVERTED / f"{name}.gguf", out))
+    tt, to = {t.name: t for t in theirs.tensors}, {t.name: t for t in ours.tensors}
+    assert sorted(tt) == sorted(to)
+    for n, t in tt.items():
+        assert (t.tensor_type, list(t.shape)) == (to[n].tensor_type, list(to[n].shape)), n
+        assert t.data.tobytes() == to[n].data.tobytes(), n
+    kv_theirs = {k: f.contents() for k, f in theirs.fields.items() if not k.startswith("GGUF.") and k not in DESCRIPTIVE}
+    kv_ours = {k: f.contents() for k, f in ours.fields.items() if not k.startswith("GGUF.") and k not in DESCRIPTIVE}
+    if name == "tiny-gpt-oss-mxfp4":  # file type names the bulk of the bytes: the toy's are its BF16 embeddings
+        assert kv_theirs.pop("general.file_type") == 38 and kv_ours.pop("general.file_type") == 32
+    assert {k: kv_ours.get(k) for k in kv_theirs} == kv_theirs
+    extra = set(kv_ours) - set(kv_theirs)
+    assert all(k.startswith("iekit.") or k.endswith((
+        ".attention.key_length", ".attention.value_length", ".rope.dimension_count", ".vocab_size",
+        ".attention.sliding_window_pattern", "ggml.add_bos_token", "ggml.add_eos_token")) for k in extra), extra
