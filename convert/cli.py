@@ -21,7 +21,7 @@ from iekit.formats.atomic import check_new_file, write_file_atomic
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import read_small
-from iekit.formats.gguf_file import open_gguf
+from iekit.formats.gguf_file import is_gguf_file, open_gguf
 from iekit.formats.jsonio import dumps_canonical, loads_strict
 from iekit.formats.paths import real_path
 from iekit.formats.policy_measurements import Measurements
@@ -718,8 +718,9 @@ def _print_totals(m: iebin.IebinModel, by_dtype: dict[str, list[int]], qcount: i
 
 
 def is_gguf_model(path: Path) -> bool:
-    """A .gguf file that is not one of llama.cpp's importance matrices (general.type "imatrix")."""
-    if path.suffix != ".gguf" or not path.is_file():
+    """A GGUF file, whatever its name, that is not one of llama.cpp's
+    importance matrices (general.type "imatrix")."""
+    if not is_gguf_file(path):
         return False
     return open_gguf(path).fields.get("general.type") != "imatrix"
 

@@ -21,6 +21,7 @@ from iekit.cli.support import stderr_console, stdout_console, threads_option
 from iekit.formats import imatrix
 from iekit.formats.atomic import check_new_file
 from iekit.formats.errors import IEError
+from iekit.formats.gguf_file import is_gguf_file
 
 from .gguf_names import arch_of, importance_to_gguf
 
@@ -142,8 +143,9 @@ def _convert(model_dir: Path, in_file: Path, out_path: Path, fmt: str, calibrati
 
 def is_imatrix_path(path: Path) -> bool:
     """What `ieconv validate` and `inspect` hand to this module: ours (.npz) or
-    llama.cpp's (.gguf, legacy .dat); a GGUF model is told apart by read_any."""
-    return path.suffix in (".npz", ".dat", ".gguf")
+    llama.cpp's (a GGUF by its magic, whatever its name; legacy .dat), after
+    a GGUF model has been told apart (its general.type)."""
+    return path.suffix in (".npz", ".dat", ".gguf") or is_gguf_file(path)
 
 
 def validate_imatrix(path: Path) -> None:

@@ -219,6 +219,19 @@ def read_header(path: str | os.PathLike) -> GGUFHeader:
         return _header(path, size, buf)
 
 
+def is_gguf_file(path: str | os.PathLike) -> bool:
+    """A regular file that starts with GGUF's magic. This, not the name, is
+    how a GGUF is told apart wherever one may be given: Ollama keeps its
+    models as ``sha256-<digest>`` blobs, with no ``.gguf`` to go by."""
+    try:
+        if not Path(path).is_file():
+            return False
+        with open(path, "rb") as f:
+            return f.read(4) == MAGIC
+    except OSError:
+        return False
+
+
 def open_gguf(path: str | os.PathLike) -> GGUFModel:
     """Validate ``path`` as a GGUF file (the first file of a split model, with
     the others beside it) and describe it (see the module docstring)."""

@@ -31,22 +31,11 @@ from typing import Any
 from iekit.formats import checksums
 from iekit.formats.errors import IEError
 from iekit.formats.fileio import check_regular
-from iekit.formats.gguf_file import MAGIC, shard_paths
+from iekit.formats.gguf_file import is_gguf_file, shard_paths
 
 from .env import ie_gguf_cache
 
 DIGEST = "xxh3_128"
-
-
-def is_gguf(path: Path) -> bool:
-    """A regular file that starts with GGUF's magic (a directory is an IEBIN model)."""
-    try:
-        if not path.is_file():
-            return False
-        with open(path, "rb") as f:
-            return f.read(4) == MAGIC
-    except OSError:
-        return False
 
 
 def imported(path: Path, env: dict[str, str] | None = None, say=None) -> Path:
@@ -106,7 +95,7 @@ def model_dir_flag(help: str, required: bool = True) -> Any:
 
 def model_dir_option(ctx: Any, param: Any, value: Any) -> Any:
     """click callback of every ``--model-dir``: a GGUF file becomes its imported directory."""
-    if value is None or not is_gguf(Path(value)):
+    if value is None or not is_gguf_file(value):
         return value
     from iekit.cli.support import stderr_console
 

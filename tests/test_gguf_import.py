@@ -233,6 +233,29 @@ def test_inspect_shows_the_gguf_source(tmp_path):
     assert "ALL_F32" in text and "source xxh3_128" in text and src["shards"][0]["xxh3_128"] in text
 
 
+def test_a_gguf_is_known_by_its_magic_not_its_name(tmp_path):
+    """Ollama keeps a model as a blob named ``sha256-<digest>``: inspect,
+    validate and ierun take it as the GGUF it is (inspect and validate went
+    by the suffix and read it as JSON), and so do they an importance matrix
+    under such a name; a file without the magic is still not a GGUF."""
+    blob = tmp_path / "sha256-5d3a"
+    blob.write_bytes((GOLDEN_HF.parent / "gguf" / "llamacpp" / "tiny-qwen3.gguf").read_bytes())
+    res = run_tool("ieconv", "inspect", "--json", blob)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["metadata"]["general.architecture"] == "qwen3"
+    res = run_tool("ieconv", "validate", blob)
+    assert res.returncode == 0 and "GGUF v3, qwen3, 25 tensors" in res.stdout, res.stderr
+    env = {**os.environ, "IE_GGUF_CACHE": str(tmp_path / "cache")}
+    res = run_tool("ierun", "generate", "-m", blob, "--ids", "1,2,3", "--max-new", "2", env=env)
+    assert res.returncode == 0, res.stderr
+    imat = tmp_path / "sha256-9e1f"
+    imat.write_bytes((GOLDEN_HF.parent / "imatrix" / "tiny-llama.llamacpp.gguf").read_bytes())
+    res = run_tool("ieconv", "validate", imat)
+    assert res.returncode == 0 and "llama.cpp GGUF importance matrix" in res.stdout, res.stderr
+    blob.write_bytes(b"GGUX" + blob.read_bytes()[4:])
+    assert run_tool("ieconv", "validate", blob).returncode == 1
+
+
 def test_chat_template_goes_to_tokenizer_config(tmp_path):
     template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
     gguf = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf",
