@@ -34,7 +34,8 @@ from iekit.formats.quant import QuantError
 # The config and tokenizer files a converter writes next to the weights.
 CONFIG_FILES = ("config.json", "generation_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "tokenizer.model", "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json")
+                   "tokenizer.model", "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json",
+                   "chat_template.jinja")  # (transformers >= 4.50 saves the chat template there)
 # Every file name an IEBIN artifact directory may hold that iekit writes
 # (the converters) or links there (dedup-link): what --overwrite replaces as a whole.
 ARTIFACT_FILES = (iebin.META_NAME, iebin.BIN_NAME, *CONFIG_FILES, *TOKENIZER_FILES, dedup_fmt.INDEX_NAME,

@@ -261,6 +261,25 @@ def _post_processor(tok, fields: dict[str, Any], path: Path, tokens: list[str], 
         single=seq("A", 0), pair=f"{seq('A', 0)} {seq('B', 1)}", special_tokens=sorted({e for e in ends if e}))
 
 
+_TEMPLATE_KEY = "tokenizer.chat_template"
+
+
+def _chat_templates(fields: dict[str, Any], path: Path) -> str | list[dict[str, str]] | None:
+    """The file's chat template as tokenizer_config.json holds it: the text,
+    or, where it has named ones besides (``tokenizer.chat_template.NAME``,
+    tool use and the like), transformers' list of {name, template} with the
+    unnamed one as "default"."""
+    named = {}
+    for key, v in fields.items():
+        if key == _TEMPLATE_KEY or key.startswith(_TEMPLATE_KEY + "."):
+            if not isinstance(v, str):
+                raise FormatError(path, key, f"expected a string, got {type(v).__name__}")
+            named["default" if key == _TEMPLATE_KEY else key[len(_TEMPLATE_KEY) + 1:]] = v
+    if set(named) <= {"default"}:
+        return named.get("default")
+    return [{"name": n, "template": t} for n, t in sorted(named.items(), key=lambda kv: kv[0] != "default")]
+
+
 def tokenizer_config_json(fields: dict[str, Any], path: Path) -> bytes | None:
     """A ``tokenizer_config.json`` carrying the file's chat template
     (``tokenizer.chat_template``) and the text of its BOS/EOS tokens, which
@@ -270,13 +289,11 @@ def tokenizer_config_json(fields: dict[str, Any], path: Path) -> bytes | None:
     vocabulary's unknown token (``unk_token``, which llama.cpp's BPE never
     emits, so not in the model, but which an export names again); None when
     there is none of these."""
-    template = fields.get("tokenizer.chat_template")
+    template = _chat_templates(fields, path)
     scores = fields.get("tokenizer.ggml.scores") if fields.get("tokenizer.ggml.model") == "llama" else None
     unk = fields.get("tokenizer.ggml.unknown_token_id") if fields.get("tokenizer.ggml.model") == "gpt2" else None
     if template is None and scores is None and unk is None:
         return None
-    if template is not None and not isinstance(template, str):
-        raise FormatError(path, "tokenizer.chat_template", f"expected a string, got {type(template).__name__}")
     tokens = fields.get("tokenizer.ggml.tokens") or []
     cfg: dict[str, Any] = {} if template is None else {"chat_template": template}
     if scores is not None:  # checked by tokenizer_json, which runs first
@@ -495,7 +512,33 @@ def gguf_tokenizer_fields(tok_bytes: bytes, tok_config: dict[str, Any], config: 
         fields["tokenizer.ggml.add_eos_token"] = "SpecialToken" in single[-1]
     else:
         fields["tokenizer.ggml.add_bos_token"] = fields["tokenizer.ggml.add_eos_token"] = False
-    template = tok_config.get("chat_template")
-    if isinstance(template, str):
-        fields["tokenizer.chat_template"] = template
+    fields.update(_chat_template_fields(tok_config.get("chat_template"), path))
     return fields
+
+
+def _chat_template_fields(template: Any, path: Path) -> dict[str, Any]:
+    """tokenizer_config.json's ``chat_template`` (a text, or transformers'
+    list of named ones) as llama.cpp's keys, as gguf-py writes them: the
+    default as ``tokenizer.chat_template``, each other one as
+    ``tokenizer.chat_template.NAME`` (NAME's characters outside [A-Za-z0-9]
+    as ``_``), their names in ``tokenizer.chat_templates``."""
+    if template is None:
+        return {}
+    if isinstance(template, str):
+        return {_TEMPLATE_KEY: template}
+    if not isinstance(template, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str)
+                                                 and isinstance(t.get("template"), str) for t in template):
+        raise FormatError(path.with_name("tokenizer_config.json"), "chat_template",
+                          "expected a string or a list of {name, template} strings")
+    out: dict[str, Any] = {}
+    names = []
+    for t in template:
+        name = "".join(c if c.isascii() and c.isalnum() else "_" for c in t["name"])
+        if name == "default":
+            out[_TEMPLATE_KEY] = t["template"]
+        elif name:
+            out[f"{_TEMPLATE_KEY}.{name}"] = t["template"]
+            names.append(name)
+    if names:
+        out["tokenizer.chat_templates"] = names
+    return out

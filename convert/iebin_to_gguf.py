@@ -46,7 +46,7 @@ from iekit.formats import iebin, weight_types
 from iekit.formats.atomic import StagedFiles
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError, UnsupportedError
-from iekit.formats.fileio import read_small
+from iekit.formats.fileio import read_small, read_small_text
 from iekit.formats.gguf_file import MAX_SHARDS
 from iekit.formats.jsonio import loads_strict
 from iekit.formats.model_spec import DecoderSpec, decoder_spec, rope_tables
@@ -465,6 +465,8 @@ def _tokenizer(model: iebin.IebinModel, cfg: dict[str, Any]) -> dict[str, Any]:
     if "tokenizer_config.json" in files:
         tc = loads_strict(read_small(model.dir / "tokenizer_config.json"), model.dir / "tokenizer_config.json")
         tok_cfg = tc if isinstance(tc, dict) else {}
+    if "chat_template.jinja" in files:  # transformers' own file for it, which wins over tokenizer_config's
+        tok_cfg = {**tok_cfg, "chat_template": read_small_text(model.dir / "chat_template.jinja")}
     merged = {**cfg, **{k: v for k, v in model.meta["model"].items() if k.endswith("_token_id")}}
     return gguf_tokenizer_fields(read_small(path), tok_cfg, merged, path)
 

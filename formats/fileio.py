@@ -65,6 +65,19 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):g} MiB"
 
 
+def utf8(data: bytes, path: str | os.PathLike) -> str:
+    """``data``, read from ``path``, as text; or one error naming the first byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(path, "(file)", f"not valid UTF-8 at byte {e.start}") from None
+
+
+def read_small_text(path: str | os.PathLike, max_bytes: int = SMALL_FILE_MAX) -> str:
+    """``read_small`` of a UTF-8 text file (a chat template, say)."""
+    return utf8(read_small(path, max_bytes), path)
+
+
 def read_small(path: str | os.PathLike, max_bytes: int = SMALL_FILE_MAX) -> bytes:
     """The whole of a regular file of at most ``max_bytes`` bytes."""
     check_regular(path)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FormatError
-from .fileio import SMALL_FILE_MAX, read_small
+from .fileio import SMALL_FILE_MAX, read_small, utf8
 from .paths import check_inside
 
 JSON_MAX_BYTES = SMALL_FILE_MAX
@@ -47,10 +47,7 @@ def _no_constant(name: str) -> Any:
 
 
 def loads_strict(data: bytes, file: str | os.PathLike) -> Any:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise FormatError(file, "(file)", f"not valid UTF-8 at byte {e.start}") from None
+    text = utf8(data, file)
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except _Reject as e:

@@ -2,9 +2,11 @@
 
 Instruction-tuned models expect their conversation format (SmolLM2:
 ``<|im_start|>user ...<|im_end|>``); a bare prompt gets answers of a base
-model. The template is the Jinja ``chat_template`` of the model directory's
-``tokenizer_config.json`` (copied by hf-to-iebin; written by gguf-to-iebin
-from the GGUF's ``tokenizer.chat_template``), rendered as transformers'
+model. The template is the model directory's ``chat_template.jinja``
+(where transformers >= 4.50 saves it; copied by hf-to-iebin), else the Jinja
+``chat_template`` of its ``tokenizer_config.json`` (copied by hf-to-iebin;
+written by gguf-to-iebin from the GGUF's ``tokenizer.chat_template``; of a
+list of named ones, "default"), rendered as transformers'
 ``apply_chat_template`` renders it: a sandboxed Jinja environment with
 ``trim_blocks``/``lstrip_blocks``, loop controls, ``raise_exception`` and
 ``strftime_now``, the special tokens' text as ``bos_token``/``eos_token``,
@@ -17,7 +19,7 @@ an exception other than Jinja's own (division by zero, recursion, a bad
 ``%`` format) was exit 3. So it renders in a child interpreter that cannot
 run away: at most ``RENDER_SECONDS`` of wall time and of CPU, ``RENDER_MEMORY``
 bytes of address space and ``RENDER_MAX_CHARS`` characters of output; any
-failure of the template is one line naming tokenizer_config.json.
+failure of the template is one line naming the file it came from.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 CONFIG_NAME = "tokenizer_config.json"
+JINJA_NAME = "chat_template.jinja"
 RENDER_SECONDS = 10           # wall and CPU time of one rendering
 RENDER_MEMORY = 1 << 30       # the renderer's address space
 RENDER_MAX_CHARS = 1 << 22    # 4 Mi characters: more than any context holds as tokens
@@ -43,23 +46,31 @@ def _token_text(v: Any) -> str:
     return v if isinstance(v, str) else ""
 
 
-def load_template(model_dir: Path) -> tuple[str, dict[str, str]]:
-    """(template source, {bos_token, eos_token}) of the model, or one clear error."""
+def load_template(model_dir: Path) -> tuple[str, dict[str, str], Path]:
+    """(template source, {bos_token, eos_token}, the file it came from) of
+    the model, or one clear error. ``chat_template.jinja``, where transformers >= 4.50 saves the
+    template, wins over tokenizer_config.json's, as in transformers."""
     from iekit.formats.errors import FormatError, IEError
-    from iekit.formats.fileio import model_file, read_small
+    from iekit.formats.fileio import model_file, read_small, read_small_text
     from iekit.formats.jsonio import loads_strict
 
     path = model_file(model_dir, CONFIG_NAME)
-    if path is None:
-        raise IEError(f"{model_dir}: no {CONFIG_NAME}, so no chat template; drop --chat and give the prompt as it "
-                      "should be fed")
-    cfg = loads_strict(read_small(path), path)
-    tpl = cfg.get("chat_template") if isinstance(cfg, dict) else None
+    jinja = model_file(model_dir, JINJA_NAME)
+    if path is None and jinja is None:
+        raise IEError(f"{model_dir}: no {CONFIG_NAME} or {JINJA_NAME}, so no chat template; drop --chat and give the "
+                      "prompt as it should be fed")
+    cfg = loads_strict(read_small(path), path) if path is not None else {}
+    cfg = cfg if isinstance(cfg, dict) else {}
+    if jinja is not None:
+        tpl: Any = read_small_text(jinja)
+        path = jinja
+    else:
+        tpl = cfg.get("chat_template")
     if isinstance(tpl, list):  # named templates: [{"name": "default", "template": ...}, ...]
         tpl = next((t.get("template") for t in tpl if isinstance(t, dict) and t.get("name") == "default"), None)
     if not isinstance(tpl, str) or not tpl:
         raise FormatError(path, "chat_template", "missing or not a string; this model has no chat template")
-    return tpl, {k: _token_text(cfg.get(k)) for k in ("bos_token", "eos_token")}
+    return tpl, {k: _token_text(cfg.get(k)) for k in ("bos_token", "eos_token")}, path
 
 
 def first_turn(prompt: str, system: str | None = None) -> list[dict[str, str]]:

@@ -70,8 +70,8 @@ def chat_ids(dec, model_dir: Path, messages: list[dict[str, str]]) -> list[int]:
     """The conversation in the model's chat template (runtime/chat.py), ready for the assistant's turn."""
     from .chat import load_template, render
 
-    template, specials = load_template(model_dir)
-    return dec.encode(render(template, specials, messages, f"{model_dir}/tokenizer_config.json"),
+    template, specials, source = load_template(model_dir)
+    return dec.encode(render(template, specials, messages, str(source)),
                       add_special_tokens=False)
 
 

@@ -143,6 +143,60 @@ def test_chat_renders_like_transformers(tmp_path):
     assert json.loads(res.stdout)["prompt_ids"] == tok.encode(text, add_special_tokens=False).ids
 
 
+def test_chat_template_jinja_is_the_template_everywhere(tmp_path):
+    """A checkpoint saved by transformers >= 4.50 keeps its template in
+    chat_template.jinja (gpt-oss does): hf-to-iebin carries it, generate
+    --chat renders it (over tokenizer_config.json's, as transformers does)
+    and iebin-to-gguf writes it as tokenizer.chat_template, so LM Studio and
+    Ollama see it; a template file that is not UTF-8 is one line."""
+    import gguf
+
+    hf = tmp_path / "hf"
+    shutil.copytree(GOLDEN_HF / "tiny-llama", hf)
+    (hf / "tokenizer_config.json").write_text(json.dumps({"chat_template": "old {{ messages }}",
+                                                          "bos_token": "<s>", "eos_token": "</s>"}))
+    (hf / "chat_template.jinja").write_text(TEMPLATE)
+    assert run_tool("ieconv", "hf-to-iebin", "--hf-dir", hf, "--out-dir", tmp_path / "m", "-q").returncode == 0
+    res = run_tool("ierun", "generate", "--model-dir", tmp_path / "m", "--chat", "--prompt", "hi", "--max-new", "1",
+                   "--json")
+    assert res.returncode == 0, res.stderr
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tmp_path / "m/tokenizer.json"))
+    want = tok.encode("<s><user>hi</user>\n<assistant>", add_special_tokens=False).ids
+    assert json.loads(res.stdout)["prompt_ids"] == want
+    res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", tmp_path / "m", "--out", tmp_path / "m.gguf", "-q")
+    assert res.returncode == 0, res.stderr
+    assert gguf.GGUFReader(str(tmp_path / "m.gguf")).fields["tokenizer.chat_template"].contents() == TEMPLATE
+    (hf / "chat_template.jinja").write_bytes(b"{{ 'caf\xe9' }}")
+    assert run_tool("ieconv", "hf-to-iebin", "--hf-dir", hf, "--out-dir", tmp_path / "m2", "-q").returncode == 0
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", tmp_path / "m2", "--chat", "--prompt", "x"),
+                          "chat_template.jinja", "not valid UTF-8 at byte 7")
+
+
+def test_named_chat_templates_go_both_ways(tmp_path):
+    """A GGUF's named templates (tokenizer.chat_template.NAME, as gguf-py
+    writes tool_use and the like) were dropped on import; now they are
+    transformers' list in tokenizer_config.json, --chat renders the default
+    one, and an export writes every key back as it was."""
+    import gguf
+    from gguf_build import gguf_from_hf
+
+    kv = {"tokenizer.chat_template": ("string", TEMPLATE), "tokenizer.chat_template.tool_use": ("string", "T {{ 1 }}")}
+    src = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", extra_kv=kv)
+    assert run_tool("ieconv", "gguf-to-iebin", "--gguf", src, "--out-dir", tmp_path / "m", "-q").returncode == 0
+    cfg = json.loads((tmp_path / "m/tokenizer_config.json").read_text())
+    assert cfg["chat_template"] == [{"name": "default", "template": TEMPLATE}, {"name": "tool_use", "template": "T {{ 1 }}"}]
+    res = run_tool("ierun", "generate", "--model-dir", tmp_path / "m", "--chat", "--prompt", "hi", "--max-new", "1")
+    assert res.returncode == 0, res.stderr
+    res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", tmp_path / "m", "--out", tmp_path / "b.gguf", "-q")
+    assert res.returncode == 0, res.stderr
+    fields = gguf.GGUFReader(str(tmp_path / "b.gguf")).fields
+    assert fields["tokenizer.chat_template"].contents() == TEMPLATE
+    assert fields["tokenizer.chat_template.tool_use"].contents() == "T {{ 1 }}"
+    assert fields["tokenizer.chat_templates"].contents() == ["tool_use"]
+
+
 @pytest.mark.parametrize("template, needle", [
     ("{{ raise_exception('roles must alternate') }}", "roles must alternate"),
     ("{% for %}", "chat template failed"),
