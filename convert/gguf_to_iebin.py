@@ -48,7 +48,7 @@ from iekit.formats.model_spec import check_convertible, rope_tables
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
-from .gguf_names import ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, GGUFArch, hf_layer_name
+from .gguf_names import ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED, GGUFArch, hf_layer_name
 from .gguf_tokenizer import tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
@@ -70,7 +70,7 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
     if key == "llama":
         moe = g.fields.get("llama.expert_count", 0)
         return GGUF_ARCHS_BY_CLASS["MixtralForCausalLM" if type(moe) is int and moe > 0 else "LlamaForCausalLM"]
-    return next(a for a in GGUF_ARCHS_BY_CLASS.values() if a.gguf == key)
+    return next(a for a in IMPORTED if a.gguf == key)
 
 
 def row_order(g: GGUFModel, t: GGUFTensor, cfg: dict[str, Any]) -> np.ndarray | None:
@@ -219,7 +219,8 @@ _WINDOW_KEYS = frozenset({"attention.sliding_window", "attention.sliding_window_
 def _check_arch_keys(g: GGUFModel, arch: GGUFArch) -> None:
     a = arch.gguf
     moe = bool(arch.experts or arch.paired)
-    allowed = _DENSE_KEYS | (_MOE_KEYS if moe else set()) | (_WINDOW_KEYS if a == "gpt-oss" else set())
+    allowed = (_DENSE_KEYS | (_MOE_KEYS if moe else set()) | (_WINDOW_KEYS if a == "gpt-oss" else set())
+               | ({"attention.sliding_window"} if a == "phi3" else set()))  # which llama.cpp does not apply
     for key, value in g.fields.items():
         if not key.startswith(a + "."):
             continue
@@ -334,6 +335,8 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
     arch = _arch_of(g)
     by_name = {t.name: t for t in g.tensors}
     stacks = {v: k for k, v in arch.experts.items()}
+    part_rows = {"q": cfg["num_attention_heads"] * cfg["head_dim"], "kv": cfg["num_key_value_heads"] * cfg["head_dim"],
+                 "ff": cfg["intermediate_size"]}
     paired = {g2: (hf, k) for hf, pair in arch.paired.items() for k, g2 in enumerate(pair)}
     out: list[_Tensor] = []
     for t in g.tensors:
@@ -354,6 +357,18 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
             for e in range(n_exp):
                 out.append(_Tensor(t, f"model.layers.{int(layer)}.{stacks[suffix].format(e=e)}", "",
                                    np.arange(e * rows, (e + 1) * rows), "", shape_=list(t.shape[1:])))
+        elif suffix in arch.fused:
+            parts = [(hf, part_rows[k]) for hf, k in arch.fused[suffix]]
+            if len(t.shape) != 2 or t.shape[0] != sum(n for _, n in parts):
+                split = " + ".join(f"{n} ({hf.split('.')[-2]})" for hf, n in parts)
+                raise FormatError(g.path, where, f"shape {t.shape}: expected {split} rows")
+            r0 = 0
+            for hf, n in parts:  # whole rows: a quantized part keeps its bytes
+                out.append(_Tensor(t, f"model.layers.{int(layer)}.{hf}", "", np.arange(r0, r0 + n), "",
+                                   shape_=[n, t.shape[1]]))
+                r0 += n
+        elif t.name.startswith("rope_factors_"):
+            raise FormatError(g.path, where, "LongRoPE (Phi-3's 128k models, Phi-3.5) is not supported")
         elif suffix in paired:
             hf, k = paired[suffix]
             if k == 1:

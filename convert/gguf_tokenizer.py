@@ -126,14 +126,27 @@ def tokenizer_json(fields: dict[str, Any], path: Path) -> bytes:
                                                         "(supported: gpt2 byte-level BPE, llama SentencePiece BPE)")
     from tokenizers import AddedToken
 
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+    rstrip = _rstripped(fields, tokens, types)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False, rstrip=t in rstrip)
                             for t, ty in zip(tokens, types) if ty == CONTROL])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False, rstrip=t in rstrip)
                     for t, ty in zip(tokens, types) if ty == USER_DEFINED])
     # llama.cpp's defaults when the file does not say: BOS for SentencePiece and for Llama-3's and Tekken's BPE.
     bos_default = kind == "llama" or BPE_PRE[fields["tokenizer.ggml.pre"]].add_bos
     _post_processor(tok, fields, path, tokens, bos_default)
     return (json.dumps(json.loads(tok.to_str()), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
+
+
+def _rstripped(fields: dict[str, Any], tokens: list[str], types: list[int]) -> set[str]:
+    """The special tokens after which llama.cpp drops the whitespace: for a
+    model whose ``general.name`` says Phi-3, all of them but ``<unk>``,
+    ``<s>`` and ``<|endoftext|>`` (llama-vocab.cpp sets these attributes by
+    the model's name); none for any other model."""
+    name = fields.get("general.name")
+    if not isinstance(name, str) or not any(k in name.lower() for k in ("phi-3", "phi3")):
+        return set()
+    special = {t for t, ty in zip(tokens, types) if ty in (CONTROL, USER_DEFINED)}
+    return special - {"<unk>", "<s>", "<|endoftext|>"}
 
 
 def _get(fields: dict[str, Any], path: Path, key: str, typ: type) -> Any:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 LLAMA_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+               "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
                "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
                "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
 
@@ -82,7 +83,8 @@ def tokenizer_fields(tok_json: dict) -> dict:
 
 def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None, pre: str = "gpt-2",
                  arch: str | None = None, extra_kv: dict | None = None,
-                 tokenizer: dict | str | None = None, spm=None, split_max_tensors: int = 0) -> Path:
+                 tokenizer: dict | str | None = None, spm=None, split_max_tensors: int = 0,
+                 extra_tensors: dict[str, np.ndarray] | None = None) -> Path:
     """Write ``out`` from the checkpoint ``hf_dir``; ``quant`` maps a regex on
     HF names to a GGMLQuantizationType name (first match wins); ``tokenizer``
     (a tokenizer.json) replaces the checkpoint's, or is ``"none"``: no
@@ -92,7 +94,10 @@ def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None
     convert_hf_to_gguf's ``_set_vocab_sentencepiece`` does. ``split_max_tensors``:
     split into files of that many tensors, as convert_hf_to_gguf's
     ``--split-max-tensors`` does (gguf-py's writer names them
-    ``STEM-00001-of-0000N.gguf``); the first file's path is returned."""
+    ``STEM-00001-of-0000N.gguf``); the first file's path is returned.
+    ``arch="phi3"``: a Llama checkpoint written as Phi-3 is (q, k, v rows in
+    one ``attn_qkv``, gate and up rows in one ``ffn_up``, no q/k reordering).
+    ``extra_tensors``: more tensors by GGUF name, as they are."""
     import gguf
     from gguf.constants import GGMLQuantizationType
     from gguf.quants import quantize
@@ -137,7 +142,16 @@ def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None
         w.add_token_list(tf["tokens"])
         w.add_token_types(tf["types"])
         w.add_token_merges(tf["merges"])
-    for hf, t in hf_tensors(hf_dir).items():
+    tensors = hf_tensors(hf_dir)
+    if arch == "phi3":
+        for k in [k for k in tensors if k.endswith((".q_proj.weight", ".gate_proj.weight"))]:
+            if ".q_proj." in k:
+                parts = [tensors.pop(k.replace("q_proj", p)) for p in ("q_proj", "k_proj", "v_proj")]
+                tensors[k.replace("q_proj", "qkv_proj")] = np.concatenate(parts)
+            else:
+                parts = [tensors.pop(k.replace("gate_proj", p)) for p in ("gate_proj", "up_proj")]
+                tensors[k.replace("gate_proj", "gate_up_proj")] = np.concatenate(parts)
+    for hf, t in tensors.items():
         name = gguf_name(hf)
         if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
             t = llama_permute(t, heads if ".attn_q." in name else kv_heads)
@@ -157,6 +171,8 @@ def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None
         else:
             q = GGMLQuantizationType[qtype]
             w.add_tensor(name, quantize(np.ascontiguousarray(t), q), raw_dtype=q)
+    for name, t in (extra_tensors or {}).items():
+        w.add_tensor(name, t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -86,6 +86,41 @@ def test_float_import_equals_hf_to_iebin(tmp_path, hf_artifacts, model):
     assert run_tool("ieconv", "validate", "--deep", tmp_path / "out").returncode == 0
 
 
+def test_phi3_is_llama_with_fused_matrices(tmp_path, hf_artifacts):
+    """A phi3 file (q, k, v rows in attn_qkv; gate, up rows in ffn_up) is the
+    Llama it holds: in floats, hf-to-iebin's model.ie.bin byte for byte and
+    its logits; quantized, every split part keeps the fused tensor's block
+    bytes, the same as the Llama file's separately quantized matrices."""
+    from iekit.runtime.decoder import Decoder
+
+    gguf = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "phi3.gguf", arch="phi3",
+                        extra_kv={"phi3.attention.sliding_window": ("uint32", 2047)})
+    assert _import(gguf, tmp_path / "out").returncode == 0
+    ref = hf_artifacts["tiny-llama"]
+    assert (tmp_path / "out/model.ie.bin").read_bytes() == (ref / "model.ie.bin").read_bytes()
+    ids = [5, 17, 42, 99, 3, 250, 7, 8]
+    assert np.array_equal(Decoder(tmp_path / "out", ctx=16).logits(ids), Decoder(ref, ctx=16).logits(ids))
+    assert _meta(tmp_path / "out")["model"]["architecture"] == "LlamaForCausalLM"
+    quant = {r"qkv_proj|q_proj|k_proj|v_proj": "Q8_0", r"gate_up_proj|gate_proj|up_proj": "Q4_0"}
+    a = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "q-phi3.gguf", arch="phi3", quant=quant)
+    b = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "q-llama.gguf", quant=quant)
+    assert _import(a, tmp_path / "qa").returncode == 0 and _import(b, tmp_path / "qb").returncode == 0
+    assert (tmp_path / "qa/model.ie.bin").read_bytes() == (tmp_path / "qb/model.ie.bin").read_bytes()
+    assert [t["dtype"] for t in _meta(tmp_path / "qa")["tensors"]] == [t["dtype"] for t in _meta(tmp_path / "qb")["tensors"]]
+
+
+def test_phi3_what_the_decoder_cannot_run_is_refused(tmp_path):
+    """LongRoPE's per-layer factors, and a fused matrix whose rows are not
+    the heads' and channels' the metadata gives: one line naming them."""
+    long = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "long.gguf", arch="phi3",
+                        extra_tensors={"rope_factors_long.weight": np.ones(8, np.float32)})
+    assert_one_line_error(_import(long, tmp_path / "o1"), "rope_factors_long.weight", "LongRoPE")
+    bad = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "bad.gguf", arch="phi3",
+                       extra_kv={"phi3.feed_forward_length": ("uint32", 100)})
+    assert_one_line_error(_import(bad, tmp_path / "o2"), "blk.0.ffn_up.weight", "100 (gate_proj) + 100 (up_proj)")
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
 def test_quantized_blocks_keep_their_bytes(tmp_path):
     """Q8_0 / Q4_0 / Q4_1 / Q5_0 tensors: the artifact's bytes are the GGUF's
     (rows un-interleaved for q/k), which are also what iekit's own quantizer

@@ -3,7 +3,7 @@ gguf-to-iebin's rebuilt tokenizer against llama.cpp's own ids, and the name
 iebin-to-gguf gives a tokenizer.json, Hugging Face's spellings included.
 
 The reference is llama.cpp itself: golden/gguf/make_pretokenizer_ids.py
-froze what ``llama-tokenize`` gives for 405 strings under each split, on a
+froze what ``llama-tokenize`` gives for 406 strings under each split, on a
 vocabulary whose merges cross the boundaries the splits draw and that has
 tokens no merge makes (so ``ignore_merges`` shows)."""
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -36,19 +37,23 @@ def _ids(tokenizer_json: Path) -> list[list[int]]:
     return [e.ids for e in Tokenizer.from_file(str(tokenizer_json)).encode_batch(FROZEN["texts"])]
 
 
-@pytest.mark.parametrize("pre", list(FROZEN["ids"]))
-def test_rebuilt_tokenizer_gives_llama_cpps_ids_and_exports_under_the_same_split(tmp_path, pre):
+@pytest.mark.parametrize("label", list(FROZEN["cases"]))
+def test_rebuilt_tokenizer_gives_llama_cpps_ids_and_exports_under_the_same_split(tmp_path, label):
     """The import of a GGUF with this ``tokenizer.ggml.pre`` tokenizes every
     string exactly as llama.cpp did (BOS by llama.cpp's default for the name,
-    special tokens matched, whole-token pieces as its ignore_merges says);
+    special tokens matched, whole-token pieces as its ignore_merges says, and
+    for a model named Phi-3 the whitespace after special tokens dropped);
     exported again, the file names a split llama.cpp treats the same way,
     with the same vocabulary."""
     import gguf
 
-    src = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", pre=pre, tokenizer=_vocab())
+    case = FROZEN["cases"][label]
+    pre = case["pre"]
+    extra = {"general.name": ("string", case["general.name"])} if "general.name" in case else None
+    src = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", pre=pre, tokenizer=_vocab(), extra_kv=extra)
     res = run_tool("ieconv", "gguf-to-iebin", "--gguf", src, "--out-dir", tmp_path / "m", "-q")
     assert res.returncode == 0, res.stderr
-    assert _ids(tmp_path / "m/tokenizer.json") == FROZEN["ids"][pre]
+    assert _ids(tmp_path / "m/tokenizer.json") == FROZEN["ids"][label]
     res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", tmp_path / "m", "--out", tmp_path / "b.gguf", "-q")
     assert res.returncode == 0, res.stderr
     a, b = (gguf.GGUFReader(str(p)).fields for p in (src, tmp_path / "b.gguf"))
@@ -63,8 +68,13 @@ def test_the_frozen_splits_tell_every_pair_apart():
     def body(pre: str) -> list[list[int]]:
         return [ids[1:] if BPE_PRE[pre].add_bos else ids for ids in FROZEN["ids"][pre]]
 
-    for p, q in itertools.combinations(FROZEN["ids"], 2):
+
+    splits = [label for label, case in FROZEN["cases"].items() if label == case["pre"]]
+    for p, q in itertools.combinations(splits, 2):
         assert sum(x != y for x, y in zip(body(p), body(q))) >= 50, (p, q)
+    # a Phi-3 name changes only the whitespace after special tokens: here
+    phi = [i for i, (x, y) in enumerate(zip(FROZEN["ids"]["gpt-2 named Phi3"], FROZEN["ids"]["gpt-2"])) if x != y]
+    assert len(phi) >= 20 and all(re.search(r"(</s>|<tool>)\s", FROZEN["texts"][i]) for i in phi)
 
 
 # Hugging Face's own tokenizer.json spellings of the splits (what convert_hf_to_gguf meets).

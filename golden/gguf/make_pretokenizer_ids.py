@@ -3,7 +3,8 @@ the same strings under one byte-level BPE vocabulary and each pre-tokenizer
 llama.cpp knows by a different split (``tokenizer.ggml.pre``).
 
 The reference for gguf-to-iebin's rebuilt tokenizers: a GGUF is written for
-each pre-tokenizer (tests/gguf_build.py's ``gguf_from_hf``, the tiny-llama
+each pre-tokenizer (and once more under a Phi-3 name, for which llama.cpp
+strips the whitespace after special tokens) (tests/gguf_build.py's ``gguf_from_hf``, the tiny-llama
 weights, the vocabulary in ``pretokenizer-vocab.json``), and llama.cpp's
 ``llama-tokenize`` (vocab only, special tokens parsed, its BOS rule) gives
 the ids. The vocabulary is a byte-level BPE trained on the strings without
@@ -33,15 +34,17 @@ from gguf_build import gguf_from_hf  # noqa: E402
 
 VOCAB = HERE / "pretokenizer-vocab.json"
 OUT = HERE / "pretokenizer-llamacpp-ids.json"
-# One name per distinct split (and ignore_merges / BOS rule) in llama.cpp's llama-vocab.cpp.
+# One name per distinct split (and ignore_merges / BOS rule) in llama.cpp's llama-vocab.cpp; and GPT-2's split
+# in a model named Phi-3, for which llama.cpp drops the whitespace after most special tokens.
 PRES = ["gpt-2", "smollm", "llama-bpe", "smaug-bpe", "qwen2", "gpt-4o", "tekken", "deepseek-llm", "deepseek-coder",
         "deepseek-v3"]
+CASES = {**{p: {"pre": p} for p in PRES}, "gpt-2 named Phi3": {"pre": "gpt-2", "general.name": "Phi3"}}
 PIECES = ["the", " quick", "Brown", " fox", "'s", "'LL", " don't", " It'S", "12345", " 7", "3.14", "1234567",
           "  ", "\n", "\n\n", "\t", " \n ", "\r\n", "   \n", "café", " naïve", "Ünïcödé", "ÉTÉ", "éÉ",
           " Straße", " ΑΒΓαβγ", " Привет", "мир", "e\u0301", "日本語", " 中文字符", "ひらがな", "カタカナ", "한국어", "😀", "!!",
           "?", " ...", "-", "$5", "x2", "_", " ", "a", "Z", "0", "99 bottles", "e-mail", "(x)", "#1", "€",
           "HTTPServer", " CamelCase", "iPhone", " getURL", "/usr/bin", "a/b/c", "//", "C++", "foo_bar",
-          "@user", "١٢٣", "²", "Ⅻ", "<s>", "</s>", "<tool>", " def f(x):", "    return x",
+          "@user", "١٢٣", "²", "Ⅻ", "<s>", "</s>", "<|endoftext|>", "<tool>", " def f(x):", "    return x",
           "https://example.com/a?b=1", "«»", "—", "ＡＢＣ", "ｶﾀｶﾅ"]
 
 
@@ -57,7 +60,7 @@ def train() -> dict:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=["<s>", "</s>", "<unk>"], show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=["<s>", "</s>", "<unk>", "<|endoftext|>"], show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(strings(6000, seed=1), trainer)
     tok.add_tokens(["<tool>"])  # a user-defined (non-special) added token
@@ -82,15 +85,17 @@ def llama_tokenize(gguf: Path, text: str, work: Path) -> list[int]:
 def main() -> None:
     spec = train()
     VOCAB.write_text(json.dumps(spec, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    texts = strings(400, seed=7) + ["a<tool>b", "<s>x</s>", " quick", "HTTPServer", "ÉTÉéÉ"]
-    head = {"vocab_sha256": hashlib.sha256(VOCAB.read_bytes()).hexdigest(), "texts": texts}
+    texts = strings(400, seed=7) + ["a<tool>b", "<s>x</s>", " quick", "HTTPServer", "ÉTÉéÉ", "a</s>  x\n</s>\n"]
+    head = {"vocab_sha256": hashlib.sha256(VOCAB.read_bytes()).hexdigest(), "texts": texts, "cases": CASES}
     ids = {}
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
-        for pre in PRES:
-            gguf = gguf_from_hf(ROOT / "golden/hf/tiny-llama", work / f"{pre}.gguf", pre=pre, tokenizer=spec)
-            ids[pre] = [llama_tokenize(gguf, t, work) for t in texts]
-            print(f"{pre}: {sum(map(len, ids[pre]))} ids", flush=True)
+        for label, case in CASES.items():
+            extra = {"general.name": ("string", case["general.name"])} if "general.name" in case else None
+            gguf = gguf_from_hf(ROOT / "golden/hf/tiny-llama", work / "m.gguf", pre=case["pre"], tokenizer=spec,
+                                extra_kv=extra)
+            ids[label] = [llama_tokenize(gguf, t, work) for t in texts]
+            print(f"{label}: {sum(map(len, ids[label]))} ids", flush=True)
     lines = ",\n".join(f"{json.dumps(p)}: {json.dumps(v)}" for p, v in ids.items())
     OUT.write_text(json.dumps(head, ensure_ascii=False)[:-1] + ', "ids": {\n' + lines + "\n}}\n", encoding="utf-8")
 
