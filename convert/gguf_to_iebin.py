@@ -386,6 +386,11 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
         else:
             raise FormatError(g.path, where, f"has no Hugging Face counterpart for {cfg['architectures'][0]}; "
                                              "this tensor cannot be carried over")
+    first: dict[str, str] = {}
+    for p in out:  # e.g. a phi3 layer with attn_qkv and attn_q both
+        if first.setdefault(p.name, p.src.name) != p.src.name:
+            raise FormatError(g.path, f"tensor {p.src.name!r}", f"holds {p.name}, which tensor "
+                                                                f"{first[p.name]!r} holds too")
     return out
 
 

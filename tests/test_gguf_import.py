@@ -110,15 +110,19 @@ def test_phi3_is_llama_with_fused_matrices(tmp_path, hf_artifacts):
 
 
 def test_phi3_what_the_decoder_cannot_run_is_refused(tmp_path):
-    """LongRoPE's per-layer factors, and a fused matrix whose rows are not
-    the heads' and channels' the metadata gives: one line naming them."""
+    """LongRoPE's per-layer factors, a fused matrix whose rows are not the
+    heads' and channels' the metadata gives, and a layer holding q both fused
+    and alone: one line naming the file and tensors."""
     long = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "long.gguf", arch="phi3",
                         extra_tensors={"rope_factors_long.weight": np.ones(8, np.float32)})
     assert_one_line_error(_import(long, tmp_path / "o1"), "rope_factors_long.weight", "LongRoPE")
     bad = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "bad.gguf", arch="phi3",
                        extra_kv={"phi3.feed_forward_length": ("uint32", 100)})
     assert_one_line_error(_import(bad, tmp_path / "o2"), "blk.0.ffn_up.weight", "100 (gate_proj) + 100 (up_proj)")
-    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+    both = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "both.gguf", arch="phi3",
+                        extra_tensors={"blk.0.attn_q.weight": np.zeros((64, 64), np.float32)})
+    assert_one_line_error(_import(both, tmp_path / "o3"), str(both), "'blk.0.attn_q.weight'", "'blk.0.attn_qkv.weight'")
+    assert not any((tmp_path / o).exists() for o in ("o1", "o2", "o3"))
 
 
 def test_quantized_blocks_keep_their_bytes(tmp_path):
