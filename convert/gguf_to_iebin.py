@@ -517,6 +517,10 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
         for p in plans:
             p.importance = importance.get(p.name)
     aux_data = aux_files(g, cfg)
+    if g.fields.get("tokenizer.ggml.model") == "gpt2" and g.fields.get("tokenizer.ggml.pre", "default") == "default":
+        warnings.append("tokenizer.ggml.pre: the file names no pre-tokenizer, so llama.cpp splits text with its "
+                        "default regexes (warning that generation quality will suffer), and so does the import; "
+                        "the model was trained with its own, which a file made by a recent convert_hf_to_gguf.py names")
     if (unsupported := check_convertible(model_summary(cfg), cfg, {p.name: p.shape for p in plans}, g.path)):
         warnings.append(unsupported)
     out = ArtifactOut(out_dir, overwrite, list(aux_data))

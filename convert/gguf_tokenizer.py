@@ -90,6 +90,8 @@ _PRE_GROUPS: tuple[tuple[tuple[str, ...], BpePre], ...] = (
     (("deepseek-llm",), BpePre(_DEEPSEEK_LLM)),
     (("deepseek-coder",), BpePre(_DEEPSEEK_CODER)),
     (("deepseek-v3",), BpePre(_DEEPSEEK3)),
+    # what llama.cpp splits with when the file names no pre-tokenizer (it warns that quality will suffer)
+    (("default",), BpePre((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"))),
 )
 # tokenizer.ggml.pre -> its split; the first name of each group is the one an export writes.
 BPE_PRE: dict[str, BpePre] = {name: pre for names, pre in _PRE_GROUPS for name in names}

@@ -53,6 +53,7 @@ def test_rebuilt_tokenizer_gives_llama_cpps_ids_and_exports_under_the_same_split
     src = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", pre=pre, tokenizer=_vocab(), extra_kv=extra)
     res = run_tool("ieconv", "gguf-to-iebin", "--gguf", src, "--out-dir", tmp_path / "m", "-q")
     assert res.returncode == 0, res.stderr
+    assert ("names no pre-tokenizer" in res.stderr) == (pre == "default")  # llama.cpp warns of it too
     assert _ids(tmp_path / "m/tokenizer.json") == FROZEN["ids"][label]
     res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", tmp_path / "m", "--out", tmp_path / "b.gguf", "-q")
     assert res.returncode == 0, res.stderr
