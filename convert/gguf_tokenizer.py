@@ -14,8 +14,9 @@ rebuilt here is the HF pipeline that tokenizes like llama.cpp does:
   tokenizer does), byte fallback for ``<0xNN>`` tokens, the ``▁`` space
   convention and a prefix space.
 
-Token types: CONTROL (3) becomes a special added token, USER_DEFINED (4) a
-non-special added token, matched before the model runs, as in llama.cpp.
+Token types: CONTROL (3) and UNKNOWN (2) become special added tokens,
+USER_DEFINED (4) non-special ones, matched before the model runs, as in
+llama.cpp (whose text partition takes all three).
 ``tokenizer.ggml.add_bos_token`` / ``add_eos_token`` become the post-processor.
 Any other kind or pre-tokenizer is refused with one line: a tokenizer that
 silently splits text differently would make every figure downstream wrong.
@@ -95,7 +96,7 @@ _PRE_GROUPS: tuple[tuple[tuple[str, ...], BpePre], ...] = (
 )
 # tokenizer.ggml.pre -> its split; the first name of each group is the one an export writes.
 BPE_PRE: dict[str, BpePre] = {name: pre for names, pre in _PRE_GROUPS for name in names}
-CONTROL, USER_DEFINED, BYTE = 3, 4, 6
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6  # llama_token_type
 SPM_SPACE = "\u2581"
 
 
@@ -130,7 +131,7 @@ def tokenizer_json(fields: dict[str, Any], path: Path) -> bytes:
 
     rstrip = _rstripped(fields, tokens, types)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False, rstrip=t in rstrip)
-                            for t, ty in zip(tokens, types) if ty == CONTROL])
+                            for t, ty in zip(tokens, types) if ty in (CONTROL, UNKNOWN)])
     tok.add_tokens([AddedToken(t, special=False, normalized=False, rstrip=t in rstrip)
                     for t, ty in zip(tokens, types) if ty == USER_DEFINED])
     # llama.cpp's defaults when the file does not say: BOS for SentencePiece and for Llama-3's and Tekken's BPE.
@@ -322,7 +323,6 @@ def tokenizer_config_json(fields: dict[str, Any], path: Path) -> bytes | None:
 
 # --- the other way: a tokenizer.json as llama.cpp's tokenizer.ggml.* key-values ---
 
-NORMAL, UNKNOWN, UNUSED = 1, 2, 5
 # Hugging Face's spellings (tokenizer.json) of pieces llama.cpp spells out, its regex engine having neither
 # inline case folding nor \p{Lu}: the same text splits the same way, except that llama.cpp's "upper" and
 # "lower" take every letter outside ASCII (o200k's and Tekken's words; docs/gguf.md).
@@ -484,7 +484,9 @@ def gguf_tokenizer_fields(tok_bytes: bytes, tok_config: dict[str, Any], config: 
     for i in range(size):
         if i in added:
             tokens.append(added[i]["content"])
-            types.append(CONTROL if added[i].get("special") else USER_DEFINED)
+            # SentencePiece's unknown piece stays UNKNOWN (the import makes it an added token: llama.cpp matches its text)
+            types.append(UNKNOWN if spm and added[i]["content"] == unk else
+                         CONTROL if added[i].get("special") else USER_DEFINED)
         elif i in rev:
             t = rev[i]
             tokens.append(t)

@@ -418,6 +418,11 @@ def test_sentencepiece_tokenizer_matches_sentencepiece(tmp_path):
     got = [e.ids for e in ours.encode_batch(texts)]
     assert got == [[1] + sp.encode(t) for t in texts]
     assert ours.decode(got[0], skip_special_tokens=True) == texts[0]
+    # llama.cpp matches the UNKNOWN piece's text as it does a control token's (llama-tokenize on this
+    # vocabulary: "<unk>" -> [1, 0]; "x<s>y</s>" -> [1, x, 1, y, 2]); sentencepiece reads both as text
+    assert sp.id_to_piece(0) == "<unk>" and ours.encode("<unk>").ids == [1, 0]
+    xy = ours.encode("x<s>y</s>").ids
+    assert ours.encode("a <unk> b").ids.count(0) == 1 and (xy[2], xy[-1]) == (1, 2)
 
 
 def test_add_bos_token_adds_it(tmp_path):
