@@ -49,7 +49,7 @@ from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED, GGUFArch, hf_layer_name
-from .gguf_tokenizer import tokenizer_config_json, tokenizer_json
+from .gguf_tokenizer import end_of_generation, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
 from .source_hashes import SourceHashes
@@ -292,6 +292,9 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
             if tid >= vocab:
                 raise FormatError(g.path, f"tokenizer.ggml.{key}_token_id", f"{tid} is outside the vocabulary "
                                                                             f"(0..{vocab - 1})")
+    eog = [i for i in end_of_generation(g.fields) if i < vocab]  # where llama.cpp stops: its EOS first
+    if len(eog) > 1 and cfg.get("eos_token_id", eog[0]) == eog[0]:
+        cfg["eos_token_id"] = eog
     return cfg
 
 

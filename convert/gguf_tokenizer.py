@@ -277,6 +277,43 @@ def _post_processor(tok, fields: dict[str, Any], path: Path, tokens: list[str], 
         single=seq("A", 0), pair=f"{seq('A', 0)} {seq('B', 1)}", special_tokens=sorted({e for e in ends if e}))
 
 
+# llama.cpp's end-of-generation tokens (llama-vocab.cpp, "special_eog_ids"): the eos, eot and eom ids, the FIM
+# pad / repo / file-separator ids (named by key, or found by these texts), and every token with one of these texts.
+_EOG_TEXTS = frozenset({
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>",
+    "<eos>", "<turn|>", "<|tool_response>", "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~["})
+_FIM_TEXTS = {"fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+              "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+              "fim_sep": ("<|file_sep|>",)}
+
+
+def end_of_generation(fields: dict[str, Any]) -> list[int]:
+    """The token ids at which llama.cpp stops generating, the file's EOS
+    first: what ``ierun generate`` must stop at too (an instruction-tuned
+    Llama 3 ends its turn with <|eot_id|>, not its EOS). As llama.cpp: a
+    gpt-oss vocabulary (<|call|> or <|calls|>, with <|return|> or
+    <|flush|>) does not stop at <|end|>, and one with <|tool_response> or
+    <|plamo:eos|> not at </s>."""
+    tokens = fields.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        return []
+    ids = [fields.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")]
+    by_text = {t: i for i, t in enumerate(tokens)}
+    for key, texts in _FIM_TEXTS.items():
+        given = fields.get(f"tokenizer.ggml.{key}_token_id")
+        ids += [given] if given is not None else [by_text[t] for t in texts if t in by_text]
+    ids += [i for i, t in enumerate(tokens) if t in _EOG_TEXTS]
+    eog = list(dict.fromkeys(i for i in ids if type(i) is int and 0 <= i < len(tokens)))
+    texts = {tokens[i] for i in eog}
+    calls = "<|call|>" in texts or "<|calls|>" in texts
+    if "<|end|>" in texts and calls and ("<|return|>" in texts or "<|flush|>" in texts):
+        eog.remove(by_text["<|end|>"])
+    if "</s>" in texts and texts & {"<|tool_response>", "<|plamo:eos|>"}:
+        eog.remove(by_text["</s>"])
+    return eog
+
+
 _TEMPLATE_KEY = "tokenizer.chat_template"
 
 

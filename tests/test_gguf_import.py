@@ -295,6 +295,30 @@ def test_a_gguf_is_known_by_its_magic_not_its_name(tmp_path):
     assert run_tool("ieconv", "validate", blob).returncode == 1
 
 
+def test_generation_stops_where_llama_cpp_stops(tmp_path):
+    """config eos_token_id lists llama.cpp's end-of-generation tokens, the
+    file's EOS first: eot/eom/FIM ids by key or by text, and every token
+    with an end-of-turn text (<|eot_id|>, <|im_end|>, </s>, ...); gpt-oss's
+    <|end|> not, beside <|return|> and <|call|> (llama-vocab.cpp's rule)."""
+    from iekit.convert.gguf_tokenizer import end_of_generation
+
+    toks = ["<s>", "</s>", "<|eot_id|>", "x", "<|fim_pad|>", "<|end|>", "<|return|>", "<|call|>", "y"]
+    fields = {"tokenizer.ggml.tokens": toks, "tokenizer.ggml.eos_token_id": 6}
+    assert end_of_generation(fields) == [6, 4, 1, 2, 7]
+    assert end_of_generation({**fields, "tokenizer.ggml.tokens": toks[:6]}) == [4, 1, 2, 5]  # no gpt-oss pair
+    assert end_of_generation({**fields, "tokenizer.ggml.eot_token_id": 8}) == [6, 8, 4, 1, 2, 7]
+    assert end_of_generation({"tokenizer.ggml.tokens": ["a", "b"]}) == []
+    gguf = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf",
+                        extra_kv={"tokenizer.ggml.eot_token_id": ("uint32", 2)})
+    assert _import(gguf, tmp_path / "out").returncode == 0
+    assert json.loads((tmp_path / "out/config.json").read_text())["eos_token_id"] == [1, 2]
+    res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", tmp_path / "out", "--out", tmp_path / "b.gguf", "-q")
+    assert res.returncode == 0, res.stderr
+    import gguf as gguf_py
+
+    assert gguf_py.GGUFReader(str(tmp_path / "b.gguf")).fields["tokenizer.ggml.eos_token_id"].contents() == 1
+
+
 def test_chat_template_goes_to_tokenizer_config(tmp_path):
     template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
     gguf = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf",

@@ -82,12 +82,13 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
         assert (t["dtype"] in ("f16", "bf16", "f32")) == (tb[n]["dtype"] in ("f16", "bf16", "f32")), n
         assert np.array_equal(_values(a, t), _values(b, tb[n])), n
     sa, sb = (decoder_spec(m.meta, m.meta_path) for m in (a, b))
-    differ = {"inv_freq"} | ({"architecture", "arch", "windows"} if name in SOURCE else set())
+    differ = {"inv_freq"} | ({"architecture", "arch", "windows", "eos_ids"} if name in SOURCE else set())
     fields = [f.name for f in dataclasses.fields(sa) if f.name not in differ]
     assert {f: getattr(sa, f) for f in fields} == {f: getattr(sb, f) for f in fields}
     if name in SOURCE:  # Mistral's window, which llama.cpp's Phi-3 graph does not apply
         assert (sa.architecture, sb.architecture) == ("MistralForCausalLM", "LlamaForCausalLM")
         assert set(sa.windows) == {4} and set(sb.windows) == {0}
+        assert sb.eos_ids == sa.eos_ids | {319}  # its <|endoftext|>, at which llama.cpp stops too
     if name.startswith("tiny-gpt-oss"):
         assert b.meta["config"]["rope_scaling"]["truncate"] is True
         assert not np.array_equal(sa.inv_freq, sb.inv_freq)
