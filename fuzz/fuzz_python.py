@@ -312,7 +312,7 @@ def t_quantizestages(data: bytes) -> None:
 def t_tokenizer(data: bytes) -> None:
     from tokenizers import Tokenizer
 
-    from iekit.convert.gguf_tokenizer import tokenizer_config_json, tokenizer_json
+    from iekit.convert.gguf_tokenizer import end_of_generation, tokenizer_config_json, tokenizer_json
     from iekit.formats.library_calls import guarded
 
     try:
@@ -322,6 +322,8 @@ def t_tokenizer(data: bytes) -> None:
     if not isinstance(fields, dict):
         return
     path = Path("fuzz.gguf")
+    tokens = fields.get("tokenizer.ggml.tokens")
+    assert all(0 <= i < len(tokens) for i in end_of_generation(fields))  # never raises; ids inside the vocabulary
     _expected(tokenizer_config_json, fields, path)
     rebuilt = _expected(guarded, path, "rebuilding the tokenizer", tokenizer_json, fields, path)
     if rebuilt is None:
@@ -417,8 +419,9 @@ def _golden_seeds(target: str) -> list[bytes]:
         return [(GOLDEN / "hf" / "tiny-llama3" / "model.safetensors").read_bytes()]
     if target == "bsr":
         return [p.read_bytes() for p in sorted((GOLDEN / "bsr").glob("*.bsr"))]
-    if target == "gguf":
-        return [(GOLDEN / "gguf" / "tiny-llama.mixed.gguf").read_bytes(), *_exported_ggufs()]
+    if target == "gguf":  # ours, and llama.cpp's own converter's (phi3's fused matrices, MXFP4 experts)
+        return [(GOLDEN / "gguf" / "tiny-llama.mixed.gguf").read_bytes(), *_exported_ggufs(),
+                *(p.read_bytes() for p in sorted((GOLDEN / "gguf" / "llamacpp").glob("*.gguf")))]
     if target == "imatrix":
         return [(GOLDEN / "imatrix" / n).read_bytes()
                 for n in ("example.npz", "example-llamacpp.dat", "tiny-llama.llamacpp.gguf", "tiny-llama.llamacpp.dat",
@@ -442,6 +445,9 @@ def _golden_seeds(target: str) -> list[bytes]:
             fields = open_gguf(f).fields
             out.append(json.dumps({k: v for k, v in fields.items() if k.startswith("tokenizer.")
                                    and k != "tokenizer.chat_template"}).encode())
+        first = json.loads(out[0])  # the same vocabulary under splits of other kinds (chains, lookaheads)
+        for pre in ("gpt-4o", "tekken", "deepseek-llm", "default"):
+            out.append(json.dumps({**first, "tokenizer.ggml.pre": pre, "general.name": "Phi3"}).encode())
         return out
     if target == "chat":
         from iekit.formats.gguf_file import open_gguf
