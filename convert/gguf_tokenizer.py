@@ -6,9 +6,11 @@ kind), ``tokens``, ``token_type``, ``merges`` (byte-level BPE) or ``scores``
 of the pre-tokenizer llama.cpp hard-codes for that model family. Each kind
 rebuilt here is the HF pipeline that tokenizes like llama.cpp does:
 
-- ``gpt2`` (byte-level BPE) with pre ``gpt-2``, ``smollm``, ``llama-bpe``,
-  ``qwen2``: the pre-tokenizer regexes of llama.cpp's ``llama-vocab.cpp``
-  for those names, then byte-level BPE with the stored merges;
+- ``gpt2`` (byte-level BPE) with any pre name of ``BPE_PRE`` (GPT-2's,
+  Llama 3's, Qwen2's, o200k's, Tekken's, DeepSeek's splits and their
+  aliases, and llama.cpp's default chain): the pre-tokenizer regexes and
+  flags of llama.cpp's ``llama-vocab.cpp`` for that name, then byte-level
+  BPE with the stored merges;
 - ``llama`` (SentencePiece BPE): merges derived from the scores (a pair
   merges with the priority of the token it forms, as llama.cpp's SPM
   tokenizer does), byte fallback for ``<0xNN>`` tokens, the ``▁`` space
@@ -16,7 +18,8 @@ rebuilt here is the HF pipeline that tokenizes like llama.cpp does:
 
 Token types: CONTROL (3) and UNKNOWN (2) become special added tokens,
 USER_DEFINED (4) non-special ones, matched before the model runs, as in
-llama.cpp (whose text partition takes all three).
+llama.cpp (whose text partition takes all three; by a model's name, Phi-3's
+drop the whitespace after them).
 ``tokenizer.ggml.add_bos_token`` / ``add_eos_token`` become the post-processor.
 Any other kind or pre-tokenizer is refused with one line: a tokenizer that
 silently splits text differently would make every figure downstream wrong.
