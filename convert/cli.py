@@ -187,9 +187,13 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       IQ4_NL, IQ4_XS, MXFP4 blocks are copied byte for byte (their scales
       checked finite); other quantized types (IQ2_XS, IQ3_XXS, ...) are dequantized
       with gguf.quants to --dtype;
+    - architectures llama (Llama, Mistral, Mixtral), qwen2, qwen3, qwen3moe,
+      gpt-oss, and phi3 (Phi-3, Phi-4: its fused q/k/v and gate/up split);
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
-      its vocabulary (byte-level BPE with the gpt-2, smollm, llama-bpe or
-      qwen2 pre-tokenizer; SentencePiece BPE).
+      its vocabulary (byte-level BPE under any split llama.cpp names for
+      these models, gpt-4o, tekken, deepseek-* and llama-bpe among them;
+      SentencePiece BPE), tokenizing as llama.cpp does; a GGUF is known by
+      its magic, so an Ollama blob (sha256-...) is taken as it is.
 
     \b
     Typical use:
