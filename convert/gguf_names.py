@@ -172,6 +172,7 @@ class GGUFArch:
     # fused GGUF suffix -> the HF suffixes its rows hold, in order, each with the rows it takes ("q": the
     # query heads', "kv": the key/value heads', "ff": the MLP's channels)
     fused: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    keys: frozenset[str] = frozenset()  # {arch}.* keys the importer reads beyond every architecture's
 
 
 _MOE_EXPS = {"gate": "ffn_gate_exps.weight", "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
@@ -196,7 +197,8 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
                      "mlp.router.bias": "ffn_gate_inp.bias", "mlp.experts.down_proj": "ffn_down_exps.weight",
                      "mlp.experts.down_proj_bias": "ffn_down_exps.bias"}, norm_after="post_attention_norm"),
              paired={"mlp.experts.gate_up_proj": ("ffn_gate_exps.weight", "ffn_up_exps.weight"),
-                     "mlp.experts.gate_up_proj_bias": ("ffn_gate_exps.bias", "ffn_up_exps.bias")}),
+                     "mlp.experts.gate_up_proj_bias": ("ffn_gate_exps.bias", "ffn_up_exps.bias")},
+             keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern"})),
 )}
 # Read, never written: Phi-3 and Phi-4 are Llama with q, k, v in one matrix and gate, up in another (llama.cpp
 # runs phi3 with rotate-half RoPE, so q/k rows are Hugging Face's; and without Phi-3's sliding window).
@@ -204,7 +206,8 @@ PHI3 = GGUFArch("phi3", "LlamaForCausalLM", "llama", False,
                 {k: v for k, v in _LLAMA.items() if not k.startswith(("mlp.gate_proj.", "mlp.up_proj."))},
                 fused={"attn_qkv.weight": (("self_attn.q_proj.weight", "q"), ("self_attn.k_proj.weight", "kv"),
                                            ("self_attn.v_proj.weight", "kv")),
-                       "ffn_up.weight": (("mlp.gate_proj.weight", "ff"), ("mlp.up_proj.weight", "ff"))})
+                       "ffn_up.weight": (("mlp.gate_proj.weight", "ff"), ("mlp.up_proj.weight", "ff"))},
+                keys=frozenset({"attention.sliding_window"}))  # read, and not applied: llama.cpp does not
 IMPORTED = (*ARCHS.values(), PHI3)
 GGUF_ARCHS = tuple(dict.fromkeys(a.gguf for a in IMPORTED))  # what the importer reads
 

@@ -49,7 +49,7 @@ from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED, GGUFArch, hf_layer_name
-from .gguf_tokenizer import end_of_generation, tokenizer_config_json, tokenizer_json
+from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
 from .source_hashes import SourceHashes
@@ -213,21 +213,19 @@ _DENSE_KEYS = frozenset({
     "rope.scaling.finetuned",  # llama.cpp records whether the scaling was fine-tuned; it computes nothing
 })
 _MOE_KEYS = frozenset({"expert_count", "expert_used_count", "expert_feed_forward_length"})
-_WINDOW_KEYS = frozenset({"attention.sliding_window", "attention.sliding_window_pattern"})
 
 
 def _check_arch_keys(g: GGUFModel, arch: GGUFArch) -> None:
     a = arch.gguf
     moe = bool(arch.experts or arch.paired)
-    allowed = (_DENSE_KEYS | (_MOE_KEYS if moe else set()) | (_WINDOW_KEYS if a == "gpt-oss" else set())
-               | ({"attention.sliding_window"} if a == "phi3" else set()))  # which llama.cpp does not apply
+    allowed = _DENSE_KEYS | (_MOE_KEYS if moe else set()) | arch.keys
     for key, value in g.fields.items():
         if not key.startswith(a + "."):
             continue
         suffix = key[len(a) + 1:]
         if suffix in allowed or (suffix in _MOE_KEYS and value == 0):  # "no experts", as a dense model
             continue
-        what = ("experts" if suffix in _MOE_KEYS else "sliding-window attention" if suffix in _WINDOW_KEYS
+        what = ("experts" if suffix in _MOE_KEYS else "sliding-window attention" if "sliding_window" in suffix
                 else "a setting the importer does not read")
         raise FormatError(g.path, key, f"{value!r:.60}: {what} for {arch.hf_class} cannot be imported as the model "
                                        "computes it; refusing rather than importing another model")
@@ -520,7 +518,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
         for p in plans:
             p.importance = importance.get(p.name)
     aux_data = aux_files(g, cfg)
-    if g.fields.get("tokenizer.ggml.model") == "gpt2" and g.fields.get("tokenizer.ggml.pre", "default") == "default":
+    if g.fields.get("tokenizer.ggml.model") == "gpt2" and pre_name(g.fields) == "default":
         warnings.append("tokenizer.ggml.pre: the file names no pre-tokenizer, so llama.cpp splits text with its "
                         "default regexes (warning that generation quality will suffer), and so does the import; "
                         "the model was trained with its own, which a file made by a recent convert_hf_to_gguf.py names")

@@ -138,7 +138,7 @@ def tokenizer_json(fields: dict[str, Any], path: Path) -> bytes:
     tok.add_tokens([AddedToken(t, special=False, normalized=False, rstrip=t in rstrip)
                     for t, ty in zip(tokens, types) if ty == USER_DEFINED])
     # llama.cpp's defaults when the file does not say: BOS for SentencePiece and for Llama-3's and Tekken's BPE.
-    bos_default = kind == "llama" or BPE_PRE[fields["tokenizer.ggml.pre"]].add_bos
+    bos_default = kind == "llama" or BPE_PRE[pre_name(fields)].add_bos
     _post_processor(tok, fields, path, tokens, bos_default)
     return (json.dumps(json.loads(tok.to_str()), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
 
@@ -151,8 +151,14 @@ def _rstripped(fields: dict[str, Any], tokens: list[str], types: list[int]) -> s
     name = fields.get("general.name")
     if not isinstance(name, str) or not any(k in name.lower() for k in ("phi-3", "phi3")):
         return set()
-    special = {t for t, ty in zip(tokens, types) if ty in (CONTROL, USER_DEFINED)}
+    special = {t for t, ty in zip(tokens, types) if ty in (CONTROL, USER_DEFINED, UNKNOWN)}
     return special - {"<unk>", "<s>", "<|endoftext|>"}
+
+
+def pre_name(fields: dict[str, Any]) -> Any:
+    """The file's ``tokenizer.ggml.pre``; llama.cpp reads a file without one
+    (converted before spring 2024) as "default"."""
+    return fields.get("tokenizer.ggml.pre", "default")
 
 
 def _get(fields: dict[str, Any], path: Path, key: str, typ: type) -> Any:
@@ -167,7 +173,7 @@ def _get(fields: dict[str, Any], path: Path, key: str, typ: type) -> Any:
 def _byte_level_bpe(fields: dict[str, Any], path: Path, tokens: list[str]):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
-    pre = fields.get("tokenizer.ggml.pre", "default")
+    pre = pre_name(fields)
     if not isinstance(pre, str) or pre not in BPE_PRE:
         raise FormatError(path, "tokenizer.ggml.pre", f"pre-tokenizer {pre!r} cannot be rebuilt "
                                                       f"(supported: {', '.join(BPE_PRE)})")

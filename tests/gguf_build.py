@@ -81,7 +81,7 @@ def tokenizer_fields(tok_json: dict) -> dict:
     return {"tokens": tokens, "types": types, "merges": merges}
 
 
-def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None, pre: str = "gpt-2",
+def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None, pre: str | None = "gpt-2",
                  arch: str | None = None, extra_kv: dict | None = None,
                  tokenizer: dict | str | None = None, spm=None, split_max_tensors: int = 0,
                  extra_tensors: dict[str, np.ndarray] | None = None) -> Path:
@@ -121,6 +121,8 @@ def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None
            "tokenizer.ggml.bos_token_id": ("uint32", cfg["bos_token_id"]),
            "tokenizer.ggml.eos_token_id": ("uint32", cfg["eos_token_id"])}
     kvs.update(extra_kv or {})
+    if pre is None:  # a file converted before llama.cpp named its splits
+        del kvs["tokenizer.ggml.pre"]
     if tokenizer == "none":
         for k in ("tokenizer.ggml.pre", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"):
             del kvs[k]

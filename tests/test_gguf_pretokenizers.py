@@ -63,6 +63,17 @@ def test_rebuilt_tokenizer_gives_llama_cpps_ids_and_exports_under_the_same_split
         assert b[key].contents() == a[key].contents(), key
 
 
+def test_a_file_naming_no_split_is_llama_cpps_default(tmp_path):
+    """No tokenizer.ggml.pre at all (files converted before spring 2024):
+    llama.cpp's default split, as for the name "default", with its warning
+    (this import used to fail on the missing key)."""
+    src = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", pre=None, tokenizer=_vocab())
+    res = run_tool("ieconv", "gguf-to-iebin", "--gguf", src, "--out-dir", tmp_path / "m", "-q")
+    assert res.returncode == 0, res.stderr
+    assert "names no pre-tokenizer" in res.stderr
+    assert _ids(tmp_path / "m/tokenizer.json") == FROZEN["ids"]["default"]
+
+
 def test_the_frozen_splits_tell_every_pair_apart():
     """The golden strings separate each pair of splits (BOS aside), so a
     rebuilt tokenizer with another name's regex or flag would fail above."""
