@@ -173,6 +173,11 @@ class GGUFArch:
     # query heads', "kv": the key/value heads', "ff": the MLP's channels)
     fused: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     keys: frozenset[str] = frozenset()  # {arch}.* keys the importer reads beyond every architecture's
+    # llama.cpp's converter stores every RMSNorm weight (HF names ending in norm.weight) plus this:
+    # Gemma's norms multiply by 1 + w, and llama.cpp's graph by the stored value
+    norm_shift: float = 0.0
+    swa_pattern: int = 0  # llama.cpp's default period of full-attention layers where a file has no pattern key
+    mlp_act: str = "silu"  # the dense MLP's activation llama.cpp's graph applies (model_spec.MLP_ACTS' values)
 
 
 _MOE_EXPS = {"gate": "ffn_gate_exps.weight", "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
@@ -198,7 +203,13 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
                      "mlp.experts.down_proj_bias": "ffn_down_exps.bias"}, norm_after="post_attention_norm"),
              paired={"mlp.experts.gate_up_proj": ("ffn_gate_exps.weight", "ffn_up_exps.weight"),
                      "mlp.experts.gate_up_proj_bias": ("ffn_gate_exps.bias", "ffn_up_exps.bias")},
-             keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern"})),
+             keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern"}), swa_pattern=2),
+    GGUFArch("gemma3", "Gemma3ForCausalLM", "gemma3_text", False,
+             {**_dense(_QK_NORM), "post_attention_layernorm.weight": "post_attention_norm.weight",
+              "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+              "post_feedforward_layernorm.weight": "post_ffw_norm.weight"},
+             keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
+             norm_shift=1.0, swa_pattern=6, mlp_act="gelu_tanh"),
 )}
 # Read, never written: Phi-3 and Phi-4 are Llama with q, k, v in one matrix and gate, up in another (llama.cpp
 # runs phi3 with rotate-half RoPE, so q/k rows are Hugging Face's; and without Phi-3's sliding window).
@@ -219,6 +230,11 @@ def arch_of(meta: dict, meta_path) -> GGUFArch:
         raise FormatError(meta_path, "model.architecture", f"{cls!r} has no llama.cpp architecture here "
                                                            f"(written as GGUF: {', '.join(ARCHS)})")
     return ARCHS[cls]
+
+
+def norm_shift(arch: GGUFArch, hf: str) -> float:
+    """What llama.cpp's converter adds to the HF tensor ``hf`` (Gemma's norms: 1), else 0."""
+    return arch.norm_shift if hf.endswith("norm.weight") else 0.0
 
 
 def gguf_layer_name(arch: GGUFArch, hf: str) -> str | None:

@@ -48,7 +48,7 @@ from iekit.formats.model_spec import check_convertible, rope_tables
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
-from .gguf_names import ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED, GGUFArch, hf_layer_name
+from .gguf_names import ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED, GGUFArch, hf_layer_name, norm_shift
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
@@ -99,6 +99,7 @@ class _Tensor:
     shape_: list[int] | None = None  # the output shape when it is not the source's (an expert, a merged pair)
     srcs: list[GGUFTensor] | None = None  # several sources whose rows are concatenated (gpt-oss's gate and up)
     elementwise: bool = False  # a vector stack whose elements move one by one (gpt-oss's gate/up biases)
+    shift: float = 0.0  # subtracted from every value (Gemma's norms: llama.cpp stores 1 + w)
 
     @property
     def shape(self) -> list[int]:
@@ -252,8 +253,9 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         raise FormatError(g.path, f"{a}.rope.dimension_count", f"rotates {g.fields[f'{a}.rope.dimension_count']} of "
                                                                f"{head_dim} head dimensions; partial RoPE is not supported")
     scaling = _field(g, f"{a}.rope.scaling.type", str, "none")
-    if scaling not in ("none", "yarn"):
-        raise FormatError(g.path, f"{a}.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported (none, yarn)")
+    if scaling not in ("none", "linear", "yarn"):
+        raise FormatError(g.path, f"{a}.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported "
+                                                            "(none, linear, yarn)")
     if "rope_freqs.weight" in names and scaling != "none":
         raise FormatError(g.path, "tensor 'rope_freqs.weight'", f"per-frequency RoPE factors beside "
                                                                 f"{a}.rope.scaling.type {scaling!r}")
@@ -274,6 +276,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         "rope_theta": _field(g, f"{a}.rope.freq_base", float, 10000.0),
         "vocab_size": vocab, "tie_word_embeddings": "output.weight" not in names,
     }
+    if scaling == "linear":  # llama.cpp divides positions by the factor (a gemma3 file: in its global layers)
+        cfg["rope_scaling"] = {"rope_type": "linear", "factor": _field(g, f"{a}.rope.scaling.factor", float)}
     if scaling == "yarn":
         cfg["rope_scaling"] = {
             "rope_type": "yarn", "factor": _field(g, f"{a}.rope.scaling.factor", float),
@@ -283,6 +287,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     if "rope_freqs.weight" in names:
         cfg["rope_scaling"] = _llama3_scaling(g, names["rope_freqs.weight"], head_dim, cfg["rope_theta"])
     _moe_config(g, arch, cfg)
+    if arch.norm_shift:
+        _gemma_config(g, arch, cfg)
     for which, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding")):
         tid = g.fields.get(f"tokenizer.ggml.{key}_token_id")
         if tid is not None:
@@ -313,19 +319,46 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
         cfg.update(moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), norm_topk_prob=True,
                    mlp_only_layers=[], decoder_sparse_step=1)
     if arch.hf_class == "GptOssForCausalLM":
-        layers = cfg["num_hidden_layers"]
-        pattern = g.fields.get(f"{a}.attention.sliding_window_pattern", 2)
-        if type(pattern) is int and pattern >= 1:  # llama.cpp's set_swa_pattern: every pattern-th layer is full
-            swa = [i % pattern < pattern - 1 for i in range(layers)]
-        elif isinstance(pattern, list) and len(pattern) == layers and all(type(x) is bool for x in pattern):
-            swa = pattern
-        else:
-            raise FormatError(g.path, f"{a}.attention.sliding_window_pattern", f"expected a period or {layers} "
-                                                                               f"booleans, got {pattern!r}")
         cfg.update(intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), swiglu_limit=7.0,
                    swiglu_alpha=1.702, attention_bias=True,
                    sliding_window=_field(g, f"{a}.attention.sliding_window", int),
-                   layer_types=["sliding_attention" if w else "full_attention" for w in swa])
+                   layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
+
+
+def _layer_types(g: GGUFModel, arch: GGUFArch, layers: int) -> list[str]:
+    """Each layer's attention as llama.cpp's load_swa_pattern reads it: the
+    file's ``attention.sliding_window_pattern``, a boolean per layer or a
+    period (every period-th layer full), else the architecture's period."""
+    a = arch.gguf
+    pattern = g.fields.get(f"{a}.attention.sliding_window_pattern", arch.swa_pattern)
+    if type(pattern) is int and pattern >= 1:
+        swa = [i % pattern < pattern - 1 for i in range(layers)]
+    elif isinstance(pattern, list) and len(pattern) == layers and all(type(x) is bool for x in pattern):
+        swa = pattern
+    else:
+        raise FormatError(g.path, f"{a}.attention.sliding_window_pattern", f"expected a period or {layers} "
+                                                                           f"booleans, got {pattern!r}")
+    return ["sliding_attention" if w else "full_attention" for w in swa]
+
+
+def _gemma_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """Gemma 3's config keys, as llama.cpp's gemma3 graph computes: GELU,
+    sliding layers only where the file has a window (their RoPE base
+    ``rope.freq_base_swa``, 10000 without it), and the attention scale it
+    derives (1/sqrt(head_dim); 1/sqrt(hidden/heads) for the 62-layer 27B)."""
+    a = arch.gguf
+    del cfg["hidden_act"]
+    layers = cfg["num_hidden_layers"]
+    window = _field(g, f"{a}.attention.sliding_window", int, 0)
+    if window > 0:
+        types = _layer_types(g, arch, layers)
+    else:
+        types = ["full_attention"] * layers
+    scalar = cfg["hidden_size"] // cfg["num_attention_heads"] if layers == 62 else cfg["head_dim"]
+    cfg.update(hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=scalar, layer_types=types,
+               sliding_window=window if window > 0 else None,
+               rope_local_base_freq=_field(g, f"{a}.rope.freq_base_swa", float, 10000.0),
+               attn_logit_softcapping=None, final_logit_softcapping=None)
 
 
 def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
@@ -350,7 +383,7 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
         if name is not None:
             if len(t.shape) > 2 and not name.endswith(("experts.down_proj", "experts.down_proj_bias")):
                 raise FormatError(g.path, where, f"has {len(t.shape)} dimensions; expected a matrix or vector")
-            out.append(_Tensor(t, name, "", None, ""))
+            out.append(_Tensor(t, name, "", None, "", shift=norm_shift(arch, name)))
         elif suffix in stacks:
             if len(t.shape) != 3:
                 raise FormatError(g.path, where, f"an expert stack must be [experts, rows, cols], got {t.shape}")
@@ -409,7 +442,7 @@ def plan_tensors(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantiz
             out, mode = COPIED[t.ggml_type], "copy"
         elif t.ggml_type in FLOATS:
             out = dtype or FLOATS[t.ggml_type]
-            mode = "copy" if out == FLOATS[t.ggml_type] else "cast"
+            mode = "dequant" if p.shift else "copy" if out == FLOATS[t.ggml_type] else "cast"  # shifted: as floats
         else:
             row_bytes = t.nbytes // (math.prod(t.shape[:-1]) if len(t.shape) >= 2 else 1)
             try:
@@ -588,7 +621,8 @@ def _src_rows(p: _Tensor) -> tuple[int, int]:
 
 
 def _floats(g: GGUFModel, p: _Tensor, r0: int, part: np.ndarray) -> np.ndarray:
-    """Source rows as float32 [k, cols] (gguf.quants' dequantization for block types), checked finite."""
+    """Source rows as float32 [k, cols] (gguf.quants' dequantization for block types), checked finite,
+    less the tensor's shift (in float32: exact for a stored 1 + w of at least 0.5, Sterbenz)."""
     from gguf.quants import dequantize
 
     if p.src.ggml_type in FLOATS:
@@ -599,7 +633,7 @@ def _floats(g: GGUFModel, p: _Tensor, r0: int, part: np.ndarray) -> np.ndarray:
         i = np.unravel_index(int(np.argmin(np.isfinite(w))), w.shape)
         raise FormatError(g.path, f"tensor {p.src.name!r}", f"holds {w[i]} at row {r0 + int(i[0])}"
                                                             f"{' (a non-finite block scale)' if p.src.ggml_type not in FLOATS else ''}")
-    return w
+    return w - np.float32(p.shift) if p.shift else w
 
 
 def tensor_chunks(g: GGUFModel, p: _Tensor, progress: Progress, error: QuantError | None = None,

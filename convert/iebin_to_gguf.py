@@ -49,10 +49,10 @@ from iekit.formats.errors import IEError, UnsupportedError
 from iekit.formats.fileio import read_small, read_small_text
 from iekit.formats.gguf_file import MAX_SHARDS
 from iekit.formats.jsonio import loads_strict
-from iekit.formats.model_spec import DecoderSpec, decoder_spec, rope_tables
+from iekit.formats.model_spec import DecoderSpec, decoder_spec, gemma_local_theta, rope_tables
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import GGUFArch, arch_of, gguf_layer_name
+from .gguf_names import GGUFArch, arch_of, gguf_layer_name, norm_shift
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
@@ -84,6 +84,7 @@ class _Out:
     how: str = "copy"          # copy | widen | repack | requantize
     target: str | None = None  # repack / requantize: the IEBIN scheme written
     error: QuantError | None = None
+    shift: float = 0.0         # widen: added to every value (Gemma's norms: llama.cpp stores 1 + w)
 
     @property
     def rows(self) -> int:
@@ -159,9 +160,12 @@ class _Plan:
         # product with a BF16 or F16 matrix ggml would take with the activations rounded to that type too
         f32 = (len(shape) == 1 or gguf_name.endswith(".bias") or ".attn_sinks." in gguf_name
                or ".ffn_gate_inp." in gguf_name)
-        o = _Out(gguf_name, SAME_BYTES.get(dtype, ""), shape, parts, dtype)
+        o = _Out(gguf_name, SAME_BYTES.get(dtype, ""), shape, parts, dtype, shift=norm_shift(self.arch, first["name"]))
+        if o.shift and dtype not in ("f16", "bf16", "f32"):
+            raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: dtype {dtype!r}; llama.cpp's "
+                          f"{self.arch.gguf} stores this norm as 1 + w, which needs it as floats")
         if f32 and dtype in ("f16", "bf16", "f32"):
-            o.how, o.ggml_type = ("copy", "F32") if dtype == "f32" else ("widen", "F32")
+            o.how, o.ggml_type = ("copy", "F32") if dtype == "f32" and not o.shift else ("widen", "F32")
         elif dtype == "int4w":
             p = _int4w_params(first)
             target = "q4_0" if p.symmetric else "q4_1"
@@ -252,8 +256,14 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     if kind == "yarn" and (scaling.get("attention_factor") is not None or scaling.get("mscale")):
         raise IEError(f"{where}.rope_scaling: YaRN with an explicit attention_factor/mscale is not expressed by "
                       "llama.cpp's keys for this architecture")
-    if cfg.get("hidden_act", "silu") != "silu":
-        raise IEError(f"{where}.hidden_act: {cfg.get('hidden_act')!r}; llama.cpp's {arch.gguf} uses silu")
+    if spec.mlp_act != arch.mlp_act:
+        key = "hidden_activation" if "hidden_activation" in cfg else "hidden_act"
+        raise IEError(f"{where}.{key}: {cfg.get(key)!r}; llama.cpp's {arch.gguf} uses {arch.mlp_act}")
+    if arch.norm_shift:  # gemma3: llama.cpp derives the attention scale from the shapes
+        want = spec.hidden // spec.n_heads if spec.n_layers == 62 else spec.head_dim
+        if not math.isclose(spec.attn_scale, want ** -0.5, rel_tol=1e-12):
+            raise IEError(f"{where}.query_pre_attn_scalar: {cfg.get('query_pre_attn_scalar')}; llama.cpp's gemma3 "
+                          f"scales the attention by 1/sqrt({want}) for a model of these shapes")
     return warnings
 
 
@@ -363,6 +373,8 @@ def _chunks(plan: _Plan, o: _Out, advance: Callable[[int], None]) -> Iterator[by
                 out = np.asarray(rows[sel])
                 if o.how == "widen":
                     out = decode_f32(out.tobytes(), e["dtype"])
+                    if o.shift:  # float32, as llama.cpp's converter adds it
+                        out = out + np.float32(o.shift)
             elif o.how == "repack":
                 out = _repack_int4w(np.asarray(qs[sel]), s[sel], None if m is None else m[sel], cols)
             else:  # requantize from int4w's values, measuring what that adds
@@ -416,6 +428,9 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.rope.scaling.original_context_length"] = int(scaling["original_max_position_embeddings"])
         kv[f"{a}.rope.scaling.yarn_beta_fast"] = float(scaling.get("beta_fast") or 32.0)
         kv[f"{a}.rope.scaling.yarn_beta_slow"] = float(scaling.get("beta_slow") or 1.0)
+    elif kind == "linear":
+        kv[f"{a}.rope.scaling.type"] = "linear"
+        kv[f"{a}.rope.scaling.factor"] = float(scaling["factor"])
     elif kind == "llama3":  # the divisors are rope_freqs.weight; the original context pins their scale on import
         kv[f"{a}.rope.scaling.original_context_length"] = int(scaling["original_max_position_embeddings"])
     if moe is not None:
@@ -426,6 +441,13 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if arch.gguf == "gpt-oss":
         kv[f"{a}.attention.sliding_window"] = max(spec.windows) or spec.max_positions
         kv[f"{a}.attention.sliding_window_pattern"] = [w > 0 for w in spec.windows]
+    if spec.inv_freq_swa is not None:  # gemma3: sliding layers where it has a window, with their own RoPE base
+        kv[f"{a}.rope.freq_base_swa"] = float(gemma_local_theta(cfg))
+        if any(spec.windows):
+            kv[f"{a}.attention.sliding_window"] = max(spec.windows)
+            swa = [w > 0 for w in spec.windows]
+            if swa != [i % arch.swa_pattern < arch.swa_pattern - 1 for i in range(spec.n_layers)]:
+                kv[f"{a}.attention.sliding_window_pattern"] = swa  # (convert_hf_to_gguf.py writes none)
     # where it came from: the artifact's own digest and its source's
     alg = model.checksum
     kv["iekit.artifact.checksum"] = f"{alg}:{_digest(model)}"

@@ -32,7 +32,7 @@ SUMMARY_ALIASES: dict[str, tuple[str, ...]] = {
     "rope_theta": ("rope_theta",),
     "rope_scaling": ("rope_scaling",),
     "norm_eps": ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"),
-    "hidden_act": ("hidden_act", "activation_function"),
+    "hidden_act": ("hidden_act", "activation_function", "hidden_activation"),
     "tie_word_embeddings": ("tie_word_embeddings",),
     "torch_dtype": ("torch_dtype", "dtype"),
     "bos_token_id": ("bos_token_id",),
@@ -49,6 +49,8 @@ def model_summary(config: dict[str, Any]) -> dict[str, Any]:
         out[key] = next((config[n] for n in names if n in config), None)
     # transformers 5 moved rope_theta and the scaling into rope_parameters.
     rp = config.get("rope_parameters")
+    if isinstance(rp, dict) and isinstance(rp.get("full_attention"), dict):
+        rp = rp["full_attention"]  # per layer type (Gemma 3): the full layers' is the model's
     if isinstance(rp, dict):
         if out["rope_theta"] is None:
             out["rope_theta"] = rp.get("rope_theta")

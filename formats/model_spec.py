@@ -36,6 +36,12 @@ class Arch:
     sinks: bool = False
     biases: tuple[str, ...] = ()
     window_everywhere: bool = False  # config.sliding_window applies to every layer (Mistral, Mixtral)
+    # Gemma 3's layer (models/gemma3): every RMSNorm multiplies by 1 + w;
+    # norms of the attention's and the MLP's outputs too (GEMMA_LAYER_VECTORS);
+    # embeddings times sqrt(hidden); scores times query_pre_attn_scalar^-1/2;
+    # sliding layers rotate by their own RoPE base; layer_types may come as
+    # sliding_window_pattern.
+    gemma: bool = False
 
 
 ARCHS = {
@@ -46,6 +52,7 @@ ARCHS = {
     "Qwen3MoeForCausalLM": Arch(moe="qwen3_moe", qk_norm=True),     # models/qwen3_moe
     "MixtralForCausalLM": Arch(moe="mixtral", window_everywhere=True),  # models/mixtral
     "GptOssForCausalLM": Arch(moe="gpt_oss", sinks=True, biases=("q", "k", "v", "o")),  # models/gpt_oss
+    "Gemma3ForCausalLM": Arch(qk_norm=True, gemma=True),              # models/gemma3 (the text model)
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -69,6 +76,16 @@ LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 ATTN_MATRICES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"}
 MLP_MATRICES = {"gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
 LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "mlp_norm": "post_attention_layernorm.weight"}
+# Gemma's names: its post_attention_layernorm normalizes the attention's
+# output (Llama's is the MLP's input norm, Gemma's pre_feedforward_layernorm).
+GEMMA_LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "attn_post_norm": "post_attention_layernorm.weight",
+                       "mlp_norm": "pre_feedforward_layernorm.weight",
+                       "mlp_post_norm": "post_feedforward_layernorm.weight"}
+# The RMSNorm weights (a Gemma model's are stored as w and applied as 1 + w).
+NORM_KEYS = frozenset({"norm", "attn_norm", "mlp_norm", "attn_post_norm", "mlp_post_norm", "q_norm", "k_norm"})
+# The dense MLP's activations the decoder runs (config.hidden_act, or
+# Gemma's hidden_activation), by the name the native decoder takes.
+MLP_ACTS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 LAYER_BIASES = {"q": "self_attn.q_proj.bias", "k": "self_attn.k_proj.bias", "v": "self_attn.v_proj.bias",
                 "o": "self_attn.o_proj.bias"}
 # Buffers old checkpoints saved that transformers ignores on load (it
@@ -110,6 +127,11 @@ class DecoderSpec:
     eos_ids: frozenset[int]
     windows: tuple[int, ...]  # per layer, the sliding-window span (0: full attention)
     moe: MoeSpec | None
+    mlp_act: str = "silu"     # the dense MLP's gate activation: a value of MLP_ACTS
+    attn_scale: float = 0.0   # scores' factor (0: 1/sqrt(head_dim))
+    embed_scale: float = 1.0  # embeddings' factor (Gemma: sqrt(hidden))
+    norm_offset: float = 0.0  # added to every RMSNorm weight (Gemma: 1)
+    inv_freq_swa: np.ndarray | None = None  # the sliding layers' RoPE, where it is their own
 
 
 def _scaling_number(scaling: dict, key: str, default: float | None = None) -> float:
@@ -178,7 +200,7 @@ def _yarn(head_dim: int, theta: float, scaling: dict) -> tuple[np.ndarray, float
 def rope_tables(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> tuple[np.ndarray, float]:
     """RoPE inverse frequencies (float32, as transformers computes them) and
     the factor cos and sin are multiplied by, for rope types default,
-    llama3 and yarn."""
+    linear, llama3 and yarn."""
     inv = (1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim))))
     inv = inv.astype(np.float32)
     kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
@@ -186,9 +208,12 @@ def rope_tables(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> 
         return inv, 1.0
     if kind == "llama3":
         return _llama3(inv, scaling), 1.0
+    if kind == "linear":  # positions divided by factor (Gemma 3's global layers)
+        return (inv / np.float32(_scaling_number(scaling, "factor"))).astype(np.float32), 1.0
     if kind == "yarn":
         return _yarn(head_dim, theta, scaling)
-    raise UnsupportedError(f"rope_scaling: rope scaling {kind!r} is not supported (default, llama3 and yarn are)")
+    raise UnsupportedError(f"rope_scaling: rope scaling {kind!r} is not supported (default, linear, llama3 and yarn "
+                           "are)")
 
 
 def check_convertible(model: dict[str, Any], config: dict[str, Any], shapes: dict[str, list[int]],
@@ -254,6 +279,9 @@ def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int
                                "supported")
     types = cfg.get("layer_types")
     window = cfg.get("sliding_window")
+    if types is None and arch.gemma:  # Gemma 3's configs on the Hub: every pattern-th layer is global
+        pattern = _int(cfg, meta_path, "sliding_window_pattern", 6, section="config")
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
     if types is None:
         if arch.window_everywhere and window is not None:
             return (_int(cfg, meta_path, "sliding_window", section="config"),) * n_layers
@@ -320,12 +348,14 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         raise UnsupportedError(f"{meta_path}: model.architecture: {name!r} is not supported by the decoder "
                                f"(supported: {', '.join(ARCHITECTURES)})")
     arch = ARCHS[name]
-    act = m.get("hidden_act")
-    if act not in (None, "silu"):
-        raise UnsupportedError(f"{meta_path}: model.hidden_act: {act!r} is not supported (silu is)")
+    act = m.get("hidden_act") or ("gelu_pytorch_tanh" if arch.gemma else "silu")
+    acts = ("silu",) if arch.moe else tuple(MLP_ACTS)
+    if act not in acts:
+        raise UnsupportedError(f"{meta_path}: model.hidden_act: {act!r} is not supported ({' and '.join(acts)} "
+                               f"{'are' if len(acts) > 1 else 'is'})")
     hidden, heads = _int(m, meta_path, "hidden_size"), _int(m, meta_path, "num_attention_heads")
     head_dim = _int(m, meta_path, "head_dim", max(1, hidden // heads))
-    theta = _positive(m, meta_path, "rope_theta", 10000.0)
+    theta = _positive(m, meta_path, "rope_theta", 1e6 if arch.gemma else 10000.0)
     n_kv = _int(m, meta_path, "num_key_value_heads", heads)
     if heads % n_kv:
         raise IEError(f"{meta_path}: model.num_attention_heads: {heads} is not a multiple of "
@@ -347,6 +377,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         raise IEError(f"{meta_path}: model.head_dim: {head_dim} × num_attention_heads {heads} = {heads * head_dim}, "
                       f"but {q_name} has shape {q.get('shape')}")
     inv_freq, rope_scale = _rope(head_dim, theta, m.get("rope_scaling"), meta_path)
+    gemma = _gemma(cfg, hidden, head_dim, meta_path) if arch.gemma else {}
     # A model whose every layer has experts has no dense MLP width to read.
     dense_inter = _int(m, meta_path, "intermediate_size") if moe is None or not all(moe.layers) else moe.inter
     spec = DecoderSpec(
@@ -354,9 +385,47 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         head_dim=head_dim, inter=dense_inter, vocab=_int(m, meta_path, "vocab_size"),
         max_positions=_int(m, meta_path, "max_position_embeddings", INT32_MAX),
         eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), inv_freq=inv_freq, rope_scale=rope_scale,
-        tied=bool(m.get("tie_word_embeddings")), eos_ids=frozenset(eos_list), windows=windows, moe=moe)
+        tied=bool(m.get("tie_word_embeddings")), eos_ids=frozenset(eos_list), windows=windows, moe=moe,
+        mlp_act=MLP_ACTS[act], **gemma)
     _check_all_used(spec, meta.get("tensors") or [], meta_path)
     return spec
+
+
+def gemma_local_theta(cfg: dict[str, Any]) -> Any:
+    """A Gemma 3 config's RoPE base for sliding layers, where transformers
+    reads it: rope_parameters.sliding_attention (transformers 5), else
+    rope_local_base_freq (the Hub's configs), else 10000 (None: a value
+    that is not a number is the caller's to refuse)."""
+    rp = cfg.get("rope_parameters")
+    local = rp.get("sliding_attention") if isinstance(rp, dict) else None
+    if isinstance(local, dict):
+        if local.get("rope_type", "default") != "default":
+            raise UnsupportedError(f"config.rope_parameters.sliding_attention.rope_type: "
+                                   f"{local.get('rope_type')!r} is not supported (default is)")
+        return local.get("rope_theta", 10000.0)
+    return cfg.get("rope_local_base_freq", 10000.0)
+
+
+def _gemma(cfg: dict[str, Any], hidden: int, head_dim: int, meta_path: Path) -> dict[str, Any]:
+    """What Gemma 3 adds to a layer (Arch.gemma), as DecoderSpec fields, or
+    an error naming the config key the decoder does not implement."""
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if cfg.get(key) is not None:
+            raise UnsupportedError(f"{meta_path}: config.{key}: soft-capping is not supported (Gemma 2's; "
+                                   "Gemma 3 has none)")
+    if cfg.get("use_bidirectional_attention"):
+        raise UnsupportedError(f"{meta_path}: config.use_bidirectional_attention: bidirectional attention "
+                               "(EmbeddingGemma) is not supported")
+    try:
+        local = gemma_local_theta(cfg)
+    except UnsupportedError as e:
+        raise UnsupportedError(f"{meta_path}: {e}") from None
+    if isinstance(local, bool) or not isinstance(local, (int, float)) or not math.isfinite(local) or local <= 0:
+        raise IEError(f"{meta_path}: config.rope_local_base_freq: expected a positive number, got {local!r}")
+    scalar = _positive(cfg, meta_path, "query_pre_attn_scalar", 256.0, section="config")
+    inv_swa, _ = rope_tables(head_dim, float(local), None)
+    return {"attn_scale": scalar ** -0.5, "embed_scale": float(np.float32(math.sqrt(hidden))),
+            "norm_offset": 1.0, "inv_freq_swa": inv_swa}
 
 
 def _check_config(cfg: dict[str, Any], meta_path: Path) -> None:
@@ -413,7 +482,8 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
               "gate": (s.inter, s.hidden), "up": (s.inter, s.hidden), "down": (s.hidden, s.inter)}
     bias_len = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": s.hidden}
     parts = [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in ATTN_MATRICES.items()]
-    parts += [Part(key, pre + hf, (s.hidden,), VECTOR) for key, hf in LAYER_VECTORS.items()]
+    vectors = GEMMA_LAYER_VECTORS if s.arch.gemma else LAYER_VECTORS
+    parts += [Part(key, pre + hf, (s.hidden,), VECTOR) for key, hf in vectors.items()]
     parts += [Part("b" + key, pre + hf, (bias_len[key],), VECTOR, required=key in s.arch.biases)
               for key, hf in LAYER_BIASES.items()]
     if s.arch.qk_norm:

@@ -58,6 +58,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   c.eps = in.ConsumeFloatingPointInRange<float>(0.f, 1e-3f);
   c.inv_freq = vec(in, c.head_dim / 2);
   c.rope_scale = in.ConsumeFloatingPointInRange<float>(-0.5f, 2.f);
+  if (in.ConsumeBool()) {  // Gemma 3's: a second RoPE table (sometimes of the wrong size), scales, GELU
+    c.inv_freq_swa = vec(in, c.head_dim / 2 + (in.ConsumeIntegral<uint8_t>() < 8));
+    c.attn_scale = in.ConsumeFloatingPointInRange<float>(-0.5f, 1.f);
+    c.embed_scale = in.ConsumeFloatingPointInRange<float>(-0.5f, 8.f);
+    c.mlp_act = ie::MlpAct::GeluTanh;
+  }
   if (in.ConsumeBool()) {  // mixture of experts
     c.n_experts = in.ConsumeIntegralInRange<int>(-1, 4);
     c.top_k = in.ConsumeIntegralInRange<int>(0, 5);
@@ -112,6 +118,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         L.k_norm = vec(in, c.head_dim);
       }
       if (in.ConsumeBool()) L.sinks = vec(in, c.n_heads);
+      if (in.ConsumeBool()) {  // Gemma's sandwich (with experts: refused)
+        L.attn_post_norm = vec(in, c.hidden);
+        L.mlp_post_norm = vec(in, c.hidden + (in.ConsumeIntegral<uint8_t>() < 8));
+      }
       w.layers.push_back(std::move(L));
     }
     const ie::Isa isa = ie::available_isas()[in.ConsumeIntegral<uint8_t>() % ie::available_isas().size()];

@@ -17,6 +17,9 @@ Writes (replacing any previous output):
     golden/hf/tiny-mixtral/ MixtralForCausalLM, bfloat16, 4 experts top-2 (per-expert w1/w2/w3 tensors)
     golden/hf/tiny-gpt-oss/ GptOssForCausalLM, bfloat16: sinks, sliding/full layer_types, YaRN,
                             q/k/v/o and expert biases, clamped SwiGLU (swiglu_limit 1.5 so the clamp binds)
+    golden/hf/tiny-gemma3/  Gemma3ForCausalLM, bfloat16: (1 + w) and sandwich norms, q/k norms, GELU-tanh MLP,
+                            sqrt(hidden) embedding scale, sliding (window 4, local RoPE base) and full
+                            (linear-scaled RoPE) layers, query_pre_attn_scalar 32, tied
     golden/hf/tiny-gpt-oss-mxfp4/  the same model with its experts quantized to MXFP4 here and
                             stored as gpt-oss-20b publishes them (*_blocks + *_scales, quant_method mxfp4)
     golden/ref/<model>/     ids.json, logits.npy, greedy.json, greedy_text.json, versions.json,
@@ -61,6 +64,8 @@ from transformers import (  # noqa: E402
     MistralConfig,
     MistralForCausalLM,
     PreTrainedTokenizerFast,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     GptOssConfig,
     GptOssForCausalLM,
     MixtralConfig,
@@ -86,6 +91,11 @@ SEED = 1239
 MISTRAL_SEED = SEED + 3
 LLAMA3_SEED = SEED + 4
 QWEN3_SEED, QWEN3_MOE_SEED, MIXTRAL_SEED, GPT_OSS_SEED = SEED + 5, SEED + 6, SEED + 7, SEED + 8
+GEMMA3_SEED = SEED + 9
+# Gemma 3's RoPE: its published bases (1e6 global, 1e4 local) and the 4B's
+# linear factor 8 on the global layers (the 1B has none; the toy tests both).
+GEMMA3_ROPE = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+               "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}}
 MOE = dict(num_experts_per_tok=2)  # of 4 experts, 32 channels each
 GPT_OSS_ROPE = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                 "original_max_position_embeddings": 4096, "truncate": False}  # gpt-oss-20b's own
@@ -409,6 +419,26 @@ def make_mixtral(tok) -> None:
     assert_feature_matters(MixtralForCausalLM, out, logits, "top-2 routing", num_experts_per_tok=1)
 
 
+def make_gemma3(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"], dims["hidden_act"]  # in rope_parameters; Gemma's is hidden_activation
+    cfg = Gemma3TextConfig(**dims, head_dim=32, query_pre_attn_scalar=32, sliding_window=MISTRAL_WINDOW,
+                           layer_types=["sliding_attention", "full_attention"],
+                           rope_parameters={k: dict(v) for k, v in GEMMA3_ROPE.items()},
+                           hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, pad_token_id=None)
+    cfg.architectures = ["Gemma3ForCausalLM"]
+    out = HF_DIR / "tiny-gemma3"
+    logits = save_model(tok, out.name, Gemma3ForCausalLM, cfg, GEMMA3_SEED, torch.bfloat16)
+    assert_feature_matters(Gemma3ForCausalLM, out, logits, "the sliding window", sliding_window=64)
+    local = {k: dict(v) for k, v in GEMMA3_ROPE.items()}
+    local["sliding_attention"]["rope_theta"] = 1_000_000.0
+    assert_feature_matters(Gemma3ForCausalLM, out, logits, "the local RoPE base", rope_parameters=local)
+    unscaled = {k: dict(v) for k, v in GEMMA3_ROPE.items()}
+    unscaled["full_attention"] = {"rope_type": "default", "rope_theta": 1_000_000.0}
+    assert_feature_matters(Gemma3ForCausalLM, out, logits, "linear RoPE scaling", rope_parameters=unscaled)
+    assert_feature_matters(Gemma3ForCausalLM, out, logits, "query_pre_attn_scalar", query_pre_attn_scalar=256)
+
+
 def gpt_oss_config(tok) -> GptOssConfig:
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     dims["intermediate_size"] = 32
@@ -525,6 +555,7 @@ def main() -> None:
     make_qwen3_moe(tok)
     make_mixtral(tok)
     make_gpt_oss(tok)
+    make_gemma3(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

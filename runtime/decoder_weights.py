@@ -23,8 +23,8 @@ import numpy as np
 from iekit.formats import weight_types
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
-from iekit.formats.model_spec import (EXPERT_MATRIX, EXPERT_VECTOR, EXPERTS_KEY, LAYERS_KEY, MATRIX, DecoderSpec,
-                                      Part, layer_parts, model_parts)
+from iekit.formats.model_spec import (EXPERT_MATRIX, EXPERT_VECTOR, EXPERTS_KEY, LAYERS_KEY, MATRIX, NORM_KEYS,
+                                      DecoderSpec, Part, layer_parts, model_parts)
 
 from . import kernels
 from .native import _native
@@ -81,6 +81,13 @@ class _Binder:
                           f"norms and biases as {', '.join(FLOAT_VECTOR_DTYPES)}")
         return t, decode_f32(self.source.get(name).tobytes(), t["dtype"]).reshape(shape)
 
+    def norm_rows(self, key: str, values: np.ndarray) -> np.ndarray:
+        """A norm's weights as the decoder multiplies by them: Gemma's
+        ``1 + w``, added in float32 as transformers does."""
+        if key in NORM_KEYS and self.s.norm_offset:
+            return values + np.float32(self.s.norm_offset)
+        return values
+
     def count(self, out: BoundWeights, t: dict[str, Any], in_layer: bool) -> None:
         out.stored[t["dtype"]] = out.stored.get(t["dtype"], 0) + t["nbytes"]
         if in_layer:
@@ -107,7 +114,8 @@ class _Binder:
                 out.step_bytes += s.moe.top_k * t["nbytes"] // len(experts)
                 out.active_params += s.moe.top_k * p.shape[0]
             else:
-                t, layer[p.key] = self.vector_rows(p.name, list(p.shape))
+                t, rows = self.vector_rows(p.name, list(p.shape))
+                layer[p.key] = self.norm_rows(p.key, rows)
                 out.step_bytes += t["nbytes"]
                 out.active_params += p.shape[0]
         if experts:
@@ -152,7 +160,8 @@ def bind(source: TensorSource, s: DecoderSpec) -> BoundWeights:
     out.step_bytes += head["nbytes"] if tied else source.read_bytes(head_part.name)
     out.active_params += s.vocab * s.hidden
     b.count(out, head, in_layer=False)
-    t, w["norm"] = b.vector_rows(norm_part.name, list(norm_part.shape))
+    t, norm = b.vector_rows(norm_part.name, list(norm_part.shape))
+    w["norm"] = b.norm_rows(norm_part.key, norm)
     out.step_bytes += t["nbytes"]
     out.active_params += s.hidden
     w[LAYERS_KEY] = [b.bind_layer(out, i) for i in range(s.n_layers)]

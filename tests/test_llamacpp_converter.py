@@ -24,7 +24,8 @@ from iekit.formats.model_spec import decoder_spec
 
 CONVERTED = GOLDEN_HF.parent / "gguf" / "llamacpp"
 # the generator's config changes to the checkpoints (its docstring says why)
-CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-mxfp4": {"swiglu_limit": 7.0}}
+CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-mxfp4": {"swiglu_limit": 7.0},
+           "tiny-gemma3": {}}
 # tiny-phi3 is tiny-mistral's weights as a Phi3ForCausalLM (q, k, v fused; gate, up fused): imported, it is
 # tiny-mistral's Llama without the sliding window, which llama.cpp does not apply to Phi-3
 SOURCE = {"tiny-phi3": "tiny-mistral"}
@@ -83,6 +84,12 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
         assert np.array_equal(_values(a, t), _values(b, tb[n])), n
     sa, sb = (decoder_spec(m.meta, m.meta_path) for m in (a, b))
     differ = {"inv_freq"} | ({"architecture", "arch", "windows", "eos_ids"} if name in SOURCE else set())
+    if name == "tiny-gemma3":  # (inv_freq_swa: numpy arrays, compared below)
+        differ |= {"windows", "inv_freq_swa"}
+        # the converter writes no sliding_window_pattern, so llama.cpp runs its default (every 6th layer full):
+        # both of the toy's layers slide, as the import records; iebin-to-gguf writes the pattern (below)
+        assert (sa.windows, sb.windows) == ((4, 0), (4, 4))
+        assert np.array_equal(sa.inv_freq_swa, sb.inv_freq_swa)
     fields = [f.name for f in dataclasses.fields(sa) if f.name not in differ]
     assert {f: getattr(sa, f) for f in fields} == {f: getattr(sb, f) for f in fields}
     if name in SOURCE:  # Mistral's window, which llama.cpp's Phi-3 graph does not apply
@@ -119,6 +126,8 @@ def test_export_writes_what_llamacpps_converter_writes(same_arch, tmp_path):
     if name == "tiny-gpt-oss-mxfp4":  # file type names the bulk of the bytes: the toy's are its BF16 embeddings
         assert kv_theirs.pop("general.file_type") == 38 and kv_ours.pop("general.file_type") == 32
     assert {k: kv_ours.get(k) for k in kv_theirs} == kv_theirs
+    if name == "tiny-gemma3":  # the layer types the converter drops
+        assert kv_ours["gemma3.attention.sliding_window_pattern"] == [True, False]
     extra = set(kv_ours) - set(kv_theirs)
     assert all(k.startswith("iekit.") or k.endswith((
         ".attention.key_length", ".attention.value_length", ".rope.dimension_count", ".vocab_size",

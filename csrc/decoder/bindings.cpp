@@ -41,6 +41,7 @@ const Field<ie::Matrix ie::LayerWeights::*> kLayerMatrices[] = {
     {"down", &ie::LayerWeights::down}, {"router", &ie::LayerWeights::router}};
 const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
     {"attn_norm", &ie::LayerWeights::attn_norm}, {"mlp_norm", &ie::LayerWeights::mlp_norm},
+    {"attn_post_norm", &ie::LayerWeights::attn_post_norm}, {"mlp_post_norm", &ie::LayerWeights::mlp_post_norm},
     {"bq", &ie::LayerWeights::bq},               {"bk", &ie::LayerWeights::bk},
     {"bv", &ie::LayerWeights::bv},               {"bo", &ie::LayerWeights::bo},
     {"q_norm", &ie::LayerWeights::q_norm},       {"k_norm", &ie::LayerWeights::k_norm},
@@ -231,7 +232,8 @@ void ie_register_decoder(py::module_& m) {
       .def(py::init([](int n_layers, int hidden, int n_heads, int n_kv_heads, int head_dim, int inter, int vocab,
                        int max_ctx, float eps, std::vector<int> windows, std::vector<float> inv_freq, float rope_scale,
                        int n_experts, int top_k, int expert_inter, bool norm_topk, const std::string& glu,
-                       float swiglu_alpha, float swiglu_limit, const std::string& k_cache, const std::string& v_cache) {
+                       float swiglu_alpha, float swiglu_limit, const std::string& k_cache, const std::string& v_cache,
+                       std::vector<float> inv_freq_swa, float attn_scale, float embed_scale, const std::string& mlp_act) {
              ie::DecoderConfig c;
              c.n_layers = n_layers;
              c.hidden = hidden;
@@ -253,6 +255,12 @@ void ie_register_decoder(py::module_& m) {
              c.glu = glu == "silu" ? ie::Glu::Silu : ie::Glu::GptOss;
              c.swiglu_alpha = swiglu_alpha;
              c.swiglu_limit = swiglu_limit;
+             c.inv_freq_swa = std::move(inv_freq_swa);
+             c.attn_scale = attn_scale;
+             c.embed_scale = embed_scale;
+             if (mlp_act != "silu" && mlp_act != "gelu_tanh")
+               throw std::invalid_argument("mlp_act must be silu or gelu_tanh, got '" + mlp_act + "'");
+             c.mlp_act = mlp_act == "silu" ? ie::MlpAct::Silu : ie::MlpAct::GeluTanh;
              for (auto [field, name] : {std::pair{&c.k_cache, &k_cache}, std::pair{&c.v_cache, &v_cache}}) {
                const ie::WTypeInfo* t = ie::find_wtype(*name);  // which of them a cache may hold: check_decoder
                if (t == nullptr) throw std::invalid_argument("a KV cache holds f32 or f16, got '" + *name + "'");
@@ -265,7 +273,8 @@ void ie_register_decoder(py::module_& m) {
            py::arg("windows"), py::arg("inv_freq"), py::arg("rope_scale") = 1.f,
            py::arg("n_experts") = 0, py::arg("top_k") = 0, py::arg("expert_inter") = 0, py::arg("norm_topk") = true,
            py::arg("glu") = "silu", py::arg("swiglu_alpha") = 1.702f, py::arg("swiglu_limit") = 7.f,
-           py::arg("k_cache") = "f32", py::arg("v_cache") = "f32")
+           py::arg("k_cache") = "f32", py::arg("v_cache") = "f32", py::arg("inv_freq_swa") = std::vector<float>{},
+           py::arg("attn_scale") = 0.f, py::arg("embed_scale") = 1.f, py::arg("mlp_act") = "silu")
       .def_readonly("n_layers", &ie::DecoderConfig::n_layers)
       .def_readonly("hidden", &ie::DecoderConfig::hidden)
       .def_readonly("vocab", &ie::DecoderConfig::vocab)

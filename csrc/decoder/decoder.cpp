@@ -142,6 +142,8 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   for (int win : c.windows)
     if (win < 0) fail("decoder config: a sliding window must be >= 0, got " + std::to_string(win));
   if (!(c.rope_scale > 0.f) || !std::isfinite(c.rope_scale)) fail("decoder config: rope_scale must be a positive number");
+  if (!(c.attn_scale >= 0.f) || !std::isfinite(c.attn_scale)) fail("decoder config: attn_scale must be >= 0 and finite");
+  if (!(c.embed_scale > 0.f) || !std::isfinite(c.embed_scale)) fail("decoder config: embed_scale must be a positive number");
   if (c.n_experts < 0) fail("decoder config: n_experts must be >= 0");
   if (c.n_experts > 0) {
     if (c.top_k < 1 || c.top_k > c.n_experts)
@@ -157,6 +159,8 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     fail("decoder config: num_attention_heads (" + std::to_string(c.n_heads) +
          ") is not a multiple of num_key_value_heads (" + std::to_string(c.n_kv_heads) + ")");
   if (c.inv_freq.size() != static_cast<size_t>(c.head_dim / 2)) fail("decoder config: inv_freq must hold head_dim/2 values");
+  if (!c.inv_freq_swa.empty() && c.inv_freq_swa.size() != c.inv_freq.size())
+    fail("decoder config: inv_freq_swa must be empty or hold head_dim/2 values");
   for (WType t : {c.k_cache, c.v_cache})
     if (t != WType::F32 && t != WType::F16)
       fail(std::string("decoder config: a KV cache holds f32 or f16, not ") + wtype_info(t).name);
@@ -171,6 +175,9 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     const std::string n = "layer " + std::to_string(l) + " ";
     check_vec(n + "input_layernorm", L.attn_norm, c.hidden);
     check_vec(n + "post_attention_layernorm", L.mlp_norm, c.hidden);
+    check_vec(n + "attention output norm", L.attn_post_norm, c.hidden, true);
+    check_vec(n + "MLP output norm", L.mlp_post_norm, c.hidden, true);
+    if (!L.mlp_post_norm.empty() && !L.experts.empty()) fail(n + "MLP output norm: a layer with experts has none");
     check_matrix(n + "q_proj", L.q, q_dim, c.hidden, p);
     check_matrix(n + "k_proj", L.k, kv_dim, c.hidden, p);
     check_matrix(n + "v_proj", L.v, kv_dim, c.hidden, p);
@@ -304,6 +311,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     ex_y_.resize(B * c.hidden);
   }
   rope_cs_.resize(B * c.head_dim);
+  if (!c.inv_freq_swa.empty()) rope_cs_swa_.resize(B * c.head_dim);
 }
 
 void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std::vector<int>& capture_experts) {
@@ -515,7 +523,7 @@ void Decoder::attention(int layer, int b) {
   // drops its probability).
   const std::vector<float>& sink = w_.layers[static_cast<size_t>(layer)].sinks;
   const float* sinks = sink.empty() ? nullptr : sink.data();
-  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  const float scale = cfg_.attn_scale > 0.f ? cfg_.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
   const AttnOps& ops = kAttnTable.ops(isa_);
   const int threads = pool_->size();
   const AttnSplit sp = attn_split(b, cfg_.n_kv_heads, group, threads);
@@ -685,6 +693,18 @@ void Decoder::glu(Glu kind, float* g, const float* u, int n, int width) const {
   }
 }
 
+// g = gelu_tanh(g) * u, rows in parallel: torch's gelu(approximate='tanh'),
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in float32.
+void Decoder::gelu_tanh_gate(float* g, const float* u, int n, int width) const {
+  constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  rows(n, [&](int j) {
+    for (size_t i = static_cast<size_t>(j) * width; i < static_cast<size_t>(j + 1) * width; ++i) {
+      const float x = g[i];
+      g[i] = 0.5f * x * (1.f + std::tanh(k * (x + 0.044715f * x * x * x))) * u[i];
+    }
+  });
+}
+
 // Routing as transformers does it: the top_k logits (softmax is monotonic,
 // so these are the top_k probabilities too), weighted by the softmax over
 // them (norm_topk) or over every expert's logit. Then each expert with rows
@@ -763,18 +783,29 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
   for (int j = 0; j < b; ++j) {
     if (stream.in != nullptr)
       std::copy_n(stream.in + static_cast<size_t>(j) * H, H, x_.data() + static_cast<size_t>(j) * H);
-    else
-      embed_row(tokens[j], x_.data() + static_cast<size_t>(j) * H);
-    // The rotation of position n_past_ + j, the same in every layer and for q and k.
+    else {
+      float* xj = x_.data() + static_cast<size_t>(j) * H;
+      embed_row(tokens[j], xj);
+      if (c.embed_scale != 1.f)
+        for (int i = 0; i < H; ++i) xj[i] *= c.embed_scale;
+    }
+    // The rotation of position n_past_ + j, the same for q and k and in
+    // every layer (every sliding one, where they have their own table).
     float* cs = rope_cs_.data() + static_cast<size_t>(j) * c.head_dim;
+    float* cs_swa = rope_cs_swa_.empty() ? nullptr : rope_cs_swa_.data() + static_cast<size_t>(j) * c.head_dim;
     for (int i = 0; i < half; ++i) {
       const float ang = static_cast<float>(n_past_ + j) * c.inv_freq[i];
       cs[i] = std::cos(ang) * c.rope_scale;
       cs[half + i] = std::sin(ang) * c.rope_scale;
+      if (cs_swa == nullptr) continue;
+      const float a = static_cast<float>(n_past_ + j) * c.inv_freq_swa[i];
+      cs_swa[i] = std::cos(a);
+      cs_swa[half + i] = std::sin(a);
     }
   }
   for (int l = stream.first; l < layers; ++l) {
     const LayerWeights& L = w_.layers[l];
+    const std::vector<float>& rope_l = !rope_cs_swa_.empty() && c.windows[l] > 0 ? rope_cs_swa_ : rope_cs_;
     rows(b, [&](int j) { rmsnorm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]); });
     if (stats_on_) add_stats(4 * l, xn_.data(), b, H);
     prepare(xn_prep_, xn_.data(), b, H);
@@ -791,8 +822,8 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     }
     rows(b, [&](int j) {
       const int pos = n_past_ + j;
-      const float* cs = rope_cs_.data() + static_cast<size_t>(j) * c.head_dim;
-      if (!L.q_norm.empty()) {  // Qwen3: each head's q and k RMS-normed before the rotation
+      const float* cs = rope_l.data() + static_cast<size_t>(j) * c.head_dim;
+      if (!L.q_norm.empty()) {  // Qwen3, Gemma 3: each head's q and k RMS-normed before the rotation
         for (int h = 0; h < c.n_heads; ++h)
           rmsnorm(&q_[j * q_dim_ + h * c.head_dim], L.q_norm.data(), c.head_dim, c.eps, &q_[j * q_dim_ + h * c.head_dim]);
         for (int h = 0; h < c.n_kv_heads; ++h)
@@ -812,6 +843,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     mm(L.o, att_prep_, att_.data(), b, L.bo.empty() ? nullptr : L.bo.data(), xn_.data());
     rows(b, [&](int j) {
       float* xj = &x_[j * H];
+      if (!L.attn_post_norm.empty()) rmsnorm(&xn_[j * H], L.attn_post_norm.data(), H, c.eps, &xn_[j * H]);
       for (int i = 0; i < H; ++i) xj[i] += xn_[j * H + i];
       rmsnorm(xj, L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
     });
@@ -821,15 +853,19 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       experts(l, b);
       continue;
     }
-    if (!swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data())) {
+    if (c.mlp_act != MlpAct::Silu || !swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data())) {
       mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
       mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
-      glu(Glu::Silu, gate_.data(), up_.data(), b, I);
+      if (c.mlp_act == MlpAct::Silu)
+        glu(Glu::Silu, gate_.data(), up_.data(), b, I);
+      else
+        gelu_tanh_gate(gate_.data(), up_.data(), b, I);
     }
     if (stats_on_) add_stats(4 * l + 3, gate_.data(), b, I);
     prepare(gate_prep_, gate_.data(), b, I);
     mm(L.down, gate_prep_, gate_.data(), b, nullptr, att_.data());
     rows(b, [&](int j) {
+      if (!L.mlp_post_norm.empty()) rmsnorm(&att_[j * H], L.mlp_post_norm.data(), H, c.eps, &att_[j * H]);
       for (int i = j * H; i < (j + 1) * H; ++i) x_[i] += att_[i];
     });
   }

@@ -1,9 +1,10 @@
-// A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, and the
+// A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 3, and the
 // mixture-of-experts models gpt-oss, Qwen3-MoE and Mixtral): RMSNorm, RoPE
-// (YaRN's attention factor included), grouped-query attention over a
-// float32 or float16 KV cache with optional per-head q/k norms, attention sinks and
-// per-layer sliding windows, a SwiGLU MLP or a routed set of experts, tied
-// or untied output head. Every matrix is read in place, in its stored format,
+// (YaRN's attention factor included; a second table for sliding layers),
+// grouped-query attention over a float32 or float16 KV cache with optional
+// per-head q/k norms, attention sinks and per-layer sliding windows, a SwiGLU
+// or GELU-gated MLP or a routed set of experts, optional norms of the
+// attention and MLP outputs (Gemma's sandwich), tied or untied output head. Every matrix is read in place, in its stored format,
 // through the fused GEMV kernels (gemv.h) -- or, for a prefill chunk of
 // more than kMaxBatch tokens with float activations, the GEMM kernels
 // (gemm.h), which convert weight tiles to float32 once for the whole
@@ -36,6 +37,9 @@ namespace ie {
 // swiglu_limit, up to [-limit, limit], out = (up + 1) * gate *
 // sigmoid(swiglu_alpha * gate) (transformers' GptOssExperts).
 enum class Glu { Silu, GptOss };
+// The dense MLP's gated unit: act(gate) * up, act SiLU (Llama, Qwen, ...)
+// or GELU with the tanh approximation (Gemma 3's gelu_pytorch_tanh).
+enum class MlpAct { Silu, GeluTanh };
 
 struct DecoderConfig {
   int n_layers = 0;
@@ -57,6 +61,15 @@ struct DecoderConfig {
   // YaRN's attention factor: cos and sin are multiplied by it, as
   // transformers does (1 for every other RoPE).
   float rope_scale = 1.f;
+  // The sliding layers' RoPE inverse frequencies [head_dim / 2] (Gemma 3:
+  // its local base, unscaled, cos/sin not multiplied), or empty: every
+  // layer rotates by inv_freq.
+  std::vector<float> inv_freq_swa;
+  // Scores are q.k times attn_scale (0: 1/sqrt(head_dim); Gemma 3:
+  // query_pre_attn_scalar^-1/2); embeddings are multiplied by embed_scale
+  // (Gemma: sqrt(hidden); the head reads the unscaled rows).
+  float attn_scale = 0.f, embed_scale = 1.f;
+  MlpAct mlp_act = MlpAct::Silu;
   // Mixture of experts (n_experts > 0): a layer with experts sends each
   // token to the top_k experts its router scores highest, each an MLP of
   // expert_inter channels, and adds their outputs weighted by the router.
@@ -100,6 +113,9 @@ struct Expert {
 
 struct LayerWeights {
   std::vector<float> attn_norm, mlp_norm;
+  // RMSNorm of the attention's and the dense MLP's outputs before they join
+  // the residual (Gemma 3's post_attention / post_feedforward norms), or empty.
+  std::vector<float> attn_post_norm, mlp_post_norm;
   Matrix q, k, v, o, gate, up, down;  // gate/up/down: the dense MLP (no data in a layer with experts)
   std::vector<float> bq, bk, bv, bo;  // empty when the architecture has none
   std::vector<float> q_norm, k_norm;  // per-head RMSNorm weights [head_dim] (Qwen3), or empty
@@ -240,6 +256,7 @@ class Decoder {
   // channels: g holds gate (Glu::GptOss: interleaved gate/up, 2 width per
   // row), u up; the result lands in g's first n * width floats.
   void glu(Glu kind, float* g, const float* u, int n, int width) const;
+  void gelu_tanh_gate(float* g, const float* u, int n, int width) const;
   // fn(j) for each of a chunk's n token rows, shared by the pool's threads
   // (a single row runs on this thread, waking none).
   template <class F>
@@ -324,6 +341,7 @@ class Decoder {
   std::vector<std::vector<std::pair<int, float>>> routed_;
   PreparedAct ex_prep_, ex_down_prep_;
   std::vector<float> rope_cs_;  // [chunk][cos(head_dim/2) | sin(head_dim/2)] of the chunk's positions
+  std::vector<float> rope_cs_swa_;  // the same by inv_freq_swa (sliding layers), where the config has it
   // Each activation prepared once for every matrix that reads it (q/k/v, gate/up),
   // and the GEMV scratch: storage kept across tokens, so a step allocates nothing.
   PreparedAct xn_prep_, att_prep_, gate_prep_;
