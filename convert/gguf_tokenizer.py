@@ -452,14 +452,17 @@ def _spm_space_prefix(tok: dict[str, Any], path: Path) -> bool:
     prepends ``▁`` to the text (llama.cpp's ``add_space_prefix``). Its
     pipeline must be what llama.cpp's SentencePiece tokenizer does: spaces
     become ``▁``, optionally one prepended, as a normalizer (HF's older
-    converter) or a non-splitting Metaspace pre-tokenizer (its newer one)."""
+    converter) or a non-splitting Metaspace pre-tokenizer (its newer one).
+    Gemma's (transformers' GemmaConverter) adds a Split on the string " ",
+    which text whose spaces are already ``▁`` never matches: no split."""
     norm, pre = tok.get("normalizer"), tok.get("pre_tokenizer")
     steps = norm.get("normalizers", []) if isinstance(norm, dict) and norm.get("type") == "Sequence" else \
         ([] if norm is None else [norm])
     prepend = bool(steps) and steps[0] == {"type": "Prepend", "prepend": SPM_SPACE}
     rest = steps[1:] if prepend else steps
     replaces = rest == [{"type": "Replace", "pattern": {"String": " "}, "content": SPM_SPACE}]
-    if pre is None and replaces:
+    if replaces and (pre is None or (isinstance(pre, dict) and pre.get("type") == "Split"
+                                     and pre.get("pattern") == {"String": " "} and not pre.get("invert"))):
         return prepend
     if (norm is None and isinstance(pre, dict) and pre.get("type") == "Metaspace" and pre.get("replacement") == SPM_SPACE
             and not pre.get("split", True) and pre.get("prepend_scheme", "always") in ("always", "first", "never")):

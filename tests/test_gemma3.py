@@ -152,3 +152,67 @@ def test_norms_cross_as_one_plus_w_exactly(tmp_path):
     assert len(norms) == 2 * 6 + 1
     for n in norms:
         assert np.array_equal(values(src, n), values(back, n)), n
+
+
+def test_gemmas_tokenizer_json_is_llamacpps_sentencepiece_without_a_space_prefix(tmp_path):
+    """Gemma's tokenizer.json (transformers' GemmaConverter): spaces become
+    ▁ in the normalizer, no ▁ is prepended, and a Split on " " that text
+    without spaces never matches. A SentencePiece model trained as Gemma's
+    (no dummy prefix), stored in a GGUF as llama.cpp stores it: its import
+    gives sentencepiece's ids; given Gemma's pre-tokenizer, the same ids, and
+    it exports as llama.cpp's SentencePiece vocabulary without the prefix."""
+    from test_gguf_import import _strings, sentencepiece_gguf
+    from tokenizers import Tokenizer
+
+    from iekit.convert.gguf_tokenizer import gguf_tokenizer_fields
+
+    sp, src = sentencepiece_gguf(tmp_path, prefix=False)
+    assert run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", src, "--out-dir", tmp_path / "m").returncode == 0
+    rebuilt = json.loads((tmp_path / "m/tokenizer.json").read_text())
+    gemma = {**rebuilt, "pre_tokenizer": {"type": "Split", "pattern": {"String": " "},
+                                          "behavior": "MergedWithPrevious", "invert": False}}
+    texts = [t for t in _strings(2000, seed=5) if "<" not in t]
+    want = [[1] + sp.encode(t) for t in texts]
+    for tok in (rebuilt, gemma):
+        assert [e.ids for e in Tokenizer.from_str(json.dumps(tok)).encode_batch(texts)] == want
+    fields = gguf_tokenizer_fields(json.dumps(gemma).encode(), {}, {}, tmp_path / "tokenizer.json")
+    assert fields["tokenizer.ggml.model"] == "llama" and fields["tokenizer.ggml.add_space_prefix"] is False
+    assert fields["tokenizer.ggml.tokens"] == [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    # a Split that does split (on another string) is not SentencePiece's pipeline
+    other = {**gemma, "pre_tokenizer": {**gemma["pre_tokenizer"], "pattern": {"String": "a"}}}
+    with pytest.raises(Exception, match="not SentencePiece's"):
+        gguf_tokenizer_fields(json.dumps(other).encode(), {}, {}, tmp_path / "tokenizer.json")
+
+
+@pytest.fixture(scope="module")
+def gemma_int4w(tmp_path_factory):
+    d = tmp_path_factory.mktemp("g")
+    hf = GOLDEN_REF.parent / "hf" / "tiny-gemma3"
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", hf, "-o", d / "m.json").returncode == 0
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", hf, "--out-dir", d / "q", "--q4-map", d / "m.json")
+    assert res.returncode == 0, res.stderr
+    return d / "q"
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avxvnni", "avx512", "amx"])
+def test_int8_gelu_fused_over_the_row_copies_is_the_scalar_paths(gemma_int4w, isa):
+    """With int8 activations, AVX2 and up run gate and up in one pass over
+    their row-interleaved copies, GELU applied to the tile in registers
+    (exp_avx2.h's gelu_tanh_body); the scalar ISA multiplies the mapped
+    matrices and applies std::tanh's GELU after. Same int8 products, so
+    the logits agree to float rounding, prefill and decode steps alike; the
+    fused SiLU would be far off."""
+    from iekit.runtime import native
+    from iekit.runtime.decoder import Decoder
+
+    if isa not in native.cpu_features()["isas"]:
+        pytest.skip(f"no {isa} here")
+    ref_d = Decoder(gemma_int4w, threads=2, act="int8", isa="scalar")
+    d = Decoder(gemma_int4w, threads=2, act="int8", isa=isa)
+    assert d.rows8_bytes > 0 and ref_d.rows8_bytes == 0
+    ref, whole = ref_d.logits(IDS), d.logits(IDS)
+    steps = np.stack([d.prefill(IDS[:1])] + [d.step(t) for t in IDS[1:]])
+    scale = np.abs(ref).max()
+    assert np.abs(whole - ref).max() <= 1e-4 * scale and np.abs(steps - ref).max() <= 1e-4 * scale
+    f32 = Decoder(gemma_int4w, threads=2, act="f32").logits(IDS)
+    assert np.abs(whole - f32).max() <= 5e-2 * np.abs(f32).max()  # int8 activations' own error

@@ -412,22 +412,24 @@ def test_rebuilt_tokenizer_matches_the_original(tmp_path, trained_tokenizer, pre
     assert ours.decode(got[0], skip_special_tokens=False) == ("<s>" if bos else "") + texts[0]
 
 
-def sentencepiece_gguf(tmp_path: Path):
+def sentencepiece_gguf(tmp_path: Path, prefix: bool = True):
     """(a Llama-style SentencePiece BPE model trained on the test strings:
-    byte fallback, digits split, prefix space; tiny-llama as a GGUF file
-    holding it as llama.cpp stores it: pieces, scores, types)."""
+    byte fallback, digits split, prefix space (``prefix``; Gemma's has none);
+    tiny-llama as a GGUF file holding it as llama.cpp stores it: pieces,
+    scores, types)."""
     spm = pytest.importorskip("sentencepiece")
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(t.replace("\n", " ").replace("\r", " ") for t in _strings(4000, seed=2)))
     spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "sp"), vocab_size=700,
                                    model_type="bpe", byte_fallback=True, split_digits=True, character_coverage=0.9995,
                                    normalization_rule_name="identity", remove_extra_whitespaces=False,
-                                   allow_whitespace_only_pieces=True, add_dummy_prefix=True, num_threads=1,
+                                   allow_whitespace_only_pieces=True, add_dummy_prefix=prefix, num_threads=1,
                                    unk_id=0, bos_id=1, eos_id=2, minloglevel=2)
     sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
     return sp, gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "m.gguf", spm=sp,
                             extra_kv={"tokenizer.ggml.bos_token_id": ("uint32", 1),
-                                      "tokenizer.ggml.eos_token_id": ("uint32", 2)})
+                                      "tokenizer.ggml.eos_token_id": ("uint32", 2),
+                                      "tokenizer.ggml.add_space_prefix": ("bool", prefix)})
 
 
 def test_sentencepiece_tokenizer_matches_sentencepiece(tmp_path):

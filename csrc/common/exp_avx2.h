@@ -94,11 +94,25 @@ inline typename O::V silu_body(typename O::V g, typename O::V u) {
   return O::mul(O::mul(g, O::div(O::if_negative(g, e, one), O::add(one, e))), u);
 }
 
+// GELU(g) * u with tanh's approximation (Gemma's gelu_pytorch_tanh):
+// 0.5 (1 + tanh(z)) = sigmoid(2z), z = sqrt(2/pi) (g + 0.044715 g^3), so
+// g * sigmoid(2z) * u, the sigmoid as silu_body takes it.
+template <class O>
+inline typename O::V gelu_tanh_body(typename O::V g, typename O::V u) {
+  using V = typename O::V;
+  const V g2 = O::mul(g, g);
+  const V z = O::mul(O::set1(2.f * 0.7978845608028654f), O::fmadd(O::mul(O::set1(0.044715f), g2), g, g));
+  const V one = O::set1(1.f), e = exp_body<O>(O::neg_abs(z));
+  return O::mul(O::mul(g, O::div(O::if_negative(z, e, one), O::add(one, e))), u);
+}
+
 inline __m256 exp_nonpositive(__m256 x) { return exp_body<F32x8>(x); }
 inline __m256 silu_mul(__m256 g, __m256 u) { return silu_body<F32x8>(g, u); }
+inline __m256 gelu_tanh_mul(__m256 g, __m256 u) { return gelu_tanh_body<F32x8>(g, u); }
 #if defined(__AVX512F__)
 inline __m512 exp_nonpositive(__m512 x) { return exp_body<F32x16>(x); }
 inline __m512 silu_mul(__m512 g, __m512 u) { return silu_body<F32x16>(g, u); }
+inline __m512 gelu_tanh_mul(__m512 g, __m512 u) { return gelu_tanh_body<F32x16>(g, u); }
 #endif
 
 }  // namespace

@@ -439,8 +439,9 @@ void Decoder::mm_expert(const Matrix& m, PreparedAct& prep, const float* x, int 
   mm(m, prep, x, b, bias, y);
 }
 
-bool Decoder::swiglu_rows8(const Matrix& gate, const Matrix& up, PreparedAct& prep, int b, float* y) {
-  const Rows8Job job = {gate.rows8.get(), up.rows8.get(), nullptr, y};
+bool Decoder::swiglu_rows8(const Matrix& gate, const Matrix& up, PreparedAct& prep, int b, float* y, bool gelu) {
+  Rows8Job job = {gate.rows8.get(), up.rows8.get(), nullptr, y};
+  job.gelu = gelu;
   return b <= kMaxRows8Batch && job.w && job.up && rows8(&job, 1, prep);
 }
 
@@ -853,7 +854,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       experts(l, b);
       continue;
     }
-    if (c.mlp_act != MlpAct::Silu || !swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data())) {
+    if (!swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data(), c.mlp_act == MlpAct::GeluTanh)) {
       mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
       mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
       if (c.mlp_act == MlpAct::Silu)

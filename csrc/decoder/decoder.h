@@ -281,10 +281,10 @@ class Decoder {
   // both matrices' copies (swiglu_rows8), else where both pack
   // (gemv_packing_swiglu); false, having done nothing, where neither.
   bool mm_expert_swiglu(const Expert& e, PreparedAct& prep, int b, float* y);
-  // SiLU(gate x) * (up x) into y in one fused pass over gate's and up's rows8
-  // copies (a dense MLP's, copied experts'); false, having done nothing,
-  // where either has no copy or b is past a rows8 batch.
-  bool swiglu_rows8(const Matrix& gate, const Matrix& up, PreparedAct& prep, int b, float* y);
+  // SiLU(gate x) * (up x) (gelu: GELU's) into y in one fused pass over
+  // gate's and up's rows8 copies (a dense MLP's, copied experts'); false,
+  // having done nothing, where either has no copy or b is past a rows8 batch.
+  bool swiglu_rows8(const Matrix& gate, const Matrix& up, PreparedAct& prep, int b, float* y, bool gelu = false);
   // gemv_rows8 (gemv.h) on this decoder's threads and ISA, timed as mm is.
   bool rows8(const Rows8Job* jobs, int n, PreparedAct& x);
   // Where a timed step adds (null: this call is not a single-token step).

@@ -105,7 +105,8 @@ void gemv(const WeightSpec& s, const RowSource& src, PreparedAct& x, const float
 bool gemv_uses_rows8(const WeightSpec& s, Act act, Isa isa);
 
 // One matrix of a gemv_rows8 call: y = W x (+ bias), or with `up` the fused
-// SwiGLU y = SiLU(W x) * (up x) (no bias), as a Llama MLP's gate and up.
+// SwiGLU y = SiLU(W x) * (up x) (no bias), as a Llama MLP's gate and up
+// (with `gelu`, Gemma's GELU(W x) * (up x)).
 // With `stored`, w is a rows8_shape() of those stored bytes (and up, with
 // `stored_up`, of its own), and each thread packs the one or two tiles it
 // multiplies next into a buffer of its own just before (pack_rows8_tiles):
@@ -120,6 +121,7 @@ struct Rows8Job {
   float* y = nullptr;
   const uint8_t* stored = nullptr;
   const uint8_t* stored_up = nullptr;
+  bool gelu = false;  // with `up`: GELU (tanh's approximation) of w's rows times up's, not SiLU
 };
 constexpr int kMaxRows8Jobs = 4;
 

@@ -1165,7 +1165,7 @@ void run_tile_n(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku,
   if (j.up) {
     __m256 u[NB];
     ku.run<NB>(*j.up, tb.of(*j.up, tb.up, t), x, B, b0, u);
-    for (int b = 0; b < NB; ++b) acc[b] = silu_mul(acc[b], u[b]);
+    for (int b = 0; b < NB; ++b) acc[b] = j.gelu ? gelu_tanh_mul(acc[b], u[b]) : silu_mul(acc[b], u[b]);
   }
   for (int b = 0; b < NB; ++b) store_tile(acc[b], j.up ? nullptr : j.bias, j.y + (b0 + b) * rows, 8 * t, n);
 }
@@ -1181,7 +1181,7 @@ void run_pair(const Rows8Job& j, Kernel pw, Kernel pu, const TileBase& tb, int64
   if (j.up) {
     pu(*j.up, tb.of(*j.up, tb.up, t), x, B, b0, u);
     // on the pair's 16 rows at once: the exp and divide were most of run_pair's own time
-    for (int b = 0; b < N; ++b) acc[b] = silu_mul(acc[b], u[b]);
+    for (int b = 0; b < N; ++b) acc[b] = j.gelu ? gelu_tanh_mul(acc[b], u[b]) : silu_mul(acc[b], u[b]);
   }
   for (int h = 0; h < 2; ++h) {
     const int64_t r0 = 8 * (t + h), n = rows - r0 < 8 ? rows - r0 : 8;
