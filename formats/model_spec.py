@@ -232,10 +232,29 @@ def check_convertible(model: dict[str, Any], config: dict[str, Any], shapes: dic
         return f"ierun cannot run this model: {label}: no {', '.join(missing)} (not the config of a whole model)"
     meta = {"model": model, "config": config, "tensors": [{"name": n, "shape": s} for n, s in shapes.items()]}
     try:
-        decoder_spec(meta, label)
+        spec = decoder_spec(meta, label)
     except UnsupportedError as e:
         return f"ierun cannot run this model: {e}"
+    _check_shapes(spec, shapes, label)
     return None
+
+
+def _check_shapes(s: DecoderSpec, shapes: dict[str, list[int]], label: Path) -> None:
+    """Every tensor the decoder binds that the model holds has the shape
+    the config implies (transformers refuses such a checkpoint, "size
+    mismatch", and llama.cpp such a file): IEError naming ``label`` and the
+    tensor, before anything is written."""
+    parts = [*model_parts(s), *(p for i in range(s.n_layers) for p in layer_parts(s, i))]
+    for p in parts:
+        if p.kind in (EXPERT_MATRIX, EXPERT_VECTOR):
+            want = ({p.name.format(e=e): list(p.shape) for e in range(s.moe.n_experts)} if "{e}" in p.name
+                    else {p.name: [s.moe.n_experts, *p.shape]})
+        else:
+            want = {p.name: list(p.shape)}
+        for name, shape in want.items():
+            got = shapes.get(name)
+            if got is not None and list(got) != shape:
+                raise IEError(f"{label}: tensors[{name!r}].shape: {list(got)}, the config implies {shape}")
 
 
 def _int(model: dict, meta_path: Path, key: str, default: int | None = None, section: str = "model") -> int:

@@ -107,3 +107,23 @@ def test_the_same_change_made_in_both_is_another_model_and_runs(tmp_path):
     assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
     assert not np.array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
 
+
+
+@pytest.mark.parametrize("source", ["hf", "gguf"])
+def test_a_tensor_whose_shape_the_config_contradicts_is_refused(tmp_path, source):
+    """transformers refuses such a checkpoint ("size mismatch") and llama.cpp
+    such a file; the conversion wrote the artifact, which failed only when
+    run. Now: one line naming the tensor and the shape the config implies,
+    nothing written."""
+    t = hf_tensors(GOLDEN_HF / "tiny-llama")
+    name = "model.layers.1.mlp.up_proj.weight"
+    t[name] = t[name][:64].copy()  # 64 of its 128 rows
+    hf = _hf_variant(tmp_path, "tiny-llama", {}, t)
+    out = tmp_path / "m"
+    if source == "hf":
+        res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", hf, "--out-dir", out, "-q")
+    else:
+        res = run_tool("ieconv", "gguf-to-iebin", "--gguf", gguf_from_hf(hf, tmp_path / "m.gguf"), "--out-dir", out,
+                       "-q")
+    assert_one_line_error(res, name, "[64, 64]", "the config implies [128, 64]")
+    assert not out.exists()
