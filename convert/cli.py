@@ -51,6 +51,7 @@ from .imatrix_cli import imatrix_cmd, inspect_imatrix, is_imatrix_path, validate
 from .kl_probes_cli import kl_probes_cmd
 from .quantize_cli import quantize_cmd
 from .rotate_cli import rotate_cmd
+from .text_model import extract_text_model
 
 QUANTIZED = weight_types.names(quantized=True)
 
@@ -226,7 +227,7 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
 
 @cli.command("gguf-to-hf")
 @click.option("--gguf", "gguf_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
-              help="The llama.cpp GGUF file (llama, with experts as Mixtral; qwen2, qwen3, qwen3moe).")
+              help="The llama.cpp GGUF file (llama, with experts as Mixtral; qwen2, qwen3, qwen3moe, gemma3).")
 @click.option("--out-dir", required=True, type=click.Path(path_type=Path),
               help="Where the checkpoint is written (model.safetensors, config.json, tokenizer files).")
 @click.option("--dtype", type=click.Choice(CAST_TARGETS),
@@ -260,6 +261,39 @@ def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, overwrite, quiet)
     err.print(f"wrote {res.tensors} tensors ({res.cast_tensors} dequantized or cast; {human_bytes(res.bytes_in)} "
               f"read, {human_bytes(res.bytes_out)} model.safetensors) in {res.seconds:.2f} s ({mbps:.0f} MB/s) "
               f"-> {res.out_dir}", markup=False)
+    if res.removed:
+        err.print(f"removed the previous checkpoint's {', '.join(res.removed)} from {res.out_dir} "
+                  "(not part of the new one)", markup=False)
+
+
+@cli.command("text-model")
+@click.option("--hf-dir", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="The multimodal checkpoint (Gemma3ForConditionalGeneration: Gemma 3 4B, 12B, 27B).")
+@click.option("--out-dir", required=True, type=click.Path(path_type=Path),
+              help="Where its language model is written (model.safetensors, config.json, tokenizer files).")
+@click.option("--overwrite", is_flag=True, help="Replace the files of a previous checkpoint in --out-dir.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def text_model_cmd(hf_dir, out_dir, overwrite, quiet):
+    """Write a multimodal checkpoint's language model as a checkpoint of its own.
+
+    Gemma 3 4B, 12B and 27B are published with a vision tower beside the
+    text model; a text prompt runs through the text model alone, which this
+    writes as the Gemma3ForCausalLM checkpoint transformers builds from it
+    (tensors copied byte for byte under the text model's names, text_config
+    with transformers' defaults filled in as config.json, the tokenizer and
+    generation files as they are). The vision tower and projector are left
+    out: llama.cpp's converter likewise writes them to a separate mmproj
+    file. Every tool then reads the result as a Gemma 3 checkpoint.
+
+    \b
+    Typical use:
+      ieconv text-model --hf-dir gemma-3-4b-it --out-dir gemma-3-4b-it-text
+      ieconv hf-to-iebin --hf-dir gemma-3-4b-it-text --out-dir g4/ --q4-map q4.json
+    """
+    with convert_progress(quiet) as prog:
+        res = extract_text_model(hf_checkpoint.from_dir(hf_dir), out_dir, overwrite=overwrite, progress=prog)
+    err.print(f"wrote the text model: {res.tensors} tensors ({human_bytes(res.bytes_out)} model.safetensors) "
+              f"in {res.seconds:.2f} s -> {res.out_dir}", markup=False)
     if res.removed:
         err.print(f"removed the previous checkpoint's {', '.join(res.removed)} from {res.out_dir} "
                   "(not part of the new one)", markup=False)

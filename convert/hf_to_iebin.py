@@ -36,6 +36,7 @@ from iekit.formats.workers import worker_count
 
 from . import hf_mxfp4
 from .gguf_names import importance_to_hf
+from .text_model import MULTIMODAL
 from .artifact_out import (CONFIG_FILES, TOKENIZER_FILES, ArtifactOut, ConvertResult, Progress, check_dtype,
                            natural_key)
 from .source_hashes import SourceHashes
@@ -97,6 +98,10 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
         # An invalid MoE / attention config is refused here, before any byte is written.
         unsupported = check_convertible(model_summary(src.config), src.config,
                                         {**shapes, **{p.name: p.shape for p in pairs}}, src.dir / "config.json")
+        arch = (src.config.get("architectures") or [None])[0]
+        if isinstance(arch, str) and arch in MULTIMODAL:
+            unsupported = (f"ierun cannot run this model: {arch} is multimodal; `ieconv text-model --hf-dir "
+                           f"{src.dir} --out-dir DIR` writes its language model, which it runs")
         qplan = plan(manifest, {n: (t.dtype.name, shapes[n]) for n, (_sf, t) in tensors.items()},
                      force=force) if manifest else None
         importance, iwarn = load_importance(imatrix or (manifest.imatrix if manifest else None),

@@ -20,6 +20,9 @@ Writes (replacing any previous output):
     golden/hf/tiny-gemma3/  Gemma3ForCausalLM, bfloat16: (1 + w) and sandwich norms, q/k norms, GELU-tanh MLP,
                             sqrt(hidden) embedding scale, sliding (window 4, local RoPE base) and full
                             (linear-scaled RoPE) layers, query_pre_attn_scalar 32, tied
+    golden/hf/tiny-gemma3-vl/  Gemma3ForConditionalGeneration: tiny-gemma3's language model beside a tiny
+                            SigLIP vision tower (its text logits are tiny-gemma3's)
+    golden/ref/gemma3-text-defaults.json   transformers' Gemma3TextConfig defaults (ieconv text-model fills them in)
     golden/hf/tiny-gpt-oss-mxfp4/  the same model with its experts quantized to MXFP4 here and
                             stored as gpt-oss-20b publishes them (*_blocks + *_scales, quant_method mxfp4)
     golden/ref/<model>/     ids.json, logits.npy, greedy.json, greedy_text.json, versions.json,
@@ -64,8 +67,11 @@ from transformers import (  # noqa: E402
     MistralConfig,
     MistralForCausalLM,
     PreTrainedTokenizerFast,
+    Gemma3Config,
     Gemma3ForCausalLM,
+    Gemma3ForConditionalGeneration,
     Gemma3TextConfig,
+    SiglipVisionConfig,
     GptOssConfig,
     GptOssForCausalLM,
     MixtralConfig,
@@ -439,6 +445,37 @@ def make_gemma3(tok) -> None:
     assert_feature_matters(Gemma3ForCausalLM, out, logits, "query_pre_attn_scalar", query_pre_attn_scalar=256)
 
 
+@torch.no_grad()
+def make_gemma3_vl(tok) -> None:
+    """tiny-gemma3's language model, weights and all, in a
+    Gemma3ForConditionalGeneration beside a tiny SigLIP vision tower (drawn
+    from its own seed): the multimodal layout Gemma 3 4B-27B are published
+    in. Its logits on text ids must be tiny-gemma3's."""
+    text = Gemma3TextConfig.from_pretrained(HF_DIR / "tiny-gemma3")
+    vision = SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                image_size=28, patch_size=14)
+    cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=None)
+    cfg.architectures = ["Gemma3ForConditionalGeneration"]
+    seed_everything(GEMMA3_SEED + 1)
+    model = Gemma3ForConditionalGeneration(cfg).to(torch.float32).eval()
+    init_weights(model, GEMMA3_SEED + 1)
+    lm = Gemma3ForCausalLM.from_pretrained(HF_DIR / "tiny-gemma3", dtype=torch.float32, local_files_only=True)
+    model.model.language_model.load_state_dict(lm.model.state_dict())
+    out = HF_DIR / "tiny-gemma3-vl"
+    reset_dir(out)
+    model.to(torch.bfloat16).save_pretrained(out)
+    tok.save_pretrained(out)
+    again = Gemma3ForConditionalGeneration.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
+                                                           local_files_only=True).float().eval()
+    ref = np.load(REF_DIR / "tiny-gemma3" / "logits.npy")
+    got = again(input_ids=torch.tensor([json.loads((REF_DIR / "tiny-gemma3" / "ids.json").read_text())])).logits[0]
+    assert np.abs(got.numpy() - ref).max() <= 1e-5 * np.abs(ref).max(), "the text logits are not tiny-gemma3's"
+    skip = ("transformers_version", "id2label", "label2id", "_name_or_path", "architectures", "dtype")
+    write_json(REF_DIR / "gemma3-text-defaults.json",
+               {k: v for k, v in sorted(Gemma3TextConfig().to_dict().items()) if k not in skip})
+
+
 def gpt_oss_config(tok) -> GptOssConfig:
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     dims["intermediate_size"] = 32
@@ -556,6 +593,7 @@ def main() -> None:
     make_mixtral(tok)
     make_gpt_oss(tok)
     make_gemma3(tok)
+    make_gemma3_vl(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

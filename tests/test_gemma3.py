@@ -216,3 +216,100 @@ def test_int8_gelu_fused_over_the_row_copies_is_the_scalar_paths(gemma_int4w, is
     assert np.abs(whole - ref).max() <= 1e-4 * scale and np.abs(steps - ref).max() <= 1e-4 * scale
     f32 = Decoder(gemma_int4w, threads=2, act="f32").logits(IDS)
     assert np.abs(whole - f32).max() <= 5e-2 * np.abs(f32).max()  # int8 activations' own error
+
+
+# ------------------------------------------------------------ ieconv text-model
+
+VL = GOLDEN_REF.parent / "hf" / "tiny-gemma3-vl"
+
+
+def _st(path) -> dict:
+    import safetensors
+
+    return {name: info for name, info in safetensors.deserialize(path.read_bytes())}
+
+
+def test_the_text_model_of_a_multimodal_gemma3_is_tiny_gemma3(tmp_path):
+    """golden/hf/tiny-gemma3-vl is tiny-gemma3's language model beside a
+    vision tower (transformers gives the same text logits; the generator
+    checks): its text model is tiny-gemma3, tensor for tensor and byte for
+    byte, and converts to tiny-gemma3's artifact."""
+    res = run_tool("ieconv", "text-model", "--hf-dir", VL, "--out-dir", tmp_path / "t", "-q")
+    assert res.returncode == 0, res.stderr
+    got, want = _st(tmp_path / "t/model.safetensors"), _st(GOLDEN_REF.parent / "hf/tiny-gemma3/model.safetensors")
+    assert sorted(got) == sorted(want)
+    for n, t in want.items():
+        assert (got[n]["dtype"], got[n]["shape"], bytes(got[n]["data"])) == (t["dtype"], t["shape"], bytes(t["data"])), n
+    cfg = json.loads((tmp_path / "t/config.json").read_text())
+    assert cfg["architectures"] == ["Gemma3ForCausalLM"] and cfg["model_type"] == "gemma3_text"
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        assert (tmp_path / "t" / name).read_bytes() == (VL / name).read_bytes()
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", tmp_path / "t", "--out-dir", tmp_path / "ie")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "ie/model.ie.bin").read_bytes() == (GEMMA / "model.ie.bin").read_bytes()
+    assert np.array_equal(_logits(tmp_path / "ie", tmp_path), _logits(GEMMA, tmp_path, "g.npy"))
+
+
+def test_the_hubs_layout_and_a_text_config_of_differences_give_the_same_model(tmp_path):
+    """The Hub's Gemma 3 checkpoints hold language_model.model.* tensors and
+    a text_config of what differs from transformers' defaults (its RoPE and
+    window keys in the old spelling): the defaults filled in, the same
+    model."""
+    from gguf_build import hf_tensors
+    from safetensors.numpy import save_file
+
+    from iekit.convert.text_model import GEMMA3_TEXT_DEFAULTS
+
+    src = tmp_path / "hub"
+    src.mkdir()
+    t = {k.replace("model.language_model.", "language_model.model."): v for k, v in hf_tensors(VL).items()}
+    save_file(t, str(src / "model.safetensors"))
+    cfg = json.loads((VL / "config.json").read_text())
+    text = cfg["text_config"]
+    rp = text.pop("rope_parameters")
+    text.pop("layer_types")
+    text.update(rope_scaling={"rope_type": "linear", "factor": rp["full_attention"]["factor"]},
+                sliding_window_pattern=2)  # rope_theta, rope_local_base_freq: the defaults
+    for k in [k for k, v in text.items() if GEMMA3_TEXT_DEFAULTS.get(k, object()) == v]:
+        del text[k]
+    (src / "config.json").write_text(json.dumps(cfg))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (src / name).write_bytes((VL / name).read_bytes())
+    assert run_tool("ieconv", "text-model", "-q", "--hf-dir", src, "--out-dir", tmp_path / "t").returncode == 0
+    assert run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", tmp_path / "t", "--out-dir", tmp_path / "ie").returncode == 0
+    assert np.array_equal(_logits(tmp_path / "ie", tmp_path), _logits(GEMMA, tmp_path, "g.npy"))
+
+
+def test_the_defaults_are_transformers(tmp_path):
+    """GEMMA3_TEXT_DEFAULTS against transformers' own Gemma3TextConfig
+    defaults, frozen by the golden generator."""
+    from iekit.convert.text_model import GEMMA3_PATTERN_DEFAULT, GEMMA3_ROPE_DEFAULTS, GEMMA3_TEXT_DEFAULTS
+
+    theirs = json.loads((GOLDEN_REF / "gemma3-text-defaults.json").read_text())
+    assert {k: theirs[k] for k in GEMMA3_TEXT_DEFAULTS} == GEMMA3_TEXT_DEFAULTS
+    rp = theirs["rope_parameters"]
+    assert GEMMA3_ROPE_DEFAULTS == {"rope_theta": rp["full_attention"]["rope_theta"],
+                                    "rope_local_base_freq": rp["sliding_attention"]["rope_theta"]}
+    assert GEMMA3_PATTERN_DEFAULT == {"sliding_window_pattern": theirs["_sliding_window_pattern"]}
+
+
+def test_text_model_refuses_what_it_cannot_place(tmp_path):
+    from gguf_build import hf_tensors
+    from safetensors.numpy import save_file
+
+    res = run_tool("ieconv", "text-model", "--hf-dir", GOLDEN_REF.parent / "hf/tiny-gemma3", "--out-dir", tmp_path / "x")
+    assert_one_line_error(res, "Gemma3ForCausalLM", "not a multimodal model")
+    src = tmp_path / "odd"
+    src.mkdir()
+    t = hf_tensors(VL)
+    t["model.audio_tower.proj.weight"] = np.ones((2, 2), np.float32)
+    save_file(t, str(src / "model.safetensors"))
+    (src / "config.json").write_bytes((VL / "config.json").read_bytes())
+    res = run_tool("ieconv", "text-model", "--hf-dir", src, "--out-dir", tmp_path / "y")
+    assert_one_line_error(res, "model.audio_tower.proj.weight", "refusing rather than dropping it")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_hf_to_iebin_of_the_multimodal_checkpoint_says_how_to_run_it(tmp_path):
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", VL, "--out-dir", tmp_path / "m")
+    assert res.returncode == 0 and "ieconv text-model" in res.stderr, res.stderr
