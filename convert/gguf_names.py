@@ -178,11 +178,19 @@ class GGUFArch:
     norm_shift: float = 0.0
     swa_pattern: int = 0  # llama.cpp's default period of full-attention layers where a file has no pattern key
     mlp_act: str = "silu"  # the dense MLP's activation llama.cpp's graph applies (model_spec.MLP_ACTS' values)
+    swa_window: int = 0    # llama.cpp's window where a file has no attention.sliding_window (0: no sliding layers)
+    # Gemma: the block count llama.cpp takes for the 27B, whose attention scale it derives from hidden / heads
+    # (every other size: from head_dim); 0: not derived
+    scale_27b_layers: int = 0
 
 
 _MOE_EXPS = {"gate": "ffn_gate_exps.weight", "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
 _LLAMA = _dense()
 _QK_NORM = {"self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight"}
+# Gemma's sandwich: its post_attention_layernorm normalizes the attention's output
+_GEMMA_NORMS = {"post_attention_layernorm.weight": "post_attention_norm.weight",
+                "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+                "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}
 
 ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("llama", "LlamaForCausalLM", "llama", True, _LLAMA),
@@ -204,12 +212,13 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              paired={"mlp.experts.gate_up_proj": ("ffn_gate_exps.weight", "ffn_up_exps.weight"),
                      "mlp.experts.gate_up_proj_bias": ("ffn_gate_exps.bias", "ffn_up_exps.bias")},
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern"}), swa_pattern=2),
-    GGUFArch("gemma3", "Gemma3ForCausalLM", "gemma3_text", False,
-             {**_dense(_QK_NORM), "post_attention_layernorm.weight": "post_attention_norm.weight",
-              "pre_feedforward_layernorm.weight": "ffn_norm.weight",
-              "post_feedforward_layernorm.weight": "post_ffw_norm.weight"},
+    GGUFArch("gemma2", "Gemma2ForCausalLM", "gemma2", False, _dense(_GEMMA_NORMS),
+             keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa",
+                             "attn_logit_softcapping", "final_logit_softcapping"}),
+             norm_shift=1.0, swa_pattern=2, mlp_act="gelu_tanh", swa_window=4096, scale_27b_layers=46),
+    GGUFArch("gemma3", "Gemma3ForCausalLM", "gemma3_text", False, _dense({**_QK_NORM, **_GEMMA_NORMS}),
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
-             norm_shift=1.0, swa_pattern=6, mlp_act="gelu_tanh"),
+             norm_shift=1.0, swa_pattern=6, mlp_act="gelu_tanh", scale_27b_layers=62),
 )}
 # Read, never written: Phi-3 and Phi-4 are Llama with q, k, v in one matrix and gate, up in another (llama.cpp
 # runs phi3 with rotate-half RoPE, so q/k rows are Hugging Face's; and without Phi-3's sliding window).

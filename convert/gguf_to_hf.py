@@ -31,7 +31,7 @@ from .artifact_out import ConvertResult, Progress, check_dtype, checkpoint_out
 from .gguf_to_iebin import aux_files, build_config, file_type_name, plan_tensors, tensor_chunks
 
 # The model types whose HF tensors are the import's, one for one.
-HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma3_text")
+HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3_text")
 
 
 FLOAT_TYPES = ("F32", "F16", "BF16")  # GGUF tensor types that hold the weights themselves, not codes

@@ -44,6 +44,7 @@ from iekit.formats.finite import checker
 from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
 from iekit.formats.hf_config import model_summary
 from iekit.formats.library_calls import guarded
+from iekit.formats.model_spec import ARCHS as DECODER_ARCHS
 from iekit.formats.model_spec import check_convertible, rope_tables
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
@@ -342,23 +343,29 @@ def _layer_types(g: GGUFModel, arch: GGUFArch, layers: int) -> list[str]:
 
 
 def _gemma_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
-    """Gemma 3's config keys, as llama.cpp's gemma3 graph computes: GELU,
-    sliding layers only where the file has a window (their RoPE base
-    ``rope.freq_base_swa``, 10000 without it), and the attention scale it
-    derives (1/sqrt(head_dim); 1/sqrt(hidden/heads) for the 62-layer 27B)."""
+    """Gemma's config keys, as llama.cpp's gemma2 and gemma3 graphs compute:
+    GELU; sliding layers where the file has a window (gemma2: always, 4096
+    without the key), by its pattern; the attention scale llama.cpp derives
+    (1/sqrt(head_dim); 1/sqrt(hidden/heads) for the 27B); gemma3's sliding
+    layers' RoPE base (``rope.freq_base_swa``, 10000 without it), gemma2's
+    one base and its soft-caps (llama.cpp's 50 and 30 without the keys)."""
     a = arch.gguf
     del cfg["hidden_act"]
     layers = cfg["num_hidden_layers"]
-    window = _field(g, f"{a}.attention.sliding_window", int, 0)
-    if window > 0:
-        types = _layer_types(g, arch, layers)
-    else:
-        types = ["full_attention"] * layers
-    scalar = cfg["hidden_size"] // cfg["num_attention_heads"] if layers == 62 else cfg["head_dim"]
+    window = _field(g, f"{a}.attention.sliding_window", int, arch.swa_window)
+    types = _layer_types(g, arch, layers) if window > 0 else ["full_attention"] * layers
+    scalar = cfg["hidden_size"] // cfg["num_attention_heads"] if layers == arch.scale_27b_layers else cfg["head_dim"]
     cfg.update(hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=scalar, layer_types=types,
-               sliding_window=window if window > 0 else None,
-               rope_local_base_freq=_field(g, f"{a}.rope.freq_base_swa", float, 10000.0),
-               attn_logit_softcapping=None, final_logit_softcapping=None)
+               sliding_window=window if window > 0 else None)
+    if not DECODER_ARCHS[arch.hf_class].softcaps:
+        cfg.update(rope_local_base_freq=_field(g, f"{a}.rope.freq_base_swa", float, 10000.0),
+                   attn_logit_softcapping=None, final_logit_softcapping=None)
+        return
+    if _field(g, f"{a}.rope.freq_base_swa", float, cfg["rope_theta"]) != cfg["rope_theta"]:
+        raise FormatError(g.path, f"{a}.rope.freq_base_swa", f"differs from rope.freq_base; {arch.hf_class} rotates "
+                                                             "every layer by one base")
+    cfg.update(attn_logit_softcapping=_field(g, f"{a}.attn_logit_softcapping", float, 50.0),
+               final_logit_softcapping=_field(g, f"{a}.final_logit_softcapping", float, 30.0))
 
 
 def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:

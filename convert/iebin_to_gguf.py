@@ -259,11 +259,20 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     if spec.mlp_act != arch.mlp_act:
         key = "hidden_activation" if "hidden_activation" in cfg else "hidden_act"
         raise IEError(f"{where}.{key}: {cfg.get(key)!r}; llama.cpp's {arch.gguf} uses {arch.mlp_act}")
-    if arch.norm_shift:  # gemma3: llama.cpp derives the attention scale from the shapes
-        want = spec.hidden // spec.n_heads if spec.n_layers == 62 else spec.head_dim
+    if arch.scale_27b_layers:  # gemma2, gemma3: llama.cpp derives the attention scale from the shapes
+        want = spec.hidden // spec.n_heads if spec.n_layers == arch.scale_27b_layers else spec.head_dim
         if not math.isclose(spec.attn_scale, want ** -0.5, rel_tol=1e-12):
-            raise IEError(f"{where}.query_pre_attn_scalar: {cfg.get('query_pre_attn_scalar')}; llama.cpp's gemma3 "
-                          f"scales the attention by 1/sqrt({want}) for a model of these shapes")
+            raise IEError(f"{where}.query_pre_attn_scalar: {cfg.get('query_pre_attn_scalar')}; llama.cpp's "
+                          f"{arch.gguf} scales the attention by 1/sqrt({want}) for a model of these shapes")
+    if arch.swa_window:  # gemma2: llama.cpp always caps, and its head is always the embedding
+        for key, cap in (("attn_logit_softcapping", spec.attn_softcap), ("final_logit_softcapping",
+                                                                          spec.logit_softcap)):
+            if not cap:
+                raise IEError(f"{where}.{key}: none; llama.cpp's {arch.gguf} always soft-caps (at 50 and 30 "
+                              "unless the file says)")
+        if not spec.tied:
+            raise IEError(f"{where}.tie_word_embeddings: false; llama.cpp's {arch.gguf} reads the embedding as "
+                          "its output head")
     return warnings
 
 
@@ -441,13 +450,17 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if arch.gguf == "gpt-oss":
         kv[f"{a}.attention.sliding_window"] = max(spec.windows) or spec.max_positions
         kv[f"{a}.attention.sliding_window_pattern"] = [w > 0 for w in spec.windows]
-    if spec.inv_freq_swa is not None:  # gemma3: sliding layers where it has a window, with their own RoPE base
-        kv[f"{a}.rope.freq_base_swa"] = float(gemma_local_theta(cfg))
-        if any(spec.windows):
-            kv[f"{a}.attention.sliding_window"] = max(spec.windows)
+    if arch.norm_shift:  # gemma2, gemma3: sliding layers by llama.cpp's period unless a pattern says otherwise
+        if spec.inv_freq_swa is not None:  # gemma3's own base for them
+            kv[f"{a}.rope.freq_base_swa"] = float(gemma_local_theta(cfg))
+        if any(spec.windows) or arch.swa_window:  # (gemma2 always slides: no window is all layers global)
+            kv[f"{a}.attention.sliding_window"] = max(spec.windows) or arch.swa_window
             swa = [w > 0 for w in spec.windows]
             if swa != [i % arch.swa_pattern < arch.swa_pattern - 1 for i in range(spec.n_layers)]:
                 kv[f"{a}.attention.sliding_window_pattern"] = swa  # (convert_hf_to_gguf.py writes none)
+        if spec.attn_softcap:
+            kv[f"{a}.attn_logit_softcapping"] = float(spec.attn_softcap)
+            kv[f"{a}.final_logit_softcapping"] = float(spec.logit_softcap)
     # where it came from: the artifact's own digest and its source's
     alg = model.checksum
     kv["iekit.artifact.checksum"] = f"{alg}:{_digest(model)}"

@@ -36,12 +36,15 @@ class Arch:
     sinks: bool = False
     biases: tuple[str, ...] = ()
     window_everywhere: bool = False  # config.sliding_window applies to every layer (Mistral, Mixtral)
-    # Gemma 3's layer (models/gemma3): every RMSNorm multiplies by 1 + w;
-    # norms of the attention's and the MLP's outputs too (GEMMA_LAYER_VECTORS);
-    # embeddings times sqrt(hidden); scores times query_pre_attn_scalar^-1/2;
-    # sliding layers rotate by their own RoPE base; layer_types may come as
-    # sliding_window_pattern.
+    # Gemma's layer (models/gemma2, models/gemma3): every RMSNorm multiplies
+    # by 1 + w; norms of the attention's and the MLP's outputs too
+    # (GEMMA_LAYER_VECTORS); embeddings times sqrt(hidden); scores times
+    # query_pre_attn_scalar^-1/2; without layer_types, every window_period-th
+    # layer is global (Gemma 3: config.sliding_window_pattern's period).
     gemma: bool = False
+    window_period: int = 0
+    local_rope: bool = False  # sliding layers rotate by their own base (Gemma 3)
+    softcaps: bool = False    # attn_logit_softcapping, final_logit_softcapping (Gemma 2)
 
 
 ARCHS = {
@@ -52,7 +55,8 @@ ARCHS = {
     "Qwen3MoeForCausalLM": Arch(moe="qwen3_moe", qk_norm=True),     # models/qwen3_moe
     "MixtralForCausalLM": Arch(moe="mixtral", window_everywhere=True),  # models/mixtral
     "GptOssForCausalLM": Arch(moe="gpt_oss", sinks=True, biases=("q", "k", "v", "o")),  # models/gpt_oss
-    "Gemma3ForCausalLM": Arch(qk_norm=True, gemma=True),              # models/gemma3 (the text model)
+    "Gemma2ForCausalLM": Arch(gemma=True, window_period=2, softcaps=True),  # models/gemma2
+    "Gemma3ForCausalLM": Arch(qk_norm=True, gemma=True, window_period=6, local_rope=True),  # models/gemma3
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -132,6 +136,8 @@ class DecoderSpec:
     embed_scale: float = 1.0  # embeddings' factor (Gemma: sqrt(hidden))
     norm_offset: float = 0.0  # added to every RMSNorm weight (Gemma: 1)
     inv_freq_swa: np.ndarray | None = None  # the sliding layers' RoPE, where it is their own
+    attn_softcap: float = 0.0   # scores become c tanh(s / c) (Gemma 2; 0: none)
+    logit_softcap: float = 0.0  # logits likewise
 
 
 def _scaling_number(scaling: dict, key: str, default: float | None = None) -> float:
@@ -298,8 +304,8 @@ def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int
                                "supported")
     types = cfg.get("layer_types")
     window = cfg.get("sliding_window")
-    if types is None and arch.gemma:  # Gemma 3's configs on the Hub: every pattern-th layer is global
-        pattern = _int(cfg, meta_path, "sliding_window_pattern", 6, section="config")
+    if types is None and arch.window_period:  # Gemma's configs on the Hub: every pattern-th layer is global
+        pattern = _int(cfg, meta_path, "sliding_window_pattern", arch.window_period, section="config")
         types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
     if types is None:
         if arch.window_everywhere and window is not None:
@@ -374,7 +380,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
                                f"{'are' if len(acts) > 1 else 'is'})")
     hidden, heads = _int(m, meta_path, "hidden_size"), _int(m, meta_path, "num_attention_heads")
     head_dim = _int(m, meta_path, "head_dim", max(1, hidden // heads))
-    theta = _positive(m, meta_path, "rope_theta", 1e6 if arch.gemma else 10000.0)
+    theta = _positive(m, meta_path, "rope_theta", 1e6 if arch.local_rope else 10000.0)
     n_kv = _int(m, meta_path, "num_key_value_heads", heads)
     if heads % n_kv:
         raise IEError(f"{meta_path}: model.num_attention_heads: {heads} is not a multiple of "
@@ -396,7 +402,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         raise IEError(f"{meta_path}: model.head_dim: {head_dim} × num_attention_heads {heads} = {heads * head_dim}, "
                       f"but {q_name} has shape {q.get('shape')}")
     inv_freq, rope_scale = _rope(head_dim, theta, m.get("rope_scaling"), meta_path)
-    gemma = _gemma(cfg, hidden, head_dim, meta_path) if arch.gemma else {}
+    gemma = _gemma(arch, cfg, hidden, head_dim, meta_path) if arch.gemma else {}
     # A model whose every layer has experts has no dense MLP width to read.
     dense_inter = _int(m, meta_path, "intermediate_size") if moe is None or not all(moe.layers) else moe.inter
     spec = DecoderSpec(
@@ -425,26 +431,30 @@ def gemma_local_theta(cfg: dict[str, Any]) -> Any:
     return cfg.get("rope_local_base_freq", 10000.0)
 
 
-def _gemma(cfg: dict[str, Any], hidden: int, head_dim: int, meta_path: Path) -> dict[str, Any]:
-    """What Gemma 3 adds to a layer (Arch.gemma), as DecoderSpec fields, or
+def _gemma(arch: Arch, cfg: dict[str, Any], hidden: int, head_dim: int, meta_path: Path) -> dict[str, Any]:
+    """What Gemma adds to a layer (Arch.gemma), as DecoderSpec fields, or
     an error naming the config key the decoder does not implement."""
-    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
-        if cfg.get(key) is not None:
-            raise UnsupportedError(f"{meta_path}: config.{key}: soft-capping is not supported (Gemma 2's; "
-                                   "Gemma 3 has none)")
+    out: dict[str, Any] = {}
+    for key, field in (("attn_logit_softcapping", "attn_softcap"), ("final_logit_softcapping", "logit_softcap")):
+        if arch.softcaps:
+            out[field] = _positive(cfg, meta_path, key, 0.0, section="config")
+        elif cfg.get(key) is not None:
+            raise UnsupportedError(f"{meta_path}: config.{key}: soft-capping is not supported here (Gemma 2 has "
+                                   "it; Gemma 3 has none)")
     if cfg.get("use_bidirectional_attention"):
         raise UnsupportedError(f"{meta_path}: config.use_bidirectional_attention: bidirectional attention "
                                "(EmbeddingGemma) is not supported")
-    try:
-        local = gemma_local_theta(cfg)
-    except UnsupportedError as e:
-        raise UnsupportedError(f"{meta_path}: {e}") from None
-    if isinstance(local, bool) or not isinstance(local, (int, float)) or not math.isfinite(local) or local <= 0:
-        raise IEError(f"{meta_path}: config.rope_local_base_freq: expected a positive number, got {local!r}")
+    if arch.local_rope:
+        try:
+            local = gemma_local_theta(cfg)
+        except UnsupportedError as e:
+            raise UnsupportedError(f"{meta_path}: {e}") from None
+        if isinstance(local, bool) or not isinstance(local, (int, float)) or not math.isfinite(local) or local <= 0:
+            raise IEError(f"{meta_path}: config.rope_local_base_freq: expected a positive number, got {local!r}")
+        out["inv_freq_swa"] = rope_tables(head_dim, float(local), None)[0]
     scalar = _positive(cfg, meta_path, "query_pre_attn_scalar", 256.0, section="config")
-    inv_swa, _ = rope_tables(head_dim, float(local), None)
-    return {"attn_scale": scalar ** -0.5, "embed_scale": float(np.float32(math.sqrt(hidden))),
-            "norm_offset": 1.0, "inv_freq_swa": inv_swa}
+    return {**out, "attn_scale": scalar ** -0.5, "embed_scale": float(np.float32(math.sqrt(hidden))),
+            "norm_offset": 1.0}
 
 
 def _check_config(cfg: dict[str, Any], meta_path: Path) -> None:

@@ -63,6 +63,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.attn_scale = in.ConsumeFloatingPointInRange<float>(-0.5f, 1.f);
     c.embed_scale = in.ConsumeFloatingPointInRange<float>(-0.5f, 8.f);
     c.mlp_act = ie::MlpAct::GeluTanh;
+    if (in.ConsumeBool()) {  // Gemma 2's soft-caps (negative: refused)
+      c.attn_softcap = in.ConsumeFloatingPointInRange<float>(-1.f, 60.f);
+      c.logit_softcap = in.ConsumeFloatingPointInRange<float>(-1.f, 40.f);
+    }
   }
   if (in.ConsumeBool()) {  // mixture of experts
     c.n_experts = in.ConsumeIntegralInRange<int>(-1, 4);

@@ -20,6 +20,8 @@ Writes (replacing any previous output):
     golden/hf/tiny-gemma3/  Gemma3ForCausalLM, bfloat16: (1 + w) and sandwich norms, q/k norms, GELU-tanh MLP,
                             sqrt(hidden) embedding scale, sliding (window 4, local RoPE base) and full
                             (linear-scaled RoPE) layers, query_pre_attn_scalar 32, tied
+    golden/hf/tiny-gemma2/  Gemma2ForCausalLM, bfloat16: soft-capped scores and logits, sandwich norms, GELU,
+                            sliding (window 4) and global layers by Gemma 2's period, tied
     golden/hf/tiny-gemma3-vl/  Gemma3ForConditionalGeneration: tiny-gemma3's language model beside a tiny
                             SigLIP vision tower (its text logits are tiny-gemma3's)
     golden/ref/gemma3-text-defaults.json   transformers' Gemma3TextConfig defaults (ieconv text-model fills them in)
@@ -67,6 +69,8 @@ from transformers import (  # noqa: E402
     MistralConfig,
     MistralForCausalLM,
     PreTrainedTokenizerFast,
+    Gemma2Config,
+    Gemma2ForCausalLM,
     Gemma3Config,
     Gemma3ForCausalLM,
     Gemma3ForConditionalGeneration,
@@ -98,6 +102,10 @@ MISTRAL_SEED = SEED + 3
 LLAMA3_SEED = SEED + 4
 QWEN3_SEED, QWEN3_MOE_SEED, MIXTRAL_SEED, GPT_OSS_SEED = SEED + 5, SEED + 6, SEED + 7, SEED + 8
 GEMMA3_SEED = SEED + 9
+GEMMA2_SEED = SEED + 11
+# Gemma 2's caps are 50 (scores) and 30 (logits); the toy's scores and logits are a few units, so its
+# caps are too, or they would not bind
+GEMMA2_CAPS = {"attn_logit_softcapping": 2.0, "final_logit_softcapping": 5.0}
 # Gemma 3's RoPE: its published bases (1e6 global, 1e4 local) and the 4B's
 # linear factor 8 on the global layers (the 1B has none; the toy tests both).
 GEMMA3_ROPE = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
@@ -445,6 +453,21 @@ def make_gemma3(tok) -> None:
     assert_feature_matters(Gemma3ForCausalLM, out, logits, "query_pre_attn_scalar", query_pre_attn_scalar=256)
 
 
+def make_gemma2(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["hidden_act"]  # Gemma's is hidden_activation
+    cfg = Gemma2Config(**dims, head_dim=32, query_pre_attn_scalar=32, sliding_window=MISTRAL_WINDOW,
+                       hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, pad_token_id=None,
+                       **GEMMA2_CAPS)
+    cfg.architectures = ["Gemma2ForCausalLM"]
+    assert cfg.layer_types == ["sliding_attention", "full_attention"]
+    out = HF_DIR / "tiny-gemma2"
+    logits = save_model(tok, out.name, Gemma2ForCausalLM, cfg, GEMMA2_SEED, torch.bfloat16)
+    assert_feature_matters(Gemma2ForCausalLM, out, logits, "the scores' soft-cap", attn_logit_softcapping=None)
+    assert_feature_matters(Gemma2ForCausalLM, out, logits, "the logits' soft-cap", final_logit_softcapping=None)
+    assert_feature_matters(Gemma2ForCausalLM, out, logits, "the sliding window", sliding_window=64)
+
+
 @torch.no_grad()
 def make_gemma3_vl(tok) -> None:
     """tiny-gemma3's language model, weights and all, in a
@@ -594,6 +617,7 @@ def main() -> None:
     make_gpt_oss(tok)
     make_gemma3(tok)
     make_gemma3_vl(tok)
+    make_gemma2(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

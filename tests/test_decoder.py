@@ -25,9 +25,10 @@ from iekit.runtime.sampling import Sampler, generate
 
 # tiny-mistral: sliding_window 4 over the 12 reference ids; tiny-llama3: rope_type llama3; tiny-qwen3:
 # q/k norms; the rest mixtures of experts (tests/test_moe.py), gpt-oss with sinks, YaRN and MXFP4 experts;
-# tiny-gemma3: (1 + w) and sandwich norms, GELU, scaled embeddings, a local RoPE base, linear RoPE scaling.
+# tiny-gemma3: (1 + w) and sandwich norms, GELU, scaled embeddings, a local RoPE base, linear RoPE scaling;
+# tiny-gemma2: Gemma's layer with soft-capped scores and logits.
 MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
-          "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3"]
+          "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2"]
 
 
 def _ref(model: str, name: str):

@@ -132,11 +132,12 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         seen.add(gname)
         assert [int(d) for d in reversed(g.shape)] == t["shape"], gname
         data = np.asarray(g.data).reshape(-1).view(np.uint8)
-        if (len(t["shape"]) == 1 or ".ffn_gate_inp." in gname) and (t["dtype"] != "f32" or a == "gemma3"):
+        gemma = a in ("gemma2", "gemma3")
+        if (len(t["shape"]) == 1 or ".ffn_gate_inp." in gname) and (t["dtype"] != "f32" or gemma):
             assert g.tensor_type.name == "F32"  # llama.cpp keeps them F32
             data = data.view(np.float32)
             want = _as_f32(t, raw)
-            if a == "gemma3" and hf.endswith("norm.weight"):  # convert_hf_to_gguf.py's Gemma3Model: 1 + w
+            if gemma and hf.endswith("norm.weight"):  # convert_hf_to_gguf.py's Gemma2Model, Gemma3Model: 1 + w
                 want = want + np.float32(1)
         else:
             assert g.tensor_type.name == t["dtype"].upper(), gname

@@ -174,8 +174,10 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
     if (!L.attn_post_norm.empty() || !L.mlp_post_norm.empty())
       fail("the CUDA decoder has no norms of the attention and MLP outputs (Gemma 3); run it on the CPU");
   }
-  if (c.mlp_act != MlpAct::Silu || c.embed_scale != 1.f || c.attn_scale != 0.f || !c.inv_freq_swa.empty())
-    fail("the CUDA decoder has no GELU MLP, embedding scale, attention scale or second RoPE table (Gemma 3); run it on the CPU");
+  if (c.mlp_act != MlpAct::Silu || c.embed_scale != 1.f || c.attn_scale != 0.f || !c.inv_freq_swa.empty() ||
+      c.attn_softcap != 0.f || c.logit_softcap != 0.f)
+    fail("the CUDA decoder has no GELU MLP, embedding or attention scale, second RoPE table or soft-caps (Gemma); "
+         "run it on the CPU");
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
   const size_t B = kMaxBatch, F = sizeof(float);

@@ -233,7 +233,8 @@ void ie_register_decoder(py::module_& m) {
                        int max_ctx, float eps, std::vector<int> windows, std::vector<float> inv_freq, float rope_scale,
                        int n_experts, int top_k, int expert_inter, bool norm_topk, const std::string& glu,
                        float swiglu_alpha, float swiglu_limit, const std::string& k_cache, const std::string& v_cache,
-                       std::vector<float> inv_freq_swa, float attn_scale, float embed_scale, const std::string& mlp_act) {
+                       std::vector<float> inv_freq_swa, float attn_scale, float embed_scale, const std::string& mlp_act,
+                       float attn_softcap, float logit_softcap) {
              ie::DecoderConfig c;
              c.n_layers = n_layers;
              c.hidden = hidden;
@@ -258,6 +259,8 @@ void ie_register_decoder(py::module_& m) {
              c.inv_freq_swa = std::move(inv_freq_swa);
              c.attn_scale = attn_scale;
              c.embed_scale = embed_scale;
+             c.attn_softcap = attn_softcap;
+             c.logit_softcap = logit_softcap;
              if (mlp_act != "silu" && mlp_act != "gelu_tanh")
                throw std::invalid_argument("mlp_act must be silu or gelu_tanh, got '" + mlp_act + "'");
              c.mlp_act = mlp_act == "silu" ? ie::MlpAct::Silu : ie::MlpAct::GeluTanh;
@@ -274,7 +277,8 @@ void ie_register_decoder(py::module_& m) {
            py::arg("n_experts") = 0, py::arg("top_k") = 0, py::arg("expert_inter") = 0, py::arg("norm_topk") = true,
            py::arg("glu") = "silu", py::arg("swiglu_alpha") = 1.702f, py::arg("swiglu_limit") = 7.f,
            py::arg("k_cache") = "f32", py::arg("v_cache") = "f32", py::arg("inv_freq_swa") = std::vector<float>{},
-           py::arg("attn_scale") = 0.f, py::arg("embed_scale") = 1.f, py::arg("mlp_act") = "silu")
+           py::arg("attn_scale") = 0.f, py::arg("embed_scale") = 1.f, py::arg("mlp_act") = "silu",
+           py::arg("attn_softcap") = 0.f, py::arg("logit_softcap") = 0.f)
       .def_readonly("n_layers", &ie::DecoderConfig::n_layers)
       .def_readonly("hidden", &ie::DecoderConfig::hidden)
       .def_readonly("vocab", &ie::DecoderConfig::vocab)

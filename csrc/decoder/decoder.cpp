@@ -106,6 +106,12 @@ void rope(float* v, int n_heads, int head_dim, const float* cs) {
   }
 }
 
+// Gemma 2's soft-cap: x = cap tanh(x / cap), in place, as transformers
+// divides, takes the tanh and multiplies.
+void softcap(float* x, size_t n, float cap) {
+  for (size_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] / cap) * cap;
+}
+
 // No bytes at all: gpt-oss's `up` (its rows live interleaved in `gate`).
 bool absent(const Matrix& m) { return m.data == nullptr && !m.dedup && m.store == nullptr; }
 
@@ -144,6 +150,8 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   if (!(c.rope_scale > 0.f) || !std::isfinite(c.rope_scale)) fail("decoder config: rope_scale must be a positive number");
   if (!(c.attn_scale >= 0.f) || !std::isfinite(c.attn_scale)) fail("decoder config: attn_scale must be >= 0 and finite");
   if (!(c.embed_scale > 0.f) || !std::isfinite(c.embed_scale)) fail("decoder config: embed_scale must be a positive number");
+  for (float cap : {c.attn_softcap, c.logit_softcap})
+    if (!(cap >= 0.f) || !std::isfinite(cap)) fail("decoder config: a soft-cap must be >= 0 and finite");
   if (c.n_experts < 0) fail("decoder config: n_experts must be >= 0");
   if (c.n_experts > 0) {
     if (c.top_k < 1 || c.top_k > c.n_experts)
@@ -525,6 +533,7 @@ void Decoder::attention(int layer, int b) {
   const std::vector<float>& sink = w_.layers[static_cast<size_t>(layer)].sinks;
   const float* sinks = sink.empty() ? nullptr : sink.data();
   const float scale = cfg_.attn_scale > 0.f ? cfg_.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
+  const float cap = cfg_.attn_softcap;
   const AttnOps& ops = kAttnTable.ops(isa_);
   const int threads = pool_->size();
   const AttnSplit sp = attn_split(b, cfg_.n_kv_heads, group, threads);
@@ -615,6 +624,7 @@ void Decoder::attention(int layer, int b) {
       float inv[kAttnItemQueries];
       for (int r = 0; r < nq; ++r) {
         const int n = n_ctx[r] - t0[r], h = head[r];
+        if (cap > 0.f) softcap(p[r], n, cap);
         if (n_spans) {  // a span's own shift and sum; the sink joins at the merge
           out[r][hd] = ops.max(p[r], n);
           out[r][hd + 1] = ops.softmax_exp(p[r], n, out[r][hd]);
@@ -887,6 +897,8 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     prepare(xn_prep_, xn_.data(), 1, H);
     mm(w_.lm_head, xn_prep_, xn_.data(), 1, nullptr, logits);
   }
+  if (logits != nullptr && c.logit_softcap > 0.f)
+    rows(all_logits ? b : 1, [&](int j) { softcap(logits + static_cast<size_t>(j) * c.vocab, c.vocab, c.logit_softcap); });
 }
 
 void Decoder::forward(const int32_t* tokens, int n, float* logits, bool all_logits) {

@@ -1,10 +1,11 @@
-// A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 3, and the
+// A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3, and the
 // mixture-of-experts models gpt-oss, Qwen3-MoE and Mixtral): RMSNorm, RoPE
 // (YaRN's attention factor included; a second table for sliding layers),
 // grouped-query attention over a float32 or float16 KV cache with optional
 // per-head q/k norms, attention sinks and per-layer sliding windows, a SwiGLU
 // or GELU-gated MLP or a routed set of experts, optional norms of the
-// attention and MLP outputs (Gemma's sandwich), tied or untied output head. Every matrix is read in place, in its stored format,
+// attention and MLP outputs (Gemma's sandwich), soft-capped scores and logits
+// (Gemma 2), tied or untied output head. Every matrix is read in place, in its stored format,
 // through the fused GEMV kernels (gemv.h) -- or, for a prefill chunk of
 // more than kMaxBatch tokens with float activations, the GEMM kernels
 // (gemm.h), which convert weight tiles to float32 once for the whole
@@ -70,6 +71,9 @@ struct DecoderConfig {
   // (Gemma: sqrt(hidden); the head reads the unscaled rows).
   float attn_scale = 0.f, embed_scale = 1.f;
   MlpAct mlp_act = MlpAct::Silu;
+  // Soft-capping (Gemma 2): scores become c tanh(s / c) before the softmax
+  // (attn_softcap), logits the same (logit_softcap); 0: none.
+  float attn_softcap = 0.f, logit_softcap = 0.f;
   // Mixture of experts (n_experts > 0): a layer with experts sends each
   // token to the top_k experts its router scores highest, each an MLP of
   // expert_inter channels, and adds their outputs weighted by the router.

@@ -1,8 +1,9 @@
-"""Gemma 3 (Gemma3ForCausalLM, llama.cpp's gemma3): the config spellings
-transformers reads as one model, what the decoder refuses rather than runs
-as another, and the GGUF bridge's choices a toy from the golden generator
-does not reach (the converter's own file is tests/test_llamacpp_converter.py;
-the frozen transformers logits are tests/test_decoder.py's)."""
+"""Gemma 3 and Gemma 2 (Gemma3ForCausalLM, Gemma2ForCausalLM; llama.cpp's
+gemma3, gemma2): the config spellings transformers reads as one model, what
+the decoder refuses rather than runs as another, the GGUF bridge's choices a
+toy from the golden generator does not reach (the converter's own file is
+tests/test_llamacpp_converter.py; the frozen transformers logits are
+tests/test_decoder.py's), and ieconv text-model."""
 
 from __future__ import annotations
 
@@ -313,3 +314,88 @@ def test_text_model_refuses_what_it_cannot_place(tmp_path):
 def test_hf_to_iebin_of_the_multimodal_checkpoint_says_how_to_run_it(tmp_path):
     res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", VL, "--out-dir", tmp_path / "m")
     assert res.returncode == 0 and "ieconv text-model" in res.stderr, res.stderr
+
+
+# ------------------------------------------------------------ Gemma 2
+
+GEMMA2 = GOLDEN_IEBIN / "tiny-gemma2"
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("attn_logit_softcapping", -1.0, "positive number"),
+    ("final_logit_softcapping", "30", "positive number"),
+    ("query_pre_attn_scalar", -2, "positive number"),
+])
+def test_gemma2_values_the_decoder_cannot_run_are_refused(tmp_path, key, value, needle):
+    d = edited_artifact(GEMMA2, tmp_path / "m", lambda m: reconfigure(m, **{key: value}))
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"), f"config.{key}", needle)
+
+
+@pytest.mark.parametrize("edit,needle", [
+    ({"attn_logit_softcapping": None}, "always soft-caps"),
+    ({"final_logit_softcapping": None}, "always soft-caps"),
+    ({"query_pre_attn_scalar": 48}, "1/sqrt(32)"),
+])
+def test_gemma2_export_refuses_what_llamacpp_would_run_differently(tmp_path, edit, needle):
+    d = edited_artifact(GEMMA2, tmp_path / "m", lambda m: reconfigure(m, **edit))
+    assert_one_line_error(run_tool("ieconv", "iebin-to-gguf", "--model-dir", d, "--out", tmp_path / "m.gguf"),
+                          next(iter(edit)), needle)
+    assert not (tmp_path / "m.gguf").exists()
+
+
+@pytest.mark.parametrize("types", [["full_attention", "sliding_attention"], ["full_attention", "full_attention"]])
+def test_gemma2_round_trip_keeps_its_layer_types(tmp_path, types):
+    """llama.cpp's gemma2 slides every other layer unless the file's
+    pattern says otherwise, so the export writes one for any other layer
+    types (no sliding layer at all included); the import reads it back."""
+    import gguf
+
+    d = edited_artifact(GEMMA2, tmp_path / "m", lambda m: reconfigure(m, layer_types=types))
+    out = tmp_path / "m.gguf"
+    assert run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", d, "--out", out).returncode == 0
+    kv = {k: f.contents() for k, f in gguf.GGUFReader(str(out)).fields.items()}
+    assert kv["gemma2.attention.sliding_window_pattern"] == [t == "sliding_attention" for t in types]
+    assert (kv["gemma2.attn_logit_softcapping"], kv["gemma2.final_logit_softcapping"]) == (2.0, 5.0)
+    assert run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", out, "--out-dir", tmp_path / "b").returncode == 0
+    assert _spec(d).windows == _spec(tmp_path / "b").windows
+    assert np.array_equal(_logits(d, tmp_path), _logits(tmp_path / "b", tmp_path, "b.npy"))
+
+
+def test_a_gemma2_file_without_its_keys_takes_llamacpps_defaults(tmp_path):
+    """A gemma2 file without a window or soft-cap keys runs in llama.cpp
+    with a 4096-position window on every other layer and caps 50 and 30;
+    the import records those. A sliding base other than the model's is
+    refused: Gemma 2 has one."""
+    import gguf
+
+    out = tmp_path / "m.gguf"
+    assert run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", GEMMA2, "--out", out).returncode == 0
+    r = gguf.GGUFReader(str(out))
+    drop = {"gemma2.attention.sliding_window", "gemma2.attn_logit_softcapping", "gemma2.final_logit_softcapping"}
+
+    def rewrite(dst, extra=None):
+        w = gguf.GGUFWriter(str(dst), "gemma2")
+        for k, f in r.fields.items():
+            if k.startswith("GGUF.") or k == "general.architecture" or k in drop:
+                continue
+            sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+            w.add_key_value(k, f.contents(), f.types[0], sub_type=sub)
+        for k, v in (extra or {}).items():
+            w.add_key_value(k, v, gguf.GGUFValueType.FLOAT32)
+        for t in r.tensors:
+            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)  # (shape: from the data's)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        return dst
+
+    res = run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", rewrite(tmp_path / "bare.gguf"), "--out-dir",
+                   tmp_path / "b")
+    assert res.returncode == 0, res.stderr
+    cfg = json.loads((tmp_path / "b/config.json").read_text())
+    assert (cfg["sliding_window"], cfg["attn_logit_softcapping"], cfg["final_logit_softcapping"]) == (4096, 50.0, 30.0)
+    assert cfg["layer_types"] == ["sliding_attention", "full_attention"]
+    bad = rewrite(tmp_path / "swa.gguf", {"gemma2.rope.freq_base_swa": 5000.0})
+    assert_one_line_error(run_tool("ieconv", "gguf-to-iebin", "--gguf", bad, "--out-dir", tmp_path / "c"),
+                          "gemma2.rope.freq_base_swa", "one base")
