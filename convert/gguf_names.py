@@ -241,6 +241,20 @@ def arch_of(meta: dict, meta_path) -> GGUFArch:
     return ARCHS[cls]
 
 
+def swa_by_period(period: int, layers: int) -> list[bool]:
+    """Which layers slide, as llama.cpp's set_swa_pattern makes a period of
+    them: every period-th layer global (a file's period, or the
+    architecture's swa_pattern where it has none)."""
+    return [i % period < period - 1 for i in range(layers)]
+
+
+def attention_scalar(arch: GGUFArch, hidden: int, heads: int, head_dim: int, layers: int) -> int:
+    """The query_pre_attn_scalar llama.cpp's Gemma graphs derive from the
+    shapes (they read none): hidden / heads for the 27B, known by its block
+    count, else head_dim."""
+    return hidden // heads if layers == arch.scale_27b_layers else head_dim
+
+
 def norm_shift(arch: GGUFArch, hf: str) -> float:
     """What llama.cpp's converter adds to the HF tensor ``hf`` (Gemma's norms: 1), else 0."""
     return arch.norm_shift if hf.endswith("norm.weight") else 0.0

@@ -49,7 +49,8 @@ from iekit.formats.model_spec import check_convertible, rope_tables
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
-from .gguf_names import ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED, GGUFArch, hf_layer_name, norm_shift
+from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED, GGUFArch, attention_scalar, hf_layer_name,
+                         norm_shift, swa_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
@@ -288,7 +289,7 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     if "rope_freqs.weight" in names:
         cfg["rope_scaling"] = _llama3_scaling(g, names["rope_freqs.weight"], head_dim, cfg["rope_theta"])
     _moe_config(g, arch, cfg)
-    if arch.norm_shift:
+    if DECODER_ARCHS[arch.hf_class].gemma:
         _gemma_config(g, arch, cfg)
     for which, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding")):
         tid = g.fields.get(f"tokenizer.ggml.{key}_token_id")
@@ -333,7 +334,7 @@ def _layer_types(g: GGUFModel, arch: GGUFArch, layers: int) -> list[str]:
     a = arch.gguf
     pattern = g.fields.get(f"{a}.attention.sliding_window_pattern", arch.swa_pattern)
     if type(pattern) is int and pattern >= 1:
-        swa = [i % pattern < pattern - 1 for i in range(layers)]
+        swa = swa_by_period(pattern, layers)
     elif isinstance(pattern, list) and len(pattern) == layers and all(type(x) is bool for x in pattern):
         swa = pattern
     else:
@@ -354,7 +355,7 @@ def _gemma_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     layers = cfg["num_hidden_layers"]
     window = _field(g, f"{a}.attention.sliding_window", int, arch.swa_window)
     types = _layer_types(g, arch, layers) if window > 0 else ["full_attention"] * layers
-    scalar = cfg["hidden_size"] // cfg["num_attention_heads"] if layers == arch.scale_27b_layers else cfg["head_dim"]
+    scalar = attention_scalar(arch, cfg["hidden_size"], cfg["num_attention_heads"], cfg["head_dim"], layers)
     cfg.update(hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=scalar, layer_types=types,
                sliding_window=window if window > 0 else None)
     if not DECODER_ARCHS[arch.hf_class].softcaps:

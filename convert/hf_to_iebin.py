@@ -96,10 +96,11 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
         written = expert_stacks.AsWritten(src.config, tensors)
         shapes = written.shapes()
         # An invalid MoE / attention config is refused here, before any byte is written.
-        unsupported = check_convertible(model_summary(src.config), src.config,
+        summary = model_summary(src.config)
+        unsupported = check_convertible(summary, src.config,
                                         {**shapes, **{p.name: p.shape for p in pairs}}, src.dir / "config.json")
-        arch = (src.config.get("architectures") or [None])[0]
-        if isinstance(arch, str) and arch in MULTIMODAL:
+        arch = summary["architecture"]
+        if arch in MULTIMODAL:
             unsupported = (f"ierun cannot run this model: {arch} is multimodal; `ieconv text-model --hf-dir "
                            f"{src.dir} --out-dir DIR` writes its language model, which it runs")
         qplan = plan(manifest, {n: (t.dtype.name, shapes[n]) for n, (_sf, t) in tensors.items()},
@@ -165,7 +166,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
 
             aux = writer.stage_aux(aux_data)
             source = {"kind": src.kind, "name": src.name, "revision": src.revision, "shards": hashes.records()}
-            meta = writer.finish(config=src.config, model=model_summary(src.config), source=source,
+            meta = writer.finish(config=src.config, model=summary, source=source,
                                  tokenizer_files=out.tokenizer_files, aux_files=aux)
     bytes_out = meta["files"][0]["nbytes"]
     return ConvertResult(out.dir, len(names), bytes_in, bytes_out, time.perf_counter() - t0, n_cast,

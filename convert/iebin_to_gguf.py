@@ -49,10 +49,10 @@ from iekit.formats.errors import IEError, UnsupportedError
 from iekit.formats.fileio import read_small, read_small_text
 from iekit.formats.gguf_file import MAX_SHARDS
 from iekit.formats.jsonio import loads_strict
-from iekit.formats.model_spec import DecoderSpec, decoder_spec, gemma_local_theta, rope_tables
+from iekit.formats.model_spec import DecoderSpec, decoder_spec, rope_tables
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import GGUFArch, arch_of, gguf_layer_name, norm_shift
+from .gguf_names import GGUFArch, arch_of, attention_scalar, gguf_layer_name, norm_shift, swa_by_period
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
@@ -161,10 +161,11 @@ class _Plan:
         f32 = (len(shape) == 1 or gguf_name.endswith(".bias") or ".attn_sinks." in gguf_name
                or ".ffn_gate_inp." in gguf_name)
         o = _Out(gguf_name, SAME_BYTES.get(dtype, ""), shape, parts, dtype, shift=norm_shift(self.arch, first["name"]))
-        if o.shift and dtype not in ("f16", "bf16", "f32"):
+        floats = dtype in ("f16", "bf16", "f32")
+        if o.shift and not floats:
             raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: dtype {dtype!r}; llama.cpp's "
                           f"{self.arch.gguf} stores this norm as 1 + w, which needs it as floats")
-        if f32 and dtype in ("f16", "bf16", "f32"):
+        if f32 and floats:
             o.how, o.ggml_type = ("copy", "F32") if dtype == "f32" and not o.shift else ("widen", "F32")
         elif dtype == "int4w":
             p = _int4w_params(first)
@@ -259,12 +260,12 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     if spec.mlp_act != arch.mlp_act:
         key = "hidden_activation" if "hidden_activation" in cfg else "hidden_act"
         raise IEError(f"{where}.{key}: {cfg.get(key)!r}; llama.cpp's {arch.gguf} uses {arch.mlp_act}")
-    if arch.scale_27b_layers:  # gemma2, gemma3: llama.cpp derives the attention scale from the shapes
-        want = spec.hidden // spec.n_heads if spec.n_layers == arch.scale_27b_layers else spec.head_dim
+    if spec.arch.gemma:  # llama.cpp derives the attention scale from the shapes
+        want = attention_scalar(arch, spec.hidden, spec.n_heads, spec.head_dim, spec.n_layers)
         if not math.isclose(spec.attn_scale, want ** -0.5, rel_tol=1e-12):
             raise IEError(f"{where}.query_pre_attn_scalar: {cfg.get('query_pre_attn_scalar')}; llama.cpp's "
                           f"{arch.gguf} scales the attention by 1/sqrt({want}) for a model of these shapes")
-    if arch.swa_window:  # gemma2: llama.cpp always caps, and its head is always the embedding
+    if spec.arch.softcaps:  # gemma2: llama.cpp always caps, and its head is always the embedding
         for key, cap in (("attn_logit_softcapping", spec.attn_softcap), ("final_logit_softcapping",
                                                                           spec.logit_softcap)):
             if not cap:
@@ -450,13 +451,13 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if arch.gguf == "gpt-oss":
         kv[f"{a}.attention.sliding_window"] = max(spec.windows) or spec.max_positions
         kv[f"{a}.attention.sliding_window_pattern"] = [w > 0 for w in spec.windows]
-    if arch.norm_shift:  # gemma2, gemma3: sliding layers by llama.cpp's period unless a pattern says otherwise
-        if spec.inv_freq_swa is not None:  # gemma3's own base for them
-            kv[f"{a}.rope.freq_base_swa"] = float(gemma_local_theta(cfg))
+    if spec.arch.gemma:  # sliding layers by llama.cpp's period unless a pattern says otherwise
+        if spec.local_theta:  # gemma3's own base for them
+            kv[f"{a}.rope.freq_base_swa"] = spec.local_theta
         if any(spec.windows) or arch.swa_window:  # (gemma2 always slides: no window is all layers global)
             kv[f"{a}.attention.sliding_window"] = max(spec.windows) or arch.swa_window
             swa = [w > 0 for w in spec.windows]
-            if swa != [i % arch.swa_pattern < arch.swa_pattern - 1 for i in range(spec.n_layers)]:
+            if swa != swa_by_period(arch.swa_pattern, spec.n_layers):
                 kv[f"{a}.attention.sliding_window_pattern"] = swa  # (convert_hf_to_gguf.py writes none)
         if spec.attn_softcap:
             kv[f"{a}.attn_logit_softcapping"] = float(spec.attn_softcap)

@@ -29,7 +29,7 @@ from typing import Any
 
 from iekit.formats.errors import IEError
 from iekit.formats.hf_checkpoint import HFSource, SINGLE_NAME, collect_tensors, read_aux
-from iekit.formats.safetensors_reader import CHUNK_BYTES
+from iekit.formats.hf_config import model_summary
 from iekit.formats.safetensors_writer import SafetensorsWriter
 
 from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, ConvertResult, Progress, checkpoint_out, natural_key
@@ -58,6 +58,8 @@ class TextPart:
     renames: tuple[tuple[str, str], ...]  # source prefix -> the text model's, first match wins
     left_out: tuple[str, ...]             # prefixes of the other modalities' tensors
     defaults: dict[str, Any]
+    # defaults filled in only where text_config lacks the key that would say otherwise
+    defaults_unless: tuple[tuple[str, dict[str, Any]], ...] = ()
 
 
 MULTIMODAL = {
@@ -66,7 +68,8 @@ MULTIMODAL = {
         renames=(("language_model.model.", "model."), ("model.language_model.", "model."),
                  ("language_model.lm_head.", "lm_head."), ("lm_head.", "lm_head.")),
         left_out=("vision_tower.", "model.vision_tower.", "multi_modal_projector.", "model.multi_modal_projector."),
-        defaults=GEMMA3_TEXT_DEFAULTS),
+        defaults=GEMMA3_TEXT_DEFAULTS,
+        defaults_unless=(("rope_parameters", GEMMA3_ROPE_DEFAULTS), ("layer_types", GEMMA3_PATTERN_DEFAULT))),
 }
 
 
@@ -78,10 +81,9 @@ def text_config(config: dict[str, Any], part: TextPart, where: str) -> dict[str,
     if not isinstance(text, dict):
         raise IEError(f"{where}: text_config: expected an object, got {text!r}")
     out = {**part.defaults, **text}
-    if "rope_parameters" not in text:
-        out = {**GEMMA3_ROPE_DEFAULTS, **out}
-    if "layer_types" not in text:
-        out = {**GEMMA3_PATTERN_DEFAULT, **out}
+    for key, defaults in part.defaults_unless:
+        if key not in text:
+            out = {**defaults, **out}
     for key in ("bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype"):
         if config.get(key) is not None:
             out[key] = config[key]
@@ -106,7 +108,7 @@ def extract_text_model(src: HFSource, out_dir: str | os.PathLike, *, overwrite: 
     the text model's nor a known other modality's is refused, naming it."""
     progress = progress or Progress()
     where = str(src.dir / "config.json")
-    arch = (src.config.get("architectures") or [None])[0]
+    arch = model_summary(src.config)["architecture"]
     if arch not in MULTIMODAL:
         raise IEError(f"{where}: architectures: {arch!r} is not a multimodal model this extracts the text model "
                       f"of ({', '.join(MULTIMODAL)})")
@@ -117,36 +119,30 @@ def extract_text_model(src: HFSource, out_dir: str | os.PathLike, *, overwrite: 
     t0 = time.perf_counter()
     with ExitStack() as stack:
         tensors = collect_tensors(src, stack)
-        kept: dict[str, str] = {}
+        kept: dict[str, str] = {}  # text model's name -> source name
         for name in tensors:
             new = _renamed(name, part)
             if new == "":
                 raise IEError(f"{tensors[name][0].path}: {name}: neither {arch}'s language model nor its vision "
                               "tower or projector; refusing rather than dropping it")
             if new is not None:
-                if new in kept.values():
-                    raise IEError(f"{tensors[name][0].path}: {name}: a second tensor for {new}")
-                kept[name] = new
-        order = sorted(kept, key=lambda n: natural_key(kept[n]))
-        bytes_in = sum(tensors[n][1].nbytes for n in order)
+                if new in kept:
+                    raise IEError(f"{tensors[name][0].path}: {name}: a second tensor for {new} ({kept[new]})")
+                kept[new] = name
+        order = sorted(kept, key=natural_key)
+        bytes_in = sum(tensors[kept[n]][1].nbytes for n in order)
         progress.start("extracting", bytes_in)
         meta = {"format": "pt", "iekit.source": json.dumps({"text_model_of": arch})}
         with out.writing() as staged:
-            specs = [(kept[n], tensors[n][1].dtype.name, list(tensors[n][1].shape)) for n in order]
+            specs = [(n, tensors[kept[n]][1].dtype.name, list(tensors[kept[n]][1].shape)) for n in order]
             writer = SafetensorsWriter(staged.open(SINGLE_NAME), specs, meta)
             for n in order:
-                sf, t = tensors[n]
-                progress.describe(kept[n])
-                writer.write(kept[n], _advancing(sf.iter_chunks(t, CHUNK_BYTES), progress))
+                sf, t = tensors[kept[n]]
+                progress.describe(n)
+                writer.copy(n, lambda fd, off, sf=sf, t=t: sf.copy_to(t, fd, off, progress.advance))
             writer.finish()
             staged.write_bytes("config.json", (json.dumps(config, indent=2) + "\n").encode())
             for n, d in aux.items():
                 staged.write_bytes(n, d)
     return ConvertResult(out.dir, len(order), bytes_in, (out.dir / SINGLE_NAME).stat().st_size,
                          time.perf_counter() - t0, 0, removed=out.stale)
-
-
-def _advancing(chunks, progress: Progress):
-    for c in chunks:
-        progress.advance(len(c))
-        yield c

@@ -135,7 +135,8 @@ class DecoderSpec:
     attn_scale: float = 0.0   # scores' factor (0: 1/sqrt(head_dim))
     embed_scale: float = 1.0  # embeddings' factor (Gemma: sqrt(hidden))
     norm_offset: float = 0.0  # added to every RMSNorm weight (Gemma: 1)
-    inv_freq_swa: np.ndarray | None = None  # the sliding layers' RoPE, where it is their own
+    local_theta: float = 0.0  # the sliding layers' own RoPE base (Gemma 3; 0: none)
+    inv_freq_swa: np.ndarray | None = None  # its frequencies
     attn_softcap: float = 0.0   # scores become c tanh(s / c) (Gemma 2; 0: none)
     logit_softcap: float = 0.0  # logits likewise
 
@@ -252,12 +253,7 @@ def _check_shapes(s: DecoderSpec, shapes: dict[str, list[int]], label: Path) -> 
     tensor, before anything is written."""
     parts = [*model_parts(s), *(p for i in range(s.n_layers) for p in layer_parts(s, i))]
     for p in parts:
-        if p.kind in (EXPERT_MATRIX, EXPERT_VECTOR):
-            want = ({p.name.format(e=e): list(p.shape) for e in range(s.moe.n_experts)} if "{e}" in p.name
-                    else {p.name: [s.moe.n_experts, *p.shape]})
-        else:
-            want = {p.name: list(p.shape)}
-        for name, shape in want.items():
+        for name, shape in part_tensors(s, p).items():
             got = shapes.get(name)
             if got is not None and list(got) != shape:
                 raise IEError(f"{label}: tensors[{name!r}].shape: {list(got)}, the config implies {shape}")
@@ -416,19 +412,22 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     return spec
 
 
-def gemma_local_theta(cfg: dict[str, Any]) -> Any:
+def _local_theta(cfg: dict[str, Any], meta_path: Path) -> float:
     """A Gemma 3 config's RoPE base for sliding layers, where transformers
     reads it: rope_parameters.sliding_attention (transformers 5), else
-    rope_local_base_freq (the Hub's configs), else 10000 (None: a value
-    that is not a number is the caller's to refuse)."""
+    rope_local_base_freq (the Hub's configs), else 10000."""
     rp = cfg.get("rope_parameters")
     local = rp.get("sliding_attention") if isinstance(rp, dict) else None
     if isinstance(local, dict):
         if local.get("rope_type", "default") != "default":
-            raise UnsupportedError(f"config.rope_parameters.sliding_attention.rope_type: "
+            raise UnsupportedError(f"{meta_path}: config.rope_parameters.sliding_attention.rope_type: "
                                    f"{local.get('rope_type')!r} is not supported (default is)")
-        return local.get("rope_theta", 10000.0)
-    return cfg.get("rope_local_base_freq", 10000.0)
+        theta = local.get("rope_theta", 10000.0)
+    else:
+        theta = cfg.get("rope_local_base_freq", 10000.0)
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
+        raise IEError(f"{meta_path}: config.rope_local_base_freq: expected a positive number, got {theta!r}")
+    return float(theta)
 
 
 def _gemma(arch: Arch, cfg: dict[str, Any], hidden: int, head_dim: int, meta_path: Path) -> dict[str, Any]:
@@ -445,13 +444,8 @@ def _gemma(arch: Arch, cfg: dict[str, Any], hidden: int, head_dim: int, meta_pat
         raise UnsupportedError(f"{meta_path}: config.use_bidirectional_attention: bidirectional attention "
                                "(EmbeddingGemma) is not supported")
     if arch.local_rope:
-        try:
-            local = gemma_local_theta(cfg)
-        except UnsupportedError as e:
-            raise UnsupportedError(f"{meta_path}: {e}") from None
-        if isinstance(local, bool) or not isinstance(local, (int, float)) or not math.isfinite(local) or local <= 0:
-            raise IEError(f"{meta_path}: config.rope_local_base_freq: expected a positive number, got {local!r}")
-        out["inv_freq_swa"] = rope_tables(head_dim, float(local), None)[0]
+        out["local_theta"] = _local_theta(cfg, meta_path)
+        out["inv_freq_swa"] = rope_tables(head_dim, out["local_theta"], None)[0]
     scalar = _positive(cfg, meta_path, "query_pre_attn_scalar", 256.0, section="config")
     return {**out, "attn_scale": scalar ** -0.5, "embed_scale": float(np.float32(math.sqrt(hidden))),
             "norm_offset": 1.0}
@@ -543,12 +537,20 @@ def decoder_tensors(s: DecoderSpec) -> set[str]:
     names = {p.name for p in model_parts(s)}
     for i in range(s.n_layers):
         for p in layer_parts(s, i):
-            if "{e}" in p.name:  # a tensor per expert (else one stack of every expert)
-                names.update(p.name.format(e=e) for e in range(s.moe.n_experts))
-            else:
-                names.add(p.name)
+            names.update(part_tensors(s, p))
         names.update(f"model.layers.{i}.{hf}" for hf in IGNORED_BUFFERS)
     return names
+
+
+def part_tensors(s: DecoderSpec, p: Part) -> dict[str, list[int]]:
+    """The tensors a part is stored as, with their shapes: itself; an
+    expert kind's a tensor per expert ("{e}" in the name) or one stack
+    [experts, ...] of them all."""
+    if p.kind not in (EXPERT_MATRIX, EXPERT_VECTOR):
+        return {p.name: list(p.shape)}
+    if "{e}" in p.name:
+        return {p.name.format(e=e): list(p.shape) for e in range(s.moe.n_experts)}
+    return {p.name: [s.moe.n_experts, *p.shape]}
 
 
 def _check_all_used(s: DecoderSpec, tensors: list[Any], meta_path: Path) -> None:

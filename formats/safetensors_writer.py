@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import BinaryIO, Iterable
+from typing import BinaryIO, Callable, Iterable
 
 from .dtypes import DTYPES, INT64_MAX, shape_elements
 
 
 class SafetensorsWriter:
     """Writes ``tensors`` (name, dtype, shape: IEBIN dtype names) into ``f``,
-    in that order: ``write(name, chunks)`` for each, then ``finish()``."""
+    in that order: ``write(name, chunks)`` or ``copy(name, fn)`` for each,
+    then ``finish()``."""
 
     def __init__(self, f: BinaryIO, tensors: Iterable[tuple[str, str, list[int]]], metadata: dict[str, str]):
         header: dict = {"__metadata__": dict(metadata)}
@@ -53,6 +54,19 @@ class SafetensorsWriter:
             got += len(c)
         if got != want:
             raise ValueError(f"safetensors writer: {name!r} got {got} bytes, its header says {want}")
+        self._next += 1
+
+    def copy(self, name: str, copy: Callable[[int, int], None]) -> None:
+        """The next tensor in header order, ``name``, put in place by
+        ``copy(fd, offset)`` from a source that holds its bytes as they are
+        (SafetensorsFile.copy_to: in the kernel, never through Python)."""
+        want_name, want = self._sizes[self._next]
+        if name != want_name:
+            raise ValueError(f"safetensors writer: {name!r} written where {want_name!r} comes next")
+        self._f.flush()
+        at = self._f.tell()
+        copy(self._f.fileno(), at)
+        self._f.seek(at + want)
         self._next += 1
 
     def finish(self) -> None:

@@ -166,6 +166,7 @@ def test_gemmas_tokenizer_json_is_llamacpps_sentencepiece_without_a_space_prefix
     from tokenizers import Tokenizer
 
     from iekit.convert.gguf_tokenizer import gguf_tokenizer_fields
+    from iekit.formats.errors import FormatError
 
     sp, src = sentencepiece_gguf(tmp_path, prefix=False)
     assert run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", src, "--out-dir", tmp_path / "m").returncode == 0
@@ -181,7 +182,7 @@ def test_gemmas_tokenizer_json_is_llamacpps_sentencepiece_without_a_space_prefix
     assert fields["tokenizer.ggml.tokens"] == [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
     # a Split that does split (on another string) is not SentencePiece's pipeline
     other = {**gemma, "pre_tokenizer": {**gemma["pre_tokenizer"], "pattern": {"String": "a"}}}
-    with pytest.raises(Exception, match="not SentencePiece's"):
+    with pytest.raises(FormatError, match="not SentencePiece's"):
         gguf_tokenizer_fields(json.dumps(other).encode(), {}, {}, tmp_path / "tokenizer.json")
 
 

@@ -108,7 +108,6 @@ def test_the_same_change_made_in_both_is_another_model_and_runs(tmp_path):
     assert not np.array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
 
 
-
 @pytest.mark.parametrize("source", ["hf", "gguf"])
 def test_a_tensor_whose_shape_the_config_contradicts_is_refused(tmp_path, source):
     """transformers refuses such a checkpoint ("size mismatch") and llama.cpp
