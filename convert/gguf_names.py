@@ -64,11 +64,17 @@ def importance_to_hf(entries: dict, names: Mapping[str, Sequence[int]] | Collect
     its gate_up_proj from ffn_gate_exps or ffn_up_exps: the same routed
     inputs; select_for checks its experts). llama.cpp's legacy .dat keeps a
     stack's rows one after another, [experts × cols]: with the shapes, such
-    an entry is split into its experts' rows. What no architecture maps onto
-    ``names`` is left out."""
+    an entry is split into its experts' rows. A fused matrix's entry (phi3's
+    attn_qkv, ffn_up) is each of its parts' where the file has none of its
+    own. What no architecture maps onto ``names`` is left out."""
     shape_of = names.get if isinstance(names, Mapping) else (lambda _n: None)
     out = {}
+    shared = {}  # a fused matrix's input is each part's (phi3's attn_qkv: q, k, v; its ffn_up: gate, up)
     for n, v in entries.items():
+        m = _BLK.fullmatch(n)
+        if m:
+            shared.update({p: v for arch in ARCHS.values() for h, _k in arch.fused.get(f"{m.group(2)}.{m.group(3)}", ())
+                           if (p := f"model.layers.{int(m.group(1))}.{h}") in names})
         hf = hf_name(n)
         if hf is not None:
             out[hf] = v
@@ -96,7 +102,7 @@ def importance_to_hf(entries: dict, names: Mapping[str, Sequence[int]] | Collect
                     raise FormatError(where, n, f"{rows.shape[0]} experts' rows, but layer {int(m.group(1))} of the "
                                                 f"model has {have} experts (the imatrix of another model?)")
                 out.update(zip((pre + pattern.format(e=e) for e in range(have)), rows))
-    return out
+    return {**shared, **out}
 
 
 def _experts_rows(v: np.ndarray, experts: int, cols: int) -> np.ndarray:
@@ -124,10 +130,15 @@ def importance_to_gguf(entries: dict, routed: dict, tokens: int, arch: "GGUFArch
         if v.ndim == 2 and count.size == 1:  # a stack's rows without their own counts (a .npz): each over the tokens
             count = np.full(len(v), count[0])
         g = gguf_layer_name(arch, name)
+        m = _LAYER.fullmatch(name)
+        fused = [f for f, parts in arch.fused.items() if m and any(h == m.group(2) for h, _k in parts)]
+        for f in fused:  # its parts share the input, and so the means (phi3's attn_qkv, ffn_up)
+            out.setdefault(f"blk.{int(m.group(1))}.{f}", (v, count))
         if g is not None:
             out[g] = (v, count)
             continue
-        m = _LAYER.fullmatch(name)
+        if fused:
+            continue
         pair = arch.paired.get(m.group(2)) if m else None
         if pair is not None:
             out.update({f"blk.{int(m.group(1))}.{g}": (v, count) for g in pair})
@@ -219,17 +230,18 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("gemma3", "Gemma3ForCausalLM", "gemma3_text", False, _dense({**_QK_NORM, **_GEMMA_NORMS}),
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
              norm_shift=1.0, swa_pattern=6, mlp_act="gelu_tanh", scale_27b_layers=62),
+    # Phi-3, Phi-3.5, Phi-4, Phi-4-mini: q, k, v in one matrix (or three: llama.cpp reads either) and gate,
+    # up in one; rotate-half RoPE, so q/k rows are Hugging Face's; LongRoPE's factors as rope_factors_long/
+    # _short, its attention factor as rope.scaling.attn_factor; the sliding window recorded, and not applied
+    # (llama.cpp's phi3 graph disables it)
+    GGUFArch("phi3", "Phi3ForCausalLM", "phi3", False,
+             {k: v for k, v in _LLAMA.items() if not k.startswith(("mlp.gate_proj.", "mlp.up_proj."))},
+             fused={"attn_qkv.weight": (("self_attn.q_proj.weight", "q"), ("self_attn.k_proj.weight", "kv"),
+                                        ("self_attn.v_proj.weight", "kv")),
+                    "ffn_up.weight": (("mlp.gate_proj.weight", "ff"), ("mlp.up_proj.weight", "ff"))},
+             keys=frozenset({"attention.sliding_window", "rope.scaling.attn_factor"})),
 )}
-# Read, never written: Phi-3 and Phi-4 are Llama with q, k, v in one matrix and gate, up in another (llama.cpp
-# runs phi3 with rotate-half RoPE, so q/k rows are Hugging Face's; and without Phi-3's sliding window).
-PHI3 = GGUFArch("phi3", "LlamaForCausalLM", "llama", False,
-                {k: v for k, v in _LLAMA.items() if not k.startswith(("mlp.gate_proj.", "mlp.up_proj."))},
-                fused={"attn_qkv.weight": (("self_attn.q_proj.weight", "q"), ("self_attn.k_proj.weight", "kv"),
-                                           ("self_attn.v_proj.weight", "kv")),
-                       "ffn_up.weight": (("mlp.gate_proj.weight", "ff"), ("mlp.up_proj.weight", "ff"))},
-                keys=frozenset({"attention.sliding_window"}))  # read, and not applied: llama.cpp does not
-IMPORTED = (*ARCHS.values(), PHI3)
-GGUF_ARCHS = tuple(dict.fromkeys(a.gguf for a in IMPORTED))  # what the importer reads
+GGUF_ARCHS = tuple(dict.fromkeys(a.gguf for a in ARCHS.values()))  # what the importer reads and the exporter writes
 
 
 def arch_of(meta: dict, meta_path) -> GGUFArch:

@@ -18,10 +18,12 @@ pairs) is not what the import builds; gguf-to-iebin reads it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
 
+from iekit.formats import fused_tensors
 from iekit.formats.gguf_file import GGUFModel, open_gguf
 from iekit.formats.errors import FormatError
 from iekit.formats.hf_checkpoint import SINGLE_NAME
@@ -31,7 +33,8 @@ from .artifact_out import ConvertResult, Progress, check_dtype, checkpoint_out
 from .gguf_to_iebin import aux_files, build_config, file_type_name, plan_tensors, tensor_chunks
 
 # The model types whose HF tensors are the import's, one for one.
-HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3_text")
+# (phi3: the import's q/k/v and gate/up joined again into qkv_proj and gate_up_proj, formats/fused_tensors.py)
+HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "phi3")
 
 
 FLOAT_TYPES = ("F32", "F16", "BF16")  # GGUF tensor types that hold the weights themselves, not codes
@@ -87,13 +90,24 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
     bytes_in = sum(p.in_nbytes for p in plans)
     progress.start("converting", bytes_in)
     meta = {"format": "pt", "iekit.source": json.dumps({"gguf": g.path.name, "file_type": file_type_name(g)})}
+    by_name = {p.name: p for p in plans}
+    layout = fused_tensors.fused_layout(cfg, [p.name for p in plans])
+    header = []
+    for name, parts in layout:
+        ps = [by_name[n] for n in parts]
+        if len({p.dtype for p in ps}) > 1:  # e.g. phi3's attn_q F16 beside a dequantized attn_k
+            raise FormatError(g.path, f"tensor {ps[0].src.name!r}", f"{name} joins rows written as "
+                                                                    f"{' and '.join(sorted({p.dtype for p in ps}))}; "
+                                                                    "pass --dtype to write them alike")
+        header.append((name, ps[0].dtype, [sum(p.shape[0] for p in ps), *ps[0].shape[1:]]))
     with out.writing() as staged:
-        writer = SafetensorsWriter(staged.open(SINGLE_NAME), [(p.name, p.dtype, p.shape) for p in plans], meta)
-        for p in plans:
-            progress.describe(p.name)
-            writer.write(p.name, tensor_chunks(g, p, progress, None, allow_nonfinite))
+        writer = SafetensorsWriter(staged.open(SINGLE_NAME), header, meta)
+        for name, parts in layout:
+            progress.describe(name)
+            writer.write(name, itertools.chain.from_iterable(tensor_chunks(g, by_name[n], progress, None,
+                                                                           allow_nonfinite) for n in parts))
         writer.finish()
         for name, data in aux.items():
             staged.write_bytes(name, data)
-    return ConvertResult(out.dir, len(plans), bytes_in, (out.dir / SINGLE_NAME).stat().st_size,
+    return ConvertResult(out.dir, len(layout), bytes_in, (out.dir / SINGLE_NAME).stat().st_size,
                          time.perf_counter() - t0, sum(p.mode in ("cast", "dequant") for p in plans), removed=out.stale)

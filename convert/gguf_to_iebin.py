@@ -49,7 +49,7 @@ from iekit.formats.model_spec import check_convertible, rope_tables
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
-from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED, GGUFArch, attention_scalar, hf_layer_name,
+from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, GGUFArch, attention_scalar, hf_layer_name,
                          norm_shift, swa_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
@@ -72,7 +72,7 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
     if key == "llama":
         moe = g.fields.get("llama.expert_count", 0)
         return GGUF_ARCHS_BY_CLASS["MixtralForCausalLM" if type(moe) is int and moe > 0 else "LlamaForCausalLM"]
-    return next(a for a in IMPORTED if a.gguf == key)
+    return next(a for a in GGUF_ARCHS_BY_CLASS.values() if a.gguf == key)
 
 
 def row_order(g: GGUFModel, t: GGUFTensor, cfg: dict[str, Any]) -> np.ndarray | None:
@@ -251,9 +251,10 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     head_dim = _field(g, f"{a}.attention.key_length", int, hidden // heads)
     if _field(g, f"{a}.attention.value_length", int, head_dim) != head_dim:
         raise FormatError(g.path, f"{a}.attention.value_length", "differs from key_length; the decoder needs them equal")
-    if _field(g, f"{a}.rope.dimension_count", int, head_dim) != head_dim:
-        raise FormatError(g.path, f"{a}.rope.dimension_count", f"rotates {g.fields[f'{a}.rope.dimension_count']} of "
-                                                               f"{head_dim} head dimensions; partial RoPE is not supported")
+    rot = _field(g, f"{a}.rope.dimension_count", int, head_dim)
+    if rot != head_dim and not (DECODER_ARCHS[arch.hf_class].partial_rope and 2 <= rot < head_dim and rot % 2 == 0):
+        raise FormatError(g.path, f"{a}.rope.dimension_count", f"rotates {rot} of {head_dim} head dimensions; partial "
+                                                               f"RoPE is not supported for {a}")
     scaling = _field(g, f"{a}.rope.scaling.type", str, "none")
     if scaling not in ("none", "linear", "yarn"):
         raise FormatError(g.path, f"{a}.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported "
@@ -288,6 +289,13 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
             "beta_slow": _field(g, f"{a}.rope.scaling.yarn_beta_slow", float, 1.0), "truncate": True}
     if "rope_freqs.weight" in names:
         cfg["rope_scaling"] = _llama3_scaling(g, names["rope_freqs.weight"], head_dim, cfg["rope_theta"])
+    if rot != head_dim:  # convert_hf_to_gguf.py writes int(factor * hidden) // heads
+        cfg["partial_rotary_factor"] = rot / head_dim
+        if int(head_dim * cfg["partial_rotary_factor"]) != rot:  # (transformers' truncation must give it back)
+            raise FormatError(g.path, f"{a}.rope.dimension_count", f"{rot} of {head_dim} is no factor transformers "
+                                                                   "reads back")
+    if arch.gguf == "phi3":
+        _phi3_config(g, arch, cfg, names, rot)
     _moe_config(g, arch, cfg)
     if DECODER_ARCHS[arch.hf_class].gemma:
         _gemma_config(g, arch, cfg)
@@ -302,6 +310,50 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     if len(eog) > 1 and cfg.get("eos_token_id", eog[0]) == eog[0]:
         cfg["eos_token_id"] = eog
     return cfg
+
+
+def _phi3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], names: dict, rot: int) -> None:
+    """Phi-3's keys: its original context, and LongRoPE (Phi-3.5, Phi-4-mini,
+    the 128k Phi-3s) from the factors llama.cpp's converter stores as
+    ``rope_factors_long`` / ``_short`` [rotated dims / 2] and the attention
+    factor it stores as ``rope.scaling.attn_factor`` (recorded where it is
+    not the one transformers derives from the two contexts). No sliding
+    window: llama.cpp's phi3 graph applies none."""
+    a = arch.gguf
+    old_ctx = _field(g, f"{a}.rope.scaling.original_context_length", int, cfg["max_position_embeddings"])
+    if old_ctx < 2:
+        raise FormatError(g.path, f"{a}.rope.scaling.original_context_length", f"{old_ctx}: expected at least 2 "
+                                                                              "positions")
+    cfg.update(original_max_position_embeddings=old_ctx, sliding_window=None)
+    have = [k for k in ("long", "short") if f"rope_factors_{k}.weight" in names]
+    if not have:
+        if f"{a}.rope.scaling.attn_factor" in g.fields:
+            raise FormatError(g.path, f"{a}.rope.scaling.attn_factor", "without rope_factors_long/_short: an "
+                                                                       "attention factor of no LongRoPE")
+        return
+    if len(have) == 1:
+        raise FormatError(g.path, f"tensor 'rope_factors_{have[0]}.weight'", "without its long/short partner; "
+                                                                             "LongRoPE needs both")
+    factors = {}
+    for k in ("long", "short"):
+        t = names[f"rope_factors_{k}.weight"]
+        if t.ggml_type != "F32" or list(t.shape) != [rot // 2]:
+            raise FormatError(g.path, f"tensor 'rope_factors_{k}.weight'", f"expected F32 [{rot // 2}] (one factor "
+                                                                           f"per rotated pair), got {t.ggml_type} "
+                                                                           f"{list(t.shape)}")
+        v = g.tensor_bytes(t).view("<f4")
+        if not (np.isfinite(v).all() and (v > 0).all()):
+            raise FormatError(g.path, f"tensor 'rope_factors_{k}.weight'", "holds a factor that is not a positive "
+                                                                           "number")
+        factors[k] = [float(str(x)) for x in v]  # the shortest decimal of each stored float32
+    scaling = {"rope_type": "longrope", "long_factor": factors["long"], "short_factor": factors["short"],
+               "original_max_position_embeddings": old_ctx}
+    att = _field(g, f"{a}.rope.scaling.attn_factor", float, 1.0)
+    f = cfg["max_position_embeddings"] / old_ctx
+    derived = 1.0 if f <= 1 else math.sqrt(1 + math.log(f) / math.log(old_ctx))
+    if att != float(str(np.float32(derived))):
+        scaling["attention_factor"] = att
+    cfg["rope_scaling"] = scaling
 
 
 def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
@@ -409,8 +461,8 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
                 out.append(_Tensor(t, f"model.layers.{int(layer)}.{hf}", "", np.arange(r0, r0 + n), "",
                                    shape_=[n, t.shape[1]]))
                 r0 += n
-        elif t.name.startswith("rope_factors_"):
-            raise FormatError(g.path, where, "LongRoPE (Phi-3's 128k models, Phi-3.5) is not supported")
+        elif t.name in ("rope_factors_long.weight", "rope_factors_short.weight") and arch.gguf == "phi3":
+            continue  # read into the config's rope_scaling (_phi3_config)
         elif suffix in paired:
             hf, k = paired[suffix]
             if k == 1:

@@ -152,9 +152,10 @@ class _Plan:
         dtypes = {p.entry["dtype"] for p in parts}
         first = parts[0].entry
         if len(dtypes) > 1 or len({json.dumps(p.entry.get("quant"), sort_keys=True) for p in parts}) > 1:
-            raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: the experts stacked into "
-                          f"{gguf_name} are stored in different types ({', '.join(sorted(dtypes))}); a GGUF stack has "
-                          "one type: quantize them alike (one q4_manifest rule)")
+            what = "the experts stacked into" if len(shape) == 3 else "the matrices whose rows make"
+            raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: {what} {gguf_name} are stored in "
+                          f"different types ({', '.join(sorted(dtypes))}); a GGUF tensor has one type: quantize them "
+                          "alike (one q4_manifest rule)")
         dtype = first["dtype"]
         # what llama.cpp's converter always writes as F32: vectors, biases, sinks and the routers, whose
         # product with a BF16 or F16 matrix ggml would take with the activations rounded to that type too
@@ -229,10 +230,10 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     decoder does (one line naming the config key); return the warnings."""
     where = f"{model.meta_path}: config"
     warnings = []
-    if arch.gguf == "llama" and any(spec.windows):
+    if arch.gguf in ("llama", "phi3") and any(spec.windows):
         w = max(spec.windows)
         if w < spec.max_positions and not allow_full_attention:
-            raise IEError(f"{where}.sliding_window: {w} positions; llama.cpp's llama architecture attends to every "
+            raise IEError(f"{where}.sliding_window: {w} positions; llama.cpp's {arch.gguf} architecture attends to every "
                           "position, so past that the exported model would answer differently. Pass "
                           "--allow-full-attention to export anyway (identical for contexts up to the window)")
         if w < spec.max_positions:
@@ -251,6 +252,9 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
                           f"swiglu_limit {GPT_OSS_SWIGLU[1]}; this model has {moe.alpha} and {moe.limit}")
     scaling = _scaling(model)
     kind = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
+    if kind == "longrope" and arch.gguf != "phi3":
+        raise IEError(f"{where}.rope_scaling: longrope; llama.cpp reads LongRoPE's factors for phi3 only, not for "
+                      f"{arch.gguf}")
     if kind == "yarn" and scaling.get("truncate", True) is False:
         warnings.append("rope_scaling.truncate is false; llama.cpp's YaRN rounds its correction range (as truncate "
                         "true does), so a few RoPE frequencies differ slightly")
@@ -296,9 +300,10 @@ def _plan_tensors(plan: _Plan) -> None:
     heads = {"self_attn.q_proj": spec.n_heads, "self_attn.k_proj": spec.n_kv_heads}
     for i in range(spec.n_layers):
         pre = f"model.layers.{i}."
+        joined = _join_fused(plan, pre, i)
         for hf in [n for n in names if n.startswith(pre)]:
             sub = hf[len(pre):]
-            if sub not in arch.layer:
+            if sub not in arch.layer or hf in joined:
                 continue
             order = None
             proj = sub.rsplit(".", 1)[0]
@@ -328,6 +333,25 @@ def _plan_tensors(plan: _Plan) -> None:
     if left:
         raise IEError(f"{model.meta_path}: {plan.where(left[0])}: has no place in llama.cpp's {arch.gguf} "
                       f"({len(left)} such tensors); refusing rather than dropping it")
+
+
+def _join_fused(plan: _Plan, pre: str, i: int) -> set[str]:
+    """Layer ``i``'s fused GGUF tensors (phi3's attn_qkv and ffn_up), each
+    the rows of its HF matrices one after another; the names joined. q, k
+    and v stored in different types are written as attn_q, attn_k, attn_v
+    instead (llama.cpp's phi3 reads either); a fused tensor llama.cpp
+    requires (ffn_up) needs its parts in one type (Plan.add says so)."""
+    joined: set[str] = set()
+    for suffix, parts in plan.arch.fused.items():
+        entries = [plan.entry(pre + hf) for hf, _k in parts]
+        alone = all(hf in plan.arch.layer for hf, _k in parts)  # each has a GGUF name of its own
+        kinds = {(e["dtype"], json.dumps(e.get("quant"), sort_keys=True)) for e in entries}
+        if alone and len(kinds) > 1:
+            continue
+        rows = sum(e["shape"][0] for e in entries)
+        plan.add(f"blk.{i}.{suffix}", [_Part(e) for e in entries], [rows, entries[0]["shape"][1]])
+        joined.update(e["name"] for e in entries)
+    return joined
 
 
 def _as_rows(e: dict[str, Any]) -> dict[str, Any]:
@@ -426,7 +450,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv[f"{a}.attention.head_count_kv"] = spec.n_kv_heads
     kv[f"{a}.attention.key_length"] = spec.head_dim
     kv[f"{a}.attention.value_length"] = spec.head_dim
-    kv[f"{a}.rope.dimension_count"] = spec.head_dim
+    kv[f"{a}.rope.dimension_count"] = 2 * len(spec.inv_freq)  # the rotated dims (partial RoPE: fewer than head_dim)
     kv[f"{a}.rope.freq_base"] = float(m.get("rope_theta") or 10000.0)
     kv[f"{a}.attention.layer_norm_rms_epsilon"] = float(spec.eps)
     kv[f"{a}.vocab_size"] = spec.vocab
@@ -443,6 +467,13 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.rope.scaling.factor"] = float(scaling["factor"])
     elif kind == "llama3":  # the divisors are rope_freqs.weight; the original context pins their scale on import
         kv[f"{a}.rope.scaling.original_context_length"] = int(scaling["original_max_position_embeddings"])
+    if arch.gguf == "phi3":  # as convert_hf_to_gguf.py's Phi3MiniModel: LongRoPE's factors are tensors (_layout)
+        old_ctx = spec.rope_original_ctx or cfg.get("original_max_position_embeddings")
+        if old_ctx:
+            kv[f"{a}.rope.scaling.original_context_length"] = int(old_ctx)
+        if kind == "longrope":
+            kv[f"{a}.rope.scaling.attn_factor"] = float(spec.rope_scale)
+        kv[f"{a}.attention.sliding_window"] = max(spec.windows)  # recorded; llama.cpp's phi3 applies none
     if moe is not None:
         kv[f"{a}.expert_count"] = moe.n_experts
         kv[f"{a}.expert_used_count"] = moe.top_k
@@ -565,6 +596,8 @@ def _layout(model_dir: str | os.PathLike, out_path: Path, requantize: str | None
         base, _ = rope_tables(spec.head_dim, theta, None)
         scaled, _ = rope_tables(spec.head_dim, theta, scaling)
         items.append(("rope_freqs.weight", (base / scaled).astype(np.float32)))
+    if scaling and scaling.get("rope_type", scaling.get("type")) == "longrope":  # (phi3: _check_expressible)
+        items += [(f"rope_factors_{k}.weight", np.asarray(scaling[f"{k}_factor"], np.float32)) for k in ("long", "short")]
     items += plan.out
     sizes = [x[1].nbytes if isinstance(x, tuple) else x.nbytes for x in items]
     counts = _shards(sizes, split_max_size, split_max_tensors)

@@ -45,6 +45,10 @@ class Arch:
     window_period: int = 0
     local_rope: bool = False  # sliding layers rotate by their own base (Gemma 3)
     softcaps: bool = False    # attn_logit_softcapping, final_logit_softcapping (Gemma 2)
+    # Phi-3's attention: RoPE on a head's first partial_rotary_factor of its
+    # dims (Phi-4-mini: 3/4), the rest passed through (models/phi3's
+    # apply_rotary_pos_emb); config.sliding_window on every layer.
+    partial_rope: bool = False
 
 
 ARCHS = {
@@ -57,6 +61,9 @@ ARCHS = {
     "GptOssForCausalLM": Arch(moe="gpt_oss", sinks=True, biases=("q", "k", "v", "o")),  # models/gpt_oss
     "Gemma2ForCausalLM": Arch(gemma=True, window_period=2, softcaps=True),  # models/gemma2
     "Gemma3ForCausalLM": Arch(qk_norm=True, gemma=True, window_period=6, local_rope=True),  # models/gemma3
+    # models/phi3; its fused qkv_proj and gate_up_proj are read as the q/k/v
+    # and gate/up matrices they hold (formats/fused_tensors.py)
+    "Phi3ForCausalLM": Arch(window_everywhere=True, partial_rope=True),
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -125,8 +132,8 @@ class DecoderSpec:
     vocab: int
     max_positions: int    # the model's max_position_embeddings (INT32_MAX when it does not say)
     eps: float
-    inv_freq: np.ndarray
-    rope_scale: float     # YaRN's attention factor on cos/sin (1 otherwise)
+    inv_freq: np.ndarray  # [rotary_dim / 2]: rotary_dim is head_dim but for partial RoPE
+    rope_scale: float     # YaRN's and LongRoPE's attention factor on cos/sin (1 otherwise)
     tied: bool
     eos_ids: frozenset[int]
     windows: tuple[int, ...]  # per layer, the sliding-window span (0: full attention)
@@ -139,6 +146,24 @@ class DecoderSpec:
     inv_freq_swa: np.ndarray | None = None  # its frequencies
     attn_softcap: float = 0.0   # scores become c tanh(s / c) (Gemma 2; 0: none)
     logit_softcap: float = 0.0  # logits likewise
+    # LongRoPE (Phi-3.5, Phi-4-mini): inv_freq holds the short factors'
+    # frequencies, these the long ones', which a context longer than
+    # rope_original_ctx (original_max_position_embeddings) rotates by
+    # (rope_for_context).
+    inv_freq_long: np.ndarray | None = None
+    rope_original_ctx: int = 0
+
+
+def rope_for_context(s: DecoderSpec, ctx: int) -> np.ndarray:
+    """The frequencies a decoder of ``ctx`` positions rotates by: LongRoPE's
+    long factors' where ``ctx`` exceeds original_max_position_embeddings,
+    as llama.cpp chooses them (by the context, for every position).
+    transformers chooses by the length of the sequence at hand instead, so
+    the two agree on every sequence within the original context and on
+    every longer one run in a context longer than that."""
+    if s.inv_freq_long is not None and ctx > s.rope_original_ctx:
+        return s.inv_freq_long
+    return s.inv_freq
 
 
 def _scaling_number(scaling: dict, key: str, default: float | None = None) -> float:
@@ -174,8 +199,6 @@ def _yarn(head_dim: int, theta: float, scaling: dict) -> tuple[np.ndarray, float
     # transformers reads `beta_fast or 32`: an absent or null beta takes its default.
     beta_fast = _scaling_number(scaling, "beta_fast") if scaling.get("beta_fast") is not None else 32.0
     beta_slow = _scaling_number(scaling, "beta_slow") if scaling.get("beta_slow") is not None else 1.0
-    if scaling.get("partial_rotary_factor", 1.0) != 1.0:
-        raise UnsupportedError("rope_scaling.partial_rotary_factor: partial rotary embeddings are not supported")
 
     def mscale(scale: float, m: float = 1.0) -> float:
         return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
@@ -204,10 +227,39 @@ def _yarn(head_dim: int, theta: float, scaling: dict) -> tuple[np.ndarray, float
     return inv.astype(np.float32), float(att)
 
 
+def _factors(scaling: dict, key: str, n: int) -> np.ndarray:
+    v = scaling.get(key)
+    if (not isinstance(v, list) or len(v) != n
+            or not all(not isinstance(f, bool) and isinstance(f, (int, float)) and math.isfinite(f) and f > 0 for f in v)):
+        got = f"{len(v)} values" if isinstance(v, list) and len(v) != n else repr(v)[:80]
+        raise IEError(f"rope_scaling.{key}: expected {n} positive numbers (the rotated dims' half), got {got}")
+    return np.asarray(v, np.float32)
+
+
+def _longrope(rotary_dim: int, theta: float, scaling: dict, max_positions: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """transformers' _compute_longrope_parameters: the base frequencies
+    divided by short_factor and by long_factor (one each per rotated pair),
+    and the attention factor on cos/sin, sqrt(1 + ln f / ln original) with
+    f = max_position_embeddings / original_max_position_embeddings (or the
+    config's attention_factor; 1 where f <= 1)."""
+    base = rope_tables(rotary_dim, theta, None)[0]
+    short = (base / _factors(scaling, "short_factor", rotary_dim // 2)).astype(np.float32)
+    long = (base / _factors(scaling, "long_factor", rotary_dim // 2)).astype(np.float32)
+    if scaling.get("attention_factor") is not None:
+        return short, long, _scaling_number(scaling, "attention_factor")
+    old_ctx = _scaling_number(scaling, "original_max_position_embeddings")
+    if old_ctx < 2:
+        raise IEError(f"rope_scaling.original_max_position_embeddings: {old_ctx}; LongRoPE needs an original "
+                      "context of at least 2 positions")
+    factor = _scaling_number(scaling, "factor") if scaling.get("factor") is not None else max_positions / old_ctx
+    return short, long, 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(old_ctx))
+
+
 def rope_tables(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> tuple[np.ndarray, float]:
     """RoPE inverse frequencies (float32, as transformers computes them) and
     the factor cos and sin are multiplied by, for rope types default,
-    linear, llama3 and yarn."""
+    linear, llama3 and yarn (``head_dim``: the dims rotated; longrope's
+    two tables come from ``_longrope``)."""
     inv = (1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim))))
     inv = inv.astype(np.float32)
     kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
@@ -219,8 +271,8 @@ def rope_tables(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> 
         return (inv / np.float32(_scaling_number(scaling, "factor"))).astype(np.float32), 1.0
     if kind == "yarn":
         return _yarn(head_dim, theta, scaling)
-    raise UnsupportedError(f"rope_scaling: rope scaling {kind!r} is not supported (default, linear, llama3 and yarn "
-                           "are)")
+    raise UnsupportedError(f"rope_scaling: rope scaling {kind!r} is not supported (default, linear, llama3, yarn "
+                           "and longrope are)")
 
 
 def check_convertible(model: dict[str, Any], config: dict[str, Any], shapes: dict[str, list[int]],
@@ -282,11 +334,49 @@ def _positive(model: dict, meta_path: Path, key: str, default: float, allow_zero
     return float(v)
 
 
-def _rope(head_dim: int, theta: float, scaling: Any, meta_path: Path) -> tuple[np.ndarray, float]:
+def _rotary_dim(arch: Arch, cfg: dict[str, Any], scaling: Any, head_dim: int, meta_path: Path) -> int:
+    """The dims of a head RoPE turns: head_dim times partial_rotary_factor
+    (the config's, or transformers 5's in rope_parameters), truncated as
+    transformers does; partial RoPE only where the architecture has it."""
+    rp = cfg.get("rope_parameters")
+    where, v = next(((w, d["partial_rotary_factor"]) for w, d in (
+        ("config", cfg), ("model.rope_scaling", scaling), ("config.rope_parameters", rp))
+        if isinstance(d, dict) and d.get("partial_rotary_factor") is not None), ("config", None))
+    where += ".partial_rotary_factor"
+    if v is None or v == 1:
+        return head_dim
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise IEError(f"{meta_path}: {where}: expected a number in (0, 1], got {v!r}")
+    if not arch.partial_rope:
+        raise UnsupportedError(f"{meta_path}: {where}: partial rotary embeddings are not supported for this "
+                               "architecture (Phi-3's are)")
+    dim = int(head_dim * v)
+    if dim < 2 or dim % 2:
+        raise IEError(f"{meta_path}: {where}: {v} of head_dim {head_dim} is {dim} dims; RoPE turns an even number")
+    return dim
+
+
+def _rope(arch: Arch, m: dict[str, Any], cfg: dict[str, Any], head_dim: int, theta: float,
+          meta_path: Path) -> dict[str, Any]:
+    """The DecoderSpec fields of the model's RoPE: its frequencies, the
+    attention factor, and LongRoPE's second table."""
+    scaling = m.get("rope_scaling")
     if scaling is not None and not isinstance(scaling, dict):
         raise IEError(f"{meta_path}: model.rope_scaling: expected an object or null, got {scaling!r}")
+    dim = _rotary_dim(arch, cfg, scaling, head_dim, meta_path)
     try:
-        return rope_tables(head_dim, theta, scaling)
+        if (scaling or {}).get("rope_type", (scaling or {}).get("type")) != "longrope":
+            inv, scale = rope_tables(dim, theta, scaling)
+            return {"inv_freq": inv, "rope_scale": scale}
+        # Phi-3 keeps the original context beside the scaling, and transformers
+        # prefers that one; without either it is max_position_embeddings.
+        max_pos = _int(m, meta_path, "max_position_embeddings")
+        old_ctx = next((v for v in (cfg.get("original_max_position_embeddings"),
+                                    scaling.get("original_max_position_embeddings")) if v is not None), max_pos)
+        scaling = {**scaling, "original_max_position_embeddings": old_ctx}
+        short, long, scale = _longrope(dim, theta, scaling, max_pos)
+        return {"inv_freq": short, "rope_scale": scale, "inv_freq_long": long,
+                "rope_original_ctx": int(_scaling_number(scaling, "original_max_position_embeddings"))}
     except IEError as e:  # (UnsupportedError stays one)
         raise type(e)(f"{meta_path}: model.{e}") from None
 
@@ -397,7 +487,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     if list(q.get("shape") or [])[:1] != [heads * head_dim]:
         raise IEError(f"{meta_path}: model.head_dim: {head_dim} × num_attention_heads {heads} = {heads * head_dim}, "
                       f"but {q_name} has shape {q.get('shape')}")
-    inv_freq, rope_scale = _rope(head_dim, theta, m.get("rope_scaling"), meta_path)
+    rope = _rope(arch, m, cfg, head_dim, theta, meta_path)
     gemma = _gemma(arch, cfg, hidden, head_dim, meta_path) if arch.gemma else {}
     # A model whose every layer has experts has no dense MLP width to read.
     dense_inter = _int(m, meta_path, "intermediate_size") if moe is None or not all(moe.layers) else moe.inter
@@ -405,7 +495,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         architecture=name, arch=arch, n_layers=n_layers, hidden=hidden, n_heads=heads, n_kv_heads=n_kv,
         head_dim=head_dim, inter=dense_inter, vocab=_int(m, meta_path, "vocab_size"),
         max_positions=_int(m, meta_path, "max_position_embeddings", INT32_MAX),
-        eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), inv_freq=inv_freq, rope_scale=rope_scale,
+        eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), **rope,
         tied=bool(m.get("tie_word_embeddings")), eos_ids=frozenset(eos_list), windows=windows, moe=moe,
         mlp_act=MLP_ACTS[act], **gemma)
     _check_all_used(spec, meta.get("tensors") or [], meta_path)

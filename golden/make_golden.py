@@ -22,6 +22,9 @@ Writes (replacing any previous output):
                             (linear-scaled RoPE) layers, query_pre_attn_scalar 32, tied
     golden/hf/tiny-gemma2/  Gemma2ForCausalLM, bfloat16: soft-capped scores and logits, sandwich norms, GELU,
                             sliding (window 4) and global layers by Gemma 2's period, tied
+    golden/hf/tiny-phi3/    Phi3ForCausalLM, bfloat16: fused qkv_proj and gate_up_proj, partial RoPE (half of
+                            each 16-dim head), LongRoPE (short and long factors, original context 32 of 128),
+                            sliding_window 6; ref/tiny-phi3/long.json: 40 tokens, past the original context
     golden/hf/tiny-gemma3-vl/  Gemma3ForConditionalGeneration: tiny-gemma3's language model beside a tiny
                             SigLIP vision tower (its text logits are tiny-gemma3's)
     golden/ref/gemma3-text-defaults.json   transformers' Gemma3TextConfig defaults (ieconv text-model fills them in)
@@ -80,6 +83,8 @@ from transformers import (  # noqa: E402
     GptOssForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -103,6 +108,17 @@ LLAMA3_SEED = SEED + 4
 QWEN3_SEED, QWEN3_MOE_SEED, MIXTRAL_SEED, GPT_OSS_SEED = SEED + 5, SEED + 6, SEED + 7, SEED + 8
 GEMMA3_SEED = SEED + 9
 GEMMA2_SEED = SEED + 11
+PHI3_SEED = SEED + 16  # the first from SEED + 12 whose greedy cases run 16 tokens with margins >= 0.01
+# Phi-3.5 / Phi-4-mini's RoPE on a toy: the first half of each 16-dim head
+# turns (partial_rotary_factor; Phi-4-mini's is 3/4), each pair's frequency
+# divided by a short factor within the original context and a long one past
+# it, cos/sin times sqrt(1 + ln(128/32) / ln 32). The greedy references stay
+# within 32 positions (short); LONG_LEN ids run past them (long).
+PHI3_ROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+             "short_factor": [1.0, 1.5, 2.5, 4.0], "long_factor": [1.0, 3.0, 8.0, 20.0]}
+PHI3_ORIGINAL_CTX = 32
+PHI3_WINDOW = 6
+LONG_LEN = 40
 # Gemma 2's caps are 50 (scores) and 30 (logits); the toy's scores and logits are a few units, so its
 # caps are too, or they would not bind
 GEMMA2_CAPS = {"attn_logit_softcapping": 2.0, "final_logit_softcapping": 5.0}
@@ -469,6 +485,49 @@ def make_gemma2(tok) -> None:
 
 
 @torch.no_grad()
+def phi3_tokenizer(out: Path) -> None:
+    """The toy vocabulary as llama.cpp's converter takes it for a Phi-3: its
+    last token is Phi-3's <|endoftext|> (id 319, "il" before, and the merge
+    making it dropped), which llama.cpp looks up in every model named
+    Phi-3, and the tokenizer class Phi-4's GPT2Tokenizer (a byte-level
+    vocabulary, read as llama.cpp's gpt2)."""
+    tok = json.loads((out / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    assert vocab.pop("il") == 319
+    vocab["<|endoftext|>"] = 319
+    tok["model"]["merges"] = [m for m in tok["model"]["merges"] if m not in (["i", "l"], "i l")]
+    tok["added_tokens"].append({"id": 319, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                                "rstrip": False, "normalized": False, "special": True})
+    (out / "tokenizer.json").write_text(json.dumps(tok))
+    tok_cfg = json.loads((out / "tokenizer_config.json").read_text())
+    (out / "tokenizer_config.json").write_text(json.dumps({**tok_cfg, "tokenizer_class": "GPT2Tokenizer"}))
+
+
+@torch.no_grad()
+def make_phi3(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    cfg = Phi3Config(**dims, rope_parameters=dict(PHI3_ROPE), original_max_position_embeddings=PHI3_ORIGINAL_CTX,
+                     sliding_window=PHI3_WINDOW, tie_word_embeddings=False, pad_token_id=None)
+    cfg.architectures = ["Phi3ForCausalLM"]
+    out = HF_DIR / "tiny-phi3"
+    logits = save_model(tok, out.name, Phi3ForCausalLM, cfg, PHI3_SEED, torch.bfloat16)
+    phi3_tokenizer(out)
+    assert_feature_matters(Phi3ForCausalLM, out, logits, "the sliding window", sliding_window=None)
+    assert_feature_matters(Phi3ForCausalLM, out, logits, "the short factors",
+                           rope_parameters={**PHI3_ROPE, "short_factor": [1.0] * 4})
+    # Past the original context transformers turns by the long factors (the whole sequence, no cache).
+    model = Phi3ForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
+                                            local_files_only=True).float().eval()
+    ids = [(7 * i + 3) % cfg.vocab_size for i in range(LONG_LEN)]
+    long = model(input_ids=torch.tensor([ids])).logits[0].numpy()
+    np.save(REF_DIR / out.name / "logits_long.npy", np.ascontiguousarray(long, dtype=np.float32))
+    write_json(REF_DIR / out.name / "ids_long.json", ids)
+    short = model(input_ids=torch.tensor([ids[:PHI3_ORIGINAL_CTX]])).logits[0].numpy()
+    rel = float(np.abs(short - long[:PHI3_ORIGINAL_CTX]).max() / np.abs(long).max())
+    assert rel > 1e-2, f"the long factors barely change the logits ({rel:.2e})"
+
+
 def make_gemma3_vl(tok) -> None:
     """tiny-gemma3's language model, weights and all, in a
     Gemma3ForConditionalGeneration beside a tiny SigLIP vision tower (drawn
@@ -618,6 +677,7 @@ def main() -> None:
     make_gemma3(tok)
     make_gemma3_vl(tok)
     make_gemma2(tok)
+    make_phi3(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

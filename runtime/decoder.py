@@ -25,7 +25,7 @@ from iekit.formats.errors import IEError
 from iekit.formats.fileio import model_file, read_small
 from iekit.formats.library_calls import guarded
 from iekit.formats.model_spec import (EXPERT_MATRIX, EXPERTS_KEY, INT32_MAX, LAYERS_KEY, MATRIX, DecoderSpec,
-                                      decoder_spec, layer_parts)
+                                      decoder_spec, layer_parts, rope_for_context)
 
 from . import cuda, decoder_weights, kernels, kv_cache
 from .expert_copies import copy_experts
@@ -110,7 +110,7 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
     return _native.DecoderConfig(
         n_layers=s.n_layers, hidden=s.hidden, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads, head_dim=s.head_dim,
         inter=s.inter, vocab=s.vocab, max_ctx=max_ctx, eps=s.eps, windows=list(s.windows),
-        inv_freq=s.inv_freq.tolist(), rope_scale=s.rope_scale, k_cache=types[0], v_cache=types[1],
+        inv_freq=rope_for_context(s, max_ctx).tolist(), rope_scale=s.rope_scale, k_cache=types[0], v_cache=types[1],
         inv_freq_swa=[] if s.inv_freq_swa is None else s.inv_freq_swa.tolist(), attn_scale=s.attn_scale,
         embed_scale=s.embed_scale, mlp_act=s.mlp_act, attn_softcap=s.attn_softcap, logit_softcap=s.logit_softcap,
         **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,

@@ -216,3 +216,38 @@ def raw_gguf(path: Path, kvs: list[bytes], tensors: list[tuple[str, list[int], i
     head += b"\0" * (-len(head) % alignment)
     path.write_bytes(head + data)
     return path
+
+
+def rewrite_gguf(src: Path, dst: Path, *, drop: set[str] = frozenset(), kv: dict | None = None,
+                 tensors: dict | None = None) -> Path:
+    """``src`` written again by gguf-py's writer with the key-values in
+    ``drop`` and the tensors mapped to None in ``tensors`` left out,
+    key-values ``kv`` added (an int as uint32, a float as float32), and tensors ``tensors`` (name -> array, written
+    as its numpy type) added or replaced: one change at a time to a valid
+    file, for the import's refusals."""
+    import gguf
+
+    r = gguf.GGUFReader(str(src))
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(str(dst), arch)
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture" or k in drop:
+            continue
+        sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(k, f.contents(), f.types[0], sub_type=sub)
+    for k, v in (kv or {}).items():
+        w.add_key_value(k, v, gguf.GGUFValueType.UINT32 if type(v) is int else gguf.GGUFValueType.FLOAT32)
+    tensors = dict(tensors or {})
+    for t in r.tensors:
+        if t.name not in tensors:
+            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)  # (shape: from the data's)
+        elif tensors[t.name] is not None:
+            w.add_tensor(t.name, tensors.pop(t.name))
+    for name, a in tensors.items():
+        if a is not None:
+            w.add_tensor(name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst

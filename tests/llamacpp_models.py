@@ -6,7 +6,8 @@ export tests (tests/test_gguf_export.py, tests/test_llamacpp_runs.py) and
 Some golden checkpoints hold what llama.cpp cannot express (its qwen3moe has
 experts in every layer and always renormalises the top-k; its gpt-oss clamps
 SwiGLU at 7 and rounds YaRN's range), and the exporter refuses those; the
-variants here change exactly that and nothing else. tiny-mistral is absent:
+variants here change exactly that and nothing else (tiny-phi3 loses its
+window of 6, which llama.cpp's phi3 does not apply). tiny-mistral is absent:
 its 4-position sliding window is one the llama architecture does not have.
 """
 
@@ -26,7 +27,7 @@ IECONV = Path(sys.executable).parent / "ieconv"
 # toy -> the architecture llama.cpp runs it as
 ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2", "tiny-qwen3": "qwen3",
            "tiny-mixtral": "llama", "tiny-qwen3-moe": "qwen3moe", "tiny-gpt-oss": "gpt-oss",
-           "tiny-gpt-oss-mxfp4": "gpt-oss", "tiny-gemma3": "gemma3", "tiny-gemma2": "gemma2"}
+           "tiny-gpt-oss-mxfp4": "gpt-oss", "tiny-gemma3": "gemma3", "tiny-gemma2": "gemma2", "tiny-phi3": "phi3"}
 
 
 def _hf_variant(tmp: Path, name: str, edit: dict, tensors=None) -> Path:
@@ -81,4 +82,5 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
     out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
     out["tiny-gpt-oss"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss")
     out["tiny-gpt-oss-mxfp4"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss-mxfp4")
+    out["tiny-phi3"] = _convert(_hf_variant(tmp, "tiny-phi3", {"sliding_window": None}), tmp / "phi3")
     return out

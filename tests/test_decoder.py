@@ -26,9 +26,13 @@ from iekit.runtime.sampling import Sampler, generate
 # tiny-mistral: sliding_window 4 over the 12 reference ids; tiny-llama3: rope_type llama3; tiny-qwen3:
 # q/k norms; the rest mixtures of experts (tests/test_moe.py), gpt-oss with sinks, YaRN and MXFP4 experts;
 # tiny-gemma3: (1 + w) and sandwich norms, GELU, scaled embeddings, a local RoPE base, linear RoPE scaling;
-# tiny-gemma2: Gemma's layer with soft-capped scores and logits.
+# tiny-gemma2: Gemma's layer with soft-capped scores and logits; tiny-phi3: fused matrices, partial RoPE,
+# LongRoPE, a sliding window.
 MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
-          "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2"]
+          "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-phi3"]
+# The context a model's references ran in: tiny-phi3's stay within LongRoPE's original 32 positions, where
+# transformers turns by the short factors; ierun chooses them by the context, as llama.cpp does.
+CTX = {"tiny-phi3": ["--ctx", "32"]}
 
 
 def _ref(model: str, name: str):
@@ -65,7 +69,7 @@ def test_logits_match_transformers(tmp_path, model, threads):
     # --act f32: the reference ran in f32 (the default, auto, runs int8 activations into tiny-gpt-oss-mxfp4's experts)
     # and an f32 KV cache, as transformers keeps (the default, f16, is tested below).
     res = run_tool("ierun", "logits", "--model-dir", GOLDEN_IEBIN / model, "--ids", ids, "--out", out,
-                   "--threads", str(threads), "--act", "f32", "-ctk", "f32", "--cache-type-v", "f32")
+                   "--threads", str(threads), "--act", "f32", "-ctk", "f32", "--cache-type-v", "f32", *CTX.get(model, []))
     assert res.returncode == 0, res.stderr
     got, ref = np.load(out), _ref(model, "logits.npy")
     assert got.dtype == np.float32 and got.shape == ref.shape
@@ -96,7 +100,7 @@ def test_greedy_ids_match_transformers(model, case):
     ref = _ref(model, case)
     args = ["--prompt", ref["prompt_text"]] if "prompt_text" in ref else ["--ids", ",".join(map(str, ref["prompt_ids"]))]
     res = run_tool("ierun", "generate", "--model-dir", GOLDEN_IEBIN / model, *args,
-                   "--max-new", str(ref["max_new_tokens"]), "--json")
+                   "--max-new", str(ref["max_new_tokens"]), "--json", *CTX.get(model, []))
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)
     assert got["prompt_ids"] == ref["prompt_ids"]

@@ -120,9 +120,12 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     src = _iebin_bytes(model)
     heads = {"q_proj": cfg["num_attention_heads"], "k_proj": cfg["num_key_value_heads"]}
     seen = set()
+    fused = {"attn_qkv": ("q_proj", "k_proj", "v_proj"), "ffn_up": ("gate_proj", "up_proj")} if a == "phi3" else {}
     for hf, (t, raw) in src.items():
         expected_name = name_map.get_name(hf.removesuffix(".weight").removesuffix(".bias")) if "experts" not in hf \
             else None
+        if any(hf.split(".")[-2] in parts for parts in fused.values()):
+            continue  # phi3's fused matrices: below
         if expected_name is None:
             continue
         gname = expected_name + (".bias" if hf.endswith(".bias") else ".weight")
@@ -147,6 +150,25 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             rows = t["shape"][0]
             want = llama_permute(want.reshape(rows, -1), heads[proj]).reshape(-1)
         assert np.array_equal(data, want), gname
+    # phi3: q, k, v rows one after another in attn_qkv, gate and up in ffn_up (convert_hf_to_gguf keeps
+    # Phi-3's own qkv_proj and gate_up_proj), LongRoPE's factors as F32 tensors
+    for i in range(cfg["num_hidden_layers"]):
+        for g_name, parts in fused.items():
+            g = tensors[f"blk.{i}.{g_name}.weight"]
+            seen.add(g.name)
+            want = [src[f"model.layers.{i}.{'mlp' if g_name == 'ffn_up' else 'self_attn'}.{p}.weight"] for p in parts]
+            assert g.tensor_type.name == want[0][0]["dtype"].upper()
+            assert np.asarray(g.data).reshape(-1).view(np.uint8).tobytes() == b"".join(w[1].tobytes() for w in want)
+    if a == "phi3":
+        rp = cfg["rope_parameters"]
+        for k in ("long", "short"):
+            g = tensors[f"rope_factors_{k}.weight"]
+            seen.add(g.name)
+            assert np.array_equal(np.asarray(g.data), np.asarray(rp[f"{k}_factor"], np.float32))
+        assert kv["phi3.rope.dimension_count"] == int(cfg["hidden_size"] // cfg["num_attention_heads"] * rp["partial_rotary_factor"]) == 8
+        assert kv["phi3.rope.scaling.original_context_length"] == cfg["original_max_position_embeddings"]
+        f = cfg["max_position_embeddings"] / cfg["original_max_position_embeddings"]
+        assert kv["phi3.rope.scaling.attn_factor"] == pytest.approx(np.sqrt(1 + np.log(f) / np.log(32)), rel=1e-7)
     # experts: stacks of the per-expert matrices (Mixtral, Qwen3-MoE) or gpt-oss's pair split by row parity
     for i in range(cfg["num_hidden_layers"]):
         for k in ("gate", "up", "down"):

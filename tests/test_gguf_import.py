@@ -87,9 +87,9 @@ def test_float_import_equals_hf_to_iebin(tmp_path, hf_artifacts, model):
 
 
 def test_phi3_is_llama_with_fused_matrices(tmp_path, hf_artifacts):
-    """A phi3 file (q, k, v rows in attn_qkv; gate, up rows in ffn_up) is the
-    Llama it holds: in floats, hf-to-iebin's model.ie.bin byte for byte and
-    its logits; quantized, every split part keeps the fused tensor's block
+    """A phi3 file (q, k, v rows in attn_qkv; gate, up rows in ffn_up) of a
+    Llama's weights is a Phi3ForCausalLM whose matrices are the Llama's: in
+    floats, hf-to-iebin's model.ie.bin byte for byte and its logits; quantized, every split part keeps the fused tensor's block
     bytes, the same as the Llama file's separately quantized matrices."""
     from iekit.runtime.decoder import Decoder
 
@@ -100,7 +100,7 @@ def test_phi3_is_llama_with_fused_matrices(tmp_path, hf_artifacts):
     assert (tmp_path / "out/model.ie.bin").read_bytes() == (ref / "model.ie.bin").read_bytes()
     ids = [5, 17, 42, 99, 3, 250, 7, 8]
     assert np.array_equal(Decoder(tmp_path / "out", ctx=16).logits(ids), Decoder(ref, ctx=16).logits(ids))
-    assert _meta(tmp_path / "out")["model"]["architecture"] == "LlamaForCausalLM"
+    assert _meta(tmp_path / "out")["model"]["architecture"] == "Phi3ForCausalLM"
     quant = {r"qkv_proj|q_proj|k_proj|v_proj": "Q8_0", r"gate_up_proj|gate_proj|up_proj": "Q4_0"}
     a = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "q-phi3.gguf", arch="phi3", quant=quant)
     b = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "q-llama.gguf", quant=quant)
@@ -110,7 +110,7 @@ def test_phi3_is_llama_with_fused_matrices(tmp_path, hf_artifacts):
 
 
 def test_phi3_what_the_decoder_cannot_run_is_refused(tmp_path):
-    """LongRoPE's per-layer factors, a fused matrix whose rows are not the
+    """One of LongRoPE's factor tables without the other, a fused matrix whose rows are not the
     heads' and channels' the metadata gives, and a layer holding q both fused
     and alone: one line naming the file and tensors."""
     long = gguf_from_hf(GOLDEN_HF / "tiny-llama", tmp_path / "long.gguf", arch="phi3",

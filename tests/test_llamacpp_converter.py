@@ -25,10 +25,9 @@ from iekit.formats.model_spec import decoder_spec
 CONVERTED = GOLDEN_HF.parent / "gguf" / "llamacpp"
 # the generator's config changes to the checkpoints (its docstring says why)
 CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-mxfp4": {"swiglu_limit": 7.0},
-           "tiny-gemma3": {}}
-# tiny-phi3 is tiny-mistral's weights as a Phi3ForCausalLM (q, k, v fused; gate, up fused): imported, it is
-# tiny-mistral's Llama without the sliding window, which llama.cpp does not apply to Phi-3
-SOURCE = {"tiny-phi3": "tiny-mistral"}
+           "tiny-gemma3": {}, "tiny-phi3": {}}
+# what an export needs beyond the defaults: tiny-phi3's window of 6, which llama.cpp's phi3 does not apply
+EXPORT_ARGS = {"tiny-phi3": ["--allow-full-attention"]}
 # descriptive keys the converter derives from the directory and file (llama.cpp reads none of them to run)
 DESCRIPTIVE = {"general.name", "general.basename", "general.size_label", "general.finetune", "general.type",
                "general.quantization_version"}
@@ -37,7 +36,7 @@ DESCRIPTIVE = {"general.name", "general.basename", "general.size_label", "genera
 def _pair(name: str, d: Path):
     """(name, hf-to-iebin of the checkpoint, gguf-to-iebin of llama.cpp's file, the checkpoint)."""
     hf = d / "hf"
-    shutil.copytree(GOLDEN_HF / SOURCE.get(name, name), hf)
+    shutil.copytree(GOLDEN_HF / name, hf)
     cfg = json.loads((hf / "config.json").read_text())
     (hf / "config.json").write_text(json.dumps({**cfg, **CHANGES.get(name, {})}, indent=2))
     for args in (("hf-to-iebin", "--hf-dir", hf, "--out-dir", d / "from-hf"),
@@ -47,14 +46,8 @@ def _pair(name: str, d: Path):
     return name, d / "from-hf", d / "from-gguf", hf
 
 
-@pytest.fixture(scope="module", params=[*CHANGES, *SOURCE])
-def pair(request, tmp_path_factory):
-    return _pair(request.param, tmp_path_factory.mktemp(request.param))
-
-
 @pytest.fixture(scope="module", params=list(CHANGES))
-def same_arch(request, tmp_path_factory):
-    """The pairs whose checkpoint llama.cpp writes under its own architecture (not tiny-phi3's Llama)."""
+def pair(request, tmp_path_factory):
     return _pair(request.param, tmp_path_factory.mktemp(request.param))
 
 
@@ -83,19 +76,21 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
         assert (t["dtype"] in ("f16", "bf16", "f32")) == (tb[n]["dtype"] in ("f16", "bf16", "f32")), n
         assert np.array_equal(_values(a, t), _values(b, tb[n])), n
     sa, sb = (decoder_spec(m.meta, m.meta_path) for m in (a, b))
-    differ = {"inv_freq"} | ({"architecture", "arch", "windows", "eos_ids"} if name in SOURCE else set())
+    differ = {"inv_freq", "inv_freq_long"}
     if name == "tiny-gemma3":  # (inv_freq_swa: numpy arrays, compared below)
         differ |= {"windows", "inv_freq_swa"}
         # the converter writes no sliding_window_pattern, so llama.cpp runs its default (every 6th layer full):
         # both of the toy's layers slide, as the import records; iebin-to-gguf writes the pattern (below)
         assert (sa.windows, sb.windows) == ((4, 0), (4, 4))
         assert np.array_equal(sa.inv_freq_swa, sb.inv_freq_swa)
+    if name == "tiny-phi3":  # the window, which llama.cpp's phi3 graph does not apply
+        differ |= {"windows", "eos_ids"}
+        assert set(sa.windows) == {6} and set(sb.windows) == {0}
+        assert sb.eos_ids == sa.eos_ids | {319}  # its <|endoftext|>, at which llama.cpp stops too
+        assert np.array_equal(sa.inv_freq_long, sb.inv_freq_long) and sa.inv_freq_long.shape == (4,)
+        assert sa.rope_original_ctx == 32 and sa.rope_scale > 1.18
     fields = [f.name for f in dataclasses.fields(sa) if f.name not in differ]
     assert {f: getattr(sa, f) for f in fields} == {f: getattr(sb, f) for f in fields}
-    if name in SOURCE:  # Mistral's window, which llama.cpp's Phi-3 graph does not apply
-        assert (sa.architecture, sb.architecture) == ("MistralForCausalLM", "LlamaForCausalLM")
-        assert set(sa.windows) == {4} and set(sb.windows) == {0}
-        assert sb.eos_ids == sa.eos_ids | {319}  # its <|endoftext|>, at which llama.cpp stops too
     if name.startswith("tiny-gpt-oss"):
         assert b.meta["config"]["rope_scaling"]["truncate"] is True
         assert not np.array_equal(sa.inv_freq, sb.inv_freq)
@@ -103,7 +98,7 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
         assert np.array_equal(sa.inv_freq, sb.inv_freq)
 
 
-def test_export_writes_what_llamacpps_converter_writes(same_arch, tmp_path):
+def test_export_writes_what_llamacpps_converter_writes(pair, tmp_path):
     """iebin-to-gguf of the checkpoint: every tensor in llama.cpp's type
     (vectors, biases, sinks and routers widened to F32, as its converter
     does) with the same bytes; every key-value llama.cpp's file has, with
@@ -111,9 +106,9 @@ def test_export_writes_what_llamacpps_converter_writes(same_arch, tmp_path):
     otherwise derive, and where it came from)."""
     import gguf
 
-    name, from_hf, _, _ = same_arch
+    name, from_hf, _, _ = pair
     out = tmp_path / "ours.gguf"
-    res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", from_hf, "--out", out, "-q")
+    res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", from_hf, "--out", out, "-q", *EXPORT_ARGS.get(name, []))
     assert res.returncode == 0, res.stderr
     theirs, ours = (gguf.GGUFReader(str(p)) for p in (CONVERTED / f"{name}.gguf", out))
     tt, to = {t.name: t for t in theirs.tensors}, {t.name: t for t in ours.tensors}

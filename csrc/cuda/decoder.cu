@@ -178,6 +178,8 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
       c.attn_softcap != 0.f || c.logit_softcap != 0.f)
     fail("the CUDA decoder has no GELU MLP, embedding or attention scale, second RoPE table or soft-caps (Gemma); "
          "run it on the CPU");
+  if (c.inv_freq.size() != static_cast<size_t>(c.head_dim / 2))
+    fail("the CUDA decoder rotates whole heads; partial RoPE (Phi-4-mini) runs on the CPU");
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
   const size_t B = kMaxBatch, F = sizeof(float);

@@ -88,10 +88,11 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
   for (int i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
 }
 
-// rotate_half convention: pairs (i, i + d/2) rotate by the angle
-// pos * inv_freq[i], whose cos and sin are cs[i] and cs[half + i].
-void rope(float* v, int n_heads, int head_dim, const float* cs) {
-  const int half = head_dim / 2;
+// rotate_half convention over a head's first 2 * half dims: pairs
+// (i, i + half) rotate by the angle pos * inv_freq[i], whose cos and sin are
+// cs[i] and cs[half + i]; the dims after them pass through (partial RoPE,
+// Phi-4-mini's; half = head_dim / 2 everywhere else).
+void rope(float* v, int n_heads, int head_dim, int half, const float* cs) {
   // Heads outer: the inner loop runs over consecutive floats and vectorizes
   // (heads inner, a stride of head_dim apart, it ran one float at a time:
   // 1.7% of a SmolLM2 prefill with the cache copy).
@@ -166,9 +167,10 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   if (c.n_heads % c.n_kv_heads)
     fail("decoder config: num_attention_heads (" + std::to_string(c.n_heads) +
          ") is not a multiple of num_key_value_heads (" + std::to_string(c.n_kv_heads) + ")");
-  if (c.inv_freq.size() != static_cast<size_t>(c.head_dim / 2)) fail("decoder config: inv_freq must hold head_dim/2 values");
+  if (c.inv_freq.empty() || c.inv_freq.size() > static_cast<size_t>(c.head_dim / 2))
+    fail("decoder config: inv_freq must hold 1 to head_dim/2 values (the rotated dims' half)");
   if (!c.inv_freq_swa.empty() && c.inv_freq_swa.size() != c.inv_freq.size())
-    fail("decoder config: inv_freq_swa must be empty or hold head_dim/2 values");
+    fail("decoder config: inv_freq_swa must be empty or hold as many values as inv_freq");
   for (WType t : {c.k_cache, c.v_cache})
     if (t != WType::F32 && t != WType::F16)
       fail(std::string("decoder config: a KV cache holds f32 or f16, not ") + wtype_info(t).name);
@@ -790,7 +792,7 @@ void Decoder::experts(int layer, int b) {
 void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits, int layers, Stream stream) {
   const DecoderConfig& c = cfg_;
   const int H = c.hidden, I = c.inter;
-  const int half = c.head_dim / 2;
+  const int half = static_cast<int>(c.inv_freq.size());  // the rotated dims' half (head_dim / 2 but for partial RoPE)
   for (int j = 0; j < b; ++j) {
     if (stream.in != nullptr)
       std::copy_n(stream.in + static_cast<size_t>(j) * H, H, x_.data() + static_cast<size_t>(j) * H);
@@ -840,8 +842,8 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
         for (int h = 0; h < c.n_kv_heads; ++h)
           rmsnorm(&k_[j * kv_dim_ + h * c.head_dim], L.k_norm.data(), c.head_dim, c.eps, &k_[j * kv_dim_ + h * c.head_dim]);
       }
-      rope(&q_[j * q_dim_], c.n_heads, c.head_dim, cs);
-      rope(&k_[j * kv_dim_], c.n_kv_heads, c.head_dim, cs);
+      rope(&q_[j * q_dim_], c.n_heads, c.head_dim, half, cs);
+      rope(&k_[j * kv_dim_], c.n_kv_heads, c.head_dim, half, cs);
       cache_row(k_cache_, l, pos, &k_[j * kv_dim_]);
       cache_row(v_cache_, l, pos, &v_[j * kv_dim_]);
     });

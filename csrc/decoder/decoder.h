@@ -56,13 +56,15 @@ struct DecoderConfig {
   // included (sliding-window attention: Mistral, gpt-oss's sliding layers);
   // 0 attends to the whole cache.
   std::vector<int> windows;
-  // RoPE inverse frequencies [head_dim / 2], scaling (e.g. Llama-3's, YaRN's)
-  // already applied; rotation pairs are (i, i + head_dim / 2) as in HF.
+  // RoPE inverse frequencies [rotary_dim / 2], scaling (e.g. Llama-3's,
+  // YaRN's, LongRoPE's) already applied; rotation pairs are (i, i +
+  // rotary_dim / 2) as in HF. rotary_dim is head_dim but for partial RoPE
+  // (Phi-4-mini's first 3/4 of each head); the dims after it pass through.
   std::vector<float> inv_freq;
   // YaRN's attention factor: cos and sin are multiplied by it, as
   // transformers does (1 for every other RoPE).
   float rope_scale = 1.f;
-  // The sliding layers' RoPE inverse frequencies [head_dim / 2] (Gemma 3:
+  // The sliding layers' RoPE inverse frequencies [rotary_dim / 2] (Gemma 3:
   // its local base, unscaled, cos/sin not multiplied), or empty: every
   // layer rotates by inv_freq.
   std::vector<float> inv_freq_swa;

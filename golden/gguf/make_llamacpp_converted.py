@@ -9,7 +9,7 @@ the one llama-cpp-python 0.3.36 vendors (``make llamacpp`` unpacks it); it
 needs torch and transformers, so this runs in the golden environment:
 
     .venv-golden/bin/pip install sentencepiece   # the converter imports it
-    .venv-golden/bin/python golden/gguf/make_llamacpp_converted.py
+    .venv-golden/bin/python golden/gguf/make_llamacpp_converted.py [NAME ...]   # all of MODELS by default
 
 Three things are set for the toys, none of which touches a tensor:
 
@@ -41,52 +41,8 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-phi3": {}, "tiny-gemma3": {}}
 
 
-def phi3_from_mistral(work: Path) -> Path:
-    """A Phi3ForCausalLM checkpoint holding tiny-mistral's weights: its
-    attention and MLP fused as Phi-3 fuses them (qkv_proj = q, k, v rows;
-    gate_up_proj = gate, up rows), its sliding window (llama.cpp runs Phi-3
-    without one) and Phi-3's tokenizer class for a byte-level vocabulary, in
-    which the last token is Phi-3's ``<|endoftext|>``."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    src, dst = ROOT / "golden/hf/tiny-mistral", work / "tiny-phi3"
-    dst.mkdir()
-    w = load_file(src / "model.safetensors")
-    out = {}
-    for k, v in w.items():
-        if ".self_attn.k_proj." in k or ".self_attn.v_proj." in k or ".mlp.up_proj." in k:
-            continue
-        if ".self_attn.q_proj." in k:
-            out[k.replace("q_proj", "qkv_proj")] = torch.cat([v, w[k.replace("q_proj", "k_proj")],
-                                                              w[k.replace("q_proj", "v_proj")]])
-        elif ".mlp.gate_proj." in k:
-            out[k.replace("gate_proj", "gate_up_proj")] = torch.cat([v, w[k.replace("gate_proj", "up_proj")]])
-        else:
-            out[k] = v
-    save_file(out, dst / "model.safetensors", metadata={"format": "pt"})
-    cfg = json.loads((src / "config.json").read_text())
-    cfg.update(architectures=["Phi3ForCausalLM"], model_type="phi3", original_max_position_embeddings=128,
-               rope_parameters={"rope_theta": 10000.0, "rope_type": "default"})
-    (dst / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    shutil.copy(src / "generation_config.json", dst / "generation_config.json")
-    tok = json.loads((src / "tokenizer.json").read_text())  # id 319 ("il") becomes <|endoftext|>, which llama.cpp
-    vocab = tok["model"]["vocab"]                             # looks up in every model named Phi-3
-    assert vocab.pop("il") == 319
-    vocab["<|endoftext|>"] = 319
-    tok["model"]["merges"] = [m for m in tok["model"]["merges"] if m != ["i", "l"]]
-    tok["added_tokens"].append({"id": 319, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
-                                "rstrip": False, "normalized": False, "special": True})
-    (dst / "tokenizer.json").write_text(json.dumps(tok))
-    tok_cfg = json.loads((src / "tokenizer_config.json").read_text())
-    (dst / "tokenizer_config.json").write_text(json.dumps({**tok_cfg, "tokenizer_class": "GPT2Tokenizer"}))
-    return dst
-
-
 def source_dir(name: str, work: Path) -> Path:
     """The checkpoint the converter reads: golden/hf's, with MODELS' config changes."""
-    if name == "tiny-phi3":
-        return phi3_from_mistral(work)
     src = ROOT / "golden/hf" / name
     if not MODELS[name]:
         return src
@@ -111,13 +67,13 @@ def convert(llama_cpp: Path, src: Path, out: Path) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 4:  # the child
+    if len(sys.argv) == 4 and Path(sys.argv[1]).is_dir():  # the child
         convert(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
         return
     llama_cpp = next((ROOT / "build/llamacpp-src").glob("llama_cpp_python-*/vendor/llama.cpp"))
     OUT.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as d:
-        for name in MODELS:
+        for name in sys.argv[1:] or MODELS:
             out = OUT / f"{name}.gguf"
             subprocess.run([sys.executable, __file__, str(llama_cpp), str(source_dir(name, Path(d))), str(out)],
                            check=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})

@@ -1,0 +1,103 @@
+"""Phi-3's fused matrices, read as the separate ones they hold.
+
+``Phi3ForCausalLM`` stores each layer's attention input projection as one
+``self_attn.qkv_proj`` (q rows, then k, then v: models/phi3's
+``qkv[..., :q_pos]`` slices) and its MLP's as one ``mlp.gate_up_proj``
+(gate rows, then up: ``chunk(2)``). Every tool here reads a checkpoint
+through ``collect_tensors``, which lists those as the Llama-named matrices
+``q_proj``, ``k_proj``, ``v_proj``, ``gate_proj`` and ``up_proj``: row
+ranges of the stored tensor, read in place (whole rows, so nothing is
+copied or reshaped). So the artifact, the decoder, the imatrix, the quant
+policies and gptq see one layout whatever the source, as llama.cpp's
+import of the same file does (convert/gguf_names.py, phi3), and gguf-to-hf
+fuses them again (``fused_layout``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .errors import IEError
+
+PHI3 = "Phi3ForCausalLM"
+# fused suffix -> (the parts' suffixes, in row order)
+FUSED = {"self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+         "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight")}
+
+
+def is_fused(config: Any) -> bool:
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    return isinstance(archs, list) and PHI3 in archs
+
+
+def part_rows(config: dict[str, Any], suffix: str, rows: int, label: str) -> list[int]:
+    """The row count of each part of a fused tensor of ``rows`` rows: q, k,
+    v from the config's heads and head_dim; gate and up half each."""
+    if suffix.startswith("mlp."):
+        if rows % 2:
+            raise IEError(f"{label}: {rows} rows cannot be split into gate and up halves")
+        return [rows // 2, rows // 2]
+    heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
+    kv = config.get("num_key_value_heads", heads)
+    if not all(type(v) is int and v > 0 for v in (heads, hidden, kv)):
+        raise IEError(f"{label}: config.num_attention_heads, num_key_value_heads and hidden_size must be positive "
+                      "integers to split q, k and v")
+    hd = config.get("head_dim") or hidden // heads
+    if type(hd) is not int or hd < 1:
+        raise IEError(f"{label}: config.head_dim: expected a positive integer, got {hd!r}")
+    parts = [heads * hd, kv * hd, kv * hd]
+    if sum(parts) != rows:
+        raise IEError(f"{label}: {rows} rows, but q, k and v of {heads} and 2 × {kv} heads of {hd} need {sum(parts)}")
+    return parts
+
+
+def split(config: Any, tensors: dict[str, tuple[Any, Any]], label: str) -> dict[str, tuple[Any, Any]]:
+    """``tensors`` (name -> (file, SafetensorsTensor)) with each fused
+    matrix of a Phi-3 checkpoint replaced by its parts (row ranges of the
+    same file); unchanged for every other architecture."""
+    if not is_fused(config):
+        return tensors
+    out = {}
+    for name, (sf, t) in tensors.items():
+        suffix = next((s for s in FUSED if name.endswith("." + s)), None)
+        if suffix is None:
+            out[name] = (sf, t)
+            continue
+        if len(t.shape) != 2:
+            raise IEError(f"{label}: {name}: expected a matrix, got shape {list(t.shape)}")
+        row_bytes = t.nbytes // t.shape[0] if t.shape[0] else 0
+        start = t.start
+        for part, rows in zip(FUSED[suffix], part_rows(config, suffix, t.shape[0], f"{label}: {name}")):
+            pname = name[:-len(suffix)] + part
+            if pname in tensors:
+                raise IEError(f"{label}: {pname} is stored beside {name}, which holds it")
+            out[pname] = (sf, dataclasses.replace(t, name=name, shape=(rows, t.shape[1]), start=start,
+                                                  nbytes=rows * row_bytes))
+            start += rows * row_bytes
+    return out
+
+
+def fused_layout(config: Any, names: list[str]) -> list[tuple[str, list[str]]]:
+    """The inverse of ``split``, for a writer of Hugging Face checkpoints:
+    each tensor to write, in the order of ``names``, with the names whose
+    rows it holds one after another (a Phi-3's parts join where the first
+    of them comes; every other name stands alone)."""
+    if not is_fused(config):
+        return [(n, [n]) for n in names]
+    have = set(names)
+    group = {}  # part -> (fused name, its parts in row order)
+    for n in names:
+        for fused, parts in FUSED.items():
+            hit = next((p for p in parts if n.endswith("." + p)), None)
+            stem = n[:-len(hit)] if hit else None
+            if stem is not None and all(stem + p in have for p in parts):
+                group[n] = (stem + fused, [stem + p for p in parts])
+    out, done = [], set()
+    for n in names:
+        if n in done:
+            continue
+        fused, parts = group.get(n, (n, [n]))
+        out.append((fused, parts))
+        done.update(parts)
+    return out
