@@ -193,6 +193,7 @@ class GGUFArch:
     # Gemma: the block count llama.cpp takes for the 27B, whose attention scale it derives from hidden / heads
     # (every other size: from head_dim); 0: not derived
     scale_27b_layers: int = 0
+    nope_step: int = 0  # every nope_step-th layer without RoPE, as llama.cpp's graph has them (0: none)
 
 
 _MOE_EXPS = {"gate": "ffn_gate_exps.weight", "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
@@ -230,6 +231,13 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("gemma3", "Gemma3ForCausalLM", "gemma3_text", False, _dense({**_QK_NORM, **_GEMMA_NORMS}),
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
              norm_shift=1.0, swa_pattern=6, mlp_act="gelu_tanh", scale_27b_layers=62),
+    # Granite 3: Llama's layer and names with four multipliers as keys (gguf-py's add_embedding_scale,
+    # add_attention_scale, add_residual_scale, add_logit_scale)
+    GGUFArch("granite", "GraniteForCausalLM", "granite", True, _LLAMA,
+             keys=frozenset({"embedding_scale", "attention.scale", "residual_scale", "logit_scale"})),
+    # SmolLM3: Llama's layer, q/k rows interleaved as for llama; llama.cpp leaves every 4th layer unrotated
+    # (its n_no_rope_layer_step, read from no file)
+    GGUFArch("smollm3", "SmolLM3ForCausalLM", "smollm3", True, _LLAMA, nope_step=4),
     # Phi-3, Phi-3.5, Phi-4, Phi-4-mini: q, k, v in one matrix (or three: llama.cpp reads either) and gate,
     # up in one; rotate-half RoPE, so q/k rows are Hugging Face's; LongRoPE's factors as rope_factors_long/
     # _short, its attention factor as rope.scaling.attn_factor; the sliding window recorded, and not applied
@@ -258,6 +266,12 @@ def swa_by_period(period: int, layers: int) -> list[bool]:
     them: every period-th layer global (a file's period, or the
     architecture's swa_pattern where it has none)."""
     return [i % period < period - 1 for i in range(layers)]
+
+
+def nope_by_step(step: int, layers: int) -> list[bool]:
+    """The layers llama.cpp leaves unrotated (its n_no_rope_layer_step):
+    every step-th, as SmolLM3Config's no_rope_layer_interval makes them."""
+    return [(i + 1) % step == 0 for i in range(layers)]
 
 
 def attention_scalar(arch: GGUFArch, hidden: int, heads: int, head_dim: int, layers: int) -> int:

@@ -50,7 +50,7 @@ from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, GGUFArch, attention_scalar, hf_layer_name,
-                         norm_shift, swa_by_period)
+                         nope_by_step, norm_shift, swa_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
@@ -296,6 +296,10 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
                                                                    "reads back")
     if arch.gguf == "phi3":
         _phi3_config(g, arch, cfg, names, rot)
+    if arch.gguf == "granite":
+        _granite_config(g, arch, cfg)
+    if arch.nope_step:  # (SmolLM3: no key says which layers; llama.cpp's graph fixes them)
+        cfg["no_rope_layers"] = [int(not w) for w in nope_by_step(arch.nope_step, cfg["num_hidden_layers"])]
     _moe_config(g, arch, cfg)
     if DECODER_ARCHS[arch.hf_class].gemma:
         _gemma_config(g, arch, cfg)
@@ -354,6 +358,23 @@ def _phi3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], names: dict,
     if att != float(str(np.float32(derived))):
         scaling["attention_factor"] = att
     cfg["rope_scaling"] = scaling
+
+
+def _granite_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """Granite's multipliers as llama.cpp's granite graph applies them: the
+    logit scale (a key it requires), and where a key is absent, no
+    embedding or residual multiplier and the scores' 1/sqrt(head_dim)
+    (transformers' GraniteConfig would default the attention's to 1).
+    ``rope.scaling.finetuned`` false turns RoPE off in every layer there,
+    which no Granite checkpoint does: refused."""
+    a = arch.gguf
+    if g.fields.get(f"{a}.rope.scaling.finetuned", True) is not True:
+        raise FormatError(g.path, f"{a}.rope.scaling.finetuned", "false: llama.cpp's granite then rotates no layer, "
+                                                                 "which GraniteForCausalLM cannot say")
+    cfg.update(embedding_multiplier=_field(g, f"{a}.embedding_scale", float, 1.0),
+               attention_multiplier=_field(g, f"{a}.attention.scale", float, 1.0 / math.sqrt(cfg["head_dim"])),
+               residual_multiplier=_field(g, f"{a}.residual_scale", float, 1.0),
+               logits_scaling=_field(g, f"{a}.logit_scale", float))
 
 
 def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:

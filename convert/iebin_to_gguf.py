@@ -52,7 +52,8 @@ from iekit.formats.jsonio import loads_strict
 from iekit.formats.model_spec import DecoderSpec, decoder_spec, rope_tables
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import GGUFArch, arch_of, attention_scalar, gguf_layer_name, norm_shift, swa_by_period
+from .gguf_names import (GGUFArch, arch_of, attention_scalar, gguf_layer_name, nope_by_step, norm_shift,
+                         swa_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
@@ -261,6 +262,9 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     if kind == "yarn" and (scaling.get("attention_factor") is not None or scaling.get("mscale")):
         raise IEError(f"{where}.rope_scaling: YaRN with an explicit attention_factor/mscale is not expressed by "
                       "llama.cpp's keys for this architecture")
+    if spec.nope and list(spec.nope) != nope_by_step(arch.nope_step, spec.n_layers):
+        raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
+                      f"llama.cpp's {arch.gguf} leaves every {arch.nope_step}th layer unrotated, and no other")
     if spec.mlp_act != arch.mlp_act:
         key = "hidden_activation" if "hidden_activation" in cfg else "hidden_act"
         raise IEError(f"{where}.{key}: {cfg.get(key)!r}; llama.cpp's {arch.gguf} uses {arch.mlp_act}")
@@ -467,6 +471,11 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.rope.scaling.factor"] = float(scaling["factor"])
     elif kind == "llama3":  # the divisors are rope_freqs.weight; the original context pins their scale on import
         kv[f"{a}.rope.scaling.original_context_length"] = int(scaling["original_max_position_embeddings"])
+    if arch.gguf == "granite":  # as convert_hf_to_gguf.py's GraniteModel writes the multipliers
+        kv[f"{a}.attention.scale"] = float(spec.attn_scale)
+        kv[f"{a}.embedding_scale"] = float(spec.embed_scale)
+        kv[f"{a}.residual_scale"] = float(spec.residual_scale)
+        kv[f"{a}.logit_scale"] = float(spec.logits_scaling)
     if arch.gguf == "phi3":  # as convert_hf_to_gguf.py's Phi3MiniModel: LongRoPE's factors are tensors (_layout)
         old_ctx = spec.rope_original_ctx or cfg.get("original_max_position_embeddings")
         if old_ctx:

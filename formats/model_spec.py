@@ -49,6 +49,11 @@ class Arch:
     # dims (Phi-4-mini: 3/4), the rest passed through (models/phi3's
     # apply_rotary_pos_emb); config.sliding_window on every layer.
     partial_rope: bool = False
+    nope: bool = False  # layers whose q and k are not rotated (SmolLM3's config.no_rope_layers)
+    # Granite's four multipliers (models/granite): embeddings times embedding_multiplier, scores times
+    # attention_multiplier (not 1/sqrt(head_dim)), each block's output times residual_multiplier, logits
+    # divided by logits_scaling
+    granite: bool = False
 
 
 ARCHS = {
@@ -64,6 +69,8 @@ ARCHS = {
     # models/phi3; its fused qkv_proj and gate_up_proj are read as the q/k/v
     # and gate/up matrices they hold (formats/fused_tensors.py)
     "Phi3ForCausalLM": Arch(window_everywhere=True, partial_rope=True),
+    "SmolLM3ForCausalLM": Arch(nope=True),  # models/smollm3
+    "GraniteForCausalLM": Arch(granite=True),  # models/granite
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -152,6 +159,9 @@ class DecoderSpec:
     # (rope_for_context).
     inv_freq_long: np.ndarray | None = None
     rope_original_ctx: int = 0
+    nope: tuple[bool, ...] = ()  # per layer, True where q and k are not rotated (SmolLM3); empty: every layer rotates
+    residual_scale: float = 1.0  # each block's output times this before the residual add (Granite)
+    logits_scaling: float = 1.0  # logits divided by this (Granite)
 
 
 def rope_for_context(s: DecoderSpec, ctx: int) -> np.ndarray:
@@ -411,6 +421,31 @@ def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int
     return tuple(w if LAYER_TYPES[t] else 0 for t in types)
 
 
+def _granite(cfg: dict, meta_path: Path) -> dict[str, float]:
+    """Granite's multipliers as DecoderSpec fields, with GraniteConfig's
+    defaults (1.0 each: its attention_multiplier replaces 1/sqrt(head_dim))."""
+    def get(key):
+        return _positive(cfg, meta_path, key, 1.0, section="config")
+
+    return {"embed_scale": get("embedding_multiplier"), "attn_scale": get("attention_multiplier"),
+            "residual_scale": get("residual_multiplier"), "logits_scaling": get("logits_scaling")}
+
+
+def _nope(cfg: dict, n_layers: int, meta_path: Path) -> tuple[bool, ...]:
+    """SmolLM3's layers without RoPE: config.no_rope_layers (1: rotate, 0:
+    not), else every no_rope_layer_interval-th layer (4), as
+    SmolLM3Config derives them."""
+    flags = cfg.get("no_rope_layers")
+    if flags is None:
+        step = _int(cfg, meta_path, "no_rope_layer_interval", 4, section="config")
+        return tuple((i + 1) % step == 0 for i in range(n_layers))
+    if not isinstance(flags, list) or len(flags) != n_layers or any(f not in (0, 1) or type(f) is float for f in flags):
+        got = f"{len(flags)} entries" if isinstance(flags, list) and len(flags) != n_layers else repr(flags)[:80]
+        raise IEError(f"{meta_path}: config.no_rope_layers: expected {n_layers} values of 1 (RoPE) or 0 (none), "
+                      f"got {got}")
+    return tuple(not f for f in flags)
+
+
 def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | None:
     """The routing of gpt-oss, Mixtral and Qwen3-MoE, from their config keys
     (configuration_gpt_oss / _mixtral / _qwen3_moe)."""
@@ -497,7 +532,8 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         max_positions=_int(m, meta_path, "max_position_embeddings", INT32_MAX),
         eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), **rope,
         tied=bool(m.get("tie_word_embeddings")), eos_ids=frozenset(eos_list), windows=windows, moe=moe,
-        mlp_act=MLP_ACTS[act], **gemma)
+        mlp_act=MLP_ACTS[act], nope=_nope(cfg, n_layers, meta_path) if arch.nope else (), **gemma,
+        **(_granite(cfg, meta_path) if arch.granite else {}))
     _check_all_used(spec, meta.get("tensors") or [], meta_path)
     return spec
 

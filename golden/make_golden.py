@@ -25,6 +25,9 @@ Writes (replacing any previous output):
     golden/hf/tiny-phi3/    Phi3ForCausalLM, bfloat16: fused qkv_proj and gate_up_proj, partial RoPE (half of
                             each 16-dim head), LongRoPE (short and long factors, original context 32 of 128),
                             sliding_window 6; ref/tiny-phi3/long.json: 40 tokens, past the original context
+    golden/hf/tiny-smollm3/ SmolLM3ForCausalLM, bfloat16, 4 layers: the 4th without RoPE (no_rope_layers), tied
+    golden/hf/tiny-granite/ GraniteForCausalLM, bfloat16: embedding, attention, residual multipliers and logits
+                            scaling as Granite 3's (12, 1/head_dim, 0.22; logits / 4), tied
     golden/hf/tiny-gemma3-vl/  Gemma3ForConditionalGeneration: tiny-gemma3's language model beside a tiny
                             SigLIP vision tower (its text logits are tiny-gemma3's)
     golden/ref/gemma3-text-defaults.json   transformers' Gemma3TextConfig defaults (ieconv text-model fills them in)
@@ -78,6 +81,8 @@ from transformers import (  # noqa: E402
     Gemma3ForCausalLM,
     Gemma3ForConditionalGeneration,
     Gemma3TextConfig,
+    GraniteConfig,
+    GraniteForCausalLM,
     SiglipVisionConfig,
     GptOssConfig,
     GptOssForCausalLM,
@@ -91,6 +96,8 @@ from transformers import (  # noqa: E402
     Qwen3ForCausalLM,
     Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
+    SmolLM3Config,
+    SmolLM3ForCausalLM,
 )
 
 GOLDEN_DIR = Path(__file__).resolve().parent
@@ -119,6 +126,12 @@ PHI3_ROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_fac
 PHI3_ORIGINAL_CTX = 32
 PHI3_WINDOW = 6
 LONG_LEN = 40
+GRANITE_SEED = SEED + 19  # its greedy cases run 16 tokens with margins >= 0.01
+# Granite 3's multipliers (granite-3.x-2b: 12, 1/128 for its 128-dim heads, 0.22, 8), the logits' divisor
+# smaller so the toy's greedy margins stay clear
+GRANITE = {"embedding_multiplier": 12.0, "attention_multiplier": 1 / 16, "residual_multiplier": 0.22,
+           "logits_scaling": 4.0}
+SMOLLM3_SEED = SEED + 18  # the first from SEED + 17 whose greedy cases run 16 tokens with margins >= 0.01
 # Gemma 2's caps are 50 (scores) and 30 (logits); the toy's scores and logits are a few units, so its
 # caps are too, or they would not bind
 GEMMA2_CAPS = {"attn_logit_softcapping": 2.0, "final_logit_softcapping": 5.0}
@@ -528,6 +541,34 @@ def make_phi3(tok) -> None:
     assert rel > 1e-2, f"the long factors barely change the logits ({rel:.2e})"
 
 
+def make_smollm3(tok) -> None:
+    """SmolLM3's layer is Llama's; every no_rope_layer_interval-th (4th)
+    layer leaves q and k unrotated (NoPE), as llama.cpp's smollm3 does."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    dims["num_hidden_layers"] = 4
+    cfg = SmolLM3Config(**dims, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                        tie_word_embeddings=True, pad_token_id=None)
+    cfg.architectures = ["SmolLM3ForCausalLM"]
+    assert cfg.no_rope_layers == [1, 1, 1, 0]
+    out = HF_DIR / "tiny-smollm3"
+    logits = save_model(tok, out.name, SmolLM3ForCausalLM, cfg, SMOLLM3_SEED, torch.bfloat16)
+    assert_feature_matters(SmolLM3ForCausalLM, out, logits, "the layer without RoPE", no_rope_layers=[1, 1, 1, 1])
+
+
+def make_granite(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    cfg = GraniteConfig(**dims, **GRANITE, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                        tie_word_embeddings=True, pad_token_id=None)
+    cfg.architectures = ["GraniteForCausalLM"]
+    out = HF_DIR / "tiny-granite"
+    logits = save_model(tok, out.name, GraniteForCausalLM, cfg, GRANITE_SEED, torch.bfloat16)
+    for key, plain in (("embedding_multiplier", 1.0), ("attention_multiplier", 0.25), ("residual_multiplier", 1.0),
+                       ("logits_scaling", 1.0)):
+        assert_feature_matters(GraniteForCausalLM, out, logits, key, **{key: plain})
+
+
 def make_gemma3_vl(tok) -> None:
     """tiny-gemma3's language model, weights and all, in a
     Gemma3ForConditionalGeneration beside a tiny SigLIP vision tower (drawn
@@ -678,6 +719,8 @@ def main() -> None:
     make_gemma3_vl(tok)
     make_gemma2(tok)
     make_phi3(tok)
+    make_smollm3(tok)
+    make_granite(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

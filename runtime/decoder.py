@@ -113,6 +113,7 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
         inv_freq=rope_for_context(s, max_ctx).tolist(), rope_scale=s.rope_scale, k_cache=types[0], v_cache=types[1],
         inv_freq_swa=[] if s.inv_freq_swa is None else s.inv_freq_swa.tolist(), attn_scale=s.attn_scale,
         embed_scale=s.embed_scale, mlp_act=s.mlp_act, attn_softcap=s.attn_softcap, logit_softcap=s.logit_softcap,
+        nope=[int(n) for n in s.nope], residual_scale=s.residual_scale, logits_scaling=s.logits_scaling,
         **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
                                        norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
                                        swiglu_limit=moe.limit)))

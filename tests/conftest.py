@@ -133,6 +133,17 @@ def run_tool(tool: str, *args: str, env: dict | None = None, timeout: float = 30
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
 
 
+def exact_logits(model, ids, out: Path, *args: str):
+    """``ierun logits`` of ``ids`` as transformers computes them (f32
+    activations, an f32 KV cache), ``args`` added (e.g. --ctx): the array."""
+    import numpy as np
+
+    res = run_tool("ierun", "logits", "--model-dir", model, "--ids", ",".join(map(str, ids)), "--out", out,
+                   "--act", "f32", "-ctk", "f32", "--cache-type-v", "f32", *args)
+    assert res.returncode == 0, res.stderr
+    return np.load(out)
+
+
 def python_bounded(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """``code`` in a fresh interpreter, failing the test (not hanging the
     suite) if it has not finished in ``timeout`` seconds."""

@@ -48,6 +48,8 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-gemma3", "tiny-gemma3", []),
     ("tiny-gemma2", "tiny-gemma2", []),
     ("tiny-phi3", "tiny-phi3", []),
+    ("tiny-smollm3", "tiny-smollm3", []),
+    ("tiny-granite", "tiny-granite", []),
     ("tiny-llama", "tiny-llama-mixedq", ["--q4-map", GOLDEN / "manifests" / "tiny-llama.mixed.q4_manifest.json"]),
     # --checksum sha256 writes what every earlier version wrote, byte for byte
     ("tiny-llama", "tiny-llama-sha256", ["--checksum", "sha256"]),

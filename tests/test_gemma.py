@@ -12,8 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from conftest import (GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact, reconfigure,
-                      run_tool)
+from conftest import (GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact, exact_logits,
+                      reconfigure, run_tool)
 from gguf_build import rewrite_gguf
 
 GEMMA = GOLDEN_IEBIN / "tiny-gemma3"
@@ -21,11 +21,7 @@ IDS = json.loads((GOLDEN_REF / "tiny-gemma3" / "ids.json").read_text())
 
 
 def _logits(model, tmp_path, name="l.npy") -> np.ndarray:
-    out = tmp_path / name
-    res = run_tool("ierun", "logits", "--model-dir", model, "--ids", ",".join(map(str, IDS)), "--out", out,
-                   "--act", "f32", "-ctk", "f32", "--cache-type-v", "f32")
-    assert res.returncode == 0, res.stderr
-    return np.load(out)
+    return exact_logits(model, IDS, tmp_path / name)
 
 
 def _spec(model):

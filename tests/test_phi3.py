@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact,
-                      reconfigure, run_tool)
+                      exact_logits, reconfigure, run_tool)
 from gguf_build import hf_tensors, rewrite_gguf
 
 PHI3 = GOLDEN_IEBIN / "tiny-phi3"
@@ -22,11 +22,7 @@ CONVERTED = GOLDEN / "gguf" / "llamacpp" / "tiny-phi3.gguf"
 
 
 def _logits(model, tmp_path, ids, ctx, name="l.npy") -> np.ndarray:
-    out = tmp_path / name
-    res = run_tool("ierun", "logits", "--model-dir", model, "--ids", ",".join(map(str, ids)), "--out", out,
-                   "--act", "f32", "-ctk", "f32", "--cache-type-v", "f32", "--ctx", str(ctx))
-    assert res.returncode == 0, res.stderr
-    return np.load(out)
+    return exact_logits(model, ids, tmp_path / name, "--ctx", str(ctx))
 
 
 def _rel(got, ref) -> float:

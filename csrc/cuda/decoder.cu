@@ -180,6 +180,10 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
          "run it on the CPU");
   if (c.inv_freq.size() != static_cast<size_t>(c.head_dim / 2))
     fail("the CUDA decoder rotates whole heads; partial RoPE (Phi-4-mini) runs on the CPU");
+  for (uint8_t n : c.nope)
+    if (n) fail("the CUDA decoder rotates every layer; layers without RoPE (SmolLM3) run on the CPU");
+  if (c.residual_scale != 1.f || c.logits_scaling != 1.f)
+    fail("the CUDA decoder has no residual or logit multipliers (Granite); run it on the CPU");
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
   const size_t B = kMaxBatch, F = sizeof(float);

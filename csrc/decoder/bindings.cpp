@@ -234,7 +234,8 @@ void ie_register_decoder(py::module_& m) {
                        int n_experts, int top_k, int expert_inter, bool norm_topk, const std::string& glu,
                        float swiglu_alpha, float swiglu_limit, const std::string& k_cache, const std::string& v_cache,
                        std::vector<float> inv_freq_swa, float attn_scale, float embed_scale, const std::string& mlp_act,
-                       float attn_softcap, float logit_softcap) {
+                       float attn_softcap, float logit_softcap, std::vector<uint8_t> nope, float residual_scale,
+                       float logits_scaling) {
              ie::DecoderConfig c;
              c.n_layers = n_layers;
              c.hidden = hidden;
@@ -261,6 +262,9 @@ void ie_register_decoder(py::module_& m) {
              c.embed_scale = embed_scale;
              c.attn_softcap = attn_softcap;
              c.logit_softcap = logit_softcap;
+             c.nope = std::move(nope);
+             c.residual_scale = residual_scale;
+             c.logits_scaling = logits_scaling;
              if (mlp_act != "silu" && mlp_act != "gelu_tanh")
                throw std::invalid_argument("mlp_act must be silu or gelu_tanh, got '" + mlp_act + "'");
              c.mlp_act = mlp_act == "silu" ? ie::MlpAct::Silu : ie::MlpAct::GeluTanh;
@@ -278,7 +282,8 @@ void ie_register_decoder(py::module_& m) {
            py::arg("glu") = "silu", py::arg("swiglu_alpha") = 1.702f, py::arg("swiglu_limit") = 7.f,
            py::arg("k_cache") = "f32", py::arg("v_cache") = "f32", py::arg("inv_freq_swa") = std::vector<float>{},
            py::arg("attn_scale") = 0.f, py::arg("embed_scale") = 1.f, py::arg("mlp_act") = "silu",
-           py::arg("attn_softcap") = 0.f, py::arg("logit_softcap") = 0.f)
+           py::arg("attn_softcap") = 0.f, py::arg("logit_softcap") = 0.f, py::arg("nope") = std::vector<uint8_t>{},
+           py::arg("residual_scale") = 1.f, py::arg("logits_scaling") = 1.f)
       .def_readonly("n_layers", &ie::DecoderConfig::n_layers)
       .def_readonly("hidden", &ie::DecoderConfig::hidden)
       .def_readonly("vocab", &ie::DecoderConfig::vocab)

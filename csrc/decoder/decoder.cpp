@@ -146,6 +146,8 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       c.vocab < 1 || c.max_ctx < 1)
     fail("decoder config: every dimension must be positive");
   if (c.windows.size() != static_cast<size_t>(c.n_layers)) fail("decoder config: windows must hold one value per layer");
+  if (!c.nope.empty() && c.nope.size() != static_cast<size_t>(c.n_layers))
+    fail("decoder config: nope must be empty or hold one value per layer");
   for (int win : c.windows)
     if (win < 0) fail("decoder config: a sliding window must be >= 0, got " + std::to_string(win));
   if (!(c.rope_scale > 0.f) || !std::isfinite(c.rope_scale)) fail("decoder config: rope_scale must be a positive number");
@@ -153,6 +155,10 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   if (!(c.embed_scale > 0.f) || !std::isfinite(c.embed_scale)) fail("decoder config: embed_scale must be a positive number");
   for (float cap : {c.attn_softcap, c.logit_softcap})
     if (!(cap >= 0.f) || !std::isfinite(cap)) fail("decoder config: a soft-cap must be >= 0 and finite");
+  for (float s : {c.residual_scale, c.logits_scaling})
+    if (!(s > 0.f) || !std::isfinite(s)) fail("decoder config: residual_scale and logits_scaling must be positive numbers");
+  if (c.residual_scale != 1.f && c.n_experts > 0)
+    fail("decoder config: residual_scale is Granite's dense layer; a mixture of experts has none");
   if (c.n_experts < 0) fail("decoder config: n_experts must be >= 0");
   if (c.n_experts > 0) {
     if (c.top_k < 1 || c.top_k > c.n_experts)
@@ -842,8 +848,10 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
         for (int h = 0; h < c.n_kv_heads; ++h)
           rmsnorm(&k_[j * kv_dim_ + h * c.head_dim], L.k_norm.data(), c.head_dim, c.eps, &k_[j * kv_dim_ + h * c.head_dim]);
       }
-      rope(&q_[j * q_dim_], c.n_heads, c.head_dim, half, cs);
-      rope(&k_[j * kv_dim_], c.n_kv_heads, c.head_dim, half, cs);
+      if (c.nope.empty() || !c.nope[l]) {
+        rope(&q_[j * q_dim_], c.n_heads, c.head_dim, half, cs);
+        rope(&k_[j * kv_dim_], c.n_kv_heads, c.head_dim, half, cs);
+      }
       cache_row(k_cache_, l, pos, &k_[j * kv_dim_]);
       cache_row(v_cache_, l, pos, &v_[j * kv_dim_]);
     });
@@ -857,7 +865,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     rows(b, [&](int j) {
       float* xj = &x_[j * H];
       if (!L.attn_post_norm.empty()) rmsnorm(&xn_[j * H], L.attn_post_norm.data(), H, c.eps, &xn_[j * H]);
-      for (int i = 0; i < H; ++i) xj[i] += xn_[j * H + i];
+      for (int i = 0; i < H; ++i) xj[i] += xn_[j * H + i] * c.residual_scale;
       rmsnorm(xj, L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
     });
     if (stats_on_) add_stats(4 * l + 2, xn_.data(), b, H);
@@ -879,7 +887,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     mm(L.down, gate_prep_, gate_.data(), b, nullptr, att_.data());
     rows(b, [&](int j) {
       if (!L.mlp_post_norm.empty()) rmsnorm(&att_[j * H], L.mlp_post_norm.data(), H, c.eps, &att_[j * H]);
-      for (int i = j * H; i < (j + 1) * H; ++i) x_[i] += att_[i];
+      for (int i = j * H; i < (j + 1) * H; ++i) x_[i] += att_[i] * c.residual_scale;
     });
   }
   n_past_ += b;
@@ -901,6 +909,11 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
   }
   if (logits != nullptr && c.logit_softcap > 0.f)
     rows(all_logits ? b : 1, [&](int j) { softcap(logits + static_cast<size_t>(j) * c.vocab, c.vocab, c.logit_softcap); });
+  if (logits != nullptr && c.logits_scaling != 1.f)  // Granite: divided, as transformers does
+    rows(all_logits ? b : 1, [&](int j) {
+      float* lg = logits + static_cast<size_t>(j) * c.vocab;
+      for (int i = 0; i < c.vocab; ++i) lg[i] /= c.logits_scaling;
+    });
 }
 
 void Decoder::forward(const int32_t* tokens, int n, float* logits, bool all_logits) {

@@ -68,6 +68,9 @@ struct DecoderConfig {
   // its local base, unscaled, cos/sin not multiplied), or empty: every
   // layer rotates by inv_freq.
   std::vector<float> inv_freq_swa;
+  // Per layer: nonzero where q and k are not rotated at all (NoPE: SmolLM3's
+  // every 4th layer), or empty: every layer rotates.
+  std::vector<uint8_t> nope;
   // Scores are q.k times attn_scale (0: 1/sqrt(head_dim); Gemma 3:
   // query_pre_attn_scalar^-1/2); embeddings are multiplied by embed_scale
   // (Gemma: sqrt(hidden); the head reads the unscaled rows).
@@ -76,6 +79,10 @@ struct DecoderConfig {
   // Soft-capping (Gemma 2): scores become c tanh(s / c) before the softmax
   // (attn_softcap), logits the same (logit_softcap); 0: none.
   float attn_softcap = 0.f, logit_softcap = 0.f;
+  // Granite: the attention's and the MLP's outputs join the residual times
+  // residual_scale (its residual_multiplier), and the logits are divided by
+  // logits_scaling; 1: Llama's.
+  float residual_scale = 1.f, logits_scaling = 1.f;
   // Mixture of experts (n_experts > 0): a layer with experts sends each
   // token to the top_k experts its router scores highest, each an MLP of
   // expert_inter channels, and adds their outputs weighted by the router.
