@@ -192,7 +192,8 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       gpt-oss, gemma2 and gemma3 (norms stored as 1 + w taken back to Gemma's w),
       and phi3 (Phi-3, Phi-3.5, Phi-4, Phi-4-mini: its fused q/k/v and
       gate/up split, partial RoPE, LongRoPE's rope_factors_long/_short),
-      smollm3 (every 4th layer without RoPE) and granite (its multipliers);
+      smollm3 (every 4th layer without RoPE), granite (its multipliers) and
+      olmo2 (the blocks' output norms alone);
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
       its vocabulary (byte-level BPE under any split llama.cpp names for
       these models, gpt-4o, tekken, deepseek-* and llama-bpe among them;
@@ -230,7 +231,7 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
 @cli.command("gguf-to-hf")
 @click.option("--gguf", "gguf_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="The llama.cpp GGUF file (llama, with experts as Mixtral; qwen2, qwen3, qwen3moe, gemma2, gemma3, "
-                   "phi3, smollm3, granite).")
+                   "phi3, smollm3, granite, olmo2).")
 @click.option("--out-dir", required=True, type=click.Path(path_type=Path),
               help="Where the checkpoint is written (model.safetensors, config.json, tokenizer files).")
 @click.option("--dtype", type=click.Choice(CAST_TARGETS),
@@ -323,7 +324,7 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
 
     \b
     - architectures: llama, mistral and mixtral (as llama.cpp's "llama"),
-      qwen2, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, smollm3, granite, with llama.cpp's
+      qwen2, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, smollm3, granite, olmo2, with llama.cpp's
       tensor names and layouts (q/k rows re-interleaved, experts stacked as
       ffn_*_exps, Gemma's norms as 1 + w, Phi-3's q/k/v and gate/up joined
       as attn_qkv and ffn_up, LongRoPE's factors as rope_factors_long/_short);

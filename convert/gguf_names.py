@@ -231,6 +231,13 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("gemma3", "Gemma3ForCausalLM", "gemma3_text", False, _dense({**_QK_NORM, **_GEMMA_NORMS}),
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
              norm_shift=1.0, swa_pattern=6, mlp_act="gelu_tanh", scale_27b_layers=62),
+    # OLMo 2: rows as they are (convert_hf_to_gguf's Olmo2Model is no LlamaModel); no norm before the blocks,
+    # the norms of their outputs under Gemma's names, q/k norms over the whole projections
+    GGUFArch("olmo2", "Olmo2ForCausalLM", "olmo2", False,
+             {**{k: v for k, v in _dense(_QK_NORM).items()
+                 if k not in ("input_layernorm.weight", "post_attention_layernorm.weight")},
+              "post_attention_layernorm.weight": "post_attention_norm.weight",
+              "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}),
     # Granite 3: Llama's layer and names with four multipliers as keys (gguf-py's add_embedding_scale,
     # add_attention_scale, add_residual_scale, add_logit_scale)
     GGUFArch("granite", "GraniteForCausalLM", "granite", True, _LLAMA,

@@ -44,8 +44,8 @@ def rotate_cmd(hf_dir, out_dir, seed, dtype, overwrite, quiet):
     eval). The head is untied (its own copy: counted in every
     bits-per-weight figure). Nothing changes at run time.
 
-    Architectures: llama, mistral, qwen2, qwen3, mixtral, qwen3_moe. A
-    tensor no rule covers is refused, never copied unrotated.
+    Architectures: llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, smollm3,
+    granite. A tensor no rule covers is refused, never copied unrotated.
 
     \b
     Typical use:

@@ -25,11 +25,11 @@ INT32_MAX = (1 << 31) - 1  # every dimension and --ctx reach the native decoder 
 @dataclass(frozen=True)
 class Arch:
     """One architecture's shape of a layer. ``moe``: where its experts live
-    (None: a dense MLP); ``qk_norm``: per-head RMSNorm of q and k before
-    RoPE; ``sinks``: learned attention sinks; ``biases``: the attention
-    projections (q, k, v, o) that must carry a bias. A bias present in the
-    artifact is read whatever the architecture (Llama's attention_bias puts
-    one on all four)."""
+    (None: a dense MLP); ``qk_norm``: RMSNorm of q and k (per head, or
+    whole with ``qk_norm_full``) before RoPE; ``sinks``: learned attention
+    sinks; ``biases``: the attention projections (q, k, v, o) that must
+    carry a bias. A bias present in the artifact is read whatever the
+    architecture (Llama's attention_bias puts one on all four)."""
 
     moe: str | None = None
     qk_norm: bool = False
@@ -54,6 +54,11 @@ class Arch:
     # attention_multiplier (not 1/sqrt(head_dim)), each block's output times residual_multiplier, logits
     # divided by logits_scaling
     granite: bool = False
+    # OLMo 2 (models/olmo2): no norm before the attention or the MLP, only
+    # of their outputs (OLMO2_LAYER_VECTORS), and q_norm / k_norm over the
+    # whole q and k projections, not per head
+    pre_norms: bool = True
+    qk_norm_full: bool = False
 
 
 ARCHS = {
@@ -71,6 +76,7 @@ ARCHS = {
     "Phi3ForCausalLM": Arch(window_everywhere=True, partial_rope=True),
     "SmolLM3ForCausalLM": Arch(nope=True),  # models/smollm3
     "GraniteForCausalLM": Arch(granite=True),  # models/granite
+    "Olmo2ForCausalLM": Arch(qk_norm=True, pre_norms=False, qk_norm_full=True),  # models/olmo2
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -98,6 +104,9 @@ LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "mlp_norm": "post_attent
 # output (Llama's is the MLP's input norm, Gemma's pre_feedforward_layernorm).
 GEMMA_LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "attn_post_norm": "post_attention_layernorm.weight",
                        "mlp_norm": "pre_feedforward_layernorm.weight",
+                       "mlp_post_norm": "post_feedforward_layernorm.weight"}
+# OLMo 2's: its post_attention_layernorm and post_feedforward_layernorm norm the blocks' outputs.
+OLMO2_LAYER_VECTORS = {"attn_post_norm": "post_attention_layernorm.weight",
                        "mlp_post_norm": "post_feedforward_layernorm.weight"}
 # The RMSNorm weights (a Gemma model's are stored as w and applied as 1 + w).
 NORM_KEYS = frozenset({"norm", "attn_norm", "mlp_norm", "attn_post_norm", "mlp_post_norm", "q_norm", "k_norm"})
@@ -631,13 +640,14 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
               "gate": (s.inter, s.hidden), "up": (s.inter, s.hidden), "down": (s.hidden, s.inter)}
     bias_len = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": s.hidden}
     parts = [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in ATTN_MATRICES.items()]
-    vectors = GEMMA_LAYER_VECTORS if s.arch.gemma else LAYER_VECTORS
+    vectors = GEMMA_LAYER_VECTORS if s.arch.gemma else LAYER_VECTORS if s.arch.pre_norms else OLMO2_LAYER_VECTORS
     parts += [Part(key, pre + hf, (s.hidden,), VECTOR) for key, hf in vectors.items()]
     parts += [Part("b" + key, pre + hf, (bias_len[key],), VECTOR, required=key in s.arch.biases)
               for key, hf in LAYER_BIASES.items()]
     if s.arch.qk_norm:
-        parts += [Part("q_norm", pre + "self_attn.q_norm.weight", (s.head_dim,), VECTOR),
-                  Part("k_norm", pre + "self_attn.k_norm.weight", (s.head_dim,), VECTOR)]
+        q_len, k_len = (q_dim, kv_dim) if s.arch.qk_norm_full else (s.head_dim, s.head_dim)
+        parts += [Part("q_norm", pre + "self_attn.q_norm.weight", (q_len,), VECTOR),
+                  Part("k_norm", pre + "self_attn.k_norm.weight", (k_len,), VECTOR)]
     if s.arch.sinks:
         parts.append(Part("sinks", pre + "self_attn.sinks", (s.n_heads,), VECTOR))
     moe = s.moe

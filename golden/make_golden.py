@@ -28,6 +28,8 @@ Writes (replacing any previous output):
     golden/hf/tiny-smollm3/ SmolLM3ForCausalLM, bfloat16, 4 layers: the 4th without RoPE (no_rope_layers), tied
     golden/hf/tiny-granite/ GraniteForCausalLM, bfloat16: embedding, attention, residual multipliers and logits
                             scaling as Granite 3's (12, 1/head_dim, 0.22; logits / 4), tied
+    golden/hf/tiny-olmo2/   Olmo2ForCausalLM, bfloat16: norms of the blocks' outputs only, q/k norms over the
+                            whole projections, untied
     golden/hf/tiny-gemma3-vl/  Gemma3ForConditionalGeneration: tiny-gemma3's language model beside a tiny
                             SigLIP vision tower (its text logits are tiny-gemma3's)
     golden/ref/gemma3-text-defaults.json   transformers' Gemma3TextConfig defaults (ieconv text-model fills them in)
@@ -88,6 +90,8 @@ from transformers import (  # noqa: E402
     GptOssForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    Olmo2Config,
+    Olmo2ForCausalLM,
     Phi3Config,
     Phi3ForCausalLM,
     Qwen2Config,
@@ -131,6 +135,7 @@ GRANITE_SEED = SEED + 19  # its greedy cases run 16 tokens with margins >= 0.01
 # smaller so the toy's greedy margins stay clear
 GRANITE = {"embedding_multiplier": 12.0, "attention_multiplier": 1 / 16, "residual_multiplier": 0.22,
            "logits_scaling": 4.0}
+OLMO2_SEED = SEED + 22  # the first from SEED + 20 whose greedy cases run 16 tokens with margins >= 0.01
 SMOLLM3_SEED = SEED + 18  # the first from SEED + 17 whose greedy cases run 16 tokens with margins >= 0.01
 # Gemma 2's caps are 50 (scores) and 30 (logits); the toy's scores and logits are a few units, so its
 # caps are too, or they would not bind
@@ -569,6 +574,16 @@ def make_granite(tok) -> None:
         assert_feature_matters(GraniteForCausalLM, out, logits, key, **{key: plain})
 
 
+def make_olmo2(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    cfg = Olmo2Config(**dims, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                      tie_word_embeddings=False, pad_token_id=None)
+    cfg.architectures = ["Olmo2ForCausalLM"]
+    out = HF_DIR / "tiny-olmo2"
+    save_model(tok, out.name, Olmo2ForCausalLM, cfg, OLMO2_SEED, torch.bfloat16)
+
+
 def make_gemma3_vl(tok) -> None:
     """tiny-gemma3's language model, weights and all, in a
     Gemma3ForConditionalGeneration beside a tiny SigLIP vision tower (drawn
@@ -721,6 +736,7 @@ def main() -> None:
     make_phi3(tok)
     make_smollm3(tok)
     make_granite(tok)
+    make_olmo2(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

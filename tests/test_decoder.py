@@ -27,10 +27,11 @@ from iekit.runtime.sampling import Sampler, generate
 # q/k norms; the rest mixtures of experts (tests/test_moe.py), gpt-oss with sinks, YaRN and MXFP4 experts;
 # tiny-gemma3: (1 + w) and sandwich norms, GELU, scaled embeddings, a local RoPE base, linear RoPE scaling;
 # tiny-gemma2: Gemma's layer with soft-capped scores and logits; tiny-phi3: fused matrices, partial RoPE,
-# LongRoPE, a sliding window; tiny-smollm3: a layer without RoPE; tiny-granite: Granite's multipliers.
+# LongRoPE, a sliding window; tiny-smollm3: a layer without RoPE; tiny-granite: Granite's multipliers;
+# tiny-olmo2: output norms alone, q/k norms over the whole projections.
 MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
           "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-phi3", "tiny-smollm3",
-          "tiny-granite"]
+          "tiny-granite", "tiny-olmo2"]
 # The context a model's references ran in: tiny-phi3's stay within LongRoPE's original 32 positions, where
 # transformers turns by the short factors; ierun chooses them by the context, as llama.cpp does.
 CTX = {"tiny-phi3": ["--ctx", "32"]}

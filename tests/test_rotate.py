@@ -17,7 +17,8 @@ from safetensors.numpy import load_file, save_file
 from iekit.runtime.decoder import Decoder
 
 IDS = [3, 17, 42, 99, 5, 250, 7, 8, 1, 64, 12, 200]
-MODELS = ["tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral", "tiny-qwen3-moe"]
+MODELS = ["tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral", "tiny-qwen3-moe",
+          "tiny-smollm3", "tiny-granite"]
 
 
 def _rotate(src, out, *extra):

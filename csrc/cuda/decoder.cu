@@ -182,6 +182,8 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
     fail("the CUDA decoder rotates whole heads; partial RoPE (Phi-4-mini) runs on the CPU");
   for (uint8_t n : c.nope)
     if (n) fail("the CUDA decoder rotates every layer; layers without RoPE (SmolLM3) run on the CPU");
+  if (!c.pre_norms || c.qk_norm_full)
+    fail("the CUDA decoder has no OLMo 2 layer (output norms alone, whole-projection q/k norms); run it on the CPU");
   if (c.residual_scale != 1.f || c.logits_scaling != 1.f)
     fail("the CUDA decoder has no residual or logit multipliers (Granite); run it on the CPU");
   q_dim_ = c.n_heads * c.head_dim;

@@ -235,7 +235,7 @@ void ie_register_decoder(py::module_& m) {
                        float swiglu_alpha, float swiglu_limit, const std::string& k_cache, const std::string& v_cache,
                        std::vector<float> inv_freq_swa, float attn_scale, float embed_scale, const std::string& mlp_act,
                        float attn_softcap, float logit_softcap, std::vector<uint8_t> nope, float residual_scale,
-                       float logits_scaling) {
+                       float logits_scaling, bool pre_norms, bool qk_norm_full) {
              ie::DecoderConfig c;
              c.n_layers = n_layers;
              c.hidden = hidden;
@@ -265,6 +265,8 @@ void ie_register_decoder(py::module_& m) {
              c.nope = std::move(nope);
              c.residual_scale = residual_scale;
              c.logits_scaling = logits_scaling;
+             c.pre_norms = pre_norms;
+             c.qk_norm_full = qk_norm_full;
              if (mlp_act != "silu" && mlp_act != "gelu_tanh")
                throw std::invalid_argument("mlp_act must be silu or gelu_tanh, got '" + mlp_act + "'");
              c.mlp_act = mlp_act == "silu" ? ie::MlpAct::Silu : ie::MlpAct::GeluTanh;
@@ -283,7 +285,8 @@ void ie_register_decoder(py::module_& m) {
            py::arg("k_cache") = "f32", py::arg("v_cache") = "f32", py::arg("inv_freq_swa") = std::vector<float>{},
            py::arg("attn_scale") = 0.f, py::arg("embed_scale") = 1.f, py::arg("mlp_act") = "silu",
            py::arg("attn_softcap") = 0.f, py::arg("logit_softcap") = 0.f, py::arg("nope") = std::vector<uint8_t>{},
-           py::arg("residual_scale") = 1.f, py::arg("logits_scaling") = 1.f)
+           py::arg("residual_scale") = 1.f, py::arg("logits_scaling") = 1.f, py::arg("pre_norms") = true,
+           py::arg("qk_norm_full") = false)
       .def_readonly("n_layers", &ie::DecoderConfig::n_layers)
       .def_readonly("hidden", &ie::DecoderConfig::hidden)
       .def_readonly("vocab", &ie::DecoderConfig::vocab)

@@ -189,8 +189,12 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w.layers[l];
     const std::string n = "layer " + std::to_string(l) + " ";
-    check_vec(n + "input_layernorm", L.attn_norm, c.hidden);
-    check_vec(n + "post_attention_layernorm", L.mlp_norm, c.hidden);
+    if (c.pre_norms) {
+      check_vec(n + "input_layernorm", L.attn_norm, c.hidden);
+      check_vec(n + "post_attention_layernorm", L.mlp_norm, c.hidden);
+    } else if (!L.attn_norm.empty() || !L.mlp_norm.empty() || L.attn_post_norm.empty() || L.mlp_post_norm.empty()) {
+      fail(n + "norms: a layer without pre-norms (OLMo 2) has the attention's and the MLP's output norms alone");
+    }
     check_vec(n + "attention output norm", L.attn_post_norm, c.hidden, true);
     check_vec(n + "MLP output norm", L.mlp_post_norm, c.hidden, true);
     if (!L.mlp_post_norm.empty() && !L.experts.empty()) fail(n + "MLP output norm: a layer with experts has none");
@@ -209,8 +213,8 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     check_vec(n + "k_proj.bias", L.bk, kv_dim, true);
     check_vec(n + "v_proj.bias", L.bv, kv_dim, true);
     check_vec(n + "o_proj.bias", L.bo, c.hidden, true);
-    check_vec(n + "q_norm", L.q_norm, c.head_dim, true);
-    check_vec(n + "k_norm", L.k_norm, c.head_dim, true);
+    check_vec(n + "q_norm", L.q_norm, c.qk_norm_full ? q_dim : c.head_dim, true);
+    check_vec(n + "k_norm", L.k_norm, c.qk_norm_full ? kv_dim : c.head_dim, true);
     if (L.q_norm.empty() != L.k_norm.empty()) fail(n + "q_norm and k_norm: one without the other");
     check_vec(n + "sinks", L.sinks, c.n_heads, true);
   }
@@ -825,7 +829,12 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
   for (int l = stream.first; l < layers; ++l) {
     const LayerWeights& L = w_.layers[l];
     const std::vector<float>& rope_l = !rope_cs_swa_.empty() && c.windows[l] > 0 ? rope_cs_swa_ : rope_cs_;
-    rows(b, [&](int j) { rmsnorm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]); });
+    rows(b, [&](int j) {
+      if (c.pre_norms)
+        rmsnorm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]);
+      else
+        std::copy_n(&x_[j * H], H, &xn_[j * H]);
+    });
     if (stats_on_) add_stats(4 * l, xn_.data(), b, H);
     prepare(xn_prep_, xn_.data(), b, H);
     const float* bq = L.bq.empty() ? nullptr : L.bq.data();
@@ -842,7 +851,10 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     rows(b, [&](int j) {
       const int pos = n_past_ + j;
       const float* cs = rope_l.data() + static_cast<size_t>(j) * c.head_dim;
-      if (!L.q_norm.empty()) {  // Qwen3, Gemma 3: each head's q and k RMS-normed before the rotation
+      if (!L.q_norm.empty() && c.qk_norm_full) {  // OLMo 2: the whole projections RMS-normed
+        rmsnorm(&q_[j * q_dim_], L.q_norm.data(), q_dim_, c.eps, &q_[j * q_dim_]);
+        rmsnorm(&k_[j * kv_dim_], L.k_norm.data(), kv_dim_, c.eps, &k_[j * kv_dim_]);
+      } else if (!L.q_norm.empty()) {  // Qwen3, Gemma 3: each head's q and k RMS-normed before the rotation
         for (int h = 0; h < c.n_heads; ++h)
           rmsnorm(&q_[j * q_dim_ + h * c.head_dim], L.q_norm.data(), c.head_dim, c.eps, &q_[j * q_dim_ + h * c.head_dim]);
         for (int h = 0; h < c.n_kv_heads; ++h)
@@ -866,7 +878,10 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       float* xj = &x_[j * H];
       if (!L.attn_post_norm.empty()) rmsnorm(&xn_[j * H], L.attn_post_norm.data(), H, c.eps, &xn_[j * H]);
       for (int i = 0; i < H; ++i) xj[i] += xn_[j * H + i] * c.residual_scale;
-      rmsnorm(xj, L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
+      if (c.pre_norms)
+        rmsnorm(xj, L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
+      else
+        std::copy_n(xj, H, &xn_[j * H]);
     });
     if (stats_on_) add_stats(4 * l + 2, xn_.data(), b, H);
     prepare(xn_prep_, xn_.data(), b, H);

@@ -83,6 +83,11 @@ struct DecoderConfig {
   // residual_scale (its residual_multiplier), and the logits are divided by
   // logits_scaling; 1: Llama's.
   float residual_scale = 1.f, logits_scaling = 1.f;
+  // OLMo 2: no RMSNorm before the attention or the MLP (pre_norms false:
+  // each reads the residual itself; their outputs are normed instead,
+  // LayerWeights' attn_post_norm / mlp_post_norm), and q_norm / k_norm over
+  // the whole q and k projections rather than per head (qk_norm_full).
+  bool pre_norms = true, qk_norm_full = false;
   // Mixture of experts (n_experts > 0): a layer with experts sends each
   // token to the top_k experts its router scores highest, each an MLP of
   // expert_inter channels, and adds their outputs weighted by the router.

@@ -1,0 +1,71 @@
+"""OLMo 2 (Olmo2ForCausalLM; llama.cpp's olmo2): no norm before the
+attention or the MLP, norms of their outputs, and q/k norms over the whole
+projections. The frozen transformers logits are tests/test_decoder.py's,
+the converter's own file tests/test_llamacpp_converter.py's; here, what is
+refused rather than run as another model, in Python and in the native
+decoder's own checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool, st_write
+
+
+def _with_tensors(tmp_path, extra=None, replace=None):
+    """tiny-olmo2's checkpoint with tensors added or replaced (raw bytes)."""
+    from iekit.formats.safetensors_reader import SafetensorsFile
+
+    hf = tmp_path / "hf"
+    shutil.copytree(GOLDEN_HF / "tiny-olmo2", hf)
+    with SafetensorsFile(hf / "model.safetensors") as f:
+        tensors = {n: (t.dtype.name.upper(), list(t.shape), b"".join(f.iter_chunks(t))) for n, t in f.tensors.items()}
+    tensors.update(extra or {})
+    tensors.update(replace or {})
+    (hf / "model.safetensors").unlink()
+    st_write(hf / "model.safetensors", tensors, {"format": "pt"})
+    return hf
+
+
+def test_a_norm_before_a_block_is_not_carried_and_dropped(tmp_path):
+    """OLMo 2 has no input_layernorm: a checkpoint holding one is not the
+    model the decoder runs, and the conversion says so rather than drop it."""
+    hf = _with_tensors(tmp_path, extra={"model.layers.0.input_layernorm.weight": ("BF16", [64], b"\x80\x3f" * 64)})
+    res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", hf, "--out-dir", tmp_path / "o")
+    assert res.returncode == 0, res.stderr
+    assert "input_layernorm" in res.stderr and "does not use it" in res.stderr
+    refused = run_tool("ierun", "generate", "--model-dir", tmp_path / "o", "--ids", "1")
+    assert_one_line_error(refused, "input_layernorm", "does not use it")
+
+
+def test_a_per_head_q_norm_is_refused(tmp_path):
+    """Qwen3's per-head q_norm [head_dim] in an OLMo 2 checkpoint: its
+    q_norm is over the whole projection [heads x head_dim]."""
+    hf = _with_tensors(tmp_path, replace={"model.layers.0.self_attn.q_norm.weight": ("BF16", [16], b"\x80\x3f" * 16)})
+    res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", hf, "--out-dir", tmp_path / "o")
+    assert_one_line_error(res, "model.layers.0.self_attn.q_norm.weight", "[16]", "[64]")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("model,flags,message", [
+    ("tiny-olmo2", dict(pre_norms=True), "layer 0 input_layernorm"),
+    ("tiny-olmo2", dict(qk_norm_full=False), "layer 0 q_norm"),
+    ("tiny-llama", dict(pre_norms=False), "output norms alone"),
+])
+def test_the_native_decoder_checks_the_layer_it_is_given(model, flags, message):
+    from iekit.runtime import native
+    from iekit.formats.model_spec import decoder_spec
+    from iekit.runtime import decoder_weights
+    from iekit.runtime.decoder import native_config
+    from iekit.runtime.tensor_source import TensorSource
+
+    src = TensorSource(GOLDEN_IEBIN / model)
+    s = decoder_spec(src.model.meta, src.model.meta_path)
+    bound = decoder_weights.bind(src, s)
+    native._native.Decoder(native_config(s, 16, ("f32", "f32")), bound.weights)  # as bound: accepted
+    arch = dataclasses.replace(s.arch, **flags)
+    with pytest.raises(ValueError, match=message):
+        native._native.Decoder(native_config(dataclasses.replace(s, arch=arch), 16, ("f32", "f32")), bound.weights)
