@@ -34,6 +34,7 @@ RSS is Q plus the largest writing matrix in f32, never the model.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -45,6 +46,7 @@ from typing import Iterator
 
 import numpy as np
 
+from iekit.formats import fused_tensors
 from iekit.formats.casting import decode_f32, encode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import IEError
@@ -59,9 +61,10 @@ from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, Progress, checkpoint_ou
 # block, residual writers o_proj and down_proj (Mixtral: w2), nothing after
 # a block but the add (times a scalar: Granite's multipliers commute with
 # the rotation; SmolLM3's layers without RoPE rotate nothing on the
-# stream). Gemma's and OLMo 2's norms after blocks, gpt-oss's sinks and
-# MXFP4 experts, Phi-3's fused matrices would each need rules of their own.
-ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "smollm3", "granite")
+# stream; Phi-3's fused matrices are read as their parts and written fused
+# again, formats/fused_tensors.py). Gemma's and OLMo 2's norms after
+# blocks, gpt-oss's sinks and MXFP4 experts would each need rules of their own.
+ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "smollm3", "granite", "phi3")
 OUT_DTYPES = ("f32", "bf16", "f16")
 ROWS_BYTES = 8 << 20  # source bytes rotated per step: bounded memory, still large BLAS calls
 
@@ -232,16 +235,21 @@ def rotate(src: HFSource, out_dir: str | os.PathLike, *, seed: int = 0, dtype: s
         meta = {"format": "pt", "iekit.rotation": json.dumps({"kind": "haar", "seed": seed, "hidden_size": h})}
         bytes_in = sum(tensors[r.src][1].nbytes for r in rules if r.src is not None)
         progress.start("rotating", bytes_in)
+        by_name = {r.name: r for r in rules}
+        layout = fused_tensors.fused_layout(config, [r.name for r in rules])  # (Phi-3: fused again)
+        header = [(name, dtype, [sum(by_name[p].shape[0] for p in parts), *by_name[parts[0]].shape[1:]])
+                  for name, parts in layout]
         with out.writing() as staged:
-            writer = SafetensorsWriter(staged.open(SINGLE_NAME), [(r.name, dtype, r.shape) for r in rules], meta)
-            for r in rules:
-                progress.describe(r.name)
-                writer.write(r.name, _values(r, tensors, norms, q32, dtype, progress.advance))
+            writer = SafetensorsWriter(staged.open(SINGLE_NAME), header, meta)
+            for name, parts in layout:
+                progress.describe(name)
+                writer.write(name, itertools.chain.from_iterable(
+                    _values(by_name[p], tensors, norms, q32, dtype, progress.advance) for p in parts))
             writer.finish()
             staged.write_bytes("config.json", (json.dumps(config, indent=2) + "\n").encode())
             for n, d in aux.items():
                 staged.write_bytes(n, d)
     head = next(r for r in rules if r.name == "lm_head.weight")
-    return RotateResult(out.dir, len(rules), bytes_in, (out.dir / SINGLE_NAME).stat().st_size,
+    return RotateResult(out.dir, len(layout), bytes_in, (out.dir / SINGLE_NAME).stat().st_size,
                         int(np.prod(head.shape)) * DTYPES[dtype].itemsize, time.perf_counter() - t0, out.stale)
 

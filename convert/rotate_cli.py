@@ -45,7 +45,8 @@ def rotate_cmd(hf_dir, out_dir, seed, dtype, overwrite, quiet):
     bits-per-weight figure). Nothing changes at run time.
 
     Architectures: llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, smollm3,
-    granite. A tensor no rule covers is refused, never copied unrotated.
+    granite, phi3 (its fused matrices written fused again). A tensor no rule
+    covers is refused, never copied unrotated.
 
     \b
     Typical use:

@@ -25,10 +25,14 @@ def _rotate(src, out, *extra):
     return run_tool("ieconv", "rotate", "-q", "--hf-dir", src, "--out-dir", out, *extra)
 
 
-def _logits(hf, out):
+def _ie(hf, out):
     res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", hf, "--out-dir", out)
     assert res.returncode == 0, res.stderr
-    return Decoder(out).logits(IDS)
+    return out
+
+
+def _logits(hf, out):
+    return Decoder(_ie(hf, out)).logits(IDS)
 
 
 def _weights(d):
@@ -155,3 +159,20 @@ def test_refusals_name_the_tensor_and_write_nothing(tmp_path, case, needles):
     out = tmp_path / "out"
     assert_one_line_error(_rotate(src, out), *needles)
     assert not out.exists()
+
+
+def test_a_phi3_checkpoint_rotates_into_its_own_layout(tmp_path):
+    """Phi-3's qkv_proj and gate_up_proj are rotated as the q/k/v and
+    gate/up they hold and written fused again (so transformers loads the
+    result as a Phi3ForCausalLM): the same logits, within its window and
+    past the original LongRoPE context alike."""
+    src = GOLDEN / "hf" / "tiny-phi3"
+    res = _rotate(src, tmp_path / "rot")
+    assert res.returncode == 0, res.stderr
+    names = set(_weights(tmp_path / "rot"))
+    assert "model.layers.0.self_attn.qkv_proj.weight" in names and "model.layers.1.mlp.gate_up_proj.weight" in names
+    assert not any(n.endswith(("q_proj.weight", "gate_proj.weight")) for n in names)
+    ref_ie, rot_ie = _ie(src, tmp_path / "ref"), _ie(tmp_path / "rot", tmp_path / "rot-ie")
+    for ctx in (32, 128):
+        ref, got = Decoder(ref_ie, ctx=ctx).logits(IDS), Decoder(rot_ie, ctx=ctx).logits(IDS)
+        assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
