@@ -49,7 +49,7 @@ from iekit.formats.errors import IEError, UnsupportedError
 from iekit.formats.fileio import read_small, read_small_text
 from iekit.formats.gguf_file import MAX_SHARDS
 from iekit.formats.jsonio import loads_strict
-from iekit.formats.model_spec import DecoderSpec, decoder_spec, rope_tables
+from iekit.formats.model_spec import DecoderSpec, decoder_spec, rope_kind, rope_tables
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
 from .gguf_names import (GGUFArch, arch_of, attention_scalar, gguf_layer_name, nope_by_step, norm_shift,
@@ -252,7 +252,7 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
             raise IEError(f"{where}.swiglu_limit: llama.cpp's gpt-oss runs swiglu_alpha {GPT_OSS_SWIGLU[0]} and "
                           f"swiglu_limit {GPT_OSS_SWIGLU[1]}; this model has {moe.alpha} and {moe.limit}")
     scaling = _scaling(model)
-    kind = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
+    kind = rope_kind(scaling)
     if kind == "longrope" and arch.gguf != "phi3":
         raise IEError(f"{where}.rope_scaling: longrope; llama.cpp reads LongRoPE's factors for phi3 only, not for "
                       f"{arch.gguf}")
@@ -459,7 +459,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv[f"{a}.attention.layer_norm_rms_epsilon"] = float(spec.eps)
     kv[f"{a}.vocab_size"] = spec.vocab
     scaling = _scaling(model)
-    kind = scaling.get("rope_type", scaling.get("type", "default")) if scaling else "default"
+    kind = rope_kind(scaling)
     if kind == "yarn":
         kv[f"{a}.rope.scaling.type"] = "yarn"
         kv[f"{a}.rope.scaling.factor"] = float(scaling["factor"])
@@ -599,13 +599,13 @@ def _layout(model_dir: str | os.PathLike, out_path: Path, requantize: str | None
     _plan_tensors(plan)
     items: list[tuple[str, np.ndarray] | _Out] = []
     scaling = _scaling(model)
-    if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
+    if rope_kind(scaling) == "llama3":
         # llama.cpp reads Llama-3 scaling as per-frequency divisors (its converter's rope_freqs.weight)
         theta = float(model.meta["model"].get("rope_theta") or 10000.0)
         base, _ = rope_tables(spec.head_dim, theta, None)
         scaled, _ = rope_tables(spec.head_dim, theta, scaling)
         items.append(("rope_freqs.weight", (base / scaled).astype(np.float32)))
-    if scaling and scaling.get("rope_type", scaling.get("type")) == "longrope":  # (phi3: _check_expressible)
+    if rope_kind(scaling) == "longrope":  # (phi3: _check_expressible)
         items += [(f"rope_factors_{k}.weight", np.asarray(scaling[f"{k}_factor"], np.float32)) for k in ("long", "short")]
     items += plan.out
     sizes = [x[1].nbytes if isinstance(x, tuple) else x.nbytes for x in items]

@@ -246,6 +246,15 @@ def _yarn(head_dim: int, theta: float, scaling: dict) -> tuple[np.ndarray, float
     return inv.astype(np.float32), float(att)
 
 
+def rope_kind(scaling: Any) -> str:
+    """A rope_scaling's type under one name: rope_type, else the older
+    type, else default; Phi-3's first 128k configs' "su" is longrope (as
+    transformers' Phi3Config and llama.cpp's converter read it)."""
+    s = scaling if isinstance(scaling, dict) else {}
+    kind = s.get("rope_type", s.get("type", "default"))
+    return "longrope" if kind == "su" else kind
+
+
 def _factors(scaling: dict, key: str, n: int) -> np.ndarray:
     v = scaling.get(key)
     if (not isinstance(v, list) or len(v) != n
@@ -281,7 +290,7 @@ def rope_tables(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> 
     two tables come from ``_longrope``)."""
     inv = (1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim))))
     inv = inv.astype(np.float32)
-    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    kind = rope_kind(scaling)
     if kind in (None, "default"):
         return inv, 1.0
     if kind == "llama3":
@@ -384,7 +393,7 @@ def _rope(arch: Arch, m: dict[str, Any], cfg: dict[str, Any], head_dim: int, the
         raise IEError(f"{meta_path}: model.rope_scaling: expected an object or null, got {scaling!r}")
     dim = _rotary_dim(arch, cfg, scaling, head_dim, meta_path)
     try:
-        if (scaling or {}).get("rope_type", (scaling or {}).get("type")) != "longrope":
+        if rope_kind(scaling) != "longrope":
             inv, scale = rope_tables(dim, theta, scaling)
             return {"inv_freq": inv, "rope_scale": scale}
         # Phi-3 keeps the original context beside the scaling, and transformers

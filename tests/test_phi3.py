@@ -68,6 +68,24 @@ def test_past_the_original_context_the_long_factors_turn(tmp_path):
     assert np.array_equal(long, _logits(PHI3, tmp_path, ids, 128, "u.npy"))
 
 
+@pytest.mark.parametrize("kind", ["longrope", "su"])
+def test_the_hubs_config_spelling_is_the_same_model(tmp_path, kind):
+    """Phi-3.5's and Phi-4-mini's configs on the Hub predate transformers 5's
+    rope_parameters: rope_scaling {type, short_factor, long_factor} with
+    rope_theta and partial_rotary_factor at the top (the first 128k Phi-3s
+    said "su" for longrope). The same model as the golden spelling."""
+    def hub(meta):
+        cfg = meta["config"]
+        rp = cfg.pop("rope_parameters")
+        cfg.update(rope_theta=rp["rope_theta"], partial_rotary_factor=rp["partial_rotary_factor"],
+                   rope_scaling={"type": kind, "short_factor": rp["short_factor"], "long_factor": rp["long_factor"]})
+        reconfigure(meta)
+
+    d = edited_artifact(PHI3, tmp_path / "m", hub)
+    ids = json.loads((REF / "ids_long.json").read_text())
+    assert np.array_equal(_logits(d, tmp_path, ids, 128, "a.npy"), _logits(PHI3, tmp_path, ids, 128, "b.npy"))
+
+
 def test_rope_tables_are_transformers_longrope():
     """The two tables and the attention factor, restated from
     _compute_longrope_parameters: base^(-2i/d) / factor_i over the rotated
