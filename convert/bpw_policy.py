@@ -79,6 +79,7 @@ class Choice:
     elems: int
     options: list[tuple[dict[str, Any], int, float]] = field(default_factory=list)  # (selection, bytes, error)
     at: int = 0
+    members: list["Choice"] | None = None  # a tied group's matrices (choose's tied), given its selection
 
     @property
     def selection(self) -> dict[str, Any]:
@@ -336,7 +337,7 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
            progress: Callable[[str], None] = lambda _n: None, probes: tuple[KLProbes, ...] = (),
            ladder: tuple[dict[str, Any], ...] = LADDER,
            covariance: Callable[[str], Any] | None = None,
-           cache: Measurements | None = None) -> list[Choice]:
+           cache: Measurements | None = None, tied: list[tuple[str, ...]] = ()) -> list[Choice]:
     """The chosen selection per matrix (``shapes``: the matrices to quantize;
     ``rows_of(name, rows)``: those float32 rows of it, read from the source:
     only sample_rows(...) are). With ``probes`` (formats/kl_probes.py, one
@@ -360,7 +361,12 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
     the same inputs, taken instead of measuring (a matrix whose candidates
     are all there is not read, and its covariance never asked for:
     measured_before), and what is measured added and saved after each
-    matrix."""
+    matrix.
+
+    ``tied``: groups of matrices that must take one selection (a GGUF
+    export stores them as one tensor: gguf_names.joint_types). Each group
+    is allocated as one matrix whose error at a selection is its members'
+    summed, over the selections all of them can store."""
     # The floor before any measuring (which --ref-dir makes minutes long): every matrix at its cheapest candidate.
     elems = sum(math.prod(shape) for shape in shapes.values())
     budget = target_bpw * elems
@@ -369,6 +375,7 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
         raise IEError(f"--target-bpw {target_bpw}: the cheapest candidates already average "
                       f"{floor / elems:.3f} bits per weight")
     choices = []
+    candidates: dict[str, dict[str, tuple[dict, int, float]]] = {}  # every candidate measured, by matrix
     errors: dict[str, dict[str, float]] = {}
     placed: dict[str, dict[str, float]] = {}
     probe_sels = tuple(sel for p in probes for sel in (p.base, p.probe))
@@ -405,11 +412,15 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
         if cache is not None and sampled:
             cache.save()
         choices.append(Choice(name, math.prod(shape), _options(measured, ladder)))
+        candidates[name] = measured
         cov = None  # not held while the next window's covariances are collected (at 8B shapes 3.3 GB)
+    kl = kl_curves(probes, errors, placed) if probes else {}
     if probes:
-        kl = kl_curves(probes, errors, placed)
         for c in choices:  # errors in KL: the ranking across matrices changes, with several sets the hull too
             c.options = lower_hull([(sel, nb, kl[c.name](err)) for sel, nb, err in c.options])
+    members = {n: g for g in tied if all(m in shapes for m in g) for n in g}
+    if members:
+        choices = _tie(choices, candidates, members, kl, ladder)
     used = sum(c.bits for c in choices)
     heap: list[tuple[float, int]] = []
 
@@ -431,7 +442,45 @@ def choose(shapes: dict[str, list[int]], rows_of: Callable[[str, list[int]], np.
         used += extra
         c.at += 1
         push(i)
-    return choices
+    out = []
+    for c in choices:  # a tied group's members, each at the group's selection
+        for m in c.members or ():
+            m.options = [candidates[m.name][selection_key(c.selection)]]
+        out.extend(c.members or [c])
+    return out
+
+
+def _tie(choices: list[Choice], candidates: dict, members: dict[str, tuple[str, ...]], kl: dict,
+         ladder: tuple[dict[str, Any], ...]) -> list[Choice]:
+    """``choices`` with each tied group's members replaced by one Choice
+    whose options are the selections every member can store, at the
+    members' summed bytes and errors (in KL where ``kl`` has curves); its
+    ``members`` take the selection it is given."""
+    out, done = [], set()
+    for c in choices:
+        group = members.get(c.name)
+        if group is None:
+            out.append(c)
+            continue
+        if group in done:
+            continue
+        done.add(group)
+        keys = [selection_key(sel) for sel in ladder if all(selection_key(sel) in candidates[m] for m in group)]
+        if not keys:
+            raise IEError(f"{group[0]}: no candidate stores all of {', '.join(group)}, which a GGUF export keeps "
+                          "as one tensor of one type")
+        per = {m: {k: candidates[m][k] for k in keys} for m in group}
+
+        def score(m: str, err: float) -> float:
+            return kl[m](err) if kl else err
+
+        summed = {k: (per[group[0]][k][0], sum(per[m][k][1] for m in group), sum(score(m, per[m][k][2]) for m in group))
+                  for k in keys}
+        joint = Choice(group[0], sum(next(x.elems for x in choices if x.name == m) for m in group),
+                       _options(summed, ladder))
+        joint.members = [Choice(m, next(x.elems for x in choices if x.name == m)) for m in group]
+        out.append(joint)
+    return out
 
 
 def summary(choices: list[Choice]) -> dict[str, Any]:

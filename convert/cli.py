@@ -45,6 +45,7 @@ from .gguf_to_hf import convert_gguf_to_hf
 from .gguf_to_iebin import build_config as build_gguf_config
 from .gguf_to_iebin import GGUFRows, convert_gguf
 from .gguf_to_iebin import tensor_shapes as gguf_tensor_shapes
+from .gguf_names import joint_types
 from .iebin_legacy import is_schema2, upgrade_legacy
 from .iebin_to_gguf import REQUANTIZE_TARGETS, export_gguf
 from .imatrix_cli import imatrix_cmd, inspect_imatrix, is_imatrix_path, validate_imatrix
@@ -391,7 +392,8 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
                    "Reads the float weights of --hf-dir, or the dequantized weights of --gguf.")
 @click.option("--gguf-types", is_flag=True,
               help="With --target-bpw: only types llama.cpp also has (q4_0 ... q8_0, k-quants, iq3_s, iq4_nl, iq4_xs; no "
-                   "int4w, no iq4_xsh), so `ieconv iebin-to-gguf` exports every tensor byte for byte.")
+                   "int4w, no iq4_xsh), so `ieconv iebin-to-gguf` exports every tensor byte for byte; matrices "
+                   "llama.cpp holds as one tensor (Phi-3's gate and up) get one type.")
 @click.option("--exclude-types", default="", metavar="TYPE[,TYPE...]",
               help="With --target-bpw: leave these types out of the candidates. For example iq3_s when the "
                    "file will run on llama.cpp's CPU backend and decode speed comes first: there its IQ3_S "
@@ -500,7 +502,7 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
                        if sel["scheme"] not in excluded)
         calib = (ref_dir, text_file, ids_file, chunks, ctx, threads) if ref_dir is not None else None
         manifest, mix = _target_bpw_manifest(src, g, manifest, p.quantize, found, target_bpw, probes, ladder, calib,
-                                             measurements, m.imatrix)
+                                             measurements, m.imatrix, gguf_types)
         p = plan(manifest_from(manifest, Path(out_path)), tensors)
     write_file_atomic(out_path, dumps_canonical(manifest), replace=overwrite)
     for w in p.warnings + iwarn:
@@ -566,7 +568,7 @@ def _low_probes_advice(low: str) -> str:
 def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, quantize: dict, importance: dict,
                          target_bpw: float, probes: tuple[kl_probes.KLProbes, ...], ladder: tuple,
                          calib: tuple | None = None, measurements: Path | None = None,
-                         manifest_imatrix: Path | None = None) -> tuple[dict, dict]:
+                         manifest_imatrix: Path | None = None, for_gguf: bool = False) -> tuple[dict, dict]:
     """The manifest with one exact entry per quantized matrix, chosen by
     convert/bpw_policy.py for the budget, and the mix's summary. The
     candidates are measured on the checkpoint's float rows (``src``) or on
@@ -577,7 +579,9 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, 
     artifact ref_dir over that text). ``measurements``: the file of errors
     measured before (formats/policy_measurements.py), taken where they are
     of these inputs and added to; ``manifest_imatrix``: the importance
-    matrix file the errors are weighted by without ``calib``."""
+    matrix file the errors are weighted by without ``calib``; ``for_gguf``
+    (--gguf-types): the matrices a GGUF export stores as one tensor
+    (gguf_names.joint_types) get one type."""
     with ExitStack() as stack, Progress(TextColumn("{task.description:<40.40}"), BarColumn(), MofNCompleteColumn(),
                                         TextColumn("matrices"), TimeRemainingColumn(), console=err,
                                         transient=True) as bar:
@@ -619,9 +623,11 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, 
         def step(name: str) -> None:
             bar.update(task, description=name, advance=1)
 
+        archs = (src.config if src is not None else build_gguf_config(g)).get("architectures") or [None]
+        tied = joint_types(archs[0], shapes) if for_gguf else []
         try:
             choices = bpw_policy.choose(shapes, rows_of, importance, target_bpw, step, probes, ladder, covariance,
-                                        cache)
+                                        cache, tied)
         except KeyboardInterrupt:  # (an error is one line: the next run says "measured before" instead)
             if cache is not None and cache.matrices:
                 err.print(f"{len(cache.matrices)} of {len(shapes)} matrices' measured errors are kept in "

@@ -275,6 +275,25 @@ def swa_by_period(period: int, layers: int) -> list[bool]:
     return [i % period < period - 1 for i in range(layers)]
 
 
+def separable(arch: GGUFArch, parts: tuple[tuple[str, str], ...]) -> bool:
+    """Whether llama.cpp also reads a fused tensor's parts as tensors of
+    their own (phi3's q, k, v as attn_q/k/v; not its gate, up: ffn_up only)."""
+    return all(hf in arch.layer for hf, _k in parts)
+
+
+def joint_types(hf_class: str | None, names) -> list[tuple[str, ...]]:
+    """Per layer, the matrices a GGUF export of ``hf_class`` must store in
+    one type, where the model holds them all: the parts of each fused
+    tensor llama.cpp reads no other way (phi3's gate_proj and up_proj)."""
+    arch = ARCHS.get(hf_class)
+    if arch is None:
+        return []
+    layers = sorted({int(m.group(1)) for n in names if (m := _LAYER.fullmatch(n))})
+    groups = [tuple(f"model.layers.{i}.{hf}" for hf, _k in parts)
+              for parts in arch.fused.values() if not separable(arch, parts) for i in layers]
+    return [g for g in groups if all(n in names for n in g)]
+
+
 def nope_by_step(step: int, layers: int) -> list[bool]:
     """The layers llama.cpp leaves unrotated (its n_no_rope_layer_step):
     every step-th, as SmolLM3Config's no_rope_layer_interval makes them."""

@@ -53,7 +53,7 @@ from iekit.formats.model_spec import DecoderSpec, decoder_spec, rope_kind, rope_
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
 from .gguf_names import (GGUFArch, arch_of, attention_scalar, gguf_layer_name, nope_by_step, norm_shift,
-                         swa_by_period)
+                         separable, swa_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
@@ -348,7 +348,7 @@ def _join_fused(plan: _Plan, pre: str, i: int) -> set[str]:
     joined: set[str] = set()
     for suffix, parts in plan.arch.fused.items():
         entries = [plan.entry(pre + hf) for hf, _k in parts]
-        alone = all(hf in plan.arch.layer for hf, _k in parts)  # each has a GGUF name of its own
+        alone = separable(plan.arch, parts)  # each has a GGUF name of its own
         kinds = {(e["dtype"], json.dumps(e.get("quant"), sort_keys=True)) for e in entries}
         if alone and len(kinds) > 1:
             continue

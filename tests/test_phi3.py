@@ -230,3 +230,24 @@ def test_an_attention_factor_of_its_own_is_kept(tmp_path):
     plain = load_model(GOLDEN_IEBIN / "tiny-phi3")
     assert "attention_factor" not in plain.meta["config"]["rope_parameters"]
     assert decoder_spec(plain.meta, plain.meta_path).rope_scale == pytest.approx(1.1832160, rel=1e-6)
+
+
+def test_a_policy_for_gguf_gives_gate_and_up_one_type(tmp_path):
+    """llama.cpp's phi3 holds gate and up in one ffn_up: q4-manifest
+    --target-bpw --gguf-types allocates each layer's pair as one matrix (the
+    budget measured on both), so the export goes through; q, k, v may still
+    differ (written apart)."""
+    man = tmp_path / "m.json"
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-phi3", "-o", man, "--target-bpw", "5.0",
+                   "--gguf-types")
+    assert res.returncode == 0, res.stderr
+    chosen = json.loads(man.read_text())["tensors"]
+    for i in range(2):
+        assert chosen[f"model.layers.{i}.mlp.gate_proj.weight"] == chosen[f"model.layers.{i}.mlp.up_proj.weight"]
+    assert len({json.dumps(v, sort_keys=True) for v in chosen.values()}) > 1  # a mix, not one type
+    q = tmp_path / "q"
+    assert run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", GOLDEN_HF / "tiny-phi3", "--q4-map", man,
+                    "--out-dir", q).returncode == 0
+    res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", q, "--out", tmp_path / "q.gguf",
+                   "--allow-full-attention")
+    assert res.returncode == 0, res.stderr
