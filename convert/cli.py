@@ -194,7 +194,7 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       and phi3 (Phi-3, Phi-3.5, Phi-4, Phi-4-mini: its fused q/k/v and
       gate/up split, partial RoPE, LongRoPE's rope_factors_long/_short),
       smollm3 (every 4th layer without RoPE), granite (its multipliers) and
-      olmo2 (the blocks' output norms alone);
+      olmo2 (the blocks' output norms alone; with a window, OLMo 3);
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
       its vocabulary (byte-level BPE under any split llama.cpp names for
       these models, gpt-4o, tekken, deepseek-* and llama-bpe among them;

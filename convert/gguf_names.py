@@ -204,6 +204,12 @@ _GEMMA_NORMS = {"post_attention_layernorm.weight": "post_attention_norm.weight",
                 "pre_feedforward_layernorm.weight": "ffn_norm.weight",
                 "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}
 
+# OLMo 2 and 3: no norm before the blocks; their outputs' norms under Gemma's names
+_OLMO2 = {**{k: v for k, v in _dense(_QK_NORM).items()
+             if k not in ("input_layernorm.weight", "post_attention_layernorm.weight")},
+          "post_attention_layernorm.weight": "post_attention_norm.weight",
+          "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}
+
 ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("llama", "LlamaForCausalLM", "llama", True, _LLAMA),
     # llama.cpp converts Mistral and Mixtral as "llama" (convert_hf_to_gguf: LlamaModel)
@@ -233,11 +239,11 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              norm_shift=1.0, swa_pattern=6, mlp_act="gelu_tanh", scale_27b_layers=62),
     # OLMo 2: rows as they are (convert_hf_to_gguf's Olmo2Model is no LlamaModel); no norm before the blocks,
     # the norms of their outputs under Gemma's names, q/k norms over the whole projections
-    GGUFArch("olmo2", "Olmo2ForCausalLM", "olmo2", False,
-             {**{k: v for k, v in _dense(_QK_NORM).items()
-                 if k not in ("input_layernorm.weight", "post_attention_layernorm.weight")},
-              "post_attention_layernorm.weight": "post_attention_norm.weight",
-              "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}),
+    GGUFArch("olmo2", "Olmo2ForCausalLM", "olmo2", False, _OLMO2),
+    # OLMo 3: llama.cpp's olmo2 with a window (how the import tells them apart), sliding layers by a pattern
+    # (every 4th full without one), their RoPE the full layers' base without YaRN
+    GGUFArch("olmo2", "Olmo3ForCausalLM", "olmo3", False, _OLMO2, swa_pattern=4,
+             keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"})),
     # Granite 3: Llama's layer and names with four multipliers as keys (gguf-py's add_embedding_scale,
     # add_attention_scale, add_residual_scale, add_logit_scale)
     GGUFArch("granite", "GraniteForCausalLM", "granite", True, _LLAMA,

@@ -72,6 +72,9 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
     if key == "llama":
         moe = g.fields.get("llama.expert_count", 0)
         return GGUF_ARCHS_BY_CLASS["MixtralForCausalLM" if type(moe) is int and moe > 0 else "LlamaForCausalLM"]
+    if key == "olmo2":  # OLMo 3 is llama.cpp's olmo2 with a window
+        swa = g.fields.get("olmo2.attention.sliding_window", 0)
+        return GGUF_ARCHS_BY_CLASS["Olmo3ForCausalLM" if type(swa) is int and swa > 0 else "Olmo2ForCausalLM"]
     return next(a for a in GGUF_ARCHS_BY_CLASS.values() if a.gguf == key)
 
 
@@ -298,6 +301,12 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _phi3_config(g, arch, cfg, names, rot)
     if arch.gguf == "granite":
         _granite_config(g, arch, cfg)
+    if arch.hf_class == "Olmo3ForCausalLM":  # layer types by the file's pattern (or every 4th full); one base
+        cfg.update(sliding_window=_field(g, f"{a}.attention.sliding_window", int),
+                   layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
+        if _field(g, f"{a}.rope.freq_base_swa", float, cfg["rope_theta"]) != cfg["rope_theta"]:
+            raise FormatError(g.path, f"{a}.rope.freq_base_swa", "differs from rope.freq_base; llama.cpp's olmo2 "
+                                                                 "turns the sliding layers by rope.freq_base")
     if arch.nope_step:  # (SmolLM3: no key says which layers; llama.cpp's graph fixes them)
         cfg["no_rope_layers"] = [int(not w) for w in nope_by_step(arch.nope_step, cfg["num_hidden_layers"])]
     _moe_config(g, arch, cfg)

@@ -259,15 +259,21 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     if kind == "yarn" and scaling.get("truncate", True) is False:
         warnings.append("rope_scaling.truncate is false; llama.cpp's YaRN rounds its correction range (as truncate "
                         "true does), so a few RoPE frequencies differ slightly")
-    if kind == "yarn" and (scaling.get("attention_factor") is not None or scaling.get("mscale")):
-        raise IEError(f"{where}.rope_scaling: YaRN with an explicit attention_factor/mscale is not expressed by "
-                      "llama.cpp's keys for this architecture")
+    # llama.cpp derives YaRN's attention factor, 0.1 ln(factor) + 1: an explicit one is expressed where it is that
+    # (OLMo 3's configs state it)
+    derived = 0.1 * math.log(float(scaling["factor"])) + 1 if kind == "yarn" and scaling["factor"] > 1 else 1.0
+    if kind == "yarn" and not math.isclose(spec.rope_scale, derived, rel_tol=1e-6):
+        raise IEError(f"{where}.rope_scaling: YaRN with an attention factor of {spec.rope_scale:.6g} (from its "
+                      f"attention_factor/mscale) is not expressed by llama.cpp's keys, which derive {derived:.6g}")
     if spec.nope and list(spec.nope) != nope_by_step(arch.nope_step, spec.n_layers):
         raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
                       f"llama.cpp's {arch.gguf} leaves every {arch.nope_step}th layer unrotated, and no other")
     if spec.mlp_act != arch.mlp_act:
         key = "hidden_activation" if "hidden_activation" in cfg else "hidden_act"
         raise IEError(f"{where}.{key}: {cfg.get(key)!r}; llama.cpp's {arch.gguf} uses {arch.mlp_act}")
+    if arch.hf_class == "Olmo3ForCausalLM" and spec.local_theta != float(model.meta["model"].get("rope_theta") or 0):
+        raise IEError(f"{where}.rope_parameters.sliding_attention.rope_theta: {spec.local_theta}; llama.cpp's "
+                      f"{arch.gguf} turns the sliding layers by the full layers' base")
     if spec.arch.gemma:  # llama.cpp derives the attention scale from the shapes
         want = attention_scalar(arch, spec.hidden, spec.n_heads, spec.head_dim, spec.n_layers)
         if not math.isclose(spec.attn_scale, want ** -0.5, rel_tol=1e-12):
@@ -488,12 +494,12 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.expert_used_count"] = moe.top_k
         if arch.gguf in ("qwen3moe", "gpt-oss"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
-    if arch.gguf == "gpt-oss":
+    if arch.gguf == "gpt-oss" or arch.hf_class == "Olmo3ForCausalLM":  # (OLMo 3: as convert_hf_to_gguf writes it)
         kv[f"{a}.attention.sliding_window"] = max(spec.windows) or spec.max_positions
         kv[f"{a}.attention.sliding_window_pattern"] = [w > 0 for w in spec.windows]
+    if spec.local_theta:  # the sliding layers' own base (gemma3; olmo3's, its full layers')
+        kv[f"{a}.rope.freq_base_swa"] = spec.local_theta
     if spec.arch.gemma:  # sliding layers by llama.cpp's period unless a pattern says otherwise
-        if spec.local_theta:  # gemma3's own base for them
-            kv[f"{a}.rope.freq_base_swa"] = spec.local_theta
         if any(spec.windows) or arch.swa_window:  # (gemma2 always slides: no window is all layers global)
             kv[f"{a}.attention.sliding_window"] = max(spec.windows) or arch.swa_window
             swa = [w > 0 for w in spec.windows]

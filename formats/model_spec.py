@@ -43,7 +43,8 @@ class Arch:
     # layer is global (Gemma 3: config.sliding_window_pattern's period).
     gemma: bool = False
     window_period: int = 0
-    local_rope: bool = False  # sliding layers rotate by their own base (Gemma 3)
+    local_rope: bool = False  # sliding layers rotate by their own table, unscaled (Gemma 3, OLMo 3)
+    default_theta: float = 10000.0  # rope_theta where the config has none (its config class's default)
     softcaps: bool = False    # attn_logit_softcapping, final_logit_softcapping (Gemma 2)
     # Phi-3's attention: RoPE on a head's first partial_rotary_factor of its
     # dims (Phi-4-mini: 3/4), the rest passed through (models/phi3's
@@ -70,13 +71,18 @@ ARCHS = {
     "MixtralForCausalLM": Arch(moe="mixtral", window_everywhere=True),  # models/mixtral
     "GptOssForCausalLM": Arch(moe="gpt_oss", sinks=True, biases=("q", "k", "v", "o")),  # models/gpt_oss
     "Gemma2ForCausalLM": Arch(gemma=True, window_period=2, softcaps=True),  # models/gemma2
-    "Gemma3ForCausalLM": Arch(qk_norm=True, gemma=True, window_period=6, local_rope=True),  # models/gemma3
+    "Gemma3ForCausalLM": Arch(qk_norm=True, gemma=True, window_period=6, local_rope=True,  # models/gemma3
+                              default_theta=1e6),
     # models/phi3; its fused qkv_proj and gate_up_proj are read as the q/k/v
     # and gate/up matrices they hold (formats/fused_tensors.py)
     "Phi3ForCausalLM": Arch(window_everywhere=True, partial_rope=True),
     "SmolLM3ForCausalLM": Arch(nope=True),  # models/smollm3
     "GraniteForCausalLM": Arch(granite=True),  # models/granite
     "Olmo2ForCausalLM": Arch(qk_norm=True, pre_norms=False, qk_norm_full=True),  # models/olmo2
+    # models/olmo3: OLMo 2's layer; every 4th layer full, the others sliding with their own RoPE (the full
+    # layers' base, unscaled where the full ones take YaRN)
+    "Olmo3ForCausalLM": Arch(qk_norm=True, pre_norms=False, qk_norm_full=True, window_period=4, local_rope=True,
+                             default_theta=5e5),
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -158,7 +164,7 @@ class DecoderSpec:
     attn_scale: float = 0.0   # scores' factor (0: 1/sqrt(head_dim))
     embed_scale: float = 1.0  # embeddings' factor (Gemma: sqrt(hidden))
     norm_offset: float = 0.0  # added to every RMSNorm weight (Gemma: 1)
-    local_theta: float = 0.0  # the sliding layers' own RoPE base (Gemma 3; 0: none)
+    local_theta: float = 0.0  # the sliding layers' own RoPE base (Gemma 3, OLMo 3; 0: none)
     inv_freq_swa: np.ndarray | None = None  # its frequencies
     attn_softcap: float = 0.0   # scores become c tanh(s / c) (Gemma 2; 0: none)
     logit_softcap: float = 0.0  # logits likewise
@@ -519,7 +525,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
                                f"{'are' if len(acts) > 1 else 'is'})")
     hidden, heads = _int(m, meta_path, "hidden_size"), _int(m, meta_path, "num_attention_heads")
     head_dim = _int(m, meta_path, "head_dim", max(1, hidden // heads))
-    theta = _positive(m, meta_path, "rope_theta", 1e6 if arch.local_rope else 10000.0)
+    theta = _positive(m, meta_path, "rope_theta", arch.default_theta)
     n_kv = _int(m, meta_path, "num_key_value_heads", heads)
     if heads % n_kv:
         raise IEError(f"{meta_path}: model.num_attention_heads: {heads} is not a multiple of "
@@ -541,7 +547,10 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         raise IEError(f"{meta_path}: model.head_dim: {head_dim} × num_attention_heads {heads} = {heads * head_dim}, "
                       f"but {q_name} has shape {q.get('shape')}")
     rope = _rope(arch, m, cfg, head_dim, theta, meta_path)
-    gemma = _gemma(arch, cfg, hidden, head_dim, meta_path) if arch.gemma else {}
+    if arch.local_rope:  # (Gemma 3's sliding base defaults to 10000, OLMo 3's to the model's)
+        local = _local_theta(cfg, meta_path, 10000.0 if arch.gemma else theta)
+        rope.update(local_theta=local, inv_freq_swa=rope_tables(2 * len(rope["inv_freq"]), local, None)[0])
+    gemma = _gemma(arch, cfg, hidden, meta_path) if arch.gemma else {}
     # A model whose every layer has experts has no dense MLP width to read.
     dense_inter = _int(m, meta_path, "intermediate_size") if moe is None or not all(moe.layers) else moe.inter
     spec = DecoderSpec(
@@ -556,25 +565,25 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     return spec
 
 
-def _local_theta(cfg: dict[str, Any], meta_path: Path) -> float:
-    """A Gemma 3 config's RoPE base for sliding layers, where transformers
+def _local_theta(cfg: dict[str, Any], meta_path: Path, default: float) -> float:
+    """The sliding layers' RoPE base (Gemma 3, OLMo 3), where transformers
     reads it: rope_parameters.sliding_attention (transformers 5), else
-    rope_local_base_freq (the Hub's configs), else 10000."""
+    rope_local_base_freq (Gemma 3's configs on the Hub), else ``default``."""
     rp = cfg.get("rope_parameters")
     local = rp.get("sliding_attention") if isinstance(rp, dict) else None
     if isinstance(local, dict):
         if local.get("rope_type", "default") != "default":
             raise UnsupportedError(f"{meta_path}: config.rope_parameters.sliding_attention.rope_type: "
                                    f"{local.get('rope_type')!r} is not supported (default is)")
-        theta = local.get("rope_theta", 10000.0)
+        theta = local.get("rope_theta", default)
     else:
-        theta = cfg.get("rope_local_base_freq", 10000.0)
+        theta = cfg.get("rope_local_base_freq", default)
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
         raise IEError(f"{meta_path}: config.rope_local_base_freq: expected a positive number, got {theta!r}")
     return float(theta)
 
 
-def _gemma(arch: Arch, cfg: dict[str, Any], hidden: int, head_dim: int, meta_path: Path) -> dict[str, Any]:
+def _gemma(arch: Arch, cfg: dict[str, Any], hidden: int, meta_path: Path) -> dict[str, Any]:
     """What Gemma adds to a layer (Arch.gemma), as DecoderSpec fields, or
     an error naming the config key the decoder does not implement."""
     out: dict[str, Any] = {}
@@ -587,9 +596,6 @@ def _gemma(arch: Arch, cfg: dict[str, Any], hidden: int, head_dim: int, meta_pat
     if cfg.get("use_bidirectional_attention"):
         raise UnsupportedError(f"{meta_path}: config.use_bidirectional_attention: bidirectional attention "
                                "(EmbeddingGemma) is not supported")
-    if arch.local_rope:
-        out["local_theta"] = _local_theta(cfg, meta_path)
-        out["inv_freq_swa"] = rope_tables(head_dim, out["local_theta"], None)[0]
     scalar = _positive(cfg, meta_path, "query_pre_attn_scalar", 256.0, section="config")
     return {**out, "attn_scale": scalar ** -0.5, "embed_scale": float(np.float32(math.sqrt(hidden))),
             "norm_offset": 1.0}

@@ -30,6 +30,8 @@ Writes (replacing any previous output):
                             scaling as Granite 3's (12, 1/head_dim, 0.22; logits / 4), tied
     golden/hf/tiny-olmo2/   Olmo2ForCausalLM, bfloat16: norms of the blocks' outputs only, q/k norms over the
                             whole projections, untied
+    golden/hf/tiny-olmo3/   Olmo3ForCausalLM, bfloat16, 4 layers: three sliding (window 4, plain RoPE), the 4th full
+                            (YaRN), OLMo 2's norms
     golden/hf/tiny-gemma3-vl/  Gemma3ForConditionalGeneration: tiny-gemma3's language model beside a tiny
                             SigLIP vision tower (its text logits are tiny-gemma3's)
     golden/ref/gemma3-text-defaults.json   transformers' Gemma3TextConfig defaults (ieconv text-model fills them in)
@@ -92,6 +94,8 @@ from transformers import (  # noqa: E402
     MixtralForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
+    Olmo3Config,
+    Olmo3ForCausalLM,
     Phi3Config,
     Phi3ForCausalLM,
     Qwen2Config,
@@ -135,6 +139,10 @@ GRANITE_SEED = SEED + 19  # its greedy cases run 16 tokens with margins >= 0.01
 # smaller so the toy's greedy margins stay clear
 GRANITE = {"embedding_multiplier": 12.0, "attention_multiplier": 1 / 16, "residual_multiplier": 0.22,
            "logits_scaling": 4.0}
+OLMO3_SEED = SEED + 28  # the first from SEED + 23 whose greedy cases run 16 tokens with margins >= 0.01
+# OLMo 3's RoPE on a toy: YaRN (factor 4 of an original 32 positions) on the full layer, the sliding ones unscaled
+OLMO3_ROPE = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32,
+              "beta_fast": 32.0, "beta_slow": 1.0}
 OLMO2_SEED = SEED + 22  # the first from SEED + 20 whose greedy cases run 16 tokens with margins >= 0.01
 SMOLLM3_SEED = SEED + 18  # the first from SEED + 17 whose greedy cases run 16 tokens with margins >= 0.01
 # Gemma 2's caps are 50 (scores) and 30 (logits); the toy's scores and logits are a few units, so its
@@ -584,6 +592,23 @@ def make_olmo2(tok) -> None:
     save_model(tok, out.name, Olmo2ForCausalLM, cfg, OLMO2_SEED, torch.bfloat16)
 
 
+def make_olmo3(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    dims["num_hidden_layers"] = 4
+    cfg = Olmo3Config(**dims, sliding_window=MISTRAL_WINDOW, tie_word_embeddings=False, pad_token_id=None,
+                      rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                       "full_attention": dict(OLMO3_ROPE)})
+    cfg.architectures = ["Olmo3ForCausalLM"]
+    assert cfg.layer_types == ["sliding_attention"] * 3 + ["full_attention"]
+    out = HF_DIR / "tiny-olmo3"
+    logits = save_model(tok, out.name, Olmo3ForCausalLM, cfg, OLMO3_SEED, torch.bfloat16)
+    assert_feature_matters(Olmo3ForCausalLM, out, logits, "the sliding window", sliding_window=64)
+    plain = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+             "full_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+    assert_feature_matters(Olmo3ForCausalLM, out, logits, "YaRN on the full layer", rope_parameters=plain)
+
+
 def make_gemma3_vl(tok) -> None:
     """tiny-gemma3's language model, weights and all, in a
     Gemma3ForConditionalGeneration beside a tiny SigLIP vision tower (drawn
@@ -737,6 +762,7 @@ def main() -> None:
     make_smollm3(tok)
     make_granite(tok)
     make_olmo2(tok)
+    make_olmo3(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

@@ -26,7 +26,7 @@ CONVERTED = GOLDEN_HF.parent / "gguf" / "llamacpp"
 # the generator's config changes to the checkpoints (its docstring says why)
 CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-mxfp4": {"swiglu_limit": 7.0},
            "tiny-gemma3": {}, "tiny-phi3": {}, "tiny-smollm3": {},
-           "tiny-granite": {}, "tiny-olmo2": {}}
+           "tiny-granite": {}, "tiny-olmo2": {}, "tiny-olmo3": {}}
 # what an export needs beyond the defaults: tiny-phi3's window of 6, which llama.cpp's phi3 does not apply
 EXPORT_ARGS = {"tiny-phi3": ["--allow-full-attention"]}
 # descriptive keys the converter derives from the directory and file (llama.cpp reads none of them to run)
@@ -84,6 +84,9 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
         # both of the toy's layers slide, as the import records; iebin-to-gguf writes the pattern (below)
         assert (sa.windows, sb.windows) == ((4, 0), (4, 4))
         assert np.array_equal(sa.inv_freq_swa, sb.inv_freq_swa)
+    if name == "tiny-olmo3":  # the sliding layers' own table (numpy arrays)
+        differ |= {"inv_freq_swa"}
+        assert np.array_equal(sa.inv_freq_swa, sb.inv_freq_swa) and sa.windows == sb.windows == (4, 4, 4, 0)
     if name == "tiny-phi3":  # the window, which llama.cpp's phi3 graph does not apply
         differ |= {"windows", "eos_ids"}
         assert set(sa.windows) == {6} and set(sb.windows) == {0}

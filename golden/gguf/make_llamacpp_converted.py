@@ -39,7 +39,8 @@ OUT = HERE / "llamacpp"
 # golden/hf model -> config.json changes (see the docstring)
 MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-mxfp4": {"swiglu_limit": 7.0},
           "tiny-phi3": {}, "tiny-gemma3": {}, "tiny-smollm3": {},
-          "tiny-granite": {}, "tiny-olmo2": {}}
+          "tiny-granite": {}, "tiny-olmo2": {},
+          "tiny-olmo3": {}}
 
 
 def source_dir(name: str, work: Path) -> Path:
