@@ -623,8 +623,10 @@ def _target_bpw_manifest(src: hf_checkpoint.HFSource | None, g, manifest: dict, 
         def step(name: str) -> None:
             bar.update(task, description=name, advance=1)
 
-        archs = (src.config if src is not None else build_gguf_config(g)).get("architectures") or [None]
-        tied = joint_types(archs[0], shapes) if for_gguf else []
+        tied = []
+        if for_gguf:  # (the architecture from the checkpoint's config, or as the GGUF import reads it)
+            archs = (src.config if src is not None else build_gguf_config(g)).get("architectures") or [None]
+            tied = joint_types(archs[0], shapes)
         try:
             choices = bpw_policy.choose(shapes, rows_of, importance, target_bpw, step, probes, ladder, covariance,
                                         cache, tied)

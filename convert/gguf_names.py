@@ -31,6 +31,7 @@ from typing import Collection, Mapping, Sequence
 import numpy as np
 
 from iekit.formats.errors import FormatError
+from iekit.formats.fused_tensors import FUSED
 
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 # GGUF name inside blk.N -> HF name inside model.layers.N, for every Llama-family layer
@@ -73,7 +74,8 @@ def importance_to_hf(entries: dict, names: Mapping[str, Sequence[int]] | Collect
     for n, v in entries.items():
         m = _BLK.fullmatch(n)
         if m:
-            shared.update({p: v for arch in ARCHS.values() for h, _k in arch.fused.get(f"{m.group(2)}.{m.group(3)}", ())
+            shared.update({p: v for arch in ARCHS.values()
+                           for h in fused_parts(arch).get(f"{m.group(2)}.{m.group(3)}", ())
                            if (p := f"model.layers.{int(m.group(1))}.{h}") in names})
         hf = hf_name(n)
         if hf is not None:
@@ -131,7 +133,7 @@ def importance_to_gguf(entries: dict, routed: dict, tokens: int, arch: "GGUFArch
             count = np.full(len(v), count[0])
         g = gguf_layer_name(arch, name)
         m = _LAYER.fullmatch(name)
-        fused = [f for f, parts in arch.fused.items() if m and any(h == m.group(2) for h, _k in parts)]
+        fused = [f for f, parts in fused_parts(arch).items() if m and m.group(2) in parts]
         for f in fused:  # its parts share the input, and so the means (phi3's attn_qkv, ffn_up)
             out.setdefault(f"blk.{int(m.group(1))}.{f}", (v, count))
         if g is not None:
@@ -180,9 +182,8 @@ class GGUFArch:
     layer: dict[str, str]     # HF suffix -> GGUF suffix, one to one
     experts: dict[str, str] = field(default_factory=dict)  # per-expert HF suffix ("{e}") -> GGUF stack suffix
     paired: dict[str, tuple[str, str]] = field(default_factory=dict)  # interleaved HF stack -> (even, odd) GGUF
-    # fused GGUF suffix -> the HF suffixes its rows hold, in order, each with the rows it takes ("q": the
-    # query heads', "kv": the key/value heads', "ff": the MLP's channels)
-    fused: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    # fused GGUF suffix -> the fused HF tensor it is (formats/fused_tensors.py FUSED: the parts its rows hold)
+    fused: dict[str, str] = field(default_factory=dict)
     keys: frozenset[str] = frozenset()  # {arch}.* keys the importer reads beyond every architecture's
     # llama.cpp's converter stores every RMSNorm weight (HF names ending in norm.weight) plus this:
     # Gemma's norms multiply by 1 + w, and llama.cpp's graph by the stored value
@@ -257,9 +258,7 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # (llama.cpp's phi3 graph disables it)
     GGUFArch("phi3", "Phi3ForCausalLM", "phi3", False,
              {k: v for k, v in _LLAMA.items() if not k.startswith(("mlp.gate_proj.", "mlp.up_proj."))},
-             fused={"attn_qkv.weight": (("self_attn.q_proj.weight", "q"), ("self_attn.k_proj.weight", "kv"),
-                                        ("self_attn.v_proj.weight", "kv")),
-                    "ffn_up.weight": (("mlp.gate_proj.weight", "ff"), ("mlp.up_proj.weight", "ff"))},
+             fused={"attn_qkv.weight": "self_attn.qkv_proj.weight", "ffn_up.weight": "mlp.gate_up_proj.weight"},
              keys=frozenset({"attention.sliding_window", "rope.scaling.attn_factor"})),
 )}
 GGUF_ARCHS = tuple(dict.fromkeys(a.gguf for a in ARCHS.values()))  # what the importer reads and the exporter writes
@@ -274,17 +273,15 @@ def arch_of(meta: dict, meta_path) -> GGUFArch:
     return ARCHS[cls]
 
 
-def swa_by_period(period: int, layers: int) -> list[bool]:
-    """Which layers slide, as llama.cpp's set_swa_pattern makes a period of
-    them: every period-th layer global (a file's period, or the
-    architecture's swa_pattern where it has none)."""
-    return [i % period < period - 1 for i in range(layers)]
+def fused_parts(arch: GGUFArch) -> dict[str, tuple[str, ...]]:
+    """Fused GGUF suffix -> the HF suffixes its rows hold, in order."""
+    return {g: FUSED[hf] for g, hf in arch.fused.items()}
 
 
-def separable(arch: GGUFArch, parts: tuple[tuple[str, str], ...]) -> bool:
+def separable(arch: GGUFArch, parts: tuple[str, ...]) -> bool:
     """Whether llama.cpp also reads a fused tensor's parts as tensors of
     their own (phi3's q, k, v as attn_q/k/v; not its gate, up: ffn_up only)."""
-    return all(hf in arch.layer for hf, _k in parts)
+    return all(hf in arch.layer for hf in parts)
 
 
 def joint_types(hf_class: str | None, names) -> list[tuple[str, ...]]:
@@ -295,15 +292,9 @@ def joint_types(hf_class: str | None, names) -> list[tuple[str, ...]]:
     if arch is None:
         return []
     layers = sorted({int(m.group(1)) for n in names if (m := _LAYER.fullmatch(n))})
-    groups = [tuple(f"model.layers.{i}.{hf}" for hf, _k in parts)
-              for parts in arch.fused.values() if not separable(arch, parts) for i in layers]
+    groups = [tuple(f"model.layers.{i}.{hf}" for hf in parts)
+              for parts in fused_parts(arch).values() if not separable(arch, parts) for i in layers]
     return [g for g in groups if all(n in names for n in g)]
-
-
-def nope_by_step(step: int, layers: int) -> list[bool]:
-    """The layers llama.cpp leaves unrotated (its n_no_rope_layer_step):
-    every step-th, as SmolLM3Config's no_rope_layer_interval makes them."""
-    return [(i + 1) % step == 0 for i in range(layers)]
 
 
 def attention_scalar(arch: GGUFArch, hidden: int, heads: int, head_dim: int, layers: int) -> int:

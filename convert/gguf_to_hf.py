@@ -92,18 +92,11 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
     progress.start("converting", bytes_in)
     meta = {"format": "pt", "iekit.source": json.dumps({"gguf": g.path.name, "file_type": file_type_name(g)})}
     by_name = {p.name: p for p in plans}
-    layout = fused_tensors.fused_layout(cfg, [p.name for p in plans])
-    header = []
-    for name, parts in layout:
-        ps = [by_name[n] for n in parts]
-        if len({p.dtype for p in ps}) > 1:  # e.g. phi3's attn_q F16 beside a dequantized attn_k
-            raise FormatError(g.path, f"tensor {ps[0].src.name!r}", f"{name} joins rows written as "
-                                                                    f"{' and '.join(sorted({p.dtype for p in ps}))}; "
-                                                                    "pass --dtype to write them alike")
-        header.append((name, ps[0].dtype, [sum(p.shape[0] for p in ps), *ps[0].shape[1:]]))
+    # (e.g. a phi3 file's attn_q in F16 beside a dequantized attn_k cannot be one qkv_proj)
+    layout = fused_tensors.joined(cfg, [(p.name, p.dtype, p.shape) for p in plans], str(g.path))
     with out.writing() as staged:
-        writer = SafetensorsWriter(staged.open(SINGLE_NAME), header, meta)
-        for name, parts in layout:
+        writer = SafetensorsWriter(staged.open(SINGLE_NAME), [t[:3] for t in layout], meta)
+        for name, _dtype, _shape, parts in layout:
             progress.describe(name)
             writer.write(name, itertools.chain.from_iterable(tensor_chunks(g, by_name[n], progress, None,
                                                                            allow_nonfinite) for n in parts))

@@ -36,7 +36,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from iekit.formats import checksums, iebin, weight_types
+from iekit.formats import checksums, fused_tensors, iebin, weight_types
 from iekit.formats.casting import cast_bytes, decode_f32, encode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import FormatError, IEError
@@ -45,12 +45,11 @@ from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
 from iekit.formats.hf_config import model_summary
 from iekit.formats.library_calls import guarded
 from iekit.formats.model_spec import ARCHS as DECODER_ARCHS
-from iekit.formats.model_spec import check_convertible, rope_tables
+from iekit.formats.model_spec import check_convertible, every_nth, longrope_attention_factor, rope_tables
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
-from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, GGUFArch, attention_scalar, hf_layer_name,
-                         nope_by_step, norm_shift, swa_by_period)
+from .gguf_names import ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, GGUFArch, attention_scalar, hf_layer_name, norm_shift
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
@@ -304,11 +303,9 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     if arch.hf_class == "Olmo3ForCausalLM":  # layer types by the file's pattern (or every 4th full); one base
         cfg.update(sliding_window=_field(g, f"{a}.attention.sliding_window", int),
                    layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
-        if _field(g, f"{a}.rope.freq_base_swa", float, cfg["rope_theta"]) != cfg["rope_theta"]:
-            raise FormatError(g.path, f"{a}.rope.freq_base_swa", "differs from rope.freq_base; llama.cpp's olmo2 "
-                                                                 "turns the sliding layers by rope.freq_base")
+        _one_rope_base(g, arch, cfg, "llama.cpp's olmo2 turns the sliding layers by rope.freq_base")
     if arch.nope_step:  # (SmolLM3: no key says which layers; llama.cpp's graph fixes them)
-        cfg["no_rope_layers"] = [int(not w) for w in nope_by_step(arch.nope_step, cfg["num_hidden_layers"])]
+        cfg["no_rope_layers"] = [int(not w) for w in every_nth(arch.nope_step, cfg["num_hidden_layers"])]
     _moe_config(g, arch, cfg)
     if DECODER_ARCHS[arch.hf_class].gemma:
         _gemma_config(g, arch, cfg)
@@ -362,8 +359,7 @@ def _phi3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], names: dict,
     scaling = {"rope_type": "longrope", "long_factor": factors["long"], "short_factor": factors["short"],
                "original_max_position_embeddings": old_ctx}
     att = _field(g, f"{a}.rope.scaling.attn_factor", float, 1.0)
-    f = cfg["max_position_embeddings"] / old_ctx
-    derived = 1.0 if f <= 1 else math.sqrt(1 + math.log(f) / math.log(old_ctx))
+    derived = longrope_attention_factor(cfg["max_position_embeddings"] / old_ctx, old_ctx)
     if att != float(str(np.float32(derived))):
         scaling["attention_factor"] = att
     cfg["rope_scaling"] = scaling
@@ -416,7 +412,7 @@ def _layer_types(g: GGUFModel, arch: GGUFArch, layers: int) -> list[str]:
     a = arch.gguf
     pattern = g.fields.get(f"{a}.attention.sliding_window_pattern", arch.swa_pattern)
     if type(pattern) is int and pattern >= 1:
-        swa = swa_by_period(pattern, layers)
+        swa = [not full for full in every_nth(pattern, layers)]
     elif isinstance(pattern, list) and len(pattern) == layers and all(type(x) is bool for x in pattern):
         swa = pattern
     else:
@@ -444,23 +440,28 @@ def _gemma_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
         cfg.update(rope_local_base_freq=_field(g, f"{a}.rope.freq_base_swa", float, 10000.0),
                    attn_logit_softcapping=None, final_logit_softcapping=None)
         return
-    if _field(g, f"{a}.rope.freq_base_swa", float, cfg["rope_theta"]) != cfg["rope_theta"]:
-        raise FormatError(g.path, f"{a}.rope.freq_base_swa", f"differs from rope.freq_base; {arch.hf_class} rotates "
-                                                             "every layer by one base")
+    _one_rope_base(g, arch, cfg, f"{arch.hf_class} rotates every layer by one base")
     cfg.update(attn_logit_softcapping=_field(g, f"{a}.attn_logit_softcapping", float, 50.0),
                final_logit_softcapping=_field(g, f"{a}.final_logit_softcapping", float, 30.0))
+
+
+def _one_rope_base(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], why: str) -> None:
+    """Refuse a ``rope.freq_base_swa`` other than ``rope.freq_base`` where
+    the model the import builds has one base (``why``: where that comes from)."""
+    a = arch.gguf
+    if _field(g, f"{a}.rope.freq_base_swa", float, cfg["rope_theta"]) != cfg["rope_theta"]:
+        raise FormatError(g.path, f"{a}.rope.freq_base_swa", f"differs from rope.freq_base; {why}")
 
 
 def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
     """Each IEBIN tensor the file holds, by where its rows come from (mode
     not yet chosen): one-to-one tensors, each expert of a ``ffn_*_exps``
-    stack (Mixtral, Qwen3-MoE: one matrix per expert), and gpt-oss's gate
-    and up stacks interleaved row by row into ``gate_up_proj``."""
+    stack (Mixtral, Qwen3-MoE: one matrix per expert), gpt-oss's gate
+    and up stacks interleaved row by row into ``gate_up_proj``, and phi3's
+    fused tensors' row ranges as the matrices they hold."""
     arch = _arch_of(g)
     by_name = {t.name: t for t in g.tensors}
     stacks = {v: k for k, v in arch.experts.items()}
-    part_rows = {"q": cfg["num_attention_heads"] * cfg["head_dim"], "kv": cfg["num_key_value_heads"] * cfg["head_dim"],
-                 "ff": cfg["intermediate_size"]}
     paired = {g2: (hf, k) for hf, pair in arch.paired.items() for k, g2 in enumerate(pair)}
     out: list[_Tensor] = []
     for t in g.tensors:
@@ -482,12 +483,11 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
                 out.append(_Tensor(t, f"model.layers.{int(layer)}.{stacks[suffix].format(e=e)}", "",
                                    np.arange(e * rows, (e + 1) * rows), "", shape_=list(t.shape[1:])))
         elif suffix in arch.fused:
-            parts = [(hf, part_rows[k]) for hf, k in arch.fused[suffix]]
-            if len(t.shape) != 2 or t.shape[0] != sum(n for _, n in parts):
-                split = " + ".join(f"{n} ({hf.split('.')[-2]})" for hf, n in parts)
-                raise FormatError(g.path, where, f"shape {t.shape}: expected {split} rows")
+            if len(t.shape) != 2:
+                raise FormatError(g.path, where, f"shape {t.shape}: expected a matrix")
+            rows = fused_tensors.part_rows(cfg, arch.fused[suffix], t.shape[0], f"{g.path}: {where}")
             r0 = 0
-            for hf, n in parts:  # whole rows: a quantized part keeps its bytes
+            for hf, n in zip(fused_tensors.FUSED[arch.fused[suffix]], rows):  # whole rows: a quantized part keeps its bytes
                 out.append(_Tensor(t, f"model.layers.{int(layer)}.{hf}", "", np.arange(r0, r0 + n), "",
                                    shape_=[n, t.shape[1]]))
                 r0 += n

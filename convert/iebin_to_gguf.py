@@ -49,11 +49,11 @@ from iekit.formats.errors import IEError, UnsupportedError
 from iekit.formats.fileio import read_small, read_small_text
 from iekit.formats.gguf_file import MAX_SHARDS
 from iekit.formats.jsonio import loads_strict
-from iekit.formats.model_spec import DecoderSpec, decoder_spec, rope_kind, rope_tables
+from iekit.formats.model_spec import (DecoderSpec, decoder_spec, every_nth, rope_kind, rope_tables,
+                                      yarn_attention_factor)
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import (GGUFArch, arch_of, attention_scalar, gguf_layer_name, nope_by_step, norm_shift,
-                         separable, swa_by_period)
+from .gguf_names import GGUFArch, arch_of, attention_scalar, fused_parts, gguf_layer_name, norm_shift, separable
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
@@ -261,11 +261,11 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
                         "true does), so a few RoPE frequencies differ slightly")
     # llama.cpp derives YaRN's attention factor, 0.1 ln(factor) + 1: an explicit one is expressed where it is that
     # (OLMo 3's configs state it)
-    derived = 0.1 * math.log(float(scaling["factor"])) + 1 if kind == "yarn" and scaling["factor"] > 1 else 1.0
+    derived = yarn_attention_factor(float(scaling["factor"])) if kind == "yarn" else 1.0
     if kind == "yarn" and not math.isclose(spec.rope_scale, derived, rel_tol=1e-6):
         raise IEError(f"{where}.rope_scaling: YaRN with an attention factor of {spec.rope_scale:.6g} (from its "
                       f"attention_factor/mscale) is not expressed by llama.cpp's keys, which derive {derived:.6g}")
-    if spec.nope and list(spec.nope) != nope_by_step(arch.nope_step, spec.n_layers):
+    if spec.nope and list(spec.nope) != every_nth(arch.nope_step, spec.n_layers):
         raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
                       f"llama.cpp's {arch.gguf} leaves every {arch.nope_step}th layer unrotated, and no other")
     if spec.mlp_act != arch.mlp_act:
@@ -352,8 +352,8 @@ def _join_fused(plan: _Plan, pre: str, i: int) -> set[str]:
     instead (llama.cpp's phi3 reads either); a fused tensor llama.cpp
     requires (ffn_up) needs its parts in one type (Plan.add says so)."""
     joined: set[str] = set()
-    for suffix, parts in plan.arch.fused.items():
-        entries = [plan.entry(pre + hf) for hf, _k in parts]
+    for suffix, parts in fused_parts(plan.arch).items():
+        entries = [plan.entry(pre + hf) for hf in parts]
         alone = separable(plan.arch, parts)  # each has a GGUF name of its own
         kinds = {(e["dtype"], json.dumps(e.get("quant"), sort_keys=True)) for e in entries}
         if alone and len(kinds) > 1:
@@ -503,7 +503,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         if any(spec.windows) or arch.swa_window:  # (gemma2 always slides: no window is all layers global)
             kv[f"{a}.attention.sliding_window"] = max(spec.windows) or arch.swa_window
             swa = [w > 0 for w in spec.windows]
-            if swa != swa_by_period(arch.swa_pattern, spec.n_layers):
+            if swa != [not full for full in every_nth(arch.swa_pattern, spec.n_layers)]:
                 kv[f"{a}.attention.sliding_window_pattern"] = swa  # (convert_hf_to_gguf.py writes none)
         if spec.attn_softcap:
             kv[f"{a}.attn_logit_softcapping"] = float(spec.attn_softcap)

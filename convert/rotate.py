@@ -236,12 +236,10 @@ def rotate(src: HFSource, out_dir: str | os.PathLike, *, seed: int = 0, dtype: s
         bytes_in = sum(tensors[r.src][1].nbytes for r in rules if r.src is not None)
         progress.start("rotating", bytes_in)
         by_name = {r.name: r for r in rules}
-        layout = fused_tensors.fused_layout(config, [r.name for r in rules])  # (Phi-3: fused again)
-        header = [(name, dtype, [sum(by_name[p].shape[0] for p in parts), *by_name[parts[0]].shape[1:]])
-                  for name, parts in layout]
+        layout = fused_tensors.joined(config, [(r.name, dtype, r.shape) for r in rules], str(src.dir))  # (Phi-3)
         with out.writing() as staged:
-            writer = SafetensorsWriter(staged.open(SINGLE_NAME), header, meta)
-            for name, parts in layout:
+            writer = SafetensorsWriter(staged.open(SINGLE_NAME), [t[:3] for t in layout], meta)
+            for name, _dtype, _shape, parts in layout:
                 progress.describe(name)
                 writer.write(name, itertools.chain.from_iterable(
                     _values(by_name[p], tensors, norms, q32, dtype, progress.advance) for p in parts))

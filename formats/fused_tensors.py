@@ -10,7 +10,7 @@ ranges of the stored tensor, read in place (whole rows, so nothing is
 copied or reshaped). So the artifact, the decoder, the imatrix, the quant
 policies and gptq see one layout whatever the source, as llama.cpp's
 import of the same file does (convert/gguf_names.py, phi3), and gguf-to-hf
-fuses them again (``fused_layout``).
+and rotate fuse them again (``joined``).
 """
 
 from __future__ import annotations
@@ -32,23 +32,26 @@ def is_fused(config: Any) -> bool:
 
 
 def part_rows(config: dict[str, Any], suffix: str, rows: int, label: str) -> list[int]:
-    """The row count of each part of a fused tensor of ``rows`` rows: q, k,
-    v from the config's heads and head_dim; gate and up half each."""
+    """The rows of each part of the fused tensor ``suffix`` (a FUSED key) of
+    ``rows`` rows, from the config's dimensions (a Hugging Face config, or
+    the one the GGUF import builds): q, k, v from the heads and head_dim,
+    gate and up intermediate_size each. IEError naming ``label`` where they
+    do not add up to ``rows``."""
+    def dim(key: str, default: Any = None) -> int:
+        v = config.get(key, default)
+        if type(v) is not int or v < 1:
+            raise IEError(f"{label}: config.{key}: expected a positive integer to split it, got {v!r}")
+        return v
+
     if suffix.startswith("mlp."):
-        if rows % 2:
-            raise IEError(f"{label}: {rows} rows cannot be split into gate and up halves")
-        return [rows // 2, rows // 2]
-    heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
-    kv = config.get("num_key_value_heads", heads)
-    if not all(type(v) is int and v > 0 for v in (heads, hidden, kv)):
-        raise IEError(f"{label}: config.num_attention_heads, num_key_value_heads and hidden_size must be positive "
-                      "integers to split q, k and v")
-    hd = config.get("head_dim") or hidden // heads
-    if type(hd) is not int or hd < 1:
-        raise IEError(f"{label}: config.head_dim: expected a positive integer, got {hd!r}")
-    parts = [heads * hd, kv * hd, kv * hd]
+        parts = [dim("intermediate_size")] * 2
+    else:
+        heads = dim("num_attention_heads")
+        hd = dim("head_dim") if config.get("head_dim") is not None else dim("hidden_size") // heads
+        parts = [heads * hd] + [dim("num_key_value_heads", heads) * hd] * 2
     if sum(parts) != rows:
-        raise IEError(f"{label}: {rows} rows, but q, k and v of {heads} and 2 × {kv} heads of {hd} need {sum(parts)}")
+        split = " + ".join(f"{n} ({p.split('.')[-2]})" for n, p in zip(parts, FUSED[suffix]))
+        raise IEError(f"{label}: {rows} rows; the config's dimensions split it into {split}")
     return parts
 
 
@@ -78,11 +81,28 @@ def split(config: Any, tensors: dict[str, tuple[Any, Any]], label: str) -> dict[
     return out
 
 
-def fused_layout(config: Any, names: list[str]) -> list[tuple[str, list[str]]]:
+def joined(config: Any, tensors: list[tuple[str, str, list[int]]],
+           label: str) -> list[tuple[str, str, list[int], list[str]]]:
     """The inverse of ``split``, for a writer of Hugging Face checkpoints:
-    each tensor to write, in the order of ``names``, with the names whose
-    rows it holds one after another (a Phi-3's parts join where the first
-    of them comes; every other name stands alone)."""
+    of ``tensors`` (name, dtype, shape) in the order given, each tensor to
+    write (name, dtype, shape) with the names whose rows it holds one
+    after another (a Phi-3's parts join where the first of them comes;
+    every other tensor stands alone). Parts of two dtypes cannot be one
+    tensor: IEError naming ``label``."""
+    by_name = {n: (d, s) for n, d, s in tensors}
+    out = []
+    for name, parts in _layout(config, [n for n, _d, _s in tensors]):
+        dtypes = {by_name[p][0] for p in parts}
+        if len(dtypes) > 1:
+            raise IEError(f"{label}: {name} joins rows written as {' and '.join(sorted(dtypes))}; write them "
+                          "alike (--dtype)")
+        shape = by_name[parts[0]][1]
+        out.append((name, dtypes.pop(), [sum(by_name[p][1][0] for p in parts), *shape[1:]], parts))
+    return out
+
+
+def _layout(config: Any, names: list[str]) -> list[tuple[str, list[str]]]:
+    """Each tensor to write, with the names it joins (``joined``)."""
     if not is_fused(config):
         return [(n, [n]) for n in names]
     have = set(names)

@@ -212,6 +212,28 @@ def _llama3(inv: np.ndarray, scaling: dict) -> np.ndarray:
     return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled).astype(np.float32)
 
 
+def yarn_attention_factor(factor: float, m: float = 1.0) -> float:
+    """YaRN's attention factor for a scaling ``factor`` (transformers'
+    get_mscale): 0.1 m ln(factor) + 1, 1 where factor <= 1. llama.cpp derives
+    the m = 1 one and reads no key for it."""
+    return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+
+def longrope_attention_factor(factor: float, original: float) -> float:
+    """LongRoPE's attention factor where the config states none
+    (transformers' _compute_longrope_parameters, llama.cpp's converter):
+    sqrt(1 + ln factor / ln original), the factor being max positions over
+    the ``original`` context's; 1 where factor <= 1."""
+    return 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+
+
+def every_nth(n: int, layers: int) -> list[bool]:
+    """True at every n-th layer (layers n-1, 2n-1, ...): Gemma's, OLMo 3's
+    and gpt-oss's full-attention layers among sliding ones, SmolLM3's
+    layers without RoPE."""
+    return [(i + 1) % n == 0 for i in range(layers)]
+
+
 def _yarn(head_dim: int, theta: float, scaling: dict) -> tuple[np.ndarray, float]:
     """transformers' _compute_yarn_parameters: frequencies ramped between
     interpolated (divided by factor) and extrapolated ones over the band
@@ -225,16 +247,13 @@ def _yarn(head_dim: int, theta: float, scaling: dict) -> tuple[np.ndarray, float
     beta_fast = _scaling_number(scaling, "beta_fast") if scaling.get("beta_fast") is not None else 32.0
     beta_slow = _scaling_number(scaling, "beta_slow") if scaling.get("beta_slow") is not None else 1.0
 
-    def mscale(scale: float, m: float = 1.0) -> float:
-        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
-
     if scaling.get("attention_factor") is not None:
         att = _scaling_number(scaling, "attention_factor")
     elif scaling.get("mscale") and scaling.get("mscale_all_dim"):
-        att = (mscale(factor, _scaling_number(scaling, "mscale"))
-               / mscale(factor, _scaling_number(scaling, "mscale_all_dim")))
+        att = (yarn_attention_factor(factor, _scaling_number(scaling, "mscale"))
+               / yarn_attention_factor(factor, _scaling_number(scaling, "mscale_all_dim")))
     else:
-        att = mscale(factor)
+        att = yarn_attention_factor(factor)
 
     def correction_dim(rotations: float) -> float:
         return head_dim * math.log(old_ctx / (rotations * 2 * math.pi)) / (2 * math.log(theta))
@@ -286,7 +305,7 @@ def _longrope(rotary_dim: int, theta: float, scaling: dict, max_positions: int) 
         raise IEError(f"rope_scaling.original_max_position_embeddings: {old_ctx}; LongRoPE needs an original "
                       "context of at least 2 positions")
     factor = _scaling_number(scaling, "factor") if scaling.get("factor") is not None else max_positions / old_ctx
-    return short, long, 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(old_ctx))
+    return short, long, longrope_attention_factor(factor, old_ctx)
 
 
 def rope_tables(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> tuple[np.ndarray, float]:
@@ -426,7 +445,7 @@ def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int
     window = cfg.get("sliding_window")
     if types is None and arch.window_period:  # Gemma's configs on the Hub: every pattern-th layer is global
         pattern = _int(cfg, meta_path, "sliding_window_pattern", arch.window_period, section="config")
-        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
+        types = ["full_attention" if full else "sliding_attention" for full in every_nth(pattern, n_layers)]
     if types is None:
         if arch.window_everywhere and window is not None:
             return (_int(cfg, meta_path, "sliding_window", section="config"),) * n_layers
@@ -461,8 +480,7 @@ def _nope(cfg: dict, n_layers: int, meta_path: Path) -> tuple[bool, ...]:
     SmolLM3Config derives them."""
     flags = cfg.get("no_rope_layers")
     if flags is None:
-        step = _int(cfg, meta_path, "no_rope_layer_interval", 4, section="config")
-        return tuple((i + 1) % step == 0 for i in range(n_layers))
+        return tuple(every_nth(_int(cfg, meta_path, "no_rope_layer_interval", 4, section="config"), n_layers))
     if not isinstance(flags, list) or len(flags) != n_layers or any(f not in (0, 1) or type(f) is float for f in flags):
         got = f"{len(flags)} entries" if isinstance(flags, list) and len(flags) != n_layers else repr(flags)[:80]
         raise IEError(f"{meta_path}: config.no_rope_layers: expected {n_layers} values of 1 (RoPE) or 0 (none), "
@@ -495,7 +513,7 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         dense = cfg.get("mlp_only_layers") or []
         if not isinstance(dense, list) or not all(type(i) is int for i in dense):
             raise IEError(f"{meta_path}: config.mlp_only_layers: expected a list of layer indices, got {dense!r}")
-        layers = tuple(i not in dense and (i + 1) % step == 0 for i in range(n_layers))
+        layers = tuple(i not in dense and nth for i, nth in enumerate(every_nth(step, n_layers)))
     if arch.moe == "gpt_oss":
         glu = "gpt_oss"
         limit = _positive(cfg, meta_path, "swiglu_limit", 7.0, section="config")

@@ -56,7 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int l = 0; l < c.n_layers + (in.ConsumeIntegral<uint8_t>() < 8); ++l)  // sometimes one too many
     c.windows.push_back(in.ConsumeIntegralInRange<int>(-1, 6));
   c.eps = in.ConsumeFloatingPointInRange<float>(0.f, 1e-3f);
-  c.inv_freq = vec(in, c.head_dim / 2);
+  // Every rotated dim, or a head's first few (partial RoPE: Phi-4-mini); none at all is refused.
+  c.inv_freq = vec(in, in.ConsumeBool() ? c.head_dim / 2 : in.ConsumeIntegralInRange<int>(0, c.head_dim / 2));
   c.rope_scale = in.ConsumeFloatingPointInRange<float>(-0.5f, 2.f);
   if (in.ConsumeBool()) {  // Gemma 3's: a second RoPE table (sometimes of the wrong size), scales, GELU
     c.inv_freq_swa = vec(in, c.head_dim / 2 + (in.ConsumeIntegral<uint8_t>() < 8));
@@ -68,6 +69,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       c.logit_softcap = in.ConsumeFloatingPointInRange<float>(-1.f, 40.f);
     }
   }
+  if (in.ConsumeBool()) {  // SmolLM3's layers without RoPE (sometimes one flag too many)
+    for (int l = 0; l < c.n_layers + (in.ConsumeIntegral<uint8_t>() < 8); ++l) c.nope.push_back(in.ConsumeBool());
+  }
+  if (in.ConsumeBool()) {  // Granite's multipliers (not positive: refused; with experts: refused)
+    c.residual_scale = in.ConsumeFloatingPointInRange<float>(-0.5f, 2.f);
+    c.logits_scaling = in.ConsumeFloatingPointInRange<float>(-0.5f, 16.f);
+  }
+  const bool olmo = in.ConsumeBool();  // OLMo 2's layer: output norms alone, whole-projection q/k norms
+  c.pre_norms = !olmo;
+  c.qk_norm_full = olmo && in.ConsumeBool();
   if (in.ConsumeBool()) {  // mixture of experts
     c.n_experts = in.ConsumeIntegralInRange<int>(-1, 4);
     c.top_k = in.ConsumeIntegralInRange<int>(0, 5);
@@ -85,8 +96,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     w.final_norm = vec(in, c.hidden);
     for (int l = 0; l < c.n_layers; ++l) {
       ie::LayerWeights L;
-      L.attn_norm = vec(in, c.hidden);
-      L.mlp_norm = vec(in, c.hidden);
+      if (!olmo || in.ConsumeIntegral<uint8_t>() < 8) {  // (OLMo 2 with pre-norms: refused)
+        L.attn_norm = vec(in, c.hidden);
+        L.mlp_norm = vec(in, c.hidden);
+      }
       L.q = matrix(in, pool, q_dim, c.hidden);
       L.k = matrix(in, pool, kv_dim, c.hidden);
       L.v = matrix(in, pool, kv_dim, c.hidden);
@@ -117,12 +130,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         L.bv = vec(in, kv_dim);
         L.bo = vec(in, c.hidden);
       }
-      if (in.ConsumeBool()) {
-        L.q_norm = vec(in, c.head_dim);
-        L.k_norm = vec(in, c.head_dim);
+      if (in.ConsumeBool()) {  // per head, or over the whole projections (qk_norm_full)
+        L.q_norm = vec(in, c.qk_norm_full ? q_dim : c.head_dim);
+        L.k_norm = vec(in, c.qk_norm_full ? kv_dim : c.head_dim);
       }
       if (in.ConsumeBool()) L.sinks = vec(in, c.n_heads);
-      if (in.ConsumeBool()) {  // Gemma's sandwich (with experts: refused)
+      if (olmo || in.ConsumeBool()) {  // Gemma's sandwich, OLMo 2's output norms (with experts: refused)
         L.attn_post_norm = vec(in, c.hidden);
         L.mlp_post_norm = vec(in, c.hidden + (in.ConsumeIntegral<uint8_t>() < 8));
       }

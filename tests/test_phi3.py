@@ -130,8 +130,8 @@ def test_partial_rope_is_refused_where_the_architecture_has_none(tmp_path):
 
 
 @pytest.mark.parametrize("fix,needle", [
-    (lambda cfg: cfg.update(num_key_value_heads=4), "q, k and v"),
-    (lambda cfg: cfg.update(intermediate_size=64), "config implies"),
+    (lambda cfg: cfg.update(num_key_value_heads=4), "64 (q_proj) + 64 (k_proj) + 64 (v_proj)"),
+    (lambda cfg: cfg.update(intermediate_size=64), "64 (gate_proj) + 64 (up_proj)"),
 ])
 def test_a_fused_matrix_the_config_does_not_split_is_refused(tmp_path, fix, needle):
     import shutil
