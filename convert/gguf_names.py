@@ -252,6 +252,12 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # SmolLM3: Llama's layer, q/k rows interleaved as for llama; llama.cpp leaves every 4th layer unrotated
     # (its n_no_rope_layer_step, read from no file)
     GGUFArch("smollm3", "SmolLM3ForCausalLM", "smollm3", True, _LLAMA, nope_step=4),
+    # Ministral 3, Devstral Small 2, and Mistral Small 3.x as the converter writes Mistral3ForConditionalGeneration
+    # (convert_hf_to_gguf's Ministral3Model, a LlamaModel): Llama's names and interleaved q/k rows, YaRN's
+    # mscale_all_dim as rope.scaling.yarn_log_multiplier, Llama 4's attention temperature as
+    # attention.temperature_scale (over rope.scaling.original_context_length positions)
+    GGUFArch("mistral3", "Ministral3ForCausalLM", "ministral3", True, _LLAMA,
+             keys=frozenset({"attention.temperature_scale", "rope.scaling.yarn_log_multiplier"})),
     # Phi-3, Phi-3.5, Phi-4, Phi-4-mini: q, k, v in one matrix (or three: llama.cpp reads either) and gate,
     # up in one; rotate-half RoPE, so q/k rows are Hugging Face's; LongRoPE's factors as rope_factors_long/
     # _short, its attention factor as rope.scaling.attn_factor; the sliding window recorded, and not applied

@@ -300,6 +300,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _phi3_config(g, arch, cfg, names, rot)
     if arch.gguf == "granite":
         _granite_config(g, arch, cfg)
+    if arch.gguf == "mistral3":
+        _mistral3_config(g, arch, cfg)
     if arch.hf_class == "Olmo3ForCausalLM":  # layer types by the file's pattern (or every 4th full); one base
         cfg.update(sliding_window=_field(g, f"{a}.attention.sliding_window", int),
                    layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
@@ -380,6 +382,32 @@ def _granite_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                attention_multiplier=_field(g, f"{a}.attention.scale", float, 1.0 / math.sqrt(cfg["head_dim"])),
                residual_multiplier=_field(g, f"{a}.residual_scale", float, 1.0),
                logits_scaling=_field(g, f"{a}.logit_scale", float))
+
+
+def _mistral3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """mistral3 as Ministral3ForCausalLM, in transformers 5's rope_parameters
+    (where Ministral3Attention reads them): llama.cpp's
+    ``attention.temperature_scale`` is llama_4_scaling_beta (0 without it:
+    Mistral Small 3.x, which has none), over the
+    ``rope.scaling.original_context_length`` positions llama.cpp steps by
+    (the context without the key); YaRN's ``yarn_log_multiplier`` is
+    mscale_all_dim beside an mscale of 1, which llama.cpp assumes."""
+    a = arch.gguf
+    key = f"{a}.attention.temperature_scale"
+    beta = g.fields.get(key, 0.0)
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta < 0:
+        raise FormatError(g.path, key, f"expected a non-negative number, got {beta!r}")
+    rp = cfg.pop("rope_scaling", None) or {"rope_type": "default"}
+    log_mul = f"{a}.rope.scaling.yarn_log_multiplier"
+    if log_mul in g.fields:
+        if rp["rope_type"] != "yarn":
+            raise FormatError(g.path, log_mul, "without rope.scaling.type yarn: a YaRN factor of no YaRN")
+        rp.update(mscale=1.0, mscale_all_dim=_field(g, log_mul, float))
+    old_ctx = _field(g, f"{a}.rope.scaling.original_context_length", int, cfg["max_position_embeddings"])
+    if old_ctx < 1:
+        raise FormatError(g.path, f"{a}.rope.scaling.original_context_length", "0: expected at least 1 position")
+    cfg["rope_parameters"] = {**rp, "rope_theta": cfg.pop("rope_theta"), "original_max_position_embeddings": old_ctx,
+                              "llama_4_scaling_beta": float(str(np.float32(beta)))}
 
 
 def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:

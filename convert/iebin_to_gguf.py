@@ -231,7 +231,7 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     decoder does (one line naming the config key); return the warnings."""
     where = f"{model.meta_path}: config"
     warnings = []
-    if arch.gguf in ("llama", "phi3") and any(spec.windows):
+    if arch.gguf in ("llama", "phi3", "mistral3") and any(spec.windows):
         w = max(spec.windows)
         if w < spec.max_positions and not allow_full_attention:
             raise IEError(f"{where}.sliding_window: {w} positions; llama.cpp's {arch.gguf} architecture attends to every "
@@ -262,6 +262,8 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     # llama.cpp derives YaRN's attention factor, 0.1 ln(factor) + 1: an explicit one is expressed where it is that
     # (OLMo 3's configs state it)
     derived = yarn_attention_factor(float(scaling["factor"])) if kind == "yarn" else 1.0
+    if (log_mul := _yarn_log_multiplier(arch, scaling)) is not None:  # llama.cpp's mistral3: mscale 1 over this
+        derived /= yarn_attention_factor(float(scaling["factor"]), log_mul)
     if kind == "yarn" and not math.isclose(spec.rope_scale, derived, rel_tol=1e-6):
         raise IEError(f"{where}.rope_scaling: YaRN with an attention factor of {spec.rope_scale:.6g} (from its "
                       f"attention_factor/mscale) is not expressed by llama.cpp's keys, which derive {derived:.6g}")
@@ -289,6 +291,17 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
             raise IEError(f"{where}.tie_word_embeddings: false; llama.cpp's {arch.gguf} reads the embedding as "
                           "its output head")
     return warnings
+
+
+def _yarn_log_multiplier(arch: GGUFArch, scaling: dict[str, Any] | None) -> float | None:
+    """The rope.scaling.yarn_log_multiplier a mistral3 export writes: YaRN's
+    mscale_all_dim, where transformers divides by it (beside an mscale;
+    llama.cpp takes that one to be 1, which _check_expressible holds it
+    to); None where there is none to write."""
+    if arch.gguf != "mistral3" or rope_kind(scaling) != "yarn" or not (scaling.get("mscale")
+                                                                       and scaling.get("mscale_all_dim")):
+        return None
+    return float(scaling["mscale_all_dim"])
 
 
 def _scaling(model: iebin.IebinModel) -> dict[str, Any] | None:
@@ -482,6 +495,12 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.embedding_scale"] = float(spec.embed_scale)
         kv[f"{a}.residual_scale"] = float(spec.residual_scale)
         kv[f"{a}.logit_scale"] = float(spec.logits_scaling)
+    if (log_mul := _yarn_log_multiplier(arch, scaling)) is not None:
+        kv[f"{a}.rope.scaling.yarn_log_multiplier"] = log_mul
+    if spec.attn_temp_scale:  # (Mistral Small 3.x has none) llama.cpp steps it over YaRN's original context, else
+        kv[f"{a}.attention.temperature_scale"] = float(spec.attn_temp_scale)  # over the whole one
+        if spec.attn_temp_floor != (scaling or {}).get("original_max_position_embeddings", spec.max_positions):
+            kv[f"{a}.rope.scaling.original_context_length"] = spec.attn_temp_floor
     if arch.gguf == "phi3":  # as convert_hf_to_gguf.py's Phi3MiniModel: LongRoPE's factors are tensors (_layout)
         old_ctx = spec.rope_original_ctx or cfg.get("original_max_position_embeddings")
         if old_ctx:

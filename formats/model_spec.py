@@ -60,6 +60,9 @@ class Arch:
     # whole q and k projections, not per head
     pre_norms: bool = True
     qk_norm_full: bool = False
+    # Ministral 3 (models/ministral3): after RoPE, queries times
+    # 1 + llama_4_scaling_beta ln(1 + floor(position / original_max_position_embeddings))
+    attn_temp: bool = False
 
 
 ARCHS = {
@@ -83,6 +86,9 @@ ARCHS = {
     # layers' base, unscaled where the full ones take YaRN)
     "Olmo3ForCausalLM": Arch(qk_norm=True, pre_norms=False, qk_norm_full=True, window_period=4, local_rope=True,
                              default_theta=5e5),
+    # models/ministral3 (Ministral 3, Devstral Small 2; llama.cpp's mistral3, as which it also converts Mistral
+    # Small 3.x): Llama's layer, YaRN, and Llama 4's attention temperature
+    "Ministral3ForCausalLM": Arch(window_everywhere=True, attn_temp=True, default_theta=1e6),
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -177,6 +183,8 @@ class DecoderSpec:
     nope: tuple[bool, ...] = ()  # per layer, True where q and k are not rotated (SmolLM3); empty: every layer rotates
     residual_scale: float = 1.0  # each block's output times this before the residual add (Granite)
     logits_scaling: float = 1.0  # logits divided by this (Granite)
+    attn_temp_scale: float = 0.0  # Ministral 3's llama_4_scaling_beta (0: none)
+    attn_temp_floor: int = 0      # the positions per step of its log (original_max_position_embeddings)
 
 
 def rope_for_context(s: DecoderSpec, ctx: int) -> np.ndarray:
@@ -474,6 +482,23 @@ def _granite(cfg: dict, meta_path: Path) -> dict[str, float]:
             "residual_scale": get("residual_multiplier"), "logits_scaling": get("logits_scaling")}
 
 
+def _attn_temp(cfg: dict, meta_path: Path) -> dict[str, Any]:
+    """Ministral 3's attention temperature as DecoderSpec fields: where
+    transformers' Ministral3Attention reads them, rope_parameters'
+    llama_4_scaling_beta and original_max_position_embeddings (which it
+    requires: it multiplies by None otherwise)."""
+    rp = cfg.get("rope_parameters", cfg.get("rope_scaling"))
+    key = "rope_parameters" if "rope_parameters" in cfg else "rope_scaling"
+    if not isinstance(rp, dict):
+        raise IEError(f"{meta_path}: config.{key}: expected an object holding llama_4_scaling_beta, got {rp!r:.80}")
+    if rp.get("llama_4_scaling_beta") is None:
+        raise IEError(f"{meta_path}: config.{key}.llama_4_scaling_beta: is missing (Ministral 3's attention "
+                      "temperature; 0 for none)")
+    return {"attn_temp_scale": _positive(rp, meta_path, "llama_4_scaling_beta", None, allow_zero=True,
+                                         section=f"config.{key}"),
+            "attn_temp_floor": _int(rp, meta_path, "original_max_position_embeddings", section=f"config.{key}")}
+
+
 def _nope(cfg: dict, n_layers: int, meta_path: Path) -> tuple[bool, ...]:
     """SmolLM3's layers without RoPE: config.no_rope_layers (1: rotate, 0:
     not), else every no_rope_layer_interval-th layer (4), as
@@ -578,7 +603,8 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), **rope,
         tied=bool(m.get("tie_word_embeddings")), eos_ids=frozenset(eos_list), windows=windows, moe=moe,
         mlp_act=MLP_ACTS[act], nope=_nope(cfg, n_layers, meta_path) if arch.nope else (), **gemma,
-        **(_granite(cfg, meta_path) if arch.granite else {}))
+        **(_granite(cfg, meta_path) if arch.granite else {}),
+        **(_attn_temp(cfg, meta_path) if arch.attn_temp else {}))
     _check_all_used(spec, meta.get("tensors") or [], meta_path)
     return spec
 

@@ -76,6 +76,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.residual_scale = in.ConsumeFloatingPointInRange<float>(-0.5f, 2.f);
     c.logits_scaling = in.ConsumeFloatingPointInRange<float>(-0.5f, 16.f);
   }
+  if (in.ConsumeBool()) {  // Ministral 3's attention temperature (negative scale, floor below 1: refused)
+    c.attn_temp_scale = in.ConsumeFloatingPointInRange<float>(-0.5f, 1.f);
+    c.attn_temp_floor = in.ConsumeIntegralInRange<int>(-1, 8);
+  }
   const bool olmo = in.ConsumeBool();  // OLMo 2's layer: output norms alone, whole-projection q/k norms
   c.pre_norms = !olmo;
   c.qk_norm_full = olmo && in.ConsumeBool();

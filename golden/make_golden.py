@@ -32,6 +32,8 @@ Writes (replacing any previous output):
                             whole projections, untied
     golden/hf/tiny-olmo3/   Olmo3ForCausalLM, bfloat16, 4 layers: three sliding (window 4, plain RoPE), the 4th full
                             (YaRN), OLMo 2's norms
+    golden/hf/tiny-ministral3/  Ministral3ForCausalLM, bfloat16: YaRN from an original context of 4, Llama 4's
+                            attention temperature (beta 0.5) past it, tied
     golden/hf/tiny-gemma3-vl/  Gemma3ForConditionalGeneration: tiny-gemma3's language model beside a tiny
                             SigLIP vision tower (its text logits are tiny-gemma3's)
     golden/ref/gemma3-text-defaults.json   transformers' Gemma3TextConfig defaults (ieconv text-model fills them in)
@@ -96,6 +98,8 @@ from transformers import (  # noqa: E402
     Olmo2ForCausalLM,
     Olmo3Config,
     Olmo3ForCausalLM,
+    Ministral3Config,
+    Ministral3ForCausalLM,
     Phi3Config,
     Phi3ForCausalLM,
     Qwen2Config,
@@ -143,6 +147,13 @@ OLMO3_SEED = SEED + 28  # the first from SEED + 23 whose greedy cases run 16 tok
 # OLMo 3's RoPE on a toy: YaRN (factor 4 of an original 32 positions) on the full layer, the sliding ones unscaled
 OLMO3_ROPE = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32,
               "beta_fast": 32.0, "beta_slow": 1.0}
+# Ministral 3's RoPE on a toy: YaRN (its mscale and mscale_all_dim 1) with an original context of 4 positions,
+# so the 12 reference ids see Llama 4's attention temperature step twice (1 + beta ln 2, ln 3); beta 0.5, not
+# its 0.1, so the step moves the logits clearly
+MINISTRAL3_ROPE = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 32.0, "original_max_position_embeddings": 4,
+                   "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                   "llama_4_scaling_beta": 0.5}
+MINISTRAL3_SEED = SEED + 34  # the first from SEED + 29 whose greedy cases run 16 tokens with margins >= 0.015
 OLMO2_SEED = SEED + 22  # the first from SEED + 20 whose greedy cases run 16 tokens with margins >= 0.01
 SMOLLM3_SEED = SEED + 18  # the first from SEED + 17 whose greedy cases run 16 tokens with margins >= 0.01
 # Gemma 2's caps are 50 (scores) and 30 (logits); the toy's scores and logits are a few units, so its
@@ -609,6 +620,18 @@ def make_olmo3(tok) -> None:
     assert_feature_matters(Olmo3ForCausalLM, out, logits, "YaRN on the full layer", rope_parameters=plain)
 
 
+def make_ministral3(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    cfg = Ministral3Config(**dims, head_dim=16, rope_parameters=dict(MINISTRAL3_ROPE), tie_word_embeddings=True,
+                           pad_token_id=None)
+    cfg.architectures = ["Ministral3ForCausalLM"]
+    out = HF_DIR / "tiny-ministral3"
+    logits = save_model(tok, out.name, Ministral3ForCausalLM, cfg, MINISTRAL3_SEED, torch.bfloat16)
+    assert_feature_matters(Ministral3ForCausalLM, out, logits, "the attention temperature",
+                           rope_parameters={**MINISTRAL3_ROPE, "llama_4_scaling_beta": 0.0})
+
+
 def make_gemma3_vl(tok) -> None:
     """tiny-gemma3's language model, weights and all, in a
     Gemma3ForConditionalGeneration beside a tiny SigLIP vision tower (drawn
@@ -763,6 +786,7 @@ def main() -> None:
     make_granite(tok)
     make_olmo2(tok)
     make_olmo3(tok)
+    make_ministral3(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

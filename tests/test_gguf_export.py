@@ -146,7 +146,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             assert g.tensor_type.name == t["dtype"].upper(), gname
             want = raw
         proj = hf.split(".")[-2]
-        if a in ("llama", "smollm3", "granite") and proj in heads:  # convert_hf_to_gguf: LlamaModel and its kin
+        if a in ("llama", "smollm3", "granite", "mistral3") and proj in heads:  # convert_hf_to_gguf: LlamaModel, kin
             rows = t["shape"][0]
             want = llama_permute(want.reshape(rows, -1), heads[proj]).reshape(-1)
         assert np.array_equal(data, want), gname

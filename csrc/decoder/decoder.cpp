@@ -157,6 +157,10 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     if (!(cap >= 0.f) || !std::isfinite(cap)) fail("decoder config: a soft-cap must be >= 0 and finite");
   for (float s : {c.residual_scale, c.logits_scaling})
     if (!(s > 0.f) || !std::isfinite(s)) fail("decoder config: residual_scale and logits_scaling must be positive numbers");
+  if (!(c.attn_temp_scale >= 0.f) || !std::isfinite(c.attn_temp_scale))
+    fail("decoder config: attn_temp_scale must be >= 0 and finite");
+  if (c.attn_temp_scale != 0.f && c.attn_temp_floor < 1)
+    fail("decoder config: attn_temp_floor must be positive where attn_temp_scale is set");
   if (c.residual_scale != 1.f && c.n_experts > 0)
     fail("decoder config: residual_scale is Granite's dense layer; a mixture of experts has none");
   if (c.n_experts < 0) fail("decoder config: n_experts must be >= 0");
@@ -863,6 +867,11 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       if (c.nope.empty() || !c.nope[l]) {
         rope(&q_[j * q_dim_], c.n_heads, c.head_dim, half, cs);
         rope(&k_[j * kv_dim_], c.n_kv_heads, c.head_dim, half, cs);
+      }
+      if (c.attn_temp_scale != 0.f) {  // (llama.cpp's floor and log of floats, as transformers' float32 ones)
+        const float t = 1.f + c.attn_temp_scale * std::log(std::floor(static_cast<float>(pos) /
+                                                                      static_cast<float>(c.attn_temp_floor)) + 1.f);
+        for (int i = 0; i < q_dim_; ++i) q_[j * q_dim_ + i] *= t;
       }
       cache_row(k_cache_, l, pos, &k_[j * kv_dim_]);
       cache_row(v_cache_, l, pos, &v_[j * kv_dim_]);

@@ -7,7 +7,8 @@
 // and per-layer sliding windows, a SwiGLU or GELU-gated MLP or a routed set of
 // experts, optional norms of the attention and MLP outputs (Gemma's sandwich;
 // OLMo's without the norms before them), soft-capped scores and logits (Gemma
-// 2), Granite's residual and logit multipliers, tied or untied output head.
+// 2), Granite's residual and logit multipliers, Ministral 3's attention
+// temperature, tied or untied output head.
 // Every matrix is read in place, in its stored format,
 // through the fused GEMV kernels (gemv.h) -- or, for a prefill chunk of
 // more than kMaxBatch tokens with float activations, the GEMM kernels
@@ -86,6 +87,13 @@ struct DecoderConfig {
   // residual_scale (its residual_multiplier), and the logits are divided by
   // logits_scaling; 1: Llama's.
   float residual_scale = 1.f, logits_scaling = 1.f;
+  // Ministral 3's attention temperature (transformers' get_llama_4_attn_scale,
+  // llama.cpp's attention.temperature_scale): after RoPE, the query of
+  // position p is multiplied by 1 + attn_temp_scale * ln(1 + floor(p /
+  // attn_temp_floor)), so positions past the original context score
+  // sharper. 0: none (attn_temp_floor unused).
+  float attn_temp_scale = 0.f;
+  int attn_temp_floor = 0;
   // OLMo 2: no RMSNorm before the attention or the MLP (pre_norms false:
   // each reads the residual itself; their outputs are normed instead,
   // LayerWeights' attn_post_norm / mlp_post_norm), and q_norm / k_norm over
