@@ -273,7 +273,9 @@ def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, overwrite, quiet)
 
 @cli.command("text-model")
 @click.option("--hf-dir", required=True, type=click.Path(path_type=Path, file_okay=False),
-              help="The multimodal checkpoint (Gemma3ForConditionalGeneration: Gemma 3 4B, 12B, 27B).")
+              help="The multimodal checkpoint (Gemma3ForConditionalGeneration: Gemma 3 4B, 12B, 27B; "
+                   "Mistral3ForConditionalGeneration: Mistral Small 3.1/3.2, Magistral Small, Ministral 3, "
+                   "Devstral Small 2).")
 @click.option("--out-dir", required=True, type=click.Path(path_type=Path),
               help="Where its language model is written (model.safetensors, config.json, tokenizer files).")
 @click.option("--overwrite", is_flag=True, help="Replace the files of a previous checkpoint in --out-dir.")
@@ -281,14 +283,16 @@ def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, overwrite, quiet)
 def text_model_cmd(hf_dir, out_dir, overwrite, quiet):
     """Write a multimodal checkpoint's language model as a checkpoint of its own.
 
-    Gemma 3 4B, 12B and 27B are published with a vision tower beside the
-    text model; a text prompt runs through the text model alone, which this
-    writes as the Gemma3ForCausalLM checkpoint transformers builds from it
+    Gemma 3 4B, 12B and 27B, Mistral Small 3.1/3.2 and Ministral 3 are
+    published with a vision tower beside the text model; a text prompt runs
+    through the text model alone, which this writes as the checkpoint
+    transformers builds from it (Gemma3ForCausalLM, MistralForCausalLM or
+    Ministral3ForCausalLM, by text_config.model_type)
     (tensors copied byte for byte under the text model's names, text_config
     with transformers' defaults filled in as config.json, the tokenizer and
     generation files as they are). The vision tower and projector are left
     out: llama.cpp's converter likewise writes them to a separate mmproj
-    file. Every tool then reads the result as a Gemma 3 checkpoint.
+    file. Every tool then reads the result as a checkpoint of that class.
 
     \b
     Typical use:

@@ -4,8 +4,12 @@
 Gemma 3 4B, 12B and 27B are published as ``Gemma3ForConditionalGeneration``:
 a SigLIP vision tower and a projector beside a Gemma 3 text model, which is
 all a text prompt runs through (llama.cpp's converter likewise writes the
-text model as one GGUF and the vision part as another, ``mmproj``). This
-writes that text model as the ``Gemma3ForCausalLM`` checkpoint transformers
+text model as one GGUF and the vision part as another, ``mmproj``).
+Mistral Small 3.1 / 3.2, Magistral Small, Ministral 3 and Devstral Small 2
+are likewise ``Mistral3ForConditionalGeneration``: a Pixtral tower beside a
+Mistral (``text_config.model_type`` mistral) or Ministral 3 (ministral3)
+text model. This writes that text model as the ``Gemma3ForCausalLM`` /
+``MistralForCausalLM`` / ``Ministral3ForCausalLM`` checkpoint transformers
 would build from it: its tensors renamed from either layout
 (``language_model.model.*`` as the Hub's files hold them,
 ``model.language_model.*`` as transformers 5 saves them) and copied byte for
@@ -14,8 +18,9 @@ for the text model, and ``text_config`` as a config of its own. The Hub's
 ``text_config`` holds only what differs from transformers' defaults, so
 those defaults are filled in (``GEMMA3_TEXT_DEFAULTS``, transformers 5.23's
 Gemma3TextConfig; golden/ref/gemma3-text-defaults.json is transformers'
-own, and the tests hold the table to it). Every other tool then reads the
-result as any Gemma 3 checkpoint.
+own, and the tests hold the table to it; a Mistral 3's text_config missing
+a key takes its text class's defaults likewise, as transformers does).
+Every other tool then reads the result as any checkpoint of that class.
 """
 
 from __future__ import annotations
@@ -47,6 +52,23 @@ GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
 # only where the config has no rope_parameters (transformers 5) / layer_types of its own
 GEMMA3_ROPE_DEFAULTS = {"rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0}
 GEMMA3_PATTERN_DEFAULT = {"sliding_window_pattern": 6}
+# transformers 5.23's MistralConfig and Ministral3Config defaults (golden/ref/mistral3-text-defaults.json):
+# what a Mistral3ForConditionalGeneration's text_config of that model_type takes where it leaves a key out
+# (a text_config without model_type is a MistralConfig, as transformers reads it)
+_MISTRAL_COMMON = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                   "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "silu"}
+MISTRAL_TEXT_DEFAULTS: dict[str, Any] = {
+    **_MISTRAL_COMMON, "vocab_size": 32000, "num_hidden_layers": 32, "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-6, "sliding_window": 4096}
+MISTRAL_ROPE_DEFAULTS = {"rope_theta": 10000.0}
+MINISTRAL3_TEXT_DEFAULTS: dict[str, Any] = {
+    **_MISTRAL_COMMON, "vocab_size": 131072, "num_hidden_layers": 34, "max_position_embeddings": 262144,
+    "rms_norm_eps": 1e-5, "sliding_window": None}
+MINISTRAL3_ROPE_DEFAULTS = {"rope_parameters": {
+    "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 16.0, "original_max_position_embeddings": 16384,
+    "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1}}
+# the keys that state a model's RoPE, one spelling or the other: defaults fill in none beside them
+_ROPE_KEYS = ("rope_parameters", "rope_theta", "rope_scaling")
 
 
 @dataclass(frozen=True)
@@ -58,19 +80,41 @@ class TextPart:
     renames: tuple[tuple[str, str], ...]  # source prefix -> the text model's, first match wins
     left_out: tuple[str, ...]             # prefixes of the other modalities' tensors
     defaults: dict[str, Any]
-    # defaults filled in only where text_config lacks the key that would say otherwise
-    defaults_unless: tuple[tuple[str, dict[str, Any]], ...] = ()
+    # defaults filled in only where text_config has none of the keys that would say otherwise
+    defaults_unless: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = ()
+    # tied where the checkpoint stores no head (Mistral 3: transformers ties the composite model by its
+    # top-level tie_word_embeddings, and leaves a stored head with other values untied); else text_config's
+    tied_by_head: bool = False
 
 
+# Both architectures' layouts: the Hub's (language_model.model.*) and transformers 5's in memory
+_RENAMES = (("language_model.model.", "model."), ("model.language_model.", "model."),
+            ("language_model.lm_head.", "lm_head."), ("lm_head.", "lm_head."))
+_TOWERS = ("vision_tower.", "model.vision_tower.", "multi_modal_projector.", "model.multi_modal_projector.")
+# multimodal architecture -> its text models, by text_config.model_type (the first where it has none)
 MULTIMODAL = {
-    "Gemma3ForConditionalGeneration": TextPart(
-        "Gemma3ForCausalLM", "gemma3_text",
-        renames=(("language_model.model.", "model."), ("model.language_model.", "model."),
-                 ("language_model.lm_head.", "lm_head."), ("lm_head.", "lm_head.")),
-        left_out=("vision_tower.", "model.vision_tower.", "multi_modal_projector.", "model.multi_modal_projector."),
-        defaults=GEMMA3_TEXT_DEFAULTS,
-        defaults_unless=(("rope_parameters", GEMMA3_ROPE_DEFAULTS), ("layer_types", GEMMA3_PATTERN_DEFAULT))),
+    "Gemma3ForConditionalGeneration": (TextPart(
+        "Gemma3ForCausalLM", "gemma3_text", renames=_RENAMES, left_out=_TOWERS, defaults=GEMMA3_TEXT_DEFAULTS,
+        defaults_unless=((("rope_parameters",), GEMMA3_ROPE_DEFAULTS), (("layer_types",), GEMMA3_PATTERN_DEFAULT))),),
+    "Mistral3ForConditionalGeneration": (
+        TextPart("MistralForCausalLM", "mistral", renames=_RENAMES, left_out=_TOWERS, defaults=MISTRAL_TEXT_DEFAULTS,
+                 defaults_unless=((_ROPE_KEYS, MISTRAL_ROPE_DEFAULTS),), tied_by_head=True),
+        TextPart("Ministral3ForCausalLM", "ministral3", renames=_RENAMES, left_out=_TOWERS,
+                 defaults=MINISTRAL3_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, MINISTRAL3_ROPE_DEFAULTS),),
+                 tied_by_head=True)),
 }
+
+
+def text_part(config: dict[str, Any], arch: str, where: str) -> TextPart:
+    """The text model of ``arch`` this config's text_config describes (by its model_type)."""
+    parts = MULTIMODAL[arch]
+    text = config.get("text_config")
+    kind = text.get("model_type", parts[0].model_type) if isinstance(text, dict) else parts[0].model_type
+    part = next((p for p in parts if p.model_type == kind), None)
+    if part is None:
+        raise IEError(f"{where}: text_config.model_type: {kind!r} is not a text model of {arch} this extracts "
+                      f"({', '.join(p.model_type for p in parts)})")
+    return part
 
 
 def text_config(config: dict[str, Any], part: TextPart, where: str) -> dict[str, Any]:
@@ -81,8 +125,8 @@ def text_config(config: dict[str, Any], part: TextPart, where: str) -> dict[str,
     if not isinstance(text, dict):
         raise IEError(f"{where}: text_config: expected an object, got {text!r}")
     out = {**part.defaults, **text}
-    for key, defaults in part.defaults_unless:
-        if key not in text:
+    for keys, defaults in part.defaults_unless:
+        if not any(k in text for k in keys):
             out = {**defaults, **out}
     for key in ("bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype"):
         if config.get(key) is not None:
@@ -112,7 +156,7 @@ def extract_text_model(src: HFSource, out_dir: str | os.PathLike, *, overwrite: 
     if arch not in MULTIMODAL:
         raise IEError(f"{where}: architectures: {arch!r} is not a multimodal model this extracts the text model "
                       f"of ({', '.join(MULTIMODAL)})")
-    part = MULTIMODAL[arch]
+    part = text_part(src.config, arch, where)
     config = text_config(src.config, part, where)
     aux = {n: d for n in CONFIG_FILES + TOKENIZER_FILES if n != "config.json" and (d := read_aux(src, n)) is not None}
     out = checkpoint_out(out_dir, overwrite, ["config.json", *aux], src.dir)
@@ -130,6 +174,11 @@ def extract_text_model(src: HFSource, out_dir: str | os.PathLike, *, overwrite: 
                     raise IEError(f"{tensors[name][0].path}: {name}: a second tensor for {new} ({kept[new]})")
                 kept[new] = name
         order = sorted(kept, key=natural_key)
+        if part.tied_by_head:
+            if "lm_head.weight" not in kept and src.config.get("tie_word_embeddings", True) is False:
+                raise IEError(f"{where}: tie_word_embeddings: false, and the checkpoint stores no lm_head.weight "
+                              "(transformers would run an untrained head)")
+            config["tie_word_embeddings"] = "lm_head.weight" not in kept
         bytes_in = sum(tensors[kept[n]][1].nbytes for n in order)
         progress.start("extracting", bytes_in)
         meta = {"format": "pt", "iekit.source": json.dumps({"text_model_of": arch})}

@@ -34,6 +34,9 @@ Writes (replacing any previous output):
                             (YaRN), OLMo 2's norms
     golden/hf/tiny-ministral3/  Ministral3ForCausalLM, bfloat16: YaRN from an original context of 4, Llama 4's
                             attention temperature (beta 0.5) past it, tied
+    golden/hf/tiny-ministral3-vl/  Mistral3ForConditionalGeneration: tiny-ministral3's language model beside a
+                            tiny Pixtral vision tower (its text logits are tiny-ministral3's)
+    golden/ref/mistral3-text-defaults.json  transformers' MistralConfig and Ministral3Config defaults
     golden/hf/tiny-gemma3-vl/  Gemma3ForConditionalGeneration: tiny-gemma3's language model beside a tiny
                             SigLIP vision tower (its text logits are tiny-gemma3's)
     golden/ref/gemma3-text-defaults.json   transformers' Gemma3TextConfig defaults (ieconv text-model fills them in)
@@ -100,6 +103,9 @@ from transformers import (  # noqa: E402
     Olmo3ForCausalLM,
     Ministral3Config,
     Ministral3ForCausalLM,
+    Mistral3Config,
+    Mistral3ForConditionalGeneration,
+    PixtralVisionConfig,
     Phi3Config,
     Phi3ForCausalLM,
     Qwen2Config,
@@ -632,6 +638,42 @@ def make_ministral3(tok) -> None:
                            rope_parameters={**MINISTRAL3_ROPE, "llama_4_scaling_beta": 0.0})
 
 
+@torch.no_grad()
+def make_ministral3_vl(tok) -> None:
+    """tiny-ministral3's language model, weights and all, in a
+    Mistral3ForConditionalGeneration beside a tiny Pixtral vision tower
+    (drawn from its own seed): the layout Ministral 3, Mistral Small 3.x
+    and Devstral Small 2 are published in. Its logits on text ids must be
+    tiny-ministral3's. Also freezes MistralConfig's and Ministral3Config's
+    defaults (a text_config of either model_type takes them for what it
+    leaves out)."""
+    text = Ministral3Config.from_pretrained(HF_DIR / "tiny-ministral3")
+    vision = PixtralVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 head_dim=8, image_size=28, patch_size=14)
+    cfg = Mistral3Config(text_config=text, vision_config=vision, bos_token_id=tok.bos_token_id,
+                         eos_token_id=tok.eos_token_id, pad_token_id=None, tie_word_embeddings=True)
+    cfg.architectures = ["Mistral3ForConditionalGeneration"]
+    seed_everything(MINISTRAL3_SEED + 1)
+    model = Mistral3ForConditionalGeneration(cfg).to(torch.float32).eval()
+    init_weights(model, MINISTRAL3_SEED + 1)
+    lm = Ministral3ForCausalLM.from_pretrained(HF_DIR / "tiny-ministral3", dtype=torch.float32, local_files_only=True)
+    model.model.language_model.load_state_dict(lm.model.state_dict())
+    out = HF_DIR / "tiny-ministral3-vl"
+    reset_dir(out)
+    model.to(torch.bfloat16).save_pretrained(out)
+    tok.save_pretrained(out)
+    again = Mistral3ForConditionalGeneration.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
+                                                             local_files_only=True).float().eval()
+    ref = np.load(REF_DIR / "tiny-ministral3" / "logits.npy")
+    ids = json.loads((REF_DIR / "tiny-ministral3" / "ids.json").read_text())
+    got = again(input_ids=torch.tensor([ids])).logits[0]
+    assert np.abs(got.numpy() - ref).max() <= 1e-5 * np.abs(ref).max(), "the text logits are not tiny-ministral3's"
+    skip = ("transformers_version", "id2label", "label2id", "_name_or_path", "architectures", "dtype")
+    write_json(REF_DIR / "mistral3-text-defaults.json",
+               {c.model_type: {k: v for k, v in sorted(c().to_dict().items()) if k not in skip}
+                for c in (MistralConfig, Ministral3Config)})
+
+
 def make_gemma3_vl(tok) -> None:
     """tiny-gemma3's language model, weights and all, in a
     Gemma3ForConditionalGeneration beside a tiny SigLIP vision tower (drawn
@@ -787,6 +829,7 @@ def main() -> None:
     make_olmo2(tok)
     make_olmo3(tok)
     make_ministral3(tok)
+    make_ministral3_vl(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

@@ -122,3 +122,115 @@ def test_export_refuses_an_mscale_llamacpp_does_not_read(tmp_path):
     res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", d, "--out", tmp_path / "m.gguf")
     assert_one_line_error(res, "rope_scaling", "attention factor")
     assert not (tmp_path / "m.gguf").exists()
+
+
+# ------------------------------------------------------------ ieconv text-model of Mistral3ForConditionalGeneration
+
+VL = GOLDEN / "hf" / "tiny-ministral3-vl"
+
+
+def _st(path) -> dict:
+    import safetensors
+
+    return {name: info for name, info in safetensors.deserialize(path.read_bytes())}
+
+
+def _text_model(src, out):
+    res = run_tool("ieconv", "text-model", "-q", "--hf-dir", src, "--out-dir", out)
+    assert res.returncode == 0, res.stderr
+    return json.loads((out / "config.json").read_text())
+
+
+def test_the_text_model_of_a_multimodal_ministral3_is_tiny_ministral3(tmp_path):
+    """golden/hf/tiny-ministral3-vl is tiny-ministral3's language model beside
+    a Pixtral tower (transformers gives the same text logits; the generator
+    checks): its text model is tiny-ministral3 byte for byte, tied as the
+    multimodal model is (no head stored), and converts to its artifact."""
+    cfg = _text_model(VL, tmp_path / "t")
+    got, want = _st(tmp_path / "t/model.safetensors"), _st(GOLDEN / "hf/tiny-ministral3/model.safetensors")
+    assert sorted(got) == sorted(want)
+    for n, t in want.items():
+        assert (got[n]["dtype"], got[n]["shape"], bytes(got[n]["data"])) == (t["dtype"], t["shape"], bytes(t["data"])), n
+    assert (cfg["architectures"], cfg["model_type"], cfg["tie_word_embeddings"]) == (
+        ["Ministral3ForCausalLM"], "ministral3", True)
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", tmp_path / "t", "--out-dir", tmp_path / "ie")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "ie/model.ie.bin").read_bytes() == (MINISTRAL3 / "model.ie.bin").read_bytes()
+
+
+def _mistral_small(tmp_path, text_edit: dict, head: bool = True, top: dict | None = None):
+    """tiny-ministral3-vl laid out as Mistral Small 3.1 is on the Hub: a
+    text_config of model_type mistral (old RoPE spelling), an untied head
+    (language_model.lm_head.weight) and the top level's tie_word_embeddings false."""
+    from gguf_build import hf_tensors
+    from safetensors.numpy import save_file
+
+    src = tmp_path / "small"
+    src.mkdir()
+    t = hf_tensors(VL)
+    if head:
+        emb = t["language_model.model.embed_tokens.weight"]
+        t["language_model.lm_head.weight"] = np.ascontiguousarray(emb[::-1] * np.float32(0.5))
+    save_file(t, str(src / "model.safetensors"))
+    cfg = json.loads((VL / "config.json").read_text())
+    text = cfg["text_config"]
+    for k in ("rope_parameters", "architectures"):
+        text.pop(k)
+    text.update(model_type="mistral", rope_theta=10000.0)
+    for k, v in text_edit.items():  # (None: left out)
+        text.pop(k) if v is None else text.update({k: v})
+    cfg.update(tie_word_embeddings=False, **(top or {}))
+    (src / "config.json").write_text(json.dumps(cfg))
+    (src / "tokenizer.json").write_bytes((VL / "tokenizer.json").read_bytes())
+    return src, t
+
+
+def test_a_mistral_small_layout_gives_an_untied_mistral(tmp_path):
+    """text_config.model_type mistral is a MistralForCausalLM; what its
+    text_config leaves out takes MistralConfig's defaults (rms_norm_eps
+    1e-6, a 4096 window), not Ministral 3's; the stored head is its own
+    (the top level says untied)."""
+    src, t = _mistral_small(tmp_path, {"rms_norm_eps": None})
+    out = _text_model(src, tmp_path / "t")
+    assert (out["architectures"], out["model_type"], out["tie_word_embeddings"]) == (
+        ["MistralForCausalLM"], "mistral", False)
+    assert (out["rms_norm_eps"], out["rope_theta"], out["sliding_window"]) == (1e-6, 10000.0, None)
+    assert "rope_parameters" not in out
+    from gguf_build import hf_tensors
+
+    got = hf_tensors(tmp_path / "t")
+    assert np.array_equal(got["lm_head.weight"], t["language_model.lm_head.weight"])
+    assert sorted(got) == sorted(k.removeprefix("language_model.") for k in t if k.startswith("language_model."))
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", tmp_path / "t", "--out-dir", tmp_path / "ie")
+    assert res.returncode == 0, res.stderr
+
+
+def test_the_mistral3_defaults_are_transformers():
+    """The default tables against transformers' own MistralConfig and
+    Ministral3Config, frozen by the golden generator."""
+    from iekit.convert.text_model import (MINISTRAL3_ROPE_DEFAULTS, MINISTRAL3_TEXT_DEFAULTS, MISTRAL_ROPE_DEFAULTS,
+                                          MISTRAL_TEXT_DEFAULTS)
+
+    theirs = json.loads((GOLDEN_REF / "mistral3-text-defaults.json").read_text())
+    for kind, table, rope in (("mistral", MISTRAL_TEXT_DEFAULTS, MISTRAL_ROPE_DEFAULTS),
+                              ("ministral3", MINISTRAL3_TEXT_DEFAULTS, MINISTRAL3_ROPE_DEFAULTS)):
+        assert {k: theirs[kind][k] for k in table} == table, kind
+        rp = {k: v for k, v in theirs[kind]["rope_parameters"].items() if k not in ("type", "max_position_embeddings")}
+        assert (rope if "rope_parameters" in rope else {"rope_parameters": {"rope_type": "default", **rope}}) == {
+            "rope_parameters": rp}, kind
+
+
+@pytest.mark.parametrize("text_edit,head,top,needles", [
+    ({"model_type": "pixtral"}, True, None, ("text_config.model_type", "'pixtral'")),
+    ({}, False, None, ("tie_word_embeddings: false", "no lm_head.weight")),
+])
+def test_text_model_refuses_a_mistral3_it_cannot_place(tmp_path, text_edit, head, top, needles):
+    src, _ = _mistral_small(tmp_path, text_edit, head, top)
+    res = run_tool("ieconv", "text-model", "--hf-dir", src, "--out-dir", tmp_path / "x")
+    assert_one_line_error(res, *needles)
+    assert not (tmp_path / "x").exists()
+
+
+def test_hf_to_iebin_of_the_multimodal_checkpoint_says_how_to_run_it(tmp_path):
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", VL, "--out-dir", tmp_path / "m")
+    assert res.returncode == 0 and "ieconv text-model" in res.stderr, res.stderr
