@@ -195,6 +195,7 @@ class GGUFArch:
     # (every other size: from head_dim); 0: not derived
     scale_27b_layers: int = 0
     nope_step: int = 0  # every nope_step-th layer without RoPE, as llama.cpp's graph has them (0: none)
+    swa_layers: int = 0  # llama.cpp slides only in a model of this many blocks (0: any that has a window)
 
 
 _MOE_EXPS = {"gate": "ffn_gate_exps.weight", "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
@@ -252,6 +253,12 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # SmolLM3: Llama's layer, q/k rows interleaved as for llama; llama.cpp leaves every 4th layer unrotated
     # (its n_no_rope_layer_step, read from no file)
     GGUFArch("smollm3", "SmolLM3ForCausalLM", "smollm3", True, _LLAMA, nope_step=4),
+    # EXAONE 4: OLMo 2's names (its norms of the blocks' outputs; q/k norms per head), rows as they are
+    # (convert_hf_to_gguf's Exaone4Model is no LlamaModel); llama.cpp slides only in the 64-layer 32B, every
+    # 4th layer full and unrotated there by default, and every layer full and rotated in any other size
+    GGUFArch("exaone4", "Exaone4ForCausalLM", "exaone4", False, _OLMO2,
+             keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
+             swa_pattern=4, swa_window=4096, swa_layers=64),
     # Ministral 3, Devstral Small 2, and Mistral Small 3.x as the converter writes Mistral3ForConditionalGeneration
     # (convert_hf_to_gguf's Ministral3Model, a LlamaModel): Llama's names and interleaved q/k rows, YaRN's
     # mscale_all_dim as rope.scaling.yarn_log_multiplier, Llama 4's attention temperature as

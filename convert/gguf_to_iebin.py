@@ -302,6 +302,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _granite_config(g, arch, cfg)
     if arch.gguf == "mistral3":
         _mistral3_config(g, arch, cfg)
+    if arch.gguf == "exaone4":
+        _exaone4_config(g, arch, cfg)
     if arch.hf_class == "Olmo3ForCausalLM":  # layer types by the file's pattern (or every 4th full); one base
         cfg.update(sliding_window=_field(g, f"{a}.attention.sliding_window", int),
                    layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
@@ -408,6 +410,32 @@ def _mistral3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
         raise FormatError(g.path, f"{a}.rope.scaling.original_context_length", "0: expected at least 1 position")
     cfg["rope_parameters"] = {**rp, "rope_theta": cfg.pop("rope_theta"), "original_max_position_embeddings": old_ctx,
                               "llama_4_scaling_beta": float(str(np.float32(beta)))}
+
+
+def _exaone4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """EXAONE 4's attention as llama.cpp's exaone4 graph runs it: in a
+    64-layer model (the 32B) sliding layers by the file's pattern (or every
+    4th full) with its window (or 4096), the full ones unrotated, one RoPE
+    base; in any other, every layer full and rotated (sliding_window None,
+    as EXAONE 4.0 1.2B's config has it). A window in such a file, which
+    llama.cpp would not apply, is refused rather than imported as either
+    model."""
+    a = arch.gguf
+    layers = cfg["num_hidden_layers"]
+    if layers != arch.swa_layers:
+        key = next((k for k in (f"{a}.attention.sliding_window", f"{a}.attention.sliding_window_pattern")
+                    if k in g.fields), None)
+        if key is not None:
+            raise FormatError(g.path, key, f"llama.cpp's {a} slides only in {arch.swa_layers}-layer models (EXAONE "
+                                           f"4.0 32B) and ignores this {layers}-layer file's window; refusing "
+                                           "rather than importing another model")
+        cfg.update(sliding_window=None, layer_types=["full_attention"] * layers)
+        return
+    window = _field(g, f"{a}.attention.sliding_window", int, arch.swa_window)
+    if window < 1:
+        raise FormatError(g.path, f"{a}.attention.sliding_window", "0: expected a window of at least 1 position")
+    cfg.update(sliding_window=window, layer_types=_layer_types(g, arch, layers))
+    _one_rope_base(g, arch, cfg, f"{arch.hf_class} rotates every sliding layer by the model's base")
 
 
 def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:

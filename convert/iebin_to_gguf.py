@@ -267,7 +267,15 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     if kind == "yarn" and not math.isclose(spec.rope_scale, derived, rel_tol=1e-6):
         raise IEError(f"{where}.rope_scaling: YaRN with an attention factor of {spec.rope_scale:.6g} (from its "
                       f"attention_factor/mscale) is not expressed by llama.cpp's keys, which derive {derived:.6g}")
-    if spec.nope and list(spec.nope) != every_nth(arch.nope_step, spec.n_layers):
+    if arch.swa_layers:  # exaone4: llama.cpp slides in a model of swa_layers blocks, always, and in no other
+        if spec.n_layers != arch.swa_layers and spec.nope:
+            raise IEError(f"{where}.sliding_window: {cfg.get('sliding_window')}; llama.cpp's {arch.gguf} slides and "
+                          f"leaves full layers unrotated only in {arch.swa_layers}-layer models, and this has "
+                          f"{spec.n_layers}: it would attend everywhere and rotate every layer")
+        if spec.n_layers == arch.swa_layers and not spec.nope:
+            raise IEError(f"{where}.sliding_window: none; llama.cpp's {arch.gguf} gives a {arch.swa_layers}-layer "
+                          "model sliding layers and unrotated full ones whatever its file says")
+    elif spec.nope and list(spec.nope) != every_nth(arch.nope_step, spec.n_layers):
         raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
                       f"llama.cpp's {arch.gguf} leaves every {arch.nope_step}th layer unrotated, and no other")
     if spec.mlp_act != arch.mlp_act:
@@ -513,8 +521,9 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.expert_used_count"] = moe.top_k
         if arch.gguf in ("qwen3moe", "gpt-oss"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
-    if arch.gguf == "gpt-oss" or arch.hf_class == "Olmo3ForCausalLM":  # (OLMo 3: as convert_hf_to_gguf writes it)
-        kv[f"{a}.attention.sliding_window"] = max(spec.windows) or spec.max_positions
+    # (as convert_hf_to_gguf writes them; exaone4: where the model has a window, which gives it NoPE layers)
+    if arch.gguf == "gpt-oss" or arch.hf_class == "Olmo3ForCausalLM" or arch.gguf == "exaone4" and spec.nope:
+        kv[f"{a}.attention.sliding_window"] = max(spec.windows) or cfg.get("sliding_window") or spec.max_positions
         kv[f"{a}.attention.sliding_window_pattern"] = [w > 0 for w in spec.windows]
     if spec.local_theta:  # the sliding layers' own base (gemma3; olmo3's, its full layers')
         kv[f"{a}.rope.freq_base_swa"] = spec.local_theta

@@ -63,6 +63,9 @@ class Arch:
     # Ministral 3 (models/ministral3): after RoPE, queries times
     # 1 + llama_4_scaling_beta ln(1 + floor(position / original_max_position_embeddings))
     attn_temp: bool = False
+    # EXAONE 4 (models/exaone4): where config.sliding_window is set, the full-attention layers rotate nothing
+    # (its hybrid attention's global NoPE); without one, every layer is full and rotates
+    nope_global: bool = False
 
 
 ARCHS = {
@@ -89,6 +92,9 @@ ARCHS = {
     # models/ministral3 (Ministral 3, Devstral Small 2; llama.cpp's mistral3, as which it also converts Mistral
     # Small 3.x): Llama's layer, YaRN, and Llama 4's attention temperature
     "Ministral3ForCausalLM": Arch(window_everywhere=True, attn_temp=True, default_theta=1e6),
+    # models/exaone4: OLMo 2's norms of the blocks' outputs with per-head q/k norms; every 4th layer full and
+    # unrotated, the others sliding (EXAONE 4.0 32B; the 1.2B has no window: every layer full, rotated)
+    "Exaone4ForCausalLM": Arch(qk_norm=True, pre_norms=False, window_period=4, nope_global=True),
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -499,10 +505,18 @@ def _attn_temp(cfg: dict, meta_path: Path) -> dict[str, Any]:
             "attn_temp_floor": _int(rp, meta_path, "original_max_position_embeddings", section=f"config.{key}")}
 
 
-def _nope(cfg: dict, n_layers: int, meta_path: Path) -> tuple[bool, ...]:
-    """SmolLM3's layers without RoPE: config.no_rope_layers (1: rotate, 0:
-    not), else every no_rope_layer_interval-th layer (4), as
-    SmolLM3Config derives them."""
+def _nope(arch: Arch, cfg: dict, windows: tuple[int, ...], meta_path: Path) -> tuple[bool, ...]:
+    """The layers without RoPE (empty: every layer rotates). SmolLM3's:
+    config.no_rope_layers (1: rotate, 0: not), else every
+    no_rope_layer_interval-th layer (4), as SmolLM3Config derives them.
+    EXAONE 4's: the full-attention layers where config.sliding_window is
+    set (Exaone4Attention rotates where sliding_window is None or the
+    layer slides)."""
+    n_layers = len(windows)
+    if arch.nope_global:
+        return tuple(w == 0 for w in windows) if cfg.get("sliding_window") is not None else ()
+    if not arch.nope:
+        return ()
     flags = cfg.get("no_rope_layers")
     if flags is None:
         return tuple(every_nth(_int(cfg, meta_path, "no_rope_layer_interval", 4, section="config"), n_layers))
@@ -602,7 +616,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         max_positions=_int(m, meta_path, "max_position_embeddings", INT32_MAX),
         eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), **rope,
         tied=bool(m.get("tie_word_embeddings")), eos_ids=frozenset(eos_list), windows=windows, moe=moe,
-        mlp_act=MLP_ACTS[act], nope=_nope(cfg, n_layers, meta_path) if arch.nope else (), **gemma,
+        mlp_act=MLP_ACTS[act], nope=_nope(arch, cfg, windows, meta_path), **gemma,
         **(_granite(cfg, meta_path) if arch.granite else {}),
         **(_attn_temp(cfg, meta_path) if arch.attn_temp else {}))
     _check_all_used(spec, meta.get("tensors") or [], meta_path)

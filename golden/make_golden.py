@@ -34,6 +34,8 @@ Writes (replacing any previous output):
                             (YaRN), OLMo 2's norms
     golden/hf/tiny-ministral3/  Ministral3ForCausalLM, bfloat16: YaRN from an original context of 4, Llama 4's
                             attention temperature (beta 0.5) past it, tied
+    golden/hf/tiny-exaone4/ Exaone4ForCausalLM, bfloat16, 64 layers 32 wide: OLMo 2's output norms with per-head
+                            q/k norms, every 4th layer full and unrotated, the others sliding (window 4), untied
     golden/hf/tiny-ministral3-vl/  Mistral3ForConditionalGeneration: tiny-ministral3's language model beside a
                             tiny Pixtral vision tower (its text logits are tiny-ministral3's)
     golden/ref/mistral3-text-defaults.json  transformers' MistralConfig and Ministral3Config defaults
@@ -102,6 +104,8 @@ from transformers import (  # noqa: E402
     Olmo3Config,
     Olmo3ForCausalLM,
     Ministral3Config,
+    Exaone4Config,
+    Exaone4ForCausalLM,
     Ministral3ForCausalLM,
     Mistral3Config,
     Mistral3ForConditionalGeneration,
@@ -160,6 +164,11 @@ MINISTRAL3_ROPE = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 32.0, "
                    "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
                    "llama_4_scaling_beta": 0.5}
 MINISTRAL3_SEED = SEED + 34  # the first from SEED + 29 whose greedy cases run 16 tokens with margins >= 0.015
+EXAONE4_SEED = SEED + 38  # the first from SEED + 36 whose greedy cases run 16 tokens with margins >= 0.015
+# EXAONE 4.0 32B's layout (llama.cpp's exaone4 slides only in 64-layer models): 64 narrow layers, every 4th
+# full and unrotated, the others sliding
+EXAONE4_DIMS = dict(hidden_size=32, intermediate_size=32, num_hidden_layers=64, num_attention_heads=2,
+                    num_key_value_heads=1, head_dim=16)
 OLMO2_SEED = SEED + 22  # the first from SEED + 20 whose greedy cases run 16 tokens with margins >= 0.01
 SMOLLM3_SEED = SEED + 18  # the first from SEED + 17 whose greedy cases run 16 tokens with margins >= 0.01
 # Gemma 2's caps are 50 (scores) and 30 (logits); the toy's scores and logits are a few units, so its
@@ -638,6 +647,20 @@ def make_ministral3(tok) -> None:
                            rope_parameters={**MINISTRAL3_ROPE, "llama_4_scaling_beta": 0.0})
 
 
+def make_exaone4(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    dims.update(EXAONE4_DIMS)
+    cfg = Exaone4Config(**dims, sliding_window=MISTRAL_WINDOW, sliding_window_pattern=4, tie_word_embeddings=False,
+                        pad_token_id=None, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg.architectures = ["Exaone4ForCausalLM"]
+    assert cfg.layer_types == (["sliding_attention"] * 3 + ["full_attention"]) * 16
+    out = HF_DIR / "tiny-exaone4"
+    logits = save_model(tok, out.name, Exaone4ForCausalLM, cfg, EXAONE4_SEED, torch.bfloat16)
+    assert_feature_matters(Exaone4ForCausalLM, out, logits, "the window and the global layers' NoPE",
+                           sliding_window=None, layer_types=["full_attention"] * 64)
+
+
 @torch.no_grad()
 def make_ministral3_vl(tok) -> None:
     """tiny-ministral3's language model, weights and all, in a
@@ -830,6 +853,7 @@ def main() -> None:
     make_olmo3(tok)
     make_ministral3(tok)
     make_ministral3_vl(tok)
+    make_exaone4(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

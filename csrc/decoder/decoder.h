@@ -1,6 +1,6 @@
 // A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3,
-// Phi-3, SmolLM3, Granite, OLMo 2 and 3, and the mixture-of-experts models
-// gpt-oss, Qwen3-MoE and Mixtral): RMSNorm, RoPE (YaRN's and LongRoPE's
+// Phi-3, SmolLM3, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, and the
+// mixture-of-experts models gpt-oss, Qwen3-MoE and Mixtral): RMSNorm, RoPE (YaRN's and LongRoPE's
 // attention factor included; partial RoPE; a second table for sliding
 // layers; layers without RoPE), grouped-query attention over a float32 or
 // float16 KV cache with optional per-head or whole q/k norms, attention sinks
