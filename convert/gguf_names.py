@@ -225,6 +225,10 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", False,
              _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight"}),
              experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()}),
+    # OLMoE: Qwen3-MoE's names with OLMo 2's whole-projection q/k norms, rows as they are
+    GGUFArch("olmoe", "OlmoeForCausalLM", "olmoe", False,
+             _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight"}),
+             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()}),
     GGUFArch("gpt-oss", "GptOssForCausalLM", "gpt_oss", False,
              _dense({"self_attn.sinks": "attn_sinks.weight", "mlp.router.weight": "ffn_gate_inp.weight",
                      "mlp.router.bias": "ffn_gate_inp.bias", "mlp.experts.down_proj": "ffn_down_exps.weight",

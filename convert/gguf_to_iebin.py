@@ -442,15 +442,18 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     """The experts, windows and SwiGLU of the MoE architectures, as the HF
     config keys the decoder reads, with what llama.cpp's graph for each does
     where the file cannot say otherwise (qwen3moe renormalises the top-k
-    weights in every layer; gpt-oss's SwiGLU is alpha 1.702, limit 7)."""
+    weights in every layer, olmoe never; gpt-oss's SwiGLU is alpha 1.702,
+    limit 7)."""
     a = arch.gguf
-    if arch.hf_class not in ("MixtralForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM"):
+    if arch.hf_class not in ("MixtralForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "OlmoeForCausalLM"):
         return
     n = _field(g, f"{a}.expert_count", int)
     k = _field(g, f"{a}.expert_used_count", int)
     if n < 1 or not 1 <= k <= n:
         raise FormatError(g.path, f"{a}.expert_used_count", f"{k} of {n} experts")
     cfg.update(num_local_experts=n, num_experts_per_tok=k)
+    if arch.hf_class == "OlmoeForCausalLM":  # (OlmoeConfig's key; llama.cpp's olmoe never renormalises)
+        cfg.update(num_experts=cfg.pop("num_local_experts"), norm_topk_prob=False)
     if arch.hf_class == "Qwen3MoeForCausalLM":
         cfg.update(moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), norm_topk_prob=True,
                    mlp_only_layers=[], decoder_sparse_step=1)

@@ -248,6 +248,8 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
             if not moe.norm_topk:
                 raise IEError(f"{where}.norm_topk_prob: false; llama.cpp's qwen3moe always renormalises the "
                               "top-k weights")
+        if arch.gguf == "olmoe" and moe.norm_topk:
+            raise IEError(f"{where}.norm_topk_prob: true; llama.cpp's olmoe never renormalises the top-k weights")
         if arch.gguf == "gpt-oss" and (moe.alpha, moe.limit) != GPT_OSS_SWIGLU:
             raise IEError(f"{where}.swiglu_limit: llama.cpp's gpt-oss runs swiglu_alpha {GPT_OSS_SWIGLU[0]} and "
                           f"swiglu_limit {GPT_OSS_SWIGLU[1]}; this model has {moe.alpha} and {moe.limit}")
@@ -278,6 +280,11 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     elif spec.nope and list(spec.nope) != every_nth(arch.nope_step, spec.n_layers):
         raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
                       f"llama.cpp's {arch.gguf} leaves every {arch.nope_step}th layer unrotated, and no other")
+    if arch.gguf == "olmoe" and (spec.n_kv_heads != spec.n_heads or spec.tied):
+        key, what = (("num_key_value_heads", f"{spec.n_kv_heads} of {spec.n_heads} heads") if not spec.tied
+                     else ("tie_word_embeddings", "true"))
+        raise IEError(f"{where}.{key}: {what}; llama.cpp's olmoe has a key head per query head and an output "
+                      "head of its own")
     if spec.mlp_act != arch.mlp_act:
         key = "hidden_activation" if "hidden_activation" in cfg else "hidden_act"
         raise IEError(f"{where}.{key}: {cfg.get(key)!r}; llama.cpp's {arch.gguf} uses {arch.mlp_act}")

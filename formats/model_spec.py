@@ -95,6 +95,9 @@ ARCHS = {
     # models/exaone4: OLMo 2's norms of the blocks' outputs with per-head q/k norms; every 4th layer full and
     # unrotated, the others sliding (EXAONE 4.0 32B; the 1.2B has no window: every layer full, rotated)
     "Exaone4ForCausalLM": Arch(qk_norm=True, pre_norms=False, window_period=4, nope_global=True),
+    # models/olmoe: Llama's norms, q/k norms over the whole projections (as OLMo 2's), experts in every layer
+    # under Qwen3-MoE's names, the top-k of the softmax over all experts (renormalised with norm_topk_prob)
+    "OlmoeForCausalLM": Arch(moe="olmoe", qk_norm=True, qk_norm_full=True),
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -111,6 +114,7 @@ MOE_NAMES = {
     "qwen3_moe": {"router": "mlp.gate.weight", "gate": "mlp.experts.{e}.gate_proj.weight",
                   "up": "mlp.experts.{e}.up_proj.weight", "down": "mlp.experts.{e}.down_proj.weight"},
 }
+MOE_NAMES["olmoe"] = MOE_NAMES["qwen3_moe"]
 LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 # Per layer (under model.layers.N.): the attention and dense MLP matrices
 # (NAME.weight), the norms, and the optional attention biases, by the keys
@@ -528,12 +532,12 @@ def _nope(arch: Arch, cfg: dict, windows: tuple[int, ...], meta_path: Path) -> t
 
 
 def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | None:
-    """The routing of gpt-oss, Mixtral and Qwen3-MoE, from their config keys
-    (configuration_gpt_oss / _mixtral / _qwen3_moe)."""
+    """The routing of gpt-oss, Mixtral, Qwen3-MoE and OLMoE, from their
+    config keys (configuration_gpt_oss / _mixtral / _qwen3_moe / _olmoe)."""
     if arch.moe is None:
         return None
-    # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts.
-    e_key = "num_experts" if arch.moe == "qwen3_moe" and "num_experts" in cfg else "num_local_experts"
+    # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's: num_experts.
+    e_key = "num_experts" if arch.moe in ("qwen3_moe", "olmoe") and "num_experts" in cfg else "num_local_experts"
     n_experts = _int(cfg, meta_path, e_key, section="config")
     top_k = _int(cfg, meta_path, "num_experts_per_tok", section="config")
     if top_k > n_experts:
@@ -543,11 +547,12 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
                  section="config")
     layers = (True,) * n_layers
     norm_topk, glu, alpha, limit = True, "silu", 1.702, 7.0
-    if arch.moe == "qwen3_moe":
+    if arch.moe in ("qwen3_moe", "olmoe"):
         norm = cfg.get("norm_topk_prob", False)
         if not isinstance(norm, bool):
             raise IEError(f"{meta_path}: config.norm_topk_prob: expected true or false, got {norm!r}")
         norm_topk = norm
+    if arch.moe == "qwen3_moe":
         step = _int(cfg, meta_path, "decoder_sparse_step", 1, section="config")
         dense = cfg.get("mlp_only_layers") or []
         if not isinstance(dense, list) or not all(type(i) is int for i in dense):
@@ -663,6 +668,9 @@ def _check_config(cfg: dict[str, Any], meta_path: Path) -> None:
     """Config keys that change the computation in a way the decoder does not implement."""
     if cfg.get("mlp_bias"):
         raise UnsupportedError(f"{meta_path}: config.mlp_bias: MLP biases are not supported by the decoder")
+    if cfg.get("clip_qkv") is not None:
+        raise UnsupportedError(f"{meta_path}: config.clip_qkv: {cfg['clip_qkv']!r}; clamping q, k and v (OLMo's "
+                               "option) is not supported by the decoder")
     q = cfg.get("quantization_config")
     method = q.get("quant_method") if isinstance(q, dict) else q
     if q is not None and method != "mxfp4":  # mxfp4: gpt-oss's experts, converted to the mxfp4 type

@@ -36,6 +36,8 @@ Writes (replacing any previous output):
                             attention temperature (beta 0.5) past it, tied
     golden/hf/tiny-exaone4/ Exaone4ForCausalLM, bfloat16, 64 layers 32 wide: OLMo 2's output norms with per-head
                             q/k norms, every 4th layer full and unrotated, the others sliding (window 4), untied
+    golden/hf/tiny-olmoe/   OlmoeForCausalLM, bfloat16: 4 experts top-2 without renormalising, q/k norms over the
+                            whole projections, untied
     golden/hf/tiny-ministral3-vl/  Mistral3ForConditionalGeneration: tiny-ministral3's language model beside a
                             tiny Pixtral vision tower (its text logits are tiny-ministral3's)
     golden/ref/mistral3-text-defaults.json  transformers' MistralConfig and Ministral3Config defaults
@@ -105,6 +107,8 @@ from transformers import (  # noqa: E402
     Olmo3ForCausalLM,
     Ministral3Config,
     Exaone4Config,
+    OlmoeConfig,
+    OlmoeForCausalLM,
     Exaone4ForCausalLM,
     Ministral3ForCausalLM,
     Mistral3Config,
@@ -169,6 +173,7 @@ EXAONE4_SEED = SEED + 38  # the first from SEED + 36 whose greedy cases run 16 t
 # full and unrotated, the others sliding
 EXAONE4_DIMS = dict(hidden_size=32, intermediate_size=32, num_hidden_layers=64, num_attention_heads=2,
                     num_key_value_heads=1, head_dim=16)
+OLMOE_SEED = SEED + 40  # its greedy cases run 16 tokens with margins >= 0.03
 OLMO2_SEED = SEED + 22  # the first from SEED + 20 whose greedy cases run 16 tokens with margins >= 0.01
 SMOLLM3_SEED = SEED + 18  # the first from SEED + 17 whose greedy cases run 16 tokens with margins >= 0.01
 # Gemma 2's caps are 50 (scores) and 30 (logits); the toy's scores and logits are a few units, so its
@@ -661,6 +666,18 @@ def make_exaone4(tok) -> None:
                            sliding_window=None, layer_types=["full_attention"] * 64)
 
 
+def make_olmoe(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    dims.update(num_key_value_heads=4, intermediate_size=32)  # (OLMoE has no GQA; each expert 32 channels)
+    cfg = OlmoeConfig(**dims, **MOE, num_experts=4, norm_topk_prob=False, tie_word_embeddings=False,
+                      pad_token_id=None, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg.architectures = ["OlmoeForCausalLM"]
+    out = HF_DIR / "tiny-olmoe"
+    logits = save_model(tok, out.name, OlmoeForCausalLM, cfg, OLMOE_SEED, torch.bfloat16)
+    assert_feature_matters(OlmoeForCausalLM, out, logits, "norm_topk_prob", norm_topk_prob=True)
+
+
 @torch.no_grad()
 def make_ministral3_vl(tok) -> None:
     """tiny-ministral3's language model, weights and all, in a
@@ -854,6 +871,7 @@ def main() -> None:
     make_ministral3(tok)
     make_ministral3_vl(tok)
     make_exaone4(tok)
+    make_olmoe(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):
