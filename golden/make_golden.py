@@ -678,7 +678,33 @@ def make_olmoe(tok) -> None:
     assert_feature_matters(OlmoeForCausalLM, out, logits, "norm_topk_prob", norm_topk_prob=True)
 
 
+# config keys a defaults table leaves out: provenance, and what no computation reads
+MULTIMODAL_SKIP = ("transformers_version", "id2label", "label2id", "_name_or_path", "architectures", "dtype")
+
+
 @torch.no_grad()
+def save_multimodal(tok, model_cls, cfg, seed: int, text_cls, text_name: str) -> None:
+    """``model_cls(cfg)`` with its weights drawn from ``seed`` and its
+    language model's replaced by golden/hf/TEXT_NAME's, saved to
+    hf/TEXT_NAME-vl with the tokenizer; transformers' logits on the text
+    reference ids must be TEXT_NAME's."""
+    cfg.architectures = [model_cls.__name__]
+    seed_everything(seed)
+    model = model_cls(cfg).to(torch.float32).eval()
+    init_weights(model, seed)
+    lm = text_cls.from_pretrained(HF_DIR / text_name, dtype=torch.float32, local_files_only=True)
+    model.model.language_model.load_state_dict(lm.model.state_dict())
+    out = HF_DIR / f"{text_name}-vl"
+    reset_dir(out)
+    model.to(torch.bfloat16).save_pretrained(out)
+    tok.save_pretrained(out)
+    again = model_cls.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
+                                      local_files_only=True).float().eval()
+    ref = np.load(REF_DIR / text_name / "logits.npy")
+    got = again(input_ids=torch.tensor([json.loads((REF_DIR / text_name / "ids.json").read_text())])).logits[0]
+    assert np.abs(got.numpy() - ref).max() <= 1e-5 * np.abs(ref).max(), f"the text logits are not {text_name}'s"
+
+
 def make_ministral3_vl(tok) -> None:
     """tiny-ministral3's language model, weights and all, in a
     Mistral3ForConditionalGeneration beside a tiny Pixtral vision tower
@@ -692,25 +718,10 @@ def make_ministral3_vl(tok) -> None:
                                  head_dim=8, image_size=28, patch_size=14)
     cfg = Mistral3Config(text_config=text, vision_config=vision, bos_token_id=tok.bos_token_id,
                          eos_token_id=tok.eos_token_id, pad_token_id=None, tie_word_embeddings=True)
-    cfg.architectures = ["Mistral3ForConditionalGeneration"]
-    seed_everything(MINISTRAL3_SEED + 1)
-    model = Mistral3ForConditionalGeneration(cfg).to(torch.float32).eval()
-    init_weights(model, MINISTRAL3_SEED + 1)
-    lm = Ministral3ForCausalLM.from_pretrained(HF_DIR / "tiny-ministral3", dtype=torch.float32, local_files_only=True)
-    model.model.language_model.load_state_dict(lm.model.state_dict())
-    out = HF_DIR / "tiny-ministral3-vl"
-    reset_dir(out)
-    model.to(torch.bfloat16).save_pretrained(out)
-    tok.save_pretrained(out)
-    again = Mistral3ForConditionalGeneration.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
-                                                             local_files_only=True).float().eval()
-    ref = np.load(REF_DIR / "tiny-ministral3" / "logits.npy")
-    ids = json.loads((REF_DIR / "tiny-ministral3" / "ids.json").read_text())
-    got = again(input_ids=torch.tensor([ids])).logits[0]
-    assert np.abs(got.numpy() - ref).max() <= 1e-5 * np.abs(ref).max(), "the text logits are not tiny-ministral3's"
-    skip = ("transformers_version", "id2label", "label2id", "_name_or_path", "architectures", "dtype")
+    save_multimodal(tok, Mistral3ForConditionalGeneration, cfg, MINISTRAL3_SEED + 1, Ministral3ForCausalLM,
+                    "tiny-ministral3")
     write_json(REF_DIR / "mistral3-text-defaults.json",
-               {c.model_type: {k: v for k, v in sorted(c().to_dict().items()) if k not in skip}
+               {c.model_type: {k: v for k, v in sorted(c().to_dict().items()) if k not in MULTIMODAL_SKIP}
                 for c in (MistralConfig, Ministral3Config)})
 
 
@@ -724,24 +735,9 @@ def make_gemma3_vl(tok) -> None:
                                 image_size=28, patch_size=14)
     cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=None)
-    cfg.architectures = ["Gemma3ForConditionalGeneration"]
-    seed_everything(GEMMA3_SEED + 1)
-    model = Gemma3ForConditionalGeneration(cfg).to(torch.float32).eval()
-    init_weights(model, GEMMA3_SEED + 1)
-    lm = Gemma3ForCausalLM.from_pretrained(HF_DIR / "tiny-gemma3", dtype=torch.float32, local_files_only=True)
-    model.model.language_model.load_state_dict(lm.model.state_dict())
-    out = HF_DIR / "tiny-gemma3-vl"
-    reset_dir(out)
-    model.to(torch.bfloat16).save_pretrained(out)
-    tok.save_pretrained(out)
-    again = Gemma3ForConditionalGeneration.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
-                                                           local_files_only=True).float().eval()
-    ref = np.load(REF_DIR / "tiny-gemma3" / "logits.npy")
-    got = again(input_ids=torch.tensor([json.loads((REF_DIR / "tiny-gemma3" / "ids.json").read_text())])).logits[0]
-    assert np.abs(got.numpy() - ref).max() <= 1e-5 * np.abs(ref).max(), "the text logits are not tiny-gemma3's"
-    skip = ("transformers_version", "id2label", "label2id", "_name_or_path", "architectures", "dtype")
+    save_multimodal(tok, Gemma3ForConditionalGeneration, cfg, GEMMA3_SEED + 1, Gemma3ForCausalLM, "tiny-gemma3")
     write_json(REF_DIR / "gemma3-text-defaults.json",
-               {k: v for k, v in sorted(Gemma3TextConfig().to_dict().items()) if k not in skip})
+               {k: v for k, v in sorted(Gemma3TextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
 
 
 def gpt_oss_config(tok) -> GptOssConfig:
