@@ -263,6 +263,9 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("exaone4", "Exaone4ForCausalLM", "exaone4", False, _OLMO2,
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
              swa_pattern=4, swa_window=4096, swa_layers=64),
+    # Seed-OSS: Llama's names but the MLP's norm, which llama.cpp names post_attention_norm; rows as they are
+    # (convert_hf_to_gguf's SeedOssModel is no LlamaModel)
+    GGUFArch("seed_oss", "SeedOssForCausalLM", "seed_oss", False, _dense(norm_after="post_attention_norm")),
     # Ministral 3, Devstral Small 2, and Mistral Small 3.x as the converter writes Mistral3ForConditionalGeneration
     # (convert_hf_to_gguf's Ministral3Model, a LlamaModel): Llama's names and interleaved q/k rows, YaRN's
     # mscale_all_dim as rope.scaling.yarn_log_multiplier, Llama 4's attention temperature as

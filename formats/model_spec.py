@@ -98,6 +98,9 @@ ARCHS = {
     # models/olmoe: Llama's norms, q/k norms over the whole projections (as OLMo 2's), experts in every layer
     # under Qwen3-MoE's names, the top-k of the softmax over all experts (renormalised with norm_topk_prob)
     "OlmoeForCausalLM": Arch(moe="olmoe", qk_norm=True, qk_norm_full=True),
+    # models/seed_oss (Seed-OSS-36B): Llama's layer; q/k/v biases (attention_bias), an o bias only with
+    # attention_out_bias, each read where the checkpoint stores it; its dropouts are training's alone
+    "SeedOssForCausalLM": Arch(),
 }
 ARCHITECTURES = tuple(ARCHS)
 

@@ -38,6 +38,7 @@ Writes (replacing any previous output):
                             q/k norms, every 4th layer full and unrotated, the others sliding (window 4), untied
     golden/hf/tiny-olmoe/   OlmoeForCausalLM, bfloat16: 4 experts top-2 without renormalising, q/k norms over the
                             whole projections, untied
+    golden/hf/tiny-seed-oss/ SeedOssForCausalLM, bfloat16: q/k/v biases (no o bias), untied
     golden/hf/tiny-ministral3-vl/  Mistral3ForConditionalGeneration: tiny-ministral3's language model beside a
                             tiny Pixtral vision tower (its text logits are tiny-ministral3's)
     golden/ref/mistral3-text-defaults.json  transformers' MistralConfig and Ministral3Config defaults
@@ -108,6 +109,8 @@ from transformers import (  # noqa: E402
     Ministral3Config,
     Exaone4Config,
     OlmoeConfig,
+    SeedOssConfig,
+    SeedOssForCausalLM,
     OlmoeForCausalLM,
     Exaone4ForCausalLM,
     Ministral3ForCausalLM,
@@ -174,6 +177,7 @@ EXAONE4_SEED = SEED + 38  # the first from SEED + 36 whose greedy cases run 16 t
 EXAONE4_DIMS = dict(hidden_size=32, intermediate_size=32, num_hidden_layers=64, num_attention_heads=2,
                     num_key_value_heads=1, head_dim=16)
 OLMOE_SEED = SEED + 40  # its greedy cases run 16 tokens with margins >= 0.03
+SEED_OSS_SEED = SEED + 41  # its greedy cases run 16 tokens with margins >= 0.03
 OLMO2_SEED = SEED + 22  # the first from SEED + 20 whose greedy cases run 16 tokens with margins >= 0.01
 SMOLLM3_SEED = SEED + 18  # the first from SEED + 17 whose greedy cases run 16 tokens with margins >= 0.01
 # Gemma 2's caps are 50 (scores) and 30 (logits); the toy's scores and logits are a few units, so its
@@ -678,6 +682,16 @@ def make_olmoe(tok) -> None:
     assert_feature_matters(OlmoeForCausalLM, out, logits, "norm_topk_prob", norm_topk_prob=True)
 
 
+def make_seed_oss(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    cfg = SeedOssConfig(**dims, head_dim=16, attention_bias=True, attention_out_bias=False,
+                        tie_word_embeddings=False, pad_token_id=None,
+                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg.architectures = ["SeedOssForCausalLM"]
+    save_model(tok, "tiny-seed-oss", SeedOssForCausalLM, cfg, SEED_OSS_SEED, torch.bfloat16)
+
+
 # config keys a defaults table leaves out: provenance, and what no computation reads
 MULTIMODAL_SKIP = ("transformers_version", "id2label", "label2id", "_name_or_path", "architectures", "dtype")
 
@@ -868,6 +882,7 @@ def main() -> None:
     make_ministral3_vl(tok)
     make_exaone4(tok)
     make_olmoe(tok)
+    make_seed_oss(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

@@ -30,7 +30,8 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-gpt-oss-mxfp4": "gpt-oss", "tiny-gemma3": "gemma3", "tiny-gemma2": "gemma2", "tiny-phi3": "phi3",
            "tiny-smollm3": "smollm3", "tiny-granite": "granite",
            "tiny-olmo2": "olmo2", "tiny-olmo3": "olmo2", "tiny-ministral3": "mistral3",
-           "tiny-exaone4": "exaone4", "tiny-olmoe": "olmoe"}
+           "tiny-exaone4": "exaone4", "tiny-olmoe": "olmoe",
+           "tiny-seed-oss": "seed_oss"}
 
 
 def _hf_variant(tmp: Path, name: str, edit: dict, tensors=None) -> Path:
@@ -83,7 +84,8 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
     out = {n: GOLDEN / "iebin" / n for n in ("tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral",
                                              "tiny-gemma3", "tiny-gemma2", "tiny-smollm3",
                                              "tiny-granite", "tiny-olmo2", "tiny-olmo3", "tiny-ministral3",
-                                             "tiny-exaone4", "tiny-olmoe")}
+                                             "tiny-exaone4", "tiny-olmoe",
+                                             "tiny-seed-oss")}
     out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
     out["tiny-gpt-oss"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss")
     out["tiny-gpt-oss-mxfp4"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss-mxfp4")

@@ -27,7 +27,8 @@ CONVERTED = GOLDEN_HF.parent / "gguf" / "llamacpp"
 CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-mxfp4": {"swiglu_limit": 7.0},
            "tiny-gemma3": {}, "tiny-phi3": {}, "tiny-smollm3": {},
            "tiny-granite": {}, "tiny-olmo2": {}, "tiny-olmo3": {}, "tiny-ministral3": {},
-           "tiny-exaone4": {}, "tiny-olmoe": {}}
+           "tiny-exaone4": {}, "tiny-olmoe": {},
+           "tiny-seed-oss": {}}
 # what an export needs beyond the defaults: tiny-phi3's window of 6, which llama.cpp's phi3 does not apply
 EXPORT_ARGS = {"tiny-phi3": ["--allow-full-attention"]}
 # descriptive keys the converter derives from the directory and file (llama.cpp reads none of them to run)

@@ -40,7 +40,8 @@ OUT = HERE / "llamacpp"
 MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-mxfp4": {"swiglu_limit": 7.0},
           "tiny-phi3": {}, "tiny-gemma3": {}, "tiny-smollm3": {},
           "tiny-granite": {}, "tiny-olmo2": {},
-          "tiny-olmo3": {}, "tiny-ministral3": {}, "tiny-exaone4": {}, "tiny-olmoe": {}}
+          "tiny-olmo3": {}, "tiny-ministral3": {}, "tiny-exaone4": {}, "tiny-olmoe": {},
+          "tiny-seed-oss": {}}
 
 
 def source_dir(name: str, work: Path) -> Path:
