@@ -196,6 +196,7 @@ class GGUFArch:
     scale_27b_layers: int = 0
     nope_step: int = 0  # every nope_step-th layer without RoPE, as llama.cpp's graph has them (0: none)
     swa_layers: int = 0  # llama.cpp slides only in a model of this many blocks (0: any that has a window)
+    eot_token: str = ""  # the token llama.cpp's converter names the end of a turn, by its text (GLM's <|user|>)
 
 
 _MOE_EXPS = {"gate": "ffn_gate_exps.weight", "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
@@ -263,6 +264,16 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("exaone4", "Exaone4ForCausalLM", "exaone4", False, _OLMO2,
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
              swa_pattern=4, swa_window=4096, swa_layers=64),
+    # GLM-4 (0414, Z1): interleaved RoPE, which is llama.cpp's own (ROPE_TYPE_NORM), so rows as they are;
+    # rope.dimension_count the rotated half; its four norms (input, post_self_attn, post_attention, post_mlp) as
+    # attn_norm, post_attention_norm, ffn_norm, post_ffw_norm; gate_up_proj fused into ffn_up as phi3's
+    GGUFArch("glm4", "Glm4ForCausalLM", "glm4", False,
+             {**{k: v for k, v in _LLAMA.items()
+                 if not k.startswith(("mlp.gate_proj.", "mlp.up_proj.", "post_attention_layernorm."))},
+              "post_self_attn_layernorm.weight": "post_attention_norm.weight",
+              "post_attention_layernorm.weight": "ffn_norm.weight",
+              "post_mlp_layernorm.weight": "post_ffw_norm.weight"},
+             fused={"ffn_up.weight": "mlp.gate_up_proj.weight"}, eot_token="<|user|>"),
     # Seed-OSS: Llama's names but the MLP's norm, which llama.cpp names post_attention_norm; rows as they are
     # (convert_hf_to_gguf's SeedOssModel is no LlamaModel)
     GGUFArch("seed_oss", "SeedOssForCausalLM", "seed_oss", False, _dense(norm_after="post_attention_norm")),

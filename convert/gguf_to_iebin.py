@@ -291,7 +291,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
             "beta_slow": _field(g, f"{a}.rope.scaling.yarn_beta_slow", float, 1.0), "truncate": True}
     if "rope_freqs.weight" in names:
         cfg["rope_scaling"] = _llama3_scaling(g, names["rope_freqs.weight"], head_dim, cfg["rope_theta"])
-    if rot != head_dim:  # convert_hf_to_gguf.py writes int(factor * hidden) // heads
+    # convert_hf_to_gguf.py writes int(factor * hidden) // heads; stated where the class defaults to another (GLM-4)
+    if rot != head_dim or DECODER_ARCHS[arch.hf_class].default_partial != 1:
         cfg["partial_rotary_factor"] = rot / head_dim
         if int(head_dim * cfg["partial_rotary_factor"]) != rot:  # (transformers' truncation must give it back)
             raise FormatError(g.path, f"{a}.rope.dimension_count", f"{rot} of {head_dim} is no factor transformers "

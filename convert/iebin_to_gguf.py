@@ -572,7 +572,7 @@ def _digest(model: iebin.IebinModel) -> str:
     return checksums.digest(model.checksum, read_small(model.meta_path))
 
 
-def _tokenizer(model: iebin.IebinModel, cfg: dict[str, Any]) -> dict[str, Any]:
+def _tokenizer(model: iebin.IebinModel, arch: GGUFArch, cfg: dict[str, Any]) -> dict[str, Any]:
     files = model.meta.get("tokenizer", {}).get("files") or []
     if "tokenizer.json" not in files:
         raise IEError(f"{model.meta_path}: tokenizer.files: no tokenizer.json; llama.cpp needs the vocabulary in "
@@ -585,7 +585,10 @@ def _tokenizer(model: iebin.IebinModel, cfg: dict[str, Any]) -> dict[str, Any]:
     if "chat_template.jinja" in files:  # transformers' own file for it, which wins over tokenizer_config's
         tok_cfg = {**tok_cfg, "chat_template": read_small_text(model.dir / "chat_template.jinja")}
     merged = {**cfg, **{k: v for k, v in model.meta["model"].items() if k.endswith("_token_id")}}
-    return gguf_tokenizer_fields(read_small(path), tok_cfg, merged, path)
+    fields = gguf_tokenizer_fields(read_small(path), tok_cfg, merged, path)
+    if arch.eot_token in fields["tokenizer.ggml.tokens"]:  # (as the converter names it, by its text)
+        fields["tokenizer.ggml.eot_token_id"] = fields["tokenizer.ggml.tokens"].index(arch.eot_token)
+    return fields
 
 
 def shard_names(out_path: Path, count: int) -> list[Path]:
@@ -689,7 +692,7 @@ def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, ov
     for p in paths if split else ():
         check_out_file(p, overwrite, "the .gguf file")
     outs, cfg = plan.out, plan.model.meta.get("config") or {}
-    kv = {**_metadata(plan.model, plan.arch, plan.spec, cfg, outs), **_tokenizer(plan.model, cfg)}
+    kv = {**_metadata(plan.model, plan.arch, plan.spec, cfg, outs), **_tokenizer(plan.model, plan.arch, cfg)}
 
     t0 = time.perf_counter()
     progress.start("exporting", sum(sizes))

@@ -1,9 +1,10 @@
-"""Phi-3's fused matrices, read as the separate ones they hold.
+"""Phi-3's and GLM-4's fused matrices, read as the separate ones they hold.
 
 ``Phi3ForCausalLM`` stores each layer's attention input projection as one
 ``self_attn.qkv_proj`` (q rows, then k, then v: models/phi3's
 ``qkv[..., :q_pos]`` slices) and its MLP's as one ``mlp.gate_up_proj``
-(gate rows, then up: ``chunk(2)``). Every tool here reads a checkpoint
+(gate rows, then up: ``chunk(2)``); ``Glm4ForCausalLM`` the latter alone.
+Every tool here reads a checkpoint
 through ``collect_tensors``, which lists those as the Llama-named matrices
 ``q_proj``, ``k_proj``, ``v_proj``, ``gate_proj`` and ``up_proj``: row
 ranges of the stored tensor, read in place (whole rows, so nothing is
@@ -21,14 +22,19 @@ from typing import Any
 from .errors import IEError
 
 PHI3 = "Phi3ForCausalLM"
+GLM4 = "Glm4ForCausalLM"
 # fused suffix -> (the parts' suffixes, in row order)
 FUSED = {"self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
          "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight")}
+# architecture -> the fused tensors its checkpoints hold (GLM-4: gate_up_proj, with q, k, v apart)
+FUSED_BY_ARCH = {PHI3: tuple(FUSED), GLM4: ("mlp.gate_up_proj.weight",)}
 
 
-def is_fused(config: Any) -> bool:
+def fused_of(config: Any) -> dict[str, tuple[str, ...]]:
+    """The FUSED entries the config's architecture holds (none for most)."""
     archs = config.get("architectures") if isinstance(config, dict) else None
-    return isinstance(archs, list) and PHI3 in archs
+    held = next((FUSED_BY_ARCH[a] for a in archs if a in FUSED_BY_ARCH), ()) if isinstance(archs, list) else ()
+    return {k: FUSED[k] for k in held}
 
 
 def part_rows(config: dict[str, Any], suffix: str, rows: int, label: str) -> list[int]:
@@ -59,11 +65,12 @@ def split(config: Any, tensors: dict[str, tuple[Any, Any]], label: str) -> dict[
     """``tensors`` (name -> (file, SafetensorsTensor)) with each fused
     matrix of a Phi-3 checkpoint replaced by its parts (row ranges of the
     same file); unchanged for every other architecture."""
-    if not is_fused(config):
+    fused = fused_of(config)
+    if not fused:
         return tensors
     out = {}
     for name, (sf, t) in tensors.items():
-        suffix = next((s for s in FUSED if name.endswith("." + s)), None)
+        suffix = next((s for s in fused if name.endswith("." + s)), None)
         if suffix is None:
             out[name] = (sf, t)
             continue
@@ -103,12 +110,13 @@ def joined(config: Any, tensors: list[tuple[str, str, list[int]]],
 
 def _layout(config: Any, names: list[str]) -> list[tuple[str, list[str]]]:
     """Each tensor to write, with the names it joins (``joined``)."""
-    if not is_fused(config):
+    fused_here = fused_of(config)
+    if not fused_here:
         return [(n, [n]) for n in names]
     have = set(names)
     group = {}  # part -> (fused name, its parts in row order)
     for n in names:
-        for fused, parts in FUSED.items():
+        for fused, parts in fused_here.items():
             hit = next((p for p in parts if n.endswith("." + p)), None)
             stem = n[:-len(hit)] if hit else None
             if stem is not None and all(stem + p in have for p in parts):

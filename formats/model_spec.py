@@ -66,6 +66,11 @@ class Arch:
     # EXAONE 4 (models/exaone4): where config.sliding_window is set, the full-attention layers rotate nothing
     # (its hybrid attention's global NoPE); without one, every layer is full and rotates
     nope_global: bool = False
+    # GLM-4 (models/glm4): RoPE turns interleaved pairs (2i, 2i + 1) (repeat_interleave of cos and sin), and the
+    # layer norms its blocks' inputs and outputs both (GLM4_LAYER_VECTORS; RMSNorm by w, not Gemma's 1 + w)
+    rope_interleaved: bool = False
+    glm_norms: bool = False
+    default_partial: float = 1.0  # partial_rotary_factor where the config has none (its config class's default)
 
 
 ARCHS = {
@@ -101,6 +106,9 @@ ARCHS = {
     # models/seed_oss (Seed-OSS-36B): Llama's layer; q/k/v biases (attention_bias), an o bias only with
     # attention_out_bias, each read where the checkpoint stores it; its dropouts are training's alone
     "SeedOssForCausalLM": Arch(),
+    # models/glm4 (GLM-4-0414, GLM-Z1): partial interleaved RoPE (half of each head by default), norms before and
+    # after each block, gate_up_proj fused as Phi-3's (formats/fused_tensors.py), q/k/v biases where stored
+    "Glm4ForCausalLM": Arch(partial_rope=True, rope_interleaved=True, glm_norms=True, default_partial=0.5),
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -130,6 +138,9 @@ LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "mlp_norm": "post_attent
 GEMMA_LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "attn_post_norm": "post_attention_layernorm.weight",
                        "mlp_norm": "pre_feedforward_layernorm.weight",
                        "mlp_post_norm": "post_feedforward_layernorm.weight"}
+# GLM-4's: the same four norms under its names (its post_attention_layernorm is the MLP's input norm).
+GLM4_LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "attn_post_norm": "post_self_attn_layernorm.weight",
+                      "mlp_norm": "post_attention_layernorm.weight", "mlp_post_norm": "post_mlp_layernorm.weight"}
 # OLMo 2's: its post_attention_layernorm and post_feedforward_layernorm norm the blocks' outputs.
 OLMO2_LAYER_VECTORS = {"attn_post_norm": "post_attention_layernorm.weight",
                        "mlp_post_norm": "post_feedforward_layernorm.weight"}
@@ -417,13 +428,15 @@ def _rotary_dim(arch: Arch, cfg: dict[str, Any], scaling: Any, head_dim: int, me
         ("config", cfg), ("model.rope_scaling", scaling), ("config.rope_parameters", rp))
         if isinstance(d, dict) and d.get("partial_rotary_factor") is not None), ("config", None))
     where += ".partial_rotary_factor"
-    if v is None or v == 1:
+    if v is None:
+        v = arch.default_partial
+    if v == 1:
         return head_dim
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
         raise IEError(f"{meta_path}: {where}: expected a number in (0, 1], got {v!r}")
     if not arch.partial_rope:
         raise UnsupportedError(f"{meta_path}: {where}: partial rotary embeddings are not supported for this "
-                               "architecture (Phi-3's are)")
+                               "architecture (Phi-3's and GLM-4's are)")
     dim = int(head_dim * v)
     if dim < 2 or dim % 2:
         raise IEError(f"{meta_path}: {where}: {v} of head_dim {head_dim} is {dim} dims; RoPE turns an even number")
@@ -724,7 +737,8 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
               "gate": (s.inter, s.hidden), "up": (s.inter, s.hidden), "down": (s.hidden, s.inter)}
     bias_len = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": s.hidden}
     parts = [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in ATTN_MATRICES.items()]
-    vectors = GEMMA_LAYER_VECTORS if s.arch.gemma else LAYER_VECTORS if s.arch.pre_norms else OLMO2_LAYER_VECTORS
+    vectors = (GEMMA_LAYER_VECTORS if s.arch.gemma else GLM4_LAYER_VECTORS if s.arch.glm_norms
+               else LAYER_VECTORS if s.arch.pre_norms else OLMO2_LAYER_VECTORS)
     parts += [Part(key, pre + hf, (s.hidden,), VECTOR) for key, hf in vectors.items()]
     parts += [Part("b" + key, pre + hf, (bias_len[key],), VECTOR, required=key in s.arch.biases)
               for key, hf in LAYER_BIASES.items()]

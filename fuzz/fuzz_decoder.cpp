@@ -59,6 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Every rotated dim, or a head's first few (partial RoPE: Phi-4-mini); none at all is refused.
   c.inv_freq = vec(in, in.ConsumeBool() ? c.head_dim / 2 : in.ConsumeIntegralInRange<int>(0, c.head_dim / 2));
   c.rope_scale = in.ConsumeFloatingPointInRange<float>(-0.5f, 2.f);
+  c.rope_interleaved = in.ConsumeBool();  // GLM-4's pairs
   if (in.ConsumeBool()) {  // Gemma 3's: a second RoPE table (sometimes of the wrong size), scales, GELU
     c.inv_freq_swa = vec(in, c.head_dim / 2 + (in.ConsumeIntegral<uint8_t>() < 8));
     c.attn_scale = in.ConsumeFloatingPointInRange<float>(-0.5f, 1.f);

@@ -39,6 +39,8 @@ Writes (replacing any previous output):
     golden/hf/tiny-olmoe/   OlmoeForCausalLM, bfloat16: 4 experts top-2 without renormalising, q/k norms over the
                             whole projections, untied
     golden/hf/tiny-seed-oss/ SeedOssForCausalLM, bfloat16: q/k/v biases (no o bias), untied
+    golden/hf/tiny-glm4/    Glm4ForCausalLM, bfloat16: interleaved RoPE over half of each head, norms before and after
+                            each block, gate_up_proj fused, q/k/v biases, untied; ids 318/319 GLM's special tokens
     golden/hf/tiny-ministral3-vl/  Mistral3ForConditionalGeneration: tiny-ministral3's language model beside a
                             tiny Pixtral vision tower (its text logits are tiny-ministral3's)
     golden/ref/mistral3-text-defaults.json  transformers' MistralConfig and Ministral3Config defaults
@@ -110,6 +112,8 @@ from transformers import (  # noqa: E402
     Exaone4Config,
     OlmoeConfig,
     SeedOssConfig,
+    Glm4Config,
+    Glm4ForCausalLM,
     SeedOssForCausalLM,
     OlmoeForCausalLM,
     Exaone4ForCausalLM,
@@ -178,6 +182,7 @@ EXAONE4_DIMS = dict(hidden_size=32, intermediate_size=32, num_hidden_layers=64, 
                     num_key_value_heads=1, head_dim=16)
 OLMOE_SEED = SEED + 40  # its greedy cases run 16 tokens with margins >= 0.03
 SEED_OSS_SEED = SEED + 41  # its greedy cases run 16 tokens with margins >= 0.03
+GLM4_SEED = SEED + 42  # its greedy cases run 16 tokens with margins >= 0.04
 OLMO2_SEED = SEED + 22  # the first from SEED + 20 whose greedy cases run 16 tokens with margins >= 0.01
 SMOLLM3_SEED = SEED + 18  # the first from SEED + 17 whose greedy cases run 16 tokens with margins >= 0.01
 # Gemma 2's caps are 50 (scores) and 30 (logits); the toy's scores and logits are a few units, so its
@@ -692,6 +697,37 @@ def make_seed_oss(tok) -> None:
     save_model(tok, "tiny-seed-oss", SeedOssForCausalLM, cfg, SEED_OSS_SEED, torch.bfloat16)
 
 
+def glm4_tokenizer(out: Path) -> None:
+    """The toy vocabulary as llama.cpp's converter takes it for a GLM-4: its
+    last two tokens are GLM's <|endoftext|> and <|user|> (ids 318, 319; the
+    merges making the pieces before dropped), which the converter looks up
+    by name for its special tokens."""
+    tok = json.loads((out / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    for tid, name in ((318, "<|endoftext|>"), (319, "<|user|>")):
+        piece = next(p for p, i in vocab.items() if i == tid)
+        del vocab[piece]
+        vocab[name] = tid
+        tok["model"]["merges"] = [m for m in tok["model"]["merges"]
+                                  if (m if isinstance(m, str) else " ".join(m)).replace(" ", "") != piece]
+        tok["added_tokens"].append({"id": tid, "content": name, "single_word": False, "lstrip": False,
+                                    "rstrip": False, "normalized": False, "special": True})
+    (out / "tokenizer.json").write_text(json.dumps(tok))
+
+
+def make_glm4(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    cfg = Glm4Config(**dims, head_dim=16, attention_bias=True, tie_word_embeddings=False, pad_token_id=None,
+                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
+    cfg.architectures = ["Glm4ForCausalLM"]
+    out = HF_DIR / "tiny-glm4"
+    logits = save_model(tok, out.name, Glm4ForCausalLM, cfg, GLM4_SEED, torch.bfloat16)
+    glm4_tokenizer(out)
+    assert_feature_matters(Glm4ForCausalLM, out, logits, "RoPE over the whole head",
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0})
+
+
 # config keys a defaults table leaves out: provenance, and what no computation reads
 MULTIMODAL_SKIP = ("transformers_version", "id2label", "label2id", "_name_or_path", "architectures", "dtype")
 
@@ -883,6 +919,7 @@ def main() -> None:
     make_exaone4(tok)
     make_olmoe(tok)
     make_seed_oss(tok)
+    make_glm4(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

@@ -120,7 +120,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     src = _iebin_bytes(model)
     heads = {"q_proj": cfg["num_attention_heads"], "k_proj": cfg["num_key_value_heads"]}
     seen = set()
-    fused = {"attn_qkv": ("q_proj", "k_proj", "v_proj"), "ffn_up": ("gate_proj", "up_proj")} if a == "phi3" else {}
+    fused = {"attn_qkv": ("q_proj", "k_proj", "v_proj"), "ffn_up": ("gate_proj", "up_proj")} if a == "phi3" else \
+        {"ffn_up": ("gate_proj", "up_proj")} if a == "glm4" else {}
     for hf, (t, raw) in src.items():
         expected_name = name_map.get_name(hf.removesuffix(".weight").removesuffix(".bias")) if "experts" not in hf \
             else None

@@ -42,7 +42,8 @@ def models(tmp_path_factory) -> dict[str, Path]:
                                   "tiny-qwen3-moe", "tiny-gemma3", "tiny-gemma2", "tiny-phi3",
                                   "tiny-smollm3", "tiny-granite", "tiny-olmo2",
                                   "tiny-olmo3", "tiny-ministral3", "tiny-exaone4",
-                                  "tiny-olmoe", "tiny-seed-oss"])
+                                  "tiny-olmoe", "tiny-seed-oss",
+                                  "tiny-glm4"])
 def test_a_gguf_comes_back_as_its_checkpoint(tmp_path, models, name):
     g = tmp_path / "m.gguf"
     res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", models[name], "--out", g)

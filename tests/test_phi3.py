@@ -126,7 +126,7 @@ def test_partial_rope_is_refused_where_the_architecture_has_none(tmp_path):
     d = edited_artifact(GOLDEN_IEBIN / "tiny-llama", tmp_path / "m",
                         lambda meta: reconfigure(meta, partial_rotary_factor=0.5))
     assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"), "partial_rotary_factor",
-                          "Phi-3's are")
+                          "Phi-3's and GLM-4's are")
 
 
 @pytest.mark.parametrize("fix,needle", [

@@ -107,6 +107,21 @@ void rope(float* v, int n_heads, int head_dim, int half, const float* cs) {
   }
 }
 
+// The interleaved convention (GLM-4's, transformers' repeat_interleave of cos
+// and sin; llama.cpp's ROPE_TYPE_NORM): pairs (2i, 2i + 1) over a head's
+// first 2 * half dims rotate by cs[i], cs[half + i]; the dims after them pass
+// through.
+void rope_interleaved(float* v, int n_heads, int head_dim, int half, const float* cs) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* x = v + h * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const float a = x[2 * i], b = x[2 * i + 1], c = cs[i], s = cs[half + i];
+      x[2 * i] = a * c - b * s;
+      x[2 * i + 1] = b * c + a * s;
+    }
+  }
+}
+
 // Gemma 2's soft-cap: x = cap tanh(x / cap), in place, as transformers
 // divides, takes the tanh and multiplies.
 void softcap(float* x, size_t n, float cap) {
@@ -865,8 +880,9 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
           rmsnorm(&k_[j * kv_dim_ + h * c.head_dim], L.k_norm.data(), c.head_dim, c.eps, &k_[j * kv_dim_ + h * c.head_dim]);
       }
       if (c.nope.empty() || !c.nope[l]) {
-        rope(&q_[j * q_dim_], c.n_heads, c.head_dim, half, cs);
-        rope(&k_[j * kv_dim_], c.n_kv_heads, c.head_dim, half, cs);
+        const auto turn = c.rope_interleaved ? rope_interleaved : rope;
+        turn(&q_[j * q_dim_], c.n_heads, c.head_dim, half, cs);
+        turn(&k_[j * kv_dim_], c.n_kv_heads, c.head_dim, half, cs);
       }
       if (c.attn_temp_scale != 0.f) {  // (llama.cpp's floor and log of floats, as transformers' float32 ones)
         const float t = 1.f + c.attn_temp_scale * std::log(std::floor(static_cast<float>(pos) /

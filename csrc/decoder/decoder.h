@@ -1,14 +1,15 @@
 // A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3,
-// Phi-3, SmolLM3, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS, and
-// the mixture-of-experts models gpt-oss, Qwen3-MoE, OLMoE and Mixtral):
-// RMSNorm, RoPE (YaRN's and LongRoPE's attention factor included; partial RoPE;
-// a second table for sliding layers; layers without RoPE), grouped-query
-// attention over a float32 or float16 KV cache with optional per-head or whole
-// q/k norms, attention sinks and per-layer sliding windows, a SwiGLU or
-// GELU-gated MLP or a routed set of experts, optional norms of the attention
-// and MLP outputs (Gemma's sandwich; OLMo's without the norms before them),
-// soft-capped scores and logits (Gemma 2), Granite's residual and logit
-// multipliers, Ministral 3's attention temperature, tied or untied output head.
+// Phi-3, SmolLM3, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
+// GLM-4, and the mixture-of-experts models gpt-oss, Qwen3-MoE, OLMoE and
+// Mixtral): RMSNorm, RoPE (rotate-half or interleaved pairs; YaRN's and
+// LongRoPE's attention factor included; partial RoPE; a second table for
+// sliding layers; layers without RoPE), grouped-query attention over a float32
+// or float16 KV cache with optional per-head or whole q/k norms, attention
+// sinks and per-layer sliding windows, a SwiGLU or GELU-gated MLP or a routed
+// set of experts, optional norms of the attention and MLP outputs (Gemma's
+// sandwich; OLMo's without the norms before them), soft-capped scores and
+// logits (Gemma 2), Granite's residual and logit multipliers, Ministral 3's
+// attention temperature, tied or untied output head.
 // Every matrix is read in place, in its stored format,
 // through the fused GEMV kernels (gemv.h) -- or, for a prefill chunk of
 // more than kMaxBatch tokens with float activations, the GEMM kernels
@@ -65,6 +66,9 @@ struct DecoderConfig {
   // rotary_dim / 2) as in HF. rotary_dim is head_dim but for partial RoPE
   // (Phi-4-mini's first 3/4 of each head); the dims after it pass through.
   std::vector<float> inv_freq;
+  // The pairs RoPE turns: (i, i + rotary_dim / 2), rotate_half's (Llama and
+  // most), or (2i, 2i + 1) with rope_interleaved (GLM-4's).
+  bool rope_interleaved = false;
   // YaRN's attention factor: cos and sin are multiplied by it, as
   // transformers does (1 for every other RoPE).
   float rope_scale = 1.f;

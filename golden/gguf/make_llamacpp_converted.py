@@ -41,7 +41,7 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-phi3": {}, "tiny-gemma3": {}, "tiny-smollm3": {},
           "tiny-granite": {}, "tiny-olmo2": {},
           "tiny-olmo3": {}, "tiny-ministral3": {}, "tiny-exaone4": {}, "tiny-olmoe": {},
-          "tiny-seed-oss": {}}
+          "tiny-seed-oss": {}, "tiny-glm4": {}}
 
 
 def source_dir(name: str, work: Path) -> Path:
