@@ -197,6 +197,7 @@ class GGUFArch:
     nope_step: int = 0  # every nope_step-th layer without RoPE, as llama.cpp's graph has them (0: none)
     swa_layers: int = 0  # llama.cpp slides only in a model of this many blocks (0: any that has a window)
     eot_token: str = ""  # the token llama.cpp's converter names the end of a turn, by its text (GLM's <|user|>)
+    layer_norm: bool = False  # LayerNorm, its eps under attention.layer_norm_epsilon (Cohere), not RMSNorm's key
 
 
 _MOE_EXPS = {"gate": "ffn_gate_exps.weight", "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
@@ -274,6 +275,14 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
               "post_attention_layernorm.weight": "ffn_norm.weight",
               "post_mlp_layernorm.weight": "post_ffw_norm.weight"},
              fused={"ffn_up.weight": "mlp.gate_up_proj.weight"}, eot_token="<|user|>"),
+    # Cohere 2 (Command R7B, Command A): one LayerNorm per layer (attn_norm) for its parallel attention and MLP,
+    # rows as they are (llama.cpp turns interleaved pairs, as Cohere does), the head always the embedding; every
+    # 4th layer full and unrotated by default, logit_scale a key
+    GGUFArch("cohere2", "Cohere2ForCausalLM", "cohere2", False,
+             {k: v for k, v in _LLAMA.items() if not k.endswith(".bias") and not k.startswith("post_attention_")},
+             keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa",
+                             "logit_scale", "attention.layer_norm_epsilon"}),
+             swa_pattern=4, layer_norm=True),
     # Seed-OSS: Llama's names but the MLP's norm, which llama.cpp names post_attention_norm; rows as they are
     # (convert_hf_to_gguf's SeedOssModel is no LlamaModel)
     GGUFArch("seed_oss", "SeedOssForCausalLM", "seed_oss", False, _dense(norm_after="post_attention_norm")),

@@ -277,7 +277,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": head_dim,
         "num_hidden_layers": _field(g, f"{a}.block_count", int),
         "max_position_embeddings": _field(g, f"{a}.context_length", int),
-        "rms_norm_eps": _field(g, f"{a}.attention.layer_norm_rms_epsilon", float),
+        **({"layer_norm_eps": _field(g, f"{a}.attention.layer_norm_epsilon", float)} if arch.layer_norm else
+           {"rms_norm_eps": _field(g, f"{a}.attention.layer_norm_rms_epsilon", float)}),
         "rope_theta": _field(g, f"{a}.rope.freq_base", float, 10000.0),
         "vocab_size": vocab, "tie_word_embeddings": "output.weight" not in names,
     }
@@ -305,6 +306,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _mistral3_config(g, arch, cfg)
     if arch.gguf == "exaone4":
         _exaone4_config(g, arch, cfg)
+    if arch.gguf == "cohere2":
+        _cohere2_config(g, arch, cfg)
     if arch.hf_class == "Olmo3ForCausalLM":  # layer types by the file's pattern (or every 4th full); one base
         cfg.update(sliding_window=_field(g, f"{a}.attention.sliding_window", int),
                    layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
@@ -436,6 +439,28 @@ def _exaone4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     if window < 1:
         raise FormatError(g.path, f"{a}.attention.sliding_window", "0: expected a window of at least 1 position")
     cfg.update(sliding_window=window, layer_types=_layer_types(g, arch, layers))
+    _one_rope_base(g, arch, cfg, f"{arch.hf_class} rotates every sliding layer by the model's base")
+
+
+def _cohere2_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """Cohere 2 as llama.cpp's cohere2 graph runs it: its logit_scale and
+    sliding_window (keys it requires), sliding layers by the file's pattern
+    (every 4th full without it), one RoPE base, the embedding as the head.
+    Cohere2Config derives head_dim from hidden / heads: a file with other
+    heads is refused."""
+    a = arch.gguf
+    if cfg["head_dim"] * cfg["num_attention_heads"] != cfg["hidden_size"]:
+        raise FormatError(g.path, f"{a}.attention.key_length", f"{cfg['head_dim']} × {cfg['num_attention_heads']} "
+                                                               f"heads is not the {cfg['hidden_size']} hidden "
+                                                               "dims Cohere2Config derives head_dim from")
+    if any(t.name == "output.weight" for t in g.tensors):
+        raise FormatError(g.path, "tensor 'output.weight'", f"llama.cpp's {a} reads the embedding as its output head "
+                                                            "and never this one; refusing rather than dropping it")
+    window = _field(g, f"{a}.attention.sliding_window", int)
+    if window < 1:
+        raise FormatError(g.path, f"{a}.attention.sliding_window", "0: expected a window of at least 1 position")
+    cfg.update(logit_scale=_field(g, f"{a}.logit_scale", float), sliding_window=window,
+               layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]), tie_word_embeddings=True)
     _one_rope_base(g, arch, cfg, f"{arch.hf_class} rotates every sliding layer by the model's base")
 
 

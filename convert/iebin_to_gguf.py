@@ -277,9 +277,14 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
         if spec.n_layers == arch.swa_layers and not spec.nope:
             raise IEError(f"{where}.sliding_window: none; llama.cpp's {arch.gguf} gives a {arch.swa_layers}-layer "
                           "model sliding layers and unrotated full ones whatever its file says")
-    elif spec.nope and list(spec.nope) != every_nth(arch.nope_step, spec.n_layers):
+    elif spec.nope and spec.arch.nope_full != "always" and (  # (cohere2: llama.cpp turns the sliding layers alone)
+            not arch.nope_step or list(spec.nope) != every_nth(arch.nope_step, spec.n_layers)):
+        rule = f"leaves every {arch.nope_step}th layer unrotated, and no other" if arch.nope_step else "rotates every layer"
         raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
-                      f"llama.cpp's {arch.gguf} leaves every {arch.nope_step}th layer unrotated, and no other")
+                      f"llama.cpp's {arch.gguf} {rule}")
+    if arch.gguf == "cohere2" and not spec.tied:
+        raise IEError(f"{where}.tie_word_embeddings: false; llama.cpp's cohere2 reads the embedding as its output "
+                      "head")
     if arch.gguf == "olmoe" and (spec.n_kv_heads != spec.n_heads or spec.tied):
         key, what = (("num_key_value_heads", f"{spec.n_kv_heads} of {spec.n_heads} heads") if not spec.tied
                      else ("tie_word_embeddings", "true"))
@@ -490,7 +495,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv[f"{a}.attention.value_length"] = spec.head_dim
     kv[f"{a}.rope.dimension_count"] = 2 * len(spec.inv_freq)  # the rotated dims (partial RoPE: fewer than head_dim)
     kv[f"{a}.rope.freq_base"] = float(m.get("rope_theta") or 10000.0)
-    kv[f"{a}.attention.layer_norm_rms_epsilon"] = float(spec.eps)
+    kv[f"{a}.attention.layer_norm_{'epsilon' if arch.layer_norm else 'rms_epsilon'}"] = float(spec.eps)
     kv[f"{a}.vocab_size"] = spec.vocab
     scaling = _scaling(model)
     kind = rope_kind(scaling)
@@ -512,6 +517,12 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.logit_scale"] = float(spec.logits_scaling)
     if (log_mul := _yarn_log_multiplier(arch, scaling)) is not None:
         kv[f"{a}.rope.scaling.yarn_log_multiplier"] = log_mul
+    if arch.gguf == "cohere2":  # as convert_hf_to_gguf's Cohere2Model writes them
+        kv[f"{a}.logit_scale"] = 1.0 / spec.logits_scaling
+        kv[f"{a}.attention.sliding_window"] = max(spec.windows) or int(cfg["sliding_window"])
+        if [w > 0 for w in spec.windows] != [not f for f in every_nth(arch.swa_pattern, spec.n_layers)]:
+            kv[f"{a}.attention.sliding_window_pattern"] = [w > 0 for w in spec.windows]
+        kv[f"{a}.rope.scaling.type"] = "none"
     if spec.attn_temp_scale:  # (Mistral Small 3.x has none) llama.cpp steps it over YaRN's original context, else
         kv[f"{a}.attention.temperature_scale"] = float(spec.attn_temp_scale)  # over the whole one
         if spec.attn_temp_floor != (scaling or {}).get("original_max_position_embeddings", spec.max_positions):

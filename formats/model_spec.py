@@ -63,14 +63,18 @@ class Arch:
     # Ministral 3 (models/ministral3): after RoPE, queries times
     # 1 + llama_4_scaling_beta ln(1 + floor(position / original_max_position_embeddings))
     attn_temp: bool = False
-    # EXAONE 4 (models/exaone4): where config.sliding_window is set, the full-attention layers rotate nothing
-    # (its hybrid attention's global NoPE); without one, every layer is full and rotates
-    nope_global: bool = False
+    # Full-attention layers that rotate nothing: "windowed", EXAONE 4's (models/exaone4), where
+    # config.sliding_window is set (without one every layer is full and rotates); "always", Cohere 2's
+    # (models/cohere2: only sliding layers turn)
+    nope_full: str = ""
     # GLM-4 (models/glm4): RoPE turns interleaved pairs (2i, 2i + 1) (repeat_interleave of cos and sin), and the
     # layer norms its blocks' inputs and outputs both (GLM4_LAYER_VECTORS; RMSNorm by w, not Gemma's 1 + w)
     rope_interleaved: bool = False
     glm_norms: bool = False
     default_partial: float = 1.0  # partial_rotary_factor where the config has none (its config class's default)
+    # Cohere 2 (models/cohere2): LayerNorm without bias for the layer's and the model's input norms, attention and
+    # MLP in parallel from one norm (COHERE_LAYER_VECTORS), logits times config.logit_scale
+    cohere: bool = False
 
 
 ARCHS = {
@@ -99,7 +103,7 @@ ARCHS = {
     "Ministral3ForCausalLM": Arch(window_everywhere=True, attn_temp=True, default_theta=1e6),
     # models/exaone4: OLMo 2's norms of the blocks' outputs with per-head q/k norms; every 4th layer full and
     # unrotated, the others sliding (EXAONE 4.0 32B; the 1.2B has no window: every layer full, rotated)
-    "Exaone4ForCausalLM": Arch(qk_norm=True, pre_norms=False, window_period=4, nope_global=True),
+    "Exaone4ForCausalLM": Arch(qk_norm=True, pre_norms=False, window_period=4, nope_full="windowed"),
     # models/olmoe: Llama's norms, q/k norms over the whole projections (as OLMo 2's), experts in every layer
     # under Qwen3-MoE's names, the top-k of the softmax over all experts (renormalised with norm_topk_prob)
     "OlmoeForCausalLM": Arch(moe="olmoe", qk_norm=True, qk_norm_full=True),
@@ -109,6 +113,9 @@ ARCHS = {
     # models/glm4 (GLM-4-0414, GLM-Z1): partial interleaved RoPE (half of each head by default), norms before and
     # after each block, gate_up_proj fused as Phi-3's (formats/fused_tensors.py), q/k/v biases where stored
     "Glm4ForCausalLM": Arch(partial_rope=True, rope_interleaved=True, glm_norms=True, default_partial=0.5),
+    # models/cohere2 (Command R7B, Command A): Cohere's parallel layer; every 4th layer full and unrotated, the
+    # others sliding with interleaved RoPE
+    "Cohere2ForCausalLM": Arch(cohere=True, rope_interleaved=True, window_period=4, nope_full="always"),
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -141,6 +148,8 @@ GEMMA_LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "attn_post_norm": 
 # GLM-4's: the same four norms under its names (its post_attention_layernorm is the MLP's input norm).
 GLM4_LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "attn_post_norm": "post_self_attn_layernorm.weight",
                       "mlp_norm": "post_attention_layernorm.weight", "mlp_post_norm": "post_mlp_layernorm.weight"}
+# Cohere's: one norm, whose output both blocks read.
+COHERE_LAYER_VECTORS = {"attn_norm": "input_layernorm.weight"}
 # OLMo 2's: its post_attention_layernorm and post_feedforward_layernorm norm the blocks' outputs.
 OLMO2_LAYER_VECTORS = {"attn_post_norm": "post_attention_layernorm.weight",
                        "mlp_post_norm": "post_feedforward_layernorm.weight"}
@@ -206,7 +215,7 @@ class DecoderSpec:
     rope_original_ctx: int = 0
     nope: tuple[bool, ...] = ()  # per layer, True where q and k are not rotated (SmolLM3); empty: every layer rotates
     residual_scale: float = 1.0  # each block's output times this before the residual add (Granite)
-    logits_scaling: float = 1.0  # logits divided by this (Granite)
+    logits_scaling: float = 1.0  # logits divided by this (Granite; Cohere: 1 / its logit_scale)
     attn_temp_scale: float = 0.0  # Ministral 3's llama_4_scaling_beta (0: none)
     attn_temp_floor: int = 0      # the positions per step of its log (original_max_position_embeddings)
 
@@ -531,10 +540,10 @@ def _nope(arch: Arch, cfg: dict, windows: tuple[int, ...], meta_path: Path) -> t
     no_rope_layer_interval-th layer (4), as SmolLM3Config derives them.
     EXAONE 4's: the full-attention layers where config.sliding_window is
     set (Exaone4Attention rotates where sliding_window is None or the
-    layer slides)."""
+    layer slides); Cohere 2's: every full-attention layer."""
     n_layers = len(windows)
-    if arch.nope_global:
-        return tuple(w == 0 for w in windows) if cfg.get("sliding_window") is not None else ()
+    if arch.nope_full == "always" or arch.nope_full == "windowed" and cfg.get("sliding_window") is not None:
+        return tuple(w == 0 for w in windows)
     if not arch.nope:
         return ()
     flags = cfg.get("no_rope_layers")
@@ -639,7 +648,9 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         tied=bool(m.get("tie_word_embeddings")), eos_ids=frozenset(eos_list), windows=windows, moe=moe,
         mlp_act=MLP_ACTS[act], nope=_nope(arch, cfg, windows, meta_path), **gemma,
         **(_granite(cfg, meta_path) if arch.granite else {}),
-        **(_attn_temp(cfg, meta_path) if arch.attn_temp else {}))
+        **(_attn_temp(cfg, meta_path) if arch.attn_temp else {}),
+        **({"logits_scaling": 1.0 / _positive(cfg, meta_path, "logit_scale", 0.0625, section="config")}
+           if arch.cohere else {}))
     _check_all_used(spec, meta.get("tensors") or [], meta_path)
     return spec
 
@@ -738,7 +749,8 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
     bias_len = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": s.hidden}
     parts = [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in ATTN_MATRICES.items()]
     vectors = (GEMMA_LAYER_VECTORS if s.arch.gemma else GLM4_LAYER_VECTORS if s.arch.glm_norms
-               else LAYER_VECTORS if s.arch.pre_norms else OLMO2_LAYER_VECTORS)
+               else COHERE_LAYER_VECTORS if s.arch.cohere else LAYER_VECTORS if s.arch.pre_norms
+               else OLMO2_LAYER_VECTORS)
     parts += [Part(key, pre + hf, (s.hidden,), VECTOR) for key, hf in vectors.items()]
     parts += [Part("b" + key, pre + hf, (bias_len[key],), VECTOR, required=key in s.arch.biases)
               for key, hf in LAYER_BIASES.items()]

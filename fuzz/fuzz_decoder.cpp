@@ -81,6 +81,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.attn_temp_scale = in.ConsumeFloatingPointInRange<float>(-0.5f, 1.f);
     c.attn_temp_floor = in.ConsumeIntegralInRange<int>(-1, 8);
   }
+  c.layer_norm = in.ConsumeBool();      // Cohere's LayerNorm
+  c.parallel_block = in.ConsumeBool();  // and its parallel layer (with OLMo's or experts: refused)
   const bool olmo = in.ConsumeBool();  // OLMo 2's layer: output norms alone, whole-projection q/k norms
   c.pre_norms = !olmo;
   c.qk_norm_full = olmo && in.ConsumeBool();
@@ -103,7 +105,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ie::LayerWeights L;
       if (!olmo || in.ConsumeIntegral<uint8_t>() < 8) {  // (OLMo 2 with pre-norms: refused)
         L.attn_norm = vec(in, c.hidden);
-        L.mlp_norm = vec(in, c.hidden);
+        if (!c.parallel_block || in.ConsumeIntegral<uint8_t>() < 8)  // (a parallel layer with two norms: refused)
+          L.mlp_norm = vec(in, c.hidden);
       }
       L.q = matrix(in, pool, q_dim, c.hidden);
       L.k = matrix(in, pool, kv_dim, c.hidden);

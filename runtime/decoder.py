@@ -115,7 +115,8 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
         embed_scale=s.embed_scale, mlp_act=s.mlp_act, attn_softcap=s.attn_softcap, logit_softcap=s.logit_softcap,
         nope=[int(n) for n in s.nope], residual_scale=s.residual_scale, logits_scaling=s.logits_scaling,
         pre_norms=s.arch.pre_norms, qk_norm_full=s.arch.qk_norm_full, attn_temp_scale=s.attn_temp_scale,
-        attn_temp_floor=s.attn_temp_floor, rope_interleaved=s.arch.rope_interleaved,
+        attn_temp_floor=s.attn_temp_floor, rope_interleaved=s.arch.rope_interleaved, layer_norm=s.arch.cohere,
+        parallel_block=s.arch.cohere,
         **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
                                        norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
                                        swiglu_limit=moe.limit)))

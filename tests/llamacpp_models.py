@@ -31,7 +31,8 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-smollm3": "smollm3", "tiny-granite": "granite",
            "tiny-olmo2": "olmo2", "tiny-olmo3": "olmo2", "tiny-ministral3": "mistral3",
            "tiny-exaone4": "exaone4", "tiny-olmoe": "olmoe",
-           "tiny-seed-oss": "seed_oss", "tiny-glm4": "glm4"}
+           "tiny-seed-oss": "seed_oss", "tiny-glm4": "glm4",
+           "tiny-cohere2": "cohere2"}
 
 
 def _hf_variant(tmp: Path, name: str, edit: dict, tensors=None) -> Path:
@@ -85,7 +86,8 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
                                              "tiny-gemma3", "tiny-gemma2", "tiny-smollm3",
                                              "tiny-granite", "tiny-olmo2", "tiny-olmo3", "tiny-ministral3",
                                              "tiny-exaone4", "tiny-olmoe",
-                                             "tiny-seed-oss", "tiny-glm4")}
+                                             "tiny-seed-oss", "tiny-glm4",
+                                             "tiny-cohere2")}
     out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
     out["tiny-gpt-oss"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss")
     out["tiny-gpt-oss-mxfp4"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss-mxfp4")

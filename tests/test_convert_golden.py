@@ -57,6 +57,7 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-olmoe", "tiny-olmoe", []),
     ("tiny-seed-oss", "tiny-seed-oss", []),
     ("tiny-glm4", "tiny-glm4", []),
+    ("tiny-cohere2", "tiny-cohere2", []),
     ("tiny-llama", "tiny-llama-mixedq", ["--q4-map", GOLDEN / "manifests" / "tiny-llama.mixed.q4_manifest.json"]),
     # --checksum sha256 writes what every earlier version wrote, byte for byte
     ("tiny-llama", "tiny-llama-sha256", ["--checksum", "sha256"]),

@@ -186,6 +186,8 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
     fail("the CUDA decoder has no OLMo 2 layer (output norms alone, whole-projection q/k norms); run it on the CPU");
   if (c.residual_scale != 1.f || c.logits_scaling != 1.f)
     fail("the CUDA decoder has no residual or logit multipliers (Granite); run it on the CPU");
+  if (c.layer_norm || c.parallel_block)
+    fail("the CUDA decoder has no LayerNorm or parallel layer (Cohere); run it on the CPU");
   if (c.rope_interleaved)
     fail("the CUDA decoder turns rotate-half pairs; interleaved RoPE (GLM-4) runs on the CPU");
   if (c.attn_temp_scale != 0.f)

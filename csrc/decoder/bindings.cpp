@@ -236,7 +236,7 @@ void ie_register_decoder(py::module_& m) {
                        std::vector<float> inv_freq_swa, float attn_scale, float embed_scale, const std::string& mlp_act,
                        float attn_softcap, float logit_softcap, std::vector<uint8_t> nope, float residual_scale,
                        float logits_scaling, bool pre_norms, bool qk_norm_full, float attn_temp_scale,
-                       int attn_temp_floor, bool rope_interleaved) {
+                       int attn_temp_floor, bool rope_interleaved, bool layer_norm, bool parallel_block) {
              ie::DecoderConfig c;
              c.n_layers = n_layers;
              c.hidden = hidden;
@@ -271,6 +271,8 @@ void ie_register_decoder(py::module_& m) {
              c.attn_temp_scale = attn_temp_scale;
              c.attn_temp_floor = attn_temp_floor;
              c.rope_interleaved = rope_interleaved;
+             c.layer_norm = layer_norm;
+             c.parallel_block = parallel_block;
              if (mlp_act != "silu" && mlp_act != "gelu_tanh")
                throw std::invalid_argument("mlp_act must be silu or gelu_tanh, got '" + mlp_act + "'");
              c.mlp_act = mlp_act == "silu" ? ie::MlpAct::Silu : ie::MlpAct::GeluTanh;
@@ -291,7 +293,7 @@ void ie_register_decoder(py::module_& m) {
            py::arg("attn_softcap") = 0.f, py::arg("logit_softcap") = 0.f, py::arg("nope") = std::vector<uint8_t>{},
            py::arg("residual_scale") = 1.f, py::arg("logits_scaling") = 1.f, py::arg("pre_norms") = true,
            py::arg("qk_norm_full") = false, py::arg("attn_temp_scale") = 0.f, py::arg("attn_temp_floor") = 0,
-           py::arg("rope_interleaved") = false)
+           py::arg("rope_interleaved") = false, py::arg("layer_norm") = false, py::arg("parallel_block") = false)
       .def_readonly("n_layers", &ie::DecoderConfig::n_layers)
       .def_readonly("hidden", &ie::DecoderConfig::hidden)
       .def_readonly("vocab", &ie::DecoderConfig::vocab)

@@ -122,6 +122,18 @@ void rope_interleaved(float* v, int n_heads, int head_dim, int half, const float
   }
 }
 
+// Cohere's LayerNorm in float32, without a bias: (x - mean) * rsqrt(var +
+// eps) * weight, var the mean of the squared deviations.
+void layernorm(const float* x, const float* w, int n, float eps, float* out) {
+  double sum = 0.0;  // (a float sum of ~10^4 values loses the mean's low bits that the deviations keep)
+  for (int i = 0; i < n; ++i) sum += x[i];
+  const float mean = static_cast<float>(sum / n);
+  double ss = 0.0;
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i] - mean) * (x[i] - mean);
+  const float inv = 1.f / std::sqrt(static_cast<float>(ss / n) + eps);
+  for (int i = 0; i < n; ++i) out[i] = w[i] * ((x[i] - mean) * inv);
+}
+
 // Gemma 2's soft-cap: x = cap tanh(x / cap), in place, as transformers
 // divides, takes the tanh and multiplies.
 void softcap(float* x, size_t n, float cap) {
@@ -176,6 +188,9 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     fail("decoder config: attn_temp_scale must be >= 0 and finite");
   if (c.attn_temp_scale != 0.f && c.attn_temp_floor < 1)
     fail("decoder config: attn_temp_floor must be positive where attn_temp_scale is set");
+  if (c.parallel_block && (!c.pre_norms || c.n_experts > 0))
+    fail("decoder config: parallel_block is Cohere's dense layer with its input norm; not without pre-norms or "
+         "with experts");
   if (c.residual_scale != 1.f && c.n_experts > 0)
     fail("decoder config: residual_scale is Granite's dense layer; a mixture of experts has none");
   if (c.n_experts < 0) fail("decoder config: n_experts must be >= 0");
@@ -210,7 +225,9 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     const std::string n = "layer " + std::to_string(l) + " ";
     if (c.pre_norms) {
       check_vec(n + "input_layernorm", L.attn_norm, c.hidden);
-      check_vec(n + "post_attention_layernorm", L.mlp_norm, c.hidden);
+      if (c.parallel_block && !L.mlp_norm.empty())
+        fail(n + "post_attention_layernorm: a parallel layer (Cohere) norms its input once, for both blocks");
+      if (!c.parallel_block) check_vec(n + "post_attention_layernorm", L.mlp_norm, c.hidden);
     } else if (!L.attn_norm.empty() || !L.mlp_norm.empty() || L.attn_post_norm.empty() || L.mlp_post_norm.empty()) {
       fail(n + "norms: a layer without pre-norms (OLMo 2) has the attention's and the MLP's output norms alone");
     }
@@ -333,6 +350,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   const size_t B = kPrefillBatch;
   x_.resize(B * c.hidden);
   xn_.resize(B * std::max(c.hidden, c.inter));
+  if (c.parallel_block) par_.resize(B * c.hidden);
   q_.resize(B * q_dim_);
   k_.resize(B * kv_dim_);
   v_.resize(B * kv_dim_);
@@ -822,6 +840,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
   const DecoderConfig& c = cfg_;
   const int H = c.hidden, I = c.inter;
   const int half = static_cast<int>(c.inv_freq.size());  // the rotated dims' half (head_dim / 2 but for partial RoPE)
+  const auto norm = c.layer_norm ? layernorm : rmsnorm;  // the layer's and the model's input norms (Cohere: LayerNorm)
   for (int j = 0; j < b; ++j) {
     if (stream.in != nullptr)
       std::copy_n(stream.in + static_cast<size_t>(j) * H, H, x_.data() + static_cast<size_t>(j) * H);
@@ -850,9 +869,10 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     const std::vector<float>& rope_l = !rope_cs_swa_.empty() && c.windows[l] > 0 ? rope_cs_swa_ : rope_cs_;
     rows(b, [&](int j) {
       if (c.pre_norms)
-        rmsnorm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]);
+        norm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]);
       else
         std::copy_n(&x_[j * H], H, &xn_[j * H]);
+      if (c.parallel_block) std::copy_n(&xn_[j * H], H, &par_[j * H]);
     });
     if (stats_on_) add_stats(4 * l, xn_.data(), b, H);
     prepare(xn_prep_, xn_.data(), b, H);
@@ -903,8 +923,10 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       float* xj = &x_[j * H];
       if (!L.attn_post_norm.empty()) rmsnorm(&xn_[j * H], L.attn_post_norm.data(), H, c.eps, &xn_[j * H]);
       for (int i = 0; i < H; ++i) xj[i] += xn_[j * H + i] * c.residual_scale;
-      if (c.pre_norms)
-        rmsnorm(xj, L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
+      if (c.parallel_block)
+        std::copy_n(&par_[j * H], H, &xn_[j * H]);
+      else if (c.pre_norms)
+        norm(xj, L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
       else
         std::copy_n(xj, H, &xn_[j * H]);
     });
@@ -935,15 +957,15 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
   if (stream.out != nullptr) std::copy_n(x_.data(), static_cast<size_t>(b) * H, stream.out);
   if (layers < c.n_layers) return;
   if (stats_on_) {
-    for (int j = 0; j < b; ++j) rmsnorm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]);
+    for (int j = 0; j < b; ++j) norm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]);
     add_stats(4 * c.n_layers, xn_.data(), b, H);
   }
   if (all_logits) {
-    rows(b, [&](int j) { rmsnorm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]); });
+    rows(b, [&](int j) { norm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]); });
     prepare(xn_prep_, xn_.data(), b, H);
     mm(w_.lm_head, xn_prep_, xn_.data(), b, nullptr, logits);
   } else if (logits != nullptr) {
-    rmsnorm(&x_[(b - 1) * H], w_.final_norm.data(), H, c.eps, xn_.data());
+    norm(&x_[(b - 1) * H], w_.final_norm.data(), H, c.eps, xn_.data());
     prepare(xn_prep_, xn_.data(), 1, H);
     mm(w_.lm_head, xn_prep_, xn_.data(), 1, nullptr, logits);
   }

@@ -1,7 +1,7 @@
 // A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3,
 // Phi-3, SmolLM3, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
-// GLM-4, and the mixture-of-experts models gpt-oss, Qwen3-MoE, OLMoE and
-// Mixtral): RMSNorm, RoPE (rotate-half or interleaved pairs; YaRN's and
+// GLM-4, Cohere 2, and the mixture-of-experts models gpt-oss, Qwen3-MoE, OLMoE
+// and Mixtral): RMSNorm, RoPE (rotate-half or interleaved pairs; YaRN's and
 // LongRoPE's attention factor included; partial RoPE; a second table for
 // sliding layers; layers without RoPE), grouped-query attention over a float32
 // or float16 KV cache with optional per-head or whole q/k norms, attention
@@ -9,7 +9,8 @@
 // set of experts, optional norms of the attention and MLP outputs (Gemma's
 // sandwich; OLMo's without the norms before them), soft-capped scores and
 // logits (Gemma 2), Granite's residual and logit multipliers, Ministral 3's
-// attention temperature, tied or untied output head.
+// attention temperature, Cohere's LayerNorm and parallel blocks, tied or untied
+// output head.
 // Every matrix is read in place, in its stored format,
 // through the fused GEMV kernels (gemv.h) -- or, for a prefill chunk of
 // more than kMaxBatch tokens with float activations, the GEMM kernels
@@ -98,6 +99,12 @@ struct DecoderConfig {
   // sharper. 0: none (attn_temp_floor unused).
   float attn_temp_scale = 0.f;
   int attn_temp_floor = 0;
+  // Cohere's layer (Command R7B, Command A): LayerNorm (the mean taken out,
+  // no bias) where RMSNorm normalizes the layer's and the model's inputs
+  // (layer_norm), and the MLP reading the attention's normed input, both
+  // blocks' outputs added to the residual together (parallel_block: one
+  // norm per layer, mlp_norm empty).
+  bool layer_norm = false, parallel_block = false;
   // OLMo 2: no RMSNorm before the attention or the MLP (pre_norms false:
   // each reads the residual itself; their outputs are normed instead,
   // LayerWeights' attn_post_norm / mlp_post_norm), and q_norm / k_norm over
@@ -365,6 +372,7 @@ class Decoder {
   // Appends kv_dim_ floats at (layer, pos), converted to the cache's type.
   void cache_row(KvCache& cache, int layer, int pos, const float* src);
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
+  std::vector<float> par_;  // parallel_block: each row's normed input, which the MLP reads after the attention
   std::vector<float> part_;  // a decode step's partial softmaxes, [head][span][head_dim + 2] (attention)
   // Routing: logits [chunk, n_experts]; one token's top_k experts; per
   // expert the (token, weight) pairs routed to it; the rows gathered for

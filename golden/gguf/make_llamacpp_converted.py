@@ -11,7 +11,7 @@ needs torch and transformers, so this runs in the golden environment:
     .venv-golden/bin/pip install sentencepiece   # the converter imports it
     .venv-golden/bin/python golden/gguf/make_llamacpp_converted.py [NAME ...]   # all of MODELS by default
 
-Three things are set for the toys, none of which touches a tensor:
+Four things are set for the toys, none of which touches a tensor:
 
 - ``tokenizer.ggml.pre`` is ``gpt-2``: the converter names a split by
   hashing what a known real vocabulary makes of a test text, which a toy
@@ -20,7 +20,9 @@ Three things are set for the toys, none of which touches a tensor:
   ``Qwen2Tokenizer`` adds an ``<|endoftext|>`` the toy vocabulary lacks, which
   the converter's vocabulary-size check refuses;
 - gpt-oss's ``swiglu_limit`` is 7.0, llama.cpp's constant (the toy's 1.5,
-  chosen so that the clamp binds, is what iebin-to-gguf refuses to export).
+  chosen so that the clamp binds, is what iebin-to-gguf refuses to export);
+- Cohere 2's ``rotary_pct`` is 1.0, as Command R7B's config states it (the
+  converter requires it; transformers 5's Cohere2Config has no such key).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-phi3": {}, "tiny-gemma3": {}, "tiny-smollm3": {},
           "tiny-granite": {}, "tiny-olmo2": {},
           "tiny-olmo3": {}, "tiny-ministral3": {}, "tiny-exaone4": {}, "tiny-olmoe": {},
-          "tiny-seed-oss": {}, "tiny-glm4": {}}
+          "tiny-seed-oss": {}, "tiny-glm4": {},
+          "tiny-cohere2": {"rotary_pct": 1.0}}
 
 
 def source_dir(name: str, work: Path) -> Path:
