@@ -61,11 +61,14 @@ from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, Progress, checkpoint_ou
 # block, residual writers o_proj and down_proj (Mixtral: w2), nothing after
 # a block but the add (times a scalar: Granite's multipliers commute with
 # the rotation; SmolLM3's layers without RoPE and Ministral 3's query
-# temperature rotate nothing on the stream; Phi-3's fused matrices are read as their parts and written fused
-# again, formats/fused_tensors.py). Gemma's and OLMo 2's norms after
-# blocks, gpt-oss's sinks and MXFP4 experts would each need rules of their own.
+# temperature rotate nothing on the stream; q/k norms, per head or over the
+# whole projection (OLMoE), act inside the attention; Phi-3's fused
+# matrices are read as their parts and written fused again,
+# formats/fused_tensors.py). Gemma's, OLMo 2's, EXAONE 4's and GLM-4's norms
+# after blocks, Cohere's LayerNorm (the mean it takes out is no rotation's),
+# gpt-oss's sinks and MXFP4 experts would each need rules of their own.
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "smollm3", "granite", "phi3",
-                 "ministral3")
+                 "ministral3", "seed_oss", "olmoe")
 OUT_DTYPES = ("f32", "bf16", "f16")
 ROWS_BYTES = 8 << 20  # source bytes rotated per step: bounded memory, still large BLAS calls
 
