@@ -214,6 +214,9 @@ _OLMO2 = {**{k: v for k, v in _dense(_QK_NORM).items()
           "post_attention_layernorm.weight": "post_attention_norm.weight",
           "post_feedforward_layernorm.weight": "post_ffw_norm.weight"}
 
+# Cohere's layer: one norm (attn_norm) before its parallel attention and MLP, no biases
+_COHERE = {k: v for k, v in _LLAMA.items() if not k.endswith(".bias") and not k.startswith("post_attention_")}
+
 ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("llama", "LlamaForCausalLM", "llama", True, _LLAMA),
     # llama.cpp converts Mistral and Mixtral as "llama" (convert_hf_to_gguf: LlamaModel)
@@ -278,11 +281,13 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # Cohere 2 (Command R7B, Command A): one LayerNorm per layer (attn_norm) for its parallel attention and MLP,
     # rows as they are (llama.cpp turns interleaved pairs, as Cohere does), the head always the embedding; every
     # 4th layer full and unrotated by default, logit_scale a key
-    GGUFArch("cohere2", "Cohere2ForCausalLM", "cohere2", False,
-             {k: v for k, v in _LLAMA.items() if not k.endswith(".bias") and not k.startswith("post_attention_")},
+    GGUFArch("cohere2", "Cohere2ForCausalLM", "cohere2", False, _COHERE,
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa",
                              "logit_scale", "attention.layer_norm_epsilon"}),
              swa_pattern=4, layer_norm=True),
+    # Cohere (Command R, Aya): Cohere 2's layer without windows; q/k norms (Command R+) are not read
+    GGUFArch("command-r", "CohereForCausalLM", "cohere", False, _COHERE,
+             keys=frozenset({"logit_scale", "attention.layer_norm_epsilon"}), layer_norm=True),
     # Seed-OSS: Llama's names but the MLP's norm, which llama.cpp names post_attention_norm; rows as they are
     # (convert_hf_to_gguf's SeedOssModel is no LlamaModel)
     GGUFArch("seed_oss", "SeedOssForCausalLM", "seed_oss", False, _dense(norm_after="post_attention_norm")),

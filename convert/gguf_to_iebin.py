@@ -306,8 +306,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _mistral3_config(g, arch, cfg)
     if arch.gguf == "exaone4":
         _exaone4_config(g, arch, cfg)
-    if arch.gguf == "cohere2":
-        _cohere2_config(g, arch, cfg)
+    if arch.layer_norm:
+        _cohere_config(g, arch, cfg)
     if arch.hf_class == "Olmo3ForCausalLM":  # layer types by the file's pattern (or every 4th full); one base
         cfg.update(sliding_window=_field(g, f"{a}.attention.sliding_window", int),
                    layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
@@ -442,12 +442,13 @@ def _exaone4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     _one_rope_base(g, arch, cfg, f"{arch.hf_class} rotates every sliding layer by the model's base")
 
 
-def _cohere2_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
-    """Cohere 2 as llama.cpp's cohere2 graph runs it: its logit_scale and
-    sliding_window (keys it requires), sliding layers by the file's pattern
-    (every 4th full without it), one RoPE base, the embedding as the head.
-    Cohere2Config derives head_dim from hidden / heads: a file with other
-    heads is refused."""
+def _cohere_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """Cohere as llama.cpp's command-r and cohere2 graphs run it: the
+    embedding as the head, logit_scale (command-r: 1 without the key, as its
+    graph then scales nothing); cohere2's sliding_window (a key it requires)
+    and sliding layers by the file's pattern (every 4th full without it),
+    one RoPE base. Cohere's configs derive head_dim from hidden / heads: a
+    file with other heads is refused."""
     a = arch.gguf
     if cfg["head_dim"] * cfg["num_attention_heads"] != cfg["hidden_size"]:
         raise FormatError(g.path, f"{a}.attention.key_length", f"{cfg['head_dim']} × {cfg['num_attention_heads']} "
@@ -456,11 +457,14 @@ def _cohere2_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     if any(t.name == "output.weight" for t in g.tensors):
         raise FormatError(g.path, "tensor 'output.weight'", f"llama.cpp's {a} reads the embedding as its output head "
                                                             "and never this one; refusing rather than dropping it")
+    cfg.update(logit_scale=_field(g, f"{a}.logit_scale", float, None if arch.swa_pattern else 1.0),
+               tie_word_embeddings=True)
+    if not arch.swa_pattern:  # command-r: every layer full and rotated
+        return
     window = _field(g, f"{a}.attention.sliding_window", int)
     if window < 1:
         raise FormatError(g.path, f"{a}.attention.sliding_window", "0: expected a window of at least 1 position")
-    cfg.update(logit_scale=_field(g, f"{a}.logit_scale", float), sliding_window=window,
-               layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]), tie_word_embeddings=True)
+    cfg.update(sliding_window=window, layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
     _one_rope_base(g, arch, cfg, f"{arch.hf_class} rotates every sliding layer by the model's base")
 
 

@@ -282,8 +282,8 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
         rule = f"leaves every {arch.nope_step}th layer unrotated, and no other" if arch.nope_step else "rotates every layer"
         raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
                       f"llama.cpp's {arch.gguf} {rule}")
-    if arch.gguf == "cohere2" and not spec.tied:
-        raise IEError(f"{where}.tie_word_embeddings: false; llama.cpp's cohere2 reads the embedding as its output "
+    if arch.layer_norm and not spec.tied:
+        raise IEError(f"{where}.tie_word_embeddings: false; llama.cpp's {arch.gguf} reads the embedding as its output "
                       "head")
     if arch.gguf == "olmoe" and (spec.n_kv_heads != spec.n_heads or spec.tied):
         key, what = (("num_key_value_heads", f"{spec.n_kv_heads} of {spec.n_heads} heads") if not spec.tied
@@ -517,12 +517,13 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.logit_scale"] = float(spec.logits_scaling)
     if (log_mul := _yarn_log_multiplier(arch, scaling)) is not None:
         kv[f"{a}.rope.scaling.yarn_log_multiplier"] = log_mul
-    if arch.gguf == "cohere2":  # as convert_hf_to_gguf's Cohere2Model writes them
+    if arch.layer_norm:  # Cohere, as convert_hf_to_gguf's CommandR2Model and Cohere2Model write them
         kv[f"{a}.logit_scale"] = 1.0 / spec.logits_scaling
+        kv[f"{a}.rope.scaling.type"] = "none"
+    if arch.gguf == "cohere2":
         kv[f"{a}.attention.sliding_window"] = max(spec.windows) or int(cfg["sliding_window"])
         if [w > 0 for w in spec.windows] != [not f for f in every_nth(arch.swa_pattern, spec.n_layers)]:
             kv[f"{a}.attention.sliding_window_pattern"] = [w > 0 for w in spec.windows]
-        kv[f"{a}.rope.scaling.type"] = "none"
     if spec.attn_temp_scale:  # (Mistral Small 3.x has none) llama.cpp steps it over YaRN's original context, else
         kv[f"{a}.attention.temperature_scale"] = float(spec.attn_temp_scale)  # over the whole one
         if spec.attn_temp_floor != (scaling or {}).get("original_max_position_embeddings", spec.max_positions):

@@ -72,8 +72,8 @@ class Arch:
     rope_interleaved: bool = False
     glm_norms: bool = False
     default_partial: float = 1.0  # partial_rotary_factor where the config has none (its config class's default)
-    # Cohere 2 (models/cohere2): LayerNorm without bias for the layer's and the model's input norms, attention and
-    # MLP in parallel from one norm (COHERE_LAYER_VECTORS), logits times config.logit_scale
+    # Cohere (models/cohere, models/cohere2): LayerNorm without bias for the layer's and the model's input norms,
+    # attention and MLP in parallel from one norm (COHERE_LAYER_VECTORS), logits times config.logit_scale
     cohere: bool = False
 
 
@@ -116,6 +116,9 @@ ARCHS = {
     # models/cohere2 (Command R7B, Command A): Cohere's parallel layer; every 4th layer full and unrotated, the
     # others sliding with interleaved RoPE
     "Cohere2ForCausalLM": Arch(cohere=True, rope_interleaved=True, window_period=4, nope_full="always"),
+    # models/cohere (Command R, Command R+ without its q/k norms, Aya 23 and Expanse): the same layer, every layer
+    # full and rotated
+    "CohereForCausalLM": Arch(cohere=True, rope_interleaved=True),
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -695,6 +698,9 @@ def _check_config(cfg: dict[str, Any], meta_path: Path) -> None:
     """Config keys that change the computation in a way the decoder does not implement."""
     if cfg.get("mlp_bias"):
         raise UnsupportedError(f"{meta_path}: config.mlp_bias: MLP biases are not supported by the decoder")
+    if cfg.get("use_qk_norm"):
+        raise UnsupportedError(f"{meta_path}: config.use_qk_norm: Cohere's per-head q/k LayerNorm (Command R+) is "
+                               "not supported by the decoder")
     if cfg.get("clip_qkv") is not None:
         raise UnsupportedError(f"{meta_path}: config.clip_qkv: {cfg['clip_qkv']!r}; clamping q, k and v (OLMo's "
                                "option) is not supported by the decoder")

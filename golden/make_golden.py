@@ -43,6 +43,7 @@ Writes (replacing any previous output):
                             each block, gate_up_proj fused, q/k/v biases, untied; ids 318/319 GLM's special tokens
     golden/hf/tiny-cohere2/ Cohere2ForCausalLM, bfloat16, 4 layers: LayerNorm, attention and MLP in parallel, three
                             sliding layers with interleaved RoPE (window 4), the 4th full and unrotated, logits x 0.5
+    golden/hf/tiny-cohere/  CohereForCausalLM, bfloat16: Cohere 2's layer with every layer full and rotated, logits x 0.5
     golden/hf/tiny-ministral3-vl/  Mistral3ForConditionalGeneration: tiny-ministral3's language model beside a
                             tiny Pixtral vision tower (its text logits are tiny-ministral3's)
     golden/ref/mistral3-text-defaults.json  transformers' MistralConfig and Ministral3Config defaults
@@ -116,6 +117,8 @@ from transformers import (  # noqa: E402
     SeedOssConfig,
     Glm4Config,
     Cohere2Config,
+    CohereConfig,
+    CohereForCausalLM,
     Cohere2ForCausalLM,
     Glm4ForCausalLM,
     SeedOssForCausalLM,
@@ -189,6 +192,7 @@ SEED_OSS_SEED = SEED + 41  # its greedy cases run 16 tokens with margins >= 0.03
 GLM4_SEED = SEED + 42  # its greedy cases run 16 tokens with margins >= 0.04
 COHERE2_SEED = SEED + 47  # the first from SEED + 43 whose greedy cases run 16 tokens with margins >= 0.01
 COHERE2_LOGIT_SCALE = 0.5  # Command R7B's is 0.25; the toy's logits are a few units, so its scale keeps them
+COHERE_SEED = SEED + 51  # the first from SEED + 48 whose greedy cases run 16 tokens with margins >= 0.01
 OLMO2_SEED = SEED + 22  # the first from SEED + 20 whose greedy cases run 16 tokens with margins >= 0.01
 SMOLLM3_SEED = SEED + 18  # the first from SEED + 17 whose greedy cases run 16 tokens with margins >= 0.01
 # Gemma 2's caps are 50 (scores) and 30 (logits); the toy's scores and logits are a few units, so its
@@ -748,6 +752,16 @@ def make_cohere2(tok) -> None:
     assert_feature_matters(Cohere2ForCausalLM, out, logits, "the window", sliding_window=64)
 
 
+def make_cohere(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"], dims["rms_norm_eps"]  # in rope_parameters; a LayerNorm's eps is layer_norm_eps
+    cfg = CohereConfig(**dims, layer_norm_eps=1e-5, logit_scale=COHERE2_LOGIT_SCALE, use_qk_norm=False,
+                       tie_word_embeddings=True, pad_token_id=None,
+                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg.architectures = ["CohereForCausalLM"]
+    save_model(tok, "tiny-cohere", CohereForCausalLM, cfg, COHERE_SEED, torch.bfloat16)
+
+
 # config keys a defaults table leaves out: provenance, and what no computation reads
 MULTIMODAL_SKIP = ("transformers_version", "id2label", "label2id", "_name_or_path", "architectures", "dtype")
 
@@ -941,6 +955,7 @@ def main() -> None:
     make_seed_oss(tok)
     make_glm4(tok)
     make_cohere2(tok)
+    make_cohere(tok)
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):

@@ -32,7 +32,7 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-olmo2": "olmo2", "tiny-olmo3": "olmo2", "tiny-ministral3": "mistral3",
            "tiny-exaone4": "exaone4", "tiny-olmoe": "olmoe",
            "tiny-seed-oss": "seed_oss", "tiny-glm4": "glm4",
-           "tiny-cohere2": "cohere2"}
+           "tiny-cohere2": "cohere2", "tiny-cohere": "command-r"}
 
 
 def _hf_variant(tmp: Path, name: str, edit: dict, tensors=None) -> Path:
@@ -87,7 +87,7 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
                                              "tiny-granite", "tiny-olmo2", "tiny-olmo3", "tiny-ministral3",
                                              "tiny-exaone4", "tiny-olmoe",
                                              "tiny-seed-oss", "tiny-glm4",
-                                             "tiny-cohere2")}
+                                             "tiny-cohere2", "tiny-cohere")}
     out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
     out["tiny-gpt-oss"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss")
     out["tiny-gpt-oss-mxfp4"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss-mxfp4")

@@ -103,7 +103,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     assert kv[f"{a}.attention.head_count"] == cfg["num_attention_heads"]
     assert kv[f"{a}.attention.head_count_kv"] == cfg["num_key_value_heads"]
     assert kv[f"{a}.context_length"] == cfg["max_position_embeddings"]
-    if a == "cohere2":  # LayerNorm: its eps under llama.cpp's other key
+    if a in ("cohere2", "command-r"):  # LayerNorm: its eps under llama.cpp's other key
         assert kv[f"{a}.attention.layer_norm_epsilon"] == pytest.approx(cfg["layer_norm_eps"], rel=1e-6)
     else:
         assert kv[f"{a}.attention.layer_norm_rms_epsilon"] == pytest.approx(cfg["rms_norm_eps"], rel=1e-6)

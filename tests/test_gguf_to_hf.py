@@ -43,7 +43,8 @@ def models(tmp_path_factory) -> dict[str, Path]:
                                   "tiny-smollm3", "tiny-granite", "tiny-olmo2",
                                   "tiny-olmo3", "tiny-ministral3", "tiny-exaone4",
                                   "tiny-olmoe", "tiny-seed-oss",
-                                  "tiny-glm4", "tiny-cohere2"])
+                                  "tiny-glm4", "tiny-cohere2",
+                                  "tiny-cohere"])
 def test_a_gguf_comes_back_as_its_checkpoint(tmp_path, models, name):
     g = tmp_path / "m.gguf"
     res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", models[name], "--out", g)

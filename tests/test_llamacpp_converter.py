@@ -29,7 +29,7 @@ CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss
            "tiny-granite": {}, "tiny-olmo2": {}, "tiny-olmo3": {}, "tiny-ministral3": {},
            "tiny-exaone4": {}, "tiny-olmoe": {},
            "tiny-seed-oss": {}, "tiny-glm4": {},
-           "tiny-cohere2": {"rotary_pct": 1.0}}
+           "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}}
 # what an export needs beyond the defaults: tiny-phi3's window of 6, which llama.cpp's phi3 does not apply
 EXPORT_ARGS = {"tiny-phi3": ["--allow-full-attention"]}
 # descriptive keys the converter derives from the directory and file (llama.cpp reads none of them to run)

@@ -1,16 +1,16 @@
 // A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3,
 // Phi-3, SmolLM3, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
-// GLM-4, Cohere 2, and the mixture-of-experts models gpt-oss, Qwen3-MoE, OLMoE
-// and Mixtral): RMSNorm, RoPE (rotate-half or interleaved pairs; YaRN's and
-// LongRoPE's attention factor included; partial RoPE; a second table for
-// sliding layers; layers without RoPE), grouped-query attention over a float32
-// or float16 KV cache with optional per-head or whole q/k norms, attention
-// sinks and per-layer sliding windows, a SwiGLU or GELU-gated MLP or a routed
-// set of experts, optional norms of the attention and MLP outputs (Gemma's
-// sandwich; OLMo's without the norms before them), soft-capped scores and
-// logits (Gemma 2), Granite's residual and logit multipliers, Ministral 3's
-// attention temperature, Cohere's LayerNorm and parallel blocks, tied or untied
-// output head.
+// GLM-4, Cohere and Cohere 2, and the mixture-of-experts models gpt-oss,
+// Qwen3-MoE, OLMoE and Mixtral): RMSNorm, RoPE (rotate-half or interleaved
+// pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
+// second table for sliding layers; layers without RoPE), grouped-query
+// attention over a float32 or float16 KV cache with optional per-head or whole
+// q/k norms, attention sinks and per-layer sliding windows, a SwiGLU or
+// GELU-gated MLP or a routed set of experts, optional norms of the attention
+// and MLP outputs (Gemma's sandwich; OLMo's without the norms before them),
+// soft-capped scores and logits (Gemma 2), Granite's residual and logit
+// multipliers, Ministral 3's attention temperature, Cohere's LayerNorm and
+// parallel blocks, tied or untied output head.
 // Every matrix is read in place, in its stored format,
 // through the fused GEMV kernels (gemv.h) -- or, for a prefill chunk of
 // more than kMaxBatch tokens with float activations, the GEMM kernels

@@ -44,7 +44,7 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-granite": {}, "tiny-olmo2": {},
           "tiny-olmo3": {}, "tiny-ministral3": {}, "tiny-exaone4": {}, "tiny-olmoe": {},
           "tiny-seed-oss": {}, "tiny-glm4": {},
-          "tiny-cohere2": {"rotary_pct": 1.0}}
+          "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}}
 
 
 def source_dir(name: str, work: Path) -> Path:
