@@ -198,6 +198,9 @@ class GGUFArch:
     swa_layers: int = 0  # llama.cpp slides only in a model of this many blocks (0: any that has a window)
     eot_token: str = ""  # the token llama.cpp's converter names the end of a turn, by its text (GLM's <|user|>)
     layer_norm: bool = False  # LayerNorm, its eps under attention.layer_norm_epsilon (Cohere), not RMSNorm's key
+    # RMSNorm's eps under LayerNorm's key where the file has no other (EXAONE 3.5: the converter writes it there,
+    # though llama.cpp's exaone graph reads the RMS key, which the files LG publishes carry)
+    eps_fallback: bool = False
 
 
 _MOE_EXPS = {"gate": "ffn_gate_exps.weight", "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
@@ -306,7 +309,10 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              fused={"attn_qkv.weight": "self_attn.qkv_proj.weight", "ffn_up.weight": "mlp.gate_up_proj.weight"},
              keys=frozenset({"attention.sliding_window", "rope.scaling.attn_factor"})),
 )}
-GGUF_ARCHS = tuple(dict.fromkeys(a.gguf for a in ARCHS.values()))  # what the importer reads and the exporter writes
+# Architectures the import reads as another, which the export then writes: EXAONE 3.5 (ExaoneForCausalLM, remote
+# code transformers does not ship) is llama.cpp's llama graph with its rows as they are (rotate-half RoPE).
+IMPORTED_AS = (GGUFArch("exaone", "LlamaForCausalLM", "llama", False, _LLAMA, eps_fallback=True),)
+GGUF_ARCHS = tuple(dict.fromkeys(a.gguf for a in (*ARCHS.values(), *IMPORTED_AS)))  # what the importer reads
 
 
 def arch_of(meta: dict, meta_path) -> GGUFArch:

@@ -49,7 +49,8 @@ from iekit.formats.model_spec import check_convertible, every_nth, longrope_atte
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
-from .gguf_names import ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, GGUFArch, attention_scalar, hf_layer_name, norm_shift
+from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED_AS, GGUFArch, attention_scalar,
+                         hf_layer_name, norm_shift)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
@@ -74,7 +75,7 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
     if key == "olmo2":  # OLMo 3 is llama.cpp's olmo2 with a window
         swa = g.fields.get("olmo2.attention.sliding_window", 0)
         return GGUF_ARCHS_BY_CLASS["Olmo3ForCausalLM" if type(swa) is int and swa > 0 else "Olmo2ForCausalLM"]
-    return next(a for a in GGUF_ARCHS_BY_CLASS.values() if a.gguf == key)
+    return next(a for a in (*GGUF_ARCHS_BY_CLASS.values(), *IMPORTED_AS) if a.gguf == key)
 
 
 def row_order(g: GGUFModel, t: GGUFTensor, cfg: dict[str, Any]) -> np.ndarray | None:
@@ -223,7 +224,8 @@ _MOE_KEYS = frozenset({"expert_count", "expert_used_count", "expert_feed_forward
 def _check_arch_keys(g: GGUFModel, arch: GGUFArch) -> None:
     a = arch.gguf
     moe = bool(arch.experts or arch.paired)
-    allowed = _DENSE_KEYS | (_MOE_KEYS if moe else set()) | arch.keys
+    allowed = _DENSE_KEYS | (_MOE_KEYS if moe else set()) | arch.keys | (
+        {"attention.layer_norm_epsilon"} if arch.eps_fallback else set())
     for key, value in g.fields.items():
         if not key.startswith(a + "."):
             continue
@@ -278,7 +280,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         "num_hidden_layers": _field(g, f"{a}.block_count", int),
         "max_position_embeddings": _field(g, f"{a}.context_length", int),
         **({"layer_norm_eps": _field(g, f"{a}.attention.layer_norm_epsilon", float)} if arch.layer_norm else
-           {"rms_norm_eps": _field(g, f"{a}.attention.layer_norm_rms_epsilon", float)}),
+           {"rms_norm_eps": _field(g, f"{a}.attention.layer_norm_rms_epsilon", float,
+                                   g.fields.get(f"{a}.attention.layer_norm_epsilon") if arch.eps_fallback else None)}),
         "rope_theta": _field(g, f"{a}.rope.freq_base", float, 10000.0),
         "vocab_size": vocab, "tie_word_embeddings": "output.weight" not in names,
     }

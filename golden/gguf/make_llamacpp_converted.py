@@ -11,7 +11,7 @@ needs torch and transformers, so this runs in the golden environment:
     .venv-golden/bin/pip install sentencepiece   # the converter imports it
     .venv-golden/bin/python golden/gguf/make_llamacpp_converted.py [NAME ...]   # all of MODELS by default
 
-Four things are set for the toys, none of which touches a tensor:
+Five things are set for the toys, none of which touches a tensor:
 
 - ``tokenizer.ggml.pre`` is ``gpt-2``: the converter names a split by
   hashing what a known real vocabulary makes of a test text, which a toy
@@ -21,6 +21,8 @@ Four things are set for the toys, none of which touches a tensor:
   the converter's vocabulary-size check refuses;
 - gpt-oss's ``swiglu_limit`` is 7.0, llama.cpp's constant (the toy's 1.5,
   chosen so that the clamp binds, is what iebin-to-gguf refuses to export);
+- ``tiny-exaone`` is tiny-llama laid out as an EXAONE 3.5 checkpoint
+  (``exaone_dir``), which transformers cannot load but the converter reads;
 - Cohere 2's ``rotary_pct`` is 1.0, as Command R7B's config states it (the
   converter requires it; transformers 5's Cohere2Config has no such key).
 """
@@ -44,11 +46,48 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-granite": {}, "tiny-olmo2": {},
           "tiny-olmo3": {}, "tiny-ministral3": {}, "tiny-exaone4": {}, "tiny-olmoe": {},
           "tiny-seed-oss": {}, "tiny-glm4": {},
-          "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}}
+          "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-exaone": {}}
+# EXAONE 3.5 (ExaoneForCausalLM, remote code transformers does not ship) is a Llama under other names: tiny-llama
+# laid out as LG publishes it, HF name -> EXAONE's (its config keys likewise)
+EXAONE_NAMES = (("model.embed_tokens.", "transformer.wte."), ("model.norm.", "transformer.ln_f."),
+                ("model.layers.", "transformer.h."), (".input_layernorm.", ".ln_1."),
+                (".post_attention_layernorm.", ".ln_2."), (".self_attn.o_proj.", ".attn.attention.out_proj."),
+                (".self_attn.", ".attn.attention."), (".mlp.gate_proj.", ".mlp.c_fc_0."),
+                (".mlp.up_proj.", ".mlp.c_fc_1."), (".mlp.down_proj.", ".mlp.c_proj."))
+
+
+def exaone_dir(work: Path) -> Path:
+    """tiny-llama as an EXAONE 3.5 checkpoint (EXAONE_NAMES), for the converter's ExaoneModel."""
+    from safetensors.torch import load_file, save_file
+
+    src, dst = ROOT / "golden/hf/tiny-llama", work / "tiny-exaone"
+    dst.mkdir()
+    tensors = {}
+    for f in sorted(src.glob("*.safetensors")):
+        for name, t in load_file(str(f)).items():
+            for a, b in EXAONE_NAMES:
+                name = name.replace(a, b)
+            tensors[name] = t
+    save_file(tensors, str(dst / "model.safetensors"))
+    cfg = json.loads((src / "config.json").read_text())
+    exaone = {"architectures": ["ExaoneForCausalLM"], "model_type": "exaone", "num_layers": cfg["num_hidden_layers"],
+              "activation_function": "silu", "layer_norm_epsilon": cfg["rms_norm_eps"],
+              # (this converter writes EXAONE's eps under LayerNorm's key alone, which llama.cpp's exaone graph does
+              # not read; with the key below it writes the RMS one too, as the files LG publishes carry it)
+              "rms_norm_eps": cfg["rms_norm_eps"],
+              "rope_theta": cfg["rope_parameters"]["rope_theta"]}
+    keep = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+            "max_position_embeddings", "vocab_size", "tie_word_embeddings", "bos_token_id", "eos_token_id")
+    (dst / "config.json").write_text(json.dumps({**exaone, **{k: cfg[k] for k in keep}}, indent=2) + "\n")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(src / f, dst / f)
+    return dst
 
 
 def source_dir(name: str, work: Path) -> Path:
     """The checkpoint the converter reads: golden/hf's, with MODELS' config changes."""
+    if name == "tiny-exaone":
+        return exaone_dir(work)
     src = ROOT / "golden/hf" / name
     if not MODELS[name]:
         return src
