@@ -193,8 +193,11 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       gpt-oss, gemma2 and gemma3 (norms stored as 1 + w taken back to Gemma's w),
       and phi3 (Phi-3, Phi-3.5, Phi-4, Phi-4-mini: its fused q/k/v and
       gate/up split, partial RoPE, LongRoPE's rope_factors_long/_short),
-      smollm3 (every 4th layer without RoPE), granite (its multipliers) and
-      olmo2 (the blocks' output norms alone; with a window, OLMo 3);
+      smollm3 (every 4th layer without RoPE), granite (its multipliers),
+      olmo2 (the blocks' output norms alone; with a window, OLMo 3),
+      mistral3 (Ministral 3, Devstral Small 2, Mistral Small 3.x), exaone4,
+      olmoe, seed_oss, glm4, cohere2 and command-r, and exaone (EXAONE 3.5,
+      as the Llama it is);
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
       its vocabulary (byte-level BPE under any split llama.cpp names for
       these models, gpt-4o, tekken, deepseek-* and llama-bpe among them;
@@ -329,10 +332,12 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
 
     \b
     - architectures: llama, mistral and mixtral (as llama.cpp's "llama"),
-      qwen2, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, smollm3, granite, olmo2, with llama.cpp's
-      tensor names and layouts (q/k rows re-interleaved, experts stacked as
-      ffn_*_exps, Gemma's norms as 1 + w, Phi-3's q/k/v and gate/up joined
-      as attn_qkv and ffn_up, LongRoPE's factors as rope_factors_long/_short);
+      qwen2, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, smollm3,
+      granite, olmo2, mistral3, exaone4, olmoe, seed_oss, glm4, cohere2 and
+      command-r, with llama.cpp's tensor names and layouts (q/k rows
+      re-interleaved, experts stacked as ffn_*_exps, Gemma's norms as 1 + w,
+      Phi-3's q/k/v and GLM-4's and Phi-3's gate/up joined as attn_qkv and
+      ffn_up, LongRoPE's factors as rope_factors_long/_short);
     - f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k
       iq3_s iq4_nl iq4_xs mxfp4 tensors are copied byte for byte; int4w with f16 scales is
       repacked losslessly (symmetric as Q4_0, affine as Q4_1);
@@ -348,9 +353,11 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       llama-cli -m q.gguf -p "The capital of France is"
 
     What llama.cpp cannot express (another architecture, a sliding window on
-    a llama or phi3 model, SmolLM3 layers without RoPE other than every 4th, a gpt-oss SwiGLU limit other than 7, a Gemma
-    query_pre_attn_scalar it would not derive, a Gemma 2 without its
-    soft-caps or with an untied head, a type it does not have) is refused with one line and nothing is written. Streams tensor by
+    a llama, mistral3 or phi3 model, SmolLM3 layers without RoPE other than
+    every 4th, an EXAONE 4 window outside 64 layers, a gpt-oss SwiGLU limit
+    other than 7, a Gemma query_pre_attn_scalar it would not derive, a
+    Gemma 2 without its soft-caps, an untied head on Gemma 2 or Cohere, a
+    type it does not have) is refused with one line and nothing is written. Streams tensor by
     tensor from the mapped model.ie.bin; writes atomically.
     """
     with convert_progress(quiet) as prog:
