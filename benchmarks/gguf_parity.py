@@ -93,23 +93,46 @@ def write_base(path: Path, model: Path, chunks: list[list[int]], threads: int) -
             f.write(llama_log_probs(rows).tobytes())
 
 
-def llama_kld(perplexity: str, gguf: Path, base: Path, n_ctx: int, threads: int, tries: int = 6) -> dict:
-    """llama-perplexity's KL statistics of ``gguf`` against ``base``. Its
-    logger prints from a thread that is not flushed at exit (common/log.cpp
-    says so, llama.cpp issue 22142), so a run can exit 0 with its last
-    lines, the summary among them, lost: 4 of 10 runs of the same files on a
-    loaded 2-core machine. Such a run is made again, up to ``tries`` runs."""
+_SUMMARY = re.compile(r"Mean\s+KLD:\s+(-?[\d.]+)\s+±\s+([\d.]+)")
+# a chunk's line: chunk, PPL ± , ln(PPL(Q)/PPL(base)) ± , KL ± , Δp RMS ± %, same top p ± % (all over the chunks so far)
+_CHUNK = re.compile(r"^\s*(\d+)\s+\S+\s+±\s+\S+\s+\S+\s+±\s+\S+\s+(-?[\d.]+)\s+±\s+([\d.]+)"
+                    r"\s+\S+\s+±\s+\S+\s+%\s+([\d.]+)\s+±\s+\S+\s+%", re.M)
+
+
+def kld_result(text: str, chunks: int) -> dict | None:
+    """The KL statistics in llama-perplexity's output: its summary, or where
+    the summary was lost (llama_kld), the line of the last of ``chunks``
+    chunks, whose running figures are the same ones (to 5 decimals, not 6);
+    None where neither was printed."""
+    m = _SUMMARY.search(text)
+    if m:
+        top = re.search(r"Same top p:\s+([\d.]+)\s+±", text)
+        return {"kld": float(m.group(1)), "se": float(m.group(2)), "top1": float(top.group(1)) / 100 if top else None}
+    last = [c for c in _CHUNK.finditer(text) if int(c.group(1)) == chunks]
+    if not last:
+        return None
+    return {"kld": float(last[-1].group(2)), "se": float(last[-1].group(3)), "top1": float(last[-1].group(4)) / 100}
+
+
+def llama_kld(perplexity: str, gguf: Path, base: Path, n_ctx: int, threads: int, chunks: int, tries: int = 6) -> dict:
+    """llama-perplexity's KL statistics of ``gguf`` against ``base`` (of
+    ``chunks`` chunks). Its logger prints from a thread that is not flushed
+    at exit (common/log.cpp says so, llama.cpp issue 22142), so a run can
+    exit 0 with its last lines lost: 4 of 10 runs of the same files on a
+    loaded 2-core machine lost the summary, and beside a CI run 5 of 43
+    models lost it six times running. The last chunk's line carries the
+    same figures (kld_result); a run that lost that too is made again, up
+    to ``tries`` runs."""
     for _ in range(tries):
         res = subprocess.run([perplexity, "-m", str(gguf), "--kl-divergence-base", str(base), "--kl-divergence",
                               "-c", str(n_ctx), "-b", str(n_ctx), "-t", str(threads)], capture_output=True, text=True)
         text = res.stdout + res.stderr
-        m = re.search(r"Mean\s+KLD:\s+(-?[\d.]+)\s+±\s+([\d.]+)", text)
-        if res.returncode != 0 or m:
+        r = kld_result(text, chunks)
+        if res.returncode != 0 or r:
             break
-    top = re.search(r"Same top p:\s+([\d.]+)\s+±", text)
-    if res.returncode != 0 or not m:
+    if res.returncode != 0 or not r:
         raise RuntimeError(f"llama-perplexity on {gguf.name}: {text.strip()[-800:]}")
-    return {"kld": float(m.group(1)), "se": float(m.group(2)), "top1": float(top.group(1)) / 100 if top else None}
+    return r
 
 
 def chunks_of(ids: list[int], n_ctx: int, n: int, bos: int | None) -> list[list[int]]:
@@ -194,8 +217,9 @@ def main() -> None:
             ids = text_ids if label.startswith("SmolLM2") else \
                 rng.integers(0, cfg["vocab_size"], n_ctx * a.chunks).tolist()
             base = w / f"m{i}.kld"
-            write_base(base, model, chunks_of(ids, n_ctx, a.chunks, gguf_bos(out)), a.threads)
-            r = llama_kld(a.llama_perplexity, out, base, n_ctx, a.threads)
+            chunks = chunks_of(ids, n_ctx, a.chunks, gguf_bos(out))
+            write_base(base, model, chunks, a.threads)
+            r = llama_kld(a.llama_perplexity, out, base, n_ctx, a.threads, len(chunks))
         except RuntimeError as e:
             failed += 1
             print(f"  {label}: FAILED: {e}", file=sys.stderr)
