@@ -32,6 +32,7 @@ import numpy as np
 
 from iekit.formats.errors import FormatError
 from iekit.formats.fused_tensors import FUSED
+from iekit.formats.model_spec import every_nth
 
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 # GGUF name inside blk.N -> HF name inside model.layers.N, for every Llama-family layer
@@ -198,9 +199,6 @@ class GGUFArch:
     swa_layers: int = 0  # llama.cpp slides only in a model of this many blocks (0: any that has a window)
     eot_token: str = ""  # the token llama.cpp's converter names the end of a turn, by its text (GLM's <|user|>)
     layer_norm: bool = False  # LayerNorm, its eps under attention.layer_norm_epsilon (Cohere), not RMSNorm's key
-    # RMSNorm's eps under LayerNorm's key where the file has no other (EXAONE 3.5: the converter writes it there,
-    # though llama.cpp's exaone graph reads the RMS key, which the files LG publishes carry)
-    eps_fallback: bool = False
 
 
 _MOE_EXPS = {"gate": "ffn_gate_exps.weight", "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
@@ -311,7 +309,10 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
 )}
 # Architectures the import reads as another, which the export then writes: EXAONE 3.5 (ExaoneForCausalLM, remote
 # code transformers does not ship) is llama.cpp's llama graph with its rows as they are (rotate-half RoPE).
-IMPORTED_AS = (GGUFArch("exaone", "LlamaForCausalLM", "llama", False, _LLAMA, eps_fallback=True),)
+# Its eps: the RMS key llama.cpp's graph reads (LG's files carry it), else the LayerNorm key, where llama.cpp's current
+# converter alone writes it (build_config reads that one for an RMSNorm architecture that lists it).
+IMPORTED_AS = (GGUFArch("exaone", "LlamaForCausalLM", "llama", False, _LLAMA,
+                        keys=frozenset({"attention.layer_norm_epsilon"})),)
 GGUF_ARCHS = tuple(dict.fromkeys(a.gguf for a in (*ARCHS.values(), *IMPORTED_AS)))  # what the importer reads
 
 
@@ -322,6 +323,12 @@ def arch_of(meta: dict, meta_path) -> GGUFArch:
         raise FormatError(meta_path, "model.architecture", f"{cls!r} has no llama.cpp architecture here "
                                                            f"(written as GGUF: {', '.join(ARCHS)})")
     return ARCHS[cls]
+
+
+def sliding_by_period(period: int, layers: int) -> list[bool]:
+    """Which layers slide in llama.cpp's reading of a period (its
+    load_swa_pattern): every period-th layer full, the others sliding."""
+    return [not full for full in every_nth(period, layers)]
 
 
 def fused_parts(arch: GGUFArch) -> dict[str, tuple[str, ...]]:

@@ -50,7 +50,7 @@ from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED_AS, GGUFArch, attention_scalar,
-                         hf_layer_name, norm_shift)
+                         hf_layer_name, norm_shift, sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
@@ -224,8 +224,7 @@ _MOE_KEYS = frozenset({"expert_count", "expert_used_count", "expert_feed_forward
 def _check_arch_keys(g: GGUFModel, arch: GGUFArch) -> None:
     a = arch.gguf
     moe = bool(arch.experts or arch.paired)
-    allowed = _DENSE_KEYS | (_MOE_KEYS if moe else set()) | arch.keys | (
-        {"attention.layer_norm_epsilon"} if arch.eps_fallback else set())
+    allowed = _DENSE_KEYS | (_MOE_KEYS if moe else set()) | arch.keys
     for key, value in g.fields.items():
         if not key.startswith(a + "."):
             continue
@@ -273,15 +272,16 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     if _field(g, f"{a}.vocab_size", int, vocab) != vocab:
         raise FormatError(g.path, f"{a}.vocab_size", f"{g.fields[f'{a}.vocab_size']} disagrees with the "
                                                      f"{vocab} rows of token_embd.weight")
+    ln_eps = "attention.layer_norm_epsilon"  # LayerNorm's (Cohere's); an RMSNorm architecture listing it reads it too
+    rms_eps = g.fields.get(f"{a}.{ln_eps}") if ln_eps in arch.keys else None
     cfg: dict[str, Any] = {
         "architectures": [arch.hf_class], "model_type": arch.model_type, "hidden_act": "silu",
         "hidden_size": hidden, "intermediate_size": _field(g, f"{a}.feed_forward_length", int),
         "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": head_dim,
         "num_hidden_layers": _field(g, f"{a}.block_count", int),
         "max_position_embeddings": _field(g, f"{a}.context_length", int),
-        **({"layer_norm_eps": _field(g, f"{a}.attention.layer_norm_epsilon", float)} if arch.layer_norm else
-           {"rms_norm_eps": _field(g, f"{a}.attention.layer_norm_rms_epsilon", float,
-                                   g.fields.get(f"{a}.attention.layer_norm_epsilon") if arch.eps_fallback else None)}),
+        **({"layer_norm_eps": _field(g, f"{a}.{ln_eps}", float)} if arch.layer_norm else
+           {"rms_norm_eps": _field(g, f"{a}.attention.layer_norm_rms_epsilon", float, rms_eps)}),
         "rope_theta": _field(g, f"{a}.rope.freq_base", float, 10000.0),
         "vocab_size": vocab, "tie_word_embeddings": "output.weight" not in names,
     }
@@ -312,9 +312,7 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     if arch.layer_norm:
         _cohere_config(g, arch, cfg)
     if arch.hf_class == "Olmo3ForCausalLM":  # layer types by the file's pattern (or every 4th full); one base
-        cfg.update(sliding_window=_field(g, f"{a}.attention.sliding_window", int),
-                   layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
-        _one_rope_base(g, arch, cfg, "llama.cpp's olmo2 turns the sliding layers by rope.freq_base")
+        _sliding_layers(g, arch, cfg, "llama.cpp's olmo2 turns the sliding layers by rope.freq_base")
     if arch.nope_step:  # (SmolLM3: no key says which layers; llama.cpp's graph fixes them)
         cfg["no_rope_layers"] = [int(not w) for w in every_nth(arch.nope_step, cfg["num_hidden_layers"])]
     _moe_config(g, arch, cfg)
@@ -438,11 +436,7 @@ def _exaone4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                                            "rather than importing another model")
         cfg.update(sliding_window=None, layer_types=["full_attention"] * layers)
         return
-    window = _field(g, f"{a}.attention.sliding_window", int, arch.swa_window)
-    if window < 1:
-        raise FormatError(g.path, f"{a}.attention.sliding_window", "0: expected a window of at least 1 position")
-    cfg.update(sliding_window=window, layer_types=_layer_types(g, arch, layers))
-    _one_rope_base(g, arch, cfg, f"{arch.hf_class} rotates every sliding layer by the model's base")
+    _sliding_layers(g, arch, cfg, f"{arch.hf_class} rotates every sliding layer by the model's base", arch.swa_window)
 
 
 def _cohere_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
@@ -462,13 +456,8 @@ def _cohere_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                                                             "and never this one; refusing rather than dropping it")
     cfg.update(logit_scale=_field(g, f"{a}.logit_scale", float, None if arch.swa_pattern else 1.0),
                tie_word_embeddings=True)
-    if not arch.swa_pattern:  # command-r: every layer full and rotated
-        return
-    window = _field(g, f"{a}.attention.sliding_window", int)
-    if window < 1:
-        raise FormatError(g.path, f"{a}.attention.sliding_window", "0: expected a window of at least 1 position")
-    cfg.update(sliding_window=window, layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
-    _one_rope_base(g, arch, cfg, f"{arch.hf_class} rotates every sliding layer by the model's base")
+    if arch.swa_pattern:  # (command-r: every layer full and rotated)
+        _sliding_layers(g, arch, cfg, f"{arch.hf_class} rotates every sliding layer by the model's base")
 
 
 def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
@@ -504,7 +493,7 @@ def _layer_types(g: GGUFModel, arch: GGUFArch, layers: int) -> list[str]:
     a = arch.gguf
     pattern = g.fields.get(f"{a}.attention.sliding_window_pattern", arch.swa_pattern)
     if type(pattern) is int and pattern >= 1:
-        swa = [not full for full in every_nth(pattern, layers)]
+        swa = sliding_by_period(pattern, layers)
     elif isinstance(pattern, list) and len(pattern) == layers and all(type(x) is bool for x in pattern):
         swa = pattern
     else:
@@ -535,6 +524,19 @@ def _gemma_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     _one_rope_base(g, arch, cfg, f"{arch.hf_class} rotates every layer by one base")
     cfg.update(attn_logit_softcapping=_field(g, f"{a}.attn_logit_softcapping", float, 50.0),
                final_logit_softcapping=_field(g, f"{a}.final_logit_softcapping", float, 30.0))
+
+
+def _sliding_layers(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], why: str, window: int | None = None) -> None:
+    """config.sliding_window and layer_types as llama.cpp reads a hybrid
+    model (OLMo 3, EXAONE 4, Cohere 2): the file's window (``window``
+    without it; required where None), its pattern or the architecture's
+    period, and one RoPE base for every layer (``why``: _one_rope_base)."""
+    a = arch.gguf
+    w = _field(g, f"{a}.attention.sliding_window", int, window)
+    if w < 1:
+        raise FormatError(g.path, f"{a}.attention.sliding_window", "0: expected a window of at least 1 position")
+    cfg.update(sliding_window=w, layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
+    _one_rope_base(g, arch, cfg, why)
 
 
 def _one_rope_base(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], why: str) -> None:

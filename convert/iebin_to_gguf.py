@@ -53,7 +53,8 @@ from iekit.formats.model_spec import (DecoderSpec, decoder_spec, every_nth, rope
                                       yarn_attention_factor)
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import GGUFArch, arch_of, attention_scalar, fused_parts, gguf_layer_name, norm_shift, separable
+from .gguf_names import (GGUFArch, arch_of, attention_scalar, fused_parts, gguf_layer_name, norm_shift, separable,
+                         sliding_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
@@ -282,14 +283,14 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
         rule = f"leaves every {arch.nope_step}th layer unrotated, and no other" if arch.nope_step else "rotates every layer"
         raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
                       f"llama.cpp's {arch.gguf} {rule}")
-    if arch.layer_norm and not spec.tied:
+    if spec.arch.cohere and not spec.tied:
         raise IEError(f"{where}.tie_word_embeddings: false; llama.cpp's {arch.gguf} reads the embedding as its output "
                       "head")
-    if arch.gguf == "olmoe" and (spec.n_kv_heads != spec.n_heads or spec.tied):
-        key, what = (("num_key_value_heads", f"{spec.n_kv_heads} of {spec.n_heads} heads") if not spec.tied
-                     else ("tie_word_embeddings", "true"))
-        raise IEError(f"{where}.{key}: {what}; llama.cpp's olmoe has a key head per query head and an output "
-                      "head of its own")
+    if arch.gguf == "olmoe" and spec.n_kv_heads != spec.n_heads:
+        raise IEError(f"{where}.num_key_value_heads: {spec.n_kv_heads} of {spec.n_heads} heads; llama.cpp's olmoe "
+                      "has a key head per query head")
+    if arch.gguf == "olmoe" and spec.tied:
+        raise IEError(f"{where}.tie_word_embeddings: true; llama.cpp's olmoe requires an output head of its own")
     if spec.mlp_act != arch.mlp_act:
         key = "hidden_activation" if "hidden_activation" in cfg else "hidden_act"
         raise IEError(f"{where}.{key}: {cfg.get(key)!r}; llama.cpp's {arch.gguf} uses {arch.mlp_act}")
@@ -517,13 +518,11 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.logit_scale"] = float(spec.logits_scaling)
     if (log_mul := _yarn_log_multiplier(arch, scaling)) is not None:
         kv[f"{a}.rope.scaling.yarn_log_multiplier"] = log_mul
-    if arch.layer_norm:  # Cohere, as convert_hf_to_gguf's CommandR2Model and Cohere2Model write them
+    if spec.arch.cohere:  # as convert_hf_to_gguf's CommandR2Model and Cohere2Model write them
         kv[f"{a}.logit_scale"] = 1.0 / spec.logits_scaling
         kv[f"{a}.rope.scaling.type"] = "none"
     if arch.gguf == "cohere2":
-        kv[f"{a}.attention.sliding_window"] = max(spec.windows) or int(cfg["sliding_window"])
-        if [w > 0 for w in spec.windows] != [not f for f in every_nth(arch.swa_pattern, spec.n_layers)]:
-            kv[f"{a}.attention.sliding_window_pattern"] = [w > 0 for w in spec.windows]
+        _window_kv(kv, a, arch, spec, max(spec.windows) or int(cfg["sliding_window"]))
     if spec.attn_temp_scale:  # (Mistral Small 3.x has none) llama.cpp steps it over YaRN's original context, else
         kv[f"{a}.attention.temperature_scale"] = float(spec.attn_temp_scale)  # over the whole one
         if spec.attn_temp_floor != (scaling or {}).get("original_max_position_embeddings", spec.max_positions):
@@ -548,10 +547,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.rope.freq_base_swa"] = spec.local_theta
     if spec.arch.gemma:  # sliding layers by llama.cpp's period unless a pattern says otherwise
         if any(spec.windows) or arch.swa_window:  # (gemma2 always slides: no window is all layers global)
-            kv[f"{a}.attention.sliding_window"] = max(spec.windows) or arch.swa_window
-            swa = [w > 0 for w in spec.windows]
-            if swa != [not full for full in every_nth(arch.swa_pattern, spec.n_layers)]:
-                kv[f"{a}.attention.sliding_window_pattern"] = swa  # (convert_hf_to_gguf.py writes none)
+            _window_kv(kv, a, arch, spec, max(spec.windows) or arch.swa_window)
         if spec.attn_softcap:
             kv[f"{a}.attn_logit_softcapping"] = float(spec.attn_softcap)
             kv[f"{a}.final_logit_softcapping"] = float(spec.logit_softcap)
@@ -561,6 +557,16 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv["iekit.source.kind"] = str(src.get("kind"))
     kv["iekit.source.shards"] = [f"{s['name']} {alg}:{s[alg]}" for s in src.get("shards", []) if alg in s] or ["(none)"]
     return kv
+
+
+def _window_kv(kv: dict[str, Any], a: str, arch: GGUFArch, spec: DecoderSpec, window: int) -> None:
+    """The window, and the layers that slide where they are not llama.cpp's
+    default period for the architecture (convert_hf_to_gguf.py writes no
+    pattern for gemma2, gemma3 or cohere2, so llama.cpp runs its default)."""
+    kv[f"{a}.attention.sliding_window"] = window
+    swa = [w > 0 for w in spec.windows]
+    if swa != sliding_by_period(arch.swa_pattern, spec.n_layers):
+        kv[f"{a}.attention.sliding_window_pattern"] = swa
 
 
 def add_kv(w: Any, key: str, v: Any) -> None:

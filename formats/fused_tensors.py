@@ -3,9 +3,9 @@
 ``Phi3ForCausalLM`` stores each layer's attention input projection as one
 ``self_attn.qkv_proj`` (q rows, then k, then v: models/phi3's
 ``qkv[..., :q_pos]`` slices) and its MLP's as one ``mlp.gate_up_proj``
-(gate rows, then up: ``chunk(2)``); ``Glm4ForCausalLM`` the latter alone.
-Every tool here reads a checkpoint
-through ``collect_tensors``, which lists those as the Llama-named matrices
+(gate rows, then up: ``chunk(2)``); ``Glm4ForCausalLM`` the latter alone
+(``FUSED_BY_ARCH``). Every tool here reads a checkpoint through
+``collect_tensors``, which lists those as the Llama-named matrices
 ``q_proj``, ``k_proj``, ``v_proj``, ``gate_proj`` and ``up_proj``: row
 ranges of the stored tensor, read in place (whole rows, so nothing is
 copied or reshaped). So the artifact, the decoder, the imatrix, the quant
