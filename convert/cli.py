@@ -159,7 +159,7 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, im
 
 @cli.command("gguf-to-iebin")
 @click.option("--gguf", "gguf_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
-              help="The llama.cpp GGUF file (architectures: llama, with experts as Mixtral; qwen2, qwen3, qwen3moe, gpt-oss).")
+              help="The llama.cpp GGUF file (any of the architectures listed below; a split model's first part).")
 @click.option("--out-dir", required=True, type=click.Path(path_type=Path), help="Output directory for model.ie.json + model.ie.bin.")
 @click.option("--dtype", type=click.Choice(CAST_TARGETS),
               help="Float dtype for tensors that are dequantized (default f32), and to cast F32/F16/BF16 tensors to "
@@ -196,8 +196,9 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       smollm3 (every 4th layer without RoPE), granite (its multipliers),
       olmo2 (the blocks' output norms alone; with a window, OLMo 3),
       mistral3 (Ministral 3, Devstral Small 2, Mistral Small 3.x), exaone4,
-      olmoe, seed_oss, glm4, cohere2 and command-r, and exaone (EXAONE 3.5,
-      as the Llama it is);
+      olmoe, qwen2moe (Qwen1.5-MoE, Qwen2-57B-A14B: a shared expert beside
+      the routed ones), seed_oss, glm4, cohere2 and command-r, and exaone
+      (EXAONE 3.5, as the Llama it is);
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
       its vocabulary (byte-level BPE under any split llama.cpp names for
       these models, gpt-4o, tekken, deepseek-* and llama-bpe among them;
@@ -234,8 +235,7 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
 
 @cli.command("gguf-to-hf")
 @click.option("--gguf", "gguf_path", required=True, type=click.Path(path_type=Path, dir_okay=False),
-              help="The llama.cpp GGUF file (llama, with experts as Mixtral; qwen2, qwen3, qwen3moe, gemma2, gemma3, "
-                   "phi3, smollm3, granite, olmo2).")
+              help="The llama.cpp GGUF file (any architecture gguf-to-iebin imports but gpt-oss).")
 @click.option("--out-dir", required=True, type=click.Path(path_type=Path),
               help="Where the checkpoint is written (model.safetensors, config.json, tokenizer files).")
 @click.option("--dtype", type=click.Choice(CAST_TARGETS),
@@ -333,8 +333,8 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
     \b
     - architectures: llama, mistral and mixtral (as llama.cpp's "llama"),
       qwen2, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, smollm3,
-      granite, olmo2, mistral3, exaone4, olmoe, seed_oss, glm4, cohere2 and
-      command-r, with llama.cpp's tensor names and layouts (q/k rows
+      granite, olmo2, mistral3, exaone4, olmoe, qwen2moe, seed_oss, glm4,
+      cohere2 and command-r, with llama.cpp's tensor names and layouts (q/k rows
       re-interleaved, experts stacked as ffn_*_exps, Gemma's norms as 1 + w,
       Phi-3's q/k/v and GLM-4's and Phi-3's gate/up joined as attn_qkv and
       ffn_up, LongRoPE's factors as rope_factors_long/_short);

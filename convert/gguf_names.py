@@ -12,7 +12,7 @@ Three ways a tensor crosses:
 
 - one to one: ``model.layers.N.self_attn.q_proj.weight`` is
   ``blk.N.attn_q.weight`` (``LAYER``, per architecture);
-- experts (Mixtral, Qwen3-MoE): IEBIN keeps one matrix per expert,
+- experts (Mixtral, Qwen3-MoE, Qwen2-MoE, OLMoE): IEBIN keeps one matrix per expert,
   ``...experts.E.w1.weight``; GGUF one stack per layer,
   ``blk.N.ffn_gate_exps.weight`` [experts, rows, cols]: the experts' bytes
   one after another (``EXPERTS``);
@@ -231,6 +231,14 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", False,
              _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight"}),
              experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()}),
+    # Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's layer, Qwen3-MoE's experts, the shared expert as ffn_*_shexp
+    # beside its gate, an F32 [hidden] row (ffn_gate_inp_shexp)
+    GGUFArch("qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe", False,
+             _dense({"mlp.gate.weight": "ffn_gate_inp.weight",
+                     **{f"mlp.shared_expert.{k}_proj.weight": f"ffn_{k}_shexp.weight" for k in ("gate", "up", "down")},
+                     "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight"}),
+             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()},
+             keys=frozenset({"expert_shared_feed_forward_length"})),
     # OLMoE: Qwen3-MoE's names with OLMo 2's whole-projection q/k norms, rows as they are
     GGUFArch("olmoe", "OlmoeForCausalLM", "olmoe", False,
              _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight"}),

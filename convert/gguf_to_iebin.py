@@ -464,10 +464,11 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     """The experts, windows and SwiGLU of the MoE architectures, as the HF
     config keys the decoder reads, with what llama.cpp's graph for each does
     where the file cannot say otherwise (qwen3moe renormalises the top-k
-    weights in every layer, olmoe never; gpt-oss's SwiGLU is alpha 1.702,
+    weights in every layer, olmoe and qwen2moe never; gpt-oss's SwiGLU is alpha 1.702,
     limit 7)."""
     a = arch.gguf
-    if arch.hf_class not in ("MixtralForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "OlmoeForCausalLM"):
+    if arch.hf_class not in ("MixtralForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "OlmoeForCausalLM",
+                             "Qwen2MoeForCausalLM"):
         return
     n = _field(g, f"{a}.expert_count", int)
     k = _field(g, f"{a}.expert_used_count", int)
@@ -476,6 +477,12 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     cfg.update(num_local_experts=n, num_experts_per_tok=k)
     if arch.hf_class == "OlmoeForCausalLM":  # (OlmoeConfig's key; llama.cpp's olmoe never renormalises)
         cfg.update(num_experts=cfg.pop("num_local_experts"), norm_topk_prob=False)
+    if arch.hf_class == "Qwen2MoeForCausalLM":  # never renormalised; llama.cpp's widths where a file has none (or 0)
+        ff = _field(g, f"{a}.feed_forward_length", int)
+        cfg.update(num_experts=cfg.pop("num_local_experts"), norm_topk_prob=False, mlp_only_layers=[],
+                   decoder_sparse_step=1, qkv_bias=any(t.name == "blk.0.attn_q.bias" for t in g.tensors),
+                   moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int, 0) or ff // k,
+                   shared_expert_intermediate_size=_field(g, f"{a}.expert_shared_feed_forward_length", int, 0) or ff)
     if arch.hf_class == "Qwen3MoeForCausalLM":
         cfg.update(moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), norm_topk_prob=True,
                    mlp_only_layers=[], decoder_sparse_step=1)

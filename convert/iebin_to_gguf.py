@@ -159,10 +159,11 @@ class _Plan:
                           f"different types ({', '.join(sorted(dtypes))}); a GGUF tensor has one type: quantize them "
                           "alike (one q4_manifest rule)")
         dtype = first["dtype"]
-        # what llama.cpp's converter always writes as F32: vectors, biases, sinks and the routers, whose
+        # what llama.cpp's converter always writes as F32: vectors, biases, sinks and the routers (a shared
+        # expert's gate too: a [hidden, 1] row, which ggml counts as a vector), whose
         # product with a BF16 or F16 matrix ggml would take with the activations rounded to that type too
         f32 = (len(shape) == 1 or gguf_name.endswith(".bias") or ".attn_sinks." in gguf_name
-               or ".ffn_gate_inp." in gguf_name)
+               or ".ffn_gate_inp." in gguf_name or ".ffn_gate_inp_shexp." in gguf_name)
         o = _Out(gguf_name, SAME_BYTES.get(dtype, ""), shape, parts, dtype, shift=norm_shift(self.arch, first["name"]))
         floats = dtype in ("f16", "bf16", "f32")
         if o.shift and not floats:
@@ -249,8 +250,11 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
             if not moe.norm_topk:
                 raise IEError(f"{where}.norm_topk_prob: false; llama.cpp's qwen3moe always renormalises the "
                               "top-k weights")
-        if arch.gguf == "olmoe" and moe.norm_topk:
-            raise IEError(f"{where}.norm_topk_prob: true; llama.cpp's olmoe never renormalises the top-k weights")
+        if arch.gguf in ("olmoe", "qwen2moe") and moe.norm_topk:
+            raise IEError(f"{where}.norm_topk_prob: true; llama.cpp's {arch.gguf} never renormalises the top-k weights")
+        if arch.gguf == "qwen2moe" and not all(moe.layers):
+            raise IEError(f"{where}.mlp_only_layers: llama.cpp's qwen2moe has experts in every layer; this model has "
+                          "dense ones")
         if arch.gguf == "gpt-oss" and (moe.alpha, moe.limit) != GPT_OSS_SWIGLU:
             raise IEError(f"{where}.swiglu_limit: llama.cpp's gpt-oss runs swiglu_alpha {GPT_OSS_SWIGLU[0]} and "
                           f"swiglu_limit {GPT_OSS_SWIGLU[1]}; this model has {moe.alpha} and {moe.limit}")
@@ -289,8 +293,8 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     if arch.gguf == "olmoe" and spec.n_kv_heads != spec.n_heads:
         raise IEError(f"{where}.num_key_value_heads: {spec.n_kv_heads} of {spec.n_heads} heads; llama.cpp's olmoe "
                       "has a key head per query head")
-    if arch.gguf == "olmoe" and spec.tied:
-        raise IEError(f"{where}.tie_word_embeddings: true; llama.cpp's olmoe requires an output head of its own")
+    if arch.gguf in ("olmoe", "qwen2moe") and spec.tied:
+        raise IEError(f"{where}.tie_word_embeddings: true; llama.cpp's {arch.gguf} requires an output head of its own")
     if spec.mlp_act != arch.mlp_act:
         key = "hidden_activation" if "hidden_activation" in cfg else "hidden_act"
         raise IEError(f"{where}.{key}: {cfg.get(key)!r}; llama.cpp's {arch.gguf} uses {arch.mlp_act}")
@@ -537,8 +541,10 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if moe is not None:
         kv[f"{a}.expert_count"] = moe.n_experts
         kv[f"{a}.expert_used_count"] = moe.top_k
-        if arch.gguf in ("qwen3moe", "gpt-oss"):
+        if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
+        if moe.shared_inter:
+            kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
     # (as convert_hf_to_gguf writes them; exaone4: where the model has a window, which gives it NoPE layers)
     if arch.gguf == "gpt-oss" or arch.hf_class == "Olmo3ForCausalLM" or arch.gguf == "exaone4" and spec.nope:
         kv[f"{a}.attention.sliding_window"] = max(spec.windows) or cfg.get("sliding_window") or spec.max_positions

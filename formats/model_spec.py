@@ -11,7 +11,7 @@ model.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,9 @@ ARCHS = {
     "Qwen2ForCausalLM": Arch(biases=("q", "k", "v")),               # models/qwen2
     "Qwen3ForCausalLM": Arch(qk_norm=True),                         # models/qwen3
     "Qwen3MoeForCausalLM": Arch(moe="qwen3_moe", qk_norm=True),     # models/qwen3_moe
+    # models/qwen2_moe (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's layer (q/k/v biases unless config.qkv_bias is false),
+    # routed experts beside a shared expert every token runs, its output times the sigmoid of shared_expert_gate
+    "Qwen2MoeForCausalLM": Arch(moe="qwen2_moe", biases=("q", "k", "v")),
     "MixtralForCausalLM": Arch(moe="mixtral", window_everywhere=True),  # models/mixtral
     "GptOssForCausalLM": Arch(moe="gpt_oss", sinks=True, biases=("q", "k", "v", "o")),  # models/gpt_oss
     "Gemma2ForCausalLM": Arch(gemma=True, window_period=2, softcaps=True),  # models/gemma2
@@ -136,6 +139,11 @@ MOE_NAMES = {
                   "up": "mlp.experts.{e}.up_proj.weight", "down": "mlp.experts.{e}.down_proj.weight"},
 }
 MOE_NAMES["olmoe"] = MOE_NAMES["qwen3_moe"]
+# Qwen2-MoE's shared expert: a SwiGLU MLP (bound as the layer's dense gate/up/down) and its gate, a [1, hidden] row.
+MOE_NAMES["qwen2_moe"] = {**MOE_NAMES["qwen3_moe"], "shared_gate": "mlp.shared_expert.gate_proj.weight",
+                          "shared_up": "mlp.shared_expert.up_proj.weight",
+                          "shared_down": "mlp.shared_expert.down_proj.weight",
+                          "shared_router": "mlp.shared_expert_gate.weight"}
 LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 # Per layer (under model.layers.N.): the attention and dense MLP matrices
 # (NAME.weight), the norms, and the optional attention biases, by the keys
@@ -179,6 +187,7 @@ class MoeSpec:
     limit: float          # gpt-oss's swiglu_limit
     layers: tuple[bool, ...]  # per layer: experts (True) or a dense MLP
     names: dict[str, str]
+    shared_inter: int = 0  # the shared expert's channels beside the routed ones in a layer with experts (0: none)
 
 
 @dataclass(frozen=True)
@@ -560,27 +569,29 @@ def _nope(arch: Arch, cfg: dict, windows: tuple[int, ...], meta_path: Path) -> t
 
 
 def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | None:
-    """The routing of gpt-oss, Mixtral, Qwen3-MoE and OLMoE, from their
-    config keys (configuration_gpt_oss / _mixtral / _qwen3_moe / _olmoe)."""
+    """The routing of gpt-oss, Mixtral, Qwen3-MoE, Qwen2-MoE and OLMoE, from
+    their config keys (configuration_gpt_oss / _mixtral / _qwen3_moe /
+    _qwen2_moe / _olmoe)."""
     if arch.moe is None:
         return None
-    # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's: num_experts.
-    e_key = "num_experts" if arch.moe in ("qwen3_moe", "olmoe") and "num_experts" in cfg else "num_local_experts"
+    qwen = arch.moe in ("qwen3_moe", "qwen2_moe")
+    # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's and
+    # Qwen2-MoE's: num_experts.
+    e_key = "num_experts" if (qwen or arch.moe == "olmoe") and "num_experts" in cfg else "num_local_experts"
     n_experts = _int(cfg, meta_path, e_key, section="config")
     top_k = _int(cfg, meta_path, "num_experts_per_tok", section="config")
     if top_k > n_experts:
         raise IEError(f"{meta_path}: config.num_experts_per_tok: {top_k} is more than the {n_experts} experts "
                       f"({e_key})")
-    inter = _int(cfg, meta_path, "moe_intermediate_size" if arch.moe == "qwen3_moe" else "intermediate_size",
-                 section="config")
+    inter = _int(cfg, meta_path, "moe_intermediate_size" if qwen else "intermediate_size", section="config")
     layers = (True,) * n_layers
     norm_topk, glu, alpha, limit = True, "silu", 1.702, 7.0
-    if arch.moe in ("qwen3_moe", "olmoe"):
+    if qwen or arch.moe == "olmoe":
         norm = cfg.get("norm_topk_prob", False)
         if not isinstance(norm, bool):
             raise IEError(f"{meta_path}: config.norm_topk_prob: expected true or false, got {norm!r}")
         norm_topk = norm
-    if arch.moe == "qwen3_moe":
+    if qwen:
         step = _int(cfg, meta_path, "decoder_sparse_step", 1, section="config")
         dense = cfg.get("mlp_only_layers") or []
         if not isinstance(dense, list) or not all(type(i) is int for i in dense):
@@ -592,8 +603,10 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         alpha = cfg.get("swiglu_alpha", 1.702)
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
             raise IEError(f"{meta_path}: config.swiglu_alpha: expected a number, got {alpha!r}")
+    has_shared = "shared_router" in MOE_NAMES[arch.moe]
+    shared = _int(cfg, meta_path, "shared_expert_intermediate_size", section="config") if has_shared else 0
     return MoeSpec(n_experts=n_experts, top_k=top_k, inter=inter, norm_topk=norm_topk, glu=glu, alpha=float(alpha),
-                   limit=float(limit), layers=layers, names=MOE_NAMES[arch.moe])
+                   limit=float(limit), layers=layers, names=MOE_NAMES[arch.moe], shared_inter=shared)
 
 
 def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
@@ -608,6 +621,14 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         raise UnsupportedError(f"{meta_path}: model.architecture: {name!r} is not supported by the decoder "
                                f"(supported: {', '.join(ARCHITECTURES)})")
     arch = ARCHS[name]
+    if arch.biases and cfg.get("qkv_bias") is False:  # (Qwen2-MoE's option; a Qwen2 layer has them otherwise)
+        arch = replace(arch, biases=())
+        stored = next((t.get("name") for t in meta.get("tensors") or [] if isinstance(t, dict)
+                       and str(t.get("name")).endswith(("self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                                                        "self_attn.v_proj.bias"))), None)
+        if stored is not None:
+            raise UnsupportedError(f"{meta_path}: tensors[{stored!r}]: config.qkv_bias is false, so transformers "
+                                   "builds no q/k/v biases and leaves this one unread; refusing to run another model")
     act = m.get("hidden_act") or ("gelu_pytorch_tanh" if arch.gemma else "silu")
     acts = ("silu",) if arch.moe else tuple(MLP_ACTS)
     if act not in acts:
@@ -773,6 +794,12 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
     parts.append(Part("router", pre + names["router"], (moe.n_experts, s.hidden)))
     if "router_bias" in names:
         parts.append(Part("router_bias", pre + names["router_bias"], (moe.n_experts,), VECTOR))
+    if moe.shared_inter:  # the shared expert, in the dense MLP's slots, and its gate
+        w = moe.shared_inter
+        parts += [Part("gate", pre + names["shared_gate"], (w, s.hidden)),
+                  Part("up", pre + names["shared_up"], (w, s.hidden)),
+                  Part("down", pre + names["shared_down"], (s.hidden, w)),
+                  Part("shared_gate", pre + names["shared_router"], (1, s.hidden))]
     gate_rows = 2 * moe.inter if moe.glu == "gpt_oss" else moe.inter  # gpt-oss: gate and up rows alternate
     per_expert = {"gate": (gate_rows, s.hidden), "up": (moe.inter, s.hidden), "down": (s.hidden, moe.inter)}
     parts += [Part(key, pre + names[key], shape, EXPERT_MATRIX) for key, shape in per_expert.items() if key in names]

@@ -29,8 +29,11 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "q4_manifest.
 # Tensors that lose the most from 4-bit storage; selecting them needs --force.
 # MoE routers too (gpt-oss's mlp.router, Mixtral's block_sparse_moe.gate,
 # Qwen3-MoE's mlp.gate): a small matrix whose error changes which experts
-# run (llama.cpp keeps ffn_gate_inp unquantized as well).
-_SENSITIVE = re.compile(r"(embed|wte|wpe|norm|(^|\.)ln_|layernorm|\.router\.|moe\.gate\.|mlp\.gate\.)", re.IGNORECASE)
+# run (llama.cpp keeps ffn_gate_inp unquantized as well); and Qwen2-MoE's
+# shared_expert_gate, one row scaling a whole MLP's output (llama.cpp's F32
+# ffn_gate_inp_shexp, which ggml counts as a vector and never quantizes).
+_SENSITIVE = re.compile(r"(embed|wte|wpe|norm|(^|\.)ln_|layernorm|\.router\.|moe\.gate\.|mlp\.gate\.|"
+                        r"shared_expert_gate\.)", re.IGNORECASE)
 
 
 def is_sensitive(name: str) -> bool:

@@ -38,6 +38,8 @@ Writes (replacing any previous output):
                             q/k norms, every 4th layer full and unrotated, the others sliding (window 4), untied
     golden/hf/tiny-olmoe/   OlmoeForCausalLM, bfloat16: 4 experts top-2 without renormalising, q/k norms over the
                             whole projections, untied
+    golden/hf/tiny-qwen2-moe/  Qwen2MoeForCausalLM, bfloat16: 4 experts top-2 without renormalising beside a
+                            shared expert (48 channels) under a sigmoid gate, q/k/v biases, untied
     golden/hf/tiny-seed-oss/ SeedOssForCausalLM, bfloat16: q/k/v biases (no o bias), untied
     golden/hf/tiny-glm4/    Glm4ForCausalLM, bfloat16: interleaved RoPE over half of each head, norms before and after
                             each block, gate_up_proj fused, q/k/v biases, untied; ids 318/319 GLM's special tokens
@@ -132,6 +134,8 @@ from transformers import (  # noqa: E402
     Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen2MoeConfig,
+    Qwen2MoeForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
     Qwen3MoeConfig,
@@ -192,6 +196,7 @@ SEED_OSS_SEED = SEED + 41  # its greedy cases run 16 tokens with margins >= 0.03
 GLM4_SEED = SEED + 42  # its greedy cases run 16 tokens with margins >= 0.04
 COHERE2_SEED = SEED + 47  # the first from SEED + 43 whose greedy cases run 16 tokens with margins >= 0.01
 COHERE2_LOGIT_SCALE = 0.5  # Command R7B's is 0.25; the toy's logits are a few units, so its scale keeps them
+QWEN2_MOE_SEED = SEED + 54  # the first from SEED + 52 whose greedy cases run 16 tokens with margins >= 0.02
 COHERE_SEED = SEED + 51  # the first from SEED + 48 whose greedy cases run 16 tokens with margins >= 0.01
 OLMO2_SEED = SEED + 22  # the first from SEED + 20 whose greedy cases run 16 tokens with margins >= 0.01
 SMOLLM3_SEED = SEED + 18  # the first from SEED + 17 whose greedy cases run 16 tokens with margins >= 0.01
@@ -439,8 +444,10 @@ def write_reference(model_cls, model_dir: Path, ref_dir: Path, tok) -> np.ndarra
 # models
 # --------------------------------------------------------------------------
 
-def save_model(tok, name: str, model_cls, cfg, seed: int, dtype=torch.float32, **save_kw) -> np.ndarray:
-    """Build ``model_cls(cfg)`` with its weights drawn from ``seed``, cast to
+def save_model(tok, name: str, model_cls, cfg, seed: int, dtype=torch.float32, after_init=None,
+               **save_kw) -> np.ndarray:
+    """Build ``model_cls(cfg)`` with its weights drawn from ``seed`` (and
+    ``after_init(model)`` run on it: buffers init_weights leaves), cast to
     ``dtype``, save it and the tokenizer to hf/NAME, and write ref/NAME.
     Returns the reference logits."""
     out = HF_DIR / name
@@ -448,6 +455,8 @@ def save_model(tok, name: str, model_cls, cfg, seed: int, dtype=torch.float32, *
     seed_everything(seed)
     model = model_cls(cfg).to(torch.float32).eval()
     init_weights(model, seed)
+    if after_init is not None:
+        after_init(model)
     model.to(dtype).save_pretrained(out, **save_kw)
     tok.save_pretrained(out)
     return write_reference(model_cls, out, REF_DIR / name, tok)
@@ -695,6 +704,19 @@ def make_olmoe(tok) -> None:
     out = HF_DIR / "tiny-olmoe"
     logits = save_model(tok, out.name, OlmoeForCausalLM, cfg, OLMOE_SEED, torch.bfloat16)
     assert_feature_matters(OlmoeForCausalLM, out, logits, "norm_topk_prob", norm_topk_prob=True)
+
+
+def make_qwen2_moe(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    # every layer sparse, as llama.cpp's qwen2moe graph has them; the shared expert wider than a routed one
+    cfg = Qwen2MoeConfig(**dims, **MOE, num_experts=4, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                         norm_topk_prob=False, qkv_bias=True, tie_word_embeddings=False, use_sliding_window=False,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg.architectures = ["Qwen2MoeForCausalLM"]
+    out = HF_DIR / "tiny-qwen2-moe"
+    logits = save_model(tok, out.name, Qwen2MoeForCausalLM, cfg, QWEN2_MOE_SEED, torch.bfloat16)
+    assert_feature_matters(Qwen2MoeForCausalLM, out, logits, "norm_topk_prob", norm_topk_prob=True)
 
 
 def make_seed_oss(tok) -> None:
@@ -952,6 +974,7 @@ def main() -> None:
     make_ministral3_vl(tok)
     make_exaone4(tok)
     make_olmoe(tok)
+    make_qwen2_moe(tok)
     make_seed_oss(tok)
     make_glm4(tok)
     make_cohere2(tok)

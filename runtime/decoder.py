@@ -119,7 +119,7 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
         parallel_block=s.arch.cohere,
         **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
                                        norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
-                                       swiglu_limit=moe.limit)))
+                                       swiglu_limit=moe.limit, shared_inter=moe.shared_inter)))
 
 
 class Decoder:

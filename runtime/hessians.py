@@ -44,7 +44,7 @@ from iekit.formats import gptq
 from iekit.formats.errors import IEError
 
 from .decoder import Decoder
-from .imatrix import LAYER_INPUTS
+from .imatrix import LAYER_INPUTS, shared_inputs
 
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)\.weight$")
 
@@ -118,6 +118,7 @@ class Hessians:
                 continue
             pre = f"model.layers.{layer}."
             out[pre + moe.names["router"]] = [(4 * layer + 2, -1)]
+            out.update({pre + n: [(4 * layer + k, -1)] for n, k in shared_inputs(moe)})
             for key, k in (("gate", 2), ("up", 2), ("down", 3)):
                 pattern = moe.names.get(key)
                 if pattern is None:
@@ -174,6 +175,8 @@ class Hessians:
             return s.hidden
         if expert >= 0:
             return s.hidden if slot % 4 == 2 else s.moe.inter
+        if slot % 4 == 3 and s.moe is not None and s.moe.layers[slot // 4]:  # a shared expert's down input
+            return s.moe.shared_inter
         return (s.hidden, s.n_heads * s.head_dim, s.hidden, s.inter)[slot % 4]
 
     def get(self, name: str, expert: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:

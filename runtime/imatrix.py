@@ -9,7 +9,8 @@ the tied embedding it shares). In a layer with experts the MLP norm's output
 feeds the router, and each expert's gate/up see only the rows routed to it
 and its down only its own GLU outputs: they get means over those rows, per
 expert, as llama-imatrix collects them (an expert stack [E, rows, cols] one
-entry [E, cols]; per-expert tensors one entry each).
+entry [E, cols]; per-expert tensors one entry each). A shared expert beside
+them (Qwen2-MoE) sees every row, as a dense MLP does.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def collect(dec: Decoder, chunks: list[list[int]], source: dict,
                 entries[f"{pre}{n}.weight"] = means[k].astype(np.float32)
         if per_expert[layer] is not None:
             unrouted += _expert_entries(entries, routed, pre, dec.spec.moe.names, means[2], *per_expert[layer])
+            entries.update({pre + n: means[k].astype(np.float32) for n, k in shared_inputs(dec.spec.moe)})
     entries[dec.head_name] = (np.asarray(sums[-1]) / tokens).astype(np.float32)
     meta = {"tokens": int(tokens), "chunks": len(chunks), "ctx": max(len(c) for c in chunks), "source": source}
     warnings = []
@@ -64,6 +66,17 @@ def collect(dec: Decoder, chunks: list[list[int]], source: dict,
         warnings.append(f"{unrouted} of {n} experts got no calibration row; they take their layer's means over "
                         "all rows (more calibration text routes to more experts)")
     return Imatrix(entries, meta, routed), warnings
+
+
+def shared_inputs(moe) -> list[tuple[str, int]]:
+    """A layer's shared expert (Qwen2-MoE's), which every token runs: each
+    of its matrices (names inside the layer) with the statistics slot its
+    input is, as a dense MLP's: the MLP norm's output for gate, up and its
+    gate, its own GLU outputs for down. None without one."""
+    if not moe.shared_inter:
+        return []
+    return [(moe.names[key], k) for key, k in (("shared_gate", 2), ("shared_up", 2), ("shared_router", 2),
+                                                ("shared_down", 3))]
 
 
 def _expert_entries(entries: dict[str, np.ndarray], routed: dict[str, object], pre: str, names: dict[str, str],

@@ -55,6 +55,7 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-ministral3", "tiny-ministral3", []),
     ("tiny-exaone4", "tiny-exaone4", []),
     ("tiny-olmoe", "tiny-olmoe", []),
+    ("tiny-qwen2-moe", "tiny-qwen2-moe", []),
     ("tiny-seed-oss", "tiny-seed-oss", []),
     ("tiny-glm4", "tiny-glm4", []),
     ("tiny-cohere2", "tiny-cohere2", []),

@@ -140,8 +140,9 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         assert [int(d) for d in reversed(g.shape)] == t["shape"], gname
         data = np.asarray(g.data).reshape(-1).view(np.uint8)
         gemma = a in ("gemma2", "gemma3")
-        if (len(t["shape"]) == 1 or ".ffn_gate_inp." in gname) and (t["dtype"] != "f32" or gemma):
-            assert g.tensor_type.name == "F32"  # llama.cpp keeps them F32
+        if (len(t["shape"]) == 1 or ".ffn_gate_inp." in gname or ".ffn_gate_inp_shexp." in gname) and \
+                (t["dtype"] != "f32" or gemma):
+            assert g.tensor_type.name == "F32"  # llama.cpp keeps them F32 (routers, the shared expert's gate)
             data = data.view(np.float32)
             want = _as_f32(t, raw)
             if gemma and hf.endswith("norm.weight"):  # convert_hf_to_gguf.py's Gemma2Model, Gemma3Model: 1 + w
@@ -187,7 +188,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                 pat = {"llama": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
                                  "down": "block_sparse_moe.experts.{e}.w2"},
                        "qwen3moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
-                       "olmoe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")}}[a][k]
+                       "olmoe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
+                       "qwen2moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")}}[a][k]
                 want = np.concatenate([src[f"model.layers.{i}.{pat.format(e=e)}.weight"][1]
                                        for e in range(int(g.shape[-1]))])
             assert np.array_equal(data, np.ascontiguousarray(want).reshape(-1)), g.name

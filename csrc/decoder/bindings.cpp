@@ -38,7 +38,8 @@ using Field = std::pair<const char*, S>;
 const Field<ie::Matrix ie::LayerWeights::*> kLayerMatrices[] = {
     {"q", &ie::LayerWeights::q},       {"k", &ie::LayerWeights::k},   {"v", &ie::LayerWeights::v},
     {"o", &ie::LayerWeights::o},       {"gate", &ie::LayerWeights::gate}, {"up", &ie::LayerWeights::up},
-    {"down", &ie::LayerWeights::down}, {"router", &ie::LayerWeights::router}};
+    {"down", &ie::LayerWeights::down}, {"router", &ie::LayerWeights::router},
+    {"shared_gate", &ie::LayerWeights::shared_gate}};
 const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
     {"attn_norm", &ie::LayerWeights::attn_norm}, {"mlp_norm", &ie::LayerWeights::mlp_norm},
     {"attn_post_norm", &ie::LayerWeights::attn_post_norm}, {"mlp_post_norm", &ie::LayerWeights::mlp_post_norm},
@@ -236,7 +237,8 @@ void ie_register_decoder(py::module_& m) {
                        std::vector<float> inv_freq_swa, float attn_scale, float embed_scale, const std::string& mlp_act,
                        float attn_softcap, float logit_softcap, std::vector<uint8_t> nope, float residual_scale,
                        float logits_scaling, bool pre_norms, bool qk_norm_full, float attn_temp_scale,
-                       int attn_temp_floor, bool rope_interleaved, bool layer_norm, bool parallel_block) {
+                       int attn_temp_floor, bool rope_interleaved, bool layer_norm, bool parallel_block,
+                       int shared_inter) {
              ie::DecoderConfig c;
              c.n_layers = n_layers;
              c.hidden = hidden;
@@ -254,6 +256,7 @@ void ie_register_decoder(py::module_& m) {
              c.top_k = top_k;
              c.expert_inter = expert_inter;
              c.norm_topk = norm_topk;
+             c.shared_inter = shared_inter;
              if (glu != "silu" && glu != "gpt_oss") throw std::invalid_argument("glu must be silu or gpt_oss, got '" + glu + "'");
              c.glu = glu == "silu" ? ie::Glu::Silu : ie::Glu::GptOss;
              c.swiglu_alpha = swiglu_alpha;
@@ -293,7 +296,8 @@ void ie_register_decoder(py::module_& m) {
            py::arg("attn_softcap") = 0.f, py::arg("logit_softcap") = 0.f, py::arg("nope") = std::vector<uint8_t>{},
            py::arg("residual_scale") = 1.f, py::arg("logits_scaling") = 1.f, py::arg("pre_norms") = true,
            py::arg("qk_norm_full") = false, py::arg("attn_temp_scale") = 0.f, py::arg("attn_temp_floor") = 0,
-           py::arg("rope_interleaved") = false, py::arg("layer_norm") = false, py::arg("parallel_block") = false)
+           py::arg("rope_interleaved") = false, py::arg("layer_norm") = false, py::arg("parallel_block") = false,
+           py::arg("shared_inter") = 0)
       .def_readonly("n_layers", &ie::DecoderConfig::n_layers)
       .def_readonly("hidden", &ie::DecoderConfig::hidden)
       .def_readonly("vocab", &ie::DecoderConfig::vocab)

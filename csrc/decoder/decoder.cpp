@@ -203,6 +203,8 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       fail("decoder config: swiglu_limit must be a positive number, got " + std::to_string(c.swiglu_limit));
     if (!std::isfinite(c.swiglu_alpha)) fail("decoder config: swiglu_alpha must be finite");
   }
+  if (c.shared_inter < 0 || (c.shared_inter > 0 && c.n_experts == 0))
+    fail("decoder config: shared_inter must be 0, or positive in a model with experts");
   if (c.head_dim % 2) fail("decoder config: head_dim must be even for RoPE, got " + std::to_string(c.head_dim));
   if (c.n_heads % c.n_kv_heads)
     fail("decoder config: num_attention_heads (" + std::to_string(c.n_heads) +
@@ -242,8 +244,17 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       check_matrix(n + "gate_proj", L.gate, c.inter, c.hidden, p);
       check_matrix(n + "up_proj", L.up, c.inter, c.hidden, p);
       check_matrix(n + "down_proj", L.down, c.hidden, c.inter, p);
+      if (!absent(L.shared_gate)) fail(n + "shared_expert_gate: a dense layer has no shared expert");
     } else {
       check_experts(c, L, n, p);
+      if (c.shared_inter > 0) {
+        check_matrix(n + "shared_expert.gate_proj", L.gate, c.shared_inter, c.hidden, p);
+        check_matrix(n + "shared_expert.up_proj", L.up, c.shared_inter, c.hidden, p);
+        check_matrix(n + "shared_expert.down_proj", L.down, c.hidden, c.shared_inter, p);
+        if (!absent(L.shared_gate)) check_matrix(n + "shared_expert_gate", L.shared_gate, 1, c.hidden, p);
+      } else if (!absent(L.gate) || !absent(L.up) || !absent(L.down) || !absent(L.shared_gate)) {
+        fail(n + "shared expert: the config has none (shared_inter 0)");
+      }
     }
     check_vec(n + "q_proj.bias", L.bq, q_dim, true);
     check_vec(n + "k_proj.bias", L.bk, kv_dim, true);
@@ -311,7 +322,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     page_out(stored, n);
   };
   for (LayerWeights& L : w_.layers)
-    for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) make_resident(*m);
+    for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate}) make_resident(*m);
   if (copy_experts)  // only into rows8: a copy of an expert's stored bytes would not be read faster
     for (LayerWeights& L : w_.layers)
       for (Expert& x : L.experts)
@@ -334,7 +345,8 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     };
     bool all = rows8_or_float(w_.lm_head), experts = false;
     for (const LayerWeights& L : w_.layers) {
-      for (const Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) all = all && rows8_or_float(*m);
+      for (const Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate})
+        all = all && rows8_or_float(*m);
       for (const Expert& x : L.experts)
         for (const Matrix* m : {&x.gate, &x.up, &x.down}) all = all && packable_or_float(*m);
       experts = experts || !L.experts.empty();
@@ -349,14 +361,16 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   }
   const size_t B = kPrefillBatch;
   x_.resize(B * c.hidden);
-  xn_.resize(B * std::max(c.hidden, c.inter));
+  const size_t mlp = static_cast<size_t>(std::max(c.inter, c.shared_inter));  // a dense MLP's or the shared expert's
+  xn_.resize(B * std::max(static_cast<size_t>(c.hidden), mlp));
   if (c.parallel_block) par_.resize(B * c.hidden);
   q_.resize(B * q_dim_);
   k_.resize(B * kv_dim_);
   v_.resize(B * kv_dim_);
   att_.resize(B * std::max(q_dim_, c.hidden));
-  gate_.resize(B * c.inter);
-  up_.resize(B * c.inter);
+  gate_.resize(B * mlp);
+  up_.resize(B * mlp);
+  if (c.shared_inter > 0) shared_gate_.resize(B);
   if (c.n_experts > 0) {
     const size_t gate_rows = static_cast<size_t>(c.expert_inter) * (c.glu == Glu::GptOss ? 2 : 1);
     router_logits_.resize(B * c.n_experts);
@@ -390,14 +404,18 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std:
   capture_on_.assign(on ? static_cast<size_t>(slots) : 0, 0);
   if (!on) return;
   for (int slot : capture) {
-    if (slot % 4 == 3 && slot / 4 < c.n_layers && !w_.layers[static_cast<size_t>(slot / 4)].experts.empty())
+    if (slot % 4 == 3 && slot / 4 < c.n_layers && !w_.layers[static_cast<size_t>(slot / 4)].experts.empty() &&
+        c.shared_inter == 0)
       fail("collect_stats: slot " + std::to_string(slot) + " (layer " + std::to_string(slot / 4) +
-           "'s down inputs) is empty in a layer with experts: each expert has its own (expert_stats)");
+           "'s down inputs) is empty in a layer with experts and no shared expert: each expert has its own "
+           "(expert_stats)");
     capture_on_[static_cast<size_t>(slot)] = 1;
   }
   for (int l = 0; l < c.n_layers; ++l) {
     const bool moe = !w_.layers[static_cast<size_t>(l)].experts.empty();
-    for (int n : {c.hidden, q_dim_, c.hidden, moe ? 0 : c.inter}) stats_.emplace_back(static_cast<size_t>(n), 0.0);
+    // (slot 3 of a layer with experts: the shared expert's down inputs, if it has one)
+    for (int n : {c.hidden, q_dim_, c.hidden, moe ? c.shared_inter : c.inter})
+      stats_.emplace_back(static_cast<size_t>(n), 0.0);
     if (moe) {
       ExpertStats& es = expert_stats_[static_cast<size_t>(l)];
       const size_t E = static_cast<size_t>(c.n_experts);
@@ -838,7 +856,7 @@ void Decoder::experts(int layer, int b) {
 
 void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits, int layers, Stream stream) {
   const DecoderConfig& c = cfg_;
-  const int H = c.hidden, I = c.inter;
+  const int H = c.hidden;
   const int half = static_cast<int>(c.inv_freq.size());  // the rotated dims' half (head_dim / 2 but for partial RoPE)
   const auto norm = c.layer_norm ? layernorm : rmsnorm;  // the layer's and the model's input norms (Cohere: LayerNorm)
   for (int j = 0; j < b; ++j) {
@@ -932,10 +950,14 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     });
     if (stats_on_) add_stats(4 * l + 2, xn_.data(), b, H);
     prepare(xn_prep_, xn_.data(), b, H);
-    if (!L.experts.empty()) {
+    const bool moe = !L.experts.empty();
+    if (moe) {
       experts(l, b);
-      continue;
+      if (c.shared_inter == 0) continue;
+      if (!absent(L.shared_gate)) mm(L.shared_gate, xn_prep_, xn_.data(), b, nullptr, shared_gate_.data());
     }
+    // The dense MLP, or the shared expert beside the routed ones (experts() read xn_ and xn_prep_ as they are).
+    const int I = moe ? c.shared_inter : c.inter;
     if (!swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data(), c.mlp_act == MlpAct::GeluTanh)) {
       mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
       mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
@@ -949,7 +971,9 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     mm(L.down, gate_prep_, gate_.data(), b, nullptr, att_.data());
     rows(b, [&](int j) {
       if (!L.mlp_post_norm.empty()) rmsnorm(&att_[j * H], L.mlp_post_norm.data(), H, c.eps, &att_[j * H]);
-      for (int i = j * H; i < (j + 1) * H; ++i) x_[i] += att_[i] * c.residual_scale;
+      const float s = moe && !absent(L.shared_gate) ? 1.f / (1.f + std::exp(-shared_gate_[static_cast<size_t>(j)]))
+                                                    : c.residual_scale;
+      for (int i = j * H; i < (j + 1) * H; ++i) x_[i] += att_[i] * s;
     });
   }
   n_past_ += b;

@@ -1,12 +1,12 @@
 // A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3,
 // Phi-3, SmolLM3, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
 // GLM-4, Cohere and Cohere 2, and the mixture-of-experts models gpt-oss,
-// Qwen3-MoE, OLMoE and Mixtral): RMSNorm, RoPE (rotate-half or interleaved
+// Qwen3-MoE, Qwen2-MoE, OLMoE and Mixtral): RMSNorm, RoPE (rotate-half or interleaved
 // pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
 // second table for sliding layers; layers without RoPE), grouped-query
 // attention over a float32 or float16 KV cache with optional per-head or whole
 // q/k norms, attention sinks and per-layer sliding windows, a SwiGLU or
-// GELU-gated MLP or a routed set of experts, optional norms of the attention
+// GELU-gated MLP or a routed set of experts (beside a shared one), optional norms of the attention
 // and MLP outputs (Gemma's sandwich; OLMo's without the norms before them),
 // soft-capped scores and logits (Gemma 2), Granite's residual and logit
 // multipliers, Ministral 3's attention temperature, Cohere's LayerNorm and
@@ -117,6 +117,12 @@ struct DecoderConfig {
   // The weights: softmax over the selected logits (gpt-oss, Mixtral, and
   // Qwen3-MoE's norm_topk_prob), else the softmax over all experts'.
   bool norm_topk = true;
+  // The shared expert's channels (0: none): in a layer with experts every
+  // token also runs a SwiGLU MLP of this width, held in the layer's dense
+  // gate/up/down, its output added beside the routed ones, times the sigmoid
+  // of LayerWeights::shared_gate's logit where that has data (Qwen2-MoE's
+  // shared_expert and shared_expert_gate; llama.cpp's ffn_*_shexp).
+  int shared_inter = 0;
   Glu glu = Glu::Silu;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.f;  // Glu::GptOss only
   // The KV cache's element types, WType::F32 or F16 (llama.cpp's default:
@@ -156,12 +162,14 @@ struct LayerWeights {
   // RMSNorm of the attention's and the dense MLP's outputs before they join
   // the residual (Gemma 3's post_attention / post_feedforward norms), or empty.
   std::vector<float> attn_post_norm, mlp_post_norm;
-  Matrix q, k, v, o, gate, up, down;  // gate/up/down: the dense MLP (no data in a layer with experts)
+  // gate/up/down: the dense MLP, or in a layer with experts the shared expert (no data: none)
+  Matrix q, k, v, o, gate, up, down;
   std::vector<float> bq, bk, bv, bo;  // empty when the architecture has none
   std::vector<float> q_norm, k_norm;  // per-head RMSNorm weights [head_dim] (Qwen3), or empty
   std::vector<float> sinks;           // attention sink logit per head (gpt-oss), or empty
   Matrix router;                      // [n_experts, hidden] in a layer with experts
   std::vector<float> router_bias;     // [n_experts] or empty
+  Matrix shared_gate;                 // [1, hidden]: the shared expert's sigmoid gate, or no data (weight 1)
   std::vector<Expert> experts;        // empty: a dense MLP layer
 };
 
@@ -378,6 +386,7 @@ class Decoder {
   // expert the (token, weight) pairs routed to it; the rows gathered for
   // one expert and its gate/up/down outputs.
   std::vector<float> router_logits_, ex_x_, ex_g_, ex_u_, ex_y_;
+  std::vector<float> shared_gate_;  // [chunk]: each row's shared-expert gate logit
   std::vector<int> top_;
   std::vector<std::vector<std::pair<int, float>>> routed_;
   PreparedAct ex_prep_, ex_down_prep_;
