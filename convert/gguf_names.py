@@ -198,6 +198,8 @@ class GGUFArch:
     nope_step: int = 0  # every nope_step-th layer without RoPE, as llama.cpp's graph has them (0: none)
     swa_layers: int = 0  # llama.cpp slides only in a model of this many blocks (0: any that has a window)
     eot_token: str = ""  # the token llama.cpp's converter names the end of a turn, by its text (GLM's <|user|>)
+    eom_token: str = ""  # and the end of a message (GLM-4.5's <|observation|>)
+    mtp: bool = False    # multi-token prediction layers after the last, counted in block_count (nextn_predict_layers)
     layer_norm: bool = False  # LayerNorm, its eps under attention.layer_norm_epsilon (Cohere), not RMSNorm's key
 
 
@@ -287,6 +289,23 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
               "post_attention_layernorm.weight": "ffn_norm.weight",
               "post_mlp_layernorm.weight": "post_ffw_norm.weight"},
              fused={"ffn_up.weight": "mlp.gate_up_proj.weight"}, eot_token="<|user|>"),
+    # GLM-4.5, GLM-4.5-Air, GLM-4.6: rows as they are (rotate-half RoPE over rope.dimension_count dims); the
+    # first leading_dense_block_count layers dense, the others' router sigmoid-gated with its choice bias as
+    # exp_probs_b, the shared experts as ffn_*_shexp; the multi-token prediction layer after the last (blk.N with
+    # nextn.* tensors besides a whole layer's), which llama.cpp's graph leaves to speculative decoding
+    GGUFArch("glm4moe", "Glm4MoeForCausalLM", "glm4_moe", False,
+             _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight",
+                     "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
+                     **{f"mlp.shared_experts.{k}_proj.weight": f"ffn_{k}_shexp.weight" for k in ("gate", "up", "down")},
+                     **{f"{h}.weight": f"nextn.{g}.weight" for h, g in (
+                         ("eh_proj", "eh_proj"), ("enorm", "enorm"), ("hnorm", "hnorm"), ("embed_tokens", "embed_tokens"),
+                         ("shared_head.norm", "shared_head_norm"), ("shared_head.head", "shared_head_head"))}},
+                    norm_after="post_attention_norm"),
+             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()},
+             keys=frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
+                             "expert_weights_norm", "expert_gating_func", "nextn_predict_layers", "expert_group_count",
+                             "expert_group_used_count"}),
+             eot_token="<|user|>", eom_token="<|observation|>", mtp=True),
     # Cohere 2 (Command R7B, Command A): one LayerNorm per layer (attn_norm) for its parallel attention and MLP,
     # rows as they are (llama.cpp turns interleaved pairs, as Cohere does), the head always the embedding; every
     # 4th layer full and unrotated by default, logit_scale a key

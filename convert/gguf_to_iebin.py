@@ -468,7 +468,7 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     limit 7)."""
     a = arch.gguf
     if arch.hf_class not in ("MixtralForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "OlmoeForCausalLM",
-                             "Qwen2MoeForCausalLM"):
+                             "Qwen2MoeForCausalLM", "Glm4MoeForCausalLM"):
         return
     n = _field(g, f"{a}.expert_count", int)
     k = _field(g, f"{a}.expert_used_count", int)
@@ -483,6 +483,8 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    decoder_sparse_step=1, qkv_bias=any(t.name == "blk.0.attn_q.bias" for t in g.tensors),
                    moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int, 0) or ff // k,
                    shared_expert_intermediate_size=_field(g, f"{a}.expert_shared_feed_forward_length", int, 0) or ff)
+    if arch.hf_class == "Glm4MoeForCausalLM":
+        _glm4_moe_config(g, arch, cfg)
     if arch.hf_class == "Qwen3MoeForCausalLM":
         cfg.update(moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), norm_topk_prob=True,
                    mlp_only_layers=[], decoder_sparse_step=1)
@@ -491,6 +493,35 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    swiglu_alpha=1.702, attention_bias=True,
                    sliding_window=_field(g, f"{a}.attention.sliding_window", int),
                    layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
+
+
+def _glm4_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """GLM-4.5's router and layers as Glm4MoeConfig says them, with what
+    llama.cpp's glm4moe graph does where a key is missing: no leading dense
+    layer, sigmoid gating, weights neither renormalised nor scaled, one
+    group. The multi-token prediction layers are counted in block_count;
+    num_hidden_layers is the trunk (transformers' count)."""
+    a = arch.gguf
+    gating = _field(g, f"{a}.expert_gating_func", int, 0)
+    if gating not in (0, 2):  # llama.cpp: none means sigmoid for glm4moe
+        raise FormatError(g.path, f"{a}.expert_gating_func", f"{gating}: GLM-4.5's router is sigmoid-gated (2); "
+                                                             "Glm4MoeForCausalLM has no other")
+    nextn = _field(g, f"{a}.nextn_predict_layers", int, 0)
+    trunk = cfg["num_hidden_layers"] - nextn
+    if trunk < 1:
+        raise FormatError(g.path, f"{a}.nextn_predict_layers", f"{nextn} of the {cfg['num_hidden_layers']} blocks "
+                                                               "leave no layer to run")
+    groups = _field(g, f"{a}.expert_group_count", int, 0) or 1
+    names = {t.name for t in g.tensors}
+    cfg.update(n_routed_experts=cfg.pop("num_local_experts"), num_hidden_layers=trunk, num_nextn_predict_layers=nextn,
+               moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
+               n_shared_experts=_field(g, f"{a}.expert_shared_count", int, 0),
+               first_k_dense_replace=_field(g, f"{a}.leading_dense_block_count", int, 0),
+               norm_topk_prob=bool(g.fields.get(f"{a}.expert_weights_norm", False)),
+               routed_scaling_factor=_field(g, f"{a}.expert_weights_scale", float) if g.fields.get(
+                   f"{a}.expert_weights_scale") else 1.0,  # (0: llama.cpp scales nothing)
+               n_group=groups, topk_group=_field(g, f"{a}.expert_group_used_count", int, 0) or groups,
+               use_qk_norm="blk.0.attn_q_norm.weight" in names, attention_bias="blk.0.attn_q.bias" in names)
 
 
 def _layer_types(g: GGUFModel, arch: GGUFArch, layers: int) -> list[str]:

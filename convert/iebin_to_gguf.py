@@ -346,7 +346,7 @@ def _plan_tensors(plan: _Plan) -> None:
 
     one("model.embed_tokens.weight")
     heads = {"self_attn.q_proj": spec.n_heads, "self_attn.k_proj": spec.n_kv_heads}
-    for i in range(spec.n_layers):
+    for i in range(spec.n_layers + spec.mtp_layers):  # (the MTP layers after the last: each a layer with experts)
         pre = f"model.layers.{i}."
         joined = _join_fused(plan, pre, i)
         for hf in [n for n in names if n.startswith(pre)]:
@@ -359,7 +359,7 @@ def _plan_tensors(plan: _Plan) -> None:
                 order = qk_rows(plan.entries[hf]["shape"][0], heads[proj])
             one(hf, order)
         for pattern, stack in arch.experts.items():
-            if spec.moe is None or not spec.moe.layers[i]:
+            if spec.moe is None or i < spec.n_layers and not spec.moe.layers[i]:
                 continue
             parts = [_Part(plan.entry(pre + pattern.format(e=e))) for e in range(spec.moe.n_experts)]
             shape = [spec.moe.n_experts, *parts[0].entry["shape"]]
@@ -490,7 +490,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv["general.quantization_version"] = QUANTIZATION_VERSION
     kv[f"{a}.context_length"] = spec.max_positions
     kv[f"{a}.embedding_length"] = spec.hidden
-    kv[f"{a}.block_count"] = spec.n_layers
+    kv[f"{a}.block_count"] = spec.n_layers + spec.mtp_layers  # (llama.cpp counts the MTP layers, nextn_predict_layers)
     moe = spec.moe
     dense_ff = spec.inter if moe is None or not all(moe.layers) else (cfg.get("intermediate_size") or moe.inter)
     kv[f"{a}.feed_forward_length"] = int(dense_ff)
@@ -543,8 +543,19 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.expert_used_count"] = moe.top_k
         if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
-        if moe.shared_inter:
+        if moe.shared_inter and arch.gguf == "qwen2moe":
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
+        if arch.gguf == "glm4moe":  # as convert_hf_to_gguf's Glm4MoeModel writes them
+            kv[f"{a}.expert_feed_forward_length"] = moe.inter
+            kv[f"{a}.expert_group_count"] = moe.n_group
+            kv[f"{a}.expert_group_used_count"] = moe.topk_group
+            kv[f"{a}.expert_shared_count"] = moe.shared_inter // moe.inter
+            kv[f"{a}.leading_dense_block_count"] = moe.layers.index(True) if any(moe.layers) else spec.n_layers
+            kv[f"{a}.expert_gating_func"] = 2  # sigmoid
+            kv[f"{a}.expert_weights_scale"] = moe.routed_scale
+            kv[f"{a}.expert_weights_norm"] = moe.norm_topk
+            if spec.mtp_layers:
+                kv[f"{a}.nextn_predict_layers"] = spec.mtp_layers
     # (as convert_hf_to_gguf writes them; exaone4: where the model has a window, which gives it NoPE layers)
     if arch.gguf == "gpt-oss" or arch.hf_class == "Olmo3ForCausalLM" or arch.gguf == "exaone4" and spec.nope:
         kv[f"{a}.attention.sliding_window"] = max(spec.windows) or cfg.get("sliding_window") or spec.max_positions
@@ -610,8 +621,9 @@ def _tokenizer(model: iebin.IebinModel, arch: GGUFArch, cfg: dict[str, Any]) -> 
         tok_cfg = {**tok_cfg, "chat_template": read_small_text(model.dir / "chat_template.jinja")}
     merged = {**cfg, **{k: v for k, v in model.meta["model"].items() if k.endswith("_token_id")}}
     fields = gguf_tokenizer_fields(read_small(path), tok_cfg, merged, path)
-    if arch.eot_token in fields["tokenizer.ggml.tokens"]:  # (as the converter names it, by its text)
-        fields["tokenizer.ggml.eot_token_id"] = fields["tokenizer.ggml.tokens"].index(arch.eot_token)
+    for key, text in (("eot", arch.eot_token), ("eom", arch.eom_token)):  # (as the converter names them, by text)
+        if text in fields["tokenizer.ggml.tokens"]:
+            fields[f"tokenizer.ggml.{key}_token_id"] = fields["tokenizer.ggml.tokens"].index(text)
     return fields
 
 

@@ -83,6 +83,11 @@ ARCHS = {
     "Qwen2ForCausalLM": Arch(biases=("q", "k", "v")),               # models/qwen2
     "Qwen3ForCausalLM": Arch(qk_norm=True),                         # models/qwen3
     "Qwen3MoeForCausalLM": Arch(moe="qwen3_moe", qk_norm=True),     # models/qwen3_moe
+    # models/glm4_moe (GLM-4.5, GLM-4.5-Air, GLM-4.6): Llama's norms, q/k/v biases where stored, per-head q/k
+    # norms with use_qk_norm, rotate-half RoPE over half of each head; the first first_k_dense_replace layers
+    # dense, the others routed by sigmoid scores (DeepSeek-V3's router) beside n_shared_experts shared ones; the
+    # multi-token prediction layers after the last (num_nextn_predict_layers) are left unread, as transformers does
+    "Glm4MoeForCausalLM": Arch(moe="glm4_moe", partial_rope=True, default_partial=0.5),
     # models/qwen2_moe (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's layer (q/k/v biases unless config.qkv_bias is false),
     # routed experts beside a shared expert every token runs, its output times the sigmoid of shared_expert_gate
     "Qwen2MoeForCausalLM": Arch(moe="qwen2_moe", biases=("q", "k", "v")),
@@ -139,6 +144,11 @@ MOE_NAMES = {
                   "up": "mlp.experts.{e}.up_proj.weight", "down": "mlp.experts.{e}.down_proj.weight"},
 }
 MOE_NAMES["olmoe"] = MOE_NAMES["qwen3_moe"]
+# GLM-4.5's: Qwen3-MoE's experts and router, the router's choice bias, its shared experts as one MLP (no gate).
+MOE_NAMES["glm4_moe"] = {**MOE_NAMES["qwen3_moe"], "expert_bias": "mlp.gate.e_score_correction_bias",
+                         "shared_gate": "mlp.shared_experts.gate_proj.weight",
+                         "shared_up": "mlp.shared_experts.up_proj.weight",
+                         "shared_down": "mlp.shared_experts.down_proj.weight"}
 # Qwen2-MoE's shared expert: a SwiGLU MLP (bound as the layer's dense gate/up/down) and its gate, a [1, hidden] row.
 MOE_NAMES["qwen2_moe"] = {**MOE_NAMES["qwen3_moe"], "shared_gate": "mlp.shared_expert.gate_proj.weight",
                           "shared_up": "mlp.shared_expert.up_proj.weight",
@@ -188,6 +198,13 @@ class MoeSpec:
     layers: tuple[bool, ...]  # per layer: experts (True) or a dense MLP
     names: dict[str, str]
     shared_inter: int = 0  # the shared expert's channels beside the routed ones in a layer with experts (0: none)
+    # GLM-4.5's router (DeepSeek-V3's): experts chosen by sigmoid score plus the expert_bias, within the best
+    # topk_group of n_group groups, weighted by their scores (renormalised with norm_topk); every router's
+    # weights times routed_scale
+    sigmoid: bool = False
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -230,6 +247,9 @@ class DecoderSpec:
     logits_scaling: float = 1.0  # logits divided by this (Granite; Cohere: 1 / its logit_scale)
     attn_temp_scale: float = 0.0  # Ministral 3's llama_4_scaling_beta (0: none)
     attn_temp_floor: int = 0      # the positions per step of its log (original_max_position_embeddings)
+    # The multi-token prediction layers stored after the last (GLM-4.5's num_nextn_predict_layers), which the
+    # decoder, as transformers, leaves unread: they serve speculative decoding, not the model's logits
+    mtp_layers: int = 0
 
 
 def rope_for_context(s: DecoderSpec, ctx: int) -> np.ndarray:
@@ -569,25 +589,26 @@ def _nope(arch: Arch, cfg: dict, windows: tuple[int, ...], meta_path: Path) -> t
 
 
 def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | None:
-    """The routing of gpt-oss, Mixtral, Qwen3-MoE, Qwen2-MoE and OLMoE, from
-    their config keys (configuration_gpt_oss / _mixtral / _qwen3_moe /
-    _qwen2_moe / _olmoe)."""
+    """The routing of gpt-oss, Mixtral, Qwen3-MoE, Qwen2-MoE, OLMoE and
+    GLM-4.5, from their config keys (configuration_gpt_oss / _mixtral /
+    _qwen3_moe / _qwen2_moe / _olmoe / _glm4_moe)."""
     if arch.moe is None:
         return None
-    qwen = arch.moe in ("qwen3_moe", "qwen2_moe")
+    qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe == "glm4_moe"
     # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's and
-    # Qwen2-MoE's: num_experts.
-    e_key = "num_experts" if (qwen or arch.moe == "olmoe") and "num_experts" in cfg else "num_local_experts"
+    # Qwen2-MoE's: num_experts; GLM-4.5's: n_routed_experts.
+    e_key = ("n_routed_experts" if glm else
+             "num_experts" if (qwen or arch.moe == "olmoe") and "num_experts" in cfg else "num_local_experts")
     n_experts = _int(cfg, meta_path, e_key, section="config")
     top_k = _int(cfg, meta_path, "num_experts_per_tok", section="config")
     if top_k > n_experts:
         raise IEError(f"{meta_path}: config.num_experts_per_tok: {top_k} is more than the {n_experts} experts "
                       f"({e_key})")
-    inter = _int(cfg, meta_path, "moe_intermediate_size" if qwen else "intermediate_size", section="config")
+    inter = _int(cfg, meta_path, "moe_intermediate_size" if qwen or glm else "intermediate_size", section="config")
     layers = (True,) * n_layers
     norm_topk, glu, alpha, limit = True, "silu", 1.702, 7.0
-    if qwen or arch.moe == "olmoe":
-        norm = cfg.get("norm_topk_prob", False)
+    if qwen or glm or arch.moe == "olmoe":
+        norm = cfg.get("norm_topk_prob", glm)  # (Glm4MoeConfig's default is true, the others' false)
         if not isinstance(norm, bool):
             raise IEError(f"{meta_path}: config.norm_topk_prob: expected true or false, got {norm!r}")
         norm_topk = norm
@@ -603,10 +624,31 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         alpha = cfg.get("swiglu_alpha", 1.702)
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
             raise IEError(f"{meta_path}: config.swiglu_alpha: expected a number, got {alpha!r}")
-    has_shared = "shared_router" in MOE_NAMES[arch.moe]
-    shared = _int(cfg, meta_path, "shared_expert_intermediate_size", section="config") if has_shared else 0
+    shared, routing = 0, {}
+    if arch.moe == "qwen2_moe":
+        shared = _int(cfg, meta_path, "shared_expert_intermediate_size", section="config")
+    if glm:
+        first = _count(cfg, meta_path, "first_k_dense_replace", 1)
+        layers = tuple(i >= first for i in range(n_layers))
+        shared = inter * _count(cfg, meta_path, "n_shared_experts", 1)
+        groups = _int(cfg, meta_path, "n_group", 1, section="config")
+        used = _int(cfg, meta_path, "topk_group", 1, section="config")
+        if n_experts % groups or used > groups or (used < groups and n_experts // groups < 2):
+            raise IEError(f"{meta_path}: config.topk_group: {used} of n_group {groups} groups of {n_experts} experts; "
+                          "expected at most n_group groups of 2 or more experts each")
+        routing = dict(sigmoid=True, n_group=groups, topk_group=used,
+                       routed_scale=_positive(cfg, meta_path, "routed_scaling_factor", 1.0, section="config"))
     return MoeSpec(n_experts=n_experts, top_k=top_k, inter=inter, norm_topk=norm_topk, glu=glu, alpha=float(alpha),
-                   limit=float(limit), layers=layers, names=MOE_NAMES[arch.moe], shared_inter=shared)
+                   limit=float(limit), layers=layers, names=MOE_NAMES[arch.moe], shared_inter=shared, **routing)
+
+
+def _count(cfg: dict, meta_path: Path, key: str, default: int) -> int:
+    """A non-negative integer config key (``default`` where absent or null)."""
+    v = cfg.get(key, default)
+    v = default if v is None else v
+    if type(v) is not int or v < 0 or v > INT32_MAX:
+        raise IEError(f"{meta_path}: config.{key}: expected a non-negative integer, got {v!r}")
+    return v
 
 
 def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
@@ -615,12 +657,14 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     IEError for an invalid one."""
     m = meta.get("model") or {}
     cfg = meta.get("config") or {}
-    _check_config(cfg, meta_path)
     name = m.get("architecture")
+    _check_config(cfg, meta_path, name)
     if name not in ARCHS:
         raise UnsupportedError(f"{meta_path}: model.architecture: {name!r} is not supported by the decoder "
                                f"(supported: {', '.join(ARCHITECTURES)})")
     arch = ARCHS[name]
+    if arch.moe == "glm4_moe" and cfg.get("use_qk_norm"):
+        arch = replace(arch, qk_norm=True)
     if arch.biases and cfg.get("qkv_bias") is False:  # (Qwen2-MoE's option; a Qwen2 layer has them otherwise)
         arch = replace(arch, biases=())
         stored = next((t.get("name") for t in meta.get("tensors") or [] if isinstance(t, dict)
@@ -674,7 +718,8 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         **(_granite(cfg, meta_path) if arch.granite else {}),
         **(_attn_temp(cfg, meta_path) if arch.attn_temp else {}),
         **({"logits_scaling": 1.0 / _positive(cfg, meta_path, "logit_scale", 0.0625, section="config")}
-           if arch.cohere else {}))
+           if arch.cohere else {}),
+        mtp_layers=_count(cfg, meta_path, "num_nextn_predict_layers", 0) if arch.moe == "glm4_moe" else 0)
     _check_all_used(spec, meta.get("tensors") or [], meta_path)
     return spec
 
@@ -715,11 +760,12 @@ def _gemma(arch: Arch, cfg: dict[str, Any], hidden: int, meta_path: Path) -> dic
             "norm_offset": 1.0}
 
 
-def _check_config(cfg: dict[str, Any], meta_path: Path) -> None:
-    """Config keys that change the computation in a way the decoder does not implement."""
+def _check_config(cfg: dict[str, Any], meta_path: Path, name: Any) -> None:
+    """Config keys that change the computation in a way the decoder does not
+    implement (``name``: the architecture, for the keys some implement)."""
     if cfg.get("mlp_bias"):
         raise UnsupportedError(f"{meta_path}: config.mlp_bias: MLP biases are not supported by the decoder")
-    if cfg.get("use_qk_norm"):
+    if cfg.get("use_qk_norm") and name != "Glm4MoeForCausalLM":  # (GLM-4.5's: per-head RMSNorm, Arch.qk_norm)
         raise UnsupportedError(f"{meta_path}: config.use_qk_norm: Cohere's per-head q/k LayerNorm (Command R+) is "
                                "not supported by the decoder")
     if cfg.get("clip_qkv") is not None:
@@ -792,14 +838,16 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
         return parts + [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in MLP_MATRICES.items()]
     names = moe.names
     parts.append(Part("router", pre + names["router"], (moe.n_experts, s.hidden)))
-    if "router_bias" in names:
-        parts.append(Part("router_bias", pre + names["router_bias"], (moe.n_experts,), VECTOR))
-    if moe.shared_inter:  # the shared expert, in the dense MLP's slots, and its gate
+    for key in ("router_bias", "expert_bias"):
+        if key in names:
+            parts.append(Part(key, pre + names[key], (moe.n_experts,), VECTOR))
+    if moe.shared_inter:  # the shared expert, in the dense MLP's slots, and its gate (Qwen2-MoE's)
         w = moe.shared_inter
         parts += [Part("gate", pre + names["shared_gate"], (w, s.hidden)),
                   Part("up", pre + names["shared_up"], (w, s.hidden)),
-                  Part("down", pre + names["shared_down"], (s.hidden, w)),
-                  Part("shared_gate", pre + names["shared_router"], (1, s.hidden))]
+                  Part("down", pre + names["shared_down"], (s.hidden, w))]
+        if "shared_router" in names:
+            parts.append(Part("shared_gate", pre + names["shared_router"], (1, s.hidden)))
     gate_rows = 2 * moe.inter if moe.glu == "gpt_oss" else moe.inter  # gpt-oss: gate and up rows alternate
     per_expert = {"gate": (gate_rows, s.hidden), "up": (moe.inter, s.hidden), "down": (s.hidden, moe.inter)}
     parts += [Part(key, pre + names[key], shape, EXPERT_MATRIX) for key, shape in per_expert.items() if key in names]
@@ -834,9 +882,13 @@ def part_tensors(s: DecoderSpec, p: Part) -> dict[str, list[int]]:
 
 def _check_all_used(s: DecoderSpec, tensors: list[Any], meta_path: Path) -> None:
     """A tensor the decoder would not read is refused: running without it
-    computes another model (MLP biases were carried and ignored)."""
+    computes another model (MLP biases were carried and ignored). The
+    multi-token prediction layers (DecoderSpec.mtp_layers) are carried
+    unread, as transformers leaves them."""
     known = decoder_tensors(s)
-    unused = [t.get("name") for t in tensors if isinstance(t, dict) and t.get("name") not in known]
+    mtp = tuple(f"model.layers.{i}." for i in range(s.n_layers, s.n_layers + s.mtp_layers))
+    unused = [t.get("name") for t in tensors if isinstance(t, dict) and t.get("name") not in known
+              and not (mtp and str(t.get("name")).startswith(mtp))]
     if unused:
         more = f" and {len(unused) - 1} more" if len(unused) > 1 else ""
         raise UnsupportedError(f"{meta_path}: tensors[{unused[0]!r}]{more}: the {s.architecture} decoder does not "

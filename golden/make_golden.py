@@ -40,6 +40,11 @@ Writes (replacing any previous output):
                             whole projections, untied
     golden/hf/tiny-qwen2-moe/  Qwen2MoeForCausalLM, bfloat16: 4 experts top-2 without renormalising beside a
                             shared expert (48 channels) under a sigmoid gate, q/k/v biases, untied
+    golden/hf/tiny-glm4-moe/  Glm4MoeForCausalLM, bfloat16: layer 0 dense; layer 1 4 experts, top 2 by sigmoid score
+                            plus a correction bias, renormalised and x 2.5, beside a shared expert; per-head q/k norms,
+                            q/k/v biases, RoPE over half of each head (rotate-half), untied; a seeded multi-token
+                            prediction layer (model.layers.2) as GLM-4.5 stores one; ref/tiny-glm4-moe/
+                            logits_grouped.npy: the same weights routed in 2 groups of 2 experts, 1 kept
     golden/hf/tiny-seed-oss/ SeedOssForCausalLM, bfloat16: q/k/v biases (no o bias), untied
     golden/hf/tiny-glm4/    Glm4ForCausalLM, bfloat16: interleaved RoPE over half of each head, norms before and after
                             each block, gate_up_proj fused, q/k/v biases, untied; ids 318/319 GLM's special tokens
@@ -123,6 +128,8 @@ from transformers import (  # noqa: E402
     CohereForCausalLM,
     Cohere2ForCausalLM,
     Glm4ForCausalLM,
+    Glm4MoeConfig,
+    Glm4MoeForCausalLM,
     SeedOssForCausalLM,
     OlmoeForCausalLM,
     Exaone4ForCausalLM,
@@ -196,6 +203,7 @@ SEED_OSS_SEED = SEED + 41  # its greedy cases run 16 tokens with margins >= 0.03
 GLM4_SEED = SEED + 42  # its greedy cases run 16 tokens with margins >= 0.04
 COHERE2_SEED = SEED + 47  # the first from SEED + 43 whose greedy cases run 16 tokens with margins >= 0.01
 COHERE2_LOGIT_SCALE = 0.5  # Command R7B's is 0.25; the toy's logits are a few units, so its scale keeps them
+GLM4_MOE_SEED = SEED + 63  # the first from SEED + 60 whose greedy cases run 16 tokens with margins >= 0.02
 QWEN2_MOE_SEED = SEED + 54  # the first from SEED + 52 whose greedy cases run 16 tokens with margins >= 0.02
 COHERE_SEED = SEED + 51  # the first from SEED + 48 whose greedy cases run 16 tokens with margins >= 0.01
 OLMO2_SEED = SEED + 22  # the first from SEED + 20 whose greedy cases run 16 tokens with margins >= 0.01
@@ -475,17 +483,22 @@ def make_qwen2(tok) -> None:
 
 
 @torch.no_grad()
-def assert_feature_matters(model_cls, model_dir: Path, ref_logits: np.ndarray, what: str, **override) -> None:
-    """The reference logits must differ clearly from the same weights with the
-    feature switched off (``override`` applied to the config), or the golden
-    would not test it."""
+def override_logits(model_cls, model_dir: Path, **override) -> np.ndarray:
+    """The reference ids' logits of the saved weights with ``override`` applied to the config."""
     cfg = model_cls.config_class.from_pretrained(model_dir)
     for k, v in override.items():
         setattr(cfg, k, v)
     model = model_cls.from_pretrained(model_dir, config=cfg, dtype=torch.float32, attn_implementation="eager",
                                       local_files_only=True).float().eval()
     ids = torch.tensor([reference_ids(cfg.vocab_size)], dtype=torch.long)
-    off = model(input_ids=ids).logits[0].numpy().astype(np.float64)
+    return model(input_ids=ids).logits[0].numpy()
+
+
+def assert_feature_matters(model_cls, model_dir: Path, ref_logits: np.ndarray, what: str, **override) -> None:
+    """The reference logits must differ clearly from the same weights with the
+    feature switched off (``override`` applied to the config), or the golden
+    would not test it."""
+    off = override_logits(model_cls, model_dir, **override).astype(np.float64)
     rel = float(np.abs(off - ref_logits).max() / np.abs(ref_logits).max())
     assert rel > 1e-2, f"{what} barely changes the logits ({rel:.2e})"
 
@@ -719,6 +732,63 @@ def make_qwen2_moe(tok) -> None:
     assert_feature_matters(Qwen2MoeForCausalLM, out, logits, "norm_topk_prob", norm_topk_prob=True)
 
 
+def _glm4_moe_biases(model) -> None:
+    """e_score_correction_bias, a buffer init_weights leaves zero: on the scale of the sigmoid scores' gaps,
+    so that it moves the choice of experts."""
+    gen = torch.Generator(device="cpu").manual_seed(GLM4_MOE_SEED)
+    for layer in model.model.layers:
+        if hasattr(layer.mlp, "gate"):
+            layer.mlp.gate.e_score_correction_bias.copy_(0.1 * torch.randn(layer.mlp.gate.e_score_correction_bias.shape,
+                                                                           generator=gen))
+
+
+def add_mtp_layer(out: Path, layer: int, like: int, seed: int) -> None:
+    """GLM-4.5's multi-token prediction layer, as the Hub's checkpoints store it after the last one
+    (model.layers.{num_hidden_layers}: a whole MoE layer, eh_proj, enorm, hnorm, shared_head.norm), with
+    seeded values shaped as layer ``like``'s: transformers leaves it unread, converters carry it. The
+    correction biases are stored float32, as GLM-4.5's are (the bf16 values, exactly)."""
+    from safetensors.torch import load_file, save_file
+
+    path = out / "model.safetensors"
+    tensors = load_file(path)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    hidden = tensors["model.embed_tokens.weight"].shape[1]
+    pre = f"model.layers.{layer}."
+    mtp = {pre + k[len(f"model.layers.{like}."):]: v for k, v in tensors.items() if k.startswith(f"model.layers.{like}.")}
+    mtp.update({pre + "eh_proj.weight": torch.empty(hidden, 2 * hidden, dtype=torch.bfloat16),
+                **{pre + n: torch.empty(hidden, dtype=torch.bfloat16)
+                   for n in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight")}})
+    for k in sorted(mtp):
+        noise = torch.randn(mtp[k].shape, generator=gen, dtype=torch.float32)
+        value = 1.0 + NORM_STD * noise if "norm" in k else INIT_STD * noise
+        mtp[k] = value.to(tensors.get(k.replace(pre, f"model.layers.{like}."), mtp[k]).dtype)
+    out_tensors = {k: v.float() if k.endswith("e_score_correction_bias") else v for k, v in {**tensors, **mtp}.items()}
+    save_file(dict(sorted(out_tensors.items())), path, metadata={"format": "pt"})
+
+
+def make_glm4_moe(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    # layer 0 dense, layer 1 4 routed experts (top 2 by sigmoid score plus correction bias, renormalised, x 2.5)
+    # beside a shared one; then the multi-token prediction layer transformers leaves unread
+    cfg = Glm4MoeConfig(**dims, head_dim=16, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                        n_shared_experts=1, first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+                        n_group=1, topk_group=1, use_qk_norm=True, attention_bias=True, tie_word_embeddings=False,
+                        num_nextn_predict_layers=1, pad_token_id=None,
+                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
+    cfg.architectures = ["Glm4MoeForCausalLM"]
+    out = HF_DIR / "tiny-glm4-moe"
+    logits = save_model(tok, out.name, Glm4MoeForCausalLM, cfg, GLM4_MOE_SEED, torch.bfloat16,
+                        after_init=_glm4_moe_biases)
+    add_mtp_layer(out, 2, 1, GLM4_MOE_SEED)
+    glm4_tokenizer(out, ("[gMASK]", "<|endoftext|>", "<|user|>", "<|observation|>"))  # GLM-4.5's converter reads four
+    assert_feature_matters(Glm4MoeForCausalLM, out, logits, "routed_scaling_factor", routed_scaling_factor=1.0)
+    # DeepSeek-V3's grouped choice on the same weights: 2 groups of 2 experts, the better one kept
+    grouped = override_logits(Glm4MoeForCausalLM, out, n_group=2, topk_group=1)
+    assert np.abs(grouped - logits).max() > 1e-2 * np.abs(logits).max(), "grouping barely changes the logits"
+    np.save(REF_DIR / out.name / "logits_grouped.npy", np.ascontiguousarray(grouped, dtype=np.float32))
+
+
 def make_seed_oss(tok) -> None:
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     del dims["rope_theta"]  # in rope_parameters
@@ -729,14 +799,15 @@ def make_seed_oss(tok) -> None:
     save_model(tok, "tiny-seed-oss", SeedOssForCausalLM, cfg, SEED_OSS_SEED, torch.bfloat16)
 
 
-def glm4_tokenizer(out: Path) -> None:
+def glm4_tokenizer(out: Path, names: tuple[str, ...] = ("<|endoftext|>", "<|user|>")) -> None:
     """The toy vocabulary as llama.cpp's converter takes it for a GLM-4: its
-    last two tokens are GLM's <|endoftext|> and <|user|> (ids 318, 319; the
-    merges making the pieces before dropped), which the converter looks up
-    by name for its special tokens."""
+    last tokens are GLM's ``names`` (GLM-4's <|endoftext|> and <|user|>, ids
+    318 and 319; GLM-4.5's four before them; the merges making the pieces
+    before dropped), which the converter looks up by name for its special
+    tokens."""
     tok = json.loads((out / "tokenizer.json").read_text())
     vocab = tok["model"]["vocab"]
-    for tid, name in ((318, "<|endoftext|>"), (319, "<|user|>")):
+    for tid, name in enumerate(names, start=320 - len(names)):
         piece = next(p for p, i in vocab.items() if i == tid)
         del vocab[piece]
         vocab[name] = tid
@@ -975,6 +1046,7 @@ def main() -> None:
     make_exaone4(tok)
     make_olmoe(tok)
     make_qwen2_moe(tok)
+    make_glm4_moe(tok)
     make_seed_oss(tok)
     make_glm4(tok)
     make_cohere2(tok)

@@ -119,7 +119,9 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
         parallel_block=s.arch.cohere,
         **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
                                        norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
-                                       swiglu_limit=moe.limit, shared_inter=moe.shared_inter)))
+                                       swiglu_limit=moe.limit, shared_inter=moe.shared_inter,
+                                       sigmoid_gating=moe.sigmoid, n_group=moe.n_group, topk_group=moe.topk_group,
+                                       routed_scale=moe.routed_scale)))
 
 
 class Decoder:

@@ -69,14 +69,14 @@ def collect(dec: Decoder, chunks: list[list[int]], source: dict,
 
 
 def shared_inputs(moe) -> list[tuple[str, int]]:
-    """A layer's shared expert (Qwen2-MoE's), which every token runs: each
+    """A layer's shared expert (Qwen2-MoE's, GLM-4.5's), which every token runs: each
     of its matrices (names inside the layer) with the statistics slot its
     input is, as a dense MLP's: the MLP norm's output for gate, up and its
     gate, its own GLU outputs for down. None without one."""
     if not moe.shared_inter:
         return []
     return [(moe.names[key], k) for key, k in (("shared_gate", 2), ("shared_up", 2), ("shared_router", 2),
-                                                ("shared_down", 3))]
+                                                ("shared_down", 3)) if key in moe.names]
 
 
 def _expert_entries(entries: dict[str, np.ndarray], routed: dict[str, object], pre: str, names: dict[str, str],

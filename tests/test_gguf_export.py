@@ -99,7 +99,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     assert kv["general.architecture"] == a
     cfg = json.loads((model / "config.json").read_text())
     assert kv[f"{a}.embedding_length"] == cfg["hidden_size"]
-    assert kv[f"{a}.block_count"] == cfg["num_hidden_layers"]
+    # (GLM-4.5's multi-token prediction layers are counted in llama.cpp's block_count)
+    assert kv[f"{a}.block_count"] == cfg["num_hidden_layers"] + cfg.get("num_nextn_predict_layers", 0)
     assert kv[f"{a}.attention.head_count"] == cfg["num_attention_heads"]
     assert kv[f"{a}.attention.head_count_kv"] == cfg["num_key_value_heads"]
     assert kv[f"{a}.context_length"] == cfg["max_position_embeddings"]
@@ -119,20 +120,23 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         assert kv["gpt-oss.attention.sliding_window_pattern"] == [t == "sliding_attention" for t in cfg["layer_types"]]
         assert kv["gpt-oss.rope.scaling.type"] == "yarn"
     arch_enum = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == a)
-    name_map = gguf.get_tensor_name_map(arch_enum, cfg["num_hidden_layers"])
+    name_map = gguf.get_tensor_name_map(arch_enum, kv[f"{a}.block_count"])
     src = _iebin_bytes(model)
     heads = {"q_proj": cfg["num_attention_heads"], "k_proj": cfg["num_key_value_heads"]}
     seen = set()
     fused = {"attn_qkv": ("q_proj", "k_proj", "v_proj"), "ffn_up": ("gate_proj", "up_proj")} if a == "phi3" else \
         {"ffn_up": ("gate_proj", "up_proj")} if a == "glm4" else {}
     for hf, (t, raw) in src.items():
-        expected_name = name_map.get_name(hf.removesuffix(".weight").removesuffix(".bias")) if "experts" not in hf \
-            else None
+        # (gguf-py maps GLM-4.5's e_score_correction_bias as e_score_correction + a bias)
+        bias = hf.endswith((".bias", ".e_score_correction_bias"))
+        base = hf.removesuffix(".weight").removesuffix(".bias").removesuffix("_bias")
+        expected_name = name_map.get_name(base) \
+            if ".experts." not in hf else None  # (routed experts: below; shared ones one to one)
         if any(hf.split(".")[-2] in parts for parts in fused.values()):
             continue  # phi3's fused matrices: below
         if expected_name is None:
             continue
-        gname = expected_name + (".bias" if hf.endswith(".bias") else ".weight")
+        gname = expected_name + (".bias" if bias else ".weight")
         if hf.endswith("self_attn.sinks"):
             gname = expected_name + ".weight"
         g = tensors[gname]
@@ -175,7 +179,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         f = cfg["max_position_embeddings"] / cfg["original_max_position_embeddings"]
         assert kv["phi3.rope.scaling.attn_factor"] == pytest.approx(np.sqrt(1 + np.log(f) / np.log(32)), rel=1e-7)
     # experts: stacks of the per-expert matrices (Mixtral, Qwen3-MoE) or gpt-oss's pair split by row parity
-    for i in range(cfg["num_hidden_layers"]):
+    for i in range(kv[f"{a}.block_count"]):
         for k in ("gate", "up", "down"):
             g = tensors.get(f"blk.{i}.ffn_{k}_exps.weight")
             if g is None:
@@ -189,7 +193,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                                  "down": "block_sparse_moe.experts.{e}.w2"},
                        "qwen3moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "olmoe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
-                       "qwen2moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")}}[a][k]
+                       "qwen2moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
+                       "glm4moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")}}[a][k]
                 want = np.concatenate([src[f"model.layers.{i}.{pat.format(e=e)}.weight"][1]
                                        for e in range(int(g.shape[-1]))])
             assert np.array_equal(data, np.ascontiguousarray(want).reshape(-1)), g.name

@@ -27,7 +27,7 @@ CONVERTED = GOLDEN_HF.parent / "gguf" / "llamacpp"
 CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-mxfp4": {"swiglu_limit": 7.0},
            "tiny-gemma3": {}, "tiny-phi3": {}, "tiny-smollm3": {},
            "tiny-granite": {}, "tiny-olmo2": {}, "tiny-olmo3": {}, "tiny-ministral3": {},
-           "tiny-exaone4": {}, "tiny-olmoe": {}, "tiny-qwen2-moe": {},
+           "tiny-exaone4": {}, "tiny-olmoe": {}, "tiny-qwen2-moe": {}, "tiny-glm4-moe": {},
            "tiny-seed-oss": {}, "tiny-glm4": {},
            "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}}
 # what an export needs beyond the defaults: tiny-phi3's window of 6, which llama.cpp's phi3 does not apply
@@ -99,6 +99,9 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
     if name == "tiny-glm4":  # its <|endoftext|> and <|user|>, at which llama.cpp stops too
         differ |= {"eos_ids"}
         assert sb.eos_ids == sa.eos_ids | {318, 319}
+    if name == "tiny-glm4-moe":  # GLM-4.5's <|endoftext|>, <|user|> and <|observation|> likewise
+        differ |= {"eos_ids"}
+        assert sb.eos_ids == sa.eos_ids | {317, 318, 319}
     fields = [f.name for f in dataclasses.fields(sa) if f.name not in differ]
     assert {f: getattr(sa, f) for f in fields} == {f: getattr(sb, f) for f in fields}
     if name.startswith("tiny-gpt-oss"):

@@ -46,7 +46,8 @@ const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
     {"bq", &ie::LayerWeights::bq},               {"bk", &ie::LayerWeights::bk},
     {"bv", &ie::LayerWeights::bv},               {"bo", &ie::LayerWeights::bo},
     {"q_norm", &ie::LayerWeights::q_norm},       {"k_norm", &ie::LayerWeights::k_norm},
-    {"sinks", &ie::LayerWeights::sinks},         {"router_bias", &ie::LayerWeights::router_bias}};
+    {"sinks", &ie::LayerWeights::sinks},         {"router_bias", &ie::LayerWeights::router_bias},
+    {"expert_bias", &ie::LayerWeights::expert_bias}};
 const Field<ie::Matrix ie::Expert::*> kExpertMatrices[] = {
     {"gate", &ie::Expert::gate}, {"up", &ie::Expert::up}, {"down", &ie::Expert::down}};
 const Field<std::vector<float> ie::Expert::*> kExpertVectors[] = {{"bgate", &ie::Expert::bgate},
@@ -238,7 +239,7 @@ void ie_register_decoder(py::module_& m) {
                        float attn_softcap, float logit_softcap, std::vector<uint8_t> nope, float residual_scale,
                        float logits_scaling, bool pre_norms, bool qk_norm_full, float attn_temp_scale,
                        int attn_temp_floor, bool rope_interleaved, bool layer_norm, bool parallel_block,
-                       int shared_inter) {
+                       int shared_inter, bool sigmoid_gating, int n_group, int topk_group, float routed_scale) {
              ie::DecoderConfig c;
              c.n_layers = n_layers;
              c.hidden = hidden;
@@ -257,6 +258,10 @@ void ie_register_decoder(py::module_& m) {
              c.expert_inter = expert_inter;
              c.norm_topk = norm_topk;
              c.shared_inter = shared_inter;
+             c.sigmoid_gating = sigmoid_gating;
+             c.n_group = n_group;
+             c.topk_group = topk_group;
+             c.routed_scale = routed_scale;
              if (glu != "silu" && glu != "gpt_oss") throw std::invalid_argument("glu must be silu or gpt_oss, got '" + glu + "'");
              c.glu = glu == "silu" ? ie::Glu::Silu : ie::Glu::GptOss;
              c.swiglu_alpha = swiglu_alpha;
@@ -297,7 +302,8 @@ void ie_register_decoder(py::module_& m) {
            py::arg("residual_scale") = 1.f, py::arg("logits_scaling") = 1.f, py::arg("pre_norms") = true,
            py::arg("qk_norm_full") = false, py::arg("attn_temp_scale") = 0.f, py::arg("attn_temp_floor") = 0,
            py::arg("rope_interleaved") = false, py::arg("layer_norm") = false, py::arg("parallel_block") = false,
-           py::arg("shared_inter") = 0)
+           py::arg("shared_inter") = 0, py::arg("sigmoid_gating") = false, py::arg("n_group") = 1,
+           py::arg("topk_group") = 1, py::arg("routed_scale") = 1.f)
       .def_readonly("n_layers", &ie::DecoderConfig::n_layers)
       .def_readonly("hidden", &ie::DecoderConfig::hidden)
       .def_readonly("vocab", &ie::DecoderConfig::vocab)

@@ -149,6 +149,8 @@ void check_experts(const DecoderConfig& c, const LayerWeights& L, const std::str
     fail(n + "experts: " + std::to_string(L.experts.size()) + ", the config has " + std::to_string(c.n_experts));
   check_matrix(n + "router", L.router, c.n_experts, c.hidden, p);
   check_vec(n + "router.bias", L.router_bias, static_cast<size_t>(c.n_experts), true);
+  check_vec(n + "e_score_correction_bias", L.expert_bias, static_cast<size_t>(c.n_experts), true);
+  if (!L.expert_bias.empty() && !c.sigmoid_gating) fail(n + "e_score_correction_bias: sigmoid gating's alone");
   const bool fused = c.glu == Glu::GptOss;
   const int64_t gate_rows = fused ? 2 * static_cast<int64_t>(c.expert_inter) : c.expert_inter;
   for (size_t e = 0; e < L.experts.size(); ++e) {
@@ -205,6 +207,11 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   }
   if (c.shared_inter < 0 || (c.shared_inter > 0 && c.n_experts == 0))
     fail("decoder config: shared_inter must be 0, or positive in a model with experts");
+  if (!(c.routed_scale > 0.f) || !std::isfinite(c.routed_scale)) fail("decoder config: routed_scale must be a positive number");
+  if (c.n_group < 1 || c.topk_group < 1 || c.topk_group > c.n_group)
+    fail("decoder config: topk_group must be within 1..n_group");
+  if (c.n_group > 1 && (!c.sigmoid_gating || c.n_experts % c.n_group != 0 || c.n_experts / c.n_group < 2))
+    fail("decoder config: groups of experts (n_group > 1) are sigmoid gating's, of 2 or more experts each");
   if (c.head_dim % 2) fail("decoder config: head_dim must be even for RoPE, got " + std::to_string(c.head_dim));
   if (c.n_heads % c.n_kv_heads)
     fail("decoder config: num_attention_heads (" + std::to_string(c.n_heads) +
@@ -374,6 +381,8 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   if (c.n_experts > 0) {
     const size_t gate_rows = static_cast<size_t>(c.expert_inter) * (c.glu == Glu::GptOss ? 2 : 1);
     router_logits_.resize(B * c.n_experts);
+    score_.resize(static_cast<size_t>(c.n_experts));
+    choice_.resize(static_cast<size_t>(c.n_experts));
     top_.resize(static_cast<size_t>(c.top_k));
     routed_.resize(static_cast<size_t>(c.n_experts));
     ex_x_.resize(B * c.hidden);
@@ -790,6 +799,45 @@ void Decoder::gelu_tanh_gate(float* g, const float* u, int n, int width) const {
 // residual, weighted. An expert that every
 // row of the chunk goes to (each of a decode step's top_k) reads xn_ and
 // its prepared activation as they are: nothing gathered or quantized again.
+// Sigmoid gating's choice for one row's logits: score_ the sigmoids,
+// choice_ (returned) score plus expert_bias, -inf outside the topk_group
+// groups whose two best choices sum highest (transformers' DeepSeek-V3 and
+// GLM-4.5 routers; llama.cpp's exp_probs_b and expert groups).
+const float* Decoder::sigmoid_choice(const LayerWeights& L, const float* lg) {
+  const DecoderConfig& c = cfg_;
+  const int E = c.n_experts;
+  for (int e = 0; e < E; ++e) {
+    score_[static_cast<size_t>(e)] = 1.f / (1.f + std::exp(-lg[e]));
+    choice_[static_cast<size_t>(e)] = score_[static_cast<size_t>(e)] + (L.expert_bias.empty() ? 0.f : L.expert_bias[static_cast<size_t>(e)]);
+  }
+  if (c.topk_group == c.n_group) return choice_.data();
+  const int per = E / c.n_group;
+  std::vector<float> group(static_cast<size_t>(c.n_group));
+  for (int g = 0; g < c.n_group; ++g) {
+    const float* x = &choice_[static_cast<size_t>(g) * per];
+    float a = -INFINITY, s = -INFINITY;  // the best two
+    for (int i = 0; i < per; ++i) {
+      if (x[i] > a) {
+        s = a;
+        a = x[i];
+      } else if (x[i] > s) {
+        s = x[i];
+      }
+    }
+    group[static_cast<size_t>(g)] = a + s;
+  }
+  std::vector<uint8_t> keep(static_cast<size_t>(c.n_group), 0);
+  for (int k = 0; k < c.topk_group; ++k) {  // by rank, a tie to the lower group
+    int best = -1;
+    for (int g = 0; g < c.n_group; ++g)
+      if (!keep[static_cast<size_t>(g)] && (best < 0 || group[static_cast<size_t>(g)] > group[static_cast<size_t>(best)])) best = g;
+    keep[static_cast<size_t>(best)] = 1;
+  }
+  for (int g = 0; g < c.n_group; ++g)
+    if (!keep[static_cast<size_t>(g)]) std::fill_n(&choice_[static_cast<size_t>(g) * per], per, -INFINITY);
+  return choice_.data();
+}
+
 void Decoder::experts(int layer, int b) {
   const DecoderConfig& c = cfg_;
   const LayerWeights& L = w_.layers[static_cast<size_t>(layer)];
@@ -799,11 +847,20 @@ void Decoder::experts(int layer, int b) {
   int* sel = top_.data();
   for (int j = 0; j < b; ++j) {
     const float* lg = &router_logits_[static_cast<size_t>(j) * E];
+    const float* pick = c.sigmoid_gating ? sigmoid_choice(L, lg) : lg;
     for (int k = 0; k < K; ++k) {  // selection by rank; a tie goes to the lower expert index (NaN: never picked over a number)
       int best = -1;
       for (int e = 0; e < E; ++e)
-        if (std::find(sel, sel + k, e) == sel + k && (best < 0 || lg[e] > lg[best])) best = e;
+        if (std::find(sel, sel + k, e) == sel + k && (best < 0 || pick[e] > pick[best])) best = e;
       sel[k] = best;
+    }
+    if (c.sigmoid_gating) {  // the chosen scores, as transformers sums them (+ 1e-20)
+      float sum = 0.f;
+      for (int k = 0; k < K; ++k) sum += score_[static_cast<size_t>(sel[k])];
+      const float div = c.norm_topk ? sum + 1e-20f : 1.f;
+      for (int k = 0; k < K; ++k)
+        routed_[static_cast<size_t>(sel[k])].emplace_back(j, score_[static_cast<size_t>(sel[k])] / div * c.routed_scale);
+      continue;
     }
     const float mx = lg[sel[0]];
     float sum = 0.f;
@@ -811,7 +868,8 @@ void Decoder::experts(int layer, int b) {
       for (int k = 0; k < K; ++k) sum += std::exp(lg[sel[k]] - mx);
     else
       for (int e = 0; e < E; ++e) sum += std::exp(lg[e] - mx);
-    for (int k = 0; k < K; ++k) routed_[static_cast<size_t>(sel[k])].emplace_back(j, std::exp(lg[sel[k]] - mx) / sum);
+    for (int k = 0; k < K; ++k)
+      routed_[static_cast<size_t>(sel[k])].emplace_back(j, std::exp(lg[sel[k]] - mx) / sum * c.routed_scale);
   }
   for (int e = 0; e < E; ++e) {
     const std::vector<std::pair<int, float>>& rows = routed_[static_cast<size_t>(e)];

@@ -1,7 +1,7 @@
 // A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3,
 // Phi-3, SmolLM3, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
 // GLM-4, Cohere and Cohere 2, and the mixture-of-experts models gpt-oss,
-// Qwen3-MoE, Qwen2-MoE, OLMoE and Mixtral): RMSNorm, RoPE (rotate-half or interleaved
+// Qwen3-MoE, Qwen2-MoE, GLM-4.5, OLMoE and Mixtral): RMSNorm, RoPE (rotate-half or interleaved
 // pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
 // second table for sliding layers; layers without RoPE), grouped-query
 // attention over a float32 or float16 KV cache with optional per-head or whole
@@ -116,7 +116,16 @@ struct DecoderConfig {
   int n_experts = 0, top_k = 0, expert_inter = 0;
   // The weights: softmax over the selected logits (gpt-oss, Mixtral, and
   // Qwen3-MoE's norm_topk_prob), else the softmax over all experts'.
+  // With sigmoid_gating (GLM-4.5, DeepSeek-V3's router): each expert's score
+  // is the sigmoid of its logit; experts are chosen by score plus
+  // LayerWeights::expert_bias (which weights nothing), within the topk_group
+  // of n_group groups whose two best such sums are highest (n_group 1: one
+  // group); the weights are the chosen scores, divided by their sum
+  // (norm_topk). Either way the weights are then times routed_scale.
   bool norm_topk = true;
+  bool sigmoid_gating = false;
+  int n_group = 1, topk_group = 1;
+  float routed_scale = 1.f;
   // The shared expert's channels (0: none): in a layer with experts every
   // token also runs a SwiGLU MLP of this width, held in the layer's dense
   // gate/up/down, its output added beside the routed ones, times the sigmoid
@@ -169,6 +178,7 @@ struct LayerWeights {
   std::vector<float> sinks;           // attention sink logit per head (gpt-oss), or empty
   Matrix router;                      // [n_experts, hidden] in a layer with experts
   std::vector<float> router_bias;     // [n_experts] or empty
+  std::vector<float> expert_bias;     // [n_experts]: sigmoid gating's choice bias (e_score_correction_bias), or empty
   Matrix shared_gate;                 // [1, hidden]: the shared expert's sigmoid gate, or no data (weight 1)
   std::vector<Expert> experts;        // empty: a dense MLP layer
 };
@@ -300,6 +310,8 @@ class Decoder {
   // The routed experts of layer `layer` over xn_ [b, hidden]; adds their
   // weighted outputs to x_ (the residual).
   void experts(int layer, int b);
+  // Sigmoid gating's scores (score_) and choice (returned) of one row's router logits `lg`.
+  const float* sigmoid_choice(const LayerWeights& L, const float* lg);
   // SiLU(gate) * up (or gpt-oss's clamped unit) of n rows of `width`
   // channels: g holds gate (Glu::GptOss: interleaved gate/up, 2 width per
   // row), u up; the result lands in g's first n * width floats.
@@ -387,6 +399,7 @@ class Decoder {
   // one expert and its gate/up/down outputs.
   std::vector<float> router_logits_, ex_x_, ex_g_, ex_u_, ex_y_;
   std::vector<float> shared_gate_;  // [chunk]: each row's shared-expert gate logit
+  std::vector<float> score_, choice_;  // [n_experts]: one row's sigmoid scores, and what experts are chosen by
   std::vector<int> top_;
   std::vector<std::vector<std::pair<int, float>>> routed_;
   PreparedAct ex_prep_, ex_down_prep_;
