@@ -59,6 +59,7 @@ class ConvertResult:
     kept_blocks: int = 0  # gguf-to-iebin: quantized tensors whose blocks were copied as they are
     weighted_tensors: int = 0  # quantized with importance weights (--imatrix)
     errors: dict[str, QuantError] = field(default_factory=dict)  # per tensor quantized here: its predicted loss
+    fp8_tensors: int = 0  # hf-to-iebin: FP8 weights read dequantized (formats/hf_fp8.py)
 
 
 @dataclass

@@ -131,7 +131,11 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, im
     every tensor keeps its HF name and exact bytes, except gpt-oss's MXFP4
     pairs (config quant_method "mxfp4"): each P_blocks + P_scales becomes
     one mxfp4 tensor P [experts, rows, cols], repacked, not dequantized
-    (convert/hf_mxfp4.py). config.json,
+    (convert/hf_mxfp4.py); an FP8 checkpoint's weights (quant_method "fp8":
+    e4m3 codes and their block or matrix scales) are read dequantized and
+    written in the checkpoint's dtype (bf16) unless --dtype says, or
+    quantized per --q4-map, and its config loses the quantization_config
+    (formats/hf_fp8.py). config.json,
     generation_config.json and tokenizer files are copied alongside (each
     must be a regular file inside the checkpoint). A float tensor holding
     NaN or ±inf is refused, naming its shard and element (--allow-nonfinite
@@ -153,7 +157,8 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, im
               f"model.ie.bin{f', {res.cast_tensors} cast to {dtype}' if dtype else ''}"
               f"{f', {res.quantized_tensors} quantized' if manifest else ''}"
               f"{f' ({res.weighted_tensors} importance-weighted)' if res.weighted_tensors else ''}"
-              f"{f', {res.kept_blocks} MXFP4 kept as mxfp4' if res.kept_blocks else ''}) in {res.seconds:.2f} s "
+              f"{f', {res.kept_blocks} MXFP4 kept as mxfp4' if res.kept_blocks else ''}"
+              f"{f', {res.fp8_tensors} FP8 dequantized' if res.fp8_tensors else ''}) in {res.seconds:.2f} s "
               f"({mbps:.0f} MB/s) -> {res.out_dir}", markup=False)
 
 

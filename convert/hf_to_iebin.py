@@ -11,6 +11,7 @@ every converter writes through, which also says what --overwrite does.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from contextlib import ExitStack
@@ -19,7 +20,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from iekit.formats import checksums, expert_stacks, gptq, iebin
+from iekit.formats import checksums, expert_stacks, gptq, hf_fp8, iebin
 from iekit.formats import imatrix as imatrix_fmt
 from iekit.formats.casting import cast_bytes, decode_f32
 from iekit.formats.dtypes import DTYPES
@@ -86,6 +87,12 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
     # The config and tokenizer files are read first (each checked: regular,
     # inside the checkpoint, bounded), so the names written are known.
     aux_data = {n: d for n in CONFIG_FILES + TOKENIZER_FILES if (d := read_aux(src, n)) is not None}
+    # An FP8 checkpoint is written as the float one it stands for (formats/hf_fp8.py): its weights dequantized
+    # (in its own dtype unless --dtype says), its config without the quantization_config, config.json too.
+    config, fp8_dtype = src.config, dtype or hf_fp8.default_dtype(src.config)
+    if hf_fp8.is_fp8(src.config):
+        config = hf_fp8.as_dequantized(src.config)
+        aux_data["config.json"] = (json.dumps(config, indent=2) + "\n").encode()
     out = ArtifactOut(out_dir, overwrite, list(aux_data), src.dir)
     t0 = time.perf_counter()
     with ExitStack() as stack:
@@ -93,11 +100,11 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
         tensors, pairs = hf_mxfp4.split_pairs(collect_tensors(src, stack), src.config, str(src.dir))
         mx_pairs = {p.name: p for p in pairs}
         # gpt-oss's float expert stacks are [experts, in, out]: written transposed (expert_stacks.py).
-        written = expert_stacks.AsWritten(src.config, tensors)
+        written = expert_stacks.AsWritten(config, tensors)
         shapes = written.shapes()
         # An invalid MoE / attention config is refused here, before any byte is written.
-        summary = model_summary(src.config)
-        unsupported = check_convertible(summary, src.config,
+        summary = model_summary(config)
+        unsupported = check_convertible(summary, config,
                                         {**shapes, **{p.name: p.shape for p in pairs}}, src.dir / "config.json")
         arch = summary["architecture"]
         if arch in MULTIMODAL:
@@ -149,6 +156,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     cov = None  # not held while the next window's covariances are collected
                     continue
                 target = dtype if dtype and t.dtype.is_float else t.dtype.name
+                if isinstance(sf, hf_fp8.Fp8Matrix):
+                    target = fp8_dtype
                 entry = {"dtype": target, "shape": shape}
                 if target == t.dtype.name and name not in written.flipped:
                     writer.add_copy(name, target, shape, t.nbytes,
@@ -166,13 +175,14 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
 
             aux = writer.stage_aux(aux_data)
             source = {"kind": src.kind, "name": src.name, "revision": src.revision, "shards": hashes.records()}
-            meta = writer.finish(config=src.config, model=summary, source=source,
+            meta = writer.finish(config=config, model=summary, source=source,
                                  tokenizer_files=out.tokenizer_files, aux_files=aux)
     bytes_out = meta["files"][0]["nbytes"]
     return ConvertResult(out.dir, len(names), bytes_in, bytes_out, time.perf_counter() - t0, n_cast,
                          len(qplan.quantize) if qplan else 0,
                          (qplan.warnings if qplan else []) + iwarn + ([unsupported] if unsupported else []), out.stale,
-                         weighted_tensors=len(importance), errors=errors, kept_blocks=len(pairs))
+                         weighted_tensors=len(importance), errors=errors, kept_blocks=len(pairs),
+                         fp8_tensors=sum(isinstance(sf, hf_fp8.Fp8Matrix) for sf, _t in tensors.values()))
 
 
 def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_dtype: str,

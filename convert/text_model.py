@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from iekit.formats.errors import IEError
+from iekit.formats import hf_fp8
 from iekit.formats.hf_checkpoint import HFSource, SINGLE_NAME, collect_tensors, read_aux
 from iekit.formats.hf_config import model_summary
 from iekit.formats.safetensors_writer import SafetensorsWriter
@@ -183,12 +184,19 @@ def extract_text_model(src: HFSource, out_dir: str | os.PathLike, *, overwrite: 
         progress.start("extracting", bytes_in)
         meta = {"format": "pt", "iekit.source": json.dumps({"text_model_of": arch})}
         with out.writing() as staged:
-            specs = [(n, tensors[kept[n]][1].dtype.name, list(tensors[kept[n]][1].shape)) for n in order]
+            # (an FP8 checkpoint's weights, dequantized: in its own dtype, as hf-to-iebin writes them)
+            fp8 = hf_fp8.default_dtype(src.config)
+            dtypes = {n: fp8 if isinstance(tensors[kept[n]][0], hf_fp8.Fp8Matrix) else tensors[kept[n]][1].dtype.name
+                      for n in order}
+            specs = [(n, dtypes[n], list(tensors[kept[n]][1].shape)) for n in order]
             writer = SafetensorsWriter(staged.open(SINGLE_NAME), specs, meta)
             for n in order:
                 sf, t = tensors[kept[n]]
                 progress.describe(n)
-                writer.copy(n, lambda fd, off, sf=sf, t=t: sf.copy_to(t, fd, off, progress.advance))
+                if isinstance(sf, hf_fp8.Fp8Matrix):
+                    writer.copy(n, lambda fd, off, sf=sf, n=n: sf.write_as(dtypes[n], fd, off, progress.advance))
+                else:
+                    writer.copy(n, lambda fd, off, sf=sf, t=t: sf.copy_to(t, fd, off, progress.advance))
             writer.finish()
             staged.write_bytes("config.json", (json.dumps(config, indent=2) + "\n").encode())
             for n, d in aux.items():

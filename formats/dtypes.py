@@ -36,7 +36,10 @@ _TABLE = [
 ]
 
 DTYPES: dict[str, DType] = {d.name: d for d in _TABLE}
-FROM_SAFETENSORS: dict[str, DType] = {d.safetensors: d for d in _TABLE}
+# An element type a checkpoint may hold and no IEBIN tensor does: FP8 (e4m3fn) weights, which
+# formats/hf_fp8.py reads as the floats they stand for (is_float False: never cast or copied as floats).
+F8_E4M3 = DType("f8_e4m3", 1, None, False, "F8_E4M3")
+FROM_SAFETENSORS: dict[str, DType] = {**{d.safetensors: d for d in _TABLE}, F8_E4M3.safetensors: F8_E4M3}
 
 # Spellings found in legacy (pre-schema2) metadata, mapped to schema2 names.
 LEGACY_ALIASES: dict[str, str] = {

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import fused_tensors
+from . import fused_tensors, hf_fp8
 from .errors import FormatError, IEError
 from .fileio import check_regular, read_small
 from .jsonio import aux_json_check, load_json
@@ -115,8 +115,9 @@ def read_aux(src: HFSource, name: str) -> bytes | None:
 
 def collect_tensors(src: HFSource, stack: ExitStack) -> dict[str, tuple[SafetensorsFile, SafetensorsTensor]]:
     """Open every shard (closed with ``stack``) and map tensor name -> (file, tensor),
-    checking the index against the shards' own headers; Phi-3's fused
-    matrices are listed as the matrices they hold (fused_tensors.py)."""
+    checking the index against the shards' own headers; FP8 weights are
+    listed as the float matrices they stand for (hf_fp8.py), Phi-3's fused
+    matrices as the matrices they hold (fused_tensors.py)."""
     found: dict[str, tuple[SafetensorsFile, SafetensorsTensor]] = {}
     index_path = src.dir / INDEX_NAME
     for shard in src.shards:
@@ -132,4 +133,4 @@ def collect_tensors(src: HFSource, stack: ExitStack) -> dict[str, tuple[Safetens
         for name, shard in src.index.items():
             if name not in found:
                 raise FormatError(index_path, f"weight_map[{name!r}]", f"names shard {shard!r} but that shard has no such tensor")
-    return fused_tensors.split(src.config, found, str(src.dir))
+    return fused_tensors.split(src.config, hf_fp8.read_as_floats(src.config, found, str(src.dir)), str(src.dir))

@@ -51,6 +51,11 @@ Writes (replacing any previous output):
     golden/hf/tiny-cohere2/ Cohere2ForCausalLM, bfloat16, 4 layers: LayerNorm, attention and MLP in parallel, three
                             sliding layers with interleaved RoPE (window 4), the 4th full and unrotated, logits x 0.5
     golden/hf/tiny-cohere/  CohereForCausalLM, bfloat16: Cohere 2's layer with every layer full and rotated, logits x 0.5
+    golden/hf/tiny-qwen3-fp8/  tiny-qwen3 as an FP8 checkpoint (quant_method fp8): every layer matrix e4m3fn codes with
+                            float32 scales per 32 x 32 block; ref/tiny-qwen3-fp8/logits.npy: transformers' logits of it
+                            dequantized (FineGrainedFP8Config(dequantize=True))
+    golden/hf/tiny-ministral3-fp8/  tiny-ministral3 as Ministral 3 is published in FP8: one scale per matrix and a
+                            static activation_scale beside it; ref/tiny-ministral3-fp8/logits.npy likewise
     golden/hf/tiny-ministral3-vl/  Mistral3ForConditionalGeneration: tiny-ministral3's language model beside a
                             tiny Pixtral vision tower (its text logits are tiny-ministral3's)
     golden/ref/mistral3-text-defaults.json  transformers' MistralConfig and Ministral3Config defaults
@@ -61,6 +66,7 @@ Writes (replacing any previous output):
                             stored as gpt-oss-20b publishes them (*_blocks + *_scales, quant_method mxfp4)
     golden/ref/<model>/     ids.json, logits.npy, greedy.json, greedy_text.json, versions.json,
                             cast_<dtype>.safetensors (torch's casts of every tensor)
+    golden/ref/e4m3fn.npy   torch's float32 value of each float8 e4m3fn byte
     golden/ref/cast_edge.safetensors   rounding edge cases cast by torch to bf16/f16
 
 Everything is deterministic: fixed seeds, explicit generators, no timestamps,
@@ -882,6 +888,63 @@ def save_multimodal(tok, model_cls, cfg, seed: int, text_cls, text_name: str) ->
     assert np.abs(got.numpy() - ref).max() <= 1e-5 * np.abs(ref).max(), f"the text logits are not {text_name}'s"
 
 
+FP8_MAX = 448.0  # e4m3fn's largest finite value
+
+
+@torch.no_grad()
+def make_fp8(base: str, name: str, model_cls, block: list[int] | None) -> None:
+    """hf/NAME: hf/BASE's checkpoint as transformers' FineGrainedFP8 stores one (quant_method fp8): every
+    layer's Linear weight as float8 e4m3fn codes with float32 weight_scale_inv per ``block`` [rows, cols]
+    (DeepSeek-V3's, Qwen3-FP8's layout), or one per matrix with a static activation_scale beside it (block
+    None: Ministral 3's); ref/NAME/logits.npy: transformers' logits of it loaded with dequantize=True (the
+    weights dequantized to bfloat16, run in float32)."""
+    from safetensors.torch import load_file, save_file
+    from transformers import FineGrainedFP8Config
+
+    src, out = HF_DIR / base, HF_DIR / name
+    reset_dir(out)
+    for f in src.iterdir():
+        if f.name != "model.safetensors":
+            shutil.copy(f, out / f.name)
+    tensors = {}
+    for k, v in sorted(load_file(src / "model.safetensors").items()):
+        if ".layers." not in k or not k.endswith("_proj.weight"):
+            tensors[k] = v
+            continue
+        w = v.float()
+        bn, bk = block or list(w.shape)
+        grid = w.reshape(w.shape[0] // bn, bn, w.shape[1] // bk, bk)
+        scale = grid.abs().amax(dim=(1, 3)) / FP8_MAX
+        codes = (grid / scale[:, None, :, None]).reshape(w.shape).to(torch.float8_e4m3fn)
+        base_name = k.removesuffix("weight")
+        tensors[k] = codes
+        tensors[base_name + "weight_scale_inv"] = scale if block else scale.reshape(())
+        if block is None:
+            tensors[base_name + "activation_scale"] = torch.tensor(0.02)
+    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "static" if block is None else "dynamic",
+                                  "weight_block_size": block, "modules_to_not_convert": None}
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    model = model_cls.from_pretrained(out, dtype=torch.bfloat16, local_files_only=True, attn_implementation="eager",
+                                      quantization_config=FineGrainedFP8Config(dequantize=True,
+                                                                               weight_block_size=block)).float().eval()
+    ids = json.loads((REF_DIR / base / "ids.json").read_text())
+    logits = model(input_ids=torch.tensor([ids])).logits[0].numpy()
+    ref = np.load(REF_DIR / base / "logits.npy")
+    assert 1e-3 < np.abs(logits - ref).max() / np.abs(ref).max() < 0.3, "FP8 should change the logits a little"
+    reset_dir(REF_DIR / name)
+    np.save(REF_DIR / name / "logits.npy", np.ascontiguousarray(logits, dtype=np.float32))
+    write_json(REF_DIR / name / "versions.json", versions())
+
+
+def write_e4m3_table() -> None:
+    """ref/e4m3fn.npy: torch's float32 value of every float8 e4m3fn byte (0..255; NaN at 0x7F and 0xFF), the
+    reference for formats/hf_fp8.py's decoding."""
+    table = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).to(torch.float32).numpy()
+    np.save(REF_DIR / "e4m3fn.npy", table)
+
+
 def make_ministral3_vl(tok) -> None:
     """tiny-ministral3's language model, weights and all, in a
     Mistral3ForConditionalGeneration beside a tiny Pixtral vision tower
@@ -1051,6 +1114,9 @@ def main() -> None:
     make_glm4(tok)
     make_cohere2(tok)
     make_cohere(tok)
+    make_fp8("tiny-qwen3", "tiny-qwen3-fp8", Qwen3ForCausalLM, [32, 32])
+    make_fp8("tiny-ministral3", "tiny-ministral3-fp8", Ministral3ForCausalLM, None)
+    write_e4m3_table()
     write_cast_references()
     # safetensors writes 0600 files; normalise permissions for a stable tree.
     for root in (HF_DIR, REF_DIR):
