@@ -203,7 +203,8 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       mistral3 (Ministral 3, Devstral Small 2, Mistral Small 3.x), exaone4,
       olmoe, qwen2moe (Qwen1.5-MoE, Qwen2-57B-A14B: a shared expert beside
       the routed ones), glm4moe (GLM-4.5, 4.5-Air, 4.6; its multi-token
-      prediction layer carried, unread), seed_oss, glm4, cohere2 and command-r, and exaone
+      prediction layer carried, unread), minimax-m2 (MiniMax-M2, M2.1),
+      seed_oss, glm4, cohere2 and command-r, and exaone
       (EXAONE 3.5, as the Llama it is);
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
       its vocabulary (byte-level BPE under any split llama.cpp names for
@@ -339,8 +340,8 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
     \b
     - architectures: llama, mistral and mixtral (as llama.cpp's "llama"),
       qwen2, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, smollm3,
-      granite, olmo2, mistral3, exaone4, olmoe, qwen2moe, glm4moe, seed_oss,
-      glm4, cohere2 and command-r, with llama.cpp's tensor names and layouts (q/k rows
+      granite, olmo2, mistral3, exaone4, olmoe, qwen2moe, glm4moe, minimax-m2,
+      seed_oss, glm4, cohere2 and command-r, with llama.cpp's tensor names and layouts (q/k rows
       re-interleaved, experts stacked as ffn_*_exps, Gemma's norms as 1 + w,
       Phi-3's q/k/v and GLM-4's and Phi-3's gate/up joined as attn_qkv and
       ffn_up, LongRoPE's factors as rope_factors_long/_short);

@@ -241,6 +241,14 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
                      "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight"}),
              experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()},
              keys=frozenset({"expert_shared_feed_forward_length"})),
+    # MiniMax-M2: Mixtral's experts with the block's choice bias as exp_probs_b, sigmoid-gated (expert_gating_func),
+    # whole-projection q/k norms, rotate-half RoPE over rope.dimension_count dims: rows as they are
+    GGUFArch("minimax-m2", "MiniMaxM2ForCausalLM", "minimax_m2", False,
+             _dense({**_QK_NORM, "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
+                     "block_sparse_moe.e_score_correction_bias": "exp_probs_b.bias"}),
+             experts={f"block_sparse_moe.experts.{{e}}.{w}.weight": _MOE_EXPS[k]
+                      for w, k in (("w1", "gate"), ("w3", "up"), ("w2", "down"))},
+             keys=frozenset({"expert_gating_func"})),
     # OLMoE: Qwen3-MoE's names with OLMo 2's whole-projection q/k norms, rows as they are
     GGUFArch("olmoe", "OlmoeForCausalLM", "olmoe", False,
              _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight"}),

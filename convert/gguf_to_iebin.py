@@ -468,7 +468,7 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     limit 7)."""
     a = arch.gguf
     if arch.hf_class not in ("MixtralForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "OlmoeForCausalLM",
-                             "Qwen2MoeForCausalLM", "Glm4MoeForCausalLM"):
+                             "Qwen2MoeForCausalLM", "Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM"):
         return
     n = _field(g, f"{a}.expert_count", int)
     k = _field(g, f"{a}.expert_used_count", int)
@@ -485,6 +485,11 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    shared_expert_intermediate_size=_field(g, f"{a}.expert_shared_feed_forward_length", int, 0) or ff)
     if arch.hf_class == "Glm4MoeForCausalLM":
         _glm4_moe_config(g, arch, cfg)
+    if arch.hf_class == "MiniMaxM2ForCausalLM":  # sigmoid gating, which llama.cpp's graph needs said (none aborts)
+        gating = _field(g, f"{a}.expert_gating_func", int)
+        if gating != 2:
+            raise FormatError(g.path, f"{a}.expert_gating_func", f"{gating}: MiniMax-M2's router is sigmoid-gated (2)")
+        cfg.update(intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int, cfg["intermediate_size"]))
     if arch.hf_class == "Qwen3MoeForCausalLM":
         cfg.update(moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), norm_topk_prob=True,
                    mlp_only_layers=[], decoder_sparse_step=1)

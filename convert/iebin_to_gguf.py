@@ -293,7 +293,7 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     if arch.gguf == "olmoe" and spec.n_kv_heads != spec.n_heads:
         raise IEError(f"{where}.num_key_value_heads: {spec.n_kv_heads} of {spec.n_heads} heads; llama.cpp's olmoe "
                       "has a key head per query head")
-    if arch.gguf in ("olmoe", "qwen2moe") and spec.tied:
+    if arch.gguf in ("olmoe", "qwen2moe", "minimax-m2") and spec.tied:
         raise IEError(f"{where}.tie_word_embeddings: true; llama.cpp's {arch.gguf} requires an output head of its own")
     if spec.mlp_act != arch.mlp_act:
         key = "hidden_activation" if "hidden_activation" in cfg else "hidden_act"
@@ -541,8 +541,10 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if moe is not None:
         kv[f"{a}.expert_count"] = moe.n_experts
         kv[f"{a}.expert_used_count"] = moe.top_k
-        if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe"):
+        if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
+        if arch.gguf == "minimax-m2":
+            kv[f"{a}.expert_gating_func"] = 2  # sigmoid (the converter's, from the Hub config's scoring_func)
         if moe.shared_inter and arch.gguf == "qwen2moe":
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
         if arch.gguf == "glm4moe":  # as convert_hf_to_gguf's Glm4MoeModel writes them

@@ -91,6 +91,10 @@ ARCHS = {
     # models/qwen2_moe (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's layer (q/k/v biases unless config.qkv_bias is false),
     # routed experts beside a shared expert every token runs, its output times the sigmoid of shared_expert_gate
     "Qwen2MoeForCausalLM": Arch(moe="qwen2_moe", biases=("q", "k", "v")),
+    # models/minimax_m2 (MiniMax-M2, M2.1): experts in every layer under Mixtral's names, chosen by sigmoid score plus
+    # the block's e_score_correction_bias and renormalised (GLM-4.5's router, no groups, no scale); q/k RMS-normed
+    # over the whole projections; rotate-half RoPE over the first rotary_dim dims of each head
+    "MiniMaxM2ForCausalLM": Arch(moe="minimax_m2", qk_norm=True, qk_norm_full=True, partial_rope=True),
     "MixtralForCausalLM": Arch(moe="mixtral", window_everywhere=True),  # models/mixtral
     "GptOssForCausalLM": Arch(moe="gpt_oss", sinks=True, biases=("q", "k", "v", "o")),  # models/gpt_oss
     "Gemma2ForCausalLM": Arch(gemma=True, window_period=2, softcaps=True),  # models/gemma2
@@ -149,6 +153,8 @@ MOE_NAMES["glm4_moe"] = {**MOE_NAMES["qwen3_moe"], "expert_bias": "mlp.gate.e_sc
                          "shared_gate": "mlp.shared_experts.gate_proj.weight",
                          "shared_up": "mlp.shared_experts.up_proj.weight",
                          "shared_down": "mlp.shared_experts.down_proj.weight"}
+# MiniMax-M2's: Mixtral's, and the block's choice bias.
+MOE_NAMES["minimax_m2"] = {**MOE_NAMES["mixtral"], "expert_bias": "block_sparse_moe.e_score_correction_bias"}
 # Qwen2-MoE's shared expert: a SwiGLU MLP (bound as the layer's dense gate/up/down) and its gate, a [1, hidden] row.
 MOE_NAMES["qwen2_moe"] = {**MOE_NAMES["qwen3_moe"], "shared_gate": "mlp.shared_expert.gate_proj.weight",
                           "shared_up": "mlp.shared_expert.up_proj.weight",
@@ -469,6 +475,11 @@ def _rotary_dim(arch: Arch, cfg: dict[str, Any], scaling: Any, head_dim: int, me
         ("config", cfg), ("model.rope_scaling", scaling), ("config.rope_parameters", rp))
         if isinstance(d, dict) and d.get("partial_rotary_factor") is not None), ("config", None))
     where += ".partial_rotary_factor"
+    if v is None and arch.moe == "minimax_m2" and cfg.get("rotary_dim") is not None:  # (the Hub's configs' legacy key)
+        rot = cfg["rotary_dim"]
+        if type(rot) is not int or not 2 <= rot <= head_dim:
+            raise IEError(f"{meta_path}: config.rotary_dim: expected an integer in 2..head_dim {head_dim}, got {rot!r}")
+        where, v = "config.rotary_dim", rot / head_dim
     if v is None:
         v = arch.default_partial
     if v == 1:
@@ -589,9 +600,9 @@ def _nope(arch: Arch, cfg: dict, windows: tuple[int, ...], meta_path: Path) -> t
 
 
 def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | None:
-    """The routing of gpt-oss, Mixtral, Qwen3-MoE, Qwen2-MoE, OLMoE and
-    GLM-4.5, from their config keys (configuration_gpt_oss / _mixtral /
-    _qwen3_moe / _qwen2_moe / _olmoe / _glm4_moe)."""
+    """The routing of gpt-oss, Mixtral, Qwen3-MoE, Qwen2-MoE, OLMoE, GLM-4.5
+    and MiniMax-M2, from their config keys (configuration_gpt_oss / _mixtral
+    / _qwen3_moe / _qwen2_moe / _olmoe / _glm4_moe / _minimax_m2)."""
     if arch.moe is None:
         return None
     qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe == "glm4_moe"
@@ -638,6 +649,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
                           "expected at most n_group groups of 2 or more experts each")
         routing = dict(sigmoid=True, n_group=groups, topk_group=used,
                        routed_scale=_positive(cfg, meta_path, "routed_scaling_factor", 1.0, section="config"))
+    if arch.moe == "minimax_m2":  # (MiniMaxM2TopKRouter renormalises always)
+        norm_topk, routing = True, dict(sigmoid=True)
     return MoeSpec(n_experts=n_experts, top_k=top_k, inter=inter, norm_topk=norm_topk, glu=glu, alpha=float(alpha),
                    limit=float(limit), layers=layers, names=MOE_NAMES[arch.moe], shared_inter=shared, **routing)
 
@@ -765,7 +778,7 @@ def _check_config(cfg: dict[str, Any], meta_path: Path, name: Any) -> None:
     implement (``name``: the architecture, for the keys some implement)."""
     if cfg.get("mlp_bias"):
         raise UnsupportedError(f"{meta_path}: config.mlp_bias: MLP biases are not supported by the decoder")
-    if cfg.get("use_qk_norm") and name != "Glm4MoeForCausalLM":  # (GLM-4.5's: per-head RMSNorm, Arch.qk_norm)
+    if cfg.get("use_qk_norm") and name not in ("Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM"):  # (theirs: RMSNorm)
         raise UnsupportedError(f"{meta_path}: config.use_qk_norm: Cohere's per-head q/k LayerNorm (Command R+) is "
                                "not supported by the decoder")
     if cfg.get("clip_qkv") is not None:

@@ -45,6 +45,9 @@ Writes (replacing any previous output):
                             q/k/v biases, RoPE over half of each head (rotate-half), untied; a seeded multi-token
                             prediction layer (model.layers.2) as GLM-4.5 stores one; ref/tiny-glm4-moe/
                             logits_grouped.npy: the same weights routed in 2 groups of 2 experts, 1 kept
+    golden/hf/tiny-minimax-m2/  MiniMaxM2ForCausalLM, bfloat16: every layer 4 experts (Mixtral's names), top 2 by sigmoid
+                            score plus a correction bias, renormalised; q/k norms over the whole projections, RoPE over
+                            half of each head, untied
     golden/hf/tiny-seed-oss/ SeedOssForCausalLM, bfloat16: q/k/v biases (no o bias), untied
     golden/hf/tiny-glm4/    Glm4ForCausalLM, bfloat16: interleaved RoPE over half of each head, norms before and after
                             each block, gate_up_proj fused, q/k/v biases, untied; ids 318/319 GLM's special tokens
@@ -106,6 +109,8 @@ from transformers import (  # noqa: E402
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    MiniMaxM2Config,
+    MiniMaxM2ForCausalLM,
     PreTrainedTokenizerFast,
     Gemma2Config,
     Gemma2ForCausalLM,
@@ -209,6 +214,7 @@ SEED_OSS_SEED = SEED + 41  # its greedy cases run 16 tokens with margins >= 0.03
 GLM4_SEED = SEED + 42  # its greedy cases run 16 tokens with margins >= 0.04
 COHERE2_SEED = SEED + 47  # the first from SEED + 43 whose greedy cases run 16 tokens with margins >= 0.01
 COHERE2_LOGIT_SCALE = 0.5  # Command R7B's is 0.25; the toy's logits are a few units, so its scale keeps them
+MINIMAX_M2_SEED = SEED + 66  # its greedy cases run 16 tokens with margins >= 0.02
 GLM4_MOE_SEED = SEED + 63  # the first from SEED + 60 whose greedy cases run 16 tokens with margins >= 0.02
 QWEN2_MOE_SEED = SEED + 54  # the first from SEED + 52 whose greedy cases run 16 tokens with margins >= 0.02
 COHERE_SEED = SEED + 51  # the first from SEED + 48 whose greedy cases run 16 tokens with margins >= 0.01
@@ -795,6 +801,31 @@ def make_glm4_moe(tok) -> None:
     np.save(REF_DIR / out.name / "logits_grouped.npy", np.ascontiguousarray(grouped, dtype=np.float32))
 
 
+def _minimax_m2_biases(model) -> None:
+    """e_score_correction_bias (a buffer init_weights leaves zero), as _glm4_moe_biases."""
+    gen = torch.Generator(device="cpu").manual_seed(MINIMAX_M2_SEED)
+    for layer in model.model.layers:
+        b = layer.mlp.e_score_correction_bias
+        b.copy_(0.1 * torch.randn(b.shape, generator=gen))
+
+
+def make_minimax_m2(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    dims["intermediate_size"] = 32  # each expert's
+    # every layer 4 experts, top 2 by sigmoid score plus the correction bias, renormalised; q/k RMS-normed over the
+    # whole projections; RoPE over half of each head (the Hub's configs say it as rotary_dim)
+    cfg = MiniMaxM2Config(**dims, **MOE, head_dim=16, num_local_experts=4, tie_word_embeddings=False,
+                          pad_token_id=None,
+                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
+    cfg.architectures = ["MiniMaxM2ForCausalLM"]
+    out = HF_DIR / "tiny-minimax-m2"
+    logits = save_model(tok, out.name, MiniMaxM2ForCausalLM, cfg, MINIMAX_M2_SEED, torch.bfloat16,
+                        after_init=_minimax_m2_biases)
+    assert_feature_matters(MiniMaxM2ForCausalLM, out, logits, "RoPE over the whole head",
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0})
+
+
 def make_seed_oss(tok) -> None:
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     del dims["rope_theta"]  # in rope_parameters
@@ -1110,6 +1141,7 @@ def main() -> None:
     make_olmoe(tok)
     make_qwen2_moe(tok)
     make_glm4_moe(tok)
+    make_minimax_m2(tok)
     make_seed_oss(tok)
     make_glm4(tok)
     make_cohere2(tok)

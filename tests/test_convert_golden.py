@@ -57,6 +57,7 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-olmoe", "tiny-olmoe", []),
     ("tiny-qwen2-moe", "tiny-qwen2-moe", []),
     ("tiny-glm4-moe", "tiny-glm4-moe", []),
+    ("tiny-minimax-m2", "tiny-minimax-m2", []),
     ("tiny-seed-oss", "tiny-seed-oss", []),
     ("tiny-glm4", "tiny-glm4", []),
     ("tiny-cohere2", "tiny-cohere2", []),

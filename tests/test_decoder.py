@@ -33,13 +33,15 @@ from iekit.runtime.sampling import Sampler, generate
 # per-head q/k norms, sliding layers and unrotated full ones; tiny-olmoe: experts with whole-projection q/k norms;
 # tiny-qwen2-moe: routed experts beside a gated shared expert, q/k/v biases; tiny-glm4-moe: a dense layer, then
 # sigmoid routing with a choice bias and a scale beside a shared expert, q/k norms, half-head RoPE, an unread MTP layer;
+# tiny-minimax-m2: sigmoid routing with a choice bias in every layer, whole-projection q/k norms, half-head RoPE;
 # tiny-seed-oss: q/k/v biases; tiny-glm4: interleaved partial RoPE, norms around each block, fused gate_up;
 # tiny-cohere2: LayerNorm, parallel blocks, sliding layers with interleaved RoPE, unrotated full ones; tiny-cohere:
 # the same layer, every layer full and rotated.
 MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
           "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-phi3", "tiny-smollm3",
           "tiny-granite", "tiny-olmo2", "tiny-olmo3", "tiny-ministral3", "tiny-exaone4",
-          "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe", "tiny-seed-oss", "tiny-glm4", "tiny-cohere2",
+          "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe", "tiny-minimax-m2",
+          "tiny-seed-oss", "tiny-glm4", "tiny-cohere2",
           "tiny-cohere"]
 # The context a model's references ran in: tiny-phi3's stay within LongRoPE's original 32 positions, where
 # transformers turns by the short factors; ierun chooses them by the context, as llama.cpp does.

@@ -42,7 +42,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
                                   "tiny-qwen3-moe", "tiny-gemma3", "tiny-gemma2", "tiny-phi3",
                                   "tiny-smollm3", "tiny-granite", "tiny-olmo2",
                                   "tiny-olmo3", "tiny-ministral3", "tiny-exaone4",
-                                  "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe", "tiny-seed-oss",
+                                  "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe", "tiny-minimax-m2", "tiny-seed-oss",
                                   "tiny-glm4", "tiny-cohere2",
                                   "tiny-cohere"])
 def test_a_gguf_comes_back_as_its_checkpoint(tmp_path, models, name):

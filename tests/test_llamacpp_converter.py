@@ -28,6 +28,7 @@ CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss
            "tiny-gemma3": {}, "tiny-phi3": {}, "tiny-smollm3": {},
            "tiny-granite": {}, "tiny-olmo2": {}, "tiny-olmo3": {}, "tiny-ministral3": {},
            "tiny-exaone4": {}, "tiny-olmoe": {}, "tiny-qwen2-moe": {}, "tiny-glm4-moe": {},
+           "tiny-minimax-m2": {"rotary_dim": 8, "scoring_func": "sigmoid"},
            "tiny-seed-oss": {}, "tiny-glm4": {},
            "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}}
 # what an export needs beyond the defaults: tiny-phi3's window of 6, which llama.cpp's phi3 does not apply

@@ -1,7 +1,7 @@
 // A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3,
 // Phi-3, SmolLM3, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
 // GLM-4, Cohere and Cohere 2, and the mixture-of-experts models gpt-oss,
-// Qwen3-MoE, Qwen2-MoE, GLM-4.5, OLMoE and Mixtral): RMSNorm, RoPE (rotate-half or interleaved
+// Qwen3-MoE, Qwen2-MoE, GLM-4.5, MiniMax-M2, OLMoE and Mixtral): RMSNorm, RoPE (rotate-half or interleaved
 // pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
 // second table for sliding layers; layers without RoPE), grouped-query
 // attention over a float32 or float16 KV cache with optional per-head or whole

@@ -24,7 +24,10 @@ Five things are set for the toys, none of which touches a tensor:
 - ``tiny-exaone`` is tiny-llama laid out as an EXAONE 3.5 checkpoint
   (``exaone_dir``), which transformers cannot load but the converter reads;
 - Cohere 2's ``rotary_pct`` is 1.0, as Command R7B's config states it (the
-  converter requires it; transformers 5's Cohere2Config has no such key).
+  converter requires it; transformers 5's Cohere2Config has no such key);
+- MiniMax-M2's ``rotary_dim`` and ``scoring_func`` "sigmoid", as the Hub's
+  config states them (the converter reads the rotated dims and the gating
+  function from them; transformers 5 reads ``rotary_dim`` too).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-phi3": {}, "tiny-gemma3": {}, "tiny-smollm3": {},
           "tiny-granite": {}, "tiny-olmo2": {},
           "tiny-olmo3": {}, "tiny-ministral3": {}, "tiny-exaone4": {}, "tiny-olmoe": {}, "tiny-qwen2-moe": {},
-          "tiny-seed-oss": {}, "tiny-glm4": {}, "tiny-glm4-moe": {},
+          "tiny-seed-oss": {}, "tiny-glm4": {}, "tiny-glm4-moe": {}, "tiny-minimax-m2": {"rotary_dim": 8, "scoring_func": "sigmoid"},
           "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-exaone": {}}
 # EXAONE 3.5 (ExaoneForCausalLM, remote code transformers does not ship) is a Llama under other names: tiny-llama
 # laid out as LG publishes it, HF name -> EXAONE's (its config keys likewise)
