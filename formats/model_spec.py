@@ -644,9 +644,11 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         shared = inter * _count(cfg, meta_path, "n_shared_experts", 1)
         groups = _int(cfg, meta_path, "n_group", 1, section="config")
         used = _int(cfg, meta_path, "topk_group", 1, section="config")
-        if n_experts % groups or used > groups or (used < groups and n_experts // groups < 2):
+        if n_experts % groups or used > groups or (used < groups and (
+                n_experts // groups < 2 or top_k > used * (n_experts // groups))):
             raise IEError(f"{meta_path}: config.topk_group: {used} of n_group {groups} groups of {n_experts} experts; "
-                          "expected at most n_group groups of 2 or more experts each")
+                          f"expected at most n_group groups of 2 or more experts each, the kept ones holding "
+                          f"num_experts_per_tok ({top_k})")
         routing = dict(sigmoid=True, n_group=groups, topk_group=used,
                        routed_scale=_positive(cfg, meta_path, "routed_scaling_factor", 1.0, section="config"))
     if arch.moe == "minimax_m2":  # (MiniMaxM2TopKRouter renormalises always)

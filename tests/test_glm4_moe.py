@@ -91,7 +91,9 @@ def test_a_softmax_gated_file_is_refused(tmp_path):
     assert not (tmp_path / "m").exists()
 
 
-@pytest.mark.parametrize("edit", [{"n_group": 3}, {"n_group": 2, "topk_group": 3}, {"routed_scaling_factor": 0}])
+@pytest.mark.parametrize("edit", [{"n_group": 3}, {"n_group": 2, "topk_group": 3}, {"n_group": 4, "topk_group": 1},
+                                  {"n_group": 2, "topk_group": 1, "num_experts_per_tok": 3},
+                                  {"routed_scaling_factor": 0}])
 def test_an_impossible_router_is_one_error(tmp_path, edit):
     d = edited_artifact(MODEL, tmp_path / "m", lambda meta: reconfigure(meta, **edit))
     key = "config.routed_scaling_factor" if "routed_scaling_factor" in edit else "config.topk_group"

@@ -210,8 +210,10 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   if (!(c.routed_scale > 0.f) || !std::isfinite(c.routed_scale)) fail("decoder config: routed_scale must be a positive number");
   if (c.n_group < 1 || c.topk_group < 1 || c.topk_group > c.n_group)
     fail("decoder config: topk_group must be within 1..n_group");
-  if (c.n_group > 1 && (!c.sigmoid_gating || c.n_experts % c.n_group != 0 || c.n_experts / c.n_group < 2))
-    fail("decoder config: groups of experts (n_group > 1) are sigmoid gating's, of 2 or more experts each");
+  if (c.n_group > 1 && (!c.sigmoid_gating || c.n_experts % c.n_group != 0 || c.n_experts / c.n_group < 2 ||
+                        c.top_k > c.topk_group * (c.n_experts / c.n_group)))
+    fail("decoder config: groups of experts (n_group > 1) are sigmoid gating's, of 2 or more experts each, and "
+         "the kept groups hold at least top_k of them");
   if (c.head_dim % 2) fail("decoder config: head_dim must be even for RoPE, got " + std::to_string(c.head_dim));
   if (c.n_heads % c.n_kv_heads)
     fail("decoder config: num_attention_heads (" + std::to_string(c.n_heads) +
@@ -383,6 +385,8 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     router_logits_.resize(B * c.n_experts);
     score_.resize(static_cast<size_t>(c.n_experts));
     choice_.resize(static_cast<size_t>(c.n_experts));
+    group_score_.resize(static_cast<size_t>(c.n_group));
+    group_kept_.resize(static_cast<size_t>(c.n_group));
     top_.resize(static_cast<size_t>(c.top_k));
     routed_.resize(static_cast<size_t>(c.n_experts));
     ex_x_.resize(B * c.hidden);
@@ -792,13 +796,6 @@ void Decoder::gelu_tanh_gate(float* g, const float* u, int n, int width) const {
   });
 }
 
-// Routing as transformers does it: the top_k logits (softmax is monotonic,
-// so these are the top_k probabilities too), weighted by the softmax over
-// them (norm_topk) or over every expert's logit. Then each expert with rows
-// runs once over all of them (mm_expert), and its outputs are added to the
-// residual, weighted. An expert that every
-// row of the chunk goes to (each of a decode step's top_k) reads xn_ and
-// its prepared activation as they are: nothing gathered or quantized again.
 // Sigmoid gating's choice for one row's logits: score_ the sigmoids,
 // choice_ (returned) score plus expert_bias, -inf outside the topk_group
 // groups whose two best choices sum highest (transformers' DeepSeek-V3 and
@@ -812,7 +809,7 @@ const float* Decoder::sigmoid_choice(const LayerWeights& L, const float* lg) {
   }
   if (c.topk_group == c.n_group) return choice_.data();
   const int per = E / c.n_group;
-  std::vector<float> group(static_cast<size_t>(c.n_group));
+  std::vector<float>& group = group_score_;
   for (int g = 0; g < c.n_group; ++g) {
     const float* x = &choice_[static_cast<size_t>(g) * per];
     float a = -INFINITY, s = -INFINITY;  // the best two
@@ -826,7 +823,8 @@ const float* Decoder::sigmoid_choice(const LayerWeights& L, const float* lg) {
     }
     group[static_cast<size_t>(g)] = a + s;
   }
-  std::vector<uint8_t> keep(static_cast<size_t>(c.n_group), 0);
+  std::vector<uint8_t>& keep = group_kept_;
+  std::fill(keep.begin(), keep.end(), uint8_t{0});
   for (int k = 0; k < c.topk_group; ++k) {  // by rank, a tie to the lower group
     int best = -1;
     for (int g = 0; g < c.n_group; ++g)
@@ -838,6 +836,13 @@ const float* Decoder::sigmoid_choice(const LayerWeights& L, const float* lg) {
   return choice_.data();
 }
 
+// Routing as transformers does it: the top_k logits (softmax is monotonic,
+// so these are the top_k probabilities too), weighted by the softmax over
+// them (norm_topk) or over every expert's logit. Then each expert with rows
+// runs once over all of them (mm_expert), and its outputs are added to the
+// residual, weighted. An expert that every
+// row of the chunk goes to (each of a decode step's top_k) reads xn_ and
+// its prepared activation as they are: nothing gathered or quantized again.
 void Decoder::experts(int layer, int b) {
   const DecoderConfig& c = cfg_;
   const LayerWeights& L = w_.layers[static_cast<size_t>(layer)];

@@ -400,6 +400,8 @@ class Decoder {
   std::vector<float> router_logits_, ex_x_, ex_g_, ex_u_, ex_y_;
   std::vector<float> shared_gate_;  // [chunk]: each row's shared-expert gate logit
   std::vector<float> score_, choice_;  // [n_experts]: one row's sigmoid scores, and what experts are chosen by
+  std::vector<float> group_score_;     // [n_group]: each group's two best choices, summed
+  std::vector<uint8_t> group_kept_;    // [n_group]: the topk_group groups chosen from
   std::vector<int> top_;
   std::vector<std::vector<std::pair<int, float>>> routed_;
   PreparedAct ex_prep_, ex_down_prep_;
