@@ -87,17 +87,19 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
     # The config and tokenizer files are read first (each checked: regular,
     # inside the checkpoint, bounded), so the names written are known.
     aux_data = {n: d for n in CONFIG_FILES + TOKENIZER_FILES if (d := read_aux(src, n)) is not None}
-    # An FP8 checkpoint is written as the float one it stands for (formats/hf_fp8.py): its weights dequantized
-    # (in its own dtype unless --dtype says), its config without the quantization_config, config.json too.
-    config, fp8_dtype = src.config, dtype or hf_fp8.default_dtype(src.config)
-    if hf_fp8.is_fp8(src.config):
-        config = hf_fp8.as_dequantized(src.config)
-        aux_data["config.json"] = (json.dumps(config, indent=2) + "\n").encode()
     out = ArtifactOut(out_dir, overwrite, list(aux_data), src.dir)
     t0 = time.perf_counter()
     with ExitStack() as stack:
         # gpt-oss's MXFP4 blocks + scales pairs become one mxfp4 tensor each, never offered to the manifest.
         tensors, pairs = hf_mxfp4.split_pairs(collect_tensors(src, stack), src.config, str(src.dir))
+        # An FP8 checkpoint is written as the float one it stands for (formats/hf_fp8.py): its weights dequantized
+        # (in its own dtype unless --dtype says), its config without the quantization_config, config.json too. (An
+        # fp8 config over float weights is not one: transformers would quantize them on load; ierun refuses it.)
+        config, fp8_dtype = src.config, dtype or hf_fp8.default_dtype(src.config)
+        n_fp8 = sum(isinstance(sf, hf_fp8.Fp8Matrix) for sf, _t in tensors.values())
+        if n_fp8:
+            config = hf_fp8.as_dequantized(src.config)
+            aux_data["config.json"] = (json.dumps(config, indent=2) + "\n").encode()
         mx_pairs = {p.name: p for p in pairs}
         # gpt-oss's float expert stacks are [experts, in, out]: written transposed (expert_stacks.py).
         written = expert_stacks.AsWritten(config, tensors)
@@ -182,7 +184,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                          len(qplan.quantize) if qplan else 0,
                          (qplan.warnings if qplan else []) + iwarn + ([unsupported] if unsupported else []), out.stale,
                          weighted_tensors=len(importance), errors=errors, kept_blocks=len(pairs),
-                         fp8_tensors=sum(isinstance(sf, hf_fp8.Fp8Matrix) for sf, _t in tensors.values()))
+                         fp8_tensors=n_fp8)
 
 
 def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_dtype: str,

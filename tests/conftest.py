@@ -248,7 +248,7 @@ def tiny_qwen2() -> Path:
 # safetensors' own writer is the independent reference for test inputs.
 _ST_SPEC_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
                   "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
-                  "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "U32": "uint32"}
+                  "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "U32": "uint32"}
 
 
 def st_write(path: Path, tensors: dict[str, tuple[str, list[int], bytes]], metadata: dict | None = None) -> None:

@@ -170,12 +170,16 @@ def test_duplicate_tensor_across_shards(tmp_path):
 
 
 def test_unsupported_dtype(tmp_path):
+    """F8_E5M2 has no reader; F8_E4M3 is read only as an FP8 checkpoint's weight (tests/test_hf_fp8.py)."""
     d = tmp_path / "hf"
     d.mkdir()
     (d / "config.json").write_text("{}")
+    st_write(d / "model.safetensors", {"w": ("F8_E5M2", [4], b"\0" * 4)})
+    assert_one_line_error(run_tool("ieconv", "hf-to-iebin", "--hf-dir", d, "--out-dir", tmp_path / "o"),
+                          "w.dtype", "F8_E5M2")
     st_write(d / "model.safetensors", {"w": ("F8_E4M3", [4], b"\0" * 4)})
     assert_one_line_error(run_tool("ieconv", "hf-to-iebin", "--hf-dir", d, "--out-dir", tmp_path / "o"),
-                          "w.dtype", "F8_E4M3")
+                          "w is FP8 (F8_E4M3)", "quant_method 'fp8'")
 
 
 def test_usage_errors_exit_2(tmp_path):
