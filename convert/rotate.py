@@ -46,7 +46,7 @@ from typing import Iterator
 
 import numpy as np
 
-from iekit.formats import fused_tensors
+from iekit.formats import fused_tensors, hf_fp8
 from iekit.formats.casting import decode_f32, encode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import IEError
@@ -230,12 +230,15 @@ def rotate(src: HFSource, out_dir: str | os.PathLike, *, seed: int = 0, dtype: s
     t0 = time.perf_counter()
     with ExitStack() as stack:
         tensors = collect_tensors(src, stack)
-        rules = plan(src.config, {n: t for n, (_sf, t) in tensors.items()}, src.dir / "config.json")
+        # (an FP8 checkpoint's weights are read as floats, formats/hf_fp8.py: the rotated one is a float checkpoint)
+        fp8 = any(isinstance(sf, hf_fp8.Fp8Matrix) for sf, _t in tensors.values())
+        base = hf_fp8.as_dequantized(src.config) if fp8 else src.config
+        rules = plan(base, {n: t for n, (_sf, t) in tensors.items()}, src.dir / "config.json")
         norms = {n: np.concatenate(list(_rows(*tensors[n], lambda k: None)), axis=None)
                  for n in {r.norm for r in rules if r.norm is not None}}
         h = src.config["hidden_size"]
         q32 = haar_orthogonal(h, seed).astype(np.float32)
-        config = {**src.config, "tie_word_embeddings": False}
+        config = {**base, "tie_word_embeddings": False}
         if "torch_dtype" in config:
             config["torch_dtype"] = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}[dtype]
         meta = {"format": "pt", "iekit.rotation": json.dumps({"kind": "haar", "seed": seed, "hidden_size": h})}

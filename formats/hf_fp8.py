@@ -88,8 +88,9 @@ class Fp8Matrix:
     for: the file interface (iter_chunks, read_rows, copy_to, path) a
     checkpoint tensor is read through, for the f32 ``tensor``."""
 
-    sf: SafetensorsFile
+    sf: SafetensorsFile        # the codes' shard
     codes: SafetensorsTensor
+    scale_sf: SafetensorsFile  # the scales' (another shard, where the index puts them there)
     scales: SafetensorsTensor
     block: tuple[int, int] | None  # [bn, bk], or None: one scale for the whole matrix
     tensor: SafetensorsTensor      # the f32 matrix as listed (name, shape, nbytes)
@@ -99,11 +100,11 @@ class Fp8Matrix:
         return self.sf.path
 
     def _scale_rows(self) -> np.ndarray:
-        raw = b"".join(self.sf.iter_chunks(self.scales))
+        raw = b"".join(self.scale_sf.iter_chunks(self.scales))
         s = np.frombuffer(raw, np.float32).reshape(-1, self.scales.shape[-1] if self.scales.shape else 1)
         if not np.isfinite(s).all():
             i = tuple(int(x) for x in np.argwhere(~np.isfinite(s))[0])
-            raise IEError(f"{self.sf.path}: {self.scales.name}{list(i)}: scale {s[i]} is not finite")
+            raise IEError(f"{self.scale_sf.path}: {self.scales.name}{list(i)}: scale {s[i]} is not finite")
         return s
 
     def _rows(self, r0: int, r1: int, scales: np.ndarray) -> np.ndarray:
@@ -180,9 +181,6 @@ def read_as_floats(config: Any, found: dict[str, tuple[Any, SafetensorsTensor]],
         scale = found.get(base + SCALE)
         if not name.endswith(".weight") or scale is None:
             raise IEError(f"{where}: {name} is FP8 without its scales ({base + SCALE})")
-        if scale[0] is not sf:
-            raise IEError(f"{where}: {base + SCALE} is in {scale[0].path.name}, its weight {name} in {sf.path.name}; "
-                          "a weight and its scales are read from one shard")
         if len(t.shape) != 2:
             raise IEError(f"{where}: {name}: FP8 weights are read as matrices [rows, cols], got shape {list(t.shape)}")
         rows, cols = t.shape
@@ -192,7 +190,7 @@ def read_as_floats(config: Any, found: dict[str, tuple[Any, SafetensorsTensor]],
             raise IEError(f"{where}: {base + SCALE}: {s.dtype.name} {list(s.shape)}; {name} [{rows}, {cols}] with "
                           f"weight_block_size {block} has f32 scales of shape {want[0]}")
         f32 = SafetensorsTensor(name, DTYPES["f32"], (rows, cols), 0, rows * cols * 4)
-        out[name] = (Fp8Matrix(sf, t, s, tuple(block) if block else None, f32), f32)
+        out[name] = (Fp8Matrix(sf, t, scale[0], s, tuple(block) if block else None, f32), f32)
         del out[base + SCALE]
         act = out.pop(base + ACTIVATION, None)
         if act is not None and (act[1].dtype.name not in ("f32", "bf16") or act[1].shape not in ((), (1,))):

@@ -217,3 +217,39 @@ def test_a_scale_past_float32_is_one_error(tmp_path):
     src = _variant(tmp_path, "tiny-qwen3-fp8", _set(W + ".weight_scale_inv", ("F32", [4, 2], huge)))
     res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", src, "--out-dir", tmp_path / "m")
     assert_one_line_error(res, W + ".weight[0, 0]", "overflows float32")
+
+
+def test_scales_in_another_shard_than_their_weight(tmp_path):
+    """A sharded FP8 checkpoint may put a weight and its scales in different
+    files (the index says where each is): read as one matrix all the same."""
+    src = tmp_path / "src"
+    shutil.copytree(GOLDEN_HF / "tiny-qwen3-fp8", src)
+    t = _tensors(src / "model.safetensors")
+    scales = {k for k in t if k.endswith("weight_scale_inv")}
+    (src / "model.safetensors").unlink()
+    _write(src / "model-00001-of-00002.safetensors", {k: v for k, v in t.items() if k not in scales})
+    _write(src / "model-00002-of-00002.safetensors", {k: t[k] for k in scales})
+    index = {k: "model-00002-of-00002.safetensors" if k in scales else "model-00001-of-00002.safetensors" for k in t}
+    (src / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": index}))
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", src, "--out-dir", tmp_path / "m")
+    assert res.returncode == 0, res.stderr
+    ids = json.loads((GOLDEN / "ref" / "tiny-qwen3" / "ids.json").read_text())
+    ref = np.load(GOLDEN / "ref" / "tiny-qwen3-fp8" / "logits.npy")
+    got = np.asarray(Decoder(tmp_path / "m", act="f32").logits(ids, start=0))
+    assert np.abs(got - ref).max() <= 2e-6 * np.abs(ref).max()
+
+
+def test_an_fp8_checkpoint_rotates_as_its_floats(tmp_path):
+    """ieconv rotate reads the dequantized weights (f32, unrounded) and writes
+    a float checkpoint, its config without the quantization_config: the same
+    model as the float32 dequantization (hf-to-iebin --dtype f32)."""
+    src, rot = GOLDEN_HF / "tiny-qwen3-fp8", tmp_path / "rot"
+    res = run_tool("ieconv", "rotate", "-q", "--hf-dir", src, "--out-dir", rot)
+    assert res.returncode == 0, res.stderr
+    assert "quantization_config" not in json.loads((rot / "config.json").read_text())
+    for d, args in ((rot, []), (src, ["--dtype", "f32"])):
+        assert run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", d, "--out-dir", tmp_path / f"ie-{d.name}",
+                        *args).returncode == 0
+    ids = json.loads((GOLDEN / "ref" / "tiny-qwen3" / "ids.json").read_text())
+    got, ref = (np.asarray(Decoder(tmp_path / f"ie-{d.name}", act="f32").logits(ids, start=0)) for d in (rot, src))
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
