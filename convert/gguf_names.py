@@ -199,10 +199,10 @@ class GGUFArch:
     swa_layers: int = 0  # llama.cpp slides only in a model of this many blocks (0: any that has a window)
     eot_token: str = ""  # the token llama.cpp's converter names the end of a turn, by its text (GLM's <|user|>)
     eom_token: str = ""  # and the end of a message (GLM-4.5's <|observation|>)
-    mtp: bool = False    # multi-token prediction layers after the last, counted in block_count (nextn_predict_layers)
     layer_norm: bool = False  # LayerNorm, its eps under attention.layer_norm_epsilon (Cohere), not RMSNorm's key
 
 
+SIGMOID_GATING = 2  # {arch}.expert_gating_func of a sigmoid router (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID)
 _MOE_EXPS = {"gate": "ffn_gate_exps.weight", "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
 _LLAMA = _dense()
 _QK_NORM = {"self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight"}
@@ -313,7 +313,7 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              keys=frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
                              "expert_weights_norm", "expert_gating_func", "nextn_predict_layers", "expert_group_count",
                              "expert_group_used_count"}),
-             eot_token="<|user|>", eom_token="<|observation|>", mtp=True),
+             eot_token="<|user|>", eom_token="<|observation|>"),
     # Cohere 2 (Command R7B, Command A): one LayerNorm per layer (attn_norm) for its parallel attention and MLP,
     # rows as they are (llama.cpp turns interleaved pairs, as Cohere does), the head always the embedding; every
     # 4th layer full and unrotated by default, logit_scale a key

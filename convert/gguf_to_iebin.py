@@ -49,8 +49,8 @@ from iekit.formats.model_spec import check_convertible, every_nth, longrope_atte
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
-from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED_AS, GGUFArch, attention_scalar,
-                         hf_layer_name, norm_shift, sliding_by_period)
+from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED_AS, SIGMOID_GATING, GGUFArch,
+                         attention_scalar, hf_layer_name, norm_shift, sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
@@ -467,8 +467,7 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     weights in every layer, olmoe and qwen2moe never; gpt-oss's SwiGLU is alpha 1.702,
     limit 7)."""
     a = arch.gguf
-    if arch.hf_class not in ("MixtralForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "OlmoeForCausalLM",
-                             "Qwen2MoeForCausalLM", "Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM"):
+    if not (arch.experts or arch.paired):  # a dense architecture (a llama file with experts is Mixtral: _arch_of)
         return
     n = _field(g, f"{a}.expert_count", int)
     k = _field(g, f"{a}.expert_used_count", int)
@@ -485,10 +484,8 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    shared_expert_intermediate_size=_field(g, f"{a}.expert_shared_feed_forward_length", int, 0) or ff)
     if arch.hf_class == "Glm4MoeForCausalLM":
         _glm4_moe_config(g, arch, cfg)
-    if arch.hf_class == "MiniMaxM2ForCausalLM":  # sigmoid gating, which llama.cpp's graph needs said (none aborts)
-        gating = _field(g, f"{a}.expert_gating_func", int)
-        if gating != 2:
-            raise FormatError(g.path, f"{a}.expert_gating_func", f"{gating}: MiniMax-M2's router is sigmoid-gated (2)")
+    if arch.hf_class == "MiniMaxM2ForCausalLM":  # (llama.cpp's minimax-m2 graph aborts without the key)
+        _sigmoid_gated(g, arch, None)
         cfg.update(intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int, cfg["intermediate_size"]))
     if arch.hf_class == "Qwen3MoeForCausalLM":
         cfg.update(moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), norm_topk_prob=True,
@@ -500,6 +497,16 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
 
 
+def _sigmoid_gated(g: GGUFModel, arch: GGUFArch, default: int | None) -> None:
+    """Refuse a router the file gates otherwise than by sigmoid (``default``:
+    what llama.cpp's graph takes where the key is missing; None: required)."""
+    key = f"{arch.gguf}.expert_gating_func"
+    gating = _field(g, key, int, default)
+    if gating != SIGMOID_GATING:
+        raise FormatError(g.path, key, f"{gating}: {arch.hf_class}'s router is sigmoid-gated ({SIGMOID_GATING}), "
+                                       "and it has no other")
+
+
 def _glm4_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     """GLM-4.5's router and layers as Glm4MoeConfig says them, with what
     llama.cpp's glm4moe graph does where a key is missing: no leading dense
@@ -507,10 +514,7 @@ def _glm4_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     group. The multi-token prediction layers are counted in block_count;
     num_hidden_layers is the trunk (transformers' count)."""
     a = arch.gguf
-    gating = _field(g, f"{a}.expert_gating_func", int, 0)
-    if gating not in (0, 2):  # llama.cpp: none means sigmoid for glm4moe
-        raise FormatError(g.path, f"{a}.expert_gating_func", f"{gating}: GLM-4.5's router is sigmoid-gated (2); "
-                                                             "Glm4MoeForCausalLM has no other")
+    _sigmoid_gated(g, arch, SIGMOID_GATING)  # (llama.cpp's glm4moe: none means sigmoid)
     nextn = _field(g, f"{a}.nextn_predict_layers", int, 0)
     trunk = cfg["num_hidden_layers"] - nextn
     if trunk < 1:

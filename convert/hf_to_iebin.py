@@ -93,12 +93,9 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
         # gpt-oss's MXFP4 blocks + scales pairs become one mxfp4 tensor each, never offered to the manifest.
         tensors, pairs = hf_mxfp4.split_pairs(collect_tensors(src, stack), src.config, str(src.dir))
         # An FP8 checkpoint is written as the float one it stands for (formats/hf_fp8.py): its weights dequantized
-        # (in its own dtype unless --dtype says), its config without the quantization_config, config.json too. (An
-        # fp8 config over float weights is not one: transformers would quantize them on load; ierun refuses it.)
-        config, fp8_dtype = src.config, dtype or hf_fp8.default_dtype(src.config)
-        n_fp8 = sum(isinstance(sf, hf_fp8.Fp8Matrix) for sf, _t in tensors.values())
-        if n_fp8:
-            config = hf_fp8.as_dequantized(src.config)
+        # (in its own dtype unless --dtype says), its config without the quantization_config, config.json too.
+        config, fp8_dtype = hf_fp8.float_config(src.config, tensors), dtype or hf_fp8.default_dtype(src.config)
+        if config is not src.config:
             aux_data["config.json"] = (json.dumps(config, indent=2) + "\n").encode()
         mx_pairs = {p.name: p for p in pairs}
         # gpt-oss's float expert stacks are [experts, in, out]: written transposed (expert_stacks.py).
@@ -184,7 +181,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                          len(qplan.quantize) if qplan else 0,
                          (qplan.warnings if qplan else []) + iwarn + ([unsupported] if unsupported else []), out.stale,
                          weighted_tensors=len(importance), errors=errors, kept_blocks=len(pairs),
-                         fp8_tensors=n_fp8)
+                         fp8_tensors=hf_fp8.fp8_count(tensors))
 
 
 def _add_quantized(writer: iebin.IebinWriter, name: str, shape: list[int], src_dtype: str,

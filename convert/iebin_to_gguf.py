@@ -53,8 +53,8 @@ from iekit.formats.model_spec import (DecoderSpec, decoder_spec, every_nth, rope
                                       yarn_attention_factor)
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import (GGUFArch, arch_of, attention_scalar, fused_parts, gguf_layer_name, norm_shift, separable,
-                         sliding_by_period)
+from .gguf_names import (SIGMOID_GATING, GGUFArch, arch_of, attention_scalar, fused_parts, gguf_layer_name,
+                         norm_shift, separable, sliding_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
@@ -541,19 +541,17 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if moe is not None:
         kv[f"{a}.expert_count"] = moe.n_experts
         kv[f"{a}.expert_used_count"] = moe.top_k
-        if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2"):
+        if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
-        if arch.gguf == "minimax-m2":
-            kv[f"{a}.expert_gating_func"] = 2  # sigmoid (the converter's, from the Hub config's scoring_func)
+        if moe.sigmoid:  # (the converter writes it for glm4moe, and for minimax-m2 from the Hub config's scoring_func)
+            kv[f"{a}.expert_gating_func"] = SIGMOID_GATING
         if moe.shared_inter and arch.gguf == "qwen2moe":
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
         if arch.gguf == "glm4moe":  # as convert_hf_to_gguf's Glm4MoeModel writes them
-            kv[f"{a}.expert_feed_forward_length"] = moe.inter
             kv[f"{a}.expert_group_count"] = moe.n_group
             kv[f"{a}.expert_group_used_count"] = moe.topk_group
             kv[f"{a}.expert_shared_count"] = moe.shared_inter // moe.inter
             kv[f"{a}.leading_dense_block_count"] = moe.layers.index(True) if any(moe.layers) else spec.n_layers
-            kv[f"{a}.expert_gating_func"] = 2  # sigmoid
             kv[f"{a}.expert_weights_scale"] = moe.routed_scale
             kv[f"{a}.expert_weights_norm"] = moe.norm_topk
             if spec.mtp_layers:

@@ -230,9 +230,7 @@ def rotate(src: HFSource, out_dir: str | os.PathLike, *, seed: int = 0, dtype: s
     t0 = time.perf_counter()
     with ExitStack() as stack:
         tensors = collect_tensors(src, stack)
-        # (an FP8 checkpoint's weights are read as floats, formats/hf_fp8.py: the rotated one is a float checkpoint)
-        fp8 = any(isinstance(sf, hf_fp8.Fp8Matrix) for sf, _t in tensors.values())
-        base = hf_fp8.as_dequantized(src.config) if fp8 else src.config
+        base = hf_fp8.float_config(src.config, tensors)  # (FP8 weights are read as floats: a float checkpoint)
         rules = plan(base, {n: t for n, (_sf, t) in tensors.items()}, src.dir / "config.json")
         norms = {n: np.concatenate(list(_rows(*tensors[n], lambda k: None)), axis=None)
                  for n in {r.norm for r in rules if r.norm is not None}}

@@ -77,8 +77,18 @@ def default_dtype(config: dict) -> str:
     return CHECKPOINT_DTYPES.get(name, "bf16") if isinstance(name, str) else "bf16"
 
 
-def as_dequantized(config: dict) -> dict:
-    """``config`` as the dequantized checkpoint's: no quantization_config."""
+def fp8_count(tensors: dict[str, tuple[Any, SafetensorsTensor]]) -> int:
+    """How many of a checkpoint's tensors (read_as_floats') are FP8 weights read as floats."""
+    return sum(isinstance(f, Fp8Matrix) for f, _t in tensors.values())
+
+
+def float_config(config: dict, tensors: dict[str, tuple[Any, SafetensorsTensor]]) -> dict:
+    """The config of the float checkpoint ``tensors`` stand for: without the
+    quantization_config where they hold FP8 weights read as floats. (An fp8
+    config over float weights is not such a checkpoint: transformers would
+    quantize those on load, so it keeps its config, which ierun refuses.)"""
+    if not fp8_count(tensors):
+        return config
     return {k: v for k, v in config.items() if k != "quantization_config"}
 
 
@@ -108,7 +118,8 @@ class Fp8Matrix:
         return s
 
     def _rows(self, r0: int, r1: int, scales: np.ndarray) -> np.ndarray:
-        rows, cols = self.codes.shape
+        """Rows r0..r1 as float32 (codes and scales are float32: so is their product)."""
+        cols = self.codes.shape[1]
         raw = self.sf.read_rows(self.codes, range(r0, r1))
         x = E4M3[np.frombuffer(raw, np.uint8)].reshape(r1 - r0, cols)
         if np.isnan(x).any():
@@ -132,11 +143,11 @@ class Fp8Matrix:
         per = max(1, chunk_bytes // (4 * cols)) if cols else rows or 1
         scales = self._scale_rows()
         for r0 in range(0, rows, per):
-            yield self._rows(r0, min(rows, r0 + per), scales).astype(np.float32).tobytes()
+            yield self._rows(r0, min(rows, r0 + per), scales).tobytes()
 
     def read_rows(self, t: SafetensorsTensor, rows: Iterable[int]) -> bytes:
         scales = self._scale_rows()
-        return b"".join(self._rows(r, r + 1, scales).astype(np.float32).tobytes() for r in rows)
+        return b"".join(self._rows(r, r + 1, scales).tobytes() for r in rows)
 
     def copy_to(self, t: SafetensorsTensor, dst_fd: int, dst_offset: int,
                 advance: Callable[[int], None] | None = None) -> None:

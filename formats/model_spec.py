@@ -29,12 +29,14 @@ class Arch:
     whole with ``qk_norm_full``) before RoPE; ``sinks``: learned attention
     sinks; ``biases``: the attention projections (q, k, v, o) that must
     carry a bias. A bias present in the artifact is read whatever the
-    architecture (Llama's attention_bias puts one on all four)."""
+    architecture (Llama's attention_bias puts one on all four), but where
+    ``no_biases`` rules it out (there it is an unused tensor, refused)."""
 
     moe: str | None = None
     qk_norm: bool = False
     sinks: bool = False
     biases: tuple[str, ...] = ()
+    no_biases: tuple[str, ...] = ()  # the attention projections the config rules a bias out of (a stored one is unread)
     window_everywhere: bool = False  # config.sliding_window applies to every layer (Mistral, Mixtral)
     # Gemma's layer (models/gemma2, models/gemma3): every RMSNorm multiplies
     # by 1 + w; norms of the attention's and the MLP's outputs too
@@ -443,13 +445,15 @@ def _check_shapes(s: DecoderSpec, shapes: dict[str, list[int]], label: Path) -> 
                 raise IEError(f"{label}: tensors[{name!r}].shape: {list(got)}, the config implies {shape}")
 
 
-def _int(model: dict, meta_path: Path, key: str, default: int | None = None, section: str = "model") -> int:
-    """A positive integer; ``default`` stands in only for an absent/null value."""
+def _int(model: dict, meta_path: Path, key: str, default: int | None = None, section: str = "model",
+         allow_zero: bool = False) -> int:
+    """A positive (``allow_zero``: non-negative) integer; ``default`` stands in only for an absent/null value."""
     v = model.get(key)
     if v is None and default is not None:
         return default
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise IEError(f"{meta_path}: {section}.{key}: expected a positive integer, got {v!r}")
+    if not isinstance(v, int) or isinstance(v, bool) or v < (0 if allow_zero else 1):
+        raise IEError(f"{meta_path}: {section}.{key}: expected a {'non-negative' if allow_zero else 'positive'} "
+                      f"integer, got {v!r}")
     if v > INT32_MAX:
         raise IEError(f"{meta_path}: {section}.{key}: {v} is larger than the decoder supports ({INT32_MAX})")
     return v
@@ -639,9 +643,9 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
     if arch.moe == "qwen2_moe":
         shared = _int(cfg, meta_path, "shared_expert_intermediate_size", section="config")
     if glm:
-        first = _count(cfg, meta_path, "first_k_dense_replace", 1)
+        first = _int(cfg, meta_path, "first_k_dense_replace", 1, section="config", allow_zero=True)
         layers = tuple(i >= first for i in range(n_layers))
-        shared = inter * _count(cfg, meta_path, "n_shared_experts", 1)
+        shared = inter * _int(cfg, meta_path, "n_shared_experts", 1, section="config", allow_zero=True)
         groups = _int(cfg, meta_path, "n_group", 1, section="config")
         used = _int(cfg, meta_path, "topk_group", 1, section="config")
         if n_experts % groups or used > groups or (used < groups and (
@@ -657,15 +661,6 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
                    limit=float(limit), layers=layers, names=MOE_NAMES[arch.moe], shared_inter=shared, **routing)
 
 
-def _count(cfg: dict, meta_path: Path, key: str, default: int) -> int:
-    """A non-negative integer config key (``default`` where absent or null)."""
-    v = cfg.get(key, default)
-    v = default if v is None else v
-    if type(v) is not int or v < 0 or v > INT32_MAX:
-        raise IEError(f"{meta_path}: config.{key}: expected a non-negative integer, got {v!r}")
-    return v
-
-
 def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     """Everything the decoder needs from model.ie.json, or one clear error:
     UnsupportedError for a valid model the decoder does not implement,
@@ -673,21 +668,18 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     m = meta.get("model") or {}
     cfg = meta.get("config") or {}
     name = m.get("architecture")
-    _check_config(cfg, meta_path, name)
+    _check_config(cfg, meta_path)
     if name not in ARCHS:
         raise UnsupportedError(f"{meta_path}: model.architecture: {name!r} is not supported by the decoder "
                                f"(supported: {', '.join(ARCHITECTURES)})")
     arch = ARCHS[name]
-    if arch.moe == "glm4_moe" and cfg.get("use_qk_norm"):
+    if cfg.get("use_qk_norm") and not arch.qk_norm:  # (GLM-4.5's per-head RMSNorm; MiniMax-M2 has its norms always)
+        if arch.moe != "glm4_moe":
+            raise UnsupportedError(f"{meta_path}: config.use_qk_norm: Cohere's per-head q/k LayerNorm (Command R+) is "
+                                   "not supported by the decoder")
         arch = replace(arch, qk_norm=True)
-    if arch.biases and cfg.get("qkv_bias") is False:  # (Qwen2-MoE's option; a Qwen2 layer has them otherwise)
-        arch = replace(arch, biases=())
-        stored = next((t.get("name") for t in meta.get("tensors") or [] if isinstance(t, dict)
-                       and str(t.get("name")).endswith(("self_attn.q_proj.bias", "self_attn.k_proj.bias",
-                                                        "self_attn.v_proj.bias"))), None)
-        if stored is not None:
-            raise UnsupportedError(f"{meta_path}: tensors[{stored!r}]: config.qkv_bias is false, so transformers "
-                                   "builds no q/k/v biases and leaves this one unread; refusing to run another model")
+    if arch.biases and cfg.get("qkv_bias") is False:  # (Qwen2-MoE's option: transformers builds no q/k/v biases)
+        arch = replace(arch, biases=(), no_biases=arch.biases)
     act = m.get("hidden_act") or ("gelu_pytorch_tanh" if arch.gemma else "silu")
     acts = ("silu",) if arch.moe else tuple(MLP_ACTS)
     if act not in acts:
@@ -734,7 +726,8 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         **(_attn_temp(cfg, meta_path) if arch.attn_temp else {}),
         **({"logits_scaling": 1.0 / _positive(cfg, meta_path, "logit_scale", 0.0625, section="config")}
            if arch.cohere else {}),
-        mtp_layers=_count(cfg, meta_path, "num_nextn_predict_layers", 0) if arch.moe == "glm4_moe" else 0)
+        mtp_layers=_int(cfg, meta_path, "num_nextn_predict_layers", 0, section="config", allow_zero=True)
+        if arch.moe == "glm4_moe" else 0)
     _check_all_used(spec, meta.get("tensors") or [], meta_path)
     return spec
 
@@ -775,14 +768,10 @@ def _gemma(arch: Arch, cfg: dict[str, Any], hidden: int, meta_path: Path) -> dic
             "norm_offset": 1.0}
 
 
-def _check_config(cfg: dict[str, Any], meta_path: Path, name: Any) -> None:
-    """Config keys that change the computation in a way the decoder does not
-    implement (``name``: the architecture, for the keys some implement)."""
+def _check_config(cfg: dict[str, Any], meta_path: Path) -> None:
+    """Config keys that change the computation in a way the decoder does not implement."""
     if cfg.get("mlp_bias"):
         raise UnsupportedError(f"{meta_path}: config.mlp_bias: MLP biases are not supported by the decoder")
-    if cfg.get("use_qk_norm") and name not in ("Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM"):  # (theirs: RMSNorm)
-        raise UnsupportedError(f"{meta_path}: config.use_qk_norm: Cohere's per-head q/k LayerNorm (Command R+) is "
-                               "not supported by the decoder")
     if cfg.get("clip_qkv") is not None:
         raise UnsupportedError(f"{meta_path}: config.clip_qkv: {cfg['clip_qkv']!r}; clamping q, k and v (OLMo's "
                                "option) is not supported by the decoder")
@@ -841,7 +830,7 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
                else OLMO2_LAYER_VECTORS)
     parts += [Part(key, pre + hf, (s.hidden,), VECTOR) for key, hf in vectors.items()]
     parts += [Part("b" + key, pre + hf, (bias_len[key],), VECTOR, required=key in s.arch.biases)
-              for key, hf in LAYER_BIASES.items()]
+              for key, hf in LAYER_BIASES.items() if key not in s.arch.no_biases]
     if s.arch.qk_norm:
         q_len, k_len = (q_dim, kv_dim) if s.arch.qk_norm_full else (s.head_dim, s.head_dim)
         parts += [Part("q_norm", pre + "self_attn.q_norm.weight", (q_len,), VECTOR),

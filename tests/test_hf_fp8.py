@@ -143,14 +143,13 @@ W = "model.layers.0.self_attn.q_proj"
      (W + ".weight_scale_inv", "bf16")),
     (_set(W + ".weight_scale_inv", ("F32", [4, 2], np.full(8, np.inf, np.float32).tobytes())), None,
      (W + ".weight_scale_inv[0, 0]", "not finite")),
-    (_set("model.layers.0.mlp.gate_proj.weight_scale_inv", ("F32", [1], np.ones(1, np.float32).tobytes())), None, None),
+    (_set("model.layers.0.mlp.gate_proj.weight_scale_inv", ("F32", [1], np.ones(1, np.float32).tobytes())), None,
+     ("model.layers.0.mlp.gate_proj.weight_scale_inv", "[1]")),
     (None, lambda c: c.pop("quantization_config"), ("F8_E4M3", "quant_method 'fp8'")),
     (None, lambda c: c["quantization_config"].update(scale_fmt="ue8m0"), ("scale_fmt", "ue8m0")),
     (None, lambda c: c["quantization_config"].update(weight_block_size=[32]), ("weight_block_size", "[32]")),
 ])
 def test_a_malformed_fp8_checkpoint_is_one_error(tmp_path, edit, cfg_edit, needles):
-    if needles is None:  # a scale of the wrong shape for its weight, however it got there
-        needles = ("model.layers.0.mlp.gate_proj.weight_scale_inv", "[1]")
     src = _variant(tmp_path, "tiny-qwen3-fp8", edit, cfg_edit)
     res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", src, "--out-dir", tmp_path / "m")
     assert_one_line_error(res, *needles)

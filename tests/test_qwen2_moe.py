@@ -113,12 +113,13 @@ def test_a_wrong_shared_width_names_the_tensor(tmp_path):
                           "mlp.shared_expert.gate_proj.weight", "shape")
 
 
-def test_without_q_k_v_biases_the_stored_ones_are_missing(tmp_path):
-    """qkv_bias: false is a layer without them: the decoder does not
-    require them then, and (stored here) refuses to drop them silently."""
+def test_without_q_k_v_biases_the_stored_ones_are_unread_tensors(tmp_path):
+    """qkv_bias: false is a layer without them (transformers builds none and
+    leaves stored ones unread): the decoder does not read them either, so
+    stored here they are refused as any tensor it would not use."""
     d = edited_artifact(MODEL, tmp_path / "m", lambda meta: reconfigure(meta, qkv_bias=False))
     res = run_tool("ierun", "generate", "--model-dir", d, "--ids", "1")
-    assert_one_line_error(res, "model.layers.0.self_attn.", "_proj.bias", "config.qkv_bias is false")
+    assert_one_line_error(res, "model.layers.0.self_attn.", "_proj.bias", "does not use it")
 
 
 def test_a_quantized_model_keeps_the_gates_float_and_exports(tmp_path):
