@@ -16,6 +16,10 @@ Three ways a tensor crosses:
   ``...experts.E.w1.weight``; GGUF one stack per layer,
   ``blk.N.ffn_gate_exps.weight`` [experts, rows, cols]: the experts' bytes
   one after another (``EXPERTS``);
+- latent attention's kv_b_proj (DeepSeek): IEBIN keeps the HF matrix
+  [heads × (nope + v), latent]; llama.cpp two tensors per layer, attn_k_b
+  [heads, latent, nope] (each head's key rows, transposed) and attn_v_b
+  [heads, v, latent] (``MLA_KV_B``);
 - gpt-oss's gate/up pair: IEBIN (like transformers) keeps gate and up rows
   interleaved in one stack ``mlp.experts.gate_up_proj`` [experts, 2 inter,
   hidden] (gate rows even, up rows odd), llama.cpp two stacks
@@ -124,11 +128,17 @@ def importance_to_gguf(entries: dict, routed: dict, tokens: int, arch: "GGUFArch
     whole (gpt-oss) keeps its rows, gate_up_proj written under both
     ffn_gate_exps and ffn_up_exps (llama.cpp's two stacks see the same
     rows). An entry with no llama.cpp name is an error naming ``where``:
-    an imatrix is not written with a matrix left out."""
+    an imatrix is not written with a matrix left out; but for latent
+    attention's kv_b_proj, whose llama.cpp halves read other inputs (attn_k_b
+    each head's q_nope, attn_v_b each head's attention output in the latent's
+    space) than it does (the latent): llama-quantize takes them without one,
+    as it takes what llama-imatrix leaves out."""
     out: dict[str, tuple] = {}
     experts: dict[str, dict[int, tuple]] = {}
     patterns = [(re.compile(re.escape(p).replace(r"\{e\}", r"(\d+)")), g) for p, g in arch.experts.items()]
     for name, v in entries.items():
+        if arch.mla and name.endswith(MLA_KV_B[0]):
+            continue
         count = np.asarray(routed.get(name, tokens), np.float64).reshape(-1)
         if v.ndim == 2 and count.size == 1:  # a stack's rows without their own counts (a .npz): each over the tokens
             count = np.full(len(v), count[0])
@@ -200,8 +210,11 @@ class GGUFArch:
     eot_token: str = ""  # the token llama.cpp's converter names the end of a turn, by its text (GLM's <|user|>)
     eom_token: str = ""  # and the end of a message (GLM-4.5's <|observation|>)
     layer_norm: bool = False  # LayerNorm, its eps under attention.layer_norm_epsilon (Cohere), not RMSNorm's key
+    mla: bool = False  # latent attention: kv_b_proj crosses as attn_k_b and attn_v_b (MLA_KV_B)
 
 
+# Latent attention's kv_b_proj (HF suffix) and the two llama.cpp tensors it crosses as (gguf_names' docstring)
+MLA_KV_B = ("self_attn.kv_b_proj.weight", "attn_k_b.weight", "attn_v_b.weight")
 SIGMOID_GATING = 2  # {arch}.expert_gating_func of a sigmoid router (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID)
 _MOE_EXPS = {"gate": "ffn_gate_exps.weight", "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
 _LLAMA = _dense()
@@ -314,6 +327,25 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
                              "expert_weights_norm", "expert_gating_func", "nextn_predict_layers", "expert_group_count",
                              "expert_group_used_count"}),
              eot_token="<|user|>", eom_token="<|observation|>"),
+    # DeepSeek-V3, R1, Kimi K2 and (softmax-gated: expert_gating_func 1, or none) DeepSeek-V2: latent attention's
+    # matrices one to one but kv_b_proj (MLA_KV_B), interleaved RoPE (llama.cpp's own: rows as they are) over
+    # rope.dimension_count dims, GLM-4.5's router and shared experts; llama.cpp's converter drops the MTP layer
+    *(GGUFArch("deepseek2", cls, mt, False,
+               {**{k: v for k, v in _LLAMA.items() if not k.startswith("self_attn.") or k.startswith(
+                   ("self_attn.q_proj.weight", "self_attn.o_proj.weight"))},
+                "self_attn.q_a_proj.weight": "attn_q_a.weight", "self_attn.q_a_layernorm.weight": "attn_q_a_norm.weight",
+                "self_attn.q_b_proj.weight": "attn_q_b.weight",
+                "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
+                "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight", "mlp.gate.weight": "ffn_gate_inp.weight",
+                **({"mlp.gate.e_score_correction_bias": "exp_probs_b.bias"} if mt == "deepseek_v3" else {}),
+                **{f"mlp.shared_experts.{k}_proj.weight": f"ffn_{k}_shexp.weight" for k in ("gate", "up", "down")}},
+               experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()},
+               keys=frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
+                               "expert_weights_norm", "expert_gating_func", "expert_group_count",
+                               "expert_group_used_count", "attention.q_lora_rank", "attention.kv_lora_rank",
+                               "attention.key_length_mla", "attention.value_length_mla",
+                               "rope.scaling.yarn_log_multiplier"}), mla=True)
+      for cls, mt in (("DeepseekV3ForCausalLM", "deepseek_v3"), ("DeepseekV2ForCausalLM", "deepseek_v2"))),
     # Cohere 2 (Command R7B, Command A): one LayerNorm per layer (attn_norm) for its parallel attention and MLP,
     # rows as they are (llama.cpp turns interleaved pairs, as Cohere does), the head always the embedding; every
     # 4th layer full and unrotated by default, logit_scale a key

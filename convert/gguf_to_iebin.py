@@ -31,7 +31,7 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 import numpy as np
@@ -49,7 +49,7 @@ from iekit.formats.model_spec import check_convertible, every_nth, longrope_atte
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
-from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED_AS, SIGMOID_GATING, GGUFArch,
+from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED_AS, MLA_KV_B, SIGMOID_GATING, GGUFArch,
                          attention_scalar, hf_layer_name, norm_shift, sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
@@ -72,10 +72,25 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
     if key == "llama":
         moe = g.fields.get("llama.expert_count", 0)
         return GGUF_ARCHS_BY_CLASS["MixtralForCausalLM" if type(moe) is int and moe > 0 else "LlamaForCausalLM"]
+    if key == "deepseek2":  # DeepSeek-V3's router is sigmoid-gated, V2's softmax
+        return GGUF_ARCHS_BY_CLASS["DeepseekV3ForCausalLM" if _deepseek2_gating(g) == SIGMOID_GATING
+                                   else "DeepseekV2ForCausalLM"]
     if key == "olmo2":  # OLMo 3 is llama.cpp's olmo2 with a window
         swa = g.fields.get("olmo2.attention.sliding_window", 0)
         return GGUF_ARCHS_BY_CLASS["Olmo3ForCausalLM" if type(swa) is int and swa > 0 else "Olmo2ForCausalLM"]
     return next(a for a in (*GGUF_ARCHS_BY_CLASS.values(), *IMPORTED_AS) if a.gguf == key)
+
+
+def _deepseek2_gating(g: GGUFModel) -> int:
+    """A deepseek2 file's expert_gating_func as llama.cpp's loader takes it:
+    where the key is missing, sigmoid for GLM-4.7-Flash's shape (47 or 48
+    blocks, a vocabulary of 154880), else softmax (DeepSeek-V2's files)."""
+    gating = _field(g, "deepseek2.expert_gating_func", int, 0)
+    if gating:
+        return gating
+    embed = next((t for t in g.tensors if t.name == "token_embd.weight"), None)
+    vocab = g.fields.get("deepseek2.vocab_size", embed.shape[0] if embed is not None else 0)
+    return SIGMOID_GATING if g.fields.get("deepseek2.block_count") in (47, 48) and vocab == 154880 else 1
 
 
 def row_order(g: GGUFModel, t: GGUFTensor, cfg: dict[str, Any]) -> np.ndarray | None:
@@ -105,6 +120,7 @@ class _Tensor:
     srcs: list[GGUFTensor] | None = None  # several sources whose rows are concatenated (gpt-oss's gate and up)
     elementwise: bool = False  # a vector stack whose elements move one by one (gpt-oss's gate/up biases)
     shift: float = 0.0  # subtracted from every value (Gemma's norms: llama.cpp stores 1 + w)
+    mla: tuple[int, int, int] | None = None  # kv_b_proj from attn_k_b and attn_v_b (srcs): (heads, nope, v) dims
 
     @property
     def shape(self) -> list[int]:
@@ -126,6 +142,8 @@ class _Tensor:
     @property
     def in_nbytes(self) -> int:
         """Source bytes read to make it (gpt-oss's pairs: both halves)."""
+        if self.mla:
+            return sum(t.nbytes for t in self.sources)
         return self.rows * _src_rows(self)[1]
 
     @property
@@ -251,11 +269,13 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     if kv < 1 or heads % kv:
         raise FormatError(g.path, f"{a}.attention.head_count_kv", f"{kv}: must be at least 1 and divide the {heads} "
                                                                   "attention heads (grouped-query attention)")
-    head_dim = _field(g, f"{a}.attention.key_length", int, hidden // heads)
-    if _field(g, f"{a}.attention.value_length", int, head_dim) != head_dim:
+    mla = _mla_config(g, arch, heads, kv) if arch.mla else {}
+    head_dim = mla.get("head_dim") or _field(g, f"{a}.attention.key_length", int, hidden // heads)
+    if not mla and _field(g, f"{a}.attention.value_length", int, head_dim) != head_dim:
         raise FormatError(g.path, f"{a}.attention.value_length", "differs from key_length; the decoder needs them equal")
     rot = _field(g, f"{a}.rope.dimension_count", int, head_dim)
-    if rot != head_dim and not (DECODER_ARCHS[arch.hf_class].partial_rope and 2 <= rot < head_dim and rot % 2 == 0):
+    if rot != head_dim and not mla and not (DECODER_ARCHS[arch.hf_class].partial_rope and 2 <= rot < head_dim
+                                            and rot % 2 == 0):
         raise FormatError(g.path, f"{a}.rope.dimension_count", f"rotates {rot} of {head_dim} head dimensions; partial "
                                                                f"RoPE is not supported for {a}")
     scaling = _field(g, f"{a}.rope.scaling.type", str, "none")
@@ -295,8 +315,10 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
             "beta_slow": _field(g, f"{a}.rope.scaling.yarn_beta_slow", float, 1.0), "truncate": True}
     if "rope_freqs.weight" in names:
         cfg["rope_scaling"] = _llama3_scaling(g, names["rope_freqs.weight"], head_dim, cfg["rope_theta"])
+    if mla:
+        _mla_rope(g, arch, cfg, mla, rot)
     # convert_hf_to_gguf.py writes int(factor * hidden) // heads; stated where the class defaults to another (GLM-4)
-    if rot != head_dim or DECODER_ARCHS[arch.hf_class].default_partial != 1:
+    if not mla and (rot != head_dim or DECODER_ARCHS[arch.hf_class].default_partial != 1):
         cfg["partial_rotary_factor"] = rot / head_dim
         if int(head_dim * cfg["partial_rotary_factor"]) != rot:  # (transformers' truncation must give it back)
             raise FormatError(g.path, f"{a}.rope.dimension_count", f"{rot} of {head_dim} is no factor transformers "
@@ -329,6 +351,65 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     if len(eog) > 1 and cfg.get("eos_token_id", eog[0]) == eog[0]:
         cfg["eos_token_id"] = eog
     return cfg
+
+
+def _mla_config(g: GGUFModel, arch: GGUFArch, heads: int, kv: int) -> dict[str, Any]:
+    """Latent attention's dims from a deepseek2 file, as DeepseekV3Config
+    says them (``head_dim``: the q/k head's, nope + rope, for build_config).
+    llama.cpp writes the latent as one MQA head: head_count_kv 1,
+    key_length kv_lora_rank + rope dims, value_length kv_lora_rank; the
+    decompressed heads' dims under key_length_mla / value_length_mla, which
+    an older file without them (its kv_b unsplit) lacks: refused."""
+    a = arch.gguf
+    rot = _field(g, f"{a}.rope.dimension_count", int)
+    kvl = _field(g, f"{a}.attention.kv_lora_rank", int)
+    if kv != 1:
+        raise FormatError(g.path, f"{a}.attention.head_count_kv", f"{kv}; llama.cpp's deepseek2 holds latent "
+                                                                  "attention as one key/value head")
+    for key, want in (("key_length", kvl + rot), ("value_length", kvl)):
+        if _field(g, f"{a}.attention.{key}", int) != want:
+            raise FormatError(g.path, f"{a}.attention.{key}", f"{g.fields[f'{a}.attention.{key}']}; latent attention "
+                                                              f"stores {want} (kv_lora_rank {kvl}, rope dims {rot})")
+    if f"{a}.attention.key_length_mla" not in g.fields:
+        raise FormatError(g.path, f"{a}.attention.key_length_mla", "is missing: a deepseek2 file from before "
+                                                                   "llama.cpp split attn_kv_b; convert it again")
+    qk, v = _field(g, f"{a}.attention.key_length_mla", int), _field(g, f"{a}.attention.value_length_mla", int)
+    if not 0 < rot < qk or rot % 2 or v < 1 or kvl < 1:
+        raise FormatError(g.path, f"{a}.attention.key_length_mla", f"{qk} with {rot} rotated dims, values of {v}, a "
+                                                                   f"latent of {kvl}: not latent attention's shape")
+    has_q_a = any(t.name == "blk.0.attn_q_a.weight" for t in g.tensors)
+    q_lora = _field(g, f"{a}.attention.q_lora_rank", int, 0)
+    if has_q_a != (q_lora > 0):
+        raise FormatError(g.path, f"{a}.attention.q_lora_rank", f"{q_lora or 'missing'}, but the file "
+                                                                f"{'has' if has_q_a else 'has no'} attn_q_a tensors")
+    return {"head_dim": qk, "num_key_value_heads": heads, "q_lora_rank": q_lora or None, "kv_lora_rank": kvl,
+            "qk_nope_head_dim": qk - rot, "qk_rope_head_dim": rot, "v_head_dim": v}
+
+
+def _mla_rope(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], mla: dict[str, Any], rot: int) -> None:
+    """Latent attention's config keys, and its YaRN as transformers reads it:
+    llama.cpp takes mscale to be mscale_all_dim (yarn_log_multiplier / 0.1),
+    so cos and sin stay unscaled and the scores gain its factor squared; a
+    YaRN without the multiplier (llama.cpp's scores then gain the m = 1
+    factor squared, no transformers config's) is refused."""
+    a = arch.gguf
+    cfg.update({k: v for k, v in mla.items() if k != "head_dim"}, head_dim=rot, rope_interleave=True,
+               attention_bias=False)
+    log_mul = g.fields.get(f"{a}.rope.scaling.yarn_log_multiplier")
+    scaling = cfg.get("rope_scaling")
+    if scaling is None:
+        if log_mul is not None:
+            raise FormatError(g.path, f"{a}.rope.scaling.yarn_log_multiplier", "without YaRN scaling")
+        return
+    if scaling.get("rope_type") != "yarn":
+        raise FormatError(g.path, f"{a}.rope.scaling.type", f"{scaling.get('rope_type')!r}: latent attention's "
+                                                            "RoPE scaling is YaRN's")
+    if log_mul is None:
+        raise FormatError(g.path, f"{a}.rope.scaling.yarn_log_multiplier", "is missing beside YaRN; llama.cpp's "
+                                                                          "scores would gain a factor no "
+                                                                          "transformers config states")
+    m = _field(g, f"{a}.rope.scaling.yarn_log_multiplier", float) / 0.1
+    scaling.update(mscale=m, mscale_all_dim=m)
 
 
 def _phi3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], names: dict, rot: int) -> None:
@@ -482,7 +563,7 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    decoder_sparse_step=1, qkv_bias=any(t.name == "blk.0.attn_q.bias" for t in g.tensors),
                    moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int, 0) or ff // k,
                    shared_expert_intermediate_size=_field(g, f"{a}.expert_shared_feed_forward_length", int, 0) or ff)
-    if arch.hf_class == "Glm4MoeForCausalLM":
+    if arch.hf_class in ("Glm4MoeForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"):
         _glm4_moe_config(g, arch, cfg)
     if arch.hf_class == "MiniMaxM2ForCausalLM":  # (llama.cpp's minimax-m2 graph aborts without the key)
         _sigmoid_gated(g, arch, None)
@@ -514,7 +595,9 @@ def _glm4_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     group. The multi-token prediction layers are counted in block_count;
     num_hidden_layers is the trunk (transformers' count)."""
     a = arch.gguf
-    _sigmoid_gated(g, arch, SIGMOID_GATING)  # (llama.cpp's glm4moe: none means sigmoid)
+    v2 = arch.hf_class == "DeepseekV2ForCausalLM"  # (_arch_of: softmax-gated)
+    if not v2:
+        _sigmoid_gated(g, arch, SIGMOID_GATING if a == "glm4moe" else _deepseek2_gating(g))
     nextn = _field(g, f"{a}.nextn_predict_layers", int, 0)
     trunk = cfg["num_hidden_layers"] - nextn
     if trunk < 1:
@@ -529,8 +612,22 @@ def _glm4_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                norm_topk_prob=bool(g.fields.get(f"{a}.expert_weights_norm", False)),
                routed_scaling_factor=_field(g, f"{a}.expert_weights_scale", float) if g.fields.get(
                    f"{a}.expert_weights_scale") else 1.0,  # (0: llama.cpp scales nothing)
-               n_group=groups, topk_group=_field(g, f"{a}.expert_group_used_count", int, 0) or groups,
-               use_qk_norm="blk.0.attn_q_norm.weight" in names, attention_bias="blk.0.attn_q.bias" in names)
+               n_group=groups, topk_group=_field(g, f"{a}.expert_group_used_count", int, 0) or groups)
+    if a == "glm4moe":
+        cfg.update(use_qk_norm="blk.0.attn_q_norm.weight" in names, attention_bias="blk.0.attn_q.bias" in names)
+        return
+    cfg.pop("num_nextn_predict_layers")  # (llama.cpp's converter drops DeepSeek's MTP layer; none is read)
+    cfg.update(scoring_func="softmax" if v2 else "sigmoid", topk_method="greedy" if v2 else "noaux_tc")
+    if v2 and cfg["norm_topk_prob"]:
+        raise FormatError(g.path, f"{a}.expert_weights_norm", "true with softmax gating: DeepSeek-V2's router never "
+                                                              "renormalises (transformers' DeepseekV2 has no such "
+                                                              "option)")
+    if v2 and cfg["topk_group"] < cfg["n_group"]:
+        raise FormatError(g.path, f"{a}.expert_group_used_count", f"{cfg['topk_group']} of {cfg['n_group']} groups "
+                                                                  "with softmax gating: llama.cpp ranks groups by "
+                                                                  "their best two, DeepSeek-V2 by its best one")
+    if v2:
+        cfg.update(n_group=None, topk_group=None)
 
 
 def _layer_types(g: GGUFModel, arch: GGUFArch, layers: int) -> list[str]:
@@ -632,6 +729,10 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
                 out.append(_Tensor(t, f"model.layers.{int(layer)}.{hf}", "", np.arange(r0, r0 + n), "",
                                    shape_=[n, t.shape[1]]))
                 r0 += n
+        elif arch.mla and suffix in MLA_KV_B[1:]:
+            if suffix == MLA_KV_B[2]:
+                continue  # made with attn_k_b
+            out.append(_mla_kv_b(g, t, by_name.get(f"blk.{layer}.{MLA_KV_B[2]}"), int(layer), cfg))
         elif t.name in ("rope_factors_long.weight", "rope_factors_short.weight") and arch.gguf == "phi3":
             continue  # read into the config's rope_scaling (_phi3_config)
         elif suffix in paired:
@@ -659,6 +760,30 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
     return out
 
 
+def _mla_kv_b(g: GGUFModel, k_b: GGUFTensor, v_b: GGUFTensor | None, layer: int, cfg: dict[str, Any]) -> _Tensor:
+    """kv_b_proj [heads × (nope + v), latent] as llama.cpp splits it (MLA_KV_B): attn_k_b [heads, latent, nope],
+    each head's key rows transposed, and attn_v_b [heads, v, latent], its value rows."""
+    h, nope, v, lat = (cfg[k] for k in ("num_attention_heads", "qk_nope_head_dim", "v_head_dim", "kv_lora_rank"))
+    for t, want in ((k_b, [h, lat, nope]), (v_b, [h, v, lat])):
+        if t is None or list(t.shape) != want:
+            name = k_b.name.replace(MLA_KV_B[1], MLA_KV_B[2]) if t is None else t.name
+            raise FormatError(g.path, f"tensor {name!r}", f"{'is missing' if t is None else f'shape {t.shape}'}; "
+                                                          f"latent attention needs {want}")
+    return _Tensor(k_b, f"model.layers.{layer}.{MLA_KV_B[0]}", "", None, "", shape_=[h * (nope + v), lat],
+                   srcs=[k_b, v_b], mla=(h, nope, v))
+
+
+def _mla_floats(g: GGUFModel, p: _Tensor) -> np.ndarray:
+    """kv_b_proj's rows (float32) from its two sources, whole (a layer's: small)."""
+    h, nope, v = p.mla
+    k_b, v_b = (_floats(g, replace(p, src=t, srcs=None, order=None, mla=None), 0,
+                        g.rows(t, 0, math.prod(t.shape[:-1]), t.nbytes // math.prod(t.shape[:-1])))
+                for t in p.sources)
+    lat = p.shape[-1]
+    k = k_b.reshape(h, lat, nope).transpose(0, 2, 1)
+    return np.concatenate([k, v_b.reshape(h, v, lat)], axis=1).reshape(-1, lat)
+
+
 def plan_tensors(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantize_all: bool) -> list[_Tensor]:
     """Every output tensor, in name order, with how its bytes are made
     (``mode``: copied, cast to ``dtype``, or dequantized to ``dtype`` or
@@ -669,6 +794,12 @@ def plan_tensors(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantiz
     for p in _sources(g, cfg):
         t = p.src
         where = f"tensor {t.name!r}"
+        if p.mla:  # assembled from its sources' values: floats of theirs where they share one, else f32
+            kinds = {s.ggml_type for s in p.sources}
+            p.dtype = dtype or (FLOATS[t.ggml_type] if len(kinds) == 1 and t.ggml_type in FLOATS else "f32")
+            p.mode = "dequant"
+            plans.append(p)
+            continue
         if t.ggml_type in COPIED and len(p.shape) >= 2 and not p.elementwise and not dequantize_all:
             out, mode = COPIED[t.ggml_type], "copy"
         elif t.ggml_type in FLOATS:
@@ -874,6 +1005,15 @@ def tensor_chunks(g: GGUFModel, p: _Tensor, progress: Progress, error: QuantErro
     (finite.py) before it is passed on: a float's elements unless
     ``allow_nonfinite``, a block's scales always; what is dequantized was
     checked by ``_floats`` already."""
+    if p.mla:
+        w = _mla_floats(g, p)
+        progress.advance(p.in_nbytes)
+        if p.mode == "quantize":
+            yield from (piece.tobytes() for piece in SCHEMES[p.dtype].stream(iter([w]), p.params, p.shape[0], p.name,
+                                                                               p.importance, error))
+        else:
+            yield encode_f32(w, p.dtype)
+        return
     if p.mode == "quantize":
         rows = (_floats(g, p, r0, part) for r0, part in _row_blocks(g, p, progress))
         yield from (piece.tobytes() for piece in SCHEMES[p.dtype].stream(rows, p.params, p.shape[0], p.name,

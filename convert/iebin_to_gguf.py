@@ -53,7 +53,7 @@ from iekit.formats.model_spec import (DecoderSpec, decoder_spec, every_nth, rope
                                       yarn_attention_factor)
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import (SIGMOID_GATING, GGUFArch, arch_of, attention_scalar, fused_parts, gguf_layer_name,
+from .gguf_names import (MLA_KV_B, SIGMOID_GATING, GGUFArch, arch_of, attention_scalar, fused_parts, gguf_layer_name,
                          norm_shift, separable, sliding_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
@@ -271,6 +271,8 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     derived = yarn_attention_factor(float(scaling["factor"])) if kind == "yarn" else 1.0
     if (log_mul := _yarn_log_multiplier(arch, scaling)) is not None:  # llama.cpp's mistral3: mscale 1 over this
         derived /= yarn_attention_factor(float(scaling["factor"]), log_mul)
+    if arch.mla:
+        derived = _check_mla(where, spec, scaling, kind)
     if kind == "yarn" and not math.isclose(spec.rope_scale, derived, rel_tol=1e-6):
         raise IEError(f"{where}.rope_scaling: YaRN with an attention factor of {spec.rope_scale:.6g} (from its "
                       f"attention_factor/mscale) is not expressed by llama.cpp's keys, which derive {derived:.6g}")
@@ -318,6 +320,22 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     return warnings
 
 
+def _check_mla(where: str, spec: DecoderSpec, scaling: dict[str, Any] | None, kind: str) -> float:
+    """What llama.cpp's deepseek2 cannot run as the decoder does; returns
+    the factor on cos and sin it derives (1: it takes YaRN's mscale to be
+    mscale_all_dim, whose factor squared it puts on the scores, as
+    transformers does)."""
+    if not spec.arch.rope_interleaved:
+        raise IEError(f"{where}.rope_interleave: false; llama.cpp's deepseek2 turns interleaved pairs (the Hub "
+                      "checkpoints' layout)")
+    if kind not in ("default", "yarn"):
+        raise IEError(f"{where}.rope_scaling: {kind}; llama.cpp's deepseek2 reads YaRN or no scaling")
+    if kind == "yarn" and not scaling.get("mscale_all_dim"):
+        raise IEError(f"{where}.rope_scaling.mscale_all_dim: none; llama.cpp's deepseek2 would scale the scores "
+                      "by YaRN's factor squared, which transformers applies only with mscale_all_dim")
+    return 1.0
+
+
 def _yarn_log_multiplier(arch: GGUFArch, scaling: dict[str, Any] | None) -> float | None:
     """The rope.scaling.yarn_log_multiplier a mistral3 export writes: YaRN's
     mscale_all_dim, where transformers divides by it (beside an mscale;
@@ -346,9 +364,11 @@ def _plan_tensors(plan: _Plan) -> None:
 
     one("model.embed_tokens.weight")
     heads = {"self_attn.q_proj": spec.n_heads, "self_attn.k_proj": spec.n_kv_heads}
-    for i in range(spec.n_layers + spec.mtp_layers):  # (the MTP layers after the last: each a layer with experts)
+    for i in range(spec.n_layers + _mtp_written(arch, spec)):  # (the MTP layers after the last: each with experts)
         pre = f"model.layers.{i}."
         joined = _join_fused(plan, pre, i)
+        if arch.mla:
+            _split_kv_b(plan, pre, i)
         for hf in [n for n in names if n.startswith(pre)]:
             sub = hf[len(pre):]
             if sub not in arch.layer or hf in joined:
@@ -377,10 +397,32 @@ def _plan_tensors(plan: _Plan) -> None:
     one("model.norm.weight")
     if "lm_head.weight" in plan.entries and not spec.tied:
         one("lm_head.weight")
-    left = sorted(set(plan.entries) - plan.used - ({"lm_head.weight"} if spec.tied else set()))
+    mtp = tuple(f"model.layers.{i}." for i in range(spec.n_layers + _mtp_written(arch, spec),
+                                                    spec.n_layers + spec.mtp_layers))
+    left = sorted(n for n in set(plan.entries) - plan.used - ({"lm_head.weight"} if spec.tied else set())
+                  if not (mtp and n.startswith(mtp)))
     if left:
         raise IEError(f"{model.meta_path}: {plan.where(left[0])}: has no place in llama.cpp's {arch.gguf} "
                       f"({len(left)} such tensors); refusing rather than dropping it")
+
+
+def _split_kv_b(plan: _Plan, pre: str, i: int) -> None:
+    """Layer ``i``'s kv_b_proj as llama.cpp's attn_k_b [heads, latent, nope]
+    (each head's key rows transposed) and attn_v_b [heads, v, latent]
+    (MLA_KV_B): element by element, so a float kv_b_proj alone; a quantized
+    one's blocks run along the latent, which attn_k_b's rows do not."""
+    s = plan.spec
+    e = plan.entry(pre + MLA_KV_B[0])
+    if e["dtype"] not in ("f32", "f16", "bf16"):
+        raise IEError(f"{plan.model.meta_path}: {plan.where(e['name'])}: dtype {e['dtype']!r}; llama.cpp's attn_k_b "
+                      "holds this matrix transposed per head, which a block type's rows cannot be: keep it float "
+                      "(a q4_manifest rule for kv_b_proj)")
+    h, nope, v, lat = s.n_heads, s.head_dim - 2 * len(s.inv_freq), s.v_dim, s.kv_lora
+    row = (np.arange(h)[:, None] * (nope + v))  # each head's first row
+    k_b = ((row[:, :, None] + np.arange(nope)[None, None, :]) * lat + np.arange(lat)[None, :, None]).reshape(-1)
+    v_b = ((row + nope + np.arange(v)[None, :])[:, :, None] * lat + np.arange(lat)[None, None, :]).reshape(-1)
+    for g, order, shape in ((MLA_KV_B[1], k_b, [h, lat, nope]), (MLA_KV_B[2], v_b, [h, v, lat])):
+        plan.add(f"blk.{i}.{g}", [_Part(_as_rows(e), order)], shape)
 
 
 def _join_fused(plan: _Plan, pre: str, i: int) -> set[str]:
@@ -403,7 +445,8 @@ def _join_fused(plan: _Plan, pre: str, i: int) -> set[str]:
 
 
 def _as_rows(e: dict[str, Any]) -> dict[str, Any]:
-    """A bias stack [experts, n] seen as experts × n one-element rows."""
+    """A float tensor seen as one-element rows: a bias stack [experts, n] as
+    experts × n of them, latent attention's kv_b_proj as its elements."""
     return {**e, "shape": [*e["shape"], 1]}
 
 
@@ -490,7 +533,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv["general.quantization_version"] = QUANTIZATION_VERSION
     kv[f"{a}.context_length"] = spec.max_positions
     kv[f"{a}.embedding_length"] = spec.hidden
-    kv[f"{a}.block_count"] = spec.n_layers + spec.mtp_layers  # (llama.cpp counts the MTP layers, nextn_predict_layers)
+    kv[f"{a}.block_count"] = spec.n_layers + _mtp_written(arch, spec)  # (llama.cpp counts the MTP layers, nextn_predict_layers)
     moe = spec.moe
     dense_ff = spec.inter if moe is None or not all(moe.layers) else (cfg.get("intermediate_size") or moe.inter)
     kv[f"{a}.feed_forward_length"] = int(dense_ff)
@@ -522,6 +565,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.logit_scale"] = float(spec.logits_scaling)
     if (log_mul := _yarn_log_multiplier(arch, scaling)) is not None:
         kv[f"{a}.rope.scaling.yarn_log_multiplier"] = log_mul
+    if arch.mla:
+        _mla_kv(kv, a, spec, scaling)
     if spec.arch.cohere:  # as convert_hf_to_gguf's CommandR2Model and Cohere2Model write them
         kv[f"{a}.logit_scale"] = 1.0 / spec.logits_scaling
         kv[f"{a}.rope.scaling.type"] = "none"
@@ -541,20 +586,24 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if moe is not None:
         kv[f"{a}.expert_count"] = moe.n_experts
         kv[f"{a}.expert_used_count"] = moe.top_k
-        if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe"):
+        if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
         if moe.sigmoid:  # (the converter writes it for glm4moe, and for minimax-m2 from the Hub config's scoring_func)
             kv[f"{a}.expert_gating_func"] = SIGMOID_GATING
+        elif arch.gguf == "deepseek2":  # softmax (DeepSeek-V2's Hub configs' scoring_func)
+            kv[f"{a}.expert_gating_func"] = 1
         if moe.shared_inter and arch.gguf == "qwen2moe":
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
-        if arch.gguf == "glm4moe":  # as convert_hf_to_gguf's Glm4MoeModel writes them
-            kv[f"{a}.expert_group_count"] = moe.n_group
-            kv[f"{a}.expert_group_used_count"] = moe.topk_group
+        if arch.gguf in ("glm4moe", "deepseek2"):  # as convert_hf_to_gguf's Glm4MoeModel and DeepseekV2Model write them
+            if moe.sigmoid:  # (DeepSeek-V2's config has no groups to write)
+                kv[f"{a}.expert_group_count"] = moe.n_group
+                kv[f"{a}.expert_group_used_count"] = moe.topk_group
             kv[f"{a}.expert_shared_count"] = moe.shared_inter // moe.inter
             kv[f"{a}.leading_dense_block_count"] = moe.layers.index(True) if any(moe.layers) else spec.n_layers
             kv[f"{a}.expert_weights_scale"] = moe.routed_scale
-            kv[f"{a}.expert_weights_norm"] = moe.norm_topk
-            if spec.mtp_layers:
+            if moe.norm_topk or arch.gguf == "glm4moe":  # (deepseek2's: written only where true)
+                kv[f"{a}.expert_weights_norm"] = moe.norm_topk
+            if _mtp_written(arch, spec):
                 kv[f"{a}.nextn_predict_layers"] = spec.mtp_layers
     # (as convert_hf_to_gguf writes them; exaone4: where the model has a window, which gives it NoPE layers)
     if arch.gguf == "gpt-oss" or arch.hf_class == "Olmo3ForCausalLM" or arch.gguf == "exaone4" and spec.nope:
@@ -574,6 +623,32 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv["iekit.source.kind"] = str(src.get("kind"))
     kv["iekit.source.shards"] = [f"{s['name']} {alg}:{s[alg]}" for s in src.get("shards", []) if alg in s] or ["(none)"]
     return kv
+
+
+def _mtp_written(arch: GGUFArch, spec: DecoderSpec) -> int:
+    """The multi-token prediction layers an export writes: GLM-4.5's; none of
+    DeepSeek-V3's, which llama.cpp's converter drops (its deepseek2 file has
+    no place for them: the layer computes no logit of the model's)."""
+    return 0 if arch.mla else spec.mtp_layers
+
+
+def _mla_kv(kv: dict[str, Any], a: str, spec: DecoderSpec, scaling: dict[str, Any] | None) -> None:
+    """Latent attention's keys as convert_hf_to_gguf's DeepseekV2Model
+    writes them: the latent as one MQA head (head_count_kv 1, key_length
+    kv_lora_rank + rope dims, value_length kv_lora_rank), the decompressed
+    heads' dims as key_length_mla / value_length_mla, YaRN's mscale_all_dim
+    as 0.1 times it (llama.cpp's deepseek2 divides it back)."""
+    rot = 2 * len(spec.inv_freq)
+    kv[f"{a}.attention.head_count_kv"] = 1
+    kv[f"{a}.attention.key_length"] = spec.kv_lora + rot
+    kv[f"{a}.attention.value_length"] = spec.kv_lora
+    if spec.q_lora:
+        kv[f"{a}.attention.q_lora_rank"] = spec.q_lora
+    kv[f"{a}.attention.kv_lora_rank"] = spec.kv_lora
+    kv[f"{a}.attention.key_length_mla"] = spec.head_dim
+    kv[f"{a}.attention.value_length_mla"] = spec.v_dim
+    if rope_kind(scaling) == "yarn":
+        kv[f"{a}.rope.scaling.yarn_log_multiplier"] = 0.1 * float(scaling["mscale_all_dim"])
 
 
 def _window_kv(kv: dict[str, Any], a: str, arch: GGUFArch, spec: DecoderSpec, window: int) -> None:

@@ -77,6 +77,9 @@ class Arch:
     # Cohere (models/cohere, models/cohere2): LayerNorm without bias for the layer's and the model's input norms,
     # attention and MLP in parallel from one norm (COHERE_LAYER_VECTORS), logits times config.logit_scale
     cohere: bool = False
+    # DeepSeek's multi-head latent attention (models/deepseek_v2, models/deepseek_v3; MLA_MATRICES): q through
+    # a low-rank q_a / q_b pair (or q_proj), keys and values decompressed per head from one latent
+    mla: bool = False
 
 
 ARCHS = {
@@ -133,6 +136,13 @@ ARCHS = {
     # models/cohere (Command R, Command R+ without its q/k norms, Aya 23 and Expanse): the same layer, every layer
     # full and rotated
     "CohereForCausalLM": Arch(cohere=True, rope_interleaved=True),
+    # models/deepseek_v3 (DeepSeek-V3, R1, V3.1, Kimi K2): latent attention, interleaved RoPE unless
+    # config.rope_interleave is false, YaRN's mscale on the scores; GLM-4.5's router and layers (leading dense ones,
+    # shared experts, sigmoid scores within groups); the multi-token prediction layers left unread, as transformers does
+    "DeepseekV3ForCausalLM": Arch(moe="deepseek_v3", mla=True, rope_interleaved=True),
+    # models/deepseek_v2 (DeepSeek-V2-Lite, V2): the same attention (interleaved RoPE always); the top-k of the
+    # softmax over all experts, never renormalised, times routed_scaling_factor
+    "DeepseekV2ForCausalLM": Arch(moe="deepseek_v2", mla=True, rope_interleaved=True),
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -155,6 +165,16 @@ MOE_NAMES["glm4_moe"] = {**MOE_NAMES["qwen3_moe"], "expert_bias": "mlp.gate.e_sc
                          "shared_gate": "mlp.shared_experts.gate_proj.weight",
                          "shared_up": "mlp.shared_experts.up_proj.weight",
                          "shared_down": "mlp.shared_experts.down_proj.weight"}
+# DeepSeek-V3's: GLM-4.5's; DeepSeek-V2's the same without the choice bias.
+MOE_NAMES["deepseek_v3"] = MOE_NAMES["glm4_moe"]
+MOE_NAMES["deepseek_v2"] = {k: v for k, v in MOE_NAMES["glm4_moe"].items() if k != "expert_bias"}
+# The config classes' defaults of the keys GLM-4.5's and DeepSeek's routers read (a config.json without them).
+ROUTER_DEFAULTS = {"glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
+                                "routed_scaling_factor": 1.0},
+                   "deepseek_v3": {"first_k_dense_replace": 3, "n_shared_experts": 1, "n_group": 8, "topk_group": 4,
+                                   "routed_scaling_factor": 2.5},
+                   "deepseek_v2": {"first_k_dense_replace": 0, "n_shared_experts": 2, "n_group": 1, "topk_group": 1,
+                                   "routed_scaling_factor": 1.0}}
 # MiniMax-M2's: Mixtral's, and the block's choice bias.
 MOE_NAMES["minimax_m2"] = {**MOE_NAMES["mixtral"], "expert_bias": "block_sparse_moe.e_score_correction_bias"}
 # Qwen2-MoE's shared expert: a SwiGLU MLP (bound as the layer's dense gate/up/down) and its gate, a [1, hidden] row.
@@ -163,6 +183,11 @@ MOE_NAMES["qwen2_moe"] = {**MOE_NAMES["qwen3_moe"], "shared_gate": "mlp.shared_e
                           "shared_down": "mlp.shared_expert.down_proj.weight",
                           "shared_router": "mlp.shared_expert_gate.weight"}
 LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
+# Latent attention's matrices and norms (Arch.mla) by their decoder keys: q_a / q_b with config.q_lora_rank (q_b
+# bound as "q"), else q_proj; o_proj as every architecture's.
+MLA_MATRICES = {"q_a": "self_attn.q_a_proj", "kv_a": "self_attn.kv_a_proj_with_mqa", "kv_b": "self_attn.kv_b_proj"}
+MLA_VECTORS = {"q_a_norm": "self_attn.q_a_layernorm.weight", "kv_a_norm": "self_attn.kv_a_layernorm.weight"}
+MLA_Q_B = "self_attn.q_b_proj"
 # Per layer (under model.layers.N.): the attention and dense MLP matrices
 # (NAME.weight), the norms, and the optional attention biases, by the keys
 # the native decoder binds them under.
@@ -183,7 +208,8 @@ COHERE_LAYER_VECTORS = {"attn_norm": "input_layernorm.weight"}
 OLMO2_LAYER_VECTORS = {"attn_post_norm": "post_attention_layernorm.weight",
                        "mlp_post_norm": "post_feedforward_layernorm.weight"}
 # The RMSNorm weights (a Gemma model's are stored as w and applied as 1 + w).
-NORM_KEYS = frozenset({"norm", "attn_norm", "mlp_norm", "attn_post_norm", "mlp_post_norm", "q_norm", "k_norm"})
+NORM_KEYS = frozenset({"norm", "attn_norm", "mlp_norm", "attn_post_norm", "mlp_post_norm", "q_norm", "k_norm",
+                       "q_a_norm", "kv_a_norm"})
 # The dense MLP's activations the decoder runs (config.hidden_act, or
 # Gemma's hidden_activation), by the name the native decoder takes.
 MLP_ACTS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -258,6 +284,16 @@ class DecoderSpec:
     # The multi-token prediction layers stored after the last (GLM-4.5's num_nextn_predict_layers), which the
     # decoder, as transformers, leaves unread: they serve speculative decoding, not the model's logits
     mtp_layers: int = 0
+    # Latent attention (Arch.mla): q_lora_rank (0: q_proj), kv_lora_rank, v_head_dim; head_dim is
+    # qk_nope_head_dim + qk_rope_head_dim, the rotary dims qk_rope_head_dim
+    q_lora: int = 0
+    kv_lora: int = 0
+    v_head_dim: int = 0
+
+    @property
+    def v_dim(self) -> int:
+        """A value head's dims (head_dim but with latent attention)."""
+        return self.v_head_dim or self.head_dim
 
 
 def rope_for_context(s: DecoderSpec, ctx: int) -> np.ndarray:
@@ -609,7 +645,7 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
     / _qwen3_moe / _qwen2_moe / _olmoe / _glm4_moe / _minimax_m2)."""
     if arch.moe is None:
         return None
-    qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe == "glm4_moe"
+    qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe in ROUTER_DEFAULTS  # (glm: GLM-4.5's or DeepSeek's)
     # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's and
     # Qwen2-MoE's: num_experts; GLM-4.5's: n_routed_experts.
     e_key = ("n_routed_experts" if glm else
@@ -623,9 +659,13 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
     layers = (True,) * n_layers
     norm_topk, glu, alpha, limit = True, "silu", 1.702, 7.0
     if qwen or glm or arch.moe == "olmoe":
-        norm = cfg.get("norm_topk_prob", glm)  # (Glm4MoeConfig's default is true, the others' false)
+        norm = cfg.get("norm_topk_prob", glm)  # (Glm4MoeConfig's and DeepseekV3Config's default is true, the others' false)
         if not isinstance(norm, bool):
             raise IEError(f"{meta_path}: config.norm_topk_prob: expected true or false, got {norm!r}")
+        if norm and arch.moe == "deepseek_v2":
+            raise UnsupportedError(f"{meta_path}: config.norm_topk_prob: true; transformers' DeepseekV2 never "
+                                   "renormalises its top-k weights, and llama.cpp would: the two would compute "
+                                   "different models")
         norm_topk = norm
     if qwen:
         step = _int(cfg, meta_path, "decoder_sparse_step", 1, section="config")
@@ -643,18 +683,32 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
     if arch.moe == "qwen2_moe":
         shared = _int(cfg, meta_path, "shared_expert_intermediate_size", section="config")
     if glm:
-        first = _int(cfg, meta_path, "first_k_dense_replace", 1, section="config", allow_zero=True)
+        dflt = ROUTER_DEFAULTS[arch.moe]
+        first = _int(cfg, meta_path, "first_k_dense_replace", dflt["first_k_dense_replace"], section="config",
+                     allow_zero=True)
         layers = tuple(i >= first for i in range(n_layers))
-        shared = inter * _int(cfg, meta_path, "n_shared_experts", 1, section="config", allow_zero=True)
-        groups = _int(cfg, meta_path, "n_group", 1, section="config")
-        used = _int(cfg, meta_path, "topk_group", 1, section="config")
+        shared = inter * _int(cfg, meta_path, "n_shared_experts", dflt["n_shared_experts"], section="config",
+                              allow_zero=True)
+        groups = _int(cfg, meta_path, "n_group", dflt["n_group"], section="config")
+        used = _int(cfg, meta_path, "topk_group", dflt["topk_group"], section="config")
+        if arch.moe == "deepseek_v2":  # softmax scores; groups only with group_limited_greedy
+            method = cfg.get("topk_method", "greedy")
+            if method == "group_limited_greedy" and groups > 1 and used < groups:
+                raise UnsupportedError(f"{meta_path}: config.topk_method: 'group_limited_greedy' (DeepSeek-V2's "
+                                       "groups ranked by their best expert) is not supported; llama.cpp ranks "
+                                       "groups by their best two")
+            if method not in ("greedy", "group_limited_greedy"):
+                raise IEError(f"{meta_path}: config.topk_method: expected 'greedy' or 'group_limited_greedy', "
+                              f"got {method!r}")
+            groups = used = 1
         if n_experts % groups or used > groups or (used < groups and (
                 n_experts // groups < 2 or top_k > used * (n_experts // groups))):
             raise IEError(f"{meta_path}: config.topk_group: {used} of n_group {groups} groups of {n_experts} experts; "
                           f"expected at most n_group groups of 2 or more experts each, the kept ones holding "
                           f"num_experts_per_tok ({top_k})")
-        routing = dict(sigmoid=True, n_group=groups, topk_group=used,
-                       routed_scale=_positive(cfg, meta_path, "routed_scaling_factor", 1.0, section="config"))
+        routing = dict(sigmoid=arch.moe != "deepseek_v2", n_group=groups, topk_group=used,
+                       routed_scale=_positive(cfg, meta_path, "routed_scaling_factor", dflt["routed_scaling_factor"],
+                                              section="config"))
     if arch.moe == "minimax_m2":  # (MiniMaxM2TopKRouter renormalises always)
         norm_topk, routing = True, dict(sigmoid=True)
     return MoeSpec(n_experts=n_experts, top_k=top_k, inter=inter, norm_topk=norm_topk, glu=glu, alpha=float(alpha),
@@ -692,6 +746,11 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     if heads % n_kv:
         raise IEError(f"{meta_path}: model.num_attention_heads: {heads} is not a multiple of "
                       f"num_key_value_heads ({n_kv}); grouped-query attention needs it")
+    mla, rot = {}, head_dim
+    if arch.mla:
+        mla, head_dim, rot = _mla(cfg, heads, n_kv, meta_path)
+        if cfg.get("rope_interleave") is False and arch.moe == "deepseek_v3":  # (DeepseekV3Config's option)
+            arch = replace(arch, rope_interleaved=False)
     n_layers = _int(m, meta_path, "num_hidden_layers")
     windows = _windows(arch, cfg, n_layers, meta_path)
     moe = _moe(arch, cfg, n_layers, meta_path)
@@ -701,14 +760,16 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         raise IEError(f"{meta_path}: model.eos_token_id: expected an integer or a list of integers, got {eos!r}")
     # head_dim sizes the RoPE table built here: hold it to the stored q_proj
     # first, so a hostile value cannot allocate before any tensor is checked.
-    q_name = "model.layers.0.self_attn.q_proj.weight"
+    q_name = f"model.layers.0.{MLA_Q_B if mla.get('q_lora') else ATTN_MATRICES['q']}.weight"
     q = next((t for t in meta.get("tensors") or [] if isinstance(t, dict) and t.get("name") == q_name), None)
     if q is None:
         raise IEError(f"{meta_path}: tensors: {q_name!r} is missing ({name} needs it)")
     if list(q.get("shape") or [])[:1] != [heads * head_dim]:
         raise IEError(f"{meta_path}: model.head_dim: {head_dim} × num_attention_heads {heads} = {heads * head_dim}, "
                       f"but {q_name} has shape {q.get('shape')}")
-    rope = _rope(arch, m, cfg, head_dim, theta, meta_path)
+    rope = _rope(arch, m, cfg, rot, theta, meta_path)
+    if arch.mla:
+        mla["attn_scale"] = _mla_scale(m.get("rope_scaling"), head_dim, meta_path)
     if arch.local_rope:  # (Gemma 3's sliding base defaults to 10000, OLMo 3's to the model's)
         local = _local_theta(cfg, meta_path, 10000.0 if arch.gemma else theta)
         rope.update(local_theta=local, inv_freq_swa=rope_tables(2 * len(rope["inv_freq"]), local, None)[0])
@@ -727,9 +788,41 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         **({"logits_scaling": 1.0 / _positive(cfg, meta_path, "logit_scale", 0.0625, section="config")}
            if arch.cohere else {}),
         mtp_layers=_int(cfg, meta_path, "num_nextn_predict_layers", 0, section="config", allow_zero=True)
-        if arch.moe == "glm4_moe" else 0)
+        if arch.moe in ("glm4_moe", "deepseek_v3") else 0, **mla)
     _check_all_used(spec, meta.get("tensors") or [], meta_path)
     return spec
+
+
+def _mla(cfg: dict[str, Any], heads: int, n_kv: int, meta_path: Path) -> tuple[dict[str, Any], int, int]:
+    """Latent attention's DecoderSpec fields (DeepseekV2Config's and
+    DeepseekV3Config's keys), the q/k head's dims and the rotary ones."""
+    if cfg.get("attention_bias"):
+        raise UnsupportedError(f"{meta_path}: config.attention_bias: biases on latent attention's projections are "
+                               "not supported by the decoder")
+    if n_kv != heads:  # (kv_b_proj decompresses a key and a value for every head)
+        raise IEError(f"{meta_path}: config.num_key_value_heads: {n_kv}; latent attention has one key and value per "
+                      f"head ({heads})")
+    q_lora = 0 if cfg.get("q_lora_rank") is None else _int(cfg, meta_path, "q_lora_rank", section="config")
+    kv_lora = _int(cfg, meta_path, "kv_lora_rank", section="config")
+    nope, rot = (_int(cfg, meta_path, k, section="config") for k in ("qk_nope_head_dim", "qk_rope_head_dim"))
+    if rot % 2:
+        raise IEError(f"{meta_path}: config.qk_rope_head_dim: {rot}; RoPE turns an even number of dims")
+    v = _int(cfg, meta_path, "v_head_dim", section="config")
+    return {"q_lora": q_lora, "kv_lora": kv_lora, "v_head_dim": v}, nope + rot, rot
+
+
+def _mla_scale(scaling: Any, head_dim: int, meta_path: Path) -> float:
+    """Latent attention's score factor (transformers' yarn_apply_mscale):
+    head_dim^-1/2, times m^2 under a scaled RoPE with mscale_all_dim, m being
+    YaRN's attention factor of that mscale (llama.cpp's yarn_log_multiplier)."""
+    scale = head_dim ** -0.5
+    if rope_kind(scaling) != "default" and scaling.get("mscale_all_dim"):
+        try:
+            m = yarn_attention_factor(_scaling_number(scaling, "factor"), _scaling_number(scaling, "mscale_all_dim"))
+        except IEError as e:
+            raise IEError(f"{meta_path}: model.{e}") from None
+        scale *= m * m
+    return scale
 
 
 def _local_theta(cfg: dict[str, Any], meta_path: Path, default: float) -> float:
@@ -821,16 +914,20 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
     """Every weight of layer ``i`` the decoder binds, in binding order."""
     pre = f"model.layers.{i}."
     q_dim, kv_dim = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim
-    shapes = {"q": (q_dim, s.hidden), "k": (kv_dim, s.hidden), "v": (kv_dim, s.hidden), "o": (s.hidden, q_dim),
+    shapes = {"q": (q_dim, s.hidden), "k": (kv_dim, s.hidden), "v": (kv_dim, s.hidden),
+              "o": (s.hidden, s.n_heads * s.v_dim),
               "gate": (s.inter, s.hidden), "up": (s.inter, s.hidden), "down": (s.hidden, s.inter)}
     bias_len = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": s.hidden}
-    parts = [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in ATTN_MATRICES.items()]
+    if s.arch.mla:
+        parts = _mla_parts(s, pre)
+    else:
+        parts = [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in ATTN_MATRICES.items()]
     vectors = (GEMMA_LAYER_VECTORS if s.arch.gemma else GLM4_LAYER_VECTORS if s.arch.glm_norms
                else COHERE_LAYER_VECTORS if s.arch.cohere else LAYER_VECTORS if s.arch.pre_norms
                else OLMO2_LAYER_VECTORS)
     parts += [Part(key, pre + hf, (s.hidden,), VECTOR) for key, hf in vectors.items()]
     parts += [Part("b" + key, pre + hf, (bias_len[key],), VECTOR, required=key in s.arch.biases)
-              for key, hf in LAYER_BIASES.items() if key not in s.arch.no_biases]
+              for key, hf in LAYER_BIASES.items() if key not in s.arch.no_biases and not s.arch.mla]
     if s.arch.qk_norm:
         q_len, k_len = (q_dim, kv_dim) if s.arch.qk_norm_full else (s.head_dim, s.head_dim)
         parts += [Part("q_norm", pre + "self_attn.q_norm.weight", (q_len,), VECTOR),
@@ -858,6 +955,23 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
     parts += [Part(key, pre + names[key], (n,), EXPERT_VECTOR)
               for key, n in (("bgate", gate_rows), ("bdown", s.hidden)) if key in names]
     return parts
+
+
+def _mla_parts(s: DecoderSpec, pre: str) -> list[Part]:
+    """Latent attention's weights (DecoderSpec.q_lora .. v_head_dim) and o_proj."""
+    rot = 2 * len(s.inv_freq)
+    q_dim = s.n_heads * s.head_dim
+    if s.q_lora:
+        parts = [Part("q_a", f"{pre}{MLA_MATRICES['q_a']}.weight", (s.q_lora, s.hidden)),
+                 Part("q_a_norm", pre + MLA_VECTORS["q_a_norm"], (s.q_lora,), VECTOR),
+                 Part("q", f"{pre}{MLA_Q_B}.weight", (q_dim, s.q_lora))]
+    else:
+        parts = [Part("q", f"{pre}{ATTN_MATRICES['q']}.weight", (q_dim, s.hidden))]
+    return parts + [
+        Part("kv_a", f"{pre}{MLA_MATRICES['kv_a']}.weight", (s.kv_lora + rot, s.hidden)),
+        Part("kv_a_norm", pre + MLA_VECTORS["kv_a_norm"], (s.kv_lora,), VECTOR),
+        Part("kv_b", f"{pre}{MLA_MATRICES['kv_b']}.weight", (s.n_heads * (s.head_dim - rot + s.v_dim), s.kv_lora)),
+        Part("o", f"{pre}{ATTN_MATRICES['o']}.weight", (s.hidden, s.n_heads * s.v_dim))]
 
 
 def decoder_tensors(s: DecoderSpec) -> set[str]:

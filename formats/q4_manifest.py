@@ -32,8 +32,11 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "q4_manifest.
 # run (llama.cpp keeps ffn_gate_inp unquantized as well); and Qwen2-MoE's
 # shared_expert_gate, one row scaling a whole MLP's output (llama.cpp's F32
 # ffn_gate_inp_shexp, which ggml counts as a vector and never quantizes).
+# And latent attention's kv_b_proj (DeepSeek): every key and value is
+# decompressed through it, and llama.cpp's attn_k_b holds it transposed per
+# head, which a block type's rows cannot be (an export needs it float).
 _SENSITIVE = re.compile(r"(embed|wte|wpe|norm|(^|\.)ln_|layernorm|\.router\.|moe\.gate\.|mlp\.gate\.|"
-                        r"shared_expert_gate\.)", re.IGNORECASE)
+                        r"shared_expert_gate\.|kv_b_proj\.)", re.IGNORECASE)
 
 
 def is_sensitive(name: str) -> bool:

@@ -140,6 +140,10 @@ from transformers import (  # noqa: E402
     Cohere2ForCausalLM,
     Glm4ForCausalLM,
     Glm4MoeConfig,
+    DeepseekV2Config,
+    DeepseekV2ForCausalLM,
+    DeepseekV3Config,
+    DeepseekV3ForCausalLM,
     Glm4MoeForCausalLM,
     SeedOssForCausalLM,
     OlmoeForCausalLM,
@@ -215,6 +219,15 @@ GLM4_SEED = SEED + 42  # its greedy cases run 16 tokens with margins >= 0.04
 COHERE2_SEED = SEED + 47  # the first from SEED + 43 whose greedy cases run 16 tokens with margins >= 0.01
 COHERE2_LOGIT_SCALE = 0.5  # Command R7B's is 0.25; the toy's logits are a few units, so its scale keeps them
 MINIMAX_M2_SEED = SEED + 66  # its greedy cases run 16 tokens with margins >= 0.02
+DEEPSEEK_V3_SEED = SEED + 78  # the first from SEED + 70 whose greedy cases run 16 tokens with margins >= 0.015
+DEEPSEEK_V2_SEED = SEED + 83  # the first from SEED + 80 whose greedy cases run 16 tokens with margins >= 0.014
+# DeepSeek-V3's YaRN on a toy: factor 4 over an original context of 32 positions, mscale and mscale_all_dim 1 (its
+# published values: the scores times (0.1 ln 4 + 1)^2, cos and sin unscaled)
+DEEPSEEK_V3_ROPE = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32,
+                    "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+# Latent attention's dims on a toy: 4 heads of 16 unrotated + 8 rotated q/k dims and 12 value dims (v_head_dim
+# apart from qk_nope_head_dim, as no real model has it, so a mix-up shows), a latent of 32
+MLA_DIMS = dict(kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, num_key_value_heads=4)
 GLM4_MOE_SEED = SEED + 63  # the first from SEED + 60 whose greedy cases run 16 tokens with margins >= 0.02
 QWEN2_MOE_SEED = SEED + 54  # the first from SEED + 52 whose greedy cases run 16 tokens with margins >= 0.02
 COHERE_SEED = SEED + 51  # the first from SEED + 48 whose greedy cases run 16 tokens with margins >= 0.01
@@ -801,6 +814,53 @@ def make_glm4_moe(tok) -> None:
     np.save(REF_DIR / out.name / "logits_grouped.npy", np.ascontiguousarray(grouped, dtype=np.float32))
 
 
+def _deepseek_v3_biases(model) -> None:
+    """e_score_correction_bias, as _glm4_moe_biases."""
+    gen = torch.Generator(device="cpu").manual_seed(DEEPSEEK_V3_SEED)
+    for layer in model.model.layers:
+        if hasattr(layer.mlp, "gate"):
+            b = layer.mlp.gate.e_score_correction_bias
+            b.copy_(0.1 * torch.randn(b.shape, generator=gen))
+
+
+def make_deepseek_v3(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    # latent attention with q_lora_rank; YaRN; layer 0 dense, layer 1 4 routed experts in 2 groups (the better
+    # group kept, top 2 by sigmoid score plus correction bias, renormalised, x 2.5) beside a shared one; then
+    # the multi-token prediction layer transformers leaves unread. scoring_func and topk_method as the Hub's
+    # configs state them (llama.cpp's converter reads scoring_func)
+    cfg = DeepseekV3Config(**{**dims, **MLA_DIMS}, q_lora_rank=24, n_routed_experts=4, num_experts_per_tok=2,
+                           moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
+                           routed_scaling_factor=2.5, norm_topk_prob=True, n_group=2, topk_group=1,
+                           tie_word_embeddings=False, num_mtp_layers=1, pad_token_id=None,
+                           rope_parameters=DEEPSEEK_V3_ROPE)
+    cfg.architectures = ["DeepseekV3ForCausalLM"]
+    cfg.scoring_func, cfg.topk_method = "sigmoid", "noaux_tc"
+    out = HF_DIR / "tiny-deepseek-v3"
+    logits = save_model(tok, out.name, DeepseekV3ForCausalLM, cfg, DEEPSEEK_V3_SEED, torch.bfloat16,
+                        after_init=_deepseek_v3_biases)
+    add_mtp_layer(out, 2, 1, DEEPSEEK_V3_SEED)
+    assert_feature_matters(DeepseekV3ForCausalLM, out, logits, "YaRN's mscale on the scores",
+                           rope_parameters={**DEEPSEEK_V3_ROPE, "mscale_all_dim": 0.0})
+    assert_feature_matters(DeepseekV3ForCausalLM, out, logits, "the groups of experts", n_group=1, topk_group=1)
+
+
+def make_deepseek_v2(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    # DeepSeek-V2-Lite's layout: no q_lora_rank (q_proj), 27 layers (llama.cpp reads a model without q_lora_rank
+    # only at that depth), the first dense, the others 4 routed experts (top 2 of the softmax over all, not
+    # renormalised, x 1.0) beside 2 shared ones
+    dims.update(num_hidden_layers=27, hidden_size=32, intermediate_size=64)
+    cfg = DeepseekV2Config(**{**dims, **MLA_DIMS}, q_lora_rank=None, n_routed_experts=4, num_experts_per_tok=2,
+                           moe_intermediate_size=16, n_shared_experts=2, first_k_dense_replace=1,
+                           routed_scaling_factor=1.0, norm_topk_prob=False, topk_method="greedy",
+                           tie_word_embeddings=False, pad_token_id=None)
+    cfg.architectures = ["DeepseekV2ForCausalLM"]
+    cfg.scoring_func = "softmax"
+    save_model(tok, "tiny-deepseek-v2", DeepseekV2ForCausalLM, cfg, DEEPSEEK_V2_SEED, torch.bfloat16)
+
+
 def _minimax_m2_biases(model) -> None:
     """e_score_correction_bias (a buffer init_weights leaves zero), as _glm4_moe_biases."""
     gen = torch.Generator(device="cpu").manual_seed(MINIMAX_M2_SEED)
@@ -1142,6 +1202,8 @@ def main() -> None:
     make_qwen2_moe(tok)
     make_glm4_moe(tok)
     make_minimax_m2(tok)
+    make_deepseek_v3(tok)
+    make_deepseek_v2(tok)
     make_seed_oss(tok)
     make_glm4(tok)
     make_cohere2(tok)

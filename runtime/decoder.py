@@ -76,8 +76,8 @@ def device_act(device: str, act: str, layer_dtypes: set[str]) -> str:
 def kv_cache_bytes(s: DecoderSpec, ctx: int, threads: int, types: tuple[str, str]) -> int:
     """What the native decoder allocates per context position, times ``ctx``:
     K and V (every layer, of ``types``) and each thread's attention scores (float32)."""
-    kv = s.n_layers * s.n_kv_heads * s.head_dim
-    return ctx * (kv * (kv_cache.nbytes(types[0]) + kv_cache.nbytes(types[1])) + threads * 4)
+    k, v = (s.n_layers * s.n_kv_heads * d for d in (s.head_dim, s.v_dim))
+    return ctx * (k * kv_cache.nbytes(types[0]) + v * kv_cache.nbytes(types[1]) + threads * 4)
 
 
 def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path, default: int,
@@ -97,9 +97,9 @@ def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path, de
     need = kv_cache_bytes(s, ctx, threads, types)
     avail = available_bytes()
     if avail is not None and need > avail:
-        raise IEError(f"{flag}: {ctx} positions need a {gib(need)} KV cache ({s.n_layers} layers × 2 × "
-                      f"{s.n_kv_heads * s.head_dim} {'/'.join(types)} elements per position), more than the "
-                      f"{gib(avail)} of memory available")
+        raise IEError(f"{flag}: {ctx} positions need a {gib(need)} KV cache ({s.n_layers} layers × "
+                      f"{s.n_kv_heads * s.head_dim} K + {s.n_kv_heads * s.v_dim} V {'/'.join(types)} elements per "
+                      f"position), more than the {gib(avail)} of memory available")
     return ctx
 
 
@@ -116,7 +116,7 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
         nope=[int(n) for n in s.nope], residual_scale=s.residual_scale, logits_scaling=s.logits_scaling,
         pre_norms=s.arch.pre_norms, qk_norm_full=s.arch.qk_norm_full, attn_temp_scale=s.attn_temp_scale,
         attn_temp_floor=s.attn_temp_floor, rope_interleaved=s.arch.rope_interleaved, layer_norm=s.arch.cohere,
-        parallel_block=s.arch.cohere,
+        parallel_block=s.arch.cohere, q_lora=s.q_lora, kv_lora=s.kv_lora, v_head_dim=s.v_head_dim,
         **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
                                        norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
                                        swiglu_limit=moe.limit, shared_inter=moe.shared_inter,

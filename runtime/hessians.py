@@ -41,7 +41,7 @@ from typing import Any, Callable
 import numpy as np
 
 from iekit.formats import gptq
-from iekit.formats.errors import IEError
+from iekit.formats.errors import IEError, UnsupportedError
 
 from .decoder import Decoder
 from .imatrix import LAYER_INPUTS, shared_inputs
@@ -86,6 +86,9 @@ class Hessians:
                  kept: frozenset[str] | set[str] = frozenset()):
         if not chunks or not any(chunks):
             raise IEError("covariances: no calibration tokens")
+        if dec.spec.arch.mla:  # (its q_b and kv_b inputs have slots of their own, which the windows here do not place)
+            raise UnsupportedError(f"covariances: {dec.spec.architecture}'s latent attention is not supported by "
+                                   "GPTQ-style quantization yet; quantize it with an importance matrix (--imatrix)")
         self.dec, self.chunks, self.budget, self.on_chunk = dec, chunks, budget, on_chunk
         self.sequential = sequential
         self._settled: dict[str, np.ndarray] = {}  # quantized, not yet swapped into the decoder

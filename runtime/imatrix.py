@@ -10,7 +10,10 @@ feeds the router, and each expert's gate/up see only the rows routed to it
 and its down only its own GLU outputs: they get means over those rows, per
 expert, as llama-imatrix collects them (an expert stack [E, rows, cols] one
 entry [E, cols]; per-expert tensors one entry each). A shared expert beside
-them (Qwen2-MoE) sees every row, as a dense MLP does.
+them (Qwen2-MoE) sees every row, as a dense MLP does. Latent attention
+(DeepSeek) reads the attention norm's output in q_a (or q_proj) and kv_a, and
+has two inputs of its own per layer: q_a's normed output (q_b) and the
+latent's (kv_b), in the decoder's slots after the head's (attention_inputs).
 """
 
 from __future__ import annotations
@@ -27,6 +30,18 @@ from .decoder import Decoder
 # Per layer, the matrices each of the decoder's four statistics slots feeds.
 LAYER_INPUTS = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("self_attn.o_proj",),
                 ("mlp.gate_proj", "mlp.up_proj"), ("mlp.down_proj",))
+
+
+def attention_inputs(s, layer: int) -> list[tuple[str, int]]:
+    """Layer ``layer``'s attention matrices (names inside the layer) with the
+    statistics slot each reads (the decoder's numbering: csrc/decoder/decoder.h
+    collect_stats; latent attention's q_b and kv_b after the head's slot)."""
+    if not s.arch.mla:
+        return [(n, 4 * layer + k) for k, names in enumerate(LAYER_INPUTS[:2]) for n in names]
+    own = 4 * s.n_layers + 1 + 2 * layer
+    q = [("self_attn.q_a_proj", 4 * layer), ("self_attn.q_b_proj", own)] if s.q_lora else [("self_attn.q_proj", 4 * layer)]
+    return q + [("self_attn.kv_a_proj_with_mqa", 4 * layer), ("self_attn.kv_b_proj", own + 1),
+                ("self_attn.o_proj", 4 * layer + 1)]
 
 
 def collect(dec: Decoder, chunks: list[list[int]], source: dict,
@@ -51,14 +66,15 @@ def collect(dec: Decoder, chunks: list[list[int]], source: dict,
     for layer in range(dec.spec.n_layers):
         pre = f"model.layers.{layer}."
         means = [np.asarray(sums[4 * layer + k]) / tokens for k in range(4)]
-        slots = LAYER_INPUTS if per_expert[layer] is None else LAYER_INPUTS[:2]
-        for k, names in enumerate(slots):
-            for n in names:
-                entries[f"{pre}{n}.weight"] = means[k].astype(np.float32)
+        for n, slot in attention_inputs(dec.spec, layer):
+            entries[f"{pre}{n}.weight"] = (np.asarray(sums[slot]) / tokens).astype(np.float32)
+        if per_expert[layer] is None:
+            entries.update({f"{pre}{n}.weight": means[k].astype(np.float32)
+                            for k in (2, 3) for n in LAYER_INPUTS[k]})
         if per_expert[layer] is not None:
             unrouted += _expert_entries(entries, routed, pre, dec.spec.moe.names, means[2], *per_expert[layer])
             entries.update({pre + n: means[k].astype(np.float32) for n, k in shared_inputs(dec.spec.moe)})
-    entries[dec.head_name] = (np.asarray(sums[-1]) / tokens).astype(np.float32)
+    entries[dec.head_name] = (np.asarray(sums[4 * dec.spec.n_layers]) / tokens).astype(np.float32)
     meta = {"tokens": int(tokens), "chunks": len(chunks), "ctx": max(len(c) for c in chunks), "source": source}
     warnings = []
     if unrouted:

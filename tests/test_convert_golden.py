@@ -58,6 +58,8 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-qwen2-moe", "tiny-qwen2-moe", []),
     ("tiny-glm4-moe", "tiny-glm4-moe", []),
     ("tiny-minimax-m2", "tiny-minimax-m2", []),
+    ("tiny-deepseek-v3", "tiny-deepseek-v3", []),
+    ("tiny-deepseek-v2", "tiny-deepseek-v2", []),
     ("tiny-seed-oss", "tiny-seed-oss", []),
     ("tiny-glm4", "tiny-glm4", []),
     ("tiny-cohere2", "tiny-cohere2", []),

@@ -99,10 +99,11 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     assert kv["general.architecture"] == a
     cfg = json.loads((model / "config.json").read_text())
     assert kv[f"{a}.embedding_length"] == cfg["hidden_size"]
-    # (GLM-4.5's multi-token prediction layers are counted in llama.cpp's block_count)
-    assert kv[f"{a}.block_count"] == cfg["num_hidden_layers"] + cfg.get("num_nextn_predict_layers", 0)
+    # (GLM-4.5's multi-token prediction layers are counted in llama.cpp's block_count; DeepSeek's are left out)
+    mla = a == "deepseek2"
+    assert kv[f"{a}.block_count"] == cfg["num_hidden_layers"] + (0 if mla else cfg.get("num_nextn_predict_layers", 0))
     assert kv[f"{a}.attention.head_count"] == cfg["num_attention_heads"]
-    assert kv[f"{a}.attention.head_count_kv"] == cfg["num_key_value_heads"]
+    assert kv[f"{a}.attention.head_count_kv"] == (1 if mla else cfg["num_key_value_heads"])  # (the latent: one head)
     assert kv[f"{a}.context_length"] == cfg["max_position_embeddings"]
     if a in ("cohere2", "command-r"):  # LayerNorm: its eps under llama.cpp's other key
         assert kv[f"{a}.attention.layer_norm_epsilon"] == pytest.approx(cfg["layer_norm_eps"], rel=1e-6)
@@ -127,6 +128,17 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     fused = {"attn_qkv": ("q_proj", "k_proj", "v_proj"), "ffn_up": ("gate_proj", "up_proj")} if a == "phi3" else \
         {"ffn_up": ("gate_proj", "up_proj")} if a == "glm4" else {}
     for hf, (t, raw) in src.items():
+        if mla and hf.endswith("kv_b_proj.weight"):  # attn_k_b: each head's key rows transposed; attn_v_b its values
+            i = int(hf.split(".")[2])
+            h, nope, v = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+            kv_b = raw.view(np.uint32 if t["dtype"] == "f32" else np.uint16).reshape(h, nope + v, cfg["kv_lora_rank"])
+            for g_name, want in (("attn_k_b", kv_b[:, :nope].transpose(0, 2, 1)), ("attn_v_b", kv_b[:, nope:])):
+                g = tensors[f"blk.{i}.{g_name}.weight"]
+                seen.add(g.name)
+                assert g.tensor_type.name == t["dtype"].upper()
+                assert list(reversed([int(d) for d in g.shape])) == list(want.shape)
+                assert np.array_equal(np.asarray(g.data).reshape(-1).view(kv_b.dtype), want.reshape(-1)), g.name
+            continue
         # (gguf-py maps GLM-4.5's e_score_correction_bias as e_score_correction + a bias)
         bias = hf.endswith((".bias", ".e_score_correction_bias"))
         base = hf.removesuffix(".weight").removesuffix(".bias").removesuffix("_bias")
@@ -195,6 +207,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                        "olmoe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "qwen2moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "glm4moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
+                       "deepseek2": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "minimax-m2": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
                                       "down": "block_sparse_moe.experts.{e}.w2"}}[a][k]
                 want = np.concatenate([src[f"model.layers.{i}.{pat.format(e=e)}.weight"][1]

@@ -167,6 +167,7 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
   if (c.k_cache != WType::F32 || c.v_cache != WType::F32)
     fail("the CUDA decoder keeps an f32 KV cache (--cache-type-k/--cache-type-v f32)");
   // What the device step does not implement is refused, never skipped.
+  if (c.kv_lora > 0) fail("the CUDA decoder has no multi-head latent attention (DeepSeek); run it on the CPU");
   for (const LayerWeights& L : w.layers) {
     if (!L.experts.empty()) fail("the CUDA decoder runs dense MLP layers only; a mixture of experts runs on the CPU");
     if (!L.q_norm.empty()) fail("the CUDA decoder has no per-head q/k norm (Qwen3); run it on the CPU");

@@ -39,7 +39,8 @@ const Field<ie::Matrix ie::LayerWeights::*> kLayerMatrices[] = {
     {"q", &ie::LayerWeights::q},       {"k", &ie::LayerWeights::k},   {"v", &ie::LayerWeights::v},
     {"o", &ie::LayerWeights::o},       {"gate", &ie::LayerWeights::gate}, {"up", &ie::LayerWeights::up},
     {"down", &ie::LayerWeights::down}, {"router", &ie::LayerWeights::router},
-    {"shared_gate", &ie::LayerWeights::shared_gate}};
+    {"shared_gate", &ie::LayerWeights::shared_gate}, {"q_a", &ie::LayerWeights::q_a},
+    {"kv_a", &ie::LayerWeights::kv_a}, {"kv_b", &ie::LayerWeights::kv_b}};
 const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
     {"attn_norm", &ie::LayerWeights::attn_norm}, {"mlp_norm", &ie::LayerWeights::mlp_norm},
     {"attn_post_norm", &ie::LayerWeights::attn_post_norm}, {"mlp_post_norm", &ie::LayerWeights::mlp_post_norm},
@@ -47,7 +48,8 @@ const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
     {"bv", &ie::LayerWeights::bv},               {"bo", &ie::LayerWeights::bo},
     {"q_norm", &ie::LayerWeights::q_norm},       {"k_norm", &ie::LayerWeights::k_norm},
     {"sinks", &ie::LayerWeights::sinks},         {"router_bias", &ie::LayerWeights::router_bias},
-    {"expert_bias", &ie::LayerWeights::expert_bias}};
+    {"expert_bias", &ie::LayerWeights::expert_bias}, {"q_a_norm", &ie::LayerWeights::q_a_norm},
+    {"kv_a_norm", &ie::LayerWeights::kv_a_norm}};
 const Field<ie::Matrix ie::Expert::*> kExpertMatrices[] = {
     {"gate", &ie::Expert::gate}, {"up", &ie::Expert::up}, {"down", &ie::Expert::down}};
 const Field<std::vector<float> ie::Expert::*> kExpertVectors[] = {{"bgate", &ie::Expert::bgate},
@@ -239,7 +241,8 @@ void ie_register_decoder(py::module_& m) {
                        float attn_softcap, float logit_softcap, std::vector<uint8_t> nope, float residual_scale,
                        float logits_scaling, bool pre_norms, bool qk_norm_full, float attn_temp_scale,
                        int attn_temp_floor, bool rope_interleaved, bool layer_norm, bool parallel_block,
-                       int shared_inter, bool sigmoid_gating, int n_group, int topk_group, float routed_scale) {
+                       int shared_inter, bool sigmoid_gating, int n_group, int topk_group, float routed_scale,
+                       int q_lora, int kv_lora, int v_head_dim) {
              ie::DecoderConfig c;
              c.n_layers = n_layers;
              c.hidden = hidden;
@@ -262,6 +265,9 @@ void ie_register_decoder(py::module_& m) {
              c.n_group = n_group;
              c.topk_group = topk_group;
              c.routed_scale = routed_scale;
+             c.q_lora = q_lora;
+             c.kv_lora = kv_lora;
+             c.v_head_dim = v_head_dim;
              if (glu != "silu" && glu != "gpt_oss") throw std::invalid_argument("glu must be silu or gpt_oss, got '" + glu + "'");
              c.glu = glu == "silu" ? ie::Glu::Silu : ie::Glu::GptOss;
              c.swiglu_alpha = swiglu_alpha;
@@ -303,7 +309,8 @@ void ie_register_decoder(py::module_& m) {
            py::arg("qk_norm_full") = false, py::arg("attn_temp_scale") = 0.f, py::arg("attn_temp_floor") = 0,
            py::arg("rope_interleaved") = false, py::arg("layer_norm") = false, py::arg("parallel_block") = false,
            py::arg("shared_inter") = 0, py::arg("sigmoid_gating") = false, py::arg("n_group") = 1,
-           py::arg("topk_group") = 1, py::arg("routed_scale") = 1.f)
+           py::arg("topk_group") = 1, py::arg("routed_scale") = 1.f, py::arg("q_lora") = 0, py::arg("kv_lora") = 0,
+           py::arg("v_head_dim") = 0)
       .def_readonly("n_layers", &ie::DecoderConfig::n_layers)
       .def_readonly("hidden", &ie::DecoderConfig::hidden)
       .def_readonly("vocab", &ie::DecoderConfig::vocab)

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -222,11 +223,20 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     fail("decoder config: inv_freq must hold 1 to head_dim/2 values (the rotated dims' half)");
   if (!c.inv_freq_swa.empty() && c.inv_freq_swa.size() != c.inv_freq.size())
     fail("decoder config: inv_freq_swa must be empty or hold as many values as inv_freq");
+  const bool mla = c.kv_lora > 0;
+  const int rot = 2 * static_cast<int>(c.inv_freq.size()), vd = c.v_head_dim > 0 ? c.v_head_dim : c.head_dim;
+  if (c.q_lora < 0 || c.kv_lora < 0 || c.v_head_dim < 0 || (c.q_lora > 0 && !mla))
+    fail("decoder config: q_lora, kv_lora and v_head_dim must be >= 0, q_lora only with kv_lora");
+  if (mla && (c.n_kv_heads != c.n_heads || rot >= c.head_dim || c.qk_norm_full))
+    fail("decoder config: multi-head latent attention decompresses a key and a value per head (n_kv_heads = "
+         "n_heads), each key with unrotated dims after its rotary ones, and has no q/k norms");
+  if (!mla && vd != c.head_dim) fail("decoder config: v_head_dim differs from head_dim only with latent attention");
   for (WType t : {c.k_cache, c.v_cache})
     if (t != WType::F32 && t != WType::F16)
       fail(std::string("decoder config: a KV cache holds f32 or f16, not ") + wtype_info(t).name);
   if (w.layers.size() != static_cast<size_t>(c.n_layers)) fail("decoder weights: layer count differs from the config");
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim, kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+  const int64_t o_dim = static_cast<int64_t>(c.n_heads) * vd;
   const bool p = dedup_plans;
   check_matrix("embed_tokens", w.embed, c.vocab, c.hidden, p);
   check_matrix("lm_head", w.lm_head, c.vocab, c.hidden, p);
@@ -245,10 +255,25 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     check_vec(n + "attention output norm", L.attn_post_norm, c.hidden, true);
     check_vec(n + "MLP output norm", L.mlp_post_norm, c.hidden, true);
     if (!L.mlp_post_norm.empty() && !L.experts.empty()) fail(n + "MLP output norm: a layer with experts has none");
-    check_matrix(n + "q_proj", L.q, q_dim, c.hidden, p);
-    check_matrix(n + "k_proj", L.k, kv_dim, c.hidden, p);
-    check_matrix(n + "v_proj", L.v, kv_dim, c.hidden, p);
-    check_matrix(n + "o_proj", L.o, c.hidden, q_dim, p);
+    if (mla) {
+      check_matrix(n + (c.q_lora > 0 ? "q_b_proj" : "q_proj"), L.q, q_dim, c.q_lora > 0 ? c.q_lora : c.hidden, p);
+      if (c.q_lora > 0) check_matrix(n + "q_a_proj", L.q_a, c.q_lora, c.hidden, p);
+      check_vec(n + "q_a_layernorm", L.q_a_norm, static_cast<size_t>(c.q_lora), c.q_lora == 0);
+      check_matrix(n + "kv_a_proj_with_mqa", L.kv_a, static_cast<int64_t>(c.kv_lora) + rot, c.hidden, p);
+      check_vec(n + "kv_a_layernorm", L.kv_a_norm, static_cast<size_t>(c.kv_lora));
+      check_matrix(n + "kv_b_proj", L.kv_b, static_cast<int64_t>(c.n_heads) * (c.head_dim - rot + vd), c.kv_lora, p);
+      if (!absent(L.k) || !absent(L.v) || (c.q_lora == 0 && !absent(L.q_a)))
+        fail(n + "k_proj, v_proj: latent attention computes k and v from kv_a_proj_with_mqa and kv_b_proj");
+      if (!L.bq.empty() || !L.bk.empty() || !L.bv.empty() || !L.q_norm.empty() || !L.sinks.empty())
+        fail(n + "latent attention has no q/k/v biases, q/k norms or sinks");
+    } else {
+      check_matrix(n + "q_proj", L.q, q_dim, c.hidden, p);
+      check_matrix(n + "k_proj", L.k, kv_dim, c.hidden, p);
+      check_matrix(n + "v_proj", L.v, kv_dim, c.hidden, p);
+      if (!absent(L.q_a) || !absent(L.kv_a) || !absent(L.kv_b) || !L.q_a_norm.empty() || !L.kv_a_norm.empty())
+        fail(n + "q_a_proj, kv_a_proj_with_mqa, kv_b_proj: latent attention's (the config has kv_lora 0)");
+    }
+    check_matrix(n + "o_proj", L.o, c.hidden, o_dim, p);
     if (L.experts.empty()) {
       check_matrix(n + "gate_proj", L.gate, c.inter, c.hidden, p);
       check_matrix(n + "up_proj", L.up, c.inter, c.hidden, p);
@@ -295,6 +320,9 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   if (!affinity.empty()) pinned_ = pin_threads(*pool_, affinity);
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
+  vd_ = c.v_head_dim > 0 ? c.v_head_dim : c.head_dim;
+  v_dim_ = c.n_kv_heads * vd_;
+  o_dim_ = c.n_heads * vd_;
   if (w_.embed.dedup) fail("embed_tokens: pass the rebuilt bytes (rows are read one token at a time)");
   // Every dense matrix is read from a copy made here, in memory that takes
   // transparent huge pages (aligned.h: streaming through 4 KiB pages costs
@@ -331,7 +359,8 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     page_out(stored, n);
   };
   for (LayerWeights& L : w_.layers)
-    for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate}) make_resident(*m);
+    for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate, &L.q_a, &L.kv_a, &L.kv_b})
+      make_resident(*m);
   if (copy_experts)  // only into rows8: a copy of an expert's stored bytes would not be read faster
     for (LayerWeights& L : w_.layers)
       for (Expert& x : L.experts)
@@ -354,7 +383,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     };
     bool all = rows8_or_float(w_.lm_head), experts = false;
     for (const LayerWeights& L : w_.layers) {
-      for (const Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate})
+      for (const Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate, &L.q_a, &L.kv_a, &L.kv_b})
         all = all && rows8_or_float(*m);
       for (const Expert& x : L.experts)
         for (const Matrix* m : {&x.gate, &x.up, &x.down}) all = all && packable_or_float(*m);
@@ -362,11 +391,12 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     }
     if (all) int8_chunk_ = experts ? kMaxRows8Batch : kDenseRows8Chunk;
   }
-  const size_t cache = checked_mul(checked_mul(static_cast<size_t>(c.n_layers), static_cast<size_t>(c.max_ctx),
-                                              "KV cache"), static_cast<size_t>(kv_dim_), "KV cache");
-  for (auto [half, type] : {std::pair{&k_cache_, c.k_cache}, std::pair{&v_cache_, c.v_cache}}) {
+  const size_t positions = checked_mul(static_cast<size_t>(c.n_layers), static_cast<size_t>(c.max_ctx), "KV cache");
+  for (auto [half, type, dim] : {std::tuple{&k_cache_, c.k_cache, c.head_dim}, std::tuple{&v_cache_, c.v_cache, vd_}}) {
     half->type = type;
-    half->bytes = ZeroPages<uint8_t>(checked_mul(cache, half->elem(), "KV cache"));
+    half->dim = dim;
+    const size_t n = checked_mul(positions, static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(dim), "KV cache");
+    half->bytes = ZeroPages<uint8_t>(checked_mul(n, half->elem(), "KV cache"));
   }
   const size_t B = kPrefillBatch;
   x_.resize(B * c.hidden);
@@ -375,8 +405,14 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   if (c.parallel_block) par_.resize(B * c.hidden);
   q_.resize(B * q_dim_);
   k_.resize(B * kv_dim_);
-  v_.resize(B * kv_dim_);
-  att_.resize(B * std::max(q_dim_, c.hidden));
+  v_.resize(B * v_dim_);
+  att_.resize(B * std::max(o_dim_, c.hidden));
+  if (c.kv_lora > 0) {
+    const size_t rot = 2 * c.inv_freq.size();
+    mla_lat_.resize(B * static_cast<size_t>(std::max(c.q_lora, c.kv_lora)));
+    mla_kva_.resize(B * (static_cast<size_t>(c.kv_lora) + rot));
+    mla_heads_.resize(B * c.n_heads * static_cast<size_t>(std::max(c.head_dim, c.head_dim - static_cast<int>(rot) + vd_)));
+  }
   gate_.resize(B * mlp);
   up_.resize(B * mlp);
   if (c.shared_inter > 0) shared_gate_.resize(B);
@@ -400,7 +436,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
 
 void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std::vector<int>& capture_experts) {
   const DecoderConfig& c = cfg_;
-  const int slots = 4 * c.n_layers + 1;
+  const int slots = 4 * c.n_layers + 1 + (c.kv_lora > 0 ? 2 * c.n_layers : 0);
   for (int slot : capture)
     if (slot < 0 || slot >= slots) fail("collect_stats: capture slot " + std::to_string(slot) + " is outside 0.." + std::to_string(slots - 1));
   for (int l : capture_experts)
@@ -427,7 +463,7 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std:
   for (int l = 0; l < c.n_layers; ++l) {
     const bool moe = !w_.layers[static_cast<size_t>(l)].experts.empty();
     // (slot 3 of a layer with experts: the shared expert's down inputs, if it has one)
-    for (int n : {c.hidden, q_dim_, c.hidden, moe ? c.shared_inter : c.inter})
+    for (int n : {c.hidden, o_dim_, c.hidden, moe ? c.shared_inter : c.inter})
       stats_.emplace_back(static_cast<size_t>(n), 0.0);
     if (moe) {
       ExpertStats& es = expert_stats_[static_cast<size_t>(l)];
@@ -438,6 +474,11 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std:
     }
   }
   stats_.emplace_back(static_cast<size_t>(c.hidden), 0.0);
+  if (c.kv_lora > 0)
+    for (int l = 0; l < c.n_layers; ++l) {
+      stats_.emplace_back(static_cast<size_t>(c.q_lora), 0.0);
+      stats_.emplace_back(static_cast<size_t>(c.kv_lora), 0.0);
+    }
 }
 
 std::vector<float> Decoder::take_captured(int slot, int* n) {
@@ -605,7 +646,7 @@ AttnSplit attn_split(int b, int n_kv, int group, int threads) {
 // decode step past kAttnSpan positions runs its softmax per span of
 // positions and merges the spans: that depends on the position alone.)
 void Decoder::attention(int layer, int b) {
-  const int hd = cfg_.head_dim, nh = cfg_.n_heads, group = nh / cfg_.n_kv_heads;
+  const int hd = cfg_.head_dim, vd = vd_, nh = cfg_.n_heads, group = nh / cfg_.n_kv_heads;
   const int window = cfg_.windows[static_cast<size_t>(layer)];
   // gpt-oss's sinks: one more logit per head in the softmax's denominator,
   // with no value behind it (transformers appends it to the scores and
@@ -630,7 +671,7 @@ void Decoder::attention(int layer, int b) {
   // the threads idle, while the step waited on the cache's reads.
   const int n_spans = b == 1 && n_past_ + 1 > kAttnSpan ? (n_past_ + kAttnSpan) / kAttnSpan : 0;
   const int jparts = n_spans ? n_spans : sp.jparts;
-  const size_t part_row = static_cast<size_t>(hd) + 2;  // sum of p v [hd], max, sum of p
+  const size_t part_row = static_cast<size_t>(vd) + 2;  // sum of p v [vd], max, sum of p
   if (n_spans)
     part_.resize(checked_mul(checked_mul(static_cast<size_t>(nh), static_cast<size_t>(n_spans), "attention spans"),
                              part_row, "attention spans"));
@@ -656,7 +697,7 @@ void Decoder::attention(int layer, int b) {
         for (int h = h0; h < h1; ++h, ++nq) {
           qr[nq] = q_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
           out[nq] = n_spans ? part_.data() + (static_cast<size_t>(h) * n_spans + jp) * part_row
-                            : att_.data() + static_cast<size_t>(j) * q_dim_ + h * hd;
+                            : att_.data() + static_cast<size_t>(j) * o_dim_ + h * vd;
           p[nq] = scores_.data() + static_cast<size_t>(slot) * per_thread + nq * row + block;
           head[nq] = h;
           n_ctx[nq] = n_past_ + j + 1;  // causal: this token and every earlier one
@@ -670,8 +711,8 @@ void Decoder::attention(int layer, int b) {
         }
       if (lo >= hi) {  // a span wholly before a sliding window (one token: every query alike)
         for (int r = 0; r < nq; ++r) {
-          out[r][hd] = -INFINITY;
-          out[r][hd + 1] = 0.f;
+          out[r][vd] = -INFINITY;
+          out[r][vd + 1] = 0.f;
         }
         continue;
       }
@@ -691,7 +732,7 @@ void Decoder::attention(int layer, int b) {
           fn(tb, te, m, sel, at);
         }
       };
-      const size_t stride = static_cast<size_t>(hd);  // one position to the next, in a head's run
+      const size_t stride = static_cast<size_t>(hd), vstride = static_cast<size_t>(vd);  // one position to the next, in a head's run
       blocks([&](int tb, int te, int m, const int* sel, float* const* at) {
         const float* qs[kAttnItemQueries];
         for (int i = 0; i < m; ++i) qs[i] = qr[sel[i]];
@@ -706,8 +747,8 @@ void Decoder::attention(int layer, int b) {
         const int n = n_ctx[r] - t0[r], h = head[r];
         if (cap > 0.f) softcap(p[r], n, cap);
         if (n_spans) {  // a span's own shift and sum; the sink joins at the merge
-          out[r][hd] = ops.max(p[r], n);
-          out[r][hd + 1] = ops.softmax_exp(p[r], n, out[r][hd]);
+          out[r][vd] = ops.max(p[r], n);
+          out[r][vd + 1] = ops.softmax_exp(p[r], n, out[r][vd]);
         } else {
           const float mx = std::max(ops.max(p[r], n), sinks ? sinks[h] : -INFINITY);
           inv[r] = 1.f / (ops.softmax_exp(p[r], n, mx) + (sinks ? std::exp(sinks[h] - mx) : 0.f));
@@ -717,20 +758,20 @@ void Decoder::attention(int layer, int b) {
         const int first = lo + (t0[r] - lo) / block * block;
         std::fill(p[r] - (t0[r] - first), p[r], 0.f);
         std::fill(p[r] + n, p[r] + (hi - t0[r]), 0.f);
-        std::fill_n(out[r], hd, 0.f);
+        std::fill_n(out[r], vd, 0.f);
       }
       blocks([&](int tb, int te, int m, const int* sel, float* const* at) {
         float* os[kAttnItemQueries];
         for (int i = 0; i < m; ++i) os[i] = out[sel[i]];
         const uint8_t* v = v_cache_.at(cfg_, layer, g, tb);
         if (v_cache_.type == WType::F16)
-          ops.mix_f16(at, m, reinterpret_cast<const uint16_t*>(v), stride, te - tb, hd, os);
+          ops.mix_f16(at, m, reinterpret_cast<const uint16_t*>(v), vstride, te - tb, vd, os);
         else
-          ops.mix(at, m, reinterpret_cast<const float*>(v), stride, te - tb, hd, os);
+          ops.mix(at, m, reinterpret_cast<const float*>(v), vstride, te - tb, vd, os);
       });
       if (!n_spans)
         for (int r = 0; r < nq; ++r)
-          for (int i = 0; i < hd; ++i) out[r][i] *= inv[r];
+          for (int i = 0; i < vd; ++i) out[r][i] *= inv[r];
     }
   });
   if (!n_spans) return;
@@ -740,24 +781,24 @@ void Decoder::attention(int layer, int b) {
     const float* part = part_.data() + static_cast<size_t>(h) * n_spans * part_row;
     float mx = sinks ? sinks[h] : -INFINITY;
     for (int s = 0; s < n_spans; ++s)
-      if (part[s * part_row + hd + 1] > 0.f) mx = std::max(mx, part[s * part_row + hd]);
+      if (part[s * part_row + vd + 1] > 0.f) mx = std::max(mx, part[s * part_row + vd]);
     float den = sinks ? std::exp(sinks[h] - mx) : 0.f;
-    float* o = att_.data() + static_cast<size_t>(h) * hd;
-    std::fill_n(o, hd, 0.f);
+    float* o = att_.data() + static_cast<size_t>(h) * vd;
+    std::fill_n(o, vd, 0.f);
     for (int s = 0; s < n_spans; ++s) {
       const float* ps = part + s * part_row;
-      if (!(ps[hd + 1] > 0.f)) continue;  // empty: before the window
-      const float w = std::exp(ps[hd] - mx);
-      den += w * ps[hd + 1];
-      for (int i = 0; i < hd; ++i) o[i] += w * ps[i];
+      if (!(ps[vd + 1] > 0.f)) continue;  // empty: before the window
+      const float w = std::exp(ps[vd] - mx);
+      den += w * ps[vd + 1];
+      for (int i = 0; i < vd; ++i) o[i] += w * ps[i];
     }
     const float inv = 1.f / den;
-    for (int i = 0; i < hd; ++i) o[i] *= inv;
+    for (int i = 0; i < vd; ++i) o[i] *= inv;
   }
 }
 
 void Decoder::cache_row(KvCache& cache, int layer, int pos, const float* src) {
-  const int hd = cfg_.head_dim;
+  const int hd = cache.dim;
   for (int h = 0; h < cfg_.n_kv_heads; ++h) {
     uint8_t* dst = cache.at(cfg_, layer, h, pos);
     if (cache.type == WType::F16)
@@ -917,6 +958,52 @@ void Decoder::experts(int layer, int b) {
   }
 }
 
+void Decoder::mla_qkv(const LayerWeights& L, int layer, int b) {
+  const DecoderConfig& c = cfg_;
+  const int hd = c.head_dim, rot = 2 * static_cast<int>(c.inv_freq.size()), nope = hd - rot, vd = vd_;
+  const int nh = c.n_heads, kvl = c.kv_lora, kva = kvl + rot, slot = 4 * c.n_layers + 1 + 2 * layer;
+  // q, as stored per head [nope | rotary], into mla_heads_
+  if (c.q_lora > 0) {
+    const int ql = c.q_lora;
+    mm(L.q_a, xn_prep_, xn_.data(), b, nullptr, mla_lat_.data());
+    rows(b, [&](int j) {
+      float* r = &mla_lat_[static_cast<size_t>(j) * ql];
+      rmsnorm(r, L.q_a_norm.data(), ql, c.eps, r);
+    });
+    if (stats_on_) add_stats(slot, mla_lat_.data(), b, ql);
+    prepare(mla_prep_, mla_lat_.data(), b, ql);
+    mm(L.q, mla_prep_, mla_lat_.data(), b, nullptr, mla_heads_.data());
+  } else {
+    mm(L.q, xn_prep_, xn_.data(), b, nullptr, mla_heads_.data());
+  }
+  rows(b, [&](int j) {
+    for (int h = 0; h < nh; ++h) {
+      const float* src = &mla_heads_[(static_cast<size_t>(j) * nh + h) * hd];
+      float* dst = &q_[static_cast<size_t>(j) * q_dim_ + static_cast<size_t>(h) * hd];
+      std::copy_n(src + nope, rot, dst);
+      std::copy_n(src, nope, dst + rot);
+    }
+  });
+  // the latent and the shared rotary key part, then each head's k_nope and v
+  mm(L.kv_a, xn_prep_, xn_.data(), b, nullptr, mla_kva_.data());
+  rows(b, [&](int j) {
+    rmsnorm(&mla_kva_[static_cast<size_t>(j) * kva], L.kv_a_norm.data(), kvl, c.eps, &mla_lat_[static_cast<size_t>(j) * kvl]);
+  });
+  if (stats_on_) add_stats(slot + 1, mla_lat_.data(), b, kvl);
+  prepare(mla_prep_, mla_lat_.data(), b, kvl);
+  mm(L.kv_b, mla_prep_, mla_lat_.data(), b, nullptr, mla_heads_.data());
+  rows(b, [&](int j) {
+    const float* pe = &mla_kva_[static_cast<size_t>(j) * kva + kvl];
+    for (int h = 0; h < nh; ++h) {
+      const float* src = &mla_heads_[(static_cast<size_t>(j) * nh + h) * (nope + vd)];
+      float* k = &k_[static_cast<size_t>(j) * kv_dim_ + static_cast<size_t>(h) * hd];
+      std::copy_n(pe, rot, k);
+      std::copy_n(src, nope, k + rot);
+      std::copy_n(src + nope, vd, &v_[static_cast<size_t>(j) * v_dim_ + static_cast<size_t>(h) * vd]);
+    }
+  });
+}
+
 void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits, int layers, Stream stream) {
   const DecoderConfig& c = cfg_;
   const int H = c.hidden;
@@ -963,7 +1050,9 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     const Rows8Job qkv[3] = {{L.q.rows8.get(), nullptr, bq, q_.data()},
                              {L.k.rows8.get(), nullptr, bk, k_.data()},
                              {L.v.rows8.get(), nullptr, bv, v_.data()}};
-    if (!(b <= kMaxRows8Batch && qkv[0].w && qkv[1].w && qkv[2].w && rows8(qkv, 3, xn_prep_))) {
+    if (c.kv_lora > 0) {
+      mla_qkv(L, l, b);
+    } else if (!(b <= kMaxRows8Batch && qkv[0].w && qkv[1].w && qkv[2].w && rows8(qkv, 3, xn_prep_))) {
       mm(L.q, xn_prep_, xn_.data(), b, bq, q_.data());
       mm(L.k, xn_prep_, xn_.data(), b, bk, k_.data());
       mm(L.v, xn_prep_, xn_.data(), b, bv, v_.data());
@@ -991,14 +1080,14 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
         for (int i = 0; i < q_dim_; ++i) q_[j * q_dim_ + i] *= t;
       }
       cache_row(k_cache_, l, pos, &k_[j * kv_dim_]);
-      cache_row(v_cache_, l, pos, &v_[j * kv_dim_]);
+      cache_row(v_cache_, l, pos, &v_[j * v_dim_]);
     });
     {
       Stopwatch sw(timer(&StepTimes::attention_s));
       attention(l, b);
     }
-    if (stats_on_) add_stats(4 * l + 1, att_.data(), b, q_dim_);
-    prepare(att_prep_, att_.data(), b, q_dim_);
+    if (stats_on_) add_stats(4 * l + 1, att_.data(), b, o_dim_);
+    prepare(att_prep_, att_.data(), b, o_dim_);
     mm(L.o, att_prep_, att_.data(), b, L.bo.empty() ? nullptr : L.bo.data(), xn_.data());
     rows(b, [&](int j) {
       float* xj = &x_[j * H];

@@ -1,10 +1,12 @@
 // A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3,
 // Phi-3, SmolLM3, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
 // GLM-4, Cohere and Cohere 2, and the mixture-of-experts models gpt-oss,
-// Qwen3-MoE, Qwen2-MoE, GLM-4.5, MiniMax-M2, OLMoE and Mixtral): RMSNorm, RoPE (rotate-half or interleaved
+// Qwen3-MoE, Qwen2-MoE, GLM-4.5, MiniMax-M2, OLMoE, Mixtral, DeepSeek-V2 and
+// V3): RMSNorm, RoPE (rotate-half or interleaved
 // pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
 // second table for sliding layers; layers without RoPE), grouped-query
-// attention over a float32 or float16 KV cache with optional per-head or whole
+// attention (or DeepSeek's multi-head latent attention, decompressed into it)
+// over a float32 or float16 KV cache with optional per-head or whole
 // q/k norms, attention sinks and per-layer sliding windows, a SwiGLU or
 // GELU-gated MLP or a routed set of experts (beside a shared one), optional norms of the attention
 // and MLP outputs (Gemma's sandwich; OLMo's without the norms before them),
@@ -134,6 +136,18 @@ struct DecoderConfig {
   int shared_inter = 0;
   Glu glu = Glu::Silu;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.f;  // Glu::GptOss only
+  // Multi-head latent attention (DeepSeek-V2 and V3, Kimi K2; kv_lora > 0),
+  // as transformers' DeepseekV3Attention computes it: q is q_b(RMSNorm(q_a
+  // x)) (q_lora > 0) or q x; kv_a x is a latent [kv_lora] and one rotated key
+  // part [rotary_dim] every head shares; kv_b(RMSNorm(latent)) gives each
+  // head its unrotated key part [head_dim - rotary_dim] and its value
+  // [v_head_dim]. Heads are laid out rotated part first ([q_pe | q_nope],
+  // [k_pe | k_nope]: the same dot product as transformers' [nope | pe]), so
+  // RoPE turns the first rotary_dim dims as partial RoPE does, and the KV
+  // cache holds the decompressed keys and values (n_kv_heads = n_heads).
+  int q_lora = 0, kv_lora = 0;
+  // The value heads' dims (MLA's v_head_dim); 0: head_dim.
+  int v_head_dim = 0;
   // The KV cache's element types, WType::F32 or F16 (llama.cpp's default:
   // half the memory, and half the bytes each decode step reads from a long
   // context; the attention still multiplies floats, the f16 values widened
@@ -180,6 +194,12 @@ struct LayerWeights {
   std::vector<float> router_bias;     // [n_experts] or empty
   std::vector<float> expert_bias;     // [n_experts]: sigmoid gating's choice bias (e_score_correction_bias), or empty
   Matrix shared_gate;                 // [1, hidden]: the shared expert's sigmoid gate, or no data (weight 1)
+  // Multi-head latent attention (DecoderConfig::kv_lora > 0): q holds q_b (or
+  // q_proj without q_lora), k and v no data; q_a [q_lora, hidden] and its norm,
+  // kv_a [kv_lora + rotary_dim, hidden], kv_b [n_heads (head_dim - rotary_dim
+  // + v_head_dim), kv_lora] and kv_a_norm [kv_lora].
+  Matrix q_a, kv_a, kv_b;
+  std::vector<float> q_a_norm, kv_a_norm;
   std::vector<Expert> experts;        // empty: a dense MLP layer
 };
 
@@ -235,7 +255,9 @@ class Decoder {
   // k = 0 the attention norm's output (q/k/v), 1 the attention output (o),
   // 2 the MLP norm's output (gate/up, router), 3 SiLU(gate) * up (down;
   // empty in a layer with experts, whose down inputs are per expert); at
-  // 4 n_layers the final norm's output (the head). The inputs of the slots
+  // 4 n_layers the final norm's output (the head); with multi-head latent
+  // attention, at 4 n_layers + 1 + 2 l + k: k = 0 q_a's normed output (q_b;
+  // empty without q_lora), 1 the latent's (kv_b). The inputs of the slots
   // in `capture` are also kept row by row (float32 [tokens, n]) until
   // take_captured(slot) hands them over: the input covariances GPTQ-style
   // quantization needs (runtime/hessians.py), a chunk at a time.
@@ -358,6 +380,7 @@ class Decoder {
   int n_past_ = 0;
   int full_past_ = 0;  // positions cached in every layer (run_layers caches the first layers only)
   int q_dim_ = 0, kv_dim_ = 0;
+  int vd_ = 0, v_dim_ = 0, o_dim_ = 0;  // a value head's dims, a token's values', and its attention output's (n_heads vd_)
   size_t rows8_bytes_ = 0;
   bool experts_copied_ = false;
   int int8_chunk_ = kMaxBatch;  // tokens per int8 prefill chunk (set at load: more where every matrix allows)
@@ -380,20 +403,28 @@ class Decoder {
   // kv_dim apart, measured no slower or faster: docs/benchmarks.md).
   struct KvCache {
     WType type = WType::F32;
+    int dim = 0;  // a head's elements: head_dim (K), v_head_dim (V)
     ZeroPages<uint8_t> bytes;
     size_t elem() const { return static_cast<size_t>(wtype_info(type).block_bytes); }
     // Where head `head`'s element 0 at position `pos` of `layer` is.
     uint8_t* at(const DecoderConfig& c, int layer, int head, int pos) {
       const size_t run = static_cast<size_t>(layer) * c.n_kv_heads + static_cast<size_t>(head);
-      return bytes.data() + ((run * c.max_ctx + static_cast<size_t>(pos)) * c.head_dim) * elem();
+      return bytes.data() + ((run * c.max_ctx + static_cast<size_t>(pos)) * static_cast<size_t>(dim)) * elem();
     }
   };
   KvCache k_cache_, v_cache_;
-  // Appends kv_dim_ floats at (layer, pos), converted to the cache's type.
+  // Appends a position's heads (cache.dim floats each) at (layer, pos), converted to the cache's type.
   void cache_row(KvCache& cache, int layer, int pos, const float* src);
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
   std::vector<float> par_;  // parallel_block: each row's normed input, which the MLP reads after the attention
-  std::vector<float> part_;  // a decode step's partial softmaxes, [head][span][head_dim + 2] (attention)
+  std::vector<float> part_;  // a decode step's partial softmaxes, [head][span][v_head_dim + 2] (attention)
+  // Multi-head latent attention's scratch: q_a's or the latent's normed rows
+  // [chunk, max(q_lora, kv_lora)], kv_a's [chunk, kv_lora + rotary_dim], q's
+  // and kv_b's as stored per head [chunk, n_heads * max(head_dim, nope + v_head_dim)].
+  std::vector<float> mla_lat_, mla_kva_, mla_heads_;
+  PreparedAct mla_prep_;
+  // Multi-head latent attention's q, k and v of a chunk's b rows into q_, k_, v_ (decoder.h DecoderConfig).
+  void mla_qkv(const LayerWeights& L, int layer, int b);
   // Routing: logits [chunk, n_experts]; one token's top_k experts; per
   // expert the (token, weight) pairs routed to it; the rows gathered for
   // one expert and its gate/up/down outputs.

@@ -1,0 +1,149 @@
+"""DeepSeek-V3 and V2 (DeepseekV3ForCausalLM, DeepseekV2ForCausalLM;
+llama.cpp's deepseek2): multi-head latent attention, decompressed per head
+from one latent, values narrower than keys. The frozen transformers logits
+are tests/test_decoder.py's, the converter's own files
+tests/test_llamacpp_converter.py's; here, what the attention's options do,
+what the import records from a deepseek2 file, and what is refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import GOLDEN, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, reconfigure, run_tool
+from gguf_build import rewrite_gguf
+from iekit.runtime.decoder import Decoder
+
+V3, V2 = GOLDEN_IEBIN / "tiny-deepseek-v3", GOLDEN_IEBIN / "tiny-deepseek-v2"
+CONVERTED = {m: GOLDEN / "gguf" / "llamacpp" / f"tiny-deepseek-{m}.gguf" for m in ("v3", "v2")}
+REF = GOLDEN / "ref" / "tiny-deepseek-v3"
+IDS = json.loads((REF / "ids.json").read_text())
+
+
+def _logits(model_dir, **kw) -> np.ndarray:
+    return np.asarray(Decoder(model_dir, act="f32", **kw).logits(IDS, start=0), np.float64)
+
+
+def _rel(got: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+def test_yarns_mscale_scales_the_scores():
+    """transformers' yarn_apply_mscale: without mscale_all_dim the scores lose
+    YaRN's factor squared, and the logits move (the golden has it)."""
+    ref = np.load(REF / "logits.npy").astype(np.float64)
+    assert _rel(_logits(V3), ref) < 5e-5
+
+
+def test_without_mscale_all_dim_the_model_differs(tmp_path):
+    meta = json.loads((V3 / "model.ie.json").read_text())
+    rp = {**meta["config"]["rope_parameters"], "mscale_all_dim": 0}
+    d = edited_artifact(V3, tmp_path / "m", lambda m: reconfigure(m, rope_parameters=rp))
+    assert _rel(_logits(d), _logits(V3)) > 1e-2
+
+
+def test_rope_interleave_false_turns_halves(tmp_path):
+    """DeepseekV3Config.rope_interleave false: rotate_half over the rope dims, another model."""
+    d = edited_artifact(V3, tmp_path / "m", lambda m: reconfigure(m, rope_interleave=False))
+    assert _rel(_logits(d), _logits(V3)) > 1e-3
+    res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", d, "--out", tmp_path / "m.gguf")
+    assert_one_line_error(res, "config.rope_interleave")
+
+
+def test_an_f16_kv_cache_holds_keys_and_narrower_values():
+    """The cache's two halves have their own head widths (24 and 12 here)."""
+    f32, f16 = _logits(V3), _logits(V3, cache_type_k="f16", cache_type_v="f16")
+    assert 0 < _rel(f16, f32) < 1e-2
+
+
+def test_decode_steps_match_the_prefill():
+    dec = Decoder(V2, act="f32")
+    whole = np.asarray(dec.logits(IDS, start=0))
+    step = Decoder(V2, act="f32")
+    rows = [np.asarray(step.logits(IDS[: i + 1], start=i))[0] for i in range(len(IDS))]
+    assert _rel(np.stack(rows), whole) < 1e-5
+
+
+@pytest.mark.parametrize("key,value", [("num_key_value_heads", 2), ("attention_bias", True), ("qk_rope_head_dim", 7)])
+def test_a_config_latent_attention_cannot_run_is_one_error(tmp_path, key, value):
+    d = edited_artifact(V3, tmp_path / "m", lambda m: reconfigure(m, **{key: value}))
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"), key)
+
+
+def test_a_v2_config_that_renormalises_is_refused(tmp_path):
+    """transformers' DeepseekV2 never renormalises; llama.cpp would: two models."""
+    d = edited_artifact(V2, tmp_path / "m", lambda m: reconfigure(m, norm_topk_prob=True))
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"), "config.norm_topk_prob")
+
+
+def test_the_import_says_what_llamacpp_runs(tmp_path):
+    for m, cls, scoring in (("v3", "DeepseekV3ForCausalLM", "sigmoid"), ("v2", "DeepseekV2ForCausalLM", "softmax")):
+        res = run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", CONVERTED[m], "--out-dir", tmp_path / m)
+        assert res.returncode == 0, res.stderr
+        cfg = json.loads((tmp_path / m / "config.json").read_text())
+        assert (cfg["architectures"], cfg["scoring_func"], cfg["kv_lora_rank"], cfg["qk_nope_head_dim"],
+                cfg["qk_rope_head_dim"], cfg["v_head_dim"]) == ([cls], scoring, 32, 16, 8, 12)
+        assert cfg["num_key_value_heads"] == cfg["num_attention_heads"] == 4
+    assert json.loads((tmp_path / "v3/config.json").read_text())["rope_scaling"]["mscale_all_dim"] == pytest.approx(1.0)
+    assert json.loads((tmp_path / "v2/config.json").read_text())["q_lora_rank"] is None
+
+
+@pytest.mark.parametrize("drop,key", [("deepseek2.attention.key_length_mla", "deepseek2.attention.key_length_mla"),
+                                      ("deepseek2.rope.scaling.yarn_log_multiplier",
+                                       "deepseek2.rope.scaling.yarn_log_multiplier"),
+                                      ("deepseek2.attention.q_lora_rank", "deepseek2.attention.q_lora_rank")])
+def test_a_deepseek2_file_missing_a_key_is_refused(tmp_path, drop, key):
+    g = rewrite_gguf(CONVERTED["v3"], tmp_path / "g.gguf", drop={drop})
+    res = run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", g, "--out-dir", tmp_path / "m")
+    assert_one_line_error(res, key)
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_softmax_file_that_renormalises_is_refused(tmp_path):
+    g = rewrite_gguf(CONVERTED["v2"], tmp_path / "g.gguf", kv={"deepseek2.expert_weights_norm": True})
+    res = run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", g, "--out-dir", tmp_path / "m")
+    assert_one_line_error(res, "deepseek2.expert_weights_norm")
+
+
+def test_imatrix_has_latent_attentions_own_inputs(tmp_path):
+    """q_b reads q_a's normed output (q_lora wide), kv_b the normed latent
+    (kv_lora wide): entries of their own, not the attention norm's."""
+    (tmp_path / "ids.txt").write_text(" ".join(str(i) for i in range(3, 60)))
+    out = tmp_path / "im.npz"
+    res = run_tool("ieconv", "imatrix", "-q", "--model-dir", V3, "--ids-file", tmp_path / "ids.txt", "--ctx", "32",
+                   "-o", out)
+    assert res.returncode == 0, res.stderr
+    with np.load(out) as z:
+        e = {k: z[k] for k in z.files}
+    pre = "model.layers.0.self_attn."
+    assert e[pre + "q_b_proj.weight"].shape == (24,) and e[pre + "kv_b_proj.weight"].shape == (32,)
+    assert np.array_equal(e[pre + "q_a_proj.weight"], e[pre + "kv_a_proj_with_mqa.weight"])
+    assert e[pre + "o_proj.weight"].shape == (48,)  # 4 heads of 12 value dims
+    # RMSNorm's output with weights near 1: mean squares near the weights' squares
+    assert 0.5 < float(np.mean(e[pre + "kv_b_proj.weight"])) < 2
+
+
+def test_q4_manifest_keeps_kv_b_float_and_the_export_takes_it(tmp_path):
+    man = tmp_path / "q4_manifest.json"
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN / "hf" / "tiny-deepseek-v3", "-o", man, "--scheme", "q8_0")
+    assert res.returncode == 0, res.stderr
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", GOLDEN / "hf" / "tiny-deepseek-v3", "--out-dir",
+                   tmp_path / "q", "--q4-map", man)
+    assert res.returncode == 0, res.stderr
+    meta = json.loads((tmp_path / "q" / "model.ie.json").read_text())
+    dtypes = {t["name"]: t["dtype"] for t in meta["tensors"]}
+    assert dtypes["model.layers.0.self_attn.kv_b_proj.weight"] == "bf16"
+    assert dtypes["model.layers.0.self_attn.kv_a_proj_with_mqa.weight"] == "q8_0"
+    res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", tmp_path / "q", "--out", tmp_path / "q.gguf")
+    assert res.returncode == 0, res.stderr
+
+
+def test_gptq_refuses_latent_attention_in_one_line(tmp_path):
+    (tmp_path / "ids.txt").write_text(" ".join(str(i) for i in range(3, 300)))
+    man = tmp_path / "q4_manifest.json"
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN / "hf" / "tiny-deepseek-v3", "-o", man).returncode == 0
+    res = run_tool("ieconv", "gptq", "--hf-dir", GOLDEN / "hf" / "tiny-deepseek-v3", "--ref-dir", V3, "--q4-map", man,
+                   "--ids-file", tmp_path / "ids.txt", "--out-dir", tmp_path / "g")
+    assert_one_line_error(res, "latent attention")
