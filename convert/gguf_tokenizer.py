@@ -70,6 +70,14 @@ _DEEPSEEK3 = (r"\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",
               "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
               "| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+")
 
+# Kimi K2's split as llama.cpp's own handler draws it (unicode.cpp, unicode_regex_split_custom_kimi_k2): runs of
+# Han (its ranges: the CJK ideograph blocks), words of other letters (any case: the handler does not tell Lu from
+# Ll) after an optional non-letter and with an English contraction, digits by threes, then GPT-4o's pieces of
+# punctuation (without its slash) and whitespace
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\U0002ebef\U0002f800-\U0002fa1f"
+_KIMI_K2 = (rf"[{_HAN}]+|[^\r\n\p{{L}}\p{{N}}]?(?:(?![{_HAN}])\p{{L}})+{_CONTRACTIONS}?"
+            rf"|\p{{N}}{{1,3}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
 
 @dataclass(frozen=True)
 class BpePre:
@@ -94,6 +102,7 @@ _PRE_GROUPS: tuple[tuple[tuple[str, ...], BpePre], ...] = (
     (("deepseek-llm",), BpePre(_DEEPSEEK_LLM)),
     (("deepseek-coder",), BpePre(_DEEPSEEK_CODER)),
     (("deepseek-v3",), BpePre(_DEEPSEEK3)),
+    (("kimi-k2",), BpePre((_KIMI_K2,))),
     # what llama.cpp splits with when the file names no pre-tokenizer (it warns that quality will suffer)
     (("default",), BpePre((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"))),
 )

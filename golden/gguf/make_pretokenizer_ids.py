@@ -37,7 +37,7 @@ OUT = HERE / "pretokenizer-llamacpp-ids.json"
 # One name per distinct split (and ignore_merges / BOS rule) in llama.cpp's llama-vocab.cpp; and GPT-2's split
 # in a model named Phi-3, for which llama.cpp drops the whitespace after most special tokens.
 PRES = ["gpt-2", "smollm", "llama-bpe", "smaug-bpe", "qwen2", "gpt-4o", "tekken", "deepseek-llm", "deepseek-coder",
-        "deepseek-v3", "default"]
+        "deepseek-v3", "kimi-k2", "default"]
 CASES = {**{p: {"pre": p} for p in PRES}, "gpt-2 named Phi3": {"pre": "gpt-2", "general.name": "Phi3"}}
 PIECES = ["the", " quick", "Brown", " fox", "'s", "'LL", " don't", " It'S", "12345", " 7", "3.14", "1234567",
           "  ", "\n", "\n\n", "\t", " \n ", "\r\n", "   \n", "café", " naïve", "Ünïcödé", "ÉTÉ", "éÉ",
