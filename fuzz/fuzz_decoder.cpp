@@ -94,7 +94,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.glu = in.ConsumeBool() ? ie::Glu::GptOss : ie::Glu::Silu;
     c.swiglu_limit = in.ConsumeFloatingPointInRange<float>(-1.f, 10.f);
   }
+  const bool mla = in.ConsumeBool();  // DeepSeek's latent attention (a latent of -1, q_lora without it: refused)
+  if (mla) {
+    c.kv_lora = 16 * in.ConsumeIntegralInRange<int>(0, 2) + in.ConsumeIntegralInRange<int>(-1, 1);
+    c.q_lora = in.ConsumeBool() ? 32 : 0;
+    c.v_head_dim = in.ConsumeIntegralInRange<int>(0, c.head_dim);
+  }
   const int q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  const int rot = 2 * static_cast<int>(c.inv_freq.size()), vd = c.v_head_dim > 0 ? c.v_head_dim : c.head_dim;
   Pool pool;
   try {
     ie::DecoderWeights w;
@@ -108,10 +115,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!c.parallel_block || in.ConsumeIntegral<uint8_t>() < 8)  // (a parallel layer with two norms: refused)
           L.mlp_norm = vec(in, c.hidden);
       }
-      L.q = matrix(in, pool, q_dim, c.hidden);
-      L.k = matrix(in, pool, kv_dim, c.hidden);
-      L.v = matrix(in, pool, kv_dim, c.hidden);
-      L.o = matrix(in, pool, c.hidden, q_dim);
+      if (mla) {  // q_a / q_b or q_proj; the latent with the shared rotary key part; each head's nope and value
+        if (c.q_lora > 0) {
+          L.q_a = matrix(in, pool, c.q_lora, c.hidden);
+          L.q_a_norm = vec(in, c.q_lora);
+        }
+        L.q = matrix(in, pool, q_dim, c.q_lora > 0 ? c.q_lora : c.hidden);
+        L.kv_a = matrix(in, pool, c.kv_lora + rot, c.hidden);
+        L.kv_a_norm = vec(in, c.kv_lora);
+        L.kv_b = matrix(in, pool, static_cast<int64_t>(c.n_heads) * (c.head_dim - rot + vd), c.kv_lora);
+        L.o = matrix(in, pool, c.hidden, static_cast<int64_t>(c.n_heads) * vd);
+      } else {
+        L.q = matrix(in, pool, q_dim, c.hidden);
+        L.k = matrix(in, pool, kv_dim, c.hidden);
+        L.v = matrix(in, pool, kv_dim, c.hidden);
+        L.o = matrix(in, pool, c.hidden, q_dim);
+      }
       if (c.n_experts > 0 && in.ConsumeBool()) {
         const bool fused = c.glu == ie::Glu::GptOss;
         L.router = matrix(in, pool, c.n_experts, c.hidden);
