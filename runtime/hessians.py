@@ -41,10 +41,10 @@ from typing import Any, Callable
 import numpy as np
 
 from iekit.formats import gptq
-from iekit.formats.errors import IEError, UnsupportedError
+from iekit.formats.errors import IEError
 
 from .decoder import Decoder
-from .imatrix import LAYER_INPUTS, shared_inputs
+from .imatrix import dense_inputs, shared_inputs, slot_rank
 
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)\.weight$")
 
@@ -86,9 +86,6 @@ class Hessians:
                  kept: frozenset[str] | set[str] = frozenset()):
         if not chunks or not any(chunks):
             raise IEError("covariances: no calibration tokens")
-        if dec.spec.arch.mla:  # (its q_b and kv_b inputs have slots of their own, which the windows here do not place)
-            raise UnsupportedError(f"covariances: {dec.spec.architecture}'s latent attention is not supported by "
-                                   "GPTQ-style quantization yet; quantize it with an importance matrix (--imatrix)")
         self.dec, self.chunks, self.budget, self.on_chunk = dec, chunks, budget, on_chunk
         self.sequential = sequential
         self._settled: dict[str, np.ndarray] = {}  # quantized, not yet swapped into the decoder
@@ -97,7 +94,7 @@ class Hessians:
         # Windows are runs of units in the order the model reads them (forward_order), fixed up front: a resumed
         # run (``kept``: matrices an interrupted one already quantized, never asked for) takes its covariances from
         # the same windows as the run it resumes, so that with ``sequential`` each sees the same quantized matrices.
-        self._windows = self._partition(sorted({u for n in order for u in self.units_of(n)}))
+        self._windows = self._partition(sorted({u for n in order for u in self.units_of(n)}, key=self._rank))
         self._needed = {u for n in order if n not in kept for u in self.units_of(n)}
         self._have: dict[Unit, np.ndarray] = {}
         self._factors: dict[Unit, np.ndarray] = {}
@@ -141,10 +138,12 @@ class Hessians:
         m = _LAYER.match(name)
         if m is None or int(m.group(1)) >= self.dec.spec.n_layers:
             return []
-        moe = self.dec.spec.moe
-        if moe is not None and moe.layers[int(m.group(1))] and m.group(2).startswith("mlp."):
-            return []  # a layer with experts has no dense MLP
-        return [(4 * int(m.group(1)) + k, -1) for k, names in enumerate(LAYER_INPUTS) if m.group(2) in names][:1]
+        slot = dense_inputs(self.dec.spec, int(m.group(1))).get(m.group(2))
+        return [] if slot is None else [(slot, -1)]
+
+    def _rank(self, unit: Unit) -> tuple[int, float, int]:
+        """Where a unit's input arises in a forward pass (slot_rank), then its expert."""
+        return (*slot_rank(self.dec.spec, unit[0]), unit[1])
 
     def slot_of(self, name: str) -> int | None:
         """The decoder's statistics slot whose input ``name`` reads (runtime/imatrix.py's numbering)."""
@@ -162,7 +161,8 @@ class Hessians:
         the head last), the others first as given: the order a sequential
         conversion quantizes them in."""
         unit = {n: self.units_of(n) for n in names}
-        return [n for n in names if not unit[n]] + sorted((n for n in names if unit[n]), key=lambda n: unit[n][0])
+        return [n for n in names if not unit[n]] + sorted((n for n in names if unit[n]),
+                                                          key=lambda n: self._rank(unit[n][0]))
 
     def settle(self, name: str, w: np.ndarray) -> None:
         """``name`` is quantized, its dequantized values ``w``: in sequential
@@ -176,11 +176,13 @@ class Hessians:
         slot, expert = unit
         if slot == 4 * s.n_layers:
             return s.hidden
+        if slot > 4 * s.n_layers:  # latent attention's q_b and kv_b inputs
+            return (s.q_lora, s.kv_lora)[(slot - 4 * s.n_layers - 1) % 2]
         if expert >= 0:
             return s.hidden if slot % 4 == 2 else s.moe.inter
         if slot % 4 == 3 and s.moe is not None and s.moe.layers[slot // 4]:  # a shared expert's down input
             return s.moe.shared_inter
-        return (s.hidden, s.n_heads * s.head_dim, s.hidden, s.inter)[slot % 4]
+        return (s.hidden, s.n_heads * s.v_dim, s.hidden, s.inter)[slot % 4]
 
     def get(self, name: str, expert: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
         """(covariance, its gptq.inverse_factor) of ``name``'s input (of
@@ -212,7 +214,8 @@ class Hessians:
         used = 0  # bytes of the last window's covariances
         for u in units:
             size = self._width(u) ** 2 * 8
-            if not windows or (self.sequential and u[0] // 4 != windows[-1][0][0] // 4) or used + size > self.budget:
+            if not windows or (self.sequential and self._rank(u)[0] != self._rank(windows[-1][0])[0]) \
+                    or used + size > self.budget:
                 windows.append([])
                 used = 0
             windows[-1].append(u)
@@ -228,14 +231,14 @@ class Hessians:
         self._factors.clear()
         # The quantized matrices read before this window (all of them, in a run that quantizes in forward order;
         # a resumed run settles the matrices an interrupted one kept as it meets them, so later ones wait).
-        ready = {n: w for n, w in self._settled.items() if self.units_of(n)[-1] < window[0]}
+        ready = {n: w for n, w in self._settled.items() if self._rank(self.units_of(n)[-1]) < self._rank(window[0])}
         if ready:
             self.dec.replace_matrices(ready)
             self._settled = {n: w for n, w in self._settled.items() if n not in ready}
         acc = {u: np.zeros((self._width(u),) * 2) for u in take}
         self.passes += 1
-        lo = min(take)[0] // 4
-        layers = min(max(take)[0] // 4 + 1, self.dec.spec.n_layers)  # the head's slot needs them all
+        lo = min(self._rank(u)[0] for u in take)
+        layers = min(max(self._rank(u)[0] for u in take) + 1, self.dec.spec.n_layers)  # the head's slot needs them all
         # Where the next window resumes: the input of this one's last layer
         # (the next may start inside it), or with --sequential the input of
         # this window's own layer, which is quantized before the next runs it.
@@ -244,7 +247,7 @@ class Hessians:
             self._at, self._streams = 0, None
         streams = []
         dense = [u[0] for u in take if u[1] < 0]
-        expert_layers = sorted({u[0] // 4 for u in take if u[1] >= 0})
+        expert_layers = sorted({self._rank(u)[0] for u in take if u[1] >= 0})
         self.dec._dec.collect_stats(True, capture=dense, capture_experts=expert_layers)
         try:
             for i, c in enumerate(self.chunks):

@@ -44,6 +44,30 @@ def attention_inputs(s, layer: int) -> list[tuple[str, int]]:
                 ("self_attn.o_proj", 4 * layer + 1)]
 
 
+def slot_rank(s, slot: int) -> tuple[int, float]:
+    """Where a statistics slot's input arises in a forward pass, (layer,
+    order within it): the attention norm's output 0, latent attention's q_b
+    and kv_b inputs 0.5 and 0.75 (made from it), the attention output 1, the
+    MLP's 2 and 3; the head's after every layer."""
+    n = s.n_layers
+    if slot < 4 * n:
+        return slot // 4, float(slot % 4)
+    if slot == 4 * n:
+        return n, 0.0
+    layer, k = divmod(slot - 4 * n - 1, 2)
+    return layer, 0.5 + 0.25 * k
+
+
+def dense_inputs(s, layer: int) -> dict[str, int]:
+    """Layer ``layer``'s matrices outside any expert (names inside the layer)
+    -> the statistics slot each reads: the attention's (attention_inputs),
+    and a dense MLP's where the layer has no experts."""
+    out = dict(attention_inputs(s, layer))
+    if s.moe is None or not s.moe.layers[layer]:
+        out.update({n: 4 * layer + k for k in (2, 3) for n in LAYER_INPUTS[k]})
+    return out
+
+
 def collect(dec: Decoder, chunks: list[list[int]], source: dict,
             on_chunk: Callable[[int], None] | None = None) -> tuple[Imatrix, list[str]]:
     """Run every chunk as a fresh sequence; the mean x² per input column of
@@ -66,11 +90,8 @@ def collect(dec: Decoder, chunks: list[list[int]], source: dict,
     for layer in range(dec.spec.n_layers):
         pre = f"model.layers.{layer}."
         means = [np.asarray(sums[4 * layer + k]) / tokens for k in range(4)]
-        for n, slot in attention_inputs(dec.spec, layer):
+        for n, slot in dense_inputs(dec.spec, layer).items():
             entries[f"{pre}{n}.weight"] = (np.asarray(sums[slot]) / tokens).astype(np.float32)
-        if per_expert[layer] is None:
-            entries.update({f"{pre}{n}.weight": means[k].astype(np.float32)
-                            for k in (2, 3) for n in LAYER_INPUTS[k]})
         if per_expert[layer] is not None:
             unrouted += _expert_entries(entries, routed, pre, dec.spec.moe.names, means[2], *per_expert[layer])
             entries.update({pre + n: means[k].astype(np.float32) for n, k in shared_inputs(dec.spec.moe)})

@@ -140,10 +140,47 @@ def test_q4_manifest_keeps_kv_b_float_and_the_export_takes_it(tmp_path):
     assert res.returncode == 0, res.stderr
 
 
-def test_gptq_refuses_latent_attention_in_one_line(tmp_path):
+def _rms(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps) * w
+
+
+def test_covariances_of_latent_attentions_own_inputs_match_float64():
+    """Hessians of q_b and kv_b: layer 0's q_a output and latent, RMS-normed,
+    restated in float64 from the checkpoint (Σ x xᵀ / tokens); the window
+    order puts them between q_a/kv_a and o (slot_rank), one budget-bound
+    window each here."""
+    from gguf_build import hf_tensors
+    from iekit.runtime.hessians import Hessians
+
+    t = {k: v.astype(np.float64) for k, v in hf_tensors(GOLDEN / "hf" / "tiny-deepseek-v3").items()}
+    eps = json.loads((GOLDEN / "hf/tiny-deepseek-v3/config.json").read_text())["rms_norm_eps"]
+    ids = list(range(3, 67))
+    pre = "model.layers.0.self_attn."
+    x = _rms(t["model.embed_tokens.weight"][ids], t["model.layers.0.input_layernorm.weight"], eps)
+    q = _rms(x @ t[pre + "q_a_proj.weight"].T, t[pre + "q_a_layernorm.weight"], eps)
+    lat = _rms((x @ t[pre + "kv_a_proj_with_mqa.weight"].T)[:, :32], t[pre + "kv_a_layernorm.weight"], eps)
+    names = [pre + n + ".weight" for n in ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj")]
+    cov = Hessians(Decoder(V3, act="f32", ctx=64), [ids], names, budget=32 * 32 * 8)
+    order = cov.forward_order(list(reversed(names)))  # q_a, kv_a read the norm's output; q_b, kv_b theirs; o last
+    assert set(order[:2]) == set(names[:2]) and order[2:] == names[2:]
+    for name, ref in ((pre + "q_b_proj.weight", q), (pre + "kv_b_proj.weight", lat)):
+        got, _ = cov.get(name)
+        want = ref.T @ ref / len(ids)
+        assert np.abs(got - want).max() < 2e-5 * np.abs(want).max(), name
+    assert cov.get(pre + "o_proj.weight")[0].shape == (48, 48)
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+def test_gptq_quantizes_latent_attention_and_the_export_takes_it(tmp_path, sequential):
     (tmp_path / "ids.txt").write_text(" ".join(str(i) for i in range(3, 300)))
     man = tmp_path / "q4_manifest.json"
-    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN / "hf" / "tiny-deepseek-v3", "-o", man).returncode == 0
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN / "hf" / "tiny-deepseek-v3", "-o", man, "--scheme",
+                    "q8_0").returncode == 0
     res = run_tool("ieconv", "gptq", "--hf-dir", GOLDEN / "hf" / "tiny-deepseek-v3", "--ref-dir", V3, "--q4-map", man,
-                   "--ids-file", tmp_path / "ids.txt", "--out-dir", tmp_path / "g")
-    assert_one_line_error(res, "latent attention")
+                   "--ids-file", tmp_path / "ids.txt", "--out-dir", tmp_path / "g", "--ctx", "64", "-q",
+                   *(["--sequential"] if sequential else []))
+    assert res.returncode == 0, res.stderr
+    ref = np.load(REF / "logits.npy").astype(np.float64)
+    assert _rel(_logits(tmp_path / "g"), ref) < 0.05
+    res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", tmp_path / "g", "--out", tmp_path / "g.gguf")
+    assert res.returncode == 0, res.stderr
