@@ -65,23 +65,29 @@ from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, Progress, checkpoint_ou
 # whole projection (OLMoE), act inside the attention; a shared expert and
 # its gate (Qwen2-MoE) read and write the stream as a dense MLP; Phi-3's fused
 # matrices are read as their parts and written fused again,
-# formats/fused_tensors.py). Gemma's, OLMo 2's, EXAONE 4's and GLM-4's norms
+# formats/fused_tensors.py; DeepSeek's latent attention reads the stream in
+# q_a (or q_proj) and kv_a, its q_b, kv_b and their norms act on the latents,
+# and its shared experts and choice bias are Qwen2-MoE's and GLM-4.5's; a
+# checkpoint with DeepSeek-V3's MTP layer, whose eh_proj reads the embedding
+# and the stream side by side, is refused at that tensor). Gemma's, OLMo 2's, EXAONE 4's and GLM-4's norms
 # after blocks, Cohere's LayerNorm (the mean it takes out is no rotation's),
 # gpt-oss's sinks and MXFP4 experts would each need rules of their own.
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "smollm3", "granite", "phi3",
-                 "ministral3", "seed_oss", "olmoe", "qwen2_moe")
+                 "ministral3", "seed_oss", "olmoe", "qwen2_moe", "deepseek_v3", "deepseek_v2")
 OUT_DTYPES = ("f32", "bf16", "f16")
 ROWS_BYTES = 8 << 20  # source bytes rotated per step: bounded memory, still large BLAS calls
 
 LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
 _EXPERT = r"(?:mlp\.experts\.\d+\.|block_sparse_moe\.experts\.\d+\.)"
-READS_ATTN = re.compile(r"self_attn\.[qkv]_proj\.weight")
-READS_MLP = re.compile(rf"mlp\.(?:shared_expert\.)?(?:gate|up)_proj\.weight|mlp\.gate\.weight"
+READS_ATTN = re.compile(r"self_attn\.(?:[qkv]_proj|q_a_proj|kv_a_proj_with_mqa)\.weight")
+READS_MLP = re.compile(rf"mlp\.(?:shared_experts?\.)?(?:gate|up)_proj\.weight|mlp\.gate\.weight"
                        rf"|block_sparse_moe\.gate\.weight|mlp\.shared_expert_gate\.weight"
                        rf"|{_EXPERT}(?:gate_proj|up_proj|w1|w3)\.weight")
-WRITES = re.compile(rf"self_attn\.o_proj\.(?:weight|bias)|mlp\.(?:shared_expert\.)?down_proj\.(?:weight|bias)"
+WRITES = re.compile(rf"self_attn\.o_proj\.(?:weight|bias)|mlp\.(?:shared_experts?\.)?down_proj\.(?:weight|bias)"
                     rf"|{_EXPERT}(?:down_proj|w2)\.(?:weight|bias)")
-KEPT = re.compile(r"self_attn\.[qkv]_proj\.bias|self_attn\.[qk]_norm\.weight")  # inside a head, not on the stream
+# inside a head or a latent, not on the stream (and the router's choice bias: the router's logits do not change)
+KEPT = re.compile(r"self_attn\.[qkv]_proj\.bias|self_attn\.[qk]_norm\.weight|self_attn\.(?:q_b|kv_b)_proj\.weight"
+                  r"|self_attn\.(?:q_a|kv_a)_layernorm\.weight|mlp\.gate\.e_score_correction_bias")
 READERS = ((READS_ATTN, "input_layernorm.weight"), (READS_MLP, "post_attention_layernorm.weight"))  # and their norms
 NORMS = {n for _pattern, n in READERS}
 

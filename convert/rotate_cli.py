@@ -45,8 +45,10 @@ def rotate_cmd(hf_dir, out_dir, seed, dtype, overwrite, quiet):
     bits-per-weight figure). Nothing changes at run time.
 
     Architectures: llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, smollm3,
-    granite, phi3 (its fused matrices written fused again). A tensor no rule
-    covers is refused, never copied unrotated.
+    granite, phi3 (its fused matrices written fused again), ministral3,
+    seed_oss, olmoe, qwen2_moe, deepseek_v3 and deepseek_v2 (latent
+    attention; DeepSeek-V3's MTP layer is refused). A tensor no rule covers
+    is refused, never copied unrotated.
 
     \b
     Typical use:

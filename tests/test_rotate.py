@@ -19,7 +19,7 @@ from iekit.runtime.decoder import Decoder
 IDS = [3, 17, 42, 99, 5, 250, 7, 8, 1, 64, 12, 200]
 MODELS = ["tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral", "tiny-qwen3-moe",
           "tiny-smollm3", "tiny-granite", "tiny-ministral3", "tiny-seed-oss", "tiny-olmoe",
-          "tiny-qwen2-moe"]
+          "tiny-qwen2-moe", "tiny-deepseek-v2"]
 
 
 def _rotate(src, out, *extra):
@@ -67,7 +67,9 @@ def test_rotated_checkpoint_computes_the_same_logits(tmp_path, model):
     w, r = _source_weights(src), _weights(tmp_path / "rot")
     cfg = json.loads((tmp_path / "rot" / "config.json").read_text())
     assert cfg["tie_word_embeddings"] is False and "lm_head.weight" in r
-    assert all(np.all(v == 1) for k, v in r.items() if k.endswith("layernorm.weight") or k == "model.norm.weight")
+    # (the stream's norms folded into their readers; latent attention's q_a/kv_a_layernorm norm the latents: kept)
+    assert all(np.all(v == 1) for k, v in r.items()
+               if k.endswith("layernorm.weight") and "_a_layernorm" not in k or k == "model.norm.weight")
     g1 = w["model.layers.0.input_layernorm.weight"]
     q = w["model.layers.0.self_attn.q_proj.weight"] * g1
     rq = r["model.layers.0.self_attn.q_proj.weight"]
@@ -141,6 +143,7 @@ def _edited(tmp_path, src_name, edit_weights=None, edit_config=None):
     ("norm shape", ("model.layers.1.input_layernorm.weight", "a norm must be [64]")),
     ("no head", ("tie_word_embeddings is false", "lm_head.weight")),
     ("hidden_size", ("config.json", "hidden_size must be a positive integer")),
+    ("mtp layer", ("model.layers.2.eh_proj.weight", "no rotation rule")),
 ])
 def test_refusals_name_the_tensor_and_write_nothing(tmp_path, case, needles):
     if case == "gpt-oss":
@@ -153,6 +156,8 @@ def test_refusals_name_the_tensor_and_write_nothing(tmp_path, case, needles):
         src = _edited(tmp_path, "tiny-qwen3", to_int)
     elif case == "norm shape":
         src = _edited(tmp_path, "tiny-qwen3", lambda w: w.update({"model.layers.1.input_layernorm.weight": np.ones(32, np.float32)}))
+    elif case == "mtp layer":  # DeepSeek-V3's, whose eh_proj reads the embedding beside the stream
+        src = GOLDEN / "hf" / "tiny-deepseek-v3"
     elif case == "no head":
         src = _edited(tmp_path, "tiny-qwen3", lambda w: w.pop("lm_head.weight"))
     else:
@@ -177,3 +182,25 @@ def test_a_phi3_checkpoint_rotates_into_its_own_layout(tmp_path):
     for ctx in (32, 128):
         ref, got = Decoder(ref_ie, ctx=ctx).logits(IDS), Decoder(rot_ie, ctx=ctx).logits(IDS)
         assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_deepseek_v3_without_its_mtp_layer_rotates(tmp_path):
+    """Latent attention (q_a, kv_a read the stream; q_b, kv_b and their norms
+    act on the latents) and grouped sigmoid routing with a choice bias: the
+    same logits rotated."""
+    def drop_mtp(w):
+        for k in [k for k in w if k.startswith("model.layers.2.")]:
+            del w[k]
+
+    src = _edited(tmp_path, "tiny-deepseek-v3", drop_mtp, lambda c: c.update(num_nextn_predict_layers=0))
+    res = _rotate(src, tmp_path / "rot")
+    assert res.returncode == 0, res.stderr
+    ref, got = _logits(src, tmp_path / "ref"), _logits(tmp_path / "rot", tmp_path / "rot-ie")
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+    w, r = _source_weights(src), _weights(tmp_path / "rot")
+    kv_b = "model.layers.1.self_attn.kv_b_proj.weight"
+    assert np.array_equal(r[kv_b], w[kv_b])  # on the latent, not the stream
+    qa = w["model.layers.1.self_attn.q_a_proj.weight"] * w["model.layers.1.input_layernorm.weight"]
+    rqa = r["model.layers.1.self_attn.q_a_proj.weight"]
+    assert np.allclose(rqa @ rqa.T, qa @ qa.T, rtol=1e-5, atol=1e-6 * np.abs(qa @ qa.T).max())
+    assert not np.allclose(rqa, qa, atol=1e-3 * np.abs(qa).max())
