@@ -330,6 +330,10 @@ def _check_mla(where: str, spec: DecoderSpec, scaling: dict[str, Any] | None, ki
                       "checkpoints' layout)")
     if kind not in ("default", "yarn"):
         raise IEError(f"{where}.rope_scaling: {kind}; llama.cpp's deepseek2 reads YaRN or no scaling")
+    if not spec.q_lora and not (spec.n_layers in (26, 27) or spec.n_layers == 48 and spec.vocab == 128256):
+        raise IEError(f"{where}.q_lora_rank: none; llama.cpp's deepseek2 reads a q_proj (no q_lora_rank) only in "
+                      f"V2-Lite's shapes (26 or 27 layers, or 48 with a 128256 vocabulary), and this has "
+                      f"{spec.n_layers} layers: it would refuse the file")
     if kind == "yarn" and not scaling.get("mscale_all_dim"):
         raise IEError(f"{where}.rope_scaling.mscale_all_dim: none; llama.cpp's deepseek2 would scale the scores "
                       "by YaRN's factor squared, which transformers applies only with mscale_all_dim")

@@ -76,8 +76,17 @@ def device_act(device: str, act: str, layer_dtypes: set[str]) -> str:
 def kv_cache_bytes(s: DecoderSpec, ctx: int, threads: int, types: tuple[str, str]) -> int:
     """What the native decoder allocates per context position, times ``ctx``:
     K and V (every layer, of ``types``) and each thread's attention scores (float32)."""
-    k, v = (s.n_layers * s.n_kv_heads * d for d in (s.head_dim, s.v_dim))
-    return ctx * (k * kv_cache.nbytes(types[0]) + v * kv_cache.nbytes(types[1]) + threads * 4)
+    k, v = kv_elements(s)
+    return ctx * (s.n_layers * (k * kv_cache.nbytes(types[0]) + v * kv_cache.nbytes(types[1])) + threads * 4)
+
+
+def kv_elements(s: DecoderSpec) -> tuple[int, int]:
+    """K and V cache elements per position and layer: a head's each, or
+    latent attention's one key (kv_lora + rope dims) whose latent part is
+    also the values (csrc/decoder/decoder.h DecoderConfig::kv_lora)."""
+    if s.arch.mla:
+        return s.kv_lora + 2 * len(s.inv_freq), 0
+    return s.n_kv_heads * s.head_dim, s.n_kv_heads * s.v_dim
 
 
 def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path, default: int,
@@ -97,9 +106,9 @@ def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path, de
     need = kv_cache_bytes(s, ctx, threads, types)
     avail = available_bytes()
     if avail is not None and need > avail:
-        raise IEError(f"{flag}: {ctx} positions need a {gib(need)} KV cache ({s.n_layers} layers × "
-                      f"{s.n_kv_heads * s.head_dim} K + {s.n_kv_heads * s.v_dim} V {'/'.join(types)} elements per "
-                      f"position), more than the {gib(avail)} of memory available")
+        k, v = kv_elements(s)
+        raise IEError(f"{flag}: {ctx} positions need a {gib(need)} KV cache ({s.n_layers} layers × {k} K + {v} V "
+                      f"{'/'.join(types)} elements per position), more than the {gib(avail)} of memory available")
     return ctx
 
 

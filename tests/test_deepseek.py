@@ -52,10 +52,20 @@ def test_rope_interleave_false_turns_halves(tmp_path):
     assert_one_line_error(res, "config.rope_interleave")
 
 
-def test_an_f16_kv_cache_holds_keys_and_narrower_values():
-    """The cache's two halves have their own head widths (24 and 12 here)."""
+def test_the_cache_holds_the_latent_alone():
+    """Absorbed, as llama.cpp runs it: one key per position and layer, [k_pe |
+    latent] (8 + 32 here, where decompressed heads would take 4 x (24 + 12)),
+    its latent part every head's value; in f16 as in f32."""
+    from iekit.runtime.decoder import kv_elements
+
+    assert kv_elements(Decoder(V3).spec) == (40, 0)
     f32, f16 = _logits(V3), _logits(V3, cache_type_k="f16", cache_type_v="f16")
     assert 0 < _rel(f16, f32) < 1e-2
+
+
+def test_cache_types_that_differ_are_one_error(tmp_path):
+    res = run_tool("ierun", "generate", "--model-dir", V3, "--ids", "1", "--cache-type-k", "f16", "--cache-type-v", "f32")
+    assert_one_line_error(res, "K and V cache types must match")
 
 
 def test_decode_steps_match_the_prefill():

@@ -231,6 +231,8 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     fail("decoder config: multi-head latent attention decompresses a key and a value per head (n_kv_heads = "
          "n_heads), each key with unrotated dims after its rotary ones, and has no q/k norms");
   if (!mla && vd != c.head_dim) fail("decoder config: v_head_dim differs from head_dim only with latent attention");
+  if (mla && c.k_cache != c.v_cache)
+    fail("decoder config: latent attention caches one latent for keys and values: the K and V cache types must match");
   for (WType t : {c.k_cache, c.v_cache})
     if (t != WType::F32 && t != WType::F16)
       fail(std::string("decoder config: a KV cache holds f32 or f16, not ") + wtype_info(t).name);
@@ -262,6 +264,7 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       check_matrix(n + "kv_a_proj_with_mqa", L.kv_a, static_cast<int64_t>(c.kv_lora) + rot, c.hidden, p);
       check_vec(n + "kv_a_layernorm", L.kv_a_norm, static_cast<size_t>(c.kv_lora));
       check_matrix(n + "kv_b_proj", L.kv_b, static_cast<int64_t>(c.n_heads) * (c.head_dim - rot + vd), c.kv_lora, p);
+      if (L.kv_b.data == nullptr) fail(n + "kv_b_proj: latent attention reads it per head; pass its bytes, not a dedup member");
       if (!absent(L.k) || !absent(L.v) || (c.q_lora == 0 && !absent(L.q_a)))
         fail(n + "k_proj, v_proj: latent attention computes k and v from kv_a_proj_with_mqa and kv_b_proj");
       if (!L.bq.empty() || !L.bk.empty() || !L.bv.empty() || !L.q_norm.empty() || !L.sinks.empty())
@@ -318,11 +321,34 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   check_decoder(c, w_, /*dedup_plans=*/true);
   pool_ = std::make_unique<ThreadPool>(threads);  // checks the count
   if (!affinity.empty()) pinned_ = pin_threads(*pool_, affinity);
-  q_dim_ = c.n_heads * c.head_dim;
-  kv_dim_ = c.n_kv_heads * c.head_dim;
-  vd_ = c.v_head_dim > 0 ? c.v_head_dim : c.head_dim;
-  v_dim_ = c.n_kv_heads * vd_;
+  const bool mla = c.kv_lora > 0;
+  const int rot = 2 * static_cast<int>(c.inv_freq.size());
+  hd_ = mla ? c.kv_lora + rot : c.head_dim;
+  vd_ = mla ? c.kv_lora : c.v_head_dim > 0 ? c.v_head_dim : c.head_dim;
+  kv_heads_ = mla ? 1 : c.n_kv_heads;
+  q_dim_ = c.n_heads * hd_;
+  kv_dim_ = kv_heads_ * hd_;
+  v_dim_ = kv_heads_ * vd_;
   o_dim_ = c.n_heads * vd_;
+  o_in_ = c.n_heads * (c.v_head_dim > 0 ? c.v_head_dim : c.head_dim);
+  if (mla) {  // kv_b_proj per head, as float32: its key rows as they are, its value rows transposed
+    const int nope = c.head_dim - rot, vh = o_in_ / c.n_heads;
+    const size_t nh = static_cast<size_t>(c.n_heads), kvl = static_cast<size_t>(c.kv_lora);
+    std::vector<float> row(kvl);
+    for (const LayerWeights& L : w_.layers) {
+      AlignedArray<float>& kb = mla_kb_.emplace_back(checked_mul(nh * kvl, static_cast<size_t>(nope), "kv_b_proj"), false);
+      AlignedArray<float>& vbt = mla_vbt_.emplace_back(checked_mul(nh * kvl, static_cast<size_t>(vh), "kv_b_proj"), false);
+      for (size_t h = 0; h < nh; ++h)
+        for (int r = 0; r < nope + vh; ++r) {
+          dequantize_row(L.kv_b.spec, L.kv_b.data, static_cast<int64_t>(h * (nope + vh) + r), row.data());
+          if (r < nope)
+            std::copy(row.begin(), row.end(), kb.data() + (h * nope + r) * kvl);
+          else
+            for (size_t i = 0; i < kvl; ++i) vbt.data()[(h * kvl + i) * vh + (r - nope)] = row[i];
+        }
+      page_out(L.kv_b.data, weight_nbytes(L.kv_b.spec));
+    }
+  }
   if (w_.embed.dedup) fail("embed_tokens: pass the rebuilt bytes (rows are read one token at a time)");
   // Every dense matrix is read from a copy made here, in memory that takes
   // transparent huge pages (aligned.h: streaming through 4 KiB pages costs
@@ -359,7 +385,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     page_out(stored, n);
   };
   for (LayerWeights& L : w_.layers)
-    for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate, &L.q_a, &L.kv_a, &L.kv_b})
+    for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate, &L.q_a, &L.kv_a})
       make_resident(*m);
   if (copy_experts)  // only into rows8: a copy of an expert's stored bytes would not be read faster
     for (LayerWeights& L : w_.layers)
@@ -383,7 +409,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     };
     bool all = rows8_or_float(w_.lm_head), experts = false;
     for (const LayerWeights& L : w_.layers) {
-      for (const Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate, &L.q_a, &L.kv_a, &L.kv_b})
+      for (const Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate, &L.q_a, &L.kv_a})
         all = all && rows8_or_float(*m);
       for (const Expert& x : L.experts)
         for (const Matrix* m : {&x.gate, &x.up, &x.down}) all = all && packable_or_float(*m);
@@ -392,10 +418,12 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     if (all) int8_chunk_ = experts ? kMaxRows8Batch : kDenseRows8Chunk;
   }
   const size_t positions = checked_mul(static_cast<size_t>(c.n_layers), static_cast<size_t>(c.max_ctx), "KV cache");
-  for (auto [half, type, dim] : {std::tuple{&k_cache_, c.k_cache, c.head_dim}, std::tuple{&v_cache_, c.v_cache, vd_}}) {
+  // (latent attention's values are its keys' latent part: no V cache of their own)
+  for (auto [half, type, dim] : {std::tuple{&k_cache_, c.k_cache, hd_}, std::tuple{&v_cache_, c.v_cache, mla ? 0 : vd_}}) {
     half->type = type;
+    half->heads = kv_heads_;
     half->dim = dim;
-    const size_t n = checked_mul(positions, static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(dim), "KV cache");
+    const size_t n = checked_mul(positions, static_cast<size_t>(kv_heads_) * static_cast<size_t>(dim), "KV cache");
     half->bytes = ZeroPages<uint8_t>(checked_mul(n, half->elem(), "KV cache"));
   }
   const size_t B = kPrefillBatch;
@@ -407,11 +435,11 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   k_.resize(B * kv_dim_);
   v_.resize(B * v_dim_);
   att_.resize(B * std::max(o_dim_, c.hidden));
-  if (c.kv_lora > 0) {
-    const size_t rot = 2 * c.inv_freq.size();
+  if (mla) {
     mla_lat_.resize(B * static_cast<size_t>(std::max(c.q_lora, c.kv_lora)));
-    mla_kva_.resize(B * (static_cast<size_t>(c.kv_lora) + rot));
-    mla_heads_.resize(B * c.n_heads * static_cast<size_t>(std::max(c.head_dim, c.head_dim - static_cast<int>(rot) + vd_)));
+    mla_kva_.resize(B * static_cast<size_t>(c.kv_lora + rot));
+    mla_heads_.resize(B * c.n_heads * static_cast<size_t>(c.head_dim));
+    mla_out_.resize(B * static_cast<size_t>(o_in_));
   }
   gate_.resize(B * mlp);
   up_.resize(B * mlp);
@@ -463,7 +491,7 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std:
   for (int l = 0; l < c.n_layers; ++l) {
     const bool moe = !w_.layers[static_cast<size_t>(l)].experts.empty();
     // (slot 3 of a layer with experts: the shared expert's down inputs, if it has one)
-    for (int n : {c.hidden, o_dim_, c.hidden, moe ? c.shared_inter : c.inter})
+    for (int n : {c.hidden, o_in_, c.hidden, moe ? c.shared_inter : c.inter})
       stats_.emplace_back(static_cast<size_t>(n), 0.0);
     if (moe) {
       ExpertStats& es = expert_stats_[static_cast<size_t>(l)];
@@ -646,18 +674,19 @@ AttnSplit attn_split(int b, int n_kv, int group, int threads) {
 // decode step past kAttnSpan positions runs its softmax per span of
 // positions and merges the spans: that depends on the position alone.)
 void Decoder::attention(int layer, int b) {
-  const int hd = cfg_.head_dim, vd = vd_, nh = cfg_.n_heads, group = nh / cfg_.n_kv_heads;
+  const int hd = hd_, vd = vd_, nh = cfg_.n_heads, n_kv = kv_heads_, group = nh / n_kv;
+  const bool mla = cfg_.kv_lora > 0;  // values: the latent part of each cached key
   const int window = cfg_.windows[static_cast<size_t>(layer)];
   // gpt-oss's sinks: one more logit per head in the softmax's denominator,
   // with no value behind it (transformers appends it to the scores and
   // drops its probability).
   const std::vector<float>& sink = w_.layers[static_cast<size_t>(layer)].sinks;
   const float* sinks = sink.empty() ? nullptr : sink.data();
-  const float scale = cfg_.attn_scale > 0.f ? cfg_.attn_scale : 1.f / std::sqrt(static_cast<float>(hd));
+  const float scale = cfg_.attn_scale > 0.f ? cfg_.attn_scale : 1.f / std::sqrt(static_cast<float>(cfg_.head_dim));
   const float cap = cfg_.attn_softcap;
   const AttnOps& ops = kAttnTable.ops(isa_);
   const int threads = pool_->size();
-  const AttnSplit sp = attn_split(b, cfg_.n_kv_heads, group, threads);
+  const AttnSplit sp = attn_split(b, n_kv, group, threads);
   const int block = std::max(8, 4096 / hd / 8 * 8);  // keys per block
   const size_t row = static_cast<size_t>(cfg_.max_ctx) + static_cast<size_t>(block);  // a block's room before position 0
   const size_t per_thread = checked_mul(static_cast<size_t>(sp.tj * sp.th), row, "attention scores");
@@ -675,7 +704,7 @@ void Decoder::attention(int layer, int b) {
   if (n_spans)
     part_.resize(checked_mul(checked_mul(static_cast<size_t>(nh), static_cast<size_t>(n_spans), "attention spans"),
                              part_row, "attention spans"));
-  const int items = cfg_.n_kv_heads * jparts * sp.hparts;
+  const int items = n_kv * jparts * sp.hparts;
   // A short single-token attention runs on this thread alone (one piece).
   const int64_t grain = b > 1 || n_past_ >= kParallelAttnCtx ? 1 : items;
   parallel_for(*pool_, items, grain, [&](int64_t i0, int64_t i1, int slot) {
@@ -684,7 +713,7 @@ void Decoder::attention(int layer, int b) {
       // that finish a prefill chunk's smaller items end the job together.
       const int it = items - 1 - i;
       // KV head fastest: items that run at the same time read different heads' caches.
-      const int g = it % cfg_.n_kv_heads, jp = it / cfg_.n_kv_heads / sp.hparts, hp = it / cfg_.n_kv_heads % sp.hparts;
+      const int g = it % n_kv, jp = it / n_kv / sp.hparts, hp = it / n_kv % sp.hparts;
       const int j0 = n_spans ? 0 : jp * sp.tj, j1 = n_spans ? 1 : std::min(b, j0 + sp.tj);
       const int h0 = g * group + hp * sp.th, h1 = std::min((g + 1) * group, h0 + sp.th);
       // Query r = (j, h) in order: its q row, output row, head, positions [t0[r], n_ctx[r]),
@@ -732,7 +761,10 @@ void Decoder::attention(int layer, int b) {
           fn(tb, te, m, sel, at);
         }
       };
-      const size_t stride = static_cast<size_t>(hd), vstride = static_cast<size_t>(vd);  // one position to the next, in a head's run
+      // one position to the next, in a head's run (latent attention's values: the keys' run, past the rotary part)
+      const size_t stride = static_cast<size_t>(hd), vstride = mla ? stride : static_cast<size_t>(vd);
+      KvCache& vc = mla ? k_cache_ : v_cache_;
+      const size_t v_off = mla ? static_cast<size_t>(hd - vd) * vc.elem() : 0;
       blocks([&](int tb, int te, int m, const int* sel, float* const* at) {
         const float* qs[kAttnItemQueries];
         for (int i = 0; i < m; ++i) qs[i] = qr[sel[i]];
@@ -763,8 +795,8 @@ void Decoder::attention(int layer, int b) {
       blocks([&](int tb, int te, int m, const int* sel, float* const* at) {
         float* os[kAttnItemQueries];
         for (int i = 0; i < m; ++i) os[i] = out[sel[i]];
-        const uint8_t* v = v_cache_.at(cfg_, layer, g, tb);
-        if (v_cache_.type == WType::F16)
+        const uint8_t* v = vc.at(cfg_, layer, g, tb) + v_off;
+        if (vc.type == WType::F16)
           ops.mix_f16(at, m, reinterpret_cast<const uint16_t*>(v), vstride, te - tb, vd, os);
         else
           ops.mix(at, m, reinterpret_cast<const float*>(v), vstride, te - tb, vd, os);
@@ -799,7 +831,7 @@ void Decoder::attention(int layer, int b) {
 
 void Decoder::cache_row(KvCache& cache, int layer, int pos, const float* src) {
   const int hd = cache.dim;
-  for (int h = 0; h < cfg_.n_kv_heads; ++h) {
+  for (int h = 0; h < cache.heads; ++h) {
     uint8_t* dst = cache.at(cfg_, layer, h, pos);
     if (cache.type == WType::F16)
       kAttnTable.ops(isa_).narrow(src + static_cast<size_t>(h) * hd, hd, reinterpret_cast<uint16_t*>(dst));
@@ -960,7 +992,7 @@ void Decoder::experts(int layer, int b) {
 
 void Decoder::mla_qkv(const LayerWeights& L, int layer, int b) {
   const DecoderConfig& c = cfg_;
-  const int hd = c.head_dim, rot = 2 * static_cast<int>(c.inv_freq.size()), nope = hd - rot, vd = vd_;
+  const int hd = c.head_dim, rot = 2 * static_cast<int>(c.inv_freq.size()), nope = hd - rot;
   const int nh = c.n_heads, kvl = c.kv_lora, kva = kvl + rot, slot = 4 * c.n_layers + 1 + 2 * layer;
   // q, as stored per head [nope | rotary], into mla_heads_
   if (c.q_lora > 0) {
@@ -976,30 +1008,48 @@ void Decoder::mla_qkv(const LayerWeights& L, int layer, int b) {
   } else {
     mm(L.q, xn_prep_, xn_.data(), b, nullptr, mla_heads_.data());
   }
+  // each head's query [q_pe | W_k^T q_nope]: its unrotated part taken into the latent's space
   rows(b, [&](int j) {
-    for (int h = 0; h < nh; ++h) {
-      const float* src = &mla_heads_[(static_cast<size_t>(j) * nh + h) * hd];
-      float* dst = &q_[static_cast<size_t>(j) * q_dim_ + static_cast<size_t>(h) * hd];
-      std::copy_n(src + nope, rot, dst);
-      std::copy_n(src, nope, dst + rot);
-    }
+    for (int h = 0; h < nh; ++h)
+      std::copy_n(&mla_heads_[(static_cast<size_t>(j) * nh + h) * hd + nope], rot, &q_[static_cast<size_t>(j) * q_dim_ + h * hd_]);
   });
-  // the latent and the shared rotary key part, then each head's k_nope and v
+  per_head(mla_kb_[static_cast<size_t>(layer)].data(), nope, kvl, mla_heads_.data(), hd, 0, b, q_.data(), hd_, rot);
+  // the one cached key [k_pe | RMSNorm(latent)], whose latent part is also every head's value
   mm(L.kv_a, xn_prep_, xn_.data(), b, nullptr, mla_kva_.data());
   rows(b, [&](int j) {
-    rmsnorm(&mla_kva_[static_cast<size_t>(j) * kva], L.kv_a_norm.data(), kvl, c.eps, &mla_lat_[static_cast<size_t>(j) * kvl]);
+    const float* a = &mla_kva_[static_cast<size_t>(j) * kva];
+    float* k = &k_[static_cast<size_t>(j) * kv_dim_];
+    std::copy_n(a + kvl, rot, k);
+    rmsnorm(a, L.kv_a_norm.data(), kvl, c.eps, k + rot);
   });
-  if (stats_on_) add_stats(slot + 1, mla_lat_.data(), b, kvl);
-  prepare(mla_prep_, mla_lat_.data(), b, kvl);
-  mm(L.kv_b, mla_prep_, mla_lat_.data(), b, nullptr, mla_heads_.data());
-  rows(b, [&](int j) {
-    const float* pe = &mla_kva_[static_cast<size_t>(j) * kva + kvl];
-    for (int h = 0; h < nh; ++h) {
-      const float* src = &mla_heads_[(static_cast<size_t>(j) * nh + h) * (nope + vd)];
-      float* k = &k_[static_cast<size_t>(j) * kv_dim_ + static_cast<size_t>(h) * hd];
-      std::copy_n(pe, rot, k);
-      std::copy_n(src, nope, k + rot);
-      std::copy_n(src + nope, vd, &v_[static_cast<size_t>(j) * v_dim_ + static_cast<size_t>(h) * vd]);
+  if (stats_on_)  // (kv_b's input: the normed latent)
+    for (int j = 0; j < b; ++j) add_stats(slot + 1, &k_[static_cast<size_t>(j) * kv_dim_ + rot], 1, kvl);
+}
+
+void Decoder::mla_values(int layer, int b) {
+  const int vh = o_in_ / cfg_.n_heads;
+  per_head(mla_vbt_[static_cast<size_t>(layer)].data(), vd_, vh, att_.data(), vd_, 0, b, mla_out_.data(), vh, 0);
+}
+
+void Decoder::per_head(const float* w, int in, int out, const float* x, int x_step, int x_off, int b, float* y,
+                       int y_step, int y_off) {
+  const int nh = cfg_.n_heads, tiles = (b + kAttnItemQueries - 1) / kAttnItemQueries;
+  const AttnOps& ops = kAttnTable.ops(isa_);
+  const size_t per = static_cast<size_t>(in) * static_cast<size_t>(out);
+  const int64_t items = static_cast<int64_t>(nh) * tiles;
+  parallel_for(*pool_, items, 1, [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int h = static_cast<int>(i % nh), j0 = static_cast<int>(i / nh) * kAttnItemQueries;
+      const int m = std::min(kAttnItemQueries, b - j0);
+      const float* xs[kAttnItemQueries];
+      float* ys[kAttnItemQueries];
+      for (int r = 0; r < m; ++r) {
+        const size_t row = static_cast<size_t>(j0 + r) * nh + static_cast<size_t>(h);
+        xs[r] = x + row * static_cast<size_t>(x_step) + x_off;
+        ys[r] = y + row * static_cast<size_t>(y_step) + y_off;
+        std::fill_n(ys[r], out, 0.f);
+      }
+      ops.mix(xs, m, w + static_cast<size_t>(h) * per, static_cast<size_t>(out), in, out, ys);
     }
   });
 }
@@ -1071,8 +1121,8 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       }
       if (c.nope.empty() || !c.nope[l]) {
         const auto turn = c.rope_interleaved ? rope_interleaved : rope;
-        turn(&q_[j * q_dim_], c.n_heads, c.head_dim, half, cs);
-        turn(&k_[j * kv_dim_], c.n_kv_heads, c.head_dim, half, cs);
+        turn(&q_[j * q_dim_], c.n_heads, hd_, half, cs);
+        turn(&k_[j * kv_dim_], kv_heads_, hd_, half, cs);
       }
       if (c.attn_temp_scale != 0.f) {  // (llama.cpp's floor and log of floats, as transformers' float32 ones)
         const float t = 1.f + c.attn_temp_scale * std::log(std::floor(static_cast<float>(pos) /
@@ -1080,15 +1130,20 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
         for (int i = 0; i < q_dim_; ++i) q_[j * q_dim_ + i] *= t;
       }
       cache_row(k_cache_, l, pos, &k_[j * kv_dim_]);
-      cache_row(v_cache_, l, pos, &v_[j * v_dim_]);
+      if (v_cache_.dim > 0) cache_row(v_cache_, l, pos, &v_[j * v_dim_]);
     });
     {
       Stopwatch sw(timer(&StepTimes::attention_s));
       attention(l, b);
     }
-    if (stats_on_) add_stats(4 * l + 1, att_.data(), b, o_dim_);
-    prepare(att_prep_, att_.data(), b, o_dim_);
-    mm(L.o, att_prep_, att_.data(), b, L.bo.empty() ? nullptr : L.bo.data(), xn_.data());
+    const float* o_in = att_.data();
+    if (c.kv_lora > 0) {
+      mla_values(l, b);
+      o_in = mla_out_.data();
+    }
+    if (stats_on_) add_stats(4 * l + 1, o_in, b, o_in_);
+    prepare(att_prep_, o_in, b, o_in_);
+    mm(L.o, att_prep_, o_in, b, L.bo.empty() ? nullptr : L.bo.data(), xn_.data());
     rows(b, [&](int j) {
       float* xj = &x_[j * H];
       if (!L.attn_post_norm.empty()) rmsnorm(&xn_[j * H], L.attn_post_norm.data(), H, c.eps, &xn_[j * H]);

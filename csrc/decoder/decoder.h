@@ -141,10 +141,17 @@ struct DecoderConfig {
   // x)) (q_lora > 0) or q x; kv_a x is a latent [kv_lora] and one rotated key
   // part [rotary_dim] every head shares; kv_b(RMSNorm(latent)) gives each
   // head its unrotated key part [head_dim - rotary_dim] and its value
-  // [v_head_dim]. Heads are laid out rotated part first ([q_pe | q_nope],
-  // [k_pe | k_nope]: the same dot product as transformers' [nope | pe]), so
-  // RoPE turns the first rotary_dim dims as partial RoPE does, and the KV
-  // cache holds the decompressed keys and values (n_kv_heads = n_heads).
+  // [v_head_dim]. It runs absorbed, as llama.cpp's deepseek2 does: each
+  // head's query is [q_pe | W_k^T q_nope] (W_k its key rows of kv_b), the one
+  // cached key per position [k_pe | latent] and its value the latent (the
+  // same cached floats): multi-query attention over kv_lora + rotary_dim
+  // dims whose outputs each head's value rows of kv_b lift to v_head_dim.
+  // The same scores and outputs as transformers' decompressed heads (rotated
+  // part first: the same dot product as its [nope | pe]); RoPE turns the
+  // first rotary_dim dims as partial RoPE does; the KV cache holds
+  // kv_lora + rotary_dim elements per position and layer, not n_heads
+  // (head_dim + v_head_dim) (DeepSeek-V3: 576 against 40960). n_kv_heads
+  // is n_heads (transformers' view).
   int q_lora = 0, kv_lora = 0;
   // The value heads' dims (MLA's v_head_dim); 0: head_dim.
   int v_head_dim = 0;
@@ -380,7 +387,9 @@ class Decoder {
   int n_past_ = 0;
   int full_past_ = 0;  // positions cached in every layer (run_layers caches the first layers only)
   int q_dim_ = 0, kv_dim_ = 0;
-  int vd_ = 0, v_dim_ = 0, o_dim_ = 0;  // a value head's dims, a token's values', and its attention output's (n_heads vd_)
+  // The attention's key and value head dims and KV heads (latent attention: kv_lora + rotary_dim, kv_lora and
+  // one), a token's values' and attention outputs' widths (n_heads vd_), and o_proj's input width.
+  int hd_ = 0, vd_ = 0, kv_heads_ = 0, v_dim_ = 0, o_dim_ = 0, o_in_ = 0;
   size_t rows8_bytes_ = 0;
   bool experts_copied_ = false;
   int int8_chunk_ = kMaxBatch;  // tokens per int8 prefill chunk (set at load: more where every matrix allows)
@@ -403,12 +412,12 @@ class Decoder {
   // kv_dim apart, measured no slower or faster: docs/benchmarks.md).
   struct KvCache {
     WType type = WType::F32;
-    int dim = 0;  // a head's elements: head_dim (K), v_head_dim (V)
+    int heads = 0, dim = 0;  // its heads, and a head's elements
     ZeroPages<uint8_t> bytes;
     size_t elem() const { return static_cast<size_t>(wtype_info(type).block_bytes); }
     // Where head `head`'s element 0 at position `pos` of `layer` is.
     uint8_t* at(const DecoderConfig& c, int layer, int head, int pos) {
-      const size_t run = static_cast<size_t>(layer) * c.n_kv_heads + static_cast<size_t>(head);
+      const size_t run = static_cast<size_t>(layer) * static_cast<size_t>(heads) + static_cast<size_t>(head);
       return bytes.data() + ((run * c.max_ctx + static_cast<size_t>(pos)) * static_cast<size_t>(dim)) * elem();
     }
   };
@@ -419,9 +428,21 @@ class Decoder {
   std::vector<float> par_;  // parallel_block: each row's normed input, which the MLP reads after the attention
   std::vector<float> part_;  // a decode step's partial softmaxes, [head][span][v_head_dim + 2] (attention)
   // Multi-head latent attention's scratch: q_a's or the latent's normed rows
-  // [chunk, max(q_lora, kv_lora)], kv_a's [chunk, kv_lora + rotary_dim], q's
-  // and kv_b's as stored per head [chunk, n_heads * max(head_dim, nope + v_head_dim)].
-  std::vector<float> mla_lat_, mla_kva_, mla_heads_;
+  // [chunk, max(q_lora, kv_lora)], kv_a's [chunk, kv_lora + rotary_dim], q as
+  // stored per head [chunk, n_heads * head_dim], and the heads' values lifted
+  // out of the latent [chunk, n_heads * v_head_dim].
+  std::vector<float> mla_lat_, mla_kva_, mla_heads_, mla_out_;
+  // Per layer, kv_b_proj's key rows per head [n_heads][nope][kv_lora] and its value rows transposed
+  // [n_heads][kv_lora][v_head_dim], widened to float32 at load (the stored matrix is not read again).
+  std::vector<AlignedArray<float>> mla_kb_, mla_vbt_;
+  // y[j, h] (y_step floats apart per (token, head), from y_off) = sum over i < in of x[j, h][i] w_h[i] (x
+  // likewise), w_h the h-th [in, out] block of w, for b tokens and every head h: latent attention's
+  // per-head products, as attention's value sums (AttnOps::mix: each weight row loaded once for up to
+  // kAttnItemQueries tokens).
+  void per_head(const float* w, int in, int out, const float* x, int x_step, int x_off, int b, float* y,
+                int y_step, int y_off);
+  // Each head's value: its latent-space attention output in att_ times its value rows, into mla_out_.
+  void mla_values(int layer, int b);
   PreparedAct mla_prep_;
   // Multi-head latent attention's q, k and v of a chunk's b rows into q_, k_, v_ (decoder.h DecoderConfig).
   void mla_qkv(const LayerWeights& L, int layer, int b);
