@@ -205,8 +205,9 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       the routed ones), glm4moe (GLM-4.5, 4.5-Air, 4.6; its multi-token
       prediction layer carried, unread), minimax-m2 (MiniMax-M2, M2.1),
       deepseek2 (DeepSeek-V3, R1, V3.1, Kimi K2 with sigmoid gating;
-      DeepSeek-V2 with softmax: latent attention, attn_k_b and attn_v_b
-      joined into kv_b_proj),
+      GLM-4.7-Flash where the file keeps its MTP layer; DeepSeek-V2 with
+      softmax: latent attention, attn_k_b and attn_v_b joined into
+      kv_b_proj),
       seed_oss, glm4, cohere2 and command-r, and exaone
       (EXAONE 3.5, as the Llama it is);
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
@@ -344,8 +345,9 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
     - architectures: llama, mistral and mixtral (as llama.cpp's "llama"),
       qwen2, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, smollm3,
       granite, olmo2, mistral3, exaone4, olmoe, qwen2moe, glm4moe, minimax-m2,
-      deepseek2 (DeepSeek-V3 and V2: kv_b_proj split into attn_k_b and
-      attn_v_b, the MTP layer left out as llama.cpp's converter leaves it),
+      deepseek2 (DeepSeek-V3, V2 and GLM-4.7-Flash: kv_b_proj split into
+      attn_k_b and attn_v_b; V3's MTP layer left out as llama.cpp's
+      converter leaves it, GLM-4.7-Flash's kept),
       seed_oss, glm4, cohere2 and command-r, with llama.cpp's tensor names and layouts (q/k rows
       re-interleaved, experts stacked as ffn_*_exps, Gemma's norms as 1 + w,
       Phi-3's q/k/v and GLM-4's and Phi-3's gate/up joined as attn_qkv and

@@ -211,6 +211,7 @@ class GGUFArch:
     eom_token: str = ""  # and the end of a message (GLM-4.5's <|observation|>)
     layer_norm: bool = False  # LayerNorm, its eps under attention.layer_norm_epsilon (Cohere), not RMSNorm's key
     mla: bool = False  # latent attention: kv_b_proj crosses as attn_k_b and attn_v_b (MLA_KV_B)
+    drops_mtp: bool = False  # the converter leaves the multi-token prediction layers out (DeepSeek-V3's)
 
 
 # Latent attention's kv_b_proj (HF suffix) and the two llama.cpp tensors it crosses as (gguf_names' docstring)
@@ -232,6 +233,25 @@ _OLMO2 = {**{k: v for k, v in _dense(_QK_NORM).items()
 
 # Cohere's layer: one norm (attn_norm) before its parallel attention and MLP, no biases
 _COHERE = {k: v for k, v in _LLAMA.items() if not k.endswith(".bias") and not k.startswith("post_attention_")}
+
+# The multi-token prediction layer's own tensors (GLM-4.5's, GLM-4.7-Flash's), beside a whole layer's
+_NEXTN = {f"{h}.weight": f"nextn.{g}.weight" for h, g in (
+    ("eh_proj", "eh_proj"), ("enorm", "enorm"), ("hnorm", "hnorm"), ("embed_tokens", "embed_tokens"),
+    ("shared_head.norm", "shared_head_norm"), ("shared_head.head", "shared_head_head"))}
+# DeepSeek's layer as convert_hf_to_gguf's DeepseekV2Model names it, but kv_b_proj (MLA_KV_B) and the choice bias
+_DEEPSEEK2 = {**{k: v for k, v in _LLAMA.items() if not k.startswith("self_attn.") or k.startswith(
+                 ("self_attn.q_proj.weight", "self_attn.o_proj.weight"))},
+              "self_attn.q_a_proj.weight": "attn_q_a.weight", "self_attn.q_a_layernorm.weight": "attn_q_a_norm.weight",
+              "self_attn.q_b_proj.weight": "attn_q_b.weight",
+              "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
+              "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight", "mlp.gate.weight": "ffn_gate_inp.weight",
+              **{f"mlp.shared_experts.{k}_proj.weight": f"ffn_{k}_shexp.weight" for k in ("gate", "up", "down")}}
+_DEEPSEEK2_KEYS = frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
+                             "expert_weights_norm", "expert_gating_func", "expert_group_count",
+                             "expert_group_used_count", "attention.q_lora_rank", "attention.kv_lora_rank",
+                             "attention.key_length_mla", "attention.value_length_mla",
+                             "rope.scaling.yarn_log_multiplier"})
+_BIAS = {"mlp.gate.e_score_correction_bias": "exp_probs_b.bias"}
 
 ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("llama", "LlamaForCausalLM", "llama", True, _LLAMA),
@@ -318,9 +338,7 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight",
                      "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
                      **{f"mlp.shared_experts.{k}_proj.weight": f"ffn_{k}_shexp.weight" for k in ("gate", "up", "down")},
-                     **{f"{h}.weight": f"nextn.{g}.weight" for h, g in (
-                         ("eh_proj", "eh_proj"), ("enorm", "enorm"), ("hnorm", "hnorm"), ("embed_tokens", "embed_tokens"),
-                         ("shared_head.norm", "shared_head_norm"), ("shared_head.head", "shared_head_head"))}},
+                     **_NEXTN},
                     norm_after="post_attention_norm"),
              experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()},
              keys=frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
@@ -329,23 +347,18 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              eot_token="<|user|>", eom_token="<|observation|>"),
     # DeepSeek-V3, R1, Kimi K2 and (softmax-gated: expert_gating_func 1, or none) DeepSeek-V2: latent attention's
     # matrices one to one but kv_b_proj (MLA_KV_B), interleaved RoPE (llama.cpp's own: rows as they are) over
-    # rope.dimension_count dims, GLM-4.5's router and shared experts; llama.cpp's converter drops the MTP layer
-    *(GGUFArch("deepseek2", cls, mt, False,
-               {**{k: v for k, v in _LLAMA.items() if not k.startswith("self_attn.") or k.startswith(
-                   ("self_attn.q_proj.weight", "self_attn.o_proj.weight"))},
-                "self_attn.q_a_proj.weight": "attn_q_a.weight", "self_attn.q_a_layernorm.weight": "attn_q_a_norm.weight",
-                "self_attn.q_b_proj.weight": "attn_q_b.weight",
-                "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
-                "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight", "mlp.gate.weight": "ffn_gate_inp.weight",
-                **({"mlp.gate.e_score_correction_bias": "exp_probs_b.bias"} if mt == "deepseek_v3" else {}),
-                **{f"mlp.shared_experts.{k}_proj.weight": f"ffn_{k}_shexp.weight" for k in ("gate", "up", "down")}},
-               experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()},
-               keys=frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
-                               "expert_weights_norm", "expert_gating_func", "expert_group_count",
-                               "expert_group_used_count", "attention.q_lora_rank", "attention.kv_lora_rank",
-                               "attention.key_length_mla", "attention.value_length_mla",
-                               "rope.scaling.yarn_log_multiplier"}), mla=True)
-      for cls, mt in (("DeepseekV3ForCausalLM", "deepseek_v3"), ("DeepseekV2ForCausalLM", "deepseek_v2"))),
+    # rope.dimension_count dims, GLM-4.5's router and shared experts; llama.cpp's converter drops V3's MTP layer
+    GGUFArch("deepseek2", "DeepseekV3ForCausalLM", "deepseek_v3", False, {**_DEEPSEEK2, **_BIAS},
+             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()}, keys=_DEEPSEEK2_KEYS,
+             mla=True, drops_mtp=True),
+    GGUFArch("deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2", False, _DEEPSEEK2,
+             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()}, keys=_DEEPSEEK2_KEYS,
+             mla=True),
+    # GLM-4.7-Flash: DeepSeek-V3's, its MTP layer kept (nextn_predict_layers, counted in block_count) as GLM-4.5's
+    GGUFArch("deepseek2", "Glm4MoeLiteForCausalLM", "glm4_moe_lite", False, {**_DEEPSEEK2, **_BIAS, **_NEXTN},
+             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()},
+             keys=_DEEPSEEK2_KEYS | {"nextn_predict_layers"}, mla=True, eot_token="<|user|>",
+             eom_token="<|observation|>"),
     # Cohere 2 (Command R7B, Command A): one LayerNorm per layer (attn_norm) for its parallel attention and MLP,
     # rows as they are (llama.cpp turns interleaved pairs, as Cohere does), the head always the embedding; every
     # 4th layer full and unrotated by default, logit_scale a key

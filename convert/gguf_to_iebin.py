@@ -72,9 +72,12 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
     if key == "llama":
         moe = g.fields.get("llama.expert_count", 0)
         return GGUF_ARCHS_BY_CLASS["MixtralForCausalLM" if type(moe) is int and moe > 0 else "LlamaForCausalLM"]
-    if key == "deepseek2":  # DeepSeek-V3's router is sigmoid-gated, V2's softmax
-        return GGUF_ARCHS_BY_CLASS["DeepseekV3ForCausalLM" if _deepseek2_gating(g) == SIGMOID_GATING
-                                   else "DeepseekV2ForCausalLM"]
+    if key == "deepseek2":  # DeepSeek-V3's router is sigmoid-gated, V2's softmax; GLM-4.7-Flash's file keeps its MTP
+        if _deepseek2_gating(g) != SIGMOID_GATING:
+            return GGUF_ARCHS_BY_CLASS["DeepseekV2ForCausalLM"]
+        nextn = g.fields.get("deepseek2.nextn_predict_layers", 0)
+        return GGUF_ARCHS_BY_CLASS["Glm4MoeLiteForCausalLM" if type(nextn) is int and nextn > 0
+                                   else "DeepseekV3ForCausalLM"]
     if key == "olmo2":  # OLMo 3 is llama.cpp's olmo2 with a window
         swa = g.fields.get("olmo2.attention.sliding_window", 0)
         return GGUF_ARCHS_BY_CLASS["Olmo3ForCausalLM" if type(swa) is int and swa > 0 else "Olmo2ForCausalLM"]
@@ -563,7 +566,8 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    decoder_sparse_step=1, qkv_bias=any(t.name == "blk.0.attn_q.bias" for t in g.tensors),
                    moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int, 0) or ff // k,
                    shared_expert_intermediate_size=_field(g, f"{a}.expert_shared_feed_forward_length", int, 0) or ff)
-    if arch.hf_class in ("Glm4MoeForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM"):
+    if arch.hf_class in ("Glm4MoeForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM",
+                         "Glm4MoeLiteForCausalLM"):
         _glm4_moe_config(g, arch, cfg)
     if arch.hf_class == "MiniMaxM2ForCausalLM":  # (llama.cpp's minimax-m2 graph aborts without the key)
         _sigmoid_gated(g, arch, None)
@@ -616,8 +620,12 @@ def _glm4_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     if a == "glm4moe":
         cfg.update(use_qk_norm="blk.0.attn_q_norm.weight" in names, attention_bias="blk.0.attn_q.bias" in names)
         return
-    cfg.pop("num_nextn_predict_layers")  # (llama.cpp's converter drops DeepSeek's MTP layer; none is read)
     cfg.update(scoring_func="softmax" if v2 else "sigmoid", topk_method="greedy" if v2 else "noaux_tc")
+    if arch.hf_class == "Glm4MoeLiteForCausalLM":  # its dense layers per layer; first_k_dense_replace as the Hub's
+        first = cfg["first_k_dense_replace"]
+        cfg["mlp_layer_types"] = ["dense" if i < first else "sparse" for i in range(cfg["num_hidden_layers"])]
+        return
+    cfg.pop("num_nextn_predict_layers")  # (llama.cpp's converter drops DeepSeek's MTP layer; none is read)
     if v2 and cfg["norm_topk_prob"]:
         raise FormatError(g.path, f"{a}.expert_weights_norm", "true with softmax gating: DeepSeek-V2's router never "
                                                               "renormalises (transformers' DeepseekV2 has no such "

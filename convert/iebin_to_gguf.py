@@ -330,6 +330,10 @@ def _check_mla(where: str, spec: DecoderSpec, scaling: dict[str, Any] | None, ki
                       "checkpoints' layout)")
     if kind not in ("default", "yarn"):
         raise IEError(f"{where}.rope_scaling: {kind}; llama.cpp's deepseek2 reads YaRN or no scaling")
+    moe = spec.moe
+    if moe is not None and any(moe.layers) and not all(moe.layers[moe.layers.index(True):]):
+        raise IEError(f"{where}.mlp_layer_types: dense layers after one with experts; llama.cpp's deepseek2 has "
+                      "dense layers only before the first (leading_dense_block_count)")
     if not spec.q_lora and not (spec.n_layers in (26, 27) or spec.n_layers == 48 and spec.vocab == 128256):
         raise IEError(f"{where}.q_lora_rank: none; llama.cpp's deepseek2 reads a q_proj (no q_lora_rank) only in "
                       f"V2-Lite's shapes (26 or 27 layers, or 48 with a 128256 vocabulary), and this has "
@@ -630,10 +634,10 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
 
 
 def _mtp_written(arch: GGUFArch, spec: DecoderSpec) -> int:
-    """The multi-token prediction layers an export writes: GLM-4.5's; none of
-    DeepSeek-V3's, which llama.cpp's converter drops (its deepseek2 file has
-    no place for them: the layer computes no logit of the model's)."""
-    return 0 if arch.mla else spec.mtp_layers
+    """The multi-token prediction layers an export writes: GLM-4.5's and
+    GLM-4.7-Flash's; none of DeepSeek-V3's, which llama.cpp's converter
+    drops (GGUFArch.drops_mtp: the layer computes no logit of the model's)."""
+    return 0 if arch.drops_mtp else spec.mtp_layers
 
 
 def _mla_kv(kv: dict[str, Any], a: str, spec: DecoderSpec, scaling: dict[str, Any] | None) -> None:

@@ -143,6 +143,9 @@ ARCHS = {
     # models/deepseek_v2 (DeepSeek-V2-Lite, V2): the same attention (interleaved RoPE always); the top-k of the
     # softmax over all experts, never renormalised, times routed_scaling_factor
     "DeepseekV2ForCausalLM": Arch(moe="deepseek_v2", mla=True, rope_interleaved=True),
+    # models/glm4_moe_lite (GLM-4.7-Flash): DeepSeek-V3's attention, GLM-4.5's router and shared experts; its dense
+    # layers where mlp_layer_types says "dense" (the first alone by default); the MTP layers left unread
+    "Glm4MoeLiteForCausalLM": Arch(moe="glm4_moe_lite", mla=True, rope_interleaved=True),
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -166,7 +169,7 @@ MOE_NAMES["glm4_moe"] = {**MOE_NAMES["qwen3_moe"], "expert_bias": "mlp.gate.e_sc
                          "shared_up": "mlp.shared_experts.up_proj.weight",
                          "shared_down": "mlp.shared_experts.down_proj.weight"}
 # DeepSeek-V3's: GLM-4.5's; DeepSeek-V2's the same without the choice bias.
-MOE_NAMES["deepseek_v3"] = MOE_NAMES["glm4_moe"]
+MOE_NAMES["deepseek_v3"] = MOE_NAMES["glm4_moe_lite"] = MOE_NAMES["glm4_moe"]
 MOE_NAMES["deepseek_v2"] = {k: v for k, v in MOE_NAMES["glm4_moe"].items() if k != "expert_bias"}
 # The config classes' defaults of the keys GLM-4.5's and DeepSeek's routers read (a config.json without them).
 ROUTER_DEFAULTS = {"glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
@@ -174,7 +177,10 @@ ROUTER_DEFAULTS = {"glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 
                    "deepseek_v3": {"first_k_dense_replace": 3, "n_shared_experts": 1, "n_group": 8, "topk_group": 4,
                                    "routed_scaling_factor": 2.5},
                    "deepseek_v2": {"first_k_dense_replace": 0, "n_shared_experts": 2, "n_group": 1, "topk_group": 1,
-                                   "routed_scaling_factor": 1.0}}
+                                   "routed_scaling_factor": 1.0},
+                   # (its dense layers: mlp_layer_types, not first_k_dense_replace)
+                   "glm4_moe_lite": {"n_shared_experts": 1, "n_group": 1, "topk_group": 1,
+                                     "routed_scaling_factor": 1.8}}
 # MiniMax-M2's: Mixtral's, and the block's choice bias.
 MOE_NAMES["minimax_m2"] = {**MOE_NAMES["mixtral"], "expert_bias": "block_sparse_moe.e_score_correction_bias"}
 # Qwen2-MoE's shared expert: a SwiGLU MLP (bound as the layer's dense gate/up/down) and its gate, a [1, hidden] row.
@@ -640,9 +646,10 @@ def _nope(arch: Arch, cfg: dict, windows: tuple[int, ...], meta_path: Path) -> t
 
 
 def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | None:
-    """The routing of gpt-oss, Mixtral, Qwen3-MoE, Qwen2-MoE, OLMoE, GLM-4.5
-    and MiniMax-M2, from their config keys (configuration_gpt_oss / _mixtral
-    / _qwen3_moe / _qwen2_moe / _olmoe / _glm4_moe / _minimax_m2)."""
+    """The routing of gpt-oss, Mixtral, Qwen3-MoE, Qwen2-MoE, OLMoE, GLM-4.5,
+    MiniMax-M2, DeepSeek-V3 and V2 and GLM-4.7-Flash, from their config keys
+    (configuration_gpt_oss / _mixtral / _qwen3_moe / _qwen2_moe / _olmoe /
+    _glm4_moe / _minimax_m2 / _deepseek_v3 / _deepseek_v2 / _glm4_moe_lite)."""
     if arch.moe is None:
         return None
     qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe in ROUTER_DEFAULTS  # (glm: GLM-4.5's or DeepSeek's)
@@ -684,9 +691,12 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         shared = _int(cfg, meta_path, "shared_expert_intermediate_size", section="config")
     if glm:
         dflt = ROUTER_DEFAULTS[arch.moe]
-        first = _int(cfg, meta_path, "first_k_dense_replace", dflt["first_k_dense_replace"], section="config",
-                     allow_zero=True)
-        layers = tuple(i >= first for i in range(n_layers))
+        if arch.moe == "glm4_moe_lite":
+            layers = _mlp_layer_types(cfg, n_layers, meta_path)
+        else:
+            first = _int(cfg, meta_path, "first_k_dense_replace", dflt["first_k_dense_replace"], section="config",
+                         allow_zero=True)
+            layers = tuple(i >= first for i in range(n_layers))
         shared = inter * _int(cfg, meta_path, "n_shared_experts", dflt["n_shared_experts"], section="config",
                               allow_zero=True)
         groups = _int(cfg, meta_path, "n_group", dflt["n_group"], section="config")
@@ -749,7 +759,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     mla, rot = {}, head_dim
     if arch.mla:
         mla, head_dim, rot = _mla(cfg, heads, n_kv, meta_path)
-        if cfg.get("rope_interleave") is False and arch.moe == "deepseek_v3":  # (DeepseekV3Config's option)
+        if cfg.get("rope_interleave") is False and arch.moe != "deepseek_v2":  # (DeepseekV3Config's option, and GLM-4.7-Flash's)
             arch = replace(arch, rope_interleaved=False)
     n_layers = _int(m, meta_path, "num_hidden_layers")
     windows = _windows(arch, cfg, n_layers, meta_path)
@@ -788,9 +798,21 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         **({"logits_scaling": 1.0 / _positive(cfg, meta_path, "logit_scale", 0.0625, section="config")}
            if arch.cohere else {}),
         mtp_layers=_int(cfg, meta_path, "num_nextn_predict_layers", 0, section="config", allow_zero=True)
-        if arch.moe in ("glm4_moe", "deepseek_v3") else 0, **mla)
+        if arch.moe in ("glm4_moe", "deepseek_v3", "glm4_moe_lite") else 0, **mla)
     _check_all_used(spec, meta.get("tensors") or [], meta_path)
     return spec
+
+
+def _mlp_layer_types(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> tuple[bool, ...]:
+    """Glm4MoeLiteConfig's per-layer "dense" / "sparse" (experts), the first
+    layer dense and the others sparse where the config has none."""
+    types = cfg.get("mlp_layer_types")
+    if types is None:
+        return tuple(i > 0 for i in range(n_layers))
+    if not isinstance(types, list) or len(types) != n_layers or any(t not in ("dense", "sparse") for t in types):
+        got = f"{len(types)} entries" if isinstance(types, list) and len(types) != n_layers else repr(types)[:80]
+        raise IEError(f"{meta_path}: config.mlp_layer_types: expected {n_layers} of 'dense' or 'sparse', got {got}")
+    return tuple(t == "sparse" for t in types)
 
 
 def _mla(cfg: dict[str, Any], heads: int, n_kv: int, meta_path: Path) -> tuple[dict[str, Any], int, int]:

@@ -140,6 +140,8 @@ from transformers import (  # noqa: E402
     Cohere2ForCausalLM,
     Glm4ForCausalLM,
     Glm4MoeConfig,
+    Glm4MoeLiteConfig,
+    Glm4MoeLiteForCausalLM,
     DeepseekV2Config,
     DeepseekV2ForCausalLM,
     DeepseekV3Config,
@@ -228,6 +230,7 @@ DEEPSEEK_V3_ROPE = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "
 # Latent attention's dims on a toy: 4 heads of 16 unrotated + 8 rotated q/k dims and 12 value dims (v_head_dim
 # apart from qk_nope_head_dim, as no real model has it, so a mix-up shows), a latent of 32
 MLA_DIMS = dict(kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, num_key_value_heads=4)
+GLM4_MOE_LITE_SEED = SEED + 90  # its greedy cases run 16 tokens with margins >= 0.014
 GLM4_MOE_SEED = SEED + 63  # the first from SEED + 60 whose greedy cases run 16 tokens with margins >= 0.02
 QWEN2_MOE_SEED = SEED + 54  # the first from SEED + 52 whose greedy cases run 16 tokens with margins >= 0.02
 COHERE_SEED = SEED + 51  # the first from SEED + 48 whose greedy cases run 16 tokens with margins >= 0.01
@@ -846,6 +849,28 @@ def make_deepseek_v3(tok) -> None:
     assert_feature_matters(DeepseekV3ForCausalLM, out, logits, "the groups of experts", n_group=1, topk_group=1)
 
 
+def make_glm4_moe_lite(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    # GLM-4.7-Flash's layer: DeepSeek-V3's latent attention (q_lora) with GLM-4.5's router (x 1.8, one group)
+    # beside a shared expert; layer 0 dense (mlp_layer_types); then the MTP layer transformers leaves unread.
+    # first_k_dense_replace and num_nextn_predict_layers as the Hub's config states them beside mlp_layer_types
+    # (llama.cpp's converter reads those)
+    cfg = Glm4MoeLiteConfig(**{**dims, **MLA_DIMS}, q_lora_rank=24, n_routed_experts=4, num_experts_per_tok=2,
+                            moe_intermediate_size=32, n_shared_experts=1, routed_scaling_factor=1.8,
+                            norm_topk_prob=True, n_group=1, topk_group=1, mlp_layer_types=["dense", "sparse"],
+                            tie_word_embeddings=False, pad_token_id=None,
+                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg.architectures = ["Glm4MoeLiteForCausalLM"]
+    cfg.first_k_dense_replace, cfg.num_nextn_predict_layers = 1, 1
+    out = HF_DIR / "tiny-glm4-moe-lite"
+    logits = save_model(tok, out.name, Glm4MoeLiteForCausalLM, cfg, GLM4_MOE_LITE_SEED, torch.bfloat16,
+                        after_init=_deepseek_v3_biases)
+    add_mtp_layer(out, 2, 1, GLM4_MOE_LITE_SEED)
+    glm4_tokenizer(out, ("[gMASK]", "<|endoftext|>", "<|user|>", "<|observation|>"))
+    assert_feature_matters(Glm4MoeLiteForCausalLM, out, logits, "routed_scaling_factor", routed_scaling_factor=1.0)
+
+
 def make_deepseek_v2(tok) -> None:
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     # DeepSeek-V2-Lite's layout: no q_lora_rank (q_proj), 27 layers (llama.cpp reads a model without q_lora_rank
@@ -1204,6 +1229,7 @@ def main() -> None:
     make_minimax_m2(tok)
     make_deepseek_v3(tok)
     make_deepseek_v2(tok)
+    make_glm4_moe_lite(tok)
     make_seed_oss(tok)
     make_glm4(tok)
     make_cohere2(tok)

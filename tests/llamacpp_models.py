@@ -32,7 +32,7 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-olmo2": "olmo2", "tiny-olmo3": "olmo2", "tiny-ministral3": "mistral3",
            "tiny-exaone4": "exaone4", "tiny-olmoe": "olmoe", "tiny-qwen2-moe": "qwen2moe",
            "tiny-glm4-moe": "glm4moe", "tiny-minimax-m2": "minimax-m2", "tiny-deepseek-v3": "deepseek2",
-           "tiny-deepseek-v2": "deepseek2",
+           "tiny-deepseek-v2": "deepseek2", "tiny-glm4-moe-lite": "deepseek2",
            "tiny-seed-oss": "seed_oss", "tiny-glm4": "glm4",
            "tiny-cohere2": "cohere2", "tiny-cohere": "command-r"}
 
@@ -97,7 +97,7 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
                                              "tiny-gemma3", "tiny-gemma2", "tiny-smollm3",
                                              "tiny-granite", "tiny-olmo2", "tiny-olmo3", "tiny-ministral3",
                                              "tiny-exaone4", "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe",
-                                             "tiny-minimax-m2", "tiny-deepseek-v2",
+                                             "tiny-minimax-m2", "tiny-deepseek-v2", "tiny-glm4-moe-lite",
                                              "tiny-seed-oss", "tiny-glm4",
                                              "tiny-cohere2", "tiny-cohere")}
     out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)

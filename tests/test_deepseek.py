@@ -194,3 +194,54 @@ def test_gptq_quantizes_latent_attention_and_the_export_takes_it(tmp_path, seque
     assert _rel(_logits(tmp_path / "g"), ref) < 0.05
     res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", tmp_path / "g", "--out", tmp_path / "g.gguf")
     assert res.returncode == 0, res.stderr
+
+
+LITE = GOLDEN_IEBIN / "tiny-glm4-moe-lite"
+
+
+def test_glm_4_7_flash_imports_with_its_mtp_layer(tmp_path):
+    """A deepseek2 file that keeps an MTP layer (nextn_predict_layers) is GLM-4.7-Flash's:
+    Glm4MoeLiteForCausalLM, its dense layers as mlp_layer_types, the MTP layer carried unread."""
+    g = GOLDEN / "gguf" / "llamacpp" / "tiny-glm4-moe-lite.gguf"
+    res = run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", g, "--out-dir", tmp_path / "m")
+    assert res.returncode == 0, res.stderr
+    cfg = json.loads((tmp_path / "m/config.json").read_text())
+    assert (cfg["architectures"], cfg["mlp_layer_types"], cfg["num_nextn_predict_layers"], cfg["num_hidden_layers"]) \
+        == (["Glm4MoeLiteForCausalLM"], ["dense", "sparse"], 1, 2)
+    meta = json.loads((tmp_path / "m/model.ie.json").read_text())
+    assert any(t["name"] == "model.layers.2.eh_proj.weight" for t in meta["tensors"])
+    ref = np.load(GOLDEN / "ref/tiny-glm4-moe-lite/logits.npy").astype(np.float64)
+    assert _rel(np.asarray(Decoder(tmp_path / "m", act="f32").logits(IDS, start=0), np.float64), ref) < 5e-5
+
+
+@pytest.mark.parametrize("types", [["dense"], ["dense", "moe"], "dense"])
+def test_mlp_layer_types_of_the_wrong_shape_are_one_error(tmp_path, types):
+    d = edited_artifact(LITE, tmp_path / "m", lambda m: reconfigure(m, mlp_layer_types=types))
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"), "config.mlp_layer_types")
+
+
+def test_export_refuses_dense_layers_after_routed_ones(tmp_path):
+    """llama.cpp's deepseek2 has dense layers only before the first with experts."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    hf = tmp_path / "hf"
+    shutil.copytree(GOLDEN / "hf" / "tiny-glm4-moe-lite", hf)
+    cfg = json.loads((hf / "config.json").read_text())
+    cfg.update(mlp_layer_types=["sparse", "dense"])
+    (hf / "config.json").write_text(json.dumps(cfg))
+    from gguf_build import hf_tensors
+
+    t = hf_tensors(GOLDEN / "hf" / "tiny-glm4-moe-lite")
+    swap = {k.replace("layers.0.", "layers.9."): v for k, v in t.items() if k.startswith("model.layers.0.mlp.")}
+    t = {k: v for k, v in t.items() if not k.startswith("model.layers.0.mlp.")}
+    t.update({k.replace("layers.1.", "layers.0."): v for k, v in t.items() if k.startswith("model.layers.1.mlp.")})
+    t = {k: v for k, v in t.items() if not k.startswith("model.layers.1.mlp.")}
+    t.update({k.replace("layers.9.", "layers.1."): v for k, v in swap.items()})
+    (hf / "model.safetensors").unlink()
+    save_file({k: np.ascontiguousarray(v) for k, v in t.items()}, str(hf / "model.safetensors"))
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", hf, "--out-dir", tmp_path / "m")
+    assert res.returncode == 0, res.stderr
+    res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", tmp_path / "m", "--out", tmp_path / "m.gguf")
+    assert_one_line_error(res, "config.mlp_layer_types")

@@ -43,7 +43,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
                                   "tiny-smollm3", "tiny-granite", "tiny-olmo2",
                                   "tiny-olmo3", "tiny-ministral3", "tiny-exaone4",
                                   "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe", "tiny-minimax-m2", "tiny-seed-oss",
-                                  "tiny-deepseek-v3", "tiny-deepseek-v2",
+                                  "tiny-deepseek-v3", "tiny-deepseek-v2", "tiny-glm4-moe-lite",
                                   "tiny-glm4", "tiny-cohere2",
                                   "tiny-cohere"])
 def test_a_gguf_comes_back_as_its_checkpoint(tmp_path, models, name):

@@ -30,6 +30,7 @@ CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss
            "tiny-exaone4": {}, "tiny-olmoe": {}, "tiny-qwen2-moe": {}, "tiny-glm4-moe": {},
            "tiny-minimax-m2": {"rotary_dim": 8, "scoring_func": "sigmoid"},
            "tiny-seed-oss": {}, "tiny-glm4": {}, "tiny-deepseek-v3": {}, "tiny-deepseek-v2": {},
+           "tiny-glm4-moe-lite": {"scoring_func": "sigmoid"},
            "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}}
 # what an export needs beyond the defaults: tiny-phi3's window of 6, which llama.cpp's phi3 does not apply
 EXPORT_ARGS = {"tiny-phi3": ["--allow-full-attention"]}
@@ -103,7 +104,7 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
     if name == "tiny-glm4":  # its <|endoftext|> and <|user|>, at which llama.cpp stops too
         differ |= {"eos_ids"}
         assert sb.eos_ids == sa.eos_ids | {318, 319}
-    if name == "tiny-glm4-moe":  # GLM-4.5's <|endoftext|>, <|user|> and <|observation|> likewise
+    if name in ("tiny-glm4-moe", "tiny-glm4-moe-lite"):  # GLM-4.5's <|endoftext|>, <|user|> and <|observation|> likewise
         differ |= {"eos_ids"}
         assert sb.eos_ids == sa.eos_ids | {317, 318, 319}
     if name == "tiny-deepseek-v3":

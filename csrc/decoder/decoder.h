@@ -2,10 +2,10 @@
 // Phi-3, SmolLM3, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
 // GLM-4, Cohere and Cohere 2, and the mixture-of-experts models gpt-oss,
 // Qwen3-MoE, Qwen2-MoE, GLM-4.5, MiniMax-M2, OLMoE, Mixtral, DeepSeek-V2 and
-// V3): RMSNorm, RoPE (rotate-half or interleaved
+// V3, GLM-4.7-Flash): RMSNorm, RoPE (rotate-half or interleaved
 // pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
 // second table for sliding layers; layers without RoPE), grouped-query
-// attention (or DeepSeek's multi-head latent attention, decompressed into it)
+// attention (or DeepSeek's multi-head latent attention, absorbed into multi-query attention over its latent)
 // over a float32 or float16 KV cache with optional per-head or whole
 // q/k norms, attention sinks and per-layer sliding windows, a SwiGLU or
 // GELU-gated MLP or a routed set of experts (beside a shared one), optional norms of the attention
