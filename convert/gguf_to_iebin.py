@@ -568,7 +568,7 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    shared_expert_intermediate_size=_field(g, f"{a}.expert_shared_feed_forward_length", int, 0) or ff)
     if arch.hf_class in ("Glm4MoeForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM",
                          "Glm4MoeLiteForCausalLM"):
-        _glm4_moe_config(g, arch, cfg)
+        _v3_router_config(g, arch, cfg)
     if arch.hf_class == "MiniMaxM2ForCausalLM":  # (llama.cpp's minimax-m2 graph aborts without the key)
         _sigmoid_gated(g, arch, None)
         cfg.update(intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int, cfg["intermediate_size"]))
@@ -592,12 +592,14 @@ def _sigmoid_gated(g: GGUFModel, arch: GGUFArch, default: int | None) -> None:
                                        "and it has no other")
 
 
-def _glm4_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
-    """GLM-4.5's router and layers as Glm4MoeConfig says them, with what
-    llama.cpp's glm4moe graph does where a key is missing: no leading dense
-    layer, sigmoid gating, weights neither renormalised nor scaled, one
-    group. The multi-token prediction layers are counted in block_count;
-    num_hidden_layers is the trunk (transformers' count)."""
+def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """DeepSeek-V3's router and layers (GLM-4.5's, GLM-4.7-Flash's; and
+    DeepSeek-V2's softmax one) as their configs say them, with what
+    llama.cpp's graphs do where a key is missing: no leading dense layer,
+    sigmoid gating (glm4moe; deepseek2 as its loader decides), weights
+    neither renormalised nor scaled, one group. The multi-token prediction
+    layers are counted in block_count; num_hidden_layers is the trunk
+    (transformers' count)."""
     a = arch.gguf
     v2 = arch.hf_class == "DeepseekV2ForCausalLM"  # (_arch_of: softmax-gated)
     if not v2:
@@ -1006,6 +1008,18 @@ def _floats(g: GGUFModel, p: _Tensor, r0: int, part: np.ndarray) -> np.ndarray:
     return w - np.float32(p.shift) if p.shift else w
 
 
+def _float_rows(g: GGUFModel, p: _Tensor, progress: Progress) -> Iterator[np.ndarray]:
+    """The tensor's values as float32 rows in output order, a few MiB at a
+    time (latent attention's kv_b_proj whole, assembled from its two
+    sources: a layer's is small)."""
+    if p.mla:
+        progress.advance(p.in_nbytes)
+        yield _mla_floats(g, p)
+        return
+    for r0, part in _row_blocks(g, p, progress):
+        yield _floats(g, p, r0, part)
+
+
 def tensor_chunks(g: GGUFModel, p: _Tensor, progress: Progress, error: QuantError | None = None,
             allow_nonfinite: bool = False) -> Iterator[bytes]:
     """The tensor's output bytes, streamed (a quantized one's predicted loss
@@ -1013,29 +1027,17 @@ def tensor_chunks(g: GGUFModel, p: _Tensor, progress: Progress, error: QuantErro
     (finite.py) before it is passed on: a float's elements unless
     ``allow_nonfinite``, a block's scales always; what is dequantized was
     checked by ``_floats`` already."""
-    if p.mla:
-        w = _mla_floats(g, p)
-        progress.advance(p.in_nbytes)
+    if p.mode in ("quantize", "dequant"):
+        rows = _float_rows(g, p, progress)
         if p.mode == "quantize":
-            yield from (piece.tobytes() for piece in SCHEMES[p.dtype].stream(iter([w]), p.params, p.shape[0], p.name,
+            yield from (piece.tobytes() for piece in SCHEMES[p.dtype].stream(rows, p.params, p.shape[0], p.name,
                                                                                p.importance, error))
         else:
-            yield encode_f32(w, p.dtype)
+            yield from (encode_f32(w, p.dtype) for w in rows)
         return
-    if p.mode == "quantize":
-        rows = (_floats(g, p, r0, part) for r0, part in _row_blocks(g, p, progress))
-        yield from (piece.tobytes() for piece in SCHEMES[p.dtype].stream(rows, p.params, p.shape[0], p.name,
-                                                                           p.importance, error))
-        return
-    check = checker({"dtype": p.dtype, "shape": p.shape}, g.path, p.src.name, allow_nonfinite) \
-        if p.mode != "dequant" else None
-    for r0, part in _row_blocks(g, p, progress):
-        if p.mode == "copy":
-            out = part.tobytes()
-        elif p.mode == "cast":
-            out = cast_bytes(part.tobytes(), FLOATS[p.src.ggml_type], p.dtype)
-        else:
-            out = encode_f32(_floats(g, p, r0, part), p.dtype)
-        if check is not None:
+    check = checker({"dtype": p.dtype, "shape": p.shape}, g.path, p.src.name, allow_nonfinite)
+    for _r0, part in _row_blocks(g, p, progress):
+        out = part.tobytes() if p.mode == "copy" else cast_bytes(part.tobytes(), FLOATS[p.src.ggml_type], p.dtype)
+        if check is not None:  # (none: a float's elements with allow_nonfinite)
             check(out)
         yield out

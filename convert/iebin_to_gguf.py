@@ -271,8 +271,9 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     derived = yarn_attention_factor(float(scaling["factor"])) if kind == "yarn" else 1.0
     if (log_mul := _yarn_log_multiplier(arch, scaling)) is not None:  # llama.cpp's mistral3: mscale 1 over this
         derived /= yarn_attention_factor(float(scaling["factor"]), log_mul)
-    if arch.mla:
-        derived = _check_mla(where, spec, scaling, kind)
+    if arch.mla:  # (llama.cpp's deepseek2 takes mscale to be mscale_all_dim: cos and sin unscaled)
+        _check_mla(where, spec, scaling, kind)
+        derived = 1.0
     if kind == "yarn" and not math.isclose(spec.rope_scale, derived, rel_tol=1e-6):
         raise IEError(f"{where}.rope_scaling: YaRN with an attention factor of {spec.rope_scale:.6g} (from its "
                       f"attention_factor/mscale) is not expressed by llama.cpp's keys, which derive {derived:.6g}")
@@ -320,11 +321,9 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     return warnings
 
 
-def _check_mla(where: str, spec: DecoderSpec, scaling: dict[str, Any] | None, kind: str) -> float:
-    """What llama.cpp's deepseek2 cannot run as the decoder does; returns
-    the factor on cos and sin it derives (1: it takes YaRN's mscale to be
-    mscale_all_dim, whose factor squared it puts on the scores, as
-    transformers does)."""
+def _check_mla(where: str, spec: DecoderSpec, scaling: dict[str, Any] | None, kind: str) -> None:
+    """What llama.cpp's deepseek2 cannot run as the decoder does (one line
+    naming the config key)."""
     if not spec.arch.rope_interleaved:
         raise IEError(f"{where}.rope_interleave: false; llama.cpp's deepseek2 turns interleaved pairs (the Hub "
                       "checkpoints' layout)")
@@ -341,7 +340,6 @@ def _check_mla(where: str, spec: DecoderSpec, scaling: dict[str, Any] | None, ki
     if kind == "yarn" and not scaling.get("mscale_all_dim"):
         raise IEError(f"{where}.rope_scaling.mscale_all_dim: none; llama.cpp's deepseek2 would scale the scores "
                       "by YaRN's factor squared, which transformers applies only with mscale_all_dim")
-    return 1.0
 
 
 def _yarn_log_multiplier(arch: GGUFArch, scaling: dict[str, Any] | None) -> float | None:
@@ -425,7 +423,7 @@ def _split_kv_b(plan: _Plan, pre: str, i: int) -> None:
         raise IEError(f"{plan.model.meta_path}: {plan.where(e['name'])}: dtype {e['dtype']!r}; llama.cpp's attn_k_b "
                       "holds this matrix transposed per head, which a block type's rows cannot be: keep it float "
                       "(a q4_manifest rule for kv_b_proj)")
-    h, nope, v, lat = s.n_heads, s.head_dim - 2 * len(s.inv_freq), s.v_dim, s.kv_lora
+    h, nope, v, lat = s.n_heads, s.head_dim - s.rotary_dim, s.v_dim, s.kv_lora
     row = (np.arange(h)[:, None] * (nope + v))  # each head's first row
     k_b = ((row[:, :, None] + np.arange(nope)[None, None, :]) * lat + np.arange(lat)[None, :, None]).reshape(-1)
     v_b = ((row + nope + np.arange(v)[None, :])[:, :, None] * lat + np.arange(lat)[None, None, :]).reshape(-1)
@@ -549,7 +547,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv[f"{a}.attention.head_count_kv"] = spec.n_kv_heads
     kv[f"{a}.attention.key_length"] = spec.head_dim
     kv[f"{a}.attention.value_length"] = spec.head_dim
-    kv[f"{a}.rope.dimension_count"] = 2 * len(spec.inv_freq)  # the rotated dims (partial RoPE: fewer than head_dim)
+    kv[f"{a}.rope.dimension_count"] = spec.rotary_dim  # (partial RoPE, latent attention: fewer than head_dim)
     kv[f"{a}.rope.freq_base"] = float(m.get("rope_theta") or 10000.0)
     kv[f"{a}.attention.layer_norm_{'epsilon' if arch.layer_norm else 'rms_epsilon'}"] = float(spec.eps)
     kv[f"{a}.vocab_size"] = spec.vocab
@@ -646,9 +644,8 @@ def _mla_kv(kv: dict[str, Any], a: str, spec: DecoderSpec, scaling: dict[str, An
     kv_lora_rank + rope dims, value_length kv_lora_rank), the decompressed
     heads' dims as key_length_mla / value_length_mla, YaRN's mscale_all_dim
     as 0.1 times it (llama.cpp's deepseek2 divides it back)."""
-    rot = 2 * len(spec.inv_freq)
     kv[f"{a}.attention.head_count_kv"] = 1
-    kv[f"{a}.attention.key_length"] = spec.kv_lora + rot
+    kv[f"{a}.attention.key_length"] = spec.kv_lora + spec.rotary_dim
     kv[f"{a}.attention.value_length"] = spec.kv_lora
     if spec.q_lora:
         kv[f"{a}.attention.q_lora_rank"] = spec.q_lora

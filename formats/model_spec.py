@@ -301,6 +301,11 @@ class DecoderSpec:
         """A value head's dims (head_dim but with latent attention)."""
         return self.v_head_dim or self.head_dim
 
+    @property
+    def rotary_dim(self) -> int:
+        """The dims of a q/k head RoPE turns (head_dim but for partial RoPE and latent attention)."""
+        return 2 * len(self.inv_freq)
+
 
 def rope_for_context(s: DecoderSpec, ctx: int) -> np.ndarray:
     """The frequencies a decoder of ``ctx`` positions rotates by: LongRoPE's
@@ -981,7 +986,7 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
 
 def _mla_parts(s: DecoderSpec, pre: str) -> list[Part]:
     """Latent attention's weights (DecoderSpec.q_lora .. v_head_dim) and o_proj."""
-    rot = 2 * len(s.inv_freq)
+    rot = s.rotary_dim
     q_dim = s.n_heads * s.head_dim
     if s.q_lora:
         parts = [Part("q_a", f"{pre}{MLA_MATRICES['q_a']}.weight", (s.q_lora, s.hidden)),

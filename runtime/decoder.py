@@ -85,7 +85,7 @@ def kv_elements(s: DecoderSpec) -> tuple[int, int]:
     latent attention's one key (kv_lora + rope dims) whose latent part is
     also the values (csrc/decoder/decoder.h DecoderConfig::kv_lora)."""
     if s.arch.mla:
-        return s.kv_lora + 2 * len(s.inv_freq), 0
+        return s.kv_lora + s.rotary_dim, 0
     return s.n_kv_heads * s.head_dim, s.n_kv_heads * s.v_dim
 
 

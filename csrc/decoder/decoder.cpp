@@ -328,7 +328,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   kv_heads_ = mla ? 1 : c.n_kv_heads;
   q_dim_ = c.n_heads * hd_;
   kv_dim_ = kv_heads_ * hd_;
-  v_dim_ = kv_heads_ * vd_;
+  v_dim_ = mla ? 0 : kv_heads_ * vd_;  // (latent attention's values: its keys' latent part, cached once)
   o_dim_ = c.n_heads * vd_;
   o_in_ = c.n_heads * (c.v_head_dim > 0 ? c.v_head_dim : c.head_dim);
   if (mla) {  // kv_b_proj per head, as float32: its key rows as they are, its value rows transposed
@@ -419,7 +419,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   }
   const size_t positions = checked_mul(static_cast<size_t>(c.n_layers), static_cast<size_t>(c.max_ctx), "KV cache");
   // (latent attention's values are its keys' latent part: no V cache of their own)
-  for (auto [half, type, dim] : {std::tuple{&k_cache_, c.k_cache, hd_}, std::tuple{&v_cache_, c.v_cache, mla ? 0 : vd_}}) {
+  for (auto [half, type, dim] : {std::tuple{&k_cache_, c.k_cache, hd_}, std::tuple{&v_cache_, c.v_cache, v_dim_ / kv_heads_}}) {
     half->type = type;
     half->heads = kv_heads_;
     half->dim = dim;

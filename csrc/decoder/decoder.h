@@ -388,7 +388,8 @@ class Decoder {
   int full_past_ = 0;  // positions cached in every layer (run_layers caches the first layers only)
   int q_dim_ = 0, kv_dim_ = 0;
   // The attention's key and value head dims and KV heads (latent attention: kv_lora + rotary_dim, kv_lora and
-  // one), a token's values' and attention outputs' widths (n_heads vd_), and o_proj's input width.
+  // one), a token's values' width (latent attention: 0, its values are in its keys), its attention outputs'
+  // (n_heads vd_), and o_proj's input width.
   int hd_ = 0, vd_ = 0, kv_heads_ = 0, v_dim_ = 0, o_dim_ = 0, o_in_ = 0;
   size_t rows8_bytes_ = 0;
   bool experts_copied_ = false;
