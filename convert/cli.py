@@ -207,7 +207,8 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       deepseek2 (DeepSeek-V3, R1, V3.1, Kimi K2 with sigmoid gating;
       GLM-4.7-Flash where the file keeps its MTP layer; DeepSeek-V2 with
       softmax: latent attention, attn_k_b and attn_v_b joined into
-      kv_b_proj),
+      kv_b_proj), llama4 (Llama 4 Scout, Maverick: each expert's
+      ffn_gate_exps and ffn_up_exps joined into gate_up_proj's halves),
       seed_oss, glm4, cohere2 and command-r, and exaone
       (EXAONE 3.5, as the Llama it is);
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
@@ -289,7 +290,7 @@ def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, overwrite, quiet)
 @click.option("--hf-dir", required=True, type=click.Path(path_type=Path, file_okay=False),
               help="The multimodal checkpoint (Gemma3ForConditionalGeneration: Gemma 3 4B, 12B, 27B; "
                    "Mistral3ForConditionalGeneration: Mistral Small 3.1/3.2, Magistral Small, Ministral 3, "
-                   "Devstral Small 2).")
+                   "Devstral Small 2; Llama4ForConditionalGeneration: Llama 4 Scout, Maverick).")
 @click.option("--out-dir", required=True, type=click.Path(path_type=Path),
               help="Where its language model is written (model.safetensors, config.json, tokenizer files).")
 @click.option("--overwrite", is_flag=True, help="Replace the files of a previous checkpoint in --out-dir.")
@@ -297,11 +298,11 @@ def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, overwrite, quiet)
 def text_model_cmd(hf_dir, out_dir, overwrite, quiet):
     """Write a multimodal checkpoint's language model as a checkpoint of its own.
 
-    Gemma 3 4B, 12B and 27B, Mistral Small 3.1/3.2 and Ministral 3 are
-    published with a vision tower beside the text model; a text prompt runs
-    through the text model alone, which this writes as the checkpoint
-    transformers builds from it (Gemma3ForCausalLM, MistralForCausalLM or
-    Ministral3ForCausalLM, by text_config.model_type)
+    Gemma 3 4B, 12B and 27B, Mistral Small 3.1/3.2, Ministral 3 and Llama 4
+    are published with a vision tower beside the text model; a text prompt
+    runs through the text model alone, which this writes as the checkpoint
+    transformers builds from it (Gemma3ForCausalLM, MistralForCausalLM,
+    Ministral3ForCausalLM or Llama4ForCausalLM, by text_config.model_type)
     (tensors copied byte for byte under the text model's names, text_config
     with transformers' defaults filled in as config.json, the tokenizer and
     generation files as they are). The vision tower and projector are left
@@ -347,7 +348,9 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       granite, olmo2, mistral3, exaone4, olmoe, qwen2moe, glm4moe, minimax-m2,
       deepseek2 (DeepSeek-V3, V2 and GLM-4.7-Flash: kv_b_proj split into
       attn_k_b and attn_v_b; V3's MTP layer left out as llama.cpp's
-      converter leaves it, GLM-4.7-Flash's kept),
+      converter leaves it, GLM-4.7-Flash's kept), llama4 (Llama 4:
+      gate_up_proj's halves as ffn_gate_exps and ffn_up_exps; llama.cpp
+      fixes its chunks and temperature, so other values are refused),
       seed_oss, glm4, cohere2 and command-r, with llama.cpp's tensor names and layouts (q/k rows
       re-interleaved, experts stacked as ffn_*_exps, Gemma's norms as 1 + w,
       Phi-3's q/k/v and GLM-4's and Phi-3's gate/up joined as attn_qkv and

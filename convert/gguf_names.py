@@ -23,7 +23,9 @@ Three ways a tensor crosses:
 - gpt-oss's gate/up pair: IEBIN (like transformers) keeps gate and up rows
   interleaved in one stack ``mlp.experts.gate_up_proj`` [experts, 2 inter,
   hidden] (gate rows even, up rows odd), llama.cpp two stacks
-  ``ffn_gate_exps`` and ``ffn_up_exps``; their biases likewise (``PAIRED``).
+  ``ffn_gate_exps`` and ``ffn_up_exps``; their biases likewise (``paired``);
+  Llama 4's ``feed_forward.experts.gate_up_proj`` the same way, but each
+  expert's gate rows first, then its up rows (``halves``).
 """
 
 from __future__ import annotations
@@ -193,6 +195,7 @@ class GGUFArch:
     layer: dict[str, str]     # HF suffix -> GGUF suffix, one to one
     experts: dict[str, str] = field(default_factory=dict)  # per-expert HF suffix ("{e}") -> GGUF stack suffix
     paired: dict[str, tuple[str, str]] = field(default_factory=dict)  # interleaved HF stack -> (even, odd) GGUF
+    halves: bool = False  # a pair's two stacks are each expert's first and second half of rows (Llama 4's), not even/odd
     # fused GGUF suffix -> the fused HF tensor it is (formats/fused_tensors.py FUSED: the parts its rows hold)
     fused: dict[str, str] = field(default_factory=dict)
     keys: frozenset[str] = frozenset()  # {arch}.* keys the importer reads beyond every architecture's
@@ -378,6 +381,16 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # attention.temperature_scale (over rope.scaling.original_context_length positions)
     GGUFArch("mistral3", "Ministral3ForCausalLM", "ministral3", True, _LLAMA,
              keys=frozenset({"attention.temperature_scale", "rope.scaling.yarn_log_multiplier"})),
+    # Llama 4 (Scout, Maverick): Llama's names under feed_forward, rows as they are (its complex RoPE is llama.cpp's
+    # own); gate_up_proj's halves as ffn_gate_exps and ffn_up_exps, the shared expert as ffn_*_shexp; chunks,
+    # unrotated layers and their temperature fixed by llama.cpp's graph (every 4th layer; 8192, 8192, 0.1)
+    GGUFArch("llama4", "Llama4ForCausalLM", "llama4_text", False,
+             {**{k.replace("mlp.", "feed_forward.", 1): v for k, v in _LLAMA.items() if not k.endswith(".bias")},
+              "feed_forward.router.weight": "ffn_gate_inp.weight",
+              "feed_forward.experts.down_proj": "ffn_down_exps.weight",
+              **{f"feed_forward.shared_expert.{k}_proj.weight": f"ffn_{k}_shexp.weight" for k in ("gate", "up", "down")}},
+             paired={"feed_forward.experts.gate_up_proj": ("ffn_gate_exps.weight", "ffn_up_exps.weight")}, halves=True,
+             keys=frozenset({"interleave_moe_layer_step", "expert_feed_forward_length"}), nope_step=4),
     # Phi-3, Phi-3.5, Phi-4, Phi-4-mini: q, k, v in one matrix (or three: llama.cpp reads either) and gate,
     # up in one; rotate-half RoPE, so q/k rows are Hugging Face's; LongRoPE's factors as rope_factors_long/
     # _short, its attention factor as rope.scaling.attn_factor; the sliding window recorded, and not applied

@@ -24,6 +24,8 @@ import os
 import time
 
 from iekit.formats import fused_tensors
+from iekit.formats.dtypes import DTYPES
+from iekit.formats.expert_stacks import flip_experts, flipped_stacks
 from iekit.formats.gguf_file import GGUFModel, open_gguf
 from iekit.formats.errors import FormatError
 from iekit.formats.hf_checkpoint import SINGLE_NAME
@@ -33,11 +35,12 @@ from .artifact_out import ConvertResult, Progress, check_dtype, checkpoint_out
 from .gguf_to_iebin import aux_files, build_config, file_type_name, plan_tensors, tensor_chunks
 
 # The model types whose HF tensors are the import's, one for one.
-# (phi3: the import's q/k/v and gate/up joined again into qkv_proj and gate_up_proj, formats/fused_tensors.py)
+# (phi3: the import's q/k/v and gate/up joined again into qkv_proj and gate_up_proj, formats/fused_tensors.py;
+# llama4_text: its expert stacks turned back to [experts, in, out], formats/expert_stacks.py)
 HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "glm4_moe", "minimax_m2", "gemma2",
              "gemma3_text", "phi3", "smollm3", "granite", "olmo2", "olmo3", "ministral3", "exaone4", "olmoe",
              "seed_oss", "glm4", "cohere2", "cohere", "deepseek_v3", "deepseek_v2",
-             "glm4_moe_lite")
+             "glm4_moe_lite", "llama4_text")
 
 
 FLOAT_TYPES = ("F32", "F16", "BF16")  # GGUF tensor types that hold the weights themselves, not codes
@@ -96,12 +99,16 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
     by_name = {p.name: p for p in plans}
     # (e.g. a phi3 file's attn_q in F16 beside a dequantized attn_k cannot be one qkv_proj)
     layout = fused_tensors.joined(cfg, [(p.name, p.dtype, p.shape) for p in plans], str(g.path))
+    flipped = flipped_stacks(cfg)
+    flip = {name for name, _d, shape, _p in layout if len(shape) == 3 and name.endswith(flipped)}
+    heads = [(n, d, [s[0], s[2], s[1]] if n in flip else s) for n, d, s, _p in layout]
     with out.writing() as staged:
-        writer = SafetensorsWriter(staged.open(SINGLE_NAME), [t[:3] for t in layout], meta)
-        for name, _dtype, _shape, parts in layout:
+        writer = SafetensorsWriter(staged.open(SINGLE_NAME), heads, meta)
+        for name, dtype, shape, parts in layout:
             progress.describe(name)
-            writer.write(name, itertools.chain.from_iterable(tensor_chunks(g, by_name[n], progress, None,
-                                                                           allow_nonfinite) for n in parts))
+            data = itertools.chain.from_iterable(tensor_chunks(g, by_name[n], progress, None, allow_nonfinite)
+                                                 for n in parts)
+            writer.write(name, flip_experts(data, *shape, DTYPES[dtype].itemsize) if name in flip else data)
         writer.finish()
         for name, data in aux.items():
             staged.write_bytes(name, data)

@@ -192,8 +192,10 @@ def _llama3_scaling(g: GGUFModel, t, head_dim: int, theta: float) -> dict[str, A
     (high - low) / original_ctx and low / original_ctx. The three are known
     only up to a common scale (every choice gives the same divisors), so
     original_ctx is the file's ``rope.scaling.original_context_length`` (which
-    iebin-to-gguf writes) or Llama 3's 8192. The result is accepted only if it
-    gives the stored divisors back."""
+    iebin-to-gguf writes) or Llama 3's 8192. Equal factors (Llama 4 Scout's)
+    make a step without a ramp: low = high, 1 where that puts the step between
+    the last kept and the first divided frequency (else a value that does).
+    The result is accepted only if it gives the stored divisors back."""
     where = "tensor 'rope_freqs.weight'"
     if t.ggml_type != "F32" or list(t.shape) != [head_dim // 2]:
         raise FormatError(g.path, where, f"expected F32 [{head_dim // 2}] (one divisor per frequency), got "
@@ -216,6 +218,14 @@ def _llama3_scaling(g: GGUFModel, t, head_dim: int, theta: float) -> dict[str, A
             low = float(f"{-icept * width:.6g}")
             scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
                        "high_freq_factor": float(f"{low + width:.6g}"), "original_max_position_embeddings": int(old_ctx)}
+    if factor > 1 and not ramp.any():  # a step, no ramp: equal factors (Llama 4 Scout's 1 and 1)
+        wl = 1 / x
+        kept, scaled = wl[div <= 1 + 1e-6], wl[div >= factor * (1 - 1e-6)]
+        below = float(kept.max()) if kept.size else float(scaled.min()) / 2
+        if scaled.size and below < scaled.min():  # the step's wavelength old_ctx / low: in [below, first scaled)
+            low = 1.0 if below <= old_ctx < scaled.min() else float(f"{old_ctx / math.sqrt(below * scaled.min()):.6g}")
+            scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low, "high_freq_factor": low,
+                       "original_max_position_embeddings": int(old_ctx)}
     if scaling is not None and scaling["low_freq_factor"] > 0:
         try:
             back = inv / rope_tables(head_dim, theta, scaling)[0]
@@ -575,11 +585,33 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     if arch.hf_class == "Qwen3MoeForCausalLM":
         cfg.update(moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), norm_topk_prob=True,
                    mlp_only_layers=[], decoder_sparse_step=1)
+    if arch.hf_class == "Llama4ForCausalLM":
+        _llama4_config(g, arch, cfg)
     if arch.hf_class == "GptOssForCausalLM":
         cfg.update(intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), swiglu_limit=7.0,
                    swiglu_alpha=1.702, attention_bias=True,
                    sliding_window=_field(g, f"{a}.attention.sliding_window", int),
                    layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
+
+
+def _llama4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """Llama 4 as llama.cpp's llama4 graph runs it, which no key but the
+    experts' period and width says: chunks of 8192 positions on the layers
+    it turns (every 4th unturned: nope_step), the unturned layers' query
+    temperature (0.1 per power step of 8192 positions), q and k normed
+    unless the model has 128 experts (Maverick); feed_forward_length the
+    dense layers' width."""
+    a, n = arch.gguf, cfg["num_hidden_layers"]
+    step = _field(g, f"{a}.interleave_moe_layer_step", int)
+    if not 1 <= step <= n:
+        raise FormatError(g.path, f"{a}.interleave_moe_layer_step", f"{step}: expected 1..{n} (block_count)")
+    cfg.update(intermediate_size_mlp=cfg["intermediate_size"],
+               intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
+               interleave_moe_layer_step=step, moe_layers=[i for i in range(n) if (i + 1) % step == 0],
+               attention_chunk_size=8192, layer_types=["full_attention" if not r else "chunked_attention"
+                                                       for r in cfg["no_rope_layers"]],
+               attn_temperature_tuning=True, floor_scale=8192, attn_scale=0.1,
+               use_qk_norm=cfg["num_local_experts"] != 128)
 
 
 def _sigmoid_gated(g: GGUFModel, arch: GGUFArch, default: int | None) -> None:
@@ -753,9 +785,10 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
             if odd is None or odd.shape != t.shape or odd.ggml_type != t.ggml_type:
                 raise FormatError(g.path, where, f"needs blk.{layer}.{arch.paired[hf][1]} of the same shape and type")
             n_exp, rows = t.shape[0], int(np.prod(t.shape[1:-1])) if len(t.shape) == 3 else t.shape[1]
-            # output row (e, 2i + k) is row (e, i) of source k; sources' rows concatenated
-            order = (np.arange(2)[None, None, :] * n_exp * rows + np.arange(n_exp)[:, None, None] * rows
-                     + np.arange(rows)[None, :, None]).reshape(-1)
+            # output row (e, 2i + k) (halves: (e, k rows + i)) is row (e, i) of source k; sources' rows concatenated
+            src = np.arange(2)[None, None, :] * n_exp * rows + np.arange(n_exp)[:, None, None] * rows \
+                + np.arange(rows)[None, :, None]
+            order = (src.transpose(0, 2, 1) if arch.halves else src).reshape(-1)
             shape = [n_exp, 2 * rows, *t.shape[2:]]
             out.append(_Tensor(t, f"model.layers.{int(layer)}.{hf}", "", order, "", shape_=shape, srcs=[t, odd],
                                elementwise=len(t.shape) == 2))

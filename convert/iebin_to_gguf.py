@@ -255,6 +255,8 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
         if arch.gguf == "qwen2moe" and not all(moe.layers):
             raise IEError(f"{where}.mlp_only_layers: llama.cpp's qwen2moe has experts in every layer; this model has "
                           "dense ones")
+        if arch.gguf == "llama4":
+            _check_llama4(where, spec)
         if arch.gguf == "gpt-oss" and (moe.alpha, moe.limit) != GPT_OSS_SWIGLU:
             raise IEError(f"{where}.swiglu_limit: llama.cpp's gpt-oss runs swiglu_alpha {GPT_OSS_SWIGLU[0]} and "
                           f"swiglu_limit {GPT_OSS_SWIGLU[1]}; this model has {moe.alpha} and {moe.limit}")
@@ -319,6 +321,36 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
             raise IEError(f"{where}.tie_word_embeddings: false; llama.cpp's {arch.gguf} reads the embedding as "
                           "its output head")
     return warnings
+
+
+# What llama.cpp's llama4 graph fixes, whatever a file says: chunks of 8192 positions on the layers it turns, and
+# the unrotated layers' temperature 1 + 0.1 ln(1 + floor((p + 1) / 8192))
+LLAMA4_CHUNK, LLAMA4_TEMP = 8192, (0.1, 8192, 1.0)
+
+
+def _check_llama4(where: str, spec: DecoderSpec) -> None:
+    """What llama.cpp's llama4 cannot run as the decoder does (one line
+    naming the config key): its chunks, temperature, q/k norms (by expert
+    count: none with 128, Maverick's) and layers with experts (a period)."""
+    moe = spec.moe
+    want = [0 if n else LLAMA4_CHUNK for n in spec.nope]
+    if list(spec.chunks) != want:
+        raise IEError(f"{where}.attention_chunk_size: chunks {sorted(set(spec.chunks) - {0})} on layers "
+                      f"{[i for i, c in enumerate(spec.chunks) if c]}; llama.cpp's llama4 attends in chunks of "
+                      f"{LLAMA4_CHUNK} on every layer it rotates, and on no other")
+    temp = (spec.attn_temp_scale, spec.attn_temp_floor, spec.attn_temp_offset)
+    if not math.isclose(temp[0], LLAMA4_TEMP[0], rel_tol=1e-6) or temp[1:] != LLAMA4_TEMP[1:]:
+        raise IEError(f"{where}.attn_scale: a temperature of scale {temp[0]} every {temp[1]} positions; llama.cpp's "
+                      f"llama4 applies scale {LLAMA4_TEMP[0]} every {LLAMA4_TEMP[1]} (attn_temperature_tuning, "
+                      "floor_scale), whatever the file says")
+    if spec.qk_l2_norm != (moe.n_experts != 128):
+        raise IEError(f"{where}.use_qk_norm: {str(spec.qk_l2_norm).lower()}; llama.cpp's llama4 norms q and k in a "
+                      f"model of other than 128 experts, and not in one of 128, whatever the file says; this has "
+                      f"{moe.n_experts}")
+    step = moe.layers.index(True) + 1 if any(moe.layers) else 0
+    if not step or list(moe.layers) != every_nth(step, spec.n_layers):
+        raise IEError(f"{where}.moe_layers: experts at layers {[i for i, e in enumerate(moe.layers) if e]}; "
+                      "llama.cpp's llama4 has them at every interleave_moe_layer_step-th layer")
 
 
 def _check_mla(where: str, spec: DecoderSpec, scaling: dict[str, Any] | None, kind: str) -> None:
@@ -391,11 +423,14 @@ def _plan_tensors(plan: _Plan) -> None:
             shape = [spec.moe.n_experts, *parts[0].entry["shape"]]
             plan.add(f"blk.{i}.{stack}", parts, shape)
         for hf_stack, (even, odd) in arch.paired.items():
+            if spec.moe is None or i < spec.n_layers and not spec.moe.layers[i]:
+                continue
             e = plan.entry(pre + hf_stack)
             n_exp, rows = e["shape"][0], e["shape"][1]
             base = np.arange(n_exp)[:, None] * rows
-            for k, g in enumerate((even, odd)):
-                order = (base + np.arange(k, rows, 2)[None, :]).reshape(-1)
+            for k, g in enumerate((even, odd)):  # (halves: the first rows, then the second)
+                own = np.arange(k * rows // 2, (k + 1) * rows // 2) if arch.halves else np.arange(k, rows, 2)
+                order = (base + own[None, :]).reshape(-1)
                 if len(e["shape"]) == 2:  # a bias stack [experts, 2 inter]: elements are its rows
                     plan.add(f"blk.{i}.{g}", [_Part(_as_rows(e), order)], [n_exp, rows // 2])
                 else:
@@ -541,7 +576,10 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv[f"{a}.embedding_length"] = spec.hidden
     kv[f"{a}.block_count"] = spec.n_layers + _mtp_written(arch, spec)  # (llama.cpp counts the MTP layers, nextn_predict_layers)
     moe = spec.moe
-    dense_ff = spec.inter if moe is None or not all(moe.layers) else (cfg.get("intermediate_size") or moe.inter)
+    if spec.arch.llama4:  # (as convert_hf_to_gguf's Llama4Model: the dense layers' width, which every model states)
+        dense_ff = spec.inter if not all(moe.layers) else cfg.get("intermediate_size_mlp") or 16384
+    else:
+        dense_ff = spec.inter if moe is None or not all(moe.layers) else (cfg.get("intermediate_size") or moe.inter)
     kv[f"{a}.feed_forward_length"] = int(dense_ff)
     kv[f"{a}.attention.head_count"] = spec.n_heads
     kv[f"{a}.attention.head_count_kv"] = spec.n_kv_heads
@@ -578,7 +616,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.rope.scaling.type"] = "none"
     if arch.gguf == "cohere2":
         _window_kv(kv, a, arch, spec, max(spec.windows) or int(cfg["sliding_window"]))
-    if spec.attn_temp_scale:  # (Mistral Small 3.x has none) llama.cpp steps it over YaRN's original context, else
+    if spec.attn_temp_scale and not spec.arch.llama4:  # (Mistral Small 3.x has none; llama4's is fixed) llama.cpp steps it over YaRN's original context, else
         kv[f"{a}.attention.temperature_scale"] = float(spec.attn_temp_scale)  # over the whole one
         if spec.attn_temp_floor != (scaling or {}).get("original_max_position_embeddings", spec.max_positions):
             kv[f"{a}.rope.scaling.original_context_length"] = spec.attn_temp_floor
@@ -592,9 +630,13 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if moe is not None:
         kv[f"{a}.expert_count"] = moe.n_experts
         kv[f"{a}.expert_used_count"] = moe.top_k
-        if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2"):
+        if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "llama4"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
-        if moe.sigmoid:  # (the converter writes it for glm4moe, and for minimax-m2 from the Hub config's scoring_func)
+        if arch.gguf == "llama4":
+            kv[f"{a}.interleave_moe_layer_step"] = moe.layers.index(True) + 1
+        # (the converter writes it for glm4moe, and for minimax-m2 from the Hub config's scoring_func; llama4's graph
+        # is sigmoid-gated without it)
+        if moe.sigmoid and "expert_gating_func" in arch.keys:
             kv[f"{a}.expert_gating_func"] = SIGMOID_GATING
         elif arch.gguf == "deepseek2":  # softmax (DeepSeek-V2's Hub configs' scoring_func)
             kv[f"{a}.expert_gating_func"] = 1

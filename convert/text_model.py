@@ -8,8 +8,10 @@ text model as one GGUF and the vision part as another, ``mmproj``).
 Mistral Small 3.1 / 3.2, Magistral Small, Ministral 3 and Devstral Small 2
 are likewise ``Mistral3ForConditionalGeneration``: a Pixtral tower beside a
 Mistral (``text_config.model_type`` mistral) or Ministral 3 (ministral3)
-text model. This writes that text model as the ``Gemma3ForCausalLM`` /
-``MistralForCausalLM`` / ``Ministral3ForCausalLM`` checkpoint transformers
+text model. Llama 4 Scout and Maverick are ``Llama4ForConditionalGeneration``:
+a vision model beside a Llama 4 text model. This writes that text model as
+the ``Gemma3ForCausalLM`` / ``MistralForCausalLM`` / ``Ministral3ForCausalLM``
+/ ``Llama4ForCausalLM`` checkpoint transformers
 would build from it: its tensors renamed from either layout
 (``language_model.model.*`` as the Hub's files hold them,
 ``model.language_model.*`` as transformers 5 saves them) and copied byte for
@@ -68,6 +70,16 @@ MINISTRAL3_TEXT_DEFAULTS: dict[str, Any] = {
 MINISTRAL3_ROPE_DEFAULTS = {"rope_parameters": {
     "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 16.0, "original_max_position_embeddings": 16384,
     "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1}}
+# transformers 5.23's Llama4TextConfig defaults that shape the computation (golden/ref/llama4-text-defaults.json;
+# the per-layer lists it derives from them, no_rope_layers, moe_layers and layer_types, the decoder derives alike)
+LLAMA4_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+    "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+    "hidden_act": "silu", "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+    "attention_bias": False, "num_experts_per_tok": 1, "num_local_experts": 16, "interleave_moe_layer_step": 1,
+    "use_qk_norm": True, "no_rope_layer_interval": 4, "attention_chunk_size": 8192,
+    "attn_temperature_tuning": True, "floor_scale": 8192, "attn_scale": 0.1}
+LLAMA4_ROPE_DEFAULTS = {"rope_theta": 500000.0}
 # the keys that state a model's RoPE, one spelling or the other: defaults fill in none beside them
 _ROPE_KEYS = ("rope_parameters", "rope_theta", "rope_scaling")
 
@@ -103,6 +115,11 @@ MULTIMODAL = {
         TextPart("Ministral3ForCausalLM", "ministral3", renames=_RENAMES, left_out=_TOWERS,
                  defaults=MINISTRAL3_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, MINISTRAL3_ROPE_DEFAULTS),),
                  tied_by_head=True)),
+    # (its language model a Llama4ForCausalLM of its own, head included: language_model.lm_head)
+    "Llama4ForConditionalGeneration": (TextPart(
+        "Llama4ForCausalLM", "llama4_text", renames=_RENAMES,
+        left_out=("vision_model.", "model.vision_model.", "multi_modal_projector.", "model.multi_modal_projector."),
+        defaults=LLAMA4_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, LLAMA4_ROPE_DEFAULTS),)),),
 }
 
 

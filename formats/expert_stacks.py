@@ -9,7 +9,8 @@ float parameters run the other way: ``GptOssExperts.gate_up_proj``
 transformers multiplies as ``x @ W``. hf-to-iebin transposes those, one
 expert at a time (memory: one expert, 33 MB of bf16 for gpt-oss-20b), so the
 decoder, the validators and the quantizers see one orientation whatever the
-source. Every reader of a checkpoint that must agree with the artifact (the
+source. Llama 4's float stacks run the same way (``Llama4TextExperts``).
+Every reader of a checkpoint that must agree with the artifact (the
 converter, q4-manifest's bit budget, gptq, verify quant --hf-dir) reads it
 through ``AsWritten``.
 """
@@ -17,25 +18,27 @@ through ``AsWritten``.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from iekit.formats.hf_checkpoint import collect_tensors
 from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 
-GPT_OSS = "GptOssForCausalLM"
-TRANSPOSED_SUFFIXES = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+# architecture -> its float stacks stored [experts, in, out] (Llama 4's as gpt-oss's, gate_up_proj's columns
+# gate's then up's: rows once transposed)
+TRANSPOSED_SUFFIXES = {"GptOssForCausalLM": ("mlp.experts.gate_up_proj", "mlp.experts.down_proj"),
+                       "Llama4ForCausalLM": ("feed_forward.experts.gate_up_proj", "feed_forward.experts.down_proj")}
 _RAW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # element bits, moved without interpreting them
 
 
 def transposed(config: Any, tensors: dict[str, tuple[SafetensorsFile, SafetensorsTensor]]) -> set[str]:
-    """The float [experts, in, out] stacks of a gpt-oss checkpoint."""
+    """The float [experts, in, out] stacks of a gpt-oss or Llama 4 checkpoint."""
     archs = config.get("architectures") if isinstance(config, dict) else None
-    if not (isinstance(archs, list) and GPT_OSS in archs):
-        return set()
+    suffixes = tuple(x for a in archs if a in TRANSPOSED_SUFFIXES for x in TRANSPOSED_SUFFIXES[a]) \
+        if isinstance(archs, list) else ()
     return {n for n, (_sf, t) in tensors.items()
-            if n.endswith(TRANSPOSED_SUFFIXES) and t.dtype.is_float and len(t.shape) == 3}
+            if suffixes and n.endswith(suffixes) and t.dtype.is_float and len(t.shape) == 3}
 
 
 class AsWritten:
@@ -93,3 +96,25 @@ def shapes_as_written(src: Any) -> dict[str, tuple[str, list[int]]]:
     with ExitStack() as stack:
         written = AsWritten(src.config, collect_tensors(src, stack))
         return {n: (t.dtype.name, written.shape(n)) for n, (_f, t) in written.tensors.items()}
+
+
+def flipped_stacks(config: Any) -> tuple[str, ...]:
+    """The suffixes of the stacks the checkpoint of ``config``'s architecture
+    stores [experts, in, out] (TRANSPOSED_SUFFIXES): what a writer of that
+    checkpoint turns back from IEBIN's [experts, out, in]."""
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    return TRANSPOSED_SUFFIXES.get(archs[0], ()) if isinstance(archs, list) and archs else ()
+
+
+def flip_experts(chunks: Iterable[bytes], experts: int, rows: int, cols: int, itemsize: int) -> Iterator[bytes]:
+    """The bytes of a stack [experts, rows, cols] (``chunks``, cut anywhere)
+    as [experts, cols, rows]: one expert held at a time."""
+    per = rows * cols * itemsize
+    buf = bytearray()
+    for c in chunks:
+        buf += c
+        while len(buf) >= per:
+            yield np.frombuffer(bytes(buf[:per]), _RAW[itemsize]).reshape(rows, cols).T.tobytes()
+            del buf[:per]
+    if buf:
+        raise ValueError(f"an expert stack's bytes end {len(buf)} bytes into an expert of {per}")

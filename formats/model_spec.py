@@ -80,6 +80,11 @@ class Arch:
     # DeepSeek's multi-head latent attention (models/deepseek_v2, models/deepseek_v3; MLA_MATRICES): q through
     # a low-rank q_a / q_b pair (or q_proj), keys and values decompressed per head from one latent
     mla: bool = False
+    # Llama 4 (models/llama4): its MLP under feed_forward (mlp_module); on the layers RoPE turns, attention within
+    # chunks of attention_chunk_size positions and q/k divided by their RMS after RoPE (use_qk_norm); on the others,
+    # full attention and the query times attn_temperature_tuning's temperature (_llama4)
+    llama4: bool = False
+    mlp_module: str = "mlp"
 
 
 ARCHS = {
@@ -146,6 +151,12 @@ ARCHS = {
     # models/glm4_moe_lite (GLM-4.7-Flash): DeepSeek-V3's attention, GLM-4.5's router and shared experts; its dense
     # layers where mlp_layer_types says "dense" (the first alone by default); the MTP layers left unread
     "Glm4MoeLiteForCausalLM": Arch(moe="glm4_moe_lite", mla=True, rope_interleaved=True),
+    # models/llama4 (Llama 4 Scout, Maverick; the text model of Llama4ForConditionalGeneration): interleaved RoPE
+    # (its complex rotation), every no_rope_layer_interval-th layer unrotated; experts at moe_layers (every
+    # interleave_moe_layer_step-th) beside a shared one, the top-k by logit each weighted by its sigmoid, which
+    # scales the expert's input; gate_up_proj's halves gate and up; the dense layers intermediate_size_mlp wide
+    "Llama4ForCausalLM": Arch(moe="llama4", rope_interleaved=True, nope=True, llama4=True, mlp_module="feed_forward",
+                              default_theta=500000.0),
 }
 ARCHITECTURES = tuple(ARCHS)
 
@@ -183,6 +194,11 @@ ROUTER_DEFAULTS = {"glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 
                                      "routed_scaling_factor": 1.8}}
 # MiniMax-M2's: Mixtral's, and the block's choice bias.
 MOE_NAMES["minimax_m2"] = {**MOE_NAMES["mixtral"], "expert_bias": "block_sparse_moe.e_score_correction_bias"}
+# Llama 4's: a router, the experts' two stacks [experts, hidden, 2 inter] (gate, then up) and [experts, inter,
+# hidden], transposed at conversion (formats/expert_stacks.py), a shared expert as GLM-4.5's.
+MOE_NAMES["llama4"] = {"router": "feed_forward.router.weight", "gate": "feed_forward.experts.gate_up_proj",
+                       "down": "feed_forward.experts.down_proj",
+                       **{f"shared_{k}": f"feed_forward.shared_expert.{k}_proj.weight" for k in ("gate", "up", "down")}}
 # Qwen2-MoE's shared expert: a SwiGLU MLP (bound as the layer's dense gate/up/down) and its gate, a [1, hidden] row.
 MOE_NAMES["qwen2_moe"] = {**MOE_NAMES["qwen3_moe"], "shared_gate": "mlp.shared_expert.gate_proj.weight",
                           "shared_up": "mlp.shared_expert.up_proj.weight",
@@ -198,7 +214,7 @@ MLA_Q_B = "self_attn.q_b_proj"
 # (NAME.weight), the norms, and the optional attention biases, by the keys
 # the native decoder binds them under.
 ATTN_MATRICES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"}
-MLP_MATRICES = {"gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+MLP_MATRICES = {"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}  # (under Arch.mlp_module)
 LAYER_VECTORS = {"attn_norm": "input_layernorm.weight", "mlp_norm": "post_attention_layernorm.weight"}
 # Gemma's names: its post_attention_layernorm normalizes the attention's
 # output (Llama's is the MLP's input norm, Gemma's pre_feedforward_layernorm).
@@ -232,7 +248,7 @@ class MoeSpec:
     top_k: int
     inter: int            # each expert's channels
     norm_topk: bool       # weights: softmax over the selected logits (else over all experts)
-    glu: str              # "silu" | "gpt_oss"
+    glu: str              # "silu" | "gpt_oss" | "halves" (Llama 4's gate_up_proj: gate's rows, then up's)
     alpha: float          # gpt-oss's swiglu_alpha
     limit: float          # gpt-oss's swiglu_limit
     layers: tuple[bool, ...]  # per layer: experts (True) or a dense MLP
@@ -245,6 +261,7 @@ class MoeSpec:
     n_group: int = 1
     topk_group: int = 1
     routed_scale: float = 1.0
+    weight_before: bool = False  # each expert reads its input times its weight, its output added as it is (Llama 4)
 
 
 @dataclass(frozen=True)
@@ -295,6 +312,12 @@ class DecoderSpec:
     q_lora: int = 0
     kv_lora: int = 0
     v_head_dim: int = 0
+    # Llama 4: per layer, the chunk its queries attend within (0: none; empty: no layer), its weightless q/k norm
+    # after RoPE, and its temperature's (attn_temp_scale, attn_temp_floor) position offset, on unrotated layers only
+    chunks: tuple[int, ...] = ()
+    qk_l2_norm: bool = False
+    attn_temp_offset: float = 0.0
+    attn_temp_nope: bool = False
 
     @property
     def v_dim(self) -> int:
@@ -329,14 +352,15 @@ def _scaling_number(scaling: dict, key: str, default: float | None = None) -> fl
 def _llama3(inv: np.ndarray, scaling: dict) -> np.ndarray:
     factor = _scaling_number(scaling, "factor")
     low, high = _scaling_number(scaling, "low_freq_factor", 1.0), _scaling_number(scaling, "high_freq_factor", 4.0)
-    if high <= low:
-        raise IEError(f"rope_scaling.high_freq_factor: {high} must exceed low_freq_factor {low}")
+    if high < low:
+        raise IEError(f"rope_scaling.high_freq_factor: {high} is below low_freq_factor {low}")
     old_ctx = _scaling_number(scaling, "original_max_position_embeddings")
     low_wl, high_wl = old_ctx / low, old_ctx / high
     wavelen = 2 * math.pi / inv
-    smooth = (old_ctx / wavelen - low) / (high - low)
+    # (equal factors, Llama 4 Scout's: no band between the two, the frequencies scaled or kept)
+    smooth = (old_ctx / wavelen - low) / (high - low) if high > low else np.zeros_like(inv)
     scaled = np.where(wavelen > low_wl, inv / factor, inv)
-    medium = (wavelen >= high_wl) & (wavelen <= low_wl)
+    medium = (wavelen >= high_wl) & (wavelen <= low_wl) & (high > low)
     return np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled).astype(np.float32)
 
 
@@ -575,6 +599,8 @@ def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int
     """Per layer, the sliding window: config.layer_types names each layer's
     attention (gpt-oss alternates); Mistral and Mixtral slide every layer.
     Qwen's use_sliding_window (windows from max_window_layers on) is refused."""
+    if arch.llama4:  # (its layer_types name chunked layers: _llama4)
+        return (0,) * n_layers
     if cfg.get("use_sliding_window"):
         raise UnsupportedError(f"{meta_path}: config.use_sliding_window: Qwen's per-layer sliding windows are not "
                                "supported")
@@ -641,7 +667,7 @@ def _nope(arch: Arch, cfg: dict, windows: tuple[int, ...], meta_path: Path) -> t
     if not arch.nope:
         return ()
     flags = cfg.get("no_rope_layers")
-    if flags is None:
+    if flags is None or (arch.llama4 and flags == []):  # (Llama4TextConfig takes an empty list for its default)
         return tuple(every_nth(_int(cfg, meta_path, "no_rope_layer_interval", 4, section="config"), n_layers))
     if not isinstance(flags, list) or len(flags) != n_layers or any(f not in (0, 1) or type(f) is float for f in flags):
         got = f"{len(flags)} entries" if isinstance(flags, list) and len(flags) != n_layers else repr(flags)[:80]
@@ -726,6 +752,9 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
                                               section="config"))
     if arch.moe == "minimax_m2":  # (MiniMaxM2TopKRouter renormalises always)
         norm_topk, routing = True, dict(sigmoid=True)
+    if arch.llama4:  # (Llama4Router: the top-k logits' sigmoids, never renormalised)
+        layers, shared, glu = _moe_layers(cfg, n_layers, meta_path), inter, "halves"
+        norm_topk, routing = False, dict(sigmoid=True, weight_before=True)
     return MoeSpec(n_experts=n_experts, top_k=top_k, inter=inter, norm_topk=norm_topk, glu=glu, alpha=float(alpha),
                    limit=float(limit), layers=layers, names=MOE_NAMES[arch.moe], shared_inter=shared, **routing)
 
@@ -742,7 +771,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         raise UnsupportedError(f"{meta_path}: model.architecture: {name!r} is not supported by the decoder "
                                f"(supported: {', '.join(ARCHITECTURES)})")
     arch = ARCHS[name]
-    if cfg.get("use_qk_norm") and not arch.qk_norm:  # (GLM-4.5's per-head RMSNorm; MiniMax-M2 has its norms always)
+    if cfg.get("use_qk_norm") and not arch.qk_norm and not arch.llama4:  # (GLM-4.5's per-head RMSNorm; MiniMax-M2 has its norms always; Llama 4's: _llama4)
         if arch.moe != "glm4_moe":
             raise UnsupportedError(f"{meta_path}: config.use_qk_norm: Cohere's per-head q/k LayerNorm (Command R+) is "
                                    "not supported by the decoder")
@@ -790,14 +819,20 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         rope.update(local_theta=local, inv_freq_swa=rope_tables(2 * len(rope["inv_freq"]), local, None)[0])
     gemma = _gemma(arch, cfg, hidden, meta_path) if arch.gemma else {}
     # A model whose every layer has experts has no dense MLP width to read.
-    dense_inter = _int(m, meta_path, "intermediate_size") if moe is None or not all(moe.layers) else moe.inter
+    if moe is not None and all(moe.layers):
+        dense_inter = moe.inter
+    elif arch.llama4:  # (its intermediate_size is the experts')
+        dense_inter = _int(cfg, meta_path, "intermediate_size_mlp", 16384, section="config")
+    else:
+        dense_inter = _int(m, meta_path, "intermediate_size")
+    nope = _nope(arch, cfg, windows, meta_path)
     spec = DecoderSpec(
         architecture=name, arch=arch, n_layers=n_layers, hidden=hidden, n_heads=heads, n_kv_heads=n_kv,
         head_dim=head_dim, inter=dense_inter, vocab=_int(m, meta_path, "vocab_size"),
         max_positions=_int(m, meta_path, "max_position_embeddings", INT32_MAX),
         eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), **rope,
         tied=bool(m.get("tie_word_embeddings")), eos_ids=frozenset(eos_list), windows=windows, moe=moe,
-        mlp_act=MLP_ACTS[act], nope=_nope(arch, cfg, windows, meta_path), **gemma,
+        mlp_act=MLP_ACTS[act], nope=nope, **gemma, **(_llama4(cfg, nope, meta_path) if arch.llama4 else {}),
         **(_granite(cfg, meta_path) if arch.granite else {}),
         **(_attn_temp(cfg, meta_path) if arch.attn_temp else {}),
         **({"logits_scaling": 1.0 / _positive(cfg, meta_path, "logit_scale", 0.0625, section="config")}
@@ -806,6 +841,47 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         if arch.moe in ("glm4_moe", "deepseek_v3", "glm4_moe_lite") else 0, **mla)
     _check_all_used(spec, meta.get("tensors") or [], meta_path)
     return spec
+
+
+def _llama4(cfg: dict[str, Any], nope: tuple[bool, ...], meta_path: Path) -> dict[str, Any]:
+    """Llama 4's attention as DecoderSpec fields (Llama4TextConfig's keys
+    and defaults): per layer its chunk (layer_types' "chunked_attention",
+    by default every layer RoPE turns), the q/k norm (use_qk_norm), and the
+    temperature of the unrotated layers' queries, 1 + attn_scale ln(1 +
+    floor((p + 1) / floor_scale)) (attn_temperature_tuning)."""
+    n_layers = len(nope)
+    types = cfg.get("layer_types")
+    if types is None:
+        types = ["full_attention" if n else "chunked_attention" for n in nope]
+    if (not isinstance(types, list) or len(types) != n_layers
+            or any(t not in ("chunked_attention", "full_attention") for t in types)):
+        got = f"{len(types)} entries" if isinstance(types, list) and len(types) != n_layers else repr(types)[:80]
+        raise IEError(f"{meta_path}: config.layer_types: expected {n_layers} of 'chunked_attention' or "
+                      f"'full_attention', got {got}")
+    chunked = [t == "chunked_attention" for t in types]
+    chunk = _int(cfg, meta_path, "attention_chunk_size", 8192, section="config") if any(chunked) else 0
+    norm = cfg.get("use_qk_norm", True)
+    tuning = cfg.get("attn_temperature_tuning", True)
+    for key, v in (("use_qk_norm", norm), ("attn_temperature_tuning", tuning)):
+        if not isinstance(v, bool):
+            raise IEError(f"{meta_path}: config.{key}: expected true or false, got {v!r}")
+    return {"chunks": tuple(chunk if c else 0 for c in chunked), "qk_l2_norm": norm,
+            "attn_temp_scale": _positive(cfg, meta_path, "attn_scale", 0.1, allow_zero=True, section="config")
+            if tuning else 0.0,
+            "attn_temp_floor": _int(cfg, meta_path, "floor_scale", 8192, section="config"),
+            "attn_temp_offset": 1.0, "attn_temp_nope": True}
+
+
+def _moe_layers(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> tuple[bool, ...]:
+    """Llama4TextConfig's layers with experts: moe_layers, else every
+    interleave_moe_layer_step-th (every one by default)."""
+    at = cfg.get("moe_layers")
+    if at is None:
+        return tuple(every_nth(_int(cfg, meta_path, "interleave_moe_layer_step", 1, section="config"), n_layers))
+    if not isinstance(at, list) or any(type(i) is not int or not 0 <= i < n_layers for i in at):
+        raise IEError(f"{meta_path}: config.moe_layers: expected a list of layer indices below {n_layers}, "
+                      f"got {at!r:.80}")
+    return tuple(i in at for i in range(n_layers))
 
 
 def _mlp_layer_types(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> tuple[bool, ...]:
@@ -963,7 +1039,8 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
         parts.append(Part("sinks", pre + "self_attn.sinks", (s.n_heads,), VECTOR))
     moe = s.moe
     if moe is None or not moe.layers[i]:
-        return parts + [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in MLP_MATRICES.items()]
+        return parts + [Part(key, f"{pre}{s.arch.mlp_module}.{hf}.weight", shapes[key])
+                        for key, hf in MLP_MATRICES.items()]
     names = moe.names
     parts.append(Part("router", pre + names["router"], (moe.n_experts, s.hidden)))
     for key in ("router_bias", "expert_bias"):
@@ -976,7 +1053,7 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
                   Part("down", pre + names["shared_down"], (s.hidden, w))]
         if "shared_router" in names:
             parts.append(Part("shared_gate", pre + names["shared_router"], (1, s.hidden)))
-    gate_rows = 2 * moe.inter if moe.glu == "gpt_oss" else moe.inter  # gpt-oss: gate and up rows alternate
+    gate_rows = moe.inter if moe.glu == "silu" else 2 * moe.inter  # gpt-oss: gate and up rows alternate; Llama 4: halves
     per_expert = {"gate": (gate_rows, s.hidden), "up": (moe.inter, s.hidden), "down": (s.hidden, moe.inter)}
     parts += [Part(key, pre + names[key], shape, EXPERT_MATRIX) for key, shape in per_expert.items() if key in names]
     parts += [Part(key, pre + names[key], (n,), EXPERT_VECTOR)

@@ -81,6 +81,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.attn_temp_scale = in.ConsumeFloatingPointInRange<float>(-0.5f, 1.f);
     c.attn_temp_floor = in.ConsumeIntegralInRange<int>(-1, 8);
   }
+  if (in.ConsumeBool()) {  // Llama 4's chunks (one too many, negative, beside a window: refused), q/k norm, temperature
+    for (int l = 0; l < c.n_layers + (in.ConsumeIntegral<uint8_t>() < 8); ++l)
+      c.chunks.push_back(in.ConsumeIntegralInRange<int>(-1, 6));
+    c.qk_l2_norm = in.ConsumeBool();
+    c.attn_temp_offset = in.ConsumeFloatingPointInRange<float>(-0.5f, 2.f);
+    c.attn_temp_nope = in.ConsumeBool();
+  }
   c.layer_norm = in.ConsumeBool();      // Cohere's LayerNorm
   c.parallel_block = in.ConsumeBool();  // and its parallel layer (with OLMo's or experts: refused)
   const bool olmo = in.ConsumeBool();  // OLMo 2's layer: output norms alone, whole-projection q/k norms
@@ -91,7 +98,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.top_k = in.ConsumeIntegralInRange<int>(0, 5);
     c.expert_inter = 32 * in.ConsumeIntegralInRange<int>(0, 2);
     c.norm_topk = in.ConsumeBool();
-    c.glu = in.ConsumeBool() ? ie::Glu::GptOss : ie::Glu::Silu;
+    const int glu = in.ConsumeIntegralInRange<int>(0, 2);  // Llama 4's halves, fed the weight (with gpt-oss's: refused)
+    c.glu = glu == 0 ? ie::Glu::Silu : glu == 1 ? ie::Glu::GptOss : ie::Glu::Halves;
+    c.weight_before = in.ConsumeBool();
     c.swiglu_limit = in.ConsumeFloatingPointInRange<float>(-1.f, 10.f);
   }
   const bool mla = in.ConsumeBool();  // DeepSeek's latent attention (a latent of -1, q_lora without it: refused)
@@ -132,7 +141,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         L.o = matrix(in, pool, c.hidden, q_dim);
       }
       if (c.n_experts > 0 && in.ConsumeBool()) {
-        const bool fused = c.glu == ie::Glu::GptOss;
+        const bool fused = c.glu != ie::Glu::Silu;
         L.router = matrix(in, pool, c.n_experts, c.hidden);
         if (in.ConsumeBool()) L.router_bias = vec(in, c.n_experts);
         for (int e = 0; e < c.n_experts + (in.ConsumeIntegral<uint8_t>() < 8); ++e) {

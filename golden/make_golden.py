@@ -65,6 +65,7 @@ Writes (replacing any previous output):
     golden/hf/tiny-gemma3-vl/  Gemma3ForConditionalGeneration: tiny-gemma3's language model beside a tiny
                             SigLIP vision tower (its text logits are tiny-gemma3's)
     golden/ref/gemma3-text-defaults.json   transformers' Gemma3TextConfig defaults (ieconv text-model fills them in)
+    golden/ref/llama4-text-defaults.json   transformers' Llama4TextConfig defaults (likewise)
     golden/hf/tiny-gpt-oss-mxfp4/  the same model with its experts quantized to MXFP4 here and
                             stored as gpt-oss-20b publishes them (*_blocks + *_scales, quant_method mxfp4)
     golden/ref/<model>/     ids.json, logits.npy, greedy.json, greedy_text.json, versions.json,
@@ -130,6 +131,11 @@ from transformers import (  # noqa: E402
     Olmo3Config,
     Olmo3ForCausalLM,
     Ministral3Config,
+    Llama4TextConfig,
+    Llama4ForCausalLM,
+    Llama4Config,
+    Llama4VisionConfig,
+    Llama4ForConditionalGeneration,
     Exaone4Config,
     OlmoeConfig,
     SeedOssConfig,
@@ -230,6 +236,12 @@ DEEPSEEK_V3_ROPE = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "
 # Latent attention's dims on a toy: 4 heads of 16 unrotated + 8 rotated q/k dims and 12 value dims (v_head_dim
 # apart from qk_nope_head_dim, as no real model has it, so a mix-up shows), a latent of 32
 MLA_DIMS = dict(kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, num_key_value_heads=4)
+# Llama 4 Scout's RoPE (llama3 with equal low and high factors: each frequency scaled by 16 or kept), its original
+# context cut to 64 positions so the toy's scaled frequencies turn visibly; chunks of 4 positions and a temperature
+# that grows every 4 (Scout's: 8192 each, beyond a toy's reach; iebin-to-gguf holds an export to those)
+LLAMA4_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 1.0, "original_max_position_embeddings": 64}
+LLAMA4_SEED = SEED + 94  # the first from SEED + 91 whose greedy cases run 16 tokens with margins >= 0.02
 GLM4_MOE_LITE_SEED = SEED + 90  # its greedy cases run 16 tokens with margins >= 0.014
 GLM4_MOE_SEED = SEED + 63  # the first from SEED + 60 whose greedy cases run 16 tokens with margins >= 0.02
 QWEN2_MOE_SEED = SEED + 54  # the first from SEED + 52 whose greedy cases run 16 tokens with margins >= 0.02
@@ -871,6 +883,24 @@ def make_glm4_moe_lite(tok) -> None:
     assert_feature_matters(Glm4MoeLiteForCausalLM, out, logits, "routed_scaling_factor", routed_scaling_factor=1.0)
 
 
+def make_llama4(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    # 4 layers: 0-2 rotated with chunked attention and q/k norms, 3 unrotated with full attention and the
+    # temperature; experts at 1 and 3 (interleave_moe_layer_step 2, Maverick's), 4 of 24 channels, the top 2
+    # (Scout's 1 would leave the weights' sum untested) beside a shared one; dense layers 128 wide
+    cfg = Llama4TextConfig(**{**dims, "intermediate_size": 24, "num_hidden_layers": 4}, head_dim=16,
+                           intermediate_size_mlp=128, num_local_experts=4, num_experts_per_tok=2,
+                           interleave_moe_layer_step=2, attention_chunk_size=4, floor_scale=4, attn_scale=0.5,
+                           rope_parameters=dict(LLAMA4_ROPE), tie_word_embeddings=False, pad_token_id=None)
+    cfg.architectures = ["Llama4ForCausalLM"]
+    out = HF_DIR / "tiny-llama4"
+    logits = save_model(tok, out.name, Llama4ForCausalLM, cfg, LLAMA4_SEED, torch.bfloat16)
+    assert_feature_matters(Llama4ForCausalLM, out, logits, "the attention chunks", attention_chunk_size=128)
+    assert_feature_matters(Llama4ForCausalLM, out, logits, "the temperature", attn_temperature_tuning=False)
+    assert_feature_matters(Llama4ForCausalLM, out, logits, "the q/k norms", use_qk_norm=False)
+
+
 def make_deepseek_v2(tok) -> None:
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     # DeepSeek-V2-Lite's layout: no q_lora_rank (q_proj), 27 layers (llama.cpp reads a model without q_lora_rank
@@ -1081,6 +1111,40 @@ def make_ministral3_vl(tok) -> None:
                 for c in (MistralConfig, Ministral3Config)})
 
 
+@torch.no_grad()
+def make_llama4_vl(tok) -> None:
+    """tiny-llama4's language model, weights and all, in a
+    Llama4ForConditionalGeneration beside a tiny vision model (drawn from its
+    own seed): the layout Llama 4 Scout and Maverick are published in (the
+    language model a Llama4ForCausalLM of its own, head included). Its
+    logits on text ids must be tiny-llama4's. Also freezes Llama4TextConfig's
+    defaults (a text_config takes them for what it leaves out)."""
+    text = Llama4TextConfig.from_pretrained(HF_DIR / "tiny-llama4")
+    vision = Llama4VisionConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                                vision_output_dim=16, image_size=28, patch_size=14, projector_input_dim=16,
+                                projector_output_dim=16)
+    cfg = Llama4Config(text_config=text, vision_config=vision, bos_token_id=tok.bos_token_id,
+                       eos_token_id=tok.eos_token_id, pad_token_id=None)
+    cfg.architectures = ["Llama4ForConditionalGeneration"]
+    seed = LLAMA4_SEED + 1
+    seed_everything(seed)
+    model = Llama4ForConditionalGeneration(cfg).to(torch.float32).eval()
+    init_weights(model, seed)
+    lm = Llama4ForCausalLM.from_pretrained(HF_DIR / "tiny-llama4", dtype=torch.float32, local_files_only=True)
+    model.language_model.load_state_dict(lm.state_dict())
+    out = HF_DIR / "tiny-llama4-vl"
+    reset_dir(out)
+    model.to(torch.bfloat16).save_pretrained(out)
+    tok.save_pretrained(out)
+    again = Llama4ForConditionalGeneration.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
+                                                           local_files_only=True).float().eval()
+    ref = np.load(REF_DIR / "tiny-llama4" / "logits.npy")
+    got = again(input_ids=torch.tensor([json.loads((REF_DIR / "tiny-llama4" / "ids.json").read_text())])).logits[0]
+    assert np.abs(got.numpy() - ref).max() <= 1e-5 * np.abs(ref).max(), "the text logits are not tiny-llama4's"
+    write_json(REF_DIR / "llama4-text-defaults.json",
+               {k: v for k, v in sorted(Llama4TextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
+
+
 def make_gemma3_vl(tok) -> None:
     """tiny-gemma3's language model, weights and all, in a
     Gemma3ForConditionalGeneration beside a tiny SigLIP vision tower (drawn
@@ -1230,6 +1294,8 @@ def main() -> None:
     make_deepseek_v3(tok)
     make_deepseek_v2(tok)
     make_glm4_moe_lite(tok)
+    make_llama4(tok)
+    make_llama4_vl(tok)
     make_seed_oss(tok)
     make_glm4(tok)
     make_cohere2(tok)

@@ -126,11 +126,13 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
         pre_norms=s.arch.pre_norms, qk_norm_full=s.arch.qk_norm_full, attn_temp_scale=s.attn_temp_scale,
         attn_temp_floor=s.attn_temp_floor, rope_interleaved=s.arch.rope_interleaved, layer_norm=s.arch.cohere,
         parallel_block=s.arch.cohere, q_lora=s.q_lora, kv_lora=s.kv_lora, v_head_dim=s.v_head_dim,
+        chunks=list(s.chunks), attn_temp_offset=s.attn_temp_offset, attn_temp_nope=s.attn_temp_nope,
+        qk_l2_norm=s.qk_l2_norm,
         **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
                                        norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
                                        swiglu_limit=moe.limit, shared_inter=moe.shared_inter,
                                        sigmoid_gating=moe.sigmoid, n_group=moe.n_group, topk_group=moe.topk_group,
-                                       routed_scale=moe.routed_scale)))
+                                       routed_scale=moe.routed_scale, weight_before=moe.weight_before)))
 
 
 class Decoder:

@@ -27,9 +27,10 @@ from iekit.formats.imatrix import Imatrix
 
 from .decoder import Decoder
 
-# Per layer, the matrices each of the decoder's four statistics slots feeds.
+# Per layer, the matrices each of the decoder's four statistics slots feeds (the MLP's under its module's name:
+# Arch.mlp_module).
 LAYER_INPUTS = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("self_attn.o_proj",),
-                ("mlp.gate_proj", "mlp.up_proj"), ("mlp.down_proj",))
+                ("{mlp}.gate_proj", "{mlp}.up_proj"), ("{mlp}.down_proj",))
 
 
 def attention_inputs(s, layer: int) -> list[tuple[str, int]]:
@@ -64,7 +65,7 @@ def dense_inputs(s, layer: int) -> dict[str, int]:
     and a dense MLP's where the layer has no experts."""
     out = dict(attention_inputs(s, layer))
     if s.moe is None or not s.moe.layers[layer]:
-        out.update({n: 4 * layer + k for k in (2, 3) for n in LAYER_INPUTS[k]})
+        out.update({n.format(mlp=s.arch.mlp_module): 4 * layer + k for k in (2, 3) for n in LAYER_INPUTS[k]})
     return out
 
 

@@ -7,7 +7,8 @@ Some golden checkpoints hold what llama.cpp cannot express (its qwen3moe has
 experts in every layer and always renormalises the top-k; its gpt-oss clamps
 SwiGLU at 7 and rounds YaRN's range), and the exporter refuses those; the
 variants here change exactly that and nothing else (tiny-phi3 loses its
-window of 6, which llama.cpp's phi3 does not apply). tiny-mistral is absent:
+window of 6, which llama.cpp's phi3 does not apply; tiny-llama4 takes the
+chunks and temperature llama.cpp's llama4 fixes). tiny-mistral is absent:
 its 4-position sliding window is one the llama architecture does not have.
 """
 
@@ -32,9 +33,13 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-olmo2": "olmo2", "tiny-olmo3": "olmo2", "tiny-ministral3": "mistral3",
            "tiny-exaone4": "exaone4", "tiny-olmoe": "olmoe", "tiny-qwen2-moe": "qwen2moe",
            "tiny-glm4-moe": "glm4moe", "tiny-minimax-m2": "minimax-m2", "tiny-deepseek-v3": "deepseek2",
-           "tiny-deepseek-v2": "deepseek2", "tiny-glm4-moe-lite": "deepseek2",
+           "tiny-deepseek-v2": "deepseek2", "tiny-glm4-moe-lite": "deepseek2", "tiny-llama4": "llama4",
            "tiny-seed-oss": "seed_oss", "tiny-glm4": "glm4",
            "tiny-cohere2": "cohere2", "tiny-cohere": "command-r"}
+
+
+# Llama 4's chunks and temperature as llama.cpp's llama4 fixes them (the golden toy's act within 12 positions)
+LLAMA4_FIXED = {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1}
 
 
 def _hf_variant(tmp: Path, name: str, edit: dict, tensors=None) -> Path:
@@ -105,4 +110,5 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
     out["tiny-gpt-oss"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss")
     out["tiny-gpt-oss-mxfp4"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss-mxfp4")
     out["tiny-phi3"] = _convert(_hf_variant(tmp, "tiny-phi3", {"sliding_window": None}), tmp / "phi3")
+    out["tiny-llama4"] = _convert(_hf_variant(tmp, "tiny-llama4", LLAMA4_FIXED), tmp / "llama4")
     return out

@@ -73,13 +73,19 @@ def _as_f32(t: dict, raw: np.ndarray) -> np.ndarray:
     return raw.view(np.float16).astype(np.float32)
 
 
-def _gpt_oss_expert(src: dict, i: int, k: str, bias: bool) -> np.ndarray:
+def _paired_expert(src: dict, i: int, k: str, bias: bool, module: str = "mlp", halves: bool = False) -> np.ndarray:
     """What llama.cpp's blk.i.ffn_{k}_exps holds for gpt-oss: down as it is,
     gate/up the rows (the bias's elements, widened to F32) of one parity of
-    the interleaved gate_up stack."""
-    t, raw = src[f"model.layers.{i}.mlp.experts.{'down_proj' if k == 'down' else 'gate_up_proj'}{'_bias' if bias else ''}"]
+    the interleaved gate_up stack; for Llama 4 (``halves``) each expert's
+    first or second half of rows."""
+    t, raw = src[f"model.layers.{i}.{module}.experts.{'down_proj' if k == 'down' else 'gate_up_proj'}{'_bias' if bias else ''}"]
     x = _as_f32(t, raw).reshape(t["shape"]) if bias else raw.reshape(t["shape"][0], t["shape"][1], -1)
-    return x if k == "down" else x[:, (0 if k == "gate" else 1)::2]
+    if k == "down":
+        return x
+    if halves:
+        n = x.shape[1] // 2
+        return x[:, :n] if k == "gate" else x[:, n:]
+    return x[:, (0 if k == "gate" else 1)::2]
 
 
 @pytest.mark.parametrize("name", sorted(ARCH_OF))
@@ -194,7 +200,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         assert kv["phi3.rope.scaling.original_context_length"] == cfg["original_max_position_embeddings"]
         f = cfg["max_position_embeddings"] / cfg["original_max_position_embeddings"]
         assert kv["phi3.rope.scaling.attn_factor"] == pytest.approx(np.sqrt(1 + np.log(f) / np.log(32)), rel=1e-7)
-    # experts: stacks of the per-expert matrices (Mixtral, Qwen3-MoE) or gpt-oss's pair split by row parity
+    # experts: stacks of the per-expert matrices (Mixtral, Qwen3-MoE) or gpt-oss's pair split by row parity (Llama
+    # 4's by halves)
     for i in range(kv[f"{a}.block_count"]):
         for k in ("gate", "up", "down"):
             g = tensors.get(f"blk.{i}.ffn_{k}_exps.weight")
@@ -203,7 +210,9 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             seen.add(g.name)
             data = np.asarray(g.data).reshape(-1).view(np.uint8)
             if a == "gpt-oss":
-                want = _gpt_oss_expert(src, i, k, bias=False)
+                want = _paired_expert(src, i, k, bias=False)
+            elif a == "llama4":
+                want = _paired_expert(src, i, k, bias=False, module="feed_forward", halves=True)
             else:
                 pat = {"llama": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
                                  "down": "block_sparse_moe.experts.{e}.w2"},
@@ -224,7 +233,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             if g is None:
                 continue
             seen.add(g.name)
-            want = _gpt_oss_expert(src, i, k, bias=True)
+            want = _paired_expert(src, i, k, bias=True)
             assert g.tensor_type.name == "F32" and np.array_equal(np.asarray(g.data).reshape(want.shape), want)
     rp = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if rp.get("rope_type") == "llama3":  # convert_hf_to_gguf's per-frequency divisors, restated
@@ -234,13 +243,13 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         want = []
         for f in 1.0 / (np.float32(theta) ** (np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd))):
             wl = 2 * np.pi / float(f)
-            sm = (old / wl - lo) / (hi - lo)
+            sm = (old / wl - lo) / (hi - lo) if hi > lo else 0.0  # (equal factors, Llama 4 Scout's: no ramp)
             want.append(1 if wl < old / hi else factor if wl > old / lo else 1 / ((1 - sm) / factor + sm))
         g = tensors["rope_freqs.weight"]
         seen.add(g.name)
         assert g.tensor_type.name == "F32"
         np.testing.assert_allclose(np.asarray(g.data), np.asarray(want, np.float32), rtol=2e-7)
-        assert 1 < np.asarray(g.data).max() and kv["llama.rope.scaling.original_context_length"] == old
+        assert 1 < np.asarray(g.data).max() and kv[f"{a}.rope.scaling.original_context_length"] == old
     assert seen == set(tensors)  # every tensor of the file checked above
 
 

@@ -492,7 +492,7 @@ def test_generate_ctx_whose_kv_cache_cannot_fit(tmp_path):
     (lambda m: reconfigure(m, rope_scaling={"rope_type": "llama3", "factor": "x"}), ["rope_scaling.factor"]),
     (lambda m: reconfigure(m, rope_scaling={"rope_type": "llama3", "factor": 8}),
      ["rope_scaling.original_max_position_embeddings"]),
-    (lambda m: reconfigure(m, rope_scaling={"rope_type": "llama3", "factor": 8, "low_freq_factor": 4,
+    (lambda m: reconfigure(m, rope_scaling={"rope_type": "llama3", "factor": 8, "low_freq_factor": 5,
                                             "original_max_position_embeddings": 64}), ["high_freq_factor"]),
 ])
 def test_decoder_hostile_model_summary(tmp_path, edit, words):

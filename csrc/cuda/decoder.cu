@@ -192,7 +192,10 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
   if (c.rope_interleaved)
     fail("the CUDA decoder turns rotate-half pairs; interleaved RoPE (GLM-4) runs on the CPU");
   if (c.attn_temp_scale != 0.f)
-    fail("the CUDA decoder has no attention temperature (Ministral 3); run it on the CPU");
+    fail("the CUDA decoder has no attention temperature (Ministral 3, Llama 4); run it on the CPU");
+  for (int chunk : c.chunks)
+    if (chunk) fail("the CUDA decoder has no chunked attention (Llama 4); run it on the CPU");
+  if (c.qk_l2_norm) fail("the CUDA decoder has no q/k norm (Llama 4); run it on the CPU");
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
   const size_t B = kMaxBatch, F = sizeof(float);

@@ -242,7 +242,8 @@ void ie_register_decoder(py::module_& m) {
                        float logits_scaling, bool pre_norms, bool qk_norm_full, float attn_temp_scale,
                        int attn_temp_floor, bool rope_interleaved, bool layer_norm, bool parallel_block,
                        int shared_inter, bool sigmoid_gating, int n_group, int topk_group, float routed_scale,
-                       int q_lora, int kv_lora, int v_head_dim) {
+                       int q_lora, int kv_lora, int v_head_dim, std::vector<int> chunks, float attn_temp_offset,
+                       bool attn_temp_nope, bool qk_l2_norm, bool weight_before) {
              ie::DecoderConfig c;
              c.n_layers = n_layers;
              c.hidden = hidden;
@@ -268,8 +269,14 @@ void ie_register_decoder(py::module_& m) {
              c.q_lora = q_lora;
              c.kv_lora = kv_lora;
              c.v_head_dim = v_head_dim;
-             if (glu != "silu" && glu != "gpt_oss") throw std::invalid_argument("glu must be silu or gpt_oss, got '" + glu + "'");
-             c.glu = glu == "silu" ? ie::Glu::Silu : ie::Glu::GptOss;
+             c.chunks = std::move(chunks);
+             c.attn_temp_offset = attn_temp_offset;
+             c.attn_temp_nope = attn_temp_nope;
+             c.qk_l2_norm = qk_l2_norm;
+             c.weight_before = weight_before;
+             if (glu != "silu" && glu != "gpt_oss" && glu != "halves")
+               throw std::invalid_argument("glu must be silu, gpt_oss or halves, got '" + glu + "'");
+             c.glu = glu == "silu" ? ie::Glu::Silu : glu == "gpt_oss" ? ie::Glu::GptOss : ie::Glu::Halves;
              c.swiglu_alpha = swiglu_alpha;
              c.swiglu_limit = swiglu_limit;
              c.inv_freq_swa = std::move(inv_freq_swa);
@@ -310,7 +317,8 @@ void ie_register_decoder(py::module_& m) {
            py::arg("rope_interleaved") = false, py::arg("layer_norm") = false, py::arg("parallel_block") = false,
            py::arg("shared_inter") = 0, py::arg("sigmoid_gating") = false, py::arg("n_group") = 1,
            py::arg("topk_group") = 1, py::arg("routed_scale") = 1.f, py::arg("q_lora") = 0, py::arg("kv_lora") = 0,
-           py::arg("v_head_dim") = 0)
+           py::arg("v_head_dim") = 0, py::arg("chunks") = std::vector<int>{}, py::arg("attn_temp_offset") = 0.f,
+           py::arg("attn_temp_nope") = false, py::arg("qk_l2_norm") = false, py::arg("weight_before") = false)
       .def_readonly("n_layers", &ie::DecoderConfig::n_layers)
       .def_readonly("hidden", &ie::DecoderConfig::hidden)
       .def_readonly("vocab", &ie::DecoderConfig::vocab)

@@ -78,15 +78,25 @@ void page_out(const uint8_t* p, size_t n) {
 // with i % 8 == u, added pairwise, then the tail in order), which the
 // compiler keeps in vector registers: one running sum was a chain of n
 // dependent adds, 2,300 cycles a row for SmolLM2's 576 (3% of a prefill).
-void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
+float rms_inverse(const float* x, int n, float eps) {
   float p[8] = {};
   int i = 0;
   for (; i + 8 <= n; i += 8)
     for (int u = 0; u < 8; ++u) p[u] += x[i + u] * x[i + u];
   float ss = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
   for (; i < n; ++i) ss += x[i] * x[i];
-  const float inv = 1.f / std::sqrt(ss / static_cast<float>(n) + eps);
+  return 1.f / std::sqrt(ss / static_cast<float>(n) + eps);
+}
+
+void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
+  const float inv = rms_inverse(x, n, eps);
   for (int i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
+}
+
+// x over its RMS, in place, no weight (Llama4TextL2Norm: x rsqrt(mean(x^2) + eps)).
+void rms_unit(float* x, int n, float eps) {
+  const float inv = rms_inverse(x, n, eps);
+  for (int i = 0; i < n; ++i) x[i] *= inv;
 }
 
 // rotate_half convention over a head's first 2 * half dims: pairs
@@ -152,14 +162,14 @@ void check_experts(const DecoderConfig& c, const LayerWeights& L, const std::str
   check_vec(n + "router.bias", L.router_bias, static_cast<size_t>(c.n_experts), true);
   check_vec(n + "e_score_correction_bias", L.expert_bias, static_cast<size_t>(c.n_experts), true);
   if (!L.expert_bias.empty() && !c.sigmoid_gating) fail(n + "e_score_correction_bias: sigmoid gating's alone");
-  const bool fused = c.glu == Glu::GptOss;
+  const bool fused = c.glu != Glu::Silu;
   const int64_t gate_rows = fused ? 2 * static_cast<int64_t>(c.expert_inter) : c.expert_inter;
   for (size_t e = 0; e < L.experts.size(); ++e) {
     const Expert& x = L.experts[e];
     const std::string en = n + "expert " + std::to_string(e) + " ";
     check_matrix(en + (fused ? "gate_up_proj" : "gate_proj"), x.gate, gate_rows, c.hidden, p);
     if (fused) {
-      if (!absent(x.up)) fail(en + "up_proj: gpt-oss's up rows are interleaved in gate_up_proj; pass no up matrix");
+      if (!absent(x.up)) fail(en + "up_proj: the up rows are in gate_up_proj (gpt-oss, Llama 4); pass no up matrix");
     } else {
       check_matrix(en + "up_proj", x.up, c.expert_inter, c.hidden, p);
     }
@@ -180,6 +190,11 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     fail("decoder config: nope must be empty or hold one value per layer");
   for (int win : c.windows)
     if (win < 0) fail("decoder config: a sliding window must be >= 0, got " + std::to_string(win));
+  if (!c.chunks.empty() && c.chunks.size() != static_cast<size_t>(c.n_layers))
+    fail("decoder config: chunks must be empty or hold one value per layer");
+  for (size_t l = 0; l < c.chunks.size(); ++l)
+    if (c.chunks[l] < 0 || (c.chunks[l] > 0 && c.windows[l] > 0))
+      fail("decoder config: an attention chunk must be >= 0, and a layer has a chunk or a sliding window, not both");
   if (!(c.rope_scale > 0.f) || !std::isfinite(c.rope_scale)) fail("decoder config: rope_scale must be a positive number");
   if (!(c.attn_scale >= 0.f) || !std::isfinite(c.attn_scale)) fail("decoder config: attn_scale must be >= 0 and finite");
   if (!(c.embed_scale > 0.f) || !std::isfinite(c.embed_scale)) fail("decoder config: embed_scale must be a positive number");
@@ -191,6 +206,10 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     fail("decoder config: attn_temp_scale must be >= 0 and finite");
   if (c.attn_temp_scale != 0.f && c.attn_temp_floor < 1)
     fail("decoder config: attn_temp_floor must be positive where attn_temp_scale is set");
+  if (!(c.attn_temp_offset >= 0.f) || !std::isfinite(c.attn_temp_offset))
+    fail("decoder config: attn_temp_offset must be >= 0 and finite");
+  if (c.qk_l2_norm && (c.kv_lora > 0 || c.qk_norm_full))
+    fail("decoder config: qk_l2_norm is Llama 4's per-head norm; not with latent attention or whole-projection norms");
   if (c.parallel_block && (!c.pre_norms || c.n_experts > 0))
     fail("decoder config: parallel_block is Cohere's dense layer with its input norm; not without pre-norms or "
          "with experts");
@@ -202,6 +221,8 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       fail("decoder config: top_k " + std::to_string(c.top_k) + " is outside 1..n_experts (" +
            std::to_string(c.n_experts) + ")");
     if (c.expert_inter < 1) fail("decoder config: expert_inter must be positive");
+    if (c.weight_before && c.glu == Glu::GptOss)
+      fail("decoder config: weight_before is Llama 4's SiLU experts'; gpt-oss weights their outputs");
     if (c.glu == Glu::GptOss && (!(c.swiglu_limit > 0.f) || !std::isfinite(c.swiglu_limit)))
       fail("decoder config: swiglu_limit must be a positive number, got " + std::to_string(c.swiglu_limit));
     if (!std::isfinite(c.swiglu_alpha)) fail("decoder config: swiglu_alpha must be finite");
@@ -445,7 +466,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   up_.resize(B * mlp);
   if (c.shared_inter > 0) shared_gate_.resize(B);
   if (c.n_experts > 0) {
-    const size_t gate_rows = static_cast<size_t>(c.expert_inter) * (c.glu == Glu::GptOss ? 2 : 1);
+    const size_t gate_rows = static_cast<size_t>(c.expert_inter) * (c.glu == Glu::Silu ? 1 : 2);
     router_logits_.resize(B * c.n_experts);
     score_.resize(static_cast<size_t>(c.n_experts));
     choice_.resize(static_cast<size_t>(c.n_experts));
@@ -677,6 +698,7 @@ void Decoder::attention(int layer, int b) {
   const int hd = hd_, vd = vd_, nh = cfg_.n_heads, n_kv = kv_heads_, group = nh / n_kv;
   const bool mla = cfg_.kv_lora > 0;  // values: the latent part of each cached key
   const int window = cfg_.windows[static_cast<size_t>(layer)];
+  const int chunk = cfg_.chunks.empty() ? 0 : cfg_.chunks[static_cast<size_t>(layer)];
   // gpt-oss's sinks: one more logit per head in the softmax's denominator,
   // with no value behind it (transformers appends it to the scores and
   // drops its probability).
@@ -730,7 +752,7 @@ void Decoder::attention(int layer, int b) {
           p[nq] = scores_.data() + static_cast<size_t>(slot) * per_thread + nq * row + block;
           head[nq] = h;
           n_ctx[nq] = n_past_ + j + 1;  // causal: this token and every earlier one
-          t0[nq] = window > 0 ? std::max(0, n_ctx[nq] - window) : 0;
+          t0[nq] = window > 0 ? std::max(0, n_ctx[nq] - window) : chunk > 0 ? (n_ctx[nq] - 1) / chunk * chunk : 0;
           if (n_spans) {
             t0[nq] = std::max(t0[nq], jp * kAttnSpan);
             n_ctx[nq] = std::min(n_ctx[nq], (jp + 1) * kAttnSpan);
@@ -738,7 +760,7 @@ void Decoder::attention(int layer, int b) {
           lo = std::min(lo, t0[nq]);
           hi = std::max(hi, n_ctx[nq]);
         }
-      if (lo >= hi) {  // a span wholly before a sliding window (one token: every query alike)
+      if (lo >= hi) {  // a span wholly before a sliding window or chunk (one token: every query alike)
         for (int r = 0; r < nq; ++r) {
           out[r][vd] = -INFINITY;
           out[r][vd + 1] = 0.f;
@@ -819,7 +841,7 @@ void Decoder::attention(int layer, int b) {
     std::fill_n(o, vd, 0.f);
     for (int s = 0; s < n_spans; ++s) {
       const float* ps = part + s * part_row;
-      if (!(ps[vd + 1] > 0.f)) continue;  // empty: before the window
+      if (!(ps[vd + 1] > 0.f)) continue;  // empty: before the window or chunk
       const float w = std::exp(ps[vd] - mx);
       den += w * ps[vd + 1];
       for (int i = 0; i < vd; ++i) o[i] += w * ps[i];
@@ -847,6 +869,14 @@ void Decoder::glu(Glu kind, float* g, const float* u, int n, int width) const {
       for (size_t i = static_cast<size_t>(j) * width; i < static_cast<size_t>(j + 1) * width; ++i)
         g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
     });
+    return;
+  }
+  if (kind == Glu::Halves) {  // row j: gate at [2 width j, ...), up width later; in place (inputs at >= i)
+    for (int j = 0; j < n; ++j) {
+      const float* gj = g + static_cast<size_t>(j) * 2 * width;
+      float* oj = g + static_cast<size_t>(j) * width;
+      for (int i = 0; i < width; ++i) oj[i] = gj[i] / (1.f + std::exp(-gj[i])) * gj[width + i];
+    }
     return;
   }
   // In place: output i is written after inputs 2i and 2i + 1 (>= i) are read.
@@ -954,11 +984,16 @@ void Decoder::experts(int layer, int b) {
     if (rows.empty()) continue;
     const Expert& x = L.experts[static_cast<size_t>(e)];
     const int n = static_cast<int>(rows.size());
-    // Rows are routed in token order, each token at most once per expert: n == b is every row, in place.
-    const bool all = n == b;
+    // Rows are routed in token order, each token at most once per expert: n == b is every row, in place
+    // (unless each row is first scaled by its weight: weight_before).
+    const bool all = n == b && !c.weight_before;
     if (!all) {
-      for (int r = 0; r < n; ++r)
-        std::copy_n(&xn_[static_cast<size_t>(rows[static_cast<size_t>(r)].first) * H], H, &ex_x_[static_cast<size_t>(r) * H]);
+      for (int r = 0; r < n; ++r) {
+        const float* src = &xn_[static_cast<size_t>(rows[static_cast<size_t>(r)].first) * H];
+        float* dst = &ex_x_[static_cast<size_t>(r) * H];
+        const float wr = c.weight_before ? rows[static_cast<size_t>(r)].second : 1.f;
+        for (int i = 0; i < H; ++i) dst[i] = wr * src[i];
+      }
       prepare(ex_prep_, ex_x_.data(), n, H);
     }
     PreparedAct& prep = all ? xn_prep_ : ex_prep_;
@@ -984,7 +1019,7 @@ void Decoder::experts(int layer, int b) {
     for (int r = 0; r < n; ++r) {
       float* xj = &x_[static_cast<size_t>(rows[static_cast<size_t>(r)].first) * H];
       const float* y = &ex_y_[static_cast<size_t>(r) * H];
-      const float wr = rows[static_cast<size_t>(r)].second;
+      const float wr = c.weight_before ? 1.f : rows[static_cast<size_t>(r)].second;
       for (int i = 0; i < H; ++i) xj[i] += wr * y[i];
     }
   }
@@ -1119,13 +1154,19 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
         for (int h = 0; h < c.n_kv_heads; ++h)
           rmsnorm(&k_[j * kv_dim_ + h * c.head_dim], L.k_norm.data(), c.head_dim, c.eps, &k_[j * kv_dim_ + h * c.head_dim]);
       }
-      if (c.nope.empty() || !c.nope[l]) {
+      const bool turns = c.nope.empty() || !c.nope[l];
+      if (turns) {
         const auto turn = c.rope_interleaved ? rope_interleaved : rope;
         turn(&q_[j * q_dim_], c.n_heads, hd_, half, cs);
         turn(&k_[j * kv_dim_], kv_heads_, hd_, half, cs);
+        if (c.qk_l2_norm) {  // Llama 4: each head over its RMS, after the rotation
+          for (int h = 0; h < c.n_heads; ++h) rms_unit(&q_[j * q_dim_ + h * hd_], hd_, c.eps);
+          for (int h = 0; h < kv_heads_; ++h) rms_unit(&k_[j * kv_dim_ + h * hd_], hd_, c.eps);
+        }
       }
-      if (c.attn_temp_scale != 0.f) {  // (llama.cpp's floor and log of floats, as transformers' float32 ones)
-        const float t = 1.f + c.attn_temp_scale * std::log(std::floor(static_cast<float>(pos) /
+      if (c.attn_temp_scale != 0.f && !(c.attn_temp_nope && turns)) {
+        // (llama.cpp's floor and log of floats, as transformers' float32 ones)
+        const float t = 1.f + c.attn_temp_scale * std::log(std::floor((static_cast<float>(pos) + c.attn_temp_offset) /
                                                                       static_cast<float>(c.attn_temp_floor)) + 1.f);
         for (int i = 0; i < q_dim_; ++i) q_[j * q_dim_ + i] *= t;
       }

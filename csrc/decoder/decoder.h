@@ -2,7 +2,7 @@
 // Phi-3, SmolLM3, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
 // GLM-4, Cohere and Cohere 2, and the mixture-of-experts models gpt-oss,
 // Qwen3-MoE, Qwen2-MoE, GLM-4.5, MiniMax-M2, OLMoE, Mixtral, DeepSeek-V2 and
-// V3, GLM-4.7-Flash): RMSNorm, RoPE (rotate-half or interleaved
+// V3, GLM-4.7-Flash, Llama 4): RMSNorm, RoPE (rotate-half or interleaved
 // pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
 // second table for sliding layers; layers without RoPE), grouped-query
 // attention (or DeepSeek's multi-head latent attention, absorbed into multi-query attention over its latent)
@@ -11,8 +11,9 @@
 // GELU-gated MLP or a routed set of experts (beside a shared one), optional norms of the attention
 // and MLP outputs (Gemma's sandwich; OLMo's without the norms before them),
 // soft-capped scores and logits (Gemma 2), Granite's residual and logit
-// multipliers, Ministral 3's attention temperature, Cohere's LayerNorm and
-// parallel blocks, tied or untied output head.
+// multipliers, Ministral 3's and Llama 4's attention temperature, Cohere's
+// LayerNorm and parallel blocks, Llama 4's chunked attention, weightless q/k
+// norms and experts fed their router weight, tied or untied output head.
 // Every matrix is read in place, in its stored format,
 // through the fused GEMV kernels (gemv.h) -- or, for a prefill chunk of
 // more than kMaxBatch tokens with float activations, the GEMM kernels
@@ -44,8 +45,10 @@ namespace ie {
 // matrices [expert_inter, hidden]. GptOss: one matrix [2 expert_inter,
 // hidden] whose rows alternate gate, up; gate clamped above at
 // swiglu_limit, up to [-limit, limit], out = (up + 1) * gate *
-// sigmoid(swiglu_alpha * gate) (transformers' GptOssExperts).
-enum class Glu { Silu, GptOss };
+// sigmoid(swiglu_alpha * gate) (transformers' GptOssExperts). Halves:
+// SiLU(gate) * up from one matrix [2 expert_inter, hidden], gate's rows
+// first, then up's (Llama 4's gate_up_proj, chunk(2)).
+enum class Glu { Silu, GptOss, Halves };
 // The dense MLP's gated unit: act(gate) * up, act SiLU (Llama, Qwen, ...)
 // or GELU with the tanh approximation (Gemma 3's gelu_pytorch_tanh).
 enum class MlpAct { Silu, GeluTanh };
@@ -64,6 +67,10 @@ struct DecoderConfig {
   // included (sliding-window attention: Mistral, gpt-oss's sliding layers);
   // 0 attends to the whole cache.
   std::vector<int> windows;
+  // Per layer: a query attends only to the positions of its own chunk of
+  // chunks[l] (Llama 4's chunked attention: positions p - p % chunk .. p);
+  // 0, or empty for every layer: no chunks.
+  std::vector<int> chunks;
   // RoPE inverse frequencies [rotary_dim / 2], scaling (e.g. Llama-3's,
   // YaRN's, LongRoPE's) already applied; rotation pairs are (i, i +
   // rotary_dim / 2) as in HF. rotary_dim is head_dim but for partial RoPE
@@ -99,8 +106,15 @@ struct DecoderConfig {
   // position p is multiplied by 1 + attn_temp_scale * ln(1 + floor(p /
   // attn_temp_floor)), so positions past the original context score
   // sharper. 0: none (attn_temp_floor unused).
+  // Llama 4's: 1 + attn_temp_scale ln(1 + floor((p + attn_temp_offset) /
+  // attn_temp_floor)), on the layers without RoPE alone (attn_temp_nope).
   float attn_temp_scale = 0.f;
   int attn_temp_floor = 0;
+  float attn_temp_offset = 0.f;
+  bool attn_temp_nope = false;
+  // Llama 4's q/k norm: after RoPE, each head of q and k divided by its RMS
+  // (no weight), in the layers RoPE turns (Llama4TextL2Norm).
+  bool qk_l2_norm = false;
   // Cohere's layer (Command R7B, Command A): LayerNorm (the mean taken out,
   // no bias) where RMSNorm normalizes the layer's and the model's inputs
   // (layer_norm), and the MLP reading the attention's normed input, both
@@ -123,8 +137,11 @@ struct DecoderConfig {
   // LayerWeights::expert_bias (which weights nothing), within the topk_group
   // of n_group groups whose two best such sums are highest (n_group 1: one
   // group); the weights are the chosen scores, divided by their sum
-  // (norm_topk). Either way the weights are then times routed_scale.
+  // (norm_topk). Either way the weights are then times routed_scale. With
+  // weight_before (Llama 4), an expert reads its input times its weight
+  // and its output joins unweighted (SiLU is not linear: not the same).
   bool norm_topk = true;
+  bool weight_before = false;
   bool sigmoid_gating = false;
   int n_group = 1, topk_group = 1;
   float routed_scale = 1.f;

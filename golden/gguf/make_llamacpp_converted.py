@@ -25,6 +25,10 @@ Five things are set for the toys, none of which touches a tensor:
   (``exaone_dir``), which transformers cannot load but the converter reads;
 - Cohere 2's ``rotary_pct`` is 1.0, as Command R7B's config states it (the
   converter requires it; transformers 5's Cohere2Config has no such key);
+- Llama 4's chunks and temperature are Scout's (8192 positions, 8192 and
+  0.1), which llama.cpp's llama4 graph fixes whatever the config says (the
+  toy's 4, 4 and 0.5, chosen so that they act within 12 positions, are what
+  iebin-to-gguf refuses to export);
 - MiniMax-M2's ``rotary_dim`` and ``scoring_func`` "sigmoid", as the Hub's
   config states them (the converter reads the rotated dims and the gating
   function from them; transformers 5 reads ``rotary_dim`` too).
@@ -50,6 +54,7 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-olmo3": {}, "tiny-ministral3": {}, "tiny-exaone4": {}, "tiny-olmoe": {}, "tiny-qwen2-moe": {},
           "tiny-seed-oss": {}, "tiny-glm4": {}, "tiny-glm4-moe": {}, "tiny-minimax-m2": {"rotary_dim": 8, "scoring_func": "sigmoid"},
           "tiny-deepseek-v3": {}, "tiny-deepseek-v2": {}, "tiny-glm4-moe-lite": {"scoring_func": "sigmoid"},
+          "tiny-llama4": {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1},
           "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-exaone": {}}
 # EXAONE 3.5 (ExaoneForCausalLM, remote code transformers does not ship) is a Llama under other names: tiny-llama
 # laid out as LG publishes it, HF name -> EXAONE's (its config keys likewise)
