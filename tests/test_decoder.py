@@ -308,14 +308,20 @@ def test_attention_over_several_key_blocks_at_any_thread_count(tmp_path, window)
         assert _rel(runs[0], forward(model, w, ids)) > 1e-2  # the window matters here
 
 
-def test_decode_spans_merge_with_sinks_and_windows(tmp_path):
-    """gpt-oss (attention sinks, a 4-position sliding layer and a full one)
-    decoding at 600..699 positions: each step's attention runs in spans of
-    512 positions merged afterwards, the sink joining at the merge, and must
-    give the logits the one-pass prefill gives for the same positions, with
-    any thread count bit for bit."""
-    d = edited_artifact(GOLDEN_IEBIN / "tiny-gpt-oss", tmp_path / "m",
-                        lambda m: reconfigure(m, max_position_embeddings=800))
+@pytest.mark.parametrize("model,fields", [
+    ("tiny-gpt-oss", {}),
+    ("tiny-llama4", {"attention_chunk_size": 300, "floor_scale": 200}),
+])
+def test_decode_spans_merge_with_sinks_windows_and_chunks(tmp_path, model, fields):
+    """Decoding at 600..699 positions, each step's attention in spans of 512
+    merged afterwards: gpt-oss (attention sinks, joining at the merge; a
+    4-position sliding layer and a full one), Llama 4 with chunks of 300
+    (the steps' chunk starts at 600, inside the second span, the first span
+    empty) and a temperature stepping every 200. Each must give the logits
+    the one-pass prefill gives for the same positions, with any thread count
+    bit for bit."""
+    d = edited_artifact(GOLDEN_IEBIN / model, tmp_path / "m",
+                        lambda m: reconfigure(m, max_position_embeddings=800, **fields))
     ids = [int(i) for i in np.random.default_rng(5).integers(0, 320, 700)]
     whole = Decoder(d, threads=2, act="f32").logits(ids)[600:]
     runs = []
