@@ -563,7 +563,11 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         what = f"{len(names)} {'expert stacks' if stacks == len(names) else 'matrices'}"
         what += f" ({stacks} of them expert stacks)" if 0 < stacks < len(names) else ""
         out.print(f"  {what} {scheme} cannot store: {s} (e.g. {names[0]})", markup=False)
-    read, full = bytes_per_token(tensors, p.quantize, tied), bytes_per_token(tensors, {}, tied)
+    # (a mixture of experts reads top_k of each layer's experts; the MTP layers after the last are not read)
+    top_k, n_layers = (config.get(k) if isinstance(config, dict) else None
+                       for k in ("num_experts_per_tok", "num_hidden_layers"))
+    top_k, n_layers = (v if type(v) is int and v > 0 else None for v in (top_k, n_layers))
+    read, full = (bytes_per_token(tensors, q, tied, top_k, n_layers) for q in (p.quantize, {}))
     out.print(f"  a decode step reads {human_bytes(read)} of weights ({full / read:.2f}x less than unquantized, "
               f"{human_bytes(full)}){'; the embedding is tied to the head' if tied else ''}", markup=False)
 

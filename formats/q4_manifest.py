@@ -238,16 +238,38 @@ def default_manifest(tensors: dict[str, tuple[str, list[int]]], scheme: str = "i
     return out
 
 
-def bytes_per_token(tensors: dict[str, tuple[str, list[int]]], quantize: dict[str, QuantParams], tied: bool) -> int:
+_LAYER = re.compile(r"model\.layers\.(\d+)\.")
+# one tensor per expert: model.layers.N.<...>.experts.E.<matrix>
+_PER_EXPERT = re.compile(r"(.*\.experts\.)(\d+)(\..*)")
+
+
+def bytes_per_token(tensors: dict[str, tuple[str, list[int]]], quantize: dict[str, QuantParams], tied: bool,
+                    top_k: int | None = None, n_layers: int | None = None) -> int:
     """The weight bytes one decode step reads under a plan (the decoder's
     ``weight_bytes_per_token``): every tensor, but of the input embedding one
     row, plus all of it when it is tied (then it is the head, and a stored
-    lm_head is not read)."""
-    total = 0
+    lm_head is not read); of a mixture of experts (``top_k``: its
+    num_experts_per_tok) the share top_k / experts of each expert's tensors,
+    a stack's [experts, ...] or a layer's one per expert (on average: which
+    ones, routing decides); none of the layers from ``n_layers`` on (the
+    multi-token prediction layers, which the decoder leaves unread)."""
+    experts: dict[tuple[str, str], int] = {}  # (prefix, suffix) of a per-expert name -> the layer's expert count
+    for name in tensors:
+        if (m := _PER_EXPERT.fullmatch(name)) is not None:
+            experts[m.group(1), m.group(3)] = experts.get((m.group(1), m.group(3)), 0) + 1
+    total = 0.0
     for name, (dtype, shape) in tensors.items():
         if tied and name in HEAD_NAMES:
             continue
+        if n_layers is not None and (layer := _LAYER.match(name)) and int(layer.group(1)) >= n_layers:
+            continue
         p = quantize.get(name)
         n = SCHEMES[p.scheme].tensor_nbytes(shape, p) if p else math.prod(shape) * DTYPES[dtype].itemsize
-        total += n // shape[0] + (n if tied else 0) if name in EMBED_NAMES and len(shape) == 2 else n
-    return total
+        if name in EMBED_NAMES and len(shape) == 2:
+            total += n // shape[0] + (n if tied else 0)
+            continue
+        m = _PER_EXPERT.fullmatch(name)
+        # (a stack: [experts, rows, cols], or gpt-oss's biases [experts, n])
+        count = experts[m.group(1), m.group(3)] if m else shape[0] if len(shape) == 3 or ".experts." in name else 0
+        total += n * min(1.0, top_k / count) if top_k and count else n
+    return round(total)

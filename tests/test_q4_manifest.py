@@ -250,3 +250,20 @@ def test_tied_flag_with_a_stored_head_counts_the_embedding_only(tmp_path):
     assert "lm_head.weight" in tensors
     assert bytes_per_token(tensors, plan(load_manifest(tmp_path / "m.json"), tensors).quantize, True) == \
         Decoder(tmp_path / "o", ctx=8).weight_bytes_per_token
+
+
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-gemma3", "tiny-mixtral", "tiny-qwen3-moe", "tiny-qwen2-moe",
+                                   "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-glm4-moe", "tiny-deepseek-v3",
+                                   "tiny-llama4"])
+def test_the_bytes_a_step_reads_are_the_decoders(model):
+    """q4-manifest's "a decode step reads" is the decoder's own count, byte
+    for byte: of a mixture of experts top_k of each layer's experts (per
+    expert tensors, stacks, gpt-oss's bias stacks), never an MTP layer after
+    the last (tiny-deepseek-v3's, tiny-glm4-moe's), a tied head once."""
+    from iekit.formats.q4_manifest import bytes_per_token, is_tied
+    from iekit.runtime.decoder import Decoder
+
+    src = from_dir(GOLDEN_HF / model)
+    shapes, cfg = tensor_shapes(src), src.config
+    got = bytes_per_token(shapes, {}, is_tied(shapes, cfg), cfg.get("num_experts_per_tok"), cfg["num_hidden_layers"])
+    assert got == Decoder(GOLDEN_IEBIN / model).weight_bytes_per_token
