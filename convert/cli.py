@@ -28,7 +28,7 @@ from iekit.formats.policy_measurements import Measurements
 from iekit.formats.quant import QuantError
 from iekit.formats.workers import one_blas_thread
 from iekit.formats.q4_manifest import (EMBED_NAMES, HEAD_NAMES, KEEP, bytes_per_token, default_manifest, is_tied,
-                                       load_manifest, manifest_from, plan)
+                                       load_manifest, manifest_from, plan, step_reads)
 
 from iekit.formats.bsr import is_bsr_path
 
@@ -209,6 +209,7 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       softmax: latent attention, attn_k_b and attn_v_b joined into
       kv_b_proj), llama4 (Llama 4 Scout, Maverick: each expert's
       ffn_gate_exps and ffn_up_exps joined into gate_up_proj's halves),
+      ernie4_5 and ernie4_5-moe (ERNIE 4.5),
       seed_oss, glm4, cohere2 and command-r, and exaone
       (EXAONE 3.5, as the Llama it is);
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
@@ -351,6 +352,7 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       converter leaves it, GLM-4.7-Flash's kept), llama4 (Llama 4:
       gate_up_proj's halves as ffn_gate_exps and ffn_up_exps; llama.cpp
       fixes its chunks and temperature, so other values are refused),
+      ernie4_5 and ernie4_5-moe (ERNIE 4.5; its MTP tensors left out),
       seed_oss, glm4, cohere2 and command-r, with llama.cpp's tensor names and layouts (q/k rows
       re-interleaved, experts stacked as ffn_*_exps, Gemma's norms as 1 + w,
       Phi-3's q/k/v and GLM-4's and Phi-3's gate/up joined as attn_qkv and
@@ -563,11 +565,7 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         what = f"{len(names)} {'expert stacks' if stacks == len(names) else 'matrices'}"
         what += f" ({stacks} of them expert stacks)" if 0 < stacks < len(names) else ""
         out.print(f"  {what} {scheme} cannot store: {s} (e.g. {names[0]})", markup=False)
-    # (a mixture of experts reads top_k of each layer's experts; the MTP layers after the last are not read)
-    top_k, n_layers = (config.get(k) if isinstance(config, dict) else None
-                       for k in ("num_experts_per_tok", "num_hidden_layers"))
-    top_k, n_layers = (v if type(v) is int and v > 0 else None for v in (top_k, n_layers))
-    read, full = (bytes_per_token(tensors, q, tied, top_k, n_layers) for q in (p.quantize, {}))
+    read, full = (bytes_per_token(tensors, q, tied, *step_reads(config)) for q in (p.quantize, {}))
     out.print(f"  a decode step reads {human_bytes(read)} of weights ({full / read:.2f}x less than unquantized, "
               f"{human_bytes(full)}){'; the embedding is tied to the head' if tied else ''}", markup=False)
 

@@ -381,6 +381,19 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # attention.temperature_scale (over rope.scaling.original_context_length positions)
     GGUFArch("mistral3", "Ministral3ForCausalLM", "ministral3", True, _LLAMA,
              keys=frozenset({"attention.temperature_scale", "rope.scaling.yarn_log_multiplier"})),
+    # ERNIE 4.5 0.3B: Llama's names, rows as they are (its interleaved RoPE is llama.cpp's own)
+    GGUFArch("ernie4_5", "Ernie4_5ForCausalLM", "ernie4_5", False, _LLAMA),
+    # ERNIE 4.5 MoE (21B-A3B, 300B-A47B): the same, Qwen3-MoE's experts and router, GLM-4.5's shared experts, the
+    # choice bias [1, experts] as exp_probs_b; the leading dense layers and the shared width as keys; the MTP
+    # tensors left out, as the converter leaves them (model_spec's Arch.unread)
+    GGUFArch("ernie4_5-moe", "Ernie4_5_MoeForCausalLM", "ernie4_5_moe", False,
+             _dense({"mlp.gate.weight": "ffn_gate_inp.weight",
+                     "mlp.moe_statics.e_score_correction_bias": "exp_probs_b.bias",
+                     **{f"mlp.shared_experts.{k}_proj.weight": f"ffn_{k}_shexp.weight"
+                        for k in ("gate", "up", "down")}}),
+             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()},
+             keys=frozenset({"interleave_moe_layer_step", "leading_dense_block_count", "expert_shared_count",
+                             "expert_shared_feed_forward_length"})),
     # Llama 4 (Scout, Maverick): Llama's names under feed_forward, rows as they are (its complex RoPE is llama.cpp's
     # own); gate_up_proj's halves as ffn_gate_exps and ffn_up_exps, the shared expert as ffn_*_shexp; chunks,
     # unrotated layers and their temperature fixed by llama.cpp's graph (every 4th layer; 8192, 8192, 0.1)

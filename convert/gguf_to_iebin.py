@@ -587,11 +587,37 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    mlp_only_layers=[], decoder_sparse_step=1)
     if arch.hf_class == "Llama4ForCausalLM":
         _llama4_config(g, arch, cfg)
+    if arch.hf_class == "Ernie4_5_MoeForCausalLM":
+        _ernie_moe_config(g, arch, cfg)
     if arch.hf_class == "GptOssForCausalLM":
         cfg.update(intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), swiglu_limit=7.0,
                    swiglu_alpha=1.702, attention_bias=True,
                    sliding_window=_field(g, f"{a}.attention.sliding_window", int),
                    layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
+
+
+def _ernie_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """ERNIE 4.5's experts as Ernie4_5_MoeConfig says them, as llama.cpp's
+    ernie4_5-moe graph runs them: from leading_dense_block_count (0 without
+    the key) every interleave_moe_layer_step-th layer to the last; softmax
+    probabilities chosen with exp_probs_b and renormalised; the shared
+    experts expert_shared_feed_forward_length wide in all (none without the
+    key, as llama.cpp reads it), a whole number of experts' width."""
+    a = arch.gguf
+    n, inter = cfg.pop("num_local_experts"), _field(g, f"{a}.expert_feed_forward_length", int)
+    shared = _field(g, f"{a}.expert_shared_feed_forward_length", int, 0)
+    if inter < 1 or shared < 0 or shared % inter:
+        raise FormatError(g.path, f"{a}.expert_shared_feed_forward_length", f"{shared}: the shared experts' width must "
+                                                                            f"be a whole number of experts' ({inter})")
+    count = _field(g, f"{a}.expert_shared_count", int, shared // inter)
+    if count != shared // inter:
+        raise FormatError(g.path, f"{a}.expert_shared_count", f"{count}, but the shared width {shared} is "
+                                                              f"{shared // inter} experts of {inter}")
+    cfg.update(moe_num_experts=n, moe_k=cfg.pop("num_experts_per_tok"), moe_intermediate_size=inter,
+               moe_num_shared_experts=count, moe_layer_interval=_field(g, f"{a}.interleave_moe_layer_step", int),
+               moe_layer_start_index=_field(g, f"{a}.leading_dense_block_count", int, 0), moe_layer_end_index=-1)
+    if cfg["moe_layer_interval"] < 1:
+        raise FormatError(g.path, f"{a}.interleave_moe_layer_step", f"{cfg['moe_layer_interval']}: must be at least 1")
 
 
 def _llama4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:

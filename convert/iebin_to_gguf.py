@@ -257,6 +257,12 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
                           "dense ones")
         if arch.gguf == "llama4":
             _check_llama4(where, spec)
+        if arch.gguf == "ernie4_5-moe":  # (llama.cpp loads experts for every layer from the first that has them)
+            lead = moe.layers.index(True) if any(moe.layers) else spec.n_layers
+            if list(moe.layers) != [i >= lead for i in range(spec.n_layers)]:
+                raise IEError(f"{where}.moe_layer_interval: experts at layers "
+                              f"{[i for i, e in enumerate(moe.layers) if e]}; llama.cpp's ernie4_5-moe has them in "
+                              "every layer from the first that has them to the last")
         if arch.gguf == "gpt-oss" and (moe.alpha, moe.limit) != GPT_OSS_SWIGLU:
             raise IEError(f"{where}.swiglu_limit: llama.cpp's gpt-oss runs swiglu_alpha {GPT_OSS_SWIGLU[0]} and "
                           f"swiglu_limit {GPT_OSS_SWIGLU[1]}; this model has {moe.alpha} and {moe.limit}")
@@ -439,7 +445,7 @@ def _plan_tensors(plan: _Plan) -> None:
     if "lm_head.weight" in plan.entries and not spec.tied:
         one("lm_head.weight")
     mtp = tuple(f"model.layers.{i}." for i in range(spec.n_layers + _mtp_written(arch, spec),
-                                                    spec.n_layers + spec.mtp_layers))
+                                                    spec.n_layers + spec.mtp_layers)) + spec.arch.unread
     left = sorted(n for n in set(plan.entries) - plan.used - ({"lm_head.weight"} if spec.tied else set())
                   if not (mtp and n.startswith(mtp)))
     if left:
@@ -630,8 +636,15 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if moe is not None:
         kv[f"{a}.expert_count"] = moe.n_experts
         kv[f"{a}.expert_used_count"] = moe.top_k
-        if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "llama4"):
+        if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "llama4",
+                         "ernie4_5-moe"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
+        if arch.gguf == "ernie4_5-moe":  # as convert_hf_to_gguf's Ernie4_5MoeModel writes them
+            kv[f"{a}.interleave_moe_layer_step"] = 1
+            kv[f"{a}.leading_dense_block_count"] = moe.layers.index(True) if any(moe.layers) else spec.n_layers
+            kv[f"{a}.expert_shared_count"] = moe.shared_inter // moe.inter
+            if moe.shared_inter:
+                kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
         if arch.gguf == "llama4":
             kv[f"{a}.interleave_moe_layer_step"] = moe.layers.index(True) + 1
         # (the converter writes it for glm4moe, and for minimax-m2 from the Hub config's scoring_func; llama4's graph

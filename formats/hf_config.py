@@ -40,6 +40,14 @@ SUMMARY_ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
+# The config classes whose head_dim defaults to a constant, not hidden_size / num_attention_heads (transformers
+# 5.23's), by architecture: what a config.json that states none means.
+HEAD_DIM_DEFAULTS = {"Qwen3ForCausalLM": 128, "MiniMaxM2ForCausalLM": 128, "GptOssForCausalLM": 64,
+                     "Gemma2ForCausalLM": 256, "Gemma3ForCausalLM": 256, "Ministral3ForCausalLM": 128,
+                     "SeedOssForCausalLM": 128, "Glm4ForCausalLM": 128, "Ernie4_5ForCausalLM": 128,
+                     "Llama4ForCausalLM": 128}
+
+
 def model_summary(config: dict[str, Any]) -> dict[str, Any]:
     """The fields a runtime needs, under one spelling, from an HF config."""
     out: dict[str, Any] = {}
@@ -59,7 +67,9 @@ def model_summary(config: dict[str, Any]) -> dict[str, Any]:
     heads, hidden = out["num_attention_heads"], out["hidden_size"]
     if out["num_key_value_heads"] is None and _is_int(heads):
         out["num_key_value_heads"] = heads
-    if out["head_dim"] is None and _is_int(heads) and _is_int(hidden) and heads > 0:
+    if out["head_dim"] is None and out["architecture"] in HEAD_DIM_DEFAULTS:
+        out["head_dim"] = HEAD_DIM_DEFAULTS[out["architecture"]]
+    elif out["head_dim"] is None and _is_int(heads) and _is_int(hidden) and heads > 0:
         out["head_dim"] = hidden // heads
     return out
 

@@ -85,6 +85,9 @@ class Arch:
     # full attention and the query times attn_temperature_tuning's temperature (_llama4)
     llama4: bool = False
     mlp_module: str = "mlp"
+    # prefixes of tensors stored beside the model that the decoder, as transformers, leaves unread (ERNIE 4.5's
+    # multi-token prediction: model.mtp_block.0, mtp_emb_norm, ...)
+    unread: tuple[str, ...] = ()
 
 
 ARCHS = {
@@ -155,6 +158,15 @@ ARCHS = {
     # (its complex rotation), every no_rope_layer_interval-th layer unrotated; experts at moe_layers (every
     # interleave_moe_layer_step-th) beside a shared one, the top-k by logit each weighted by its sigmoid, which
     # scales the expert's input; gate_up_proj's halves gate and up; the dense layers intermediate_size_mlp wide
+    # models/ernie4_5 (ERNIE 4.5 0.3B): Llama's layer, GLM-4's interleaved RoPE over whole heads, head_dim 128 unless
+    # stated (hf_config.HEAD_DIM_DEFAULTS); use_bias (every projection's) refused
+    "Ernie4_5ForCausalLM": Arch(rope_interleaved=True, default_theta=500000.0),
+    # models/ernie4_5_moe (ERNIE-4.5-21B-A3B, 300B-A47B): the same attention (hidden / heads wide); experts from
+    # moe_layer_start_index to moe_layer_end_index every moe_layer_interval-th layer, chosen by softmax probability
+    # plus moe_statics' correction bias and weighted by their probabilities renormalised, beside
+    # moe_num_shared_experts shared ones; its MTP tensors (model.mtp_*) left unread, as transformers does
+    "Ernie4_5_MoeForCausalLM": Arch(moe="ernie4_5_moe", rope_interleaved=True, default_theta=500000.0,
+                                    unread=("model.mtp_",)),
     "Llama4ForCausalLM": Arch(moe="llama4", rope_interleaved=True, nope=True, llama4=True, mlp_module="feed_forward",
                               default_theta=500000.0),
 }
@@ -194,6 +206,9 @@ ROUTER_DEFAULTS = {"glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 
                                      "routed_scaling_factor": 1.8}}
 # MiniMax-M2's: Mixtral's, and the block's choice bias.
 MOE_NAMES["minimax_m2"] = {**MOE_NAMES["mixtral"], "expert_bias": "block_sparse_moe.e_score_correction_bias"}
+# ERNIE 4.5's: Qwen3-MoE's experts and router, GLM-4.5's shared experts, the choice bias a row [1, experts] of
+# moe_statics (MoeSpec.bias_row).
+MOE_NAMES["ernie4_5_moe"] = {**MOE_NAMES["glm4_moe"], "expert_bias": "mlp.moe_statics.e_score_correction_bias"}
 # Llama 4's: a router, the experts' two stacks [experts, hidden, 2 inter] (gate, then up) and [experts, inter,
 # hidden], transposed at conversion (formats/expert_stacks.py), a shared expert as GLM-4.5's.
 MOE_NAMES["llama4"] = {"router": "feed_forward.router.weight", "gate": "feed_forward.experts.gate_up_proj",
@@ -262,6 +277,7 @@ class MoeSpec:
     topk_group: int = 1
     routed_scale: float = 1.0
     weight_before: bool = False  # each expert reads its input times its weight, its output added as it is (Llama 4)
+    bias_row: bool = False  # the choice bias is stored [1, experts] (ERNIE 4.5's moe_statics), not [experts]
 
 
 @dataclass(frozen=True)
@@ -683,6 +699,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
     _glm4_moe / _minimax_m2 / _deepseek_v3 / _deepseek_v2 / _glm4_moe_lite)."""
     if arch.moe is None:
         return None
+    if arch.moe == "ernie4_5_moe":
+        return _ernie_moe(cfg, n_layers, meta_path)
     qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe in ROUTER_DEFAULTS  # (glm: GLM-4.5's or DeepSeek's)
     # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's and
     # Qwen2-MoE's: num_experts; GLM-4.5's: n_routed_experts.
@@ -843,6 +861,32 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     return spec
 
 
+def _ernie_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
+    """ERNIE 4.5's experts (Ernie4_5_MoeConfig's keys and defaults): at
+    layers i with (i + 1) % moe_layer_interval == 0 from moe_layer_start_index
+    to moe_layer_end_index (-1: the last); moe_k of moe_num_experts chosen by
+    softmax probability plus the choice bias, weighted by their probabilities
+    over their sum (its moe_norm_min only bounds that sum away from 0: both
+    sides' arithmetic agree above it); moe_num_shared_experts shared ones."""
+    def get(key: str, default: int, allow_zero: bool = False) -> int:
+        return _int(cfg, meta_path, key, default, section="config", allow_zero=allow_zero)
+
+    n_experts, top_k, inter = get("moe_num_experts", 64), get("moe_k", 6), get("moe_intermediate_size", 1536)
+    if top_k > n_experts:
+        raise IEError(f"{meta_path}: config.moe_k: {top_k} is more than the {n_experts} experts (moe_num_experts)")
+    start, step = get("moe_layer_start_index", 1, allow_zero=True), get("moe_layer_interval", 1)
+    end = cfg.get("moe_layer_end_index", -1)
+    if end == -1:
+        end = n_layers - 1
+    if type(end) is not int or not 0 <= end < n_layers:
+        raise IEError(f"{meta_path}: config.moe_layer_end_index: expected -1 or a layer index below {n_layers}, "
+                      f"got {end!r}")
+    layers = tuple((i + 1) % step == 0 and start <= i <= end for i in range(n_layers))
+    return MoeSpec(n_experts=n_experts, top_k=top_k, inter=inter, norm_topk=True, glu="silu", alpha=1.702, limit=7.0,
+                   layers=layers, names=MOE_NAMES["ernie4_5_moe"],
+                   shared_inter=inter * get("moe_num_shared_experts", 2, allow_zero=True), bias_row=True)
+
+
 def _llama4(cfg: dict[str, Any], nope: tuple[bool, ...], meta_path: Path) -> dict[str, Any]:
     """Llama 4's attention as DecoderSpec fields (Llama4TextConfig's keys
     and defaults): per layer its chunk (layer_types' "chunked_attention",
@@ -968,6 +1012,9 @@ def _check_config(cfg: dict[str, Any], meta_path: Path) -> None:
     """Config keys that change the computation in a way the decoder does not implement."""
     if cfg.get("mlp_bias"):
         raise UnsupportedError(f"{meta_path}: config.mlp_bias: MLP biases are not supported by the decoder")
+    if cfg.get("use_bias"):  # (ERNIE 4.5's option: a bias on every projection, the MLP's too)
+        raise UnsupportedError(f"{meta_path}: config.use_bias: biases on every projection (the MLP's too) are not "
+                               "supported by the decoder")
     if cfg.get("clip_qkv") is not None:
         raise UnsupportedError(f"{meta_path}: config.clip_qkv: {cfg['clip_qkv']!r}; clamping q, k and v (OLMo's "
                                "option) is not supported by the decoder")
@@ -1045,7 +1092,8 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
     parts.append(Part("router", pre + names["router"], (moe.n_experts, s.hidden)))
     for key in ("router_bias", "expert_bias"):
         if key in names:
-            parts.append(Part(key, pre + names[key], (moe.n_experts,), VECTOR))
+            shape = (1, moe.n_experts) if key == "expert_bias" and moe.bias_row else (moe.n_experts,)
+            parts.append(Part(key, pre + names[key], shape, VECTOR))
     if moe.shared_inter:  # the shared expert, in the dense MLP's slots, and its gate (Qwen2-MoE's)
         w = moe.shared_inter
         parts += [Part("gate", pre + names["shared_gate"], (w, s.hidden)),
@@ -1105,10 +1153,10 @@ def part_tensors(s: DecoderSpec, p: Part) -> dict[str, list[int]]:
 def _check_all_used(s: DecoderSpec, tensors: list[Any], meta_path: Path) -> None:
     """A tensor the decoder would not read is refused: running without it
     computes another model (MLP biases were carried and ignored). The
-    multi-token prediction layers (DecoderSpec.mtp_layers) are carried
-    unread, as transformers leaves them."""
+    multi-token prediction layers (DecoderSpec.mtp_layers, Arch.unread)
+    are carried unread, as transformers leaves them."""
     known = decoder_tensors(s)
-    mtp = tuple(f"model.layers.{i}." for i in range(s.n_layers, s.n_layers + s.mtp_layers))
+    mtp = tuple(f"model.layers.{i}." for i in range(s.n_layers, s.n_layers + s.mtp_layers)) + s.arch.unread
     unused = [t.get("name") for t in tensors if isinstance(t, dict) and t.get("name") not in known
               and not (mtp and str(t.get("name")).startswith(mtp))]
     if unused:

@@ -243,8 +243,23 @@ _LAYER = re.compile(r"model\.layers\.(\d+)\.")
 _PER_EXPERT = re.compile(r"(.*\.experts\.)(\d+)(\..*)")
 
 
+def step_reads(config: Any) -> tuple[int | None, int | None, tuple[str, ...]]:
+    """What bytes_per_token needs of a config beyond the tensors: a mixture
+    of experts' top_k (num_experts_per_tok; ERNIE's moe_k), the layer count
+    (the MTP layers after it are not read), the prefixes the decoder leaves
+    unread beside the model (model_spec's Arch.unread)."""
+    from .model_spec import ARCHS
+
+    cfg = config if isinstance(config, dict) else {}
+    top_k, n_layers = cfg.get("num_experts_per_tok", cfg.get("moe_k")), cfg.get("num_hidden_layers")
+    archs = cfg.get("architectures")
+    arch = ARCHS.get(archs[0]) if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    return (*(v if type(v) is int and v > 0 else None for v in (top_k, n_layers)),
+            arch.unread if arch is not None else ())
+
+
 def bytes_per_token(tensors: dict[str, tuple[str, list[int]]], quantize: dict[str, QuantParams], tied: bool,
-                    top_k: int | None = None, n_layers: int | None = None) -> int:
+                    top_k: int | None = None, n_layers: int | None = None, unread: tuple[str, ...] = ()) -> int:
     """The weight bytes one decode step reads under a plan (the decoder's
     ``weight_bytes_per_token``): every tensor, but of the input embedding one
     row, plus all of it when it is tied (then it is the head, and a stored
@@ -252,7 +267,8 @@ def bytes_per_token(tensors: dict[str, tuple[str, list[int]]], quantize: dict[st
     num_experts_per_tok) the share top_k / experts of each expert's tensors,
     a stack's [experts, ...] or a layer's one per expert (on average: which
     ones, routing decides); none of the layers from ``n_layers`` on (the
-    multi-token prediction layers, which the decoder leaves unread)."""
+    multi-token prediction layers, which the decoder leaves unread), nor of
+    the tensors under ``unread`` (step_reads gives all three)."""
     experts: dict[tuple[str, str], int] = {}  # (prefix, suffix) of a per-expert name -> the layer's expert count
     for name in tensors:
         if (m := _PER_EXPERT.fullmatch(name)) is not None:
@@ -261,7 +277,8 @@ def bytes_per_token(tensors: dict[str, tuple[str, list[int]]], quantize: dict[st
     for name, (dtype, shape) in tensors.items():
         if tied and name in HEAD_NAMES:
             continue
-        if n_layers is not None and (layer := _LAYER.match(name)) and int(layer.group(1)) >= n_layers:
+        if name.startswith(unread) or n_layers is not None and (layer := _LAYER.match(name)) and \
+                int(layer.group(1)) >= n_layers:
             continue
         p = quantize.get(name)
         n = SCHEMES[p.scheme].tensor_nbytes(shape, p) if p else math.prod(shape) * DTYPES[dtype].itemsize

@@ -132,6 +132,10 @@ from transformers import (  # noqa: E402
     Olmo3ForCausalLM,
     Ministral3Config,
     Llama4TextConfig,
+    Ernie4_5Config,
+    Ernie4_5ForCausalLM,
+    Ernie4_5_MoeConfig,
+    Ernie4_5_MoeForCausalLM,
     Llama4ForCausalLM,
     Llama4Config,
     Llama4VisionConfig,
@@ -241,6 +245,8 @@ MLA_DIMS = dict(kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head
 # that grows every 4 (Scout's: 8192 each, beyond a toy's reach; iebin-to-gguf holds an export to those)
 LLAMA4_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0, "low_freq_factor": 1.0,
                "high_freq_factor": 1.0, "original_max_position_embeddings": 64}
+ERNIE4_5_SEED = SEED + 95  # its greedy cases run 16 tokens with margins >= 0.04
+ERNIE4_5_MOE_SEED = SEED + 101  # the first from SEED + 96 whose greedy cases run 16 tokens with margins >= 0.03
 LLAMA4_SEED = SEED + 94  # the first from SEED + 91 whose greedy cases run 16 tokens with margins >= 0.02
 GLM4_MOE_LITE_SEED = SEED + 90  # its greedy cases run 16 tokens with margins >= 0.014
 GLM4_MOE_SEED = SEED + 63  # the first from SEED + 60 whose greedy cases run 16 tokens with margins >= 0.02
@@ -901,6 +907,65 @@ def make_llama4(tok) -> None:
     assert_feature_matters(Llama4ForCausalLM, out, logits, "the q/k norms", use_qk_norm=False)
 
 
+def make_ernie4_5(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    # ERNIE 4.5 0.3B's layer: GLM-4's interleaved RoPE over whole heads, head_dim stated (Ernie4_5Config's default
+    # is 128, not hidden / heads), a tied head
+    cfg = Ernie4_5Config(**dims, head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                         tie_word_embeddings=True, pad_token_id=None)
+    cfg.architectures = ["Ernie4_5ForCausalLM"]
+    save_model(tok, "tiny-ernie4-5", Ernie4_5ForCausalLM, cfg, ERNIE4_5_SEED, torch.bfloat16)
+
+
+@torch.no_grad()
+def add_ernie_mtp(out: Path, seed: int) -> None:
+    """ERNIE 4.5's multi-token prediction tensors, as the Hub's -PT checkpoints store them beside the model
+    (model.mtp_block.0: a decoder layer shaped as layer 1; mtp_emb_norm, mtp_hidden_norm, mtp_linear_proj),
+    seeded: transformers leaves them unread (_keys_to_ignore_on_load_unexpected), converters carry them."""
+    from safetensors.torch import load_file, save_file
+
+    path = out / "model.safetensors"
+    tensors = load_file(path)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    hidden = tensors["model.embed_tokens.weight"].shape[1]
+    mtp = {"model.mtp_block.0." + k[len("model.layers.1."):]: v for k, v in tensors.items()
+           if k.startswith("model.layers.1.")}
+    mtp.update({"model.mtp_emb_norm.0.weight": torch.empty(hidden), "model.mtp_hidden_norm.0.weight": torch.empty(hidden),
+                "model.mtp_linear_proj.0.weight": torch.empty(hidden, 2 * hidden)})
+    for k in sorted(mtp):
+        noise = torch.randn(mtp[k].shape, generator=gen, dtype=torch.float32)
+        mtp[k] = (1.0 + NORM_STD * noise if "norm" in k else INIT_STD * noise).to(
+            mtp[k].dtype if mtp[k].dtype != torch.float32 or "bias" in k or "gate.weight" in k else torch.bfloat16)
+    save_file(dict(sorted({**tensors, **mtp}.items())), path, metadata={"format": "pt"})
+
+
+@torch.no_grad()
+def make_ernie4_5_moe(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    # ERNIE-4.5-21B-A3B's layer on a toy: layer 0 dense (moe_layer_start_index 1), layers 1 and 2 with 4 experts of
+    # 32 channels, the top 2 chosen by softmax probability plus the seeded moe_statics correction bias and weighted
+    # by their probabilities renormalised, beside 2 shared experts (64 channels: intermediate_size / KV heads, as
+    # llama.cpp's converter derives it); an untied head; then seeded MTP tensors transformers leaves unread
+    cfg = Ernie4_5_MoeConfig(**{**dims, "num_hidden_layers": 3}, rope_parameters={"rope_type": "default",
+                                                                                   "rope_theta": 500000.0},
+                             moe_num_experts=4, moe_k=2, moe_intermediate_size=32, moe_num_shared_experts=2,
+                             moe_layer_start_index=1, tie_word_embeddings=False, pad_token_id=None)
+    cfg.architectures = ["Ernie4_5_MoeForCausalLM"]
+    out = HF_DIR / "tiny-ernie4-5-moe"
+    logits = save_model(tok, out.name, Ernie4_5_MoeForCausalLM, cfg, ERNIE4_5_MOE_SEED, torch.bfloat16)
+    add_ernie_mtp(out, ERNIE4_5_MOE_SEED)
+    model = Ernie4_5_MoeForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
+                                                    local_files_only=True).eval()
+    for layer in model.model.layers[1:]:
+        layer.mlp.gate.moe_statics.e_score_correction_bias.zero_()
+    ids = torch.tensor([json.loads((REF_DIR / out.name / "ids.json").read_text())])
+    off = model(input_ids=ids).logits[0].numpy().astype(np.float64)
+    rel = float(np.abs(off - logits).max() / np.abs(logits).max())
+    assert rel > 1e-2, f"the correction bias barely changes the logits ({rel:.2e})"
+
+
 def make_deepseek_v2(tok) -> None:
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     # DeepSeek-V2-Lite's layout: no q_lora_rank (q_proj), 27 layers (llama.cpp reads a model without q_lora_rank
@@ -1296,6 +1361,8 @@ def main() -> None:
     make_glm4_moe_lite(tok)
     make_llama4(tok)
     make_llama4_vl(tok)
+    make_ernie4_5(tok)
+    make_ernie4_5_moe(tok)
     make_seed_oss(tok)
     make_glm4(tok)
     make_cohere2(tok)

@@ -113,9 +113,9 @@ class _Binder:
                     ex[p.key] = rows[e]
                 out.step_bytes += s.moe.top_k * t["nbytes"] // len(experts)
                 out.active_params += s.moe.top_k * p.shape[0]
-            else:
+            else:  # (flat: ERNIE's choice bias is stored as a row [1, experts])
                 t, rows = self.vector_rows(p.name, list(p.shape))
-                layer[p.key] = self.norm_rows(p.key, rows)
+                layer[p.key] = self.norm_rows(p.key, rows.reshape(-1))
                 out.step_bytes += t["nbytes"]
                 out.active_params += p.shape[0]
         if experts:

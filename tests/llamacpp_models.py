@@ -34,6 +34,7 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-exaone4": "exaone4", "tiny-olmoe": "olmoe", "tiny-qwen2-moe": "qwen2moe",
            "tiny-glm4-moe": "glm4moe", "tiny-minimax-m2": "minimax-m2", "tiny-deepseek-v3": "deepseek2",
            "tiny-deepseek-v2": "deepseek2", "tiny-glm4-moe-lite": "deepseek2", "tiny-llama4": "llama4",
+           "tiny-ernie4-5": "ernie4_5", "tiny-ernie4-5-moe": "ernie4_5-moe",
            "tiny-seed-oss": "seed_oss", "tiny-glm4": "glm4",
            "tiny-cohere2": "cohere2", "tiny-cohere": "command-r"}
 
@@ -81,11 +82,12 @@ def _qwen3_moe_every_layer(tmp: Path) -> Path:
 
 
 def _without_mtp(tmp: Path, name: str) -> Path:
-    """DeepSeek-V3 as llama.cpp's converter writes it: without the MTP layer after the last (which a deepseek2
-    file has no place for), so that a round trip through GGUF is the same model."""
+    """DeepSeek-V3 (ERNIE 4.5 MoE) as llama.cpp's converter writes it: without the MTP layer after the last
+    (the MTP tensors beside the model), which its file has no place for, so that a round trip through GGUF is
+    the same model."""
     cfg = json.loads((GOLDEN / "hf" / name / "config.json").read_text())
     t = {k: v for k, v in hf_tensors(GOLDEN / "hf" / name).items()
-         if not k.startswith(f"model.layers.{cfg['num_hidden_layers']}.")}
+         if not k.startswith((f"model.layers.{cfg['num_hidden_layers']}.", "model.mtp_"))}
     return _convert(_hf_variant(tmp, name, {"num_nextn_predict_layers": 0, "dtype": "float32"}, t), tmp / name)
 
 
@@ -103,10 +105,12 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
                                              "tiny-granite", "tiny-olmo2", "tiny-olmo3", "tiny-ministral3",
                                              "tiny-exaone4", "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe",
                                              "tiny-minimax-m2", "tiny-deepseek-v2", "tiny-glm4-moe-lite",
+                                             "tiny-ernie4-5",
                                              "tiny-seed-oss", "tiny-glm4",
                                              "tiny-cohere2", "tiny-cohere")}
     out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
     out["tiny-deepseek-v3"] = _without_mtp(tmp, "tiny-deepseek-v3")
+    out["tiny-ernie4-5-moe"] = _without_mtp(tmp, "tiny-ernie4-5-moe")
     out["tiny-gpt-oss"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss")
     out["tiny-gpt-oss-mxfp4"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss-mxfp4")
     out["tiny-phi3"] = _convert(_hf_variant(tmp, "tiny-phi3", {"sliding_window": None}), tmp / "phi3")

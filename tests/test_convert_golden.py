@@ -62,6 +62,8 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-deepseek-v2", "tiny-deepseek-v2", []),
     ("tiny-glm4-moe-lite", "tiny-glm4-moe-lite", []),
     ("tiny-llama4", "tiny-llama4", []),
+    ("tiny-ernie4-5", "tiny-ernie4-5", []),
+    ("tiny-ernie4-5-moe", "tiny-ernie4-5-moe", []),
     ("tiny-seed-oss", "tiny-seed-oss", []),
     ("tiny-glm4", "tiny-glm4", []),
     ("tiny-cohere2", "tiny-cohere2", []),

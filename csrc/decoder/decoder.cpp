@@ -161,7 +161,6 @@ void check_experts(const DecoderConfig& c, const LayerWeights& L, const std::str
   check_matrix(n + "router", L.router, c.n_experts, c.hidden, p);
   check_vec(n + "router.bias", L.router_bias, static_cast<size_t>(c.n_experts), true);
   check_vec(n + "e_score_correction_bias", L.expert_bias, static_cast<size_t>(c.n_experts), true);
-  if (!L.expert_bias.empty() && !c.sigmoid_gating) fail(n + "e_score_correction_bias: sigmoid gating's alone");
   const bool fused = c.glu != Glu::Silu;
   const int64_t gate_rows = fused ? 2 * static_cast<int64_t>(c.expert_inter) : c.expert_inter;
   for (size_t e = 0; e < L.experts.size(); ++e) {
@@ -899,6 +898,20 @@ void Decoder::gelu_tanh_gate(float* g, const float* u, int n, int width) const {
   });
 }
 
+// Softmax gating's choice with a choice bias (ERNIE 4.5's moe_statics, llama.cpp's exp_probs_b): each expert's
+// softmax probability plus its bias, into choice_. (Its weights are the chosen probabilities, as without a bias.)
+const float* Decoder::softmax_choice(const LayerWeights& L, const float* lg) {
+  const int E = cfg_.n_experts;
+  const float mx = *std::max_element(lg, lg + E);
+  float sum = 0.f;
+  for (int e = 0; e < E; ++e) sum += choice_[static_cast<size_t>(e)] = std::exp(lg[e] - mx);
+  for (int e = 0; e < E; ++e) {
+    float& c = choice_[static_cast<size_t>(e)];
+    c = c / sum + L.expert_bias[static_cast<size_t>(e)];
+  }
+  return choice_.data();
+}
+
 // Sigmoid gating's choice for one row's logits: score_ the sigmoids,
 // choice_ (returned) score plus expert_bias, -inf outside the topk_group
 // groups whose two best choices sum highest (transformers' DeepSeek-V3 and
@@ -955,7 +968,7 @@ void Decoder::experts(int layer, int b) {
   int* sel = top_.data();
   for (int j = 0; j < b; ++j) {
     const float* lg = &router_logits_[static_cast<size_t>(j) * E];
-    const float* pick = c.sigmoid_gating ? sigmoid_choice(L, lg) : lg;
+    const float* pick = c.sigmoid_gating ? sigmoid_choice(L, lg) : L.expert_bias.empty() ? lg : softmax_choice(L, lg);
     for (int k = 0; k < K; ++k) {  // selection by rank; a tie goes to the lower expert index (NaN: never picked over a number)
       int best = -1;
       for (int e = 0; e < E; ++e)

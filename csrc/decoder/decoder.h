@@ -1,8 +1,8 @@
 // A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3,
 // Phi-3, SmolLM3, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
-// GLM-4, Cohere and Cohere 2, and the mixture-of-experts models gpt-oss,
-// Qwen3-MoE, Qwen2-MoE, GLM-4.5, MiniMax-M2, OLMoE, Mixtral, DeepSeek-V2 and
-// V3, GLM-4.7-Flash, Llama 4): RMSNorm, RoPE (rotate-half or interleaved
+// GLM-4, Cohere and Cohere 2, ERNIE 4.5, and the mixture-of-experts models
+// gpt-oss, Qwen3-MoE, Qwen2-MoE, GLM-4.5, MiniMax-M2, OLMoE, Mixtral,
+// DeepSeek-V2 and V3, GLM-4.7-Flash, Llama 4, ERNIE 4.5 MoE): RMSNorm, RoPE (rotate-half or interleaved
 // pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
 // second table for sliding layers; layers without RoPE), grouped-query
 // attention (or DeepSeek's multi-head latent attention, absorbed into multi-query attention over its latent)
@@ -137,9 +137,11 @@ struct DecoderConfig {
   // LayerWeights::expert_bias (which weights nothing), within the topk_group
   // of n_group groups whose two best such sums are highest (n_group 1: one
   // group); the weights are the chosen scores, divided by their sum
-  // (norm_topk). Either way the weights are then times routed_scale. With
-  // weight_before (Llama 4), an expert reads its input times its weight
-  // and its output joins unweighted (SiLU is not linear: not the same).
+  // (norm_topk). Without sigmoid_gating an expert_bias (ERNIE 4.5's) chooses
+  // by softmax probability plus bias, the weights as without one. Either way
+  // the weights are then times routed_scale. With weight_before (Llama 4),
+  // an expert reads its input times its weight and its output joins
+  // unweighted (SiLU is not linear: not the same).
   bool norm_topk = true;
   bool weight_before = false;
   bool sigmoid_gating = false;
@@ -216,7 +218,7 @@ struct LayerWeights {
   std::vector<float> sinks;           // attention sink logit per head (gpt-oss), or empty
   Matrix router;                      // [n_experts, hidden] in a layer with experts
   std::vector<float> router_bias;     // [n_experts] or empty
-  std::vector<float> expert_bias;     // [n_experts]: sigmoid gating's choice bias (e_score_correction_bias), or empty
+  std::vector<float> expert_bias;     // [n_experts]: the choice bias (e_score_correction_bias), or empty
   Matrix shared_gate;                 // [1, hidden]: the shared expert's sigmoid gate, or no data (weight 1)
   // Multi-head latent attention (DecoderConfig::kv_lora > 0): q holds q_b (or
   // q_proj without q_lora), k and v no data; q_a [q_lora, hidden] and its norm,
@@ -358,6 +360,8 @@ class Decoder {
   void experts(int layer, int b);
   // Sigmoid gating's scores (score_) and choice (returned) of one row's router logits `lg`.
   const float* sigmoid_choice(const LayerWeights& L, const float* lg);
+  // Softmax gating's choice with LayerWeights::expert_bias (returned) of one row's router logits `lg`.
+  const float* softmax_choice(const LayerWeights& L, const float* lg);
   // SiLU(gate) * up (or gpt-oss's clamped unit) of n rows of `width`
   // channels: g holds gate (Glu::GptOss: interleaved gate/up, 2 width per
   // row), u up; the result lands in g's first n * width floats.

@@ -11,7 +11,7 @@ needs torch and transformers, so this runs in the golden environment:
     .venv-golden/bin/pip install sentencepiece   # the converter imports it
     .venv-golden/bin/python golden/gguf/make_llamacpp_converted.py [NAME ...]   # all of MODELS by default
 
-Five things are set for the toys, none of which touches a tensor:
+These things are set for the toys, none of which touches a tensor:
 
 - ``tokenizer.ggml.pre`` is ``gpt-2``: the converter names a split by
   hashing what a known real vocabulary makes of a test text, which a toy
@@ -25,6 +25,9 @@ Five things are set for the toys, none of which touches a tensor:
   (``exaone_dir``), which transformers cannot load but the converter reads;
 - Cohere 2's ``rotary_pct`` is 1.0, as Command R7B's config states it (the
   converter requires it; transformers 5's Cohere2Config has no such key);
+- ERNIE 4.5's vocabulary is read as BPE (``_set_vocab_gpt2``): its
+  converter reads a SentencePiece ``tokenizer.model``, which the toys'
+  byte-level BPE tokenizer has none of;
 - Llama 4's chunks and temperature are Scout's (8192 positions, 8192 and
   0.1), which llama.cpp's llama4 graph fixes whatever the config says (the
   toy's 4, 4 and 0.5, chosen so that they act within 12 positions, are what
@@ -55,6 +58,7 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-seed-oss": {}, "tiny-glm4": {}, "tiny-glm4-moe": {}, "tiny-minimax-m2": {"rotary_dim": 8, "scoring_func": "sigmoid"},
           "tiny-deepseek-v3": {}, "tiny-deepseek-v2": {}, "tiny-glm4-moe-lite": {"scoring_func": "sigmoid"},
           "tiny-llama4": {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1},
+          "tiny-ernie4-5": {}, "tiny-ernie4-5-moe": {},
           "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-exaone": {}}
 # EXAONE 3.5 (ExaoneForCausalLM, remote code transformers does not ship) is a Llama under other names: tiny-llama
 # laid out as LG publishes it, HF name -> EXAONE's (its config keys likewise)
@@ -115,6 +119,8 @@ def convert(llama_cpp: Path, src: Path, out: Path) -> None:
     import transformers
 
     base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
+    import conversion.ernie as ernie
+    ernie.Ernie4_5Model.set_vocab = base.TextModel._set_vocab_gpt2  # (the toys' BPE: no tokenizer.model)
     transformers.AutoTokenizer.from_pretrained = transformers.PreTrainedTokenizerFast.from_pretrained
     sys.argv = [str(llama_cpp / "convert_hf_to_gguf.py"), str(src), "--outfile", str(out), "--outtype", "auto"]
     runpy.run_path(sys.argv[0], run_name="__main__")
