@@ -69,11 +69,12 @@ from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, Progress, checkpoint_ou
 # q_a (or q_proj) and kv_a, its q_b, kv_b and their norms act on the latents,
 # and its shared experts and choice bias are Qwen2-MoE's and GLM-4.5's; a
 # checkpoint with DeepSeek-V3's MTP layer, whose eh_proj reads the embedding
-# and the stream side by side, is refused at that tensor). Gemma's, OLMo 2's, EXAONE 4's and GLM-4's norms
+# and the stream side by side, is refused at that tensor, as ERNIE 4.5's model.mtp_* tensors are; its choice
+# bias, moe_statics', is GLM-4.5's). Gemma's, OLMo 2's, EXAONE 4's and GLM-4's norms
 # after blocks, Cohere's LayerNorm (the mean it takes out is no rotation's),
 # gpt-oss's sinks and MXFP4 experts would each need rules of their own.
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "smollm3", "granite", "phi3",
-                 "ministral3", "seed_oss", "olmoe", "qwen2_moe", "deepseek_v3", "deepseek_v2")
+                 "ministral3", "seed_oss", "olmoe", "qwen2_moe", "deepseek_v3", "deepseek_v2", "ernie4_5", "ernie4_5_moe")
 OUT_DTYPES = ("f32", "bf16", "f16")
 ROWS_BYTES = 8 << 20  # source bytes rotated per step: bounded memory, still large BLAS calls
 
@@ -87,7 +88,7 @@ WRITES = re.compile(rf"self_attn\.o_proj\.(?:weight|bias)|mlp\.(?:shared_experts
                     rf"|{_EXPERT}(?:down_proj|w2)\.(?:weight|bias)")
 # inside a head or a latent, not on the stream (and the router's choice bias: the router's logits do not change)
 KEPT = re.compile(r"self_attn\.[qkv]_proj\.bias|self_attn\.[qk]_norm\.weight|self_attn\.(?:q_b|kv_b)_proj\.weight"
-                  r"|self_attn\.(?:q_a|kv_a)_layernorm\.weight|mlp\.gate\.e_score_correction_bias")
+                  r"|self_attn\.(?:q_a|kv_a)_layernorm\.weight|mlp\.(?:gate|moe_statics)\.e_score_correction_bias")
 READERS = ((READS_ATTN, "input_layernorm.weight"), (READS_MLP, "post_attention_layernorm.weight"))  # and their norms
 NORMS = {n for _pattern, n in READERS}
 

@@ -47,8 +47,9 @@ def rotate_cmd(hf_dir, out_dir, seed, dtype, overwrite, quiet):
     Architectures: llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, smollm3,
     granite, phi3 (its fused matrices written fused again), ministral3,
     seed_oss, olmoe, qwen2_moe, deepseek_v3 and deepseek_v2 (latent
-    attention; DeepSeek-V3's MTP layer is refused). A tensor no rule covers
-    is refused, never copied unrotated.
+    attention; DeepSeek-V3's MTP layer is refused), ernie4_5 and
+    ernie4_5_moe (its MTP tensors are refused: drop them first). A tensor
+    no rule covers is refused, never copied unrotated.
 
     \b
     Typical use:

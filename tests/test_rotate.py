@@ -19,7 +19,7 @@ from iekit.runtime.decoder import Decoder
 IDS = [3, 17, 42, 99, 5, 250, 7, 8, 1, 64, 12, 200]
 MODELS = ["tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral", "tiny-qwen3-moe",
           "tiny-smollm3", "tiny-granite", "tiny-ministral3", "tiny-seed-oss", "tiny-olmoe",
-          "tiny-qwen2-moe", "tiny-deepseek-v2"]
+          "tiny-qwen2-moe", "tiny-deepseek-v2", "tiny-ernie4-5"]
 
 
 def _rotate(src, out, *extra):
@@ -144,6 +144,7 @@ def _edited(tmp_path, src_name, edit_weights=None, edit_config=None):
     ("no head", ("tie_word_embeddings is false", "lm_head.weight")),
     ("hidden_size", ("config.json", "hidden_size must be a positive integer")),
     ("mtp layer", ("model.layers.2.eh_proj.weight", "no rotation rule")),
+    ("ernie mtp", ("model.mtp_", "no rotation rule")),
 ])
 def test_refusals_name_the_tensor_and_write_nothing(tmp_path, case, needles):
     if case == "gpt-oss":
@@ -158,6 +159,8 @@ def test_refusals_name_the_tensor_and_write_nothing(tmp_path, case, needles):
         src = _edited(tmp_path, "tiny-qwen3", lambda w: w.update({"model.layers.1.input_layernorm.weight": np.ones(32, np.float32)}))
     elif case == "mtp layer":  # DeepSeek-V3's, whose eh_proj reads the embedding beside the stream
         src = GOLDEN / "hf" / "tiny-deepseek-v3"
+    elif case == "ernie mtp":  # ERNIE 4.5's, beside the model: its linear_proj reads the embedding and the stream too
+        src = GOLDEN / "hf" / "tiny-ernie4-5-moe"
     elif case == "no head":
         src = _edited(tmp_path, "tiny-qwen3", lambda w: w.pop("lm_head.weight"))
     else:
@@ -204,3 +207,21 @@ def test_deepseek_v3_without_its_mtp_layer_rotates(tmp_path):
     rqa = r["model.layers.1.self_attn.q_a_proj.weight"]
     assert np.allclose(rqa @ rqa.T, qa @ qa.T, rtol=1e-5, atol=1e-6 * np.abs(qa @ qa.T).max())
     assert not np.allclose(rqa, qa, atol=1e-3 * np.abs(qa).max())
+
+
+def test_ernie_moe_without_its_mtp_tensors_rotates(tmp_path):
+    """Softmax routing with moe_statics' choice bias (kept: the router's logits do not change) beside shared
+    experts: the same logits rotated."""
+    def drop_mtp(w):
+        for k in [k for k in w if k.startswith("model.mtp_")]:
+            del w[k]
+
+    src = _edited(tmp_path, "tiny-ernie4-5-moe", drop_mtp)
+    res = _rotate(src, tmp_path / "rot")
+    assert res.returncode == 0, res.stderr
+    ref, got = _logits(src, tmp_path / "ref"), _logits(tmp_path / "rot", tmp_path / "rot-ie")
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+    w, r = _source_weights(src), _weights(tmp_path / "rot")
+    bias = "model.layers.1.mlp.moe_statics.e_score_correction_bias"
+    assert np.array_equal(r[bias], w[bias])
+    assert not np.allclose(r["model.layers.1.mlp.gate.weight"], w["model.layers.1.mlp.gate.weight"])
