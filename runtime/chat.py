@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import resource
+import signal
 import subprocess
 import sys
 from datetime import datetime
@@ -89,6 +90,10 @@ def render(template: str, specials: dict[str, str], messages: list[dict[str, str
                              timeout=RENDER_SECONDS, preexec_fn=_limit_child)
     except subprocess.TimeoutExpired:
         raise IEError(f"{where}: the chat template ran for more than {RENDER_SECONDS} s; stopped") from None
+    # A child that has a core to itself uses its CPU as fast as the clock runs, so its CPU limit can end it
+    # first (SIGXCPU at the soft limit, SIGKILL at the hard one): the same runaway, said the same way.
+    if res.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        raise IEError(f"{where}: the chat template ran for more than {RENDER_SECONDS} s of CPU; stopped")
     try:
         answer = json.loads(res.stdout)
     except ValueError:
@@ -101,7 +106,7 @@ def render(template: str, specials: dict[str, str], messages: list[dict[str, str
 
 def _limit_child() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (RENDER_MEMORY, RENDER_MEMORY))
-    resource.setrlimit(resource.RLIMIT_CPU, (RENDER_SECONDS, RENDER_SECONDS))
+    resource.setrlimit(resource.RLIMIT_CPU, (RENDER_SECONDS, RENDER_SECONDS + 1))
 
 
 def _render_here(template: str, specials: dict[str, str], messages: list[dict[str, str]]) -> str:
