@@ -221,6 +221,20 @@ class GGUFArch:
 MLA_KV_B = ("self_attn.kv_b_proj.weight", "attn_k_b.weight", "attn_v_b.weight")
 SIGMOID_GATING = 2  # {arch}.expert_gating_func of a sigmoid router (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID)
 _MOE_EXPS = {"gate": "ffn_gate_exps.weight", "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
+
+
+def _shexp(module: str) -> dict[str, str]:
+    """A shared expert's MLP under ``module`` (GLM-4.5's mlp.shared_experts, Qwen2-MoE's mlp.shared_expert, Llama
+    4's feed_forward.shared_expert) as llama.cpp's ffn_*_shexp."""
+    return {f"{module}.{k}_proj.weight": f"ffn_{k}_shexp.weight" for k in ("gate", "up", "down")}
+
+
+# Qwen3-MoE's experts (one tensor per expert, "{e}"), as every architecture that names them so (GLM-4.5, DeepSeek,
+# OLMoE, Qwen2-MoE, ERNIE 4.5) has them stacked
+_QWEN_EXPS = {f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()}
+# Mixtral's (MiniMax-M2's): w1, w3, w2 for gate, up, down
+_MIXTRAL_EXPS = {f"block_sparse_moe.experts.{{e}}.{w}.weight": _MOE_EXPS[k]
+                 for w, k in (("w1", "gate"), ("w3", "up"), ("w2", "down"))}
 _LLAMA = _dense()
 _QK_NORM = {"self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight"}
 # Gemma's sandwich: its post_attention_layernorm normalizes the attention's output
@@ -248,7 +262,7 @@ _DEEPSEEK2 = {**{k: v for k, v in _LLAMA.items() if not k.startswith("self_attn.
               "self_attn.q_b_proj.weight": "attn_q_b.weight",
               "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
               "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight", "mlp.gate.weight": "ffn_gate_inp.weight",
-              **{f"mlp.shared_experts.{k}_proj.weight": f"ffn_{k}_shexp.weight" for k in ("gate", "up", "down")}}
+              **_shexp("mlp.shared_experts")}
 _DEEPSEEK2_KEYS = frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
                              "expert_weights_norm", "expert_gating_func", "expert_group_count",
                              "expert_group_used_count", "attention.q_lora_rank", "attention.kv_lora_rank",
@@ -262,33 +276,31 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("llama", "MistralForCausalLM", "mistral", True, _LLAMA),
     GGUFArch("llama", "MixtralForCausalLM", "mixtral", True,
              {**_dense(), "block_sparse_moe.gate.weight": "ffn_gate_inp.weight"},
-             experts={f"block_sparse_moe.experts.{{e}}.{w}.weight": _MOE_EXPS[k]
-                      for w, k in (("w1", "gate"), ("w3", "up"), ("w2", "down"))}),
+             experts=_MIXTRAL_EXPS),
     GGUFArch("qwen2", "Qwen2ForCausalLM", "qwen2", False, _LLAMA),
     GGUFArch("qwen3", "Qwen3ForCausalLM", "qwen3", False, _dense(_QK_NORM)),
     GGUFArch("qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", False,
              _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight"}),
-             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()}),
+             experts=_QWEN_EXPS),
     # Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's layer, Qwen3-MoE's experts, the shared expert as ffn_*_shexp
     # beside its gate, an F32 [hidden] row (ffn_gate_inp_shexp)
     GGUFArch("qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe", False,
              _dense({"mlp.gate.weight": "ffn_gate_inp.weight",
-                     **{f"mlp.shared_expert.{k}_proj.weight": f"ffn_{k}_shexp.weight" for k in ("gate", "up", "down")},
+                     **_shexp("mlp.shared_expert"),
                      "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight"}),
-             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()},
+             experts=_QWEN_EXPS,
              keys=frozenset({"expert_shared_feed_forward_length"})),
     # MiniMax-M2: Mixtral's experts with the block's choice bias as exp_probs_b, sigmoid-gated (expert_gating_func),
     # whole-projection q/k norms, rotate-half RoPE over rope.dimension_count dims: rows as they are
     GGUFArch("minimax-m2", "MiniMaxM2ForCausalLM", "minimax_m2", False,
              _dense({**_QK_NORM, "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
                      "block_sparse_moe.e_score_correction_bias": "exp_probs_b.bias"}),
-             experts={f"block_sparse_moe.experts.{{e}}.{w}.weight": _MOE_EXPS[k]
-                      for w, k in (("w1", "gate"), ("w3", "up"), ("w2", "down"))},
+             experts=_MIXTRAL_EXPS,
              keys=frozenset({"expert_gating_func"})),
     # OLMoE: Qwen3-MoE's names with OLMo 2's whole-projection q/k norms, rows as they are
     GGUFArch("olmoe", "OlmoeForCausalLM", "olmoe", False,
              _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight"}),
-             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()}),
+             experts=_QWEN_EXPS),
     GGUFArch("gpt-oss", "GptOssForCausalLM", "gpt_oss", False,
              _dense({"self_attn.sinks": "attn_sinks.weight", "mlp.router.weight": "ffn_gate_inp.weight",
                      "mlp.router.bias": "ffn_gate_inp.bias", "mlp.experts.down_proj": "ffn_down_exps.weight",
@@ -340,10 +352,10 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("glm4moe", "Glm4MoeForCausalLM", "glm4_moe", False,
              _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight",
                      "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
-                     **{f"mlp.shared_experts.{k}_proj.weight": f"ffn_{k}_shexp.weight" for k in ("gate", "up", "down")},
+                     **_shexp("mlp.shared_experts"),
                      **_NEXTN},
                     norm_after="post_attention_norm"),
-             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()},
+             experts=_QWEN_EXPS,
              keys=frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
                              "expert_weights_norm", "expert_gating_func", "nextn_predict_layers", "expert_group_count",
                              "expert_group_used_count"}),
@@ -352,14 +364,14 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # matrices one to one but kv_b_proj (MLA_KV_B), interleaved RoPE (llama.cpp's own: rows as they are) over
     # rope.dimension_count dims, GLM-4.5's router and shared experts; llama.cpp's converter drops V3's MTP layer
     GGUFArch("deepseek2", "DeepseekV3ForCausalLM", "deepseek_v3", False, {**_DEEPSEEK2, **_BIAS},
-             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()}, keys=_DEEPSEEK2_KEYS,
+             experts=_QWEN_EXPS, keys=_DEEPSEEK2_KEYS,
              mla=True, drops_mtp=True),
     GGUFArch("deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2", False, _DEEPSEEK2,
-             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()}, keys=_DEEPSEEK2_KEYS,
+             experts=_QWEN_EXPS, keys=_DEEPSEEK2_KEYS,
              mla=True),
     # GLM-4.7-Flash: DeepSeek-V3's, its MTP layer kept (nextn_predict_layers, counted in block_count) as GLM-4.5's
     GGUFArch("deepseek2", "Glm4MoeLiteForCausalLM", "glm4_moe_lite", False, {**_DEEPSEEK2, **_BIAS, **_NEXTN},
-             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()},
+             experts=_QWEN_EXPS,
              keys=_DEEPSEEK2_KEYS | {"nextn_predict_layers"}, mla=True, eot_token="<|user|>",
              eom_token="<|observation|>"),
     # Cohere 2 (Command R7B, Command A): one LayerNorm per layer (attn_norm) for its parallel attention and MLP,
@@ -389,9 +401,8 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("ernie4_5-moe", "Ernie4_5_MoeForCausalLM", "ernie4_5_moe", False,
              _dense({"mlp.gate.weight": "ffn_gate_inp.weight",
                      "mlp.moe_statics.e_score_correction_bias": "exp_probs_b.bias",
-                     **{f"mlp.shared_experts.{k}_proj.weight": f"ffn_{k}_shexp.weight"
-                        for k in ("gate", "up", "down")}}),
-             experts={f"mlp.experts.{{e}}.{k}_proj.weight": v for k, v in _MOE_EXPS.items()},
+                     **_shexp("mlp.shared_experts")}),
+             experts=_QWEN_EXPS,
              keys=frozenset({"interleave_moe_layer_step", "leading_dense_block_count", "expert_shared_count",
                              "expert_shared_feed_forward_length"})),
     # Llama 4 (Scout, Maverick): Llama's names under feed_forward, rows as they are (its complex RoPE is llama.cpp's
@@ -401,7 +412,7 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              {**{k.replace("mlp.", "feed_forward.", 1): v for k, v in _LLAMA.items() if not k.endswith(".bias")},
               "feed_forward.router.weight": "ffn_gate_inp.weight",
               "feed_forward.experts.down_proj": "ffn_down_exps.weight",
-              **{f"feed_forward.shared_expert.{k}_proj.weight": f"ffn_{k}_shexp.weight" for k in ("gate", "up", "down")}},
+              **_shexp("feed_forward.shared_expert")},
              paired={"feed_forward.experts.gate_up_proj": ("ffn_gate_exps.weight", "ffn_up_exps.weight")}, halves=True,
              keys=frozenset({"interleave_moe_layer_step", "expert_feed_forward_length"}), nope_step=4),
     # Phi-3, Phi-3.5, Phi-4, Phi-4-mini: q, k, v in one matrix (or three: llama.cpp reads either) and gate,

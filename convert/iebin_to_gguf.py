@@ -49,7 +49,7 @@ from iekit.formats.errors import IEError, UnsupportedError
 from iekit.formats.fileio import read_small, read_small_text
 from iekit.formats.gguf_file import MAX_SHARDS
 from iekit.formats.jsonio import loads_strict
-from iekit.formats.model_spec import (DecoderSpec, decoder_spec, every_nth, rope_kind, rope_tables,
+from iekit.formats.model_spec import (LLAMA4_MLP_INTER, DecoderSpec, decoder_spec, every_nth, rope_kind, rope_tables,
                                       yarn_attention_factor)
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
@@ -257,12 +257,11 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
                           "dense ones")
         if arch.gguf == "llama4":
             _check_llama4(where, spec)
-        if arch.gguf == "ernie4_5-moe":  # (llama.cpp loads experts for every layer from the first that has them)
-            lead = moe.layers.index(True) if any(moe.layers) else spec.n_layers
-            if list(moe.layers) != [i >= lead for i in range(spec.n_layers)]:
-                raise IEError(f"{where}.moe_layer_interval: experts at layers "
-                              f"{[i for i, e in enumerate(moe.layers) if e]}; llama.cpp's ernie4_5-moe has them in "
-                              "every layer from the first that has them to the last")
+        if arch.gguf in LEADING_DENSE and list(moe.layers) != [i >= _leading_dense(moe)
+                                                                for i in range(spec.n_layers)]:
+            raise IEError(f"{where}.{LEADING_DENSE[arch.gguf]}: experts at layers "
+                          f"{[i for i, e in enumerate(moe.layers) if e]}; llama.cpp's {arch.gguf} has them in every "
+                          "layer from the first that has them to the last (leading_dense_block_count)")
         if arch.gguf == "gpt-oss" and (moe.alpha, moe.limit) != GPT_OSS_SWIGLU:
             raise IEError(f"{where}.swiglu_limit: llama.cpp's gpt-oss runs swiglu_alpha {GPT_OSS_SWIGLU[0]} and "
                           f"swiglu_limit {GPT_OSS_SWIGLU[1]}; this model has {moe.alpha} and {moe.limit}")
@@ -329,6 +328,17 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     return warnings
 
 
+# The llama.cpp architectures whose experts sit in every layer from the first that has them to the last (the
+# layers before, leading_dense_block_count), by the config key that could place them otherwise
+LEADING_DENSE = {"glm4moe": "first_k_dense_replace", "deepseek2": "mlp_layer_types",
+                 "ernie4_5-moe": "moe_layer_interval"}
+
+
+def _leading_dense(moe: Any) -> int:
+    """The layers before the first with experts (all of them where none has any)."""
+    return moe.layers.index(True) if any(moe.layers) else len(moe.layers)
+
+
 # What llama.cpp's llama4 graph fixes, whatever a file says: chunks of 8192 positions on the layers it turns, and
 # the unrotated layers' temperature 1 + 0.1 ln(1 + floor((p + 1) / 8192))
 LLAMA4_CHUNK, LLAMA4_TEMP = 8192, (0.1, 8192, 1.0)
@@ -367,10 +377,6 @@ def _check_mla(where: str, spec: DecoderSpec, scaling: dict[str, Any] | None, ki
                       "checkpoints' layout)")
     if kind not in ("default", "yarn"):
         raise IEError(f"{where}.rope_scaling: {kind}; llama.cpp's deepseek2 reads YaRN or no scaling")
-    moe = spec.moe
-    if moe is not None and any(moe.layers) and not all(moe.layers[moe.layers.index(True):]):
-        raise IEError(f"{where}.mlp_layer_types: dense layers after one with experts; llama.cpp's deepseek2 has "
-                      "dense layers only before the first (leading_dense_block_count)")
     if not spec.q_lora and not (spec.n_layers in (26, 27) or spec.n_layers == 48 and spec.vocab == 128256):
         raise IEError(f"{where}.q_lora_rank: none; llama.cpp's deepseek2 reads a q_proj (no q_lora_rank) only in "
                       f"V2-Lite's shapes (26 or 27 layers, or 48 with a 128256 vocabulary), and this has "
@@ -580,10 +586,11 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv["general.quantization_version"] = QUANTIZATION_VERSION
     kv[f"{a}.context_length"] = spec.max_positions
     kv[f"{a}.embedding_length"] = spec.hidden
-    kv[f"{a}.block_count"] = spec.n_layers + _mtp_written(arch, spec)  # (llama.cpp counts the MTP layers, nextn_predict_layers)
+    # (llama.cpp counts the MTP layers it reads: nextn_predict_layers)
+    kv[f"{a}.block_count"] = spec.n_layers + _mtp_written(arch, spec)
     moe = spec.moe
     if spec.arch.llama4:  # (as convert_hf_to_gguf's Llama4Model: the dense layers' width, which every model states)
-        dense_ff = spec.inter if not all(moe.layers) else cfg.get("intermediate_size_mlp") or 16384
+        dense_ff = spec.inter if not all(moe.layers) else cfg.get("intermediate_size_mlp") or LLAMA4_MLP_INTER
     else:
         dense_ff = spec.inter if moe is None or not all(moe.layers) else (cfg.get("intermediate_size") or moe.inter)
     kv[f"{a}.feed_forward_length"] = int(dense_ff)
@@ -622,8 +629,10 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.rope.scaling.type"] = "none"
     if arch.gguf == "cohere2":
         _window_kv(kv, a, arch, spec, max(spec.windows) or int(cfg["sliding_window"]))
-    if spec.attn_temp_scale and not spec.arch.llama4:  # (Mistral Small 3.x has none; llama4's is fixed) llama.cpp steps it over YaRN's original context, else
-        kv[f"{a}.attention.temperature_scale"] = float(spec.attn_temp_scale)  # over the whole one
+    # (Mistral Small 3.x has none; llama4's is fixed) llama.cpp steps it over YaRN's original context, else over
+    # the whole one
+    if spec.attn_temp_scale and not spec.arch.llama4:
+        kv[f"{a}.attention.temperature_scale"] = float(spec.attn_temp_scale)
         if spec.attn_temp_floor != (scaling or {}).get("original_max_position_embeddings", spec.max_positions):
             kv[f"{a}.rope.scaling.original_context_length"] = spec.attn_temp_floor
     if arch.gguf == "phi3":  # as convert_hf_to_gguf.py's Phi3MiniModel: LongRoPE's factors are tensors (_layout)
@@ -639,10 +648,11 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "llama4",
                          "ernie4_5-moe"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
-        if arch.gguf == "ernie4_5-moe":  # as convert_hf_to_gguf's Ernie4_5MoeModel writes them
-            kv[f"{a}.interleave_moe_layer_step"] = 1
-            kv[f"{a}.leading_dense_block_count"] = moe.layers.index(True) if any(moe.layers) else spec.n_layers
+        if arch.gguf in LEADING_DENSE:  # as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model, Ernie4_5MoeModel do
             kv[f"{a}.expert_shared_count"] = moe.shared_inter // moe.inter
+            kv[f"{a}.leading_dense_block_count"] = _leading_dense(moe)
+        if arch.gguf == "ernie4_5-moe":
+            kv[f"{a}.interleave_moe_layer_step"] = 1
             if moe.shared_inter:
                 kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
         if arch.gguf == "llama4":
@@ -659,8 +669,6 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             if moe.sigmoid:  # (DeepSeek-V2's config has no groups to write)
                 kv[f"{a}.expert_group_count"] = moe.n_group
                 kv[f"{a}.expert_group_used_count"] = moe.topk_group
-            kv[f"{a}.expert_shared_count"] = moe.shared_inter // moe.inter
-            kv[f"{a}.leading_dense_block_count"] = moe.layers.index(True) if any(moe.layers) else spec.n_layers
             kv[f"{a}.expert_weights_scale"] = moe.routed_scale
             if moe.norm_topk or arch.gguf == "glm4moe":  # (deepseek2's: written only where true)
                 kv[f"{a}.expert_weights_norm"] = moe.norm_topk

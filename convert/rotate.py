@@ -67,14 +67,16 @@ from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, Progress, checkpoint_ou
 # matrices are read as their parts and written fused again,
 # formats/fused_tensors.py; DeepSeek's latent attention reads the stream in
 # q_a (or q_proj) and kv_a, its q_b, kv_b and their norms act on the latents,
-# and its shared experts and choice bias are Qwen2-MoE's and GLM-4.5's; a
-# checkpoint with DeepSeek-V3's MTP layer, whose eh_proj reads the embedding
-# and the stream side by side, is refused at that tensor, as ERNIE 4.5's model.mtp_* tensors are; its choice
-# bias, moe_statics', is GLM-4.5's). Gemma's, OLMo 2's, EXAONE 4's and GLM-4's norms
-# after blocks, Cohere's LayerNorm (the mean it takes out is no rotation's),
-# gpt-oss's sinks and MXFP4 experts would each need rules of their own.
+# and its shared experts and choice bias are Qwen2-MoE's and GLM-4.5's (as
+# ERNIE 4.5's, its bias moe_statics'); DeepSeek-V3's MTP layer and ERNIE
+# 4.5's model.mtp_* tensors, which read the embedding and the stream side by
+# side, are refused, naming the tensor). Gemma's, OLMo 2's, EXAONE 4's and
+# GLM-4's norms after blocks, Cohere's LayerNorm (the mean it takes out is no
+# rotation's), gpt-oss's sinks and MXFP4 experts, Llama 4's stacks stored
+# [experts, in, out] would each need rules of their own.
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "smollm3", "granite", "phi3",
-                 "ministral3", "seed_oss", "olmoe", "qwen2_moe", "deepseek_v3", "deepseek_v2", "ernie4_5", "ernie4_5_moe")
+                 "ministral3", "seed_oss", "olmoe", "qwen2_moe", "deepseek_v3", "deepseek_v2", "ernie4_5",
+                 "ernie4_5_moe")
 OUT_DTYPES = ("f32", "bf16", "f16")
 ROWS_BYTES = 8 << 20  # source bytes rotated per step: bounded memory, still large BLAS calls
 

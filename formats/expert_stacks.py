@@ -32,11 +32,17 @@ TRANSPOSED_SUFFIXES = {"GptOssForCausalLM": ("mlp.experts.gate_up_proj", "mlp.ex
 _RAW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # element bits, moved without interpreting them
 
 
+def flipped_stacks(config: Any) -> tuple[str, ...]:
+    """The suffixes of the stacks the checkpoint of ``config``'s architecture
+    stores [experts, in, out] (TRANSPOSED_SUFFIXES): what a reader turns to
+    IEBIN's [experts, out, in], and a writer of that checkpoint back."""
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    return TRANSPOSED_SUFFIXES.get(archs[0], ()) if isinstance(archs, list) and archs else ()
+
+
 def transposed(config: Any, tensors: dict[str, tuple[SafetensorsFile, SafetensorsTensor]]) -> set[str]:
     """The float [experts, in, out] stacks of a gpt-oss or Llama 4 checkpoint."""
-    archs = config.get("architectures") if isinstance(config, dict) else None
-    suffixes = tuple(x for a in archs if a in TRANSPOSED_SUFFIXES for x in TRANSPOSED_SUFFIXES[a]) \
-        if isinstance(archs, list) else ()
+    suffixes = flipped_stacks(config)
     return {n for n, (_sf, t) in tensors.items()
             if suffixes and n.endswith(suffixes) and t.dtype.is_float and len(t.shape) == 3}
 
@@ -96,14 +102,6 @@ def shapes_as_written(src: Any) -> dict[str, tuple[str, list[int]]]:
     with ExitStack() as stack:
         written = AsWritten(src.config, collect_tensors(src, stack))
         return {n: (t.dtype.name, written.shape(n)) for n, (_f, t) in written.tensors.items()}
-
-
-def flipped_stacks(config: Any) -> tuple[str, ...]:
-    """The suffixes of the stacks the checkpoint of ``config``'s architecture
-    stores [experts, in, out] (TRANSPOSED_SUFFIXES): what a writer of that
-    checkpoint turns back from IEBIN's [experts, out, in]."""
-    archs = config.get("architectures") if isinstance(config, dict) else None
-    return TRANSPOSED_SUFFIXES.get(archs[0], ()) if isinstance(archs, list) and archs else ()
 
 
 def flip_experts(chunks: Iterable[bytes], experts: int, rows: int, cols: int, itemsize: int) -> Iterator[bytes]:

@@ -171,6 +171,7 @@ ARCHS = {
                               default_theta=500000.0),
 }
 ARCHITECTURES = tuple(ARCHS)
+LLAMA4_MLP_INTER = 16384  # Llama4TextConfig's intermediate_size_mlp: its dense layers' width
 
 # Per MoE layout: the router, and each expert's matrices. "{e}" is an expert
 # index; a name without it is a stack [experts, rows, cols] (gpt-oss: its
@@ -629,18 +630,24 @@ def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int
         if arch.window_everywhere and window is not None:
             return (_int(cfg, meta_path, "sliding_window", section="config"),) * n_layers
         return (0,) * n_layers
-    if not isinstance(types, list) or len(types) != n_layers:
-        got = f"{len(types)} entries" if isinstance(types, list) else repr(types)
-        raise IEError(f"{meta_path}: config.layer_types: expected a list of {n_layers} entries "
-                      f"(num_hidden_layers), got {got}")
-    bad = next((t for t in types if t not in LAYER_TYPES), None)
-    if bad is not None:
-        raise IEError(f"{meta_path}: config.layer_types: {bad!r} is not a layer type the decoder runs "
-                      f"({', '.join(LAYER_TYPES)})")
-    if not any(LAYER_TYPES[t] for t in types):
+    sliding = _per_layer(types, "layer_types", n_layers, LAYER_TYPES, meta_path)
+    if not any(sliding):
         return (0,) * n_layers
     w = _int(cfg, meta_path, "sliding_window", section="config")
-    return tuple(w if LAYER_TYPES[t] else 0 for t in types)
+    return tuple(w if t else 0 for t in sliding)
+
+
+def _per_layer(values: Any, key: str, n_layers: int, meaning: dict[Any, Any], meta_path: Path,
+               what: str = "") -> list[Any]:
+    """config.KEY, a list of one value per layer (num_hidden_layers), each a
+    key of ``meaning``, as what each means; or one IEError naming it and the
+    values it takes (``what``, else their reprs)."""
+    bad = [v for v in values if not isinstance(v, (str, int)) or v not in meaning] if isinstance(values, list) else []
+    if not isinstance(values, list) or len(values) != n_layers or bad:
+        got = (repr(bad[0]) if bad else f"{len(values)} entries") if isinstance(values, list) else repr(values)
+        raise IEError(f"{meta_path}: config.{key}: expected {n_layers} values, one per layer (num_hidden_layers), "
+                      f"each {what or ' or '.join(map(repr, meaning))}; got {got[:80]}")
+    return [meaning[v] for v in values]
 
 
 def _granite(cfg: dict, meta_path: Path) -> dict[str, float]:
@@ -685,11 +692,7 @@ def _nope(arch: Arch, cfg: dict, windows: tuple[int, ...], meta_path: Path) -> t
     flags = cfg.get("no_rope_layers")
     if flags is None or (arch.llama4 and flags == []):  # (Llama4TextConfig takes an empty list for its default)
         return tuple(every_nth(_int(cfg, meta_path, "no_rope_layer_interval", 4, section="config"), n_layers))
-    if not isinstance(flags, list) or len(flags) != n_layers or any(f not in (0, 1) or type(f) is float for f in flags):
-        got = f"{len(flags)} entries" if isinstance(flags, list) and len(flags) != n_layers else repr(flags)[:80]
-        raise IEError(f"{meta_path}: config.no_rope_layers: expected {n_layers} values of 1 (RoPE) or 0 (none), "
-                      f"got {got}")
-    return tuple(not f for f in flags)
+    return tuple(_per_layer(flags, "no_rope_layers", n_layers, {1: False, 0: True}, meta_path, "1 (RoPE) or 0 (none)"))
 
 
 def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | None:
@@ -789,7 +792,8 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         raise UnsupportedError(f"{meta_path}: model.architecture: {name!r} is not supported by the decoder "
                                f"(supported: {', '.join(ARCHITECTURES)})")
     arch = ARCHS[name]
-    if cfg.get("use_qk_norm") and not arch.qk_norm and not arch.llama4:  # (GLM-4.5's per-head RMSNorm; MiniMax-M2 has its norms always; Llama 4's: _llama4)
+    # (GLM-4.5's per-head RMSNorm; MiniMax-M2 has its norms always; Llama 4's are weightless: _llama4)
+    if cfg.get("use_qk_norm") and not arch.qk_norm and not arch.llama4:
         if arch.moe != "glm4_moe":
             raise UnsupportedError(f"{meta_path}: config.use_qk_norm: Cohere's per-head q/k LayerNorm (Command R+) is "
                                    "not supported by the decoder")
@@ -840,7 +844,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     if moe is not None and all(moe.layers):
         dense_inter = moe.inter
     elif arch.llama4:  # (its intermediate_size is the experts')
-        dense_inter = _int(cfg, meta_path, "intermediate_size_mlp", 16384, section="config")
+        dense_inter = _int(cfg, meta_path, "intermediate_size_mlp", LLAMA4_MLP_INTER, section="config")
     else:
         dense_inter = _int(m, meta_path, "intermediate_size")
     nope = _nope(arch, cfg, windows, meta_path)
@@ -895,14 +899,8 @@ def _llama4(cfg: dict[str, Any], nope: tuple[bool, ...], meta_path: Path) -> dic
     floor((p + 1) / floor_scale)) (attn_temperature_tuning)."""
     n_layers = len(nope)
     types = cfg.get("layer_types")
-    if types is None:
-        types = ["full_attention" if n else "chunked_attention" for n in nope]
-    if (not isinstance(types, list) or len(types) != n_layers
-            or any(t not in ("chunked_attention", "full_attention") for t in types)):
-        got = f"{len(types)} entries" if isinstance(types, list) and len(types) != n_layers else repr(types)[:80]
-        raise IEError(f"{meta_path}: config.layer_types: expected {n_layers} of 'chunked_attention' or "
-                      f"'full_attention', got {got}")
-    chunked = [t == "chunked_attention" for t in types]
+    chunked = [not n for n in nope] if types is None else \
+        _per_layer(types, "layer_types", n_layers, {"chunked_attention": True, "full_attention": False}, meta_path)
     chunk = _int(cfg, meta_path, "attention_chunk_size", 8192, section="config") if any(chunked) else 0
     norm = cfg.get("use_qk_norm", True)
     tuning = cfg.get("attn_temperature_tuning", True)
@@ -934,10 +932,7 @@ def _mlp_layer_types(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> tup
     types = cfg.get("mlp_layer_types")
     if types is None:
         return tuple(i > 0 for i in range(n_layers))
-    if not isinstance(types, list) or len(types) != n_layers or any(t not in ("dense", "sparse") for t in types):
-        got = f"{len(types)} entries" if isinstance(types, list) and len(types) != n_layers else repr(types)[:80]
-        raise IEError(f"{meta_path}: config.mlp_layer_types: expected {n_layers} of 'dense' or 'sparse', got {got}")
-    return tuple(t == "sparse" for t in types)
+    return tuple(_per_layer(types, "mlp_layer_types", n_layers, {"dense": False, "sparse": True}, meta_path))
 
 
 def _mla(cfg: dict[str, Any], heads: int, n_kv: int, meta_path: Path) -> tuple[dict[str, Any], int, int]:

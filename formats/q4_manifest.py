@@ -20,6 +20,7 @@ from typing import Any
 from .dtypes import DTYPES
 from .errors import FormatError
 from .jsonio import load_json, schema_check
+from .model_spec import ARCHS
 from .quant import SCHEMES, QuantParams
 
 VERSION = 1
@@ -248,8 +249,6 @@ def step_reads(config: Any) -> tuple[int | None, int | None, tuple[str, ...]]:
     of experts' top_k (num_experts_per_tok; ERNIE's moe_k), the layer count
     (the MTP layers after it are not read), the prefixes the decoder leaves
     unread beside the model (model_spec's Arch.unread)."""
-    from .model_spec import ARCHS
-
     cfg = config if isinstance(config, dict) else {}
     top_k, n_layers = cfg.get("num_experts_per_tok", cfg.get("moe_k")), cfg.get("num_hidden_layers")
     archs = cfg.get("architectures")

@@ -110,7 +110,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.v_head_dim = in.ConsumeIntegralInRange<int>(0, c.head_dim);
   }
   const int q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
-  const int rot = 2 * static_cast<int>(c.inv_freq.size()), vd = c.v_head_dim > 0 ? c.v_head_dim : c.head_dim;
+  const int rot = c.rotary_dim(), vd = c.value_dim();
   Pool pool;
   try {
     ie::DecoderWeights w;

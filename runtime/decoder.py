@@ -116,7 +116,7 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
     """The native decoder's dimensions (csrc/decoder/decoder.h DecoderConfig)
     for ``s``, with a KV cache of ``types`` (K, V)."""
     moe = s.moe
-    return _native.DecoderConfig(
+    fields = dict(
         n_layers=s.n_layers, hidden=s.hidden, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads, head_dim=s.head_dim,
         inter=s.inter, vocab=s.vocab, max_ctx=max_ctx, eps=s.eps, windows=list(s.windows),
         inv_freq=rope_for_context(s, max_ctx).tolist(), rope_scale=s.rope_scale, k_cache=types[0], v_cache=types[1],
@@ -133,6 +133,10 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
                                        swiglu_limit=moe.limit, shared_inter=moe.shared_inter,
                                        sigmoid_gating=moe.sigmoid, n_group=moe.n_group, topk_group=moe.topk_group,
                                        routed_scale=moe.routed_scale, weight_before=moe.weight_before)))
+    c = _native.DecoderConfig()  # (every field the struct's default until set; an unknown name: AttributeError)
+    for name, value in fields.items():
+        setattr(c, name, value)
+    return c
 
 
 class Decoder:

@@ -260,7 +260,7 @@ def _edited(tmp_path, model: str, edit) -> object:
     ("tiny-gpt-oss", "swiglu_limit", 0, ("config.swiglu_limit", "positive number")),
     ("tiny-gpt-oss", "swiglu_limit", -7.0, ("config.swiglu_limit", "positive number")),
     ("tiny-gpt-oss", "swiglu_alpha", "x", ("config.swiglu_alpha", "number")),
-    ("tiny-gpt-oss", "layer_types", ["full_attention"], ("config.layer_types", "2 entries", "got 1 entries")),
+    ("tiny-gpt-oss", "layer_types", ["full_attention"], ("config.layer_types", "expected 2 values", "got 1 entries")),
     ("tiny-gpt-oss", "layer_types", ["full_attention", "chunked_attention"], ("config.layer_types", "chunked_attention")),
     ("tiny-gpt-oss", "sliding_window", 0, ("config.sliding_window", "positive integer")),
     ("tiny-qwen3-moe", "mlp_only_layers", "1", ("config.mlp_only_layers", "list of layer indices")),
@@ -314,7 +314,7 @@ def test_int4w_policies_give_expert_stacks_a_block_scheme(tmp_path, args, stack_
 @pytest.mark.parametrize("model,key,value,needles", [
     ("tiny-mixtral", "num_experts_per_tok", 5, ("config.num_experts_per_tok", "more than the 4 experts")),
     ("tiny-gpt-oss", "swiglu_limit", 0, ("config.swiglu_limit", "positive number")),
-    ("tiny-gpt-oss", "layer_types", ["full_attention"], ("config.layer_types", "2 entries", "got 1 entries")),
+    ("tiny-gpt-oss", "layer_types", ["full_attention"], ("config.layer_types", "expected 2 values", "got 1 entries")),
     ("tiny-qwen3-moe", "num_experts", 0, ("config.num_experts", "positive integer")),
 ])
 def test_converter_refuses_an_invalid_moe_config(tmp_path, model, key, value, needles):

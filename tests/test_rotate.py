@@ -187,41 +187,31 @@ def test_a_phi3_checkpoint_rotates_into_its_own_layout(tmp_path):
         assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
-def test_deepseek_v3_without_its_mtp_layer_rotates(tmp_path):
-    """Latent attention (q_a, kv_a read the stream; q_b, kv_b and their norms
-    act on the latents) and grouped sigmoid routing with a choice bias: the
-    same logits rotated."""
+@pytest.mark.parametrize("model, mtp, config, kept, reader, norm", [
+    # latent attention (q_a, kv_a read the stream; q_b, kv_b and their norms act on the latents), grouped sigmoid
+    # routing with a choice bias
+    ("tiny-deepseek-v3", "model.layers.2.", {"num_nextn_predict_layers": 0}, "self_attn.kv_b_proj.weight",
+     "self_attn.q_a_proj.weight", "input_layernorm.weight"),
+    # softmax routing with moe_statics' choice bias (the router's logits do not change) beside shared experts
+    ("tiny-ernie4-5-moe", "model.mtp_", {}, "mlp.moe_statics.e_score_correction_bias", "mlp.gate.weight",
+     "post_attention_layernorm.weight"),
+])
+def test_a_model_without_its_mtp_tensors_rotates(tmp_path, model, mtp, config, kept, reader, norm):
+    """Its MTP tensors dropped (rotate refuses them: they read the embedding
+    beside the stream), the same logits rotated; a tensor off the stream kept
+    as it is, a reader of the stream rotated with its norm folded in."""
     def drop_mtp(w):
-        for k in [k for k in w if k.startswith("model.layers.2.")]:
+        for k in [k for k in w if k.startswith(mtp)]:
             del w[k]
 
-    src = _edited(tmp_path, "tiny-deepseek-v3", drop_mtp, lambda c: c.update(num_nextn_predict_layers=0))
+    src = _edited(tmp_path, model, drop_mtp, lambda c: c.update(config))
     res = _rotate(src, tmp_path / "rot")
     assert res.returncode == 0, res.stderr
     ref, got = _logits(src, tmp_path / "ref"), _logits(tmp_path / "rot", tmp_path / "rot-ie")
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
     w, r = _source_weights(src), _weights(tmp_path / "rot")
-    kv_b = "model.layers.1.self_attn.kv_b_proj.weight"
-    assert np.array_equal(r[kv_b], w[kv_b])  # on the latent, not the stream
-    qa = w["model.layers.1.self_attn.q_a_proj.weight"] * w["model.layers.1.input_layernorm.weight"]
-    rqa = r["model.layers.1.self_attn.q_a_proj.weight"]
-    assert np.allclose(rqa @ rqa.T, qa @ qa.T, rtol=1e-5, atol=1e-6 * np.abs(qa @ qa.T).max())
-    assert not np.allclose(rqa, qa, atol=1e-3 * np.abs(qa).max())
-
-
-def test_ernie_moe_without_its_mtp_tensors_rotates(tmp_path):
-    """Softmax routing with moe_statics' choice bias (kept: the router's logits do not change) beside shared
-    experts: the same logits rotated."""
-    def drop_mtp(w):
-        for k in [k for k in w if k.startswith("model.mtp_")]:
-            del w[k]
-
-    src = _edited(tmp_path, "tiny-ernie4-5-moe", drop_mtp)
-    res = _rotate(src, tmp_path / "rot")
-    assert res.returncode == 0, res.stderr
-    ref, got = _logits(src, tmp_path / "ref"), _logits(tmp_path / "rot", tmp_path / "rot-ie")
-    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
-    w, r = _source_weights(src), _weights(tmp_path / "rot")
-    bias = "model.layers.1.mlp.moe_statics.e_score_correction_bias"
-    assert np.array_equal(r[bias], w[bias])
-    assert not np.allclose(r["model.layers.1.mlp.gate.weight"], w["model.layers.1.mlp.gate.weight"])
+    pre = "model.layers.1."
+    assert np.array_equal(r[pre + kept], w[pre + kept])
+    x, rx = w[pre + reader] * w[pre + norm], r[pre + reader]
+    assert np.allclose(rx @ rx.T, x @ x.T, rtol=1e-5, atol=1e-6 * np.abs(x @ x.T).max())
+    assert not np.allclose(rx, x, atol=1e-3 * np.abs(x).max())

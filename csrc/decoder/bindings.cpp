@@ -9,11 +9,13 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "decoder.h"
 #include "common/py_args.h"
@@ -229,101 +231,103 @@ std::unique_ptr<ie::cuda::CudaDecoder> make_cuda_decoder(const ie::DecoderConfig
 }
 #endif
 
+// The names of DecoderConfig's enums, as Python sets them.
+template <class E>
+using Choices = std::initializer_list<std::pair<const char*, E>>;
+const Choices<ie::Glu> kGlus = {{"silu", ie::Glu::Silu}, {"gpt_oss", ie::Glu::GptOss}, {"halves", ie::Glu::Halves}};
+const Choices<ie::MlpAct> kMlpActs = {{"silu", ie::MlpAct::Silu}, {"gelu_tanh", ie::MlpAct::GeluTanh}};
+
+// DecoderConfig's enum field `field` as a Python property `name` of its names in `choices` (an unknown one:
+// std::invalid_argument listing them).
+template <class E>
+void def_choice(py::class_<ie::DecoderConfig>& cls, const char* name, E ie::DecoderConfig::*field, Choices<E> choices) {
+  cls.def_property(
+      name,
+      [field, choices](const ie::DecoderConfig& c) {
+        for (const auto& [n, e] : choices)
+          if (e == c.*field) return std::string(n);
+        return std::string();
+      },
+      [name, field, choices](ie::DecoderConfig& c, const std::string& value) {
+        std::string names;
+        for (const auto& [n, e] : choices) {
+          if (value == n) {
+            c.*field = e;
+            return;
+          }
+          names += (names.empty() ? "" : ", ") + std::string(n);
+        }
+        throw std::invalid_argument(std::string(name) + " must be one of " + names + ", got '" + value + "'");
+      });
+}
+
 }  // namespace
 
 void ie_register_decoder(py::module_& m) {
-  py::class_<ie::DecoderConfig>(m, "DecoderConfig", "The decoder's dimensions (csrc/decoder/decoder.h); checked by Decoder().")
-      .def(py::init([](int n_layers, int hidden, int n_heads, int n_kv_heads, int head_dim, int inter, int vocab,
-                       int max_ctx, float eps, std::vector<int> windows, std::vector<float> inv_freq, float rope_scale,
-                       int n_experts, int top_k, int expert_inter, bool norm_topk, const std::string& glu,
-                       float swiglu_alpha, float swiglu_limit, const std::string& k_cache, const std::string& v_cache,
-                       std::vector<float> inv_freq_swa, float attn_scale, float embed_scale, const std::string& mlp_act,
-                       float attn_softcap, float logit_softcap, std::vector<uint8_t> nope, float residual_scale,
-                       float logits_scaling, bool pre_norms, bool qk_norm_full, float attn_temp_scale,
-                       int attn_temp_floor, bool rope_interleaved, bool layer_norm, bool parallel_block,
-                       int shared_inter, bool sigmoid_gating, int n_group, int topk_group, float routed_scale,
-                       int q_lora, int kv_lora, int v_head_dim, std::vector<int> chunks, float attn_temp_offset,
-                       bool attn_temp_nope, bool qk_l2_norm, bool weight_before) {
-             ie::DecoderConfig c;
-             c.n_layers = n_layers;
-             c.hidden = hidden;
-             c.n_heads = n_heads;
-             c.n_kv_heads = n_kv_heads;
-             c.head_dim = head_dim;
-             c.inter = inter;
-             c.vocab = vocab;
-             c.max_ctx = max_ctx;
-             c.eps = eps;
-             c.windows = std::move(windows);
-             c.inv_freq = std::move(inv_freq);
-             c.rope_scale = rope_scale;
-             c.n_experts = n_experts;
-             c.top_k = top_k;
-             c.expert_inter = expert_inter;
-             c.norm_topk = norm_topk;
-             c.shared_inter = shared_inter;
-             c.sigmoid_gating = sigmoid_gating;
-             c.n_group = n_group;
-             c.topk_group = topk_group;
-             c.routed_scale = routed_scale;
-             c.q_lora = q_lora;
-             c.kv_lora = kv_lora;
-             c.v_head_dim = v_head_dim;
-             c.chunks = std::move(chunks);
-             c.attn_temp_offset = attn_temp_offset;
-             c.attn_temp_nope = attn_temp_nope;
-             c.qk_l2_norm = qk_l2_norm;
-             c.weight_before = weight_before;
-             if (glu != "silu" && glu != "gpt_oss" && glu != "halves")
-               throw std::invalid_argument("glu must be silu, gpt_oss or halves, got '" + glu + "'");
-             c.glu = glu == "silu" ? ie::Glu::Silu : glu == "gpt_oss" ? ie::Glu::GptOss : ie::Glu::Halves;
-             c.swiglu_alpha = swiglu_alpha;
-             c.swiglu_limit = swiglu_limit;
-             c.inv_freq_swa = std::move(inv_freq_swa);
-             c.attn_scale = attn_scale;
-             c.embed_scale = embed_scale;
-             c.attn_softcap = attn_softcap;
-             c.logit_softcap = logit_softcap;
-             c.nope = std::move(nope);
-             c.residual_scale = residual_scale;
-             c.logits_scaling = logits_scaling;
-             c.pre_norms = pre_norms;
-             c.qk_norm_full = qk_norm_full;
-             c.attn_temp_scale = attn_temp_scale;
-             c.attn_temp_floor = attn_temp_floor;
-             c.rope_interleaved = rope_interleaved;
-             c.layer_norm = layer_norm;
-             c.parallel_block = parallel_block;
-             if (mlp_act != "silu" && mlp_act != "gelu_tanh")
-               throw std::invalid_argument("mlp_act must be silu or gelu_tanh, got '" + mlp_act + "'");
-             c.mlp_act = mlp_act == "silu" ? ie::MlpAct::Silu : ie::MlpAct::GeluTanh;
-             for (auto [field, name] : {std::pair{&c.k_cache, &k_cache}, std::pair{&c.v_cache, &v_cache}}) {
-               const ie::WTypeInfo* t = ie::find_wtype(*name);  // which of them a cache may hold: check_decoder
-               if (t == nullptr) throw std::invalid_argument("a KV cache holds f32 or f16, got '" + *name + "'");
-               *field = t->type;
-             }
-             return c;
-           }),
-           py::kw_only(), py::arg("n_layers"), py::arg("hidden"), py::arg("n_heads"), py::arg("n_kv_heads"),
-           py::arg("head_dim"), py::arg("inter"), py::arg("vocab"), py::arg("max_ctx"), py::arg("eps"),
-           py::arg("windows"), py::arg("inv_freq"), py::arg("rope_scale") = 1.f,
-           py::arg("n_experts") = 0, py::arg("top_k") = 0, py::arg("expert_inter") = 0, py::arg("norm_topk") = true,
-           py::arg("glu") = "silu", py::arg("swiglu_alpha") = 1.702f, py::arg("swiglu_limit") = 7.f,
-           py::arg("k_cache") = "f32", py::arg("v_cache") = "f32", py::arg("inv_freq_swa") = std::vector<float>{},
-           py::arg("attn_scale") = 0.f, py::arg("embed_scale") = 1.f, py::arg("mlp_act") = "silu",
-           py::arg("attn_softcap") = 0.f, py::arg("logit_softcap") = 0.f, py::arg("nope") = std::vector<uint8_t>{},
-           py::arg("residual_scale") = 1.f, py::arg("logits_scaling") = 1.f, py::arg("pre_norms") = true,
-           py::arg("qk_norm_full") = false, py::arg("attn_temp_scale") = 0.f, py::arg("attn_temp_floor") = 0,
-           py::arg("rope_interleaved") = false, py::arg("layer_norm") = false, py::arg("parallel_block") = false,
-           py::arg("shared_inter") = 0, py::arg("sigmoid_gating") = false, py::arg("n_group") = 1,
-           py::arg("topk_group") = 1, py::arg("routed_scale") = 1.f, py::arg("q_lora") = 0, py::arg("kv_lora") = 0,
-           py::arg("v_head_dim") = 0, py::arg("chunks") = std::vector<int>{}, py::arg("attn_temp_offset") = 0.f,
-           py::arg("attn_temp_nope") = false, py::arg("qk_l2_norm") = false, py::arg("weight_before") = false)
-      .def_readonly("n_layers", &ie::DecoderConfig::n_layers)
-      .def_readonly("hidden", &ie::DecoderConfig::hidden)
-      .def_readonly("vocab", &ie::DecoderConfig::vocab)
-      .def_readonly("n_experts", &ie::DecoderConfig::n_experts)
-      .def_readonly("max_ctx", &ie::DecoderConfig::max_ctx);
+  // Every field by its name, its default the struct's (runtime/decoder.py native_config sets them by keyword: an
+  // unknown name is an AttributeError); the enums by their names (choose).
+  py::class_<ie::DecoderConfig> config(m, "DecoderConfig",
+                                       "The decoder's dimensions (csrc/decoder/decoder.h); checked by Decoder().");
+  config.def(py::init<>());
+  config.def_readwrite("n_layers", &ie::DecoderConfig::n_layers);
+  config.def_readwrite("hidden", &ie::DecoderConfig::hidden);
+  config.def_readwrite("n_heads", &ie::DecoderConfig::n_heads);
+  config.def_readwrite("n_kv_heads", &ie::DecoderConfig::n_kv_heads);
+  config.def_readwrite("head_dim", &ie::DecoderConfig::head_dim);
+  config.def_readwrite("inter", &ie::DecoderConfig::inter);
+  config.def_readwrite("vocab", &ie::DecoderConfig::vocab);
+  config.def_readwrite("max_ctx", &ie::DecoderConfig::max_ctx);
+  config.def_readwrite("n_experts", &ie::DecoderConfig::n_experts);
+  config.def_readwrite("top_k", &ie::DecoderConfig::top_k);
+  config.def_readwrite("expert_inter", &ie::DecoderConfig::expert_inter);
+  config.def_readwrite("attn_temp_floor", &ie::DecoderConfig::attn_temp_floor);
+  config.def_readwrite("shared_inter", &ie::DecoderConfig::shared_inter);
+  config.def_readwrite("n_group", &ie::DecoderConfig::n_group);
+  config.def_readwrite("topk_group", &ie::DecoderConfig::topk_group);
+  config.def_readwrite("q_lora", &ie::DecoderConfig::q_lora);
+  config.def_readwrite("kv_lora", &ie::DecoderConfig::kv_lora);
+  config.def_readwrite("v_head_dim", &ie::DecoderConfig::v_head_dim);
+  config.def_readwrite("eps", &ie::DecoderConfig::eps);
+  config.def_readwrite("rope_scale", &ie::DecoderConfig::rope_scale);
+  config.def_readwrite("swiglu_alpha", &ie::DecoderConfig::swiglu_alpha);
+  config.def_readwrite("swiglu_limit", &ie::DecoderConfig::swiglu_limit);
+  config.def_readwrite("attn_scale", &ie::DecoderConfig::attn_scale);
+  config.def_readwrite("embed_scale", &ie::DecoderConfig::embed_scale);
+  config.def_readwrite("attn_softcap", &ie::DecoderConfig::attn_softcap);
+  config.def_readwrite("logit_softcap", &ie::DecoderConfig::logit_softcap);
+  config.def_readwrite("residual_scale", &ie::DecoderConfig::residual_scale);
+  config.def_readwrite("logits_scaling", &ie::DecoderConfig::logits_scaling);
+  config.def_readwrite("attn_temp_scale", &ie::DecoderConfig::attn_temp_scale);
+  config.def_readwrite("attn_temp_offset", &ie::DecoderConfig::attn_temp_offset);
+  config.def_readwrite("routed_scale", &ie::DecoderConfig::routed_scale);
+  config.def_readwrite("norm_topk", &ie::DecoderConfig::norm_topk);
+  config.def_readwrite("pre_norms", &ie::DecoderConfig::pre_norms);
+  config.def_readwrite("qk_norm_full", &ie::DecoderConfig::qk_norm_full);
+  config.def_readwrite("rope_interleaved", &ie::DecoderConfig::rope_interleaved);
+  config.def_readwrite("layer_norm", &ie::DecoderConfig::layer_norm);
+  config.def_readwrite("parallel_block", &ie::DecoderConfig::parallel_block);
+  config.def_readwrite("sigmoid_gating", &ie::DecoderConfig::sigmoid_gating);
+  config.def_readwrite("attn_temp_nope", &ie::DecoderConfig::attn_temp_nope);
+  config.def_readwrite("qk_l2_norm", &ie::DecoderConfig::qk_l2_norm);
+  config.def_readwrite("weight_before", &ie::DecoderConfig::weight_before);
+  config.def_readwrite("windows", &ie::DecoderConfig::windows);
+  config.def_readwrite("inv_freq", &ie::DecoderConfig::inv_freq);
+  config.def_readwrite("inv_freq_swa", &ie::DecoderConfig::inv_freq_swa);
+  config.def_readwrite("nope", &ie::DecoderConfig::nope);
+  config.def_readwrite("chunks", &ie::DecoderConfig::chunks);
+  def_choice(config, "glu", &ie::DecoderConfig::glu, kGlus);
+  def_choice(config, "mlp_act", &ie::DecoderConfig::mlp_act, kMlpActs);
+  for (const auto& kv :
+       {std::pair{"k_cache", &ie::DecoderConfig::k_cache}, std::pair{"v_cache", &ie::DecoderConfig::v_cache}}) {
+    ie::WType ie::DecoderConfig::*field = kv.second;  // (a lambda cannot capture a structured binding in C++17)
+    config.def_property(
+        kv.first, [field](const ie::DecoderConfig& c) { return std::string(ie::wtype_info(c.*field).name); },
+        [field](ie::DecoderConfig& c, const std::string& v) {
+          const ie::WTypeInfo* t = ie::find_wtype(v);  // which of them a cache may hold: check_decoder
+          if (t == nullptr) throw std::invalid_argument("a KV cache holds f32 or f16, got '" + v + "'");
+          c.*field = t->type;
+        });
+  }
   py::class_<PyDecoder>(m, "Decoder", "Llama-family decoder over weights read in place (csrc/decoder/decoder.h).")
       .def(py::init(&make_decoder), py::arg("config"), py::arg("weights"),
            py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "", py::arg("affinity") = "",

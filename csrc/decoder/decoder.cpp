@@ -244,7 +244,7 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   if (!c.inv_freq_swa.empty() && c.inv_freq_swa.size() != c.inv_freq.size())
     fail("decoder config: inv_freq_swa must be empty or hold as many values as inv_freq");
   const bool mla = c.kv_lora > 0;
-  const int rot = 2 * static_cast<int>(c.inv_freq.size()), vd = c.v_head_dim > 0 ? c.v_head_dim : c.head_dim;
+  const int rot = c.rotary_dim(), vd = c.value_dim();
   if (c.q_lora < 0 || c.kv_lora < 0 || c.v_head_dim < 0 || (c.q_lora > 0 && !mla))
     fail("decoder config: q_lora, kv_lora and v_head_dim must be >= 0, q_lora only with kv_lora");
   if (mla && (c.n_kv_heads != c.n_heads || rot >= c.head_dim || c.qk_norm_full))
@@ -342,17 +342,17 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   pool_ = std::make_unique<ThreadPool>(threads);  // checks the count
   if (!affinity.empty()) pinned_ = pin_threads(*pool_, affinity);
   const bool mla = c.kv_lora > 0;
-  const int rot = 2 * static_cast<int>(c.inv_freq.size());
+  const int rot = c.rotary_dim();
   hd_ = mla ? c.kv_lora + rot : c.head_dim;
-  vd_ = mla ? c.kv_lora : c.v_head_dim > 0 ? c.v_head_dim : c.head_dim;
+  vd_ = mla ? c.kv_lora : c.value_dim();
   kv_heads_ = mla ? 1 : c.n_kv_heads;
   q_dim_ = c.n_heads * hd_;
   kv_dim_ = kv_heads_ * hd_;
   v_dim_ = mla ? 0 : kv_heads_ * vd_;  // (latent attention's values: its keys' latent part, cached once)
   o_dim_ = c.n_heads * vd_;
-  o_in_ = c.n_heads * (c.v_head_dim > 0 ? c.v_head_dim : c.head_dim);
+  o_in_ = c.n_heads * c.value_dim();
   if (mla) {  // kv_b_proj per head, as float32: its key rows as they are, its value rows transposed
-    const int nope = c.head_dim - rot, vh = o_in_ / c.n_heads;
+    const int nope = c.head_dim - rot, vh = c.value_dim();
     const size_t nh = static_cast<size_t>(c.n_heads), kvl = static_cast<size_t>(c.kv_lora);
     std::vector<float> row(kvl);
     for (const LayerWeights& L : w_.layers) {
@@ -1040,7 +1040,7 @@ void Decoder::experts(int layer, int b) {
 
 void Decoder::mla_qkv(const LayerWeights& L, int layer, int b) {
   const DecoderConfig& c = cfg_;
-  const int hd = c.head_dim, rot = 2 * static_cast<int>(c.inv_freq.size()), nope = hd - rot;
+  const int hd = c.head_dim, rot = c.rotary_dim(), nope = hd - rot;
   const int nh = c.n_heads, kvl = c.kv_lora, kva = kvl + rot, slot = 4 * c.n_layers + 1 + 2 * layer;
   // q, as stored per head [nope | rotary], into mla_heads_
   if (c.q_lora > 0) {
@@ -1075,7 +1075,7 @@ void Decoder::mla_qkv(const LayerWeights& L, int layer, int b) {
 }
 
 void Decoder::mla_values(int layer, int b) {
-  const int vh = o_in_ / cfg_.n_heads;
+  const int vh = cfg_.value_dim();
   per_head(mla_vbt_[static_cast<size_t>(layer)].data(), vd_, vh, att_.data(), vd_, 0, b, mla_out_.data(), vh, 0);
 }
 

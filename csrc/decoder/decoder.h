@@ -179,6 +179,10 @@ struct DecoderConfig {
   // context; the attention still multiplies floats, the f16 values widened
   // exactly). The CUDA decoder keeps f32 only.
   WType k_cache = WType::F32, v_cache = WType::F32;
+
+  // The dims RoPE turns of a q/k head (head_dim but for partial RoPE and latent attention), and a value head's.
+  int rotary_dim() const { return 2 * static_cast<int>(inv_freq.size()); }
+  int value_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
 };
 
 // A matrix in its stored format; `data` points into the mapped file.

@@ -1,0 +1,91 @@
+"""What benchmarks/mla_shape.py and llama4_shape.py share: a synthetic
+checkpoint of random weights (no download) with tiny-llama's tokenizer,
+converted by ``ieconv hf-to-iebin`` (bf16, or quantized by a q4-manifest
+``--scheme``: q4_0 is llama.cpp's type too, so both sides run the same
+blocks), exported by ``ieconv iebin-to-gguf``, and run by ``ierun bench``
+and llama.cpp's ``llama-bench`` with llama-bench's tests (pp512, tg32, each
+at depth 0 and 4096) on the same threads. Each script gives its layer's
+tensors and config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Weights:
+    """Random float32 tensors (N(0, 0.02), seeded), ones for the norms."""
+
+    def __init__(self) -> None:
+        self.rng = np.random.default_rng(0)
+
+    def m(self, *shape: int) -> np.ndarray:
+        return (self.rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    @staticmethod
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, np.float32)
+
+
+def run(cmd: list[Any]) -> str:
+    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit(f"{cmd[0]}: {res.stderr.strip()[-2000:]}")
+    return res.stdout
+
+
+def write_checkpoint(out: Path, hidden: int, layers: Callable[[Weights], dict[str, np.ndarray]],
+                     config: dict[str, Any]) -> None:
+    """The checkpoint: the embedding, an untied head, the final norm, ``layers(w)``'s tensors and ``config``
+    (vocab_size and the ids added: tiny-llama's 320 tokens)."""
+    from safetensors.numpy import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(ROOT / "golden/hf/tiny-llama" / f, out / f)
+    vocab = len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"])
+    w = Weights()
+    t = {"model.embed_tokens.weight": w.m(vocab, hidden), "lm_head.weight": w.m(vocab, hidden),
+         "model.norm.weight": w.ones(hidden), **layers(w)}
+    save_file(dict(sorted(t.items())), str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = {**config, "hidden_size": hidden, "vocab_size": vocab, "tie_word_embeddings": False, "bos_token_id": 1,
+           "eos_token_id": 2, "torch_dtype": "float32"}
+    (out / "config.json").write_text(json.dumps(cfg, indent=1))
+
+
+def main(doc: str, checkpoint: Callable[[Path], None]) -> None:
+    """The command line of a shape benchmark whose module docstring is ``doc``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--scheme", default="bf16", help="bf16, or a q4-manifest --scheme (q4_0: llama.cpp's type too)")
+    a = ap.parse_args()
+    bin_dir = Path(sys.executable).parent
+    checkpoint(a.work / "hf")
+    weights: list[Any] = ["--dtype", "bf16"]
+    if a.scheme != "bf16":
+        run([bin_dir / "ieconv", "q4-manifest", "--overwrite", "--hf-dir", a.work / "hf", "-o", a.work / "q.json",
+             "--scheme", a.scheme])
+        weights = ["--q4-map", a.work / "q.json"]
+    run([bin_dir / "ieconv", "hf-to-iebin", "-q", "--overwrite", "--hf-dir", a.work / "hf", "--out-dir", a.work / "ie",
+         *weights])
+    run([bin_dir / "ieconv", "iebin-to-gguf", "-q", "--overwrite", "--model-dir", a.work / "ie", "--out",
+         a.work / "m.gguf"])
+    tests = ["-p", "512", "-n", "32", "-d", "0,4096", "-t", str(a.threads), "-r", "2"]
+    print("ierun:")
+    print(run([bin_dir / "ierun", "bench", "-m", a.work / "ie", *tests, "-o", "md"]))
+    llama_bench = shutil.which("llama-bench") or ROOT / "build/llamacpp/bin/llama-bench"
+    if Path(llama_bench).exists():
+        print("llama.cpp:")
+        print(run([llama_bench, "-m", a.work / "m.gguf", *tests, "-o", "md"]))
+    else:
+        print("llama.cpp: llama-bench not built (make llamacpp)")
