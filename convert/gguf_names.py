@@ -215,6 +215,11 @@ class GGUFArch:
     layer_norm: bool = False  # LayerNorm, its eps under attention.layer_norm_epsilon (Cohere), not RMSNorm's key
     mla: bool = False  # latent attention: kv_b_proj crosses as attn_k_b and attn_v_b (MLA_KV_B)
     drops_mtp: bool = False  # the converter leaves the multi-token prediction layers out (DeepSeek-V3's)
+    unshifted: tuple[str, ...] = ()  # HF norm suffixes norm_shift leaves as they are (Qwen3.5's gated DeltaNet norm)
+    # Qwen3.5's gated DeltaNet: its tensors as the converter writes them (value heads in tiled order, A_log as
+    # -exp(A_log), conv1d [channels, taps]); the import keeps the order (config.linear_value_head_order "tiled")
+    linear: bool = False
+    mtp_beside: bool = False  # the MTP layers under Hugging Face's mtp.* names (MTP_LAYERS, MTP_EXTRAS), not model.layers.N
 
 
 # Latent attention's kv_b_proj (HF suffix) and the two llama.cpp tensors it crosses as (gguf_names' docstring)
@@ -269,6 +274,21 @@ _DEEPSEEK2_KEYS = frozenset({"expert_shared_count", "leading_dense_block_count",
                              "attention.key_length_mla", "attention.value_length_mla",
                              "rope.scaling.yarn_log_multiplier"})
 _BIAS = {"mlp.gate.e_score_correction_bias": "exp_probs_b.bias"}
+# Qwen3.5's gated DeltaNet (convert_hf_to_gguf's Qwen3NextModel names): its projections, convolution, decay
+# (A_log, stored -exp(A_log)), step bias, gated norm and output
+_LINEAR = {"linear_attn.in_proj_qkv.weight": "attn_qkv.weight", "linear_attn.in_proj_z.weight": "attn_gate.weight",
+           "linear_attn.in_proj_b.weight": "ssm_beta.weight", "linear_attn.in_proj_a.weight": "ssm_alpha.weight",
+           "linear_attn.conv1d.weight": "ssm_conv1d.weight", "linear_attn.A_log": "ssm_a",
+           "linear_attn.dt_bias": "ssm_dt.bias", "linear_attn.norm.weight": "ssm_norm.weight",
+           "linear_attn.out_proj.weight": "ssm_out.weight"}
+LINEAR_DECAY = "linear_attn.A_log"  # stored by llama.cpp as -exp(A_log)
+# Qwen3.5's multi-token prediction block: Hugging Face keeps it beside the model (mtp.layers.I: a full-attention
+# layer; mtp.fc, its two input norms and its output norm), llama.cpp as blocks after the last (blk.N+I with the
+# nextn.* tensors of the first), every norm stored 1 + w
+MTP_LAYERS = "mtp.layers."
+MTP_EXTRAS = {"mtp.fc.weight": "nextn.eh_proj.weight", "mtp.pre_fc_norm_embedding.weight": "nextn.enorm.weight",
+              "mtp.pre_fc_norm_hidden.weight": "nextn.hnorm.weight", "mtp.norm.weight": "nextn.shared_head_norm.weight"}
+LINEAR_CONV = "linear_attn.conv1d.weight"  # [channels, 1, taps] in Hugging Face's layout, [channels, taps] in GGUF
 
 ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("llama", "LlamaForCausalLM", "llama", True, _LLAMA),
@@ -415,6 +435,16 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
               **_shexp("feed_forward.shared_expert")},
              paired={"feed_forward.experts.gate_up_proj": ("ffn_gate_exps.weight", "ffn_up_exps.weight")}, halves=True,
              keys=frozenset({"interleave_moe_layer_step", "expert_feed_forward_length"}), nope_step=4),
+    # Qwen3.5 (0.8B to 27B): Qwen3's attention layer (its q_proj's rows each head's query then gate, as they are)
+    # and gated DeltaNet layers (_LINEAR); every norm but the DeltaNet's stored 1 + w; the layers' kinds as
+    # attention.recurrent_layers, the DeltaNet's dims as ssm.* keys; interleaved MRoPE's sections, which text
+    # positions turn as one RoPE
+    GGUFArch("qwen35", "Qwen3_5ForCausalLM", "qwen3_5_text", False,
+             _dense({**_QK_NORM, **_LINEAR}, norm_after="post_attention_norm"),
+             keys=frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
+                             "ssm.inner_size", "attention.recurrent_layers", "full_attention_interval",
+                             "rope.dimension_sections", "nextn_predict_layers"}),
+             norm_shift=1.0, unshifted=("linear_attn.norm.weight",), linear=True, mtp_beside=True),
     # Phi-3, Phi-3.5, Phi-4, Phi-4-mini: q, k, v in one matrix (or three: llama.cpp reads either) and gate,
     # up in one; rotate-half RoPE, so q/k rows are Hugging Face's; LongRoPE's factors as rope_factors_long/
     # _short, its attention factor as rope.scaling.attn_factor; the sliding window recorded, and not applied
@@ -481,7 +511,33 @@ def attention_scalar(arch: GGUFArch, hidden: int, heads: int, head_dim: int, lay
 
 def norm_shift(arch: GGUFArch, hf: str) -> float:
     """What llama.cpp's converter adds to the HF tensor ``hf`` (Gemma's norms: 1), else 0."""
-    return arch.norm_shift if hf.endswith("norm.weight") else 0.0
+    norm = hf.endswith("norm.weight") or arch.mtp_beside and hf in MTP_EXTRAS and "norm" in hf
+    return arch.norm_shift if norm and not hf.endswith(arch.unshifted) else 0.0
+
+
+def mtp_hf_name(arch: GGUFArch, gguf_name: str, trunk: int) -> str | None:
+    """The HF name of a tensor of an MTP block kept beside the model (GGUFArch.mtp_beside), blocks from ``trunk``
+    on: its layer's tensors under mtp.layers.I, the first block's nextn.* as MTP_EXTRAS; None for any other."""
+    m = re.fullmatch(r"blk\.(\d+)\.(.+)", gguf_name)
+    if not arch.mtp_beside or m is None or int(m.group(1)) < trunk:
+        return None
+    block, suffix = int(m.group(1)), m.group(2)
+    extra = next((h for h, g in MTP_EXTRAS.items() if g == suffix), None)
+    if extra is not None:
+        return extra if block == trunk else None
+    h = hf_layer_name(arch, f"blk.0.{suffix}")
+    return None if h is None else f"{MTP_LAYERS}{block - trunk}.{h[len('model.layers.0.'):]}"
+
+
+def mtp_gguf_name(arch: GGUFArch, hf: str, trunk: int) -> str | None:
+    """mtp_hf_name's inverse: the GGUF name of an HF mtp.* tensor, or None."""
+    if not arch.mtp_beside:
+        return None
+    if hf in MTP_EXTRAS:
+        return f"blk.{trunk}.{MTP_EXTRAS[hf]}"
+    m = re.fullmatch(re.escape(MTP_LAYERS) + r"(\d+)\.(.+)", hf)
+    g = gguf_layer_name(arch, f"model.layers.0.{m.group(2)}") if m else None
+    return None if g is None else f"blk.{trunk + int(m.group(1))}.{g[len('blk.0.'):]}"
 
 
 def gguf_layer_name(arch: GGUFArch, hf: str) -> str | None:

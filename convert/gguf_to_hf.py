@@ -10,7 +10,8 @@ tokenizer.json rebuilt from the metadata) written as safetensors instead:
 F32/F16/BF16 tensors keep their bytes (or are cast to ``--dtype``), every
 block type is dequantized by gguf.quants to ``--dtype`` (f32 by default:
 a block's values are exact in f32, not in f16 or bf16). hf-to-iebin of the
-result is gguf-to-iebin --dequantize of the file, tensor for tensor.
+result is gguf-to-iebin --dequantize of the file, tensor for tensor
+(Qwen3.5's gated DeltaNet value heads back in Hugging Face's order).
 
 gpt-oss is refused: its HF layout (expert stacks stored transposed, MXFP4
 pairs) is not what the import builds; gguf-to-iebin reads it.
@@ -23,9 +24,11 @@ import json
 import os
 import time
 
-from iekit.formats import fused_tensors
+import numpy as np
+
+from iekit.formats import delta_net, fused_tensors
 from iekit.formats.dtypes import DTYPES
-from iekit.formats.expert_stacks import flip_experts, flipped_stacks
+from iekit.formats.expert_stacks import RAW, flip_experts, flipped_stacks
 from iekit.formats.gguf_file import GGUFModel, open_gguf
 from iekit.formats.errors import FormatError
 from iekit.formats.hf_checkpoint import SINGLE_NAME
@@ -40,7 +43,7 @@ from .gguf_to_iebin import aux_files, build_config, file_type_name, plan_tensors
 HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "glm4_moe", "minimax_m2", "gemma2",
              "gemma3_text", "phi3", "smollm3", "granite", "olmo2", "olmo3", "ministral3", "exaone4", "olmoe",
              "seed_oss", "glm4", "cohere2", "cohere", "deepseek_v3", "deepseek_v2",
-             "glm4_moe_lite", "llama4_text", "ernie4_5", "ernie4_5_moe")
+             "glm4_moe_lite", "llama4_text", "ernie4_5", "ernie4_5_moe", "qwen3_5_text")
 
 
 FLOAT_TYPES = ("F32", "F16", "BF16")  # GGUF tensor types that hold the weights themselves, not codes
@@ -85,8 +88,10 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
     progress = progress or Progress()
     check_dtype(dtype)
     g = open_gguf(gguf_path)
-    cfg = _hf_config(g, "gguf-to-iebin imports it")
-    plans = plan_tensors(g, cfg, dtype, dequantize_all=True)
+    tiled = _hf_config(g, "gguf-to-iebin imports it")
+    plans = plan_tensors(g, tiled, dtype, dequantize_all=True)
+    # (Qwen3.5's value heads back in Hugging Face's order: formats/delta_net.py)
+    cfg = {k: v for k, v in tiled.items() if k != delta_net.ORDER_KEY}
     floats = {p.dtype for p in plans}
     if len(floats) == 1:
         cfg["torch_dtype"] = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}.get(floats.pop())
@@ -108,6 +113,9 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
             progress.describe(name)
             data = itertools.chain.from_iterable(tensor_chunks(g, by_name[n], progress, None, allow_nonfinite)
                                                  for n in parts)
+            if delta_net.tiled_axis(name, cfg) is not None:  # (a layer's projection, whole)
+                whole = np.frombuffer(b"".join(data), RAW[DTYPES[dtype].itemsize]).reshape(shape)
+                data = [delta_net.untile(whole, name, tiled).tobytes()]
             writer.write(name, flip_experts(data, *shape, DTYPES[dtype].itemsize) if name in flip else data)
         writer.finish()
         for name, data in aux.items():

@@ -36,7 +36,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from iekit.formats import checksums, fused_tensors, iebin, weight_types
+from iekit.formats import checksums, delta_net, fused_tensors, iebin, weight_types
 from iekit.formats.casting import cast_bytes, decode_f32, encode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import FormatError, IEError
@@ -49,8 +49,9 @@ from iekit.formats.model_spec import check_convertible, every_nth, longrope_atte
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
-from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED_AS, MLA_KV_B, SIGMOID_GATING, GGUFArch,
-                         attention_scalar, hf_layer_name, norm_shift, sliding_by_period)
+from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED_AS, LINEAR_CONV, LINEAR_DECAY, MLA_KV_B,
+                         SIGMOID_GATING, GGUFArch, attention_scalar, hf_layer_name, mtp_hf_name, norm_shift,
+                         sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
@@ -123,6 +124,7 @@ class _Tensor:
     srcs: list[GGUFTensor] | None = None  # several sources whose rows are concatenated (gpt-oss's gate and up)
     elementwise: bool = False  # a vector stack whose elements move one by one (gpt-oss's gate/up biases)
     shift: float = 0.0  # subtracted from every value (Gemma's norms: llama.cpp stores 1 + w)
+    log_neg: bool = False  # each value v as ln(-v) (gated DeltaNet's A_log: llama.cpp stores -exp(A_log))
     mla: tuple[int, int, int] | None = None  # kv_b_proj from attn_k_b and attn_v_b (srcs): (heads, nope, v) dims
 
     @property
@@ -350,6 +352,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _sliding_layers(g, arch, cfg, "llama.cpp's olmo2 turns the sliding layers by rope.freq_base")
     if arch.nope_step:  # (SmolLM3: no key says which layers; llama.cpp's graph fixes them)
         cfg["no_rope_layers"] = [int(not w) for w in every_nth(arch.nope_step, cfg["num_hidden_layers"])]
+    if arch.linear:
+        _linear_config(g, arch, cfg)
     _moe_config(g, arch, cfg)
     if DECODER_ARCHS[arch.hf_class].gemma:
         _gemma_config(g, arch, cfg)
@@ -620,6 +624,49 @@ def _ernie_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
         raise FormatError(g.path, f"{a}.interleave_moe_layer_step", f"{cfg['moe_layer_interval']}: must be at least 1")
 
 
+def _linear_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """Qwen3.5's layers as Qwen3_5TextConfig says them: which are gated DeltaNet (attention.recurrent_layers, else
+    all but every full_attention_interval-th), its heads and dims from the ssm.* keys, and the value heads in the
+    order llama.cpp's converter writes them (linear_value_head_order "tiled", which the decoder reads as it is).
+    Text positions turn every section of its interleaved MRoPE alike, one RoPE; a fourth section (positions 0 in
+    llama.cpp's text batches) would not, and is refused."""
+    a, blocks = arch.gguf, cfg["num_hidden_layers"]
+    # (the multi-token prediction blocks after the last: kept beside the model as mtp.*, _sources)
+    mtp = _field(g, f"{a}.nextn_predict_layers", int, 0)
+    if not 0 <= mtp < blocks:
+        raise FormatError(g.path, f"{a}.nextn_predict_layers", f"{mtp} of {blocks} blocks (block_count)")
+    n = cfg["num_hidden_layers"] = blocks - mtp
+    if mtp:
+        cfg["mtp_num_hidden_layers"] = mtp
+    recurrent = g.fields.get(f"{a}.attention.recurrent_layers")
+    if recurrent is None:
+        step = _field(g, f"{a}.full_attention_interval", int, 4)
+        recurrent = [(i + 1) % step != 0 and i < n for i in range(blocks)] if step >= 1 else None
+    if (not isinstance(recurrent, list) or len(recurrent) != blocks or not all(type(r) is bool for r in recurrent)
+            or any(recurrent[n:])):
+        raise FormatError(g.path, f"{a}.attention.recurrent_layers", f"{recurrent!r:.60}: expected {blocks} booleans, "
+                                                                     "one per block (the MTP blocks' false)")
+    recurrent = recurrent[:n]
+    k_heads, v_heads = _field(g, f"{a}.ssm.group_count", int), _field(g, f"{a}.ssm.time_step_rank", int)
+    inner = _field(g, f"{a}.ssm.inner_size", int)
+    if k_heads < 1 or v_heads < 1 or v_heads % k_heads or inner < 1 or inner % v_heads:
+        raise FormatError(g.path, f"{a}.ssm.inner_size", f"{inner} over {v_heads} value heads (ssm.time_step_rank) "
+                                                         f"and {k_heads} key heads (ssm.group_count): expected whole "
+                                                         "heads, value heads a multiple of key heads")
+    sections = g.fields.get(f"{a}.rope.dimension_sections", [])
+    if not isinstance(sections, list) or any(type(v) is not int for v in sections) or any(sections[3:]):
+        raise FormatError(g.path, f"{a}.rope.dimension_sections", f"{sections!r:.60}: a fourth section turns by "
+                                                                  "another position than a text token's")
+    cfg.update(layer_types=["linear_attention" if r else "full_attention" for r in recurrent],
+               linear_num_key_heads=k_heads, linear_num_value_heads=v_heads,
+               linear_key_head_dim=_field(g, f"{a}.ssm.state_size", int), linear_value_head_dim=inner // v_heads,
+               linear_conv_kernel_dim=_field(g, f"{a}.ssm.conv_kernel", int), linear_value_head_order="tiled",
+               full_attention_interval=_field(g, f"{a}.full_attention_interval", int, 4))
+    if sections:  # (transformers' Qwen3_5TextRotaryEmbedding reads its three)
+        cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg["rope_theta"],
+                                  "partial_rotary_factor": cfg["partial_rotary_factor"], "mrope_section": sections[:3]}
+
+
 def _llama4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     """Llama 4 as llama.cpp's llama4 graph runs it, which no key but the
     experts' period and width says: chunks of 8192 positions on the layers
@@ -774,13 +821,16 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
         where = f"tensor {t.name!r}"
         m = re.fullmatch(r"blk\.(\d{1,9})\.(.+)", t.name)
         layer, suffix = (m.group(1), m.group(2)) if m else ("", "")
-        name = hf_layer_name(arch, t.name)
+        name = mtp_hf_name(arch, t.name, cfg["num_hidden_layers"]) or hf_layer_name(arch, t.name)
         if t.name == "rope_freqs.weight":
             continue  # read into the config's rope_scaling (build_config)
         if name is not None:
             if len(t.shape) > 2 and not name.endswith(("experts.down_proj", "experts.down_proj_bias")):
                 raise FormatError(g.path, where, f"has {len(t.shape)} dimensions; expected a matrix or vector")
-            out.append(_Tensor(t, name, "", None, "", shift=norm_shift(arch, name)))
+            # (gated DeltaNet's conv1d: [channels, 1, taps] as Hugging Face keeps it, the same bytes)
+            shape = [t.shape[0], 1, t.shape[1]] if name.endswith(LINEAR_CONV) and len(t.shape) == 2 else None
+            out.append(_Tensor(t, name, "", None, "", shift=norm_shift(arch, name), shape_=shape,
+                               log_neg=name.endswith(LINEAR_DECAY)))
         elif suffix in stacks:
             if len(t.shape) != 3:
                 raise FormatError(g.path, where, f"an expert stack must be [experts, rows, cols], got {t.shape}")
@@ -873,7 +923,8 @@ def plan_tensors(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantiz
             out, mode = COPIED[t.ggml_type], "copy"
         elif t.ggml_type in FLOATS:
             out = dtype or FLOATS[t.ggml_type]
-            mode = "dequant" if p.shift else "copy" if out == FLOATS[t.ggml_type] else "cast"  # shifted: as floats
+            mode = ("dequant" if p.shift or p.log_neg  # (values changed: as floats)
+                    else "copy" if out == FLOATS[t.ggml_type] else "cast")
         else:
             row_bytes = t.nbytes // (math.prod(t.shape[:-1]) if len(t.shape) >= 2 else 1)
             try:
@@ -1064,6 +1115,11 @@ def _floats(g: GGUFModel, p: _Tensor, r0: int, part: np.ndarray) -> np.ndarray:
         i = np.unravel_index(int(np.argmin(np.isfinite(w))), w.shape)
         raise FormatError(g.path, f"tensor {p.src.name!r}", f"holds {w[i]} at row {r0 + int(i[0])}"
                                                             f"{' (a non-finite block scale)' if p.src.ggml_type not in FLOATS else ''}")
+    if p.log_neg:
+        if not (w < 0).all():
+            raise FormatError(g.path, f"tensor {p.src.name!r}", f"holds {w[w >= 0].flat[0]}; a decay rate -exp(A_log) "
+                                                                "is negative")
+        return delta_net.a_log_of(w)
     return w - np.float32(p.shift) if p.shift else w
 
 

@@ -100,6 +100,9 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
         mx_pairs = {p.name: p for p in pairs}
         # gpt-oss's float expert stacks are [experts, in, out]: written transposed (expert_stacks.py).
         written = expert_stacks.AsWritten(config, tensors)
+        if written.config is not config:  # (Qwen3.5's value heads in llama.cpp's order: recorded in config.json)
+            config = written.config
+            aux_data["config.json"] = (json.dumps(config, indent=2) + "\n").encode()
         shapes = written.shapes()
         # An invalid MoE / attention config is refused here, before any byte is written.
         summary = model_summary(config)
@@ -158,7 +161,7 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                 if isinstance(sf, hf_fp8.Fp8Matrix):
                     target = fp8_dtype
                 entry = {"dtype": target, "shape": shape}
-                if target == t.dtype.name and name not in written.flipped:
+                if target == t.dtype.name and name not in written.moved:
                     writer.add_copy(name, target, shape, t.nbytes,
                                     lambda fd, off, sf=sf, t=t: sf.copy_to(t, fd, off, progress.advance),
                                     check=checker(entry, sf.path, name, allow_nonfinite))

@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from iekit.formats import iebin, weight_types
+from iekit.formats import delta_net, iebin, weight_types
 from iekit.formats.atomic import StagedFiles
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError, UnsupportedError
@@ -53,8 +53,9 @@ from iekit.formats.model_spec import (LLAMA4_MLP_INTER, DecoderSpec, decoder_spe
                                       yarn_attention_factor)
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import (MLA_KV_B, SIGMOID_GATING, GGUFArch, arch_of, attention_scalar, fused_parts, gguf_layer_name,
-                         norm_shift, separable, sliding_by_period)
+from .gguf_names import (LINEAR_CONV, LINEAR_DECAY, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS, SIGMOID_GATING, GGUFArch, arch_of,
+                         attention_scalar, fused_parts, gguf_layer_name, mtp_gguf_name, norm_shift, separable,
+                         sliding_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
@@ -87,6 +88,7 @@ class _Out:
     target: str | None = None  # repack / requantize: the IEBIN scheme written
     error: QuantError | None = None
     shift: float = 0.0         # widen: added to every value (Gemma's norms: llama.cpp stores 1 + w)
+    neg_exp: bool = False      # widen: each value v as -exp(v) (gated DeltaNet's A_log: llama.cpp's ssm_a)
 
     @property
     def rows(self) -> int:
@@ -163,14 +165,19 @@ class _Plan:
         # expert's gate too: a [hidden, 1] row, which ggml counts as a vector), whose
         # product with a BF16 or F16 matrix ggml would take with the activations rounded to that type too
         f32 = (len(shape) == 1 or gguf_name.endswith(".bias") or ".attn_sinks." in gguf_name
-               or ".ffn_gate_inp." in gguf_name or ".ffn_gate_inp_shexp." in gguf_name)
-        o = _Out(gguf_name, SAME_BYTES.get(dtype, ""), shape, parts, dtype, shift=norm_shift(self.arch, first["name"]))
+               or ".ffn_gate_inp." in gguf_name or ".ffn_gate_inp_shexp." in gguf_name or ".ssm_conv1d." in gguf_name)
+        o = _Out(gguf_name, SAME_BYTES.get(dtype, ""), shape, parts, dtype, shift=norm_shift(self.arch, first["name"]),
+                 neg_exp=first["name"].endswith(LINEAR_DECAY))
         floats = dtype in ("f16", "bf16", "f32")
         if o.shift and not floats:
             raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: dtype {dtype!r}; llama.cpp's "
                           f"{self.arch.gguf} stores this norm as 1 + w, which needs it as floats")
+        if o.neg_exp and not floats:
+            raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: dtype {dtype!r}; llama.cpp stores "
+                          "-exp(A_log), which needs it as floats")
         if f32 and floats:
-            o.how, o.ggml_type = ("copy", "F32") if dtype == "f32" and not o.shift else ("widen", "F32")
+            o.how, o.ggml_type = (("copy", "F32") if dtype == "f32" and not o.shift and not o.neg_exp
+                                  else ("widen", "F32"))
         elif dtype == "int4w":
             p = _int4w_params(first)
             target = "q4_0" if p.symmetric else "q4_1"
@@ -297,6 +304,9 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
         rule = f"leaves every {arch.nope_step}th layer unrotated, and no other" if arch.nope_step else "rotates every layer"
         raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
                       f"llama.cpp's {arch.gguf} {rule}")
+    if arch.linear and spec.lin_k_heads != spec.lin_v_heads and not spec.lin_v_tiled:
+        raise IEError(f"{where}.{delta_net.ORDER_KEY}: 'grouped'; llama.cpp's {arch.gguf} reads the value heads in "
+                      "its tiled order, which hf-to-iebin writes: convert the checkpoint again")
     if spec.arch.cohere and not spec.tied:
         raise IEError(f"{where}.tie_word_embeddings: false; llama.cpp's {arch.gguf} reads the embedding as its output "
                       "head")
@@ -410,12 +420,19 @@ def _plan_tensors(plan: _Plan) -> None:
 
     def one(hf: str, order: np.ndarray | None = None) -> None:
         e = plan.entry(hf)
-        plan.add(gguf_layer_name(arch, hf), [_Part(e, order)], list(e["shape"]))
+        shape = list(e["shape"])
+        if hf.endswith(LINEAR_CONV):  # [channels, 1, taps] as llama.cpp's [channels, taps]: the same bytes
+            shape = [shape[0], shape[-1]]
+        plan.add(mtp_gguf_name(arch, hf, spec.n_layers) or gguf_layer_name(arch, hf), [_Part(e, order)], shape)
 
     one("model.embed_tokens.weight")
     heads = {"self_attn.q_proj": spec.n_heads, "self_attn.k_proj": spec.n_kv_heads}
     for i in range(spec.n_layers + _mtp_written(arch, spec)):  # (the MTP layers after the last: each with experts)
-        pre = f"model.layers.{i}."
+        # (Qwen3.5's beside the model: mtp.layers.I, and the first one's MTP_EXTRAS)
+        pre = f"{MTP_LAYERS}{i - spec.n_layers}." if arch.mtp_beside and i >= spec.n_layers else f"model.layers.{i}."
+        if arch.mtp_beside and i == spec.n_layers:
+            for hf in [n for n in MTP_EXTRAS if n in plan.entries]:
+                one(hf)
         joined = _join_fused(plan, pre, i)
         if arch.mla:
             _split_kv_b(plan, pre, i)
@@ -451,7 +468,8 @@ def _plan_tensors(plan: _Plan) -> None:
     if "lm_head.weight" in plan.entries and not spec.tied:
         one("lm_head.weight")
     mtp = tuple(f"model.layers.{i}." for i in range(spec.n_layers + _mtp_written(arch, spec),
-                                                    spec.n_layers + spec.mtp_layers)) + spec.arch.unread
+                                                    spec.n_layers + spec.mtp_layers))
+    mtp += spec.arch.unread if not arch.mtp_beside else ()  # (Qwen3.5's are written: nothing of them is left out)
     left = sorted(n for n in set(plan.entries) - plan.used - ({"lm_head.weight"} if spec.tied else set())
                   if not (mtp and n.startswith(mtp)))
     if left:
@@ -553,6 +571,8 @@ def _chunks(plan: _Plan, o: _Out, advance: Callable[[int], None]) -> Iterator[by
                     out = decode_f32(out.tobytes(), e["dtype"])
                     if o.shift:  # float32, as llama.cpp's converter adds it
                         out = out + np.float32(o.shift)
+                    if o.neg_exp:
+                        out = delta_net.decay_rate(out)
             elif o.how == "repack":
                 out = _repack_int4w(np.asarray(qs[sel]), s[sel], None if m is None else m[sel], cols)
             else:  # requantize from int4w's values, measuring what that adds
@@ -678,6 +698,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if arch.gguf == "gpt-oss" or arch.hf_class == "Olmo3ForCausalLM" or arch.gguf == "exaone4" and spec.nope:
         kv[f"{a}.attention.sliding_window"] = max(spec.windows) or cfg.get("sliding_window") or spec.max_positions
         kv[f"{a}.attention.sliding_window_pattern"] = [w > 0 for w in spec.windows]
+    if arch.linear:
+        _linear_kv(kv, a, spec, cfg)
     if spec.local_theta:  # the sliding layers' own base (gemma3; olmo3's, its full layers')
         kv[f"{a}.rope.freq_base_swa"] = spec.local_theta
     if spec.arch.gemma:  # sliding layers by llama.cpp's period unless a pattern says otherwise
@@ -692,6 +714,23 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv["iekit.source.kind"] = str(src.get("kind"))
     kv["iekit.source.shards"] = [f"{s['name']} {alg}:{s[alg]}" for s in src.get("shards", []) if alg in s] or ["(none)"]
     return kv
+
+
+def _linear_kv(kv: dict[str, Any], a: str, spec: DecoderSpec, cfg: dict[str, Any]) -> None:
+    """Qwen3.5's gated DeltaNet keys, as convert_hf_to_gguf's Qwen3NextModel and Qwen3_5TextModel write them
+    (its MRoPE sections: the config's, else [11, 11, 10, 0], which text positions turn as one RoPE)."""
+    kv[f"{a}.ssm.conv_kernel"] = spec.lin_conv
+    kv[f"{a}.ssm.state_size"] = spec.lin_k_dim
+    kv[f"{a}.ssm.group_count"] = spec.lin_k_heads
+    kv[f"{a}.ssm.time_step_rank"] = spec.lin_v_heads
+    kv[f"{a}.ssm.inner_size"] = spec.lin_v_dim * spec.lin_v_heads
+    kv[f"{a}.attention.recurrent_layers"] = list(spec.linear) + [False] * spec.mtp_layers  # (MTP blocks: attention)
+    if spec.mtp_layers:
+        kv[f"{a}.nextn_predict_layers"] = spec.mtp_layers
+    kv[f"{a}.full_attention_interval"] = int(cfg.get("full_attention_interval", 4))
+    rp = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    sections = rp.get("mrope_section") or [11, 11, 10]
+    kv[f"{a}.rope.dimension_sections"] = [int(v) for v in sections] + [0] * (4 - len(sections))
 
 
 def _mtp_written(arch: GGUFArch, spec: DecoderSpec) -> int:

@@ -9,9 +9,10 @@ Mistral Small 3.1 / 3.2, Magistral Small, Ministral 3 and Devstral Small 2
 are likewise ``Mistral3ForConditionalGeneration``: a Pixtral tower beside a
 Mistral (``text_config.model_type`` mistral) or Ministral 3 (ministral3)
 text model. Llama 4 Scout and Maverick are ``Llama4ForConditionalGeneration``:
-a vision model beside a Llama 4 text model. This writes that text model as
+a vision model beside a Llama 4 text model; Qwen3.5 is
+``Qwen3_5ForConditionalGeneration``. This writes that text model as
 the ``Gemma3ForCausalLM`` / ``MistralForCausalLM`` / ``Ministral3ForCausalLM``
-/ ``Llama4ForCausalLM`` checkpoint transformers
+/ ``Llama4ForCausalLM`` / ``Qwen3_5ForCausalLM`` checkpoint transformers
 would build from it: its tensors renamed from either layout
 (``language_model.model.*`` as the Hub's files hold them,
 ``model.language_model.*`` as transformers 5 saves them) and copied byte for
@@ -80,6 +81,16 @@ LLAMA4_TEXT_DEFAULTS: dict[str, Any] = {
     "use_qk_norm": True, "no_rope_layer_interval": 4, "attention_chunk_size": 8192,
     "attn_temperature_tuning": True, "floor_scale": 8192, "attn_scale": 0.1}
 LLAMA4_ROPE_DEFAULTS = {"rope_theta": 500000.0}
+# transformers 5.23's Qwen3_5TextConfig defaults that shape the computation (golden/ref/qwen3-5-text-defaults.json;
+# layer_types it derives from full_attention_interval, 4, as the decoder does)
+QWEN3_5_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 248320, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 32,
+    "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256, "hidden_act": "silu",
+    "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "attention_bias": False,
+    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 32}
+QWEN3_5_ROPE_DEFAULTS = {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                             "partial_rotary_factor": 0.25}}
 # the keys that state a model's RoPE, one spelling or the other: defaults fill in none beside them
 _ROPE_KEYS = ("rope_parameters", "rope_theta", "rope_scaling")
 
@@ -120,6 +131,10 @@ MULTIMODAL = {
         "Llama4ForCausalLM", "llama4_text", renames=_RENAMES,
         left_out=("vision_model.", "model.vision_model.", "multi_modal_projector.", "model.multi_modal_projector."),
         defaults=LLAMA4_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, LLAMA4_ROPE_DEFAULTS),)),),
+    # (its multi-token prediction tensors, mtp.*, kept beside the text model: Qwen3_5ForCausalLM leaves them unread)
+    "Qwen3_5ForConditionalGeneration": (TextPart(
+        "Qwen3_5ForCausalLM", "qwen3_5_text", renames=(*_RENAMES, ("mtp.", "mtp.")), left_out=("model.visual.",),
+        defaults=QWEN3_5_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, QWEN3_5_ROPE_DEFAULTS),)),),
 }
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from iekit.formats import delta_net
 from iekit.formats.hf_checkpoint import collect_tensors
 from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 
@@ -29,7 +30,7 @@ from iekit.formats.safetensors_reader import SafetensorsFile, SafetensorsTensor
 # gate's then up's: rows once transposed)
 TRANSPOSED_SUFFIXES = {"GptOssForCausalLM": ("mlp.experts.gate_up_proj", "mlp.experts.down_proj"),
                        "Llama4ForCausalLM": ("feed_forward.experts.gate_up_proj", "feed_forward.experts.down_proj")}
-_RAW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # element bits, moved without interpreting them
+RAW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # element bits, moved without interpreting them
 
 
 def flipped_stacks(config: Any) -> tuple[str, ...]:
@@ -49,11 +50,17 @@ def transposed(config: Any, tensors: dict[str, tuple[SafetensorsFile, Safetensor
 
 class AsWritten:
     """A checkpoint's tensors (collect_tensors: name -> (file, tensor)) as
-    hf-to-iebin writes them: the same names, every stack [experts, out, in]."""
+    hf-to-iebin writes them: the same names, every stack [experts, out, in],
+    and gated DeltaNet's value heads in llama.cpp's tiled order
+    (formats/delta_net.py; ``config`` then records it)."""
 
     def __init__(self, config: Any, tensors: dict[str, tuple[SafetensorsFile, SafetensorsTensor]]):
         self.tensors = tensors
         self.flipped = transposed(config, tensors)  # read transposed, one expert at a time
+        # read whole, one value-head axis reordered (a layer's projection: bounded)
+        self.tiled = {n: where for n in tensors if (where := delta_net.tiled_axis(n, config)) is not None}
+        self.config = delta_net.tiled_config(config)
+        self.moved = self.flipped | set(self.tiled)  # the tensors whose bytes are not the stored ones
 
     def shape(self, name: str) -> list[int]:
         t = self.tensors[name][1]
@@ -69,13 +76,19 @@ class AsWritten:
         """The tensor's bytes as written, whole rows per chunk (a transposed
         stack: one expert per chunk); ``advance`` gets each chunk's size."""
         sf, t = self.tensors[name]
+        if name in self.tiled:
+            whole = b"".join(sf.iter_chunks(t, t.nbytes))
+            advance(len(whole))
+            axis, index = self.tiled[name]
+            yield np.take(np.frombuffer(whole, RAW[t.dtype.itemsize]).reshape(t.shape), index, axis).tobytes()
+            return
         if name not in self.flipped:
             for buf in sf.iter_chunks(t, chunk_bytes):
                 advance(len(buf))
                 yield buf
             return
         experts, n_in, n_out = t.shape
-        raw = _RAW[t.dtype.itemsize]
+        raw = RAW[t.dtype.itemsize]
         for buf in sf.iter_chunks(t, t.nbytes // experts if experts else t.nbytes):
             advance(len(buf))
             yield np.frombuffer(buf, raw).reshape(n_in, n_out).T.tobytes()
@@ -86,10 +99,16 @@ class AsWritten:
         column o of expert e's [in, out]: each expert holding one is read
         whole, once."""
         sf, t = self.tensors[name]
+        if name in self.tiled:
+            axis, index = self.tiled[name]
+            if axis == 0:
+                return sf.read_rows(t, [int(index[r]) for r in rows])
+            got = np.frombuffer(sf.read_rows(t, rows), RAW[t.dtype.itemsize]).reshape(len(rows), -1)
+            return np.take(got, index, 1).tobytes()
         if name not in self.flipped:
             return sf.read_rows(t, rows)
         experts, n_in, n_out = t.shape
-        raw = _RAW[t.dtype.itemsize]
+        raw = RAW[t.dtype.itemsize]
         cols: dict[int, np.ndarray] = {}
         for e in sorted({r // n_out for r in rows}):
             block = np.frombuffer(sf.read_rows(t, range(e * n_in, (e + 1) * n_in)), raw).reshape(n_in, n_out)
@@ -112,7 +131,7 @@ def flip_experts(chunks: Iterable[bytes], experts: int, rows: int, cols: int, it
     for c in chunks:
         buf += c
         while len(buf) >= per:
-            yield np.frombuffer(bytes(buf[:per]), _RAW[itemsize]).reshape(rows, cols).T.tobytes()
+            yield np.frombuffer(bytes(buf[:per]), RAW[itemsize]).reshape(rows, cols).T.tobytes()
             del buf[:per]
     if buf:
         raise ValueError(f"an expert stack's bytes end {len(buf)} bytes into an expert of {per}")

@@ -88,6 +88,13 @@ class Arch:
     # prefixes of tensors stored beside the model that the decoder, as transformers, leaves unread (ERNIE 4.5's
     # multi-token prediction: model.mtp_block.0, mtp_emb_norm, ...)
     unread: tuple[str, ...] = ()
+    # Qwen3.5 (models/qwen3_5): RMSNorms that multiply by 1 + w (Gemma's, without its other changes; the gated
+    # DeltaNet's own norm excepted); gated attention (q_proj's rows per head: the query, then its sigmoid gate on
+    # the attention's output); config.layer_types' "linear_attention" layers mixing tokens by gated DeltaNet
+    # (LINEAR_MATRICES, LINEAR_VECTORS) instead of attention
+    zero_centered: bool = False
+    attn_gate: bool = False
+    linear_attn: bool = False
 
 
 ARCHS = {
@@ -167,6 +174,11 @@ ARCHS = {
     # moe_num_shared_experts shared ones; its MTP tensors (model.mtp_*) left unread, as transformers does
     "Ernie4_5_MoeForCausalLM": Arch(moe="ernie4_5_moe", rope_interleaved=True, default_theta=500000.0,
                                     unread=("model.mtp_",)),
+    # models/qwen3_5 (Qwen3.5 0.8B to 27B, text): three of four layers gated DeltaNet, the fourth gated full
+    # attention over heads whose first quarter RoPE turns (its interleaved MRoPE is plain RoPE for text: all three
+    # sections see the same position); per-head q/k norms; its MTP tensors (mtp.*) left unread, as transformers does
+    "Qwen3_5ForCausalLM": Arch(qk_norm=True, partial_rope=True, default_partial=0.25, zero_centered=True,
+                               attn_gate=True, linear_attn=True, unread=("mtp.",)),
     "Llama4ForCausalLM": Arch(moe="llama4", rope_interleaved=True, nope=True, llama4=True, mlp_module="feed_forward",
                               default_theta=500000.0),
 }
@@ -221,6 +233,16 @@ MOE_NAMES["qwen2_moe"] = {**MOE_NAMES["qwen3_moe"], "shared_gate": "mlp.shared_e
                           "shared_down": "mlp.shared_expert.down_proj.weight",
                           "shared_router": "mlp.shared_expert_gate.weight"}
 LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
+# Arch.linear_attn's layer_types: which layers are gated DeltaNet (True) and which attention.
+LINEAR_LAYER_TYPES = {"full_attention": False, "linear_attention": True}
+# Gated DeltaNet's matrices and vectors (under model.layers.N.linear_attn.) by their decoder keys; its out_proj
+# is bound as "o". conv1d is stored [channels, 1, taps]; A_log is bound as -exp(A_log) (decoder_weights).
+LINEAR_MATRICES = {"lin_qkv": "in_proj_qkv", "lin_z": "in_proj_z", "lin_b": "in_proj_b", "lin_a": "in_proj_a"}
+LINEAR_VECTORS = {"lin_conv": "conv1d.weight", "lin_dt": "dt_bias", "lin_decay": "A_log", "lin_norm": "norm.weight"}
+LINEAR_OUT = "linear_attn.out_proj"
+# Qwen3_5TextConfig's defaults of the keys its linear layers read.
+LINEAR_DEFAULTS = {"linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+                   "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "full_attention_interval": 4}
 # Latent attention's matrices and norms (Arch.mla) by their decoder keys: q_a / q_b with config.q_lora_rank (q_b
 # bound as "q"), else q_proj; o_proj as every architecture's.
 MLA_MATRICES = {"q_a": "self_attn.q_a_proj", "kv_a": "self_attn.kv_a_proj_with_mqa", "kv_b": "self_attn.kv_b_proj"}
@@ -321,8 +343,9 @@ class DecoderSpec:
     logits_scaling: float = 1.0  # logits divided by this (Granite; Cohere: 1 / its logit_scale)
     attn_temp_scale: float = 0.0  # Ministral 3's llama_4_scaling_beta (0: none)
     attn_temp_floor: int = 0      # the positions per step of its log (original_max_position_embeddings)
-    # The multi-token prediction layers stored after the last (GLM-4.5's num_nextn_predict_layers), which the
-    # decoder, as transformers, leaves unread: they serve speculative decoding, not the model's logits
+    # The multi-token prediction layers stored after the last (GLM-4.5's num_nextn_predict_layers; Qwen3.5's beside
+    # the model, mtp.layers.I), which the decoder, as transformers, leaves unread: they serve speculative decoding,
+    # not the model's logits
     mtp_layers: int = 0
     # Latent attention (Arch.mla): q_lora_rank (0: q_proj), kv_lora_rank, v_head_dim; head_dim is
     # qk_nope_head_dim + qk_rope_head_dim, the rotary dims qk_rope_head_dim
@@ -335,6 +358,16 @@ class DecoderSpec:
     qk_l2_norm: bool = False
     attn_temp_offset: float = 0.0
     attn_temp_nope: bool = False
+    # Qwen3.5 (Arch.linear_attn): per layer, gated DeltaNet (True) or attention (empty: every layer attention); its
+    # key and value heads and dims, the convolution's taps; the value heads in llama.cpp's tiled order (value head
+    # h reads key head h % key heads) rather than Hugging Face's grouped one (h // (value heads / key heads))
+    linear: tuple[bool, ...] = ()
+    lin_k_heads: int = 0
+    lin_v_heads: int = 0
+    lin_k_dim: int = 0
+    lin_v_dim: int = 0
+    lin_conv: int = 0
+    lin_v_tiled: bool = False
 
     @property
     def v_dim(self) -> int:
@@ -616,7 +649,7 @@ def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int
     """Per layer, the sliding window: config.layer_types names each layer's
     attention (gpt-oss alternates); Mistral and Mixtral slide every layer.
     Qwen's use_sliding_window (windows from max_window_layers on) is refused."""
-    if arch.llama4:  # (its layer_types name chunked layers: _llama4)
+    if arch.llama4 or arch.linear_attn:  # (their layer_types name chunked or linear layers: _llama4, _linear)
         return (0,) * n_layers
     if cfg.get("use_sliding_window"):
         raise UnsupportedError(f"{meta_path}: config.use_sliding_window: Qwen's per-layer sliding windows are not "
@@ -826,20 +859,26 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         raise IEError(f"{meta_path}: model.eos_token_id: expected an integer or a list of integers, got {eos!r}")
     # head_dim sizes the RoPE table built here: hold it to the stored q_proj
     # first, so a hostile value cannot allocate before any tensor is checked.
-    q_name = f"model.layers.0.{MLA_Q_B if mla.get('q_lora') else ATTN_MATRICES['q']}.weight"
-    q = next((t for t in meta.get("tensors") or [] if isinstance(t, dict) and t.get("name") == q_name), None)
-    if q is None:
-        raise IEError(f"{meta_path}: tensors: {q_name!r} is missing ({name} needs it)")
-    if list(q.get("shape") or [])[:1] != [heads * head_dim]:
-        raise IEError(f"{meta_path}: model.head_dim: {head_dim} × num_attention_heads {heads} = {heads * head_dim}, "
-                      f"but {q_name} has shape {q.get('shape')}")
+    linear = _linear(cfg, n_layers, meta_path) if arch.linear_attn else {}
+    kinds = linear.get("linear") or (False,)
+    first = kinds.index(False) if False in kinds else None  # (the first attention layer's q_proj)
+    if first is not None:
+        q_name = f"model.layers.{first}.{MLA_Q_B if mla.get('q_lora') else ATTN_MATRICES['q']}.weight"
+        q = next((t for t in meta.get("tensors") or [] if isinstance(t, dict) and t.get("name") == q_name), None)
+        if q is None:
+            raise IEError(f"{meta_path}: tensors: {q_name!r} is missing ({name} needs it)")
+        rows = heads * head_dim * (2 if arch.attn_gate else 1)
+        if list(q.get("shape") or [])[:1] != [rows]:
+            raise IEError(f"{meta_path}: model.head_dim: {head_dim} × num_attention_heads {heads}"
+                          f"{' × 2 (query and gate)' if arch.attn_gate else ''} = {rows}, but {q_name} has shape "
+                          f"{q.get('shape')}")
     rope = _rope(arch, m, cfg, rot, theta, meta_path)
     if arch.mla:
         mla["attn_scale"] = _mla_scale(m.get("rope_scaling"), head_dim, meta_path)
     if arch.local_rope:  # (Gemma 3's sliding base defaults to 10000, OLMo 3's to the model's)
         local = _local_theta(cfg, meta_path, 10000.0 if arch.gemma else theta)
         rope.update(local_theta=local, inv_freq_swa=rope_tables(2 * len(rope["inv_freq"]), local, None)[0])
-    gemma = _gemma(arch, cfg, hidden, meta_path) if arch.gemma else {}
+    gemma = _gemma(arch, cfg, hidden, meta_path) if arch.gemma else {"norm_offset": 1.0} if arch.zero_centered else {}
     # A model whose every layer has experts has no dense MLP width to read.
     if moe is not None and all(moe.layers):
         dense_inter = moe.inter
@@ -860,9 +899,41 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         **({"logits_scaling": 1.0 / _positive(cfg, meta_path, "logit_scale", 0.0625, section="config")}
            if arch.cohere else {}),
         mtp_layers=_int(cfg, meta_path, "num_nextn_predict_layers", 0, section="config", allow_zero=True)
-        if arch.moe in ("glm4_moe", "deepseek_v3", "glm4_moe_lite") else 0, **mla)
+        if arch.moe in ("glm4_moe", "deepseek_v3", "glm4_moe_lite") else _mtp_beside(meta) if arch.linear_attn else 0,
+        **mla, **linear)
     _check_all_used(spec, meta.get("tensors") or [], meta_path)
     return spec
+
+
+def _mtp_beside(meta: dict[str, Any]) -> int:
+    """Qwen3.5's multi-token prediction layers, as stored beside the model (mtp.layers.I; carried unread)."""
+    names = (t.get("name") for t in meta.get("tensors") or [] if isinstance(t, dict))
+    return len({n.split(".")[2] for n in names if isinstance(n, str) and n.startswith("mtp.layers.")})
+
+
+def _linear(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> dict[str, Any]:
+    """Qwen3.5's gated DeltaNet layers as DecoderSpec fields (Qwen3_5TextConfig's keys and defaults): layer_types,
+    else every full_attention_interval-th layer attention and the others linear; the heads' counts and dims; and
+    the value heads' order (config.linear_value_head_order: "tiled" where an import from llama.cpp keeps its
+    order; absent: Hugging Face's "grouped")."""
+    def get(key: str) -> int:
+        return _int(cfg, meta_path, key, LINEAR_DEFAULTS[key], section="config")
+
+    types = cfg.get("layer_types")
+    if types is None:
+        layers = [not full for full in every_nth(get("full_attention_interval"), n_layers)]
+    else:
+        layers = _per_layer(types, "layer_types", n_layers, LINEAR_LAYER_TYPES, meta_path)
+    k_heads, v_heads = get("linear_num_key_heads"), get("linear_num_value_heads")
+    if v_heads % k_heads:
+        raise IEError(f"{meta_path}: config.linear_num_value_heads: {v_heads} is not a multiple of "
+                      f"linear_num_key_heads ({k_heads})")
+    order = cfg.get("linear_value_head_order", "grouped")
+    if order not in ("grouped", "tiled"):
+        raise IEError(f"{meta_path}: config.linear_value_head_order: expected 'grouped' or 'tiled', got {order!r:.40}")
+    return {"linear": tuple(layers), "lin_k_heads": k_heads, "lin_v_heads": v_heads,
+            "lin_k_dim": get("linear_key_head_dim"), "lin_v_dim": get("linear_value_head_dim"),
+            "lin_conv": get("linear_conv_kernel_dim"), "lin_v_tiled": order == "tiled"}
 
 
 def _ernie_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
@@ -1063,8 +1134,14 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
               "o": (s.hidden, s.n_heads * s.v_dim),
               "gate": (s.inter, s.hidden), "up": (s.inter, s.hidden), "down": (s.hidden, s.inter)}
     bias_len = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": s.hidden}
-    if s.arch.mla:
+    linear = bool(s.linear) and s.linear[i]
+    if linear:
+        parts = _linear_parts(s, pre)
+    elif s.arch.mla:
         parts = _mla_parts(s, pre)
+    elif s.arch.attn_gate:
+        parts = [Part(key, f"{pre}{hf}.weight", (2 * q_dim, s.hidden) if key == "q" else shapes[key])
+                 for key, hf in ATTN_MATRICES.items()]
     else:
         parts = [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in ATTN_MATRICES.items()]
     vectors = (GEMMA_LAYER_VECTORS if s.arch.gemma else GLM4_LAYER_VECTORS if s.arch.glm_norms
@@ -1072,8 +1149,8 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
                else OLMO2_LAYER_VECTORS)
     parts += [Part(key, pre + hf, (s.hidden,), VECTOR) for key, hf in vectors.items()]
     parts += [Part("b" + key, pre + hf, (bias_len[key],), VECTOR, required=key in s.arch.biases)
-              for key, hf in LAYER_BIASES.items() if key not in s.arch.no_biases and not s.arch.mla]
-    if s.arch.qk_norm:
+              for key, hf in LAYER_BIASES.items() if key not in s.arch.no_biases and not s.arch.mla and not linear]
+    if s.arch.qk_norm and not linear:
         q_len, k_len = (q_dim, kv_dim) if s.arch.qk_norm_full else (s.head_dim, s.head_dim)
         parts += [Part("q_norm", pre + "self_attn.q_norm.weight", (q_len,), VECTOR),
                   Part("k_norm", pre + "self_attn.k_norm.weight", (k_len,), VECTOR)]
@@ -1102,6 +1179,17 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
     parts += [Part(key, pre + names[key], (n,), EXPERT_VECTOR)
               for key, n in (("bgate", gate_rows), ("bdown", s.hidden)) if key in names]
     return parts
+
+
+def _linear_parts(s: DecoderSpec, pre: str) -> list[Part]:
+    """Gated DeltaNet's weights (DecoderSpec.lin_*), its out_proj bound as o."""
+    kd, vd = s.lin_k_heads * s.lin_k_dim, s.lin_v_heads * s.lin_v_dim
+    rows = {"lin_qkv": 2 * kd + vd, "lin_z": vd, "lin_b": s.lin_v_heads, "lin_a": s.lin_v_heads}
+    vectors = {"lin_conv": (2 * kd + vd, 1, s.lin_conv), "lin_dt": (s.lin_v_heads,), "lin_decay": (s.lin_v_heads,),
+               "lin_norm": (s.lin_v_dim,)}
+    return [*(Part(key, f"{pre}linear_attn.{hf}.weight", (rows[key], s.hidden)) for key, hf in LINEAR_MATRICES.items()),
+            *(Part(key, f"{pre}linear_attn.{hf}", vectors[key], VECTOR) for key, hf in LINEAR_VECTORS.items()),
+            Part("o", f"{pre}{LINEAR_OUT}.weight", (s.hidden, vd))]
 
 
 def _mla_parts(s: DecoderSpec, pre: str) -> list[Part]:

@@ -133,6 +133,11 @@ from transformers import (  # noqa: E402
     Ministral3Config,
     Llama4TextConfig,
     Ernie4_5Config,
+    Qwen3_5Config,
+    Qwen3_5ForCausalLM,
+    Qwen3_5ForConditionalGeneration,
+    Qwen3_5TextConfig,
+    Qwen3_5VisionConfig,
     Ernie4_5ForCausalLM,
     Ernie4_5_MoeConfig,
     Ernie4_5_MoeForCausalLM,
@@ -245,6 +250,7 @@ MLA_DIMS = dict(kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head
 # that grows every 4 (Scout's: 8192 each, beyond a toy's reach; iebin-to-gguf holds an export to those)
 LLAMA4_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0, "low_freq_factor": 1.0,
                "high_freq_factor": 1.0, "original_max_position_embeddings": 64}
+QWEN3_5_SEED = SEED + 108  # its greedy cases run 16 tokens with margins >= 0.04
 ERNIE4_5_SEED = SEED + 95  # its greedy cases run 16 tokens with margins >= 0.04
 ERNIE4_5_MOE_SEED = SEED + 101  # the first from SEED + 96 whose greedy cases run 16 tokens with margins >= 0.03
 LLAMA4_SEED = SEED + 94  # the first from SEED + 91 whose greedy cases run 16 tokens with margins >= 0.02
@@ -918,6 +924,48 @@ def make_ernie4_5(tok) -> None:
     save_model(tok, "tiny-ernie4-5", Ernie4_5ForCausalLM, cfg, ERNIE4_5_SEED, torch.bfloat16)
 
 
+def make_qwen3_5(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    # Qwen3.5's layers: three gated-DeltaNet (linear attention) layers, then one of gated full attention
+    # (full_attention_interval 4); 2 key heads serving 4 value heads (its 16 and 32: the grouped order llama.cpp
+    # reorders shows), a causal convolution of 4 taps; the full layer's 32-dim heads rotate their first quarter
+    cfg = Qwen3_5TextConfig(**{**dims, "num_hidden_layers": 4}, head_dim=32, linear_num_key_heads=2,
+                            linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                            linear_conv_kernel_dim=4,
+                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                             "partial_rotary_factor": 0.25},
+                            tie_word_embeddings=False, pad_token_id=None)
+    cfg.architectures = ["Qwen3_5ForCausalLM"]
+    cfg.mtp_num_hidden_layers = 1
+    save_model(tok, "tiny-qwen3-5", Qwen3_5ForCausalLM, cfg, QWEN3_5_SEED, torch.bfloat16)
+    add_qwen3_5_mtp(HF_DIR / "tiny-qwen3-5", QWEN3_5_SEED + 2)
+
+
+@torch.no_grad()
+def add_qwen3_5_mtp(out: Path, seed: int) -> None:
+    """Qwen3.5's multi-token prediction block, as the Hub's checkpoints store it beside the model (mtp.layers.0:
+    a full-attention decoder layer shaped as the last one; mtp.fc, mtp.pre_fc_norm_embedding,
+    mtp.pre_fc_norm_hidden, mtp.norm), seeded: transformers leaves it unread (_keys_to_ignore_on_load_unexpected),
+    llama.cpp's converter writes it as a block after the last (nextn_predict_layers)."""
+    from safetensors.torch import load_file, save_file
+
+    path = out / "model.safetensors"
+    tensors = load_file(path)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    hidden = tensors["model.embed_tokens.weight"].shape[1]
+    last = max(int(k.split(".")[2]) for k in tensors if k.startswith("model.layers."))
+    mtp = {"mtp.layers.0." + k[len(f"model.layers.{last}."):]: v for k, v in tensors.items()
+           if k.startswith(f"model.layers.{last}.")}
+    mtp.update({"mtp.fc.weight": torch.empty(hidden, 2 * hidden, dtype=torch.bfloat16),
+                **{f"mtp.{n}.weight": torch.empty(hidden, dtype=torch.bfloat16)
+                   for n in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm")}})
+    for k in sorted(mtp):
+        noise = torch.randn(mtp[k].shape, generator=gen, dtype=torch.float32)
+        mtp[k] = (NORM_STD * noise if "norm" in k else INIT_STD * noise).to(mtp[k].dtype)  # (norms: 1 + w)
+    save_file(dict(sorted({**tensors, **mtp}.items())), path, metadata={"format": "pt"})
+
+
 @torch.no_grad()
 def add_ernie_mtp(out: Path, seed: int) -> None:
     """ERNIE 4.5's multi-token prediction tensors, as the Hub's -PT checkpoints store them beside the model
@@ -1210,6 +1258,45 @@ def make_llama4_vl(tok) -> None:
                {k: v for k, v in sorted(Llama4TextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
 
 
+@torch.no_grad()
+def make_qwen3_5_vl(tok) -> None:
+    """tiny-qwen3-5's language model and head, weights and all, in a
+    Qwen3_5ForConditionalGeneration beside a tiny vision model (drawn from
+    its own seed): the layout Qwen3.5 is published in. Its logits on text
+    ids must be tiny-qwen3-5's (text positions turn its MRoPE as one RoPE).
+    Also freezes Qwen3_5TextConfig's defaults (a text_config takes them for
+    what it leaves out)."""
+    text = Qwen3_5TextConfig.from_pretrained(HF_DIR / "tiny-qwen3-5")
+    vision = Qwen3_5VisionConfig(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=14,
+                                 out_hidden_size=text.hidden_size, num_position_embeddings=16)
+    cfg = Qwen3_5Config(text_config=text.to_dict(), vision_config=vision.to_dict(), bos_token_id=tok.bos_token_id,
+                        eos_token_id=tok.eos_token_id, pad_token_id=None)
+    cfg.architectures = ["Qwen3_5ForConditionalGeneration"]
+    seed = QWEN3_5_SEED + 1
+    seed_everything(seed)
+    model = Qwen3_5ForConditionalGeneration(cfg).to(torch.float32).eval()
+    init_weights(model, seed)
+    lm = Qwen3_5ForCausalLM.from_pretrained(HF_DIR / "tiny-qwen3-5", dtype=torch.float32, local_files_only=True)
+    model.model.language_model.load_state_dict(lm.model.state_dict())
+    model.lm_head.load_state_dict(lm.lm_head.state_dict())
+    out = HF_DIR / "tiny-qwen3-5-vl"
+    reset_dir(out)
+    model.to(torch.bfloat16).save_pretrained(out)
+    tok.save_pretrained(out)
+    from safetensors.torch import load_file, save_file  # (its MTP block beside it, as the Hub's files hold it)
+
+    mtp = {k: v for k, v in load_file(HF_DIR / "tiny-qwen3-5" / "model.safetensors").items() if k.startswith("mtp.")}
+    save_file(dict(sorted({**load_file(out / "model.safetensors"), **mtp}.items())), out / "model.safetensors",
+              metadata={"format": "pt"})
+    again = Qwen3_5ForConditionalGeneration.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
+                                                            local_files_only=True).float().eval()
+    ref = np.load(REF_DIR / "tiny-qwen3-5" / "logits.npy")
+    got = again(input_ids=torch.tensor([json.loads((REF_DIR / "tiny-qwen3-5" / "ids.json").read_text())])).logits[0]
+    assert np.abs(got.numpy() - ref).max() <= 1e-5 * np.abs(ref).max(), "the text logits are not tiny-qwen3-5's"
+    write_json(REF_DIR / "qwen3-5-text-defaults.json",
+               {k: v for k, v in sorted(Qwen3_5TextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
+
+
 def make_gemma3_vl(tok) -> None:
     """tiny-gemma3's language model, weights and all, in a
     Gemma3ForConditionalGeneration beside a tiny SigLIP vision tower (drawn
@@ -1363,6 +1450,8 @@ def main() -> None:
     make_llama4_vl(tok)
     make_ernie4_5(tok)
     make_ernie4_5_moe(tok)
+    make_qwen3_5(tok)
+    make_qwen3_5_vl(tok)
     make_seed_oss(tok)
     make_glm4(tok)
     make_cohere2(tok)

@@ -127,7 +127,9 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
         attn_temp_floor=s.attn_temp_floor, rope_interleaved=s.arch.rope_interleaved, layer_norm=s.arch.cohere,
         parallel_block=s.arch.cohere, q_lora=s.q_lora, kv_lora=s.kv_lora, v_head_dim=s.v_head_dim,
         chunks=list(s.chunks), attn_temp_offset=s.attn_temp_offset, attn_temp_nope=s.attn_temp_nope,
-        qk_l2_norm=s.qk_l2_norm,
+        qk_l2_norm=s.qk_l2_norm, attn_gate=s.arch.attn_gate, linear=[int(f) for f in s.linear],
+        lin_k_heads=s.lin_k_heads, lin_v_heads=s.lin_v_heads, lin_k_dim=s.lin_k_dim, lin_v_dim=s.lin_v_dim,
+        lin_conv=s.lin_conv, lin_v_tiled=s.lin_v_tiled,
         **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
                                        norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
                                        swiglu_limit=moe.limit, shared_inter=moe.shared_inter,
@@ -400,8 +402,12 @@ class Decoder:
         fin = np.isfinite(out)
         if not fin.all():
             # NaN/Inf logits would be sampled as id 0 forever: stop, and leave
-            # the cache as it was before these ids.
-            self._dec.truncate(len(self._tokens))
+            # the cache as it was before these ids (linear attention's states,
+            # which cannot be rewound: empty).
+            if self.spec.linear:
+                self.reset()
+            else:
+                self._dec.truncate(len(self._tokens))
             pos = len(self._tokens) + (int(np.argwhere(~fin.reshape(-1, out.shape[-1]).all(axis=1))[0][0])
                                        if all_logits else len(ids) - 1)
             raise IEError(f"{self.model.meta_path}: logits: non-finite (NaN/Inf) at position {pos}; the weights or "
@@ -426,6 +432,8 @@ class Decoder:
         limit = min(len(ids) - 1, len(self._tokens))
         while keep < limit and self._tokens[keep] == ids[keep]:
             keep += 1
+        if self.spec.linear and keep < len(self._tokens):  # (linear attention's states continue, or start again)
+            keep = 0
         self._dec.truncate(keep)
         del self._tokens[keep:]
         out = self._run(ids[keep:], all_logits=False)

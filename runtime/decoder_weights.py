@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from iekit.formats import weight_types
+from iekit.formats import delta_net, weight_types
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
 from iekit.formats.model_spec import (EXPERT_MATRIX, EXPERT_VECTOR, EXPERTS_KEY, LAYERS_KEY, MATRIX, NORM_KEYS,
@@ -83,9 +83,12 @@ class _Binder:
 
     def norm_rows(self, key: str, values: np.ndarray) -> np.ndarray:
         """A norm's weights as the decoder multiplies by them: Gemma's
-        ``1 + w``, added in float32 as transformers does."""
+        ``1 + w``, added in float32 as transformers does (and gated
+        DeltaNet's A_log as the rate it decays by)."""
         if key in NORM_KEYS and self.s.norm_offset:
             return values + np.float32(self.s.norm_offset)
+        if key == "lin_decay":  # gated DeltaNet's A_log, as its decay rate -exp(A_log) (float32, as transformers)
+            return delta_net.decay_rate(values)
         return values
 
     def count(self, out: BoundWeights, t: dict[str, Any], in_layer: bool) -> None:

@@ -182,6 +182,8 @@ class Hessians:
             return s.hidden if slot % 4 == 2 else s.moe.inter
         if slot % 4 == 3 and s.moe is not None and s.moe.layers[slot // 4]:  # a shared expert's down input
             return s.moe.shared_inter
+        if slot % 4 == 1 and s.linear and s.linear[slot // 4]:  # a gated DeltaNet's heads' outputs (its out_proj)
+            return s.lin_v_heads * s.lin_v_dim
         return (s.hidden, s.n_heads * s.v_dim, s.hidden, s.inter)[slot % 4]
 
     def get(self, name: str, expert: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:

@@ -24,6 +24,7 @@ import numpy as np
 
 from iekit.formats.errors import IEError
 from iekit.formats.imatrix import Imatrix
+from iekit.formats.model_spec import LINEAR_MATRICES, LINEAR_OUT
 
 from .decoder import Decoder
 
@@ -36,7 +37,11 @@ LAYER_INPUTS = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("
 def attention_inputs(s, layer: int) -> list[tuple[str, int]]:
     """Layer ``layer``'s attention matrices (names inside the layer) with the
     statistics slot each reads (the decoder's numbering: csrc/decoder/decoder.h
-    collect_stats; latent attention's q_b and kv_b after the head's slot)."""
+    collect_stats; latent attention's q_b and kv_b after the head's slot).
+    A gated DeltaNet layer's projections read the attention's slots: its
+    input projections the normed input, out_proj the heads' gated outputs."""
+    if s.linear and s.linear[layer]:
+        return [(f"linear_attn.{m}", 4 * layer) for m in LINEAR_MATRICES.values()] + [(LINEAR_OUT, 4 * layer + 1)]
     if not s.arch.mla:
         return [(n, 4 * layer + k) for k, names in enumerate(LAYER_INPUTS[:2]) for n in names]
     own = 4 * s.n_layers + 1 + 2 * layer

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from conftest import GOLDEN_HF, GOLDEN_IEBIN, SMOLLM2_GGUF, assert_one_line_erro
 from gguf_build import llama_permute
 from llamacpp_models import ARCH_OF, llamacpp_models
 
+from iekit.formats.delta_net import decay_rate
 from iekit.formats.quant import SCHEMES
 
 IDS = [5, 17, 42, 99, 3, 250, 7, 8, 1, 64, 200, 31]
@@ -108,7 +110,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     # (GLM-4.5's and GLM-4.7-Flash's multi-token prediction layers are counted in llama.cpp's block_count;
     # DeepSeek-V3's are left out)
     mla = a == "deepseek2"
-    mtp = 0 if cfg["model_type"] == "deepseek_v3" else cfg.get("num_nextn_predict_layers", 0)
+    mtp = 0 if cfg["model_type"] == "deepseek_v3" else cfg.get("num_nextn_predict_layers",
+                                                               cfg.get("mtp_num_hidden_layers", 0))  # (Qwen3.5's)
     assert kv[f"{a}.block_count"] == cfg["num_hidden_layers"] + mtp
     assert kv[f"{a}.attention.head_count"] == cfg["num_attention_heads"]
     assert kv[f"{a}.attention.head_count_kv"] == (1 if mla else cfg["num_key_value_heads"])  # (the latent: one head)
@@ -135,7 +138,14 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     seen = set()
     fused = {"attn_qkv": ("q_proj", "k_proj", "v_proj"), "ffn_up": ("gate_proj", "up_proj")} if a == "phi3" else \
         {"ffn_up": ("gate_proj", "up_proj")} if a == "glm4" else {}
-    for hf, (t, raw) in src.items():
+    trunk = cfg["num_hidden_layers"]
+    # Qwen3.5's MTP block beside the model, under the names Qwen3NextModel's converter gives it (layer trunk + I)
+    mtp_names = {"mtp.fc.weight": "eh_proj.weight", "mtp.pre_fc_norm_embedding.weight": "enorm.weight",
+                 "mtp.pre_fc_norm_hidden.weight": "hnorm.weight", "mtp.norm.weight": "shared_head.norm.weight"}
+    for hf_as_stored, (t, raw) in src.items():
+        m = re.fullmatch(r"mtp\.layers\.(\d+)\.(.+)", hf_as_stored)
+        hf = (f"model.layers.{trunk + int(m.group(1))}.{m.group(2)}" if m else
+              f"model.layers.{trunk}.{mtp_names[hf_as_stored]}" if hf_as_stored in mtp_names else hf_as_stored)
         if mla and hf.endswith("kv_b_proj.weight"):  # attn_k_b: each head's key rows transposed; attn_v_b its values
             i = int(hf.split(".")[2])
             h, nope, v = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
@@ -150,9 +160,12 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         # (gguf-py maps GLM-4.5's e_score_correction_bias as e_score_correction + a bias)
         bias = hf.endswith((".bias", ".e_score_correction_bias"))
         base = hf.removesuffix(".weight").removesuffix(".bias").removesuffix("_bias")
+        if hf.endswith("linear_attn.dt_bias"):  # (Qwen3NextModel renames it dt_proj.bias)
+            base, bias = hf.removesuffix("_bias") + "_proj", True
         expected_name = name_map.get_name(base) \
             if ".experts." not in hf else None  # (routed experts: below; shared ones one to one)
-        if expected_name is None and mla:  # (the gguf-py on PyPI predates deepseek2's MTP tensors: GLM-4.5's names)
+        if expected_name is None and (mla or a == "qwen35"):  # (the gguf-py on PyPI predates deepseek2's and
+            # qwen35's MTP tensors: GLM-4.5's names)
             expected_name = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GLM4_MOE, kv[f"{a}.block_count"]).get_name(base)
         if any(hf.split(".")[-2] in parts for parts in fused.values()):
             continue  # phi3's fused matrices: below
@@ -161,18 +174,25 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         gname = expected_name + (".bias" if bias else ".weight")
         if hf.endswith("self_attn.sinks"):
             gname = expected_name + ".weight"
+        if hf.endswith("linear_attn.A_log"):  # (gguf-py names Qwen3.5's decay without a suffix)
+            gname = expected_name
         g = tensors[gname]
         seen.add(gname)
-        assert [int(d) for d in reversed(g.shape)] == t["shape"], gname
+        conv = hf.endswith("linear_attn.conv1d.weight")  # [channels, 1, taps] as llama.cpp's [channels, taps]
+        shape = [t["shape"][0], t["shape"][2]] if conv else t["shape"]
+        assert [int(d) for d in reversed(g.shape)] == shape, gname
         data = np.asarray(g.data).reshape(-1).view(np.uint8)
         gemma = a in ("gemma2", "gemma3")
-        if (len(t["shape"]) == 1 or ".ffn_gate_inp." in gname or ".ffn_gate_inp_shexp." in gname) and \
-                (t["dtype"] != "f32" or gemma):
+        shifted = gemma or a == "qwen35"  # their RMSNorms multiply by 1 + w (Qwen3.5's gated DeltaNet norm excepted)
+        if (len(t["shape"]) == 1 or ".ffn_gate_inp." in gname or ".ffn_gate_inp_shexp." in gname or conv) and \
+                (t["dtype"] != "f32" or shifted or ".ssm_a" in gname):
             assert g.tensor_type.name == "F32"  # llama.cpp keeps them F32 (routers, the shared expert's gate)
             data = data.view(np.float32)
             want = _as_f32(t, raw)
-            if gemma and hf.endswith("norm.weight"):  # convert_hf_to_gguf.py's Gemma2Model, Gemma3Model: 1 + w
-                want = want + np.float32(1)
+            if shifted and hf.endswith("norm.weight") and not hf.endswith("linear_attn.norm.weight"):
+                want = want + np.float32(1)  # convert_hf_to_gguf.py's Gemma2Model, Gemma3Model, Qwen3NextModel: 1 + w
+            if ".ssm_a" in gname:  # Qwen3NextModel: -exp(A_log), float32 correctly rounded (torch's)
+                want = (-np.exp(want.astype(np.float64))).astype(np.float32)
         else:
             assert g.tensor_type.name == t["dtype"].upper(), gname
             want = raw
@@ -270,7 +290,9 @@ def test_export_import_is_the_same_model(tmp_path, models, name):
     for n, (t, raw) in src.items():
         t2, raw2 = back[n]
         assert t2["shape"] == t["shape"], n
-        if t2["dtype"] == t["dtype"]:
+        if n.endswith("linear_attn.A_log"):  # (stored as llama.cpp's rate: A_log back as a float32 of the same rate)
+            assert np.array_equal(decay_rate(_as_f32(t, raw)), decay_rate(_as_f32(t2, raw2))), n
+        elif t2["dtype"] == t["dtype"]:
             assert np.array_equal(raw, raw2), n
         else:
             assert t2["dtype"] == "f32" and np.array_equal(_as_f32(t, raw), raw2.view(np.float32)), n

@@ -42,7 +42,9 @@ const Field<ie::Matrix ie::LayerWeights::*> kLayerMatrices[] = {
     {"o", &ie::LayerWeights::o},       {"gate", &ie::LayerWeights::gate}, {"up", &ie::LayerWeights::up},
     {"down", &ie::LayerWeights::down}, {"router", &ie::LayerWeights::router},
     {"shared_gate", &ie::LayerWeights::shared_gate}, {"q_a", &ie::LayerWeights::q_a},
-    {"kv_a", &ie::LayerWeights::kv_a}, {"kv_b", &ie::LayerWeights::kv_b}};
+    {"kv_a", &ie::LayerWeights::kv_a}, {"kv_b", &ie::LayerWeights::kv_b},
+    {"lin_qkv", &ie::LayerWeights::lin_qkv}, {"lin_z", &ie::LayerWeights::lin_z},
+    {"lin_b", &ie::LayerWeights::lin_b}, {"lin_a", &ie::LayerWeights::lin_a}};
 const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
     {"attn_norm", &ie::LayerWeights::attn_norm}, {"mlp_norm", &ie::LayerWeights::mlp_norm},
     {"attn_post_norm", &ie::LayerWeights::attn_post_norm}, {"mlp_post_norm", &ie::LayerWeights::mlp_post_norm},
@@ -51,7 +53,9 @@ const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
     {"q_norm", &ie::LayerWeights::q_norm},       {"k_norm", &ie::LayerWeights::k_norm},
     {"sinks", &ie::LayerWeights::sinks},         {"router_bias", &ie::LayerWeights::router_bias},
     {"expert_bias", &ie::LayerWeights::expert_bias}, {"q_a_norm", &ie::LayerWeights::q_a_norm},
-    {"kv_a_norm", &ie::LayerWeights::kv_a_norm}};
+    {"kv_a_norm", &ie::LayerWeights::kv_a_norm}, {"lin_conv", &ie::LayerWeights::lin_conv},
+    {"lin_dt", &ie::LayerWeights::lin_dt}, {"lin_decay", &ie::LayerWeights::lin_decay},
+    {"lin_norm", &ie::LayerWeights::lin_norm}};
 const Field<ie::Matrix ie::Expert::*> kExpertMatrices[] = {
     {"gate", &ie::Expert::gate}, {"up", &ie::Expert::up}, {"down", &ie::Expert::down}};
 const Field<std::vector<float> ie::Expert::*> kExpertVectors[] = {{"bgate", &ie::Expert::bgate},
@@ -315,6 +319,14 @@ void ie_register_decoder(py::module_& m) {
   config.def_readwrite("inv_freq_swa", &ie::DecoderConfig::inv_freq_swa);
   config.def_readwrite("nope", &ie::DecoderConfig::nope);
   config.def_readwrite("chunks", &ie::DecoderConfig::chunks);
+  config.def_readwrite("attn_gate", &ie::DecoderConfig::attn_gate);
+  config.def_readwrite("linear", &ie::DecoderConfig::linear);
+  config.def_readwrite("lin_k_heads", &ie::DecoderConfig::lin_k_heads);
+  config.def_readwrite("lin_v_heads", &ie::DecoderConfig::lin_v_heads);
+  config.def_readwrite("lin_k_dim", &ie::DecoderConfig::lin_k_dim);
+  config.def_readwrite("lin_v_dim", &ie::DecoderConfig::lin_v_dim);
+  config.def_readwrite("lin_conv", &ie::DecoderConfig::lin_conv);
+  config.def_readwrite("lin_v_tiled", &ie::DecoderConfig::lin_v_tiled);
   def_choice(config, "glu", &ie::DecoderConfig::glu, kGlus);
   def_choice(config, "mlp_act", &ie::DecoderConfig::mlp_act, kMlpActs);
   for (const auto& kv :
@@ -371,6 +383,8 @@ void ie_register_decoder(py::module_& m) {
       .def("truncate", [](PyDecoder& s, int n) { s.dec->truncate(n); }, py::arg("n"),
            "Forget cached positions >= n.")
       .def_property_readonly("n_past", [](const PyDecoder& s) { return s.dec->n_past(); })
+      .def_property_readonly("rewinds", [](const PyDecoder& s) { return s.dec->rewinds(); },
+                             "Whether truncate may keep a prefix (false: linear attention's states, 0 or all)")
       .def("step_times", [](const PyDecoder& s) {
              const ie::Decoder::StepTimes& t = s.dec->step_times();
              py::dict d;

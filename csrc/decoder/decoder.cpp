@@ -256,6 +256,19 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   for (WType t : {c.k_cache, c.v_cache})
     if (t != WType::F32 && t != WType::F16)
       fail(std::string("decoder config: a KV cache holds f32 or f16, not ") + wtype_info(t).name);
+  const bool any_linear = std::any_of(c.linear.begin(), c.linear.end(), [](uint8_t f) { return f != 0; });
+  if (!c.linear.empty() && c.linear.size() != static_cast<size_t>(c.n_layers))
+    fail("decoder config: linear must be empty or hold one value per layer");
+  if (any_linear) {
+    if (c.lin_k_heads < 1 || c.lin_v_heads < 1 || c.lin_k_dim < 1 || c.lin_v_dim < 1 || c.lin_conv < 1 ||
+        c.lin_v_heads % c.lin_k_heads)
+      fail("decoder config: linear attention needs positive head counts and dims, a convolution of 1 or more "
+           "taps, and value heads a multiple of key heads");
+    if (mla || c.n_experts > 0 || !c.pre_norms || c.parallel_block)
+      fail("decoder config: linear-attention layers are Qwen3.5's: not with latent attention, experts, OLMo 2's "
+           "or Cohere's layers");
+  }
+  if (c.attn_gate && mla) fail("decoder config: attn_gate is Qwen3.5's gated attention; not with latent attention");
   if (w.layers.size() != static_cast<size_t>(c.n_layers)) fail("decoder weights: layer count differs from the config");
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim, kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
   const int64_t o_dim = static_cast<int64_t>(c.n_heads) * vd;
@@ -277,7 +290,27 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     check_vec(n + "attention output norm", L.attn_post_norm, c.hidden, true);
     check_vec(n + "MLP output norm", L.mlp_post_norm, c.hidden, true);
     if (!L.mlp_post_norm.empty() && !L.experts.empty()) fail(n + "MLP output norm: a layer with experts has none");
-    if (mla) {
+    const bool lin = !c.linear.empty() && c.linear[l];
+    if (!lin && (!absent(L.lin_qkv) || !absent(L.lin_z) || !absent(L.lin_b) || !absent(L.lin_a) ||
+                 !L.lin_conv.empty() || !L.lin_dt.empty() || !L.lin_decay.empty() || !L.lin_norm.empty()))
+      fail(n + "linear_attn: the layer has attention (the config's linear is 0 for it)");
+    if (lin) {
+      const int64_t kd = static_cast<int64_t>(c.lin_k_heads) * c.lin_k_dim;
+      const int64_t vdim = static_cast<int64_t>(c.lin_v_heads) * c.lin_v_dim;
+      check_matrix(n + "linear_attn.in_proj_qkv", L.lin_qkv, 2 * kd + vdim, c.hidden, p);
+      check_matrix(n + "linear_attn.in_proj_z", L.lin_z, vdim, c.hidden, p);
+      check_matrix(n + "linear_attn.in_proj_b", L.lin_b, c.lin_v_heads, c.hidden, p);
+      check_matrix(n + "linear_attn.in_proj_a", L.lin_a, c.lin_v_heads, c.hidden, p);
+      check_vec(n + "linear_attn.conv1d", L.lin_conv, checked_mul(static_cast<size_t>(2 * kd + vdim),
+                                                                  static_cast<size_t>(c.lin_conv), "conv1d"));
+      check_vec(n + "linear_attn.dt_bias", L.lin_dt, static_cast<size_t>(c.lin_v_heads));
+      check_vec(n + "linear_attn.A_log", L.lin_decay, static_cast<size_t>(c.lin_v_heads));
+      check_vec(n + "linear_attn.norm", L.lin_norm, static_cast<size_t>(c.lin_v_dim));
+      check_matrix(n + "linear_attn.out_proj", L.o, c.hidden, vdim, p);
+      if (!absent(L.q) || !absent(L.k) || !absent(L.v) || !L.bq.empty() || !L.bk.empty() || !L.bv.empty() ||
+          !L.bo.empty() || !L.q_norm.empty() || !L.k_norm.empty() || !L.sinks.empty())
+        fail(n + "self_attn: a linear-attention layer has no attention projections, biases, norms or sinks");
+    } else if (mla) {
       check_matrix(n + (c.q_lora > 0 ? "q_b_proj" : "q_proj"), L.q, q_dim, c.q_lora > 0 ? c.q_lora : c.hidden, p);
       if (c.q_lora > 0) check_matrix(n + "q_a_proj", L.q_a, c.q_lora, c.hidden, p);
       check_vec(n + "q_a_layernorm", L.q_a_norm, static_cast<size_t>(c.q_lora), c.q_lora == 0);
@@ -290,13 +323,13 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       if (!L.bq.empty() || !L.bk.empty() || !L.bv.empty() || !L.q_norm.empty() || !L.sinks.empty())
         fail(n + "latent attention has no q/k/v biases, q/k norms or sinks");
     } else {
-      check_matrix(n + "q_proj", L.q, q_dim, c.hidden, p);
+      check_matrix(n + "q_proj", L.q, c.attn_gate ? 2 * q_dim : q_dim, c.hidden, p);
       check_matrix(n + "k_proj", L.k, kv_dim, c.hidden, p);
       check_matrix(n + "v_proj", L.v, kv_dim, c.hidden, p);
       if (!absent(L.q_a) || !absent(L.kv_a) || !absent(L.kv_b) || !L.q_a_norm.empty() || !L.kv_a_norm.empty())
         fail(n + "q_a_proj, kv_a_proj_with_mqa, kv_b_proj: latent attention's (the config has kv_lora 0)");
     }
-    check_matrix(n + "o_proj", L.o, c.hidden, o_dim, p);
+    if (!lin) check_matrix(n + "o_proj", L.o, c.hidden, o_dim, p);
     if (L.experts.empty()) {
       check_matrix(n + "gate_proj", L.gate, c.inter, c.hidden, p);
       check_matrix(n + "up_proj", L.up, c.inter, c.hidden, p);
@@ -405,7 +438,8 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     page_out(stored, n);
   };
   for (LayerWeights& L : w_.layers)
-    for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate, &L.q_a, &L.kv_a})
+    for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate, &L.q_a, &L.kv_a, &L.lin_qkv,
+                      &L.lin_z, &L.lin_b, &L.lin_a})
       make_resident(*m);
   if (copy_experts)  // only into rows8: a copy of an expert's stored bytes would not be read faster
     for (LayerWeights& L : w_.layers)
@@ -429,7 +463,8 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     };
     bool all = rows8_or_float(w_.lm_head), experts = false;
     for (const LayerWeights& L : w_.layers) {
-      for (const Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate, &L.q_a, &L.kv_a})
+      for (const Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate, &L.q_a, &L.kv_a,
+                              &L.lin_qkv, &L.lin_z, &L.lin_b, &L.lin_a})
         all = all && rows8_or_float(*m);
       for (const Expert& x : L.experts)
         for (const Matrix* m : {&x.gate, &x.up, &x.down}) all = all && packable_or_float(*m);
@@ -454,7 +489,28 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   q_.resize(B * q_dim_);
   k_.resize(B * kv_dim_);
   v_.resize(B * v_dim_);
-  att_.resize(B * std::max(o_dim_, c.hidden));
+  if (!c.linear.empty()) {
+    lin_channels_ = 2 * c.lin_k_heads * c.lin_k_dim + c.lin_v_heads * c.lin_v_dim;
+    lin_out_ = c.lin_v_heads * c.lin_v_dim;
+    lin_qkv_.resize(B * static_cast<size_t>(lin_channels_));
+    lin_z_.resize(B * static_cast<size_t>(lin_out_));
+    lin_beta_.resize(B * static_cast<size_t>(c.lin_v_heads));
+    lin_g_.resize(B * static_cast<size_t>(c.lin_v_heads));
+    lin_scratch_stride_ = static_cast<size_t>(std::max(c.lin_conv, c.lin_v_dim));
+    lin_scratch_.resize(lin_scratch_stride_ * static_cast<size_t>(pool_->size()));
+    conv_state_.resize(static_cast<size_t>(c.n_layers));
+    lin_state_.resize(static_cast<size_t>(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l)
+      if (c.linear[l]) {
+        conv_state_[l].assign(static_cast<size_t>(c.lin_conv - 1) * lin_channels_, 0.f);
+        lin_state_[l].assign(checked_mul(static_cast<size_t>(lin_out_), static_cast<size_t>(c.lin_k_dim), "state"), 0.f);
+      }
+  }
+  if (c.attn_gate) {
+    qg_.resize(B * 2 * static_cast<size_t>(q_dim_));
+    attn_gate_.resize(B * static_cast<size_t>(q_dim_));
+  }
+  att_.resize(B * std::max({o_dim_, c.hidden, lin_out_}));
   if (mla) {
     mla_lat_.resize(B * static_cast<size_t>(std::max(c.q_lora, c.kv_lora)));
     mla_kva_.resize(B * static_cast<size_t>(c.kv_lora + rot));
@@ -511,7 +567,8 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std:
   for (int l = 0; l < c.n_layers; ++l) {
     const bool moe = !w_.layers[static_cast<size_t>(l)].experts.empty();
     // (slot 3 of a layer with experts: the shared expert's down inputs, if it has one)
-    for (int n : {c.hidden, o_in_, c.hidden, moe ? c.shared_inter : c.inter})
+    const bool lin = !c.linear.empty() && c.linear[static_cast<size_t>(l)];  // (o_proj: gated DeltaNet's out_proj)
+    for (int n : {c.hidden, lin ? lin_out_ : o_in_, c.hidden, moe ? c.shared_inter : c.inter})
       stats_.emplace_back(static_cast<size_t>(n), 0.0);
     if (moe) {
       ExpertStats& es = expert_stats_[static_cast<size_t>(l)];
@@ -564,6 +621,14 @@ void Decoder::add_stats(int slot, const float* x, int b, int n) {
 
 void Decoder::truncate(int n) {
   if (n < 0 || n > n_past_) fail("truncate: " + std::to_string(n) + " is outside 0.." + std::to_string(n_past_));
+  if (!rewinds() && n != 0 && n != n_past_)
+    fail("truncate: " + std::to_string(n) + " of " + std::to_string(n_past_) + " positions; linear attention's "
+         "recurrent states cannot be rewound (truncate to 0 or keep all)");
+  if (n == 0)
+    for (size_t l = 0; l < lin_state_.size(); ++l) {
+      std::fill(conv_state_[l].begin(), conv_state_[l].end(), 0.f);
+      std::fill(lin_state_[l].begin(), lin_state_[l].end(), 0.f);
+    }
   n_past_ = n;
   full_past_ = std::min(full_past_, n);
 }
@@ -848,6 +913,96 @@ void Decoder::attention(int layer, int b) {
     const float inv = 1.f / den;
     for (int i = 0; i < vd; ++i) o[i] *= inv;
   }
+}
+
+void Decoder::delta_net(int layer, int b) {
+  const DecoderConfig& c = cfg_;
+  const LayerWeights& L = w_.layers[layer];
+  const int K = c.lin_conv, C = lin_channels_, Hk = c.lin_k_heads, Hv = c.lin_v_heads;
+  const int dk = c.lin_k_dim, dv = c.lin_v_dim, kd = Hk * dk;
+  mm(L.lin_qkv, xn_prep_, xn_.data(), b, nullptr, lin_qkv_.data());
+  mm(L.lin_z, xn_prep_, xn_.data(), b, nullptr, lin_z_.data());
+  mm(L.lin_b, xn_prep_, xn_.data(), b, nullptr, lin_beta_.data());
+  mm(L.lin_a, xn_prep_, xn_.data(), b, nullptr, lin_g_.data());
+  // The causal convolution, channel by channel over the chunk's tokens in
+  // order (each output reads the K - 1 inputs before it: the state's, then
+  // the chunk's), then SiLU; the state keeps the last K - 1 inputs.
+  float* st = conv_state_[layer].data();
+  parallel_for(*pool_, C, 64, [&](int64_t c0, int64_t c1, int slot) {
+    float* hist = &lin_scratch_[static_cast<size_t>(slot) * lin_scratch_stride_];
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const float* w = &L.lin_conv[static_cast<size_t>(ch) * K];
+      for (int t = 0; t < K - 1; ++t) hist[t] = st[static_cast<size_t>(t) * C + ch];
+      for (int j = 0; j < b; ++j) {
+        float& x = lin_qkv_[static_cast<size_t>(j) * C + ch];
+        hist[K - 1] = x;
+        float acc = 0.f;
+        for (int t = 0; t < K; ++t) acc += w[t] * hist[t];
+        x = acc / (1.f + std::exp(-acc));
+        for (int t = 0; t + 1 < K; ++t) hist[t] = hist[t + 1];
+      }
+      for (int t = 0; t < K - 1; ++t) st[static_cast<size_t>(t) * C + ch] = hist[t];
+    }
+  });
+  // Per token: q and k heads over their L2 norms (FLA's eps 1e-6), q over
+  // sqrt(dk); each value head's rate beta and log-decay g.
+  const float q_scale = 1.f / std::sqrt(static_cast<float>(dk));
+  rows(b, [&](int j) {
+    float* row = &lin_qkv_[static_cast<size_t>(j) * C];
+    for (int h = 0; h < 2 * Hk; ++h) {
+      float* v = row + static_cast<size_t>(h) * dk;
+      float ss = 0.f;
+      for (int i = 0; i < dk; ++i) ss += v[i] * v[i];
+      const float s = 1.f / std::sqrt(ss + 1e-6f) * (h < Hk ? q_scale : 1.f);
+      for (int i = 0; i < dk; ++i) v[i] *= s;
+    }
+    for (int h = 0; h < Hv; ++h) {
+      float& beta = lin_beta_[static_cast<size_t>(j) * Hv + h];
+      beta = 1.f / (1.f + std::exp(-beta));
+      float& g = lin_g_[static_cast<size_t>(j) * Hv + h];
+      const float a = g + L.lin_dt[h];
+      g = L.lin_decay[h] * (a > 20.f ? a : std::log1p(std::exp(a)));  // softplus, as torch's (threshold 20)
+    }
+  });
+  // The delta rule, value head by value head (each its own state), token
+  // by token; then each head's output RMS-normed times SiLU(z).
+  const int group = Hv / Hk;
+  parallel_for(*pool_, Hv, 1, [&](int64_t h0, int64_t h1, int slot) {
+    float* mem = &lin_scratch_[static_cast<size_t>(slot) * lin_scratch_stride_];
+    for (int64_t h = h0; h < h1; ++h) {
+      const int kh = c.lin_v_tiled ? static_cast<int>(h % Hk) : static_cast<int>(h / group);
+      float* S = &lin_state_[layer][static_cast<size_t>(h) * dk * dv];
+      for (int j = 0; j < b; ++j) {
+        const float* row = &lin_qkv_[static_cast<size_t>(j) * C];
+        const float* q = row + static_cast<size_t>(kh) * dk;
+        const float* k = row + kd + static_cast<size_t>(kh) * dk;
+        const float* v = row + 2 * kd + static_cast<size_t>(h) * dv;
+        const float decay = std::exp(lin_g_[static_cast<size_t>(j) * Hv + h]);
+        const float beta = lin_beta_[static_cast<size_t>(j) * Hv + h];
+        std::fill(mem, mem + dv, 0.f);
+        for (int i = 0; i < dk; ++i) {
+          float* s = S + static_cast<size_t>(i) * dv;
+          for (int e = 0; e < dv; ++e) {
+            s[e] *= decay;
+            mem[e] += s[e] * k[i];
+          }
+        }
+        for (int e = 0; e < dv; ++e) mem[e] = (v[e] - mem[e]) * beta;  // the correction delta
+        float* out = &att_[static_cast<size_t>(j) * lin_out_ + static_cast<size_t>(h) * dv];
+        std::fill(out, out + dv, 0.f);
+        for (int i = 0; i < dk; ++i) {
+          float* s = S + static_cast<size_t>(i) * dv;
+          for (int e = 0; e < dv; ++e) {
+            s[e] += k[i] * mem[e];
+            out[e] += s[e] * q[i];
+          }
+        }
+        rmsnorm(out, L.lin_norm.data(), dv, c.eps, out);
+        const float* z = &lin_z_[static_cast<size_t>(j) * lin_out_ + static_cast<size_t>(h) * dv];
+        for (int e = 0; e < dv; ++e) out[e] *= z[e] / (1.f + std::exp(-z[e]));
+      }
+    }
+  });
 }
 
 void Decoder::cache_row(KvCache& cache, int layer, int pos, const float* src) {
@@ -1142,6 +1297,11 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     });
     if (stats_on_) add_stats(4 * l, xn_.data(), b, H);
     prepare(xn_prep_, xn_.data(), b, H);
+    if (!c.linear.empty() && c.linear[l]) {
+      delta_net(l, b);
+      mix_out(l, b, att_.data(), lin_out_);
+      continue;
+    }
     const float* bq = L.bq.empty() ? nullptr : L.bq.data();
     const float* bk = L.bk.empty() ? nullptr : L.bk.data();
     const float* bv = L.bv.empty() ? nullptr : L.bv.data();
@@ -1150,6 +1310,20 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
                              {L.v.rows8.get(), nullptr, bv, v_.data()}};
     if (c.kv_lora > 0) {
       mla_qkv(L, l, b);
+    } else if (c.attn_gate) {  // q_proj's rows: each head's query, then its gate
+      mm(L.q, xn_prep_, xn_.data(), b, nullptr, qg_.data());
+      mm(L.k, xn_prep_, xn_.data(), b, bk, k_.data());
+      mm(L.v, xn_prep_, xn_.data(), b, bv, v_.data());
+      rows(b, [&](int j) {
+        const size_t hd = static_cast<size_t>(c.head_dim);
+        for (int h = 0; h < c.n_heads; ++h) {
+          const float* src = &qg_[(static_cast<size_t>(j) * c.n_heads + h) * 2 * hd];
+          std::copy_n(src, hd, &q_[static_cast<size_t>(j) * q_dim_ + h * hd]);
+          std::copy_n(src + hd, hd, &attn_gate_[static_cast<size_t>(j) * q_dim_ + h * hd]);
+        }
+        if (bq != nullptr)
+          for (int i = 0; i < q_dim_; ++i) q_[static_cast<size_t>(j) * q_dim_ + i] += bq[i];
+      });
     } else if (!(b <= kMaxRows8Batch && qkv[0].w && qkv[1].w && qkv[2].w && rows8(qkv, 3, xn_prep_))) {
       mm(L.q, xn_prep_, xn_.data(), b, bq, q_.data());
       mm(L.k, xn_prep_, xn_.data(), b, bk, k_.data());
@@ -1190,53 +1364,74 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       Stopwatch sw(timer(&StepTimes::attention_s));
       attention(l, b);
     }
-    const float* o_in = att_.data();
+    float* o_in = att_.data();
     if (c.kv_lora > 0) {
       mla_values(l, b);
       o_in = mla_out_.data();
     }
-    if (stats_on_) add_stats(4 * l + 1, o_in, b, o_in_);
-    prepare(att_prep_, o_in, b, o_in_);
-    mm(L.o, att_prep_, o_in, b, L.bo.empty() ? nullptr : L.bo.data(), xn_.data());
-    rows(b, [&](int j) {
-      float* xj = &x_[j * H];
-      if (!L.attn_post_norm.empty()) rmsnorm(&xn_[j * H], L.attn_post_norm.data(), H, c.eps, &xn_[j * H]);
-      for (int i = 0; i < H; ++i) xj[i] += xn_[j * H + i] * c.residual_scale;
-      if (c.parallel_block)
-        std::copy_n(&par_[j * H], H, &xn_[j * H]);
-      else if (c.pre_norms)
-        norm(xj, L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
-      else
-        std::copy_n(xj, H, &xn_[j * H]);
-    });
-    if (stats_on_) add_stats(4 * l + 2, xn_.data(), b, H);
-    prepare(xn_prep_, xn_.data(), b, H);
-    const bool moe = !L.experts.empty();
-    if (moe) {
-      experts(l, b);
-      if (c.shared_inter == 0) continue;
-      if (!absent(L.shared_gate)) mm(L.shared_gate, xn_prep_, xn_.data(), b, nullptr, shared_gate_.data());
-    }
-    // The dense MLP, or the shared expert beside the routed ones (experts() read xn_ and xn_prep_ as they are).
-    const int I = moe ? c.shared_inter : c.inter;
-    if (!swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data(), c.mlp_act == MlpAct::GeluTanh)) {
-      mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
-      mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
-      if (c.mlp_act == MlpAct::Silu)
-        glu(Glu::Silu, gate_.data(), up_.data(), b, I);
-      else
-        gelu_tanh_gate(gate_.data(), up_.data(), b, I);
-    }
-    if (stats_on_) add_stats(4 * l + 3, gate_.data(), b, I);
-    prepare(gate_prep_, gate_.data(), b, I);
-    mm(L.down, gate_prep_, gate_.data(), b, nullptr, att_.data());
-    rows(b, [&](int j) {
-      if (!L.mlp_post_norm.empty()) rmsnorm(&att_[j * H], L.mlp_post_norm.data(), H, c.eps, &att_[j * H]);
-      const float s = moe && !absent(L.shared_gate) ? 1.f / (1.f + std::exp(-shared_gate_[static_cast<size_t>(j)]))
-                                                    : c.residual_scale;
-      for (int i = j * H; i < (j + 1) * H; ++i) x_[i] += att_[i] * s;
-    });
+    if (c.attn_gate)
+      rows(b, [&](int j) {
+        float* a = o_in + static_cast<size_t>(j) * o_in_;
+        const float* g = &attn_gate_[static_cast<size_t>(j) * q_dim_];
+        for (int i = 0; i < o_in_; ++i) a[i] /= 1.f + std::exp(-g[i]);
+      });
+    mix_out(l, b, o_in, o_in_);
   }
+  finish(b, logits, all_logits, layers, stream);
+}
+
+void Decoder::mix_out(int l, int b, const float* o_in, int width) {
+  const DecoderConfig& c = cfg_;
+  const LayerWeights& L = w_.layers[l];
+  const int H = c.hidden;
+  const auto norm = c.layer_norm ? layernorm : rmsnorm;
+  if (stats_on_) add_stats(4 * l + 1, o_in, b, width);
+  prepare(att_prep_, o_in, b, width);
+  mm(L.o, att_prep_, o_in, b, L.bo.empty() ? nullptr : L.bo.data(), xn_.data());
+  rows(b, [&](int j) {
+    float* xj = &x_[j * H];
+    if (!L.attn_post_norm.empty()) rmsnorm(&xn_[j * H], L.attn_post_norm.data(), H, c.eps, &xn_[j * H]);
+    for (int i = 0; i < H; ++i) xj[i] += xn_[j * H + i] * c.residual_scale;
+    if (c.parallel_block)
+      std::copy_n(&par_[j * H], H, &xn_[j * H]);
+    else if (c.pre_norms)
+      norm(xj, L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
+    else
+      std::copy_n(xj, H, &xn_[j * H]);
+  });
+  if (stats_on_) add_stats(4 * l + 2, xn_.data(), b, H);
+  prepare(xn_prep_, xn_.data(), b, H);
+  const bool moe = !L.experts.empty();
+  if (moe) {
+    experts(l, b);
+    if (c.shared_inter == 0) return;
+    if (!absent(L.shared_gate)) mm(L.shared_gate, xn_prep_, xn_.data(), b, nullptr, shared_gate_.data());
+  }
+  // The dense MLP, or the shared expert beside the routed ones (experts() read xn_ and xn_prep_ as they are).
+  const int I = moe ? c.shared_inter : c.inter;
+  if (!swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data(), c.mlp_act == MlpAct::GeluTanh)) {
+    mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
+    mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
+    if (c.mlp_act == MlpAct::Silu)
+      glu(Glu::Silu, gate_.data(), up_.data(), b, I);
+    else
+      gelu_tanh_gate(gate_.data(), up_.data(), b, I);
+  }
+  if (stats_on_) add_stats(4 * l + 3, gate_.data(), b, I);
+  prepare(gate_prep_, gate_.data(), b, I);
+  mm(L.down, gate_prep_, gate_.data(), b, nullptr, att_.data());
+  rows(b, [&](int j) {
+    if (!L.mlp_post_norm.empty()) rmsnorm(&att_[j * H], L.mlp_post_norm.data(), H, c.eps, &att_[j * H]);
+    const float s = moe && !absent(L.shared_gate) ? 1.f / (1.f + std::exp(-shared_gate_[static_cast<size_t>(j)]))
+                                                  : c.residual_scale;
+    for (int i = j * H; i < (j + 1) * H; ++i) x_[i] += att_[i] * s;
+  });
+}
+
+void Decoder::finish(int b, float* logits, bool all_logits, int layers, Stream stream) {
+  const DecoderConfig& c = cfg_;
+  const int H = c.hidden;
+  const auto norm = c.layer_norm ? layernorm : rmsnorm;
   n_past_ += b;
   if (stats_on_) stats_tokens_ += b;
   if (stream.out != nullptr) std::copy_n(x_.data(), static_cast<size_t>(b) * H, stream.out);

@@ -2,7 +2,8 @@
 // Phi-3, SmolLM3, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
 // GLM-4, Cohere and Cohere 2, ERNIE 4.5, and the mixture-of-experts models
 // gpt-oss, Qwen3-MoE, Qwen2-MoE, GLM-4.5, MiniMax-M2, OLMoE, Mixtral,
-// DeepSeek-V2 and V3, GLM-4.7-Flash, Llama 4, ERNIE 4.5 MoE): RMSNorm, RoPE (rotate-half or interleaved
+// DeepSeek-V2 and V3, GLM-4.7-Flash, Llama 4, ERNIE 4.5 MoE; Qwen3.5, whose layers mix tokens through gated
+// DeltaNet, linear attention, three in four): RMSNorm, RoPE (rotate-half or interleaved
 // pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
 // second table for sliding layers; layers without RoPE), grouped-query
 // attention (or DeepSeek's multi-head latent attention, absorbed into multi-query attention over its latent)
@@ -179,6 +180,32 @@ struct DecoderConfig {
   // context; the attention still multiplies floats, the f16 values widened
   // exactly). The CUDA decoder keeps f32 only.
   WType k_cache = WType::F32, v_cache = WType::F32;
+  // Qwen3.5's gated attention (Qwen3-Next's too): q_proj's rows hold, head
+  // by head, the query's head_dim rows and then as many gate rows
+  // ([n_heads][2][head_dim]); each head's attention output is times the
+  // sigmoid of its gate before o_proj.
+  bool attn_gate = false;
+  // Gated DeltaNet (Qwen3.5's and Qwen3-Next's linear attention), per layer:
+  // nonzero where the layer mixes tokens through it instead of attention
+  // (empty: no layer does). Such a layer (transformers' Qwen3_5GatedDeltaNet)
+  // projects its normed input to q, k [lin_k_heads][lin_k_dim] and v
+  // [lin_v_heads][lin_v_dim] (lin_qkv), runs them through a causal
+  // depthwise convolution of lin_conv taps and SiLU, divides each q and k
+  // head by its L2 norm (q also by sqrt(lin_k_dim)), and keeps per value
+  // head a state S [lin_k_dim][lin_v_dim] that each token decays by
+  // exp(g) and corrects towards its value (the delta rule, rate beta):
+  //   S = exp(g) S;  S += k (beta (v - S^T k))^T;  out = S^T q
+  // with beta = sigmoid(lin_b x), g = lin_decay * softplus(lin_a x +
+  // lin_dt). Each head's output is RMS-normed (lin_norm, plain weights)
+  // times SiLU(lin_z x), and o_proj [hidden, lin_v_heads lin_v_dim] maps
+  // the heads back. A value head h reads key head h / (lin_v_heads /
+  // lin_k_heads) (Hugging Face's grouped order) or, with lin_v_tiled, h %
+  // lin_k_heads (llama.cpp's order, which its converter writes). The
+  // states (and the convolution's last lin_conv - 1 inputs) replace the KV
+  // cache for such a layer: they cannot be rewound (Decoder::truncate).
+  std::vector<uint8_t> linear;
+  int lin_k_heads = 0, lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0, lin_conv = 0;
+  bool lin_v_tiled = false;
 
   // The dims RoPE turns of a q/k head (head_dim but for partial RoPE and latent attention), and a value head's.
   int rotary_dim() const { return 2 * static_cast<int>(inv_freq.size()); }
@@ -230,6 +257,13 @@ struct LayerWeights {
   // + v_head_dim), kv_lora] and kv_a_norm [kv_lora].
   Matrix q_a, kv_a, kv_b;
   std::vector<float> q_a_norm, kv_a_norm;
+  // Gated DeltaNet (DecoderConfig::linear; q, k, v no data, o its out_proj):
+  // lin_qkv [2 lin_k_heads lin_k_dim + lin_v_heads lin_v_dim, hidden], lin_z
+  // [lin_v_heads lin_v_dim, hidden], lin_b and lin_a [lin_v_heads, hidden];
+  // lin_conv the convolution's taps [channels][lin_conv] (channels: lin_qkv's
+  // rows), lin_dt and lin_decay (-exp(A_log)) [lin_v_heads], lin_norm [lin_v_dim].
+  Matrix lin_qkv, lin_z, lin_b, lin_a;
+  std::vector<float> lin_conv, lin_dt, lin_decay, lin_norm;
   std::vector<Expert> experts;        // empty: a dense MLP layer
 };
 
@@ -342,8 +376,11 @@ class Decoder {
   const StepTimes& step_times() const { return step_times_; }
   void reset_step_times() { step_times_ = StepTimes(); }
 
-  // Drops cached positions >= n (prefix reuse between prompts).
+  // Drops cached positions >= n (prefix reuse between prompts). A model
+  // with linear-attention layers keeps recurrent states, which cannot be
+  // rewound: it truncates to 0 (all) or n_past() (nothing) only.
   void truncate(int n);
+  bool rewinds() const { return cfg_.linear.empty(); }
   int n_past() const { return n_past_; }
   const DecoderConfig& config() const { return cfg_; }
 
@@ -358,7 +395,15 @@ class Decoder {
   };
   void run(const int32_t* tokens, int n, float* logits, bool all_logits, int layers, Stream stream);
   void run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits, int layers, Stream stream);
+  // The rest of layer l after its token mixing: o_proj of o_in [b, width], the residual add, the MLP or experts.
+  void mix_out(int l, int b, const float* o_in, int width);
+  // After a chunk's layers: positions counted, the stream handed out, the head's logits where every layer ran.
+  void finish(int b, float* logits, bool all_logits, int layers, Stream stream);
   void attention(int layer, int b);
+  // Gated DeltaNet's token mixing (DecoderConfig::linear) of xn_ [b, hidden]
+  // (prepared in xn_prep_): its heads' gated, normed outputs into att_ [b,
+  // lin_v_heads lin_v_dim], the layer's states advanced by b tokens.
+  void delta_net(int layer, int b);
   // The routed experts of layer `layer` over xn_ [b, hidden]; adds their
   // weighted outputs to x_ (the residual).
   void experts(int layer, int b);
@@ -451,6 +496,15 @@ class Decoder {
   // Appends a position's heads (cache.dim floats each) at (layer, pos), converted to the cache's type.
   void cache_row(KvCache& cache, int layer, int pos, const float* src);
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
+  std::vector<float> qg_, attn_gate_;  // attn_gate: q_proj's rows as stored [chunk, 2 q_dim]; the gates [chunk, q_dim]
+  // Gated DeltaNet: lin_qkv's, lin_z's, lin_b's and lin_a's rows of a chunk; per layer (empty where it has
+  // attention) the convolution's last lin_conv - 1 inputs [lin_conv - 1][channels] and the states
+  // [lin_v_heads][lin_k_dim][lin_v_dim]
+  std::vector<float> lin_qkv_, lin_z_, lin_beta_, lin_g_;
+  std::vector<std::vector<float>> conv_state_, lin_state_;
+  int lin_channels_ = 0, lin_out_ = 0;  // lin_qkv's rows, and the heads' outputs' width
+  std::vector<float> lin_scratch_;      // per thread: a channel's last inputs, or a head's S^T k
+  size_t lin_scratch_stride_ = 0;
   std::vector<float> par_;  // parallel_block: each row's normed input, which the MLP reads after the attention
   std::vector<float> part_;  // a decode step's partial softmaxes, [head][span][v_head_dim + 2] (attention)
   // Multi-head latent attention's scratch: q_a's or the latent's normed rows

@@ -1,0 +1,130 @@
+"""Qwen3.5 (Qwen3_5ForCausalLM; llama.cpp's qwen35): gated DeltaNet layers,
+whose recurrent states replace a KV cache, beside gated full attention. The
+frozen transformers logits and greedy ids are tests/test_decoder.py's, the
+converter's own file tests/test_llamacpp_converter.py's, the round trips
+through GGUF tests/test_gguf_export.py's and tests/test_gguf_to_hf.py's;
+here, what the states change (no rewinding), both value-head orders, the
+multimodal checkpoint's text model, and what the config may not say."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, reconfigure, run_tool
+from iekit.formats import delta_net
+from iekit.runtime.decoder import Decoder
+
+Q35 = GOLDEN_IEBIN / "tiny-qwen3-5"
+REF = GOLDEN_IEBIN.parent / "ref" / "tiny-qwen3-5"
+IDS = json.loads((REF / "ids.json").read_text())
+
+
+def _rel(got: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
+
+
+def test_the_states_carry_from_step_to_step():
+    """Token by token (each step advancing the convolution and the states)
+    as in one prefill, and a prompt run in pieces as in one."""
+    d = Decoder(Q35, act="f32")
+    whole = d.logits(IDS)
+    d.reset()
+    steps = np.stack([d.prefill(IDS[:1]), *(d.step(t) for t in IDS[1:])])
+    assert _rel(steps, whole) < 1e-5
+    d.reset()
+    d.prefill(IDS[:5])
+    assert _rel(d.prefill(IDS), whole[-1]) < 1e-5  # (extends the cached 5: kv_hits)
+    assert d.kv_hits == 5
+
+
+def test_a_diverging_prompt_starts_again():
+    """A prompt that shares only a prefix with the cached sequence cannot keep
+    it (the states hold every cached token): it runs from the start, and
+    gives what a fresh decoder gives."""
+    d = Decoder(Q35, act="f32")
+    d.prefill(IDS)
+    other = IDS[:6] + [7, 8, 9]
+    got = d.prefill(other)
+    assert np.array_equal(got, Decoder(Q35, act="f32").prefill(other))
+    assert d.kv_hits == 0
+    with pytest.raises(ValueError, match="cannot be rewound"):
+        d._dec.truncate(3)
+    assert not d._dec.rewinds and Decoder(GOLDEN_IEBIN / "tiny-qwen3", act="f32")._dec.rewinds
+
+
+def test_huggingfaces_value_head_order_runs_as_llamacpps(tmp_path):
+    """An artifact whose value heads are in Hugging Face's grouped order
+    (config.linear_value_head_order "grouped") computes the model the tiled
+    one does: the decoder pairs each value head with its key head either way."""
+    hf = tmp_path / "hf"
+    shutil.copytree(GOLDEN_HF / "tiny-qwen3-5", hf)
+    cfg = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**cfg, delta_net.ORDER_KEY: "tiled"}))  # (so nothing is reordered)
+    assert run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", hf, "--out-dir", tmp_path / "as-is").returncode == 0
+    grouped = edited_artifact(tmp_path / "as-is", tmp_path / "g",
+                              lambda m: reconfigure(m, **{delta_net.ORDER_KEY: "grouped"}))
+    got, tiled = Decoder(grouped, act="f32").logits(IDS), Decoder(Q35, act="f32").logits(IDS)
+    assert _rel(got, tiled) < 1e-5 and _rel(got, np.load(REF / "logits.npy")) < 1e-4  # (out_proj sums reordered)
+    wrong = Decoder(tmp_path / "as-is", act="f32").logits(IDS)  # the same bytes read as tiled: another model
+    assert _rel(wrong, tiled) > 1e-2
+    # llama.cpp reads the tiled order alone: an artifact in the other is refused, not exported reordered wrong
+    assert_one_line_error(run_tool("ieconv", "iebin-to-gguf", "--model-dir", grouped, "--out", tmp_path / "g.gguf"),
+                          "config.linear_value_head_order")
+
+
+def test_the_text_model_of_a_multimodal_qwen3_5_is_tiny_qwen3_5(tmp_path):
+    """golden/hf/tiny-qwen3-5-vl is tiny-qwen3-5's language model beside a
+    vision model, as Qwen3.5 is published: its text model converts to
+    tiny-qwen3-5's artifact, byte for byte; the defaults its text_config
+    leaves out are transformers' (frozen by the generator)."""
+    from iekit.convert.text_model import QWEN3_5_ROPE_DEFAULTS, QWEN3_5_TEXT_DEFAULTS
+
+    theirs = json.loads((REF.parent / "qwen3-5-text-defaults.json").read_text())
+    assert {k: theirs[k] for k in QWEN3_5_TEXT_DEFAULTS} == QWEN3_5_TEXT_DEFAULTS
+    assert QWEN3_5_ROPE_DEFAULTS == {"rope_parameters": theirs["rope_parameters"]}
+    res = run_tool("ieconv", "text-model", "-q", "--hf-dir", GOLDEN_HF / "tiny-qwen3-5-vl", "--out-dir", tmp_path / "t")
+    assert res.returncode == 0, res.stderr
+    cfg = json.loads((tmp_path / "t/config.json").read_text())
+    assert cfg["architectures"] == ["Qwen3_5ForCausalLM"] and cfg["model_type"] == "qwen3_5_text"
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", tmp_path / "t", "--out-dir", tmp_path / "ie")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "ie/model.ie.bin").read_bytes() == (Q35 / "model.ie.bin").read_bytes()
+
+
+@pytest.mark.parametrize("edit,key", [
+    ({"linear_num_value_heads": 3}, "config.linear_num_value_heads"),
+    ({"layer_types": ["linear_attention"] * 3 + ["sliding_attention"]}, "config.layer_types"),
+    ({delta_net.ORDER_KEY: "interleaved"}, "config.linear_value_head_order"),
+    ({"linear_conv_kernel_dim": 0}, "config.linear_conv_kernel_dim"),
+])
+def test_a_config_the_decoder_cannot_read_is_one_line(tmp_path, edit, key):
+    d = edited_artifact(Q35, tmp_path / "m", lambda m: reconfigure(m, **edit))
+    assert_one_line_error(run_tool("ierun", "logits", "--model-dir", d, "--ids", "1,2", "--out", tmp_path / "l.npy"),
+                          key)
+
+
+def test_a_gguf_decay_that_is_not_negative_is_refused(tmp_path):
+    """llama.cpp stores -exp(A_log): a rate of 0 or above has no A_log (one line naming the tensor)."""
+    from gguf import GGUFReader
+
+    src = GOLDEN_HF.parent / "gguf" / "llamacpp" / "tiny-qwen3-5.gguf"
+    bad = tmp_path / "bad.gguf"
+    shutil.copy(src, bad)
+    t = next(t for t in GGUFReader(src).tensors if t.name == "blk.1.ssm_a")
+    with open(bad, "r+b") as f:
+        f.seek(int(t.data_offset))
+        f.write(np.float32(0.5).tobytes())
+    assert_one_line_error(run_tool("ieconv", "gguf-to-iebin", "--gguf", bad, "--out-dir", tmp_path / "m"),
+                          "blk.1.ssm_a")
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_rate_comes_back_exactly():
+    """a_log_of inverts decay_rate: every float32 rate made from a float32 A_log gives back an A_log of that rate."""
+    a_log = np.random.default_rng(3).uniform(-8, 4, 100_000).astype(np.float32)
+    rate = delta_net.decay_rate(a_log)
+    assert np.array_equal(delta_net.decay_rate(delta_net.a_log_of(rate)), rate)
