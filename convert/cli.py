@@ -209,8 +209,9 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       softmax: latent attention, attn_k_b and attn_v_b joined into
       kv_b_proj), llama4 (Llama 4 Scout, Maverick: each expert's
       ffn_gate_exps and ffn_up_exps joined into gate_up_proj's halves),
-      ernie4_5 and ernie4_5-moe (ERNIE 4.5), qwen35 (Qwen3.5: its gated
-      DeltaNet's value heads kept in llama.cpp's order, ssm_a back as A_log),
+      ernie4_5 and ernie4_5-moe (ERNIE 4.5), qwen35 and qwen35moe (Qwen3.5:
+      its gated DeltaNet's value heads kept in llama.cpp's order, ssm_a back
+      as A_log, its MTP block beside the model as mtp.*),
       seed_oss, glm4, cohere2 and command-r, and exaone
       (EXAONE 3.5, as the Llama it is);
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
@@ -293,7 +294,7 @@ def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, overwrite, quiet)
               help="The multimodal checkpoint (Gemma3ForConditionalGeneration: Gemma 3 4B, 12B, 27B; "
                    "Mistral3ForConditionalGeneration: Mistral Small 3.1/3.2, Magistral Small, Ministral 3, "
                    "Devstral Small 2; Llama4ForConditionalGeneration: Llama 4 Scout, Maverick; "
-                   "Qwen3_5ForConditionalGeneration: Qwen3.5).")
+                   "Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration: Qwen3.5).")
 @click.option("--out-dir", required=True, type=click.Path(path_type=Path),
               help="Where its language model is written (model.safetensors, config.json, tokenizer files).")
 @click.option("--overwrite", is_flag=True, help="Replace the files of a previous checkpoint in --out-dir.")
@@ -305,9 +306,9 @@ def text_model_cmd(hf_dir, out_dir, overwrite, quiet):
     Qwen3.5 are published with a vision tower beside the text model; a text
     prompt runs through the text model alone, which this writes as the
     checkpoint transformers builds from it (Gemma3ForCausalLM,
-    MistralForCausalLM, Ministral3ForCausalLM, Llama4ForCausalLM or
-    Qwen3_5ForCausalLM, by text_config.model_type; Qwen3.5's MTP tensors kept
-    beside it, unread)
+    MistralForCausalLM, Ministral3ForCausalLM, Llama4ForCausalLM,
+    Qwen3_5ForCausalLM or Qwen3_5MoeForCausalLM, by text_config.model_type;
+    Qwen3.5's MTP tensors kept beside it, unread)
     (tensors copied byte for byte under the text model's names, text_config
     with transformers' defaults filled in as config.json, the tokenizer and
     generation files as they are). The vision tower and projector are left
@@ -357,8 +358,8 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       gate_up_proj's halves as ffn_gate_exps and ffn_up_exps; llama.cpp
       fixes its chunks and temperature, so other values are refused),
       ernie4_5 and ernie4_5-moe (ERNIE 4.5; its MTP tensors left out),
-      qwen35 (Qwen3.5: A_log as ssm_a = -exp(A_log); its MTP block after
-      the last, nextn_predict_layers), seed_oss, glm4, cohere2 and command-r, with llama.cpp's tensor names and layouts (q/k rows
+      qwen35 and qwen35moe (Qwen3.5: A_log as ssm_a = -exp(A_log); its MTP
+      block after the last, nextn_predict_layers), seed_oss, glm4, cohere2 and command-r, with llama.cpp's tensor names and layouts (q/k rows
       re-interleaved, experts stacked as ffn_*_exps, Gemma's norms as 1 + w,
       Phi-3's q/k/v and GLM-4's and Phi-3's gate/up joined as attn_qkv and
       ffn_up, LongRoPE's factors as rope_factors_long/_short);

@@ -282,6 +282,7 @@ _LINEAR = {"linear_attn.in_proj_qkv.weight": "attn_qkv.weight", "linear_attn.in_
            "linear_attn.dt_bias": "ssm_dt.bias", "linear_attn.norm.weight": "ssm_norm.weight",
            "linear_attn.out_proj.weight": "ssm_out.weight"}
 LINEAR_DECAY = "linear_attn.A_log"  # stored by llama.cpp as -exp(A_log)
+NO_DENSE_MLP = ("Qwen3_5MoeForCausalLM",)  # experts in every layer: llama.cpp's converter writes no feed_forward_length
 # Qwen3.5's multi-token prediction block: Hugging Face keeps it beside the model (mtp.layers.I: a full-attention
 # layer; mtp.fc, its two input norms and its output norm), llama.cpp as blocks after the last (blk.N+I with the
 # nextn.* tensors of the first), every norm stored 1 + w
@@ -445,6 +446,16 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
                              "ssm.inner_size", "attention.recurrent_layers", "full_attention_interval",
                              "rope.dimension_sections", "nextn_predict_layers"}),
              norm_shift=1.0, unshifted=("linear_attn.norm.weight",), linear=True, mtp_beside=True),
+    # Qwen3.5-MoE (35B-A3B, 122B-A10B, 397B-A17B): Qwen3.5's layers with Qwen2-MoE's experts, router and gated
+    # shared expert in every one (and in its MTP block)
+    GGUFArch("qwen35moe", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", False,
+             _dense({**_QK_NORM, **_LINEAR, "mlp.gate.weight": "ffn_gate_inp.weight", **_shexp("mlp.shared_expert"),
+                     "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight"}, norm_after="post_attention_norm"),
+             experts=_QWEN_EXPS,
+             keys=frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
+                             "ssm.inner_size", "attention.recurrent_layers", "full_attention_interval",
+                             "rope.dimension_sections", "nextn_predict_layers", "expert_shared_feed_forward_length"}),
+             norm_shift=1.0, unshifted=("linear_attn.norm.weight",), linear=True, mtp_beside=True),
     # Phi-3, Phi-3.5, Phi-4, Phi-4-mini: q, k, v in one matrix (or three: llama.cpp reads either) and gate,
     # up in one; rotate-half RoPE, so q/k rows are Hugging Face's; LongRoPE's factors as rope_factors_long/
     # _short, its attention factor as rope.scaling.attn_factor; the sliding window recorded, and not applied
@@ -515,18 +526,20 @@ def norm_shift(arch: GGUFArch, hf: str) -> float:
     return arch.norm_shift if norm and not hf.endswith(arch.unshifted) else 0.0
 
 
-def mtp_hf_name(arch: GGUFArch, gguf_name: str, trunk: int) -> str | None:
-    """The HF name of a tensor of an MTP block kept beside the model (GGUFArch.mtp_beside), blocks from ``trunk``
-    on: its layer's tensors under mtp.layers.I, the first block's nextn.* as MTP_EXTRAS; None for any other."""
-    m = re.fullmatch(r"blk\.(\d+)\.(.+)", gguf_name)
+def mtp_extra_hf_name(arch: GGUFArch, gguf_name: str, trunk: int) -> str | None:
+    """The HF name of the first MTP block's nextn.* tensor where the MTP layers are kept beside the model
+    (GGUFArch.mtp_beside; block ``trunk``: MTP_EXTRAS), else None."""
+    g = next((h for h, g in MTP_EXTRAS.items() if gguf_name == f"blk.{trunk}.{g}"), None)
+    return g if arch.mtp_beside else None
+
+
+def beside(arch: GGUFArch, hf: str, trunk: int) -> str:
+    """An HF layer tensor's name as the model keeps it: model.layers.B.* for a block B >= ``trunk`` (an MTP
+    layer) as mtp.layers.(B - trunk).* where they are kept beside the model (GGUFArch.mtp_beside)."""
+    m = _LAYER.fullmatch(hf)
     if not arch.mtp_beside or m is None or int(m.group(1)) < trunk:
-        return None
-    block, suffix = int(m.group(1)), m.group(2)
-    extra = next((h for h, g in MTP_EXTRAS.items() if g == suffix), None)
-    if extra is not None:
-        return extra if block == trunk else None
-    h = hf_layer_name(arch, f"blk.0.{suffix}")
-    return None if h is None else f"{MTP_LAYERS}{block - trunk}.{h[len('model.layers.0.'):]}"
+        return hf
+    return f"{MTP_LAYERS}{int(m.group(1)) - trunk}.{m.group(2)}"
 
 
 def mtp_gguf_name(arch: GGUFArch, hf: str, trunk: int) -> str | None:

@@ -50,8 +50,8 @@ from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED_AS, LINEAR_CONV, LINEAR_DECAY, MLA_KV_B,
-                         SIGMOID_GATING, GGUFArch, attention_scalar, hf_layer_name, mtp_hf_name, norm_shift,
-                         sliding_by_period)
+                         NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, attention_scalar, beside, hf_layer_name, mtp_extra_hf_name,
+                         norm_shift, sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
@@ -311,7 +311,9 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     rms_eps = g.fields.get(f"{a}.{ln_eps}") if ln_eps in arch.keys else None
     cfg: dict[str, Any] = {
         "architectures": [arch.hf_class], "model_type": arch.model_type, "hidden_act": "silu",
-        "hidden_size": hidden, "intermediate_size": _field(g, f"{a}.feed_forward_length", int),
+        # (Qwen3.5-MoE's has no dense MLP to give a width: its files have none)
+        "hidden_size": hidden,
+        "intermediate_size": _field(g, f"{a}.feed_forward_length", int, 0 if arch.hf_class in NO_DENSE_MLP else None),
         "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": head_dim,
         "num_hidden_layers": _field(g, f"{a}.block_count", int),
         "max_position_embeddings": _field(g, f"{a}.context_length", int),
@@ -586,6 +588,11 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     if arch.hf_class == "MiniMaxM2ForCausalLM":  # (llama.cpp's minimax-m2 graph aborts without the key)
         _sigmoid_gated(g, arch, None)
         cfg.update(intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int, cfg["intermediate_size"]))
+    if arch.hf_class == "Qwen3_5MoeForCausalLM":  # (renormalised always; llama.cpp's shared width where none is given)
+        inter = _field(g, f"{a}.expert_feed_forward_length", int)
+        cfg.update(num_experts=cfg.pop("num_local_experts"), intermediate_size=None, moe_intermediate_size=inter,
+                   shared_expert_intermediate_size=_field(g, f"{a}.expert_shared_feed_forward_length", int, 0)
+                   or cfg["intermediate_size"] or inter)
     if arch.hf_class == "Qwen3MoeForCausalLM":
         cfg.update(moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), norm_topk_prob=True,
                    mlp_only_layers=[], decoder_sparse_step=1)
@@ -821,7 +828,7 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
         where = f"tensor {t.name!r}"
         m = re.fullmatch(r"blk\.(\d{1,9})\.(.+)", t.name)
         layer, suffix = (m.group(1), m.group(2)) if m else ("", "")
-        name = mtp_hf_name(arch, t.name, cfg["num_hidden_layers"]) or hf_layer_name(arch, t.name)
+        name = mtp_extra_hf_name(arch, t.name, cfg["num_hidden_layers"]) or hf_layer_name(arch, t.name)
         if t.name == "rope_freqs.weight":
             continue  # read into the config's rope_scaling (build_config)
         if name is not None:
@@ -871,6 +878,8 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
         else:
             raise FormatError(g.path, where, f"has no Hugging Face counterpart for {cfg['architectures'][0]}; "
                                              "this tensor cannot be carried over")
+    for p in out:  # (Qwen3.5's MTP layers: beside the model)
+        p.name = beside(arch, p.name, cfg["num_hidden_layers"])
     first: dict[str, str] = {}
     for p in out:  # e.g. a phi3 layer with attn_qkv and attn_q both
         if first.setdefault(p.name, p.src.name) != p.src.name:

@@ -53,7 +53,7 @@ from iekit.formats.model_spec import (LLAMA4_MLP_INTER, DecoderSpec, decoder_spe
                                       yarn_attention_factor)
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import (LINEAR_CONV, LINEAR_DECAY, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS, SIGMOID_GATING, GGUFArch, arch_of,
+from .gguf_names import (LINEAR_CONV, LINEAR_DECAY, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS, NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, arch_of,
                          attention_scalar, fused_parts, gguf_layer_name, mtp_gguf_name, norm_shift, separable,
                          sliding_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
@@ -257,6 +257,8 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
             if not moe.norm_topk:
                 raise IEError(f"{where}.norm_topk_prob: false; llama.cpp's qwen3moe always renormalises the "
                               "top-k weights")
+        if arch.gguf == "qwen35moe" and not moe.norm_topk:  # (its config cannot say otherwise; a hand-made one)
+            raise IEError(f"{where}: llama.cpp's qwen35moe always renormalises the top-k weights")
         if arch.gguf in ("olmoe", "qwen2moe") and moe.norm_topk:
             raise IEError(f"{where}.norm_topk_prob: true; llama.cpp's {arch.gguf} never renormalises the top-k weights")
         if arch.gguf == "qwen2moe" and not all(moe.layers):
@@ -613,7 +615,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         dense_ff = spec.inter if not all(moe.layers) else cfg.get("intermediate_size_mlp") or LLAMA4_MLP_INTER
     else:
         dense_ff = spec.inter if moe is None or not all(moe.layers) else (cfg.get("intermediate_size") or moe.inter)
-    kv[f"{a}.feed_forward_length"] = int(dense_ff)
+    if arch.hf_class not in NO_DENSE_MLP:
+        kv[f"{a}.feed_forward_length"] = int(dense_ff)
     kv[f"{a}.attention.head_count"] = spec.n_heads
     kv[f"{a}.attention.head_count_kv"] = spec.n_kv_heads
     kv[f"{a}.attention.key_length"] = spec.head_dim
@@ -666,7 +669,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.expert_count"] = moe.n_experts
         kv[f"{a}.expert_used_count"] = moe.top_k
         if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "llama4",
-                         "ernie4_5-moe"):
+                         "ernie4_5-moe", "qwen35moe"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
         if arch.gguf in LEADING_DENSE:  # as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model, Ernie4_5MoeModel do
             kv[f"{a}.expert_shared_count"] = moe.shared_inter // moe.inter
@@ -683,7 +686,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             kv[f"{a}.expert_gating_func"] = SIGMOID_GATING
         elif arch.gguf == "deepseek2":  # softmax (DeepSeek-V2's Hub configs' scoring_func)
             kv[f"{a}.expert_gating_func"] = 1
-        if moe.shared_inter and arch.gguf == "qwen2moe":
+        if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe"):
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
         if arch.gguf in ("glm4moe", "deepseek2"):  # as convert_hf_to_gguf's Glm4MoeModel and DeepseekV2Model write them
             if moe.sigmoid:  # (DeepSeek-V2's config has no groups to write)

@@ -10,9 +10,10 @@ are likewise ``Mistral3ForConditionalGeneration``: a Pixtral tower beside a
 Mistral (``text_config.model_type`` mistral) or Ministral 3 (ministral3)
 text model. Llama 4 Scout and Maverick are ``Llama4ForConditionalGeneration``:
 a vision model beside a Llama 4 text model; Qwen3.5 is
-``Qwen3_5ForConditionalGeneration``. This writes that text model as
+``Qwen3_5ForConditionalGeneration`` (its mixtures of experts
+``Qwen3_5MoeForConditionalGeneration``). This writes that text model as
 the ``Gemma3ForCausalLM`` / ``MistralForCausalLM`` / ``Ministral3ForCausalLM``
-/ ``Llama4ForCausalLM`` / ``Qwen3_5ForCausalLM`` checkpoint transformers
+/ ``Llama4ForCausalLM`` / ``Qwen3_5ForCausalLM`` / ``Qwen3_5MoeForCausalLM`` checkpoint transformers
 would build from it: its tensors renamed from either layout
 (``language_model.model.*`` as the Hub's files hold them,
 ``model.language_model.*`` as transformers 5 saves them) and copied byte for
@@ -91,6 +92,11 @@ QWEN3_5_TEXT_DEFAULTS: dict[str, Any] = {
     "linear_num_key_heads": 16, "linear_num_value_heads": 32}
 QWEN3_5_ROPE_DEFAULTS = {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                                              "partial_rotary_factor": 0.25}}
+# transformers 5.23's Qwen3_5MoeTextConfig defaults that shape the computation (golden/ref/qwen3-5-moe-text-defaults.json)
+QWEN3_5_MOE_TEXT_DEFAULTS: dict[str, Any] = {
+    **{k: v for k, v in QWEN3_5_TEXT_DEFAULTS.items() if k != "intermediate_size"}, "hidden_size": 2048,
+    "num_hidden_layers": 40, "num_key_value_heads": 2, "num_experts": 256, "num_experts_per_tok": 8,
+    "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512}
 # the keys that state a model's RoPE, one spelling or the other: defaults fill in none beside them
 _ROPE_KEYS = ("rope_parameters", "rope_theta", "rope_scaling")
 
@@ -135,6 +141,10 @@ MULTIMODAL = {
     "Qwen3_5ForConditionalGeneration": (TextPart(
         "Qwen3_5ForCausalLM", "qwen3_5_text", renames=(*_RENAMES, ("mtp.", "mtp.")), left_out=("model.visual.",),
         defaults=QWEN3_5_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, QWEN3_5_ROPE_DEFAULTS),)),),
+    "Qwen3_5MoeForConditionalGeneration": (TextPart(
+        "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", renames=(*_RENAMES, ("mtp.", "mtp.")),
+        left_out=("model.visual.",), defaults=QWEN3_5_MOE_TEXT_DEFAULTS,
+        defaults_unless=((_ROPE_KEYS, QWEN3_5_ROPE_DEFAULTS),)),),
 }
 
 

@@ -179,6 +179,10 @@ ARCHS = {
     # sections see the same position); per-head q/k norms; its MTP tensors (mtp.*) left unread, as transformers does
     "Qwen3_5ForCausalLM": Arch(qk_norm=True, partial_rope=True, default_partial=0.25, zero_centered=True,
                                attn_gate=True, linear_attn=True, unread=("mtp.",)),
+    # models/qwen3_5_moe (Qwen3.5-35B-A3B, 122B-A10B, 397B-A17B): Qwen3.5's layers with Qwen2-MoE's experts in every
+    # one (softmax over all, the top k renormalised, always), beside a sigmoid-gated shared expert
+    "Qwen3_5MoeForCausalLM": Arch(moe="qwen3_5_moe", qk_norm=True, partial_rope=True, default_partial=0.25,
+                                  zero_centered=True, attn_gate=True, linear_attn=True, unread=("mtp.",)),
     "Llama4ForCausalLM": Arch(moe="llama4", rope_interleaved=True, nope=True, llama4=True, mlp_module="feed_forward",
                               default_theta=500000.0),
 }
@@ -232,6 +236,7 @@ MOE_NAMES["qwen2_moe"] = {**MOE_NAMES["qwen3_moe"], "shared_gate": "mlp.shared_e
                           "shared_up": "mlp.shared_expert.up_proj.weight",
                           "shared_down": "mlp.shared_expert.down_proj.weight",
                           "shared_router": "mlp.shared_expert_gate.weight"}
+MOE_NAMES["qwen3_5_moe"] = MOE_NAMES["qwen2_moe"]
 LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 # Arch.linear_attn's layer_types: which layers are gated DeltaNet (True) and which attention.
 LINEAR_LAYER_TYPES = {"full_attention": False, "linear_attention": True}
@@ -737,6 +742,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         return None
     if arch.moe == "ernie4_5_moe":
         return _ernie_moe(cfg, n_layers, meta_path)
+    if arch.moe == "qwen3_5_moe":
+        return _qwen3_5_moe(cfg, n_layers, meta_path)
     qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe in ROUTER_DEFAULTS  # (glm: GLM-4.5's or DeepSeek's)
     # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's and
     # Qwen2-MoE's: num_experts; GLM-4.5's: n_routed_experts.
@@ -903,6 +910,22 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         **mla, **linear)
     _check_all_used(spec, meta.get("tensors") or [], meta_path)
     return spec
+
+
+def _qwen3_5_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
+    """Qwen3.5-MoE's experts (Qwen3_5MoeTextConfig's keys and defaults): num_experts_per_tok of num_experts in every
+    layer, weighted by their softmax probabilities renormalised (Qwen3_5MoeTopKRouter always renormalises), beside
+    a shared expert of shared_expert_intermediate_size channels and its sigmoid gate."""
+    def get(key: str, default: int) -> int:
+        return _int(cfg, meta_path, key, default, section="config")
+
+    n_experts, top_k = get("num_experts", 256), get("num_experts_per_tok", 8)
+    if top_k > n_experts:
+        raise IEError(f"{meta_path}: config.num_experts_per_tok: {top_k} is more than the {n_experts} experts "
+                      "(num_experts)")
+    return MoeSpec(n_experts=n_experts, top_k=top_k, inter=get("moe_intermediate_size", 512), norm_topk=True,
+                   glu="silu", alpha=1.702, limit=7.0, layers=(True,) * n_layers, names=MOE_NAMES["qwen3_5_moe"],
+                   shared_inter=get("shared_expert_intermediate_size", 512))
 
 
 def _mtp_beside(meta: dict[str, Any]) -> int:

@@ -285,7 +285,8 @@ def bytes_per_token(tensors: dict[str, tuple[str, list[int]]], quantize: dict[st
             total += n // shape[0] + (n if tied else 0)
             continue
         m = _PER_EXPERT.fullmatch(name)
-        # (a stack: [experts, rows, cols], or gpt-oss's biases [experts, n])
-        count = experts[m.group(1), m.group(3)] if m else shape[0] if len(shape) == 3 or ".experts." in name else 0
+        # (a stack: [experts, rows, cols], or gpt-oss's biases [experts, n]; not a convolution's taps [channels, 1,
+        # taps], Qwen3.5's conv1d)
+        count = experts[m.group(1), m.group(3)] if m else shape[0] if ".experts." in name else 0
         total += n * min(1.0, top_k / count) if top_k and count else n
     return round(total)

@@ -136,6 +136,10 @@ from transformers import (  # noqa: E402
     Qwen3_5Config,
     Qwen3_5ForCausalLM,
     Qwen3_5ForConditionalGeneration,
+    Qwen3_5MoeConfig,
+    Qwen3_5MoeForCausalLM,
+    Qwen3_5MoeForConditionalGeneration,
+    Qwen3_5MoeTextConfig,
     Qwen3_5TextConfig,
     Qwen3_5VisionConfig,
     Ernie4_5ForCausalLM,
@@ -250,6 +254,7 @@ MLA_DIMS = dict(kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head
 # that grows every 4 (Scout's: 8192 each, beyond a toy's reach; iebin-to-gguf holds an export to those)
 LLAMA4_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0, "low_freq_factor": 1.0,
                "high_freq_factor": 1.0, "original_max_position_embeddings": 64}
+QWEN3_5_MOE_SEED = SEED + 112  # its greedy cases run 16 tokens with margins >= 0.04
 QWEN3_5_SEED = SEED + 108  # its greedy cases run 16 tokens with margins >= 0.04
 ERNIE4_5_SEED = SEED + 95  # its greedy cases run 16 tokens with margins >= 0.04
 ERNIE4_5_MOE_SEED = SEED + 101  # the first from SEED + 96 whose greedy cases run 16 tokens with margins >= 0.03
@@ -942,6 +947,24 @@ def make_qwen3_5(tok) -> None:
     add_qwen3_5_mtp(HF_DIR / "tiny-qwen3-5", QWEN3_5_SEED + 2)
 
 
+def make_qwen3_5_moe(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"], dims["intermediate_size"]  # (in rope_parameters; every layer has experts)
+    # Qwen3.5-35B-A3B's layers on tiny-qwen3-5's: 4 experts of 32 channels in every layer, the top 2 by softmax
+    # probability renormalised, beside a shared expert of 48 under its sigmoid gate; its MTP block likewise
+    cfg = Qwen3_5MoeTextConfig(**{**dims, "num_hidden_layers": 4}, head_dim=32, linear_num_key_heads=2,
+                               linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                               linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
+                               moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                "partial_rotary_factor": 0.25},
+                               tie_word_embeddings=False, pad_token_id=None)
+    cfg.architectures = ["Qwen3_5MoeForCausalLM"]
+    cfg.mtp_num_hidden_layers = 1
+    save_model(tok, "tiny-qwen3-5-moe", Qwen3_5MoeForCausalLM, cfg, QWEN3_5_MOE_SEED, torch.bfloat16)
+    add_qwen3_5_mtp(HF_DIR / "tiny-qwen3-5-moe", QWEN3_5_MOE_SEED + 2)
+
+
 @torch.no_grad()
 def add_qwen3_5_mtp(out: Path, seed: int) -> None:
     """Qwen3.5's multi-token prediction block, as the Hub's checkpoints store it beside the model (mtp.layers.0:
@@ -1259,42 +1282,52 @@ def make_llama4_vl(tok) -> None:
 
 
 @torch.no_grad()
-def make_qwen3_5_vl(tok) -> None:
-    """tiny-qwen3-5's language model and head, weights and all, in a
-    Qwen3_5ForConditionalGeneration beside a tiny vision model (drawn from
-    its own seed): the layout Qwen3.5 is published in. Its logits on text
-    ids must be tiny-qwen3-5's (text positions turn its MRoPE as one RoPE).
-    Also freezes Qwen3_5TextConfig's defaults (a text_config takes them for
+def qwen3_5_vl(tok, text_name: str, model_cls, config_cls, text_cls, text_config_cls, seed: int) -> None:
+    """golden/hf/TEXT_NAME's language model, head and MTP block, weights and
+    all, in a Qwen3.5 ``model_cls`` beside a tiny vision model (drawn from
+    ``seed``): the layout Qwen3.5 is published in. Its logits on text ids
+    must be TEXT_NAME's (text positions turn its MRoPE as one RoPE). Also
+    freezes ``text_config_cls``' defaults (a text_config takes them for
     what it leaves out)."""
-    text = Qwen3_5TextConfig.from_pretrained(HF_DIR / "tiny-qwen3-5")
+    from safetensors.torch import load_file, save_file
+
+    text = text_config_cls.from_pretrained(HF_DIR / text_name)
     vision = Qwen3_5VisionConfig(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=14,
                                  out_hidden_size=text.hidden_size, num_position_embeddings=16)
-    cfg = Qwen3_5Config(text_config=text.to_dict(), vision_config=vision.to_dict(), bos_token_id=tok.bos_token_id,
-                        eos_token_id=tok.eos_token_id, pad_token_id=None)
-    cfg.architectures = ["Qwen3_5ForConditionalGeneration"]
-    seed = QWEN3_5_SEED + 1
+    cfg = config_cls(text_config=text.to_dict(), vision_config=vision.to_dict(), bos_token_id=tok.bos_token_id,
+                     eos_token_id=tok.eos_token_id, pad_token_id=None)
+    cfg.architectures = [model_cls.__name__]
     seed_everything(seed)
-    model = Qwen3_5ForConditionalGeneration(cfg).to(torch.float32).eval()
+    model = model_cls(cfg).to(torch.float32).eval()
     init_weights(model, seed)
-    lm = Qwen3_5ForCausalLM.from_pretrained(HF_DIR / "tiny-qwen3-5", dtype=torch.float32, local_files_only=True)
+    lm = text_cls.from_pretrained(HF_DIR / text_name, dtype=torch.float32, local_files_only=True)
     model.model.language_model.load_state_dict(lm.model.state_dict())
     model.lm_head.load_state_dict(lm.lm_head.state_dict())
-    out = HF_DIR / "tiny-qwen3-5-vl"
+    out = HF_DIR / f"{text_name}-vl"
     reset_dir(out)
     model.to(torch.bfloat16).save_pretrained(out)
     tok.save_pretrained(out)
-    from safetensors.torch import load_file, save_file  # (its MTP block beside it, as the Hub's files hold it)
-
-    mtp = {k: v for k, v in load_file(HF_DIR / "tiny-qwen3-5" / "model.safetensors").items() if k.startswith("mtp.")}
+    # (its MTP block beside it, as the Hub's files hold it)
+    mtp = {k: v for k, v in load_file(HF_DIR / text_name / "model.safetensors").items() if k.startswith("mtp.")}
     save_file(dict(sorted({**load_file(out / "model.safetensors"), **mtp}.items())), out / "model.safetensors",
               metadata={"format": "pt"})
-    again = Qwen3_5ForConditionalGeneration.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
-                                                            local_files_only=True).float().eval()
-    ref = np.load(REF_DIR / "tiny-qwen3-5" / "logits.npy")
-    got = again(input_ids=torch.tensor([json.loads((REF_DIR / "tiny-qwen3-5" / "ids.json").read_text())])).logits[0]
-    assert np.abs(got.numpy() - ref).max() <= 1e-5 * np.abs(ref).max(), "the text logits are not tiny-qwen3-5's"
-    write_json(REF_DIR / "qwen3-5-text-defaults.json",
-               {k: v for k, v in sorted(Qwen3_5TextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
+    again = model_cls.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
+                                      local_files_only=True).float().eval()
+    ref = np.load(REF_DIR / text_name / "logits.npy")
+    got = again(input_ids=torch.tensor([json.loads((REF_DIR / text_name / "ids.json").read_text())])).logits[0]
+    assert np.abs(got.numpy() - ref).max() <= 1e-5 * np.abs(ref).max(), f"the text logits are not {text_name}'s"
+    write_json(REF_DIR / f"{text_name.removeprefix('tiny-')}-text-defaults.json",
+               {k: v for k, v in sorted(text_config_cls().to_dict().items()) if k not in MULTIMODAL_SKIP})
+
+
+def make_qwen3_5_vl(tok) -> None:
+    qwen3_5_vl(tok, "tiny-qwen3-5", Qwen3_5ForConditionalGeneration, Qwen3_5Config, Qwen3_5ForCausalLM,
+               Qwen3_5TextConfig, QWEN3_5_SEED + 1)
+
+
+def make_qwen3_5_moe_vl(tok) -> None:
+    qwen3_5_vl(tok, "tiny-qwen3-5-moe", Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeConfig, Qwen3_5MoeForCausalLM,
+               Qwen3_5MoeTextConfig, QWEN3_5_MOE_SEED + 1)
 
 
 def make_gemma3_vl(tok) -> None:
@@ -1452,6 +1485,8 @@ def main() -> None:
     make_ernie4_5_moe(tok)
     make_qwen3_5(tok)
     make_qwen3_5_vl(tok)
+    make_qwen3_5_moe(tok)
+    make_qwen3_5_moe_vl(tok)
     make_seed_oss(tok)
     make_glm4(tok)
     make_cohere2(tok)

@@ -36,7 +36,8 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-deepseek-v2": "deepseek2", "tiny-glm4-moe-lite": "deepseek2", "tiny-llama4": "llama4",
            "tiny-ernie4-5": "ernie4_5", "tiny-ernie4-5-moe": "ernie4_5-moe",
            "tiny-seed-oss": "seed_oss", "tiny-glm4": "glm4",
-           "tiny-cohere2": "cohere2", "tiny-cohere": "command-r", "tiny-qwen3-5": "qwen35"}
+           "tiny-cohere2": "cohere2", "tiny-cohere": "command-r", "tiny-qwen3-5": "qwen35",
+           "tiny-qwen3-5-moe": "qwen35moe"}
 
 
 # Llama 4's chunks and temperature as llama.cpp's llama4 fixes them (the golden toy's act within 12 positions)
@@ -107,7 +108,8 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
                                              "tiny-minimax-m2", "tiny-deepseek-v2", "tiny-glm4-moe-lite",
                                              "tiny-ernie4-5",
                                              "tiny-seed-oss", "tiny-glm4",
-                                             "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5")}
+                                             "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5",
+                                             "tiny-qwen3-5-moe")}
     out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
     out["tiny-deepseek-v3"] = _without_mtp(tmp, "tiny-deepseek-v3")
     out["tiny-ernie4-5-moe"] = _without_mtp(tmp, "tiny-ernie4-5-moe")

@@ -164,7 +164,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             base, bias = hf.removesuffix("_bias") + "_proj", True
         expected_name = name_map.get_name(base) \
             if ".experts." not in hf else None  # (routed experts: below; shared ones one to one)
-        if expected_name is None and (mla or a == "qwen35"):  # (the gguf-py on PyPI predates deepseek2's and
+        if expected_name is None and (mla or a in ("qwen35", "qwen35moe")):  # (the gguf-py on PyPI predates deepseek2's and
             # qwen35's MTP tensors: GLM-4.5's names)
             expected_name = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GLM4_MOE, kv[f"{a}.block_count"]).get_name(base)
         if any(hf.split(".")[-2] in parts for parts in fused.values()):
@@ -183,7 +183,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         assert [int(d) for d in reversed(g.shape)] == shape, gname
         data = np.asarray(g.data).reshape(-1).view(np.uint8)
         gemma = a in ("gemma2", "gemma3")
-        shifted = gemma or a == "qwen35"  # their RMSNorms multiply by 1 + w (Qwen3.5's gated DeltaNet norm excepted)
+        shifted = gemma or a in ("qwen35", "qwen35moe")  # their RMSNorms multiply by 1 + w (Qwen3.5's gated DeltaNet norm excepted)
         if (len(t["shape"]) == 1 or ".ffn_gate_inp." in gname or ".ffn_gate_inp_shexp." in gname or conv) and \
                 (t["dtype"] != "f32" or shifted or ".ssm_a" in gname):
             assert g.tensor_type.name == "F32"  # llama.cpp keeps them F32 (routers, the shared expert's gate)
@@ -242,10 +242,12 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                        "glm4moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "deepseek2": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "ernie4_5-moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
+                       "qwen35moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "minimax-m2": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
                                       "down": "block_sparse_moe.experts.{e}.w2"}}[a][k]
-                want = np.concatenate([src[f"model.layers.{i}.{pat.format(e=e)}.weight"][1]
-                                       for e in range(int(g.shape[-1]))])
+                beside = i >= trunk and a == "qwen35moe"  # (Qwen3.5's MTP layers are kept beside the model)
+                layer = f"mtp.layers.{i - trunk}." if beside else f"model.layers.{i}."
+                want = np.concatenate([src[f"{layer}{pat.format(e=e)}.weight"][1] for e in range(int(g.shape[-1]))])
             assert np.array_equal(data, np.ascontiguousarray(want).reshape(-1)), g.name
     # gpt-oss's expert biases: the gate/up stack's elements split by parity, down's as they are (widened to F32)
     for i in range(cfg["num_hidden_layers"]):

@@ -76,23 +76,26 @@ def test_huggingfaces_value_head_order_runs_as_llamacpps(tmp_path):
                           "config.linear_value_head_order")
 
 
-def test_the_text_model_of_a_multimodal_qwen3_5_is_tiny_qwen3_5(tmp_path):
-    """golden/hf/tiny-qwen3-5-vl is tiny-qwen3-5's language model beside a
-    vision model, as Qwen3.5 is published: its text model converts to
-    tiny-qwen3-5's artifact, byte for byte; the defaults its text_config
+@pytest.mark.parametrize("name,cls,defaults", [("qwen3-5", "Qwen3_5ForCausalLM", "QWEN3_5_TEXT_DEFAULTS"),
+                                               ("qwen3-5-moe", "Qwen3_5MoeForCausalLM", "QWEN3_5_MOE_TEXT_DEFAULTS")])
+def test_the_text_model_of_a_multimodal_qwen3_5_is_its_text_model(tmp_path, name, cls, defaults):
+    """golden/hf/tiny-NAME-vl is tiny-NAME's language model (and MTP block)
+    beside a vision model, as Qwen3.5 is published: its text model converts
+    to tiny-NAME's artifact, byte for byte; the defaults its text_config
     leaves out are transformers' (frozen by the generator)."""
-    from iekit.convert.text_model import QWEN3_5_ROPE_DEFAULTS, QWEN3_5_TEXT_DEFAULTS
+    from iekit.convert import text_model
 
-    theirs = json.loads((REF.parent / "qwen3-5-text-defaults.json").read_text())
-    assert {k: theirs[k] for k in QWEN3_5_TEXT_DEFAULTS} == QWEN3_5_TEXT_DEFAULTS
-    assert QWEN3_5_ROPE_DEFAULTS == {"rope_parameters": theirs["rope_parameters"]}
-    res = run_tool("ieconv", "text-model", "-q", "--hf-dir", GOLDEN_HF / "tiny-qwen3-5-vl", "--out-dir", tmp_path / "t")
+    theirs = json.loads((REF.parent / f"{name}-text-defaults.json").read_text())
+    table = getattr(text_model, defaults)
+    assert {k: theirs[k] for k in table} == table
+    assert text_model.QWEN3_5_ROPE_DEFAULTS == {"rope_parameters": theirs["rope_parameters"]}
+    res = run_tool("ieconv", "text-model", "-q", "--hf-dir", GOLDEN_HF / f"tiny-{name}-vl", "--out-dir", tmp_path / "t")
     assert res.returncode == 0, res.stderr
     cfg = json.loads((tmp_path / "t/config.json").read_text())
-    assert cfg["architectures"] == ["Qwen3_5ForCausalLM"] and cfg["model_type"] == "qwen3_5_text"
+    assert cfg["architectures"] == [cls] and cfg["model_type"] == theirs["model_type"]
     res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", tmp_path / "t", "--out-dir", tmp_path / "ie")
     assert res.returncode == 0, res.stderr
-    assert (tmp_path / "ie/model.ie.bin").read_bytes() == (Q35 / "model.ie.bin").read_bytes()
+    assert (tmp_path / "ie/model.ie.bin").read_bytes() == (GOLDEN_IEBIN / f"tiny-{name}" / "model.ie.bin").read_bytes()
 
 
 @pytest.mark.parametrize("edit,key", [
@@ -128,3 +131,18 @@ def test_a_rate_comes_back_exactly():
     a_log = np.random.default_rng(3).uniform(-8, 4, 100_000).astype(np.float32)
     rate = delta_net.decay_rate(a_log)
     assert np.array_equal(delta_net.decay_rate(delta_net.a_log_of(rate)), rate)
+
+
+@pytest.mark.parametrize("key,value,named", [
+    ("qwen35.nextn_predict_layers", 9, "qwen35.nextn_predict_layers"),
+    ("qwen35.ssm.group_count", 3, "qwen35.ssm.inner_size"),
+    ("qwen35.ssm.conv_kernel", 0, "config.linear_conv_kernel_dim"),
+    ("qwen35.ssm.state_size", 17, "in_proj_qkv"),
+])
+def test_a_gguf_whose_deltanet_keys_disagree_is_one_line(tmp_path, key, value, named):
+    from gguf_build import rewrite_gguf
+
+    bad = rewrite_gguf(GOLDEN_HF.parent / "gguf" / "llamacpp" / "tiny-qwen3-5.gguf", tmp_path / "bad.gguf",
+                       drop={key}, kv={key: value})
+    assert_one_line_error(run_tool("ieconv", "gguf-to-iebin", "--gguf", bad, "--out-dir", tmp_path / "m"), named)
+    assert not (tmp_path / "m").exists()

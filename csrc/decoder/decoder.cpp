@@ -264,9 +264,12 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
         c.lin_v_heads % c.lin_k_heads)
       fail("decoder config: linear attention needs positive head counts and dims, a convolution of 1 or more "
            "taps, and value heads a multiple of key heads");
-    if (mla || c.n_experts > 0 || !c.pre_norms || c.parallel_block)
-      fail("decoder config: linear-attention layers are Qwen3.5's: not with latent attention, experts, OLMo 2's "
-           "or Cohere's layers");
+    if (2 * static_cast<int64_t>(c.lin_k_heads) * c.lin_k_dim + static_cast<int64_t>(c.lin_v_heads) * c.lin_v_dim >
+        INT32_MAX)
+      fail("decoder config: linear attention's q, k and v are more than 2^31 - 1 channels");
+    if (mla || !c.pre_norms || c.parallel_block)
+      fail("decoder config: linear-attention layers are Qwen3.5's: not with latent attention, OLMo 2's or Cohere's "
+           "layers");
   }
   if (c.attn_gate && mla) fail("decoder config: attn_gate is Qwen3.5's gated attention; not with latent attention");
   if (w.layers.size() != static_cast<size_t>(c.n_layers)) fail("decoder weights: layer count differs from the config");
