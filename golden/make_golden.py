@@ -929,40 +929,35 @@ def make_ernie4_5(tok) -> None:
     save_model(tok, "tiny-ernie4-5", Ernie4_5ForCausalLM, cfg, ERNIE4_5_SEED, torch.bfloat16)
 
 
-def make_qwen3_5(tok) -> None:
-    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
-    del dims["rope_theta"]  # in rope_parameters
-    # Qwen3.5's layers: three gated-DeltaNet (linear attention) layers, then one of gated full attention
-    # (full_attention_interval 4); 2 key heads serving 4 value heads (its 16 and 32: the grouped order llama.cpp
-    # reorders shows), a causal convolution of 4 taps; the full layer's 32-dim heads rotate their first quarter
-    cfg = Qwen3_5TextConfig(**{**dims, "num_hidden_layers": 4}, head_dim=32, linear_num_key_heads=2,
-                            linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
-                            linear_conv_kernel_dim=4,
-                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                             "partial_rotary_factor": 0.25},
-                            tie_word_embeddings=False, pad_token_id=None)
-    cfg.architectures = ["Qwen3_5ForCausalLM"]
+# Qwen3.5's layers on a toy: three gated-DeltaNet (linear attention) layers, then one of gated full attention
+# (full_attention_interval 4); 2 key heads serving 4 value heads (its 16 and 32: the grouped order llama.cpp
+# reorders shows), a causal convolution of 4 taps; the full layer's 32-dim heads rotate their first quarter
+QWEN3_5_DIMS = dict(num_hidden_layers=4, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
+                    linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+                    tie_word_embeddings=False, pad_token_id=None)
+
+
+def save_qwen3_5(tok, name: str, model_cls, config_cls, seed: int, drop: tuple[str, ...], **extra) -> None:
+    """A Qwen3.5 toy (QWEN3_5_DIMS and ``extra``; the common dims less ``drop``) with its MTP block beside it."""
+    dims = {k: v for k, v in common_dims(len(tok), tok.bos_token_id, tok.eos_token_id).items() if k not in drop}
+    cfg = config_cls(**{**dims, **QWEN3_5_DIMS, **extra})
+    cfg.architectures = [model_cls.__name__]
     cfg.mtp_num_hidden_layers = 1
-    save_model(tok, "tiny-qwen3-5", Qwen3_5ForCausalLM, cfg, QWEN3_5_SEED, torch.bfloat16)
-    add_qwen3_5_mtp(HF_DIR / "tiny-qwen3-5", QWEN3_5_SEED + 2)
+    save_model(tok, name, model_cls, cfg, seed, torch.bfloat16)
+    add_qwen3_5_mtp(HF_DIR / name, seed + 2)
+
+
+def make_qwen3_5(tok) -> None:
+    save_qwen3_5(tok, "tiny-qwen3-5", Qwen3_5ForCausalLM, Qwen3_5TextConfig, QWEN3_5_SEED, ("rope_theta",))
 
 
 def make_qwen3_5_moe(tok) -> None:
-    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
-    del dims["rope_theta"], dims["intermediate_size"]  # (in rope_parameters; every layer has experts)
-    # Qwen3.5-35B-A3B's layers on tiny-qwen3-5's: 4 experts of 32 channels in every layer, the top 2 by softmax
-    # probability renormalised, beside a shared expert of 48 under its sigmoid gate; its MTP block likewise
-    cfg = Qwen3_5MoeTextConfig(**{**dims, "num_hidden_layers": 4}, head_dim=32, linear_num_key_heads=2,
-                               linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
-                               linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
-                               moe_intermediate_size=32, shared_expert_intermediate_size=48,
-                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                                "partial_rotary_factor": 0.25},
-                               tie_word_embeddings=False, pad_token_id=None)
-    cfg.architectures = ["Qwen3_5MoeForCausalLM"]
-    cfg.mtp_num_hidden_layers = 1
-    save_model(tok, "tiny-qwen3-5-moe", Qwen3_5MoeForCausalLM, cfg, QWEN3_5_MOE_SEED, torch.bfloat16)
-    add_qwen3_5_mtp(HF_DIR / "tiny-qwen3-5-moe", QWEN3_5_MOE_SEED + 2)
+    # Qwen3.5-35B-A3B's layers: 4 experts of 32 channels in every layer, the top 2 by softmax probability
+    # renormalised, beside a shared expert of 48 under its sigmoid gate; its MTP block likewise
+    save_qwen3_5(tok, "tiny-qwen3-5-moe", Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig, QWEN3_5_MOE_SEED,
+                 ("rope_theta", "intermediate_size"), num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                 shared_expert_intermediate_size=48)
 
 
 @torch.no_grad()

@@ -8,7 +8,8 @@ experts in every layer and always renormalises the top-k; its gpt-oss clamps
 SwiGLU at 7 and rounds YaRN's range), and the exporter refuses those; the
 variants here change exactly that and nothing else (tiny-phi3 loses its
 window of 6, which llama.cpp's phi3 does not apply; tiny-llama4 takes the
-chunks and temperature llama.cpp's llama4 fixes). tiny-mistral is absent:
+chunks and temperature llama.cpp's llama4 fixes; tiny-qwen3-5-moe runs in
+float32, below). tiny-mistral is absent:
 its 4-position sliding window is one the llama architecture does not have.
 """
 
@@ -108,8 +109,7 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
                                              "tiny-minimax-m2", "tiny-deepseek-v2", "tiny-glm4-moe-lite",
                                              "tiny-ernie4-5",
                                              "tiny-seed-oss", "tiny-glm4",
-                                             "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5",
-                                             "tiny-qwen3-5-moe")}
+                                             "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5")}
     out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
     out["tiny-deepseek-v3"] = _without_mtp(tmp, "tiny-deepseek-v3")
     out["tiny-ernie4-5-moe"] = _without_mtp(tmp, "tiny-ernie4-5-moe")
@@ -117,4 +117,8 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
     out["tiny-gpt-oss-mxfp4"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss-mxfp4")
     out["tiny-phi3"] = _convert(_hf_variant(tmp, "tiny-phi3", {"sliding_window": None}), tmp / "phi3")
     out["tiny-llama4"] = _convert(_hf_variant(tmp, "tiny-llama4", LLAMA4_FIXED), tmp / "llama4")
+    # (in float32: llama.cpp multiplies BF16 weights by activations rounded to bf16, which flips this random
+    # toy's near-tied routing, KL 0.013-0.016 against ierun; in F32 the two compute the same, KL 0.000000)
+    out["tiny-qwen3-5-moe"] = _convert(_hf_variant(tmp, "tiny-qwen3-5-moe", {"dtype": "float32"},
+                                                   hf_tensors(GOLDEN / "hf" / "tiny-qwen3-5-moe")), tmp / "qwen3-5-moe")
     return out

@@ -56,7 +56,7 @@ def test_a_gguf_comes_back_as_its_checkpoint(tmp_path, models, name):
     # against the checkpoint the artifact came from: every tensor, value for value
     # (tiny-phi3's: fused again into qkv_proj and gate_up_proj; its window is the variant's: none; tiny-llama4's
     # expert stacks transposed back to [experts, in, out])
-    variants = ("tiny-qwen3-moe", "tiny-phi3", "tiny-deepseek-v3", "tiny-llama4", "tiny-ernie4-5-moe")
+    variants = ("tiny-qwen3-moe", "tiny-phi3", "tiny-deepseek-v3", "tiny-llama4", "tiny-ernie4-5-moe", "tiny-qwen3-5-moe")
     source = GOLDEN_HF / name if name not in variants else models[name].parent / f"hf-{name}"
     want, got = hf_tensors(source), hf_tensors(tmp_path / "hf")
     assert sorted(got) == sorted(want)  # a tied head stays tied
