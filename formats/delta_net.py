@@ -104,10 +104,10 @@ def a_log_of(rate: np.ndarray) -> np.ndarray:
     rate = np.asarray(rate, np.float32)
     best = np.log(-rate.astype(np.float64)).astype(np.float32)
     found = decay_rate(best) == rate
-    for direction in (np.inf, -np.inf):
-        cand = best.copy()
-        for _ in range(4):
-            cand = np.nextafter(cand, np.float32(direction))
+    up, down = best.copy(), best.copy()
+    for _ in range(4):  # (one step further each way at a time: the nearest that maps onto the rate wins)
+        up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+        for cand in (up, down):
             hit = ~found & (decay_rate(cand) == rate)
             best[hit], found = cand[hit], found | hit
     return best

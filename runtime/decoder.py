@@ -75,9 +75,14 @@ def device_act(device: str, act: str, layer_dtypes: set[str]) -> str:
 
 def kv_cache_bytes(s: DecoderSpec, ctx: int, threads: int, types: tuple[str, str]) -> int:
     """What the native decoder allocates per context position, times ``ctx``:
-    K and V (every layer, of ``types``) and each thread's attention scores (float32)."""
+    K and V (every layer with attention, of ``types``) and each thread's attention scores (float32)."""
     k, v = kv_elements(s)
-    return ctx * (s.n_layers * (k * kv_cache.nbytes(types[0]) + v * kv_cache.nbytes(types[1])) + threads * 4)
+    return ctx * (cached_layers(s) * (k * kv_cache.nbytes(types[0]) + v * kv_cache.nbytes(types[1])) + threads * 4)
+
+
+def cached_layers(s: DecoderSpec) -> int:
+    """The layers with a KV cache: all but gated DeltaNet's (Qwen3.5's three in four keep states instead)."""
+    return s.n_layers - sum(s.linear)
 
 
 def kv_elements(s: DecoderSpec) -> tuple[int, int]:
@@ -107,7 +112,7 @@ def check_ctx(s: DecoderSpec, ctx: int | None, threads: int, meta_path: Path, de
     avail = available_bytes()
     if avail is not None and need > avail:
         k, v = kv_elements(s)
-        raise IEError(f"{flag}: {ctx} positions need a {gib(need)} KV cache ({s.n_layers} layers × {k} K + {v} V "
+        raise IEError(f"{flag}: {ctx} positions need a {gib(need)} KV cache ({cached_layers(s)} layers × {k} K + {v} V "
                       f"{'/'.join(types)} elements per position), more than the {gib(avail)} of memory available")
     return ctx
 

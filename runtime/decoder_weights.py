@@ -81,10 +81,10 @@ class _Binder:
                           f"norms and biases as {', '.join(FLOAT_VECTOR_DTYPES)}")
         return t, decode_f32(self.source.get(name).tobytes(), t["dtype"]).reshape(shape)
 
-    def norm_rows(self, key: str, values: np.ndarray) -> np.ndarray:
-        """A norm's weights as the decoder multiplies by them: Gemma's
-        ``1 + w``, added in float32 as transformers does (and gated
-        DeltaNet's A_log as the rate it decays by)."""
+    def as_multiplied(self, key: str, values: np.ndarray) -> np.ndarray:
+        """A vector as the decoder multiplies by it: a norm's weights Gemma's
+        ``1 + w``, added in float32 as transformers does; gated DeltaNet's
+        A_log as the rate it decays by, -exp(A_log); the rest as stored."""
         if key in NORM_KEYS and self.s.norm_offset:
             return values + np.float32(self.s.norm_offset)
         if key == "lin_decay":  # gated DeltaNet's A_log, as its decay rate -exp(A_log) (float32, as transformers)
@@ -118,7 +118,7 @@ class _Binder:
                 out.active_params += s.moe.top_k * p.shape[0]
             else:  # (flat: ERNIE's choice bias is stored as a row [1, experts])
                 t, rows = self.vector_rows(p.name, list(p.shape))
-                layer[p.key] = self.norm_rows(p.key, rows.reshape(-1))
+                layer[p.key] = self.as_multiplied(p.key, rows.reshape(-1))
                 out.step_bytes += t["nbytes"]
                 out.active_params += p.shape[0]
         if experts:
@@ -164,7 +164,7 @@ def bind(source: TensorSource, s: DecoderSpec) -> BoundWeights:
     out.active_params += s.vocab * s.hidden
     b.count(out, head, in_layer=False)
     t, norm = b.vector_rows(norm_part.name, list(norm_part.shape))
-    w["norm"] = b.norm_rows(norm_part.key, norm)
+    w["norm"] = b.as_multiplied(norm_part.key, norm)
     out.step_bytes += t["nbytes"]
     out.active_params += s.hidden
     w[LAYERS_KEY] = [b.bind_layer(out, i) for i in range(s.n_layers)]

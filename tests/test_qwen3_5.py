@@ -146,3 +146,13 @@ def test_a_gguf_whose_deltanet_keys_disagree_is_one_line(tmp_path, key, value, n
                        drop={key}, kv={key: value})
     assert_one_line_error(run_tool("ieconv", "gguf-to-iebin", "--gguf", bad, "--out-dir", tmp_path / "m"), named)
     assert not (tmp_path / "m").exists()
+
+
+def test_only_the_attention_layers_have_a_kv_cache():
+    """Three layers in four keep states, not a cache: the one attention layer's K and V per position (2 KV heads
+    of 32, f32) and a thread's score, as the native decoder allocates them (KvCache::slot)."""
+    from iekit.runtime.decoder import cached_layers, kv_cache_bytes
+
+    s = Decoder(Q35).spec
+    assert cached_layers(s) == 1 and sum(s.linear) == 3
+    assert kv_cache_bytes(s, 100, 1, ("f32", "f32")) == 100 * (2 * 2 * 32 * 4 + 4)

@@ -484,11 +484,13 @@ class Decoder {
   struct KvCache {
     WType type = WType::F32;
     int heads = 0, dim = 0;  // its heads, and a head's elements
+    // Per layer, its place among the layers with attention (linear-attention layers have none: -1)
+    std::vector<int> slot;
     ZeroPages<uint8_t> bytes;
     size_t elem() const { return static_cast<size_t>(wtype_info(type).block_bytes); }
     // Where head `head`'s element 0 at position `pos` of `layer` is.
     uint8_t* at(const DecoderConfig& c, int layer, int head, int pos) {
-      const size_t run = static_cast<size_t>(layer) * static_cast<size_t>(heads) + static_cast<size_t>(head);
+      const size_t run = static_cast<size_t>(slot[layer]) * static_cast<size_t>(heads) + static_cast<size_t>(head);
       return bytes.data() + ((run * c.max_ctx + static_cast<size_t>(pos)) * static_cast<size_t>(dim)) * elem();
     }
   };
