@@ -1143,21 +1143,31 @@ MULTIMODAL_SKIP = ("transformers_version", "id2label", "label2id", "_name_or_pat
 
 
 @torch.no_grad()
-def save_multimodal(tok, model_cls, cfg, seed: int, text_cls, text_name: str) -> None:
+def save_multimodal(tok, model_cls, cfg, seed: int, text_cls, text_name: str, head: bool = False,
+                    beside: tuple[str, ...] = ()) -> None:
     """``model_cls(cfg)`` with its weights drawn from ``seed`` and its
-    language model's replaced by golden/hf/TEXT_NAME's, saved to
-    hf/TEXT_NAME-vl with the tokenizer; transformers' logits on the text
-    reference ids must be TEXT_NAME's."""
+    language model's replaced by golden/hf/TEXT_NAME's (``head``: its head
+    too; ``beside``: the prefixes of its tensors stored beside the model,
+    copied), saved to hf/TEXT_NAME-vl with the tokenizer; transformers'
+    logits on the text reference ids must be TEXT_NAME's."""
+    from safetensors.torch import load_file, save_file
+
     cfg.architectures = [model_cls.__name__]
     seed_everything(seed)
     model = model_cls(cfg).to(torch.float32).eval()
     init_weights(model, seed)
     lm = text_cls.from_pretrained(HF_DIR / text_name, dtype=torch.float32, local_files_only=True)
     model.model.language_model.load_state_dict(lm.model.state_dict())
+    if head:
+        model.lm_head.load_state_dict(lm.lm_head.state_dict())
     out = HF_DIR / f"{text_name}-vl"
     reset_dir(out)
     model.to(torch.bfloat16).save_pretrained(out)
     tok.save_pretrained(out)
+    if beside:
+        extra = {k: v for k, v in load_file(HF_DIR / text_name / "model.safetensors").items() if k.startswith(beside)}
+        save_file(dict(sorted({**load_file(out / "model.safetensors"), **extra}.items())), out / "model.safetensors",
+                  metadata={"format": "pt"})
     again = model_cls.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
                                       local_files_only=True).float().eval()
     ref = np.load(REF_DIR / text_name / "logits.npy")
@@ -1284,33 +1294,12 @@ def qwen3_5_vl(tok, text_name: str, model_cls, config_cls, text_cls, text_config
     must be TEXT_NAME's (text positions turn its MRoPE as one RoPE). Also
     freezes ``text_config_cls``' defaults (a text_config takes them for
     what it leaves out)."""
-    from safetensors.torch import load_file, save_file
-
     text = text_config_cls.from_pretrained(HF_DIR / text_name)
     vision = Qwen3_5VisionConfig(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=14,
                                  out_hidden_size=text.hidden_size, num_position_embeddings=16)
     cfg = config_cls(text_config=text.to_dict(), vision_config=vision.to_dict(), bos_token_id=tok.bos_token_id,
                      eos_token_id=tok.eos_token_id, pad_token_id=None)
-    cfg.architectures = [model_cls.__name__]
-    seed_everything(seed)
-    model = model_cls(cfg).to(torch.float32).eval()
-    init_weights(model, seed)
-    lm = text_cls.from_pretrained(HF_DIR / text_name, dtype=torch.float32, local_files_only=True)
-    model.model.language_model.load_state_dict(lm.model.state_dict())
-    model.lm_head.load_state_dict(lm.lm_head.state_dict())
-    out = HF_DIR / f"{text_name}-vl"
-    reset_dir(out)
-    model.to(torch.bfloat16).save_pretrained(out)
-    tok.save_pretrained(out)
-    # (its MTP block beside it, as the Hub's files hold it)
-    mtp = {k: v for k, v in load_file(HF_DIR / text_name / "model.safetensors").items() if k.startswith("mtp.")}
-    save_file(dict(sorted({**load_file(out / "model.safetensors"), **mtp}.items())), out / "model.safetensors",
-              metadata={"format": "pt"})
-    again = model_cls.from_pretrained(out, dtype=torch.float32, attn_implementation="eager",
-                                      local_files_only=True).float().eval()
-    ref = np.load(REF_DIR / text_name / "logits.npy")
-    got = again(input_ids=torch.tensor([json.loads((REF_DIR / text_name / "ids.json").read_text())])).logits[0]
-    assert np.abs(got.numpy() - ref).max() <= 1e-5 * np.abs(ref).max(), f"the text logits are not {text_name}'s"
+    save_multimodal(tok, model_cls, cfg, seed, text_cls, text_name, head=True, beside=("mtp.",))
     write_json(REF_DIR / f"{text_name.removeprefix('tiny-')}-text-defaults.json",
                {k: v for k, v in sorted(text_config_cls().to_dict().items()) if k not in MULTIMODAL_SKIP})
 
