@@ -103,6 +103,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.weight_before = in.ConsumeBool();
     c.swiglu_limit = in.ConsumeFloatingPointInRange<float>(-1.f, 10.f);
   }
+  if (in.ConsumeBool()) {  // Qwen3.5's gated DeltaNet layers (one flag too many, dims of 0, value heads not a
+                           // multiple of key heads: refused) and gated attention
+    for (int l = 0; l < c.n_layers + (in.ConsumeIntegral<uint8_t>() < 8); ++l) c.linear.push_back(in.ConsumeBool());
+    c.lin_k_heads = in.ConsumeIntegralInRange<int>(0, 2);
+    c.lin_v_heads = c.lin_k_heads * in.ConsumeIntegralInRange<int>(1, 2) + (in.ConsumeIntegral<uint8_t>() < 8);
+    c.lin_k_dim = 8 * in.ConsumeIntegralInRange<int>(0, 2);
+    c.lin_v_dim = 8 * in.ConsumeIntegralInRange<int>(0, 2);
+    c.lin_conv = in.ConsumeIntegralInRange<int>(0, 4);
+    c.lin_v_tiled = in.ConsumeBool();
+    c.attn_gate = in.ConsumeBool();
+  }
   const bool mla = in.ConsumeBool();  // DeepSeek's latent attention (a latent of -1, q_lora without it: refused)
   if (mla) {
     c.kv_lora = 16 * in.ConsumeIntegralInRange<int>(0, 2) + in.ConsumeIntegralInRange<int>(-1, 1);
@@ -124,7 +135,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!c.parallel_block || in.ConsumeIntegral<uint8_t>() < 8)  // (a parallel layer with two norms: refused)
           L.mlp_norm = vec(in, c.hidden);
       }
-      if (mla) {  // q_a / q_b or q_proj; the latent with the shared rotary key part; each head's nope and value
+      // (a DeltaNet layer given attention's weights instead, or beside them: refused)
+      const bool lin = l < static_cast<int>(c.linear.size()) && c.linear[l] && in.ConsumeIntegral<uint8_t>() >= 8;
+      if (lin) {  // its projections, convolution taps, step bias, decay, gated norm and out_proj
+        const int64_t vdim = static_cast<int64_t>(c.lin_v_heads) * c.lin_v_dim;
+        const int64_t channels = 2 * static_cast<int64_t>(c.lin_k_heads) * c.lin_k_dim + vdim;
+        L.lin_qkv = matrix(in, pool, channels, c.hidden);
+        L.lin_z = matrix(in, pool, vdim, c.hidden);
+        L.lin_b = matrix(in, pool, c.lin_v_heads, c.hidden);
+        L.lin_a = matrix(in, pool, c.lin_v_heads, c.hidden);
+        L.lin_conv = vec(in, static_cast<int>(channels * c.lin_conv));
+        L.lin_dt = vec(in, c.lin_v_heads);
+        L.lin_decay = vec(in, c.lin_v_heads);
+        L.lin_norm = vec(in, c.lin_v_dim);
+        L.o = matrix(in, pool, c.hidden, vdim);
+      } else if (mla) {  // q_a / q_b or q_proj; the latent with the shared rotary key part; each head's nope and value
         if (c.q_lora > 0) {
           L.q_a = matrix(in, pool, c.q_lora, c.hidden);
           L.q_a_norm = vec(in, c.q_lora);
@@ -135,7 +160,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         L.kv_b = matrix(in, pool, static_cast<int64_t>(c.n_heads) * (c.head_dim - rot + vd), c.kv_lora);
         L.o = matrix(in, pool, c.hidden, static_cast<int64_t>(c.n_heads) * vd);
       } else {
-        L.q = matrix(in, pool, q_dim, c.hidden);
+        L.q = matrix(in, pool, c.attn_gate ? 2 * q_dim : q_dim, c.hidden);  // (gated: each head's query and gate)
         L.k = matrix(in, pool, kv_dim, c.hidden);
         L.v = matrix(in, pool, kv_dim, c.hidden);
         L.o = matrix(in, pool, c.hidden, q_dim);
