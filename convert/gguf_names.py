@@ -282,6 +282,12 @@ _LINEAR = {"linear_attn.in_proj_qkv.weight": "attn_qkv.weight", "linear_attn.in_
            "linear_attn.dt_bias": "ssm_dt.bias", "linear_attn.norm.weight": "ssm_norm.weight",
            "linear_attn.out_proj.weight": "ssm_out.weight"}
 LINEAR_DECAY = "linear_attn.A_log"  # stored by llama.cpp as -exp(A_log)
+# What Qwen3.5's two architectures share: the DeltaNet's dims as ssm.* keys, the layers' kinds, the MTP blocks; every
+# norm but the DeltaNet's stored 1 + w; the MTP layers beside the model
+_QWEN35_KEYS = frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size",
+                          "attention.recurrent_layers", "full_attention_interval", "rope.dimension_sections",
+                          "nextn_predict_layers"})
+_QWEN35 = dict(norm_shift=1.0, unshifted=("linear_attn.norm.weight",), linear=True, mtp_beside=True)
 NO_DENSE_MLP = ("Qwen3_5MoeForCausalLM",)  # experts in every layer: llama.cpp's converter writes no feed_forward_length
 # Qwen3.5's multi-token prediction block: Hugging Face keeps it beside the model (mtp.layers.I: a full-attention
 # layer; mtp.fc, its two input norms and its output norm), llama.cpp as blocks after the last (blk.N+I with the
@@ -441,21 +447,13 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # attention.recurrent_layers, the DeltaNet's dims as ssm.* keys; interleaved MRoPE's sections, which text
     # positions turn as one RoPE
     GGUFArch("qwen35", "Qwen3_5ForCausalLM", "qwen3_5_text", False,
-             _dense({**_QK_NORM, **_LINEAR}, norm_after="post_attention_norm"),
-             keys=frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
-                             "ssm.inner_size", "attention.recurrent_layers", "full_attention_interval",
-                             "rope.dimension_sections", "nextn_predict_layers"}),
-             norm_shift=1.0, unshifted=("linear_attn.norm.weight",), linear=True, mtp_beside=True),
+             _dense({**_QK_NORM, **_LINEAR}, norm_after="post_attention_norm"), keys=_QWEN35_KEYS, **_QWEN35),
     # Qwen3.5-MoE (35B-A3B, 122B-A10B, 397B-A17B): Qwen3.5's layers with Qwen2-MoE's experts, router and gated
     # shared expert in every one (and in its MTP block)
     GGUFArch("qwen35moe", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", False,
              _dense({**_QK_NORM, **_LINEAR, "mlp.gate.weight": "ffn_gate_inp.weight", **_shexp("mlp.shared_expert"),
                      "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight"}, norm_after="post_attention_norm"),
-             experts=_QWEN_EXPS,
-             keys=frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
-                             "ssm.inner_size", "attention.recurrent_layers", "full_attention_interval",
-                             "rope.dimension_sections", "nextn_predict_layers", "expert_shared_feed_forward_length"}),
-             norm_shift=1.0, unshifted=("linear_attn.norm.weight",), linear=True, mtp_beside=True),
+             experts=_QWEN_EXPS, keys=_QWEN35_KEYS | {"expert_shared_feed_forward_length"}, **_QWEN35),
     # Phi-3, Phi-3.5, Phi-4, Phi-4-mini: q, k, v in one matrix (or three: llama.cpp reads either) and gate,
     # up in one; rotate-half RoPE, so q/k rows are Hugging Face's; LongRoPE's factors as rope_factors_long/
     # _short, its attention factor as rope.scaling.attn_factor; the sliding window recorded, and not applied
@@ -543,7 +541,7 @@ def beside(arch: GGUFArch, hf: str, trunk: int) -> str:
 
 
 def mtp_gguf_name(arch: GGUFArch, hf: str, trunk: int) -> str | None:
-    """mtp_hf_name's inverse: the GGUF name of an HF mtp.* tensor, or None."""
+    """The GGUF name of an HF mtp.* tensor (beside's and mtp_extra_hf_name's inverse), or None."""
     if not arch.mtp_beside:
         return None
     if hf in MTP_EXTRAS:

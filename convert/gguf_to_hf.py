@@ -114,9 +114,9 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
             progress.describe(name)
             data = itertools.chain.from_iterable(tensor_chunks(g, by_name[n], progress, None, allow_nonfinite)
                                                  for n in parts)
-            if delta_net.tiled_axis(name, cfg) is not None:  # (a layer's projection, whole)
+            if (where := delta_net.tiled_axis(name, cfg)) is not None:  # (a layer's projection, whole)
                 whole = np.frombuffer(b"".join(data), RAW[DTYPES[dtype].itemsize]).reshape(shape)
-                data = [delta_net.untile(whole, name, tiled).tobytes()]
+                data = [delta_net.untile(whole, *where).tobytes()]
             writer.write(name, flip_experts(data, *shape, DTYPES[dtype].itemsize) if name in flip else data)
         writer.finish()
         for name, data in aux.items():

@@ -53,8 +53,8 @@ from iekit.formats.model_spec import (LLAMA4_MLP_INTER, DecoderSpec, decoder_spe
                                       yarn_attention_factor)
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import (LINEAR_CONV, LINEAR_DECAY, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS, NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, arch_of,
-                         attention_scalar, fused_parts, gguf_layer_name, mtp_gguf_name, norm_shift, separable,
+from .gguf_names import (LINEAR_CONV, LINEAR_DECAY, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS, NO_DENSE_MLP, SIGMOID_GATING,
+                         GGUFArch, arch_of, attention_scalar, fused_parts, gguf_layer_name, mtp_gguf_name, norm_shift, separable,
                          sliding_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key

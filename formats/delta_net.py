@@ -79,13 +79,9 @@ def tiled_config(config: Any) -> Any:
     return config if _dims(config) is None else {**config, ORDER_KEY: "tiled"}
 
 
-def untile(values: np.ndarray, name: str, config: Any) -> np.ndarray:
-    """A tiled artifact's tensor ``name`` (``config`` its config) in Hugging Face's grouped order."""
-    grouped = {k: v for k, v in config.items() if k != ORDER_KEY} if isinstance(config, dict) else config
-    where = tiled_axis(name, grouped) if isinstance(config, dict) and config.get(ORDER_KEY) == "tiled" else None
-    if where is None:
-        return values
-    axis, index = where
+def untile(values: np.ndarray, axis: int, index: np.ndarray) -> np.ndarray:
+    """A tiled tensor in Hugging Face's grouped order, (``axis``, ``index``) being tiled_axis's of its name under
+    the grouped config: what np.take(grouped, index, axis) made, undone."""
     out = np.empty_like(values)
     idx = [slice(None)] * values.ndim
     idx[axis] = index

@@ -866,6 +866,9 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         raise IEError(f"{meta_path}: model.eos_token_id: expected an integer or a list of integers, got {eos!r}")
     # head_dim sizes the RoPE table built here: hold it to the stored q_proj
     # first, so a hostile value cannot allocate before any tensor is checked.
+    if arch.attn_gate and cfg.get("attention_bias"):  # (its q_proj bias would hold the gates' too: not implemented)
+        raise UnsupportedError(f"{meta_path}: config.attention_bias: biases on gated attention's projections are not "
+                               "supported by the decoder")
     linear = _linear(cfg, n_layers, meta_path) if arch.linear_attn else {}
     kinds = linear.get("linear") or (False,)
     first = kinds.index(False) if False in kinds else None  # (the first attention layer's q_proj)

@@ -21,6 +21,7 @@ from conftest import GOLDEN_HF, run_tool
 from llamacpp_models import LLAMA4_FIXED
 
 from iekit.convert.gguf_names import LINEAR_DECAY
+from iekit.formats.delta_net import decay_rate
 from iekit.formats.iebin import load_model
 from iekit.formats.model_spec import decoder_spec
 
@@ -89,8 +90,8 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
     for n, t in ta.items():
         assert t["shape"] == tb[n]["shape"], n
         assert (t["dtype"] in ("f16", "bf16", "f32")) == (tb[n]["dtype"] in ("f16", "bf16", "f32")), n
-        if n.endswith(LINEAR_DECAY):  # llama.cpp's -exp(A_log), taken in A_log's bf16: its log is A_log to bf16's step
-            assert np.allclose(np.exp(_values(a, t)), np.exp(_values(b, tb[n])), rtol=2 ** -8, atol=0), n
+        if n.endswith(LINEAR_DECAY):  # llama.cpp's -exp(A_log): the import's A_log a float32 of exactly that rate
+            assert np.array_equal(decay_rate(_values(a, t)), decay_rate(_values(b, tb[n]))), n
             continue
         assert np.array_equal(_values(a, t), _values(b, tb[n])), n
     sa, sb = (decoder_spec(m.meta, m.meta_path) for m in (a, b))

@@ -103,6 +103,7 @@ def test_the_text_model_of_a_multimodal_qwen3_5_is_its_text_model(tmp_path, name
     ({"layer_types": ["linear_attention"] * 3 + ["sliding_attention"]}, "config.layer_types"),
     ({delta_net.ORDER_KEY: "interleaved"}, "config.linear_value_head_order"),
     ({"linear_conv_kernel_dim": 0}, "config.linear_conv_kernel_dim"),
+    ({"attention_bias": True}, "config.attention_bias"),
 ])
 def test_a_config_the_decoder_cannot_read_is_one_line(tmp_path, edit, key):
     d = edited_artifact(Q35, tmp_path / "m", lambda m: reconfigure(m, **edit))

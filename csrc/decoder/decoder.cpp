@@ -350,6 +350,7 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       }
     }
     check_vec(n + "q_proj.bias", L.bq, q_dim, true);
+    if (c.attn_gate && !L.bq.empty()) fail(n + "q_proj.bias: gated attention's q_proj has none here");
     check_vec(n + "k_proj.bias", L.bk, kv_dim, true);
     check_vec(n + "v_proj.bias", L.bv, kv_dim, true);
     check_vec(n + "o_proj.bias", L.bo, c.hidden, true);
@@ -515,10 +516,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
         lin_state_[l].assign(checked_mul(static_cast<size_t>(lin_out_), static_cast<size_t>(c.lin_k_dim), "state"), 0.f);
       }
   }
-  if (c.attn_gate) {
-    qg_.resize(B * 2 * static_cast<size_t>(q_dim_));
-    attn_gate_.resize(B * static_cast<size_t>(q_dim_));
-  }
+  if (c.attn_gate) qg_.resize(B * 2 * static_cast<size_t>(q_dim_));
   att_.resize(B * std::max({o_dim_, c.hidden, lin_out_}));
   if (mla) {
     mla_lat_.resize(B * static_cast<size_t>(std::max(c.q_lora, c.kv_lora)));
@@ -1323,15 +1321,11 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       mm(L.q, xn_prep_, xn_.data(), b, nullptr, qg_.data());
       mm(L.k, xn_prep_, xn_.data(), b, bk, k_.data());
       mm(L.v, xn_prep_, xn_.data(), b, bv, v_.data());
-      rows(b, [&](int j) {
+      rows(b, [&](int j) {  // (the gates stay in qg_, where the output reads them)
         const size_t hd = static_cast<size_t>(c.head_dim);
-        for (int h = 0; h < c.n_heads; ++h) {
-          const float* src = &qg_[(static_cast<size_t>(j) * c.n_heads + h) * 2 * hd];
-          std::copy_n(src, hd, &q_[static_cast<size_t>(j) * q_dim_ + h * hd]);
-          std::copy_n(src + hd, hd, &attn_gate_[static_cast<size_t>(j) * q_dim_ + h * hd]);
-        }
-        if (bq != nullptr)
-          for (int i = 0; i < q_dim_; ++i) q_[static_cast<size_t>(j) * q_dim_ + i] += bq[i];
+        for (int h = 0; h < c.n_heads; ++h)
+          std::copy_n(&qg_[(static_cast<size_t>(j) * c.n_heads + h) * 2 * hd], hd,
+                      &q_[static_cast<size_t>(j) * q_dim_ + h * hd]);
       });
     } else if (!(b <= kMaxRows8Batch && qkv[0].w && qkv[1].w && qkv[2].w && rows8(qkv, 3, xn_prep_))) {
       mm(L.q, xn_prep_, xn_.data(), b, bq, q_.data());
@@ -1378,11 +1372,14 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       mla_values(l, b);
       o_in = mla_out_.data();
     }
-    if (c.attn_gate)
+    if (c.attn_gate)  // each head's output times the sigmoid of its gate, q_proj's rows after its query's
       rows(b, [&](int j) {
-        float* a = o_in + static_cast<size_t>(j) * o_in_;
-        const float* g = &attn_gate_[static_cast<size_t>(j) * q_dim_];
-        for (int i = 0; i < o_in_; ++i) a[i] /= 1.f + std::exp(-g[i]);
+        const size_t hd = static_cast<size_t>(c.head_dim);
+        for (int h = 0; h < c.n_heads; ++h) {
+          float* a = o_in + static_cast<size_t>(j) * o_in_ + h * hd;
+          const float* g = &qg_[(static_cast<size_t>(j) * c.n_heads + h) * 2 * hd + hd];
+          for (size_t i = 0; i < hd; ++i) a[i] /= 1.f + std::exp(-g[i]);
+        }
       });
     mix_out(l, b, o_in, o_in_);
   }

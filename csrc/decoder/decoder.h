@@ -498,7 +498,7 @@ class Decoder {
   // Appends a position's heads (cache.dim floats each) at (layer, pos), converted to the cache's type.
   void cache_row(KvCache& cache, int layer, int pos, const float* src);
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_;
-  std::vector<float> qg_, attn_gate_;  // attn_gate: q_proj's rows as stored [chunk, 2 q_dim]; the gates [chunk, q_dim]
+  std::vector<float> qg_;  // attn_gate: q_proj's rows as stored [chunk, n_heads][query | gate]
   // Gated DeltaNet: lin_qkv's, lin_z's, lin_b's and lin_a's rows of a chunk; per layer (empty where it has
   // attention) the convolution's last lin_conv - 1 inputs [lin_conv - 1][channels] and the states
   // [lin_v_heads][lin_k_dim][lin_v_dim]
