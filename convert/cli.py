@@ -211,8 +211,10 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       ffn_gate_exps and ffn_up_exps joined into gate_up_proj's halves),
       ernie4_5 and ernie4_5-moe (ERNIE 4.5), qwen35 and qwen35moe (Qwen3.5:
       its gated DeltaNet's value heads kept in llama.cpp's order, ssm_a back
-      as A_log, its MTP block beside the model as mtp.*),
-      seed_oss, glm4, cohere2 and command-r, and exaone
+      as A_log, its MTP block beside the model as mtp.*), qwen3next
+      (Qwen3-Next, Qwen3-Coder-Next: as qwen35moe, its value heads in
+      Hugging Face's order, ssm_ba and an older file's ssm_in read as
+      the projections they fuse), seed_oss, glm4, cohere2 and command-r, and exaone
       (EXAONE 3.5, as the Llama it is);
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
       its vocabulary (byte-level BPE under any split llama.cpp names for
@@ -359,7 +361,9 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       fixes its chunks and temperature, so other values are refused),
       ernie4_5 and ernie4_5-moe (ERNIE 4.5; its MTP tensors left out),
       qwen35 and qwen35moe (Qwen3.5: A_log as ssm_a = -exp(A_log); its MTP
-      block after the last, nextn_predict_layers), seed_oss, glm4, cohere2 and command-r, with llama.cpp's tensor names and layouts (q/k rows
+      block after the last, nextn_predict_layers), qwen3next
+      (Qwen3-Next: in_proj_b and in_proj_a joined as ssm_ba, blocked by
+      key head), seed_oss, glm4, cohere2 and command-r, with llama.cpp's tensor names and layouts (q/k rows
       re-interleaved, experts stacked as ffn_*_exps, Gemma's norms as 1 + w,
       Phi-3's q/k/v and GLM-4's and Phi-3's gate/up joined as attn_qkv and
       ffn_up, LongRoPE's factors as rope_factors_long/_short);

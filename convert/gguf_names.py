@@ -8,7 +8,7 @@ llama.cpp's ``convert_hf_to_gguf.py`` for each model class, restated here
 (tests/test_gguf_export.py holds this table against gguf-py's own
 ``TensorNameMap``).
 
-Three ways a tensor crosses:
+The ways a tensor crosses:
 
 - one to one: ``model.layers.N.self_attn.q_proj.weight`` is
   ``blk.N.attn_q.weight`` (``LAYER``, per architecture);
@@ -25,7 +25,10 @@ Three ways a tensor crosses:
   hidden] (gate rows even, up rows odd), llama.cpp two stacks
   ``ffn_gate_exps`` and ``ffn_up_exps``; their biases likewise (``paired``);
   Llama 4's ``feed_forward.experts.gate_up_proj`` the same way, but each
-  expert's gate rows first, then its up rows (``halves``).
+  expert's gate rows first, then its up rows (``halves``);
+- fused matrices (``fused``): phi3's attn_qkv and ffn_up, glm4's ffn_up,
+  qwen3next's ssm_ba (and an older file's ssm_in) hold the rows of several
+  HF matrices, in formats/fused_tensors.py's ``row_runs`` order.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Collection, Mapping, Sequence
 import numpy as np
 
 from iekit.formats.errors import FormatError
-from iekit.formats.fused_tensors import FUSED
+from iekit.formats.fused_tensors import BA, FUSED, QKVZ
 from iekit.formats.model_spec import every_nth
 
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
@@ -78,6 +81,11 @@ def importance_to_hf(entries: dict, names: Mapping[str, Sequence[int]] | Collect
     shape_of = names.get if isinstance(names, Mapping) else (lambda _n: None)
     out = {}
     shared = {}  # a fused matrix's input is each part's (phi3's attn_qkv: q, k, v; its ffn_up: gate, up)
+    for n, v in list(entries.items()):  # (a file written with the converter's --fuse-qkv / --fuse-gate-up-exps)
+        m = _BLK.fullmatch(n)
+        qkv = m and m.group(2) == "attn_qkv" and f"model.layers.{int(m.group(1))}.self_attn.q_proj.weight" in names
+        for part in CONVERTER_FUSED.get(m.group(2), ()) if m and (qkv or m.group(2) != "attn_qkv") else ():
+            entries = {f"blk.{m.group(1)}.{part}.{m.group(3)}": v, **entries}
     for n, v in entries.items():
         m = _BLK.fullmatch(n)
         if m:
@@ -112,6 +120,11 @@ def importance_to_hf(entries: dict, names: Mapping[str, Sequence[int]] | Collect
                                                 f"model has {have} experts (the imatrix of another model?)")
                 out.update(zip((pre + pattern.format(e=e) for e in range(have)), rows))
     return {**shared, **out}
+
+
+# llama.cpp's converter's layout options (--fuse-qkv, --fuse-gate-up-exps), which its graphs read beside the
+# separate tensors: the fused tensor -> the separate ones whose rows it holds one after another (per expert)
+CONVERTER_FUSED = {"attn_qkv": ("attn_q", "attn_k", "attn_v"), "ffn_gate_up_exps": ("ffn_gate_exps", "ffn_up_exps")}
 
 
 def _experts_rows(v: np.ndarray, experts: int, cols: int) -> np.ndarray:
@@ -198,6 +211,9 @@ class GGUFArch:
     halves: bool = False  # a pair's two stacks are each expert's first and second half of rows (Llama 4's), not even/odd
     # fused GGUF suffix -> the fused HF tensor it is (formats/fused_tensors.py FUSED: the parts its rows hold)
     fused: dict[str, str] = field(default_factory=dict)
+    # the same for fused tensors only older files hold, which the import reads and the export never writes
+    # (qwen3next's ssm_in: q, k, v and z, before the converter wrote attn_qkv and attn_gate)
+    fused_legacy: dict[str, str] = field(default_factory=dict)
     keys: frozenset[str] = frozenset()  # {arch}.* keys the importer reads beyond every architecture's
     # llama.cpp's converter stores every RMSNorm weight (HF names ending in norm.weight) plus this:
     # Gemma's norms multiply by 1 + w, and llama.cpp's graph by the stored value
@@ -454,6 +470,15 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              _dense({**_QK_NORM, **_LINEAR, "mlp.gate.weight": "ffn_gate_inp.weight", **_shexp("mlp.shared_expert"),
                      "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight"}, norm_after="post_attention_norm"),
              experts=_QWEN_EXPS, keys=_QWEN35_KEYS | {"expert_shared_feed_forward_length"}, **_QWEN35),
+    # Qwen3-Next (80B-A3B, Qwen3-Coder-Next): Qwen3.5-MoE's layers, but the DeltaNet's value heads in Hugging
+    # Face's grouped order (its graph repeats each key head in place), and its b and a rows in one ssm_ba, blocked
+    # by key head as Hugging Face's in_proj_ba (formats/fused_tensors.py); plain RoPE, no MRoPE sections
+    GGUFArch("qwen3next", "Qwen3NextForCausalLM", "qwen3_next", False,
+             _dense({**_QK_NORM, **{k: v for k, v in _LINEAR.items() if v not in ("ssm_beta.weight", "ssm_alpha.weight")},
+                     "mlp.gate.weight": "ffn_gate_inp.weight", **_shexp("mlp.shared_expert"),
+                     "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight"}, norm_after="post_attention_norm"),
+             experts=_QWEN_EXPS, fused={"ssm_ba.weight": BA}, fused_legacy={"ssm_in.weight": QKVZ},
+             keys=(_QWEN35_KEYS - {"rope.dimension_sections"}) | {"expert_shared_feed_forward_length"}, **_QWEN35),
     # Phi-3, Phi-3.5, Phi-4, Phi-4-mini: q, k, v in one matrix (or three: llama.cpp reads either) and gate,
     # up in one; rotate-half RoPE, so q/k rows are Hugging Face's; LongRoPE's factors as rope_factors_long/
     # _short, its attention factor as rope.scaling.attn_factor; the sliding window recorded, and not applied

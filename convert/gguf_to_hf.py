@@ -19,7 +19,7 @@ pairs) is not what the import builds; gguf-to-iebin reads it.
 
 from __future__ import annotations
 
-import itertools
+import math
 import json
 import os
 import time
@@ -39,12 +39,13 @@ from .gguf_to_iebin import aux_files, build_config, file_type_name, plan_tensors
 
 # The model types whose HF tensors are the import's, one for one.
 # (phi3: the import's q/k/v and gate/up joined again into qkv_proj and gate_up_proj, formats/fused_tensors.py;
+# qwen3_next: its DeltaNet's in_proj_qkvz and in_proj_ba, blocked by key head, likewise;
 # llama4_text: its expert stacks turned back to [experts, in, out], formats/expert_stacks.py)
 HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "glm4_moe", "minimax_m2", "gemma2",
              "gemma3_text", "phi3", "smollm3", "granite", "olmo2", "olmo3", "ministral3", "exaone4", "olmoe",
              "seed_oss", "glm4", "cohere2", "cohere", "deepseek_v3", "deepseek_v2",
              "glm4_moe_lite", "llama4_text", "ernie4_5", "ernie4_5_moe", "qwen3_5_text",
-             "qwen3_5_moe_text")
+             "qwen3_5_moe_text", "qwen3_next")
 
 
 FLOAT_TYPES = ("F32", "F16", "BF16")  # GGUF tensor types that hold the weights themselves, not codes
@@ -106,14 +107,14 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
     # (e.g. a phi3 file's attn_q in F16 beside a dequantized attn_k cannot be one qkv_proj)
     layout = fused_tensors.joined(cfg, [(p.name, p.dtype, p.shape) for p in plans], str(g.path))
     flipped = flipped_stacks(cfg)
-    flip = {name for name, _d, shape, _p in layout if len(shape) == 3 and name.endswith(flipped)}
-    heads = [(n, d, [s[0], s[2], s[1]] if n in flip else s) for n, d, s, _p in layout]
+    flip = {name for name, _d, shape, _p, _r in layout if len(shape) == 3 and name.endswith(flipped)}
+    heads = [(n, d, [s[0], s[2], s[1]] if n in flip else s) for n, d, s, _p, _r in layout]
     with out.writing() as staged:
         writer = SafetensorsWriter(staged.open(SINGLE_NAME), heads, meta)
-        for name, dtype, shape, parts in layout:
+        for name, dtype, shape, parts, runs in layout:
             progress.describe(name)
-            data = itertools.chain.from_iterable(tensor_chunks(g, by_name[n], progress, None, allow_nonfinite)
-                                                 for n in parts)
+            data = fused_tensors.in_order([tensor_chunks(g, by_name[n], progress, None, allow_nonfinite)
+                                           for n in parts], runs, math.prod(shape[1:]) * DTYPES[dtype].itemsize)
             if (where := delta_net.tiled_axis(name, cfg)) is not None:  # (a layer's projection, whole)
                 whole = np.frombuffer(b"".join(data), RAW[DTYPES[dtype].itemsize]).reshape(shape)
                 data = [delta_net.untile(whole, *where).tobytes()]

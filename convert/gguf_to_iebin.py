@@ -49,8 +49,8 @@ from iekit.formats.model_spec import check_convertible, every_nth, longrope_atte
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
-from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, GGUF_ARCHS, IMPORTED_AS, LINEAR_CONV, LINEAR_DECAY, MLA_KV_B,
-                         NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, attention_scalar, beside, hf_layer_name, mtp_extra_hf_name,
+from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, CONVERTER_FUSED, GGUF_ARCHS, IMPORTED_AS, LINEAR_CONV,
+                         LINEAR_DECAY, MLA_KV_B, NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, attention_scalar, beside, hf_layer_name, mtp_extra_hf_name,
                          norm_shift, sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
@@ -105,10 +105,63 @@ def row_order(g: GGUFModel, t: GGUFTensor, cfg: dict[str, Any]) -> np.ndarray | 
     heads = {"attn_q": cfg["num_attention_heads"], "attn_k": cfg["num_key_value_heads"]}.get(kind)
     if heads is None or not _arch_of(g).permute_qk:
         return None
-    n = t.shape[0]
+    return _unpermuted(g, t, t.shape[0], heads)
+
+
+def _unpermuted(g: GGUFModel, t: GGUFTensor, n: int, heads: int) -> np.ndarray:
+    """row_order's source rows for ``n`` q or k rows of ``heads`` heads (of tensor ``t``)."""
     if n % (2 * heads):
         raise FormatError(g.path, f"tensor {t.name!r} dims", f"{n} rows do not split into {heads} heads of pairs")
     return np.arange(n).reshape(heads, n // heads // 2, 2).swapaxes(1, 2).reshape(-1)
+
+
+def _converter_fused(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], t: GGUFTensor, layer: int,
+                     suffix: str) -> list[_Tensor] | None:
+    """The tensors a file written with the converter's --fuse-qkv or --fuse-gate-up-exps (CONVERTER_FUSED) holds
+    in ``t`` (block ``layer``'s ``suffix``), read as the separate ones would be: attn_qkv's q rows (all but two kv
+    widths), k rows, v rows, q/k un-interleaved where the architecture's are; ffn_gate_up_exps' per expert gate
+    rows, then up rows. None where ``t`` is none of those (a gated DeltaNet's own attn_qkv, phi3's)."""
+    base, _, kind = suffix.rpartition(".")
+    parts = CONVERTER_FUSED.get(base)
+    n = cfg["num_hidden_layers"]
+    linear = base == "attn_qkv" and arch.linear and layer < n and cfg["layer_types"][layer] == "linear_attention"
+    if parts is None or suffix in arch.fused or linear:
+        return None
+    where = f"tensor {t.name!r}"
+    if base == "attn_qkv":
+        names = [hf_layer_name(arch, f"blk.{layer}.{x}.{kind}") for x in parts]
+        if None in names:
+            return None
+        heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        kv_rows = kv * (cfg.get("head_dim") or cfg["hidden_size"] // heads)
+        rows = [t.shape[0] - 2 * kv_rows, kv_rows, kv_rows]
+        if rows[0] < 1:
+            raise FormatError(g.path, where, f"{t.shape[0]} rows cannot hold q, k and v with k and v "
+                                             f"{kv_rows} rows each")
+        out, r0 = [], 0
+        for x, name, m in zip(parts, names, rows):
+            order = np.arange(r0, r0 + m)
+            if arch.permute_qk and x != "attn_v":
+                order = r0 + _unpermuted(g, t, m, heads if x == "attn_q" else kv)
+            out.append(_Tensor(t, name, "", order, "", shape_=[m, *t.shape[1:]]))
+            r0 += m
+        return out
+    if len(t.shape) != 3 or t.shape[1] % 2:
+        raise FormatError(g.path, where, f"an expert stack of gate and up rows must be [experts, 2 × rows, cols], "
+                                         f"got {t.shape}")
+    n_exp, ff = t.shape[0], t.shape[1] // 2
+    stacks = {v: k for k, v in arch.experts.items()}
+    if all(f"{x}.weight" in stacks for x in parts):  # (one matrix per expert)
+        return [_Tensor(t, f"model.layers.{layer}.{stacks[f'{x}.weight'].format(e=e)}", "",
+                        e * 2 * ff + k * ff + np.arange(ff), "", shape_=[ff, t.shape[2]])
+                for e in range(n_exp) for k, x in enumerate(parts)]
+    pair = next((hf for hf, two in arch.paired.items() if two == tuple(f"{x}.weight" for x in parts)), None)
+    if pair is None:
+        return None
+    # the stack's row (e, 2i + k) (halves: (e, k ff + i)) is the file's row (e, k ff + i)
+    src = np.arange(n_exp)[:, None, None] * 2 * ff + np.arange(2)[None, None, :] * ff + np.arange(ff)[None, :, None]
+    order = (src.transpose(0, 2, 1) if arch.halves else src).reshape(-1)
+    return [_Tensor(t, f"model.layers.{layer}.{pair}", "", order, "", shape_=[n_exp, 2 * ff, t.shape[2]])]
 
 
 @dataclass
@@ -593,6 +646,12 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
         cfg.update(num_experts=cfg.pop("num_local_experts"), intermediate_size=None, moe_intermediate_size=inter,
                    shared_expert_intermediate_size=_field(g, f"{a}.expert_shared_feed_forward_length", int, 0)
                    or cfg["intermediate_size"] or inter)
+    if arch.hf_class == "Qwen3NextForCausalLM":  # (experts in every layer, renormalised: llama.cpp's qwen3next)
+        inter = _field(g, f"{a}.expert_feed_forward_length", int)
+        cfg.update(num_experts=cfg.pop("num_local_experts"), moe_intermediate_size=inter, norm_topk_prob=True,
+                   mlp_only_layers=[], decoder_sparse_step=1,
+                   shared_expert_intermediate_size=_field(g, f"{a}.expert_shared_feed_forward_length", int, 0)
+                   or cfg["intermediate_size"] or inter)
     if arch.hf_class == "Qwen3MoeForCausalLM":
         cfg.update(moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), norm_topk_prob=True,
                    mlp_only_layers=[], decoder_sparse_step=1)
@@ -634,7 +693,8 @@ def _ernie_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
 def _linear_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     """Qwen3.5's layers as Qwen3_5TextConfig says them: which are gated DeltaNet (attention.recurrent_layers, else
     all but every full_attention_interval-th), its heads and dims from the ssm.* keys, and the value heads in the
-    order llama.cpp's converter writes them (linear_value_head_order "tiled", which the decoder reads as it is).
+    order llama.cpp's converter writes them (linear_value_head_order "tiled", which the decoder reads as it is;
+    Qwen3-Next's grouped, Hugging Face's).
     Text positions turn every section of its interleaved MRoPE alike, one RoPE; a fourth section (positions 0 in
     llama.cpp's text batches) would not, and is refused."""
     a, blocks = arch.gguf, cfg["num_hidden_layers"]
@@ -667,8 +727,9 @@ def _linear_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     cfg.update(layer_types=["linear_attention" if r else "full_attention" for r in recurrent],
                linear_num_key_heads=k_heads, linear_num_value_heads=v_heads,
                linear_key_head_dim=_field(g, f"{a}.ssm.state_size", int), linear_value_head_dim=inner // v_heads,
-               linear_conv_kernel_dim=_field(g, f"{a}.ssm.conv_kernel", int), linear_value_head_order="tiled",
-               full_attention_interval=_field(g, f"{a}.full_attention_interval", int, 4))
+               linear_conv_kernel_dim=_field(g, f"{a}.ssm.conv_kernel", int),
+               full_attention_interval=_field(g, f"{a}.full_attention_interval", int, 4),
+               **({} if arch.hf_class in delta_net.GROUPED_IN_GGUF else {delta_net.ORDER_KEY: "tiled"}))
     if sections:  # (transformers' Qwen3_5TextRotaryEmbedding reads its three)
         cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg["rope_theta"],
                                   "partial_rotary_factor": cfg["partial_rotary_factor"], "mrope_section": sections[:3]}
@@ -831,7 +892,9 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
         name = mtp_extra_hf_name(arch, t.name, cfg["num_hidden_layers"]) or hf_layer_name(arch, t.name)
         if t.name == "rope_freqs.weight":
             continue  # read into the config's rope_scaling (build_config)
-        if name is not None:
+        if m and (parts := _converter_fused(g, arch, cfg, t, int(layer), suffix)) is not None:
+            out.extend(parts)
+        elif name is not None:
             if len(t.shape) > 2 and not name.endswith(("experts.down_proj", "experts.down_proj_bias")):
                 raise FormatError(g.path, where, f"has {len(t.shape)} dimensions; expected a matrix or vector")
             # (gated DeltaNet's conv1d: [channels, 1, taps] as Hugging Face keeps it, the same bytes)
@@ -845,15 +908,14 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
             for e in range(n_exp):
                 out.append(_Tensor(t, f"model.layers.{int(layer)}.{stacks[suffix].format(e=e)}", "",
                                    np.arange(e * rows, (e + 1) * rows), "", shape_=list(t.shape[1:])))
-        elif suffix in arch.fused:
+        elif suffix in arch.fused or suffix in arch.fused_legacy:
             if len(t.shape) != 2:
                 raise FormatError(g.path, where, f"shape {t.shape}: expected a matrix")
-            rows = fused_tensors.part_rows(cfg, arch.fused[suffix], t.shape[0], f"{g.path}: {where}")
-            r0 = 0
-            for hf, n in zip(fused_tensors.FUSED[arch.fused[suffix]], rows):  # whole rows: a quantized part keeps its bytes
-                out.append(_Tensor(t, f"model.layers.{int(layer)}.{hf}", "", np.arange(r0, r0 + n), "",
-                                   shape_=[n, t.shape[1]]))
-                r0 += n
+            fused = arch.fused.get(suffix) or arch.fused_legacy[suffix]
+            runs = fused_tensors.row_runs(cfg, fused, t.shape[0], f"{g.path}: {where}")
+            for k, hf in enumerate(fused_tensors.FUSED[fused]):  # whole rows: a quantized part keeps its bytes
+                rows = fused_tensors.part_index(runs, k)
+                out.append(_Tensor(t, f"model.layers.{int(layer)}.{hf}", "", rows, "", shape_=[len(rows), t.shape[1]]))
         elif arch.mla and suffix in MLA_KV_B[1:]:
             if suffix == MLA_KV_B[2]:
                 continue  # made with attn_k_b

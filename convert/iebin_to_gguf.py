@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from iekit.formats import delta_net, iebin, weight_types
+from iekit.formats import delta_net, fused_tensors, iebin, weight_types
 from iekit.formats.atomic import StagedFiles
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError, UnsupportedError
@@ -257,8 +257,12 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
             if not moe.norm_topk:
                 raise IEError(f"{where}.norm_topk_prob: false; llama.cpp's qwen3moe always renormalises the "
                               "top-k weights")
-        if arch.gguf == "qwen35moe" and not moe.norm_topk:  # (its config cannot say otherwise; a hand-made one)
-            raise IEError(f"{where}: llama.cpp's qwen35moe always renormalises the top-k weights")
+        if arch.gguf in ("qwen35moe", "qwen3next") and not moe.norm_topk:  # (qwen35moe: a hand-made config)
+            raise IEError(f"{where}.norm_topk_prob: false; llama.cpp's {arch.gguf} always renormalises the top-k "
+                          "weights")
+        if arch.gguf == "qwen3next" and not all(moe.layers):
+            raise IEError(f"{where}.mlp_only_layers: llama.cpp's qwen3next has experts in every layer; this model has "
+                          "dense ones (mlp_only_layers, decoder_sparse_step)")
         if arch.gguf in ("olmoe", "qwen2moe") and moe.norm_topk:
             raise IEError(f"{where}.norm_topk_prob: true; llama.cpp's {arch.gguf} never renormalises the top-k weights")
         if arch.gguf == "qwen2moe" and not all(moe.layers):
@@ -306,9 +310,14 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
         rule = f"leaves every {arch.nope_step}th layer unrotated, and no other" if arch.nope_step else "rotates every layer"
         raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
                       f"llama.cpp's {arch.gguf} {rule}")
-    if arch.linear and spec.lin_k_heads != spec.lin_v_heads and not spec.lin_v_tiled:
-        raise IEError(f"{where}.{delta_net.ORDER_KEY}: 'grouped'; llama.cpp's {arch.gguf} reads the value heads in "
-                      "its tiled order, which hf-to-iebin writes: convert the checkpoint again")
+    grouped = arch.hf_class in delta_net.GROUPED_IN_GGUF
+    if arch.linear and spec.lin_k_heads != spec.lin_v_heads and spec.lin_v_tiled == grouped:
+        order, want = ("'tiled'", "Hugging Face's grouped") if grouped else ("'grouped'", "its tiled")
+        raise IEError(f"{where}.{delta_net.ORDER_KEY}: {order}; llama.cpp's {arch.gguf} reads the value heads in "
+                      f"{want} order, which hf-to-iebin writes: convert the checkpoint again")
+    if grouped and spec.lin_k_dim != spec.lin_v_dim:  # (its loader sizes the value heads by ssm.state_size)
+        raise IEError(f"{where}.linear_value_head_dim: {spec.lin_v_dim}; llama.cpp's {arch.gguf} takes the value "
+                      f"heads' width to be the key heads' ({spec.lin_k_dim})")
     if spec.arch.cohere and not spec.tied:
         raise IEError(f"{where}.tie_word_embeddings: false; llama.cpp's {arch.gguf} reads the embedding as its output "
                       "head")
@@ -499,20 +508,27 @@ def _split_kv_b(plan: _Plan, pre: str, i: int) -> None:
 
 
 def _join_fused(plan: _Plan, pre: str, i: int) -> set[str]:
-    """Layer ``i``'s fused GGUF tensors (phi3's attn_qkv and ffn_up), each
-    the rows of its HF matrices one after another; the names joined. q, k
+    """Layer ``i``'s fused GGUF tensors (phi3's attn_qkv and ffn_up; qwen3next's
+    ssm_ba), each the rows of its HF matrices in fused_tensors.row_runs' order
+    (phi3's one after another, qwen3next's blocked by key head); the names joined. q, k
     and v stored in different types are written as attn_q, attn_k, attn_v
     instead (llama.cpp's phi3 reads either); a fused tensor llama.cpp
     requires (ffn_up) needs its parts in one type (Plan.add says so)."""
     joined: set[str] = set()
     for suffix, parts in fused_parts(plan.arch).items():
+        if any(pre + hf not in plan.entries for hf in parts):  # (qwen3next's ssm_ba: the DeltaNet layers')
+            continue
         entries = [plan.entry(pre + hf) for hf in parts]
         alone = separable(plan.arch, parts)  # each has a GGUF name of its own
         kinds = {(e["dtype"], json.dumps(e.get("quant"), sort_keys=True)) for e in entries}
         if alone and len(kinds) > 1:
             continue
         rows = sum(e["shape"][0] for e in entries)
-        plan.add(f"blk.{i}.{suffix}", [_Part(e) for e in entries], [rows, entries[0]["shape"][1]])
+        runs = fused_tensors.row_runs(plan.model.meta.get("config") or {}, plan.arch.fused[suffix], rows,
+                                      f"{plan.model.meta_path}: {plan.where(entries[0]['name'])}")
+        plan.add(f"blk.{i}.{suffix}", [_Part(entries[k], None if (r0, n) == (0, entries[k]["shape"][0])
+                                             else np.arange(r0, r0 + n)) for k, r0, n in runs],
+                 [rows, entries[0]["shape"][1]])
         joined.update(e["name"] for e in entries)
     return joined
 
@@ -669,7 +685,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.expert_count"] = moe.n_experts
         kv[f"{a}.expert_used_count"] = moe.top_k
         if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "llama4",
-                         "ernie4_5-moe", "qwen35moe"):
+                         "ernie4_5-moe", "qwen35moe", "qwen3next"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
         if arch.gguf in LEADING_DENSE:  # as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model, Ernie4_5MoeModel do
             kv[f"{a}.expert_shared_count"] = moe.shared_inter // moe.inter
@@ -686,7 +702,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             kv[f"{a}.expert_gating_func"] = SIGMOID_GATING
         elif arch.gguf == "deepseek2":  # softmax (DeepSeek-V2's Hub configs' scoring_func)
             kv[f"{a}.expert_gating_func"] = 1
-        if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe"):
+        if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe", "qwen3next"):
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
         if arch.gguf in ("glm4moe", "deepseek2"):  # as convert_hf_to_gguf's Glm4MoeModel and DeepseekV2Model write them
             if moe.sigmoid:  # (DeepSeek-V2's config has no groups to write)
@@ -702,7 +718,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.attention.sliding_window"] = max(spec.windows) or cfg.get("sliding_window") or spec.max_positions
         kv[f"{a}.attention.sliding_window_pattern"] = [w > 0 for w in spec.windows]
     if arch.linear:
-        _linear_kv(kv, a, spec, cfg)
+        _linear_kv(kv, a, arch, spec, cfg)
     if spec.local_theta:  # the sliding layers' own base (gemma3; olmo3's, its full layers')
         kv[f"{a}.rope.freq_base_swa"] = spec.local_theta
     if spec.arch.gemma:  # sliding layers by llama.cpp's period unless a pattern says otherwise
@@ -719,18 +735,22 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     return kv
 
 
-def _linear_kv(kv: dict[str, Any], a: str, spec: DecoderSpec, cfg: dict[str, Any]) -> None:
-    """Qwen3.5's gated DeltaNet keys, as convert_hf_to_gguf's Qwen3NextModel and Qwen3_5TextModel write them
-    (its MRoPE sections: the config's, else [11, 11, 10, 0], which text positions turn as one RoPE)."""
+def _linear_kv(kv: dict[str, Any], a: str, arch: GGUFArch, spec: DecoderSpec, cfg: dict[str, Any]) -> None:
+    """Qwen3.5's and Qwen3-Next's gated DeltaNet keys, as convert_hf_to_gguf's Qwen3NextModel and
+    Qwen3_5TextModel write them (Qwen3.5's MRoPE sections: the config's, else [11, 11, 10, 0], which text
+    positions turn as one RoPE)."""
     kv[f"{a}.ssm.conv_kernel"] = spec.lin_conv
     kv[f"{a}.ssm.state_size"] = spec.lin_k_dim
     kv[f"{a}.ssm.group_count"] = spec.lin_k_heads
     kv[f"{a}.ssm.time_step_rank"] = spec.lin_v_heads
     kv[f"{a}.ssm.inner_size"] = spec.lin_v_dim * spec.lin_v_heads
-    kv[f"{a}.attention.recurrent_layers"] = list(spec.linear) + [False] * spec.mtp_layers  # (MTP blocks: attention)
+    if "layer_types" in cfg:  # (else the interval says it, as the converter leaves it)
+        kv[f"{a}.attention.recurrent_layers"] = list(spec.linear) + [False] * spec.mtp_layers  # (MTP blocks: attention)
     if spec.mtp_layers:
         kv[f"{a}.nextn_predict_layers"] = spec.mtp_layers
     kv[f"{a}.full_attention_interval"] = int(cfg.get("full_attention_interval", 4))
+    if arch.hf_class == "Qwen3NextForCausalLM":  # (plain RoPE: no MRoPE sections)
+        return
     rp = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
     sections = rp.get("mrope_section") or [11, 11, 10]
     kv[f"{a}.rope.dimension_sections"] = [int(v) for v in sections] + [0] * (4 - len(sections))

@@ -34,7 +34,7 @@ RSS is Q plus the largest writing matrix in f32, never the model.
 
 from __future__ import annotations
 
-import itertools
+import math
 import json
 import os
 import re
@@ -255,10 +255,11 @@ def rotate(src: HFSource, out_dir: str | os.PathLike, *, seed: int = 0, dtype: s
         layout = fused_tensors.joined(config, [(r.name, dtype, r.shape) for r in rules], str(src.dir))  # (Phi-3)
         with out.writing() as staged:
             writer = SafetensorsWriter(staged.open(SINGLE_NAME), [t[:3] for t in layout], meta)
-            for name, _dtype, _shape, parts in layout:
+            for name, _dtype, shape, parts, runs in layout:
                 progress.describe(name)
-                writer.write(name, itertools.chain.from_iterable(
-                    _values(by_name[p], tensors, norms, q32, dtype, progress.advance) for p in parts))
+                writer.write(name, fused_tensors.in_order(
+                    [_values(by_name[p], tensors, norms, q32, dtype, progress.advance) for p in parts], runs,
+                    math.prod(shape[1:]) * DTYPES[dtype].itemsize))
             writer.finish()
             staged.write_bytes("config.json", (json.dumps(config, indent=2) + "\n").encode())
             for n, d in aux.items():

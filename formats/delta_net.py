@@ -21,7 +21,8 @@ the tiled order (expert_stacks.AsWritten, before anything is quantized, so
 a quantized out_proj's columns never have to move), recorded as
 ``config.linear_value_head_order: "tiled"``; gguf-to-iebin keeps llama.cpp's
 bytes as they are, under the same key; iebin-to-gguf then copies; gguf-to-hf
-turns them back (``untile``).
+turns them back (``untile``). Qwen3-Next's llama.cpp graph reads the grouped
+order (``GROUPED_IN_GGUF``): its artifacts and files keep Hugging Face's.
 
 The axes that run over value heads, per tensor under linear_attn.: the rows
 of in_proj_qkv's v part and of conv1d's v channels, of in_proj_z, in_proj_b
@@ -37,6 +38,9 @@ import numpy as np
 from .model_spec import ARCHS, LINEAR_DEFAULTS
 
 ORDER_KEY = "linear_value_head_order"  # config.json: "grouped" (absent: Hugging Face's) or "tiled"
+# Architectures whose llama.cpp graph reads Hugging Face's grouped order, each key head repeated in place
+# (qwen3next), so that hf-to-iebin keeps it and gguf-to-iebin reads the file's order as grouped
+GROUPED_IN_GGUF = ("Qwen3NextForCausalLM",)
 _HEADS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
 
 
@@ -44,7 +48,7 @@ def _dims(config: Any) -> tuple[int, int, int, int] | None:
     """(key heads, value heads, key dim, value dim) of a grouped checkpoint whose order differs from llama.cpp's."""
     archs = config.get("architectures") if isinstance(config, dict) else None
     arch = ARCHS.get(archs[0]) if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    if arch is None or not arch.linear_attn or config.get(ORDER_KEY) == "tiled":
+    if arch is None or not arch.linear_attn or config.get(ORDER_KEY) == "tiled" or archs[0] in GROUPED_IN_GGUF:
         return None
     dims = tuple(config.get(k, LINEAR_DEFAULTS[k]) for k in _HEADS)
     if not all(type(v) is int and v > 0 for v in dims) or dims[1] % dims[0] or dims[0] == dims[1]:

@@ -24,7 +24,10 @@ The activation scale is dropped with them: the dequantized model, as
 transformers computes it with ``dequantize``, multiplies float activations
 (an FP8 kernel's rounding of them is a property of that kernel, not of the
 weights). Where nothing asks for another type, hf-to-iebin writes these
-weights in the checkpoint's own dtype (``default_dtype``), not f32.
+weights in the checkpoint's own dtype (``default_dtype``), not f32. A fused
+matrix's parts (Qwen3-Next-FP8's DeltaNet projections, blocked by head:
+formats/fused_tensors.py) are the same matrix read at their own rows
+(``Fp8Matrix.rows``), each with its block's scale.
 
 Refused, one line naming the tensor or key: an F8_E4M3 tensor in a
 checkpoint that is not FP8 or without its scales, scales without a weight,
@@ -104,6 +107,19 @@ class Fp8Matrix:
     scales: SafetensorsTensor
     block: tuple[int, int] | None  # [bn, bk], or None: one scale for the whole matrix
     tensor: SafetensorsTensor      # the f32 matrix as listed (name, shape, nbytes)
+    # the codes' rows it holds, in order (a part of a fused matrix: formats/fused_tensors.py); None: all
+    rows: tuple[int, ...] | None = None
+
+    def _runs(self, per: int) -> Iterator[tuple[int, int]]:
+        """[r0, r1) ranges of the codes' rows, in the matrix's order, at most ``per`` rows each."""
+        rows = range(self.codes.shape[0]) if self.rows is None else self.rows
+        i = 0
+        while i < len(rows):
+            j = i + 1
+            while j < len(rows) and j - i < per and rows[j] == rows[j - 1] + 1:
+                j += 1
+            yield rows[i], rows[j - 1] + 1
+            i = j
 
     @property
     def path(self):
@@ -142,12 +158,13 @@ class Fp8Matrix:
         rows, cols = self.codes.shape
         per = max(1, chunk_bytes // (4 * cols)) if cols else rows or 1
         scales = self._scale_rows()
-        for r0 in range(0, rows, per):
-            yield self._rows(r0, min(rows, r0 + per), scales).tobytes()
+        for r0, r1 in self._runs(per):
+            yield self._rows(r0, r1, scales).tobytes()
 
     def read_rows(self, t: SafetensorsTensor, rows: Iterable[int]) -> bytes:
         scales = self._scale_rows()
-        return b"".join(self._rows(r, r + 1, scales).tobytes() for r in rows)
+        held = range(self.codes.shape[0]) if self.rows is None else self.rows
+        return b"".join(self._rows(held[r], held[r] + 1, scales).tobytes() for r in rows)
 
     def copy_to(self, t: SafetensorsTensor, dst_fd: int, dst_offset: int,
                 advance: Callable[[int], None] | None = None) -> None:

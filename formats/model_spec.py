@@ -183,6 +183,11 @@ ARCHS = {
     # one (softmax over all, the top k renormalised, always), beside a sigmoid-gated shared expert
     "Qwen3_5MoeForCausalLM": Arch(moe="qwen3_5_moe", qk_norm=True, partial_rope=True, default_partial=0.25,
                                   zero_centered=True, attn_gate=True, linear_attn=True, unread=("mtp.",)),
+    # models/qwen3_next (Qwen3-Next-80B-A3B, Qwen3-Coder-Next): Qwen3.5-MoE's layers, its DeltaNet's projections
+    # stored fused and blocked by key head (read as Qwen3.5's: formats/fused_tensors.py); Qwen2-MoE's
+    # decoder_sparse_step, mlp_only_layers and norm_topk_prob
+    "Qwen3NextForCausalLM": Arch(moe="qwen3_next", qk_norm=True, partial_rope=True, default_partial=0.25,
+                                 zero_centered=True, attn_gate=True, linear_attn=True, unread=("mtp.",)),
     "Llama4ForCausalLM": Arch(moe="llama4", rope_interleaved=True, nope=True, llama4=True, mlp_module="feed_forward",
                               default_theta=500000.0),
 }
@@ -236,7 +241,7 @@ MOE_NAMES["qwen2_moe"] = {**MOE_NAMES["qwen3_moe"], "shared_gate": "mlp.shared_e
                           "shared_up": "mlp.shared_expert.up_proj.weight",
                           "shared_down": "mlp.shared_expert.down_proj.weight",
                           "shared_router": "mlp.shared_expert_gate.weight"}
-MOE_NAMES["qwen3_5_moe"] = MOE_NAMES["qwen2_moe"]
+MOE_NAMES["qwen3_5_moe"] = MOE_NAMES["qwen3_next"] = MOE_NAMES["qwen2_moe"]
 LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 # Arch.linear_attn's layer_types: which layers are gated DeltaNet (True) and which attention.
 LINEAR_LAYER_TYPES = {"full_attention": False, "linear_attention": True}
@@ -742,8 +747,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         return None
     if arch.moe == "ernie4_5_moe":
         return _ernie_moe(cfg, n_layers, meta_path)
-    if arch.moe == "qwen3_5_moe":
-        return _qwen3_5_moe(cfg, n_layers, meta_path)
+    if arch.moe in ("qwen3_5_moe", "qwen3_next"):
+        return _qwen3_5_moe(cfg, n_layers, meta_path, arch.moe == "qwen3_next")
     qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe in ROUTER_DEFAULTS  # (glm: GLM-4.5's or DeepSeek's)
     # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's and
     # Qwen2-MoE's: num_experts; GLM-4.5's: n_routed_experts.
@@ -767,11 +772,7 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
                                    "different models")
         norm_topk = norm
     if qwen:
-        step = _int(cfg, meta_path, "decoder_sparse_step", 1, section="config")
-        dense = cfg.get("mlp_only_layers") or []
-        if not isinstance(dense, list) or not all(type(i) is int for i in dense):
-            raise IEError(f"{meta_path}: config.mlp_only_layers: expected a list of layer indices, got {dense!r}")
-        layers = tuple(i not in dense and nth for i, nth in enumerate(every_nth(step, n_layers)))
+        layers = _sparse_layers(cfg, n_layers, meta_path)
     if arch.moe == "gpt_oss":
         glu = "gpt_oss"
         limit = _positive(cfg, meta_path, "swiglu_limit", 7.0, section="config")
@@ -915,19 +916,34 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     return spec
 
 
-def _qwen3_5_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
+def _sparse_layers(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> tuple[bool, ...]:
+    """Which layers have experts in a Qwen2-MoE-style config: every decoder_sparse_step-th but mlp_only_layers."""
+    step = _int(cfg, meta_path, "decoder_sparse_step", 1, section="config")
+    dense = cfg.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or not all(type(i) is int for i in dense):
+        raise IEError(f"{meta_path}: config.mlp_only_layers: expected a list of layer indices, got {dense!r}")
+    return tuple(i not in dense and nth for i, nth in enumerate(every_nth(step, n_layers)))
+
+
+def _qwen3_5_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path, qwen3_next: bool) -> MoeSpec:
     """Qwen3.5-MoE's experts (Qwen3_5MoeTextConfig's keys and defaults): num_experts_per_tok of num_experts in every
     layer, weighted by their softmax probabilities renormalised (Qwen3_5MoeTopKRouter always renormalises), beside
-    a shared expert of shared_expert_intermediate_size channels and its sigmoid gate."""
+    a shared expert of shared_expert_intermediate_size channels and its sigmoid gate. Qwen3-Next's likewise
+    (Qwen3NextConfig's defaults), but in the layers _sparse_layers names, renormalised as norm_topk_prob says."""
     def get(key: str, default: int) -> int:
         return _int(cfg, meta_path, key, default, section="config")
 
-    n_experts, top_k = get("num_experts", 256), get("num_experts_per_tok", 8)
+    n_experts, top_k = get("num_experts", 512 if qwen3_next else 256), get("num_experts_per_tok", 10 if qwen3_next else 8)
     if top_k > n_experts:
         raise IEError(f"{meta_path}: config.num_experts_per_tok: {top_k} is more than the {n_experts} experts "
                       "(num_experts)")
-    return MoeSpec(n_experts=n_experts, top_k=top_k, inter=get("moe_intermediate_size", 512), norm_topk=True,
-                   glu="silu", alpha=1.702, limit=7.0, layers=(True,) * n_layers, names=MOE_NAMES["qwen3_5_moe"],
+    layers, norm = (True,) * n_layers, True
+    if qwen3_next:
+        layers, norm = _sparse_layers(cfg, n_layers, meta_path), cfg.get("norm_topk_prob", True)
+        if not isinstance(norm, bool):
+            raise IEError(f"{meta_path}: config.norm_topk_prob: expected true or false, got {norm!r}")
+    return MoeSpec(n_experts=n_experts, top_k=top_k, inter=get("moe_intermediate_size", 512), norm_topk=norm,
+                   glu="silu", alpha=1.702, limit=7.0, layers=layers, names=MOE_NAMES["qwen3_5_moe"],
                    shared_inter=get("shared_expert_intermediate_size", 512))
 
 

@@ -12,6 +12,7 @@ read count towards RSS until the kernel reclaims them).
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import stat
@@ -36,6 +37,13 @@ class SafetensorsTensor:
     shape: tuple[int, ...]
     start: int  # absolute byte offset in the file
     nbytes: int
+    # a view of whole rows kept in several places (formats/fused_tensors.py: Qwen3-Next's blocked projections):
+    # its (absolute start, bytes) ranges, read one after another; empty: the one range at start
+    runs: tuple[tuple[int, int], ...] = ()
+
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        """(absolute start, bytes) of the tensor's bytes, in order."""
+        return self.runs or ((self.start, self.nbytes),)
 
 
 class SafetensorsFile:
@@ -137,21 +145,24 @@ class SafetensorsFile:
     def iter_chunks(self, t: SafetensorsTensor, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
         """The tensor's bytes in order, in chunks of at most ``chunk_bytes``
         (a multiple of 8, so chunks never split an element)."""
-        pos, end = t.start, t.start + t.nbytes
-        while pos < end:
-            want = min(chunk_bytes, end - pos)
-            buf = os.pread(self._fd, want, pos)
-            if len(buf) != want:
-                raise self._err(t.name, "file shrank while reading (truncated during conversion?)")
-            yield buf
-            pos += want
+        for start, nbytes in t.ranges():
+            pos, end = start, start + nbytes
+            while pos < end:
+                want = min(chunk_bytes, end - pos)
+                buf = os.pread(self._fd, want, pos)
+                if len(buf) != want:
+                    raise self._err(t.name, "file shrank while reading (truncated during conversion?)")
+                yield buf
+                pos += want
 
     def copy_to(self, t: SafetensorsTensor, dst_fd: int, dst_offset: int,
                 advance: Callable[[int], None] | None = None) -> None:
         """The tensor's bytes, unchanged, into ``dst_fd`` at ``dst_offset``
         (fileio.copy_range: in the kernel where it can)."""
-        if copy_range(self._fd, t.start, dst_fd, dst_offset, t.nbytes, advance) != t.nbytes:
-            raise self._err(t.name, "file shrank while reading (truncated during conversion?)")
+        for start, nbytes in t.ranges():
+            if copy_range(self._fd, start, dst_fd, dst_offset, nbytes, advance) != nbytes:
+                raise self._err(t.name, "file shrank while reading (truncated during conversion?)")
+            dst_offset += nbytes
 
     def read_rows(self, t: SafetensorsTensor, rows: Iterable[int]) -> bytes:
         """The bytes of rows ``rows`` of ``t`` viewed as a matrix
@@ -160,10 +171,14 @@ class SafetensorsFile:
         n_rows = math.prod(t.shape[:-1])
         row_bytes = t.nbytes // n_rows
         out = []
+        starts = [0]  # (the first row of each range)
+        for _s, nbytes in t.ranges():
+            starts.append(starts[-1] + nbytes // row_bytes if row_bytes else 0)
         for r in rows:
             if not 0 <= r < n_rows:
                 raise IndexError(f"{t.name}: row {r} of {n_rows}")
-            buf = os.pread(self._fd, row_bytes, t.start + r * row_bytes)
+            i = bisect.bisect_right(starts, r) - 1
+            buf = os.pread(self._fd, row_bytes, t.ranges()[i][0] + (r - starts[i]) * row_bytes)
             if len(buf) != row_bytes:
                 raise self._err(t.name, "file shrank while reading (truncated during conversion?)")
             out.append(buf)

@@ -142,6 +142,8 @@ from transformers import (  # noqa: E402
     Qwen3_5MoeTextConfig,
     Qwen3_5TextConfig,
     Qwen3_5VisionConfig,
+    Qwen3NextConfig,
+    Qwen3NextForCausalLM,
     Ernie4_5ForCausalLM,
     Ernie4_5_MoeConfig,
     Ernie4_5_MoeForCausalLM,
@@ -256,6 +258,7 @@ LLAMA4_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0, "l
                "high_freq_factor": 1.0, "original_max_position_embeddings": 64}
 QWEN3_5_MOE_SEED = SEED + 112  # its greedy cases run 16 tokens with margins >= 0.04
 QWEN3_5_SEED = SEED + 108  # its greedy cases run 16 tokens with margins >= 0.04
+QWEN3_NEXT_SEED = SEED + 116  # its greedy cases run 16 tokens with margins >= 0.04
 ERNIE4_5_SEED = SEED + 95  # its greedy cases run 16 tokens with margins >= 0.04
 ERNIE4_5_MOE_SEED = SEED + 101  # the first from SEED + 96 whose greedy cases run 16 tokens with margins >= 0.03
 LLAMA4_SEED = SEED + 94  # the first from SEED + 91 whose greedy cases run 16 tokens with margins >= 0.02
@@ -939,11 +942,13 @@ QWEN3_5_DIMS = dict(num_hidden_layers=4, head_dim=32, linear_num_key_heads=2, li
 
 
 def save_qwen3_5(tok, name: str, model_cls, config_cls, seed: int, drop: tuple[str, ...], **extra) -> None:
-    """A Qwen3.5 toy (QWEN3_5_DIMS and ``extra``; the common dims less ``drop``) with its MTP block beside it."""
+    """A Qwen3.5 toy (QWEN3_5_DIMS and ``extra``; the common dims less ``drop``) with its MTP block beside it
+    (its count in the config, as Qwen3.5's say it and Qwen3-Next's do not)."""
     dims = {k: v for k, v in common_dims(len(tok), tok.bos_token_id, tok.eos_token_id).items() if k not in drop}
     cfg = config_cls(**{**dims, **QWEN3_5_DIMS, **extra})
     cfg.architectures = [model_cls.__name__]
-    cfg.mtp_num_hidden_layers = 1
+    if model_cls is not Qwen3NextForCausalLM:
+        cfg.mtp_num_hidden_layers = 1
     save_model(tok, name, model_cls, cfg, seed, torch.bfloat16)
     add_qwen3_5_mtp(HF_DIR / name, seed + 2)
 
@@ -958,6 +963,14 @@ def make_qwen3_5_moe(tok) -> None:
     save_qwen3_5(tok, "tiny-qwen3-5-moe", Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig, QWEN3_5_MOE_SEED,
                  ("rope_theta", "intermediate_size"), num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                  shared_expert_intermediate_size=48)
+
+
+def make_qwen3_next(tok) -> None:
+    # Qwen3-Next-80B-A3B's layers on Qwen3.5-MoE's toy: its DeltaNet's q, k, v, z and b, a projections fused and
+    # blocked by key head (in_proj_qkvz, in_proj_ba), experts in every layer renormalised (norm_topk_prob)
+    save_qwen3_5(tok, "tiny-qwen3-next", Qwen3NextForCausalLM, Qwen3NextConfig, QWEN3_NEXT_SEED, ("rope_theta",),
+                 intermediate_size=96, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                 shared_expert_intermediate_size=48, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
 
 
 @torch.no_grad()
@@ -1471,6 +1484,7 @@ def main() -> None:
     make_qwen3_5_vl(tok)
     make_qwen3_5_moe(tok)
     make_qwen3_5_moe_vl(tok)
+    make_qwen3_next(tok)
     make_seed_oss(tok)
     make_glm4(tok)
     make_cohere2(tok)

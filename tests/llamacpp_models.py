@@ -8,8 +8,8 @@ experts in every layer and always renormalises the top-k; its gpt-oss clamps
 SwiGLU at 7 and rounds YaRN's range), and the exporter refuses those; the
 variants here change exactly that and nothing else (tiny-phi3 loses its
 window of 6, which llama.cpp's phi3 does not apply; tiny-llama4 takes the
-chunks and temperature llama.cpp's llama4 fixes; tiny-qwen3-5-moe runs in
-float32, below). tiny-mistral is absent:
+chunks and temperature llama.cpp's llama4 fixes; tiny-qwen3-5-moe and
+tiny-qwen3-next run in float32, below). tiny-mistral is absent:
 its 4-position sliding window is one the llama architecture does not have.
 """
 
@@ -38,7 +38,7 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-ernie4-5": "ernie4_5", "tiny-ernie4-5-moe": "ernie4_5-moe",
            "tiny-seed-oss": "seed_oss", "tiny-glm4": "glm4",
            "tiny-cohere2": "cohere2", "tiny-cohere": "command-r", "tiny-qwen3-5": "qwen35",
-           "tiny-qwen3-5-moe": "qwen35moe"}
+           "tiny-qwen3-5-moe": "qwen35moe", "tiny-qwen3-next": "qwen3next"}
 
 
 # Llama 4's chunks and temperature as llama.cpp's llama4 fixes them (the golden toy's act within 12 positions)
@@ -117,8 +117,9 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
     out["tiny-gpt-oss-mxfp4"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss-mxfp4")
     out["tiny-phi3"] = _convert(_hf_variant(tmp, "tiny-phi3", {"sliding_window": None}), tmp / "phi3")
     out["tiny-llama4"] = _convert(_hf_variant(tmp, "tiny-llama4", LLAMA4_FIXED), tmp / "llama4")
-    # (in float32: llama.cpp multiplies BF16 weights by activations rounded to bf16, which flips this random
-    # toy's near-tied routing, KL 0.013-0.016 against ierun; in F32 the two compute the same, KL 0.000000)
-    out["tiny-qwen3-5-moe"] = _convert(_hf_variant(tmp, "tiny-qwen3-5-moe", {"dtype": "float32"},
-                                                   hf_tensors(GOLDEN / "hf" / "tiny-qwen3-5-moe")), tmp / "qwen3-5-moe")
+    # (in float32: llama.cpp multiplies BF16 weights by activations rounded to bf16, which flips these random
+    # toys' near-tied routing, KL 0.013-0.026 against ierun; in F32 the two compute the same, KL 0.000000)
+    for name in ("tiny-qwen3-5-moe", "tiny-qwen3-next"):
+        out[name] = _convert(_hf_variant(tmp, name, {"dtype": "float32"}, hf_tensors(GOLDEN / "hf" / name)),
+                             tmp / name)
     return out

@@ -110,8 +110,10 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     # (GLM-4.5's and GLM-4.7-Flash's multi-token prediction layers are counted in llama.cpp's block_count;
     # DeepSeek-V3's are left out)
     mla = a == "deepseek2"
-    mtp = 0 if cfg["model_type"] == "deepseek_v3" else cfg.get("num_nextn_predict_layers",
-                                                               cfg.get("mtp_num_hidden_layers", 0))  # (Qwen3.5's)
+    # (Qwen3.5's and Qwen3-Next's beside the model, mtp.layers.I, which Qwen3-Next's config does not count)
+    beside = {t["name"].split(".")[2] for t in json.loads((model / "model.ie.json").read_text())["tensors"]
+              if t["name"].startswith("mtp.layers.")}
+    mtp = 0 if cfg["model_type"] == "deepseek_v3" else cfg.get("num_nextn_predict_layers", len(beside))
     assert kv[f"{a}.block_count"] == cfg["num_hidden_layers"] + mtp
     assert kv[f"{a}.attention.head_count"] == cfg["num_attention_heads"]
     assert kv[f"{a}.attention.head_count_kv"] == (1 if mla else cfg["num_key_value_heads"])  # (the latent: one head)
@@ -164,11 +166,13 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             base, bias = hf.removesuffix("_bias") + "_proj", True
         expected_name = name_map.get_name(base) \
             if ".experts." not in hf else None  # (routed experts: below; shared ones one to one)
-        if expected_name is None and (mla or a in ("qwen35", "qwen35moe")):  # (the gguf-py on PyPI predates deepseek2's and
+        if expected_name is None and (mla or a in ("qwen35", "qwen35moe", "qwen3next")):  # (the gguf-py on PyPI predates deepseek2's and
             # qwen35's MTP tensors: GLM-4.5's names)
             expected_name = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GLM4_MOE, kv[f"{a}.block_count"]).get_name(base)
         if any(hf.split(".")[-2] in parts for parts in fused.values()):
             continue  # phi3's fused matrices: below
+        if a == "qwen3next" and hf.endswith(("in_proj_b.weight", "in_proj_a.weight")):
+            continue  # in ssm_ba: below
         if expected_name is None:
             continue
         gname = expected_name + (".bias" if bias else ".weight")
@@ -183,7 +187,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         assert [int(d) for d in reversed(g.shape)] == shape, gname
         data = np.asarray(g.data).reshape(-1).view(np.uint8)
         gemma = a in ("gemma2", "gemma3")
-        shifted = gemma or a in ("qwen35", "qwen35moe")  # their RMSNorms multiply by 1 + w (Qwen3.5's gated DeltaNet norm excepted)
+        shifted = gemma or a in ("qwen35", "qwen35moe", "qwen3next")  # their RMSNorms multiply by 1 + w (Qwen3.5's gated DeltaNet norm excepted)
         if (len(t["shape"]) == 1 or ".ffn_gate_inp." in gname or ".ffn_gate_inp_shexp." in gname or conv) and \
                 (t["dtype"] != "f32" or shifted or ".ssm_a" in gname):
             assert g.tensor_type.name == "F32"  # llama.cpp keeps them F32 (routers, the shared expert's gate)
@@ -210,6 +214,17 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             want = [src[f"model.layers.{i}.{'mlp' if g_name == 'ffn_up' else 'self_attn'}.{p}.weight"] for p in parts]
             assert g.tensor_type.name == want[0][0]["dtype"].upper()
             assert np.asarray(g.data).reshape(-1).view(np.uint8).tobytes() == b"".join(w[1].tobytes() for w in want)
+    # qwen3next: ssm_ba as Hugging Face's in_proj_ba, per key head its value heads' b rows, then their a rows
+    for i, kind in enumerate(cfg.get("layer_types", []) if a == "qwen3next" else []):
+        if kind != "linear_attention":
+            continue
+        g = tensors[f"blk.{i}.ssm_ba.weight"]
+        seen.add(g.name)
+        b, a_ = (src[f"model.layers.{i}.linear_attn.in_proj_{k}.weight"] for k in "ba")
+        kh = cfg["linear_num_key_heads"]
+        want = np.concatenate([x[1].reshape(kh, -1) for x in (b, a_)], axis=1)
+        assert g.tensor_type.name == b[0]["dtype"].upper()
+        assert np.asarray(g.data).reshape(-1).view(np.uint8).tobytes() == want.tobytes()
     if a == "phi3":
         rp = cfg["rope_parameters"]
         for k in ("long", "short"):
@@ -243,9 +258,10 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                        "deepseek2": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "ernie4_5-moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "qwen35moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
+                       "qwen3next": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "minimax-m2": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
                                       "down": "block_sparse_moe.experts.{e}.w2"}}[a][k]
-                beside = i >= trunk and a == "qwen35moe"  # (Qwen3.5's MTP layers are kept beside the model)
+                beside = i >= trunk and a in ("qwen35moe", "qwen3next")  # (their MTP layers are kept beside the model)
                 layer = f"mtp.layers.{i - trunk}." if beside else f"model.layers.{i}."
                 want = np.concatenate([src[f"{layer}{pat.format(e=e)}.weight"][1] for e in range(int(g.shape[-1]))])
             assert np.array_equal(data, np.ascontiguousarray(want).reshape(-1)), g.name

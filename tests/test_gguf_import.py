@@ -516,7 +516,9 @@ def test_bad_header(tmp_path, case, needles):
     ([("token_embd.weight", [48, 3], 8, 0)], bytes(768), ("whole Q8_0 blocks",)),
     ([_EMBED, _EMBED], bytes(1536), ("duplicate tensor name",)),
     ([_EMBED, ("rope_freqs.weight", [32], 0, 768)], bytes(896), ("rope_freqs.weight",)),
-    ([_EMBED, ("blk.0.attn_qkv.weight", [64, 3], 0, 768)], bytes(1536), ("attn_qkv", "no Hugging Face counterpart")),
+    ([_EMBED, ("blk.0.ssm_conv1d.weight", [64, 3], 0, 768)], bytes(1536), ("ssm_conv1d", "no Hugging Face counterpart")),
+    # (llama.cpp's converter's --fuse-qkv: q, k and v rows in one tensor, here too few)
+    ([_EMBED, ("blk.0.attn_qkv.weight", [64, 3], 0, 768)], bytes(1536), ("attn_qkv", "cannot hold q, k and v")),
     ([_EMBED, ("output_norm.weight", [64], 26, 768)], bytes(1024), ("I32", "cannot be converted")),
 ])
 def test_bad_tensors(tmp_path, tensors, data, needles):

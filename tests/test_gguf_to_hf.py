@@ -46,7 +46,8 @@ def models(tmp_path_factory) -> dict[str, Path]:
                                   "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe", "tiny-minimax-m2", "tiny-seed-oss",
                                   "tiny-deepseek-v3", "tiny-deepseek-v2", "tiny-glm4-moe-lite",
                                   "tiny-llama4", "tiny-ernie4-5", "tiny-ernie4-5-moe", "tiny-glm4", "tiny-cohere2",
-                                  "tiny-cohere", "tiny-qwen3-5", "tiny-qwen3-5-moe"])
+                                  "tiny-cohere", "tiny-qwen3-5", "tiny-qwen3-5-moe",
+                                  "tiny-qwen3-next"])
 def test_a_gguf_comes_back_as_its_checkpoint(tmp_path, models, name):
     g = tmp_path / "m.gguf"
     res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", models[name], "--out", g)
@@ -56,7 +57,8 @@ def test_a_gguf_comes_back_as_its_checkpoint(tmp_path, models, name):
     # against the checkpoint the artifact came from: every tensor, value for value
     # (tiny-phi3's: fused again into qkv_proj and gate_up_proj; its window is the variant's: none; tiny-llama4's
     # expert stacks transposed back to [experts, in, out])
-    variants = ("tiny-qwen3-moe", "tiny-phi3", "tiny-deepseek-v3", "tiny-llama4", "tiny-ernie4-5-moe", "tiny-qwen3-5-moe")
+    variants = ("tiny-qwen3-moe", "tiny-phi3", "tiny-deepseek-v3", "tiny-llama4", "tiny-ernie4-5-moe", "tiny-qwen3-5-moe",
+                "tiny-qwen3-next")
     source = GOLDEN_HF / name if name not in variants else models[name].parent / f"hf-{name}"
     want, got = hf_tensors(source), hf_tensors(tmp_path / "hf")
     assert sorted(got) == sorted(want)  # a tied head stays tied

@@ -252,3 +252,48 @@ def test_an_fp8_checkpoint_rotates_as_its_floats(tmp_path):
     ids = json.loads((GOLDEN / "ref" / "tiny-qwen3" / "ids.json").read_text())
     got, ref = (np.asarray(Decoder(tmp_path / f"ie-{d.name}", act="f32").logits(ids, start=0)) for d in (rot, src))
     assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_fused_fp8_matrices_blocked_by_head_are_read_as_their_parts(tmp_path):
+    """Qwen3-Next-80B-A3B-Instruct-FP8's DeltaNet projections: in_proj_qkvz and in_proj_ba in FP8 with 12 x 32
+    blocks (not aligned with its 16-row heads), read as Qwen3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a:
+    each row its code times its own block's scale, as numpy computes it, gathered as transformers splits them."""
+    finite = np.flatnonzero(~np.isnan(E4M3))
+    cfg = json.loads((GOLDEN_HF / "tiny-qwen3-next" / "config.json").read_text())
+    kh, r, kd, vd = (cfg["linear_num_key_heads"], cfg["linear_num_value_heads"] // cfg["linear_num_key_heads"],
+                     cfg["linear_key_head_dim"], cfg["linear_value_head_dim"])
+    fused = {}
+
+    def to_fp8(t):
+        for k in [k for k in t if k.endswith(("in_proj_qkvz.weight", "in_proj_ba.weight"))]:
+            dtype, shape, b = t[k]
+            w = decode_f32(b, dtype.lower()).reshape(shape).astype(np.float64)
+            blocks = (-(-shape[0] // 12), -(-shape[1] // 32))
+            rows, cols = np.indices(shape)
+            s = np.zeros(blocks, np.float32)
+            np.maximum.at(s, (rows // 12, cols // 32), np.abs(w).astype(np.float32) / 448)
+            x = w / s[rows // 12, cols // 32]
+            codes = finite[np.abs(E4M3[finite][None, :] - x.reshape(-1, 1)).argmin(axis=1)].astype(np.uint8)
+            t[k] = ("F8_E4M3", shape, codes.tobytes())
+            t[k.removesuffix("weight") + "weight_scale_inv"] = ("F32", list(blocks), s.tobytes())
+            fused[k] = (E4M3[codes].reshape(shape).astype(np.float64) * s[rows // 12, cols // 32]).astype(np.float32)
+
+    src = _variant(tmp_path, "tiny-qwen3-next", to_fp8, lambda c: c.update(quantization_config={
+        "quant_method": "fp8", "weight_block_size": [12, 32], "activation_scheme": "dynamic"}))
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", src, "--out-dir", tmp_path / "m", "--dtype", "f32")
+    assert res.returncode == 0, res.stderr
+    m = iebin.load_model(tmp_path / "m")
+    got = {t["name"]: decode_f32(m.path_of(t).read_bytes()[t["file_data_offset"]:][:t["nbytes"]], "f32")
+           .reshape(t["shape"]) for t in m.tensors}
+    assert len(fused) == 6
+    for k, w in fused.items():
+        pre = k.rsplit(".", 2)[0] + "."
+        if k.endswith("in_proj_ba.weight"):
+            heads = w.reshape(kh, 2 * r, -1)
+            assert np.array_equal(got[pre + "in_proj_b.weight"], heads[:, :r].reshape(kh * r, -1))
+            assert np.array_equal(got[pre + "in_proj_a.weight"], heads[:, r:].reshape(kh * r, -1))
+            continue
+        q, kk, v, z = np.split(w.reshape(kh, 2 * kd + 2 * r * vd, -1), [kd, 2 * kd, 2 * kd + r * vd], axis=1)
+        qkv = np.concatenate([x.reshape(-1, w.shape[1]) for x in (q, kk, v)])
+        assert np.array_equal(got[pre + "in_proj_qkv.weight"], qkv)
+        assert np.array_equal(got[pre + "in_proj_z.weight"], z.reshape(-1, w.shape[1]))

@@ -294,6 +294,21 @@ def test_gguf_imatrix_holds_each_entry_under_llama_cpps_name(tmp_path, name):
     assert mapped.keys() == im.entries.keys()
     for k, v in im.entries.items():
         np.testing.assert_allclose(mapped[k], v, rtol=1e-6, err_msg=k)
+    # llama-imatrix on a file the converter wrote with --fuse-qkv and --fuse-gate-up-exps names one entry for q, k
+    # and v (attn_qkv) and one for each layer's gate and up stacks (ffn_gate_up_exps): their inputs are the same
+    fused = {}
+    for n, v in back.entries.items():
+        for parts, whole in (((".attn_q.", ".attn_k.", ".attn_v."), ".attn_qkv."),
+                             ((".ffn_gate_exps.", ".ffn_up_exps."), ".ffn_gate_up_exps.")):
+            hit = next((p for p in parts if p in n), None)
+            if hit is not None:
+                n = n.replace(hit, whole)
+                assert n not in fused or np.array_equal(fused[n], v), n
+        fused[n] = v
+    assert len(fused) < len(back.entries)
+    again = importance_to_hf(fused, set(im.entries), str(out))
+    assert sorted(again) == sorted(mapped), sorted(set(again) ^ set(mapped))[:4]
+    assert all(np.array_equal(again[k], mapped[k]) for k in mapped)
 
 
 def test_llamacpp_expert_rows_of_another_model_are_one_error(tmp_path):

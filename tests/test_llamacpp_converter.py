@@ -35,7 +35,8 @@ CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss
            "tiny-seed-oss": {}, "tiny-glm4": {}, "tiny-deepseek-v3": {}, "tiny-deepseek-v2": {},
            "tiny-glm4-moe-lite": {"scoring_func": "sigmoid"},
            "tiny-llama4": LLAMA4_FIXED, "tiny-ernie4-5": {}, "tiny-ernie4-5-moe": {},
-           "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-qwen3-5": {}, "tiny-qwen3-5-moe": {}}
+           "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-qwen3-5": {}, "tiny-qwen3-5-moe": {},
+           "tiny-qwen3-next": {}}
 # what an export needs beyond the defaults: tiny-phi3's window of 6, which llama.cpp's phi3 does not apply
 EXPORT_ARGS = {"tiny-phi3": ["--allow-full-attention"]}
 # descriptive keys the converter derives from the directory and file (llama.cpp reads none of them to run)
@@ -160,3 +161,40 @@ def test_export_writes_what_llamacpps_converter_writes(pair, tmp_path):
     assert all(k.startswith("iekit.") or k.endswith((
         ".attention.key_length", ".attention.value_length", ".rope.dimension_count", ".vocab_size",
         ".attention.sliding_window_pattern", "ggml.add_bos_token", "ggml.add_eos_token")) for k in extra), extra
+
+
+@pytest.mark.parametrize("name", ["tiny-mixtral", "tiny-qwen2", "tiny-qwen3-5-moe"])
+def test_the_converters_fused_layouts_import_as_its_default_one(tmp_path, name):
+    """The converter's --fuse-qkv (q, k, v rows, and biases, in one attn_qkv: tiny-mixtral's q/k rows interleaved
+    as llama.cpp's llama turns them, tiny-qwen2's biased, tiny-qwen3-5-moe's gated q beside DeltaNet layers whose
+    own attn_qkv stays theirs) and --fuse-gate-up-exps (each expert's gate rows, then its up rows, in one
+    ffn_gate_up_exps: tiny-qwen3-5-moe's), files llama.cpp reads as it reads the default layout: imported, the
+    same artifact, byte for byte."""
+    import gguf
+
+    fused = CONVERTED / f"{name}-fused.gguf"
+    names = {t.name.split(".", 2)[-1] for t in gguf.GGUFReader(fused).tensors}
+    assert {"attn_qkv.weight", *(["attn_qkv.bias"] if name == "tiny-qwen2" else []),
+            *(["ffn_gate_up_exps.weight"] if name.endswith("moe") else [])} <= names
+    assert "attn_q.weight" not in names
+    for src, out in ((CONVERTED / f"{name}.gguf", tmp_path / "default"), (fused, tmp_path / "fused")):
+        res = run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", src, "--out-dir", out)
+        assert res.returncode == 0, res.stderr
+    a, b = load_model(tmp_path / "default"), load_model(tmp_path / "fused")
+    assert [(t["name"], t["dtype"], t["shape"]) for t in a.tensors] == [(t["name"], t["dtype"], t["shape"])
+                                                                         for t in b.tensors]
+    assert (tmp_path / "default" / "model.ie.bin").read_bytes() == (tmp_path / "fused" / "model.ie.bin").read_bytes()
+
+
+@pytest.mark.parametrize("name,tensor,shape,named", [
+    ("tiny-qwen2", "blk.0.attn_qkv.weight", [60, 64], "cannot hold q, k and v"),
+    ("tiny-qwen3-5-moe", "blk.0.ffn_gate_up_exps.weight", [4, 63, 64], "2 × rows"),
+])
+def test_a_fused_tensor_of_the_wrong_shape_is_one_line(tmp_path, name, tensor, shape, named):
+    from gguf_build import rewrite_gguf
+
+    bad = rewrite_gguf(CONVERTED / f"{name}-fused.gguf", tmp_path / "bad.gguf",
+                       tensors={tensor: np.zeros(shape, np.float32)})
+    res = run_tool("ieconv", "gguf-to-iebin", "--gguf", bad, "--out-dir", tmp_path / "m")
+    assert res.returncode == 1 and tensor in res.stderr and named in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "m").exists()

@@ -501,3 +501,32 @@ def test_streamed_writer_is_read_by_safetensors_and_rewrites_identically(tmp_pat
             w.write("y", [b"\0" * 4])
         with pytest.raises(ValueError, match="got 4 bytes, its header says 8"):
             w.write("x", [b"\0" * 4])
+
+
+def test_a_view_of_rows_kept_apart_reads_them_in_order(tmp_path):
+    """A fused matrix's part (formats/fused_tensors.py: Qwen3-Next's blocked projections) is a view whose rows lie
+    in several byte ranges: every reader (chunks of any size, a copy, chosen rows) gives those rows in order."""
+    from dataclasses import replace
+
+    from iekit.formats import fused_tensors
+
+    w = np.arange(24 * 5, dtype=np.float32).reshape(24, 5)
+    serialize({"m": ("F32", [24, 5], w.tobytes())}, tmp_path / "m.safetensors")
+    cfg = {"linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 2, "linear_value_head_dim": 2}
+    runs = fused_tensors.row_runs(cfg, fused_tensors.QKVZ, 24, "m")
+    with SafetensorsFile(tmp_path / "m.safetensors") as sf:
+        t = sf.tensors["m"]
+        for k, rows in enumerate(fused_tensors.part_sizes(runs)):
+            want = w[fused_tensors.part_index(runs, k)]
+            parts = fused_tensors.split({"architectures": ["Qwen3NextForCausalLM"], **cfg},
+                                        {"x.linear_attn.in_proj_qkvz.weight": (sf, t)}, "m")
+            view = parts[f"x.{fused_tensors.FUSED[fused_tensors.QKVZ][k]}"][1]
+            assert view.shape == (rows, 5) and len(view.runs) > 1
+            for chunk in (8, 20, 4096):
+                assert b"".join(sf.iter_chunks(view, chunk)) == want.tobytes()
+            assert sf.read_rows(view, [rows - 1, 0, 3]) == want[[rows - 1, 0, 3]].tobytes()
+            with open(tmp_path / "out", "wb+") as f:
+                f.write(b"\0" * 7)
+                sf.copy_to(view, f.fileno(), 7)
+            assert (tmp_path / "out").read_bytes()[7:] == want.tobytes()
+            assert replace(view, runs=()).ranges() == ((view.start, view.nbytes),)

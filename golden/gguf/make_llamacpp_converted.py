@@ -9,7 +9,7 @@ the one llama-cpp-python 0.3.36 vendors (``make llamacpp`` unpacks it); it
 needs torch and transformers, so this runs in the golden environment:
 
     .venv-golden/bin/pip install sentencepiece   # the converter imports it
-    .venv-golden/bin/python golden/gguf/make_llamacpp_converted.py [NAME ...]   # all of MODELS by default
+    .venv-golden/bin/python golden/gguf/make_llamacpp_converted.py [NAME ...]   # all of MODELS and FUSED by default
 
 These things are set for the toys, none of which touches a tensor:
 
@@ -58,8 +58,13 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-seed-oss": {}, "tiny-glm4": {}, "tiny-glm4-moe": {}, "tiny-minimax-m2": {"rotary_dim": 8, "scoring_func": "sigmoid"},
           "tiny-deepseek-v3": {}, "tiny-deepseek-v2": {}, "tiny-glm4-moe-lite": {"scoring_func": "sigmoid"},
           "tiny-llama4": {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1},
-          "tiny-ernie4-5": {}, "tiny-ernie4-5-moe": {}, "tiny-qwen3-5": {}, "tiny-qwen3-5-moe": {},
+          "tiny-ernie4-5": {}, "tiny-ernie4-5-moe": {}, "tiny-qwen3-5": {}, "tiny-qwen3-5-moe": {}, "tiny-qwen3-next": {},
           "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-exaone": {}}
+# The converter's layout options, which write files llama.cpp reads as well: --fuse-qkv (q, k, v rows in one
+# attn_qkv) and --fuse-gate-up-exps (each expert's gate rows, then its up rows, in one ffn_gate_up_exps).
+# output name -> (the golden/hf model, the options)
+FUSED = {"tiny-mixtral-fused": ("tiny-mixtral", ["--fuse-qkv"]), "tiny-qwen2-fused": ("tiny-qwen2", ["--fuse-qkv"]),
+         "tiny-qwen3-5-moe-fused": ("tiny-qwen3-5-moe", ["--fuse-qkv", "--fuse-gate-up-exps"])}
 # EXAONE 3.5 (ExaoneForCausalLM, remote code transformers does not ship) is a Llama under other names: tiny-llama
 # laid out as LG publishes it, HF name -> EXAONE's (its config keys likewise)
 EXAONE_NAMES = (("model.embed_tokens.", "transformer.wte."), ("model.norm.", "transformer.ln_f."),
@@ -112,7 +117,7 @@ def source_dir(name: str, work: Path) -> Path:
     return dst
 
 
-def convert(llama_cpp: Path, src: Path, out: Path) -> None:
+def convert(llama_cpp: Path, src: Path, out: Path, flags: list[str]) -> None:
     """Run in a child: the converter's module state is per process."""
     sys.path[:0] = [str(llama_cpp / "gguf-py"), str(llama_cpp)]
     import conversion.base as base
@@ -122,21 +127,22 @@ def convert(llama_cpp: Path, src: Path, out: Path) -> None:
     import conversion.ernie as ernie
     ernie.Ernie4_5Model.set_vocab = base.TextModel._set_vocab_gpt2  # (the toys' BPE: no tokenizer.model)
     transformers.AutoTokenizer.from_pretrained = transformers.PreTrainedTokenizerFast.from_pretrained
-    sys.argv = [str(llama_cpp / "convert_hf_to_gguf.py"), str(src), "--outfile", str(out), "--outtype", "auto"]
+    sys.argv = [str(llama_cpp / "convert_hf_to_gguf.py"), str(src), "--outfile", str(out), "--outtype", "auto", *flags]
     runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and Path(sys.argv[1]).is_dir():  # the child
-        convert(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
+    if len(sys.argv) >= 4 and Path(sys.argv[1]).is_dir():  # the child
+        convert(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:])
         return
     llama_cpp = next((ROOT / "build/llamacpp-src").glob("llama_cpp_python-*/vendor/llama.cpp"))
     OUT.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory() as d:
-        for name in sys.argv[1:] or MODELS:
+        for name in sys.argv[1:] or [*MODELS, *FUSED]:
             out = OUT / f"{name}.gguf"
-            subprocess.run([sys.executable, __file__, str(llama_cpp), str(source_dir(name, Path(d))), str(out)],
-                           check=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+            model, flags = FUSED.get(name, (name, []))
+            subprocess.run([sys.executable, __file__, str(llama_cpp), str(source_dir(model, Path(d))), str(out),
+                            *flags], check=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
             print(f"{out.relative_to(ROOT)}: {out.stat().st_size} bytes")
 
 
