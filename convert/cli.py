@@ -214,8 +214,11 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       as A_log, its MTP block beside the model as mtp.*), qwen3next
       (Qwen3-Next, Qwen3-Coder-Next: as qwen35moe, its value heads in
       Hugging Face's order, ssm_ba and an older file's ssm_in read as
-      the projections they fuse), seed_oss, glm4, cohere2 and command-r, and exaone
-      (EXAONE 3.5, as the Llama it is);
+      the projections they fuse), seed_oss, glm4, cohere2 and command-r,
+      exaone (EXAONE 3.5, as the Llama it is), qwen3vl and qwen3vlmoe
+      (Qwen3-VL's language model, as the Qwen3 or Qwen3-MoE it is: text
+      turns its MRoPE as one RoPE); files the converter wrote with --fuse-qkv or
+      --fuse-gate-up-exps read as the separate tensors;
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
       its vocabulary (byte-level BPE under any split llama.cpp names for
       these models, gpt-4o, tekken, deepseek-* and llama-bpe among them;
@@ -296,7 +299,8 @@ def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, overwrite, quiet)
               help="The multimodal checkpoint (Gemma3ForConditionalGeneration: Gemma 3 4B, 12B, 27B; "
                    "Mistral3ForConditionalGeneration: Mistral Small 3.1/3.2, Magistral Small, Ministral 3, "
                    "Devstral Small 2; Llama4ForConditionalGeneration: Llama 4 Scout, Maverick; "
-                   "Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration: Qwen3.5).")
+                   "Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration: Qwen3.5; "
+                   "Qwen3VLForConditionalGeneration, Qwen3VLMoeForConditionalGeneration: Qwen3-VL).")
 @click.option("--out-dir", required=True, type=click.Path(path_type=Path),
               help="Where its language model is written (model.safetensors, config.json, tokenizer files).")
 @click.option("--overwrite", is_flag=True, help="Replace the files of a previous checkpoint in --out-dir.")
@@ -304,13 +308,15 @@ def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, overwrite, quiet)
 def text_model_cmd(hf_dir, out_dir, overwrite, quiet):
     """Write a multimodal checkpoint's language model as a checkpoint of its own.
 
-    Gemma 3 4B, 12B and 27B, Mistral Small 3.1/3.2, Ministral 3, Llama 4 and
-    Qwen3.5 are published with a vision tower beside the text model; a text
-    prompt runs through the text model alone, which this writes as the
-    checkpoint transformers builds from it (Gemma3ForCausalLM,
+    Gemma 3 4B, 12B and 27B, Mistral Small 3.1/3.2, Ministral 3, Llama 4,
+    Qwen3.5 and Qwen3-VL are published with a vision tower beside the text
+    model; a text prompt runs through the text model alone, which this
+    writes as the checkpoint transformers builds from it (Gemma3ForCausalLM,
     MistralForCausalLM, Ministral3ForCausalLM, Llama4ForCausalLM,
     Qwen3_5ForCausalLM or Qwen3_5MoeForCausalLM, by text_config.model_type;
-    Qwen3.5's MTP tensors kept beside it, unread)
+    Qwen3.5's MTP tensors kept beside it, unread; Qwen3-VL's as
+    Qwen3ForCausalLM or Qwen3MoeForCausalLM, its MRoPE one RoPE for text,
+    its expert stacks one matrix per expert)
     (tensors copied byte for byte under the text model's names, text_config
     with transformers' defaults filled in as config.json, the tokenizer and
     generation files as they are). The vision tower and projector are left

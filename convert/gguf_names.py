@@ -492,8 +492,17 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
 # code transformers does not ship) is llama.cpp's llama graph with its rows as they are (rotate-half RoPE).
 # Its eps: the RMS key llama.cpp's graph reads (LG's files carry it), else the LayerNorm key, where llama.cpp's current
 # converter alone writes it (build_config reads that one for an RMSNorm architecture that lists it).
+# Qwen3-VL's language model (2B to 32B; llama.cpp's qwen3vl, its vision tower in a separate mmproj file) is Qwen3's
+# layer under interleaved MRoPE, whose sections text positions turn as one RoPE; its deepstack count says how many
+# layers add image features, which text adds none of. Qwen3-VL-30B-A3B and 235B-A22B (qwen3vlmoe) likewise
+# have Qwen3-MoE's.
+_QWEN3VL_KEYS = frozenset({"rope.dimension_sections", "n_deepstack_layers"})
 IMPORTED_AS = (GGUFArch("exaone", "LlamaForCausalLM", "llama", False, _LLAMA,
-                        keys=frozenset({"attention.layer_norm_epsilon"})),)
+                        keys=frozenset({"attention.layer_norm_epsilon"})),
+               GGUFArch("qwen3vl", "Qwen3ForCausalLM", "qwen3", False, _dense(_QK_NORM), keys=_QWEN3VL_KEYS),
+               GGUFArch("qwen3vlmoe", "Qwen3MoeForCausalLM", "qwen3_moe", False,
+                        _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight"}), experts=_QWEN_EXPS,
+                        keys=_QWEN3VL_KEYS))
 GGUF_ARCHS = tuple(dict.fromkeys(a.gguf for a in (*ARCHS.values(), *IMPORTED_AS)))  # what the importer reads
 
 

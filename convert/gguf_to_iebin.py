@@ -409,6 +409,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         cfg["no_rope_layers"] = [int(not w) for w in every_nth(arch.nope_step, cfg["num_hidden_layers"])]
     if arch.linear:
         _linear_config(g, arch, cfg)
+    elif "rope.dimension_sections" in arch.keys:  # (Qwen3-VL's: one RoPE for text)
+        _text_mrope(g, arch)
     _moe_config(g, arch, cfg)
     if DECODER_ARCHS[arch.hf_class].gemma:
         _gemma_config(g, arch, cfg)
@@ -695,8 +697,7 @@ def _linear_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     all but every full_attention_interval-th), its heads and dims from the ssm.* keys, and the value heads in the
     order llama.cpp's converter writes them (linear_value_head_order "tiled", which the decoder reads as it is;
     Qwen3-Next's grouped, Hugging Face's).
-    Text positions turn every section of its interleaved MRoPE alike, one RoPE; a fourth section (positions 0 in
-    llama.cpp's text batches) would not, and is refused."""
+    Text positions turn its interleaved MRoPE as one RoPE (_text_mrope)."""
     a, blocks = arch.gguf, cfg["num_hidden_layers"]
     # (the multi-token prediction blocks after the last: kept beside the model as mtp.*, _sources)
     mtp = _field(g, f"{a}.nextn_predict_layers", int, 0)
@@ -720,10 +721,7 @@ def _linear_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
         raise FormatError(g.path, f"{a}.ssm.inner_size", f"{inner} over {v_heads} value heads (ssm.time_step_rank) "
                                                          f"and {k_heads} key heads (ssm.group_count): expected whole "
                                                          "heads, value heads a multiple of key heads")
-    sections = g.fields.get(f"{a}.rope.dimension_sections", [])
-    if not isinstance(sections, list) or any(type(v) is not int for v in sections) or any(sections[3:]):
-        raise FormatError(g.path, f"{a}.rope.dimension_sections", f"{sections!r:.60}: a fourth section turns by "
-                                                                  "another position than a text token's")
+    sections = _text_mrope(g, arch)
     cfg.update(layer_types=["linear_attention" if r else "full_attention" for r in recurrent],
                linear_num_key_heads=k_heads, linear_num_value_heads=v_heads,
                linear_key_head_dim=_field(g, f"{a}.ssm.state_size", int), linear_value_head_dim=inner // v_heads,
@@ -733,6 +731,18 @@ def _linear_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     if sections:  # (transformers' Qwen3_5TextRotaryEmbedding reads its three)
         cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": cfg["rope_theta"],
                                   "partial_rotary_factor": cfg["partial_rotary_factor"], "mrope_section": sections[:3]}
+
+
+def _text_mrope(g: GGUFModel, arch: GGUFArch) -> list[int]:
+    """The file's MRoPE sections (Qwen3.5's, Qwen3-VL's; [] without the key): text positions are the same on the
+    first three, which then turn as one RoPE; a fourth section (positions 0 in llama.cpp's text batches) would not,
+    and is refused."""
+    a = arch.gguf
+    sections = g.fields.get(f"{a}.rope.dimension_sections", [])
+    if not isinstance(sections, list) or any(type(v) is not int for v in sections) or any(sections[3:]):
+        raise FormatError(g.path, f"{a}.rope.dimension_sections", f"{sections!r:.60}: a fourth section turns by "
+                                                                  "another position than a text token's")
+    return sections
 
 
 def _llama4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:

@@ -11,10 +11,17 @@ Mistral (``text_config.model_type`` mistral) or Ministral 3 (ministral3)
 text model. Llama 4 Scout and Maverick are ``Llama4ForConditionalGeneration``:
 a vision model beside a Llama 4 text model; Qwen3.5 is
 ``Qwen3_5ForConditionalGeneration`` (its mixtures of experts
-``Qwen3_5MoeForConditionalGeneration``). This writes that text model as
+``Qwen3_5MoeForConditionalGeneration``); Qwen3-VL 2B to 32B
+``Qwen3VLForConditionalGeneration``, whose language model is Qwen3's under
+interleaved MRoPE (text positions turn it as one RoPE, so the text model is a
+``Qwen3ForCausalLM`` without the MRoPE keys), and Qwen3-VL-30B-A3B and
+235B-A22B ``Qwen3VLMoeForConditionalGeneration``, a ``Qwen3MoeForCausalLM``
+whose experts the Hub stores as [experts, in, out] stacks (``EXPERT_STACKS``:
+written as the matrix per expert the text class holds, one expert read at a
+time). This writes that text model as
 the ``Gemma3ForCausalLM`` / ``MistralForCausalLM`` / ``Ministral3ForCausalLM``
-/ ``Llama4ForCausalLM`` / ``Qwen3_5ForCausalLM`` / ``Qwen3_5MoeForCausalLM`` checkpoint transformers
-would build from it: its tensors renamed from either layout
+/ ``Llama4ForCausalLM`` / ``Qwen3_5ForCausalLM`` / ``Qwen3_5MoeForCausalLM`` /
+``Qwen3ForCausalLM`` / ``Qwen3MoeForCausalLM`` checkpoint transformers would build from it: its tensors renamed from either layout
 (``language_model.model.*`` as the Hub's files hold them,
 ``model.language_model.*`` as transformers 5 saves them) and copied byte for
 byte, the vision tower's and projector's left out because the user asked
@@ -33,11 +40,14 @@ import json
 import os
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from iekit.formats.errors import IEError
 from iekit.formats import hf_fp8
+from iekit.formats.expert_stacks import RAW
 from iekit.formats.hf_checkpoint import HFSource, SINGLE_NAME, collect_tensors, read_aux
 from iekit.formats.hf_config import model_summary
 from iekit.formats.safetensors_writer import SafetensorsWriter
@@ -97,6 +107,25 @@ QWEN3_5_MOE_TEXT_DEFAULTS: dict[str, Any] = {
     **{k: v for k, v in QWEN3_5_TEXT_DEFAULTS.items() if k != "intermediate_size"}, "hidden_size": 2048,
     "num_hidden_layers": 40, "num_key_value_heads": 2, "num_experts": 256, "num_experts_per_tok": 8,
     "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512}
+# transformers 5.23's Qwen3VLTextConfig defaults that shape the computation (golden/ref/qwen3-vl-text-defaults.json)
+QWEN3_VL_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "hidden_act": "silu",
+    "max_position_embeddings": 128000, "rms_norm_eps": 1e-6, "attention_bias": False}
+QWEN3_VL_ROPE_DEFAULTS = {"rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}}
+# MRoPE's keys (Qwen3-VL's sections of the frequencies that turn by time, height and width): text positions are the
+# same on all three, so they turn as one RoPE, and the text model has none of them
+MROPE_KEYS = ("mrope_section", "mrope_interleaved")
+# transformers 5.23's Qwen3VLMoeTextConfig defaults that shape the computation
+# (golden/ref/qwen3-vl-moe-text-defaults.json; its head_dim: hidden_size / num_attention_heads)
+QWEN3_VL_MOE_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+    "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 128, "hidden_act": "silu",
+    "max_position_embeddings": 128000, "rms_norm_eps": 1e-6, "attention_bias": False, "num_local_experts": 60,
+    "num_experts_per_tok": 4, "moe_intermediate_size": 1408, "decoder_sparse_step": 1, "mlp_only_layers": []}
+# Qwen3-VL-MoE's expert stacks (their suffixes in a layer) -> the per-expert matrices each holds, in its columns'
+# order: gate_up_proj [experts, hidden, 2 inter] gate's columns then up's, down_proj [experts, inter, hidden]
+EXPERT_STACKS = {"mlp.experts.gate_up_proj": ("gate_proj", "up_proj"), "mlp.experts.down_proj": ("down_proj",)}
 # the keys that state a model's RoPE, one spelling or the other: defaults fill in none beside them
 _ROPE_KEYS = ("rope_parameters", "rope_theta", "rope_scaling")
 
@@ -115,6 +144,18 @@ class TextPart:
     # tied where the checkpoint stores no head (Mistral 3: transformers ties the composite model by its
     # top-level tie_word_embeddings, and leaves a stored head with other values untied); else text_config's
     tied_by_head: bool = False
+    # the text model turns text positions by one RoPE where the multimodal one has MRoPE (MROPE_KEYS left out), and
+    # ties its head as the multimodal config's top level says (Qwen3-VL)
+    plain_rope: bool = False
+    source_type: str = ""  # text_config.model_type where it is not the text model's (Qwen3-VL's qwen3_vl_text)
+    # the experts of each layer stored as two [experts, in, out] stacks (EXPERT_STACKS: Qwen3-VL-MoE's), written as
+    # the text model holds them, a matrix [out, in] per expert under Qwen3-MoE's names
+    expert_stacks: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)  # config keys the text class must be told
+
+    @property
+    def read_as(self) -> str:
+        return self.source_type or self.model_type
 
 
 # Both architectures' layouts: the Hub's (language_model.model.*) and transformers 5's in memory
@@ -141,6 +182,15 @@ MULTIMODAL = {
     "Qwen3_5ForConditionalGeneration": (TextPart(
         "Qwen3_5ForCausalLM", "qwen3_5_text", renames=(*_RENAMES, ("mtp.", "mtp.")), left_out=("model.visual.",),
         defaults=QWEN3_5_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, QWEN3_5_ROPE_DEFAULTS),)),),
+    # (Qwen3-VL 2B to 32B: Qwen3's layers under MRoPE, its deepstack only adding image features)
+    "Qwen3VLForConditionalGeneration": (TextPart(
+        "Qwen3ForCausalLM", "qwen3", renames=_RENAMES, left_out=("model.visual.",), defaults=QWEN3_VL_TEXT_DEFAULTS,
+        defaults_unless=((_ROPE_KEYS, QWEN3_VL_ROPE_DEFAULTS),), plain_rope=True, source_type="qwen3_vl_text"),),
+    # (Qwen3-VL-30B-A3B, 235B-A22B: Qwen3-MoE's layers, its router always renormalising the top k)
+    "Qwen3VLMoeForConditionalGeneration": (TextPart(
+        "Qwen3MoeForCausalLM", "qwen3_moe", renames=_RENAMES, left_out=("model.visual.",),
+        defaults=QWEN3_VL_MOE_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, QWEN3_VL_ROPE_DEFAULTS),), plain_rope=True,
+        source_type="qwen3_vl_moe_text", expert_stacks=True, overrides={"norm_topk_prob": True}),),
     "Qwen3_5MoeForConditionalGeneration": (TextPart(
         "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", renames=(*_RENAMES, ("mtp.", "mtp.")),
         left_out=("model.visual.",), defaults=QWEN3_5_MOE_TEXT_DEFAULTS,
@@ -152,11 +202,11 @@ def text_part(config: dict[str, Any], arch: str, where: str) -> TextPart:
     """The text model of ``arch`` this config's text_config describes (by its model_type)."""
     parts = MULTIMODAL[arch]
     text = config.get("text_config")
-    kind = text.get("model_type", parts[0].model_type) if isinstance(text, dict) else parts[0].model_type
-    part = next((p for p in parts if p.model_type == kind), None)
+    kind = text.get("model_type", parts[0].read_as) if isinstance(text, dict) else parts[0].read_as
+    part = next((p for p in parts if p.read_as == kind), None)
     if part is None:
         raise IEError(f"{where}: text_config.model_type: {kind!r} is not a text model of {arch} this extracts "
-                      f"({', '.join(p.model_type for p in parts)})")
+                      f"({', '.join(p.read_as for p in parts)})")
     return part
 
 
@@ -174,6 +224,11 @@ def text_config(config: dict[str, Any], part: TextPart, where: str) -> dict[str,
     for key in ("bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype"):
         if config.get(key) is not None:
             out[key] = config[key]
+    if part.plain_rope:
+        if isinstance(out.get("rope_parameters"), dict):
+            out["rope_parameters"] = {k: v for k, v in out["rope_parameters"].items() if k not in MROPE_KEYS}
+        out["tie_word_embeddings"] = config.get("tie_word_embeddings", False)
+    out.update(part.overrides)
     out.update(architectures=[part.text_class], model_type=part.model_type)
     return out
 
@@ -216,32 +271,80 @@ def extract_text_model(src: HFSource, out_dir: str | os.PathLike, *, overwrite: 
                 if new in kept:
                     raise IEError(f"{tensors[name][0].path}: {name}: a second tensor for {new} ({kept[new]})")
                 kept[new] = name
-        order = sorted(kept, key=natural_key)
+        experts = _split_stacks(part, kept, tensors)  # per-expert name -> (the stack's source name, expert, part)
         if part.tied_by_head:
             if "lm_head.weight" not in kept and src.config.get("tie_word_embeddings", True) is False:
                 raise IEError(f"{where}: tie_word_embeddings: false, and the checkpoint stores no lm_head.weight "
                               "(transformers would run an untrained head)")
             config["tie_word_embeddings"] = "lm_head.weight" not in kept
-        bytes_in = sum(tensors[kept[n]][1].nbytes for n in order)
+        if part.plain_rope and not config["tie_word_embeddings"] and "lm_head.weight" not in kept:
+            raise IEError(f"{where}: tie_word_embeddings: false, and the checkpoint stores no lm_head.weight "
+                          "(transformers would run an untrained head)")
+        sources = {*kept.values(), *(stack for stack, _e, _k in experts.values())}
+        bytes_in = sum(tensors[n][1].nbytes for n in sources)
         progress.start("extracting", bytes_in)
         meta = {"format": "pt", "iekit.source": json.dumps({"text_model_of": arch})}
         with out.writing() as staged:
             # (an FP8 checkpoint's weights, dequantized: in its own dtype, as hf-to-iebin writes them)
             fp8 = hf_fp8.default_dtype(src.config)
-            dtypes = {n: fp8 if isinstance(tensors[kept[n]][0], hf_fp8.Fp8Matrix) else tensors[kept[n]][1].dtype.name
-                      for n in order}
-            specs = [(n, dtypes[n], list(tensors[kept[n]][1].shape)) for n in order]
-            writer = SafetensorsWriter(staged.open(SINGLE_NAME), specs, meta)
+            specs = {n: (fp8 if isinstance(tensors[s][0], hf_fp8.Fp8Matrix) else tensors[s][1].dtype.name,
+                         list(tensors[s][1].shape)) for n, s in kept.items()}
+            for n, (stack, _e, k) in experts.items():  # (each expert's [out, in] matrix of an [in, out] stack)
+                t = tensors[stack][1]
+                specs[n] = (t.dtype.name, [t.shape[2] // len(EXPERT_STACKS[_stack_suffix(stack)]), t.shape[1]])
+            order = sorted(specs, key=natural_key)
+            writer = SafetensorsWriter(staged.open(SINGLE_NAME), [(n, *specs[n]) for n in order], meta)
             for n in order:
-                sf, t = tensors[kept[n]]
                 progress.describe(n)
+                if n in experts:
+                    writer.write(n, [_expert_matrix(tensors, *experts[n])])
+                    continue
+                sf, t = tensors[kept[n]]
                 if isinstance(sf, hf_fp8.Fp8Matrix):
-                    writer.copy(n, lambda fd, off, sf=sf, n=n: sf.write_as(dtypes[n], fd, off, progress.advance))
+                    writer.copy(n, lambda fd, off, sf=sf, n=n: sf.write_as(specs[n][0], fd, off, progress.advance))
                 else:
                     writer.copy(n, lambda fd, off, sf=sf, t=t: sf.copy_to(t, fd, off, progress.advance))
+            progress.advance(sum(tensors[n][1].nbytes for n in {stack for stack, _e, _k in experts.values()}))
             writer.finish()
             staged.write_bytes("config.json", (json.dumps(config, indent=2) + "\n").encode())
             for n, d in aux.items():
                 staged.write_bytes(n, d)
     return ConvertResult(out.dir, len(order), bytes_in, (out.dir / SINGLE_NAME).stat().st_size,
                          time.perf_counter() - t0, 0, removed=out.stale)
+
+
+def _stack_suffix(name: str) -> str:
+    """The EXPERT_STACKS key a stack's source name ends with."""
+    return next(k for k in EXPERT_STACKS if name.endswith("." + k))
+
+
+def _split_stacks(part: TextPart, kept: dict[str, str], tensors: dict) -> dict[str, tuple[str, int, int]]:
+    """Take a TextPart.expert_stacks model's stacks out of ``kept`` (text name -> source name): each expert's
+    matrices under Qwen3-MoE's names (model.layers.N.mlp.experts.E.gate_proj.weight ...) -> (the stack's source
+    name, the expert, which of the stack's matrices). A stack of another shape than [experts, in, out] with out
+    a whole number of those matrices is refused, naming it."""
+    out: dict[str, tuple[str, int, int]] = {}
+    if not part.expert_stacks:
+        return out
+    for name in [n for n in kept if n.endswith(tuple("." + k for k in EXPERT_STACKS))]:
+        stack = kept.pop(name)
+        sf, t = tensors[stack]
+        parts = EXPERT_STACKS[_stack_suffix(name)]
+        if isinstance(sf, hf_fp8.Fp8Matrix) or len(t.shape) != 3 or t.shape[2] % len(parts) or not t.dtype.is_float:
+            raise IEError(f"{sf.path}: {stack}: {t.dtype.name} {list(t.shape)}; expected a float stack [experts, in, "
+                          f"{len(parts)} x out]")
+        pre = name[:-len(_stack_suffix(name))] + "mlp.experts."
+        for e in range(t.shape[0]):
+            for k, p in enumerate(parts):
+                out[f"{pre}{e}.{p}.weight"] = (stack, e, k)
+    return out
+
+
+def _expert_matrix(tensors: dict, stack: str, e: int, k: int) -> bytes:
+    """Expert ``e``'s ``k``-th matrix of an [experts, in, parts x out] stack, as [out, in]: its rows of the stack
+    read (one expert, bounded), the columns of part ``k`` transposed."""
+    sf, t = tensors[stack]
+    _experts, n_in, cols = t.shape
+    n_out = cols // len(EXPERT_STACKS[_stack_suffix(stack)])
+    raw = np.frombuffer(sf.read_rows(t, range(e * n_in, (e + 1) * n_in)), RAW[t.dtype.itemsize]).reshape(n_in, cols)
+    return np.ascontiguousarray(raw[:, k * n_out:(k + 1) * n_out].T).tobytes()

@@ -144,6 +144,14 @@ from transformers import (  # noqa: E402
     Qwen3_5VisionConfig,
     Qwen3NextConfig,
     Qwen3NextForCausalLM,
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
+    Qwen3VLMoeConfig,
+    Qwen3VLMoeForConditionalGeneration,
+    Qwen3VLMoeTextConfig,
+    Qwen3VLMoeVisionConfig,
+    Qwen3VLTextConfig,
+    Qwen3VLVisionConfig,
     Ernie4_5ForCausalLM,
     Ernie4_5_MoeConfig,
     Ernie4_5_MoeForCausalLM,
@@ -259,6 +267,7 @@ LLAMA4_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0, "l
 QWEN3_5_MOE_SEED = SEED + 112  # its greedy cases run 16 tokens with margins >= 0.04
 QWEN3_5_SEED = SEED + 108  # its greedy cases run 16 tokens with margins >= 0.04
 QWEN3_NEXT_SEED = SEED + 116  # its greedy cases run 16 tokens with margins >= 0.04
+QWEN3_VL_MOE_SEED = SEED + 122  # its greedy cases run 16 tokens with margins >= 0.013
 ERNIE4_5_SEED = SEED + 95  # its greedy cases run 16 tokens with margins >= 0.04
 ERNIE4_5_MOE_SEED = SEED + 101  # the first from SEED + 96 whose greedy cases run 16 tokens with margins >= 0.03
 LLAMA4_SEED = SEED + 94  # the first from SEED + 91 whose greedy cases run 16 tokens with margins >= 0.02
@@ -449,7 +458,7 @@ def write_reference(model_cls, model_dir: Path, ref_dir: Path, tok) -> np.ndarra
         model_dir, dtype=torch.float32, attn_implementation="eager", local_files_only=True
     )
     model = model.float().eval()
-    vocab = model.config.vocab_size
+    vocab = model.config.get_text_config().vocab_size  # (a multimodal model's: its text model's)
 
     ids = reference_ids(vocab)
     write_json(ref_dir / "ids.json", ids)
@@ -550,7 +559,7 @@ def override_logits(model_cls, model_dir: Path, **override) -> np.ndarray:
         setattr(cfg, k, v)
     model = model_cls.from_pretrained(model_dir, config=cfg, dtype=torch.float32, attn_implementation="eager",
                                       local_files_only=True).float().eval()
-    ids = torch.tensor([reference_ids(cfg.vocab_size)], dtype=torch.long)
+    ids = torch.tensor([reference_ids(cfg.get_text_config().vocab_size)], dtype=torch.long)
     return model(input_ids=ids).logits[0].numpy()
 
 
@@ -1322,6 +1331,71 @@ def make_qwen3_5_vl(tok) -> None:
                Qwen3_5TextConfig, QWEN3_5_SEED + 1)
 
 
+# Qwen3-VL's interleaved MRoPE on a 32-dim head: sections of 6, 5 and 5 of its 16 frequencies
+QWEN3_VL_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [6, 5, 5], "mrope_interleaved": True}
+
+
+def qwen3_vl_config(tok, config_cls, vision_cls, text, tie: bool):
+    """A Qwen3-VL(-MoE) config: the text config ``text`` beside a one-block 16-wide vision model whose deepstack
+    feeds layer 0."""
+    vision = vision_cls(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=14,
+                        out_hidden_size=text.hidden_size, num_position_embeddings=16, deepstack_visual_indexes=[0])
+    return config_cls(text_config=text.to_dict(), vision_config=vision.to_dict(), bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id, pad_token_id=None, tie_word_embeddings=tie)
+
+
+def make_qwen3_vl(tok) -> None:
+    """tiny-qwen3's language model, weights and all, in a Qwen3VLForConditionalGeneration beside a tiny vision
+    model: Qwen3-VL 2B to 32B as published. Its interleaved MRoPE (QWEN3_VL_ROPE) turns text positions as one
+    RoPE, so its text logits are tiny-qwen3's."""
+    base = json.loads((HF_DIR / "tiny-qwen3" / "config.json").read_text())
+    text = Qwen3VLTextConfig(**{k: base[k] for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                                     "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                                     "head_dim", "max_position_embeddings", "rms_norm_eps")},
+                             rope_parameters=dict(QWEN3_VL_ROPE))
+    cfg = qwen3_vl_config(tok, Qwen3VLConfig, Qwen3VLVisionConfig, text, tie=False)
+    save_multimodal(tok, Qwen3VLForConditionalGeneration, cfg, QWEN3_SEED + 1, Qwen3ForCausalLM, "tiny-qwen3",
+                    head=True)
+    write_json(REF_DIR / "qwen3-vl-text-defaults.json",
+               {k: v for k, v in sorted(Qwen3VLTextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
+
+
+def make_qwen3_vl_moe(tok) -> None:
+    """Qwen3-VL-30B-A3B's and 235B-A22B's layout on a toy: a Qwen3VLMoeForConditionalGeneration whose language
+    model has Qwen3-MoE's layers (4 experts of 24 channels in each, the top 2 by softmax probability, always
+    renormalised) under interleaved MRoPE, its experts stored as the Hub stores them (hub_expert_layout); a tied
+    head (the 30B's). ref/: transformers' logits and greedy ids of the whole model on text."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    text = Qwen3VLMoeTextConfig(**{k: dims[k] for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                                        "num_hidden_layers", "num_attention_heads",
+                                                        "num_key_value_heads", "max_position_embeddings",
+                                                        "rms_norm_eps")},
+                                head_dim=32, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+                                decoder_sparse_step=1, mlp_only_layers=[], rope_parameters=dict(QWEN3_VL_ROPE))
+    cfg = qwen3_vl_config(tok, Qwen3VLMoeConfig, Qwen3VLMoeVisionConfig, text, tie=True)
+    cfg.architectures = ["Qwen3VLMoeForConditionalGeneration"]
+    out = HF_DIR / "tiny-qwen3-vl-moe"
+    logits = save_model(tok, out.name, Qwen3VLMoeForConditionalGeneration, cfg, QWEN3_VL_MOE_SEED, torch.bfloat16)
+    hub_expert_layout(out)
+    again = override_logits(Qwen3VLMoeForConditionalGeneration, out)
+    assert np.abs(again - logits).max() <= 1e-6 * np.abs(logits).max(), "the Hub's layout is another model"
+    write_json(REF_DIR / "qwen3-vl-moe-text-defaults.json",
+               {k: v for k, v in sorted(Qwen3VLMoeTextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
+
+
+def hub_expert_layout(out: Path) -> None:
+    """Qwen3-VL-MoE's expert stacks as the Hub's checkpoints hold them, [experts, in, out] (gate_up_proj [experts,
+    hidden, 2 x inter], down_proj [experts, inter, hidden], which transformers transposes on load), where
+    transformers 5.23 saves its own [experts, out, in]."""
+    from safetensors.torch import load_file, save_file
+
+    path = out / "model.safetensors"
+    tensors = load_file(path)
+    for k in [k for k in tensors if k.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))]:
+        tensors[k] = tensors[k].transpose(1, 2).contiguous()
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
 def make_qwen3_5_moe_vl(tok) -> None:
     qwen3_5_vl(tok, "tiny-qwen3-5-moe", Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeConfig, Qwen3_5MoeForCausalLM,
                Qwen3_5MoeTextConfig, QWEN3_5_MOE_SEED + 1)
@@ -1485,6 +1559,8 @@ def main() -> None:
     make_qwen3_5_moe(tok)
     make_qwen3_5_moe_vl(tok)
     make_qwen3_next(tok)
+    make_qwen3_vl(tok)
+    make_qwen3_vl_moe(tok)
     make_seed_oss(tok)
     make_glm4(tok)
     make_cohere2(tok)

@@ -223,9 +223,10 @@ def rewrite_gguf(src: Path, dst: Path, *, drop: set[str] = frozenset(), kv: dict
     """``src`` written again by gguf-py's writer with the key-values in
     ``drop`` and the tensors mapped to None in ``tensors`` left out,
     key-values ``kv`` added (a bool as bool, an int as uint32, a float as
-    float32), and tensors ``tensors`` (name -> array, written
-    as its numpy type) added or replaced: one change at a time to a valid
-    file, for the import's refusals."""
+    float32, a string as a string, a list as an array), and tensors
+    ``tensors`` (name -> array, written as its numpy type) added or
+    replaced: one change at a time to a valid file, for the import's
+    refusals."""
     import gguf
 
     r = gguf.GGUFReader(str(src))
@@ -237,7 +238,11 @@ def rewrite_gguf(src: Path, dst: Path, *, drop: set[str] = frozenset(), kv: dict
         sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
         w.add_key_value(k, f.contents(), f.types[0], sub_type=sub)
     for k, v in (kv or {}).items():
-        kind = {bool: gguf.GGUFValueType.BOOL, int: gguf.GGUFValueType.UINT32}.get(type(v), gguf.GGUFValueType.FLOAT32)
+        if isinstance(v, list):
+            w.add_array(k, v)
+            continue
+        kind = {bool: gguf.GGUFValueType.BOOL, int: gguf.GGUFValueType.UINT32,
+                str: gguf.GGUFValueType.STRING}.get(type(v), gguf.GGUFValueType.FLOAT32)
         w.add_key_value(k, v, kind)
     tensors = dict(tensors or {})
     for t in r.tensors:
