@@ -16,7 +16,8 @@ a vision model beside a Llama 4 text model; Qwen3.5 is
 interleaved MRoPE (text positions turn it as one RoPE, so the text model is a
 ``Qwen3ForCausalLM`` without the MRoPE keys), and Qwen3-VL-30B-A3B and
 235B-A22B ``Qwen3VLMoeForConditionalGeneration``, a ``Qwen3MoeForCausalLM``
-whose experts the Hub stores as [experts, in, out] stacks (``EXPERT_STACKS``:
+whose experts the Hub stores as [experts, in, out] stacks (``EXPERT_STACKS``;
+transformers 5's save_pretrained writes its own [experts, out, in], read too:
 written as the matrix per expert the text class holds, one expert read at a
 time). This writes that text model as
 the ``Gemma3ForCausalLM`` / ``MistralForCausalLM`` / ``Ministral3ForCausalLM``
@@ -271,7 +272,7 @@ def extract_text_model(src: HFSource, out_dir: str | os.PathLike, *, overwrite: 
                 if new in kept:
                     raise IEError(f"{tensors[name][0].path}: {name}: a second tensor for {new} ({kept[new]})")
                 kept[new] = name
-        experts = _split_stacks(part, kept, tensors)  # per-expert name -> (the stack's source name, expert, part)
+        experts = _split_stacks(part, kept, tensors, config, where)  # per-expert name -> its slice of a stack
         if part.tied_by_head:
             if "lm_head.weight" not in kept and src.config.get("tie_word_embeddings", True) is False:
                 raise IEError(f"{where}: tie_word_embeddings: false, and the checkpoint stores no lm_head.weight "
@@ -280,7 +281,7 @@ def extract_text_model(src: HFSource, out_dir: str | os.PathLike, *, overwrite: 
         if part.plain_rope and not config["tie_word_embeddings"] and "lm_head.weight" not in kept:
             raise IEError(f"{where}: tie_word_embeddings: false, and the checkpoint stores no lm_head.weight "
                           "(transformers would run an untrained head)")
-        sources = {*kept.values(), *(stack for stack, _e, _k in experts.values())}
+        sources = {*kept.values(), *(x.stack for x in experts.values())}
         bytes_in = sum(tensors[n][1].nbytes for n in sources)
         progress.start("extracting", bytes_in)
         meta = {"format": "pt", "iekit.source": json.dumps({"text_model_of": arch})}
@@ -289,22 +290,20 @@ def extract_text_model(src: HFSource, out_dir: str | os.PathLike, *, overwrite: 
             fp8 = hf_fp8.default_dtype(src.config)
             specs = {n: (fp8 if isinstance(tensors[s][0], hf_fp8.Fp8Matrix) else tensors[s][1].dtype.name,
                          list(tensors[s][1].shape)) for n, s in kept.items()}
-            for n, (stack, _e, k) in experts.items():  # (each expert's [out, in] matrix of an [in, out] stack)
-                t = tensors[stack][1]
-                specs[n] = (t.dtype.name, [t.shape[2] // len(EXPERT_STACKS[_stack_suffix(stack)]), t.shape[1]])
+            specs.update({n: (tensors[x.stack][1].dtype.name, x.shape) for n, x in experts.items()})
             order = sorted(specs, key=natural_key)
             writer = SafetensorsWriter(staged.open(SINGLE_NAME), [(n, *specs[n]) for n in order], meta)
             for n in order:
                 progress.describe(n)
                 if n in experts:
-                    writer.write(n, [_expert_matrix(tensors, *experts[n])])
+                    writer.write(n, [_expert_matrix(tensors, experts[n])])
                     continue
                 sf, t = tensors[kept[n]]
                 if isinstance(sf, hf_fp8.Fp8Matrix):
                     writer.copy(n, lambda fd, off, sf=sf, n=n: sf.write_as(specs[n][0], fd, off, progress.advance))
                 else:
                     writer.copy(n, lambda fd, off, sf=sf, t=t: sf.copy_to(t, fd, off, progress.advance))
-            progress.advance(sum(tensors[n][1].nbytes for n in {stack for stack, _e, _k in experts.values()}))
+            progress.advance(sum(tensors[n][1].nbytes for n in {x.stack for x in experts.values()}))
             writer.finish()
             staged.write_bytes("config.json", (json.dumps(config, indent=2) + "\n").encode())
             for n, d in aux.items():
@@ -318,33 +317,56 @@ def _stack_suffix(name: str) -> str:
     return next(k for k in EXPERT_STACKS if name.endswith("." + k))
 
 
-def _split_stacks(part: TextPart, kept: dict[str, str], tensors: dict) -> dict[str, tuple[str, int, int]]:
+@dataclass(frozen=True)
+class _Expert:
+    """One expert's matrix of a stack (TextPart.expert_stacks): its ``k``-th of the stack's EXPERT_STACKS parts."""
+
+    stack: str          # the stack's source name
+    e: int
+    k: int
+    shape: list[int]    # [out, in]
+    transposed: bool    # stored [experts, in, parts x out] (the Hub's), else [experts, parts x out, in]
+
+
+def _split_stacks(part: TextPart, kept: dict[str, str], tensors: dict, config: dict[str, Any],
+                  where: str) -> dict[str, _Expert]:
     """Take a TextPart.expert_stacks model's stacks out of ``kept`` (text name -> source name): each expert's
-    matrices under Qwen3-MoE's names (model.layers.N.mlp.experts.E.gate_proj.weight ...) -> (the stack's source
-    name, the expert, which of the stack's matrices). A stack of another shape than [experts, in, out] with out
-    a whole number of those matrices is refused, naming it."""
-    out: dict[str, tuple[str, int, int]] = {}
+    matrices under Qwen3-MoE's names (model.layers.N.mlp.experts.E.gate_proj.weight ...). A stack is either the
+    Hub's [experts, in, parts x out] (gate_up_proj [experts, hidden, 2 inter], down_proj [experts, inter, hidden])
+    or transformers 5's own [experts, parts x out, in], which its save_pretrained writes; where both shapes are
+    one (hidden = 2 inter), transformers' reading wins, its own. Any other shape is refused, naming the stack."""
+    out: dict[str, _Expert] = {}
     if not part.expert_stacks:
         return out
+    hidden, inter = config.get("hidden_size"), config.get("moe_intermediate_size")
+    if type(hidden) is not int or type(inter) is not int or hidden < 1 or inter < 1:
+        raise IEError(f"{where}: text_config.hidden_size, moe_intermediate_size: {hidden!r}, {inter!r}; expected "
+                      "positive integers to read the expert stacks by")
     for name in [n for n in kept if n.endswith(tuple("." + k for k in EXPERT_STACKS))]:
         stack = kept.pop(name)
         sf, t = tensors[stack]
         parts = EXPERT_STACKS[_stack_suffix(name)]
-        if isinstance(sf, hf_fp8.Fp8Matrix) or len(t.shape) != 3 or t.shape[2] % len(parts) or not t.dtype.is_float:
-            raise IEError(f"{sf.path}: {stack}: {t.dtype.name} {list(t.shape)}; expected a float stack [experts, in, "
-                          f"{len(parts)} x out]")
+        n_out, n_in = (inter, hidden) if len(parts) == 2 else (hidden, inter)
+        shape = list(t.shape)
+        own, hub = [shape[0], len(parts) * n_out, n_in], [shape[0], n_in, len(parts) * n_out]
+        if isinstance(sf, hf_fp8.Fp8Matrix) or not t.dtype.is_float or shape not in (own, hub):
+            raise IEError(f"{sf.path}: {stack}: {t.dtype.name} {shape}; expected a float stack {hub[1:]} or {own[1:]} "
+                          "per expert (hidden_size, moe_intermediate_size)")
         pre = name[:-len(_stack_suffix(name))] + "mlp.experts."
-        for e in range(t.shape[0]):
+        for e in range(shape[0]):
             for k, p in enumerate(parts):
-                out[f"{pre}{e}.{p}.weight"] = (stack, e, k)
+                out[f"{pre}{e}.{p}.weight"] = _Expert(stack, e, k, [n_out, n_in], shape != own)
     return out
 
 
-def _expert_matrix(tensors: dict, stack: str, e: int, k: int) -> bytes:
-    """Expert ``e``'s ``k``-th matrix of an [experts, in, parts x out] stack, as [out, in]: its rows of the stack
-    read (one expert, bounded), the columns of part ``k`` transposed."""
-    sf, t = tensors[stack]
-    _experts, n_in, cols = t.shape
-    n_out = cols // len(EXPERT_STACKS[_stack_suffix(stack)])
-    raw = np.frombuffer(sf.read_rows(t, range(e * n_in, (e + 1) * n_in)), RAW[t.dtype.itemsize]).reshape(n_in, cols)
-    return np.ascontiguousarray(raw[:, k * n_out:(k + 1) * n_out].T).tobytes()
+def _expert_matrix(tensors: dict, x: _Expert) -> bytes:
+    """Expert ``x.e``'s ``x.k``-th matrix as [out, in]: its rows of the stack read (one expert's, bounded), the
+    Hub's columns of it transposed."""
+    sf, t = tensors[x.stack]
+    n_out, n_in = x.shape
+    if not x.transposed:
+        first = (x.e * t.shape[1] + x.k * n_out)
+        return sf.read_rows(t, range(first, first + n_out))
+    cols = t.shape[2]
+    raw = np.frombuffer(sf.read_rows(t, range(x.e * n_in, (x.e + 1) * n_in)), RAW[t.dtype.itemsize]).reshape(n_in, cols)
+    return np.ascontiguousarray(raw[:, x.k * n_out:(x.k + 1) * n_out].T).tobytes()

@@ -133,3 +133,24 @@ def test_an_expert_stack_of_the_wrong_shape_is_one_line(tmp_path):
     assert_one_line_error(run_tool("ieconv", "text-model", "--hf-dir", hf, "--out-dir", tmp_path / "t"),
                           "layers.0.mlp.experts.gate_up_proj")
     assert not (tmp_path / "t").exists()
+
+
+def test_transformers_own_stack_layout_reads_as_the_hubs(tmp_path):
+    """transformers 5.23's save_pretrained writes the stacks as it holds them, [experts, out, in] (a fine-tune
+    saved with it): the text model is the Hub layout's, byte for byte."""
+    import shutil
+
+    from test_hf_fp8 import _tensors, _write
+
+    hf = tmp_path / "hf"
+    shutil.copytree(GOLDEN_HF / "tiny-qwen3-vl-moe", hf)
+    t = _tensors(hf / "model.safetensors")
+    for k in [k for k in t if k.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))]:
+        dtype, shape, raw = t[k]
+        t[k] = (dtype, [shape[0], shape[2], shape[1]],
+                np.frombuffer(raw, np.uint16).reshape(shape).transpose(0, 2, 1).tobytes())
+    _write(hf / "model.safetensors", t)
+    for src, out in ((GOLDEN_HF / "tiny-qwen3-vl-moe", tmp_path / "hub"), (hf, tmp_path / "own")):
+        res = run_tool("ieconv", "text-model", "-q", "--hf-dir", src, "--out-dir", out)
+        assert res.returncode == 0, res.stderr
+    assert (tmp_path / "own/model.safetensors").read_bytes() == (tmp_path / "hub/model.safetensors").read_bytes()
