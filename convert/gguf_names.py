@@ -311,6 +311,9 @@ NO_DENSE_MLP = ("Qwen3_5MoeForCausalLM",)  # experts in every layer: llama.cpp's
 MTP_LAYERS = "mtp.layers."
 MTP_EXTRAS = {"mtp.fc.weight": "nextn.eh_proj.weight", "mtp.pre_fc_norm_embedding.weight": "nextn.enorm.weight",
               "mtp.pre_fc_norm_hidden.weight": "nextn.hnorm.weight", "mtp.norm.weight": "nextn.shared_head_norm.weight"}
+# architectures whose converter writes each head's rotated q/k rows in NeoX's order (evens, then odds) where the file
+# has rope.dimension_sections, its RoPE being interleaved pairs otherwise (GLM-4V's language model: glm4)
+MROPE_NEOX = ("glm4",)
 LINEAR_CONV = "linear_attn.conv1d.weight"  # [channels, 1, taps] in Hugging Face's layout, [channels, taps] in GGUF
 
 ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
@@ -380,14 +383,17 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              swa_pattern=4, swa_window=4096, swa_layers=64),
     # GLM-4 (0414, Z1): interleaved RoPE, which is llama.cpp's own (ROPE_TYPE_NORM), so rows as they are;
     # rope.dimension_count the rotated half; its four norms (input, post_self_attn, post_attention, post_mlp) as
-    # attn_norm, post_attention_norm, ffn_norm, post_ffw_norm; gate_up_proj fused into ffn_up as phi3's
+    # attn_norm, post_attention_norm, ffn_norm, post_ffw_norm; gate_up_proj fused into ffn_up as phi3's. GLM-4.1V's
+    # and GLM-4.6V-Flash's language model adds rope.dimension_sections (MRoPE, one RoPE for text), where the
+    # converter turns each head's rotated q/k rows to NeoX's order (llama.cpp's MRoPE has no other): MROPE_NEOX
     GGUFArch("glm4", "Glm4ForCausalLM", "glm4", False,
              {**{k: v for k, v in _LLAMA.items()
                  if not k.startswith(("mlp.gate_proj.", "mlp.up_proj.", "post_attention_layernorm."))},
               "post_self_attn_layernorm.weight": "post_attention_norm.weight",
               "post_attention_layernorm.weight": "ffn_norm.weight",
               "post_mlp_layernorm.weight": "post_ffw_norm.weight"},
-             fused={"ffn_up.weight": "mlp.gate_up_proj.weight"}, eot_token="<|user|>"),
+             fused={"ffn_up.weight": "mlp.gate_up_proj.weight"}, eot_token="<|user|>",
+             keys=frozenset({"rope.dimension_sections"})),
     # GLM-4.5, GLM-4.5-Air, GLM-4.6: rows as they are (rotate-half RoPE over rope.dimension_count dims); the
     # first leading_dense_block_count layers dense, the others' router sigmoid-gated with its choice bias as
     # exp_probs_b, the shared experts as ffn_*_shexp; the multi-token prediction layer after the last (blk.N with

@@ -50,7 +50,7 @@ from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, CONVERTER_FUSED, GGUF_ARCHS, IMPORTED_AS, LINEAR_CONV,
-                         LINEAR_DECAY, MLA_KV_B, NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, attention_scalar, beside, hf_layer_name, mtp_extra_hf_name,
+                         LINEAR_DECAY, MLA_KV_B, MROPE_NEOX, NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, attention_scalar, beside, hf_layer_name, mtp_extra_hf_name,
                          norm_shift, sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
@@ -103,9 +103,26 @@ def row_order(g: GGUFModel, t: GGUFTensor, cfg: dict[str, Any]) -> np.ndarray | 
     within a head, GGUF rows run (pair, 2), Hugging Face rows (2, pair)."""
     kind = t.name.split(".")[2] if t.name.startswith("blk.") else ""
     heads = {"attn_q": cfg["num_attention_heads"], "attn_k": cfg["num_key_value_heads"]}.get(kind)
-    if heads is None or not _arch_of(g).permute_qk:
+    arch = _arch_of(g)
+    if heads is not None and arch.gguf in MROPE_NEOX and f"{arch.gguf}.rope.dimension_sections" in g.fields:
+        return _from_neox(g, t, heads, cfg)
+    if heads is None or not arch.permute_qk:
         return None
     return _unpermuted(g, t, t.shape[0], heads)
+
+
+def _from_neox(g: GGUFModel, t: GGUFTensor, heads: int, cfg: dict[str, Any]) -> np.ndarray:
+    """row_order's source rows for q or k rows (or biases) whose heads' rotated rows the converter wrote in NeoX's
+    order (MROPE_NEOX): Hugging Face's rotated row 2i is the file's i, row 2i + 1 the file's rot / 2 + i."""
+    n = t.shape[0]
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    rot = int(hd * cfg.get("partial_rotary_factor", 1.0))
+    if n != heads * hd or rot % 2 or not 0 < rot <= hd:
+        raise FormatError(g.path, f"tensor {t.name!r} dims", f"{n} rows are not {heads} heads of {hd} with {rot} "
+                                                             "rotated")
+    within = np.arange(hd)
+    within[:rot] = np.arange(rot).reshape(2, rot // 2).T.reshape(-1)  # (interleaved row j: j // 2, or half + j // 2)
+    return (np.arange(heads)[:, None] * hd + within[None, :]).reshape(-1)
 
 
 def _unpermuted(g: GGUFModel, t: GGUFTensor, n: int, heads: int) -> np.ndarray:

@@ -19,7 +19,9 @@ interleaved MRoPE (text positions turn it as one RoPE, so the text model is a
 whose experts the Hub stores as [experts, in, out] stacks (``EXPERT_STACKS``;
 transformers 5's save_pretrained writes its own [experts, out, in], read too:
 written as the matrix per expert the text class holds, one expert read at a
-time). This writes that text model as
+time); GLM-4.1V and GLM-4.6V-Flash ``Glm4vForConditionalGeneration``, a
+``Glm4ForCausalLM`` under MRoPE, told what its text model's code fixes
+(``_glm4v_text``). This writes that text model as
 the ``Gemma3ForCausalLM`` / ``MistralForCausalLM`` / ``Ministral3ForCausalLM``
 / ``Llama4ForCausalLM`` / ``Qwen3_5ForCausalLM`` / ``Qwen3_5MoeForCausalLM`` /
 ``Qwen3ForCausalLM`` / ``Qwen3MoeForCausalLM`` checkpoint transformers would build from it: its tensors renamed from either layout
@@ -42,7 +44,7 @@ import os
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -127,6 +129,26 @@ QWEN3_VL_MOE_TEXT_DEFAULTS: dict[str, Any] = {
 # Qwen3-VL-MoE's expert stacks (their suffixes in a layer) -> the per-expert matrices each holds, in its columns'
 # order: gate_up_proj [experts, hidden, 2 inter] gate's columns then up's, down_proj [experts, inter, hidden]
 EXPERT_STACKS = {"mlp.experts.gate_up_proj": ("gate_proj", "up_proj"), "mlp.experts.down_proj": ("down_proj",)}
+# transformers 5.23's Glm4vTextConfig defaults that shape the computation (golden/ref/glm4-vl-text-defaults.json)
+GLM4V_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
+    "num_attention_heads": 32, "num_key_value_heads": 2, "hidden_act": "silu", "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-5}
+GLM4V_ROPE_DEFAULTS = {"rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}
+
+
+def _glm4v_text(cfg: dict[str, Any]) -> dict[str, Any]:
+    """What Glm4vTextModel's code fixes that Glm4ForCausalLM reads from its config: heads hidden_size /
+    num_attention_heads wide, q/k/v biases, RoPE over the whole head where rope_parameters gives no
+    partial_rotary_factor (Glm4's own default is half)."""
+    rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+    out = {"attention_bias": True, "rope_parameters": {"partial_rotary_factor": 1.0, **rope}}
+    if type(hidden) is int and type(heads) is int and heads > 0:
+        out["head_dim"] = hidden // heads
+    return out
+
+
 # the keys that state a model's RoPE, one spelling or the other: defaults fill in none beside them
 _ROPE_KEYS = ("rope_parameters", "rope_theta", "rope_scaling")
 
@@ -153,6 +175,8 @@ class TextPart:
     # the text model holds them, a matrix [out, in] per expert under Qwen3-MoE's names
     expert_stacks: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)  # config keys the text class must be told
+    # what the text class must be told that the multimodal text model's code fixes, from the merged config
+    derived: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     @property
     def read_as(self) -> str:
@@ -192,6 +216,11 @@ MULTIMODAL = {
         "Qwen3MoeForCausalLM", "qwen3_moe", renames=_RENAMES, left_out=("model.visual.",),
         defaults=QWEN3_VL_MOE_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, QWEN3_VL_ROPE_DEFAULTS),), plain_rope=True,
         source_type="qwen3_vl_moe_text", expert_stacks=True, overrides={"norm_topk_prob": True}),),
+    # (GLM-4.1V, GLM-4.6V-Flash: GLM-4's layers under MRoPE over GLM's interleaved pairs)
+    "Glm4vForConditionalGeneration": (TextPart(
+        "Glm4ForCausalLM", "glm4", renames=_RENAMES, left_out=("model.visual.",), defaults=GLM4V_TEXT_DEFAULTS,
+        defaults_unless=((_ROPE_KEYS, GLM4V_ROPE_DEFAULTS),), plain_rope=True, source_type="glm4v_text",
+        derived=_glm4v_text),),
     "Qwen3_5MoeForConditionalGeneration": (TextPart(
         "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", renames=(*_RENAMES, ("mtp.", "mtp.")),
         left_out=("model.visual.",), defaults=QWEN3_5_MOE_TEXT_DEFAULTS,
@@ -230,6 +259,8 @@ def text_config(config: dict[str, Any], part: TextPart, where: str) -> dict[str,
             out["rope_parameters"] = {k: v for k, v in out["rope_parameters"].items() if k not in MROPE_KEYS}
         out["tie_word_embeddings"] = config.get("tie_word_embeddings", False)
     out.update(part.overrides)
+    if part.derived is not None:
+        out.update(part.derived(out))
     out.update(architectures=[part.text_class], model_type=part.model_type)
     return out
 

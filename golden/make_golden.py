@@ -144,6 +144,10 @@ from transformers import (  # noqa: E402
     Qwen3_5VisionConfig,
     Qwen3NextConfig,
     Qwen3NextForCausalLM,
+    Glm4vConfig,
+    Glm4vForConditionalGeneration,
+    Glm4vTextConfig,
+    Glm4vVisionConfig,
     Qwen3VLConfig,
     Qwen3VLForConditionalGeneration,
     Qwen3VLMoeConfig,
@@ -1396,6 +1400,25 @@ def hub_expert_layout(out: Path) -> None:
     save_file(tensors, path, metadata={"format": "pt"})
 
 
+def make_glm4_vl(tok) -> None:
+    """tiny-glm4's language model, weights and all, in a Glm4vForConditionalGeneration (GLM-4.1V, GLM-4.6V-Flash)
+    beside a tiny vision model. Its MRoPE (sections 2, 1, 1 of the 4 frequencies tiny-glm4 turns, GLM's
+    interleaved pairs) turns text positions as GLM-4's one RoPE, so its text logits are tiny-glm4's."""
+    base = json.loads((HF_DIR / "tiny-glm4" / "config.json").read_text())
+    text = Glm4vTextConfig(**{k: base[k] for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                                   "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                                   "max_position_embeddings", "rms_norm_eps")},
+                           rope_parameters={**base["rope_parameters"], "mrope_section": [2, 1, 1]})
+    vision = Glm4vVisionConfig(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=14,
+                               image_size=28, out_hidden_size=text.hidden_size)
+    cfg = Glm4vConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id, pad_token_id=None, tie_word_embeddings=False)
+    save_multimodal(tok, Glm4vForConditionalGeneration, cfg, GLM4_SEED + 1, Glm4ForCausalLM, "tiny-glm4", head=True)
+    glm4_tokenizer(HF_DIR / "tiny-glm4-vl")
+    write_json(REF_DIR / "glm4-vl-text-defaults.json",
+               {k: v for k, v in sorted(Glm4vTextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
+
+
 def make_qwen3_5_moe_vl(tok) -> None:
     qwen3_5_vl(tok, "tiny-qwen3-5-moe", Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeConfig, Qwen3_5MoeForCausalLM,
                Qwen3_5MoeTextConfig, QWEN3_5_MOE_SEED + 1)
@@ -1563,6 +1586,7 @@ def main() -> None:
     make_qwen3_vl_moe(tok)
     make_seed_oss(tok)
     make_glm4(tok)
+    make_glm4_vl(tok)
     make_cohere2(tok)
     make_cohere(tok)
     make_fp8("tiny-qwen3", "tiny-qwen3-fp8", Qwen3ForCausalLM, [32, 32])
