@@ -480,7 +480,8 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # Face's grouped order (its graph repeats each key head in place), and its b and a rows in one ssm_ba, blocked
     # by key head as Hugging Face's in_proj_ba (formats/fused_tensors.py); plain RoPE, no MRoPE sections
     GGUFArch("qwen3next", "Qwen3NextForCausalLM", "qwen3_next", False,
-             _dense({**_QK_NORM, **{k: v for k, v in _LINEAR.items() if v not in ("ssm_beta.weight", "ssm_alpha.weight")},
+             _dense({**_QK_NORM, **{k: v for k, v in _LINEAR.items()
+                                    if v not in ("ssm_beta.weight", "ssm_alpha.weight")},
                      "mlp.gate.weight": "ffn_gate_inp.weight", **_shexp("mlp.shared_expert"),
                      "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight"}, norm_after="post_attention_norm"),
              experts=_QWEN_EXPS, fused={"ssm_ba.weight": BA}, fused_legacy={"ssm_in.weight": QKVZ},

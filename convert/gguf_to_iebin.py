@@ -50,8 +50,8 @@ from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, CONVERTER_FUSED, GGUF_ARCHS, IMPORTED_AS, LINEAR_CONV,
-                         LINEAR_DECAY, MLA_KV_B, MROPE_NEOX, NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, attention_scalar, beside, hf_layer_name, mtp_extra_hf_name,
-                         norm_shift, sliding_by_period)
+                         LINEAR_DECAY, MLA_KV_B, MROPE_NEOX, NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, attention_scalar,
+                         beside, hf_layer_name, mtp_extra_hf_name, norm_shift, sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
@@ -103,18 +103,21 @@ def row_order(g: GGUFModel, t: GGUFTensor, cfg: dict[str, Any]) -> np.ndarray | 
     within a head, GGUF rows run (pair, 2), Hugging Face rows (2, pair)."""
     kind = t.name.split(".")[2] if t.name.startswith("blk.") else ""
     heads = {"attn_q": cfg["num_attention_heads"], "attn_k": cfg["num_key_value_heads"]}.get(kind)
+    return None if heads is None else _qk_rows(g, t, t.shape[0], heads, cfg)
+
+
+def _qk_rows(g: GGUFModel, t: GGUFTensor, n: int, heads: int, cfg: dict[str, Any]) -> np.ndarray | None:
+    """row_order of ``n`` q or k rows of ``heads`` heads held by ``t`` (also a part of a fused attn_qkv): llama.cpp's
+    q/k interleaving undone (permute_qk), or NeoX's order of a file with MRoPE sections (MROPE_NEOX); else None."""
     arch = _arch_of(g)
-    if heads is not None and arch.gguf in MROPE_NEOX and f"{arch.gguf}.rope.dimension_sections" in g.fields:
-        return _from_neox(g, t, heads, cfg)
-    if heads is None or not arch.permute_qk:
-        return None
-    return _unpermuted(g, t, t.shape[0], heads)
+    if arch.gguf in MROPE_NEOX and f"{arch.gguf}.rope.dimension_sections" in g.fields:
+        return _from_neox(g, t, n, heads, cfg)
+    return _unpermuted(g, t, n, heads) if arch.permute_qk else None
 
 
-def _from_neox(g: GGUFModel, t: GGUFTensor, heads: int, cfg: dict[str, Any]) -> np.ndarray:
-    """row_order's source rows for q or k rows (or biases) whose heads' rotated rows the converter wrote in NeoX's
+def _from_neox(g: GGUFModel, t: GGUFTensor, n: int, heads: int, cfg: dict[str, Any]) -> np.ndarray:
+    """_qk_rows' source rows for q or k rows (or biases) whose heads' rotated rows the converter wrote in NeoX's
     order (MROPE_NEOX): Hugging Face's rotated row 2i is the file's i, row 2i + 1 the file's rot / 2 + i."""
-    n = t.shape[0]
     hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     rot = int(hd * cfg.get("partial_rotary_factor", 1.0))
     if n != heads * hd or rot % 2 or not 0 < rot <= hd:
@@ -157,9 +160,8 @@ def _converter_fused(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], t: GGUFT
                                              f"{kv_rows} rows each")
         out, r0 = [], 0
         for x, name, m in zip(parts, names, rows):
-            order = np.arange(r0, r0 + m)
-            if arch.permute_qk and x != "attn_v":
-                order = r0 + _unpermuted(g, t, m, heads if x == "attn_q" else kv)
+            qk = _qk_rows(g, t, m, heads if x == "attn_q" else kv, cfg) if x != "attn_v" else None
+            order = r0 + (np.arange(m) if qk is None else qk)
             out.append(_Tensor(t, name, "", order, "", shape_=[m, *t.shape[1:]]))
             r0 += m
         return out

@@ -24,7 +24,8 @@ time); GLM-4.1V and GLM-4.6V-Flash ``Glm4vForConditionalGeneration``, a
 (``_glm4v_text``). This writes that text model as
 the ``Gemma3ForCausalLM`` / ``MistralForCausalLM`` / ``Ministral3ForCausalLM``
 / ``Llama4ForCausalLM`` / ``Qwen3_5ForCausalLM`` / ``Qwen3_5MoeForCausalLM`` /
-``Qwen3ForCausalLM`` / ``Qwen3MoeForCausalLM`` checkpoint transformers would build from it: its tensors renamed from either layout
+``Qwen3ForCausalLM`` / ``Qwen3MoeForCausalLM`` / ``Glm4ForCausalLM`` checkpoint
+transformers would build from it: its tensors renamed from either layout
 (``language_model.model.*`` as the Hub's files hold them,
 ``model.language_model.*`` as transformers 5 saves them) and copied byte for
 byte, the vision tower's and projector's left out because the user asked

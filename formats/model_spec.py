@@ -933,7 +933,8 @@ def _qwen3_5_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path, qwen3_next
     def get(key: str, default: int) -> int:
         return _int(cfg, meta_path, key, default, section="config")
 
-    n_experts, top_k = get("num_experts", 512 if qwen3_next else 256), get("num_experts_per_tok", 10 if qwen3_next else 8)
+    n_experts = get("num_experts", 512 if qwen3_next else 256)
+    top_k = get("num_experts_per_tok", 10 if qwen3_next else 8)
     if top_k > n_experts:
         raise IEError(f"{meta_path}: config.num_experts_per_tok: {top_k} is more than the {n_experts} experts "
                       "(num_experts)")

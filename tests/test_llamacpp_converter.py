@@ -163,11 +163,11 @@ def test_export_writes_what_llamacpps_converter_writes(pair, tmp_path):
         ".attention.sliding_window_pattern", "ggml.add_bos_token", "ggml.add_eos_token")) for k in extra), extra
 
 
-@pytest.mark.parametrize("name", ["tiny-mixtral", "tiny-qwen2", "tiny-qwen3-5-moe"])
+@pytest.mark.parametrize("name", ["tiny-mixtral", "tiny-qwen2", "tiny-qwen3-5-moe", "tiny-glm4-vl"])
 def test_the_converters_fused_layouts_import_as_its_default_one(tmp_path, name):
     """The converter's --fuse-qkv (q, k, v rows, and biases, in one attn_qkv: tiny-mixtral's q/k rows interleaved
     as llama.cpp's llama turns them, tiny-qwen2's biased, tiny-qwen3-5-moe's gated q beside DeltaNet layers whose
-    own attn_qkv stays theirs) and --fuse-gate-up-exps (each expert's gate rows, then its up rows, in one
+    own attn_qkv stays theirs, tiny-glm4-vl's q/k rows in NeoX's order) and --fuse-gate-up-exps (each expert's gate rows, then its up rows, in one
     ffn_gate_up_exps: tiny-qwen3-5-moe's), files llama.cpp reads as it reads the default layout: imported, the
     same artifact, byte for byte."""
     import gguf

@@ -64,7 +64,8 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
 # attn_qkv) and --fuse-gate-up-exps (each expert's gate rows, then its up rows, in one ffn_gate_up_exps).
 # output name -> (the golden/hf model, the options)
 FUSED = {"tiny-mixtral-fused": ("tiny-mixtral", ["--fuse-qkv"]), "tiny-qwen2-fused": ("tiny-qwen2", ["--fuse-qkv"]),
-         "tiny-qwen3-5-moe-fused": ("tiny-qwen3-5-moe", ["--fuse-qkv", "--fuse-gate-up-exps"])}
+         "tiny-qwen3-5-moe-fused": ("tiny-qwen3-5-moe", ["--fuse-qkv", "--fuse-gate-up-exps"]),
+         "tiny-glm4-vl-fused": ("tiny-glm4-vl", ["--fuse-qkv"])}
 # EXAONE 3.5 (ExaoneForCausalLM, remote code transformers does not ship) is a Llama under other names: tiny-llama
 # laid out as LG publishes it, HF name -> EXAONE's (its config keys likewise)
 EXAONE_NAMES = (("model.embed_tokens.", "transformer.wte."), ("model.norm.", "transformer.ln_f."),
