@@ -177,10 +177,17 @@ def _converter_fused(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], t: GGUFT
     pair = next((hf for hf, two in arch.paired.items() if two == tuple(f"{x}.weight" for x in parts)), None)
     if pair is None:
         return None
-    # the stack's row (e, 2i + k) (halves: (e, k ff + i)) is the file's row (e, k ff + i)
-    src = np.arange(n_exp)[:, None, None] * 2 * ff + np.arange(2)[None, None, :] * ff + np.arange(ff)[None, :, None]
-    order = (src.transpose(0, 2, 1) if arch.halves else src).reshape(-1)
+    order = _pair_order(n_exp, ff, 2 * ff, ff, arch.halves)  # (expert e's gate rows, then its up rows)
     return [_Tensor(t, f"model.layers.{layer}.{pair}", "", order, "", shape_=[n_exp, 2 * ff, t.shape[2]])]
+
+
+def _pair_order(n_exp: int, rows: int, per_expert: int, per_half: int, halves: bool) -> np.ndarray:
+    """The source row of each row of a gate/up stack [experts, 2 rows, cols] (gpt-oss's: row (e, 2i + k); Llama
+    4's, ``halves``: row (e, k rows + i)), where row i of expert e's gate (k 0) or up (k 1) is source row
+    e per_expert + k per_half + i."""
+    src = (np.arange(n_exp)[:, None, None] * per_expert + np.arange(2)[None, None, :] * per_half
+           + np.arange(rows)[None, :, None])  # [e, i, k]
+    return (src.transpose(0, 2, 1) if halves else src).reshape(-1)
 
 
 @dataclass
@@ -959,10 +966,8 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
             if odd is None or odd.shape != t.shape or odd.ggml_type != t.ggml_type:
                 raise FormatError(g.path, where, f"needs blk.{layer}.{arch.paired[hf][1]} of the same shape and type")
             n_exp, rows = t.shape[0], int(np.prod(t.shape[1:-1])) if len(t.shape) == 3 else t.shape[1]
-            # output row (e, 2i + k) (halves: (e, k rows + i)) is row (e, i) of source k; sources' rows concatenated
-            src = np.arange(2)[None, None, :] * n_exp * rows + np.arange(n_exp)[:, None, None] * rows \
-                + np.arange(rows)[None, :, None]
-            order = (src.transpose(0, 2, 1) if arch.halves else src).reshape(-1)
+            # row (e, i) of source k is row k n_exp rows + e rows + i of the sources' rows concatenated
+            order = _pair_order(n_exp, rows, rows, n_exp * rows, arch.halves)
             shape = [n_exp, 2 * rows, *t.shape[2:]]
             out.append(_Tensor(t, f"model.layers.{int(layer)}.{hf}", "", order, "", shape_=shape, srcs=[t, odd],
                                elementwise=len(t.shape) == 2))

@@ -749,7 +749,7 @@ def _linear_kv(kv: dict[str, Any], a: str, arch: GGUFArch, spec: DecoderSpec, cf
     if spec.mtp_layers:
         kv[f"{a}.nextn_predict_layers"] = spec.mtp_layers
     kv[f"{a}.full_attention_interval"] = int(cfg.get("full_attention_interval", 4))
-    if arch.hf_class == "Qwen3NextForCausalLM":  # (plain RoPE: no MRoPE sections)
+    if "rope.dimension_sections" not in arch.keys:  # (Qwen3-Next: plain RoPE)
         return
     rp = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
     sections = rp.get("mrope_section") or [11, 11, 10]

@@ -44,7 +44,7 @@ import json
 import os
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -138,6 +138,11 @@ GLM4V_TEXT_DEFAULTS: dict[str, Any] = {
 GLM4V_ROPE_DEFAULTS = {"rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}
 
 
+def _always_renormalised(_cfg: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3-VL-MoE's router renormalises its top k always; Qwen3MoeConfig's norm_topk_prob says so."""
+    return {"norm_topk_prob": True}
+
+
 def _glm4v_text(cfg: dict[str, Any]) -> dict[str, Any]:
     """What Glm4vTextModel's code fixes that Glm4ForCausalLM reads from its config: heads hidden_size /
     num_attention_heads wide, q/k/v biases, RoPE over the whole head where rope_parameters gives no
@@ -165,17 +170,17 @@ class TextPart:
     defaults: dict[str, Any]
     # defaults filled in only where text_config has none of the keys that would say otherwise
     defaults_unless: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = ()
-    # tied where the checkpoint stores no head (Mistral 3: transformers ties the composite model by its
-    # top-level tie_word_embeddings, and leaves a stored head with other values untied); else text_config's
-    tied_by_head: bool = False
-    # the text model turns text positions by one RoPE where the multimodal one has MRoPE (MROPE_KEYS left out), and
-    # ties its head as the multimodal config's top level says (Qwen3-VL)
+    # where the text model's tie_word_embeddings comes from: "text", text_config's; "head", tied where the
+    # checkpoint stores no head (Mistral 3: transformers ties the composite model by its top-level key, tied unless
+    # it says otherwise, and leaves a stored head with other values untied); "top", the top-level key, untied
+    # unless it says otherwise (Qwen3-VL, GLM-4V). Where the top level says untied, a head must be stored.
+    tie: str = "text"
+    # the text model turns text positions by one RoPE where the multimodal one has MRoPE (MROPE_KEYS left out)
     plain_rope: bool = False
     source_type: str = ""  # text_config.model_type where it is not the text model's (Qwen3-VL's qwen3_vl_text)
     # the experts of each layer stored as two [experts, in, out] stacks (EXPERT_STACKS: Qwen3-VL-MoE's), written as
     # the text model holds them, a matrix [out, in] per expert under Qwen3-MoE's names
     expert_stacks: bool = False
-    overrides: dict[str, Any] = field(default_factory=dict)  # config keys the text class must be told
     # what the text class must be told that the multimodal text model's code fixes, from the merged config
     derived: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
@@ -195,10 +200,10 @@ MULTIMODAL = {
         defaults_unless=((("rope_parameters",), GEMMA3_ROPE_DEFAULTS), (("layer_types",), GEMMA3_PATTERN_DEFAULT))),),
     "Mistral3ForConditionalGeneration": (
         TextPart("MistralForCausalLM", "mistral", renames=_RENAMES, left_out=_TOWERS, defaults=MISTRAL_TEXT_DEFAULTS,
-                 defaults_unless=((_ROPE_KEYS, MISTRAL_ROPE_DEFAULTS),), tied_by_head=True),
+                 defaults_unless=((_ROPE_KEYS, MISTRAL_ROPE_DEFAULTS),), tie="head"),
         TextPart("Ministral3ForCausalLM", "ministral3", renames=_RENAMES, left_out=_TOWERS,
                  defaults=MINISTRAL3_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, MINISTRAL3_ROPE_DEFAULTS),),
-                 tied_by_head=True)),
+                 tie="head")),
     # (its language model a Llama4ForCausalLM of its own, head included: language_model.lm_head)
     "Llama4ForConditionalGeneration": (TextPart(
         "Llama4ForCausalLM", "llama4_text", renames=_RENAMES,
@@ -211,17 +216,18 @@ MULTIMODAL = {
     # (Qwen3-VL 2B to 32B: Qwen3's layers under MRoPE, its deepstack only adding image features)
     "Qwen3VLForConditionalGeneration": (TextPart(
         "Qwen3ForCausalLM", "qwen3", renames=_RENAMES, left_out=("model.visual.",), defaults=QWEN3_VL_TEXT_DEFAULTS,
-        defaults_unless=((_ROPE_KEYS, QWEN3_VL_ROPE_DEFAULTS),), plain_rope=True, source_type="qwen3_vl_text"),),
+        defaults_unless=((_ROPE_KEYS, QWEN3_VL_ROPE_DEFAULTS),), plain_rope=True, source_type="qwen3_vl_text",
+        tie="top"),),
     # (Qwen3-VL-30B-A3B, 235B-A22B: Qwen3-MoE's layers, its router always renormalising the top k)
     "Qwen3VLMoeForConditionalGeneration": (TextPart(
         "Qwen3MoeForCausalLM", "qwen3_moe", renames=_RENAMES, left_out=("model.visual.",),
         defaults=QWEN3_VL_MOE_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, QWEN3_VL_ROPE_DEFAULTS),), plain_rope=True,
-        source_type="qwen3_vl_moe_text", expert_stacks=True, overrides={"norm_topk_prob": True}),),
+        source_type="qwen3_vl_moe_text", expert_stacks=True, derived=_always_renormalised, tie="top"),),
     # (GLM-4.1V, GLM-4.6V-Flash: GLM-4's layers under MRoPE over GLM's interleaved pairs)
     "Glm4vForConditionalGeneration": (TextPart(
         "Glm4ForCausalLM", "glm4", renames=_RENAMES, left_out=("model.visual.",), defaults=GLM4V_TEXT_DEFAULTS,
         defaults_unless=((_ROPE_KEYS, GLM4V_ROPE_DEFAULTS),), plain_rope=True, source_type="glm4v_text",
-        derived=_glm4v_text),),
+        derived=_glm4v_text, tie="top"),),
     "Qwen3_5MoeForConditionalGeneration": (TextPart(
         "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", renames=(*_RENAMES, ("mtp.", "mtp.")),
         left_out=("model.visual.",), defaults=QWEN3_5_MOE_TEXT_DEFAULTS,
@@ -258,8 +264,6 @@ def text_config(config: dict[str, Any], part: TextPart, where: str) -> dict[str,
     if part.plain_rope:
         if isinstance(out.get("rope_parameters"), dict):
             out["rope_parameters"] = {k: v for k, v in out["rope_parameters"].items() if k not in MROPE_KEYS}
-        out["tie_word_embeddings"] = config.get("tie_word_embeddings", False)
-    out.update(part.overrides)
     if part.derived is not None:
         out.update(part.derived(out))
     out.update(architectures=[part.text_class], model_type=part.model_type)
@@ -305,14 +309,12 @@ def extract_text_model(src: HFSource, out_dir: str | os.PathLike, *, overwrite: 
                     raise IEError(f"{tensors[name][0].path}: {name}: a second tensor for {new} ({kept[new]})")
                 kept[new] = name
         experts = _split_stacks(part, kept, tensors, config, where)  # per-expert name -> its slice of a stack
-        if part.tied_by_head:
-            if "lm_head.weight" not in kept and src.config.get("tie_word_embeddings", True) is False:
+        if part.tie != "text":
+            said = src.config.get("tie_word_embeddings", part.tie == "head")
+            if said is False and "lm_head.weight" not in kept:
                 raise IEError(f"{where}: tie_word_embeddings: false, and the checkpoint stores no lm_head.weight "
                               "(transformers would run an untrained head)")
-            config["tie_word_embeddings"] = "lm_head.weight" not in kept
-        if part.plain_rope and not config["tie_word_embeddings"] and "lm_head.weight" not in kept:
-            raise IEError(f"{where}: tie_word_embeddings: false, and the checkpoint stores no lm_head.weight "
-                          "(transformers would run an untrained head)")
+            config["tie_word_embeddings"] = "lm_head.weight" not in kept if part.tie == "head" else said
         sources = {*kept.values(), *(x.stack for x in experts.values())}
         bytes_in = sum(tensors[n][1].nbytes for n in sources)
         progress.start("extracting", bytes_in)

@@ -154,3 +154,17 @@ def test_transformers_own_stack_layout_reads_as_the_hubs(tmp_path):
         res = run_tool("ieconv", "text-model", "-q", "--hf-dir", src, "--out-dir", out)
         assert res.returncode == 0, res.stderr
     assert (tmp_path / "own/model.safetensors").read_bytes() == (tmp_path / "hub/model.safetensors").read_bytes()
+
+
+def test_an_untied_qwen3_vl_without_its_head_is_one_line(tmp_path):
+    """The top level's tie_word_embeddings ties Qwen3-VL's head (transformers ties the composite model): one that
+    says untied, of a checkpoint that stores no head, would run an untrained one. Refused, naming the key."""
+    import shutil
+
+    hf = tmp_path / "hf"
+    shutil.copytree(GOLDEN_HF / "tiny-qwen3-vl-moe", hf)
+    cfg = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": False}))
+    assert_one_line_error(run_tool("ieconv", "text-model", "--hf-dir", hf, "--out-dir", tmp_path / "t"),
+                          "tie_word_embeddings")
+    assert not (tmp_path / "t").exists()
