@@ -397,7 +397,9 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # GLM-4.5, GLM-4.5-Air, GLM-4.6: rows as they are (rotate-half RoPE over rope.dimension_count dims); the
     # first leading_dense_block_count layers dense, the others' router sigmoid-gated with its choice bias as
     # exp_probs_b, the shared experts as ffn_*_shexp; the multi-token prediction layer after the last (blk.N with
-    # nextn.* tensors besides a whole layer's), which llama.cpp's graph leaves to speculative decoding
+    # nextn.* tensors besides a whole layer's), which llama.cpp's graph leaves to speculative decoding. GLM-4.5V's
+    # and GLM-4.6V's language model adds rope.dimension_sections (MRoPE over the same rotate-half pairs, rows as
+    # they are: one RoPE for text)
     GGUFArch("glm4moe", "Glm4MoeForCausalLM", "glm4_moe", False,
              _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight",
                      "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
@@ -407,7 +409,7 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              experts=_QWEN_EXPS,
              keys=frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
                              "expert_weights_norm", "expert_gating_func", "nextn_predict_layers", "expert_group_count",
-                             "expert_group_used_count"}),
+                             "expert_group_used_count", "rope.dimension_sections"}),
              eot_token="<|user|>", eom_token="<|observation|>"),
     # DeepSeek-V3, R1, Kimi K2 and (softmax-gated: expert_gating_func 1, or none) DeepSeek-V2: latent attention's
     # matrices one to one but kv_b_proj (MLA_KV_B), interleaved RoPE (llama.cpp's own: rows as they are) over

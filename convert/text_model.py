@@ -21,10 +21,13 @@ transformers 5's save_pretrained writes its own [experts, out, in], read too:
 written as the matrix per expert the text class holds, one expert read at a
 time); GLM-4.1V and GLM-4.6V-Flash ``Glm4vForConditionalGeneration``, a
 ``Glm4ForCausalLM`` under MRoPE, told what its text model's code fixes
-(``_glm4v_text``). This writes that text model as
+(``_glm4v_text``); GLM-4.5V and GLM-4.6V
+``Glm4vMoeForConditionalGeneration``, a ``Glm4MoeForCausalLM`` without q/k
+norms under MRoPE. This writes that text model as
 the ``Gemma3ForCausalLM`` / ``MistralForCausalLM`` / ``Ministral3ForCausalLM``
 / ``Llama4ForCausalLM`` / ``Qwen3_5ForCausalLM`` / ``Qwen3_5MoeForCausalLM`` /
-``Qwen3ForCausalLM`` / ``Qwen3MoeForCausalLM`` / ``Glm4ForCausalLM`` checkpoint
+``Qwen3ForCausalLM`` / ``Qwen3MoeForCausalLM`` / ``Glm4ForCausalLM`` /
+``Glm4MoeForCausalLM`` checkpoint
 transformers would build from it: its tensors renamed from either layout
 (``language_model.model.*`` as the Hub's files hold them,
 ``model.language_model.*`` as transformers 5 saves them) and copied byte for
@@ -136,6 +139,15 @@ GLM4V_TEXT_DEFAULTS: dict[str, Any] = {
     "num_attention_heads": 32, "num_key_value_heads": 2, "hidden_act": "silu", "max_position_embeddings": 32768,
     "rms_norm_eps": 1e-5}
 GLM4V_ROPE_DEFAULTS = {"rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}
+# transformers 5.23's Glm4vMoeTextConfig defaults that shape the computation (golden/ref/glm4-vl-moe-text-defaults.json)
+GLM4V_MOE_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 151424, "hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46,
+    "num_attention_heads": 96, "num_key_value_heads": 8, "hidden_act": "silu", "max_position_embeddings": 65536,
+    "rms_norm_eps": 1e-5, "attention_bias": True, "moe_intermediate_size": 1408, "num_experts_per_tok": 8,
+    "n_shared_experts": 1, "n_routed_experts": 128, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1,
+    "first_k_dense_replace": 1, "norm_topk_prob": True}
+GLM4V_MOE_ROPE_DEFAULTS = {"rope_parameters": {"partial_rotary_factor": 0.5, "rope_theta": 10000.0,
+                                               "rope_type": "default"}}
 
 
 def _always_renormalised(_cfg: dict[str, Any]) -> dict[str, Any]:
@@ -153,6 +165,11 @@ def _glm4v_text(cfg: dict[str, Any]) -> dict[str, Any]:
     if type(hidden) is int and type(heads) is int and heads > 0:
         out["head_dim"] = hidden // heads
     return out
+
+
+def _no_qk_norm(_cfg: dict[str, Any]) -> dict[str, Any]:
+    """Glm4vMoeTextAttention has no q/k norms, where Glm4MoeConfig's use_qk_norm may ask for them (GLM-4.5's)."""
+    return {"use_qk_norm": False}
 
 
 # the keys that state a model's RoPE, one spelling or the other: defaults fill in none beside them
@@ -228,6 +245,12 @@ MULTIMODAL = {
         "Glm4ForCausalLM", "glm4", renames=_RENAMES, left_out=("model.visual.",), defaults=GLM4V_TEXT_DEFAULTS,
         defaults_unless=((_ROPE_KEYS, GLM4V_ROPE_DEFAULTS),), plain_rope=True, source_type="glm4v_text",
         derived=_glm4v_text, tie="top"),),
+    # (GLM-4.5V, GLM-4.6V: GLM-4.5-Air's layers without q/k norms under MRoPE over rotate-half pairs, so the
+    # text model's rows are as they are)
+    "Glm4vMoeForConditionalGeneration": (TextPart(
+        "Glm4MoeForCausalLM", "glm4_moe", renames=_RENAMES, left_out=("model.visual.",),
+        defaults=GLM4V_MOE_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, GLM4V_MOE_ROPE_DEFAULTS),), plain_rope=True,
+        source_type="glm4v_moe_text", derived=_no_qk_norm, tie="top"),),
     "Qwen3_5MoeForConditionalGeneration": (TextPart(
         "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", renames=(*_RENAMES, ("mtp.", "mtp.")),
         left_out=("model.visual.",), defaults=QWEN3_5_MOE_TEXT_DEFAULTS,

@@ -148,6 +148,10 @@ from transformers import (  # noqa: E402
     Glm4vForConditionalGeneration,
     Glm4vTextConfig,
     Glm4vVisionConfig,
+    Glm4vMoeConfig,
+    Glm4vMoeForConditionalGeneration,
+    Glm4vMoeTextConfig,
+    Glm4vMoeVisionConfig,
     Qwen3VLConfig,
     Qwen3VLForConditionalGeneration,
     Qwen3VLMoeConfig,
@@ -272,6 +276,7 @@ QWEN3_5_MOE_SEED = SEED + 112  # its greedy cases run 16 tokens with margins >= 
 QWEN3_5_SEED = SEED + 108  # its greedy cases run 16 tokens with margins >= 0.04
 QWEN3_NEXT_SEED = SEED + 116  # its greedy cases run 16 tokens with margins >= 0.04
 QWEN3_VL_MOE_SEED = SEED + 122  # its greedy cases run 16 tokens with margins >= 0.013
+GLM4_VL_MOE_SEED = SEED + 132  # the first from SEED + 130 whose greedy cases run 16 tokens with margins >= 0.02
 ERNIE4_5_SEED = SEED + 95  # its greedy cases run 16 tokens with margins >= 0.04
 ERNIE4_5_MOE_SEED = SEED + 101  # the first from SEED + 96 whose greedy cases run 16 tokens with margins >= 0.03
 LLAMA4_SEED = SEED + 94  # the first from SEED + 91 whose greedy cases run 16 tokens with margins >= 0.02
@@ -1419,6 +1424,44 @@ def make_glm4_vl(tok) -> None:
                {k: v for k, v in sorted(Glm4vTextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
 
 
+def _glm4_vl_moe_biases(model) -> None:
+    """e_score_correction_bias as _glm4_moe_biases, in the multimodal model's language model."""
+    gen = torch.Generator(device="cpu").manual_seed(GLM4_VL_MOE_SEED)
+    for layer in model.model.language_model.layers:
+        if hasattr(layer.mlp, "gate"):
+            b = layer.mlp.gate.e_score_correction_bias
+            b.copy_(0.1 * torch.randn(b.shape, generator=gen))
+
+
+def make_glm4_vl_moe(tok) -> None:
+    """GLM-4.5V's and GLM-4.6V's layout on a toy: a Glm4vMoeForConditionalGeneration whose language model has
+    GLM-4.5-Air's layers (layer 0 dense, then 4 routed experts, top 2 by sigmoid score plus correction bias,
+    renormalised, x 2.5, beside a shared one; q/k/v biases, no q/k norms) under MRoPE (sections 2, 1, 1 of the 4
+    frequencies its half-rotated 16-dim heads turn, rotate-half pairs), beside a tiny vision model; untied.
+    ref/: transformers' logits and greedy ids of the whole model on text."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    text = Glm4vMoeTextConfig(**{k: dims[k] for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                                      "num_hidden_layers", "num_attention_heads",
+                                                      "num_key_value_heads", "max_position_embeddings",
+                                                      "rms_norm_eps")},
+                              head_dim=16, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                              n_shared_experts=1, first_k_dense_replace=1, routed_scaling_factor=2.5,
+                              norm_topk_prob=True, n_group=1, topk_group=1, attention_bias=True,
+                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                               "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]})
+    vision = Glm4vMoeVisionConfig(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=14,
+                                  image_size=28, out_hidden_size=text.hidden_size)
+    cfg = Glm4vMoeConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), bos_token_id=tok.bos_token_id,
+                         eos_token_id=tok.eos_token_id, pad_token_id=None, tie_word_embeddings=False)
+    cfg.architectures = ["Glm4vMoeForConditionalGeneration"]
+    out = HF_DIR / "tiny-glm4-vl-moe"
+    save_model(tok, out.name, Glm4vMoeForConditionalGeneration, cfg, GLM4_VL_MOE_SEED, torch.bfloat16,
+               after_init=_glm4_vl_moe_biases)
+    glm4_tokenizer(out, ("[gMASK]", "<|endoftext|>", "<|user|>", "<|observation|>"))  # as GLM-4.5's converter reads
+    write_json(REF_DIR / "glm4-vl-moe-text-defaults.json",
+               {k: v for k, v in sorted(Glm4vMoeTextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
+
+
 def make_qwen3_5_moe_vl(tok) -> None:
     qwen3_5_vl(tok, "tiny-qwen3-5-moe", Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeConfig, Qwen3_5MoeForCausalLM,
                Qwen3_5MoeTextConfig, QWEN3_5_MOE_SEED + 1)
@@ -1587,6 +1630,7 @@ def main() -> None:
     make_seed_oss(tok)
     make_glm4(tok)
     make_glm4_vl(tok)
+    make_glm4_vl_moe(tok)
     make_cohere2(tok)
     make_cohere(tok)
     make_fp8("tiny-qwen3", "tiny-qwen3-fp8", Qwen3ForCausalLM, [32, 32])
