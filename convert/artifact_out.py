@@ -60,6 +60,7 @@ class ConvertResult:
     weighted_tensors: int = 0  # quantized with importance weights (--imatrix)
     errors: dict[str, QuantError] = field(default_factory=dict)  # per tensor quantized here: its predicted loss
     fp8_tensors: int = 0  # hf-to-iebin: FP8 weights read dequantized (formats/hf_fp8.py)
+    read_as: str = ""  # gguf-to-iebin: how the file was read where not as llama.cpp's, whole (ollama_layout.Read)
 
 
 @dataclass

@@ -43,7 +43,7 @@ from .artifact_out import CAST_TARGETS, natural_key
 from .hf_to_iebin import convert, load_importance
 from .gguf_to_hf import convert_gguf_to_hf
 from .gguf_to_iebin import build_config as build_gguf_config
-from .gguf_to_iebin import GGUFRows, convert_gguf
+from .gguf_to_iebin import GGUFRows, convert_gguf, open_model
 from .gguf_to_iebin import tensor_shapes as gguf_tensor_shapes
 from .gguf_names import joint_types
 from .iebin_legacy import is_schema2, upgrade_legacy
@@ -97,6 +97,16 @@ ALLOW_NONFINITE_OPTION = click.option(
     help="Keep float tensors that hold NaN or ±inf (without it they are refused, naming the tensor and element: "
          "such a weight turns every logit into NaN). An IEBIN artifact then validates only with `validate --deep "
          "--allow-nonfinite`. A non-finite quantization scale is always refused.")
+
+
+# A multimodal GGUF (Ollama's gemma3, mistral3, llama4 blobs keep the vision tower beside the language model):
+# gguf-to-iebin, gguf-to-hf and q4-manifest --gguf read its language model alone only when asked.
+TEXT_ONLY_OPTION = click.option(
+    "--text-only", is_flag=True,
+    help="A multimodal file (Ollama's blobs of Gemma 3, Mistral Small 3.x, Llama 4 hold the vision tower, "
+         "projector or audio encoder beside the language model, where llama.cpp keeps them in a separate mmproj "
+         "file): import the language model alone, which is all the tools run; the artifact records what was "
+         "left out. Without it such a file is refused.")
 
 
 def check_q4_map_flags(q4_map, force: bool, imatrix) -> None:
@@ -179,10 +189,11 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, im
 @IMATRIX_OPTION
 @CHECKSUM_OPTION
 @ALLOW_NONFINITE_OPTION
+@TEXT_ONLY_OPTION
 @click.option("--overwrite", is_flag=True, help="Replace the artifact in --out-dir as a whole (as hf-to-iebin --overwrite).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imatrix, checksum, allow_nonfinite,
-                      overwrite, quiet):
+                      text_only, overwrite, quiet):
     """Import a llama.cpp GGUF model as IEBIN schema2, keeping its quantized blocks.
 
     \b
@@ -223,7 +234,11 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       its vocabulary (byte-level BPE under any split llama.cpp names for
       these models, gpt-4o, tekken, deepseek-* and llama-bpe among them;
       SentencePiece BPE), tokenizing as llama.cpp does; a GGUF is known by
-      its magic, so an Ollama blob (sha256-...) is taken as it is.
+      its magic, so an Ollama blob (sha256-...) is taken as it is, and
+      where Ollama's converter lays a model out otherwise (gpt-oss as
+      gptoss, gemma3's RoPE keys, mistral3's YaRN keys) it is read as
+      llama.cpp's file of it; a multimodal blob's vision (v.*), projector
+      (mm.*) and audio (a.*) tensors are refused unless --text-only.
 
     \b
     Typical use:
@@ -241,13 +256,14 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
     with convert_progress(quiet) as prog:
         res = convert_gguf(gguf_path, out_dir, dtype=dtype, overwrite=overwrite, progress=prog,
                            dequantize_all=dequantize, manifest=manifest, force=force, imatrix=imatrix,
-                           checksum=checksum, allow_nonfinite=allow_nonfinite)
+                           checksum=checksum, allow_nonfinite=allow_nonfinite, text_only=text_only)
     report_conversion(res)
     mbps = res.bytes_in / 1e6 / res.seconds if res.seconds > 0 else float("inf")
     parts = [f"{res.kept_blocks} with their blocks kept"] if res.kept_blocks else []
     parts += [f"{res.cast_tensors} dequantized or cast to floats"] if res.cast_tensors else []
     parts += [f"{res.quantized_tensors} quantized per {q4_map}"] if manifest else []
     parts += [f"{res.weighted_tensors} of them importance-weighted"] if res.weighted_tensors else []
+    parts += [res.read_as] if res.read_as else []
     err.print(f"imported {res.tensors} tensors ({'; '.join(parts) or 'all kept as they are'}; "
               f"{human_bytes(res.bytes_out)} model.ie.bin) in {res.seconds:.2f} s ({mbps:.0f} MB/s) -> {res.out_dir}",
               markup=False)
@@ -262,9 +278,10 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
               help="Dtype of dequantized tensors (default f32, in which a block's values are exact) and of "
                    "F32/F16/BF16 tensors (default: kept).")
 @ALLOW_NONFINITE_OPTION
+@TEXT_ONLY_OPTION
 @click.option("--overwrite", is_flag=True, help="Replace the files of a previous checkpoint in --out-dir.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, overwrite, quiet):
+def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, text_only, overwrite, quiet):
     """Write a GGUF as the Hugging Face checkpoint it came from, float.
 
     For the tools that read an HF checkpoint's float weights (rotate,
@@ -284,9 +301,10 @@ def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, overwrite, quiet)
     """
     with convert_progress(quiet) as prog:
         res = convert_gguf_to_hf(gguf_path, out_dir, dtype=dtype, overwrite=overwrite, progress=prog,
-                                 allow_nonfinite=allow_nonfinite)
+                                 allow_nonfinite=allow_nonfinite, text_only=text_only)
     mbps = res.bytes_in / 1e6 / res.seconds if res.seconds > 0 else float("inf")
-    err.print(f"wrote {res.tensors} tensors ({res.cast_tensors} dequantized or cast; {human_bytes(res.bytes_in)} "
+    err.print(f"wrote {res.tensors} tensors ({res.cast_tensors} dequantized or cast; "
+              f"{res.read_as + '; ' if res.read_as else ''}{human_bytes(res.bytes_in)} "
               f"read, {human_bytes(res.bytes_out)} model.safetensors) in {res.seconds:.2f} s ({mbps:.0f} MB/s) "
               f"-> {res.out_dir}", markup=False)
     if res.removed:
@@ -527,7 +545,7 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
         src = hf_checkpoint.from_dir(hf_dir)
         tensors, config = expert_stacks.shapes_as_written(src), src.config
     else:
-        g = open_gguf(gguf_path)
+        g, _read = open_model(gguf_path, text_only=True)  # (the manifest names the language model's tensors)
         tensors, config = gguf_tensor_shapes(g), build_gguf_config(g)
     tied = is_tied(tensors, config)
     head = scheme if quantize_head else head_scheme
@@ -713,11 +731,12 @@ def validate(path: Path, deep: bool, allow_nonfinite: bool):
     if is_bsr_path(path):
         return validate_bsr(path, allow_nonfinite)
     if is_gguf_model(path):
-        g = open_gguf(path)
+        g, read = open_model(path, text_only=True)
         build_gguf_config(g)
         files = f" in {len(g.paths)} files" if len(g.paths) > 1 else ""
-        out.print(f"OK {path}: GGUF v{g.version}, {g.fields.get('general.architecture')}, {len(g.tensors)} tensors"
-                  f"{files}, {len(g.fields)} key-values (structure, bounds and the model's hyperparameters checked; "
+        how = f" ({read.describe()})" if read.describe() else ""
+        out.print(f"OK {path}: GGUF v{g.version}, {g.fields.get('general.architecture')}{how}, {len(g.tensors)} "
+                  f"tensors{files}, {len(g.fields)} key-values (structure, bounds and the model's hyperparameters checked; "
                   "`ieconv gguf-to-iebin` checks every value)", markup=False)
         return
     if is_imatrix_path(path):

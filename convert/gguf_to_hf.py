@@ -29,13 +29,13 @@ import numpy as np
 from iekit.formats import delta_net, fused_tensors
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.expert_stacks import RAW, flip_experts, flipped_stacks
-from iekit.formats.gguf_file import GGUFModel, open_gguf
+from iekit.formats.gguf_file import GGUFModel
 from iekit.formats.errors import FormatError
 from iekit.formats.hf_checkpoint import SINGLE_NAME
 from iekit.formats.safetensors_writer import SafetensorsWriter
 
 from .artifact_out import ConvertResult, Progress, check_dtype, checkpoint_out
-from .gguf_to_iebin import aux_files, build_config, file_type_name, plan_tensors, tensor_chunks
+from .gguf_to_iebin import aux_files, build_config, file_type_name, open_model, plan_tensors, tensor_chunks
 
 # The model types whose HF tensors are the import's, one for one.
 # (phi3: the import's q/k/v and gate/up joined again into qkv_proj and gate_up_proj, formats/fused_tensors.py;
@@ -69,7 +69,7 @@ def check_float_source(gguf_path: str | os.PathLike, allow_requantize: bool) -> 
     of an earlier quantization, and quantizing them again adds a second
     rounding on top of the first (llama-quantize asks for
     --allow-requantize for the same reason)."""
-    g = open_gguf(gguf_path)
+    g, _read = open_model(gguf_path, text_only=True)  # (quantize writes the language model alone)
     with g:
         _hf_config(g, "ieconv quantize cannot start from it: give its HF checkpoint as --hf-dir")
         coded = [t for t in g.tensors if t.ggml_type not in FLOAT_TYPES]
@@ -83,13 +83,13 @@ def check_float_source(gguf_path: str | os.PathLike, allow_requantize: bool) -> 
 
 def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dtype: str | None = None,
                        overwrite: bool = False, progress: Progress | None = None,
-                       allow_nonfinite: bool = False) -> ConvertResult:
+                       allow_nonfinite: bool = False, text_only: bool = False) -> ConvertResult:
     """Write ``gguf_path`` into ``out_dir`` as an HF checkpoint (module
     docstring), staged and renamed together; the directory follows
-    artifact_out.checkpoint_out's rules."""
+    artifact_out.checkpoint_out's rules. ``text_only``: as gguf-to-iebin's."""
     progress = progress or Progress()
     check_dtype(dtype)
-    g = open_gguf(gguf_path)
+    g, read = open_model(gguf_path, text_only)
     tiled = _hf_config(g, "gguf-to-iebin imports it")
     plans = plan_tensors(g, tiled, dtype, dequantize_all=True)
     # (Qwen3.5's value heads back in Hugging Face's order: formats/delta_net.py)
@@ -102,7 +102,8 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
     t0 = time.perf_counter()
     bytes_in = sum(p.in_nbytes for p in plans)
     progress.start("converting", bytes_in)
-    meta = {"format": "pt", "iekit.source": json.dumps({"gguf": g.path.name, "file_type": file_type_name(g)})}
+    meta = {"format": "pt", "iekit.source": json.dumps({"gguf": g.path.name, "file_type": file_type_name(g),
+                                                        **read.record()})}
     by_name = {p.name: p for p in plans}
     # (e.g. a phi3 file's attn_q in F16 beside a dequantized attn_k cannot be one qkv_proj)
     layout = fused_tensors.joined(cfg, [(p.name, p.dtype, p.shape) for p in plans], str(g.path))
@@ -123,4 +124,5 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
         for name, data in aux.items():
             staged.write_bytes(name, data)
     return ConvertResult(out.dir, len(layout), bytes_in, (out.dir / SINGLE_NAME).stat().st_size,
-                         time.perf_counter() - t0, sum(p.mode in ("cast", "dequant") for p in plans), removed=out.stale)
+                         time.perf_counter() - t0, sum(p.mode in ("cast", "dequant") for p in plans), removed=out.stale,
+                         read_as=read.describe())

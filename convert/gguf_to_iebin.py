@@ -53,6 +53,7 @@ from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, CONVERTER_FUSED, GGUF_ARC
                          LINEAR_DECAY, MLA_KV_B, MROPE_NEOX, NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, attention_scalar,
                          beside, hf_layer_name, mtp_extra_hf_name, norm_shift, sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
+from .ollama_layout import Read, as_llamacpp
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
 from .source_hashes import SourceHashes
@@ -1105,7 +1106,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
                  overwrite: bool = False, progress: Progress | None = None, dequantize_all: bool = False,
                  manifest: Manifest | None = None, force: bool = False,
                  imatrix: str | os.PathLike | None = None, checksum: str = checksums.DEFAULT,
-                 allow_nonfinite: bool = False) -> ConvertResult:
+                 allow_nonfinite: bool = False, text_only: bool = False) -> ConvertResult:
     """Import ``gguf_path`` into ``out_dir`` (see the module docstring).
     ``dequantize_all``: no block is kept, every tensor becomes a float
     (``dtype``, f32 by default): the float reference of a quantized file.
@@ -1114,10 +1115,11 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
     by ``imatrix`` (default: the manifest's) where it has an entry.
     ``checksum``: the digest algorithm recorded (formats/checksums.py).
     A float tensor holding NaN or ±inf is refused unless ``allow_nonfinite``
-    (a block's scale never is)."""
+    (a block's scale never is). ``text_only``: a multimodal file's other
+    modalities are left out (ollama_layout), else refused."""
     progress = progress or Progress()
     check_dtype(dtype)
-    g = open_gguf(gguf_path)
+    g, read = open_model(gguf_path, text_only)
     cfg = build_config(g)
     plans = plan_tensors(g, cfg, dtype, dequantize_all)
     warnings: list[str] = []
@@ -1162,13 +1164,19 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, *, dt
         aux = writer.stage_aux(aux_data)
         source = {"kind": "gguf", "name": g.path.name, "revision": None, "shards": hashes.records(),
                   "gguf": {"version": g.version, "architecture": g.fields["general.architecture"],
-                           "file_type": file_type_name(g)}}
+                           "file_type": file_type_name(g), **read.record()}}
         meta = writer.finish(config=cfg, model=model_summary(cfg), source=source,
                              tokenizer_files=out.tokenizer_files, aux_files=aux)
     return ConvertResult(out.dir, len(plans), bytes_in, meta["files"][0]["nbytes"], time.perf_counter() - t0,
                          sum(p.mode in ("cast", "dequant") for p in plans), sum(p.mode == "quantize" for p in plans),
                          warnings, out.stale, kept_blocks=sum(p.mode == "copy" and p.dtype in SCHEMES for p in plans),
-                         weighted_tensors=len(importance), errors=errors)
+                         weighted_tensors=len(importance), errors=errors, read_as=read.describe())
+
+
+def open_model(path: str | os.PathLike, text_only: bool = False) -> tuple[GGUFModel, Read]:
+    """The GGUF model at ``path`` as llama.cpp lays it out (an Ollama blob's layout read as llama.cpp's; with
+    ``text_only``, a multimodal file's language model alone: ollama_layout), and how it was read."""
+    return as_llamacpp(open_gguf(path), text_only)
 
 
 def _row_blocks(g: GGUFModel, p: _Tensor, progress: Progress) -> Iterator[tuple[int, np.ndarray]]:

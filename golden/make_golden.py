@@ -1369,18 +1369,20 @@ def make_qwen3_vl(tok) -> None:
                {k: v for k, v in sorted(Qwen3VLTextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
 
 
+# common_dims' keys a multimodal model's text config takes as they are
+TEXT_DIMS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+             "num_key_value_heads", "max_position_embeddings", "rms_norm_eps")
+
+
 def make_qwen3_vl_moe(tok) -> None:
     """Qwen3-VL-30B-A3B's and 235B-A22B's layout on a toy: a Qwen3VLMoeForConditionalGeneration whose language
     model has Qwen3-MoE's layers (4 experts of 24 channels in each, the top 2 by softmax probability, always
     renormalised) under interleaved MRoPE, its experts stored as the Hub stores them (hub_expert_layout); a tied
     head (the 30B's). ref/: transformers' logits and greedy ids of the whole model on text."""
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
-    text = Qwen3VLMoeTextConfig(**{k: dims[k] for k in ("vocab_size", "hidden_size", "intermediate_size",
-                                                        "num_hidden_layers", "num_attention_heads",
-                                                        "num_key_value_heads", "max_position_embeddings",
-                                                        "rms_norm_eps")},
-                                head_dim=32, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
-                                decoder_sparse_step=1, mlp_only_layers=[], rope_parameters=dict(QWEN3_VL_ROPE))
+    text = Qwen3VLMoeTextConfig(**{k: dims[k] for k in TEXT_DIMS}, head_dim=32, num_experts=4, num_experts_per_tok=2,
+                                moe_intermediate_size=24, decoder_sparse_step=1, mlp_only_layers=[],
+                                rope_parameters=dict(QWEN3_VL_ROPE))
     cfg = qwen3_vl_config(tok, Qwen3VLMoeConfig, Qwen3VLMoeVisionConfig, text, tie=True)
     cfg.architectures = ["Qwen3VLMoeForConditionalGeneration"]
     out = HF_DIR / "tiny-qwen3-vl-moe"
@@ -1440,13 +1442,10 @@ def make_glm4_vl_moe(tok) -> None:
     frequencies its half-rotated 16-dim heads turn, rotate-half pairs), beside a tiny vision model; untied.
     ref/: transformers' logits and greedy ids of the whole model on text."""
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
-    text = Glm4vMoeTextConfig(**{k: dims[k] for k in ("vocab_size", "hidden_size", "intermediate_size",
-                                                      "num_hidden_layers", "num_attention_heads",
-                                                      "num_key_value_heads", "max_position_embeddings",
-                                                      "rms_norm_eps")},
-                              head_dim=16, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-                              n_shared_experts=1, first_k_dense_replace=1, routed_scaling_factor=2.5,
-                              norm_topk_prob=True, n_group=1, topk_group=1, attention_bias=True,
+    text = Glm4vMoeTextConfig(**{k: dims[k] for k in TEXT_DIMS}, head_dim=16, n_routed_experts=4,
+                              num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+                              first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True, n_group=1,
+                              topk_group=1, attention_bias=True,
                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]})
     vision = Glm4vMoeVisionConfig(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=14,

@@ -16,7 +16,9 @@ The import runs as ``ieconv gguf-to-iebin`` in a child process, since the
 runtime never imports the converter (tests/test_layers.py); its one error
 line becomes ierun's. Two ierun processes importing the same file at once
 each import into their own temporary directory; the first rename wins and
-the other uses it.
+the other uses it. A multimodal file (Ollama's blobs of Gemma 3, Mistral
+Small 3.x, Llama 4 hold the vision tower beside the language model) is
+imported ``--text-only``: ierun runs the language model alone.
 """
 
 from __future__ import annotations
@@ -53,8 +55,9 @@ def imported(path: Path, env: dict[str, str] | None = None, say=None) -> Path:
         raise IEError(f"{root}: cannot create the GGUF cache ({e.strerror}); set IE_GGUF_CACHE") from None
     tmp = root / f".{digest}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
+    # (--text-only: ierun runs the language model alone, so a multimodal blob's vision tower is not needed)
     argv = [sys.executable, "-c", "from iekit.convert.entry import main; main()", "gguf-to-iebin",
-            "--gguf", os.fspath(path), "--out-dir", os.fspath(tmp), "-q"]
+            "--gguf", os.fspath(path), "--out-dir", os.fspath(tmp), "-q", "--text-only"]
     res = subprocess.run(argv, capture_output=True, text=True, env=env)
     if res.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)

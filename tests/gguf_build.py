@@ -219,24 +219,26 @@ def raw_gguf(path: Path, kvs: list[bytes], tensors: list[tuple[str, list[int], i
 
 
 def rewrite_gguf(src: Path, dst: Path, *, drop: set[str] = frozenset(), kv: dict | None = None,
-                 tensors: dict | None = None) -> Path:
+                 tensors: dict | None = None, arch: str | None = None, keys: dict[str, str] | None = None,
+                 names: dict[str, str] | None = None) -> Path:
     """``src`` written again by gguf-py's writer with the key-values in
     ``drop`` and the tensors mapped to None in ``tensors`` left out,
     key-values ``kv`` added (a bool as bool, an int as uint32, a float as
     float32, a string as a string, a list as an array), and tensors
     ``tensors`` (name -> array, written as its numpy type) added or
     replaced: one change at a time to a valid file, for the import's
-    refusals."""
+    refusals. ``arch`` names another architecture; ``keys`` renames
+    key-values (whole names) and ``names`` the parts of tensor names (each
+    first occurrence), as another converter would have written the file."""
     import gguf
 
     r = gguf.GGUFReader(str(src))
-    arch = r.fields["general.architecture"].contents()
-    w = gguf.GGUFWriter(str(dst), arch)
+    w = gguf.GGUFWriter(str(dst), arch or r.fields["general.architecture"].contents())
     for k, f in r.fields.items():
         if k.startswith("GGUF.") or k == "general.architecture" or k in drop:
             continue
         sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(k, f.contents(), f.types[0], sub_type=sub)
+        w.add_key_value((keys or {}).get(k, k), f.contents(), f.types[0], sub_type=sub)
     for k, v in (kv or {}).items():
         if isinstance(v, list):
             w.add_array(k, v)
@@ -247,7 +249,10 @@ def rewrite_gguf(src: Path, dst: Path, *, drop: set[str] = frozenset(), kv: dict
     tensors = dict(tensors or {})
     for t in r.tensors:
         if t.name not in tensors:
-            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)  # (shape: from the data's)
+            name = t.name
+            for a, b in (names or {}).items():
+                name = name.replace(a, b, 1)
+            w.add_tensor(name, np.asarray(t.data), raw_dtype=t.tensor_type)  # (shape: from the data's)
         elif tensors[t.name] is not None:
             w.add_tensor(t.name, tensors.pop(t.name))
     for name, a in tensors.items():
