@@ -30,6 +30,9 @@ def run_guarded(load_main) -> None:
     otherwise one arriving during the interpreter's shutdown would turn a
     finished run into death by SIGINT."""
     try:
+        _GUARD["on"] = True
+        if _GUARD["pending"]:  # (a Ctrl-C that landed in a finalizer before this: _redeliver_interrupts)
+            raise KeyboardInterrupt
         main = _import_quickly(load_main)
         main()
     except KeyboardInterrupt:
@@ -56,6 +59,11 @@ def _caused_by_interrupt(e: BaseException) -> bool:
     return False
 
 
+# Whether run_guarded has started (after which an interrupt delivered again lands inside it), and whether a Ctrl-C
+# landed in a finalizer before that: run_guarded raises it as it starts. Process-wide, as the SIGINT handler is.
+_GUARD = {"on": False, "pending": False}
+
+
 def _redeliver_interrupts(previous):
     """A ``sys.unraisablehook`` for Ctrl-C that lands where Python cannot raise
     it: in a weakref callback or a ``__del__`` (importlib runs one for every
@@ -65,11 +73,16 @@ def _redeliver_interrupts(previous):
     KeyboardInterrupt where ``run_guarded`` catches it. From a new thread:
     delivered in the hook, it would be raised in the hook (and ignored again);
     that thread needs the GIL, which it gets once the hook has returned (the
-    hook does not wait for it).
+    hook does not wait for it). Before run_guarded has started, that thread
+    could raise it in the entry point's own code, outside run_guarded (a CI
+    run on a loaded machine saw it): then it is kept for run_guarded to raise.
     Anything else goes to ``previous``."""
 
     def hook(unraisable) -> None:
         if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            if not _GUARD["on"]:
+                _GUARD["pending"] = True
+                return
             try:  # interrupt_main: a no-op once SIGINT is ignored (the command has finished)
                 _thread.start_new_thread(_thread.interrupt_main, ())
             except RuntimeError:  # the interpreter is shutting down: nothing left to interrupt
