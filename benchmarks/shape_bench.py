@@ -44,9 +44,9 @@ def run(cmd: list[Any]) -> str:
 
 
 def write_checkpoint(out: Path, hidden: int, layers: Callable[[Weights], dict[str, np.ndarray]],
-                     config: dict[str, Any]) -> None:
-    """The checkpoint: the embedding, an untied head, the final norm, ``layers(w)``'s tensors and ``config``
-    (vocab_size and the ids added: tiny-llama's 320 tokens)."""
+                     config: dict[str, Any], final_norm: str = "model.norm.weight") -> None:
+    """The checkpoint: the embedding, an untied head, the final norm (under ``final_norm``), ``layers(w)``'s
+    tensors and ``config`` (vocab_size and the ids added: tiny-llama's 320 tokens)."""
     from safetensors.numpy import save_file
 
     out.mkdir(parents=True, exist_ok=True)
@@ -55,7 +55,7 @@ def write_checkpoint(out: Path, hidden: int, layers: Callable[[Weights], dict[st
     vocab = len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"])
     w = Weights()
     t = {"model.embed_tokens.weight": w.m(vocab, hidden), "lm_head.weight": w.m(vocab, hidden),
-         "model.norm.weight": w.ones(hidden), **layers(w)}
+         final_norm: w.ones(hidden), **layers(w)}
     save_file(dict(sorted(t.items())), str(out / "model.safetensors"), metadata={"format": "pt"})
     cfg = {**config, "hidden_size": hidden, "vocab_size": vocab, "tie_word_embeddings": False, "bos_token_id": 1,
            "eos_token_id": 2, "torch_dtype": "float32"}

@@ -43,7 +43,8 @@ from iekit.formats.errors import FormatError
 from iekit.formats.fused_tensors import BA, FUSED, QKVZ
 from iekit.formats.model_spec import every_nth
 
-_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head",
+        "token_embd_norm": "model.embedding_norm"}  # (LFM2's final norm, llama.cpp's OUTPUT_NORM_LFM2)
 # GGUF name inside blk.N -> HF name inside model.layers.N, for every Llama-family layer
 LAYER_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
                "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
@@ -236,6 +237,9 @@ class GGUFArch:
     # -exp(A_log), conv1d [channels, taps]); the import keeps the order (config.linear_value_head_order "tiled")
     linear: bool = False
     mtp_beside: bool = False  # the MTP layers under Hugging Face's mtp.* names (MTP_LAYERS, MTP_EXTRAS), not model.layers.N
+    # LFM2's short convolutions: which layers by attention.head_count_kv, one per layer (0 where a layer
+    # convolves), the taps under shortconv.l_cache, the taps' tensor [hidden, taps] (CONV_TAPS)
+    short_conv: bool = False
 
 
 # Latent attention's kv_b_proj (HF suffix) and the two llama.cpp tensors it crosses as (gguf_names' docstring)
@@ -314,7 +318,18 @@ MTP_EXTRAS = {"mtp.fc.weight": "nextn.eh_proj.weight", "mtp.pre_fc_norm_embeddin
 # architectures whose converter writes each head's rotated q/k rows in NeoX's order (evens, then odds) where the file
 # has rope.dimension_sections, its RoPE being interleaved pairs otherwise (GLM-4V's language model: glm4)
 MROPE_NEOX = ("glm4",)
-LINEAR_CONV = "linear_attn.conv1d.weight"  # [channels, 1, taps] in Hugging Face's layout, [channels, taps] in GGUF
+# convolutions' taps (gated DeltaNet's conv1d, LFM2's short convolution): [channels, 1, taps] in Hugging Face's
+# layout, [channels, taps] in GGUF, the same bytes
+CONV_TAPS = ("linear_attn.conv1d.weight", "conv.conv.weight")
+
+# LFM2's layer (models/lfm2), one to one: Qwen3's attention under its names beside the short convolution's tensors
+_LFM2 = {"operator_norm.weight": "attn_norm.weight", "ffn_norm.weight": "ffn_norm.weight",
+         **{f"self_attn.{p}_proj.weight": f"attn_{p}.weight" for p in "qkv"},
+         "self_attn.out_proj.weight": "attn_output.weight", "self_attn.q_layernorm.weight": "attn_q_norm.weight",
+         "self_attn.k_layernorm.weight": "attn_k_norm.weight", "feed_forward.w1.weight": "ffn_gate.weight",
+         "feed_forward.w3.weight": "ffn_up.weight", "feed_forward.w2.weight": "ffn_down.weight",
+         "conv.in_proj.weight": "shortconv.in_proj.weight", "conv.conv.weight": "shortconv.conv.weight",
+         "conv.out_proj.weight": "shortconv.out_proj.weight"}
 
 ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("llama", "LlamaForCausalLM", "llama", True, _LLAMA),
@@ -378,6 +393,19 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # EXAONE 4: OLMo 2's names (its norms of the blocks' outputs; q/k norms per head), rows as they are
     # (convert_hf_to_gguf's Exaone4Model is no LlamaModel); llama.cpp slides only in the 64-layer 32B, every
     # 4th layer full and unrotated there by default, and every layer full and rotated in any other size
+    # LFM2, LFM2.5 (dense): rows as they are (NeoX RoPE); attention.head_count_kv one per layer, 0 where it convolves
+    GGUFArch("lfm2", "Lfm2ForCausalLM", "lfm2", False, _LFM2, keys=frozenset({"shortconv.l_cache"}),
+             short_conv=True),
+    # LFM2-8B-A1B: LFM2's layers; after the leading_dense_block_count dense ones, experts as ffn_*_exps stacks, the
+    # router ffn_gate_inp and its choice bias exp_probs_b, sigmoid-gated (llama.cpp's lfm2moe graph renormalises
+    # the top k always and never scales them)
+    GGUFArch("lfm2moe", "Lfm2MoeForCausalLM", "lfm2_moe", False,
+             {**_LFM2, "feed_forward.gate.weight": "ffn_gate_inp.weight",
+              "feed_forward.expert_bias": "exp_probs_b.bias"},
+             experts={f"feed_forward.experts.{{e}}.{w}.weight": _MOE_EXPS[k]
+                      for w, k in (("w1", "gate"), ("w3", "up"), ("w2", "down"))},
+             keys=frozenset({"shortconv.l_cache", "leading_dense_block_count", "expert_gating_func"}),
+             short_conv=True),
     GGUFArch("exaone4", "Exaone4ForCausalLM", "exaone4", False, _OLMO2,
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
              swa_pattern=4, swa_window=4096, swa_layers=64),

@@ -49,7 +49,7 @@ from iekit.formats.model_spec import check_convertible, every_nth, longrope_atte
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
-from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, CONVERTER_FUSED, GGUF_ARCHS, IMPORTED_AS, LINEAR_CONV,
+from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, CONVERTER_FUSED, GGUF_ARCHS, IMPORTED_AS, CONV_TAPS,
                          LINEAR_DECAY, MLA_KV_B, MROPE_NEOX, NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, attention_scalar,
                          beside, hf_layer_name, mtp_extra_hf_name, norm_shift, sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
@@ -360,7 +360,9 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     heads = _field(g, f"{a}.attention.head_count", int)
     if hidden < 1 or heads < 1:
         raise FormatError(g.path, f"{a}.attention.head_count", f"{heads} heads of a {hidden}-wide model")
-    kv = _field(g, f"{a}.attention.head_count_kv", int, heads)
+    conv_layers = _conv_layers(g, arch) if arch.short_conv else []
+    kv = max(g.fields[f"{a}.attention.head_count_kv"]) if any(conv_layers) else \
+        _field(g, f"{a}.attention.head_count_kv", int, heads)
     if kv < 1 or heads % kv:
         raise FormatError(g.path, f"{a}.attention.head_count_kv", f"{kv}: must be at least 1 and divide the {heads} "
                                                                   "attention heads (grouped-query attention)")
@@ -428,6 +430,11 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _mistral3_config(g, arch, cfg)
     if arch.gguf == "exaone4":
         _exaone4_config(g, arch, cfg)
+    if arch.short_conv:  # (Lfm2Config's names; its width as it is, not derived again by LFM2's rule)
+        cfg.update(layer_types=["conv" if c else "full_attention" for c in conv_layers] or
+                   ["full_attention"] * cfg["num_hidden_layers"],
+                   conv_L_cache=_field(g, f"{a}.shortconv.l_cache", int), conv_bias=False,
+                   block_auto_adjust_ff_dim=False, norm_eps=cfg.pop("rms_norm_eps"))
     if arch.layer_norm:
         _cohere_config(g, arch, cfg)
     if arch.hf_class == "Olmo3ForCausalLM":  # layer types by the file's pattern (or every 4th full); one base
@@ -688,6 +695,12 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
         _llama4_config(g, arch, cfg)
     if arch.hf_class == "Ernie4_5_MoeForCausalLM":
         _ernie_moe_config(g, arch, cfg)
+    if arch.hf_class == "Lfm2MoeForCausalLM":  # (llama.cpp's lfm2moe: renormalised always, never scaled)
+        _sigmoid_gated(g, arch, None)
+        cfg.update(num_experts=cfg.pop("num_local_experts"), norm_topk_prob=True, routed_scaling_factor=1.0,
+                   moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
+                   num_dense_layers=_field(g, f"{a}.leading_dense_block_count", int, 0),
+                   use_expert_bias=any(t.name.endswith(".exp_probs_b.bias") for t in g.tensors))
     if arch.hf_class == "GptOssForCausalLM":
         cfg.update(intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), swiglu_limit=7.0,
                    swiglu_alpha=1.702, attention_bias=True,
@@ -717,6 +730,21 @@ def _ernie_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
                moe_layer_start_index=_field(g, f"{a}.leading_dense_block_count", int, 0), moe_layer_end_index=-1)
     if cfg["moe_layer_interval"] < 1:
         raise FormatError(g.path, f"{a}.interleave_moe_layer_step", f"{cfg['moe_layer_interval']}: must be at least 1")
+
+
+def _conv_layers(g: GGUFModel, arch: GGUFArch) -> list[bool]:
+    """LFM2's layers that convolve ([] where every layer attends): attention.head_count_kv, one per block, 0 where a
+    layer convolves, the KV heads of the attention layers (all the same) elsewhere."""
+    key = f"{arch.gguf}.attention.head_count_kv"
+    per = g.fields.get(key)
+    if not isinstance(per, list):
+        return []
+    blocks = _field(g, f"{arch.gguf}.block_count", int)
+    heads = {v for v in per if v}
+    if (len(per) != blocks or any(type(v) is not int or v < 0 for v in per) or len(heads) != 1):
+        raise FormatError(g.path, key, f"{per!r:.60}: expected {blocks} counts, one per block (0 where it "
+                                       "convolves), the attention blocks' all the same")
+    return [v == 0 for v in per]
 
 
 def _linear_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
@@ -934,8 +962,8 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
         elif name is not None:
             if len(t.shape) > 2 and not name.endswith(("experts.down_proj", "experts.down_proj_bias")):
                 raise FormatError(g.path, where, f"has {len(t.shape)} dimensions; expected a matrix or vector")
-            # (gated DeltaNet's conv1d: [channels, 1, taps] as Hugging Face keeps it, the same bytes)
-            shape = [t.shape[0], 1, t.shape[1]] if name.endswith(LINEAR_CONV) and len(t.shape) == 2 else None
+            # (a convolution's taps: [channels, 1, taps] as Hugging Face keeps them, the same bytes)
+            shape = [t.shape[0], 1, t.shape[1]] if name.endswith(CONV_TAPS) and len(t.shape) == 2 else None
             out.append(_Tensor(t, name, "", None, "", shift=norm_shift(arch, name), shape_=shape,
                                log_neg=name.endswith(LINEAR_DECAY)))
         elif suffix in stacks:

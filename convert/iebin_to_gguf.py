@@ -49,11 +49,11 @@ from iekit.formats.errors import IEError, UnsupportedError
 from iekit.formats.fileio import read_small, read_small_text
 from iekit.formats.gguf_file import MAX_SHARDS
 from iekit.formats.jsonio import loads_strict
-from iekit.formats.model_spec import (LLAMA4_MLP_INTER, DecoderSpec, decoder_spec, every_nth, rope_kind, rope_tables,
-                                      yarn_attention_factor)
+from iekit.formats.model_spec import (LLAMA4_MLP_INTER, DecoderSpec, decoder_spec, every_nth, own_name, rope_kind,
+                                      rope_tables, yarn_attention_factor)
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import (LINEAR_CONV, LINEAR_DECAY, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS, NO_DENSE_MLP, SIGMOID_GATING,
+from .gguf_names import (CONV_TAPS, LINEAR_DECAY, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS, NO_DENSE_MLP, SIGMOID_GATING,
                          GGUFArch, arch_of, attention_scalar, fused_parts, gguf_layer_name, mtp_gguf_name, norm_shift, separable,
                          sliding_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
@@ -165,7 +165,8 @@ class _Plan:
         # expert's gate too: a [hidden, 1] row, which ggml counts as a vector), whose
         # product with a BF16 or F16 matrix ggml would take with the activations rounded to that type too
         f32 = (len(shape) == 1 or gguf_name.endswith(".bias") or ".attn_sinks." in gguf_name
-               or ".ffn_gate_inp." in gguf_name or ".ffn_gate_inp_shexp." in gguf_name or ".ssm_conv1d." in gguf_name)
+               or ".ffn_gate_inp." in gguf_name or ".ffn_gate_inp_shexp." in gguf_name or ".ssm_conv1d." in gguf_name
+               or ".shortconv.conv." in gguf_name)
         o = _Out(gguf_name, SAME_BYTES.get(dtype, ""), shape, parts, dtype, shift=norm_shift(self.arch, first["name"]),
                  neg_exp=first["name"].endswith(LINEAR_DECAY))
         floats = dtype in ("f16", "bf16", "f32")
@@ -270,6 +271,12 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
                           "dense ones")
         if arch.gguf == "llama4":
             _check_llama4(where, spec)
+        if arch.gguf == "lfm2moe":  # (its graph renormalises always, never scales, and reads a choice bias)
+            for key, ok in (("norm_topk_prob", moe.norm_topk), ("routed_scaling_factor", moe.routed_scale == 1.0),
+                            ("use_expert_bias", "expert_bias" in moe.names)):
+                if not ok:
+                    raise IEError(f"{where}.{key}: llama.cpp's lfm2moe renormalises the top-k weights always, never "
+                                  "scales them, and reads a choice bias (exp_probs_b); this model differs")
         if arch.gguf in LEADING_DENSE and list(moe.layers) != [i >= _leading_dense(moe)
                                                                 for i in range(spec.n_layers)]:
             raise IEError(f"{where}.{LEADING_DENSE[arch.gguf]}: experts at layers "
@@ -352,7 +359,7 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
 # The llama.cpp architectures whose experts sit in every layer from the first that has them to the last (the
 # layers before, leading_dense_block_count), by the config key that could place them otherwise
 LEADING_DENSE = {"glm4moe": "first_k_dense_replace", "deepseek2": "mlp_layer_types",
-                 "ernie4_5-moe": "moe_layer_interval"}
+                 "ernie4_5-moe": "moe_layer_interval", "lfm2moe": "num_dense_layers"}
 
 
 def _leading_dense(moe: Any) -> int:
@@ -432,7 +439,7 @@ def _plan_tensors(plan: _Plan) -> None:
     def one(hf: str, order: np.ndarray | None = None) -> None:
         e = plan.entry(hf)
         shape = list(e["shape"])
-        if hf.endswith(LINEAR_CONV):  # [channels, 1, taps] as llama.cpp's [channels, taps]: the same bytes
+        if hf.endswith(CONV_TAPS):  # [channels, 1, taps] as llama.cpp's [channels, taps]: the same bytes
             shape = [shape[0], shape[-1]]
         plan.add(mtp_gguf_name(arch, hf, spec.n_layers) or gguf_layer_name(arch, hf), [_Part(e, order)], shape)
 
@@ -475,7 +482,7 @@ def _plan_tensors(plan: _Plan) -> None:
                     plan.add(f"blk.{i}.{g}", [_Part(_as_rows(e), order)], [n_exp, rows // 2])
                 else:
                     plan.add(f"blk.{i}.{g}", [_Part(e, order)], [n_exp, rows // 2, e["shape"][2]])
-    one("model.norm.weight")
+    one(own_name(spec.arch, "model.norm.weight"))
     if "lm_head.weight" in plan.entries and not spec.tied:
         one("lm_head.weight")
     mtp = tuple(f"model.layers.{i}." for i in range(spec.n_layers + _mtp_written(arch, spec),
@@ -634,7 +641,10 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if arch.hf_class not in NO_DENSE_MLP:
         kv[f"{a}.feed_forward_length"] = int(dense_ff)
     kv[f"{a}.attention.head_count"] = spec.n_heads
-    kv[f"{a}.attention.head_count_kv"] = spec.n_kv_heads
+    # (LFM2's: one per layer, 0 where it convolves, as convert_hf_to_gguf's LFM2Model writes it)
+    kv[f"{a}.attention.head_count_kv"] = [0 if c else spec.n_kv_heads for c in spec.short_conv] or spec.n_kv_heads
+    if spec.short_conv:
+        kv[f"{a}.shortconv.l_cache"] = spec.conv_taps
     kv[f"{a}.attention.key_length"] = spec.head_dim
     kv[f"{a}.attention.value_length"] = spec.head_dim
     kv[f"{a}.rope.dimension_count"] = spec.rotary_dim  # (partial RoPE, latent attention: fewer than head_dim)
@@ -685,9 +695,11 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.expert_count"] = moe.n_experts
         kv[f"{a}.expert_used_count"] = moe.top_k
         if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "llama4",
-                         "ernie4_5-moe", "qwen35moe", "qwen3next"):
+                         "ernie4_5-moe", "qwen35moe", "qwen3next", "lfm2moe"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
-        if arch.gguf in LEADING_DENSE:  # as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model, Ernie4_5MoeModel do
+        if arch.gguf == "lfm2moe":  # (as convert_hf_to_gguf's LFM2MoeModel: no shared experts to count)
+            kv[f"{a}.leading_dense_block_count"] = _leading_dense(moe)
+        if arch.gguf in LEADING_DENSE and arch.gguf != "lfm2moe":  # as Glm4MoeModel, DeepseekV2Model, Ernie4_5MoeModel
             kv[f"{a}.expert_shared_count"] = moe.shared_inter // moe.inter
             kv[f"{a}.leading_dense_block_count"] = _leading_dense(moe)
         if arch.gguf == "ernie4_5-moe":

@@ -95,8 +95,20 @@ class Arch:
     zero_centered: bool = False
     attn_gate: bool = False
     linear_attn: bool = False
+    # LFM2 (models/lfm2): config.layer_types' "conv" layers mix tokens by a short gated convolution (SHORT_CONV:
+    # in_proj's rows B, C and x; B x through a causal depthwise convolution of conv_L_cache taps, times C;
+    # out_proj) instead of attention; the dense MLP as wide as LFM2's rule makes it (_lfm2)
+    short_conv: bool = False
+    # Llama's names (model_parts, layer_parts) -> this model's, the first that a tensor name holds replaced
+    renames: tuple[tuple[str, str], ...] = ()
 
 
+# LFM2's names for Llama's (Arch.renames)
+LFM2_NAMES = (("self_attn.o_proj", "self_attn.out_proj"), ("self_attn.q_norm", "self_attn.q_layernorm"),
+              ("self_attn.k_norm", "self_attn.k_layernorm"), ("mlp.gate_proj", "feed_forward.w1"),
+              ("mlp.up_proj", "feed_forward.w3"), ("mlp.down_proj", "feed_forward.w2"),
+              ("input_layernorm", "operator_norm"), ("post_attention_layernorm", "ffn_norm"),
+              ("model.norm.", "model.embedding_norm."))
 ARCHS = {
     "LlamaForCausalLM": Arch(),                                     # models/llama
     "MistralForCausalLM": Arch(window_everywhere=True),             # models/mistral
@@ -190,6 +202,12 @@ ARCHS = {
                                  zero_centered=True, attn_gate=True, linear_attn=True, unread=("mtp.",)),
     "Llama4ForCausalLM": Arch(moe="llama4", rope_interleaved=True, nope=True, llama4=True, mlp_module="feed_forward",
                               default_theta=500000.0),
+    # models/lfm2 (LFM2, LFM2.5): Qwen3's attention layer (per-head q/k norms) under other names where layer_types
+    # says full_attention, a short gated convolution where it says conv; the final norm embedding_norm
+    "Lfm2ForCausalLM": Arch(qk_norm=True, short_conv=True, default_theta=1e6, renames=LFM2_NAMES),
+    # models/lfm2_moe (LFM2-8B-A1B): LFM2's layers; after the first num_dense_layers, experts chosen by sigmoid
+    # score plus expert_bias (GLM-4.5's router, no groups, no shared expert), renormalised with norm_topk_prob
+    "Lfm2MoeForCausalLM": Arch(moe="lfm2_moe", qk_norm=True, short_conv=True, default_theta=1e6, renames=LFM2_NAMES),
 }
 ARCHITECTURES = tuple(ARCHS)
 LLAMA4_MLP_INTER = 16384  # Llama4TextConfig's intermediate_size_mlp: its dense layers' width
@@ -242,6 +260,11 @@ MOE_NAMES["qwen2_moe"] = {**MOE_NAMES["qwen3_moe"], "shared_gate": "mlp.shared_e
                           "shared_down": "mlp.shared_expert.down_proj.weight",
                           "shared_router": "mlp.shared_expert_gate.weight"}
 MOE_NAMES["qwen3_5_moe"] = MOE_NAMES["qwen3_next"] = MOE_NAMES["qwen2_moe"]
+# LFM2-MoE's: Mixtral's expert names under feed_forward, its router feed_forward.gate and its choice bias
+# feed_forward.expert_bias (where use_expert_bias)
+MOE_NAMES["lfm2_moe"] = {"router": "feed_forward.gate.weight", "expert_bias": "feed_forward.expert_bias",
+                         **{k: f"feed_forward.experts.{{e}}.{w}.weight" for k, w in (("gate", "w1"), ("up", "w3"),
+                                                                                   ("down", "w2"))}}
 LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 # Arch.linear_attn's layer_types: which layers are gated DeltaNet (True) and which attention.
 LINEAR_LAYER_TYPES = {"full_attention": False, "linear_attention": True}
@@ -258,6 +281,11 @@ LINEAR_DEFAULTS = {"linear_num_key_heads": 16, "linear_num_value_heads": 32, "li
 MLA_MATRICES = {"q_a": "self_attn.q_a_proj", "kv_a": "self_attn.kv_a_proj_with_mqa", "kv_b": "self_attn.kv_b_proj"}
 MLA_VECTORS = {"q_a_norm": "self_attn.q_a_layernorm.weight", "kv_a_norm": "self_attn.kv_a_layernorm.weight"}
 MLA_Q_B = "self_attn.q_b_proj"
+# LFM2's short convolution (Arch.short_conv) by its decoder keys: in_proj [3 hidden, hidden] bound as conv_in, the
+# convolution's taps [hidden, 1, taps] as conv_w, out_proj as o
+SHORT_CONV = {"conv_in": "conv.in_proj.weight", "conv_w": "conv.conv.weight", "o": "conv.out_proj.weight"}
+# Arch.short_conv's layer_types: which layers are short convolutions (True) and which attention.
+SHORT_CONV_LAYER_TYPES = {"full_attention": False, "conv": True}
 # Per layer (under model.layers.N.): the attention and dense MLP matrices
 # (NAME.weight), the norms, and the optional attention biases, by the keys
 # the native decoder binds them under.
@@ -378,6 +406,18 @@ class DecoderSpec:
     lin_v_dim: int = 0
     lin_conv: int = 0
     lin_v_tiled: bool = False
+    # LFM2 (Arch.short_conv): per layer, a short convolution (True) or attention; its taps (conv_L_cache)
+    short_conv: tuple[bool, ...] = ()
+    conv_taps: int = 0
+
+    @property
+    def recurrent(self) -> tuple[bool, ...]:
+        """Per layer, whether it keeps a state instead of a KV cache (gated DeltaNet's, the short
+        convolution's), which cannot be rewound; empty: no layer does."""
+        if not self.linear and not self.short_conv:
+            return ()
+        return tuple(bool(self.linear) and self.linear[i] or bool(self.short_conv) and self.short_conv[i]
+                     for i in range(self.n_layers))
 
     @property
     def v_dim(self) -> int:
@@ -659,7 +699,7 @@ def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int
     """Per layer, the sliding window: config.layer_types names each layer's
     attention (gpt-oss alternates); Mistral and Mixtral slide every layer.
     Qwen's use_sliding_window (windows from max_window_layers on) is refused."""
-    if arch.llama4 or arch.linear_attn:  # (their layer_types name chunked or linear layers: _llama4, _linear)
+    if arch.llama4 or arch.linear_attn or arch.short_conv:  # (their layer_types name other layers: _llama4, ...)
         return (0,) * n_layers
     if cfg.get("use_sliding_window"):
         raise UnsupportedError(f"{meta_path}: config.use_sliding_window: Qwen's per-layer sliding windows are not "
@@ -749,6 +789,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         return _ernie_moe(cfg, n_layers, meta_path)
     if arch.moe in ("qwen3_5_moe", "qwen3_next"):
         return _qwen3_5_moe(cfg, n_layers, meta_path, arch.moe == "qwen3_next")
+    if arch.moe == "lfm2_moe":
+        return _lfm2_moe(cfg, n_layers, meta_path)
     qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe in ROUTER_DEFAULTS  # (glm: GLM-4.5's or DeepSeek's)
     # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's and
     # Qwen2-MoE's: num_experts; GLM-4.5's: n_routed_experts.
@@ -870,8 +912,9 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     if arch.attn_gate and cfg.get("attention_bias"):  # (its q_proj bias would hold the gates' too: not implemented)
         raise UnsupportedError(f"{meta_path}: config.attention_bias: biases on gated attention's projections are not "
                                "supported by the decoder")
-    linear = _linear(cfg, n_layers, meta_path) if arch.linear_attn else {}
-    kinds = linear.get("linear") or (False,)
+    linear = _linear(cfg, n_layers, meta_path) if arch.linear_attn else _lfm2(cfg, n_layers, meta_path, arch.moe is not None) \
+        if arch.short_conv else {}
+    kinds = linear.get("linear") or linear.get("short_conv") or (False,)
     first = kinds.index(False) if False in kinds else None  # (the first attention layer's q_proj)
     if first is not None:
         q_name = f"model.layers.{first}.{MLA_Q_B if mla.get('q_lora') else ATTN_MATRICES['q']}.weight"
@@ -895,15 +938,18 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         dense_inter = moe.inter
     elif arch.llama4:  # (its intermediate_size is the experts')
         dense_inter = _int(cfg, meta_path, "intermediate_size_mlp", LLAMA4_MLP_INTER, section="config")
+    elif arch.short_conv:
+        dense_inter = linear["inter"]
     else:
         dense_inter = _int(m, meta_path, "intermediate_size")
+    linear.pop("inter", None)
     nope = _nope(arch, cfg, windows, meta_path)
     spec = DecoderSpec(
         architecture=name, arch=arch, n_layers=n_layers, hidden=hidden, n_heads=heads, n_kv_heads=n_kv,
         head_dim=head_dim, inter=dense_inter, vocab=_int(m, meta_path, "vocab_size"),
         max_positions=_int(m, meta_path, "max_position_embeddings", INT32_MAX),
         eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), **rope,
-        tied=bool(m.get("tie_word_embeddings")), eos_ids=frozenset(eos_list), windows=windows, moe=moe,
+        tied=bool(m.get("tie_word_embeddings", cfg.get("tie_embedding"))), eos_ids=frozenset(eos_list), windows=windows, moe=moe,
         mlp_act=MLP_ACTS[act], nope=nope, **gemma, **(_llama4(cfg, nope, meta_path) if arch.llama4 else {}),
         **(_granite(cfg, meta_path) if arch.granite else {}),
         **(_attn_temp(cfg, meta_path) if arch.attn_temp else {}),
@@ -977,6 +1023,61 @@ def _linear(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> dict[str, An
     return {"linear": tuple(layers), "lin_k_heads": k_heads, "lin_v_heads": v_heads,
             "lin_k_dim": get("linear_key_head_dim"), "lin_v_dim": get("linear_value_head_dim"),
             "lin_conv": get("linear_conv_kernel_dim"), "lin_v_tiled": order == "tiled"}
+
+
+def _lfm2_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
+    """LFM2-MoE's experts (Lfm2MoeConfig's keys and defaults): num_experts_per_tok of num_experts in every layer
+    from num_dense_layers on, chosen by sigmoid score plus expert_bias where use_expert_bias, weighted by their
+    scores (renormalised with norm_topk_prob) times routed_scaling_factor."""
+    n_experts = _int(cfg, meta_path, "num_experts", 32, section="config")
+    top_k = _int(cfg, meta_path, "num_experts_per_tok", 4, section="config")
+    if top_k > n_experts:
+        raise IEError(f"{meta_path}: config.num_experts_per_tok: {top_k} is more than the {n_experts} experts "
+                      "(num_experts)")
+    dense = _int(cfg, meta_path, "num_dense_layers", 2, section="config", allow_zero=True)
+    flags = {k: cfg.get(k, True) for k in ("norm_topk_prob", "use_expert_bias")}
+    for k, v in flags.items():
+        if not isinstance(v, bool):
+            raise IEError(f"{meta_path}: config.{k}: expected true or false, got {v!r:.40}")
+    names = {k: v for k, v in MOE_NAMES["lfm2_moe"].items() if k != "expert_bias" or flags["use_expert_bias"]}
+    return MoeSpec(n_experts=n_experts, top_k=top_k, inter=_int(cfg, meta_path, "moe_intermediate_size", 1792,
+                                                                 section="config"),
+                   norm_topk=flags["norm_topk_prob"], glu="silu", alpha=1.702, limit=7.0,
+                   layers=tuple(i >= dense for i in range(n_layers)), names=names, sigmoid=True,
+                   routed_scale=_positive(cfg, meta_path, "routed_scaling_factor", 1.0, section="config"))
+
+
+def _lfm2(cfg: dict[str, Any], n_layers: int, meta_path: Path, moe: bool) -> dict[str, Any]:
+    """LFM2's layers as DecoderSpec fields (Lfm2Config's keys and defaults): layer_types, else attention at
+    full_attn_idxs (every layer without it); the convolution's taps; and the dense MLP's width (``inter``), which
+    Lfm2MLP derives from intermediate_size (the Hub's block_ff_dim) where block_auto_adjust_ff_dim: two thirds of
+    it, times block_ffn_dim_multiplier, up to a multiple of block_multiple_of (``moe``: LFM2-MoE's dense layers
+    take intermediate_size as it is)."""
+    types = cfg.get("layer_types")
+    if types is None:
+        full = cfg.get("full_attn_idxs")
+        full = list(range(n_layers)) if full is None else full
+        if not isinstance(full, list) or not all(type(i) is int for i in full):
+            raise IEError(f"{meta_path}: config.full_attn_idxs: expected a list of layer indices, got {full!r:.60}")
+        types = ["full_attention" if i in full else "conv" for i in range(n_layers)]
+    layers = _per_layer(types, "layer_types", n_layers, SHORT_CONV_LAYER_TYPES, meta_path)
+    if cfg.get("conv_bias", False) is not False:
+        raise UnsupportedError(f"{meta_path}: config.conv_bias: {cfg['conv_bias']!r}: biases on the short "
+                               "convolution are not supported by the decoder")
+    inter = _int(cfg, meta_path, "intermediate_size" if "intermediate_size" in cfg else "block_ff_dim",
+                 7168 if moe else 12288, section="config")
+    adjust = cfg.get("block_auto_adjust_ff_dim", not moe)
+    if type(adjust) is not bool:
+        raise IEError(f"{meta_path}: config.block_auto_adjust_ff_dim: expected true or false, got {adjust!r:.40}")
+    if adjust:
+        inter = int(2 * inter / 3)
+        mult = cfg.get("block_ffn_dim_multiplier", 1.0)
+        if mult is not None:
+            inter = int(_positive(cfg, meta_path, "block_ffn_dim_multiplier", 1.0, section="config") * inter)
+            step = _int(cfg, meta_path, "block_multiple_of", 256, section="config")
+            inter = step * ((inter + step - 1) // step)
+    return {"short_conv": tuple(layers), "conv_taps": _int(cfg, meta_path, "conv_L_cache", 3, section="config"),
+            "inter": inter}
 
 
 def _ernie_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
@@ -1164,21 +1265,28 @@ class Part:
 def model_parts(s: DecoderSpec) -> list[Part]:
     """The model-level weights: the embedding, the output head (the
     embedding again when tied or absent: not required), the final norm."""
-    return [Part("embed", "model.embed_tokens.weight", (s.vocab, s.hidden)),
-            Part("lm_head", "lm_head.weight", (s.vocab, s.hidden), required=False),
-            Part("norm", "model.norm.weight", (s.hidden,), VECTOR)]
+    return _renamed(s, [Part("embed", "model.embed_tokens.weight", (s.vocab, s.hidden)),
+                        Part("lm_head", "lm_head.weight", (s.vocab, s.hidden), required=False),
+                        Part("norm", "model.norm.weight", (s.hidden,), VECTOR)])
 
 
 def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
-    """Every weight of layer ``i`` the decoder binds, in binding order."""
+    """Every weight of layer ``i`` the decoder binds, in binding order, under the model's names."""
+    return _renamed(s, _layer_parts(s, i))
+
+
+def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
     pre = f"model.layers.{i}."
     q_dim, kv_dim = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim
     shapes = {"q": (q_dim, s.hidden), "k": (kv_dim, s.hidden), "v": (kv_dim, s.hidden),
               "o": (s.hidden, s.n_heads * s.v_dim),
               "gate": (s.inter, s.hidden), "up": (s.inter, s.hidden), "down": (s.hidden, s.inter)}
     bias_len = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": s.hidden}
-    linear = bool(s.linear) and s.linear[i]
-    if linear:
+    linear = bool(s.linear) and s.linear[i] or bool(s.short_conv) and s.short_conv[i]
+    if s.short_conv and s.short_conv[i]:
+        parts = [Part(key, pre + hf, shape, VECTOR if key == "conv_w" else MATRIX) for (key, hf), shape in
+                 zip(SHORT_CONV.items(), ((3 * s.hidden, s.hidden), (s.hidden, 1, s.conv_taps), (s.hidden, s.hidden)))]
+    elif linear:
         parts = _linear_parts(s, pre)
     elif s.arch.mla:
         parts = _mla_parts(s, pre)
@@ -1222,6 +1330,16 @@ def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
     parts += [Part(key, pre + names[key], (n,), EXPERT_VECTOR)
               for key, n in (("bgate", gate_rows), ("bdown", s.hidden)) if key in names]
     return parts
+
+
+def own_name(arch: Arch, name: str) -> str:
+    """A tensor name (or part of one) in Llama's spelling under ``arch``'s own (Arch.renames)."""
+    return next((name.replace(a, b, 1) for a, b in arch.renames if a in name), name)
+
+
+def _renamed(s: DecoderSpec, parts: list[Part]) -> list[Part]:
+    """``parts`` under the model's own names (Arch.renames)."""
+    return [replace(p, name=own_name(s.arch, p.name)) for p in parts] if s.arch.renames else parts
 
 
 def _linear_parts(s: DecoderSpec, pre: str) -> list[Part]:

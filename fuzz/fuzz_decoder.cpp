@@ -114,6 +114,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.lin_v_tiled = in.ConsumeBool();
     c.attn_gate = in.ConsumeBool();
   }
+  if (in.ConsumeBool()) {  // LFM2's short convolutions (one flag too many, 0 taps or 65, beside DeltaNet: refused)
+    for (int l = 0; l < c.n_layers + (in.ConsumeIntegral<uint8_t>() < 8); ++l) c.short_conv.push_back(in.ConsumeBool());
+    c.conv_taps = in.ConsumeBool() ? in.ConsumeIntegralInRange<int>(0, 4) : 65;
+  }
   const bool mla = in.ConsumeBool();  // DeepSeek's latent attention (a latent of -1, q_lora without it: refused)
   if (mla) {
     c.kv_lora = 16 * in.ConsumeIntegralInRange<int>(0, 2) + in.ConsumeIntegralInRange<int>(-1, 1);
@@ -137,7 +141,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       // (a DeltaNet layer given attention's weights instead, or beside them: refused)
       const bool lin = l < static_cast<int>(c.linear.size()) && c.linear[l] && in.ConsumeIntegral<uint8_t>() >= 8;
-      if (lin) {  // its projections, convolution taps, step bias, decay, gated norm and out_proj
+      // (a convolving layer given attention's weights instead: refused)
+      const bool conv = l < static_cast<int>(c.short_conv.size()) && c.short_conv[l] &&
+                        in.ConsumeIntegral<uint8_t>() >= 8;
+      if (conv) {  // in_proj (B, C, x), the taps, out_proj
+        L.conv_in = matrix(in, pool, 3 * static_cast<int64_t>(c.hidden), c.hidden);
+        L.conv_w = vec(in, c.hidden * std::max(0, std::min(c.conv_taps, 64)));
+        L.o = matrix(in, pool, c.hidden, c.hidden);
+      } else if (lin) {  // its projections, convolution taps, step bias, decay, gated norm and out_proj
         const int64_t vdim = static_cast<int64_t>(c.lin_v_heads) * c.lin_v_dim;
         const int64_t channels = 2 * static_cast<int64_t>(c.lin_k_heads) * c.lin_k_dim + vdim;
         L.lin_qkv = matrix(in, pool, channels, c.hidden);

@@ -161,6 +161,10 @@ from transformers import (  # noqa: E402
     Qwen3VLTextConfig,
     Qwen3VLVisionConfig,
     Ernie4_5ForCausalLM,
+    Lfm2Config,
+    Lfm2ForCausalLM,
+    Lfm2MoeConfig,
+    Lfm2MoeForCausalLM,
     Ernie4_5_MoeConfig,
     Ernie4_5_MoeForCausalLM,
     Llama4ForCausalLM,
@@ -276,6 +280,8 @@ QWEN3_5_MOE_SEED = SEED + 112  # its greedy cases run 16 tokens with margins >= 
 QWEN3_5_SEED = SEED + 108  # its greedy cases run 16 tokens with margins >= 0.04
 QWEN3_NEXT_SEED = SEED + 116  # its greedy cases run 16 tokens with margins >= 0.04
 QWEN3_VL_MOE_SEED = SEED + 122  # its greedy cases run 16 tokens with margins >= 0.013
+LFM2_SEED = SEED + 140  # its greedy cases run 16 tokens with margins >= 0.01
+LFM2_MOE_SEED = SEED + 144  # its greedy cases run 16 tokens with margins >= 0.01
 GLM4_VL_MOE_SEED = SEED + 132  # the first from SEED + 130 whose greedy cases run 16 tokens with margins >= 0.02
 ERNIE4_5_SEED = SEED + 95  # its greedy cases run 16 tokens with margins >= 0.04
 ERNIE4_5_MOE_SEED = SEED + 101  # the first from SEED + 96 whose greedy cases run 16 tokens with margins >= 0.03
@@ -1461,6 +1467,49 @@ def make_glm4_vl_moe(tok) -> None:
                {k: v for k, v in sorted(Glm4vMoeTextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
 
 
+def make_lfm2(tok) -> None:
+    """LFM2's layer mix on a toy: short gated convolutions (in_proj's B, C and x; B x through a causal depthwise
+    convolution of 3 taps, times C; out_proj) in layers 0, 2 and 3, attention with per-head q/k norms in layer 1;
+    the MLP's width by LFM2's rule (block_ff_dim 200: two thirds, 133, up to a multiple of 32: 160); the final
+    norm named embedding_norm; a tied head, as every LFM2."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    cfg = Lfm2Config(**{k: dims[k] for k in ("vocab_size", "hidden_size", "num_attention_heads", "num_key_value_heads",
+                                             "max_position_embeddings", "bos_token_id", "eos_token_id")},
+                     intermediate_size=200, block_auto_adjust_ff_dim=True, block_multiple_of=32,
+                     block_ffn_dim_multiplier=1.0, num_hidden_layers=4, norm_eps=1e-5, conv_L_cache=3, conv_bias=False,
+                     layer_types=["conv", "full_attention", "conv", "conv"], tie_word_embeddings=True,
+                     pad_token_id=None, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0})
+    cfg.architectures = ["Lfm2ForCausalLM"]
+    save_model(tok, "tiny-lfm2", Lfm2ForCausalLM, cfg, LFM2_SEED, torch.bfloat16)
+
+
+def _lfm2_moe_biases(model) -> None:
+    """expert_bias, a buffer init_weights leaves zero, as _glm4_moe_biases."""
+    gen = torch.Generator(device="cpu").manual_seed(LFM2_MOE_SEED)
+    for layer in model.model.layers:
+        if hasattr(layer.feed_forward, "expert_bias"):
+            b = layer.feed_forward.expert_bias
+            b.copy_(0.1 * torch.randn(b.shape, generator=gen))
+
+
+def make_lfm2_moe(tok) -> None:
+    """LFM2-8B-A1B's layout on a toy: tiny-lfm2's layer mix, layer 0's MLP dense (intermediate_size as it is),
+    the others 4 experts of 32 channels, the top 2 by sigmoid score plus expert_bias, renormalised (llama.cpp's
+    lfm2moe always renormalises and never scales: routed_scaling_factor 1)."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    cfg = Lfm2MoeConfig(**{k: dims[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads",
+                                                "num_key_value_heads", "max_position_embeddings", "bos_token_id",
+                                                "eos_token_id")},
+                        moe_intermediate_size=32, num_hidden_layers=4, num_dense_layers=1, num_experts=4,
+                        num_experts_per_tok=2, use_expert_bias=True, routed_scaling_factor=1.0, norm_topk_prob=True,
+                        norm_eps=1e-5, conv_L_cache=3, conv_bias=False,
+                        layer_types=["conv", "full_attention", "conv", "conv"], tie_word_embeddings=True,
+                        pad_token_id=None, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0})
+    cfg.architectures = ["Lfm2MoeForCausalLM"]
+    save_model(tok, "tiny-lfm2-moe", Lfm2MoeForCausalLM, cfg, LFM2_MOE_SEED, torch.bfloat16,
+               after_init=_lfm2_moe_biases)
+
+
 def make_qwen3_5_moe_vl(tok) -> None:
     qwen3_5_vl(tok, "tiny-qwen3-5-moe", Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeConfig, Qwen3_5MoeForCausalLM,
                Qwen3_5MoeTextConfig, QWEN3_5_MOE_SEED + 1)
@@ -1630,6 +1679,8 @@ def main() -> None:
     make_glm4(tok)
     make_glm4_vl(tok)
     make_glm4_vl_moe(tok)
+    make_lfm2(tok)
+    make_lfm2_moe(tok)
     make_cohere2(tok)
     make_cohere(tok)
     make_fp8("tiny-qwen3", "tiny-qwen3-fp8", Qwen3ForCausalLM, [32, 32])

@@ -81,8 +81,9 @@ def kv_cache_bytes(s: DecoderSpec, ctx: int, threads: int, types: tuple[str, str
 
 
 def cached_layers(s: DecoderSpec) -> int:
-    """The layers with a KV cache: all but gated DeltaNet's (Qwen3.5's three in four keep states instead)."""
-    return s.n_layers - sum(s.linear)
+    """The layers with a KV cache: all but gated DeltaNet's and the short convolution's (Qwen3.5's three in four,
+    LFM2's convolutions keep states instead)."""
+    return s.n_layers - sum(s.recurrent)
 
 
 def kv_elements(s: DecoderSpec) -> tuple[int, int]:
@@ -134,7 +135,8 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
         chunks=list(s.chunks), attn_temp_offset=s.attn_temp_offset, attn_temp_nope=s.attn_temp_nope,
         qk_l2_norm=s.qk_l2_norm, attn_gate=s.arch.attn_gate, linear=[int(f) for f in s.linear],
         lin_k_heads=s.lin_k_heads, lin_v_heads=s.lin_v_heads, lin_k_dim=s.lin_k_dim, lin_v_dim=s.lin_v_dim,
-        lin_conv=s.lin_conv, lin_v_tiled=s.lin_v_tiled,
+        lin_conv=s.lin_conv, lin_v_tiled=s.lin_v_tiled, short_conv=[int(f) for f in s.short_conv],
+        conv_taps=s.conv_taps,
         **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
                                        norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
                                        swiglu_limit=moe.limit, shared_inter=moe.shared_inter,
@@ -407,9 +409,9 @@ class Decoder:
         fin = np.isfinite(out)
         if not fin.all():
             # NaN/Inf logits would be sampled as id 0 forever: stop, and leave
-            # the cache as it was before these ids (linear attention's states,
-            # which cannot be rewound: empty).
-            if self.spec.linear:
+            # the cache as it was before these ids (linear attention's and the
+            # short convolution's states, which cannot be rewound: empty).
+            if self.spec.recurrent:
                 self.reset()
             else:
                 self._dec.truncate(len(self._tokens))
@@ -437,7 +439,7 @@ class Decoder:
         limit = min(len(ids) - 1, len(self._tokens))
         while keep < limit and self._tokens[keep] == ids[keep]:
             keep += 1
-        if self.spec.linear and keep < len(self._tokens):  # (linear attention's states continue, or start again)
+        if self.spec.recurrent and keep < len(self._tokens):  # (recurrent states continue, or start again)
             keep = 0
         self._dec.truncate(keep)
         del self._tokens[keep:]

@@ -184,6 +184,8 @@ class Hessians:
             return s.moe.shared_inter
         if slot % 4 == 1 and s.linear and s.linear[slot // 4]:  # a gated DeltaNet's heads' outputs (its out_proj)
             return s.lin_v_heads * s.lin_v_dim
+        if slot % 4 == 1 and s.short_conv and s.short_conv[slot // 4]:  # the short convolution's gated sums
+            return s.hidden
         return (s.hidden, s.n_heads * s.v_dim, s.hidden, s.inter)[slot % 4]
 
     def get(self, name: str, expert: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:

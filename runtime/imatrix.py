@@ -24,7 +24,7 @@ import numpy as np
 
 from iekit.formats.errors import IEError
 from iekit.formats.imatrix import Imatrix
-from iekit.formats.model_spec import LINEAR_MATRICES, LINEAR_OUT
+from iekit.formats.model_spec import LINEAR_MATRICES, LINEAR_OUT, SHORT_CONV, own_name
 
 from .decoder import Decoder
 
@@ -42,6 +42,8 @@ def attention_inputs(s, layer: int) -> list[tuple[str, int]]:
     input projections the normed input, out_proj the heads' gated outputs."""
     if s.linear and s.linear[layer]:
         return [(f"linear_attn.{m}", 4 * layer) for m in LINEAR_MATRICES.values()] + [(LINEAR_OUT, 4 * layer + 1)]
+    if s.short_conv and s.short_conv[layer]:  # (LFM2's: in_proj reads the normed input, out_proj the gated sums)
+        return [(SHORT_CONV[key].removesuffix(".weight"), 4 * layer + k) for key, k in (("conv_in", 0), ("o", 1))]
     if not s.arch.mla:
         return [(n, 4 * layer + k) for k, names in enumerate(LAYER_INPUTS[:2]) for n in names]
     own = 4 * s.n_layers + 1 + 2 * layer
@@ -71,7 +73,7 @@ def dense_inputs(s, layer: int) -> dict[str, int]:
     out = dict(attention_inputs(s, layer))
     if s.moe is None or not s.moe.layers[layer]:
         out.update({n.format(mlp=s.arch.mlp_module): 4 * layer + k for k in (2, 3) for n in LAYER_INPUTS[k]})
-    return out
+    return {own_name(s.arch, n): slot for n, slot in out.items()}
 
 
 def collect(dec: Decoder, chunks: list[list[int]], source: dict,

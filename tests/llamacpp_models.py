@@ -38,7 +38,7 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-ernie4-5": "ernie4_5", "tiny-ernie4-5-moe": "ernie4_5-moe",
            "tiny-seed-oss": "seed_oss", "tiny-glm4": "glm4",
            "tiny-cohere2": "cohere2", "tiny-cohere": "command-r", "tiny-qwen3-5": "qwen35",
-           "tiny-qwen3-5-moe": "qwen35moe", "tiny-qwen3-next": "qwen3next"}
+           "tiny-qwen3-5-moe": "qwen35moe", "tiny-qwen3-next": "qwen3next", "tiny-lfm2": "lfm2", "tiny-lfm2-moe": "lfm2moe"}
 
 
 # Llama 4's chunks and temperature as llama.cpp's llama4 fixes them (the golden toy's act within 12 positions)
@@ -109,7 +109,7 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
                                              "tiny-minimax-m2", "tiny-deepseek-v2", "tiny-glm4-moe-lite",
                                              "tiny-ernie4-5",
                                              "tiny-seed-oss", "tiny-glm4",
-                                             "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5")}
+                                             "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5", "tiny-lfm2", "tiny-lfm2-moe")}
     out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
     out["tiny-deepseek-v3"] = _without_mtp(tmp, "tiny-deepseek-v3")
     out["tiny-ernie4-5-moe"] = _without_mtp(tmp, "tiny-ernie4-5-moe")

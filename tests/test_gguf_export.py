@@ -116,12 +116,17 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     mtp = 0 if cfg["model_type"] == "deepseek_v3" else cfg.get("num_nextn_predict_layers", len(beside))
     assert kv[f"{a}.block_count"] == cfg["num_hidden_layers"] + mtp
     assert kv[f"{a}.attention.head_count"] == cfg["num_attention_heads"]
-    assert kv[f"{a}.attention.head_count_kv"] == (1 if mla else cfg["num_key_value_heads"])  # (the latent: one head)
+    n_kv = 1 if mla else cfg["num_key_value_heads"]  # (the latent: one head)
+    if a in ("lfm2", "lfm2moe"):  # (one per layer, 0 where it convolves)
+        n_kv = [0 if t == "conv" else n_kv for t in cfg["layer_types"]]
+        assert kv[f"{a}.shortconv.l_cache"] == cfg["conv_L_cache"]
+    assert kv[f"{a}.attention.head_count_kv"] == n_kv
     assert kv[f"{a}.context_length"] == cfg["max_position_embeddings"]
     if a in ("cohere2", "command-r"):  # LayerNorm: its eps under llama.cpp's other key
         assert kv[f"{a}.attention.layer_norm_epsilon"] == pytest.approx(cfg["layer_norm_eps"], rel=1e-6)
     else:
-        assert kv[f"{a}.attention.layer_norm_rms_epsilon"] == pytest.approx(cfg["rms_norm_eps"], rel=1e-6)
+        eps = cfg["norm_eps"] if a in ("lfm2", "lfm2moe") else cfg["rms_norm_eps"]
+        assert kv[f"{a}.attention.layer_norm_rms_epsilon"] == pytest.approx(eps, rel=1e-6)
     assert kv["tokenizer.ggml.model"] == "gpt2" and len(kv["tokenizer.ggml.tokens"]) == cfg["vocab_size"]
     tok = json.loads((model / "tokenizer.json").read_text())
     assert kv["tokenizer.ggml.merges"][:5] == [m if isinstance(m, str) else " ".join(m)
@@ -164,6 +169,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         base = hf.removesuffix(".weight").removesuffix(".bias").removesuffix("_bias")
         if hf.endswith("linear_attn.dt_bias"):  # (Qwen3NextModel renames it dt_proj.bias)
             base, bias = hf.removesuffix("_bias") + "_proj", True
+        if hf.endswith("feed_forward.expert_bias"):  # (LFM2MoeModel renames it expert_bias.bias)
+            base, bias = hf, True
         expected_name = name_map.get_name(base) \
             if ".experts." not in hf else None  # (routed experts: below; shared ones one to one)
         if expected_name is None and (mla or a in ("qwen35", "qwen35moe", "qwen3next")):  # (the gguf-py on PyPI predates deepseek2's and
@@ -182,7 +189,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             gname = expected_name
         g = tensors[gname]
         seen.add(gname)
-        conv = hf.endswith("linear_attn.conv1d.weight")  # [channels, 1, taps] as llama.cpp's [channels, taps]
+        conv = hf.endswith(("linear_attn.conv1d.weight", "conv.conv.weight"))  # [ch, 1, taps] as llama.cpp's [ch, taps]
         shape = [t["shape"][0], t["shape"][2]] if conv else t["shape"]
         assert [int(d) for d in reversed(g.shape)] == shape, gname
         data = np.asarray(g.data).reshape(-1).view(np.uint8)
@@ -260,7 +267,9 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                        "qwen35moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "qwen3next": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "minimax-m2": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
-                                      "down": "block_sparse_moe.experts.{e}.w2"}}[a][k]
+                                      "down": "block_sparse_moe.experts.{e}.w2"},
+                       "lfm2moe": {"gate": "feed_forward.experts.{e}.w1", "up": "feed_forward.experts.{e}.w3",
+                                   "down": "feed_forward.experts.{e}.w2"}}[a][k]
                 beside = i >= trunk and a in ("qwen35moe", "qwen3next")  # (their MTP layers are kept beside the model)
                 layer = f"mtp.layers.{i - trunk}." if beside else f"model.layers.{i}."
                 want = np.concatenate([src[f"{layer}{pat.format(e=e)}.weight"][1] for e in range(int(g.shape[-1]))])

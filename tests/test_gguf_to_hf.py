@@ -47,7 +47,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
                                   "tiny-deepseek-v3", "tiny-deepseek-v2", "tiny-glm4-moe-lite",
                                   "tiny-llama4", "tiny-ernie4-5", "tiny-ernie4-5-moe", "tiny-glm4", "tiny-cohere2",
                                   "tiny-cohere", "tiny-qwen3-5", "tiny-qwen3-5-moe",
-                                  "tiny-qwen3-next"])
+                                  "tiny-qwen3-next", "tiny-lfm2", "tiny-lfm2-moe"])
 def test_a_gguf_comes_back_as_its_checkpoint(tmp_path, models, name):
     g = tmp_path / "m.gguf"
     res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", models[name], "--out", g)

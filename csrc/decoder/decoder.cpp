@@ -271,6 +271,16 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       fail("decoder config: linear-attention layers are Qwen3.5's: not with latent attention, OLMo 2's or Cohere's "
            "layers");
   }
+  const bool any_conv = std::any_of(c.short_conv.begin(), c.short_conv.end(), [](uint8_t f) { return f != 0; });
+  if (!c.short_conv.empty() && c.short_conv.size() != static_cast<size_t>(c.n_layers))
+    fail("decoder config: short_conv must be empty or hold one value per layer");
+  if (any_conv) {
+    if (c.conv_taps < 1 || c.conv_taps > 64) fail("decoder config: a short convolution has 1 to 64 taps");
+    if (any_linear || mla || !c.pre_norms || c.parallel_block)
+      fail("decoder config: short-convolution layers are LFM2's: not beside linear attention, nor with latent "
+           "attention, OLMo 2's or Cohere's layers");
+    if (3 * static_cast<int64_t>(c.hidden) > INT32_MAX) fail("decoder config: hidden is too wide for conv_in");
+  }
   if (c.attn_gate && mla) fail("decoder config: attn_gate is Qwen3.5's gated attention; not with latent attention");
   if (w.layers.size() != static_cast<size_t>(c.n_layers)) fail("decoder weights: layer count differs from the config");
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim, kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
@@ -293,11 +303,22 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     check_vec(n + "attention output norm", L.attn_post_norm, c.hidden, true);
     check_vec(n + "MLP output norm", L.mlp_post_norm, c.hidden, true);
     if (!L.mlp_post_norm.empty() && !L.experts.empty()) fail(n + "MLP output norm: a layer with experts has none");
+    const bool conv = !c.short_conv.empty() && c.short_conv[l];
+    if (!conv && (!absent(L.conv_in) || !L.conv_w.empty()))
+      fail(n + "conv: the layer has attention (the config's short_conv is 0 for it)");
     const bool lin = !c.linear.empty() && c.linear[l];
     if (!lin && (!absent(L.lin_qkv) || !absent(L.lin_z) || !absent(L.lin_b) || !absent(L.lin_a) ||
                  !L.lin_conv.empty() || !L.lin_dt.empty() || !L.lin_decay.empty() || !L.lin_norm.empty()))
       fail(n + "linear_attn: the layer has attention (the config's linear is 0 for it)");
-    if (lin) {
+    if (conv) {
+      check_matrix(n + "conv.in_proj", L.conv_in, 3 * static_cast<int64_t>(c.hidden), c.hidden, p);
+      check_vec(n + "conv.conv", L.conv_w, checked_mul(static_cast<size_t>(c.hidden), static_cast<size_t>(c.conv_taps),
+                                                       "conv"));
+      check_matrix(n + "conv.out_proj", L.o, c.hidden, c.hidden, p);
+      if (!absent(L.q) || !absent(L.k) || !absent(L.v) || !L.bq.empty() || !L.bk.empty() || !L.bv.empty() ||
+          !L.bo.empty() || !L.q_norm.empty() || !L.k_norm.empty() || !L.sinks.empty())
+        fail(n + "self_attn: a short-convolution layer has no attention projections, biases, norms or sinks");
+    } else if (lin) {
       const int64_t kd = static_cast<int64_t>(c.lin_k_heads) * c.lin_k_dim;
       const int64_t vdim = static_cast<int64_t>(c.lin_v_heads) * c.lin_v_dim;
       check_matrix(n + "linear_attn.in_proj_qkv", L.lin_qkv, 2 * kd + vdim, c.hidden, p);
@@ -332,7 +353,7 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       if (!absent(L.q_a) || !absent(L.kv_a) || !absent(L.kv_b) || !L.q_a_norm.empty() || !L.kv_a_norm.empty())
         fail(n + "q_a_proj, kv_a_proj_with_mqa, kv_b_proj: latent attention's (the config has kv_lora 0)");
     }
-    if (!lin) check_matrix(n + "o_proj", L.o, c.hidden, o_dim, p);
+    if (!lin && !conv) check_matrix(n + "o_proj", L.o, c.hidden, o_dim, p);
     if (L.experts.empty()) {
       check_matrix(n + "gate_proj", L.gate, c.inter, c.hidden, p);
       check_matrix(n + "up_proj", L.up, c.inter, c.hidden, p);
@@ -480,7 +501,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   std::vector<int> slot(static_cast<size_t>(c.n_layers), -1);
   int cached = 0;
   for (int l = 0; l < c.n_layers; ++l)
-    if (c.linear.empty() || !c.linear[l]) slot[l] = cached++;
+    if ((c.linear.empty() || !c.linear[l]) && (c.short_conv.empty() || !c.short_conv[l])) slot[l] = cached++;
   const size_t positions = checked_mul(static_cast<size_t>(cached), static_cast<size_t>(c.max_ctx), "KV cache");
   // (latent attention's values are its keys' latent part: no V cache of their own)
   for (auto [half, type, dim] : {std::tuple{&k_cache_, c.k_cache, hd_}, std::tuple{&v_cache_, c.v_cache, v_dim_ / kv_heads_}}) {
@@ -515,6 +536,12 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
         conv_state_[l].assign(static_cast<size_t>(c.lin_conv - 1) * lin_channels_, 0.f);
         lin_state_[l].assign(checked_mul(static_cast<size_t>(lin_out_), static_cast<size_t>(c.lin_k_dim), "state"), 0.f);
       }
+  }
+  if (!c.short_conv.empty()) {
+    conv_bcx_.resize(B * 3 * static_cast<size_t>(c.hidden));
+    conv_state_.resize(static_cast<size_t>(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l)
+      if (c.short_conv[l]) conv_state_[l].assign(static_cast<size_t>(c.conv_taps - 1) * c.hidden, 0.f);
   }
   if (c.attn_gate) qg_.resize(B * 2 * static_cast<size_t>(q_dim_));
   att_.resize(B * std::max({o_dim_, c.hidden, lin_out_}));
@@ -574,8 +601,10 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std:
   for (int l = 0; l < c.n_layers; ++l) {
     const bool moe = !w_.layers[static_cast<size_t>(l)].experts.empty();
     // (slot 3 of a layer with experts: the shared expert's down inputs, if it has one)
-    const bool lin = !c.linear.empty() && c.linear[static_cast<size_t>(l)];  // (o_proj: gated DeltaNet's out_proj)
-    for (int n : {c.hidden, lin ? lin_out_ : o_in_, c.hidden, moe ? c.shared_inter : c.inter})
+    // (o_proj: gated DeltaNet's or the short convolution's out_proj)
+    const bool lin = !c.linear.empty() && c.linear[static_cast<size_t>(l)];
+    const bool conv = !c.short_conv.empty() && c.short_conv[static_cast<size_t>(l)];
+    for (int n : {c.hidden, lin ? lin_out_ : conv ? c.hidden : o_in_, c.hidden, moe ? c.shared_inter : c.inter})
       stats_.emplace_back(static_cast<size_t>(n), 0.0);
     if (moe) {
       ExpertStats& es = expert_stats_[static_cast<size_t>(l)];
@@ -631,11 +660,10 @@ void Decoder::truncate(int n) {
   if (!rewinds() && n != 0 && n != n_past_)
     fail("truncate: " + std::to_string(n) + " of " + std::to_string(n_past_) + " positions; linear attention's "
          "recurrent states cannot be rewound (truncate to 0 or keep all)");
-  if (n == 0)
-    for (size_t l = 0; l < lin_state_.size(); ++l) {
-      std::fill(conv_state_[l].begin(), conv_state_[l].end(), 0.f);
-      std::fill(lin_state_[l].begin(), lin_state_[l].end(), 0.f);
-    }
+  if (n == 0) {
+    for (std::vector<float>& st : conv_state_) std::fill(st.begin(), st.end(), 0.f);
+    for (std::vector<float>& st : lin_state_) std::fill(st.begin(), st.end(), 0.f);
+  }
   n_past_ = n;
   full_past_ = std::min(full_past_, n);
 }
@@ -920,6 +948,34 @@ void Decoder::attention(int layer, int b) {
     const float inv = 1.f / den;
     for (int i = 0; i < vd; ++i) o[i] *= inv;
   }
+}
+
+void Decoder::short_conv(int layer, int b) {
+  const DecoderConfig& c = cfg_;
+  const LayerWeights& L = w_.layers[layer];
+  const int K = c.conv_taps, H = c.hidden;
+  const size_t H3 = 3 * static_cast<size_t>(H);
+  mm(L.conv_in, xn_prep_, xn_.data(), b, nullptr, conv_bcx_.data());
+  // Channel by channel over the chunk's tokens in order: B * x joins the
+  // last K - 1 of them (the state's, then the chunk's), the taps weigh them,
+  // and C gates the sum; the state keeps the last K - 1.
+  float* st = conv_state_[layer].data();
+  parallel_for(*pool_, H, 64, [&](int64_t c0, int64_t c1, int) {
+    float hist[64];
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const float* w = &L.conv_w[static_cast<size_t>(ch) * K];
+      for (int t = 0; t < K - 1; ++t) hist[t] = st[static_cast<size_t>(t) * H + ch];
+      for (int j = 0; j < b; ++j) {
+        const float* row = &conv_bcx_[static_cast<size_t>(j) * H3];
+        hist[K - 1] = row[ch] * row[2 * static_cast<size_t>(H) + ch];
+        float acc = 0.f;
+        for (int t = 0; t < K; ++t) acc += w[t] * hist[t];
+        att_[static_cast<size_t>(j) * H + ch] = acc * row[static_cast<size_t>(H) + ch];
+        for (int t = 0; t + 1 < K; ++t) hist[t] = hist[t + 1];
+      }
+      for (int t = 0; t < K - 1; ++t) st[static_cast<size_t>(t) * H + ch] = hist[t];
+    }
+  });
 }
 
 void Decoder::delta_net(int layer, int b) {
@@ -1307,6 +1363,11 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     if (!c.linear.empty() && c.linear[l]) {
       delta_net(l, b);
       mix_out(l, b, att_.data(), lin_out_);
+      continue;
+    }
+    if (!c.short_conv.empty() && c.short_conv[l]) {
+      short_conv(l, b);
+      mix_out(l, b, att_.data(), H);
       continue;
     }
     const float* bq = L.bq.empty() ? nullptr : L.bq.data();

@@ -3,7 +3,8 @@
 // GLM-4, Cohere and Cohere 2, ERNIE 4.5, and the mixture-of-experts models
 // gpt-oss, Qwen3-MoE, Qwen2-MoE, GLM-4.5, MiniMax-M2, OLMoE, Mixtral,
 // DeepSeek-V2 and V3, GLM-4.7-Flash, Llama 4, ERNIE 4.5 MoE; Qwen3.5, whose layers mix tokens through gated
-// DeltaNet, linear attention, three in four): RMSNorm, RoPE (rotate-half or interleaved
+// DeltaNet, linear attention, three in four; LFM2, most of whose layers mix them through a short gated
+// convolution): RMSNorm, RoPE (rotate-half or interleaved
 // pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
 // second table for sliding layers; layers without RoPE), grouped-query
 // attention (or DeepSeek's multi-head latent attention, absorbed into multi-query attention over its latent)
@@ -206,6 +207,16 @@ struct DecoderConfig {
   std::vector<uint8_t> linear;
   int lin_k_heads = 0, lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0, lin_conv = 0;
   bool lin_v_tiled = false;
+  // LFM2's short gated convolution, per layer: nonzero where the layer mixes
+  // tokens through it instead of attention (empty: no layer does). Such a
+  // layer (transformers' Lfm2ShortConv) projects its normed input to B, C and
+  // x [hidden] each (conv_in's rows, in that order), runs B * x through a
+  // causal depthwise convolution of conv_taps taps (no bias, no activation),
+  // multiplies the result by C, and o (its out_proj) maps it back. The last
+  // conv_taps - 1 inputs B * x replace the KV cache for such a layer: they
+  // cannot be rewound (Decoder::truncate).
+  std::vector<uint8_t> short_conv;
+  int conv_taps = 0;
 
   // The dims RoPE turns of a q/k head (head_dim but for partial RoPE and latent attention), and a value head's.
   int rotary_dim() const { return 2 * static_cast<int>(inv_freq.size()); }
@@ -264,6 +275,11 @@ struct LayerWeights {
   // rows), lin_dt and lin_decay (-exp(A_log)) [lin_v_heads], lin_norm [lin_v_dim].
   Matrix lin_qkv, lin_z, lin_b, lin_a;
   std::vector<float> lin_conv, lin_dt, lin_decay, lin_norm;
+  // LFM2's short convolution (DecoderConfig::short_conv; q, k, v no data, o
+  // its out_proj): conv_in [3 hidden, hidden] (B's rows, C's, x's), conv_w
+  // the taps [hidden][conv_taps].
+  Matrix conv_in;
+  std::vector<float> conv_w;
   std::vector<Expert> experts;        // empty: a dense MLP layer
 };
 
@@ -380,7 +396,7 @@ class Decoder {
   // with linear-attention layers keeps recurrent states, which cannot be
   // rewound: it truncates to 0 (all) or n_past() (nothing) only.
   void truncate(int n);
-  bool rewinds() const { return cfg_.linear.empty(); }
+  bool rewinds() const { return cfg_.linear.empty() && cfg_.short_conv.empty(); }
   int n_past() const { return n_past_; }
   const DecoderConfig& config() const { return cfg_; }
 
@@ -404,6 +420,9 @@ class Decoder {
   // (prepared in xn_prep_): its heads' gated, normed outputs into att_ [b,
   // lin_v_heads lin_v_dim], the layer's states advanced by b tokens.
   void delta_net(int layer, int b);
+  // LFM2's short convolution (DecoderConfig::short_conv) of xn_ [b, hidden]
+  // into att_ [b, hidden], for o (its out_proj) to map.
+  void short_conv(int layer, int b);
   // The routed experts of layer `layer` over xn_ [b, hidden]; adds their
   // weighted outputs to x_ (the residual).
   void experts(int layer, int b);
@@ -501,8 +520,9 @@ class Decoder {
   std::vector<float> qg_;  // attn_gate: q_proj's rows as stored [chunk, n_heads][query | gate]
   // Gated DeltaNet: lin_qkv's, lin_z's, lin_b's and lin_a's rows of a chunk; per layer (empty where it has
   // attention) the convolution's last lin_conv - 1 inputs [lin_conv - 1][channels] and the states
-  // [lin_v_heads][lin_k_dim][lin_v_dim]
-  std::vector<float> lin_qkv_, lin_z_, lin_beta_, lin_g_;
+  // [lin_v_heads][lin_k_dim][lin_v_dim]. A short-convolution layer's conv_state_ holds its last conv_taps - 1
+  // inputs B * x [conv_taps - 1][hidden], conv_bcx_ conv_in's rows of a chunk [b][3 hidden].
+  std::vector<float> lin_qkv_, lin_z_, lin_beta_, lin_g_, conv_bcx_;
   std::vector<std::vector<float>> conv_state_, lin_state_;
   int lin_channels_ = 0, lin_out_ = 0;  // lin_qkv's rows, and the heads' outputs' width
   std::vector<float> lin_scratch_;      // per thread: a channel's last inputs, or a head's S^T k

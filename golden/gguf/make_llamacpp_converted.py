@@ -58,7 +58,7 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-seed-oss": {}, "tiny-glm4": {}, "tiny-glm4-moe": {}, "tiny-minimax-m2": {"rotary_dim": 8, "scoring_func": "sigmoid"},
           "tiny-deepseek-v3": {}, "tiny-deepseek-v2": {}, "tiny-glm4-moe-lite": {"scoring_func": "sigmoid"},
           "tiny-llama4": {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1},
-          "tiny-ernie4-5": {}, "tiny-ernie4-5-moe": {}, "tiny-qwen3-5": {}, "tiny-qwen3-5-moe": {}, "tiny-qwen3-next": {}, "tiny-qwen3-vl": {}, "tiny-qwen3-vl-moe": {}, "tiny-glm4-vl": {}, "tiny-glm4-vl-moe": {},
+          "tiny-ernie4-5": {}, "tiny-ernie4-5-moe": {}, "tiny-qwen3-5": {}, "tiny-qwen3-5-moe": {}, "tiny-qwen3-next": {}, "tiny-qwen3-vl": {}, "tiny-qwen3-vl-moe": {}, "tiny-glm4-vl": {}, "tiny-glm4-vl-moe": {}, "tiny-lfm2": {}, "tiny-lfm2-moe": {},
           "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-exaone": {}}
 # The converter's layout options, which write files llama.cpp reads as well: --fuse-qkv (q, k, v rows in one
 # attn_qkv) and --fuse-gate-up-exps (each expert's gate rows, then its up rows, in one ffn_gate_up_exps).
