@@ -912,9 +912,12 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     if arch.attn_gate and cfg.get("attention_bias"):  # (its q_proj bias would hold the gates' too: not implemented)
         raise UnsupportedError(f"{meta_path}: config.attention_bias: biases on gated attention's projections are not "
                                "supported by the decoder")
-    linear = _linear(cfg, n_layers, meta_path) if arch.linear_attn else _lfm2(cfg, n_layers, meta_path, arch.moe is not None) \
-        if arch.short_conv else {}
-    kinds = linear.get("linear") or linear.get("short_conv") or (False,)
+    # (the layers that mix tokens otherwise than by attention: Qwen3.5's gated DeltaNet, LFM2's convolutions)
+    if arch.linear_attn:
+        mixers = _linear(cfg, n_layers, meta_path)
+    else:
+        mixers = _lfm2(cfg, n_layers, meta_path, arch.moe is not None) if arch.short_conv else {}
+    kinds = mixers.get("linear") or mixers.get("short_conv") or (False,)
     first = kinds.index(False) if False in kinds else None  # (the first attention layer's q_proj)
     if first is not None:
         q_name = f"model.layers.{first}.{MLA_Q_B if mla.get('q_lora') else ATTN_MATRICES['q']}.weight"
@@ -939,17 +942,19 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     elif arch.llama4:  # (its intermediate_size is the experts')
         dense_inter = _int(cfg, meta_path, "intermediate_size_mlp", LLAMA4_MLP_INTER, section="config")
     elif arch.short_conv:
-        dense_inter = linear["inter"]
+        dense_inter = mixers["inter"]
     else:
         dense_inter = _int(m, meta_path, "intermediate_size")
-    linear.pop("inter", None)
+    mixers.pop("inter", None)
     nope = _nope(arch, cfg, windows, meta_path)
     spec = DecoderSpec(
         architecture=name, arch=arch, n_layers=n_layers, hidden=hidden, n_heads=heads, n_kv_heads=n_kv,
         head_dim=head_dim, inter=dense_inter, vocab=_int(m, meta_path, "vocab_size"),
         max_positions=_int(m, meta_path, "max_position_embeddings", INT32_MAX),
         eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), **rope,
-        tied=bool(m.get("tie_word_embeddings", cfg.get("tie_embedding"))), eos_ids=frozenset(eos_list), windows=windows, moe=moe,
+        tied=bool(cfg.get("tie_embedding") if m.get("tie_word_embeddings") is None  # (LFM2's Hub configs' key)
+                   else m["tie_word_embeddings"]),
+        eos_ids=frozenset(eos_list), windows=windows, moe=moe,
         mlp_act=MLP_ACTS[act], nope=nope, **gemma, **(_llama4(cfg, nope, meta_path) if arch.llama4 else {}),
         **(_granite(cfg, meta_path) if arch.granite else {}),
         **(_attn_temp(cfg, meta_path) if arch.attn_temp else {}),
@@ -957,7 +962,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
            if arch.cohere else {}),
         mtp_layers=_int(cfg, meta_path, "num_nextn_predict_layers", 0, section="config", allow_zero=True)
         if arch.moe in ("glm4_moe", "deepseek_v3", "glm4_moe_lite") else _mtp_beside(meta) if arch.linear_attn else 0,
-        **mla, **linear)
+        **mla, **mixers)
     _check_all_used(spec, meta.get("tensors") or [], meta_path)
     return spec
 

@@ -92,6 +92,7 @@ def test_the_hubs_spelling_reads_as_transformers_does(tmp_path):
         reconfigure(meta)
 
     d = edited_artifact(LFM2, tmp_path / "m", hub)
+    assert Decoder(d).spec.tied
     assert np.array_equal(Decoder(d, act="f32").logits(IDS), Decoder(LFM2, act="f32").logits(IDS))
 
 

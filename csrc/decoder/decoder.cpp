@@ -464,7 +464,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   };
   for (LayerWeights& L : w_.layers)
     for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate, &L.q_a, &L.kv_a, &L.lin_qkv,
-                      &L.lin_z, &L.lin_b, &L.lin_a})
+                      &L.lin_z, &L.lin_b, &L.lin_a, &L.conv_in})
       make_resident(*m);
   if (copy_experts)  // only into rows8: a copy of an expert's stored bytes would not be read faster
     for (LayerWeights& L : w_.layers)
@@ -489,7 +489,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     bool all = rows8_or_float(w_.lm_head), experts = false;
     for (const LayerWeights& L : w_.layers) {
       for (const Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate, &L.q_a, &L.kv_a,
-                              &L.lin_qkv, &L.lin_z, &L.lin_b, &L.lin_a})
+                              &L.lin_qkv, &L.lin_z, &L.lin_b, &L.lin_a, &L.conv_in})
         all = all && rows8_or_float(*m);
       for (const Expert& x : L.experts)
         for (const Matrix* m : {&x.gate, &x.up, &x.down}) all = all && packable_or_float(*m);
