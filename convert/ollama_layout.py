@@ -27,6 +27,9 @@ converter (convert/convert_*.go) and of the model code that runs its files
   ``rope.freq_base_swa``), and where the file has no such key, the values
   Ollama's gemma3 model takes (1e6 and 10000; ``layer_norm_rms_epsilon``
   1e-6), not llama.cpp's defaults.
+- lfm2 (LFM2): its final norm as ``output_norm`` (llama.cpp's
+  ``token_embd_norm``), and an older converter's ``feed_forward_length``
+  stale: Ollama's model reads the width from the tensors, and so does this.
 - mistral3 (MISTRAL3): YaRN's betas under ``rope.scaling.beta_fast`` /
   ``beta_slow`` and Llama 4's attention temperature under
   ``rope.scaling_beta`` (llama.cpp's ``rope.scaling.yarn_beta_*`` and
@@ -76,6 +79,11 @@ class Layout:
     derived: tuple[tuple[str, str], ...] = ()  # llama.cpp's key -> Ollama's key it equals where absent
     pre: str | None = None                     # the split Ollama's model code fixes (llama.cpp's pre name)
     refused: tuple[str, ...] = ()              # name parts of a layout this does not read
+    marker_tensors: tuple[str, ...] = ()       # tensors whose presence says a file is Ollama's
+    top: tuple[tuple[str, str], ...] = ()      # Ollama's top-level tensor name prefix -> llama.cpp's
+    # llama.cpp's key -> the tensor whose rows it counts, where Ollama's model code reads the width from the tensor
+    # (an older converter's key may be stale)
+    rows_of: tuple[tuple[str, str], ...] = ()
 
 
 GPTOSS = Layout(
@@ -94,7 +102,9 @@ MISTRAL3 = Layout(
     keys=(("rope.scaling.beta_fast", "rope.scaling.yarn_beta_fast"),
           ("rope.scaling.beta_slow", "rope.scaling.yarn_beta_slow"),
           ("rope.scaling_beta", "attention.temperature_scale")))
-LAYOUTS = {lay.arch: lay for lay in (GPTOSS, GEMMA3, MISTRAL3)}
+LFM2 = Layout("lfm2", "lfm2", marker_tensors=("output_norm.weight",), top=(("output_norm.", "token_embd_norm."),),
+              rows_of=(("feed_forward_length", "blk.0.ffn_gate.weight"),))
+LAYOUTS = {lay.arch: lay for lay in (GPTOSS, GEMMA3, MISTRAL3, LFM2)}
 # Ollama's layouts this does not read: their markers (keys without the arch prefix; tensor-name prefixes)
 UNREAD = {"qwen35": ("vision.block_count", "image_token_id", "ssm.v_head_reordered", "rope.mrope_interleaved"),
           "qwen35moe": ("vision.block_count", "image_token_id", "ssm.v_head_reordered", "rope.mrope_interleaved")}
@@ -133,7 +143,7 @@ def as_llamacpp(g: GGUFModel, text_only: bool = False) -> tuple[GGUFModel, Read]
     _refuse_unread(g, arch)
     lay = LAYOUTS.get(arch)
     ollama = lay is not None and (lay.arch != lay.as_arch or any(f"{arch}.{m}" in g.fields for m in lay.markers)
-                                  or _other_tensors(g))
+                                  or any(t.name in lay.marker_tensors for t in g.tensors) or _other_tensors(g))
     g, left = _text_model(g, arch, text_only)
     if not ollama:
         return g, Read(left_out=left)
@@ -201,13 +211,20 @@ def _translated(g: GGUFModel, lay: Layout) -> GGUFModel:
         fields["tokenizer.ggml.pre"] = lay.pre
     _check_stops(g, fields)
     tensors = [dataclasses.replace(t, name=_tensor_name(g, t.name, lay)) for t in g.tensors]
+    names = {t.name: t for t in tensors}
+    if len(names) != len(tensors):
+        twice = next(t.name for t in tensors if sum(u.name == t.name for u in tensors) > 1)
+        raise FormatError(g.path, f"tensor {twice!r}", "is in the file under Ollama's name and under llama.cpp's")
+    for key, tensor in lay.rows_of:
+        if tensor in names:
+            fields[dst + key] = names[tensor].shape[0]
     return dataclasses.replace(g, fields=fields, tensors=tensors)
 
 
 def _tensor_name(g: GGUFModel, name: str, lay: Layout) -> str:
     head, _, rest = name.partition(".")
     if head != "blk":
-        return name
+        return next((new + name[len(old):] for old, new in lay.top if name.startswith(old)), name)
     layer, _, part = rest.partition(".")
     if part.startswith(lay.refused):
         raise FormatError(g.path, f"tensor {name!r}", f"Ollama's fused {part.split('.')[0]} (an older converter's "

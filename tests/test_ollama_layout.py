@@ -164,3 +164,15 @@ def test_ollamas_qwen35_layout_is_one_line(tmp_path):
     bad = rewrite_gguf(src, tmp_path / "q.gguf", kv={"qwen35.ssm.v_head_reordered": True})
     assert_one_line_error(run_tool("ieconv", "gguf-to-iebin", "--gguf", bad, "--out-dir", tmp_path / "q"),
                           "qwen35.ssm.v_head_reordered")
+
+
+def test_ollamas_lfm2_names_its_final_norm_output_norm(tmp_path):
+    """Ollama's lfm2: the final norm as output_norm, and an older converter's feed_forward_length stale (Ollama's
+    model reads the width from the tensors): the artifact of llama.cpp's file."""
+    src = LLAMACPP / "tiny-lfm2.gguf"
+    blob = rewrite_gguf(src, tmp_path / "o.gguf", names={"token_embd_norm.": "output_norm."},
+                        drop={"lfm2.feed_forward_length"}, kv={"lfm2.feed_forward_length": 12288})
+    res = _import(blob, tmp_path / "o")
+    assert "read as Ollama lays it out" in res.stderr
+    _import(src, tmp_path / "l", "-q")
+    _same_model(tmp_path / "o", tmp_path / "l")
