@@ -322,7 +322,8 @@ def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, text_only, overwr
                    "Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration: Qwen3.5; "
                    "Qwen3VLForConditionalGeneration, Qwen3VLMoeForConditionalGeneration: Qwen3-VL; "
                    "Glm4vForConditionalGeneration: GLM-4.1V, GLM-4.6V-Flash; "
-                   "Glm4vMoeForConditionalGeneration: GLM-4.5V, GLM-4.6V).")
+                   "Glm4vMoeForConditionalGeneration: GLM-4.5V, GLM-4.6V; "
+                   "Lfm2VlForConditionalGeneration: LFM2-VL).")
 @click.option("--out-dir", required=True, type=click.Path(path_type=Path),
               help="Where its language model is written (model.safetensors, config.json, tokenizer files).")
 @click.option("--overwrite", is_flag=True, help="Replace the files of a previous checkpoint in --out-dir.")
@@ -331,7 +332,7 @@ def text_model_cmd(hf_dir, out_dir, overwrite, quiet):
     """Write a multimodal checkpoint's language model as a checkpoint of its own.
 
     Gemma 3 4B, 12B and 27B, Mistral Small 3.1/3.2, Ministral 3, Llama 4,
-    Qwen3.5, Qwen3-VL, GLM-4.5V and GLM-4.6V are published with a vision tower
+    Qwen3.5, Qwen3-VL, GLM-4.5V, GLM-4.6V and LFM2-VL are published with a vision tower
     beside the text model; a text prompt runs through the text model alone, which this
     writes as the checkpoint transformers builds from it (Gemma3ForCausalLM,
     MistralForCausalLM, Ministral3ForCausalLM, Llama4ForCausalLM,
@@ -339,7 +340,8 @@ def text_model_cmd(hf_dir, out_dir, overwrite, quiet):
     Qwen3.5's MTP tensors kept beside it, unread; Qwen3-VL's as
     Qwen3ForCausalLM or Qwen3MoeForCausalLM, its MRoPE one RoPE for text,
     its expert stacks one matrix per expert; GLM-4V's as Glm4ForCausalLM,
-    GLM-4.5V's and GLM-4.6V's as Glm4MoeForCausalLM)
+    GLM-4.5V's and GLM-4.6V's as Glm4MoeForCausalLM, LFM2-VL's as
+    Lfm2ForCausalLM)
     (tensors copied byte for byte under the text model's names, text_config
     with transformers' defaults filled in as config.json, the tokenizer and
     generation files as they are). The vision tower and projector are left

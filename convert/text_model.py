@@ -23,11 +23,12 @@ time); GLM-4.1V and GLM-4.6V-Flash ``Glm4vForConditionalGeneration``, a
 ``Glm4ForCausalLM`` under MRoPE, told what its text model's code fixes
 (``_glm4v_text``); GLM-4.5V and GLM-4.6V
 ``Glm4vMoeForConditionalGeneration``, a ``Glm4MoeForCausalLM`` without q/k
-norms under MRoPE. This writes that text model as
+norms under MRoPE; LFM2-VL ``Lfm2VlForConditionalGeneration``, an
+``Lfm2ForCausalLM`` beside a SigLIP2 tower. This writes that text model as
 the ``Gemma3ForCausalLM`` / ``MistralForCausalLM`` / ``Ministral3ForCausalLM``
 / ``Llama4ForCausalLM`` / ``Qwen3_5ForCausalLM`` / ``Qwen3_5MoeForCausalLM`` /
 ``Qwen3ForCausalLM`` / ``Qwen3MoeForCausalLM`` / ``Glm4ForCausalLM`` /
-``Glm4MoeForCausalLM`` checkpoint
+``Glm4MoeForCausalLM`` / ``Lfm2ForCausalLM`` checkpoint
 transformers would build from it: its tensors renamed from either layout
 (``language_model.model.*`` as the Hub's files hold them,
 ``model.language_model.*`` as transformers 5 saves them) and copied byte for
@@ -150,6 +151,15 @@ GLM4V_MOE_ROPE_DEFAULTS = {"rope_parameters": {"partial_rotary_factor": 0.5, "ro
                                                "rope_type": "default"}}
 
 
+# transformers 5.23's Lfm2Config defaults that shape the computation (golden/ref/lfm2-vl-text-defaults.json)
+LFM2_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 65536, "hidden_size": 2560, "intermediate_size": 12288, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 128000, "norm_eps": 1e-5,
+    "conv_bias": False, "conv_L_cache": 3, "block_multiple_of": 256, "block_ffn_dim_multiplier": 1.0,
+    "block_auto_adjust_ff_dim": True}
+LFM2_ROPE_DEFAULTS = {"rope_parameters": {"rope_theta": 1_000_000.0, "rope_type": "default"}}
+
+
 def _always_renormalised(_cfg: dict[str, Any]) -> dict[str, Any]:
     """Qwen3-VL-MoE's router renormalises its top k always; Qwen3MoeConfig's norm_topk_prob says so."""
     return {"norm_topk_prob": True}
@@ -251,6 +261,12 @@ MULTIMODAL = {
         "Glm4MoeForCausalLM", "glm4_moe", renames=_RENAMES, left_out=("model.visual.",),
         defaults=GLM4V_MOE_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, GLM4V_MOE_ROPE_DEFAULTS),), plain_rope=True,
         source_type="glm4v_moe_text", derived=_no_qk_norm, tie="top"),),
+    # (LFM2-VL 450M, 1.6B, 3B: LFM2's layers beside a SigLIP2 tower; tied, as transformers ties the composite model
+    # where the checkpoint stores no head)
+    "Lfm2VlForConditionalGeneration": (TextPart(
+        "Lfm2ForCausalLM", "lfm2", renames=_RENAMES, left_out=("model.vision_tower.", "model.multi_modal_projector.",
+                                                              "vision_tower.", "multi_modal_projector."),
+        defaults=LFM2_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, LFM2_ROPE_DEFAULTS),), tie="head"),),
     "Qwen3_5MoeForConditionalGeneration": (TextPart(
         "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", renames=(*_RENAMES, ("mtp.", "mtp.")),
         left_out=("model.visual.",), defaults=QWEN3_5_MOE_TEXT_DEFAULTS,

@@ -165,6 +165,9 @@ from transformers import (  # noqa: E402
     Lfm2ForCausalLM,
     Lfm2MoeConfig,
     Lfm2MoeForCausalLM,
+    Lfm2VlConfig,
+    Lfm2VlForConditionalGeneration,
+    Siglip2VisionConfig,
     Ernie4_5_MoeConfig,
     Ernie4_5_MoeForCausalLM,
     Llama4ForCausalLM,
@@ -1483,6 +1486,21 @@ def make_lfm2(tok) -> None:
     save_model(tok, "tiny-lfm2", Lfm2ForCausalLM, cfg, LFM2_SEED, torch.bfloat16)
 
 
+def make_lfm2_vl(tok) -> None:
+    """tiny-lfm2's language model, weights and all, in an Lfm2VlForConditionalGeneration (LFM2-VL 450M, 1.6B, 3B)
+    beside a tiny SigLIP2 vision tower; tied, as every LFM2-VL. Its text logits must be tiny-lfm2's."""
+    text = json.loads((HF_DIR / "tiny-lfm2" / "config.json").read_text())
+    vision = Siglip2VisionConfig(num_hidden_layers=1, hidden_size=16, intermediate_size=32, num_attention_heads=2,
+                                 patch_size=4, num_patches=16)
+    cfg = Lfm2VlConfig(text_config={k: v for k, v in text.items() if k not in ("architectures", "dtype",
+                                                                                "transformers_version")},
+                       vision_config=vision.to_dict(), projector_hidden_size=32, bos_token_id=tok.bos_token_id,
+                       eos_token_id=tok.eos_token_id, pad_token_id=None, tie_word_embeddings=True)
+    save_multimodal(tok, Lfm2VlForConditionalGeneration, cfg, LFM2_SEED + 1, Lfm2ForCausalLM, "tiny-lfm2")
+    write_json(REF_DIR / "lfm2-vl-text-defaults.json",
+               {k: v for k, v in sorted(Lfm2Config().to_dict().items()) if k not in MULTIMODAL_SKIP})
+
+
 def _lfm2_moe_biases(model) -> None:
     """expert_bias, a buffer init_weights leaves zero, as _glm4_moe_biases."""
     gen = torch.Generator(device="cpu").manual_seed(LFM2_MOE_SEED)
@@ -1681,6 +1699,7 @@ def main() -> None:
     make_glm4_vl_moe(tok)
     make_lfm2(tok)
     make_lfm2_moe(tok)
+    make_lfm2_vl(tok)
     make_cohere2(tok)
     make_cohere(tok)
     make_fp8("tiny-qwen3", "tiny-qwen3-fp8", Qwen3ForCausalLM, [32, 32])

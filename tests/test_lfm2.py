@@ -145,3 +145,22 @@ def test_an_lfm2_moe_without_a_choice_bias_is_not_exported(tmp_path):
     assert run_tool("ierun", "logits", "--model-dir", d, "--ids", "1,2", "--out", tmp_path / "l.npy").returncode == 0
     assert_one_line_error(run_tool("ieconv", "iebin-to-gguf", "--model-dir", d, "--out", tmp_path / "m.gguf"),
                           "config.use_expert_bias")
+
+
+def test_the_text_model_of_lfm2_vl_is_lfm2(tmp_path):
+    """LFM2-VL (Lfm2VlForConditionalGeneration): an Lfm2ForCausalLM beside a SigLIP2 tower, its text_config over
+    transformers' Lfm2Config defaults (frozen by the generator), tied where the checkpoint stores no head;
+    golden/hf/tiny-lfm2-vl holds tiny-lfm2's language model, so the text model converts to tiny-lfm2's artifact,
+    byte for byte."""
+    from iekit.convert import text_model
+
+    theirs = json.loads((GOLDEN_HF.parent / "ref" / "lfm2-vl-text-defaults.json").read_text())
+    assert {k: theirs[k] for k in text_model.LFM2_TEXT_DEFAULTS} == text_model.LFM2_TEXT_DEFAULTS
+    assert text_model.LFM2_ROPE_DEFAULTS == {"rope_parameters": theirs["rope_parameters"]}
+    res = run_tool("ieconv", "text-model", "-q", "--hf-dir", GOLDEN_HF / "tiny-lfm2-vl", "--out-dir", tmp_path / "t")
+    assert res.returncode == 0, res.stderr
+    cfg = json.loads((tmp_path / "t/config.json").read_text())
+    assert cfg["architectures"] == ["Lfm2ForCausalLM"] and cfg["tie_word_embeddings"] is True
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", tmp_path / "t", "--out-dir", tmp_path / "ie")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "ie/model.ie.bin").read_bytes() == (LFM2 / "model.ie.bin").read_bytes()
