@@ -361,7 +361,7 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     if hidden < 1 or heads < 1:
         raise FormatError(g.path, f"{a}.attention.head_count", f"{heads} heads of a {hidden}-wide model")
     conv_layers = _conv_layers(g, arch) if arch.short_conv else []
-    kv = max(g.fields[f"{a}.attention.head_count_kv"]) if any(conv_layers) else \
+    kv = max(g.fields[f"{a}.attention.head_count_kv"]) if conv_layers else \
         _field(g, f"{a}.attention.head_count_kv", int, heads)
     if kv < 1 or heads % kv:
         raise FormatError(g.path, f"{a}.attention.head_count_kv", f"{kv}: must be at least 1 and divide the {heads} "
@@ -431,8 +431,7 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     if arch.gguf == "exaone4":
         _exaone4_config(g, arch, cfg)
     if arch.short_conv:  # (Lfm2Config's names; its width as it is, not derived again by LFM2's rule)
-        cfg.update(layer_types=["conv" if c else "full_attention" for c in conv_layers] or
-                   ["full_attention"] * cfg["num_hidden_layers"],
+        cfg.update(layer_types=[("full_attention", "conv")[c] for c in conv_layers or [False] * cfg["num_hidden_layers"]],
                    conv_L_cache=_field(g, f"{a}.shortconv.l_cache", int), conv_bias=False,
                    block_auto_adjust_ff_dim=False, norm_eps=cfg.pop("rms_norm_eps"))
     if arch.layer_norm:

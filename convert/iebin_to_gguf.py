@@ -697,10 +697,11 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "llama4",
                          "ernie4_5-moe", "qwen35moe", "qwen3next", "lfm2moe"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
-        if arch.gguf == "lfm2moe":  # (as convert_hf_to_gguf's LFM2MoeModel: no shared experts to count)
-            kv[f"{a}.leading_dense_block_count"] = _leading_dense(moe)
-        if arch.gguf in LEADING_DENSE and arch.gguf != "lfm2moe":  # as Glm4MoeModel, DeepseekV2Model, Ernie4_5MoeModel
+        # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model, Ernie4_5MoeModel and LFM2MoeModel write them:
+        # the shared experts' count where the architecture has a key for it)
+        if arch.gguf in LEADING_DENSE and "expert_shared_count" in arch.keys:
             kv[f"{a}.expert_shared_count"] = moe.shared_inter // moe.inter
+        if arch.gguf in LEADING_DENSE:
             kv[f"{a}.leading_dense_block_count"] = _leading_dense(moe)
         if arch.gguf == "ernie4_5-moe":
             kv[f"{a}.interleave_moe_layer_step"] = 1

@@ -51,6 +51,7 @@ llama.cpp's file of the same model imports.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,17 +143,24 @@ def as_llamacpp(g: GGUFModel, text_only: bool = False) -> tuple[GGUFModel, Read]
         return g, Read()
     _refuse_unread(g, arch)
     lay = LAYOUTS.get(arch)
+    counts = _other_modalities(g)
     ollama = lay is not None and (lay.arch != lay.as_arch or any(f"{arch}.{m}" in g.fields for m in lay.markers)
-                                  or any(t.name in lay.marker_tensors for t in g.tensors) or _other_tensors(g))
-    g, left = _text_model(g, arch, text_only)
+                                  or any(t.name in lay.marker_tensors for t in g.tensors) or bool(counts))
+    g, left = _text_model(g, arch, text_only, counts)
     if not ollama:
         return g, Read(left_out=left)
     assert lay is not None
     return _translated(g, lay), Read("ollama", left)
 
 
-def _other_tensors(g: GGUFModel) -> bool:
-    return any(t.name.startswith(tuple(OTHER_MODALITIES)) for t in g.tensors)
+def _other_modalities(g: GGUFModel) -> dict[str, int]:
+    """The tensors of other modalities than text, counted by prefix (OTHER_MODALITIES)."""
+    counts: dict[str, int] = {}
+    for t in g.tensors:
+        p = next((p for p in OTHER_MODALITIES if t.name.startswith(p)), None)
+        if p is not None:
+            counts[p] = counts.get(p, 0) + 1
+    return counts
 
 
 def _refuse_unread(g: GGUFModel, arch: str) -> None:
@@ -165,13 +173,10 @@ def _refuse_unread(g: GGUFModel, arch: str) -> None:
                                        "model imports")
 
 
-def _text_model(g: GGUFModel, arch: str, text_only: bool) -> tuple[GGUFModel, tuple[tuple[str, int], ...]]:
-    """``g`` without the other modalities' tensors and keys (``text_only``), or refused where it has them."""
-    counts: dict[str, int] = {}
-    for t in g.tensors:
-        p = next((p for p in OTHER_MODALITIES if t.name.startswith(p)), None)
-        if p is not None:
-            counts[p] = counts.get(p, 0) + 1
+def _text_model(g: GGUFModel, arch: str, text_only: bool,
+                counts: dict[str, int]) -> tuple[GGUFModel, tuple[tuple[str, int], ...]]:
+    """``g`` without the other modalities' tensors (``counts``: _other_modalities) and keys (``text_only``), or
+    refused where it has them."""
     sections = tuple(f"{arch}.{s}" for s in OTHER_SECTIONS)
     keys = [k for k in g.fields if k.startswith(sections)]
     if not counts and not keys:
@@ -213,7 +218,7 @@ def _translated(g: GGUFModel, lay: Layout) -> GGUFModel:
     tensors = [dataclasses.replace(t, name=_tensor_name(g, t.name, lay)) for t in g.tensors]
     names = {t.name: t for t in tensors}
     if len(names) != len(tensors):
-        twice = next(t.name for t in tensors if sum(u.name == t.name for u in tensors) > 1)
+        twice = next(n for n, k in Counter(t.name for t in tensors).items() if k > 1)
         raise FormatError(g.path, f"tensor {twice!r}", "is in the file under Ollama's name and under llama.cpp's")
     for key, tensor in lay.rows_of:
         if tensor in names:

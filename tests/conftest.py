@@ -181,6 +181,22 @@ def shared_artifact(tmp_path_factory, name: str, build) -> Path:
     assert _tree(d) == before, f"a test modified the shared artifact {d}; copy it first (copy_model)"
 
 
+def text_model_converted(name: str, tmp_path: Path, defaults: tuple[str, dict, dict]) -> tuple[dict, Path]:
+    """golden/hf/NAME's language model through ``ieconv text-model`` and ``hf-to-iebin`` (under tmp_path/t, /ie),
+    after holding the text config's defaults table and RoPE defaults (``defaults``: the ref json transformers'
+    defaults are frozen in, the table, the RoPE table) to transformers' own. Returns the text model's config and
+    the artifact."""
+    ref, table, rope = defaults
+    theirs = json.loads((GOLDEN_REF / ref).read_text())
+    assert {k: theirs[k] for k in table} == table
+    assert rope == {"rope_parameters": theirs["rope_parameters"]}
+    for args in (("text-model", "--hf-dir", GOLDEN_HF / name, "--out-dir", tmp_path / "t"),
+                 ("hf-to-iebin", "--hf-dir", tmp_path / "t", "--out-dir", tmp_path / "ie")):
+        res = run_tool("ieconv", *args, "-q")
+        assert res.returncode == 0, res.stderr
+    return json.loads((tmp_path / "t/config.json").read_text()), tmp_path / "ie"
+
+
 def copy_model(src: Path, dst: Path) -> Path:
     """A private copy of a model directory; the dedup links are relative, so
     they point into the copy."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool, text_model_converted
 from gguf_build import rewrite_gguf
 
 from iekit.convert import text_model
@@ -24,18 +24,13 @@ def test_the_text_model_of_glm4v_is_glm4(tmp_path):
     """A Glm4ForCausalLM told what Glm4vTextModel's code fixes (heads hidden / heads wide, q/k/v biases), MRoPE's
     keys left out, its defaults transformers' own (frozen by the generator); converted, tiny-glm4's artifact,
     byte for byte."""
-    theirs = json.loads((GOLDEN_HF.parent / "ref" / "glm4-vl-text-defaults.json").read_text())
-    assert {k: theirs[k] for k in text_model.GLM4V_TEXT_DEFAULTS} == text_model.GLM4V_TEXT_DEFAULTS
-    assert text_model.GLM4V_ROPE_DEFAULTS == {"rope_parameters": theirs["rope_parameters"]}
-    res = run_tool("ieconv", "text-model", "-q", "--hf-dir", GOLDEN_HF / "tiny-glm4-vl", "--out-dir", tmp_path / "t")
-    assert res.returncode == 0, res.stderr
-    cfg = json.loads((tmp_path / "t/config.json").read_text())
+    cfg, ie = text_model_converted("tiny-glm4-vl", tmp_path, ("glm4-vl-text-defaults.json",
+                                                              text_model.GLM4V_TEXT_DEFAULTS,
+                                                              text_model.GLM4V_ROPE_DEFAULTS))
     assert cfg["architectures"] == ["Glm4ForCausalLM"] and cfg["model_type"] == "glm4"
     assert (cfg["head_dim"], cfg["attention_bias"]) == (16, True)
     assert cfg["rope_parameters"] == {"partial_rotary_factor": 0.5, "rope_theta": 10000.0, "rope_type": "default"}
-    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", tmp_path / "t", "--out-dir", tmp_path / "ie")
-    assert res.returncode == 0, res.stderr
-    assert (tmp_path / "ie/model.ie.bin").read_bytes() == (GOLDEN_IEBIN / "tiny-glm4" / "model.ie.bin").read_bytes()
+    assert (ie / "model.ie.bin").read_bytes() == (GOLDEN_IEBIN / "tiny-glm4" / "model.ie.bin").read_bytes()
 
 
 def test_glm4v_turns_the_whole_head_where_its_config_says_no_factor():
@@ -73,19 +68,13 @@ def test_the_text_model_of_glm4v_moe_is_glm4_moe(tmp_path):
     """A Glm4MoeForCausalLM without q/k norms, MRoPE's keys left out, its defaults transformers' Glm4vMoeTextConfig's
     (frozen by the generator), untied as the multimodal config says; converted, it runs as transformers runs the
     multimodal model on text."""
-    theirs = json.loads((GOLDEN_HF.parent / "ref" / "glm4-vl-moe-text-defaults.json").read_text())
-    table = text_model.GLM4V_MOE_TEXT_DEFAULTS
-    assert {k: theirs[k] for k in table} == table
-    assert text_model.GLM4V_MOE_ROPE_DEFAULTS == {"rope_parameters": theirs["rope_parameters"]}
-    res = run_tool("ieconv", "text-model", "-q", "--hf-dir", GOLDEN_HF / "tiny-glm4-vl-moe", "--out-dir", tmp_path / "t")
-    assert res.returncode == 0, res.stderr
-    cfg = json.loads((tmp_path / "t/config.json").read_text())
+    cfg, ie = text_model_converted("tiny-glm4-vl-moe", tmp_path, ("glm4-vl-moe-text-defaults.json",
+                                                                  text_model.GLM4V_MOE_TEXT_DEFAULTS,
+                                                                  text_model.GLM4V_MOE_ROPE_DEFAULTS))
     assert cfg["architectures"] == ["Glm4MoeForCausalLM"] and cfg["model_type"] == "glm4_moe"
     assert (cfg["use_qk_norm"], cfg["tie_word_embeddings"], cfg["routed_scaling_factor"]) == (False, False, 2.5)
     assert cfg["rope_parameters"] == {"partial_rotary_factor": 0.5, "rope_theta": 10000.0, "rope_type": "default"}
-    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", tmp_path / "t", "--out-dir", tmp_path / "ie")
-    assert res.returncode == 0, res.stderr
-    assert _moe_ref_error(tmp_path / "ie") < 1e-5
+    assert _moe_ref_error(ie) < 1e-5
 
 
 def test_glm4v_moe_never_norms_q_and_k():

@@ -12,7 +12,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, reconfigure, run_tool
+from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, reconfigure, run_tool,
+                      text_model_converted)
 from gguf_build import rewrite_gguf
 
 from iekit.formats import model_spec
@@ -154,13 +155,20 @@ def test_the_text_model_of_lfm2_vl_is_lfm2(tmp_path):
     byte for byte."""
     from iekit.convert import text_model
 
-    theirs = json.loads((GOLDEN_HF.parent / "ref" / "lfm2-vl-text-defaults.json").read_text())
-    assert {k: theirs[k] for k in text_model.LFM2_TEXT_DEFAULTS} == text_model.LFM2_TEXT_DEFAULTS
-    assert text_model.LFM2_ROPE_DEFAULTS == {"rope_parameters": theirs["rope_parameters"]}
-    res = run_tool("ieconv", "text-model", "-q", "--hf-dir", GOLDEN_HF / "tiny-lfm2-vl", "--out-dir", tmp_path / "t")
-    assert res.returncode == 0, res.stderr
-    cfg = json.loads((tmp_path / "t/config.json").read_text())
+    cfg, ie = text_model_converted("tiny-lfm2-vl", tmp_path, ("lfm2-vl-text-defaults.json",
+                                                              text_model.LFM2_TEXT_DEFAULTS,
+                                                              text_model.LFM2_ROPE_DEFAULTS))
     assert cfg["architectures"] == ["Lfm2ForCausalLM"] and cfg["tie_word_embeddings"] is True
-    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", tmp_path / "t", "--out-dir", tmp_path / "ie")
-    assert res.returncode == 0, res.stderr
-    assert (tmp_path / "ie/model.ie.bin").read_bytes() == (LFM2 / "model.ie.bin").read_bytes()
+    assert (ie / "model.ie.bin").read_bytes() == (LFM2 / "model.ie.bin").read_bytes()
+
+
+def test_a_per_layer_head_count_without_zeros_is_every_layer_attending(tmp_path):
+    """attention.head_count_kv one per block and none 0: an LFM2 whose every layer attends (its config as such)."""
+    from iekit.convert.gguf_to_iebin import build_config
+    from iekit.formats.gguf_file import open_gguf
+
+    f = rewrite_gguf(CONVERTED, tmp_path / "a.gguf", drop={"lfm2.attention.head_count_kv"},
+                     kv={"lfm2.attention.head_count_kv": [2, 2, 2, 2]})
+    with open_gguf(f) as g:
+        cfg = build_config(g)
+    assert cfg["layer_types"] == ["full_attention"] * 4 and cfg["num_key_value_heads"] == 2

@@ -15,7 +15,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool, text_model_converted
 from gguf_build import hf_tensors, rewrite_gguf
 
 from iekit.runtime.decoder import Decoder
@@ -28,20 +28,15 @@ def test_the_text_model_of_qwen3_vl_is_qwen3(tmp_path):
     the generator); converted, it is tiny-qwen3's artifact, byte for byte."""
     from iekit.convert import text_model
 
-    theirs = json.loads((GOLDEN_HF.parent / "ref" / "qwen3-vl-text-defaults.json").read_text())
-    assert {k: theirs[k] for k in text_model.QWEN3_VL_TEXT_DEFAULTS} == text_model.QWEN3_VL_TEXT_DEFAULTS
-    assert text_model.QWEN3_VL_ROPE_DEFAULTS == {"rope_parameters": theirs["rope_parameters"]}
     src = json.loads((GOLDEN_HF / "tiny-qwen3-vl" / "config.json").read_text())
     assert src["text_config"]["rope_parameters"]["mrope_section"] == [6, 5, 5]
-    res = run_tool("ieconv", "text-model", "-q", "--hf-dir", GOLDEN_HF / "tiny-qwen3-vl", "--out-dir", tmp_path / "t")
-    assert res.returncode == 0, res.stderr
-    cfg = json.loads((tmp_path / "t/config.json").read_text())
+    cfg, ie = text_model_converted("tiny-qwen3-vl", tmp_path, ("qwen3-vl-text-defaults.json",
+                                                               text_model.QWEN3_VL_TEXT_DEFAULTS,
+                                                               text_model.QWEN3_VL_ROPE_DEFAULTS))
     assert cfg["architectures"] == ["Qwen3ForCausalLM"] and cfg["model_type"] == "qwen3"
     assert cfg["rope_parameters"] == {"rope_theta": 10000.0, "rope_type": "default"}
     assert cfg["tie_word_embeddings"] is False
-    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", tmp_path / "t", "--out-dir", tmp_path / "ie")
-    assert res.returncode == 0, res.stderr
-    assert (tmp_path / "ie/model.ie.bin").read_bytes() == (GOLDEN_IEBIN / "tiny-qwen3" / "model.ie.bin").read_bytes()
+    assert (ie / "model.ie.bin").read_bytes() == (GOLDEN_IEBIN / "tiny-qwen3" / "model.ie.bin").read_bytes()
 
 
 def test_llamacpps_qwen3vl_file_imports_as_its_qwen3_file(tmp_path):
