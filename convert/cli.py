@@ -230,7 +230,10 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       (Qwen3-VL's language model, as the Qwen3 or Qwen3-MoE it is: text
       turns its MRoPE as one RoPE), lfm2 and lfm2moe (LFM2, LFM2.5,
       LFM2-8B-A1B: its short convolutions by attention.head_count_kv's
-      zeros); files the converter wrote with --fuse-qkv or
+      zeros), granitehybrid (Granite 4.0 H: its Mamba2 layers likewise,
+      ssm_a back as A_log, ffn_gate_exps and ffn_up_exps joined into
+      input_linear's halves; RoPE where rope.scaling.finetuned is true);
+      files the converter wrote with --fuse-qkv or
       --fuse-gate-up-exps read as the separate tensors;
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
       its vocabulary (byte-level BPE under any split llama.cpp names for
@@ -395,7 +398,10 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       block after the last, nextn_predict_layers), qwen3next
       (Qwen3-Next: in_proj_b and in_proj_a joined as ssm_ba, blocked by
       key head), lfm2 and lfm2moe (LFM2, LFM2.5, LFM2-8B-A1B:
-      head_count_kv one per layer, 0 where it convolves), seed_oss, glm4, cohere2 and command-r, with llama.cpp's tensor names and layouts (q/k rows
+      head_count_kv one per layer, 0 where it convolves), granitehybrid
+      (Granite 4.0 H: likewise, 0 where it runs Mamba2; input_linear's
+      halves as ffn_gate_exps and ffn_up_exps, the shared MLP as
+      ffn_*_shexp), seed_oss, glm4, cohere2 and command-r, with llama.cpp's tensor names and layouts (q/k rows
       re-interleaved, experts stacked as ffn_*_exps, Gemma's norms as 1 + w,
       Phi-3's q/k/v and GLM-4's and Phi-3's gate/up joined as attn_qkv and
       ffn_up, LongRoPE's factors as rope_factors_long/_short);

@@ -240,6 +240,9 @@ class GGUFArch:
     # LFM2's short convolutions: which layers by attention.head_count_kv, one per layer (0 where a layer
     # convolves), the taps under shortconv.l_cache, the taps' tensor [hidden, taps] (CONV_TAPS)
     short_conv: bool = False
+    # Granite 4's Mamba2 layers: which by attention.head_count_kv as LFM2's (0 where a layer runs Mamba2), its dims
+    # under ssm.*, A_log as -exp(A_log) (DECAY_RATES), A, D and the gated norm's weights 2-D (FLATTENED)
+    mamba: bool = False
 
 
 # Latent attention's kv_b_proj (HF suffix) and the two llama.cpp tensors it crosses as (gguf_names' docstring)
@@ -301,7 +304,8 @@ _LINEAR = {"linear_attn.in_proj_qkv.weight": "attn_qkv.weight", "linear_attn.in_
            "linear_attn.conv1d.weight": "ssm_conv1d.weight", "linear_attn.A_log": "ssm_a",
            "linear_attn.dt_bias": "ssm_dt.bias", "linear_attn.norm.weight": "ssm_norm.weight",
            "linear_attn.out_proj.weight": "ssm_out.weight"}
-LINEAR_DECAY = "linear_attn.A_log"  # stored by llama.cpp as -exp(A_log)
+# A_log, which llama.cpp's converter stores as -exp(A_log): gated DeltaNet's, Mamba2's
+DECAY_RATES = ("linear_attn.A_log", "mamba.A_log")
 # What Qwen3.5's two architectures share: the DeltaNet's dims as ssm.* keys, the layers' kinds, the MTP blocks; every
 # norm but the DeltaNet's stored 1 + w; the MTP layers beside the model
 _QWEN35_KEYS = frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size",
@@ -320,7 +324,27 @@ MTP_EXTRAS = {"mtp.fc.weight": "nextn.eh_proj.weight", "mtp.pre_fc_norm_embeddin
 MROPE_NEOX = ("glm4",)
 # convolutions' taps (gated DeltaNet's conv1d, LFM2's short convolution): [channels, 1, taps] in Hugging Face's
 # layout, [channels, taps] in GGUF, the same bytes
-CONV_TAPS = ("linear_attn.conv1d.weight", "conv.conv.weight")
+CONV_TAPS = ("linear_attn.conv1d.weight", "conv.conv.weight", "mamba.conv1d.weight")
+# Mamba2's vectors llama.cpp keeps 2-D, the same bytes: A and D [heads, 1], the gated norm's weights [groups,
+# inner / groups] (HF suffix -> whether its rows are the groups, else the heads with one column)
+FLATTENED = {"mamba.A_log": False, "mamba.D": False, "mamba.norm.weight": True}
+
+# Granite 4's layer (models/granitemoehybrid) as convert_hf_to_gguf's GraniteHybridModel names it: Llama's attention
+# beside Mamba2's tensors (ssm_*), its MLP under ffn_*_shexp beside experts (ffn_gate_exps and ffn_up_exps the halves
+# of each expert's input_linear), or, without experts, under the dense MLP's names
+_GRANITE_MAMBA = {"mamba.in_proj.weight": "ssm_in.weight", "mamba.conv1d.weight": "ssm_conv1d.weight",
+                  "mamba.conv1d.bias": "ssm_conv1d.bias", "mamba.dt_bias": "ssm_dt.bias", "mamba.A_log": "ssm_a",
+                  "mamba.D": "ssm_d", "mamba.norm.weight": "ssm_norm.weight", "mamba.out_proj.weight": "ssm_out.weight"}
+_GRANITE_SHARED = ("shared_mlp.gate_proj.weight", "shared_mlp.up_proj.weight", "shared_mlp.output_linear.weight")
+_GRANITE_KEYS = frozenset({"embedding_scale", "attention.scale", "residual_scale", "logit_scale", "ssm.conv_kernel",
+                           "ssm.state_size", "ssm.group_count", "ssm.inner_size", "ssm.time_step_rank",
+                           "expert_shared_feed_forward_length"})
+
+
+def _granite4(mlp: tuple[str, str, str], extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Granite 4's layer with its shared MLP under llama.cpp's ``mlp`` names (gate, up, down)."""
+    return {**{k: v for k, v in _LLAMA.items() if not k.startswith("mlp.")}, **_GRANITE_MAMBA,
+            **{h: f"{g}.weight" for h, g in zip(_GRANITE_SHARED, mlp)}, **(extra or {})}
 
 # LFM2's layer (models/lfm2), one to one: Qwen3's attention under its names beside the short convolution's tensors
 _LFM2 = {"operator_norm.weight": "attn_norm.weight", "ffn_norm.weight": "ffn_norm.weight",
@@ -406,6 +430,16 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
                       for w, k in (("w1", "gate"), ("w3", "up"), ("w2", "down"))},
              keys=frozenset({"shortconv.l_cache", "leading_dense_block_count", "expert_gating_func"}),
              short_conv=True),
+    # Granite 4.0 H (Tiny, Small): Mamba2 layers beside attention ones (q/k rows interleaved as for llama), experts
+    # softmax-routed beside the shared MLP; RoPE only where rope.scaling.finetuned is true (llama.cpp's switch),
+    # which the converter writes for a model without Mamba2 layers alone. Granite 4.0 H Micro, 1B, 350M: the same
+    # without experts (GRANITE_HYBRID_DENSE)
+    GGUFArch("granitehybrid", "GraniteMoeHybridForCausalLM", "granitemoehybrid", True,
+             _granite4(("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"),
+                       {"block_sparse_moe.router.layer.weight": "ffn_gate_inp.weight",
+                        "block_sparse_moe.output_linear.weight": "ffn_down_exps.weight"}),
+             paired={"block_sparse_moe.input_linear.weight": ("ffn_gate_exps.weight", "ffn_up_exps.weight")},
+             halves=True, keys=_GRANITE_KEYS, mamba=True),
     GGUFArch("exaone4", "Exaone4ForCausalLM", "exaone4", False, _OLMO2,
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
              swa_pattern=4, swa_window=4096, swa_layers=64),
@@ -540,6 +574,11 @@ IMPORTED_AS = (GGUFArch("exaone", "LlamaForCausalLM", "llama", False, _LLAMA,
                GGUFArch("qwen3vlmoe", "Qwen3MoeForCausalLM", "qwen3_moe", False,
                         _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight"}), experts=_QWEN_EXPS,
                         keys=_QWEN3VL_KEYS))
+# Granite 4 without experts: its shared MLP as llama.cpp's dense one (a file's expert_used_count, which the converter
+# writes whatever the experts, is read as nothing)
+GRANITE_HYBRID_DENSE = GGUFArch("granitehybrid", "GraniteMoeHybridForCausalLM", "granitemoehybrid", True,
+                                _granite4(("ffn_gate", "ffn_up", "ffn_down")),
+                                keys=_GRANITE_KEYS | {"expert_used_count"}, mamba=True)
 GGUF_ARCHS = tuple(dict.fromkeys(a.gguf for a in (*ARCHS.values(), *IMPORTED_AS)))  # what the importer reads
 
 
@@ -549,6 +588,8 @@ def arch_of(meta: dict, meta_path) -> GGUFArch:
     if cls not in ARCHS:
         raise FormatError(meta_path, "model.architecture", f"{cls!r} has no llama.cpp architecture here "
                                                            f"(written as GGUF: {', '.join(ARCHS)})")
+    if cls == GRANITE_HYBRID_DENSE.hf_class and not (meta.get("config") or {}).get("num_local_experts", 8):
+        return GRANITE_HYBRID_DENSE  # (GraniteMoeHybridConfig's default: 8 experts)
     return ARCHS[cls]
 
 

@@ -45,12 +45,13 @@ from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
 from iekit.formats.hf_config import model_summary
 from iekit.formats.library_calls import guarded
 from iekit.formats.model_spec import ARCHS as DECODER_ARCHS
-from iekit.formats.model_spec import check_convertible, every_nth, longrope_attention_factor, rope_tables
+from iekit.formats.model_spec import (EXPERT_STACKS, check_convertible, every_nth, longrope_attention_factor,
+                                      rope_tables)
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, CONVERTER_FUSED, GGUF_ARCHS, IMPORTED_AS, CONV_TAPS,
-                         LINEAR_DECAY, MLA_KV_B, MROPE_NEOX, NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, attention_scalar,
+                         DECAY_RATES, FLATTENED, GRANITE_HYBRID_DENSE, MLA_KV_B, MROPE_NEOX, NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, attention_scalar,
                          beside, hf_layer_name, mtp_extra_hf_name, norm_shift, sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .ollama_layout import Read, as_llamacpp
@@ -80,6 +81,10 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
         nextn = g.fields.get("deepseek2.nextn_predict_layers", 0)
         return GGUF_ARCHS_BY_CLASS["Glm4MoeLiteForCausalLM" if type(nextn) is int and nextn > 0
                                    else "DeepseekV3ForCausalLM"]
+    if key == "granitehybrid":  # Granite 4 without experts: its shared MLP under the dense MLP's names
+        moe = g.fields.get("granitehybrid.expert_count", 0)
+        if not (type(moe) is int and moe > 0):
+            return GRANITE_HYBRID_DENSE
     if key == "olmo2":  # OLMo 3 is llama.cpp's olmo2 with a window
         swa = g.fields.get("olmo2.attention.sliding_window", 0)
         return GGUF_ARCHS_BY_CLASS["Olmo3ForCausalLM" if type(swa) is int and swa > 0 else "Olmo2ForCausalLM"]
@@ -360,7 +365,7 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     heads = _field(g, f"{a}.attention.head_count", int)
     if hidden < 1 or heads < 1:
         raise FormatError(g.path, f"{a}.attention.head_count", f"{heads} heads of a {hidden}-wide model")
-    conv_layers = _conv_layers(g, arch) if arch.short_conv else []
+    conv_layers = _conv_layers(g, arch) if arch.short_conv or arch.mamba else []
     kv = max(g.fields[f"{a}.attention.head_count_kv"]) if conv_layers else \
         _field(g, f"{a}.attention.head_count_kv", int, heads)
     if kv < 1 or heads % kv:
@@ -426,6 +431,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _phi3_config(g, arch, cfg, names, rot)
     if arch.gguf == "granite":
         _granite_config(g, arch, cfg)
+    if arch.mamba:
+        _granite4_config(g, arch, cfg, conv_layers)
     if arch.gguf == "mistral3":
         _mistral3_config(g, arch, cfg)
     if arch.gguf == "exaone4":
@@ -570,13 +577,46 @@ def _granite_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     ``rope.scaling.finetuned`` false turns RoPE off in every layer there,
     which no Granite checkpoint does: refused."""
     a = arch.gguf
-    if g.fields.get(f"{a}.rope.scaling.finetuned", True) is not True:
+    if g.fields.get(f"{a}.rope.scaling.finetuned", True) is not True and arch.gguf == "granite":
         raise FormatError(g.path, f"{a}.rope.scaling.finetuned", "false: llama.cpp's granite then rotates no layer, "
                                                                  "which GraniteForCausalLM cannot say")
     cfg.update(embedding_multiplier=_field(g, f"{a}.embedding_scale", float, 1.0),
                attention_multiplier=_field(g, f"{a}.attention.scale", float, 1.0 / math.sqrt(cfg["head_dim"])),
                residual_multiplier=_field(g, f"{a}.residual_scale", float, 1.0),
                logits_scaling=_field(g, f"{a}.logit_scale", float))
+
+
+def _granite4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], mamba_layers: list[bool]) -> None:
+    """Granite 4 (granitehybrid) as GraniteMoeHybridConfig says it: Granite's multipliers; the Mamba2 layers
+    (_conv_layers: head_count_kv 0) and their dims from the ssm.* keys (inner_size a whole multiple of the width,
+    time_step_rank its heads); RoPE where rope.scaling.finetuned is true or absent, as llama.cpp's granitehybrid
+    switches it; the shared MLP expert_shared_feed_forward_length wide beside experts (llama.cpp runs none without
+    the key), or without experts the dense MLP's feed_forward_length."""
+    a = arch.gguf
+    _granite_config(g, arch, cfg)
+    hidden, blocks = cfg["hidden_size"], cfg["num_hidden_layers"]
+    heads = _field(g, f"{a}.ssm.time_step_rank", int) if any(mamba_layers) else 1
+    inner = _field(g, f"{a}.ssm.inner_size", int) if any(mamba_layers) else 2 * hidden
+    if heads < 1 or inner < 1 or inner % hidden or inner % heads:
+        raise FormatError(g.path, f"{a}.ssm.inner_size", f"{inner}: expected a whole multiple of the {hidden}-wide "
+                                                         f"model split into time_step_rank {heads} heads")
+    rope = g.fields.get(f"{a}.rope.scaling.finetuned", True)
+    cfg.update(layer_types=[("attention", "mamba")[m] for m in mamba_layers or [False] * blocks],
+               position_embedding_type="rope" if rope is True else "nope", mamba_n_heads=heads,
+               mamba_d_head=inner // heads, mamba_expand=inner // hidden, mamba_conv_bias=True, mamba_proj_bias=False)
+    if any(mamba_layers):
+        cfg.update(mamba_d_state=_field(g, f"{a}.ssm.state_size", int),
+                   mamba_n_groups=_field(g, f"{a}.ssm.group_count", int),
+                   mamba_d_conv=_field(g, f"{a}.ssm.conv_kernel", int))
+    if arch is GRANITE_HYBRID_DENSE:
+        cfg.update(num_local_experts=0, shared_intermediate_size=cfg["intermediate_size"])
+        return
+    shared = _field(g, f"{a}.expert_shared_feed_forward_length", int, 0)
+    if shared < 1:
+        raise FormatError(g.path, f"{a}.expert_shared_feed_forward_length", f"{shared}: llama.cpp's granitehybrid "
+                                                                            "then runs no shared MLP, which "
+                                                                            "GraniteMoeHybridForCausalLM always has")
+    cfg["shared_intermediate_size"] = shared
 
 
 def _mistral3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
@@ -732,8 +772,9 @@ def _ernie_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
 
 
 def _conv_layers(g: GGUFModel, arch: GGUFArch) -> list[bool]:
-    """LFM2's layers that convolve ([] where every layer attends): attention.head_count_kv, one per block, 0 where a
-    layer convolves, the KV heads of the attention layers (all the same) elsewhere."""
+    """LFM2's layers that convolve, Granite 4's that run Mamba2 ([] where every layer attends):
+    attention.head_count_kv, one per block, 0 where a layer convolves, the KV heads of the attention layers (all
+    the same) elsewhere."""
     key = f"{arch.gguf}.attention.head_count_kv"
     per = g.fields.get(key)
     if not isinstance(per, list):
@@ -959,12 +1000,14 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
         if m and (parts := _converter_fused(g, arch, cfg, t, int(layer), suffix)) is not None:
             out.extend(parts)
         elif name is not None:
-            if len(t.shape) > 2 and not name.endswith(("experts.down_proj", "experts.down_proj_bias")):
+            if len(t.shape) > 2 and not name.endswith(EXPERT_STACKS):
                 raise FormatError(g.path, where, f"has {len(t.shape)} dimensions; expected a matrix or vector")
             # (a convolution's taps: [channels, 1, taps] as Hugging Face keeps them, the same bytes)
             shape = [t.shape[0], 1, t.shape[1]] if name.endswith(CONV_TAPS) and len(t.shape) == 2 else None
-            out.append(_Tensor(t, name, "", None, "", shift=norm_shift(arch, name), shape_=shape,
-                               log_neg=name.endswith(LINEAR_DECAY)))
+            flat = name.endswith(tuple(FLATTENED))  # (Mamba2's A, D, gated norm: 1-D, the same bytes)
+            out.append(_Tensor(t, name, "", None, "", shift=norm_shift(arch, name),
+                               shape_=[int(np.prod(t.shape))] if flat else shape, log_neg=name.endswith(DECAY_RATES),
+                               elementwise=flat))
         elif suffix in stacks:
             if len(t.shape) != 3:
                 raise FormatError(g.path, where, f"an expert stack must be [experts, rows, cols], got {t.shape}")
@@ -1069,7 +1112,7 @@ def plan_tensors(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantiz
         order = row_order(g, t, cfg) if p.order is None else p.order
         if order is not None and len(p.shape) == 1 and mode == "dequant":
             raise FormatError(g.path, f"{where} type", "a quantized q/k bias cannot be un-interleaved")
-        if p.elementwise and mode == "dequant":
+        if p.elementwise and mode == "dequant" and t.ggml_type not in FLOATS:
             raise FormatError(g.path, f"{where} type", "a quantized expert bias cannot be interleaved")
         p.dtype, p.mode, p.order = out, mode, order
         plans.append(p)

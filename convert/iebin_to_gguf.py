@@ -53,7 +53,7 @@ from iekit.formats.model_spec import (LLAMA4_MLP_INTER, DecoderSpec, decoder_spe
                                       rope_tables, yarn_attention_factor)
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import (CONV_TAPS, LINEAR_DECAY, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS, NO_DENSE_MLP, SIGMOID_GATING,
+from .gguf_names import (CONV_TAPS, DECAY_RATES, FLATTENED, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS, NO_DENSE_MLP, SIGMOID_GATING,
                          GGUFArch, arch_of, attention_scalar, fused_parts, gguf_layer_name, mtp_gguf_name, norm_shift, separable,
                          sliding_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
@@ -166,9 +166,9 @@ class _Plan:
         # product with a BF16 or F16 matrix ggml would take with the activations rounded to that type too
         f32 = (len(shape) == 1 or gguf_name.endswith(".bias") or ".attn_sinks." in gguf_name
                or ".ffn_gate_inp." in gguf_name or ".ffn_gate_inp_shexp." in gguf_name or ".ssm_conv1d." in gguf_name
-               or ".shortconv.conv." in gguf_name)
+               or ".shortconv.conv." in gguf_name or gguf_name.endswith((".ssm_a", ".ssm_d", ".ssm_norm.weight")))
         o = _Out(gguf_name, SAME_BYTES.get(dtype, ""), shape, parts, dtype, shift=norm_shift(self.arch, first["name"]),
-                 neg_exp=first["name"].endswith(LINEAR_DECAY))
+                 neg_exp=first["name"].endswith(DECAY_RATES))
         floats = dtype in ("f16", "bf16", "f32")
         if o.shift and not floats:
             raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: dtype {dtype!r}; llama.cpp's "
@@ -312,11 +312,15 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
         if spec.n_layers == arch.swa_layers and not spec.nope:
             raise IEError(f"{where}.sliding_window: none; llama.cpp's {arch.gguf} gives a {arch.swa_layers}-layer "
                           "model sliding layers and unrotated full ones whatever its file says")
-    elif spec.nope and spec.arch.nope_full != "always" and (  # (cohere2: llama.cpp turns the sliding layers alone)
+    # (cohere2: llama.cpp turns the sliding layers alone; granitehybrid: rope.scaling.finetuned switches RoPE)
+    elif spec.nope and spec.arch.nope_full != "always" and not arch.mamba and (
             not arch.nope_step or list(spec.nope) != every_nth(arch.nope_step, spec.n_layers)):
         rule = f"leaves every {arch.nope_step}th layer unrotated, and no other" if arch.nope_step else "rotates every layer"
         raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
                       f"llama.cpp's {arch.gguf} {rule}")
+    if arch.mamba and spec.ssm_heads * spec.ssm_head_dim != 2 * spec.hidden:  # (its loader asserts it)
+        raise IEError(f"{where}.mamba_expand: {spec.ssm_heads * spec.ssm_head_dim // spec.hidden}; llama.cpp's "
+                      f"{arch.gguf} runs Mamba2 layers twice as wide as the model only")
     grouped = arch.hf_class in delta_net.GROUPED_IN_GGUF
     if arch.linear and spec.lin_k_heads != spec.lin_v_heads and spec.lin_v_tiled == grouped:
         order, want = ("'tiled'", "Hugging Face's grouped") if grouped else ("'grouped'", "its tiled")
@@ -441,6 +445,9 @@ def _plan_tensors(plan: _Plan) -> None:
         shape = list(e["shape"])
         if hf.endswith(CONV_TAPS):  # [channels, 1, taps] as llama.cpp's [channels, taps]: the same bytes
             shape = [shape[0], shape[-1]]
+        if hf.endswith(tuple(FLATTENED)):  # Mamba2's A and D as [heads, 1], its gated norm [groups, inner / groups]
+            rows = spec.ssm_groups if FLATTENED[next(f for f in FLATTENED if hf.endswith(f))] else shape[0]
+            shape = [rows, shape[0] // rows]
         plan.add(mtp_gguf_name(arch, hf, spec.n_layers) or gguf_layer_name(arch, hf), [_Part(e, order)], shape)
 
     one("model.embed_tokens.weight")
@@ -629,7 +636,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     main = max(weight_elems, key=weight_elems.get) if weight_elems else "f32"
     kv["general.file_type"] = int(LlamaFileType[weight_types.get(main).GGUF_FILE_TYPE or "ALL_F32"])
     kv["general.quantization_version"] = QUANTIZATION_VERSION
-    kv[f"{a}.context_length"] = spec.max_positions
+    # (Granite 4 with Mamba2 layers: 2^20, as convert_hf_to_gguf's GraniteHybridModel writes for a model without RoPE)
+    kv[f"{a}.context_length"] = 2 ** 20 if arch.mamba and any(spec.ssm) else spec.max_positions
     kv[f"{a}.embedding_length"] = spec.hidden
     # (llama.cpp counts the MTP layers it reads: nextn_predict_layers)
     kv[f"{a}.block_count"] = spec.n_layers + _mtp_written(arch, spec)
@@ -641,8 +649,10 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if arch.hf_class not in NO_DENSE_MLP:
         kv[f"{a}.feed_forward_length"] = int(dense_ff)
     kv[f"{a}.attention.head_count"] = spec.n_heads
-    # (LFM2's: one per layer, 0 where it convolves, as convert_hf_to_gguf's LFM2Model writes it)
-    kv[f"{a}.attention.head_count_kv"] = [0 if c else spec.n_kv_heads for c in spec.short_conv] or spec.n_kv_heads
+    # (LFM2's and Granite 4's: one per layer, 0 where it convolves or runs Mamba2, as convert_hf_to_gguf's LFM2Model
+    # and GraniteHybridModel write it)
+    kv[f"{a}.attention.head_count_kv"] = [0 if c else spec.n_kv_heads for c in spec.short_conv or spec.ssm] \
+        or spec.n_kv_heads
     if spec.short_conv:
         kv[f"{a}.shortconv.l_cache"] = spec.conv_taps
     kv[f"{a}.attention.key_length"] = spec.head_dim
@@ -664,7 +674,9 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.rope.scaling.factor"] = float(scaling["factor"])
     elif kind == "llama3":  # the divisors are rope_freqs.weight; the original context pins their scale on import
         kv[f"{a}.rope.scaling.original_context_length"] = int(scaling["original_max_position_embeddings"])
-    if arch.gguf == "granite":  # as convert_hf_to_gguf.py's GraniteModel writes the multipliers
+    if arch.mamba:
+        _granite4_kv(kv, a, arch, spec, cfg)
+    if arch.gguf in ("granite", "granitehybrid"):  # as convert_hf_to_gguf.py's GraniteModel writes the multipliers
         kv[f"{a}.attention.scale"] = float(spec.attn_scale)
         kv[f"{a}.embedding_scale"] = float(spec.embed_scale)
         kv[f"{a}.residual_scale"] = float(spec.residual_scale)
@@ -746,6 +758,22 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv["iekit.source.kind"] = str(src.get("kind"))
     kv["iekit.source.shards"] = [f"{s['name']} {alg}:{s[alg]}" for s in src.get("shards", []) if alg in s] or ["(none)"]
     return kv
+
+
+def _granite4_kv(kv: dict[str, Any], a: str, arch: GGUFArch, spec: DecoderSpec, cfg: dict[str, Any]) -> None:
+    """Granite 4's keys as convert_hf_to_gguf's GraniteHybridModel writes them: the Mamba2 dims under ssm.*, RoPE's
+    switch (rope.scaling.finetuned, which llama.cpp's granitehybrid reads as one), the shared MLP's width; without
+    experts, expert counts of 0 (llama.cpp's loader asserts no more experts are used than there are)."""
+    kv[f"{a}.ssm.conv_kernel"] = spec.ssm_conv
+    kv[f"{a}.ssm.state_size"] = spec.ssm_state
+    kv[f"{a}.ssm.group_count"] = spec.ssm_groups
+    kv[f"{a}.ssm.inner_size"] = spec.ssm_heads * spec.ssm_head_dim
+    kv[f"{a}.ssm.time_step_rank"] = spec.ssm_heads
+    kv[f"{a}.rope.scaling.finetuned"] = not spec.nope
+    if spec.moe is None:
+        kv[f"{a}.expert_count"] = 0
+        kv[f"{a}.expert_used_count"] = 0
+    kv[f"{a}.expert_shared_feed_forward_length"] = spec.moe.shared_inter if spec.moe else spec.inter
 
 
 def _linear_kv(kv: dict[str, Any], a: str, arch: GGUFArch, spec: DecoderSpec, cfg: dict[str, Any]) -> None:

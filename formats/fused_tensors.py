@@ -1,4 +1,4 @@
-"""Fused matrices (Phi-3's, GLM-4's, Qwen3-Next's), read as the separate ones they hold.
+"""Fused matrices (Phi-3's, GLM-4's, Qwen3-Next's, Granite 4's), read as the separate ones they hold.
 
 ``Phi3ForCausalLM`` stores each layer's attention input projection as one
 ``self_attn.qkv_proj`` (q rows, then k, then v: models/phi3's
@@ -10,7 +10,10 @@ a as one ``in_proj_ba``, both blocked by key head (models/qwen3_next's
 ``fix_query_key_value_ordering``: per key head its q rows, k rows, the
 value heads' v rows, their z rows; its value heads' b rows, their a rows),
 where Qwen3.5 keeps ``in_proj_qkv`` (every q row, then every k, then every
-v), ``in_proj_z``, ``in_proj_b`` and ``in_proj_a``. Every tool here reads a
+v), ``in_proj_z``, ``in_proj_b`` and ``in_proj_a``.
+``GraniteMoeHybridForCausalLM`` stores its shared MLP's gate and up rows as
+one ``shared_mlp.input_linear`` (``chunk(2)``), read as
+``shared_mlp.gate_proj`` and ``shared_mlp.up_proj``. Every tool here reads a
 checkpoint through ``collect_tensors``, which lists those as the matrices
 they hold (Llama's ``q_proj`` ... ``up_proj``; Qwen3.5's four): views of the
 stored tensor's whole rows, read in place (``row_runs``: the file's byte
@@ -35,15 +38,18 @@ from .hf_fp8 import Fp8Matrix
 PHI3 = "Phi3ForCausalLM"
 GLM4 = "Glm4ForCausalLM"
 QWEN3_NEXT = "Qwen3NextForCausalLM"
+GRANITE_HYBRID = "GraniteMoeHybridForCausalLM"
 QKVZ, BA = "linear_attn.in_proj_qkvz.weight", "linear_attn.in_proj_ba.weight"
+SHARED_MLP = "shared_mlp.input_linear.weight"
 # fused suffix -> (the parts' suffixes)
 FUSED = {"self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
          "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
          QKVZ: ("linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight"),
-         BA: ("linear_attn.in_proj_b.weight", "linear_attn.in_proj_a.weight")}
+         BA: ("linear_attn.in_proj_b.weight", "linear_attn.in_proj_a.weight"),
+         SHARED_MLP: ("shared_mlp.gate_proj.weight", "shared_mlp.up_proj.weight")}
 # architecture -> the fused tensors its checkpoints hold (GLM-4: gate_up_proj, with q, k, v apart)
 FUSED_BY_ARCH = {PHI3: ("self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight"), GLM4: ("mlp.gate_up_proj.weight",),
-                 QWEN3_NEXT: (QKVZ, BA)}
+                 QWEN3_NEXT: (QKVZ, BA), GRANITE_HYBRID: (SHARED_MLP,)}
 # Qwen3NextConfig's defaults of the dimensions that block its fused DeltaNet projections
 _LINEAR_DEFAULTS = {"linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
                     "linear_value_head_dim": 128}
@@ -82,7 +88,9 @@ def row_runs(config: dict[str, Any], suffix: str, rows: int, label: str) -> list
                                                        (0, 2 * kh * kd + h * r * vd, r * vd), (1, h * r * vd, r * vd))]
         names = ("key and value heads' rows",)
     else:
-        if suffix.startswith("mlp."):
+        if suffix == SHARED_MLP:  # (GraniteMoeHybridConfig's default width)
+            sizes = [dim("shared_intermediate_size", 1024)] * 2
+        elif suffix.startswith("mlp."):
             sizes = [dim("intermediate_size")] * 2
         else:
             heads = dim("num_attention_heads")

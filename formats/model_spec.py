@@ -99,6 +99,11 @@ class Arch:
     # in_proj's rows B, C and x; B x through a causal depthwise convolution of conv_L_cache taps, times C;
     # out_proj) instead of attention; the dense MLP as wide as LFM2's rule makes it (_lfm2)
     short_conv: bool = False
+    # Granite 4 (models/granitemoehybrid): config.layer_types' "mamba" layers mix tokens by Mamba2's selective state
+    # space (MAMBA: in_proj's z, x B C and dt; x B C through a causal depthwise convolution plus bias and SiLU; the
+    # scan; its output times SiLU(z), RMS-normed by groups; out_proj) instead of attention (_mamba); RoPE only where
+    # position_embedding_type is "rope"
+    mamba: bool = False
     # Llama's names (model_parts, layer_parts) -> this model's, the first that a tensor name holds replaced
     renames: tuple[tuple[str, str], ...] = ()
 
@@ -109,6 +114,10 @@ LFM2_NAMES = (("self_attn.o_proj", "self_attn.out_proj"), ("self_attn.q_norm", "
               ("mlp.up_proj", "feed_forward.w3"), ("mlp.down_proj", "feed_forward.w2"),
               ("input_layernorm", "operator_norm"), ("post_attention_layernorm", "ffn_norm"),
               ("model.norm.", "model.embedding_norm."))
+# Granite 4's names for Llama's (Arch.renames): its MLP, shared_mlp, whose fused input_linear is read as the gate and
+# up matrices it holds (formats/fused_tensors.py)
+GRANITE_SHARED_NAMES = (("mlp.gate_proj", "shared_mlp.gate_proj"), ("mlp.up_proj", "shared_mlp.up_proj"),
+                        ("mlp.down_proj", "shared_mlp.output_linear"))
 ARCHS = {
     "LlamaForCausalLM": Arch(),                                     # models/llama
     "MistralForCausalLM": Arch(window_everywhere=True),             # models/mistral
@@ -208,6 +217,10 @@ ARCHS = {
     # models/lfm2_moe (LFM2-8B-A1B): LFM2's layers; after the first num_dense_layers, experts chosen by sigmoid
     # score plus expert_bias (GLM-4.5's router, no groups, no shared expert), renormalised with norm_topk_prob
     "Lfm2MoeForCausalLM": Arch(moe="lfm2_moe", qk_norm=True, short_conv=True, default_theta=1e6, renames=LFM2_NAMES),
+    # models/granitemoehybrid (Granite 4.0 H, Granite 4.0): Granite's four multipliers; Mamba2 layers beside Llama's
+    # attention where layer_types says so; every layer's MLP a shared_mlp (SwiGLU, shared_intermediate_size wide)
+    # beside num_local_experts experts where there are any (_granite_moe)
+    "GraniteMoeHybridForCausalLM": Arch(moe="granitemoe", granite=True, mamba=True, renames=GRANITE_SHARED_NAMES),
 }
 ARCHITECTURES = tuple(ARCHS)
 LLAMA4_MLP_INTER = 16384  # Llama4TextConfig's intermediate_size_mlp: its dense layers' width
@@ -265,6 +278,16 @@ MOE_NAMES["qwen3_5_moe"] = MOE_NAMES["qwen3_next"] = MOE_NAMES["qwen2_moe"]
 MOE_NAMES["lfm2_moe"] = {"router": "feed_forward.gate.weight", "expert_bias": "feed_forward.expert_bias",
                          **{k: f"feed_forward.experts.{{e}}.{w}.weight" for k, w in (("gate", "w1"), ("up", "w3"),
                                                                                    ("down", "w2"))}}
+# Granite's experts (models/granitemoe, checkpoints' names): stacks [experts, 2 inter, hidden] (gate's rows, then up's:
+# MoeSpec.glu "halves") and [experts, hidden, inter], the router's [experts, hidden]; the shared MLP
+# (GRANITE_SHARED_NAMES)
+MOE_NAMES["granitemoe"] = {"router": "block_sparse_moe.router.layer.weight",
+                           "gate": "block_sparse_moe.input_linear.weight", "down": "block_sparse_moe.output_linear.weight",
+                           "shared_gate": "shared_mlp.gate_proj.weight", "shared_up": "shared_mlp.up_proj.weight",
+                           "shared_down": "shared_mlp.output_linear.weight"}
+# Every layout's stacks [experts, ...] (the names without an expert index): gpt-oss's, Llama 4's, Granite's
+EXPERT_STACKS = tuple(sorted({v for names in MOE_NAMES.values() for k, v in names.items()
+                              if k in ("gate", "up", "down", "bgate", "bdown") and "{e}" not in v}))
 LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 # Arch.linear_attn's layer_types: which layers are gated DeltaNet (True) and which attention.
 LINEAR_LAYER_TYPES = {"full_attention": False, "linear_attention": True}
@@ -284,6 +307,16 @@ MLA_Q_B = "self_attn.q_b_proj"
 # LFM2's short convolution (Arch.short_conv) by its decoder keys: in_proj [3 hidden, hidden] bound as conv_in, the
 # convolution's taps [hidden, 1, taps] as conv_w, out_proj as o
 SHORT_CONV = {"conv_in": "conv.in_proj.weight", "conv_w": "conv.conv.weight", "o": "conv.out_proj.weight"}
+# Granite 4's Mamba2 layers (Arch.mamba) by their decoder keys: in_proj bound as ssm_in, the convolution's taps
+# [channels, 1, taps] and bias, dt_bias, A_log (bound as -exp(A_log)), D, the gated norm, out_proj bound as o
+MAMBA = {"ssm_in": "mamba.in_proj.weight", "ssm_conv_w": "mamba.conv1d.weight", "ssm_conv_b": "mamba.conv1d.bias",
+         "ssm_dt": "mamba.dt_bias", "ssm_a": "mamba.A_log", "ssm_d": "mamba.D", "ssm_norm": "mamba.norm.weight",
+         "o": "mamba.out_proj.weight"}
+# Arch.mamba's layer_types (the Hub's spellings, and transformers 5's): Mamba2 (True) or attention
+MAMBA_LAYER_TYPES = {"mamba": True, "attention": False, "linear_attention": True, "full_attention": False}
+# GraniteMoeHybridConfig's defaults of the Mamba2 keys
+MAMBA_DEFAULTS = {"mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
+                  "mamba_expand": 2}
 # Arch.short_conv's layer_types: which layers are short convolutions (True) and which attention.
 SHORT_CONV_LAYER_TYPES = {"full_attention": False, "conv": True}
 # Per layer (under model.layers.N.): the attention and dense MLP matrices
@@ -409,15 +442,21 @@ class DecoderSpec:
     # LFM2 (Arch.short_conv): per layer, a short convolution (True) or attention; its taps (conv_L_cache)
     short_conv: tuple[bool, ...] = ()
     conv_taps: int = 0
+    # Granite 4 (Arch.mamba): per layer, Mamba2 (True) or attention; its heads, head and state dims, groups of B and
+    # C, and the convolution's taps
+    ssm: tuple[bool, ...] = ()
+    ssm_heads: int = 0
+    ssm_head_dim: int = 0
+    ssm_state: int = 0
+    ssm_groups: int = 0
+    ssm_conv: int = 0
 
     @property
     def recurrent(self) -> tuple[bool, ...]:
         """Per layer, whether it keeps a state instead of a KV cache (gated DeltaNet's, the short
-        convolution's), which cannot be rewound; empty: no layer does."""
-        if not self.linear and not self.short_conv:
-            return ()
-        return tuple(bool(self.linear) and self.linear[i] or bool(self.short_conv) and self.short_conv[i]
-                     for i in range(self.n_layers))
+        convolution's, Mamba2's), which cannot be rewound; empty: no layer does."""
+        kinds = [k for k in (self.linear, self.short_conv, self.ssm) if k]
+        return tuple(any(k[i] for k in kinds) for i in range(self.n_layers)) if kinds else ()
 
     @property
     def v_dim(self) -> int:
@@ -699,7 +738,7 @@ def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int
     """Per layer, the sliding window: config.layer_types names each layer's
     attention (gpt-oss alternates); Mistral and Mixtral slide every layer.
     Qwen's use_sliding_window (windows from max_window_layers on) is refused."""
-    if arch.llama4 or arch.linear_attn or arch.short_conv:  # (their layer_types name other layers: _llama4, ...)
+    if arch.llama4 or arch.linear_attn or arch.short_conv or arch.mamba:  # (their layer_types name other layers)
         return (0,) * n_layers
     if cfg.get("use_sliding_window"):
         raise UnsupportedError(f"{meta_path}: config.use_sliding_window: Qwen's per-layer sliding windows are not "
@@ -768,6 +807,12 @@ def _nope(arch: Arch, cfg: dict, windows: tuple[int, ...], meta_path: Path) -> t
     set (Exaone4Attention rotates where sliding_window is None or the
     layer slides); Cohere 2's: every full-attention layer."""
     n_layers = len(windows)
+    if arch.mamba:  # (GraniteMoeHybridModel rotates only with position_embedding_type "rope")
+        kind = cfg.get("position_embedding_type")
+        if kind not in (None, "nope", "rope"):
+            raise IEError(f"{meta_path}: config.position_embedding_type: expected 'rope', 'nope' or null, "
+                          f"got {kind!r:.40}")
+        return () if kind == "rope" else (True,) * n_layers
     if arch.nope_full == "always" or arch.nope_full == "windowed" and cfg.get("sliding_window") is not None:
         return tuple(w == 0 for w in windows)
     if not arch.nope:
@@ -791,6 +836,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         return _qwen3_5_moe(cfg, n_layers, meta_path, arch.moe == "qwen3_next")
     if arch.moe == "lfm2_moe":
         return _lfm2_moe(cfg, n_layers, meta_path)
+    if arch.moe == "granitemoe":
+        return _granite_moe(cfg, n_layers, meta_path)
     qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe in ROUTER_DEFAULTS  # (glm: GLM-4.5's or DeepSeek's)
     # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's and
     # Qwen2-MoE's: num_experts; GLM-4.5's: n_routed_experts.
@@ -916,8 +963,9 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     if arch.linear_attn:
         mixers = _linear(cfg, n_layers, meta_path)
     else:
-        mixers = _lfm2(cfg, n_layers, meta_path, arch.moe is not None) if arch.short_conv else {}
-    kinds = mixers.get("linear") or mixers.get("short_conv") or (False,)
+        mixers = _lfm2(cfg, n_layers, meta_path, arch.moe is not None) if arch.short_conv else \
+            _mamba(cfg, n_layers, hidden, meta_path) if arch.mamba else {}
+    kinds = mixers.get("linear") or mixers.get("short_conv") or mixers.get("ssm") or (False,)
     first = kinds.index(False) if False in kinds else None  # (the first attention layer's q_proj)
     if first is not None:
         q_name = f"model.layers.{first}.{MLA_Q_B if mla.get('q_lora') else ATTN_MATRICES['q']}.weight"
@@ -943,6 +991,8 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         dense_inter = _int(cfg, meta_path, "intermediate_size_mlp", LLAMA4_MLP_INTER, section="config")
     elif arch.short_conv:
         dense_inter = mixers["inter"]
+    elif arch.mamba:  # (its MLP is the shared one)
+        dense_inter = _int(cfg, meta_path, "shared_intermediate_size", 1024, section="config")
     else:
         dense_inter = _int(m, meta_path, "intermediate_size")
     mixers.pop("inter", None)
@@ -1028,6 +1078,55 @@ def _linear(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> dict[str, An
     return {"linear": tuple(layers), "lin_k_heads": k_heads, "lin_v_heads": v_heads,
             "lin_k_dim": get("linear_key_head_dim"), "lin_v_dim": get("linear_value_head_dim"),
             "lin_conv": get("linear_conv_kernel_dim"), "lin_v_tiled": order == "tiled"}
+
+
+def _granite_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec | None:
+    """Granite 4's experts (GraniteMoeHybridConfig's keys and defaults): num_experts_per_tok of num_local_experts in
+    every layer, weighted by the softmax of their logits (GraniteMoeHybridTopKRouter), beside the shared MLP of
+    shared_intermediate_size channels; None where num_local_experts is 0 (the shared MLP is the layer's MLP)."""
+    n_experts = _int(cfg, meta_path, "num_local_experts", 8, section="config", allow_zero=True)
+    if n_experts == 0:
+        return None
+    top_k = _int(cfg, meta_path, "num_experts_per_tok", 2, section="config")
+    if top_k > n_experts:
+        raise IEError(f"{meta_path}: config.num_experts_per_tok: {top_k} is more than the {n_experts} experts "
+                      "(num_local_experts)")
+    return MoeSpec(n_experts=n_experts, top_k=top_k, inter=_int(cfg, meta_path, "intermediate_size", 11008,
+                                                                 section="config"),
+                   norm_topk=True, glu="halves", alpha=1.702, limit=7.0, layers=(True,) * n_layers,
+                   names=MOE_NAMES["granitemoe"],
+                   shared_inter=_int(cfg, meta_path, "shared_intermediate_size", 1024, section="config"))
+
+
+def _mamba(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path) -> dict[str, Any]:
+    """Granite 4's Mamba2 layers as DecoderSpec fields (GraniteMoeHybridConfig's keys and defaults): layer_types
+    (every layer Mamba2 without it); the heads, their dim (mamba_d_head, "auto": mamba_expand hidden / heads), the
+    state's dim, the groups of B and C, the convolution's taps. What the decoder does not run is refused: no
+    convolution bias, biases on the projections, a time-step clamp (the activation: decoder_spec's, SiLU only)."""
+    def get(key: str) -> int:
+        return _int(cfg, meta_path, key, MAMBA_DEFAULTS[key], section="config")
+
+    types = cfg.get("layer_types")
+    layers = (True,) * n_layers if types is None else tuple(
+        _per_layer(types, "layer_types", n_layers, MAMBA_LAYER_TYPES, meta_path))
+    heads, groups = get("mamba_n_heads"), get("mamba_n_groups")
+    inner = get("mamba_expand") * hidden
+    d_head = cfg.get("mamba_d_head", "auto")
+    d_head = inner // heads if d_head == "auto" else _int(cfg, meta_path, "mamba_d_head", section="config")
+    if heads * d_head != inner or heads % groups:
+        raise IEError(f"{meta_path}: config.mamba_n_heads: {heads} heads of mamba_d_head {d_head} are not "
+                      f"mamba_expand × hidden_size = {inner} channels in mamba_n_groups {groups} groups")
+    for key, want in (("mamba_conv_bias", True), ("mamba_proj_bias", False)):
+        if cfg.get(key, want) is not want:
+            raise UnsupportedError(f"{meta_path}: config.{key}: {cfg[key]!r:.40}: the decoder runs Granite 4's "
+                                   f"Mamba2 layers (mamba_conv_bias true, mamba_proj_bias false)")
+    limit = cfg.get("time_step_limit")  # (transformers 5 writes infinity as {"__float__": "Infinity"})
+    if limit is not None and (not isinstance(limit, list) or len(limit) != 2 or limit[0] != 0 or
+                              limit[1] not in (math.inf, "Infinity", {"__float__": "Infinity"})):
+        raise UnsupportedError(f"{meta_path}: config.time_step_limit: {limit!r:.60}: clamping the time step is not "
+                               "supported by the decoder (only [0.0, Infinity], none)")
+    return {"ssm": layers, "ssm_heads": heads, "ssm_head_dim": d_head, "ssm_state": get("mamba_d_state"),
+            "ssm_groups": groups, "ssm_conv": get("mamba_d_conv")}
 
 
 def _lfm2_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
@@ -1287,8 +1386,16 @@ def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
               "o": (s.hidden, s.n_heads * s.v_dim),
               "gate": (s.inter, s.hidden), "up": (s.inter, s.hidden), "down": (s.hidden, s.inter)}
     bias_len = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": s.hidden}
-    linear = bool(s.linear) and s.linear[i] or bool(s.short_conv) and s.short_conv[i]
-    if s.short_conv and s.short_conv[i]:
+    linear = bool(s.recurrent) and s.recurrent[i]
+    if s.ssm and s.ssm[i]:
+        ch = s.ssm_heads * s.ssm_head_dim + 2 * s.ssm_groups * s.ssm_state
+        inner, heads = s.ssm_heads * s.ssm_head_dim, (s.ssm_heads,)
+        shapes_ssm = {"ssm_in": (inner + ch + s.ssm_heads, s.hidden), "ssm_conv_w": (ch, 1, s.ssm_conv),
+                      "ssm_conv_b": (ch,), "ssm_dt": heads, "ssm_a": heads, "ssm_d": heads, "ssm_norm": (inner,),
+                      "o": (s.hidden, inner)}
+        parts = [Part(key, pre + hf, shapes_ssm[key], MATRIX if key in ("ssm_in", "o") else VECTOR)
+                 for key, hf in MAMBA.items()]
+    elif s.short_conv and s.short_conv[i]:
         parts = [Part(key, pre + hf, shape, VECTOR if key == "conv_w" else MATRIX) for (key, hf), shape in
                  zip(SHORT_CONV.items(), ((3 * s.hidden, s.hidden), (s.hidden, 1, s.conv_taps), (s.hidden, s.hidden)))]
     elif linear:
@@ -1338,8 +1445,9 @@ def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
 
 
 def own_name(arch: Arch, name: str) -> str:
-    """A tensor name (or part of one) in Llama's spelling under ``arch``'s own (Arch.renames)."""
-    return next((name.replace(a, b, 1) for a, b in arch.renames if a in name), name)
+    """A tensor name (or part of one) in Llama's spelling under ``arch``'s own (Arch.renames); one already in the
+    model's own (Granite 4's shared_mlp.gate_proj holds Llama's mlp.gate_proj) as it is."""
+    return next((name.replace(a, b, 1) for a, b in arch.renames if a in name and b not in name), name)
 
 
 def _renamed(s: DecoderSpec, parts: list[Part]) -> list[Part]:

@@ -20,7 +20,7 @@ from typing import Any
 from .dtypes import DTYPES
 from .errors import FormatError
 from .jsonio import load_json, schema_check
-from .model_spec import ARCHS
+from .model_spec import ARCHS, EXPERT_STACKS
 from .quant import SCHEMES, QuantParams
 
 VERSION = 1
@@ -151,11 +151,17 @@ def plan(m: Manifest, tensors: dict[str, tuple[str, list[int]]], force: bool = F
     return out
 
 
+def _is_stack(name: str) -> bool:
+    """An expert stack [experts, ...] (or gpt-oss's bias stacks [experts, n]): under an ``experts`` module, or
+    one of model_spec's EXPERT_STACKS (Granite's block_sparse_moe.input_linear)."""
+    return ".experts." in name or name.endswith(EXPERT_STACKS)
+
+
 def _is_matrix(name: str, shape: list[int]) -> bool:
     """A projection the usual policy quantizes: a 2-D ``*.weight``, or a 3-D
     expert stack [experts, out, in] (gpt-oss's ``mlp.experts.gate_up_proj``;
     int4w, which cannot stack, gives it STACK_FALLBACK's block scheme)."""
-    return (len(shape) == 2 and name.endswith("weight")) or (len(shape) == 3 and ".experts." in name)
+    return (len(shape) == 2 and name.endswith("weight")) or (len(shape) == 3 and _is_stack(name))
 
 
 def layer_pattern(name: str) -> str:
@@ -287,6 +293,6 @@ def bytes_per_token(tensors: dict[str, tuple[str, list[int]]], quantize: dict[st
         m = _PER_EXPERT.fullmatch(name)
         # (a stack: [experts, rows, cols], or gpt-oss's biases [experts, n]; not a convolution's taps [channels, 1,
         # taps], Qwen3.5's conv1d)
-        count = experts[m.group(1), m.group(3)] if m else shape[0] if ".experts." in name else 0
+        count = experts[m.group(1), m.group(3)] if m else shape[0] if _is_stack(name) else 0
         total += n * min(1.0, top_k / count) if top_k and count else n
     return round(total)

@@ -118,6 +118,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int l = 0; l < c.n_layers + (in.ConsumeIntegral<uint8_t>() < 8); ++l) c.short_conv.push_back(in.ConsumeBool());
     c.conv_taps = in.ConsumeBool() ? in.ConsumeIntegralInRange<int>(0, 4) : 65;
   }
+  if (in.ConsumeBool()) {  // Granite 4's Mamba2 (a flag too many, 0 heads, groups not dividing them, 65 taps: refused)
+    for (int l = 0; l < c.n_layers + (in.ConsumeIntegral<uint8_t>() < 8); ++l) c.ssm.push_back(in.ConsumeBool());
+    c.ssm_heads = in.ConsumeIntegralInRange<int>(0, 4);
+    c.ssm_head_dim = in.ConsumeIntegralInRange<int>(1, 8);
+    c.ssm_state = in.ConsumeIntegralInRange<int>(1, 8);
+    c.ssm_groups = in.ConsumeIntegralInRange<int>(1, 3);
+    c.ssm_conv = in.ConsumeBool() ? in.ConsumeIntegralInRange<int>(0, 4) : 65;
+  }
   const bool mla = in.ConsumeBool();  // DeepSeek's latent attention (a latent of -1, q_lora without it: refused)
   if (mla) {
     c.kv_lora = 16 * in.ConsumeIntegralInRange<int>(0, 2) + in.ConsumeIntegralInRange<int>(-1, 1);
@@ -144,7 +152,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // (a convolving layer given attention's weights instead: refused)
       const bool conv = l < static_cast<int>(c.short_conv.size()) && c.short_conv[l] &&
                         in.ConsumeIntegral<uint8_t>() >= 8;
-      if (conv) {  // in_proj (B, C, x), the taps, out_proj
+      // (a Mamba2 layer given attention's weights instead: refused)
+      const bool ssm = l < static_cast<int>(c.ssm.size()) && c.ssm[l] && in.ConsumeIntegral<uint8_t>() >= 8;
+      if (ssm) {  // in_proj (z, x B C, dt), the taps and their bias, dt_bias, A, D, the gated norm, out_proj
+        const int64_t inner = static_cast<int64_t>(c.ssm_heads) * c.ssm_head_dim;
+        const int64_t channels = inner + 2 * static_cast<int64_t>(c.ssm_groups) * c.ssm_state;
+        L.ssm_in = matrix(in, pool, inner + channels + c.ssm_heads, c.hidden);
+        L.ssm_conv_w = vec(in, static_cast<int>(channels * std::max(0, std::min(c.ssm_conv, 64))));
+        L.ssm_conv_b = vec(in, static_cast<int>(channels));
+        L.ssm_dt = vec(in, c.ssm_heads);
+        L.ssm_a = vec(in, c.ssm_heads);
+        L.ssm_d = vec(in, c.ssm_heads);
+        L.ssm_norm = vec(in, static_cast<int>(inner));
+        L.o = matrix(in, pool, c.hidden, inner);
+      } else if (conv) {  // in_proj (B, C, x), the taps, out_proj
         L.conv_in = matrix(in, pool, 3 * static_cast<int64_t>(c.hidden), c.hidden);
         L.conv_w = vec(in, c.hidden * std::max(0, std::min(c.conv_taps, 64)));
         L.o = matrix(in, pool, c.hidden, c.hidden);

@@ -161,6 +161,8 @@ from transformers import (  # noqa: E402
     Qwen3VLTextConfig,
     Qwen3VLVisionConfig,
     Ernie4_5ForCausalLM,
+    GraniteMoeHybridConfig,
+    GraniteMoeHybridForCausalLM,
     Lfm2Config,
     Lfm2ForCausalLM,
     Lfm2MoeConfig,
@@ -285,6 +287,8 @@ QWEN3_NEXT_SEED = SEED + 116  # its greedy cases run 16 tokens with margins >= 0
 QWEN3_VL_MOE_SEED = SEED + 122  # its greedy cases run 16 tokens with margins >= 0.013
 LFM2_SEED = SEED + 140  # its greedy cases run 16 tokens with margins >= 0.01
 LFM2_MOE_SEED = SEED + 144  # its greedy cases run 16 tokens with margins >= 0.01
+GRANITE4_SEED = SEED + 150  # its greedy cases run 16 tokens with margins >= 0.04
+GRANITE4_DENSE_SEED = SEED + 154  # its greedy cases run 16 tokens with margins >= 0.1
 GLM4_VL_MOE_SEED = SEED + 132  # the first from SEED + 130 whose greedy cases run 16 tokens with margins >= 0.02
 ERNIE4_5_SEED = SEED + 95  # its greedy cases run 16 tokens with margins >= 0.04
 ERNIE4_5_MOE_SEED = SEED + 101  # the first from SEED + 96 whose greedy cases run 16 tokens with margins >= 0.03
@@ -1501,6 +1505,40 @@ def make_lfm2_vl(tok) -> None:
                {k: v for k, v in sorted(Lfm2Config().to_dict().items()) if k not in MULTIMODAL_SKIP})
 
 
+def _granite4_config(tok, experts: int):
+    """Granite 4.0 H's layer mix on a toy: Mamba2 in layers 0, 2 and 3 (8 heads of 16 dims, states of 16, in
+    2 or 1 groups, 4 taps), attention without RoPE in layer 1 (position_embedding_type "nope", as every
+    Granite 4.0 H); Granite's four multipliers (the logits times 2, not divided by 4 as tiny-granite's, and the head
+    untied: a tied toy's logits are its input embedding's, times 12, and near uniform once divided); a shared MLP 48 wide beside ``experts`` experts of 32 channels, the
+    top 2 by softmax (none: the shared MLP alone, Granite 4.0 H Micro's, num_experts_per_tok 0: llama.cpp's loader
+    asserts no more are used than there are)."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    dims.update(intermediate_size=32 if experts else 48, num_hidden_layers=4)
+    return GraniteMoeHybridConfig(**dims, **{**GRANITE, "logits_scaling": 0.5}, num_local_experts=experts,
+                                  num_experts_per_tok=2 if experts else 0, shared_intermediate_size=48, position_embedding_type="nope",
+                                  layer_types=["mamba", "attention", "mamba", "mamba"], mamba_n_heads=8,
+                                  mamba_n_groups=2 if experts else 1, mamba_d_state=16, mamba_d_head=16,
+                                  mamba_d_conv=4, mamba_expand=2, mamba_conv_bias=True, mamba_proj_bias=False,
+                                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                                  tie_word_embeddings=False, pad_token_id=None)
+
+
+def make_granite4(tok) -> None:
+    """Granite 4.0 H Tiny's and Small's layout on a toy (_granite4_config): 4 experts beside the shared MLP, B and C
+    in 2 groups."""
+    cfg = _granite4_config(tok, 4)
+    cfg.architectures = ["GraniteMoeHybridForCausalLM"]
+    save_model(tok, "tiny-granite4", GraniteMoeHybridForCausalLM, cfg, GRANITE4_SEED, torch.bfloat16)
+
+
+def make_granite4_dense(tok) -> None:
+    """Granite 4.0 H Micro's, 1B's and 350M's layout on a toy (_granite4_config): the shared MLP alone, one group."""
+    cfg = _granite4_config(tok, 0)
+    cfg.architectures = ["GraniteMoeHybridForCausalLM"]
+    save_model(tok, "tiny-granite4-dense", GraniteMoeHybridForCausalLM, cfg, GRANITE4_DENSE_SEED, torch.bfloat16)
+
+
 def _lfm2_moe_biases(model) -> None:
     """expert_bias, a buffer init_weights leaves zero, as _glm4_moe_biases."""
     gen = torch.Generator(device="cpu").manual_seed(LFM2_MOE_SEED)
@@ -1700,6 +1738,8 @@ def main() -> None:
     make_lfm2(tok)
     make_lfm2_moe(tok)
     make_lfm2_vl(tok)
+    make_granite4(tok)
+    make_granite4_dense(tok)
     make_cohere2(tok)
     make_cohere(tok)
     make_fp8("tiny-qwen3", "tiny-qwen3-fp8", Qwen3ForCausalLM, [32, 32])

@@ -84,10 +84,10 @@ class _Binder:
     def as_multiplied(self, key: str, values: np.ndarray) -> np.ndarray:
         """A vector as the decoder multiplies by it: a norm's weights Gemma's
         ``1 + w``, added in float32 as transformers does; gated DeltaNet's
-        A_log as the rate it decays by, -exp(A_log); the rest as stored."""
+        and Mamba2's A_log as the rate it decays by, -exp(A_log); the rest as stored."""
         if key in NORM_KEYS and self.s.norm_offset:
             return values + np.float32(self.s.norm_offset)
-        if key == "lin_decay":  # gated DeltaNet's A_log, as its decay rate -exp(A_log) (float32, as transformers)
+        if key in ("lin_decay", "ssm_a"):  # gated DeltaNet's and Mamba2's A_log: -exp(A_log) (float32, as transformers)
             return delta_net.decay_rate(values)
         return values
 

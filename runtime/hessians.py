@@ -186,6 +186,8 @@ class Hessians:
             return s.lin_v_heads * s.lin_v_dim
         if slot % 4 == 1 and s.short_conv and s.short_conv[slot // 4]:  # the short convolution's gated sums
             return s.hidden
+        if slot % 4 == 1 and s.ssm and s.ssm[slot // 4]:  # Mamba2's gated, normed scan (its out_proj)
+            return s.ssm_heads * s.ssm_head_dim
         return (s.hidden, s.n_heads * s.v_dim, s.hidden, s.inter)[slot % 4]
 
     def get(self, name: str, expert: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from iekit.formats.errors import IEError
 from iekit.formats.imatrix import Imatrix
-from iekit.formats.model_spec import LINEAR_MATRICES, LINEAR_OUT, SHORT_CONV, own_name
+from iekit.formats.model_spec import LINEAR_MATRICES, LINEAR_OUT, MAMBA, SHORT_CONV, own_name
 
 from .decoder import Decoder
 
@@ -44,6 +44,8 @@ def attention_inputs(s, layer: int) -> list[tuple[str, int]]:
         return [(f"linear_attn.{m}", 4 * layer) for m in LINEAR_MATRICES.values()] + [(LINEAR_OUT, 4 * layer + 1)]
     if s.short_conv and s.short_conv[layer]:  # (LFM2's: in_proj reads the normed input, out_proj the gated sums)
         return [(SHORT_CONV[key].removesuffix(".weight"), 4 * layer + k) for key, k in (("conv_in", 0), ("o", 1))]
+    if s.ssm and s.ssm[layer]:  # (Granite 4's Mamba2: in_proj reads the normed input, out_proj the gated, normed scan)
+        return [(MAMBA[key].removesuffix(".weight"), 4 * layer + k) for key, k in (("ssm_in", 0), ("o", 1))]
     if not s.arch.mla:
         return [(n, 4 * layer + k) for k, names in enumerate(LAYER_INPUTS[:2]) for n in names]
     own = 4 * s.n_layers + 1 + 2 * layer

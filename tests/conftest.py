@@ -197,6 +197,36 @@ def text_model_converted(name: str, tmp_path: Path, defaults: tuple[str, dict, d
     return json.loads((tmp_path / "t/config.json").read_text()), tmp_path / "ie"
 
 
+def assert_states_carry(model: Path, ids: list[int]) -> None:
+    """A model whose layers keep recurrent states in place of a KV cache (gated DeltaNet, short convolutions,
+    Mamba2): token by token (each step advancing the states) as in one prefill; a prompt run in pieces as in one
+    (extending the cached 5: kv_hits); a prompt that shares only a prefix with the cached sequence cannot keep it
+    (the states hold every cached token): it runs from the start and gives what a fresh decoder gives; and the
+    cache refuses to rewind."""
+    import numpy as np
+
+    from iekit.runtime.decoder import Decoder
+
+    def rel(got, ref):
+        return float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
+
+    d = Decoder(model, act="f32")
+    whole = d.logits(ids)
+    d.reset()
+    steps = np.stack([d.prefill(ids[:1]), *(d.step(t) for t in ids[1:])])
+    assert rel(steps, whole) < 1e-5
+    d.reset()
+    d.prefill(ids[:5])
+    assert rel(d.prefill(ids), whole[-1]) < 1e-5 and d.kv_hits == 5
+    d = Decoder(model, act="f32")  # (kv_hits counts over a decoder's life)
+    d.prefill(ids)
+    other = ids[:6] + [7, 8, 9]
+    assert np.array_equal(d.prefill(other), Decoder(model, act="f32").prefill(other)) and d.kv_hits == 0
+    with pytest.raises(ValueError, match="cannot be rewound"):
+        d._dec.truncate(3)
+    assert not d._dec.rewinds
+
+
 def copy_model(src: Path, dst: Path) -> Path:
     """A private copy of a model directory; the dedup links are relative, so
     they point into the copy."""

@@ -38,9 +38,12 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-ernie4-5": "ernie4_5", "tiny-ernie4-5-moe": "ernie4_5-moe",
            "tiny-seed-oss": "seed_oss", "tiny-glm4": "glm4",
            "tiny-cohere2": "cohere2", "tiny-cohere": "command-r", "tiny-qwen3-5": "qwen35",
-           "tiny-qwen3-5-moe": "qwen35moe", "tiny-qwen3-next": "qwen3next", "tiny-lfm2": "lfm2", "tiny-lfm2-moe": "lfm2moe"}
+           "tiny-qwen3-5-moe": "qwen35moe", "tiny-qwen3-next": "qwen3next", "tiny-lfm2": "lfm2", "tiny-lfm2-moe": "lfm2moe",
+           "tiny-granite4": "granitehybrid", "tiny-granite4-dense": "granitehybrid"}
 
 
+# Granite 4's layer types as the Hub's configs spell them, which llama.cpp's converter reads
+GRANITE4_LAYERS = ["mamba", "attention", "mamba", "mamba"]
 # Llama 4's chunks and temperature as llama.cpp's llama4 fixes them (the golden toy's act within 12 positions)
 LLAMA4_FIXED = {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1}
 
@@ -109,7 +112,8 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
                                              "tiny-minimax-m2", "tiny-deepseek-v2", "tiny-glm4-moe-lite",
                                              "tiny-ernie4-5",
                                              "tiny-seed-oss", "tiny-glm4",
-                                             "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5", "tiny-lfm2", "tiny-lfm2-moe")}
+                                             "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5", "tiny-lfm2", "tiny-lfm2-moe",
+                                             "tiny-granite4", "tiny-granite4-dense")}
     out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
     out["tiny-deepseek-v3"] = _without_mtp(tmp, "tiny-deepseek-v3")
     out["tiny-ernie4-5-moe"] = _without_mtp(tmp, "tiny-ernie4-5-moe")

@@ -19,6 +19,7 @@ from conftest import GOLDEN_HF, GOLDEN_IEBIN, SMOLLM2_GGUF, assert_one_line_erro
 from gguf_build import llama_permute
 from llamacpp_models import ARCH_OF, llamacpp_models
 
+from iekit.convert.gguf_names import DECAY_RATES
 from iekit.formats.delta_net import decay_rate
 from iekit.formats.quant import SCHEMES
 
@@ -120,8 +121,16 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     if a in ("lfm2", "lfm2moe"):  # (one per layer, 0 where it convolves)
         n_kv = [0 if t == "conv" else n_kv for t in cfg["layer_types"]]
         assert kv[f"{a}.shortconv.l_cache"] == cfg["conv_L_cache"]
+    if a == "granitehybrid":  # (one per layer, 0 where it runs Mamba2; the Mamba2 dims under ssm.*; no RoPE)
+        n_kv = [0 if t == "linear_attention" else n_kv for t in cfg["layer_types"]]
+        assert [kv[f"{a}.ssm.{k}"] for k in ("conv_kernel", "state_size", "group_count", "inner_size",
+                                               "time_step_rank")] == \
+            [cfg["mamba_d_conv"], cfg["mamba_d_state"], cfg["mamba_n_groups"], cfg["mamba_expand"] * cfg["hidden_size"],
+             cfg["mamba_n_heads"]]
+        assert kv[f"{a}.rope.scaling.finetuned"] is False and kv[f"{a}.residual_scale"] == pytest.approx(0.22)
     assert kv[f"{a}.attention.head_count_kv"] == n_kv
-    assert kv[f"{a}.context_length"] == cfg["max_position_embeddings"]
+    # (Granite 4 with Mamba2 layers: 2^20, convert_hf_to_gguf's arbitrary value for a model without RoPE)
+    assert kv[f"{a}.context_length"] == (2 ** 20 if a == "granitehybrid" else cfg["max_position_embeddings"])
     if a in ("cohere2", "command-r"):  # LayerNorm: its eps under llama.cpp's other key
         assert kv[f"{a}.attention.layer_norm_epsilon"] == pytest.approx(cfg["layer_norm_eps"], rel=1e-6)
     else:
@@ -167,12 +176,14 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         # (gguf-py maps GLM-4.5's e_score_correction_bias as e_score_correction + a bias)
         bias = hf.endswith((".bias", ".e_score_correction_bias"))
         base = hf.removesuffix(".weight").removesuffix(".bias").removesuffix("_bias")
-        if hf.endswith("linear_attn.dt_bias"):  # (Qwen3NextModel renames it dt_proj.bias)
+        if hf.endswith(("linear_attn.dt_bias", "mamba.dt_bias")):  # (Qwen3NextModel, Mamba2Model: dt_proj.bias)
             base, bias = hf.removesuffix("_bias") + "_proj", True
         if hf.endswith("feed_forward.expert_bias"):  # (LFM2MoeModel renames it expert_bias.bias)
             base, bias = hf, True
+        # (routed experts: below; shared ones one to one, but Granite 4's shared MLP: below)
         expected_name = name_map.get_name(base) \
-            if ".experts." not in hf else None  # (routed experts: below; shared ones one to one)
+            if ".experts." not in hf and ".block_sparse_moe.input_linear." not in hf and ".shared_mlp." not in hf \
+            else None
         if expected_name is None and (mla or a in ("qwen35", "qwen35moe", "qwen3next")):  # (the gguf-py on PyPI predates deepseek2's and
             # qwen35's MTP tensors: GLM-4.5's names)
             expected_name = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GLM4_MOE, kv[f"{a}.block_count"]).get_name(base)
@@ -185,12 +196,15 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         gname = expected_name + (".bias" if bias else ".weight")
         if hf.endswith("self_attn.sinks"):
             gname = expected_name + ".weight"
-        if hf.endswith("linear_attn.A_log"):  # (gguf-py names Qwen3.5's decay without a suffix)
+        if hf.endswith(("linear_attn.A_log", "mamba.A_log", "mamba.D")):  # (gguf-py names them without a suffix)
             gname = expected_name
         g = tensors[gname]
         seen.add(gname)
-        conv = hf.endswith(("linear_attn.conv1d.weight", "conv.conv.weight"))  # [ch, 1, taps] as llama.cpp's [ch, taps]
+        conv = hf.endswith(("linear_attn.conv1d.weight", "conv.conv.weight", "mamba.conv1d.weight"))  # [ch, taps]
         shape = [t["shape"][0], t["shape"][2]] if conv else t["shape"]
+        if hf.endswith(("mamba.A_log", "mamba.D", "mamba.norm.weight")):  # (Mamba2Model: [heads, 1], [groups, n])
+            rows = cfg["mamba_n_groups"] if hf.endswith("norm.weight") else shape[0]
+            shape = [rows, shape[0] // rows]
         assert [int(d) for d in reversed(g.shape)] == shape, gname
         data = np.asarray(g.data).reshape(-1).view(np.uint8)
         gemma = a in ("gemma2", "gemma3")
@@ -208,7 +222,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             assert g.tensor_type.name == t["dtype"].upper(), gname
             want = raw
         proj = hf.split(".")[-2]
-        if a in ("llama", "smollm3", "granite", "mistral3") and proj in heads:  # convert_hf_to_gguf: LlamaModel, kin
+        if a in ("llama", "smollm3", "granite", "granitehybrid", "mistral3") and proj in heads:  # LlamaModel, kin
             rows = t["shape"][0]
             want = llama_permute(want.reshape(rows, -1), heads[proj]).reshape(-1)
         assert np.array_equal(data, want), gname
@@ -221,6 +235,14 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             want = [src[f"model.layers.{i}.{'mlp' if g_name == 'ffn_up' else 'self_attn'}.{p}.weight"] for p in parts]
             assert g.tensor_type.name == want[0][0]["dtype"].upper()
             assert np.asarray(g.data).reshape(-1).view(np.uint8).tobytes() == b"".join(w[1].tobytes() for w in want)
+    # granitehybrid: the shared MLP's gate, up and output_linear as ffn_*_shexp beside experts, else the dense MLP's
+    for i in range(cfg["num_hidden_layers"]) if a == "granitehybrid" else ():
+        for k, hf in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "output_linear")):
+            g = tensors[f"blk.{i}.ffn_{k}{'_shexp' if cfg['num_local_experts'] else ''}.weight"]
+            seen.add(g.name)
+            t, raw = src[f"model.layers.{i}.shared_mlp.{hf}.weight"]
+            assert g.tensor_type.name == t["dtype"].upper() and np.asarray(g.data).reshape(-1).view(np.uint8).tobytes() \
+                == raw.tobytes(), g.name
     # qwen3next: ssm_ba as Hugging Face's in_proj_ba, per key head its value heads' b rows, then their a rows
     for i, kind in enumerate(cfg.get("layer_types", []) if a == "qwen3next" else []):
         if kind != "linear_attention":
@@ -255,6 +277,10 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                 want = _paired_expert(src, i, k, bias=False)
             elif a == "llama4":
                 want = _paired_expert(src, i, k, bias=False, module="feed_forward", halves=True)
+            elif a == "granitehybrid":  # (input_linear's halves, output_linear as it is)
+                t, raw = src[f"model.layers.{i}.block_sparse_moe.{'output' if k == 'down' else 'input'}_linear.weight"]
+                x = raw.reshape(t["shape"][0], t["shape"][1], -1)
+                want = x if k == "down" else x[:, :x.shape[1] // 2] if k == "gate" else x[:, x.shape[1] // 2:]
             else:
                 pat = {"llama": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
                                  "down": "block_sparse_moe.experts.{e}.w2"},
@@ -317,7 +343,7 @@ def test_export_import_is_the_same_model(tmp_path, models, name):
     for n, (t, raw) in src.items():
         t2, raw2 = back[n]
         assert t2["shape"] == t["shape"], n
-        if n.endswith("linear_attn.A_log"):  # (stored as llama.cpp's rate: A_log back as a float32 of the same rate)
+        if n.endswith(DECAY_RATES):  # (stored as llama.cpp's rate: A_log back as a float32 of the same rate)
             assert np.array_equal(decay_rate(_as_f32(t, raw)), decay_rate(_as_f32(t2, raw2))), n
         elif t2["dtype"] == t["dtype"]:
             assert np.array_equal(raw, raw2), n

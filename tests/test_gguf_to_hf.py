@@ -16,6 +16,7 @@ from conftest import GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run
 from gguf_build import gguf_from_hf, hf_tensors
 from llamacpp_models import llamacpp_models
 
+from iekit.convert.gguf_names import DECAY_RATES
 from iekit.formats.delta_net import decay_rate
 from iekit.formats.gguf_file import open_gguf
 from iekit.runtime.decoder import Decoder
@@ -47,7 +48,8 @@ def models(tmp_path_factory) -> dict[str, Path]:
                                   "tiny-deepseek-v3", "tiny-deepseek-v2", "tiny-glm4-moe-lite",
                                   "tiny-llama4", "tiny-ernie4-5", "tiny-ernie4-5-moe", "tiny-glm4", "tiny-cohere2",
                                   "tiny-cohere", "tiny-qwen3-5", "tiny-qwen3-5-moe",
-                                  "tiny-qwen3-next", "tiny-lfm2", "tiny-lfm2-moe"])
+                                  "tiny-qwen3-next", "tiny-lfm2", "tiny-lfm2-moe", "tiny-granite4",
+                                  "tiny-granite4-dense"])
 def test_a_gguf_comes_back_as_its_checkpoint(tmp_path, models, name):
     g = tmp_path / "m.gguf"
     res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", models[name], "--out", g)
@@ -63,7 +65,7 @@ def test_a_gguf_comes_back_as_its_checkpoint(tmp_path, models, name):
     want, got = hf_tensors(source), hf_tensors(tmp_path / "hf")
     assert sorted(got) == sorted(want)  # a tied head stays tied
     for k in want:
-        if k.endswith("linear_attn.A_log"):  # (llama.cpp stores its rate: A_log comes back a float32 of that rate)
+        if k.endswith(DECAY_RATES):  # (llama.cpp stores its rate: A_log comes back a float32 of that rate)
             assert got[k].shape == want[k].shape and np.array_equal(decay_rate(got[k]), decay_rate(want[k])), k
             continue
         assert got[k].shape == want[k].shape and np.array_equal(got[k], want[k]), k

@@ -12,8 +12,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, reconfigure, run_tool,
-                      text_model_converted)
+from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact,
+                      reconfigure, run_tool, text_model_converted)
 from gguf_build import rewrite_gguf
 
 from iekit.formats import model_spec
@@ -30,27 +30,9 @@ def _rel(got: np.ndarray, ref: np.ndarray) -> float:
 
 
 def test_the_convolutions_carry_from_step_to_step():
-    """Token by token (each step shifting the convolutions' last inputs) as in one prefill, both as transformers
-    computes; a prompt run in pieces as in one."""
-    d = Decoder(LFM2, act="f32")
-    whole = d.logits(IDS)
-    assert _rel(whole, np.load(REF / "logits.npy")) < 1e-5
-    d.reset()
-    steps = np.stack([d.prefill(IDS[:1]), *(d.step(t) for t in IDS[1:])])
-    assert _rel(steps, whole) < 1e-5
-    d.reset()
-    d.prefill(IDS[:5])
-    assert _rel(d.prefill(IDS), whole[-1]) < 1e-5 and d.kv_hits == 5
-
-
-def test_a_diverging_prompt_starts_again():
-    d = Decoder(LFM2, act="f32")
-    d.prefill(IDS)
-    other = IDS[:6] + [7, 8, 9]
-    assert np.array_equal(d.prefill(other), Decoder(LFM2, act="f32").prefill(other)) and d.kv_hits == 0
-    with pytest.raises(ValueError, match="cannot be rewound"):
-        d._dec.truncate(3)
-    assert not d._dec.rewinds
+    """The convolutions' last inputs (conftest.assert_states_carry), the whole prompt as transformers computes it."""
+    assert _rel(Decoder(LFM2, act="f32").logits(IDS), np.load(REF / "logits.npy")) < 1e-5
+    assert_states_carry(LFM2, IDS)
 
 
 def test_only_the_attention_layer_has_a_kv_cache():

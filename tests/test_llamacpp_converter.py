@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import GOLDEN_HF, run_tool
-from llamacpp_models import LLAMA4_FIXED
+from llamacpp_models import GRANITE4_LAYERS, LLAMA4_FIXED
 
-from iekit.convert.gguf_names import LINEAR_DECAY
+from iekit.convert.gguf_names import DECAY_RATES
 from iekit.formats.delta_net import decay_rate
 from iekit.formats.iebin import load_model
 from iekit.formats.model_spec import decoder_spec
@@ -36,7 +36,8 @@ CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss
            "tiny-glm4-moe-lite": {"scoring_func": "sigmoid"},
            "tiny-llama4": LLAMA4_FIXED, "tiny-ernie4-5": {}, "tiny-ernie4-5-moe": {},
            "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-qwen3-5": {}, "tiny-qwen3-5-moe": {},
-           "tiny-qwen3-next": {}, "tiny-lfm2": {}, "tiny-lfm2-moe": {}}
+           "tiny-qwen3-next": {}, "tiny-lfm2": {}, "tiny-lfm2-moe": {},
+           "tiny-granite4": {"layer_types": GRANITE4_LAYERS}, "tiny-granite4-dense": {"layer_types": GRANITE4_LAYERS}}
 # what an export needs beyond the defaults: tiny-phi3's window of 6, which llama.cpp's phi3 does not apply
 EXPORT_ARGS = {"tiny-phi3": ["--allow-full-attention"]}
 # descriptive keys the converter derives from the directory and file (llama.cpp reads none of them to run)
@@ -73,6 +74,14 @@ def _values(model, entry) -> np.ndarray:
     return raw  # a block type: its bytes
 
 
+def _ulps(a: np.ndarray, b: np.ndarray) -> int:
+    """The most units in the last place two float32 arrays of one sign differ by. The converter takes -exp(A_log)
+    with torch's float32 exp, which is not always correctly rounded (tiny-granite4: one rate of 24 a unit off
+    decay_rate's), and no numpy function is torch's: the rates are held to a unit, not to their bytes."""
+    return int(np.abs(np.asarray(a, np.float32).view(np.int32).astype(np.int64)
+                      - np.asarray(b, np.float32).view(np.int32).astype(np.int64)).max())
+
+
 def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
     """The same tensors (names, shapes, values; MXFP4 experts byte for byte)
     and the same decoder spec. gpt-oss's YaRN is the one difference, and the
@@ -91,8 +100,8 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
     for n, t in ta.items():
         assert t["shape"] == tb[n]["shape"], n
         assert (t["dtype"] in ("f16", "bf16", "f32")) == (tb[n]["dtype"] in ("f16", "bf16", "f32")), n
-        if n.endswith(LINEAR_DECAY):  # llama.cpp's -exp(A_log): the import's A_log a float32 of exactly that rate
-            assert np.array_equal(decay_rate(_values(a, t)), decay_rate(_values(b, tb[n]))), n
+        if n.endswith(DECAY_RATES):  # llama.cpp's -exp(A_log): the import's A_log a float32 of exactly that rate
+            assert _ulps(decay_rate(_values(a, t)), decay_rate(_values(b, tb[n]))) <= 1, n
             continue
         assert np.array_equal(_values(a, t), _values(b, tb[n])), n
     sa, sb = (decoder_spec(m.meta, m.meta_path) for m in (a, b))
@@ -118,6 +127,9 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
     if name in ("tiny-glm4-moe", "tiny-glm4-moe-lite"):  # GLM-4.5's <|endoftext|>, <|user|> and <|observation|> likewise
         differ |= {"eos_ids"}
         assert sb.eos_ids == sa.eos_ids | {317, 318, 319}
+    if name.startswith("tiny-granite4"):  # no RoPE: the converter writes 2^20 positions, its arbitrary value
+        differ |= {"max_positions"}
+        assert (sa.max_positions, sb.max_positions) == (128, 2 ** 20)
     if name == "tiny-deepseek-v3":
         differ |= {"mtp_layers"}
         assert (sa.mtp_layers, sb.mtp_layers) == (1, 0)
@@ -147,6 +159,9 @@ def test_export_writes_what_llamacpps_converter_writes(pair, tmp_path):
     assert sorted(tt) == sorted(to)
     for n, t in tt.items():
         assert (t.tensor_type, list(t.shape)) == (to[n].tensor_type, list(to[n].shape)), n
+        if n.endswith((".ssm_a",)) and name.startswith("tiny-granite4"):  # (torch's exp: _ulps)
+            assert _ulps(t.data, to[n].data) <= 1, n
+            continue
         assert t.data.tobytes() == to[n].data.tobytes(), n
     kv_theirs = {k: f.contents() for k, f in theirs.fields.items() if not k.startswith("GGUF.") and k not in DESCRIPTIVE}
     kv_ours = {k: f.contents() for k, f in ours.fields.items() if not k.startswith("GGUF.") and k not in DESCRIPTIVE}

@@ -14,7 +14,8 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, reconfigure, run_tool
+from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, reconfigure,
+                      run_tool)
 from iekit.formats import delta_net
 from iekit.runtime.decoder import Decoder
 
@@ -28,32 +29,9 @@ def _rel(got: np.ndarray, ref: np.ndarray) -> float:
 
 
 def test_the_states_carry_from_step_to_step():
-    """Token by token (each step advancing the convolution and the states)
-    as in one prefill, and a prompt run in pieces as in one."""
-    d = Decoder(Q35, act="f32")
-    whole = d.logits(IDS)
-    d.reset()
-    steps = np.stack([d.prefill(IDS[:1]), *(d.step(t) for t in IDS[1:])])
-    assert _rel(steps, whole) < 1e-5
-    d.reset()
-    d.prefill(IDS[:5])
-    assert _rel(d.prefill(IDS), whole[-1]) < 1e-5  # (extends the cached 5: kv_hits)
-    assert d.kv_hits == 5
-
-
-def test_a_diverging_prompt_starts_again():
-    """A prompt that shares only a prefix with the cached sequence cannot keep
-    it (the states hold every cached token): it runs from the start, and
-    gives what a fresh decoder gives."""
-    d = Decoder(Q35, act="f32")
-    d.prefill(IDS)
-    other = IDS[:6] + [7, 8, 9]
-    got = d.prefill(other)
-    assert np.array_equal(got, Decoder(Q35, act="f32").prefill(other))
-    assert d.kv_hits == 0
-    with pytest.raises(ValueError, match="cannot be rewound"):
-        d._dec.truncate(3)
-    assert not d._dec.rewinds and Decoder(GOLDEN_IEBIN / "tiny-qwen3", act="f32")._dec.rewinds
+    """The convolution and the DeltaNet states (conftest.assert_states_carry); a model without them rewinds."""
+    assert_states_carry(Q35, IDS)
+    assert Decoder(GOLDEN_IEBIN / "tiny-qwen3", act="f32")._dec.rewinds
 
 
 def test_huggingfaces_value_head_order_runs_as_llamacpps(tmp_path):

@@ -196,9 +196,9 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
   for (int chunk : c.chunks)
     if (chunk) fail("the CUDA decoder has no chunked attention (Llama 4); run it on the CPU");
   if (c.qk_l2_norm) fail("the CUDA decoder has no q/k norm (Llama 4); run it on the CPU");
-  if (c.attn_gate || !c.linear.empty() || !c.short_conv.empty())
-    fail("the CUDA decoder has no gated attention, linear attention (Qwen3.5) or short convolution (LFM2); run it "
-         "on the CPU");
+  if (c.attn_gate || !c.linear.empty() || !c.short_conv.empty() || !c.ssm.empty())
+    fail("the CUDA decoder has no gated attention, linear attention (Qwen3.5), short convolution (LFM2) or Mamba2 "
+         "(Granite 4); run it on the CPU");
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
   const size_t B = kMaxBatch, F = sizeof(float);

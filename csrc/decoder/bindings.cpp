@@ -45,7 +45,7 @@ const Field<ie::Matrix ie::LayerWeights::*> kLayerMatrices[] = {
     {"kv_a", &ie::LayerWeights::kv_a}, {"kv_b", &ie::LayerWeights::kv_b},
     {"lin_qkv", &ie::LayerWeights::lin_qkv}, {"lin_z", &ie::LayerWeights::lin_z},
     {"lin_b", &ie::LayerWeights::lin_b}, {"lin_a", &ie::LayerWeights::lin_a},
-    {"conv_in", &ie::LayerWeights::conv_in}};
+    {"conv_in", &ie::LayerWeights::conv_in}, {"ssm_in", &ie::LayerWeights::ssm_in}};
 const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
     {"attn_norm", &ie::LayerWeights::attn_norm}, {"mlp_norm", &ie::LayerWeights::mlp_norm},
     {"attn_post_norm", &ie::LayerWeights::attn_post_norm}, {"mlp_post_norm", &ie::LayerWeights::mlp_post_norm},
@@ -56,7 +56,10 @@ const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
     {"expert_bias", &ie::LayerWeights::expert_bias}, {"q_a_norm", &ie::LayerWeights::q_a_norm},
     {"kv_a_norm", &ie::LayerWeights::kv_a_norm}, {"lin_conv", &ie::LayerWeights::lin_conv},
     {"lin_dt", &ie::LayerWeights::lin_dt}, {"lin_decay", &ie::LayerWeights::lin_decay},
-    {"lin_norm", &ie::LayerWeights::lin_norm}, {"conv_w", &ie::LayerWeights::conv_w}};
+    {"lin_norm", &ie::LayerWeights::lin_norm}, {"conv_w", &ie::LayerWeights::conv_w},
+    {"ssm_conv_w", &ie::LayerWeights::ssm_conv_w}, {"ssm_conv_b", &ie::LayerWeights::ssm_conv_b},
+    {"ssm_dt", &ie::LayerWeights::ssm_dt}, {"ssm_a", &ie::LayerWeights::ssm_a}, {"ssm_d", &ie::LayerWeights::ssm_d},
+    {"ssm_norm", &ie::LayerWeights::ssm_norm}};
 const Field<ie::Matrix ie::Expert::*> kExpertMatrices[] = {
     {"gate", &ie::Expert::gate}, {"up", &ie::Expert::up}, {"down", &ie::Expert::down}};
 const Field<std::vector<float> ie::Expert::*> kExpertVectors[] = {{"bgate", &ie::Expert::bgate},
@@ -330,6 +333,12 @@ void ie_register_decoder(py::module_& m) {
   config.def_readwrite("lin_v_tiled", &ie::DecoderConfig::lin_v_tiled);
   config.def_readwrite("short_conv", &ie::DecoderConfig::short_conv);
   config.def_readwrite("conv_taps", &ie::DecoderConfig::conv_taps);
+  config.def_readwrite("ssm", &ie::DecoderConfig::ssm);
+  config.def_readwrite("ssm_heads", &ie::DecoderConfig::ssm_heads);
+  config.def_readwrite("ssm_head_dim", &ie::DecoderConfig::ssm_head_dim);
+  config.def_readwrite("ssm_state", &ie::DecoderConfig::ssm_state);
+  config.def_readwrite("ssm_groups", &ie::DecoderConfig::ssm_groups);
+  config.def_readwrite("ssm_conv", &ie::DecoderConfig::ssm_conv);
   def_choice(config, "glu", &ie::DecoderConfig::glu, kGlus);
   def_choice(config, "mlp_act", &ie::DecoderConfig::mlp_act, kMlpActs);
   for (const auto& kv :

@@ -16,6 +16,7 @@
 #include "attention/attention.h"
 #include "common/errors.h"
 #include "common/half.h"
+#include "ssm/ssm.h"
 
 #if defined(__linux__)
 #include <sched.h>
@@ -212,8 +213,6 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   if (c.parallel_block && (!c.pre_norms || c.n_experts > 0))
     fail("decoder config: parallel_block is Cohere's dense layer with its input norm; not without pre-norms or "
          "with experts");
-  if (c.residual_scale != 1.f && c.n_experts > 0)
-    fail("decoder config: residual_scale is Granite's dense layer; a mixture of experts has none");
   if (c.n_experts < 0) fail("decoder config: n_experts must be >= 0");
   if (c.n_experts > 0) {
     if (c.top_k < 1 || c.top_k > c.n_experts)
@@ -281,6 +280,21 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
            "attention, OLMo 2's or Cohere's layers");
     if (3 * static_cast<int64_t>(c.hidden) > INT32_MAX) fail("decoder config: hidden is too wide for conv_in");
   }
+  const bool any_ssm = std::any_of(c.ssm.begin(), c.ssm.end(), [](uint8_t f) { return f != 0; });
+  if (!c.ssm.empty() && c.ssm.size() != static_cast<size_t>(c.n_layers))
+    fail("decoder config: ssm must be empty or hold one value per layer");
+  if (any_ssm) {
+    if (c.ssm_heads < 1 || c.ssm_head_dim < 1 || c.ssm_state < 1 || c.ssm_groups < 1 || c.ssm_heads % c.ssm_groups ||
+        c.ssm_conv < 1 || c.ssm_conv > 64)
+      fail("decoder config: a Mamba2 layer needs positive heads, head and state dims, heads a multiple of its "
+           "groups, and a convolution of 1 to 64 taps");
+    if (2 * static_cast<int64_t>(c.ssm_heads) * c.ssm_head_dim + 2 * static_cast<int64_t>(c.ssm_groups) * c.ssm_state +
+            c.ssm_heads > INT32_MAX)
+      fail("decoder config: a Mamba2 layer's in_proj has more than 2^31 - 1 rows");
+    if (any_linear || any_conv || mla || !c.pre_norms || c.parallel_block)
+      fail("decoder config: Mamba2 layers are Granite 4's: not beside linear attention or short convolutions, nor "
+           "with latent attention, OLMo 2's or Cohere's layers");
+  }
   if (c.attn_gate && mla) fail("decoder config: attn_gate is Qwen3.5's gated attention; not with latent attention");
   if (w.layers.size() != static_cast<size_t>(c.n_layers)) fail("decoder weights: layer count differs from the config");
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim, kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
@@ -306,11 +320,30 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     const bool conv = !c.short_conv.empty() && c.short_conv[l];
     if (!conv && (!absent(L.conv_in) || !L.conv_w.empty()))
       fail(n + "conv: the layer has attention (the config's short_conv is 0 for it)");
+    const bool ssm = !c.ssm.empty() && c.ssm[l];
+    if (!ssm && (!absent(L.ssm_in) || !L.ssm_conv_w.empty() || !L.ssm_conv_b.empty() || !L.ssm_dt.empty() ||
+                 !L.ssm_a.empty() || !L.ssm_d.empty() || !L.ssm_norm.empty()))
+      fail(n + "mamba: the layer has attention (the config's ssm is 0 for it)");
     const bool lin = !c.linear.empty() && c.linear[l];
     if (!lin && (!absent(L.lin_qkv) || !absent(L.lin_z) || !absent(L.lin_b) || !absent(L.lin_a) ||
                  !L.lin_conv.empty() || !L.lin_dt.empty() || !L.lin_decay.empty() || !L.lin_norm.empty()))
       fail(n + "linear_attn: the layer has attention (the config's linear is 0 for it)");
-    if (conv) {
+    if (ssm) {
+      const int64_t inner = static_cast<int64_t>(c.ssm_heads) * c.ssm_head_dim;
+      const int64_t ch = inner + 2 * static_cast<int64_t>(c.ssm_groups) * c.ssm_state;
+      check_matrix(n + "mamba.in_proj", L.ssm_in, inner + ch + c.ssm_heads, c.hidden, p);
+      check_vec(n + "mamba.conv1d.weight", L.ssm_conv_w, checked_mul(static_cast<size_t>(ch),
+                                                                     static_cast<size_t>(c.ssm_conv), "conv1d"));
+      check_vec(n + "mamba.conv1d.bias", L.ssm_conv_b, static_cast<size_t>(ch));
+      check_vec(n + "mamba.dt_bias", L.ssm_dt, static_cast<size_t>(c.ssm_heads));
+      check_vec(n + "mamba.A_log", L.ssm_a, static_cast<size_t>(c.ssm_heads));
+      check_vec(n + "mamba.D", L.ssm_d, static_cast<size_t>(c.ssm_heads));
+      check_vec(n + "mamba.norm", L.ssm_norm, static_cast<size_t>(inner));
+      check_matrix(n + "mamba.out_proj", L.o, c.hidden, inner, p);
+      if (!absent(L.q) || !absent(L.k) || !absent(L.v) || !L.bq.empty() || !L.bk.empty() || !L.bv.empty() ||
+          !L.bo.empty() || !L.q_norm.empty() || !L.k_norm.empty() || !L.sinks.empty())
+        fail(n + "self_attn: a Mamba2 layer has no attention projections, biases, norms or sinks");
+    } else if (conv) {
       check_matrix(n + "conv.in_proj", L.conv_in, 3 * static_cast<int64_t>(c.hidden), c.hidden, p);
       check_vec(n + "conv.conv", L.conv_w, checked_mul(static_cast<size_t>(c.hidden), static_cast<size_t>(c.conv_taps),
                                                        "conv"));
@@ -353,7 +386,7 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       if (!absent(L.q_a) || !absent(L.kv_a) || !absent(L.kv_b) || !L.q_a_norm.empty() || !L.kv_a_norm.empty())
         fail(n + "q_a_proj, kv_a_proj_with_mqa, kv_b_proj: latent attention's (the config has kv_lora 0)");
     }
-    if (!lin && !conv) check_matrix(n + "o_proj", L.o, c.hidden, o_dim, p);
+    if (!lin && !conv && !ssm) check_matrix(n + "o_proj", L.o, c.hidden, o_dim, p);
     if (L.experts.empty()) {
       check_matrix(n + "gate_proj", L.gate, c.inter, c.hidden, p);
       check_matrix(n + "up_proj", L.up, c.inter, c.hidden, p);
@@ -463,9 +496,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     page_out(stored, n);
   };
   for (LayerWeights& L : w_.layers)
-    for (Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate, &L.q_a, &L.kv_a, &L.lin_qkv,
-                      &L.lin_z, &L.lin_b, &L.lin_a, &L.conv_in})
-      make_resident(*m);
+    for (Matrix* m : L.streamed()) make_resident(*m);
   if (copy_experts)  // only into rows8: a copy of an expert's stored bytes would not be read faster
     for (LayerWeights& L : w_.layers)
       for (Expert& x : L.experts)
@@ -487,10 +518,8 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
       return !m.dedup && (gemv_uses_rows8(m.spec, act_, isa_) || !wtype_info(m.spec.type).int8_act);
     };
     bool all = rows8_or_float(w_.lm_head), experts = false;
-    for (const LayerWeights& L : w_.layers) {
-      for (const Matrix* m : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.shared_gate, &L.q_a, &L.kv_a,
-                              &L.lin_qkv, &L.lin_z, &L.lin_b, &L.lin_a, &L.conv_in})
-        all = all && rows8_or_float(*m);
+    for (LayerWeights& L : w_.layers) {
+      for (const Matrix* m : L.streamed()) all = all && rows8_or_float(*m);
       for (const Expert& x : L.experts)
         for (const Matrix* m : {&x.gate, &x.up, &x.down}) all = all && packable_or_float(*m);
       experts = experts || !L.experts.empty();
@@ -501,7 +530,9 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   std::vector<int> slot(static_cast<size_t>(c.n_layers), -1);
   int cached = 0;
   for (int l = 0; l < c.n_layers; ++l)
-    if ((c.linear.empty() || !c.linear[l]) && (c.short_conv.empty() || !c.short_conv[l])) slot[l] = cached++;
+    if ((c.linear.empty() || !c.linear[l]) && (c.short_conv.empty() || !c.short_conv[l]) &&
+        (c.ssm.empty() || !c.ssm[l]))
+      slot[l] = cached++;
   const size_t positions = checked_mul(static_cast<size_t>(cached), static_cast<size_t>(c.max_ctx), "KV cache");
   // (latent attention's values are its keys' latent part: no V cache of their own)
   for (auto [half, type, dim] : {std::tuple{&k_cache_, c.k_cache, hd_}, std::tuple{&v_cache_, c.v_cache, v_dim_ / kv_heads_}}) {
@@ -543,8 +574,26 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     for (int l = 0; l < c.n_layers; ++l)
       if (c.short_conv[l]) conv_state_[l].assign(static_cast<size_t>(c.conv_taps - 1) * c.hidden, 0.f);
   }
+  if (!c.ssm.empty()) {
+    ssm_inner_ = c.ssm_heads * c.ssm_head_dim;
+    const int channels = ssm_inner_ + 2 * c.ssm_groups * c.ssm_state;
+    ssm_rows_ = ssm_inner_ + channels + c.ssm_heads;
+    ssm_zxbcdt_.resize(B * static_cast<size_t>(ssm_rows_));
+    // (a thread's scratch: a channel's last inputs, or a head's dt x)
+    lin_scratch_stride_ =
+        std::max({lin_scratch_stride_, static_cast<size_t>(c.ssm_conv), static_cast<size_t>(c.ssm_head_dim)});
+    lin_scratch_.resize(lin_scratch_stride_ * static_cast<size_t>(pool_->size()));
+    conv_state_.resize(static_cast<size_t>(c.n_layers));
+    lin_state_.resize(static_cast<size_t>(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l)
+      if (c.ssm[l]) {
+        conv_state_[l].assign(static_cast<size_t>(c.ssm_conv - 1) * channels, 0.f);
+        lin_state_[l].assign(checked_mul(static_cast<size_t>(ssm_inner_), static_cast<size_t>(c.ssm_state), "state"),
+                             0.f);
+      }
+  }
   if (c.attn_gate) qg_.resize(B * 2 * static_cast<size_t>(q_dim_));
-  att_.resize(B * std::max({o_dim_, c.hidden, lin_out_}));
+  att_.resize(B * std::max({o_dim_, c.hidden, lin_out_, ssm_inner_}));
   if (mla) {
     mla_lat_.resize(B * static_cast<size_t>(std::max(c.q_lora, c.kv_lora)));
     mla_kva_.resize(B * static_cast<size_t>(c.kv_lora + rot));
@@ -601,10 +650,12 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std:
   for (int l = 0; l < c.n_layers; ++l) {
     const bool moe = !w_.layers[static_cast<size_t>(l)].experts.empty();
     // (slot 3 of a layer with experts: the shared expert's down inputs, if it has one)
-    // (o_proj: gated DeltaNet's or the short convolution's out_proj)
+    // (o_proj: gated DeltaNet's, the short convolution's or Mamba2's out_proj)
     const bool lin = !c.linear.empty() && c.linear[static_cast<size_t>(l)];
     const bool conv = !c.short_conv.empty() && c.short_conv[static_cast<size_t>(l)];
-    for (int n : {c.hidden, lin ? lin_out_ : conv ? c.hidden : o_in_, c.hidden, moe ? c.shared_inter : c.inter})
+    const bool ssm = !c.ssm.empty() && c.ssm[static_cast<size_t>(l)];
+    for (int n : {c.hidden, lin ? lin_out_ : conv ? c.hidden : ssm ? ssm_inner_ : o_in_, c.hidden,
+                  moe ? c.shared_inter : c.inter})
       stats_.emplace_back(static_cast<size_t>(n), 0.0);
     if (moe) {
       ExpertStats& es = expert_stats_[static_cast<size_t>(l)];
@@ -978,6 +1029,73 @@ void Decoder::short_conv(int layer, int b) {
   });
 }
 
+void Decoder::conv_silu(float* state, float* data, size_t stride, int channels, int K, const float* w,
+                        const float* bias, int b) {
+  // Channel by channel over the chunk's tokens in order (each output reads
+  // the K - 1 inputs before it: the state's, then the chunk's), then SiLU;
+  // the state keeps the last K - 1 inputs.
+  parallel_for(*pool_, channels, 64, [&](int64_t c0, int64_t c1, int slot) {
+    float* hist = &lin_scratch_[static_cast<size_t>(slot) * lin_scratch_stride_];
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const float* wc = w + static_cast<size_t>(ch) * K;
+      for (int t = 0; t < K - 1; ++t) hist[t] = state[static_cast<size_t>(t) * channels + ch];
+      for (int j = 0; j < b; ++j) {
+        float& x = data[static_cast<size_t>(j) * stride + ch];
+        hist[K - 1] = x;
+        float acc = bias ? bias[ch] : 0.f;
+        for (int t = 0; t < K; ++t) acc += wc[t] * hist[t];
+        x = acc / (1.f + std::exp(-acc));
+        for (int t = 0; t + 1 < K; ++t) hist[t] = hist[t + 1];
+      }
+      for (int t = 0; t < K - 1; ++t) state[static_cast<size_t>(t) * channels + ch] = hist[t];
+    }
+  });
+}
+
+void Decoder::mamba(int layer, int b) {
+  const DecoderConfig& c = cfg_;
+  const LayerWeights& L = w_.layers[layer];
+  const int nh = c.ssm_heads, P = c.ssm_head_dim, N = c.ssm_state, G = c.ssm_groups, inner = ssm_inner_;
+  const size_t R = static_cast<size_t>(ssm_rows_), GN = static_cast<size_t>(G) * N;
+  mm(L.ssm_in, xn_prep_, xn_.data(), b, nullptr, ssm_zxbcdt_.data());
+  conv_silu(conv_state_[layer].data(), ssm_zxbcdt_.data() + inner, R, inner + 2 * G * N, c.ssm_conv,
+            L.ssm_conv_w.data(), L.ssm_conv_b.data(), b);
+  // Head by head (each its own state [P][N]), token by token: the state
+  // decays by exp(dt A) and takes dt x B^T, y = S C (ssm/ssm.h), plus D x.
+  const int per_group = nh / G;
+  const SsmOps& ops = kSsmTable.ops(isa_);
+  parallel_for(*pool_, nh, 1, [&](int64_t h0, int64_t h1, int slot) {
+    float* dx = &lin_scratch_[static_cast<size_t>(slot) * lin_scratch_stride_];
+    for (int64_t h = h0; h < h1; ++h) {
+      float* S = &lin_state_[layer][static_cast<size_t>(h) * P * N];
+      const size_t g = static_cast<size_t>(h / per_group);
+      for (int j = 0; j < b; ++j) {
+        const float* row = &ssm_zxbcdt_[static_cast<size_t>(j) * R];
+        const float* x = row + inner + static_cast<size_t>(h) * P;
+        const float* B = row + 2 * static_cast<size_t>(inner) + g * N;
+        const float* C = B + GN;
+        const float a = row[2 * static_cast<size_t>(inner) + 2 * GN + h] + L.ssm_dt[h];
+        const float dt = a > 20.f ? a : std::log1p(std::exp(a));  // softplus, as torch's (threshold 20)
+        const float decay = std::exp(dt * L.ssm_a[h]);
+        for (int p = 0; p < P; ++p) dx[p] = dt * x[p];
+        float* y = &att_[static_cast<size_t>(j) * inner + static_cast<size_t>(h) * P];
+        ops.step(S, P, N, decay, dx, B, C, y);
+        for (int p = 0; p < P; ++p) y[p] += L.ssm_d[h] * x[p];
+      }
+    }
+  });
+  // Each token's y times SiLU(z), RMS-normed group by group times the norm's weights.
+  const int gs = inner / G;
+  rows(b, [&](int j) {
+    float* y = &att_[static_cast<size_t>(j) * inner];
+    const float* z = &ssm_zxbcdt_[static_cast<size_t>(j) * R];
+    for (int i = 0; i < inner; ++i) y[i] *= z[i] / (1.f + std::exp(-z[i]));
+    for (int g = 0; g < G; ++g)
+      rmsnorm(y + static_cast<size_t>(g) * gs, L.ssm_norm.data() + static_cast<size_t>(g) * gs, gs, c.eps,
+              y + static_cast<size_t>(g) * gs);
+  });
+}
+
 void Decoder::delta_net(int layer, int b) {
   const DecoderConfig& c = cfg_;
   const LayerWeights& L = w_.layers[layer];
@@ -987,26 +1105,7 @@ void Decoder::delta_net(int layer, int b) {
   mm(L.lin_z, xn_prep_, xn_.data(), b, nullptr, lin_z_.data());
   mm(L.lin_b, xn_prep_, xn_.data(), b, nullptr, lin_beta_.data());
   mm(L.lin_a, xn_prep_, xn_.data(), b, nullptr, lin_g_.data());
-  // The causal convolution, channel by channel over the chunk's tokens in
-  // order (each output reads the K - 1 inputs before it: the state's, then
-  // the chunk's), then SiLU; the state keeps the last K - 1 inputs.
-  float* st = conv_state_[layer].data();
-  parallel_for(*pool_, C, 64, [&](int64_t c0, int64_t c1, int slot) {
-    float* hist = &lin_scratch_[static_cast<size_t>(slot) * lin_scratch_stride_];
-    for (int64_t ch = c0; ch < c1; ++ch) {
-      const float* w = &L.lin_conv[static_cast<size_t>(ch) * K];
-      for (int t = 0; t < K - 1; ++t) hist[t] = st[static_cast<size_t>(t) * C + ch];
-      for (int j = 0; j < b; ++j) {
-        float& x = lin_qkv_[static_cast<size_t>(j) * C + ch];
-        hist[K - 1] = x;
-        float acc = 0.f;
-        for (int t = 0; t < K; ++t) acc += w[t] * hist[t];
-        x = acc / (1.f + std::exp(-acc));
-        for (int t = 0; t + 1 < K; ++t) hist[t] = hist[t + 1];
-      }
-      for (int t = 0; t < K - 1; ++t) st[static_cast<size_t>(t) * C + ch] = hist[t];
-    }
-  });
+  conv_silu(conv_state_[layer].data(), lin_qkv_.data(), static_cast<size_t>(C), C, K, L.lin_conv.data(), nullptr, b);
   // Per token: q and k heads over their L2 norms (FLA's eps 1e-6), q over
   // sqrt(dk); each value head's rate beta and log-decay g.
   const float q_scale = 1.f / std::sqrt(static_cast<float>(dk));
@@ -1250,7 +1349,7 @@ void Decoder::experts(int layer, int b) {
     for (int r = 0; r < n; ++r) {
       float* xj = &x_[static_cast<size_t>(rows[static_cast<size_t>(r)].first) * H];
       const float* y = &ex_y_[static_cast<size_t>(r) * H];
-      const float wr = c.weight_before ? 1.f : rows[static_cast<size_t>(r)].second;
+      const float wr = (c.weight_before ? 1.f : rows[static_cast<size_t>(r)].second) * c.residual_scale;
       for (int i = 0; i < H; ++i) xj[i] += wr * y[i];
     }
   }
@@ -1368,6 +1467,11 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     if (!c.short_conv.empty() && c.short_conv[l]) {
       short_conv(l, b);
       mix_out(l, b, att_.data(), H);
+      continue;
+    }
+    if (!c.ssm.empty() && c.ssm[l]) {
+      mamba(l, b);
+      mix_out(l, b, att_.data(), ssm_inner_);
       continue;
     }
     const float* bq = L.bq.empty() ? nullptr : L.bq.data();
@@ -1489,8 +1593,9 @@ void Decoder::mix_out(int l, int b, const float* o_in, int width) {
   mm(L.down, gate_prep_, gate_.data(), b, nullptr, att_.data());
   rows(b, [&](int j) {
     if (!L.mlp_post_norm.empty()) rmsnorm(&att_[j * H], L.mlp_post_norm.data(), H, c.eps, &att_[j * H]);
-    const float s = moe && !absent(L.shared_gate) ? 1.f / (1.f + std::exp(-shared_gate_[static_cast<size_t>(j)]))
-                                                  : c.residual_scale;
+    const float gate =
+        moe && !absent(L.shared_gate) ? 1.f / (1.f + std::exp(-shared_gate_[static_cast<size_t>(j)])) : 1.f;
+    const float s = c.residual_scale * gate;
     for (int i = j * H; i < (j + 1) * H; ++i) x_[i] += att_[i] * s;
   });
 }

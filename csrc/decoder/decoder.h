@@ -27,6 +27,7 @@
 // tensor names and the config captured in model.ie.json onto these structs and keeps the mapped
 // model.ie.bin alive for the decoder's lifetime.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -99,8 +100,9 @@ struct DecoderConfig {
   // Soft-capping (Gemma 2): scores become c tanh(s / c) before the softmax
   // (attn_softcap), logits the same (logit_softcap); 0: none.
   float attn_softcap = 0.f, logit_softcap = 0.f;
-  // Granite: the attention's and the MLP's outputs join the residual times
-  // residual_scale (its residual_multiplier), and the logits are divided by
+  // Granite: the attention's and the MLP's outputs (the experts' and the
+  // shared MLP's, Granite 4's) join the residual times residual_scale (its
+  // residual_multiplier), and the logits are divided by
   // logits_scaling; 1: Llama's.
   float residual_scale = 1.f, logits_scaling = 1.f;
   // Ministral 3's attention temperature (transformers' get_llama_4_attn_scale,
@@ -217,6 +219,22 @@ struct DecoderConfig {
   // cannot be rewound (Decoder::truncate).
   std::vector<uint8_t> short_conv;
   int conv_taps = 0;
+  // Mamba2's selective state space (Granite 4's hybrid layers), per layer:
+  // nonzero where the layer mixes tokens through it instead of attention
+  // (empty: no layer does). Such a layer (transformers'
+  // GraniteMoeHybridMambaLayer) projects its normed input to z [inner], x
+  // [inner], B and C [ssm_groups][ssm_state] each and dt [ssm_heads]
+  // (ssm_in's rows, in that order; inner = ssm_heads ssm_head_dim), runs x,
+  // B, C through a causal depthwise convolution of ssm_conv taps plus bias
+  // and SiLU, and keeps per head h a state S [ssm_head_dim][ssm_state]:
+  //   dt = softplus(dt + dt_bias);  S = exp(dt A) S + dt x B^T;  y = S C + D x
+  // with head h reading group h / (ssm_heads / ssm_groups)'s B and C. The
+  // heads' outputs times SiLU(z) are RMS-normed group by group (inner /
+  // ssm_groups channels each) times ssm_norm, and o (its out_proj) maps them
+  // back. The states and the convolution's last ssm_conv - 1 inputs replace
+  // the KV cache for such a layer: they cannot be rewound (Decoder::truncate).
+  std::vector<uint8_t> ssm;
+  int ssm_heads = 0, ssm_head_dim = 0, ssm_state = 0, ssm_groups = 0, ssm_conv = 0;
 
   // The dims RoPE turns of a q/k head (head_dim but for partial RoPE and latent attention), and a value head's.
   int rotary_dim() const { return 2 * static_cast<int>(inv_freq.size()); }
@@ -280,6 +298,19 @@ struct LayerWeights {
   // the taps [hidden][conv_taps].
   Matrix conv_in;
   std::vector<float> conv_w;
+  // Mamba2 (DecoderConfig::ssm; q, k, v no data, o its out_proj): ssm_in
+  // [2 inner + 2 ssm_groups ssm_state + ssm_heads, hidden]; ssm_conv_w the
+  // taps [channels][ssm_conv] and ssm_conv_b their bias [channels] (channels:
+  // inner + 2 ssm_groups ssm_state); ssm_dt (dt_bias), ssm_a (-exp(A_log))
+  // and ssm_d [ssm_heads]; ssm_norm [inner].
+  Matrix ssm_in;
+  std::vector<float> ssm_conv_w, ssm_conv_b, ssm_dt, ssm_a, ssm_d, ssm_norm;
+  // The matrices outside the experts a decode step streams whole (kv_b, read per head, apart): the one list the
+  // decoder's resident copies and int8 chunk size go by.
+  std::array<Matrix*, 16> streamed() {
+    return {&q, &k, &v, &o, &gate, &up, &down, &shared_gate, &q_a, &kv_a, &lin_qkv, &lin_z, &lin_b, &lin_a, &conv_in,
+            &ssm_in};
+  }
   std::vector<Expert> experts;        // empty: a dense MLP layer
 };
 
@@ -396,7 +427,7 @@ class Decoder {
   // with linear-attention layers keeps recurrent states, which cannot be
   // rewound: it truncates to 0 (all) or n_past() (nothing) only.
   void truncate(int n);
-  bool rewinds() const { return cfg_.linear.empty() && cfg_.short_conv.empty(); }
+  bool rewinds() const { return cfg_.linear.empty() && cfg_.short_conv.empty() && cfg_.ssm.empty(); }
   int n_past() const { return n_past_; }
   const DecoderConfig& config() const { return cfg_; }
 
@@ -423,6 +454,14 @@ class Decoder {
   // LFM2's short convolution (DecoderConfig::short_conv) of xn_ [b, hidden]
   // into att_ [b, hidden], for o (its out_proj) to map.
   void short_conv(int layer, int b);
+  // Mamba2's selective state space (DecoderConfig::ssm) of xn_ [b, hidden]
+  // into att_ [b, inner], the layer's states advanced by the b tokens.
+  void mamba(int layer, int b);
+  // The causal depthwise convolution (taps K, plus bias where given) and SiLU
+  // of `channels` channels of b rows `stride` apart, in place; `state` keeps
+  // each channel's last K - 1 inputs [K - 1][channels] (gated DeltaNet's, Mamba2's).
+  void conv_silu(float* state, float* data, size_t stride, int channels, int K, const float* w, const float* bias,
+                 int b);
   // The routed experts of layer `layer` over xn_ [b, hidden]; adds their
   // weighted outputs to x_ (the residual).
   void experts(int layer, int b);
@@ -522,7 +561,10 @@ class Decoder {
   // attention) the convolution's last lin_conv - 1 inputs [lin_conv - 1][channels] and the states
   // [lin_v_heads][lin_k_dim][lin_v_dim]. A short-convolution layer's conv_state_ holds its last conv_taps - 1
   // inputs B * x [conv_taps - 1][hidden], conv_bcx_ conv_in's rows of a chunk [b][3 hidden].
-  std::vector<float> lin_qkv_, lin_z_, lin_beta_, lin_g_, conv_bcx_;
+  // A Mamba2 layer's ssm_in rows of a chunk [b][ssm_rows_] (z, then x B C convolved in place, then dt); its states
+  // in lin_state_ [ssm_heads][ssm_head_dim][ssm_state], its convolution's in conv_state_.
+  std::vector<float> lin_qkv_, lin_z_, lin_beta_, lin_g_, conv_bcx_, ssm_zxbcdt_;
+  int ssm_rows_ = 0, ssm_inner_ = 0;
   std::vector<std::vector<float>> conv_state_, lin_state_;
   int lin_channels_ = 0, lin_out_ = 0;  // lin_qkv's rows, and the heads' outputs' width
   std::vector<float> lin_scratch_;      // per thread: a channel's last inputs, or a head's S^T k

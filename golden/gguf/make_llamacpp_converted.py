@@ -32,6 +32,9 @@ These things are set for the toys, none of which touches a tensor:
   0.1), which llama.cpp's llama4 graph fixes whatever the config says (the
   toy's 4, 4 and 0.5, chosen so that they act within 12 positions, are what
   iebin-to-gguf refuses to export);
+- Granite 4's ``layer_types`` as the Hub's configs spell them ("mamba",
+  "attention"; the converter reads those, transformers 5 writes
+  ``linear_attention`` and ``full_attention``);
 - MiniMax-M2's ``rotary_dim`` and ``scoring_func`` "sigmoid", as the Hub's
   config states them (the converter reads the rotated dims and the gating
   function from them; transformers 5 reads ``rotary_dim`` too).
@@ -50,6 +53,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 OUT = HERE / "llamacpp"
+# Granite 4's layer types as the Hub's configs spell them, which the converter reads (transformers 5 writes
+# linear_attention and full_attention)
+GRANITE4_LAYERS = ["mamba", "attention", "mamba", "mamba"]
 # golden/hf model -> config.json changes (see the docstring)
 MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-mxfp4": {"swiglu_limit": 7.0},
           "tiny-phi3": {}, "tiny-gemma3": {}, "tiny-smollm3": {},
@@ -59,6 +65,7 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-deepseek-v3": {}, "tiny-deepseek-v2": {}, "tiny-glm4-moe-lite": {"scoring_func": "sigmoid"},
           "tiny-llama4": {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1},
           "tiny-ernie4-5": {}, "tiny-ernie4-5-moe": {}, "tiny-qwen3-5": {}, "tiny-qwen3-5-moe": {}, "tiny-qwen3-next": {}, "tiny-qwen3-vl": {}, "tiny-qwen3-vl-moe": {}, "tiny-glm4-vl": {}, "tiny-glm4-vl-moe": {}, "tiny-lfm2": {}, "tiny-lfm2-moe": {},
+          "tiny-granite4": {"layer_types": GRANITE4_LAYERS}, "tiny-granite4-dense": {"layer_types": GRANITE4_LAYERS},
           "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-exaone": {}}
 # The converter's layout options, which write files llama.cpp reads as well: --fuse-qkv (q, k, v rows in one
 # attn_qkv) and --fuse-gate-up-exps (each expert's gate rows, then its up rows, in one ffn_gate_up_exps).
