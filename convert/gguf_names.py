@@ -341,10 +341,19 @@ _GRANITE_KEYS = frozenset({"embedding_scale", "attention.scale", "residual_scale
                            "expert_shared_feed_forward_length"})
 
 
+# Granite's experts (3.x MoE, 4.0 H): the router and output_linear one to one, input_linear's halves (GRANITE_PAIRED)
+_GRANITE_EXPERTS = {"block_sparse_moe.router.layer.weight": "ffn_gate_inp.weight",
+                    "block_sparse_moe.output_linear.weight": "ffn_down_exps.weight"}
+GRANITE_PAIRED = {"block_sparse_moe.input_linear.weight": ("ffn_gate_exps.weight", "ffn_up_exps.weight")}
+_GRANITE_SHEXP = ("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
+_GRANITE_ATTN = {k: v for k, v in _LLAMA.items() if not k.startswith("mlp.")}
+
+
 def _granite4(mlp: tuple[str, str, str], extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Granite 4's layer with its shared MLP under llama.cpp's ``mlp`` names (gate, up, down)."""
-    return {**{k: v for k, v in _LLAMA.items() if not k.startswith("mlp.")}, **_GRANITE_MAMBA,
-            **{h: f"{g}.weight" for h, g in zip(_GRANITE_SHARED, mlp)}, **(extra or {})}
+    """Granite's attention layer with Mamba2's tensors and its shared MLP under llama.cpp's ``mlp`` names (gate,
+    up, down)."""
+    return {**_GRANITE_ATTN, **_GRANITE_MAMBA, **{h: f"{g}.weight" for h, g in zip(_GRANITE_SHARED, mlp)},
+            **(extra or {})}
 
 # LFM2's layer (models/lfm2), one to one: Qwen3's attention under its names beside the short convolution's tensors
 _LFM2 = {"operator_norm.weight": "attn_norm.weight", "ffn_norm.weight": "ffn_norm.weight",
@@ -435,11 +444,19 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # which the converter writes for a model without Mamba2 layers alone. Granite 4.0 H Micro, 1B, 350M: the same
     # without experts (GRANITE_HYBRID_DENSE)
     GGUFArch("granitehybrid", "GraniteMoeHybridForCausalLM", "granitemoehybrid", True,
-             _granite4(("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"),
-                       {"block_sparse_moe.router.layer.weight": "ffn_gate_inp.weight",
-                        "block_sparse_moe.output_linear.weight": "ffn_down_exps.weight"}),
-             paired={"block_sparse_moe.input_linear.weight": ("ffn_gate_exps.weight", "ffn_up_exps.weight")},
-             halves=True, keys=_GRANITE_KEYS, mamba=True),
+             _granite4(_GRANITE_SHEXP, _GRANITE_EXPERTS), paired=GRANITE_PAIRED, halves=True, keys=_GRANITE_KEYS,
+             mamba=True),
+    # Granite 3.0 and 3.1 MoE (1B-A400M, 3B-A800M): granite's layer and keys with granitehybrid's experts; with a
+    # shared MLP (expert_shared_feed_forward_length > 0) GraniteMoeShared
+    GGUFArch("granitemoe", "GraniteMoeForCausalLM", "granitemoe", True, {**_GRANITE_ATTN, **_GRANITE_EXPERTS},
+             paired=GRANITE_PAIRED, halves=True,
+             keys=frozenset({"embedding_scale", "attention.scale", "residual_scale", "logit_scale"})),
+    GGUFArch("granitemoe", "GraniteMoeSharedForCausalLM", "granitemoeshared", True,
+             {**_GRANITE_ATTN, **_GRANITE_EXPERTS,
+              **{h: f"{g}.weight" for h, g in zip(_GRANITE_SHARED, _GRANITE_SHEXP)}},
+             paired=GRANITE_PAIRED, halves=True,
+             keys=frozenset({"embedding_scale", "attention.scale", "residual_scale", "logit_scale",
+                             "expert_shared_feed_forward_length"})),
     GGUFArch("exaone4", "Exaone4ForCausalLM", "exaone4", False, _OLMO2,
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
              swa_pattern=4, swa_window=4096, swa_layers=64),

@@ -41,12 +41,13 @@ from .gguf_to_iebin import aux_files, build_config, file_type_name, open_model, 
 # (phi3: the import's q/k/v and gate/up joined again into qkv_proj and gate_up_proj, formats/fused_tensors.py;
 # qwen3_next: its DeltaNet's in_proj_qkvz and in_proj_ba, blocked by key head, likewise;
 # llama4_text: its expert stacks turned back to [experts, in, out], formats/expert_stacks.py;
-# granitemoehybrid: its shared MLP's gate and up joined again into input_linear)
+# granitemoehybrid, granitemoeshared: the shared MLP's gate and up joined again into input_linear)
 HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "glm4_moe", "minimax_m2", "gemma2",
              "gemma3_text", "phi3", "smollm3", "granite", "olmo2", "olmo3", "ministral3", "exaone4", "olmoe",
              "seed_oss", "glm4", "cohere2", "cohere", "deepseek_v3", "deepseek_v2",
              "glm4_moe_lite", "llama4_text", "ernie4_5", "ernie4_5_moe", "qwen3_5_text",
-             "qwen3_5_moe_text", "qwen3_next", "lfm2", "lfm2_moe", "granitemoehybrid")
+             "qwen3_5_moe_text", "qwen3_next", "lfm2", "lfm2_moe", "granitemoehybrid",
+             "granitemoe", "granitemoeshared")
 
 
 FLOAT_TYPES = ("F32", "F16", "BF16")  # GGUF tensor types that hold the weights themselves, not codes

@@ -85,6 +85,10 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
         moe = g.fields.get("granitehybrid.expert_count", 0)
         if not (type(moe) is int and moe > 0):
             return GRANITE_HYBRID_DENSE
+    if key == "granitemoe":  # with a shared MLP: GraniteMoeShared
+        shared = g.fields.get("granitemoe.expert_shared_feed_forward_length", 0)
+        return GGUF_ARCHS_BY_CLASS["GraniteMoeSharedForCausalLM" if type(shared) is int and shared > 0
+                                   else "GraniteMoeForCausalLM"]
     if key == "olmo2":  # OLMo 3 is llama.cpp's olmo2 with a window
         swa = g.fields.get("olmo2.attention.sliding_window", 0)
         return GGUF_ARCHS_BY_CLASS["Olmo3ForCausalLM" if type(swa) is int and swa > 0 else "Olmo2ForCausalLM"]
@@ -429,7 +433,7 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
                                                                    "reads back")
     if arch.gguf == "phi3":
         _phi3_config(g, arch, cfg, names, rot)
-    if arch.gguf == "granite":
+    if arch.gguf in ("granite", "granitemoe"):
         _granite_config(g, arch, cfg)
     if arch.mamba:
         _granite4_config(g, arch, cfg, conv_layers)
@@ -577,9 +581,9 @@ def _granite_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     ``rope.scaling.finetuned`` false turns RoPE off in every layer there,
     which no Granite checkpoint does: refused."""
     a = arch.gguf
-    if g.fields.get(f"{a}.rope.scaling.finetuned", True) is not True and arch.gguf == "granite":
-        raise FormatError(g.path, f"{a}.rope.scaling.finetuned", "false: llama.cpp's granite then rotates no layer, "
-                                                                 "which GraniteForCausalLM cannot say")
+    if g.fields.get(f"{a}.rope.scaling.finetuned", True) is not True and not arch.mamba:
+        raise FormatError(g.path, f"{a}.rope.scaling.finetuned", f"false: llama.cpp's {a} then rotates no layer, "
+                                                                 f"which {arch.hf_class} cannot say")
     cfg.update(embedding_multiplier=_field(g, f"{a}.embedding_scale", float, 1.0),
                attention_multiplier=_field(g, f"{a}.attention.scale", float, 1.0 / math.sqrt(cfg["head_dim"])),
                residual_multiplier=_field(g, f"{a}.residual_scale", float, 1.0),
@@ -740,6 +744,8 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
                    num_dense_layers=_field(g, f"{a}.leading_dense_block_count", int, 0),
                    use_expert_bias=any(t.name.endswith(".exp_probs_b.bias") for t in g.tensors))
+    if arch.hf_class == "GraniteMoeSharedForCausalLM":  # (_arch_of: a shared MLP where the key is positive)
+        cfg["shared_intermediate_size"] = _field(g, f"{a}.expert_shared_feed_forward_length", int)
     if arch.hf_class == "GptOssForCausalLM":
         cfg.update(intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), swiglu_limit=7.0,
                    swiglu_alpha=1.702, attention_bias=True,

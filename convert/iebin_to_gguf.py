@@ -676,7 +676,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.rope.scaling.original_context_length"] = int(scaling["original_max_position_embeddings"])
     if arch.mamba:
         _granite4_kv(kv, a, arch, spec, cfg)
-    if arch.gguf in ("granite", "granitehybrid"):  # as convert_hf_to_gguf.py's GraniteModel writes the multipliers
+    if arch.gguf in ("granite", "granitehybrid", "granitemoe"):  # as convert_hf_to_gguf.py's GraniteModel writes them
         kv[f"{a}.attention.scale"] = float(spec.attn_scale)
         kv[f"{a}.embedding_scale"] = float(spec.embed_scale)
         kv[f"{a}.residual_scale"] = float(spec.residual_scale)
@@ -727,7 +727,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             kv[f"{a}.expert_gating_func"] = SIGMOID_GATING
         elif arch.gguf == "deepseek2":  # softmax (DeepSeek-V2's Hub configs' scoring_func)
             kv[f"{a}.expert_gating_func"] = 1
-        if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe", "qwen3next"):
+        if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe", "qwen3next", "granitemoe"):
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
         if arch.gguf in ("glm4moe", "deepseek2"):  # as convert_hf_to_gguf's Glm4MoeModel and DeepseekV2Model write them
             if moe.sigmoid:  # (DeepSeek-V2's config has no groups to write)

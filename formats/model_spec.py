@@ -221,6 +221,10 @@ ARCHS = {
     # attention where layer_types says so; every layer's MLP a shared_mlp (SwiGLU, shared_intermediate_size wide)
     # beside num_local_experts experts where there are any (_granite_moe)
     "GraniteMoeHybridForCausalLM": Arch(moe="granitemoe", granite=True, mamba=True, renames=GRANITE_SHARED_NAMES),
+    # models/granitemoe (Granite 3.0 and 3.1 MoE: 1B-A400M, 3B-A800M): Granite's layer with Granite 4's experts in
+    # every layer; models/granitemoeshared: the same beside Granite 4's shared MLP where shared_intermediate_size > 0
+    "GraniteMoeForCausalLM": Arch(moe="granitemoe", granite=True),
+    "GraniteMoeSharedForCausalLM": Arch(moe="granitemoe", granite=True),
 }
 ARCHITECTURES = tuple(ARCHS)
 LLAMA4_MLP_INTER = 16384  # Llama4TextConfig's intermediate_size_mlp: its dense layers' width
@@ -837,7 +841,7 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
     if arch.moe == "lfm2_moe":
         return _lfm2_moe(cfg, n_layers, meta_path)
     if arch.moe == "granitemoe":
-        return _granite_moe(cfg, n_layers, meta_path)
+        return _granite_moe(cfg, n_layers, meta_path, arch.mamba)
     qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe in ROUTER_DEFAULTS  # (glm: GLM-4.5's or DeepSeek's)
     # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's and
     # Qwen2-MoE's: num_experts; GLM-4.5's: n_routed_experts.
@@ -1080,11 +1084,13 @@ def _linear(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> dict[str, An
             "lin_conv": get("linear_conv_kernel_dim"), "lin_v_tiled": order == "tiled"}
 
 
-def _granite_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec | None:
-    """Granite 4's experts (GraniteMoeHybridConfig's keys and defaults): num_experts_per_tok of num_local_experts in
-    every layer, weighted by the softmax of their logits (GraniteMoeHybridTopKRouter), beside the shared MLP of
-    shared_intermediate_size channels; None where num_local_experts is 0 (the shared MLP is the layer's MLP)."""
-    n_experts = _int(cfg, meta_path, "num_local_experts", 8, section="config", allow_zero=True)
+def _granite_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path, hybrid: bool) -> MoeSpec | None:
+    """Granite's experts (GraniteMoeHybridConfig's, GraniteMoeConfig's and GraniteMoeSharedConfig's keys and
+    defaults): num_experts_per_tok of num_local_experts in every layer, weighted by the softmax of their logits
+    (GraniteMoeHybridTopKRouter, GraniteMoeTopKGating), beside the shared MLP of shared_intermediate_size channels
+    (Granite 4's always, GraniteMoeShared's where it is not 0; GraniteMoe has none). Granite 4 (``hybrid``) may
+    have no experts: None, its shared MLP the layer's MLP."""
+    n_experts = _int(cfg, meta_path, "num_local_experts", 8, section="config", allow_zero=hybrid)
     if n_experts == 0:
         return None
     top_k = _int(cfg, meta_path, "num_experts_per_tok", 2, section="config")
@@ -1095,7 +1101,8 @@ def _granite_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec
                                                                  section="config"),
                    norm_topk=True, glu="halves", alpha=1.702, limit=7.0, layers=(True,) * n_layers,
                    names=MOE_NAMES["granitemoe"],
-                   shared_inter=_int(cfg, meta_path, "shared_intermediate_size", 1024, section="config"))
+                   shared_inter=_int(cfg, meta_path, "shared_intermediate_size", 1024 if hybrid else 0, section="config",
+                                     allow_zero=not hybrid))
 
 
 def _mamba(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path) -> dict[str, Any]:

@@ -161,8 +161,12 @@ from transformers import (  # noqa: E402
     Qwen3VLTextConfig,
     Qwen3VLVisionConfig,
     Ernie4_5ForCausalLM,
+    GraniteMoeConfig,
+    GraniteMoeForCausalLM,
     GraniteMoeHybridConfig,
     GraniteMoeHybridForCausalLM,
+    GraniteMoeSharedConfig,
+    GraniteMoeSharedForCausalLM,
     Lfm2Config,
     Lfm2ForCausalLM,
     Lfm2MoeConfig,
@@ -288,6 +292,8 @@ QWEN3_VL_MOE_SEED = SEED + 122  # its greedy cases run 16 tokens with margins >=
 LFM2_SEED = SEED + 140  # its greedy cases run 16 tokens with margins >= 0.01
 LFM2_MOE_SEED = SEED + 144  # its greedy cases run 16 tokens with margins >= 0.01
 GRANITE4_SEED = SEED + 150  # its greedy cases run 16 tokens with margins >= 0.04
+GRANITE_MOE_SEED = SEED + 158  # its greedy cases run 16 tokens with margins >= 0.019
+GRANITE_MOE_SHARED_SEED = SEED + 162  # its greedy cases run 16 tokens with margins >= 0.03
 GRANITE4_DENSE_SEED = SEED + 154  # its greedy cases run 16 tokens with margins >= 0.1
 GLM4_VL_MOE_SEED = SEED + 132  # the first from SEED + 130 whose greedy cases run 16 tokens with margins >= 0.02
 ERNIE4_5_SEED = SEED + 95  # its greedy cases run 16 tokens with margins >= 0.04
@@ -1539,6 +1545,33 @@ def make_granite4_dense(tok) -> None:
     save_model(tok, "tiny-granite4-dense", GraniteMoeHybridForCausalLM, cfg, GRANITE4_DENSE_SEED, torch.bfloat16)
 
 
+def _granite_moe_config(cls, tok, **extra):
+    """Granite 3.x MoE's layer on a toy: Granite's four multipliers (tiny-granite4's: logits times 2, an untied
+    head), RoPE, 4 experts of 32 channels in every layer, the top 2 by softmax (their input_linear stacks gate's rows,
+    then up's)."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    dims["intermediate_size"] = 32
+    return cls(**dims, **{**GRANITE, "logits_scaling": 0.5}, num_local_experts=4, num_experts_per_tok=2,
+               rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False,
+               pad_token_id=None, **extra)
+
+
+def make_granite_moe(tok) -> None:
+    """Granite 3.0's and 3.1's MoE (1B-A400M, 3B-A800M) on a toy (_granite_moe_config)."""
+    cfg = _granite_moe_config(GraniteMoeConfig, tok)
+    cfg.architectures = ["GraniteMoeForCausalLM"]
+    save_model(tok, "tiny-granite-moe", GraniteMoeForCausalLM, cfg, GRANITE_MOE_SEED, torch.bfloat16)
+
+
+def make_granite_moe_shared(tok) -> None:
+    """GraniteMoeShared on a toy: tiny-granite-moe's layer beside a shared MLP 48 wide."""
+    cfg = _granite_moe_config(GraniteMoeSharedConfig, tok, shared_intermediate_size=48)
+    cfg.architectures = ["GraniteMoeSharedForCausalLM"]
+    save_model(tok, "tiny-granite-moe-shared", GraniteMoeSharedForCausalLM, cfg, GRANITE_MOE_SHARED_SEED,
+               torch.bfloat16)
+
+
 def _lfm2_moe_biases(model) -> None:
     """expert_bias, a buffer init_weights leaves zero, as _glm4_moe_biases."""
     gen = torch.Generator(device="cpu").manual_seed(LFM2_MOE_SEED)
@@ -1740,6 +1773,8 @@ def main() -> None:
     make_lfm2_vl(tok)
     make_granite4(tok)
     make_granite4_dense(tok)
+    make_granite_moe(tok)
+    make_granite_moe_shared(tok)
     make_cohere2(tok)
     make_cohere(tok)
     make_fp8("tiny-qwen3", "tiny-qwen3-fp8", Qwen3ForCausalLM, [32, 32])

@@ -39,7 +39,8 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-seed-oss": "seed_oss", "tiny-glm4": "glm4",
            "tiny-cohere2": "cohere2", "tiny-cohere": "command-r", "tiny-qwen3-5": "qwen35",
            "tiny-qwen3-5-moe": "qwen35moe", "tiny-qwen3-next": "qwen3next", "tiny-lfm2": "lfm2", "tiny-lfm2-moe": "lfm2moe",
-           "tiny-granite4": "granitehybrid", "tiny-granite4-dense": "granitehybrid"}
+           "tiny-granite4": "granitehybrid", "tiny-granite4-dense": "granitehybrid", "tiny-granite-moe": "granitemoe",
+           "tiny-granite-moe-shared": "granitemoe"}
 
 
 # Granite 4's layer types as the Hub's configs spell them, which llama.cpp's converter reads
@@ -113,7 +114,8 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
                                              "tiny-ernie4-5",
                                              "tiny-seed-oss", "tiny-glm4",
                                              "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5", "tiny-lfm2", "tiny-lfm2-moe",
-                                             "tiny-granite4", "tiny-granite4-dense")}
+                                             "tiny-granite4", "tiny-granite4-dense", "tiny-granite-moe",
+                                             "tiny-granite-moe-shared")}
     out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
     out["tiny-deepseek-v3"] = _without_mtp(tmp, "tiny-deepseek-v3")
     out["tiny-ernie4-5-moe"] = _without_mtp(tmp, "tiny-ernie4-5-moe")

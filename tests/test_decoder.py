@@ -52,14 +52,17 @@ from iekit.runtime.sampling import Sampler, generate
 # layers, a dense MLP in the first, then experts chosen by sigmoid score plus a choice bias, renormalised;
 # tiny-granite4: Mamba2 in three layers of four (8 heads, B and C in 2 groups, a 4-tap convolution with bias),
 # attention without RoPE in the other, Granite's multipliers, 4 softmax-routed experts (gate_up halves) beside a shared
-# MLP fused as input_linear; tiny-granite4-dense: the same layers with one group and the shared MLP alone.
+# MLP fused as input_linear; tiny-granite4-dense: the same layers with one group and the shared MLP alone;
+# tiny-granite-moe: Granite's attention with RoPE, those experts in every layer; tiny-granite-moe-shared: beside a
+# shared MLP.
 MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
           "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-phi3", "tiny-smollm3",
           "tiny-granite", "tiny-olmo2", "tiny-olmo3", "tiny-ministral3", "tiny-exaone4",
           "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe", "tiny-minimax-m2", "tiny-deepseek-v3", "tiny-deepseek-v2",
           "tiny-glm4-moe-lite", "tiny-llama4", "tiny-ernie4-5", "tiny-ernie4-5-moe", "tiny-seed-oss", "tiny-glm4",
           "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5", "tiny-qwen3-5-moe",
-          "tiny-qwen3-next", "tiny-lfm2", "tiny-lfm2-moe", "tiny-granite4", "tiny-granite4-dense"]
+          "tiny-qwen3-next", "tiny-lfm2", "tiny-lfm2-moe", "tiny-granite4", "tiny-granite4-dense", "tiny-granite-moe",
+          "tiny-granite-moe-shared"]
 # The context a model's references ran in: tiny-phi3's stay within LongRoPE's original 32 positions, where
 # transformers turns by the short factors; ierun chooses them by the context, as llama.cpp does.
 CTX = {"tiny-phi3": ["--ctx", "32"]}

@@ -222,7 +222,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             assert g.tensor_type.name == t["dtype"].upper(), gname
             want = raw
         proj = hf.split(".")[-2]
-        if a in ("llama", "smollm3", "granite", "granitehybrid", "mistral3") and proj in heads:  # LlamaModel, kin
+        # (convert_hf_to_gguf's LlamaModel and its kin)
+        if a in ("llama", "smollm3", "granite", "granitehybrid", "granitemoe", "mistral3") and proj in heads:
             rows = t["shape"][0]
             want = llama_permute(want.reshape(rows, -1), heads[proj]).reshape(-1)
         assert np.array_equal(data, want), gname
@@ -235,8 +236,9 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             want = [src[f"model.layers.{i}.{'mlp' if g_name == 'ffn_up' else 'self_attn'}.{p}.weight"] for p in parts]
             assert g.tensor_type.name == want[0][0]["dtype"].upper()
             assert np.asarray(g.data).reshape(-1).view(np.uint8).tobytes() == b"".join(w[1].tobytes() for w in want)
-    # granitehybrid: the shared MLP's gate, up and output_linear as ffn_*_shexp beside experts, else the dense MLP's
-    for i in range(cfg["num_hidden_layers"]) if a == "granitehybrid" else ():
+    # Granite's shared MLP: gate, up and output_linear as ffn_*_shexp beside experts, else the dense MLP's
+    shared = a in ("granitehybrid", "granitemoe") and cfg.get("shared_intermediate_size")
+    for i in range(cfg["num_hidden_layers"]) if shared else ():
         for k, hf in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "output_linear")):
             g = tensors[f"blk.{i}.ffn_{k}{'_shexp' if cfg['num_local_experts'] else ''}.weight"]
             seen.add(g.name)
@@ -277,7 +279,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                 want = _paired_expert(src, i, k, bias=False)
             elif a == "llama4":
                 want = _paired_expert(src, i, k, bias=False, module="feed_forward", halves=True)
-            elif a == "granitehybrid":  # (input_linear's halves, output_linear as it is)
+            elif a in ("granitehybrid", "granitemoe"):  # (input_linear's halves, output_linear as it is)
                 t, raw = src[f"model.layers.{i}.block_sparse_moe.{'output' if k == 'down' else 'input'}_linear.weight"]
                 x = raw.reshape(t["shape"][0], t["shape"][1], -1)
                 want = x if k == "down" else x[:, :x.shape[1] // 2] if k == "gate" else x[:, x.shape[1] // 2:]

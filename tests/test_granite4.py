@@ -1,6 +1,8 @@
 """Granite 4 (GraniteMoeHybridForCausalLM; llama.cpp's granitehybrid): Mamba2
 layers, whose states replace a KV cache, beside attention without RoPE,
-Granite's multipliers, a shared MLP beside softmax-routed experts (or alone).
+Granite's multipliers, a shared MLP beside softmax-routed experts (or alone);
+and Granite 3.x MoE (GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM;
+llama.cpp's granitemoe), the same experts beside Granite's attention.
 The frozen transformers logits and greedy ids are tests/test_decoder.py's,
 the converter's own files tests/test_llamacpp_converter.py's, the round
 trips through GGUF tests/test_gguf_export.py's and tests/test_gguf_to_hf.py's;
@@ -145,3 +147,26 @@ def test_the_imatrix_names_every_matrix_as_llamacpp_does(tmp_path, model):
     assert z["model.layers.0.mamba.out_proj.weight"].shape == (128,)
     assert z["model.layers.2.shared_mlp.output_linear.weight"].shape == (48,)
     assert not any(".mlp." in k for k in z.files)
+
+
+GRANITE_MOE = GOLDEN_IEBIN / "tiny-granite-moe"
+
+
+def test_granite_moe_has_experts_in_every_layer(tmp_path):
+    """Granite 3.x MoE (GraniteMoeForCausalLM) has no MLP but its experts: none is not a model it can be."""
+    s = Decoder(GRANITE_MOE).spec
+    assert s.moe.layers == (True, True) and s.moe.shared_inter == 0 and s.moe.glu == "halves" and not s.nope
+    assert Decoder(GOLDEN_IEBIN / "tiny-granite-moe-shared").spec.moe.shared_inter == 48
+    d = edited_artifact(GRANITE_MOE, tmp_path / "m", lambda m: reconfigure(m, num_local_experts=0))
+    assert_one_line_error(run_tool("ierun", "logits", "--model-dir", d, "--ids", "1,2", "--out", tmp_path / "l.npy"),
+                          "config.num_local_experts")
+
+
+def test_a_granitemoe_file_with_shared_tensors_but_no_width_is_one_line(tmp_path):
+    """llama.cpp's granitemoe runs a shared MLP where expert_shared_feed_forward_length is positive, which is how the
+    import tells GraniteMoeShared from GraniteMoe: ffn_*_shexp tensors without it are refused, not dropped."""
+    bad = rewrite_gguf(CONVERTED / "tiny-granite-moe-shared.gguf", tmp_path / "bad.gguf",
+                       drop={"granitemoe.expert_shared_feed_forward_length"})
+    assert_one_line_error(run_tool("ieconv", "gguf-to-iebin", "--gguf", bad, "--out-dir", tmp_path / "m"),
+                          "ffn_gate_shexp")
+    assert not (tmp_path / "m").exists()

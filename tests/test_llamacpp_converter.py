@@ -37,7 +37,8 @@ CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss
            "tiny-llama4": LLAMA4_FIXED, "tiny-ernie4-5": {}, "tiny-ernie4-5-moe": {},
            "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-qwen3-5": {}, "tiny-qwen3-5-moe": {},
            "tiny-qwen3-next": {}, "tiny-lfm2": {}, "tiny-lfm2-moe": {},
-           "tiny-granite4": {"layer_types": GRANITE4_LAYERS}, "tiny-granite4-dense": {"layer_types": GRANITE4_LAYERS}}
+           "tiny-granite4": {"layer_types": GRANITE4_LAYERS}, "tiny-granite4-dense": {"layer_types": GRANITE4_LAYERS},
+           "tiny-granite-moe": {}, "tiny-granite-moe-shared": {}}
 # what an export needs beyond the defaults: tiny-phi3's window of 6, which llama.cpp's phi3 does not apply
 EXPORT_ARGS = {"tiny-phi3": ["--allow-full-attention"]}
 # descriptive keys the converter derives from the directory and file (llama.cpp reads none of them to run)

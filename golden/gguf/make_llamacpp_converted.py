@@ -66,6 +66,7 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-llama4": {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1},
           "tiny-ernie4-5": {}, "tiny-ernie4-5-moe": {}, "tiny-qwen3-5": {}, "tiny-qwen3-5-moe": {}, "tiny-qwen3-next": {}, "tiny-qwen3-vl": {}, "tiny-qwen3-vl-moe": {}, "tiny-glm4-vl": {}, "tiny-glm4-vl-moe": {}, "tiny-lfm2": {}, "tiny-lfm2-moe": {},
           "tiny-granite4": {"layer_types": GRANITE4_LAYERS}, "tiny-granite4-dense": {"layer_types": GRANITE4_LAYERS},
+          "tiny-granite-moe": {}, "tiny-granite-moe-shared": {},
           "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-exaone": {}}
 # The converter's layout options, which write files llama.cpp reads as well: --fuse-qkv (q, k, v rows in one
 # attn_qkv) and --fuse-gate-up-exps (each expert's gate rows, then its up rows, in one ffn_gate_up_exps).
