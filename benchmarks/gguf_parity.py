@@ -129,28 +129,22 @@ def llama_kld(perplexity: str, gguf: Path, base: Path, n_ctx: int, threads: int,
     loaded 2-core machine lost the summary, and beside a CI run 5 of 43
     models lost it six times running. The last chunk's line carries the
     same figures (kld_result); a run that lost that too is made again, up
-    to ``tries`` runs. A run killed by a signal is made again without
-    repacking (``-nr``, ``no_repack`` in the result): llama.cpp 0.3.36's
-    AMX path, which repacking picks for Q4_0, Q4_1 and Q8_0 where the CPU
-    has AMX (Sapphire Rapids and later), crashes in ggml_backend_amx_mul_mat
-    (SIGSEGV) on SmolLM2's files; without it llama.cpp runs its plain kernels,
-    the same sums in another order."""
-    flags: list[str] = []
+    to ``tries`` runs. A run a signal kills is made again without
+    repacking (llamacpp.run_repack_safe: llama.cpp 0.3.36's AMX path;
+    ``no_repack`` in the result), and so are the tries after it."""
+    cmd = [perplexity, "-m", str(gguf), "--kl-divergence-base", str(base), "--kl-divergence", "-c", str(n_ctx), "-b",
+           str(n_ctx), "-t", str(threads)]
     for _ in range(tries):
-        res = subprocess.run([perplexity, "-m", str(gguf), "--kl-divergence-base", str(base), "--kl-divergence",
-                              "-c", str(n_ctx), "-b", str(n_ctx), "-t", str(threads), *flags],
-                             capture_output=True, text=True)
+        res, added = llamacpp.run_repack_safe(cmd, ["--no-repack"])
+        cmd += added.split() if added else []
         text = res.stdout + res.stderr
         r = kld_result(text, chunks)
-        if res.returncode < 0 and not flags:
-            flags = ["-nr"]
-            continue
         if res.returncode != 0 or r:
             break
     if res.returncode != 0 or not r:
-        raise RuntimeError(f"llama-perplexity {' '.join(flags)} on {gguf.name}: exit {res.returncode}: "
-                           f"{text.strip()[-800:]}")
-    return {**r, "no_repack": bool(flags)}
+        raise RuntimeError(f"{Path(perplexity).name}{' --no-repack' if '--no-repack' in cmd else ''} on {gguf.name}: "
+                           f"exit {res.returncode}: {text.strip()[-800:]}")
+    return {**r, "no_repack": "--no-repack" in cmd}
 
 
 def chunks_of(ids: list[int], n_ctx: int, n: int, bos: int | None) -> list[list[int]]:
@@ -250,7 +244,7 @@ def main() -> None:
             print(f"  {label}: FAILED: {e}", file=sys.stderr)
             continue
         types = sorted({t for t in json.loads(run(BIN / "ieconv", "inspect", out, "--json"))["by_type"]})
-        rows.append((label + (" (llama.cpp -nr)" if r["no_repack"] else ""), ",".join(types), r))
+        rows.append((label + (" (llama.cpp --no-repack)" if r["no_repack"] else ""), ",".join(types), r))
         print(f"  {label}: done", file=sys.stderr)
     print(f"\nllama.cpp ({Path(a.llama_perplexity).name} --kl-divergence) on each export (or on the file imported) "
           f"against ierun on the artifact "

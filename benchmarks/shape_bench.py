@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+import llamacpp
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -83,9 +85,13 @@ def main(doc: str, checkpoint: Callable[[Path], None]) -> None:
     tests = ["-p", "512", "-n", "32", "-d", "0,4096", "-t", str(a.threads), "-r", "2"]
     print("ierun:")
     print(run([bin_dir / "ierun", "bench", "-m", a.work / "ie", *tests, "-o", "md"]))
-    llama_bench = shutil.which("llama-bench") or ROOT / "build/llamacpp/bin/llama-bench"
-    if Path(llama_bench).exists():
-        print("llama.cpp:")
-        print(run([llama_bench, "-m", a.work / "m.gguf", *tests, "-o", "md"]))
+    llama_bench = llamacpp.tool("llama-bench")
+    if llama_bench:  # (its AMX path crashes where the CPU has AMX: run again without repacking, and say so)
+        res, added = llamacpp.run_repack_safe([llama_bench, "-m", str(a.work / "m.gguf"), *tests, "-o", "md"],
+                                              ["--repack", "0"])
+        if res.returncode != 0:
+            sys.exit(f"llama-bench: {res.stderr.strip()[-2000:]}")
+        print(f"llama.cpp{f' ({added}: its AMX path crashed)' if added else ''}:")
+        print(res.stdout)
     else:
         print("llama.cpp: llama-bench not built (make llamacpp)")
