@@ -325,9 +325,18 @@ MROPE_NEOX = ("glm4",)
 # convolutions' taps (gated DeltaNet's conv1d, LFM2's short convolution): [channels, 1, taps] in Hugging Face's
 # layout, [channels, taps] in GGUF, the same bytes
 CONV_TAPS = ("linear_attn.conv1d.weight", "conv.conv.weight", "mamba.conv1d.weight")
-# Mamba2's vectors llama.cpp keeps 2-D, the same bytes: A and D [heads, 1], the gated norm's weights [groups,
-# inner / groups] (HF suffix -> whether its rows are the groups, else the heads with one column)
-FLATTENED = {"mamba.A_log": False, "mamba.D": False, "mamba.norm.weight": True}
+# Mamba2's vectors llama.cpp keeps 2-D (and F32), the same bytes: A and D [heads, 1], the gated norm's weights
+# [groups, inner / groups] (gguf_2d_shape)
+FLATTENED = ("mamba.A_log", "mamba.D", "mamba.norm.weight")
+
+
+def gguf_2d_shape(hf: str, n: int, groups: int) -> list[int] | None:
+    """llama.cpp's shape of the FLATTENED vector ``hf`` of ``n`` elements (``groups``: Mamba2's groups of B and C),
+    or None for any other tensor."""
+    if not hf.endswith(FLATTENED):
+        return None
+    rows = groups if hf.endswith("mamba.norm.weight") else n
+    return [rows, n // rows]
 
 # Granite 4's layer (models/granitemoehybrid) as convert_hf_to_gguf's GraniteHybridModel names it: Llama's attention
 # beside Mamba2's tensors (ssm_*), its MLP under ffn_*_shexp beside experts (ffn_gate_exps and ffn_up_exps the halves
@@ -336,9 +345,10 @@ _GRANITE_MAMBA = {"mamba.in_proj.weight": "ssm_in.weight", "mamba.conv1d.weight"
                   "mamba.conv1d.bias": "ssm_conv1d.bias", "mamba.dt_bias": "ssm_dt.bias", "mamba.A_log": "ssm_a",
                   "mamba.D": "ssm_d", "mamba.norm.weight": "ssm_norm.weight", "mamba.out_proj.weight": "ssm_out.weight"}
 _GRANITE_SHARED = ("shared_mlp.gate_proj.weight", "shared_mlp.up_proj.weight", "shared_mlp.output_linear.weight")
-_GRANITE_KEYS = frozenset({"embedding_scale", "attention.scale", "residual_scale", "logit_scale", "ssm.conv_kernel",
-                           "ssm.state_size", "ssm.group_count", "ssm.inner_size", "ssm.time_step_rank",
-                           "expert_shared_feed_forward_length"})
+# Granite's four multipliers (gguf-py's add_embedding_scale, add_attention_scale, add_residual_scale, add_logit_scale)
+_GRANITE_SCALES = frozenset({"embedding_scale", "attention.scale", "residual_scale", "logit_scale"})
+_GRANITE_KEYS = _GRANITE_SCALES | {"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.inner_size",
+                                   "ssm.time_step_rank", "expert_shared_feed_forward_length"}
 
 
 # Granite's experts (3.x MoE, 4.0 H): the router and output_linear one to one, input_linear's halves (GRANITE_PAIRED)
@@ -419,7 +429,7 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # Granite 3: Llama's layer and names with four multipliers as keys (gguf-py's add_embedding_scale,
     # add_attention_scale, add_residual_scale, add_logit_scale)
     GGUFArch("granite", "GraniteForCausalLM", "granite", True, _LLAMA,
-             keys=frozenset({"embedding_scale", "attention.scale", "residual_scale", "logit_scale"})),
+             keys=_GRANITE_SCALES),
     # SmolLM3: Llama's layer, q/k rows interleaved as for llama; llama.cpp leaves every 4th layer unrotated
     # (its n_no_rope_layer_step, read from no file)
     GGUFArch("smollm3", "SmolLM3ForCausalLM", "smollm3", True, _LLAMA, nope_step=4),
@@ -450,13 +460,12 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # shared MLP (expert_shared_feed_forward_length > 0) GraniteMoeShared
     GGUFArch("granitemoe", "GraniteMoeForCausalLM", "granitemoe", True, {**_GRANITE_ATTN, **_GRANITE_EXPERTS},
              paired=GRANITE_PAIRED, halves=True,
-             keys=frozenset({"embedding_scale", "attention.scale", "residual_scale", "logit_scale"})),
+             keys=_GRANITE_SCALES),
     GGUFArch("granitemoe", "GraniteMoeSharedForCausalLM", "granitemoeshared", True,
              {**_GRANITE_ATTN, **_GRANITE_EXPERTS,
               **{h: f"{g}.weight" for h, g in zip(_GRANITE_SHARED, _GRANITE_SHEXP)}},
              paired=GRANITE_PAIRED, halves=True,
-             keys=frozenset({"embedding_scale", "attention.scale", "residual_scale", "logit_scale",
-                             "expert_shared_feed_forward_length"})),
+             keys=_GRANITE_SCALES | {"expert_shared_feed_forward_length"}),
     GGUFArch("exaone4", "Exaone4ForCausalLM", "exaone4", False, _OLMO2,
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
              swa_pattern=4, swa_window=4096, swa_layers=64),

@@ -45,14 +45,16 @@ from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
 from iekit.formats.hf_config import model_summary
 from iekit.formats.library_calls import guarded
 from iekit.formats.model_spec import ARCHS as DECODER_ARCHS
-from iekit.formats.model_spec import (EXPERT_STACKS, check_convertible, every_nth, longrope_attention_factor,
+from iekit.formats.model_spec import (EXPERT_STACKS, MAMBA_DEFAULTS, check_convertible, every_nth,
+                                      longrope_attention_factor,
                                       rope_tables)
 from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, CONVERTER_FUSED, GGUF_ARCHS, IMPORTED_AS, CONV_TAPS,
-                         DECAY_RATES, FLATTENED, GRANITE_HYBRID_DENSE, MLA_KV_B, MROPE_NEOX, NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, attention_scalar,
-                         beside, hf_layer_name, mtp_extra_hf_name, norm_shift, sliding_by_period)
+                         DECAY_RATES, FLATTENED, GRANITE_HYBRID_DENSE, MLA_KV_B, MROPE_NEOX, NO_DENSE_MLP,
+                         SIGMOID_GATING, GGUFArch, attention_scalar, beside, hf_layer_name, mtp_extra_hf_name,
+                         norm_shift, sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .ollama_layout import Read, as_llamacpp
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
@@ -595,32 +597,27 @@ def _granite4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], mamba_la
     (_conv_layers: head_count_kv 0) and their dims from the ssm.* keys (inner_size a whole multiple of the width,
     time_step_rank its heads); RoPE where rope.scaling.finetuned is true or absent, as llama.cpp's granitehybrid
     switches it; the shared MLP expert_shared_feed_forward_length wide beside experts (llama.cpp runs none without
-    the key), or without experts the dense MLP's feed_forward_length."""
+    the key: _moe_config), or without experts the dense MLP's feed_forward_length."""
     a = arch.gguf
     _granite_config(g, arch, cfg)
     hidden, blocks = cfg["hidden_size"], cfg["num_hidden_layers"]
-    heads = _field(g, f"{a}.ssm.time_step_rank", int) if any(mamba_layers) else 1
-    inner = _field(g, f"{a}.ssm.inner_size", int) if any(mamba_layers) else 2 * hidden
+    # (required where a layer runs Mamba2; else what iebin-to-gguf wrote, or GraniteMoeHybridConfig's defaults)
+    def ssm(key: str, default: int) -> int:
+        return _field(g, f"{a}.ssm.{key}", int, None if any(mamba_layers) else default)
+
+    heads, inner = ssm("time_step_rank", 1), ssm("inner_size", 2 * hidden)
     if heads < 1 or inner < 1 or inner % hidden or inner % heads:
         raise FormatError(g.path, f"{a}.ssm.inner_size", f"{inner}: expected a whole multiple of the {hidden}-wide "
                                                          f"model split into time_step_rank {heads} heads")
     rope = g.fields.get(f"{a}.rope.scaling.finetuned", True)
     cfg.update(layer_types=[("attention", "mamba")[m] for m in mamba_layers or [False] * blocks],
                position_embedding_type="rope" if rope is True else "nope", mamba_n_heads=heads,
-               mamba_d_head=inner // heads, mamba_expand=inner // hidden, mamba_conv_bias=True, mamba_proj_bias=False)
-    if any(mamba_layers):
-        cfg.update(mamba_d_state=_field(g, f"{a}.ssm.state_size", int),
-                   mamba_n_groups=_field(g, f"{a}.ssm.group_count", int),
-                   mamba_d_conv=_field(g, f"{a}.ssm.conv_kernel", int))
-    if arch is GRANITE_HYBRID_DENSE:
+               mamba_d_head=inner // heads, mamba_expand=inner // hidden, mamba_conv_bias=True, mamba_proj_bias=False,
+               mamba_d_state=ssm("state_size", MAMBA_DEFAULTS["mamba_d_state"]),
+               mamba_n_groups=ssm("group_count", MAMBA_DEFAULTS["mamba_n_groups"]),
+               mamba_d_conv=ssm("conv_kernel", MAMBA_DEFAULTS["mamba_d_conv"]))
+    if arch is GRANITE_HYBRID_DENSE:  # (with experts: _moe_config)
         cfg.update(num_local_experts=0, shared_intermediate_size=cfg["intermediate_size"])
-        return
-    shared = _field(g, f"{a}.expert_shared_feed_forward_length", int, 0)
-    if shared < 1:
-        raise FormatError(g.path, f"{a}.expert_shared_feed_forward_length", f"{shared}: llama.cpp's granitehybrid "
-                                                                            "then runs no shared MLP, which "
-                                                                            "GraniteMoeHybridForCausalLM always has")
-    cfg["shared_intermediate_size"] = shared
 
 
 def _mistral3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
@@ -744,8 +741,12 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
                    num_dense_layers=_field(g, f"{a}.leading_dense_block_count", int, 0),
                    use_expert_bias=any(t.name.endswith(".exp_probs_b.bias") for t in g.tensors))
-    if arch.hf_class == "GraniteMoeSharedForCausalLM":  # (_arch_of: a shared MLP where the key is positive)
-        cfg["shared_intermediate_size"] = _field(g, f"{a}.expert_shared_feed_forward_length", int)
+    if arch.hf_class in ("GraniteMoeSharedForCausalLM", "GraniteMoeHybridForCausalLM"):  # (their shared MLP)
+        shared = _field(g, f"{a}.expert_shared_feed_forward_length", int, 0)
+        if shared < 1:
+            raise FormatError(g.path, f"{a}.expert_shared_feed_forward_length",
+                              f"{shared}: llama.cpp's {a} then runs no shared MLP, which {arch.hf_class} has")
+        cfg["shared_intermediate_size"] = shared
     if arch.hf_class == "GptOssForCausalLM":
         cfg.update(intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int), swiglu_limit=7.0,
                    swiglu_alpha=1.702, attention_bias=True,
@@ -1010,7 +1011,7 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
                 raise FormatError(g.path, where, f"has {len(t.shape)} dimensions; expected a matrix or vector")
             # (a convolution's taps: [channels, 1, taps] as Hugging Face keeps them, the same bytes)
             shape = [t.shape[0], 1, t.shape[1]] if name.endswith(CONV_TAPS) and len(t.shape) == 2 else None
-            flat = name.endswith(tuple(FLATTENED))  # (Mamba2's A, D, gated norm: 1-D, the same bytes)
+            flat = name.endswith(FLATTENED)  # (Mamba2's A, D, gated norm: 1-D, the same bytes)
             out.append(_Tensor(t, name, "", None, "", shift=norm_shift(arch, name),
                                shape_=[int(np.prod(t.shape))] if flat else shape, log_neg=name.endswith(DECAY_RATES),
                                elementwise=flat))

@@ -53,9 +53,9 @@ from iekit.formats.model_spec import (LLAMA4_MLP_INTER, DecoderSpec, decoder_spe
                                       rope_tables, yarn_attention_factor)
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import (CONV_TAPS, DECAY_RATES, FLATTENED, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS, NO_DENSE_MLP, SIGMOID_GATING,
-                         GGUFArch, arch_of, attention_scalar, fused_parts, gguf_layer_name, mtp_gguf_name, norm_shift, separable,
-                         sliding_by_period)
+from .gguf_names import (CONV_TAPS, DECAY_RATES, FLATTENED, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS, NO_DENSE_MLP,
+                         SIGMOID_GATING, GGUFArch, arch_of, attention_scalar, fused_parts, gguf_2d_shape, gguf_layer_name,
+                         mtp_gguf_name, norm_shift, separable, sliding_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
@@ -166,7 +166,7 @@ class _Plan:
         # product with a BF16 or F16 matrix ggml would take with the activations rounded to that type too
         f32 = (len(shape) == 1 or gguf_name.endswith(".bias") or ".attn_sinks." in gguf_name
                or ".ffn_gate_inp." in gguf_name or ".ffn_gate_inp_shexp." in gguf_name or ".ssm_conv1d." in gguf_name
-               or ".shortconv.conv." in gguf_name or gguf_name.endswith((".ssm_a", ".ssm_d", ".ssm_norm.weight")))
+               or ".shortconv.conv." in gguf_name or first["name"].endswith(FLATTENED))
         o = _Out(gguf_name, SAME_BYTES.get(dtype, ""), shape, parts, dtype, shift=norm_shift(self.arch, first["name"]),
                  neg_exp=first["name"].endswith(DECAY_RATES))
         floats = dtype in ("f16", "bf16", "f32")
@@ -445,9 +445,7 @@ def _plan_tensors(plan: _Plan) -> None:
         shape = list(e["shape"])
         if hf.endswith(CONV_TAPS):  # [channels, 1, taps] as llama.cpp's [channels, taps]: the same bytes
             shape = [shape[0], shape[-1]]
-        if hf.endswith(tuple(FLATTENED)):  # Mamba2's A and D as [heads, 1], its gated norm [groups, inner / groups]
-            rows = spec.ssm_groups if FLATTENED[next(f for f in FLATTENED if hf.endswith(f))] else shape[0]
-            shape = [rows, shape[0] // rows]
+        shape = gguf_2d_shape(hf, shape[0], spec.ssm_groups) or shape
         plan.add(mtp_gguf_name(arch, hf, spec.n_layers) or gguf_layer_name(arch, hf), [_Part(e, order)], shape)
 
     one("model.embed_tokens.weight")
@@ -675,7 +673,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     elif kind == "llama3":  # the divisors are rope_freqs.weight; the original context pins their scale on import
         kv[f"{a}.rope.scaling.original_context_length"] = int(scaling["original_max_position_embeddings"])
     if arch.mamba:
-        _granite4_kv(kv, a, arch, spec, cfg)
+        _granite4_kv(kv, a, spec)
     if arch.gguf in ("granite", "granitehybrid", "granitemoe"):  # as convert_hf_to_gguf.py's GraniteModel writes them
         kv[f"{a}.attention.scale"] = float(spec.attn_scale)
         kv[f"{a}.embedding_scale"] = float(spec.embed_scale)
@@ -760,7 +758,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     return kv
 
 
-def _granite4_kv(kv: dict[str, Any], a: str, arch: GGUFArch, spec: DecoderSpec, cfg: dict[str, Any]) -> None:
+def _granite4_kv(kv: dict[str, Any], a: str, spec: DecoderSpec) -> None:
     """Granite 4's keys as convert_hf_to_gguf's GraniteHybridModel writes them: the Mamba2 dims under ssm.*, RoPE's
     switch (rope.scaling.finetuned, which llama.cpp's granitehybrid reads as one), the shared MLP's width; without
     experts, expert counts of 0 (llama.cpp's loader asserts no more experts are used than there are)."""

@@ -1128,8 +1128,7 @@ def _mamba(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path) -> 
             raise UnsupportedError(f"{meta_path}: config.{key}: {cfg[key]!r:.40}: the decoder runs Granite 4's "
                                    f"Mamba2 layers (mamba_conv_bias true, mamba_proj_bias false)")
     limit = cfg.get("time_step_limit")  # (transformers 5 writes infinity as {"__float__": "Infinity"})
-    if limit is not None and (not isinstance(limit, list) or len(limit) != 2 or limit[0] != 0 or
-                              limit[1] not in (math.inf, "Infinity", {"__float__": "Infinity"})):
+    if limit is not None and limit != [0, {"__float__": "Infinity"}]:
         raise UnsupportedError(f"{meta_path}: config.time_step_limit: {limit!r:.60}: clamping the time step is not "
                                "supported by the decoder (only [0.0, Infinity], none)")
     return {"ssm": layers, "ssm_heads": heads, "ssm_head_dim": d_head, "ssm_state": get("mamba_d_state"),
@@ -1393,7 +1392,8 @@ def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
               "o": (s.hidden, s.n_heads * s.v_dim),
               "gate": (s.inter, s.hidden), "up": (s.inter, s.hidden), "down": (s.hidden, s.inter)}
     bias_len = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": s.hidden}
-    linear = bool(s.recurrent) and s.recurrent[i]
+    recurrent = s.recurrent
+    linear = bool(recurrent) and recurrent[i]  # (no attention: no biases or q/k norms)
     if s.ssm and s.ssm[i]:
         ch = s.ssm_heads * s.ssm_head_dim + 2 * s.ssm_groups * s.ssm_state
         inner, heads = s.ssm_heads * s.ssm_head_dim, (s.ssm_heads,)

@@ -102,7 +102,8 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
         assert t["shape"] == tb[n]["shape"], n
         assert (t["dtype"] in ("f16", "bf16", "f32")) == (tb[n]["dtype"] in ("f16", "bf16", "f32")), n
         if n.endswith(DECAY_RATES):  # llama.cpp's -exp(A_log): the import's A_log a float32 of exactly that rate
-            assert _ulps(decay_rate(_values(a, t)), decay_rate(_values(b, tb[n]))) <= 1, n
+            tolerance = 1 if n.endswith("mamba.A_log") else 0  # (tiny-granite4's rates: _ulps)
+            assert _ulps(decay_rate(_values(a, t)), decay_rate(_values(b, tb[n]))) <= tolerance, n
             continue
         assert np.array_equal(_values(a, t), _values(b, tb[n])), n
     sa, sb = (decoder_spec(m.meta, m.meta_path) for m in (a, b))

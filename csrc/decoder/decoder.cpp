@@ -530,9 +530,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   std::vector<int> slot(static_cast<size_t>(c.n_layers), -1);
   int cached = 0;
   for (int l = 0; l < c.n_layers; ++l)
-    if ((c.linear.empty() || !c.linear[l]) && (c.short_conv.empty() || !c.short_conv[l]) &&
-        (c.ssm.empty() || !c.ssm[l]))
-      slot[l] = cached++;
+    if (!c.recurrent(l)) slot[l] = cached++;
   const size_t positions = checked_mul(static_cast<size_t>(cached), static_cast<size_t>(c.max_ctx), "KV cache");
   // (latent attention's values are its keys' latent part: no V cache of their own)
   for (auto [half, type, dim] : {std::tuple{&k_cache_, c.k_cache, hd_}, std::tuple{&v_cache_, c.v_cache, v_dim_ / kv_heads_}}) {

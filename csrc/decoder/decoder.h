@@ -236,6 +236,12 @@ struct DecoderConfig {
   std::vector<uint8_t> ssm;
   int ssm_heads = 0, ssm_head_dim = 0, ssm_state = 0, ssm_groups = 0, ssm_conv = 0;
 
+  // Whether layer l keeps recurrent states in place of a KV cache (gated DeltaNet, short convolution, Mamba2).
+  bool recurrent(int l) const {
+    auto on = [l](const std::vector<uint8_t>& v) { return !v.empty() && v[static_cast<size_t>(l)] != 0; };
+    return on(linear) || on(short_conv) || on(ssm);
+  }
+
   // The dims RoPE turns of a q/k head (head_dim but for partial RoPE and latent attention), and a value head's.
   int rotary_dim() const { return 2 * static_cast<int>(inv_freq.size()); }
   int value_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
