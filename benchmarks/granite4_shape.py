@@ -24,30 +24,17 @@ TYPES = ["mamba"] * 5 + ["attention"] + ["mamba"] * 2
 
 
 def layers(w: Weights) -> dict[str, np.ndarray]:
-    """Every layer's tensors, as GraniteMoeHybridForCausalLM's checkpoints name them (A_log, D and dt_bias as
-    GraniteMoeHybridMambaLayer initialises them: log 1..heads, ones, ones)."""
+    """Every layer's tensors, as GraniteMoeHybridForCausalLM's checkpoints name them."""
     t = {}
-    inner = SSM_HEADS * SSM_HEAD_DIM
-    channels = inner + 2 * GROUPS * STATE
     for i, kind in enumerate(TYPES):
         p = f"model.layers.{i}."
         t.update({p + "input_layernorm.weight": w.ones(HIDDEN), p + "post_attention_layernorm.weight": w.ones(HIDDEN),
                   p + "shared_mlp.input_linear.weight": w.m(2 * INTER, HIDDEN),
                   p + "shared_mlp.output_linear.weight": w.m(HIDDEN, INTER)})
         if kind == "mamba":
-            m = p + "mamba."
-            t.update({m + "in_proj.weight": w.m(inner + channels + SSM_HEADS, HIDDEN),
-                      m + "conv1d.weight": w.m(channels, 1, TAPS) * 10, m + "conv1d.bias": w.m(channels),
-                      m + "dt_bias": w.ones(SSM_HEADS),
-                      m + "A_log": np.log(np.arange(1, SSM_HEADS + 1, dtype=np.float32)),
-                      m + "D": w.ones(SSM_HEADS), m + "norm.weight": w.ones(inner),
-                      m + "out_proj.weight": w.m(HIDDEN, inner)})
+            t.update(w.mamba2(p + "mamba.", HIDDEN, SSM_HEADS, SSM_HEAD_DIM, STATE, GROUPS, TAPS))
         else:
-            a = p + "self_attn."
-            t.update({a + "q_proj.weight": w.m(HEADS * HEAD_DIM, HIDDEN),
-                      a + "k_proj.weight": w.m(KV_HEADS * HEAD_DIM, HIDDEN),
-                      a + "v_proj.weight": w.m(KV_HEADS * HEAD_DIM, HIDDEN),
-                      a + "o_proj.weight": w.m(HIDDEN, HEADS * HEAD_DIM)})
+            t.update(w.attention(p + "self_attn.", HIDDEN, HEADS, KV_HEADS, HEAD_DIM))
     return t
 
 

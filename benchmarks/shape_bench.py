@@ -37,6 +37,26 @@ class Weights:
     def ones(n: int) -> np.ndarray:
         return np.ones(n, np.float32)
 
+    def mamba2(self, pre: str, hidden: int, heads: int, head_dim: int, state: int, groups: int,
+               taps: int) -> dict[str, np.ndarray]:
+        """A Mamba2 layer's tensors under ``pre`` (Granite 4's mamba., Nemotron-H's mixer.): A_log, D and dt_bias as
+        transformers' Mamba2 mixers initialise them (log 1..heads, ones, ones), the taps ten times the others'
+        scale."""
+        inner = heads * head_dim
+        channels = inner + 2 * groups * state
+        return {pre + "in_proj.weight": self.m(inner + channels + heads, hidden),
+                pre + "conv1d.weight": self.m(channels, 1, taps) * 10, pre + "conv1d.bias": self.m(channels),
+                pre + "dt_bias": self.ones(heads), pre + "A_log": np.log(np.arange(1, heads + 1, dtype=np.float32)),
+                pre + "D": self.ones(heads), pre + "norm.weight": self.ones(inner),
+                pre + "out_proj.weight": self.m(hidden, inner)}
+
+    def attention(self, pre: str, hidden: int, heads: int, kv_heads: int, head_dim: int) -> dict[str, np.ndarray]:
+        """An attention layer's q, k, v and o under ``pre``."""
+        return {pre + "q_proj.weight": self.m(heads * head_dim, hidden),
+                pre + "k_proj.weight": self.m(kv_heads * head_dim, hidden),
+                pre + "v_proj.weight": self.m(kv_heads * head_dim, hidden),
+                pre + "o_proj.weight": self.m(hidden, heads * head_dim)}
+
 
 def run(cmd: list[Any]) -> str:
     res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
@@ -46,9 +66,10 @@ def run(cmd: list[Any]) -> str:
 
 
 def write_checkpoint(out: Path, hidden: int, layers: Callable[[Weights], dict[str, np.ndarray]],
-                     config: dict[str, Any], final_norm: str = "model.norm.weight") -> None:
-    """The checkpoint: the embedding, an untied head, the final norm (under ``final_norm``), ``layers(w)``'s
-    tensors and ``config`` (vocab_size and the ids added: tiny-llama's 320 tokens)."""
+                     config: dict[str, Any], final_norm: str = "model.norm.weight",
+                     embed: str = "model.embed_tokens.weight") -> None:
+    """The checkpoint: the embedding (under ``embed``), an untied head, the final norm (under ``final_norm``),
+    ``layers(w)``'s tensors and ``config`` (vocab_size and the ids added: tiny-llama's 320 tokens)."""
     from safetensors.numpy import save_file
 
     out.mkdir(parents=True, exist_ok=True)
@@ -56,7 +77,7 @@ def write_checkpoint(out: Path, hidden: int, layers: Callable[[Weights], dict[st
         shutil.copy(ROOT / "golden/hf/tiny-llama" / f, out / f)
     vocab = len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"])
     w = Weights()
-    t = {"model.embed_tokens.weight": w.m(vocab, hidden), "lm_head.weight": w.m(vocab, hidden),
+    t = {embed: w.m(vocab, hidden), "lm_head.weight": w.m(vocab, hidden),
          final_norm: w.ones(hidden), **layers(w)}
     save_file(dict(sorted(t.items())), str(out / "model.safetensors"), metadata={"format": "pt"})
     cfg = {**config, "hidden_size": hidden, "vocab_size": vocab, "tie_word_embeddings": False, "bos_token_id": 1,

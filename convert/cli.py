@@ -234,7 +234,9 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       ssm_a back as A_log, ffn_gate_exps and ffn_up_exps joined into
       input_linear's halves; RoPE where rope.scaling.finetuned is true),
       granitemoe (Granite 3.x MoE: the same experts; GraniteMoeShared
-      where expert_shared_feed_forward_length is positive);
+      where expert_shared_feed_forward_length is positive), nemotron_h
+      and nemotron_h_moe (Nemotron-H, Nemotron Nano 2, Nemotron 3 Nano:
+      its blocks by head_count_kv and feed_forward_length, one per block);
       files the converter wrote with --fuse-qkv or
       --fuse-gate-up-exps read as the separate tensors;
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
@@ -403,7 +405,9 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       head_count_kv one per layer, 0 where it convolves), granitehybrid
       (Granite 4.0 H: likewise, 0 where it runs Mamba2; input_linear's
       halves as ffn_gate_exps and ffn_up_exps, the shared MLP as
-      ffn_*_shexp), granitemoe (Granite 3.x MoE), seed_oss, glm4, cohere2 and command-r, with llama.cpp's tensor names and layouts (q/k rows
+      ffn_*_shexp), granitemoe (Granite 3.x MoE), nemotron_h and
+      nemotron_h_moe (Nemotron-H: head_count_kv and feed_forward_length
+      one per block), seed_oss, glm4, cohere2 and command-r, with llama.cpp's tensor names and layouts (q/k rows
       re-interleaved, experts stacked as ffn_*_exps, Gemma's norms as 1 + w,
       Phi-3's q/k/v and GLM-4's and Phi-3's gate/up joined as attn_qkv and
       ffn_up, LongRoPE's factors as rope_factors_long/_short);

@@ -94,7 +94,7 @@ def importance_to_hf(entries: dict, names: Mapping[str, Sequence[int]] | Collect
                            for h in fused_parts(arch).get(f"{m.group(2)}.{m.group(3)}", ())
                            if (p := f"model.layers.{int(m.group(1))}.{h}") in names})
         hf = hf_name(n)
-        if hf is not None:
+        if hf is not None and hf in names:
             out[hf] = v
             continue
         m = _BLK.fullmatch(n)
@@ -243,6 +243,12 @@ class GGUFArch:
     # Granite 4's Mamba2 layers: which by attention.head_count_kv as LFM2's (0 where a layer runs Mamba2), its dims
     # under ssm.*, A_log as -exp(A_log) (DECAY_RATES), A, D and the gated norm's weights 2-D (FLATTENED)
     mamba: bool = False
+    # Nemotron-H's blocks, each one mixer: which by attention.head_count_kv and feed_forward_length, one per block
+    # (Mamba2 where both are 0, attention where the KV heads are not, an MLP or experts where the width is not);
+    # Mamba2's tensors as Granite 4's
+    nemotron: bool = False
+    # top-level GGUF name -> the HF name where the architecture's differs from _TOP's (Nemotron-H's model.embeddings)
+    top: dict[str, str] = field(default_factory=dict)
 
 
 # Latent attention's kv_b_proj (HF suffix) and the two llama.cpp tensors it crosses as (gguf_names' docstring)
@@ -305,7 +311,7 @@ _LINEAR = {"linear_attn.in_proj_qkv.weight": "attn_qkv.weight", "linear_attn.in_
            "linear_attn.dt_bias": "ssm_dt.bias", "linear_attn.norm.weight": "ssm_norm.weight",
            "linear_attn.out_proj.weight": "ssm_out.weight"}
 # A_log, which llama.cpp's converter stores as -exp(A_log): gated DeltaNet's, Mamba2's
-DECAY_RATES = ("linear_attn.A_log", "mamba.A_log")
+DECAY_RATES = ("linear_attn.A_log", "mamba.A_log", "mixer.A_log")
 # What Qwen3.5's two architectures share: the DeltaNet's dims as ssm.* keys, the layers' kinds, the MTP blocks; every
 # norm but the DeltaNet's stored 1 + w; the MTP layers beside the model
 _QWEN35_KEYS = frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size",
@@ -324,10 +330,10 @@ MTP_EXTRAS = {"mtp.fc.weight": "nextn.eh_proj.weight", "mtp.pre_fc_norm_embeddin
 MROPE_NEOX = ("glm4",)
 # convolutions' taps (gated DeltaNet's conv1d, LFM2's short convolution): [channels, 1, taps] in Hugging Face's
 # layout, [channels, taps] in GGUF, the same bytes
-CONV_TAPS = ("linear_attn.conv1d.weight", "conv.conv.weight", "mamba.conv1d.weight")
+CONV_TAPS = ("linear_attn.conv1d.weight", "conv.conv.weight", "mamba.conv1d.weight", "mixer.conv1d.weight")
 # Mamba2's vectors llama.cpp keeps 2-D (and F32), the same bytes: A and D [heads, 1], the gated norm's weights
 # [groups, inner / groups] (gguf_2d_shape)
-FLATTENED = ("mamba.A_log", "mamba.D", "mamba.norm.weight")
+FLATTENED = ("mamba.A_log", "mamba.D", "mamba.norm.weight", "mixer.A_log", "mixer.D", "mixer.norm.weight")
 
 
 def gguf_2d_shape(hf: str, n: int, groups: int) -> list[int] | None:
@@ -335,7 +341,7 @@ def gguf_2d_shape(hf: str, n: int, groups: int) -> list[int] | None:
     or None for any other tensor."""
     if not hf.endswith(FLATTENED):
         return None
-    rows = groups if hf.endswith("mamba.norm.weight") else n
+    rows = groups if hf.endswith(("mamba.norm.weight", "mixer.norm.weight")) else n
     return [rows, n // rows]
 
 # Granite 4's layer (models/granitemoehybrid) as convert_hf_to_gguf's GraniteHybridModel names it: Llama's attention
@@ -364,6 +370,21 @@ def _granite4(mlp: tuple[str, str, str], extra: dict[str, str] | None = None) ->
     up, down)."""
     return {**_GRANITE_ATTN, **_GRANITE_MAMBA, **{h: f"{g}.weight" for h, g in zip(_GRANITE_SHARED, mlp)},
             **(extra or {})}
+
+# Nemotron-H's blocks (models/nemotron_h) as convert_hf_to_gguf's NemotronHModel names them: each block's norm as
+# attn_norm; Mamba2's tensors as Granite 4's, attention's and the ReLU-squared MLP's (up and down alone) as Llama's,
+# all under mixer. (q/k rows interleaved as the converter's LlamaModel does, though no RoPE turns them); with experts (nemotron_h_moe), DeepSeek-V3's router and choice bias, the shared expert as
+# ffn_*_shexp, the experts' up and down as stacks
+_NEMOTRON = {"norm.weight": "attn_norm.weight",
+             **{"mixer." + h.removeprefix("mamba."): g for h, g in _GRANITE_MAMBA.items()},
+             **{f"mixer.{p}_proj.weight": f"attn_{p}.weight" for p in "qkv"}, "mixer.o_proj.weight": "attn_output.weight"}
+_NEMOTRON_MLP = {"mixer.up_proj.weight": "ffn_up.weight", "mixer.down_proj.weight": "ffn_down.weight"}
+_NEMOTRON_MOE = {"mixer.gate.weight": "ffn_gate_inp.weight", "mixer.gate.e_score_correction_bias": "exp_probs_b.bias",
+                 "mixer.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+                 "mixer.shared_experts.down_proj.weight": "ffn_down_shexp.weight"}
+_NEMOTRON_KEYS = frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.inner_size",
+                            "ssm.time_step_rank", "attention.layer_norm_epsilon"})
+_NEMOTRON_TOP = {"token_embd": "model.embeddings", "output_norm": "model.norm_f"}
 
 # LFM2's layer (models/lfm2), one to one: Qwen3's attention under its names beside the short convolution's tensors
 _LFM2 = {"operator_norm.weight": "attn_norm.weight", "ffn_norm.weight": "ffn_norm.weight",
@@ -461,6 +482,13 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("granitemoe", "GraniteMoeForCausalLM", "granitemoe", True, {**_GRANITE_ATTN, **_GRANITE_EXPERTS},
              paired=GRANITE_PAIRED, halves=True,
              keys=_GRANITE_SCALES),
+    # Nemotron 3 Nano (30B-A3B): Nemotron-H's blocks with experts (nemotron_h_moe); without them, NEMOTRON_H_DENSE
+    GGUFArch("nemotron_h_moe", "NemotronHForCausalLM", "nemotron_h", True, {**_NEMOTRON, **_NEMOTRON_MOE},
+             experts={f"mixer.experts.{{e}}.{k}_proj.weight": _MOE_EXPS[k] for k in ("up", "down")},
+             keys=_NEMOTRON_KEYS | {"expert_shared_feed_forward_length", "expert_shared_count", "expert_weights_norm",
+                                    "expert_weights_scale", "expert_gating_func", "expert_group_count",
+                                    "expert_group_used_count"},
+             nemotron=True, top=_NEMOTRON_TOP, mlp_act="relu2"),
     GGUFArch("granitemoe", "GraniteMoeSharedForCausalLM", "granitemoeshared", True,
              {**_GRANITE_ATTN, **_GRANITE_EXPERTS,
               **{h: f"{g}.weight" for h, g in zip(_GRANITE_SHARED, _GRANITE_SHEXP)}},
@@ -605,7 +633,11 @@ IMPORTED_AS = (GGUFArch("exaone", "LlamaForCausalLM", "llama", False, _LLAMA,
 GRANITE_HYBRID_DENSE = GGUFArch("granitehybrid", "GraniteMoeHybridForCausalLM", "granitemoehybrid", True,
                                 _granite4(("ffn_gate", "ffn_up", "ffn_down")),
                                 keys=_GRANITE_KEYS | {"expert_used_count"}, mamba=True)
-GGUF_ARCHS = tuple(dict.fromkeys(a.gguf for a in (*ARCHS.values(), *IMPORTED_AS)))  # what the importer reads
+# Nemotron-H without experts (4B, 8B, 47B, 56B; Nemotron Nano 9B v2, 12B v2): llama.cpp's nemotron_h
+NEMOTRON_H_DENSE = GGUFArch("nemotron_h", "NemotronHForCausalLM", "nemotron_h", True, {**_NEMOTRON, **_NEMOTRON_MLP},
+                            keys=_NEMOTRON_KEYS, nemotron=True, top=_NEMOTRON_TOP, mlp_act="relu2")
+# what the importer reads
+GGUF_ARCHS = tuple(dict.fromkeys(a.gguf for a in (*ARCHS.values(), *IMPORTED_AS, NEMOTRON_H_DENSE)))
 
 
 def arch_of(meta: dict, meta_path) -> GGUFArch:
@@ -616,7 +648,15 @@ def arch_of(meta: dict, meta_path) -> GGUFArch:
                                                            f"(written as GGUF: {', '.join(ARCHS)})")
     if cls == GRANITE_HYBRID_DENSE.hf_class and not (meta.get("config") or {}).get("num_local_experts", 8):
         return GRANITE_HYBRID_DENSE  # (GraniteMoeHybridConfig's default: 8 experts)
+    if cls == NEMOTRON_H_DENSE.hf_class and not _nemotron_experts(meta.get("config") or {}):
+        return NEMOTRON_H_DENSE
     return ARCHS[cls]
+
+
+def _nemotron_experts(config: dict) -> bool:
+    """Whether a Nemotron-H config has expert blocks (E, "moe")."""
+    blocks = config.get("layers_block_type") or config.get("hybrid_override_pattern") or ()
+    return any(b in ("E", "moe") for b in blocks)
 
 
 def sliding_by_period(period: int, layers: int) -> list[bool]:
@@ -691,7 +731,7 @@ def mtp_gguf_name(arch: GGUFArch, hf: str, trunk: int) -> str | None:
 
 def gguf_layer_name(arch: GGUFArch, hf: str) -> str | None:
     """The GGUF name of a one-to-one HF tensor (top-level or in a layer), or None."""
-    for top, h in _TOP.items():
+    for top, h in {**_TOP, **arch.top}.items():
         if hf.startswith(h + ".") and hf[len(h) + 1:] in ("weight", "bias"):
             return f"{top}.{hf[len(h) + 1:]}"
     m = _LAYER.fullmatch(hf)
@@ -703,8 +743,9 @@ def gguf_layer_name(arch: GGUFArch, hf: str) -> str | None:
 def hf_layer_name(arch: GGUFArch, gguf_name: str) -> str | None:
     """The HF name of a one-to-one GGUF tensor, or None."""
     top, _, suffix = gguf_name.partition(".")
-    if top in _TOP and suffix in ("weight", "bias"):
-        return f"{_TOP[top]}.{suffix}"
+    tops = {**_TOP, **arch.top}
+    if top in tops and suffix in ("weight", "bias"):
+        return f"{tops[top]}.{suffix}"
     m = re.fullmatch(r"blk\.(\d+)\.(.+)", gguf_name)
     if m:
         for h, g in arch.layer.items():

@@ -31,7 +31,7 @@ from iekit.formats.dtypes import DTYPES
 from iekit.formats.expert_stacks import RAW, flip_experts, flipped_stacks
 from iekit.formats.gguf_file import GGUFModel
 from iekit.formats.errors import FormatError
-from iekit.formats.hf_checkpoint import SINGLE_NAME
+from iekit.formats.hf_checkpoint import SINGLE_NAME, checkpoint_name
 from iekit.formats.safetensors_writer import SafetensorsWriter
 
 from .artifact_out import ConvertResult, Progress, check_dtype, checkpoint_out
@@ -41,13 +41,14 @@ from .gguf_to_iebin import aux_files, build_config, file_type_name, open_model, 
 # (phi3: the import's q/k/v and gate/up joined again into qkv_proj and gate_up_proj, formats/fused_tensors.py;
 # qwen3_next: its DeltaNet's in_proj_qkvz and in_proj_ba, blocked by key head, likewise;
 # llama4_text: its expert stacks turned back to [experts, in, out], formats/expert_stacks.py;
-# granitemoehybrid, granitemoeshared: the shared MLP's gate and up joined again into input_linear)
+# granitemoehybrid, granitemoeshared: the shared MLP's gate and up joined again into input_linear;
+# nemotron_h: under the Hub's backbone. prefix, formats/hf_checkpoint.py PREFIXES)
 HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "glm4_moe", "minimax_m2", "gemma2",
              "gemma3_text", "phi3", "smollm3", "granite", "olmo2", "olmo3", "ministral3", "exaone4", "olmoe",
              "seed_oss", "glm4", "cohere2", "cohere", "deepseek_v3", "deepseek_v2",
              "glm4_moe_lite", "llama4_text", "ernie4_5", "ernie4_5_moe", "qwen3_5_text",
              "qwen3_5_moe_text", "qwen3_next", "lfm2", "lfm2_moe", "granitemoehybrid",
-             "granitemoe", "granitemoeshared")
+             "granitemoe", "granitemoeshared", "nemotron_h")
 
 
 FLOAT_TYPES = ("F32", "F16", "BF16")  # GGUF tensor types that hold the weights themselves, not codes
@@ -111,7 +112,7 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
     layout = fused_tensors.joined(cfg, [(p.name, p.dtype, p.shape) for p in plans], str(g.path))
     flipped = flipped_stacks(cfg)
     flip = {name for name, _d, shape, _p, _r in layout if len(shape) == 3 and name.endswith(flipped)}
-    heads = [(n, d, [s[0], s[2], s[1]] if n in flip else s) for n, d, s, _p, _r in layout]
+    heads = [(checkpoint_name(cfg, n), d, [s[0], s[2], s[1]] if n in flip else s) for n, d, s, _p, _r in layout]
     with out.writing() as staged:
         writer = SafetensorsWriter(staged.open(SINGLE_NAME), heads, meta)
         for name, dtype, shape, parts, runs in layout:
@@ -121,7 +122,7 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
             if (where := delta_net.tiled_axis(name, cfg)) is not None:  # (a layer's projection, whole)
                 whole = np.frombuffer(b"".join(data), RAW[DTYPES[dtype].itemsize]).reshape(shape)
                 data = [delta_net.untile(whole, *where).tobytes()]
-            writer.write(name, flip_experts(data, *shape, DTYPES[dtype].itemsize) if name in flip else data)
+            writer.write(checkpoint_name(cfg, name), flip_experts(data, *shape, DTYPES[dtype].itemsize) if name in flip else data)
         writer.finish()
         for name, data in aux.items():
             staged.write_bytes(name, data)

@@ -52,8 +52,8 @@ from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, CONVERTER_FUSED, GGUF_ARCHS, IMPORTED_AS, CONV_TAPS,
-                         DECAY_RATES, FLATTENED, GRANITE_HYBRID_DENSE, MLA_KV_B, MROPE_NEOX, NO_DENSE_MLP,
-                         SIGMOID_GATING, GGUFArch, attention_scalar, beside, hf_layer_name, mtp_extra_hf_name,
+                         DECAY_RATES, FLATTENED, GRANITE_HYBRID_DENSE, MLA_KV_B, MROPE_NEOX, NEMOTRON_H_DENSE,
+                         NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, attention_scalar, beside, hf_layer_name, mtp_extra_hf_name,
                          norm_shift, sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .ollama_layout import Read, as_llamacpp
@@ -91,6 +91,8 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
         shared = g.fields.get("granitemoe.expert_shared_feed_forward_length", 0)
         return GGUF_ARCHS_BY_CLASS["GraniteMoeSharedForCausalLM" if type(shared) is int and shared > 0
                                    else "GraniteMoeForCausalLM"]
+    if key == NEMOTRON_H_DENSE.gguf:  # (with experts: nemotron_h_moe)
+        return NEMOTRON_H_DENSE
     if key == "olmo2":  # OLMo 3 is llama.cpp's olmo2 with a window
         swa = g.fields.get("olmo2.attention.sliding_window", 0)
         return GGUF_ARCHS_BY_CLASS["Olmo3ForCausalLM" if type(swa) is int and swa > 0 else "Olmo2ForCausalLM"]
@@ -372,7 +374,9 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     if hidden < 1 or heads < 1:
         raise FormatError(g.path, f"{a}.attention.head_count", f"{heads} heads of a {hidden}-wide model")
     conv_layers = _conv_layers(g, arch) if arch.short_conv or arch.mamba else []
-    kv = max(g.fields[f"{a}.attention.head_count_kv"]) if conv_layers else \
+    blocks = _nemotron_blocks(g, arch) if arch.nemotron else ""
+    # (one count per layer: the attention layers', all alike; none of them attending, any count)
+    kv = (max(g.fields[f"{a}.attention.head_count_kv"]) or heads) if conv_layers or blocks else \
         _field(g, f"{a}.attention.head_count_kv", int, heads)
     if kv < 1 or heads % kv:
         raise FormatError(g.path, f"{a}.attention.head_count_kv", f"{kv}: must be at least 1 and divide the {heads} "
@@ -406,7 +410,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         "architectures": [arch.hf_class], "model_type": arch.model_type, "hidden_act": "silu",
         # (Qwen3.5-MoE's has no dense MLP to give a width: its files have none)
         "hidden_size": hidden,
-        "intermediate_size": _field(g, f"{a}.feed_forward_length", int, 0 if arch.hf_class in NO_DENSE_MLP else None),
+        "intermediate_size": max(g.fields[f"{a}.feed_forward_length"]) if blocks else
+        _field(g, f"{a}.feed_forward_length", int, 0 if arch.hf_class in NO_DENSE_MLP else None),
         "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": head_dim,
         "num_hidden_layers": _field(g, f"{a}.block_count", int),
         "max_position_embeddings": _field(g, f"{a}.context_length", int),
@@ -439,6 +444,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _granite_config(g, arch, cfg)
     if arch.mamba:
         _granite4_config(g, arch, cfg, conv_layers)
+    if arch.nemotron:
+        _nemotron_config(g, arch, cfg, blocks)
     if arch.gguf == "mistral3":
         _mistral3_config(g, arch, cfg)
     if arch.gguf == "exaone4":
@@ -620,6 +627,76 @@ def _granite4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], mamba_la
         cfg.update(num_local_experts=0, shared_intermediate_size=cfg["intermediate_size"])
 
 
+def _nemotron_blocks(g: GGUFModel, arch: GGUFArch) -> str:
+    """Nemotron-H's blocks as hybrid_override_pattern spells them, as llama.cpp's nemotron_h graph tells them apart:
+    attention.head_count_kv and feed_forward_length, one per block; Mamba2 (M) where both are 0, attention (*)
+    where the KV heads are not (the attention blocks' all the same), an MLP (-) or, in nemotron_h_moe, experts (E)
+    where the width is not."""
+    a = arch.gguf
+    n = _field(g, f"{a}.block_count", int)
+    kv, ff = g.fields.get(f"{a}.attention.head_count_kv"), g.fields.get(f"{a}.feed_forward_length")
+    for key, per in ((f"{a}.attention.head_count_kv", kv), (f"{a}.feed_forward_length", ff)):
+        if not isinstance(per, list) or len(per) != n or any(type(v) is not int or v < 0 for v in per):
+            raise FormatError(g.path, key, f"{per!r:.60}: expected {n} counts, one per block (0 where the block has "
+                                           "none)")
+    if len({v for v in kv if v}) > 1 or any(h and f for h, f in zip(kv, ff)):
+        raise FormatError(g.path, f"{a}.attention.head_count_kv", f"{kv!r:.60}: expected the attention blocks' KV "
+                                                                  "heads all the same, in blocks without an MLP")
+    if len({f for f in ff if f}) > 1:  # (NVIDIA's Puzzle models: experts of a width per block)
+        raise FormatError(g.path, f"{a}.feed_forward_length", f"{ff!r:.60}: MLP or expert blocks of different "
+                                                              "widths are not supported")
+    mlp = "E" if arch.experts else "-"
+    return "".join("*" if h else mlp if f else "M" for h, f in zip(kv, ff))
+
+
+def _nemotron_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], blocks: str) -> None:
+    """Nemotron-H as NemotronHConfig says it: its blocks (_nemotron_blocks) as the Hub's hybrid_override_pattern
+    (which transformers 5 and llama.cpp's converter read too); the Mamba2 blocks' dims from the ssm.* keys
+    (inner_size time_step_rank heads of whole dims); no RoPE (llama.cpp's graph turns none: rope.* is read as nothing); the MLP blocks' ReLU-squared
+    width; the eps under its LayerNorm key (llama.cpp reads the RMS one first)."""
+    a = arch.gguf
+
+    def ssm(key: str, default: int) -> int:  # (required where a block runs Mamba2)
+        return _field(g, f"{a}.ssm.{key}", int, None if "M" in blocks else default)
+
+    heads, inner = ssm("time_step_rank", 128), ssm("inner_size", 8192)
+    if heads < 1 or inner < 1 or inner % heads:
+        raise FormatError(g.path, f"{a}.ssm.inner_size", f"{inner}: expected time_step_rank {heads} heads of whole "
+                                                         "dims")
+    for key in ("rope_theta", "rope_scaling", "partial_rotary_factor", "hidden_act"):
+        cfg.pop(key, None)
+    if "-" not in blocks:  # (the experts' width: _nemotron_moe_config)
+        cfg.pop("intermediate_size")
+    cfg.update(hybrid_override_pattern=blocks, mlp_hidden_act="relu2", mamba_hidden_act="silu",
+               layer_norm_epsilon=cfg.pop("rms_norm_eps"), mamba_num_heads=heads, mamba_head_dim=inner // heads,
+               ssm_state_size=ssm("state_size", 128), n_groups=ssm("group_count", 8), conv_kernel=ssm("conv_kernel", 4),
+               use_conv_bias=True, use_bias=False, mlp_bias=False, attention_bias=False)
+
+
+def _nemotron_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """Nemotron 3's experts as NemotronHConfig says them: sigmoid-gated (llama.cpp's nemotron_h_moe graph has no
+    other router), their width expert_feed_forward_length (each expert block's feed_forward_length without it), the
+    shared expert's expert_shared_feed_forward_length (required: the graph runs one), renormalised and scaled as
+    expert_weights_norm and expert_weights_scale say (neither without them, as llama.cpp), groups as
+    expert_group_count and expert_group_used_count."""
+    a = arch.gguf
+    _sigmoid_gated(g, arch, SIGMOID_GATING)
+    shared = _field(g, f"{a}.expert_shared_feed_forward_length", int, 0)
+    if shared < 1:
+        raise FormatError(g.path, f"{a}.expert_shared_feed_forward_length",
+                          f"{shared}: llama.cpp's {a} runs a shared expert of this width beside the routed ones")
+    groups = _field(g, f"{a}.expert_group_count", int, 0) or 1
+    cfg.update(n_routed_experts=cfg.pop("num_local_experts"), n_shared_experts=_field(g, f"{a}.expert_shared_count",
+                                                                                      int, 1),
+               moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int,
+                                            max(g.fields[f"{a}.feed_forward_length"])),
+               moe_shared_expert_intermediate_size=shared,
+               norm_topk_prob=bool(g.fields.get(f"{a}.expert_weights_norm", False)),
+               routed_scaling_factor=_field(g, f"{a}.expert_weights_scale", float) if g.fields.get(
+                   f"{a}.expert_weights_scale") else 1.0,  # (0: llama.cpp scales nothing)
+               n_group=groups, topk_group=_field(g, f"{a}.expert_group_used_count", int, 0) or groups)
+
+
 def _mistral3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     """mistral3 as Ministral3ForCausalLM, in transformers 5's rope_parameters
     (where Ministral3Attention reads them): llama.cpp's
@@ -741,6 +818,8 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
                    num_dense_layers=_field(g, f"{a}.leading_dense_block_count", int, 0),
                    use_expert_bias=any(t.name.endswith(".exp_probs_b.bias") for t in g.tensors))
+    if arch.hf_class == "NemotronHForCausalLM":
+        _nemotron_moe_config(g, arch, cfg)
     if arch.hf_class in ("GraniteMoeSharedForCausalLM", "GraniteMoeHybridForCausalLM"):  # (their shared MLP)
         shared = _field(g, f"{a}.expert_shared_feed_forward_length", int, 0)
         if shared < 1:

@@ -313,11 +313,14 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
             raise IEError(f"{where}.sliding_window: none; llama.cpp's {arch.gguf} gives a {arch.swa_layers}-layer "
                           "model sliding layers and unrotated full ones whatever its file says")
     # (cohere2: llama.cpp turns the sliding layers alone; granitehybrid: rope.scaling.finetuned switches RoPE)
-    elif spec.nope and spec.arch.nope_full != "always" and not arch.mamba and (
+    elif spec.nope and spec.arch.nope_full != "always" and not arch.mamba and not arch.nemotron and (
             not arch.nope_step or list(spec.nope) != every_nth(arch.nope_step, spec.n_layers)):
         rule = f"leaves every {arch.nope_step}th layer unrotated, and no other" if arch.nope_step else "rotates every layer"
         raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
                       f"llama.cpp's {arch.gguf} {rule}")
+    if arch.nemotron and spec.moe is not None and any(o and not e for o, e in zip(spec.mlp_only, spec.moe.layers)):
+        raise IEError(f"{where}.layers_block_type: MLP blocks beside expert blocks; llama.cpp's {arch.gguf} runs "
+                      "every block with a width as experts")
     if arch.mamba and spec.ssm_heads * spec.ssm_head_dim != 2 * spec.hidden:  # (its loader asserts it)
         raise IEError(f"{where}.mamba_expand: {spec.ssm_heads * spec.ssm_head_dim // spec.hidden}; llama.cpp's "
                       f"{arch.gguf} runs Mamba2 layers twice as wide as the model only")
@@ -448,8 +451,8 @@ def _plan_tensors(plan: _Plan) -> None:
         shape = gguf_2d_shape(hf, shape[0], spec.ssm_groups) or shape
         plan.add(mtp_gguf_name(arch, hf, spec.n_layers) or gguf_layer_name(arch, hf), [_Part(e, order)], shape)
 
-    one("model.embed_tokens.weight")
-    heads = {"self_attn.q_proj": spec.n_heads, "self_attn.k_proj": spec.n_kv_heads}
+    one(own_name(spec.arch, "model.embed_tokens.weight"))
+    heads = {"attn_q": spec.n_heads, "attn_k": spec.n_kv_heads}  # (by llama.cpp's names: Nemotron-H's are mixer.*)
     for i in range(spec.n_layers + _mtp_written(arch, spec)):  # (the MTP layers after the last: each with experts)
         # (Qwen3.5's beside the model: mtp.layers.I, and the first one's MTP_EXTRAS)
         pre = f"{MTP_LAYERS}{i - spec.n_layers}." if arch.mtp_beside and i >= spec.n_layers else f"model.layers.{i}."
@@ -464,7 +467,7 @@ def _plan_tensors(plan: _Plan) -> None:
             if sub not in arch.layer or hf in joined:
                 continue
             order = None
-            proj = sub.rsplit(".", 1)[0]
+            proj = arch.layer[sub].rsplit(".", 1)[0]
             if arch.permute_qk and proj in heads:
                 order = qk_rows(plan.entries[hf]["shape"][0], heads[proj])
             one(hf, order)
@@ -674,6 +677,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.rope.scaling.original_context_length"] = int(scaling["original_max_position_embeddings"])
     if arch.mamba:
         _granite4_kv(kv, a, spec)
+    if arch.nemotron:
+        _nemotron_kv(kv, a, spec, cfg)
     if arch.gguf in ("granite", "granitehybrid", "granitemoe"):  # as convert_hf_to_gguf.py's GraniteModel writes them
         kv[f"{a}.attention.scale"] = float(spec.attn_scale)
         kv[f"{a}.embedding_scale"] = float(spec.embed_scale)
@@ -721,7 +726,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             kv[f"{a}.interleave_moe_layer_step"] = moe.layers.index(True) + 1
         # (the converter writes it for glm4moe, and for minimax-m2 from the Hub config's scoring_func; llama4's graph
         # is sigmoid-gated without it)
-        if moe.sigmoid and "expert_gating_func" in arch.keys:
+        if moe.sigmoid and "expert_gating_func" in arch.keys and not arch.nemotron:  # (its graph: sigmoid, no key)
             kv[f"{a}.expert_gating_func"] = SIGMOID_GATING
         elif arch.gguf == "deepseek2":  # softmax (DeepSeek-V2's Hub configs' scoring_func)
             kv[f"{a}.expert_gating_func"] = 1
@@ -772,6 +777,36 @@ def _granite4_kv(kv: dict[str, Any], a: str, spec: DecoderSpec) -> None:
         kv[f"{a}.expert_count"] = 0
         kv[f"{a}.expert_used_count"] = 0
     kv[f"{a}.expert_shared_feed_forward_length"] = spec.moe.shared_inter if spec.moe else spec.inter
+
+
+def _nemotron_kv(kv: dict[str, Any], a: str, spec: DecoderSpec, cfg: dict[str, Any]) -> None:
+    """Nemotron-H's keys as convert_hf_to_gguf's NemotronHModel writes them: per block, the KV heads (0 but in
+    attention blocks) and the MLP's or experts' width (0 but in MLP or expert blocks), by which llama.cpp's graph
+    tells the blocks apart; the Mamba2 dims under ssm.*; no RoPE base, RoPE's switch off and a context of 2^20 where
+    there are Mamba2 blocks (its values for a model without RoPE); the eps under LayerNorm's key; the experts'
+    router settings."""
+    moe = spec.moe
+    width = spec.inter if moe is None else moe.inter
+    kv[f"{a}.context_length"] = 2 ** 20 if any(spec.ssm) else spec.max_positions
+    kv[f"{a}.feed_forward_length"] = [width if only else 0 for only in spec.mlp_only]
+    kv[f"{a}.attention.head_count_kv"] = [spec.n_kv_heads if on else 0 for on in spec.attends]
+    del kv[f"{a}.rope.freq_base"], kv[f"{a}.attention.layer_norm_rms_epsilon"]
+    kv[f"{a}.attention.layer_norm_epsilon"] = float(spec.eps)
+    kv[f"{a}.ssm.conv_kernel"] = spec.ssm_conv
+    kv[f"{a}.ssm.state_size"] = spec.ssm_state
+    kv[f"{a}.ssm.group_count"] = spec.ssm_groups
+    kv[f"{a}.ssm.inner_size"] = spec.ssm_heads * spec.ssm_head_dim
+    kv[f"{a}.ssm.time_step_rank"] = spec.ssm_heads
+    kv[f"{a}.rope.scaling.finetuned"] = not any(spec.ssm)
+    if moe is None:
+        return
+    kv[f"{a}.expert_group_count"] = moe.n_group
+    kv[f"{a}.expert_group_used_count"] = moe.topk_group
+    kv[f"{a}.expert_feed_forward_length"] = moe.inter
+    kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
+    kv[f"{a}.expert_shared_count"] = int(cfg.get("n_shared_experts", 1))  # (read by nothing in llama.cpp's graph)
+    kv[f"{a}.expert_weights_norm"] = moe.norm_topk
+    kv[f"{a}.expert_weights_scale"] = float(moe.routed_scale)
 
 
 def _linear_kv(kv: dict[str, Any], a: str, arch: GGUFArch, spec: DecoderSpec, cfg: dict[str, Any]) -> None:

@@ -31,6 +31,21 @@ from .safetensors_reader import SafetensorsFile, SafetensorsTensor
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
+# A checkpoint's prefix read under the one transformers 5 loads it as (its conversion mapping's WeightRenaming), by
+# architecture: NemotronH's checkpoints name their model backbone. Every tool here then sees transformers' names;
+# a checkpoint written again (gguf-to-hf) takes the Hub's (checkpoint_name), which llama.cpp's converter reads.
+PREFIXES = {"NemotronHForCausalLM": ("backbone.", "model.")}
+
+
+def _prefix(config: Any) -> tuple[str, str] | None:
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    return next((PREFIXES[a] for a in archs if a in PREFIXES), None) if isinstance(archs, list) else None
+
+
+def checkpoint_name(config: Any, name: str) -> str:
+    """A tensor name as the architecture's checkpoints on the Hub spell it (PREFIXES)."""
+    pre = _prefix(config)
+    return pre[0] + name[len(pre[1]):] if pre is not None and name.startswith(pre[1]) else name
 
 
 @dataclass
@@ -133,4 +148,11 @@ def collect_tensors(src: HFSource, stack: ExitStack) -> dict[str, tuple[Safetens
         for name, shard in src.index.items():
             if name not in found:
                 raise FormatError(index_path, f"weight_map[{name!r}]", f"names shard {shard!r} but that shard has no such tensor")
+    pre = _prefix(src.config)
+    if pre is not None:
+        renamed = {pre[1] + n[len(pre[0]):] if n.startswith(pre[0]) else n: v for n, v in found.items()}
+        if len(renamed) != len(found):
+            twice = next(n for n in found if n.startswith(pre[1]) and pre[0] + n[len(pre[1]):] in found)
+            raise IEError(f"{src.dir}: tensor {twice!r} is stored under both {pre[0]!r} and {pre[1]!r}")
+        found = renamed
     return fused_tensors.split(src.config, hf_fp8.read_as_floats(src.config, found, str(src.dir)), str(src.dir))

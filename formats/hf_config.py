@@ -32,7 +32,7 @@ SUMMARY_ALIASES: dict[str, tuple[str, ...]] = {
     "rope_theta": ("rope_theta",),
     "rope_scaling": ("rope_scaling",),
     "norm_eps": ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps"),
-    "hidden_act": ("hidden_act", "activation_function", "hidden_activation"),
+    "hidden_act": ("hidden_act", "activation_function", "hidden_activation", "mlp_hidden_act"),
     "tie_word_embeddings": ("tie_word_embeddings",),
     "torch_dtype": ("torch_dtype", "dtype"),
     "bos_token_id": ("bos_token_id",),
@@ -45,7 +45,7 @@ SUMMARY_ALIASES: dict[str, tuple[str, ...]] = {
 HEAD_DIM_DEFAULTS = {"Qwen3ForCausalLM": 128, "MiniMaxM2ForCausalLM": 128, "GptOssForCausalLM": 64,
                      "Gemma2ForCausalLM": 256, "Gemma3ForCausalLM": 256, "Ministral3ForCausalLM": 128,
                      "SeedOssForCausalLM": 128, "Glm4ForCausalLM": 128, "Ernie4_5ForCausalLM": 128,
-                     "Llama4ForCausalLM": 128}
+                     "Llama4ForCausalLM": 128, "NemotronHForCausalLM": 128}
 
 
 def model_summary(config: dict[str, Any]) -> dict[str, Any]:
@@ -64,6 +64,10 @@ def model_summary(config: dict[str, Any]) -> dict[str, Any]:
             out["rope_theta"] = rp.get("rope_theta")
         if out["rope_scaling"] is None and rp.get("rope_type", "default") != "default":
             out["rope_scaling"] = rp
+    if out["num_hidden_layers"] is None:  # (NemotronHConfig counts its blocks: transformers 5 saves no count)
+        blocks = next((config[k] for k in ("layers_block_type", "hybrid_override_pattern")
+                       if isinstance(config.get(k), (list, str))), None)
+        out["num_hidden_layers"] = None if blocks is None else len(blocks)
     heads, hidden = out["num_attention_heads"], out["hidden_size"]
     if out["num_key_value_heads"] is None and _is_int(heads):
         out["num_key_value_heads"] = heads

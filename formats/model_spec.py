@@ -104,6 +104,11 @@ class Arch:
     # scan; its output times SiLU(z), RMS-normed by groups; out_proj) instead of attention (_mamba); RoPE only where
     # position_embedding_type is "rope"
     mamba: bool = False
+    # Nemotron-H (models/nemotron_h): blocks of one norm and one mixer each, by config.layers_block_type (or the
+    # Hub's hybrid_override_pattern): Mamba2 (Granite 4's, its inner width mamba_num_heads x mamba_head_dim), attention
+    # without RoPE, a ReLU-squared MLP without a gate, or experts (sigmoid router, ReLU-squared experts beside a shared
+    # one) (_nemotron_h, _nemotron_moe); _nemotron_parts and MOE_NAMES["nemotron_h"] name them
+    nemotron: bool = False
     # Llama's names (model_parts, layer_parts) -> this model's, the first that a tensor name holds replaced
     renames: tuple[tuple[str, str], ...] = ()
 
@@ -118,6 +123,9 @@ LFM2_NAMES = (("self_attn.o_proj", "self_attn.out_proj"), ("self_attn.q_norm", "
 # up matrices it holds (formats/fused_tensors.py)
 GRANITE_SHARED_NAMES = (("mlp.gate_proj", "shared_mlp.gate_proj"), ("mlp.up_proj", "shared_mlp.up_proj"),
                         ("mlp.down_proj", "shared_mlp.output_linear"))
+# Nemotron-H's model-level names for Llama's (Arch.renames): its checkpoints' backbone. prefix is read as model.,
+# as transformers 5 reads it (formats/hf_checkpoint.py PREFIXES)
+NEMOTRON_NAMES = (("model.embed_tokens.", "model.embeddings."), ("model.norm.", "model.norm_f."))
 ARCHS = {
     "LlamaForCausalLM": Arch(),                                     # models/llama
     "MistralForCausalLM": Arch(window_everywhere=True),             # models/mistral
@@ -225,6 +233,8 @@ ARCHS = {
     # every layer; models/granitemoeshared: the same beside Granite 4's shared MLP where shared_intermediate_size > 0
     "GraniteMoeForCausalLM": Arch(moe="granitemoe", granite=True),
     "GraniteMoeSharedForCausalLM": Arch(moe="granitemoe", granite=True),
+    # models/nemotron_h (Nemotron-H 4B to 56B, Nemotron Nano 9B v2 and 12B v2; Nemotron 3 Nano 30B-A3B with experts)
+    "NemotronHForCausalLM": Arch(moe="nemotron_h", mamba=True, nemotron=True, renames=NEMOTRON_NAMES),
 }
 ARCHITECTURES = tuple(ARCHS)
 LLAMA4_MLP_INTER = 16384  # Llama4TextConfig's intermediate_size_mlp: its dense layers' width
@@ -289,6 +299,12 @@ MOE_NAMES["granitemoe"] = {"router": "block_sparse_moe.router.layer.weight",
                            "gate": "block_sparse_moe.input_linear.weight", "down": "block_sparse_moe.output_linear.weight",
                            "shared_gate": "shared_mlp.gate_proj.weight", "shared_up": "shared_mlp.up_proj.weight",
                            "shared_down": "shared_mlp.output_linear.weight"}
+# Nemotron-H's (under model.layers.N.): DeepSeek-V3's router and choice bias under mixer.gate, ReLU-squared experts
+# of up and down alone, one shared expert likewise
+MOE_NAMES["nemotron_h"] = {"router": "mixer.gate.weight", "expert_bias": "mixer.gate.e_score_correction_bias",
+                           "up": "mixer.experts.{e}.up_proj.weight", "down": "mixer.experts.{e}.down_proj.weight",
+                           "shared_up": "mixer.shared_experts.up_proj.weight",
+                           "shared_down": "mixer.shared_experts.down_proj.weight"}
 # Every layout's stacks [experts, ...] (the names without an expert index): gpt-oss's, Llama 4's, Granite's
 EXPERT_STACKS = tuple(sorted({v for names in MOE_NAMES.values() for k, v in names.items()
                               if k in ("gate", "up", "down", "bgate", "bdown") and "{e}" not in v}))
@@ -321,6 +337,15 @@ MAMBA_LAYER_TYPES = {"mamba": True, "attention": False, "linear_attention": True
 # GraniteMoeHybridConfig's defaults of the Mamba2 keys
 MAMBA_DEFAULTS = {"mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
                   "mamba_expand": 2}
+# Nemotron-H's blocks: config.layers_block_type's values (transformers 5's, and the Hub's legacy ones) and
+# hybrid_override_pattern's characters, as M (Mamba2), * (attention), - (MLP), E (experts)
+NEMOTRON_BLOCKS = {"linear_attention": "M", "mamba": "M", "full_attention": "*", "attention": "*", "mlp": "-",
+                   "moe": "E", "M": "M", "*": "*", "-": "-", "E": "E"}
+# NemotronHConfig's defaults of the keys its blocks read
+NEMOTRON_DEFAULTS = {"mamba_num_heads": 128, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+                     "conv_kernel": 4, "intermediate_size": 21504, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                     "moe_intermediate_size": 7688, "moe_shared_expert_intermediate_size": 7688, "n_group": 1,
+                     "topk_group": 1}
 # Arch.short_conv's layer_types: which layers are short convolutions (True) and which attention.
 SHORT_CONV_LAYER_TYPES = {"full_attention": False, "conv": True}
 # Per layer (under model.layers.N.): the attention and dense MLP matrices
@@ -347,7 +372,7 @@ NORM_KEYS = frozenset({"norm", "attn_norm", "mlp_norm", "attn_post_norm", "mlp_p
                        "q_a_norm", "kv_a_norm"})
 # The dense MLP's activations the decoder runs (config.hidden_act, or
 # Gemma's hidden_activation), by the name the native decoder takes.
-MLP_ACTS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
+MLP_ACTS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "relu2": "relu2"}
 LAYER_BIASES = {"q": "self_attn.q_proj.bias", "k": "self_attn.k_proj.bias", "v": "self_attn.v_proj.bias",
                 "o": "self_attn.o_proj.bias"}
 # Buffers old checkpoints saved that transformers ignores on load (it
@@ -454,6 +479,17 @@ class DecoderSpec:
     ssm_state: int = 0
     ssm_groups: int = 0
     ssm_conv: int = 0
+    # Nemotron-H (Arch.nemotron): per layer, its MLP or experts alone (mlp_only) or its Mamba2 or attention alone
+    # (mixer_only); empty: every layer both
+    mlp_only: tuple[bool, ...] = ()
+    mixer_only: tuple[bool, ...] = ()
+
+    @property
+    def attends(self) -> tuple[bool, ...]:
+        """Per layer, whether it attends (keeping a KV cache): not where it keeps a recurrent state instead, nor in
+        Nemotron-H's MLP blocks."""
+        rec, mlp = self.recurrent or (False,) * self.n_layers, self.mlp_only or (False,) * self.n_layers
+        return tuple(not (r or m) for r, m in zip(rec, mlp))
 
     @property
     def recurrent(self) -> tuple[bool, ...]:
@@ -842,6 +878,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         return _lfm2_moe(cfg, n_layers, meta_path)
     if arch.moe == "granitemoe":
         return _granite_moe(cfg, n_layers, meta_path, arch.mamba)
+    if arch.moe == "nemotron_h":
+        return _nemotron_moe(cfg, n_layers, meta_path)
     qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe in ROUTER_DEFAULTS  # (glm: GLM-4.5's or DeepSeek's)
     # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's and
     # Qwen2-MoE's: num_experts; GLM-4.5's: n_routed_experts.
@@ -934,8 +972,9 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         arch = replace(arch, qk_norm=True)
     if arch.biases and cfg.get("qkv_bias") is False:  # (Qwen2-MoE's option: transformers builds no q/k/v biases)
         arch = replace(arch, biases=(), no_biases=arch.biases)
-    act = m.get("hidden_act") or ("gelu_pytorch_tanh" if arch.gemma else "silu")
-    acts = ("silu",) if arch.moe else tuple(MLP_ACTS)
+    act = m.get("hidden_act") or ("gelu_pytorch_tanh" if arch.gemma else "relu2" if arch.nemotron else "silu")
+    # (relu2 is Nemotron-H's MLP without a gate, and Nemotron-H's MLP has no other unit)
+    acts = ("relu2",) if arch.nemotron else ("silu",) if arch.moe else ("silu", "gelu_pytorch_tanh")
     if act not in acts:
         raise UnsupportedError(f"{meta_path}: model.hidden_act: {act!r} is not supported ({' and '.join(acts)} "
                                f"{'are' if len(acts) > 1 else 'is'})")
@@ -966,13 +1005,18 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     # (the layers that mix tokens otherwise than by attention: Qwen3.5's gated DeltaNet, LFM2's convolutions)
     if arch.linear_attn:
         mixers = _linear(cfg, n_layers, meta_path)
+    elif arch.nemotron:
+        mixers = _nemotron_h(cfg, n_layers, meta_path)
     else:
         mixers = _lfm2(cfg, n_layers, meta_path, arch.moe is not None) if arch.short_conv else \
             _mamba(cfg, n_layers, hidden, meta_path) if arch.mamba else {}
-    kinds = mixers.get("linear") or mixers.get("short_conv") or mixers.get("ssm") or (False,)
-    first = kinds.index(False) if False in kinds else None  # (the first attention layer's q_proj)
+    kinds = mixers.get("linear") or mixers.get("short_conv") or mixers.get("ssm") or (False,) * n_layers
+    mlp_only = mixers.get("mlp_only") or (False,) * n_layers
+    attends = [not (k or o) for k, o in zip(kinds, mlp_only)]
+    first = attends.index(True) if True in attends else None  # (the first attention layer's q_proj)
     if first is not None:
-        q_name = f"model.layers.{first}.{MLA_Q_B if mla.get('q_lora') else ATTN_MATRICES['q']}.weight"
+        q_name = (f"model.layers.{first}.mixer.q_proj.weight" if arch.nemotron else
+                  f"model.layers.{first}.{MLA_Q_B if mla.get('q_lora') else ATTN_MATRICES['q']}.weight")
         q = next((t for t in meta.get("tensors") or [] if isinstance(t, dict) and t.get("name") == q_name), None)
         if q is None:
             raise IEError(f"{meta_path}: tensors: {q_name!r} is missing ({name} needs it)")
@@ -993,7 +1037,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         dense_inter = moe.inter
     elif arch.llama4:  # (its intermediate_size is the experts')
         dense_inter = _int(cfg, meta_path, "intermediate_size_mlp", LLAMA4_MLP_INTER, section="config")
-    elif arch.short_conv:
+    elif arch.short_conv or arch.nemotron:  # (LFM2's by its rule; Nemotron-H's MLP blocks', where it has any)
         dense_inter = mixers["inter"]
     elif arch.mamba:  # (its MLP is the shared one)
         dense_inter = _int(cfg, meta_path, "shared_intermediate_size", 1024, section="config")
@@ -1133,6 +1177,83 @@ def _mamba(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path) -> 
                                "supported by the decoder (only [0.0, Infinity], none)")
     return {"ssm": layers, "ssm_heads": heads, "ssm_head_dim": d_head, "ssm_state": get("mamba_d_state"),
             "ssm_groups": groups, "ssm_conv": get("mamba_d_conv")}
+
+
+def _nemotron_blocks(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> str:
+    """Nemotron-H's blocks as hybrid_override_pattern spells them, one character per layer (NEMOTRON_BLOCKS): from
+    config.layers_block_type (transformers 5's), else hybrid_override_pattern (the Hub's)."""
+    if cfg.get("layers_block_type") is not None:
+        key, values = "layers_block_type", cfg["layers_block_type"]
+    else:
+        key, values = "hybrid_override_pattern", cfg.get("hybrid_override_pattern")
+        values = list(values) if isinstance(values, str) else values
+    return "".join(_per_layer(values, key, n_layers, NEMOTRON_BLOCKS, meta_path,
+                              "'linear_attention', 'full_attention', 'mlp' or 'moe' (M, *, - or E)"))
+
+
+def _nemotron_h(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> dict[str, Any]:
+    """Nemotron-H's blocks as DecoderSpec fields (NemotronHConfig's keys, their legacy spellings and defaults): which
+    layers run Mamba2 (its heads, their dims, the state's, B and C's groups, the convolution's taps), which are an MLP
+    or experts alone and which a mixer alone; the MLP blocks' width (the experts' where there are none). What the
+    decoder does not run is refused: biases, no convolution bias, an activation but SiLU in Mamba2, a time-step clamp,
+    experts on a latent projection (Nemotron 3 Super's), sliding windows, multi-token prediction layers."""
+    def get(key: str, *legacy: str) -> int:
+        key = next((k for k in (key, *legacy) if k in cfg), key)
+        return _int(cfg, meta_path, key, NEMOTRON_DEFAULTS.get(key), section="config")
+
+    blocks = _nemotron_blocks(cfg, n_layers, meta_path)
+    heads, groups = get("mamba_num_heads"), get("n_groups", "mamba_n_groups")
+    if heads % groups:
+        raise IEError(f"{meta_path}: config.mamba_num_heads: {heads} heads do not split into n_groups {groups} groups")
+    refused = [(k, v) for k, want in (("use_bias", False), ("mlp_bias", False), ("attention_bias", False),
+                                      ("use_conv_bias", True), ("mamba_conv_bias", True), ("mamba_hidden_act", "silu"),
+                                      ("moe_latent_size", None), ("sliding_window", None),
+                                      ("num_nextn_predict_layers", 0))
+               if (v := cfg.get(k, want)) != want or type(v) is not type(want)]
+    if refused:
+        key, v = refused[0]
+        raise UnsupportedError(f"{meta_path}: config.{key}: {v!r:.40} is not supported by the decoder (it runs "
+                               "Nemotron-H without biases, with a convolution bias, SiLU in Mamba2, experts on the "
+                               "hidden states, full attention and no multi-token prediction layers)")
+    limit = cfg.get("time_step_limit", cfg.get("mamba_dt_limit"))  # (transformers 5 writes infinity as an object)
+    if limit is not None and limit not in ([0, {"__float__": "Infinity"}], [0, "Infinity"]):
+        raise UnsupportedError(f"{meta_path}: config.time_step_limit: {limit!r:.60}: clamping the time step is not "
+                               "supported by the decoder (only [0.0, Infinity], none)")
+    return {"ssm": tuple(b == "M" for b in blocks), "ssm_heads": heads, "ssm_head_dim": get("mamba_head_dim"),
+            "ssm_state": get("ssm_state_size"), "ssm_groups": groups, "ssm_conv": get("conv_kernel", "mamba_d_conv"),
+            "mlp_only": tuple(b in "-E" for b in blocks), "mixer_only": tuple(b in "M*" for b in blocks),
+            "inter": get("intermediate_size") if "-" in blocks else get("moe_intermediate_size") if "E" in blocks
+            else 1}
+
+
+def _nemotron_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec | None:
+    """Nemotron-H's experts in its E blocks (NemotronHConfig's keys and defaults; None without such blocks):
+    num_experts_per_tok of n_routed_experts, chosen by sigmoid score plus the correction bias within the best
+    topk_group of n_group groups (DeepSeek-V3's router), weighted by their scores (renormalised with norm_topk_prob)
+    times routed_scaling_factor; ReLU-squared experts of moe_intermediate_size channels, and a shared one of
+    moe_shared_expert_intermediate_size."""
+    blocks = _nemotron_blocks(cfg, n_layers, meta_path)
+    if "E" not in blocks:
+        return None
+
+    def get(key: str) -> int:
+        return _int(cfg, meta_path, key, NEMOTRON_DEFAULTS[key], section="config")
+
+    n_experts, top_k, groups, used = (get("n_routed_experts"), get("num_experts_per_tok"), get("n_group"),
+                                      get("topk_group"))
+    if n_experts % groups or used > groups or top_k > n_experts or (used < groups and (
+            n_experts // groups < 2 or top_k > used * (n_experts // groups))):
+        raise IEError(f"{meta_path}: config.topk_group: {used} of n_group {groups} groups of {n_experts} experts "
+                      f"(n_routed_experts); expected at most n_group groups of 2 or more experts each, the kept ones "
+                      f"holding num_experts_per_tok ({top_k})")
+    norm = cfg.get("norm_topk_prob", True)
+    if not isinstance(norm, bool):
+        raise IEError(f"{meta_path}: config.norm_topk_prob: expected true or false, got {norm!r}")
+    return MoeSpec(n_experts=n_experts, top_k=top_k, inter=get("moe_intermediate_size"), norm_topk=norm, glu="relu2",
+                   alpha=1.702, limit=7.0, layers=tuple(b == "E" for b in blocks), names=MOE_NAMES["nemotron_h"],
+                   shared_inter=get("moe_shared_expert_intermediate_size"), sigmoid=True, n_group=groups,
+                   topk_group=used, routed_scale=_positive(cfg, meta_path, "routed_scaling_factor", 1.0,
+                                                           section="config"))
 
 
 def _lfm2_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
@@ -1392,16 +1513,12 @@ def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
               "o": (s.hidden, s.n_heads * s.v_dim),
               "gate": (s.inter, s.hidden), "up": (s.inter, s.hidden), "down": (s.hidden, s.inter)}
     bias_len = {"q": q_dim, "k": kv_dim, "v": kv_dim, "o": s.hidden}
+    if s.arch.nemotron:
+        return _nemotron_parts(s, i, shapes)
     recurrent = s.recurrent
     linear = bool(recurrent) and recurrent[i]  # (no attention: no biases or q/k norms)
     if s.ssm and s.ssm[i]:
-        ch = s.ssm_heads * s.ssm_head_dim + 2 * s.ssm_groups * s.ssm_state
-        inner, heads = s.ssm_heads * s.ssm_head_dim, (s.ssm_heads,)
-        shapes_ssm = {"ssm_in": (inner + ch + s.ssm_heads, s.hidden), "ssm_conv_w": (ch, 1, s.ssm_conv),
-                      "ssm_conv_b": (ch,), "ssm_dt": heads, "ssm_a": heads, "ssm_d": heads, "ssm_norm": (inner,),
-                      "o": (s.hidden, inner)}
-        parts = [Part(key, pre + hf, shapes_ssm[key], MATRIX if key in ("ssm_in", "o") else VECTOR)
-                 for key, hf in MAMBA.items()]
+        parts = _mamba_parts(s, pre)
     elif s.short_conv and s.short_conv[i]:
         parts = [Part(key, pre + hf, shape, VECTOR if key == "conv_w" else MATRIX) for (key, hf), shape in
                  zip(SHORT_CONV.items(), ((3 * s.hidden, s.hidden), (s.hidden, 1, s.conv_taps), (s.hidden, s.hidden)))]
@@ -1430,6 +1547,13 @@ def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
     if moe is None or not moe.layers[i]:
         return parts + [Part(key, f"{pre}{s.arch.mlp_module}.{hf}.weight", shapes[key])
                         for key, hf in MLP_MATRICES.items()]
+    return parts + _expert_parts(s, pre)
+
+
+def _expert_parts(s: DecoderSpec, pre: str) -> list[Part]:
+    """A layer's router (and its biases), shared expert and experts."""
+    moe = s.moe
+    parts = []
     names = moe.names
     parts.append(Part("router", pre + names["router"], (moe.n_experts, s.hidden)))
     for key in ("router_bias", "expert_bias"):
@@ -1438,17 +1562,42 @@ def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
             parts.append(Part(key, pre + names[key], shape, VECTOR))
     if moe.shared_inter:  # the shared expert, in the dense MLP's slots, and its gate (Qwen2-MoE's)
         w = moe.shared_inter
-        parts += [Part("gate", pre + names["shared_gate"], (w, s.hidden)),
-                  Part("up", pre + names["shared_up"], (w, s.hidden)),
-                  Part("down", pre + names["shared_down"], (s.hidden, w))]
+        parts += [Part(key, pre + names[f"shared_{key}"], (s.hidden, w) if key == "down" else (w, s.hidden))
+                  for key in ("gate", "up", "down") if f"shared_{key}" in names]
         if "shared_router" in names:
             parts.append(Part("shared_gate", pre + names["shared_router"], (1, s.hidden)))
-    gate_rows = moe.inter if moe.glu == "silu" else 2 * moe.inter  # gpt-oss: gate and up rows alternate; Llama 4: halves
+    gate_rows = moe.inter if moe.glu in ("silu", "relu2") else 2 * moe.inter  # gpt-oss: gate and up rows alternate; Llama 4: halves
     per_expert = {"gate": (gate_rows, s.hidden), "up": (moe.inter, s.hidden), "down": (s.hidden, moe.inter)}
     parts += [Part(key, pre + names[key], shape, EXPERT_MATRIX) for key, shape in per_expert.items() if key in names]
     parts += [Part(key, pre + names[key], (n,), EXPERT_VECTOR)
               for key, n in (("bgate", gate_rows), ("bdown", s.hidden)) if key in names]
     return parts
+
+
+def _mamba_parts(s: DecoderSpec, pre: str, module: str = "mamba.") -> list[Part]:
+    """A Mamba2 layer's weights (DecoderSpec.ssm_*) under ``module`` (Granite 4's mamba., Nemotron-H's mixer.), its
+    out_proj bound as o."""
+    ch = s.ssm_heads * s.ssm_head_dim + 2 * s.ssm_groups * s.ssm_state
+    inner, heads = s.ssm_heads * s.ssm_head_dim, (s.ssm_heads,)
+    shapes = {"ssm_in": (inner + ch + s.ssm_heads, s.hidden), "ssm_conv_w": (ch, 1, s.ssm_conv), "ssm_conv_b": (ch,),
+              "ssm_dt": heads, "ssm_a": heads, "ssm_d": heads, "ssm_norm": (inner,), "o": (s.hidden, inner)}
+    return [Part(key, pre + module + hf.removeprefix("mamba."), shapes[key],
+                 MATRIX if key in ("ssm_in", "o") else VECTOR) for key, hf in MAMBA.items()]
+
+
+def _nemotron_parts(s: DecoderSpec, i: int, shapes: dict[str, tuple[int, ...]]) -> list[Part]:
+    """A Nemotron-H block's weights: its one norm (bound as the mixer's or the MLP's), then its Mamba2 or attention
+    (under mixer.), or its ReLU-squared MLP (up and down under mixer.), or its experts."""
+    pre = f"model.layers.{i}."
+    if s.mlp_only[i]:
+        norm = [Part("mlp_norm", pre + "norm.weight", (s.hidden,), VECTOR)]
+        if s.moe is not None and s.moe.layers[i]:
+            return norm + _expert_parts(s, pre)
+        return norm + [Part(key, f"{pre}mixer.{key}_proj.weight", shapes[key]) for key in ("up", "down")]
+    norm = [Part("attn_norm", pre + "norm.weight", (s.hidden,), VECTOR)]
+    if s.ssm[i]:
+        return norm + _mamba_parts(s, pre, "mixer.")
+    return norm + [Part(key, f"{pre}mixer.{key}_proj.weight", shapes[key]) for key in ("q", "k", "v", "o")]
 
 
 def own_name(arch: Arch, name: str) -> str:

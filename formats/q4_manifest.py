@@ -170,7 +170,8 @@ def layer_pattern(name: str) -> str:
 
 
 HEAD_NAMES = ("lm_head.weight", "output.weight")
-EMBED_NAMES = ("model.embed_tokens.weight", "transformer.wte.weight", "embed_tokens.weight")
+# (model.embeddings.weight: Nemotron-H's, model_spec.NEMOTRON_NAMES)
+EMBED_NAMES = ("model.embed_tokens.weight", "transformer.wte.weight", "embed_tokens.weight", "model.embeddings.weight")
 
 
 def is_tied(tensors: dict[str, Any], config: dict[str, Any]) -> bool:

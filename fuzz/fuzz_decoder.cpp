@@ -126,6 +126,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.ssm_groups = in.ConsumeIntegralInRange<int>(1, 3);
     c.ssm_conv = in.ConsumeBool() ? in.ConsumeIntegralInRange<int>(0, 4) : 65;
   }
+  if (in.ConsumeBool()) {  // Nemotron-H's blocks of a mixer or an MLP alone, ReLU-squared MLPs and experts (a flag too
+                           // many, a block of neither, an MLP block marked recurrent: refused)
+    for (int l = 0; l < c.n_layers + (in.ConsumeIntegral<uint8_t>() < 8); ++l) c.mlp_only.push_back(in.ConsumeBool());
+    for (int l = 0; l < c.n_layers; ++l) c.mixer_only.push_back(in.ConsumeBool());
+    c.mlp_act = ie::MlpAct::Relu2;
+    if (in.ConsumeBool()) c.glu = ie::Glu::Relu2;
+  }
   const bool mla = in.ConsumeBool();  // DeepSeek's latent attention (a latent of -1, q_lora without it: refused)
   if (mla) {
     c.kv_lora = 16 * in.ConsumeIntegralInRange<int>(0, 2) + in.ConsumeIntegralInRange<int>(-1, 1);
@@ -142,9 +149,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     w.final_norm = vec(in, c.hidden);
     for (int l = 0; l < c.n_layers; ++l) {
       ie::LayerWeights L;
+      // (a block given weights it does not have: refused)
+      const bool mlp_only = !c.has_mixer(l) && in.ConsumeIntegral<uint8_t>() >= 8;
+      const bool mixer_only = !c.has_mlp(l) && in.ConsumeIntegral<uint8_t>() >= 8;
       if (!olmo || in.ConsumeIntegral<uint8_t>() < 8) {  // (OLMo 2 with pre-norms: refused)
-        L.attn_norm = vec(in, c.hidden);
-        if (!c.parallel_block || in.ConsumeIntegral<uint8_t>() < 8)  // (a parallel layer with two norms: refused)
+        if (!mlp_only) L.attn_norm = vec(in, c.hidden);
+        if (!mixer_only && (!c.parallel_block || in.ConsumeIntegral<uint8_t>() < 8))  // (a parallel layer with two norms: refused)
           L.mlp_norm = vec(in, c.hidden);
       }
       // (a DeltaNet layer given attention's weights instead, or beside them: refused)
@@ -154,7 +164,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                         in.ConsumeIntegral<uint8_t>() >= 8;
       // (a Mamba2 layer given attention's weights instead: refused)
       const bool ssm = l < static_cast<int>(c.ssm.size()) && c.ssm[l] && in.ConsumeIntegral<uint8_t>() >= 8;
-      if (ssm) {  // in_proj (z, x B C, dt), the taps and their bias, dt_bias, A, D, the gated norm, out_proj
+      if (mlp_only) {  // (no mixer's weights)
+      } else if (ssm) {  // in_proj (z, x B C, dt), the taps and their bias, dt_bias, A, D, the gated norm, out_proj
         const int64_t inner = static_cast<int64_t>(c.ssm_heads) * c.ssm_head_dim;
         const int64_t channels = inner + 2 * static_cast<int64_t>(c.ssm_groups) * c.ssm_state;
         L.ssm_in = matrix(in, pool, inner + channels + c.ssm_heads, c.hidden);
@@ -197,13 +208,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         L.v = matrix(in, pool, kv_dim, c.hidden);
         L.o = matrix(in, pool, c.hidden, q_dim);
       }
-      if (c.n_experts > 0 && in.ConsumeBool()) {
-        const bool fused = c.glu != ie::Glu::Silu;
+      const bool relu2 = c.glu == ie::Glu::Relu2;
+      if (mixer_only) {  // (no MLP's weights)
+      } else if (c.n_experts > 0 && in.ConsumeBool()) {
+        const bool fused = c.glu == ie::Glu::GptOss || c.glu == ie::Glu::Halves;
         L.router = matrix(in, pool, c.n_experts, c.hidden);
         if (in.ConsumeBool()) L.router_bias = vec(in, c.n_experts);
         for (int e = 0; e < c.n_experts + (in.ConsumeIntegral<uint8_t>() < 8); ++e) {
           ie::Expert x;
-          x.gate = matrix(in, pool, fused ? 2 * c.expert_inter : c.expert_inter, c.hidden);
+          if (!relu2 || in.ConsumeIntegral<uint8_t>() < 8)  // (a ReLU-squared expert's gate: refused)
+            x.gate = matrix(in, pool, fused ? 2 * c.expert_inter : c.expert_inter, c.hidden);
           if (!fused || in.ConsumeIntegral<uint8_t>() < 8) x.up = matrix(in, pool, c.expert_inter, c.hidden);
           x.down = matrix(in, pool, c.hidden, c.expert_inter);
           if (in.ConsumeBool()) {
@@ -213,7 +227,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           L.experts.push_back(std::move(x));
         }
       } else {
-        L.gate = matrix(in, pool, c.inter, c.hidden);
+        if (c.mlp_act != ie::MlpAct::Relu2 || in.ConsumeIntegral<uint8_t>() < 8)  // (a ReLU-squared MLP's gate: refused)
+          L.gate = matrix(in, pool, c.inter, c.hidden);
         L.up = matrix(in, pool, c.inter, c.hidden);
         L.down = matrix(in, pool, c.hidden, c.inter);
       }

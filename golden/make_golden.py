@@ -167,6 +167,8 @@ from transformers import (  # noqa: E402
     GraniteMoeHybridForCausalLM,
     GraniteMoeSharedConfig,
     GraniteMoeSharedForCausalLM,
+    NemotronHConfig,
+    NemotronHForCausalLM,
     Lfm2Config,
     Lfm2ForCausalLM,
     Lfm2MoeConfig,
@@ -295,6 +297,8 @@ GRANITE4_SEED = SEED + 150  # its greedy cases run 16 tokens with margins >= 0.0
 GRANITE_MOE_SEED = SEED + 158  # its greedy cases run 16 tokens with margins >= 0.019
 GRANITE_MOE_SHARED_SEED = SEED + 162  # its greedy cases run 16 tokens with margins >= 0.03
 GRANITE4_DENSE_SEED = SEED + 154  # its greedy cases run 16 tokens with margins >= 0.1
+NEMOTRON_H_SEED = SEED + 176  # the first from SEED + 170 whose greedy cases run 16 tokens with margins >= 0.05
+NEMOTRON_H_MOE_SEED = SEED + 174  # its greedy cases run 16 tokens with margins >= 0.05
 GLM4_VL_MOE_SEED = SEED + 132  # the first from SEED + 130 whose greedy cases run 16 tokens with margins >= 0.02
 ERNIE4_5_SEED = SEED + 95  # its greedy cases run 16 tokens with margins >= 0.04
 ERNIE4_5_MOE_SEED = SEED + 101  # the first from SEED + 96 whose greedy cases run 16 tokens with margins >= 0.03
@@ -1545,6 +1549,57 @@ def make_granite4_dense(tok) -> None:
     save_model(tok, "tiny-granite4-dense", GraniteMoeHybridForCausalLM, cfg, GRANITE4_DENSE_SEED, torch.bfloat16)
 
 
+# The MoE keys NemotronHConfig saves whatever the layers are; the Hub's configs of the models without experts
+# (Nemotron-H 4B, 8B; Nemotron Nano 9B v2, 12B v2) have none, and llama.cpp's converter takes num_experts_per_tok
+# for experts
+NEMOTRON_MOE_KEYS = ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                     "moe_shared_expert_intermediate_size", "moe_latent_size", "moe_shared_expert_overlap",
+                     "n_shared_experts", "n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor",
+                     "output_router_logits")
+
+
+def _nemotron_h_config(tok, pattern: str, **extra):
+    """Nemotron-H's blocks on a toy: one mixer each, by ``pattern`` (M Mamba2: 4 heads of 16 dims, 64 channels, not
+    expand x hidden = 128, as Nemotron Nano 9B v2's 10240 are not 2 x 4480 (llama.cpp's converter asserts a multiple
+    of 64); states of 16 in 2 groups, 4 taps; *
+    attention without RoPE, 4 heads of 16 over 2 KV heads; - a ReLU-squared MLP 128 wide; E experts), an untied
+    head."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    for key in ("rope_theta", "rms_norm_eps", "hidden_act", "num_hidden_layers"):
+        del dims[key]
+    return NemotronHConfig(**dims, head_dim=16, hybrid_override_pattern=pattern, layer_norm_epsilon=1e-5,
+                           mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4,
+                           use_conv_bias=True, mlp_hidden_act="relu2", tie_word_embeddings=False, pad_token_id=None,
+                           **extra)
+
+
+def make_nemotron_h(tok) -> None:
+    """Nemotron-H 4B / 8B's and Nemotron Nano 9B v2's blocks on a toy (_nemotron_h_config): Mamba2, MLP,
+    attention, MLP, then two Mamba2 blocks in a row (Nano 9B v2's "MM"); its config.json without the MoE keys, as
+    the Hub's."""
+    cfg = _nemotron_h_config(tok, "M-*-MM")
+    cfg.architectures = ["NemotronHForCausalLM"]
+    save_model(tok, "tiny-nemotron-h", NemotronHForCausalLM, cfg, NEMOTRON_H_SEED, torch.bfloat16)
+    path = HF_DIR / "tiny-nemotron-h" / "config.json"
+    write_json(path, {k: v for k, v in json.loads(path.read_text()).items() if k not in NEMOTRON_MOE_KEYS})
+    assert np.array_equal(np.load(REF_DIR / "tiny-nemotron-h" / "logits.npy"),
+                          write_reference(NemotronHForCausalLM, HF_DIR / "tiny-nemotron-h",
+                                          REF_DIR / "tiny-nemotron-h-check", tok))
+    reset_dir(REF_DIR / "tiny-nemotron-h-check")
+    (REF_DIR / "tiny-nemotron-h-check").rmdir()
+
+
+def make_nemotron_h_moe(tok) -> None:
+    """Nemotron 3 Nano's blocks on a toy (_nemotron_h_config): Mamba2 and expert blocks around one attention
+    block; 4 experts of 32 channels (ReLU-squared, no gate), the top 2 by sigmoid score plus the correction bias,
+    renormalised and times 2.5 (Nemotron 3 Nano's routed_scaling_factor), beside a shared expert 48 wide."""
+    cfg = _nemotron_h_config(tok, "MEM*E", n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                             moe_shared_expert_intermediate_size=48, n_shared_experts=1, n_group=1, topk_group=1,
+                             norm_topk_prob=True, routed_scaling_factor=2.5)
+    cfg.architectures = ["NemotronHForCausalLM"]
+    save_model(tok, "tiny-nemotron-h-moe", NemotronHForCausalLM, cfg, NEMOTRON_H_MOE_SEED, torch.bfloat16)
+
+
 def _granite_moe_config(cls, tok, **extra):
     """Granite 3.x MoE's layer on a toy: Granite's four multipliers (tiny-granite4's: logits times 2, an untied
     head), RoPE, 4 experts of 32 channels in every layer, the top 2 by softmax (their input_linear stacks gate's rows,
@@ -1775,6 +1830,8 @@ def main() -> None:
     make_granite4_dense(tok)
     make_granite_moe(tok)
     make_granite_moe_shared(tok)
+    make_nemotron_h(tok)
+    make_nemotron_h_moe(tok)
     make_cohere2(tok)
     make_cohere(tok)
     make_fp8("tiny-qwen3", "tiny-qwen3-fp8", Qwen3ForCausalLM, [32, 32])

@@ -81,9 +81,9 @@ def kv_cache_bytes(s: DecoderSpec, ctx: int, threads: int, types: tuple[str, str
 
 
 def cached_layers(s: DecoderSpec) -> int:
-    """The layers with a KV cache: all but gated DeltaNet's and the short convolution's (Qwen3.5's three in four,
-    LFM2's convolutions keep states instead)."""
-    return s.n_layers - sum(s.recurrent)
+    """The layers with a KV cache: all but gated DeltaNet's, the short convolution's and Mamba2's (Qwen3.5's three in
+    four, LFM2's convolutions keep states instead), and Nemotron-H's MLP blocks."""
+    return sum(s.attends)
 
 
 def kv_elements(s: DecoderSpec) -> tuple[int, int]:
@@ -138,6 +138,7 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
         lin_conv=s.lin_conv, lin_v_tiled=s.lin_v_tiled, short_conv=[int(f) for f in s.short_conv],
         conv_taps=s.conv_taps, ssm=[int(f) for f in s.ssm], ssm_heads=s.ssm_heads, ssm_head_dim=s.ssm_head_dim,
         ssm_state=s.ssm_state, ssm_groups=s.ssm_groups, ssm_conv=s.ssm_conv,
+        mlp_only=[int(f) for f in s.mlp_only], mixer_only=[int(f) for f in s.mixer_only],
         **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
                                        norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
                                        swiglu_limit=moe.limit, shared_inter=moe.shared_inter,

@@ -40,12 +40,19 @@ def attention_inputs(s, layer: int) -> list[tuple[str, int]]:
     collect_stats; latent attention's q_b and kv_b after the head's slot).
     A gated DeltaNet layer's projections read the attention's slots: its
     input projections the normed input, out_proj the heads' gated outputs."""
+    if s.mlp_only and s.mlp_only[layer]:  # (Nemotron-H's MLP and expert blocks)
+        return []
     if s.linear and s.linear[layer]:
         return [(f"linear_attn.{m}", 4 * layer) for m in LINEAR_MATRICES.values()] + [(LINEAR_OUT, 4 * layer + 1)]
     if s.short_conv and s.short_conv[layer]:  # (LFM2's: in_proj reads the normed input, out_proj the gated sums)
         return [(SHORT_CONV[key].removesuffix(".weight"), 4 * layer + k) for key, k in (("conv_in", 0), ("o", 1))]
-    if s.ssm and s.ssm[layer]:  # (Granite 4's Mamba2: in_proj reads the normed input, out_proj the gated, normed scan)
-        return [(MAMBA[key].removesuffix(".weight"), 4 * layer + k) for key, k in (("ssm_in", 0), ("o", 1))]
+    if s.ssm and s.ssm[layer]:  # (Mamba2's: in_proj reads the normed input, out_proj the gated, normed scan)
+        module = "mixer." if s.arch.nemotron else "mamba."
+        return [(module + MAMBA[key].removesuffix(".weight").removeprefix("mamba."), 4 * layer + k)
+                for key, k in (("ssm_in", 0), ("o", 1))]
+    if s.arch.nemotron:  # (its attention under mixer.)
+        return [(n.replace("self_attn.", "mixer."), 4 * layer + k) for k, names in enumerate(LAYER_INPUTS[:2])
+                for n in names]
     if not s.arch.mla:
         return [(n, 4 * layer + k) for k, names in enumerate(LAYER_INPUTS[:2]) for n in names]
     own = 4 * s.n_layers + 1 + 2 * layer
@@ -73,6 +80,10 @@ def dense_inputs(s, layer: int) -> dict[str, int]:
     -> the statistics slot each reads: the attention's (attention_inputs),
     and a dense MLP's where the layer has no experts."""
     out = dict(attention_inputs(s, layer))
+    if s.mixer_only and s.mixer_only[layer]:  # (Nemotron-H's Mamba2 and attention blocks)
+        return out
+    if s.arch.nemotron and (s.moe is None or not s.moe.layers[layer]):  # (its ReLU-squared MLP: up, down)
+        return {**out, "mixer.up_proj": 4 * layer + 2, "mixer.down_proj": 4 * layer + 3}
     if s.moe is None or not s.moe.layers[layer]:
         out.update({n.format(mlp=s.arch.mlp_module): 4 * layer + k for k in (2, 3) for n in LAYER_INPUTS[k]})
     return {own_name(s.arch, n): slot for n, slot in out.items()}

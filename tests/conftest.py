@@ -197,6 +197,19 @@ def text_model_converted(name: str, tmp_path: Path, defaults: tuple[str, dict, d
     return json.loads((tmp_path / "t/config.json").read_text()), tmp_path / "ie"
 
 
+def imatrix_of(model: Path, ids: list[int], tmp_path: Path):
+    """``ieconv imatrix`` of ``model`` over ``ids`` (one chunk of 12), written as .npz and as llama.cpp's GGUF
+    imatrix (each must succeed); the .npz's entries."""
+    import numpy as np
+
+    (tmp_path / "ids.txt").write_text(",".join(map(str, ids)))
+    for out in ("i.npz", "i.gguf"):
+        res = run_tool("ieconv", "imatrix", "-m", model, "--ids-file", tmp_path / "ids.txt", "-o", tmp_path / out,
+                       "--chunks", "1", "--ctx", "12")
+        assert res.returncode == 0, res.stderr
+    return np.load(tmp_path / "i.npz")
+
+
 def assert_states_carry(model: Path, ids: list[int]) -> None:
     """A model whose layers keep recurrent states in place of a KV cache (gated DeltaNet, short convolutions,
     Mamba2): token by token (each step advancing the states) as in one prefill; a prompt run in pieces as in one

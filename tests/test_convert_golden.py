@@ -77,6 +77,8 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-granite4-dense", "tiny-granite4-dense", []),
     ("tiny-granite-moe", "tiny-granite-moe", []),
     ("tiny-granite-moe-shared", "tiny-granite-moe-shared", []),
+    ("tiny-nemotron-h", "tiny-nemotron-h", []),
+    ("tiny-nemotron-h-moe", "tiny-nemotron-h-moe", []),
     ("tiny-llama", "tiny-llama-mixedq", ["--q4-map", GOLDEN / "manifests" / "tiny-llama.mixed.q4_manifest.json"]),
     # --checksum sha256 writes what every earlier version wrote, byte for byte
     ("tiny-llama", "tiny-llama-sha256", ["--checksum", "sha256"]),

@@ -115,7 +115,9 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     beside = {t["name"].split(".")[2] for t in json.loads((model / "model.ie.json").read_text())["tensors"]
               if t["name"].startswith("mtp.layers.")}
     mtp = 0 if cfg["model_type"] == "deepseek_v3" else cfg.get("num_nextn_predict_layers", len(beside))
-    assert kv[f"{a}.block_count"] == cfg["num_hidden_layers"] + mtp
+    nemotron = a in ("nemotron_h", "nemotron_h_moe")  # (transformers 5 saves its blocks, not their count)
+    trunk = len(cfg["layers_block_type"]) if nemotron else cfg["num_hidden_layers"]
+    assert kv[f"{a}.block_count"] == trunk + mtp
     assert kv[f"{a}.attention.head_count"] == cfg["num_attention_heads"]
     n_kv = 1 if mla else cfg["num_key_value_heads"]  # (the latent: one head)
     if a in ("lfm2", "lfm2moe"):  # (one per layer, 0 where it convolves)
@@ -128,11 +130,22 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             [cfg["mamba_d_conv"], cfg["mamba_d_state"], cfg["mamba_n_groups"], cfg["mamba_expand"] * cfg["hidden_size"],
              cfg["mamba_n_heads"]]
         assert kv[f"{a}.rope.scaling.finetuned"] is False and kv[f"{a}.residual_scale"] == pytest.approx(0.22)
+    if nemotron:  # (per block: KV heads where it attends, the width where it is an MLP or experts; ssm.*; no RoPE)
+        types = cfg["layers_block_type"]
+        n_kv = [n_kv if t == "full_attention" else 0 for t in types]
+        width = cfg.get("moe_intermediate_size") if a == "nemotron_h_moe" else cfg["intermediate_size"]
+        assert kv[f"{a}.feed_forward_length"] == [width if t in ("mlp", "moe") else 0 for t in types]
+        assert [kv[f"{a}.ssm.{k}"] for k in ("conv_kernel", "state_size", "group_count", "inner_size",
+                                               "time_step_rank")] == \
+            [cfg["conv_kernel"], cfg["ssm_state_size"], cfg["n_groups"], cfg["mamba_num_heads"] * cfg["mamba_head_dim"],
+             cfg["mamba_num_heads"]]
+        assert kv[f"{a}.rope.scaling.finetuned"] is False and f"{a}.rope.freq_base" not in kv
     assert kv[f"{a}.attention.head_count_kv"] == n_kv
     # (Granite 4 with Mamba2 layers: 2^20, convert_hf_to_gguf's arbitrary value for a model without RoPE)
-    assert kv[f"{a}.context_length"] == (2 ** 20 if a == "granitehybrid" else cfg["max_position_embeddings"])
-    if a in ("cohere2", "command-r"):  # LayerNorm: its eps under llama.cpp's other key
-        assert kv[f"{a}.attention.layer_norm_epsilon"] == pytest.approx(cfg["layer_norm_eps"], rel=1e-6)
+    assert kv[f"{a}.context_length"] == (2 ** 20 if a == "granitehybrid" or nemotron else cfg["max_position_embeddings"])
+    if a in ("cohere2", "command-r") or nemotron:  # LayerNorm's key (Nemotron-H's RMSNorm eps too, as its converter)
+        eps = cfg["layer_norm_epsilon"] if nemotron else cfg["layer_norm_eps"]
+        assert kv[f"{a}.attention.layer_norm_epsilon"] == pytest.approx(eps, rel=1e-6)
     else:
         eps = cfg["norm_eps"] if a in ("lfm2", "lfm2moe") else cfg["rms_norm_eps"]
         assert kv[f"{a}.attention.layer_norm_rms_epsilon"] == pytest.approx(eps, rel=1e-6)
@@ -140,7 +153,13 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     tok = json.loads((model / "tokenizer.json").read_text())
     assert kv["tokenizer.ggml.merges"][:5] == [m if isinstance(m, str) else " ".join(m)
                                                for m in tok["model"]["merges"][:5]]
-    if "num_local_experts" in cfg or "num_experts" in cfg:
+    if a == "nemotron_h_moe":
+        assert kv[f"{a}.expert_count"] == cfg["n_routed_experts"]
+        assert kv[f"{a}.expert_used_count"] == cfg["num_experts_per_tok"]
+        assert kv[f"{a}.expert_shared_feed_forward_length"] == cfg["moe_shared_expert_intermediate_size"]
+        assert kv[f"{a}.expert_weights_scale"] == pytest.approx(cfg["routed_scaling_factor"])
+        assert kv[f"{a}.expert_weights_norm"] is cfg["norm_topk_prob"]
+    elif "num_local_experts" in cfg or "num_experts" in cfg:
         assert kv[f"{a}.expert_count"] == cfg.get("num_local_experts", cfg.get("num_experts"))
         assert kv[f"{a}.expert_used_count"] == cfg["num_experts_per_tok"]
     if a == "gpt-oss":
@@ -154,7 +173,6 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     seen = set()
     fused = {"attn_qkv": ("q_proj", "k_proj", "v_proj"), "ffn_up": ("gate_proj", "up_proj")} if a == "phi3" else \
         {"ffn_up": ("gate_proj", "up_proj")} if a == "glm4" else {}
-    trunk = cfg["num_hidden_layers"]
     # Qwen3.5's MTP block beside the model, under the names Qwen3NextModel's converter gives it (layer trunk + I)
     mtp_names = {"mtp.fc.weight": "eh_proj.weight", "mtp.pre_fc_norm_embedding.weight": "enorm.weight",
                  "mtp.pre_fc_norm_hidden.weight": "hnorm.weight", "mtp.norm.weight": "shared_head.norm.weight"}
@@ -162,6 +180,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         m = re.fullmatch(r"mtp\.layers\.(\d+)\.(.+)", hf_as_stored)
         hf = (f"model.layers.{trunk + int(m.group(1))}.{m.group(2)}" if m else
               f"model.layers.{trunk}.{mtp_names[hf_as_stored]}" if hf_as_stored in mtp_names else hf_as_stored)
+        if nemotron:  # (the Hub's names, which gguf-py maps: backbone.*)
+            hf = "backbone." + hf.removeprefix("model.") if hf.startswith("model.") else hf
         if mla and hf.endswith("kv_b_proj.weight"):  # attn_k_b: each head's key rows transposed; attn_v_b its values
             i = int(hf.split(".")[2])
             h, nope, v = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
@@ -176,7 +196,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         # (gguf-py maps GLM-4.5's e_score_correction_bias as e_score_correction + a bias)
         bias = hf.endswith((".bias", ".e_score_correction_bias"))
         base = hf.removesuffix(".weight").removesuffix(".bias").removesuffix("_bias")
-        if hf.endswith(("linear_attn.dt_bias", "mamba.dt_bias")):  # (Qwen3NextModel, Mamba2Model: dt_proj.bias)
+        if hf.endswith(("linear_attn.dt_bias", "mamba.dt_bias", "mixer.dt_bias")):  # (Qwen3NextModel, Mamba2Model: dt_proj.bias)
             base, bias = hf.removesuffix("_bias") + "_proj", True
         if hf.endswith("feed_forward.expert_bias"):  # (LFM2MoeModel renames it expert_bias.bias)
             base, bias = hf, True
@@ -196,14 +216,16 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         gname = expected_name + (".bias" if bias else ".weight")
         if hf.endswith("self_attn.sinks"):
             gname = expected_name + ".weight"
-        if hf.endswith(("linear_attn.A_log", "mamba.A_log", "mamba.D")):  # (gguf-py names them without a suffix)
+        if hf.endswith(("linear_attn.A_log", "mamba.A_log", "mamba.D", "mixer.A_log", "mixer.D")):  # (gguf-py names them without a suffix)
             gname = expected_name
         g = tensors[gname]
         seen.add(gname)
-        conv = hf.endswith(("linear_attn.conv1d.weight", "conv.conv.weight", "mamba.conv1d.weight"))  # [ch, taps]
+        conv = hf.endswith(("linear_attn.conv1d.weight", "conv.conv.weight", "mamba.conv1d.weight",
+                            "mixer.conv1d.weight"))  # [ch, taps]
         shape = [t["shape"][0], t["shape"][2]] if conv else t["shape"]
-        if hf.endswith(("mamba.A_log", "mamba.D", "mamba.norm.weight")):  # (Mamba2Model: [heads, 1], [groups, n])
-            rows = cfg["mamba_n_groups"] if hf.endswith("norm.weight") else shape[0]
+        if hf.endswith(("mamba.A_log", "mamba.D", "mamba.norm.weight", "mixer.A_log", "mixer.D", "mixer.norm.weight")):
+            # (Mamba2Model: [heads, 1], [groups, n])
+            rows = cfg["n_groups" if nemotron else "mamba_n_groups"] if hf.endswith("norm.weight") else shape[0]
             shape = [rows, shape[0] // rows]
         assert [int(d) for d in reversed(g.shape)] == shape, gname
         data = np.asarray(g.data).reshape(-1).view(np.uint8)
@@ -223,13 +245,14 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             want = raw
         proj = hf.split(".")[-2]
         # (convert_hf_to_gguf's LlamaModel and its kin)
-        if a in ("llama", "smollm3", "granite", "granitehybrid", "granitemoe", "mistral3") and proj in heads:
+        if (a in ("llama", "smollm3", "granite", "granitehybrid", "granitemoe", "mistral3") or nemotron) \
+                and proj in heads:
             rows = t["shape"][0]
             want = llama_permute(want.reshape(rows, -1), heads[proj]).reshape(-1)
         assert np.array_equal(data, want), gname
     # phi3: q, k, v rows one after another in attn_qkv, gate and up in ffn_up (convert_hf_to_gguf keeps
     # Phi-3's own qkv_proj and gate_up_proj), LongRoPE's factors as F32 tensors
-    for i in range(cfg["num_hidden_layers"]):
+    for i in range(trunk):
         for g_name, parts in fused.items():
             g = tensors[f"blk.{i}.{g_name}.weight"]
             seen.add(g.name)
@@ -238,7 +261,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             assert np.asarray(g.data).reshape(-1).view(np.uint8).tobytes() == b"".join(w[1].tobytes() for w in want)
     # Granite's shared MLP: gate, up and output_linear as ffn_*_shexp beside experts, else the dense MLP's
     shared = a in ("granitehybrid", "granitemoe") and cfg.get("shared_intermediate_size")
-    for i in range(cfg["num_hidden_layers"]) if shared else ():
+    for i in range(trunk) if shared else ():
         for k, hf in (("gate", "gate_proj"), ("up", "up_proj"), ("down", "output_linear")):
             g = tensors[f"blk.{i}.ffn_{k}{'_shexp' if cfg['num_local_experts'] else ''}.weight"]
             seen.add(g.name)
@@ -297,13 +320,14 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                        "minimax-m2": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
                                       "down": "block_sparse_moe.experts.{e}.w2"},
                        "lfm2moe": {"gate": "feed_forward.experts.{e}.w1", "up": "feed_forward.experts.{e}.w3",
-                                   "down": "feed_forward.experts.{e}.w2"}}[a][k]
+                                   "down": "feed_forward.experts.{e}.w2"},
+                       "nemotron_h_moe": {k2: f"mixer.experts.{{e}}.{k2}_proj" for k2 in ("up", "down")}}[a][k]
                 beside = i >= trunk and a in ("qwen35moe", "qwen3next")  # (their MTP layers are kept beside the model)
                 layer = f"mtp.layers.{i - trunk}." if beside else f"model.layers.{i}."
                 want = np.concatenate([src[f"{layer}{pat.format(e=e)}.weight"][1] for e in range(int(g.shape[-1]))])
             assert np.array_equal(data, np.ascontiguousarray(want).reshape(-1)), g.name
     # gpt-oss's expert biases: the gate/up stack's elements split by parity, down's as they are (widened to F32)
-    for i in range(cfg["num_hidden_layers"]):
+    for i in range(trunk):
         for k in ("gate", "up", "down"):
             g = tensors.get(f"blk.{i}.ffn_{k}_exps.bias")
             if g is None:

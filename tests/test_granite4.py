@@ -17,8 +17,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, reconfigure,
-                      run_tool)
+from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, imatrix_of,
+                      reconfigure, run_tool)
 from gguf_build import rewrite_gguf
 
 from iekit.formats.errors import IEError
@@ -137,12 +137,7 @@ def test_the_export_refuses_mamba2_llamacpp_cannot_load():
 def test_the_imatrix_names_every_matrix_as_llamacpp_does(tmp_path, model):
     """An imatrix of a Granite 4 has every quantizable matrix (Mamba2's in_proj reads the normed input, out_proj the
     gated scan, inner wide; the shared MLP under its own names) and writes as llama.cpp's GGUF imatrix."""
-    (tmp_path / "ids.txt").write_text(",".join(map(str, IDS)))
-    for out in ("i.npz", "i.gguf"):
-        res = run_tool("ieconv", "imatrix", "-m", GOLDEN_IEBIN / model, "--ids-file", tmp_path / "ids.txt",
-                       "-o", tmp_path / out, "--chunks", "1", "--ctx", "12")
-        assert res.returncode == 0, res.stderr
-    z = np.load(tmp_path / "i.npz")
+    z = imatrix_of(GOLDEN_IEBIN / model, IDS, tmp_path)
     assert z["model.layers.0.mamba.in_proj.weight"].shape == (64,)
     assert z["model.layers.0.mamba.out_proj.weight"].shape == (128,)
     assert z["model.layers.2.shared_mlp.output_linear.weight"].shape == (48,)

@@ -38,7 +38,10 @@ CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss
            "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-qwen3-5": {}, "tiny-qwen3-5-moe": {},
            "tiny-qwen3-next": {}, "tiny-lfm2": {}, "tiny-lfm2-moe": {},
            "tiny-granite4": {"layer_types": GRANITE4_LAYERS}, "tiny-granite4-dense": {"layer_types": GRANITE4_LAYERS},
-           "tiny-granite-moe": {}, "tiny-granite-moe-shared": {}}
+           "tiny-granite-moe": {}, "tiny-granite-moe-shared": {},
+           "tiny-nemotron-h": {"hybrid_override_pattern": "M-*-MM", "layers_block_type": None, "num_hidden_layers": 6},
+           "tiny-nemotron-h-moe": {"hybrid_override_pattern": "MEM*E", "layers_block_type": None,
+                                   "num_hidden_layers": 5}}
 # what an export needs beyond the defaults: tiny-phi3's window of 6, which llama.cpp's phi3 does not apply
 EXPORT_ARGS = {"tiny-phi3": ["--allow-full-attention"]}
 # descriptive keys the converter derives from the directory and file (llama.cpp reads none of them to run)
@@ -129,7 +132,7 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
     if name in ("tiny-glm4-moe", "tiny-glm4-moe-lite"):  # GLM-4.5's <|endoftext|>, <|user|> and <|observation|> likewise
         differ |= {"eos_ids"}
         assert sb.eos_ids == sa.eos_ids | {317, 318, 319}
-    if name.startswith("tiny-granite4"):  # no RoPE: the converter writes 2^20 positions, its arbitrary value
+    if name.startswith(("tiny-granite4", "tiny-nemotron-h")):  # no RoPE: the converter writes 2^20 positions, its arbitrary value
         differ |= {"max_positions"}
         assert (sa.max_positions, sb.max_positions) == (128, 2 ** 20)
     if name == "tiny-deepseek-v3":

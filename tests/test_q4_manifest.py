@@ -256,7 +256,8 @@ def test_tied_flag_with_a_stored_head_counts_the_embedding_only(tmp_path):
                                    "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-glm4-moe", "tiny-deepseek-v3",
                                    "tiny-llama4", "tiny-ernie4-5-moe", "tiny-qwen3-5", "tiny-qwen3-5-moe",
                                    "tiny-qwen3-next", "tiny-lfm2", "tiny-lfm2-moe", "tiny-granite4",
-                                   "tiny-granite4-dense", "tiny-granite-moe-shared"])
+                                   "tiny-granite4-dense", "tiny-granite-moe-shared", "tiny-nemotron-h",
+                                   "tiny-nemotron-h-moe"])
 def test_the_bytes_a_step_reads_are_the_decoders(model):
     """q4-manifest's "a decode step reads" is the decoder's own count, byte
     for byte: of a mixture of experts top_k of each layer's experts (per

@@ -199,6 +199,9 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
   if (c.attn_gate || !c.linear.empty() || !c.short_conv.empty() || !c.ssm.empty())
     fail("the CUDA decoder has no gated attention, linear attention (Qwen3.5), short convolution (LFM2) or Mamba2 "
          "(Granite 4); run it on the CPU");
+  if (!c.mlp_only.empty() || !c.mixer_only.empty() || c.mlp_act == MlpAct::Relu2)
+    fail("the CUDA decoder has no blocks of a mixer or an MLP alone, nor ReLU-squared MLPs (Nemotron-H); run it on "
+         "the CPU");
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
   const size_t B = kMaxBatch, F = sizeof(float);

@@ -242,8 +242,10 @@ std::unique_ptr<ie::cuda::CudaDecoder> make_cuda_decoder(const ie::DecoderConfig
 // The names of DecoderConfig's enums, as Python sets them.
 template <class E>
 using Choices = std::initializer_list<std::pair<const char*, E>>;
-const Choices<ie::Glu> kGlus = {{"silu", ie::Glu::Silu}, {"gpt_oss", ie::Glu::GptOss}, {"halves", ie::Glu::Halves}};
-const Choices<ie::MlpAct> kMlpActs = {{"silu", ie::MlpAct::Silu}, {"gelu_tanh", ie::MlpAct::GeluTanh}};
+const Choices<ie::Glu> kGlus = {{"silu", ie::Glu::Silu}, {"gpt_oss", ie::Glu::GptOss}, {"halves", ie::Glu::Halves},
+                              {"relu2", ie::Glu::Relu2}};
+const Choices<ie::MlpAct> kMlpActs = {{"silu", ie::MlpAct::Silu}, {"gelu_tanh", ie::MlpAct::GeluTanh},
+                                    {"relu2", ie::MlpAct::Relu2}};
 
 // DecoderConfig's enum field `field` as a Python property `name` of its names in `choices` (an unknown one:
 // std::invalid_argument listing them).
@@ -339,6 +341,8 @@ void ie_register_decoder(py::module_& m) {
   config.def_readwrite("ssm_state", &ie::DecoderConfig::ssm_state);
   config.def_readwrite("ssm_groups", &ie::DecoderConfig::ssm_groups);
   config.def_readwrite("ssm_conv", &ie::DecoderConfig::ssm_conv);
+  config.def_readwrite("mlp_only", &ie::DecoderConfig::mlp_only);
+  config.def_readwrite("mixer_only", &ie::DecoderConfig::mixer_only);
   def_choice(config, "glu", &ie::DecoderConfig::glu, kGlus);
   def_choice(config, "mlp_act", &ie::DecoderConfig::mlp_act, kMlpActs);
   for (const auto& kv :

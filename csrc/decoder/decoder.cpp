@@ -162,12 +162,16 @@ void check_experts(const DecoderConfig& c, const LayerWeights& L, const std::str
   check_matrix(n + "router", L.router, c.n_experts, c.hidden, p);
   check_vec(n + "router.bias", L.router_bias, static_cast<size_t>(c.n_experts), true);
   check_vec(n + "e_score_correction_bias", L.expert_bias, static_cast<size_t>(c.n_experts), true);
-  const bool fused = c.glu != Glu::Silu;
+  const bool fused = c.glu == Glu::GptOss || c.glu == Glu::Halves, relu2 = c.glu == Glu::Relu2;
   const int64_t gate_rows = fused ? 2 * static_cast<int64_t>(c.expert_inter) : c.expert_inter;
   for (size_t e = 0; e < L.experts.size(); ++e) {
     const Expert& x = L.experts[e];
     const std::string en = n + "expert " + std::to_string(e) + " ";
-    check_matrix(en + (fused ? "gate_up_proj" : "gate_proj"), x.gate, gate_rows, c.hidden, p);
+    if (relu2) {
+      if (!absent(x.gate) || !x.bgate.empty()) fail(en + "gate_proj: a ReLU-squared expert (Nemotron-H's) has no gate");
+    } else {
+      check_matrix(en + (fused ? "gate_up_proj" : "gate_proj"), x.gate, gate_rows, c.hidden, p);
+    }
     if (fused) {
       if (!absent(x.up)) fail(en + "up_proj: the up rows are in gate_up_proj (gpt-oss, Llama 4); pass no up matrix");
     } else {
@@ -292,10 +296,20 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
             c.ssm_heads > INT32_MAX)
       fail("decoder config: a Mamba2 layer's in_proj has more than 2^31 - 1 rows");
     if (any_linear || any_conv || mla || !c.pre_norms || c.parallel_block)
-      fail("decoder config: Mamba2 layers are Granite 4's: not beside linear attention or short convolutions, nor "
+      fail("decoder config: Mamba2 layers are Granite 4's and Nemotron-H's: not beside linear attention or short convolutions, nor "
            "with latent attention, OLMo 2's or Cohere's layers");
   }
   if (c.attn_gate && mla) fail("decoder config: attn_gate is Qwen3.5's gated attention; not with latent attention");
+  for (const std::vector<uint8_t>* v : {&c.mlp_only, &c.mixer_only})
+    if (!v->empty() && v->size() != static_cast<size_t>(c.n_layers))
+      fail("decoder config: mlp_only and mixer_only must be empty or hold one value per layer");
+  for (int l = 0; l < c.n_layers; ++l)
+    if (!c.has_mixer(l) && (!c.has_mlp(l) || c.recurrent(l)))
+      fail("decoder config: layer " + std::to_string(l) + " is its MLP alone (mlp_only) but also has no MLP "
+           "(mixer_only) or a recurrent mixer");
+  if ((!c.mlp_only.empty() || !c.mixer_only.empty()) && (mla || !c.pre_norms || c.parallel_block))
+    fail("decoder config: blocks of a mixer or an MLP alone are Nemotron-H's: not with latent attention, OLMo 2's or "
+         "Cohere's layers");
   if (w.layers.size() != static_cast<size_t>(c.n_layers)) fail("decoder weights: layer count differs from the config");
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim, kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
   const int64_t o_dim = static_cast<int64_t>(c.n_heads) * vd;
@@ -306,11 +320,14 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w.layers[l];
     const std::string n = "layer " + std::to_string(l) + " ";
+    const bool mixes = c.has_mixer(l), has_mlp = c.has_mlp(l);
     if (c.pre_norms) {
-      check_vec(n + "input_layernorm", L.attn_norm, c.hidden);
+      check_vec(n + "input_layernorm", L.attn_norm, c.hidden, !mixes);
+      if (!mixes && !L.attn_norm.empty()) fail(n + "input_layernorm: the layer is its MLP alone (mlp_only)");
+      if (!has_mlp && !L.mlp_norm.empty()) fail(n + "post_attention_layernorm: the layer has no MLP (mixer_only)");
       if (c.parallel_block && !L.mlp_norm.empty())
         fail(n + "post_attention_layernorm: a parallel layer (Cohere) norms its input once, for both blocks");
-      if (!c.parallel_block) check_vec(n + "post_attention_layernorm", L.mlp_norm, c.hidden);
+      if (!c.parallel_block && has_mlp) check_vec(n + "post_attention_layernorm", L.mlp_norm, c.hidden);
     } else if (!L.attn_norm.empty() || !L.mlp_norm.empty() || L.attn_post_norm.empty() || L.mlp_post_norm.empty()) {
       fail(n + "norms: a layer without pre-norms (OLMo 2) has the attention's and the MLP's output norms alone");
     }
@@ -367,6 +384,11 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       if (!absent(L.q) || !absent(L.k) || !absent(L.v) || !L.bq.empty() || !L.bk.empty() || !L.bv.empty() ||
           !L.bo.empty() || !L.q_norm.empty() || !L.k_norm.empty() || !L.sinks.empty())
         fail(n + "self_attn: a linear-attention layer has no attention projections, biases, norms or sinks");
+    } else if (!mixes) {
+      if (!absent(L.q) || !absent(L.k) || !absent(L.v) || !absent(L.o) || !L.bq.empty() || !L.bk.empty() ||
+          !L.bv.empty() || !L.bo.empty() || !L.q_norm.empty() || !L.k_norm.empty() || !L.sinks.empty() ||
+          !absent(L.q_a) || !absent(L.kv_a) || !absent(L.kv_b))
+        fail(n + "self_attn: the layer is its MLP alone (mlp_only): no attention weights");
     } else if (mla) {
       check_matrix(n + (c.q_lora > 0 ? "q_b_proj" : "q_proj"), L.q, q_dim, c.q_lora > 0 ? c.q_lora : c.hidden, p);
       if (c.q_lora > 0) check_matrix(n + "q_a_proj", L.q_a, c.q_lora, c.hidden, p);
@@ -386,16 +408,27 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       if (!absent(L.q_a) || !absent(L.kv_a) || !absent(L.kv_b) || !L.q_a_norm.empty() || !L.kv_a_norm.empty())
         fail(n + "q_a_proj, kv_a_proj_with_mqa, kv_b_proj: latent attention's (the config has kv_lora 0)");
     }
-    if (!lin && !conv && !ssm) check_matrix(n + "o_proj", L.o, c.hidden, o_dim, p);
-    if (L.experts.empty()) {
-      check_matrix(n + "gate_proj", L.gate, c.inter, c.hidden, p);
+    if (!lin && !conv && !ssm && mixes) check_matrix(n + "o_proj", L.o, c.hidden, o_dim, p);
+    const bool gated = c.mlp_act != MlpAct::Relu2;  // (a ReLU-squared MLP has up and down alone)
+    if (!has_mlp) {
+      if (!absent(L.gate) || !absent(L.up) || !absent(L.down) || !absent(L.shared_gate) || !L.experts.empty() ||
+          !absent(L.router) || !L.mlp_post_norm.empty())
+        fail(n + "mlp: the layer has no MLP (mixer_only)");
+    } else if (L.experts.empty()) {
+      if (gated)
+        check_matrix(n + "gate_proj", L.gate, c.inter, c.hidden, p);
+      else if (!absent(L.gate))
+        fail(n + "gate_proj: a ReLU-squared MLP (Nemotron-H's) has no gate");
       check_matrix(n + "up_proj", L.up, c.inter, c.hidden, p);
       check_matrix(n + "down_proj", L.down, c.hidden, c.inter, p);
       if (!absent(L.shared_gate)) fail(n + "shared_expert_gate: a dense layer has no shared expert");
     } else {
       check_experts(c, L, n, p);
       if (c.shared_inter > 0) {
-        check_matrix(n + "shared_expert.gate_proj", L.gate, c.shared_inter, c.hidden, p);
+        if (gated)
+          check_matrix(n + "shared_expert.gate_proj", L.gate, c.shared_inter, c.hidden, p);
+        else if (!absent(L.gate))
+          fail(n + "shared_expert.gate_proj: a ReLU-squared shared expert (Nemotron-H's) has no gate");
         check_matrix(n + "shared_expert.up_proj", L.up, c.shared_inter, c.hidden, p);
         check_matrix(n + "shared_expert.down_proj", L.down, c.hidden, c.shared_inter, p);
         if (!absent(L.shared_gate)) check_matrix(n + "shared_expert_gate", L.shared_gate, 1, c.hidden, p);
@@ -530,7 +563,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   std::vector<int> slot(static_cast<size_t>(c.n_layers), -1);
   int cached = 0;
   for (int l = 0; l < c.n_layers; ++l)
-    if (!c.recurrent(l)) slot[l] = cached++;
+    if (c.attends(l)) slot[l] = cached++;
   const size_t positions = checked_mul(static_cast<size_t>(cached), static_cast<size_t>(c.max_ctx), "KV cache");
   // (latent attention's values are its keys' latent part: no V cache of their own)
   for (auto [half, type, dim] : {std::tuple{&k_cache_, c.k_cache, hd_}, std::tuple{&v_cache_, c.v_cache, v_dim_ / kv_heads_}}) {
@@ -1213,6 +1246,16 @@ void Decoder::gelu_tanh_gate(float* g, const float* u, int n, int width) const {
   });
 }
 
+// g = relu(g)^2, rows in parallel (Nemotron-H's relu2: its MLP's and experts' unit, no gate).
+void Decoder::relu2(float* g, int n, int width) const {
+  rows(n, [&](int j) {
+    for (size_t i = static_cast<size_t>(j) * width; i < static_cast<size_t>(j + 1) * width; ++i) {
+      const float x = std::max(g[i], 0.f);
+      g[i] = x * x;
+    }
+  });
+}
+
 // Softmax gating's choice with a choice bias (ERNIE 4.5's moe_statics, llama.cpp's exp_probs_b): each expert's
 // softmax probability plus its bias, into choice_. (Its weights are the chosen probabilities, as without a bias.)
 const float* Decoder::softmax_choice(const LayerWeights& L, const float* lg) {
@@ -1326,7 +1369,10 @@ void Decoder::experts(int layer, int b) {
     }
     PreparedAct& prep = all ? xn_prep_ : ex_prep_;
     const float* in = all ? xn_.data() : ex_x_.data();
-    if (!mm_expert_swiglu(x, prep, n, ex_g_.data())) {
+    if (c.glu == Glu::Relu2) {
+      mm_expert(x.up, prep, in, n, nullptr, ex_g_.data());
+      relu2(ex_g_.data(), n, I);
+    } else if (!mm_expert_swiglu(x, prep, n, ex_g_.data())) {
       mm_expert(x.gate, prep, in, n, x.bgate.empty() ? nullptr : x.bgate.data(), ex_g_.data());
       if (c.glu == Glu::Silu) mm_expert(x.up, prep, in, n, nullptr, ex_u_.data());
       glu(c.glu, ex_g_.data(), ex_u_.data(), n, I);
@@ -1447,6 +1493,10 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
   }
   for (int l = stream.first; l < layers; ++l) {
     const LayerWeights& L = w_.layers[l];
+    if (!c.has_mixer(l)) {  // (Nemotron-H's MLP blocks)
+      mlp(l, b);
+      continue;
+    }
     const std::vector<float>& rope_l = !rope_cs_swa_.empty() && c.windows[l] > 0 ? rope_cs_swa_ : rope_cs_;
     rows(b, [&](int j) {
       if (c.pre_norms)
@@ -1553,7 +1603,6 @@ void Decoder::mix_out(int l, int b, const float* o_in, int width) {
   const DecoderConfig& c = cfg_;
   const LayerWeights& L = w_.layers[l];
   const int H = c.hidden;
-  const auto norm = c.layer_norm ? layernorm : rmsnorm;
   if (stats_on_) add_stats(4 * l + 1, o_in, b, width);
   prepare(att_prep_, o_in, b, width);
   mm(L.o, att_prep_, o_in, b, L.bo.empty() ? nullptr : L.bo.data(), xn_.data());
@@ -1561,6 +1610,17 @@ void Decoder::mix_out(int l, int b, const float* o_in, int width) {
     float* xj = &x_[j * H];
     if (!L.attn_post_norm.empty()) rmsnorm(&xn_[j * H], L.attn_post_norm.data(), H, c.eps, &xn_[j * H]);
     for (int i = 0; i < H; ++i) xj[i] += xn_[j * H + i] * c.residual_scale;
+  });
+  if (c.has_mlp(l)) mlp(l, b);
+}
+
+void Decoder::mlp(int l, int b) {
+  const DecoderConfig& c = cfg_;
+  const LayerWeights& L = w_.layers[l];
+  const int H = c.hidden;
+  const auto norm = c.layer_norm ? layernorm : rmsnorm;
+  rows(b, [&](int j) {
+    const float* xj = &x_[j * H];
     if (c.parallel_block)
       std::copy_n(&par_[j * H], H, &xn_[j * H]);
     else if (c.pre_norms)
@@ -1578,7 +1638,10 @@ void Decoder::mix_out(int l, int b, const float* o_in, int width) {
   }
   // The dense MLP, or the shared expert beside the routed ones (experts() read xn_ and xn_prep_ as they are).
   const int I = moe ? c.shared_inter : c.inter;
-  if (!swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data(), c.mlp_act == MlpAct::GeluTanh)) {
+  if (c.mlp_act == MlpAct::Relu2) {
+    mm(L.up, xn_prep_, xn_.data(), b, nullptr, gate_.data());
+    relu2(gate_.data(), b, I);
+  } else if (!swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data(), c.mlp_act == MlpAct::GeluTanh)) {
     mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
     mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
     if (c.mlp_act == MlpAct::Silu)

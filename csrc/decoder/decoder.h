@@ -4,7 +4,8 @@
 // gpt-oss, Qwen3-MoE, Qwen2-MoE, GLM-4.5, MiniMax-M2, OLMoE, Mixtral,
 // DeepSeek-V2 and V3, GLM-4.7-Flash, Llama 4, ERNIE 4.5 MoE; Qwen3.5, whose layers mix tokens through gated
 // DeltaNet, linear attention, three in four; LFM2, most of whose layers mix them through a short gated
-// convolution): RMSNorm, RoPE (rotate-half or interleaved
+// convolution; Granite 4 and Nemotron-H, most of whose layers mix them through Mamba2's state space, Nemotron-H's
+// blocks each a mixer or a ReLU-squared MLP alone): RMSNorm, RoPE (rotate-half or interleaved
 // pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
 // second table for sliding layers; layers without RoPE), grouped-query
 // attention (or DeepSeek's multi-head latent attention, absorbed into multi-query attention over its latent)
@@ -50,11 +51,13 @@ namespace ie {
 // swiglu_limit, up to [-limit, limit], out = (up + 1) * gate *
 // sigmoid(swiglu_alpha * gate) (transformers' GptOssExperts). Halves:
 // SiLU(gate) * up from one matrix [2 expert_inter, hidden], gate's rows
-// first, then up's (Llama 4's gate_up_proj, chunk(2)).
-enum class Glu { Silu, GptOss, Halves };
-// The dense MLP's gated unit: act(gate) * up, act SiLU (Llama, Qwen, ...)
-// or GELU with the tanh approximation (Gemma 3's gelu_pytorch_tanh).
-enum class MlpAct { Silu, GeluTanh };
+// first, then up's (Llama 4's gate_up_proj, chunk(2)). Relu2: no gate, relu(up)^2
+// from up [expert_inter, hidden] alone (Nemotron-H's experts; `gate` empty).
+enum class Glu { Silu, GptOss, Halves, Relu2 };
+// The dense MLP's (and a shared expert's) unit: act(gate) * up, act SiLU
+// (Llama, Qwen, ...) or GELU with the tanh approximation (Gemma 3's
+// gelu_pytorch_tanh); or Relu2, relu(up)^2 without a gate (Nemotron-H's).
+enum class MlpAct { Silu, GeluTanh, Relu2 };
 
 struct DecoderConfig {
   int n_layers = 0;
@@ -219,7 +222,7 @@ struct DecoderConfig {
   // cannot be rewound (Decoder::truncate).
   std::vector<uint8_t> short_conv;
   int conv_taps = 0;
-  // Mamba2's selective state space (Granite 4's hybrid layers), per layer:
+  // Mamba2's selective state space (Granite 4's hybrid layers, Nemotron-H's), per layer:
   // nonzero where the layer mixes tokens through it instead of attention
   // (empty: no layer does). Such a layer (transformers'
   // GraniteMoeHybridMambaLayer) projects its normed input to z [inner], x
@@ -235,12 +238,24 @@ struct DecoderConfig {
   // the KV cache for such a layer: they cannot be rewound (Decoder::truncate).
   std::vector<uint8_t> ssm;
   int ssm_heads = 0, ssm_head_dim = 0, ssm_state = 0, ssm_groups = 0, ssm_conv = 0;
+  // Nemotron-H's blocks, each one norm and one of a mixer or an MLP, per
+  // layer: nonzero in mlp_only where the layer is its MLP or experts alone
+  // (normed by mlp_norm; no attention, states or KV cache), in mixer_only
+  // where it is its attention or Mamba2 alone (normed by attn_norm; no MLP);
+  // empty: every layer both.
+  std::vector<uint8_t> mlp_only, mixer_only;
 
   // Whether layer l keeps recurrent states in place of a KV cache (gated DeltaNet, short convolution, Mamba2).
   bool recurrent(int l) const {
     auto on = [l](const std::vector<uint8_t>& v) { return !v.empty() && v[static_cast<size_t>(l)] != 0; };
     return on(linear) || on(short_conv) || on(ssm);
   }
+  // Whether layer l mixes tokens (attention or a recurrent mixer), and whether it has an MLP (Nemotron-H's blocks
+  // have one or the other).
+  bool has_mixer(int l) const { return mlp_only.empty() || mlp_only[static_cast<size_t>(l)] == 0; }
+  bool has_mlp(int l) const { return mixer_only.empty() || mixer_only[static_cast<size_t>(l)] == 0; }
+  // Whether layer l attends, keeping a KV cache.
+  bool attends(int l) const { return has_mixer(l) && !recurrent(l); }
 
   // The dims RoPE turns of a q/k head (head_dim but for partial RoPE and latent attention), and a value head's.
   int rotary_dim() const { return 2 * static_cast<int>(inv_freq.size()); }
@@ -263,7 +278,8 @@ struct Matrix {
 };
 
 // One expert: gate and up (Glu::Silu), or the interleaved gate_up in
-// `gate` (Glu::GptOss, `up` empty); biases empty where the model has none.
+// `gate` (Glu::GptOss, `up` empty), or up alone (Glu::Relu2, `gate` empty);
+// biases empty where the model has none.
 // The matrices are slices of the stored [experts, rows, cols] stack (or an
 // expert's own tensor), read in place: only the routed experts' pages are
 // ever touched.
@@ -448,8 +464,12 @@ class Decoder {
   };
   void run(const int32_t* tokens, int n, float* logits, bool all_logits, int layers, Stream stream);
   void run_chunk(const int32_t* tokens, int b, float* logits, bool all_logits, int layers, Stream stream);
-  // The rest of layer l after its token mixing: o_proj of o_in [b, width], the residual add, the MLP or experts.
+  // The rest of layer l after its token mixing: o_proj of o_in [b, width], the residual add, then mlp (unless the
+  // layer has none).
   void mix_out(int l, int b, const float* o_in, int width);
+  // Layer l's MLP block: its norm of the residual x_, the dense MLP or the experts (beside a shared one), the
+  // residual add.
+  void mlp(int l, int b);
   // After a chunk's layers: positions counted, the stream handed out, the head's logits where every layer ran.
   void finish(int b, float* logits, bool all_logits, int layers, Stream stream);
   void attention(int layer, int b);
@@ -480,6 +500,7 @@ class Decoder {
   // row), u up; the result lands in g's first n * width floats.
   void glu(Glu kind, float* g, const float* u, int n, int width) const;
   void gelu_tanh_gate(float* g, const float* u, int n, int width) const;
+  void relu2(float* g, int n, int width) const;
   // fn(j) for each of a chunk's n token rows, shared by the pool's threads
   // (a single row runs on this thread, waking none).
   template <class F>
@@ -548,7 +569,7 @@ class Decoder {
   struct KvCache {
     WType type = WType::F32;
     int heads = 0, dim = 0;  // its heads, and a head's elements
-    // Per layer, its place among the layers with attention (linear-attention layers have none: -1)
+    // Per layer, its place among the layers with attention (recurrent layers and MLP blocks have none: -1)
     std::vector<int> slot;
     ZeroPages<uint8_t> bytes;
     size_t elem() const { return static_cast<size_t>(wtype_info(type).block_bytes); }

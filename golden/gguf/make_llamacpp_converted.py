@@ -35,6 +35,13 @@ These things are set for the toys, none of which touches a tensor:
 - Granite 4's ``layer_types`` as the Hub's configs spell them ("mamba",
   "attention"; the converter reads those, transformers 5 writes
   ``linear_attention`` and ``full_attention``);
+- Nemotron-H's blocks as the Hub's configs spell them (``hybrid_override_pattern``, ``num_hidden_layers``;
+  the converter counts MLP blocks only under that spelling: transformers 5's ``layers_block_type`` list names
+  them "mlp", which it does not read);
+- Nemotron-H's config read as its config.json says it, as the converter reads it where transformers has no
+  NemotronHConfig (before 5.x): transformers 5's ``to_dict`` adds ``num_experts_per_tok`` to a config without
+  experts, which the converter takes for experts (a ``nemotron_h_moe`` file whose MLP blocks have no width, which
+  llama.cpp cannot load);
 - MiniMax-M2's ``rotary_dim`` and ``scoring_func`` "sigmoid", as the Hub's
   config states them (the converter reads the rotated dims and the gating
   function from them; transformers 5 reads ``rotary_dim`` too).
@@ -67,6 +74,9 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-ernie4-5": {}, "tiny-ernie4-5-moe": {}, "tiny-qwen3-5": {}, "tiny-qwen3-5-moe": {}, "tiny-qwen3-next": {}, "tiny-qwen3-vl": {}, "tiny-qwen3-vl-moe": {}, "tiny-glm4-vl": {}, "tiny-glm4-vl-moe": {}, "tiny-lfm2": {}, "tiny-lfm2-moe": {},
           "tiny-granite4": {"layer_types": GRANITE4_LAYERS}, "tiny-granite4-dense": {"layer_types": GRANITE4_LAYERS},
           "tiny-granite-moe": {}, "tiny-granite-moe-shared": {},
+          "tiny-nemotron-h": {"hybrid_override_pattern": "M-*-MM", "layers_block_type": None, "num_hidden_layers": 6},
+          "tiny-nemotron-h-moe": {"hybrid_override_pattern": "MEM*E", "layers_block_type": None,
+                                  "num_hidden_layers": 5},
           "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-exaone": {}}
 # The converter's layout options, which write files llama.cpp reads as well: --fuse-qkv (q, k, v rows in one
 # attn_qkv) and --fuse-gate-up-exps (each expert's gate rows, then its up rows, in one ffn_gate_up_exps).
@@ -136,6 +146,10 @@ def convert(llama_cpp: Path, src: Path, out: Path, flags: list[str]) -> None:
     import conversion.ernie as ernie
     ernie.Ernie4_5Model.set_vocab = base.TextModel._set_vocab_gpt2  # (the toys' BPE: no tokenizer.model)
     transformers.AutoTokenizer.from_pretrained = transformers.PreTrainedTokenizerFast.from_pretrained
+    if json.loads((src / "config.json").read_text()).get("architectures") == ["NemotronHForCausalLM"]:
+        def raw_config(*_args, **_kw):  # (the converter then reads config.json as it is)
+            raise ValueError("read config.json as the Hub's")
+        transformers.AutoConfig.from_pretrained = raw_config
     sys.argv = [str(llama_cpp / "convert_hf_to_gguf.py"), str(src), "--outfile", str(out), "--outtype", "auto", *flags]
     runpy.run_path(sys.argv[0], run_name="__main__")
 
