@@ -226,7 +226,8 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       (Qwen3-Next, Qwen3-Coder-Next: as qwen35moe, its value heads in
       Hugging Face's order, ssm_ba and an older file's ssm_in read as
       the projections they fuse), seed_oss, glm4, cohere2 and command-r,
-      exaone (EXAONE 3.5, as the Llama it is), qwen3vl and qwen3vlmoe
+      exaone (EXAONE 3.5, as the Llama it is), qwen2vl (Qwen2-VL's and
+      Qwen2.5-VL's language model, as the Qwen2 it is), qwen3vl and qwen3vlmoe
       (Qwen3-VL's language model, as the Qwen3 or Qwen3-MoE it is: text
       turns its MRoPE as one RoPE), lfm2 and lfm2moe (LFM2, LFM2.5,
       LFM2-8B-A1B: its short convolutions by attention.head_count_kv's
@@ -328,6 +329,7 @@ def gguf_to_hf_cmd(gguf_path, out_dir, dtype, allow_nonfinite, text_only, overwr
                    "Devstral Small 2; Llama4ForConditionalGeneration: Llama 4 Scout, Maverick; "
                    "Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration: Qwen3.5; "
                    "Qwen3VLForConditionalGeneration, Qwen3VLMoeForConditionalGeneration: Qwen3-VL; "
+                   "Qwen2_5_VLForConditionalGeneration, Qwen2VLForConditionalGeneration: Qwen2.5-VL, Qwen2-VL; "
                    "Glm4vForConditionalGeneration: GLM-4.1V, GLM-4.6V-Flash; "
                    "Glm4vMoeForConditionalGeneration: GLM-4.5V, GLM-4.6V; "
                    "Lfm2VlForConditionalGeneration: LFM2-VL).")
@@ -339,14 +341,15 @@ def text_model_cmd(hf_dir, out_dir, overwrite, quiet):
     """Write a multimodal checkpoint's language model as a checkpoint of its own.
 
     Gemma 3 4B, 12B and 27B, Mistral Small 3.1/3.2, Ministral 3, Llama 4,
-    Qwen3.5, Qwen3-VL, GLM-4.5V, GLM-4.6V and LFM2-VL are published with a vision tower
+    Qwen3.5, Qwen3-VL, Qwen2.5-VL, Qwen2-VL, GLM-4.5V, GLM-4.6V and LFM2-VL are published with a vision tower
     beside the text model; a text prompt runs through the text model alone, which this
     writes as the checkpoint transformers builds from it (Gemma3ForCausalLM,
     MistralForCausalLM, Ministral3ForCausalLM, Llama4ForCausalLM,
     Qwen3_5ForCausalLM or Qwen3_5MoeForCausalLM, by text_config.model_type;
     Qwen3.5's MTP tensors kept beside it, unread; Qwen3-VL's as
     Qwen3ForCausalLM or Qwen3MoeForCausalLM, its MRoPE one RoPE for text,
-    its expert stacks one matrix per expert; GLM-4V's as Glm4ForCausalLM,
+    its expert stacks one matrix per expert; Qwen2.5-VL's and Qwen2-VL's as
+    Qwen2ForCausalLM, from the Hub's flat config too; GLM-4V's as Glm4ForCausalLM,
     GLM-4.5V's and GLM-4.6V's as Glm4MoeForCausalLM, LFM2-VL's as
     Lfm2ForCausalLM)
     (tensors copied byte for byte under the text model's names, text_config

@@ -622,9 +622,13 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
 # layers add image features, which text adds none of. Qwen3-VL-30B-A3B and 235B-A22B (qwen3vlmoe) likewise
 # have Qwen3-MoE's.
 _QWEN3VL_KEYS = frozenset({"rope.dimension_sections", "n_deepstack_layers"})
+# Qwen2-VL's and Qwen2.5-VL's language model (llama.cpp's qwen2vl, its vision tower in a separate mmproj file) is
+# Qwen2's layer under MRoPE over rotate-half pairs, whose sections text positions turn as one RoPE
 IMPORTED_AS = (GGUFArch("exaone", "LlamaForCausalLM", "llama", False, _LLAMA,
                         keys=frozenset({"attention.layer_norm_epsilon"})),
                GGUFArch("qwen3vl", "Qwen3ForCausalLM", "qwen3", False, _dense(_QK_NORM), keys=_QWEN3VL_KEYS),
+               GGUFArch("qwen2vl", "Qwen2ForCausalLM", "qwen2", False, _LLAMA,
+                        keys=frozenset({"rope.dimension_sections"})),
                GGUFArch("qwen3vlmoe", "Qwen3MoeForCausalLM", "qwen3_moe", False,
                         _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight"}), experts=_QWEN_EXPS,
                         keys=_QWEN3VL_KEYS))

@@ -23,7 +23,10 @@ time); GLM-4.1V and GLM-4.6V-Flash ``Glm4vForConditionalGeneration``, a
 ``Glm4ForCausalLM`` under MRoPE, told what its text model's code fixes
 (``_glm4v_text``); GLM-4.5V and GLM-4.6V
 ``Glm4vMoeForConditionalGeneration``, a ``Glm4MoeForCausalLM`` without q/k
-norms under MRoPE; LFM2-VL ``Lfm2VlForConditionalGeneration``, an
+norms under MRoPE; Qwen2.5-VL and Qwen2-VL
+``Qwen2_5_VLForConditionalGeneration`` and ``Qwen2VLForConditionalGeneration``, a ``Qwen2ForCausalLM`` under
+MRoPE, stored under the Hub's names (``model.*`` beside ``visual.*``, as transformers 5 saves them too) with, on the
+Hub, a flat config (the text model's keys at the top level, MRoPE as ``rope_scaling`` type ``mrope``); LFM2-VL ``Lfm2VlForConditionalGeneration``, an
 ``Lfm2ForCausalLM`` beside a SigLIP2 tower. This writes that text model as
 the ``Gemma3ForCausalLM`` / ``MistralForCausalLM`` / ``Ministral3ForCausalLM``
 / ``Llama4ForCausalLM`` / ``Qwen3_5ForCausalLM`` / ``Qwen3_5MoeForCausalLM`` /
@@ -121,6 +124,13 @@ QWEN3_VL_TEXT_DEFAULTS: dict[str, Any] = {
     "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "hidden_act": "silu",
     "max_position_embeddings": 128000, "rms_norm_eps": 1e-6, "attention_bias": False}
 QWEN3_VL_ROPE_DEFAULTS = {"rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}}
+# transformers 5.23's Qwen2_5_VLTextConfig defaults that shape the computation (golden/ref/qwen2-5-vl-text-defaults.json;
+# Qwen2VLTextConfig's are the same)
+QWEN2_5_VL_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
+    "num_attention_heads": 64, "num_key_value_heads": 8, "hidden_act": "silu", "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-5, "use_sliding_window": False, "sliding_window": None, "max_window_layers": 80}
+QWEN2_5_VL_ROPE_DEFAULTS = {"rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}}
 # MRoPE's keys (Qwen3-VL's sections of the frequencies that turn by time, height and width): text positions are the
 # same on all three, so they turn as one RoPE, and the text model has none of them
 MROPE_KEYS = ("mrope_section", "mrope_interleaved")
@@ -210,6 +220,9 @@ class TextPart:
     expert_stacks: bool = False
     # what the text class must be told that the multimodal text model's code fixes, from the merged config
     derived: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # the Hub's configs hold the text model's keys at the top level beside vision_config (Qwen2-VL's, Qwen2.5-VL's:
+    # transformers builds text_config from them), their MRoPE as rope_scaling type "mrope"
+    flat: bool = False
 
     @property
     def read_as(self) -> str:
@@ -267,11 +280,26 @@ MULTIMODAL = {
         "Lfm2ForCausalLM", "lfm2", renames=_RENAMES, left_out=("model.vision_tower.", "model.multi_modal_projector.",
                                                               "vision_tower.", "multi_modal_projector."),
         defaults=LFM2_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, LFM2_ROPE_DEFAULTS),), tie="head"),),
+    # (Qwen2-VL, Qwen2.5-VL: Qwen2's layers under MRoPE over rotate-half pairs; the Hub's layout, model.* beside
+    # visual.*, which transformers 5 saves too, or model.language_model.* beside model.visual.*)
+    "Qwen2_5_VLForConditionalGeneration": (TextPart(
+        "Qwen2ForCausalLM", "qwen2", renames=(*_RENAMES, ("model.", "model.")), left_out=("visual.", "model.visual."),
+        defaults=QWEN2_5_VL_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, QWEN2_5_VL_ROPE_DEFAULTS),), plain_rope=True,
+        source_type="qwen2_5_vl_text", tie="top", flat=True),),
+    "Qwen2VLForConditionalGeneration": (TextPart(
+        "Qwen2ForCausalLM", "qwen2", renames=(*_RENAMES, ("model.", "model.")), left_out=("visual.", "model.visual."),
+        defaults=QWEN2_5_VL_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, QWEN2_5_VL_ROPE_DEFAULTS),), plain_rope=True,
+        source_type="qwen2_vl_text", tie="top", flat=True),),
     "Qwen3_5MoeForConditionalGeneration": (TextPart(
         "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", renames=(*_RENAMES, ("mtp.", "mtp.")),
         left_out=("model.visual.",), defaults=QWEN3_5_MOE_TEXT_DEFAULTS,
         defaults_unless=((_ROPE_KEYS, QWEN3_5_ROPE_DEFAULTS),)),),
 }
+
+
+# A flat config's keys that are the composite model's, not its text model's (TextPart.flat; vision_* besides)
+FLAT_NOT_TEXT = ("architectures", "model_type", "image_token_id", "video_token_id", "transformers_version",
+                 "_name_or_path")
 
 
 def text_part(config: dict[str, Any], arch: str, where: str) -> TextPart:
@@ -291,6 +319,8 @@ def text_config(config: dict[str, Any], part: TextPart, where: str) -> dict[str,
     top level's ids where it states them (its eos_token_id list is where
     generation stops: Gemma 3's <end_of_turn> besides <eos>)."""
     text = config.get("text_config")
+    if text is None and part.flat:  # (the top level's keys, but the vision model's and the composite's own)
+        text = {k: v for k, v in config.items() if k not in FLAT_NOT_TEXT and not k.startswith("vision_")}
     if not isinstance(text, dict):
         raise IEError(f"{where}: text_config: expected an object, got {text!r}")
     out = {**part.defaults, **text}
@@ -303,6 +333,9 @@ def text_config(config: dict[str, Any], part: TextPart, where: str) -> dict[str,
     if part.plain_rope:
         if isinstance(out.get("rope_parameters"), dict):
             out["rope_parameters"] = {k: v for k, v in out["rope_parameters"].items() if k not in MROPE_KEYS}
+        scaling = out.get("rope_scaling")  # (the Hub's Qwen2-VL and Qwen2.5-VL configs: {"type": "mrope", ...})
+        if isinstance(scaling, dict) and "mrope" in (scaling.get("type"), scaling.get("rope_type")):
+            del out["rope_scaling"]
     if part.derived is not None:
         out.update(part.derived(out))
     out.update(architectures=[part.text_class], model_type=part.model_type)

@@ -152,6 +152,10 @@ from transformers import (  # noqa: E402
     Glm4vMoeForConditionalGeneration,
     Glm4vMoeTextConfig,
     Glm4vMoeVisionConfig,
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLForConditionalGeneration,
+    Qwen2_5_VLTextConfig,
+    Qwen2_5_VLVisionConfig,
     Qwen3VLConfig,
     Qwen3VLForConditionalGeneration,
     Qwen3VLMoeConfig,
@@ -298,6 +302,7 @@ GRANITE_MOE_SEED = SEED + 158  # its greedy cases run 16 tokens with margins >= 
 GRANITE_MOE_SHARED_SEED = SEED + 162  # its greedy cases run 16 tokens with margins >= 0.03
 GRANITE4_DENSE_SEED = SEED + 154  # its greedy cases run 16 tokens with margins >= 0.1
 NEMOTRON_H_SEED = SEED + 176  # the first from SEED + 170 whose greedy cases run 16 tokens with margins >= 0.05
+QWEN2_VL_SEED = SEED + 180  # (its vision tower's: the language model is tiny-qwen2's)
 NEMOTRON_H_MOE_SEED = SEED + 174  # its greedy cases run 16 tokens with margins >= 0.05
 GLM4_VL_MOE_SEED = SEED + 132  # the first from SEED + 130 whose greedy cases run 16 tokens with margins >= 0.02
 ERNIE4_5_SEED = SEED + 95  # its greedy cases run 16 tokens with margins >= 0.04
@@ -1392,6 +1397,28 @@ def make_qwen3_vl(tok) -> None:
                {k: v for k, v in sorted(Qwen3VLTextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
 
 
+# Qwen2.5-VL's MRoPE on tiny-qwen2's 16-wide heads (Qwen2.5-VL 7B's [16, 24, 24] of 64 pairs, scaled): not
+# interleaved, each section a run of frequencies
+QWEN2_5_VL_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
+
+
+def make_qwen2_5_vl(tok) -> None:
+    """tiny-qwen2's language model, weights and all, in a Qwen2_5_VLForConditionalGeneration beside a one-block
+    16-wide vision model: Qwen2.5-VL (and Qwen2-VL, the same language model) as published; tied, as the 3B. Its MRoPE
+    (QWEN2_5_VL_ROPE) turns text positions as one RoPE, so its text logits are tiny-qwen2's."""
+    base = json.loads((HF_DIR / "tiny-qwen2" / "config.json").read_text())
+    text = Qwen2_5_VLTextConfig(**{k: base[k] for k in TEXT_DIMS}, rope_parameters=dict(QWEN2_5_VL_ROPE),
+                                tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
+                                eos_token_id=tok.eos_token_id)
+    vision = Qwen2_5_VLVisionConfig(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=14,
+                                    out_hidden_size=text.hidden_size, fullatt_block_indexes=[0])
+    cfg = Qwen2_5_VLConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), bos_token_id=tok.bos_token_id,
+                           eos_token_id=tok.eos_token_id, pad_token_id=None, tie_word_embeddings=True)
+    save_multimodal(tok, Qwen2_5_VLForConditionalGeneration, cfg, QWEN2_VL_SEED, Qwen2ForCausalLM, "tiny-qwen2")
+    write_json(REF_DIR / "qwen2-5-vl-text-defaults.json",
+               {k: v for k, v in sorted(Qwen2_5_VLTextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
+
+
 # common_dims' keys a multimodal model's text config takes as they are
 TEXT_DIMS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
              "num_key_value_heads", "max_position_embeddings", "rms_norm_eps")
@@ -1818,6 +1845,7 @@ def main() -> None:
     make_qwen3_5_moe_vl(tok)
     make_qwen3_next(tok)
     make_qwen3_vl(tok)
+    make_qwen2_5_vl(tok)
     make_qwen3_vl_moe(tok)
     make_seed_oss(tok)
     make_glm4(tok)
