@@ -3,16 +3,15 @@ qwen2vl): Qwen2's language model under MRoPE over rotate-half pairs beside a vis
 same on MRoPE's three axes, so they turn as one RoPE: the text model is a Qwen2ForCausalLM. golden/hf/tiny-qwen2-vl
 holds tiny-qwen2's language model (its generator checks transformers' text logits are tiny-qwen2's) as
 transformers 5 saves it: the Hub's tensor names (model.*, visual.*) under a text_config; the Hub's own configs are
-flat. golden/gguf/llamacpp/tiny-qwen2-vl.gguf is what llama.cpp's converter writes of it."""
+flat. golden/gguf/llamacpp/tiny-qwen2-vl.gguf is what llama.cpp's converter writes of it (its MRoPE sections checked as
+Qwen3-VL's: tests/test_qwen3_vl.py)."""
 
 from __future__ import annotations
 
 import json
 import shutil
 
-import pytest
 from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool, text_model_converted
-from gguf_build import rewrite_gguf
 
 LLAMACPP = GOLDEN_HF.parent / "gguf" / "llamacpp"
 SRC = GOLDEN_HF / "tiny-qwen2-vl"
@@ -101,13 +100,3 @@ def test_llamacpps_qwen2vl_file_imports_as_its_qwen2_file(tmp_path):
     from iekit.formats.gguf_file import open_gguf
 
     assert open_gguf(tmp_path / "o.gguf").fields["general.architecture"] == "qwen2"
-
-
-@pytest.mark.parametrize("sections", [[2, 3, 2, 1], "2,3,3"])
-def test_mrope_sections_text_would_not_turn_as_one_rope_are_one_line(tmp_path, sections):
-    """A fourth section (positions 0 in llama.cpp's text batches) or sections that are no list of integers."""
-    bad = rewrite_gguf(LLAMACPP / "tiny-qwen2-vl.gguf", tmp_path / "bad.gguf", drop={"qwen2vl.rope.dimension_sections"},
-                       kv={"qwen2vl.rope.dimension_sections": sections})
-    assert_one_line_error(run_tool("ieconv", "gguf-to-iebin", "--gguf", bad, "--out-dir", tmp_path / "m"),
-                          "qwen2vl.rope.dimension_sections")
-    assert not (tmp_path / "m").exists()

@@ -50,13 +50,14 @@ def test_llamacpps_qwen3vl_file_imports_as_its_qwen3_file(tmp_path):
     assert json.loads((tmp_path / "tiny-qwen3-vl/config.json").read_text())["architectures"] == ["Qwen3ForCausalLM"]
 
 
+@pytest.mark.parametrize("name,arch", [("tiny-qwen3-vl", "qwen3vl"), ("tiny-qwen2-vl", "qwen2vl")])
 @pytest.mark.parametrize("sections", [[6, 5, 4, 1], "6,5,5"])
-def test_mrope_sections_text_would_not_turn_as_one_rope_are_one_line(tmp_path, sections):
-    """A fourth section (positions 0 in llama.cpp's text batches) or sections that are no list of integers."""
-    bad = rewrite_gguf(LLAMACPP / "tiny-qwen3-vl.gguf", tmp_path / "bad.gguf", drop={"qwen3vl.rope.dimension_sections"},
-                       kv={"qwen3vl.rope.dimension_sections": sections})
-    assert_one_line_error(run_tool("ieconv", "gguf-to-iebin", "--gguf", bad, "--out-dir", tmp_path / "m"),
-                          "qwen3vl.rope.dimension_sections")
+def test_mrope_sections_text_would_not_turn_as_one_rope_are_one_line(tmp_path, name, arch, sections):
+    """A fourth section (positions 0 in llama.cpp's text batches) or sections that are no list of integers
+    (Qwen3-VL's interleaved MRoPE, Qwen2.5-VL's: tests/test_qwen2_vl.py)."""
+    key = f"{arch}.rope.dimension_sections"
+    bad = rewrite_gguf(LLAMACPP / f"{name}.gguf", tmp_path / "bad.gguf", drop={key}, kv={key: sections})
+    assert_one_line_error(run_tool("ieconv", "gguf-to-iebin", "--gguf", bad, "--out-dir", tmp_path / "m"), key)
     assert not (tmp_path / "m").exists()
 
 

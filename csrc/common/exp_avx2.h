@@ -22,6 +22,9 @@ namespace {
 // same float from either width.
 struct F32x8 {
   using V = __m256;
+  static constexpr int kLanes = 8;
+  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
   static __m256 set1(float x) { return _mm256_set1_ps(x); }
   static __m256 max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
   static __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
@@ -47,6 +50,9 @@ struct F32x8 {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 struct F32x16 {
   using V = __m512;
+  static constexpr int kLanes = 16;
+  static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
   static __m512 set1(float x) { return _mm512_set1_ps(x); }
   static __m512 max(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
   static __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }

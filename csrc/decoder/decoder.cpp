@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "act/act.h"
 #include "attention/attention.h"
 #include "common/errors.h"
 #include "common/half.h"
@@ -1065,6 +1066,7 @@ void Decoder::conv_silu(float* state, float* data, size_t stride, int channels, 
   // Channel by channel over the chunk's tokens in order (each output reads
   // the K - 1 inputs before it: the state's, then the chunk's), then SiLU;
   // the state keeps the last K - 1 inputs.
+  const ActOps& act = kActTable.ops(isa_);
   parallel_for(*pool_, channels, 64, [&](int64_t c0, int64_t c1, int slot) {
     float* hist = &lin_scratch_[static_cast<size_t>(slot) * lin_scratch_stride_];
     for (int64_t ch = c0; ch < c1; ++ch) {
@@ -1075,10 +1077,14 @@ void Decoder::conv_silu(float* state, float* data, size_t stride, int channels, 
         hist[K - 1] = x;
         float acc = bias ? bias[ch] : 0.f;
         for (int t = 0; t < K; ++t) acc += wc[t] * hist[t];
-        x = acc / (1.f + std::exp(-acc));
+        x = acc;
         for (int t = 0; t + 1 < K; ++t) hist[t] = hist[t + 1];
       }
       for (int t = 0; t < K - 1; ++t) state[static_cast<size_t>(t) * channels + ch] = hist[t];
+    }
+    for (int j = 0; j < b; ++j) {  // (then SiLU over each token's run of these channels)
+      float* x = data + static_cast<size_t>(j) * stride + c0;
+      act.silu_mul(x, x, nullptr, static_cast<size_t>(c1 - c0));
     }
   });
 }
@@ -1117,10 +1123,11 @@ void Decoder::mamba(int layer, int b) {
   });
   // Each token's y times SiLU(z), RMS-normed group by group times the norm's weights.
   const int gs = inner / G;
+  const ActOps& act = kActTable.ops(isa_);
   rows(b, [&](int j) {
     float* y = &att_[static_cast<size_t>(j) * inner];
     const float* z = &ssm_zxbcdt_[static_cast<size_t>(j) * R];
-    for (int i = 0; i < inner; ++i) y[i] *= z[i] / (1.f + std::exp(-z[i]));
+    act.silu_mul(y, z, y, static_cast<size_t>(inner));
     for (int g = 0; g < G; ++g)
       rmsnorm(y + static_cast<size_t>(g) * gs, L.ssm_norm.data() + static_cast<size_t>(g) * gs, gs, c.eps,
               y + static_cast<size_t>(g) * gs);
@@ -1132,6 +1139,7 @@ void Decoder::delta_net(int layer, int b) {
   const LayerWeights& L = w_.layers[layer];
   const int K = c.lin_conv, C = lin_channels_, Hk = c.lin_k_heads, Hv = c.lin_v_heads;
   const int dk = c.lin_k_dim, dv = c.lin_v_dim, kd = Hk * dk;
+  const ActOps& act = kActTable.ops(isa_);
   mm(L.lin_qkv, xn_prep_, xn_.data(), b, nullptr, lin_qkv_.data());
   mm(L.lin_z, xn_prep_, xn_.data(), b, nullptr, lin_z_.data());
   mm(L.lin_b, xn_prep_, xn_.data(), b, nullptr, lin_beta_.data());
@@ -1192,7 +1200,7 @@ void Decoder::delta_net(int layer, int b) {
         }
         rmsnorm(out, L.lin_norm.data(), dv, c.eps, out);
         const float* z = &lin_z_[static_cast<size_t>(j) * lin_out_ + static_cast<size_t>(h) * dv];
-        for (int e = 0; e < dv; ++e) out[e] *= z[e] / (1.f + std::exp(-z[e]));
+        act.silu_mul(out, z, out, static_cast<size_t>(dv));
       }
     }
   });
@@ -1212,9 +1220,10 @@ void Decoder::cache_row(KvCache& cache, int layer, int pos, const float* src) {
 void Decoder::glu(Glu kind, float* g, const float* u, int n, int width) const {
   const size_t all = static_cast<size_t>(n) * static_cast<size_t>(width);
   if (kind == Glu::Silu) {
+    const ActOps& act = kActTable.ops(isa_);
     rows(n, [&](int j) {
-      for (size_t i = static_cast<size_t>(j) * width; i < static_cast<size_t>(j + 1) * width; ++i)
-        g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+      const size_t at = static_cast<size_t>(j) * static_cast<size_t>(width);
+      act.silu_mul(g + at, g + at, u + at, static_cast<size_t>(width));
     });
     return;
   }
@@ -1234,15 +1243,12 @@ void Decoder::glu(Glu kind, float* g, const float* u, int n, int width) const {
   }
 }
 
-// g = gelu_tanh(g) * u, rows in parallel: torch's gelu(approximate='tanh'),
-// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in float32.
+// g = gelu_tanh(g) * u, rows in parallel (act/act.h: torch's gelu(approximate='tanh')).
 void Decoder::gelu_tanh_gate(float* g, const float* u, int n, int width) const {
-  constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  const ActOps& act = kActTable.ops(isa_);
   rows(n, [&](int j) {
-    for (size_t i = static_cast<size_t>(j) * width; i < static_cast<size_t>(j + 1) * width; ++i) {
-      const float x = g[i];
-      g[i] = 0.5f * x * (1.f + std::tanh(k * (x + 0.044715f * x * x * x))) * u[i];
-    }
+    const size_t at = static_cast<size_t>(j) * static_cast<size_t>(width);
+    act.gelu_tanh_mul(g + at, g + at, u + at, static_cast<size_t>(width));
   });
 }
 

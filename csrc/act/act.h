@@ -1,0 +1,33 @@
+// The decoder's elementwise activations over a row of floats: SiLU(g) * u
+// (SwiGLU's unit; u absent: SiLU alone, the causal convolutions of Mamba2
+// and gated DeltaNet; g the gate z and u the output: their gated outputs)
+// and GELU(g) * u with tanh's approximation (Gemma's unit). A prefill with
+// float activations runs them over every token's intermediate channels
+// (SmolLM2: 1536 per layer and token), where libm's expf one float at a
+// time took a tenth of the time; the SIMD variants take common/exp_avx2.h's
+// exp, eight or sixteen lanes at a time.
+#pragma once
+#include <cstddef>
+
+#include "common/dispatch.h"
+#include "common/isa.h"
+
+namespace ie {
+
+struct ActOps {
+  // out[i] = SiLU(g[i]) * u[i] (u null: * 1) and GELU_tanh(g[i]) * u[i] for
+  // i < n; out may be g or u (each element is written after it is read).
+  // The scalar reference computes g / (1 + exp(-g)) with std::exp; the SIMD
+  // variants g * sigmoid(g) from exp(-|g|), within a few ulps of it.
+  void (*silu_mul)(float* out, const float* g, const float* u, size_t n);
+  void (*gelu_tanh_mul)(float* out, const float* g, const float* u, size_t n);
+};
+
+extern const ActOps kActScalar;
+#if IE_HAVE_X86
+extern const ActOps kActAvx2;
+extern const ActOps kActAvx512;
+#endif
+extern const IsaTable<ActOps> kActTable;
+
+}  // namespace ie

@@ -1,0 +1,34 @@
+// Scalar reference of the decoder's activations (act.h), and the table.
+#include <cmath>
+
+#include "act.h"
+
+namespace ie {
+namespace {
+
+void silu_mul_scalar(float* out, const float* g, const float* u, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = g[i] / (1.f + std::exp(-g[i])) * (u ? u[i] : 1.f);
+}
+
+// torch's gelu(approximate='tanh'): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in float32.
+void gelu_tanh_mul_scalar(float* out, const float* g, const float* u, size_t n) {
+  constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (size_t i = 0; i < n; ++i) {
+    const float x = g[i];
+    out[i] = 0.5f * x * (1.f + std::tanh(k * (x + 0.044715f * x * x * x))) * u[i];
+  }
+}
+
+}  // namespace
+
+const ActOps kActScalar = {silu_mul_scalar, gelu_tanh_mul_scalar};
+
+const IsaTable<ActOps> kActTable = {{&kActScalar,
+#if IE_HAVE_X86
+                                     &kActAvx2, nullptr, &kActAvx512
+#else
+                                     nullptr, nullptr, nullptr
+#endif
+                                    }};
+
+}  // namespace ie
