@@ -20,7 +20,7 @@ from typing import Any
 from .dtypes import DTYPES
 from .errors import FormatError
 from .jsonio import load_json, schema_check
-from .model_spec import ARCHS, EXPERT_STACKS
+from .model_spec import ARCHS, EXPERT_STACKS, MOE_NAMES
 from .quant import SCHEMES, QuantParams
 
 VERSION = 1
@@ -38,10 +38,14 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "q4_manifest.
 # head, which a block type's rows cannot be (an export needs it float).
 _SENSITIVE = re.compile(r"(embed|wte|wpe|norm|(^|\.)ln_|layernorm|\.router\.|moe\.gate\.|mlp\.gate\.|"
                         r"shared_expert_gate\.|kv_b_proj\.)", re.IGNORECASE)
+# Every MoE layout's router and shared-expert gate by its name in a layer (model_spec.MOE_NAMES: LFM2-MoE's
+# feed_forward.gate and Nemotron-H's mixer.gate, which the patterns above do not name, besides theirs)
+_ROUTERS = tuple(sorted({"." + n for names in MOE_NAMES.values() for k, n in names.items()
+                         if k in ("router", "shared_router")}))
 
 
 def is_sensitive(name: str) -> bool:
-    return bool(_SENSITIVE.search(name))
+    return bool(_SENSITIVE.search(name)) or name.endswith(_ROUTERS)
 
 
 @dataclass

@@ -271,3 +271,26 @@ def test_the_bytes_a_step_reads_are_the_decoders(model):
     shapes, cfg = tensor_shapes(src), src.config
     got = bytes_per_token(shapes, {}, is_tied(shapes, cfg), *step_reads(cfg))
     assert got == Decoder(GOLDEN_IEBIN / model).weight_bytes_per_token
+
+
+@pytest.mark.parametrize("model", ["tiny-mixtral", "tiny-qwen3-moe", "tiny-qwen2-moe", "tiny-glm4-moe", "tiny-minimax-m2",
+                                   "tiny-deepseek-v3", "tiny-llama4", "tiny-ernie4-5-moe", "tiny-qwen3-5-moe",
+                                   "tiny-lfm2-moe", "tiny-granite4", "tiny-nemotron-h-moe", "tiny-gpt-oss"])
+def test_every_router_stays_float(tmp_path, model):
+    """A router's error changes which experts run, so q4-manifest keeps every layout's (and Qwen2-MoE's
+    shared-expert gate) as llama.cpp keeps ffn_gate_inp: LFM2-MoE's feed_forward.gate and Nemotron-H's mixer.gate,
+    which no name pattern of the generic policy matched, among them. The routers are the decoder's own (its bound
+    parts), not restated here."""
+    from iekit.formats.model_spec import decoder_spec, layer_parts
+
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / model, "-o", tmp_path / "m.json",
+                   "--scheme", "q8_0")
+    assert res.returncode == 0, res.stderr
+    m = iebin.load_model(GOLDEN_IEBIN / model)
+    s = decoder_spec(m.meta, m.meta_path)
+    routers = {p.name for i in range(s.n_layers) for p in layer_parts(s, i) if p.key in ("router", "shared_gate")}
+    assert routers
+    shapes = {t["name"]: (t["dtype"], t["shape"]) for t in m.meta["tensors"]}
+    quantized = plan(load_manifest(tmp_path / "m.json"), shapes).quantize
+    assert not routers & set(quantized), sorted(routers & set(quantized))
+    assert quantized  # (the experts are)
