@@ -610,7 +610,7 @@ def _granite4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], mamba_la
     hidden, blocks = cfg["hidden_size"], cfg["num_hidden_layers"]
     # (required where a layer runs Mamba2; else what iebin-to-gguf wrote, or GraniteMoeHybridConfig's defaults)
     def ssm(key: str, default: int) -> int:
-        return _field(g, f"{a}.ssm.{key}", int, None if any(mamba_layers) else default)
+        return _ssm_key(g, a, key, any(mamba_layers), default)
 
     heads, inner = ssm("time_step_rank", 1), ssm("inner_size", 2 * hidden)
     if heads < 1 or inner < 1 or inner % hidden or inner % heads:
@@ -625,6 +625,11 @@ def _granite4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], mamba_la
                mamba_d_conv=ssm("conv_kernel", MAMBA_DEFAULTS["mamba_d_conv"]))
     if arch is GRANITE_HYBRID_DENSE:  # (with experts: _moe_config)
         cfg.update(num_local_experts=0, shared_intermediate_size=cfg["intermediate_size"])
+
+
+def _ssm_key(g: GGUFModel, a: str, key: str, required: bool, default: int) -> int:
+    """A Mamba2 dimension, ``{a}.ssm.KEY``: required where a layer runs Mamba2, else the file's or ``default``."""
+    return _field(g, f"{a}.ssm.{key}", int, None if required else default)
 
 
 def _nemotron_blocks(g: GGUFModel, arch: GGUFArch) -> str:
@@ -656,8 +661,8 @@ def _nemotron_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], blocks: 
     width; the eps under its LayerNorm key (llama.cpp reads the RMS one first)."""
     a = arch.gguf
 
-    def ssm(key: str, default: int) -> int:  # (required where a block runs Mamba2)
-        return _field(g, f"{a}.ssm.{key}", int, None if "M" in blocks else default)
+    def ssm(key: str, default: int) -> int:  # (NemotronHConfig's defaults)
+        return _ssm_key(g, a, key, "M" in blocks, default)
 
     heads, inner = ssm("time_step_rank", 128), ssm("inner_size", 8192)
     if heads < 1 or inner < 1 or inner % heads:
@@ -685,16 +690,11 @@ def _nemotron_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> N
     if shared < 1:
         raise FormatError(g.path, f"{a}.expert_shared_feed_forward_length",
                           f"{shared}: llama.cpp's {a} runs a shared expert of this width beside the routed ones")
-    groups = _field(g, f"{a}.expert_group_count", int, 0) or 1
     cfg.update(n_routed_experts=cfg.pop("num_local_experts"), n_shared_experts=_field(g, f"{a}.expert_shared_count",
                                                                                       int, 1),
                moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int,
                                             max(g.fields[f"{a}.feed_forward_length"])),
-               moe_shared_expert_intermediate_size=shared,
-               norm_topk_prob=bool(g.fields.get(f"{a}.expert_weights_norm", False)),
-               routed_scaling_factor=_field(g, f"{a}.expert_weights_scale", float) if g.fields.get(
-                   f"{a}.expert_weights_scale") else 1.0,  # (0: llama.cpp scales nothing)
-               n_group=groups, topk_group=_field(g, f"{a}.expert_group_used_count", int, 0) or groups)
+               moe_shared_expert_intermediate_size=shared, **_v3_router(g, a))
 
 
 def _mistral3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
@@ -956,6 +956,16 @@ def _sigmoid_gated(g: GGUFModel, arch: GGUFArch, default: int | None) -> None:
                                        "and it has no other")
 
 
+def _v3_router(g: GGUFModel, a: str) -> dict[str, Any]:
+    """DeepSeek-V3's router keys (GLM-4.5's, Nemotron 3's) as its config says them, with what llama.cpp's graphs do
+    where a key is missing: weights neither renormalised nor scaled (a scale of 0 scales nothing), one group."""
+    groups = _field(g, f"{a}.expert_group_count", int, 0) or 1
+    return dict(norm_topk_prob=bool(g.fields.get(f"{a}.expert_weights_norm", False)),
+                routed_scaling_factor=_field(g, f"{a}.expert_weights_scale", float) if g.fields.get(
+                    f"{a}.expert_weights_scale") else 1.0,
+                n_group=groups, topk_group=_field(g, f"{a}.expert_group_used_count", int, 0) or groups)
+
+
 def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     """DeepSeek-V3's router and layers (GLM-4.5's, GLM-4.7-Flash's; and
     DeepSeek-V2's softmax one) as their configs say them, with what
@@ -973,16 +983,11 @@ def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
     if trunk < 1:
         raise FormatError(g.path, f"{a}.nextn_predict_layers", f"{nextn} of the {cfg['num_hidden_layers']} blocks "
                                                                "leave no layer to run")
-    groups = _field(g, f"{a}.expert_group_count", int, 0) or 1
     names = {t.name for t in g.tensors}
     cfg.update(n_routed_experts=cfg.pop("num_local_experts"), num_hidden_layers=trunk, num_nextn_predict_layers=nextn,
                moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
                n_shared_experts=_field(g, f"{a}.expert_shared_count", int, 0),
-               first_k_dense_replace=_field(g, f"{a}.leading_dense_block_count", int, 0),
-               norm_topk_prob=bool(g.fields.get(f"{a}.expert_weights_norm", False)),
-               routed_scaling_factor=_field(g, f"{a}.expert_weights_scale", float) if g.fields.get(
-                   f"{a}.expert_weights_scale") else 1.0,  # (0: llama.cpp scales nothing)
-               n_group=groups, topk_group=_field(g, f"{a}.expert_group_used_count", int, 0) or groups)
+               first_k_dense_replace=_field(g, f"{a}.leading_dense_block_count", int, 0), **_v3_router(g, a))
     if a == "glm4moe":
         cfg.update(use_qk_norm="blk.0.attn_q_norm.weight" in names, attention_bias="blk.0.attn_q.bias" in names)
         return

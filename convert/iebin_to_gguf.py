@@ -638,7 +638,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv["general.file_type"] = int(LlamaFileType[weight_types.get(main).GGUF_FILE_TYPE or "ALL_F32"])
     kv["general.quantization_version"] = QUANTIZATION_VERSION
     # (Granite 4 with Mamba2 layers: 2^20, as convert_hf_to_gguf's GraniteHybridModel writes for a model without RoPE)
-    kv[f"{a}.context_length"] = 2 ** 20 if arch.mamba and any(spec.ssm) else spec.max_positions
+    kv[f"{a}.context_length"] = 2 ** 20 if (arch.mamba or arch.nemotron) and any(spec.ssm) else spec.max_positions
     kv[f"{a}.embedding_length"] = spec.hidden
     # (llama.cpp counts the MTP layers it reads: nextn_predict_layers)
     kv[f"{a}.block_count"] = spec.n_layers + _mtp_written(arch, spec)
@@ -710,7 +710,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.expert_count"] = moe.n_experts
         kv[f"{a}.expert_used_count"] = moe.top_k
         if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "llama4",
-                         "ernie4_5-moe", "qwen35moe", "qwen3next", "lfm2moe"):
+                         "ernie4_5-moe", "qwen35moe", "qwen3next", "lfm2moe", "nemotron_h_moe"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
         # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model, Ernie4_5MoeModel and LFM2MoeModel write them:
         # the shared experts' count where the architecture has a key for it)
@@ -730,14 +730,15 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             kv[f"{a}.expert_gating_func"] = SIGMOID_GATING
         elif arch.gguf == "deepseek2":  # softmax (DeepSeek-V2's Hub configs' scoring_func)
             kv[f"{a}.expert_gating_func"] = 1
-        if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe", "qwen3next", "granitemoe"):
+        if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe", "qwen3next", "granitemoe", "nemotron_h_moe"):
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
-        if arch.gguf in ("glm4moe", "deepseek2"):  # as convert_hf_to_gguf's Glm4MoeModel and DeepseekV2Model write them
+        # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model and NemotronHModel write DeepSeek-V3's router)
+        if arch.gguf in ("glm4moe", "deepseek2", "nemotron_h_moe"):
             if moe.sigmoid:  # (DeepSeek-V2's config has no groups to write)
                 kv[f"{a}.expert_group_count"] = moe.n_group
                 kv[f"{a}.expert_group_used_count"] = moe.topk_group
-            kv[f"{a}.expert_weights_scale"] = moe.routed_scale
-            if moe.norm_topk or arch.gguf == "glm4moe":  # (deepseek2's: written only where true)
+            kv[f"{a}.expert_weights_scale"] = float(moe.routed_scale)
+            if moe.norm_topk or arch.gguf != "deepseek2":  # (deepseek2's: written only where true)
                 kv[f"{a}.expert_weights_norm"] = moe.norm_topk
             if _mtp_written(arch, spec):
                 kv[f"{a}.nextn_predict_layers"] = spec.mtp_layers
@@ -767,11 +768,7 @@ def _granite4_kv(kv: dict[str, Any], a: str, spec: DecoderSpec) -> None:
     """Granite 4's keys as convert_hf_to_gguf's GraniteHybridModel writes them: the Mamba2 dims under ssm.*, RoPE's
     switch (rope.scaling.finetuned, which llama.cpp's granitehybrid reads as one), the shared MLP's width; without
     experts, expert counts of 0 (llama.cpp's loader asserts no more experts are used than there are)."""
-    kv[f"{a}.ssm.conv_kernel"] = spec.ssm_conv
-    kv[f"{a}.ssm.state_size"] = spec.ssm_state
-    kv[f"{a}.ssm.group_count"] = spec.ssm_groups
-    kv[f"{a}.ssm.inner_size"] = spec.ssm_heads * spec.ssm_head_dim
-    kv[f"{a}.ssm.time_step_rank"] = spec.ssm_heads
+    _mamba2_kv(kv, a, spec)
     kv[f"{a}.rope.scaling.finetuned"] = not spec.nope
     if spec.moe is None:
         kv[f"{a}.expert_count"] = 0
@@ -779,34 +776,32 @@ def _granite4_kv(kv: dict[str, Any], a: str, spec: DecoderSpec) -> None:
     kv[f"{a}.expert_shared_feed_forward_length"] = spec.moe.shared_inter if spec.moe else spec.inter
 
 
-def _nemotron_kv(kv: dict[str, Any], a: str, spec: DecoderSpec, cfg: dict[str, Any]) -> None:
-    """Nemotron-H's keys as convert_hf_to_gguf's NemotronHModel writes them: per block, the KV heads (0 but in
-    attention blocks) and the MLP's or experts' width (0 but in MLP or expert blocks), by which llama.cpp's graph
-    tells the blocks apart; the Mamba2 dims under ssm.*; no RoPE base, RoPE's switch off and a context of 2^20 where
-    there are Mamba2 blocks (its values for a model without RoPE); the eps under LayerNorm's key; the experts'
-    router settings."""
-    moe = spec.moe
-    width = spec.inter if moe is None else moe.inter
-    kv[f"{a}.context_length"] = 2 ** 20 if any(spec.ssm) else spec.max_positions
-    kv[f"{a}.feed_forward_length"] = [width if only else 0 for only in spec.mlp_only]
-    kv[f"{a}.attention.head_count_kv"] = [spec.n_kv_heads if on else 0 for on in spec.attends]
-    del kv[f"{a}.rope.freq_base"], kv[f"{a}.attention.layer_norm_rms_epsilon"]
-    kv[f"{a}.attention.layer_norm_epsilon"] = float(spec.eps)
+def _mamba2_kv(kv: dict[str, Any], a: str, spec: DecoderSpec) -> None:
+    """Mamba2's dims under ssm.*, as convert_hf_to_gguf's Mamba2Model writes them (Granite 4's, Nemotron-H's): the
+    convolution's taps, the state's dims, B and C's groups, the inner width and the heads (time_step_rank)."""
     kv[f"{a}.ssm.conv_kernel"] = spec.ssm_conv
     kv[f"{a}.ssm.state_size"] = spec.ssm_state
     kv[f"{a}.ssm.group_count"] = spec.ssm_groups
     kv[f"{a}.ssm.inner_size"] = spec.ssm_heads * spec.ssm_head_dim
     kv[f"{a}.ssm.time_step_rank"] = spec.ssm_heads
+
+
+def _nemotron_kv(kv: dict[str, Any], a: str, spec: DecoderSpec, cfg: dict[str, Any]) -> None:
+    """Nemotron-H's keys as convert_hf_to_gguf's NemotronHModel writes them: per block, the KV heads (0 but in
+    attention blocks) and the MLP's or experts' width (0 but in MLP or expert blocks), by which llama.cpp's graph
+    tells the blocks apart; the Mamba2 dims under ssm.*; no RoPE base, RoPE's switch off and a context of 2^20 where
+    there are Mamba2 blocks (its values for a model without RoPE: _metadata); the eps under LayerNorm's key; the
+    shared experts' count."""
+    moe = spec.moe
+    width = spec.inter if moe is None else moe.inter
+    kv[f"{a}.feed_forward_length"] = [width if only else 0 for only in spec.mlp_only]
+    kv[f"{a}.attention.head_count_kv"] = [spec.n_kv_heads if on else 0 for on in spec.attends]
+    del kv[f"{a}.rope.freq_base"], kv[f"{a}.attention.layer_norm_rms_epsilon"]
+    kv[f"{a}.attention.layer_norm_epsilon"] = float(spec.eps)
+    _mamba2_kv(kv, a, spec)
     kv[f"{a}.rope.scaling.finetuned"] = not any(spec.ssm)
-    if moe is None:
-        return
-    kv[f"{a}.expert_group_count"] = moe.n_group
-    kv[f"{a}.expert_group_used_count"] = moe.topk_group
-    kv[f"{a}.expert_feed_forward_length"] = moe.inter
-    kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
-    kv[f"{a}.expert_shared_count"] = int(cfg.get("n_shared_experts", 1))  # (read by nothing in llama.cpp's graph)
-    kv[f"{a}.expert_weights_norm"] = moe.norm_topk
-    kv[f"{a}.expert_weights_scale"] = float(moe.routed_scale)
+    if moe is not None:  # (the router's keys: _metadata's, as DeepSeek-V3's)
+        kv[f"{a}.expert_shared_count"] = int(cfg.get("n_shared_experts", 1))  # (read by nothing in llama.cpp's graph)
 
 
 def _linear_kv(kv: dict[str, Any], a: str, arch: GGUFArch, spec: DecoderSpec, cfg: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ entry [E, cols]; per-expert tensors one entry each). A shared expert beside
 them (Qwen2-MoE) sees every row, as a dense MLP does. Latent attention
 (DeepSeek) reads the attention norm's output in q_a (or q_proj) and kv_a, and
 has two inputs of its own per layer: q_a's normed output (q_b) and the
-latent's (kv_b), in the decoder's slots after the head's (attention_inputs).
+latent's (kv_b), in the decoder's slots after the head's (dense_inputs).
 """
 
 from __future__ import annotations
@@ -24,41 +24,17 @@ import numpy as np
 
 from iekit.formats.errors import IEError
 from iekit.formats.imatrix import Imatrix
-from iekit.formats.model_spec import LINEAR_MATRICES, LINEAR_OUT, MAMBA, SHORT_CONV, own_name
+from iekit.formats.model_spec import MATRIX, layer_parts
 
 from .decoder import Decoder
 
-# Per layer, the matrices each of the decoder's four statistics slots feeds (the MLP's under its module's name:
-# Arch.mlp_module).
-LAYER_INPUTS = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("self_attn.o_proj",),
-                ("{mlp}.gate_proj", "{mlp}.up_proj"), ("{mlp}.down_proj",))
-
-
-def attention_inputs(s, layer: int) -> list[tuple[str, int]]:
-    """Layer ``layer``'s attention matrices (names inside the layer) with the
-    statistics slot each reads (the decoder's numbering: csrc/decoder/decoder.h
-    collect_stats; latent attention's q_b and kv_b after the head's slot).
-    A gated DeltaNet layer's projections read the attention's slots: its
-    input projections the normed input, out_proj the heads' gated outputs."""
-    if s.mlp_only and s.mlp_only[layer]:  # (Nemotron-H's MLP and expert blocks)
-        return []
-    if s.linear and s.linear[layer]:
-        return [(f"linear_attn.{m}", 4 * layer) for m in LINEAR_MATRICES.values()] + [(LINEAR_OUT, 4 * layer + 1)]
-    if s.short_conv and s.short_conv[layer]:  # (LFM2's: in_proj reads the normed input, out_proj the gated sums)
-        return [(SHORT_CONV[key].removesuffix(".weight"), 4 * layer + k) for key, k in (("conv_in", 0), ("o", 1))]
-    if s.ssm and s.ssm[layer]:  # (Mamba2's: in_proj reads the normed input, out_proj the gated, normed scan)
-        module = "mixer." if s.arch.nemotron else "mamba."
-        return [(module + MAMBA[key].removesuffix(".weight").removeprefix("mamba."), 4 * layer + k)
-                for key, k in (("ssm_in", 0), ("o", 1))]
-    if s.arch.nemotron:  # (its attention under mixer.)
-        return [(n.replace("self_attn.", "mixer."), 4 * layer + k) for k, names in enumerate(LAYER_INPUTS[:2])
-                for n in names]
-    if not s.arch.mla:
-        return [(n, 4 * layer + k) for k, names in enumerate(LAYER_INPUTS[:2]) for n in names]
-    own = 4 * s.n_layers + 1 + 2 * layer
-    q = [("self_attn.q_a_proj", 4 * layer), ("self_attn.q_b_proj", own)] if s.q_lora else [("self_attn.q_proj", 4 * layer)]
-    return q + [("self_attn.kv_a_proj_with_mqa", 4 * layer), ("self_attn.kv_b_proj", own + 1),
-                ("self_attn.o_proj", 4 * layer + 1)]
+# The statistics slot of its layer's four (csrc/decoder/decoder.h collect_stats) each matrix outside the experts
+# reads, by the key the decoder binds it under (model_spec.layer_parts): the mixer's input projections (attention's,
+# latent attention's, gated DeltaNet's, the short convolution's, Mamba2's) the normed input, its output projection
+# its output, the dense MLP's or the shared expert's gate and up the MLP norm's output, its down the unit's output.
+MIXER_SLOTS = {"q": 0, "k": 0, "v": 0, "q_a": 0, "kv_a": 0, "lin_qkv": 0, "lin_z": 0, "lin_b": 0, "lin_a": 0,
+               "conv_in": 0, "ssm_in": 0, "o": 1}
+MLP_SLOTS = {"gate": 2, "up": 2, "down": 3}
 
 
 def slot_rank(s, slot: int) -> tuple[int, float]:
@@ -76,17 +52,19 @@ def slot_rank(s, slot: int) -> tuple[int, float]:
 
 
 def dense_inputs(s, layer: int) -> dict[str, int]:
-    """Layer ``layer``'s matrices outside any expert (names inside the layer)
-    -> the statistics slot each reads: the attention's (attention_inputs),
-    and a dense MLP's where the layer has no experts."""
-    out = dict(attention_inputs(s, layer))
-    if s.mixer_only and s.mixer_only[layer]:  # (Nemotron-H's Mamba2 and attention blocks)
-        return out
-    if s.arch.nemotron and (s.moe is None or not s.moe.layers[layer]):  # (its ReLU-squared MLP: up, down)
-        return {**out, "mixer.up_proj": 4 * layer + 2, "mixer.down_proj": 4 * layer + 3}
+    """Layer ``layer``'s matrices outside any expert (names inside the layer, as the model spells them) -> the
+    statistics slot each reads: its token mixing's (MIXER_SLOTS; latent attention's q_b and kv_b in their own slots
+    after the head's; none in a block that is its MLP alone, Nemotron-H's), and its dense MLP's (MLP_SLOTS) where it
+    has one and no experts (a shared expert's: shared_inputs)."""
+    slots = {k: 4 * layer + v for k, v in MIXER_SLOTS.items()}
+    if s.arch.mla:
+        own = 4 * s.n_layers + 1 + 2 * layer
+        slots.update(kv_b=own + 1, **({"q": own} if s.q_lora else {}))
     if s.moe is None or not s.moe.layers[layer]:
-        out.update({n.format(mlp=s.arch.mlp_module): 4 * layer + k for k in (2, 3) for n in LAYER_INPUTS[k]})
-    return {own_name(s.arch, n): slot for n, slot in out.items()}
+        slots.update({k: 4 * layer + v for k, v in MLP_SLOTS.items()})
+    pre = f"model.layers.{layer}."
+    return {p.name[len(pre):].removesuffix(".weight"): slots[p.key] for p in layer_parts(s, layer)
+            if p.kind == MATRIX and p.key in slots}
 
 
 def collect(dec: Decoder, chunks: list[list[int]], source: dict,
