@@ -151,7 +151,7 @@ golden:
 
 # The committed IEBIN outputs of the golden checkpoints (tests re-convert and compare bytes).
 golden-iebin: setup
-	for m in tiny-llama tiny-qwen2 tiny-mistral tiny-llama3 tiny-qwen3 tiny-qwen3-moe tiny-mixtral tiny-gpt-oss tiny-gpt-oss-mxfp4 tiny-gemma3 tiny-gemma2 tiny-phi3 tiny-smollm3 tiny-granite tiny-olmo2 tiny-olmo3 tiny-ministral3 tiny-exaone4 tiny-olmoe tiny-qwen2-moe tiny-glm4-moe tiny-minimax-m2 tiny-deepseek-v3 tiny-deepseek-v2 tiny-glm4-moe-lite tiny-llama4 tiny-ernie4-5 tiny-ernie4-5-moe tiny-seed-oss tiny-glm4 tiny-cohere2 tiny-cohere tiny-qwen3-5 tiny-qwen3-5-moe tiny-qwen3-next tiny-lfm2 tiny-lfm2-moe tiny-granite4 tiny-granite4-dense tiny-granite-moe tiny-granite-moe-shared tiny-nemotron-h tiny-nemotron-h-moe; do \
+	for m in tiny-llama tiny-qwen2 tiny-mistral tiny-llama3 tiny-qwen3 tiny-qwen3-moe tiny-mixtral tiny-gpt-oss tiny-gpt-oss-mxfp4 tiny-gemma3 tiny-gemma2 tiny-gemma tiny-arcee tiny-stablelm tiny-starcoder2 tiny-nemotron tiny-phi tiny-phi3 tiny-smollm3 tiny-granite tiny-olmo2 tiny-olmo3 tiny-ministral3 tiny-exaone4 tiny-olmoe tiny-qwen2-moe tiny-glm4-moe tiny-minimax-m2 tiny-deepseek-v3 tiny-deepseek-v2 tiny-glm4-moe-lite tiny-llama4 tiny-ernie4-5 tiny-ernie4-5-moe tiny-seed-oss tiny-glm4 tiny-cohere2 tiny-cohere tiny-qwen3-5 tiny-qwen3-5-moe tiny-qwen3-next tiny-lfm2 tiny-lfm2-moe tiny-granite4 tiny-granite4-dense tiny-granite-moe tiny-granite-moe-shared tiny-nemotron-h tiny-nemotron-h-moe; do \
 	  $(VENV)/bin/ieconv hf-to-iebin -q --overwrite --hf-dir golden/hf/$$m --out-dir golden/iebin/$$m || exit 1; \
 	done
 	$(VENV)/bin/ieconv hf-to-iebin -q --overwrite --hf-dir golden/hf/tiny-llama --out-dir golden/iebin/tiny-llama-mixedq \

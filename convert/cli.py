@@ -206,10 +206,16 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       checked finite); other quantized types (IQ2_XS, IQ3_XXS, ...) are dequantized
       with gguf.quants to --dtype;
     - architectures llama (Llama, Mistral, Mixtral), qwen2, qwen3, qwen3moe,
-      gpt-oss, gemma2 and gemma3 (norms stored as 1 + w taken back to Gemma's w),
+      gpt-oss, gemma (Gemma 1, CodeGemma), gemma2 and gemma3 (norms stored
+      as 1 + w taken back to Gemma's w),
       and phi3 (Phi-3, Phi-3.5, Phi-4, Phi-4-mini: its fused q/k/v and
       gate/up split, partial RoPE, LongRoPE's rope_factors_long/_short),
-      smollm3 (every 4th layer without RoPE), granite (its multipliers),
+      smollm3 (every 4th layer without RoPE), arcee (AFM-4.5B: its MLP
+      up and down alone), stablelm (StableLM 2 1.6B, StableLM 3B, Stable
+      Code 3B: LayerNorms with biases), starcoder2 (biases everywhere, its
+      MLP without a gate), nemotron (Nemotron-Mini, Minitron: LayerNorm1P
+      stored as 1 + w), phi2 (Phi-2, Phi-1.5: a parallel layer, the head's
+      bias), granite (its multipliers),
       olmo2 (the blocks' output norms alone; with a window, OLMo 3),
       mistral3 (Ministral 3, Devstral Small 2, Mistral Small 3.x), exaone4,
       olmoe, qwen2moe (Qwen1.5-MoE, Qwen2-57B-A14B: a shared expert beside
@@ -393,7 +399,8 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
 
     \b
     - architectures: llama, mistral and mixtral (as llama.cpp's "llama"),
-      qwen2, qwen3, qwen3moe, gpt-oss, gemma2, gemma3, phi3, smollm3,
+      qwen2, qwen3, qwen3moe, gpt-oss, gemma, gemma2, gemma3, phi3, smollm3, arcee, stablelm, starcoder2, nemotron,
+      phi2,
       granite, olmo2, mistral3, exaone4, olmoe, qwen2moe, glm4moe, minimax-m2,
       deepseek2 (DeepSeek-V3, V2 and GLM-4.7-Flash: kv_b_proj split into
       attn_k_b and attn_v_b; V3's MTP layer left out as llama.cpp's

@@ -230,6 +230,8 @@ class GGUFArch:
     eot_token: str = ""  # the token llama.cpp's converter names the end of a turn, by its text (GLM's <|user|>)
     eom_token: str = ""  # and the end of a message (GLM-4.5's <|observation|>)
     layer_norm: bool = False  # LayerNorm, its eps under attention.layer_norm_epsilon (Cohere), not RMSNorm's key
+    embed_head: bool = False  # llama.cpp's graph reads the embedding as the output head, whatever the file holds
+    own_head: bool = False  # llama.cpp's loader requires an output.weight (no tied head)
     mla: bool = False  # latent attention: kv_b_proj crosses as attn_k_b and attn_v_b (MLA_KV_B)
     drops_mtp: bool = False  # the converter leaves the multi-token prediction layers out (DeepSeek-V3's)
     unshifted: tuple[str, ...] = ()  # HF norm suffixes norm_shift leaves as they are (Qwen3.5's gated DeltaNet norm)
@@ -414,18 +416,18 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
                      **_shexp("mlp.shared_expert"),
                      "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight"}),
              experts=_QWEN_EXPS,
-             keys=frozenset({"expert_shared_feed_forward_length"})),
+             keys=frozenset({"expert_shared_feed_forward_length"}), own_head=True),
     # MiniMax-M2: Mixtral's experts with the block's choice bias as exp_probs_b, sigmoid-gated (expert_gating_func),
     # whole-projection q/k norms, rotate-half RoPE over rope.dimension_count dims: rows as they are
     GGUFArch("minimax-m2", "MiniMaxM2ForCausalLM", "minimax_m2", False,
              _dense({**_QK_NORM, "block_sparse_moe.gate.weight": "ffn_gate_inp.weight",
                      "block_sparse_moe.e_score_correction_bias": "exp_probs_b.bias"}),
              experts=_MIXTRAL_EXPS,
-             keys=frozenset({"expert_gating_func"})),
+             keys=frozenset({"expert_gating_func"}), own_head=True),
     # OLMoE: Qwen3-MoE's names with OLMo 2's whole-projection q/k norms, rows as they are
     GGUFArch("olmoe", "OlmoeForCausalLM", "olmoe", False,
              _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight"}),
-             experts=_QWEN_EXPS),
+             experts=_QWEN_EXPS, own_head=True),
     GGUFArch("gpt-oss", "GptOssForCausalLM", "gpt_oss", False,
              _dense({"self_attn.sinks": "attn_sinks.weight", "mlp.router.weight": "ffn_gate_inp.weight",
                      "mlp.router.bias": "ffn_gate_inp.bias", "mlp.experts.down_proj": "ffn_down_exps.weight",
@@ -433,10 +435,14 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              paired={"mlp.experts.gate_up_proj": ("ffn_gate_exps.weight", "ffn_up_exps.weight"),
                      "mlp.experts.gate_up_proj_bias": ("ffn_gate_exps.bias", "ffn_up_exps.bias")},
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern"}), swa_pattern=2),
+    # Gemma 1: Llama's names, rows as they are (NeoX RoPE), its norms stored as 1 + w; the embedding is the head
+    GGUFArch("gemma", "GemmaForCausalLM", "gemma", False, _LLAMA, norm_shift=1.0, mlp_act="gelu_tanh",
+             embed_head=True),
     GGUFArch("gemma2", "Gemma2ForCausalLM", "gemma2", False, _dense(_GEMMA_NORMS),
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa",
                              "attn_logit_softcapping", "final_logit_softcapping"}),
-             norm_shift=1.0, swa_pattern=2, mlp_act="gelu_tanh", swa_window=4096, scale_27b_layers=46),
+             norm_shift=1.0, swa_pattern=2, mlp_act="gelu_tanh", swa_window=4096, scale_27b_layers=46,
+             embed_head=True),
     GGUFArch("gemma3", "Gemma3ForCausalLM", "gemma3_text", False, _dense({**_QK_NORM, **_GEMMA_NORMS}),
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
              norm_shift=1.0, swa_pattern=6, mlp_act="gelu_tanh", scale_27b_layers=62),
@@ -454,6 +460,41 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # SmolLM3: Llama's layer, q/k rows interleaved as for llama; llama.cpp leaves every 4th layer unrotated
     # (its n_no_rope_layer_step, read from no file)
     GGUFArch("smollm3", "SmolLM3ForCausalLM", "smollm3", True, _LLAMA, nope_step=4),
+    # Arcee (AFM-4.5B): Llama's layer, q/k rows interleaved as for llama, its MLP ffn_up and ffn_down alone (ReLU
+    # squared between, no gate)
+    GGUFArch("arcee", "ArceeForCausalLM", "arcee", True, _LLAMA, mlp_act="relu2"),
+    # StableLM (StableLM 2 1.6B, StableLM 3B, Stable Code 3B): Llama's names, rows as they are (NeoX RoPE over
+    # rope.dimension_count dims), LayerNorms with biases (attention.layer_norm_epsilon); q/k/v biases where stored;
+    # llama.cpp's graph runs the parallel layer where a block has no ffn_norm (use_parallel_residual, descriptive)
+    GGUFArch("stablelm", "StableLmForCausalLM", "stablelm", False,
+             _dense({"input_layernorm.bias": "attn_norm.bias", "post_attention_layernorm.bias": "ffn_norm.bias"}),
+             keys=frozenset({"attention.layer_norm_epsilon", "use_parallel_residual"}), layer_norm=True,
+             own_head=True),
+    # StarCoder2: Llama's attention names, every projection's bias, LayerNorms with biases, its MLP's c_fc and c_proj
+    # as ffn_up and ffn_down (GELU between, no gate); rows as they are (NeoX RoPE); no window (llama.cpp's graph
+    # attends to every position)
+    # Nemotron (Nemotron-Mini-4B, Minitron): Llama's names with the LayerNorms' biases, their weights stored as 1 + w
+    # (LayerNorm1P's), ffn_up and ffn_down alone (ReLU squared between); rows as they are (NeoX RoPE)
+    GGUFArch("nemotron", "NemotronForCausalLM", "nemotron", False,
+             _dense({"input_layernorm.bias": "attn_norm.bias", "post_attention_layernorm.bias": "ffn_norm.bias"}),
+             keys=frozenset({"attention.layer_norm_epsilon"}), layer_norm=True, norm_shift=1.0, mlp_act="relu2",
+             own_head=True),
+    # Phi-2, Phi-1.5: one LayerNorm (attn_norm, with its bias) for the parallel attention and MLP, every projection's
+    # bias, self_attn.dense as attn_output, fc1 and fc2 as ffn_up and ffn_down (GELU between, no gate), the head's
+    # bias as output.bias; rows as they are (NeoX RoPE over rope.dimension_count dims)
+    GGUFArch("phi2", "PhiForCausalLM", "phi", False,
+             {**{f"self_attn.{p}_proj.{w}": f"attn_{p}.{w}" for p in "qkv" for w in ("weight", "bias")},
+              **{f"{h}.{w}": f"{g}.{w}" for h, g in (("input_layernorm", "attn_norm"), ("self_attn.dense", "attn_output"),
+                                                     ("mlp.fc1", "ffn_up"), ("mlp.fc2", "ffn_down"))
+                 for w in ("weight", "bias")}},
+             keys=frozenset({"attention.layer_norm_epsilon"}), layer_norm=True, mlp_act="gelu_tanh", own_head=True,
+             top={"output_norm": "model.final_layernorm"}),
+    GGUFArch("starcoder2", "Starcoder2ForCausalLM", "starcoder2", False,
+             {**{k: v for k, v in _LLAMA.items() if not k.startswith("mlp.")},
+              "mlp.c_fc.weight": "ffn_up.weight", "mlp.c_fc.bias": "ffn_up.bias",
+              "mlp.c_proj.weight": "ffn_down.weight", "mlp.c_proj.bias": "ffn_down.bias",
+              "input_layernorm.bias": "attn_norm.bias", "post_attention_layernorm.bias": "ffn_norm.bias"},
+             keys=frozenset({"attention.layer_norm_epsilon"}), layer_norm=True, mlp_act="gelu_tanh"),
     # EXAONE 4: OLMo 2's names (its norms of the blocks' outputs; q/k norms per head), rows as they are
     # (convert_hf_to_gguf's Exaone4Model is no LlamaModel); llama.cpp slides only in the 64-layer 32B, every
     # 4th layer full and unrotated there by default, and every layer full and rotated in any other size
@@ -547,10 +588,10 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("cohere2", "Cohere2ForCausalLM", "cohere2", False, _COHERE,
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa",
                              "logit_scale", "attention.layer_norm_epsilon"}),
-             swa_pattern=4, layer_norm=True),
+             swa_pattern=4, layer_norm=True, embed_head=True),
     # Cohere (Command R, Aya): Cohere 2's layer without windows; q/k norms (Command R+) are not read
     GGUFArch("command-r", "CohereForCausalLM", "cohere", False, _COHERE,
-             keys=frozenset({"logit_scale", "attention.layer_norm_epsilon"}), layer_norm=True),
+             keys=frozenset({"logit_scale", "attention.layer_norm_epsilon"}), layer_norm=True, embed_head=True),
     # Seed-OSS: Llama's names but the MLP's norm, which llama.cpp names post_attention_norm; rows as they are
     # (convert_hf_to_gguf's SeedOssModel is no LlamaModel)
     GGUFArch("seed_oss", "SeedOssForCausalLM", "seed_oss", False, _dense(norm_after="post_attention_norm")),

@@ -45,7 +45,7 @@ from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
 from iekit.formats.hf_config import model_summary
 from iekit.formats.library_calls import guarded
 from iekit.formats.model_spec import ARCHS as DECODER_ARCHS
-from iekit.formats.model_spec import (EXPERT_STACKS, MAMBA_DEFAULTS, check_convertible, every_nth,
+from iekit.formats.model_spec import (EXPERT_STACKS, HF_ACTS, MAMBA_DEFAULTS, check_convertible, every_nth,
                                       longrope_attention_factor,
                                       rope_tables)
 from iekit.formats.q4_manifest import Manifest, plan
@@ -400,6 +400,9 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     embed = names.get("token_embd.weight")
     if embed is None or len(embed.shape) != 2:
         raise FormatError(g.path, "tensor 'token_embd.weight'", "is missing or not a matrix")
+    if arch.embed_head and "output.weight" in names:
+        raise FormatError(g.path, "tensor 'output.weight'", f"llama.cpp's {a} reads the embedding as its output head "
+                                                            "and never this one; refusing rather than dropping it")
     vocab = embed.shape[0]
     if _field(g, f"{a}.vocab_size", int, vocab) != vocab:
         raise FormatError(g.path, f"{a}.vocab_size", f"{g.fields[f'{a}.vocab_size']} disagrees with the "
@@ -407,7 +410,7 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     ln_eps = "attention.layer_norm_epsilon"  # LayerNorm's (Cohere's); an RMSNorm architecture listing it reads it too
     rms_eps = g.fields.get(f"{a}.{ln_eps}") if ln_eps in arch.keys else None
     cfg: dict[str, Any] = {
-        "architectures": [arch.hf_class], "model_type": arch.model_type, "hidden_act": "silu",
+        "architectures": [arch.hf_class], "model_type": arch.model_type, "hidden_act": HF_ACTS[arch.mlp_act],
         # (Qwen3.5-MoE's has no dense MLP to give a width: its files have none)
         "hidden_size": hidden,
         "intermediate_size": max(g.fields[f"{a}.feed_forward_length"]) if blocks else
@@ -442,6 +445,16 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _phi3_config(g, arch, cfg, names, rot)
     if arch.gguf in ("granite", "granitemoe"):
         _granite_config(g, arch, cfg)
+    if arch.gguf == "stablelm":  # (as llama.cpp's graph reads them: by the tensors the file holds)
+        cfg.update(use_qkv_bias="blk.0.attn_q.bias" in names, use_parallel_residual="blk.0.ffn_norm.weight" not in names,
+                   qk_layernorm="blk.0.attn_q_norm.weight" in names)
+    if arch.gguf == "phi2":  # (PhiConfig's spelling of its unit: the same tanh approximation)
+        cfg["hidden_act"] = "gelu_new"
+    if arch.gguf == "nemotron":  # (NemotronConfig's name)
+        cfg["norm_eps"] = cfg.pop("layer_norm_eps")
+    if arch.gguf == "starcoder2":  # (Starcoder2Config's names; llama.cpp's graph attends to every position)
+        cfg.update(use_bias="blk.0.attn_output.bias" in names, norm_epsilon=cfg.pop("layer_norm_eps"),
+                   sliding_window=None)
     if arch.mamba:
         _granite4_config(g, arch, cfg, conv_layers)
     if arch.nemotron:
@@ -454,7 +467,7 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         cfg.update(layer_types=[("full_attention", "conv")[c] for c in conv_layers or [False] * cfg["num_hidden_layers"]],
                    conv_L_cache=_field(g, f"{a}.shortconv.l_cache", int), conv_bias=False,
                    block_auto_adjust_ff_dim=False, norm_eps=cfg.pop("rms_norm_eps"))
-    if arch.layer_norm:
+    if DECODER_ARCHS[arch.hf_class].cohere:
         _cohere_config(g, arch, cfg)
     if arch.hf_class == "Olmo3ForCausalLM":  # layer types by the file's pattern (or every 4th full); one base
         _sliding_layers(g, arch, cfg, "llama.cpp's olmo2 turns the sliding layers by rope.freq_base")
@@ -747,7 +760,7 @@ def _exaone4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
 
 def _cohere_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     """Cohere as llama.cpp's command-r and cohere2 graphs run it: the
-    embedding as the head, logit_scale (command-r: 1 without the key, as its
+    embedding as the head (build_config), logit_scale (command-r: 1 without the key, as its
     graph then scales nothing); cohere2's sliding_window (a key it requires)
     and sliding layers by the file's pattern (every 4th full without it),
     one RoPE base. Cohere's configs derive head_dim from hidden / heads: a
@@ -757,9 +770,6 @@ def _cohere_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
         raise FormatError(g.path, f"{a}.attention.key_length", f"{cfg['head_dim']} × {cfg['num_attention_heads']} "
                                                                f"heads is not the {cfg['hidden_size']} hidden "
                                                                "dims Cohere2Config derives head_dim from")
-    if any(t.name == "output.weight" for t in g.tensors):
-        raise FormatError(g.path, "tensor 'output.weight'", f"llama.cpp's {a} reads the embedding as its output head "
-                                                            "and never this one; refusing rather than dropping it")
     cfg.update(logit_scale=_field(g, f"{a}.logit_scale", float, None if arch.swa_pattern else 1.0),
                tie_word_embeddings=True)
     if arch.swa_pattern:  # (command-r: every layer full and rotated)
@@ -1026,13 +1036,15 @@ def _layer_types(g: GGUFModel, arch: GGUFArch, layers: int) -> list[str]:
 
 
 def _gemma_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
-    """Gemma's config keys, as llama.cpp's gemma2 and gemma3 graphs compute:
-    GELU; sliding layers where the file has a window (gemma2: always, 4096
+    """Gemma's config keys, as llama.cpp's gemma, gemma2 and gemma3 graphs compute:
+    GELU (gemma: that alone); sliding layers where the file has a window (gemma2: always, 4096
     without the key), by its pattern; the attention scale llama.cpp derives
     (1/sqrt(head_dim); 1/sqrt(hidden/heads) for the 27B); gemma3's sliding
     layers' RoPE base (``rope.freq_base_swa``, 10000 without it), gemma2's
     one base and its soft-caps (llama.cpp's 50 and 30 without the keys)."""
     a = arch.gguf
+    if DECODER_ARCHS[arch.hf_class].gemma == 1:  # (GemmaConfig's keys: hidden_act, no windows, no scalar)
+        return
     del cfg["hidden_act"]
     layers = cfg["num_hidden_layers"]
     window = _field(g, f"{a}.attention.sliding_window", int, arch.swa_window)

@@ -241,7 +241,7 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     decoder does (one line naming the config key); return the warnings."""
     where = f"{model.meta_path}: config"
     warnings = []
-    if arch.gguf in ("llama", "phi3", "mistral3") and any(spec.windows):
+    if arch.gguf in ("llama", "phi3", "mistral3", "starcoder2") and any(spec.windows):
         w = max(spec.windows)
         if w < spec.max_positions and not allow_full_attention:
             raise IEError(f"{where}.sliding_window: {w} positions; llama.cpp's {arch.gguf} architecture attends to every "
@@ -332,13 +332,13 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     if grouped and spec.lin_k_dim != spec.lin_v_dim:  # (its loader sizes the value heads by ssm.state_size)
         raise IEError(f"{where}.linear_value_head_dim: {spec.lin_v_dim}; llama.cpp's {arch.gguf} takes the value "
                       f"heads' width to be the key heads' ({spec.lin_k_dim})")
-    if spec.arch.cohere and not spec.tied:
+    if arch.embed_head and not spec.tied:
         raise IEError(f"{where}.tie_word_embeddings: false; llama.cpp's {arch.gguf} reads the embedding as its output "
                       "head")
     if arch.gguf == "olmoe" and spec.n_kv_heads != spec.n_heads:
         raise IEError(f"{where}.num_key_value_heads: {spec.n_kv_heads} of {spec.n_heads} heads; llama.cpp's olmoe "
                       "has a key head per query head")
-    if arch.gguf in ("olmoe", "qwen2moe", "minimax-m2") and spec.tied:
+    if arch.own_head and spec.tied:
         raise IEError(f"{where}.tie_word_embeddings: true; llama.cpp's {arch.gguf} requires an output head of its own")
     if spec.mlp_act != arch.mlp_act:
         key = "hidden_activation" if "hidden_activation" in cfg else "hidden_act"
@@ -348,18 +348,15 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
                       f"{arch.gguf} turns the sliding layers by the full layers' base")
     if spec.arch.gemma:  # llama.cpp derives the attention scale from the shapes
         want = attention_scalar(arch, spec.hidden, spec.n_heads, spec.head_dim, spec.n_layers)
-        if not math.isclose(spec.attn_scale, want ** -0.5, rel_tol=1e-12):
+        if not math.isclose(spec.attn_scale or spec.head_dim ** -0.5, want ** -0.5, rel_tol=1e-12):
             raise IEError(f"{where}.query_pre_attn_scalar: {cfg.get('query_pre_attn_scalar')}; llama.cpp's "
                           f"{arch.gguf} scales the attention by 1/sqrt({want}) for a model of these shapes")
-    if spec.arch.softcaps:  # gemma2: llama.cpp always caps, and its head is always the embedding
+    if spec.arch.softcaps:  # gemma2: llama.cpp always caps
         for key, cap in (("attn_logit_softcapping", spec.attn_softcap), ("final_logit_softcapping",
                                                                           spec.logit_softcap)):
             if not cap:
                 raise IEError(f"{where}.{key}: none; llama.cpp's {arch.gguf} always soft-caps (at 50 and 30 "
                               "unless the file says)")
-        if not spec.tied:
-            raise IEError(f"{where}.tie_word_embeddings: false; llama.cpp's {arch.gguf} reads the embedding as "
-                          "its output head")
     return warnings
 
 
@@ -491,8 +488,12 @@ def _plan_tensors(plan: _Plan) -> None:
                 else:
                     plan.add(f"blk.{i}.{g}", [_Part(e, order)], [n_exp, rows // 2, e["shape"][2]])
     one(own_name(spec.arch, "model.norm.weight"))
+    if spec.arch.norm_bias:  # (LayerNorm's: StableLM's)
+        one(own_name(spec.arch, "model.norm.bias"))
     if "lm_head.weight" in plan.entries and not spec.tied:
         one("lm_head.weight")
+    if spec.arch.head_bias:  # (Phi-2's)
+        one("lm_head.bias")
     mtp = tuple(f"model.layers.{i}." for i in range(spec.n_layers + _mtp_written(arch, spec),
                                                     spec.n_layers + spec.mtp_layers))
     mtp += spec.arch.unread if not arch.mtp_beside else ()  # (Qwen3.5's are written: nothing of them is left out)
@@ -679,6 +680,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         _granite4_kv(kv, a, spec)
     if arch.nemotron:
         _nemotron_kv(kv, a, spec, cfg)
+    if arch.gguf == "stablelm":  # as convert_hf_to_gguf.py's StableLMModel writes it (llama.cpp reads the tensors)
+        kv[f"{a}.use_parallel_residual"] = bool(cfg.get("use_parallel_residual", False))
     if arch.gguf in ("granite", "granitehybrid", "granitemoe"):  # as convert_hf_to_gguf.py's GraniteModel writes them
         kv[f"{a}.attention.scale"] = float(spec.attn_scale)
         kv[f"{a}.embedding_scale"] = float(spec.embed_scale)
@@ -691,6 +694,10 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if spec.arch.cohere:  # as convert_hf_to_gguf's CommandR2Model and Cohere2Model write them
         kv[f"{a}.logit_scale"] = 1.0 / spec.logits_scaling
         kv[f"{a}.rope.scaling.type"] = "none"
+    if arch.gguf == "nemotron":  # as convert_hf_to_gguf's NemotronModel writes them (llama.cpp reads the LayerNorm eps)
+        kv[f"{a}.attention.layer_norm_rms_epsilon"] = float(spec.eps)
+        if not scaling:
+            kv[f"{a}.rope.scaling.type"] = "none"
     if arch.gguf == "cohere2":
         _window_kv(kv, a, arch, spec, max(spec.windows) or int(cfg["sliding_window"]))
     # (Mistral Small 3.x has none; llama4's is fixed) llama.cpp steps it over YaRN's original context, else over

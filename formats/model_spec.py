@@ -37,13 +37,18 @@ class Arch:
     sinks: bool = False
     biases: tuple[str, ...] = ()
     no_biases: tuple[str, ...] = ()  # the attention projections the config rules a bias out of (a stored one is unread)
+    # the config key that turns the q/k/v biases on or off against ``biases`` (Qwen2-MoE's qkv_bias, StableLM's
+    # use_qkv_bias): off, a stored one is unread (refused); on, each is required
+    bias_switch: str = ""
     window_everywhere: bool = False  # config.sliding_window applies to every layer (Mistral, Mixtral)
-    # Gemma's layer (models/gemma2, models/gemma3): every RMSNorm multiplies
-    # by 1 + w; norms of the attention's and the MLP's outputs too
-    # (GEMMA_LAYER_VECTORS); embeddings times sqrt(hidden); scores times
-    # query_pre_attn_scalar^-1/2; without layer_types, every window_period-th
-    # layer is global (Gemma 3: config.sliding_window_pattern's period).
-    gemma: bool = False
+    # Gemma's generation (models/gemma, models/gemma2, models/gemma3; 0: not
+    # Gemma): every RMSNorm multiplies by 1 + w; embeddings times
+    # sqrt(hidden); GELU-tanh. From Gemma 2 on, norms of the attention's and
+    # the MLP's outputs too (GEMMA_LAYER_VECTORS), scores times
+    # query_pre_attn_scalar^-1/2 (Gemma 1: 1/sqrt(head_dim)) and, without
+    # layer_types, every window_period-th layer global (Gemma 3:
+    # config.sliding_window_pattern's period).
+    gemma: int = 0
     window_period: int = 0
     local_rope: bool = False  # sliding layers rotate by their own table, unscaled (Gemma 3, OLMo 3)
     default_theta: float = 10000.0  # rope_theta where the config has none (its config class's default)
@@ -77,6 +82,14 @@ class Arch:
     # Cohere (models/cohere, models/cohere2): LayerNorm without bias for the layer's and the model's input norms,
     # attention and MLP in parallel from one norm (COHERE_LAYER_VECTORS), logits times config.logit_scale
     cohere: bool = False
+    # LayerNorm (the mean taken out) where RMSNorm normalizes the layer's and the model's inputs (Cohere's,
+    # StableLM's); with norm_bias, each with its bias (input_layernorm.bias, ..., model.norm.bias)
+    layer_norm: bool = False
+    norm_bias: bool = False
+    # the attention and the MLP read one norm's output and join the residual together (Cohere's, Phi-2's;
+    # COHERE_LAYER_VECTORS)
+    parallel: bool = False
+    head_bias: bool = False  # the output head carries a bias (Phi-2's lm_head.bias)
     # DeepSeek's multi-head latent attention (models/deepseek_v2, models/deepseek_v3; MLA_MATRICES): q through
     # a low-rank q_a / q_b pair (or q_proj), keys and values decompressed per head from one latent
     mla: bool = False
@@ -89,7 +102,7 @@ class Arch:
     # multi-token prediction: model.mtp_block.0, mtp_emb_norm, ...)
     unread: tuple[str, ...] = ()
     # Qwen3.5 (models/qwen3_5): RMSNorms that multiply by 1 + w (Gemma's, without its other changes; the gated
-    # DeltaNet's own norm excepted); gated attention (q_proj's rows per head: the query, then its sigmoid gate on
+    # DeltaNet's own norm excepted; Nemotron's LayerNorm1P likewise); gated attention (q_proj's rows per head: the query, then its sigmoid gate on
     # the attention's output); config.layer_types' "linear_attention" layers mixing tokens by gated DeltaNet
     # (LINEAR_MATRICES, LINEAR_VECTORS) instead of attention
     zero_centered: bool = False
@@ -109,6 +122,10 @@ class Arch:
     # without RoPE, a ReLU-squared MLP without a gate, or experts (sigmoid router, ReLU-squared experts beside a shared
     # one) (_nemotron_h, _nemotron_moe); _nemotron_parts and MOE_NAMES["nemotron_h"] name them
     nemotron: bool = False
+    # the dense MLP is up, config.hidden_act, down, without a gate (Arcee's, StarCoder2's; Nemotron-H's always)
+    ungated: bool = False
+    mlp_biases: bool = False  # the dense MLP's up and down carry biases (StarCoder2's c_fc and c_proj)
+    default_act: str = "silu"  # config.hidden_act where the config has none (its config class's default)
     # Llama's names (model_parts, layer_parts) -> this model's, the first that a tensor name holds replaced
     renames: tuple[tuple[str, str], ...] = ()
 
@@ -126,6 +143,11 @@ GRANITE_SHARED_NAMES = (("mlp.gate_proj", "shared_mlp.gate_proj"), ("mlp.up_proj
 # Nemotron-H's model-level names for Llama's (Arch.renames): its checkpoints' backbone. prefix is read as model.,
 # as transformers 5 reads it (formats/hf_checkpoint.py PREFIXES)
 NEMOTRON_NAMES = (("model.embed_tokens.", "model.embeddings."), ("model.norm.", "model.norm_f."))
+# Phi-2's names for Llama's (Arch.renames)
+PHI_NAMES = (("self_attn.o_proj", "self_attn.dense"), ("mlp.up_proj", "mlp.fc1"), ("mlp.down_proj", "mlp.fc2"),
+             ("model.norm.", "model.final_layernorm."))
+# StarCoder2's MLP names for Llama's (Arch.renames)
+STARCODER2_NAMES = (("mlp.up_proj", "mlp.c_fc"), ("mlp.down_proj", "mlp.c_proj"))
 ARCHS = {
     "LlamaForCausalLM": Arch(),                                     # models/llama
     "MistralForCausalLM": Arch(window_everywhere=True),             # models/mistral
@@ -139,20 +161,43 @@ ARCHS = {
     "Glm4MoeForCausalLM": Arch(moe="glm4_moe", partial_rope=True, default_partial=0.5),
     # models/qwen2_moe (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's layer (q/k/v biases unless config.qkv_bias is false),
     # routed experts beside a shared expert every token runs, its output times the sigmoid of shared_expert_gate
-    "Qwen2MoeForCausalLM": Arch(moe="qwen2_moe", biases=("q", "k", "v")),
+    "Qwen2MoeForCausalLM": Arch(moe="qwen2_moe", biases=("q", "k", "v"), bias_switch="qkv_bias"),
     # models/minimax_m2 (MiniMax-M2, M2.1): experts in every layer under Mixtral's names, chosen by sigmoid score plus
     # the block's e_score_correction_bias and renormalised (GLM-4.5's router, no groups, no scale); q/k RMS-normed
     # over the whole projections; rotate-half RoPE over the first rotary_dim dims of each head
     "MiniMaxM2ForCausalLM": Arch(moe="minimax_m2", qk_norm=True, qk_norm_full=True, partial_rope=True),
     "MixtralForCausalLM": Arch(moe="mixtral", window_everywhere=True),  # models/mixtral
     "GptOssForCausalLM": Arch(moe="gpt_oss", sinks=True, biases=("q", "k", "v", "o")),  # models/gpt_oss
-    "Gemma2ForCausalLM": Arch(gemma=True, window_period=2, softcaps=True),  # models/gemma2
-    "Gemma3ForCausalLM": Arch(qk_norm=True, gemma=True, window_period=6, local_rope=True,  # models/gemma3
-                              default_theta=1e6),
+    # models/gemma (Gemma 2B and 7B, Gemma 1.1, CodeGemma): Llama's layer with Gemma's norms, embedding scale and GELU
+    "GemmaForCausalLM": Arch(gemma=1, default_act="gelu_pytorch_tanh"),
+    "Gemma2ForCausalLM": Arch(gemma=2, window_period=2, softcaps=True,  # models/gemma2
+                              default_act="gelu_pytorch_tanh"),
+    "Gemma3ForCausalLM": Arch(qk_norm=True, gemma=3, window_period=6, local_rope=True,  # models/gemma3
+                              default_theta=1e6, default_act="gelu_pytorch_tanh"),
     # models/phi3; its fused qkv_proj and gate_up_proj are read as the q/k/v
     # and gate/up matrices they hold (formats/fused_tensors.py)
     "Phi3ForCausalLM": Arch(window_everywhere=True, partial_rope=True),
     "SmolLM3ForCausalLM": Arch(nope=True),  # models/smollm3
+    "ArceeForCausalLM": Arch(ungated=True, default_act="relu2"),  # models/arcee (AFM-4.5B): its MLP without a gate
+    # models/stablelm (StableLM 2 1.6B, StableLM 3B, Stable Code 3B): Llama's layer with LayerNorms and their biases,
+    # RoPE over a quarter of each head by default, q/k/v biases with use_qkv_bias; StableLM 2 12B's per-head q/k
+    # LayerNorm and parallel layer are refused (_check_config)
+    "StableLmForCausalLM": Arch(layer_norm=True, norm_bias=True, partial_rope=True, default_partial=0.25,
+                                no_biases=("q", "k", "v", "o"), bias_switch="use_qkv_bias"),
+    # models/starcoder2 (StarCoder2 3B, 7B, 15B): LayerNorms with biases, biases on every projection (use_bias), an
+    # MLP of c_fc, GELU-tanh and c_proj without a gate, config.sliding_window on every layer
+    # models/nemotron (Nemotron-Mini-4B, Minitron 4B and 8B, Nemotron-4): LayerNorm1P (weights plus 1, biases),
+    # RoPE over half of each head by default, an MLP of up, ReLU squared and down without a gate
+    "NemotronForCausalLM": Arch(layer_norm=True, norm_bias=True, zero_centered=True, ungated=True, partial_rope=True,
+                                default_partial=0.5, default_act="relu2"),
+    # models/phi (Phi-2, Phi-1.5): Cohere's parallel layer with LayerNorm's bias, biases on every projection and the
+    # head, RoPE over half of each head by default (Phi-2's config: 0.4), an MLP of fc1, GELU and fc2 without a gate
+    "PhiForCausalLM": Arch(layer_norm=True, norm_bias=True, parallel=True, ungated=True, mlp_biases=True,
+                           biases=("q", "k", "v", "o"), head_bias=True, partial_rope=True, default_partial=0.5,
+                           default_act="gelu_new", renames=PHI_NAMES),
+    "Starcoder2ForCausalLM": Arch(layer_norm=True, norm_bias=True, ungated=True, mlp_biases=True,
+                                  biases=("q", "k", "v", "o"), bias_switch="use_bias", window_everywhere=True,
+                                  default_act="gelu_pytorch_tanh", renames=STARCODER2_NAMES),
     "GraniteForCausalLM": Arch(granite=True),  # models/granite
     "Olmo2ForCausalLM": Arch(qk_norm=True, pre_norms=False, qk_norm_full=True),  # models/olmo2
     # models/olmo3: OLMo 2's layer; every 4th layer full, the others sliding with their own RoPE (the full
@@ -176,10 +221,11 @@ ARCHS = {
     "Glm4ForCausalLM": Arch(partial_rope=True, rope_interleaved=True, glm_norms=True, default_partial=0.5),
     # models/cohere2 (Command R7B, Command A): Cohere's parallel layer; every 4th layer full and unrotated, the
     # others sliding with interleaved RoPE
-    "Cohere2ForCausalLM": Arch(cohere=True, rope_interleaved=True, window_period=4, nope_full="always"),
+    "Cohere2ForCausalLM": Arch(cohere=True, layer_norm=True, parallel=True, rope_interleaved=True, window_period=4,
+                               nope_full="always"),
     # models/cohere (Command R, Command R+ without its q/k norms, Aya 23 and Expanse): the same layer, every layer
     # full and rotated
-    "CohereForCausalLM": Arch(cohere=True, rope_interleaved=True),
+    "CohereForCausalLM": Arch(cohere=True, layer_norm=True, parallel=True, rope_interleaved=True),
     # models/deepseek_v3 (DeepSeek-V3, R1, V3.1, Kimi K2): latent attention, interleaved RoPE unless
     # config.rope_interleave is false, YaRN's mscale on the scores; GLM-4.5's router and layers (leading dense ones,
     # shared experts, sigmoid scores within groups); the multi-token prediction layers left unread, as transformers does
@@ -234,7 +280,8 @@ ARCHS = {
     "GraniteMoeForCausalLM": Arch(moe="granitemoe", granite=True),
     "GraniteMoeSharedForCausalLM": Arch(moe="granitemoe", granite=True),
     # models/nemotron_h (Nemotron-H 4B to 56B, Nemotron Nano 9B v2 and 12B v2; Nemotron 3 Nano 30B-A3B with experts)
-    "NemotronHForCausalLM": Arch(moe="nemotron_h", mamba=True, nemotron=True, renames=NEMOTRON_NAMES),
+    "NemotronHForCausalLM": Arch(moe="nemotron_h", mamba=True, nemotron=True, renames=NEMOTRON_NAMES,
+                                 default_act="relu2"),
 }
 ARCHITECTURES = tuple(ARCHS)
 LLAMA4_MLP_INTER = 16384  # Llama4TextConfig's intermediate_size_mlp: its dense layers' width
@@ -372,7 +419,8 @@ NORM_KEYS = frozenset({"norm", "attn_norm", "mlp_norm", "attn_post_norm", "mlp_p
                        "q_a_norm", "kv_a_norm"})
 # The dense MLP's activations the decoder runs (config.hidden_act, or
 # Gemma's hidden_activation), by the name the native decoder takes.
-MLP_ACTS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "relu2": "relu2"}
+MLP_ACTS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "relu2": "relu2"}
+HF_ACTS = {"silu": "silu", "gelu_tanh": "gelu_pytorch_tanh", "relu2": "relu2"}  # each unit's config.hidden_act
 LAYER_BIASES = {"q": "self_attn.q_proj.bias", "k": "self_attn.k_proj.bias", "v": "self_attn.v_proj.bias",
                 "o": "self_attn.o_proj.bias"}
 # Buffers old checkpoints saved that transformers ignores on load (it
@@ -425,6 +473,7 @@ class DecoderSpec:
     windows: tuple[int, ...]  # per layer, the sliding-window span (0: full attention)
     moe: MoeSpec | None
     mlp_act: str = "silu"     # the dense MLP's gate activation: a value of MLP_ACTS
+    mlp_gated: bool = True    # false: its unit is mlp_act(up) alone, no gate matrix (Arch.ungated, Nemotron-H)
     attn_scale: float = 0.0   # scores' factor (0: 1/sqrt(head_dim))
     embed_scale: float = 1.0  # embeddings' factor (Gemma: sqrt(hidden))
     norm_offset: float = 0.0  # added to every RMSNorm weight (Gemma: 1)
@@ -959,22 +1008,26 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     m = meta.get("model") or {}
     cfg = meta.get("config") or {}
     name = m.get("architecture")
-    _check_config(cfg, meta_path)
     if name not in ARCHS:
+        _check_config(cfg, Arch(), meta_path)
         raise UnsupportedError(f"{meta_path}: model.architecture: {name!r} is not supported by the decoder "
                                f"(supported: {', '.join(ARCHITECTURES)})")
     arch = ARCHS[name]
+    _check_config(cfg, arch, meta_path)
     # (GLM-4.5's per-head RMSNorm; MiniMax-M2 has its norms always; Llama 4's are weightless: _llama4)
     if cfg.get("use_qk_norm") and not arch.qk_norm and not arch.llama4:
         if arch.moe != "glm4_moe":
             raise UnsupportedError(f"{meta_path}: config.use_qk_norm: Cohere's per-head q/k LayerNorm (Command R+) is "
                                    "not supported by the decoder")
         arch = replace(arch, qk_norm=True)
-    if arch.biases and cfg.get("qkv_bias") is False:  # (Qwen2-MoE's option: transformers builds no q/k/v biases)
-        arch = replace(arch, biases=(), no_biases=arch.biases)
-    act = m.get("hidden_act") or ("gelu_pytorch_tanh" if arch.gemma else "relu2" if arch.nemotron else "silu")
-    # (relu2 is Nemotron-H's MLP without a gate, and Nemotron-H's MLP has no other unit)
-    acts = ("relu2",) if arch.nemotron else ("silu",) if arch.moe else ("silu", "gelu_pytorch_tanh")
+    arch = _switched_biases(arch, cfg)
+    ungated = arch.nemotron or arch.ungated
+    act = m.get("hidden_act") or arch.default_act
+    if arch.gemma == 1 and act == "gelu":  # (GemmaConfig reads the Hub's legacy "gelu" as the tanh approximation)
+        act = "gelu_pytorch_tanh"
+    # (relu2 has no gate: an MLP without one, whose experts (Nemotron-H's) have no other unit)
+    acts = ("relu2",) if arch.nemotron else tuple(MLP_ACTS) if ungated else ("silu",) if arch.moe else \
+        ("silu", "gelu_pytorch_tanh")
     if act not in acts:
         raise UnsupportedError(f"{meta_path}: model.hidden_act: {act!r} is not supported ({' and '.join(acts)} "
                                f"{'are' if len(acts) > 1 else 'is'})")
@@ -1053,7 +1106,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         tied=bool(cfg.get("tie_embedding") if m.get("tie_word_embeddings") is None  # (LFM2's Hub configs' key)
                    else m["tie_word_embeddings"]),
         eos_ids=frozenset(eos_list), windows=windows, moe=moe,
-        mlp_act=MLP_ACTS[act], nope=nope, **gemma, **(_llama4(cfg, nope, meta_path) if arch.llama4 else {}),
+        mlp_act=MLP_ACTS[act], mlp_gated=not ungated, nope=nope, **gemma, **(_llama4(cfg, nope, meta_path) if arch.llama4 else {}),
         **(_granite(cfg, meta_path) if arch.granite else {}),
         **(_attn_temp(cfg, meta_path) if arch.attn_temp else {}),
         **({"logits_scaling": 1.0 / _positive(cfg, meta_path, "logit_scale", 0.0625, section="config")}
@@ -1444,17 +1497,42 @@ def _gemma(arch: Arch, cfg: dict[str, Any], hidden: int, meta_path: Path) -> dic
     if cfg.get("use_bidirectional_attention"):
         raise UnsupportedError(f"{meta_path}: config.use_bidirectional_attention: bidirectional attention "
                                "(EmbeddingGemma) is not supported")
-    scalar = _positive(cfg, meta_path, "query_pre_attn_scalar", 256.0, section="config")
-    return {**out, "attn_scale": scalar ** -0.5, "embed_scale": float(np.float32(math.sqrt(hidden))),
+    if arch.gemma == 1:  # (GemmaAttention scales by 1/sqrt(head_dim) and reads no scalar)
+        if cfg.get("query_pre_attn_scalar") is not None:
+            raise UnsupportedError(f"{meta_path}: config.query_pre_attn_scalar: Gemma 1 scales its scores by "
+                                   "1/sqrt(head_dim) (transformers' GemmaAttention reads no scalar)")
+        scalar = 0.0  # (DecoderConfig's 1/sqrt(head_dim))
+    else:
+        scalar = _positive(cfg, meta_path, "query_pre_attn_scalar", 256.0, section="config") ** -0.5
+    return {**out, "attn_scale": scalar, "embed_scale": float(np.float32(math.sqrt(hidden))),
             "norm_offset": 1.0}
 
 
-def _check_config(cfg: dict[str, Any], meta_path: Path) -> None:
+def _switched_biases(arch: Arch, cfg: dict[str, Any]) -> Arch:
+    """``arch`` with its biases as config[arch.bias_switch] makes transformers build them: StableLM's
+    use_qkv_bias turns the q/k/v biases on; Qwen2-MoE's qkv_bias and StarCoder2's use_bias, false, turn every
+    bias the architecture has off (a stored one is then unread: refused)."""
+    default = bool(arch.biases) or arch.mlp_biases
+    if not arch.bias_switch or bool(cfg.get(arch.bias_switch, default)) == default:
+        return arch
+    if default:
+        return replace(arch, biases=(), no_biases=(*arch.no_biases, *arch.biases), mlp_biases=False)
+    qkv = ("q", "k", "v")
+    return replace(arch, biases=qkv, no_biases=tuple(b for b in arch.no_biases if b not in qkv))
+
+
+def _check_config(cfg: dict[str, Any], arch: Arch, meta_path: Path) -> None:
     """Config keys that change the computation in a way the decoder does not implement."""
     if cfg.get("mlp_bias"):
         raise UnsupportedError(f"{meta_path}: config.mlp_bias: MLP biases are not supported by the decoder")
-    if cfg.get("use_bias"):  # (ERNIE 4.5's option: a bias on every projection, the MLP's too)
+    if cfg.get("use_bias") and arch.bias_switch != "use_bias":  # (ERNIE 4.5's: a bias on every projection, the MLP's too)
         raise UnsupportedError(f"{meta_path}: config.use_bias: biases on every projection (the MLP's too) are not "
+                               "supported by the decoder")
+    if cfg.get("qk_layernorm"):
+        raise UnsupportedError(f"{meta_path}: config.qk_layernorm: LayerNorms of q and k (StableLM 2 12B's, Phi's) are "
+                               "not supported by the decoder")
+    if cfg.get("use_parallel_residual"):
+        raise UnsupportedError(f"{meta_path}: config.use_parallel_residual: StableLM 2 12B's parallel layer is not "
                                "supported by the decoder")
     if cfg.get("clip_qkv") is not None:
         raise UnsupportedError(f"{meta_path}: config.clip_qkv: {cfg['clip_qkv']!r}; clamping q, k and v (OLMo's "
@@ -1498,7 +1576,9 @@ def model_parts(s: DecoderSpec) -> list[Part]:
     embedding again when tied or absent: not required), the final norm."""
     return _renamed(s, [Part("embed", "model.embed_tokens.weight", (s.vocab, s.hidden)),
                         Part("lm_head", "lm_head.weight", (s.vocab, s.hidden), required=False),
-                        Part("norm", "model.norm.weight", (s.hidden,), VECTOR)])
+                        Part("norm", "model.norm.weight", (s.hidden,), VECTOR),
+                        *([Part("norm_b", "model.norm.bias", (s.hidden,), VECTOR)] if s.arch.norm_bias else []),
+                        *([Part("lm_head_b", "lm_head.bias", (s.vocab,), VECTOR)] if s.arch.head_bias else [])])
 
 
 def layer_parts(s: DecoderSpec, i: int) -> list[Part]:
@@ -1531,10 +1611,13 @@ def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
                  for key, hf in ATTN_MATRICES.items()]
     else:
         parts = [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in ATTN_MATRICES.items()]
-    vectors = (GEMMA_LAYER_VECTORS if s.arch.gemma else GLM4_LAYER_VECTORS if s.arch.glm_norms
-               else COHERE_LAYER_VECTORS if s.arch.cohere else LAYER_VECTORS if s.arch.pre_norms
+    vectors = (GEMMA_LAYER_VECTORS if s.arch.gemma >= 2 else GLM4_LAYER_VECTORS if s.arch.glm_norms
+               else COHERE_LAYER_VECTORS if s.arch.parallel else LAYER_VECTORS if s.arch.pre_norms
                else OLMO2_LAYER_VECTORS)
     parts += [Part(key, pre + hf, (s.hidden,), VECTOR) for key, hf in vectors.items()]
+    if s.arch.norm_bias:  # (LayerNorm's biases beside its weights: attn_norm_b, mlp_norm_b)
+        parts += [Part(key + "_b", pre + vectors[key].replace(".weight", ".bias"), (s.hidden,), VECTOR)
+                  for key in ("attn_norm", "mlp_norm") if key in vectors]
     parts += [Part("b" + key, pre + hf, (bias_len[key],), VECTOR, required=key in s.arch.biases)
               for key, hf in LAYER_BIASES.items() if key not in s.arch.no_biases and not s.arch.mla and not linear]
     if s.arch.qk_norm and not linear:
@@ -1546,7 +1629,9 @@ def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
     moe = s.moe
     if moe is None or not moe.layers[i]:
         return parts + [Part(key, f"{pre}{s.arch.mlp_module}.{hf}.weight", shapes[key])
-                        for key, hf in MLP_MATRICES.items()]
+                        for key, hf in MLP_MATRICES.items() if key != "gate" or s.mlp_gated] + \
+            [Part("b" + key, f"{pre}{s.arch.mlp_module}.{MLP_MATRICES[key]}.bias", (n,), VECTOR)
+             for key, n in (("up", s.inter), ("down", s.hidden)) if s.arch.mlp_biases]
     return parts + _expert_parts(s, pre)
 
 

@@ -22,6 +22,19 @@ Writes (replacing any previous output):
                             (linear-scaled RoPE) layers, query_pre_attn_scalar 32, tied
     golden/hf/tiny-gemma2/  Gemma2ForCausalLM, bfloat16: soft-capped scores and logits, sandwich norms, GELU,
                             sliding (window 4) and global layers by Gemma 2's period, tied
+    golden/hf/tiny-gemma/   GemmaForCausalLM, bfloat16: Gemma's norms, embedding scale and GELU in Llama's layer,
+                            one key head, head_dim 32, hidden_act "gelu" (the Hub's legacy spelling), tied
+    golden/hf/tiny-arcee/   ArceeForCausalLM, bfloat16: Llama's layer with an MLP of up, ReLU squared and down (no
+                            gate), YaRN (factor 4 of an original 32 positions), untied
+    golden/hf/tiny-stablelm/ StableLmForCausalLM, bfloat16: LayerNorm with biases, RoPE over a quarter of each head,
+                            q/k/v biases, untied
+    golden/hf/tiny-starcoder2/ Starcoder2ForCausalLM, bfloat16: LayerNorms with biases, biases on every projection,
+                            an MLP without a gate (GELU-tanh), sliding_window 4 on every layer, tied
+    golden/hf/tiny-nemotron/ NemotronForCausalLM, bfloat16: LayerNorm1P (weights plus 1) with biases, RoPE over half
+                            of each head, an MLP without a gate (ReLU squared), untied
+    golden/hf/tiny-phi/     PhiForCausalLM, bfloat16: one LayerNorm (with bias) for the attention and the MLP in
+                            parallel, biases on every projection and the head, RoPE over 6 of each 16-dim head, an
+                            MLP without a gate (gelu_new), untied
     golden/hf/tiny-phi3/    Phi3ForCausalLM, bfloat16: fused qkv_proj and gate_up_proj, partial RoPE (half of
                             each 16-dim head), LongRoPE (short and long factors, original context 32 of 128),
                             sliding_window 6; ref/tiny-phi3/long.json: 40 tokens, past the original context
@@ -106,6 +119,16 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import (  # noqa: E402
+    ArceeConfig,
+    ArceeForCausalLM,
+    NemotronConfig,
+    NemotronForCausalLM,
+    PhiConfig,
+    PhiForCausalLM,
+    StableLmConfig,
+    StableLmForCausalLM,
+    Starcoder2Config,
+    Starcoder2ForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -115,6 +138,8 @@ from transformers import (  # noqa: E402
     PreTrainedTokenizerFast,
     Gemma2Config,
     Gemma2ForCausalLM,
+    GemmaConfig,
+    GemmaForCausalLM,
     Gemma3Config,
     Gemma3ForCausalLM,
     Gemma3ForConditionalGeneration,
@@ -239,6 +264,15 @@ LLAMA3_SEED = SEED + 4
 QWEN3_SEED, QWEN3_MOE_SEED, MIXTRAL_SEED, GPT_OSS_SEED = SEED + 5, SEED + 6, SEED + 7, SEED + 8
 GEMMA3_SEED = SEED + 9
 GEMMA2_SEED = SEED + 11
+ARCEE_SEED = SEED + 190  # the first from SEED + 186 whose greedy cases run 16 tokens with margins >= 0.04
+# AFM-4.5B's RoPE on a toy: YaRN (factor 4 of an original 32 positions; AFM's is 20 of 4096)
+ARCEE_ROPE = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32,
+              "beta_fast": 32.0, "beta_slow": 1.0}
+STABLELM_SEED = SEED + 194  # its greedy cases run 16 tokens with margins >= 0.02
+STARCODER2_SEED = SEED + 196  # its greedy cases run 16 tokens with margins >= 0.05
+NEMOTRON_SEED = SEED + 200  # the first from SEED + 198 whose greedy cases run 16 tokens with margins >= 0.02
+PHI_SEED = SEED + 204  # its greedy cases run 16 tokens with margins >= 0.03
+GEMMA_SEED = SEED + 184  # its greedy cases run 16 tokens with margins >= 0.03
 PHI3_SEED = SEED + 16  # the first from SEED + 12 whose greedy cases run 16 tokens with margins >= 0.01
 # Phi-3.5 / Phi-4-mini's RoPE on a toy: the first half of each 16-dim head
 # turns (partial_rotary_factor; Phi-4-mini's is 3/4), each pair's frequency
@@ -688,6 +722,129 @@ def make_gemma2(tok) -> None:
     assert_feature_matters(Gemma2ForCausalLM, out, logits, "the sliding window", sliding_window=64)
 
 
+def make_gemma(tok) -> None:
+    """Gemma 1 (Gemma 2B and 7B, Gemma 1.1, CodeGemma): Gemma's (1 + w) norms, embedding scale and GELU-tanh MLP in
+    Llama's layer (no sandwich, no window, no soft-caps), scores by 1/sqrt(head_dim); one key head (Gemma 2B's
+    multi-query attention), head_dim 32 (4 heads 128 wide in a 64-wide model); its config.json says "gelu", as
+    the Hub's Gemma 2B and 7B do, which transformers reads as the tanh approximation."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["hidden_act"]
+    cfg = GemmaConfig(**{**dims, "num_key_value_heads": 1}, head_dim=32, hidden_act="gelu_pytorch_tanh",
+                      tie_word_embeddings=True, pad_token_id=None)
+    cfg.architectures = ["GemmaForCausalLM"]
+    out = HF_DIR / "tiny-gemma"
+    logits = save_model(tok, out.name, GemmaForCausalLM, cfg, GEMMA_SEED, torch.bfloat16)
+    write_json(out / "config.json", {**json.loads((out / "config.json").read_text()), "hidden_act": "gelu"})
+    check = REF_DIR / "tiny-gemma-check"
+    assert np.array_equal(logits, write_reference(GemmaForCausalLM, out, check, tok))
+    reset_dir(check)
+    check.rmdir()
+
+
+def make_arcee(tok) -> None:
+    """Arcee's AFM-4.5B: Llama's attention and norms, an MLP of up, ReLU squared and down without a gate, YaRN."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"], dims["hidden_act"]
+    cfg = ArceeConfig(**dims, hidden_act="relu2", rope_parameters=dict(ARCEE_ROPE), tie_word_embeddings=False,
+                      pad_token_id=None)
+    cfg.architectures = ["ArceeForCausalLM"]
+    out = HF_DIR / "tiny-arcee"
+    logits = save_model(tok, out.name, ArceeForCausalLM, cfg, ARCEE_SEED, torch.bfloat16)
+    assert_feature_matters(ArceeForCausalLM, out, logits, "YaRN", rope_parameters={"rope_type": "default",
+                                                                                    "rope_theta": 10000.0})
+
+
+@torch.no_grad()
+def _centred_norm_biases(model) -> None:
+    """LayerNorms' biases about 0, as trained ones are (init_weights draws every norm parameter about 1)."""
+    for name, p in model.named_parameters():
+        if "norm" in name and name.endswith(".bias"):
+            p.sub_(1.0)
+
+
+def _rope(partial: float) -> dict:
+    """Default RoPE (base 10000) over ``partial`` of each head, as transformers 5's rope_parameters."""
+    return {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": partial}
+
+
+def make_stablelm(tok) -> None:
+    """StableLM 2 1.6B's and StableLM 3B's layer (Stable Code 3B's): LayerNorm with a bias before the attention, the
+    MLP and the head; RoPE over a quarter of each head (partial_rotary_factor 0.25, 4 of 16 dims); q/k/v biases
+    (use_qkv_bias, StableLM 2's), SwiGLU; untied."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"], dims["rms_norm_eps"]
+    cfg = StableLmConfig(**dims, layer_norm_eps=1e-5, use_qkv_bias=True, tie_word_embeddings=False,
+                         rope_parameters=_rope(0.25),
+                         pad_token_id=None)
+    cfg.architectures = ["StableLmForCausalLM"]
+    out = HF_DIR / "tiny-stablelm"
+    logits = save_model(tok, out.name, StableLmForCausalLM, cfg, STABLELM_SEED, torch.bfloat16,
+                        after_init=_centred_norm_biases)
+    assert_feature_matters(StableLmForCausalLM, out, logits, "partial RoPE",
+                           rope_parameters=_rope(1.0))
+
+
+def make_starcoder2(tok) -> None:
+    """StarCoder2 3B / 7B / 15B's layer: LayerNorms with biases, biases on every projection (use_bias), an MLP of
+    c_fc, GELU-tanh and c_proj without a gate, a sliding window on every layer (window 4: StarCoder2's 4096 on a
+    toy), tied."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"], dims["rms_norm_eps"], dims["hidden_act"]
+    cfg = Starcoder2Config(**dims, norm_epsilon=1e-5, use_bias=True, hidden_act="gelu_pytorch_tanh",
+                           sliding_window=MISTRAL_WINDOW, tie_word_embeddings=True,
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, pad_token_id=None)
+    cfg.architectures = ["Starcoder2ForCausalLM"]
+    out = HF_DIR / "tiny-starcoder2"
+    logits = save_model(tok, out.name, Starcoder2ForCausalLM, cfg, STARCODER2_SEED, torch.bfloat16,
+                        after_init=_centred_norm_biases)
+    assert_feature_matters(Starcoder2ForCausalLM, out, logits, "the sliding window", sliding_window=None)
+
+
+@torch.no_grad()
+def _centred_norms(model) -> None:
+    """Every norm parameter about 0 (init_weights draws them about 1): LayerNorm1P's weights, which it adds 1 to,
+    and the biases."""
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            p.sub_(1.0)
+
+
+def make_nemotron(tok) -> None:
+    """Nemotron-4 and Minitron's layer (Nemotron-Mini-4B, Minitron 4B and 8B): LayerNorm1P (its weights plus 1, with
+    biases) before the attention, the MLP and the head; RoPE over half of each head (partial_rotary_factor 0.5); an
+    MLP of up, ReLU squared and down without a gate; untied."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"], dims["rms_norm_eps"], dims["hidden_act"]
+    cfg = NemotronConfig(**dims, norm_eps=1e-5, hidden_act="relu2", tie_word_embeddings=False,
+                         rope_parameters=_rope(0.5),
+                         pad_token_id=None)
+    cfg.architectures = ["NemotronForCausalLM"]
+    out = HF_DIR / "tiny-nemotron"
+    logits = save_model(tok, out.name, NemotronForCausalLM, cfg, NEMOTRON_SEED, torch.bfloat16,
+                        after_init=_centred_norms)
+    assert_feature_matters(NemotronForCausalLM, out, logits, "partial RoPE",
+                           rope_parameters=_rope(1.0))
+
+
+def make_phi(tok) -> None:
+    """Phi-2's and Phi-1.5's layer: one LayerNorm (with its bias) whose output the attention and the MLP both read,
+    their outputs added to the residual together; biases on every projection, the output head's too; RoPE over
+    int(0.4 head_dim) = 6 of each 16-dim head (Phi-2's partial_rotary_factor 0.4); an MLP of fc1, GELU (gelu_new,
+    the tanh approximation) and fc2 without a gate, 4 x hidden wide, and a key head per head, as Phi-2's (which
+    llama.cpp's converter writes whatever the config says); untied."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"], dims["rms_norm_eps"], dims["hidden_act"]
+    dims.update(num_key_value_heads=4, intermediate_size=256)  # (Phi-2's: every head its own keys, 4 x hidden wide)
+    cfg = PhiConfig(**dims, layer_norm_eps=1e-5, hidden_act="gelu_new", tie_word_embeddings=False,
+                    rope_parameters=_rope(0.4),
+                    pad_token_id=None)
+    cfg.architectures = ["PhiForCausalLM"]
+    out = HF_DIR / "tiny-phi"
+    logits = save_model(tok, out.name, PhiForCausalLM, cfg, PHI_SEED, torch.bfloat16, after_init=_centred_norm_biases)
+    assert_feature_matters(PhiForCausalLM, out, logits, "partial RoPE",
+                           rope_parameters=_rope(1.0))
+
+
 @torch.no_grad()
 def phi3_tokenizer(out: Path) -> None:
     """The toy vocabulary as llama.cpp's converter takes it for a Phi-3: its
@@ -881,7 +1038,7 @@ def make_glm4_moe(tok) -> None:
                         n_shared_experts=1, first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True,
                         n_group=1, topk_group=1, use_qk_norm=True, attention_bias=True, tie_word_embeddings=False,
                         num_nextn_predict_layers=1, pad_token_id=None,
-                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
+                        rope_parameters=_rope(0.5))
     cfg.architectures = ["Glm4MoeForCausalLM"]
     out = HF_DIR / "tiny-glm4-moe"
     logits = save_model(tok, out.name, Glm4MoeForCausalLM, cfg, GLM4_MOE_SEED, torch.bfloat16,
@@ -983,7 +1140,7 @@ def make_ernie4_5(tok) -> None:
 # reorders shows), a causal convolution of 4 taps; the full layer's 32-dim heads rotate their first quarter
 QWEN3_5_DIMS = dict(num_hidden_layers=4, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
                     linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
-                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+                    rope_parameters=_rope(0.25),
                     tie_word_embeddings=False, pad_token_id=None)
 
 
@@ -1122,13 +1279,13 @@ def make_minimax_m2(tok) -> None:
     # whole projections; RoPE over half of each head (the Hub's configs say it as rotary_dim)
     cfg = MiniMaxM2Config(**dims, **MOE, head_dim=16, num_local_experts=4, tie_word_embeddings=False,
                           pad_token_id=None,
-                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
+                          rope_parameters=_rope(0.5))
     cfg.architectures = ["MiniMaxM2ForCausalLM"]
     out = HF_DIR / "tiny-minimax-m2"
     logits = save_model(tok, out.name, MiniMaxM2ForCausalLM, cfg, MINIMAX_M2_SEED, torch.bfloat16,
                         after_init=_minimax_m2_biases)
     assert_feature_matters(MiniMaxM2ForCausalLM, out, logits, "RoPE over the whole head",
-                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0})
+                           rope_parameters=_rope(1.0))
 
 
 def make_seed_oss(tok) -> None:
@@ -1164,13 +1321,13 @@ def make_glm4(tok) -> None:
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     del dims["rope_theta"]  # in rope_parameters
     cfg = Glm4Config(**dims, head_dim=16, attention_bias=True, tie_word_embeddings=False, pad_token_id=None,
-                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
+                     rope_parameters=_rope(0.5))
     cfg.architectures = ["Glm4ForCausalLM"]
     out = HF_DIR / "tiny-glm4"
     logits = save_model(tok, out.name, Glm4ForCausalLM, cfg, GLM4_SEED, torch.bfloat16)
     glm4_tokenizer(out)
     assert_feature_matters(Glm4ForCausalLM, out, logits, "RoPE over the whole head",
-                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0})
+                           rope_parameters=_rope(1.0))
 
 
 def make_cohere2(tok) -> None:
@@ -1820,6 +1977,12 @@ def main() -> None:
     make_gemma3(tok)
     make_gemma3_vl(tok)
     make_gemma2(tok)
+    make_gemma(tok)
+    make_arcee(tok)
+    make_stablelm(tok)
+    make_starcoder2(tok)
+    make_nemotron(tok)
+    make_phi(tok)
     make_phi3(tok)
     make_smollm3(tok)
     make_granite(tok)

@@ -3,7 +3,7 @@
 the config implies, a dtype the kernels read) and handed to the native
 decoder as the nested dict csrc/decoder/bindings.cpp reads:
 
-    {"embed": M, "lm_head": M, "norm": V,
+    {"embed": M, "lm_head": M, "norm": V, "norm_b": V, "lm_head_b": V (the biases, where the model has them),
      "layers": [{"q": M, ..., "attn_norm": V, ...,
                  "experts": [{"gate": M, "down": M, ...}, ...]}, ...]}
 
@@ -151,7 +151,7 @@ def bind(source: TensorSource, s: DecoderSpec) -> BoundWeights:
     checked and bound (the module docstring says how); an IEError naming
     model.ie.json and the tensor for anything missing or mis-shaped."""
     b = _Binder(source, s)
-    embed_part, head_part, norm_part = model_parts(s)
+    embed_part, head_part, norm_part, *biases = model_parts(s)
     embed = b.entry(embed_part.name, list(embed_part.shape))
     tied = s.tied or source.find(head_part.name) is None
     head = embed if tied else b.entry(head_part.name, list(head_part.shape))
@@ -167,5 +167,8 @@ def bind(source: TensorSource, s: DecoderSpec) -> BoundWeights:
     w["norm"] = b.as_multiplied(norm_part.key, norm)
     out.step_bytes += t["nbytes"]
     out.active_params += s.hidden
+    for p in biases:  # (the final LayerNorm's bias, StableLM's; the head's, Phi-2's)
+        t, w[p.key] = b.vector_rows(p.name, list(p.shape))
+        out.step_bytes += t["nbytes"]
     w[LAYERS_KEY] = [b.bind_layer(out, i) for i in range(s.n_layers)]
     return out

@@ -210,6 +210,21 @@ def imatrix_of(model: Path, ids: list[int], tmp_path: Path):
     return np.load(tmp_path / "i.npz")
 
 
+def gptq_q8_0(name: str, tmp_path: Path, sequential: bool = False) -> Path:
+    """``ieconv gptq`` of the golden checkpoint ``name`` to q8_0 (every matrix q4-manifest names), calibrated on ids
+    3..299 in 64-token windows from its golden artifact's activations (``sequential``: each layer's from the layers
+    quantized before it); the quantized artifact (each command must succeed)."""
+    (tmp_path / "ids.txt").write_text(" ".join(str(i) for i in range(3, 300)))
+    man = tmp_path / "q4_manifest.json"
+    res = run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / name, "-o", man, "--scheme", "q8_0")
+    assert res.returncode == 0, res.stderr
+    res = run_tool("ieconv", "gptq", "--hf-dir", GOLDEN_HF / name, "--ref-dir", GOLDEN_IEBIN / name, "--q4-map", man,
+                   "--ids-file", tmp_path / "ids.txt", "--out-dir", tmp_path / "g", "--ctx", "64", "-q",
+                   *(["--sequential"] if sequential else []))
+    assert res.returncode == 0, res.stderr
+    return tmp_path / "g"
+
+
 def assert_states_carry(model: Path, ids: list[int]) -> None:
     """A model whose layers keep recurrent states in place of a KV cache (gated DeltaNet, short convolutions,
     Mamba2): token by token (each step advancing the states) as in one prefill; a prompt run in pieces as in one

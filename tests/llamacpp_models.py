@@ -29,7 +29,9 @@ IECONV = Path(sys.executable).parent / "ieconv"
 # toy -> the architecture llama.cpp runs it as
 ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2", "tiny-qwen3": "qwen3",
            "tiny-mixtral": "llama", "tiny-qwen3-moe": "qwen3moe", "tiny-gpt-oss": "gpt-oss",
-           "tiny-gpt-oss-mxfp4": "gpt-oss", "tiny-gemma3": "gemma3", "tiny-gemma2": "gemma2", "tiny-phi3": "phi3",
+           "tiny-gpt-oss-mxfp4": "gpt-oss", "tiny-gemma3": "gemma3", "tiny-gemma2": "gemma2", "tiny-gemma": "gemma", "tiny-arcee": "arcee", "tiny-stablelm": "stablelm",
+           "tiny-starcoder2": "starcoder2", "tiny-nemotron": "nemotron", "tiny-phi": "phi2",
+           "tiny-phi3": "phi3",
            "tiny-smollm3": "smollm3", "tiny-granite": "granite",
            "tiny-olmo2": "olmo2", "tiny-olmo3": "olmo2", "tiny-ministral3": "mistral3",
            "tiny-exaone4": "exaone4", "tiny-olmoe": "olmoe", "tiny-qwen2-moe": "qwen2moe",
@@ -108,7 +110,8 @@ def _gpt_oss_llamacpp(tmp: Path, name: str) -> Path:
 def llamacpp_models(tmp: Path) -> dict[str, Path]:
     """ARCH_OF's toys as artifacts (the golden ones where they need no change; variants are converted under ``tmp``)."""
     out = {n: GOLDEN / "iebin" / n for n in ("tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral",
-                                             "tiny-gemma3", "tiny-gemma2", "tiny-smollm3",
+                                             "tiny-gemma3", "tiny-gemma2", "tiny-gemma", "tiny-arcee",
+                                             "tiny-stablelm", "tiny-nemotron", "tiny-phi", "tiny-smollm3",
                                              "tiny-granite", "tiny-olmo2", "tiny-olmo3", "tiny-ministral3",
                                              "tiny-exaone4", "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe",
                                              "tiny-minimax-m2", "tiny-deepseek-v2", "tiny-glm4-moe-lite",
@@ -124,6 +127,7 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
     out["tiny-gpt-oss"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss")
     out["tiny-gpt-oss-mxfp4"] = _gpt_oss_llamacpp(tmp, "tiny-gpt-oss-mxfp4")
     out["tiny-phi3"] = _convert(_hf_variant(tmp, "tiny-phi3", {"sliding_window": None}), tmp / "phi3")
+    out["tiny-starcoder2"] = _convert(_hf_variant(tmp, "tiny-starcoder2", {"sliding_window": None}), tmp / "starcoder2")
     out["tiny-llama4"] = _convert(_hf_variant(tmp, "tiny-llama4", LLAMA4_FIXED), tmp / "llama4")
     # (in float32: llama.cpp multiplies BF16 weights by activations rounded to bf16, which flips these random
     # toys' near-tied routing, KL 0.013-0.026 against ierun; in F32 the two compute the same, KL 0.000000)

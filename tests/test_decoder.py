@@ -26,7 +26,12 @@ from iekit.runtime.sampling import Sampler, generate
 # tiny-mistral: sliding_window 4 over the 12 reference ids; tiny-llama3: rope_type llama3; tiny-qwen3:
 # q/k norms; the rest mixtures of experts (tests/test_moe.py), gpt-oss with sinks, YaRN and MXFP4 experts;
 # tiny-gemma3: (1 + w) and sandwich norms, GELU, scaled embeddings, a local RoPE base, linear RoPE scaling;
-# tiny-gemma2: Gemma's layer with soft-capped scores and logits; tiny-phi3: fused matrices, partial RoPE,
+# tiny-gemma2: Gemma's layer with soft-capped scores and logits; tiny-gemma: Gemma 1's (Llama's layer with Gemma's
+# norms, scale and GELU, one key head); tiny-arcee: Llama's layer with an ungated ReLU-squared MLP, YaRN;
+# tiny-stablelm: LayerNorms with biases, a quarter of each head rotated, q/k/v biases; tiny-starcoder2: the same
+# norms, every projection's bias, an MLP without a gate (GELU), a sliding window; tiny-nemotron: LayerNorm1P with
+# biases, half of each head rotated, an MLP without a gate (ReLU squared); tiny-phi: Phi-2's parallel layer, biases on
+# every projection and the head; tiny-phi3: fused matrices, partial RoPE,
 # LongRoPE, a sliding window; tiny-smollm3: a layer without RoPE; tiny-granite: Granite's multipliers;
 # tiny-olmo2: output norms alone, q/k norms over the whole projections; tiny-olmo3: with sliding layers;
 # tiny-ministral3: YaRN and Llama 4's attention temperature; tiny-exaone4: 64 layers, OLMo 2's norms with
@@ -58,8 +63,9 @@ from iekit.runtime.sampling import Sampler, generate
 # ReLU-squared MLP without a gate; attention without RoPE), two Mamba2 blocks in a row; tiny-nemotron-h-moe: expert
 # blocks (ReLU-squared, sigmoid scores plus a choice bias, renormalised and scaled) beside a shared expert.
 MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
-          "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-phi3", "tiny-smollm3",
-          "tiny-granite", "tiny-olmo2", "tiny-olmo3", "tiny-ministral3", "tiny-exaone4",
+          "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-gemma", "tiny-arcee", "tiny-stablelm",
+          "tiny-starcoder2", "tiny-nemotron", "tiny-phi", "tiny-phi3",
+          "tiny-smollm3", "tiny-granite", "tiny-olmo2", "tiny-olmo3", "tiny-ministral3", "tiny-exaone4",
           "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe", "tiny-minimax-m2", "tiny-deepseek-v3", "tiny-deepseek-v2",
           "tiny-glm4-moe-lite", "tiny-llama4", "tiny-ernie4-5", "tiny-ernie4-5-moe", "tiny-seed-oss", "tiny-glm4",
           "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5", "tiny-qwen3-5-moe",
@@ -615,9 +621,11 @@ def test_the_weight_keys_are_the_native_decoders():
                                           decoder_spec, layer_parts, model_parts)
 
     got: dict[str, set[str]] = {MATRIX: set(), VECTOR: set(), EXPERT_MATRIX: set(), EXPERT_VECTOR: set()}
+    top = {LAYERS_KEY}
     for model in MODELS:
         m = iebin.load_model(GOLDEN_IEBIN / model)
         s = decoder_spec(m.meta, m.meta_path)
+        top |= {p.key for p in model_parts(s)}
         for i in range(s.n_layers):
             for p in layer_parts(s, i):
                 got[p.kind].add(p.key)
@@ -627,7 +635,7 @@ def test_the_weight_keys_are_the_native_decoders():
     assert got[EXPERT_MATRIX] == set(keys["expert_matrices"])
     assert got[EXPERT_VECTOR] == set(keys["expert_vectors"])
     assert tuple(keys["layer_lists"]) == (EXPERTS_KEY,)
-    assert set(keys["model"]) == {p.key for p in model_parts(s)} | {LAYERS_KEY}
+    assert set(keys["model"]) == top
 
 
 def test_the_native_binding_refuses_a_key_it_does_not_know_and_names_a_missing_one():

@@ -12,7 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from conftest import GOLDEN, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, reconfigure, run_tool
+from conftest import (GOLDEN, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, gptq_q8_0, reconfigure,
+                      run_tool)
 from gguf_build import rewrite_gguf
 from iekit.runtime.decoder import Decoder
 
@@ -186,17 +187,10 @@ def test_covariances_of_latent_attentions_own_inputs_match_float64():
 
 @pytest.mark.parametrize("sequential", [False, True])
 def test_gptq_quantizes_latent_attention_and_the_export_takes_it(tmp_path, sequential):
-    (tmp_path / "ids.txt").write_text(" ".join(str(i) for i in range(3, 300)))
-    man = tmp_path / "q4_manifest.json"
-    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN / "hf" / "tiny-deepseek-v3", "-o", man, "--scheme",
-                    "q8_0").returncode == 0
-    res = run_tool("ieconv", "gptq", "--hf-dir", GOLDEN / "hf" / "tiny-deepseek-v3", "--ref-dir", V3, "--q4-map", man,
-                   "--ids-file", tmp_path / "ids.txt", "--out-dir", tmp_path / "g", "--ctx", "64", "-q",
-                   *(["--sequential"] if sequential else []))
-    assert res.returncode == 0, res.stderr
+    g = gptq_q8_0("tiny-deepseek-v3", tmp_path, sequential)
     ref = np.load(REF / "logits.npy").astype(np.float64)
-    assert _rel(_logits(tmp_path / "g"), ref) < 0.05
-    res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", tmp_path / "g", "--out", tmp_path / "g.gguf")
+    assert _rel(_logits(g), ref) < 0.05
+    res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", g, "--out", tmp_path / "g.gguf")
     assert res.returncode == 0, res.stderr
 
 

@@ -1,5 +1,5 @@
-"""Gemma 3 and Gemma 2 (Gemma3ForCausalLM, Gemma2ForCausalLM; llama.cpp's
-gemma3, gemma2): the config spellings transformers reads as one model, what
+"""Gemma 3, 2 and 1 (Gemma3ForCausalLM, Gemma2ForCausalLM, GemmaForCausalLM; llama.cpp's
+gemma3, gemma2, gemma): the config spellings transformers reads as one model, what
 the decoder refuses rather than runs as another, the GGUF bridge's choices a
 toy from the golden generator does not reach (the converter's own file is
 tests/test_llamacpp_converter.py; the frozen transformers logits are
@@ -380,3 +380,38 @@ def test_a_gemma2_file_without_its_keys_takes_llamacpps_defaults(tmp_path):
     bad = rewrite(tmp_path / "swa.gguf", {"gemma2.rope.freq_base_swa": 5000.0})
     assert_one_line_error(run_tool("ieconv", "gguf-to-iebin", "--gguf", bad, "--out-dir", tmp_path / "c"),
                           "gemma2.rope.freq_base_swa", "one base")
+
+
+# ------------------------------------------------------------ Gemma 1
+
+GEMMA1 = GOLDEN_IEBIN / "tiny-gemma"
+
+
+def test_gemma1_reads_the_hubs_gelu_as_the_tanh_approximation():
+    """Gemma 2B's and 7B's configs say hidden_act "gelu", which GemmaConfig
+    reads as gelu_pytorch_tanh (the golden toy's config says it too, and its
+    logits are tests/test_decoder.py's); the exact GELU would be another model."""
+    assert json.loads((GOLDEN_IEBIN / "tiny-gemma" / "config.json").read_text())["hidden_act"] == "gelu"
+    spec = _spec(GEMMA1)
+    assert (spec.mlp_act, spec.attn_scale, spec.norm_offset, spec.windows) == ("gelu_tanh", 0.0, 1.0, (0, 0))
+    assert spec.embed_scale == 8.0 and spec.n_kv_heads == 1 and spec.tied
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("query_pre_attn_scalar", 32, "1/sqrt(head_dim)"),
+    ("attn_logit_softcapping", 50.0, "soft-capping is not supported"),
+])
+def test_gemma1_keys_of_the_later_gemmas_are_refused(tmp_path, key, value, needle):
+    """transformers' GemmaForCausalLM reads neither: a config with one was
+    meant for another Gemma, refused rather than run as Gemma 1."""
+    d = edited_artifact(GEMMA1, tmp_path / "m", lambda m: reconfigure(m, **{key: value}))
+    assert_one_line_error(run_tool("ierun", "generate", "--model-dir", d, "--ids", "1"), f"config.{key}", needle)
+
+
+def test_gemma1_export_needs_the_embedding_as_its_head(tmp_path):
+    """llama.cpp's gemma graph reads the embedding as the output head: an
+    untied Gemma would run there with another head, so it is refused."""
+    d = edited_artifact(GEMMA1, tmp_path / "m", lambda m: reconfigure(m, tie_word_embeddings=False))
+    res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", d, "--out", tmp_path / "m.gguf")
+    assert_one_line_error(res, "tie_word_embeddings", "reads the embedding as its output head")
+    assert not (tmp_path / "m.gguf").exists()

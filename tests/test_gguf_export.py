@@ -143,8 +143,10 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     assert kv[f"{a}.attention.head_count_kv"] == n_kv
     # (Granite 4 with Mamba2 layers: 2^20, convert_hf_to_gguf's arbitrary value for a model without RoPE)
     assert kv[f"{a}.context_length"] == (2 ** 20 if a == "granitehybrid" or nemotron else cfg["max_position_embeddings"])
-    if a in ("cohere2", "command-r") or nemotron:  # LayerNorm's key (Nemotron-H's RMSNorm eps too, as its converter)
-        eps = cfg["layer_norm_epsilon"] if nemotron else cfg["layer_norm_eps"]
+    if a in ("cohere2", "command-r", "stablelm", "starcoder2", "nemotron", "phi2") or nemotron:  # LayerNorm's key
+        # (Nemotron-H's RMSNorm eps too, as its converter writes it)
+        eps = cfg["layer_norm_epsilon"] if nemotron else cfg["norm_epsilon"] if a == "starcoder2" else \
+            cfg["norm_eps"] if a == "nemotron" else cfg["layer_norm_eps"]
         assert kv[f"{a}.attention.layer_norm_epsilon"] == pytest.approx(eps, rel=1e-6)
     else:
         eps = cfg["norm_eps"] if a in ("lfm2", "lfm2moe") else cfg["rms_norm_eps"]
@@ -229,15 +231,16 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             shape = [rows, shape[0] // rows]
         assert [int(d) for d in reversed(g.shape)] == shape, gname
         data = np.asarray(g.data).reshape(-1).view(np.uint8)
-        gemma = a in ("gemma2", "gemma3")
-        shifted = gemma or a in ("qwen35", "qwen35moe", "qwen3next")  # their RMSNorms multiply by 1 + w (Qwen3.5's gated DeltaNet norm excepted)
+        gemma = a in ("gemma", "gemma2", "gemma3")
+        # their norms multiply by 1 + w (Qwen3.5's gated DeltaNet norm excepted; Nemotron's LayerNorm1P)
+        shifted = gemma or a in ("qwen35", "qwen35moe", "qwen3next", "nemotron")
         if (len(t["shape"]) == 1 or ".ffn_gate_inp." in gname or ".ffn_gate_inp_shexp." in gname or conv) and \
                 (t["dtype"] != "f32" or shifted or ".ssm_a" in gname):
             assert g.tensor_type.name == "F32"  # llama.cpp keeps them F32 (routers, the shared expert's gate)
             data = data.view(np.float32)
             want = _as_f32(t, raw)
             if shifted and hf.endswith("norm.weight") and not hf.endswith("linear_attn.norm.weight"):
-                want = want + np.float32(1)  # convert_hf_to_gguf.py's Gemma2Model, Gemma3Model, Qwen3NextModel: 1 + w
+                want = want + np.float32(1)  # convert_hf_to_gguf.py's GemmaModel, ..., Qwen3NextModel, NemotronModel: 1 + w
             if ".ssm_a" in gname:  # Qwen3NextModel: -exp(A_log), float32 correctly rounded (torch's)
                 want = (-np.exp(want.astype(np.float64))).astype(np.float32)
         else:
@@ -245,7 +248,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             want = raw
         proj = hf.split(".")[-2]
         # (convert_hf_to_gguf's LlamaModel and its kin)
-        if (a in ("llama", "smollm3", "granite", "granitehybrid", "granitemoe", "mistral3") or nemotron) \
+        if (a in ("llama", "smollm3", "granite", "granitehybrid", "granitemoe", "mistral3", "arcee") or nemotron) \
                 and proj in heads:
             rows = t["shape"][0]
             want = llama_permute(want.reshape(rows, -1), heads[proj]).reshape(-1)

@@ -41,7 +41,9 @@ def models(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral",
-                                  "tiny-qwen3-moe", "tiny-gemma3", "tiny-gemma2", "tiny-phi3",
+                                  "tiny-qwen3-moe", "tiny-gemma3", "tiny-gemma2", "tiny-gemma", "tiny-arcee",
+                                  "tiny-stablelm", "tiny-starcoder2",
+                                  "tiny-nemotron", "tiny-phi", "tiny-phi3",
                                   "tiny-smollm3", "tiny-granite", "tiny-olmo2",
                                   "tiny-olmo3", "tiny-ministral3", "tiny-exaone4",
                                   "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe", "tiny-minimax-m2", "tiny-seed-oss",

@@ -28,7 +28,9 @@ from iekit.formats.model_spec import decoder_spec
 CONVERTED = GOLDEN_HF.parent / "gguf" / "llamacpp"
 # the generator's config changes to the checkpoints (its docstring says why)
 CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-mxfp4": {"swiglu_limit": 7.0},
-           "tiny-gemma3": {}, "tiny-phi3": {}, "tiny-smollm3": {},
+           "tiny-gemma3": {}, "tiny-gemma": {}, "tiny-arcee": {}, "tiny-stablelm": {},
+           "tiny-starcoder2": {"sliding_window": None}, "tiny-nemotron": {}, "tiny-phi": {},
+           "tiny-phi3": {}, "tiny-smollm3": {},
            "tiny-granite": {}, "tiny-olmo2": {}, "tiny-olmo3": {}, "tiny-ministral3": {},
            "tiny-exaone4": {}, "tiny-olmoe": {}, "tiny-qwen2-moe": {}, "tiny-glm4-moe": {},
            "tiny-minimax-m2": {"rotary_dim": 8, "scoring_func": "sigmoid"},
@@ -178,9 +180,27 @@ def test_export_writes_what_llamacpps_converter_writes(pair, tmp_path):
     extra = set(kv_ours) - set(kv_theirs)
     if name == "tiny-llama4":  # Llama 3 scaling's original context, which pins what an import reads back (llama.cpp
         extra.remove("llama4.rope.scaling.original_context_length")  # reads it for YaRN alone)
+    if name in ("tiny-gemma", "tiny-stablelm", "tiny-phi"):  # the base, which GemmaModel's, StableLMModel's and
+        a = kv_ours["general.architecture"]  # Phi2Model's converters leave to llama.cpp's default (the toys': 10000)
+        extra.remove(f"{a}.rope.freq_base")
+        assert kv_ours[f"{a}.rope.freq_base"] == 10000.0
     assert all(k.startswith("iekit.") or k.endswith((
         ".attention.key_length", ".attention.value_length", ".rope.dimension_count", ".vocab_size",
         ".attention.sliding_window_pattern", "ggml.add_bos_token", "ggml.add_eos_token")) for k in extra), extra
+
+
+# (tiny-gemma3's and tiny-phi3's files are other models: the converter drops gemma3's layer types and phi3's
+# window, as test_llamacpp_converted_file_imports_to_its_checkpoint says)
+@pytest.mark.parametrize("name", [n for n, change in CHANGES.items() if not change and n not in ("tiny-gemma3",
+                                                                                             "tiny-phi3")])
+def test_the_converters_file_generates_transformers_greedy_ids(name):
+    """ierun runs llama.cpp's own file as users download it (no import first): the ids transformers generates
+    greedily from the checkpoint it was converted from."""
+    want = json.loads((GOLDEN_HF.parent / "ref" / name / "greedy.json").read_text())
+    res = run_tool("ierun", "generate", "--model-dir", CONVERTED / f"{name}.gguf", "--ids",
+                   ",".join(map(str, want["prompt_ids"])), "--max-new", str(want["max_new_tokens"]), "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["generated_ids"] == want["generated_ids"]
 
 
 @pytest.mark.parametrize("name", ["tiny-mixtral", "tiny-qwen2", "tiny-qwen3-5-moe", "tiny-glm4-vl"])

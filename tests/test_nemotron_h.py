@@ -14,8 +14,8 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, imatrix_of,
-                      reconfigure, run_tool)
+from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, gptq_q8_0,
+                      imatrix_of, reconfigure, run_tool)
 from gguf_build import rewrite_gguf
 
 from iekit.formats.errors import IEError
@@ -180,18 +180,11 @@ def test_gptq_quantizes_every_block_and_the_export_takes_it(tmp_path, sequential
     """gptq's covariances reach each block's matrices (Mamba2's, attention's, the MLP's, the experts' and the shared
     expert's), the quantized model stays near the float one, and it exports."""
     ids = json.loads((GOLDEN_IEBIN.parent / "ref" / "tiny-nemotron-h-moe" / "ids.json").read_text())
-    (tmp_path / "ids.txt").write_text(" ".join(str(i) for i in range(3, 300)))
-    man = tmp_path / "q4_manifest.json"
-    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-nemotron-h-moe", "-o", man, "--scheme",
-                    "q8_0").returncode == 0
-    res = run_tool("ieconv", "gptq", "--hf-dir", GOLDEN_HF / "tiny-nemotron-h-moe", "--ref-dir", MOE, "--q4-map", man,
-                   "--ids-file", tmp_path / "ids.txt", "--out-dir", tmp_path / "g", "--ctx", "64", "-q",
-                   *(["--sequential"] if sequential else []))
-    assert res.returncode == 0, res.stderr
-    q = load_model(tmp_path / "g").meta["tensors"]
+    g = gptq_q8_0("tiny-nemotron-h-moe", tmp_path, sequential)
+    q = load_model(g).meta["tensors"]
     assert {t["dtype"] for t in q if t["name"].endswith(("in_proj.weight", "up_proj.weight", "o_proj.weight"))} == \
         {"q8_0"}
     ref = np.load(GOLDEN_IEBIN.parent / "ref" / "tiny-nemotron-h-moe" / "logits.npy").astype(np.float64)
-    assert _rel(Decoder(tmp_path / "g", act="f32").logits(ids), ref) < 0.05
-    res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", tmp_path / "g", "--out", tmp_path / "g.gguf")
+    assert _rel(Decoder(g, act="f32").logits(ids), ref) < 0.05
+    res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", g, "--out", tmp_path / "g.gguf")
     assert res.returncode == 0, res.stderr

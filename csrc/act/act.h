@@ -15,7 +15,7 @@
 namespace ie {
 
 struct ActOps {
-  // out[i] = SiLU(g[i]) * u[i] (u null: * 1) and GELU_tanh(g[i]) * u[i] for
+  // out[i] = SiLU(g[i]) * u[i] and GELU_tanh(g[i]) * u[i] (u null: * 1) for
   // i < n; out may be g or u (each element is written after it is read).
   // The scalar reference computes g / (1 + exp(-g)) with std::exp; the SIMD
   // variants g * sigmoid(g) from exp(-|g|), within a few ulps of it.

@@ -15,7 +15,7 @@ void gelu_tanh_mul_scalar(float* out, const float* g, const float* u, size_t n) 
   constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi)
   for (size_t i = 0; i < n; ++i) {
     const float x = g[i];
-    out[i] = 0.5f * x * (1.f + std::tanh(k * (x + 0.044715f * x * x * x))) * u[i];
+    out[i] = 0.5f * x * (1.f + std::tanh(k * (x + 0.044715f * x * x * x))) * (u ? u[i] : 1.f);
   }
 }
 

@@ -168,14 +168,16 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
     fail("the CUDA decoder keeps an f32 KV cache (--cache-type-k/--cache-type-v f32)");
   // What the device step does not implement is refused, never skipped.
   if (c.kv_lora > 0) fail("the CUDA decoder has no multi-head latent attention (DeepSeek); run it on the CPU");
+  if (!w.lm_head_b.empty()) fail("the CUDA decoder has no output head bias (Phi-2); run it on the CPU");
   for (const LayerWeights& L : w.layers) {
     if (!L.experts.empty()) fail("the CUDA decoder runs dense MLP layers only; a mixture of experts runs on the CPU");
     if (!L.q_norm.empty()) fail("the CUDA decoder has no per-head q/k norm (Qwen3); run it on the CPU");
     if (!L.sinks.empty()) fail("the CUDA decoder has no attention sinks (gpt-oss); run it on the CPU");
+    if (!L.bup.empty() || !L.bdown.empty()) fail("the CUDA decoder has no MLP biases (StarCoder2); run it on the CPU");
     if (!L.attn_post_norm.empty() || !L.mlp_post_norm.empty())
       fail("the CUDA decoder has no norms of the attention and MLP outputs (Gemma 3); run it on the CPU");
   }
-  if (c.mlp_act != MlpAct::Silu || c.embed_scale != 1.f || c.attn_scale != 0.f || !c.inv_freq_swa.empty() ||
+  if (c.mlp_act == MlpAct::GeluTanh || c.embed_scale != 1.f || c.attn_scale != 0.f || !c.inv_freq_swa.empty() ||
       c.attn_softcap != 0.f || c.logit_softcap != 0.f)
     fail("the CUDA decoder has no GELU MLP, embedding or attention scale, second RoPE table or soft-caps (Gemma); "
          "run it on the CPU");
@@ -188,7 +190,7 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
   if (c.residual_scale != 1.f || c.logits_scaling != 1.f)
     fail("the CUDA decoder has no residual or logit multipliers (Granite); run it on the CPU");
   if (c.layer_norm || c.parallel_block)
-    fail("the CUDA decoder has no LayerNorm or parallel layer (Cohere); run it on the CPU");
+    fail("the CUDA decoder has no LayerNorm or parallel layer (Cohere, StableLM); run it on the CPU");
   if (c.rope_interleaved)
     fail("the CUDA decoder turns rotate-half pairs; interleaved RoPE (GLM-4) runs on the CPU");
   if (c.attn_temp_scale != 0.f)
@@ -199,9 +201,9 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
   if (c.attn_gate || !c.linear.empty() || !c.short_conv.empty() || !c.ssm.empty())
     fail("the CUDA decoder has no gated attention, linear attention (Qwen3.5), short convolution (LFM2) or Mamba2 "
          "(Granite 4); run it on the CPU");
-  if (!c.mlp_only.empty() || !c.mixer_only.empty() || c.mlp_act == MlpAct::Relu2)
-    fail("the CUDA decoder has no blocks of a mixer or an MLP alone, nor ReLU-squared MLPs (Nemotron-H); run it on "
-         "the CPU");
+  if (!c.mlp_only.empty() || !c.mixer_only.empty() || !c.mlp_gated)
+    fail("the CUDA decoder has no blocks of a mixer or an MLP alone, nor MLPs without a gate (Nemotron-H, Arcee, StarCoder2); "
+         "run it on the CPU");
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;
   const size_t B = kMaxBatch, F = sizeof(float);

@@ -48,9 +48,11 @@ const Field<ie::Matrix ie::LayerWeights::*> kLayerMatrices[] = {
     {"conv_in", &ie::LayerWeights::conv_in}, {"ssm_in", &ie::LayerWeights::ssm_in}};
 const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
     {"attn_norm", &ie::LayerWeights::attn_norm}, {"mlp_norm", &ie::LayerWeights::mlp_norm},
+    {"attn_norm_b", &ie::LayerWeights::attn_norm_b}, {"mlp_norm_b", &ie::LayerWeights::mlp_norm_b},
     {"attn_post_norm", &ie::LayerWeights::attn_post_norm}, {"mlp_post_norm", &ie::LayerWeights::mlp_post_norm},
     {"bq", &ie::LayerWeights::bq},               {"bk", &ie::LayerWeights::bk},
     {"bv", &ie::LayerWeights::bv},               {"bo", &ie::LayerWeights::bo},
+    {"bup", &ie::LayerWeights::bup},             {"bdown", &ie::LayerWeights::bdown},
     {"q_norm", &ie::LayerWeights::q_norm},       {"k_norm", &ie::LayerWeights::k_norm},
     {"sinks", &ie::LayerWeights::sinks},         {"router_bias", &ie::LayerWeights::router_bias},
     {"expert_bias", &ie::LayerWeights::expert_bias}, {"q_a_norm", &ie::LayerWeights::q_a_norm},
@@ -128,7 +130,7 @@ struct PyDecoder {
 };
 
 // The weights of the dict runtime/decoder_weights.py builds ({"embed",
-// "lm_head", "norm", "layers": [{key: value, "experts": [{...}]}]});
+// "lm_head", "norm", "norm_b", "lm_head_b", "layers": [{key: value, "experts": [{...}]}]});
 // `keep` collects the Python objects whose memory the matrices point into.
 ie::DecoderWeights decoder_weights(const py::dict& weights, py::list& keep, bool plan_dedup) {
   ie::DecoderWeights w;  // what is missing stays empty: ie::check_decoder names it
@@ -140,6 +142,10 @@ ie::DecoderWeights decoder_weights(const py::dict& weights, py::list& keep, bool
       w.lm_head = matrix(item.second, key, keep, plan_dedup);
     } else if (key == "norm") {
       w.final_norm = vec(item.second);
+    } else if (key == "norm_b") {
+      w.final_norm_b = vec(item.second);
+    } else if (key == "lm_head_b") {
+      w.lm_head_b = vec(item.second);
     } else if (key == kLayersKey) {
       for (py::handle layer : item.second.cast<py::list>()) {
         const std::string where = "layers[" + std::to_string(w.layers.size()) + "].";
@@ -172,7 +178,7 @@ py::dict weight_keys() {
     return out;
   };
   py::dict d;
-  d["model"] = py::make_tuple("embed", "lm_head", "norm", kLayersKey);
+  d["model"] = py::make_tuple("embed", "lm_head", "norm", "norm_b", "lm_head_b", kLayersKey);
   d["layer_matrices"] = names(kLayerMatrices);
   d["layer_vectors"] = names(kLayerVectors);
   d["layer_lists"] = py::make_tuple(kExpertsKey);
@@ -315,6 +321,7 @@ void ie_register_decoder(py::module_& m) {
   config.def_readwrite("qk_norm_full", &ie::DecoderConfig::qk_norm_full);
   config.def_readwrite("rope_interleaved", &ie::DecoderConfig::rope_interleaved);
   config.def_readwrite("layer_norm", &ie::DecoderConfig::layer_norm);
+  config.def_readwrite("mlp_gated", &ie::DecoderConfig::mlp_gated);
   config.def_readwrite("parallel_block", &ie::DecoderConfig::parallel_block);
   config.def_readwrite("sigmoid_gating", &ie::DecoderConfig::sigmoid_gating);
   config.def_readwrite("attn_temp_nope", &ie::DecoderConfig::attn_temp_nope);

@@ -147,6 +147,14 @@ void layernorm(const float* x, const float* w, int n, float eps, float* out) {
   for (int i = 0; i < n; ++i) out[i] = w[i] * ((x[i] - mean) * inv);
 }
 
+// The layer's and the model's input norms: RMSNorm, or with layer_norm
+// LayerNorm (Cohere's, StableLM's) plus its bias where the model has one.
+void input_norm(const DecoderConfig& c, const float* x, const std::vector<float>& w, const std::vector<float>& bias,
+                float* out) {
+  (c.layer_norm ? layernorm : rmsnorm)(x, w.data(), c.hidden, c.eps, out);
+  for (size_t i = 0; i < bias.size(); ++i) out[i] += bias[i];
+}
+
 // Gemma 2's soft-cap: x = cap tanh(x / cap), in place, as transformers
 // divides, takes the tanh and multiplies.
 void softcap(float* x, size_t n, float cap) {
@@ -311,6 +319,7 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   if ((!c.mlp_only.empty() || !c.mixer_only.empty()) && (mla || !c.pre_norms || c.parallel_block))
     fail("decoder config: blocks of a mixer or an MLP alone are Nemotron-H's: not with latent attention, OLMo 2's or "
          "Cohere's layers");
+  if (c.mlp_act == MlpAct::Relu2 && c.mlp_gated) fail("decoder config: a ReLU-squared MLP has no gate (mlp_gated false)");
   if (w.layers.size() != static_cast<size_t>(c.n_layers)) fail("decoder weights: layer count differs from the config");
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim, kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
   const int64_t o_dim = static_cast<int64_t>(c.n_heads) * vd;
@@ -318,6 +327,9 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   check_matrix("embed_tokens", w.embed, c.vocab, c.hidden, p);
   check_matrix("lm_head", w.lm_head, c.vocab, c.hidden, p);
   check_vec("norm", w.final_norm, c.hidden);
+  check_vec("norm bias", w.final_norm_b, c.hidden, true);
+  check_vec("lm_head bias", w.lm_head_b, c.vocab, true);
+  if (!c.layer_norm && !w.final_norm_b.empty()) fail("norm bias: an RMSNorm has no bias (LayerNorm's: layer_norm)");
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = w.layers[l];
     const std::string n = "layer " + std::to_string(l) + " ";
@@ -332,6 +344,11 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     } else if (!L.attn_norm.empty() || !L.mlp_norm.empty() || L.attn_post_norm.empty() || L.mlp_post_norm.empty()) {
       fail(n + "norms: a layer without pre-norms (OLMo 2) has the attention's and the MLP's output norms alone");
     }
+    check_vec(n + "input_layernorm bias", L.attn_norm_b, c.hidden, true);
+    check_vec(n + "post_attention_layernorm bias", L.mlp_norm_b, c.hidden, true);
+    if ((!L.attn_norm_b.empty() && L.attn_norm.empty()) || (!L.mlp_norm_b.empty() && L.mlp_norm.empty()) ||
+        (!c.layer_norm && (!L.attn_norm_b.empty() || !L.mlp_norm_b.empty())))
+      fail(n + "norm biases: a bias belongs to a LayerNorm (layer_norm) the layer has");
     check_vec(n + "attention output norm", L.attn_post_norm, c.hidden, true);
     check_vec(n + "MLP output norm", L.mlp_post_norm, c.hidden, true);
     if (!L.mlp_post_norm.empty() && !L.experts.empty()) fail(n + "MLP output norm: a layer with experts has none");
@@ -410,7 +427,7 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
         fail(n + "q_a_proj, kv_a_proj_with_mqa, kv_b_proj: latent attention's (the config has kv_lora 0)");
     }
     if (!lin && !conv && !ssm && mixes) check_matrix(n + "o_proj", L.o, c.hidden, o_dim, p);
-    const bool gated = c.mlp_act != MlpAct::Relu2;  // (a ReLU-squared MLP has up and down alone)
+    const bool gated = c.mlp_gated;
     if (!has_mlp) {
       if (!absent(L.gate) || !absent(L.up) || !absent(L.down) || !absent(L.shared_gate) || !L.experts.empty() ||
           !absent(L.router) || !L.mlp_post_norm.empty())
@@ -419,7 +436,7 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       if (gated)
         check_matrix(n + "gate_proj", L.gate, c.inter, c.hidden, p);
       else if (!absent(L.gate))
-        fail(n + "gate_proj: a ReLU-squared MLP (Nemotron-H's) has no gate");
+        fail(n + "gate_proj: the config's MLP has no gate (mlp_gated false)");
       check_matrix(n + "up_proj", L.up, c.inter, c.hidden, p);
       check_matrix(n + "down_proj", L.down, c.hidden, c.inter, p);
       if (!absent(L.shared_gate)) fail(n + "shared_expert_gate: a dense layer has no shared expert");
@@ -429,7 +446,7 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
         if (gated)
           check_matrix(n + "shared_expert.gate_proj", L.gate, c.shared_inter, c.hidden, p);
         else if (!absent(L.gate))
-          fail(n + "shared_expert.gate_proj: a ReLU-squared shared expert (Nemotron-H's) has no gate");
+          fail(n + "shared_expert.gate_proj: the config's MLP has no gate (mlp_gated false)");
         check_matrix(n + "shared_expert.up_proj", L.up, c.shared_inter, c.hidden, p);
         check_matrix(n + "shared_expert.down_proj", L.down, c.hidden, c.shared_inter, p);
         if (!absent(L.shared_gate)) check_matrix(n + "shared_expert_gate", L.shared_gate, 1, c.hidden, p);
@@ -442,6 +459,10 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     check_vec(n + "k_proj.bias", L.bk, kv_dim, true);
     check_vec(n + "v_proj.bias", L.bv, kv_dim, true);
     check_vec(n + "o_proj.bias", L.bo, c.hidden, true);
+    check_vec(n + "up_proj.bias", L.bup, static_cast<size_t>(c.inter), true);
+    check_vec(n + "down_proj.bias", L.bdown, c.hidden, true);
+    if ((!L.bup.empty() || !L.bdown.empty()) && (!L.experts.empty() || !has_mlp))
+      fail(n + "MLP biases: a dense MLP's alone (the layer has experts or no MLP)");
     check_vec(n + "q_norm", L.q_norm, c.qk_norm_full ? q_dim : c.head_dim, true);
     check_vec(n + "k_norm", L.k_norm, c.qk_norm_full ? kv_dim : c.head_dim, true);
     if (L.q_norm.empty() != L.k_norm.empty()) fail(n + "q_norm and k_norm: one without the other");
@@ -1252,6 +1273,17 @@ void Decoder::gelu_tanh_gate(float* g, const float* u, int n, int width) const {
   });
 }
 
+// g = mlp_act(g), rows in parallel: the unit of an MLP without a gate (mlp_gated false).
+void Decoder::ungated(float* g, int n, int width) const {
+  if (cfg_.mlp_act == MlpAct::Relu2) return relu2(g, n, width);
+  const ActOps& act = kActTable.ops(isa_);
+  const auto unit = cfg_.mlp_act == MlpAct::Silu ? act.silu_mul : act.gelu_tanh_mul;
+  rows(n, [&](int j) {
+    const size_t at = static_cast<size_t>(j) * static_cast<size_t>(width);
+    unit(g + at, g + at, nullptr, static_cast<size_t>(width));
+  });
+}
+
 // g = relu(g)^2, rows in parallel (Nemotron-H's relu2: its MLP's and experts' unit, no gate).
 void Decoder::relu2(float* g, int n, int width) const {
   rows(n, [&](int j) {
@@ -1473,7 +1505,6 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
   const DecoderConfig& c = cfg_;
   const int H = c.hidden;
   const int half = static_cast<int>(c.inv_freq.size());  // the rotated dims' half (head_dim / 2 but for partial RoPE)
-  const auto norm = c.layer_norm ? layernorm : rmsnorm;  // the layer's and the model's input norms (Cohere: LayerNorm)
   for (int j = 0; j < b; ++j) {
     if (stream.in != nullptr)
       std::copy_n(stream.in + static_cast<size_t>(j) * H, H, x_.data() + static_cast<size_t>(j) * H);
@@ -1506,7 +1537,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     const std::vector<float>& rope_l = !rope_cs_swa_.empty() && c.windows[l] > 0 ? rope_cs_swa_ : rope_cs_;
     rows(b, [&](int j) {
       if (c.pre_norms)
-        norm(&x_[j * H], L.attn_norm.data(), H, c.eps, &xn_[j * H]);
+        input_norm(c, &x_[j * H], L.attn_norm, L.attn_norm_b, &xn_[j * H]);
       else
         std::copy_n(&x_[j * H], H, &xn_[j * H]);
       if (c.parallel_block) std::copy_n(&xn_[j * H], H, &par_[j * H]);
@@ -1624,13 +1655,12 @@ void Decoder::mlp(int l, int b) {
   const DecoderConfig& c = cfg_;
   const LayerWeights& L = w_.layers[l];
   const int H = c.hidden;
-  const auto norm = c.layer_norm ? layernorm : rmsnorm;
   rows(b, [&](int j) {
     const float* xj = &x_[j * H];
     if (c.parallel_block)
       std::copy_n(&par_[j * H], H, &xn_[j * H]);
     else if (c.pre_norms)
-      norm(xj, L.mlp_norm.data(), H, c.eps, &xn_[j * H]);
+      input_norm(c, xj, L.mlp_norm, L.mlp_norm_b, &xn_[j * H]);
     else
       std::copy_n(xj, H, &xn_[j * H]);
   });
@@ -1644,9 +1674,9 @@ void Decoder::mlp(int l, int b) {
   }
   // The dense MLP, or the shared expert beside the routed ones (experts() read xn_ and xn_prep_ as they are).
   const int I = moe ? c.shared_inter : c.inter;
-  if (c.mlp_act == MlpAct::Relu2) {
-    mm(L.up, xn_prep_, xn_.data(), b, nullptr, gate_.data());
-    relu2(gate_.data(), b, I);
+  if (!c.mlp_gated) {
+    mm(L.up, xn_prep_, xn_.data(), b, L.bup.empty() ? nullptr : L.bup.data(), gate_.data());
+    ungated(gate_.data(), b, I);
   } else if (!swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data(), c.mlp_act == MlpAct::GeluTanh)) {
     mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
     mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
@@ -1657,7 +1687,7 @@ void Decoder::mlp(int l, int b) {
   }
   if (stats_on_) add_stats(4 * l + 3, gate_.data(), b, I);
   prepare(gate_prep_, gate_.data(), b, I);
-  mm(L.down, gate_prep_, gate_.data(), b, nullptr, att_.data());
+  mm(L.down, gate_prep_, gate_.data(), b, L.bdown.empty() ? nullptr : L.bdown.data(), att_.data());
   rows(b, [&](int j) {
     if (!L.mlp_post_norm.empty()) rmsnorm(&att_[j * H], L.mlp_post_norm.data(), H, c.eps, &att_[j * H]);
     const float gate =
@@ -1670,23 +1700,22 @@ void Decoder::mlp(int l, int b) {
 void Decoder::finish(int b, float* logits, bool all_logits, int layers, Stream stream) {
   const DecoderConfig& c = cfg_;
   const int H = c.hidden;
-  const auto norm = c.layer_norm ? layernorm : rmsnorm;
   n_past_ += b;
   if (stats_on_) stats_tokens_ += b;
   if (stream.out != nullptr) std::copy_n(x_.data(), static_cast<size_t>(b) * H, stream.out);
   if (layers < c.n_layers) return;
   if (stats_on_) {
-    for (int j = 0; j < b; ++j) norm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]);
+    for (int j = 0; j < b; ++j) input_norm(c, &x_[j * H], w_.final_norm, w_.final_norm_b, &xn_[j * H]);
     add_stats(4 * c.n_layers, xn_.data(), b, H);
   }
   if (all_logits) {
-    rows(b, [&](int j) { norm(&x_[j * H], w_.final_norm.data(), H, c.eps, &xn_[j * H]); });
+    rows(b, [&](int j) { input_norm(c, &x_[j * H], w_.final_norm, w_.final_norm_b, &xn_[j * H]); });
     prepare(xn_prep_, xn_.data(), b, H);
-    mm(w_.lm_head, xn_prep_, xn_.data(), b, nullptr, logits);
+    mm(w_.lm_head, xn_prep_, xn_.data(), b, w_.lm_head_b.empty() ? nullptr : w_.lm_head_b.data(), logits);
   } else if (logits != nullptr) {
-    norm(&x_[(b - 1) * H], w_.final_norm.data(), H, c.eps, xn_.data());
+    input_norm(c, &x_[(b - 1) * H], w_.final_norm, w_.final_norm_b, xn_.data());
     prepare(xn_prep_, xn_.data(), 1, H);
-    mm(w_.lm_head, xn_prep_, xn_.data(), 1, nullptr, logits);
+    mm(w_.lm_head, xn_prep_, xn_.data(), 1, w_.lm_head_b.empty() ? nullptr : w_.lm_head_b.data(), logits);
   }
   if (logits != nullptr && c.logit_softcap > 0.f)
     rows(all_logits ? b : 1, [&](int j) { softcap(logits + static_cast<size_t>(j) * c.vocab, c.vocab, c.logit_softcap); });

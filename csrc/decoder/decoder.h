@@ -1,5 +1,5 @@
-// A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3,
-// Phi-3, SmolLM3, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
+// A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 1, 2 and 3,
+// Phi-2, Phi-3, SmolLM3, Arcee, StableLM, StarCoder2, Nemotron, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
 // GLM-4, Cohere and Cohere 2, ERNIE 4.5, and the mixture-of-experts models
 // gpt-oss, Qwen3-MoE, Qwen2-MoE, GLM-4.5, MiniMax-M2, OLMoE, Mixtral,
 // DeepSeek-V2 and V3, GLM-4.7-Flash, Llama 4, ERNIE 4.5 MoE; Qwen3.5, whose layers mix tokens through gated
@@ -15,7 +15,7 @@
 // and MLP outputs (Gemma's sandwich; OLMo's without the norms before them),
 // soft-capped scores and logits (Gemma 2), Granite's residual and logit
 // multipliers, Ministral 3's and Llama 4's attention temperature, Cohere's
-// LayerNorm and parallel blocks, Llama 4's chunked attention, weightless q/k
+// LayerNorm and parallel blocks (StableLM's LayerNorm with its biases), Llama 4's chunked attention, weightless q/k
 // norms and experts fed their router weight, tied or untied output head.
 // Every matrix is read in place, in its stored format,
 // through the fused GEMV kernels (gemv.h) -- or, for a prefill chunk of
@@ -56,7 +56,9 @@ namespace ie {
 enum class Glu { Silu, GptOss, Halves, Relu2 };
 // The dense MLP's (and a shared expert's) unit: act(gate) * up, act SiLU
 // (Llama, Qwen, ...) or GELU with the tanh approximation (Gemma 3's
-// gelu_pytorch_tanh); or Relu2, relu(up)^2 without a gate (Nemotron-H's).
+// gelu_pytorch_tanh); without a gate (DecoderConfig::mlp_gated false),
+// act(up) alone: Relu2, relu(up)^2 (Nemotron-H's, Arcee's), which has no gate,
+// or GELU (StarCoder2's).
 enum class MlpAct { Silu, GeluTanh, Relu2 };
 
 struct DecoderConfig {
@@ -100,6 +102,9 @@ struct DecoderConfig {
   // (Gemma: sqrt(hidden); the head reads the unscaled rows).
   float attn_scale = 0.f, embed_scale = 1.f;
   MlpAct mlp_act = MlpAct::Silu;
+  // false: the dense MLP (and a shared expert) is up, mlp_act, down, with no
+  // gate matrix (Nemotron-H, Arcee, StarCoder2); Relu2 requires it.
+  bool mlp_gated = true;
   // Soft-capping (Gemma 2): scores become c tanh(s / c) before the softmax
   // (attn_softcap), logits the same (logit_softcap); 0: none.
   float attn_softcap = 0.f, logit_softcap = 0.f;
@@ -122,11 +127,12 @@ struct DecoderConfig {
   // Llama 4's q/k norm: after RoPE, each head of q and k divided by its RMS
   // (no weight), in the layers RoPE turns (Llama4TextL2Norm).
   bool qk_l2_norm = false;
-  // Cohere's layer (Command R7B, Command A): LayerNorm (the mean taken out,
-  // no bias) where RMSNorm normalizes the layer's and the model's inputs
-  // (layer_norm), and the MLP reading the attention's normed input, both
-  // blocks' outputs added to the residual together (parallel_block: one
-  // norm per layer, mlp_norm empty).
+  // Cohere's layer (Command R7B, Command A): LayerNorm (the mean taken out;
+  // plus a bias where LayerWeights' attn_norm_b, mlp_norm_b and
+  // DecoderWeights' final_norm_b have one: StableLM's) where RMSNorm
+  // normalizes the layer's and the model's inputs (layer_norm), and the MLP
+  // reading the attention's normed input, both blocks' outputs added to the
+  // residual together (parallel_block: one norm per layer, mlp_norm empty).
   bool layer_norm = false, parallel_block = false;
   // OLMo 2: no RMSNorm before the attention or the MLP (pre_norms false:
   // each reads the residual itself; their outputs are normed instead,
@@ -290,12 +296,14 @@ struct Expert {
 
 struct LayerWeights {
   std::vector<float> attn_norm, mlp_norm;
+  std::vector<float> attn_norm_b, mlp_norm_b;  // LayerNorm's biases (layer_norm; StableLM's), or empty: none
   // RMSNorm of the attention's and the dense MLP's outputs before they join
   // the residual (Gemma 3's post_attention / post_feedforward norms), or empty.
   std::vector<float> attn_post_norm, mlp_post_norm;
   // gate/up/down: the dense MLP, or in a layer with experts the shared expert (no data: none)
   Matrix q, k, v, o, gate, up, down;
   std::vector<float> bq, bk, bv, bo;  // empty when the architecture has none
+  std::vector<float> bup, bdown;      // the dense MLP's biases (StarCoder2's c_fc, c_proj), or empty
   std::vector<float> q_norm, k_norm;  // per-head RMSNorm weights [head_dim] (Qwen3), or empty
   std::vector<float> sinks;           // attention sink logit per head (gpt-oss), or empty
   Matrix router;                      // [n_experts, hidden] in a layer with experts
@@ -340,8 +348,9 @@ struct DecoderWeights {
   // [vocab, hidden]; rows are read one token at a time, in place.
   Matrix embed;
   std::vector<LayerWeights> layers;
-  std::vector<float> final_norm;
+  std::vector<float> final_norm, final_norm_b;  // (final_norm_b: LayerNorm's bias, or empty)
   Matrix lm_head;  // may alias embed (tied)
+  std::vector<float> lm_head_b;  // [vocab]: the head's bias (Phi-2's), or empty
 };
 
 // The checks every decoder (CPU, CUDA) makes of its configuration and
@@ -501,6 +510,7 @@ class Decoder {
   void glu(Glu kind, float* g, const float* u, int n, int width) const;
   void gelu_tanh_gate(float* g, const float* u, int n, int width) const;
   void relu2(float* g, int n, int width) const;
+  void ungated(float* g, int n, int width) const;
   // fn(j) for each of a chunk's n token rows, shared by the pool's threads
   // (a single row runs on this thread, waking none).
   template <class F>

@@ -25,8 +25,8 @@ These things are set for the toys, none of which touches a tensor:
   (``exaone_dir``), which transformers cannot load but the converter reads;
 - Cohere 2's ``rotary_pct`` is 1.0, as Command R7B's config states it (the
   converter requires it; transformers 5's Cohere2Config has no such key);
-- ERNIE 4.5's vocabulary is read as BPE (``_set_vocab_gpt2``): its
-  converter reads a SentencePiece ``tokenizer.model``, which the toys'
+- ERNIE 4.5's, Gemma 1's and Nemotron's vocabularies are read as BPE
+  (``_set_vocab_gpt2``): their converters read a SentencePiece ``tokenizer.model``, which the toys'
   byte-level BPE tokenizer has none of;
 - Llama 4's chunks and temperature are Scout's (8192 positions, 8192 and
   0.1), which llama.cpp's llama4 graph fixes whatever the config says (the
@@ -42,6 +42,9 @@ These things are set for the toys, none of which touches a tensor:
   NemotronHConfig (before 5.x): transformers 5's ``to_dict`` adds ``num_experts_per_tok`` to a config without
   experts, which the converter takes for experts (a ``nemotron_h_moe`` file whose MLP blocks have no width, which
   llama.cpp cannot load);
+- StarCoder2's ``sliding_window`` is none: the converter writes no window,
+  and llama.cpp's starcoder2 attends to every position (the toy's window of
+  4 acts within the 12 reference positions);
 - MiniMax-M2's ``rotary_dim`` and ``scoring_func`` "sigmoid", as the Hub's
   config states them (the converter reads the rotated dims and the gating
   function from them; transformers 5 reads ``rotary_dim`` too).
@@ -65,7 +68,9 @@ OUT = HERE / "llamacpp"
 GRANITE4_LAYERS = ["mamba", "attention", "mamba", "mamba"]
 # golden/hf model -> config.json changes (see the docstring)
 MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-mxfp4": {"swiglu_limit": 7.0},
-          "tiny-phi3": {}, "tiny-gemma3": {}, "tiny-smollm3": {},
+          "tiny-phi3": {}, "tiny-gemma3": {}, "tiny-gemma": {}, "tiny-arcee": {}, "tiny-stablelm": {},
+          "tiny-starcoder2": {"sliding_window": None}, "tiny-nemotron": {}, "tiny-phi": {},
+          "tiny-smollm3": {},
           "tiny-granite": {}, "tiny-olmo2": {},
           "tiny-olmo3": {}, "tiny-ministral3": {}, "tiny-exaone4": {}, "tiny-olmoe": {}, "tiny-qwen2-moe": {},
           "tiny-seed-oss": {}, "tiny-glm4": {}, "tiny-glm4-moe": {}, "tiny-minimax-m2": {"rotary_dim": 8, "scoring_func": "sigmoid"},
@@ -144,7 +149,10 @@ def convert(llama_cpp: Path, src: Path, out: Path, flags: list[str]) -> None:
 
     base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
     import conversion.ernie as ernie
-    ernie.Ernie4_5Model.set_vocab = base.TextModel._set_vocab_gpt2  # (the toys' BPE: no tokenizer.model)
+    import conversion.gemma as gemma
+    import conversion.nemotron as nemotron
+    for model in (ernie.Ernie4_5Model, gemma.GemmaModel, nemotron.NemotronModel):  # (the toys' BPE: no tokenizer.model)
+        model.set_vocab = base.TextModel._set_vocab_gpt2
     transformers.AutoTokenizer.from_pretrained = transformers.PreTrainedTokenizerFast.from_pretrained
     if json.loads((src / "config.json").read_text()).get("architectures") == ["NemotronHForCausalLM"]:
         def raw_config(*_args, **_kw):  # (the converter then reads config.json as it is)
