@@ -89,6 +89,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.attn_temp_nope = in.ConsumeBool();
   }
   c.layer_norm = in.ConsumeBool();      // Cohere's LayerNorm
+  if (in.ConsumeBool()) {  // an MLP without a gate, any unit (Arcee, StarCoder2, Phi-2)
+    c.mlp_gated = false;
+    const int unit = in.ConsumeIntegralInRange<int>(0, 2);
+    c.mlp_act = unit == 0 ? ie::MlpAct::Silu : unit == 1 ? ie::MlpAct::GeluTanh : ie::MlpAct::Relu2;
+  }
   c.parallel_block = in.ConsumeBool();  // and its parallel layer (with OLMo's or experts: refused)
   const bool olmo = in.ConsumeBool();  // OLMo 2's layer: output norms alone, whole-projection q/k norms
   c.pre_norms = !olmo;
@@ -131,6 +136,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int l = 0; l < c.n_layers + (in.ConsumeIntegral<uint8_t>() < 8); ++l) c.mlp_only.push_back(in.ConsumeBool());
     for (int l = 0; l < c.n_layers; ++l) c.mixer_only.push_back(in.ConsumeBool());
     c.mlp_act = ie::MlpAct::Relu2;
+    c.mlp_gated = in.ConsumeIntegral<uint8_t>() < 8;  // (a ReLU-squared MLP with a gate: refused)
     if (in.ConsumeBool()) c.glu = ie::Glu::Relu2;
   }
   const bool mla = in.ConsumeBool();  // DeepSeek's latent attention (a latent of -1, q_lora without it: refused)
@@ -147,6 +153,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     w.embed = matrix(in, pool, c.vocab, c.hidden);
     w.lm_head = in.ConsumeBool() ? w.embed : matrix(in, pool, c.vocab, c.hidden);
     w.final_norm = vec(in, c.hidden);
+    // LayerNorm's bias, the head's (Phi-2's): with an RMSNorm, or one too long: refused
+    if (in.ConsumeBool()) w.final_norm_b = vec(in, c.hidden + (in.ConsumeIntegral<uint8_t>() < 8));
+    if (in.ConsumeBool()) w.lm_head_b = vec(in, c.vocab + (in.ConsumeIntegral<uint8_t>() < 8));
     for (int l = 0; l < c.n_layers; ++l) {
       ie::LayerWeights L;
       // (a block given weights it does not have: refused)
@@ -156,6 +165,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!mlp_only) L.attn_norm = vec(in, c.hidden);
         if (!mixer_only && (!c.parallel_block || in.ConsumeIntegral<uint8_t>() < 8))  // (a parallel layer with two norms: refused)
           L.mlp_norm = vec(in, c.hidden);
+        if (in.ConsumeBool()) {  // LayerNorm's biases (beside an RMSNorm, or a norm the layer lacks: refused)
+          L.attn_norm_b = vec(in, c.hidden);
+          L.mlp_norm_b = vec(in, c.hidden);
+        }
       }
       // (a DeltaNet layer given attention's weights instead, or beside them: refused)
       const bool lin = l < static_cast<int>(c.linear.size()) && c.linear[l] && in.ConsumeIntegral<uint8_t>() >= 8;
@@ -227,10 +240,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           L.experts.push_back(std::move(x));
         }
       } else {
-        if (c.mlp_act != ie::MlpAct::Relu2 || in.ConsumeIntegral<uint8_t>() < 8)  // (a ReLU-squared MLP's gate: refused)
+        if (c.mlp_gated || in.ConsumeIntegral<uint8_t>() < 8)  // (an ungated MLP's gate: refused)
           L.gate = matrix(in, pool, c.inter, c.hidden);
         L.up = matrix(in, pool, c.inter, c.hidden);
         L.down = matrix(in, pool, c.hidden, c.inter);
+      }
+      if (in.ConsumeBool()) {  // the MLP's biases (StarCoder2's; with experts, one too long: refused)
+        L.bup = vec(in, c.inter + (in.ConsumeIntegral<uint8_t>() < 8));
+        L.bdown = vec(in, c.hidden);
       }
       if (in.ConsumeBool()) {
         L.bq = vec(in, q_dim);
