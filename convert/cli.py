@@ -399,8 +399,8 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
 
     \b
     - architectures: llama, mistral and mixtral (as llama.cpp's "llama"),
-      qwen2, qwen3, qwen3moe, gpt-oss, gemma, gemma2, gemma3, phi3, smollm3, arcee, stablelm, starcoder2, nemotron,
-      phi2,
+      qwen2, qwen3, qwen3moe, gpt-oss, gemma, gemma2, gemma3, phi3, smollm3,
+      arcee, stablelm, starcoder2, nemotron, phi2,
       granite, olmo2, mistral3, exaone4, olmoe, qwen2moe, glm4moe, minimax-m2,
       deepseek2 (DeepSeek-V3, V2 and GLM-4.7-Flash: kv_b_proj split into
       attn_k_b and attn_v_b; V3's MTP layer left out as llama.cpp's

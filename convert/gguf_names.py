@@ -273,6 +273,8 @@ _MIXTRAL_EXPS = {f"block_sparse_moe.experts.{{e}}.{w}.weight": _MOE_EXPS[k]
                  for w, k in (("w1", "gate"), ("w3", "up"), ("w2", "down"))}
 _LLAMA = _dense()
 _QK_NORM = {"self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight"}
+# LayerNorm's biases beside its weights (StableLM's, StarCoder2's, Nemotron's)
+_NORM_BIASES = {"input_layernorm.bias": "attn_norm.bias", "post_attention_layernorm.bias": "ffn_norm.bias"}
 # Gemma's sandwich: its post_attention_layernorm normalizes the attention's output
 _GEMMA_NORMS = {"post_attention_layernorm.weight": "post_attention_norm.weight",
                 "pre_feedforward_layernorm.weight": "ffn_norm.weight",
@@ -467,16 +469,13 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # rope.dimension_count dims), LayerNorms with biases (attention.layer_norm_epsilon); q/k/v biases where stored;
     # llama.cpp's graph runs the parallel layer where a block has no ffn_norm (use_parallel_residual, descriptive)
     GGUFArch("stablelm", "StableLmForCausalLM", "stablelm", False,
-             _dense({"input_layernorm.bias": "attn_norm.bias", "post_attention_layernorm.bias": "ffn_norm.bias"}),
+             _dense(_NORM_BIASES),
              keys=frozenset({"attention.layer_norm_epsilon", "use_parallel_residual"}), layer_norm=True,
              own_head=True),
-    # StarCoder2: Llama's attention names, every projection's bias, LayerNorms with biases, its MLP's c_fc and c_proj
-    # as ffn_up and ffn_down (GELU between, no gate); rows as they are (NeoX RoPE); no window (llama.cpp's graph
-    # attends to every position)
     # Nemotron (Nemotron-Mini-4B, Minitron): Llama's names with the LayerNorms' biases, their weights stored as 1 + w
     # (LayerNorm1P's), ffn_up and ffn_down alone (ReLU squared between); rows as they are (NeoX RoPE)
     GGUFArch("nemotron", "NemotronForCausalLM", "nemotron", False,
-             _dense({"input_layernorm.bias": "attn_norm.bias", "post_attention_layernorm.bias": "ffn_norm.bias"}),
+             _dense(_NORM_BIASES),
              keys=frozenset({"attention.layer_norm_epsilon"}), layer_norm=True, norm_shift=1.0, mlp_act="relu2",
              own_head=True),
     # Phi-2, Phi-1.5: one LayerNorm (attn_norm, with its bias) for the parallel attention and MLP, every projection's
@@ -484,16 +483,19 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # bias as output.bias; rows as they are (NeoX RoPE over rope.dimension_count dims)
     GGUFArch("phi2", "PhiForCausalLM", "phi", False,
              {**{f"self_attn.{p}_proj.{w}": f"attn_{p}.{w}" for p in "qkv" for w in ("weight", "bias")},
-              **{f"{h}.{w}": f"{g}.{w}" for h, g in (("input_layernorm", "attn_norm"), ("self_attn.dense", "attn_output"),
-                                                     ("mlp.fc1", "ffn_up"), ("mlp.fc2", "ffn_down"))
-                 for w in ("weight", "bias")}},
+              **{f"{h}.{w}": f"{g}.{w}" for h, g in (("input_layernorm", "attn_norm"),
+                                                     ("self_attn.dense", "attn_output"), ("mlp.fc1", "ffn_up"),
+                                                     ("mlp.fc2", "ffn_down")) for w in ("weight", "bias")}},
              keys=frozenset({"attention.layer_norm_epsilon"}), layer_norm=True, mlp_act="gelu_tanh", own_head=True,
              top={"output_norm": "model.final_layernorm"}),
+    # StarCoder2: Llama's attention names, every projection's bias, LayerNorms with biases, its MLP's c_fc and c_proj
+    # as ffn_up and ffn_down (GELU between, no gate); rows as they are (NeoX RoPE); no window (llama.cpp's graph
+    # attends to every position)
     GGUFArch("starcoder2", "Starcoder2ForCausalLM", "starcoder2", False,
              {**{k: v for k, v in _LLAMA.items() if not k.startswith("mlp.")},
               "mlp.c_fc.weight": "ffn_up.weight", "mlp.c_fc.bias": "ffn_up.bias",
               "mlp.c_proj.weight": "ffn_down.weight", "mlp.c_proj.bias": "ffn_down.bias",
-              "input_layernorm.bias": "attn_norm.bias", "post_attention_layernorm.bias": "ffn_norm.bias"},
+              **_NORM_BIASES},
              keys=frozenset({"attention.layer_norm_epsilon"}), layer_norm=True, mlp_act="gelu_tanh"),
     # EXAONE 4: OLMo 2's names (its norms of the blocks' outputs; q/k norms per head), rows as they are
     # (convert_hf_to_gguf's Exaone4Model is no LlamaModel); llama.cpp slides only in the 64-layer 32B, every

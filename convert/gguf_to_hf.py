@@ -43,7 +43,8 @@ from .gguf_to_iebin import aux_files, build_config, file_type_name, open_model, 
 # llama4_text: its expert stacks turned back to [experts, in, out], formats/expert_stacks.py;
 # granitemoehybrid, granitemoeshared: the shared MLP's gate and up joined again into input_linear;
 # nemotron_h: under the Hub's backbone. prefix, formats/hf_checkpoint.py PREFIXES)
-HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "glm4_moe", "minimax_m2", "gemma", "gemma2", "arcee", "stablelm", "starcoder2", "nemotron", "phi",
+HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "glm4_moe", "minimax_m2", "gemma", "gemma2",
+             "arcee", "stablelm", "starcoder2", "nemotron", "phi",
              "gemma3_text", "phi3", "smollm3", "granite", "olmo2", "olmo3", "ministral3", "exaone4", "olmoe",
              "seed_oss", "glm4", "cohere2", "cohere", "deepseek_v3", "deepseek_v2",
              "glm4_moe_lite", "llama4_text", "ernie4_5", "ernie4_5_moe", "qwen3_5_text",

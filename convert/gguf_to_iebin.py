@@ -446,7 +446,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     if arch.gguf in ("granite", "granitemoe"):
         _granite_config(g, arch, cfg)
     if arch.gguf == "stablelm":  # (as llama.cpp's graph reads them: by the tensors the file holds)
-        cfg.update(use_qkv_bias="blk.0.attn_q.bias" in names, use_parallel_residual="blk.0.ffn_norm.weight" not in names,
+        cfg.update(use_qkv_bias="blk.0.attn_q.bias" in names,
+                   use_parallel_residual="blk.0.ffn_norm.weight" not in names,
                    qk_layernorm="blk.0.attn_q_norm.weight" in names)
     if arch.gguf == "phi2":  # (PhiConfig's spelling of its unit: the same tanh approximation)
         cfg["hidden_act"] = "gelu_new"

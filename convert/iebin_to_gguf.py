@@ -639,7 +639,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv["general.file_type"] = int(LlamaFileType[weight_types.get(main).GGUF_FILE_TYPE or "ALL_F32"])
     kv["general.quantization_version"] = QUANTIZATION_VERSION
     # (Granite 4 with Mamba2 layers: 2^20, as convert_hf_to_gguf's GraniteHybridModel writes for a model without RoPE)
-    kv[f"{a}.context_length"] = 2 ** 20 if (arch.mamba or arch.nemotron) and any(spec.ssm) else spec.max_positions
+    kv[f"{a}.context_length"] = 2 ** 20 if any(spec.ssm) else spec.max_positions
     kv[f"{a}.embedding_length"] = spec.hidden
     # (llama.cpp counts the MTP layers it reads: nextn_predict_layers)
     kv[f"{a}.block_count"] = spec.n_layers + _mtp_written(arch, spec)

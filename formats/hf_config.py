@@ -43,7 +43,8 @@ SUMMARY_ALIASES: dict[str, tuple[str, ...]] = {
 # The config classes whose head_dim defaults to a constant, not hidden_size / num_attention_heads (transformers
 # 5.23's), by architecture: what a config.json that states none means.
 HEAD_DIM_DEFAULTS = {"Qwen3ForCausalLM": 128, "MiniMaxM2ForCausalLM": 128, "GptOssForCausalLM": 64,
-                     "GemmaForCausalLM": 256, "Gemma2ForCausalLM": 256, "Gemma3ForCausalLM": 256, "Ministral3ForCausalLM": 128,
+                     "GemmaForCausalLM": 256, "Gemma2ForCausalLM": 256, "Gemma3ForCausalLM": 256,
+                     "Ministral3ForCausalLM": 128,
                      "SeedOssForCausalLM": 128, "Glm4ForCausalLM": 128, "Ernie4_5ForCausalLM": 128,
                      "Llama4ForCausalLM": 128, "NemotronHForCausalLM": 128}
 

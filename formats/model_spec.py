@@ -37,8 +37,8 @@ class Arch:
     sinks: bool = False
     biases: tuple[str, ...] = ()
     no_biases: tuple[str, ...] = ()  # the attention projections the config rules a bias out of (a stored one is unread)
-    # the config key that turns the q/k/v biases on or off against ``biases`` (Qwen2-MoE's qkv_bias, StableLM's
-    # use_qkv_bias): off, a stored one is unread (refused); on, each is required
+    # the config key that switches the biases away from their default (_switched_biases): StableLM's use_qkv_bias
+    # turns q/k/v biases on; Qwen2-MoE's qkv_bias and StarCoder2's use_bias, false, turn every one off
     bias_switch: str = ""
     window_everywhere: bool = False  # config.sliding_window applies to every layer (Mistral, Mixtral)
     # Gemma's generation (models/gemma, models/gemma2, models/gemma3; 0: not
@@ -102,8 +102,8 @@ class Arch:
     # multi-token prediction: model.mtp_block.0, mtp_emb_norm, ...)
     unread: tuple[str, ...] = ()
     # Qwen3.5 (models/qwen3_5): RMSNorms that multiply by 1 + w (Gemma's, without its other changes; the gated
-    # DeltaNet's own norm excepted; Nemotron's LayerNorm1P likewise); gated attention (q_proj's rows per head: the query, then its sigmoid gate on
-    # the attention's output); config.layer_types' "linear_attention" layers mixing tokens by gated DeltaNet
+    # DeltaNet's own norm excepted; Nemotron's LayerNorm1P likewise); gated attention (q_proj's rows per head: the
+    # query, then its sigmoid gate on the attention's output); config.layer_types' "linear_attention" layers mixing tokens by gated DeltaNet
     # (LINEAR_MATRICES, LINEAR_VECTORS) instead of attention
     zero_centered: bool = False
     attn_gate: bool = False
@@ -122,7 +122,7 @@ class Arch:
     # without RoPE, a ReLU-squared MLP without a gate, or experts (sigmoid router, ReLU-squared experts beside a shared
     # one) (_nemotron_h, _nemotron_moe); _nemotron_parts and MOE_NAMES["nemotron_h"] name them
     nemotron: bool = False
-    # the dense MLP is up, config.hidden_act, down, without a gate (Arcee's, StarCoder2's; Nemotron-H's always)
+    # the dense MLP is up, config.hidden_act, down, without a gate (Arcee's, StarCoder2's, Phi-2's, Nemotron-H's)
     ungated: bool = False
     mlp_biases: bool = False  # the dense MLP's up and down carry biases (StarCoder2's c_fc and c_proj)
     default_act: str = "silu"  # config.hidden_act where the config has none (its config class's default)
@@ -184,8 +184,6 @@ ARCHS = {
     # LayerNorm and parallel layer are refused (_check_config)
     "StableLmForCausalLM": Arch(layer_norm=True, norm_bias=True, partial_rope=True, default_partial=0.25,
                                 no_biases=("q", "k", "v", "o"), bias_switch="use_qkv_bias"),
-    # models/starcoder2 (StarCoder2 3B, 7B, 15B): LayerNorms with biases, biases on every projection (use_bias), an
-    # MLP of c_fc, GELU-tanh and c_proj without a gate, config.sliding_window on every layer
     # models/nemotron (Nemotron-Mini-4B, Minitron 4B and 8B, Nemotron-4): LayerNorm1P (weights plus 1, biases),
     # RoPE over half of each head by default, an MLP of up, ReLU squared and down without a gate
     "NemotronForCausalLM": Arch(layer_norm=True, norm_bias=True, zero_centered=True, ungated=True, partial_rope=True,
@@ -195,6 +193,8 @@ ARCHS = {
     "PhiForCausalLM": Arch(layer_norm=True, norm_bias=True, parallel=True, ungated=True, mlp_biases=True,
                            biases=("q", "k", "v", "o"), head_bias=True, partial_rope=True, default_partial=0.5,
                            default_act="gelu_new", renames=PHI_NAMES),
+    # models/starcoder2 (StarCoder2 3B, 7B, 15B): LayerNorms with biases, biases on every projection (use_bias), an
+    # MLP of c_fc, GELU-tanh and c_proj without a gate, config.sliding_window on every layer
     "Starcoder2ForCausalLM": Arch(layer_norm=True, norm_bias=True, ungated=True, mlp_biases=True,
                                   biases=("q", "k", "v", "o"), bias_switch="use_bias", window_everywhere=True,
                                   default_act="gelu_pytorch_tanh", renames=STARCODER2_NAMES),
@@ -281,7 +281,7 @@ ARCHS = {
     "GraniteMoeSharedForCausalLM": Arch(moe="granitemoe", granite=True),
     # models/nemotron_h (Nemotron-H 4B to 56B, Nemotron Nano 9B v2 and 12B v2; Nemotron 3 Nano 30B-A3B with experts)
     "NemotronHForCausalLM": Arch(moe="nemotron_h", mamba=True, nemotron=True, renames=NEMOTRON_NAMES,
-                                 default_act="relu2"),
+                                 ungated=True, default_act="relu2"),
 }
 ARCHITECTURES = tuple(ARCHS)
 LLAMA4_MLP_INTER = 16384  # Llama4TextConfig's intermediate_size_mlp: its dense layers' width
@@ -1009,7 +1009,6 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     cfg = meta.get("config") or {}
     name = m.get("architecture")
     if name not in ARCHS:
-        _check_config(cfg, Arch(), meta_path)
         raise UnsupportedError(f"{meta_path}: model.architecture: {name!r} is not supported by the decoder "
                                f"(supported: {', '.join(ARCHITECTURES)})")
     arch = ARCHS[name]
@@ -1021,12 +1020,11 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
                                    "not supported by the decoder")
         arch = replace(arch, qk_norm=True)
     arch = _switched_biases(arch, cfg)
-    ungated = arch.nemotron or arch.ungated
     act = m.get("hidden_act") or arch.default_act
     if arch.gemma == 1 and act == "gelu":  # (GemmaConfig reads the Hub's legacy "gelu" as the tanh approximation)
         act = "gelu_pytorch_tanh"
     # (relu2 has no gate: an MLP without one, whose experts (Nemotron-H's) have no other unit)
-    acts = ("relu2",) if arch.nemotron else tuple(MLP_ACTS) if ungated else ("silu",) if arch.moe else \
+    acts = ("relu2",) if arch.nemotron else tuple(MLP_ACTS) if arch.ungated else ("silu",) if arch.moe else \
         ("silu", "gelu_pytorch_tanh")
     if act not in acts:
         raise UnsupportedError(f"{meta_path}: model.hidden_act: {act!r} is not supported ({' and '.join(acts)} "
@@ -1106,7 +1104,8 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         tied=bool(cfg.get("tie_embedding") if m.get("tie_word_embeddings") is None  # (LFM2's Hub configs' key)
                    else m["tie_word_embeddings"]),
         eos_ids=frozenset(eos_list), windows=windows, moe=moe,
-        mlp_act=MLP_ACTS[act], mlp_gated=not ungated, nope=nope, **gemma, **(_llama4(cfg, nope, meta_path) if arch.llama4 else {}),
+        mlp_act=MLP_ACTS[act], mlp_gated=not arch.ungated, nope=nope, **gemma,
+        **(_llama4(cfg, nope, meta_path) if arch.llama4 else {}),
         **(_granite(cfg, meta_path) if arch.granite else {}),
         **(_attn_temp(cfg, meta_path) if arch.attn_temp else {}),
         **({"logits_scaling": 1.0 / _positive(cfg, meta_path, "logit_scale", 0.0625, section="config")}
@@ -1525,7 +1524,7 @@ def _check_config(cfg: dict[str, Any], arch: Arch, meta_path: Path) -> None:
     """Config keys that change the computation in a way the decoder does not implement."""
     if cfg.get("mlp_bias"):
         raise UnsupportedError(f"{meta_path}: config.mlp_bias: MLP biases are not supported by the decoder")
-    if cfg.get("use_bias") and arch.bias_switch != "use_bias":  # (ERNIE 4.5's: a bias on every projection, the MLP's too)
+    if cfg.get("use_bias") and arch.bias_switch != "use_bias":  # (ERNIE 4.5's: every projection's, the MLP's too)
         raise UnsupportedError(f"{meta_path}: config.use_bias: biases on every projection (the MLP's too) are not "
                                "supported by the decoder")
     if cfg.get("qk_layernorm"):

@@ -747,19 +747,19 @@ def make_arcee(tok) -> None:
     del dims["rope_theta"], dims["hidden_act"]
     cfg = ArceeConfig(**dims, hidden_act="relu2", rope_parameters=dict(ARCEE_ROPE), tie_word_embeddings=False,
                       pad_token_id=None)
-    cfg.architectures = ["ArceeForCausalLM"]
-    out = HF_DIR / "tiny-arcee"
-    logits = save_model(tok, out.name, ArceeForCausalLM, cfg, ARCEE_SEED, torch.bfloat16)
-    assert_feature_matters(ArceeForCausalLM, out, logits, "YaRN", rope_parameters={"rope_type": "default",
-                                                                                    "rope_theta": 10000.0})
+    _save_toy(tok, "tiny-arcee", ArceeForCausalLM, cfg, ARCEE_SEED, None, "YaRN",
+              rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
 
 
-@torch.no_grad()
-def _centred_norm_biases(model) -> None:
-    """LayerNorms' biases about 0, as trained ones are (init_weights draws every norm parameter about 1)."""
-    for name, p in model.named_parameters():
-        if "norm" in name and name.endswith(".bias"):
-            p.sub_(1.0)
+def _centred_norms(weights: bool = False):
+    """A save_model hook drawing the norms' biases about 0, as trained ones are (init_weights draws every norm
+    parameter about 1); with ``weights``, the norms' weights too (LayerNorm1P's, which it adds 1 to)."""
+    @torch.no_grad()
+    def hook(model) -> None:
+        for name, p in model.named_parameters():
+            if "norm" in name and (weights or name.endswith(".bias")):
+                p.sub_(1.0)
+    return hook
 
 
 def _rope(partial: float) -> dict:
@@ -767,63 +767,51 @@ def _rope(partial: float) -> dict:
     return {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": partial}
 
 
+def _layernorm_dims(tok) -> dict:
+    """common_dims without the keys the LayerNorm models' configs spell otherwise or set themselves."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    for key in ("rope_theta", "rms_norm_eps", "hidden_act"):
+        del dims[key]
+    return dims
+
+
+def _save_toy(tok, name: str, model_cls, cfg, seed: int, after_init, feature: str, **override) -> None:
+    """hf/NAME and ref/NAME of ``cfg`` (bfloat16, ``after_init`` run on the drawn weights), checking that
+    ``feature`` (``override`` undoing it) changes the logits."""
+    cfg.architectures = [model_cls.__name__]
+    logits = save_model(tok, name, model_cls, cfg, seed, torch.bfloat16, after_init=after_init)
+    assert_feature_matters(model_cls, HF_DIR / name, logits, feature, **override)
+
+
 def make_stablelm(tok) -> None:
     """StableLM 2 1.6B's and StableLM 3B's layer (Stable Code 3B's): LayerNorm with a bias before the attention, the
     MLP and the head; RoPE over a quarter of each head (partial_rotary_factor 0.25, 4 of 16 dims); q/k/v biases
     (use_qkv_bias, StableLM 2's), SwiGLU; untied."""
-    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
-    del dims["rope_theta"], dims["rms_norm_eps"]
-    cfg = StableLmConfig(**dims, layer_norm_eps=1e-5, use_qkv_bias=True, tie_word_embeddings=False,
-                         rope_parameters=_rope(0.25),
-                         pad_token_id=None)
-    cfg.architectures = ["StableLmForCausalLM"]
-    out = HF_DIR / "tiny-stablelm"
-    logits = save_model(tok, out.name, StableLmForCausalLM, cfg, STABLELM_SEED, torch.bfloat16,
-                        after_init=_centred_norm_biases)
-    assert_feature_matters(StableLmForCausalLM, out, logits, "partial RoPE",
-                           rope_parameters=_rope(1.0))
+    cfg = StableLmConfig(**_layernorm_dims(tok), layer_norm_eps=1e-5, use_qkv_bias=True, tie_word_embeddings=False,
+                         rope_parameters=_rope(0.25), pad_token_id=None)
+    _save_toy(tok, "tiny-stablelm", StableLmForCausalLM, cfg, STABLELM_SEED, _centred_norms(), "partial RoPE",
+              rope_parameters=_rope(1.0))
 
 
 def make_starcoder2(tok) -> None:
     """StarCoder2 3B / 7B / 15B's layer: LayerNorms with biases, biases on every projection (use_bias), an MLP of
     c_fc, GELU-tanh and c_proj without a gate, a sliding window on every layer (window 4: StarCoder2's 4096 on a
     toy), tied."""
-    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
-    del dims["rope_theta"], dims["rms_norm_eps"], dims["hidden_act"]
-    cfg = Starcoder2Config(**dims, norm_epsilon=1e-5, use_bias=True, hidden_act="gelu_pytorch_tanh",
+    cfg = Starcoder2Config(**_layernorm_dims(tok), norm_epsilon=1e-5, use_bias=True, hidden_act="gelu_pytorch_tanh",
                            sliding_window=MISTRAL_WINDOW, tie_word_embeddings=True,
                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, pad_token_id=None)
-    cfg.architectures = ["Starcoder2ForCausalLM"]
-    out = HF_DIR / "tiny-starcoder2"
-    logits = save_model(tok, out.name, Starcoder2ForCausalLM, cfg, STARCODER2_SEED, torch.bfloat16,
-                        after_init=_centred_norm_biases)
-    assert_feature_matters(Starcoder2ForCausalLM, out, logits, "the sliding window", sliding_window=None)
-
-
-@torch.no_grad()
-def _centred_norms(model) -> None:
-    """Every norm parameter about 0 (init_weights draws them about 1): LayerNorm1P's weights, which it adds 1 to,
-    and the biases."""
-    for name, p in model.named_parameters():
-        if "norm" in name:
-            p.sub_(1.0)
+    _save_toy(tok, "tiny-starcoder2", Starcoder2ForCausalLM, cfg, STARCODER2_SEED, _centred_norms(),
+              "the sliding window", sliding_window=None)
 
 
 def make_nemotron(tok) -> None:
     """Nemotron-4 and Minitron's layer (Nemotron-Mini-4B, Minitron 4B and 8B): LayerNorm1P (its weights plus 1, with
     biases) before the attention, the MLP and the head; RoPE over half of each head (partial_rotary_factor 0.5); an
     MLP of up, ReLU squared and down without a gate; untied."""
-    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
-    del dims["rope_theta"], dims["rms_norm_eps"], dims["hidden_act"]
-    cfg = NemotronConfig(**dims, norm_eps=1e-5, hidden_act="relu2", tie_word_embeddings=False,
-                         rope_parameters=_rope(0.5),
-                         pad_token_id=None)
-    cfg.architectures = ["NemotronForCausalLM"]
-    out = HF_DIR / "tiny-nemotron"
-    logits = save_model(tok, out.name, NemotronForCausalLM, cfg, NEMOTRON_SEED, torch.bfloat16,
-                        after_init=_centred_norms)
-    assert_feature_matters(NemotronForCausalLM, out, logits, "partial RoPE",
-                           rope_parameters=_rope(1.0))
+    cfg = NemotronConfig(**_layernorm_dims(tok), norm_eps=1e-5, hidden_act="relu2", tie_word_embeddings=False,
+                         rope_parameters=_rope(0.5), pad_token_id=None)
+    _save_toy(tok, "tiny-nemotron", NemotronForCausalLM, cfg, NEMOTRON_SEED, _centred_norms(weights=True),
+              "partial RoPE", rope_parameters=_rope(1.0))
 
 
 def make_phi(tok) -> None:
@@ -832,17 +820,11 @@ def make_phi(tok) -> None:
     int(0.4 head_dim) = 6 of each 16-dim head (Phi-2's partial_rotary_factor 0.4); an MLP of fc1, GELU (gelu_new,
     the tanh approximation) and fc2 without a gate, 4 x hidden wide, and a key head per head, as Phi-2's (which
     llama.cpp's converter writes whatever the config says); untied."""
-    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
-    del dims["rope_theta"], dims["rms_norm_eps"], dims["hidden_act"]
-    dims.update(num_key_value_heads=4, intermediate_size=256)  # (Phi-2's: every head its own keys, 4 x hidden wide)
+    dims = {**_layernorm_dims(tok), "num_key_value_heads": 4, "intermediate_size": 256}
     cfg = PhiConfig(**dims, layer_norm_eps=1e-5, hidden_act="gelu_new", tie_word_embeddings=False,
-                    rope_parameters=_rope(0.4),
-                    pad_token_id=None)
-    cfg.architectures = ["PhiForCausalLM"]
-    out = HF_DIR / "tiny-phi"
-    logits = save_model(tok, out.name, PhiForCausalLM, cfg, PHI_SEED, torch.bfloat16, after_init=_centred_norm_biases)
-    assert_feature_matters(PhiForCausalLM, out, logits, "partial RoPE",
-                           rope_parameters=_rope(1.0))
+                    rope_parameters=_rope(0.4), pad_token_id=None)
+    _save_toy(tok, "tiny-phi", PhiForCausalLM, cfg, PHI_SEED, _centred_norms(), "partial RoPE",
+              rope_parameters=_rope(1.0))
 
 
 @torch.no_grad()

@@ -147,6 +147,9 @@ void layernorm(const float* x, const float* w, int n, float eps, float* out) {
   for (int i = 0; i < n; ++i) out[i] = w[i] * ((x[i] - mean) * inv);
 }
 
+// A vector's data for a kernel that takes null for none (an optional bias, sinks).
+const float* or_null(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+
 // The layer's and the model's input norms: RMSNorm, or with layer_norm
 // LayerNorm (Cohere's, StableLM's) plus its bias where the model has one.
 void input_norm(const DecoderConfig& c, const float* x, const std::vector<float>& w, const std::vector<float>& bias,
@@ -906,7 +909,7 @@ void Decoder::attention(int layer, int b) {
   // with no value behind it (transformers appends it to the scores and
   // drops its probability).
   const std::vector<float>& sink = w_.layers[static_cast<size_t>(layer)].sinks;
-  const float* sinks = sink.empty() ? nullptr : sink.data();
+  const float* sinks = or_null(sink);
   const float scale = cfg_.attn_scale > 0.f ? cfg_.attn_scale : 1.f / std::sqrt(static_cast<float>(cfg_.head_dim));
   const float cap = cfg_.attn_softcap;
   const AttnOps& ops = kAttnTable.ops(isa_);
@@ -1240,14 +1243,7 @@ void Decoder::cache_row(KvCache& cache, int layer, int pos, const float* src) {
 
 void Decoder::glu(Glu kind, float* g, const float* u, int n, int width) const {
   const size_t all = static_cast<size_t>(n) * static_cast<size_t>(width);
-  if (kind == Glu::Silu) {
-    const ActOps& act = kActTable.ops(isa_);
-    rows(n, [&](int j) {
-      const size_t at = static_cast<size_t>(j) * static_cast<size_t>(width);
-      act.silu_mul(g + at, g + at, u + at, static_cast<size_t>(width));
-    });
-    return;
-  }
+  if (kind == Glu::Silu) return act_rows(kActTable.ops(isa_).silu_mul, g, u, n, width);
   if (kind == Glu::Halves) {  // row j: gate at [2 width j, ...), up width later; in place (inputs at >= i)
     for (int j = 0; j < n; ++j) {
       const float* gj = g + static_cast<size_t>(j) * 2 * width;
@@ -1264,24 +1260,20 @@ void Decoder::glu(Glu kind, float* g, const float* u, int n, int width) const {
   }
 }
 
-// g = gelu_tanh(g) * u, rows in parallel (act/act.h: torch's gelu(approximate='tanh')).
-void Decoder::gelu_tanh_gate(float* g, const float* u, int n, int width) const {
-  const ActOps& act = kActTable.ops(isa_);
+// g = op(g) * u over n rows of width, rows in parallel (act/act.h's ops; u null: op(g) alone).
+void Decoder::act_rows(ActFn op, float* g, const float* u, int n, int width) const {
   rows(n, [&](int j) {
     const size_t at = static_cast<size_t>(j) * static_cast<size_t>(width);
-    act.gelu_tanh_mul(g + at, g + at, u + at, static_cast<size_t>(width));
+    op(g + at, g + at, u ? u + at : nullptr, static_cast<size_t>(width));
   });
 }
 
-// g = mlp_act(g), rows in parallel: the unit of an MLP without a gate (mlp_gated false).
-void Decoder::ungated(float* g, int n, int width) const {
+// g = mlp_act(g) * u, rows in parallel: the dense MLP's (and a shared expert's) unit; u null for an MLP
+// without a gate (mlp_gated false: mlp_act(g) alone, the only way ReLU squared runs).
+void Decoder::mlp_unit(float* g, const float* u, int n, int width) const {
   if (cfg_.mlp_act == MlpAct::Relu2) return relu2(g, n, width);
   const ActOps& act = kActTable.ops(isa_);
-  const auto unit = cfg_.mlp_act == MlpAct::Silu ? act.silu_mul : act.gelu_tanh_mul;
-  rows(n, [&](int j) {
-    const size_t at = static_cast<size_t>(j) * static_cast<size_t>(width);
-    unit(g + at, g + at, nullptr, static_cast<size_t>(width));
-  });
+  act_rows(cfg_.mlp_act == MlpAct::Silu ? act.silu_mul : act.gelu_tanh_mul, g, u, n, width);
 }
 
 // g = relu(g)^2, rows in parallel (Nemotron-H's relu2: its MLP's and experts' unit, no gate).
@@ -1359,7 +1351,7 @@ void Decoder::experts(int layer, int b) {
   const DecoderConfig& c = cfg_;
   const LayerWeights& L = w_.layers[static_cast<size_t>(layer)];
   const int H = c.hidden, E = c.n_experts, K = c.top_k, I = c.expert_inter;
-  mm(L.router, xn_prep_, xn_.data(), b, L.router_bias.empty() ? nullptr : L.router_bias.data(), router_logits_.data());
+  mm(L.router, xn_prep_, xn_.data(), b, or_null(L.router_bias), router_logits_.data());
   for (auto& r : routed_) r.clear();
   int* sel = top_.data();
   for (int j = 0; j < b; ++j) {
@@ -1411,7 +1403,7 @@ void Decoder::experts(int layer, int b) {
       mm_expert(x.up, prep, in, n, nullptr, ex_g_.data());
       relu2(ex_g_.data(), n, I);
     } else if (!mm_expert_swiglu(x, prep, n, ex_g_.data())) {
-      mm_expert(x.gate, prep, in, n, x.bgate.empty() ? nullptr : x.bgate.data(), ex_g_.data());
+      mm_expert(x.gate, prep, in, n, or_null(x.bgate), ex_g_.data());
       if (c.glu == Glu::Silu) mm_expert(x.up, prep, in, n, nullptr, ex_u_.data());
       glu(c.glu, ex_g_.data(), ex_u_.data(), n, I);
     }
@@ -1427,7 +1419,7 @@ void Decoder::experts(int layer, int b) {
       }
     }
     prepare(ex_down_prep_, ex_g_.data(), n, I);
-    mm_expert(x.down, ex_down_prep_, ex_g_.data(), n, x.bdown.empty() ? nullptr : x.bdown.data(), ex_y_.data());
+    mm_expert(x.down, ex_down_prep_, ex_g_.data(), n, or_null(x.bdown), ex_y_.data());
     for (int r = 0; r < n; ++r) {
       float* xj = &x_[static_cast<size_t>(rows[static_cast<size_t>(r)].first) * H];
       const float* y = &ex_y_[static_cast<size_t>(r) * H];
@@ -1559,9 +1551,9 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       mix_out(l, b, att_.data(), ssm_inner_);
       continue;
     }
-    const float* bq = L.bq.empty() ? nullptr : L.bq.data();
-    const float* bk = L.bk.empty() ? nullptr : L.bk.data();
-    const float* bv = L.bv.empty() ? nullptr : L.bv.data();
+    const float* bq = or_null(L.bq);
+    const float* bk = or_null(L.bk);
+    const float* bv = or_null(L.bv);
     const Rows8Job qkv[3] = {{L.q.rows8.get(), nullptr, bq, q_.data()},
                              {L.k.rows8.get(), nullptr, bk, k_.data()},
                              {L.v.rows8.get(), nullptr, bv, v_.data()}};
@@ -1642,7 +1634,7 @@ void Decoder::mix_out(int l, int b, const float* o_in, int width) {
   const int H = c.hidden;
   if (stats_on_) add_stats(4 * l + 1, o_in, b, width);
   prepare(att_prep_, o_in, b, width);
-  mm(L.o, att_prep_, o_in, b, L.bo.empty() ? nullptr : L.bo.data(), xn_.data());
+  mm(L.o, att_prep_, o_in, b, or_null(L.bo), xn_.data());
   rows(b, [&](int j) {
     float* xj = &x_[j * H];
     if (!L.attn_post_norm.empty()) rmsnorm(&xn_[j * H], L.attn_post_norm.data(), H, c.eps, &xn_[j * H]);
@@ -1675,19 +1667,16 @@ void Decoder::mlp(int l, int b) {
   // The dense MLP, or the shared expert beside the routed ones (experts() read xn_ and xn_prep_ as they are).
   const int I = moe ? c.shared_inter : c.inter;
   if (!c.mlp_gated) {
-    mm(L.up, xn_prep_, xn_.data(), b, L.bup.empty() ? nullptr : L.bup.data(), gate_.data());
-    ungated(gate_.data(), b, I);
+    mm(L.up, xn_prep_, xn_.data(), b, or_null(L.bup), gate_.data());
+    mlp_unit(gate_.data(), nullptr, b, I);
   } else if (!swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data(), c.mlp_act == MlpAct::GeluTanh)) {
     mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
     mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
-    if (c.mlp_act == MlpAct::Silu)
-      glu(Glu::Silu, gate_.data(), up_.data(), b, I);
-    else
-      gelu_tanh_gate(gate_.data(), up_.data(), b, I);
+    mlp_unit(gate_.data(), up_.data(), b, I);
   }
   if (stats_on_) add_stats(4 * l + 3, gate_.data(), b, I);
   prepare(gate_prep_, gate_.data(), b, I);
-  mm(L.down, gate_prep_, gate_.data(), b, L.bdown.empty() ? nullptr : L.bdown.data(), att_.data());
+  mm(L.down, gate_prep_, gate_.data(), b, or_null(L.bdown), att_.data());
   rows(b, [&](int j) {
     if (!L.mlp_post_norm.empty()) rmsnorm(&att_[j * H], L.mlp_post_norm.data(), H, c.eps, &att_[j * H]);
     const float gate =
@@ -1711,11 +1700,11 @@ void Decoder::finish(int b, float* logits, bool all_logits, int layers, Stream s
   if (all_logits) {
     rows(b, [&](int j) { input_norm(c, &x_[j * H], w_.final_norm, w_.final_norm_b, &xn_[j * H]); });
     prepare(xn_prep_, xn_.data(), b, H);
-    mm(w_.lm_head, xn_prep_, xn_.data(), b, w_.lm_head_b.empty() ? nullptr : w_.lm_head_b.data(), logits);
+    mm(w_.lm_head, xn_prep_, xn_.data(), b, or_null(w_.lm_head_b), logits);
   } else if (logits != nullptr) {
     input_norm(c, &x_[(b - 1) * H], w_.final_norm, w_.final_norm_b, xn_.data());
     prepare(xn_prep_, xn_.data(), 1, H);
-    mm(w_.lm_head, xn_prep_, xn_.data(), 1, w_.lm_head_b.empty() ? nullptr : w_.lm_head_b.data(), logits);
+    mm(w_.lm_head, xn_prep_, xn_.data(), 1, or_null(w_.lm_head_b), logits);
   }
   if (logits != nullptr && c.logit_softcap > 0.f)
     rows(all_logits ? b : 1, [&](int j) { softcap(logits + static_cast<size_t>(j) * c.vocab, c.vocab, c.logit_softcap); });

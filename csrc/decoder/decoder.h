@@ -508,9 +508,10 @@ class Decoder {
   // channels: g holds gate (Glu::GptOss: interleaved gate/up, 2 width per
   // row), u up; the result lands in g's first n * width floats.
   void glu(Glu kind, float* g, const float* u, int n, int width) const;
-  void gelu_tanh_gate(float* g, const float* u, int n, int width) const;
+  using ActFn = void (*)(float*, const float*, const float*, size_t);
+  void act_rows(ActFn op, float* g, const float* u, int n, int width) const;
+  void mlp_unit(float* g, const float* u, int n, int width) const;
   void relu2(float* g, int n, int width) const;
-  void ungated(float* g, int n, int width) const;
   // fn(j) for each of a chunk's n token rows, shared by the pool's threads
   // (a single row runs on this thread, waking none).
   template <class F>
