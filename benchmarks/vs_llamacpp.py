@@ -40,7 +40,7 @@ mxfp4 q4_k_m), both engines on the same bytes: q4_0, q4_k, iq4_nl and iq4_xs as
 head q8_0), and q4_k_m as its Q4_K_M mix (q4_k with q6_k for some attn_v and
 ffn_down matrices: the file most users download), imported by ``ieconv
 gguf-to-iebin`` with the blocks kept;
-mxfp4 quantized by ``ieconv`` and exported with ``ieconv iebin-to-gguf``
+mxfp4 (and on request the 3-bit q3_k, iq3_s, iq3_xxs) quantized by ``ieconv`` and exported with ``ieconv iebin-to-gguf``
 for llama.cpp; int4w (no GGUF type) against llama.cpp's Q4_0. On SmolLM2
 (its 576-wide rows are not whole 256-element super-blocks, so q4_k and
 iq4_xs fall back to other types there, in both engines alike) and, unless
@@ -228,6 +228,9 @@ def contention(model: Path, gguf: Path, a: argparse.Namespace, tmp: Path) -> dic
 
 
 TYPES = ("int4w", "q4_0", "q4_k", "iq4_nl", "iq4_xs", "mxfp4", "q4_k_m")
+# The 3-bit types, on request (--types): quantized by ieconv and exported for llama.cpp (llama-quantize
+# writes IQ3_XXS only with an importance matrix), the same bytes in both engines
+LOW_TYPES = ("q3_k", "iq3_s", "iq3_xxs")
 # llama-quantize's file type for the types it writes (--pure: every matrix that type where its rows allow;
 # q4_k_m: its own mix, so not --pure)
 LLAMA_FTYPE = {"q4_0": "Q4_0", "q4_k": "Q4_K_S", "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS", "q4_k_m": "Q4_K_M"}
@@ -410,7 +413,8 @@ def main() -> None:
     ap.add_argument("--launches", type=int, default=3,
                     help="Launches of each busy run (--threads and 1 thread, taking turns); the median is shown")
     ap.add_argument("--types", type=lambda v: v.split(","), default=list(TYPES),
-                    help=f"4-bit types to compare, comma-separated (default: {','.join(TYPES)}; none: '')")
+                    help=f"Types to compare, comma-separated (default: {','.join(TYPES)}; also {','.join(LOW_TYPES)}; "
+                         "none: '')")
     ap.add_argument("--no-large", action="store_true", help="Compare the types on SmolLM2 only.")
     ap.add_argument("--large-arch", choices=("llama", "gemma3"), default="llama",
                     help="The large model's layers: a 2048-wide Llama's, or Gemma 3 1B's (GELU, sandwich norms, "
@@ -463,9 +467,9 @@ def main() -> None:
                       f"{a.launches} launches taking turns, each the median of {a.rounds} rounds)")
                 out["contention"] = contention(tmp / "int4w", q40, a, tmp)
             a.types = [t for t in a.types if t]
-            unknown = sorted(set(a.types) - set(TYPES))
+            unknown = sorted(set(a.types) - set(TYPES) - set(LOW_TYPES))
             if unknown:
-                raise SystemExit(f"--types: {', '.join(unknown)} not among {', '.join(TYPES)}")
+                raise SystemExit(f"--types: {', '.join(unknown)} not among {', '.join(TYPES + LOW_TYPES)}")
             if a.types:
                 label = gguf.name if a.gguf else f"SmolLM2 ({gguf.name})"
                 out["types"] = {"smollm2": every_type(label, gguf, tmp / "types-smollm2", a)}

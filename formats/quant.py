@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Iterator, NamedTuple
 
 import numpy as np
 
-from . import iq3s_grid
+from . import codebooks
 from . import quant_search as qs
 from . import weight_table
 from .dtypes import DTYPES
@@ -1411,7 +1411,7 @@ class IQ4_XSH(_ScaledValues, _IQ4, weight_type="iq4_xsh"):
 class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
     """llama.cpp's IQ3_S: 256-element super-blocks of eight 32-element
     sub-blocks; each four weights share a 9-bit index into the 512-entry
-    codebook of odd magnitudes 1..15 (formats/iq3s_grid.py), each weight a
+    codebook of odd magnitudes 1..15 (formats/codebooks.py), each weight a
     sign bit; w = d × (1 + 2 s_j) × ±g with a 4-bit sub-scale s_j under one
     f16 d: 3.4375 bits per weight, q3_k's size. Byte layout: d, qs (64
     bytes: the low 8 bits of each four-tuple's index, in element order), qh
@@ -1425,7 +1425,7 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
     every four-tuple its nearest entry under the weights (unit weights
     without an importance matrix, imp × sqrt(σ² + x²) with one) and the weighted
     least-squares scale for those entries, the best kept
-    (iq3s_grid.scales); d = the largest / 31, each s_j the nearest for the
+    (Codebook.scales); d = the largest / 31, each s_j the nearest for the
     stored d, then every four-tuple the nearest entry for its scale as
     stored."""
 
@@ -1443,11 +1443,20 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
         # error of unit weights on Student-t rows (0.041 against 0.021; q3_k: 0.031).
         return self._search(b, np.ones_like(b, dtype=np.float32), name)
 
+    BOOK = codebooks.IQ3S
+    TOP = 15.0  # the largest magnitude of the codebook, in its units
+
     def _search(self, b, wts, name):
-        n = b.shape[0]
-        a = np.abs(b).reshape(n * 8, self.SUB)
+        d16, s, idx = self._fit(np.abs(b), wts, name)
+        return self._pack(d16, s, idx, b < 0)
+
+    def _fit(self, a, wts, name):
+        """The codebook search over magnitudes a [n, 256] under weights wts:
+        d (f16), the sub-scales s [n, 8] and the entries idx [n, 8, 8]."""
+        n = a.shape[0]
+        a = a.reshape(n * 8, self.SUB)
         w = np.ascontiguousarray(wts, dtype=np.float32).reshape(n * 8, self.SUB)
-        sub = iq3s_grid.scales(a, w).reshape(n, 8)
+        sub = self.BOOK.scales(a, w).reshape(n, 8)
         d = (sub.max(axis=1) / np.float32(31)).astype(np.float32)
         _check_f16_range(d, name)
         d16 = d.astype(np.float16)
@@ -1456,10 +1465,14 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
             s = np.clip(np.rint((sub * _recip(dq)[:, None] - 1) / 2), 0, 15).astype(np.uint8)
         db = self._times_sub(dq, s)
         u = (a.reshape(n, 8, self.SUB) * _recip(db)[..., None]).reshape(-1, 4)
-        idx = iq3s_grid.nearest(u, w.reshape(-1, 4)).reshape(n, 8, 8)
+        return d16, s, self.BOOK.nearest(u, w.reshape(-1, 4)).reshape(n, 8, 8)
+
+    def _pack(self, d16, s, idx, neg):
+        """The blocks of d16, s, idx (_fit) and each element's sign neg [n, 256]."""
+        n = len(d16)
         bits = np.arange(8, dtype=np.uint8)
         qh = ((idx >> 8).astype(np.uint8) << bits).sum(axis=2, dtype=np.uint8)
-        signs = ((b < 0).reshape(n, 32, 8).astype(np.uint8) << bits).sum(axis=2, dtype=np.uint8)
+        signs = (neg.reshape(n, 32, 8).astype(np.uint8) << bits).sum(axis=2, dtype=np.uint8)
         return np.concatenate([d16[:, None].view(np.uint8), (idx & 0xFF).astype(np.uint8).reshape(n, 64), qh, signs,
                                self._pack_sub(s)], axis=1)
 
@@ -1485,7 +1498,7 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
         high = (raw[:, self.QH:self.QH + 8, None] >> bits) & 1  # [n, 8 sub-blocks, 8 tuples]
         idx = raw[:, self.QS:self.QS + 64].astype(np.int32) | (high.reshape(-1, 64).astype(np.int32) << 8)
         neg = ((raw[:, self.SIGNS:self.SIGNS + 32, None] >> bits) & 1).reshape(-1, 8, self.SUB)
-        return iq3s_grid.grid()[idx].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1), np.float32(1))
+        return self.BOOK.grid()[idx].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1), np.float32(1))
 
     SUB_LEVELS = ((1, 31, True),)  # the multipliers 1 + 2 s_j
 
@@ -1493,11 +1506,89 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
         out[:, self.SCALES:self.SCALES + 4] = self._pack_sub((m - 1) // 2)
 
     def _bound(self, b, raw):
-        # a codebook entry is a compromise among its four weights: any magnitude 1..15 of the scale may be chosen
+        # a codebook entry is a compromise among its four weights: any magnitude 1..TOP of the scale may be chosen
         db = self.sub_scales(raw)[..., None]
         a = np.abs(b.reshape(-1, 8, self.SUB))
-        far = np.maximum(np.abs(a - db), np.abs(a - np.float32(15) * db))
-        return (far * np.float32(1 + 2**-20) + np.float32(2**-24)).reshape(-1, 256)
+        far = np.maximum(np.abs(a - db), np.abs(a - np.float32(self.TOP) * db))
+        return (self._sign_slack(b, a, db, far) * np.float32(1 + 2**-20) + np.float32(2**-24)).reshape(-1, 256)
+
+    def _sign_slack(self, b, a, db, far):
+        """far, where a type may store an element with the other sign (IQ3_XXS)."""
+        return far
+
+
+class IQ3_XXS(IQ3_S, weight_type="iq3_xxs"):
+    """llama.cpp's IQ3_XXS: IQ3_S's super-blocks with a smaller codebook and
+    no high index bits: each four weights an 8-bit index into 256
+    four-tuples of 4, 12, .., 52, 62 (formats/codebooks.py, held as 4 x (1,
+    3, .., 13, 15.5)), each eight weights 7 sign bits whose parity is the
+    eighth's (an even number of them negative), w = d × (0.5 + s_j) × 0.5 ×
+    ±g: 3.0625 bits per weight, the smallest type llama.cpp's IQ3_XS and
+    IQ2 mixes, and Unsloth's low-bit quants, hold most of their matrices in.
+    Byte layout: d, qs (64 bytes: each four-tuple's index, in element
+    order), then per sub-block j a u32 (little-endian): bits 7 g .. 7 g + 6
+    the signs of its elements 8 g .. 8 g + 6 (bit k: element 8 g + k
+    negative), bits 28..31 s_j.
+
+    The search is IQ3_S's over this codebook; a group of eight with an odd
+    number of negative weights first gives up the sign of its least
+    (weighted) one, which the search then fits as -|x|, as ggml's
+    quantize_row_iq3_xxs_impl does."""
+
+    GGUF, GGUF_FILE_TYPE = "IQ3_XXS", "MOSTLY_IQ3_XXS"
+    FALLBACK = {"scheme": "iq4_nl"}  # as llama.cpp (a row that is no whole super-blocks)
+    LADDER = ()
+
+    BOOK = codebooks.IQ3XXS
+    TOP = 15.5
+    QS, AUX = 2, 66  # byte offsets of the indices and of the sub-blocks' sign/scale words
+
+    def _search(self, b, wts, name):
+        n = b.shape[0]
+        neg = (b < 0).reshape(n, 32, 8)
+        a = np.abs(b).astype(np.float32).reshape(n, 32, 8)
+        w = np.broadcast_to(np.asarray(wts, np.float32), b.shape).reshape(n, 32, 8)
+        g, r = np.nonzero(neg.sum(axis=2) % 2 == 1)
+        k = (w * a * a)[g, r].argmin(axis=1)  # the group's least weighted x² (the first of equals)
+        neg[g, r, k] ^= True
+        a[g, r, k] = -a[g, r, k]
+        d16, s, idx = self._fit(a.reshape(n, 256), wts, name)
+        return self._pack(d16, s, idx, neg.reshape(n, 256))
+
+    def _pack(self, d16, s, idx, neg):
+        n = len(d16)
+        seven = (neg.reshape(n, 8, 4, 8)[..., :7].astype(np.uint32) << np.arange(7, dtype=np.uint32)).sum(
+            axis=3, dtype=np.uint32)
+        aux = (seven << (7 * np.arange(4, dtype=np.uint32))).sum(axis=2, dtype=np.uint32) | (s.astype(np.uint32) << 28)
+        return np.concatenate([d16[:, None].view(np.uint8), idx.astype(np.uint8).reshape(n, 64),
+                               aux.astype("<u4").view(np.uint8).reshape(n, 32)], axis=1)
+
+    def _aux(self, raw: np.ndarray) -> np.ndarray:
+        return raw[:, self.AUX:self.AUX + 32].copy().view("<u4")  # [n, 8]
+
+    def sub_scales(self, raw):
+        """Per sub-block scale d × (1 + 2 s_j) as float32 [n, 8], in the codebook's
+        units (4 × ggml's d × (0.5 + s_j) × 0.5: the same products with the values)."""
+        return self._times_sub(self._f16(raw, 0)[:, 0], (self._aux(raw) >> 28).astype(np.uint8))
+
+    def _values(self, raw):
+        seven = (self._aux(raw)[..., None] >> (7 * np.arange(4, dtype=np.uint32))) & 0x7F  # [n, 8, 4]
+        parity = np.zeros_like(seven)
+        for k in range(7):
+            parity ^= (seven >> k) & 1
+        neg = (((seven | parity << 7)[..., None] >> np.arange(8, dtype=np.uint32)) & 1).reshape(-1, 8, self.SUB)
+        idx = raw[:, self.QS:self.QS + 64].astype(np.int32)
+        return self.BOOK.grid()[idx].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1), np.float32(1))
+
+    def _put_sub_levels(self, out, m):
+        aux = self._aux(out) & np.uint32(0x0FFFFFFF)
+        aux |= ((m - 1) // 2).astype(np.uint32) << 28
+        out[:, self.AUX:self.AUX + 32] = aux.astype("<u4").view(np.uint8)
+
+    def _sign_slack(self, b, a, db, far):
+        # a group of eight with an odd number of negative weights stores one of them with the other sign
+        odd = ((b < 0).reshape(-1, 8, 4, 8).sum(axis=3) % 2 == 1).repeat(8, axis=2)
+        return np.where(odd, np.maximum(far, a + np.float32(self.TOP) * db), far)
 
 
 # e2m1 (FP4 E2M1) values doubled, so they are integers: ggml's kvalues_mxfp4.

@@ -1,7 +1,9 @@
 """iq3_s: llama.cpp's IQ3_S codebook type (formats/quant.py IQ3_S,
-formats/iq3s_grid.py), checked against gguf-py's table and dequantizer
+formats/codebooks.py), checked against gguf-py's table and dequantizer
 (independent of our code) and against q3_k, the uniform grid of the same
-size that it exists to beat.
+size that it exists to beat. The checks both codebook types share (sizes,
+gguf-py's reading of the hostile golden rows and of random scales, the
+refusals) run here for iq3_xxs too; its own in tests/test_iq3xxs.py.
 
 The native decoders' bytes are held to gguf-py's here (every codebook
 entry) and in tests/test_gemv.py (random blocks, every ISA and layout); GGUF import and export byte for byte,
@@ -18,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iekit.formats import iq3s_grid
+from iekit.formats.codebooks import IQ3S
 from iekit.formats.errors import IEError
 from iekit.formats.quant import SCHEMES, QuantParams
 
@@ -26,8 +28,8 @@ S, P = SCHEMES["iq3_s"], QuantParams("iq3_s")
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "quant"
 
 
-def _gguf_deq(raw: np.ndarray, rows: int) -> np.ndarray:
-    return gguf.quants.dequantize(raw.reshape(rows, -1), gguf.GGMLQuantizationType.IQ3_S).astype(np.float32)
+def _gguf_deq(raw: np.ndarray, rows: int, scheme: str = "iq3_s") -> np.ndarray:
+    return gguf.quants.dequantize(raw.reshape(rows, -1), gguf.GGMLQuantizationType[scheme.upper()]).astype(np.float32)
 
 
 def _err(x, deq, imp=None):
@@ -38,11 +40,11 @@ def _err(x, deq, imp=None):
 def test_codebook_is_gguf_py_s():
     gguf.quants.IQ3_S.init_grid()
     ref = np.asarray(gguf.quants.IQ3_S.grid, np.float32).reshape(512, 4)
-    assert np.array_equal(iq3s_grid.grid(), ref)
+    assert np.array_equal(IQ3S.grid(), ref)
 
 
 def test_native_decoder_reads_every_codebook_entry_as_gguf_py_does():
-    """csrc/common/iq3s_grid.h is the other copy of the codebook: eight rows
+    """csrc/common/IQ3S.h is the other copy of the codebook: eight rows
     whose tuples index all 512 entries in turn (random signs, sub-scales and
     d) dequantize natively to gguf-py's values bit for bit."""
     from iekit.runtime import kernels
@@ -58,23 +60,28 @@ def test_native_decoder_reads_every_codebook_entry_as_gguf_py_does():
     assert np.array_equal(got.view(np.uint32), _gguf_deq(raw, 8).view(np.uint32))
 
 
-def test_block_is_llama_cpp_s_size():
-    assert (S.block_elems, S.block_bytes) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.IQ3_S]
-    assert S.nbytes(4, 512) * 8 / (4 * 512) == 3.4375
+@pytest.mark.parametrize("scheme, bits", [("iq3_s", 3.4375), ("iq3_xxs", 3.0625)])
+def test_block_is_llama_cpp_s_size(scheme, bits):
+    s = SCHEMES[scheme]
+    assert (s.block_elems, s.block_bytes) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[scheme.upper()]]
+    assert s.nbytes(4, 512) * 8 / (4 * 512) == bits
 
 
+@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs"])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_golden_input_dequantizes_as_gguf_does_within_the_bound(weighted):
+def test_golden_input_dequantizes_as_gguf_does_within_the_bound(scheme, weighted):
     """The hostile golden rows (zeros, constants, subnormals, an outlier, ties):
     our bytes read back by gguf-py give our values bit for bit, within the bound."""
+    s, p = SCHEMES[scheme], QuantParams(scheme)
     x = np.load(GOLDEN / "input.npy")
     imp = np.load(GOLDEN / "importance.npy") if weighted else None
-    raw = S.quantize(x, P, importance=imp)
-    assert raw.size == S.nbytes(*x.shape, P)
-    ours = S.dequantize(raw, *x.shape, P)
-    assert np.array_equal(ours.view(np.uint32), _gguf_deq(raw, x.shape[0]).view(np.uint32))
-    assert (np.abs(x - ours) <= S.error_bound(x, raw, P)).all()
-    assert np.array_equal(ours[0], np.zeros(512, np.float32))  # an all-zero row stays zero
+    raw = s.quantize(x, p, importance=imp)
+    assert raw.size == s.nbytes(*x.shape, p)
+    ours = s.dequantize(raw, *x.shape, p)
+    assert np.array_equal(ours.view(np.uint32), _gguf_deq(raw, x.shape[0], scheme).view(np.uint32))
+    assert (np.abs(x - ours) <= s.error_bound(x, raw, p)).all()
+    if scheme == "iq3_s":
+        assert np.array_equal(ours[0], np.zeros(512, np.float32))  # an all-zero row stays zero (iq3_xxs has no 0)
 
 
 @pytest.mark.parametrize("dist", ["normal", "student-t"])
@@ -95,14 +102,14 @@ def test_nearest_entry_is_the_exhaustive_one_up_to_a_hair():
     """The neighbour lists stand in for a search of all 512 entries: on-grid
     tuples find themselves, and off-grid ones lose under 0.5% of the
     weighted error an exhaustive search leaves."""
-    g = iq3s_grid.grid()
+    g = IQ3S.grid()
     w1 = np.ones((512, 4), np.float32)
-    assert np.array_equal(iq3s_grid.nearest(g, w1), np.arange(512))
+    assert np.array_equal(IQ3S.nearest(g, w1), np.arange(512))
     rng = np.random.default_rng(0)
     u = rng.uniform(0, 16, (20000, 4)).astype(np.float32)
     w = rng.uniform(0.1, 1, (20000, 4)).astype(np.float32)
     best = np.einsum("mkj,mkj,mj->mk", u[:, None] - g[None], u[:, None] - g[None], w).min(axis=1)
-    got = ((u - g[iq3s_grid.nearest(u, w)]) ** 2 * w).sum(axis=1)
+    got = ((u - g[IQ3S.nearest(u, w)]) ** 2 * w).sum(axis=1)
     assert (got >= best - 1e-4).all()
     assert got.sum() <= 1.005 * best.sum()
 
@@ -116,22 +123,28 @@ def test_a_flipped_sign_breaks_the_bound():
     assert not (np.abs(x - deq) <= S.error_bound(x, raw, P)).all()
 
 
-def test_rows_need_whole_super_blocks():
-    assert "multiple of 256" in S.check([4, 576], P)
-    assert S.check([4, 512], P) is None
+@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs"])
+def test_rows_need_whole_super_blocks(scheme):
+    s, p = SCHEMES[scheme], QuantParams(scheme)
+    assert "multiple of 256" in s.check([4, 576], p)
+    assert s.check([4, 512], p) is None
 
 
-def test_a_scale_f16_cannot_hold_is_refused():
+@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs"])
+def test_a_scale_f16_cannot_hold_is_refused(scheme):
+    s, p = SCHEMES[scheme], QuantParams(scheme)
     with pytest.raises(IEError, match=r"w\.q: scale .* overflows f16"):
-        S.quantize(np.full((1, 256), 3e9, np.float32), P, name="w.q")
+        s.quantize(np.full((1, 256), 3e9, np.float32), p, name="w.q")
 
 
+@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs"])
 @settings(max_examples=25, deadline=None)
 @given(rows=st.integers(1, 4), supers=st.integers(1, 3), log_scale=st.floats(-30, 3), seed=st.integers(0, 2**31))
-def test_round_trip_on_random_scales(rows, supers, log_scale, seed):
+def test_round_trip_on_random_scales(scheme, rows, supers, log_scale, seed):
+    s, p = SCHEMES[scheme], QuantParams(scheme)
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((rows, 256 * supers)) * 10.0 ** log_scale).astype(np.float32)
-    raw = S.quantize(x, P)
-    deq = S.dequantize(raw, rows, x.shape[1], P)
-    assert np.array_equal(deq.view(np.uint32), _gguf_deq(raw, rows).view(np.uint32))
-    assert (np.abs(x - deq) <= S.error_bound(x, raw, P)).all()
+    raw = s.quantize(x, p)
+    deq = s.dequantize(raw, rows, x.shape[1], p)
+    assert np.array_equal(deq.view(np.uint32), _gguf_deq(raw, rows, scheme).view(np.uint32))
+    assert (np.abs(x - deq) <= s.error_bound(x, raw, p)).all()

@@ -101,7 +101,7 @@ def test_native_grid_search_is_the_numpy_one():
     """csrc/search/grid_nearest.cpp against the same search in numpy: each
     tuple's rounded levels, its 16 neighbours' sum w g (g - 2u), the first
     smallest; tuples off the grid's range (negative, past 15) and zero weights."""
-    from iekit.formats import iq3s_grid
+    from iekit.formats.codebooks import IQ3S
 
     rng = np.random.default_rng(3)
     u = rng.uniform(-2, 19, (5000, 4)).astype(np.float32)
@@ -112,7 +112,7 @@ def test_native_grid_search_is_the_numpy_one():
     u[2, 0] = np.nan
     u[3, 3] = -3e38
     u[4, :2], w[4, 0] = 3e38, 0
-    idx, values = iq3s_grid._neighbours()
+    idx, values = IQ3S.neighbours
     with np.errstate(all="ignore"):
         levels = np.clip(np.rint((u - 1) * np.float32(0.5)), 0, 7)
         t = np.where(np.isnan(levels), 0, levels).astype(np.int32) @ np.array([1, 8, 64, 512])
@@ -125,14 +125,15 @@ def test_native_grid_search_is_the_numpy_one():
     for c in range(1, err.shape[1]):
         best = np.where(err[:, c] < err[np.arange(len(u)), best], c, best)
     assert np.isnan(err[1:5]).any(axis=1)[[0, 1, 3]].all() and np.isinf(err[3]).all()
-    assert np.array_equal(iq3s_grid.nearest(u, w), idx[t, best])
+    assert np.array_equal(IQ3S.nearest(u, w), idx[t, best])
 
 
 def _iq3s_scales(a, w):
-    """formats/iq3s_grid.py's scales() as it was in numpy before
+    """formats/codebooks.py's scales() as it was in numpy before
     csrc/search/grid_nearest.cpp took it over: every row at once, each
     operation a float32 array operation, the sums numpy's."""
-    from iekit.formats import iq3s_grid
+    from iekit.formats import codebooks
+    from iekit.formats.codebooks import IQ3S
 
     amax = a.max(axis=1, keepdims=True)
     unit = a / np.where(amax > 0, amax, 1)
@@ -140,16 +141,16 @@ def _iq3s_scales(a, w):
 
     def fit(at):
         nonlocal best, gain, place
-        q = iq3s_grid.grid()[iq3s_grid.nearest((unit * at[:, None]).reshape(-1, 4), w.reshape(-1, 4))].reshape(a.shape)
+        q = IQ3S.grid()[IQ3S.nearest((unit * at[:, None]).reshape(-1, 4), w.reshape(-1, 4))].reshape(a.shape)
         wq = w * q
         sumqx, sumq2 = (wq * a).sum(axis=1), (wq * q).sum(axis=1)
         scale = (sumqx / np.where(sumq2 > 0, sumq2, np.inf)).astype(np.float32)
         better = scale * sumqx > gain
         best, gain, place = (np.where(better, v, old) for v, old in ((scale, best), (scale * sumqx, gain), (at, place)))
 
-    for start in iq3s_grid.STARTS:
+    for start in codebooks.STARTS:
         fit(np.full(len(a), start, np.float32))
-    for move in iq3s_grid.MOVES:
+    for move in codebooks.MOVES:
         around = place.copy()
         for d in (-move, move):
             fit(around + np.float32(d))
@@ -160,7 +161,7 @@ def test_native_grid_scales_are_the_numpy_ones():
     """csrc/search/grid_nearest.cpp's scale search against the numpy it
     replaced, bit for bit: magnitudes over six decades, rows of zeros, of one
     weight, subnormal, with zero, infinite or NaN weights, a NaN magnitude."""
-    from iekit.formats import iq3s_grid
+    from iekit.formats.codebooks import IQ3S
 
     rng = np.random.default_rng(5)
     a = np.abs(rng.standard_normal((6001, 32)) * np.exp(rng.uniform(-7, 7, (6001, 1)))).astype(np.float32)
@@ -172,7 +173,7 @@ def test_native_grid_scales_are_the_numpy_ones():
     w[5, ::2] = 0
     w[6] = np.float32(1e-30)
     w[7, 3], w[8, :], a[9, 5], w[10, 0] = np.inf, np.inf, np.nan, np.nan  # an overflowed importance, a NaN
-    got = iq3s_grid.scales(a, w)
+    got = IQ3S.scales(a, w)
     with np.errstate(all="ignore"):
         want = _iq3s_scales(a, w)
     assert got.tobytes() == want.tobytes(), np.flatnonzero(got != want)[:10]

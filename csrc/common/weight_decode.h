@@ -12,6 +12,7 @@
 #include "common/half.h"
 #include "common/hd.h"
 #include "common/iq3s_grid.h"
+#include "common/iq3xxs_grid.h"
 #include "common/weight_types.h"
 
 namespace ie {
@@ -158,6 +159,60 @@ IE_HD void iq3s_values(const uint8_t* blk, int j, int* out) {
   }
 }
 
+// iq3_xxs: iq3_s's super-blocks with an 8-bit index into a 256-entry
+// codebook of 4, 12, .., 52, 62 (iq3xxs_grid.h) and no high bits: sub-block
+// j's tuple m has its index at byte 2 + 8 j + m; the u32 at 66 + 4 j holds
+// in bits 7 g .. 7 g + 6 the signs of its elements 8 g .. 8 g + 6 (the
+// eighth's sign is their parity: an even number negative) and s_j in bits
+// 28..31. w = d * (0.5 + s_j) * 0.5 * (+-g), the f32 product ggml forms.
+constexpr int kIq3xxsQs = 2, kIq3xxsAux = 66;
+
+IE_HD uint32_t iq3xxs_aux(const uint8_t* blk, int j) { return load_u32(blk + kIq3xxsAux + 4 * j); }
+
+// Sub-block j's multiplier of d / 4, 1 + 2 s_j (1..31).
+IE_HD int iq3xxs_sub_scale(const uint8_t* blk, int j) { return 1 + 2 * static_cast<int>(iq3xxs_aux(blk, j) >> 28); }
+
+IE_HD float iq3xxs_scale(const uint8_t* blk, int j) {
+  return f16_to_f32(load_u16(blk)) * (0.5f + static_cast<float>(iq3xxs_aux(blk, j) >> 28)) * 0.5f;
+}
+
+// The 32 sign bits of sub-block j (bit e: element e negative): each seven
+// stored bits and their parity.
+IE_HD uint32_t iq3xxs_signs(const uint8_t* blk, int j) {
+  const uint32_t aux = iq3xxs_aux(blk, j);
+  uint32_t out = 0;
+  IE_UNROLL
+  for (int g = 0; g < 4; ++g) {
+    uint32_t s = (aux >> (7 * g)) & 0x7F, p = s;
+    p ^= p >> 4;
+    p ^= p >> 2;
+    p ^= p >> 1;
+    out |= (s | (p & 1) << 7) << (8 * g);
+  }
+  return out;
+}
+
+// The 32 signed values (+-4 .. +-62) of sub-block j, one codebook word per four.
+IE_HD void iq3xxs_values(const uint8_t* blk, int j, int* out) {
+  const uint32_t neg = iq3xxs_signs(blk, j);
+  IE_UNROLL
+  for (int m = 0; m < 8; ++m) {
+    const uint32_t word = iq3xxs_grid()[blk[kIq3xxsQs + 8 * j + m]];
+    for (int k = 0; k < 4; ++k) {
+      const int g = static_cast<int>((word >> (8 * k)) & 0xFF);
+      out[4 * m + k] = (neg >> (4 * m + k)) & 1 ? -g : g;
+    }
+  }
+}
+
+// Its magnitudes by level l (0..7), and the rows8 copy's nibble of a
+// signed value v: levels 0..7 of the negative values (largest first) as
+// 0..7, of the positive ones as 8..15.
+IE_HD constexpr int iq3xxs_level_value(int l) { return l == 7 ? 62 : 4 + 8 * l; }
+IE_HD constexpr int iq3xxs_nibble(int v) {
+  return v > 0 ? 8 + (v == 62 ? 7 : (v - 4) / 8) : 7 - (v == -62 ? 7 : (-v - 4) / 8);
+}
+
 // iq4_nl / iq4_xs: each code indexes ggml's non-linear grid kvalues_iq4nl;
 // a 32-element (sub-)block is w = scale * iq4_value(q), its codes the low
 // nibbles (elements 0..15) and high nibbles (16..31) of 16 bytes. iq4_xs
@@ -203,9 +258,15 @@ IE_HD float e8m0_half(uint8_t e) {
 // (iq4_nl, mxfp4) the scale of the block at blk.
 // iq3_s's rows8 copy (gemv/rows8.h) re-codes each signed value v (odd,
 // -15..15) as the nibble (v + 15) / 2, whose value is 2 q - 15.
+// iq3_xxs's re-codes v as iq3xxs_nibble(v).
 IE_HD constexpr int grid_value(WType t, int q) {
-  return t == WType::MXFP4 ? mxfp4_value(q) : t == WType::IQ3_S ? 2 * q - 15 : iq4_value(q);
+  return t == WType::MXFP4     ? mxfp4_value(q)
+         : t == WType::IQ3_S   ? 2 * q - 15
+         : t == WType::IQ3_XXS ? (q >= 8 ? iq3xxs_level_value(q - 8) : -iq3xxs_level_value(7 - q))
+                               : iq4_value(q);
 }
+static_assert(grid_value(WType::IQ3_XXS, iq3xxs_nibble(-62)) == -62 && grid_value(WType::IQ3_XXS, iq3xxs_nibble(4)) == 4 &&
+              grid_value(WType::IQ3_XXS, iq3xxs_nibble(-4)) == -4 && grid_value(WType::IQ3_XXS, iq3xxs_nibble(52)) == 52);
 IE_HD float grid_scale(WType t, const uint8_t* blk) {
   return t == WType::MXFP4 ? e8m0_half(blk[0]) : f16_to_f32(load_u16(blk));
 }
@@ -337,12 +398,15 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
       }
       return;
     }
-    case WType::IQ3_S: {
+    case WType::IQ3_S:
+    case WType::IQ3_XXS: {
       const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
       const int j = static_cast<int>(c0 % 256 / 32);
-      const float d = iq3s_scale(blk, j);
+      const bool xxs = s.type == WType::IQ3_XXS;
+      const float d = xxs ? iq3xxs_scale(blk, j) : iq3s_scale(blk, j);
       int v[32];
-      iq3s_values(blk, j, v);
+      if (xxs) iq3xxs_values(blk, j, v);
+      else iq3s_values(blk, j, v);
       IE_UNROLL
       for (int e = 0; e < 32; ++e) out[e] = d * static_cast<float>(v[e]);
       return;

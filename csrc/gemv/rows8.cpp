@@ -58,6 +58,12 @@ void block_codes(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w,
       for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>((v[e] + 15) / 2);
       return;
     }
+    case WType::IQ3_XXS: {  // signed values +-4 .. +-62 as nibbles (grid_value)
+      int v[32];
+      iq3xxs_values(blk, j, v);
+      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(iq3xxs_nibble(v[e]));
+      return;
+    }
     case WType::Q4_0:
     case WType::Q4_1:
     case WType::IQ4_NL:
@@ -230,11 +236,12 @@ void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64
       std::memcpy(h + H::d + 2 * i, blk + kQ3kD, 2);
       return;
     }
-    case WType::IQ3_S: {  // iq4_xs's header, l_j = 32 + (1 + 2 s_j) so that l_j - 32 is the sub-scale
+    case WType::IQ3_S:      // iq4_xs's header, l_j = 32 + (1 + 2 s_j) so that l_j - 32 is the sub-scale
+    case WType::IQ3_XXS: {  // the same (its d read as d / 4: rows8_d_factor)
       using H = Rows8Iq4xsHeader;
       uint16_t hi = 0;
       for (int j = 0; j < 8; ++j) {
-        const int l = 32 + iq3s_sub_scale(blk, j);
+        const int l = 32 + (s.type == WType::IQ3_S ? iq3s_sub_scale(blk, j) : iq3xxs_sub_scale(blk, j));
         h[H::scales_l + 4 * i + j / 2] |= static_cast<uint8_t>((l & 0xF) << (4 * (j % 2)));
         hi = static_cast<uint16_t>(hi | (l >> 4) << (2 * j));
       }
@@ -272,7 +279,8 @@ size_t header_bytes(const Rows8& p) {
     case WType::Q4_K:
     case WType::Q5_K: return Rows8KqHeader::bytes;
     case WType::IQ4_XS:
-    case WType::IQ3_S: return Rows8Iq4xsHeader::bytes;
+    case WType::IQ3_S:
+    case WType::IQ3_XXS: return Rows8Iq4xsHeader::bytes;
     case WType::IQ4_XSH: return Rows8Iq4xsHeader::xsh_bytes;
     case WType::Q6_K: return Rows8Q6kHeader::bytes;
     case WType::Q3_K: return Rows8Q3kHeader::bytes;
@@ -331,6 +339,7 @@ bool stores_every_byte(WType t) {
     case WType::Q3_K:
     case WType::Q2_K:
     case WType::IQ3_S:
+    case WType::IQ3_XXS:
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
@@ -358,6 +367,7 @@ void pack_tile(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_
     case WType::IQ4_XS:
     case WType::IQ4_XSH:
     case WType::IQ3_S:
+    case WType::IQ3_XXS:
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;

@@ -231,7 +231,7 @@ IE_INLINE void amx_sub_add(const int32_t* c, __m512i mult, const float* xd, __m5
                            P[m]);
 }
 
-// iq4xs_pair's types (iq4_xs, iq3_s: signed table values, 6-bit
+// iq4xs_pair's types (iq4_xs, iq3_s, iq3_xxs: signed table values, 6-bit
 // sub-scales l - 32; iq4_xsh: each sub-block's values shifted as its grid
 // bit says), iq4xs_pair's floats per token.
 template <WType T>
@@ -258,7 +258,7 @@ IE_INLINE void iq4xs_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
         }
         amx_sub_add(c, ls.mult(j), x.d + k * B + b0, P);
         if (j == 7) {
-          const __m512 d = load16<2>(h + H::d, tb);
+          const __m512 d = _mm512_mul_ps(load16<2>(h + H::d, tb), _mm512_set1_ps(rows8_d_factor(T)));
           for (int m = 0; m < kAmxTokens; ++m) acc[m] = _mm512_fmadd_ps(P[m], d, acc[m]);
         }
       });
@@ -406,6 +406,7 @@ AmxKernel amx_kernel(const Rows8& p) {
       });
     case WType::IQ4_XS: return amx_fn<iq4xs_amx<WType::IQ4_XS>>;
     case WType::IQ3_S: return amx_fn<iq4xs_amx<WType::IQ3_S>>;
+    case WType::IQ3_XXS: return amx_fn<iq4xs_amx<WType::IQ3_XXS>>;
     case WType::IQ4_XSH: return amx_fn<iq4xs_amx<WType::IQ4_XSH>>;
     case WType::Q4_K: return amx_fn<kq_amx<false>>;
     case WType::Q5_K: return amx_fn<kq_amx<true>>;

@@ -210,7 +210,7 @@ struct Iq4xsSubScales {
   }
 };
 
-// iq4xs_tile_n over a pair (iq4_xs, iq3_s; iq4_xsh, its values shifted):
+// iq4xs_tile_n over a pair (iq4_xs, iq3_s, iq3_xxs; iq4_xsh, its values shifted):
 // per sub-block the 16 rows' sub-scales l - 32 from scales_l and scales_h,
 // times the block's offset sums by vpmulld; d once per super-block.
 template <WType T>
@@ -235,7 +235,7 @@ IE_INLINE void iq4xs_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
       for (int b = 0; b < kPairTokens; ++b)
         P[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(s[b], mult)), _mm512_set1_ps(x.d[kx + b]), P[b]);
     }
-    const __m512 d = load16<2>(h + H::d, tb);
+    const __m512 d = _mm512_mul_ps(load16<2>(h + H::d, tb), _mm512_set1_ps(rows8_d_factor(T)));
     for (int b = 0; b < kPairTokens; ++b) acc[b] = _mm512_fmadd_ps(P[b], d, acc[b]);
   }
 }
@@ -493,6 +493,7 @@ PairKernel pair_kernel(const Rows8& p) {
     case WType::MXFP4: return pair_fn<signed_pair<WType::MXFP4>>;
     case WType::IQ4_XS: return pair_fn<iq4xs_pair<WType::IQ4_XS>>;
     case WType::IQ3_S: return pair_fn<iq4xs_pair<WType::IQ3_S>>;
+    case WType::IQ3_XXS: return pair_fn<iq4xs_pair<WType::IQ3_XXS>>;
     case WType::IQ4_XSH: return pair_fn<iq4xs_pair<WType::IQ4_XSH>>;
     case WType::Q4_K: return pair_fn<kq_pair<false>>;
     case WType::Q5_K: return pair_fn<kq_pair<true>>;

@@ -506,7 +506,7 @@ IE_INLINE __m256i xsh_lanes(const uint8_t* h, int j) {
   return _mm256_cmpeq_epi32(_mm256_and_si256(bits, bit), bit);
 }
 
-// iq4_xs tiles (and iq3_s's, the same layout with its own table, on AVX2
+// iq4_xs tiles (and iq3_xxs's, the same with its table and its d / 4; iq3_s's, on AVX2
 // read unsigned as v + 16; iq4_xsh's, each sub-block's values shifted by
 // xsh_shifts): per sub-block j, the eight rows' 6-bit sub-scales l - 32
 // unpacked at once from scales_l and scales_h, multiplied inside the madds
@@ -579,7 +579,7 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
 #endif
       for (int b = 0; b < NB; ++b) P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_broadcast_ss(x.d + kx + b), P[b]);
     });
-    const __m256 d = load8<2>(h + H::d);
+    const __m256 d = _mm256_mul_ps(load8<2>(h + H::d), _mm256_set1_ps(rows8_d_factor(T)));  // (exact: a power of two)
     for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
   }
 }
@@ -850,6 +850,7 @@ TileKernel<NB> tile_kernel(const Rows8& p) {
     case WType::Q3_K: return tile_fn<NB, sym16_tile_n<WType::Q3_K, NB>>;
     case WType::Q2_K: return tile_fn<NB, q2k_tile_n<NB>>;
     case WType::IQ3_S: return tile_fn<NB, iq4xs_tile_n<WType::IQ3_S, NB>>;
+    case WType::IQ3_XXS: return tile_fn<NB, iq4xs_tile_n<WType::IQ3_XXS, NB>>;
     case WType::IQ4_XSH: return tile_fn<NB, iq4xs_tile_n<WType::IQ4_XSH, NB>>;
     case WType::Int4w:  // scale width and affinity chosen at run time
     case WType::Q4_0:

@@ -1,14 +1,14 @@
 // The nearest codebook entry to each four-tuple of magnitudes under
 // per-weight weights, among the candidates a table lists for its rounded
-// tuple, and the scale fits built on it: iq3_s's searches
-// (formats/iq3s_grid.py builds the table; tests/test_quant_search.py holds
+// tuple, and the scale fits built on it: iq3_s's and iq3_xxs's searches
+// (formats/codebooks.py builds the table; tests/test_quant_search.py holds
 // the numpy they replaced).
 #pragma once
 #include <cstdint>
 
 namespace ie {
 
-// Candidates per tuple of levels (formats/iq3s_grid.py's NEIGHBOURS): fixed,
+// Candidates per tuple of levels (formats/codebooks.py's NEIGHBOURS): fixed,
 // so that they are four vectors of errors with no loop bounds.
 constexpr int kCandidates = 16;
 
@@ -22,7 +22,7 @@ void grid_nearest(const float* u, const float* w, int64_t m, const int16_t* cand
                   int32_t* out);
 
 // a, w: [m, 32] magnitudes and weights. out[r]: the scale of row r,
-// formats/iq3s_grid.py's scales() in the same float32 operations (NaN and
+// formats/codebooks.py's scales() in the same float32 operations (NaN and
 // inf included: a weight can overflow where an importance matrix is huge): at each
 // place p tried (starts, then the best so far moved by -d and +d for each d
 // of moves), u = a / max(a) * p (1 for max(a) 0) takes each tuple's grid_nearest entry q and

@@ -37,7 +37,7 @@ void check_range(const char* what, const char* name, int v, int lo, int hi) {
                                 std::to_string(hi) + ", got " + std::to_string(v));
 }
 
-// cand_val [4096, 4, kCandidates]: iq3_s's candidate table.
+// cand_val [4096, 4, kCandidates]: a codebook's candidate table (formats/codebooks.py).
 void check_candidates(const char* what, const F32Array& cand_val) {
   if (cand_val.ndim() != 3 || cand_val.shape(0) != 4096 || cand_val.shape(1) != 4 ||
       cand_val.shape(2) != ie::kCandidates)
@@ -199,9 +199,9 @@ PYBIND11_MODULE(_search, m) {
         "float32 [n].");
   m.def("grid_scales", &grid_scales, py::arg("a"), py::arg("w"), py::arg("cand_val"), py::arg("starts"),
         py::arg("moves"),
-        "iq3_s's scale search: for each row of 32 magnitudes a and weights w [m, 32], the best weighted "
+        "The codebook types' scale search (iq3_s, iq3_xxs): for each row of 32 magnitudes a and weights w [m, 32], the best weighted "
         "least-squares scale over the places tried (starts, then moves around the best): float32 [m].");
   m.def("grid_nearest", &grid_nearest, py::arg("u"), py::arg("w"), py::arg("cand_idx"), py::arg("cand_val"),
-        "iq3_s's search: for each magnitude four-tuple u [m, 4] under weights w [m, 4], the candidate of its "
+        "The codebook types' search (iq3_s, iq3_xxs): for each magnitude four-tuple u [m, 4] under weights w [m, 4], the candidate of its "
         "rounded tuple (cand_idx [4096, 16], cand_val [4096, 4, 16]) of least weighted squared error: int32 [m].");
 }
