@@ -1,27 +1,31 @@
-"""llama.cpp's three-bit codebooks (IQ3_S's and IQ3_XXS's) and the
+"""llama.cpp's codebooks (IQ3_S's, IQ3_XXS's, IQ2_XXS's) and the
 nearest-point search over them.
 
-Both code four weights at once by an index into a table of four-tuples of
-eight magnitudes (3 bits each would need 4096 entries; the tables keep the
-ones weights land on), with a sign per weight:
+Each codes several weights at once by an index into a table of tuples of
+magnitudes (every combination of levels would need far more entries; the
+tables keep the ones weights land on), with a sign per weight:
 
-- IQ3_S: 512 tuples of the odd magnitudes 1, 3, .., 15 (a 9-bit index);
-- IQ3_XXS: 256 tuples of 4, 12, .., 52, 62 (an 8-bit index), which are
-  4 x (1, 3, .., 13, 15.5): held here in those units, so that one search
-  (and one scale convention, d x (1 + 2 s) per sub-block) serves both.
+- IQ3_S: 512 four-tuples of the odd magnitudes 1, 3, .., 15 (a 9-bit index);
+- IQ3_XXS: 256 four-tuples of 4, 12, .., 52, 62 (an 8-bit index), which are
+  4 x (1, 3, .., 13, 15.5);
+- IQ2_XXS: 256 eight-tuples of 8, 25, 43 (an 8-bit index), which are
+  8 x (1, 3.125, 5.375).
+
+Held here in those units, so that one search and one scale convention
+(d x (1 + 2 s) per 32-element sub-block) serve all three.
 
 A vector codebook packs the bits better than q3_k's uniform per-element
 grid: on the widened SmolLM2 llama.cpp's IQ3_S had 15-22% less
 importance-weighted error than its Q3_K (docs/quality.md). The tables are
-part of the formats (ggml's iq3s_grid and iq3xxs_grid; byte j of a word is
-element j's magnitude) and csrc/common/iq3s_grid.h, iq3xxs_grid.h hold the
-same words for the runtime; tests pin both to gguf-py's.
+part of the formats (ggml's iq3s_grid, iq3xxs_grid and iq2xxs_grid; byte j
+of a word is element j's magnitude) and csrc/common/*_grid.h hold the same
+words for the runtime; tests pin both to gguf-py's.
 
-The search: round each magnitude to its nearest odd level (one of 4096
-tuples), then take, under the caller's per-weight weights, the best of the
-NEIGHBOURS grid points nearest to that tuple (precomputed once per table).
-Exhaustive search over all entries changes the sub-block error by well
-under 1% at 16 neighbours, at a fraction of the work.
+The search: round each magnitude to its nearest level (one of 4096 tuples
+of four, 6561 of eight), then take, under the caller's per-weight weights,
+the best of the NEIGHBOURS grid points nearest to that tuple (precomputed
+once per table). Exhaustive search over all entries changes the sub-block
+error by well under 1% at 16 neighbours (IQ3_S), at a fraction of the work.
 """
 
 from __future__ import annotations
@@ -135,73 +139,150 @@ IQ3XXS_WORDS = np.array([
     0x3e1c1c1c, 0x3e1c3404, 0x3e24140c, 0x3e24240c, 0x3e2c0404, 0x3e2c0414, 0x3e2c1424, 0x3e341c04,
 ], dtype="<u4")
 
+IQ2XXS_WORDS = np.array([
+    0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
+    0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x08080808082b0808,
+    0x08080808082b082b, 0x08080808082b2b08, 0x08080808082b2b2b, 0x0808080819080819,
+    0x0808080819081908, 0x0808080819190808, 0x0808080819192b08, 0x08080808192b0819,
+    0x08080808192b1908, 0x080808082b080808, 0x080808082b08082b, 0x080808082b082b2b,
+    0x080808082b2b082b, 0x0808081908080819, 0x0808081908081908, 0x0808081908190808,
+    0x0808081908191919, 0x0808081919080808, 0x080808192b081908, 0x080808192b192b08,
+    0x0808082b08080808, 0x0808082b0808082b, 0x0808082b082b082b, 0x0808082b2b08082b,
+    0x0808190808080819, 0x0808190808081908, 0x0808190808190808, 0x08081908082b0819,
+    0x08081908082b1908, 0x0808190819080808, 0x080819081908082b, 0x0808190819082b08,
+    0x08081908192b0808, 0x080819082b080819, 0x080819082b081908, 0x080819082b190808,
+    0x080819082b2b1908, 0x0808191908080808, 0x080819190808082b, 0x0808191908082b08,
+    0x08081919082b0808, 0x080819191908192b, 0x08081919192b2b19, 0x080819192b080808,
+    0x080819192b190819, 0x0808192b08082b19, 0x0808192b08190808, 0x0808192b19080808,
+    0x0808192b2b081908, 0x0808192b2b2b1908, 0x08082b0808080808, 0x08082b0808081919,
+    0x08082b0808082b08, 0x08082b0808191908, 0x08082b08082b2b08, 0x08082b0819080819,
+    0x08082b0819081908, 0x08082b0819190808, 0x08082b081919082b, 0x08082b082b082b08,
+    0x08082b1908081908, 0x08082b1919080808, 0x08082b2b0808082b, 0x08082b2b08191908,
+    0x0819080808080819, 0x0819080808081908, 0x0819080808190808, 0x08190808082b0819,
+    0x0819080819080808, 0x08190808192b0808, 0x081908082b081908, 0x081908082b190808,
+    0x081908082b191919, 0x0819081908080808, 0x0819081908082b08, 0x08190819082b0808,
+    0x0819081919190808, 0x0819081919192b2b, 0x081908192b080808, 0x0819082b082b1908,
+    0x0819082b19081919, 0x0819190808080808, 0x0819190808082b08, 0x08191908082b0808,
+    0x08191908082b1919, 0x0819190819082b19, 0x081919082b080808, 0x0819191908192b08,
+    0x08191919192b082b, 0x0819192b08080808, 0x0819192b0819192b, 0x08192b0808080819,
+    0x08192b0808081908, 0x08192b0808190808, 0x08192b0819080808, 0x08192b082b080819,
+    0x08192b1908080808, 0x08192b1908081919, 0x08192b192b2b0808, 0x08192b2b19190819,
+    0x082b080808080808, 0x082b08080808082b, 0x082b080808082b2b, 0x082b080819081908,
+    0x082b0808192b0819, 0x082b08082b080808, 0x082b08082b08082b, 0x082b0819082b2b19,
+    0x082b081919082b08, 0x082b082b08080808, 0x082b082b0808082b, 0x082b190808080819,
+    0x082b190808081908, 0x082b190808190808, 0x082b190819080808, 0x082b19081919192b,
+    0x082b191908080808, 0x082b191919080819, 0x082b1919192b1908, 0x082b192b2b190808,
+    0x082b2b0808082b08, 0x082b2b08082b0808, 0x082b2b082b191908, 0x082b2b2b19081908,
+    0x1908080808080819, 0x1908080808081908, 0x1908080808190808, 0x1908080808192b08,
+    0x19080808082b0819, 0x19080808082b1908, 0x1908080819080808, 0x1908080819082b08,
+    0x190808081919192b, 0x19080808192b0808, 0x190808082b080819, 0x190808082b081908,
+    0x190808082b190808, 0x1908081908080808, 0x19080819082b0808, 0x19080819192b0819,
+    0x190808192b080808, 0x190808192b081919, 0x1908082b08080819, 0x1908082b08190808,
+    0x1908082b19082b08, 0x1908082b1919192b, 0x1908082b192b2b08, 0x1908190808080808,
+    0x1908190808082b08, 0x19081908082b0808, 0x190819082b080808, 0x190819082b192b19,
+    0x190819190819082b, 0x19081919082b1908, 0x1908192b08080808, 0x19082b0808080819,
+    0x19082b0808081908, 0x19082b0808190808, 0x19082b0819080808, 0x19082b0819081919,
+    0x19082b1908080808, 0x19082b1919192b08, 0x19082b19192b0819, 0x19082b192b08082b,
+    0x19082b2b19081919, 0x19082b2b2b190808, 0x1919080808080808, 0x1919080808082b08,
+    0x1919080808190819, 0x1919080808192b19, 0x19190808082b0808, 0x191908082b080808,
+    0x191908082b082b08, 0x1919081908081908, 0x191908191908082b, 0x191908192b2b1908,
+    0x1919082b2b190819, 0x191919082b190808, 0x191919082b19082b, 0x1919191908082b2b,
+    0x1919192b08080819, 0x1919192b19191908, 0x19192b0808080808, 0x19192b0808190819,
+    0x19192b0808192b19, 0x19192b08192b1908, 0x19192b1919080808, 0x19192b2b08082b08,
+    0x192b080808081908, 0x192b080808190808, 0x192b080819080808, 0x192b0808192b2b08,
+    0x192b081908080808, 0x192b081919191919, 0x192b082b08192b08, 0x192b082b192b0808,
+    0x192b190808080808, 0x192b190808081919, 0x192b191908190808, 0x192b19190819082b,
+    0x192b19192b081908, 0x192b2b081908082b, 0x2b08080808080808, 0x2b0808080808082b,
+    0x2b08080808082b2b, 0x2b08080819080819, 0x2b0808082b08082b, 0x2b08081908081908,
+    0x2b08081908192b08, 0x2b08081919080808, 0x2b08082b08190819, 0x2b08190808080819,
+    0x2b08190808081908, 0x2b08190808190808, 0x2b08190808191919, 0x2b08190819080808,
+    0x2b081908192b0808, 0x2b08191908080808, 0x2b0819191908192b, 0x2b0819192b191908,
+    0x2b08192b08082b19, 0x2b08192b19080808, 0x2b08192b192b0808, 0x2b082b080808082b,
+    0x2b082b1908081908, 0x2b082b2b08190819, 0x2b19080808081908, 0x2b19080808190808,
+    0x2b190808082b1908, 0x2b19080819080808, 0x2b1908082b2b0819, 0x2b1908190819192b,
+    0x2b1908192b080808, 0x2b19082b19081919, 0x2b19190808080808, 0x2b191908082b082b,
+    0x2b19190819081908, 0x2b19191919190819, 0x2b192b082b080819, 0x2b192b19082b0808,
+    0x2b2b08080808082b, 0x2b2b080819190808, 0x2b2b08082b081919, 0x2b2b081908082b19,
+    0x2b2b082b08080808, 0x2b2b190808192b08, 0x2b2b2b0819190808, 0x2b2b2b1908081908,
+], dtype="<u8")
+
 NEIGHBOURS = 16  # grid points tried per rounded tuple (the native search's kCandidates: built for 16)
 
 # The scales tried per sub-block, as the place of its largest magnitude on
-# the grid (15: the top odd level; below it the largest weights clip to the
-# top while the many small ones land on finer steps): two starts, then the
-# better one moved by ±2 and by ±1 where that fits better. On the widened
-# SmolLM2 these six fits leave 0.9% less error than nine fixed places 16,
-# 15, .., 8, in 0.7x the time (IQ3_S).
+# the grid (IQ3: 15, the top odd level; below it the largest weights clip to
+# the top while the many small ones land on finer steps): two starts, then
+# the better one moved by ±2 and by ±1 where that fits better. On the
+# widened SmolLM2 these six fits leave 0.9% less error than nine fixed places
+# 16, 15, .., 8, in 0.7x the time (IQ3_S). IQ2_XXS's are scaled by 8/15
+# (places 8.5 and 6.4 for its top level 5.375: with three levels, letting
+# the largest weights clip pays): 2-5% less error than at its top's
+# fraction 5.375/15, on Gaussian and Student-t rows with and without an
+# importance vector.
 STARTS = (16.0, 12.0)
 MOVES = (2.0, 1.0)
 
+# The magnitude each level stands for, by dims (csrc/search/grid_nearest.h
+# rounds to them the same way).
+LEVELS = {4: np.arange(1, 16, 2, dtype=np.float32), 8: np.array([1, 3.125, 5.375], np.float32)}
+
 
 class Codebook:
-    """One table of four-tuples of magnitudes and the searches over it."""
+    """One table of tuples of magnitudes and the searches over it."""
 
-    def __init__(self, words: np.ndarray, unit: float) -> None:
+    def __init__(self, words: np.ndarray, unit: float, place: float = 1.0) -> None:
         self.words = words
         self.unit = unit  # stored magnitude per grid unit (IQ3_XXS: 4)
-
-    @cached_property
-    def entries(self) -> int:
-        return len(self.words)
+        self.dims = words.dtype.itemsize  # magnitudes per entry (one byte each)
+        self.place = place  # STARTS and MOVES are scaled by this
 
     def grid(self) -> np.ndarray:
-        """[entries, 4] float32 magnitudes of every entry, in grid units."""
+        """[entries, dims] float32 magnitudes of every entry, in grid units."""
         return self._grid
 
     @cached_property
     def _grid(self) -> np.ndarray:
-        g = self.words.view(np.uint8).reshape(-1, 4).astype(np.float32) / np.float32(self.unit)
+        g = self.words.view(np.uint8).reshape(-1, self.dims).astype(np.float32) / np.float32(self.unit)
         g.flags.writeable = False
         return g
 
     @cached_property
     def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
         """The NEIGHBOURS entries nearest (squared distance, then index) to
-        each tuple of levels 0..7 ([4096, K], the tuple's index being sum
-        level_j 8^j, level j standing for 2 j + 1), and their magnitudes
-        element-major [4096, 4, K] (the native search runs across the
-        candidates)."""
-        levels = (np.arange(4096)[:, None] >> (3 * np.arange(4))[None, :]) & 7
-        tuples = (2 * levels + 1).astype(np.float32)
+        each tuple of levels ([tuples, K], the tuple's index being sum
+        level_j L^j for L levels), and their magnitudes element-major
+        [tuples, dims, K] (the native search runs across the candidates)."""
+        levels = LEVELS[self.dims]
+        n = len(levels)
+        codes = (np.arange(n ** self.dims)[:, None] // n ** np.arange(self.dims)[None, :]) % n
+        tuples = levels[codes]
         dist = ((tuples[:, None, :] - self.grid()[None, :, :]) ** 2).sum(-1)
         idx = np.argsort(dist, axis=1, kind="stable")[:, :NEIGHBOURS].astype(np.int16)
         return idx, np.ascontiguousarray(self.grid()[idx].transpose(0, 2, 1))
 
     def nearest(self, u: np.ndarray, w: np.ndarray) -> np.ndarray:
-        """Entry [m] nearest to each magnitude four-tuple u [m, 4] (in grid
-        units) under per-weight weights w [m, 4]: the smallest sum w (u - g)²
-        among the rounded tuple's neighbours (the first of equals), compared
-        as sum w g (g - 2u), which differs from it by the candidates' common
-        sum w u². In C++ (csrc/search/grid_nearest.cpp), where numpy spent
-        most of the quantizer's time."""
+        """Entry [m] nearest to each magnitude tuple u [m, dims] (in grid
+        units) under per-weight weights w [m, dims]: the smallest sum w (u -
+        g)² among the rounded tuple's neighbours (the first of equals),
+        compared as sum w g (g - 2u), which differs from it by the
+        candidates' common sum w u². In C++ (csrc/search/grid_nearest.cpp),
+        where numpy spent most of the quantizer's time."""
         idx, values = self.neighbours
         return _search.grid_nearest(u, w, idx, values)
 
     def scales(self, a: np.ndarray, w: np.ndarray) -> np.ndarray:
         """The scale [m] of each 32-element row of magnitudes a [m, 32]
         under weights w [m, 32]: at each place tried (STARTS, MOVES), every
-        four-tuple takes its nearest entry and the scale is their weighted
+        tuple takes its nearest entry and the scale is their weighted
         least-squares fit; the one of least weighted squared error (largest
         scale x sum w a q) is kept, 0 for a row of zeros. In C++
         (csrc/search/grid_nearest.cpp): the numpy it replaced, now in
         tests/test_quant_search.py, took a third of an 8B gptq run's time."""
         _, values = self.neighbours
-        return per_block(_search.grid_scales, a, w, values, np.array(STARTS, np.float32), np.array(MOVES, np.float32))
+        at = np.float32(self.place)
+        return per_block(_search.grid_scales, a, w, values, np.array(STARTS, np.float32) * at,
+                         np.array(MOVES, np.float32) * at)
 
 
 IQ3S = Codebook(IQ3S_WORDS, 1.0)
 IQ3XXS = Codebook(IQ3XXS_WORDS, 4.0)
+IQ2XXS = Codebook(IQ2XXS_WORDS, 8.0, place=8 / 15)

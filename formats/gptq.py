@@ -43,7 +43,7 @@ linear in its scale fields (each block's d, and its min or dmin where the
 type has one; int4w's group scales and mins), so the fields that minimize
 (w − ŵ) H (w − ŵ)ᵀ with the codes held are one small least-squares problem
 per row (refit_scales): blocks × fields unknowns, coupled through H. The
-types with sub-block scales (the k-quants, iq4_xs, iq4_xsh, iq3_s, iq3_xxs) have
+types with sub-block scales (the k-quants, iq4_xs, iq4_xsh and the codebook types) have
 their integer sub-scales refitted too (refit_sub_scales): solved as real
 numbers, then coded back into the type's integers and super-scales. The
 bytes stay the type's; only scale bytes change. mxfp4's power-of-two
@@ -318,7 +318,7 @@ def refit_scales(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Scheme
 def refit_sub_scales(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Scheme, p: QuantParams) -> QuantizedRows:
     """``qr`` with its sub-block scales (and mins) and its f16 super-scales
     refitted, codes held, to less (w − ŵ) H (w − ŵ)ᵀ per row: refit_scales
-    for the types with sub-scales (the k-quants, iq4_xs, iq4_xsh, iq3_s, iq3_xxs).
+    for the types with sub-scales (the k-quants, iq4_xs, iq4_xsh and the codebook types).
 
     refit_scales moves a super-block's f16 d (and dmin) only, its integer
     sub-scales as quantized: on the widened SmolLM2 that leaves iq4_xs's

@@ -1452,7 +1452,7 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
 
     def _fit(self, a, wts, name):
         """The codebook search over magnitudes a [n, 256] under weights wts:
-        d (f16), the sub-scales s [n, 8] and the entries idx [n, 8, 8]."""
+        d (f16), the sub-scales s [n, 8] and the entries idx [n, 8, 32 / dims]."""
         n = a.shape[0]
         a = a.reshape(n * 8, self.SUB)
         w = np.ascontiguousarray(wts, dtype=np.float32).reshape(n * 8, self.SUB)
@@ -1464,8 +1464,9 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
         with np.errstate(divide="ignore", invalid="ignore"):
             s = np.clip(np.rint((sub * _recip(dq)[:, None] - 1) / 2), 0, 15).astype(np.uint8)
         db = self._times_sub(dq, s)
-        u = (a.reshape(n, 8, self.SUB) * _recip(db)[..., None]).reshape(-1, 4)
-        return d16, s, self.BOOK.nearest(u, w.reshape(-1, 4)).reshape(n, 8, 8)
+        k = self.BOOK.dims
+        u = (a.reshape(n, 8, self.SUB) * _recip(db)[..., None]).reshape(-1, k)
+        return d16, s, self.BOOK.nearest(u, w.reshape(-1, k)).reshape(n, 8, self.SUB // k)
 
     def _pack(self, d16, s, idx, neg):
         """The blocks of d16, s, idx (_fit) and each element's sign neg [n, 256]."""
@@ -1560,11 +1561,24 @@ class IQ3_XXS(IQ3_S, weight_type="iq3_xxs"):
         seven = (neg.reshape(n, 8, 4, 8)[..., :7].astype(np.uint32) << np.arange(7, dtype=np.uint32)).sum(
             axis=3, dtype=np.uint32)
         aux = (seven << (7 * np.arange(4, dtype=np.uint32))).sum(axis=2, dtype=np.uint32) | (s.astype(np.uint32) << 28)
-        return np.concatenate([d16[:, None].view(np.uint8), idx.astype(np.uint8).reshape(n, 64),
-                               aux.astype("<u4").view(np.uint8).reshape(n, 32)], axis=1)
+        return np.concatenate([d16[:, None].view(np.uint8), self._codes(idx.astype(np.uint8), aux.astype("<u4"))],
+                              axis=1)
+
+    def _codes(self, idx: np.ndarray, aux: np.ndarray) -> np.ndarray:
+        """The bytes after d of the entries idx [n, 8, 8] (uint8) and the sign/scale words aux [n, 8]."""
+        n = len(idx)
+        return np.concatenate([idx.reshape(n, 64), aux.view(np.uint8).reshape(n, 32)], axis=1)
 
     def _aux(self, raw: np.ndarray) -> np.ndarray:
-        return raw[:, self.AUX:self.AUX + 32].copy().view("<u4")  # [n, 8]
+        """The sign/scale words [n, 8] of blocks raw."""
+        return raw[:, self.AUX:self.AUX + 32].copy().view("<u4")
+
+    def _set_aux(self, out: np.ndarray, aux: np.ndarray) -> None:
+        out[:, self.AUX:self.AUX + 32] = aux.astype("<u4").view(np.uint8)
+
+    def _entries(self, raw: np.ndarray) -> np.ndarray:
+        """The entries [n, 8, 32 / dims] of blocks raw."""
+        return raw[:, self.QS:self.QS + 64].astype(np.int32).reshape(-1, 8, 8)
 
     def sub_scales(self, raw):
         """Per sub-block scale d × (1 + 2 s_j) as float32 [n, 8], in the codebook's
@@ -1577,18 +1591,50 @@ class IQ3_XXS(IQ3_S, weight_type="iq3_xxs"):
         for k in range(7):
             parity ^= (seven >> k) & 1
         neg = (((seven | parity << 7)[..., None] >> np.arange(8, dtype=np.uint32)) & 1).reshape(-1, 8, self.SUB)
-        idx = raw[:, self.QS:self.QS + 64].astype(np.int32)
-        return self.BOOK.grid()[idx].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1), np.float32(1))
+        return self.BOOK.grid()[self._entries(raw)].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1),
+                                                                                         np.float32(1))
 
     def _put_sub_levels(self, out, m):
         aux = self._aux(out) & np.uint32(0x0FFFFFFF)
-        aux |= ((m - 1) // 2).astype(np.uint32) << 28
-        out[:, self.AUX:self.AUX + 32] = aux.astype("<u4").view(np.uint8)
+        self._set_aux(out, aux | ((m - 1) // 2).astype(np.uint32) << 28)
 
     def _sign_slack(self, b, a, db, far):
         # a group of eight with an odd number of negative weights stores one of them with the other sign
         odd = ((b < 0).reshape(-1, 8, 4, 8).sum(axis=3) % 2 == 1).repeat(8, axis=2)
         return np.where(odd, np.maximum(far, a + np.float32(self.TOP) * db), far)
+
+
+class IQ2_XXS(IQ3_XXS, weight_type="iq2_xxs"):
+    """llama.cpp's IQ2_XXS: IQ3_XXS's signs and scales over eight-tuples:
+    each eight weights an 8-bit index into 256 eight-tuples of 8, 25, 43
+    (formats/codebooks.py, held as 8 x (1, 3.125, 5.375)), w = d × (0.5 +
+    s_j) × 0.25 × ±g: 2.0625 bits per weight, what llama.cpp's IQ2_XXS mix
+    and the 2-bit quants of large models hold most matrices in. Byte layout:
+    d, then per sub-block j eight bytes at 2 + 8 j: its four indices (tuple
+    m: elements 32 j + 8 m .. + 7), then IQ3_XXS's u32 of signs and s_j.
+
+    The search is IQ3_XXS's over this codebook, the places it tries scaled
+    to its top level."""
+
+    GGUF, GGUF_FILE_TYPE = "IQ2_XXS", "MOSTLY_IQ2_XXS"
+    FALLBACK = {"scheme": "iq4_nl"}  # as llama.cpp (a row that is no whole super-blocks)
+    LADDER = ()
+
+    BOOK = codebooks.IQ2XXS
+    TOP = 5.375
+
+    def _codes(self, idx, aux):
+        n = len(idx)
+        return np.concatenate([idx.reshape(n, 8, 4), aux.view(np.uint8).reshape(n, 8, 4)], axis=2).reshape(n, 64)
+
+    def _aux(self, raw):
+        return raw[:, 2:66].reshape(-1, 8, 8)[:, :, 4:].copy().view("<u4").reshape(-1, 8)
+
+    def _set_aux(self, out, aux):
+        out[:, 2:66].reshape(-1, 8, 8)[:, :, 4:] = aux.astype("<u4").reshape(-1, 8, 1).view(np.uint8)
+
+    def _entries(self, raw):
+        return raw[:, 2:66].reshape(-1, 8, 8)[:, :, :4].astype(np.int32)
 
 
 # e2m1 (FP4 E2M1) values doubled, so they are integers: ggml's kvalues_mxfp4.

@@ -71,6 +71,7 @@ TABLE: tuple[WeightFacts, ...] = (
     _blocks("iq3_s", 2 + 64 + 8 + 32 + 4, 256),  # d: f16, 64 x 9-bit codebook index (low bytes, high bits), 256 signs, 8 x 4-bit scale
     _blocks("iq4_xsh", 2 + 2 + 4 + 128 + 1, 256),  # iq4_xs's bytes, then 8 grid-shift bits (one per sub-block)
     _blocks("iq3_xxs", 2 + 64 + 32, 256),  # d: f16, 64 x 8-bit codebook index, 8 x (28 sign bits, 4-bit scale)
+    _blocks("iq2_xxs", 2 + 64, 256),  # d: f16, per sub-block 4 x 8-bit codebook index and (28 sign bits, 4-bit scale)
 )
 _FACTS: dict[str, WeightFacts] = {f.name: f for f in TABLE}
 

@@ -1,9 +1,9 @@
 """iq3_s: llama.cpp's IQ3_S codebook type (formats/quant.py IQ3_S,
 formats/codebooks.py), checked against gguf-py's table and dequantizer
 (independent of our code) and against q3_k, the uniform grid of the same
-size that it exists to beat. The checks both codebook types share (sizes,
+size that it exists to beat. The checks the codebook types share (sizes,
 gguf-py's reading of the hostile golden rows and of random scales, the
-refusals) run here for iq3_xxs too; its own in tests/test_iq3xxs.py.
+refusals) run here for iq3_xxs and iq2_xxs too; their own in tests/test_xxs.py.
 
 The native decoders' bytes are held to gguf-py's here (every codebook
 entry) and in tests/test_gemv.py (random blocks, every ISA and layout); GGUF import and export byte for byte,
@@ -60,14 +60,14 @@ def test_native_decoder_reads_every_codebook_entry_as_gguf_py_does():
     assert np.array_equal(got.view(np.uint32), _gguf_deq(raw, 8).view(np.uint32))
 
 
-@pytest.mark.parametrize("scheme, bits", [("iq3_s", 3.4375), ("iq3_xxs", 3.0625)])
+@pytest.mark.parametrize("scheme, bits", [("iq3_s", 3.4375), ("iq3_xxs", 3.0625), ("iq2_xxs", 2.0625)])
 def test_block_is_llama_cpp_s_size(scheme, bits):
     s = SCHEMES[scheme]
     assert (s.block_elems, s.block_bytes) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[scheme.upper()]]
     assert s.nbytes(4, 512) * 8 / (4 * 512) == bits
 
 
-@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs"])
+@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs", "iq2_xxs"])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_golden_input_dequantizes_as_gguf_does_within_the_bound(scheme, weighted):
     """The hostile golden rows (zeros, constants, subnormals, an outlier, ties):
@@ -81,7 +81,7 @@ def test_golden_input_dequantizes_as_gguf_does_within_the_bound(scheme, weighted
     assert np.array_equal(ours.view(np.uint32), _gguf_deq(raw, x.shape[0], scheme).view(np.uint32))
     assert (np.abs(x - ours) <= s.error_bound(x, raw, p)).all()
     if scheme == "iq3_s":
-        assert np.array_equal(ours[0], np.zeros(512, np.float32))  # an all-zero row stays zero (iq3_xxs has no 0)
+        assert np.array_equal(ours[0], np.zeros(512, np.float32))  # an all-zero row stays zero (the others have no 0)
 
 
 @pytest.mark.parametrize("dist", ["normal", "student-t"])
@@ -123,21 +123,21 @@ def test_a_flipped_sign_breaks_the_bound():
     assert not (np.abs(x - deq) <= S.error_bound(x, raw, P)).all()
 
 
-@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs"])
+@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs", "iq2_xxs"])
 def test_rows_need_whole_super_blocks(scheme):
     s, p = SCHEMES[scheme], QuantParams(scheme)
     assert "multiple of 256" in s.check([4, 576], p)
     assert s.check([4, 512], p) is None
 
 
-@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs"])
+@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs", "iq2_xxs"])
 def test_a_scale_f16_cannot_hold_is_refused(scheme):
     s, p = SCHEMES[scheme], QuantParams(scheme)
     with pytest.raises(IEError, match=r"w\.q: scale .* overflows f16"):
         s.quantize(np.full((1, 256), 3e9, np.float32), p, name="w.q")
 
 
-@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs"])
+@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs", "iq2_xxs"])
 @settings(max_examples=25, deadline=None)
 @given(rows=st.integers(1, 4), supers=st.integers(1, 3), log_scale=st.floats(-30, 3), seed=st.integers(0, 2**31))
 def test_round_trip_on_random_scales(scheme, rows, supers, log_scale, seed):

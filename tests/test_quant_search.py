@@ -97,35 +97,43 @@ def test_native_affine_search_checks_its_arguments(args, needle):
         _search.qkx(np.ones((2, 8), np.float32), np.ones((2, 8), np.float32), 15, -0.5, 0.1, -1)
 
 
-def test_native_grid_search_is_the_numpy_one():
+@pytest.mark.parametrize("book", ["IQ3S", "IQ2XXS"])
+def test_native_grid_search_is_the_numpy_one(book):
     """csrc/search/grid_nearest.cpp against the same search in numpy: each
-    tuple's rounded levels, its 16 neighbours' sum w g (g - 2u), the first
-    smallest; tuples off the grid's range (negative, past 15) and zero weights."""
-    from iekit.formats.codebooks import IQ3S
+    tuple's rounded levels (four of eight odd levels; eight of IQ2's three),
+    its 16 neighbours' sum w g (g - 2u), the first smallest; tuples off the
+    grid's range (negative, past the top) and zero weights."""
+    from iekit.formats import codebooks
 
+    cb = getattr(codebooks, book)
+    k = cb.dims
     rng = np.random.default_rng(3)
-    u = rng.uniform(-2, 19, (5000, 4)).astype(np.float32)
-    w = rng.uniform(0, 2, (5000, 4)).astype(np.float32)
+    u = rng.uniform(-2, 19 if k == 4 else 7, (5000, k)).astype(np.float32)
+    w = rng.uniform(0, 2, (5000, k)).astype(np.float32)
     w[::7, 1] = 0
     # Errors that are NaN (2u overflows, times a zero weight; a NaN u) or -inf: the scan's answer.
     u[1, 2], w[1, 2] = 3e38, 0
     u[2, 0] = np.nan
     u[3, 3] = -3e38
     u[4, :2], w[4, 0] = 3e38, 0
-    idx, values = IQ3S.neighbours
+    idx, values = cb.neighbours
     with np.errstate(all="ignore"):
-        levels = np.clip(np.rint((u - 1) * np.float32(0.5)), 0, 7)
-        t = np.where(np.isnan(levels), 0, levels).astype(np.int32) @ np.array([1, 8, 64, 512])
-        g = values[t].transpose(0, 2, 1)  # [m, K, 4]
+        if k == 4:
+            levels = np.clip(np.rint((u - 1) * np.float32(0.5)), 0, 7)
+            levels = np.where(np.isnan(levels), 0, levels)
+        else:  # the edges midway between 1, 3.125 and 5.375 (NaN compares false: level 0)
+            levels = (u > np.float32(2.0625)).astype(np.int32) + (u > np.float32(4.25))
+        t = levels.astype(np.int32) @ (len(codebooks.LEVELS[k]) ** np.arange(k))
+        g = values[t].transpose(0, 2, 1)  # [m, K, k]
         term = g * (g - 2 * u[:, None, :]) * w[:, None, :]
     err = term[..., 0]
-    for j in range(1, 4):
+    for j in range(1, k):
         err = err + term[..., j]
     best = np.zeros(len(u), np.int64)  # the first smaller one, left to right: NaN never replaces nor is replaced
     for c in range(1, err.shape[1]):
         best = np.where(err[:, c] < err[np.arange(len(u)), best], c, best)
     assert np.isnan(err[1:5]).any(axis=1)[[0, 1, 3]].all() and np.isinf(err[3]).all()
-    assert np.array_equal(IQ3S.nearest(u, w), idx[t, best])
+    assert np.array_equal(cb.nearest(u, w), idx[t, best])
 
 
 def _iq3s_scales(a, w):
@@ -197,8 +205,11 @@ def test_native_grid_scales_check_their_arguments(args, needle):
 @pytest.mark.parametrize("shapes, needle", [
     (((5, 4), (5, 3), (4096, 16), (4096, 4, 16)), "u and w"),
     (((5, 4), (5, 4), (4095, 16), (4096, 4, 16)), "cand_idx"),
-    (((5, 4), (5, 4), (4096, 8), (4096, 4, 8)), "cand_idx"),
+    (((5, 4), (5, 4), (4096, 8), (4096, 4, 16)), "cand_idx"),
     (((5, 4), (5, 4), (4096, 16), (4096, 16, 4)), "cand_val"),
+    (((5, 8), (5, 8), (6561, 16), (4096, 4, 16)), "u and w"),  # the table is for four
+    (((5, 8), (5, 8), (4096, 16), (6561, 8, 16)), "cand_idx"),
+    (((5, 8), (5, 8), (6561, 16), (4096, 8, 16)), "cand_val"),
 ])
 def test_native_grid_search_checks_its_arguments(shapes, needle):
     from iekit.formats import _search

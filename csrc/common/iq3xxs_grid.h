@@ -1,7 +1,7 @@
 // llama.cpp's IQ3_XXS codebook (ggml's iq3xxs_grid): 256 four-tuples of
 // the magnitudes 4, 12, .., 52, 62, byte j of word k the magnitude of
 // element j of entry k (docs/formats/quant.md). formats/codebooks.py holds
-// the same words; tests/test_iq3xxs.py pins both to gguf-py's table
+// the same words; tests/test_xxs.py pins both to gguf-py's table
 // through the decoders.
 #pragma once
 #include <cstdint>

@@ -12,6 +12,7 @@
 #include "common/half.h"
 #include "common/hd.h"
 #include "common/iq3s_grid.h"
+#include "common/iq2xxs_grid.h"
 #include "common/iq3xxs_grid.h"
 #include "common/weight_types.h"
 
@@ -176,10 +177,9 @@ IE_HD float iq3xxs_scale(const uint8_t* blk, int j) {
   return f16_to_f32(load_u16(blk)) * (0.5f + static_cast<float>(iq3xxs_aux(blk, j) >> 28)) * 0.5f;
 }
 
-// The 32 sign bits of sub-block j (bit e: element e negative): each seven
-// stored bits and their parity.
-IE_HD uint32_t iq3xxs_signs(const uint8_t* blk, int j) {
-  const uint32_t aux = iq3xxs_aux(blk, j);
+// The 32 sign bits of a sub-block (bit e: element e negative) from its
+// sign/scale word aux (iq3_xxs, iq2_xxs): each seven stored bits and their parity.
+IE_HD uint32_t even_signs(uint32_t aux) {
   uint32_t out = 0;
   IE_UNROLL
   for (int g = 0; g < 4; ++g) {
@@ -194,7 +194,7 @@ IE_HD uint32_t iq3xxs_signs(const uint8_t* blk, int j) {
 
 // The 32 signed values (+-4 .. +-62) of sub-block j, one codebook word per four.
 IE_HD void iq3xxs_values(const uint8_t* blk, int j, int* out) {
-  const uint32_t neg = iq3xxs_signs(blk, j);
+  const uint32_t neg = even_signs(iq3xxs_aux(blk, j));
   IE_UNROLL
   for (int m = 0; m < 8; ++m) {
     const uint32_t word = iq3xxs_grid()[blk[kIq3xxsQs + 8 * j + m]];
@@ -205,12 +205,66 @@ IE_HD void iq3xxs_values(const uint8_t* blk, int j, int* out) {
   }
 }
 
-// Its magnitudes by level l (0..7), and the rows8 copy's nibble of a
-// signed value v: levels 0..7 of the negative values (largest first) as
-// 0..7, of the positive ones as 8..15.
+// iq2_xxs: iq3_xxs's signs and scales over a 256-entry codebook of
+// eight-tuples of 8, 25, 43 (iq2xxs_grid.h): sub-block j's eight bytes at
+// 2 + 8 j are its four indices (tuple m: elements 8 m .. 8 m + 7), then its
+// sign/scale word as iq3_xxs's. w = d * (0.5 + s_j) * 0.25 * (+-g), the f32
+// product ggml forms.
+constexpr int kIq2xxsQs = 2;
+
+IE_HD uint32_t iq2xxs_aux(const uint8_t* blk, int j) { return load_u32(blk + kIq2xxsQs + 8 * j + 4); }
+
+// Sub-block j's multiplier of d / 8, 1 + 2 s_j (1..31).
+IE_HD int iq2xxs_sub_scale(const uint8_t* blk, int j) { return 1 + 2 * static_cast<int>(iq2xxs_aux(blk, j) >> 28); }
+
+IE_HD float iq2xxs_scale(const uint8_t* blk, int j) {
+  return f16_to_f32(load_u16(blk)) * (0.5f + static_cast<float>(iq2xxs_aux(blk, j) >> 28)) * 0.25f;
+}
+
+// The 32 signed values (+-8, +-25, +-43) of sub-block j, one codebook word per eight.
+IE_HD void iq2xxs_values(const uint8_t* blk, int j, int* out) {
+  const uint32_t neg = even_signs(iq2xxs_aux(blk, j));
+  IE_UNROLL
+  for (int m = 0; m < 4; ++m) {
+    const uint64_t word = iq2xxs_grid()[blk[kIq2xxsQs + 8 * j + m]];
+    for (int k = 0; k < 8; ++k) {
+      const int g = static_cast<int>((word >> (8 * k)) & 0xFF);
+      out[8 * m + k] = (neg >> (8 * m + k)) & 1 ? -g : g;
+    }
+  }
+}
+
+// The codebook types (iq3_s, iq3_xxs, iq2_xxs): sub-block j's scale, its 32
+// signed values into v; its multiplier 1 + 2 s_j of d (iq3_xxs: of d / 4,
+// iq2_xxs: of d / 8).
+IE_HD float codebook_sub(WType t, const uint8_t* blk, int j, int* v) {
+  if (t == WType::IQ3_S) {
+    iq3s_values(blk, j, v);
+    return iq3s_scale(blk, j);
+  }
+  if (t == WType::IQ3_XXS) {
+    iq3xxs_values(blk, j, v);
+    return iq3xxs_scale(blk, j);
+  }
+  iq2xxs_values(blk, j, v);
+  return iq2xxs_scale(blk, j);
+}
+IE_HD int codebook_sub_scale(WType t, const uint8_t* blk, int j) {
+  return t == WType::IQ3_S ? iq3s_sub_scale(blk, j) : t == WType::IQ3_XXS ? iq3xxs_sub_scale(blk, j)
+                                                                          : iq2xxs_sub_scale(blk, j);
+}
+
+// iq3_xxs's and iq2_xxs's magnitudes by level l (0..7; 0..2), and the rows8
+// copy's nibble of a signed value v: levels 0..7 of the negative values
+// (largest first) as 0..7, of the positive ones as 8..15 (iq2_xxs: only
+// 5..10 used, the rest 0).
 IE_HD constexpr int iq3xxs_level_value(int l) { return l == 7 ? 62 : 4 + 8 * l; }
-IE_HD constexpr int iq3xxs_nibble(int v) {
-  return v > 0 ? 8 + (v == 62 ? 7 : (v - 4) / 8) : 7 - (v == -62 ? 7 : (-v - 4) / 8);
+IE_HD constexpr int iq2xxs_level_value(int l) { return l == 0 ? 8 : l == 1 ? 25 : l == 2 ? 43 : 0; }
+IE_HD constexpr int iq3xxs_level(int a) { return a == 62 ? 7 : (a - 4) / 8; }
+IE_HD constexpr int iq2xxs_level(int a) { return a == 8 ? 0 : a == 25 ? 1 : 2; }
+IE_HD constexpr int codebook_nibble(WType t, int v) {
+  const int l = t == WType::IQ2_XXS ? iq2xxs_level(v < 0 ? -v : v) : iq3xxs_level(v < 0 ? -v : v);
+  return v > 0 ? 8 + l : 7 - l;
 }
 
 // iq4_nl / iq4_xs: each code indexes ggml's non-linear grid kvalues_iq4nl;
@@ -258,15 +312,21 @@ IE_HD float e8m0_half(uint8_t e) {
 // (iq4_nl, mxfp4) the scale of the block at blk.
 // iq3_s's rows8 copy (gemv/rows8.h) re-codes each signed value v (odd,
 // -15..15) as the nibble (v + 15) / 2, whose value is 2 q - 15.
-// iq3_xxs's re-codes v as iq3xxs_nibble(v).
+// iq3_xxs's and iq2_xxs's re-code v as codebook_nibble(v).
 IE_HD constexpr int grid_value(WType t, int q) {
   return t == WType::MXFP4     ? mxfp4_value(q)
          : t == WType::IQ3_S   ? 2 * q - 15
          : t == WType::IQ3_XXS ? (q >= 8 ? iq3xxs_level_value(q - 8) : -iq3xxs_level_value(7 - q))
+         : t == WType::IQ2_XXS ? (q >= 8 ? iq2xxs_level_value(q - 8) : -iq2xxs_level_value(7 - q))
                                : iq4_value(q);
 }
-static_assert(grid_value(WType::IQ3_XXS, iq3xxs_nibble(-62)) == -62 && grid_value(WType::IQ3_XXS, iq3xxs_nibble(4)) == 4 &&
-              grid_value(WType::IQ3_XXS, iq3xxs_nibble(-4)) == -4 && grid_value(WType::IQ3_XXS, iq3xxs_nibble(52)) == 52);
+static_assert(grid_value(WType::IQ3_XXS, codebook_nibble(WType::IQ3_XXS, -62)) == -62 &&
+              grid_value(WType::IQ3_XXS, codebook_nibble(WType::IQ3_XXS, 4)) == 4 &&
+              grid_value(WType::IQ3_XXS, codebook_nibble(WType::IQ3_XXS, -4)) == -4 &&
+              grid_value(WType::IQ3_XXS, codebook_nibble(WType::IQ3_XXS, 52)) == 52 &&
+              grid_value(WType::IQ2_XXS, codebook_nibble(WType::IQ2_XXS, -43)) == -43 &&
+              grid_value(WType::IQ2_XXS, codebook_nibble(WType::IQ2_XXS, 25)) == 25 &&
+              grid_value(WType::IQ2_XXS, codebook_nibble(WType::IQ2_XXS, -8)) == -8);
 IE_HD float grid_scale(WType t, const uint8_t* blk) {
   return t == WType::MXFP4 ? e8m0_half(blk[0]) : f16_to_f32(load_u16(blk));
 }
@@ -399,14 +459,11 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
       return;
     }
     case WType::IQ3_S:
-    case WType::IQ3_XXS: {
+    case WType::IQ3_XXS:
+    case WType::IQ2_XXS: {
       const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
-      const int j = static_cast<int>(c0 % 256 / 32);
-      const bool xxs = s.type == WType::IQ3_XXS;
-      const float d = xxs ? iq3xxs_scale(blk, j) : iq3s_scale(blk, j);
       int v[32];
-      if (xxs) iq3xxs_values(blk, j, v);
-      else iq3s_values(blk, j, v);
+      const float d = codebook_sub(s.type, blk, static_cast<int>(c0 % 256 / 32), v);
       IE_UNROLL
       for (int e = 0; e < 32; ++e) out[e] = d * static_cast<float>(v[e]);
       return;

@@ -9,7 +9,7 @@
 
 namespace ie {
 
-enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS, Q5_K, Q6_K, Q5_0, Q5_1, MXFP4, Q3_K, Q2_K, IQ3_S, IQ4_XSH, IQ3_XXS };
+enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS, Q5_K, Q6_K, Q5_0, Q5_1, MXFP4, Q3_K, Q2_K, IQ3_S, IQ4_XSH, IQ3_XXS, IQ2_XXS };
 
 struct WTypeInfo {
   WType type;
@@ -43,6 +43,7 @@ inline constexpr WTypeInfo kWeightTypes[] = {
     {WType::IQ3_S, "iq3_s", 256, 110, 2, true, true, true},  // d; index low bytes at 2, high bits at 66; signs at 74, scales at 106
     {WType::IQ4_XSH, "iq4_xsh", 256, 137, 8, true, true, true},  // iq4_xs's 136 bytes, then the grid shift bits at 136
     {WType::IQ3_XXS, "iq3_xxs", 256, 98, 2, true, true, true},   // d; indices at 2; sign/scale words at 66
+    {WType::IQ2_XXS, "iq2_xxs", 256, 66, 2, true, true, true},   // d; per sub-block 4 indices, then its sign/scale word
 };
 inline constexpr int kNumWeightTypes = sizeof(kWeightTypes) / sizeof(kWeightTypes[0]);
 

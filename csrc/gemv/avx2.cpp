@@ -697,16 +697,17 @@ void q4_q8_rows(const GemvArgs& a, const NibQ8& xa, int64_t r0, float* out) {
   store_sums(acc, out);
 }
 
-// ------------------ q8_0, q5_0, q5_1, iq4_nl, iq4_xs, iq4_xsh, mxfp4, iq3_s, iq3_xxs
+// ------------------ q8_0, q5_0, q5_1, iq4_nl, iq4_xs, iq4_xsh, mxfp4, iq3_s, iq3_xxs, iq2_xxs
 
 // Blocks whose 32 weights are a scale times int8 values (q5_1: plus a min):
 // q8_0 stores the values, q5_0 / q5_1 nibbles and fifth bits (codes, less
 // 16 for q5_0), iq4_nl / iq4_xs / mxfp4 nibbles indexing a table of values
 // (grid_values: one in-lane byte shuffle turns 32 of them into the values;
 // mxfp4's scale is an E8M0 byte, not an f16; iq3_s's values are codebook
-// words, gathered, with their signs, iq3_xxs's too; iq4_xsh's are iq4_xs's
-// plus each sub-block's grid shift). A stored block holds S such 32-blocks
-// (iq4_xs, iq4_xsh, iq3_s, iq3_xxs: 8 under one f16 d and sub-scales; else 1).
+// words, gathered, with their signs, iq3_xxs's and iq2_xxs's too; iq4_xsh's
+// are iq4_xs's plus each sub-block's grid shift). A stored block holds S
+// such 32-blocks (iq4_xs, iq4_xsh and the codebook types: 8 under one f16 d
+// and sub-scales; else 1).
 // act=f32 is one kernel for all (stored blocks, and inside them their
 // 32-blocks j); act=int8 has one for the 32-element blocks with values and
 // one for the iq4 types (block pairs).
@@ -732,12 +733,12 @@ IE_INLINE __m256i bit_mask32(const uint8_t* p) {
   return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
 }
 
-// iq3_xxs's signs: for each seven stored bits s, eight bytes 0xFF where
-// negative, the eighth negative when s has odd parity (iq3xxs_signs).
+// iq3_xxs's and iq2_xxs's signs: for each seven stored bits s, eight bytes
+// 0xFF where negative, the eighth negative when s has odd parity (even_signs).
 struct EvenSigns {
   uint64_t mask[128];
 };
-constexpr EvenSigns even_signs() {
+constexpr EvenSigns even_sign_table() {
   EvenSigns t{};
   for (int s = 0; s < 128; ++s) {
     int parity = 0;
@@ -748,7 +749,17 @@ constexpr EvenSigns even_signs() {
   }
   return t;
 }
-constexpr EvenSigns kEvenSigns = even_signs();
+constexpr EvenSigns kEvenSigns = even_sign_table();
+
+// The 32 magnitudes g negated where the sign/scale word aux says, four
+// table words (kEvenSigns: the bit-by-bit parity took twice as long).
+IE_INLINE __m256i even_signed(__m256i g, uint32_t aux) {
+  const __m256i neg = _mm256_setr_epi64x(static_cast<long long>(kEvenSigns.mask[aux & 0x7F]),
+                                         static_cast<long long>(kEvenSigns.mask[(aux >> 7) & 0x7F]),
+                                         static_cast<long long>(kEvenSigns.mask[(aux >> 14) & 0x7F]),
+                                         static_cast<long long>(kEvenSigns.mask[(aux >> 21) & 0x7F]));
+  return _mm256_sub_epi8(_mm256_xor_si256(g, neg), neg);
+}
 
 // Byte e of the result: 0x10 where bit e of the u32 at p is set.
 IE_INLINE __m256i fifth_bits(const uint8_t* p) { return _mm256_and_si256(bit_mask32(p), _mm256_set1_epi8(0x10)); }
@@ -777,16 +788,15 @@ IE_INLINE __m256i block_values(const uint8_t* p, int j) {
     const __m256i neg = bit_mask32(p + kIq3sSigns + 4 * j);
     return _mm256_sub_epi8(_mm256_xor_si256(g, neg), neg);
   } else if constexpr (T == WType::IQ3_XXS) {
-    // the same with 8-bit indices, each eight signs one table word from their seven stored bits
-    // (kEvenSigns; the bit-by-bit parity took twice as long: 16384 x 8192, 2 threads, 12.9 -> 6.3 ms)
+    // the same with 8-bit indices, each eight signs from their seven stored bits (even_signed: the
+    // bit-by-bit parity took twice as long, 16384 x 8192, 2 threads, 12.9 -> 6.3 ms)
     const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + kIq3xxsQs + 8 * j)));
     const __m256i g = _mm256_i32gather_epi32(reinterpret_cast<const int*>(iq3xxs_grid()), idx, 4);
-    const uint32_t aux = iq3xxs_aux(p, j);
-    const __m256i neg = _mm256_setr_epi64x(static_cast<long long>(kEvenSigns.mask[aux & 0x7F]),
-                                           static_cast<long long>(kEvenSigns.mask[(aux >> 7) & 0x7F]),
-                                           static_cast<long long>(kEvenSigns.mask[(aux >> 14) & 0x7F]),
-                                           static_cast<long long>(kEvenSigns.mask[(aux >> 21) & 0x7F]));
-    return _mm256_sub_epi8(_mm256_xor_si256(g, neg), neg);
+    return even_signed(g, iq3xxs_aux(p, j));
+  } else if constexpr (T == WType::IQ2_XXS) {  // four words of eight magnitudes, iq3_xxs's signs
+    const __m128i idx = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(load_u32(p + kIq2xxsQs + 8 * j))));
+    const __m256i g = _mm256_i32gather_epi64(reinterpret_cast<const long long*>(iq2xxs_grid()), idx, 8);
+    return even_signed(g, iq2xxs_aux(p, j));
   } else {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + codes + 16 * j));
     const __m128i m4 = _mm_set1_epi8(0xF);
@@ -820,10 +830,15 @@ IE_INLINE __m256 block_scales(const uint8_t* p) {
                                        _mm256_set1_epi32(0xF));
     const __m256i l = _mm256_add_epi32(_mm256_slli_epi32(s, 1), _mm256_set1_epi32(1));
     return _mm256_mul_ps(f16_bcast(p), _mm256_cvtepi32_ps(l));
-  } else if constexpr (T == WType::IQ3_XXS) {  // d * (0.5 + s_j) * 0.5, s_j the top nibble of sub-block j's word
-    const __m256i s = _mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kIq3xxsAux)), 28);
+  } else if constexpr (T == WType::IQ3_XXS || T == WType::IQ2_XXS) {
+    // d * (0.5 + s_j) * 0.5 (iq2_xxs: * 0.25), s_j the top nibble of sub-block j's word (iq2_xxs's 8 bytes apart)
+    const __m256i aux = T == WType::IQ3_XXS
+                            ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kIq3xxsAux))
+                            : _mm256_i32gather_epi32(reinterpret_cast<const int*>(p + kIq2xxsQs + 4),
+                                                     _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), 4);
+    const __m256i s = _mm256_srli_epi32(aux, 28);
     return _mm256_mul_ps(_mm256_mul_ps(f16_bcast(p), _mm256_add_ps(_mm256_set1_ps(0.5f), _mm256_cvtepi32_ps(s))),
-                         _mm256_set1_ps(0.5f));
+                         _mm256_set1_ps(T == WType::IQ3_XXS ? 0.5f : 0.25f));
   } else if constexpr (T == WType::MXFP4) {
     return _mm256_set1_ps(e8m0_half(p[0]));
   } else {
@@ -893,11 +908,11 @@ void i8_blocks_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
   store_sums(acc, out);
 }
 
-// act=int8 for q8_0, q5_0, q5_1, iq3_s and iq3_xxs (x as Q8Nat): per 32-block,
+// act=int8 for q8_0, q5_0, q5_1 and the codebook types (x as Q8Nat): per 32-block,
 // (scale * dx) * int32 sum_j v_j qx_j; maddubs takes |v| unsigned and moves
 // v's sign onto qx (|v| <= 127, so the pair sums fit int16). q5_1's codes
 // are unsigned already, and its min meets dx * sum qx (the prepared ds).
-// iq3_s's and iq3_xxs's scales are their super-block's (block_scales, once per super-block).
+// The codebook types' scales are their super-block's (block_scales, once per super-block).
 template <WType T, int R, int B>
 void i8_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   constexpr int S = kSubs<T>;
@@ -1383,6 +1398,7 @@ void run_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* sf) {
     case WType::MXFP4: i8_blocks_rows<WType::MXFP4, R, B>(a, p, r0, out); break;
     case WType::IQ3_S: i8_blocks_rows<WType::IQ3_S, R, B>(a, p, r0, out); break;
     case WType::IQ3_XXS: i8_blocks_rows<WType::IQ3_XXS, R, B>(a, p, r0, out); break;
+    case WType::IQ2_XXS: i8_blocks_rows<WType::IQ2_XXS, R, B>(a, p, r0, out); break;
     case WType::Q4_K:
       if (q8) k_q8_rows<WType::Q4_K, R, B>(a, p.q8, r0, out);
       else k_f32_rows<WType::Q4_K, R, B>(a, r0, out);

@@ -52,16 +52,13 @@ void block_codes(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w,
       return;
     case WType::IQ4_XS:
     case WType::IQ4_XSH: return unpack_nibbles(blk + lay.block_qs + 16 * j, q);
-    case WType::IQ3_S: {  // signed values -15..15 (odd) as nibbles (grid_value)
+    case WType::IQ3_S:  // signed values as nibbles (grid_value): -15..15 (odd) as (v + 15) / 2
+    case WType::IQ3_XXS:
+    case WType::IQ2_XXS: {
       int v[32];
-      iq3s_values(blk, j, v);
-      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>((v[e] + 15) / 2);
-      return;
-    }
-    case WType::IQ3_XXS: {  // signed values +-4 .. +-62 as nibbles (grid_value)
-      int v[32];
-      iq3xxs_values(blk, j, v);
-      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(iq3xxs_nibble(v[e]));
+      codebook_sub(s.type, blk, j, v);
+      for (int e = 0; e < 32; ++e)
+        q[e] = static_cast<uint8_t>(s.type == WType::IQ3_S ? (v[e] + 15) / 2 : codebook_nibble(s.type, v[e]));
       return;
     }
     case WType::Q4_0:
@@ -236,12 +233,13 @@ void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64
       std::memcpy(h + H::d + 2 * i, blk + kQ3kD, 2);
       return;
     }
-    case WType::IQ3_S:      // iq4_xs's header, l_j = 32 + (1 + 2 s_j) so that l_j - 32 is the sub-scale
-    case WType::IQ3_XXS: {  // the same (its d read as d / 4: rows8_d_factor)
+    case WType::IQ3_S:    // iq4_xs's header, l_j = 32 + (1 + 2 s_j) so that l_j - 32 is the sub-scale
+    case WType::IQ3_XXS:  // the same (its d read as d / 4: rows8_d_factor)
+    case WType::IQ2_XXS: {  // (d / 8)
       using H = Rows8Iq4xsHeader;
       uint16_t hi = 0;
       for (int j = 0; j < 8; ++j) {
-        const int l = 32 + (s.type == WType::IQ3_S ? iq3s_sub_scale(blk, j) : iq3xxs_sub_scale(blk, j));
+        const int l = 32 + codebook_sub_scale(s.type, blk, j);
         h[H::scales_l + 4 * i + j / 2] |= static_cast<uint8_t>((l & 0xF) << (4 * (j % 2)));
         hi = static_cast<uint16_t>(hi | (l >> 4) << (2 * j));
       }
@@ -280,7 +278,8 @@ size_t header_bytes(const Rows8& p) {
     case WType::Q5_K: return Rows8KqHeader::bytes;
     case WType::IQ4_XS:
     case WType::IQ3_S:
-    case WType::IQ3_XXS: return Rows8Iq4xsHeader::bytes;
+    case WType::IQ3_XXS:
+    case WType::IQ2_XXS: return Rows8Iq4xsHeader::bytes;
     case WType::IQ4_XSH: return Rows8Iq4xsHeader::xsh_bytes;
     case WType::Q6_K: return Rows8Q6kHeader::bytes;
     case WType::Q3_K: return Rows8Q3kHeader::bytes;
@@ -340,6 +339,7 @@ bool stores_every_byte(WType t) {
     case WType::Q2_K:
     case WType::IQ3_S:
     case WType::IQ3_XXS:
+    case WType::IQ2_XXS:
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
@@ -368,6 +368,7 @@ void pack_tile(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_
     case WType::IQ4_XSH:
     case WType::IQ3_S:
     case WType::IQ3_XXS:
+    case WType::IQ2_XXS:
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;

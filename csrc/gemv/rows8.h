@@ -49,7 +49,8 @@
 //      rows, then word 1, then word 2), then d (f16) and dmin (f16);
 //    - iq4_xs: scales_l (u32), scales_h (u16), d (f16); iq3_s the same, its
 //      sub-scales 1 + 2 s_j written as iq4_xs's l_j - 32 (l_j = 33 + 2 s_j);
-//      iq3_xxs as iq3_s, its d standing for d / 4 (rows8_d_factor);
+//      iq3_xxs and iq2_xxs as iq3_s, their d standing for d / 4 and d / 8
+//      (rows8_d_factor);
 //      iq4_xsh the same, then its grid shift byte (u8: bit j for sub-block j);
 //    - q6_k: per 32-block b, 8 bytes sc[2b] then 8 bytes sc[2b + 1] (int8
 //      sub-scales of its two 16-element halves), then d (f16);
@@ -62,11 +63,12 @@
 //    gathered ran at 0.15 of the read bandwidth, 16384 x 8192, 2 threads),
 //    so each weight is re-coded as a nibble, (v + 15) / 2 for its signed
 //    value v, and the tile is iq4_xs's with that table: 4.25 bits per weight
-//    in the copy for 3.44 stored, the same products. iq3_xxs's copy is the
-//    same (4.25 bits for 3.06), each signed value v (+-4 .. +-62) the nibble
-//    iq3xxs_nibble(v), its four-fold scale d * (1 + 2 s_j) taken back by a
-//    factor 1/4 on the header's d where the kernels read it: d / 4 itself
-//    would not fit f16 exactly where d is small.
+//    in the copy for 3.44 stored, the same products. iq3_xxs's and iq2_xxs's
+//    copies are the same (4.25 bits for 3.06 and 2.06), each signed value v
+//    (+-4 .. +-62; +-8, 25, 43) the nibble codebook_nibble(v), the four-fold
+//    (eight-fold) scale d * (1 + 2 s_j) taken back by a factor 1/4 (1/8) on
+//    the header's d where the kernels read it: d / 4 itself would not fit
+//    f16 exactly where d is small.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -84,7 +86,7 @@ namespace ie {
 // Every switch on the weight type here, in rows8.cpp and rows8_tiles.h
 // names each type (no `default:`): the build makes a missing case an
 // error (-Werror=switch), so a new type cannot pass for a 4-bit one.
-static_assert(kNumWeightTypes == 20, "a new weight type: give it its case in every switch of gemv/rows8*");
+static_assert(kNumWeightTypes == 21, "a new weight type: give it its case in every switch of gemv/rows8*");
 
 // 0: a float type, which has no row-interleaved copy (rows8_applies).
 constexpr int rows8_code_bits(WType t) {
@@ -105,6 +107,7 @@ constexpr int rows8_code_bits(WType t) {
     case WType::IQ4_XSH:
     case WType::IQ3_S:    // its signed values as nibbles (grid_value): 4 bits, not its stored 3.44
     case WType::IQ3_XXS:  // the same, for its stored 3.06
+    case WType::IQ2_XXS:  // and 2.06
     case WType::MXFP4: return 4;
     case WType::F32:
     case WType::F16:
@@ -114,8 +117,11 @@ constexpr int rows8_code_bits(WType t) {
 }
 
 // What the kernels multiply a rows8 header's d (f16) by: iq3_xxs's 1/4
-// (its weights are d * (1 + 2 s_j) / 4 * v), 1 for every other type.
-constexpr float rows8_d_factor(WType t) { return t == WType::IQ3_XXS ? 0.25f : 1.f; }
+// (its weights are d * (1 + 2 s_j) / 4 * v), iq2_xxs's 1/8, 1 for every
+// other type.
+constexpr float rows8_d_factor(WType t) {
+  return t == WType::IQ3_XXS ? 0.25f : t == WType::IQ2_XXS ? 0.125f : 1.f;
+}
 
 // Byte offsets of the header fields of a super-block group (above), shared
 // by the packer and the kernels.

@@ -231,7 +231,7 @@ IE_INLINE void amx_sub_add(const int32_t* c, __m512i mult, const float* xd, __m5
                            P[m]);
 }
 
-// iq4xs_pair's types (iq4_xs, iq3_s, iq3_xxs: signed table values, 6-bit
+// iq4xs_pair's types (iq4_xs and the codebook types: signed table values, 6-bit
 // sub-scales l - 32; iq4_xsh: each sub-block's values shifted as its grid
 // bit says), iq4xs_pair's floats per token.
 template <WType T>
@@ -407,6 +407,7 @@ AmxKernel amx_kernel(const Rows8& p) {
     case WType::IQ4_XS: return amx_fn<iq4xs_amx<WType::IQ4_XS>>;
     case WType::IQ3_S: return amx_fn<iq4xs_amx<WType::IQ3_S>>;
     case WType::IQ3_XXS: return amx_fn<iq4xs_amx<WType::IQ3_XXS>>;
+    case WType::IQ2_XXS: return amx_fn<iq4xs_amx<WType::IQ2_XXS>>;
     case WType::IQ4_XSH: return amx_fn<iq4xs_amx<WType::IQ4_XSH>>;
     case WType::Q4_K: return amx_fn<kq_amx<false>>;
     case WType::Q5_K: return amx_fn<kq_amx<true>>;

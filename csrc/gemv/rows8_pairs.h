@@ -210,7 +210,7 @@ struct Iq4xsSubScales {
   }
 };
 
-// iq4xs_tile_n over a pair (iq4_xs, iq3_s, iq3_xxs; iq4_xsh, its values shifted):
+// iq4xs_tile_n over a pair (iq4_xs and the codebook types; iq4_xsh, its values shifted):
 // per sub-block the 16 rows' sub-scales l - 32 from scales_l and scales_h,
 // times the block's offset sums by vpmulld; d once per super-block.
 template <WType T>
@@ -494,6 +494,7 @@ PairKernel pair_kernel(const Rows8& p) {
     case WType::IQ4_XS: return pair_fn<iq4xs_pair<WType::IQ4_XS>>;
     case WType::IQ3_S: return pair_fn<iq4xs_pair<WType::IQ3_S>>;
     case WType::IQ3_XXS: return pair_fn<iq4xs_pair<WType::IQ3_XXS>>;
+    case WType::IQ2_XXS: return pair_fn<iq4xs_pair<WType::IQ2_XXS>>;
     case WType::IQ4_XSH: return pair_fn<iq4xs_pair<WType::IQ4_XSH>>;
     case WType::Q4_K: return pair_fn<kq_pair<false>>;
     case WType::Q5_K: return pair_fn<kq_pair<true>>;

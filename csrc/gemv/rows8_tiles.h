@@ -506,7 +506,7 @@ IE_INLINE __m256i xsh_lanes(const uint8_t* h, int j) {
   return _mm256_cmpeq_epi32(_mm256_and_si256(bits, bit), bit);
 }
 
-// iq4_xs tiles (and iq3_xxs's, the same with its table and its d / 4; iq3_s's, on AVX2
+// iq4_xs tiles (and iq3_xxs's and iq2_xxs's, the same with their tables and d / 4, d / 8; iq3_s's, on AVX2
 // read unsigned as v + 16; iq4_xsh's, each sub-block's values shifted by
 // xsh_shifts): per sub-block j, the eight rows' 6-bit sub-scales l - 32
 // unpacked at once from scales_l and scales_h, multiplied inside the madds
@@ -851,6 +851,7 @@ TileKernel<NB> tile_kernel(const Rows8& p) {
     case WType::Q2_K: return tile_fn<NB, q2k_tile_n<NB>>;
     case WType::IQ3_S: return tile_fn<NB, iq4xs_tile_n<WType::IQ3_S, NB>>;
     case WType::IQ3_XXS: return tile_fn<NB, iq4xs_tile_n<WType::IQ3_XXS, NB>>;
+    case WType::IQ2_XXS: return tile_fn<NB, iq4xs_tile_n<WType::IQ2_XXS, NB>>;
     case WType::IQ4_XSH: return tile_fn<NB, iq4xs_tile_n<WType::IQ4_XSH, NB>>;
     case WType::Int4w:  // scale width and affinity chosen at run time
     case WType::Q4_0:

@@ -115,16 +115,10 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
       return k;
     }
     case WType::IQ3_S:
-    case WType::IQ3_XXS: {  // the signed codebook values as codes: zero 0, min 0
+    case WType::IQ3_XXS:
+    case WType::IQ2_XXS: {  // the signed codebook values as codes: zero 0, min 0
       const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
-      const int j = static_cast<int>(blk % 8);
-      if (s.type == WType::IQ3_XXS) {
-        k.scale = iq3xxs_scale(p, j);
-        iq3xxs_values(p, j, k.code);
-      } else {
-        k.scale = iq3s_scale(p, j);
-        iq3s_values(p, j, k.code);
-      }
+      k.scale = codebook_sub(s.type, p, static_cast<int>(blk % 8), k.code);
       return k;
     }
     case WType::IQ4_NL:

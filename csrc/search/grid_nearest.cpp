@@ -1,5 +1,5 @@
-// iq3_s's searches (grid_nearest.h): per tuple, its level index, then its
-// kCandidates' weighted errors, four products each; per 32-element row, the
+// The codebook searches (grid_nearest.h): per tuple, its level index, then
+// its kCandidates' weighted errors, D products each; per 32-element row, the
 // scale fits built on that.
 #include "grid_nearest.h"
 
@@ -11,6 +11,24 @@
 namespace ie {
 namespace {
 
+// The index of the tuple of levels nearest to ui (grid_nearest.h).
+template <int D>
+inline int tuple_of(const float* ui) {
+  int t = 0;
+  if constexpr (D == 4) {
+    for (int j = 0; j < 4; ++j) {
+      // Half to even as numpy's rint, by adding and taking off 1.5 * 2^23 (nearbyint is a libm call
+      // below SSE4.1); exact where it matters, |l| < 2^22, and on the right side of 0..7 beyond.
+      const float l = ((ui[j] - 1.f) * 0.5f + search::kRoundMagic) - search::kRoundMagic;
+      t += (l > 0.f ? (l < 7.f ? static_cast<int>(l) : 7) : 0) << (3 * j);
+    }
+  } else {
+    for (int j = 0, p = 1; j < 8; ++j, p *= 3)  // NaN: level 0 (both comparisons false)
+      t += p * ((ui[j] > kIq2Edges[0]) + (ui[j] > kIq2Edges[1]));
+  }
+  return t;
+}
+
 // The candidate of least weighted error for the tuple ui under weights wi:
 // its place among the kCandidates of the tuple's levels, *t_out their index.
 // kLanes candidates per vector; the first of the least found as the lowest
@@ -18,24 +36,19 @@ namespace {
 // first smaller one branches on the data (grid_nearest 1.2x the time, on a
 // core shared with other work).
 // Forced inline: called from two loops, GCC kept it out of line (1.2x).
+template <int D>
 __attribute__((always_inline)) inline int nearest_one(const float* ui, const float* wi, const float* cand_val,
                                                       int* t_out) {
   using search::V;
   using search::VI;
   static_assert(kCandidates == 4 * search::kLanes, "four vectors of candidates");
-  int t = 0;
-  for (int j = 0; j < 4; ++j) {
-    // Half to even as numpy's rint, by adding and taking off 1.5 * 2^23 (nearbyint is a libm call
-    // below SSE4.1); exact where it matters, |l| < 2^22, and on the right side of 0..7 beyond.
-    const float l = ((ui[j] - 1.f) * 0.5f + search::kRoundMagic) - search::kRoundMagic;
-    t += (l > 0.f ? (l < 7.f ? static_cast<int>(l) : 7) : 0) << (3 * j);
-  }
+  const int t = tuple_of<D>(ui);
   *t_out = t;
-  // The candidates side by side (cand_val is [4096, 4, kCandidates]): element j's term of
+  // The candidates side by side (cand_val is [tuples, D, kCandidates]): element j's term of
   // candidate 4v + l is lane l of vector v.
-  const float* g = cand_val + static_cast<int64_t>(t) * 4 * kCandidates;
+  const float* g = cand_val + static_cast<int64_t>(t) * D * kCandidates;
   V e[4];
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < D; ++j) {
     const float u2 = 2.f * ui[j], wj = wi[j];
     for (int v = 0; v < 4; ++v) {
       V gj;
@@ -76,6 +89,7 @@ inline float numpy_sum32(const float* v) {
   return ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
 }
 
+template <int D>
 float row_scale(const float* x, const float* w, const float* cand_val, const float* starts, int nstarts,
                 const float* moves, int nmoves) {
   float amax = x[0];
@@ -87,11 +101,11 @@ float row_scale(const float* x, const float* w, const float* cand_val, const flo
   auto fit = [&](float at) {
     float u[32], wqx[32], wqq[32];
     for (int i = 0; i < 32; ++i) u[i] = unit[i] * at;
-    for (int b = 0; b < 32; b += 4) {
+    for (int b = 0; b < 32; b += D) {
       int t;
-      const int c = nearest_one(u + b, w + b, cand_val, &t);
-      const float* g = cand_val + static_cast<int64_t>(t) * 4 * kCandidates + c;
-      for (int j = 0; j < 4; ++j) {
+      const int c = nearest_one<D>(u + b, w + b, cand_val, &t);
+      const float* g = cand_val + static_cast<int64_t>(t) * D * kCandidates + c;
+      for (int j = 0; j < D; ++j) {
         const float q = g[j * kCandidates], wq = w[b + j] * q;
         wqx[b + j] = wq * x[b + j];
         wqq[b + j] = wq * q;
@@ -116,19 +130,21 @@ float row_scale(const float* x, const float* w, const float* cand_val, const flo
 
 }  // namespace
 
-void grid_nearest(const float* u, const float* w, int64_t m, const int16_t* cand_idx, const float* cand_val,
+void grid_nearest(int dims, const float* u, const float* w, int64_t m, const int16_t* cand_idx, const float* cand_val,
                   int32_t* out) {
   for (int64_t i = 0; i < m; ++i) {
     int t;
-    const int c = nearest_one(u + 4 * i, w + 4 * i, cand_val, &t);
+    const int c = dims == 4 ? nearest_one<4>(u + 4 * i, w + 4 * i, cand_val, &t)
+                            : nearest_one<8>(u + 8 * i, w + 8 * i, cand_val, &t);
     out[i] = cand_idx[static_cast<int64_t>(t) * kCandidates + c];
   }
 }
 
-void grid_scales(const float* a, const float* w, int64_t m, const float* cand_val, const float* starts, int nstarts,
-                 const float* moves, int nmoves, float* out) {
+void grid_scales(int dims, const float* a, const float* w, int64_t m, const float* cand_val, const float* starts,
+                 int nstarts, const float* moves, int nmoves, float* out) {
   for (int64_t r = 0; r < m; ++r)
-    out[r] = row_scale(a + 32 * r, w + 32 * r, cand_val, starts, nstarts, moves, nmoves);
+    out[r] = dims == 4 ? row_scale<4>(a + 32 * r, w + 32 * r, cand_val, starts, nstarts, moves, nmoves)
+                       : row_scale<8>(a + 32 * r, w + 32 * r, cand_val, starts, nstarts, moves, nmoves);
 }
 
 }  // namespace ie

@@ -1,6 +1,6 @@
 // The nearest codebook entry to each four-tuple of magnitudes under
 // per-weight weights, among the candidates a table lists for its rounded
-// tuple, and the scale fits built on it: iq3_s's and iq3_xxs's searches
+// tuple, and the scale fits built on it: iq3_s's, iq3_xxs's and iq2_xxs's searches
 // (formats/codebooks.py builds the table; tests/test_quant_search.py holds
 // the numpy they replaced).
 #pragma once
@@ -12,13 +12,22 @@ namespace ie {
 // so that they are four vectors of errors with no loop bounds.
 constexpr int kCandidates = 16;
 
-// u, w: [m, 4]. cand_idx [4096, kCandidates] (int16 entry numbers) and
-// cand_val [4096, 4, kCandidates] (their magnitudes, element-major) list the candidates of each tuple of
-// levels 0..7 (index sum level_j 8^j), level_j = clamp(rint((u_j - 1) / 2),
-// 0, 7) (NaN: 0). out[i]: the candidate of least sum_j w_j g_j (g_j - 2 u_j)
-// (the weighted squared distance less the candidates' common sum w u^2), the
-// first of equals.
-void grid_nearest(const float* u, const float* w, int64_t m, const int16_t* cand_idx, const float* cand_val,
+// The two shapes of ggml's codebooks, by dims D, the magnitudes per entry:
+// - D = 4 (iq3_s, iq3_xxs): levels 0..7 standing for 1, 3, .., 15 (iq3_xxs's
+//   top 15.5), level_j = clamp(rint((u_j - 1) / 2), 0, 7) (NaN: 0), the
+//   tuple's index sum level_j 8^j (4096 tuples);
+// - D = 8 (iq2_xxs): levels 0..2 standing for 1, 3.125, 5.375 (ggml's 8, 25,
+//   43 over 8), level_j the number of kIq2Edges below u_j (NaN: 0), the
+//   tuple's index sum level_j 3^j (6561 tuples).
+constexpr float kIq2Edges[2] = {2.0625f, 4.25f};  // midway between the levels
+constexpr int grid_tuples(int dims) { return dims == 4 ? 4096 : 6561; }
+
+// u, w: [m, dims]. cand_idx [tuples, kCandidates] (int16 entry numbers) and
+// cand_val [tuples, dims, kCandidates] (their magnitudes, element-major) list
+// the candidates of each tuple of levels. out[i]: the candidate of least
+// sum_j w_j g_j (g_j - 2 u_j) (the weighted squared distance less the
+// candidates' common sum w u^2), the first of equals.
+void grid_nearest(int dims, const float* u, const float* w, int64_t m, const int16_t* cand_idx, const float* cand_val,
                   int32_t* out);
 
 // a, w: [m, 32] magnitudes and weights. out[r]: the scale of row r,
@@ -28,7 +37,7 @@ void grid_nearest(const float* u, const float* w, int64_t m, const int16_t* cand
 // of moves), u = a / max(a) * p (1 for max(a) 0) takes each tuple's grid_nearest entry q and
 // the weighted least-squares scale s = sum w q a / sum w q q; the first s of
 // largest s * sum w q a (0 where none is above 0) is kept.
-void grid_scales(const float* a, const float* w, int64_t m, const float* cand_val, const float* starts, int nstarts,
-                 const float* moves, int nmoves, float* out);
+void grid_scales(int dims, const float* a, const float* w, int64_t m, const float* cand_val, const float* starts,
+                 int nstarts, const float* moves, int nmoves, float* out);
 
 }  // namespace ie

@@ -37,12 +37,13 @@ void check_range(const char* what, const char* name, int v, int lo, int hi) {
                                 std::to_string(hi) + ", got " + std::to_string(v));
 }
 
-// cand_val [4096, 4, kCandidates]: a codebook's candidate table (formats/codebooks.py).
-void check_candidates(const char* what, const F32Array& cand_val) {
-  if (cand_val.ndim() != 3 || cand_val.shape(0) != 4096 || cand_val.shape(1) != 4 ||
-      cand_val.shape(2) != ie::kCandidates)
-    throw std::invalid_argument(std::string(what) + ": cand_val must be [4096, 4, " +
-                                std::to_string(ie::kCandidates) + "]");
+// cand_val [tuples, dims, kCandidates]: a codebook's candidate table (formats/codebooks.py); its dims.
+int check_candidates(const char* what, const F32Array& cand_val) {
+  const int dims = cand_val.ndim() == 3 ? static_cast<int>(cand_val.shape(1)) : 0;
+  if ((dims != 4 && dims != 8) || cand_val.shape(0) != ie::grid_tuples(dims) || cand_val.shape(2) != ie::kCandidates)
+    throw std::invalid_argument(std::string(what) + ": cand_val must be [4096, 4, " + std::to_string(ie::kCandidates) +
+                                "] or [6561, 8, " + std::to_string(ie::kCandidates) + "]");
+  return dims;
 }
 
 py::tuple qkx(const F32Array& x, const F32Array& w, int nmax, float rmin, float rdelta, int nstep, bool mad) {
@@ -116,11 +117,12 @@ py::tuple qp(const F32Array& x, const F32Array& w, int nmax) {
 py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
                                  const py::array_t<int16_t, py::array::c_style | py::array::forcecast>& cand_idx,
                                  const F32Array& cand_val) {
-  if (u.ndim() != 2 || u.shape(1) != 4 || w.ndim() != 2 || w.shape(0) != u.shape(0) || w.shape(1) != 4)
-    throw std::invalid_argument("grid_nearest: u and w must be [m, 4] arrays of one shape");
-  if (cand_idx.ndim() != 2 || cand_idx.shape(0) != 4096 || cand_idx.shape(1) != ie::kCandidates)
-    throw std::invalid_argument("grid_nearest: cand_idx must be [4096, " + std::to_string(ie::kCandidates) + "]");
-  check_candidates("grid_nearest", cand_val);
+  const int dims = check_candidates("grid_nearest", cand_val);
+  if (u.ndim() != 2 || u.shape(1) != dims || w.ndim() != 2 || w.shape(0) != u.shape(0) || w.shape(1) != dims)
+    throw std::invalid_argument("grid_nearest: u and w must be [m, " + std::to_string(dims) + "] arrays of one shape");
+  if (cand_idx.ndim() != 2 || cand_idx.shape(0) != ie::grid_tuples(dims) || cand_idx.shape(1) != ie::kCandidates)
+    throw std::invalid_argument("grid_nearest: cand_idx must be [" + std::to_string(ie::grid_tuples(dims)) + ", " +
+                                std::to_string(ie::kCandidates) + "]");
   const int64_t m = u.shape(0);
   py::array_t<int32_t> out(m);
   const float *up = u.data(), *wp = w.data(), *vp = cand_val.data();
@@ -128,7 +130,7 @@ py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
   int32_t* op = out.mutable_data();
   {
     py::gil_scoped_release release;
-    ie::grid_nearest(up, wp, m, ip, vp, op);
+    ie::grid_nearest(dims, up, wp, m, ip, vp, op);
   }
   return out;
 }
@@ -136,7 +138,7 @@ py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
 py::array_t<float> grid_scales(const F32Array& a, const F32Array& w, const F32Array& cand_val, const F32Array& starts,
                                const F32Array& moves) {
   check_blocks("grid_scales", a, &w, 32);
-  check_candidates("grid_scales", cand_val);
+  const int dims = check_candidates("grid_scales", cand_val);
   if (starts.ndim() != 1 || moves.ndim() != 1 || starts.shape(0) < 1 || starts.shape(0) > 64 || moves.shape(0) > 64)
     throw std::invalid_argument("grid_scales: starts (1..64) and moves (0..64) must be 1-d arrays");
   const int64_t m = a.shape(0);
@@ -147,7 +149,7 @@ py::array_t<float> grid_scales(const F32Array& a, const F32Array& w, const F32Ar
   float* op = out.mutable_data();
   {
     py::gil_scoped_release release;
-    ie::grid_scales(ap, wp, m, vp, sp, ns, mp, nm, op);
+    ie::grid_scales(dims, ap, wp, m, vp, sp, ns, mp, nm, op);
   }
   return out;
 }
@@ -199,9 +201,10 @@ PYBIND11_MODULE(_search, m) {
         "float32 [n].");
   m.def("grid_scales", &grid_scales, py::arg("a"), py::arg("w"), py::arg("cand_val"), py::arg("starts"),
         py::arg("moves"),
-        "The codebook types' scale search (iq3_s, iq3_xxs): for each row of 32 magnitudes a and weights w [m, 32], the best weighted "
+        "The codebook types' scale search (iq3_s, iq3_xxs, iq2_xxs): for each row of 32 magnitudes a and weights w [m, 32], the best weighted "
         "least-squares scale over the places tried (starts, then moves around the best): float32 [m].");
   m.def("grid_nearest", &grid_nearest, py::arg("u"), py::arg("w"), py::arg("cand_idx"), py::arg("cand_val"),
-        "The codebook types' search (iq3_s, iq3_xxs): for each magnitude four-tuple u [m, 4] under weights w [m, 4], the candidate of its "
-        "rounded tuple (cand_idx [4096, 16], cand_val [4096, 4, 16]) of least weighted squared error: int32 [m].");
+        "The codebook types' search (iq3_s, iq3_xxs, iq2_xxs): for each magnitude tuple u [m, D] under weights w [m, D], "
+        "the candidate of its rounded tuple (D = 4: cand_idx [4096, 16], cand_val [4096, 4, 16]; D = 8: [6561, 16] and "
+        "[6561, 8, 16]) of least weighted squared error: int32 [m].");
 }
