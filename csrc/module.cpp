@@ -16,6 +16,7 @@
 #include "dedup/dedup.h"
 #include "gemm/gemm.h"
 #include "gemv/gemv.h"
+#include "gemv/rows8.h"
 #include "stream/stream_read.h"
 
 #if IE_HAVE_CUDA
@@ -135,6 +136,14 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("symmetric", &ie::WeightSpec::symmetric)
       .def_property_readonly("scale_dtype", [](const ie::WeightSpec& s) { return s.scale_f32 ? "f32" : "f16"; })
       .def_property_readonly("nbytes", &ie::weight_nbytes)
+      .def_property_readonly(
+          "rows8_nbytes",
+          [](const ie::WeightSpec& s) {
+            const ie::Rows8 p = ie::rows8_shape(s);
+            return p.tile_bytes * static_cast<size_t>(p.tiles);
+          },
+          "Bytes of the decoder's row-interleaved copy (gemv/rows8.h; 0 for a float type): the stored size, "
+          "but 4.25 bits a weight for the codebook types (iq3_s, iq3_xxs, iq2_xxs).")
       .def("__repr__", [](const ie::WeightSpec& s) {
         return "WeightSpec(" + std::string(ie::wtype_info(s.type).name) + ", [" + std::to_string(s.rows) + ", " +
                std::to_string(s.cols) + "], group_size=" + std::to_string(s.group_size) + ")";

@@ -26,16 +26,18 @@ def copy_experts(mode: str, weights: dict[str, Any], act: str, device: str) -> b
     Q4_K_M on AVX2 (docs/benchmarks.md), at the price of the whole model
     resident. In place, the mapped file pages in only the experts a prompt
     routes to, and a model larger than memory still runs. ``in-place`` as
-    asked; ``copy`` as asked unless the copies (the stored size) exceed the
-    memory available: an IEError; ``auto``: copy when the copies take at
-    most two thirds of the memory available now. Only act=int8 on the CPU has the
+    asked; ``copy`` as asked unless the copies exceed the memory available:
+    an IEError; ``auto``: copy when the copies take at most two thirds of the
+    memory available now. The copies' size is the stored one but for the
+    codebook types, whose copies hold 4.25 bits a weight (iq2_xxs: twice
+    its 2.06). Only act=int8 on the CPU has the
     kernels that read them (and the native decoder copies nothing on an ISA
     without them: scalar)."""
     if mode not in MODES:
         raise IEError(f"experts: {mode!r} is not one of {', '.join(MODES)}")
     if mode == "in-place" or act != "int8" or device != "cpu":
         return False
-    nbytes = sum(getattr(v[1], "nbytes", 0) for layer in weights[LAYERS_KEY] for ex in layer.get(EXPERTS_KEY, ())
+    nbytes = sum(v[0].rows8_nbytes for layer in weights[LAYERS_KEY] for ex in layer.get(EXPERTS_KEY, ())
                  for v in ex.values() if isinstance(v, tuple))
     if nbytes == 0:
         return False

@@ -137,17 +137,27 @@ def test_experts_copied_where_memory_allows(monkeypatch):
     memory available (and never for act=f32, which has no kernel to read
     them, nor on CUDA); "copy" copies unless the copies exceed the memory
     available (one clear error, not an out-of-memory kill); an unknown mode
-    is one clear error."""
+    is one clear error. The copies' size is rows8's: the stored one for
+    q4_0, about twice it for iq2_xxs (4.25 bits a weight for 2.06)."""
     from iekit.runtime import expert_copies
+    from iekit.runtime.native import _native
 
-    weights = {"layers": [{"experts": [{"gate": (None, np.zeros(300, np.uint8)), "bgate": np.zeros(4, np.float32)}]},
+    q4 = _native.WeightSpec("q4_0", 8, 512)
+    assert q4.rows8_nbytes == q4.nbytes == 2304
+    weights = {"layers": [{"experts": [{"gate": (q4, np.zeros(q4.nbytes, np.uint8)), "bgate": np.zeros(4, np.float32)}]},
                           {}]}
-    for avail, want in ((450, True), (449, False), (None, False)):
+    for avail, want in ((3456, True), (3455, False), (None, False)):
         monkeypatch.setattr(expert_copies, "available_bytes", lambda a=avail: a)
         assert expert_copies.copy_experts("auto", weights, "int8", "cpu") is want, avail
-    monkeypatch.setattr(expert_copies, "available_bytes", lambda: 300)
+    iq2 = _native.WeightSpec("iq2_xxs", 8, 512)
+    assert (iq2.nbytes, iq2.rows8_nbytes) == (1056, 2176)
+    small = {"layers": [{"experts": [{"gate": (iq2, np.zeros(iq2.nbytes, np.uint8))}]}]}
+    for avail, want in ((3264, True), (3263, False)):  # 2176 x 3 / 2, not 1056's 1584
+        monkeypatch.setattr(expert_copies, "available_bytes", lambda a=avail: a)
+        assert expert_copies.copy_experts("auto", small, "int8", "cpu") is want, avail
+    monkeypatch.setattr(expert_copies, "available_bytes", lambda: 2304)
     assert expert_copies.copy_experts("copy", weights, "int8", "cpu") is True
-    monkeypatch.setattr(expert_copies, "available_bytes", lambda: 299)
+    monkeypatch.setattr(expert_copies, "available_bytes", lambda: 2303)
     with pytest.raises(IEError, match="experts copy: the experts' copies take 0.0 GiB, more than the 0.0 GiB of "
                                       "memory available"):
         expert_copies.copy_experts("copy", weights, "int8", "cpu")

@@ -192,17 +192,23 @@ IE_HD uint32_t even_signs(uint32_t aux) {
   return out;
 }
 
-// The 32 signed values (+-4 .. +-62) of sub-block j, one codebook word per four.
-IE_HD void iq3xxs_values(const uint8_t* blk, int j, int* out) {
-  const uint32_t neg = even_signs(iq3xxs_aux(blk, j));
+// The 32 signed values of a sub-block whose 32 / K codebook words (K
+// magnitudes each) the bytes idx name, negative where neg's bits are set.
+template <int K, class Word>
+IE_HD void codebook_values(const Word* grid, const uint8_t* idx, uint32_t neg, int* out) {
   IE_UNROLL
-  for (int m = 0; m < 8; ++m) {
-    const uint32_t word = iq3xxs_grid()[blk[kIq3xxsQs + 8 * j + m]];
-    for (int k = 0; k < 4; ++k) {
+  for (int m = 0; m < 32 / K; ++m) {
+    const Word word = grid[idx[m]];
+    for (int k = 0; k < K; ++k) {
       const int g = static_cast<int>((word >> (8 * k)) & 0xFF);
-      out[4 * m + k] = (neg >> (4 * m + k)) & 1 ? -g : g;
+      out[K * m + k] = (neg >> (K * m + k)) & 1 ? -g : g;
     }
   }
+}
+
+// The 32 signed values (+-4 .. +-62) of sub-block j, one codebook word per four.
+IE_HD void iq3xxs_values(const uint8_t* blk, int j, int* out) {
+  codebook_values<4>(iq3xxs_grid(), blk + kIq3xxsQs + 8 * j, even_signs(iq3xxs_aux(blk, j)), out);
 }
 
 // iq2_xxs: iq3_xxs's signs and scales over a 256-entry codebook of
@@ -223,15 +229,7 @@ IE_HD float iq2xxs_scale(const uint8_t* blk, int j) {
 
 // The 32 signed values (+-8, +-25, +-43) of sub-block j, one codebook word per eight.
 IE_HD void iq2xxs_values(const uint8_t* blk, int j, int* out) {
-  const uint32_t neg = even_signs(iq2xxs_aux(blk, j));
-  IE_UNROLL
-  for (int m = 0; m < 4; ++m) {
-    const uint64_t word = iq2xxs_grid()[blk[kIq2xxsQs + 8 * j + m]];
-    for (int k = 0; k < 8; ++k) {
-      const int g = static_cast<int>((word >> (8 * k)) & 0xFF);
-      out[8 * m + k] = (neg >> (8 * m + k)) & 1 ? -g : g;
-    }
-  }
+  codebook_values<8>(iq2xxs_grid(), blk + kIq2xxsQs + 8 * j, even_signs(iq2xxs_aux(blk, j)), out);
 }
 
 // The codebook types (iq3_s, iq3_xxs, iq2_xxs): sub-block j's scale, its 32
