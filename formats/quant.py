@@ -1582,7 +1582,8 @@ class IQ3_XXS(IQ3_S, weight_type="iq3_xxs"):
 
     def sub_scales(self, raw):
         """Per sub-block scale d × (1 + 2 s_j) as float32 [n, 8], in the codebook's
-        units (4 × ggml's d × (0.5 + s_j) × 0.5: the same products with the values)."""
+        units (the unit, 4 or 8, times ggml's d × (0.5 + s_j) × 0.5 or × 0.25: the
+        same products with the values)."""
         return self._times_sub(self._f16(raw, 0)[:, 0], (self._aux(raw) >> 28).astype(np.uint8))
 
     def _values(self, raw):

@@ -28,7 +28,7 @@ from iekit.formats.model_spec import (EXPERT_MATRIX, EXPERTS_KEY, INT32_MAX, LAY
                                       decoder_spec, layer_parts, rope_for_context)
 
 from . import cuda, decoder_weights, kernels, kv_cache
-from .expert_copies import copy_experts
+from .expert_copies import copy_experts, grow_copies
 from .memory import available_bytes, gib
 from .native import _native
 from .tensor_source import TensorSource
@@ -189,13 +189,14 @@ class Decoder:
         self.act = run_act = device_act(device, act, bound.layer_dtypes)  # what runs: f32 | int8
         self._weights = weights = bound.weights
         copied = copy_experts(experts, weights, run_act, device)
+        grow = grow_copies(weights, run_act, device)
         # Closes over the weights (replace_matrices changes them in place), not over self: a
         # Decoder in a reference cycle outlived its last name until Python's cycle collector ran,
         # and a loop that makes one decoder after another (kl-probes: one per group) held
         # several models' weights at once.
         self._make = lambda: (_native.CudaDecoder(cfg, weights) if device == "cuda" else
                               _native.Decoder(cfg, weights, act=run_act, threads=threads, isa=isa,
-                                              affinity=affinity or "", copy_experts=copied))
+                                              affinity=affinity or "", copy_experts=copied, grow_copies=grow))
         self._dec = self._build()
         # Each decoder thread's CPU (-1: not pinned), or None without an affinity mode (or on CUDA).
         self.pinned: list[int] | None = list(self._dec.pinned) if affinity and device != "cuda" else None

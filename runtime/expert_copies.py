@@ -1,5 +1,6 @@
 """Whether a mixture of experts' matrices get the decoder's row-interleaved
-copies (rows8) at load, and ``--experts``, the flag that asks.
+copies (rows8) at load, and ``--experts``, the flag that asks; and whether
+dense matrices get copies larger than their stored bytes (grow_copies).
 
 Kept apart from runtime/decoder.py so the commands can offer the flag
 without loading the native runtime (``--help`` stays fast)."""
@@ -50,6 +51,32 @@ def copy_experts(mode: str, weights: dict[str, Any], act: str, device: str) -> b
                           "of memory available (in-place reads them from the mapped file)")
         return True
     return avail is not None and 3 * nbytes <= 2 * avail
+
+
+def grow_copies(weights: dict[str, Any], act: str, device: str) -> bool:
+    """Whether the dense matrices whose rows8 copies are larger than their
+    stored bytes (the codebook types': 4.25 bits a weight, iq2_xxs's twice
+    its 2.06) get them: decode then reads them with the tile kernels (about
+    twice as fast as their stored layout's gathers, docs/benchmarks.md), at
+    the price of that memory. Yes where every dense matrix's copy together
+    takes at most two thirds of the memory available now (and where the
+    memory available is unknown, as before); else those matrices keep their
+    stored bytes, so a model picked for its size runs at that size. Every
+    other matrix's copy is its stored size and is always made."""
+    if act != "int8" or device != "cpu":
+        return True
+    dense = [v[0] for layer in weights[LAYERS_KEY] for k, v in layer.items() if k != EXPERTS_KEY and _matrix(v)]
+    dense += [weights["lm_head"][0]] if _matrix(weights.get("lm_head")) else []  # (a tied embedding's copy is the head's)
+    copies = sum(s.rows8_nbytes for s in dense)
+    if all(s.rows8_nbytes <= s.nbytes for s in dense):
+        return True
+    avail = available_bytes()
+    return avail is None or 3 * copies <= 2 * avail
+
+
+def _matrix(v: Any) -> bool:
+    """Whether a weights entry is a matrix (a WeightSpec first) rather than a vector or a list."""
+    return isinstance(v, tuple) and hasattr(v[0], "rows8_nbytes")
 
 
 def option(f):

@@ -28,7 +28,7 @@ from conftest import GOLDEN, REPO, run_tool
 from iekit.formats import codebooks, iebin
 from iekit.formats.quant import SCHEMES, QuantParams
 from iekit.runtime.decoder import Decoder
-from test_quantize_imatrix import TEXT, wide  # noqa: F401  (the fixture)
+from test_quantize_imatrix import TEXT, _quantize, wide  # noqa: F401  (the fixture)
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from llamacpp import tool  # noqa: E402
@@ -198,3 +198,23 @@ def test_llama_cpp_s_own_file_runs_at_its_size(wide, tmp_path, scheme):  # noqa:
         for isa in ("scalar", "avx2"):
             got = Decoder(kept, act=act, isa=isa).logits(ids)
             assert np.abs(got - ref).max() / np.abs(ref).max() <= tol, (act, isa)
+
+
+def test_copies_larger_than_the_stored_bytes_only_where_memory_allows(wide, monkeypatch):  # noqa: F811
+    """iq2_xxs's rows8 copies hold 4.25 bits a weight, twice what is stored:
+    with the memory for them the decoder makes them (the tile kernels);
+    without, those matrices keep their stored bytes (runtime/expert_copies.py
+    grow_copies) and the int8 products are the same to rounding."""
+    from iekit.runtime import expert_copies
+
+    out, _m, _r = _quantize(wide, "iq2_xxs-copies", "--scheme", "iq2_xxs")
+    ids = [int(i) for i in np.random.default_rng(4).integers(0, 320, 12)]
+    grown = Decoder(out, threads=2, act="int8", isa="avx2")
+    monkeypatch.setattr(expert_copies, "available_bytes", lambda: 1)
+    kept = Decoder(out, threads=2, act="int8", isa="avx2")
+    stored = sum(t["nbytes"] for t in iebin.load_model(out).tensors if t["dtype"] == "iq2_xxs")
+    assert grown.rows8_bytes - kept.rows8_bytes > 2 * stored  # the copies were 2.06x the stored bytes
+    a, b = grown.logits(ids).astype(np.float64), kept.logits(ids).astype(np.float64)
+    assert np.abs(a - b).max() <= 1e-4 * np.abs(a).max()
+    monkeypatch.setattr(expert_copies, "available_bytes", lambda: None)  # unknown: as before
+    assert Decoder(out, threads=2, act="int8", isa="avx2").rows8_bytes == grown.rows8_bytes

@@ -189,11 +189,11 @@ py::dict weight_keys() {
 
 std::unique_ptr<PyDecoder> make_decoder(const ie::DecoderConfig& c, const py::dict& weights,
                                         const std::string& act, int threads, const std::string& isa,
-                                        const std::string& affinity, bool copy_experts) {
+                                        const std::string& affinity, bool copy_experts, bool grow_copies) {
   auto out = std::make_unique<PyDecoder>();
   ie::DecoderWeights w = decoder_weights(weights, out->keep, /*plan_dedup=*/true);
   out->dec = std::make_unique<ie::Decoder>(c, std::move(w), ie::parse_act(act), threads, ie::resolve_isa(isa),
-                                           affinity, copy_experts);
+                                           affinity, copy_experts, grow_copies);
   return out;
 }
 
@@ -366,7 +366,7 @@ void ie_register_decoder(py::module_& m) {
   py::class_<PyDecoder>(m, "Decoder", "Llama-family decoder over weights read in place (csrc/decoder/decoder.h).")
       .def(py::init(&make_decoder), py::arg("config"), py::arg("weights"),
            py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "", py::arg("affinity") = "",
-           py::arg("copy_experts") = false)
+           py::arg("copy_experts") = false, py::arg("grow_copies") = true)
       .def_property_readonly("solo_jobs", [](const PyDecoder& s) { return s.dec->solo_jobs(); },
                              "Parallel jobs run on the calling thread alone because the machine was busy.")
       .def_property_readonly("pinned", [](const PyDecoder& s) { return s.dec->pinned(); },

@@ -484,7 +484,7 @@ constexpr int kDenseRows8Chunk = 64;
 static_assert(kMaxRows8Batch <= kPrefillBatch, "an int8 chunk fits the decoder's activation buffers");
 
 Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa, const std::string& affinity,
-                 bool copy_experts)
+                 bool copy_experts, bool grow_copies)
     : cfg_(std::move(cfg)), w_(std::move(w)), act_(act), isa_(isa) {
   const DecoderConfig& c = cfg_;
   check_decoder(c, w_, /*dedup_plans=*/true);
@@ -536,12 +536,16 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   // read faster.) The stored bytes are then not read again: their pages,
   // touched once by the copying, are handed back (MADV_PAGEOUT: dropped
   // from this process's resident set, contents kept), so a copy does not
-  // double the RSS.
+  // double the RSS. The codebook types' rows8 copies are larger than their
+  // stored bytes (4.25 bits a weight: iq2_xxs's twice its 2.06); without
+  // grow_copies (Python's Decoder: where they would not fit in memory) those
+  // matrices keep their stored layout, read by its slower kernels.
   auto make_resident = [&](Matrix& m) {
     if (m.data == nullptr || m.dedup) return;
     const uint8_t* stored = m.data;
     const size_t n = weight_nbytes(m.spec);
-    if (gemv_uses_rows8(m.spec, act_, isa_)) {
+    const Rows8 shape = gemv_uses_rows8(m.spec, act_, isa_) ? rows8_shape(m.spec) : Rows8();
+    if (!shape.empty() && (grow_copies || shape.tile_bytes * static_cast<size_t>(shape.tiles) <= n)) {
       m.rows8 = std::make_shared<const Rows8>(pack_rows8(m.spec, stored, *pool_));
       rows8_bytes_ += m.rows8->bytes.size();
     } else {

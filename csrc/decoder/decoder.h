@@ -366,8 +366,10 @@ class Decoder {
   // affinity: "" (threads not pinned), or pin_threads' mode, applied before
   // the weights are copied (so each copy is first touched where it is read).
   // copy_experts: experts get rows8 copies too (Decoder::Decoder says when that pays).
+  // grow_copies: dense matrices get rows8 copies larger than their stored
+  // bytes (the codebook types'); false: those keep their stored layout.
   Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa isa, const std::string& affinity = "",
-          bool copy_experts = false);
+          bool copy_experts = false, bool grow_copies = true);
 
   // Runs `n` tokens at positions n_past() .. n_past()+n-1, appending their
   // K/V to the cache. Writes [n, vocab] logits when all_logits, else only
