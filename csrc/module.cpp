@@ -137,11 +137,7 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("scale_dtype", [](const ie::WeightSpec& s) { return s.scale_f32 ? "f32" : "f16"; })
       .def_property_readonly("nbytes", &ie::weight_nbytes)
       .def_property_readonly(
-          "rows8_nbytes",
-          [](const ie::WeightSpec& s) {
-            const ie::Rows8 p = ie::rows8_shape(s);
-            return p.tile_bytes * static_cast<size_t>(p.tiles);
-          },
+          "rows8_nbytes", &ie::rows8_nbytes,
           "Bytes of the decoder's row-interleaved copy (gemv/rows8.h; 0 for a float type): the stored size, "
           "but 4.25 bits a weight for the codebook types (iq3_s, iq3_xxs, iq2_xxs).")
       .def("__repr__", [](const ie::WeightSpec& s) {

@@ -18,7 +18,7 @@ A vector codebook packs the bits better than q3_k's uniform per-element
 grid: on the widened SmolLM2 llama.cpp's IQ3_S had 15-22% less
 importance-weighted error than its Q3_K (docs/quality.md). The tables are
 part of the formats (ggml's iq3s_grid, iq3xxs_grid and iq2xxs_grid; byte j
-of a word is element j's magnitude) and csrc/common/*_grid.h hold the same
+of a word is element j's magnitude) and csrc/common/codebooks.h hold the same
 words for the runtime; tests pin both to gguf-py's.
 
 The search: round each magnitude to its nearest level (one of 4096 tuples
@@ -233,14 +233,13 @@ class Codebook:
         self.words = words
         self.unit = unit  # stored magnitude per grid unit (IQ3_XXS: 4)
         self.dims = words.dtype.itemsize  # magnitudes per entry (one byte each)
-        self.place = place  # STARTS and MOVES are scaled by this
-
-    def grid(self) -> np.ndarray:
-        """[entries, dims] float32 magnitudes of every entry, in grid units."""
-        return self._grid
+        # the places the scale search tries (STARTS and MOVES scaled by place)
+        self.starts = np.array(STARTS, np.float32) * np.float32(place)
+        self.moves = np.array(MOVES, np.float32) * np.float32(place)
 
     @cached_property
-    def _grid(self) -> np.ndarray:
+    def grid(self) -> np.ndarray:
+        """[entries, dims] float32 magnitudes of every entry, in grid units."""
         g = self.words.view(np.uint8).reshape(-1, self.dims).astype(np.float32) / np.float32(self.unit)
         g.flags.writeable = False
         return g
@@ -255,9 +254,9 @@ class Codebook:
         n = len(levels)
         codes = (np.arange(n ** self.dims)[:, None] // n ** np.arange(self.dims)[None, :]) % n
         tuples = levels[codes]
-        dist = ((tuples[:, None, :] - self.grid()[None, :, :]) ** 2).sum(-1)
+        dist = ((tuples[:, None, :] - self.grid[None, :, :]) ** 2).sum(-1)
         idx = np.argsort(dist, axis=1, kind="stable")[:, :NEIGHBOURS].astype(np.int16)
-        return idx, np.ascontiguousarray(self.grid()[idx].transpose(0, 2, 1))
+        return idx, np.ascontiguousarray(self.grid[idx].transpose(0, 2, 1))
 
     def nearest(self, u: np.ndarray, w: np.ndarray) -> np.ndarray:
         """Entry [m] nearest to each magnitude tuple u [m, dims] (in grid
@@ -278,9 +277,7 @@ class Codebook:
         (csrc/search/grid_nearest.cpp): the numpy it replaced, now in
         tests/test_quant_search.py, took a third of an 8B gptq run's time."""
         _, values = self.neighbours
-        at = np.float32(self.place)
-        return per_block(_search.grid_scales, a, w, values, np.array(STARTS, np.float32) * at,
-                         np.array(MOVES, np.float32) * at)
+        return per_block(_search.grid_scales, a, w, values, self.starts, self.moves)
 
 
 IQ3S = Codebook(IQ3S_WORDS, 1.0)

@@ -1499,7 +1499,7 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
         high = (raw[:, self.QH:self.QH + 8, None] >> bits) & 1  # [n, 8 sub-blocks, 8 tuples]
         idx = raw[:, self.QS:self.QS + 64].astype(np.int32) | (high.reshape(-1, 64).astype(np.int32) << 8)
         neg = ((raw[:, self.SIGNS:self.SIGNS + 32, None] >> bits) & 1).reshape(-1, 8, self.SUB)
-        return self.BOOK.grid()[idx].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1), np.float32(1))
+        return self.BOOK.grid[idx].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1), np.float32(1))
 
     SUB_LEVELS = ((1, 31, True),)  # the multipliers 1 + 2 s_j
 
@@ -1592,7 +1592,7 @@ class IQ3_XXS(IQ3_S, weight_type="iq3_xxs"):
         for k in range(7):
             parity ^= (seven >> k) & 1
         neg = (((seven | parity << 7)[..., None] >> np.arange(8, dtype=np.uint32)) & 1).reshape(-1, 8, self.SUB)
-        return self.BOOK.grid()[self._entries(raw)].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1),
+        return self.BOOK.grid[self._entries(raw)].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1),
                                                                                          np.float32(1))
 
     def _put_sub_levels(self, out, m):

@@ -67,11 +67,10 @@ def grow_copies(weights: dict[str, Any], act: str, device: str) -> bool:
         return True
     dense = [v[0] for layer in weights[LAYERS_KEY] for k, v in layer.items() if k != EXPERTS_KEY and _matrix(v)]
     dense += [weights["lm_head"][0]] if _matrix(weights.get("lm_head")) else []  # (a tied embedding's copy is the head's)
-    copies = sum(s.rows8_nbytes for s in dense)
     if all(s.rows8_nbytes <= s.nbytes for s in dense):
         return True
     avail = available_bytes()
-    return avail is None or 3 * copies <= 2 * avail
+    return avail is None or 3 * sum(s.rows8_nbytes for s in dense) <= 2 * avail
 
 
 def _matrix(v: Any) -> bool:

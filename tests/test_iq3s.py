@@ -40,7 +40,7 @@ def _err(x, deq, imp=None):
 def test_codebook_is_gguf_py_s():
     gguf.quants.IQ3_S.init_grid()
     ref = np.asarray(gguf.quants.IQ3_S.grid, np.float32).reshape(512, 4)
-    assert np.array_equal(IQ3S.grid(), ref)
+    assert np.array_equal(IQ3S.grid, ref)
 
 
 def test_native_decoder_reads_every_codebook_entry_as_gguf_py_does():
@@ -102,7 +102,7 @@ def test_nearest_entry_is_the_exhaustive_one_up_to_a_hair():
     """The neighbour lists stand in for a search of all 512 entries: on-grid
     tuples find themselves, and off-grid ones lose under 0.5% of the
     weighted error an exhaustive search leaves."""
-    g = IQ3S.grid()
+    g = IQ3S.grid
     w1 = np.ones((512, 4), np.float32)
     assert np.array_equal(IQ3S.nearest(g, w1), np.arange(512))
     rng = np.random.default_rng(0)

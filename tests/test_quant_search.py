@@ -149,7 +149,7 @@ def _iq3s_scales(a, w):
 
     def fit(at):
         nonlocal best, gain, place
-        q = IQ3S.grid()[IQ3S.nearest((unit * at[:, None]).reshape(-1, 4), w.reshape(-1, 4))].reshape(a.shape)
+        q = IQ3S.grid[IQ3S.nearest((unit * at[:, None]).reshape(-1, 4), w.reshape(-1, 4))].reshape(a.shape)
         wq = w * q
         sumqx, sumq2 = (wq * a).sum(axis=1), (wq * q).sum(axis=1)
         scale = (sumqx / np.where(sumq2 > 0, sumq2, np.inf)).astype(np.float32)

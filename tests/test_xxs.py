@@ -60,13 +60,13 @@ def test_codebook_is_gguf_py_s(scheme):
     q = getattr(gguf.quants, scheme.upper())
     q.init_grid()
     ref = np.asarray(q.grid, np.float32).reshape(entries, dims)
-    assert np.array_equal(book.grid() * book.unit, ref)
+    assert np.array_equal(book.grid * book.unit, ref)
     assert sorted(set(ref.ravel())) == levels
 
 
 @pytest.mark.parametrize("scheme", XXS)
 def test_native_decoder_reads_every_codebook_entry_as_gguf_py_does(scheme):
-    """csrc/common/*xxs_grid.h is the other copy of the codebook: rows whose
+    """csrc/common/codebooks.h is the other copy of the codebook: rows whose
     tuples index every entry in turn (random signs, sub-scales and d)
     dequantize natively to gguf-py's values bit for bit."""
     from iekit.runtime import kernels

@@ -11,9 +11,7 @@
 
 #include "common/half.h"
 #include "common/hd.h"
-#include "common/iq3s_grid.h"
-#include "common/iq2xxs_grid.h"
-#include "common/iq3xxs_grid.h"
+#include "common/codebooks.h"
 #include "common/weight_types.h"
 
 namespace ie {
@@ -133,7 +131,7 @@ IE_HD Q4kSub q2k_sub(const uint8_t* blk, int j) {
 IE_HD int q2k_code(const uint8_t* blk, int i) { return kq_pair(blk, kQ2kCodes, i); }
 
 // iq3_s: 256-element super-blocks of eight 32-element sub-blocks; four
-// weights share a 9-bit index into the codebook (iq3s_grid.h), each weight
+// weights share a 9-bit index into the codebook (codebooks.h), each weight
 // its sign: w = d * (1 + 2 s_j) * (+-g). Sub-block j's tuple m has its low
 // index byte at 2 + 8 j + m and its high bit at bit m of byte 66 + j;
 // element e's sign is bit e % 8 of byte 74 + 4 j + e / 8; s_j is nibble j % 2
@@ -161,7 +159,7 @@ IE_HD void iq3s_values(const uint8_t* blk, int j, int* out) {
 }
 
 // iq3_xxs: iq3_s's super-blocks with an 8-bit index into a 256-entry
-// codebook of 4, 12, .., 52, 62 (iq3xxs_grid.h) and no high bits: sub-block
+// codebook of 4, 12, .., 52, 62 (codebooks.h) and no high bits: sub-block
 // j's tuple m has its index at byte 2 + 8 j + m; the u32 at 66 + 4 j holds
 // in bits 7 g .. 7 g + 6 the signs of its elements 8 g .. 8 g + 6 (the
 // eighth's sign is their parity: an even number negative) and s_j in bits
@@ -178,8 +176,9 @@ IE_HD float iq3xxs_scale(const uint8_t* blk, int j) {
 }
 
 // The 32 sign bits of a sub-block (bit e: element e negative) from its
-// sign/scale word aux (iq3_xxs, iq2_xxs): each seven stored bits and their parity.
-IE_HD uint32_t even_signs(uint32_t aux) {
+// sign/scale word aux (iq3_xxs, iq2_xxs): each seven stored bits and their
+// parity. constexpr: the AVX2 kernels' table of sign masks is built from it.
+IE_HD constexpr uint32_t even_signs(uint32_t aux) {
   uint32_t out = 0;
   IE_UNROLL
   for (int g = 0; g < 4; ++g) {
@@ -212,7 +211,7 @@ IE_HD void iq3xxs_values(const uint8_t* blk, int j, int* out) {
 }
 
 // iq2_xxs: iq3_xxs's signs and scales over a 256-entry codebook of
-// eight-tuples of 8, 25, 43 (iq2xxs_grid.h): sub-block j's eight bytes at
+// eight-tuples of 8, 25, 43 (codebooks.h): sub-block j's eight bytes at
 // 2 + 8 j are its four indices (tuple m: elements 8 m .. 8 m + 7), then its
 // sign/scale word as iq3_xxs's. w = d * (0.5 + s_j) * 0.25 * (+-g), the f32
 // product ggml forms.
@@ -253,7 +252,8 @@ IE_HD int codebook_sub_scale(WType t, const uint8_t* blk, int j) {
 }
 
 // iq3_xxs's and iq2_xxs's magnitudes by level l (0..7; 0..2), and the rows8
-// copy's nibble of a signed value v: levels 0..7 of the negative values
+// copy's nibble of a signed value v (grid_value's inverse): iq3_s's odd
+// -15..15 as (v + 15) / 2; the XXS types' levels 0..7 of the negative values
 // (largest first) as 0..7, of the positive ones as 8..15 (iq2_xxs: only
 // 5..10 used, the rest 0).
 IE_HD constexpr int iq3xxs_level_value(int l) { return l == 7 ? 62 : 4 + 8 * l; }
@@ -261,6 +261,7 @@ IE_HD constexpr int iq2xxs_level_value(int l) { return l == 0 ? 8 : l == 1 ? 25 
 IE_HD constexpr int iq3xxs_level(int a) { return a == 62 ? 7 : (a - 4) / 8; }
 IE_HD constexpr int iq2xxs_level(int a) { return a == 8 ? 0 : a == 25 ? 1 : 2; }
 IE_HD constexpr int codebook_nibble(WType t, int v) {
+  if (t == WType::IQ3_S) return (v + 15) / 2;
   const int l = t == WType::IQ2_XXS ? iq2xxs_level(v < 0 ? -v : v) : iq3xxs_level(v < 0 ? -v : v);
   return v > 0 ? 8 + l : 7 - l;
 }
@@ -324,7 +325,9 @@ static_assert(grid_value(WType::IQ3_XXS, codebook_nibble(WType::IQ3_XXS, -62)) =
               grid_value(WType::IQ3_XXS, codebook_nibble(WType::IQ3_XXS, 52)) == 52 &&
               grid_value(WType::IQ2_XXS, codebook_nibble(WType::IQ2_XXS, -43)) == -43 &&
               grid_value(WType::IQ2_XXS, codebook_nibble(WType::IQ2_XXS, 25)) == 25 &&
-              grid_value(WType::IQ2_XXS, codebook_nibble(WType::IQ2_XXS, -8)) == -8);
+              grid_value(WType::IQ2_XXS, codebook_nibble(WType::IQ2_XXS, -8)) == -8 &&
+              grid_value(WType::IQ3_S, codebook_nibble(WType::IQ3_S, -15)) == -15 &&
+              grid_value(WType::IQ3_S, codebook_nibble(WType::IQ3_S, 13)) == 13);
 IE_HD float grid_scale(WType t, const uint8_t* blk) {
   return t == WType::MXFP4 ? e8m0_half(blk[0]) : f16_to_f32(load_u16(blk));
 }

@@ -544,8 +544,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     if (m.data == nullptr || m.dedup) return;
     const uint8_t* stored = m.data;
     const size_t n = weight_nbytes(m.spec);
-    const Rows8 shape = gemv_uses_rows8(m.spec, act_, isa_) ? rows8_shape(m.spec) : Rows8();
-    if (!shape.empty() && (grow_copies || shape.tile_bytes * static_cast<size_t>(shape.tiles) <= n)) {
+    if (gemv_uses_rows8(m.spec, act_, isa_) && (grow_copies || rows8_nbytes(m.spec) <= n)) {
       m.rows8 = std::make_shared<const Rows8>(pack_rows8(m.spec, stored, *pool_));
       rows8_bytes_ += m.rows8->bytes.size();
     } else {

@@ -734,19 +734,15 @@ IE_INLINE __m256i bit_mask32(const uint8_t* p) {
 }
 
 // iq3_xxs's and iq2_xxs's signs: for each seven stored bits s, eight bytes
-// 0xFF where negative, the eighth negative when s has odd parity (even_signs).
+// 0xFF where even_signs makes the element negative.
 struct EvenSigns {
   uint64_t mask[128];
 };
 constexpr EvenSigns even_sign_table() {
   EvenSigns t{};
-  for (int s = 0; s < 128; ++s) {
-    int parity = 0;
-    for (int k = 0; k < 7; ++k) parity ^= (s >> k) & 1;
-    const int bits = s | parity << 7;
+  for (uint32_t s = 0; s < 128; ++s)
     for (int k = 0; k < 8; ++k)
-      if ((bits >> k) & 1) t.mask[s] |= uint64_t{0xFF} << (8 * k);
-  }
+      if ((even_signs(s) >> k) & 1) t.mask[s] |= uint64_t{0xFF} << (8 * k);
   return t;
 }
 constexpr EvenSigns kEvenSigns = even_sign_table();

@@ -52,13 +52,12 @@ void block_codes(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w,
       return;
     case WType::IQ4_XS:
     case WType::IQ4_XSH: return unpack_nibbles(blk + lay.block_qs + 16 * j, q);
-    case WType::IQ3_S:  // signed values as nibbles (grid_value): -15..15 (odd) as (v + 15) / 2
+    case WType::IQ3_S:  // signed values as nibbles of their tables (codebook_nibble, grid_value)
     case WType::IQ3_XXS:
     case WType::IQ2_XXS: {
       int v[32];
       codebook_sub(s.type, blk, j, v);
-      for (int e = 0; e < 32; ++e)
-        q[e] = static_cast<uint8_t>(s.type == WType::IQ3_S ? (v[e] + 15) / 2 : codebook_nibble(s.type, v[e]));
+      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(codebook_nibble(s.type, v[e]));
       return;
     }
     case WType::Q4_0:
@@ -420,10 +419,15 @@ void pack_rows8_tiles(const Rows8& p, const uint8_t* w, int64_t t0, int64_t n, u
   for (int64_t k = 0; k < n; ++k) pack_tile(p, lay, w, t0 + k, out + k * p.tile_bytes);
 }
 
+size_t rows8_nbytes(const WeightSpec& s) {
+  const Rows8 p = rows8_shape(s);
+  return p.tile_bytes * static_cast<size_t>(p.tiles);  // (checked by rows8_shape)
+}
+
 Rows8 pack_rows8(const WeightSpec& s, const uint8_t* w, ThreadPool& pool) {
   Rows8 p = rows8_shape(s);
   if (p.empty()) return p;
-  p.bytes.resize(p.tile_bytes * static_cast<size_t>(p.tiles), /*zero=*/false);
+  p.bytes.resize(rows8_nbytes(s), /*zero=*/false);
   uint8_t* base = p.bytes.data();
   // Each thread fills the tiles its GEMV share starts on (first touch
   // where they will be read: work_split.h's initial shares).

@@ -166,6 +166,10 @@ Rows8 pack_rows8(const WeightSpec& s, const uint8_t* w, ThreadPool& pool);
 // gemv_rows8 job over stored bytes describes its matrix by.
 Rows8 rows8_shape(const WeightSpec& s);
 
+// The copy's size in bytes (0 where !rows8_applies): the stored size (tail
+// tiles aside), but 4.25 bits a weight for the codebook types.
+size_t rows8_nbytes(const WeightSpec& s);
+
 // Tiles t0 .. t0 + n of the copy of w (p: rows8_shape of w's spec) into out,
 // n * p.tile_bytes bytes: the bytes pack_rows8 puts there. 4-bit codes in
 // q4_0's or q4_k's nibble order, q5_k's fifth bits and q6_k's bit pairs
