@@ -1434,7 +1434,7 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
     LADDER = ({"scheme": "iq3_s"},)
 
     SUPER = 256
-    SUB = 32
+    SUB, NSUB = 32, 8  # elements per sub-block (one sub-scale), sub-blocks per super-block
     QS, QH, SIGNS, SCALES = 2, 66, 74, 106  # byte offsets of the fields after d
 
     def _quantize_blocks(self, b, name):
@@ -1452,11 +1452,11 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
 
     def _fit(self, a, wts, name):
         """The codebook search over magnitudes a [n, 256] under weights wts:
-        d (f16), the sub-scales s [n, 8] and the entries idx [n, 8, 32 / dims]."""
-        n = a.shape[0]
-        a = a.reshape(n * 8, self.SUB)
-        w = np.ascontiguousarray(wts, dtype=np.float32).reshape(n * 8, self.SUB)
-        sub = self.BOOK.scales(a, w).reshape(n, 8)
+        d (f16), the sub-scales s [n, NSUB] and the entries idx [n, NSUB, SUB / dims]."""
+        n, ns = a.shape[0], self.NSUB
+        a = a.reshape(n * ns, self.SUB)
+        w = np.ascontiguousarray(wts, dtype=np.float32).reshape(n * ns, self.SUB)
+        sub = self.BOOK.scales(a, w).reshape(n, ns)
         d = (sub.max(axis=1) / np.float32(31)).astype(np.float32)
         _check_f16_range(d, name)
         d16 = d.astype(np.float16)
@@ -1465,8 +1465,8 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
             s = np.clip(np.rint((sub * _recip(dq)[:, None] - 1) / 2), 0, 15).astype(np.uint8)
         db = self._times_sub(dq, s)
         k = self.BOOK.dims
-        u = (a.reshape(n, 8, self.SUB) * _recip(db)[..., None]).reshape(-1, k)
-        return d16, s, self.BOOK.nearest(u, w.reshape(-1, k)).reshape(n, 8, self.SUB // k)
+        u = (a.reshape(n, ns, self.SUB) * _recip(db)[..., None]).reshape(-1, k)
+        return d16, s, self.BOOK.nearest(u, w.reshape(-1, k)).reshape(n, ns, self.SUB // k)
 
     def _pack(self, d16, s, idx, neg):
         """The blocks of d16, s, idx (_fit) and each element's sign neg [n, 256]."""
@@ -1479,19 +1479,19 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
 
     @staticmethod
     def _pack_sub(s: np.ndarray) -> np.ndarray:
-        """4-bit sub-scales s_j [n, 8] -> their 4 bytes."""
+        """4-bit sub-scales s_j [n, k] -> their k / 2 bytes."""
         s = s.astype(np.uint8)
         return s[:, 0::2] | (s[:, 1::2] << 4)
 
     @staticmethod
     def _times_sub(d: np.ndarray, s: np.ndarray) -> np.ndarray:
-        """d × (1 + 2 s_j) as float32 [n, 8], the product ggml forms."""
+        """d × (1 + 2 s_j) as float32 [n, NSUB], the product ggml forms."""
         return (d[:, None] * (1 + 2 * s.astype(np.int32)).astype(np.float32)).astype(np.float32)
 
     def sub_scales(self, raw: np.ndarray) -> np.ndarray:
-        """Per sub-block scale as float32 [n, 8]."""
-        sc = raw[:, self.SCALES:self.SCALES + 4]
-        return self._times_sub(self._f16(raw, 0)[:, 0], np.stack([sc & 0xF, sc >> 4], axis=2).reshape(-1, 8))
+        """Per sub-block scale as float32 [n, NSUB]."""
+        sc = raw[:, self.SCALES:self.SCALES + self.NSUB // 2]
+        return self._times_sub(self._f16(raw, 0)[:, 0], np.stack([sc & 0xF, sc >> 4], axis=2).reshape(-1, self.NSUB))
 
     def _values(self, raw: np.ndarray) -> np.ndarray:
         """Each element's signed codebook value [n, 8, 32], before its sub-block's scale."""
@@ -1504,12 +1504,12 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
     SUB_LEVELS = ((1, 31, True),)  # the multipliers 1 + 2 s_j
 
     def _put_sub_levels(self, out, m):
-        out[:, self.SCALES:self.SCALES + 4] = self._pack_sub((m - 1) // 2)
+        out[:, self.SCALES:self.SCALES + self.NSUB // 2] = self._pack_sub((m - 1) // 2)
 
     def _bound(self, b, raw):
-        # a codebook entry is a compromise among its four weights: any magnitude 1..TOP of the scale may be chosen
+        # a codebook entry is a compromise among its weights: any magnitude 1..TOP of the scale may be chosen
         db = self.sub_scales(raw)[..., None]
-        a = np.abs(b.reshape(-1, 8, self.SUB))
+        a = np.abs(b.reshape(-1, self.NSUB, self.SUB))
         far = np.maximum(np.abs(a - db), np.abs(a - np.float32(self.TOP) * db))
         return (self._sign_slack(b, a, db, far) * np.float32(1 + 2**-20) + np.float32(2**-24)).reshape(-1, 256)
 
@@ -1518,31 +1518,12 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
         return far
 
 
-class IQ3_XXS(IQ3_S, weight_type="iq3_xxs"):
-    """llama.cpp's IQ3_XXS: IQ3_S's super-blocks with a smaller codebook and
-    no high index bits: each four weights an 8-bit index into 256
-    four-tuples of 4, 12, .., 52, 62 (formats/codebooks.py, held as 4 x (1,
-    3, .., 13, 15.5)), each eight weights 7 sign bits whose parity is the
-    eighth's (an even number of them negative), w = d × (0.5 + s_j) × 0.5 ×
-    ±g: 3.0625 bits per weight, the smallest type llama.cpp's IQ3_XS and
-    IQ2 mixes, and Unsloth's low-bit quants, hold most of their matrices in.
-    Byte layout: d, qs (64 bytes: each four-tuple's index, in element
-    order), then per sub-block j a u32 (little-endian): bits 7 g .. 7 g + 6
-    the signs of its elements 8 g .. 8 g + 6 (bit k: element 8 g + k
-    negative), bits 28..31 s_j.
-
-    The search is IQ3_S's over this codebook; a group of eight with an odd
-    number of negative weights first gives up the sign of its least
-    (weighted) one, which the search then fits as -|x|, as ggml's
-    quantize_row_iq3_xxs_impl does."""
-
-    GGUF, GGUF_FILE_TYPE = "IQ3_XXS", "MOSTLY_IQ3_XXS"
-    FALLBACK = {"scheme": "iq4_nl"}  # as llama.cpp (a row that is no whole super-blocks)
-    LADDER = ()
-
-    BOOK = codebooks.IQ3XXS
-    TOP = 15.5
-    QS, AUX = 2, 66  # byte offsets of the indices and of the sub-blocks' sign/scale words
+class _EvenSigns:
+    """A mixin for the codebook types that store seven sign bits per eight
+    weights, the eighth their parity (IQ3_XXS, IQ2_XXS, IQ2_XS): a group of
+    eight with an odd number of negative weights first gives up the sign of
+    its least (weighted) one, which the search then fits as -|x|, as ggml's
+    quantizers do; the bound allows that one flip."""
 
     def _search(self, b, wts, name):
         n = b.shape[0]
@@ -1555,6 +1536,44 @@ class IQ3_XXS(IQ3_S, weight_type="iq3_xxs"):
         a[g, r, k] = -a[g, r, k]
         d16, s, idx = self._fit(a.reshape(n, 256), wts, name)
         return self._pack(d16, s, idx, neg.reshape(n, 256))
+
+    @staticmethod
+    def _parity_signs(seven: np.ndarray) -> np.ndarray:
+        """Each group's eight sign bits (bit k: element k negative) from its seven stored ones."""
+        parity = np.zeros_like(seven)
+        for k in range(7):
+            parity ^= (seven >> k) & 1
+        return seven | parity << 7
+
+    def _sign_slack(self, b, a, db, far):
+        # a group of eight with an odd number of negative weights stores one of them with the other sign
+        odd = ((b < 0).reshape(-1, self.NSUB, self.SUB // 8, 8).sum(axis=3) % 2 == 1).repeat(8, axis=2)
+        return np.where(odd, np.maximum(far, a + np.float32(self.TOP) * db), far)
+
+
+class IQ3_XXS(_EvenSigns, IQ3_S, weight_type="iq3_xxs"):
+    """llama.cpp's IQ3_XXS: IQ3_S's super-blocks with a smaller codebook and
+    no high index bits: each four weights an 8-bit index into 256
+    four-tuples of 4, 12, .., 52, 62 (formats/codebooks.py, held as 4 x (1,
+    3, .., 13, 15.5)), each eight weights 7 sign bits whose parity is the
+    eighth's (an even number of them negative), w = d × (0.5 + s_j) × 0.5 ×
+    ±g: 3.0625 bits per weight, the smallest type llama.cpp's IQ3_XS and
+    IQ2 mixes, and Unsloth's low-bit quants, hold most of their matrices in.
+    Byte layout: d, qs (64 bytes: each four-tuple's index, in element
+    order), then per sub-block j a u32 (little-endian): bits 7 g .. 7 g + 6
+    the signs of its elements 8 g .. 8 g + 6 (bit k: element 8 g + k
+    negative), bits 28..31 s_j.
+
+    The search is IQ3_S's over this codebook, the signs _EvenSigns's (as
+    ggml's quantize_row_iq3_xxs_impl gives them up)."""
+
+    GGUF, GGUF_FILE_TYPE = "IQ3_XXS", "MOSTLY_IQ3_XXS"
+    FALLBACK = {"scheme": "iq4_nl"}  # as llama.cpp (a row that is no whole super-blocks)
+    LADDER = ()
+
+    BOOK = codebooks.IQ3XXS
+    TOP = 15.5
+    QS, AUX = 2, 66  # byte offsets of the indices and of the sub-blocks' sign/scale words
 
     def _pack(self, d16, s, idx, neg):
         n = len(d16)
@@ -1588,21 +1607,13 @@ class IQ3_XXS(IQ3_S, weight_type="iq3_xxs"):
 
     def _values(self, raw):
         seven = (self._aux(raw)[..., None] >> (7 * np.arange(4, dtype=np.uint32))) & 0x7F  # [n, 8, 4]
-        parity = np.zeros_like(seven)
-        for k in range(7):
-            parity ^= (seven >> k) & 1
-        neg = (((seven | parity << 7)[..., None] >> np.arange(8, dtype=np.uint32)) & 1).reshape(-1, 8, self.SUB)
+        neg = ((self._parity_signs(seven)[..., None] >> np.arange(8, dtype=np.uint32)) & 1).reshape(-1, 8, self.SUB)
         return self.BOOK.grid[self._entries(raw)].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1),
                                                                                          np.float32(1))
 
     def _put_sub_levels(self, out, m):
         aux = self._aux(out) & np.uint32(0x0FFFFFFF)
         self._set_aux(out, aux | ((m - 1) // 2).astype(np.uint32) << 28)
-
-    def _sign_slack(self, b, a, db, far):
-        # a group of eight with an odd number of negative weights stores one of them with the other sign
-        odd = ((b < 0).reshape(-1, 8, 4, 8).sum(axis=3) % 2 == 1).repeat(8, axis=2)
-        return np.where(odd, np.maximum(far, a + np.float32(self.TOP) * db), far)
 
 
 class IQ2_XXS(IQ3_XXS, weight_type="iq2_xxs"):
@@ -1637,6 +1648,91 @@ class IQ2_XXS(IQ3_XXS, weight_type="iq2_xxs"):
     def _entries(self, raw):
         return raw[:, 2:66].reshape(-1, 8, 8)[:, :, :4].astype(np.int32)
 
+
+
+class _HalfScaled:
+    """A mixin for IQ2_XS and IQ2_S: IQ2_XXS's magnitudes (top level 5.375)
+    under a 4-bit scale per 16 weights, sixteen per super-block."""
+
+    TOP = 5.375
+    SUB, NSUB = 16, 16
+
+
+class IQ2_XS(_HalfScaled, _EvenSigns, IQ3_S, weight_type="iq2_xs"):
+    """llama.cpp's IQ2_XS: IQ2_XXS's eight-tuples from a codebook twice as
+    large (512 entries, a 9-bit index) and a 4-bit scale per 16 weights, not
+    per 32: w = d × (0.5 + s_h) × 0.25 × ±g, 2.3125 bits per weight, what
+    llama.cpp's IQ2_XS and IQ2_S mixes hold most matrices in. Byte layout:
+    d, then per eight weights g a u16 at 2 + 2 g (bits 0..8 its index, bits
+    9..15 the signs of its first seven elements, the eighth's their parity,
+    as IQ2_XXS's), then the sixteen s_h as nibbles of bytes 66..73 (s_h in
+    the low nibble of byte 66 + h / 2 for even h, the high one for odd h:
+    elements 16 h .. 16 h + 15).
+
+    The search is IQ2_XXS's over this codebook, a scale fit per 16 weights."""
+
+    GGUF, GGUF_FILE_TYPE = "IQ2_XS", "MOSTLY_IQ2_XS"
+    FALLBACK = {"scheme": "iq4_nl"}  # as llama.cpp (a row that is no whole super-blocks)
+    LADDER = ()
+
+    BOOK = codebooks.IQ2XS
+    QS, SCALES = 2, 66
+
+    def _pack(self, d16, s, idx, neg):
+        n = len(d16)
+        seven = (neg.reshape(n, 32, 8)[..., :7].astype(np.uint16) << np.arange(7, dtype=np.uint16)).sum(
+            axis=2, dtype=np.uint16)
+        qs = idx.reshape(n, 32).astype(np.uint16) | (seven << 9)
+        return np.concatenate([d16[:, None].view(np.uint8), qs.astype("<u2").view(np.uint8), self._pack_sub(s)], axis=1)
+
+    def _words(self, raw: np.ndarray) -> np.ndarray:
+        """The 32 u16 words (index, signs) of blocks raw."""
+        return raw[:, self.QS:self.QS + 64].copy().view("<u2")
+
+    def _values(self, raw):
+        q = self._words(raw).astype(np.uint32)
+        neg = ((self._parity_signs(q >> 9)[..., None] >> np.arange(8, dtype=np.uint32)) & 1).reshape(-1, 16, 16)
+        return self.BOOK.grid[q & 511].reshape(-1, 16, 16) * np.where(neg != 0, np.float32(-1), np.float32(1))
+
+
+class IQ2_S(_HalfScaled, IQ3_S, weight_type="iq2_s"):
+    """llama.cpp's IQ2_S: IQ2_XS's scales over a codebook of 1024
+    eight-tuples (a 10-bit index) and every sign stored: w = d × (0.5 + s_h)
+    × 0.25 × ±g, 2.5625 bits per weight, what llama.cpp's IQ2_M mix holds
+    most matrices in. Byte layout: d, the low 8 index bits of each eight
+    weights g at 2 + g, their sign bytes at 34 + g (bit k: element 8 g + k
+    negative), the high index bits at 66 + g / 4 (bits 2 (g % 4) .. + 1),
+    then IQ2_XS's sixteen 4-bit s_h at 74..81.
+
+    The search is IQ3_S's (no sign given up) over this codebook, a scale
+    fit per 16 weights."""
+
+    GGUF, GGUF_FILE_TYPE = "IQ2_S", "MOSTLY_IQ2_S"
+    FALLBACK = {"scheme": "iq4_nl"}  # as llama.cpp (a row that is no whole super-blocks)
+    LADDER = ()
+
+    BOOK = codebooks.IQ2S
+    QS, SIGNS, QH, SCALES = 2, 34, 66, 74
+
+    def _pack(self, d16, s, idx, neg):
+        n = len(d16)
+        idx = idx.reshape(n, 32)
+        bits = np.arange(8, dtype=np.uint8)
+        qh = ((idx >> 8).astype(np.uint8).reshape(n, 8, 4) << (2 * np.arange(4, dtype=np.uint8))).sum(
+            axis=2, dtype=np.uint8)
+        signs = (neg.reshape(n, 32, 8).astype(np.uint8) << bits).sum(axis=2, dtype=np.uint8)
+        return np.concatenate([d16[:, None].view(np.uint8), (idx & 0xFF).astype(np.uint8), signs, qh,
+                               self._pack_sub(s)], axis=1)
+
+    def _entries(self, raw: np.ndarray) -> np.ndarray:
+        """The 10-bit index [n, 32] of each eight weights of blocks raw."""
+        high = (raw[:, self.QH:self.QH + 8, None] >> (2 * np.arange(4, dtype=np.uint8))) & 3
+        return raw[:, self.QS:self.QS + 32].astype(np.int32) | (high.reshape(-1, 32).astype(np.int32) << 8)
+
+    def _values(self, raw):
+        neg = ((raw[:, self.SIGNS:self.SIGNS + 32, None] >> np.arange(8, dtype=np.uint8)) & 1).reshape(-1, 16, 16)
+        return self.BOOK.grid[self._entries(raw)].reshape(-1, 16, 16) * np.where(neg != 0, np.float32(-1),
+                                                                                  np.float32(1))
 
 # e2m1 (FP4 E2M1) values doubled, so they are integers: ggml's kvalues_mxfp4.
 MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.float32)

@@ -72,6 +72,8 @@ TABLE: tuple[WeightFacts, ...] = (
     _blocks("iq4_xsh", 2 + 2 + 4 + 128 + 1, 256),  # iq4_xs's bytes, then 8 grid-shift bits (one per sub-block)
     _blocks("iq3_xxs", 2 + 64 + 32, 256),  # d: f16, 64 x 8-bit codebook index, 8 x (28 sign bits, 4-bit scale)
     _blocks("iq2_xxs", 2 + 64, 256),  # d: f16, per sub-block 4 x 8-bit codebook index and (28 sign bits, 4-bit scale)
+    _blocks("iq2_xs", 2 + 64 + 8, 256),  # d: f16, 32 x u16 (9-bit codebook index, 7 sign bits), 16 x 4-bit scale
+    _blocks("iq2_s", 2 + 32 + 32 + 8 + 8, 256),  # d: f16, 32 x 10-bit codebook index (low bytes), 256 signs, high bits, 16 x 4-bit scale
 )
 _FACTS: dict[str, WeightFacts] = {f.name: f for f in TABLE}
 

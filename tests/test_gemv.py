@@ -3,7 +3,7 @@
 References never use the code under test (nor formats/quant.py):
 - q4_0 / q4_1 / q5_0 / q5_1 / q8_0 bytes come from ``gguf.quants.quantize`` and are
   dequantized with ``gguf.quants.dequantize`` (llama.cpp's own layout);
-- q4_k, q5_k, q6_k, q3_k, q2_k, iq4_nl, iq4_xs, iq3_s, iq3_xxs and iq2_xxs bytes are random blocks (gguf-py
+- q4_k, q5_k, q6_k, q3_k, q2_k, iq4_nl, iq4_xs, iq3_s, iq3_xxs, iq2_xxs, iq2_xs and iq2_s bytes are random blocks (gguf-py
   quantizes none of them) with the f16 scales set to sane magnitudes, dequantized with
   ``gguf.quants``;
 - int4w bytes are packed here from random codes/scales following
@@ -41,12 +41,14 @@ GGML = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationTyp
         "q3_k": gguf.GGMLQuantizationType.Q3_K, "q2_k": gguf.GGMLQuantizationType.Q2_K,
         "iq4_nl": gguf.GGMLQuantizationType.IQ4_NL, "iq4_xs": gguf.GGMLQuantizationType.IQ4_XS,
         "mxfp4": gguf.GGMLQuantizationType.MXFP4, "iq3_s": gguf.GGMLQuantizationType.IQ3_S,
-        "iq3_xxs": gguf.GGMLQuantizationType.IQ3_XXS, "iq2_xxs": gguf.GGMLQuantizationType.IQ2_XXS}
+        "iq3_xxs": gguf.GGMLQuantizationType.IQ3_XXS, "iq2_xxs": gguf.GGMLQuantizationType.IQ2_XXS,
+        "iq2_xs": gguf.GGMLQuantizationType.IQ2_XS, "iq2_s": gguf.GGMLQuantizationType.IQ2_S}
 # Random-block types: (block elements, bytes, the offsets of the f16 scale fields).
 RANDOM_BLOCKS = {"q4_k": (256, 144, (0, 2)), "q5_k": (256, 176, (0, 2)), "q6_k": (256, 210, (208,)),
                  "q3_k": (256, 110, (108,)), "q2_k": (256, 84, (80, 82)),
                  "iq4_nl": (32, 18, (0,)), "iq4_xs": (256, 136, (0,)), "iq3_s": (256, 110, (0,)),
-                 "iq3_xxs": (256, 98, (0,)), "iq2_xxs": (256, 66, (0,))}
+                 "iq3_xxs": (256, 98, (0,)), "iq2_xxs": (256, 66, (0,)), "iq2_xs": (256, 74, (0,)),
+                 "iq2_s": (256, 82, (0,))}
 
 
 # ------------------------------------------------------------------ references
@@ -165,6 +167,8 @@ VARIANTS = [("f32", 0, True, "f16", [(37, 100), (5, 7), (3, 1)]),
             ("iq3_s", 0, True, "f16", [(37, 512), (3, 256)]),
             ("iq3_xxs", 0, True, "f16", [(37, 512), (3, 256)]),
             ("iq2_xxs", 0, True, "f16", [(37, 512), (3, 256)]),
+            ("iq2_xs", 0, True, "f16", [(37, 512), (3, 256)]),
+            ("iq2_s", 0, True, "f16", [(37, 512), (3, 256)]),
             ("iq4_xsh", 0, True, "f16", [(37, 512), (3, 256)])] + INT4W
 
 
@@ -448,7 +452,7 @@ def test_rows8_sub_scales_at_their_extremes(kind):
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), layout="rows8"),
      "not q4_0 with act='f32'"),
     (lambda: native.gemv(np.zeros(8 * 256 * 2, np.uint8), "bf16", 8, 256, np.zeros(256, np.float32), act="int8",
-                         layout="rows8"), "q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs matrices .*, not bf16 with act='int8'"),
+                         layout="rows8"), "q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs, iq2_xs, iq2_s matrices .*, not bf16 with act='int8'"),
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), act="int8",
                          layout="rows4"), "layout must be 'stored', 'rows8' or 'packing'"),
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), layout="packing"),
@@ -560,7 +564,7 @@ def _int4w(rows=4, cols=64, gs=32):
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(63, np.float32), group_size=32),
      "x must have 64 elements, got 63"),
     (lambda: native.gemv(np.zeros(4 * 64 * 2, np.uint8), "f16", 4, 64, np.ones(64, np.float32), act="int8"),
-     "act='int8' applies to int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs and iq2_xxs"),
+     "act='int8' applies to int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs, iq2_xs and iq2_s"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32), group_size=32, bias=np.ones(3)),
      "bias must be 1-D with 4 elements"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32)), "int4w needs group_size"),

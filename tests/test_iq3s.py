@@ -60,14 +60,19 @@ def test_native_decoder_reads_every_codebook_entry_as_gguf_py_does():
     assert np.array_equal(got.view(np.uint32), _gguf_deq(raw, 8).view(np.uint32))
 
 
-@pytest.mark.parametrize("scheme, bits", [("iq3_s", 3.4375), ("iq3_xxs", 3.0625), ("iq2_xxs", 2.0625)])
+# The codebook types (their own checks: here for iq3_s, tests/test_xxs.py and tests/test_iq2.py for the others)
+CODEBOOK_TYPES = ["iq3_s", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s"]
+
+
+@pytest.mark.parametrize("scheme, bits", [("iq3_s", 3.4375), ("iq3_xxs", 3.0625), ("iq2_xxs", 2.0625), ("iq2_xs", 2.3125),
+                                          ("iq2_s", 2.5625)])
 def test_block_is_llama_cpp_s_size(scheme, bits):
     s = SCHEMES[scheme]
     assert (s.block_elems, s.block_bytes) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[scheme.upper()]]
     assert s.nbytes(4, 512) * 8 / (4 * 512) == bits
 
 
-@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs", "iq2_xxs"])
+@pytest.mark.parametrize("scheme", CODEBOOK_TYPES)
 @pytest.mark.parametrize("weighted", [False, True])
 def test_golden_input_dequantizes_as_gguf_does_within_the_bound(scheme, weighted):
     """The hostile golden rows (zeros, constants, subnormals, an outlier, ties):
@@ -123,21 +128,21 @@ def test_a_flipped_sign_breaks_the_bound():
     assert not (np.abs(x - deq) <= S.error_bound(x, raw, P)).all()
 
 
-@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs", "iq2_xxs"])
+@pytest.mark.parametrize("scheme", CODEBOOK_TYPES)
 def test_rows_need_whole_super_blocks(scheme):
     s, p = SCHEMES[scheme], QuantParams(scheme)
     assert "multiple of 256" in s.check([4, 576], p)
     assert s.check([4, 512], p) is None
 
 
-@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs", "iq2_xxs"])
+@pytest.mark.parametrize("scheme", CODEBOOK_TYPES)
 def test_a_scale_f16_cannot_hold_is_refused(scheme):
     s, p = SCHEMES[scheme], QuantParams(scheme)
     with pytest.raises(IEError, match=r"w\.q: scale .* overflows f16"):
         s.quantize(np.full((1, 256), 3e9, np.float32), p, name="w.q")
 
 
-@pytest.mark.parametrize("scheme", ["iq3_s", "iq3_xxs", "iq2_xxs"])
+@pytest.mark.parametrize("scheme", CODEBOOK_TYPES)
 @settings(max_examples=25, deadline=None)
 @given(rows=st.integers(1, 4), supers=st.integers(1, 3), log_scale=st.floats(-30, 3), seed=st.integers(0, 2**31))
 def test_round_trip_on_random_scales(scheme, rows, supers, log_scale, seed):

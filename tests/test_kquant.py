@@ -72,11 +72,11 @@ def test_q6_k_keeps_the_search_codes_where_a_sub_scale_stores_as_zero():
     assert kept.any()
 
 
-@pytest.mark.parametrize("scheme", [*GOLDEN_BYTES, "iq3_s", "iq4_xsh", "iq3_xxs", "iq2_xxs"])
+@pytest.mark.parametrize("scheme", [*GOLDEN_BYTES, "iq3_s", "iq4_xsh", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s"])
 def test_importance_lowers_the_weighted_error(scheme):
     """The point of an importance matrix: on the columns it marks, the error
     shrinks; summed with its weights, the error is lower than without it
-    (our own searches too: iq3_s, iq4_xsh, iq3_xxs, iq2_xxs)."""
+    (our own searches too: iq3_s, iq4_xsh and the XXS and IQ2 codebooks)."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((64, 512)).astype(np.float32)
     imp = np.where(rng.random(512) < 0.1, 50.0, 0.1).astype(np.float32)
@@ -201,11 +201,12 @@ def test_int4w_importance_lowers_the_weighted_error(p):
     assert (np.abs(x - s.dequantize(weighted, *x.shape, p)) <= s.error_bound(x, weighted, p)).all()
 
 
-@pytest.mark.parametrize("scheme, d_at", [("q6_k", 208), ("q3_k", 32 + 64 + 12), ("iq3_s", 0), ("iq3_xxs", 0), ("iq2_xxs", 0)])  # d last; codebooks: first
+@pytest.mark.parametrize("scheme, d_at", [("q6_k", 208), ("q3_k", 32 + 64 + 12), ("iq3_s", 0), ("iq3_xxs", 0), ("iq2_xxs", 0),
+                                           ("iq2_xs", 0), ("iq2_s", 0)])  # d last; codebooks: first
 def test_a_nonfinite_d_at_the_end_of_a_block_is_found(scheme, d_at):
     """The payload scan (ieconv validate --deep, formats/finite.py) finds a NaN d
     where ggml's struct keeps it: after the codes and sub-scales (q6_k, q3_k),
-    or first (iq3_s, iq3_xxs, iq2_xxs, whose d is the only float in 110, 98 or 66 bytes)."""
+    or first (the codebook types, whose d is the only float in their blocks)."""
     from iekit.formats.finite import PayloadScan
 
     s, p = SCHEMES[scheme], QuantParams(scheme)

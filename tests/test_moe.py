@@ -138,7 +138,8 @@ def test_experts_copied_where_memory_allows(monkeypatch):
     them, nor on CUDA); "copy" copies unless the copies exceed the memory
     available (one clear error, not an out-of-memory kill); an unknown mode
     is one clear error. The copies' size is rows8's: the stored one for
-    q4_0, about twice it for iq2_xxs (4.25 bits a weight for 2.06)."""
+    q4_0, about twice it for iq2_xxs (4.25 bits a weight for 2.06) and
+    iq2_xs (4.56 for 2.31)."""
     from iekit.runtime import expert_copies
     from iekit.runtime.native import _native
 
@@ -151,6 +152,9 @@ def test_experts_copied_where_memory_allows(monkeypatch):
         assert expert_copies.copy_experts("auto", weights, "int8", "cpu") is want, avail
     iq2 = _native.WeightSpec("iq2_xxs", 8, 512)
     assert (iq2.nbytes, iq2.rows8_nbytes) == (1056, 2176)
+    # iq2_xs's and iq2_s's: q6_k's header (16 int8 sub-scales and d per row and super-block) beside the nibbles
+    assert [(s.nbytes, s.rows8_nbytes) for s in (_native.WeightSpec(t, 8, 512) for t in ("iq2_xs", "iq2_s"))] == \
+        [(1184, 2336), (1312, 2336)]
     small = {"layers": [{"experts": [{"gate": (iq2, np.zeros(iq2.nbytes, np.uint8))}]}]}
     for avail, want in ((3264, True), (3263, False)):  # 2176 x 3 / 2, not 1056's 1584
         monkeypatch.setattr(expert_copies, "available_bytes", lambda a=avail: a)

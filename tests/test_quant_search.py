@@ -136,61 +136,64 @@ def test_native_grid_search_is_the_numpy_one(book):
     assert np.array_equal(cb.nearest(u, w), idx[t, best])
 
 
-def _iq3s_scales(a, w):
+def _grid_scales(book, a, w):
     """formats/codebooks.py's scales() as it was in numpy before
     csrc/search/grid_nearest.cpp took it over: every row at once, each
     operation a float32 array operation, the sums numpy's."""
-    from iekit.formats import codebooks
-    from iekit.formats.codebooks import IQ3S
-
     amax = a.max(axis=1, keepdims=True)
     unit = a / np.where(amax > 0, amax, 1)
     best, gain, place = (np.zeros(len(a), np.float32) for _ in range(3))
+    k = book.dims
 
     def fit(at):
         nonlocal best, gain, place
-        q = IQ3S.grid[IQ3S.nearest((unit * at[:, None]).reshape(-1, 4), w.reshape(-1, 4))].reshape(a.shape)
+        q = book.grid[book.nearest((unit * at[:, None]).reshape(-1, k), w.reshape(-1, k))].reshape(a.shape)
         wq = w * q
         sumqx, sumq2 = (wq * a).sum(axis=1), (wq * q).sum(axis=1)
         scale = (sumqx / np.where(sumq2 > 0, sumq2, np.inf)).astype(np.float32)
         better = scale * sumqx > gain
         best, gain, place = (np.where(better, v, old) for v, old in ((scale, best), (scale * sumqx, gain), (at, place)))
 
-    for start in codebooks.STARTS:
+    for start in book.starts:
         fit(np.full(len(a), start, np.float32))
-    for move in codebooks.MOVES:
+    for move in book.moves:
         around = place.copy()
         for d in (-move, move):
             fit(around + np.float32(d))
     return best
 
 
-def test_native_grid_scales_are_the_numpy_ones():
+@pytest.mark.parametrize("book, n", [("IQ3S", 32), ("IQ2XXS", 32), ("IQ2S", 16)])
+def test_native_grid_scales_are_the_numpy_ones(book, n):
     """csrc/search/grid_nearest.cpp's scale search against the numpy it
-    replaced, bit for bit: magnitudes over six decades, rows of zeros, of one
-    weight, subnormal, with zero, infinite or NaN weights, a NaN magnitude."""
-    from iekit.formats.codebooks import IQ3S
+    replaced, bit for bit, for both tuple shapes and both row lengths
+    (iq2_xs's and iq2_s's sub-blocks are 16 long): magnitudes over six
+    decades, rows of zeros, of one weight, subnormal, with zero, infinite or
+    NaN weights, a NaN magnitude."""
+    from iekit.formats import codebooks
 
+    cb = getattr(codebooks, book)
     rng = np.random.default_rng(5)
-    a = np.abs(rng.standard_normal((6001, 32)) * np.exp(rng.uniform(-7, 7, (6001, 1)))).astype(np.float32)
+    a = np.abs(rng.standard_normal((6001, n)) * np.exp(rng.uniform(-7, 7, (6001, 1)))).astype(np.float32)
     w = rng.uniform(0, 3, a.shape).astype(np.float32)
     a[1] = 0
     a[2, 1:] = 0
-    a[3] = np.float32(1e-41) * (1 + np.arange(32) % 3)
+    a[3] = np.float32(1e-41) * (1 + np.arange(n) % 3)
     w[4] = 0
     w[5, ::2] = 0
     w[6] = np.float32(1e-30)
     w[7, 3], w[8, :], a[9, 5], w[10, 0] = np.inf, np.inf, np.nan, np.nan  # an overflowed importance, a NaN
-    got = IQ3S.scales(a, w)
+    got = cb.scales(a, w)
     with np.errstate(all="ignore"):
-        want = _iq3s_scales(a, w)
+        want = _grid_scales(cb, a, w)
     assert got.tobytes() == want.tobytes(), np.flatnonzero(got != want)[:10]
     assert got[1] == 0 and got[4] == 0 and got[8] == 0 and (got[11:] > 0).all()
 
 
 @pytest.mark.parametrize("args, needle", [
     (((5, 32), (5, 31), (4096, 4, 16), (2,), (2,)), "one shape"),
-    (((5, 16), (5, 16), (4096, 4, 16), (2,), (2,)), "k must be 32"),
+    (((5, 16), (5, 16), (4096, 4, 16), (2,), (2,)), "k must be 32 \\(or 16 for tuples of 8\\), got 16"),
+    (((5, 24), (5, 24), (6561, 8, 16), (2,), (2,)), "k must be 32 .*got 24"),
     (((5, 32), (5, 32), (4096, 16, 4), (2,), (2,)), "cand_val"),
     (((5, 32), (5, 32), (4096, 4, 12), (2,), (2,)), "cand_val"),
     (((5, 32), (5, 32), (4096, 4, 16), (0,), (2,)), "starts"),

@@ -85,7 +85,7 @@ def test_native_decoder_reads_every_codebook_entry_as_gguf_py_does(scheme):
     assert np.array_equal(got.view(np.uint32), _gguf_deq(raw, rows, scheme).view(np.uint32))
 
 
-@pytest.mark.parametrize("scheme", XXS)
+@pytest.mark.parametrize("scheme", [*XXS, "iq2_xs"])  # iq2_xs keeps their signs (tests/test_iq2.py)
 def test_signs_keep_their_parity_and_give_up_only_the_least_weight(scheme):
     """Seven stored sign bits per eight weights: a group with an odd number
     of negative weights stores one of them with the other sign, and that one
@@ -164,10 +164,18 @@ def test_sub_scales_refit_by_gptq_keep_the_codes(scheme):
 @pytest.mark.skipif(QUANTIZE is None, reason="llama.cpp's llama-quantize is not built (make llamacpp)")
 @pytest.mark.parametrize("scheme", XXS)
 def test_llama_cpp_s_own_file_runs_at_its_size(wide, tmp_path, scheme):  # noqa: F811
-    """A file llama-quantize wrote as IQ3_XXS or IQ2_XXS (llama.cpp's bytes,
-    not ours): gguf-to-iebin keeps its blocks, so the artifact is near the
-    file's size rather than the f32 it used to become, and ierun's logits on
-    every path are those of the file's dequantized float model."""
+    own_file_runs_at_its_size(wide, tmp_path, scheme)
+
+
+# llama-quantize's mix whose --pure files hold a type, where its name is not the type's
+MIX_OF = {"iq2_s": "IQ2_M"}
+
+
+def own_file_runs_at_its_size(wide, tmp_path, scheme):  # noqa: F811
+    """A file llama-quantize wrote as the codebook type `scheme` (llama.cpp's
+    bytes, not ours): gguf-to-iebin keeps its blocks, so the artifact is near
+    the file's size rather than the f32 it used to become, and ierun's logits
+    on every path are those of the file's dequantized float model."""
     f32 = tmp_path / "f32.gguf"
     res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", wide["f32"], "--out", f32)
     assert res.returncode == 0, res.stderr
@@ -176,10 +184,10 @@ def test_llama_cpp_s_own_file_runs_at_its_size(wide, tmp_path, scheme):  # noqa:
     res = run_tool("ieconv", "imatrix", "-q", "--model-dir", wide["f32"], "--text-file", TEXT, "--ctx", "64",
                    "--chunks", "2", "-o", im)
     assert res.returncode == 0, res.stderr
-    # --pure: every matrix of the type (llama.cpp's mixes put others beside it) but the embedding, which no
-    # importance matrix has (a lookup)
+    # --pure: every matrix of the mix's type (llama.cpp's mixes put others beside it; its IQ2_M mix's type is
+    # IQ2_S) but the embedding, which no importance matrix has (a lookup)
     res = subprocess.run([QUANTIZE, "--pure", "--imatrix", str(im), "--token-embedding-type", "q8_0", str(f32), str(q),
-                          scheme.upper()],
+                          MIX_OF.get(scheme, scheme.upper())],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
     types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(q)).tensors}
@@ -200,21 +208,27 @@ def test_llama_cpp_s_own_file_runs_at_its_size(wide, tmp_path, scheme):  # noqa:
             assert np.abs(got - ref).max() / np.abs(ref).max() <= tol, (act, isa)
 
 
-def test_copies_larger_than_the_stored_bytes_only_where_memory_allows(wide, monkeypatch):  # noqa: F811
-    """iq2_xxs's rows8 copies hold 4.25 bits a weight, twice what is stored:
-    with the memory for them the decoder makes them (the tile kernels);
-    without, those matrices keep their stored bytes (runtime/expert_copies.py
-    grow_copies) and the int8 products are the same to rounding."""
+@pytest.mark.parametrize("scheme", ["iq2_xxs", "iq2_xs"])
+def test_copies_larger_than_the_stored_bytes_only_where_memory_allows(wide, monkeypatch, scheme):  # noqa: F811
+    """iq2_xxs's rows8 copies hold 4.25 bits a weight, twice what is stored
+    (iq2_xs's 4.56, 1.97x): with the memory for them the decoder makes them
+    (the tile kernels); without, those matrices keep their stored bytes
+    (runtime/expert_copies.py grow_copies), a prefill chunk packs them into
+    tiles as it goes and a decode step reads them as stored, and the int8
+    products are the same to rounding."""
     from iekit.runtime import expert_copies
 
-    out, _m, _r = _quantize(wide, "iq2_xxs-copies", "--scheme", "iq2_xxs")
+    out, _m, _r = _quantize(wide, f"{scheme}-copies", "--scheme", scheme)
     ids = [int(i) for i in np.random.default_rng(4).integers(0, 320, 12)]
     grown = Decoder(out, threads=2, act="int8", isa="avx2")
     monkeypatch.setattr(expert_copies, "available_bytes", lambda: 1)
     kept = Decoder(out, threads=2, act="int8", isa="avx2")
-    stored = sum(t["nbytes"] for t in iebin.load_model(out).tensors if t["dtype"] == "iq2_xxs")
-    assert grown.rows8_bytes - kept.rows8_bytes > 2 * stored  # the copies were 2.06x the stored bytes
-    a, b = grown.logits(ids).astype(np.float64), kept.logits(ids).astype(np.float64)
+    stored = sum(t["nbytes"] for t in iebin.load_model(out).tensors if t["dtype"] == scheme)
+    assert grown.rows8_bytes - kept.rows8_bytes > 1.9 * stored  # the copies were 1.97-2.06x the stored bytes
+    a, b = grown.logits(ids).astype(np.float64), kept.logits(ids).astype(np.float64)  # 12 tokens: packed
     assert np.abs(a - b).max() <= 1e-4 * np.abs(a).max()
+    kept.prefill(ids[:1])
+    steps = np.stack([kept.step(t) for t in ids[1:4]]).astype(np.float64)  # one token: the stored layout
+    assert np.abs(steps - a[1:4]).max() <= 1e-4 * np.abs(a).max()
     monkeypatch.setattr(expert_copies, "available_bytes", lambda: None)  # unknown: as before
     assert Decoder(out, threads=2, act="int8", isa="avx2").rows8_bytes == grown.rows8_bytes

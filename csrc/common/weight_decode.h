@@ -191,10 +191,20 @@ IE_HD constexpr uint32_t even_signs(uint32_t aux) {
   return out;
 }
 
+// Byte k of the result: `byte` where bit k of bits is set, else 0 (k < 8):
+// the SIMD kernels' and the rows8 packer's tables of sign masks.
+IE_HD constexpr uint64_t byte_mask(uint32_t bits, uint8_t byte) {
+  uint64_t m = 0;
+  for (int k = 0; k < 8; ++k)
+    if ((bits >> k) & 1) m |= uint64_t{byte} << (8 * k);
+  return m;
+}
+
 // The 32 signed values of a sub-block whose 32 / K codebook words (K
-// magnitudes each) the bytes idx name, negative where neg's bits are set.
-template <int K, class Word>
-IE_HD void codebook_values(const Word* grid, const uint8_t* idx, uint32_t neg, int* out) {
+// magnitudes each) idx[0 .. 32 / K - 1] name (index bytes, or iq2_xs's and
+// iq2_s's Iq2Index), negative where neg's bits are set.
+template <int K, class Word, class Index>
+IE_HD void codebook_values(const Word* grid, Index idx, uint32_t neg, int* out) {
   IE_UNROLL
   for (int m = 0; m < 32 / K; ++m) {
     const Word word = grid[idx[m]];
@@ -231,6 +241,56 @@ IE_HD void iq2xxs_values(const uint8_t* blk, int j, int* out) {
   codebook_values<8>(iq2xxs_grid(), blk + kIq2xxsQs + 8 * j, even_signs(iq2xxs_aux(blk, j)), out);
 }
 
+// iq2_xs and iq2_s: eight-tuples of 8, 25, 43 from codebooks of 512 and
+// 1024 entries (codebooks.h) under a 4-bit scale per 16 weights, w = d *
+// (0.5 + s_h) * 0.25 * (+-g), the f32 product ggml forms; s_h is nibble h % 2
+// of byte kScales + h / 2 (elements 16 h .. 16 h + 15). iq2_xs: per eight
+// weights g a u16 at 2 + 2 g, bits 0..8 its index, bits 9..15 the signs of
+// its first seven (the eighth's their parity, even_signs). iq2_s: index low
+// bytes at 2 + g, sign bytes at 34 + g, the high index bits at bits
+// 2 (g % 4) .. + 1 of byte 66 + g / 4.
+constexpr int kIq2xsQs = 2, kIq2xsScales = 66;
+constexpr int kIq2sQs = 2, kIq2sSigns = 34, kIq2sQh = 66, kIq2sScales = 74;
+
+// Half-sub-block h's s_h (0..15) of type t (iq2_xs or iq2_s), its multiplier
+// of d / 8 (1 + 2 s_h: the rows8 copy's sub-scale) and its scale.
+IE_HD int iq2h_s(WType t, const uint8_t* blk, int h) {
+  return (blk[(t == WType::IQ2_XS ? kIq2xsScales : kIq2sScales) + h / 2] >> (4 * (h % 2))) & 0xF;
+}
+IE_HD int iq2h_sub_scale(WType t, const uint8_t* blk, int h) { return 1 + 2 * iq2h_s(t, blk, h); }
+IE_HD float iq2h_scale(WType t, const uint8_t* blk, int h) {
+  return f16_to_f32(load_u16(blk)) * (0.5f + static_cast<float>(iq2h_s(t, blk, h))) * 0.25f;
+}
+
+// iq2_xs's sign bits of 32-block j (bit e: element e negative), in even_signs' form.
+IE_HD uint32_t iq2xs_aux(const uint8_t* blk, int j) {
+  uint32_t aux = 0;
+  IE_UNROLL
+  for (int m = 0; m < 4; ++m) aux |= static_cast<uint32_t>(load_u16(blk + kIq2xsQs + 8 * j + 2 * m) >> 9) << (7 * m);
+  return aux;
+}
+
+// The codebook index of the eight weights m of 32-block j (codebook_values' idx[m]).
+struct Iq2Index {
+  const uint8_t* blk;
+  int j;
+  bool xs;  // iq2_xs (else iq2_s)
+  IE_HD int operator[](int m) const {
+    const int g = 4 * j + m;
+    return xs ? load_u16(blk + kIq2xsQs + 2 * g) & 511 : blk[kIq2sQs + g] | (((blk[kIq2sQh + g / 4] >> (2 * (g % 4))) & 3) << 8);
+  }
+};
+
+// The two types with 16-element sub-scales: 32-block j's 32 signed values
+// into v and the scales of its halves into sc[0], sc[1].
+IE_HD void iq2h_sub(WType t, const uint8_t* blk, int j, int* v, float* sc) {
+  const bool xs = t == WType::IQ2_XS;
+  codebook_values<8>(xs ? iq2xs_grid() : iq2s_grid(), Iq2Index{blk, j, xs},
+                     xs ? even_signs(iq2xs_aux(blk, j)) : load_u32(blk + kIq2sSigns + 4 * j), v);
+  sc[0] = iq2h_scale(t, blk, 2 * j);
+  sc[1] = iq2h_scale(t, blk, 2 * j + 1);
+}
+
 // The codebook types (iq3_s, iq3_xxs, iq2_xxs): sub-block j's scale, its 32
 // signed values into v; its multiplier 1 + 2 s_j of d (iq3_xxs: of d / 4,
 // iq2_xxs: of d / 8).
@@ -260,9 +320,10 @@ IE_HD constexpr int iq3xxs_level_value(int l) { return l == 7 ? 62 : 4 + 8 * l; 
 IE_HD constexpr int iq2xxs_level_value(int l) { return l == 0 ? 8 : l == 1 ? 25 : l == 2 ? 43 : 0; }
 IE_HD constexpr int iq3xxs_level(int a) { return a == 62 ? 7 : (a - 4) / 8; }
 IE_HD constexpr int iq2xxs_level(int a) { return a == 8 ? 0 : a == 25 ? 1 : 2; }
+IE_HD constexpr bool iq2_values(WType t) { return t == WType::IQ2_XXS || t == WType::IQ2_XS || t == WType::IQ2_S; }
 IE_HD constexpr int codebook_nibble(WType t, int v) {
   if (t == WType::IQ3_S) return (v + 15) / 2;
-  const int l = t == WType::IQ2_XXS ? iq2xxs_level(v < 0 ? -v : v) : iq3xxs_level(v < 0 ? -v : v);
+  const int l = iq2_values(t) ? iq2xxs_level(v < 0 ? -v : v) : iq3xxs_level(v < 0 ? -v : v);
   return v > 0 ? 8 + l : 7 - l;
 }
 
@@ -316,7 +377,7 @@ IE_HD constexpr int grid_value(WType t, int q) {
   return t == WType::MXFP4     ? mxfp4_value(q)
          : t == WType::IQ3_S   ? 2 * q - 15
          : t == WType::IQ3_XXS ? (q >= 8 ? iq3xxs_level_value(q - 8) : -iq3xxs_level_value(7 - q))
-         : t == WType::IQ2_XXS ? (q >= 8 ? iq2xxs_level_value(q - 8) : -iq2xxs_level_value(7 - q))
+         : iq2_values(t)       ? (q >= 8 ? iq2xxs_level_value(q - 8) : -iq2xxs_level_value(7 - q))
                                : iq4_value(q);
 }
 static_assert(grid_value(WType::IQ3_XXS, codebook_nibble(WType::IQ3_XXS, -62)) == -62 &&
@@ -467,6 +528,16 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
       const float d = codebook_sub(s.type, blk, static_cast<int>(c0 % 256 / 32), v);
       IE_UNROLL
       for (int e = 0; e < 32; ++e) out[e] = d * static_cast<float>(v[e]);
+      return;
+    }
+    case WType::IQ2_XS:
+    case WType::IQ2_S: {
+      const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
+      int v[32];
+      float sc[2];
+      iq2h_sub(s.type, blk, static_cast<int>(c0 % 256 / 32), v, sc);
+      IE_UNROLL
+      for (int e = 0; e < 32; ++e) out[e] = sc[e / 16] * static_cast<float>(v[e]);
       return;
     }
     case WType::Q2_K: {

@@ -9,7 +9,7 @@
 
 namespace ie {
 
-enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS, Q5_K, Q6_K, Q5_0, Q5_1, MXFP4, Q3_K, Q2_K, IQ3_S, IQ4_XSH, IQ3_XXS, IQ2_XXS };
+enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS, Q5_K, Q6_K, Q5_0, Q5_1, MXFP4, Q3_K, Q2_K, IQ3_S, IQ4_XSH, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S };
 
 struct WTypeInfo {
   WType type;
@@ -44,6 +44,8 @@ inline constexpr WTypeInfo kWeightTypes[] = {
     {WType::IQ4_XSH, "iq4_xsh", 256, 137, 8, true, true, true},  // iq4_xs's 136 bytes, then the grid shift bits at 136
     {WType::IQ3_XXS, "iq3_xxs", 256, 98, 2, true, true, true},   // d; indices at 2; sign/scale words at 66
     {WType::IQ2_XXS, "iq2_xxs", 256, 66, 2, true, true, true},   // d; per sub-block 4 indices, then its sign/scale word
+    {WType::IQ2_XS, "iq2_xs", 256, 74, 2, true, true, true},     // d; 32 u16 (index, signs) at 2; 16 scales at 66
+    {WType::IQ2_S, "iq2_s", 256, 82, 2, true, true, true},       // d; index low bytes at 2, signs at 34, high bits at 66, scales at 74
 };
 inline constexpr int kNumWeightTypes = sizeof(kWeightTypes) / sizeof(kWeightTypes[0]);
 

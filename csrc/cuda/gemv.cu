@@ -446,6 +446,8 @@ void launch_blocks(const Launch& a, dim3 g, dim3 t, cudaStream_t st) {
     case WType::IQ3_S: blocks_kernel<WType::IQ3_S, B><<<g, t, 0, st>>>(a); break;
     case WType::IQ3_XXS: blocks_kernel<WType::IQ3_XXS, B><<<g, t, 0, st>>>(a); break;
     case WType::IQ2_XXS: blocks_kernel<WType::IQ2_XXS, B><<<g, t, 0, st>>>(a); break;
+    case WType::IQ2_XS: blocks_kernel<WType::IQ2_XS, B><<<g, t, 0, st>>>(a); break;
+    case WType::IQ2_S: blocks_kernel<WType::IQ2_S, B><<<g, t, 0, st>>>(a); break;
     case WType::MXFP4: blocks_kernel<WType::MXFP4, B><<<g, t, 0, st>>>(a); break;
     default: fail(std::string("gemv: no blocks kernel for ") + wtype_info(a.g.s.type).name);
   }

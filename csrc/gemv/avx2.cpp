@@ -740,9 +740,7 @@ struct EvenSigns {
 };
 constexpr EvenSigns even_sign_table() {
   EvenSigns t{};
-  for (uint32_t s = 0; s < 128; ++s)
-    for (int k = 0; k < 8; ++k)
-      if ((even_signs(s) >> k) & 1) t.mask[s] |= uint64_t{0xFF} << (8 * k);
+  for (uint32_t s = 0; s < 128; ++s) t.mask[s] = byte_mask(even_signs(s), 0xFF);
   return t;
 }
 constexpr EvenSigns kEvenSigns = even_sign_table();
@@ -1166,29 +1164,57 @@ void k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   store_sums(acc, out);
 }
 
-// ------------------------------------------------------- q6_k, q3_k, q2_k
+// ------------------------------------- q6_k, q3_k, q2_k, iq2_xs, iq2_s
 
-// The k-quants of sixteen 16-element sub-blocks per super-block, w =
+// The types of sixteen 16-element sub-blocks per super-block, w =
 // (d * sc_j) * (q - Z) - (dmin * m_j): q6_k (6-bit codes, Z = 32, int8
-// sub-scales), q3_k (3-bit codes, Z = 4, 6-bit sub-scales less 32) and the
+// sub-scales), q3_k (3-bit codes, Z = 4, 6-bit sub-scales less 32), the
 // affine q2_k (2-bit codes, Z = 0, 4-bit sub-scales and sub-mins under d and
-// dmin). One kernel per activation type serves all three; what differs is
-// below.
+// dmin), and the codebook types iq2_xs and iq2_s (their signed values
+// +-8, 25, 43 as codes v + 43, Z = 43, so that maddubs takes them unsigned
+// and the pair sums stay below 2^15; sub-scales 1 + 2 s_j under d / 8). One
+// kernel per activation type serves all five; what differs is below.
 template <WType T>
 constexpr bool kSub16Affine = T == WType::Q2_K;
 template <WType T>
-constexpr int kSub16Zero = T == WType::Q6_K ? 32 : T == WType::Q3_K ? 4 : 0;
+constexpr bool kSub16Book = T == WType::IQ2_XS || T == WType::IQ2_S;
 template <WType T>
-constexpr int kSub16D = T == WType::Q6_K ? kQ6kD : T == WType::Q3_K ? kQ3kD : kQ2kD;
+constexpr int kSub16Zero = T == WType::Q6_K ? 32 : T == WType::Q3_K ? 4 : kSub16Book<T> ? 43 : 0;
+template <WType T>
+constexpr int kSub16D = T == WType::Q6_K ? kQ6kD : T == WType::Q3_K ? kQ3kD : T == WType::Q2_K ? kQ2kD : 0;
+
+// d of the super-block at blk (the codebook types' d / 8: d * (0.5 + s_j) * 0.25 * g = d / 8 * (1 + 2 s_j) * g).
+template <WType T>
+IE_INLINE __m256 sub16_d(const uint8_t* blk) {
+  const __m256 d = f16_bcast(blk + kSub16D<T>);
+  return kSub16Book<T> ? _mm256_mul_ps(d, _mm256_set1_ps(0.125f)) : d;
+}
 
 // The 32 codes of quarter K of half H, in element order (16-bit shifts:
 // what crosses a byte boundary is masked off). q6_k: a nibble from the 64
 // bytes of the half, bits 4..5 from bit pair K of the half's 32 high bytes.
 // q3_k: bit pair K of the half's 32 low bytes, bit 2 from bit 4 H + K of
 // the 32 hmask bytes. q2_k: bit pair K of the half's 32 code bytes.
+// iq2_xs, iq2_s: 32-block 4 H + K's four codebook words (four loads: a
+// gather took 1.15x the time for iq2_s, 16384 x 8192, 2 threads), their
+// signs (iq2_xs: seven stored per eight, kEvenSigns; iq2_s: a bit each), +43.
 template <WType T, int H, int K>
 IE_INLINE __m256i sub16_quarter(const uint8_t* blk) {
-  if constexpr (T == WType::Q6_K) {
+  if constexpr (kSub16Book<T>) {
+    constexpr bool xs = T == WType::IQ2_XS;
+    const uint64_t* grid = xs ? iq2xs_grid() : iq2s_grid();
+    const Iq2Index idx{blk, 4 * H + K, xs};
+    const __m256i g = _mm256_setr_epi64x(static_cast<long long>(grid[idx[0]]), static_cast<long long>(grid[idx[1]]),
+                                         static_cast<long long>(grid[idx[2]]), static_cast<long long>(grid[idx[3]]));
+    __m256i v;
+    if constexpr (xs) {
+      v = even_signed(g, iq2xs_aux(blk, 4 * H + K));
+    } else {
+      const __m256i neg = bit_mask32(blk + kIq2sSigns + 4 * (4 * H + K));
+      v = _mm256_sub_epi8(_mm256_xor_si256(g, neg), neg);
+    }
+    return _mm256_add_epi8(v, _mm256_set1_epi8(43));
+  } else if constexpr (T == WType::Q6_K) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * H + 32 * (K % 2)));
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ6kHigh + 32 * H));
@@ -1207,10 +1233,16 @@ IE_INLINE __m256i sub16_quarter(const uint8_t* blk) {
 // The sixteen signed sub-scales sc_j of the super-block at blk as int8, in
 // sub-block order. q3_k's: a low nibble of bytes 96..103 (j < 8) or their
 // high one, the bit pair 2 (j / 4) of byte 104 + j % 4 above it, less 32.
-// q2_k's: the low nibbles of its 16 scale bytes.
+// q2_k's: the low nibbles of its 16 scale bytes. iq2_xs's and iq2_s's:
+// 1 + 2 s_j, s_j nibble j % 2 of scale byte j / 2.
 template <WType T>
 IE_INLINE __m128i sub16_scales(const uint8_t* blk) {
-  if constexpr (T == WType::Q6_K) {
+  if constexpr (kSub16Book<T>) {
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + (T == WType::IQ2_XS ? kIq2xsScales : kIq2sScales)));
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    const __m128i s = _mm_unpacklo_epi8(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    return _mm_add_epi8(_mm_add_epi8(s, s), _mm_set1_epi8(1));
+  } else if constexpr (T == WType::Q6_K) {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6kScales));
   } else if constexpr (T == WType::Q3_K) {
     // the 16 bytes that end with d (inside the block), moved down to start at the scales
@@ -1287,7 +1319,7 @@ void sub16_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
       }
     });
     for (int rr = 0; rr < R; ++rr) {
-      const __m256 d = f16_bcast(row[rr] + sb * kBytes + kSub16D<T>);
+      const __m256 d = sub16_d<T>(row[rr] + sb * kBytes);
       for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(part[rr][b], d, acc[rr][b]);
       if constexpr (kSub16Affine<T>) {
         const __m256 dmin = f16_bcast(row[rr] + sb * kBytes + kQ2kDmin);
@@ -1313,7 +1345,7 @@ void sub16_f32_rows(const GemvArgs& a, int64_t r0, float* out) {
     for (int rr = 0; rr < R; ++rr) {
       const uint8_t* blk = row[rr] + sb * kBytes;
       prefetch_block(blk, kBytes, pf);
-      const __m256 d = f16_bcast(blk + kSub16D<T>);
+      const __m256 d = sub16_d<T>(blk);
       const __m128i sc = sub16_scales<T>(blk);
       sf[rr][0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
       sf[rr][1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
@@ -1414,6 +1446,14 @@ void run_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* sf) {
     case WType::Q2_K:
       if (q8) sub16_q8_rows<WType::Q2_K, R, B>(a, p.q8, r0, out);
       else sub16_f32_rows<WType::Q2_K, R, B>(a, r0, out);
+      break;
+    case WType::IQ2_XS:
+      if (q8) sub16_q8_rows<WType::IQ2_XS, R, B>(a, p.q8, r0, out);
+      else sub16_f32_rows<WType::IQ2_XS, R, B>(a, r0, out);
+      break;
+    case WType::IQ2_S:
+      if (q8) sub16_q8_rows<WType::IQ2_S, R, B>(a, p.q8, r0, out);
+      else sub16_f32_rows<WType::IQ2_S, R, B>(a, r0, out);
       break;
     case WType::Q4_0:
       if (q8) q4_q8_rows<R, B, false>(a, p.nq, r0, out);

@@ -95,6 +95,8 @@ void fill_rows(const WeightSpec& s, const WeightLayout& l, uint8_t* w, int64_t r
       case WType::IQ3_S:   // random indices, signs and 4-bit sub-scales under a random f16 d
       case WType::IQ3_XXS:  // the same
       case WType::IQ2_XXS:
+      case WType::IQ2_XS:
+      case WType::IQ2_S:
       case WType::Q6_K:    // random codes and int8 sub-scales under a random f16 d (at 208)
       case WType::Q3_K:    // random codes and 6-bit sub-scales under a random f16 d (at 108)
         fill_bytes(row, l.row_bytes, st);

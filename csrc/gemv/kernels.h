@@ -202,7 +202,7 @@ constexpr const int8_t* grid_values(WType t) {
   return t == WType::MXFP4     ? kMxfp4Grid.v
          : t == WType::IQ3_S   ? kIq3sGrid.v
          : t == WType::IQ3_XXS ? kIq3xxsGrid.v
-         : t == WType::IQ2_XXS ? kIq2xxsGrid.v
+         : iq2_values(t)       ? kIq2xxsGrid.v
                                : kIq4Grid.v;
 }
 // The largest |value| of a table: how many products a kernel may sum in int16.

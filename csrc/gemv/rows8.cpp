@@ -53,8 +53,7 @@ void block_codes(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w,
     case WType::IQ4_XS:
     case WType::IQ4_XSH: return unpack_nibbles(blk + lay.block_qs + 16 * j, q);
     case WType::IQ3_S:  // signed values as nibbles of their tables (codebook_nibble, grid_value)
-    case WType::IQ3_XXS:
-    case WType::IQ2_XXS: {
+    case WType::IQ3_XXS: {
       int v[32];
       codebook_sub(s.type, blk, j, v);
       for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(codebook_nibble(s.type, v[e]));
@@ -65,6 +64,9 @@ void block_codes(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w,
     case WType::IQ4_NL:
     case WType::MXFP4: return unpack_nibbles(blk + lay.block_qs, q);
     case WType::Int4w:  // above
+    case WType::IQ2_XXS:  // put_iq2_block
+    case WType::IQ2_XS:
+    case WType::IQ2_S:
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
@@ -157,6 +159,41 @@ void put_bit_pairs_q6k(const uint8_t* qh, int j, int i, uint8_t* o) {
   store_u32(o + 32 + 4 * i, pairs(2) | pairs(3) << 4);
 }
 
+// Byte k of entry s: 0x0F where bit k of s is set (an eight-tuple's signs
+// as the nibbles they flip).
+struct SignNibbles {
+  uint64_t mask[256];
+};
+constexpr SignNibbles sign_nibble_table() {
+  SignNibbles t{};
+  for (uint32_t s = 0; s < 256; ++s) t.mask[s] = byte_mask(s, 0x0F);
+  return t;
+}
+constexpr SignNibbles kSignNibbles = sign_nibble_table();
+
+// Row i's lanes of an IQ2 type's 32-block j (blk: its super-block) in the
+// tile block at o, four bytes a vector (vector m = eight-tuple m): each
+// magnitude's nibble codebook_nibble(g) = 8 + (g > 8) + (g > 25) by byte
+// arithmetic on the tuple's codebook word, a negative one's flipped
+// (codebook_nibble(-g) = codebook_nibble(g) ^ 15). Code by code (block_codes,
+// put_codes) packed 0.26 GB/s of iq2_xs, too slow for a prefill that packs
+// the matrices whose copies did not fit.
+void put_iq2_block(WType t, const uint8_t* blk, int j, int i, uint8_t* o) {
+  constexpr uint64_t kOnes = 0x0101010101010101ull;
+  const uint32_t neg = t == WType::IQ2_XXS  ? even_signs(iq2xxs_aux(blk, j))
+                       : t == WType::IQ2_XS ? even_signs(iq2xs_aux(blk, j))
+                                            : load_u32(blk + kIq2sSigns + 4 * j);
+  for (int m = 0; m < 4; ++m) {
+    const uint64_t g = t == WType::IQ2_XXS  ? iq2xxs_grid()[blk[kIq2xxsQs + 8 * j + m]]
+                       : t == WType::IQ2_XS ? iq2xs_grid()[Iq2Index{blk, j, true}[m]]
+                                            : iq2s_grid()[Iq2Index{blk, j, false}[m]];
+    // bit 7 of byte g + 119 (g + 102): g > 8 (g > 25); no byte carries (g <= 43)
+    const uint64_t nib = (8 * kOnes + ((g + 119 * kOnes) >> 7 & kOnes) + ((g + 102 * kOnes) >> 7 & kOnes)) ^
+                         kSignNibbles.mask[(neg >> (8 * m)) & 0xFF];
+    store_u32(o + 32 * m + 4 * i, static_cast<uint32_t>(nib) | static_cast<uint32_t>(nib >> 32) << 4);
+  }
+}
+
 // Row r's 32-block k as row i of the tile block at o (zeroed before):
 // int4w's, iq4_xs's and the k-quants' 4-bit nibbles four bytes at a time,
 // with q5_k's fifth bits and q6_k's bit pairs (the 32-block types in q4_0's
@@ -183,6 +220,7 @@ void put_block(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, i
     q >= 2 ? put_nibbles_kq<true>(lo, i, o) : put_nibbles_kq<false>(lo, i, o);
     return put_bit_pairs_q6k(blk + kQ6kHigh + 32 * h, j, i, o + 128);
   }
+  if (iq2_values(s.type)) return put_iq2_block(s.type, blk, j, i, o);
   uint8_t q[32];
   block_codes(s, lay, w, r, k, q);
   put_codes(s.type, q, i, o);
@@ -224,6 +262,14 @@ void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64
         h[H::scales + 16 * b + 8 + i] = blk[kQ6kScales + 2 * b + 1];
       }
       std::memcpy(h + H::d + 2 * i, blk + kQ6kD, 2);
+      return;
+    }
+    case WType::IQ2_XS:  // q6_k's header: the multipliers 1 + 2 s_h of d / 8 (rows8_d_factor)
+    case WType::IQ2_S: {
+      using H = Rows8Q6kHeader;
+      for (int half = 0; half < 16; ++half)
+        h[H::scales + 16 * (half / 2) + 8 * (half % 2) + i] = static_cast<uint8_t>(iq2h_sub_scale(s.type, blk, half));
+      std::memcpy(h + H::d + 2 * i, blk, 2);
       return;
     }
     case WType::Q3_K: {
@@ -280,7 +326,9 @@ size_t header_bytes(const Rows8& p) {
     case WType::IQ3_XXS:
     case WType::IQ2_XXS: return Rows8Iq4xsHeader::bytes;
     case WType::IQ4_XSH: return Rows8Iq4xsHeader::xsh_bytes;
-    case WType::Q6_K: return Rows8Q6kHeader::bytes;
+    case WType::Q6_K:
+    case WType::IQ2_XS:
+    case WType::IQ2_S: return Rows8Q6kHeader::bytes;
     case WType::Q3_K: return Rows8Q3kHeader::bytes;
     case WType::Q2_K: return Rows8Q2kHeader::bytes;
     case WType::Int4w:
@@ -339,6 +387,8 @@ bool stores_every_byte(WType t) {
     case WType::IQ3_S:
     case WType::IQ3_XXS:
     case WType::IQ2_XXS:
+    case WType::IQ2_XS:
+    case WType::IQ2_S:
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
@@ -368,6 +418,8 @@ void pack_tile(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_
     case WType::IQ3_S:
     case WType::IQ3_XXS:
     case WType::IQ2_XXS:
+    case WType::IQ2_XS:
+    case WType::IQ2_S:
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
@@ -385,7 +437,7 @@ void pack_tile(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_
 
 }  // namespace
 
-bool rows8_applies(const WeightSpec& s) { return wtype_info(s.type).quantized; }
+bool rows8_applies(const WeightSpec& s) { return rows8_code_bits(s.type) != 0; }
 
 Rows8 rows8_shape(const WeightSpec& s) {
   Rows8 p;

@@ -25,8 +25,8 @@
 // after another, each tile_bytes long, made of the row's groups g in order
 // (a group: int4w's scale group, one 32-block for q4_0, q4_1, q5_0, q5_1,
 // iq4_nl, mxfp4 and q8_0, one 256-element super-block for q4_k, q5_k, q6_k,
-// q3_k, q2_k, iq4_xs, iq4_xsh and iq3_s). A group is its 32-blocks (bpg of them, block_bytes each), then a
-// header.
+// q3_k, q2_k, iq4_xs, iq4_xsh and the codebook types). A group is its
+// 32-blocks (bpg of them, block_bytes each), then a header.
 //  * A 32-block of codes: four 32-byte vectors v = 0..3; in vector v, bytes
 //    4i .. 4i+3 belong to row i, and byte j of them holds the low nibble of
 //    element 8v + j of the block (low nibble) and of element 8v + 4 + j
@@ -53,7 +53,9 @@
 //      (rows8_d_factor);
 //      iq4_xsh the same, then its grid shift byte (u8: bit j for sub-block j);
 //    - q6_k: per 32-block b, 8 bytes sc[2b] then 8 bytes sc[2b + 1] (int8
-//      sub-scales of its two 16-element halves), then d (f16);
+//      sub-scales of its two 16-element halves), then d (f16); iq2_xs and
+//      iq2_s the same, sc the multipliers 1 + 2 s_h of their 16-element
+//      halves, d standing for d / 8;
 //    - q3_k: the 12 scale bytes as three u32 words (as q4_k's), then d (f16);
 //    - q2_k: the 16 scale/min bytes as four u32 words, then d and dmin (f16).
 //    Codes keep their stored meaning: q4_0 and int4w subtract 8, q5_0 16,
@@ -68,7 +70,10 @@
 //    (+-4 .. +-62; +-8, 25, 43) the nibble codebook_nibble(v), the four-fold
 //    (eight-fold) scale d * (1 + 2 s_j) taken back by a factor 1/4 (1/8) on
 //    the header's d where the kernels read it: d / 4 itself would not fit
-//    f16 exactly where d is small.
+//    f16 exactly where d is small. iq2_xs's and iq2_s's values are
+//    iq2_xxs's, nibbles of the same table, but their 4-bit scales per 16
+//    weights fit no iq4_xs header: theirs is q6_k's (int8 per half), 4.56
+//    bits a weight in the copy (1.97x iq2_xs's stored bytes, 1.78x iq2_s's).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -86,7 +91,7 @@ namespace ie {
 // Every switch on the weight type here, in rows8.cpp and rows8_tiles.h
 // names each type (no `default:`): the build makes a missing case an
 // error (-Werror=switch), so a new type cannot pass for a 4-bit one.
-static_assert(kNumWeightTypes == 21, "a new weight type: give it its case in every switch of gemv/rows8*");
+static_assert(kNumWeightTypes == 23, "a new weight type: give it its case in every switch of gemv/rows8*");
 
 // 0: a float type, which has no row-interleaved copy (rows8_applies).
 constexpr int rows8_code_bits(WType t) {
@@ -108,6 +113,8 @@ constexpr int rows8_code_bits(WType t) {
     case WType::IQ3_S:    // its signed values as nibbles (grid_value): 4 bits, not its stored 3.44
     case WType::IQ3_XXS:  // the same, for its stored 3.06
     case WType::IQ2_XXS:  // and 2.06
+    case WType::IQ2_XS:   // the same values under q6_k's header: 4.56 bits for 2.31
+    case WType::IQ2_S:    // and 2.56
     case WType::MXFP4: return 4;
     case WType::F32:
     case WType::F16:
@@ -117,10 +124,10 @@ constexpr int rows8_code_bits(WType t) {
 }
 
 // What the kernels multiply a rows8 header's d (f16) by: iq3_xxs's 1/4
-// (its weights are d * (1 + 2 s_j) / 4 * v), iq2_xxs's 1/8, 1 for every
-// other type.
+// (its weights are d * (1 + 2 s_j) / 4 * v), the IQ2 types' 1/8, 1 for
+// every other type.
 constexpr float rows8_d_factor(WType t) {
-  return t == WType::IQ3_XXS ? 0.25f : t == WType::IQ2_XXS ? 0.125f : 1.f;
+  return t == WType::IQ3_XXS ? 0.25f : t == WType::IQ2_XXS || t == WType::IQ2_XS || t == WType::IQ2_S ? 0.125f : 1.f;
 }
 
 // Byte offsets of the header fields of a super-block group (above), shared

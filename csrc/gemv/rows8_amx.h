@@ -307,7 +307,7 @@ IE_INLINE void kq_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, i
 template <WType T>
 IE_INLINE auto half_unpacker(const Rows8& p, const uint8_t* w, int b0) {
   constexpr int kBlock = 32 * rows8_code_bits(T);
-  constexpr char kZ = T == WType::Q6_K ? 32 : 4;
+  constexpr int kZ = sym16_zero(T);
   return [&p, w, b0](int64_t k, AmxBlock* out) __attribute__((always_inline)) {
     const int64_t blk = k >> 1;
     const int half = static_cast<int>(k & 1);
@@ -316,8 +316,8 @@ IE_INLINE auto half_unpacker(const Rows8& p, const uint8_t* w, int b0) {
     for (int v = 2 * half; v < 2 * half + 2; ++v) {
       __m512i lo, hi;
       sym16_codes<T>(wg + (blk & 7) * kBlock, p.tile_bytes, v, &lo, &hi);
-      _mm512_store_si512(out->b + 2 * v, _mm512_sub_epi8(lo, _mm512_set1_epi8(kZ)));
-      _mm512_store_si512(out->b + 2 * v + 1, _mm512_sub_epi8(hi, _mm512_set1_epi8(kZ)));
+      _mm512_store_si512(out->b + 2 * v, _mm512_sub_epi8(lo, _mm512_set1_epi8(static_cast<char>(kZ))));
+      _mm512_store_si512(out->b + 2 * v + 1, _mm512_sub_epi8(hi, _mm512_set1_epi8(static_cast<char>(kZ))));
     }
   };
 }
@@ -337,12 +337,12 @@ IE_INLINE void amx_halves_add(const int32_t* c0, __m512i mult0, const int32_t* c
   }
 }
 
-// sym16_pair's types (q6_k, q3_k): each half's sums by its own tile
+// sym16_pair's types (q6_k, q3_k, iq2_xs, iq2_s): each half's sums by its own tile
 // multiply, then sym16_pair's integers and floats per token.
 template <WType T>
 IE_INLINE void sym16_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kAmxTokens]) {
   constexpr int kBlock = 32 * rows8_code_bits(T);
-  constexpr int kD = T == WType::Q6_K ? Rows8Q6kHeader::d : Rows8Q3kHeader::d;
+  constexpr int kD = T == WType::Q3_K ? Rows8Q3kHeader::d : Rows8Q6kHeader::d;
   const size_t tb = p.tile_bytes;
   __m512i words[3] = {};
   const int32_t* c0 = nullptr;  // the block's first half's sums, until its second's finish
@@ -365,7 +365,7 @@ IE_INLINE void sym16_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
         }
         amx_halves_add(c0, mult0, c, mult, x.d + blk * B + b0, P);
         if (j == 7) {
-          const __m512 d = load16<2>(h + kD, tb);
+          const __m512 d = _mm512_mul_ps(load16<2>(h + kD, tb), _mm512_set1_ps(rows8_d_factor(T)));
           for (int m = 0; m < kAmxTokens; ++m) acc[m] = _mm512_fmadd_ps(P[m], d, acc[m]);
         }
       });
@@ -413,6 +413,8 @@ AmxKernel amx_kernel(const Rows8& p) {
     case WType::Q5_K: return amx_fn<kq_amx<true>>;
     case WType::Q6_K: return amx_fn<sym16_amx<WType::Q6_K>>;
     case WType::Q3_K: return amx_fn<sym16_amx<WType::Q3_K>>;
+    case WType::IQ2_XS: return amx_fn<sym16_amx<WType::IQ2_XS>>;
+    case WType::IQ2_S: return amx_fn<sym16_amx<WType::IQ2_S>>;
     case WType::Q2_K:  // its mins' sums beside P and acc do not fit the registers at 16 tokens: no faster than its pair kernel
     case WType::F32:
     case WType::F16:

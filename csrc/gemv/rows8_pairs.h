@@ -305,15 +305,21 @@ IE_INLINE void kq_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, 
 }
 
 // Vector v (0..3) of a 32-block of q6_k (codes 0..63: a nibble and a bit
-// pair), q3_k (0..7: a bit pair and a third bit) or q2_k (0..3: a bit pair)
-// of both tiles, as unsigned bytes: lo times elements 8v .. 8v+3, hi times
-// 8v+4 .. 8v+7 (the bits q6k_block_dot_n and pairs_block_dot_n join).
+// pair), q3_k (0..7: a bit pair and a third bit), q2_k (0..3: a bit pair)
+// or iq2_xs and iq2_s (their nibbles' table values + 128) of both tiles, as
+// unsigned bytes: lo times elements 8v .. 8v+3, hi times 8v+4 .. 8v+7 (the
+// bits sym16_block_dot_n and pairs_block_dot_n join).
 template <WType T>
 IE_INLINE void sym16_codes(const uint8_t* blk, size_t tb, int v, __m512i* lo, __m512i* hi) {
   auto sh = [](__m512i x, int n) {  // x shifted left by n, right by -n
     return n >= 0 ? _mm512_sll_epi32(x, _mm_cvtsi32_si128(n)) : _mm512_srl_epi32(x, _mm_cvtsi32_si128(-n));
   };
-  if constexpr (T == WType::Q6_K) {  // bit pairs at bits 4 (v % 2) (lo's) and 4 (v % 2) + 2 (hi's), moved to 4..5
+  if constexpr (T == WType::IQ2_XS || T == WType::IQ2_S) {
+    const TableOf<T> table;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), wv = load_pair(blk + 32 * v, tb);
+    *lo = table(_mm512_and_si512(wv, m4));
+    *hi = table(_mm512_and_si512(_mm512_srli_epi32(wv, 4), m4));
+  } else if constexpr (T == WType::Q6_K) {  // bit pairs at bits 4 (v % 2) (lo's) and 4 (v % 2) + 2 (hi's), moved to 4..5
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const __m512i wv = load_pair(blk + 32 * v, tb), hb = load_pair(blk + 128 + 32 * (v / 2), tb);
     *lo = _mm512_ternarylogic_epi32(_mm512_and_si512(wv, m4), sh(hb, 4 - 4 * (v % 2)), m30, 0xF8);  // a | (b & c)
@@ -368,14 +374,18 @@ IE_INLINE void q3k_words(const uint8_t* h, size_t tb, __m512i (&words)[3]) {
   for (int k = 0; k < 3; ++k) words[k] = load_pair(h + Rows8Q3kHeader::words + 32 * k, tb);
 }
 
+// The offset sym16_codes' bytes carry: q6_k's 32, q3_k's 4, the IQ2 types' 128 (q2_k: its mins instead, 0).
+constexpr int sym16_zero(WType t) { return t == WType::Q6_K ? 32 : t == WType::Q3_K ? 4 : t == WType::Q2_K ? 0 : 128; }
+
 // The 16 rows' integer sub-scale of half `half` of sub-block j of a
-// sym16_pair super-block (h: tile t's header): q6_k's int8 one; q3_k's 6-bit
+// sym16_pair super-block (h: tile t's header): q6_k's int8 one (and the IQ2
+// types' 1 + 2 s_h, in q6_k's header); q3_k's 6-bit
 // one less 32 from its scale words (q3k_words), as q3k_scale_word unpacks it
 // (sub-blocks 4q .. 4q+3, q = j / 2, byte (2j + half) % 4). Shared by the
 // pair and AMX kernels.
 template <WType T>
 IE_INLINE __m512i sym16_mult(const uint8_t* h, size_t tb, const __m512i (&words)[3], int j, int half) {
-  if constexpr (T == WType::Q6_K) {
+  if constexpr (T != WType::Q3_K) {
     const uint8_t* sc = h + Rows8Q6kHeader::scales + 16 * j + 8 * half;
     return _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)),
                                                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + tb))));
@@ -389,14 +399,14 @@ IE_INLINE __m512i sym16_mult(const uint8_t* h, size_t tb, const __m512i (&words)
   }
 }
 
-// sym16_tile_n over a pair (q6_k, q3_k): each 16-element half's sums, less
-// Z times its activation sum (h16; Z = 32 or 4), times its sub-scales
-// (sym16_mult; half_products); d once per super-block.
+// sym16_tile_n over a pair (q6_k, q3_k, iq2_xs, iq2_s): each 16-element
+// half's sums, less Z times its activation sum (h16; Z = 32, 4 or 128),
+// times its sub-scales (sym16_mult; half_products); d once per super-block.
 template <WType T>
 IE_INLINE void sym16_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kPairTokens]) {
   constexpr int kBlock = 32 * rows8_code_bits(T);
-  constexpr int kD = T == WType::Q6_K ? Rows8Q6kHeader::d : Rows8Q3kHeader::d;
-  constexpr int kZ = T == WType::Q6_K ? 32 : 4;
+  constexpr int kD = T == WType::Q3_K ? Rows8Q3kHeader::d : Rows8Q6kHeader::d;
+  constexpr int kZ = sym16_zero(T);
   const size_t tb = p.tile_bytes;
   alignas(64) int32_t first[kPairTokens][16];
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
@@ -419,7 +429,7 @@ IE_INLINE void sym16_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
         half_products<T>(blk, tb, half, x.q + kx * 32, mult, sums, first, x.d + kx, P);
       }
     }
-    const __m512 d = load16<2>(h + kD, tb);
+    const __m512 d = _mm512_mul_ps(load16<2>(h + kD, tb), _mm512_set1_ps(rows8_d_factor(T)));
     for (int b = 0; b < kPairTokens; ++b) acc[b] = _mm512_fmadd_ps(P[b], d, acc[b]);
   }
 }
@@ -500,6 +510,8 @@ PairKernel pair_kernel(const Rows8& p) {
     case WType::Q5_K: return pair_fn<kq_pair<true>>;
     case WType::Q6_K: return pair_fn<sym16_pair<WType::Q6_K>>;
     case WType::Q3_K: return pair_fn<sym16_pair<WType::Q3_K>>;
+    case WType::IQ2_XS: return pair_fn<sym16_pair<WType::IQ2_XS>>;
+    case WType::IQ2_S: return pair_fn<sym16_pair<WType::IQ2_S>>;
     case WType::Q2_K: return pair_fn<q2k_pair>;
     case WType::Q5_0: return pair_fn<nib_pair<1, 2, false, 32>>;
     case WType::Q5_1: return pair_fn<nib_pair<1, 2, true, 32>>;

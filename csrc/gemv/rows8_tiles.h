@@ -188,7 +188,7 @@ struct VnniSums {
   }
   // s[b] += (token b's sums - Z S) times mult (a 16-element half's
   // sub-scales), S the half's activation sum (h16: token b's pair at h16 +
-  // 2 b, 16 S in each int16; Z 0, 4 or 32, so Z S = 16 S * Z / 16 exactly),
+  // 2 b, 16 S in each int16; Z 0, 4, 32 or 128, so Z S = 16 S * Z / 16 exactly),
   // and the sums start again for the next half.
   template <int Z>
   IE_INLINE void flush_scaled(__m256i (&s)[NB], __m256i mult, const int32_t* h16) {
@@ -632,14 +632,19 @@ IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m
   });
 }
 
-// The int32 sums of a q6_k 32-block: codes 0..63 (a nibble and a bit pair)
-// times x, times its half's sub-scales mult[half] (mult_of). AVX2: by
-// maddubs (the four products a 16-bit lane collects per vector stay below
-// 4 * 63 * 127 < 2^15), widened per vector by a madd with mult (int16
-// pairs); VNNI: each half's dpbusd sums times mult by one vpmulld.
-template <int NB>
-IE_INLINE void q6k_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB],
-                               [[maybe_unused]] const int32_t* h16) {
+// The int32 sums of a q6_k 32-block (codes 0..63: a nibble and a bit pair)
+// or an iq2_xs / iq2_s one (its nibbles' table values +-8, 25, 43:
+// table_values) times x, each half's times its sub-scales mult[half]
+// (mult_of). AVX2: q6_k's codes by maddubs (the four products a 16-bit lane
+// collects per vector stay below 4 * 63 * 127 < 2^15), the IQ2 values with
+// their signs moved onto x (dot4_signed16), widened per vector by a madd
+// with mult (int16 pairs); VNNI: each half's dpbusd sums, less Z times its
+// activation sum (q6_k 32, the IQ2 types' table offset 128), times mult by
+// one vpmulld.
+template <WType T, int NB>
+IE_INLINE void sym16_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB],
+                                 [[maybe_unused]] const int32_t* h16) {
+  constexpr bool kIq2 = T != WType::Q6_K;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (auto& v : s) v = _mm256_setzero_si256();
 #if IE_ROWS8_VNNI
@@ -647,17 +652,23 @@ IE_INLINE void q6k_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m25
 #endif
   static_for<4>([&](auto vv) __attribute__((always_inline)) {
     constexpr int v = decltype(vv)::value;
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v));
-    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (v / 2)));
-    const __m256i lo = _mm256_or_si256(_mm256_and_si256(wv, m4), bits_to_4<4 * (v % 2), 2>(hb));
-    const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4), bits_to_4<4 * (v % 2) + 2, 2>(hb));
+    __m256i lo, hi;
+    if constexpr (kIq2) {
+      table_values<T>(blk + 32 * v, &lo, &hi);
+    } else {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v));
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * (v / 2)));
+      lo = _mm256_or_si256(_mm256_and_si256(wv, m4), bits_to_4<4 * (v % 2), 2>(hb));
+      hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4), bits_to_4<4 * (v % 2) + 2, 2>(hb));
+    }
 #if IE_ROWS8_VNNI
     vs.add_vector(v, lo, hi, xq);
-    if constexpr (v % 2 == 1) vs.template flush_scaled<32>(s, mult[v / 2], h16 + v / 2);  // a half done
+    if constexpr (v % 2 == 1) vs.template flush_scaled<kIq2 ? 128 : 32>(s, mult[v / 2], h16 + v / 2);  // a half done
 #else
     for (int b = 0; b < NB; ++b) {
       const int8_t* xb = xq + 32 * b + 8 * v;
-      const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb)), _mm256_maddubs_epi16(hi, bcast4(xb + 4)));
+      const __m256i s16 = kIq2 ? _mm256_add_epi16(dot4_signed16(lo, xb), dot4_signed16(hi, xb + 4))
+                               : _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb)), _mm256_maddubs_epi16(hi, bcast4(xb + 4)));
       s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(s16, mult[v / 2]));
       in_reg(s[b]);
     }
@@ -680,16 +691,19 @@ IE_INLINE __m256i q3k_scale_word(__m256i w0, __m256i w1, __m256i w2, int q) {
 // d * sc_j * (q - Z), Z = 32 or 4): per 32-block the eight rows' two
 // sub-scales (mult_of: int16 pairs on AVX2; q6_k: its int8 ones from the header; q3_k:
 // unpacked from its three scale words, less 32), the block's sums
-// (q6k_block_dot_n, pairs_block_dot_n with the third bits), less the
+// (sym16_block_dot_n, pairs_block_dot_n with the third bits), less the
 // offset: Z (sc_a sum x[0..15] + sc_b sum x[16..31]), two madds of the
 // activation's h16 pairs (32 sc sum per half; q3_k takes an eighth,
 // exactly); VNNI takes Z sum off each half's sums before its sub-scale
 // multiplies them (VnniSums::flush_scaled), one subtraction per half and
-// token instead of two madds. d once per super-block.
+// token instead of two madds. d once per super-block. iq2_xs's and iq2_s's
+// tiles are q6_k's with signed table values for codes (sym16_block_dot_n: no
+// offset on AVX2) and d read as d / 8.
 template <WType T, int NB>
 IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   constexpr int kBlock = 32 * rows8_code_bits(T);
-  constexpr int kD = T == WType::Q6_K ? Rows8Q6kHeader::d : Rows8Q3kHeader::d;
+  constexpr bool kIq2 = T == WType::IQ2_XS || T == WType::IQ2_S;  // q6_k's header, table values
+  constexpr int kD = T == WType::Q3_K ? Rows8Q3kHeader::d : Rows8Q6kHeader::d;
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
     __m256i words[3];  // q3_k's scale words, once per super-block
@@ -702,7 +716,7 @@ IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       prefetch_group<8>(p, w, b0, j);
       const uint8_t* blk = w + j * kBlock;
       __m256i mult[2];  // elements 0..15 and 16..31 of the block (mult_of)
-      if constexpr (T == WType::Q6_K) {
+      if constexpr (T != WType::Q3_K) {
         for (int half = 0; half < 2; ++half)
           mult[half] = mult_of(_mm256_cvtepi8_epi32(
               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(h + Rows8Q6kHeader::scales + 16 * j + 8 * half))));
@@ -714,21 +728,20 @@ IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       }
       const int64_t kx = (g * 8 + j) * B + b0;
       __m256i s[NB];
-      if constexpr (T == WType::Q6_K) q6k_block_dot_n<NB>(blk, x.q + kx * 32, mult, s, x.h16 + 2 * kx);
-      else pairs_block_dot_n<true, NB>(blk, x.q + kx * 32, mult, s, x.h16 + 2 * kx);
+      if constexpr (T == WType::Q3_K) pairs_block_dot_n<true, NB>(blk, x.q + kx * 32, mult, s, x.h16 + 2 * kx);
+      else sym16_block_dot_n<T, NB>(blk, x.q + kx * 32, mult, s, x.h16 + 2 * kx);
       for (int b = 0; b < NB; ++b) {
-#if IE_ROWS8_VNNI  // the offsets were taken off per half, before the sub-scales
+        // VNNI took the offsets off per half, before the sub-scales; iq2's signed values have none
+        if constexpr (!IE_ROWS8_VNNI && !kIq2) {
+          const int32_t* h16 = x.h16 + 2 * (kx + b);
+          const __m256i off32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mult[0]),
+                                                 _mm256_madd_epi16(_mm256_set1_epi32(h16[1]), mult[1]));
+          s[b] = _mm256_sub_epi32(s[b], T == WType::Q6_K ? off32 : _mm256_srai_epi32(off32, 3));
+        }
         P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_broadcast_ss(x.d + kx + b), P[b]);
-#else
-        const int32_t* h16 = x.h16 + 2 * (kx + b);
-        const __m256i off32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mult[0]),
-                                               _mm256_madd_epi16(_mm256_set1_epi32(h16[1]), mult[1]));
-        const __m256i off = T == WType::Q6_K ? off32 : _mm256_srai_epi32(off32, 3);
-        P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s[b], off)), _mm256_broadcast_ss(x.d + kx + b), P[b]);
-#endif
       }
     });
-    const __m256 d = load8<2>(h + kD);
+    const __m256 d = _mm256_mul_ps(load8<2>(h + kD), _mm256_set1_ps(rows8_d_factor(T)));  // (exact: a power of two)
     for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
   }
 }
@@ -848,6 +861,8 @@ TileKernel<NB> tile_kernel(const Rows8& p) {
     case WType::IQ4_XS: return tile_fn<NB, iq4xs_tile_n<WType::IQ4_XS, NB>>;
     case WType::Q6_K: return tile_fn<NB, sym16_tile_n<WType::Q6_K, NB>>;
     case WType::Q3_K: return tile_fn<NB, sym16_tile_n<WType::Q3_K, NB>>;
+    case WType::IQ2_XS: return tile_fn<NB, sym16_tile_n<WType::IQ2_XS, NB>>;
+    case WType::IQ2_S: return tile_fn<NB, sym16_tile_n<WType::IQ2_S, NB>>;
     case WType::Q2_K: return tile_fn<NB, q2k_tile_n<NB>>;
     case WType::IQ3_S: return tile_fn<NB, iq4xs_tile_n<WType::IQ3_S, NB>>;
     case WType::IQ3_XXS: return tile_fn<NB, iq4xs_tile_n<WType::IQ3_XXS, NB>>;

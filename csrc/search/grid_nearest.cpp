@@ -1,6 +1,6 @@
 // The codebook searches (grid_nearest.h): per tuple, its level index, then
-// its kCandidates' weighted errors, D products each; per 32-element row, the
-// scale fits built on that.
+// its kCandidates' weighted errors, D products each; per row of 32 (or 16)
+// elements, the scale fits built on that.
 #include "grid_nearest.h"
 
 #include <cmath>
@@ -78,30 +78,33 @@ __attribute__((always_inline)) inline int nearest_one(const float* ui, const flo
   return __builtin_ctz(mask);
 }
 
-// The float32 sum of 32 values in numpy's order (its pairwise sum below 128
-// elements: eight running sums of every eighth value, then a tree), so that
-// the fits are the bits of the numpy they replaced (tests/test_quant_search.py).
-inline float numpy_sum32(const float* v) {
+// The float32 sum of N values (16 or 32) in numpy's order (its pairwise
+// sum below 128 elements: eight running sums of every eighth value, then a
+// tree), so that the fits are the bits of the numpy they replaced
+// (tests/test_quant_search.py).
+template <int N>
+inline float numpy_sum(const float* v) {
   float r[8];
   for (int j = 0; j < 8; ++j) r[j] = v[j];
-  for (int i = 8; i < 32; i += 8)
+  for (int i = 8; i < N; i += 8)
     for (int j = 0; j < 8; ++j) r[j] += v[i + j];
   return ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
 }
 
-template <int D>
+// The scale of one N-element row (grid_scales).
+template <int D, int N>
 float row_scale(const float* x, const float* w, const float* cand_val, const float* starts, int nstarts,
                 const float* moves, int nmoves) {
   float amax = x[0];
-  for (int i = 1; i < 32; ++i) amax = x[i] > amax || x[i] != x[i] ? x[i] : amax;  // a NaN stays, as numpy's max
+  for (int i = 1; i < N; ++i) amax = x[i] > amax || x[i] != x[i] ? x[i] : amax;  // a NaN stays, as numpy's max
   const float div = amax > 0.f ? amax : 1.f;  // a division: 1 / a subnormal largest would overflow
-  float unit[32];
-  for (int i = 0; i < 32; ++i) unit[i] = x[i] / div;
+  float unit[N];
+  for (int i = 0; i < N; ++i) unit[i] = x[i] / div;
   float best = 0.f, gain = 0.f, place = 0.f;
   auto fit = [&](float at) {
-    float u[32], wqx[32], wqq[32];
-    for (int i = 0; i < 32; ++i) u[i] = unit[i] * at;
-    for (int b = 0; b < 32; b += D) {
+    float u[N], wqx[N], wqq[N];
+    for (int i = 0; i < N; ++i) u[i] = unit[i] * at;
+    for (int b = 0; b < N; b += D) {
       int t;
       const int c = nearest_one<D>(u + b, w + b, cand_val, &t);
       const float* g = cand_val + static_cast<int64_t>(t) * D * kCandidates + c;
@@ -111,7 +114,7 @@ float row_scale(const float* x, const float* w, const float* cand_val, const flo
         wqq[b + j] = wq * q;
       }
     }
-    const float sumqx = numpy_sum32(wqx), sumq2 = numpy_sum32(wqq);
+    const float sumqx = numpy_sum<N>(wqx), sumq2 = numpy_sum<N>(wqq);
     const float scale = sumqx / (sumq2 > 0.f ? sumq2 : INFINITY);
     if (scale * sumqx > gain) {
       best = scale;
@@ -140,11 +143,11 @@ void grid_nearest(int dims, const float* u, const float* w, int64_t m, const int
   }
 }
 
-void grid_scales(int dims, const float* a, const float* w, int64_t m, const float* cand_val, const float* starts,
-                 int nstarts, const float* moves, int nmoves, float* out) {
-  for (int64_t r = 0; r < m; ++r)
-    out[r] = dims == 4 ? row_scale<4>(a + 32 * r, w + 32 * r, cand_val, starts, nstarts, moves, nmoves)
-                       : row_scale<8>(a + 32 * r, w + 32 * r, cand_val, starts, nstarts, moves, nmoves);
+void grid_scales(int dims, int n, const float* a, const float* w, int64_t m, const float* cand_val,
+                 const float* starts, int nstarts, const float* moves, int nmoves, float* out) {
+  using Fit = float (*)(const float*, const float*, const float*, const float*, int, const float*, int);
+  const Fit fit = dims == 4 ? row_scale<4, 32> : n == 32 ? row_scale<8, 32> : row_scale<8, 16>;
+  for (int64_t r = 0; r < m; ++r) out[r] = fit(a + n * r, w + n * r, cand_val, starts, nstarts, moves, nmoves);
 }
 
 }  // namespace ie

@@ -1,6 +1,6 @@
 // The nearest codebook entry to each four-tuple of magnitudes under
 // per-weight weights, among the candidates a table lists for its rounded
-// tuple, and the scale fits built on it: iq3_s's, iq3_xxs's and iq2_xxs's searches
+// tuple, and the scale fits built on it: the codebook types' searches
 // (formats/codebooks.py builds the table; tests/test_quant_search.py holds
 // the numpy they replaced).
 #pragma once
@@ -30,14 +30,15 @@ constexpr int grid_tuples(int dims) { return dims == 4 ? 4096 : 6561; }
 void grid_nearest(int dims, const float* u, const float* w, int64_t m, const int16_t* cand_idx, const float* cand_val,
                   int32_t* out);
 
-// a, w: [m, 32] magnitudes and weights. out[r]: the scale of row r,
+// a, w: [m, n] magnitudes and weights, n = 32, or 16 for dims 8 (iq2_xs's
+// and iq2_s's 16-element sub-blocks). out[r]: the scale of row r,
 // formats/codebooks.py's scales() in the same float32 operations (NaN and
 // inf included: a weight can overflow where an importance matrix is huge): at each
 // place p tried (starts, then the best so far moved by -d and +d for each d
 // of moves), u = a / max(a) * p (1 for max(a) 0) takes each tuple's grid_nearest entry q and
 // the weighted least-squares scale s = sum w q a / sum w q q; the first s of
 // largest s * sum w q a (0 where none is above 0) is kept.
-void grid_scales(int dims, const float* a, const float* w, int64_t m, const float* cand_val, const float* starts,
-                 int nstarts, const float* moves, int nmoves, float* out);
+void grid_scales(int dims, int n, const float* a, const float* w, int64_t m, const float* cand_val,
+                 const float* starts, int nstarts, const float* moves, int nmoves, float* out);
 
 }  // namespace ie

@@ -137,8 +137,11 @@ py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
 
 py::array_t<float> grid_scales(const F32Array& a, const F32Array& w, const F32Array& cand_val, const F32Array& starts,
                                const F32Array& moves) {
-  check_blocks("grid_scales", a, &w, 32);
+  check_blocks("grid_scales", a, &w);
   const int dims = check_candidates("grid_scales", cand_val);
+  if (a.shape(1) != 32 && !(dims == 8 && a.shape(1) == 16))
+    throw std::invalid_argument("grid_scales: k must be 32 (or 16 for tuples of 8), got " + std::to_string(a.shape(1)));
+  const int n = static_cast<int>(a.shape(1));
   if (starts.ndim() != 1 || moves.ndim() != 1 || starts.shape(0) < 1 || starts.shape(0) > 64 || moves.shape(0) > 64)
     throw std::invalid_argument("grid_scales: starts (1..64) and moves (0..64) must be 1-d arrays");
   const int64_t m = a.shape(0);
@@ -149,7 +152,7 @@ py::array_t<float> grid_scales(const F32Array& a, const F32Array& w, const F32Ar
   float* op = out.mutable_data();
   {
     py::gil_scoped_release release;
-    ie::grid_scales(dims, ap, wp, m, vp, sp, ns, mp, nm, op);
+    ie::grid_scales(dims, n, ap, wp, m, vp, sp, ns, mp, nm, op);
   }
   return out;
 }
@@ -201,10 +204,11 @@ PYBIND11_MODULE(_search, m) {
         "float32 [n].");
   m.def("grid_scales", &grid_scales, py::arg("a"), py::arg("w"), py::arg("cand_val"), py::arg("starts"),
         py::arg("moves"),
-        "The codebook types' scale search (iq3_s, iq3_xxs, iq2_xxs): for each row of 32 magnitudes a and weights w [m, 32], the best weighted "
+        "The codebook types' scale search (iq3_s, iq3_xxs, iq2_xxs, iq2_xs, iq2_s): for each row of magnitudes a and weights w [m, k] "
+        "(k = 32, or iq2_xs's and iq2_s's 16), the best weighted "
         "least-squares scale over the places tried (starts, then moves around the best): float32 [m].");
   m.def("grid_nearest", &grid_nearest, py::arg("u"), py::arg("w"), py::arg("cand_idx"), py::arg("cand_val"),
-        "The codebook types' search (iq3_s, iq3_xxs, iq2_xxs): for each magnitude tuple u [m, D] under weights w [m, D], "
+        "The codebook types' search: for each magnitude tuple u [m, D] under weights w [m, D], "
         "the candidate of its rounded tuple (D = 4: cand_idx [4096, 16], cand_val [4096, 4, 16]; D = 8: [6561, 16] and "
         "[6561, 8, 16]) of least weighted squared error: int32 [m].");
 }
