@@ -567,25 +567,27 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
             experts_copied_ = experts_copied_ || m->rows8 != nullptr;
           }
   make_resident(w_.lm_head);
-  // int8 prefill chunks of kDenseRows8Chunk tokens (kMaxRows8Batch with
-  // experts) where every quantized matrix is read through its rows8 copy,
-  // or (an expert) packed into rows8 tiles as it is multiplied
-  // (mm_expert); else kMaxBatch, what the stored-layout GEMV takes (a
-  // dedup member, an ISA without the rows8 kernel), so that no chunk falls
-  // back to the float GEMM.
+  // int8 prefill chunks of kDenseRows8Chunk tokens where every quantized
+  // matrix is read through its rows8 copy; kMaxRows8Batch where some are
+  // read in place (experts, and dense matrices whose larger copies did not
+  // fit) and packed into rows8 tiles as they are multiplied (packs), so
+  // that each packing serves more tokens (iq2_xs's 2048-wide Llama without
+  // its copies, 2 threads, pp128: 64 -> 128 tokens 54 -> 69 tok/s); else
+  // kMaxBatch, what the stored-layout GEMV takes (a dedup member, an ISA
+  // without the rows8 kernel), so that no chunk falls back to the float GEMM.
   if (act_ == Act::Int8) {
-    auto rows8_or_float = [](const Matrix& m) { return !m.dedup && (m.rows8 || !wtype_info(m.spec.type).int8_act); };
     auto packable_or_float = [&](const Matrix& m) {
       return !m.dedup && (gemv_uses_rows8(m.spec, act_, isa_) || !wtype_info(m.spec.type).int8_act);
     };
-    bool all = rows8_or_float(w_.lm_head), experts = false;
+    auto packed = [&](const Matrix& m) { return !m.rows8 && gemv_uses_rows8(m.spec, act_, isa_); };
+    bool all = packable_or_float(w_.lm_head), packing = packed(w_.lm_head);
     for (LayerWeights& L : w_.layers) {
-      for (const Matrix* m : L.streamed()) all = all && rows8_or_float(*m);
+      for (const Matrix* m : L.streamed()) all = all && packable_or_float(*m), packing = packing || packed(*m);
       for (const Expert& x : L.experts)
         for (const Matrix* m : {&x.gate, &x.up, &x.down}) all = all && packable_or_float(*m);
-      experts = experts || !L.experts.empty();
+      packing = packing || !L.experts.empty();
     }
-    if (all) int8_chunk_ = experts ? kMaxRows8Batch : kDenseRows8Chunk;
+    if (all) int8_chunk_ = packing ? kMaxRows8Batch : kDenseRows8Chunk;
   }
   // (the layers with attention alone: a linear-attention layer keeps its states instead)
   std::vector<int> slot(static_cast<size_t>(c.n_layers), -1);
@@ -784,7 +786,9 @@ void Decoder::prepare(PreparedAct& prep, const float* x, int b, int cols) {
 
 void Decoder::mm(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y) {
   Stopwatch sw(timer(&StepTimes::matmul_s));
-  if (m.dedup)
+  if (packs(m, b))
+    gemv_packing(m.spec, m.data, prep, bias, y, *pool_, isa_, scratch_);
+  else if (m.dedup)
     mm_dedup(m, prep, x, b, bias, y);
   else
     mm_plain(m, prep, x, b, bias, y);
@@ -803,27 +807,20 @@ void Decoder::mm_plain(const Matrix& m, PreparedAct& prep, const float* x, int b
          m.rows8.get());
 }
 
-// Tokens an expert needs in a chunk before its product packs rows8 tiles
-// (gemv_packing) instead of reading the stored layout: packing is a pass
-// over the expert's bytes (~7 GB/s on 2 threads for the 4-bit types),
+// Tokens a product read in place needs in a chunk before it packs rows8
+// tiles (gemv_packing) instead of reading the stored layout: packing is a
+// pass over the matrix's bytes (~7 GB/s on 2 threads for the 4-bit types),
 // which a few tokens do not repay. mxfp4 5760 x 2880, 2 threads: stored 3.1
 // ms for 8 tokens, packing 2.1 ms for 8, 2.6 ms for 16.
 constexpr int kPackingMinTokens = 8;
 
-// An expert's product read in place (no rows8 copy): packing rows8 tiles
-// as it goes where it has enough tokens (int8, a type and ISA with the
-// kernels), else as any matrix.
+// A product read in place: an expert's (no rows8 copy), or a dense
+// matrix's whose larger copy did not fit (grow_copies: the codebook types'
+// stored layouts prefill at a fifth of their tiles' speed, iq2_xs on a
+// 2048-wide Llama 20 against 111 tokens/s) packs rows8 tiles as it goes
+// where it has enough tokens (int8, a type and ISA with the kernels).
 bool Decoder::packs(const Matrix& m, int b) const {
   return b >= kPackingMinTokens && !m.rows8 && !m.dedup && gemv_uses_rows8(m.spec, act_, isa_);
-}
-
-void Decoder::mm_expert(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y) {
-  if (packs(m, b)) {
-    Stopwatch sw(timer(&StepTimes::matmul_s));
-    gemv_packing(m.spec, m.data, prep, bias, y, *pool_, isa_, scratch_);
-    return;
-  }
-  mm(m, prep, x, b, bias, y);
 }
 
 bool Decoder::swiglu_rows8(const Matrix& gate, const Matrix& up, PreparedAct& prep, int b, float* y, bool gelu) {
@@ -1346,7 +1343,7 @@ const float* Decoder::sigmoid_choice(const LayerWeights& L, const float* lg) {
 // Routing as transformers does it: the top_k logits (softmax is monotonic,
 // so these are the top_k probabilities too), weighted by the softmax over
 // them (norm_topk) or over every expert's logit. Then each expert with rows
-// runs once over all of them (mm_expert), and its outputs are added to the
+// runs once over all of them (mm), and its outputs are added to the
 // residual, weighted. An expert that every
 // row of the chunk goes to (each of a decode step's top_k) reads xn_ and
 // its prepared activation as they are: nothing gathered or quantized again.
@@ -1403,11 +1400,11 @@ void Decoder::experts(int layer, int b) {
     PreparedAct& prep = all ? xn_prep_ : ex_prep_;
     const float* in = all ? xn_.data() : ex_x_.data();
     if (c.glu == Glu::Relu2) {
-      mm_expert(x.up, prep, in, n, nullptr, ex_g_.data());
+      mm(x.up, prep, in, n, nullptr, ex_g_.data());
       relu2(ex_g_.data(), n, I);
     } else if (!mm_expert_swiglu(x, prep, n, ex_g_.data())) {
-      mm_expert(x.gate, prep, in, n, or_null(x.bgate), ex_g_.data());
-      if (c.glu == Glu::Silu) mm_expert(x.up, prep, in, n, nullptr, ex_u_.data());
+      mm(x.gate, prep, in, n, or_null(x.bgate), ex_g_.data());
+      if (c.glu == Glu::Silu) mm(x.up, prep, in, n, nullptr, ex_u_.data());
       glu(c.glu, ex_g_.data(), ex_u_.data(), n, I);
     }
     if (stats_on_) {
@@ -1422,7 +1419,7 @@ void Decoder::experts(int layer, int b) {
       }
     }
     prepare(ex_down_prep_, ex_g_.data(), n, I);
-    mm_expert(x.down, ex_down_prep_, ex_g_.data(), n, or_null(x.bdown), ex_y_.data());
+    mm(x.down, ex_down_prep_, ex_g_.data(), n, or_null(x.bdown), ex_y_.data());
     for (int r = 0; r < n; ++r) {
       float* xj = &x_[static_cast<size_t>(rows[static_cast<size_t>(r)].first) * H];
       const float* y = &ex_y_[static_cast<size_t>(r) * H];

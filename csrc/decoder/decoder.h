@@ -527,13 +527,14 @@ class Decoder {
   // rows8 copy and int8 activations), else through the GEMM.
   void prepare(PreparedAct& prep, const float* x, int b, int cols);
   // One weight matrix times x (counted in step_times_.matmul_s while a
-  // step is timed); mm_plain and mm_dedup are its two cases.
+  // step is timed): packing rows8 tiles as it goes (packs), else
+  // mm_plain, or mm_dedup for a dedup member.
   void mm(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
   void mm_plain(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
   void mm_dedup(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
-  // Whether an expert's product over b rows packs rows8 tiles (mm_expert).
+  // Whether a product over b rows of a matrix read in place (an expert, or
+  // a dense matrix whose larger rows8 copy did not fit) packs rows8 tiles.
   bool packs(const Matrix& m, int b) const;
-  void mm_expert(const Matrix& m, PreparedAct& prep, const float* x, int b, const float* bias, float* y);
   // SiLU(gate) * up of a Silu expert's b rows into y in one product: over
   // both matrices' copies (swiglu_rows8), else where both pack
   // (gemv_packing_swiglu); false, having done nothing, where neither.
