@@ -40,7 +40,13 @@ Q4_K_M and IQ4_XS and our 4.5-bit policy restricted to llama.cpp's types
 unrestricted, in ierun's table, says what the restriction costs.
 
     python benchmarks/quality_bench.py [--work out/quality] [--hf-dir M] [--models both|rotated|widened]
-        [--chunks 16] [--threads 2] [--only REGEX]
+        [--chunks 16] [--threads 2] [--only REGEX] [--two-bit]
+
+``--two-bit`` scores the 2-bit types instead, on the widened model only:
+q2_k, iq2_xxs, iq2_xs and iq2_s each alone (with the importance matrix; the
+codebook types also through gptq, exported and scored by llama.cpp too),
+beside llama-quantize's ``--pure`` files of the same types and its IQ2_XS
+and IQ2_M mixes.
 """
 
 from __future__ import annotations
@@ -159,6 +165,11 @@ LLAMA_TYPES = (("Q4_0", False), ("Q4_K_M", False), ("Q4_K_M", True))
 # (IQ3_S, IQ3_M, Q3_K_S, Q3_K_M), about 3.1 (IQ3_XXS)
 LLAMA_SUB4_TYPES = (("IQ4_XS", True), ("Q3_K_M", True), ("Q3_K_S", True), ("IQ3_M", True), ("IQ3_S", True),
                     ("IQ3_XXS", True))
+# --two-bit: the 2-bit types, each as llama-quantize --pure writes it (every matrix that type, the
+# embedding q8_0; its IQ2_M mix's type is IQ2_S) beside ours of the same type, and llama.cpp's IQ2_XS
+# and IQ2_M mixes as users download them; all with the importance matrix
+LLAMA_2BIT_TYPES = (("Q2_K", True, "pure"), ("IQ2_XXS", True, "pure"), ("IQ2_XS", True, "pure"),
+                    ("IQ2_M", True, "pure"), ("IQ2_XS", True), ("IQ2_M", True))
 
 
 # ik_llama.cpp's types near the same budgets, all with the importance matrix: its 4.25-bit IQ4_KS, 4.0-bit
@@ -224,12 +235,13 @@ def llamacpp_scores(a, w: Path, ref: Path, held: Path, g_in: GGUFInputs,
     and returned. llama.cpp's are also imported and scored in ierun (rows
     returned, printed in the model's table)."""
     theirs = []
-    for ftype, weighted in llama_types:
-        g = w / f"llama-{ftype}{'-im' if weighted else ''}.gguf"
+    for ftype, weighted, *pure in llama_types:
+        g = w / f"llama-{ftype}{'-pure' if pure else ''}{'-im' if weighted else ''}.gguf"
         if not g.exists():
-            subprocess.run([a.llama_quantize, *(["--imatrix", str(g_in.imatrix)] if weighted else []), str(g_in.f32),
+            subprocess.run([a.llama_quantize, *(["--imatrix", str(g_in.imatrix)] if weighted else []),
+                            *(["--pure", "--token-embedding-type", "q8_0"] if pure else []), str(g_in.f32),
                             str(g), ftype, str(a.threads)], check=True, capture_output=True)
-        theirs.append((f"llama.cpp {ftype}{' + imatrix' if weighted else ''}", g))
+        theirs.append((f"llama.cpp {ftype}{' --pure' if pure else ''}{' + imatrix' if weighted else ''}", g))
     scored = []
     if a.llama_perplexity:
         base = w / "f32.kld"
@@ -373,11 +385,11 @@ def policies_sub_4_bits() -> list[tuple[str, list[str], bool, bool]]:
 
 
 def prepare_model(a, w: Path, hf: Path, orig, held_ids: list[int], calib: Path,
-                  widen_to: int) -> tuple[Path, Path, Path, dict]:
+                  widen_to: int, with_probes: bool = True) -> tuple[Path, Path, Path, dict]:
     """The transformed checkpoint (rotated; then widened when widen_to), its
     f32 artifact (checked to compute the original's logits), importance matrix
-    and both sets of KL probes, all cached under w. Returns (hf, ref, imatrix,
-    {PROBES: file, PROBES_LOW: file})."""
+    and (with_probes) both sets of KL probes, all cached under w. Returns (hf,
+    ref, imatrix, {PROBES: file, PROBES_LOW: file} or {})."""
     if not a.no_rotate:
         rot = a.work / "rot-hf"
         if not (rot / "config.json").exists():
@@ -405,6 +417,8 @@ def prepare_model(a, w: Path, hf: Path, orig, held_ids: list[int], calib: Path,
     if not im.exists():
         run(BIN / "ieconv", "imatrix", "-q", "--model-dir", ref, "--text-file", calib, "-o", im,
             "--chunks", a.calib_chunks)
+    if not with_probes:
+        return hf, ref, im, {}
     # on the calibration half (the scored half stays unseen): at 4.5-5.5 bits, and at 3.4-4.5 for the sub-4-bit budgets
     probes = {"PROBES": (w / "kl-probes.json", "q5_1", "iq4_nl"),
               "PROBES_LOW": (w / "kl-probes-low.json", "iq4_nl", "iq3_s")}
@@ -415,10 +429,22 @@ def prepare_model(a, w: Path, hf: Path, orig, held_ids: list[int], calib: Path,
     return hf, ref, im, {k: v[0] for k, v in probes.items()}
 
 
+def policies_2_bits() -> list[tuple[str, list[str], bool, bool]]:
+    """--two-bit: each 2-bit type alone (the head too, the embedding q8_0:
+    what llama-quantize --pure writes), with the importance matrix, and the
+    three codebook types compensated by gptq as well."""
+    fixed = ["--quantize-head", "--embedding-scheme", "q8_0"]
+    runs = [(f"{s} + imatrix", ["--scheme", s, *fixed], True, False) for s in ("q2_k", "iq2_xxs", "iq2_xs", "iq2_s")]
+    runs += [(f"{s} + imatrix + gptq", ["--scheme", s, *fixed], True, True) for s in ("iq2_xxs", "iq2_xs", "iq2_s")]
+    return runs
+
+
 def score_model(a, w: Path, title: str, hf: Path, ref: Path, im: Path, probes: dict, calib: Path, held: Path,
-                held_text: str, runs: list, llama_types: tuple) -> set[str]:
+                held_text: str, runs: list, llama_types: tuple, export_all: bool = False) -> set[str]:
     """Every policy of ``runs`` and llama.cpp's ``llama_types`` on one model:
-    prints the table (and llama.cpp's own scores); returns the schemes used."""
+    prints the table (and llama.cpp's own scores); returns the schemes used.
+    The compensated policies restricted to llama.cpp's types (every one with
+    export_all) are exported and scored by llama.cpp too."""
     rows, used, exported = [], set(), []
     for i, (label, args, weighted, compensated) in enumerate(runs):
         if a.only and not re.search(a.only, label):
@@ -444,7 +470,7 @@ def score_model(a, w: Path, title: str, hf: Path, ref: Path, im: Path, probes: d
         used |= schemes
         rows.append((f"iekit {label}", bpw, eval_json(d, ref, held, a.chunks, a.threads)))
         print(f"  {rows[-1][0]}: done", file=sys.stderr)
-        if "--gguf-types" in args and compensated:
+        if compensated and (export_all or "--gguf-types" in args):
             exported.append((f"iekit {label}", d))
     g_in = gguf_inputs(w, ref, im, held_text, exported) if a.llama_quantize or a.ik_llamacpp else None
     scored = []  # by llama.cpp's and ik_llama.cpp's own scorers
@@ -496,6 +522,9 @@ def main() -> None:
                          "from `make ik-llamacpp IK_SRC=...`, if built): its IQ4_KS / IQ4_KT / IQ3_K / IQ3_KS / IQ3_KT "
                          "are scored beside ours by its own llama-perplexity.")
     ap.add_argument("--only", metavar="REGEX", help="Run only our policies whose label matches (llama.cpp's all run).")
+    ap.add_argument("--two-bit", action="store_true",
+                    help="Instead: the 2-bit types (q2_k, iq2_xxs, iq2_xs, iq2_s) on the widened model, ours beside "
+                         "llama-quantize's --pure files of the same types and its IQ2_XS and IQ2_M mixes.")
     a = ap.parse_args()
     w = a.work
     w.mkdir(parents=True, exist_ok=True)
@@ -519,12 +548,18 @@ def main() -> None:
     held_ids = orig.encode(held_text)
     held.write_text(" ".join(map(str, held_ids)))
     used = set()
-    if a.models in ("both", "rotated"):
+    if a.two_bit:
+        wd = w / f"wide{a.widen}"
+        wd.mkdir(exist_ok=True)
+        m = prepare_model(a, wd, hf, orig, held_ids, calib, a.widen, with_probes=False)
+        used |= score_model(a, wd, f"rotated {hf.name} widened to {a.widen}, 2 bits", *m, calib, held, held_text,
+                            policies_2_bits(), LLAMA_2BIT_TYPES, export_all=True)
+    elif a.models in ("both", "rotated"):
         m = prepare_model(a, w, hf, orig, held_ids, calib, 0)
         title = f"{'rotated ' if not a.no_rotate else ''}{hf.name}"
         used |= score_model(a, w, title, *m, calib, held, held_text, policies_4_5_bits() + policies_sub_4_bits(),
                             LLAMA_TYPES + LLAMA_SUB4_TYPES)
-    if a.models in ("both", "widened") and not a.no_rotate:
+    if not a.two_bit and a.models in ("both", "widened") and not a.no_rotate:
         wd = w / f"wide{a.widen}"
         wd.mkdir(exist_ok=True)
         m = prepare_model(a, wd, hf, orig, held_ids, calib, a.widen)
