@@ -1498,8 +1498,14 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
         bits = np.arange(8, dtype=np.uint8)
         high = (raw[:, self.QH:self.QH + 8, None] >> bits) & 1  # [n, 8 sub-blocks, 8 tuples]
         idx = raw[:, self.QS:self.QS + 64].astype(np.int32) | (high.reshape(-1, 64).astype(np.int32) << 8)
-        neg = ((raw[:, self.SIGNS:self.SIGNS + 32, None] >> bits) & 1).reshape(-1, 8, self.SUB)
-        return self.BOOK.grid[idx].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1), np.float32(1))
+        return self._signed(idx, raw[:, self.SIGNS:self.SIGNS + 32])
+
+    def _signed(self, idx: np.ndarray, signs: np.ndarray) -> np.ndarray:
+        """The signed values [n, NSUB, SUB] of the entries idx under the 32
+        sign bytes per block signs (bit k of byte g: element 8 g + k negative)."""
+        neg = (signs.reshape(-1, 32)[..., None] >> np.arange(8, dtype=signs.dtype)) & 1
+        return self.BOOK.grid[idx].reshape(-1, self.NSUB, self.SUB) * np.where(
+            neg.reshape(-1, self.NSUB, self.SUB) != 0, np.float32(-1), np.float32(1))
 
     SUB_LEVELS = ((1, 31, True),)  # the multipliers 1 + 2 s_j
 
@@ -1607,9 +1613,7 @@ class IQ3_XXS(_EvenSigns, IQ3_S, weight_type="iq3_xxs"):
 
     def _values(self, raw):
         seven = (self._aux(raw)[..., None] >> (7 * np.arange(4, dtype=np.uint32))) & 0x7F  # [n, 8, 4]
-        neg = ((self._parity_signs(seven)[..., None] >> np.arange(8, dtype=np.uint32)) & 1).reshape(-1, 8, self.SUB)
-        return self.BOOK.grid[self._entries(raw)].reshape(-1, 8, self.SUB) * np.where(neg != 0, np.float32(-1),
-                                                                                         np.float32(1))
+        return self._signed(self._entries(raw), self._parity_signs(seven))
 
     def _put_sub_levels(self, out, m):
         aux = self._aux(out) & np.uint32(0x0FFFFFFF)
@@ -1685,14 +1689,9 @@ class IQ2_XS(_HalfScaled, _EvenSigns, IQ3_S, weight_type="iq2_xs"):
         qs = idx.reshape(n, 32).astype(np.uint16) | (seven << 9)
         return np.concatenate([d16[:, None].view(np.uint8), qs.astype("<u2").view(np.uint8), self._pack_sub(s)], axis=1)
 
-    def _words(self, raw: np.ndarray) -> np.ndarray:
-        """The 32 u16 words (index, signs) of blocks raw."""
-        return raw[:, self.QS:self.QS + 64].copy().view("<u2")
-
     def _values(self, raw):
-        q = self._words(raw).astype(np.uint32)
-        neg = ((self._parity_signs(q >> 9)[..., None] >> np.arange(8, dtype=np.uint32)) & 1).reshape(-1, 16, 16)
-        return self.BOOK.grid[q & 511].reshape(-1, 16, 16) * np.where(neg != 0, np.float32(-1), np.float32(1))
+        q = raw[:, self.QS:self.QS + 64].copy().view("<u2").astype(np.uint32)  # per eight weights: index, signs
+        return self._signed(q & 511, self._parity_signs(q >> 9))
 
 
 class IQ2_S(_HalfScaled, IQ3_S, weight_type="iq2_s"):
@@ -1730,9 +1729,7 @@ class IQ2_S(_HalfScaled, IQ3_S, weight_type="iq2_s"):
         return raw[:, self.QS:self.QS + 32].astype(np.int32) | (high.reshape(-1, 32).astype(np.int32) << 8)
 
     def _values(self, raw):
-        neg = ((raw[:, self.SIGNS:self.SIGNS + 32, None] >> np.arange(8, dtype=np.uint8)) & 1).reshape(-1, 16, 16)
-        return self.BOOK.grid[self._entries(raw)].reshape(-1, 16, 16) * np.where(neg != 0, np.float32(-1),
-                                                                                  np.float32(1))
+        return self._signed(self._entries(raw), raw[:, self.SIGNS:self.SIGNS + 32])
 
 # e2m1 (FP4 E2M1) values doubled, so they are integers: ggml's kvalues_mxfp4.
 MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.float32)
