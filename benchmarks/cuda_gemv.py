@@ -29,7 +29,8 @@ TYPES = [("int4w-g32", "int4w", 32, True), ("int4w-g128", "int4w", 128, True), (
          ("q4_0", "q4_0", 0, True), ("q4_1", "q4_1", 0, True), ("q8_0", "q8_0", 0, True), ("bf16", "bf16", 0, True),
          ("f16", "f16", 0, True), ("f32", "f32", 0, True), ("q4_k", "q4_k", 0, True), ("q6_k", "q6_k", 0, True),
          ("q3_k", "q3_k", 0, True), ("q2_k", "q2_k", 0, True), ("iq3_s", "iq3_s", 0, True), ("iq3_xxs", "iq3_xxs", 0, True), ("iq2_xxs", "iq2_xxs", 0, True),
-         ("iq2_xs", "iq2_xs", 0, True), ("iq2_s", "iq2_s", 0, True),
+         ("iq2_xs", "iq2_xs", 0, True), ("iq2_s", "iq2_s", 0, True), ("iq1_s", "iq1_s", 0, True),
+         ("iq1_m", "iq1_m", 0, True),
          ("iq4_xsh", "iq4_xsh", 0, True), ("q5_k", "q5_k", 0, True), ("iq4_xs", "iq4_xs", 0, True),
          ("iq4_nl", "iq4_nl", 0, True), ("mxfp4", "mxfp4", 0, True), ("q5_0", "q5_0", 0, True)]
 

@@ -40,13 +40,15 @@ Q4_K_M and IQ4_XS and our 4.5-bit policy restricted to llama.cpp's types
 unrestricted, in ierun's table, says what the restriction costs.
 
     python benchmarks/quality_bench.py [--work out/quality] [--hf-dir M] [--models both|rotated|widened]
-        [--chunks 16] [--threads 2] [--only REGEX] [--two-bit]
+        [--chunks 16] [--threads 2] [--only REGEX] [--two-bit | --one-bit]
 
 ``--two-bit`` scores the 2-bit types instead, on the widened model only:
 q2_k, iq2_xxs, iq2_xs and iq2_s each alone (with the importance matrix; the
 codebook types also through gptq, exported and scored by llama.cpp too),
 beside llama-quantize's ``--pure`` files of the same types and its IQ2_XS
-and IQ2_M mixes.
+and IQ2_M mixes. ``--one-bit`` the same for iq1_s and iq1_m, beside
+llama-quantize's ``--pure`` IQ1_S and IQ1_M files and its IQ1_S and IQ1_M
+mixes.
 """
 
 from __future__ import annotations
@@ -170,6 +172,8 @@ LLAMA_SUB4_TYPES = (("IQ4_XS", True), ("Q3_K_M", True), ("Q3_K_S", True), ("IQ3_
 # and IQ2_M mixes as users download them; all with the importance matrix
 LLAMA_2BIT_TYPES = (("Q2_K", True, "pure"), ("IQ2_XXS", True, "pure"), ("IQ2_XS", True, "pure"),
                     ("IQ2_M", True, "pure"), ("IQ2_XS", True), ("IQ2_M", True))
+# --one-bit: the same for the 1-bit types and llama.cpp's IQ1_S and IQ1_M mixes
+LLAMA_1BIT_TYPES = (("IQ1_S", True, "pure"), ("IQ1_M", True, "pure"), ("IQ1_S", True), ("IQ1_M", True))
 
 
 # ik_llama.cpp's types near the same budgets, all with the importance matrix: its 4.25-bit IQ4_KS, 4.0-bit
@@ -429,14 +433,20 @@ def prepare_model(a, w: Path, hf: Path, orig, held_ids: list[int], calib: Path,
     return hf, ref, im, {k: v[0] for k, v in probes.items()}
 
 
-def policies_2_bits() -> list[tuple[str, list[str], bool, bool]]:
-    """--two-bit: each 2-bit type alone (the head too, the embedding q8_0:
-    what llama-quantize --pure writes), with the importance matrix, and the
-    three codebook types compensated by gptq as well."""
+def policies_low_bits(types: tuple[str, ...], compensated: tuple[str, ...]) -> list[tuple[str, list[str], bool, bool]]:
+    """--two-bit, --one-bit: each type alone (the head too, the embedding
+    q8_0: what llama-quantize --pure writes), with the importance matrix,
+    and the codebook types compensated by gptq as well."""
     fixed = ["--quantize-head", "--embedding-scheme", "q8_0"]
-    runs = [(f"{s} + imatrix", ["--scheme", s, *fixed], True, False) for s in ("q2_k", "iq2_xxs", "iq2_xs", "iq2_s")]
-    runs += [(f"{s} + imatrix + gptq", ["--scheme", s, *fixed], True, True) for s in ("iq2_xxs", "iq2_xs", "iq2_s")]
+    runs = [(f"{s} + imatrix", ["--scheme", s, *fixed], True, False) for s in types]
+    runs += [(f"{s} + imatrix + gptq", ["--scheme", s, *fixed], True, True) for s in compensated]
     return runs
+
+
+# --two-bit and --one-bit: (title, our policies, llama.cpp's files)
+LOW_BITS = {"two_bit": ("2 bits", policies_low_bits(("q2_k", "iq2_xxs", "iq2_xs", "iq2_s"), ("iq2_xxs", "iq2_xs", "iq2_s")),
+                        LLAMA_2BIT_TYPES),
+            "one_bit": ("1 bit", policies_low_bits(("iq1_s", "iq1_m"), ("iq1_s", "iq1_m")), LLAMA_1BIT_TYPES)}
 
 
 def score_model(a, w: Path, title: str, hf: Path, ref: Path, im: Path, probes: dict, calib: Path, held: Path,
@@ -522,9 +532,13 @@ def main() -> None:
                          "from `make ik-llamacpp IK_SRC=...`, if built): its IQ4_KS / IQ4_KT / IQ3_K / IQ3_KS / IQ3_KT "
                          "are scored beside ours by its own llama-perplexity.")
     ap.add_argument("--only", metavar="REGEX", help="Run only our policies whose label matches (llama.cpp's all run).")
-    ap.add_argument("--two-bit", action="store_true",
-                    help="Instead: the 2-bit types (q2_k, iq2_xxs, iq2_xs, iq2_s) on the widened model, ours beside "
-                         "llama-quantize's --pure files of the same types and its IQ2_XS and IQ2_M mixes.")
+    low = ap.add_mutually_exclusive_group()
+    low.add_argument("--two-bit", action="store_true",
+                     help="Instead: the 2-bit types (q2_k, iq2_xxs, iq2_xs, iq2_s) on the widened model, ours beside "
+                          "llama-quantize's --pure files of the same types and its IQ2_XS and IQ2_M mixes.")
+    low.add_argument("--one-bit", action="store_true",
+                     help="Instead: the 1-bit types (iq1_s, iq1_m) on the widened model, ours beside llama-quantize's "
+                          "--pure files of the same types and its IQ1_S and IQ1_M mixes.")
     a = ap.parse_args()
     w = a.work
     w.mkdir(parents=True, exist_ok=True)
@@ -548,18 +562,20 @@ def main() -> None:
     held_ids = orig.encode(held_text)
     held.write_text(" ".join(map(str, held_ids)))
     used = set()
-    if a.two_bit:
+    low_bits = next((LOW_BITS[k] for k in LOW_BITS if getattr(a, k)), None)
+    if low_bits:
+        bits, policies, llama_types = low_bits
         wd = w / f"wide{a.widen}"
         wd.mkdir(exist_ok=True)
         m = prepare_model(a, wd, hf, orig, held_ids, calib, a.widen, with_probes=False)
-        used |= score_model(a, wd, f"rotated {hf.name} widened to {a.widen}, 2 bits", *m, calib, held, held_text,
-                            policies_2_bits(), LLAMA_2BIT_TYPES, export_all=True)
+        used |= score_model(a, wd, f"rotated {hf.name} widened to {a.widen}, {bits}", *m, calib, held, held_text,
+                            policies, llama_types, export_all=True)
     elif a.models in ("both", "rotated"):
         m = prepare_model(a, w, hf, orig, held_ids, calib, 0)
         title = f"{'rotated ' if not a.no_rotate else ''}{hf.name}"
         used |= score_model(a, w, title, *m, calib, held, held_text, policies_4_5_bits() + policies_sub_4_bits(),
                             LLAMA_TYPES + LLAMA_SUB4_TYPES)
-    if not a.two_bit and a.models in ("both", "widened") and not a.no_rotate:
+    if not low_bits and a.models in ("both", "widened") and not a.no_rotate:
         wd = w / f"wide{a.widen}"
         wd.mkdir(exist_ok=True)
         m = prepare_model(a, wd, hf, orig, held_ids, calib, a.widen)

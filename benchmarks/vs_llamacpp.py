@@ -40,7 +40,7 @@ mxfp4 q4_k_m), both engines on the same bytes: q4_0, q4_k, iq4_nl and iq4_xs as
 head q8_0), and q4_k_m as its Q4_K_M mix (q4_k with q6_k for some attn_v and
 ffn_down matrices: the file most users download), imported by ``ieconv
 gguf-to-iebin`` with the blocks kept;
-mxfp4 (and on request the 2- and 3-bit q3_k, iq3_s, iq3_xxs, q2_k, iq2_xxs, iq2_xs, iq2_s) quantized by ``ieconv`` and
+mxfp4 (and on request the 2- and 3-bit q3_k, iq3_s, iq3_xxs, q2_k, iq2_xxs, iq2_xs, iq2_s and the 1-bit iq1_s, iq1_m) quantized by ``ieconv`` and
 exported with ``ieconv iebin-to-gguf``
 for llama.cpp; int4w (no GGUF type) against llama.cpp's Q4_0. On SmolLM2
 (its 576-wide rows are not whole 256-element super-blocks, so q4_k and
@@ -230,8 +230,8 @@ def contention(model: Path, gguf: Path, a: argparse.Namespace, tmp: Path) -> dic
 
 TYPES = ("int4w", "q4_0", "q4_k", "iq4_nl", "iq4_xs", "mxfp4", "q4_k_m")
 # The 2- and 3-bit types, on request (--types): quantized by ieconv and exported for llama.cpp
-# (llama-quantize writes IQ3_XXS and the IQ2 types only with an importance matrix), the same bytes in both engines
-LOW_TYPES = ("q3_k", "iq3_s", "iq3_xxs", "q2_k", "iq2_xxs", "iq2_xs", "iq2_s")
+# (llama-quantize writes IQ3_XXS, the IQ2 and IQ1 types only with an importance matrix), the same bytes in both engines
+LOW_TYPES = ("q3_k", "iq3_s", "iq3_xxs", "q2_k", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m")
 # llama-quantize's file type for the types it writes (--pure: every matrix that type where its rows allow;
 # q4_k_m: its own mix, so not --pure)
 LLAMA_FTYPE = {"q4_0": "Q4_0", "q4_k": "Q4_K_S", "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS", "q4_k_m": "Q4_K_M"}

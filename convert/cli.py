@@ -202,9 +202,10 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       interleaving is undone: the artifact is what hf-to-iebin makes of
       the original checkpoint;
     - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS,
-      IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, MXFP4 blocks are copied
-      byte for byte (their scales checked finite); other quantized types
-      (IQ1_S, IQ1_M, TQ1_0, ...) are dequantized with gguf.quants to --dtype;
+      IQ2_XS, IQ2_S, IQ1_S, IQ1_M, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, MXFP4
+      blocks are copied byte for byte (their scales checked finite); other
+      quantized types (TQ1_0, TQ2_0, ...) are dequantized with gguf.quants
+      to --dtype;
     - architectures llama (Llama, Mistral, Mixtral), qwen2, qwen3, qwen3moe,
       gpt-oss, gemma (Gemma 1, CodeGemma), gemma2 and gemma3 (norms stored
       as 1 + w taken back to Gemma's w),
@@ -422,7 +423,8 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       Phi-3's q/k/v and GLM-4's and Phi-3's gate/up joined as attn_qkv and
       ffn_up, LongRoPE's factors as rope_factors_long/_short);
     - f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k
-      iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq4_nl iq4_xs mxfp4 tensors are copied byte for byte; int4w with f16 scales is
+      iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq4_nl iq4_xs mxfp4 tensors are copied byte for byte; int4w with
+      f16 scales is
       repacked losslessly (symmetric as Q4_0, affine as Q4_1);
     - every hyperparameter llama.cpp reads, the tokenizer (byte-level BPE),
       the chat template, general.* and the artifact's digest go in the
@@ -521,8 +523,8 @@ def q4_manifest_cmd(hf_dir, gguf_path, out_path, scheme, group_size, affine, sca
     get --head-scheme and --embedding-scheme (exact entries). A matrix
     --scheme cannot store gets a fallback (int4w whole-row groups; q4_k:
     int4w with a scale and min per 64, its 4.5 bits per weight; iq4_xs,
-    iq4_xsh, q3_k, q2_k, iq3_s, iq3_xxs, iq2_xxs, iq2_xs, iq2_s: iq4_nl; q5_k,
-    q6_k: q8_0). The bytes
+    iq4_xsh, q3_k, q2_k, iq3_s, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m:
+    iq4_nl; q5_k, q6_k: q8_0). The bytes
     a decode step reads under the policy are printed. Expert stacks
     [experts, rows, cols] take --scheme where it stacks; int4w's planes span
     one matrix, so with int4w (and q4_k's int4w fallback) they get q4_0

@@ -9,8 +9,8 @@ the same order, with llama.cpp's q/k row interleaving for its RoPE undone
 
 Each tensor's bytes, by ggml type:
 
-- Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL,
-  IQ4_XS, MXFP4
+- Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+  IQ3_S, IQ4_NL, IQ4_XS, MXFP4
   matrices:
   copied as they are (iekit's types of those names are ggml's layouts); only whole rows move when q/k are
   un-interleaved. Their block scales are checked finite on the way through.

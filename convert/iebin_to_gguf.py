@@ -10,7 +10,8 @@ two.
 Bytes, by IEBIN dtype:
 
 - every type llama.cpp also has (f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k
-  q3_k q4_k q5_k q6_k iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq4_nl iq4_xs mxfp4): copied byte for byte;
+  q3_k q4_k q5_k q6_k iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq4_nl iq4_xs mxfp4): copied byte for
+  byte;
 - int4w with f16 scales (or f32 scales that f16 holds exactly): repacked
   losslessly, the symmetric kind as Q4_0 (d = its group's scale, the same
   nibbles), the affine kind as Q4_1 (d, m = its group's scale and minimum);

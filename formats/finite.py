@@ -93,6 +93,7 @@ class PayloadScan:
             else:
                 self._unit = scheme.block_bytes
                 self._elems = scheme.block_elems
+                self._scheme = scheme
                 self._fields = scheme.F16_FIELDS
                 self._e8m0 = scheme.E8M0_FIELDS
                 self._check = self._blocks
@@ -150,8 +151,8 @@ class PayloadScan:
     def _blocks(self, raw: np.ndarray, start: int) -> str | None:
         blocks = raw.reshape(-1, self._unit)
         first = None  # (block within the chunk, field name, what its value is)
-        for name, off in self._fields:
-            col = np.ascontiguousarray(blocks[:, off:off + 2]).reshape(-1)
+        for f, (name, _off) in enumerate(self._fields):
+            col = np.ascontiguousarray(self._scheme.f16_field(blocks, f)).view(np.uint8)
             i = _first_nonfinite(col, _F16)
             if i is not None and (first is None or i < first[0]):
                 first = (i, name, f"{_value(col, i, _F16)}; non-finite block scales are invalid")

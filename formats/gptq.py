@@ -241,17 +241,16 @@ def _fields(scheme: Scheme, qr: QuantizedRows, cols: int, p: QuantParams) -> tup
     bb = qr.rows.shape[1] // nb
     cast = _as(np.float16)
 
-    def f16_field(off: int) -> _Field:
+    def f16_field(f: int) -> _Field:
         def get():
-            return np.ascontiguousarray(qr.rows.reshape(rows, nb, bb)[:, :, off:off + 2]).view(np.float16)[..., 0] \
-                .astype(np.float64)
+            return scheme.f16_field(qr.rows.reshape(rows * nb, bb), f).reshape(rows, nb).astype(np.float64)
 
         def put(q, v):
-            b = q.rows.reshape(rows, nb, bb).copy()
-            b[:, :, off:off + 2] = cast(v)[..., None].view(np.uint8)
+            b = q.rows.reshape(rows * nb, bb).copy()
+            scheme.set_f16_field(b, f, cast(v).reshape(-1))
             return QuantizedRows(b.reshape(rows, -1), q.scales, q.mins)
         return _Field(get, lambda v: cast(v).astype(np.float64), put)
-    return scheme.block_elems, [f16_field(o) for _n, o in getattr(scheme, "F16_FIELDS", ())]
+    return scheme.block_elems, [f16_field(f) for f in range(len(getattr(scheme, "F16_FIELDS", ())))]
 
 
 def refit_to_codes(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Scheme, p: QuantParams) -> QuantizedRows:
@@ -348,9 +347,8 @@ def refit_sub_scales(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Sc
         return qr
     bw = sub.width
     nf, ns = sub.values.shape[1:]
-    offs = [o for _n, o in scheme.F16_FIELDS]
-    if len(offs) != nf:
-        raise IEError(f"{scheme.name}: {nf} sub-scale fields but {len(offs)} f16 super-scales")
+    if len(scheme.F16_FIELDS) != nf:
+        raise IEError(f"{scheme.name}: {nf} sub-scale fields but {len(scheme.F16_FIELDS)} f16 super-scales")
     nb = nblk * ns  # sub-blocks per row
 
     def by_row(a: np.ndarray, r: int) -> np.ndarray:  # [r × blocks, nf, ns, ...] -> [r, nf, blocks × ns, ...]
@@ -389,12 +387,11 @@ def refit_sub_scales(w: np.ndarray, h: np.ndarray, qr: QuantizedRows, scheme: Sc
                 lg = lift.transpose(0, 2, 1) @ g  # [r, m, n]
                 alpha = 1 + _ridge_solve(lg @ lift, np.einsum("rmi,ri->rm", lift.transpose(0, 2, 1), c)
                                          + np.einsum("rmj,rj->rm", lg, cur - vals))
-                by = by.reshape(nr, b1 - b0, bb).copy()
-                for f, off in enumerate(offs):
-                    d16 = np.ascontiguousarray(by[:, :, off:off + 2]).view(np.float16)[..., 0].astype(np.float64)
+                by = by.reshape(-1, bb).copy()
+                for f in range(nf):
+                    d16 = scheme.f16_field(by, f).astype(np.float64).reshape(nr, b1 - b0)
                     new = d16 * alpha.reshape(nr, nf, b1 - b0)[:, f]
-                    by[:, :, off:off + 2] = _as(np.float16)(np.where(np.isfinite(new), new, d16))[..., None].view(np.uint8)
-                by = by.reshape(-1, bb)
+                    scheme.set_f16_field(by, f, _as(np.float16)(np.where(np.isfinite(new), new, d16)).reshape(-1))
                 return by, fields(by)
 
             blocks = out[r0:r1, b0:b1].reshape(-1, bb).copy()

@@ -493,6 +493,17 @@ class _Block(Scheme):
     def _f16(raw: np.ndarray, at: int) -> np.ndarray:
         return raw[:, at:at + 2].copy().view(np.float16).astype(np.float32)
 
+    def f16_field(self, raw: np.ndarray, f: int) -> np.ndarray:
+        """F16_FIELDS[f] of blocks raw [n, block_bytes] as float16 [n] (a
+        type whose field is not two whole bytes, IQ1_M's d, reads it its own way)."""
+        off = self.F16_FIELDS[f][1]
+        return raw[:, off:off + 2].copy().view(np.float16)[:, 0]
+
+    def set_f16_field(self, out: np.ndarray, f: int, v: np.ndarray) -> None:
+        """Stores float16 values v [n] as F16_FIELDS[f] of blocks out."""
+        off = self.F16_FIELDS[f][1]
+        out[:, off:off + 2] = np.asarray(v, np.float16)[:, None].view(np.uint8)
+
     def error_bound(self, w, raw, p):
         blocks = self._blocks(w)
         return self._bound(blocks, self._raw_blocks(raw)).reshape(w.shape)
@@ -514,8 +525,10 @@ class _Block(Scheme):
             raise NotImplementedError(f"{self.name} has no sub-scales")
         out = raw.copy()
         fits = [fit_levels(values[:, f], lo, hi, odd) for f, (lo, hi, odd) in enumerate(self.SUB_LEVELS)]
-        for (_name, off), (d, _l) in zip(self.F16_FIELDS, fits, strict=True):
-            out[:, off:off + 2] = d.astype(np.float16)[:, None].view(np.uint8)
+        if len(fits) != len(self.F16_FIELDS):
+            raise ValueError(f"{self.name}: {len(fits)} sub-scale fields but {len(self.F16_FIELDS)} f16 super-scales")
+        for f, (d, _l) in enumerate(fits):
+            self.set_f16_field(out, f, d.astype(np.float16))
         self._put_sub_levels(out, *(levels for _d, levels in fits))
         return out
 
@@ -1408,6 +1421,20 @@ class IQ4_XSH(_ScaledValues, _IQ4, weight_type="iq4_xsh"):
         return _table_bound(x, s, np.float32(2**-20) * np.abs(moved)).reshape(-1, 256)
 
 
+def _odd_multipliers(sub: np.ndarray, smax: int, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The codebook types' sub-block scales sub [n, k] as stored: d (f16
+    [n]) = the largest / (1 + 2 smax), each s (uint8 [n, k], 0..smax) the
+    nearest for the stored d, and the scales d × (1 + 2 s) they stand for
+    (float32 [n, k], ggml's product)."""
+    d = (sub.max(axis=1) / np.float32(1 + 2 * smax)).astype(np.float32)
+    _check_f16_range(d, name)
+    d16 = d.astype(np.float16)
+    dq = d16.astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.clip(np.rint((sub * _recip(dq)[:, None] - 1) / 2), 0, smax).astype(np.uint8)
+    return d16, s, IQ3_S._times_sub(dq, s)
+
+
 class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
     """llama.cpp's IQ3_S: 256-element super-blocks of eight 32-element
     sub-blocks; each four weights share a 9-bit index into the 512-entry
@@ -1456,14 +1483,7 @@ class IQ3_S(_ScaledValues, _SigmaWeighted, weight_type="iq3_s"):
         n, ns = a.shape[0], self.NSUB
         a = a.reshape(n * ns, self.SUB)
         w = np.ascontiguousarray(wts, dtype=np.float32).reshape(n * ns, self.SUB)
-        sub = self.BOOK.scales(a, w).reshape(n, ns)
-        d = (sub.max(axis=1) / np.float32(31)).astype(np.float32)
-        _check_f16_range(d, name)
-        d16 = d.astype(np.float16)
-        dq = d16.astype(np.float32)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            s = np.clip(np.rint((sub * _recip(dq)[:, None] - 1) / 2), 0, 15).astype(np.uint8)
-        db = self._times_sub(dq, s)
+        d16, s, db = _odd_multipliers(self.BOOK.scales(a, w).reshape(n, ns), 15, name)
         k = self.BOOK.dims
         u = (a.reshape(n, ns, self.SUB) * _recip(db)[..., None]).reshape(-1, k)
         return d16, s, self.BOOK.nearest(u, w.reshape(-1, k)).reshape(n, ns, self.SUB // k)
@@ -1730,6 +1750,169 @@ class IQ2_S(_HalfScaled, IQ3_S, weight_type="iq2_s"):
 
     def _values(self, raw):
         return self._signed(self._entries(raw), raw[:, self.SIGNS:self.SIGNS + 32])
+
+class _IQ1(_ScaledValues, _SigmaWeighted):
+    """A base for IQ1_S and IQ1_M: each eight weights an 11-bit index into
+    2048 eight-tuples of -1, 0, 1 (ggml's iq1s_grid, formats/codebooks.py),
+    each SHIFT weights a shift of +-1/8 (its sign a bit), each SUB weights a
+    3-bit s: w = d × (1 + 2 s) × (g ± 1/8), the f32 product ggml forms
+    (exact: the values are multiples of 1/8 below 2).
+
+    Our own search, not ggml's (the bytes differ; llama.cpp and gguf-py read
+    ours, tests/test_iq1.py): per SUB weights a search over scales, each
+    giving every group of SHIFT weights the shift whose nearest entries fit
+    it better and the weighted least-squares scale for them, the best kept
+    (TernaryCodebook.scales); d = the largest / 15, each s the nearest for
+    the stored d, then every eight weights the nearest entry for their scale
+    as stored under each shift, each group the shift of less error."""
+
+    SUPER = 256
+    BOOK = codebooks.IQ1S
+    SUB: int  # elements per 3-bit sub-scale
+    SHIFT: int  # elements per shift sign
+    SUB_LEVELS = ((1, 15, True),)  # the multipliers 1 + 2 s
+
+    @property
+    def NSUB(self) -> int:  # noqa: N802 - the sub-blocks per super-block, as IQ3_S's class attribute
+        return 256 // self.SUB
+
+    def _quantize_blocks(self, b, name):
+        # unit weights, as IQ3_S's (ggml's iq1 quantizers require an importance matrix)
+        return self._search(b, np.ones_like(b, dtype=np.float32), name)
+
+    def _search(self, b, wts, name):
+        n, k = b.shape[0], self.SUB
+        x = b.reshape(n * self.NSUB, k)
+        w = np.ascontiguousarray(np.broadcast_to(wts, b.shape), dtype=np.float32)
+        d16, s, db = _odd_multipliers(self.BOOK.scales(x, w.reshape(-1, k)).reshape(n, self.NSUB), 7, name)
+        u = (b.reshape(n, self.NSUB, k) * _recip(db)[..., None]).reshape(-1, 8)
+        delta = np.float32(self.BOOK.DELTA)
+        w8 = w.reshape(-1, 8)
+        fits = []
+        for shift in (delta, -delta):
+            idx = self.BOOK.nearest(u - shift, w8)
+            err = (w8 * np.square(u - shift - self.BOOK.grid[idx])).sum(axis=1, dtype=np.float32)
+            fits.append((idx, err.reshape(n, 256 // self.SHIFT, self.SHIFT // 8).sum(axis=2)))
+        neg = fits[1][1] < fits[0][1]  # [n, groups]: the shift -1/8 (+1/8 of equals)
+        idx = np.where(np.repeat(neg, self.SHIFT // 8, axis=1), fits[1][0].reshape(n, 32), fits[0][0].reshape(n, 32))
+        return self._pack(d16, s, idx, neg)
+
+    def _pack(self, d16, s, idx, neg):
+        """The blocks of d16 [n], the sub-scales s [n, NSUB], the entries idx [n, 32] and the shift signs neg."""
+        raise NotImplementedError
+
+    def _entries(self, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The 11-bit index [n, 32] of each eight weights of blocks raw, and each group's shift sign [n, 256 / SHIFT]."""
+        raise NotImplementedError
+
+    def _values(self, raw):
+        idx, neg = self._entries(raw)
+        shift = np.where(neg, np.float32(-self.BOOK.DELTA), np.float32(self.BOOK.DELTA)).repeat(self.SHIFT)
+        return (self.BOOK.grid[idx].reshape(-1, 256) + shift.reshape(-1, 256)).reshape(-1, self.NSUB, self.SUB)
+
+    def _bound(self, b, raw):
+        # any value of the codebook may be a compromise among its tuple: within |x| + 9/8 of the scale
+        db = self.sub_scales(raw)[..., None]
+        a = np.abs(b.reshape(-1, self.NSUB, self.SUB))
+        return ((a + np.float32(1.125) * db) * np.float32(1 + 2**-20) + np.float32(2**-24)).reshape(-1, 256)
+
+
+class IQ1_S(_IQ1, weight_type="iq1_s"):
+    """llama.cpp's IQ1_S: per 32 weights one s and one shift, 1.5625 bits
+    per weight, what llama.cpp's IQ1_S mix and Unsloth's 1.58-bit quants of
+    DeepSeek-R1 and Kimi K2 hold most expert matrices in. Byte layout: d,
+    the low 8 index bits of each eight weights g at 2 + g, then per 32-block
+    j a u16 at 34 + 2 j: bits 3 m .. 3 m + 2 the high index bits of its
+    eight weights m, bits 12..14 s_j, bit 15 set where its shift is -1/8."""
+
+    GGUF, GGUF_FILE_TYPE = "IQ1_S", "MOSTLY_IQ1_S"
+    FALLBACK = {"scheme": "iq4_nl"}  # as llama.cpp (a row that is no whole super-blocks)
+    LADDER = ()
+
+    SUB, SHIFT = 32, 32
+    QS, QH = 2, 34
+
+    def _pack(self, d16, s, idx, neg):
+        n = len(d16)
+        high = ((idx >> 8).astype(np.uint16).reshape(n, 8, 4) << (3 * np.arange(4, dtype=np.uint16))).sum(
+            axis=2, dtype=np.uint16)
+        qh = high | (s.astype(np.uint16) << 12) | (neg.astype(np.uint16) << 15)
+        return np.concatenate([d16[:, None].view(np.uint8), (idx & 0xFF).astype(np.uint8),
+                               qh.astype("<u2").view(np.uint8)], axis=1)
+
+    def _qh(self, raw: np.ndarray) -> np.ndarray:
+        return raw[:, self.QH:self.QH + 16].copy().view("<u2").astype(np.int32)  # [n, 8]
+
+    def _entries(self, raw):
+        high = (self._qh(raw)[..., None] >> (3 * np.arange(4))) & 7  # [n, 8 sub-blocks, 4 groups]
+        return raw[:, self.QS:self.QS + 32].astype(np.int32) | (high.reshape(-1, 32) << 8), self._qh(raw) >> 15 != 0
+
+    def sub_scales(self, raw):
+        """Per 32-block scale d × (1 + 2 s_j) as float32 [n, 8]."""
+        return IQ3_S._times_sub(self._f16(raw, 0)[:, 0], ((self._qh(raw) >> 12) & 7).astype(np.uint8))
+
+    def _put_sub_levels(self, out, m):
+        qh = self._qh(out) & 0x8FFF
+        out[:, self.QH:self.QH + 16] = (qh | ((m - 1) // 2) << 12).astype("<u2").view(np.uint8)
+
+
+class IQ1_M(_IQ1, weight_type="iq1_m"):
+    """llama.cpp's IQ1_M: per 16 weights one s, per eight one shift, and
+    no byte of its own for d: 1.75 bits per weight, what llama.cpp's IQ1_M
+    mix and Unsloth's UD-IQ1_M quants hold most expert matrices in. Byte
+    layout: the low 8 index bits of each eight weights g at g, their high
+    bits and shift at 32 + g / 2 (nibble g % 2: bits 0..2 the index's high
+    bits, bit 3 set where the shift is -1/8), then four u16 at 48 + 2 k:
+    bits 3 m .. 3 m + 2 the s_h of the sixteen weights h = 4 k + m, bits
+    12..15 bits 4 k .. 4 k + 3 of d (f16)."""
+
+    GGUF, GGUF_FILE_TYPE = "IQ1_M", "MOSTLY_IQ1_M"
+    FALLBACK = {"scheme": "iq4_nl"}  # as llama.cpp (a row that is no whole super-blocks)
+    LADDER = ()
+
+    SUB, SHIFT = 16, 8
+    QS, QH, SCALES = 0, 32, 48
+    F16_FIELDS = (("d", None),)  # spread over the top nibbles of the scale words: f16_field reads it
+
+    def _words(self, raw: np.ndarray) -> np.ndarray:
+        return raw[:, self.SCALES:self.SCALES + 8].copy().view("<u2").astype(np.uint32)  # [n, 4]
+
+    def f16_field(self, raw, f):
+        top = (self._words(raw) >> 12) << (4 * np.arange(4, dtype=np.uint32))
+        return top.sum(axis=1, dtype=np.uint32).astype(np.uint16).view(np.float16)
+
+    def set_f16_field(self, out, f, v):
+        bits = np.asarray(v, np.float16).view(np.uint16).astype(np.uint32)[:, None] >> (4 * np.arange(4, dtype=np.uint32))
+        words = (self._words(out) & 0x0FFF) | ((bits & 0xF) << 12)
+        out[:, self.SCALES:self.SCALES + 8] = words.astype("<u2").view(np.uint8)
+
+    def _pack(self, d16, s, idx, neg):
+        n = len(d16)
+        nib = ((idx >> 8) & 7).astype(np.uint8) | (neg.astype(np.uint8) << 3)  # [n, 32]
+        qh = nib[:, 0::2] | (nib[:, 1::2] << 4)
+        words = (s.astype(np.uint32).reshape(n, 4, 4) << (3 * np.arange(4, dtype=np.uint32))).sum(axis=2, dtype=np.uint32)
+        out = np.concatenate([(idx & 0xFF).astype(np.uint8), qh, words.astype("<u2").view(np.uint8)], axis=1)
+        self.set_f16_field(out, 0, d16)
+        return out
+
+    def _entries(self, raw):
+        nib = np.stack([raw[:, self.QH:self.QH + 16] & 0xF, raw[:, self.QH:self.QH + 16] >> 4], axis=2).reshape(-1, 32)
+        return raw[:, self.QS:self.QS + 32].astype(np.int32) | ((nib & 7).astype(np.int32) << 8), nib >> 3 != 0
+
+    def _s(self, raw: np.ndarray) -> np.ndarray:
+        return ((self._words(raw)[..., None] >> (3 * np.arange(4, dtype=np.uint32))) & 7).reshape(-1, 16)
+
+    def sub_scales(self, raw):
+        """Per 16 weights scale d × (1 + 2 s_h) as float32 [n, 16]."""
+        return IQ3_S._times_sub(self.f16_field(raw, 0).astype(np.float32), self._s(raw).astype(np.uint8))
+
+    def _put_sub_levels(self, out, m):
+        d = self.f16_field(out, 0)
+        words = ((((m - 1) // 2).astype(np.uint32).reshape(-1, 4, 4)) << (3 * np.arange(4, dtype=np.uint32))).sum(
+            axis=2, dtype=np.uint32)
+        out[:, self.SCALES:self.SCALES + 8] = words.astype("<u2").view(np.uint8)
+        self.set_f16_field(out, 0, d)
+
 
 # e2m1 (FP4 E2M1) values doubled, so they are integers: ggml's kvalues_mxfp4.
 MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.float32)

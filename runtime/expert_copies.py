@@ -31,7 +31,7 @@ def copy_experts(mode: str, weights: dict[str, Any], act: str, device: str) -> b
     an IEError; ``auto``: copy when the copies take at most two thirds of the
     memory available now. The copies' size is the stored one but for the
     codebook types, whose copies hold 4.25 bits a weight (iq2_xxs: twice
-    its 2.06; iq2_xs's and iq2_s's 4.56 bits). Only act=int8 on the CPU has the
+    its 2.06; iq2_xs's, iq2_s's, iq1_s's and iq1_m's 4.56 bits). Only act=int8 on the CPU has the
     kernels that read them (and the native decoder copies nothing on an ISA
     without them: scalar)."""
     if mode not in MODES:

@@ -163,7 +163,7 @@ def gguf_from_hf(hf_dir: Path, out: Path, *, quant: dict[str, str] | None = None
         elif qtype == "F16":
             w.add_tensor(name, t.astype(np.float16))
         elif qtype in ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_XXS", "IQ2_XS",
-                       "IQ2_S"):
+                       "IQ2_S", "IQ1_S", "IQ1_M"):
             # gguf-py cannot quantize these; ours are llama.cpp's bytes (tests/test_kquant.py, test_iq4.py;
             # the IQ2/IQ3 codebooks: our own searches, in llama.cpp's layouts, which gguf-py reads: tests/test_iq3s.py)
             from iekit.formats.quant import SCHEMES, QuantParams

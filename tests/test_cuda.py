@@ -107,7 +107,7 @@ def test_device_gemv_matches_float64(v):
 
 
 BLOCK_KINDS = ["q8_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "q3_k", "q2_k", "iq4_nl", "iq4_xs", "iq4_xsh",
-               "iq3_s", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s", "mxfp4"]
+               "iq3_s", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m", "mxfp4"]
 
 
 @gpu

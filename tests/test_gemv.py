@@ -3,7 +3,7 @@
 References never use the code under test (nor formats/quant.py):
 - q4_0 / q4_1 / q5_0 / q5_1 / q8_0 bytes come from ``gguf.quants.quantize`` and are
   dequantized with ``gguf.quants.dequantize`` (llama.cpp's own layout);
-- q4_k, q5_k, q6_k, q3_k, q2_k, iq4_nl, iq4_xs, iq3_s, iq3_xxs, iq2_xxs, iq2_xs and iq2_s bytes are random blocks (gguf-py
+- q4_k, q5_k, q6_k, q3_k, q2_k, iq4_nl, iq4_xs, iq3_s, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s and iq1_m bytes are random blocks (gguf-py
   quantizes none of them) with the f16 scales set to sane magnitudes, dequantized with
   ``gguf.quants``;
 - int4w bytes are packed here from random codes/scales following
@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 from iekit.formats.errors import IEError
+from iekit.formats.quant import SCHEMES
 from iekit.runtime import kernels, native
 from iq4xsh_ref import deq_iq4_xsh
 
@@ -42,13 +43,14 @@ GGML = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationTyp
         "iq4_nl": gguf.GGMLQuantizationType.IQ4_NL, "iq4_xs": gguf.GGMLQuantizationType.IQ4_XS,
         "mxfp4": gguf.GGMLQuantizationType.MXFP4, "iq3_s": gguf.GGMLQuantizationType.IQ3_S,
         "iq3_xxs": gguf.GGMLQuantizationType.IQ3_XXS, "iq2_xxs": gguf.GGMLQuantizationType.IQ2_XXS,
-        "iq2_xs": gguf.GGMLQuantizationType.IQ2_XS, "iq2_s": gguf.GGMLQuantizationType.IQ2_S}
+        "iq2_xs": gguf.GGMLQuantizationType.IQ2_XS, "iq2_s": gguf.GGMLQuantizationType.IQ2_S,
+        "iq1_s": gguf.GGMLQuantizationType.IQ1_S, "iq1_m": gguf.GGMLQuantizationType.IQ1_M}
 # Random-block types: (block elements, bytes, the offsets of the f16 scale fields).
 RANDOM_BLOCKS = {"q4_k": (256, 144, (0, 2)), "q5_k": (256, 176, (0, 2)), "q6_k": (256, 210, (208,)),
                  "q3_k": (256, 110, (108,)), "q2_k": (256, 84, (80, 82)),
                  "iq4_nl": (32, 18, (0,)), "iq4_xs": (256, 136, (0,)), "iq3_s": (256, 110, (0,)),
                  "iq3_xxs": (256, 98, (0,)), "iq2_xxs": (256, 66, (0,)), "iq2_xs": (256, 74, (0,)),
-                 "iq2_s": (256, 82, (0,))}
+                 "iq2_s": (256, 82, (0,)), "iq1_s": (256, 50, (0,))}
 
 
 # ------------------------------------------------------------------ references
@@ -114,6 +116,14 @@ def make_weights(kind: str, rows: int, cols: int, rng, group_size=0, symmetric=T
         raw[0, 0:2] = 0
         entry["quant"] = {"scheme": kind, "block_size": 256}
         return raw.reshape(-1), deq_iq4_xsh(raw).reshape(rows, cols), entry
+    if kind == "iq1_m":  # random codes and sub-scales under a random d, spread over the scale words (0 in the first block)
+        s = SCHEMES[kind]
+        raw = rng.integers(0, 256, size=(rows * cols // 256, 56), dtype=np.uint8)
+        dd = rng.uniform(-1, 1, raw.shape[0]) * 10.0 ** rng.uniform(-4, -2, raw.shape[0])
+        dd[0] = 0
+        s.set_f16_field(raw, 0, dd.astype(np.float16))
+        entry["quant"] = {"scheme": kind, "block_size": 256}
+        return raw.reshape(-1), gguf.quants.dequantize(raw.reshape(rows, -1), GGML[kind]).astype(np.float32), entry
     if kind == "mxfp4":  # random codes under E8M0 scales 2^-9 .. 2^-2, and the subnormal scales of e = 0, 1
         raw = rng.integers(0, 256, size=(rows * cols // 32, 17), dtype=np.uint8)
         raw[:, 0] = rng.integers(119, 127, raw.shape[0])
@@ -169,6 +179,8 @@ VARIANTS = [("f32", 0, True, "f16", [(37, 100), (5, 7), (3, 1)]),
             ("iq2_xxs", 0, True, "f16", [(37, 512), (3, 256)]),
             ("iq2_xs", 0, True, "f16", [(37, 512), (3, 256)]),
             ("iq2_s", 0, True, "f16", [(37, 512), (3, 256)]),
+            ("iq1_s", 0, True, "f16", [(37, 512), (3, 256)]),
+            ("iq1_m", 0, True, "f16", [(37, 512), (3, 256)]),
             ("iq4_xsh", 0, True, "f16", [(37, 512), (3, 256)])] + INT4W
 
 
@@ -452,7 +464,7 @@ def test_rows8_sub_scales_at_their_extremes(kind):
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), layout="rows8"),
      "not q4_0 with act='f32'"),
     (lambda: native.gemv(np.zeros(8 * 256 * 2, np.uint8), "bf16", 8, 256, np.zeros(256, np.float32), act="int8",
-                         layout="rows8"), "q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs, iq2_xs, iq2_s matrices .*, not bf16 with act='int8'"),
+                         layout="rows8"), "q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m matrices .*, not bf16 with act='int8'"),
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), act="int8",
                          layout="rows4"), "layout must be 'stored', 'rows8' or 'packing'"),
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), layout="packing"),
@@ -564,7 +576,7 @@ def _int4w(rows=4, cols=64, gs=32):
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(63, np.float32), group_size=32),
      "x must have 64 elements, got 63"),
     (lambda: native.gemv(np.zeros(4 * 64 * 2, np.uint8), "f16", 4, 64, np.ones(64, np.float32), act="int8"),
-     "act='int8' applies to int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs, iq2_xs and iq2_s"),
+     "act='int8' applies to int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s and iq1_m"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32), group_size=32, bias=np.ones(3)),
      "bias must be 1-D with 4 elements"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32)), "int4w needs group_size"),

@@ -129,7 +129,7 @@ def test_quadratic_sum_of_rows_in_the_null_space_is_not_negative():
 
 
 @pytest.mark.parametrize("scheme_name", ["q3_k", "iq4_xs", "q2_k", "iq3_s", "iq4_xsh", "iq3_xxs", "iq2_xxs",
-                                         "iq2_xs", "iq2_s"])
+                                         "iq2_xs", "iq2_s", "iq1_s", "iq1_m"])
 def test_steps_inside_a_super_block_lower_the_error(scheme_name):
     """Compensating STEP columns at a time inside a 256-element super-block (each
     step's columns held at their quantized values for the block's next
@@ -419,6 +419,7 @@ def _changed_bytes(a: np.ndarray, b: np.ndarray, block_bytes: int) -> set[int]:
 
 @pytest.mark.parametrize("sel", SELECTIONS + [{"scheme": "q6_k"}, {"scheme": "q2_k"}, {"scheme": "iq3_s"}, {"scheme": "iq3_xxs"},
                                               {"scheme": "iq2_xxs"}, {"scheme": "iq2_xs"}, {"scheme": "iq2_s"},
+                                              {"scheme": "iq1_s"}, {"scheme": "iq1_m"},
                                               {"scheme": "q8_0"}, {"scheme": "int4w", "group_size": 128}],
                          ids=lambda s: "-".join(str(v) for v in s.values()))
 def test_refit_scales_lowers_every_rows_error_and_changes_only_scale_fields(sel):
@@ -444,7 +445,8 @@ def test_refit_scales_lowers_every_rows_error_and_changes_only_scale_fields(sel)
     if qr.scales is not None:
         assert np.array_equal(new.rows, qr.rows) and not np.array_equal(new.scales, qr.scales)
         return
-    fields = {o + k for _n, o in scheme.F16_FIELDS for k in (0, 1)}
+    fields = ({49, 51, 53, 55} if sel["scheme"] == "iq1_m"  # iq1_m's d: the top nibbles of its four scale words
+              else {o + k for _n, o in scheme.F16_FIELDS for k in (0, 1)})
     changed = _changed_bytes(qr.rows, new.rows, qr.rows.shape[1] // (512 // scheme.block_elems))
     assert changed and changed <= fields, (changed, fields)
 
@@ -477,7 +479,8 @@ def test_refit_scales_is_the_least_squares_fit_of_an_explicit_system():
 SCALE_BYTES = {"q4_k": range(0, 16), "q5_k": range(0, 16), "q6_k": range(192, 210), "q3_k": range(96, 110),
                "q2_k": [*range(0, 16), *range(80, 84)], "iq4_xs": range(0, 8), "iq4_xsh": range(0, 8),
                "iq3_s": [0, 1, *range(106, 110)], "iq3_xxs": [0, 1, *range(69, 98, 4)],
-               "iq2_xxs": [0, 1, *range(9, 66, 8)], "iq2_xs": [0, 1, *range(66, 74)], "iq2_s": [0, 1, *range(74, 82)]}
+               "iq2_xxs": [0, 1, *range(9, 66, 8)], "iq2_xs": [0, 1, *range(66, 74)], "iq2_s": [0, 1, *range(74, 82)],
+               "iq1_s": [0, 1, *range(35, 50, 2)], "iq1_m": range(48, 56)}
 
 
 def _row_errors(w, h, scheme, p, q):

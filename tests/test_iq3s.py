@@ -60,12 +60,13 @@ def test_native_decoder_reads_every_codebook_entry_as_gguf_py_does():
     assert np.array_equal(got.view(np.uint32), _gguf_deq(raw, 8).view(np.uint32))
 
 
-# The codebook types (their own checks: here for iq3_s, tests/test_xxs.py and tests/test_iq2.py for the others)
-CODEBOOK_TYPES = ["iq3_s", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s"]
+# The codebook types (their own checks: here for iq3_s, tests/test_xxs.py, tests/test_iq2.py and
+# tests/test_iq1.py for the others)
+CODEBOOK_TYPES = ["iq3_s", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m"]
 
 
 @pytest.mark.parametrize("scheme, bits", [("iq3_s", 3.4375), ("iq3_xxs", 3.0625), ("iq2_xxs", 2.0625), ("iq2_xs", 2.3125),
-                                          ("iq2_s", 2.5625)])
+                                          ("iq2_s", 2.5625), ("iq1_s", 1.5625), ("iq1_m", 1.75)])
 def test_block_is_llama_cpp_s_size(scheme, bits):
     s = SCHEMES[scheme]
     assert (s.block_elems, s.block_bytes) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[scheme.upper()]]

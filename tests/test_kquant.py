@@ -72,7 +72,8 @@ def test_q6_k_keeps_the_search_codes_where_a_sub_scale_stores_as_zero():
     assert kept.any()
 
 
-@pytest.mark.parametrize("scheme", [*GOLDEN_BYTES, "iq3_s", "iq4_xsh", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s"])
+@pytest.mark.parametrize("scheme", [*GOLDEN_BYTES, "iq3_s", "iq4_xsh", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s",
+                                    "iq1_s", "iq1_m"])
 def test_importance_lowers_the_weighted_error(scheme):
     """The point of an importance matrix: on the columns it marks, the error
     shrinks; summed with its weights, the error is lower than without it
@@ -202,7 +203,7 @@ def test_int4w_importance_lowers_the_weighted_error(p):
 
 
 @pytest.mark.parametrize("scheme, d_at", [("q6_k", 208), ("q3_k", 32 + 64 + 12), ("iq3_s", 0), ("iq3_xxs", 0), ("iq2_xxs", 0),
-                                           ("iq2_xs", 0), ("iq2_s", 0)])  # d last; codebooks: first
+                                           ("iq2_xs", 0), ("iq2_s", 0), ("iq1_s", 0)])  # d last; codebooks: first
 def test_a_nonfinite_d_at_the_end_of_a_block_is_found(scheme, d_at):
     """The payload scan (ieconv validate --deep, formats/finite.py) finds a NaN d
     where ggml's struct keeps it: after the codes and sub-scales (q6_k, q3_k),

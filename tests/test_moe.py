@@ -155,6 +155,9 @@ def test_experts_copied_where_memory_allows(monkeypatch):
     # iq2_xs's and iq2_s's: q6_k's header (16 int8 sub-scales and d per row and super-block) beside the nibbles
     assert [(s.nbytes, s.rows8_nbytes) for s in (_native.WeightSpec(t, 8, 512) for t in ("iq2_xs", "iq2_s"))] == \
         [(1184, 2336), (1312, 2336)]
+    # iq1_s's and iq1_m's the same, 2.9x and 2.6x their stored bytes
+    assert [(s.nbytes, s.rows8_nbytes) for s in (_native.WeightSpec(t, 8, 512) for t in ("iq1_s", "iq1_m"))] == \
+        [(800, 2336), (896, 2336)]
     small = {"layers": [{"experts": [{"gate": (iq2, np.zeros(iq2.nbytes, np.uint8))}]}]}
     for avail, want in ((3264, True), (3263, False)):  # 2176 x 3 / 2, not 1056's 1584
         monkeypatch.setattr(expert_copies, "available_bytes", lambda a=avail: a)

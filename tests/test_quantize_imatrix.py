@@ -76,7 +76,7 @@ def _quantize(wide, name, *manifest_args, convert_args=()):
 
 
 @pytest.mark.parametrize("scheme", ["q4_k", "q5_k", "q6_k", "q3_k", "q2_k", "iq4_xs", "iq4_nl", "q5_0", "q5_1", "mxfp4", "iq3_s", "iq3_xxs", "iq2_xxs",
-                                    "iq4_xsh", "iq2_xs", "iq2_s"])
+                                    "iq4_xsh", "iq2_xs", "iq2_s", "iq1_s", "iq1_m"])
 def test_model_runs_and_matches_the_float64_reference(wide, scheme):
     """Prefill (logits) with both activations on both ISAs, and, with int8
     on AVX2, decode steps: those read the rows8 copies one token at a time
@@ -180,9 +180,9 @@ def test_q4_k_falls_back_where_rows_are_not_whole_super_blocks(tmp_path):
 
 
 @pytest.mark.parametrize("scheme", ["q4_k", "q5_k", "q6_k", "q3_k", "q2_k", "iq4_xs", "iq4_nl", "iq3_s", "iq3_xxs",
-                                    "iq2_xxs", "iq2_xs", "iq2_s"])
+                                    "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m"])
 def test_gguf_blocks_are_imported_byte_for_byte(wide, tmp_path, scheme):
-    """A llama.cpp GGUF with Q4_K (Q5_K, Q6_K, Q3_K, Q2_K, IQ4_XS, IQ4_NL, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S) matrices: gguf-to-iebin keeps
+    """A llama.cpp GGUF with Q4_K (Q5_K, Q6_K, Q3_K, Q2_K, IQ4_XS, IQ4_NL, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M) matrices: gguf-to-iebin keeps
     the blocks (only q/k rows move back from llama.cpp's interleaving), so the
     import equals hf-to-iebin's artifact of the same checkpoint tensor for tensor;
     exported again, the blocks are the GGUF's, under the same type."""

@@ -208,10 +208,10 @@ def own_file_runs_at_its_size(wide, tmp_path, scheme):  # noqa: F811
             assert np.abs(got - ref).max() / np.abs(ref).max() <= tol, (act, isa)
 
 
-@pytest.mark.parametrize("scheme", ["iq2_xxs", "iq2_xs"])
+@pytest.mark.parametrize("scheme", ["iq2_xxs", "iq2_xs", "iq1_s"])
 def test_copies_larger_than_the_stored_bytes_only_where_memory_allows(wide, monkeypatch, scheme):  # noqa: F811
     """iq2_xxs's rows8 copies hold 4.25 bits a weight, twice what is stored
-    (iq2_xs's 4.56, 1.97x): with the memory for them the decoder makes them
+    (iq2_xs's 4.56, 1.97x; iq1_s's 4.56, 2.9x): with the memory for them the decoder makes them
     (the tile kernels); without, those matrices keep their stored bytes
     (runtime/expert_copies.py grow_copies), a prefill chunk packs them into
     tiles as it goes and a decode step reads them as stored, and the int8
@@ -229,6 +229,8 @@ def test_copies_larger_than_the_stored_bytes_only_where_memory_allows(wide, monk
     assert np.abs(a - b).max() <= 1e-4 * np.abs(a).max()
     kept.prefill(ids[:1])
     steps = np.stack([kept.step(t) for t in ids[1:4]]).astype(np.float64)  # one token: the stored layout
-    assert np.abs(steps - a[1:4]).max() <= 1e-4 * np.abs(a).max()
+    # the two layouts' GEMVs agree to 3e-7 (tests/test_gemv.py), but where a sum differs in its last place an
+    # activation may round to the other int8 in the next layer, which moves iq1_s's logits by ~1e-3
+    assert np.abs(steps - a[1:4]).max() <= 2e-3 * np.abs(a).max()
     monkeypatch.setattr(expert_copies, "available_bytes", lambda: None)  # unknown: as before
     assert Decoder(out, threads=2, act="int8", isa="avx2").rows8_bytes == grown.rows8_bytes

@@ -291,6 +291,65 @@ IE_HD void iq2h_sub(WType t, const uint8_t* blk, int j, int* v, float* sc) {
   sc[1] = iq2h_scale(t, blk, 2 * j + 1);
 }
 
+// iq1_s and iq1_m: eight-tuples of -1, 0, 1 from a 2048-entry codebook
+// (codebooks.h iq1s_grid: int8 bytes) shifted by +-1/8, w = d * (1 + 2 s)
+// * (g +- 1/8), the f32 product ggml forms. Held as the integers 8 g +- 1
+// (-9, -7, -1, 1, 7, 9) under d / 8 * (1 + 2 s), the same exact products.
+// iq1_s: d at 0, index low bytes at 2 + g (eight weights g), per 32-block j
+// a u16 at 34 + 2 j: bits 3 m .. 3 m + 2 the high index bits of its eight
+// weights m, bits 12..14 s_j, bit 15 its shift's sign (set: -1/8). iq1_m:
+// index low bytes at g, nibble g % 2 of byte 32 + g / 2 the high bits (0..2)
+// and shift sign (3) of eight weights g, four u16 at 48 + 2 k whose bits
+// 3 m .. 3 m + 2 are s of the sixteen weights h = 4 k + m and whose bits
+// 12..15 are bits 4 k .. 4 k + 3 of d (f16).
+constexpr int kIq1sQs = 2, kIq1sQh = 34;
+constexpr int kIq1mQs = 0, kIq1mQh = 32, kIq1mScales = 48;
+
+// d's f16 bits, and d.
+IE_HD uint16_t iq1_d_bits(WType t, const uint8_t* blk) {
+  if (t == WType::IQ1_S) return load_u16(blk);
+  uint16_t d = 0;
+  IE_UNROLL
+  for (int k = 0; k < 4; ++k) d = static_cast<uint16_t>(d | (load_u16(blk + kIq1mScales + 2 * k) >> 12) << (4 * k));
+  return d;
+}
+IE_HD float iq1_d(WType t, const uint8_t* blk) { return f16_to_f32(iq1_d_bits(t, blk)); }
+
+// Half-sub-block h's s (0..7): iq1_s's is its 32-block's; its multiplier of d / 8 is 1 + 2 s.
+IE_HD int iq1h_s(WType t, const uint8_t* blk, int h) {
+  return t == WType::IQ1_S ? (load_u16(blk + kIq1sQh + 2 * (h / 2)) >> 12) & 7
+                           : (load_u16(blk + kIq1mScales + 2 * (h / 4)) >> (3 * (h % 4))) & 7;
+}
+IE_HD int iq1h_sub_scale(WType t, const uint8_t* blk, int h) { return 1 + 2 * iq1h_s(t, blk, h); }
+
+// The codebook index of eight weights g (0..31) and whether their shift is -1/8.
+IE_HD int iq1_index(WType t, const uint8_t* blk, int g) {
+  return t == WType::IQ1_S ? blk[kIq1sQs + g] | ((load_u16(blk + kIq1sQh + 2 * (g / 4)) >> (3 * (g % 4))) & 7) << 8
+                           : blk[kIq1mQs + g] | ((blk[kIq1mQh + g / 2] >> (4 * (g % 2))) & 7) << 8;
+}
+IE_HD bool iq1_neg(WType t, const uint8_t* blk, int g) {
+  return t == WType::IQ1_S ? load_u16(blk + kIq1sQh + 2 * (g / 4)) >> 15 : (blk[kIq1mQh + g / 2] >> (4 * (g % 2) + 3)) & 1;
+}
+
+// 32-block j's values 8 g +- 1 into v and the scales d / 8 * (1 + 2 s) of its halves into sc[0], sc[1].
+IE_HD void iq1_sub(WType t, const uint8_t* blk, int j, int* v, float* sc) {
+  IE_UNROLL
+  for (int m = 0; m < 4; ++m) {
+    const uint64_t word = iq1s_grid()[iq1_index(t, blk, 4 * j + m)];
+    const int shift = iq1_neg(t, blk, 4 * j + m) ? -1 : 1;
+    for (int k = 0; k < 8; ++k) v[8 * m + k] = 8 * static_cast<int8_t>((word >> (8 * k)) & 0xFF) + shift;
+  }
+  const float d8 = iq1_d(t, blk) * 0.125f;
+  sc[0] = d8 * static_cast<float>(iq1h_sub_scale(t, blk, 2 * j));
+  sc[1] = d8 * static_cast<float>(iq1h_sub_scale(t, blk, 2 * j + 1));
+}
+
+// half_scaled_book's types: 32-block j's signed values into v, its halves' scales into sc.
+IE_HD void half_sub(WType t, const uint8_t* blk, int j, int* v, float* sc) {
+  if (iq1_values(t)) iq1_sub(t, blk, j, v, sc);
+  else iq2h_sub(t, blk, j, v, sc);
+}
+
 // The codebook types (iq3_s, iq3_xxs, iq2_xxs): sub-block j's scale, its 32
 // signed values into v; its multiplier 1 + 2 s_j of d (iq3_xxs: of d / 4,
 // iq2_xxs: of d / 8).
@@ -321,9 +380,13 @@ IE_HD constexpr int iq2xxs_level_value(int l) { return l == 0 ? 8 : l == 1 ? 25 
 IE_HD constexpr int iq3xxs_level(int a) { return a == 62 ? 7 : (a - 4) / 8; }
 IE_HD constexpr int iq2xxs_level(int a) { return a == 8 ? 0 : a == 25 ? 1 : 2; }
 IE_HD constexpr bool iq2_values(WType t) { return t == WType::IQ2_XXS || t == WType::IQ2_XS || t == WType::IQ2_S; }
+// iq1's |8 g +- 1| by level (0..2: 1, 7, 9), and back.
+IE_HD constexpr int iq1_level_value(int l) { return l == 0 ? 1 : l == 1 ? 7 : l == 2 ? 9 : 0; }
+IE_HD constexpr int iq1_level(int a) { return a == 1 ? 0 : a == 7 ? 1 : 2; }
 IE_HD constexpr int codebook_nibble(WType t, int v) {
   if (t == WType::IQ3_S) return (v + 15) / 2;
-  const int l = iq2_values(t) ? iq2xxs_level(v < 0 ? -v : v) : iq3xxs_level(v < 0 ? -v : v);
+  const int a = v < 0 ? -v : v;
+  const int l = iq1_values(t) ? iq1_level(a) : iq2_values(t) ? iq2xxs_level(a) : iq3xxs_level(a);
   return v > 0 ? 8 + l : 7 - l;
 }
 
@@ -378,6 +441,7 @@ IE_HD constexpr int grid_value(WType t, int q) {
          : t == WType::IQ3_S   ? 2 * q - 15
          : t == WType::IQ3_XXS ? (q >= 8 ? iq3xxs_level_value(q - 8) : -iq3xxs_level_value(7 - q))
          : iq2_values(t)       ? (q >= 8 ? iq2xxs_level_value(q - 8) : -iq2xxs_level_value(7 - q))
+         : iq1_values(t)       ? (q >= 8 ? iq1_level_value(q - 8) : -iq1_level_value(7 - q))
                                : iq4_value(q);
 }
 static_assert(grid_value(WType::IQ3_XXS, codebook_nibble(WType::IQ3_XXS, -62)) == -62 &&
@@ -388,7 +452,10 @@ static_assert(grid_value(WType::IQ3_XXS, codebook_nibble(WType::IQ3_XXS, -62)) =
               grid_value(WType::IQ2_XXS, codebook_nibble(WType::IQ2_XXS, 25)) == 25 &&
               grid_value(WType::IQ2_XXS, codebook_nibble(WType::IQ2_XXS, -8)) == -8 &&
               grid_value(WType::IQ3_S, codebook_nibble(WType::IQ3_S, -15)) == -15 &&
-              grid_value(WType::IQ3_S, codebook_nibble(WType::IQ3_S, 13)) == 13);
+              grid_value(WType::IQ3_S, codebook_nibble(WType::IQ3_S, 13)) == 13 &&
+              grid_value(WType::IQ1_M, codebook_nibble(WType::IQ1_M, -9)) == -9 &&
+              grid_value(WType::IQ1_S, codebook_nibble(WType::IQ1_S, 7)) == 7 &&
+              grid_value(WType::IQ1_S, codebook_nibble(WType::IQ1_S, -1)) == -1);
 IE_HD float grid_scale(WType t, const uint8_t* blk) {
   return t == WType::MXFP4 ? e8m0_half(blk[0]) : f16_to_f32(load_u16(blk));
 }
@@ -531,11 +598,13 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
       return;
     }
     case WType::IQ2_XS:
-    case WType::IQ2_S: {
+    case WType::IQ2_S:
+    case WType::IQ1_S:
+    case WType::IQ1_M: {
       const uint8_t* blk = row + c0 / 256 * lay.block_bytes;
       int v[32];
       float sc[2];
-      iq2h_sub(s.type, blk, static_cast<int>(c0 % 256 / 32), v, sc);
+      half_sub(s.type, blk, static_cast<int>(c0 % 256 / 32), v, sc);
       IE_UNROLL
       for (int e = 0; e < 32; ++e) out[e] = sc[e / 16] * static_cast<float>(v[e]);
       return;

@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <string>
 
+#include "common/hd.h"
+
 namespace ie {
 
-enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS, Q5_K, Q6_K, Q5_0, Q5_1, MXFP4, Q3_K, Q2_K, IQ3_S, IQ4_XSH, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S };
+enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS, Q5_K, Q6_K, Q5_0, Q5_1, MXFP4, Q3_K, Q2_K, IQ3_S, IQ4_XSH, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M };
 
 struct WTypeInfo {
   WType type;
@@ -46,6 +48,8 @@ inline constexpr WTypeInfo kWeightTypes[] = {
     {WType::IQ2_XXS, "iq2_xxs", 256, 66, 2, true, true, true},   // d; per sub-block 4 indices, then its sign/scale word
     {WType::IQ2_XS, "iq2_xs", 256, 74, 2, true, true, true},     // d; 32 u16 (index, signs) at 2; 16 scales at 66
     {WType::IQ2_S, "iq2_s", 256, 82, 2, true, true, true},       // d; index low bytes at 2, signs at 34, high bits at 66, scales at 74
+    {WType::IQ1_S, "iq1_s", 256, 50, 2, true, true, true},       // d; index low bytes at 2; per 32-block a u16 (high bits, scale, shift) at 34
+    {WType::IQ1_M, "iq1_m", 256, 56, 0, true, true, true},       // index low bytes; high bits and shifts at 32; scales and d at 48
 };
 inline constexpr int kNumWeightTypes = sizeof(kWeightTypes) / sizeof(kWeightTypes[0]);
 
@@ -57,6 +61,12 @@ constexpr bool table_in_enum_order() {
   return true;
 }
 static_assert(table_in_enum_order(), "kWeightTypes must list the types in WType order");
+
+// The two ternary codebook types (iq1_s, iq1_m), and the types of signed
+// codebook values under a scale per 16 weights, which share the
+// sixteen-sub-block kernels and q6_k's rows8 header: iq2_xs, iq2_s and those.
+IE_HD constexpr bool iq1_values(WType t) { return t == WType::IQ1_S || t == WType::IQ1_M; }
+IE_HD constexpr bool half_scaled_book(WType t) { return t == WType::IQ2_XS || t == WType::IQ2_S || iq1_values(t); }
 
 // The table row named `name` (the IEBIN dtype), or null.
 const WTypeInfo* find_wtype(const std::string& name);

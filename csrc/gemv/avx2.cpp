@@ -1164,20 +1164,21 @@ void k_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   store_sums(acc, out);
 }
 
-// ------------------------------------- q6_k, q3_k, q2_k, iq2_xs, iq2_s
+// ------------------------- q6_k, q3_k, q2_k, iq2_xs, iq2_s, iq1_s, iq1_m
 
 // The types of sixteen 16-element sub-blocks per super-block, w =
 // (d * sc_j) * (q - Z) - (dmin * m_j): q6_k (6-bit codes, Z = 32, int8
 // sub-scales), q3_k (3-bit codes, Z = 4, 6-bit sub-scales less 32), the
 // affine q2_k (2-bit codes, Z = 0, 4-bit sub-scales and sub-mins under d and
-// dmin), and the codebook types iq2_xs and iq2_s (their signed values
-// +-8, 25, 43 as codes v + 43, Z = 43, so that maddubs takes them unsigned
-// and the pair sums stay below 2^15; sub-scales 1 + 2 s_j under d / 8). One
-// kernel per activation type serves all five; what differs is below.
+// dmin), and the codebook types iq2_xs, iq2_s, iq1_s and iq1_m (their
+// signed values +-8, 25, 43 or 8 g +- 1 as codes v + 43, Z = 43, so that
+// maddubs takes them unsigned and the pair sums stay below 2^15; sub-scales
+// 1 + 2 s_j under d / 8). One kernel per activation type serves all seven;
+// what differs is below.
 template <WType T>
 constexpr bool kSub16Affine = T == WType::Q2_K;
 template <WType T>
-constexpr bool kSub16Book = T == WType::IQ2_XS || T == WType::IQ2_S;
+constexpr bool kSub16Book = half_scaled_book(T);
 template <WType T>
 constexpr int kSub16Zero = T == WType::Q6_K ? 32 : T == WType::Q3_K ? 4 : kSub16Book<T> ? 43 : 0;
 template <WType T>
@@ -1186,6 +1187,7 @@ constexpr int kSub16D = T == WType::Q6_K ? kQ6kD : T == WType::Q3_K ? kQ3kD : T 
 // d of the super-block at blk (the codebook types' d / 8: d * (0.5 + s_j) * 0.25 * g = d / 8 * (1 + 2 s_j) * g).
 template <WType T>
 IE_INLINE __m256 sub16_d(const uint8_t* blk) {
+  if constexpr (iq1_values(T)) return _mm256_set1_ps(iq1_d(T, blk) * 0.125f);
   const __m256 d = f16_bcast(blk + kSub16D<T>);
   return kSub16Book<T> ? _mm256_mul_ps(d, _mm256_set1_ps(0.125f)) : d;
 }
@@ -1198,9 +1200,21 @@ IE_INLINE __m256 sub16_d(const uint8_t* blk) {
 // iq2_xs, iq2_s: 32-block 4 H + K's four codebook words (four loads: a
 // gather took 1.15x the time for iq2_s, 16384 x 8192, 2 threads), their
 // signs (iq2_xs: seven stored per eight, kEvenSigns; iq2_s: a bit each), +43.
+// iq1_s, iq1_m: the four words of -1, 0, 1 times 8, each eight's shift
+// (+-1) added with the 43.
 template <WType T, int H, int K>
 IE_INLINE __m256i sub16_quarter(const uint8_t* blk) {
-  if constexpr (kSub16Book<T>) {
+  if constexpr (iq1_values(T)) {
+    constexpr int j = 4 * H + K;
+    const uint64_t* grid = iq1s_grid();
+    const __m256i g = _mm256_setr_epi64x(
+        static_cast<long long>(grid[iq1_index(T, blk, 4 * j)]), static_cast<long long>(grid[iq1_index(T, blk, 4 * j + 1)]),
+        static_cast<long long>(grid[iq1_index(T, blk, 4 * j + 2)]), static_cast<long long>(grid[iq1_index(T, blk, 4 * j + 3)]));
+    constexpr long long kUp = 0x2C2C2C2C2C2C2C2C, kDown = 0x2A2A2A2A2A2A2A2A;  // 43 + 1, 43 - 1 in each byte
+    const __m256i shift = _mm256_setr_epi64x(iq1_neg(T, blk, 4 * j) ? kDown : kUp, iq1_neg(T, blk, 4 * j + 1) ? kDown : kUp,
+                                             iq1_neg(T, blk, 4 * j + 2) ? kDown : kUp, iq1_neg(T, blk, 4 * j + 3) ? kDown : kUp);
+    return _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), g), shift);
+  } else if constexpr (kSub16Book<T>) {
     constexpr bool xs = T == WType::IQ2_XS;
     const uint64_t* grid = xs ? iq2xs_grid() : iq2s_grid();
     const Iq2Index idx{blk, 4 * H + K, xs};
@@ -1237,7 +1251,19 @@ IE_INLINE __m256i sub16_quarter(const uint8_t* blk) {
 // 1 + 2 s_j, s_j nibble j % 2 of scale byte j / 2.
 template <WType T>
 IE_INLINE __m128i sub16_scales(const uint8_t* blk) {
-  if constexpr (kSub16Book<T>) {
+  if constexpr (T == WType::IQ1_S) {  // bits 12..14 of the eight u16 at 34, each twice
+    const __m128i s = _mm_and_si128(_mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kIq1sQh)), 12),
+                                    _mm_set1_epi16(7));
+    const __m128i b = _mm_packus_epi16(_mm_add_epi16(_mm_add_epi16(s, s), _mm_set1_epi16(1)), s);
+    return _mm_unpacklo_epi8(b, b);
+  } else if constexpr (T == WType::IQ1_M) {  // bits 3 m .. 3 m + 2 of u16 h / 4, by 32-bit lane shifts
+    const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 16, 19, 22, 25), m7 = _mm256_set1_epi32(7);
+    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(load_u32(blk + kIq1mScales))), sh), m7);
+    const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(load_u32(blk + kIq1mScales + 4))), sh), m7);
+    const __m256i s16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);  // s_0 .. s_15 as int16
+    const __m128i s = _mm_packs_epi16(_mm256_castsi256_si128(s16), _mm256_extracti128_si256(s16, 1));
+    return _mm_add_epi8(_mm_add_epi8(s, s), _mm_set1_epi8(1));
+  } else if constexpr (kSub16Book<T>) {
     const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + (T == WType::IQ2_XS ? kIq2xsScales : kIq2sScales)));
     const __m128i m4 = _mm_set1_epi8(0xF);
     const __m128i s = _mm_unpacklo_epi8(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
@@ -1454,6 +1480,14 @@ void run_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* sf) {
     case WType::IQ2_S:
       if (q8) sub16_q8_rows<WType::IQ2_S, R, B>(a, p.q8, r0, out);
       else sub16_f32_rows<WType::IQ2_S, R, B>(a, r0, out);
+      break;
+    case WType::IQ1_S:
+      if (q8) sub16_q8_rows<WType::IQ1_S, R, B>(a, p.q8, r0, out);
+      else sub16_f32_rows<WType::IQ1_S, R, B>(a, r0, out);
+      break;
+    case WType::IQ1_M:
+      if (q8) sub16_q8_rows<WType::IQ1_M, R, B>(a, p.q8, r0, out);
+      else sub16_f32_rows<WType::IQ1_M, R, B>(a, r0, out);
       break;
     case WType::Q4_0:
       if (q8) q4_q8_rows<R, B, false>(a, p.nq, r0, out);

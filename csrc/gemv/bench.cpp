@@ -97,12 +97,22 @@ void fill_rows(const WeightSpec& s, const WeightLayout& l, uint8_t* w, int64_t r
       case WType::IQ2_XXS:
       case WType::IQ2_XS:
       case WType::IQ2_S:
+      case WType::IQ1_S:
       case WType::Q6_K:    // random codes and int8 sub-scales under a random f16 d (at 208)
       case WType::Q3_K:    // random codes and 6-bit sub-scales under a random f16 d (at 108)
         fill_bytes(row, l.row_bytes, st);
         for (int64_t b = 0; b < s.cols / 256; ++b)
           put16(row + b * l.block_bytes + (s.type == WType::Q6_K ? kQ6kD : s.type == WType::Q3_K ? kQ3kD : 0),
                 rand_scale_f16(st));
+        break;
+      case WType::IQ1_M:  // random codes and sub-scales, a random f16 d in the scale words' top nibbles
+        fill_bytes(row, l.row_bytes, st);
+        for (int64_t b = 0; b < s.cols / 256; ++b) {
+          uint8_t* sc = row + b * l.block_bytes + kIq1mScales;
+          const uint16_t d = rand_scale_f16(st);
+          for (int k = 0; k < 4; ++k)
+            put16(sc + 2 * k, static_cast<uint16_t>((load_u16(sc + 2 * k) & 0x0FFF) | ((d >> (4 * k)) & 0xF) << 12));
+        }
         break;
       case WType::Int4w: {
         fill_bytes(row, l.row_bytes, st);

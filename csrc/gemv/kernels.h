@@ -197,12 +197,13 @@ constexpr Grid16 grid_table(WType t) {
 }
 constexpr Grid16 kIq4Grid = grid_table(WType::IQ4_NL), kMxfp4Grid = grid_table(WType::MXFP4),
                  kIq3sGrid = grid_table(WType::IQ3_S), kIq3xxsGrid = grid_table(WType::IQ3_XXS),
-                 kIq2xxsGrid = grid_table(WType::IQ2_XXS);
+                 kIq2xxsGrid = grid_table(WType::IQ2_XXS), kIq1Grid = grid_table(WType::IQ1_S);
 constexpr const int8_t* grid_values(WType t) {
   return t == WType::MXFP4     ? kMxfp4Grid.v
          : t == WType::IQ3_S   ? kIq3sGrid.v
          : t == WType::IQ3_XXS ? kIq3xxsGrid.v
          : iq2_values(t)       ? kIq2xxsGrid.v
+         : iq1_values(t)       ? kIq1Grid.v
                                : kIq4Grid.v;
 }
 // The largest |value| of a table: how many products a kernel may sum in int16.

@@ -67,6 +67,8 @@ void block_codes(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w,
     case WType::IQ2_XXS:  // put_iq2_block
     case WType::IQ2_XS:
     case WType::IQ2_S:
+    case WType::IQ1_S:  // put_iq1_block
+    case WType::IQ1_M:
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
@@ -194,6 +196,20 @@ void put_iq2_block(WType t, const uint8_t* blk, int j, int i, uint8_t* o) {
   }
 }
 
+// The same for iq1_s and iq1_m: the value 8 g +- 1 of each byte g (-1, 0,
+// 1) of a codebook word has the nibble 8 + 2 g - (1 where the shift is
+// negative), by byte arithmetic on the word's bits 0 (g != 0) and 7 (g < 0):
+// 8 + 2 b0 - 4 b7 - neg, no byte borrowing (b7 only where b0).
+void put_iq1_block(WType t, const uint8_t* blk, int j, int i, uint8_t* o) {
+  constexpr uint64_t kOnes = 0x0101010101010101ull;
+  for (int m = 0; m < 4; ++m) {
+    const uint64_t g = iq1s_grid()[iq1_index(t, blk, 4 * j + m)];
+    const uint64_t b0 = g & kOnes, b7 = g >> 7 & kOnes;
+    const uint64_t nib = ((iq1_neg(t, blk, 4 * j + m) ? 7 : 8) * kOnes + 2 * b0) - 4 * b7;
+    store_u32(o + 32 * m + 4 * i, static_cast<uint32_t>(nib) | static_cast<uint32_t>(nib >> 32) << 4);
+  }
+}
+
 // Row r's 32-block k as row i of the tile block at o (zeroed before):
 // int4w's, iq4_xs's and the k-quants' 4-bit nibbles four bytes at a time,
 // with q5_k's fifth bits and q6_k's bit pairs (the 32-block types in q4_0's
@@ -221,6 +237,7 @@ void put_block(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, i
     return put_bit_pairs_q6k(blk + kQ6kHigh + 32 * h, j, i, o + 128);
   }
   if (iq2_values(s.type)) return put_iq2_block(s.type, blk, j, i, o);
+  if (iq1_values(s.type)) return put_iq1_block(s.type, blk, j, i, o);
   uint8_t q[32];
   block_codes(s, lay, w, r, k, q);
   put_codes(s.type, q, i, o);
@@ -270,6 +287,15 @@ void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64
       for (int half = 0; half < 16; ++half)
         h[H::scales + 16 * (half / 2) + 8 * (half % 2) + i] = static_cast<uint8_t>(iq2h_sub_scale(s.type, blk, half));
       std::memcpy(h + H::d + 2 * i, blk, 2);
+      return;
+    }
+    case WType::IQ1_S:  // the same, 1 + 2 s_h of d / 8
+    case WType::IQ1_M: {
+      using H = Rows8Q6kHeader;
+      for (int half = 0; half < 16; ++half)
+        h[H::scales + 16 * (half / 2) + 8 * (half % 2) + i] = static_cast<uint8_t>(iq1h_sub_scale(s.type, blk, half));
+      const uint16_t d = iq1_d_bits(s.type, blk);
+      std::memcpy(h + H::d + 2 * i, &d, 2);
       return;
     }
     case WType::Q3_K: {
@@ -328,7 +354,9 @@ size_t header_bytes(const Rows8& p) {
     case WType::IQ4_XSH: return Rows8Iq4xsHeader::xsh_bytes;
     case WType::Q6_K:
     case WType::IQ2_XS:
-    case WType::IQ2_S: return Rows8Q6kHeader::bytes;
+    case WType::IQ2_S:
+    case WType::IQ1_S:
+    case WType::IQ1_M: return Rows8Q6kHeader::bytes;
     case WType::Q3_K: return Rows8Q3kHeader::bytes;
     case WType::Q2_K: return Rows8Q2kHeader::bytes;
     case WType::Int4w:
@@ -389,6 +417,8 @@ bool stores_every_byte(WType t) {
     case WType::IQ2_XXS:
     case WType::IQ2_XS:
     case WType::IQ2_S:
+    case WType::IQ1_S:
+    case WType::IQ1_M:
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
@@ -420,6 +450,8 @@ void pack_tile(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_
     case WType::IQ2_XXS:
     case WType::IQ2_XS:
     case WType::IQ2_S:
+    case WType::IQ1_S:
+    case WType::IQ1_M:
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;

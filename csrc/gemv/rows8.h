@@ -74,6 +74,10 @@
 //    iq2_xxs's, nibbles of the same table, but their 4-bit scales per 16
 //    weights fit no iq4_xs header: theirs is q6_k's (int8 per half), 4.56
 //    bits a weight in the copy (1.97x iq2_xs's stored bytes, 1.78x iq2_s's).
+//    iq1_s's and iq1_m's are the same, their values 8 g +- 1 (-9, -7, -1,
+//    1, 7, 9) nibbles of their table (codebook_nibble) and d / 8 under the
+//    multipliers 1 + 2 s of each 16 weights (iq1_s's: its 32-block's, twice):
+//    2.9x iq1_s's stored bytes, 2.6x iq1_m's.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -91,7 +95,7 @@ namespace ie {
 // Every switch on the weight type here, in rows8.cpp and rows8_tiles.h
 // names each type (no `default:`): the build makes a missing case an
 // error (-Werror=switch), so a new type cannot pass for a 4-bit one.
-static_assert(kNumWeightTypes == 23, "a new weight type: give it its case in every switch of gemv/rows8*");
+static_assert(kNumWeightTypes == 25, "a new weight type: give it its case in every switch of gemv/rows8*");
 
 // 0: a float type, which has no row-interleaved copy (rows8_applies).
 constexpr int rows8_code_bits(WType t) {
@@ -115,6 +119,8 @@ constexpr int rows8_code_bits(WType t) {
     case WType::IQ2_XXS:  // and 2.06
     case WType::IQ2_XS:   // the same values under q6_k's header: 4.56 bits for 2.31
     case WType::IQ2_S:    // and 2.56
+    case WType::IQ1_S:    // and 1.56
+    case WType::IQ1_M:    // and 1.75
     case WType::MXFP4: return 4;
     case WType::F32:
     case WType::F16:
@@ -127,7 +133,7 @@ constexpr int rows8_code_bits(WType t) {
 // (its weights are d * (1 + 2 s_j) / 4 * v), the IQ2 types' 1/8, 1 for
 // every other type.
 constexpr float rows8_d_factor(WType t) {
-  return t == WType::IQ3_XXS ? 0.25f : t == WType::IQ2_XXS || t == WType::IQ2_XS || t == WType::IQ2_S ? 0.125f : 1.f;
+  return t == WType::IQ3_XXS ? 0.25f : t == WType::IQ2_XXS || half_scaled_book(t) ? 0.125f : 1.f;
 }
 
 // Byte offsets of the header fields of a super-block group (above), shared

@@ -415,6 +415,8 @@ AmxKernel amx_kernel(const Rows8& p) {
     case WType::Q3_K: return amx_fn<sym16_amx<WType::Q3_K>>;
     case WType::IQ2_XS: return amx_fn<sym16_amx<WType::IQ2_XS>>;
     case WType::IQ2_S: return amx_fn<sym16_amx<WType::IQ2_S>>;
+    case WType::IQ1_S: return amx_fn<sym16_amx<WType::IQ1_S>>;
+    case WType::IQ1_M: return amx_fn<sym16_amx<WType::IQ1_M>>;
     case WType::Q2_K:  // its mins' sums beside P and acc do not fit the registers at 16 tokens: no faster than its pair kernel
     case WType::F32:
     case WType::F16:

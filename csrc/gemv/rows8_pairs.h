@@ -306,7 +306,7 @@ IE_INLINE void kq_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, 
 
 // Vector v (0..3) of a 32-block of q6_k (codes 0..63: a nibble and a bit
 // pair), q3_k (0..7: a bit pair and a third bit), q2_k (0..3: a bit pair)
-// or iq2_xs and iq2_s (their nibbles' table values + 128) of both tiles, as
+// or the half_scaled_book types (their nibbles' table values + 128) of both tiles, as
 // unsigned bytes: lo times elements 8v .. 8v+3, hi times 8v+4 .. 8v+7 (the
 // bits sym16_block_dot_n and pairs_block_dot_n join).
 template <WType T>
@@ -314,7 +314,7 @@ IE_INLINE void sym16_codes(const uint8_t* blk, size_t tb, int v, __m512i* lo, __
   auto sh = [](__m512i x, int n) {  // x shifted left by n, right by -n
     return n >= 0 ? _mm512_sll_epi32(x, _mm_cvtsi32_si128(n)) : _mm512_srl_epi32(x, _mm_cvtsi32_si128(-n));
   };
-  if constexpr (T == WType::IQ2_XS || T == WType::IQ2_S) {
+  if constexpr (half_scaled_book(T)) {
     const TableOf<T> table;
     const __m512i m4 = _mm512_set1_epi8(0x0F), wv = load_pair(blk + 32 * v, tb);
     *lo = table(_mm512_and_si512(wv, m4));
@@ -374,7 +374,7 @@ IE_INLINE void q3k_words(const uint8_t* h, size_t tb, __m512i (&words)[3]) {
   for (int k = 0; k < 3; ++k) words[k] = load_pair(h + Rows8Q3kHeader::words + 32 * k, tb);
 }
 
-// The offset sym16_codes' bytes carry: q6_k's 32, q3_k's 4, the IQ2 types' 128 (q2_k: its mins instead, 0).
+// The offset sym16_codes' bytes carry: q6_k's 32, q3_k's 4, the table types' 128 (q2_k: its mins instead, 0).
 constexpr int sym16_zero(WType t) { return t == WType::Q6_K ? 32 : t == WType::Q3_K ? 4 : t == WType::Q2_K ? 0 : 128; }
 
 // The 16 rows' integer sub-scale of half `half` of sub-block j of a
@@ -512,6 +512,8 @@ PairKernel pair_kernel(const Rows8& p) {
     case WType::Q3_K: return pair_fn<sym16_pair<WType::Q3_K>>;
     case WType::IQ2_XS: return pair_fn<sym16_pair<WType::IQ2_XS>>;
     case WType::IQ2_S: return pair_fn<sym16_pair<WType::IQ2_S>>;
+    case WType::IQ1_S: return pair_fn<sym16_pair<WType::IQ1_S>>;
+    case WType::IQ1_M: return pair_fn<sym16_pair<WType::IQ1_M>>;
     case WType::Q2_K: return pair_fn<q2k_pair>;
     case WType::Q5_0: return pair_fn<nib_pair<1, 2, false, 32>>;
     case WType::Q5_1: return pair_fn<nib_pair<1, 2, true, 32>>;

@@ -633,18 +633,19 @@ IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m
 }
 
 // The int32 sums of a q6_k 32-block (codes 0..63: a nibble and a bit pair)
-// or an iq2_xs / iq2_s one (its nibbles' table values +-8, 25, 43:
+// or a half_scaled_book one (its nibbles' table values: iq2_xs's, iq2_s's
+// +-8, 25, 43, iq1_s's and iq1_m's -9, -7, -1, 1, 7, 9:
 // table_values) times x, each half's times its sub-scales mult[half]
 // (mult_of). AVX2: q6_k's codes by maddubs (the four products a 16-bit lane
-// collects per vector stay below 4 * 63 * 127 < 2^15), the IQ2 values with
+// collects per vector stay below 4 * 63 * 127 < 2^15), the table values with
 // their signs moved onto x (dot4_signed16), widened per vector by a madd
 // with mult (int16 pairs); VNNI: each half's dpbusd sums, less Z times its
-// activation sum (q6_k 32, the IQ2 types' table offset 128), times mult by
+// activation sum (q6_k 32, the table types' offset 128), times mult by
 // one vpmulld.
 template <WType T, int NB>
 IE_INLINE void sym16_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB],
                                  [[maybe_unused]] const int32_t* h16) {
-  constexpr bool kIq2 = T != WType::Q6_K;
+  constexpr bool kBook = T != WType::Q6_K;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (auto& v : s) v = _mm256_setzero_si256();
 #if IE_ROWS8_VNNI
@@ -653,7 +654,7 @@ IE_INLINE void sym16_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m
   static_for<4>([&](auto vv) __attribute__((always_inline)) {
     constexpr int v = decltype(vv)::value;
     __m256i lo, hi;
-    if constexpr (kIq2) {
+    if constexpr (kBook) {
       table_values<T>(blk + 32 * v, &lo, &hi);
     } else {
       const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * v));
@@ -663,11 +664,11 @@ IE_INLINE void sym16_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m
     }
 #if IE_ROWS8_VNNI
     vs.add_vector(v, lo, hi, xq);
-    if constexpr (v % 2 == 1) vs.template flush_scaled<kIq2 ? 128 : 32>(s, mult[v / 2], h16 + v / 2);  // a half done
+    if constexpr (v % 2 == 1) vs.template flush_scaled<kBook ? 128 : 32>(s, mult[v / 2], h16 + v / 2);  // a half done
 #else
     for (int b = 0; b < NB; ++b) {
       const int8_t* xb = xq + 32 * b + 8 * v;
-      const __m256i s16 = kIq2 ? _mm256_add_epi16(dot4_signed16(lo, xb), dot4_signed16(hi, xb + 4))
+      const __m256i s16 = kBook ? _mm256_add_epi16(dot4_signed16(lo, xb), dot4_signed16(hi, xb + 4))
                                : _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(xb)), _mm256_maddubs_epi16(hi, bcast4(xb + 4)));
       s[b] = _mm256_add_epi32(s[b], _mm256_madd_epi16(s16, mult[v / 2]));
       in_reg(s[b]);
@@ -696,13 +697,14 @@ IE_INLINE __m256i q3k_scale_word(__m256i w0, __m256i w1, __m256i w2, int q) {
 // activation's h16 pairs (32 sc sum per half; q3_k takes an eighth,
 // exactly); VNNI takes Z sum off each half's sums before its sub-scale
 // multiplies them (VnniSums::flush_scaled), one subtraction per half and
-// token instead of two madds. d once per super-block. iq2_xs's and iq2_s's
+// token instead of two madds. d once per super-block. The half_scaled_book
+// types' (iq2_xs, iq2_s, iq1_s, iq1_m)
 // tiles are q6_k's with signed table values for codes (sym16_block_dot_n: no
 // offset on AVX2) and d read as d / 8.
 template <WType T, int NB>
 IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   constexpr int kBlock = 32 * rows8_code_bits(T);
-  constexpr bool kIq2 = T == WType::IQ2_XS || T == WType::IQ2_S;  // q6_k's header, table values
+  constexpr bool kBook = half_scaled_book(T);  // q6_k's header, table values
   constexpr int kD = T == WType::Q3_K ? Rows8Q3kHeader::d : Rows8Q6kHeader::d;
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
@@ -732,7 +734,7 @@ IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       else sym16_block_dot_n<T, NB>(blk, x.q + kx * 32, mult, s, x.h16 + 2 * kx);
       for (int b = 0; b < NB; ++b) {
         // VNNI took the offsets off per half, before the sub-scales; iq2's signed values have none
-        if constexpr (!IE_ROWS8_VNNI && !kIq2) {
+        if constexpr (!IE_ROWS8_VNNI && !kBook) {
           const int32_t* h16 = x.h16 + 2 * (kx + b);
           const __m256i off32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mult[0]),
                                                  _mm256_madd_epi16(_mm256_set1_epi32(h16[1]), mult[1]));
@@ -863,6 +865,8 @@ TileKernel<NB> tile_kernel(const Rows8& p) {
     case WType::Q3_K: return tile_fn<NB, sym16_tile_n<WType::Q3_K, NB>>;
     case WType::IQ2_XS: return tile_fn<NB, sym16_tile_n<WType::IQ2_XS, NB>>;
     case WType::IQ2_S: return tile_fn<NB, sym16_tile_n<WType::IQ2_S, NB>>;
+    case WType::IQ1_S: return tile_fn<NB, sym16_tile_n<WType::IQ1_S, NB>>;
+    case WType::IQ1_M: return tile_fn<NB, sym16_tile_n<WType::IQ1_M, NB>>;
     case WType::Q2_K: return tile_fn<NB, q2k_tile_n<NB>>;
     case WType::IQ3_S: return tile_fn<NB, iq4xs_tile_n<WType::IQ3_S, NB>>;
     case WType::IQ3_XXS: return tile_fn<NB, iq4xs_tile_n<WType::IQ3_XXS, NB>>;

@@ -122,10 +122,12 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
       return k;
     }
     case WType::IQ2_XS:
-    case WType::IQ2_S: {  // the same, a scale per half
+    case WType::IQ2_S:
+    case WType::IQ1_S:
+    case WType::IQ1_M: {  // the same, a scale per half
       const uint8_t* p = a.w + r * l.row_bytes + blk / 8 * l.block_bytes;
       float sc[2];
-      iq2h_sub(s.type, p, static_cast<int>(blk % 8), k.code, sc);
+      half_sub(s.type, p, static_cast<int>(blk % 8), k.code, sc);
       k.split = true;
       k.scale = sc[0];
       k.scale_hi = sc[1];

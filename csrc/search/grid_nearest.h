@@ -19,6 +19,9 @@ constexpr int kCandidates = 16;
 // - D = 8 (iq2_xxs): levels 0..2 standing for 1, 3.125, 5.375 (ggml's 8, 25,
 //   43 over 8), level_j the number of kIq2Edges below u_j (NaN: 0), the
 //   tuple's index sum level_j 3^j (6561 tuples).
+// - ternary (iq1_s, iq1_m: signed entries of -1, 0, 1, ggml's iq1s_grid):
+//   D = 8, level_j the number of the edges -1/2, 1/2 below u_j (NaN: 0), the
+//   tuple's index sum level_j 3^j (6561 tuples).
 constexpr float kIq2Edges[2] = {2.0625f, 4.25f};  // midway between the levels
 constexpr int grid_tuples(int dims) { return dims == 4 ? 4096 : 6561; }
 
@@ -27,8 +30,8 @@ constexpr int grid_tuples(int dims) { return dims == 4 ? 4096 : 6561; }
 // the candidates of each tuple of levels. out[i]: the candidate of least
 // sum_j w_j g_j (g_j - 2 u_j) (the weighted squared distance less the
 // candidates' common sum w u^2), the first of equals.
-void grid_nearest(int dims, const float* u, const float* w, int64_t m, const int16_t* cand_idx, const float* cand_val,
-                  int32_t* out);
+void grid_nearest(int dims, bool ternary, const float* u, const float* w, int64_t m, const int16_t* cand_idx,
+                  const float* cand_val, int32_t* out);
 
 // a, w: [m, n] magnitudes and weights, n = 32, or 16 for dims 8 (iq2_xs's
 // and iq2_s's 16-element sub-blocks). out[r]: the scale of row r,
@@ -40,5 +43,15 @@ void grid_nearest(int dims, const float* u, const float* w, int64_t m, const int
 // largest s * sum w q a (0 where none is above 0) is kept.
 void grid_scales(int dims, int n, const float* a, const float* w, int64_t m, const float* cand_val,
                  const float* starts, int nstarts, const float* moves, int nmoves, float* out);
+
+// x, w: [m, n] signed weights and their weights, n = 32 (iq1_s: one shift
+// per row) or 16 (iq1_m: a shift per 8). The ternary codebook's scale
+// search: at each place p tried (as grid_scales'), u = x / max|x| * p; each
+// group's tuples take their grid_nearest entries g for u - delta and for
+// u + delta, the group the shift s of the smaller sum w (u - s - g)^2
+// (+delta of equals); the scale is sum w q x / sum w q q over q = g + s, the
+// first of largest scale * sum w q x kept (0 where none is above 0).
+void shifted_scales(int n, const float* x, const float* w, int64_t m, const float* cand_val, const float* starts,
+                    int nstarts, const float* moves, int nmoves, float delta, float* out);
 
 }  // namespace ie

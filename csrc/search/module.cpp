@@ -116,8 +116,9 @@ py::tuple qp(const F32Array& x, const F32Array& w, int nmax) {
 
 py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
                                  const py::array_t<int16_t, py::array::c_style | py::array::forcecast>& cand_idx,
-                                 const F32Array& cand_val) {
+                                 const F32Array& cand_val, bool ternary) {
   const int dims = check_candidates("grid_nearest", cand_val);
+  if (ternary && dims != 8) throw std::invalid_argument("grid_nearest: a ternary codebook's tuples are of 8");
   if (u.ndim() != 2 || u.shape(1) != dims || w.ndim() != 2 || w.shape(0) != u.shape(0) || w.shape(1) != dims)
     throw std::invalid_argument("grid_nearest: u and w must be [m, " + std::to_string(dims) + "] arrays of one shape");
   if (cand_idx.ndim() != 2 || cand_idx.shape(0) != ie::grid_tuples(dims) || cand_idx.shape(1) != ie::kCandidates)
@@ -130,7 +131,7 @@ py::array_t<int32_t> grid_nearest(const F32Array& u, const F32Array& w,
   int32_t* op = out.mutable_data();
   {
     py::gil_scoped_release release;
-    ie::grid_nearest(dims, up, wp, m, ip, vp, op);
+    ie::grid_nearest(dims, ternary, up, wp, m, ip, vp, op);
   }
   return out;
 }
@@ -153,6 +154,28 @@ py::array_t<float> grid_scales(const F32Array& a, const F32Array& w, const F32Ar
   {
     py::gil_scoped_release release;
     ie::grid_scales(dims, n, ap, wp, m, vp, sp, ns, mp, nm, op);
+  }
+  return out;
+}
+
+py::array_t<float> shifted_scales(const F32Array& x, const F32Array& w, const F32Array& cand_val,
+                                  const F32Array& starts, const F32Array& moves, float delta) {
+  check_blocks("shifted_scales", x, &w);
+  if (check_candidates("shifted_scales", cand_val) != 8 || (x.shape(1) != 32 && x.shape(1) != 16))
+    throw std::invalid_argument("shifted_scales: tuples of 8 (cand_val [6561, 8, 16]) and k 32 or 16, got k " +
+                                std::to_string(x.shape(1)));
+  if (starts.ndim() != 1 || moves.ndim() != 1 || starts.shape(0) < 1 || starts.shape(0) > 64 || moves.shape(0) > 64)
+    throw std::invalid_argument("shifted_scales: starts (1..64) and moves (0..64) must be 1-d arrays");
+  if (!(delta >= 0.f && delta < 0.5f)) throw std::invalid_argument("shifted_scales: delta must be in [0, 0.5)");
+  const int n = static_cast<int>(x.shape(1));
+  const int64_t m = x.shape(0);
+  py::array_t<float> out(m);
+  const float *xp = x.data(), *wp = w.data(), *vp = cand_val.data(), *sp = starts.data(), *mp = moves.data();
+  const int ns = static_cast<int>(starts.shape(0)), nm = static_cast<int>(moves.shape(0));
+  float* op = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    ie::shifted_scales(n, xp, wp, m, vp, sp, ns, mp, nm, delta, op);
   }
   return out;
 }
@@ -207,8 +230,14 @@ PYBIND11_MODULE(_search, m) {
         "The codebook types' scale search (iq3_s, iq3_xxs, iq2_xxs, iq2_xs, iq2_s): for each row of magnitudes a and weights w [m, k] "
         "(k = 32, or iq2_xs's and iq2_s's 16), the best weighted "
         "least-squares scale over the places tried (starts, then moves around the best): float32 [m].");
+  m.def("shifted_scales", &shifted_scales, py::arg("x"), py::arg("w"), py::arg("cand_val"), py::arg("starts"),
+        py::arg("moves"), py::arg("delta"),
+        "The ternary codebook's scale search (iq1_s: k = 32, one shift per row; iq1_m: k = 16, one per 8): for each "
+        "row of signed weights x and weights w [m, k], the best weighted least-squares scale of the values g +- delta "
+        "over the places tried: float32 [m].");
   m.def("grid_nearest", &grid_nearest, py::arg("u"), py::arg("w"), py::arg("cand_idx"), py::arg("cand_val"),
+        py::arg("ternary") = false,
         "The codebook types' search: for each magnitude tuple u [m, D] under weights w [m, D], "
         "the candidate of its rounded tuple (D = 4: cand_idx [4096, 16], cand_val [4096, 4, 16]; D = 8: [6561, 16] and "
-        "[6561, 8, 16]) of least weighted squared error: int32 [m].");
+        "[6561, 8, 16]; ternary: iq1's signed -1, 0, 1 levels) of least weighted squared error: int32 [m].");
 }
