@@ -13,91 +13,31 @@
 namespace ie {
 namespace {
 
-// The 16 nibble pairs of a q4_0-ordered block (byte e: elements e, e + 16) as 32 codes.
-void unpack_nibbles(const uint8_t* qs, uint8_t* q) {
-  for (int e = 0; e < 16; ++e) {
-    q[e] = qs[e] & 0xF;
-    q[e + 16] = qs[e] >> 4;
-  }
-}
-
-// The 32 codes of 32-block k of row r as stored (0..15, 0..31 or 0..63;
-// q8_0: its int8 values as bytes).
+// The 32 codes of 32-block k of row r of the types put_block moves code by
+// code (q8_0: its int8 values as bytes; q5_0, q5_1: 0..31).
 void block_codes(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, int64_t k, uint8_t* q) {
-  const uint8_t* row = w + r * lay.row_bytes;
-  if (s.type == WType::Int4w) return unpack_nibbles(row + k * 16, q);
-  const int subs = wtype_info(s.type).block_elems / 32;  // 8 in a super-block
-  const uint8_t* blk = row + k / subs * lay.block_bytes;
-  const int j = static_cast<int>(k % subs);  // sub-block of a super-block
-  switch (s.type) {
-    case WType::Q8_0: std::memcpy(q, blk + lay.block_qs, 32); return;
-    case WType::Q5_0:
-    case WType::Q5_1:
-      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q5_code(blk, static_cast<int>(lay.block_qs), e));
-      return;
-    case WType::Q4_K:
-      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q4k_code(blk, j, e));
-      return;
-    case WType::Q5_K:
-      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q5k_code(blk, j, e));
-      return;
-    case WType::Q6_K:
-      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q6k_code(blk, 32 * j + e));
-      return;
-    case WType::Q3_K:
-      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q3k_code(blk, 32 * j + e));
-      return;
-    case WType::Q2_K:
-      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q2k_code(blk, 32 * j + e));
-      return;
-    case WType::IQ4_XS:
-    case WType::IQ4_XSH: return unpack_nibbles(blk + lay.block_qs + 16 * j, q);
-    case WType::IQ3_S:  // signed values as nibbles of their tables (codebook_nibble, grid_value)
-    case WType::IQ3_XXS: {
-      int v[32];
-      codebook_sub(s.type, blk, j, v);
-      for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(codebook_nibble(s.type, v[e]));
-      return;
-    }
-    case WType::Q4_0:
-    case WType::Q4_1:
-    case WType::IQ4_NL:
-    case WType::MXFP4: return unpack_nibbles(blk + lay.block_qs, q);
-    case WType::Int4w:  // above
-    case WType::IQ2_XXS:  // put_iq2_block
-    case WType::IQ2_XS:
-    case WType::IQ2_S:
-    case WType::IQ1_S:  // put_iq1_block
-    case WType::IQ1_M:
-    case WType::F32:
-    case WType::F16:
-    case WType::BF16: break;
+  const uint8_t* blk = w + r * lay.row_bytes + k * lay.block_bytes;
+  if (s.type == WType::Q8_0) {
+    std::memcpy(q, blk + lay.block_qs, 32);
+  } else if (s.type == WType::Q5_0 || s.type == WType::Q5_1) {
+    for (int e = 0; e < 32; ++e) q[e] = static_cast<uint8_t>(q5_code(blk, static_cast<int>(lay.block_qs), e));
+  } else {
+    fail("rows8: no codes for " + std::string(wtype_info(s.type).name));
   }
-  fail("rows8: no codes for " + std::string(wtype_info(s.type).name));
 }
 
-// Row i's codes q of one 32-block into the tile block at o (rows8.h).
+// Row i's codes q of one 32-block into the tile block at o (rows8.h): q8_0's
+// bytes, or q5_0's and q5_1's nibbles and fifth bits.
 void put_codes(WType t, const uint8_t* q, int i, uint8_t* o) {
   if (t == WType::Q8_0) {
     for (int v = 0; v < 8; ++v) std::memcpy(o + v * 32 + 4 * i, q + 4 * v, 4);
-    return;
-  }
-  const int bits = rows8_code_bits(t);
-  if (bits <= 3) {
-    for (int v = 0; v < 4; ++v)
-      for (int j = 0; j < 4; ++j) {
-        const int lo = q[8 * v + j], hi = q[8 * v + 4 + j];
-        o[32 * (v / 2) + 4 * i + j] |= static_cast<uint8_t>(((lo & 3) | (hi & 3) << 2) << (4 * (v % 2)));
-        if (bits == 3) o[64 + 4 * i + j] |= static_cast<uint8_t>((lo >> 2) << v | (hi >> 2) << (4 + v));
-      }
     return;
   }
   for (int v = 0; v < 4; ++v)
     for (int j = 0; j < 4; ++j) {
       const int lo = q[8 * v + j], hi = q[8 * v + 4 + j];
       o[v * 32 + 4 * i + j] = static_cast<uint8_t>((lo & 0xF) | (hi & 0xF) << 4);
-      if (bits == 5) o[128 + 4 * i + j] |= static_cast<uint8_t>((lo >> 4) << v | (hi >> 4) << (4 + v));
-      if (bits == 6) o[128 + 32 * (v / 2) + 4 * i + j] |= static_cast<uint8_t>((lo >> 4 | (hi >> 4) << 2) << (4 * (v % 2)));
+      o[128 + 4 * i + j] |= static_cast<uint8_t>((lo >> 4) << v | (hi >> 4) << (4 + v));
     }
 }
 
@@ -136,11 +76,11 @@ void put_nibbles_kq(const uint8_t* q, int i, uint8_t* o) {
   }
 }
 
-// q5_k's fifth bits of 32-block j (bit j of the 32 bytes at qh, byte e for
-// element e) as row i's lane of the tile's fifth-bit vector at o (rows8.h:
-// byte e' holds element 8v + e' at bit v, 8v + 4 + e' at bit 4 + v), four
-// bytes at a time.
-void put_fifth_bits_q5k(const uint8_t* qh, int j, int i, uint8_t* o) {
+// q5_k's fifth bits (q3_k's third bits) of 32-block j (bit j of the 32
+// bytes at qh, byte e for element e) as row i's lane of the tile's
+// fifth-bit vector at o (rows8.h: byte e' holds element 8v + e' at bit v,
+// 8v + 4 + e' at bit 4 + v), four bytes at a time.
+void put_bit_plane(const uint8_t* qh, int j, int i, uint8_t* o) {
   uint32_t out = 0;
   for (int v = 0; v < 4; ++v) {
     const uint32_t a = load_u32(qh + 8 * v) >> j & 0x01010101u, b = load_u32(qh + 8 * v + 4) >> j & 0x01010101u;
@@ -149,10 +89,11 @@ void put_fifth_bits_q5k(const uint8_t* qh, int j, int i, uint8_t* o) {
   store_u32(o + 4 * i, out);
 }
 
-// q6_k's high bit pairs of 32-block j (bits 2 (j % 4) of the 32 bytes at qh
-// of its half, byte e for element 32 (j / 4 * 4) ... + e) as row i's lane of
-// the tile's two bit-pair vectors at o (rows8.h), four bytes at a time.
-void put_bit_pairs_q6k(const uint8_t* qh, int j, int i, uint8_t* o) {
+// q6_k's high bit pairs (q3_k's and q2_k's low ones) of 32-block j (bits
+// 2 (j % 4) of the 32 bytes at qh of its half, byte e for element
+// 32 (j / 4 * 4) ... + e) as row i's lane of the tile's two bit-pair
+// vectors at o (rows8.h), four bytes at a time.
+void put_bit_pairs(const uint8_t* qh, int j, int i, uint8_t* o) {
   const int at = 2 * (j % 4);
   auto pairs = [&](int v) {  // bytes e' = 0..3: element 8v + e' at bits 0..1, 8v + 4 + e' at 2..3
     return (load_u32(qh + 8 * v) >> at & 0x03030303u) | (load_u32(qh + 8 * v + 4) >> at & 0x03030303u) << 2;
@@ -196,6 +137,24 @@ void put_iq2_block(WType t, const uint8_t* blk, int j, int i, uint8_t* o) {
   }
 }
 
+// The same for iq3_s and iq3_xxs, a codebook word of four magnitudes g per
+// tuple (tuples 2v and 2v + 1 the low and high nibbles of vector v): the
+// nibble codebook_nibble(g) = 8 + level, the level iq3_s's (g - 1) / 2 = g >> 1
+// (g odd, 1..15) or iq3_xxs's g >> 3 (4, 12, .., 52 and 62: 0..7), by byte
+// arithmetic (no byte carries: g < 64 after the mask), a negative one's
+// flipped (^ 15). Code by code (block_codes, put_codes) packed 0.3 GB/s.
+void put_iq3_block(WType t, const uint8_t* blk, int j, int i, uint8_t* o) {
+  const bool s = t == WType::IQ3_S;
+  const uint32_t neg = s ? load_u32(blk + kIq3sSigns + 4 * j) : even_signs(iq3xxs_aux(blk, j));
+  const int shift = s ? 1 : 3;
+  auto nibbles = [&](int m) {  // tuple m's four nibbles, one a byte
+    const uint32_t g = s ? iq3s_grid()[blk[kIq3sQs + 8 * j + m] | ((blk[kIq3sQh + j] >> m) & 1) << 8]
+                         : iq3xxs_grid()[blk[kIq3xxsQs + 8 * j + m]];
+    return ((g >> shift & 0x07070707u) + 0x08080808u) ^ static_cast<uint32_t>(kSignNibbles.mask[(neg >> (4 * m)) & 0xF]);
+  };
+  for (int v = 0; v < 4; ++v) store_u32(o + 32 * v + 4 * i, nibbles(2 * v) | nibbles(2 * v + 1) << 4);
+}
+
 // The same for iq1_s and iq1_m: the value 8 g +- 1 of each byte g (-1, 0,
 // 1) of a codebook word has the nibble 8 + 2 g - (1 where the shift is
 // negative), by byte arithmetic on the word's bits 0 (g != 0) and 7 (g < 0):
@@ -212,10 +171,12 @@ void put_iq1_block(WType t, const uint8_t* blk, int j, int i, uint8_t* o) {
 
 // Row r's 32-block k as row i of the tile block at o (zeroed before):
 // int4w's, iq4_xs's and the k-quants' 4-bit nibbles four bytes at a time,
-// with q5_k's fifth bits and q6_k's bit pairs (the 32-block types in q4_0's
-// order go through pack_q40_tile); the rest code by code. q6_k's 0.2 GB/s
-// code by code made a Qwen3-MoE Q4_K_M prefill pack its q6_k experts for
-// 40% of its time.
+// with q5_k's fifth bits and q6_k's bit pairs, q3_k's and q2_k's bit pairs
+// and q3_k's third bits the same way, the codebook types' values by byte
+// arithmetic on their words (the 32-block types in q4_0's order go through
+// pack_q40_tile); q8_0, q5_0 and q5_1 code by code. q6_k's 0.2 GB/s code by
+// code made a Qwen3-MoE Q4_K_M prefill pack its q6_k experts for 40% of its
+// time.
 void put_block(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, int64_t r, int64_t k, int i,
                uint8_t* o) {
   const uint8_t* row = w + r * lay.row_bytes;
@@ -227,15 +188,21 @@ void put_block(const WeightSpec& s, const WeightLayout& lay, const uint8_t* w, i
   if (s.type == WType::Q4_K || s.type == WType::Q5_K) {
     const uint8_t* q = blk + (s.type == WType::Q4_K ? kQ4kCodes : kQ5kCodes) + 32 * (j / 2);
     j % 2 ? put_nibbles_kq<true>(q, i, o) : put_nibbles_kq<false>(q, i, o);
-    if (s.type == WType::Q5_K) put_fifth_bits_q5k(blk + kQ5kHigh, j, i, o + 128);
+    if (s.type == WType::Q5_K) put_bit_plane(blk + kQ5kHigh, j, i, o + 128);
     return;
   }
   if (s.type == WType::Q6_K) {  // element 128 h + 32 q + e: low nibble in byte 64 h + 32 (q % 2) + e, high for q >= 2
     const int h = j / 4, q = j % 4;
     const uint8_t* lo = blk + 64 * h + 32 * (q % 2);
     q >= 2 ? put_nibbles_kq<true>(lo, i, o) : put_nibbles_kq<false>(lo, i, o);
-    return put_bit_pairs_q6k(blk + kQ6kHigh + 32 * h, j, i, o + 128);
+    return put_bit_pairs(blk + kQ6kHigh + 32 * h, j, i, o + 128);
   }
+  if (s.type == WType::Q2_K) return put_bit_pairs(blk + kQ2kCodes + 32 * (j / 4), j, i, o);
+  if (s.type == WType::Q3_K) {
+    put_bit_pairs(blk + kQ3kLow + 32 * (j / 4), j, i, o);
+    return put_bit_plane(blk, j, i, o + 64);
+  }
+  if (s.type == WType::IQ3_S || s.type == WType::IQ3_XXS) return put_iq3_block(s.type, blk, j, i, o);
   if (iq2_values(s.type)) return put_iq2_block(s.type, blk, j, i, o);
   if (iq1_values(s.type)) return put_iq1_block(s.type, blk, j, i, o);
   uint8_t q[32];
@@ -406,19 +373,19 @@ bool stores_every_byte(WType t) {
     case WType::Q5_K:
     case WType::Q6_K:
     case WType::IQ4_XS:
-    case WType::IQ4_XSH: return true;
-    case WType::Q8_0:  // fifth bits, bit pairs, iq3_s's scale nibbles: or-ed in
+    case WType::IQ4_XSH:
+    case WType::Q3_K:  // bit pairs and third bits four bytes a row, as q6_k's
+    case WType::Q2_K:
+    case WType::IQ2_XS:  // nibbles four bytes a row under q6_k's header
+    case WType::IQ2_S:
+    case WType::IQ1_S:
+    case WType::IQ1_M: return true;
+    case WType::Q8_0:  // q5_0's and q5_1's fifth bits, the iq4_xs header's scale nibbles (iq3_s, XXS): or-ed in
     case WType::Q5_0:
     case WType::Q5_1:
-    case WType::Q3_K:
-    case WType::Q2_K:
     case WType::IQ3_S:
     case WType::IQ3_XXS:
     case WType::IQ2_XXS:
-    case WType::IQ2_XS:
-    case WType::IQ2_S:
-    case WType::IQ1_S:
-    case WType::IQ1_M:
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
