@@ -525,9 +525,7 @@ class _Block(Scheme):
             raise NotImplementedError(f"{self.name} has no sub-scales")
         out = raw.copy()
         fits = [fit_levels(values[:, f], lo, hi, odd) for f, (lo, hi, odd) in enumerate(self.SUB_LEVELS)]
-        if len(fits) != len(self.F16_FIELDS):
-            raise ValueError(f"{self.name}: {len(fits)} sub-scale fields but {len(self.F16_FIELDS)} f16 super-scales")
-        for f, (d, _l) in enumerate(fits):
+        for f, (_field, (d, _l)) in enumerate(zip(self.F16_FIELDS, fits, strict=True)):
             self.set_f16_field(out, f, d.astype(np.float16))
         self._put_sub_levels(out, *(levels for _d, levels in fits))
         return out

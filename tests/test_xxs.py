@@ -229,8 +229,10 @@ def test_copies_larger_than_the_stored_bytes_only_where_memory_allows(wide, monk
     assert np.abs(a - b).max() <= 1e-4 * np.abs(a).max()
     kept.prefill(ids[:1])
     steps = np.stack([kept.step(t) for t in ids[1:4]]).astype(np.float64)  # one token: the stored layout
-    # the two layouts' GEMVs agree to 3e-7 (tests/test_gemv.py), but where a sum differs in its last place an
-    # activation may round to the other int8 in the next layer, which moves iq1_s's logits by ~1e-3
-    assert np.abs(steps - a[1:4]).max() <= 2e-3 * np.abs(a).max()
+    # the two layouts' sums agree to rounding, so the logits do (median 1e-7: a wrong product moves most of
+    # them); where a sum differs in its last place an activation may round to the other int8 in the next
+    # layer, which moved iq1_s's logits by up to 2.4e-4 (9e-4 in another run), so the largest is held to 2e-3
+    d = np.abs(steps - a[1:4]) / np.abs(a).max()
+    assert np.median(d) <= 1e-6 and d.max() <= 2e-3, (np.median(d), d.max())
     monkeypatch.setattr(expert_copies, "available_bytes", lambda: None)  # unknown: as before
     assert Decoder(out, threads=2, act="int8", isa="avx2").rows8_bytes == grown.rows8_bytes

@@ -305,7 +305,7 @@ IE_HD void iq2h_sub(WType t, const uint8_t* blk, int j, int* v, float* sc) {
 constexpr int kIq1sQs = 2, kIq1sQh = 34;
 constexpr int kIq1mQs = 0, kIq1mQh = 32, kIq1mScales = 48;
 
-// d's f16 bits, and d.
+// d's f16 bits.
 IE_HD uint16_t iq1_d_bits(WType t, const uint8_t* blk) {
   if (t == WType::IQ1_S) return load_u16(blk);
   uint16_t d = 0;
@@ -313,7 +313,6 @@ IE_HD uint16_t iq1_d_bits(WType t, const uint8_t* blk) {
   for (int k = 0; k < 4; ++k) d = static_cast<uint16_t>(d | (load_u16(blk + kIq1mScales + 2 * k) >> 12) << (4 * k));
   return d;
 }
-IE_HD float iq1_d(WType t, const uint8_t* blk) { return f16_to_f32(iq1_d_bits(t, blk)); }
 
 // Half-sub-block h's s (0..7): iq1_s's is its 32-block's; its multiplier of d / 8 is 1 + 2 s.
 IE_HD int iq1h_s(WType t, const uint8_t* blk, int h) {
@@ -339,15 +338,20 @@ IE_HD void iq1_sub(WType t, const uint8_t* blk, int j, int* v, float* sc) {
     const int shift = iq1_neg(t, blk, 4 * j + m) ? -1 : 1;
     for (int k = 0; k < 8; ++k) v[8 * m + k] = 8 * static_cast<int8_t>((word >> (8 * k)) & 0xFF) + shift;
   }
-  const float d8 = iq1_d(t, blk) * 0.125f;
+  const float d8 = f16_to_f32(iq1_d_bits(t, blk)) * 0.125f;
   sc[0] = d8 * static_cast<float>(iq1h_sub_scale(t, blk, 2 * j));
   sc[1] = d8 * static_cast<float>(iq1h_sub_scale(t, blk, 2 * j + 1));
 }
 
-// half_scaled_book's types: 32-block j's signed values into v, its halves' scales into sc.
+// half_scaled_book's types: 32-block j's signed values into v, its halves' scales into sc;
+// d's f16 bits, and half-sub-block h's multiplier 1 + 2 s of d / 8 (what the rows8 header holds).
 IE_HD void half_sub(WType t, const uint8_t* blk, int j, int* v, float* sc) {
   if (iq1_values(t)) iq1_sub(t, blk, j, v, sc);
   else iq2h_sub(t, blk, j, v, sc);
+}
+IE_HD uint16_t half_d_bits(WType t, const uint8_t* blk) { return iq1_values(t) ? iq1_d_bits(t, blk) : load_u16(blk); }
+IE_HD int half_sub_scale(WType t, const uint8_t* blk, int h) {
+  return iq1_values(t) ? iq1h_sub_scale(t, blk, h) : iq2h_sub_scale(t, blk, h);
 }
 
 // The codebook types (iq3_s, iq3_xxs, iq2_xxs): sub-block j's scale, its 32

@@ -579,7 +579,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     auto packable_or_float = [&](const Matrix& m) {
       return !m.dedup && (gemv_uses_rows8(m.spec, act_, isa_) || !wtype_info(m.spec.type).int8_act);
     };
-    auto packed = [&](const Matrix& m) { return !m.rows8 && gemv_uses_rows8(m.spec, act_, isa_); };
+    auto packed = [&](const Matrix& m) { return packs(m, kMaxRows8Batch); };  // in a full chunk
     bool all = packable_or_float(w_.lm_head), packing = packed(w_.lm_head);
     for (LayerWeights& L : w_.layers) {
       for (const Matrix* m : L.streamed()) all = all && packable_or_float(*m), packing = packing || packed(*m);

@@ -1182,14 +1182,13 @@ constexpr bool kSub16Book = half_scaled_book(T);
 template <WType T>
 constexpr int kSub16Zero = T == WType::Q6_K ? 32 : T == WType::Q3_K ? 4 : kSub16Book<T> ? 43 : 0;
 template <WType T>
-constexpr int kSub16D = T == WType::Q6_K ? kQ6kD : T == WType::Q3_K ? kQ3kD : T == WType::Q2_K ? kQ2kD : 0;
+constexpr int kSub16D = T == WType::Q6_K ? kQ6kD : T == WType::Q3_K ? kQ3kD : kQ2kD;  // the k-quants' d
 
 // d of the super-block at blk (the codebook types' d / 8: d * (0.5 + s_j) * 0.25 * g = d / 8 * (1 + 2 s_j) * g).
 template <WType T>
 IE_INLINE __m256 sub16_d(const uint8_t* blk) {
-  if constexpr (iq1_values(T)) return _mm256_set1_ps(iq1_d(T, blk) * 0.125f);
-  const __m256 d = f16_bcast(blk + kSub16D<T>);
-  return kSub16Book<T> ? _mm256_mul_ps(d, _mm256_set1_ps(0.125f)) : d;
+  if constexpr (kSub16Book<T>) return _mm256_set1_ps(f16_to_f32(half_d_bits(T, blk)) * 0.125f);
+  return f16_bcast(blk + kSub16D<T>);
 }
 
 // The 32 codes of quarter K of half H, in element order (16-bit shifts:

@@ -249,19 +249,13 @@ void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64
       return;
     }
     case WType::IQ2_XS:  // q6_k's header: the multipliers 1 + 2 s_h of d / 8 (rows8_d_factor)
-    case WType::IQ2_S: {
-      using H = Rows8Q6kHeader;
-      for (int half = 0; half < 16; ++half)
-        h[H::scales + 16 * (half / 2) + 8 * (half % 2) + i] = static_cast<uint8_t>(iq2h_sub_scale(s.type, blk, half));
-      std::memcpy(h + H::d + 2 * i, blk, 2);
-      return;
-    }
-    case WType::IQ1_S:  // the same, 1 + 2 s_h of d / 8
+    case WType::IQ2_S:
+    case WType::IQ1_S:
     case WType::IQ1_M: {
       using H = Rows8Q6kHeader;
       for (int half = 0; half < 16; ++half)
-        h[H::scales + 16 * (half / 2) + 8 * (half % 2) + i] = static_cast<uint8_t>(iq1h_sub_scale(s.type, blk, half));
-      const uint16_t d = iq1_d_bits(s.type, blk);
+        h[H::scales + 16 * (half / 2) + 8 * (half % 2) + i] = static_cast<uint8_t>(half_sub_scale(s.type, blk, half));
+      const uint16_t d = half_d_bits(s.type, blk);
       std::memcpy(h + H::d + 2 * i, &d, 2);
       return;
     }

@@ -130,7 +130,7 @@ constexpr int rows8_code_bits(WType t) {
 }
 
 // What the kernels multiply a rows8 header's d (f16) by: iq3_xxs's 1/4
-// (its weights are d * (1 + 2 s_j) / 4 * v), the IQ2 types' 1/8, 1 for
+// (its weights are d * (1 + 2 s_j) / 4 * v), iq2_xxs's and the half_scaled_book types' 1/8, 1 for
 // every other type.
 constexpr float rows8_d_factor(WType t) {
   return t == WType::IQ3_XXS ? 0.25f : t == WType::IQ2_XXS || half_scaled_book(t) ? 0.125f : 1.f;

@@ -337,7 +337,7 @@ IE_INLINE void amx_halves_add(const int32_t* c0, __m512i mult0, const int32_t* c
   }
 }
 
-// sym16_pair's types (q6_k, q3_k, iq2_xs, iq2_s): each half's sums by its own tile
+// sym16_pair's types (q6_k, q3_k and the half_scaled_book types): each half's sums by its own tile
 // multiply, then sym16_pair's integers and floats per token.
 template <WType T>
 IE_INLINE void sym16_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kAmxTokens]) {

@@ -378,8 +378,8 @@ IE_INLINE void q3k_words(const uint8_t* h, size_t tb, __m512i (&words)[3]) {
 constexpr int sym16_zero(WType t) { return t == WType::Q6_K ? 32 : t == WType::Q3_K ? 4 : t == WType::Q2_K ? 0 : 128; }
 
 // The 16 rows' integer sub-scale of half `half` of sub-block j of a
-// sym16_pair super-block (h: tile t's header): q6_k's int8 one (and the IQ2
-// types' 1 + 2 s_h, in q6_k's header); q3_k's 6-bit
+// sym16_pair super-block (h: tile t's header): q6_k's int8 one (and the
+// half_scaled_book types' 1 + 2 s, in q6_k's header); q3_k's 6-bit
 // one less 32 from its scale words (q3k_words), as q3k_scale_word unpacks it
 // (sub-blocks 4q .. 4q+3, q = j / 2, byte (2j + half) % 4). Shared by the
 // pair and AMX kernels.
@@ -399,7 +399,7 @@ IE_INLINE __m512i sym16_mult(const uint8_t* h, size_t tb, const __m512i (&words)
   }
 }
 
-// sym16_tile_n over a pair (q6_k, q3_k, iq2_xs, iq2_s): each 16-element
+// sym16_tile_n over a pair (q6_k, q3_k and the half_scaled_book types): each 16-element
 // half's sums, less Z times its activation sum (h16; Z = 32, 4 or 128),
 // times its sub-scales (sym16_mult; half_products); d once per super-block.
 template <WType T>

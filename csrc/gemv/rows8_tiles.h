@@ -645,7 +645,7 @@ IE_INLINE void pairs_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m
 template <WType T, int NB>
 IE_INLINE void sym16_block_dot_n(const uint8_t* blk, const int8_t* xq, const __m256i (&mult)[2], __m256i (&s)[NB],
                                  [[maybe_unused]] const int32_t* h16) {
-  constexpr bool kBook = T != WType::Q6_K;
+  constexpr bool kBook = half_scaled_book(T);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (auto& v : s) v = _mm256_setzero_si256();
 #if IE_ROWS8_VNNI
@@ -733,7 +733,7 @@ IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
       if constexpr (T == WType::Q3_K) pairs_block_dot_n<true, NB>(blk, x.q + kx * 32, mult, s, x.h16 + 2 * kx);
       else sym16_block_dot_n<T, NB>(blk, x.q + kx * 32, mult, s, x.h16 + 2 * kx);
       for (int b = 0; b < NB; ++b) {
-        // VNNI took the offsets off per half, before the sub-scales; iq2's signed values have none
+        // VNNI took the offsets off per half, before the sub-scales; the table types' signed values have none
         if constexpr (!IE_ROWS8_VNNI && !kBook) {
           const int32_t* h16 = x.h16 + 2 * (kx + b);
           const __m256i off32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mult[0]),
