@@ -92,6 +92,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 import llamacpp
 from decode_bench import write_checkpoint
 from smollm2_hf import installed_gguf
@@ -232,6 +234,8 @@ TYPES = ("int4w", "q4_0", "q4_k", "iq4_nl", "iq4_xs", "mxfp4", "q4_k_m")
 # The 2- and 3-bit types, on request (--types): quantized by ieconv and exported for llama.cpp
 # (llama-quantize writes IQ3_XXS, the IQ2 and IQ1 types only with an importance matrix), the same bytes in both engines
 LOW_TYPES = ("q3_k", "iq3_s", "iq3_xxs", "q2_k", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m")
+# NVFP4, on request: the layer matrices as an NVFP4 checkpoint's conversion holds them (nvfp4_gguf), one file for both
+CHECKPOINT_TYPES = ("nvfp4",)
 # llama-quantize's file type for the types it writes (--pure: every matrix that type where its rows allow;
 # q4_k_m: its own mix, so not --pure)
 LLAMA_FTYPE = {"q4_0": "Q4_0", "q4_k": "Q4_K_S", "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS", "q4_k_m": "Q4_K_M"}
@@ -320,9 +324,44 @@ def measure_pair(label: str, ours_dir: Path, gguf: Path, a: argparse.Namespace, 
     return ours, theirs
 
 
+def nvfp4_gguf(src: Path, out: Path) -> Path:
+    """``src`` (a float GGUF) with every layer matrix NVFP4 under Model
+    Optimizer's tensor scale max|W| / (6 x 448) and its ``.scale`` tensor, as
+    llama.cpp's converter writes an NVFP4 checkpoint (our quantizer makes the
+    blocks: llama-quantize has no NVFP4)."""
+    import gguf
+
+    from iekit.formats.quant import SCHEMES, QuantParams
+
+    r = gguf.GGUFReader(str(src))
+    w = gguf.GGUFWriter(str(out), r.fields["general.architecture"].contents())
+    for k, f in r.fields.items():
+        if not k.startswith("GGUF.") and k != "general.architecture":
+            w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY
+                            else None)
+    for t in r.tensors:
+        if t.name.startswith("blk.") and t.data.ndim == 2 and t.data.shape[1] % 64 == 0:
+            x = np.asarray(t.data, np.float32)
+            p = QuantParams("nvfp4", tensor_scale=float(np.float32(np.abs(x).max() / (6 * 448))))
+            w.add_tensor(t.name, SCHEMES["nvfp4"].quantize(x, p).reshape(len(x), -1),
+                         raw_dtype=gguf.GGMLQuantizationType.NVFP4)
+            w.add_tensor(t.name.removesuffix(".weight") + ".scale", np.array([p.tensor_scale], np.float32))
+        else:
+            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
 def type_pair(t: str, src: Path, tmp: Path, a: argparse.Namespace) -> tuple[Path, Path, str]:
     """(our model, llama.cpp's GGUF, how they were made) for weight type ``t`` from the GGUF ``src``."""
     ieconv, d = BIN / "ieconv", tmp / t
+    if t in CHECKPOINT_TYPES:
+        g = nvfp4_gguf(src, tmp / f"{t}.gguf")
+        run(ieconv, "gguf-to-iebin", "-q", "--gguf", g, "--out-dir", d)
+        return d, g, "same bytes"
     if t in LLAMA_FTYPE:
         g = tmp / f"{t}.gguf"
         pure = [] if t == "q4_k_m" else ["--pure"]
@@ -414,7 +453,8 @@ def main() -> None:
     ap.add_argument("--launches", type=int, default=3,
                     help="Launches of each busy run (--threads and 1 thread, taking turns); the median is shown")
     ap.add_argument("--types", type=lambda v: v.split(","), default=list(TYPES),
-                    help=f"Types to compare, comma-separated (default: {','.join(TYPES)}; also {','.join(LOW_TYPES)}; "
+                    help=f"Types to compare, comma-separated (default: {','.join(TYPES)}; also "
+                         f"{','.join(LOW_TYPES + CHECKPOINT_TYPES)}; "
                          "none: '')")
     ap.add_argument("--no-large", action="store_true", help="Compare the types on SmolLM2 only.")
     ap.add_argument("--large-arch", choices=("llama", "gemma3"), default="llama",
@@ -468,9 +508,9 @@ def main() -> None:
                       f"{a.launches} launches taking turns, each the median of {a.rounds} rounds)")
                 out["contention"] = contention(tmp / "int4w", q40, a, tmp)
             a.types = [t for t in a.types if t]
-            unknown = sorted(set(a.types) - set(TYPES) - set(LOW_TYPES))
+            unknown = sorted(set(a.types) - set(TYPES) - set(LOW_TYPES) - set(CHECKPOINT_TYPES))
             if unknown:
-                raise SystemExit(f"--types: {', '.join(unknown)} not among {', '.join(TYPES + LOW_TYPES)}")
+                raise SystemExit(f"--types: {', '.join(unknown)} not among {', '.join(TYPES + LOW_TYPES + CHECKPOINT_TYPES)}")
             if a.types:
                 label = gguf.name if a.gguf else f"SmolLM2 ({gguf.name})"
                 out["types"] = {"smollm2": every_type(label, gguf, tmp / "types-smollm2", a)}

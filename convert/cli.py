@@ -54,7 +54,7 @@ from .quantize_cli import quantize_cmd
 from .rotate_cli import rotate_cmd
 from .text_model import extract_text_model
 
-QUANTIZED = weight_types.names(quantized=True)
+QUANTIZED = weight_types.manifest_schemes()
 
 out = stdout_console()
 
@@ -202,8 +202,9 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       interleaving is undone: the artifact is what hf-to-iebin makes of
       the original checkpoint;
     - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS,
-      IQ2_XS, IQ2_S, IQ1_S, IQ1_M, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, MXFP4
-      blocks are copied byte for byte (their scales checked finite); other
+      IQ2_XS, IQ2_S, IQ1_S, IQ1_M, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, MXFP4,
+      NVFP4 blocks are copied byte for byte (their scales checked finite;
+      an NVFP4 weight's .scale and .input_scale tensors go with it); other
       quantized types (TQ1_0, TQ2_0, ...) are dequantized with gguf.quants
       to --dtype;
     - architectures llama (Llama, Mistral, Mixtral), qwen2, qwen3, qwen3moe,
@@ -423,7 +424,8 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       Phi-3's q/k/v and GLM-4's and Phi-3's gate/up joined as attn_qkv and
       ffn_up, LongRoPE's factors as rope_factors_long/_short);
     - f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k
-      iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq4_nl iq4_xs mxfp4 tensors are copied byte for byte; int4w with
+      iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq4_nl iq4_xs mxfp4 nvfp4 tensors are copied byte for byte
+      (nvfp4's scales as .scale and .input_scale tensors); int4w with
       f16 scales is
       repacked losslessly (symmetric as Q4_0, affine as Q4_1);
     - every hyperparameter llama.cpp reads, the tokenizer (byte-level BPE),

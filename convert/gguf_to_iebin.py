@@ -10,10 +10,11 @@ the same order, with llama.cpp's q/k row interleaving for its RoPE undone
 Each tensor's bytes, by ggml type:
 
 - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
-  IQ3_S, IQ4_NL, IQ4_XS, MXFP4
+  IQ3_S, IQ4_NL, IQ4_XS, MXFP4, NVFP4
   matrices:
   copied as they are (iekit's types of those names are ggml's layouts); only whole rows move when q/k are
-  un-interleaved. Their block scales are checked finite on the way through.
+  un-interleaved. Their block scales are checked finite on the way through. An NVFP4 weight's F32 `.scale`
+  and `.input_scale` tensors become its quant's tensor_scale and input_scale (_tensor_scales).
 - F32, F16, BF16: kept, or cast to ``--dtype`` when given (like hf-to-iebin).
 - every other type gguf-py can dequantize (k-quants, i-quants, Q5_x, ...):
   dequantized with ``gguf.quants`` (the reference) to ``--dtype`` (f32 by
@@ -221,6 +222,9 @@ class _Tensor:
     shift: float = 0.0  # subtracted from every value (Gemma's norms: llama.cpp stores 1 + w)
     log_neg: bool = False  # each value v as ln(-v) (gated DeltaNet's A_log: llama.cpp stores -exp(A_log))
     mla: tuple[int, int, int] | None = None  # kv_b_proj from attn_k_b and attn_v_b (srcs): (heads, nope, v) dims
+    expert: int | None = None  # the expert of a stack split into one matrix per expert (its scales are that expert's)
+    tensor_scale: float = 1.0  # an NVFP4 source's `.scale` (its expert's, in a stack): the values are times it
+    input_scale: float | None = None  # and its `.input_scale`, carried (neither llama.cpp's graph nor ours reads it)
 
     @property
     def shape(self) -> list[int]:
@@ -259,7 +263,8 @@ class _Tensor:
     def quant(self) -> dict[str, Any] | None:
         if self.dtype not in SCHEMES:
             return None
-        return SCHEMES[self.dtype].quant_dict(self.shape[-1], self.params or QuantParams(self.dtype))
+        kept = QuantParams(self.dtype, tensor_scale=self.tensor_scale, input_scale=self.input_scale)
+        return SCHEMES[self.dtype].quant_dict(self.shape[-1], self.params or kept)
 
 
 def _field(g: GGUFModel, key: str, typ: type, default: Any = None) -> Any:
@@ -1085,6 +1090,64 @@ def _one_rope_base(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], why: str) 
         raise FormatError(g.path, f"{a}.rope.freq_base_swa", f"differs from rope.freq_base; {why}")
 
 
+SCALE_SUFFIXES = (".scale", ".input_scale")  # beside an NVFP4 weight X.weight: X.scale, X.input_scale
+
+
+def _tensor_scales(g: GGUFModel) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+    """{weight name: (scale, input scale)} of the NVFP4 weights: the float32
+    ``X.scale`` and ``X.input_scale`` llama.cpp's converter writes beside an
+    NVFP4 ``X.weight`` (ModelOpt's weight_scale_2 and input_scale), one value
+    per matrix ([1]) or per expert of a stack ([experts]); ones and None
+    where the file has none (the converter leaves out a scale of 1). A
+    scale beside any other weight, or of another shape or type, or not a
+    positive finite number, is refused: llama.cpp would multiply any weight
+    by one, and only nvfp4 carries one here."""
+    by_name = {t.name: t for t in g.tensors}
+    out: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+    for t in g.tensors:
+        suffix = next((x for x in SCALE_SUFFIXES if t.name.endswith(x)), None)
+        if suffix is None:
+            continue
+        where = f"tensor {t.name!r}"
+        w = by_name.get(t.name[:-len(suffix)] + ".weight")
+        if w is None or w.ggml_type != "NVFP4":
+            raise FormatError(g.path, where, f"scales {'no weight' if w is None else f'a {w.ggml_type} weight'}; "
+                                             "only an NVFP4 weight's scales are read here")
+        n = w.shape[0] if len(w.shape) == 3 else 1
+        if t.ggml_type != "F32" or list(t.shape) != [n]:
+            raise FormatError(g.path, where, f"{t.ggml_type} {t.shape}; the scales of {w.name} {w.shape} are F32 [{n}]")
+        v = g.rows(t, 0, 1, t.nbytes)[0].view("<f4").astype(np.float32)
+        if not (np.isfinite(v) & (v > 0)).all():
+            raise FormatError(g.path, where, f"holds {v[~(np.isfinite(v) & (v > 0))][0]}; scales must be positive "
+                                             "and finite")
+        scale, inp = out.get(w.name, (np.ones(n, np.float32), None))
+        out[w.name] = (v, inp) if suffix == ".scale" else (scale, v)
+    return out
+
+
+def _scaled(g: GGUFModel, p: _Tensor, scales: dict[str, tuple[np.ndarray, np.ndarray | None]],
+            e: int | None = None) -> _Tensor:
+    """p with its sources' NVFP4 scales: expert e's of a stack, or (None)
+    the one scale of the whole tensor, which a stack kept whole (or a
+    gate/up pair joined into one) must have throughout."""
+    def one(v: np.ndarray | None, t: GGUFTensor) -> float | None:
+        if v is None:
+            return None
+        if e is not None and len(v) > 1:
+            return float(v[e])
+        if (v != v[0]).any():
+            raise FormatError(g.path, f"tensor {t.name!r}", f"has a scale per expert, but {p.name} keeps them as one "
+                                                            "tensor under one scale")
+        return float(v[0])
+    got = {(one(sc, t), one(inp, t)) for t in p.sources for sc, inp in [scales.get(t.name, (None, None))]}
+    if len(got) > 1:
+        raise FormatError(g.path, f"tensor {p.src.name!r}", f"is joined into {p.name} with a tensor under other "
+                                                            "NVFP4 scales; they cannot share one")
+    sc, inp = got.pop()
+    p.tensor_scale, p.input_scale = 1.0 if sc is None else sc, inp
+    return p
+
+
 def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
     """Each IEBIN tensor the file holds, by where its rows come from (mode
     not yet chosen): one-to-one tensors, each expert of a ``ffn_*_exps``
@@ -1093,6 +1156,7 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
     fused tensors' row ranges as the matrices they hold."""
     arch = _arch_of(g)
     by_name = {t.name: t for t in g.tensors}
+    scales = _tensor_scales(g)
     stacks = {v: k for k, v in arch.experts.items()}
     paired = {g2: (hf, k) for hf, pair in arch.paired.items() for k, g2 in enumerate(pair)}
     out: list[_Tensor] = []
@@ -1101,8 +1165,8 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
         m = re.fullmatch(r"blk\.(\d{1,9})\.(.+)", t.name)
         layer, suffix = (m.group(1), m.group(2)) if m else ("", "")
         name = mtp_extra_hf_name(arch, t.name, cfg["num_hidden_layers"]) or hf_layer_name(arch, t.name)
-        if t.name == "rope_freqs.weight":
-            continue  # read into the config's rope_scaling (build_config)
+        if t.name == "rope_freqs.weight" or t.name.endswith(SCALE_SUFFIXES):
+            continue  # read into the config's rope_scaling (build_config); an NVFP4 weight's scales (_scaled)
         if m and (parts := _converter_fused(g, arch, cfg, t, int(layer), suffix)) is not None:
             out.extend(parts)
         elif name is not None:
@@ -1120,7 +1184,7 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
             n_exp, rows = t.shape[0], t.shape[1]
             for e in range(n_exp):
                 out.append(_Tensor(t, f"model.layers.{int(layer)}.{stacks[suffix].format(e=e)}", "",
-                                   np.arange(e * rows, (e + 1) * rows), "", shape_=list(t.shape[1:])))
+                                   np.arange(e * rows, (e + 1) * rows), "", shape_=list(t.shape[1:]), expert=e))
         elif suffix in arch.fused or suffix in arch.fused_legacy:
             if len(t.shape) != 2:
                 raise FormatError(g.path, where, f"shape {t.shape}: expected a matrix")
@@ -1151,8 +1215,10 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
         else:
             raise FormatError(g.path, where, f"has no Hugging Face counterpart for {cfg['architectures'][0]}; "
                                              "this tensor cannot be carried over")
-    for p in out:  # (Qwen3.5's MTP layers: beside the model)
+    for p in out:  # (Qwen3.5's MTP layers: beside the model); NVFP4 scales (kv_b_proj's: per source, _mla_floats)
         p.name = beside(arch, p.name, cfg["num_hidden_layers"])
+        if not p.mla:
+            _scaled(g, p, scales, p.expert)
     first: dict[str, str] = {}
     for p in out:  # e.g. a phi3 layer with attn_qkv and attn_q both
         if first.setdefault(p.name, p.src.name) != p.src.name:
@@ -1177,7 +1243,8 @@ def _mla_kv_b(g: GGUFModel, k_b: GGUFTensor, v_b: GGUFTensor | None, layer: int,
 def _mla_floats(g: GGUFModel, p: _Tensor) -> np.ndarray:
     """kv_b_proj's rows (float32) from its two sources, whole (a layer's: small)."""
     h, nope, v = p.mla
-    k_b, v_b = (_floats(g, replace(p, src=t, srcs=None, order=None, mla=None), 0,
+    scales = _tensor_scales(g)
+    k_b, v_b = (_floats(g, _scaled(g, replace(p, src=t, srcs=None, order=None, mla=None), scales), 0,
                         g.rows(t, 0, math.prod(t.shape[:-1]), t.nbytes // math.prod(t.shape[:-1])))
                 for t in p.sources)
     lat = p.shape[-1]
@@ -1399,7 +1466,7 @@ def _floats(g: GGUFModel, p: _Tensor, r0: int, part: np.ndarray) -> np.ndarray:
     if p.src.ggml_type in FLOATS:
         w = decode_f32(part.tobytes(), FLOATS[p.src.ggml_type]).reshape(part.shape[0], -1)
     else:
-        w = dequantize(part, _qtype(p.src.ggml_type)).astype(np.float32)
+        w = dequantize(part, _qtype(p.src.ggml_type)).astype(np.float32) * np.float32(p.tensor_scale)
     if not np.isfinite(w).all():
         i = np.unravel_index(int(np.argmin(np.isfinite(w))), w.shape)
         raise FormatError(g.path, f"tensor {p.src.name!r}", f"holds {w[i]} at row {r0 + int(i[0])}"

@@ -10,8 +10,8 @@ two.
 Bytes, by IEBIN dtype:
 
 - every type llama.cpp also has (f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k
-  q3_k q4_k q5_k q6_k iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq4_nl iq4_xs mxfp4): copied byte for
-  byte;
+  q3_k q4_k q5_k q6_k iq1_s iq1_m iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq4_nl iq4_xs mxfp4 nvfp4): copied byte for
+  byte (nvfp4's tensor_scale and input_scale as the `.scale` and `.input_scale` tensors after it);
 - int4w with f16 scales (or f32 scales that f16 holds exactly): repacked
   losslessly, the symmetric kind as Q4_0 (d = its group's scale, the same
   nibbles), the affine kind as Q4_1 (d, m = its group's scale and minimum);
@@ -61,6 +61,12 @@ from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
 CHUNK_BYTES = 8 * 1024 * 1024
+# nvfp4's quant keys that are llama.cpp's `.scale` / `.input_scale` tensors beside the weight
+SCALE_KEYS = ("tensor_scale", "input_scale")
+# The llama.cpp architectures whose graphs multiply every matrix they have by its `.scale` (src/models/*.cpp
+# pass each weight's *_s on; llama.cpp 0.3.36). The others load the tensor and leave some products unscaled
+# (qwen2moe's experts and shared expert, gemma3's MLP, ...): an NVFP4 file with scales would run wrong there.
+NVFP4_SCALED_ARCHS = ("llama", "qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next")
 # IEBIN dtypes llama.cpp has under the same layout (GGMLQuantizationType names: quant.py's GGUF of each)
 SAME_BYTES = weight_types.gguf_names()
 REQUANTIZE_TARGETS = tuple(n for n in SAME_BYTES if n in SCHEMES)
@@ -90,6 +96,7 @@ class _Out:
     error: QuantError | None = None
     shift: float = 0.0         # widen: added to every value (Gemma's norms: llama.cpp stores 1 + w)
     neg_exp: bool = False      # widen: each value v as -exp(v) (gated DeltaNet's A_log: llama.cpp's ssm_a)
+    values: np.ndarray | None = None  # how "values": the float32 data itself (an NVFP4 weight's scales)
 
     @property
     def rows(self) -> int:
@@ -98,6 +105,8 @@ class _Out:
     @property
     def nbytes(self) -> int:
         cols = self.shape[-1]
+        if self.how == "values":
+            return self.values.nbytes
         if self.how == "widen":
             return self.rows * cols * 4
         if self.target is not None:
@@ -156,11 +165,15 @@ class _Plan:
     def add(self, gguf_name: str, parts: list[_Part], shape: list[int]) -> None:
         dtypes = {p.entry["dtype"] for p in parts}
         first = parts[0].entry
-        if len(dtypes) > 1 or len({json.dumps(p.entry.get("quant"), sort_keys=True) for p in parts}) > 1:
+        # an expert stack's NVFP4 matrices may differ in their scales: llama.cpp's `.scale` has one per expert
+        own = SCALE_KEYS if len(shape) == 3 else ()
+        if len(dtypes) > 1 or len({json.dumps({k: v for k, v in (p.entry.get("quant") or {}).items() if k not in own},
+                                              sort_keys=True) for p in parts}) > 1:
             what = "the experts stacked into" if len(shape) == 3 else "the matrices whose rows make"
+            kind = f"types ({', '.join(sorted(dtypes))})" if len(dtypes) > 1 else f"{first['dtype']} parameters"
             raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: {what} {gguf_name} are stored in "
-                          f"different types ({', '.join(sorted(dtypes))}); a GGUF tensor has one type: quantize them "
-                          "alike (one q4_manifest rule)")
+                          f"different {kind}; a GGUF tensor has one type and one scale: quantize them alike (one "
+                          "q4_manifest rule)")
         dtype = first["dtype"]
         # what llama.cpp's converter always writes as F32: vectors, biases, sinks and the routers (a shared
         # expert's gate too: a [hidden, 1] row, which ggml counts as a vector), whose
@@ -193,6 +206,14 @@ class _Plan:
                               f"hold has no GGUF type; quantize it with --scale-dtype f16 (exported losslessly as "
                               f"{SAME_BYTES[target]}) or a llama.cpp scheme such as q4_k, or pass --requantize {target} "
                               "to requantize it here")
+        elif (dtype == "nvfp4" and self.arch.gguf not in NVFP4_SCALED_ARCHS
+              and any(p.entry["quant"].get("tensor_scale", 1.0) != 1.0 for p in parts)):
+            if not self.requantize:
+                raise IEError(f"{self.model.meta_path}: {self.where(first['name'])}: nvfp4 under a tensor_scale; "
+                              f"llama.cpp's {self.arch.gguf} graph does not multiply every matrix by its NVFP4 "
+                              f"scale (those of {', '.join(NVFP4_SCALED_ARCHS)} do), so the file would run wrong "
+                              "there: pass --requantize q4_0 (or another llama.cpp type) to requantize it here")
+            self._requantized(o, first["name"])
         elif dtype not in SAME_BYTES and self.requantize and dtype in SCHEMES:
             self._requantized(o, first["name"])
         elif dtype not in SAME_BYTES:
@@ -202,6 +223,19 @@ class _Plan:
                           f"{hint}")
         self.out.append(o)
         self.used.update(p.entry["name"] for p in parts)
+        if dtype == "nvfp4" and o.how == "copy":
+            self._scales(gguf_name, parts, shape)
+
+    def _scales(self, gguf_name: str, parts: list[_Part], shape: list[int]) -> None:
+        """An NVFP4 weight's `.scale` and `.input_scale` (F32, [1], or
+        [experts] for a stack) as llama.cpp's converter writes them after it:
+        each where a value is not 1 (a missing input scale counts as 1)."""
+        per = [(_part_rows(p) // shape[1] if len(shape) == 3 else 1, p.entry["quant"]) for p in parts]
+        for key, suffix in zip(SCALE_KEYS, (".scale", ".input_scale")):
+            v = np.concatenate([np.full(n, q.get(key) or 1.0, np.float32) for n, q in per])
+            if (v != 1).any():
+                self.out.append(_Out(gguf_name.removesuffix(".weight") + suffix, "F32", [len(v)], [], "f32",
+                                     how="values", values=v))
 
     def _requantized(self, o: _Out, name: str) -> None:
         """o is written as --requantize's type (``name``: the tensor to blame
@@ -583,6 +617,9 @@ def _chunks(plan: _Plan, o: _Out, advance: Callable[[int], None]) -> Iterator[by
     """The tensor's GGUF bytes, a few MiB of rows at a time (an int4w part's
     planes are split once per part, then rows are taken from them)."""
     cols = o.shape[-1]
+    if o.how == "values":
+        advance(o.values.nbytes)
+        yield o.values.tobytes()
     for part in o.parts:
         e = part.entry
         n = _part_rows(part)

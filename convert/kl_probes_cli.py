@@ -32,12 +32,12 @@ from iekit.formats.kl_probes_partial import PROBE_BIN, PROBE_META, ProbesRun
 from iekit.formats.paths import real_path
 from iekit.formats.q4_manifest import default_manifest, is_tied, layer_pattern, manifest_from
 from iekit.formats.quant import SCHEMES, QuantParams
-from iekit.formats.weight_types import names as weight_type_names
+from iekit.formats.weight_types import manifest_schemes
 
 from .bpw_policy import group_of
 from .hf_to_iebin import convert
 
-QUANTIZED = [n for n in weight_type_names(quantized=True) if n != "int4w"]
+QUANTIZED = [n for n in manifest_schemes() if n != "int4w"]
 REF_CACHE_BYTES = 1 << 30  # the reference's scored logits kept in memory (SmolLM2, 4 chunks of 512: 200 MB)
 
 

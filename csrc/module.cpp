@@ -128,12 +128,13 @@ PYBIND11_MODULE(_native, m) {
                              "A stored matrix's type, shape and int4w parameters, validated once "
                              "(csrc/common/weight_types.h).")
       .def(py::init(&ie::make_weight_spec), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
-           py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16")
+           py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("tensor_scale") = 1.0)
       .def_property_readonly("dtype", [](const ie::WeightSpec& s) { return ie::wtype_info(s.type).name; })
       .def_readonly("rows", &ie::WeightSpec::rows)
       .def_readonly("cols", &ie::WeightSpec::cols)
       .def_readonly("group_size", &ie::WeightSpec::group_size)
       .def_readonly("symmetric", &ie::WeightSpec::symmetric)
+      .def_readonly("tensor_scale", &ie::WeightSpec::scale)
       .def_property_readonly("scale_dtype", [](const ie::WeightSpec& s) { return s.scale_f32 ? "f32" : "f16"; })
       .def_property_readonly("nbytes", &ie::weight_nbytes)
       .def_property_readonly(
@@ -146,11 +147,11 @@ PYBIND11_MODULE(_native, m) {
       });
   m.def("expected_nbytes",
         [](const std::string& dtype, int64_t rows, int64_t cols, int64_t group_size, bool symmetric,
-           const std::string& scale_dtype) {
-          return ie::weight_nbytes(ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype));
+           const std::string& scale_dtype, double tensor_scale) {
+          return ie::weight_nbytes(ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype, tensor_scale));
         },
         py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("group_size") = 0, py::arg("symmetric") = true,
-        py::arg("scale_dtype") = "f16", "Bytes of a stored [rows, cols] weight matrix (docs/formats/quant.md).");
+        py::arg("scale_dtype") = "f16", py::arg("tensor_scale") = 1.0, "Bytes of a stored [rows, cols] weight matrix (docs/formats/quant.md).");
 #if IE_HAVE_CUDA
   m.def(
       "cuda_devices",

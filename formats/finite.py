@@ -9,8 +9,10 @@ docs/formats/quant.md):
   planes; the f16 fields of every block, as its scheme's ``F16_FIELDS``
   lists them: ``d``, and ``m`` (``q4_1``, ``q5_1``) or ``dmin`` (``q4_k``,
   ``q5_k``)) must be finite, and every E8M0 scale byte (``mxfp4``'s ``e``)
-  at most 252 (above, the block's values overflow float32; 255 is NaN) --
-  always, nothing the quantizer writes is ever otherwise;
+  at most 252 (above, the block's values overflow float32; 255 is NaN), and
+  every UE4M3 scale byte (``nvfp4``'s ``d0`` .. ``d3``) below 0x7F (E4M3's
+  NaN; bit 7 is the sign an unsigned scale has not) -- always, nothing the
+  quantizer writes is ever otherwise;
 - float tensors (``f64 f32 f16 bf16``): every element must be finite unless
   the caller allows non-finite values (``--allow-nonfinite``, as for BSR).
 
@@ -96,6 +98,7 @@ class PayloadScan:
                 self._scheme = scheme
                 self._fields = scheme.F16_FIELDS
                 self._e8m0 = scheme.E8M0_FIELDS
+                self._ue4m3 = scheme.UE4M3_FIELDS
                 self._check = self._blocks
         elif dtype in _FLOAT_LAYOUT and not allow_nonfinite:
             self._layout = _FLOAT_LAYOUT[dtype]
@@ -161,6 +164,11 @@ class PayloadScan:
             if bad.size and (first is None or bad[0] < first[0]):
                 i = int(bad[0])
                 first = (i, name, f"{blocks[i, off]} (E8M0 codes above {E8M0_MAX} overflow float32; 255 is NaN)")
+        for name, off in self._ue4m3:
+            bad = np.flatnonzero(blocks[:, off] >= 0x7F)
+            if bad.size and (first is None or bad[0] < first[0]):
+                i = int(bad[0])
+                first = (i, name, f"0x{blocks[i, off]:02X} (UE4M3 scales are unsigned, bit 7 clear; 0x7F is NaN)")
         if first is None:
             return None
         i, name, what = first

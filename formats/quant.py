@@ -51,6 +51,8 @@ class QuantParams:
     group_size: int | None = None  # int4w only; None = whole row
     symmetric: bool = True
     scale_dtype: str = "f16"
+    tensor_scale: float = 1.0  # nvfp4 only: the matrix is its blocks' values times this float32 (NVFP4's scale_2)
+    input_scale: float | None = None  # nvfp4 only: its activation's calibration scale, carried unread (as llama.cpp)
 
 
 QUADRATIC_BLOCK = 512  # columns of h per step of quadratic_sum
@@ -279,6 +281,7 @@ class Scheme(WeightType):
     A concrete scheme is a registered weight type: ``class X(Scheme, weight_type="x")``."""
 
     STACKS = True  # whether a tensor may be a stack [experts, rows, cols] of matrices
+    MANIFEST: ClassVar[bool] = True  # whether a q4_manifest may select it (weight_types.manifest_schemes)
     DECLARE = ("FALLBACK", "LADDER")
     # The selection a matrix gets when its rows are not whole blocks of this
     # scheme (q4-manifest, formats/q4_manifest.py), or None: nothing smaller fits.
@@ -308,6 +311,7 @@ class Scheme(WeightType):
         raise NotImplementedError
 
     QUANT_KEYS: dict[str, tuple] = {}
+    QUANT_OPTIONAL: dict[str, tuple] = {}  # keys a quant object may leave out
 
     def parse_quant(self, quant: object, shape: list[int]) -> QuantParams:
         """Validate a ``quant`` object from model.ie.json against this scheme
@@ -319,7 +323,10 @@ class Scheme(WeightType):
                 raise QuantDictError(key, f"missing key {key!r}")
             if not _value_ok(quant[key], allowed):
                 raise QuantDictError(key, f"invalid value {quant[key]!r}", () if _is_types(allowed) else allowed)
-        extra = sorted(set(quant) - set(self.QUANT_KEYS))
+        for key, allowed in self.QUANT_OPTIONAL.items():
+            if key in quant and not _value_ok(quant[key], allowed):
+                raise QuantDictError(key, f"invalid value {quant[key]!r}")
+        extra = sorted(set(quant) - set(self.QUANT_KEYS) - set(self.QUANT_OPTIONAL))
         if extra:
             raise QuantDictError(extra[0], f"unknown key {extra[0]!r}")
         if quant["scheme"] != self.name:
@@ -450,6 +457,7 @@ class _Block(Scheme):
 
     F16_FIELDS: tuple[tuple[str, int], ...] = (("d", 0),)  # (name, byte offset) of each block's f16 scales
     E8M0_FIELDS: tuple[tuple[str, int], ...] = ()  # (name, byte offset) of each block's E8M0 scale bytes
+    UE4M3_FIELDS: tuple[tuple[str, int], ...] = ()  # (name, byte offset) of each block's UE4M3 scale bytes
 
     @property
     def QUANT_KEYS(self):  # noqa: N802 - same role as the class attribute
@@ -2008,6 +2016,132 @@ class MXFP4(_Block, weight_type="mxfp4"):
 
     def _bound(self, b, raw):
         return _table_bound(b, e8m0_half(raw[:, 0])[:, None], np.float32(0), MXFP4_VALUES)
+
+
+def ue4m3_half(x: np.ndarray) -> np.ndarray:
+    """Half the value of UE4M3 bytes x (unsigned E4M3: exponent bits 3..6
+    biased 7, mantissa bits 0..2), as float32: (8 + m) 2^(e − 11), the
+    subnormals m 2^-10; ggml's ggml_ue4m3_to_fp32 (and gguf-py's), whose
+    halving matches the doubled e2m1 values. Bit 7 is not read and 0x7F,
+    E4M3's NaN, is 0, as there; the payload scan refuses both."""
+    x = np.asarray(x).astype(np.int32)
+    e, m = (x >> 3) & 0xF, x & 7
+    v = np.where(e == 0, m * np.float32(2**-10), (8 + m) * np.exp2(e - 11.0).astype(np.float32)).astype(np.float32)
+    return np.where((x == 0) | (x == 0x7F), np.float32(0), v)
+
+
+def ue4m3_of(x: np.ndarray) -> np.ndarray:
+    """The UE4M3 byte ggml's ggml_fp32_to_ue4m3 gives float32 x ≥ 0: values
+    at or above 2^8 clip to 0x7E (448), the mantissa rounds half up on its
+    fourth bit, subnormals round(512 x) (0 below half the least)."""
+    x = np.clip(np.asarray(x, np.float32), 0, 448).astype(np.float32)
+    bits = x.view(np.uint32)
+    e0 = ((bits >> 23) & 0xFF).astype(np.int32) - 120  # the exponent biased 7, before rounding
+    man = ((bits >> 20) & 7).astype(np.int32) + ((bits >> 19) & 1).astype(np.int32)
+    exp, man = np.where(man > 7, e0 + 1, e0), np.where(man > 7, 0, man)
+    normal = np.where(exp >= 15, 0x7E, (exp << 3) | man)
+    sub = np.clip((x * np.float32(512) + np.float32(0.5)).astype(np.int32), 0, 7)
+    out = np.where(e0 <= 0, sub, np.where(e0 >= 15, 0x7E, normal))
+    return np.where(x > 0, out, 0).astype(np.uint8)
+
+
+class NVFP4(_Block, weight_type="nvfp4"):
+    """NVIDIA's FP4 in ggml's block_nvfp4 layout: per 64 weights four UE4M3
+    scale bytes (one per 16), then 32 bytes of e2m1 codes, sub-block s's
+    eight at 4 + 8 s, byte j holding element 16 s + j (low nibble) and
+    16 s + j + 8 (high); w = ue4m3_half(d_s) × MXFP4_VALUES[q] × the
+    tensor's ``tensor_scale``. ModelOpt's and compressed-tensors' NVFP4
+    checkpoints are this (llama.cpp's converter repacks them bit for bit),
+    with a float32 second-level scale per matrix (their ``weight_scale_2``),
+    which llama.cpp keeps as a ``.scale`` tensor beside the weight and
+    multiplies the product by; here it is the ``quant`` object's
+    ``tensor_scale`` (1 where absent). ``input_scale``, the activation's
+    calibration scale of a W4A4 checkpoint (llama.cpp's ``.input_scale``,
+    which its graph loads and never reads, nor does ours), is carried so
+    that an export writes it back.
+
+    Without an importance matrix the bytes are ggml's quantize_row_nvfp4_ref
+    of the blocks divided by ``tensor_scale``: each scale ue4m3_of(max|x| / 6),
+    every code the nearest value for it (first of equals). With one, the
+    scale codes one below and above are tried too, the one with the smallest
+    weighted squared error kept. Not offered to the manifest: llama.cpp
+    quantizes to it only through its converter (NVFP4 checkpoints), and a
+    good tensor scale needs a pass over the whole matrix before it streams."""
+
+    GGUF, GGUF_FILE_TYPE = "NVFP4", "MOSTLY_NVFP4"
+    FALLBACK, LADDER = None, ()
+    MANIFEST = False
+
+    F16_FIELDS = ()
+    UE4M3_FIELDS = (("d0", 0), ("d1", 1), ("d2", 2), ("d3", 3))
+    QUANT_OPTIONAL = {"tensor_scale": (float,), "input_scale": (float,)}
+    SUB = 16  # weights per scale
+
+    def quant_dict(self, cols, p):
+        q = super().quant_dict(cols, p)
+        if p.tensor_scale != 1.0:
+            q["tensor_scale"] = p.tensor_scale
+        if p.input_scale is not None:
+            q["input_scale"] = p.input_scale
+        return q
+
+    def params_from(self, quant, cols):
+        def scale(key: str) -> float | None:
+            v = quant.get(key)
+            with np.errstate(over="ignore"):
+                exact = v is not None and float(np.float32(v)) == v
+            if v is not None and not (np.isfinite(v) and v > 0 and exact):
+                raise QuantDictError(key, f"must be a positive finite float32 value, got {v!r}")
+            return v
+        return QuantParams(self.name, tensor_scale=scale("tensor_scale") or 1.0, input_scale=scale("input_scale"))
+
+    @staticmethod
+    def pack_blocks(d: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """UE4M3 bytes [n, 4] and codes [n, 64] (element order) -> blocks [n, 36]."""
+        c = q.astype(np.uint8).reshape(-1, 4, 2, 8)
+        return np.concatenate([d.astype(np.uint8), (c[:, :, 0] | (c[:, :, 1] << 4)).reshape(-1, 32)], axis=1)
+
+    @staticmethod
+    def codes(raw: np.ndarray) -> np.ndarray:
+        """Blocks [n, 36] -> codes [n, 64] in element order."""
+        b = raw[:, 4:].reshape(-1, 4, 1, 8)
+        return np.concatenate([b & 0x0F, b >> 4], axis=2).reshape(-1, 64)
+
+    def _quantize_blocks(self, b, name):
+        sub = b.reshape(-1, self.SUB)
+        d = ue4m3_of(np.abs(sub).max(axis=1) / np.float32(6))
+        q, _v = MXFP4._codes(sub, ue4m3_half(d))
+        return self.pack_blocks(d.reshape(-1, 4), q.reshape(-1, 64))
+
+    def _quantize_weighted(self, b, wts, name):
+        sub, w = b.reshape(-1, self.SUB), wts.reshape(-1, self.SUB).astype(np.float64)
+        d0 = ue4m3_of(np.abs(sub).max(axis=1) / np.float32(6)).astype(np.int32)
+        best_err = np.full(sub.shape[0], np.inf)
+        best_d, best_q = d0.copy(), np.zeros(sub.shape, np.uint8)
+        for dd in (0, -1, 1):
+            d = np.clip(d0 + dd, 0, 0x7E)
+            q, v = MXFP4._codes(sub, ue4m3_half(d))
+            err = (w * (sub.astype(np.float64) - v) ** 2).sum(axis=1)
+            better = err < best_err
+            best_err = np.where(better, err, best_err)
+            best_d = np.where(better, d, best_d)
+            best_q[better] = q[better]
+        return self.pack_blocks(best_d.reshape(-1, 4), best_q.reshape(-1, 64))
+
+    def quantize_rows(self, w, p, name="tensor", importance=None):
+        return super().quantize_rows(np.asarray(w, np.float32) / np.float32(p.tensor_scale), p, name, importance)
+
+    def _dequantize_blocks(self, raw):
+        return (ue4m3_half(raw[:, :4])[:, :, None] * MXFP4_VALUES[self.codes(raw)].reshape(-1, 4, 16)).reshape(-1, 64)
+
+    def dequantize(self, raw, rows, cols, p):
+        return (self._dequantize_blocks(self._raw_blocks(raw)) * np.float32(p.tensor_scale)).reshape(rows, cols)
+
+    def error_bound(self, w, raw, p):
+        s = np.float32(p.tensor_scale)
+        b = (np.asarray(w, np.float32) / s).reshape(-1, self.SUB)
+        d = ue4m3_half(self._raw_blocks(raw)[:, :4]).reshape(-1, 1)
+        return (_table_bound(b, d, np.float32(0), MXFP4_VALUES) * s * np.float32(1 + 2**-20)).reshape(w.shape)
 
 
 class Int4W(Scheme, weight_type="int4w"):

@@ -76,6 +76,7 @@ TABLE: tuple[WeightFacts, ...] = (
     _blocks("iq2_s", 2 + 32 + 32 + 8 + 8, 256),  # d: f16, 32 x 10-bit codebook index (low bytes), 256 signs, high bits, 16 x 4-bit scale
     _blocks("iq1_s", 2 + 32 + 16, 256),  # d: f16, 32 x 11-bit ternary codebook index (low bytes), 8 x u16 (high bits, 3-bit scale, shift sign)
     _blocks("iq1_m", 32 + 16 + 8, 256),  # 32 x 11-bit index (low bytes), 32 x (3 high bits, shift sign), 16 x 3-bit scale and d in 4 u16
+    _blocks("nvfp4", 4 + 32, 64),  # 4 x UE4M3 scale (one per 16), 64 e2m1 nibbles; a float32 tensor_scale in quant
 )
 _FACTS: dict[str, WeightFacts] = {f.name: f for f in TABLE}
 

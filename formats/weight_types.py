@@ -19,7 +19,8 @@ from . import quant as _quant  # noqa: F401  (imported for its effect: it regist
 from .errors import IEError
 from .weight_table import BLOCK, TABLE, WeightFacts, WeightType, names, registered
 
-__all__ = ["BLOCK", "TABLE", "WeightFacts", "WeightType", "find", "get", "gguf_names", "names", "table"]
+__all__ = ["BLOCK", "TABLE", "WeightFacts", "WeightType", "find", "get", "gguf_names", "manifest_schemes", "names",
+           "table"]
 
 
 def find(name: object) -> WeightType | None:
@@ -44,3 +45,10 @@ def gguf_names(*, quantized: bool | None = None) -> dict[str, str]:
     """Weight type -> gguf.GGMLQuantizationType name, for the types whose
     bytes GGUF stores as they are (registry order; ``quantized`` filters)."""
     return {n: t.GGUF for n in names(quantized=quantized) if (t := get(n)).GGUF is not None}
+
+
+def manifest_schemes() -> tuple[str, ...]:
+    """The quantized types a q4_manifest may select (registry order): all but
+    those whose class says MANIFEST = False (nvfp4, which comes from
+    checkpoints, kept as they are)."""
+    return tuple(n for n in names(quantized=True) if get(n).MANIFEST)

@@ -56,13 +56,13 @@ def _call(name: str, *args: Any, **kwargs: Any) -> Any:
 def gemv(w: np.ndarray, p: dict[str, Any], x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """y = W x (+ bias) on the device; ``p`` is kernels.native_weight_args's description of W."""
     return _call("cuda_gemv", w, p["dtype"], p["rows"], p["cols"], x, bias=bias, group_size=p["group_size"],
-                 symmetric=p["symmetric"], scale_dtype=p["scale_dtype"])
+                 symmetric=p["symmetric"], scale_dtype=p["scale_dtype"], tensor_scale=p["tensor_scale"])
 
 
 def dequantize(w: np.ndarray, p: dict[str, Any]) -> np.ndarray:
     """W as float32 [rows, cols] from the device's dequantizer (bit-exact with the CPU's)."""
     return _call("cuda_dequantize", w, p["dtype"], p["rows"], p["cols"], group_size=p["group_size"],
-                 symmetric=p["symmetric"], scale_dtype=p["scale_dtype"])
+                 symmetric=p["symmetric"], scale_dtype=p["scale_dtype"], tensor_scale=p["tensor_scale"])
 
 
 def dedup_reconstruct(store: Any, name: str) -> np.ndarray:

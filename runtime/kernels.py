@@ -36,10 +36,12 @@ def native_weight_args(wt: WeightType, rows: int, cols: int, params: QuantParams
     """The keyword arguments that describe a [rows, cols] matrix of weight
     type ``wt`` to the native kernels (gemv, dequantize, expected_nbytes,
     bench_gemv, the decoder's matrices): dtype, rows, cols, group_size,
-    symmetric, scale_dtype. The one place they are built. Only int4w has
-    parameters (group_size 0 = none, for every other type); its
-    ``params.group_size`` None means the whole row."""
-    args = {"dtype": wt.name, "rows": rows, "cols": cols, "group_size": 0, "symmetric": True, "scale_dtype": "f16"}
+    symmetric, scale_dtype, tensor_scale. The one place they are built.
+    Only int4w has layout parameters (group_size 0 = none, for every other
+    type); its ``params.group_size`` None means the whole row. nvfp4's
+    tensor_scale (1 for every other type) the kernels multiply by."""
+    args = {"dtype": wt.name, "rows": rows, "cols": cols, "group_size": 0, "symmetric": True, "scale_dtype": "f16",
+            "tensor_scale": params.tensor_scale if params is not None else 1.0}
     if isinstance(wt, Int4W):
         args.update(group_size=params.group_size or cols, symmetric=params.symmetric, scale_dtype=params.scale_dtype)
     return args
@@ -111,8 +113,8 @@ def gemv(raw: Any, entry: Mapping[str, Any], x: np.ndarray, bias: np.ndarray | N
             raise NativeArgumentError("the CUDA GEMV takes act='f32' and layout='stored' only")
         return cuda.gemv(as_bytes(raw), p, x, bias)
     return native.gemv(as_bytes(raw), p["dtype"], p["rows"], p["cols"], x, bias=bias, group_size=p["group_size"],
-                       symmetric=p["symmetric"], scale_dtype=p["scale_dtype"], act=act, threads=threads, isa=isa,
-                       layout=layout)
+                       symmetric=p["symmetric"], scale_dtype=p["scale_dtype"], tensor_scale=p["tensor_scale"], act=act,
+                       threads=threads, isa=isa, layout=layout)
 
 
 def max_rel_error(y: np.ndarray, x: np.ndarray, w64: np.ndarray, bias: np.ndarray | None = None,
@@ -145,4 +147,4 @@ def dequantize(raw: Any, entry: Mapping[str, Any], device: str = "cpu") -> np.nd
     if device == "cuda":
         return cuda.dequantize(as_bytes(raw), p)
     return native.dequantize(as_bytes(raw), p["dtype"], p["rows"], p["cols"], group_size=p["group_size"],
-                             symmetric=p["symmetric"], scale_dtype=p["scale_dtype"])
+                             symmetric=p["symmetric"], scale_dtype=p["scale_dtype"], tensor_scale=p["tensor_scale"])

@@ -226,8 +226,8 @@ def rewrite_gguf(src: Path, dst: Path, *, drop: set[str] = frozenset(), kv: dict
     ``drop`` and the tensors mapped to None in ``tensors`` left out,
     key-values ``kv`` added (a bool as bool, an int as uint32, a float as
     float32, a string as a string, a list as an array), and tensors
-    ``tensors`` (name -> array, written as its numpy type) added or
-    replaced: one change at a time to a valid file, for the import's
+    ``tensors`` (name -> array, written as its numpy type, or (bytes, ggml
+    type) for a block type's) added or replaced: one change at a time to a valid file, for the import's
     refusals. ``arch`` names another architecture; ``keys`` renames
     key-values (whole names) and ``names`` the parts of tensor names (each
     first occurrence), as another converter would have written the file."""
@@ -254,6 +254,9 @@ def rewrite_gguf(src: Path, dst: Path, *, drop: set[str] = frozenset(), kv: dict
             for a, b in (names or {}).items():
                 name = name.replace(a, b, 1)
             w.add_tensor(name, np.asarray(t.data), raw_dtype=t.tensor_type)  # (shape: from the data's)
+        elif isinstance(tensors[t.name], tuple):  # (bytes [rows, row bytes], its ggml type): a block type's
+            data, qtype = tensors.pop(t.name)
+            w.add_tensor(t.name, data, raw_dtype=qtype)
         elif tensors[t.name] is not None:
             w.add_tensor(t.name, tensors.pop(t.name))
     for name, a in tensors.items():

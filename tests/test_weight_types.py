@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from iekit.formats import weight_types
+from iekit.formats.weight_types import manifest_schemes
 from iekit.formats.casting import encode_f32
 from iekit.formats.dtypes import DTYPES
 from iekit.formats.errors import IEError
@@ -112,7 +113,7 @@ def test_fallbacks_and_ladder_entries_are_selections_of_real_schemes():
 
 
 def test_names_filters():
-    assert weight_types.names(quantized=True) == ("int4w", "q4_0", "q4_1", "q8_0", "q4_k", "iq4_nl", "iq4_xs", "q5_k", "q6_k", "q5_0", "q5_1", "mxfp4", "q3_k", "q2_k", "iq3_s", "iq4_xsh", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m")
+    assert weight_types.names(quantized=True) == ("int4w", "q4_0", "q4_1", "q8_0", "q4_k", "iq4_nl", "iq4_xs", "q5_k", "q6_k", "q5_0", "q5_1", "mxfp4", "q3_k", "q2_k", "iq3_s", "iq4_xsh", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m", "nvfp4")
     assert weight_types.names(quantized=False) == ("f32", "f16", "bf16")
     assert weight_types.names(int8_act=True) == QUANTIZED
     assert weight_types.names(gemv=True) == weight_types.names()
@@ -120,7 +121,7 @@ def test_names_filters():
 
 
 def test_unknown_name_is_a_clear_error():
-    with pytest.raises(IEError, match=r"unknown weight type 'q7_k' \(known: f32, f16, bf16, int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m\)"):
+    with pytest.raises(IEError, match=r"unknown weight type 'q7_k' \(known: f32, f16, bf16, int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m, nvfp4\)"):
         weight_types.get("q7_k")
     assert weight_types.find("q7_k") is None and weight_types.find(None) is None
 
@@ -138,7 +139,7 @@ def test_duplicate_registration_is_refused():
 
     assert weight_types.get("q4_0") is SCHEMES["q4_0"]
     assert [type(weight_types.get(n)).__name__ for n in weight_types.names()] == \
-        ["F32", "F16", "BF16", "Int4W", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "IQ4_NL", "IQ4_XS", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "MXFP4", "Q3_K", "Q2_K", "IQ3_S", "IQ4_XSH", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M"]
+        ["F32", "F16", "BF16", "Int4W", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "IQ4_NL", "IQ4_XS", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "MXFP4", "Q3_K", "Q2_K", "IQ3_S", "IQ4_XSH", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M", "NVFP4"]
 
 
 # ------------------------------------------------------------------- nbytes
@@ -204,7 +205,8 @@ def test_schema_dtype_and_scheme_enums_are_the_registry():
         ("iebin.schema.json", "properties/tensors/items/properties/dtype"): [*DTYPES, *QUANTIZED],
         # a quantized dtype needs a quant object
         ("iebin.schema.json", "properties/tensors/items/allOf/0/if/properties/dtype"): list(QUANTIZED),
-        ("q4_manifest.schema.json", "$defs/selection_core/properties/scheme"): ["keep", *QUANTIZED],
+        # (nvfp4 comes from checkpoints alone: weight_types.manifest_schemes)
+        ("q4_manifest.schema.json", "$defs/selection_core/properties/scheme"): ["keep", *manifest_schemes()],
         # group_size / symmetric / scale_dtype: only for the schemes that take them
         ("q4_manifest.schema.json", "$defs/selection_core/if/properties/scheme"): grouped,
     }
@@ -234,7 +236,7 @@ def test_cli_choices_are_the_registry():
     from iekit.convert.cli import cli
     from iekit.runtime import decoder_weights, kernels, microbench
 
-    assert _choices(cli.commands["q4-manifest"], "scheme") == QUANTIZED
+    assert _choices(cli.commands["q4-manifest"], "scheme") == manifest_schemes()
     assert _choices(cli.commands["hf-to-iebin"], "dtype") == FLOATS
     kernel_choices = _choices(microbench.microbench, "kernel")
     assert set(kernel_choices) - {"bsr", "dedup"} == set(weight_types.names(gemv=True))

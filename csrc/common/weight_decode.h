@@ -434,6 +434,22 @@ IE_HD float e8m0_half(uint8_t e) {
   return f32_from_bits(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
 }
 
+// nvfp4 (NVIDIA's FP4, ggml's block_nvfp4): 64 weights as four UE4M3 scale
+// bytes (one per 16, unsigned E4M3: 4 exponent bits biased 7, 3 mantissa
+// bits), then 32 bytes of e2m1 codes, sub-block s's 8 bytes at 4 + 8 s, byte
+// j holding element 16 s + j (low nibble) and 16 s + j + 8 (high);
+// w = ue4m3_half(d_s) * mxfp4_value(q) * tensor scale (WeightSpec::scale).
+// ue4m3_half is ggml's ggml_ue4m3_to_fp32 (halved, as e8m0_half, for the
+// doubled values): (8 + m) 2^(e - 11), subnormals m 2^-10; bit 7 is not
+// read, and 0x7F (E4M3's NaN) is 0, as there (the import and `validate
+// --deep` refuse both: formats/finite.py).
+constexpr int kNvfp4Qs = 4;
+IE_HD float ue4m3_half(uint8_t x) {
+  if (x == 0 || x == 0x7F) return 0.f;
+  const uint32_t e = (x >> 3) & 0xFu, m = x & 7u;
+  return e == 0 ? static_cast<float>(m) * 0x1p-10f : f32_from_bits(((e + 119u) << 23) | (m << 20));
+}
+
 // The types whose codes index a table of int8 values (iq4_nl, iq4_xs,
 // mxfp4; iq3_s's rows8 nibbles): value q of the table; and for the one-scale-per-block ones
 // (iq4_nl, mxfp4) the scale of the block at blk.
@@ -441,8 +457,8 @@ IE_HD float e8m0_half(uint8_t e) {
 // -15..15) as the nibble (v + 15) / 2, whose value is 2 q - 15.
 // iq3_xxs's and iq2_xxs's re-code v as codebook_nibble(v).
 IE_HD constexpr int grid_value(WType t, int q) {
-  return t == WType::MXFP4     ? mxfp4_value(q)
-         : t == WType::IQ3_S   ? 2 * q - 15
+  return t == WType::MXFP4 || t == WType::NVFP4 ? mxfp4_value(q)
+         : t == WType::IQ3_S                    ? 2 * q - 15
          : t == WType::IQ3_XXS ? (q >= 8 ? iq3xxs_level_value(q - 8) : -iq3xxs_level_value(7 - q))
          : iq2_values(t)       ? (q >= 8 ? iq2xxs_level_value(q - 8) : -iq2xxs_level_value(7 - q))
          : iq1_values(t)       ? (q >= 8 ? iq1_level_value(q - 8) : -iq1_level_value(7 - q))
@@ -562,6 +578,21 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
       for (int e = 0; e < 16; ++e) {
         out[e] = d * static_cast<float>(grid_value(s.type, qs[e] & 0xF) + shift);
         out[e + 16] = d * static_cast<float>(grid_value(s.type, qs[e] >> 4) + shift);
+      }
+      return;
+    }
+    case WType::NVFP4: {  // the span's two sub-blocks 2h, 2h + 1 of its 64-block
+      const uint8_t* blk = row + c0 / 64 * lay.block_bytes;
+      const int h = static_cast<int>(c0 % 64 / 32);
+      IE_UNROLL
+      for (int t = 0; t < 2; ++t) {
+        const float d = ue4m3_half(blk[2 * h + t]);
+        const uint8_t* qs = blk + kNvfp4Qs + 8 * (2 * h + t);
+        IE_UNROLL
+        for (int j = 0; j < 8; ++j) {
+          out[16 * t + j] = d * static_cast<float>(mxfp4_value(qs[j] & 0xF)) * s.scale;
+          out[16 * t + j + 8] = d * static_cast<float>(mxfp4_value(qs[j] >> 4)) * s.scale;
+        }
       }
       return;
     }

@@ -1,5 +1,6 @@
 #include "weight_types.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "errors.h"
@@ -49,7 +50,7 @@ WeightLayout layout_of(const WeightSpec& s) {
 }  // namespace
 
 WeightSpec make_weight_spec(const std::string& dtype, int64_t rows, int64_t cols, int64_t group_size,
-                            bool symmetric, const std::string& scale_dtype) {
+                            bool symmetric, const std::string& scale_dtype, double tensor_scale) {
   const WTypeInfo* t = find_wtype(dtype);
   if (t == nullptr) fail("unknown weight dtype '" + dtype + "' (expected " + wtype_names() + ")");
   if (rows < 1 || cols < 1)
@@ -92,6 +93,12 @@ WeightSpec make_weight_spec(const std::string& dtype, int64_t rows, int64_t cols
     total = checked_add(total, checked_mul(plane, s.symmetric ? 1 : 2, what.c_str()), what.c_str());
   }
   if (total > static_cast<size_t>(INT64_MAX)) fail(what + ": size overflows");
+  const float ts = static_cast<float>(tensor_scale);
+  if (!(std::isfinite(tensor_scale) && tensor_scale > 0 && static_cast<double>(ts) == tensor_scale && ts > 0))
+    fail(dtype + ": tensor_scale must be a positive finite float32 value, got " + std::to_string(tensor_scale));
+  if (ts != 1.f && s.type != WType::NVFP4)
+    fail(dtype + ": tensor_scale applies to nvfp4 only, got " + std::to_string(tensor_scale));
+  s.scale = ts;
   return s;
 }
 

@@ -11,7 +11,7 @@
 
 namespace ie {
 
-enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS, Q5_K, Q6_K, Q5_0, Q5_1, MXFP4, Q3_K, Q2_K, IQ3_S, IQ4_XSH, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M };
+enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS, Q5_K, Q6_K, Q5_0, Q5_1, MXFP4, Q3_K, Q2_K, IQ3_S, IQ4_XSH, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, NVFP4 };
 
 struct WTypeInfo {
   WType type;
@@ -50,6 +50,7 @@ inline constexpr WTypeInfo kWeightTypes[] = {
     {WType::IQ2_S, "iq2_s", 256, 82, 2, true, true, true},       // d; index low bytes at 2, signs at 34, high bits at 66, scales at 74
     {WType::IQ1_S, "iq1_s", 256, 50, 2, true, true, true},       // d; index low bytes at 2; per 32-block a u16 (high bits, scale, shift) at 34
     {WType::IQ1_M, "iq1_m", 256, 56, 0, true, true, true},       // index low bytes; high bits and shifts at 32; scales and d at 48
+    {WType::NVFP4, "nvfp4", 64, 36, 4, true, true, true},        // 4 UE4M3 scales (one per 16), then e2m1 nibbles
 };
 inline constexpr int kNumWeightTypes = sizeof(kWeightTypes) / sizeof(kWeightTypes[0]);
 
@@ -82,13 +83,17 @@ struct WeightSpec {
   int64_t group_size = 0;  // int4w: elements per scale (multiple of 32 dividing cols); blocks: block_elems; floats: 0
   bool symmetric = true;   // int4w only
   bool scale_f32 = false;  // int4w only: scales (and mins) stored as f32 instead of f16
+  // nvfp4 only: the matrix is its blocks' values times this (NVFP4's second-level, per-tensor f32 scale;
+  // llama.cpp's `.scale` tensor beside the weight), which decode_span and the GEMVs apply; 1 for every other type.
+  float scale = 1.f;
 };
 
 // Parses and validates a weight description, including that every byte
 // count of the stored matrix fits in size_t and int64. Throws
 // std::invalid_argument with a one-line message naming the parameter.
+// tensor_scale: WeightSpec::scale, finite, positive, a float32 value; other than 1 for nvfp4 only.
 WeightSpec make_weight_spec(const std::string& dtype, int64_t rows, int64_t cols, int64_t group_size,
-                            bool symmetric, const std::string& scale_dtype);
+                            bool symmetric, const std::string& scale_dtype, double tensor_scale = 1.0);
 
 // Byte geometry of a stored weight matrix (docs/formats/quant.md).
 struct WeightLayout {

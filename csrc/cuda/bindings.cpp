@@ -48,8 +48,8 @@ DeviceOperands upload_operands(const ie::ProductOperands& o, int64_t rows, int64
 
 py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_t rows, int64_t cols, FArray x,
                            std::optional<FArray> bias, int64_t group_size, bool symmetric,
-                           const std::string& scale_dtype) {
-  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
+                           const std::string& scale_dtype, double tensor_scale) {
+  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype, tensor_scale);
   const py::buffer_info wb = ie::weight_buffer(w, s);
   ie::ProductOperands o = ie::product_operands(x, bias, rows, cols, ie::cuda::kMaxBatch, 1);
   require_device();
@@ -65,8 +65,8 @@ py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_
 }
 
 py::array_t<float> dequantize_py(const py::buffer& w, const std::string& dtype, int64_t rows, int64_t cols,
-                                 int64_t group_size, bool symmetric, const std::string& scale_dtype) {
-  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
+                                 int64_t group_size, bool symmetric, const std::string& scale_dtype, double tensor_scale) {
+  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype, tensor_scale);
   const py::buffer_info wb = ie::weight_buffer(w, s);
   py::array_t<float> out({rows, cols});
   float* op = out.mutable_data();
@@ -82,9 +82,9 @@ py::array_t<float> dequantize_py(const py::buffer& w, const std::string& dtype, 
 }
 
 py::dict bench_gemv_py(const std::string& dtype, int64_t rows, int64_t cols, int64_t group_size, bool symmetric,
-                       const std::string& scale_dtype, int batch, size_t min_bytes, int iters, int split,
+                       const std::string& scale_dtype, double tensor_scale, int batch, size_t min_bytes, int iters, int split,
                        int rows_per_group) {
-  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
+  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype, tensor_scale);
   require_device();
   ie::cuda::GemvBench r;
   {
@@ -163,14 +163,14 @@ void ie_register_cuda(py::module_& m) {
       "Device-to-device copy bandwidth, GB/s of bytes read + written (median of `iters` copies of `nbytes`).");
   m.def("cuda_gemv", &gemv_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("x"),
         py::arg("bias") = py::none(), py::arg("group_size") = 0, py::arg("symmetric") = true,
-        py::arg("scale_dtype") = "f16",
+        py::arg("scale_dtype") = "f16", py::arg("tensor_scale") = 1.0,
         "gemv() on the CUDA device: W uploaded (q4_0/q4_1 repacked to planes), y = W x (+ bias), float32 "
         "accumulation; x [cols] or [b <= 8, cols].");
   m.def("cuda_dequantize", &dequantize_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
-        py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16",
+        py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("tensor_scale") = 1.0,
         "dequantize() on the CUDA device: bit-exact with docs/formats/quant.md.");
   m.def("cuda_bench_gemv", &bench_gemv_py, py::arg("dtype"), py::arg("rows"), py::arg("cols"),
-        py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("batch") = 1,
+        py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("tensor_scale") = 1.0, py::arg("batch") = 1,
         py::arg("min_bytes") = size_t(512) << 20, py::arg("iters") = 20, py::arg("split") = 0,
         py::arg("rows_per_group") = 0,
         "Time device GEMVs over enough weight copies (> min_bytes) that no call finds its weights in L2; "

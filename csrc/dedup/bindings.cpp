@@ -154,9 +154,9 @@ using FArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 // the decoder calls it directly).
 py::array_t<float> gemv_dedup_py(ie::dedup::DedupStore& store, const std::string& name, const std::string& dtype,
                                  int64_t rows, int64_t cols, FArray x, std::optional<FArray> bias, int64_t group_size,
-                                 bool symmetric, const std::string& scale_dtype, const std::string& act, int threads,
+                                 bool symmetric, const std::string& scale_dtype, double tensor_scale, const std::string& act, int threads,
                                  const std::string& isa_name) {
-  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
+  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype, tensor_scale);
   const ie::Act a = ie::parse_act(act);
   const ie::Isa isa = ie::resolve_isa(isa_name);
   if (!store.contains(name)) throw py::key_error(name);
@@ -268,7 +268,7 @@ void ie_register_dedup(py::module_& m) {
         "selected kernel (test and bench hook). ValueError naming the rule if mask and exceptions disagree.");
   m.def("gemv_dedup", &gemv_dedup_py, py::arg("store"), py::arg("name"), py::arg("dtype"), py::arg("rows"),
         py::arg("cols"), py::arg("x"), py::arg("bias") = py::none(), py::arg("group_size") = 0,
-        py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1,
+        py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("tensor_scale") = 1.0, py::arg("act") = "f32", py::arg("threads") = 1,
         py::arg("isa") = "",
         "y = W x (+ bias) for the dedup member `name` of `store`, rebuilt a kernel step at a time inside the "
         "product (never whole); counted in store.stats() as a fused call.");

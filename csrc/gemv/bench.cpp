@@ -80,6 +80,11 @@ void fill_rows(const WeightSpec& s, const WeightLayout& l, uint8_t* w, int64_t r
         fill_bytes(row, l.row_bytes, st);
         for (int64_t b = 0; b < s.cols / 32; ++b) row[b * l.block_bytes] = static_cast<uint8_t>(119 + splitmix(st) % 8);
         break;
+      case WType::NVFP4:  // random codes under UE4M3 scales 2^-7 .. 2^-1 (exponents 1 .. 7)
+        fill_bytes(row, l.row_bytes, st);
+        for (int64_t b = 0; b < s.cols / 64; ++b)
+          for (int k = 0; k < 4; ++k) row[b * l.block_bytes + k] = static_cast<uint8_t>(8 + splitmix(st) % 56);
+        break;
       case WType::Q4_K:  // random codes and 6-bit sub-scales/mins under random f16 d, dmin
       case WType::Q5_K:
       case WType::Q2_K:  // (4-bit ones, d and dmin at 80)

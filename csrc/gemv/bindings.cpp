@@ -21,9 +21,9 @@ using FArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
 py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_t rows, int64_t cols, FArray x,
                            std::optional<FArray> bias, int64_t group_size, bool symmetric,
-                           const std::string& scale_dtype, const std::string& act, int threads,
+                           const std::string& scale_dtype, double tensor_scale, const std::string& act, int threads,
                            const std::string& isa_name, const std::string& layout) {
-  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
+  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype, tensor_scale);
   const ie::Act a = ie::parse_act(act);
   const ie::Isa isa = ie::resolve_isa(isa_name);
   const ie::Layout l = ie::parse_layout(layout, s, a, isa);
@@ -46,8 +46,8 @@ py::array_t<float> gemv_py(const py::buffer& w, const std::string& dtype, int64_
 }
 
 py::array_t<float> dequantize_py(const py::buffer& w, const std::string& dtype, int64_t rows, int64_t cols,
-                                 int64_t group_size, bool symmetric, const std::string& scale_dtype) {
-  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
+                                 int64_t group_size, bool symmetric, const std::string& scale_dtype, double tensor_scale) {
+  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype, tensor_scale);
   const py::buffer_info wb = ie::weight_buffer(w, s);
   py::array_t<float> out({rows, cols});
   const uint8_t* wp = static_cast<const uint8_t*>(wb.ptr);
@@ -77,9 +77,9 @@ py::tuple quantize_act_q8_py(FArray x, const std::string& isa_name) {
 }
 
 py::dict bench_gemv_py(const std::string& dtype, int64_t rows, int64_t cols, int64_t group_size, bool symmetric,
-                       const std::string& scale_dtype, const std::string& act, int threads, int batch,
+                       const std::string& scale_dtype, double tensor_scale, const std::string& act, int threads, int batch,
                        size_t min_bytes, int iters, const std::string& isa_name, const std::string& layout) {
-  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype);
+  const ie::WeightSpec s = ie::make_weight_spec(dtype, rows, cols, group_size, symmetric, scale_dtype, tensor_scale);
   const ie::Act a = ie::parse_act(act);
   const ie::Isa isa = ie::resolve_isa(isa_name);
   const ie::Layout l = ie::parse_layout(layout, s, a, isa);
@@ -137,7 +137,7 @@ py::object repack_planar_py(const py::buffer& w, const std::string& dtype, int64
 void ie_register_gemv(py::module_& m) {
   m.def("gemv", &gemv_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("x"),
         py::arg("bias") = py::none(), py::arg("group_size") = 0, py::arg("symmetric") = true,
-        py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "",
+        py::arg("scale_dtype") = "f16", py::arg("tensor_scale") = 1.0, py::arg("act") = "f32", py::arg("threads") = 1, py::arg("isa") = "",
         py::arg("layout") = "stored",
         "y = W x (+ bias) with W kept packed (w: 1-D uint8 buffer, not copied). x [cols] -> y [rows]; "
         "x [b, cols] (b <= MAX_BATCH; MAX_ROWS8_BATCH with layout='rows8' or 'packing') -> y [b, rows]. act='int8' quantizes x "
@@ -145,7 +145,7 @@ void ie_register_gemv(py::module_& m) {
         "here); 'packing' runs the same kernels over the stored bytes, each thread packing the tiles it multiplies next "
         "(a decoder's experts in prefill): the same y bit for bit.");
   m.def("dequantize", &dequantize_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
-        py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16",
+        py::arg("group_size") = 0, py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("tensor_scale") = 1.0,
         "W as float32 [rows, cols], bit-exact with docs/formats/quant.md.");
   m.def("repack_planar", &repack_planar_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
         "The CUDA upload's repack of q4_0 / q4_1 into int4w planes: (WeightSpec, uint8 bytes), or None for a "
@@ -156,7 +156,7 @@ void ie_register_gemv(py::module_& m) {
   m.attr("MAX_BATCH") = ie::max_batch(false);
   m.attr("MAX_ROWS8_BATCH") = ie::max_batch(true);
   m.def("bench_gemv", &bench_gemv_py, py::arg("dtype"), py::arg("rows"), py::arg("cols"), py::arg("group_size") = 0,
-        py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("act") = "f32", py::arg("threads") = 1,
+        py::arg("symmetric") = true, py::arg("scale_dtype") = "f16", py::arg("tensor_scale") = 1.0, py::arg("act") = "f32", py::arg("threads") = 1,
         py::arg("batch") = 1, py::arg("min_bytes") = size_t(256) << 20, py::arg("iters") = 20, py::arg("isa") = "",
         py::arg("layout") = "stored",
         "Time GEMVs over enough random weight copies (> min_bytes) that each call streams from DRAM.");

@@ -199,13 +199,32 @@ constexpr Grid16 kIq4Grid = grid_table(WType::IQ4_NL), kMxfp4Grid = grid_table(W
                  kIq3sGrid = grid_table(WType::IQ3_S), kIq3xxsGrid = grid_table(WType::IQ3_XXS),
                  kIq2xxsGrid = grid_table(WType::IQ2_XXS), kIq1Grid = grid_table(WType::IQ1_S);
 constexpr const int8_t* grid_values(WType t) {
-  return t == WType::MXFP4     ? kMxfp4Grid.v
+  return t == WType::MXFP4 || t == WType::NVFP4 ? kMxfp4Grid.v
          : t == WType::IQ3_S   ? kIq3sGrid.v
          : t == WType::IQ3_XXS ? kIq3xxsGrid.v
          : iq2_values(t)       ? kIq2xxsGrid.v
          : iq1_values(t)       ? kIq1Grid.v
                                : kIq4Grid.v;
 }
+// ue4m3_half of every byte, for the nvfp4 kernels' one gather of a block's four scales.
+struct Ue4m3Table {
+  float v[256];
+};
+constexpr Ue4m3Table ue4m3_table() {
+  Ue4m3Table t{};
+  for (int x = 0; x < 256; ++x) {
+    const int e = (x >> 3) & 0xF, m = x & 7;
+    float p = 0x1p-10f;  // the subnormals' step; (8 + m) 2^(e - 11) = (8 + m) 2^-10 2^(e - 1)
+    for (int k = 1; k < e; ++k) p *= 2.f;
+    t.v[x] = x == 0x7F ? 0.f : e == 0 ? static_cast<float>(m) * 0x1p-10f : static_cast<float>(8 + m) * p;
+  }
+  return t;
+}
+constexpr Ue4m3Table kUe4m3 = ue4m3_table();
+static_assert(kUe4m3.v[0x38] == 0.5f && kUe4m3.v[0x7E] == 224.f && kUe4m3.v[1] == 0x1p-10f && kUe4m3.v[0x08] == 0x1p-7f &&
+                  kUe4m3.v[0xFF] == 240.f,
+              "ue4m3_half: 1.0 halved, 448 halved, the least subnormal, the least normal; bit 7 unread");
+
 // The largest |value| of a table: how many products a kernel may sum in int16.
 constexpr int grid_abs_max(const Grid16& g) {
   int m = 0;

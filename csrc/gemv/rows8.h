@@ -95,7 +95,7 @@ namespace ie {
 // Every switch on the weight type here, in rows8.cpp and rows8_tiles.h
 // names each type (no `default:`): the build makes a missing case an
 // error (-Werror=switch), so a new type cannot pass for a 4-bit one.
-static_assert(kNumWeightTypes == 25, "a new weight type: give it its case in every switch of gemv/rows8*");
+static_assert(kNumWeightTypes == 26, "a new weight type: give it its case in every switch of gemv/rows8*");
 
 // 0: a float type, which has no row-interleaved copy (rows8_applies).
 constexpr int rows8_code_bits(WType t) {
@@ -122,6 +122,7 @@ constexpr int rows8_code_bits(WType t) {
     case WType::IQ1_S:    // and 1.56
     case WType::IQ1_M:    // and 1.75
     case WType::MXFP4: return 4;
+    case WType::NVFP4:  // no row-interleaved copy: its scale per 16 weights is a float (stored layout only)
     case WType::F32:
     case WType::F16:
     case WType::BF16: return 0;

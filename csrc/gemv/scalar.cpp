@@ -133,6 +133,21 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
       k.scale_hi = sc[1];
       return k;
     }
+    case WType::NVFP4: {  // the table values as codes under the scales of the 32-block's two halves
+      const uint8_t* p = a.w + r * l.row_bytes + blk / 2 * l.block_bytes;
+      const int h = static_cast<int>(blk % 2);
+      k.split = true;
+      k.scale = ue4m3_half(p[2 * h]) * s.scale;
+      k.scale_hi = ue4m3_half(p[2 * h + 1]) * s.scale;
+      for (int t = 0; t < 2; ++t) {
+        const uint8_t* q = p + kNvfp4Qs + 8 * (2 * h + t);
+        for (int j = 0; j < 8; ++j) {
+          k.code[16 * t + j] = mxfp4_value(q[j] & 0xF);
+          k.code[16 * t + j + 8] = mxfp4_value(q[j] >> 4);
+        }
+      }
+      return k;
+    }
     case WType::IQ4_NL:
     case WType::IQ4_XS:
     case WType::IQ4_XSH:
