@@ -82,7 +82,8 @@ SAN_ENV = LD_PRELOAD="$$(clang++ -print-file-name=libclang_rt.asan-x86_64.so) $$
           PYTHONPATH=$(SAN_SITE)
 SAN_PYTESTS := tests/test_native.py tests/test_gemv.py tests/test_bsr.py tests/test_bsr_validator.py \
                tests/test_dedup_loader.py tests/test_decoder.py tests/test_weight_types_parity.py tests/test_fuzz_python.py \
-               tests/test_gemm.py tests/test_hessians.py tests/test_gptq_experts.py tests/test_quant_search.py
+               tests/test_gemm.py tests/test_hessians.py tests/test_gptq_experts.py tests/test_quant_search.py \
+               tests/test_nvfp4.py
 
 fuzz-deps:
 	@command -v clang++ >/dev/null && test -n "$$(clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a | grep /)" || \

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from iekit.formats import checksums, expert_stacks, gptq, hf_fp8, iebin
+from iekit.formats import checksums, expert_stacks, gptq, hf_fp8, hf_nvfp4, iebin
 from iekit.formats import imatrix as imatrix_fmt
 from iekit.formats.casting import cast_bytes, decode_f32
 from iekit.formats.dtypes import DTYPES
@@ -92,12 +92,17 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
     with ExitStack() as stack:
         # gpt-oss's MXFP4 blocks + scales pairs become one mxfp4 tensor each, never offered to the manifest.
         tensors, pairs = hf_mxfp4.split_pairs(collect_tensors(src, stack), src.config, str(src.dir))
+        # An NVFP4 checkpoint's weights become nvfp4 tensors as they are (formats/hf_nvfp4.py), never offered to
+        # the manifest either; its config.json is written without the quantization_config.
+        tensors, nv_list = hf_nvfp4.split(tensors, src.config, str(src.dir))
         # An FP8 checkpoint is written as the float one it stands for (formats/hf_fp8.py): its weights dequantized
         # (in its own dtype unless --dtype says), its config without the quantization_config, config.json too.
-        config, fp8_dtype = hf_fp8.float_config(src.config, tensors), dtype or hf_fp8.default_dtype(src.config)
+        config = hf_nvfp4.float_config(hf_fp8.float_config(src.config, tensors))
+        fp8_dtype = dtype or hf_fp8.default_dtype(src.config)
         if config is not src.config:
             aux_data["config.json"] = (json.dumps(config, indent=2) + "\n").encode()
         mx_pairs = {p.name: p for p in pairs}
+        nv_mats = {m.name: m for m in nv_list}
         # gpt-oss's float expert stacks are [experts, in, out]: written transposed (expert_stacks.py).
         written = expert_stacks.AsWritten(config, tensors)
         if written.config is not config:  # (Qwen3.5's value heads in llama.cpp's order: recorded in config.json)
@@ -107,7 +112,8 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
         # An invalid MoE / attention config is refused here, before any byte is written.
         summary = model_summary(config)
         unsupported = check_convertible(summary, config,
-                                        {**shapes, **{p.name: p.shape for p in pairs}}, src.dir / "config.json")
+                                        {**shapes, **{p.name: p.shape for p in [*pairs, *nv_list]}},
+                                        src.dir / "config.json")
         arch = summary["architecture"]
         if arch in MULTIMODAL:
             unsupported = (f"ierun cannot run this model: {arch} is multimodal; `ieconv text-model --hf-dir "
@@ -116,10 +122,10 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                      force=force) if manifest else None
         importance, iwarn = load_importance(imatrix or (manifest.imatrix if manifest else None),
                                             qplan.quantize if qplan else {}, shapes)
-        names = sorted([*tensors, *mx_pairs], key=natural_key)
+        names = sorted([*tensors, *mx_pairs, *nv_mats], key=natural_key)
         if covariances is not None:  # the order its windows (and a sequential pass) are collected in
             names = covariances.forward_order(names)
-        bytes_in = sum(t.nbytes for _, t in tensors.values()) + sum(p.source_nbytes for p in pairs)
+        bytes_in = sum(t.nbytes for _, t in tensors.values()) + sum(p.source_nbytes for p in [*pairs, *nv_list])
         # One bar for both: the shards are hashed beside the conversion (source_hashes.py).
         progress.start("converting", bytes_in + sum((src.dir / s).stat().st_size for s in src.shards))
         hashes = stack.enter_context(SourceHashes([(s, src.dir / s) for s in src.shards], progress.advance, checksum))
@@ -135,6 +141,11 @@ def convert(src: HFSource, out_dir: str | os.PathLike, *, dtype: str | None = No
                     pair = mx_pairs[name]
                     writer.add_tensor(name, "mxfp4", pair.shape, hf_mxfp4.chunks(pair, progress.advance), pair.nbytes,
                                       extra={iebin.QUANT_KEY: hf_mxfp4.MXFP4.quant_dict(pair.shape[-1], QuantParams("mxfp4"))})
+                    continue
+                if name in nv_mats:
+                    m = nv_mats[name]
+                    writer.add_tensor(name, "nvfp4", m.shape, hf_nvfp4.chunks(m, progress.advance), m.nbytes,
+                                      extra={iebin.QUANT_KEY: hf_nvfp4.NVFP4.quant_dict(m.shape[-1], m.params)})
                     continue
                 sf, t = tensors[name]
                 shape = shapes[name]

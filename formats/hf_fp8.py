@@ -46,6 +46,7 @@ import numpy as np
 
 from .casting import cast_bytes
 from .dtypes import DTYPES, F8_E4M3
+from . import hf_nvfp4
 from .errors import IEError
 from .safetensors_reader import CHUNK_BYTES, SafetensorsFile, SafetensorsTensor
 
@@ -189,7 +190,7 @@ def read_as_floats(config: Any, found: dict[str, tuple[Any, SafetensorsTensor]],
     names the checkpoint in messages."""
     fp8 = sorted(n for n, (_sf, t) in found.items() if t.dtype is F8_E4M3)
     if not is_fp8(config):
-        if fp8:
+        if fp8 and not hf_nvfp4.is_nvfp4(config):  # (an NVFP4 checkpoint's scales are F8_E4M3: hf_nvfp4.split)
             raise IEError(f"{where}: {fp8[0]} is FP8 (F8_E4M3) but config.json has no quantization_config "
                           "with quant_method 'fp8' to say how its scales apply")
         return found

@@ -1538,7 +1538,7 @@ def _check_config(cfg: dict[str, Any], arch: Arch, meta_path: Path) -> None:
                                "option) is not supported by the decoder")
     q = cfg.get("quantization_config")
     method = q.get("quant_method") if isinstance(q, dict) else q
-    if q is not None and method != "mxfp4":  # mxfp4: gpt-oss's experts, converted to the mxfp4 type
+    if q is not None and method != "mxfp4":  # mxfp4: gpt-oss's experts, converted to the mxfp4 type (NVFP4's: none)
         raise UnsupportedError(f"{meta_path}: config.quantization_config: quant_method {method!r} is not supported "
                                "(the decoder reads float weights, or the types ieconv and llama.cpp quantize to; "
                                "mxfp4 is); dequantize the checkpoint first")

@@ -247,3 +247,97 @@ def test_export_refuses_where_llama_cpp_leaves_a_scale_unapplied(tmp_path):
     assert res.returncode == 0, res.stderr
     types = {t.tensor_type.name for t in gguf.GGUFReader(str(tmp_path / "y.gguf")).tensors}
     assert "NVFP4" not in types and not any(t.name.endswith(".scale") for t in gguf.GGUFReader(str(tmp_path / "y.gguf")).tensors)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_hf_checkpoint_is_the_converters_file(imported, name, tmp_path):
+    """hf-to-iebin of the Model Optimizer checkpoint itself (golden/hf/<name>)
+    writes every NVFP4 matrix as gguf-to-iebin of llama.cpp's conversion of it
+    does: the same bytes, the same quant object (scales included), config.json
+    without the quantization_config; and runs to transformers' logits (the
+    float matrices as the checkpoint has them: tiny-llama's f32 where the
+    converter wrote f16, whence its looser bound)."""
+    from conftest import GOLDEN_HF
+
+    kept, _ = imported[name]
+    d = tmp_path / "hf"
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", GOLDEN_HF / name, "--out-dir", d)
+    assert res.returncode == 0, res.stderr
+    a, b = iebin.load_model(d), iebin.load_model(kept)
+    ea, eb = {t["name"]: t for t in a.tensors}, {t["name"]: t for t in b.tensors}
+    assert set(ea) == set(eb)
+    ba, bb = (np.fromfile(m / "model.ie.bin", np.uint8) for m in (d, kept))
+    nv = [n for n, t in eb.items() if t["dtype"] == "nvfp4"]
+    assert len(nv) >= 14 and all(ea[n]["dtype"] == "nvfp4" and ea[n]["quant"] == eb[n]["quant"] for n in nv)
+    for n in nv:
+        assert np.array_equal(ba[ea[n]["file_data_offset"]:][:ea[n]["nbytes"]],
+                              bb[eb[n]["file_data_offset"]:][:eb[n]["nbytes"]]), n
+    assert "quantization_config" not in json.loads((d / "config.json").read_text())
+    ids = json.loads((GOLDEN_REF / name / "ids.json").read_text())
+    ref = np.load(GOLDEN_REF / name / "logits.npy").astype(np.float64)
+    got = Decoder(d, act="f32").logits(ids)
+    assert np.abs(got - ref).max() / np.abs(ref).max() <= (2e-3 if name == "tiny-llama-nvfp4" else 2e-6)
+
+
+def _hf_copy(tmp_path, name="tiny-llama-nvfp4"):
+    from conftest import GOLDEN_HF
+
+    d = tmp_path / "ckpt"
+    shutil.copytree(GOLDEN_HF / name, d)
+    return d
+
+
+def _patch(path, tensor, offset, data):
+    """Bytes ``data`` written at ``offset`` into ``tensor``'s data in the safetensors file ``path``."""
+    from iekit.formats.safetensors_reader import SafetensorsFile
+
+    with SafetensorsFile(path) as sf:
+        start = sf.tensors[tensor].start
+    with open(path, "r+b") as f:
+        f.seek(start + offset)
+        f.write(data)
+
+
+def test_hf_hostile_checkpoints_are_one_line_each(tmp_path):
+    """A scale byte with its sign bit set, a weight without its per-matrix
+    scale, NVFP4 parts under a config that does not say NVFP4: one line
+    naming the tensor; the KV cache's k_scale is left out, as llama.cpp's
+    converter leaves it (the import runs)."""
+    w = "model.layers.0.self_attn.q_proj.weight"
+    st = "model.safetensors"
+    d = _hf_copy(tmp_path)
+    _patch(d / st, w + "_scale", 5, b"\x85")
+    assert_one_line_error(run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", d, "--out-dir", tmp_path / "a"),
+                          w + "_scale", "0x85")
+    d = _hf_copy(tmp_path / "b")
+    raw = (d / st).read_bytes()
+    (d / st).write_bytes(raw.replace(b'"model.layers.0.self_attn.q_proj.weight_scale_2"',
+                                     b'"model.layers.0.self_attn.q_proj.weight_scale_3"', 1))
+    assert_one_line_error(run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", d, "--out-dir", tmp_path / "b" / "o"),
+                          w, "weight_scale_2")
+    d = _hf_copy(tmp_path / "c")
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "quantization_config"}))
+    assert_one_line_error(run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", d, "--out-dir", tmp_path / "c" / "o"),
+                          "_scale", "quantization_config")
+    d = _hf_copy(tmp_path / "d")
+    old = b'"model.layers.0.self_attn.k_proj.input_scale"'
+    new = b'"model.layers.0.self_attn.k_proj.k_scale"'
+    (d / st).write_bytes((d / st).read_bytes().replace(old, new + b" " * (len(old) - len(new)), 1))  # (JSON spaces)
+    assert run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", d, "--out-dir", tmp_path / "d" / "o").returncode == 0
+    names = {t["name"] for t in iebin.load_model(tmp_path / "d" / "o").tensors}
+    assert not any("k_scale" in n for n in names)
+    k = next(t for t in iebin.load_model(tmp_path / "d" / "o").tensors if t["name"] == w.replace("q_proj", "k_proj"))
+    assert "input_scale" not in k["quant"]
+
+
+@pytest.mark.parametrize("dtype, value, needle", [("q4_0", 0.5, "nvfp4 only"), ("nvfp4", float("nan"), "positive finite"),
+                                                  ("nvfp4", 0.1, "float32"), ("nvfp4", -2.0, "positive")])
+def test_native_weight_spec_refuses_a_tensor_scale_it_cannot_apply(dtype, value, needle):
+    """The C++ side checks what it is given too (a scale on a type whose kernels do not apply one, a value
+    that is not a positive finite float32)."""
+    from iekit.runtime.native import _native
+
+    with pytest.raises(ValueError, match=needle):
+        _native.WeightSpec(dtype, 2, 64, tensor_scale=value)
+    assert _native.WeightSpec("nvfp4", 2, 64, tensor_scale=float(np.float32(0.1))).tensor_scale == np.float32(0.1)

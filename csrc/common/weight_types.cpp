@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <iomanip>
+#include <sstream>
 
 #include "errors.h"
 
@@ -94,10 +96,11 @@ WeightSpec make_weight_spec(const std::string& dtype, int64_t rows, int64_t cols
   }
   if (total > static_cast<size_t>(INT64_MAX)) fail(what + ": size overflows");
   const float ts = static_cast<float>(tensor_scale);
+  std::ostringstream got;
+  got << std::setprecision(17) << tensor_scale;
   if (!(std::isfinite(tensor_scale) && tensor_scale > 0 && static_cast<double>(ts) == tensor_scale && ts > 0))
-    fail(dtype + ": tensor_scale must be a positive finite float32 value, got " + std::to_string(tensor_scale));
-  if (ts != 1.f && s.type != WType::NVFP4)
-    fail(dtype + ": tensor_scale applies to nvfp4 only, got " + std::to_string(tensor_scale));
+    fail(dtype + ": tensor_scale must be a positive finite float32 value, got " + got.str());
+  if (ts != 1.f && s.type != WType::NVFP4) fail(dtype + ": tensor_scale applies to nvfp4 only, got " + got.str());
   s.scale = ts;
   return s;
 }

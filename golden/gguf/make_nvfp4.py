@@ -1,6 +1,7 @@
-"""golden/gguf/llamacpp/tiny-*-nvfp4.gguf: NVFP4 checkpoints as llama.cpp's
-converter writes them, and golden/ref/tiny-*-nvfp4/: transformers' logits
-of the same weights, dequantized.
+"""golden/hf/tiny-*-nvfp4/: NVFP4 checkpoints as NVIDIA's Model Optimizer
+writes them; golden/gguf/llamacpp/tiny-*-nvfp4.gguf: as llama.cpp's
+converter writes them; golden/ref/tiny-*-nvfp4/: transformers' logits of the
+same weights, dequantized.
 
 NVIDIA's NVFP4 checkpoints (TensorRT Model Optimizer's ``quant_algo`` NVFP4)
 store each quantized linear as ``weight`` (e2m1 codes, two per byte, the
@@ -110,7 +111,8 @@ def make(name: str, work: Path) -> None:
             quantized[n.removesuffix(".weight") + ".input_scale"] = torch.tensor(INPUT_SCALE)
             floats[n] = deq.to(torch.float32)
     out_name = f"{name}-nvfp4"
-    ckpt, flt = work / out_name, work / f"{out_name}-float"
+    ckpt, flt = ROOT / "golden/hf" / out_name, work / f"{out_name}-float"
+    shutil.rmtree(ckpt, ignore_errors=True)
     for d, tensors, extra in ((ckpt, quantized, {"quantization_config": {
             "quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}}),
                               (flt, {k: v.float() for k, v in floats.items()}, {"dtype": "float32"})):

@@ -1,0 +1,159 @@
+"""NVIDIA's NVFP4 checkpoints -> IEBIN ``nvfp4`` tensors, without dequantizing.
+
+TensorRT Model Optimizer's NVFP4 checkpoints (config.json
+``quantization_config`` with ``quant_method`` "modelopt" and ``quant_algo``
+"NVFP4": nvidia/*-FP4 and *-NVFP4 on the Hub) store each quantized Linear
+``X`` as
+
+- ``X.weight``: e2m1 codes, two per byte, [rows, cols/2] uint8 (byte k:
+  element 2k in the low nibble, 2k + 1 in the high);
+- ``X.weight_scale``: float8 e4m3fn [rows, cols/16], one per 16 weights;
+- ``X.weight_scale_2``: one float32 for the matrix;
+- ``X.input_scale``: one float32, the activation's calibration (W4A4).
+
+A weight is e2m1 × weight_scale × weight_scale_2. IEBIN's ``nvfp4`` is
+ggml's block_nvfp4 (docs/formats/quant.md): the same codes and scale bytes
+moved into 64-weight blocks (four scale bytes, then each 16 weights' codes
+as element j low and j + 8 high), ``weight_scale_2`` the quant's
+``tensor_scale`` and ``input_scale`` its ``input_scale``: the bytes
+llama.cpp's converter writes for the same checkpoint, so this import and
+gguf-to-iebin of that converter's file are the same artifact
+(tests/test_nvfp4.py). Nothing is dequantized; the repack only moves bits.
+
+``k_scale`` / ``v_scale`` (an FP8 KV cache's calibration, which
+``kv_cache_quant_algo`` FP8 checkpoints carry) are left out, as llama.cpp's
+converter leaves them: ierun's cache is f16, f32 or q8_0 and calibrates its
+own. Refused, one line naming the tensor: NVFP4 parts in a checkpoint whose
+config does not say NVFP4, a weight without its scales or scales without a
+weight, shapes that disagree, columns not a multiple of 64 (ggml's block),
+a scale byte with its sign bit set or E4M3's NaN, a second-level scale that
+is not one positive finite float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from .errors import IEError
+from .quant import SCHEMES, QuantParams
+from .safetensors_reader import SafetensorsFile, SafetensorsTensor
+
+NVFP4 = SCHEMES["nvfp4"]
+SCALE, SCALE_2, INPUT = ".weight_scale", ".weight_scale_2", ".input_scale"
+KV_SCALES = (".k_scale", ".v_scale")
+CHUNK_BYTES = 8 * 1024 * 1024  # code bytes repacked per step
+
+Tensors = dict[str, tuple[SafetensorsFile, SafetensorsTensor]]
+
+
+@dataclass(frozen=True)
+class Nvfp4Matrix:
+    """One NVFP4 Linear: the IEBIN tensor ``name`` (its ``X.weight``)."""
+
+    name: str
+    codes: tuple[SafetensorsFile, SafetensorsTensor]
+    scales: tuple[SafetensorsFile, SafetensorsTensor]
+    params: QuantParams
+
+    @property
+    def shape(self) -> list[int]:
+        rows, half = self.codes[1].shape
+        return [rows, 2 * half]
+
+    @property
+    def nbytes(self) -> int:
+        return NVFP4.tensor_nbytes(self.shape, self.params)
+
+    @property
+    def source_nbytes(self) -> int:
+        return self.codes[1].nbytes + self.scales[1].nbytes
+
+
+def is_nvfp4(config: Any) -> bool:
+    q = config.get("quantization_config") if isinstance(config, dict) else None
+    return isinstance(q, dict) and q.get("quant_method") == "modelopt" and q.get("quant_algo") == "NVFP4"
+
+
+def float_config(config: dict[str, Any]) -> dict[str, Any]:
+    """config.json as the artifact keeps it: without quantization_config
+    (each tensor's quant object says what it is)."""
+    return {k: v for k, v in config.items() if k != "quantization_config"} if is_nvfp4(config) else config
+
+
+def _scalar(sf_t: tuple[SafetensorsFile, SafetensorsTensor], where: str) -> float:
+    sf, t = sf_t
+    if t.dtype.name != "f32" or int(np.prod(t.shape)) != 1:
+        raise IEError(f"{where}: {t.name}: {t.dtype.name} {list(t.shape)}; expected one float32")
+    v = float(np.frombuffer(b"".join(sf.iter_chunks(t)), "<f4")[0])
+    if not (np.isfinite(v) and v > 0):
+        raise IEError(f"{where}: {t.name}: {v}; a scale must be positive and finite")
+    return v
+
+
+def split(tensors: Tensors, config: Any, where: str) -> tuple[Tensors, list[Nvfp4Matrix]]:
+    """The checkpoint's tensors without its NVFP4 parts (and KV-cache scales),
+    and those parts as matrices, in name order; raises IEError naming the
+    tensor for every broken rule."""
+    weights = sorted(n.removesuffix("_scale") for n in tensors if n.endswith(SCALE))
+    if not is_nvfp4(config):
+        if weights and tensors[weights[0] + "_scale"][1].dtype.name == "f8_e4m3" and \
+                weights[0] + "_scale_2" in tensors:
+            raise IEError(f"{where}: {weights[0]}_scale: an NVFP4 scale, but config.json quantization_config is not "
+                          "Model Optimizer's NVFP4 (quant_method 'modelopt', quant_algo 'NVFP4')")
+        return tensors, []
+    rest = {n: v for n, v in tensors.items() if not n.endswith(KV_SCALES)}
+    out = []
+    for w in weights:
+        if w not in tensors:
+            raise IEError(f"{where}: {w}_scale has no {w} (NVFP4 scales need their codes)")
+        for part in (SCALE_2,):
+            if w.removesuffix(".weight") + part not in tensors:
+                raise IEError(f"{where}: {w} has no {w.removesuffix('.weight') + part} (its NVFP4 scale per matrix)")
+        base = w.removesuffix(".weight")
+        codes, scales = tensors[w], tensors[w + "_scale"]
+        c, s = codes[1], scales[1]
+        if c.dtype.name != "u8" or len(c.shape) != 2 or 0 in c.shape:
+            raise IEError(f"{where}: {w}: {c.dtype.name} {list(c.shape)}; NVFP4 codes are uint8 [rows, cols/2]")
+        rows, cols = c.shape[0], 2 * c.shape[1]
+        if cols % 64:
+            raise IEError(f"{where}: {w}: {cols} columns; nvfp4's blocks are 64 weights (ggml's), which they do not "
+                          "divide")
+        if s.dtype.name != "f8_e4m3" or list(s.shape) != [rows, cols // 16]:
+            raise IEError(f"{where}: {s.name}: {s.dtype.name} {list(s.shape)}; expected f8_e4m3 [{rows}, {cols // 16}] "
+                          "(one per 16 weights)")
+        inp = _scalar(tensors[base + INPUT], where) if base + INPUT in tensors else None
+        p = QuantParams("nvfp4", tensor_scale=_scalar(tensors[base + SCALE_2], where), input_scale=inp)
+        out.append(Nvfp4Matrix(w, codes, scales, p))
+        for n in (w, w + "_scale", base + SCALE_2, base + INPUT):
+            rest.pop(n, None)
+    left = sorted(n for n, (_sf, t) in rest.items() if t.dtype.name == "f8_e4m3" or n.endswith(SCALE_2))
+    if left:
+        raise IEError(f"{where}: {left[0]}: not part of an NVFP4 weight (an FP8 layer beside NVFP4 ones, Model "
+                      "Optimizer's mixed precision, is not supported)")
+    return rest, out
+
+
+def chunks(m: Nvfp4Matrix, advance: Callable[[int], None]) -> Iterator[bytes]:
+    """The IEBIN payload of ``m``, a few MiB of rows at a time (codes and
+    scales read in step), every scale byte checked on the way."""
+    (csf, ct), (ssf, st) = m.codes, m.scales
+    rows, cols = m.shape
+    per = max(2, CHUNK_BYTES // (cols // 2)) // 2 * 2  # rows per step (even: whole 8-byte units of scales)
+    done = 0
+    for craw, sraw in zip(csf.iter_chunks(ct, per * cols // 2), ssf.iter_chunks(st, per * cols // 16)):
+        b = np.frombuffer(craw, np.uint8).reshape(-1, cols // 2)
+        s = np.frombuffer(sraw, np.uint8).reshape(-1, cols // 16)
+        bad = np.flatnonzero((s >= 0x7F).reshape(-1))
+        if bad.size:
+            r, k = divmod(int(bad[0]), cols // 16)
+            raise IEError(f"{st.name}: scale 0x{s.reshape(-1)[bad[0]]:02X} at [{done + r}, {k}] is not a UE4M3 block "
+                          "scale (sign bit set, or E4M3's NaN 0x7F)")
+        codes = np.empty((b.shape[0], cols), np.uint8)
+        codes[:, 0::2] = b & 0x0F
+        codes[:, 1::2] = b >> 4
+        advance(len(craw) + len(sraw))
+        done += b.shape[0]
+        yield NVFP4.pack_blocks(s.reshape(-1, 4), codes.reshape(-1, 64)).tobytes()
