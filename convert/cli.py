@@ -146,8 +146,9 @@ def hf_to_iebin_cmd(hf_dir, repo_id, revision, out_dir, dtype, q4_map, force, im
     written in the checkpoint's dtype (bf16) unless --dtype says, or
     quantized per --q4-map, and its config loses the quantization_config
     (formats/hf_fp8.py); an NVFP4 checkpoint's (Model Optimizer's
-    quant_method "modelopt", quant_algo "NVFP4": e2m1 codes, e4m3 scales per
-    16, a float32 scale per matrix) become nvfp4 tensors, repacked, not
+    quant_method "modelopt", quant_algo "NVFP4", or llm-compressor's
+    nvfp4-pack-quantized: e2m1 codes, e4m3 scales per 16, a float32 scale
+    per matrix) become nvfp4 tensors, repacked, not
     dequantized, and its config loses the quantization_config too
     (formats/hf_nvfp4.py). config.json,
     generation_config.json and tokenizer files are copied alongside (each

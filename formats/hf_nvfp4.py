@@ -1,15 +1,20 @@
 """NVIDIA's NVFP4 checkpoints -> IEBIN ``nvfp4`` tensors, without dequantizing.
 
-TensorRT Model Optimizer's NVFP4 checkpoints (config.json
-``quantization_config`` with ``quant_method`` "modelopt" and ``quant_algo``
-"NVFP4": nvidia/*-FP4 and *-NVFP4 on the Hub) store each quantized Linear
-``X`` as
+Two writers make them. TensorRT Model Optimizer (config.json
+``quantization_config`` ``quant_method`` "modelopt", ``quant_algo`` "NVFP4":
+nvidia/*-FP4 and *-NVFP4 on the Hub) stores each quantized Linear ``X`` as
 
 - ``X.weight``: e2m1 codes, two per byte, [rows, cols/2] uint8 (byte k:
   element 2k in the low nibble, 2k + 1 in the high);
 - ``X.weight_scale``: float8 e4m3fn [rows, cols/16], one per 16 weights;
 - ``X.weight_scale_2``: one float32 for the matrix;
 - ``X.input_scale``: one float32, the activation's calibration (W4A4).
+
+llm-compressor (``quant_method`` "compressed-tensors", ``format``
+"nvfp4-pack-quantized": RedHatAI/*-NVFP4) stores the same codes as
+``X.weight_packed`` and the per-matrix scales as their reciprocals,
+``X.weight_global_scale`` and ``X.input_global_scale``; llama.cpp's
+converter takes 1 / each in float32, and so does this import.
 
 A weight is e2m1 × weight_scale × weight_scale_2. IEBIN's ``nvfp4`` is
 ggml's block_nvfp4 (docs/formats/quant.md): the same codes and scale bytes
@@ -27,7 +32,7 @@ own. Refused, one line naming the tensor: NVFP4 parts in a checkpoint whose
 config does not say NVFP4, a weight without its scales or scales without a
 weight, shapes that disagree, columns not a multiple of 64 (ggml's block),
 a scale byte with its sign bit set or E4M3's NaN, a second-level scale that
-is not one positive finite float32.
+is not one positive finite float32 (its reciprocal too).
 """
 
 from __future__ import annotations
@@ -42,8 +47,23 @@ from .quant import SCHEMES, QuantParams
 from .safetensors_reader import SafetensorsFile, SafetensorsTensor
 
 NVFP4 = SCHEMES["nvfp4"]
-SCALE, SCALE_2, INPUT = ".weight_scale", ".weight_scale_2", ".input_scale"
 KV_SCALES = (".k_scale", ".v_scale")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a writer keeps a Linear X's parts (suffixes of X), and whether
+    its per-matrix scales are stored as reciprocals."""
+
+    codes: str
+    scale: str
+    scale_2: str
+    input: str
+    reciprocal: bool
+
+
+MODELOPT = Layout(".weight", ".weight_scale", ".weight_scale_2", ".input_scale", False)
+COMPRESSED = Layout(".weight_packed", ".weight_scale", ".weight_global_scale", ".input_global_scale", True)
 CHUNK_BYTES = 8 * 1024 * 1024  # code bytes repacked per step
 
 Tensors = dict[str, tuple[SafetensorsFile, SafetensorsTensor]]
@@ -72,9 +92,23 @@ class Nvfp4Matrix:
         return self.codes[1].nbytes + self.scales[1].nbytes
 
 
-def is_nvfp4(config: Any) -> bool:
+def layout(config: Any) -> Layout | None:
+    """The NVFP4 layout config.json's quantization_config says, or None."""
     q = config.get("quantization_config") if isinstance(config, dict) else None
-    return isinstance(q, dict) and q.get("quant_method") == "modelopt" and q.get("quant_algo") == "NVFP4"
+    if not isinstance(q, dict):
+        return None
+    if q.get("quant_method") == "modelopt" and q.get("quant_algo") == "NVFP4":
+        return MODELOPT
+    groups = q.get("config_groups")
+    if q.get("quant_method") == "compressed-tensors" and (q.get("format") == "nvfp4-pack-quantized" or (
+            q.get("format") == "mixed-precision" and isinstance(groups, dict) and groups
+            and all(isinstance(g, dict) and g.get("format") == "nvfp4-pack-quantized" for g in groups.values()))):
+        return COMPRESSED
+    return None
+
+
+def is_nvfp4(config: Any) -> bool:
+    return layout(config) is not None
 
 
 def float_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -83,13 +117,15 @@ def float_config(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k != "quantization_config"} if is_nvfp4(config) else config
 
 
-def _scalar(sf_t: tuple[SafetensorsFile, SafetensorsTensor], where: str) -> float:
+def _scalar(sf_t: tuple[SafetensorsFile, SafetensorsTensor], where: str, reciprocal: bool) -> float:
     sf, t = sf_t
     if t.dtype.name != "f32" or int(np.prod(t.shape)) != 1:
         raise IEError(f"{where}: {t.name}: {t.dtype.name} {list(t.shape)}; expected one float32")
-    v = float(np.frombuffer(b"".join(sf.iter_chunks(t)), "<f4")[0])
+    v = np.frombuffer(b"".join(sf.iter_chunks(t)), "<f4")[0]
+    with np.errstate(divide="ignore", over="ignore"):
+        v = float(np.float32(1) / v if reciprocal else v)
     if not (np.isfinite(v) and v > 0):
-        raise IEError(f"{where}: {t.name}: {v}; a scale must be positive and finite")
+        raise IEError(f"{where}: {t.name}: a scale of {v}; it must be positive and finite")
     return v
 
 
@@ -97,23 +133,23 @@ def split(tensors: Tensors, config: Any, where: str) -> tuple[Tensors, list[Nvfp
     """The checkpoint's tensors without its NVFP4 parts (and KV-cache scales),
     and those parts as matrices, in name order; raises IEError naming the
     tensor for every broken rule."""
-    weights = sorted(n.removesuffix("_scale") for n in tensors if n.endswith(SCALE))
-    if not is_nvfp4(config):
-        if weights and tensors[weights[0] + "_scale"][1].dtype.name == "f8_e4m3" and \
-                weights[0] + "_scale_2" in tensors:
-            raise IEError(f"{where}: {weights[0]}_scale: an NVFP4 scale, but config.json quantization_config is not "
-                          "Model Optimizer's NVFP4 (quant_method 'modelopt', quant_algo 'NVFP4')")
+    lay = layout(config)
+    if lay is None:
+        parts = sorted(n for n in tensors if n.endswith((MODELOPT.scale_2, COMPRESSED.scale_2)))
+        if parts:
+            raise IEError(f"{where}: {parts[0]}: an NVFP4 scale, but config.json quantization_config is neither "
+                          "Model Optimizer's NVFP4 (quant_method 'modelopt', quant_algo 'NVFP4') nor "
+                          "compressed-tensors' nvfp4-pack-quantized")
         return tensors, []
     rest = {n: v for n, v in tensors.items() if not n.endswith(KV_SCALES)}
     out = []
-    for w in weights:
+    for base in sorted(n.removesuffix(lay.scale) for n in tensors if n.endswith(lay.scale)):
+        w, scale_name, s2_name = base + lay.codes, base + lay.scale, base + lay.scale_2
         if w not in tensors:
-            raise IEError(f"{where}: {w}_scale has no {w} (NVFP4 scales need their codes)")
-        for part in (SCALE_2,):
-            if w.removesuffix(".weight") + part not in tensors:
-                raise IEError(f"{where}: {w} has no {w.removesuffix('.weight') + part} (its NVFP4 scale per matrix)")
-        base = w.removesuffix(".weight")
-        codes, scales = tensors[w], tensors[w + "_scale"]
+            raise IEError(f"{where}: {scale_name} has no {w} (NVFP4 scales need their codes)")
+        if s2_name not in tensors:
+            raise IEError(f"{where}: {w} has no {s2_name} (its NVFP4 scale per matrix)")
+        codes, scales = tensors[w], tensors[scale_name]
         c, s = codes[1], scales[1]
         if c.dtype.name != "u8" or len(c.shape) != 2 or 0 in c.shape:
             raise IEError(f"{where}: {w}: {c.dtype.name} {list(c.shape)}; NVFP4 codes are uint8 [rows, cols/2]")
@@ -124,12 +160,12 @@ def split(tensors: Tensors, config: Any, where: str) -> tuple[Tensors, list[Nvfp
         if s.dtype.name != "f8_e4m3" or list(s.shape) != [rows, cols // 16]:
             raise IEError(f"{where}: {s.name}: {s.dtype.name} {list(s.shape)}; expected f8_e4m3 [{rows}, {cols // 16}] "
                           "(one per 16 weights)")
-        inp = _scalar(tensors[base + INPUT], where) if base + INPUT in tensors else None
-        p = QuantParams("nvfp4", tensor_scale=_scalar(tensors[base + SCALE_2], where), input_scale=inp)
-        out.append(Nvfp4Matrix(w, codes, scales, p))
-        for n in (w, w + "_scale", base + SCALE_2, base + INPUT):
+        inp = _scalar(tensors[base + lay.input], where, lay.reciprocal) if base + lay.input in tensors else None
+        p = QuantParams("nvfp4", tensor_scale=_scalar(tensors[s2_name], where, lay.reciprocal), input_scale=inp)
+        out.append(Nvfp4Matrix(base + ".weight", codes, scales, p))
+        for n in (w, scale_name, s2_name, base + lay.input):
             rest.pop(n, None)
-    left = sorted(n for n, (_sf, t) in rest.items() if t.dtype.name == "f8_e4m3" or n.endswith(SCALE_2))
+    left = sorted(n for n, (_sf, t) in rest.items() if t.dtype.name == "f8_e4m3" or n.endswith(lay.scale_2))
     if left:
         raise IEError(f"{where}: {left[0]}: not part of an NVFP4 weight (an FP8 layer beside NVFP4 ones, Model "
                       "Optimizer's mixed precision, is not supported)")

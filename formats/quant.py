@@ -2173,8 +2173,8 @@ class Int4W(Scheme, weight_type="int4w"):
             return why
         cols = shape[1]
         g = p.group_size or cols
-        if g % BLOCK or cols % g:
-            return f"int4w group_size {g} must be a multiple of {BLOCK} that divides cols ({cols})"
+        if g < 0 or g % BLOCK or cols % g:  # (a negative one divides as well as its magnitude)
+            return f"int4w group_size {g} must be a positive multiple of {BLOCK} that divides cols ({cols})"
         if p.scale_dtype not in ("f16", "f32"):
             return f"int4w scale_dtype must be f16 or f32, got {p.scale_dtype!r}"
         return None

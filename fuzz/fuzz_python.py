@@ -457,7 +457,10 @@ def _golden_seeds(target: str) -> list[bytes]:
     if target == "prompts":
         return [(REPO / "runtime" / "prompts" / "default.txt").read_bytes(), b"ids: 1,2,3\nHello world\n\n  ids:4\n"]
     meta = json.loads((GOLDEN / "iebin" / "tiny-llama-mixedq" / "model.ie.json").read_text())
-    return [json.dumps({k: t.get(k) for k in ("dtype", "shape", "quant")}).encode() for t in meta["tensors"]]
+    nvfp4 = {"dtype": "nvfp4", "shape": [2, 128], "quant": {"scheme": "nvfp4", "block_size": 64,
+                                                             "tensor_scale": 0.000244140625, "input_scale": 0.5}}
+    return [json.dumps({k: t.get(k) for k in ("dtype", "shape", "quant")}).encode() for t in meta["tensors"]] + \
+        [json.dumps(nvfp4).encode()]  # (an optional key's value, which the native side checks too)
 
 
 def fuzz_one(target: str, seconds: int, corpus: Path, inputs: list[str]) -> int:

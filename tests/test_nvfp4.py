@@ -30,6 +30,7 @@ from iekit.runtime.decoder import Decoder
 S = SCHEMES["nvfp4"]
 CONVERTED = GOLDEN / "gguf" / "llamacpp"
 FILES = ["tiny-llama-nvfp4", "tiny-qwen3-moe-nvfp4"]  # a dense Llama; Qwen3-MoE, a scale per expert
+CT = "tiny-llama-nvfp4-ct"  # tiny-llama-nvfp4's weights as llm-compressor writes them (reciprocal scales)
 NVFP4 = gguf.GGMLQuantizationType.NVFP4
 
 
@@ -112,7 +113,7 @@ def imported(tmp_path_factory):
     """{file: (artifact, its --dequantize import)} of the converter's NVFP4 files."""
     root = tmp_path_factory.mktemp("nvfp4")
     out = {}
-    for name in FILES:
+    for name in [*FILES, CT]:
         kept, flat = root / name, root / f"{name}-flat"
         for d, more in ((kept, ()), (flat, ("--dequantize",))):
             res = run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", CONVERTED / f"{name}.gguf", "--out-dir", d, *more)
@@ -249,11 +250,12 @@ def test_export_refuses_where_llama_cpp_leaves_a_scale_unapplied(tmp_path):
     assert "NVFP4" not in types and not any(t.name.endswith(".scale") for t in gguf.GGUFReader(str(tmp_path / "y.gguf")).tensors)
 
 
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", [*FILES, CT])
 def test_hf_checkpoint_is_the_converters_file(imported, name, tmp_path):
-    """hf-to-iebin of the Model Optimizer checkpoint itself (golden/hf/<name>)
-    writes every NVFP4 matrix as gguf-to-iebin of llama.cpp's conversion of it
-    does: the same bytes, the same quant object (scales included), config.json
+    """hf-to-iebin of the Model Optimizer checkpoint itself (golden/hf/<name>;
+    CT: llm-compressor's layout of the same weights, its per-matrix scales
+    reciprocals) writes every NVFP4 matrix as gguf-to-iebin of llama.cpp's
+    conversion of it does: the same bytes, the same quant object (scales included), config.json
     without the quantization_config; and runs to transformers' logits (the
     float matrices as the checkpoint has them: tiny-llama's f32 where the
     converter wrote f16, whence its looser bound)."""
@@ -273,10 +275,11 @@ def test_hf_checkpoint_is_the_converters_file(imported, name, tmp_path):
         assert np.array_equal(ba[ea[n]["file_data_offset"]:][:ea[n]["nbytes"]],
                               bb[eb[n]["file_data_offset"]:][:eb[n]["nbytes"]]), n
     assert "quantization_config" not in json.loads((d / "config.json").read_text())
-    ids = json.loads((GOLDEN_REF / name / "ids.json").read_text())
-    ref = np.load(GOLDEN_REF / name / "logits.npy").astype(np.float64)
+    ref_dir = GOLDEN_REF / name.removesuffix("-ct")  # (1 / (1 / s) may be s's neighbour: the same model to 1e-7)
+    ids = json.loads((ref_dir / "ids.json").read_text())
+    ref = np.load(ref_dir / "logits.npy").astype(np.float64)
     got = Decoder(d, act="f32").logits(ids)
-    assert np.abs(got - ref).max() / np.abs(ref).max() <= (2e-3 if name == "tiny-llama-nvfp4" else 2e-6)
+    assert np.abs(got - ref).max() / np.abs(ref).max() <= (2e-3 if name.startswith("tiny-llama") else 2e-6)
 
 
 def _hf_copy(tmp_path, name="tiny-llama-nvfp4"):
@@ -329,6 +332,10 @@ def test_hf_hostile_checkpoints_are_one_line_each(tmp_path):
     assert not any("k_scale" in n for n in names)
     k = next(t for t in iebin.load_model(tmp_path / "d" / "o").tensors if t["name"] == w.replace("q_proj", "k_proj"))
     assert "input_scale" not in k["quant"]
+    d = _hf_copy(tmp_path / "e", CT)  # llm-compressor's reciprocal of 0: no scale
+    _patch(d / st, "model.layers.1.mlp.up_proj.weight_global_scale", 0, np.float32(0).tobytes())
+    assert_one_line_error(run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", d, "--out-dir", tmp_path / "e" / "o"),
+                          "weight_global_scale", "inf")
 
 
 @pytest.mark.parametrize("dtype, value, needle", [("q4_0", 0.5, "nvfp4 only"), ("nvfp4", float("nan"), "positive finite"),

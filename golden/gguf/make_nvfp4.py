@@ -12,6 +12,11 @@ e2m1 × weight_scale × weight_scale_2. ``convert_hf_to_gguf.py`` repacks
 them into ggml's NVFP4 blocks bit for bit, writes ``weight_scale_2`` as a
 ``.scale`` tensor beside the weight (one per expert for an expert stack) and
 ``input_scale`` as ``.input_scale``: the file tests/test_nvfp4.py imports.
+tiny-llama's is also written as llm-compressor writes NVFP4
+(``tiny-llama-nvfp4-ct``: the codes as ``weight_packed``, the per-matrix
+scales as their reciprocals ``weight_global_scale`` and
+``input_global_scale``, compressed-tensors' quantization_config), and
+converted too.
 
 The toys are quantized here the way Model Optimizer does it: weight_scale_2
 = max|W| / (6 × 448), each block's scale max|block| / 6 / weight_scale_2
@@ -86,6 +91,40 @@ def widened_qwen3_moe(state: dict, cfg: dict) -> None:
     cfg["moe_intermediate_size"] = 2 * width
 
 
+def compressed_tensors(ckpt: Path, src: Path) -> Path:
+    """``ckpt`` as llm-compressor's ``nvfp4-pack-quantized`` checkpoint: the
+    same codes and block scales under ``weight_packed`` / ``weight_scale``,
+    the per-matrix scales as their reciprocals ``weight_global_scale`` and
+    ``input_global_scale`` (float32), its quantization_config compressed-tensors'."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    out = ckpt.parent / f"{ckpt.name}-ct"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    tensors, renamed = load_file(str(ckpt / "model.safetensors")), {}
+    for n, t in tensors.items():
+        if n.endswith(".weight_scale_2"):
+            renamed[n.removesuffix("_scale_2") + "_global_scale"] = (torch.tensor(1.0) / t).reshape(1)
+        elif n.endswith(".input_scale"):
+            renamed[n.removesuffix(".input_scale") + ".input_global_scale"] = (torch.tensor(1.0) / t).reshape(1)
+        else:  # the codes as weight_packed
+            renamed[n + "_packed" if n + "_scale" in tensors else n] = t
+    save_file(renamed, str(out / "model.safetensors"))
+    cfg = json.loads((ckpt / "config.json").read_text())
+    group = {"targets": ["Linear"], "format": "nvfp4-pack-quantized",
+             "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
+                         "symmetric": True, "dynamic": False},
+             "input_activations": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
+                                   "symmetric": True, "dynamic": "local"}}
+    cfg["quantization_config"] = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+                                  "config_groups": {"group_0": group}, "ignore": ["lm_head"]}
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        shutil.copy(src / f, out / f)
+    return out
+
+
 def make(name: str, work: Path) -> None:
     import numpy as np
     import torch
@@ -121,10 +160,14 @@ def make(name: str, work: Path) -> None:
         (d / "config.json").write_text(json.dumps({**cfg, **extra}, indent=2) + "\n")
         for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
             shutil.copy(src / f, d / f)
-    gguf = HERE / "llamacpp" / f"{out_name}.gguf"
     llama_cpp = next((ROOT / "build/llamacpp-src").glob("llama_cpp_python-*/vendor/llama.cpp"))
-    subprocess.run([sys.executable, str(HERE / "make_llamacpp_converted.py"), str(llama_cpp), str(ckpt), str(gguf)],
-                   check=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    made = [ckpt]
+    if name == "tiny-llama":  # the same weights as llm-compressor writes them
+        made.append(compressed_tensors(ckpt, src))
+    for d in made:
+        gguf = HERE / "llamacpp" / f"{d.name}.gguf"
+        subprocess.run([sys.executable, str(HERE / "make_llamacpp_converted.py"), str(llama_cpp), str(d), str(gguf)],
+                       check=True, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     ids = json.loads((ROOT / "golden/ref" / name / "ids.json").read_text())
     model = AutoModelForCausalLM.from_pretrained(str(flt), dtype=torch.float32).eval()
     with torch.no_grad():
@@ -133,7 +176,7 @@ def make(name: str, work: Path) -> None:
     ref.mkdir(exist_ok=True)
     (ref / "ids.json").write_text(json.dumps(ids, indent=2) + "\n")
     np.save(ref / "logits.npy", logits)
-    print(f"{gguf.relative_to(ROOT)}: {gguf.stat().st_size} bytes; {ref.relative_to(ROOT)}: logits {logits.shape}")
+    print(f"{', '.join(d.name for d in made)}: {ref.relative_to(ROOT)}: logits {logits.shape}")
 
 
 def main() -> None:
