@@ -325,7 +325,7 @@ def measure_pair(label: str, ours_dir: Path, gguf: Path, a: argparse.Namespace, 
 
 
 def nvfp4_gguf(src: Path, out: Path) -> Path:
-    """``src`` (a float GGUF) with every layer matrix NVFP4 under Model
+    """``src`` (its values) with every layer matrix NVFP4 under Model
     Optimizer's tensor scale max|W| / (6 x 448) and its ``.scale`` tensor, as
     llama.cpp's converter writes an NVFP4 checkpoint (our quantizer makes the
     blocks: llama-quantize has no NVFP4)."""
@@ -340,8 +340,8 @@ def nvfp4_gguf(src: Path, out: Path) -> Path:
             w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY
                             else None)
     for t in r.tensors:
-        if t.name.startswith("blk.") and t.data.ndim == 2 and t.data.shape[1] % 64 == 0:
-            x = np.asarray(t.data, np.float32)
+        x = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)  # (a quantized source's values)
+        if t.name.startswith("blk.") and x.ndim == 2 and x.shape[1] % 64 == 0:
             p = QuantParams("nvfp4", tensor_scale=float(np.float32(np.abs(x).max() / (6 * 448))))
             w.add_tensor(t.name, SCHEMES["nvfp4"].quantize(x, p).reshape(len(x), -1),
                          raw_dtype=gguf.GGMLQuantizationType.NVFP4)
