@@ -339,9 +339,9 @@ def nvfp4_gguf(src: Path, out: Path) -> Path:
         if not k.startswith("GGUF.") and k != "general.architecture":
             w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY
                             else None)
-    for t in r.tensors:
-        x = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)  # (a quantized source's values)
-        if t.name.startswith("blk.") and x.ndim == 2 and x.shape[1] % 64 == 0:
+    for t in r.tensors:  # (shape: ggml's order, columns first)
+        if t.name.startswith("blk.") and len(t.shape) == 2 and int(t.shape[0]) % 64 == 0:
+            x = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)  # (a quantized source's values)
             p = QuantParams("nvfp4", tensor_scale=float(np.float32(np.abs(x).max() / (6 * 448))))
             w.add_tensor(t.name, SCHEMES["nvfp4"].quantize(x, p).reshape(len(x), -1),
                          raw_dtype=gguf.GGMLQuantizationType.NVFP4)

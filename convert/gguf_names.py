@@ -26,6 +26,8 @@ The ways a tensor crosses:
   ``ffn_gate_exps`` and ``ffn_up_exps``; their biases likewise (``paired``);
   Llama 4's ``feed_forward.experts.gate_up_proj`` the same way, but each
   expert's gate rows first, then its up rows (``halves``);
+- an NVFP4 weight's float32 ``X.scale`` / ``X.input_scale``: its quant's
+  ``tensor_scale`` / ``input_scale`` (``NVFP4_SCALES``);
 - fused matrices (``fused``): phi3's attn_qkv and ffn_up, glm4's ffn_up,
   qwen3next's ssm_ba (and an older file's ssm_in) hold the rows of several
   HF matrices, in formats/fused_tensors.py's ``row_runs`` order.
@@ -252,6 +254,10 @@ class GGUFArch:
     # top-level GGUF name -> the HF name where the architecture's differs from _TOP's (Nemotron-H's model.embeddings)
     top: dict[str, str] = field(default_factory=dict)
 
+
+# An nvfp4 weight's quant keys and the F32 tensors llama.cpp's converter keeps them in beside X.weight (X.scale,
+# X.input_scale: one value, or one per expert of a stack)
+NVFP4_SCALES = {"tensor_scale": ".scale", "input_scale": ".input_scale"}
 
 # Latent attention's kv_b_proj (HF suffix) and the two llama.cpp tensors it crosses as (gguf_names' docstring)
 MLA_KV_B = ("self_attn.kv_b_proj.weight", "attn_k_b.weight", "attn_v_b.weight")

@@ -56,8 +56,8 @@ from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, CONVERTER_FUSED, GGUF_ARCHS, IMPORTED_AS, CONV_TAPS,
                          DECAY_RATES, FLATTENED, GRANITE_HYBRID_DENSE, MLA_KV_B, MROPE_NEOX, NEMOTRON_H_DENSE,
-                         NO_DENSE_MLP, SIGMOID_GATING, GGUFArch, attention_scalar, beside, hf_layer_name, mtp_extra_hf_name,
-                         norm_shift, sliding_by_period)
+                         NO_DENSE_MLP, NVFP4_SCALES, SIGMOID_GATING, GGUFArch, attention_scalar, beside, hf_layer_name,
+                         mtp_extra_hf_name, norm_shift, sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .ollama_layout import Read, as_llamacpp
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
@@ -224,6 +224,7 @@ class _Tensor:
     mla: tuple[int, int, int] | None = None  # kv_b_proj from attn_k_b and attn_v_b (srcs): (heads, nope, v) dims
     expert: int | None = None  # the expert of a stack split into one matrix per expert (its scales are that expert's)
     tensor_scale: float = 1.0  # an NVFP4 source's `.scale` (its expert's, in a stack): the values are times it
+    source_scales: tuple[float, ...] = ()  # kv_b_proj's: each source's own (its values are assembled as floats)
     input_scale: float | None = None  # and its `.input_scale`, carried (neither llama.cpp's graph nor ours reads it)
 
     @property
@@ -1090,7 +1091,7 @@ def _one_rope_base(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], why: str) 
         raise FormatError(g.path, f"{a}.rope.freq_base_swa", f"differs from rope.freq_base; {why}")
 
 
-SCALE_SUFFIXES = (".scale", ".input_scale")  # beside an NVFP4 weight X.weight: X.scale, X.input_scale
+SCALE_SUFFIXES = tuple(NVFP4_SCALES.values())  # beside an NVFP4 weight X.weight: X.scale, X.input_scale
 
 
 def _tensor_scales(g: GGUFModel) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
@@ -1121,7 +1122,7 @@ def _tensor_scales(g: GGUFModel) -> dict[str, tuple[np.ndarray, np.ndarray | Non
             raise FormatError(g.path, where, f"holds {v[~(np.isfinite(v) & (v > 0))][0]}; scales must be positive "
                                              "and finite")
         scale, inp = out.get(w.name, (np.ones(n, np.float32), None))
-        out[w.name] = (v, inp) if suffix == ".scale" else (scale, v)
+        out[w.name] = (v, inp) if suffix == NVFP4_SCALES["tensor_scale"] else (scale, v)
     return out
 
 
@@ -1217,7 +1218,9 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
                                              "this tensor cannot be carried over")
     for p in out:  # (Qwen3.5's MTP layers: beside the model); NVFP4 scales (kv_b_proj's: per source, _mla_floats)
         p.name = beside(arch, p.name, cfg["num_hidden_layers"])
-        if not p.mla:
+        if p.mla:
+            p.source_scales = tuple(_scaled(g, _source(p, t), scales).tensor_scale for t in p.sources)
+        else:
             _scaled(g, p, scales, p.expert)
     first: dict[str, str] = {}
     for p in out:  # e.g. a phi3 layer with attn_qkv and attn_q both
@@ -1240,13 +1243,17 @@ def _mla_kv_b(g: GGUFModel, k_b: GGUFTensor, v_b: GGUFTensor | None, layer: int,
                    srcs=[k_b, v_b], mla=(h, nope, v))
 
 
+def _source(p: _Tensor, t: GGUFTensor) -> _Tensor:
+    """kv_b_proj's source ``t`` read on its own (_mla_floats)."""
+    return replace(p, src=t, srcs=None, order=None, mla=None, source_scales=())
+
+
 def _mla_floats(g: GGUFModel, p: _Tensor) -> np.ndarray:
     """kv_b_proj's rows (float32) from its two sources, whole (a layer's: small)."""
     h, nope, v = p.mla
-    scales = _tensor_scales(g)
-    k_b, v_b = (_floats(g, _scaled(g, replace(p, src=t, srcs=None, order=None, mla=None), scales), 0,
+    k_b, v_b = (_floats(g, replace(_source(p, t), tensor_scale=s), 0,
                         g.rows(t, 0, math.prod(t.shape[:-1]), t.nbytes // math.prod(t.shape[:-1])))
-                for t in p.sources)
+                for t, s in zip(p.sources, p.source_scales, strict=True))
     lat = p.shape[-1]
     k = k_b.reshape(h, lat, nope).transpose(0, 2, 1)
     return np.concatenate([k, v_b.reshape(h, v, lat)], axis=1).reshape(-1, lat)

@@ -55,14 +55,12 @@ from iekit.formats.model_spec import (LLAMA4_MLP_INTER, DecoderSpec, decoder_spe
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
 from .gguf_names import (CONV_TAPS, DECAY_RATES, FLATTENED, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS, NO_DENSE_MLP,
-                         SIGMOID_GATING, GGUFArch, arch_of, attention_scalar, fused_parts, gguf_2d_shape, gguf_layer_name,
-                         mtp_gguf_name, norm_shift, separable, sliding_by_period)
+                         NVFP4_SCALES, SIGMOID_GATING, GGUFArch, arch_of, attention_scalar, fused_parts,
+                         gguf_2d_shape, gguf_layer_name, mtp_gguf_name, norm_shift, separable, sliding_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
 CHUNK_BYTES = 8 * 1024 * 1024
-# nvfp4's quant keys that are llama.cpp's `.scale` / `.input_scale` tensors beside the weight
-SCALE_KEYS = ("tensor_scale", "input_scale")
 # The llama.cpp architectures whose graphs multiply every matrix they have by its `.scale` (src/models/*.cpp
 # pass each weight's *_s on; llama.cpp 0.3.36). The others load the tensor and leave some products unscaled
 # (qwen2moe's experts and shared expert, gemma3's MLP, ...): an NVFP4 file with scales would run wrong there.
@@ -166,7 +164,7 @@ class _Plan:
         dtypes = {p.entry["dtype"] for p in parts}
         first = parts[0].entry
         # an expert stack's NVFP4 matrices may differ in their scales: llama.cpp's `.scale` has one per expert
-        own = SCALE_KEYS if len(shape) == 3 else ()
+        own = tuple(NVFP4_SCALES) if len(shape) == 3 else ()
         if len(dtypes) > 1 or len({json.dumps({k: v for k, v in (p.entry.get("quant") or {}).items() if k not in own},
                                               sort_keys=True) for p in parts}) > 1:
             what = "the experts stacked into" if len(shape) == 3 else "the matrices whose rows make"
@@ -231,7 +229,7 @@ class _Plan:
         [experts] for a stack) as llama.cpp's converter writes them after it:
         each where a value is not 1 (a missing input scale counts as 1)."""
         per = [(_part_rows(p) // shape[1] if len(shape) == 3 else 1, p.entry["quant"]) for p in parts]
-        for key, suffix in zip(SCALE_KEYS, (".scale", ".input_scale")):
+        for key, suffix in NVFP4_SCALES.items():
             v = np.concatenate([np.full(n, q.get(key) or 1.0, np.float32) for n, q in per])
             if (v != 1).any():
                 self.out.append(_Out(gguf_name.removesuffix(".weight") + suffix, "F32", [len(v)], [], "f32",

@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from . import finite
 from .errors import IEError
 from .quant import SCHEMES, QuantParams
 from .safetensors_reader import SafetensorsFile, SafetensorsTensor
@@ -174,22 +175,19 @@ def split(tensors: Tensors, config: Any, where: str) -> tuple[Tensors, list[Nvfp
 
 def chunks(m: Nvfp4Matrix, advance: Callable[[int], None]) -> Iterator[bytes]:
     """The IEBIN payload of ``m``, a few MiB of rows at a time (codes and
-    scales read in step), every scale byte checked on the way."""
+    scales read in step), every scale byte checked on the way by the payload
+    scan's rule (finite.py), naming the checkpoint's scale tensor."""
     (csf, ct), (ssf, st) = m.codes, m.scales
     rows, cols = m.shape
+    check = finite.checker({"dtype": "nvfp4", "shape": m.shape, "quant": NVFP4.quant_dict(cols, m.params)},
+                           ssf.path, st.name)
     per = max(2, CHUNK_BYTES // (cols // 2)) // 2 * 2  # rows per step (even: whole 8-byte units of scales)
-    done = 0
     for craw, sraw in zip(csf.iter_chunks(ct, per * cols // 2), ssf.iter_chunks(st, per * cols // 16)):
         b = np.frombuffer(craw, np.uint8).reshape(-1, cols // 2)
-        s = np.frombuffer(sraw, np.uint8).reshape(-1, cols // 16)
-        bad = np.flatnonzero((s >= 0x7F).reshape(-1))
-        if bad.size:
-            r, k = divmod(int(bad[0]), cols // 16)
-            raise IEError(f"{st.name}: scale 0x{s.reshape(-1)[bad[0]]:02X} at [{done + r}, {k}] is not a UE4M3 block "
-                          "scale (sign bit set, or E4M3's NaN 0x7F)")
         codes = np.empty((b.shape[0], cols), np.uint8)
         codes[:, 0::2] = b & 0x0F
         codes[:, 1::2] = b >> 4
+        out = NVFP4.pack_blocks(np.frombuffer(sraw, np.uint8).reshape(-1, 4), codes.reshape(-1, 64)).tobytes()
+        check(out)
         advance(len(craw) + len(sraw))
-        done += b.shape[0]
-        yield NVFP4.pack_blocks(s.reshape(-1, 4), codes.reshape(-1, 64)).tobytes()
+        yield out

@@ -77,17 +77,18 @@ def test_gemv_every_path_is_float64s(rows, batch):
     step); int8 within its activation rounding."""
     rng = np.random.default_rng(rows * 10 + batch)
     cols = 384
-    raw = _blocks(rng, rows * cols // 64)
-    raw[:, :4] = rng.integers(40, 70, (len(raw), 4))  # scales 2^-3 .. 2^1, as real ones span
+    raw = _blocks(rng, rows * cols // 64)  # every scale byte below 0x7F (the SIMD kernels' table: each entry)
     p = QuantParams("nvfp4", tensor_scale=float(np.float32(2.5e-3)))
     e = _entry(rows, cols, p)
     w64 = S.dequantize(raw.reshape(-1), rows, cols, p).astype(np.float64)
     x = rng.standard_normal((batch, cols)).astype(np.float32)
     bias = rng.standard_normal(rows).astype(np.float32)
-    for act, tol in (("f32", 2e-6), ("int8", 2e-2)):
-        for isa in ("scalar", "avx2"):
-            y = kernels.gemv(raw.reshape(-1), e, x, bias=bias, act=act, isa=isa)
-            assert kernels.max_rel_error(y, x, w64, bias) <= tol, (act, isa)
+    for act, tol in (("f32", 2e-6), ("int8", 1e-2)):  # (measured: 1.5e-7, 5.3e-3)
+        y = {isa: kernels.gemv(raw.reshape(-1), e, x, bias=bias, act=act, isa=isa) for isa in ("scalar", "avx2")}
+        for isa in y:
+            assert kernels.max_rel_error(y[isa], x, w64, bias) <= tol, (act, isa)
+        # the same int8 activations in both: the AVX2 kernel is the scalar reference's sums, in another order
+        assert np.abs(y["avx2"] - y["scalar"]).max() <= 1e-5 * np.abs(y["scalar"]).max(), act
 
 
 def test_quantizer_is_ggmls_reference_and_an_importance_matrix_lowers_its_error():

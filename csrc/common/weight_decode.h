@@ -443,11 +443,13 @@ IE_HD float e8m0_half(uint8_t e) {
 // doubled values): (8 + m) 2^(e - 11), subnormals m 2^-10; bit 7 is not
 // read, and 0x7F (E4M3's NaN) is 0, as there (the import and `validate
 // --deep` refuse both: formats/finite.py).
+// constexpr, so that the SIMD kernels' table of all 256 (gemv/kernels.h
+// kUe4m3) is this function's values: (8 + m) << e is an integer below 2^19,
+// exact in float32, as is its product with 2^-11.
 constexpr int kNvfp4Qs = 4;
-IE_HD float ue4m3_half(uint8_t x) {
-  if (x == 0 || x == 0x7F) return 0.f;
-  const uint32_t e = (x >> 3) & 0xFu, m = x & 7u;
-  return e == 0 ? static_cast<float>(m) * 0x1p-10f : f32_from_bits(((e + 119u) << 23) | (m << 20));
+IE_HD constexpr float ue4m3_half(uint8_t x) {
+  const int e = (x >> 3) & 0xF, m = x & 7;
+  return x == 0x7F ? 0.f : e == 0 ? static_cast<float>(m) * 0x1p-10f : static_cast<float>((8 + m) << e) * 0x1p-11f;
 }
 
 // The types whose codes index a table of int8 values (iq4_nl, iq4_xs,

@@ -1028,64 +1028,57 @@ void iq4_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
 
 // ------------------------------------------------------------------ nvfp4
 
-// Two 64-blocks' scales (their four bytes each, at p and p + kBlockBytes)
-// times the tensor scale, by one gather from kUe4m3, each in the two lanes
-// of its sub-block: [d0, d0, d1, d1, d2, d2, d3, d3] of the first in lo, of
-// the second in hi. One gather per block instead: 3.45 ms where this takes
-// 3.0 (16384 x 8192, 2 threads); integer steps to the float's fields, 3.8.
-IE_INLINE void nvfp4_scales(const uint8_t* p, float tensor_scale, __m256& lo, __m256& hi) {
-  const __m128i b = _mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(load_u32(p))),
-                                     static_cast<int>(load_u32(p + kBlockBytes<WType::NVFP4>)), 1);
-  const __m256 d = _mm256_mul_ps(_mm256_i32gather_ps(kUe4m3.v, _mm256_cvtepu8_epi32(b), 4), _mm256_set1_ps(tensor_scale));
-  lo = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
-  hi = _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
+// Two 64-blocks' scales (their four bytes each, at p and q) times the
+// tensor scale, by one gather from kUe4m3, each in the two lanes of its
+// sub-block: [d0, d0, d1, d1, d2, d2, d3, d3] of p's in d[0], of q's in d[1].
+// One gather per block instead: 3.45 ms where this takes 3.0 (16384 x 8192,
+// 2 threads); integer steps to the float's fields, 3.8.
+IE_INLINE void nvfp4_scales(const uint8_t* p, const uint8_t* q, float tensor_scale, __m256 (&d)[2]) {
+  const __m128i b = _mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(load_u32(p))), static_cast<int>(load_u32(q)), 1);
+  const __m256 both = _mm256_mul_ps(_mm256_i32gather_ps(kUe4m3.v, _mm256_cvtepu8_epi32(b), 4), _mm256_set1_ps(tensor_scale));
+  d[0] = _mm256_permutevar8x32_ps(both, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+  d[1] = _mm256_permutevar8x32_ps(both, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
 }
 
-// One 64-block's scales, as nvfp4_scales's lo.
-IE_INLINE __m256 nvfp4_scales_one(const uint8_t* p, float tensor_scale) {
-  const __m128 d4 = _mm_i32gather_ps(kUe4m3.v, _mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(load_u32(p)))), 4);
-  return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(d4, _mm_set1_ps(tensor_scale))),
-                                  _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
-}
-
-// act=int8, a 64-block (two activation blocks) at a time: its 32 code bytes
-// are one vector whose low nibbles are elements 0..7 of each 16-element
-// sub-block and whose high nibbles 8..15 (sub-blocks 0, 1 in the low lane,
-// 2, 3 in the high); the activation's two blocks are regrouped to match by
-// two lane permutes and two 64-bit unpacks shared by all rows. maddubs and
-// madd leave each sub-block's sum in two int32 lanes, which meet its scale
-// there (nvfp4_scales) and the activation block's (low lanes x0's, high x1's).
+// act=int8, a 64-block (two activation blocks) at a time, blocks in pairs
+// (their scales one gather; a row's odd last block pairs with itself): its
+// 32 code bytes are one vector whose low nibbles are elements 0..7 of each
+// 16-element sub-block and whose high nibbles 8..15 (sub-blocks 0, 1 in the
+// low lane, 2, 3 in the high); the activation's two blocks are regrouped to
+// match by two lane permutes and two 64-bit unpacks shared by all rows.
+// maddubs and madd leave each sub-block's sum in two int32 lanes, which meet
+// its scale there and the activation block's (low lanes x0's, high x1's).
 template <int R, int B>
 void nvfp4_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   constexpr int64_t BB = kBlockBytes<WType::NVFP4>;
   const int64_t nsb = a.spec.cols / 64;
   const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Grid.v)));
   const uint8_t* row[R];
-  __m256 acc[R][B], dcur[R] = {}, dnext[R] = {};
+  __m256 acc[R][B];
   const int64_t pf = start_rows(a, r0, row, acc);
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const int64_t k = 2 * sb;  // the activation's first 32-block
-    __m256i xl[B], xh[B];
-    __m256 xd[B];
-    for (int b = 0; b < B; ++b) {
-      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + (k * B + b) * 32));
-      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + ((k + 1) * B + b) * 32));
-      const __m256i lo = _mm256_permute2x128_si256(x0, x1, 0x20), hi = _mm256_permute2x128_si256(x0, x1, 0x31);
-      xl[b] = _mm256_unpacklo_epi64(lo, hi);
-      xh[b] = _mm256_unpackhi_epi64(lo, hi);
-      xd[b] = _mm256_set_m128(_mm_set1_ps(xa.d[(k + 1) * B + b]), _mm_set1_ps(xa.d[k * B + b]));
-    }
-    for (int rr = 0; rr < R; ++rr) {
-      const uint8_t* p = row[rr] + sb * BB;
-      prefetch(p + pf);
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kNvfp4Qs));
-      if (sb % 2 == 0) {  // this block's and the next one's scales (a row's last block alone: a row has whole ones)
-        if (sb + 1 < nsb) nvfp4_scales(p, a.spec.scale, dcur[rr], dnext[rr]);
-        else dcur[rr] = nvfp4_scales_one(p, a.spec.scale);
-      } else {
-        dcur[rr] = dnext[rr];
+  for (int64_t sb0 = 0; sb0 < nsb; sb0 += 2) {
+    const int pair = sb0 + 1 < nsb ? 2 : 1;
+    __m256 d[R][2];
+    for (int rr = 0; rr < R; ++rr)
+      nvfp4_scales(row[rr] + sb0 * BB, row[rr] + (sb0 + pair - 1) * BB, a.spec.scale, d[rr]);
+    for (int h = 0; h < pair; ++h) {
+      const int64_t sb = sb0 + h, k = 2 * sb;  // k: the activation's first 32-block
+      __m256i xl[B], xh[B];
+      __m256 xd[B];
+      for (int b = 0; b < B; ++b) {
+        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + (k * B + b) * 32));
+        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + ((k + 1) * B + b) * 32));
+        const __m256i lo = _mm256_permute2x128_si256(x0, x1, 0x20), hi = _mm256_permute2x128_si256(x0, x1, 0x31);
+        xl[b] = _mm256_unpacklo_epi64(lo, hi);
+        xh[b] = _mm256_unpackhi_epi64(lo, hi);
+        xd[b] = _mm256_set_m128(_mm_set1_ps(xa.d[(k + 1) * B + b]), _mm_set1_ps(xa.d[k * B + b]));
       }
-      nibble_pair_dots<B>(table, v, _mm256_setzero_si256(), xl, xh, dcur[rr], xd, acc[rr]);
+      for (int rr = 0; rr < R; ++rr) {
+        const uint8_t* p = row[rr] + sb * BB;
+        prefetch(p + pf);
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kNvfp4Qs));
+        nibble_pair_dots<B>(table, v, _mm256_setzero_si256(), xl, xh, d[rr][h], xd, acc[rr]);
+      }
     }
   }
   store_sums(acc, out);

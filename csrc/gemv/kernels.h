@@ -206,24 +206,19 @@ constexpr const int8_t* grid_values(WType t) {
          : iq1_values(t)       ? kIq1Grid.v
                                : kIq4Grid.v;
 }
-// ue4m3_half of every byte, for the nvfp4 kernels' one gather of a block's four scales.
+// ue4m3_half of every byte, for the nvfp4 kernels' gathers of a block's scales.
 struct Ue4m3Table {
   float v[256];
 };
 constexpr Ue4m3Table ue4m3_table() {
   Ue4m3Table t{};
-  for (int x = 0; x < 256; ++x) {
-    const int e = (x >> 3) & 0xF, m = x & 7;
-    float p = 0x1p-10f;  // the subnormals' step; (8 + m) 2^(e - 11) = (8 + m) 2^-10 2^(e - 1)
-    for (int k = 1; k < e; ++k) p *= 2.f;
-    t.v[x] = x == 0x7F ? 0.f : e == 0 ? static_cast<float>(m) * 0x1p-10f : static_cast<float>(8 + m) * p;
-  }
+  for (int x = 0; x < 256; ++x) t.v[x] = ue4m3_half(static_cast<uint8_t>(x));
   return t;
 }
 constexpr Ue4m3Table kUe4m3 = ue4m3_table();
 static_assert(kUe4m3.v[0x38] == 0.5f && kUe4m3.v[0x7E] == 224.f && kUe4m3.v[1] == 0x1p-10f && kUe4m3.v[0x08] == 0x1p-7f &&
-                  kUe4m3.v[0xFF] == 240.f,
-              "ue4m3_half: 1.0 halved, 448 halved, the least subnormal, the least normal; bit 7 unread");
+                  kUe4m3.v[0xFF] == 240.f && kUe4m3.v[0x7F] == 0.f,
+              "ue4m3_half: 1.0 halved, 448 halved, the least subnormal, the least normal; bit 7 unread; NaN as 0");
 
 // The largest |value| of a table: how many products a kernel may sum in int16.
 constexpr int grid_abs_max(const Grid16& g) {

@@ -297,7 +297,7 @@ void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64
       if (p.affine) std::memcpy(h + 8 * sb + i * sb, blk + sb, static_cast<size_t>(sb));
       return;
     case WType::Int4w:  // above
-    case WType::NVFP4:  // no row-interleaved copy: its scale per 16 weights is a float (stored layout only)
+    case WType::NVFP4:  // (no copy: rows8_code_bits)
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
@@ -329,7 +329,7 @@ size_t header_bytes(const Rows8& p) {
     case WType::IQ4_NL:
     case WType::MXFP4:
     case WType::Q8_0: return static_cast<size_t>(8 * p.scale_bytes * (p.affine ? 2 : 1));
-    case WType::NVFP4:  // no row-interleaved copy: its scale per 16 weights is a float (stored layout only)
+    case WType::NVFP4:  // (no copy: rows8_code_bits)
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
@@ -382,7 +382,7 @@ bool stores_every_byte(WType t) {
     case WType::IQ3_S:
     case WType::IQ3_XXS:
     case WType::IQ2_XXS:
-    case WType::NVFP4:  // no row-interleaved copy: its scale per 16 weights is a float (stored layout only)
+    case WType::NVFP4:  // (no copy: rows8_code_bits)
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
@@ -416,7 +416,7 @@ void pack_tile(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_
     case WType::IQ2_S:
     case WType::IQ1_S:
     case WType::IQ1_M:
-    case WType::NVFP4:  // no row-interleaved copy: its scale per 16 weights is a float (stored layout only)
+    case WType::NVFP4:  // (no copy: rows8_code_bits)
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;

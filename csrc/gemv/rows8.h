@@ -122,7 +122,7 @@ constexpr int rows8_code_bits(WType t) {
     case WType::IQ1_S:    // and 1.56
     case WType::IQ1_M:    // and 1.75
     case WType::MXFP4: return 4;
-    case WType::NVFP4:  // no row-interleaved copy: its scale per 16 weights is a float (stored layout only)
+    case WType::NVFP4:  // none: its scales per 16 weights are floats, which no header holds exactly
     case WType::F32:
     case WType::F16:
     case WType::BF16: return 0;

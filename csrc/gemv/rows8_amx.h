@@ -418,7 +418,7 @@ AmxKernel amx_kernel(const Rows8& p) {
     case WType::IQ1_S: return amx_fn<sym16_amx<WType::IQ1_S>>;
     case WType::IQ1_M: return amx_fn<sym16_amx<WType::IQ1_M>>;
     case WType::Q2_K:  // its mins' sums beside P and acc do not fit the registers at 16 tokens: no faster than its pair kernel
-    case WType::NVFP4:  // no row-interleaved copy: its scale per 16 weights is a float (stored layout only)
+    case WType::NVFP4:  // (no copy: rows8_code_bits)
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;

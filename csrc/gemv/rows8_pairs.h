@@ -527,7 +527,7 @@ PairKernel pair_kernel(const Rows8& p) {
         if (p.bpg == 2) return pair_fn<nib_pair<2, SB, AFF>>;
         return pair_fn<nib_pair<0, SB, AFF>>;
       });
-    case WType::NVFP4:  // no row-interleaved copy: its scale per 16 weights is a float (stored layout only)
+    case WType::NVFP4:  // (no copy: rows8_code_bits)
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;

@@ -889,7 +889,7 @@ TileKernel<NB> tile_kernel(const Rows8& p) {
         if (p.bpg == 2) return tile_fn<NB, nib_tile_n<2, SB, AFF, 0, NB>>;
         return tile_fn<NB, nib_tile_n<0, SB, AFF, 0, NB>>;
       });
-    case WType::NVFP4:  // no row-interleaved copy: its scale per 16 weights is a float (stored layout only)
+    case WType::NVFP4:  // (no copy: rows8_code_bits)
     case WType::F32:  // no row-interleaved copy (rows8_applies): a float Rows8 has no tiles to run
     case WType::F16:
     case WType::BF16: break;
