@@ -231,7 +231,10 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       deepseek2 (DeepSeek-V3, R1, V3.1, Kimi K2 with sigmoid gating;
       GLM-4.7-Flash where the file keeps its MTP layer; DeepSeek-V2 with
       softmax: latent attention, attn_k_b and attn_v_b joined into
-      kv_b_proj), llama4 (Llama 4 Scout, Maverick: each expert's
+      kv_b_proj), mistral4 (Mistral Small 4: the same attention,
+      ffn_gate_up_exps read as the experts' gate_up_proj; no
+      attention.temperature_scale, as llama.cpp's converter writes none:
+      run without the temperature, as llama.cpp runs it), llama4 (Llama 4 Scout, Maverick: each expert's
       ffn_gate_exps and ffn_up_exps joined into gate_up_proj's halves),
       ernie4_5 and ernie4_5-moe (ERNIE 4.5), qwen35 and qwen35moe (Qwen3.5:
       its gated DeltaNet's value heads kept in llama.cpp's order, ssm_a back
@@ -411,7 +414,10 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       granite, olmo2, mistral3, exaone4, olmoe, qwen2moe, glm4moe, minimax-m2,
       deepseek2 (DeepSeek-V3, V2 and GLM-4.7-Flash: kv_b_proj split into
       attn_k_b and attn_v_b; V3's MTP layer left out as llama.cpp's
-      converter leaves it, GLM-4.7-Flash's kept), llama4 (Llama 4:
+      converter leaves it, GLM-4.7-Flash's kept), mistral4 (Mistral Small
+      4: gate_up_proj's halves as ffn_gate_exps and ffn_up_exps, Llama 4's
+      temperature as attention.temperature_scale and _length, which
+      llama.cpp's graph applies), llama4 (Llama 4:
       gate_up_proj's halves as ffn_gate_exps and ffn_up_exps; llama.cpp
       fixes its chunks and temperature, so other values are refused),
       ernie4_5 and ernie4_5-moe (ERNIE 4.5; its MTP tensors left out),

@@ -590,6 +590,15 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              experts=_QWEN_EXPS,
              keys=_DEEPSEEK2_KEYS | {"nextn_predict_layers"}, mla=True, eot_token="<|user|>",
              eom_token="<|observation|>"),
+    # Mistral Small 4 as the converter writes its Mistral3ForConditionalGeneration (its Mistral4Model, a
+    # DeepseekV2Model under its own name): DeepSeek-V2's names and softmax router, the experts' stacks whole
+    # (ffn_gate_up_exps; gate_up_proj's halves as ffn_gate_exps and ffn_up_exps here); Llama 4's attention
+    # temperature as attention.temperature_scale over attention.temperature_length positions (the converter
+    # writes neither: llama.cpp then applies none)
+    GGUFArch("mistral4", "Mistral4ForCausalLM", "mistral4", False,
+             {**_DEEPSEEK2, "mlp.experts.down_proj": "ffn_down_exps.weight"},
+             paired={"mlp.experts.gate_up_proj": ("ffn_gate_exps.weight", "ffn_up_exps.weight")}, halves=True,
+             keys=_DEEPSEEK2_KEYS | {"attention.temperature_scale", "attention.temperature_length"}, mla=True),
     # Cohere 2 (Command R7B, Command A): one LayerNorm per layer (attn_norm) for its parallel attention and MLP,
     # rows as they are (llama.cpp turns interleaved pairs, as Cohere does), the head always the embedding; every
     # 4th layer full and unrotated by default, logit_scale a key

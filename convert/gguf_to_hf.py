@@ -47,7 +47,7 @@ HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "gl
              "arcee", "stablelm", "starcoder2", "nemotron", "phi",
              "gemma3_text", "phi3", "smollm3", "granite", "olmo2", "olmo3", "ministral3", "exaone4", "olmoe",
              "seed_oss", "glm4", "cohere2", "cohere", "deepseek_v3", "deepseek_v2",
-             "glm4_moe_lite", "llama4_text", "ernie4_5", "ernie4_5_moe", "qwen3_5_text",
+             "glm4_moe_lite", "mistral4", "llama4_text", "ernie4_5", "ernie4_5_moe", "qwen3_5_text",
              "qwen3_5_moe_text", "qwen3_next", "lfm2", "lfm2_moe", "granitemoehybrid",
              "granitemoe", "granitemoeshared", "nemotron_h")
 

@@ -470,6 +470,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _nemotron_config(g, arch, cfg, blocks)
     if arch.gguf == "mistral3":
         _mistral3_config(g, arch, cfg)
+    if arch.gguf == "mistral4":
+        _mistral4_config(g, arch, cfg)
     if arch.gguf == "exaone4":
         _exaone4_config(g, arch, cfg)
     if arch.short_conv:  # (Lfm2Config's names; its width as it is, not derived again by LFM2's rule)
@@ -728,10 +730,7 @@ def _mistral3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     (the context without the key); YaRN's ``yarn_log_multiplier`` is
     mscale_all_dim beside an mscale of 1, which llama.cpp assumes."""
     a = arch.gguf
-    key = f"{a}.attention.temperature_scale"
-    beta = g.fields.get(key, 0.0)
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta < 0:
-        raise FormatError(g.path, key, f"expected a non-negative number, got {beta!r}")
+    beta = _temperature_scale(g, a)
     rp = cfg.pop("rope_scaling", None) or {"rope_type": "default"}
     log_mul = f"{a}.rope.scaling.yarn_log_multiplier"
     if log_mul in g.fields:
@@ -741,8 +740,49 @@ def _mistral3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     old_ctx = _field(g, f"{a}.rope.scaling.original_context_length", int, cfg["max_position_embeddings"])
     if old_ctx < 1:
         raise FormatError(g.path, f"{a}.rope.scaling.original_context_length", "0: expected at least 1 position")
+    _temperature_rope(cfg, rp, old_ctx, beta)
+
+
+def _temperature_scale(g: GGUFModel, a: str) -> float:
+    """llama.cpp's ``attention.temperature_scale``: Llama 4's attention
+    temperature as Ministral 3 and Mistral 4 state it (llama_4_scaling_beta),
+    0 without the key, as llama.cpp runs such a file; the float32 it holds, as
+    its shortest decimal."""
+    key = f"{a}.attention.temperature_scale"
+    beta = g.fields.get(key, 0.0)
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta) or beta < 0:
+        raise FormatError(g.path, key, f"expected a non-negative number, got {beta!r}")
+    return float(str(np.float32(beta)))
+
+
+def _temperature_rope(cfg: dict[str, Any], rp: dict[str, Any], old_ctx: int, beta: float) -> None:
+    """transformers 5's rope_parameters of a model with Llama 4's temperature, where its attention reads it: the
+    RoPE ``rp``, the base, the original context the temperature steps over, and the temperature's beta."""
     cfg["rope_parameters"] = {**rp, "rope_theta": cfg.pop("rope_theta"), "original_max_position_embeddings": old_ctx,
-                              "llama_4_scaling_beta": float(str(np.float32(beta)))}
+                              "llama_4_scaling_beta": beta}
+
+
+def _mistral4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """mistral4 as Mistral4ForCausalLM: its head_dim the q/k head's (nope +
+    rope, as Mistral4Config derives it), and its RoPE in rope_parameters,
+    where Mistral4Attention reads Llama 4's attention temperature:
+    ``attention.temperature_scale`` is llama_4_scaling_beta (0 without it,
+    as llama.cpp runs a file without it: its own converter writes none), the
+    temperature stepping every ``attention.temperature_length`` positions,
+    which transformers takes from YaRN's original context, so the two must
+    agree."""
+    a = arch.gguf
+    beta = _temperature_scale(g, a)
+    rp = cfg.pop("rope_scaling", None) or {"rope_type": "default"}
+    old_ctx = rp.get("original_max_position_embeddings", cfg["max_position_embeddings"])
+    if beta:
+        floor = _field(g, f"{a}.attention.temperature_length", int)
+        if floor != old_ctx:
+            raise FormatError(g.path, f"{a}.attention.temperature_length", f"{floor}: Mistral 4's temperature steps "
+                                                                           f"over YaRN's original context ({old_ctx} "
+                                                                           "positions), and no other")
+    cfg["head_dim"] = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+    _temperature_rope(cfg, rp, old_ctx, beta)
 
 
 def _exaone4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
@@ -808,7 +848,7 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int, 0) or ff // k,
                    shared_expert_intermediate_size=_field(g, f"{a}.expert_shared_feed_forward_length", int, 0) or ff)
     if arch.hf_class in ("Glm4MoeForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM",
-                         "Glm4MoeLiteForCausalLM"):
+                         "Glm4MoeLiteForCausalLM", "Mistral4ForCausalLM"):
         _v3_router_config(g, arch, cfg)
     if arch.hf_class == "MiniMaxM2ForCausalLM":  # (llama.cpp's minimax-m2 graph aborts without the key)
         _sigmoid_gated(g, arch, None)
@@ -995,7 +1035,13 @@ def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
     (transformers' count)."""
     a = arch.gguf
     v2 = arch.hf_class == "DeepseekV2ForCausalLM"  # (_arch_of: softmax-gated)
-    if not v2:
+    mistral4 = arch.hf_class == "Mistral4ForCausalLM"
+    if mistral4:  # (softmax, llama.cpp's default where the key is missing)
+        gating = _field(g, f"{a}.expert_gating_func", int, 1)
+        if gating != 1:
+            raise FormatError(g.path, f"{a}.expert_gating_func", f"{gating}: Mistral 4's router is softmax-gated (1), "
+                                                                 "and it has no other")
+    elif not v2:
         _sigmoid_gated(g, arch, SIGMOID_GATING if a == "glm4moe" else _deepseek2_gating(g))
     nextn = _field(g, f"{a}.nextn_predict_layers", int, 0)
     trunk = cfg["num_hidden_layers"] - nextn
@@ -1009,6 +1055,17 @@ def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
                first_k_dense_replace=_field(g, f"{a}.leading_dense_block_count", int, 0), **_v3_router(g, a))
     if a == "glm4moe":
         cfg.update(use_qk_norm="blk.0.attn_q_norm.weight" in names, attention_bias="blk.0.attn_q.bias" in names)
+        return
+    if mistral4:
+        if nextn:
+            raise FormatError(g.path, f"{a}.nextn_predict_layers", f"{nextn}: Mistral 4 has no multi-token "
+                                                                   "prediction layers")
+        cfg.pop("num_nextn_predict_layers")
+        if cfg["topk_group"] < cfg["n_group"]:
+            raise FormatError(g.path, f"{a}.expert_group_used_count", f"{cfg['topk_group']} of {cfg['n_group']} "
+                                                                      "groups: groups of softmax-scored experts are "
+                                                                      "not supported by the decoder")
+        cfg.update(n_group=1, topk_group=1)
         return
     cfg.update(scoring_func="softmax" if v2 else "sigmoid", topk_method="greedy" if v2 else "noaux_tc")
     if arch.hf_class == "Glm4MoeLiteForCausalLM":  # its dense layers per layer; first_k_dense_replace as the Hub's

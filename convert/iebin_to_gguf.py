@@ -396,7 +396,8 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
 # The llama.cpp architectures whose experts sit in every layer from the first that has them to the last (the
 # layers before, leading_dense_block_count), by the config key that could place them otherwise
 LEADING_DENSE = {"glm4moe": "first_k_dense_replace", "deepseek2": "mlp_layer_types",
-                 "ernie4_5-moe": "moe_layer_interval", "lfm2moe": "num_dense_layers"}
+                 "mistral4": "first_k_dense_replace", "ernie4_5-moe": "moe_layer_interval",
+                 "lfm2moe": "num_dense_layers"}
 
 
 def _leading_dense(moe: Any) -> int:
@@ -435,8 +436,8 @@ def _check_llama4(where: str, spec: DecoderSpec) -> None:
 
 
 def _check_mla(where: str, spec: DecoderSpec, scaling: dict[str, Any] | None, kind: str) -> None:
-    """What llama.cpp's deepseek2 cannot run as the decoder does (one line
-    naming the config key)."""
+    """What llama.cpp's deepseek2 (and mistral4, its graph) cannot run as the
+    decoder does (one line naming the config key)."""
     if not spec.arch.rope_interleaved:
         raise IEError(f"{where}.rope_interleave: false; llama.cpp's deepseek2 turns interleaved pairs (the Hub "
                       "checkpoints' layout)")
@@ -736,11 +737,13 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             kv[f"{a}.rope.scaling.type"] = "none"
     if arch.gguf == "cohere2":
         _window_kv(kv, a, arch, spec, max(spec.windows) or int(cfg["sliding_window"]))
-    # (Mistral Small 3.x has none; llama4's is fixed) llama.cpp steps it over YaRN's original context, else over
-    # the whole one
+    # (Mistral Small 3.x has none; llama4's is fixed) llama.cpp's mistral3 steps it over YaRN's original context,
+    # else over the whole one; its deepseek2 graph (mistral4's) over attention.temperature_length
     if spec.attn_temp_scale and not spec.arch.llama4:
         kv[f"{a}.attention.temperature_scale"] = float(spec.attn_temp_scale)
-        if spec.attn_temp_floor != (scaling or {}).get("original_max_position_embeddings", spec.max_positions):
+        if arch.mla:
+            kv[f"{a}.attention.temperature_length"] = spec.attn_temp_floor
+        elif spec.attn_temp_floor != (scaling or {}).get("original_max_position_embeddings", spec.max_positions):
             kv[f"{a}.rope.scaling.original_context_length"] = spec.attn_temp_floor
     if arch.gguf == "phi3":  # as convert_hf_to_gguf.py's Phi3MiniModel: LongRoPE's factors are tensors (_layout)
         old_ctx = spec.rope_original_ctx or cfg.get("original_max_position_embeddings")
@@ -752,8 +755,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if moe is not None:
         kv[f"{a}.expert_count"] = moe.n_experts
         kv[f"{a}.expert_used_count"] = moe.top_k
-        if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "llama4",
-                         "ernie4_5-moe", "qwen35moe", "qwen3next", "lfm2moe", "nemotron_h_moe"):
+        if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "mistral4",
+                         "llama4", "ernie4_5-moe", "qwen35moe", "qwen3next", "lfm2moe", "nemotron_h_moe"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
         # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model, Ernie4_5MoeModel and LFM2MoeModel write them:
         # the shared experts' count where the architecture has a key for it)
@@ -771,17 +774,17 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         # is sigmoid-gated without it)
         if moe.sigmoid and "expert_gating_func" in arch.keys and not arch.nemotron:  # (its graph: sigmoid, no key)
             kv[f"{a}.expert_gating_func"] = SIGMOID_GATING
-        elif arch.gguf == "deepseek2":  # softmax (DeepSeek-V2's Hub configs' scoring_func)
+        elif arch.mla:  # softmax (DeepSeek-V2's Hub configs' scoring_func; Mistral 4's router)
             kv[f"{a}.expert_gating_func"] = 1
         if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe", "qwen3next", "granitemoe", "nemotron_h_moe"):
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
         # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model and NemotronHModel write DeepSeek-V3's router)
-        if arch.gguf in ("glm4moe", "deepseek2", "nemotron_h_moe"):
-            if moe.sigmoid:  # (DeepSeek-V2's config has no groups to write)
+        if arch.gguf in ("glm4moe", "deepseek2", "mistral4", "nemotron_h_moe"):
+            if moe.sigmoid or arch.gguf == "mistral4":  # (DeepSeek-V2's config has no groups to write; Mistral 4's one)
                 kv[f"{a}.expert_group_count"] = moe.n_group
                 kv[f"{a}.expert_group_used_count"] = moe.topk_group
             kv[f"{a}.expert_weights_scale"] = float(moe.routed_scale)
-            if moe.norm_topk or arch.gguf != "deepseek2":  # (deepseek2's: written only where true)
+            if moe.norm_topk or not arch.mla:  # (deepseek2's and mistral4's: written only where true)
                 kv[f"{a}.expert_weights_norm"] = moe.norm_topk
             if _mtp_written(arch, spec):
                 kv[f"{a}.nextn_predict_layers"] = spec.mtp_layers

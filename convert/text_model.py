@@ -7,8 +7,8 @@ all a text prompt runs through (llama.cpp's converter likewise writes the
 text model as one GGUF and the vision part as another, ``mmproj``).
 Mistral Small 3.1 / 3.2, Magistral Small, Ministral 3 and Devstral Small 2
 are likewise ``Mistral3ForConditionalGeneration``: a Pixtral tower beside a
-Mistral (``text_config.model_type`` mistral) or Ministral 3 (ministral3)
-text model. Llama 4 Scout and Maverick are ``Llama4ForConditionalGeneration``:
+Mistral (``text_config.model_type`` mistral), Ministral 3 (ministral3) or,
+for Mistral Small 4, Mistral 4 (mistral4) text model. Llama 4 Scout and Maverick are ``Llama4ForConditionalGeneration``:
 a vision model beside a Llama 4 text model; Qwen3.5 is
 ``Qwen3_5ForConditionalGeneration`` (its mixtures of experts
 ``Qwen3_5MoeForConditionalGeneration``); Qwen3-VL 2B to 32B
@@ -29,7 +29,7 @@ MRoPE, stored under the Hub's names (``model.*`` beside ``visual.*``, as transfo
 Hub, a flat config (the text model's keys at the top level, MRoPE as ``rope_scaling`` type ``mrope``); LFM2-VL ``Lfm2VlForConditionalGeneration``, an
 ``Lfm2ForCausalLM`` beside a SigLIP2 tower. This writes that text model as
 the ``Gemma3ForCausalLM`` / ``MistralForCausalLM`` / ``Ministral3ForCausalLM``
-/ ``Llama4ForCausalLM`` / ``Qwen3_5ForCausalLM`` / ``Qwen3_5MoeForCausalLM`` /
+/ ``Mistral4ForCausalLM`` / ``Llama4ForCausalLM`` / ``Qwen3_5ForCausalLM`` / ``Qwen3_5MoeForCausalLM`` /
 ``Qwen3ForCausalLM`` / ``Qwen3MoeForCausalLM`` / ``Glm4ForCausalLM`` /
 ``Glm4MoeForCausalLM`` / ``Lfm2ForCausalLM`` checkpoint
 transformers would build from it: its tensors renamed from either layout
@@ -92,6 +92,19 @@ MINISTRAL3_TEXT_DEFAULTS: dict[str, Any] = {
     "rms_norm_eps": 1e-5, "sliding_window": None}
 MINISTRAL3_ROPE_DEFAULTS = {"rope_parameters": {
     "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 16.0, "original_max_position_embeddings": 16384,
+    "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1}}
+# transformers 5.23's Mistral4Config defaults that shape the computation (golden/ref/mistral4-text-defaults.json): what
+# Mistral Small 4's text_config (model_type mistral4) takes where it leaves a key out; its RoPE's
+# partial_rotary_factor is derived from the q/k dims, as Mistral4Config derives it
+MISTRAL4_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 131072, "hidden_size": 4096, "intermediate_size": 12288, "moe_intermediate_size": 2048,
+    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 32, "n_shared_experts": 1,
+    "n_routed_experts": 128, "routed_scaling_factor": 1.0, "kv_lora_rank": 256, "q_lora_rank": 1024,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 64, "n_group": 1, "topk_group": 1,
+    "num_experts_per_tok": 4, "first_k_dense_replace": 0, "norm_topk_prob": True, "hidden_act": "silu",
+    "max_position_embeddings": 1048576, "rms_norm_eps": 1e-6, "rope_interleave": True, "attention_bias": False}
+MISTRAL4_ROPE_DEFAULTS = {"rope_parameters": {
+    "rope_type": "yarn", "rope_theta": 10000.0, "factor": 128.0, "original_max_position_embeddings": 8192,
     "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1}}
 # transformers 5.23's Llama4TextConfig defaults that shape the computation (golden/ref/llama4-text-defaults.json;
 # the per-layer lists it derives from them, no_rope_layers, moe_layers and layer_types, the decoder derives alike)
@@ -243,6 +256,10 @@ MULTIMODAL = {
                  defaults_unless=((_ROPE_KEYS, MISTRAL_ROPE_DEFAULTS),), tie="head"),
         TextPart("Ministral3ForCausalLM", "ministral3", renames=_RENAMES, left_out=_TOWERS,
                  defaults=MINISTRAL3_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, MINISTRAL3_ROPE_DEFAULTS),),
+                 tie="head"),
+        # (Mistral Small 4: its experts' stacks kept as stacks, the text class's own layout)
+        TextPart("Mistral4ForCausalLM", "mistral4", renames=_RENAMES, left_out=_TOWERS,
+                 defaults=MISTRAL4_TEXT_DEFAULTS, defaults_unless=((_ROPE_KEYS, MISTRAL4_ROPE_DEFAULTS),),
                  tie="head")),
     # (its language model a Llama4ForCausalLM of its own, head included: language_model.lm_head)
     "Llama4ForConditionalGeneration": (TextPart(

@@ -233,6 +233,11 @@ ARCHS = {
     # models/deepseek_v2 (DeepSeek-V2-Lite, V2): the same attention (interleaved RoPE always); the top-k of the
     # softmax over all experts, never renormalised, times routed_scaling_factor
     "DeepseekV2ForCausalLM": Arch(moe="deepseek_v2", mla=True, rope_interleaved=True),
+    # models/mistral4 (Mistral Small 4; the text model of its Mistral3ForConditionalGeneration): DeepSeek-V3's
+    # attention (interleaved RoPE unless rope_interleave is false) under Llama 4's attention temperature
+    # (Ministral 3's), the top k of the softmax over all experts renormalised, times routed_scaling_factor, beside
+    # shared experts; the experts stored as two stacks (MOE_NAMES)
+    "Mistral4ForCausalLM": Arch(moe="mistral4", mla=True, rope_interleaved=True, attn_temp=True),
     # models/glm4_moe_lite (GLM-4.7-Flash): DeepSeek-V3's attention, GLM-4.5's router and shared experts; its dense
     # layers where mlp_layer_types says "dense" (the first alone by default); the MTP layers left unread
     "Glm4MoeLiteForCausalLM": Arch(moe="glm4_moe_lite", mla=True, rope_interleaved=True),
@@ -308,6 +313,10 @@ MOE_NAMES["glm4_moe"] = {**MOE_NAMES["qwen3_moe"], "expert_bias": "mlp.gate.e_sc
 # DeepSeek-V3's: GLM-4.5's; DeepSeek-V2's the same without the choice bias.
 MOE_NAMES["deepseek_v3"] = MOE_NAMES["glm4_moe_lite"] = MOE_NAMES["glm4_moe"]
 MOE_NAMES["deepseek_v2"] = {k: v for k, v in MOE_NAMES["glm4_moe"].items() if k != "expert_bias"}
+# Mistral 4's: DeepSeek-V2's router and shared experts, the routed ones in two stacks as Granite's (gate_up_proj
+# [experts, 2 inter, hidden], gate's rows then up's: MoeSpec.glu "halves"; down_proj [experts, hidden, inter])
+MOE_NAMES["mistral4"] = {**{k: v for k, v in MOE_NAMES["deepseek_v2"].items() if k not in ("gate", "up", "down")},
+                         "gate": "mlp.experts.gate_up_proj", "down": "mlp.experts.down_proj"}
 # The config classes' defaults of the keys GLM-4.5's and DeepSeek's routers read (a config.json without them).
 ROUTER_DEFAULTS = {"glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
                                 "routed_scaling_factor": 1.0},
@@ -315,6 +324,8 @@ ROUTER_DEFAULTS = {"glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 
                                    "routed_scaling_factor": 2.5},
                    "deepseek_v2": {"first_k_dense_replace": 0, "n_shared_experts": 2, "n_group": 1, "topk_group": 1,
                                    "routed_scaling_factor": 1.0},
+                   "mistral4": {"first_k_dense_replace": 0, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
+                                "routed_scaling_factor": 1.0},
                    # (its dense layers: mlp_layer_types, not first_k_dense_replace)
                    "glm4_moe_lite": {"n_shared_experts": 1, "n_group": 1, "topk_group": 1,
                                      "routed_scaling_factor": 1.8}}
@@ -769,7 +780,8 @@ def _positive(model: dict, meta_path: Path, key: str, default: float, allow_zero
     return float(v)
 
 
-def _rotary_dim(arch: Arch, cfg: dict[str, Any], scaling: Any, head_dim: int, meta_path: Path) -> int:
+def _rotary_dim(arch: Arch, cfg: dict[str, Any], scaling: Any, head_dim: int, meta_path: Path,
+                qk_head: int = 0) -> int:
     """The dims of a head RoPE turns: head_dim times partial_rotary_factor
     (the config's, or transformers 5's in rope_parameters), truncated as
     transformers does; partial RoPE only where the architecture has it."""
@@ -783,6 +795,12 @@ def _rotary_dim(arch: Arch, cfg: dict[str, Any], scaling: Any, head_dim: int, me
         if type(rot) is not int or not 2 <= rot <= head_dim:
             raise IEError(f"{meta_path}: config.rotary_dim: expected an integer in 2..head_dim {head_dim}, got {rot!r}")
         where, v = "config.rotary_dim", rot / head_dim
+    if qk_head:  # latent attention turns qk_rope_head_dim (head_dim here); a share of the q/k head stated beside
+        # it (Mistral 4's rope_parameters) must name the same dims, as transformers' RoPE takes them from it
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or int(qk_head * v) != head_dim):
+            raise IEError(f"{meta_path}: {where}: {v!r} of the {qk_head}-dim q/k head is not qk_rope_head_dim "
+                          f"({head_dim})")
+        return head_dim
     if v is None:
         v = arch.default_partial
     if v == 1:
@@ -799,13 +817,14 @@ def _rotary_dim(arch: Arch, cfg: dict[str, Any], scaling: Any, head_dim: int, me
 
 
 def _rope(arch: Arch, m: dict[str, Any], cfg: dict[str, Any], head_dim: int, theta: float,
-          meta_path: Path) -> dict[str, Any]:
+          meta_path: Path, qk_head: int = 0) -> dict[str, Any]:
     """The DecoderSpec fields of the model's RoPE: its frequencies, the
-    attention factor, and LongRoPE's second table."""
+    attention factor, and LongRoPE's second table (``qk_head``: latent
+    attention's q/k head, of which ``head_dim`` dims turn)."""
     scaling = m.get("rope_scaling")
     if scaling is not None and not isinstance(scaling, dict):
         raise IEError(f"{meta_path}: model.rope_scaling: expected an object or null, got {scaling!r}")
-    dim = _rotary_dim(arch, cfg, scaling, head_dim, meta_path)
+    dim = _rotary_dim(arch, cfg, scaling, head_dim, meta_path, qk_head)
     try:
         if rope_kind(scaling) != "longrope":
             inv, scale = rope_tables(dim, theta, scaling)
@@ -914,9 +933,10 @@ def _nope(arch: Arch, cfg: dict, windows: tuple[int, ...], meta_path: Path) -> t
 
 def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | None:
     """The routing of gpt-oss, Mixtral, Qwen3-MoE, Qwen2-MoE, OLMoE, GLM-4.5,
-    MiniMax-M2, DeepSeek-V3 and V2 and GLM-4.7-Flash, from their config keys
-    (configuration_gpt_oss / _mixtral / _qwen3_moe / _qwen2_moe / _olmoe /
-    _glm4_moe / _minimax_m2 / _deepseek_v3 / _deepseek_v2 / _glm4_moe_lite)."""
+    MiniMax-M2, DeepSeek-V3 and V2, GLM-4.7-Flash and Mistral 4, from their
+    config keys (configuration_gpt_oss / _mixtral / _qwen3_moe / _qwen2_moe /
+    _olmoe / _glm4_moe / _minimax_m2 / _deepseek_v3 / _deepseek_v2 /
+    _glm4_moe_lite / _mistral4)."""
     if arch.moe is None:
         return None
     if arch.moe == "ernie4_5_moe":
@@ -984,12 +1004,19 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
                 raise IEError(f"{meta_path}: config.topk_method: expected 'greedy' or 'group_limited_greedy', "
                               f"got {method!r}")
             groups = used = 1
+        if arch.moe == "mistral4":  # softmax scores (Mistral4TopkRouter); its groups ranked by their best two
+            if used < groups:
+                raise UnsupportedError(f"{meta_path}: config.topk_group: {used} of n_group {groups}; groups of "
+                                       "softmax-scored experts are not supported by the decoder (Mistral Small 4 "
+                                       "has one)")
+            groups = used = 1
+            glu = "halves"
         if n_experts % groups or used > groups or (used < groups and (
                 n_experts // groups < 2 or top_k > used * (n_experts // groups))):
             raise IEError(f"{meta_path}: config.topk_group: {used} of n_group {groups} groups of {n_experts} experts; "
                           f"expected at most n_group groups of 2 or more experts each, the kept ones holding "
                           f"num_experts_per_tok ({top_k})")
-        routing = dict(sigmoid=arch.moe != "deepseek_v2", n_group=groups, topk_group=used,
+        routing = dict(sigmoid=arch.moe not in ("deepseek_v2", "mistral4"), n_group=groups, topk_group=used,
                        routed_scale=_positive(cfg, meta_path, "routed_scaling_factor", dflt["routed_scaling_factor"],
                                               section="config"))
     if arch.moe == "minimax_m2":  # (MiniMaxM2TopKRouter renormalises always)
@@ -1076,7 +1103,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
             raise IEError(f"{meta_path}: model.head_dim: {head_dim} × num_attention_heads {heads}"
                           f"{' × 2 (query and gate)' if arch.attn_gate else ''} = {rows}, but {q_name} has shape "
                           f"{q.get('shape')}")
-    rope = _rope(arch, m, cfg, rot, theta, meta_path)
+    rope = _rope(arch, m, cfg, rot, theta, meta_path, head_dim if arch.mla else 0)
     if arch.mla:
         mla["attn_scale"] = _mla_scale(m.get("rope_scaling"), head_dim, meta_path)
     if arch.local_rope:  # (Gemma 3's sliding base defaults to 10000, OLMo 3's to the model's)

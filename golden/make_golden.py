@@ -75,6 +75,12 @@ Writes (replacing any previous output):
     golden/hf/tiny-ministral3-vl/  Mistral3ForConditionalGeneration: tiny-ministral3's language model beside a
                             tiny Pixtral vision tower (its text logits are tiny-ministral3's)
     golden/ref/mistral3-text-defaults.json  transformers' MistralConfig and Ministral3Config defaults
+    golden/hf/tiny-mistral4/  Mistral4ForCausalLM, bfloat16: latent attention under YaRN and Llama 4's temperature,
+                            softmax routing renormalised and scaled, the experts in two stacks;
+                            ref/tiny-mistral4/logits_no_temperature.npy: the same without the temperature
+    golden/hf/tiny-mistral4-vl/  Mistral3ForConditionalGeneration as Mistral Small 4 is published: tiny-mistral4's
+                            language model and head beside a tiny Pixtral tower
+    golden/ref/mistral4-text-defaults.json  transformers' Mistral4Config defaults
     golden/hf/tiny-gemma3-vl/  Gemma3ForConditionalGeneration: tiny-gemma3's language model beside a tiny
                             SigLIP vision tower (its text logits are tiny-gemma3's)
     golden/ref/gemma3-text-defaults.json   transformers' Gemma3TextConfig defaults (ieconv text-model fills them in)
@@ -233,6 +239,8 @@ from transformers import (  # noqa: E402
     Exaone4ForCausalLM,
     Ministral3ForCausalLM,
     Mistral3Config,
+    Mistral4Config,
+    Mistral4ForCausalLM,
     Mistral3ForConditionalGeneration,
     PixtralVisionConfig,
     Phi3Config,
@@ -311,6 +319,12 @@ GLM4_SEED = SEED + 42  # its greedy cases run 16 tokens with margins >= 0.04
 COHERE2_SEED = SEED + 47  # the first from SEED + 43 whose greedy cases run 16 tokens with margins >= 0.01
 COHERE2_LOGIT_SCALE = 0.5  # Command R7B's is 0.25; the toy's logits are a few units, so its scale keeps them
 MINIMAX_M2_SEED = SEED + 66  # its greedy cases run 16 tokens with margins >= 0.02
+# Mistral Small 4's RoPE (YaRN over the rotated 8 of each 24-dim head, Llama 4's attention temperature) with the
+# original context cut to 4 positions, so that the scaled frequencies and the temperature act within the toy's 12
+MISTRAL4_ROPE = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 32.0, "original_max_position_embeddings": 4,
+                 "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                 "llama_4_scaling_beta": 0.5}
+MISTRAL4_SEED = SEED + 210  # its greedy cases run 16 tokens with margins >= 0.02
 DEEPSEEK_V3_SEED = SEED + 78  # the first from SEED + 70 whose greedy cases run 16 tokens with margins >= 0.015
 DEEPSEEK_V2_SEED = SEED + 83  # the first from SEED + 80 whose greedy cases run 16 tokens with margins >= 0.014
 # DeepSeek-V3's YaRN on a toy: factor 4 over an original context of 32 positions, mscale and mscale_all_dim 1 (its
@@ -1064,6 +1078,47 @@ def make_deepseek_v3(tok) -> None:
     assert_feature_matters(DeepseekV3ForCausalLM, out, logits, "YaRN's mscale on the scores",
                            rope_parameters={**DEEPSEEK_V3_ROPE, "mscale_all_dim": 0.0})
     assert_feature_matters(DeepseekV3ForCausalLM, out, logits, "the groups of experts", n_group=1, topk_group=1)
+
+
+def make_mistral4(tok) -> None:
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    # Mistral Small 4's layer: DeepSeek-V3's latent attention (q_lora) under YaRN and Llama 4's temperature; layer 0
+    # dense, layer 1 4 routed experts (top 2 of their softmax, renormalised, x 1.5) beside a shared one, stored as
+    # transformers keeps them: gate_up_proj [experts, 2 inter, hidden] (gate's rows, then up's; 2 inter is not
+    # hidden, so a stack read the other way round is refused, not misread), down_proj [experts, hidden, inter]
+    cfg = Mistral4Config(**{**dims, **MLA_DIMS}, q_lora_rank=24, n_routed_experts=4, num_experts_per_tok=2,
+                         moe_intermediate_size=24, n_shared_experts=1, first_k_dense_replace=1,
+                         routed_scaling_factor=1.5, norm_topk_prob=True, n_group=1, topk_group=1,
+                         tie_word_embeddings=False, pad_token_id=None, rope_parameters=dict(MISTRAL4_ROPE))
+    cfg.architectures = ["Mistral4ForCausalLM"]
+    out = HF_DIR / "tiny-mistral4"
+    logits = save_model(tok, out.name, Mistral4ForCausalLM, cfg, MISTRAL4_SEED, torch.bfloat16)
+    # (llama.cpp's converter writes no temperature, so llama.cpp runs its file without one: those logits too)
+    cool = override_logits(Mistral4ForCausalLM, out,
+                           rope_parameters={**cfg.rope_parameters, "llama_4_scaling_beta": 0.0})
+    assert np.abs(cool - logits).max() > 1e-2 * np.abs(logits).max(), "the attention temperature barely matters"
+    np.save(REF_DIR / out.name / "logits_no_temperature.npy", np.ascontiguousarray(cool, dtype=np.float32))
+    assert_feature_matters(Mistral4ForCausalLM, out, logits, "routed_scaling_factor", routed_scaling_factor=1.0)
+    assert_feature_matters(Mistral4ForCausalLM, out, logits, "renormalising the top k", norm_topk_prob=False)
+
+
+def make_mistral4_vl(tok) -> None:
+    """tiny-mistral4's language model in a Mistral3ForConditionalGeneration
+    beside a tiny Pixtral vision tower: the layout Mistral Small 4 is
+    published in (and the one llama.cpp's converter reads). Also freezes
+    Mistral4Config's defaults (its text_config takes them for what it leaves
+    out)."""
+    text = Mistral4Config.from_pretrained(HF_DIR / "tiny-mistral4")
+    text.architectures = None  # (as the Hub's text_config: llama.cpp's converter goes by the one it names)
+    vision = PixtralVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 head_dim=8, image_size=28, patch_size=14)
+    cfg = Mistral3Config(text_config=text, vision_config=vision, bos_token_id=tok.bos_token_id,
+                         eos_token_id=tok.eos_token_id, pad_token_id=None, tie_word_embeddings=False)
+    save_multimodal(tok, Mistral3ForConditionalGeneration, cfg, MISTRAL4_SEED + 1, Mistral4ForCausalLM,
+                    "tiny-mistral4", head=True)
+    write_json(REF_DIR / "mistral4-text-defaults.json",
+               {k: v for k, v in sorted(Mistral4Config().to_dict().items()) if k not in MULTIMODAL_SKIP})
 
 
 def make_glm4_moe_lite(tok) -> None:
@@ -1980,6 +2035,8 @@ def main() -> None:
     make_deepseek_v3(tok)
     make_deepseek_v2(tok)
     make_glm4_moe_lite(tok)
+    make_mistral4(tok)
+    make_mistral4_vl(tok)
     make_llama4(tok)
     make_llama4_vl(tok)
     make_ernie4_5(tok)

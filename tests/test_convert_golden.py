@@ -67,6 +67,7 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-deepseek-v3", "tiny-deepseek-v3", []),
     ("tiny-deepseek-v2", "tiny-deepseek-v2", []),
     ("tiny-glm4-moe-lite", "tiny-glm4-moe-lite", []),
+    ("tiny-mistral4", "tiny-mistral4", []),
     ("tiny-llama4", "tiny-llama4", []),
     ("tiny-ernie4-5", "tiny-ernie4-5", []),
     ("tiny-ernie4-5-moe", "tiny-ernie4-5-moe", []),

@@ -42,7 +42,8 @@ from iekit.runtime.sampling import Sampler, generate
 # tiny-deepseek-v3: latent attention (q_lora, values narrower than keys), YaRN's mscale on the scores, GLM-4.5's
 # router in groups, an unread MTP layer; tiny-deepseek-v2: latent attention with q_proj over 27 layers, softmax
 # routing never renormalised, two shared experts; tiny-glm4-moe-lite: GLM-4.7-Flash's (latent attention,
-# GLM-4.5's router, mlp_layer_types, an unread MTP layer); tiny-llama4: chunked attention, q/k divided by their RMS
+# GLM-4.5's router, mlp_layer_types, an unread MTP layer); tiny-mistral4: Mistral Small 4's (latent attention under
+# YaRN and Llama 4's temperature, softmax routing renormalised and scaled, the experts in two stacks); tiny-llama4: chunked attention, q/k divided by their RMS
 # after RoPE, an unrotated layer with the temperature, experts fed their sigmoid weight beside a shared one at
 # alternate layers, gate_up_proj's halves, llama3 RoPE with equal factors; tiny-ernie4-5: GLM-4's interleaved RoPE
 # over whole heads; tiny-ernie4-5-moe: a dense layer, then softmax routing with a choice bias beside 2 shared experts,
@@ -67,7 +68,7 @@ MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3
           "tiny-starcoder2", "tiny-nemotron", "tiny-phi", "tiny-phi3",
           "tiny-smollm3", "tiny-granite", "tiny-olmo2", "tiny-olmo3", "tiny-ministral3", "tiny-exaone4",
           "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe", "tiny-minimax-m2", "tiny-deepseek-v3", "tiny-deepseek-v2",
-          "tiny-glm4-moe-lite", "tiny-llama4", "tiny-ernie4-5", "tiny-ernie4-5-moe", "tiny-seed-oss", "tiny-glm4",
+          "tiny-glm4-moe-lite", "tiny-mistral4", "tiny-llama4", "tiny-ernie4-5", "tiny-ernie4-5-moe", "tiny-seed-oss", "tiny-glm4",
           "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5", "tiny-qwen3-5-moe",
           "tiny-qwen3-next", "tiny-lfm2", "tiny-lfm2-moe", "tiny-granite4", "tiny-granite4-dense", "tiny-granite-moe",
           "tiny-granite-moe-shared", "tiny-nemotron-h", "tiny-nemotron-h-moe"]

@@ -110,7 +110,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     assert kv[f"{a}.embedding_length"] == cfg["hidden_size"]
     # (GLM-4.5's and GLM-4.7-Flash's multi-token prediction layers are counted in llama.cpp's block_count;
     # DeepSeek-V3's are left out)
-    mla = a == "deepseek2"
+    mla = a in ("deepseek2", "mistral4")  # (llama.cpp's deepseek2 loader, mistral4's too)
     # (Qwen3.5's and Qwen3-Next's beside the model, mtp.layers.I, which Qwen3-Next's config does not count)
     beside = {t["name"].split(".")[2] for t in json.loads((model / "model.ie.json").read_text())["tensors"]
               if t["name"].startswith("mtp.layers.")}
@@ -305,8 +305,10 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                 want = _paired_expert(src, i, k, bias=False)
             elif a == "llama4":
                 want = _paired_expert(src, i, k, bias=False, module="feed_forward", halves=True)
-            elif a in ("granitehybrid", "granitemoe"):  # (input_linear's halves, output_linear as it is)
-                t, raw = src[f"model.layers.{i}.block_sparse_moe.{'output' if k == 'down' else 'input'}_linear.weight"]
+            elif a in ("granitehybrid", "granitemoe", "mistral4"):  # (the gate/up stack's halves, down as it is)
+                t, raw = src[f"model.layers.{i}.mlp.experts.{'down' if k == 'down' else 'gate_up'}_proj"] \
+                    if a == "mistral4" else \
+                    src[f"model.layers.{i}.block_sparse_moe.{'output' if k == 'down' else 'input'}_linear.weight"]
                 x = raw.reshape(t["shape"][0], t["shape"][1], -1)
                 want = x if k == "down" else x[:, :x.shape[1] // 2] if k == "gate" else x[:, x.shape[1] // 2:]
             else:

@@ -48,6 +48,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
                                   "tiny-olmo3", "tiny-ministral3", "tiny-exaone4",
                                   "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe", "tiny-minimax-m2", "tiny-seed-oss",
                                   "tiny-deepseek-v3", "tiny-deepseek-v2", "tiny-glm4-moe-lite",
+                                  "tiny-mistral4",
                                   "tiny-llama4", "tiny-ernie4-5", "tiny-ernie4-5-moe", "tiny-glm4", "tiny-cohere2",
                                   "tiny-cohere", "tiny-qwen3-5", "tiny-qwen3-5-moe",
                                   "tiny-qwen3-next", "tiny-lfm2", "tiny-lfm2-moe", "tiny-granite4",

@@ -66,7 +66,7 @@ def test_llama_quantize_takes_our_gguf_imatrix(tmp_path, models, name):  # noqa:
     a = kv["general.architecture"]
     trunk = kv[f"{a}.block_count"] - kv.get(f"{a}.nextn_predict_layers", 0)
     missed = {n for n in re.findall(r"did not find weights for (\S+)", log)
-              if not (a == "deepseek2" and n.endswith(("attn_k_b.weight", "attn_v_b.weight")))}
+              if not (a in ("deepseek2", "mistral4") and n.endswith(("attn_k_b.weight", "attn_v_b.weight")))}
     assert {n for n in missed if not re.match(rf"blk\.(\d+)\.", n) or int(n.split(".")[1]) < trunk} <= \
         {"token_embd.weight"}, log[-2000:]
 

@@ -75,6 +75,7 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-olmo3": {}, "tiny-ministral3": {}, "tiny-exaone4": {}, "tiny-olmoe": {}, "tiny-qwen2-moe": {},
           "tiny-seed-oss": {}, "tiny-glm4": {}, "tiny-glm4-moe": {}, "tiny-minimax-m2": {"rotary_dim": 8, "scoring_func": "sigmoid"},
           "tiny-deepseek-v3": {}, "tiny-deepseek-v2": {}, "tiny-glm4-moe-lite": {"scoring_func": "sigmoid"},
+          "tiny-mistral4-vl": {},
           "tiny-llama4": {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1},
           "tiny-ernie4-5": {}, "tiny-ernie4-5-moe": {}, "tiny-qwen3-5": {}, "tiny-qwen3-5-moe": {}, "tiny-qwen3-next": {}, "tiny-qwen3-vl": {}, "tiny-qwen2-vl": {}, "tiny-qwen3-vl-moe": {}, "tiny-glm4-vl": {}, "tiny-glm4-vl-moe": {}, "tiny-lfm2": {}, "tiny-lfm2-moe": {},
           "tiny-granite4": {"layer_types": GRANITE4_LAYERS}, "tiny-granite4-dense": {"layer_types": GRANITE4_LAYERS},
