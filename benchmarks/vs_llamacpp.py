@@ -233,12 +233,14 @@ def contention(model: Path, gguf: Path, a: argparse.Namespace, tmp: Path) -> dic
 TYPES = ("int4w", "q4_0", "q4_k", "iq4_nl", "iq4_xs", "mxfp4", "q4_k_m")
 # The 2- and 3-bit types, on request (--types): quantized by ieconv and exported for llama.cpp
 # (llama-quantize writes IQ3_XXS, the IQ2 and IQ1 types only with an importance matrix), the same bytes in both engines
-LOW_TYPES = ("q3_k", "iq3_s", "iq3_xxs", "q2_k", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m")
+LOW_TYPES = ("q3_k", "iq3_s", "iq3_xxs", "q2_k", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m", "q1_0")
 # NVFP4, on request: the layer matrices as an NVFP4 checkpoint's conversion holds them (nvfp4_gguf), one file for both
 CHECKPOINT_TYPES = ("nvfp4",)
 # llama-quantize's file type for the types it writes (--pure: every matrix that type where its rows allow;
 # q4_k_m: its own mix, so not --pure)
-LLAMA_FTYPE = {"q4_0": "Q4_0", "q4_k": "Q4_K_S", "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS", "q4_k_m": "Q4_K_M"}
+# (q1_0: its rows must be whole 128-blocks, as the large model's are and SmolLM2's 576 not)
+LLAMA_FTYPE = {"q4_0": "Q4_0", "q4_k": "Q4_K_S", "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS", "q4_k_m": "Q4_K_M",
+               "q1_0": "Q1_0"}
 # The large model: 2048-wide rows (whole super-blocks), SmolLM2's vocabulary (tokenizer.json for the export)
 LARGE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
          "intermediate_size": 5632, "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 49152,

@@ -208,7 +208,7 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       the original checkpoint;
     - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS,
       IQ2_XS, IQ2_S, IQ1_S, IQ1_M, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, MXFP4,
-      NVFP4 blocks are copied byte for byte (their scales checked finite;
+      NVFP4, Q1_0 blocks are copied byte for byte (their scales checked finite;
       an NVFP4 weight's .scale and .input_scale tensors go with it); other
       quantized types (TQ1_0, TQ2_0, ...) are dequantized with gguf.quants
       to --dtype;

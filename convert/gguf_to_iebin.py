@@ -1320,8 +1320,6 @@ def plan_tensors(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantiz
     """Every output tensor, in name order, with how its bytes are made
     (``mode``: copied, cast to ``dtype``, or dequantized to ``dtype`` or
     f32; ``dequantize_all``: no block is kept) and its rows' order."""
-    from gguf.quants import dequantize
-
     plans = []
     for p in _sources(g, cfg):
         t = p.src
@@ -1341,7 +1339,7 @@ def plan_tensors(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantiz
         else:
             row_bytes = t.nbytes // (math.prod(t.shape[:-1]) if len(t.shape) >= 2 else 1)
             try:
-                dequantize(g.rows(t, 0, 1, row_bytes)[0], _qtype(t.ggml_type))
+                dequantize_blocks(g.rows(t, 0, 1, row_bytes)[0], t.ggml_type)
             except (NotImplementedError, KeyError, ValueError):
                 raise FormatError(g.path, f"{where} type", f"ggml type {t.ggml_type} cannot be converted "
                                                            "(gguf.quants cannot dequantize it)") from None
@@ -1394,6 +1392,24 @@ def _qtype(name: str):
     from gguf.constants import GGMLQuantizationType
 
     return GGMLQuantizationType[name]
+
+
+def dequantize_blocks(part: np.ndarray, ggml_type: str) -> np.ndarray:
+    """Rows of blocks of a ggml type as float32: gguf.quants' dequantization
+    (the reference), or, for a type of ours it lacks (Q1_0: gguf-py knows its
+    size, not its values), our own decoder's, which the tests hold to
+    llama.cpp's (tests/test_q1_0.py)."""
+    from gguf.quants import dequantize
+
+    try:
+        return dequantize(part, _qtype(ggml_type)).astype(np.float32)
+    except NotImplementedError:
+        if ggml_type not in COPIED:
+            raise
+        rows = part.shape[0] if part.ndim > 1 else 1
+        s = SCHEMES[COPIED[ggml_type]]
+        cols = part.size // rows // s.block_bytes * s.block_elems
+        return s.dequantize(np.ascontiguousarray(part).reshape(-1), rows, cols, s.params_from({}, cols))
 
 
 def file_type_name(g: GGUFModel) -> str | None:
@@ -1523,14 +1539,12 @@ def _src_rows(p: _Tensor) -> tuple[int, int]:
 
 
 def _floats(g: GGUFModel, p: _Tensor, r0: int, part: np.ndarray) -> np.ndarray:
-    """Source rows as float32 [k, cols] (gguf.quants' dequantization for block types), checked finite,
+    """Source rows as float32 [k, cols] (dequantize_blocks for block types), checked finite,
     less the tensor's shift (in float32: exact for a stored 1 + w of at least 0.5, Sterbenz)."""
-    from gguf.quants import dequantize
-
     if p.src.ggml_type in FLOATS:
         w = decode_f32(part.tobytes(), FLOATS[p.src.ggml_type]).reshape(part.shape[0], -1)
     else:
-        w = dequantize(part, _qtype(p.src.ggml_type)).astype(np.float32) * np.float32(p.tensor_scale)
+        w = dequantize_blocks(part, p.src.ggml_type) * np.float32(p.tensor_scale)
     if not np.isfinite(w).all():
         i = np.unravel_index(int(np.argmin(np.isfinite(w))), w.shape)
         raise FormatError(g.path, f"tensor {p.src.name!r}", f"holds {w[i]} at row {r0 + int(i[0])}"

@@ -77,6 +77,7 @@ TABLE: tuple[WeightFacts, ...] = (
     _blocks("iq1_s", 2 + 32 + 16, 256),  # d: f16, 32 x 11-bit ternary codebook index (low bytes), 8 x u16 (high bits, 3-bit scale, shift sign)
     _blocks("iq1_m", 32 + 16 + 8, 256),  # 32 x 11-bit index (low bytes), 32 x (3 high bits, shift sign), 16 x 3-bit scale and d in 4 u16
     _blocks("nvfp4", 4 + 32, 64),  # 4 x UE4M3 scale (one per 16), 64 e2m1 nibbles; a float32 tensor_scale in quant
+    _blocks("q1_0", 2 + 16, 128),  # d: f16, 128 sign bits (bit j of byte k: element 8k + j; set: +d, clear: -d)
 )
 _FACTS: dict[str, WeightFacts] = {f.name: f for f in TABLE}
 

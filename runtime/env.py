@@ -19,8 +19,8 @@ IE_DEDUP_DEBUG       0 | 1                                 0         DedupConfig
 IE_PRECISION         int4w q4_0 q4_1 q8_0 q4_k iq4_nl      (none)    BenchEnv: ierun bench                  warn
                      iq4_xs q5_k q6_k q5_0 q5_1 mxfp4 q3_k
                      q2_k iq3_s iq4_xsh iq3_xxs iq2_xxs
-                     iq2_xs iq2_s iq1_s iq1_m nvfp4 f32 f16
-                     bf16 (fp32 fp16: aliases; any case)
+                     iq2_xs iq2_s iq1_s iq1_m nvfp4 q1_0 f32
+                     f16 bf16 (fp32 fp16: aliases; any case)
 IE_ACT_PREC          auto | fp32 | int8 (fp8 fp16 bf16:    auto      BenchEnv: ierun bench                  warn
                      not supported; any case)
 IE_REQUIRE_MODEL     0 | 1                                 0         BenchEnv: ierun bench                  warn

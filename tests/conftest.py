@@ -144,6 +144,21 @@ def exact_logits(model, ids, out: Path, *args: str):
     return np.load(out)
 
 
+def assert_gemv_paths(raw, entry, x, w64, bias, tols: dict) -> None:
+    """y = W x + b on scalar and AVX2 for each activation type in ``tols`` (act -> the largest error relative to
+    the outputs' scale, against float64 W ``w64``), and AVX2 within float rounding of the scalar reference (the same
+    int8 activations: the same sums in another order)."""
+    import numpy as np
+
+    from iekit.runtime import kernels
+
+    for act, tol in tols.items():
+        y = {isa: kernels.gemv(raw.reshape(-1), entry, x, bias=bias, act=act, isa=isa) for isa in ("scalar", "avx2")}
+        for isa in y:
+            assert kernels.max_rel_error(y[isa], x, w64, bias) <= tol, (act, isa)
+        assert np.abs(y["avx2"] - y["scalar"]).max() <= 1e-5 * np.abs(y["scalar"]).max(), act
+
+
 def python_bounded(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """``code`` in a fresh interpreter, failing the test (not hanging the
     suite) if it has not finished in ``timeout`` seconds."""

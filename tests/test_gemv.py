@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from iekit.formats.errors import IEError
-from iekit.formats.quant import SCHEMES
+from iekit.formats.quant import SCHEMES, QuantParams
 from iekit.runtime import kernels, native
 from iq4xsh_ref import deq_iq4_xsh
 
@@ -109,6 +109,14 @@ def make_weights(kind: str, rows: int, cols: int, rng, group_size=0, symmetric=T
         raw[0, f16_at[0]:f16_at[0] + 2] = 0  # d = 0 (q4_k, q5_k: every sub-block is -min)
         entry["quant"] = {"scheme": kind, "block_size": elems}
         return raw.reshape(-1), gguf.quants.dequantize(raw.reshape(rows, -1), GGML[kind]).astype(np.float32), entry
+    if kind == "q1_0":  # random signs under a random f16 d (0 in the first block); gguf-py cannot decode Q1_0, so
+        # the scheme's numpy, which tests/test_q1_0.py holds to ggml's dequantize_row_q1_0
+        raw = rng.integers(0, 256, size=(rows * cols // 128, 18), dtype=np.uint8)
+        dd = rng.uniform(-1, 1, raw.shape[0]) * 10.0 ** rng.uniform(-4, -2, raw.shape[0])
+        raw[:, 0:2] = dd.astype(np.float16)[:, None].view(np.uint8)
+        raw[0, 0:2] = 0
+        entry["quant"] = {"scheme": kind, "block_size": 128}
+        return raw.reshape(-1), SCHEMES["q1_0"].dequantize(raw.reshape(-1), rows, cols, QuantParams("q1_0")), entry
     if kind == "iq4_xsh":  # random codes, sub-scales and grid shifts under a random f16 d (0 in the first block)
         raw = rng.integers(0, 256, size=(rows * cols // 256, 137), dtype=np.uint8)
         dd = rng.uniform(-1, 1, raw.shape[0]) * 10.0 ** rng.uniform(-4, -2, raw.shape[0])
@@ -181,7 +189,8 @@ VARIANTS = [("f32", 0, True, "f16", [(37, 100), (5, 7), (3, 1)]),
             ("iq2_s", 0, True, "f16", [(37, 512), (3, 256)]),
             ("iq1_s", 0, True, "f16", [(37, 512), (3, 256)]),
             ("iq1_m", 0, True, "f16", [(37, 512), (3, 256)]),
-            ("iq4_xsh", 0, True, "f16", [(37, 512), (3, 256)])] + INT4W
+            ("iq4_xsh", 0, True, "f16", [(37, 512), (3, 256)]),
+            ("q1_0", 0, True, "f16", [(37, 384), (3, 128)])] + INT4W
 
 
 def vid(v):
@@ -464,7 +473,7 @@ def test_rows8_sub_scales_at_their_extremes(kind):
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), layout="rows8"),
      "not q4_0 with act='f32'"),
     (lambda: native.gemv(np.zeros(8 * 256 * 2, np.uint8), "bf16", 8, 256, np.zeros(256, np.float32), act="int8",
-                         layout="rows8"), "q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m matrices .*, not bf16 with act='int8'"),
+                         layout="rows8"), "q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m, q1_0 matrices .*, not bf16 with act='int8'"),
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), act="int8",
                          layout="rows4"), "layout must be 'stored', 'rows8' or 'packing'"),
     (lambda: native.gemv(np.zeros(8 * 18, np.uint8), "q4_0", 8, 32, np.zeros(32, np.float32), layout="packing"),
@@ -576,7 +585,7 @@ def _int4w(rows=4, cols=64, gs=32):
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(63, np.float32), group_size=32),
      "x must have 64 elements, got 63"),
     (lambda: native.gemv(np.zeros(4 * 64 * 2, np.uint8), "f16", 4, 64, np.ones(64, np.float32), act="int8"),
-     "act='int8' applies to int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m and nvfp4"),
+     "act='int8' applies to int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m, nvfp4 and q1_0"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32), group_size=32, bias=np.ones(3)),
      "bias must be 1-D with 4 elements"),
     (lambda: native.gemv(_int4w()[0], "int4w", 4, 64, np.ones(64, np.float32)), "int4w needs group_size"),

@@ -113,7 +113,7 @@ def test_fallbacks_and_ladder_entries_are_selections_of_real_schemes():
 
 
 def test_names_filters():
-    assert weight_types.names(quantized=True) == ("int4w", "q4_0", "q4_1", "q8_0", "q4_k", "iq4_nl", "iq4_xs", "q5_k", "q6_k", "q5_0", "q5_1", "mxfp4", "q3_k", "q2_k", "iq3_s", "iq4_xsh", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m", "nvfp4")
+    assert weight_types.names(quantized=True) == ("int4w", "q4_0", "q4_1", "q8_0", "q4_k", "iq4_nl", "iq4_xs", "q5_k", "q6_k", "q5_0", "q5_1", "mxfp4", "q3_k", "q2_k", "iq3_s", "iq4_xsh", "iq3_xxs", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m", "nvfp4", "q1_0")
     assert weight_types.names(quantized=False) == ("f32", "f16", "bf16")
     assert weight_types.names(int8_act=True) == QUANTIZED
     assert weight_types.names(gemv=True) == weight_types.names()
@@ -121,7 +121,7 @@ def test_names_filters():
 
 
 def test_unknown_name_is_a_clear_error():
-    with pytest.raises(IEError, match=r"unknown weight type 'q7_k' \(known: f32, f16, bf16, int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m, nvfp4\)"):
+    with pytest.raises(IEError, match=r"unknown weight type 'q7_k' \(known: f32, f16, bf16, int4w, q4_0, q4_1, q8_0, q4_k, iq4_nl, iq4_xs, q5_k, q6_k, q5_0, q5_1, mxfp4, q3_k, q2_k, iq3_s, iq4_xsh, iq3_xxs, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m, nvfp4, q1_0\)"):
         weight_types.get("q7_k")
     assert weight_types.find("q7_k") is None and weight_types.find(None) is None
 
@@ -139,7 +139,7 @@ def test_duplicate_registration_is_refused():
 
     assert weight_types.get("q4_0") is SCHEMES["q4_0"]
     assert [type(weight_types.get(n)).__name__ for n in weight_types.names()] == \
-        ["F32", "F16", "BF16", "Int4W", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "IQ4_NL", "IQ4_XS", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "MXFP4", "Q3_K", "Q2_K", "IQ3_S", "IQ4_XSH", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M", "NVFP4"]
+        ["F32", "F16", "BF16", "Int4W", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "IQ4_NL", "IQ4_XS", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "MXFP4", "Q3_K", "Q2_K", "IQ3_S", "IQ4_XSH", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M", "NVFP4", "Q1_0"]
 
 
 # ------------------------------------------------------------------- nbytes
@@ -169,7 +169,8 @@ def test_nbytes_is_what_quantize_writes(name):
                 assert s.nbytes(rows, cols, p) == got, (name, rows, cols, p)
                 assert native.expected_nbytes(**native_weight_args(s, rows, cols, p)) == got
                 n += 1
-    assert n >= (9 if s.block_elems == 256 else 18)  # q4_k, iq4_xs: 3 rows x the 3 widths of whole super-blocks
+    # q4_k, iq4_xs: 3 rows x the 3 widths of whole super-blocks; q1_0: the 4 of whole 128-blocks
+    assert n >= (9 if s.block_elems == 256 else 12 if s.block_elems == 128 else 18)
 
 
 @pytest.mark.parametrize("name", FLOATS)

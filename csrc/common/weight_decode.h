@@ -598,6 +598,14 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
       }
       return;
     }
+    case WType::Q1_0: {  // the span's 32 sign bits of its 128-block: +d where set, -d where clear
+      const uint8_t* blk = row + c0 / 128 * lay.block_bytes;
+      const float d = f16_to_f32(load_u16(blk));
+      const uint32_t bits = load_u32(blk + lay.block_qs + c0 % 128 / 8);
+      IE_UNROLL
+      for (int e = 0; e < 32; ++e) out[e] = (bits >> e & 1u) ? d : -d;
+      return;
+    }
     case WType::Q4_K:
     case WType::Q5_K: {  // the same header; q5_k's codes have a fifth bit
       const uint8_t* blk = row + c0 / 256 * lay.block_bytes;

@@ -11,7 +11,7 @@
 
 namespace ie {
 
-enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS, Q5_K, Q6_K, Q5_0, Q5_1, MXFP4, Q3_K, Q2_K, IQ3_S, IQ4_XSH, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, NVFP4 };
+enum class WType : uint8_t { F32, F16, BF16, Int4w, Q4_0, Q4_1, Q8_0, Q4_K, IQ4_NL, IQ4_XS, Q5_K, Q6_K, Q5_0, Q5_1, MXFP4, Q3_K, Q2_K, IQ3_S, IQ4_XSH, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, NVFP4, Q1_0 };
 
 struct WTypeInfo {
   WType type;
@@ -51,6 +51,7 @@ inline constexpr WTypeInfo kWeightTypes[] = {
     {WType::IQ1_S, "iq1_s", 256, 50, 2, true, true, true},       // d; index low bytes at 2; per 32-block a u16 (high bits, scale, shift) at 34
     {WType::IQ1_M, "iq1_m", 256, 56, 0, true, true, true},       // index low bytes; high bits and shifts at 32; scales and d at 48
     {WType::NVFP4, "nvfp4", 64, 36, 4, true, true, true},        // 4 UE4M3 scales (one per 16), then e2m1 nibbles
+    {WType::Q1_0, "q1_0", 128, 18, 2, true, true, true},         // d; 128 sign bits (element 8k + j: bit j of byte k)
 };
 inline constexpr int kNumWeightTypes = sizeof(kWeightTypes) / sizeof(kWeightTypes[0]);
 

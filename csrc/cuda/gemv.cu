@@ -452,6 +452,7 @@ void launch_blocks(const Launch& a, dim3 g, dim3 t, cudaStream_t st) {
     case WType::IQ1_M: blocks_kernel<WType::IQ1_M, B><<<g, t, 0, st>>>(a); break;
     case WType::MXFP4: blocks_kernel<WType::MXFP4, B><<<g, t, 0, st>>>(a); break;
     case WType::NVFP4: blocks_kernel<WType::NVFP4, B><<<g, t, 0, st>>>(a); break;
+    case WType::Q1_0: blocks_kernel<WType::Q1_0, B><<<g, t, 0, st>>>(a); break;
     default: fail(std::string("gemv: no blocks kernel for ") + wtype_info(a.g.s.type).name);
   }
 }

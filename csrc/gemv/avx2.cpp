@@ -697,7 +697,7 @@ void q4_q8_rows(const GemvArgs& a, const NibQ8& xa, int64_t r0, float* out) {
   store_sums(acc, out);
 }
 
-// ------------------ q8_0, q5_0, q5_1, iq4_nl, iq4_xs, iq4_xsh, mxfp4, iq3_s, iq3_xxs, iq2_xxs
+// ------------- q8_0, q5_0, q5_1, iq4_nl, iq4_xs, iq4_xsh, mxfp4, iq3_s, iq3_xxs, iq2_xxs, q1_0
 
 // Blocks whose 32 weights are a scale times int8 values (q5_1: plus a min):
 // q8_0 stores the values, q5_0 / q5_1 nibbles and fifth bits (codes, less
@@ -705,9 +705,10 @@ void q4_q8_rows(const GemvArgs& a, const NibQ8& xa, int64_t r0, float* out) {
 // (grid_values: one in-lane byte shuffle turns 32 of them into the values;
 // mxfp4's scale is an E8M0 byte, not an f16; iq3_s's values are codebook
 // words, gathered, with their signs, iq3_xxs's and iq2_xxs's too; iq4_xsh's
-// are iq4_xs's plus each sub-block's grid shift). A stored block holds S
-// such 32-blocks (iq4_xs, iq4_xsh and the codebook types: 8 under one f16 d
-// and sub-scales; else 1).
+// are iq4_xs's plus each sub-block's grid shift; q1_0's are +-1 by its sign
+// bits). A stored block holds S such 32-blocks (iq4_xs, iq4_xsh and the
+// codebook types: 8 under one f16 d and sub-scales; q1_0: 4 under one d;
+// else 1).
 // act=f32 is one kernel for all (stored blocks, and inside them their
 // 32-blocks j); act=int8 has one for the 32-element blocks with values and
 // one for the iq4 types (block pairs).
@@ -731,6 +732,16 @@ IE_INLINE __m256i bit_mask32(const uint8_t* p) {
       _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
   const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
   return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+
+// q1_0: byte e of the result 0xFF where bit e of 32-block j's u32 is clear
+// (the weight is -d), 0 where it is set (+d).
+IE_INLINE __m256i q1_negated(const uint8_t* p, int j) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(load_u32(p + wtype_info(WType::Q1_0).code_offset + 4 * j))),
+      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), _mm256_setzero_si256());
 }
 
 // iq3_xxs's and iq2_xxs's signs: for each seven stored bits s, eight bytes
@@ -787,6 +798,8 @@ IE_INLINE __m256i block_values(const uint8_t* p, int j) {
     const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + kIq3xxsQs + 8 * j)));
     const __m256i g = _mm256_i32gather_epi32(reinterpret_cast<const int*>(iq3xxs_grid()), idx, 4);
     return even_signed(g, iq3xxs_aux(p, j));
+  } else if constexpr (T == WType::Q1_0) {  // +1 where the sign bit is set, -1 (0xFF) where it is clear
+    return _mm256_or_si256(q1_negated(p, j), _mm256_set1_epi8(1));
   } else if constexpr (T == WType::IQ2_XXS) {  // four words of eight magnitudes, iq3_xxs's signs
     const __m128i idx = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(load_u32(p + kIq2xxsQs + 8 * j))));
     const __m256i g = _mm256_i32gather_epi64(reinterpret_cast<const long long*>(iq2xxs_grid()), idx, 8);
@@ -944,6 +957,48 @@ void i8_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
                                      acc[rr][b]);
         if constexpr (kHasMin<T>) acc[rr][b] = _mm256_fmadd_ps(m, _mm256_broadcast_ss(xa.ds + blk * B + b), acc[rr][b]);
       }
+    }
+  }
+  store_sums(acc, out);
+}
+
+// act=int8 for q1_0, a 128-block at a time: each 32-block's activation
+// (loaded once for all rows) negated where the row's sign bit is clear (xor,
+// subtract) and summed by maddubs against ones; the four sums meet their
+// activation scales in the block's own accumulator, which meets d once.
+template <int R, int B>
+void q1_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
+  constexpr int64_t BB = kBlockBytes<WType::Q1_0>;
+  const int64_t nsb = a.spec.cols / 128;
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  const uint8_t* row[R];
+  __m256 acc[R][B];
+  const int64_t pf = start_rows(a, r0, row, acc);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m256 blk[R][B];
+    for (auto& r : blk)
+      for (auto& v : r) v = _mm256_setzero_ps();
+    for (int rr = 0; rr < R; ++rr) prefetch(row[rr] + sb * BB + pf);
+    for (int k = 0; k < 4; ++k) {
+      const int64_t xb = sb * 4 + k;  // the activation's 32-block
+      __m256i xq[B];
+      __m256 xd[B];
+      for (int b = 0; b < B; ++b) {
+        xq[b] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + (xb * B + b) * 32));
+        xd[b] = _mm256_broadcast_ss(xa.d + xb * B + b);
+      }
+      for (int rr = 0; rr < R; ++rr) {
+        const __m256i neg = q1_negated(row[rr] + sb * BB, k);
+        for (int b = 0; b < B; ++b) {
+          const __m256i s = _mm256_madd_epi16(
+              _mm256_maddubs_epi16(ones8, _mm256_sub_epi8(_mm256_xor_si256(xq[b], neg), neg)), ones16);
+          blk[rr][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), xd[b], blk[rr][b]);
+        }
+      }
+    }
+    for (int rr = 0; rr < R; ++rr) {
+      const __m256 d = f16_bcast(row[rr] + sb * BB);
+      for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(blk[rr][b], d, acc[rr][b]);
     }
   }
   store_sums(acc, out);
@@ -1552,6 +1607,10 @@ void run_rows(const GemvArgs& a, const Prepared& p, int64_t r0, float* sf) {
     case WType::IQ3_S: i8_blocks_rows<WType::IQ3_S, R, B>(a, p, r0, out); break;
     case WType::IQ3_XXS: i8_blocks_rows<WType::IQ3_XXS, R, B>(a, p, r0, out); break;
     case WType::IQ2_XXS: i8_blocks_rows<WType::IQ2_XXS, R, B>(a, p, r0, out); break;
+    case WType::Q1_0:
+      if (q8) q1_q8_rows<R, B>(a, p.q8, r0, out);
+      else i8_blocks_f32_rows<WType::Q1_0, R, B>(a, r0, out);
+      break;
     case WType::NVFP4:
       if (q8) nvfp4_q8_rows<R, B>(a, p.q8, r0, out);
       else nvfp4_f32_rows<R, B>(a, r0, out);

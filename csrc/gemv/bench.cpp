@@ -80,6 +80,10 @@ void fill_rows(const WeightSpec& s, const WeightLayout& l, uint8_t* w, int64_t r
         fill_bytes(row, l.row_bytes, st);
         for (int64_t b = 0; b < s.cols / 32; ++b) row[b * l.block_bytes] = static_cast<uint8_t>(119 + splitmix(st) % 8);
         break;
+      case WType::Q1_0:  // random signs under a random f16 d per 128
+        fill_bytes(row, l.row_bytes, st);
+        for (int64_t b = 0; b < s.cols / 128; ++b) put16(row + b * l.block_bytes, rand_scale_f16(st));
+        break;
       case WType::NVFP4:  // random codes under UE4M3 scales 2^-7 .. 2^-1 (exponents 1 .. 7)
         fill_bytes(row, l.row_bytes, st);
         for (int64_t b = 0; b < s.cols / 64; ++b)

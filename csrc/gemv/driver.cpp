@@ -154,7 +154,7 @@ void gemv(const WeightSpec& s, const uint8_t* w, PreparedAct& x, const float* bi
           Isa isa, GemvScratch& scratch, const Rows8* rows8) {
   check_gemv(s, x, act);
   if (rows8 && act == Act::Int8) {
-    if (rows8->spec.type != s.type || rows8->spec.rows != s.rows || rows8->spec.cols != s.cols)
+    if (rows8->stored.type != s.type || rows8->stored.rows != s.rows || rows8->stored.cols != s.cols)
       fail("gemv: the rows8 copy is of another matrix");
     Rows8Job job;
     job.w = rows8;

@@ -298,6 +298,7 @@ void put_header(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64
       return;
     case WType::Int4w:  // above
     case WType::NVFP4:  // (no copy: rows8_code_bits)
+    case WType::Q1_0:   // (copied as q4_0: rows8_shape)
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
@@ -330,6 +331,7 @@ size_t header_bytes(const Rows8& p) {
     case WType::MXFP4:
     case WType::Q8_0: return static_cast<size_t>(8 * p.scale_bytes * (p.affine ? 2 : 1));
     case WType::NVFP4:  // (no copy: rows8_code_bits)
+    case WType::Q1_0:   // (copied as q4_0: rows8_shape)
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
@@ -383,6 +385,7 @@ bool stores_every_byte(WType t) {
     case WType::IQ3_XXS:
     case WType::IQ2_XXS:
     case WType::NVFP4:  // (no copy: rows8_code_bits)
+    case WType::Q1_0:   // (copied as q4_0: rows8_shape)
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
@@ -390,9 +393,32 @@ bool stores_every_byte(WType t) {
   return false;
 }
 
+// pack_tile for q1_0 (p.spec: its q4_0 view): each 32-block's 32 sign bits
+// as q4_0's 16 code bytes (byte e: element e's code low, e + 16's high; 9
+// where the bit is set, 7 where clear), then q4_0's nibble move; its
+// 128-block's d in every 32-block's header slot.
+void pack_q1_tile(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_t t, uint8_t* out) {
+  const int64_t rows = std::min<int64_t>(8, p.spec.rows - 8 * t);
+  const int qs = wtype_info(WType::Q1_0).code_offset;
+  for (int i = 0; i < rows; ++i) {
+    const uint8_t* row = w + (8 * t + i) * lay.row_bytes;
+    uint8_t* o = out;
+    for (int64_t g = 0; g < p.groups; ++g, o += p.group_bytes) {
+      const uint8_t* blk = row + g / 4 * lay.block_bytes;
+      const uint32_t bits = load_u32(blk + qs + 4 * (g % 4));
+      uint8_t q[16];
+      for (int e = 0; e < 16; ++e)
+        q[e] = static_cast<uint8_t>((7 + 2 * (bits >> e & 1u)) | (7 + 2 * (bits >> (e + 16) & 1u)) << 4);
+      put_nibbles_q40(q, i, o);
+      std::memcpy(o + 128 + 2 * i, blk, 2);
+    }
+  }
+}
+
 void pack_tile(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_t t, uint8_t* out) {
   const WeightSpec& s = p.spec;
   if (8 * t + 8 > s.rows || !stores_every_byte(s.type)) std::memset(out, 0, p.tile_bytes);
+  if (p.stored.type == WType::Q1_0) return pack_q1_tile(p, lay, w, t, out);
   switch (s.type) {
     case WType::Q4_0:
     case WType::IQ4_NL: return pack_q40_tile<2, false>(p, lay, w, t, out);
@@ -417,6 +443,7 @@ void pack_tile(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_
     case WType::IQ1_S:
     case WType::IQ1_M:
     case WType::NVFP4:  // (no copy: rows8_code_bits)
+    case WType::Q1_0:   // (copied as q4_0: rows8_shape)
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;
@@ -441,7 +468,11 @@ Rows8 rows8_shape(const WeightSpec& s) {
   if (!rows8_applies(s) || s.rows < 1 || s.cols < 1) return p;
   if (s.cols % 32 != 0) fail("rows8: columns must be a multiple of 32, got " + std::to_string(s.cols));
   const WeightLayout lay = weight_layout(s);
-  p.spec = s;
+  p.stored = p.spec = s;
+  if (s.type == WType::Q1_0) {  // a q4_0 matrix's copy (rows8.h)
+    p.spec.type = WType::Q4_0;
+    p.spec.group_size = 32;
+  }
   p.tiles = (s.rows + 7) / 8;
   p.block_bytes = 32 * rows8_code_bits(s.type);
   if (s.type == WType::Int4w) {
@@ -450,7 +481,7 @@ Rows8 rows8_shape(const WeightSpec& s) {
     p.scale_bytes = static_cast<int>(lay.scale_bytes);
     p.affine = !s.symmetric;
   } else {
-    p.bpg = wtype_info(s.type).block_elems / 32;
+    p.bpg = wtype_info(p.spec.type).block_elems / 32;
     p.groups = s.cols / (32 * p.bpg);
     p.scale_bytes = s.type == WType::MXFP4 ? 1 : 2;
     p.affine = s.type == WType::Q4_1 || s.type == WType::Q5_1;
@@ -464,7 +495,7 @@ Rows8 rows8_shape(const WeightSpec& s) {
 
 void pack_rows8_tiles(const Rows8& p, const uint8_t* w, int64_t t0, int64_t n, uint8_t* out) {
   if (p.empty() || t0 < 0 || n < 0 || n > p.tiles - t0) fail("pack_rows8_tiles: tiles outside the matrix");
-  const WeightLayout lay = weight_layout(p.spec);
+  const WeightLayout lay = weight_layout(p.stored);
   for (int64_t k = 0; k < n; ++k) pack_tile(p, lay, w, t0 + k, out + k * p.tile_bytes);
 }
 

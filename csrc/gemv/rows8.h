@@ -78,6 +78,10 @@
 //    1, 7, 9) nibbles of their table (codebook_nibble) and d / 8 under the
 //    multipliers 1 + 2 s of each 16 weights (iq1_s's: its 32-block's, twice):
 //    2.9x iq1_s's stored bytes, 2.6x iq1_m's.
+//    q1_0's copy is a q4_0 matrix's (Rows8::spec says q4_0, Rows8::stored
+//    q1_0): each sign bit the code 9 (+1) or 7 (-1), each 32-block under its
+//    128-block's d, so every q4_0 kernel (tiles, pairs, AMX) runs it: 4.5
+//    bits a weight in the copy for 1.125 stored (4x, made where memory allows).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -95,7 +99,7 @@ namespace ie {
 // Every switch on the weight type here, in rows8.cpp and rows8_tiles.h
 // names each type (no `default:`): the build makes a missing case an
 // error (-Werror=switch), so a new type cannot pass for a 4-bit one.
-static_assert(kNumWeightTypes == 26, "a new weight type: give it its case in every switch of gemv/rows8*");
+static_assert(kNumWeightTypes == 27, "a new weight type: give it its case in every switch of gemv/rows8*");
 
 // 0: a float type, which has no row-interleaved copy (rows8_applies).
 constexpr int rows8_code_bits(WType t) {
@@ -121,6 +125,7 @@ constexpr int rows8_code_bits(WType t) {
     case WType::IQ2_S:    // and 2.56
     case WType::IQ1_S:    // and 1.56
     case WType::IQ1_M:    // and 1.75
+    case WType::Q1_0:     // its signs as q4_0's codes 9 and 7 (rows8_shape): 4.5 bits for 1.125
     case WType::MXFP4: return 4;
     case WType::NVFP4:  // none: its scales per 16 weights are floats, which no header holds exactly
     case WType::F32:
@@ -156,7 +161,8 @@ struct Rows8Q2kHeader {
 };
 
 struct Rows8 {
-  WeightSpec spec;
+  WeightSpec spec;         // the copy's matrix, which its kernels read: stored's, but q4_0's for a q1_0 one
+  WeightSpec stored;       // the matrix copied
   int64_t tiles = 0;
   int64_t groups = 0;      // per row
   int bpg = 0;             // 32-blocks per group

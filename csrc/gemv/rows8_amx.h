@@ -419,6 +419,7 @@ AmxKernel amx_kernel(const Rows8& p) {
     case WType::IQ1_M: return amx_fn<sym16_amx<WType::IQ1_M>>;
     case WType::Q2_K:  // its mins' sums beside P and acc do not fit the registers at 16 tokens: no faster than its pair kernel
     case WType::NVFP4:  // (no copy: rows8_code_bits)
+    case WType::Q1_0:   // (copied as q4_0: rows8_shape)
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;

@@ -528,6 +528,7 @@ PairKernel pair_kernel(const Rows8& p) {
         return pair_fn<nib_pair<0, SB, AFF>>;
       });
     case WType::NVFP4:  // (no copy: rows8_code_bits)
+    case WType::Q1_0:   // (copied as q4_0: rows8_shape)
     case WType::F32:
     case WType::F16:
     case WType::BF16: break;

@@ -890,6 +890,7 @@ TileKernel<NB> tile_kernel(const Rows8& p) {
         return tile_fn<NB, nib_tile_n<0, SB, AFF, 0, NB>>;
       });
     case WType::NVFP4:  // (no copy: rows8_code_bits)
+    case WType::Q1_0:   // (copied as q4_0: rows8_shape)
     case WType::F32:  // no row-interleaved copy (rows8_applies): a float Rows8 has no tiles to run
     case WType::F16:
     case WType::BF16: break;
@@ -1149,11 +1150,11 @@ void pack_kq_tiles_vec(const Rows8& p, const WeightLayout& lay, const uint8_t* w
 // Tiles t0 .. t0 + n of a job's stored matrix into out: whole tiles of the
 // types above in vectors, the rest as pack_rows8_tiles packs them.
 void pack_job_tiles(const Rows8& p, const uint8_t* w, int64_t t0, int64_t n, uint8_t* out) {
-  const WType ty = p.spec.type;
+  const WType ty = p.stored.type;  // (the bytes w holds: q1_0's copy is a q4_0 matrix's, its bytes are not)
   const int64_t whole = std::min(n, p.spec.rows / 8 - t0);  // tiles with all eight rows
   const bool kq = ty == WType::Q4_K || ty == WType::Q5_K || ty == WType::Q6_K;
   if (whole > 0 && (kq || ty == WType::Q4_0 || ty == WType::IQ4_NL || ty == WType::Q4_1 || ty == WType::MXFP4)) {
-    const WeightLayout lay = weight_layout(p.spec);
+    const WeightLayout lay = weight_layout(p.stored);
     if (kq)
       pack_kq_tiles_vec(p, lay, w, t0, whole, out);
     else if (ty == WType::Q4_1)

@@ -166,6 +166,13 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
       }
       return k;
     }
+    case WType::Q1_0: {  // the 32-block's signs as codes +-1 under its 128-block's d
+      const uint8_t* p = a.w + r * l.row_bytes + blk / 4 * l.block_bytes;
+      const uint32_t bits = load_u32(p + l.block_qs + 4 * (blk % 4));
+      k.scale = f16_to_f32(load_u16(p));
+      for (int e = 0; e < 32; ++e) k.code[e] = (bits >> e & 1u) ? 1 : -1;
+      return k;
+    }
     case WType::Int4w: {
       qs = a.w + r * l.row_bytes + blk * 16;
       const size_t gi = static_cast<size_t>(r) * l.groups + blk * 32 / s.group_size;
