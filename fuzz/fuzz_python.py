@@ -459,8 +459,10 @@ def _golden_seeds(target: str) -> list[bytes]:
     meta = json.loads((GOLDEN / "iebin" / "tiny-llama-mixedq" / "model.ie.json").read_text())
     nvfp4 = {"dtype": "nvfp4", "shape": [2, 128], "quant": {"scheme": "nvfp4", "block_size": 64,
                                                              "tensor_scale": 0.000244140625, "input_scale": 0.5}}
+    q1_0 = {"dtype": "q1_0", "shape": [3, 256], "quant": {"scheme": "q1_0", "block_size": 128}}
     return [json.dumps({k: t.get(k) for k in ("dtype", "shape", "quant")}).encode() for t in meta["tensors"]] + \
-        [json.dumps(nvfp4).encode()]  # (an optional key's value, which the native side checks too)
+        [json.dumps(nvfp4).encode(),  # (an optional key's value, which the native side checks too)
+         json.dumps(q1_0).encode()]  # (a block of 128: the size checks' other divisor)
 
 
 def fuzz_one(target: str, seconds: int, corpus: Path, inputs: list[str]) -> int:

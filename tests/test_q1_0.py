@@ -209,3 +209,23 @@ def test_rows_that_are_not_whole_blocks_keep_their_floats(tmp_path):
     dtypes = {t["name"]: t["dtype"] for t in iebin.load_model(out).tensors if len(t["shape"]) == 2}
     assert {n for n, d in dtypes.items() if d == "q1_0"} == {f"model.layers.{i}.mlp.down_proj.weight" for i in (0, 1)}
     assert {d for n, d in dtypes.items() if "down_proj" not in n} == {"f32"}
+
+
+def test_decode_reads_the_bits_and_prefill_the_copy(wide, monkeypatch):  # noqa: F811
+    """q1_0's rows8 copy (a q4_0 matrix's, 4x the bytes) is made where memory allows; a prefill chunk reads it,
+    a decode step the stored bits (rows8_decodes), so a decoder with copies and one without (prefill packing
+    the same tiles per chunk) give the same floats, token for token."""
+    from iekit.runtime import decoder
+
+    out, _m, _res = _quantize(wide, "q1_0-copies", "--scheme", "q1_0")
+    ids = list(range(3, 40))
+    got = {}
+    for grow in (True, False):
+        real = decoder.grow_copies
+        monkeypatch.setattr(decoder, "grow_copies", lambda *a, grow=grow, real=real, **k: grow and real(*a, **k))
+        d = decoder.Decoder(out, threads=2, act="int8", isa="avx2")
+        monkeypatch.setattr(decoder, "grow_copies", real)
+        got[grow] = (d.rows8_bytes, d.logits(ids[:16]), [d.step(i) for i in ids[16:]])
+    assert got[True][0] > 3 * got[False][0]  # (the copies made, and not)
+    assert np.array_equal(got[True][1], got[False][1])
+    assert all(np.array_equal(a, b) for a, b in zip(got[True][2], got[False][2]))

@@ -794,6 +794,10 @@ void Decoder::mm(const Matrix& m, PreparedAct& prep, const float* x, int b, cons
     mm_plain(m, prep, x, b, bias, y);
 }
 
+const Rows8* Decoder::copy_for(const Matrix& m, int b) {
+  return b == 1 && !rows8_decodes(m.spec.type) ? nullptr : m.rows8.get();
+}
+
 bool Decoder::rows8(const Rows8Job* jobs, int n, PreparedAct& x) {
   Stopwatch sw(timer(&StepTimes::matmul_s));
   return gemv_rows8(jobs, n, x, *pool_, isa_);
@@ -804,7 +808,7 @@ void Decoder::mm_plain(const Matrix& m, PreparedAct& prep, const float* x, int b
     gemm(m.spec, m.data, x, b, bias, y, *pool_, isa_, gemm_scratch_);
   else
     gemv(m.spec, m.data, prep, bias, y, wtype_info(m.spec.type).int8_act ? act_ : Act::F32, *pool_, isa_, scratch_,
-         m.rows8.get());
+         copy_for(m, b));
 }
 
 // Tokens a product read in place needs in a chunk before it packs rows8
@@ -824,7 +828,7 @@ bool Decoder::packs(const Matrix& m, int b) const {
 }
 
 bool Decoder::swiglu_rows8(const Matrix& gate, const Matrix& up, PreparedAct& prep, int b, float* y, bool gelu) {
-  Rows8Job job = {gate.rows8.get(), up.rows8.get(), nullptr, y};
+  Rows8Job job = {copy_for(gate, b), copy_for(up, b), nullptr, y};
   job.gelu = gelu;
   return b <= kMaxRows8Batch && job.w && job.up && rows8(&job, 1, prep);
 }
@@ -1554,9 +1558,9 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     const float* bq = or_null(L.bq);
     const float* bk = or_null(L.bk);
     const float* bv = or_null(L.bv);
-    const Rows8Job qkv[3] = {{L.q.rows8.get(), nullptr, bq, q_.data()},
-                             {L.k.rows8.get(), nullptr, bk, k_.data()},
-                             {L.v.rows8.get(), nullptr, bv, v_.data()}};
+    const Rows8Job qkv[3] = {{copy_for(L.q, b), nullptr, bq, q_.data()},
+                             {copy_for(L.k, b), nullptr, bk, k_.data()},
+                             {copy_for(L.v, b), nullptr, bv, v_.data()}};
     if (c.kv_lora > 0) {
       mla_qkv(L, l, b);
     } else if (c.attn_gate) {  // q_proj's rows: each head's query, then its gate

@@ -545,6 +545,9 @@ class Decoder {
   bool swiglu_rows8(const Matrix& gate, const Matrix& up, PreparedAct& prep, int b, float* y, bool gelu = false);
   // gemv_rows8 (gemv.h) on this decoder's threads and ISA, timed as mm is.
   bool rows8(const Rows8Job* jobs, int n, PreparedAct& x);
+  // The rows8 copy a product of b tokens reads: m's, but none for one token of a type
+  // whose stored bytes decode faster (rows8_decodes).
+  static const Rows8* copy_for(const Matrix& m, int b);
   // Where a timed step adds (null: this call is not a single-token step).
   double* timer(double StepTimes::*field) { return timing_ ? &(step_times_.*field) : nullptr; }
 

@@ -135,6 +135,12 @@ constexpr int rows8_code_bits(WType t) {
   return 0;
 }
 
+// Whether a one-token product reads the copy rather than the stored bytes:
+// every type's but q1_0's, whose stored kernel reads a quarter of its copy's
+// bytes and decoded 10-15% faster (docs/benchmarks.md "Q1_0 beside
+// llama.cpp"); its copy serves prefill, where the tiles run 2x its packing.
+constexpr bool rows8_decodes(WType t) { return t != WType::Q1_0; }
+
 // What the kernels multiply a rows8 header's d (f16) by: iq3_xxs's 1/4
 // (its weights are d * (1 + 2 s_j) / 4 * v), iq2_xxs's and the half_scaled_book types' 1/8, 1 for
 // every other type.
