@@ -231,8 +231,9 @@ def contention(model: Path, gguf: Path, a: argparse.Namespace, tmp: Path) -> dic
 
 
 TYPES = ("int4w", "q4_0", "q4_k", "iq4_nl", "iq4_xs", "mxfp4", "q4_k_m")
-# The 2- and 3-bit types, on request (--types): quantized by ieconv and exported for llama.cpp
-# (llama-quantize writes IQ3_XXS, the IQ2 and IQ1 types only with an importance matrix), the same bytes in both engines
+# The 1- to 3-bit types, on request (--types): quantized by ieconv and exported for llama.cpp (llama-quantize
+# writes IQ3_XXS, the IQ2 and IQ1 types only with an importance matrix), or by llama-quantize where LLAMA_FTYPE
+# names them (q1_0), the same bytes in both engines
 LOW_TYPES = ("q3_k", "iq3_s", "iq3_xxs", "q2_k", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m", "q1_0")
 # NVFP4, on request: the layer matrices as an NVFP4 checkpoint's conversion holds them (nvfp4_gguf), one file for both
 CHECKPOINT_TYPES = ("nvfp4",)

@@ -261,7 +261,8 @@ NVFP4_SCALES = {"tensor_scale": ".scale", "input_scale": ".input_scale"}
 
 # Latent attention's kv_b_proj (HF suffix) and the two llama.cpp tensors it crosses as (gguf_names' docstring)
 MLA_KV_B = ("self_attn.kv_b_proj.weight", "attn_k_b.weight", "attn_v_b.weight")
-SIGMOID_GATING = 2  # {arch}.expert_gating_func of a sigmoid router (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID)
+# {arch}.expert_gating_func of a softmax and a sigmoid router (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX, _SIGMOID)
+SOFTMAX_GATING, SIGMOID_GATING = 1, 2
 _MOE_EXPS = {"gate": "ffn_gate_exps.weight", "up": "ffn_up_exps.weight", "down": "ffn_down_exps.weight"}
 
 

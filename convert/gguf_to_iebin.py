@@ -56,8 +56,8 @@ from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, CONVERTER_FUSED, GGUF_ARCHS, IMPORTED_AS, CONV_TAPS,
                          DECAY_RATES, FLATTENED, GRANITE_HYBRID_DENSE, MLA_KV_B, MROPE_NEOX, NEMOTRON_H_DENSE,
-                         NO_DENSE_MLP, NVFP4_SCALES, SIGMOID_GATING, GGUFArch, attention_scalar, beside, hf_layer_name,
-                         mtp_extra_hf_name, norm_shift, sliding_by_period)
+                         NO_DENSE_MLP, NVFP4_SCALES, SIGMOID_GATING, SOFTMAX_GATING, GGUFArch, attention_scalar,
+                         beside, hf_layer_name, mtp_extra_hf_name, norm_shift, sliding_by_period)
 from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .ollama_layout import Read, as_llamacpp
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
@@ -111,7 +111,8 @@ def _deepseek2_gating(g: GGUFModel) -> int:
         return gating
     embed = next((t for t in g.tensors if t.name == "token_embd.weight"), None)
     vocab = g.fields.get("deepseek2.vocab_size", embed.shape[0] if embed is not None else 0)
-    return SIGMOID_GATING if g.fields.get("deepseek2.block_count") in (47, 48) and vocab == 154880 else 1
+    glm_shape = g.fields.get("deepseek2.block_count") in (47, 48) and vocab == 154880
+    return SIGMOID_GATING if glm_shape else SOFTMAX_GATING
 
 
 def row_order(g: GGUFModel, t: GGUFTensor, cfg: dict[str, Any]) -> np.ndarray | None:
@@ -709,7 +710,7 @@ def _nemotron_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> N
     expert_weights_norm and expert_weights_scale say (neither without them, as llama.cpp), groups as
     expert_group_count and expert_group_used_count."""
     a = arch.gguf
-    _sigmoid_gated(g, arch, SIGMOID_GATING)
+    _gated(g, arch, SIGMOID_GATING, SIGMOID_GATING)
     shared = _field(g, f"{a}.expert_shared_feed_forward_length", int, 0)
     if shared < 1:
         raise FormatError(g.path, f"{a}.expert_shared_feed_forward_length",
@@ -851,7 +852,7 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                          "Glm4MoeLiteForCausalLM", "Mistral4ForCausalLM"):
         _v3_router_config(g, arch, cfg)
     if arch.hf_class == "MiniMaxM2ForCausalLM":  # (llama.cpp's minimax-m2 graph aborts without the key)
-        _sigmoid_gated(g, arch, None)
+        _gated(g, arch, SIGMOID_GATING, None)
         cfg.update(intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int, cfg["intermediate_size"]))
     if arch.hf_class == "Qwen3_5MoeForCausalLM":  # (renormalised always; llama.cpp's shared width where none is given)
         inter = _field(g, f"{a}.expert_feed_forward_length", int)
@@ -872,7 +873,7 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     if arch.hf_class == "Ernie4_5_MoeForCausalLM":
         _ernie_moe_config(g, arch, cfg)
     if arch.hf_class == "Lfm2MoeForCausalLM":  # (llama.cpp's lfm2moe: renormalised always, never scaled)
-        _sigmoid_gated(g, arch, None)
+        _gated(g, arch, SIGMOID_GATING, None)
         cfg.update(num_experts=cfg.pop("num_local_experts"), norm_topk_prob=True, routed_scaling_factor=1.0,
                    moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
                    num_dense_layers=_field(g, f"{a}.leading_dense_block_count", int, 0),
@@ -1005,14 +1006,16 @@ def _llama4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                use_qk_norm=cfg["num_local_experts"] != 128)
 
 
-def _sigmoid_gated(g: GGUFModel, arch: GGUFArch, default: int | None) -> None:
-    """Refuse a router the file gates otherwise than by sigmoid (``default``:
-    what llama.cpp's graph takes where the key is missing; None: required)."""
+def _gated(g: GGUFModel, arch: GGUFArch, want: int, default: int | None) -> None:
+    """Refuse a router the file gates otherwise than ``want`` (SIGMOID_GATING
+    or SOFTMAX_GATING; ``default``: what llama.cpp's graph takes where the key
+    is missing; None: required)."""
     key = f"{arch.gguf}.expert_gating_func"
     gating = _field(g, key, int, default)
-    if gating != SIGMOID_GATING:
-        raise FormatError(g.path, key, f"{gating}: {arch.hf_class}'s router is sigmoid-gated ({SIGMOID_GATING}), "
-                                       "and it has no other")
+    if gating != want:
+        kind = "sigmoid" if want == SIGMOID_GATING else "softmax"
+        raise FormatError(g.path, key, f"{gating}: {arch.hf_class}'s router is {kind}-gated ({want}), and it has no "
+                                       "other")
 
 
 def _v3_router(g: GGUFModel, a: str) -> dict[str, Any]:
@@ -1037,12 +1040,9 @@ def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
     v2 = arch.hf_class == "DeepseekV2ForCausalLM"  # (_arch_of: softmax-gated)
     mistral4 = arch.hf_class == "Mistral4ForCausalLM"
     if mistral4:  # (softmax, llama.cpp's default where the key is missing)
-        gating = _field(g, f"{a}.expert_gating_func", int, 1)
-        if gating != 1:
-            raise FormatError(g.path, f"{a}.expert_gating_func", f"{gating}: Mistral 4's router is softmax-gated (1), "
-                                                                 "and it has no other")
+        _gated(g, arch, SOFTMAX_GATING, SOFTMAX_GATING)
     elif not v2:
-        _sigmoid_gated(g, arch, SIGMOID_GATING if a == "glm4moe" else _deepseek2_gating(g))
+        _gated(g, arch, SIGMOID_GATING, SIGMOID_GATING if a == "glm4moe" else _deepseek2_gating(g))
     nextn = _field(g, f"{a}.nextn_predict_layers", int, 0)
     trunk = cfg["num_hidden_layers"] - nextn
     if trunk < 1:
@@ -1053,6 +1053,11 @@ def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
                moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
                n_shared_experts=_field(g, f"{a}.expert_shared_count", int, 0),
                first_k_dense_replace=_field(g, f"{a}.leading_dense_block_count", int, 0), **_v3_router(g, a))
+    if (v2 or mistral4) and cfg["topk_group"] < cfg["n_group"]:
+        raise FormatError(g.path, f"{a}.expert_group_used_count", f"{cfg['topk_group']} of {cfg['n_group']} groups "
+                                                                  "with softmax gating: llama.cpp ranks groups by "
+                                                                  "their best two, DeepSeek-V2 by its best one, and "
+                                                                  "the decoder groups sigmoid-scored experts alone")
     if a == "glm4moe":
         cfg.update(use_qk_norm="blk.0.attn_q_norm.weight" in names, attention_bias="blk.0.attn_q.bias" in names)
         return
@@ -1061,11 +1066,7 @@ def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
             raise FormatError(g.path, f"{a}.nextn_predict_layers", f"{nextn}: Mistral 4 has no multi-token "
                                                                    "prediction layers")
         cfg.pop("num_nextn_predict_layers")
-        if cfg["topk_group"] < cfg["n_group"]:
-            raise FormatError(g.path, f"{a}.expert_group_used_count", f"{cfg['topk_group']} of {cfg['n_group']} "
-                                                                      "groups: groups of softmax-scored experts are "
-                                                                      "not supported by the decoder")
-        cfg.update(n_group=1, topk_group=1)
+        cfg.update(n_group=1, topk_group=1)  # (every group used: one)
         return
     cfg.update(scoring_func="softmax" if v2 else "sigmoid", topk_method="greedy" if v2 else "noaux_tc")
     if arch.hf_class == "Glm4MoeLiteForCausalLM":  # its dense layers per layer; first_k_dense_replace as the Hub's
@@ -1077,10 +1078,6 @@ def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
         raise FormatError(g.path, f"{a}.expert_weights_norm", "true with softmax gating: DeepSeek-V2's router never "
                                                               "renormalises (transformers' DeepseekV2 has no such "
                                                               "option)")
-    if v2 and cfg["topk_group"] < cfg["n_group"]:
-        raise FormatError(g.path, f"{a}.expert_group_used_count", f"{cfg['topk_group']} of {cfg['n_group']} groups "
-                                                                  "with softmax gating: llama.cpp ranks groups by "
-                                                                  "their best two, DeepSeek-V2 by its best one")
     if v2:
         cfg.update(n_group=None, topk_group=None)
 

@@ -55,8 +55,9 @@ from iekit.formats.model_spec import (LLAMA4_MLP_INTER, DecoderSpec, decoder_spe
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
 from .gguf_names import (CONV_TAPS, DECAY_RATES, FLATTENED, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS, NO_DENSE_MLP,
-                         NVFP4_SCALES, SIGMOID_GATING, GGUFArch, arch_of, attention_scalar, fused_parts,
-                         gguf_2d_shape, gguf_layer_name, mtp_gguf_name, norm_shift, separable, sliding_by_period)
+                         NVFP4_SCALES, SIGMOID_GATING, SOFTMAX_GATING, GGUFArch, arch_of, attention_scalar,
+                         fused_parts, gguf_2d_shape, gguf_layer_name, mtp_gguf_name, norm_shift, separable,
+                         sliding_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
@@ -775,7 +776,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         if moe.sigmoid and "expert_gating_func" in arch.keys and not arch.nemotron:  # (its graph: sigmoid, no key)
             kv[f"{a}.expert_gating_func"] = SIGMOID_GATING
         elif arch.mla:  # softmax (DeepSeek-V2's Hub configs' scoring_func; Mistral 4's router)
-            kv[f"{a}.expert_gating_func"] = 1
+            kv[f"{a}.expert_gating_func"] = SOFTMAX_GATING
         if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe", "qwen3next", "granitemoe", "nemotron_h_moe"):
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
         # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model and NemotronHModel write DeepSeek-V3's router)

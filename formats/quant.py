@@ -732,16 +732,20 @@ class Q1_0(_Block, weight_type="q1_0"):
     FALLBACK, LADDER = None, ()
 
     @staticmethod
-    def _pack(b: np.ndarray, d16: np.ndarray) -> np.ndarray:
-        """Blocks [n, 128] and their f16 d [n] -> [n, 18]: the signs (set where x ≥ 0) after d."""
+    def _mean_abs(b: np.ndarray) -> np.ndarray:
+        """ggml's d: the blocks' mean |x|, summed in float32 element by element (which cumsum keeps and a pairwise
+        sum would not)."""
+        return np.cumsum(np.abs(b), axis=1, dtype=np.float32)[:, -1] / np.float32(b.shape[1])
+
+    @staticmethod
+    def _signs_under(b: np.ndarray, d: np.ndarray, name: str) -> np.ndarray:
+        """Blocks [n, 128] under float32 d [n] -> [n, 18]: d as f16, then the signs (set where x ≥ 0)."""
+        _check_f16_range(d[:, None], name)
         bits = np.packbits(b >= 0, axis=1, bitorder="little")
-        return np.concatenate([d16.astype(np.float16)[:, None].view(np.uint8), bits], axis=1)
+        return np.concatenate([d.astype(np.float16)[:, None].view(np.uint8), bits], axis=1)
 
     def _quantize_blocks(self, b, name):
-        # (ggml's sum: float32, element by element, which cumsum keeps and a pairwise sum would not)
-        d = np.cumsum(np.abs(b), axis=1, dtype=np.float32)[:, -1] / np.float32(self.block_elems)
-        _check_f16_range(d[:, None], name)
-        return self._pack(b, d.astype(np.float16))
+        return self._signs_under(b, self._mean_abs(b), name)
 
     def _weights(self, w, imp):
         return np.broadcast_to(imp[None, :], w.shape)
@@ -751,16 +755,15 @@ class Q1_0(_Block, weight_type="q1_0"):
         total = w.sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             dw = (w * np.abs(b)).sum(axis=1) / total
-        d = np.where(total > 0, dw, np.abs(b.astype(np.float64)).mean(axis=1)).astype(np.float32)
-        _check_f16_range(d[:, None], name)
-        return self._pack(b, d.astype(np.float16))
+        # (a block the importance matrix gives no weight: ggml's d)
+        return self._signs_under(b, np.where(total > 0, dw, self._mean_abs(b)).astype(np.float32), name)
 
     def _dequantize_blocks(self, raw):
         signs = np.unpackbits(raw[:, 2:], axis=1, bitorder="little").astype(np.float32) * 2 - 1
         return self._f16(raw, 0) * signs
 
     def _bound(self, b, raw):
-        # the sign is kept, so the error is ||x| − d| exactly (|x| + d where x is 0)
+        # the sign is kept, so the error is ||x| − d| exactly (d where x is 0)
         return np.abs(np.abs(b) - self._f16(raw, 0)) * np.float32(1 + 2**-20)
 
 

@@ -185,16 +185,28 @@ def test_llama_cpp_computes_what_ierun_computes(llamacpp_q1_0):
 
 
 def test_a_manifest_may_select_it(wide, tmp_path):  # noqa: F811
-    """q4-manifest --scheme q1_0: every matrix in Q1_0 (the rows are whole blocks), run and exported as Q1_0."""
+    """q4-manifest --scheme q1_0: every layer matrix in Q1_0 (the rows are whole blocks), run, and exported as
+    Q1_0 byte for byte."""
     out, _m, _res = _quantize(wide, "q1_0", "--scheme", "q1_0")
     m = iebin.load_model(out)
-    assert {t["dtype"] for t in m.tensors if len(t["shape"]) == 2 and "embed" not in t["name"]} >= {"q1_0"}
+    layers = {t["name"]: t for t in m.tensors if t["name"].startswith("model.layers.") and len(t["shape"]) == 2}
+    assert len(layers) == 14 and {t["dtype"] for t in layers.values()} == {"q1_0"}
     ids = list(range(3, 19))
     ref = Decoder(out, act="f32", isa="scalar").logits(ids)
     assert np.abs(Decoder(out, act="f32", isa="avx2").logits(ids) - ref).max() <= 1e-4 * np.abs(ref).max()
     res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", out, "--out", tmp_path / "m.gguf")
     assert res.returncode == 0, res.stderr
-    assert "Q1_0" in {t.tensor_type.name for t in gguf.GGUFReader(str(tmp_path / "m.gguf")).tensors}
+    stored = {t.name: t for t in gguf.GGUFReader(str(tmp_path / "m.gguf")).tensors if t.tensor_type.name == "Q1_0"}
+    assert len(stored) == len(layers)
+    raw = (out / "model.ie.bin").read_bytes()
+    gguf_of = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+               "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+               "mlp.down_proj": "ffn_down"}
+    for name, t in layers.items():  # (the same rows: q and k's in llama.cpp's interleaved order)
+        i, part = name.split(".")[2], ".".join(name.split(".")[3:5])
+        ours = np.frombuffer(raw, np.uint8, t["nbytes"], t["file_data_offset"]).reshape(t["shape"][0], -1)
+        theirs = np.asarray(stored[f"blk.{i}.{gguf_of[part]}.weight"].data).reshape(ours.shape)
+        assert sorted(map(bytes, ours)) == sorted(map(bytes, theirs)), name
 
 
 def test_rows_that_are_not_whole_blocks_keep_their_floats(tmp_path):

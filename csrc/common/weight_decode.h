@@ -168,6 +168,11 @@ constexpr int kIq3xxsQs = 2, kIq3xxsAux = 66;
 
 IE_HD uint32_t iq3xxs_aux(const uint8_t* blk, int j) { return load_u32(blk + kIq3xxsAux + 4 * j); }
 
+// q1_0 (ggml's block_q1_0): d (f16), then 128 sign bits; the u32 of 32-block
+// j of the block at blk, bit e its element 32 j + e's (set: +d, clear: -d).
+constexpr int kQ1Qs = wtype_info(WType::Q1_0).code_offset;
+IE_HD uint32_t q1_signs(const uint8_t* blk, int j) { return load_u32(blk + kQ1Qs + 4 * j); }
+
 // Sub-block j's multiplier of d / 4, 1 + 2 s_j (1..31).
 IE_HD int iq3xxs_sub_scale(const uint8_t* blk, int j) { return 1 + 2 * static_cast<int>(iq3xxs_aux(blk, j) >> 28); }
 
@@ -601,7 +606,7 @@ IE_HD void decode_span(const WeightSpec& s, const WeightLayout& lay, const uint8
     case WType::Q1_0: {  // the span's 32 sign bits of its 128-block: +d where set, -d where clear
       const uint8_t* blk = row + c0 / 128 * lay.block_bytes;
       const float d = f16_to_f32(load_u16(blk));
-      const uint32_t bits = load_u32(blk + lay.block_qs + c0 % 128 / 8);
+      const uint32_t bits = q1_signs(blk, static_cast<int>(c0 % 128 / 32));
       IE_UNROLL
       for (int e = 0; e < 32; ++e) out[e] = (bits >> e & 1u) ? d : -d;
       return;

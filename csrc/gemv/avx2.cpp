@@ -722,26 +722,27 @@ IE_INLINE __m256 f16_bcast(const uint8_t* p) { return _mm256_set1_ps(_cvtsh_ss(l
 template <WType T>
 constexpr bool kHasMin = T == WType::Q5_1;
 
-// Byte e of the result: 0xFF where bit e of the u32 at p is set (in-lane
-// shuffle of its bytes, then one bit test per byte).
-IE_INLINE __m256i bit_mask32(const uint8_t* p) {
-  uint32_t bits;
-  std::memcpy(&bits, p, 4);
+// Byte e's own bit (bit e % 8) in each of eight bytes.
+constexpr long long kByteBits = static_cast<long long>(0x8040201008040201ull);
+
+// Byte e of the result: bit e of `bits` in its place within the byte
+// (in-lane shuffle of its bytes, then one mask), 0 where it is clear.
+IE_INLINE __m256i bits_in_bytes(uint32_t bits) {
   const __m256i spread = _mm256_shuffle_epi8(
       _mm256_set1_epi32(static_cast<int>(bits)),
       _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_and_si256(spread, _mm256_set1_epi64x(kByteBits));
 }
 
-// q1_0: byte e of the result 0xFF where bit e of 32-block j's u32 is clear
+// Byte e of the result: 0xFF where bit e of the u32 at p is set.
+IE_INLINE __m256i bit_mask32(const uint8_t* p) {
+  return _mm256_cmpeq_epi8(bits_in_bytes(load_u32(p)), _mm256_set1_epi64x(kByteBits));
+}
+
+// q1_0: byte e of the result 0xFF where bit e of 32-block j's signs is clear
 // (the weight is -d), 0 where it is set (+d).
 IE_INLINE __m256i q1_negated(const uint8_t* p, int j) {
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(load_u32(p + wtype_info(WType::Q1_0).code_offset + 4 * j))),
-      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), _mm256_setzero_si256());
+  return _mm256_cmpeq_epi8(bits_in_bytes(q1_signs(p, j)), _mm256_setzero_si256());
 }
 
 // iq3_xxs's and iq2_xxs's signs: for each seven stored bits s, eight bytes

@@ -399,13 +399,12 @@ bool stores_every_byte(WType t) {
 // 128-block's d in every 32-block's header slot.
 void pack_q1_tile(const Rows8& p, const WeightLayout& lay, const uint8_t* w, int64_t t, uint8_t* out) {
   const int64_t rows = std::min<int64_t>(8, p.spec.rows - 8 * t);
-  const int qs = wtype_info(WType::Q1_0).code_offset;
   for (int i = 0; i < rows; ++i) {
     const uint8_t* row = w + (8 * t + i) * lay.row_bytes;
     uint8_t* o = out;
     for (int64_t g = 0; g < p.groups; ++g, o += p.group_bytes) {
       const uint8_t* blk = row + g / 4 * lay.block_bytes;
-      const uint32_t bits = load_u32(blk + qs + 4 * (g % 4));
+      const uint32_t bits = q1_signs(blk, static_cast<int>(g % 4));
       uint8_t q[16];
       for (int e = 0; e < 16; ++e)
         q[e] = static_cast<uint8_t>((7 + 2 * (bits >> e & 1u)) | (7 + 2 * (bits >> (e + 16) & 1u)) << 4);

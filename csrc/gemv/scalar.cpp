@@ -168,7 +168,7 @@ Block load_block(const GemvArgs& a, int64_t r, int64_t blk) {
     }
     case WType::Q1_0: {  // the 32-block's signs as codes +-1 under its 128-block's d
       const uint8_t* p = a.w + r * l.row_bytes + blk / 4 * l.block_bytes;
-      const uint32_t bits = load_u32(p + l.block_qs + 4 * (blk % 4));
+      const uint32_t bits = q1_signs(p, static_cast<int>(blk % 4));
       k.scale = f16_to_f32(load_u16(p));
       for (int e = 0; e < 32; ++e) k.code[e] = (bits >> e & 1u) ? 1 : -1;
       return k;
