@@ -280,6 +280,12 @@ _MIXTRAL_EXPS = {f"block_sparse_moe.experts.{{e}}.{w}.weight": _MOE_EXPS[k]
                  for w, k in (("w1", "gate"), ("w3", "up"), ("w2", "down"))}
 _LLAMA = _dense()
 _QK_NORM = {"self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight"}
+# What convert_hf_to_gguf's HunYuan models assume of an NTK-alpha RoPE ("dynamic" with an alpha): the base it
+# stretches (it asserts 10000), and the context it states for every such model, whatever the config says
+HUNYUAN_NTK_BASE, HUNYUAN_NTK_CONTEXT = 10000.0, 256 * 1024
+# HunYuan's per-head q/k norms (query_layernorm, key_layernorm)
+_HUNYUAN_QK_NORM = {"self_attn.query_layernorm.weight": "attn_q_norm.weight",
+                    "self_attn.key_layernorm.weight": "attn_k_norm.weight"}
 # LayerNorm's biases beside its weights (StableLM's, StarCoder2's, Nemotron's)
 _NORM_BIASES = {"input_layernorm.bias": "attn_norm.bias", "post_attention_layernorm.bias": "ffn_norm.bias"}
 # Gemma's sandwich: its post_attention_layernorm normalizes the attention's output
@@ -613,6 +619,15 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # Seed-OSS: Llama's names but the MLP's norm, which llama.cpp names post_attention_norm; rows as they are
     # (convert_hf_to_gguf's SeedOssModel is no LlamaModel)
     GGUFArch("seed_oss", "SeedOssForCausalLM", "seed_oss", False, _dense(norm_after="post_attention_norm")),
+    # HunYuan dense (Hunyuan 0.5B to 7B, Hunyuan-MT-7B) as convert_hf_to_gguf's HunYuanModel writes it: Llama's names,
+    # rows as they are (NeoX RoPE), query_layernorm / key_layernorm as attn_q_norm / attn_k_norm (llama.cpp's graph
+    # applies them after RoPE, as transformers does); the NTK-alpha base in rope.freq_base
+    GGUFArch("hunyuan-dense", "HunYuanDenseV1ForCausalLM", "hunyuan_v1_dense", False, _dense(_HUNYUAN_QK_NORM)),
+    # HunYuan-MoE (Hunyuan-A13B) as HunYuanMoEModel writes it: the dense model's attention, the router mlp.gate.wg as
+    # ffn_gate_inp, Qwen3-MoE's experts, the shared MLP as ffn_*_shexp (softmax, renormalised: llama.cpp's graph)
+    GGUFArch("hunyuan-moe", "HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe", False,
+             _dense({**_HUNYUAN_QK_NORM, "mlp.gate.wg.weight": "ffn_gate_inp.weight", **_shexp("mlp.shared_mlp")}),
+             experts=_QWEN_EXPS, keys=frozenset({"expert_shared_feed_forward_length", "expert_shared_count"})),
     # Ministral 3, Devstral Small 2, and Mistral Small 3.x as the converter writes Mistral3ForConditionalGeneration
     # (convert_hf_to_gguf's Ministral3Model, a LlamaModel): Llama's names and interleaved q/k rows, YaRN's
     # mscale_all_dim as rope.scaling.yarn_log_multiplier, Llama 4's attention temperature as

@@ -55,10 +55,10 @@ from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, CONVERTER_FUSED, GGUF_ARCHS, IMPORTED_AS, CONV_TAPS,
-                         DECAY_RATES, FLATTENED, GRANITE_HYBRID_DENSE, MLA_KV_B, MROPE_NEOX, NEMOTRON_H_DENSE,
+                         DECAY_RATES, FLATTENED, GRANITE_HYBRID_DENSE, HUNYUAN_NTK_BASE, MLA_KV_B, MROPE_NEOX, NEMOTRON_H_DENSE,
                          NO_DENSE_MLP, NVFP4_SCALES, SIGMOID_GATING, SOFTMAX_GATING, GGUFArch, attention_scalar,
                          beside, hf_layer_name, mtp_extra_hf_name, norm_shift, sliding_by_period)
-from .gguf_tokenizer import end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
+from .gguf_tokenizer import CONFIG_TOKEN_IDS, end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
 from .ollama_layout import Read, as_llamacpp
 from .artifact_out import ArtifactOut, ConvertResult, Progress, check_dtype, natural_key
 from .hf_to_iebin import load_importance
@@ -475,6 +475,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _mistral4_config(g, arch, cfg)
     if arch.gguf == "exaone4":
         _exaone4_config(g, arch, cfg)
+    if DECODER_ARCHS[arch.hf_class].ntk_alpha:
+        _ntk_alpha_config(g, arch, cfg, rot)
     if arch.short_conv:  # (Lfm2Config's names; its width as it is, not derived again by LFM2's rule)
         cfg.update(layer_types=[("full_attention", "conv")[c] for c in conv_layers or [False] * cfg["num_hidden_layers"]],
                    conv_L_cache=_field(g, f"{a}.shortconv.l_cache", int), conv_bias=False,
@@ -492,7 +494,7 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     _moe_config(g, arch, cfg)
     if DECODER_ARCHS[arch.hf_class].gemma:
         _gemma_config(g, arch, cfg)
-    for which, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding")):
+    for which, key in CONFIG_TOKEN_IDS.items():
         tid = g.fields.get(f"tokenizer.ggml.{key}_token_id")
         if tid is not None:
             cfg[f"{which}_token_id"] = _field(g, f"tokenizer.ggml.{key}_token_id", int)
@@ -786,6 +788,22 @@ def _mistral4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     _temperature_rope(cfg, rp, old_ctx, beta)
 
 
+def _ntk_alpha_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], rot: int) -> None:
+    """HunYuan's NTK-alpha RoPE as convert_hf_to_gguf's HunYuan models write it: rope.freq_base the base of 10000
+    stretched by alpha^(d / (d - 2)), rope.scaling.type "none" (written in that case alone) beside a 256k context.
+    Read back as the Hub's configs state it, a "dynamic" rope_scaling with the alpha that stretches 10000 to the
+    file's base: the same frequencies (the float32 base of the alpha is the file's), and an export writes the same
+    keys again."""
+    a = arch.gguf
+    if g.fields.get(f"{a}.rope.scaling.type") != "none":
+        return
+    base = cfg["rope_theta"]
+    if not (base > 0 and math.isfinite(base)) or rot <= 2:
+        raise FormatError(g.path, f"{a}.rope.freq_base", f"{base} over {rot} rotated dims is no NTK-alpha base")
+    cfg.update(rope_theta=HUNYUAN_NTK_BASE, rope_scaling={"rope_type": "dynamic", "factor": 1.0,
+                                                          "alpha": (base / HUNYUAN_NTK_BASE) ** ((rot - 2) / rot)})
+
+
 def _exaone4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     """EXAONE 4's attention as llama.cpp's exaone4 graph runs it: in a
     64-layer model (the 32B) sliding layers by the file's pattern (or every
@@ -870,6 +888,12 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    mlp_only_layers=[], decoder_sparse_step=1)
     if arch.hf_class == "Llama4ForCausalLM":
         _llama4_config(g, arch, cfg)
+    if arch.hf_class == "HunYuanMoEV1ForCausalLM":  # (llama.cpp's hunyuan-moe: softmax, renormalised, one shared MLP
+        # of expert_shared_feed_forward_length channels, feed_forward_length's without it; expert_shared_count unread)
+        cfg.update(num_experts=cfg.pop("num_local_experts"), moe_topk=cfg.pop("num_experts_per_tok"),
+                   moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
+                   intermediate_size=_field(g, f"{a}.expert_shared_feed_forward_length", int, 0)
+                   or cfg["intermediate_size"])
     if arch.hf_class == "Ernie4_5_MoeForCausalLM":
         _ernie_moe_config(g, arch, cfg)
     if arch.hf_class == "Lfm2MoeForCausalLM":  # (llama.cpp's lfm2moe: renormalised always, never scaled)

@@ -96,12 +96,12 @@ _PRE_GROUPS: tuple[tuple[tuple[str, ...], BpePre], ...] = (
     (("llama-bpe", "llama3", "llama-v3", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"),
      BpePre((_LLAMA3,), ignore_merges=True, add_bos=True)),
     (("smaug-bpe", "dbrx"), BpePre((_LLAMA3,))),
-    (("qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"), BpePre((_QWEN2,))),
+    (("qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "hunyuan"), BpePre((_QWEN2,))),
     (("gpt-4o", "llama4"), BpePre((_GPT4O,))),
     (("tekken",), BpePre((_TEKKEN,), ignore_merges=True, add_bos=True)),
     (("deepseek-llm",), BpePre(_DEEPSEEK_LLM)),
     (("deepseek-coder",), BpePre(_DEEPSEEK_CODER)),
-    (("deepseek-v3",), BpePre(_DEEPSEEK3)),
+    (("deepseek-v3", "hunyuan-dense"), BpePre(_DEEPSEEK3)),
     (("kimi-k2",), BpePre((_KIMI_K2,))),
     # what llama.cpp splits with when the file names no pre-tokenizer (it warns that quality will suffer)
     (("default",), BpePre((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"))),
@@ -109,6 +109,9 @@ _PRE_GROUPS: tuple[tuple[tuple[str, ...], BpePre], ...] = (
 # tokenizer.ggml.pre -> its split; the first name of each group is the one an export writes.
 BPE_PRE: dict[str, BpePre] = {name: pre for names, pre in _PRE_GROUPS for name in names}
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6  # llama_token_type
+# config.json's {k}_token_id -> tokenizer.ggml.{v}_token_id, as gguf-py's SpecialVocab writes them from a config
+# (llama.cpp's spelling "seperator"); both ways (the unknown token's: written, and read from the vocabulary)
+CONFIG_TOKEN_IDS = {"bos": "bos", "eos": "eos", "pad": "padding", "sep": "seperator", "cls": "cls", "mask": "mask"}
 SPM_SPACE = "\u2581"
 
 
@@ -574,7 +577,7 @@ def gguf_tokenizer_fields(tok_bytes: bytes, tok_config: dict[str, Any], config: 
         unk = unk.get("content") if isinstance(unk, dict) else unk
     if isinstance(unk, str) and unk in vocab and "unk_token_id" not in config:  # as convert_hf_to_gguf names it
         fields["tokenizer.ggml.unknown_token_id"] = vocab[unk]
-    for which, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding"), ("unk", "unknown")):
+    for which, key in (*CONFIG_TOKEN_IDS.items(), ("unk", "unknown")):
         tid = config.get(f"{which}_token_id")
         if isinstance(tid, list):  # several EOS ids: llama.cpp stores one (the first), as its converter does
             tid = tid[0] if tid else None

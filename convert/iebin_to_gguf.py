@@ -50,12 +50,12 @@ from iekit.formats.errors import IEError, UnsupportedError
 from iekit.formats.fileio import read_small, read_small_text
 from iekit.formats.gguf_file import MAX_SHARDS
 from iekit.formats.jsonio import loads_strict
-from iekit.formats.model_spec import (LLAMA4_MLP_INTER, DecoderSpec, decoder_spec, every_nth, own_name, rope_kind,
-                                      rope_tables, yarn_attention_factor)
+from iekit.formats.model_spec import (LLAMA4_MLP_INTER, DecoderSpec, decoder_spec, every_nth, ntk_alpha_theta, own_name,
+                                      rope_kind, rope_tables, yarn_attention_factor)
 from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
-from .gguf_names import (CONV_TAPS, DECAY_RATES, FLATTENED, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS, NO_DENSE_MLP,
-                         NVFP4_SCALES, SIGMOID_GATING, SOFTMAX_GATING, GGUFArch, arch_of, attention_scalar,
+from .gguf_names import (CONV_TAPS, DECAY_RATES, FLATTENED, HUNYUAN_NTK_CONTEXT, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS,
+                         NO_DENSE_MLP, NVFP4_SCALES, SIGMOID_GATING, SOFTMAX_GATING, GGUFArch, arch_of, attention_scalar,
                          fused_parts, gguf_2d_shape, gguf_layer_name, mtp_gguf_name, norm_shift, separable,
                          sliding_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
@@ -699,10 +699,17 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv[f"{a}.attention.value_length"] = spec.head_dim
     kv[f"{a}.rope.dimension_count"] = spec.rotary_dim  # (partial RoPE, latent attention: fewer than head_dim)
     kv[f"{a}.rope.freq_base"] = float(m.get("rope_theta") or 10000.0)
-    kv[f"{a}.attention.layer_norm_{'epsilon' if arch.layer_norm else 'rms_epsilon'}"] = float(spec.eps)
-    kv[f"{a}.vocab_size"] = spec.vocab
     scaling = _scaling(model)
     kind = rope_kind(scaling)
+    if spec.arch.ntk_alpha and kind == "dynamic":  # as convert_hf_to_gguf's HunYuanModel: the stretched base, and the
+        # 256k context it states for Hunyuan's NTK-alpha models whatever the config says
+        kv[f"{a}.rope.freq_base"] = ntk_alpha_theta(kv[f"{a}.rope.freq_base"], float(scaling["alpha"]),
+                                                    spec.rotary_dim)
+        kv[f"{a}.rope.scaling.type"] = "none"
+        kv[f"{a}.rope.scaling.factor"] = 1.0
+        kv[f"{a}.rope.scaling.original_context_length"] = kv[f"{a}.context_length"] = HUNYUAN_NTK_CONTEXT
+    kv[f"{a}.attention.layer_norm_{'epsilon' if arch.layer_norm else 'rms_epsilon'}"] = float(spec.eps)
+    kv[f"{a}.vocab_size"] = spec.vocab
     if kind == "yarn":
         kv[f"{a}.rope.scaling.type"] = "yarn"
         kv[f"{a}.rope.scaling.factor"] = float(scaling["factor"])
@@ -757,7 +764,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.expert_count"] = moe.n_experts
         kv[f"{a}.expert_used_count"] = moe.top_k
         if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "mistral4",
-                         "llama4", "ernie4_5-moe", "qwen35moe", "qwen3next", "lfm2moe", "nemotron_h_moe"):
+                         "llama4", "ernie4_5-moe", "qwen35moe", "qwen3next", "lfm2moe", "nemotron_h_moe",
+                         "hunyuan-moe"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
         # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model, Ernie4_5MoeModel and LFM2MoeModel write them:
         # the shared experts' count where the architecture has a key for it)
@@ -777,8 +785,11 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             kv[f"{a}.expert_gating_func"] = SIGMOID_GATING
         elif arch.mla:  # softmax (DeepSeek-V2's Hub configs' scoring_func; Mistral 4's router)
             kv[f"{a}.expert_gating_func"] = SOFTMAX_GATING
-        if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe", "qwen3next", "granitemoe", "nemotron_h_moe"):
+        if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe", "qwen3next", "granitemoe", "nemotron_h_moe",
+                                              "hunyuan-moe"):
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
+        if arch.gguf == "hunyuan-moe":  # (as HunYuanMoEModel writes num_shared_expert; llama.cpp reads the width)
+            kv[f"{a}.expert_shared_count"] = 1
         # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model and NemotronHModel write DeepSeek-V3's router)
         if arch.gguf in ("glm4moe", "deepseek2", "mistral4", "nemotron_h_moe"):
             if moe.sigmoid or arch.gguf == "mistral4":  # (DeepSeek-V2's config has no groups to write; Mistral 4's one)

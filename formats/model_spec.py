@@ -124,6 +124,11 @@ class Arch:
     nemotron: bool = False
     # the dense MLP is up, config.hidden_act, down, without a gate (Arcee's, StarCoder2's, Phi-2's, Nemotron-H's)
     ungated: bool = False
+    # HunYuan (models/hunyuan_v1_dense, hunyuan_v1_moe): the per-head q/k RMSNorms (query_layernorm, key_layernorm)
+    # applied after RoPE, not before it; a "dynamic" rope_scaling with an alpha is its fixed NTK-alpha stretch of the
+    # base, theta alpha^(d / (d - 2)) (HunYuanDenseV1RotaryEmbedding's ntk_alpha), not dynamic NTK
+    qk_norm_after_rope: bool = False
+    ntk_alpha: bool = False
     mlp_biases: bool = False  # the dense MLP's up and down carry biases (StarCoder2's c_fc and c_proj)
     default_act: str = "silu"  # config.hidden_act where the config has none (its config class's default)
     # Llama's names (model_parts, layer_parts) -> this model's, the first that a tensor name holds replaced
@@ -143,6 +148,8 @@ GRANITE_SHARED_NAMES = (("mlp.gate_proj", "shared_mlp.gate_proj"), ("mlp.up_proj
 # Nemotron-H's model-level names for Llama's (Arch.renames): its checkpoints' backbone. prefix is read as model.,
 # as transformers 5 reads it (formats/hf_checkpoint.py PREFIXES)
 NEMOTRON_NAMES = (("model.embed_tokens.", "model.embeddings."), ("model.norm.", "model.norm_f."))
+# HunYuan's q/k norm names for Llama's (Arch.renames)
+HUNYUAN_NAMES = (("self_attn.q_norm", "self_attn.query_layernorm"), ("self_attn.k_norm", "self_attn.key_layernorm"))
 # Phi-2's names for Llama's (Arch.renames)
 PHI_NAMES = (("self_attn.o_proj", "self_attn.dense"), ("mlp.up_proj", "mlp.fc1"), ("mlp.down_proj", "mlp.fc2"),
              ("model.norm.", "model.final_layernorm."))
@@ -216,6 +223,12 @@ ARCHS = {
     # models/seed_oss (Seed-OSS-36B): Llama's layer; q/k/v biases (attention_bias), an o bias only with
     # attention_out_bias, each read where the checkpoint stores it; its dropouts are training's alone
     "SeedOssForCausalLM": Arch(),
+    # models/hunyuan_v1_dense (Hunyuan 0.5B to 7B, Hunyuan-MT-7B): Llama's layer, its per-head q/k RMSNorms after RoPE
+    "HunYuanDenseV1ForCausalLM": Arch(qk_norm=True, qk_norm_after_rope=True, ntk_alpha=True, renames=HUNYUAN_NAMES),
+    # models/hunyuan_v1_moe (Hunyuan-A13B): the dense model's attention; in every layer a shared MLP beside
+    # moe_topk of num_experts routed experts, weighted by their renormalised softmax scores (_hunyuan_moe)
+    "HunYuanMoEV1ForCausalLM": Arch(moe="hunyuan_moe", qk_norm=True, qk_norm_after_rope=True, ntk_alpha=True,
+                                    renames=HUNYUAN_NAMES),
     # models/glm4 (GLM-4-0414, GLM-Z1): partial interleaved RoPE (half of each head by default), norms before and
     # after each block, gate_up_proj fused as Phi-3's (formats/fused_tensors.py), q/k/v biases where stored
     "Glm4ForCausalLM": Arch(partial_rope=True, rope_interleaved=True, glm_norms=True, default_partial=0.5),
@@ -329,6 +342,9 @@ ROUTER_DEFAULTS = {"glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 
                    # (its dense layers: mlp_layer_types, not first_k_dense_replace)
                    "glm4_moe_lite": {"n_shared_experts": 1, "n_group": 1, "topk_group": 1,
                                      "routed_scaling_factor": 1.8}}
+# HunYuan-MoE's: Qwen3-MoE's experts, its router mlp.gate.wg, one shared MLP (no gate of its own).
+MOE_NAMES["hunyuan_moe"] = {**MOE_NAMES["qwen3_moe"], "router": "mlp.gate.wg.weight",
+                            **{f"shared_{k}": f"mlp.shared_mlp.{k}_proj.weight" for k in ("gate", "up", "down")}}
 # MiniMax-M2's: Mixtral's, and the block's choice bias.
 MOE_NAMES["minimax_m2"] = {**MOE_NAMES["mixtral"], "expert_bias": "block_sparse_moe.e_score_correction_bias"}
 # ERNIE 4.5's: Qwen3-MoE's experts and router, GLM-4.5's shared experts, the choice bias a row [1, experts] of
@@ -826,6 +842,8 @@ def _rope(arch: Arch, m: dict[str, Any], cfg: dict[str, Any], head_dim: int, the
         raise IEError(f"{meta_path}: model.rope_scaling: expected an object or null, got {scaling!r}")
     dim = _rotary_dim(arch, cfg, scaling, head_dim, meta_path, qk_head)
     try:
+        if arch.ntk_alpha and rope_kind(scaling) == "dynamic" and scaling.get("alpha") is not None:
+            theta, scaling = ntk_alpha_theta(theta, _scaling_number(scaling, "alpha"), dim), None
         if rope_kind(scaling) != "longrope":
             inv, scale = rope_tables(dim, theta, scaling)
             return {"inv_freq": inv, "rope_scale": scale}
@@ -840,6 +858,20 @@ def _rope(arch: Arch, m: dict[str, Any], cfg: dict[str, Any], head_dim: int, the
                 "rope_original_ctx": int(_scaling_number(scaling, "original_max_position_embeddings"))}
     except IEError as e:  # (UnsupportedError stays one)
         raise type(e)(f"{meta_path}: model.{e}") from None
+
+
+def ntk_alpha_theta(theta: float, alpha: float, dim: int) -> float:
+    """HunYuan's fixed NTK-alpha RoPE base, theta alpha^(dim / (dim - 2)) over ``dim`` rotated dims (as
+    transformers' compute_ntk_alpha_rope_parameters and llama.cpp's converter compute it, in double)."""
+    if dim <= 2:
+        raise IEError(f"rope_scaling.alpha: NTK-alpha scaling needs more than 2 rotated dims, got {dim}")
+    try:
+        base = theta * alpha ** (dim / (dim - 2))
+    except OverflowError:
+        base = math.inf
+    if not math.isfinite(base) or base > np.finfo(np.float32).max:
+        raise IEError(f"rope_scaling.alpha: {alpha} makes a RoPE base beyond float32 ({theta} x alpha^({dim}/{dim - 2}))")
+    return base
 
 
 def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int, ...]:
@@ -949,6 +981,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         return _granite_moe(cfg, n_layers, meta_path, arch.mamba)
     if arch.moe == "nemotron_h":
         return _nemotron_moe(cfg, n_layers, meta_path)
+    if arch.moe == "hunyuan_moe":
+        return _hunyuan_moe(cfg, n_layers, meta_path)
     qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe in ROUTER_DEFAULTS  # (glm: GLM-4.5's or DeepSeek's)
     # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's and
     # Qwen2-MoE's: num_experts; GLM-4.5's: n_routed_experts.
@@ -1226,6 +1260,39 @@ def _granite_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path, hybrid: bo
                    names=MOE_NAMES["granitemoe"],
                    shared_inter=_int(cfg, meta_path, "shared_intermediate_size", 1024 if hybrid else 0, section="config",
                                      allow_zero=not hybrid))
+
+
+def _one_per_layer(cfg: dict[str, Any], meta_path: Path, key: str, default: int, n_layers: int) -> int:
+    """A config key HunYuan's configs give as one integer or as a list of one per layer, all equal (both
+    transformers' HunYuanMoEV1 and llama.cpp take one value for every layer)."""
+    v = cfg.get(key)
+    if isinstance(v, list):
+        if len(v) != n_layers or len(set(map(repr, v))) != 1:
+            raise UnsupportedError(f"{meta_path}: config.{key}: {repr(v)[:80]}; one value for every layer is "
+                                   f"supported (a list of {n_layers} equal ones or a number)")
+        return _int({key: v[0]}, meta_path, key, section="config")
+    return _int(cfg, meta_path, key, default, section="config")
+
+
+def _hunyuan_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
+    """HunYuan-MoE's experts (HunYuanMoEV1Config's keys and defaults): in every layer moe_topk of num_experts
+    experts, weighted by their softmax scores renormalised over the chosen (HunYuanMoEV1Gate), beside one shared
+    MLP of intermediate_size channels. The experts' width is moe_intermediate_size where the Hub's configs state
+    it (llama.cpp's reading), which transformers takes as intermediate_size: a checkpoint transformers loads has
+    them equal. num_shared_expert other than 1 (a shared MLP as wide as that many) is refused: transformers runs one."""
+    n_experts = _int(cfg, meta_path, "num_experts", 1, section="config")
+    top_k = _one_per_layer(cfg, meta_path, "moe_topk", 1, n_layers)
+    if top_k > n_experts:
+        raise IEError(f"{meta_path}: config.moe_topk: {top_k} is more than the {n_experts} experts (num_experts)")
+    inter = _int(cfg, meta_path, "intermediate_size", 11008, section="config")
+    shared = _one_per_layer(cfg, meta_path, "num_shared_expert", 1, n_layers)
+    if shared != 1:
+        raise UnsupportedError(f"{meta_path}: config.num_shared_expert: {shared}; transformers' HunYuanMoEV1 runs one "
+                               "shared MLP of intermediate_size channels (1 is supported)")
+    return MoeSpec(n_experts=n_experts, top_k=top_k, inter=_one_per_layer(cfg, meta_path, "moe_intermediate_size", inter,
+                                                                      n_layers),
+                   norm_topk=True, glu="silu", alpha=1.702, limit=7.0, layers=(True,) * n_layers,
+                   names=MOE_NAMES["hunyuan_moe"], shared_inter=inter)
 
 
 def _mamba(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path) -> dict[str, Any]:
@@ -1560,6 +1627,10 @@ def _check_config(cfg: dict[str, Any], arch: Arch, meta_path: Path) -> None:
     if cfg.get("use_parallel_residual"):
         raise UnsupportedError(f"{meta_path}: config.use_parallel_residual: StableLM 2 12B's parallel layer is not "
                                "supported by the decoder")
+    if cfg.get("use_cla"):
+        raise UnsupportedError(f"{meta_path}: config.use_cla: true; cross-layer attention (layers sharing another's "
+                               "keys and values: Hunyuan-Large's) is not supported by the decoder, nor by transformers "
+                               "or llama.cpp")
     if cfg.get("clip_qkv") is not None:
         raise UnsupportedError(f"{meta_path}: config.clip_qkv: {cfg['clip_qkv']!r}; clamping q, k and v (OLMo's "
                                "option) is not supported by the decoder")

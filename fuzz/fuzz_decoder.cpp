@@ -85,6 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int l = 0; l < c.n_layers + (in.ConsumeIntegral<uint8_t>() < 8); ++l)
       c.chunks.push_back(in.ConsumeIntegralInRange<int>(-1, 6));
     c.qk_l2_norm = in.ConsumeBool();
+    c.qk_norm_after_rope = in.ConsumeBool();  // (HunYuan's; beside Llama 4's norm: refused)
     c.attn_temp_offset = in.ConsumeFloatingPointInRange<float>(-0.5f, 2.f);
     c.attn_temp_nope = in.ConsumeBool();
   }

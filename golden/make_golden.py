@@ -62,6 +62,10 @@ Writes (replacing any previous output):
                             score plus a correction bias, renormalised; q/k norms over the whole projections, RoPE over
                             half of each head, untied
     golden/hf/tiny-seed-oss/ SeedOssForCausalLM, bfloat16: q/k/v biases (no o bias), untied
+    golden/hf/tiny-hunyuan-dense/  HunYuanDenseV1ForCausalLM, bfloat16: per-head q/k norms after RoPE, the NTK-alpha
+                            base (alpha 1000, as the Hub's configs), tied
+    golden/hf/tiny-hunyuan-moe/  HunYuanMoEV1ForCausalLM, bfloat16: those norms, a shared MLP beside 2 of 4
+                            softmax-routed experts (renormalised) in every layer, the per-layer keys as lists, untied
     golden/hf/tiny-glm4/    Glm4ForCausalLM, bfloat16: interleaved RoPE over half of each head, norms before and after
                             each block, gate_up_proj fused, q/k/v biases, untied; ids 318/319 GLM's special tokens
     golden/hf/tiny-cohere2/ Cohere2ForCausalLM, bfloat16, 4 layers: LayerNorm, attention and MLP in parallel, three
@@ -228,6 +232,10 @@ from transformers import (  # noqa: E402
     Glm4ForCausalLM,
     Glm4MoeConfig,
     Glm4MoeLiteConfig,
+    HunYuanDenseV1Config,
+    HunYuanDenseV1ForCausalLM,
+    HunYuanMoEV1Config,
+    HunYuanMoEV1ForCausalLM,
     Glm4MoeLiteForCausalLM,
     DeepseekV2Config,
     DeepseekV2ForCausalLM,
@@ -370,6 +378,10 @@ GEMMA2_CAPS = {"attn_logit_softcapping": 2.0, "final_logit_softcapping": 5.0}
 GEMMA3_ROPE = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
                "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}}
 MOE = dict(num_experts_per_tok=2)  # of 4 experts, 32 channels each
+# HunYuan's NTK-alpha RoPE as its published configs state it (the base 10000 stretched by alpha^(d / (d - 2)))
+HUNYUAN_ROPE = {"rope_type": "dynamic", "alpha": 1000.0, "rope_theta": 10000.0, "factor": 1.0}
+HUNYUAN_SEED = SEED + 198  # the first from SEED + 190 whose greedy cases run 16 tokens with margins >= 0.04
+HUNYUAN_MOE_SEED = SEED + 197  # the first from SEED + 190 whose greedy cases run 16 tokens with margins >= 0.05
 GPT_OSS_ROPE = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                 "original_max_position_embeddings": 4096, "truncate": False}  # gpt-oss-20b's own
 GPT_OSS_LIMIT = 1.5  # gpt-oss-20b has 7.0; the tiny model's gate values rarely reach that
@@ -1325,6 +1337,35 @@ def make_minimax_m2(tok) -> None:
                            rope_parameters=_rope(1.0))
 
 
+def make_hunyuan_dense(tok) -> None:
+    """HunYuan dense: Llama's layer with per-head q/k norms after RoPE, the NTK-alpha base, tied (as Hunyuan-7B)."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    cfg = HunYuanDenseV1Config(**dims, head_dim=16, tie_word_embeddings=True, eod_token_id=tok.eos_token_id,
+                               rope_parameters=dict(HUNYUAN_ROPE))
+    cfg.architectures = ["HunYuanDenseV1ForCausalLM"]
+    out = HF_DIR / "tiny-hunyuan-dense"
+    logits = save_model(tok, out.name, HunYuanDenseV1ForCausalLM, cfg, HUNYUAN_SEED, torch.bfloat16)
+    assert_feature_matters(HunYuanDenseV1ForCausalLM, out, logits, "NTK-alpha",
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+
+
+def make_hunyuan_moe(tok) -> None:
+    """HunYuan-MoE: the dense model's attention, a shared MLP beside 2 of 4 experts in every layer (renormalised
+    softmax), the per-layer keys as lists as Hunyuan-A13B's config states them; untied, default RoPE (llama.cpp's
+    converter asserts Hunyuan-A13B's 128-dim heads where the alpha is set)."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    dims["intermediate_size"] = 32
+    n = dims["num_hidden_layers"]
+    cfg = HunYuanMoEV1Config(**dims, head_dim=16, tie_word_embeddings=False, eod_token_id=tok.eos_token_id,
+                             num_experts=4, moe_topk=[2] * n, moe_intermediate_size=[32] * n,
+                             num_shared_expert=[1] * n,
+                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg.architectures = ["HunYuanMoEV1ForCausalLM"]
+    save_model(tok, "tiny-hunyuan-moe", HunYuanMoEV1ForCausalLM, cfg, HUNYUAN_MOE_SEED, torch.bfloat16)
+
+
 def make_seed_oss(tok) -> None:
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     del dims["rope_theta"]  # in rope_parameters
@@ -2050,6 +2091,8 @@ def main() -> None:
     make_qwen2_5_vl(tok)
     make_qwen3_vl_moe(tok)
     make_seed_oss(tok)
+    make_hunyuan_dense(tok)
+    make_hunyuan_moe(tok)
     make_glm4(tok)
     make_glm4_vl(tok)
     make_glm4_vl_moe(tok)

@@ -72,6 +72,8 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-ernie4-5", "tiny-ernie4-5", []),
     ("tiny-ernie4-5-moe", "tiny-ernie4-5-moe", []),
     ("tiny-seed-oss", "tiny-seed-oss", []),
+    ("tiny-hunyuan-dense", "tiny-hunyuan-dense", []),
+    ("tiny-hunyuan-moe", "tiny-hunyuan-moe", []),
     ("tiny-glm4", "tiny-glm4", []),
     ("tiny-cohere2", "tiny-cohere2", []),
     ("tiny-cohere", "tiny-cohere", []),

@@ -142,7 +142,14 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         assert kv[f"{a}.rope.scaling.finetuned"] is False and f"{a}.rope.freq_base" not in kv
     assert kv[f"{a}.attention.head_count_kv"] == n_kv
     # (Granite 4 with Mamba2 layers: 2^20, convert_hf_to_gguf's arbitrary value for a model without RoPE)
-    assert kv[f"{a}.context_length"] == (2 ** 20 if a == "granitehybrid" or nemotron else cfg["max_position_embeddings"])
+    # (HunYuan's NTK-alpha models: 256k, as convert_hf_to_gguf's HunYuanModel states it, and the stretched base)
+    ntk = cfg.get("rope_parameters", {}).get("rope_type") == "dynamic"
+    assert kv[f"{a}.context_length"] == (2 ** 20 if a == "granitehybrid" or nemotron else 256 * 1024 if ntk else
+                                         cfg["max_position_embeddings"])
+    if ntk:
+        rp, d = cfg["rope_parameters"], cfg["head_dim"]
+        assert kv[f"{a}.rope.freq_base"] == np.float32(rp["rope_theta"] * rp["alpha"] ** (d / (d - 2)))
+        assert (kv[f"{a}.rope.scaling.type"], kv[f"{a}.rope.scaling.factor"]) == ("none", 1.0)
     if a in ("cohere2", "command-r", "stablelm", "starcoder2", "nemotron", "phi2") or nemotron:  # LayerNorm's key
         # (Nemotron-H's RMSNorm eps too, as its converter writes it)
         eps = cfg["layer_norm_epsilon"] if nemotron else cfg["norm_epsilon"] if a == "starcoder2" else \
@@ -161,6 +168,11 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         assert kv[f"{a}.expert_shared_feed_forward_length"] == cfg["moe_shared_expert_intermediate_size"]
         assert kv[f"{a}.expert_weights_scale"] == pytest.approx(cfg["routed_scaling_factor"])
         assert kv[f"{a}.expert_weights_norm"] is cfg["norm_topk_prob"]
+    elif a == "hunyuan-moe":  # (its per-layer keys as lists, one value each; its shared MLP intermediate_size wide)
+        assert kv[f"{a}.expert_count"] == cfg["num_experts"]
+        assert [kv[f"{a}.expert_used_count"], kv[f"{a}.expert_feed_forward_length"], kv[f"{a}.expert_shared_count"]] \
+            == [cfg["moe_topk"][0], cfg["moe_intermediate_size"][0], cfg["num_shared_expert"][0]]
+        assert kv[f"{a}.expert_shared_feed_forward_length"] == cfg["intermediate_size"]
     elif "num_local_experts" in cfg or "num_experts" in cfg:
         assert kv[f"{a}.expert_count"] == cfg.get("num_local_experts", cfg.get("num_experts"))
         assert kv[f"{a}.expert_used_count"] == cfg["num_experts_per_tok"]
@@ -204,8 +216,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             base, bias = hf, True
         # (routed experts: below; shared ones one to one, but Granite 4's shared MLP: below)
         expected_name = name_map.get_name(base) \
-            if ".experts." not in hf and ".block_sparse_moe.input_linear." not in hf and ".shared_mlp." not in hf \
-            else None
+            if ".experts." not in hf and ".block_sparse_moe.input_linear." not in hf and not (
+                ".shared_mlp." in hf and a in ("granitehybrid", "granitemoe")) else None
         if expected_name is None and (mla or a in ("qwen35", "qwen35moe", "qwen3next")):  # (the gguf-py on PyPI predates deepseek2's and
             # qwen35's MTP tensors: GLM-4.5's names)
             expected_name = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GLM4_MOE, kv[f"{a}.block_count"]).get_name(base)
@@ -322,6 +334,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                        "ernie4_5-moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "qwen35moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "qwen3next": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
+                       "hunyuan-moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "minimax-m2": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
                                       "down": "block_sparse_moe.experts.{e}.w2"},
                        "lfm2moe": {"gate": "feed_forward.experts.{e}.w1", "up": "feed_forward.experts.{e}.w3",

@@ -43,7 +43,8 @@ CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss
            "tiny-granite-moe": {}, "tiny-granite-moe-shared": {},
            "tiny-nemotron-h": {"hybrid_override_pattern": "M-*-MM", "layers_block_type": None, "num_hidden_layers": 6},
            "tiny-nemotron-h-moe": {"hybrid_override_pattern": "MEM*E", "layers_block_type": None,
-                                   "num_hidden_layers": 5}}
+                                   "num_hidden_layers": 5},
+           "tiny-hunyuan-dense": {"max_position_embeddings": 32768}, "tiny-hunyuan-moe": {}}
 # what an export needs beyond the defaults: tiny-phi3's window of 6, which llama.cpp's phi3 does not apply
 EXPORT_ARGS = {"tiny-phi3": ["--allow-full-attention"]}
 # descriptive keys the converter derives from the directory and file (llama.cpp reads none of them to run)
@@ -137,6 +138,9 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
     if name.startswith(("tiny-granite4", "tiny-nemotron-h")):  # no RoPE: the converter writes 2^20 positions, its arbitrary value
         differ |= {"max_positions"}
         assert (sa.max_positions, sb.max_positions) == (128, 2 ** 20)
+    if name == "tiny-hunyuan-dense":  # NTK-alpha RoPE: the converter writes 256k positions whatever the config says
+        differ |= {"max_positions"}
+        assert (sa.max_positions, sb.max_positions) == (32768, 256 * 1024)
     if name == "tiny-deepseek-v3":
         differ |= {"mtp_layers"}
         assert (sa.mtp_layers, sb.mtp_layers) == (1, 0)

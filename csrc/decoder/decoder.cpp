@@ -226,6 +226,9 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     fail("decoder config: attn_temp_offset must be >= 0 and finite");
   if (c.qk_l2_norm && (c.kv_lora > 0 || c.qk_norm_full))
     fail("decoder config: qk_l2_norm is Llama 4's per-head norm; not with latent attention or whole-projection norms");
+  if (c.qk_norm_after_rope && (c.kv_lora > 0 || c.qk_norm_full || c.qk_l2_norm))
+    fail("decoder config: qk_norm_after_rope is HunYuan's per-head norm after RoPE; not with latent attention, "
+         "whole-projection norms or Llama 4's norm");
   if (c.parallel_block && (!c.pre_norms || c.n_experts > 0))
     fail("decoder config: parallel_block is Cohere's dense layer with its input norm; not without pre-norms or "
          "with experts");
@@ -1584,11 +1587,8 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       if (!L.q_norm.empty() && c.qk_norm_full) {  // OLMo 2: the whole projections RMS-normed
         rmsnorm(&q_[j * q_dim_], L.q_norm.data(), q_dim_, c.eps, &q_[j * q_dim_]);
         rmsnorm(&k_[j * kv_dim_], L.k_norm.data(), kv_dim_, c.eps, &k_[j * kv_dim_]);
-      } else if (!L.q_norm.empty()) {  // Qwen3, Gemma 3: each head's q and k RMS-normed before the rotation
-        for (int h = 0; h < c.n_heads; ++h)
-          rmsnorm(&q_[j * q_dim_ + h * c.head_dim], L.q_norm.data(), c.head_dim, c.eps, &q_[j * q_dim_ + h * c.head_dim]);
-        for (int h = 0; h < c.n_kv_heads; ++h)
-          rmsnorm(&k_[j * kv_dim_ + h * c.head_dim], L.k_norm.data(), c.head_dim, c.eps, &k_[j * kv_dim_ + h * c.head_dim]);
+      } else if (!L.q_norm.empty() && !c.qk_norm_after_rope) {  // Qwen3, Gemma 3: each head's q and k before the rotation
+        head_norms(L, j);
       }
       const bool turns = c.nope.empty() || !c.nope[l];
       if (turns) {
@@ -1600,6 +1600,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
           for (int h = 0; h < kv_heads_; ++h) rms_unit(&k_[j * kv_dim_ + h * hd_], hd_, c.eps);
         }
       }
+      if (!L.q_norm.empty() && c.qk_norm_after_rope) head_norms(L, j);  // HunYuan: after it
       if (c.attn_temp_scale != 0.f && !(c.attn_temp_nope && turns)) {
         // (llama.cpp's floor and log of floats, as transformers' float32 ones)
         const float t = 1.f + c.attn_temp_scale * std::log(std::floor((static_cast<float>(pos) + c.attn_temp_offset) /
@@ -1630,6 +1631,14 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     mix_out(l, b, o_in, o_in_);
   }
   finish(b, logits, all_logits, layers, stream);
+}
+
+void Decoder::head_norms(const LayerWeights& L, int j) {
+  const DecoderConfig& c = cfg_;
+  for (int h = 0; h < c.n_heads; ++h)
+    rmsnorm(&q_[j * q_dim_ + h * c.head_dim], L.q_norm.data(), c.head_dim, c.eps, &q_[j * q_dim_ + h * c.head_dim]);
+  for (int h = 0; h < c.n_kv_heads; ++h)
+    rmsnorm(&k_[j * kv_dim_ + h * c.head_dim], L.k_norm.data(), c.head_dim, c.eps, &k_[j * kv_dim_ + h * c.head_dim]);
 }
 
 void Decoder::mix_out(int l, int b, const float* o_in, int width) {

@@ -127,6 +127,9 @@ struct DecoderConfig {
   // Llama 4's q/k norm: after RoPE, each head of q and k divided by its RMS
   // (no weight), in the layers RoPE turns (Llama4TextL2Norm).
   bool qk_l2_norm = false;
+  // HunYuan's per-head q/k RMSNorm (q_norm, k_norm) after RoPE, not before it
+  // (HunYuanDenseV1Attention: query_layernorm on the rotated query).
+  bool qk_norm_after_rope = false;
   // Cohere's layer (Command R7B, Command A): LayerNorm (the mean taken out;
   // plus a bias where LayerWeights' attn_norm_b, mlp_norm_b and
   // DecoderWeights' final_norm_b have one: StableLM's) where RMSNorm
@@ -478,6 +481,8 @@ class Decoder {
   // The rest of layer l after its token mixing: o_proj of o_in [b, width], the residual add, then mlp (unless the
   // layer has none).
   void mix_out(int l, int b, const float* o_in, int width);
+  // Row j's per-head RMSNorm of q and k by the layer's q_norm / k_norm.
+  void head_norms(const LayerWeights& L, int j);
   // Layer l's MLP block: its norm of the residual x_, the dense MLP or the experts (beside a shared one), the
   // residual add.
   void mlp(int l, int b);

@@ -45,6 +45,10 @@ These things are set for the toys, none of which touches a tensor:
 - StarCoder2's ``sliding_window`` is none: the converter writes no window,
   and llama.cpp's starcoder2 attends to every position (the toy's window of
   4 acts within the 12 reference positions);
+- HunYuan dense's ``max_position_embeddings`` is 32768, as the Hub's configs state it (the converter asserts it
+  beside an NTK-alpha base, then writes a 256k context whatever it is);
+- HunYuan-MoE's vocabulary is read as BPE (``_set_vocab_gpt2``): its converter reads a tiktoken vocabulary
+  (``mergeable_ranks``) the toy's tokenizer has none of;
 - MiniMax-M2's ``rotary_dim`` and ``scoring_func`` "sigmoid", as the Hub's
   config states them (the converter reads the rotated dims and the gating
   function from them; transformers 5 reads ``rotary_dim`` too).
@@ -83,7 +87,8 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-nemotron-h": {"hybrid_override_pattern": "M-*-MM", "layers_block_type": None, "num_hidden_layers": 6},
           "tiny-nemotron-h-moe": {"hybrid_override_pattern": "MEM*E", "layers_block_type": None,
                                   "num_hidden_layers": 5},
-          "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-exaone": {}}
+          "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-exaone": {},
+          "tiny-hunyuan-dense": {"max_position_embeddings": 32768}, "tiny-hunyuan-moe": {}}
 # The converter's layout options, which write files llama.cpp reads as well: --fuse-qkv (q, k, v rows in one
 # attn_qkv) and --fuse-gate-up-exps (each expert's gate rows, then its up rows, in one ffn_gate_up_exps).
 # output name -> (the golden/hf model, the options)
@@ -151,8 +156,10 @@ def convert(llama_cpp: Path, src: Path, out: Path, flags: list[str]) -> None:
     base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
     import conversion.ernie as ernie
     import conversion.gemma as gemma
+    import conversion.hunyuan as hunyuan
     import conversion.nemotron as nemotron
-    for model in (ernie.Ernie4_5Model, gemma.GemmaModel, nemotron.NemotronModel):  # (the toys' BPE: no tokenizer.model)
+    # (the toys' BPE: no tokenizer.model, and HunYuan-MoE's converter reads a tiktoken vocabulary only)
+    for model in (ernie.Ernie4_5Model, gemma.GemmaModel, nemotron.NemotronModel, hunyuan.HunYuanMoEModel):
         model.set_vocab = base.TextModel._set_vocab_gpt2
     transformers.AutoTokenizer.from_pretrained = transformers.PreTrainedTokenizerFast.from_pretrained
     if json.loads((src / "config.json").read_text()).get("architectures") == ["NemotronHForCausalLM"]:

@@ -38,7 +38,10 @@ OUT = HERE / "pretokenizer-llamacpp-ids.json"
 # in a model named Phi-3, for which llama.cpp drops the whitespace after most special tokens.
 PRES = ["gpt-2", "smollm", "llama-bpe", "smaug-bpe", "qwen2", "gpt-4o", "tekken", "deepseek-llm", "deepseek-coder",
         "deepseek-v3", "kimi-k2", "default"]
-CASES = {**{p: {"pre": p} for p in PRES}, "gpt-2 named Phi3": {"pre": "gpt-2", "general.name": "Phi3"}}
+# Names llama.cpp gives another's split (its label says whose: the tests tell apart the splits, not the names)
+ALIASES = {"hunyuan (qwen2's split)": "hunyuan", "hunyuan-dense (deepseek-v3's split)": "hunyuan-dense"}
+CASES = {**{p: {"pre": p} for p in PRES}, "gpt-2 named Phi3": {"pre": "gpt-2", "general.name": "Phi3"},
+         **{label: {"pre": p} for label, p in ALIASES.items()}}
 PIECES = ["the", " quick", "Brown", " fox", "'s", "'LL", " don't", " It'S", "12345", " 7", "3.14", "1234567",
           "  ", "\n", "\n\n", "\t", " \n ", "\r\n", "   \n", "café", " naïve", "Ünïcödé", "ÉTÉ", "éÉ",
           " Straße", " ΑΒΓαβγ", " Привет", "мир", "e\u0301", "日本語", " 中文字符", "ひらがな", "カタカナ", "한국어", "😀", "!!",
