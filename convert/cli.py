@@ -244,6 +244,8 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       the projections they fuse), seed_oss, glm4, cohere2 and command-r,
       hunyuan-dense and hunyuan-moe (Hunyuan 0.5B-7B, Hunyuan-MT,
       Hunyuan-A13B: the NTK-alpha base read back as the Hub's alpha),
+      hy_v3 (Hy3: its dense layers where a block has no router, its MTP
+      layers carried unread under the Hub's names),
       exaone (EXAONE 3.5, as the Llama it is), qwen2vl (Qwen2-VL's and
       Qwen2.5-VL's language model, as the Qwen2 it is), qwen3vl and qwen3vlmoe
       (Qwen3-VL's language model, as the Qwen3 or Qwen3-MoE it is: text
@@ -435,7 +437,8 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       one per block), seed_oss, glm4, cohere2 and command-r,
       hunyuan-dense and hunyuan-moe (HunYuan: the NTK-alpha base
       stretched into rope.freq_base, 256k positions, as llama.cpp's
-      converter writes them), with llama.cpp's tensor names and layouts (q/k rows
+      converter writes them), hy_v3 (Hy3, its MTP layers after the last),
+      with llama.cpp's tensor names and layouts (q/k rows
       re-interleaved, experts stacked as ffn_*_exps, Gemma's norms as 1 + w,
       Phi-3's q/k/v and GLM-4's and Phi-3's gate/up joined as attn_qkv and
       ffn_up, LongRoPE's factors as rope_factors_long/_short);

@@ -306,6 +306,9 @@ _COHERE = {k: v for k, v in _LLAMA.items() if not k.endswith(".bias") and not k.
 _NEXTN = {f"{h}.weight": f"nextn.{g}.weight" for h, g in (
     ("eh_proj", "eh_proj"), ("enorm", "enorm"), ("hnorm", "hnorm"), ("embed_tokens", "embed_tokens"),
     ("shared_head.norm", "shared_head_norm"), ("shared_head.head", "shared_head_head"))}
+# Hy3's MTP layer: GLM-4.5's tensors, its last norm named final_layernorm
+_HY_V3_NEXTN = {**{h: g for h, g in _NEXTN.items() if h != "shared_head.norm.weight"},
+                "final_layernorm.weight": "nextn.shared_head_norm.weight"}
 # DeepSeek's layer as convert_hf_to_gguf's DeepseekV2Model names it, but kv_b_proj (MLA_KV_B) and the choice bias
 _DEEPSEEK2 = {**{k: v for k, v in _LLAMA.items() if not k.startswith("self_attn.") or k.startswith(
                  ("self_attn.q_proj.weight", "self_attn.o_proj.weight"))},
@@ -628,6 +631,16 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("hunyuan-moe", "HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe", False,
              _dense({**_HUNYUAN_QK_NORM, "mlp.gate.wg.weight": "ffn_gate_inp.weight", **_shexp("mlp.shared_mlp")}),
              experts=_QWEN_EXPS, keys=frozenset({"expert_shared_feed_forward_length", "expert_shared_count"})),
+    # Hy3 as convert_hf_to_gguf's HYV3Model writes it: Qwen3's attention names, the router mlp.router.gate as
+    # ffn_gate_inp, its choice bias mlp.expert_bias as exp_probs_b (no suffix), Qwen3-MoE's experts, the shared ones
+    # as ffn_*_shexp; a layer's experts by its router (llama.cpp's graph: a dense MLP where there is none); its MTP
+    # layers after the last, as GLM-4.5's but for the final norm (final_layernorm as nextn.shared_head_norm)
+    GGUFArch("hy_v3", "HYV3ForCausalLM", "hy_v3", False,
+             _dense({**_QK_NORM, "mlp.router.gate.weight": "ffn_gate_inp.weight", "mlp.expert_bias": "exp_probs_b",
+                     **_shexp("mlp.shared_mlp"), **_HY_V3_NEXTN}),
+             experts=_QWEN_EXPS,
+             keys=frozenset({"expert_shared_feed_forward_length", "expert_weights_norm", "expert_weights_scale",
+                             "expert_gating_func", "nextn_predict_layers"})),
     # Ministral 3, Devstral Small 2, and Mistral Small 3.x as the converter writes Mistral3ForConditionalGeneration
     # (convert_hf_to_gguf's Ministral3Model, a LlamaModel): Llama's names and interleaved q/k rows, YaRN's
     # mscale_all_dim as rope.scaling.yarn_log_multiplier, Llama 4's attention temperature as

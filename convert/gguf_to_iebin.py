@@ -888,6 +888,8 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    mlp_only_layers=[], decoder_sparse_step=1)
     if arch.hf_class == "Llama4ForCausalLM":
         _llama4_config(g, arch, cfg)
+    if arch.hf_class == "HYV3ForCausalLM":
+        _hy_v3_config(g, arch, cfg)
     if arch.hf_class == "HunYuanMoEV1ForCausalLM":  # (llama.cpp's hunyuan-moe: softmax, renormalised, one shared MLP
         # of expert_shared_feed_forward_length channels, feed_forward_length's without it; expert_shared_count unread)
         cfg.update(num_experts=cfg.pop("num_local_experts"), moe_topk=cfg.pop("num_experts_per_tok"),
@@ -915,6 +917,35 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    swiglu_alpha=1.702, attention_bias=True,
                    sliding_window=_field(g, f"{a}.attention.sliding_window", int),
                    layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
+
+
+def _hy_v3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """Hy3's router and layers as llama.cpp's hy_v3 reads them: sigmoid-gated (the default without the key), the
+    chosen experts' scores renormalised (expert_weights_norm, which HYV3 always does: false is refused) and times
+    expert_weights_scale; experts in the layers that have a router (ffn_gate_inp), a dense MLP in the others
+    (mlp_layer_types); the shared experts expert_shared_feed_forward_length wide (an expert's without it), a whole
+    number of experts; the multi-token prediction layers counted in block_count (num_hidden_layers: the trunk)."""
+    a = arch.gguf
+    _gated(g, arch, SIGMOID_GATING, SIGMOID_GATING)
+    if _field(g, f"{a}.expert_weights_norm", bool, False) is not True:
+        raise FormatError(g.path, f"{a}.expert_weights_norm", "false or missing: llama.cpp then leaves the chosen "
+                                                              "experts' scores unnormalised, which HYV3 never does")
+    nextn = _field(g, f"{a}.nextn_predict_layers", int, 0)
+    trunk = cfg["num_hidden_layers"] - nextn
+    if trunk < 1:
+        raise FormatError(g.path, f"{a}.nextn_predict_layers", f"{nextn} of the {cfg['num_hidden_layers']} blocks "
+                                                               "leave no layer to run")
+    inter = _field(g, f"{a}.expert_feed_forward_length", int)
+    shared = _field(g, f"{a}.expert_shared_feed_forward_length", int, inter)
+    if inter < 1 or shared % inter:
+        raise FormatError(g.path, f"{a}.expert_shared_feed_forward_length", f"{shared}: not a whole number of "
+                                                                            f"experts' {inter} channels")
+    routers = {t.name for t in g.tensors if t.name.endswith(".ffn_gate_inp.weight")}
+    cfg.update(num_experts=cfg.pop("num_local_experts"), num_hidden_layers=trunk, num_nextn_predict_layers=nextn,
+               moe_intermediate_size=inter, num_shared_experts=shared // inter,
+               router_scaling_factor=_field(g, f"{a}.expert_weights_scale", float, 1.0),
+               mlp_layer_types=["sparse" if f"blk.{i}.ffn_gate_inp.weight" in routers else "dense"
+                                for i in range(trunk)])
 
 
 def _ernie_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:

@@ -101,7 +101,7 @@ _PRE_GROUPS: tuple[tuple[tuple[str, ...], BpePre], ...] = (
     (("tekken",), BpePre((_TEKKEN,), ignore_merges=True, add_bos=True)),
     (("deepseek-llm",), BpePre(_DEEPSEEK_LLM)),
     (("deepseek-coder",), BpePre(_DEEPSEEK_CODER)),
-    (("deepseek-v3", "hunyuan-dense"), BpePre(_DEEPSEEK3)),
+    (("deepseek-v3", "hunyuan-dense", "hy_v4", "joyai-llm"), BpePre(_DEEPSEEK3)),
     (("kimi-k2",), BpePre((_KIMI_K2,))),
     # what llama.cpp splits with when the file names no pre-tokenizer (it warns that quality will suffer)
     (("default",), BpePre((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"))),

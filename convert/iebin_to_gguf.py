@@ -765,7 +765,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.expert_used_count"] = moe.top_k
         if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "mistral4",
                          "llama4", "ernie4_5-moe", "qwen35moe", "qwen3next", "lfm2moe", "nemotron_h_moe",
-                         "hunyuan-moe"):
+                         "hunyuan-moe", "hy_v3"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
         # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model, Ernie4_5MoeModel and LFM2MoeModel write them:
         # the shared experts' count where the architecture has a key for it)
@@ -786,10 +786,15 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         elif arch.mla:  # softmax (DeepSeek-V2's Hub configs' scoring_func; Mistral 4's router)
             kv[f"{a}.expert_gating_func"] = SOFTMAX_GATING
         if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe", "qwen3next", "granitemoe", "nemotron_h_moe",
-                                              "hunyuan-moe"):
+                                              "hunyuan-moe", "hy_v3"):
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
         if arch.gguf == "hunyuan-moe":  # (as HunYuanMoEModel writes num_shared_expert; llama.cpp reads the width)
             kv[f"{a}.expert_shared_count"] = 1
+        if arch.gguf == "hy_v3":  # (as HYV3Model writes them; its graph takes the layers' experts by their router)
+            kv[f"{a}.expert_weights_norm"] = moe.norm_topk
+            kv[f"{a}.expert_weights_scale"] = float(moe.routed_scale)
+            if _mtp_written(arch, spec):
+                kv[f"{a}.nextn_predict_layers"] = spec.mtp_layers
         # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model and NemotronHModel write DeepSeek-V3's router)
         if arch.gguf in ("glm4moe", "deepseek2", "mistral4", "nemotron_h_moe"):
             if moe.sigmoid or arch.gguf == "mistral4":  # (DeepSeek-V2's config has no groups to write; Mistral 4's one)

@@ -68,7 +68,10 @@ from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, Progress, checkpoint_ou
 # formats/fused_tensors.py; DeepSeek's latent attention reads the stream in
 # q_a (or q_proj) and kv_a, its q_b, kv_b and their norms act on the latents,
 # and its shared experts and choice bias are Qwen2-MoE's and GLM-4.5's (as
-# ERNIE 4.5's, its bias moe_statics'); DeepSeek-V3's MTP layer and ERNIE
+# ERNIE 4.5's, its bias moe_statics'); HunYuan's q/k norms after RoPE act
+# inside the attention too, its router and shared MLP read and write the
+# stream as Qwen2-MoE's (Hy3's likewise, its choice bias kept); DeepSeek-V3's
+# and Hy3's MTP layers and ERNIE
 # 4.5's model.mtp_* tensors, which read the embedding and the stream side by
 # side, are refused, naming the tensor). Gemma's, OLMo 2's, EXAONE 4's and
 # GLM-4's norms after blocks, Cohere's LayerNorm (the mean it takes out is no
@@ -76,21 +79,23 @@ from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, Progress, checkpoint_ou
 # [experts, in, out] would each need rules of their own.
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "smollm3", "granite", "phi3",
                  "ministral3", "seed_oss", "olmoe", "qwen2_moe", "deepseek_v3", "deepseek_v2", "ernie4_5",
-                 "ernie4_5_moe")
+                 "ernie4_5_moe", "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3")
 OUT_DTYPES = ("f32", "bf16", "f16")
 ROWS_BYTES = 8 << 20  # source bytes rotated per step: bounded memory, still large BLAS calls
 
 LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
 _EXPERT = r"(?:mlp\.experts\.\d+\.|block_sparse_moe\.experts\.\d+\.)"
 READS_ATTN = re.compile(r"self_attn\.(?:[qkv]_proj|q_a_proj|kv_a_proj_with_mqa)\.weight")
-READS_MLP = re.compile(rf"mlp\.(?:shared_experts?\.)?(?:gate|up)_proj\.weight|mlp\.gate\.weight"
+READS_MLP = re.compile(rf"mlp\.(?:shared_experts?\.|shared_mlp\.)?(?:gate|up)_proj\.weight|mlp\.gate\.weight"
+                       rf"|mlp\.gate\.wg\.weight|mlp\.router\.gate\.weight"
                        rf"|block_sparse_moe\.gate\.weight|mlp\.shared_expert_gate\.weight"
                        rf"|{_EXPERT}(?:gate_proj|up_proj|w1|w3)\.weight")
-WRITES = re.compile(rf"self_attn\.o_proj\.(?:weight|bias)|mlp\.(?:shared_experts?\.)?down_proj\.(?:weight|bias)"
+WRITES = re.compile(rf"self_attn\.o_proj\.(?:weight|bias)|mlp\.(?:shared_experts?\.|shared_mlp\.)?down_proj\.(?:weight|bias)"
                     rf"|{_EXPERT}(?:down_proj|w2)\.(?:weight|bias)")
 # inside a head or a latent, not on the stream (and the router's choice bias: the router's logits do not change)
 KEPT = re.compile(r"self_attn\.[qkv]_proj\.bias|self_attn\.[qk]_norm\.weight|self_attn\.(?:q_b|kv_b)_proj\.weight"
-                  r"|self_attn\.(?:q_a|kv_a)_layernorm\.weight|mlp\.(?:gate|moe_statics)\.e_score_correction_bias")
+                  r"|self_attn\.(?:q_a|kv_a)_layernorm\.weight|self_attn\.(?:query|key)_layernorm\.weight"
+                  r"|mlp\.(?:gate|moe_statics)\.e_score_correction_bias|mlp\.expert_bias")
 READERS = ((READS_ATTN, "input_layernorm.weight"), (READS_MLP, "post_attention_layernorm.weight"))  # and their norms
 NORMS = {n for _pattern, n in READERS}
 

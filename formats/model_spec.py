@@ -229,6 +229,10 @@ ARCHS = {
     # moe_topk of num_experts routed experts, weighted by their renormalised softmax scores (_hunyuan_moe)
     "HunYuanMoEV1ForCausalLM": Arch(moe="hunyuan_moe", qk_norm=True, qk_norm_after_rope=True, ntk_alpha=True,
                                     renames=HUNYUAN_NAMES),
+    # models/hy_v3 (Hy3): Qwen3's attention; dense or expert MLPs by mlp_layer_types, the experts chosen by sigmoid
+    # score plus a choice bias, renormalised and scaled (GLM-4.5's router), beside shared ones (_hy_v3_moe); the
+    # multi-token prediction layers after the last (num_nextn_predict_layers) left unread, as transformers does
+    "HYV3ForCausalLM": Arch(moe="hy_v3", qk_norm=True, default_theta=11_158_840.0),
     # models/glm4 (GLM-4-0414, GLM-Z1): partial interleaved RoPE (half of each head by default), norms before and
     # after each block, gate_up_proj fused as Phi-3's (formats/fused_tensors.py), q/k/v biases where stored
     "Glm4ForCausalLM": Arch(partial_rope=True, rope_interleaved=True, glm_norms=True, default_partial=0.5),
@@ -345,6 +349,9 @@ ROUTER_DEFAULTS = {"glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 
 # HunYuan-MoE's: Qwen3-MoE's experts, its router mlp.gate.wg, one shared MLP (no gate of its own).
 MOE_NAMES["hunyuan_moe"] = {**MOE_NAMES["qwen3_moe"], "router": "mlp.gate.wg.weight",
                             **{f"shared_{k}": f"mlp.shared_mlp.{k}_proj.weight" for k in ("gate", "up", "down")}}
+# Hy3's, as the Hub's checkpoints name them (transformers 5 renames them on load and back on save): Qwen3-MoE's
+# experts, the router mlp.router.gate, its choice bias mlp.expert_bias, the shared experts as one MLP, mlp.shared_mlp
+MOE_NAMES["hy_v3"] = {**MOE_NAMES["hunyuan_moe"], "router": "mlp.router.gate.weight", "expert_bias": "mlp.expert_bias"}
 # MiniMax-M2's: Mixtral's, and the block's choice bias.
 MOE_NAMES["minimax_m2"] = {**MOE_NAMES["mixtral"], "expert_bias": "block_sparse_moe.e_score_correction_bias"}
 # ERNIE 4.5's: Qwen3-MoE's experts and router, GLM-4.5's shared experts, the choice bias a row [1, experts] of
@@ -983,6 +990,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         return _nemotron_moe(cfg, n_layers, meta_path)
     if arch.moe == "hunyuan_moe":
         return _hunyuan_moe(cfg, n_layers, meta_path)
+    if arch.moe == "hy_v3":
+        return _hy_v3_moe(cfg, n_layers, meta_path)
     qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe in ROUTER_DEFAULTS  # (glm: GLM-4.5's or DeepSeek's)
     # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's and
     # Qwen2-MoE's: num_experts; GLM-4.5's: n_routed_experts.
@@ -1172,7 +1181,8 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         **({"logits_scaling": 1.0 / _positive(cfg, meta_path, "logit_scale", 0.0625, section="config")}
            if arch.cohere else {}),
         mtp_layers=_int(cfg, meta_path, "num_nextn_predict_layers", 0, section="config", allow_zero=True)
-        if arch.moe in ("glm4_moe", "deepseek_v3", "glm4_moe_lite") else _mtp_beside(meta) if arch.linear_attn else 0,
+        if arch.moe in ("glm4_moe", "deepseek_v3", "glm4_moe_lite", "hy_v3") else _mtp_beside(meta) if arch.linear_attn
+        else 0,
         **mla, **mixers)
     _check_all_used(spec, meta.get("tensors") or [], meta_path)
     return spec
@@ -1293,6 +1303,28 @@ def _hunyuan_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec
                                                                       n_layers),
                    norm_topk=True, glu="silu", alpha=1.702, limit=7.0, layers=(True,) * n_layers,
                    names=MOE_NAMES["hunyuan_moe"], shared_inter=inter)
+
+
+def _hy_v3_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
+    """Hy3's experts (HYV3Config's keys and defaults): in the layers mlp_layer_types calls "sparse" (all but the
+    first without it), num_experts_per_tok of num_experts chosen by sigmoid score plus the choice bias, their
+    scores renormalised and times router_scaling_factor (HYV3TopKRouter), beside num_shared_experts shared ones
+    (one MLP of as many times moe_intermediate_size). A Hub config's route_norm false (llama.cpp's converter reads
+    it; transformers renormalises always) is refused."""
+    n_experts = _int(cfg, meta_path, "num_experts", 192, section="config")
+    top_k = _int(cfg, meta_path, "num_experts_per_tok", 8, section="config")
+    if top_k > n_experts:
+        raise IEError(f"{meta_path}: config.num_experts_per_tok: {top_k} is more than the {n_experts} experts "
+                      "(num_experts)")
+    if cfg.get("route_norm", True) is not True:
+        raise UnsupportedError(f"{meta_path}: config.route_norm: {cfg['route_norm']!r}; transformers' HYV3 "
+                               "renormalises the chosen experts' scores always (true is supported)")
+    inter = _int(cfg, meta_path, "moe_intermediate_size", 1536, section="config")
+    return MoeSpec(n_experts=n_experts, top_k=top_k, inter=inter, norm_topk=True, glu="silu", alpha=1.702, limit=7.0,
+                   layers=_mlp_layer_types(cfg, n_layers, meta_path), names=MOE_NAMES["hy_v3"],
+                   shared_inter=inter * _int(cfg, meta_path, "num_shared_experts", 1, section="config", allow_zero=True),
+                   sigmoid=True, routed_scale=_positive(cfg, meta_path, "router_scaling_factor", 2.826,
+                                                        section="config"))
 
 
 def _mamba(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path) -> dict[str, Any]:
@@ -1519,7 +1551,7 @@ def _moe_layers(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> tuple[bo
 
 
 def _mlp_layer_types(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> tuple[bool, ...]:
-    """Glm4MoeLiteConfig's per-layer "dense" / "sparse" (experts), the first
+    """Glm4MoeLiteConfig's (HYV3Config's) per-layer "dense" / "sparse" (experts), the first
     layer dense and the others sparse where the config has none."""
     types = cfg.get("mlp_layer_types")
     if types is None:

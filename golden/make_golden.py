@@ -66,6 +66,9 @@ Writes (replacing any previous output):
                             base (alpha 1000, as the Hub's configs), tied
     golden/hf/tiny-hunyuan-moe/  HunYuanMoEV1ForCausalLM, bfloat16: those norms, a shared MLP beside 2 of 4
                             softmax-routed experts (renormalised) in every layer, the per-layer keys as lists, untied
+    golden/hf/tiny-hy-v3/   HYV3ForCausalLM (Hy3), bfloat16, the Hub's names: per-head q/k norms, a dense layer, then 4
+                            experts (top 2 by sigmoid score plus a choice bias, renormalised, x 2.5) beside a shared
+                            one; its MTP layer after the last (eh_proj, enorm, hnorm, final_layernorm), unread; untied
     golden/hf/tiny-glm4/    Glm4ForCausalLM, bfloat16: interleaved RoPE over half of each head, norms before and after
                             each block, gate_up_proj fused, q/k/v biases, untied; ids 318/319 GLM's special tokens
     golden/hf/tiny-cohere2/ Cohere2ForCausalLM, bfloat16, 4 layers: LayerNorm, attention and MLP in parallel, three
@@ -236,6 +239,8 @@ from transformers import (  # noqa: E402
     HunYuanDenseV1ForCausalLM,
     HunYuanMoEV1Config,
     HunYuanMoEV1ForCausalLM,
+    HYV3Config,
+    HYV3ForCausalLM,
     Glm4MoeLiteForCausalLM,
     DeepseekV2Config,
     DeepseekV2ForCausalLM,
@@ -381,6 +386,7 @@ MOE = dict(num_experts_per_tok=2)  # of 4 experts, 32 channels each
 # HunYuan's NTK-alpha RoPE as its published configs state it (the base 10000 stretched by alpha^(d / (d - 2)))
 HUNYUAN_ROPE = {"rope_type": "dynamic", "alpha": 1000.0, "rope_theta": 10000.0, "factor": 1.0}
 HUNYUAN_SEED = SEED + 198  # the first from SEED + 190 whose greedy cases run 16 tokens with margins >= 0.04
+HY_V3_SEED = SEED + 213  # the first from SEED + 200 whose greedy cases run 16 tokens with margins >= 0.02
 HUNYUAN_MOE_SEED = SEED + 197  # the first from SEED + 190 whose greedy cases run 16 tokens with margins >= 0.05
 GPT_OSS_ROPE = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                 "original_max_position_embeddings": 4096, "truncate": False}  # gpt-oss-20b's own
@@ -1013,11 +1019,12 @@ def _glm4_moe_biases(model) -> None:
                                                                            generator=gen))
 
 
-def add_mtp_layer(out: Path, layer: int, like: int, seed: int) -> None:
+def add_mtp_layer(out: Path, layer: int, like: int, seed: int, head_norm: str = "shared_head.norm") -> None:
     """GLM-4.5's multi-token prediction layer, as the Hub's checkpoints store it after the last one
-    (model.layers.{num_hidden_layers}: a whole MoE layer, eh_proj, enorm, hnorm, shared_head.norm), with
-    seeded values shaped as layer ``like``'s: transformers leaves it unread, converters carry it. The
-    correction biases are stored float32, as GLM-4.5's are (the bf16 values, exactly)."""
+    (model.layers.{num_hidden_layers}: a whole MoE layer, eh_proj, enorm, hnorm, shared_head.norm; Hy3's names
+    the last final_layernorm: ``head_norm``), with seeded values shaped as layer ``like``'s: transformers leaves
+    it unread, converters carry it. The correction biases are stored float32, as GLM-4.5's are (the bf16 values,
+    exactly)."""
     from safetensors.torch import load_file, save_file
 
     path = out / "model.safetensors"
@@ -1028,12 +1035,13 @@ def add_mtp_layer(out: Path, layer: int, like: int, seed: int) -> None:
     mtp = {pre + k[len(f"model.layers.{like}."):]: v for k, v in tensors.items() if k.startswith(f"model.layers.{like}.")}
     mtp.update({pre + "eh_proj.weight": torch.empty(hidden, 2 * hidden, dtype=torch.bfloat16),
                 **{pre + n: torch.empty(hidden, dtype=torch.bfloat16)
-                   for n in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight")}})
+                   for n in ("enorm.weight", "hnorm.weight", f"{head_norm}.weight")}})
     for k in sorted(mtp):
         noise = torch.randn(mtp[k].shape, generator=gen, dtype=torch.float32)
         value = 1.0 + NORM_STD * noise if "norm" in k else INIT_STD * noise
         mtp[k] = value.to(tensors.get(k.replace(pre, f"model.layers.{like}."), mtp[k]).dtype)
-    out_tensors = {k: v.float() if k.endswith("e_score_correction_bias") else v for k, v in {**tensors, **mtp}.items()}
+    out_tensors = {k: v.float() if k.endswith(("e_score_correction_bias", "expert_bias")) else v
+                   for k, v in {**tensors, **mtp}.items()}
     save_file(dict(sorted(out_tensors.items())), path, metadata={"format": "pt"})
 
 
@@ -1364,6 +1372,32 @@ def make_hunyuan_moe(tok) -> None:
                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     cfg.architectures = ["HunYuanMoEV1ForCausalLM"]
     save_model(tok, "tiny-hunyuan-moe", HunYuanMoEV1ForCausalLM, cfg, HUNYUAN_MOE_SEED, torch.bfloat16)
+
+
+def _hy_v3_biases(model) -> None:
+    """e_score_correction_bias (the Hub's mlp.expert_bias), as _glm4_moe_biases."""
+    gen = torch.Generator(device="cpu").manual_seed(HY_V3_SEED)
+    for layer in model.model.layers:
+        if hasattr(layer.mlp, "e_score_correction_bias"):
+            layer.mlp.e_score_correction_bias.copy_(0.1 * torch.randn(layer.mlp.e_score_correction_bias.shape,
+                                                                      generator=gen))
+
+
+def make_hy_v3(tok) -> None:
+    """Hy3 (HYV3ForCausalLM): Qwen3's attention (per-head q/k norms before RoPE); a dense layer, then 4 experts
+    chosen by sigmoid score plus a choice bias, renormalised and scaled, beside a shared one; its MTP layer after
+    the last (eh_proj, enorm, hnorm, final_layernorm), which transformers leaves unread; untied."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    cfg = HYV3Config(**dims, head_dim=16, num_experts=4, num_experts_per_tok=2, num_shared_experts=1,
+                     moe_intermediate_size=32, router_scaling_factor=2.5, mlp_layer_types=["dense", "sparse"],
+                     num_nextn_predict_layers=1, tie_word_embeddings=False,
+                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg.architectures = ["HYV3ForCausalLM"]
+    out = HF_DIR / "tiny-hy-v3"
+    logits = save_model(tok, out.name, HYV3ForCausalLM, cfg, HY_V3_SEED, torch.bfloat16, after_init=_hy_v3_biases)
+    add_mtp_layer(out, 2, 1, HY_V3_SEED, head_norm="final_layernorm")
+    assert_feature_matters(HYV3ForCausalLM, out, logits, "router_scaling_factor", router_scaling_factor=1.0)
 
 
 def make_seed_oss(tok) -> None:
@@ -2093,6 +2127,7 @@ def main() -> None:
     make_seed_oss(tok)
     make_hunyuan_dense(tok)
     make_hunyuan_moe(tok)
+    make_hy_v3(tok)
     make_glm4(tok)
     make_glm4_vl(tok)
     make_glm4_vl_moe(tok)

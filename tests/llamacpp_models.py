@@ -45,7 +45,7 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-granite4": "granitehybrid", "tiny-granite4-dense": "granitehybrid", "tiny-granite-moe": "granitemoe",
            "tiny-granite-moe-shared": "granitemoe", "tiny-nemotron-h": "nemotron_h",
            "tiny-nemotron-h-moe": "nemotron_h_moe", "tiny-hunyuan-dense": "hunyuan-dense",
-           "tiny-hunyuan-moe": "hunyuan-moe"}
+           "tiny-hunyuan-moe": "hunyuan-moe", "tiny-hy-v3": "hy_v3"}
 
 
 # Granite 4's layer types as the Hub's configs spell them, which llama.cpp's converter reads
@@ -123,7 +123,8 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
                                              "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5", "tiny-lfm2", "tiny-lfm2-moe",
                                              "tiny-granite4", "tiny-granite4-dense", "tiny-granite-moe",
                                              "tiny-granite-moe-shared", "tiny-nemotron-h",
-                                             "tiny-nemotron-h-moe", "tiny-hunyuan-dense", "tiny-hunyuan-moe")}
+                                             "tiny-nemotron-h-moe", "tiny-hunyuan-dense", "tiny-hunyuan-moe",
+                                             "tiny-hy-v3")}
     out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
     out["tiny-deepseek-v3"] = _without_mtp(tmp, "tiny-deepseek-v3")
     out["tiny-ernie4-5-moe"] = _without_mtp(tmp, "tiny-ernie4-5-moe")

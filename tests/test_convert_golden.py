@@ -74,6 +74,7 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-seed-oss", "tiny-seed-oss", []),
     ("tiny-hunyuan-dense", "tiny-hunyuan-dense", []),
     ("tiny-hunyuan-moe", "tiny-hunyuan-moe", []),
+    ("tiny-hy-v3", "tiny-hy-v3", []),
     ("tiny-glm4", "tiny-glm4", []),
     ("tiny-cohere2", "tiny-cohere2", []),
     ("tiny-cohere", "tiny-cohere", []),

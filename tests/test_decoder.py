@@ -64,7 +64,9 @@ from iekit.runtime.sampling import Sampler, generate
 # ReLU-squared MLP without a gate; attention without RoPE), two Mamba2 blocks in a row; tiny-nemotron-h-moe: expert
 # blocks (ReLU-squared, sigmoid scores plus a choice bias, renormalised and scaled) beside a shared expert;
 # tiny-hunyuan-dense: per-head q/k norms after RoPE, the NTK-alpha base, tied; tiny-hunyuan-moe: those norms, a
-# shared MLP beside 2 of 4 softmax-routed experts (renormalised) in every layer, its per-layer keys as lists.
+# shared MLP beside 2 of 4 softmax-routed experts (renormalised) in every layer, its per-layer keys as lists;
+# tiny-hy-v3: per-head q/k norms, a dense layer, then sigmoid routing with a choice bias, renormalised and scaled,
+# beside a shared expert (the Hub's names: mlp.router.gate, mlp.expert_bias, mlp.shared_mlp); an unread MTP layer.
 MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
           "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-gemma", "tiny-arcee", "tiny-stablelm",
           "tiny-starcoder2", "tiny-nemotron", "tiny-phi", "tiny-phi3",
@@ -73,7 +75,8 @@ MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3
           "tiny-glm4-moe-lite", "tiny-mistral4", "tiny-llama4", "tiny-ernie4-5", "tiny-ernie4-5-moe", "tiny-seed-oss", "tiny-glm4",
           "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5", "tiny-qwen3-5-moe",
           "tiny-qwen3-next", "tiny-lfm2", "tiny-lfm2-moe", "tiny-granite4", "tiny-granite4-dense", "tiny-granite-moe",
-          "tiny-granite-moe-shared", "tiny-nemotron-h", "tiny-nemotron-h-moe", "tiny-hunyuan-dense", "tiny-hunyuan-moe"]
+          "tiny-granite-moe-shared", "tiny-nemotron-h", "tiny-nemotron-h-moe", "tiny-hunyuan-dense", "tiny-hunyuan-moe",
+          "tiny-hy-v3"]
 # The context a model's references ran in: tiny-phi3's stay within LongRoPE's original 32 positions, where
 # transformers turns by the short factors; ierun chooses them by the context, as llama.cpp does.
 CTX = {"tiny-phi3": ["--ctx", "32"]}

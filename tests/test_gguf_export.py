@@ -180,7 +180,9 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         assert kv["gpt-oss.attention.sliding_window"] == cfg["sliding_window"]
         assert kv["gpt-oss.attention.sliding_window_pattern"] == [t == "sliding_attention" for t in cfg["layer_types"]]
         assert kv["gpt-oss.rope.scaling.type"] == "yarn"
-    arch_enum = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == a)
+    # (the gguf-py on PyPI predates hy_v3: HunYuan-MoE's tensors are its, GLM-4.5's its choice bias and MTP layer's)
+    arch_enum = next((k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == a), None) or \
+        {"hy_v3": gguf.MODEL_ARCH.HUNYUAN_MOE}[a]
     name_map = gguf.get_tensor_name_map(arch_enum, kv[f"{a}.block_count"])
     src = _iebin_bytes(model)
     heads = {"q_proj": cfg["num_attention_heads"], "k_proj": cfg["num_key_value_heads"]}
@@ -214,11 +216,14 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             base, bias = hf.removesuffix("_bias") + "_proj", True
         if hf.endswith("feed_forward.expert_bias"):  # (LFM2MoeModel renames it expert_bias.bias)
             base, bias = hf, True
+        if a == "hy_v3" and hf.endswith((".mlp.expert_bias", ".final_layernorm.weight")):  # (HYV3Model: the choice
+            # bias without a suffix; the MTP layer's final norm renamed shared_head.norm before the name map)
+            base = hf.removesuffix(".weight").replace(".final_layernorm", ".shared_head.norm")
         # (routed experts: below; shared ones one to one, but Granite 4's shared MLP: below)
         expected_name = name_map.get_name(base) \
             if ".experts." not in hf and ".block_sparse_moe.input_linear." not in hf and not (
                 ".shared_mlp." in hf and a in ("granitehybrid", "granitemoe")) else None
-        if expected_name is None and (mla or a in ("qwen35", "qwen35moe", "qwen3next")):  # (the gguf-py on PyPI predates deepseek2's and
+        if expected_name is None and (mla or a in ("qwen35", "qwen35moe", "qwen3next", "hy_v3")):  # (the gguf-py on PyPI predates deepseek2's and
             # qwen35's MTP tensors: GLM-4.5's names)
             expected_name = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GLM4_MOE, kv[f"{a}.block_count"]).get_name(base)
         if any(hf.split(".")[-2] in parts for parts in fused.values()):
@@ -230,7 +235,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         gname = expected_name + (".bias" if bias else ".weight")
         if hf.endswith("self_attn.sinks"):
             gname = expected_name + ".weight"
-        if hf.endswith(("linear_attn.A_log", "mamba.A_log", "mamba.D", "mixer.A_log", "mixer.D")):  # (gguf-py names them without a suffix)
+        if hf.endswith(("linear_attn.A_log", "mamba.A_log", "mamba.D", "mixer.A_log", "mixer.D", "mlp.expert_bias")):  # (gguf-py names them without a suffix)
             gname = expected_name
         g = tensors[gname]
         seen.add(gname)
@@ -335,6 +340,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                        "qwen35moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "qwen3next": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "hunyuan-moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
+                       "hy_v3": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "minimax-m2": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
                                       "down": "block_sparse_moe.experts.{e}.w2"},
                        "lfm2moe": {"gate": "feed_forward.experts.{e}.w1", "up": "feed_forward.experts.{e}.w3",

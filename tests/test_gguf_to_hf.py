@@ -54,7 +54,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
                                   "tiny-qwen3-next", "tiny-lfm2", "tiny-lfm2-moe", "tiny-granite4",
                                   "tiny-granite4-dense", "tiny-granite-moe", "tiny-granite-moe-shared",
                                   "tiny-nemotron-h", "tiny-nemotron-h-moe", "tiny-hunyuan-dense",
-                                  "tiny-hunyuan-moe"])
+                                  "tiny-hunyuan-moe", "tiny-hy-v3"])
 def test_a_gguf_comes_back_as_its_checkpoint(tmp_path, models, name):
     g = tmp_path / "m.gguf"
     res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", models[name], "--out", g)

@@ -1,8 +1,10 @@
-"""HunYuan (Tencent's Hunyuan 0.5B to 7B and Hunyuan-MT: HunYuanDenseV1ForCausalLM, llama.cpp's hunyuan-dense;
-Hunyuan-A13B: HunYuanMoEV1ForCausalLM, hunyuan-moe): Llama's layer whose per-head q/k RMSNorms run after RoPE,
-an NTK-alpha RoPE base, and in the mixture one shared MLP beside softmax-routed experts (renormalised). The frozen
-transformers logits are tests/test_decoder.py's and the converter's files tests/test_llamacpp_converter.py's; here,
-that each of those features acts, the NTK-alpha base read back from llama.cpp's file, and what is refused."""
+"""Tencent's models. HunYuan (Hunyuan 0.5B to 7B and Hunyuan-MT: HunYuanDenseV1ForCausalLM, llama.cpp's
+hunyuan-dense; Hunyuan-A13B: HunYuanMoEV1ForCausalLM, hunyuan-moe): Llama's layer whose per-head q/k RMSNorms run
+after RoPE, an NTK-alpha RoPE base, and in the mixture one shared MLP beside softmax-routed experts (renormalised).
+Hy3 (HYV3ForCausalLM, hy_v3): Qwen3's attention, dense layers beside expert ones chosen by sigmoid score plus a
+choice bias (renormalised and scaled) beside shared experts, an MTP layer after the last. The frozen transformers
+logits are tests/test_decoder.py's and the converter's files tests/test_llamacpp_converter.py's; here, that each of
+those features acts, the NTK-alpha base read back from llama.cpp's file, and what is refused."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ import json
 import numpy as np
 import pytest
 
-from conftest import (GOLDEN, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact, exact_logits,
+from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact, exact_logits,
                       reconfigure, run_tool)
-from gguf_build import rewrite_gguf
+from gguf_build import hf_tensors, rewrite_gguf
+from llamacpp_models import _hf_variant
 
-DENSE, MOE = GOLDEN_IEBIN / "tiny-hunyuan-dense", GOLDEN_IEBIN / "tiny-hunyuan-moe"
+DENSE, MOE, HY3 = GOLDEN_IEBIN / "tiny-hunyuan-dense", GOLDEN_IEBIN / "tiny-hunyuan-moe", GOLDEN_IEBIN / "tiny-hy-v3"
 CONVERTED = GOLDEN / "gguf" / "llamacpp"
 IDS = json.loads((GOLDEN_REF / "tiny-hunyuan-dense" / "ids.json").read_text())
 REF = np.load(GOLDEN_REF / "tiny-hunyuan-dense" / "logits.npy").astype(np.float64)
@@ -81,6 +84,20 @@ def test_the_mixture_is_renormalised_softmax_beside_its_shared_mlp(tmp_path):
     assert _rel(exact_logits(d, IDS, tmp_path / "s.npy"), ref) > 1e-2
 
 
+def test_hy3s_choice_bias_and_scale_act(tmp_path):
+    """tiny-hy-v3 is transformers' model; without its routers' choice bias (zeroed) or their scale (1) it is
+    another."""
+    ref = exact_logits(HY3, IDS, tmp_path / "ref.npy")
+    assert _rel(ref, np.load(GOLDEN_REF / "tiny-hy-v3" / "logits.npy")) < 1e-5
+    unscaled = edited_artifact(HY3, tmp_path / "unscaled", lambda m: reconfigure(m, router_scaling_factor=1.0))
+    assert _rel(exact_logits(unscaled, IDS, tmp_path / "u.npy"), ref) > 1e-2
+    t = hf_tensors(GOLDEN_HF / "tiny-hy-v3")
+    t["model.layers.1.mlp.expert_bias"] = np.zeros_like(t["model.layers.1.mlp.expert_bias"])
+    _run("hf-to-iebin", "--hf-dir", _hf_variant(tmp_path, "tiny-hy-v3", {"dtype": "float32"}, t),
+         "--out-dir", tmp_path / "unbiased")
+    assert _rel(exact_logits(tmp_path / "unbiased", IDS, tmp_path / "b.npy"), ref) > 1e-2
+
+
 @pytest.mark.parametrize("model,edit,needles", [
     (MOE, {"moe_topk": [2, 1]}, ("config.moe_topk", "one value for every layer")),
     (MOE, {"moe_topk": [2]}, ("config.moe_topk",)),
@@ -90,6 +107,9 @@ def test_the_mixture_is_renormalised_softmax_beside_its_shared_mlp(tmp_path):
     (DENSE, {"rope_parameters": {**ROPE, "alpha": None}}, ("rope scaling 'dynamic'", "not supported")),
     (DENSE, {"rope_parameters": {**ROPE, "alpha": -1.0}}, ("rope_scaling.alpha", "positive")),
     (DENSE, {"rope_parameters": {**ROPE, "alpha": 1e300}}, ("rope_scaling.alpha", "float32")),
+    (HY3, {"route_norm": False}, ("config.route_norm", "renormalises")),
+    (HY3, {"num_experts_per_tok": 5}, ("config.num_experts_per_tok", "more than the 4 experts")),
+    (HY3, {"mlp_layer_types": ["dense"]}, ("mlp_layer_types",)),
 ])
 def test_what_the_decoder_cannot_run_is_one_line(tmp_path, model, edit, needles):
     d = edited_artifact(model, tmp_path / "m", lambda m: reconfigure(m, **edit))
@@ -101,6 +121,11 @@ def test_what_the_decoder_cannot_run_is_one_line(tmp_path, model, edit, needles)
     ("tiny-hunyuan-moe", {"hunyuan-moe.expert_weights_scale": 2.5}, ("hunyuan-moe.expert_weights_scale",)),
     ("tiny-hunyuan-dense", {"hunyuan-dense.rope.freq_base": float("nan"), "hunyuan-dense.rope.scaling.type": "none"},
      ("hunyuan-dense.rope.freq_base",)),
+    ("tiny-hy-v3", {"hy_v3.expert_weights_norm": False}, ("hy_v3.expert_weights_norm", "unnormalised")),
+    ("tiny-hy-v3", {"hy_v3.expert_gating_func": 1}, ("hy_v3.expert_gating_func", "sigmoid")),
+    ("tiny-hy-v3", {"hy_v3.nextn_predict_layers": 3}, ("hy_v3.nextn_predict_layers", "no layer")),
+    ("tiny-hy-v3", {"hy_v3.expert_shared_feed_forward_length": 48}, ("hy_v3.expert_shared_feed_forward_length",
+                                                                     "whole number")),
 ])
 def test_a_file_the_import_cannot_read_as_hunyuan_is_one_line(tmp_path, name, kv, needles):
     bad = rewrite_gguf(CONVERTED / f"{name}.gguf", tmp_path / "bad.gguf", kv=kv)

@@ -44,7 +44,7 @@ CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss
            "tiny-nemotron-h": {"hybrid_override_pattern": "M-*-MM", "layers_block_type": None, "num_hidden_layers": 6},
            "tiny-nemotron-h-moe": {"hybrid_override_pattern": "MEM*E", "layers_block_type": None,
                                    "num_hidden_layers": 5},
-           "tiny-hunyuan-dense": {"max_position_embeddings": 32768}, "tiny-hunyuan-moe": {}}
+           "tiny-hunyuan-dense": {"max_position_embeddings": 32768}, "tiny-hunyuan-moe": {}, "tiny-hy-v3": {}}
 # what an export needs beyond the defaults: tiny-phi3's window of 6, which llama.cpp's phi3 does not apply
 EXPORT_ARGS = {"tiny-phi3": ["--allow-full-attention"]}
 # descriptive keys the converter derives from the directory and file (llama.cpp reads none of them to run)

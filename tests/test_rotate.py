@@ -19,7 +19,7 @@ from iekit.runtime.decoder import Decoder
 IDS = [3, 17, 42, 99, 5, 250, 7, 8, 1, 64, 12, 200]
 MODELS = ["tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral", "tiny-qwen3-moe",
           "tiny-smollm3", "tiny-granite", "tiny-ministral3", "tiny-seed-oss", "tiny-olmoe",
-          "tiny-qwen2-moe", "tiny-deepseek-v2", "tiny-ernie4-5"]
+          "tiny-qwen2-moe", "tiny-deepseek-v2", "tiny-ernie4-5", "tiny-hunyuan-dense", "tiny-hunyuan-moe"]
 
 
 def _rotate(src, out, *extra):
@@ -67,9 +67,12 @@ def test_rotated_checkpoint_computes_the_same_logits(tmp_path, model):
     w, r = _source_weights(src), _weights(tmp_path / "rot")
     cfg = json.loads((tmp_path / "rot" / "config.json").read_text())
     assert cfg["tie_word_embeddings"] is False and "lm_head.weight" in r
-    # (the stream's norms folded into their readers; latent attention's q_a/kv_a_layernorm norm the latents: kept)
+    # (the stream's norms folded into their readers; latent attention's q_a/kv_a_layernorm norm the latents and
+    # HunYuan's query/key_layernorm its heads: kept)
     assert all(np.all(v == 1) for k, v in r.items()
-               if k.endswith("layernorm.weight") and "_a_layernorm" not in k or k == "model.norm.weight")
+               if k.endswith("layernorm.weight") and not k.endswith(("_a_layernorm.weight", "query_layernorm.weight",
+                                                                      "key_layernorm.weight"))
+               or k == "model.norm.weight")
     g1 = w["model.layers.0.input_layernorm.weight"]
     q = w["model.layers.0.self_attn.q_proj.weight"] * g1
     rq = r["model.layers.0.self_attn.q_proj.weight"]
@@ -194,6 +197,9 @@ def test_a_phi3_checkpoint_rotates_into_its_own_layout(tmp_path):
      "self_attn.q_a_proj.weight", "input_layernorm.weight"),
     # softmax routing with moe_statics' choice bias (the router's logits do not change) beside shared experts
     ("tiny-ernie4-5-moe", "model.mtp_", {}, "mlp.moe_statics.e_score_correction_bias", "mlp.gate.weight",
+     "post_attention_layernorm.weight"),
+    # Hy3's: sigmoid routing with its choice bias (mlp.expert_bias) beside a shared MLP, under the Hub's names
+    ("tiny-hy-v3", "model.layers.2.", {"num_nextn_predict_layers": 0}, "mlp.expert_bias", "mlp.router.gate.weight",
      "post_attention_layernorm.weight"),
 ])
 def test_a_model_without_its_mtp_tensors_rotates(tmp_path, model, mtp, config, kept, reader, norm):
