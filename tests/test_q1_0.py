@@ -21,7 +21,7 @@ from conftest import REPO, assert_gemv_paths, run_tool
 from iekit.formats import iebin
 from iekit.formats.finite import scan_bytes
 from iekit.formats.quant import SCHEMES, QuantParams
-from iekit.runtime import kernels
+from iekit.runtime import kernels, native
 from iekit.runtime.decoder import Decoder
 from test_quantize_imatrix import _quantize, wide  # noqa: F401  (the fixture)
 from test_xxs import own_file_runs_at_its_size
@@ -88,8 +88,8 @@ def test_decoded_and_quantized_as_ggml():
 @pytest.mark.parametrize("rows", [1, 13, 64])
 def test_gemv_every_path_is_float64s(rows, batch):
     """y = W x + b on scalar and AVX2, f32 and int8 activations, against
-    float64; int8 within its activation rounding, and AVX2 the scalar
-    reference's sums in another order."""
+    float64; int8 within its activation rounding, and AVX2 (and AVX-512's
+    kernel where the CPU has it) the scalar reference's sums in another order."""
     rng = np.random.default_rng(rows * 10 + batch)
     cols = 384
     raw = S.quantize(rng.standard_normal((rows, cols)).astype(np.float32), P)
@@ -98,6 +98,10 @@ def test_gemv_every_path_is_float64s(rows, batch):
     x = rng.standard_normal((batch, cols)).astype(np.float32)
     bias = rng.standard_normal(rows).astype(np.float32)
     assert_gemv_paths(raw, e, x, w64, bias, {"f32": 2e-6, "int8": 1e-2})  # (measured: 4e-8, 1.8e-3)
+    if "avx512" in native.cpu_features()["isas"]:  # (csrc/gemv/avx512.cpp's q1_rows)
+        ys, y512 = (kernels.gemv(raw.reshape(-1), e, x, bias=bias, act="int8", isa=isa) for isa in ("scalar", "avx512"))
+        assert kernels.max_rel_error(y512, x, w64, bias) <= 1e-2
+        assert np.abs(y512 - ys).max() <= 1e-5 * np.abs(ys).max()
 
 
 def test_an_importance_matrix_weights_the_scale():

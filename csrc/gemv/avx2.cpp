@@ -745,6 +745,11 @@ IE_INLINE __m256i q1_negated(const uint8_t* p, int j) {
   return _mm256_cmpeq_epi8(bits_in_bytes(q1_signs(p, j)), _mm256_setzero_si256());
 }
 
+// q1_0: byte e of the result 1 where bit e of 32-block j's signs is set (+d), 0 where it is clear.
+IE_INLINE __m256i q1_set(const uint8_t* p, int j) {
+  return _mm256_min_epu8(bits_in_bytes(q1_signs(p, j)), _mm256_set1_epi8(1));
+}
+
 // iq3_xxs's and iq2_xxs's signs: for each seven stored bits s, eight bytes
 // 0xFF where even_signs makes the element negative.
 struct EvenSigns {
@@ -963,22 +968,28 @@ void i8_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   store_sums(acc, out);
 }
 
-// act=int8 for q1_0, a 128-block at a time: each 32-block's activation
-// (loaded once for all rows) negated where the row's sign bit is clear (xor,
-// subtract) and summed by maddubs against ones; the four sums meet their
-// activation scales in the block's own accumulator, which meets d once.
+// act=int8 for q1_0, a 128-block at a time. A set sign bit is +d and a clear one -d, so a row's dot with a
+// 32-block x is d (2 (the sum of x where the bit is set) - (the sum of x)): each 32-block's activation (loaded
+// once for all rows) summed by maddubs against the row's set bits as 0/1 bytes, and the activation's own sums
+// (Q8Nat's ds, its scale times its codes' sum, the same for every row) taken off once, in lane 0, where the
+// block's accumulator meets d.
 template <int R, int B>
 void q1_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
   constexpr int64_t BB = kBlockBytes<WType::Q1_0>;
   const int64_t nsb = a.spec.cols / 128;
-  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const __m256 two = _mm256_set1_ps(2.f);
   const uint8_t* row[R];
   __m256 acc[R][B];
   const int64_t pf = start_rows(a, r0, row, acc);
   for (int64_t sb = 0; sb < nsb; ++sb) {
-    __m256 blk[R][B];
+    __m256 blk[R][B], sums[B];
     for (auto& r : blk)
       for (auto& v : r) v = _mm256_setzero_ps();
+    for (int b = 0; b < B; ++b) {
+      const float* ds = xa.ds + sb * 4 * B + b;
+      sums[b] = _mm256_zextps128_ps256(_mm_set_ss(ds[0] + ds[B] + ds[2 * B] + ds[3 * B]));
+    }
     for (int rr = 0; rr < R; ++rr) prefetch(row[rr] + sb * BB + pf);
     for (int k = 0; k < 4; ++k) {
       const int64_t xb = sb * 4 + k;  // the activation's 32-block
@@ -989,17 +1000,16 @@ void q1_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
         xd[b] = _mm256_broadcast_ss(xa.d + xb * B + b);
       }
       for (int rr = 0; rr < R; ++rr) {
-        const __m256i neg = q1_negated(row[rr] + sb * BB, k);
+        const __m256i set = q1_set(row[rr] + sb * BB, k);
         for (int b = 0; b < B; ++b) {
-          const __m256i s = _mm256_madd_epi16(
-              _mm256_maddubs_epi16(ones8, _mm256_sub_epi8(_mm256_xor_si256(xq[b], neg), neg)), ones16);
+          const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(set, xq[b]), ones16);
           blk[rr][b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), xd[b], blk[rr][b]);
         }
       }
     }
     for (int rr = 0; rr < R; ++rr) {
       const __m256 d = f16_bcast(row[rr] + sb * BB);
-      for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(blk[rr][b], d, acc[rr][b]);
+      for (int b = 0; b < B; ++b) acc[rr][b] = _mm256_fmadd_ps(_mm256_fmsub_ps(blk[rr][b], two, sums[b]), d, acc[rr][b]);
     }
   }
   store_sums(acc, out);

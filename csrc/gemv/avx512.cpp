@@ -1,4 +1,4 @@
-// act=int8 GEMVs over the stored layout of iq4_nl, mxfp4 and q4_k with
+// act=int8 GEMVs over the stored layout of iq4_nl, mxfp4, q4_k and q1_0 with
 // AVX-512 VNNI and VBMI: the kernels a decoder's experts run at one to
 // eight tokens (a decoder copies no expert into rows8, and packing tiles
 // costs more than it saves below kPackingMinTokens). Every other case is
@@ -288,6 +288,65 @@ void q4k_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
     for (int b = 0; b < B; ++b) out[rr * B + b] = _mm512_reduce_add_ps(acc[rr][b]);
 }
 
+// ------------------------------------------------------------------ q1_0
+//
+// A 128-block is d (f16) and 128 sign bits, +d where a bit is set and -d where it is clear, so a row's dot with
+// the activation is d (2 (its sum where the bits are set) - (its sum)), as AVX2's q1_q8_rows computes it. Here a
+// mask register takes 64 bits at once as 0/1 bytes (one masked move), and vpdpbusd sums them against two
+// activation blocks, whose two scales meet the lanes of each by a blend: three instructions a row for two
+// blocks, where AVX2 spends four for one. The activation's own sums (Q8Nat's ds) come off in lane 0.
+
+// Token b's activation blocks xb and xb + 1, one after the other.
+template <int B>
+IE_INLINE __m512i q1_x2(const Q8Nat& xa, int64_t xb, int b) {
+  if constexpr (B == 1) return _mm512_loadu_si512(xa.q + xb * 32);
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + (xb * B + b) * 32));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa.q + ((xb + 1) * B + b) * 32));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+template <int R, int B>
+void q1_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
+  constexpr int BB = wtype_info(WType::Q1_0).block_bytes;
+  const int64_t nsb = a.spec.cols / 128, rb = a.lay.row_bytes, pf = R * rb;
+  const uint8_t* w0 = a.w + r0 * rb;
+  const __m512 two = _mm512_set1_ps(2.f);
+  const __m512i one8 = _mm512_set1_epi8(1);
+  __m512 acc[R][B];
+  for (auto& ra : acc)
+    for (auto& v : ra) v = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m512i x[2][B];
+    __m512 xd[2][B], sums[B];
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < 2; ++h) {
+        const int64_t xb = sb * 4 + 2 * h;
+        x[h][b] = q1_x2<B>(xa, xb, b);
+        xd[h][b] = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(xa.d[xb * B + b]), _mm512_set1_ps(xa.d[(xb + 1) * B + b]));
+      }
+      const float* ds = xa.ds + sb * 4 * B + b;
+      sums[b] = _mm512_maskz_mov_ps(1, _mm512_set1_ps(ds[0] + ds[B] + ds[2 * B] + ds[3 * B]));
+    }
+    for (int rr = 0; rr < R; ++rr) {
+      const uint8_t* p = w0 + rr * rb + sb * BB;
+      _mm_prefetch(reinterpret_cast<const char*>(p + pf), _MM_HINT_T0);
+      __m512 blk[B];
+      for (auto& v : blk) v = _mm512_setzero_ps();
+      for (int h = 0; h < 2; ++h) {
+        const __mmask64 m = q1_signs(p, 2 * h) | static_cast<uint64_t>(q1_signs(p, 2 * h + 1)) << 32;
+        const __m512i set = _mm512_maskz_mov_epi8(m, one8);
+        for (int b = 0; b < B; ++b)
+          blk[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), set, x[h][b])),
+                                   xd[h][b], blk[b]);
+      }
+      const __m512 d = _mm512_set1_ps(f16_to_f32(load_u16(p)));
+      for (int b = 0; b < B; ++b) acc[rr][b] = _mm512_fmadd_ps(_mm512_fmsub_ps(blk[b], two, sums[b]), d, acc[rr][b]);
+    }
+  }
+  for (int rr = 0; rr < R; ++rr)
+    for (int b = 0; b < B; ++b) out[rr * B + b] = _mm512_reduce_add_ps(acc[rr][b]);
+}
+
 // ---------------------------------------------------------------- driver
 
 // Rows [r, r1) for all B tokens through kernel(std::integral_constant<int, N>, r0, out), which
@@ -312,7 +371,7 @@ void run_range(const GemvArgs& a, int64_t r, int64_t r1, Kernel kernel) {
 
 bool avx512_applies(const GemvArgs& a) {
   const WType t = a.spec.type;
-  return a.act == Act::Int8 && (t == WType::IQ4_NL || t == WType::MXFP4 || t == WType::Q4_K);
+  return a.act == Act::Int8 && (t == WType::IQ4_NL || t == WType::MXFP4 || t == WType::Q4_K || t == WType::Q1_0);
 }
 
 template <WType T>
@@ -326,6 +385,7 @@ void gemv_type(const GemvArgs& a) {
     auto range = [&](const GemvArgs& g, int64_t r, int64_t r1) {
       run_range<R, B>(g, r, r1, [&](auto n, int64_t r0, float* out) {
         if constexpr (T == WType::Q4_K) q4k_rows<decltype(n)::value, B>(g, xa, r0, out);
+        else if constexpr (T == WType::Q1_0) q1_rows<decltype(n)::value, B>(g, xa, r0, out);
         else nib4_rows<T, decltype(n)::value, B>(g, xa, r0, out);
       });
     };
@@ -346,6 +406,7 @@ void gemv_avx512(const GemvArgs& a) {
   if (!avx512_applies(a)) return kGemvAvx2.gemv(a);
   if (a.spec.type == WType::MXFP4) gemv_type<WType::MXFP4>(a);
   else if (a.spec.type == WType::IQ4_NL) gemv_type<WType::IQ4_NL>(a);
+  else if (a.spec.type == WType::Q1_0) gemv_type<WType::Q1_0>(a);
   else gemv_type<WType::Q4_K>(a);
 }
 
