@@ -919,6 +919,17 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    layer_types=_layer_types(g, arch, cfg["num_hidden_layers"]))
 
 
+def _mtp_trunk(g: GGUFModel, a: str, cfg: dict[str, Any]) -> tuple[int, int]:
+    """The multi-token prediction layers a file counts in block_count after the last (nextn_predict_layers: GLM-4.5's,
+    DeepSeek's, Hy3's) and the trunk before them, transformers' num_hidden_layers (at least one, else refused)."""
+    nextn = _field(g, f"{a}.nextn_predict_layers", int, 0)
+    trunk = cfg["num_hidden_layers"] - nextn
+    if trunk < 1:
+        raise FormatError(g.path, f"{a}.nextn_predict_layers", f"{nextn} of the {cfg['num_hidden_layers']} blocks "
+                                                               "leave no layer to run")
+    return nextn, trunk
+
+
 def _hy_v3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     """Hy3's router and layers as llama.cpp's hy_v3 reads them: sigmoid-gated (the default without the key), the
     chosen experts' scores renormalised (expert_weights_norm, which HYV3 always does: false is refused) and times
@@ -930,11 +941,7 @@ def _hy_v3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     if _field(g, f"{a}.expert_weights_norm", bool, False) is not True:
         raise FormatError(g.path, f"{a}.expert_weights_norm", "false or missing: llama.cpp then leaves the chosen "
                                                               "experts' scores unnormalised, which HYV3 never does")
-    nextn = _field(g, f"{a}.nextn_predict_layers", int, 0)
-    trunk = cfg["num_hidden_layers"] - nextn
-    if trunk < 1:
-        raise FormatError(g.path, f"{a}.nextn_predict_layers", f"{nextn} of the {cfg['num_hidden_layers']} blocks "
-                                                               "leave no layer to run")
+    nextn, trunk = _mtp_trunk(g, a, cfg)
     inter = _field(g, f"{a}.expert_feed_forward_length", int)
     shared = _field(g, f"{a}.expert_shared_feed_forward_length", int, inter)
     if inter < 1 or shared % inter:
@@ -1098,11 +1105,7 @@ def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
         _gated(g, arch, SOFTMAX_GATING, SOFTMAX_GATING)
     elif not v2:
         _gated(g, arch, SIGMOID_GATING, SIGMOID_GATING if a == "glm4moe" else _deepseek2_gating(g))
-    nextn = _field(g, f"{a}.nextn_predict_layers", int, 0)
-    trunk = cfg["num_hidden_layers"] - nextn
-    if trunk < 1:
-        raise FormatError(g.path, f"{a}.nextn_predict_layers", f"{nextn} of the {cfg['num_hidden_layers']} blocks "
-                                                               "leave no layer to run")
+    nextn, trunk = _mtp_trunk(g, a, cfg)
     names = {t.name for t in g.tensors}
     cfg.update(n_routed_experts=cfg.pop("num_local_experts"), num_hidden_layers=trunk, num_nextn_predict_layers=nextn,
                moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),

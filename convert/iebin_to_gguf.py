@@ -793,8 +793,6 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         if arch.gguf == "hy_v3":  # (as HYV3Model writes them; its graph takes the layers' experts by their router)
             kv[f"{a}.expert_weights_norm"] = moe.norm_topk
             kv[f"{a}.expert_weights_scale"] = float(moe.routed_scale)
-            if _mtp_written(arch, spec):
-                kv[f"{a}.nextn_predict_layers"] = spec.mtp_layers
         # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model and NemotronHModel write DeepSeek-V3's router)
         if arch.gguf in ("glm4moe", "deepseek2", "mistral4", "nemotron_h_moe"):
             if moe.sigmoid or arch.gguf == "mistral4":  # (DeepSeek-V2's config has no groups to write; Mistral 4's one)
@@ -803,8 +801,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             kv[f"{a}.expert_weights_scale"] = float(moe.routed_scale)
             if moe.norm_topk or not arch.mla:  # (deepseek2's and mistral4's: written only where true)
                 kv[f"{a}.expert_weights_norm"] = moe.norm_topk
-            if _mtp_written(arch, spec):
-                kv[f"{a}.nextn_predict_layers"] = spec.mtp_layers
+    if mtp := _mtp_written(arch, spec):  # (counted in block_count)
+        kv[f"{a}.nextn_predict_layers"] = mtp
     # (as convert_hf_to_gguf writes them; exaone4: where the model has a window, which gives it NoPE layers)
     if arch.gguf == "gpt-oss" or arch.hf_class == "Olmo3ForCausalLM" or arch.gguf == "exaone4" and spec.nope:
         kv[f"{a}.attention.sliding_window"] = max(spec.windows) or cfg.get("sliding_window") or spec.max_positions
@@ -878,8 +876,6 @@ def _linear_kv(kv: dict[str, Any], a: str, arch: GGUFArch, spec: DecoderSpec, cf
     kv[f"{a}.ssm.inner_size"] = spec.lin_v_dim * spec.lin_v_heads
     if "layer_types" in cfg:  # (else the interval says it, as the converter leaves it)
         kv[f"{a}.attention.recurrent_layers"] = list(spec.linear) + [False] * spec.mtp_layers  # (MTP blocks: attention)
-    if spec.mtp_layers:
-        kv[f"{a}.nextn_predict_layers"] = spec.mtp_layers
     kv[f"{a}.full_attention_interval"] = int(cfg.get("full_attention_interval", 4))
     if "rope.dimension_sections" not in arch.keys:  # (Qwen3-Next: plain RoPE)
         return
@@ -889,9 +885,10 @@ def _linear_kv(kv: dict[str, Any], a: str, arch: GGUFArch, spec: DecoderSpec, cf
 
 
 def _mtp_written(arch: GGUFArch, spec: DecoderSpec) -> int:
-    """The multi-token prediction layers an export writes: GLM-4.5's and
-    GLM-4.7-Flash's; none of DeepSeek-V3's, which llama.cpp's converter
-    drops (GGUFArch.drops_mtp: the layer computes no logit of the model's)."""
+    """The multi-token prediction layers an export writes: GLM-4.5's,
+    GLM-4.7-Flash's, Qwen3.5's and Hy3's; none of DeepSeek-V3's, which
+    llama.cpp's converter drops (GGUFArch.drops_mtp: the layer computes no
+    logit of the model's)."""
     return 0 if arch.drops_mtp else spec.mtp_layers
 
 

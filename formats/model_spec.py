@@ -970,6 +970,12 @@ def _nope(arch: Arch, cfg: dict, windows: tuple[int, ...], meta_path: Path) -> t
     return tuple(_per_layer(flags, "no_rope_layers", n_layers, {1: False, 0: True}, meta_path, "1 (RoPE) or 0 (none)"))
 
 
+def _check_top_k(top_k: int, n_experts: int, k_key: str, e_key: str, meta_path: Path) -> None:
+    """A router may choose no more experts (config.``k_key``) than the layer has (config.``e_key``)."""
+    if top_k > n_experts:
+        raise IEError(f"{meta_path}: config.{k_key}: {top_k} is more than the {n_experts} experts ({e_key})")
+
+
 def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | None:
     """The routing of gpt-oss, Mixtral, Qwen3-MoE, Qwen2-MoE, OLMoE, GLM-4.5,
     MiniMax-M2, DeepSeek-V3 and V2, GLM-4.7-Flash and Mistral 4, from their
@@ -999,9 +1005,7 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
              "num_experts" if (qwen or arch.moe == "olmoe") and "num_experts" in cfg else "num_local_experts")
     n_experts = _int(cfg, meta_path, e_key, section="config")
     top_k = _int(cfg, meta_path, "num_experts_per_tok", section="config")
-    if top_k > n_experts:
-        raise IEError(f"{meta_path}: config.num_experts_per_tok: {top_k} is more than the {n_experts} experts "
-                      f"({e_key})")
+    _check_top_k(top_k, n_experts, "num_experts_per_tok", e_key, meta_path)
     inter = _int(cfg, meta_path, "moe_intermediate_size" if qwen or glm else "intermediate_size", section="config")
     layers = (True,) * n_layers
     norm_topk, glu, alpha, limit = True, "silu", 1.702, 7.0
@@ -1207,9 +1211,7 @@ def _qwen3_5_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path, qwen3_next
 
     n_experts = get("num_experts", 512 if qwen3_next else 256)
     top_k = get("num_experts_per_tok", 10 if qwen3_next else 8)
-    if top_k > n_experts:
-        raise IEError(f"{meta_path}: config.num_experts_per_tok: {top_k} is more than the {n_experts} experts "
-                      "(num_experts)")
+    _check_top_k(top_k, n_experts, "num_experts_per_tok", "num_experts", meta_path)
     layers, norm = (True,) * n_layers, True
     if qwen3_next:
         layers, norm = _sparse_layers(cfg, n_layers, meta_path), cfg.get("norm_topk_prob", True)
@@ -1261,9 +1263,7 @@ def _granite_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path, hybrid: bo
     if n_experts == 0:
         return None
     top_k = _int(cfg, meta_path, "num_experts_per_tok", 2, section="config")
-    if top_k > n_experts:
-        raise IEError(f"{meta_path}: config.num_experts_per_tok: {top_k} is more than the {n_experts} experts "
-                      "(num_local_experts)")
+    _check_top_k(top_k, n_experts, "num_experts_per_tok", "num_local_experts", meta_path)
     return MoeSpec(n_experts=n_experts, top_k=top_k, inter=_int(cfg, meta_path, "intermediate_size", 11008,
                                                                  section="config"),
                    norm_topk=True, glu="halves", alpha=1.702, limit=7.0, layers=(True,) * n_layers,
@@ -1292,8 +1292,7 @@ def _hunyuan_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec
     them equal. num_shared_expert other than 1 (a shared MLP as wide as that many) is refused: transformers runs one."""
     n_experts = _int(cfg, meta_path, "num_experts", 1, section="config")
     top_k = _one_per_layer(cfg, meta_path, "moe_topk", 1, n_layers)
-    if top_k > n_experts:
-        raise IEError(f"{meta_path}: config.moe_topk: {top_k} is more than the {n_experts} experts (num_experts)")
+    _check_top_k(top_k, n_experts, "moe_topk", "num_experts", meta_path)
     inter = _int(cfg, meta_path, "intermediate_size", 11008, section="config")
     shared = _one_per_layer(cfg, meta_path, "num_shared_expert", 1, n_layers)
     if shared != 1:
@@ -1313,9 +1312,7 @@ def _hy_v3_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
     it; transformers renormalises always) is refused."""
     n_experts = _int(cfg, meta_path, "num_experts", 192, section="config")
     top_k = _int(cfg, meta_path, "num_experts_per_tok", 8, section="config")
-    if top_k > n_experts:
-        raise IEError(f"{meta_path}: config.num_experts_per_tok: {top_k} is more than the {n_experts} experts "
-                      "(num_experts)")
+    _check_top_k(top_k, n_experts, "num_experts_per_tok", "num_experts", meta_path)
     if cfg.get("route_norm", True) is not True:
         raise UnsupportedError(f"{meta_path}: config.route_norm: {cfg['route_norm']!r}; transformers' HYV3 "
                                "renormalises the chosen experts' scores always (true is supported)")
@@ -1440,9 +1437,7 @@ def _lfm2_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
     scores (renormalised with norm_topk_prob) times routed_scaling_factor."""
     n_experts = _int(cfg, meta_path, "num_experts", 32, section="config")
     top_k = _int(cfg, meta_path, "num_experts_per_tok", 4, section="config")
-    if top_k > n_experts:
-        raise IEError(f"{meta_path}: config.num_experts_per_tok: {top_k} is more than the {n_experts} experts "
-                      "(num_experts)")
+    _check_top_k(top_k, n_experts, "num_experts_per_tok", "num_experts", meta_path)
     dense = _int(cfg, meta_path, "num_dense_layers", 2, section="config", allow_zero=True)
     flags = {k: cfg.get(k, True) for k in ("norm_topk_prob", "use_expert_bias")}
     for k, v in flags.items():
@@ -1500,8 +1495,7 @@ def _ernie_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
         return _int(cfg, meta_path, key, default, section="config", allow_zero=allow_zero)
 
     n_experts, top_k, inter = get("moe_num_experts", 64), get("moe_k", 6), get("moe_intermediate_size", 1536)
-    if top_k > n_experts:
-        raise IEError(f"{meta_path}: config.moe_k: {top_k} is more than the {n_experts} experts (moe_num_experts)")
+    _check_top_k(top_k, n_experts, "moe_k", "moe_num_experts", meta_path)
     start, step = get("moe_layer_start_index", 1, allow_zero=True), get("moe_layer_interval", 1)
     end = cfg.get("moe_layer_end_index", -1)
     if end == -1:

@@ -986,10 +986,7 @@ void q1_q8_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
     __m256 blk[R][B], sums[B];
     for (auto& r : blk)
       for (auto& v : r) v = _mm256_setzero_ps();
-    for (int b = 0; b < B; ++b) {
-      const float* ds = xa.ds + sb * 4 * B + b;
-      sums[b] = _mm256_zextps128_ps256(_mm_set_ss(ds[0] + ds[B] + ds[2 * B] + ds[3 * B]));
-    }
+    for (int b = 0; b < B; ++b) sums[b] = _mm256_zextps128_ps256(_mm_set_ss(q8_ds128(xa, sb, B, b)));
     for (int rr = 0; rr < R; ++rr) prefetch(row[rr] + sb * BB + pf);
     for (int k = 0; k < 4; ++k) {
       const int64_t xb = sb * 4 + k;  // the activation's 32-block

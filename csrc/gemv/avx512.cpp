@@ -324,8 +324,7 @@ void q1_rows(const GemvArgs& a, const Q8Nat& xa, int64_t r0, float* out) {
         x[h][b] = q1_x2<B>(xa, xb, b);
         xd[h][b] = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(xa.d[xb * B + b]), _mm512_set1_ps(xa.d[(xb + 1) * B + b]));
       }
-      const float* ds = xa.ds + sb * 4 * B + b;
-      sums[b] = _mm512_maskz_mov_ps(1, _mm512_set1_ps(ds[0] + ds[B] + ds[2 * B] + ds[3 * B]));
+      sums[b] = _mm512_maskz_mov_ps(1, _mm512_set1_ps(q8_ds128(xa, sb, B, b)));
     }
     for (int rr = 0; rr < R; ++rr) {
       const uint8_t* p = w0 + rr * rb + sb * BB;

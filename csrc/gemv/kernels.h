@@ -244,6 +244,13 @@ struct Q8Nat {
   int32_t* h16 = nullptr;   // [nblk][B][2]: (16 sum_h, 16 sum_h) as two int16 (|16 sum_h| <= 16 * 16 * 127 < 2^15)
 };
 
+// Token b's activation over 128 elements, 32-blocks 4 sb .. 4 sb + 3 (of B tokens' interleaved ones): the sum of
+// their ds, what q1_0's kernels take off twice the sum where a row's bits are set.
+inline float q8_ds128(const Q8Nat& xa, int64_t sb, int B, int b) {
+  const float* ds = xa.ds + sb * 4 * B + b;
+  return ds[0] + ds[B] + ds[2 * B] + ds[3 * B];
+}
+
 inline Q8Nat carve_q8_nat(uint8_t* base, int B, int64_t cols, size_t* used = nullptr) {
   Carve c(base);
   Q8Nat o;
