@@ -241,7 +241,9 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       as A_log, its MTP block beside the model as mtp.*), qwen3next
       (Qwen3-Next, Qwen3-Coder-Next: as qwen35moe, its value heads in
       Hugging Face's order, ssm_ba and an older file's ssm_in read as
-      the projections they fuse), seed_oss, glm4, cohere2 and command-r,
+      the projections they fuse), seed_oss, apertus (Apertus 8B, 70B:
+      each layer's xIELU parameters made tensors again from the
+      xielu.* keys), glm4, cohere2 and command-r,
       hunyuan-dense and hunyuan-moe (Hunyuan 0.5B-7B, Hunyuan-MT,
       Hunyuan-A13B: the NTK-alpha base read back as the Hub's alpha),
       hy_v3 (Hy3: its dense layers where a block has no router, its MTP
@@ -434,7 +436,8 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       halves as ffn_gate_exps and ffn_up_exps, the shared MLP as
       ffn_*_shexp), granitemoe (Granite 3.x MoE), nemotron_h and
       nemotron_h_moe (Nemotron-H: head_count_kv and feed_forward_length
-      one per block), seed_oss, glm4, cohere2 and command-r,
+      one per block), seed_oss, apertus (each layer's xIELU parameters
+      as the xielu.* keys), glm4, cohere2 and command-r,
       hunyuan-dense and hunyuan-moe (HunYuan: the NTK-alpha base
       stretched into rope.freq_base, 256k positions, as llama.cpp's
       converter writes them), hy_v3 (Hy3, its MTP layers after the last),

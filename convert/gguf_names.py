@@ -43,7 +43,7 @@ import numpy as np
 
 from iekit.formats.errors import FormatError
 from iekit.formats.fused_tensors import BA, FUSED, QKVZ
-from iekit.formats.model_spec import every_nth
+from iekit.formats.model_spec import XIELU_VECTORS, every_nth
 
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head",
         "token_embd_norm": "model.embedding_norm"}  # (LFM2's final norm, llama.cpp's OUTPUT_NORM_LFM2)
@@ -253,6 +253,9 @@ class GGUFArch:
     nemotron: bool = False
     # top-level GGUF name -> the HF name where the architecture's differs from _TOP's (Nemotron-H's model.embeddings)
     top: dict[str, str] = field(default_factory=dict)
+    # a layer's one-value tensors llama.cpp reads as keys, one array over the layers each (not under {arch}.):
+    # HF suffix -> (key, the tensor's shape) (Apertus's xIELU parameters, XIELU_KEYS)
+    layer_keys: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
 
 
 # An nvfp4 weight's quant keys and the F32 tensors llama.cpp's converter keeps them in beside X.weight (X.scale,
@@ -288,6 +291,13 @@ _HUNYUAN_QK_NORM = {"self_attn.query_layernorm.weight": "attn_q_norm.weight",
                     "self_attn.key_layernorm.weight": "attn_k_norm.weight"}
 # LayerNorm's biases beside its weights (StableLM's, StarCoder2's, Nemotron's)
 _NORM_BIASES = {"input_layernorm.bias": "attn_norm.bias", "post_attention_layernorm.bias": "ffn_norm.bias"}
+# Apertus's xIELU parameters (model_spec.XIELU_VECTORS) as convert_hf_to_gguf's ApertusModel writes them: raw (the
+# checkpoint's values; llama.cpp's ggml_xielu takes the softplus), one float32 array over the layers per key
+XIELU_KEYS = {f"mlp.{hf}": ("xielu." + hf.rpartition(".")[2], shape) for hf, shape in XIELU_VECTORS.values()}
+# Apertus's layer: Llama's names under its norm names, per-head q/k norms
+_APERTUS = {k.replace("post_attention_layernorm", "feedforward_layernorm").replace("input_layernorm",
+                                                                                   "attention_layernorm"): v
+            for k, v in _dense(_QK_NORM).items()}
 # Gemma's sandwich: its post_attention_layernorm normalizes the attention's output
 _GEMMA_NORMS = {"post_attention_layernorm.weight": "post_attention_norm.weight",
                 "pre_feedforward_layernorm.weight": "ffn_norm.weight",
@@ -622,6 +632,12 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # Seed-OSS: Llama's names but the MLP's norm, which llama.cpp names post_attention_norm; rows as they are
     # (convert_hf_to_gguf's SeedOssModel is no LlamaModel)
     GGUFArch("seed_oss", "SeedOssForCausalLM", "seed_oss", False, _dense(norm_after="post_attention_norm")),
+    # Apertus (8B, 70B) as convert_hf_to_gguf's ApertusModel writes it: Llama's names (its norms' as attn_norm and
+    # ffn_norm), rows as they are (NeoX RoPE), per-head attn_q_norm / attn_k_norm, ffn_up and ffn_down alone (xIELU
+    # between, no gate), its parameters as keys (XIELU_KEYS); Llama-3 scaling as rope_freqs; llama.cpp's loader
+    # requires an output.weight
+    GGUFArch("apertus", "ApertusForCausalLM", "apertus", False, _APERTUS, mlp_act="xielu", own_head=True,
+             layer_keys=XIELU_KEYS),
     # HunYuan dense (Hunyuan 0.5B to 7B, Hunyuan-MT-7B) as convert_hf_to_gguf's HunYuanModel writes it: Llama's names,
     # rows as they are (NeoX RoPE), query_layernorm / key_layernorm as attn_q_norm / attn_k_norm (llama.cpp's graph
     # applies them after RoPE, as transformers does); the NTK-alpha base in rope.freq_base
@@ -727,6 +743,8 @@ GRANITE_HYBRID_DENSE = GGUFArch("granitehybrid", "GraniteMoeHybridForCausalLM", 
 # Nemotron-H without experts (4B, 8B, 47B, 56B; Nemotron Nano 9B v2, 12B v2): llama.cpp's nemotron_h
 NEMOTRON_H_DENSE = GGUFArch("nemotron_h", "NemotronHForCausalLM", "nemotron_h", True, {**_NEMOTRON, **_NEMOTRON_MLP},
                             keys=_NEMOTRON_KEYS, nemotron=True, top=_NEMOTRON_TOP, mlp_act="relu2")
+# every key a layer's tensors are read from (GGUFArch.layer_keys): one in a file whose architecture reads none is refused
+LAYER_KEYS = frozenset(k for a in ARCHS.values() for k, _ in a.layer_keys.values())
 # what the importer reads
 GGUF_ARCHS = tuple(dict.fromkeys(a.gguf for a in (*ARCHS.values(), *IMPORTED_AS, NEMOTRON_H_DENSE)))
 

@@ -55,7 +55,7 @@ from iekit.formats.q4_manifest import Manifest, plan
 from iekit.formats.quant import SCHEMES, QuantError, QuantParams
 
 from .gguf_names import (ARCHS as GGUF_ARCHS_BY_CLASS, CONVERTER_FUSED, GGUF_ARCHS, IMPORTED_AS, CONV_TAPS,
-                         DECAY_RATES, FLATTENED, GRANITE_HYBRID_DENSE, HUNYUAN_NTK_BASE, MLA_KV_B, MROPE_NEOX, NEMOTRON_H_DENSE,
+                         DECAY_RATES, FLATTENED, GRANITE_HYBRID_DENSE, HUNYUAN_NTK_BASE, LAYER_KEYS, MLA_KV_B, MROPE_NEOX, NEMOTRON_H_DENSE,
                          NO_DENSE_MLP, NVFP4_SCALES, SIGMOID_GATING, SOFTMAX_GATING, GGUFArch, attention_scalar,
                          beside, hf_layer_name, mtp_extra_hf_name, norm_shift, sliding_by_period)
 from .gguf_tokenizer import CONFIG_TOKEN_IDS, end_of_generation, pre_name, tokenizer_config_json, tokenizer_json
@@ -227,6 +227,7 @@ class _Tensor:
     tensor_scale: float = 1.0  # an NVFP4 source's `.scale` (its expert's, in a stack): the values are times it
     source_scales: tuple[float, ...] = ()  # kv_b_proj's: each source's own (its values are assembled as floats)
     input_scale: float | None = None  # and its `.input_scale`, carried (neither llama.cpp's graph nor ours reads it)
+    keyed: np.ndarray | None = None  # values read from a key (GGUFArch.layer_keys), not from src's bytes
 
     @property
     def shape(self) -> list[int]:
@@ -254,10 +255,12 @@ class _Tensor:
 
     @property
     def out_nbytes(self) -> int:
+        if self.dtype not in SCHEMES:  # (a float, or values from a key: xIELU's beta has no dimension)
+            return int(np.prod(self.shape)) * DTYPES[self.dtype].itemsize
         rows, cols = int(np.prod(self.shape[:-1])), self.shape[-1]
         if self.mode == "quantize":
             return SCHEMES[self.dtype].nbytes(rows, cols, self.params)
-        if self.mode == "copy" and self.dtype in SCHEMES:
+        if self.mode == "copy":
             return SCHEMES[self.dtype].nbytes(rows, cols)
         return int(np.prod(self.shape)) * DTYPES[self.dtype].itemsize
 
@@ -360,6 +363,10 @@ def _check_arch_keys(g: GGUFModel, arch: GGUFArch) -> None:
     a = arch.gguf
     moe = bool(arch.experts or arch.paired)
     allowed = _DENSE_KEYS | (_MOE_KEYS if moe else set()) | arch.keys
+    read = {k for k, _ in arch.layer_keys.values()}
+    for key in sorted(LAYER_KEYS & set(g.fields) - read):  # (Apertus's xielu.* beside another architecture)
+        raise FormatError(g.path, key, f"a layer's parameter {arch.hf_class} has no place for; refusing rather than "
+                                       "importing another model")
     for key, value in g.fields.items():
         if not key.startswith(a + "."):
             continue
@@ -1328,6 +1335,7 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
         else:
             raise FormatError(g.path, where, f"has no Hugging Face counterpart for {cfg['architectures'][0]}; "
                                              "this tensor cannot be carried over")
+    out += _keyed(g, arch, cfg["num_hidden_layers"])
     for p in out:  # (Qwen3.5's MTP layers: beside the model); NVFP4 scales (kv_b_proj's: per source, _mla_floats)
         p.name = beside(arch, p.name, cfg["num_hidden_layers"])
         if p.mla:
@@ -1339,6 +1347,29 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
         if first.setdefault(p.name, p.src.name) != p.src.name:
             raise FormatError(g.path, f"tensor {p.src.name!r}", f"holds {p.name}, which tensor "
                                                                 f"{first[p.name]!r} holds too")
+    return out
+
+
+def _keyed(g: GGUFModel, arch: GGUFArch, layers: int) -> list[_Tensor]:
+    """Each layer's tensors llama.cpp keeps as keys (GGUFArch.layer_keys: Apertus's xIELU parameters), float32 as
+    its converter stored them: an array of one value per layer, or one value for every layer (llama.cpp's
+    get_key_or_arr reads either)."""
+    out = []
+    for hf, (key, shape) in arch.layer_keys.items():
+        v = g.fields.get(key)
+        if v is None:
+            raise FormatError(g.path, key, f"is missing; llama.cpp's {arch.gguf} requires it")
+        values = v if isinstance(v, list) else [v] * layers
+        if len(values) != layers or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in values):
+            raise FormatError(g.path, key, f"{v!r:.60}: expected a number or an array of {layers} numbers (one per "
+                                           "layer)")
+        arr = np.asarray(values, np.float32)
+        if not np.isfinite(arr).all():
+            raise FormatError(g.path, key, f"holds {arr[~np.isfinite(arr)][0]} (layer "
+                                           f"{int(np.argmin(np.isfinite(arr)))}); expected finite values")
+        src = GGUFTensor(key, "F32", list(shape), 0, 4)
+        out += [_Tensor(src, f"model.layers.{i}.{hf}", "", None, "", shape_=list(shape), keyed=arr[i:i + 1])
+                for i in range(layers)]
     return out
 
 
@@ -1379,6 +1410,10 @@ def plan_tensors(g: GGUFModel, cfg: dict[str, Any], dtype: str | None, dequantiz
     for p in _sources(g, cfg):
         t = p.src
         where = f"tensor {t.name!r}"
+        if p.keyed is not None:  # (from a key: float32 values)
+            p.dtype, p.mode = dtype or "f32", "keys"
+            plans.append(p)
+            continue
         if p.mla:  # assembled from its sources' values: floats of theirs where they share one, else f32
             kinds = {s.ggml_type for s in p.sources}
             p.dtype = dtype or (FLOATS[t.ggml_type] if len(kinds) == 1 and t.ggml_type in FLOATS else "f32")
@@ -1631,6 +1666,10 @@ def tensor_chunks(g: GGUFModel, p: _Tensor, progress: Progress, error: QuantErro
     (finite.py) before it is passed on: a float's elements unless
     ``allow_nonfinite``, a block's scales always; what is dequantized was
     checked by ``_floats`` already."""
+    if p.mode == "keys":
+        progress.advance(p.in_nbytes)
+        yield encode_f32(p.keyed, p.dtype)
+        return
     if p.mode in ("quantize", "dequant"):
         rows = _float_rows(g, p, progress)
         if p.mode == "quantize":

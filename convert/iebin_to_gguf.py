@@ -157,6 +157,7 @@ class _Plan:
         self.maps: dict[Path, np.memmap] = {}  # each backing file mapped once
         self.used: set[str] = set()
         self.out: list[_Out] = []
+        self.keys: dict[str, list[float]] = {}  # what a layer's tensors are written as instead (GGUFArch.layer_keys)
 
     def where(self, name: str) -> str:
         return f"tensors[{name!r}]"
@@ -469,6 +470,27 @@ def _scaling(model: iebin.IebinModel) -> dict[str, Any] | None:
     return s if isinstance(s, dict) else None
 
 
+def llama3_divisors(inv_freq: np.ndarray, scaling: dict[str, Any]) -> np.ndarray:
+    """Llama-3 scaling's divisor of each frequency as convert_hf_to_gguf's LlamaModel computes it, bit for bit:
+    in float32, each of its divisions by a tensor being torch's reciprocal times the numerator (Tensor.__rtruediv__),
+    so that the file's rope_freqs.weight is the converter's (dividing the tables, an ulp off now and then, was not)."""
+    f32 = np.float32
+    factor, lo, hi = (f32(scaling.get(k, d)) for k, d in (("factor", 8.0), ("low_freq_factor", 1.0),
+                                                          ("high_freq_factor", 4.0)))
+    old = float(scaling.get("original_max_position_embeddings", 8192))
+    out = []
+    for freq in inv_freq.astype(np.float32):
+        wavelen = f32(1) / freq * f32(2 * math.pi)
+        if wavelen < old / float(hi):
+            out.append(f32(1))
+        elif wavelen > old / float(lo):
+            out.append(factor)
+        else:
+            smooth = (f32(1) / wavelen * f32(old) - lo) / (hi - lo)
+            out.append(f32(1) / ((f32(1) - smooth) / factor + smooth))
+    return np.asarray(out, np.float32)
+
+
 def _plan_tensors(plan: _Plan) -> None:
     """Every GGUF tensor, in the order llama.cpp's converter writes them
     (token_embd, then layer by layer, output_norm, output)."""
@@ -522,6 +544,8 @@ def _plan_tensors(plan: _Plan) -> None:
                     plan.add(f"blk.{i}.{g}", [_Part(_as_rows(e), order)], [n_exp, rows // 2])
                 else:
                     plan.add(f"blk.{i}.{g}", [_Part(e, order)], [n_exp, rows // 2, e["shape"][2]])
+    for hf, (key, _shape) in arch.layer_keys.items():  # (Apertus's xIELU parameters: keys, one value per layer)
+        plan.keys[key] = [_one_value(plan, f"model.layers.{i}.{hf}") for i in range(spec.n_layers)]
     one(own_name(spec.arch, "model.norm.weight"))
     if spec.arch.norm_bias:  # (LayerNorm's: StableLM's)
         one(own_name(spec.arch, "model.norm.bias"))
@@ -537,6 +561,17 @@ def _plan_tensors(plan: _Plan) -> None:
     if left:
         raise IEError(f"{model.meta_path}: {plan.where(left[0])}: has no place in llama.cpp's {arch.gguf} "
                       f"({len(left)} such tensors); refusing rather than dropping it")
+
+
+def _one_value(plan: _Plan, name: str) -> float:
+    """The float value of the one-element tensor ``name``, which a key carries (GGUFArch.layer_keys), float32 as
+    llama.cpp's converter writes it."""
+    e = plan.entry(name)
+    if e["dtype"] not in ("f32", "f16", "bf16") or math.prod(e["shape"]) != 1:
+        raise IEError(f"{plan.model.meta_path}: {plan.where(name)}: {e['dtype']} {e['shape']}; llama.cpp keeps it as "
+                      "one float32 key value")
+    plan.used.add(name)
+    return float(decode_f32(plan.model_bytes(e).tobytes(), e["dtype"])[0])
 
 
 def _split_kv_b(plan: _Plan, pre: str, i: int) -> None:
@@ -1015,10 +1050,8 @@ def _layout(model_dir: str | os.PathLike, out_path: Path, requantize: str | None
     scaling = _scaling(model)
     if rope_kind(scaling) == "llama3":
         # llama.cpp reads Llama-3 scaling as per-frequency divisors (its converter's rope_freqs.weight)
-        theta = float(model.meta["model"].get("rope_theta") or 10000.0)
-        base, _ = rope_tables(spec.head_dim, theta, None)
-        scaled, _ = rope_tables(spec.head_dim, theta, scaling)
-        items.append(("rope_freqs.weight", (base / scaled).astype(np.float32)))
+        base, _ = rope_tables(spec.head_dim, float(model.meta["model"].get("rope_theta") or 10000.0), None)
+        items.append(("rope_freqs.weight", llama3_divisors(np.asarray(base, np.float32), scaling)))
     if rope_kind(scaling) == "longrope":  # (phi3: _check_expressible)
         items += [(f"rope_factors_{k}.weight", np.asarray(scaling[f"{k}_factor"], np.float32)) for k in ("long", "short")]
     items += plan.out
@@ -1062,7 +1095,7 @@ def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, ov
     for p in paths if split else ():
         check_out_file(p, overwrite, "the .gguf file")
     outs, cfg = plan.out, plan.model.meta.get("config") or {}
-    kv = {**_metadata(plan.model, plan.arch, plan.spec, cfg, outs), **_tokenizer(plan.model, plan.arch, cfg)}
+    kv = {**_metadata(plan.model, plan.arch, plan.spec, cfg, outs), **plan.keys, **_tokenizer(plan.model, plan.arch, cfg)}
 
     t0 = time.perf_counter()
     progress.start("exporting", sum(sizes))

@@ -181,9 +181,12 @@ def joined(config: Any, tensors: list[tuple[str, str, list[int]]],
             raise IEError(f"{label}: {name} joins rows written as {' and '.join(sorted(dtypes))}; write them "
                           "alike (--dtype)")
         shape = by_name[parts[0]][1]
+        if len(parts) == 1:  # (as it is: xIELU's beta has no dimension)
+            out.append((name, dtypes.pop(), shape, parts, [(0, 0, shape[0] if shape else 1)]))
+            continue
         rows = sum(by_name[p][1][0] for p in parts)
-        suffix = next((f for f in FUSED if len(parts) > 1 and name.endswith("." + f)), None)
-        runs = row_runs(config, suffix, rows, f"{label}: {name}") if suffix else [(0, 0, shape[0] if shape else 1)]
+        suffix = next((f for f in FUSED if name.endswith("." + f)), None)
+        runs = row_runs(config, suffix, rows, f"{label}: {name}") if suffix else [(0, 0, rows)]
         out.append((name, dtypes.pop(), [rows, *shape[1:]], parts, runs))
     return out
 

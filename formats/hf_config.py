@@ -48,6 +48,11 @@ HEAD_DIM_DEFAULTS = {"Qwen3ForCausalLM": 128, "MiniMaxM2ForCausalLM": 128, "GptO
                      "SeedOssForCausalLM": 128, "Glm4ForCausalLM": 128, "Ernie4_5ForCausalLM": 128,
                      "Llama4ForCausalLM": 128, "NemotronHForCausalLM": 128}
 
+# The config classes that scale RoPE where a config.json states neither rope_scaling nor rope_parameters
+# (transformers 5.23's __post_init__ defaults), by architecture.
+ROPE_SCALING_DEFAULTS = {"ApertusForCausalLM": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+
 
 def model_summary(config: dict[str, Any]) -> dict[str, Any]:
     """The fields a runtime needs, under one spelling, from an HF config."""
@@ -65,6 +70,9 @@ def model_summary(config: dict[str, Any]) -> dict[str, Any]:
             out["rope_theta"] = rp.get("rope_theta")
         if out["rope_scaling"] is None and rp.get("rope_type", "default") != "default":
             out["rope_scaling"] = rp
+    if (config.get("rope_scaling") is None and config.get("rope_parameters") is None
+            and out["architecture"] in ROPE_SCALING_DEFAULTS):
+        out["rope_scaling"] = dict(ROPE_SCALING_DEFAULTS[out["architecture"]])
     if out["num_hidden_layers"] is None:  # (NemotronHConfig counts its blocks: transformers 5 saves no count)
         blocks = next((config[k] for k in ("layers_block_type", "hybrid_override_pattern")
                        if isinstance(config.get(k), (list, str))), None)

@@ -150,6 +150,8 @@ GRANITE_SHARED_NAMES = (("mlp.gate_proj", "shared_mlp.gate_proj"), ("mlp.up_proj
 NEMOTRON_NAMES = (("model.embed_tokens.", "model.embeddings."), ("model.norm.", "model.norm_f."))
 # HunYuan's q/k norm names for Llama's (Arch.renames)
 HUNYUAN_NAMES = (("self_attn.q_norm", "self_attn.query_layernorm"), ("self_attn.k_norm", "self_attn.key_layernorm"))
+# Apertus's norm names for Llama's (Arch.renames)
+APERTUS_NAMES = (("input_layernorm", "attention_layernorm"), ("post_attention_layernorm", "feedforward_layernorm"))
 # Phi-2's names for Llama's (Arch.renames)
 PHI_NAMES = (("self_attn.o_proj", "self_attn.dense"), ("mlp.up_proj", "mlp.fc1"), ("mlp.down_proj", "mlp.fc2"),
              ("model.norm.", "model.final_layernorm."))
@@ -223,6 +225,11 @@ ARCHS = {
     # models/seed_oss (Seed-OSS-36B): Llama's layer; q/k/v biases (attention_bias), an o bias only with
     # attention_out_bias, each read where the checkpoint stores it; its dropouts are training's alone
     "SeedOssForCausalLM": Arch(),
+    # models/apertus (Apertus 8B, 70B): Llama's layer under its own norm names, per-head q/k RMSNorms before RoPE
+    # (Qwen3's), an MLP of up, xIELU and down without a gate, each layer's xIELU with its own four parameters
+    # (mlp.act_fn.alpha_p, alpha_n, beta, eps: XIELU_VECTORS); Llama-3 RoPE scaling by default (hf_config)
+    "ApertusForCausalLM": Arch(qk_norm=True, ungated=True, default_act="xielu", default_theta=12e6,
+                               renames=APERTUS_NAMES),
     # models/hunyuan_v1_dense (Hunyuan 0.5B to 7B, Hunyuan-MT-7B): Llama's layer, its per-head q/k RMSNorms after RoPE
     "HunYuanDenseV1ForCausalLM": Arch(qk_norm=True, qk_norm_after_rope=True, ntk_alpha=True, renames=HUNYUAN_NAMES),
     # models/hunyuan_v1_moe (Hunyuan-A13B): the dense model's attention; in every layer a shared MLP beside
@@ -453,8 +460,13 @@ NORM_KEYS = frozenset({"norm", "attn_norm", "mlp_norm", "attn_post_norm", "mlp_p
                        "q_a_norm", "kv_a_norm"})
 # The dense MLP's activations the decoder runs (config.hidden_act, or
 # Gemma's hidden_activation), by the name the native decoder takes.
-MLP_ACTS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "relu2": "relu2"}
-HF_ACTS = {"silu": "silu", "gelu_tanh": "gelu_pytorch_tanh", "relu2": "relu2"}  # each unit's config.hidden_act
+MLP_ACTS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "relu2": "relu2",
+            "xielu": "xielu"}
+HF_ACTS = {"silu": "silu", "gelu_tanh": "gelu_pytorch_tanh", "relu2": "relu2", "xielu": "xielu"}  # each unit's config.hidden_act
+# xIELU's parameters (transformers' XIELUActivation, the MLP's act_fn; an MLP without a gate): the decoder's key,
+# the tensor under the MLP and its shape (alpha_p, alpha_n parameters [1], beta and eps buffers of no dimension)
+XIELU_VECTORS = {"xielu_alpha_p": ("act_fn.alpha_p", (1,)), "xielu_alpha_n": ("act_fn.alpha_n", (1,)),
+                 "xielu_beta": ("act_fn.beta", ()), "xielu_eps": ("act_fn.eps", ())}
 LAYER_BIASES = {"q": "self_attn.q_proj.bias", "k": "self_attn.k_proj.bias", "v": "self_attn.v_proj.bias",
                 "o": "self_attn.o_proj.bias"}
 # Buffers old checkpoints saved that transformers ignores on load (it
@@ -1751,10 +1763,12 @@ def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
         parts.append(Part("sinks", pre + "self_attn.sinks", (s.n_heads,), VECTOR))
     moe = s.moe
     if moe is None or not moe.layers[i]:
-        return parts + [Part(key, f"{pre}{s.arch.mlp_module}.{hf}.weight", shapes[key])
+        mlp = f"{pre}{s.arch.mlp_module}."
+        return parts + [Part(key, f"{mlp}{hf}.weight", shapes[key])
                         for key, hf in MLP_MATRICES.items() if key != "gate" or s.mlp_gated] + \
-            [Part("b" + key, f"{pre}{s.arch.mlp_module}.{MLP_MATRICES[key]}.bias", (n,), VECTOR)
-             for key, n in (("up", s.inter), ("down", s.hidden)) if s.arch.mlp_biases]
+            [Part("b" + key, f"{mlp}{MLP_MATRICES[key]}.bias", (n,), VECTOR)
+             for key, n in (("up", s.inter), ("down", s.hidden)) if s.arch.mlp_biases] + \
+            [Part(key, mlp + hf, shape, VECTOR) for key, (hf, shape) in XIELU_VECTORS.items() if s.mlp_act == "xielu"]
     return parts + _expert_parts(s, pre)
 
 

@@ -90,10 +90,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.attn_temp_nope = in.ConsumeBool();
   }
   c.layer_norm = in.ConsumeBool();      // Cohere's LayerNorm
-  if (in.ConsumeBool()) {  // an MLP without a gate, any unit (Arcee, StarCoder2, Phi-2)
+  if (in.ConsumeBool()) {  // an MLP without a gate, any unit (Arcee, StarCoder2, Phi-2, Apertus's xIELU)
     c.mlp_gated = false;
-    const int unit = in.ConsumeIntegralInRange<int>(0, 2);
-    c.mlp_act = unit == 0 ? ie::MlpAct::Silu : unit == 1 ? ie::MlpAct::GeluTanh : ie::MlpAct::Relu2;
+    const int unit = in.ConsumeIntegralInRange<int>(0, 3);
+    c.mlp_act = unit == 0 ? ie::MlpAct::Silu : unit == 1 ? ie::MlpAct::GeluTanh
+              : unit == 2 ? ie::MlpAct::Relu2 : ie::MlpAct::Xielu;
   }
   c.parallel_block = in.ConsumeBool();  // and its parallel layer (with OLMo's or experts: refused)
   const bool olmo = in.ConsumeBool();  // OLMo 2's layer: output norms alone, whole-projection q/k norms
@@ -245,6 +246,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           L.gate = matrix(in, pool, c.inter, c.hidden);
         L.up = matrix(in, pool, c.inter, c.hidden);
         L.down = matrix(in, pool, c.hidden, c.inter);
+        // xIELU's four parameters (a wrong length, or any beside another unit: refused)
+        if (c.mlp_act == ie::MlpAct::Xielu || in.ConsumeIntegral<uint8_t>() < 8)
+          for (auto* v : {&L.xielu_alpha_p, &L.xielu_alpha_n, &L.xielu_beta, &L.xielu_eps}) *v = vec(in, 1);
       }
       if (in.ConsumeBool()) {  // the MLP's biases (StarCoder2's; with experts, one too long: refused)
         L.bup = vec(in, c.inter + (in.ConsumeIntegral<uint8_t>() < 8));

@@ -132,6 +132,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import (  # noqa: E402
+    ApertusConfig,
+    ApertusForCausalLM,
     ArceeConfig,
     ArceeForCausalLM,
     NemotronConfig,
@@ -387,6 +389,12 @@ MOE = dict(num_experts_per_tok=2)  # of 4 experts, 32 channels each
 HUNYUAN_ROPE = {"rope_type": "dynamic", "alpha": 1000.0, "rope_theta": 10000.0, "factor": 1.0}
 HUNYUAN_SEED = SEED + 198  # the first from SEED + 190 whose greedy cases run 16 tokens with margins >= 0.04
 HY_V3_SEED = SEED + 213  # the first from SEED + 200 whose greedy cases run 16 tokens with margins >= 0.02
+# Apertus's xIELU per layer (raw parameters, as its checkpoints store them: alpha_p and alpha_n before their
+# softplus, beta, eps). The Hub's have beta 0.5 and eps -1e-6 in every layer; the second layer's differ so that
+# reading each layer's own, and eps's cut, shows in the logits.
+APERTUS_XIELU = ({"alpha_p": 0.6, "alpha_n": -0.4, "beta": 0.5, "eps": -1e-6},
+                 {"alpha_p": -0.8, "alpha_n": 0.9, "beta": 0.3, "eps": -0.5})
+APERTUS_SEED = SEED + 226  # the first from SEED + 220 whose greedy cases run 16 tokens with margins >= 0.05
 HUNYUAN_MOE_SEED = SEED + 197  # the first from SEED + 190 whose greedy cases run 16 tokens with margins >= 0.05
 GPT_OSS_ROPE = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                 "original_max_position_embeddings": 4096, "truncate": False}  # gpt-oss-20b's own
@@ -1400,6 +1408,37 @@ def make_hy_v3(tok) -> None:
     assert_feature_matters(HYV3ForCausalLM, out, logits, "router_scaling_factor", router_scaling_factor=1.0)
 
 
+def _apertus_xielu(model) -> None:
+    """Each layer's xIELU parameters (APERTUS_XIELU), which init_weights draws as weights or leaves as buffers."""
+    for layer, values in zip(model.model.layers, APERTUS_XIELU):
+        for k, v in values.items():
+            getattr(layer.mlp.act_fn, k).fill_(v)
+
+
+def make_apertus(tok) -> None:
+    """Apertus (8B, 70B): Llama's layer under its own norm names (attention_layernorm, feedforward_layernorm),
+    per-head q/k RMSNorms before RoPE, an MLP of up, xIELU and down without a gate (the activation's four
+    parameters per layer, APERTUS_XIELU), Llama-3 RoPE scaling; untied."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"], dims["hidden_act"]
+    cfg = ApertusConfig(**dims, hidden_act="xielu", rope_parameters=dict(LLAMA3_ROPE), tie_word_embeddings=False,
+                        pad_token_id=None)
+    cfg.architectures = ["ApertusForCausalLM"]
+    out = HF_DIR / "tiny-apertus"
+    logits = save_model(tok, out.name, ApertusForCausalLM, cfg, APERTUS_SEED, torch.bfloat16,
+                        after_init=torch.no_grad()(_apertus_xielu))
+    assert_feature_matters(ApertusForCausalLM, out, logits, "Llama-3 scaling",
+                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    model = ApertusForCausalLM.from_pretrained(out, dtype=torch.float32, local_files_only=True).eval()
+    with torch.no_grad():  # the second layer given the first's parameters
+        for k in APERTUS_XIELU[0]:
+            getattr(model.model.layers[1].mlp.act_fn, k).copy_(getattr(model.model.layers[0].mlp.act_fn, k))
+        ids = torch.tensor([reference_ids(cfg.vocab_size)], dtype=torch.long)
+        off = model(input_ids=ids).logits[0].double().numpy()
+    rel = float(np.abs(off - logits).max() / np.abs(logits).max())
+    assert rel > 1e-2, f"the second layer's own xIELU parameters barely change the logits ({rel:.2e})"
+
+
 def make_seed_oss(tok) -> None:
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     del dims["rope_theta"]  # in rope_parameters
@@ -2128,6 +2167,7 @@ def main() -> None:
     make_hunyuan_dense(tok)
     make_hunyuan_moe(tok)
     make_hy_v3(tok)
+    make_apertus(tok)
     make_glm4(tok)
     make_glm4_vl(tok)
     make_glm4_vl_moe(tok)

@@ -120,7 +120,7 @@ class _Binder:
                 t, rows = self.vector_rows(p.name, list(p.shape))
                 layer[p.key] = self.as_multiplied(p.key, rows.reshape(-1))
                 out.step_bytes += t["nbytes"]
-                out.active_params += p.shape[0]
+                out.active_params += int(np.prod(p.shape))  # (xIELU's beta and eps: no dimension, one value)
         if experts:
             layer[EXPERTS_KEY] = experts
         return layer

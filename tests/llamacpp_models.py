@@ -39,7 +39,7 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-deepseek-v2": "deepseek2", "tiny-glm4-moe-lite": "deepseek2",
            "tiny-mistral4": "mistral4", "tiny-llama4": "llama4",
            "tiny-ernie4-5": "ernie4_5", "tiny-ernie4-5-moe": "ernie4_5-moe",
-           "tiny-seed-oss": "seed_oss", "tiny-glm4": "glm4",
+           "tiny-seed-oss": "seed_oss", "tiny-apertus": "apertus", "tiny-glm4": "glm4",
            "tiny-cohere2": "cohere2", "tiny-cohere": "command-r", "tiny-qwen3-5": "qwen35",
            "tiny-qwen3-5-moe": "qwen35moe", "tiny-qwen3-next": "qwen3next", "tiny-lfm2": "lfm2", "tiny-lfm2-moe": "lfm2moe",
            "tiny-granite4": "granitehybrid", "tiny-granite4-dense": "granitehybrid", "tiny-granite-moe": "granitemoe",
@@ -67,7 +67,8 @@ def _hf_variant(tmp: Path, name: str, edit: dict, tensors=None) -> Path:
     if tensors is not None:
         for f in [*d.glob("*.safetensors"), *d.glob("*.safetensors.index.json")]:
             f.unlink()
-        save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, str(d / "model.safetensors"))
+        # (np.array, not ascontiguousarray, which gives a tensor of no dimension one: xIELU's beta)
+        save_file({k: np.array(v, np.float32, order="C") for k, v in tensors.items()}, str(d / "model.safetensors"))
     return d
 
 
@@ -119,7 +120,7 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
                                              "tiny-minimax-m2", "tiny-deepseek-v2", "tiny-glm4-moe-lite",
                                              "tiny-mistral4",
                                              "tiny-ernie4-5",
-                                             "tiny-seed-oss", "tiny-glm4",
+                                             "tiny-seed-oss", "tiny-apertus", "tiny-glm4",
                                              "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5", "tiny-lfm2", "tiny-lfm2-moe",
                                              "tiny-granite4", "tiny-granite4-dense", "tiny-granite-moe",
                                              "tiny-granite-moe-shared", "tiny-nemotron-h",

@@ -20,6 +20,7 @@ from gguf_build import llama_permute
 from llamacpp_models import ARCH_OF, llamacpp_models
 
 from iekit.convert.gguf_names import DECAY_RATES
+from iekit.formats.casting import decode_f32
 from iekit.formats.delta_net import decay_rate
 from iekit.formats.quant import SCHEMES
 
@@ -361,7 +362,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             assert g.tensor_type.name == "F32" and np.array_equal(np.asarray(g.data).reshape(want.shape), want)
     rp = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if rp.get("rope_type") == "llama3":  # convert_hf_to_gguf's per-frequency divisors, restated
-        hd, theta = cfg["head_dim"], rp["rope_theta"]
+        hd, theta = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"], rp["rope_theta"]
         old, lo, hi, factor = (rp["original_max_position_embeddings"], rp["low_freq_factor"], rp["high_freq_factor"],
                                rp["factor"])
         want = []
@@ -374,6 +375,11 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         assert g.tensor_type.name == "F32"
         np.testing.assert_allclose(np.asarray(g.data), np.asarray(want, np.float32), rtol=2e-7)
         assert 1 < np.asarray(g.data).max() and kv[f"{a}.rope.scaling.original_context_length"] == old
+    if a == "apertus":  # each layer's xIELU parameters as keys, one float32 per layer, raw as the checkpoint's
+        for k in ("alpha_p", "alpha_n", "beta", "eps"):
+            want = [decode_f32(src[f"model.layers.{i}.mlp.act_fn.{k}"][1].tobytes(),
+                               src[f"model.layers.{i}.mlp.act_fn.{k}"][0]["dtype"])[0] for i in range(trunk)]
+            assert kv[f"xielu.{k}"] == [float(v) for v in want] and len(set(want)) == trunk, k
     assert seen == set(tensors)  # every tensor of the file checked above
 
 

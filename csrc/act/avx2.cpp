@@ -3,6 +3,6 @@
 
 namespace ie {
 
-const ActOps kActAvx2 = {silu_mul_simd<F32x8>, gelu_tanh_mul_simd<F32x8>};
+const ActOps kActAvx2 = {silu_mul_simd<F32x8>, gelu_tanh_mul_simd<F32x8>, xielu_simd<F32x8>};
 
 }  // namespace ie

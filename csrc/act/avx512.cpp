@@ -3,6 +3,6 @@
 
 namespace ie {
 
-const ActOps kActAvx512 = {silu_mul_simd<F32x16>, gelu_tanh_mul_simd<F32x16>};
+const ActOps kActAvx512 = {silu_mul_simd<F32x16>, gelu_tanh_mul_simd<F32x16>, xielu_simd<F32x16>};
 
 }  // namespace ie

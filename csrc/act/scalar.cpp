@@ -19,9 +19,23 @@ void gelu_tanh_mul_scalar(float* out, const float* g, const float* u, size_t n) 
   }
 }
 
+void xielu_scalar(float* x, size_t n, const Xielu& p) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    x[i] = v > 0.f ? p.alpha_p * v * v + p.beta * v : (std::expm1(std::fmin(v, p.eps)) - v) * p.alpha_n + p.beta * v;
+  }
+}
+
+// softplus as torch's (threshold 20: x itself above it), in float32.
+float softplus(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
+
 }  // namespace
 
-const ActOps kActScalar = {silu_mul_scalar, gelu_tanh_mul_scalar};
+Xielu Xielu::from_raw(float alpha_p, float alpha_n, float beta, float eps) {
+  return {softplus(alpha_p), beta + softplus(alpha_n), beta, eps};
+}
+
+const ActOps kActScalar = {silu_mul_scalar, gelu_tanh_mul_scalar, xielu_scalar};
 
 const IsaTable<ActOps> kActTable = {{&kActScalar,
 #if IE_HAVE_X86

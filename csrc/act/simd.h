@@ -26,5 +26,13 @@ void gelu_tanh_mul_simd(float* out, const float* g, const float* u, size_t n) {
   rows<O, gelu_tanh_body<O>>(out, g, u, n, kActScalar.gelu_tanh_mul);
 }
 
+template <class O>
+void xielu_simd(float* x, size_t n, const Xielu& p) {
+  const typename O::V ap = O::set1(p.alpha_p), an = O::set1(p.alpha_n), beta = O::set1(p.beta), eps = O::set1(p.eps);
+  size_t i = 0;
+  for (; i + O::kLanes <= n; i += O::kLanes) O::store(x + i, xielu_body<O>(O::load(x + i), ap, an, beta, eps));
+  if (i < n) kActScalar.xielu(x + i, n - i, p);
+}
+
 }  // namespace
 }  // namespace ie

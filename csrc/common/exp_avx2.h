@@ -29,6 +29,11 @@ struct F32x8 {
   static __m256 max(__m256 a, __m256 b) { return _mm256_max_ps(a, b); }
   static __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
   static __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+  static __m256 sub(__m256 a, __m256 b) { return _mm256_sub_ps(a, b); }
+  static __m256 min(__m256 a, __m256 b) { return _mm256_min_ps(a, b); }
+  static __m256 if_positive(__m256 g, __m256 a, __m256 b) {  // a where g > 0, else b (NaN: b)
+    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_GT_OQ));
+  }
   static __m256 fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
   static __m256 fnmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fnmadd_ps(a, b, c); }
   static __m256 round(__m256 a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
@@ -57,6 +62,11 @@ struct F32x16 {
   static __m512 max(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
   static __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
   static __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+  static __m512 sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
+  static __m512 min(__m512 a, __m512 b) { return _mm512_min_ps(a, b); }
+  static __m512 if_positive(__m512 g, __m512 a, __m512 b) {  // a where g > 0, else b (NaN: b)
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_GT_OQ), b, a);
+  }
   static __m512 fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
   static __m512 fnmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fnmadd_ps(a, b, c); }
   static __m512 round(__m512 a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
@@ -74,8 +84,14 @@ struct F32x16 {
 #pragma GCC diagnostic pop
 #endif
 
+// x = n ln2 + r (x clamped to -87 first; NaN stays NaN), and p(r), with e^r = 1 + r + p(r) r^2.
 template <class O>
-inline typename O::V exp_body(typename O::V x) {
+struct ExpParts {
+  typename O::V n, r, p;
+};
+
+template <class O>
+inline ExpParts<O> exp_parts(typename O::V x) {
   using V = typename O::V;
   x = O::max(O::set1(-87.f), x);  // NaN in x is returned as is
   const V n = O::round(O::mul(x, O::set1(1.44269504088896341f)));
@@ -87,8 +103,22 @@ inline typename O::V exp_body(typename O::V x) {
   p = O::fmadd(p, r, O::set1(4.1665795894e-2f));
   p = O::fmadd(p, r, O::set1(1.6666665459e-1f));
   p = O::fmadd(p, r, O::set1(5.0000001201e-1f));
-  p = O::fmadd(O::mul(p, r), r, O::add(r, O::set1(1.f)));
-  return O::mul(p, O::pow2(n));
+  return {n, r, p};
+}
+
+template <class O>
+inline typename O::V exp_body(typename O::V x) {
+  const ExpParts<O> e = exp_parts<O>(x);
+  return O::mul(O::fmadd(O::mul(e.p, e.r), e.r, O::add(e.r, O::set1(1.f))), O::pow2(e.n));
+}
+
+// e^x - 1 for x <= 0 without exp's cancellation near 0: 2^n (e^r - 1) + (2^n - 1), e^r - 1 = r + p r^2
+// (n = 0 for |x| <= ln2 / 2: the polynomial's own accuracy there, where exp(x) - 1 would lose the low bits).
+template <class O>
+inline typename O::V expm1_body(typename O::V x) {
+  const ExpParts<O> e = exp_parts<O>(x);
+  const typename O::V t = O::pow2(e.n);
+  return O::fmadd(t, O::fmadd(O::mul(e.p, e.r), e.r, e.r), O::sub(t, O::set1(1.f)));
 }
 
 // SiLU(g) * u = g * sigmoid(g) * u, with sigmoid from e = exp(-|g|) <= 1:
@@ -98,6 +128,16 @@ inline typename O::V silu_body(typename O::V g, typename O::V u) {
   using V = typename O::V;
   const V one = O::set1(1.f), e = exp_body<O>(O::neg_abs(g));
   return O::mul(O::mul(g, O::div(O::if_negative(g, e, one), O::add(one, e))), u);
+}
+
+// xIELU (Apertus's unit, act.h's Xielu): alpha_p x^2 + beta x for x > 0, else
+// (expm1(min(x, eps)) - x) alpha_n + beta x: expm1's argument is <= x <= 0 where the lane keeps it.
+template <class O>
+inline typename O::V xielu_body(typename O::V x, typename O::V ap, typename O::V an, typename O::V beta,
+                                typename O::V eps) {
+  const typename O::V bx = O::mul(beta, x);
+  const typename O::V neg = O::fmadd(O::sub(expm1_body<O>(O::min(x, eps)), x), an, bx);
+  return O::if_positive(x, O::fmadd(O::mul(ap, x), x, bx), neg);
 }
 
 // GELU(g) * u with tanh's approximation (Gemma's gelu_pytorch_tanh):

@@ -203,7 +203,7 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
     fail("the CUDA decoder has no gated attention, linear attention (Qwen3.5), short convolution (LFM2) or Mamba2 "
          "(Granite 4); run it on the CPU");
   if (!c.mlp_only.empty() || !c.mixer_only.empty() || !c.mlp_gated)
-    fail("the CUDA decoder has no blocks of a mixer or an MLP alone, nor MLPs without a gate (Nemotron-H, Arcee, StarCoder2); "
+    fail("the CUDA decoder has no blocks of a mixer or an MLP alone, nor MLPs without a gate (Nemotron-H, Arcee, StarCoder2, Apertus); "
          "run it on the CPU");
   q_dim_ = c.n_heads * c.head_dim;
   kv_dim_ = c.n_kv_heads * c.head_dim;

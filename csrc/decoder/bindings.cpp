@@ -61,7 +61,9 @@ const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
     {"lin_norm", &ie::LayerWeights::lin_norm}, {"conv_w", &ie::LayerWeights::conv_w},
     {"ssm_conv_w", &ie::LayerWeights::ssm_conv_w}, {"ssm_conv_b", &ie::LayerWeights::ssm_conv_b},
     {"ssm_dt", &ie::LayerWeights::ssm_dt}, {"ssm_a", &ie::LayerWeights::ssm_a}, {"ssm_d", &ie::LayerWeights::ssm_d},
-    {"ssm_norm", &ie::LayerWeights::ssm_norm}};
+    {"ssm_norm", &ie::LayerWeights::ssm_norm},
+    {"xielu_alpha_p", &ie::LayerWeights::xielu_alpha_p}, {"xielu_alpha_n", &ie::LayerWeights::xielu_alpha_n},
+    {"xielu_beta", &ie::LayerWeights::xielu_beta}, {"xielu_eps", &ie::LayerWeights::xielu_eps}};
 const Field<ie::Matrix ie::Expert::*> kExpertMatrices[] = {
     {"gate", &ie::Expert::gate}, {"up", &ie::Expert::up}, {"down", &ie::Expert::down}};
 const Field<std::vector<float> ie::Expert::*> kExpertVectors[] = {{"bgate", &ie::Expert::bgate},
@@ -251,7 +253,7 @@ using Choices = std::initializer_list<std::pair<const char*, E>>;
 const Choices<ie::Glu> kGlus = {{"silu", ie::Glu::Silu}, {"gpt_oss", ie::Glu::GptOss}, {"halves", ie::Glu::Halves},
                               {"relu2", ie::Glu::Relu2}};
 const Choices<ie::MlpAct> kMlpActs = {{"silu", ie::MlpAct::Silu}, {"gelu_tanh", ie::MlpAct::GeluTanh},
-                                    {"relu2", ie::MlpAct::Relu2}};
+                                    {"relu2", ie::MlpAct::Relu2}, {"xielu", ie::MlpAct::Xielu}};
 
 // DecoderConfig's enum field `field` as a Python property `name` of its names in `choices` (an unknown one:
 // std::invalid_argument listing them).

@@ -326,6 +326,8 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     fail("decoder config: blocks of a mixer or an MLP alone are Nemotron-H's: not with latent attention, OLMo 2's or "
          "Cohere's layers");
   if (c.mlp_act == MlpAct::Relu2 && c.mlp_gated) fail("decoder config: a ReLU-squared MLP has no gate (mlp_gated false)");
+  if (c.mlp_act == MlpAct::Xielu && (c.mlp_gated || c.n_experts > 0))
+    fail("decoder config: xIELU is a dense MLP's unit without a gate (mlp_gated false, no experts)");
   if (w.layers.size() != static_cast<size_t>(c.n_layers)) fail("decoder weights: layer count differs from the config");
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim, kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
   const int64_t o_dim = static_cast<int64_t>(c.n_heads) * vd;
@@ -473,6 +475,14 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     check_vec(n + "k_norm", L.k_norm, c.qk_norm_full ? kv_dim : c.head_dim, true);
     if (L.q_norm.empty() != L.k_norm.empty()) fail(n + "q_norm and k_norm: one without the other");
     check_vec(n + "sinks", L.sinks, c.n_heads, true);
+    const bool xielu = c.mlp_act == MlpAct::Xielu && has_mlp;
+    for (const auto& [what, v] : {std::pair{"alpha_p", &L.xielu_alpha_p}, std::pair{"alpha_n", &L.xielu_alpha_n},
+                                  std::pair{"beta", &L.xielu_beta}, std::pair{"eps", &L.xielu_eps}}) {
+      const std::string name = n + "mlp.act_fn." + what;
+      check_vec(name, *v, 1, !xielu);
+      if (!xielu && !v->empty()) fail(name + ": the layer's MLP is not xIELU (mlp_act)");
+      if (!v->empty() && !std::isfinite((*v)[0])) fail(name + ": not finite");
+    }
   }
 }
 
@@ -1275,11 +1285,15 @@ void Decoder::act_rows(ActFn op, float* g, const float* u, int n, int width) con
   });
 }
 
-// g = mlp_act(g) * u, rows in parallel: the dense MLP's (and a shared expert's) unit; u null for an MLP
-// without a gate (mlp_gated false: mlp_act(g) alone, the only way ReLU squared runs).
-void Decoder::mlp_unit(float* g, const float* u, int n, int width) const {
+// g = mlp_act(g) * u, rows in parallel: layer L's dense MLP's (and a shared expert's) unit; u null for an MLP
+// without a gate (mlp_gated false: mlp_act(g) alone, the only way ReLU squared and xIELU run).
+void Decoder::mlp_unit(const LayerWeights& L, float* g, const float* u, int n, int width) const {
   if (cfg_.mlp_act == MlpAct::Relu2) return relu2(g, n, width);
   const ActOps& act = kActTable.ops(isa_);
+  if (cfg_.mlp_act == MlpAct::Xielu) {
+    const Xielu p = Xielu::from_raw(L.xielu_alpha_p[0], L.xielu_alpha_n[0], L.xielu_beta[0], L.xielu_eps[0]);
+    return rows(n, [&](int j) { act.xielu(g + static_cast<size_t>(j) * width, static_cast<size_t>(width), p); });
+  }
   act_rows(cfg_.mlp_act == MlpAct::Silu ? act.silu_mul : act.gelu_tanh_mul, g, u, n, width);
 }
 
@@ -1681,11 +1695,11 @@ void Decoder::mlp(int l, int b) {
   const int I = moe ? c.shared_inter : c.inter;
   if (!c.mlp_gated) {
     mm(L.up, xn_prep_, xn_.data(), b, or_null(L.bup), gate_.data());
-    mlp_unit(gate_.data(), nullptr, b, I);
+    mlp_unit(L, gate_.data(), nullptr, b, I);
   } else if (!swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data(), c.mlp_act == MlpAct::GeluTanh)) {
     mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
     mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
-    mlp_unit(gate_.data(), up_.data(), b, I);
+    mlp_unit(L, gate_.data(), up_.data(), b, I);
   }
   if (stats_on_) add_stats(4 * l + 3, gate_.data(), b, I);
   prepare(gate_prep_, gate_.data(), b, I);

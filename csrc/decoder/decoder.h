@@ -58,8 +58,9 @@ enum class Glu { Silu, GptOss, Halves, Relu2 };
 // (Llama, Qwen, ...) or GELU with the tanh approximation (Gemma 3's
 // gelu_pytorch_tanh); without a gate (DecoderConfig::mlp_gated false),
 // act(up) alone: Relu2, relu(up)^2 (Nemotron-H's, Arcee's), which has no gate,
-// or GELU (StarCoder2's).
-enum class MlpAct { Silu, GeluTanh, Relu2 };
+// or GELU (StarCoder2's), or Xielu (Apertus's xIELU, act/act.h, with each
+// layer's own four parameters, LayerWeights' xielu_*), which has no gate either.
+enum class MlpAct { Silu, GeluTanh, Relu2, Xielu };
 
 struct DecoderConfig {
   int n_layers = 0;
@@ -309,6 +310,9 @@ struct LayerWeights {
   std::vector<float> bup, bdown;      // the dense MLP's biases (StarCoder2's c_fc, c_proj), or empty
   std::vector<float> q_norm, k_norm;  // per-head RMSNorm weights [head_dim] (Qwen3), or empty
   std::vector<float> sinks;           // attention sink logit per head (gpt-oss), or empty
+  // xIELU's raw parameters, one value each (MlpAct::Xielu; the checkpoint's act_fn.alpha_p, alpha_n, beta,
+  // eps, Xielu::from_raw's arguments), or empty
+  std::vector<float> xielu_alpha_p, xielu_alpha_n, xielu_beta, xielu_eps;
   Matrix router;                      // [n_experts, hidden] in a layer with experts
   std::vector<float> router_bias;     // [n_experts] or empty
   std::vector<float> expert_bias;     // [n_experts]: the choice bias (e_score_correction_bias), or empty
@@ -517,7 +521,7 @@ class Decoder {
   void glu(Glu kind, float* g, const float* u, int n, int width) const;
   using ActFn = void (*)(float*, const float*, const float*, size_t);
   void act_rows(ActFn op, float* g, const float* u, int n, int width) const;
-  void mlp_unit(float* g, const float* u, int n, int width) const;
+  void mlp_unit(const LayerWeights& L, float* g, const float* u, int n, int width) const;
   void relu2(float* g, int n, int width) const;
   // fn(j) for each of a chunk's n token rows, shared by the pool's threads
   // (a single row runs on this thread, waking none).

@@ -242,6 +242,41 @@ TEST(act_simd_matches_scalar) {
   }
 }
 
+TEST(xielu_simd_matches_scalar) {
+  // Apertus's xIELU over rows of every tail length, in place: x from -100 to 100 (exp's clamp), around 0 (where
+  // exp(x) - 1 would cancel and expm1 does not), between eps and 0, NaN; the Hub's parameters and a wide eps. Each
+  // variant within a few ulps of the scalar reference (std::expm1), plus the rounding of beta x's sum.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> wide(-12.f, 12.f), tiny(-1e-3f, 1e-3f);
+  const ie::Xielu hub = ie::Xielu::from_raw(0.6f, -0.4f, 0.5f, -1e-6f), cut = ie::Xielu::from_raw(-0.8f, 0.9f, 0.3f, -0.5f);
+  CHECK(std::fabs(hub.alpha_p - std::log1p(std::exp(0.6f))) < 1e-7f && std::fabs(hub.alpha_n - 0.5f -
+        std::log1p(std::exp(-0.4f))) < 1e-7f) << "from_raw: softplus";
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{15}, size_t{16}, size_t{17}, size_t{100}}) {
+    std::vector<float> x(n + 1, 42.f);
+    for (size_t i = 0; i < n; ++i) x[i] = i == 3 ? 100.f : i == 5 ? -100.f : i == 6 ? -0.25f : i % 3 ? wide(rng) : tiny(rng);
+    if (n > 9) x[9] = std::numeric_limits<float>::quiet_NaN();
+    for (const ie::Xielu& p : {hub, cut}) {
+      std::vector<float> ref = x;
+      ie::kActScalar.xielu(ref.data(), n, p);
+      for (Isa isa : ie::available_isas()) {
+        std::vector<float> got = x;
+        ie::kActTable.ops(isa).xielu(got.data(), n, p);
+        const std::string at = std::string(ie::isa_name(isa)) + " n=" + std::to_string(n) + " eps=" + std::to_string(p.eps);
+        for (size_t i = 0; i < n; ++i) {
+          if (std::isnan(ref[i])) {
+            CHECK(std::isnan(got[i])) << at << ": NaN at " << i;
+            continue;
+          }
+          const float slack = 2e-7f * (std::fabs(p.beta * x[i]) + std::fabs(p.alpha_n * x[i])) + 1e-30f;
+          CHECK(std::fabs(got[i] - ref[i]) <= 4e-7f * std::fabs(ref[i]) + slack) << at << ": " << i << " x=" << x[i]
+                                                                                   << " " << got[i] << " vs " << ref[i];
+        }
+        CHECK(got[n] == 42.f) << at << ": wrote past n";
+      }
+    }
+  }
+}
+
 TEST(ssm_step_simd_matches_scalar) {
   // Granite 4's state (N 128) and GraniteMoeHybridConfig's default (256), tails of every length, one row; each
   // variant's state and outputs within a few ulps of the scalar reference's, run for three tokens in a row (each
