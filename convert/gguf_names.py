@@ -632,6 +632,20 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # Seed-OSS: Llama's names but the MLP's norm, which llama.cpp names post_attention_norm; rows as they are
     # (convert_hf_to_gguf's SeedOssModel is no LlamaModel)
     GGUFArch("seed_oss", "SeedOssForCausalLM", "seed_oss", False, _dense(norm_after="post_attention_norm")),
+    # AFMoE (Arcee's Trinity) as convert_hf_to_gguf's AfmoeModel writes it: Llama's names with rows as they are
+    # (NeoX RoPE), its sandwich norms as Gemma's (attn_norm, post_attention_norm, ffn_norm, post_ffw_norm), the
+    # attention gate self_attn.gate_proj as attn_gate, per-head q/k norms, the router mlp.router.gate as
+    # ffn_gate_inp and its choice bias mlp.expert_bias as exp_probs_b.bias, Qwen3-MoE's experts, the shared ones
+    # as ffn_*_shexp; every 4th layer full and unrotated (llama.cpp's graph fixes the step), the others sliding
+    GGUFArch("afmoe", "AfmoeForCausalLM", "afmoe", False,
+             _dense({**_QK_NORM, "post_attention_layernorm.weight": "post_attention_norm.weight",
+                     "pre_mlp_layernorm.weight": "ffn_norm.weight", "post_mlp_layernorm.weight": "post_ffw_norm.weight",
+                     "self_attn.gate_proj.weight": "attn_gate.weight", "mlp.router.gate.weight": "ffn_gate_inp.weight",
+                     "mlp.expert_bias": "exp_probs_b.bias", **_shexp("mlp.shared_experts")}),
+             experts=_QWEN_EXPS, swa_pattern=4,
+             keys=frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_norm",
+                             "expert_weights_scale", "expert_gating_func", "attention.sliding_window",
+                             "attention.sliding_window_pattern", "rope.freq_base_swa"})),
     # Apertus (8B, 70B) as convert_hf_to_gguf's ApertusModel writes it: Llama's names (its norms' as attn_norm and
     # ffn_norm), rows as they are (NeoX RoPE), per-head attn_q_norm / attn_k_norm, ffn_up and ffn_down alone (xIELU
     # between, no gate), its parameters as keys (XIELU_KEYS); Llama-3 scaling as rope_freqs; llama.cpp's loader

@@ -46,7 +46,7 @@ from .gguf_to_iebin import aux_files, build_config, file_type_name, open_model, 
 HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "glm4_moe", "minimax_m2", "gemma", "gemma2",
              "arcee", "stablelm", "starcoder2", "nemotron", "phi",
              "gemma3_text", "phi3", "smollm3", "granite", "olmo2", "olmo3", "ministral3", "exaone4", "olmoe",
-             "seed_oss", "apertus", "glm4", "cohere2", "cohere", "deepseek_v3", "deepseek_v2",
+             "seed_oss", "apertus", "afmoe", "glm4", "cohere2", "cohere", "deepseek_v3", "deepseek_v2",
              "glm4_moe_lite", "mistral4", "llama4_text", "ernie4_5", "ernie4_5_moe", "qwen3_5_text",
              "qwen3_5_moe_text", "qwen3_next", "lfm2", "lfm2_moe", "granitemoehybrid",
              "granitemoe", "granitemoeshared", "nemotron_h", "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3")

@@ -897,6 +897,8 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
         _llama4_config(g, arch, cfg)
     if arch.hf_class == "HYV3ForCausalLM":
         _hy_v3_config(g, arch, cfg)
+    if arch.hf_class == "AfmoeForCausalLM":
+        _afmoe_config(g, arch, cfg)
     if arch.hf_class == "HunYuanMoEV1ForCausalLM":  # (llama.cpp's hunyuan-moe: softmax, renormalised, one shared MLP
         # of expert_shared_feed_forward_length channels, feed_forward_length's without it; expert_shared_count unread)
         cfg.update(num_experts=cfg.pop("num_local_experts"), moe_topk=cfg.pop("num_experts_per_tok"),
@@ -960,6 +962,30 @@ def _hy_v3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                router_scaling_factor=_field(g, f"{a}.expert_weights_scale", float, 1.0),
                mlp_layer_types=["sparse" if f"blk.{i}.ffn_gate_inp.weight" in routers else "dense"
                                 for i in range(trunk)])
+
+
+def _afmoe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """AFMoE's config as llama.cpp's afmoe reads a file: sigmoid-gated (the default without the key), the chosen
+    experts' scores renormalised (expert_weights_norm: transformers' AFMoE always does; false is refused) and times
+    expert_weights_scale, beside expert_shared_count shared ones, after leading_dense_block_count dense layers;
+    embeddings times sqrt(hidden) always (mup_enabled); sliding layers by the pattern (every 4th full), whose full
+    layers must be every 4th, the ones llama.cpp's graph leaves unrotated (its fixed n_no_rope_layer_step)."""
+    a = arch.gguf
+    _gated(g, arch, SIGMOID_GATING, SIGMOID_GATING)
+    if _field(g, f"{a}.expert_weights_norm", bool, False) is not True:
+        raise FormatError(g.path, f"{a}.expert_weights_norm", "false or missing: llama.cpp then leaves the chosen "
+                                                              "experts' scores unnormalised, which AFMoE never does")
+    _sliding_layers(g, arch, cfg, "llama.cpp's afmoe turns the sliding layers by rope.freq_base")
+    layers = cfg["num_hidden_layers"]
+    if cfg["layer_types"] != ["full_attention" if full else "sliding_attention" for full in every_nth(4, layers)]:
+        raise FormatError(g.path, f"{a}.attention.sliding_window_pattern", "full layers other than every 4th: "
+                                                                           "llama.cpp's afmoe leaves every 4th layer "
+                                                                           "unrotated, the full ones in AFMoE")
+    cfg.update(num_experts=cfg.pop("num_local_experts"), moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
+               num_shared_experts=_field(g, f"{a}.expert_shared_count", int),
+               num_dense_layers=_field(g, f"{a}.leading_dense_block_count", int, 0),
+               route_scale=_field(g, f"{a}.expert_weights_scale", float, 1.0), route_norm=True, mup_enabled=True,
+               global_attn_every_n_layers=4)
 
 
 def _ernie_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:

@@ -317,6 +317,13 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
             raise IEError(f"{where}.{LEADING_DENSE[arch.gguf]}: experts at layers "
                           f"{[i for i, e in enumerate(moe.layers) if e]}; llama.cpp's {arch.gguf} has them in every "
                           "layer from the first that has them to the last (leading_dense_block_count)")
+        if arch.gguf == "afmoe":  # (its graph: embeddings times sqrt(hidden), every 4th layer full and unrotated)
+            if spec.embed_scale == 1.0:
+                raise IEError(f"{where}.mup_enabled: false; llama.cpp's afmoe multiplies the embeddings by "
+                              "sqrt(hidden_size) always")
+            if [w == 0 for w in spec.windows] != list(every_nth(4, spec.n_layers)):
+                raise IEError(f"{where}.layer_types: full layers at {[i for i, w in enumerate(spec.windows) if not w]}; "
+                              "llama.cpp's afmoe has every 4th layer full and unrotated, the others sliding")
         if arch.gguf == "gpt-oss" and (moe.alpha, moe.limit) != GPT_OSS_SWIGLU:
             raise IEError(f"{where}.swiglu_limit: llama.cpp's gpt-oss runs swiglu_alpha {GPT_OSS_SWIGLU[0]} and "
                           f"swiglu_limit {GPT_OSS_SWIGLU[1]}; this model has {moe.alpha} and {moe.limit}")
@@ -399,7 +406,7 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
 # layers before, leading_dense_block_count), by the config key that could place them otherwise
 LEADING_DENSE = {"glm4moe": "first_k_dense_replace", "deepseek2": "mlp_layer_types",
                  "mistral4": "first_k_dense_replace", "ernie4_5-moe": "moe_layer_interval",
-                 "lfm2moe": "num_dense_layers"}
+                 "lfm2moe": "num_dense_layers", "afmoe": "num_dense_layers"}
 
 
 def _leading_dense(moe: Any) -> int:
@@ -800,7 +807,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.expert_used_count"] = moe.top_k
         if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "mistral4",
                          "llama4", "ernie4_5-moe", "qwen35moe", "qwen3next", "lfm2moe", "nemotron_h_moe",
-                         "hunyuan-moe", "hy_v3"):
+                         "hunyuan-moe", "hy_v3", "afmoe"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
         # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model, Ernie4_5MoeModel and LFM2MoeModel write them:
         # the shared experts' count where the architecture has a key for it)
@@ -816,7 +823,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             kv[f"{a}.interleave_moe_layer_step"] = moe.layers.index(True) + 1
         # (the converter writes it for glm4moe, and for minimax-m2 from the Hub config's scoring_func; llama4's graph
         # is sigmoid-gated without it)
-        if moe.sigmoid and "expert_gating_func" in arch.keys and not arch.nemotron:  # (its graph: sigmoid, no key)
+        # (nemotron_h_moe's graph and afmoe's are sigmoid-gated without the key, which their converters do not write)
+        if moe.sigmoid and "expert_gating_func" in arch.keys and not arch.nemotron and arch.gguf != "afmoe":
             kv[f"{a}.expert_gating_func"] = SIGMOID_GATING
         elif arch.mla:  # softmax (DeepSeek-V2's Hub configs' scoring_func; Mistral 4's router)
             kv[f"{a}.expert_gating_func"] = SOFTMAX_GATING
@@ -825,9 +833,11 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
         if arch.gguf == "hunyuan-moe":  # (as HunYuanMoEModel writes num_shared_expert; llama.cpp reads the width)
             kv[f"{a}.expert_shared_count"] = 1
-        if arch.gguf == "hy_v3":  # (as HYV3Model writes them; its graph takes the layers' experts by their router)
+        if arch.gguf in ("hy_v3", "afmoe"):  # (as HYV3Model and AfmoeModel write them)
             kv[f"{a}.expert_weights_norm"] = moe.norm_topk
             kv[f"{a}.expert_weights_scale"] = float(moe.routed_scale)
+        if arch.gguf == "afmoe":  # (its window; the full layers every 4th, llama.cpp's default period: no pattern key)
+            kv[f"{a}.attention.sliding_window"] = max(spec.windows)
         # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model and NemotronHModel write DeepSeek-V3's router)
         if arch.gguf in ("glm4moe", "deepseek2", "mistral4", "nemotron_h_moe"):
             if moe.sigmoid or arch.gguf == "mistral4":  # (DeepSeek-V2's config has no groups to write; Mistral 4's one)

@@ -133,6 +133,13 @@ class Arch:
     default_act: str = "silu"  # config.hidden_act where the config has none (its config class's default)
     # Llama's names (model_parts, layer_parts) -> this model's, the first that a tensor name holds replaced
     renames: tuple[tuple[str, str], ...] = ()
+    # AFMoE (models/afmoe, Arcee's Trinity): norms before and after each block (Gemma 2's sandwich, GEMMA_LAYER_VECTORS
+    # under AFMOE_NAMES, the weights as they are), the attention's output times the sigmoid of a matrix of its own
+    # (self_attn.gate_proj: the decoder's q_gate), embeddings times sqrt(hidden) where config.mup_enabled
+    sandwich: bool = False
+    gate_proj: bool = False
+    mup: bool = False
+    period_key: str = "sliding_window_pattern"  # the config key of window_period (every so many layers full)
 
 
 # LFM2's names for Llama's (Arch.renames)
@@ -152,6 +159,8 @@ NEMOTRON_NAMES = (("model.embed_tokens.", "model.embeddings."), ("model.norm.", 
 HUNYUAN_NAMES = (("self_attn.q_norm", "self_attn.query_layernorm"), ("self_attn.k_norm", "self_attn.key_layernorm"))
 # Apertus's norm names for Llama's (Arch.renames)
 APERTUS_NAMES = (("input_layernorm", "attention_layernorm"), ("post_attention_layernorm", "feedforward_layernorm"))
+# AFMoE's names for Gemma's sandwich norms (Arch.renames)
+AFMOE_NAMES = (("pre_feedforward_layernorm", "pre_mlp_layernorm"), ("post_feedforward_layernorm", "post_mlp_layernorm"))
 # Phi-2's names for Llama's (Arch.renames)
 PHI_NAMES = (("self_attn.o_proj", "self_attn.dense"), ("mlp.up_proj", "mlp.fc1"), ("mlp.down_proj", "mlp.fc2"),
              ("model.norm.", "model.final_layernorm."))
@@ -225,6 +234,12 @@ ARCHS = {
     # models/seed_oss (Seed-OSS-36B): Llama's layer; q/k/v biases (attention_bias), an o bias only with
     # attention_out_bias, each read where the checkpoint stores it; its dropouts are training's alone
     "SeedOssForCausalLM": Arch(),
+    # models/afmoe (Arcee's Trinity Nano, Mini, Large): sandwich norms, per-head q/k norms, a gated attention output;
+    # every 4th layer full and unrotated, the others sliding; the first num_dense_layers dense, then experts chosen
+    # by sigmoid score plus a choice bias, renormalised and times route_scale, beside shared ones (_afmoe_moe),
+    # summed before the MLP's output norm
+    "AfmoeForCausalLM": Arch(moe="afmoe", qk_norm=True, sandwich=True, gate_proj=True, mup=True, window_period=4,
+                             period_key="global_attn_every_n_layers", nope_full="always", renames=AFMOE_NAMES),
     # models/apertus (Apertus 8B, 70B): Llama's layer under its own norm names, per-head q/k RMSNorms before RoPE
     # (Qwen3's), an MLP of up, xIELU and down without a gate, each layer's xIELU with its own four parameters
     # (mlp.act_fn.alpha_p, alpha_n, beta, eps: XIELU_VECTORS); Llama-3 RoPE scaling by default (hf_config)
@@ -359,6 +374,9 @@ MOE_NAMES["hunyuan_moe"] = {**MOE_NAMES["qwen3_moe"], "router": "mlp.gate.wg.wei
 # Hy3's, as the Hub's checkpoints name them (transformers 5 renames them on load and back on save): Qwen3-MoE's
 # experts, the router mlp.router.gate, its choice bias mlp.expert_bias, the shared experts as one MLP, mlp.shared_mlp
 MOE_NAMES["hy_v3"] = {**MOE_NAMES["hunyuan_moe"], "router": "mlp.router.gate.weight", "expert_bias": "mlp.expert_bias"}
+# AFMoE's: Hy3's router and choice bias, its shared experts GLM-4.5's (mlp.shared_experts)
+MOE_NAMES["afmoe"] = {**MOE_NAMES["hy_v3"], **{f"shared_{k}": f"mlp.shared_experts.{k}_proj.weight"
+                                                for k in ("gate", "up", "down")}}
 # MiniMax-M2's: Mixtral's, and the block's choice bias.
 MOE_NAMES["minimax_m2"] = {**MOE_NAMES["mixtral"], "expert_bias": "block_sparse_moe.e_score_correction_bias"}
 # ERNIE 4.5's: Qwen3-MoE's experts and router, GLM-4.5's shared experts, the choice bias a row [1, experts] of
@@ -905,7 +923,7 @@ def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int
     types = cfg.get("layer_types")
     window = cfg.get("sliding_window")
     if types is None and arch.window_period:  # Gemma's configs on the Hub: every pattern-th layer is global
-        pattern = _int(cfg, meta_path, "sliding_window_pattern", arch.window_period, section="config")
+        pattern = _int(cfg, meta_path, arch.period_key, arch.window_period, section="config")
         types = ["full_attention" if full else "sliding_attention" for full in every_nth(pattern, n_layers)]
     if types is None:
         if arch.window_everywhere and window is not None:
@@ -1010,6 +1028,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         return _hunyuan_moe(cfg, n_layers, meta_path)
     if arch.moe == "hy_v3":
         return _hy_v3_moe(cfg, n_layers, meta_path)
+    if arch.moe == "afmoe":
+        return _afmoe_moe(cfg, n_layers, meta_path)
     qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe in ROUTER_DEFAULTS  # (glm: GLM-4.5's or DeepSeek's)
     # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's and
     # Qwen2-MoE's: num_experts; GLM-4.5's: n_routed_experts.
@@ -1193,6 +1213,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         mlp_act=MLP_ACTS[act], mlp_gated=not arch.ungated, nope=nope, **gemma,
         **(_llama4(cfg, nope, meta_path) if arch.llama4 else {}),
         **(_granite(cfg, meta_path) if arch.granite else {}),
+        **({"embed_scale": float(np.float32(math.sqrt(hidden)))} if arch.mup and cfg.get("mup_enabled") else {}),
         **(_attn_temp(cfg, meta_path) if arch.attn_temp else {}),
         **({"logits_scaling": 1.0 / _positive(cfg, meta_path, "logit_scale", 0.0625, section="config")}
            if arch.cohere else {}),
@@ -1317,23 +1338,43 @@ def _hunyuan_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec
 
 
 def _hy_v3_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
-    """Hy3's experts (HYV3Config's keys and defaults): in the layers mlp_layer_types calls "sparse" (all but the
-    first without it), num_experts_per_tok of num_experts chosen by sigmoid score plus the choice bias, their
-    scores renormalised and times router_scaling_factor (HYV3TopKRouter), beside num_shared_experts shared ones
-    (one MLP of as many times moe_intermediate_size). A Hub config's route_norm false (llama.cpp's converter reads
-    it; transformers renormalises always) is refused."""
-    n_experts = _int(cfg, meta_path, "num_experts", 192, section="config")
-    top_k = _int(cfg, meta_path, "num_experts_per_tok", 8, section="config")
+    """Hy3's experts (HYV3Config's keys and defaults; HYV3TopKRouter): in the layers mlp_layer_types calls "sparse"
+    (all but the first without it), scaled by router_scaling_factor (_chosen_by_bias)."""
+    return _chosen_by_bias(cfg, meta_path, "HYV3", {"num_experts": 192, "num_experts_per_tok": 8,
+                                                    "moe_intermediate_size": 1536, "num_shared_experts": 1,
+                                                    "router_scaling_factor": 2.826},
+                           _mlp_layer_types(cfg, n_layers, meta_path), MOE_NAMES["hy_v3"])
+
+
+def _afmoe_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
+    """AFMoE's experts (AfmoeConfig's keys and defaults; AfmoeTokenChoiceRouter): in every layer from
+    num_dense_layers on, scaled by route_scale (_chosen_by_bias)."""
+    dense = _int(cfg, meta_path, "num_dense_layers", 1, section="config", allow_zero=True)
+    return _chosen_by_bias(cfg, meta_path, "AFMoE", {"num_experts": 64, "num_experts_per_tok": 6,
+                                                     "moe_intermediate_size": 1408, "num_shared_experts": 2,
+                                                     "route_scale": 1.0},
+                           tuple(i >= dense for i in range(n_layers)), MOE_NAMES["afmoe"])
+
+
+def _chosen_by_bias(cfg: dict[str, Any], meta_path: Path, who: str, defaults: dict[str, Any],
+                    layers: tuple[bool, ...], names: dict[str, str]) -> MoeSpec:
+    """Hy3's and AFMoE's routing, under their config classes' keys (``defaults``, the last the scale's): in
+    ``layers``, num_experts_per_tok of num_experts chosen by sigmoid score plus the choice bias, their scores
+    renormalised and times the scale, beside num_shared_experts shared ones (one MLP of as many times
+    moe_intermediate_size). A Hub config's route_norm false (llama.cpp's converters read it; transformers
+    renormalises always) is refused."""
+    def get(key: str, allow_zero: bool = False) -> int:
+        return _int(cfg, meta_path, key, defaults[key], section="config", allow_zero=allow_zero)
+
+    n_experts, top_k = get("num_experts"), get("num_experts_per_tok")
     _check_top_k(top_k, n_experts, "num_experts_per_tok", "num_experts", meta_path)
     if cfg.get("route_norm", True) is not True:
-        raise UnsupportedError(f"{meta_path}: config.route_norm: {cfg['route_norm']!r}; transformers' HYV3 "
+        raise UnsupportedError(f"{meta_path}: config.route_norm: {cfg['route_norm']!r}; transformers' {who} "
                                "renormalises the chosen experts' scores always (true is supported)")
-    inter = _int(cfg, meta_path, "moe_intermediate_size", 1536, section="config")
+    inter, scale = get("moe_intermediate_size"), list(defaults)[-1]
     return MoeSpec(n_experts=n_experts, top_k=top_k, inter=inter, norm_topk=True, glu="silu", alpha=1.702, limit=7.0,
-                   layers=_mlp_layer_types(cfg, n_layers, meta_path), names=MOE_NAMES["hy_v3"],
-                   shared_inter=inter * _int(cfg, meta_path, "num_shared_experts", 1, section="config", allow_zero=True),
-                   sigmoid=True, routed_scale=_positive(cfg, meta_path, "router_scaling_factor", 2.826,
-                                                        section="config"))
+                   layers=layers, names=names, shared_inter=inter * get("num_shared_experts", allow_zero=True),
+                   sigmoid=True, routed_scale=_positive(cfg, meta_path, scale, defaults[scale], section="config"))
 
 
 def _mamba(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path) -> dict[str, Any]:
@@ -1746,7 +1787,7 @@ def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
                  for key, hf in ATTN_MATRICES.items()]
     else:
         parts = [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in ATTN_MATRICES.items()]
-    vectors = (GEMMA_LAYER_VECTORS if s.arch.gemma >= 2 else GLM4_LAYER_VECTORS if s.arch.glm_norms
+    vectors = (GEMMA_LAYER_VECTORS if s.arch.gemma >= 2 or s.arch.sandwich else GLM4_LAYER_VECTORS if s.arch.glm_norms
                else COHERE_LAYER_VECTORS if s.arch.parallel else LAYER_VECTORS if s.arch.pre_norms
                else OLMO2_LAYER_VECTORS)
     parts += [Part(key, pre + hf, (s.hidden,), VECTOR) for key, hf in vectors.items()]
@@ -1761,6 +1802,8 @@ def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
                   Part("k_norm", pre + "self_attn.k_norm.weight", (k_len,), VECTOR)]
     if s.arch.sinks:
         parts.append(Part("sinks", pre + "self_attn.sinks", (s.n_heads,), VECTOR))
+    if s.arch.gate_proj:  # (AFMoE's attention gate)
+        parts.append(Part("q_gate", pre + "self_attn.gate_proj.weight", (q_dim, s.hidden)))
     moe = s.moe
     if moe is None or not moe.layers[i]:
         mlp = f"{pre}{s.arch.mlp_module}."

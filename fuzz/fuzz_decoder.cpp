@@ -265,7 +265,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         L.k_norm = vec(in, c.qk_norm_full ? kv_dim : c.head_dim);
       }
       if (in.ConsumeBool()) L.sinks = vec(in, c.n_heads);
-      if (olmo || in.ConsumeBool()) {  // Gemma's sandwich, OLMo 2's output norms (with experts: refused)
+      // AFMoE's attention gate (beside Qwen3.5's, in a layer without attention or of latent attention: refused)
+      if (in.ConsumeIntegral<uint8_t>() < 64) L.q_gate = matrix(in, pool, q_dim, c.hidden);
+      if (olmo || in.ConsumeBool()) {  // Gemma's sandwich, OLMo 2's output norms (with experts: AFMoE's, their sum normed)
         L.attn_post_norm = vec(in, c.hidden);
         L.mlp_post_norm = vec(in, c.hidden + (in.ConsumeIntegral<uint8_t>() < 8));
       }

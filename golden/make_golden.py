@@ -132,6 +132,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import (  # noqa: E402
+    AfmoeConfig,
+    AfmoeForCausalLM,
     ApertusConfig,
     ApertusForCausalLM,
     ArceeConfig,
@@ -394,6 +396,7 @@ HY_V3_SEED = SEED + 213  # the first from SEED + 200 whose greedy cases run 16 t
 # reading each layer's own, and eps's cut, shows in the logits.
 APERTUS_XIELU = ({"alpha_p": 0.6, "alpha_n": -0.4, "beta": 0.5, "eps": -1e-6},
                  {"alpha_p": -0.8, "alpha_n": 0.9, "beta": 0.3, "eps": -0.5})
+AFMOE_SEED = SEED + 233  # the first from SEED + 230 whose greedy cases run 16 tokens with margins >= 0.04
 APERTUS_SEED = SEED + 226  # the first from SEED + 220 whose greedy cases run 16 tokens with margins >= 0.05
 HUNYUAN_MOE_SEED = SEED + 197  # the first from SEED + 190 whose greedy cases run 16 tokens with margins >= 0.05
 GPT_OSS_ROPE = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
@@ -1439,6 +1442,36 @@ def make_apertus(tok) -> None:
     assert rel > 1e-2, f"the second layer's own xIELU parameters barely change the logits ({rel:.2e})"
 
 
+def _afmoe_biases(model) -> None:
+    """The router's choice bias (mlp.expert_bias), which init_weights leaves at zero, as _glm4_moe_biases."""
+    gen = torch.Generator(device="cpu").manual_seed(AFMOE_SEED)
+    for layer in model.model.layers:
+        if hasattr(layer.mlp, "expert_bias"):
+            layer.mlp.expert_bias.copy_(0.1 * torch.randn(layer.mlp.expert_bias.shape, generator=gen))
+
+
+def make_afmoe(tok) -> None:
+    """AFMoE (Arcee's Trinity): 4 layers, every 4th full and unrotated, the others sliding (window 4) and rotated;
+    norms before and after each block, per-head q/k norms, each head's output times the sigmoid of gate_proj; a
+    dense first layer, then 2 of 4 experts chosen by sigmoid score plus a choice bias, renormalised and times
+    route_scale, beside a shared one, their sum normed; embeddings times sqrt(hidden) (mup_enabled); untied. Its
+    config.json states route_norm, as the Hub's do (llama.cpp's converter reads it)."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    cfg = AfmoeConfig(**{**dims, "num_hidden_layers": 4}, head_dim=16, num_dense_layers=1, num_experts=4,
+                      num_experts_per_tok=2, num_shared_experts=1, moe_intermediate_size=32, route_scale=2.0,
+                      global_attn_every_n_layers=4, sliding_window=4, mup_enabled=True, tie_word_embeddings=False,
+                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg.architectures = ["AfmoeForCausalLM"]
+    out = HF_DIR / "tiny-afmoe"
+    logits = save_model(tok, out.name, AfmoeForCausalLM, cfg, AFMOE_SEED, torch.bfloat16,
+                        after_init=torch.no_grad()(_afmoe_biases))
+    write_json(out / "config.json", {**json.loads((out / "config.json").read_text()), "route_norm": True})
+    for what, override in (("mup_enabled", {"mup_enabled": False}), ("route_scale", {"route_scale": 1.0}),
+                           ("the window", {"sliding_window": 64})):
+        assert_feature_matters(AfmoeForCausalLM, out, logits, what, **override)
+
+
 def make_seed_oss(tok) -> None:
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     del dims["rope_theta"]  # in rope_parameters
@@ -2168,6 +2201,7 @@ def main() -> None:
     make_hunyuan_moe(tok)
     make_hy_v3(tok)
     make_apertus(tok)
+    make_afmoe(tok)
     make_glm4(tok)
     make_glm4_vl(tok)
     make_glm4_vl_moe(tok)

@@ -33,7 +33,7 @@ from .decoder import Decoder
 # latent attention's, gated DeltaNet's, the short convolution's, Mamba2's) the normed input, its output projection
 # its output, the dense MLP's or the shared expert's gate and up the MLP norm's output, its down the unit's output.
 MIXER_SLOTS = {"q": 0, "k": 0, "v": 0, "q_a": 0, "kv_a": 0, "lin_qkv": 0, "lin_z": 0, "lin_b": 0, "lin_a": 0,
-               "conv_in": 0, "ssm_in": 0, "o": 1}
+               "conv_in": 0, "ssm_in": 0, "q_gate": 0, "o": 1}
 MLP_SLOTS = {"gate": 2, "up": 2, "down": 3}
 
 

@@ -73,6 +73,7 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-ernie4-5-moe", "tiny-ernie4-5-moe", []),
     ("tiny-seed-oss", "tiny-seed-oss", []),
     ("tiny-apertus", "tiny-apertus", []),
+    ("tiny-afmoe", "tiny-afmoe", []),
     ("tiny-hunyuan-dense", "tiny-hunyuan-dense", []),
     ("tiny-hunyuan-moe", "tiny-hunyuan-moe", []),
     ("tiny-hy-v3", "tiny-hy-v3", []),

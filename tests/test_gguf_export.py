@@ -215,8 +215,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         base = hf.removesuffix(".weight").removesuffix(".bias").removesuffix("_bias")
         if hf.endswith(("linear_attn.dt_bias", "mamba.dt_bias", "mixer.dt_bias")):  # (Qwen3NextModel, Mamba2Model: dt_proj.bias)
             base, bias = hf.removesuffix("_bias") + "_proj", True
-        if hf.endswith("feed_forward.expert_bias"):  # (LFM2MoeModel renames it expert_bias.bias)
-            base, bias = hf, True
+        if hf.endswith("feed_forward.expert_bias") or a == "afmoe" and hf.endswith("mlp.expert_bias"):
+            base, bias = hf, True  # (LFM2MoeModel and AfmoeModel rename it expert_bias.bias)
         if a == "hy_v3" and hf.endswith((".mlp.expert_bias", ".final_layernorm.weight")):  # (HYV3Model: the choice
             # bias without a suffix; the MTP layer's final norm renamed shared_head.norm before the name map)
             base = hf.removesuffix(".weight").replace(".final_layernorm", ".shared_head.norm")
@@ -236,7 +236,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         gname = expected_name + (".bias" if bias else ".weight")
         if hf.endswith("self_attn.sinks"):
             gname = expected_name + ".weight"
-        if hf.endswith(("linear_attn.A_log", "mamba.A_log", "mamba.D", "mixer.A_log", "mixer.D", "mlp.expert_bias")):  # (gguf-py names them without a suffix)
+        if hf.endswith(("linear_attn.A_log", "mamba.A_log", "mamba.D", "mixer.A_log", "mixer.D")) or \
+                a == "hy_v3" and hf.endswith("mlp.expert_bias"):  # (gguf-py names them without a suffix)
             gname = expected_name
         g = tensors[gname]
         seen.add(gname)
@@ -342,6 +343,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                        "qwen3next": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "hunyuan-moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "hy_v3": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
+                       "afmoe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "minimax-m2": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
                                       "down": "block_sparse_moe.experts.{e}.w2"},
                        "lfm2moe": {"gate": "feed_forward.experts.{e}.w1", "up": "feed_forward.experts.{e}.w3",

@@ -173,6 +173,8 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
     if (!L.experts.empty()) fail("the CUDA decoder runs dense MLP layers only; a mixture of experts runs on the CPU");
     if (!L.q_norm.empty()) fail("the CUDA decoder has no per-head q/k norm (Qwen3); run it on the CPU");
     if (!L.sinks.empty()) fail("the CUDA decoder has no attention sinks (gpt-oss); run it on the CPU");
+    if (L.q_gate.data != nullptr || L.q_gate.dedup || L.q_gate.store != nullptr)
+      fail("the CUDA decoder has no attention gate (AFMoE); run it on the CPU");
     if (!L.bup.empty() || !L.bdown.empty()) fail("the CUDA decoder has no MLP biases (StarCoder2); run it on the CPU");
     if (!L.attn_post_norm.empty() || !L.mlp_post_norm.empty())
       fail("the CUDA decoder has no norms of the attention and MLP outputs (Gemma 3); run it on the CPU");

@@ -45,7 +45,8 @@ const Field<ie::Matrix ie::LayerWeights::*> kLayerMatrices[] = {
     {"kv_a", &ie::LayerWeights::kv_a}, {"kv_b", &ie::LayerWeights::kv_b},
     {"lin_qkv", &ie::LayerWeights::lin_qkv}, {"lin_z", &ie::LayerWeights::lin_z},
     {"lin_b", &ie::LayerWeights::lin_b}, {"lin_a", &ie::LayerWeights::lin_a},
-    {"conv_in", &ie::LayerWeights::conv_in}, {"ssm_in", &ie::LayerWeights::ssm_in}};
+    {"conv_in", &ie::LayerWeights::conv_in}, {"ssm_in", &ie::LayerWeights::ssm_in},
+    {"q_gate", &ie::LayerWeights::q_gate}};
 const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
     {"attn_norm", &ie::LayerWeights::attn_norm}, {"mlp_norm", &ie::LayerWeights::mlp_norm},
     {"attn_norm_b", &ie::LayerWeights::attn_norm_b}, {"mlp_norm_b", &ie::LayerWeights::mlp_norm_b},

@@ -359,7 +359,6 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       fail(n + "norm biases: a bias belongs to a LayerNorm (layer_norm) the layer has");
     check_vec(n + "attention output norm", L.attn_post_norm, c.hidden, true);
     check_vec(n + "MLP output norm", L.mlp_post_norm, c.hidden, true);
-    if (!L.mlp_post_norm.empty() && !L.experts.empty()) fail(n + "MLP output norm: a layer with experts has none");
     const bool conv = !c.short_conv.empty() && c.short_conv[l];
     if (!conv && (!absent(L.conv_in) || !L.conv_w.empty()))
       fail(n + "conv: the layer has attention (the config's short_conv is 0 for it)");
@@ -368,6 +367,8 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
                  !L.ssm_a.empty() || !L.ssm_d.empty() || !L.ssm_norm.empty()))
       fail(n + "mamba: the layer has attention (the config's ssm is 0 for it)");
     const bool lin = !c.linear.empty() && c.linear[l];
+    if (!absent(L.q_gate) && (ssm || conv || lin || !mixes || mla))
+      fail(n + "self_attn.gate_proj: AFMoE's attention gate is an attention layer's (not latent attention's)");
     if (!lin && (!absent(L.lin_qkv) || !absent(L.lin_z) || !absent(L.lin_b) || !absent(L.lin_a) ||
                  !L.lin_conv.empty() || !L.lin_dt.empty() || !L.lin_decay.empty() || !L.lin_norm.empty()))
       fail(n + "linear_attn: the layer has attention (the config's linear is 0 for it)");
@@ -429,6 +430,10 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
         fail(n + "latent attention has no q/k/v biases, q/k norms or sinks");
     } else {
       check_matrix(n + "q_proj", L.q, c.attn_gate ? 2 * q_dim : q_dim, c.hidden, p);
+      if (!absent(L.q_gate)) {
+        if (c.attn_gate) fail(n + "self_attn.gate_proj: the gates are q_proj's rows here (attn_gate)");
+        check_matrix(n + "self_attn.gate_proj", L.q_gate, q_dim, c.hidden, p);
+      }
       check_matrix(n + "k_proj", L.k, kv_dim, c.hidden, p);
       check_matrix(n + "v_proj", L.v, kv_dim, c.hidden, p);
       if (!absent(L.q_a) || !absent(L.kv_a) || !absent(L.kv_b) || !L.q_a_norm.empty() || !L.kv_a_norm.empty())
@@ -667,6 +672,13 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
       }
   }
   if (c.attn_gate) qg_.resize(B * 2 * static_cast<size_t>(q_dim_));
+  bool gated_q = false, pooled = false;
+  for (const LayerWeights& L : w_.layers) {
+    gated_q = gated_q || !absent(L.q_gate);
+    pooled = pooled || (!L.experts.empty() && !L.mlp_post_norm.empty());
+  }
+  if (gated_q) gate_q_.resize(B * static_cast<size_t>(q_dim_));
+  if (pooled) moe_out_.resize(B * static_cast<size_t>(c.hidden));
   att_.resize(B * std::max({o_dim_, c.hidden, lin_out_, ssm_inner_}));
   if (mla) {
     mla_lat_.resize(B * static_cast<size_t>(std::max(c.q_lora, c.kv_lora)));
@@ -1368,7 +1380,7 @@ const float* Decoder::sigmoid_choice(const LayerWeights& L, const float* lg) {
 // residual, weighted. An expert that every
 // row of the chunk goes to (each of a decode step's top_k) reads xn_ and
 // its prepared activation as they are: nothing gathered or quantized again.
-void Decoder::experts(int layer, int b) {
+void Decoder::experts(int layer, int b, float* out, float scale) {
   const DecoderConfig& c = cfg_;
   const LayerWeights& L = w_.layers[static_cast<size_t>(layer)];
   const int H = c.hidden, E = c.n_experts, K = c.top_k, I = c.expert_inter;
@@ -1442,9 +1454,9 @@ void Decoder::experts(int layer, int b) {
     prepare(ex_down_prep_, ex_g_.data(), n, I);
     mm(x.down, ex_down_prep_, ex_g_.data(), n, or_null(x.bdown), ex_y_.data());
     for (int r = 0; r < n; ++r) {
-      float* xj = &x_[static_cast<size_t>(rows[static_cast<size_t>(r)].first) * H];
+      float* xj = out + static_cast<size_t>(rows[static_cast<size_t>(r)].first) * H;
       const float* y = &ex_y_[static_cast<size_t>(r) * H];
-      const float wr = (c.weight_before ? 1.f : rows[static_cast<size_t>(r)].second) * c.residual_scale;
+      const float wr = (c.weight_before ? 1.f : rows[static_cast<size_t>(r)].second) * scale;
       for (int i = 0; i < H; ++i) xj[i] += wr * y[i];
     }
   }
@@ -1595,6 +1607,7 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       mm(L.k, xn_prep_, xn_.data(), b, bk, k_.data());
       mm(L.v, xn_prep_, xn_.data(), b, bv, v_.data());
     }
+    if (!absent(L.q_gate)) mm(L.q_gate, xn_prep_, xn_.data(), b, nullptr, gate_q_.data());  // (AFMoE's gate_proj)
     rows(b, [&](int j) {
       const int pos = n_past_ + j;
       const float* cs = rope_l.data() + static_cast<size_t>(j) * c.head_dim;
@@ -1633,12 +1646,13 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       mla_values(l, b);
       o_in = mla_out_.data();
     }
-    if (c.attn_gate)  // each head's output times the sigmoid of its gate, q_proj's rows after its query's
-      rows(b, [&](int j) {
+    if (c.attn_gate || !absent(L.q_gate))  // each head's output times the sigmoid of its gate: q_proj's rows
+      rows(b, [&](int j) {                   // after its query's (Qwen3.5), or q_gate's (AFMoE)
         const size_t hd = static_cast<size_t>(c.head_dim);
         for (int h = 0; h < c.n_heads; ++h) {
           float* a = o_in + static_cast<size_t>(j) * o_in_ + h * hd;
-          const float* g = &qg_[(static_cast<size_t>(j) * c.n_heads + h) * 2 * hd + hd];
+          const float* g = c.attn_gate ? &qg_[(static_cast<size_t>(j) * c.n_heads + h) * 2 * hd + hd]
+                                       : &gate_q_[static_cast<size_t>(j) * q_dim_ + h * hd];
           for (size_t i = 0; i < hd; ++i) a[i] /= 1.f + std::exp(-g[i]);
         }
       });
@@ -1686,14 +1700,19 @@ void Decoder::mlp(int l, int b) {
   if (stats_on_) add_stats(4 * l + 2, xn_.data(), b, H);
   prepare(xn_prep_, xn_.data(), b, H);
   const bool moe = !L.experts.empty();
+  // AFMoE: the routed and the shared outputs summed, then normed (mlp_post_norm), then added to the residual
+  const bool pooled = moe && !L.mlp_post_norm.empty();
   if (moe) {
-    experts(l, b);
-    if (c.shared_inter == 0) return;
+    if (pooled) std::fill_n(moe_out_.data(), static_cast<size_t>(b) * H, 0.f);
+    experts(l, b, pooled ? moe_out_.data() : x_.data(), pooled ? 1.f : c.residual_scale);
+    if (c.shared_inter == 0 && !pooled) return;
     if (!absent(L.shared_gate)) mm(L.shared_gate, xn_prep_, xn_.data(), b, nullptr, shared_gate_.data());
   }
   // The dense MLP, or the shared expert beside the routed ones (experts() read xn_ and xn_prep_ as they are).
   const int I = moe ? c.shared_inter : c.inter;
-  if (!c.mlp_gated) {
+  if (moe && c.shared_inter == 0) {  // (pooled, no shared expert: the routed outputs alone)
+    std::fill_n(att_.data(), static_cast<size_t>(b) * H, 0.f);
+  } else if (!c.mlp_gated) {
     mm(L.up, xn_prep_, xn_.data(), b, or_null(L.bup), gate_.data());
     mlp_unit(L, gate_.data(), nullptr, b, I);
   } else if (!swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data(), c.mlp_act == MlpAct::GeluTanh)) {
@@ -1701,15 +1720,22 @@ void Decoder::mlp(int l, int b) {
     mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
     mlp_unit(L, gate_.data(), up_.data(), b, I);
   }
-  if (stats_on_) add_stats(4 * l + 3, gate_.data(), b, I);
-  prepare(gate_prep_, gate_.data(), b, I);
-  mm(L.down, gate_prep_, gate_.data(), b, or_null(L.bdown), att_.data());
+  if (!(moe && c.shared_inter == 0)) {
+    if (stats_on_) add_stats(4 * l + 3, gate_.data(), b, I);
+    prepare(gate_prep_, gate_.data(), b, I);
+    mm(L.down, gate_prep_, gate_.data(), b, or_null(L.bdown), att_.data());
+  }
   rows(b, [&](int j) {
-    if (!L.mlp_post_norm.empty()) rmsnorm(&att_[j * H], L.mlp_post_norm.data(), H, c.eps, &att_[j * H]);
-    const float gate =
-        moe && !absent(L.shared_gate) ? 1.f / (1.f + std::exp(-shared_gate_[static_cast<size_t>(j)])) : 1.f;
+    float gate = moe && !absent(L.shared_gate) ? 1.f / (1.f + std::exp(-shared_gate_[static_cast<size_t>(j)])) : 1.f;
+    float* a = &att_[static_cast<size_t>(j) * H];
+    if (pooled) {
+      const float* r = &moe_out_[static_cast<size_t>(j) * H];
+      for (int i = 0; i < H; ++i) a[i] = a[i] * gate + r[i];
+      gate = 1.f;
+    }
+    if (!L.mlp_post_norm.empty()) rmsnorm(a, L.mlp_post_norm.data(), H, c.eps, a);
     const float s = c.residual_scale * gate;
-    for (int i = j * H; i < (j + 1) * H; ++i) x_[i] += att_[i] * s;
+    for (int i = 0; i < H; ++i) x_[static_cast<size_t>(j) * H + i] += a[i] * s;
   });
 }
 

@@ -301,8 +301,9 @@ struct Expert {
 struct LayerWeights {
   std::vector<float> attn_norm, mlp_norm;
   std::vector<float> attn_norm_b, mlp_norm_b;  // LayerNorm's biases (layer_norm; StableLM's), or empty: none
-  // RMSNorm of the attention's and the dense MLP's outputs before they join
-  // the residual (Gemma 3's post_attention / post_feedforward norms), or empty.
+  // RMSNorm of the attention's and the MLP's outputs before they join the
+  // residual (Gemma 3's post_attention / post_feedforward norms; in a layer
+  // with experts, of the routed and shared outputs' sum: AFMoE's), or empty.
   std::vector<float> attn_post_norm, mlp_post_norm;
   // gate/up/down: the dense MLP, or in a layer with experts the shared expert (no data: none)
   Matrix q, k, v, o, gate, up, down;
@@ -310,6 +311,9 @@ struct LayerWeights {
   std::vector<float> bup, bdown;      // the dense MLP's biases (StarCoder2's c_fc, c_proj), or empty
   std::vector<float> q_norm, k_norm;  // per-head RMSNorm weights [head_dim] (Qwen3), or empty
   std::vector<float> sinks;           // attention sink logit per head (gpt-oss), or empty
+  // [n_heads head_dim, hidden]: the attention output's gate as a matrix of its own (AFMoE's self_attn.gate_proj:
+  // each head's output times the sigmoid of gate_proj x before o_proj, as attn_gate's rows in q_proj do), or no data
+  Matrix q_gate;
   // xIELU's raw parameters, one value each (MlpAct::Xielu; the checkpoint's act_fn.alpha_p, alpha_n, beta,
   // eps, Xielu::from_raw's arguments), or empty
   std::vector<float> xielu_alpha_p, xielu_alpha_n, xielu_beta, xielu_eps;
@@ -344,9 +348,9 @@ struct LayerWeights {
   std::vector<float> ssm_conv_w, ssm_conv_b, ssm_dt, ssm_a, ssm_d, ssm_norm;
   // The matrices outside the experts a decode step streams whole (kv_b, read per head, apart): the one list the
   // decoder's resident copies and int8 chunk size go by.
-  std::array<Matrix*, 16> streamed() {
+  std::array<Matrix*, 17> streamed() {
     return {&q, &k, &v, &o, &gate, &up, &down, &shared_gate, &q_a, &kv_a, &lin_qkv, &lin_z, &lin_b, &lin_a, &conv_in,
-            &ssm_in};
+            &ssm_in, &q_gate};
   }
   std::vector<Expert> experts;        // empty: a dense MLP layer
 };
@@ -510,7 +514,8 @@ class Decoder {
                  int b);
   // The routed experts of layer `layer` over xn_ [b, hidden]; adds their
   // weighted outputs to x_ (the residual).
-  void experts(int layer, int b);
+  // Adds each token's routed experts' outputs, weighted and times `scale`, into out's row of the token.
+  void experts(int layer, int b, float* out, float scale);
   // Sigmoid gating's scores (score_) and choice (returned) of one row's router logits `lg`.
   const float* sigmoid_choice(const LayerWeights& L, const float* lg);
   // Softmax gating's choice with LayerWeights::expert_bias (returned) of one row's router logits `lg`.
@@ -623,6 +628,8 @@ class Decoder {
   std::vector<float> lin_scratch_;      // per thread: a channel's last inputs, or a head's S^T k
   size_t lin_scratch_stride_ = 0;
   std::vector<float> par_;  // parallel_block: each row's normed input, which the MLP reads after the attention
+  std::vector<float> moe_out_;  // a layer with experts and mlp_post_norm: the routed outputs, normed with the shared one's
+  std::vector<float> gate_q_;  // q_gate's rows [chunk, n_heads head_dim], where the attention output reads them
   std::vector<float> part_;  // a decode step's partial softmaxes, [head][span][v_head_dim + 2] (attention)
   // Multi-head latent attention's scratch: q_a's or the latent's normed rows
   // [chunk, max(q_lora, kv_lora)], kv_a's [chunk, kv_lora + rotary_dim], q as
