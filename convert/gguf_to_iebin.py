@@ -981,7 +981,8 @@ def _afmoe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
         raise FormatError(g.path, f"{a}.attention.sliding_window_pattern", "full layers other than every 4th: "
                                                                            "llama.cpp's afmoe leaves every 4th layer "
                                                                            "unrotated, the full ones in AFMoE")
-    cfg.update(num_experts=cfg.pop("num_local_experts"), moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
+    cfg.update(num_experts=cfg.pop("num_local_experts"),
+               moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
                num_shared_experts=_field(g, f"{a}.expert_shared_count", int),
                num_dense_layers=_field(g, f"{a}.leading_dense_block_count", int, 0),
                route_scale=_field(g, f"{a}.expert_weights_scale", float, 1.0), route_norm=True, mup_enabled=True,

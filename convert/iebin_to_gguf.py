@@ -488,9 +488,9 @@ def llama3_divisors(inv_freq: np.ndarray, scaling: dict[str, Any]) -> np.ndarray
     out = []
     for freq in inv_freq.astype(np.float32):
         wavelen = f32(1) / freq * f32(2 * math.pi)
-        if wavelen < old / float(hi):
+        if wavelen < f32(old / float(hi)):  # (torch compares a float32 tensor with the float as float32)
             out.append(f32(1))
-        elif wavelen > old / float(lo):
+        elif wavelen > f32(old / float(lo)):
             out.append(factor)
         else:
             smooth = (f32(1) / wavelen * f32(old) - lo) / (hi - lo)
@@ -578,7 +578,10 @@ def _one_value(plan: _Plan, name: str) -> float:
         raise IEError(f"{plan.model.meta_path}: {plan.where(name)}: {e['dtype']} {e['shape']}; llama.cpp keeps it as "
                       "one float32 key value")
     plan.used.add(name)
-    return float(decode_f32(plan.model_bytes(e).tobytes(), e["dtype"])[0])
+    v = float(decode_f32(plan.model_bytes(e).tobytes(), e["dtype"])[0])
+    if not math.isfinite(v):
+        raise IEError(f"{plan.model.meta_path}: {plan.where(name)}: {v}; expected a finite value")
+    return v
 
 
 def _split_kv_b(plan: _Plan, pre: str, i: int) -> None:

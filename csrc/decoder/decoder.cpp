@@ -1699,18 +1699,18 @@ void Decoder::mlp(int l, int b) {
   });
   if (stats_on_) add_stats(4 * l + 2, xn_.data(), b, H);
   prepare(xn_prep_, xn_.data(), b, H);
-  const bool moe = !L.experts.empty();
+  const bool moe = !L.experts.empty(), routed_only = moe && c.shared_inter == 0;
   // AFMoE: the routed and the shared outputs summed, then normed (mlp_post_norm), then added to the residual
   const bool pooled = moe && !L.mlp_post_norm.empty();
   if (moe) {
     if (pooled) std::fill_n(moe_out_.data(), static_cast<size_t>(b) * H, 0.f);
     experts(l, b, pooled ? moe_out_.data() : x_.data(), pooled ? 1.f : c.residual_scale);
-    if (c.shared_inter == 0 && !pooled) return;
+    if (routed_only && !pooled) return;
     if (!absent(L.shared_gate)) mm(L.shared_gate, xn_prep_, xn_.data(), b, nullptr, shared_gate_.data());
   }
   // The dense MLP, or the shared expert beside the routed ones (experts() read xn_ and xn_prep_ as they are).
   const int I = moe ? c.shared_inter : c.inter;
-  if (moe && c.shared_inter == 0) {  // (pooled, no shared expert: the routed outputs alone)
+  if (routed_only) {  // (pooled: the routed outputs alone are normed)
     std::fill_n(att_.data(), static_cast<size_t>(b) * H, 0.f);
   } else if (!c.mlp_gated) {
     mm(L.up, xn_prep_, xn_.data(), b, or_null(L.bup), gate_.data());
@@ -1720,7 +1720,7 @@ void Decoder::mlp(int l, int b) {
     mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
     mlp_unit(L, gate_.data(), up_.data(), b, I);
   }
-  if (!(moe && c.shared_inter == 0)) {
+  if (!routed_only) {
     if (stats_on_) add_stats(4 * l + 3, gate_.data(), b, I);
     prepare(gate_prep_, gate_.data(), b, I);
     mm(L.down, gate_prep_, gate_.data(), b, or_null(L.bdown), att_.data());
