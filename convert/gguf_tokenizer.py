@@ -78,6 +78,17 @@ _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\
 _KIMI_K2 = (rf"[{_HAN}]+|[^\r\n\p{{L}}\p{{N}}]?(?:(?![{_HAN}])\p{{L}})+{_CONTRACTIONS}?"
             rf"|\p{{N}}{{1,3}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
+# AFMoE's (Trinity's) split, as llama.cpp draws it: digits in groups of three counted from the run's end (its own
+# handler, unicode_regex_split_custom_afmoe, which leaves the text before a run in one piece with the run's first
+# group, so that the later splits' lookaheads see that digit), runs of its CJK and Southeast Asian scripts (the
+# ranges as llama.cpp's source spells them: the third begins at U+8C48, the character its U+F900 normalises to), then
+# DeepSeek-V3's pieces
+_AFMOE = (r"\P{N}*\p{N}{1,3}(?=(?:\p{N}{3})*(?!\p{N}))",
+          "[\u4e00-\u9fff\u3400-\u4dbf\u8c48-\ufaff\u3040-\u309f\u30a0-\u30ff\uff65-\uff9f\u2f00-\u2fdf"
+          "\u0e40-\u0e7f\u0e80-\u0eff\u1780-\u17ff\u1000-\u109f\uaa60-\uaa7f\ua9e0-\ua9ff\uac00-\ud7af"
+          "\u1100-\u11ff]+",
+          _DEEPSEEK3[2])
+
 
 @dataclass(frozen=True)
 class BpePre:
@@ -103,6 +114,7 @@ _PRE_GROUPS: tuple[tuple[tuple[str, ...], BpePre], ...] = (
     (("deepseek-coder",), BpePre(_DEEPSEEK_CODER)),
     (("deepseek-v3", "hunyuan-dense", "hy_v4", "joyai-llm"), BpePre(_DEEPSEEK3)),
     (("kimi-k2",), BpePre((_KIMI_K2,))),
+    (("afmoe",), BpePre(_AFMOE)),
     # what llama.cpp splits with when the file names no pre-tokenizer (it warns that quality will suffer)
     (("default",), BpePre((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"))),
 )
