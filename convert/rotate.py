@@ -76,10 +76,12 @@ from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, Progress, checkpoint_ou
 # side, are refused, naming the tensor). Gemma's, OLMo 2's, EXAONE 4's and
 # GLM-4's norms after blocks, Cohere's LayerNorm (the mean it takes out is no
 # rotation's), gpt-oss's sinks and MXFP4 experts, Llama 4's stacks stored
-# [experts, in, out] would each need rules of their own.
+# [experts, in, out] would each need rules of their own. Apertus is Llama's
+# layer under its own norm names (NORM_NAMES), its xIELU's parameters acting
+# on the MLP's channels, not on the stream.
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "smollm3", "granite", "phi3",
                  "ministral3", "seed_oss", "olmoe", "qwen2_moe", "deepseek_v3", "deepseek_v2", "ernie4_5",
-                 "ernie4_5_moe", "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3")
+                 "ernie4_5_moe", "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3", "apertus")
 OUT_DTYPES = ("f32", "bf16", "f16")
 ROWS_BYTES = 8 << 20  # source bytes rotated per step: bounded memory, still large BLAS calls
 
@@ -95,9 +97,11 @@ WRITES = re.compile(rf"self_attn\.o_proj\.(?:weight|bias)|mlp\.(?:shared_experts
 # inside a head or a latent, not on the stream (and the router's choice bias: the router's logits do not change)
 KEPT = re.compile(r"self_attn\.[qkv]_proj\.bias|self_attn\.[qk]_norm\.weight|self_attn\.(?:q_b|kv_b)_proj\.weight"
                   r"|self_attn\.(?:q_a|kv_a)_layernorm\.weight|self_attn\.(?:query|key)_layernorm\.weight"
-                  r"|mlp\.(?:gate|moe_statics)\.e_score_correction_bias|mlp\.expert_bias")
-READERS = ((READS_ATTN, "input_layernorm.weight"), (READS_MLP, "post_attention_layernorm.weight"))  # and their norms
-NORMS = {n for _pattern, n in READERS}
+                  r"|mlp\.(?:gate|moe_statics)\.e_score_correction_bias|mlp\.expert_bias"
+                  r"|mlp\.act_fn\.(?:alpha_p|alpha_n|beta|eps)")
+# The norms the attention's and the MLP's readers read the stream through: Llama's names, or the model type's own
+NORM_NAMES = {"apertus": ("attention_layernorm.weight", "feedforward_layernorm.weight")}
+LLAMA_NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight")
 
 
 @dataclass
@@ -166,6 +170,8 @@ def plan(config: dict, tensors: dict[str, SafetensorsTensor], config_path: Path)
     if head != "lm_head.weight" and config.get("tie_word_embeddings") is False:
         raise IEError(f"{config_path}: tie_word_embeddings is false but the checkpoint has no 'lm_head.weight'")
     need(head, shape("model.embed_tokens.weight"), "the head")
+    norms = NORM_NAMES.get(mt, LLAMA_NORMS)
+    readers = tuple(zip((READS_ATTN, READS_MLP), norms))
     rules = [Rule("model.embed_tokens.weight", "read", shape("model.embed_tokens.weight"), "model.embed_tokens.weight"),
              Rule("lm_head.weight", "read", shape(head), head, "model.norm.weight"),
              Rule("model.norm.weight", "ones", [h])]
@@ -174,8 +180,8 @@ def plan(config: dict, tensors: dict[str, SafetensorsTensor], config_path: Path)
             continue
         m = LAYER.fullmatch(name)
         rest = m.group(2) if m else ""
-        reads = next((n for pattern, n in READERS if pattern.fullmatch(rest)), None)  # through this norm
-        if rest in NORMS:
+        reads = next((n for pattern, n in readers if pattern.fullmatch(rest)), None)  # through this norm
+        if rest in norms:
             need(name, [h], "a norm")
             rules.append(Rule(name, "ones", [h]))
         elif reads is not None:

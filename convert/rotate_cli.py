@@ -48,8 +48,10 @@ def rotate_cmd(hf_dir, out_dir, seed, dtype, overwrite, quiet):
     granite, phi3 (its fused matrices written fused again), ministral3,
     seed_oss, olmoe, qwen2_moe, deepseek_v3 and deepseek_v2 (latent
     attention; DeepSeek-V3's MTP layer is refused), ernie4_5 and
-    ernie4_5_moe (its MTP tensors are refused: drop them first). A tensor
-    no rule covers is refused, never copied unrotated.
+    ernie4_5_moe (its MTP tensors are refused: drop them first),
+    hunyuan_v1_dense, hunyuan_v1_moe and hy_v3 (Hy3's MTP layer is
+    refused), apertus (its norms under its own names; xIELU's parameters
+    kept). A tensor no rule covers is refused, never copied unrotated.
 
     \b
     Typical use:

@@ -14,12 +14,13 @@ from conftest import GOLDEN, assert_one_line_error, run_tool
 from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
+from iekit.convert.rotate import LLAMA_NORMS, NORM_NAMES
 from iekit.runtime.decoder import Decoder
 
 IDS = [3, 17, 42, 99, 5, 250, 7, 8, 1, 64, 12, 200]
 MODELS = ["tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral", "tiny-qwen3-moe",
           "tiny-smollm3", "tiny-granite", "tiny-ministral3", "tiny-seed-oss", "tiny-olmoe",
-          "tiny-qwen2-moe", "tiny-deepseek-v2", "tiny-ernie4-5", "tiny-hunyuan-dense", "tiny-hunyuan-moe"]
+          "tiny-qwen2-moe", "tiny-deepseek-v2", "tiny-ernie4-5", "tiny-hunyuan-dense", "tiny-hunyuan-moe", "tiny-apertus"]
 
 
 def _rotate(src, out, *extra):
@@ -73,7 +74,7 @@ def test_rotated_checkpoint_computes_the_same_logits(tmp_path, model):
                if k.endswith("layernorm.weight") and not k.endswith(("_a_layernorm.weight", "query_layernorm.weight",
                                                                       "key_layernorm.weight"))
                or k == "model.norm.weight")
-    g1 = w["model.layers.0.input_layernorm.weight"]
+    g1 = w["model.layers.0." + NORM_NAMES.get(cfg["model_type"], LLAMA_NORMS)[0]]  # (Apertus's: its own names)
     q = w["model.layers.0.self_attn.q_proj.weight"] * g1
     rq = r["model.layers.0.self_attn.q_proj.weight"]
     assert np.allclose(rq @ rq.T, q @ q.T, rtol=1e-5, atol=1e-6 * np.abs(q @ q.T).max())
