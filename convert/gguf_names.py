@@ -256,6 +256,9 @@ class GGUFArch:
     # a layer's one-value tensors llama.cpp reads as keys, one array over the layers each (not under {arch}.):
     # HF suffix -> (key, the tensor's shape) (Apertus's xIELU parameters, XIELU_KEYS)
     layer_keys: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+    # the export writes {arch}.expert_gating_func of a sigmoid router where the architecture reads the key; False
+    # where its converter writes none and llama.cpp's graph is sigmoid-gated without it (Nemotron-H's, AFMoE's)
+    gating_key: bool = True
 
 
 # An nvfp4 weight's quant keys and the F32 tensors llama.cpp's converter keeps them in beside X.weight (X.scale,
@@ -557,7 +560,7 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              keys=_NEMOTRON_KEYS | {"expert_shared_feed_forward_length", "expert_shared_count", "expert_weights_norm",
                                     "expert_weights_scale", "expert_gating_func", "expert_group_count",
                                     "expert_group_used_count"},
-             nemotron=True, top=_NEMOTRON_TOP, mlp_act="relu2"),
+             nemotron=True, top=_NEMOTRON_TOP, mlp_act="relu2", gating_key=False),
     GGUFArch("granitemoe", "GraniteMoeSharedForCausalLM", "granitemoeshared", True,
              {**_GRANITE_ATTN, **_GRANITE_EXPERTS,
               **{h: f"{g}.weight" for h, g in zip(_GRANITE_SHARED, _GRANITE_SHEXP)}},
@@ -642,7 +645,7 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
                      "pre_mlp_layernorm.weight": "ffn_norm.weight", "post_mlp_layernorm.weight": "post_ffw_norm.weight",
                      "self_attn.gate_proj.weight": "attn_gate.weight", "mlp.router.gate.weight": "ffn_gate_inp.weight",
                      "mlp.expert_bias": "exp_probs_b.bias", **_shexp("mlp.shared_experts")}),
-             experts=_QWEN_EXPS, swa_pattern=4,
+             experts=_QWEN_EXPS, swa_pattern=4, gating_key=False,
              keys=frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_norm",
                              "expert_weights_scale", "expert_gating_func", "attention.sliding_window",
                              "attention.sliding_window_pattern", "rope.freq_base_swa"})),
@@ -756,7 +759,8 @@ GRANITE_HYBRID_DENSE = GGUFArch("granitehybrid", "GraniteMoeHybridForCausalLM", 
                                 keys=_GRANITE_KEYS | {"expert_used_count"}, mamba=True)
 # Nemotron-H without experts (4B, 8B, 47B, 56B; Nemotron Nano 9B v2, 12B v2): llama.cpp's nemotron_h
 NEMOTRON_H_DENSE = GGUFArch("nemotron_h", "NemotronHForCausalLM", "nemotron_h", True, {**_NEMOTRON, **_NEMOTRON_MLP},
-                            keys=_NEMOTRON_KEYS, nemotron=True, top=_NEMOTRON_TOP, mlp_act="relu2")
+                            keys=_NEMOTRON_KEYS, nemotron=True, top=_NEMOTRON_TOP, mlp_act="relu2",
+                            gating_key=False)
 # every key a layer's tensors are read from (GGUFArch.layer_keys): one in a file whose architecture reads none is refused
 LAYER_KEYS = frozenset(k for a in ARCHS.values() for k, _ in a.layer_keys.values())
 # what the importer reads

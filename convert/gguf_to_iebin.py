@@ -946,10 +946,7 @@ def _hy_v3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     (mlp_layer_types); the shared experts expert_shared_feed_forward_length wide (an expert's without it), a whole
     number of experts; the multi-token prediction layers counted in block_count (num_hidden_layers: the trunk)."""
     a = arch.gguf
-    _gated(g, arch, SIGMOID_GATING, SIGMOID_GATING)
-    if _field(g, f"{a}.expert_weights_norm", bool, False) is not True:
-        raise FormatError(g.path, f"{a}.expert_weights_norm", "false or missing: llama.cpp then leaves the chosen "
-                                                              "experts' scores unnormalised, which HYV3 never does")
+    _renormalised_sigmoid(g, arch)
     nextn, trunk = _mtp_trunk(g, a, cfg)
     inter = _field(g, f"{a}.expert_feed_forward_length", int)
     shared = _field(g, f"{a}.expert_shared_feed_forward_length", int, inter)
@@ -970,23 +967,32 @@ def _afmoe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     expert_weights_scale, beside expert_shared_count shared ones, after leading_dense_block_count dense layers;
     embeddings times sqrt(hidden) always (mup_enabled); sliding layers by the pattern (every 4th full), whose full
     layers must be every 4th, the ones llama.cpp's graph leaves unrotated (its fixed n_no_rope_layer_step)."""
-    a = arch.gguf
-    _gated(g, arch, SIGMOID_GATING, SIGMOID_GATING)
-    if _field(g, f"{a}.expert_weights_norm", bool, False) is not True:
-        raise FormatError(g.path, f"{a}.expert_weights_norm", "false or missing: llama.cpp then leaves the chosen "
-                                                              "experts' scores unnormalised, which AFMoE never does")
+    a, period = arch.gguf, arch.swa_pattern
+    _renormalised_sigmoid(g, arch)
     _sliding_layers(g, arch, cfg, "llama.cpp's afmoe turns the sliding layers by rope.freq_base")
-    layers = cfg["num_hidden_layers"]
-    if cfg["layer_types"] != ["full_attention" if full else "sliding_attention" for full in every_nth(4, layers)]:
-        raise FormatError(g.path, f"{a}.attention.sliding_window_pattern", "full layers other than every 4th: "
-                                                                           "llama.cpp's afmoe leaves every 4th layer "
-                                                                           "unrotated, the full ones in AFMoE")
+    full = every_nth(period, cfg["num_hidden_layers"])
+    if cfg["layer_types"] != ["full_attention" if f else "sliding_attention" for f in full]:
+        raise FormatError(g.path, f"{a}.attention.sliding_window_pattern", f"full layers other than every {period}th: "
+                                                                           f"llama.cpp's afmoe leaves every {period}th "
+                                                                           "layer unrotated, the full ones in AFMoE")
     cfg.update(num_experts=cfg.pop("num_local_experts"),
                moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
                num_shared_experts=_field(g, f"{a}.expert_shared_count", int),
                num_dense_layers=_field(g, f"{a}.leading_dense_block_count", int, 0),
                route_scale=_field(g, f"{a}.expert_weights_scale", float, 1.0), route_norm=True, mup_enabled=True,
-               global_attn_every_n_layers=4)
+               global_attn_every_n_layers=period)
+
+
+def _renormalised_sigmoid(g: GGUFModel, arch: GGUFArch) -> None:
+    """Hy3's and AFMoE's router as llama.cpp reads it: sigmoid-gated (the default without the key), the chosen
+    experts' scores renormalised (expert_weights_norm, which transformers' HYV3 and AFMoE always do: false or missing
+    is refused)."""
+    a = arch.gguf
+    _gated(g, arch, SIGMOID_GATING, SIGMOID_GATING)
+    if _field(g, f"{a}.expert_weights_norm", bool, False) is not True:
+        raise FormatError(g.path, f"{a}.expert_weights_norm", "false or missing: llama.cpp then leaves the chosen "
+                                                              f"experts' scores unnormalised, which {arch.hf_class} "
+                                                              "never does")
 
 
 def _ernie_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:

@@ -321,9 +321,10 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
             if spec.embed_scale == 1.0:
                 raise IEError(f"{where}.mup_enabled: false; llama.cpp's afmoe multiplies the embeddings by "
                               "sqrt(hidden_size) always")
-            if [w == 0 for w in spec.windows] != list(every_nth(4, spec.n_layers)):
+            if [w == 0 for w in spec.windows] != list(every_nth(arch.swa_pattern, spec.n_layers)):
                 raise IEError(f"{where}.layer_types: full layers at {[i for i, w in enumerate(spec.windows) if not w]}; "
-                              "llama.cpp's afmoe has every 4th layer full and unrotated, the others sliding")
+                              f"llama.cpp's afmoe has every {arch.swa_pattern}th layer full and unrotated, the others "
+                              "sliding")
         if arch.gguf == "gpt-oss" and (moe.alpha, moe.limit) != GPT_OSS_SWIGLU:
             raise IEError(f"{where}.swiglu_limit: llama.cpp's gpt-oss runs swiglu_alpha {GPT_OSS_SWIGLU[0]} and "
                           f"swiglu_limit {GPT_OSS_SWIGLU[1]}; this model has {moe.alpha} and {moe.limit}")
@@ -826,8 +827,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             kv[f"{a}.interleave_moe_layer_step"] = moe.layers.index(True) + 1
         # (the converter writes it for glm4moe, and for minimax-m2 from the Hub config's scoring_func; llama4's graph
         # is sigmoid-gated without it)
-        # (nemotron_h_moe's graph and afmoe's are sigmoid-gated without the key, which their converters do not write)
-        if moe.sigmoid and "expert_gating_func" in arch.keys and not arch.nemotron and arch.gguf != "afmoe":
+        if moe.sigmoid and "expert_gating_func" in arch.keys and arch.gating_key:
             kv[f"{a}.expert_gating_func"] = SIGMOID_GATING
         elif arch.mla:  # softmax (DeepSeek-V2's Hub configs' scoring_func; Mistral 4's router)
             kv[f"{a}.expert_gating_func"] = SOFTMAX_GATING

@@ -1341,8 +1341,8 @@ def _hy_v3_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
     """Hy3's experts (HYV3Config's keys and defaults; HYV3TopKRouter): in the layers mlp_layer_types calls "sparse"
     (all but the first without it), scaled by router_scaling_factor (_chosen_by_bias)."""
     return _chosen_by_bias(cfg, meta_path, "HYV3", {"num_experts": 192, "num_experts_per_tok": 8,
-                                                    "moe_intermediate_size": 1536, "num_shared_experts": 1,
-                                                    "router_scaling_factor": 2.826},
+                                                    "moe_intermediate_size": 1536, "num_shared_experts": 1},
+                           ("router_scaling_factor", 2.826),
                            _mlp_layer_types(cfg, n_layers, meta_path), MOE_NAMES["hy_v3"])
 
 
@@ -1351,14 +1351,15 @@ def _afmoe_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec:
     num_dense_layers on, scaled by route_scale (_chosen_by_bias)."""
     dense = _int(cfg, meta_path, "num_dense_layers", 1, section="config", allow_zero=True)
     return _chosen_by_bias(cfg, meta_path, "AFMoE", {"num_experts": 64, "num_experts_per_tok": 6,
-                                                     "moe_intermediate_size": 1408, "num_shared_experts": 2,
-                                                     "route_scale": 1.0},
+                                                     "moe_intermediate_size": 1408, "num_shared_experts": 2},
+                           ("route_scale", 1.0),
                            tuple(i >= dense for i in range(n_layers)), MOE_NAMES["afmoe"])
 
 
-def _chosen_by_bias(cfg: dict[str, Any], meta_path: Path, who: str, defaults: dict[str, Any],
-                    layers: tuple[bool, ...], names: dict[str, str]) -> MoeSpec:
-    """Hy3's and AFMoE's routing, under their config classes' keys (``defaults``, the last the scale's): in
+def _chosen_by_bias(cfg: dict[str, Any], meta_path: Path, who: str, defaults: dict[str, int],
+                    scale: tuple[str, float], layers: tuple[bool, ...], names: dict[str, str]) -> MoeSpec:
+    """Hy3's and AFMoE's routing, under their config classes' keys (``defaults``; ``scale``: the scale's key and
+    default): in
     ``layers``, num_experts_per_tok of num_experts chosen by sigmoid score plus the choice bias, their scores
     renormalised and times the scale, beside num_shared_experts shared ones (one MLP of as many times
     moe_intermediate_size). A Hub config's route_norm false (llama.cpp's converters read it; transformers
@@ -1371,10 +1372,10 @@ def _chosen_by_bias(cfg: dict[str, Any], meta_path: Path, who: str, defaults: di
     if cfg.get("route_norm", True) is not True:
         raise UnsupportedError(f"{meta_path}: config.route_norm: {cfg['route_norm']!r}; transformers' {who} "
                                "renormalises the chosen experts' scores always (true is supported)")
-    inter, scale = get("moe_intermediate_size"), list(defaults)[-1]
+    inter = get("moe_intermediate_size")
     return MoeSpec(n_experts=n_experts, top_k=top_k, inter=inter, norm_topk=True, glu="silu", alpha=1.702, limit=7.0,
                    layers=layers, names=names, shared_inter=inter * get("num_shared_experts", allow_zero=True),
-                   sigmoid=True, routed_scale=_positive(cfg, meta_path, scale, defaults[scale], section="config"))
+                   sigmoid=True, routed_scale=_positive(cfg, meta_path, *scale, section="config"))
 
 
 def _mamba(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path) -> dict[str, Any]:
