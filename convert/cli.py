@@ -404,8 +404,8 @@ def text_model_cmd(hf_dir, out_dir, overwrite, quiet):
               help="Quantize again, to this type, the tensors whose bytes no GGUF type holds (int4w with f32 "
                    "scales, iq4_xsh); the error it adds is reported per tensor. Without it they are refused.")
 @click.option("--allow-full-attention", is_flag=True,
-              help="Mistral/Mixtral with a sliding window shorter than the context: export anyway (llama.cpp's "
-                   "llama architecture attends to every position: identical up to the window).")
+              help="A model with sliding-window layers whose llama.cpp architecture attends to every position "
+                   "(Mistral, Mixtral, Qwen3, ...): export anyway, identical for contexts up to the window.")
 @split_max_size_option("")
 @click.option("--split-max-tensors", type=click.IntRange(min=1), help="Split into files of at most N tensors.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file (never a non-regular one).")

@@ -270,13 +270,19 @@ class _Plan:
         return self.entries[name]
 
 
+def _slides(arch: GGUFArch) -> bool:
+    """Whether llama.cpp's graph for this architecture slides a window: those whose files carry
+    attention.sliding_window, but phi3's, which records the window and attends to every position."""
+    return "attention.sliding_window" in arch.keys and arch.gguf != "phi3"
+
+
 def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: dict[str, Any],
                        allow_full_attention: bool) -> list[str]:
     """Refuse what llama.cpp's graph for this architecture cannot run as the
     decoder does (one line naming the config key); return the warnings."""
     where = f"{model.meta_path}: config"
     warnings = []
-    if arch.gguf in ("llama", "phi3", "mistral3", "starcoder2") and any(spec.windows):
+    if any(spec.windows) and not _slides(arch):
         w = max(spec.windows)
         if w < spec.max_positions and not allow_full_attention:
             raise IEError(f"{where}.sliding_window: {w} positions; llama.cpp's {arch.gguf} architecture attends to every "

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import GOLDEN_HF, GOLDEN_IEBIN, SMOLLM2_GGUF, assert_one_line_error, needs_smollm2, run_tool
+from conftest import (GOLDEN_HF, GOLDEN_IEBIN, SMOLLM2_GGUF, assert_one_line_error, edited_artifact, needs_smollm2,
+                      reconfigure, run_tool)
 from gguf_build import llama_permute
 from llamacpp_models import ARCH_OF, llamacpp_models
 
@@ -586,9 +587,13 @@ def test_what_llamacpp_cannot_express_is_refused(tmp_path):
     assert_one_line_error(res, "config.sliding_window", "--allow-full-attention")
     res = _export(GOLDEN_IEBIN / "tiny-qwen3-moe", out)
     assert_one_line_error(res, "config.mlp_only_layers")
+    swa = edited_artifact(GOLDEN_IEBIN / "tiny-qwen3", tmp_path / "qwen3-swa", lambda meta: reconfigure(
+        meta, sliding_window=4, layer_types=["sliding_attention", "full_attention"]))
+    res = _export(swa, out)  # (llama.cpp's qwen3 attends to every position: the window would be dropped)
+    assert_one_line_error(res, "config.sliding_window", "llama.cpp's qwen3", "--allow-full-attention")
     res = _export(GOLDEN_IEBIN / "tiny-gpt-oss", out)
     assert_one_line_error(res, "config.swiglu_limit", "7.0")
-    assert not out.exists() and not list(tmp_path.iterdir())
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["qwen3-swa"]
 
 
 def test_mistral_with_full_attention_matches_within_its_window(tmp_path):
