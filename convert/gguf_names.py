@@ -674,6 +674,16 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              experts=_QWEN_EXPS,
              keys=frozenset({"expert_shared_feed_forward_length", "expert_weights_norm", "expert_weights_scale",
                              "expert_gating_func", "nextn_predict_layers"})),
+    # dots.llm1 as convert_hf_to_gguf's Dots1Model (a Qwen2MoeModel) writes it: Qwen3's attention names, GLM-4.5's
+    # router (its choice bias as exp_probs_b.bias), experts and shared experts; the first leading_dense_block_count
+    # layers dense. llama.cpp's dots1 has no default gating (its graph aborts without expert_gating_func), no window
+    GGUFArch("dots1", "Dots1ForCausalLM", "dots1", False,
+             _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight",
+                     "mlp.gate.e_score_correction_bias": "exp_probs_b.bias", **_shexp("mlp.shared_experts")}),
+             experts=_QWEN_EXPS,
+             keys=frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
+                             "expert_weights_norm", "expert_gating_func", "expert_group_count",
+                             "expert_group_used_count"})),
     # Ministral 3, Devstral Small 2, and Mistral Small 3.x as the converter writes Mistral3ForConditionalGeneration
     # (convert_hf_to_gguf's Ministral3Model, a LlamaModel): Llama's names and interleaved q/k rows, YaRN's
     # mscale_all_dim as rope.scaling.yarn_log_multiplier, Llama 4's attention temperature as

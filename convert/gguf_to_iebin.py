@@ -874,7 +874,7 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int, 0) or ff // k,
                    shared_expert_intermediate_size=_field(g, f"{a}.expert_shared_feed_forward_length", int, 0) or ff)
     if arch.hf_class in ("Glm4MoeForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM",
-                         "Glm4MoeLiteForCausalLM", "Mistral4ForCausalLM"):
+                         "Glm4MoeLiteForCausalLM", "Mistral4ForCausalLM", "Dots1ForCausalLM"):
         _v3_router_config(g, arch, cfg)
     if arch.hf_class == "MiniMaxM2ForCausalLM":  # (llama.cpp's minimax-m2 graph aborts without the key)
         _gated(g, arch, SIGMOID_GATING, None)
@@ -1143,13 +1143,14 @@ def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
     mistral4 = arch.hf_class == "Mistral4ForCausalLM"
     if mistral4:  # (softmax, llama.cpp's default where the key is missing)
         _gated(g, arch, SOFTMAX_GATING, SOFTMAX_GATING)
-    elif not v2:
-        _gated(g, arch, SIGMOID_GATING, SIGMOID_GATING if a == "glm4moe" else _deepseek2_gating(g))
+    elif not v2:  # (dots1: required, as llama.cpp's graph has no default)
+        _gated(g, arch, SIGMOID_GATING, SIGMOID_GATING if a == "glm4moe" else None if a == "dots1" else
+               _deepseek2_gating(g))
     nextn, trunk = _mtp_trunk(g, a, cfg)
     names = {t.name for t in g.tensors}
     cfg.update(n_routed_experts=cfg.pop("num_local_experts"), num_hidden_layers=trunk, num_nextn_predict_layers=nextn,
                moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int),
-               n_shared_experts=_field(g, f"{a}.expert_shared_count", int, 0),
+               n_shared_experts=_field(g, f"{a}.expert_shared_count", int, None if a == "dots1" else 0),
                first_k_dense_replace=_field(g, f"{a}.leading_dense_block_count", int, 0), **_v3_router(g, a))
     if (v2 or mistral4) and cfg["topk_group"] < cfg["n_group"]:
         raise FormatError(g.path, f"{a}.expert_group_used_count", f"{cfg['topk_group']} of {cfg['n_group']} groups "
@@ -1165,6 +1166,10 @@ def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
                                                                    "prediction layers")
         cfg.pop("num_nextn_predict_layers")
         cfg.update(n_group=1, topk_group=1)  # (every group used: one)
+        return
+    if a == "dots1":  # (the Hub's keys; no MTP layers: their key is not dots1's; llama.cpp's dots1 slides no window)
+        cfg.pop("num_nextn_predict_layers")
+        cfg.update(scoring_func="sigmoid", topk_method="noaux_tc", sliding_window=None)
         return
     cfg.update(scoring_func="softmax" if v2 else "sigmoid", topk_method="greedy" if v2 else "noaux_tc")
     if arch.hf_class == "Glm4MoeLiteForCausalLM":  # its dense layers per layer; first_k_dense_replace as the Hub's

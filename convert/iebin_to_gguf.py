@@ -384,9 +384,9 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     if arch.embed_head and not spec.tied:
         raise IEError(f"{where}.tie_word_embeddings: false; llama.cpp's {arch.gguf} reads the embedding as its output "
                       "head")
-    if arch.gguf == "olmoe" and spec.n_kv_heads != spec.n_heads:
-        raise IEError(f"{where}.num_key_value_heads: {spec.n_kv_heads} of {spec.n_heads} heads; llama.cpp's olmoe "
-                      "has a key head per query head")
+    if arch.gguf in ("olmoe", "dots1") and spec.n_kv_heads != spec.n_heads:  # (their loaders size k and v as q)
+        raise IEError(f"{where}.num_key_value_heads: {spec.n_kv_heads} of {spec.n_heads} heads; llama.cpp's "
+                      f"{arch.gguf} has a key head per query head")
     if arch.own_head and spec.tied:
         raise IEError(f"{where}.tie_word_embeddings: true; llama.cpp's {arch.gguf} requires an output head of its own")
     if spec.mlp_act != arch.mlp_act:
@@ -413,7 +413,7 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
 # layers before, leading_dense_block_count), by the config key that could place them otherwise
 LEADING_DENSE = {"glm4moe": "first_k_dense_replace", "deepseek2": "mlp_layer_types",
                  "mistral4": "first_k_dense_replace", "ernie4_5-moe": "moe_layer_interval",
-                 "lfm2moe": "num_dense_layers", "afmoe": "num_dense_layers"}
+                 "lfm2moe": "num_dense_layers", "afmoe": "num_dense_layers", "dots1": "first_k_dense_replace"}
 
 
 def _leading_dense(moe: Any) -> int:
@@ -817,7 +817,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.expert_used_count"] = moe.top_k
         if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "mistral4",
                          "llama4", "ernie4_5-moe", "qwen35moe", "qwen3next", "lfm2moe", "nemotron_h_moe",
-                         "hunyuan-moe", "hy_v3", "afmoe"):
+                         "hunyuan-moe", "hy_v3", "afmoe", "dots1"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
         # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model, Ernie4_5MoeModel and LFM2MoeModel write them:
         # the shared experts' count where the architecture has a key for it)
@@ -847,8 +847,9 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             kv[f"{a}.expert_weights_scale"] = float(moe.routed_scale)
         if arch.gguf == "afmoe":  # (its window; the full layers every 4th, llama.cpp's default period: no pattern key)
             kv[f"{a}.attention.sliding_window"] = max(spec.windows)
-        # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model and NemotronHModel write DeepSeek-V3's router)
-        if arch.gguf in ("glm4moe", "deepseek2", "mistral4", "nemotron_h_moe"):
+        # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model, NemotronHModel and Dots1Model write DeepSeek-V3's
+        # router)
+        if arch.gguf in ("glm4moe", "deepseek2", "mistral4", "nemotron_h_moe", "dots1"):
             if moe.sigmoid or arch.gguf == "mistral4":  # (DeepSeek-V2's config has no groups to write; Mistral 4's one)
                 kv[f"{a}.expert_group_count"] = moe.n_group
                 kv[f"{a}.expert_group_used_count"] = moe.topk_group

@@ -140,6 +140,9 @@ class Arch:
     gate_proj: bool = False
     mup: bool = False
     period_key: str = "sliding_window_pattern"  # the config key of window_period (every so many layers full)
+    # without layer_types, the layers from config.max_window_layers (this its default) on slide where
+    # config.sliding_window is set (Dots1Config's rule; 0: none but by layer_types)
+    max_window_layers: int = 0
 
 
 # LFM2's names for Llama's (Arch.renames)
@@ -255,6 +258,10 @@ ARCHS = {
     # score plus a choice bias, renormalised and scaled (GLM-4.5's router), beside shared ones (_hy_v3_moe); the
     # multi-token prediction layers after the last (num_nextn_predict_layers) left unread, as transformers does
     "HYV3ForCausalLM": Arch(moe="hy_v3", qk_norm=True, default_theta=11_158_840.0),
+    # models/dots1 (rednote's dots.llm1): Qwen3's attention (sliding from max_window_layers on, or by layer_types);
+    # the first first_k_dense_replace layers dense, the others DeepSeek-V3's router and shared experts under
+    # GLM-4.5's names (sigmoid scores plus a choice bias, within groups)
+    "Dots1ForCausalLM": Arch(moe="dots1", qk_norm=True, max_window_layers=62),
     # models/glm4 (GLM-4-0414, GLM-Z1): partial interleaved RoPE (half of each head by default), norms before and
     # after each block, gate_up_proj fused as Phi-3's (formats/fused_tensors.py), q/k/v biases where stored
     "Glm4ForCausalLM": Arch(partial_rope=True, rope_interleaved=True, glm_norms=True, default_partial=0.5),
@@ -350,7 +357,7 @@ MOE_NAMES["glm4_moe"] = {**MOE_NAMES["qwen3_moe"], "expert_bias": "mlp.gate.e_sc
                          "shared_up": "mlp.shared_experts.up_proj.weight",
                          "shared_down": "mlp.shared_experts.down_proj.weight"}
 # DeepSeek-V3's: GLM-4.5's; DeepSeek-V2's the same without the choice bias.
-MOE_NAMES["deepseek_v3"] = MOE_NAMES["glm4_moe_lite"] = MOE_NAMES["glm4_moe"]
+MOE_NAMES["deepseek_v3"] = MOE_NAMES["glm4_moe_lite"] = MOE_NAMES["dots1"] = MOE_NAMES["glm4_moe"]
 MOE_NAMES["deepseek_v2"] = {k: v for k, v in MOE_NAMES["glm4_moe"].items() if k != "expert_bias"}
 # Mistral 4's: DeepSeek-V2's router and shared experts, the routed ones in two stacks as Granite's (gate_up_proj
 # [experts, 2 inter, hidden], gate's rows then up's: MoeSpec.glu "halves"; down_proj [experts, hidden, inter])
@@ -367,7 +374,11 @@ ROUTER_DEFAULTS = {"glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 
                                 "routed_scaling_factor": 1.0},
                    # (its dense layers: mlp_layer_types, not first_k_dense_replace)
                    "glm4_moe_lite": {"n_shared_experts": 1, "n_group": 1, "topk_group": 1,
-                                     "routed_scaling_factor": 1.8}}
+                                     "routed_scaling_factor": 1.8},
+                   # (Dots1Config has no shared experts' default: the key is required; its top-k weights are not
+                   # renormalised by default, unlike the others')
+                   "dots1": {"first_k_dense_replace": 0, "n_shared_experts": None, "n_group": 1, "topk_group": 1,
+                             "routed_scaling_factor": 1.0, "norm_topk_prob": False}}
 # HunYuan-MoE's: Qwen3-MoE's experts, its router mlp.gate.wg, one shared MLP (no gate of its own).
 MOE_NAMES["hunyuan_moe"] = {**MOE_NAMES["qwen3_moe"], "router": "mlp.gate.wg.weight",
                             **{f"shared_{k}": f"mlp.shared_mlp.{k}_proj.weight" for k in ("gate", "up", "down")}}
@@ -922,6 +933,9 @@ def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int
                                "supported")
     types = cfg.get("layer_types")
     window = cfg.get("sliding_window")
+    if types is None and arch.max_window_layers and window is not None:  # (Dots1Config: from max_window_layers on)
+        first = _int(cfg, meta_path, "max_window_layers", arch.max_window_layers, section="config", allow_zero=True)
+        types = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
     if types is None and arch.window_period:  # Gemma's configs on the Hub: every pattern-th layer is global
         pattern = _int(cfg, meta_path, arch.period_key, arch.window_period, section="config")
         types = ["full_attention" if full else "sliding_attention" for full in every_nth(pattern, n_layers)]
@@ -1042,7 +1056,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
     layers = (True,) * n_layers
     norm_topk, glu, alpha, limit = True, "silu", 1.702, 7.0
     if qwen or glm or arch.moe == "olmoe":
-        norm = cfg.get("norm_topk_prob", glm)  # (Glm4MoeConfig's and DeepseekV3Config's default is true, the others' false)
+        # (Glm4MoeConfig's and DeepseekV3Config's default is true, Dots1Config's and the others' false)
+        norm = cfg.get("norm_topk_prob", ROUTER_DEFAULTS.get(arch.moe, {}).get("norm_topk_prob", glm))
         if not isinstance(norm, bool):
             raise IEError(f"{meta_path}: config.norm_topk_prob: expected true or false, got {norm!r}")
         if norm and arch.moe == "deepseek_v2":
@@ -1083,6 +1098,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
                 raise IEError(f"{meta_path}: config.topk_method: expected 'greedy' or 'group_limited_greedy', "
                               f"got {method!r}")
             groups = used = 1
+        if arch.moe == "dots1":  # (sigmoid always, as DeepseekV3TopkRouter; the Hub's scoring_func says so)
+            _sigmoid_scored(cfg, meta_path)
         if arch.moe == "mistral4":  # softmax scores (Mistral4TopkRouter); its groups ranked by their best two
             if used < groups:
                 raise UnsupportedError(f"{meta_path}: config.topk_group: {used} of n_group {groups}; groups of "
@@ -1376,6 +1393,20 @@ def _chosen_by_bias(cfg: dict[str, Any], meta_path: Path, who: str, defaults: di
     return MoeSpec(n_experts=n_experts, top_k=top_k, inter=inter, norm_topk=True, glu="silu", alpha=1.702, limit=7.0,
                    layers=layers, names=names, shared_inter=inter * get("num_shared_experts", allow_zero=True),
                    sigmoid=True, routed_scale=_positive(cfg, meta_path, *scale, section="config"))
+
+
+def _sigmoid_scored(cfg: dict[str, Any], meta_path: Path) -> None:
+    """Refuse a config whose scoring_func says other than the sigmoid its router always runs: transformers ignores
+    the key, llama.cpp's converter writes it as the gating llama.cpp runs, so the two would differ. dots.llm1's
+    first Hub configs said "noaux_tc" there (its converter then read that as sigmoid)."""
+    func = cfg.get("scoring_func", "sigmoid")
+    if func not in ("sigmoid", "noaux_tc"):
+        raise UnsupportedError(f"{meta_path}: config.scoring_func: {func!r}; this router scores experts by sigmoid "
+                               "(transformers runs no other), and llama.cpp would run what the key says")
+    method = cfg.get("topk_method", "noaux_tc")
+    if method != "noaux_tc":
+        raise UnsupportedError(f"{meta_path}: config.topk_method: {method!r}; this router chooses by score plus its "
+                               "choice bias within groups ('noaux_tc'), and has no other")
 
 
 def _mamba(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path) -> dict[str, Any]:

@@ -134,6 +134,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # 
 from transformers import (  # noqa: E402
     AfmoeConfig,
     AfmoeForCausalLM,
+    Dots1Config,
+    Dots1ForCausalLM,
     ApertusConfig,
     ApertusForCausalLM,
     ArceeConfig,
@@ -398,6 +400,7 @@ APERTUS_XIELU = ({"alpha_p": 0.6, "alpha_n": -0.4, "beta": 0.5, "eps": -1e-6},
                  {"alpha_p": -0.8, "alpha_n": 0.9, "beta": 0.3, "eps": -0.5})
 AFMOE_SEED = SEED + 233  # the first from SEED + 230 whose greedy cases run 16 tokens with margins >= 0.04
 APERTUS_SEED = SEED + 226  # the first from SEED + 220 whose greedy cases run 16 tokens with margins >= 0.05
+DOTS1_SEED = SEED + 253  # the best of SEED + 240..260: its greedy cases run 16 tokens with margins >= 0.047
 HUNYUAN_MOE_SEED = SEED + 197  # the first from SEED + 190 whose greedy cases run 16 tokens with margins >= 0.05
 GPT_OSS_ROPE = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                 "original_max_position_embeddings": 4096, "truncate": False}  # gpt-oss-20b's own
@@ -1472,6 +1475,40 @@ def make_afmoe(tok) -> None:
         assert_feature_matters(AfmoeForCausalLM, out, logits, what, **override)
 
 
+def _dots1_biases(model) -> None:
+    """e_score_correction_bias, as _glm4_moe_biases."""
+    gen = torch.Generator(device="cpu").manual_seed(DOTS1_SEED)
+    for layer in model.model.layers:
+        if hasattr(layer.mlp, "gate"):
+            b = layer.mlp.gate.e_score_correction_bias
+            b.copy_(0.1 * torch.randn(b.shape, generator=gen))
+
+
+def make_dots1(tok) -> None:
+    """dots.llm1 (rednote-hilab's Dots1ForCausalLM): Qwen3's attention (per-head q/k norms before RoPE; as many
+    key/value heads as query heads, as the Hub's model and llama.cpp's loader have them); a dense
+    first layer, then 4 experts in 2 groups (the better group kept, top 2 by sigmoid score plus a choice bias,
+    renormalised, x 2.5) beside a shared one, DeepSeek-V3's router; untied. Its config.json states scoring_func and
+    topk_method, as the Hub's does (llama.cpp's converter writes the gating it reads from scoring_func)."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    dims["num_key_value_heads"] = dims["num_attention_heads"]  # (llama.cpp's dots1 loads k and v as wide as q)
+    cfg = Dots1Config(**dims, head_dim=16, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                      n_shared_experts=1, first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+                      n_group=2, topk_group=1, sliding_window=None, tie_word_embeddings=False, pad_token_id=None,
+                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg.architectures = ["Dots1ForCausalLM"]
+    out = HF_DIR / "tiny-dots1"
+    logits = save_model(tok, out.name, Dots1ForCausalLM, cfg, DOTS1_SEED, torch.bfloat16,
+                        after_init=torch.no_grad()(_dots1_biases))
+    write_json(out / "config.json", {**json.loads((out / "config.json").read_text()), "scoring_func": "sigmoid",
+                                     "topk_method": "noaux_tc"})
+    for what, override in (("routed_scaling_factor", {"routed_scaling_factor": 1.0}),
+                           ("the groups", {"n_group": 1, "topk_group": 1}),
+                           ("norm_topk_prob", {"norm_topk_prob": False})):
+        assert_feature_matters(Dots1ForCausalLM, out, logits, what, **override)
+
+
 def make_seed_oss(tok) -> None:
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     del dims["rope_theta"]  # in rope_parameters
@@ -2202,6 +2239,7 @@ def main() -> None:
     make_hy_v3(tok)
     make_apertus(tok)
     make_afmoe(tok)
+    make_dots1(tok)
     make_glm4(tok)
     make_glm4_vl(tok)
     make_glm4_vl_moe(tok)

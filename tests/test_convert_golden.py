@@ -74,6 +74,7 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-seed-oss", "tiny-seed-oss", []),
     ("tiny-apertus", "tiny-apertus", []),
     ("tiny-afmoe", "tiny-afmoe", []),
+    ("tiny-dots1", "tiny-dots1", []),
     ("tiny-hunyuan-dense", "tiny-hunyuan-dense", []),
     ("tiny-hunyuan-moe", "tiny-hunyuan-moe", []),
     ("tiny-hy-v3", "tiny-hy-v3", []),
