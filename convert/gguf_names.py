@@ -351,7 +351,8 @@ _QWEN35_KEYS = frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.group_count"
                           "attention.recurrent_layers", "full_attention_interval", "rope.dimension_sections",
                           "nextn_predict_layers"})
 _QWEN35 = dict(norm_shift=1.0, unshifted=("linear_attn.norm.weight",), linear=True, mtp_beside=True)
-NO_DENSE_MLP = ("Qwen3_5MoeForCausalLM",)  # experts in every layer: llama.cpp's converter writes no feed_forward_length
+# experts in every layer: llama.cpp's converter writes no feed_forward_length (Solar Open's config has no dense width)
+NO_DENSE_MLP = ("Qwen3_5MoeForCausalLM", "SolarOpenForCausalLM")
 # Qwen3.5's multi-token prediction block: Hugging Face keeps it beside the model (mtp.layers.I: a full-attention
 # layer; mtp.fc, its two input norms and its output norm), llama.cpp as blocks after the last (blk.N+I with the
 # nextn.* tensors of the first), every norm stored 1 + w
@@ -599,6 +600,17 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
                              "expert_weights_norm", "expert_gating_func", "nextn_predict_layers", "expert_group_count",
                              "expert_group_used_count", "rope.dimension_sections"}),
              eot_token="<|user|>", eom_token="<|observation|>"),
+    # Solar Open as convert_hf_to_gguf's SolarOpenModel (a Glm4MoeModel) writes it: GLM-4.5's file with experts in
+    # every layer, no q/k norms, no MTP layers, no dense width; its import is GLM-4.5's (the same model)
+    GGUFArch("glm4moe", "SolarOpenForCausalLM", "solar_open", False,
+             _dense({"mlp.gate.weight": "ffn_gate_inp.weight",
+                     "mlp.gate.e_score_correction_bias": "exp_probs_b.bias", **_shexp("mlp.shared_experts")},
+                    norm_after="post_attention_norm"),
+             experts=_QWEN_EXPS,
+             keys=frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
+                             "expert_weights_norm", "expert_gating_func", "expert_group_count",
+                             "expert_group_used_count"}),
+             eot_token="<|endoftext|>"),
     # DeepSeek-V3, R1, Kimi K2 and (softmax-gated: expert_gating_func 1, or none) DeepSeek-V2: latent attention's
     # matrices one to one but kv_b_proj (MLA_KV_B), interleaved RoPE (llama.cpp's own: rows as they are) over
     # rope.dimension_count dims, GLM-4.5's router and shared experts; llama.cpp's converter drops V3's MTP layer

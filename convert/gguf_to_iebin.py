@@ -96,6 +96,9 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
                                    else "GraniteMoeForCausalLM"]
     if key == NEMOTRON_H_DENSE.gguf:  # (with experts: nemotron_h_moe)
         return NEMOTRON_H_DENSE
+    if key == "glm4moe" and "glm4moe.feed_forward_length" not in g.fields:  # (Solar Open's: experts in every layer,
+        # no dense width, which its converter writes from a config that has one, as GLM-4.5's always do)
+        return GGUF_ARCHS_BY_CLASS["SolarOpenForCausalLM"]
     if key == "olmo2":  # OLMo 3 is llama.cpp's olmo2 with a window
         swa = g.fields.get("olmo2.attention.sliding_window", 0)
         return GGUF_ARCHS_BY_CLASS["Olmo3ForCausalLM" if type(swa) is int and swa > 0 else "Olmo2ForCausalLM"]
@@ -874,7 +877,7 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                    moe_intermediate_size=_field(g, f"{a}.expert_feed_forward_length", int, 0) or ff // k,
                    shared_expert_intermediate_size=_field(g, f"{a}.expert_shared_feed_forward_length", int, 0) or ff)
     if arch.hf_class in ("Glm4MoeForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM",
-                         "Glm4MoeLiteForCausalLM", "Mistral4ForCausalLM", "Dots1ForCausalLM"):
+                         "Glm4MoeLiteForCausalLM", "Mistral4ForCausalLM", "Dots1ForCausalLM", "SolarOpenForCausalLM"):
         _v3_router_config(g, arch, cfg)
     if arch.hf_class == "MiniMaxM2ForCausalLM":  # (llama.cpp's minimax-m2 graph aborts without the key)
         _gated(g, arch, SIGMOID_GATING, None)
@@ -1131,8 +1134,8 @@ def _v3_router(g: GGUFModel, a: str) -> dict[str, Any]:
 
 
 def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
-    """DeepSeek-V3's router and layers (GLM-4.5's, GLM-4.7-Flash's; and
-    DeepSeek-V2's softmax one) as their configs say them, with what
+    """DeepSeek-V3's router and layers (GLM-4.5's, GLM-4.7-Flash's, Solar
+    Open's, dots.llm1's; and DeepSeek-V2's softmax one) as their configs say them, with what
     llama.cpp's graphs do where a key is missing: no leading dense layer,
     sigmoid gating (glm4moe; deepseek2 as its loader decides), weights
     neither renormalised nor scaled, one group. The multi-token prediction
@@ -1157,6 +1160,14 @@ def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
                                                                   "with softmax gating: llama.cpp ranks groups by "
                                                                   "their best two, DeepSeek-V2 by its best one, and "
                                                                   "the decoder groups sigmoid-scored experts alone")
+    if arch.hf_class == "SolarOpenForCausalLM":  # (no q/k norms, no MTP layers: their tensors and key are not its)
+        if cfg["first_k_dense_replace"]:
+            raise FormatError(g.path, f"{a}.feed_forward_length", f"is missing, and leading_dense_block_count makes "
+                                                                  f"{cfg['first_k_dense_replace']} layers dense: they "
+                                                                  "have no width")
+        cfg.pop("num_nextn_predict_layers")
+        cfg.update(intermediate_size=None, attention_bias="blk.0.attn_q.bias" in names)
+        return
     if a == "glm4moe":
         cfg.update(use_qk_norm="blk.0.attn_q_norm.weight" in names, attention_bias="blk.0.attn_q.bias" in names)
         return

@@ -107,7 +107,7 @@ _PRE_GROUPS: tuple[tuple[tuple[str, ...], BpePre], ...] = (
     (("llama-bpe", "llama3", "llama-v3", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"),
      BpePre((_LLAMA3,), ignore_merges=True, add_bos=True)),
     (("smaug-bpe", "dbrx"), BpePre((_LLAMA3,))),
-    (("qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "hunyuan"), BpePre((_QWEN2,))),
+    (("qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "hunyuan", "solar-open"), BpePre((_QWEN2,))),
     (("gpt-4o", "llama4"), BpePre((_GPT4O,))),
     (("tekken",), BpePre((_TEKKEN,), ignore_merges=True, add_bos=True)),
     (("deepseek-llm",), BpePre(_DEEPSEEK_LLM)),

@@ -823,7 +823,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         # the shared experts' count where the architecture has a key for it)
         if arch.gguf in LEADING_DENSE and "expert_shared_count" in arch.keys:
             kv[f"{a}.expert_shared_count"] = moe.shared_inter // moe.inter
-        if arch.gguf in LEADING_DENSE:
+        if arch.gguf in LEADING_DENSE and arch.hf_class not in NO_DENSE_MLP:  # (Solar Open's converter: no key)
             kv[f"{a}.leading_dense_block_count"] = _leading_dense(moe)
         if arch.gguf == "ernie4_5-moe":
             kv[f"{a}.interleave_moe_layer_step"] = 1

@@ -262,6 +262,9 @@ ARCHS = {
     # the first first_k_dense_replace layers dense, the others DeepSeek-V3's router and shared experts under
     # GLM-4.5's names (sigmoid scores plus a choice bias, within groups)
     "Dots1ForCausalLM": Arch(moe="dots1", qk_norm=True, max_window_layers=62),
+    # models/solar_open (Upstage's Solar Open): Llama's attention (q/k/v biases with attention_bias, none on o_proj,
+    # every dim rotated), GLM-4.5's router and shared experts in every layer
+    "SolarOpenForCausalLM": Arch(moe="solar_open", no_biases=("o",), default_theta=1_000_000.0),
     # models/glm4 (GLM-4-0414, GLM-Z1): partial interleaved RoPE (half of each head by default), norms before and
     # after each block, gate_up_proj fused as Phi-3's (formats/fused_tensors.py), q/k/v biases where stored
     "Glm4ForCausalLM": Arch(partial_rope=True, rope_interleaved=True, glm_norms=True, default_partial=0.5),
@@ -357,7 +360,8 @@ MOE_NAMES["glm4_moe"] = {**MOE_NAMES["qwen3_moe"], "expert_bias": "mlp.gate.e_sc
                          "shared_up": "mlp.shared_experts.up_proj.weight",
                          "shared_down": "mlp.shared_experts.down_proj.weight"}
 # DeepSeek-V3's: GLM-4.5's; DeepSeek-V2's the same without the choice bias.
-MOE_NAMES["deepseek_v3"] = MOE_NAMES["glm4_moe_lite"] = MOE_NAMES["dots1"] = MOE_NAMES["glm4_moe"]
+MOE_NAMES["deepseek_v3"] = MOE_NAMES["glm4_moe_lite"] = MOE_NAMES["dots1"] = MOE_NAMES["solar_open"] = \
+    MOE_NAMES["glm4_moe"]
 MOE_NAMES["deepseek_v2"] = {k: v for k, v in MOE_NAMES["glm4_moe"].items() if k != "expert_bias"}
 # Mistral 4's: DeepSeek-V2's router and shared experts, the routed ones in two stacks as Granite's (gate_up_proj
 # [experts, 2 inter, hidden], gate's rows then up's: MoeSpec.glu "halves"; down_proj [experts, hidden, inter])
@@ -378,7 +382,10 @@ ROUTER_DEFAULTS = {"glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 
                    # (Dots1Config has no shared experts' default: the key is required; its top-k weights are not
                    # renormalised by default, unlike the others')
                    "dots1": {"first_k_dense_replace": 0, "n_shared_experts": None, "n_group": 1, "topk_group": 1,
-                             "routed_scaling_factor": 1.0, "norm_topk_prob": False}}
+                             "routed_scaling_factor": 1.0, "norm_topk_prob": False},
+                   # (experts in every layer whatever first_k_dense_replace says: SolarOpenConfig has no such key)
+                   "solar_open": {"first_k_dense_replace": 0, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
+                                  "routed_scaling_factor": 1.0}}
 # HunYuan-MoE's: Qwen3-MoE's experts, its router mlp.gate.wg, one shared MLP (no gate of its own).
 MOE_NAMES["hunyuan_moe"] = {**MOE_NAMES["qwen3_moe"], "router": "mlp.gate.wg.weight",
                             **{f"shared_{k}": f"mlp.shared_mlp.{k}_proj.weight" for k in ("gate", "up", "down")}}
@@ -1080,6 +1087,12 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         dflt = ROUTER_DEFAULTS[arch.moe]
         if arch.moe == "glm4_moe_lite":
             layers = _mlp_layer_types(cfg, n_layers, meta_path)
+        elif arch.moe == "solar_open":  # (SolarOpenDecoderLayer: experts always; llama.cpp's converter reads the key)
+            if cfg.get("first_k_dense_replace", 0) != 0:
+                raise UnsupportedError(f"{meta_path}: config.first_k_dense_replace: {cfg['first_k_dense_replace']!r}; "
+                                       "Solar Open has experts in every layer (transformers reads no such key), and "
+                                       "llama.cpp would run the first layers dense")
+            layers = (True,) * n_layers
         else:
             first = _int(cfg, meta_path, "first_k_dense_replace", dflt["first_k_dense_replace"], section="config",
                          allow_zero=True)

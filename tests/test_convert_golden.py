@@ -75,6 +75,7 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-apertus", "tiny-apertus", []),
     ("tiny-afmoe", "tiny-afmoe", []),
     ("tiny-dots1", "tiny-dots1", []),
+    ("tiny-solar-open", "tiny-solar-open", []),
     ("tiny-hunyuan-dense", "tiny-hunyuan-dense", []),
     ("tiny-hunyuan-moe", "tiny-hunyuan-moe", []),
     ("tiny-hy-v3", "tiny-hy-v3", []),

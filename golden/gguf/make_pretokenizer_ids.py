@@ -40,7 +40,8 @@ PRES = ["gpt-2", "smollm", "llama-bpe", "smaug-bpe", "qwen2", "gpt-4o", "tekken"
         "deepseek-v3", "kimi-k2", "afmoe", "default"]
 # Names llama.cpp gives another's split (its label says whose: the tests tell apart the splits, not the names)
 ALIASES = {"hunyuan (qwen2's split)": "hunyuan", "hunyuan-dense (deepseek-v3's split)": "hunyuan-dense",
-           "hy_v4 (deepseek-v3's split)": "hy_v4", "joyai-llm (deepseek-v3's split)": "joyai-llm"}
+           "hy_v4 (deepseek-v3's split)": "hy_v4", "joyai-llm (deepseek-v3's split)": "joyai-llm",
+           "solar-open (qwen2's split)": "solar-open"}
 CASES = {**{p: {"pre": p} for p in PRES}, "gpt-2 named Phi3": {"pre": "gpt-2", "general.name": "Phi3"},
          **{label: {"pre": p} for label, p in ALIASES.items()}}
 PIECES = ["the", " quick", "Brown", " fox", "'s", "'LL", " don't", " It'S", "12345", " 7", "3.14", "1234567",
