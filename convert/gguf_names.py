@@ -620,6 +620,11 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("deepseek2", "DeepseekV2ForCausalLM", "deepseek_v2", False, _DEEPSEEK2,
              experts=_QWEN_EXPS, keys=_DEEPSEEK2_KEYS,
              mla=True),
+    # Youtu-LLM as convert_hf_to_gguf's DeepseekV2Model writes it: DeepSeek-V3's attention, every layer dense
+    # (leading_dense_block_count all of them; expert_feed_forward_length and expert_shared_count 0, which the loader
+    # requires, beside no expert_count); the import tells it by the missing expert_count
+    GGUFArch("deepseek2", "YoutuForCausalLM", "youtu", False, _DEEPSEEK2,
+             keys=_DEEPSEEK2_KEYS | {"expert_feed_forward_length"}, mla=True),
     # GLM-4.7-Flash: DeepSeek-V3's, its MTP layer kept (nextn_predict_layers, counted in block_count) as GLM-4.5's
     GGUFArch("deepseek2", "Glm4MoeLiteForCausalLM", "glm4_moe_lite", False, {**_DEEPSEEK2, **_BIAS, **_NEXTN},
              experts=_QWEN_EXPS,

@@ -80,6 +80,8 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
     if key == "llama":
         moe = g.fields.get("llama.expert_count", 0)
         return GGUF_ARCHS_BY_CLASS["MixtralForCausalLM" if type(moe) is int and moe > 0 else "LlamaForCausalLM"]
+    if key == "deepseek2" and not g.fields.get("deepseek2.expert_count"):  # (Youtu-LLM: no experts, every layer dense)
+        return GGUF_ARCHS_BY_CLASS["YoutuForCausalLM"]
     if key == "deepseek2":  # DeepSeek-V3's router is sigmoid-gated, V2's softmax; GLM-4.7-Flash's file keeps its MTP
         if _deepseek2_gating(g) != SIGMOID_GATING:
             return GGUF_ARCHS_BY_CLASS["DeepseekV2ForCausalLM"]
@@ -502,6 +504,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     elif "rope.dimension_sections" in arch.keys:  # (Qwen3-VL's: one RoPE for text)
         _text_mrope(g, arch)
     _moe_config(g, arch, cfg)
+    if arch.hf_class == "YoutuForCausalLM":
+        _every_layer_dense(g, arch, cfg)
     if DECODER_ARCHS[arch.hf_class].gemma:
         _gemma_config(g, arch, cfg)
     for which, key in CONFIG_TOKEN_IDS.items():
@@ -1194,6 +1198,18 @@ def _v3_router_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None
                                                               "option)")
     if v2:
         cfg.update(n_group=None, topk_group=None)
+
+
+def _every_layer_dense(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """A deepseek2 file without experts (Youtu-LLM's): llama.cpp's graph runs a dense MLP only in the first
+    leading_dense_block_count layers, so it must name every one (without it, llama.cpp's loader asks for experts
+    the file has none of). The expert keys its loader requires beside them are read by nothing."""
+    a = arch.gguf
+    dense = _field(g, f"{a}.leading_dense_block_count", int, 0)
+    if dense != cfg["num_hidden_layers"]:
+        raise FormatError(g.path, f"{a}.leading_dense_block_count", f"{dense} of {cfg['num_hidden_layers']} layers "
+                                                                    "dense, and the file has no experts for the rest")
+    cfg["rope_interleave"] = True  # (llama.cpp's deepseek2 turns interleaved pairs)
 
 
 def _layer_types(g: GGUFModel, arch: GGUFArch, layers: int) -> list[str]:

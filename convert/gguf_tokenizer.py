@@ -89,6 +89,14 @@ _AFMOE = (r"\P{N}*\p{N}{1,3}(?=(?:\p{N}{3})*(?!\p{N}))",
           "\u1100-\u11ff]+",
           _DEEPSEEK3[2])
 
+# Youtu-LLM's split as llama.cpp draws it: runs of Hangul, of CJK punctuation, of Bopomofo, of Han and kana (its
+# ranges), then words as o200k's: llama.cpp collapses \p{Lu}, \p{Ll}, \p{Lt}, \p{Lm} and \p{Lo} all into one
+# letter class (unicode.cpp's k_ucat_enum; ASCII letters of either case included), so the cased words are any run of
+# letters and marks, after an optional non-letter and with an English contraction
+_YOUTU = ("[가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-ゟ゠-ヿ]+",
+          rf"[^\r\n\p{{L}}\p{{N}}]?[\p{{L}}\p{{M}}]+{_CONTRACTIONS}?|\p{{N}}"
+          r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
 
 @dataclass(frozen=True)
 class BpePre:
@@ -115,6 +123,7 @@ _PRE_GROUPS: tuple[tuple[tuple[str, ...], BpePre], ...] = (
     (("deepseek-v3", "hunyuan-dense", "hy_v4", "joyai-llm"), BpePre(_DEEPSEEK3)),
     (("kimi-k2",), BpePre((_KIMI_K2,))),
     (("afmoe",), BpePre(_AFMOE)),
+    (("youtu",), BpePre(_YOUTU, ignore_merges=True)),
     # what llama.cpp splits with when the file names no pre-tokenizer (it warns that quality will suffer)
     (("default",), BpePre((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]"))),
 )

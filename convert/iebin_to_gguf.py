@@ -788,6 +788,10 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.rope.scaling.yarn_log_multiplier"] = log_mul
     if arch.mla:
         _mla_kv(kv, a, spec, scaling)
+    if arch.hf_class == "YoutuForCausalLM":  # (as DeepseekV2Model writes a dense model: every layer before the
+        # experts, and the expert keys llama.cpp's loader requires, the width that of the dense MLP, no shared one)
+        kv.update({f"{a}.leading_dense_block_count": spec.n_layers, f"{a}.expert_feed_forward_length": spec.inter,
+                   f"{a}.expert_shared_count": 0})
     if spec.arch.cohere:  # as convert_hf_to_gguf's CommandR2Model and Cohere2Model write them
         kv[f"{a}.logit_scale"] = 1.0 / spec.logits_scaling
         kv[f"{a}.rope.scaling.type"] = "none"

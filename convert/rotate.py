@@ -71,7 +71,8 @@ from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, Progress, checkpoint_ou
 # ERNIE 4.5's, its bias moe_statics'); HunYuan's q/k norms after RoPE act
 # inside the attention too, its router and shared MLP read and write the
 # stream as Qwen2-MoE's (Hy3's likewise, its choice bias kept; dots.llm1's: Qwen3's attention, DeepSeek-V3's
-# router and shared experts; Solar Open's: Llama's attention, GLM-4.5's router and shared experts); DeepSeek-V3's
+# router and shared experts; Solar Open's: Llama's attention, GLM-4.5's router and shared experts; Youtu-LLM's:
+# DeepSeek-V3's attention, a dense MLP); DeepSeek-V3's
 # and Hy3's MTP layers and ERNIE
 # 4.5's model.mtp_* tensors, which read the embedding and the stream side by
 # side, are refused, naming the tensor). Gemma's, OLMo 2's, EXAONE 4's and
@@ -83,7 +84,7 @@ from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, Progress, checkpoint_ou
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "smollm3", "granite", "phi3",
                  "ministral3", "seed_oss", "olmoe", "qwen2_moe", "deepseek_v3", "deepseek_v2", "ernie4_5",
                  "ernie4_5_moe", "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3", "apertus", "dots1",
-                 "solar_open")
+                 "solar_open", "youtu")
 OUT_DTYPES = ("f32", "bf16", "f16")
 ROWS_BYTES = 8 << 20  # source bytes rotated per step: bounded memory, still large BLAS calls
 

@@ -51,8 +51,8 @@ def rotate_cmd(hf_dir, out_dir, seed, dtype, overwrite, quiet):
     ernie4_5_moe (its MTP tensors are refused: drop them first),
     hunyuan_v1_dense, hunyuan_v1_moe and hy_v3 (Hy3's MTP layer is
     refused), apertus (its norms under its own names; xIELU's parameters
-    kept), dots1 (dots.llm1), solar_open (Solar Open). A tensor no rule
-    covers is refused, never copied unrotated.
+    kept), dots1 (dots.llm1), solar_open (Solar Open), youtu (Youtu-LLM).
+    A tensor no rule covers is refused, never copied unrotated.
 
     \b
     Typical use:

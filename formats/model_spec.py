@@ -279,6 +279,9 @@ ARCHS = {
     # config.rope_interleave is false, YaRN's mscale on the scores; GLM-4.5's router and layers (leading dense ones,
     # shared experts, sigmoid scores within groups); the multi-token prediction layers left unread, as transformers does
     "DeepseekV3ForCausalLM": Arch(moe="deepseek_v3", mla=True, rope_interleaved=True),
+    # models/youtu (Tencent's Youtu-LLM): DeepSeek-V3's latent attention (interleaved RoPE unless
+    # config.rope_interleave is false) with a dense MLP in every layer
+    "YoutuForCausalLM": Arch(mla=True, rope_interleaved=True),
     # models/deepseek_v2 (DeepSeek-V2-Lite, V2): the same attention (interleaved RoPE always); the top-k of the
     # softmax over all experts, never renormalised, times routed_scaling_factor
     "DeepseekV2ForCausalLM": Arch(moe="deepseek_v2", mla=True, rope_interleaved=True),

@@ -138,6 +138,8 @@ from transformers import (  # noqa: E402
     Dots1ForCausalLM,
     SolarOpenConfig,
     SolarOpenForCausalLM,
+    YoutuConfig,
+    YoutuForCausalLM,
     ApertusConfig,
     ApertusForCausalLM,
     ArceeConfig,
@@ -402,6 +404,7 @@ APERTUS_XIELU = ({"alpha_p": 0.6, "alpha_n": -0.4, "beta": 0.5, "eps": -1e-6},
                  {"alpha_p": -0.8, "alpha_n": 0.9, "beta": 0.3, "eps": -0.5})
 AFMOE_SEED = SEED + 233  # the first from SEED + 230 whose greedy cases run 16 tokens with margins >= 0.04
 APERTUS_SEED = SEED + 226  # the first from SEED + 220 whose greedy cases run 16 tokens with margins >= 0.05
+YOUTU_SEED = SEED + 311  # the best of SEED + 300..311: its greedy cases run 16 tokens with margins >= 0.069
 SOLAR_OPEN_SEED = SEED + 274  # the best of SEED + 270..295: its greedy cases run 16 tokens with margins >= 0.019
 DOTS1_SEED = SEED + 253  # the best of SEED + 240..260: its greedy cases run 16 tokens with margins >= 0.047
 HUNYUAN_MOE_SEED = SEED + 197  # the first from SEED + 190 whose greedy cases run 16 tokens with margins >= 0.05
@@ -1539,6 +1542,19 @@ def _solar_open_biases(model) -> None:
         b.copy_(0.1 * torch.randn(b.shape, generator=gen))
 
 
+def make_youtu(tok) -> None:
+    """Youtu-LLM (Tencent's YoutuForCausalLM): DeepSeek-V3's latent attention (q_lora_rank, interleaved RoPE over
+    the rotated dims) with a dense SwiGLU MLP in every layer, no experts; tied, as the Hub's model is."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    cfg = YoutuConfig(**{**dims, **MLA_DIMS}, q_lora_rank=24, tie_word_embeddings=True, pad_token_id=None,
+                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg.architectures = ["YoutuForCausalLM"]
+    out = HF_DIR / "tiny-youtu"
+    logits = save_model(tok, out.name, YoutuForCausalLM, cfg, YOUTU_SEED, torch.bfloat16)
+    assert_feature_matters(YoutuForCausalLM, out, logits, "rope_interleave", rope_interleave=False)
+
+
 def make_seed_oss(tok) -> None:
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     del dims["rope_theta"]  # in rope_parameters
@@ -2271,6 +2287,7 @@ def main() -> None:
     make_afmoe(tok)
     make_dots1(tok)
     make_solar_open(tok)
+    make_youtu(tok)
     make_glm4(tok)
     make_glm4_vl(tok)
     make_glm4_vl_moe(tok)

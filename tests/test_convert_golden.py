@@ -76,6 +76,7 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-afmoe", "tiny-afmoe", []),
     ("tiny-dots1", "tiny-dots1", []),
     ("tiny-solar-open", "tiny-solar-open", []),
+    ("tiny-youtu", "tiny-youtu", []),
     ("tiny-hunyuan-dense", "tiny-hunyuan-dense", []),
     ("tiny-hunyuan-moe", "tiny-hunyuan-moe", []),
     ("tiny-hy-v3", "tiny-hy-v3", []),

@@ -21,7 +21,7 @@ IDS = [3, 17, 42, 99, 5, 250, 7, 8, 1, 64, 12, 200]
 MODELS = ["tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral", "tiny-qwen3-moe",
           "tiny-smollm3", "tiny-granite", "tiny-ministral3", "tiny-seed-oss", "tiny-olmoe",
           "tiny-qwen2-moe", "tiny-deepseek-v2", "tiny-ernie4-5", "tiny-hunyuan-dense", "tiny-hunyuan-moe", "tiny-apertus",
-          "tiny-dots1", "tiny-solar-open"]
+          "tiny-dots1", "tiny-solar-open", "tiny-youtu"]
 
 
 def _rotate(src, out, *extra):
@@ -76,8 +76,9 @@ def test_rotated_checkpoint_computes_the_same_logits(tmp_path, model):
                                                                       "key_layernorm.weight"))
                or k == "model.norm.weight")
     g1 = w["model.layers.0." + NORM_NAMES.get(cfg["model_type"], LLAMA_NORMS)[0]]  # (Apertus's: its own names)
-    q = w["model.layers.0.self_attn.q_proj.weight"] * g1
-    rq = r["model.layers.0.self_attn.q_proj.weight"]
+    reader = next(f"model.layers.0.self_attn.{n}.weight" for n in ("q_proj", "q_a_proj")  # (q_lora's: q_a_proj)
+                  if f"model.layers.0.self_attn.{n}.weight" in w)
+    q, rq = w[reader] * g1, r[reader]
     assert np.allclose(rq @ rq.T, q @ q.T, rtol=1e-5, atol=1e-6 * np.abs(q @ q.T).max())
     assert not np.allclose(rq, q, atol=1e-3 * np.abs(q).max())  # rotated, not copied
     o, ro = w["model.layers.0.self_attn.o_proj.weight"], r["model.layers.0.self_attn.o_proj.weight"]

@@ -37,7 +37,7 @@ OUT = HERE / "pretokenizer-llamacpp-ids.json"
 # One name per distinct split (and ignore_merges / BOS rule) in llama.cpp's llama-vocab.cpp; and GPT-2's split
 # in a model named Phi-3, for which llama.cpp drops the whitespace after most special tokens.
 PRES = ["gpt-2", "smollm", "llama-bpe", "smaug-bpe", "qwen2", "gpt-4o", "tekken", "deepseek-llm", "deepseek-coder",
-        "deepseek-v3", "kimi-k2", "afmoe", "default"]
+        "deepseek-v3", "kimi-k2", "afmoe", "youtu", "default"]
 # Names llama.cpp gives another's split (its label says whose: the tests tell apart the splits, not the names)
 ALIASES = {"hunyuan (qwen2's split)": "hunyuan", "hunyuan-dense (deepseek-v3's split)": "hunyuan-dense",
            "hy_v4 (deepseek-v3's split)": "hy_v4", "joyai-llm (deepseek-v3's split)": "joyai-llm",
