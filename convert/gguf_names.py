@@ -527,6 +527,12 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
               "mlp.c_proj.weight": "ffn_down.weight", "mlp.c_proj.bias": "ffn_down.bias",
               **_NORM_BIASES},
              keys=frozenset({"attention.layer_norm_epsilon"}), layer_norm=True, mlp_act="gelu_tanh"),
+    # Jais 2: Llama's names with every projection's bias, LayerNorms' biases, ffn_up and ffn_down with theirs (ReLU
+    # squared between, no gate); rows as they are (NeoX RoPE)
+    GGUFArch("jais2", "Jais2ForCausalLM", "jais2", False,
+             {**{k: v for k, v in _LLAMA.items() if not k.startswith("mlp.gate_proj")},
+              "mlp.up_proj.bias": "ffn_up.bias", "mlp.down_proj.bias": "ffn_down.bias", **_NORM_BIASES},
+             keys=frozenset({"attention.layer_norm_epsilon"}), layer_norm=True, mlp_act="relu2"),
     # EXAONE 4: OLMo 2's names (its norms of the blocks' outputs; q/k norms per head), rows as they are
     # (convert_hf_to_gguf's Exaone4Model is no LlamaModel); llama.cpp slides only in the 64-layer 32B, every
     # 4th layer full and unrotated there by default, and every layer full and rotated in any other size

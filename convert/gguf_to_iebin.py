@@ -477,6 +477,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     if arch.gguf == "starcoder2":  # (Starcoder2Config's names; llama.cpp's graph attends to every position)
         cfg.update(use_bias="blk.0.attn_output.bias" in names, norm_epsilon=cfg.pop("layer_norm_eps"),
                    sliding_window=None)
+    if arch.gguf == "jais2":  # (Jais2Config's switches, as the file holds the biases; llama.cpp's loader needs them)
+        cfg.update(attention_bias="blk.0.attn_output.bias" in names, mlp_bias="blk.0.ffn_up.bias" in names)
     if arch.mamba:
         _granite4_config(g, arch, cfg, conv_layers)
     if arch.nemotron:

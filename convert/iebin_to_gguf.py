@@ -384,6 +384,10 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     if arch.embed_head and not spec.tied:
         raise IEError(f"{where}.tie_word_embeddings: false; llama.cpp's {arch.gguf} reads the embedding as its output "
                       "head")
+    if arch.gguf == "jais2":  # (its loader requires every bias: a model without them would not load)
+        for key, on in (("attention_bias", "o" in spec.arch.biases), ("mlp_bias", spec.arch.mlp_biases)):
+            if not on:
+                raise IEError(f"{where}.{key}: false; llama.cpp's jais2 requires the biases it turns off")
     if arch.gguf in ("olmoe", "dots1") and spec.n_kv_heads != spec.n_heads:  # (their loaders size k and v as q)
         raise IEError(f"{where}.num_key_value_heads: {spec.n_kv_heads} of {spec.n_heads} heads; llama.cpp's "
                       f"{arch.gguf} has a key head per query head")

@@ -130,6 +130,9 @@ class Arch:
     qk_norm_after_rope: bool = False
     ntk_alpha: bool = False
     mlp_biases: bool = False  # the dense MLP's up and down carry biases (StarCoder2's c_fc and c_proj)
+    # the config key that turns those biases off, false, apart from the attention's (Jais 2's mlp_bias; "": none,
+    # and a config's mlp_bias is refused: Llama's MLP biases are not supported)
+    mlp_bias_switch: str = ""
     default_act: str = "silu"  # config.hidden_act where the config has none (its config class's default)
     # Llama's names (model_parts, layer_parts) -> this model's, the first that a tensor name holds replaced
     renames: tuple[tuple[str, str], ...] = ()
@@ -214,6 +217,10 @@ ARCHS = {
     "PhiForCausalLM": Arch(layer_norm=True, norm_bias=True, parallel=True, ungated=True, mlp_biases=True,
                            biases=("q", "k", "v", "o"), head_bias=True, partial_rope=True, default_partial=0.5,
                            default_act="gelu_new", renames=PHI_NAMES),
+    # models/jais2 (Inception's Jais 2): Llama's attention with biases on all four projections (attention_bias),
+    # LayerNorms with biases, an MLP of up, ReLU squared and down without a gate, their biases with mlp_bias
+    "Jais2ForCausalLM": Arch(layer_norm=True, norm_bias=True, ungated=True, mlp_biases=True, mlp_bias_switch="mlp_bias",
+                             biases=("q", "k", "v", "o"), bias_switch="attention_bias", default_act="relu2"),
     # models/starcoder2 (StarCoder2 3B, 7B, 15B): LayerNorms with biases, biases on every projection (use_bias), an
     # MLP of c_fc, GELU-tanh and c_proj without a gate, config.sliding_window on every layer
     "Starcoder2ForCausalLM": Arch(layer_norm=True, norm_bias=True, ungated=True, mlp_biases=True,
@@ -1731,19 +1738,23 @@ def _gemma(arch: Arch, cfg: dict[str, Any], hidden: int, meta_path: Path) -> dic
 def _switched_biases(arch: Arch, cfg: dict[str, Any]) -> Arch:
     """``arch`` with its biases as config[arch.bias_switch] makes transformers build them: StableLM's
     use_qkv_bias turns the q/k/v biases on; Qwen2-MoE's qkv_bias and StarCoder2's use_bias, false, turn every
-    bias the architecture has off (a stored one is then unread: refused)."""
-    default = bool(arch.biases) or arch.mlp_biases
+    bias the architecture has off (a stored one is then unread: refused); Jais 2's attention_bias the
+    attention's, its mlp_bias (mlp_bias_switch) the MLP's."""
+    if arch.mlp_bias_switch and not cfg.get(arch.mlp_bias_switch, True):  # (the MLP's apart: Jais 2's mlp_bias)
+        arch = replace(arch, mlp_biases=False, mlp_bias_switch="")
+    default = bool(arch.biases) or (arch.mlp_biases and not arch.mlp_bias_switch)
     if not arch.bias_switch or bool(cfg.get(arch.bias_switch, default)) == default:
         return arch
     if default:
-        return replace(arch, biases=(), no_biases=(*arch.no_biases, *arch.biases), mlp_biases=False)
+        return replace(arch, biases=(), no_biases=(*arch.no_biases, *arch.biases),
+                       mlp_biases=arch.mlp_biases and bool(arch.mlp_bias_switch))
     qkv = ("q", "k", "v")
     return replace(arch, biases=qkv, no_biases=tuple(b for b in arch.no_biases if b not in qkv))
 
 
 def _check_config(cfg: dict[str, Any], arch: Arch, meta_path: Path) -> None:
     """Config keys that change the computation in a way the decoder does not implement."""
-    if cfg.get("mlp_bias"):
+    if cfg.get("mlp_bias") and arch.mlp_bias_switch != "mlp_bias":
         raise UnsupportedError(f"{meta_path}: config.mlp_bias: MLP biases are not supported by the decoder")
     if cfg.get("use_bias") and arch.bias_switch != "use_bias":  # (ERNIE 4.5's: every projection's, the MLP's too)
         raise UnsupportedError(f"{meta_path}: config.use_bias: biases on every projection (the MLP's too) are not "

@@ -136,6 +136,8 @@ from transformers import (  # noqa: E402
     AfmoeForCausalLM,
     Dots1Config,
     Dots1ForCausalLM,
+    Jais2Config,
+    Jais2ForCausalLM,
     SolarOpenConfig,
     SolarOpenForCausalLM,
     YoutuConfig,
@@ -404,6 +406,7 @@ APERTUS_XIELU = ({"alpha_p": 0.6, "alpha_n": -0.4, "beta": 0.5, "eps": -1e-6},
                  {"alpha_p": -0.8, "alpha_n": 0.9, "beta": 0.3, "eps": -0.5})
 AFMOE_SEED = SEED + 233  # the first from SEED + 230 whose greedy cases run 16 tokens with margins >= 0.04
 APERTUS_SEED = SEED + 226  # the first from SEED + 220 whose greedy cases run 16 tokens with margins >= 0.05
+JAIS2_SEED = SEED + 321  # the best of SEED + 320..331: its greedy cases run 16 tokens with margins >= 0.17
 YOUTU_SEED = SEED + 311  # the best of SEED + 300..311: its greedy cases run 16 tokens with margins >= 0.069
 SOLAR_OPEN_SEED = SEED + 274  # the best of SEED + 270..295: its greedy cases run 16 tokens with margins >= 0.019
 DOTS1_SEED = SEED + 253  # the best of SEED + 240..260: its greedy cases run 16 tokens with margins >= 0.047
@@ -1555,6 +1558,19 @@ def make_youtu(tok) -> None:
     assert_feature_matters(YoutuForCausalLM, out, logits, "rope_interleave", rope_interleave=False)
 
 
+def make_jais2(tok) -> None:
+    """Jais 2 (Inception's Jais2ForCausalLM): Llama's attention with biases on q, k, v and o, LayerNorms with
+    biases, an MLP of up, ReLU squared and down with their biases, no gate; untied."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    # (in rope_parameters; Jais2Config's LayerNorm eps is its own key; its act ReLU squared, the default)
+    del dims["rope_theta"], dims["rms_norm_eps"], dims["hidden_act"]
+    cfg = Jais2Config(**dims, layer_norm_eps=1e-5, attention_bias=True, mlp_bias=True, tie_word_embeddings=False,
+                      pad_token_id=None, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg.architectures = ["Jais2ForCausalLM"]
+    out = HF_DIR / "tiny-jais2"
+    save_model(tok, out.name, Jais2ForCausalLM, cfg, JAIS2_SEED, torch.bfloat16)
+
+
 def make_seed_oss(tok) -> None:
     dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
     del dims["rope_theta"]  # in rope_parameters
@@ -2288,6 +2304,7 @@ def main() -> None:
     make_dots1(tok)
     make_solar_open(tok)
     make_youtu(tok)
+    make_jais2(tok)
     make_glm4(tok)
     make_glm4_vl(tok)
     make_glm4_vl_moe(tok)

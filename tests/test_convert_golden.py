@@ -77,6 +77,7 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-dots1", "tiny-dots1", []),
     ("tiny-solar-open", "tiny-solar-open", []),
     ("tiny-youtu", "tiny-youtu", []),
+    ("tiny-jais2", "tiny-jais2", []),
     ("tiny-hunyuan-dense", "tiny-hunyuan-dense", []),
     ("tiny-hunyuan-moe", "tiny-hunyuan-moe", []),
     ("tiny-hy-v3", "tiny-hy-v3", []),

@@ -152,7 +152,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         rp, d = cfg["rope_parameters"], cfg["head_dim"]
         assert kv[f"{a}.rope.freq_base"] == np.float32(rp["rope_theta"] * rp["alpha"] ** (d / (d - 2)))
         assert (kv[f"{a}.rope.scaling.type"], kv[f"{a}.rope.scaling.factor"]) == ("none", 1.0)
-    if a in ("cohere2", "command-r", "stablelm", "starcoder2", "nemotron", "phi2") or nemotron:  # LayerNorm's key
+    if a in ("cohere2", "command-r", "stablelm", "starcoder2", "nemotron", "phi2", "jais2") or nemotron:  # LayerNorm's
         # (Nemotron-H's RMSNorm eps too, as its converter writes it)
         eps = cfg["layer_norm_epsilon"] if nemotron else cfg["norm_epsilon"] if a == "starcoder2" else \
             cfg["norm_eps"] if a == "nemotron" else cfg["layer_norm_eps"]
