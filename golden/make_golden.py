@@ -1032,14 +1032,18 @@ def make_qwen2_moe(tok) -> None:
     assert_feature_matters(Qwen2MoeForCausalLM, out, logits, "norm_topk_prob", norm_topk_prob=True)
 
 
-def _glm4_moe_biases(model) -> None:
-    """e_score_correction_bias, a buffer init_weights leaves zero: on the scale of the sigmoid scores' gaps,
-    so that it moves the choice of experts."""
-    gen = torch.Generator(device="cpu").manual_seed(GLM4_MOE_SEED)
-    for layer in model.model.layers:
-        if hasattr(layer.mlp, "gate"):
-            layer.mlp.gate.e_score_correction_bias.copy_(0.1 * torch.randn(layer.mlp.gate.e_score_correction_bias.shape,
-                                                                           generator=gen))
+def choice_biases(seed: int, language_model: bool = False):
+    """The after_init of a model with DeepSeek-V3's router (GLM-4.5's, dots.llm1's, Solar Open's; in a multimodal
+    model's ``language_model``): each router's e_score_correction_bias, a buffer init_weights leaves zero, drawn
+    from ``seed`` on the scale of the sigmoid scores' gaps, so that it moves the choice of experts."""
+    @torch.no_grad()
+    def draw(model) -> None:
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        for layer in (model.model.language_model if language_model else model.model).layers:
+            if hasattr(layer.mlp, "gate"):
+                b = layer.mlp.gate.e_score_correction_bias
+                b.copy_(0.1 * torch.randn(b.shape, generator=gen))
+    return draw
 
 
 def add_mtp_layer(out: Path, layer: int, like: int, seed: int, head_norm: str = "shared_head.norm") -> None:
@@ -1081,7 +1085,7 @@ def make_glm4_moe(tok) -> None:
     cfg.architectures = ["Glm4MoeForCausalLM"]
     out = HF_DIR / "tiny-glm4-moe"
     logits = save_model(tok, out.name, Glm4MoeForCausalLM, cfg, GLM4_MOE_SEED, torch.bfloat16,
-                        after_init=_glm4_moe_biases)
+                        after_init=choice_biases(GLM4_MOE_SEED))
     add_mtp_layer(out, 2, 1, GLM4_MOE_SEED)
     glm4_tokenizer(out, ("[gMASK]", "<|endoftext|>", "<|user|>", "<|observation|>"))  # GLM-4.5's converter reads four
     assert_feature_matters(Glm4MoeForCausalLM, out, logits, "routed_scaling_factor", routed_scaling_factor=1.0)
@@ -1089,15 +1093,6 @@ def make_glm4_moe(tok) -> None:
     grouped = override_logits(Glm4MoeForCausalLM, out, n_group=2, topk_group=1)
     assert np.abs(grouped - logits).max() > 1e-2 * np.abs(logits).max(), "grouping barely changes the logits"
     np.save(REF_DIR / out.name / "logits_grouped.npy", np.ascontiguousarray(grouped, dtype=np.float32))
-
-
-def _deepseek_v3_biases(model) -> None:
-    """e_score_correction_bias, as _glm4_moe_biases."""
-    gen = torch.Generator(device="cpu").manual_seed(DEEPSEEK_V3_SEED)
-    for layer in model.model.layers:
-        if hasattr(layer.mlp, "gate"):
-            b = layer.mlp.gate.e_score_correction_bias
-            b.copy_(0.1 * torch.randn(b.shape, generator=gen))
 
 
 def make_deepseek_v3(tok) -> None:
@@ -1116,7 +1111,7 @@ def make_deepseek_v3(tok) -> None:
     cfg.scoring_func, cfg.topk_method = "sigmoid", "noaux_tc"
     out = HF_DIR / "tiny-deepseek-v3"
     logits = save_model(tok, out.name, DeepseekV3ForCausalLM, cfg, DEEPSEEK_V3_SEED, torch.bfloat16,
-                        after_init=_deepseek_v3_biases)
+                        after_init=choice_biases(DEEPSEEK_V3_SEED))
     add_mtp_layer(out, 2, 1, DEEPSEEK_V3_SEED)
     assert_feature_matters(DeepseekV3ForCausalLM, out, logits, "YaRN's mscale on the scores",
                            rope_parameters={**DEEPSEEK_V3_ROPE, "mscale_all_dim": 0.0})
@@ -1180,7 +1175,7 @@ def make_glm4_moe_lite(tok) -> None:
     cfg.first_k_dense_replace, cfg.num_nextn_predict_layers = 1, 1
     out = HF_DIR / "tiny-glm4-moe-lite"
     logits = save_model(tok, out.name, Glm4MoeLiteForCausalLM, cfg, GLM4_MOE_LITE_SEED, torch.bfloat16,
-                        after_init=_deepseek_v3_biases)
+                        after_init=choice_biases(DEEPSEEK_V3_SEED))
     add_mtp_layer(out, 2, 1, GLM4_MOE_LITE_SEED)
     glm4_tokenizer(out, ("[gMASK]", "<|endoftext|>", "<|user|>", "<|observation|>"))
     assert_feature_matters(Glm4MoeLiteForCausalLM, out, logits, "routed_scaling_factor", routed_scaling_factor=1.0)
@@ -1344,7 +1339,7 @@ def make_deepseek_v2(tok) -> None:
 
 
 def _minimax_m2_biases(model) -> None:
-    """e_score_correction_bias (a buffer init_weights leaves zero), as _glm4_moe_biases."""
+    """e_score_correction_bias (a buffer init_weights leaves zero), as choice_biases."""
     gen = torch.Generator(device="cpu").manual_seed(MINIMAX_M2_SEED)
     for layer in model.model.layers:
         b = layer.mlp.e_score_correction_bias
@@ -1398,7 +1393,7 @@ def make_hunyuan_moe(tok) -> None:
 
 
 def _hy_v3_biases(model) -> None:
-    """e_score_correction_bias (the Hub's mlp.expert_bias), as _glm4_moe_biases."""
+    """e_score_correction_bias (the Hub's mlp.expert_bias), as choice_biases."""
     gen = torch.Generator(device="cpu").manual_seed(HY_V3_SEED)
     for layer in model.model.layers:
         if hasattr(layer.mlp, "e_score_correction_bias"):
@@ -1455,7 +1450,7 @@ def make_apertus(tok) -> None:
 
 
 def _afmoe_biases(model) -> None:
-    """The router's choice bias (mlp.expert_bias), which init_weights leaves at zero, as _glm4_moe_biases."""
+    """The router's choice bias (mlp.expert_bias), which init_weights leaves at zero, as choice_biases."""
     gen = torch.Generator(device="cpu").manual_seed(AFMOE_SEED)
     for layer in model.model.layers:
         if hasattr(layer.mlp, "expert_bias"):
@@ -1484,15 +1479,6 @@ def make_afmoe(tok) -> None:
         assert_feature_matters(AfmoeForCausalLM, out, logits, what, **override)
 
 
-def _dots1_biases(model) -> None:
-    """e_score_correction_bias, as _glm4_moe_biases."""
-    gen = torch.Generator(device="cpu").manual_seed(DOTS1_SEED)
-    for layer in model.model.layers:
-        if hasattr(layer.mlp, "gate"):
-            b = layer.mlp.gate.e_score_correction_bias
-            b.copy_(0.1 * torch.randn(b.shape, generator=gen))
-
-
 def make_dots1(tok) -> None:
     """dots.llm1 (rednote-hilab's Dots1ForCausalLM): Qwen3's attention (per-head q/k norms before RoPE; as many
     key/value heads as query heads, as the Hub's model and llama.cpp's loader have them); a dense
@@ -1509,7 +1495,7 @@ def make_dots1(tok) -> None:
     cfg.architectures = ["Dots1ForCausalLM"]
     out = HF_DIR / "tiny-dots1"
     logits = save_model(tok, out.name, Dots1ForCausalLM, cfg, DOTS1_SEED, torch.bfloat16,
-                        after_init=torch.no_grad()(_dots1_biases))
+                        after_init=choice_biases(DOTS1_SEED))
     write_json(out / "config.json", {**json.loads((out / "config.json").read_text()), "scoring_func": "sigmoid",
                                      "topk_method": "noaux_tc"})
     for what, override in (("routed_scaling_factor", {"routed_scaling_factor": 1.0}),
@@ -1530,19 +1516,11 @@ def make_solar_open(tok) -> None:
     cfg.architectures = ["SolarOpenForCausalLM"]
     out = HF_DIR / "tiny-solar-open"
     logits = save_model(tok, out.name, SolarOpenForCausalLM, cfg, SOLAR_OPEN_SEED, torch.bfloat16,
-                        after_init=torch.no_grad()(_solar_open_biases))
+                        after_init=choice_biases(SOLAR_OPEN_SEED))
     glm4_tokenizer(out, ("<|startoftext|>", "<|endoftext|>"))  # (and <unk>, the toy's id 2)
     for what, override in (("routed_scaling_factor", {"routed_scaling_factor": 1.0}),
                            ("norm_topk_prob", {"norm_topk_prob": False})):
         assert_feature_matters(SolarOpenForCausalLM, out, logits, what, **override)
-
-
-def _solar_open_biases(model) -> None:
-    """e_score_correction_bias, as _glm4_moe_biases."""
-    gen = torch.Generator(device="cpu").manual_seed(SOLAR_OPEN_SEED)
-    for layer in model.model.layers:
-        b = layer.mlp.gate.e_score_correction_bias
-        b.copy_(0.1 * torch.randn(b.shape, generator=gen))
 
 
 def make_youtu(tok) -> None:
@@ -1916,15 +1894,6 @@ def make_glm4_vl(tok) -> None:
                {k: v for k, v in sorted(Glm4vTextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
 
 
-def _glm4_vl_moe_biases(model) -> None:
-    """e_score_correction_bias as _glm4_moe_biases, in the multimodal model's language model."""
-    gen = torch.Generator(device="cpu").manual_seed(GLM4_VL_MOE_SEED)
-    for layer in model.model.language_model.layers:
-        if hasattr(layer.mlp, "gate"):
-            b = layer.mlp.gate.e_score_correction_bias
-            b.copy_(0.1 * torch.randn(b.shape, generator=gen))
-
-
 def make_glm4_vl_moe(tok) -> None:
     """GLM-4.5V's and GLM-4.6V's layout on a toy: a Glm4vMoeForConditionalGeneration whose language model has
     GLM-4.5-Air's layers (layer 0 dense, then 4 routed experts, top 2 by sigmoid score plus correction bias,
@@ -1945,7 +1914,7 @@ def make_glm4_vl_moe(tok) -> None:
     cfg.architectures = ["Glm4vMoeForConditionalGeneration"]
     out = HF_DIR / "tiny-glm4-vl-moe"
     save_model(tok, out.name, Glm4vMoeForConditionalGeneration, cfg, GLM4_VL_MOE_SEED, torch.bfloat16,
-               after_init=_glm4_vl_moe_biases)
+               after_init=choice_biases(GLM4_VL_MOE_SEED, language_model=True))
     glm4_tokenizer(out, ("[gMASK]", "<|endoftext|>", "<|user|>", "<|observation|>"))  # as GLM-4.5's converter reads
     write_json(REF_DIR / "glm4-vl-moe-text-defaults.json",
                {k: v for k, v in sorted(Glm4vMoeTextConfig().to_dict().items()) if k not in MULTIMODAL_SKIP})
@@ -2095,7 +2064,7 @@ def make_granite_moe_shared(tok) -> None:
 
 
 def _lfm2_moe_biases(model) -> None:
-    """expert_bias, a buffer init_weights leaves zero, as _glm4_moe_biases."""
+    """expert_bias, a buffer init_weights leaves zero, as choice_biases."""
     gen = torch.Generator(device="cpu").manual_seed(LFM2_MOE_SEED)
     for layer in model.model.layers:
         if hasattr(layer.feed_forward, "expert_bias"):
