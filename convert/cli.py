@@ -247,7 +247,8 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       true, as llama.cpp runs it), dots1 (dots.llm1: sigmoid gating
       required, as llama.cpp's graph has no default), Solar Open (a
       glm4moe file without feed_forward_length), Youtu-LLM (a deepseek2
-      file without experts), jais2 (Jais 2), glm4, cohere2 and
+      file without experts), jais2 (Jais 2), exaone-moe (K-EXAONE: its
+      MTP layers back beside the model as mtp.*), glm4, cohere2 and
       command-r,
       hunyuan-dense and hunyuan-moe (Hunyuan 0.5B-7B, Hunyuan-MT,
       Hunyuan-A13B: the NTK-alpha base read back as the Hub's alpha),
@@ -446,7 +447,8 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       dots1 (a key head per query head, as llama.cpp loads it), Solar
       Open (as glm4moe, experts in every layer), Youtu-LLM (as deepseek2,
       every layer dense), jais2 (every bias, as llama.cpp loads it),
-      glm4, cohere2 and command-r,
+      exaone-moe (its MTP layers after the last), glm4, cohere2 and
+      command-r,
       hunyuan-dense and hunyuan-moe (HunYuan: the NTK-alpha base
       stretched into rope.freq_base, 256k positions, as llama.cpp's
       converter writes them), hy_v3 (Hy3, its MTP layers after the last),

@@ -527,6 +527,19 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
               "mlp.c_proj.weight": "ffn_down.weight", "mlp.c_proj.bias": "ffn_down.bias",
               **_NORM_BIASES},
              keys=frozenset({"attention.layer_norm_epsilon"}), layer_norm=True, mlp_act="gelu_tanh"),
+    # EXAONE MoE (K-EXAONE) as convert_hf_to_gguf's ExaoneMoEModel writes it: Llama's names with per-head q/k norms,
+    # rows as they are; after leading_dense_block_count dense layers, the router, its choice bias (the block's own
+    # e_score_correction_bias) as exp_probs_b.bias, Qwen3-MoE's experts, the shared ones as ffn_*_shexp; sliding
+    # layers by the pattern, the full ones unrotated; its MTP layers (dense) after the last, from mtp.* beside the model
+    GGUFArch("exaone-moe", "ExaoneMoeForCausalLM", "exaone_moe", False,
+             _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight",
+                     "mlp.e_score_correction_bias": "exp_probs_b.bias", **_shexp("mlp.shared_experts")}),
+             experts=_QWEN_EXPS,
+             keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "expert_shared_count",
+                             "expert_shared_feed_forward_length", "leading_dense_block_count", "expert_weights_scale",
+                             "expert_weights_norm", "expert_gating_func", "expert_group_count",
+                             "expert_group_used_count", "nextn_predict_layers"}),
+             swa_pattern=4, mtp_beside=True),
     # Jais 2: Llama's names with every projection's bias, LayerNorms' biases, ffn_up and ffn_down with theirs (ReLU
     # squared between, no gate); rows as they are (NeoX RoPE)
     GGUFArch("jais2", "Jais2ForCausalLM", "jais2", False,

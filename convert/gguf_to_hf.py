@@ -50,7 +50,7 @@ HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "gl
              "glm4_moe_lite", "mistral4", "llama4_text", "ernie4_5", "ernie4_5_moe", "qwen3_5_text",
              "qwen3_5_moe_text", "qwen3_next", "lfm2", "lfm2_moe", "granitemoehybrid",
              "granitemoe", "granitemoeshared", "nemotron_h", "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3", "dots1",
-             "solar_open", "youtu", "jais2")
+             "solar_open", "youtu", "jais2", "exaone_moe")
 
 
 FLOAT_TYPES = ("F32", "F16", "BF16")  # GGUF tensor types that hold the weights themselves, not codes

@@ -908,6 +908,8 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
         _hy_v3_config(g, arch, cfg)
     if arch.hf_class == "AfmoeForCausalLM":
         _afmoe_config(g, arch, cfg)
+    if arch.hf_class == "ExaoneMoeForCausalLM":
+        _exaone_moe_config(g, arch, cfg)
     if arch.hf_class == "HunYuanMoEV1ForCausalLM":  # (llama.cpp's hunyuan-moe: softmax, renormalised, one shared MLP
         # of expert_shared_feed_forward_length channels, feed_forward_length's without it; expert_shared_count unread)
         cfg.update(num_experts=cfg.pop("num_local_experts"), moe_topk=cfg.pop("num_experts_per_tok"),
@@ -946,6 +948,31 @@ def _mtp_trunk(g: GGUFModel, a: str, cfg: dict[str, Any]) -> tuple[int, int]:
         raise FormatError(g.path, f"{a}.nextn_predict_layers", f"{nextn} of the {cfg['num_hidden_layers']} blocks "
                                                                "leave no layer to run")
     return nextn, trunk
+
+
+def _exaone_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """EXAONE MoE's layers as ExaoneMoeConfig says them, as llama.cpp's exaone-moe runs them: sigmoid-gated (its
+    loader requires the key), DeepSeek-V3's router keys (_v3_router), dense layers before leading_dense_block_count;
+    the shared experts expert_shared_feed_forward_length wide (an expert's without it), a whole number of experts;
+    its sliding layers by the pattern, one per trunk layer as llama.cpp's loader reads it (every 4th full without
+    one; the full ones unrotated, as EXAONE 4's with a window); the multi-token prediction layers counted in
+    block_count, kept beside the model as mtp.*."""
+    a = arch.gguf
+    _gated(g, arch, SIGMOID_GATING, None)
+    nextn, trunk = _mtp_trunk(g, a, cfg)
+    inter = _field(g, f"{a}.expert_feed_forward_length", int)
+    shared = _field(g, f"{a}.expert_shared_feed_forward_length", int, inter)
+    if inter < 1 or shared % inter:
+        raise FormatError(g.path, f"{a}.expert_shared_feed_forward_length", f"{shared}: not a whole number of "
+                                                                            f"experts' {inter} channels")
+    dense = _field(g, f"{a}.leading_dense_block_count", int, 0)
+    cfg.update(num_experts=cfg.pop("num_local_experts"), num_hidden_layers=trunk, moe_intermediate_size=inter,
+               num_shared_experts=shared // inter, first_k_dense_replace=dense,
+               mlp_layer_types=["dense" if i < dense else "sparse" for i in range(trunk)], **_v3_router(g, a),
+               scoring_func="sigmoid", topk_method="noaux_tc", layer_types=_layer_types(g, arch, trunk),
+               sliding_window=_field(g, f"{a}.attention.sliding_window", int))
+    if nextn:
+        cfg["num_nextn_predict_layers"] = nextn
 
 
 def _hy_v3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:

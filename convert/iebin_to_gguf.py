@@ -353,7 +353,11 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     if kind == "yarn" and not math.isclose(spec.rope_scale, derived, rel_tol=1e-6):
         raise IEError(f"{where}.rope_scaling: YaRN with an attention factor of {spec.rope_scale:.6g} (from its "
                       f"attention_factor/mscale) is not expressed by llama.cpp's keys, which derive {derived:.6g}")
-    if arch.swa_layers:  # exaone4: llama.cpp slides in a model of swa_layers blocks, always, and in no other
+    if arch.gguf == "exaone-moe":  # (its graph turns the sliding layers alone: EXAONE MoE's with its window)
+        if list(spec.nope or [False] * spec.n_layers) != [w == 0 for w in spec.windows]:
+            raise IEError(f"{where}.sliding_window: {cfg.get('sliding_window')}; llama.cpp's {arch.gguf} rotates the "
+                          "sliding layers alone, and this model rotates its full ones too")
+    elif arch.swa_layers:  # exaone4: llama.cpp slides in a model of swa_layers blocks, always, and in no other
         if spec.n_layers != arch.swa_layers and spec.nope:
             raise IEError(f"{where}.sliding_window: {cfg.get('sliding_window')}; llama.cpp's {arch.gguf} slides and "
                           f"leaves full layers unrotated only in {arch.swa_layers}-layer models, and this has "
@@ -417,7 +421,8 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
 # layers before, leading_dense_block_count), by the config key that could place them otherwise
 LEADING_DENSE = {"glm4moe": "first_k_dense_replace", "deepseek2": "mlp_layer_types",
                  "mistral4": "first_k_dense_replace", "ernie4_5-moe": "moe_layer_interval",
-                 "lfm2moe": "num_dense_layers", "afmoe": "num_dense_layers", "dots1": "first_k_dense_replace"}
+                 "lfm2moe": "num_dense_layers", "afmoe": "num_dense_layers", "dots1": "first_k_dense_replace",
+                 "exaone-moe": "mlp_layer_types"}
 
 
 def _leading_dense(moe: Any) -> int:
@@ -525,7 +530,7 @@ def _plan_tensors(plan: _Plan) -> None:
 
     one(own_name(spec.arch, "model.embed_tokens.weight"))
     heads = {"attn_q": spec.n_heads, "attn_k": spec.n_kv_heads}  # (by llama.cpp's names: Nemotron-H's are mixer.*)
-    for i in range(spec.n_layers + _mtp_written(arch, spec)):  # (the MTP layers after the last: each with experts)
+    for i in range(spec.n_layers + _mtp_written(arch, spec)):  # (the MTP layers after the last)
         # (Qwen3.5's beside the model: mtp.layers.I, and the first one's MTP_EXTRAS)
         pre = f"{MTP_LAYERS}{i - spec.n_layers}." if arch.mtp_beside and i >= spec.n_layers else f"model.layers.{i}."
         if arch.mtp_beside and i == spec.n_layers:
@@ -543,14 +548,17 @@ def _plan_tensors(plan: _Plan) -> None:
             if arch.permute_qk and proj in heads:
                 order = qk_rows(plan.entries[hf]["shape"][0], heads[proj])
             one(hf, order)
+        # (an MTP layer has experts where it stores them: Qwen3.5-MoE's and GLM-4.5's do, EXAONE MoE's is dense)
+        experts_here = spec.moe is not None and (spec.moe.layers[i] if i < spec.n_layers else any(
+            pre + p.format(e=0) in plan.entries for p in arch.experts) or any(pre + p in plan.entries for p in arch.paired))
         for pattern, stack in arch.experts.items():
-            if spec.moe is None or i < spec.n_layers and not spec.moe.layers[i]:
+            if not experts_here:
                 continue
             parts = [_Part(plan.entry(pre + pattern.format(e=e))) for e in range(spec.moe.n_experts)]
             shape = [spec.moe.n_experts, *parts[0].entry["shape"]]
             plan.add(f"blk.{i}.{stack}", parts, shape)
         for hf_stack, (even, odd) in arch.paired.items():
-            if spec.moe is None or i < spec.n_layers and not spec.moe.layers[i]:
+            if not experts_here:
                 continue
             e = plan.entry(pre + hf_stack)
             n_exp, rows = e["shape"][0], e["shape"][1]
@@ -801,8 +809,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.rope.scaling.type"] = "none"
     if arch.gguf == "nemotron":  # as convert_hf_to_gguf's NemotronModel writes them (llama.cpp reads the LayerNorm eps)
         kv[f"{a}.attention.layer_norm_rms_epsilon"] = float(spec.eps)
-        if not scaling:
-            kv[f"{a}.rope.scaling.type"] = "none"
+    if arch.gguf in ("nemotron", "exaone-moe") and not scaling:  # (as NemotronModel and ExaoneMoEModel write it)
+        kv[f"{a}.rope.scaling.type"] = "none"
     if arch.gguf == "cohere2":
         _window_kv(kv, a, arch, spec, max(spec.windows) or int(cfg["sliding_window"]))
     # (Mistral Small 3.x has none; llama4's is fixed) llama.cpp's mistral3 steps it over YaRN's original context,
@@ -825,7 +833,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.expert_used_count"] = moe.top_k
         if arch.gguf in ("qwen3moe", "gpt-oss", "qwen2moe", "minimax-m2", "glm4moe", "deepseek2", "mistral4",
                          "llama4", "ernie4_5-moe", "qwen35moe", "qwen3next", "lfm2moe", "nemotron_h_moe",
-                         "hunyuan-moe", "hy_v3", "afmoe", "dots1"):
+                         "hunyuan-moe", "hy_v3", "afmoe", "dots1", "exaone-moe"):
             kv[f"{a}.expert_feed_forward_length"] = moe.inter
         # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model, Ernie4_5MoeModel and LFM2MoeModel write them:
         # the shared experts' count where the architecture has a key for it)
@@ -846,7 +854,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         elif arch.mla:  # softmax (DeepSeek-V2's Hub configs' scoring_func; Mistral 4's router)
             kv[f"{a}.expert_gating_func"] = SOFTMAX_GATING
         if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe", "qwen3next", "granitemoe", "nemotron_h_moe",
-                                              "hunyuan-moe", "hy_v3"):
+                                              "hunyuan-moe", "hy_v3", "exaone-moe"):
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
         if arch.gguf == "hunyuan-moe":  # (as HunYuanMoEModel writes num_shared_expert; llama.cpp reads the width)
             kv[f"{a}.expert_shared_count"] = 1
@@ -857,7 +865,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             kv[f"{a}.attention.sliding_window"] = max(spec.windows)
         # (as convert_hf_to_gguf's Glm4MoeModel, DeepseekV2Model, NemotronHModel and Dots1Model write DeepSeek-V3's
         # router)
-        if arch.gguf in ("glm4moe", "deepseek2", "mistral4", "nemotron_h_moe", "dots1"):
+        if arch.gguf in ("glm4moe", "deepseek2", "mistral4", "nemotron_h_moe", "dots1", "exaone-moe"):
             if moe.sigmoid or arch.gguf == "mistral4":  # (DeepSeek-V2's config has no groups to write; Mistral 4's one)
                 kv[f"{a}.expert_group_count"] = moe.n_group
                 kv[f"{a}.expert_group_used_count"] = moe.topk_group
@@ -867,7 +875,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     if mtp := _mtp_written(arch, spec):  # (counted in block_count)
         kv[f"{a}.nextn_predict_layers"] = mtp
     # (as convert_hf_to_gguf writes them; exaone4: where the model has a window, which gives it NoPE layers)
-    if arch.gguf == "gpt-oss" or arch.hf_class == "Olmo3ForCausalLM" or arch.gguf == "exaone4" and spec.nope:
+    if arch.gguf in ("gpt-oss", "exaone-moe") or arch.hf_class == "Olmo3ForCausalLM" or arch.gguf == "exaone4" and spec.nope:
         kv[f"{a}.attention.sliding_window"] = max(spec.windows) or cfg.get("sliding_window") or spec.max_positions
         kv[f"{a}.attention.sliding_window_pattern"] = [w > 0 for w in spec.windows]
     if arch.linear:

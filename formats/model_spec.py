@@ -219,6 +219,11 @@ ARCHS = {
                            default_act="gelu_new", renames=PHI_NAMES),
     # models/jais2 (Inception's Jais 2): Llama's attention with biases on all four projections (attention_bias),
     # LayerNorms with biases, an MLP of up, ReLU squared and down without a gate, their biases with mlp_bias
+    # models/exaone_moe (LG's K-EXAONE): EXAONE 4's attention (per-head q/k norms; every 4th layer full and
+    # unrotated, the others sliding) in pre-norm layers; dense layers by mlp_layer_types (first_k_dense_replace
+    # without it), the others DeepSeek-V3's router and shared experts; its MTP layers beside the model (mtp.*), unread
+    "ExaoneMoeForCausalLM": Arch(moe="exaone_moe", qk_norm=True, window_period=4, nope_full="windowed",
+                                 unread=("mtp.",)),
     "Jais2ForCausalLM": Arch(layer_norm=True, norm_bias=True, ungated=True, mlp_biases=True, mlp_bias_switch="mlp_bias",
                              biases=("q", "k", "v", "o"), bias_switch="attention_bias", default_act="relu2"),
     # models/starcoder2 (StarCoder2 3B, 7B, 15B): LayerNorms with biases, biases on every projection (use_bias), an
@@ -372,6 +377,9 @@ MOE_NAMES["glm4_moe"] = {**MOE_NAMES["qwen3_moe"], "expert_bias": "mlp.gate.e_sc
 # DeepSeek-V3's: GLM-4.5's; DeepSeek-V2's the same without the choice bias.
 MOE_NAMES["deepseek_v3"] = MOE_NAMES["glm4_moe_lite"] = MOE_NAMES["dots1"] = MOE_NAMES["solar_open"] = \
     MOE_NAMES["glm4_moe"]
+# EXAONE MoE's: GLM-4.5's, the choice bias the block's own (mlp.e_score_correction_bias, as the Hub's checkpoints
+# name it)
+MOE_NAMES["exaone_moe"] = {**MOE_NAMES["glm4_moe"], "expert_bias": "mlp.e_score_correction_bias"}
 MOE_NAMES["deepseek_v2"] = {k: v for k, v in MOE_NAMES["glm4_moe"].items() if k != "expert_bias"}
 # Mistral 4's: DeepSeek-V2's router and shared experts, the routed ones in two stacks as Granite's (gate_up_proj
 # [experts, 2 inter, hidden], gate's rows then up's: MoeSpec.glu "halves"; down_proj [experts, hidden, inter])
@@ -395,7 +403,12 @@ ROUTER_DEFAULTS = {"glm4_moe": {"first_k_dense_replace": 1, "n_shared_experts": 
                              "routed_scaling_factor": 1.0, "norm_topk_prob": False},
                    # (experts in every layer whatever first_k_dense_replace says: SolarOpenConfig has no such key)
                    "solar_open": {"first_k_dense_replace": 0, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
-                                  "routed_scaling_factor": 1.0}}
+                                  "routed_scaling_factor": 1.0},
+                   # (its dense layers: mlp_layer_types where stated, else first_k_dense_replace)
+                   "exaone_moe": {"first_k_dense_replace": 1, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
+                                  "routed_scaling_factor": 2.5}}
+# The router's keys where a config class spells them otherwise than DeepseekV3Config (ExaoneMoeConfig's)
+ROUTER_KEYS = {"exaone_moe": {"n_routed_experts": "num_experts", "n_shared_experts": "num_shared_experts"}}
 # HunYuan-MoE's: Qwen3-MoE's experts, its router mlp.gate.wg, one shared MLP (no gate of its own).
 MOE_NAMES["hunyuan_moe"] = {**MOE_NAMES["qwen3_moe"], "router": "mlp.gate.wg.weight",
                             **{f"shared_{k}": f"mlp.shared_mlp.{k}_proj.weight" for k in ("gate", "up", "down")}}
@@ -1064,7 +1077,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
     qwen, glm = arch.moe in ("qwen3_moe", "qwen2_moe"), arch.moe in ROUTER_DEFAULTS  # (glm: GLM-4.5's or DeepSeek's)
     # Qwen3-MoE's published configs say num_experts; transformers 5 writes num_local_experts. OLMoE's and
     # Qwen2-MoE's: num_experts; GLM-4.5's: n_routed_experts.
-    e_key = ("n_routed_experts" if glm else
+    keys = ROUTER_KEYS.get(arch.moe, {})
+    e_key = (keys.get("n_routed_experts", "n_routed_experts") if glm else
              "num_experts" if (qwen or arch.moe == "olmoe") and "num_experts" in cfg else "num_local_experts")
     n_experts = _int(cfg, meta_path, e_key, section="config")
     top_k = _int(cfg, meta_path, "num_experts_per_tok", section="config")
@@ -1095,7 +1109,7 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         shared = _int(cfg, meta_path, "shared_expert_intermediate_size", section="config")
     if glm:
         dflt = ROUTER_DEFAULTS[arch.moe]
-        if arch.moe == "glm4_moe_lite":
+        if arch.moe == "glm4_moe_lite" or arch.moe == "exaone_moe" and cfg.get("mlp_layer_types") is not None:
             layers = _mlp_layer_types(cfg, n_layers, meta_path)
         elif arch.moe == "solar_open":  # (SolarOpenDecoderLayer: experts always; llama.cpp's converter reads the key)
             if cfg.get("first_k_dense_replace", 0) != 0:
@@ -1107,8 +1121,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
             first = _int(cfg, meta_path, "first_k_dense_replace", dflt["first_k_dense_replace"], section="config",
                          allow_zero=True)
             layers = tuple(i >= first for i in range(n_layers))
-        shared = inter * _int(cfg, meta_path, "n_shared_experts", dflt["n_shared_experts"], section="config",
-                              allow_zero=True)
+        shared = inter * _int(cfg, meta_path, keys.get("n_shared_experts", "n_shared_experts"),
+                              dflt["n_shared_experts"], section="config", allow_zero=True)
         groups = _int(cfg, meta_path, "n_group", dflt["n_group"], section="config")
         used = _int(cfg, meta_path, "topk_group", dflt["topk_group"], section="config")
         if arch.moe == "deepseek_v2":  # softmax scores; groups only with group_limited_greedy
@@ -1121,7 +1135,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
                 raise IEError(f"{meta_path}: config.topk_method: expected 'greedy' or 'group_limited_greedy', "
                               f"got {method!r}")
             groups = used = 1
-        if arch.moe == "dots1":  # (sigmoid always, as DeepseekV3TopkRouter; the Hub's scoring_func says so)
+        if arch.moe in ("dots1", "exaone_moe"):  # (sigmoid always, as DeepseekV3TopkRouter; the Hub's scoring_func
+            # says so)
             _sigmoid_scored(cfg, meta_path)
         if arch.moe == "mistral4":  # softmax scores (Mistral4TopkRouter); its groups ranked by their best two
             if used < groups:
@@ -1258,8 +1273,8 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         **({"logits_scaling": 1.0 / _positive(cfg, meta_path, "logit_scale", 0.0625, section="config")}
            if arch.cohere else {}),
         mtp_layers=_int(cfg, meta_path, "num_nextn_predict_layers", 0, section="config", allow_zero=True)
-        if arch.moe in ("glm4_moe", "deepseek_v3", "glm4_moe_lite", "hy_v3") else _mtp_beside(meta) if arch.linear_attn
-        else 0,
+        if arch.moe in ("glm4_moe", "deepseek_v3", "glm4_moe_lite", "hy_v3") else _mtp_beside(meta)
+        if "mtp." in arch.unread else 0,
         **mla, **mixers)
     _check_all_used(spec, meta.get("tensors") or [], meta_path)
     return spec
@@ -1296,7 +1311,8 @@ def _qwen3_5_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path, qwen3_next
 
 
 def _mtp_beside(meta: dict[str, Any]) -> int:
-    """Qwen3.5's multi-token prediction layers, as stored beside the model (mtp.layers.I; carried unread)."""
+    """Qwen3.5's and EXAONE MoE's multi-token prediction layers, as stored beside the model (mtp.layers.I;
+    carried unread)."""
     names = (t.get("name") for t in meta.get("tensors") or [] if isinstance(t, dict))
     return len({n.split(".")[2] for n in names if isinstance(n, str) and n.startswith("mtp.layers.")})
 

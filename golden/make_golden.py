@@ -136,6 +136,8 @@ from transformers import (  # noqa: E402
     AfmoeForCausalLM,
     Dots1Config,
     Dots1ForCausalLM,
+    ExaoneMoeConfig,
+    ExaoneMoeForCausalLM,
     Jais2Config,
     Jais2ForCausalLM,
     SolarOpenConfig,
@@ -406,6 +408,7 @@ APERTUS_XIELU = ({"alpha_p": 0.6, "alpha_n": -0.4, "beta": 0.5, "eps": -1e-6},
                  {"alpha_p": -0.8, "alpha_n": 0.9, "beta": 0.3, "eps": -0.5})
 AFMOE_SEED = SEED + 233  # the first from SEED + 230 whose greedy cases run 16 tokens with margins >= 0.04
 APERTUS_SEED = SEED + 226  # the first from SEED + 220 whose greedy cases run 16 tokens with margins >= 0.05
+EXAONE_MOE_SEED = SEED + 342  # the best of SEED + 340..351: its greedy cases run 16 tokens with margins >= 0.079
 JAIS2_SEED = SEED + 321  # the best of SEED + 320..331: its greedy cases run 16 tokens with margins >= 0.17
 YOUTU_SEED = SEED + 311  # the best of SEED + 300..311: its greedy cases run 16 tokens with margins >= 0.069
 SOLAR_OPEN_SEED = SEED + 274  # the best of SEED + 270..295: its greedy cases run 16 tokens with margins >= 0.019
@@ -1228,7 +1231,7 @@ def save_qwen3_5(tok, name: str, model_cls, config_cls, seed: int, drop: tuple[s
     if model_cls is not Qwen3NextForCausalLM:
         cfg.mtp_num_hidden_layers = 1
     save_model(tok, name, model_cls, cfg, seed, torch.bfloat16)
-    add_qwen3_5_mtp(HF_DIR / name, seed + 2)
+    add_mtp_beside(HF_DIR / name, seed + 2)
 
 
 def make_qwen3_5(tok) -> None:
@@ -1252,18 +1255,19 @@ def make_qwen3_next(tok) -> None:
 
 
 @torch.no_grad()
-def add_qwen3_5_mtp(out: Path, seed: int) -> None:
-    """Qwen3.5's multi-token prediction block, as the Hub's checkpoints store it beside the model (mtp.layers.0:
-    a full-attention decoder layer shaped as the last one; mtp.fc, mtp.pre_fc_norm_embedding,
-    mtp.pre_fc_norm_hidden, mtp.norm), seeded: transformers leaves it unread (_keys_to_ignore_on_load_unexpected),
-    llama.cpp's converter writes it as a block after the last (nextn_predict_layers)."""
+def add_mtp_beside(out: Path, seed: int, like: int | None = None) -> None:
+    """Qwen3.5's (and EXAONE MoE's) multi-token prediction block, as the Hub's checkpoints store it beside the model
+    (mtp.layers.0: a full-attention decoder layer shaped as layer ``like``, the last by default: EXAONE MoE's is
+    dense; mtp.fc, mtp.pre_fc_norm_embedding, mtp.pre_fc_norm_hidden, mtp.norm), seeded: transformers leaves it
+    unread (_keys_to_ignore_on_load_unexpected), llama.cpp's converter writes it as a block after the last
+    (nextn_predict_layers)."""
     from safetensors.torch import load_file, save_file
 
     path = out / "model.safetensors"
     tensors = load_file(path)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     hidden = tensors["model.embed_tokens.weight"].shape[1]
-    last = max(int(k.split(".")[2]) for k in tensors if k.startswith("model.layers."))
+    last = max(int(k.split(".")[2]) for k in tensors if k.startswith("model.layers.")) if like is None else like
     mtp = {"mtp.layers.0." + k[len(f"model.layers.{last}."):]: v for k, v in tensors.items()
            if k.startswith(f"model.layers.{last}.")}
     mtp.update({"mtp.fc.weight": torch.empty(hidden, 2 * hidden, dtype=torch.bfloat16),
@@ -1547,6 +1551,32 @@ def make_jais2(tok) -> None:
     cfg.architectures = ["Jais2ForCausalLM"]
     out = HF_DIR / "tiny-jais2"
     save_model(tok, out.name, Jais2ForCausalLM, cfg, JAIS2_SEED, torch.bfloat16)
+
+
+def make_exaone_moe(tok) -> None:
+    """EXAONE MoE (LG's K-EXAONE: ExaoneMoeForCausalLM): EXAONE 4's attention (per-head q/k norms; every 4th layer
+    full and unrotated, the others sliding, window 4) in pre-norm layers; a dense first layer, then 2 of 4 experts
+    chosen by sigmoid score plus a choice bias, renormalised and x 2.5, beside a shared one (DeepSeek-V3's
+    router); untied; its MTP layer beside the model (dense, as K-EXAONE's), which transformers leaves unread."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    cfg = ExaoneMoeConfig(**{**dims, "num_hidden_layers": 4}, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                          moe_intermediate_size=32, num_shared_experts=1, first_k_dense_replace=1,
+                          routed_scaling_factor=2.5, norm_topk_prob=True, sliding_window=MISTRAL_WINDOW,
+                          sliding_window_pattern=4, tie_word_embeddings=False, pad_token_id=None,
+                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    cfg.architectures = ["ExaoneMoeForCausalLM"]
+    assert cfg.layer_types == ["sliding_attention"] * 3 + ["full_attention"]
+    out = HF_DIR / "tiny-exaone-moe"
+    logits = save_model(tok, out.name, ExaoneMoeForCausalLM, cfg, EXAONE_MOE_SEED, torch.bfloat16,
+                        after_init=choice_biases(EXAONE_MOE_SEED))
+    add_mtp_beside(out, EXAONE_MOE_SEED + 1, like=0)
+    # (its count and the router's scoring, as the Hub's config.json states them: llama.cpp's converter reads both)
+    write_json(out / "config.json", {**json.loads((out / "config.json").read_text()), "num_nextn_predict_layers": 1,
+                                     "scoring_func": "sigmoid", "topk_method": "noaux_tc"})
+    for what, override in (("routed_scaling_factor", {"routed_scaling_factor": 1.0}),
+                           ("the window", {"sliding_window": 64})):
+        assert_feature_matters(ExaoneMoeForCausalLM, out, logits, what, **override)
 
 
 def make_seed_oss(tok) -> None:
@@ -2274,6 +2304,7 @@ def main() -> None:
     make_solar_open(tok)
     make_youtu(tok)
     make_jais2(tok)
+    make_exaone_moe(tok)
     make_glm4(tok)
     make_glm4_vl(tok)
     make_glm4_vl_moe(tok)

@@ -78,6 +78,7 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-solar-open", "tiny-solar-open", []),
     ("tiny-youtu", "tiny-youtu", []),
     ("tiny-jais2", "tiny-jais2", []),
+    ("tiny-exaone-moe", "tiny-exaone-moe", []),
     ("tiny-hunyuan-dense", "tiny-hunyuan-dense", []),
     ("tiny-hunyuan-moe", "tiny-hunyuan-moe", []),
     ("tiny-hy-v3", "tiny-hy-v3", []),

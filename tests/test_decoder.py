@@ -58,7 +58,9 @@ from iekit.runtime.sampling import Sampler, generate
 # scores plus a choice bias, 2 groups of 2 experts, the better kept, renormalised, x 2.5) beside a shared expert;
 # tiny-solar-open: Llama's attention, GLM-4.5's router and shared expert in every layer; tiny-youtu: DeepSeek-V3's
 # latent attention with a dense MLP in every layer, tied; tiny-jais2: biases on every projection and LayerNorm, an
-# MLP of ReLU squared without a gate; tiny-glm4: interleaved partial RoPE, norms around each block, fused gate_up;
+# MLP of ReLU squared without a gate; tiny-exaone-moe: EXAONE 4's attention (three sliding layers, an unrotated
+# full one) in pre-norm layers, a dense layer then DeepSeek-V3's router beside a shared expert, an unread MTP layer
+# beside the model; tiny-glm4: interleaved partial RoPE, norms around each block, fused gate_up;
 # tiny-cohere2: LayerNorm, parallel blocks, sliding layers with interleaved RoPE, unrotated full ones; tiny-cohere:
 # the same layer, every layer full and rotated; tiny-lfm2: short gated convolutions (3 taps) in three layers of
 # four, attention with per-head q/k norms in the other, LFM2's names and MLP width rule; tiny-lfm2-moe: the same
@@ -81,7 +83,7 @@ MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3
           "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe", "tiny-minimax-m2", "tiny-deepseek-v3", "tiny-deepseek-v2",
           "tiny-glm4-moe-lite", "tiny-mistral4", "tiny-llama4", "tiny-ernie4-5", "tiny-ernie4-5-moe", "tiny-seed-oss", "tiny-apertus",
           "tiny-afmoe", "tiny-dots1", "tiny-solar-open", "tiny-youtu", "tiny-jais2",
-          "tiny-glm4",
+          "tiny-exaone-moe", "tiny-glm4",
           "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5", "tiny-qwen3-5-moe",
           "tiny-qwen3-next", "tiny-lfm2", "tiny-lfm2-moe", "tiny-granite4", "tiny-granite4-dense", "tiny-granite-moe",
           "tiny-granite-moe-shared", "tiny-nemotron-h", "tiny-nemotron-h-moe", "tiny-hunyuan-dense", "tiny-hunyuan-moe",

@@ -346,6 +346,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                        "hy_v3": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "afmoe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "dots1": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
+                       "exaone-moe": {k2: f"mlp.experts.{{e}}.{k2}_proj" for k2 in ("gate", "up", "down")},
                        "minimax-m2": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
                                       "down": "block_sparse_moe.experts.{e}.w2"},
                        "lfm2moe": {"gate": "feed_forward.experts.{e}.w1", "up": "feed_forward.experts.{e}.w3",

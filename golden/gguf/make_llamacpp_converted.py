@@ -79,7 +79,7 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
           "tiny-smollm3": {},
           "tiny-granite": {}, "tiny-olmo2": {},
           "tiny-olmo3": {}, "tiny-ministral3": {}, "tiny-exaone4": {}, "tiny-olmoe": {}, "tiny-qwen2-moe": {},
-          "tiny-seed-oss": {}, "tiny-apertus": {}, "tiny-afmoe": {}, "tiny-dots1": {}, "tiny-solar-open": {"partial_rotary_factor": 1.0}, "tiny-youtu": {}, "tiny-jais2": {}, "tiny-glm4": {}, "tiny-glm4-moe": {}, "tiny-minimax-m2": {"rotary_dim": 8, "scoring_func": "sigmoid"},
+          "tiny-seed-oss": {}, "tiny-apertus": {}, "tiny-afmoe": {}, "tiny-dots1": {}, "tiny-solar-open": {"partial_rotary_factor": 1.0}, "tiny-youtu": {}, "tiny-jais2": {}, "tiny-exaone-moe": {}, "tiny-glm4": {}, "tiny-glm4-moe": {}, "tiny-minimax-m2": {"rotary_dim": 8, "scoring_func": "sigmoid"},
           "tiny-deepseek-v3": {}, "tiny-deepseek-v2": {}, "tiny-glm4-moe-lite": {"scoring_func": "sigmoid"},
           "tiny-mistral4-vl": {},
           "tiny-llama4": {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1},
