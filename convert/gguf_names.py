@@ -330,11 +330,12 @@ _DEEPSEEK2 = {**{k: v for k, v in _LLAMA.items() if not k.startswith("self_attn.
               "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
               "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight", "mlp.gate.weight": "ffn_gate_inp.weight",
               **_shexp("mlp.shared_experts")}
-_DEEPSEEK2_KEYS = frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
+# DeepSeek-V3's router and layers as convert_hf_to_gguf writes them (GLM-4.5's, dots.llm1's, Solar Open's, ...)
+_V3_ROUTER_KEYS = frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
                              "expert_weights_norm", "expert_gating_func", "expert_group_count",
-                             "expert_group_used_count", "attention.q_lora_rank", "attention.kv_lora_rank",
-                             "attention.key_length_mla", "attention.value_length_mla",
-                             "rope.scaling.yarn_log_multiplier"})
+                             "expert_group_used_count"})
+_DEEPSEEK2_KEYS = _V3_ROUTER_KEYS | {"attention.q_lora_rank", "attention.kv_lora_rank", "attention.key_length_mla",
+                                    "attention.value_length_mla", "rope.scaling.yarn_log_multiplier"}
 _BIAS = {"mlp.gate.e_score_correction_bias": "exp_probs_b.bias"}
 # Qwen3.5's gated DeltaNet (convert_hf_to_gguf's Qwen3NextModel names): its projections, convolution, decay
 # (A_log, stored -exp(A_log)), step bias, gated norm and output
@@ -535,10 +536,8 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight",
                      "mlp.e_score_correction_bias": "exp_probs_b.bias", **_shexp("mlp.shared_experts")}),
              experts=_QWEN_EXPS,
-             keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "expert_shared_count",
-                             "expert_shared_feed_forward_length", "leading_dense_block_count", "expert_weights_scale",
-                             "expert_weights_norm", "expert_gating_func", "expert_group_count",
-                             "expert_group_used_count", "nextn_predict_layers"}),
+             keys=_V3_ROUTER_KEYS | {"attention.sliding_window", "attention.sliding_window_pattern",
+                                     "expert_shared_feed_forward_length", "nextn_predict_layers"},
              swa_pattern=4, mtp_beside=True),
     # Jais 2: Llama's names with every projection's bias, LayerNorms' biases, ffn_up and ffn_down with theirs (ReLU
     # squared between, no gate); rows as they are (NeoX RoPE)
@@ -615,9 +614,7 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
                      **_NEXTN},
                     norm_after="post_attention_norm"),
              experts=_QWEN_EXPS,
-             keys=frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
-                             "expert_weights_norm", "expert_gating_func", "nextn_predict_layers", "expert_group_count",
-                             "expert_group_used_count", "rope.dimension_sections"}),
+             keys=_V3_ROUTER_KEYS | {"nextn_predict_layers", "rope.dimension_sections"},
              eot_token="<|user|>", eom_token="<|observation|>"),
     # Solar Open as convert_hf_to_gguf's SolarOpenModel (a Glm4MoeModel) writes it: GLM-4.5's file with experts in
     # every layer, no q/k norms, no MTP layers, no dense width; its import is GLM-4.5's (the same model)
@@ -626,10 +623,7 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
                      "mlp.gate.e_score_correction_bias": "exp_probs_b.bias", **_shexp("mlp.shared_experts")},
                     norm_after="post_attention_norm"),
              experts=_QWEN_EXPS,
-             keys=frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
-                             "expert_weights_norm", "expert_gating_func", "expert_group_count",
-                             "expert_group_used_count"}),
-             eot_token="<|endoftext|>"),
+             keys=_V3_ROUTER_KEYS, eot_token="<|endoftext|>"),
     # DeepSeek-V3, R1, Kimi K2 and (softmax-gated: expert_gating_func 1, or none) DeepSeek-V2: latent attention's
     # matrices one to one but kv_b_proj (MLA_KV_B), interleaved RoPE (llama.cpp's own: rows as they are) over
     # rope.dimension_count dims, GLM-4.5's router and shared experts; llama.cpp's converter drops V3's MTP layer
@@ -717,9 +711,7 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
              _dense({**_QK_NORM, "mlp.gate.weight": "ffn_gate_inp.weight",
                      "mlp.gate.e_score_correction_bias": "exp_probs_b.bias", **_shexp("mlp.shared_experts")}),
              experts=_QWEN_EXPS,
-             keys=frozenset({"expert_shared_count", "leading_dense_block_count", "expert_weights_scale",
-                             "expert_weights_norm", "expert_gating_func", "expert_group_count",
-                             "expert_group_used_count"})),
+             keys=_V3_ROUTER_KEYS),
     # Ministral 3, Devstral Small 2, and Mistral Small 3.x as the converter writes Mistral3ForConditionalGeneration
     # (convert_hf_to_gguf's Ministral3Model, a LlamaModel): Llama's names and interleaved q/k rows, YaRN's
     # mscale_all_dim as rope.scaling.yarn_log_multiplier, Llama 4's attention temperature as

@@ -950,6 +950,17 @@ def _mtp_trunk(g: GGUFModel, a: str, cfg: dict[str, Any]) -> tuple[int, int]:
     return nextn, trunk
 
 
+def _shared_experts(g: GGUFModel, a: str) -> tuple[int, int]:
+    """An expert's width and how many experts' the shared MLP is, as llama.cpp sizes it (Hy3's, EXAONE MoE's):
+    expert_shared_feed_forward_length, an expert's width without it; a whole number of experts, else refused."""
+    inter = _field(g, f"{a}.expert_feed_forward_length", int)
+    shared = _field(g, f"{a}.expert_shared_feed_forward_length", int, inter)
+    if inter < 1 or shared % inter:
+        raise FormatError(g.path, f"{a}.expert_shared_feed_forward_length", f"{shared}: not a whole number of "
+                                                                            f"experts' {inter} channels")
+    return inter, shared // inter
+
+
 def _exaone_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     """EXAONE MoE's layers as ExaoneMoeConfig says them, as llama.cpp's exaone-moe runs them: sigmoid-gated (its
     loader requires the key), DeepSeek-V3's router keys (_v3_router), dense layers before leading_dense_block_count;
@@ -960,14 +971,10 @@ def _exaone_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> Non
     a = arch.gguf
     _gated(g, arch, SIGMOID_GATING, None)
     nextn, trunk = _mtp_trunk(g, a, cfg)
-    inter = _field(g, f"{a}.expert_feed_forward_length", int)
-    shared = _field(g, f"{a}.expert_shared_feed_forward_length", int, inter)
-    if inter < 1 or shared % inter:
-        raise FormatError(g.path, f"{a}.expert_shared_feed_forward_length", f"{shared}: not a whole number of "
-                                                                            f"experts' {inter} channels")
+    inter, shared = _shared_experts(g, a)
     dense = _field(g, f"{a}.leading_dense_block_count", int, 0)
     cfg.update(num_experts=cfg.pop("num_local_experts"), num_hidden_layers=trunk, moe_intermediate_size=inter,
-               num_shared_experts=shared // inter, first_k_dense_replace=dense,
+               num_shared_experts=shared, first_k_dense_replace=dense,
                mlp_layer_types=["dense" if i < dense else "sparse" for i in range(trunk)], **_v3_router(g, a),
                scoring_func="sigmoid", topk_method="noaux_tc", layer_types=_layer_types(g, arch, trunk),
                sliding_window=_field(g, f"{a}.attention.sliding_window", int))
@@ -984,14 +991,10 @@ def _hy_v3_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     a = arch.gguf
     _renormalised_sigmoid(g, arch)
     nextn, trunk = _mtp_trunk(g, a, cfg)
-    inter = _field(g, f"{a}.expert_feed_forward_length", int)
-    shared = _field(g, f"{a}.expert_shared_feed_forward_length", int, inter)
-    if inter < 1 or shared % inter:
-        raise FormatError(g.path, f"{a}.expert_shared_feed_forward_length", f"{shared}: not a whole number of "
-                                                                            f"experts' {inter} channels")
+    inter, shared = _shared_experts(g, a)
     routers = {t.name for t in g.tensors if t.name.endswith(".ffn_gate_inp.weight")}
     cfg.update(num_experts=cfg.pop("num_local_experts"), num_hidden_layers=trunk, num_nextn_predict_layers=nextn,
-               moe_intermediate_size=inter, num_shared_experts=shared // inter,
+               moe_intermediate_size=inter, num_shared_experts=shared,
                router_scaling_factor=_field(g, f"{a}.expert_weights_scale", float, 1.0),
                mlp_layer_types=["sparse" if f"blk.{i}.ffn_gate_inp.weight" in routers else "dense"
                                 for i in range(trunk)])
