@@ -37,20 +37,13 @@ from iekit.formats.safetensors_writer import SafetensorsWriter
 from .artifact_out import ConvertResult, Progress, check_dtype, checkpoint_out
 from .gguf_to_iebin import aux_files, build_config, file_type_name, open_model, plan_tensors, tensor_chunks
 
-# The model types whose HF tensors are the import's, one for one.
-# (phi3: the import's q/k/v and gate/up joined again into qkv_proj and gate_up_proj, formats/fused_tensors.py;
-# qwen3_next: its DeltaNet's in_proj_qkvz and in_proj_ba, blocked by key head, likewise;
-# llama4_text: its expert stacks turned back to [experts, in, out], formats/expert_stacks.py;
-# granitemoehybrid, granitemoeshared: the shared MLP's gate and up joined again into input_linear;
-# nemotron_h: under the Hub's backbone. prefix, formats/hf_checkpoint.py PREFIXES)
-HF_LAYOUT = ("llama", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "glm4_moe", "minimax_m2", "gemma", "gemma2",
-             "arcee", "stablelm", "starcoder2", "nemotron", "phi",
-             "gemma3_text", "phi3", "smollm3", "granite", "olmo2", "olmo3", "ministral3", "exaone4", "olmoe",
-             "seed_oss", "apertus", "afmoe", "glm4", "cohere2", "cohere", "deepseek_v3", "deepseek_v2",
-             "glm4_moe_lite", "mistral4", "llama4_text", "ernie4_5", "ernie4_5_moe", "qwen3_5_text",
-             "qwen3_5_moe_text", "qwen3_next", "lfm2", "lfm2_moe", "granitemoehybrid",
-             "granitemoe", "granitemoeshared", "nemotron_h", "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3", "dots1",
-             "solar_open", "youtu", "jais2", "exaone_moe")
+# The model types whose HF layout the import does not build, refused: gpt-oss's (transposed expert stacks, MXFP4
+# pairs). Every other import's tensors are its checkpoint's, one for one (phi3: the import's q/k/v and gate/up
+# joined again into qkv_proj and gate_up_proj, formats/fused_tensors.py; qwen3_next: its DeltaNet's in_proj_qkvz and
+# in_proj_ba, blocked by key head, likewise; llama4_text: its expert stacks turned back to [experts, in, out],
+# formats/expert_stacks.py; granitemoehybrid, granitemoeshared: the shared MLP's gate and up joined again into
+# input_linear; nemotron_h: under the Hub's backbone. prefix, formats/hf_checkpoint.py PREFIXES).
+HF_UNWRITTEN = ("gpt_oss",)
 
 
 FLOAT_TYPES = ("F32", "F16", "BF16")  # GGUF tensor types that hold the weights themselves, not codes
@@ -60,9 +53,10 @@ def _hf_config(g: GGUFModel, advice: str) -> dict:
     """The config.json of ``g``; refused, with ``advice`` (what to do
     instead, which differs by command), where its HF layout is not written."""
     cfg = build_config(g)
-    if cfg["model_type"] not in HF_LAYOUT:
-        raise FormatError(g.path, "general.architecture", f"{cfg['model_type']}: its Hugging Face layout is not "
-                                                          f"written ({', '.join(HF_LAYOUT)} are); {advice}")
+    if cfg["model_type"] in HF_UNWRITTEN:
+        raise FormatError(g.path, "general.architecture", f"{cfg['model_type']}: its Hugging Face layout (transposed "
+                                                          "expert stacks, MXFP4 pairs) is not what the import "
+                                                          f"builds; {advice}")
     return cfg
 
 

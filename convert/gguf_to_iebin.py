@@ -80,9 +80,9 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
     if key == "llama":
         moe = g.fields.get("llama.expert_count", 0)
         return GGUF_ARCHS_BY_CLASS["MixtralForCausalLM" if type(moe) is int and moe > 0 else "LlamaForCausalLM"]
-    if key == "deepseek2" and not g.fields.get("deepseek2.expert_count"):  # (Youtu-LLM: no experts, every layer dense)
-        return GGUF_ARCHS_BY_CLASS["YoutuForCausalLM"]
     if key == "deepseek2":  # DeepSeek-V3's router is sigmoid-gated, V2's softmax; GLM-4.7-Flash's file keeps its MTP
+        if not g.fields.get("deepseek2.expert_count"):  # (Youtu-LLM's: no experts, every layer dense)
+            return GGUF_ARCHS_BY_CLASS["YoutuForCausalLM"]
         if _deepseek2_gating(g) != SIGMOID_GATING:
             return GGUF_ARCHS_BY_CLASS["DeepseekV2ForCausalLM"]
         nextn = g.fields.get("deepseek2.nextn_predict_layers", 0)
@@ -976,8 +976,8 @@ def _exaone_moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> Non
     cfg.update(num_experts=cfg.pop("num_local_experts"), num_hidden_layers=trunk, moe_intermediate_size=inter,
                num_shared_experts=shared, first_k_dense_replace=dense,
                mlp_layer_types=["dense" if i < dense else "sparse" for i in range(trunk)], **_v3_router(g, a),
-               scoring_func="sigmoid", topk_method="noaux_tc", layer_types=_layer_types(g, arch, trunk),
-               sliding_window=_field(g, f"{a}.attention.sliding_window", int))
+               scoring_func="sigmoid", topk_method="noaux_tc")
+    _sliding_layers(g, arch, cfg, "EXAONE MoE turns its sliding layers by rope_theta")  # (over the trunk's layers)
     if nextn:
         cfg["num_nextn_predict_layers"] = nextn
 
@@ -1241,7 +1241,6 @@ def _every_layer_dense(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> Non
     if dense != cfg["num_hidden_layers"]:
         raise FormatError(g.path, f"{a}.leading_dense_block_count", f"{dense} of {cfg['num_hidden_layers']} layers "
                                                                     "dense, and the file has no experts for the rest")
-    cfg["rope_interleave"] = True  # (llama.cpp's deepseek2 turns interleaved pairs)
 
 
 def _layer_types(g: GGUFModel, arch: GGUFArch, layers: int) -> list[str]:

@@ -1756,14 +1756,14 @@ def _switched_biases(arch: Arch, cfg: dict[str, Any]) -> Arch:
     use_qkv_bias turns the q/k/v biases on; Qwen2-MoE's qkv_bias and StarCoder2's use_bias, false, turn every
     bias the architecture has off (a stored one is then unread: refused); Jais 2's attention_bias the
     attention's, its mlp_bias (mlp_bias_switch) the MLP's."""
-    if arch.mlp_bias_switch and not cfg.get(arch.mlp_bias_switch, True):  # (the MLP's apart: Jais 2's mlp_bias)
-        arch = replace(arch, mlp_biases=False, mlp_bias_switch="")
+    if arch.mlp_bias_switch:  # (the MLP's by their own key, apart from the attention's: Jais 2's mlp_bias)
+        arch = replace(arch, mlp_biases=bool(cfg.get(arch.mlp_bias_switch, arch.mlp_biases)))
     default = bool(arch.biases) or (arch.mlp_biases and not arch.mlp_bias_switch)
     if not arch.bias_switch or bool(cfg.get(arch.bias_switch, default)) == default:
         return arch
-    if default:
+    if default:  # (the MLP's go with the attention's unless their own key rules them)
         return replace(arch, biases=(), no_biases=(*arch.no_biases, *arch.biases),
-                       mlp_biases=arch.mlp_biases and bool(arch.mlp_bias_switch))
+                       mlp_biases=arch.mlp_biases if arch.mlp_bias_switch else False)
     qkv = ("q", "k", "v")
     return replace(arch, biases=qkv, no_biases=tuple(b for b in arch.no_biases if b not in qkv))
 

@@ -50,6 +50,8 @@ def test_llamacpps_file_states_the_hubs_config(tmp_path):
      ("exaone-moe.expert_shared_feed_forward_length", "whole number")),
     ({"exaone-moe.attention.sliding_window_pattern": [True, False]}, set(),
      ("exaone-moe.attention.sliding_window_pattern", "4 booleans")),
+    ({"exaone-moe.attention.sliding_window": 0}, set(), ("exaone-moe.attention.sliding_window", "at least 1")),
+    ({}, {"exaone-moe.attention.sliding_window"}, ("exaone-moe.attention.sliding_window", "missing")),
 ])
 def test_a_file_llamacpp_would_not_run_so_is_refused(tmp_path, kv, drop, needles):
     bad = rewrite_gguf(CONVERTED, tmp_path / "bad.gguf", drop=drop, kv=kv)

@@ -38,7 +38,7 @@ def test_llamacpps_file_states_the_checkpoints_switches(tmp_path):
 def test_each_switch_turns_its_own_biases_off(tmp_path, switch, dropped):
     """A checkpoint saved with one switch false has none of its biases, and the other's: it converts and runs
     (another model than the golden's), the export is refused (llama.cpp's loader requires them); the same
-    switch beside stored biases leaves them unread, which is refused."""
+    switch beside stored biases leaves them unread: the converter says so, and the decoder refuses to run it."""
     t = hf_tensors(GOLDEN_HF / "tiny-jais2")
     without = {k: v for k, v in t.items() if not k.endswith(dropped)}
     hf = _hf_variant(tmp_path, "tiny-jais2", {"dtype": "float32", switch: False}, without)
@@ -49,7 +49,7 @@ def test_each_switch_turns_its_own_biases_off(tmp_path, switch, dropped):
     assert not (tmp_path / "m.gguf").exists()
     stored = _hf_variant(tmp_path / "b", "tiny-jais2", {"dtype": "float32", switch: False}, t)
     res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", stored, "--out-dir", tmp_path / "b" / "m")
-    if res.returncode == 0:  # (the converter carries the file; the decoder names the tensor it would not read)
-        res = run_tool("ierun", "generate", "--model-dir", tmp_path / "b" / "m", "--ids", "1", "--max-new", "1")
+    assert res.returncode == 0 and "warning: ierun cannot run this model" in res.stderr, res.stderr
+    res = run_tool("ierun", "generate", "--model-dir", tmp_path / "b" / "m", "--ids", "1", "--max-new", "1")
     assert_one_line_error(res, "does not use it")
     assert any(d in res.stderr for d in dropped), res.stderr
