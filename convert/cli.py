@@ -223,6 +223,7 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       MLP without a gate), nemotron (Nemotron-Mini, Minitron: LayerNorm1P
       stored as 1 + w), phi2 (Phi-2, Phi-1.5: a parallel layer, the head's
       bias), granite (its multipliers),
+      olmo (OLMo 1: no norm tensors, attention.clamp_kqv as clip_qkv),
       olmo2 (the blocks' output norms alone; with a window, OLMo 3),
       mistral3 (Ministral 3, Devstral Small 2, Mistral Small 3.x), exaone4,
       olmoe, qwen2moe (Qwen1.5-MoE, Qwen2-57B-A14B: a shared expert beside
@@ -265,7 +266,8 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       granitemoe (Granite 3.x MoE: the same experts; GraniteMoeShared
       where expert_shared_feed_forward_length is positive), nemotron_h
       and nemotron_h_moe (Nemotron-H, Nemotron Nano 2, Nemotron 3 Nano:
-      its blocks by head_count_kv and feed_forward_length, one per block);
+      its blocks by head_count_kv and feed_forward_length, one per block),
+      mamba2 (Mamba-Codestral: Mamba2 in every layer, no attention);
       files the converter wrote with --fuse-qkv or
       --fuse-gate-up-exps read as the separate tensors;
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
@@ -423,7 +425,8 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
     - architectures: llama, mistral and mixtral (as llama.cpp's "llama"),
       qwen2, qwen3, qwen3moe, gpt-oss, gemma, gemma2, gemma3, phi3, smollm3,
       arcee, stablelm, starcoder2, nemotron, phi2,
-      granite, olmo2, mistral3, exaone4, olmoe, qwen2moe, glm4moe, minimax-m2,
+      granite, olmo (OLMo 1, its clip_qkv as attention.clamp_kqv), olmo2,
+      mistral3, exaone4, olmoe, qwen2moe, glm4moe, minimax-m2,
       deepseek2 (DeepSeek-V3, V2 and GLM-4.7-Flash: kv_b_proj split into
       attn_k_b and attn_v_b; V3's MTP layer left out as llama.cpp's
       converter leaves it, GLM-4.7-Flash's kept), mistral4 (Mistral Small
@@ -442,7 +445,7 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       halves as ffn_gate_exps and ffn_up_exps, the shared MLP as
       ffn_*_shexp), granitemoe (Granite 3.x MoE), nemotron_h and
       nemotron_h_moe (Nemotron-H: head_count_kv and feed_forward_length
-      one per block), seed_oss, apertus (each layer's xIELU parameters
+      one per block), mamba2 (Mamba-Codestral), seed_oss, apertus (each layer's xIELU parameters
       as the xielu.* keys), afmoe (every 4th layer full, mup_enabled),
       dots1 (a key head per query head, as llama.cpp loads it), Solar
       Open (as glm4moe, experts in every layer), Youtu-LLM (as deepseek2,

@@ -499,6 +499,10 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # StableLM (StableLM 2 1.6B, StableLM 3B, Stable Code 3B): Llama's names, rows as they are (NeoX RoPE over
     # rope.dimension_count dims), LayerNorms with biases (attention.layer_norm_epsilon); q/k/v biases where stored;
     # llama.cpp's graph runs the parallel layer where a block has no ffn_norm (use_parallel_residual, descriptive)
+    # OLMo 1: Llama's names and q/k reordering without norm tensors (its LayerNorms have no weights; llama.cpp's olmo
+    # graph norms with none), the eps under LayerNorm's key, clip_qkv as attention.clamp_kqv
+    GGUFArch("olmo", "OlmoForCausalLM", "olmo", True, {k: v for k, v in _LLAMA.items() if "norm" not in v},
+             keys=frozenset({"attention.layer_norm_epsilon", "attention.clamp_kqv"}), layer_norm=True),
     GGUFArch("stablelm", "StableLmForCausalLM", "stablelm", False,
              _dense(_NORM_BIASES),
              keys=frozenset({"attention.layer_norm_epsilon", "use_parallel_residual"}), layer_norm=True,
@@ -588,6 +592,11 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("exaone4", "Exaone4ForCausalLM", "exaone4", False, _OLMO2,
              keys=frozenset({"attention.sliding_window", "attention.sliding_window_pattern", "rope.freq_base_swa"}),
              swa_pattern=4, swa_window=4096, swa_layers=64),
+    # Mamba-2 (Mamba-Codestral-7B) as convert_hf_to_gguf's Mamba2Model writes it: Nemotron-H's Mamba2 block in every
+    # layer (its norm and mixer. tensors, the model's under backbone.), no attention, no MLP
+    GGUFArch("mamba2", "Mamba2ForCausalLM", "mamba2", False,
+             {k: v for k, v in _NEMOTRON.items() if not k.startswith(("mixer.q_", "mixer.k_", "mixer.v_", "mixer.o_"))},
+             keys=_NEMOTRON_KEYS - {"attention.layer_norm_epsilon"}, top=_NEMOTRON_TOP),
     # GLM-4 (0414, Z1): interleaved RoPE, which is llama.cpp's own (ROPE_TYPE_NORM), so rows as they are;
     # rope.dimension_count the rotated half; its four norms (input, post_self_attn, post_attention, post_mlp) as
     # attn_norm, post_attention_norm, ffn_norm, post_ffw_norm; gate_up_proj fused into ffn_up as phi3's. GLM-4.1V's

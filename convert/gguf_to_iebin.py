@@ -48,7 +48,7 @@ from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
 from iekit.formats.hf_config import model_summary
 from iekit.formats.library_calls import guarded
 from iekit.formats.model_spec import ARCHS as DECODER_ARCHS
-from iekit.formats.model_spec import (EXPERT_STACKS, HF_ACTS, MAMBA_DEFAULTS, check_convertible, every_nth,
+from iekit.formats.model_spec import (EXPERT_STACKS, HF_ACTS, MAMBA_DEFAULTS, OLMO_EPS, check_convertible, every_nth,
                                       longrope_attention_factor,
                                       rope_tables)
 from iekit.formats.q4_manifest import Manifest, plan
@@ -125,8 +125,10 @@ def row_order(g: GGUFModel, t: GGUFTensor, cfg: dict[str, Any]) -> np.ndarray | 
     undoing llama.cpp's q/k permutation for the architectures it applies to:
     within a head, GGUF rows run (pair, 2), Hugging Face rows (2, pair)."""
     kind = t.name.split(".")[2] if t.name.startswith("blk.") else ""
-    heads = {"attn_q": cfg["num_attention_heads"], "attn_k": cfg["num_key_value_heads"]}.get(kind)
-    return None if heads is None else _qk_rows(g, t, t.shape[0], heads, cfg)
+    if kind not in ("attn_q", "attn_k"):  # (a model without attention has no head counts: Mamba-2's)
+        return None
+    heads = cfg["num_attention_heads"] if kind == "attn_q" else cfg["num_key_value_heads"]
+    return _qk_rows(g, t, t.shape[0], heads, cfg)
 
 
 def _qk_rows(g: GGUFModel, t: GGUFTensor, n: int, heads: int, cfg: dict[str, Any]) -> np.ndarray | None:
@@ -391,6 +393,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     a = arch.gguf
     _check_arch_keys(g, arch)
     hidden = _field(g, f"{a}.embedding_length", int)
+    if a == "mamba2":
+        return _with_token_ids(g, _mamba2_config(g, arch, names, hidden))
     heads = _field(g, f"{a}.attention.head_count", int)
     if hidden < 1 or heads < 1:
         raise FormatError(g.path, f"{a}.attention.head_count", f"{heads} heads of a {hidden}-wide model")
@@ -418,16 +422,10 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     if "rope_freqs.weight" in names and scaling != "none":
         raise FormatError(g.path, "tensor 'rope_freqs.weight'", f"per-frequency RoPE factors beside "
                                                                 f"{a}.rope.scaling.type {scaling!r}")
-    embed = names.get("token_embd.weight")
-    if embed is None or len(embed.shape) != 2:
-        raise FormatError(g.path, "tensor 'token_embd.weight'", "is missing or not a matrix")
     if arch.embed_head and "output.weight" in names:
         raise FormatError(g.path, "tensor 'output.weight'", f"llama.cpp's {a} reads the embedding as its output head "
                                                             "and never this one; refusing rather than dropping it")
-    vocab = embed.shape[0]
-    if _field(g, f"{a}.vocab_size", int, vocab) != vocab:
-        raise FormatError(g.path, f"{a}.vocab_size", f"{g.fields[f'{a}.vocab_size']} disagrees with the "
-                                                     f"{vocab} rows of token_embd.weight")
+    vocab = _vocab(g, a, names)
     ln_eps = "attention.layer_norm_epsilon"  # LayerNorm's (Cohere's); an RMSNorm architecture listing it reads it too
     rms_eps = g.fields.get(f"{a}.{ln_eps}") if ln_eps in arch.keys else None
     cfg: dict[str, Any] = {
@@ -474,6 +472,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         cfg["hidden_act"] = "gelu_new"
     if arch.gguf == "nemotron":  # (NemotronConfig's name)
         cfg["norm_eps"] = cfg.pop("layer_norm_eps")
+    if arch.gguf == "olmo":
+        _olmo_config(g, arch, cfg)
     if arch.gguf == "starcoder2":  # (Starcoder2Config's names; llama.cpp's graph attends to every position)
         cfg.update(use_bias="blk.0.attn_output.bias" in names, norm_epsilon=cfg.pop("layer_norm_eps"),
                    sliding_window=None)
@@ -510,6 +510,24 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _every_layer_dense(g, arch, cfg)
     if DECODER_ARCHS[arch.hf_class].gemma:
         _gemma_config(g, arch, cfg)
+    return _with_token_ids(g, cfg)
+
+
+def _vocab(g: GGUFModel, a: str, names: dict[str, Any]) -> int:
+    """The vocabulary: token_embd's rows, which ``{a}.vocab_size`` must not contradict."""
+    embed = names.get("token_embd.weight")
+    if embed is None or len(embed.shape) != 2:
+        raise FormatError(g.path, "tensor 'token_embd.weight'", "is missing or not a matrix")
+    vocab = embed.shape[0]
+    if _field(g, f"{a}.vocab_size", int, vocab) != vocab:
+        raise FormatError(g.path, f"{a}.vocab_size", f"{g.fields[f'{a}.vocab_size']} disagrees with the "
+                                                     f"{vocab} rows of token_embd.weight")
+    return vocab
+
+
+def _with_token_ids(g: GGUFModel, cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` with the tokenizer's special ids (CONFIG_TOKEN_IDS) and the ends of generation llama.cpp stops at."""
+    vocab = cfg["vocab_size"]
     for which, key in CONFIG_TOKEN_IDS.items():
         tid = g.fields.get(f"tokenizer.ggml.{key}_token_id")
         if tid is not None:
@@ -673,6 +691,42 @@ def _granite4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], mamba_la
 def _ssm_key(g: GGUFModel, a: str, key: str, required: bool, default: int) -> int:
     """A Mamba2 dimension, ``{a}.ssm.KEY``: required where a layer runs Mamba2, else the file's or ``default``."""
     return _field(g, f"{a}.ssm.{key}", int, None if required else default)
+
+
+def _olmo_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """OLMo 1 as OlmoConfig says it: its LayerNorm's eps is OlmoLayerNorm's constant 1e-5, which no key states (a
+    file whose eps differs is another model, refused); attention.clamp_kqv as clip_qkv (none without the key, as
+    llama.cpp's graph then clamps nothing)."""
+    a = arch.gguf
+    if cfg.pop("layer_norm_eps") != OLMO_EPS:
+        raise FormatError(g.path, f"{a}.attention.layer_norm_epsilon", f"{g.fields[f'{a}.attention.layer_norm_epsilon']}: "
+                                                                      f"OLMo's LayerNorm has eps {OLMO_EPS} and no other")
+    if f"{a}.attention.clamp_kqv" in g.fields:  # (positive and finite, its shortest decimal: _field)
+        cfg["clip_qkv"] = _field(g, f"{a}.attention.clamp_kqv", float)
+
+
+def _mamba2_config(g: GGUFModel, arch: GGUFArch, names: dict[str, Any], hidden: int) -> dict[str, Any]:
+    """Mamba-2 as Mamba2Config says it, from what convert_hf_to_gguf's Mamba2Model writes: every layer Mamba2 alone
+    (no attention heads, no MLP width: 0 or absent, else refused), its dims from the ssm.* keys (inner_size
+    time_step_rank heads of whole dims, a whole multiple of the width: Mamba2Config's expand), the RMS eps; the
+    context_length (2^20, "arbitrary" in the converter) and any rope.* read as nothing, as llama.cpp's graph."""
+    a = arch.gguf
+    for key in ("attention.head_count", "attention.head_count_kv", "feed_forward_length"):
+        if _field(g, f"{a}.{key}", int, 0) != 0:
+            raise FormatError(g.path, f"{a}.{key}", f"{g.fields[f'{a}.{key}']!r:.40}: llama.cpp's mamba2 has no "
+                                                   "attention or MLP (0 expected)")
+    heads, inner = _ssm_key(g, a, "time_step_rank", True, 0), _ssm_key(g, a, "inner_size", True, 0)
+    if hidden < 1 or heads < 1 or inner < 1 or inner % heads or inner % hidden:
+        raise FormatError(g.path, f"{a}.ssm.inner_size", f"{inner}: expected time_step_rank {heads} heads of whole "
+                                                         f"dims, a whole multiple of embedding_length {hidden}")
+    return {"architectures": [arch.hf_class], "model_type": arch.model_type, "hidden_size": hidden,
+            "num_hidden_layers": _field(g, f"{a}.block_count", int), "vocab_size": _vocab(g, a, names),
+            "num_heads": heads, "head_dim": inner // heads, "expand": inner // hidden,
+            "state_size": _ssm_key(g, a, "state_size", True, 0), "n_groups": _ssm_key(g, a, "group_count", True, 0),
+            "conv_kernel": _ssm_key(g, a, "conv_kernel", True, 0),
+            "layer_norm_epsilon": _field(g, f"{a}.attention.layer_norm_rms_epsilon", float),
+            "hidden_act": "silu", "use_bias": False, "use_conv_bias": True,
+            "tie_word_embeddings": "output.weight" not in names}
 
 
 def _nemotron_blocks(g: GGUFModel, arch: GGUFArch) -> str:

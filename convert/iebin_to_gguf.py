@@ -365,8 +365,9 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
         if spec.n_layers == arch.swa_layers and not spec.nope:
             raise IEError(f"{where}.sliding_window: none; llama.cpp's {arch.gguf} gives a {arch.swa_layers}-layer "
                           "model sliding layers and unrotated full ones whatever its file says")
-    # (cohere2: llama.cpp turns the sliding layers alone; granitehybrid: rope.scaling.finetuned switches RoPE)
-    elif spec.nope and spec.arch.nope_full != "always" and not arch.mamba and not arch.nemotron and (
+    # (cohere2: llama.cpp turns the sliding layers alone; granitehybrid: rope.scaling.finetuned switches RoPE; a
+    # model that attends nowhere, Mamba-2, rotates nothing)
+    elif spec.nope and any(spec.attends) and spec.arch.nope_full != "always" and not arch.mamba and not arch.nemotron and (
             not arch.nope_step or list(spec.nope) != every_nth(arch.nope_step, spec.n_layers)):
         rule = f"leaves every {arch.nope_step}th layer unrotated, and no other" if arch.nope_step else "rotates every layer"
         raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
@@ -572,7 +573,8 @@ def _plan_tensors(plan: _Plan) -> None:
                     plan.add(f"blk.{i}.{g}", [_Part(e, order)], [n_exp, rows // 2, e["shape"][2]])
     for hf, (key, _shape) in arch.layer_keys.items():  # (Apertus's xIELU parameters: keys, one value per layer)
         plan.keys[key] = [_one_value(plan, f"model.layers.{i}.{hf}") for i in range(spec.n_layers)]
-    one(own_name(spec.arch, "model.norm.weight"))
+    if not spec.arch.weightless_norms:  # (OLMo's final LayerNorm has no weights: no output_norm)
+        one(own_name(spec.arch, "model.norm.weight"))
     if spec.arch.norm_bias:  # (LayerNorm's: StableLM's)
         one(own_name(spec.arch, "model.norm.bias"))
     if "lm_head.weight" in plan.entries and not spec.tied:
@@ -789,6 +791,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         _granite4_kv(kv, a, spec)
     if arch.nemotron:
         _nemotron_kv(kv, a, spec, cfg)
+    if spec.clip_qkv:  # (OLMo's, as convert_hf_to_gguf's OlmoModel writes it)
+        kv[f"{a}.attention.clamp_kqv"] = float(spec.clip_qkv)
     if arch.gguf == "stablelm":  # as convert_hf_to_gguf.py's StableLMModel writes it (llama.cpp reads the tensors)
         kv[f"{a}.use_parallel_residual"] = bool(cfg.get("use_parallel_residual", False))
     if arch.gguf in ("granite", "granitehybrid", "granitemoe"):  # as convert_hf_to_gguf.py's GraniteModel writes them
@@ -888,6 +892,13 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         if spec.attn_softcap:
             kv[f"{a}.attn_logit_softcapping"] = float(spec.attn_softcap)
             kv[f"{a}.final_logit_softcapping"] = float(spec.logit_softcap)
+    if a == "mamba2":  # as convert_hf_to_gguf's Mamba2Model writes it: no attention heads and no MLP width (0, which
+        # llama.cpp's loader reads all the same), the Mamba2 dims, the RMS eps; no RoPE, no vocabulary size
+        kept = ("context_length", "embedding_length", "block_count", "attention.layer_norm_rms_epsilon")
+        for key in [k for k in kv if k.startswith(a + ".") and k[len(a) + 1:] not in kept]:
+            del kv[key]
+        kv.update({f"{a}.feed_forward_length": 0, f"{a}.attention.head_count": 0})
+        _mamba2_kv(kv, a, spec)
     # where it came from: the artifact's own digest and its source's
     alg = model.checksum
     kv["iekit.artifact.checksum"] = f"{alg}:{_digest(model)}"

@@ -32,9 +32,10 @@ from .safetensors_reader import SafetensorsFile, SafetensorsTensor
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 # A checkpoint's prefix read under the one transformers 5 loads it as (its conversion mapping's WeightRenaming), by
-# architecture: NemotronH's checkpoints name their model backbone. Every tool here then sees transformers' names;
+# architecture: NemotronH's checkpoints name their model backbone (and Mamba2's, whose module transformers still
+# calls so: read as model. all the same, the names every layer part here has). Every tool here then sees those names;
 # a checkpoint written again (gguf-to-hf) takes the Hub's (checkpoint_name), which llama.cpp's converter reads.
-PREFIXES = {"NemotronHForCausalLM": ("backbone.", "model.")}
+PREFIXES = {"NemotronHForCausalLM": ("backbone.", "model."), "Mamba2ForCausalLM": ("backbone.", "model.")}
 
 
 def _prefix(config: Any) -> tuple[str, str] | None:

@@ -20,6 +20,7 @@ import numpy as np
 from .errors import IEError, UnsupportedError
 
 INT32_MAX = (1 << 31) - 1  # every dimension and --ctx reach the native decoder as a C int
+OLMO_EPS = 1e-5  # OlmoLayerNorm's eps, a constant no config states (Arch.weightless_norms)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,10 @@ class Arch:
     # StableLM's); with norm_bias, each with its bias (input_layernorm.bias, ..., model.norm.bias)
     layer_norm: bool = False
     norm_bias: bool = False
+    # OLMo (models/olmo): those LayerNorms without weights or biases (OlmoLayerNorm), eps 1e-5 whatever the config
+    # (it has no key); the decoder multiplies by ones, which is x exactly
+    weightless_norms: bool = False
+    clip_qkv: bool = False  # config.clip_qkv clamps q, k and v to [-clip, clip] after their projections (OLMo's)
     # the attention and the MLP read one norm's output and join the residual together (Cohere's, Phi-2's;
     # COHERE_LAYER_VECTORS)
     parallel: bool = False
@@ -122,6 +127,9 @@ class Arch:
     # without RoPE, a ReLU-squared MLP without a gate, or experts (sigmoid router, ReLU-squared experts beside a shared
     # one) (_nemotron_h, _nemotron_moe); _nemotron_parts and MOE_NAMES["nemotron_h"] name them
     nemotron: bool = False
+    # Mamba-2 (models/mamba2): Nemotron-H's Mamba2 block in every layer and nothing else (no attention, no MLP), under
+    # Mamba2Config's keys (_mamba2)
+    mamba2: bool = False
     # the dense MLP is up, config.hidden_act, down, without a gate (Arcee's, StarCoder2's, Phi-2's, Nemotron-H's)
     ungated: bool = False
     # HunYuan (models/hunyuan_v1_dense, hunyuan_v1_moe): the per-head q/k RMSNorms (query_layernorm, key_layernorm)
@@ -232,6 +240,8 @@ ARCHS = {
                                   biases=("q", "k", "v", "o"), bias_switch="use_bias", window_everywhere=True,
                                   default_act="gelu_pytorch_tanh", renames=STARCODER2_NAMES),
     "GraniteForCausalLM": Arch(granite=True),  # models/granite
+    # models/olmo (OLMo 1B, 7B, 7B-0424, 7B-0724): Llama's layer under weightless LayerNorms, q, k and v clamped
+    "OlmoForCausalLM": Arch(layer_norm=True, weightless_norms=True, clip_qkv=True),
     "Olmo2ForCausalLM": Arch(qk_norm=True, pre_norms=False, qk_norm_full=True),  # models/olmo2
     # models/olmo3: OLMo 2's layer; every 4th layer full, the others sliding with their own RoPE (the full
     # layers' base, unscaled where the full ones take YaRN)
@@ -351,6 +361,9 @@ ARCHS = {
     # models/nemotron_h (Nemotron-H 4B to 56B, Nemotron Nano 9B v2 and 12B v2; Nemotron 3 Nano 30B-A3B with experts)
     "NemotronHForCausalLM": Arch(moe="nemotron_h", mamba=True, nemotron=True, renames=NEMOTRON_NAMES,
                                  ungated=True, default_act="relu2"),
+    # models/mamba2 (Mamba-Codestral-7B; the Mamba-2 checkpoints in transformers' layout)
+    "Mamba2ForCausalLM": Arch(mamba=True, nemotron=True, mamba2=True, renames=NEMOTRON_NAMES, ungated=True,
+                              default_act="silu"),
 }
 ARCHITECTURES = tuple(ARCHS)
 LLAMA4_MLP_INTER = 16384  # Llama4TextConfig's intermediate_size_mlp: its dense layers' width
@@ -488,6 +501,8 @@ MAMBA_DEFAULTS = {"mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 25
 # hybrid_override_pattern's characters, as M (Mamba2), * (attention), - (MLP), E (experts)
 NEMOTRON_BLOCKS = {"linear_attention": "M", "mamba": "M", "full_attention": "*", "attention": "*", "mlp": "-",
                    "moe": "E", "M": "M", "*": "*", "-": "-", "E": "E"}
+# Mamba2Config's defaults of the keys its layers read
+MAMBA2_DEFAULTS = {"num_heads": 128, "head_dim": 64, "state_size": 128, "n_groups": 8, "conv_kernel": 4, "expand": 2}
 # NemotronHConfig's defaults of the keys its blocks read
 NEMOTRON_DEFAULTS = {"mamba_num_heads": 128, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
                      "conv_kernel": 4, "intermediate_size": 21504, "n_routed_experts": 8, "num_experts_per_tok": 2,
@@ -610,6 +625,7 @@ class DecoderSpec:
     # after RoPE, and its temperature's (attn_temp_scale, attn_temp_floor) position offset, on unrotated layers only
     chunks: tuple[int, ...] = ()
     qk_l2_norm: bool = False
+    clip_qkv: float = 0.0  # OLMo's clamp of q, k and v (0: none; Arch.clip_qkv)
     attn_temp_offset: float = 0.0
     attn_temp_nope: bool = False
     # Qwen3.5 (Arch.linear_attn): per layer, gated DeltaNet (True) or attention (empty: every layer attention); its
@@ -824,7 +840,9 @@ def check_convertible(model: dict[str, Any], config: dict[str, Any], shapes: dic
     tensors)."""
     if model.get("architecture") not in ARCHS:
         return None
-    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads") if model.get(k) is None]
+    needed = ("hidden_size", "num_hidden_layers") + (() if ARCHS[model["architecture"]].mamba2 else
+                                                     ("num_attention_heads",))  # (Mamba-2 attends nowhere)
+    missing = [k for k in needed if model.get(k) is None]
     if missing:
         return f"ierun cannot run this model: {label}: no {', '.join(missing)} (not the config of a whole model)"
     meta = {"model": model, "config": config, "tensors": [{"name": n, "shape": s} for n, s in shapes.items()]}
@@ -1185,15 +1203,19 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     if arch.gemma == 1 and act == "gelu":  # (GemmaConfig reads the Hub's legacy "gelu" as the tanh approximation)
         act = "gelu_pytorch_tanh"
     # (relu2 has no gate: an MLP without one, whose experts (Nemotron-H's) have no other unit)
-    acts = ("relu2",) if arch.nemotron else tuple(MLP_ACTS) if arch.ungated else ("silu",) if arch.moe else \
+    acts = ("silu",) if arch.mamba2 else ("relu2",) if arch.nemotron else tuple(MLP_ACTS) if arch.ungated else ("silu",) if arch.moe else \
         ("silu", "gelu_pytorch_tanh")
     if act not in acts:
         raise UnsupportedError(f"{meta_path}: model.hidden_act: {act!r} is not supported ({' and '.join(acts)} "
                                f"{'are' if len(acts) > 1 else 'is'})")
-    hidden, heads = _int(m, meta_path, "hidden_size"), _int(m, meta_path, "num_attention_heads")
-    head_dim = _int(m, meta_path, "head_dim", max(1, hidden // heads))
+    hidden = _int(m, meta_path, "hidden_size")
+    if arch.mamba2:  # (no attention: one head of two dims stands in, which no layer reads; head_dim is Mamba2's)
+        heads, head_dim, n_kv = 1, 2, 1
+    else:
+        heads = _int(m, meta_path, "num_attention_heads")
+        head_dim = _int(m, meta_path, "head_dim", max(1, hidden // heads))
+        n_kv = _int(m, meta_path, "num_key_value_heads", heads)
     theta = _positive(m, meta_path, "rope_theta", arch.default_theta)
-    n_kv = _int(m, meta_path, "num_key_value_heads", heads)
     if heads % n_kv:
         raise IEError(f"{meta_path}: model.num_attention_heads: {heads} is not a multiple of "
                       f"num_key_value_heads ({n_kv}); grouped-query attention needs it")
@@ -1217,6 +1239,8 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     # (the layers that mix tokens otherwise than by attention: Qwen3.5's gated DeltaNet, LFM2's convolutions)
     if arch.linear_attn:
         mixers = _linear(cfg, n_layers, meta_path)
+    elif arch.mamba2:
+        mixers = _mamba2(cfg, n_layers, hidden, meta_path)
     elif arch.nemotron:
         mixers = _nemotron_h(cfg, n_layers, meta_path)
     else:
@@ -1261,7 +1285,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         architecture=name, arch=arch, n_layers=n_layers, hidden=hidden, n_heads=heads, n_kv_heads=n_kv,
         head_dim=head_dim, inter=dense_inter, vocab=_int(m, meta_path, "vocab_size"),
         max_positions=_int(m, meta_path, "max_position_embeddings", INT32_MAX),
-        eps=_positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), **rope,
+        eps=OLMO_EPS if arch.weightless_norms else _positive(m, meta_path, "norm_eps", 1e-6, allow_zero=True), **rope,
         tied=bool(cfg.get("tie_embedding") if m.get("tie_word_embeddings") is None  # (LFM2's Hub configs' key)
                    else m["tie_word_embeddings"]),
         eos_ids=frozenset(eos_list), windows=windows, moe=moe,
@@ -1270,6 +1294,8 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         **(_granite(cfg, meta_path) if arch.granite else {}),
         **({"embed_scale": float(np.float32(math.sqrt(hidden)))} if arch.mup and cfg.get("mup_enabled") else {}),
         **(_attn_temp(cfg, meta_path) if arch.attn_temp else {}),
+        **({"clip_qkv": _positive(cfg, meta_path, "clip_qkv", 0.0, section="config")}
+           if arch.clip_qkv and cfg.get("clip_qkv") is not None else {}),
         **({"logits_scaling": 1.0 / _positive(cfg, meta_path, "logit_scale", 0.0625, section="config")}
            if arch.cohere else {}),
         mtp_layers=_int(cfg, meta_path, "num_nextn_predict_layers", 0, section="config", allow_zero=True)
@@ -1523,6 +1549,31 @@ def _nemotron_h(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> dict[str
             "mlp_only": tuple(b in "-E" for b in blocks), "mixer_only": tuple(b in "M*" for b in blocks),
             "inter": get("intermediate_size") if "-" in blocks else get("moe_intermediate_size") if "E" in blocks
             else 1}
+
+
+def _mamba2(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path) -> dict[str, Any]:
+    """Mamba-2's layers as Nemotron-H's Mamba2 blocks, every one (Mamba2Config's keys and defaults): num_heads of
+    head_dim, which must be expand x hidden_size channels (Mamba2Config's own check), state_size, n_groups,
+    conv_kernel. What the decoder does not run is refused as for Nemotron-H: biases on the projections, no
+    convolution bias, an activation but SiLU, a time-step clamp."""
+    def get(key: str) -> int:
+        return _int(cfg, meta_path, key, MAMBA2_DEFAULTS[key], section="config")
+
+    heads, d_head, groups = get("num_heads"), get("head_dim"), get("n_groups")
+    if heads * d_head != get("expand") * hidden or heads % groups:
+        raise IEError(f"{meta_path}: config.num_heads: {heads} heads of head_dim {d_head} are not expand × "
+                      f"hidden_size = {get('expand') * hidden} channels in n_groups {groups} groups")
+    for key, want in (("use_bias", False), ("use_conv_bias", True), ("hidden_act", "silu")):
+        if (v := cfg.get(key, want)) != want or type(v) is not type(want):
+            raise UnsupportedError(f"{meta_path}: config.{key}: {v!r:.40} is not supported by the decoder (it runs "
+                                   "Mamba-2 without biases on the projections, with a convolution bias, SiLU)")
+    limit = cfg.get("time_step_limit")  # (transformers 5 writes infinity as {"__float__": "Infinity"})
+    if limit is not None and limit not in ([0, {"__float__": "Infinity"}], [0.0, {"__float__": "Infinity"}]):
+        raise UnsupportedError(f"{meta_path}: config.time_step_limit: {limit!r:.60}: clamping the time step is not "
+                               "supported by the decoder (only [0.0, Infinity], none)")
+    return {"ssm": (True,) * n_layers, "ssm_heads": heads, "ssm_head_dim": d_head, "ssm_state": get("state_size"),
+            "ssm_groups": groups, "ssm_conv": get("conv_kernel"), "mlp_only": (False,) * n_layers,
+            "mixer_only": (True,) * n_layers, "inter": 1}
 
 
 def _nemotron_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec | None:
@@ -1785,7 +1836,7 @@ def _check_config(cfg: dict[str, Any], arch: Arch, meta_path: Path) -> None:
         raise UnsupportedError(f"{meta_path}: config.use_cla: true; cross-layer attention (layers sharing another's "
                                "keys and values: Hunyuan-Large's) is not supported by the decoder, nor by transformers "
                                "or llama.cpp")
-    if cfg.get("clip_qkv") is not None:
+    if cfg.get("clip_qkv") is not None and not arch.clip_qkv:
         raise UnsupportedError(f"{meta_path}: config.clip_qkv: {cfg['clip_qkv']!r}; clamping q, k and v (OLMo's "
                                "option) is not supported by the decoder")
     q = cfg.get("quantization_config")
@@ -1827,7 +1878,7 @@ def model_parts(s: DecoderSpec) -> list[Part]:
     embedding again when tied or absent: not required), the final norm."""
     return _renamed(s, [Part("embed", "model.embed_tokens.weight", (s.vocab, s.hidden)),
                         Part("lm_head", "lm_head.weight", (s.vocab, s.hidden), required=False),
-                        Part("norm", "model.norm.weight", (s.hidden,), VECTOR),
+                        *([] if s.arch.weightless_norms else [Part("norm", "model.norm.weight", (s.hidden,), VECTOR)]),
                         *([Part("norm_b", "model.norm.bias", (s.hidden,), VECTOR)] if s.arch.norm_bias else []),
                         *([Part("lm_head_b", "lm_head.bias", (s.vocab,), VECTOR)] if s.arch.head_bias else [])])
 
@@ -1862,7 +1913,7 @@ def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
                  for key, hf in ATTN_MATRICES.items()]
     else:
         parts = [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in ATTN_MATRICES.items()]
-    vectors = (GEMMA_LAYER_VECTORS if s.arch.gemma >= 2 or s.arch.sandwich else GLM4_LAYER_VECTORS if s.arch.glm_norms
+    vectors = ({} if s.arch.weightless_norms else GEMMA_LAYER_VECTORS if s.arch.gemma >= 2 or s.arch.sandwich else GLM4_LAYER_VECTORS if s.arch.glm_norms
                else COHERE_LAYER_VECTORS if s.arch.parallel else LAYER_VECTORS if s.arch.pre_norms
                else OLMO2_LAYER_VECTORS)
     parts += [Part(key, pre + hf, (s.hidden,), VECTOR) for key, hf in vectors.items()]

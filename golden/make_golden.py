@@ -223,6 +223,10 @@ from transformers import (  # noqa: E402
     GraniteMoeHybridForCausalLM,
     GraniteMoeSharedConfig,
     GraniteMoeSharedForCausalLM,
+    Mamba2Config,
+    Mamba2ForCausalLM,
+    OlmoConfig,
+    OlmoForCausalLM,
     NemotronHConfig,
     NemotronHForCausalLM,
     Lfm2Config,
@@ -409,6 +413,8 @@ APERTUS_XIELU = ({"alpha_p": 0.6, "alpha_n": -0.4, "beta": 0.5, "eps": -1e-6},
 AFMOE_SEED = SEED + 233  # the first from SEED + 230 whose greedy cases run 16 tokens with margins >= 0.04
 APERTUS_SEED = SEED + 226  # the first from SEED + 220 whose greedy cases run 16 tokens with margins >= 0.05
 EXAONE_MOE_SEED = SEED + 342  # the best of SEED + 340..351: its greedy cases run 16 tokens with margins >= 0.079
+OLMO_SEED = SEED + 351  # the best of SEED + 350..361: its greedy cases run 16 tokens with margins >= 0.04
+MAMBA2_SEED = SEED + 330  # the best of SEED + 330..341: its greedy cases run 16 tokens with margins >= 0.035
 JAIS2_SEED = SEED + 321  # the best of SEED + 320..331: its greedy cases run 16 tokens with margins >= 0.17
 YOUTU_SEED = SEED + 311  # the best of SEED + 300..311: its greedy cases run 16 tokens with margins >= 0.069
 SOLAR_OPEN_SEED = SEED + 274  # the best of SEED + 270..295: its greedy cases run 16 tokens with margins >= 0.019
@@ -955,6 +961,23 @@ def make_granite(tok) -> None:
     for key, plain in (("embedding_multiplier", 1.0), ("attention_multiplier", 0.25), ("residual_multiplier", 1.0),
                        ("logits_scaling", 1.0)):
         assert_feature_matters(GraniteForCausalLM, out, logits, key, **{key: plain})
+
+
+OLMO_CLIP = 1.6  # q, k and v clamped to [-1.6, 1.6]: about a fifth of the toy's projected values
+
+
+def make_olmo(tok) -> None:
+    """OLMo 1 (OLMo-7B-0424's layer) on a toy: Llama's layer under LayerNorms without weights (eps 1e-5, which
+    the config cannot state), q, k and v clamped to OLMO_CLIP as projected, tied (OLMo-1B's)."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    for key in ("rope_theta", "rms_norm_eps"):  # (rope_parameters; no eps)
+        del dims[key]
+    cfg = OlmoConfig(**dims, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, clip_qkv=OLMO_CLIP,
+                     tie_word_embeddings=True, pad_token_id=None)
+    cfg.architectures = ["OlmoForCausalLM"]
+    out = HF_DIR / "tiny-olmo"
+    logits = save_model(tok, out.name, OlmoForCausalLM, cfg, OLMO_SEED, torch.bfloat16)
+    assert_feature_matters(OlmoForCausalLM, out, logits, "clip_qkv", clip_qkv=None)
 
 
 def make_olmo2(tok) -> None:
@@ -2055,6 +2078,19 @@ def make_nemotron_h(tok) -> None:
     (REF_DIR / "tiny-nemotron-h-check").rmdir()
 
 
+def make_mamba2(tok) -> None:
+    """Mamba-2 (Mamba-Codestral-7B's layer) on a toy: three layers of Mamba2 alone, 4 heads of 32 dims (expand 2 x
+    64), states of 16 in 2 groups, 4 taps, a convolution bias; RMSNorm eps 1e-5, an untied head. Its vocabulary is
+    the tokenizer's, a multiple of 16, as llama.cpp's converter pads it."""
+    assert len(tok) % 16 == 0
+    cfg = Mamba2Config(vocab_size=len(tok), hidden_size=64, num_hidden_layers=3, num_heads=4, head_dim=32, expand=2,
+                       state_size=16, n_groups=2, conv_kernel=4, use_conv_bias=True, use_bias=False,
+                       layer_norm_epsilon=1e-5, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                       pad_token_id=None, tie_word_embeddings=False)
+    cfg.architectures = ["Mamba2ForCausalLM"]
+    save_model(tok, "tiny-mamba2", Mamba2ForCausalLM, cfg, MAMBA2_SEED, torch.bfloat16)
+
+
 def make_nemotron_h_moe(tok) -> None:
     """Nemotron 3 Nano's blocks on a toy (_nemotron_h_config): Mamba2 and expert blocks around one attention
     block; 4 experts of 32 channels (ReLU-squared, no gate), the top 2 by sigmoid score plus the correction bias,
@@ -2268,6 +2304,7 @@ def main() -> None:
     make_phi3(tok)
     make_smollm3(tok)
     make_granite(tok)
+    make_olmo(tok)
     make_olmo2(tok)
     make_olmo3(tok)
     make_ministral3(tok)
@@ -2317,6 +2354,7 @@ def main() -> None:
     make_granite_moe_shared(tok)
     make_nemotron_h(tok)
     make_nemotron_h_moe(tok)
+    make_mamba2(tok)
     make_cohere2(tok)
     make_cohere(tok)
     make_fp8("tiny-qwen3", "tiny-qwen3-fp8", Qwen3ForCausalLM, [32, 32])

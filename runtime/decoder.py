@@ -135,6 +135,7 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
         parallel_block=s.arch.parallel, q_lora=s.q_lora, kv_lora=s.kv_lora, v_head_dim=s.v_head_dim,
         chunks=list(s.chunks), attn_temp_offset=s.attn_temp_offset, attn_temp_nope=s.attn_temp_nope,
         qk_l2_norm=s.qk_l2_norm, qk_norm_after_rope=s.arch.qk_norm_after_rope, attn_gate=s.arch.attn_gate,
+        clip_qkv=s.clip_qkv,
         linear=[int(f) for f in s.linear],
         lin_k_heads=s.lin_k_heads, lin_v_heads=s.lin_v_heads, lin_k_dim=s.lin_k_dim, lin_v_dim=s.lin_v_dim,
         lin_conv=s.lin_conv, lin_v_tiled=s.lin_v_tiled, short_conv=[int(f) for f in s.short_conv],

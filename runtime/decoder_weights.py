@@ -121,6 +121,8 @@ class _Binder:
                 layer[p.key] = self.as_multiplied(p.key, rows.reshape(-1))
                 out.step_bytes += t["nbytes"]
                 out.active_params += int(np.prod(p.shape))  # (xIELU's beta and eps: no dimension, one value)
+        if s.arch.weightless_norms:  # (OLMo's LayerNorms: times ones, x exactly)
+            layer["attn_norm"] = layer["mlp_norm"] = np.ones(s.hidden, np.float32)
         if experts:
             layer[EXPERTS_KEY] = experts
         return layer
@@ -151,7 +153,9 @@ def bind(source: TensorSource, s: DecoderSpec) -> BoundWeights:
     checked and bound (the module docstring says how); an IEError naming
     model.ie.json and the tensor for anything missing or mis-shaped."""
     b = _Binder(source, s)
-    embed_part, head_part, norm_part, *biases = model_parts(s)
+    embed_part, head_part, *rest = model_parts(s)
+    norm_part = next((p for p in rest if p.key == "norm"), None)  # (none: OLMo's weightless LayerNorm)
+    biases = [p for p in rest if p is not norm_part]
     embed = b.entry(embed_part.name, list(embed_part.shape))
     tied = s.tied or source.find(head_part.name) is None
     head = embed if tied else b.entry(head_part.name, list(head_part.shape))
@@ -163,10 +167,13 @@ def bind(source: TensorSource, s: DecoderSpec) -> BoundWeights:
     out.step_bytes += head["nbytes"] if tied else source.read_bytes(head_part.name)
     out.active_params += s.vocab * s.hidden
     b.count(out, head, in_layer=False)
-    t, norm = b.vector_rows(norm_part.name, list(norm_part.shape))
-    w["norm"] = b.as_multiplied(norm_part.key, norm)
-    out.step_bytes += t["nbytes"]
-    out.active_params += s.hidden
+    if norm_part is None:
+        w["norm"] = np.ones(s.hidden, np.float32)
+    else:
+        t, norm = b.vector_rows(norm_part.name, list(norm_part.shape))
+        w["norm"] = b.as_multiplied(norm_part.key, norm)
+        out.step_bytes += t["nbytes"]
+        out.active_params += s.hidden
     for p in biases:  # (the final LayerNorm's bias, StableLM's; the head's, Phi-2's)
         t, w[p.key] = b.vector_rows(p.name, list(p.shape))
         out.step_bytes += t["nbytes"]

@@ -240,6 +240,15 @@ def gptq_q8_0(name: str, tmp_path: Path, sequential: bool = False) -> Path:
     return tmp_path / "g"
 
 
+def max_rel(got, ref) -> float:
+    """max |got - ref| / max |ref| in float64: logits' distance from a reference relative to its range, the measure
+    the decoder tests and docs/ quote."""
+    import numpy as np
+
+    ref = np.asarray(ref, np.float64)
+    return float(np.abs(np.asarray(got, np.float64) - ref).max() / np.abs(ref).max())
+
+
 def assert_states_carry(model: Path, ids: list[int]) -> None:
     """A model whose layers keep recurrent states in place of a KV cache (gated DeltaNet, short convolutions,
     Mamba2): token by token (each step advancing the states) as in one prefill; a prompt run in pieces as in one

@@ -13,8 +13,8 @@ import json
 import numpy as np
 import pytest
 
-from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact,
-                      exact_logits, reconfigure, run_tool)
+from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact, exact_logits,
+                      max_rel, reconfigure, run_tool)
 from gguf_build import hf_tensors, rewrite_gguf
 from llamacpp_models import _hf_variant
 
@@ -24,8 +24,6 @@ IDS = json.loads((GOLDEN_REF / "tiny-afmoe" / "ids.json").read_text())
 REF = np.load(GOLDEN_REF / "tiny-afmoe" / "logits.npy").astype(np.float64)
 
 
-def _rel(got, ref) -> float:
-    return float(np.abs(np.asarray(got, np.float64) - ref).max() / np.abs(ref).max())
 
 
 @pytest.mark.parametrize("zeroed", ["self_attn.gate_proj.weight", "mlp.expert_bias"])
@@ -38,7 +36,7 @@ def test_the_gate_and_the_choice_bias_act(tmp_path, zeroed):
     res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir",
                    _hf_variant(tmp_path, "tiny-afmoe", {"dtype": "float32"}, t), "--out-dir", out)
     assert res.returncode == 0, res.stderr
-    assert _rel(exact_logits(out, IDS, tmp_path / "l.npy"), REF) > 1e-2
+    assert max_rel(exact_logits(out, IDS, tmp_path / "l.npy"), REF) > 1e-2
 
 
 def test_llamacpps_file_states_the_hubs_config(tmp_path):
@@ -54,7 +52,7 @@ def test_llamacpps_file_states_the_hubs_config(tmp_path):
         "num_experts": 4, "num_experts_per_tok": 2, "num_shared_experts": 1, "moe_intermediate_size": 32,
         "num_dense_layers": 1, "route_scale": 2.0, "route_norm": True, "mup_enabled": True, "sliding_window": 4,
         "layer_types": ["sliding_attention"] * 3 + ["full_attention"]}
-    assert _rel(exact_logits(tmp_path / "m", IDS, tmp_path / "l.npy"), REF) < 1e-5
+    assert max_rel(exact_logits(tmp_path / "m", IDS, tmp_path / "l.npy"), REF) < 1e-5
 
 
 @pytest.mark.parametrize("kv, drop, needles", [

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact, exact_logits,
-                      reconfigure, run_tool)
+                      max_rel, reconfigure, run_tool)
 from gguf_build import hf_tensors, rewrite_gguf
 from llamacpp_models import _hf_variant
 
@@ -25,8 +25,6 @@ REF = np.load(GOLDEN_REF / "tiny-apertus" / "logits.npy").astype(np.float64)
 XIELU = ("alpha_p", "alpha_n", "beta", "eps")
 
 
-def _rel(got, ref) -> float:
-    return float(np.abs(np.asarray(got, np.float64) - ref).max() / np.abs(ref).max())
 
 
 def _converted(tmp_path, tensors: dict[str, np.ndarray], name: str = "edited"):
@@ -47,7 +45,7 @@ def test_each_layers_own_xielu_parameter_is_read(tmp_path, param):
     t = hf_tensors(GOLDEN_HF / "tiny-apertus")
     key = f"model.layers.{{}}.mlp.act_fn.{param}"
     same = _converted(tmp_path, {key.format(1): t[key.format(0)].astype(np.float32)})
-    assert _rel(exact_logits(same, IDS, tmp_path / "l.npy"), REF) > 1e-3
+    assert max_rel(exact_logits(same, IDS, tmp_path / "l.npy"), REF) > 1e-3
 
 
 def test_llamacpps_keys_come_back_as_the_checkpoints_tensors(tmp_path):

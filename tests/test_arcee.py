@@ -11,8 +11,8 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, gptq_q8_0, imatrix_of, reconfigure,
-                      run_tool)
+from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, gptq_q8_0, imatrix_of, max_rel,
+                      reconfigure, run_tool)
 from gguf_build import hf_tensors
 from safetensors.numpy import save_file
 
@@ -24,8 +24,6 @@ REF = GOLDEN_IEBIN.parent / "ref" / "tiny-arcee"
 IDS = json.loads((REF / "ids.json").read_text())
 
 
-def _rel(got: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
 
 
 def test_the_imatrix_has_the_mlp_without_a_gate(tmp_path):
@@ -45,7 +43,7 @@ def test_gptq_quantizes_the_mlp_and_the_export_takes_it(tmp_path, sequential):
     assert {t["dtype"] for t in q if t["name"].endswith(("up_proj.weight", "down_proj.weight", "q_proj.weight"))} == \
         {"q8_0"}
     ref = np.load(REF / "logits.npy").astype(np.float64)
-    assert _rel(Decoder(g, act="f32").logits(IDS), ref) < 0.05
+    assert max_rel(Decoder(g, act="f32").logits(IDS), ref) < 0.05
     res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", g, "--out", tmp_path / "g.gguf")
     assert res.returncode == 0, res.stderr
 
@@ -56,7 +54,7 @@ def test_another_unit_runs_but_llamacpp_would_square_it(tmp_path):
     ReLU whatever the file says)."""
     d = edited_artifact(ARCEE, tmp_path / "silu", lambda m: reconfigure(m, hidden_act="silu"))
     ref = np.load(REF / "logits.npy").astype(np.float64)
-    assert _rel(Decoder(d, act="f32").logits(IDS), ref) > 0.05  # (another model: not ReLU squared)
+    assert max_rel(Decoder(d, act="f32").logits(IDS), ref) > 0.05  # (another model: not ReLU squared)
     assert_one_line_error(run_tool("ieconv", "iebin-to-gguf", "--model-dir", d, "--out", tmp_path / "m.gguf"),
                           "hidden_act", "llama.cpp's arcee uses relu2")
     d = edited_artifact(ARCEE, tmp_path / "gelu", lambda m: reconfigure(m, hidden_act="gelu"))

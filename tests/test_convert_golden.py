@@ -79,6 +79,8 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-youtu", "tiny-youtu", []),
     ("tiny-jais2", "tiny-jais2", []),
     ("tiny-exaone-moe", "tiny-exaone-moe", []),
+    ("tiny-mamba2", "tiny-mamba2", []),
+    ("tiny-olmo", "tiny-olmo", []),
     ("tiny-hunyuan-dense", "tiny-hunyuan-dense", []),
     ("tiny-hunyuan-moe", "tiny-hunyuan-moe", []),
     ("tiny-hy-v3", "tiny-hy-v3", []),

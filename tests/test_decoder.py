@@ -14,8 +14,8 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import (GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact, reconfigure, run_tool,
-                      st_write)
+from conftest import (GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact, max_rel, reconfigure,
+                      run_tool, st_write)
 from decoder_ref import forward, kl_top1, load_weights
 from iekit.formats.errors import IEError
 from iekit.runtime import native
@@ -75,7 +75,9 @@ from iekit.runtime.sampling import Sampler, generate
 # tiny-hunyuan-dense: per-head q/k norms after RoPE, the NTK-alpha base, tied; tiny-hunyuan-moe: those norms, a
 # shared MLP beside 2 of 4 softmax-routed experts (renormalised) in every layer, its per-layer keys as lists;
 # tiny-hy-v3: per-head q/k norms, a dense layer, then sigmoid routing with a choice bias, renormalised and scaled,
-# beside a shared expert (the Hub's names: mlp.router.gate, mlp.expert_bias, mlp.shared_mlp); an unread MTP layer.
+# beside a shared expert (the Hub's names: mlp.router.gate, mlp.expert_bias, mlp.shared_mlp); an unread MTP layer;
+# tiny-mamba2: Mamba2 alone in every layer (4 heads of 32, B and C in 2 groups, a 4-tap convolution with bias);
+# tiny-olmo: Llama's layer under LayerNorms without weights, q, k and v clamped (about a fifth of them), tied.
 MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
           "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-gemma", "tiny-arcee", "tiny-stablelm",
           "tiny-starcoder2", "tiny-nemotron", "tiny-phi", "tiny-phi3",
@@ -87,7 +89,7 @@ MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3
           "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5", "tiny-qwen3-5-moe",
           "tiny-qwen3-next", "tiny-lfm2", "tiny-lfm2-moe", "tiny-granite4", "tiny-granite4-dense", "tiny-granite-moe",
           "tiny-granite-moe-shared", "tiny-nemotron-h", "tiny-nemotron-h-moe", "tiny-hunyuan-dense", "tiny-hunyuan-moe",
-          "tiny-hy-v3"]
+          "tiny-hy-v3", "tiny-mamba2", "tiny-olmo"]
 # The context a model's references ran in: tiny-phi3's stay within LongRoPE's original 32 positions, where
 # transformers turns by the short factors; ierun chooses them by the context, as llama.cpp does.
 CTX = {"tiny-phi3": ["--ctx", "32"]}
@@ -98,8 +100,6 @@ def _ref(model: str, name: str):
     return np.load(p) if name.endswith(".npy") else json.loads(p.read_text())
 
 
-def _rel(got: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ def test_logits_match_transformers(tmp_path, model, threads):
     assert res.returncode == 0, res.stderr
     got, ref = np.load(out), _ref(model, "logits.npy")
     assert got.dtype == np.float32 and got.shape == ref.shape
-    assert _rel(got, ref) <= 1e-4
+    assert max_rel(got, ref) <= 1e-4
 
 
 def test_commands_default_to_an_f16_kv_cache(tmp_path):
@@ -146,7 +146,7 @@ def test_commands_default_to_an_f16_kv_cache(tmp_path):
     half = Decoder(GOLDEN_IEBIN / "tiny-llama", act="f32", cache_type_k="f16", cache_type_v="f16").logits(ids)
     assert np.array_equal(got, half)
     assert not np.array_equal(got, Decoder(GOLDEN_IEBIN / "tiny-llama", act="f32").logits(ids))
-    assert _rel(got, _ref("tiny-llama", "logits.npy")) <= 5e-3
+    assert max_rel(got, _ref("tiny-llama", "logits.npy")) <= 5e-3
     bad = run_tool("ierun", "logits", "-m", GOLDEN_IEBIN / "tiny-llama", "--ids", "1", "--out", tmp_path / "m.npy",
                    "-ctv", "q4_0")
     assert bad.returncode == 2 and "'q4_0' is not one of 'f16', 'f32'" in bad.stderr
@@ -187,7 +187,7 @@ def test_chunked_prefill_equals_token_by_token():
     all_at_once = d.logits(ids)
     d.reset()
     one_by_one = np.stack([d.prefill(ids[:1])] + [d.step(t) for t in ids[1:]])
-    assert _rel(one_by_one, all_at_once.astype(np.float64)) <= 1e-5
+    assert max_rel(one_by_one, all_at_once.astype(np.float64)) <= 1e-5
 
 
 def test_logits_into_a_callers_buffer():
@@ -215,8 +215,8 @@ def test_prefix_reuse_counts_hits_and_keeps_results():
     c = d.prefill([0, 5, 7])
     assert (d.kv_hits, d.kv_misses) == (6, 7) and d.n_past == 3
     # a ran the last id inside a 5-token chunk, b alone: same math, other summation order.
-    assert _rel(b, a.astype(np.float64)) <= 1e-6
-    assert _rel(c, Decoder(GOLDEN_IEBIN / "tiny-qwen2").prefill([0, 5, 7]).astype(np.float64)) <= 1e-6
+    assert max_rel(b, a.astype(np.float64)) <= 1e-6
+    assert max_rel(c, Decoder(GOLDEN_IEBIN / "tiny-qwen2").prefill([0, 5, 7]).astype(np.float64)) <= 1e-6
 
 
 def test_sampling_is_seeded_and_top_p_tiny_is_greedy():
@@ -298,9 +298,9 @@ def test_llama_attention_bias_reaches_every_projection(tmp_path):
     ids = _ref("tiny-llama", "ids.json")
     model, w = load_weights(tmp_path / "m")
     got = Decoder(tmp_path / "m").logits(ids)
-    assert _rel(got, forward(model, w, ids)) <= 1e-5
+    assert max_rel(got, forward(model, w, ids)) <= 1e-5
     del w["model.layers.0.self_attn.o_proj.bias"], w["model.layers.1.self_attn.o_proj.bias"]
-    assert _rel(got, forward(model, w, ids)) > 1e-2  # the o biases matter here
+    assert max_rel(got, forward(model, w, ids)) > 1e-2  # the o biases matter here
 
 
 def test_mistral_sliding_window_against_float64_reference(tmp_path):
@@ -313,11 +313,11 @@ def test_mistral_sliding_window_against_float64_reference(tmp_path):
     ref = forward(model, w, ids, window=4)
     dec = Decoder(d, threads=2)
     got = dec.logits(ids)
-    assert _rel(got, ref) <= 1e-5
-    assert _rel(got, forward(model, w, ids)) > 1e-2  # the window matters for this sequence
+    assert max_rel(got, ref) <= 1e-5
+    assert max_rel(got, forward(model, w, ids)) > 1e-2  # the window matters for this sequence
     dec.reset()
     steps = np.stack([dec.prefill(ids[:1])] + [dec.step(t) for t in ids[1:]])
-    assert _rel(steps, ref) <= 1e-5
+    assert max_rel(steps, ref) <= 1e-5
 
 
 @pytest.mark.parametrize("window", [0, 300, 64])
@@ -340,11 +340,11 @@ def test_attention_over_several_key_blocks_at_any_thread_count(tmp_path, window)
     for threads in (1, 2, 3):
         dec = Decoder(d, threads=threads)
         got = np.concatenate([dec.logits(ids[:590])] + [dec.step(t)[None] for t in ids[590:]])
-        assert _rel(got, ref) <= 1e-5, threads
+        assert max_rel(got, ref) <= 1e-5, threads
         runs.append(got)
     assert all(np.array_equal(runs[0], r) for r in runs[1:])
     if window:
-        assert _rel(runs[0], forward(model, w, ids)) > 1e-2  # the window matters here
+        assert max_rel(runs[0], forward(model, w, ids)) > 1e-2  # the window matters here
 
 
 @pytest.mark.parametrize("model,fields", [
@@ -369,7 +369,7 @@ def test_decode_spans_merge_with_sinks_windows_and_chunks(tmp_path, model, field
         dec.prefill(ids[:600])
         runs.append(np.stack([dec.step(t) for t in ids[600:]]))
     assert np.array_equal(runs[0], runs[1])
-    assert _rel(runs[0], whole) <= 1e-5  # row i: the logits after ids[:601 + i]
+    assert max_rel(runs[0], whole) <= 1e-5  # row i: the logits after ids[:601 + i]
 
 
 @pytest.mark.parametrize("window", [0, 300])
@@ -391,14 +391,14 @@ def test_f16_kv_cache_holds_keys_and_values_as_halves(tmp_path, window):
         dec = Decoder(d, threads=threads, cache_type_k="f16", cache_type_v="f16")
         assert dec.cache_types == ("f16", "f16")
         got = np.concatenate([dec.logits(ids[:590])] + [dec.step(t)[None] for t in ids[590:]])
-        assert _rel(got, ref16) <= 2e-4 and _rel(got, exact) > 1e-3, threads
+        assert max_rel(got, ref16) <= 2e-4 and max_rel(got, exact) > 1e-3, threads
         runs.append(got)
     assert np.array_equal(runs[0], runs[1])
     # Each half of the cache on its own: keys in halves, values in floats follows the reference
     # that rounds the keys alone, and not the one that rounds both.
     k_only = Decoder(d, threads=2, cache_type_k="f16").logits(ids)
     ref_k16 = forward(model, w, ids, window=window, k_dtype=np.float16)
-    assert _rel(k_only, ref_k16) <= 2e-4 and _rel(k_only, ref16) > 3 * _rel(k_only, ref_k16)
+    assert max_rel(k_only, ref_k16) <= 2e-4 and max_rel(k_only, ref16) > 3 * max_rel(k_only, ref_k16)
 
 
 def test_cache_type_is_checked_before_the_model_loads():
@@ -433,7 +433,7 @@ def test_int4w_decoder_matches_float64_reference_over_dequantized_weights(q4_dir
         model, w = load_weights(m)
         d = Decoder(m, threads=2, act=act)
         assert "int4w" in d.precision
-        assert _rel(d.logits(ids), forward(model, w, ids)) <= tol
+        assert max_rel(d.logits(ids), forward(model, w, ids)) <= tol
 
 
 @pytest.mark.parametrize("isa", ["scalar", "avx2", "avxvnni", "avx512", "amx"])
@@ -456,7 +456,7 @@ def test_int8_decode_steps_match_float64_reference(q4_dirs, tmp_path, isa):
         d = Decoder(m, threads=2, act="int8", isa=isa)
         assert (d.rows8_bytes > 0) == (isa != "scalar")
         got = np.stack([d.prefill(ids[:1])] + [d.step(t) for t in ids[1:-1]])
-        assert _rel(got, forward(model, w, ids[:-1])) <= tol, m
+        assert max_rel(got, forward(model, w, ids[:-1])) <= tol, m
 
 
 @pytest.mark.parametrize("isa", ["scalar", "avx2", "avxvnni", "avx512", "amx"])
@@ -480,8 +480,8 @@ def test_int8_prefill_chunks_give_the_logits_of_single_steps(q4_dirs, isa):
         whole = d.logits(ids)
         steps = np.stack([d.prefill(ids[:1])] + [d.step(t) for t in ids[1:]])
         model, w = load_weights(m)
-        assert _rel(whole, forward(model, w, ids)) <= 5e-2, m  # int8 activations' own error: 0.033 and 0.041
-        assert _rel(whole, steps) <= 1e-5, m  # measured 0 (scalar) and 3-4e-7 (avx2: the head's GEMM)
+        assert max_rel(whole, forward(model, w, ids)) <= 5e-2, m  # int8 activations' own error: 0.033 and 0.041
+        assert max_rel(whole, steps) <= 1e-5, m  # measured 0 (scalar) and 3-4e-7 (avx2: the head's GEMM)
 
 
 def test_act_auto_is_int8_for_4bit_layers_only(q4_dirs):

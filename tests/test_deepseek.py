@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import (GOLDEN, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, gptq_q8_0, reconfigure,
+from conftest import (GOLDEN, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, gptq_q8_0, max_rel, reconfigure,
                       run_tool)
 from gguf_build import rewrite_gguf
 from iekit.runtime.decoder import Decoder
@@ -27,8 +27,6 @@ def _logits(model_dir, **kw) -> np.ndarray:
     return np.asarray(Decoder(model_dir, act="f32", **kw).logits(IDS, start=0), np.float64)
 
 
-def _rel(got: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
 def _rms(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
@@ -42,13 +40,13 @@ def test_without_mscale_all_dim_the_model_differs(tmp_path):
     meta = json.loads((V3 / "model.ie.json").read_text())
     rp = {**meta["config"]["rope_parameters"], "mscale_all_dim": 0}
     d = edited_artifact(V3, tmp_path / "m", lambda m: reconfigure(m, rope_parameters=rp))
-    assert _rel(_logits(d), _logits(V3)) > 1e-2
+    assert max_rel(_logits(d), _logits(V3)) > 1e-2
 
 
 def test_rope_interleave_false_turns_halves(tmp_path):
     """DeepseekV3Config.rope_interleave false: rotate_half over the rope dims, another model."""
     d = edited_artifact(V3, tmp_path / "m", lambda m: reconfigure(m, rope_interleave=False))
-    assert _rel(_logits(d), _logits(V3)) > 1e-3
+    assert max_rel(_logits(d), _logits(V3)) > 1e-3
     res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", d, "--out", tmp_path / "m.gguf")
     assert_one_line_error(res, "config.rope_interleave")
 
@@ -61,7 +59,7 @@ def test_the_cache_holds_the_latent_alone():
 
     assert kv_elements(Decoder(V3).spec) == (40, 0)
     f32, f16 = _logits(V3), _logits(V3, cache_type_k="f16", cache_type_v="f16")
-    assert 0 < _rel(f16, f32) < 1e-2
+    assert 0 < max_rel(f16, f32) < 1e-2
 
 
 def test_cache_types_that_differ_are_one_error(tmp_path):
@@ -74,7 +72,7 @@ def test_decode_steps_match_the_prefill():
     whole = np.asarray(dec.logits(IDS, start=0))
     step = Decoder(V2, act="f32")
     rows = [np.asarray(step.logits(IDS[: i + 1], start=i))[0] for i in range(len(IDS))]
-    assert _rel(np.stack(rows), whole) < 1e-5
+    assert max_rel(np.stack(rows), whole) < 1e-5
 
 
 @pytest.mark.parametrize("key,value", [("num_key_value_heads", 2), ("attention_bias", True), ("qk_rope_head_dim", 7)])
@@ -189,7 +187,7 @@ def test_covariances_of_latent_attentions_own_inputs_match_float64():
 def test_gptq_quantizes_latent_attention_and_the_export_takes_it(tmp_path, sequential):
     g = gptq_q8_0("tiny-deepseek-v3", tmp_path, sequential)
     ref = np.load(REF / "logits.npy").astype(np.float64)
-    assert _rel(_logits(g), ref) < 0.05
+    assert max_rel(_logits(g), ref) < 0.05
     res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", g, "--out", tmp_path / "g.gguf")
     assert res.returncode == 0, res.stderr
 
@@ -209,7 +207,7 @@ def test_glm_4_7_flash_imports_with_its_mtp_layer(tmp_path):
     meta = json.loads((tmp_path / "m/model.ie.json").read_text())
     assert any(t["name"] == "model.layers.2.eh_proj.weight" for t in meta["tensors"])
     ref = np.load(GOLDEN / "ref/tiny-glm4-moe-lite/logits.npy").astype(np.float64)
-    assert _rel(np.asarray(Decoder(tmp_path / "m", act="f32").logits(IDS, start=0), np.float64), ref) < 5e-5
+    assert max_rel(np.asarray(Decoder(tmp_path / "m", act="f32").logits(IDS, start=0), np.float64), ref) < 5e-5
 
 
 @pytest.mark.parametrize("types", [["dense"], ["dense", "moe"], "dense"])

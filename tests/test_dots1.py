@@ -11,8 +11,8 @@ import json
 import numpy as np
 import pytest
 
-from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact,
-                      exact_logits, reconfigure, run_tool)
+from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact, exact_logits,
+                      max_rel, reconfigure, run_tool)
 from gguf_build import hf_tensors, rewrite_gguf
 from llamacpp_models import _hf_variant
 
@@ -25,8 +25,6 @@ IDS = json.loads((GOLDEN_REF / "tiny-dots1" / "ids.json").read_text())
 REF = np.load(GOLDEN_REF / "tiny-dots1" / "logits.npy").astype(np.float64)
 
 
-def _rel(got, ref) -> float:
-    return float(np.abs(np.asarray(got, np.float64) - ref).max() / np.abs(ref).max())
 
 
 def _meta(**fields) -> dict:
@@ -49,7 +47,7 @@ def test_the_choice_bias_and_the_groups_act(tmp_path, edit):
     res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", _hf_variant(tmp_path, "tiny-dots1", cfg, t),
                    "--out-dir", out)
     assert res.returncode == 0, res.stderr
-    assert _rel(exact_logits(out, IDS, tmp_path / "l.npy"), REF) > 1e-2
+    assert max_rel(exact_logits(out, IDS, tmp_path / "l.npy"), REF) > 1e-2
 
 
 def test_llamacpps_file_states_the_hubs_config(tmp_path):
@@ -65,7 +63,7 @@ def test_llamacpps_file_states_the_hubs_config(tmp_path):
         "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1, "moe_intermediate_size": 32,
         "first_k_dense_replace": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": True, "n_group": 2,
         "topk_group": 1, "scoring_func": "sigmoid", "topk_method": "noaux_tc", "sliding_window": None}
-    assert _rel(exact_logits(tmp_path / "m", IDS, tmp_path / "l.npy"), REF) < 1e-5
+    assert max_rel(exact_logits(tmp_path / "m", IDS, tmp_path / "l.npy"), REF) < 1e-5
 
 
 @pytest.mark.parametrize("kv, drop, needles", [

@@ -118,10 +118,11 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
               if t["name"].startswith("mtp.layers.")}
     mtp = 0 if cfg["model_type"] == "deepseek_v3" else cfg.get("num_nextn_predict_layers", len(beside))
     nemotron = a in ("nemotron_h", "nemotron_h_moe")  # (transformers 5 saves its blocks, not their count)
+    mamba2 = a == "mamba2"  # (Mamba2 alone: no attention, no MLP)
     trunk = len(cfg["layers_block_type"]) if nemotron else cfg["num_hidden_layers"]
     assert kv[f"{a}.block_count"] == trunk + mtp
-    assert kv[f"{a}.attention.head_count"] == cfg["num_attention_heads"]
-    n_kv = 1 if mla else cfg["num_key_value_heads"]  # (the latent: one head)
+    assert kv[f"{a}.attention.head_count"] == cfg.get("num_attention_heads", 0)
+    n_kv = 1 if mla else cfg.get("num_key_value_heads")  # (the latent: one head)
     if a in ("lfm2", "lfm2moe"):  # (one per layer, 0 where it convolves)
         n_kv = [0 if t == "conv" else n_kv for t in cfg["layer_types"]]
         assert kv[f"{a}.shortconv.l_cache"] == cfg["conv_L_cache"]
@@ -142,23 +143,32 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             [cfg["conv_kernel"], cfg["ssm_state_size"], cfg["n_groups"], cfg["mamba_num_heads"] * cfg["mamba_head_dim"],
              cfg["mamba_num_heads"]]
         assert kv[f"{a}.rope.scaling.finetuned"] is False and f"{a}.rope.freq_base" not in kv
-    assert kv[f"{a}.attention.head_count_kv"] == n_kv
+    if mamba2:  # (as Mamba2Model writes it: no KV heads, no width; the Mamba2 dims under ssm.*)
+        assert f"{a}.attention.head_count_kv" not in kv and kv[f"{a}.feed_forward_length"] == 0
+        assert [kv[f"{a}.ssm.{k}"] for k in ("conv_kernel", "state_size", "group_count", "inner_size",
+                                               "time_step_rank")] == \
+            [cfg["conv_kernel"], cfg["state_size"], cfg["n_groups"], cfg["num_heads"] * cfg["head_dim"],
+             cfg["num_heads"]]
+        assert not any(k.startswith(f"{a}.rope.") for k in kv)
+    else:
+        assert kv[f"{a}.attention.head_count_kv"] == n_kv
     # (Granite 4 with Mamba2 layers: 2^20, convert_hf_to_gguf's arbitrary value for a model without RoPE)
     # (HunYuan's NTK-alpha models: 256k, as convert_hf_to_gguf's HunYuanModel states it, and the stretched base)
     ntk = cfg.get("rope_parameters", {}).get("rope_type") == "dynamic"
-    assert kv[f"{a}.context_length"] == (2 ** 20 if a == "granitehybrid" or nemotron else 256 * 1024 if ntk else
+    assert kv[f"{a}.context_length"] == (2 ** 20 if a == "granitehybrid" or nemotron or mamba2 else 256 * 1024 if ntk else
                                          cfg["max_position_embeddings"])
     if ntk:
         rp, d = cfg["rope_parameters"], cfg["head_dim"]
         assert kv[f"{a}.rope.freq_base"] == np.float32(rp["rope_theta"] * rp["alpha"] ** (d / (d - 2)))
         assert (kv[f"{a}.rope.scaling.type"], kv[f"{a}.rope.scaling.factor"]) == ("none", 1.0)
-    if a in ("cohere2", "command-r", "stablelm", "starcoder2", "nemotron", "phi2", "jais2") or nemotron:  # LayerNorm's
-        # (Nemotron-H's RMSNorm eps too, as its converter writes it)
-        eps = cfg["layer_norm_epsilon"] if nemotron else cfg["norm_epsilon"] if a == "starcoder2" else \
+    if a in ("cohere2", "command-r", "stablelm", "starcoder2", "nemotron", "phi2", "jais2", "olmo") or nemotron:
+        # LayerNorm's (Nemotron-H's RMSNorm eps too, as its converter writes it; OLMo's, which no config states)
+        eps = cfg["layer_norm_epsilon"] if nemotron else 1e-5 if a == "olmo" else cfg["norm_epsilon"] if a == "starcoder2" else \
             cfg["norm_eps"] if a == "nemotron" else cfg["layer_norm_eps"]
         assert kv[f"{a}.attention.layer_norm_epsilon"] == pytest.approx(eps, rel=1e-6)
     else:
-        eps = cfg["norm_eps"] if a in ("lfm2", "lfm2moe") else cfg["rms_norm_eps"]
+        eps = cfg["norm_eps"] if a in ("lfm2", "lfm2moe") else cfg["layer_norm_epsilon"] if mamba2 else \
+            cfg["rms_norm_eps"]
         assert kv[f"{a}.attention.layer_norm_rms_epsilon"] == pytest.approx(eps, rel=1e-6)
     assert kv["tokenizer.ggml.model"] == "gpt2" and len(kv["tokenizer.ggml.tokens"]) == cfg["vocab_size"]
     tok = json.loads((model / "tokenizer.json").read_text())
@@ -187,7 +197,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         {"hy_v3": gguf.MODEL_ARCH.HUNYUAN_MOE}[a]
     name_map = gguf.get_tensor_name_map(arch_enum, kv[f"{a}.block_count"])
     src = _iebin_bytes(model)
-    heads = {"q_proj": cfg["num_attention_heads"], "k_proj": cfg["num_key_value_heads"]}
+    heads = {"q_proj": cfg.get("num_attention_heads"), "k_proj": cfg.get("num_key_value_heads")}
     seen = set()
     fused = {"attn_qkv": ("q_proj", "k_proj", "v_proj"), "ffn_up": ("gate_proj", "up_proj")} if a == "phi3" else \
         {"ffn_up": ("gate_proj", "up_proj")} if a == "glm4" else {}
@@ -198,7 +208,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         m = re.fullmatch(r"mtp\.layers\.(\d+)\.(.+)", hf_as_stored)
         hf = (f"model.layers.{trunk + int(m.group(1))}.{m.group(2)}" if m else
               f"model.layers.{trunk}.{mtp_names[hf_as_stored]}" if hf_as_stored in mtp_names else hf_as_stored)
-        if nemotron:  # (the Hub's names, which gguf-py maps: backbone.*)
+        if nemotron or mamba2:  # (the Hub's names, which gguf-py maps: backbone.*)
             hf = "backbone." + hf.removeprefix("model.") if hf.startswith("model.") else hf
         if mla and hf.endswith("kv_b_proj.weight"):  # attn_k_b: each head's key rows transposed; attn_v_b its values
             i = int(hf.split(".")[2])
@@ -247,7 +257,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         shape = [t["shape"][0], t["shape"][2]] if conv else t["shape"]
         if hf.endswith(("mamba.A_log", "mamba.D", "mamba.norm.weight", "mixer.A_log", "mixer.D", "mixer.norm.weight")):
             # (Mamba2Model: [heads, 1], [groups, n])
-            rows = cfg["n_groups" if nemotron else "mamba_n_groups"] if hf.endswith("norm.weight") else shape[0]
+            rows = cfg["n_groups" if nemotron or mamba2 else "mamba_n_groups"] if hf.endswith("norm.weight") else shape[0]
             shape = [rows, shape[0] // rows]
         assert [int(d) for d in reversed(g.shape)] == shape, gname
         data = np.asarray(g.data).reshape(-1).view(np.uint8)
@@ -268,7 +278,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             want = raw
         proj = hf.split(".")[-2]
         # (convert_hf_to_gguf's LlamaModel and its kin)
-        if (a in ("llama", "smollm3", "granite", "granitehybrid", "granitemoe", "mistral3", "arcee") or nemotron) \
+        if (a in ("llama", "smollm3", "granite", "granitehybrid", "granitemoe", "mistral3", "arcee", "olmo") or nemotron) \
                 and proj in heads:
             rows = t["shape"][0]
             want = llama_permute(want.reshape(rows, -1), heads[proj]).reshape(-1)

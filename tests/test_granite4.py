@@ -18,7 +18,7 @@ import json
 import numpy as np
 import pytest
 from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, imatrix_of,
-                      reconfigure, run_tool)
+                      max_rel, reconfigure, run_tool)
 from gguf_build import rewrite_gguf
 
 from iekit.formats.errors import IEError
@@ -33,8 +33,6 @@ IDS = json.loads((REF / "ids.json").read_text())
 CONVERTED = GOLDEN_HF.parent / "gguf" / "llamacpp"
 
 
-def _rel(got: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
 
 
 @pytest.mark.parametrize("model", [GRANITE4, DENSE])
@@ -42,7 +40,7 @@ def test_the_states_carry_from_step_to_step(model):
     """The scan's states and the convolution's last inputs (conftest.assert_states_carry); int8 activations as
     float ones, near enough."""
     assert_states_carry(model, IDS)
-    assert _rel(Decoder(model, act="int8").logits(IDS), Decoder(model, act="f32").logits(IDS)) < 2e-2
+    assert max_rel(Decoder(model, act="int8").logits(IDS), Decoder(model, act="f32").logits(IDS)) < 2e-2
 
 
 def test_only_the_attention_layer_has_a_kv_cache():
@@ -74,7 +72,7 @@ def test_rope_where_position_embedding_type_says_so(tmp_path):
     null do not: the same weights compute another model."""
     d = edited_artifact(GRANITE4, tmp_path / "m", lambda m: reconfigure(m, position_embedding_type="rope"))
     assert Decoder(d).spec.nope == ()
-    assert _rel(Decoder(d, act="f32").logits(IDS), Decoder(GRANITE4, act="f32").logits(IDS)) > 1e-3
+    assert max_rel(Decoder(d, act="f32").logits(IDS), Decoder(GRANITE4, act="f32").logits(IDS)) > 1e-3
     n = edited_artifact(GRANITE4, tmp_path / "n", lambda m: reconfigure(m, position_embedding_type=None))
     assert np.array_equal(Decoder(n, act="f32").logits(IDS), Decoder(GRANITE4, act="f32").logits(IDS))
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact, exact_logits,
-                      reconfigure, run_tool)
+                      max_rel, reconfigure, run_tool)
 from gguf_build import hf_tensors, rewrite_gguf
 from llamacpp_models import _hf_variant
 
@@ -25,8 +25,6 @@ REF = np.load(GOLDEN_REF / "tiny-hunyuan-dense" / "logits.npy").astype(np.float6
 ROPE = json.loads((DENSE / "config.json").read_text())["rope_parameters"]
 
 
-def _rel(got, ref) -> float:
-    return float(np.abs(np.asarray(got, np.float64) - ref).max() / np.abs(ref).max())
 
 
 def _run(*args) -> None:
@@ -49,7 +47,7 @@ def test_the_norms_after_rope_and_the_alpha_act(tmp_path):
     plain = edited_artifact(DENSE, tmp_path / "plain", lambda m: reconfigure(
         m, rope_parameters={"rope_type": "default", "rope_theta": ROPE["rope_theta"]}))
     for other in (before, plain):
-        assert _rel(exact_logits(other, IDS, tmp_path / f"{other.name}.npy"), REF) > 1e-2
+        assert max_rel(exact_logits(other, IDS, tmp_path / f"{other.name}.npy"), REF) > 1e-2
 
 
 def test_llamacpps_file_states_the_alpha_as_the_hubs_config(tmp_path):
@@ -65,7 +63,7 @@ def test_llamacpps_file_states_the_alpha_as_the_hubs_config(tmp_path):
     cfg = json.loads((tmp_path / "m/config.json").read_text())
     assert cfg["rope_theta"] == 10000.0 and cfg["rope_scaling"]["rope_type"] == "dynamic"
     assert cfg["rope_scaling"]["alpha"] == pytest.approx(1000.0, rel=1e-6)
-    assert _rel(exact_logits(tmp_path / "m", IDS, tmp_path / "l.npy"), REF) < 1e-5
+    assert max_rel(exact_logits(tmp_path / "m", IDS, tmp_path / "l.npy"), REF) < 1e-5
     _run("gguf-to-hf", "--gguf", f, "--out-dir", tmp_path / "hf")
     hf = json.loads((tmp_path / "hf/config.json").read_text())
     assert hf["architectures"] == ["HunYuanDenseV1ForCausalLM"] and hf["rope_scaling"] == cfg["rope_scaling"]
@@ -86,7 +84,7 @@ def test_hunyuan_moes_shared_mlp_acts(tmp_path):
     without it (its down_proj zero in both layers) the model is another."""
     ref = exact_logits(MOE, IDS, tmp_path / "ref.npy")
     shared = tuple(f"model.layers.{i}.mlp.shared_mlp.down_proj.weight" for i in range(2))
-    assert _rel(_edited_checkpoint(tmp_path, "tiny-hunyuan-moe", shared), ref) > 1e-2
+    assert max_rel(_edited_checkpoint(tmp_path, "tiny-hunyuan-moe", shared), ref) > 1e-2
 
 
 def test_hy3s_choice_bias_and_scale_act(tmp_path):
@@ -94,8 +92,8 @@ def test_hy3s_choice_bias_and_scale_act(tmp_path):
     scale (1) is another model."""
     ref = exact_logits(HY3, IDS, tmp_path / "ref.npy")
     unscaled = edited_artifact(HY3, tmp_path / "unscaled", lambda m: reconfigure(m, router_scaling_factor=1.0))
-    assert _rel(exact_logits(unscaled, IDS, tmp_path / "u.npy"), ref) > 1e-2
-    assert _rel(_edited_checkpoint(tmp_path, "tiny-hy-v3", ("model.layers.1.mlp.expert_bias",)), ref) > 1e-2
+    assert max_rel(exact_logits(unscaled, IDS, tmp_path / "u.npy"), ref) > 1e-2
+    assert max_rel(_edited_checkpoint(tmp_path, "tiny-hy-v3", ("model.layers.1.mlp.expert_bias",)), ref) > 1e-2
 
 
 @pytest.mark.parametrize("model,edit,needles", [

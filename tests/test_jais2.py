@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import GOLDEN, GOLDEN_HF, GOLDEN_REF, assert_one_line_error, exact_logits, run_tool
+from conftest import GOLDEN, GOLDEN_HF, GOLDEN_REF, assert_one_line_error, exact_logits, max_rel, run_tool
 from gguf_build import hf_tensors
 from llamacpp_models import _hf_variant
 
@@ -21,8 +21,6 @@ MLP_BIASES = ("mlp.up_proj.bias", "mlp.down_proj.bias")
 ATTN_BIASES = tuple(f"self_attn.{p}_proj.bias" for p in "qkvo")
 
 
-def _rel(got) -> float:
-    return float(np.abs(np.asarray(got, np.float64) - REF).max() / np.abs(REF).max())
 
 
 def test_llamacpps_file_states_the_checkpoints_switches(tmp_path):
@@ -31,7 +29,7 @@ def test_llamacpps_file_states_the_checkpoints_switches(tmp_path):
     cfg = json.loads((tmp_path / "m/config.json").read_text())
     assert (cfg["attention_bias"], cfg["mlp_bias"], cfg["hidden_act"]) == (True, True, "relu2")
     assert cfg["layer_norm_eps"] == 1e-5 and "rms_norm_eps" not in cfg
-    assert _rel(exact_logits(tmp_path / "m", IDS, tmp_path / "l.npy")) < 1e-5
+    assert max_rel(exact_logits(tmp_path / "m", IDS, tmp_path / "l.npy"), REF) < 1e-5
 
 
 @pytest.mark.parametrize("switch, dropped", [("mlp_bias", MLP_BIASES), ("attention_bias", ATTN_BIASES)])
@@ -43,7 +41,7 @@ def test_each_switch_turns_its_own_biases_off(tmp_path, switch, dropped):
     without = {k: v for k, v in t.items() if not k.endswith(dropped)}
     hf = _hf_variant(tmp_path, "tiny-jais2", {"dtype": "float32", switch: False}, without)
     assert run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", hf, "--out-dir", tmp_path / "m").returncode == 0
-    assert _rel(exact_logits(tmp_path / "m", IDS, tmp_path / "l.npy")) > 1e-3
+    assert max_rel(exact_logits(tmp_path / "m", IDS, tmp_path / "l.npy"), REF) > 1e-3
     res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", tmp_path / "m", "--out", tmp_path / "m.gguf")
     assert_one_line_error(res, f"config.{switch}", "llama.cpp's jais2 requires")
     assert not (tmp_path / "m.gguf").exists()

@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact,
+from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, max_rel,
                       reconfigure, run_tool, text_model_converted)
 from gguf_build import rewrite_gguf
 
@@ -25,13 +25,11 @@ IDS = json.loads((REF / "ids.json").read_text())
 CONVERTED = GOLDEN_HF.parent / "gguf" / "llamacpp" / "tiny-lfm2.gguf"
 
 
-def _rel(got: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
 
 
 def test_the_convolutions_carry_from_step_to_step():
     """The convolutions' last inputs (conftest.assert_states_carry), the whole prompt as transformers computes it."""
-    assert _rel(Decoder(LFM2, act="f32").logits(IDS), np.load(REF / "logits.npy")) < 1e-5
+    assert max_rel(Decoder(LFM2, act="f32").logits(IDS), np.load(REF / "logits.npy")) < 1e-5
     assert_states_carry(LFM2, IDS)
 
 

@@ -13,15 +13,13 @@ import json
 import numpy as np
 import pytest
 
-from conftest import GOLDEN_IEBIN, assert_one_line_error, edited_artifact, reconfigure, run_tool
+from conftest import GOLDEN_IEBIN, assert_one_line_error, edited_artifact, max_rel, reconfigure, run_tool
 from iekit.runtime.decoder import Decoder
 
 L4 = GOLDEN_IEBIN / "tiny-llama4"
 FIXED = {"attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1}  # llama.cpp's llama4 constants
 
 
-def _rel(got: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
 
 
 def test_the_chunks_matter_past_the_toys_reach(tmp_path):
@@ -33,7 +31,7 @@ def test_the_chunks_matter_past_the_toys_reach(tmp_path):
         d = edited_artifact(L4, tmp_path / f"c{chunk}", lambda m: reconfigure(m, max_position_embeddings=800,
                                                                              attention_chunk_size=chunk))
         logits.append(Decoder(d, threads=2, act="f32").logits(ids)[600:])
-    assert _rel(logits[0], logits[1]) > 1e-2
+    assert max_rel(logits[0], logits[1]) > 1e-2
 
 
 @pytest.mark.parametrize("edit,key", [

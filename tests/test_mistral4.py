@@ -13,8 +13,8 @@ import json
 import numpy as np
 import pytest
 
-from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact,
-                      exact_logits, reconfigure, run_tool)
+from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact, exact_logits,
+                      max_rel, reconfigure, run_tool)
 from gguf_build import rewrite_gguf
 
 MISTRAL4 = GOLDEN_IEBIN / "tiny-mistral4"
@@ -26,8 +26,6 @@ COOL = np.load(GOLDEN_REF / "tiny-mistral4" / "logits_no_temperature.npy").astyp
 ROPE = json.loads((MISTRAL4 / "config.json").read_text())["rope_parameters"]
 
 
-def _rel(got, ref) -> float:
-    return float(np.abs(np.asarray(got, np.float64) - ref).max() / np.abs(ref).max())
 
 
 def _tensors(model) -> dict[str, bytes]:
@@ -72,7 +70,7 @@ def test_the_temperature_and_the_stacks_act(tmp_path):
     ref = exact_logits(MISTRAL4, IDS, tmp_path / "ref.npy")
     assert np.array_equal(off[:4], ref[:4])
     assert all(np.abs(off[p] - ref[p]).max() > 1e-3 * np.abs(ref).max() for p in range(4, len(IDS)))
-    assert _rel(off, COOL) < 1e-4 and _rel(ref, REF) < 1e-4
+    assert max_rel(off, COOL) < 1e-4 and max_rel(ref, REF) < 1e-4
 
 
 def test_llamacpps_own_file_is_the_checkpoint_without_its_temperature(tmp_path):
@@ -99,8 +97,8 @@ def test_llamacpps_own_file_is_the_checkpoint_without_its_temperature(tmp_path):
             assert np.array_equal(widened, np.frombuffer(theirs[n], "<f4")), n
         else:
             assert b == theirs[n], n
-    assert _rel(exact_logits(tmp_path / "m", IDS, tmp_path / "l.npy"), COOL) < 1e-4
-    assert _rel(exact_logits(CONVERTED, IDS, tmp_path / "g.npy"), COOL) < 1e-4
+    assert max_rel(exact_logits(tmp_path / "m", IDS, tmp_path / "l.npy"), COOL) < 1e-4
+    assert max_rel(exact_logits(CONVERTED, IDS, tmp_path / "g.npy"), COOL) < 1e-4
 
 
 def test_the_export_keeps_the_temperature_and_comes_back(tmp_path):
@@ -130,7 +128,7 @@ def test_the_export_keeps_the_temperature_and_comes_back(tmp_path):
     for n, t in tt.items():
         assert (t.tensor_type, np.asarray(t.data).tobytes()) == (to[n].tensor_type, np.asarray(to[n].data).tobytes()), n
     _run("gguf-to-iebin", "--gguf", out, "--out-dir", tmp_path / "back")
-    assert _rel(exact_logits(tmp_path / "back", IDS, tmp_path / "l.npy"), REF) < 1e-4
+    assert max_rel(exact_logits(tmp_path / "back", IDS, tmp_path / "l.npy"), REF) < 1e-4
 
 
 @pytest.mark.parametrize("edit,needles", [

@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, reconfigure, run_tool
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, edited_artifact, max_rel, reconfigure, run_tool
 from iekit.formats import iebin
 from iekit.formats.casting import decode_f32
 from iekit.formats.errors import IEError
@@ -20,8 +20,6 @@ from iekit.runtime import native
 from iekit.runtime.decoder import Decoder
 
 
-def _rel(got: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
 
 
 def _tensor(model_dir, name: str) -> tuple[dict, bytes]:
@@ -72,7 +70,7 @@ def test_batched_routing_equals_token_by_token(model, act):
     whole = d.logits(ids)
     d.reset()
     steps = np.stack([d.prefill(ids[:1])] + [d.step(t) for t in ids[1:]])
-    assert _rel(steps, whole) <= 1e-5
+    assert max_rel(steps, whole) <= 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +105,7 @@ def test_int8_prefill_packs_expert_tiles_and_agrees_with_steps(quantized_moe, mo
     whole = d.logits(ids)
     d.reset()
     steps = np.stack([d.prefill(ids[:1])] + [d.step(t) for t in ids[1:]])
-    assert _rel(steps, whole) <= 1e-5
+    assert max_rel(steps, whole) <= 1e-5
 
 
 @pytest.mark.parametrize("isa", ["avx2", "scalar"])
@@ -129,7 +127,7 @@ def test_copied_experts_compute_what_in_place_ones_do(quantized_moe, model, isa)
         assert d.copied_experts == (mode == "copy" and isa != "scalar")  # as the native decoder reports it
         out[mode] = (d.rows8_bytes, np.concatenate([d.logits(ids[:40]), np.stack([d.step(t) for t in ids[40:]])]))
     assert (out["copy"][0] > out["in-place"][0]) == (isa != "scalar")
-    assert _rel(out["copy"][1], out["in-place"][1].astype(np.float64)) <= 1e-5
+    assert max_rel(out["copy"][1], out["in-place"][1].astype(np.float64)) <= 1e-5
 
 
 def test_experts_copied_where_memory_allows(monkeypatch):
@@ -189,7 +187,7 @@ def test_experts_flag_chooses_copies_from_the_commands(quantized_moe, tmp_path):
         res = run_tool("ierun", "logits", "--model-dir", model, "--ids", "5,17,200,3,99", "--act", "int8",
                        "--experts", mode, "--out", out[mode])
         assert res.returncode == 0, res.stderr
-    assert _rel(np.load(out["copy"]), np.load(out["in-place"]).astype(np.float64)) <= 1e-5
+    assert max_rel(np.load(out["copy"]), np.load(out["in-place"]).astype(np.float64)) <= 1e-5
     prompts = tmp_path / "p.txt"
     prompts.write_text("ids: 1,2,3\n")
     for mode, want in (("copy", True), ("in-place", False)):

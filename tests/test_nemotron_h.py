@@ -15,7 +15,7 @@ import shutil
 import numpy as np
 import pytest
 from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, gptq_q8_0,
-                      imatrix_of, reconfigure, run_tool)
+                      imatrix_of, max_rel, reconfigure, run_tool)
 from gguf_build import rewrite_gguf
 
 from iekit.formats.errors import IEError
@@ -29,8 +29,6 @@ IDS = json.loads((GOLDEN_IEBIN.parent / "ref" / "tiny-nemotron-h" / "ids.json").
 CONVERTED = GOLDEN_HF.parent / "gguf" / "llamacpp"
 
 
-def _rel(got: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
 
 
 def _logits(model, act: str = "f32") -> np.ndarray:
@@ -42,7 +40,7 @@ def test_the_states_carry_from_step_to_step(model):
     """The scan's states and the convolution's last inputs (conftest.assert_states_carry); int8 activations as
     float ones, near enough."""
     assert_states_carry(model, IDS)
-    assert _rel(_logits(model, "int8"), _logits(model)) < 2e-2
+    assert max_rel(_logits(model, "int8"), _logits(model)) < 2e-2
 
 
 def test_only_the_attention_block_has_a_kv_cache():
@@ -185,6 +183,6 @@ def test_gptq_quantizes_every_block_and_the_export_takes_it(tmp_path, sequential
     assert {t["dtype"] for t in q if t["name"].endswith(("in_proj.weight", "up_proj.weight", "o_proj.weight"))} == \
         {"q8_0"}
     ref = np.load(GOLDEN_IEBIN.parent / "ref" / "tiny-nemotron-h-moe" / "logits.npy").astype(np.float64)
-    assert _rel(Decoder(g, act="f32").logits(ids), ref) < 0.05
+    assert max_rel(Decoder(g, act="f32").logits(ids), ref) < 0.05
     res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", g, "--out", tmp_path / "g.gguf")
     assert res.returncode == 0, res.stderr

@@ -1,7 +1,9 @@
 """OLMo 2 and OLMo 3 (Olmo2ForCausalLM, Olmo3ForCausalLM; both llama.cpp's
 olmo2): no norm before the attention or the MLP, norms of their outputs,
 q/k norms over the whole projections; OLMo 3's sliding layers with their
-own unscaled RoPE beside YaRN on the full ones. The frozen transformers
+own unscaled RoPE beside YaRN on the full ones. OLMo 1 (OlmoForCausalLM;
+llama.cpp's olmo): Llama's layer under LayerNorms without weights, q, k and
+v clamped as projected (clip_qkv). The frozen transformers
 logits are tests/test_decoder.py's, the converter's own files
 tests/test_llamacpp_converter.py's; here, the config's other spelling and
 what is refused rather than run as another model, in Python and in the
@@ -14,6 +16,7 @@ import json
 import math
 import shutil
 
+import numpy as np
 import pytest
 
 from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact,
@@ -21,6 +24,7 @@ from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_li
 from gguf_build import rewrite_gguf
 
 OLMO3 = GOLDEN_IEBIN / "tiny-olmo3"
+OLMO1 = GOLDEN_IEBIN / "tiny-olmo"
 
 
 def _with_tensors(tmp_path, extra=None, replace=None):
@@ -119,3 +123,79 @@ def test_an_olmo3_file_with_another_sliding_base_is_refused(tmp_path):
                        kv={"olmo2.rope.freq_base_swa": 5000.0})
     res = run_tool("ieconv", "gguf-to-iebin", "--gguf", bad, "--out-dir", tmp_path / "o")
     assert_one_line_error(res, "bad.gguf", "olmo2.rope.freq_base_swa", "rope.freq_base")
+
+
+def test_olmo1s_clamp_is_applied(tmp_path):
+    """tiny-olmo clamps about a fifth of its q, k and v values (clip_qkv 1.6): with the clamp the decoder gives
+    transformers' logits, without it (the same weights, clip_qkv null) another model."""
+    from iekit.runtime.decoder import Decoder
+
+    ids = json.loads((GOLDEN_REF / "tiny-olmo" / "ids.json").read_text())
+    ref = np.load(GOLDEN_REF / "tiny-olmo" / "logits.npy").astype(np.float64)
+    d = Decoder(OLMO1)
+    assert d.spec.clip_qkv == pytest.approx(1.6) and d.spec.eps == 1e-5
+    assert np.abs(d.logits(ids) - ref).max() / np.abs(ref).max() < 1e-5
+    off = edited_artifact(OLMO1, tmp_path / "m", lambda m: reconfigure(m, clip_qkv=None))
+    assert np.abs(Decoder(off).logits(ids) - ref).max() / np.abs(ref).max() > 1e-2
+
+
+@pytest.mark.parametrize("clip,key", [(0, "config.clip_qkv"), (-1.0, "config.clip_qkv"), ("8", "config.clip_qkv")])
+def test_an_olmo1_clamp_that_is_no_bound_is_one_line(tmp_path, clip, key):
+    d = edited_artifact(OLMO1, tmp_path / "m", lambda m: reconfigure(m, clip_qkv=clip))
+    assert_one_line_error(run_tool("ierun", "logits", "--model-dir", d, "--ids", "1,2", "--out", tmp_path / "l.npy"),
+                          key)
+
+
+def test_a_clamp_on_another_architecture_is_still_refused(tmp_path):
+    """clip_qkv is OLMo's: a Llama config stating it is not run without it."""
+    d = edited_artifact(GOLDEN_IEBIN / "tiny-llama", tmp_path / "m", lambda m: reconfigure(m, clip_qkv=8.0))
+    assert_one_line_error(run_tool("ierun", "logits", "--model-dir", d, "--ids", "1,2", "--out", tmp_path / "l.npy"),
+                          "config.clip_qkv", "not supported")
+
+
+def test_a_norm_weight_in_an_olmo1_checkpoint_is_not_carried_and_dropped(tmp_path):
+    """OLMo 1's LayerNorms have no weights: a checkpoint holding one is another model, and the decoder refuses it
+    rather than run without it."""
+    from iekit.formats.safetensors_reader import SafetensorsFile
+
+    hf = tmp_path / "hf"
+    shutil.copytree(GOLDEN_HF / "tiny-olmo", hf)
+    with SafetensorsFile(hf / "model.safetensors") as f:
+        tensors = {n: (t.dtype.name.upper(), list(t.shape), b"".join(f.iter_chunks(t))) for n, t in f.tensors.items()}
+    tensors["model.layers.1.post_attention_layernorm.weight"] = ("BF16", [64], b"\x80\x3f" * 64)
+    (hf / "model.safetensors").unlink()
+    st_write(hf / "model.safetensors", tensors, {"format": "pt"})
+    res = run_tool("ieconv", "hf-to-iebin", "--hf-dir", hf, "--out-dir", tmp_path / "o")
+    assert res.returncode == 0, res.stderr
+    assert "post_attention_layernorm" in res.stderr and "does not use it" in res.stderr
+    refused = run_tool("ierun", "generate", "--model-dir", tmp_path / "o", "--ids", "1")
+    assert_one_line_error(refused, "post_attention_layernorm", "does not use it")
+
+
+@pytest.mark.parametrize("kv,key", [
+    ({"olmo.attention.layer_norm_epsilon": 1e-6}, "olmo.attention.layer_norm_epsilon"),
+    ({"olmo.attention.clamp_kqv": 0.0}, "olmo.attention.clamp_kqv"),
+    ({"olmo.attention.clamp_kqv": float("nan")}, "olmo.attention.clamp_kqv"),
+])
+def test_an_olmo_file_that_is_no_olmo1_is_one_line(tmp_path, kv, key):
+    """llama.cpp's olmo norms with the file's eps, where OLMo 1's LayerNorm has 1e-5 and no other, and clamps by
+    attention.clamp_kqv: a file stating another eps, or a clamp that bounds nothing, is refused, nothing written."""
+    src = GOLDEN / "gguf" / "llamacpp" / "tiny-olmo.gguf"
+    bad = rewrite_gguf(src, tmp_path / "bad.gguf", drop=set(kv), kv=kv)
+    assert_one_line_error(run_tool("ieconv", "gguf-to-iebin", "--gguf", bad, "--out-dir", tmp_path / "o"), key)
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_olmo_file_without_a_clamp_imports_unclamped(tmp_path):
+    """OLMo-1B's and OLMo-7B's files have no attention.clamp_kqv (their clip_qkv is null): imported without one,
+    and exported again without one."""
+    src = GOLDEN / "gguf" / "llamacpp" / "tiny-olmo.gguf"
+    plain = rewrite_gguf(src, tmp_path / "plain.gguf", drop={"olmo.attention.clamp_kqv"}, kv={})
+    res = run_tool("ieconv", "gguf-to-iebin", "-q", "--gguf", plain, "--out-dir", tmp_path / "o")
+    assert res.returncode == 0, res.stderr
+    assert "clip_qkv" not in json.loads((tmp_path / "o" / "config.json").read_text())
+    res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", tmp_path / "o", "--out", tmp_path / "again.gguf")
+    assert res.returncode == 0, res.stderr
+    import gguf
+
+    assert "olmo.attention.clamp_kqv" not in gguf.GGUFReader(str(tmp_path / "again.gguf")).fields

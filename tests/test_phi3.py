@@ -12,8 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact,
-                      exact_logits, reconfigure, run_tool)
+from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact, exact_logits,
+                      max_rel, reconfigure, run_tool)
 from gguf_build import hf_tensors, rewrite_gguf
 
 PHI3 = GOLDEN_IEBIN / "tiny-phi3"
@@ -25,8 +25,6 @@ def _logits(model, tmp_path, ids, ctx, name="l.npy") -> np.ndarray:
     return exact_logits(model, ids, tmp_path / name, "--ctx", str(ctx))
 
 
-def _rel(got, ref) -> float:
-    return float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
 
 
 def test_the_fused_matrices_are_read_as_their_rows():
@@ -60,11 +58,11 @@ def test_past_the_original_context_the_long_factors_turn(tmp_path):
     factors) are ierun's in a context past 32; the same 12 ids run in a
     context of 32 and of 128 differ, as they do in llama.cpp."""
     long_ids = json.loads((REF / "ids_long.json").read_text())
-    assert _rel(_logits(PHI3, tmp_path, long_ids, 128), np.load(REF / "logits_long.npy")) <= 1e-5
+    assert max_rel(_logits(PHI3, tmp_path, long_ids, 128), np.load(REF / "logits_long.npy")) <= 1e-5
     ids = json.loads((REF / "ids.json").read_text())
     short, long = _logits(PHI3, tmp_path, ids, 32, "s.npy"), _logits(PHI3, tmp_path, ids, 33, "t.npy")
-    assert _rel(short, np.load(REF / "logits.npy")) <= 1e-5
-    assert _rel(long, short) > 1e-2
+    assert max_rel(short, np.load(REF / "logits.npy")) <= 1e-5
+    assert max_rel(long, short) > 1e-2
     assert np.array_equal(long, _logits(PHI3, tmp_path, ids, 128, "u.npy"))
 
 

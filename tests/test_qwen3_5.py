@@ -14,8 +14,8 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, reconfigure,
-                      run_tool)
+from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, max_rel,
+                      reconfigure, run_tool)
 from iekit.formats import delta_net
 from iekit.runtime.decoder import Decoder
 
@@ -24,8 +24,6 @@ REF = GOLDEN_IEBIN.parent / "ref" / "tiny-qwen3-5"
 IDS = json.loads((REF / "ids.json").read_text())
 
 
-def _rel(got: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
 
 
 def test_the_states_carry_from_step_to_step():
@@ -46,9 +44,9 @@ def test_huggingfaces_value_head_order_runs_as_llamacpps(tmp_path):
     grouped = edited_artifact(tmp_path / "as-is", tmp_path / "g",
                               lambda m: reconfigure(m, **{delta_net.ORDER_KEY: "grouped"}))
     got, tiled = Decoder(grouped, act="f32").logits(IDS), Decoder(Q35, act="f32").logits(IDS)
-    assert _rel(got, tiled) < 1e-5 and _rel(got, np.load(REF / "logits.npy")) < 1e-4  # (out_proj sums reordered)
+    assert max_rel(got, tiled) < 1e-5 and max_rel(got, np.load(REF / "logits.npy")) < 1e-4  # (out_proj sums reordered)
     wrong = Decoder(tmp_path / "as-is", act="f32").logits(IDS)  # the same bytes read as tiled: another model
-    assert _rel(wrong, tiled) > 1e-2
+    assert max_rel(wrong, tiled) > 1e-2
     # llama.cpp reads the tiled order alone: an artifact in the other is refused, not exported reordered wrong
     assert_one_line_error(run_tool("ieconv", "iebin-to-gguf", "--model-dir", grouped, "--out", tmp_path / "g.gguf"),
                           "config.linear_value_head_order")

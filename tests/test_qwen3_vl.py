@@ -15,7 +15,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, run_tool, text_model_converted
+from conftest import GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, max_rel, run_tool, text_model_converted
 from gguf_build import hf_tensors, rewrite_gguf
 
 from iekit.runtime.decoder import Decoder
@@ -61,8 +61,6 @@ def test_mrope_sections_text_would_not_turn_as_one_rope_are_one_line(tmp_path, n
     assert not (tmp_path / "m").exists()
 
 
-def _rel(got: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.abs(got.astype(np.float64) - ref).max() / np.abs(ref).max())
 
 
 def test_the_text_model_of_qwen3_vl_moe_is_qwen3_moe(tmp_path):
@@ -96,7 +94,7 @@ def test_the_text_model_of_qwen3_vl_moe_is_qwen3_moe(tmp_path):
     assert res.returncode == 0, res.stderr
     ref_dir = GOLDEN_HF.parent / "ref" / "tiny-qwen3-vl-moe"
     ids = json.loads((ref_dir / "ids.json").read_text())
-    assert _rel(Decoder(tmp_path / "ie", act="f32").logits(ids), np.load(ref_dir / "logits.npy")) < 1e-5
+    assert max_rel(Decoder(tmp_path / "ie", act="f32").logits(ids), np.load(ref_dir / "logits.npy")) < 1e-5
 
 
 def test_llamacpps_qwen3vlmoe_file_imports_as_the_model(tmp_path):
@@ -107,7 +105,7 @@ def test_llamacpps_qwen3vlmoe_file_imports_as_the_model(tmp_path):
     assert res.returncode == 0, res.stderr
     ref_dir = GOLDEN_HF.parent / "ref" / "tiny-qwen3-vl-moe"
     ids = json.loads((ref_dir / "ids.json").read_text())
-    assert _rel(Decoder(tmp_path / "m", act="f32").logits(ids), np.load(ref_dir / "logits.npy")) < 1e-5
+    assert max_rel(Decoder(tmp_path / "m", act="f32").logits(ids), np.load(ref_dir / "logits.npy")) < 1e-5
     res = run_tool("ieconv", "iebin-to-gguf", "-q", "--model-dir", tmp_path / "m", "--out", tmp_path / "m.gguf")
     assert res.returncode == 0, res.stderr
     import gguf

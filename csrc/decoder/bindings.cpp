@@ -330,6 +330,7 @@ void ie_register_decoder(py::module_& m) {
   config.def_readwrite("attn_temp_nope", &ie::DecoderConfig::attn_temp_nope);
   config.def_readwrite("qk_l2_norm", &ie::DecoderConfig::qk_l2_norm);
   config.def_readwrite("qk_norm_after_rope", &ie::DecoderConfig::qk_norm_after_rope);
+  config.def_readwrite("clip_qkv", &ie::DecoderConfig::clip_qkv);
   config.def_readwrite("weight_before", &ie::DecoderConfig::weight_before);
   config.def_readwrite("windows", &ie::DecoderConfig::windows);
   config.def_readwrite("inv_freq", &ie::DecoderConfig::inv_freq);

@@ -229,6 +229,9 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
   if (c.qk_norm_after_rope && (c.kv_lora > 0 || c.qk_norm_full || c.qk_l2_norm))
     fail("decoder config: qk_norm_after_rope is HunYuan's per-head norm after RoPE; not with latent attention, "
          "whole-projection norms or Llama 4's norm");
+  if (!(c.clip_qkv >= 0.f) || !std::isfinite(c.clip_qkv) || (c.clip_qkv > 0.f && c.kv_lora > 0))
+    fail("decoder config: clip_qkv must be >= 0 and finite, and clamps q, k and v projections (not latent "
+         "attention's)");
   if (c.parallel_block && (!c.pre_norms || c.n_experts > 0))
     fail("decoder config: parallel_block is Cohere's dense layer with its input norm; not without pre-norms or "
          "with experts");
@@ -1611,6 +1614,10 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     rows(b, [&](int j) {
       const int pos = n_past_ + j;
       const float* cs = rope_l.data() + static_cast<size_t>(j) * c.head_dim;
+      if (c.clip_qkv > 0.f)  // OLMo: q, k and v clamped as projected
+        for (auto [v, n] : {std::pair{&q_[j * q_dim_], q_dim_}, std::pair{&k_[j * kv_dim_], kv_dim_},
+                            std::pair{&v_[j * v_dim_], v_dim_}})
+          for (int i = 0; i < n; ++i) v[i] = std::clamp(v[i], -c.clip_qkv, c.clip_qkv);
       if (!L.q_norm.empty() && c.qk_norm_full) {  // OLMo 2: the whole projections RMS-normed
         rmsnorm(&q_[j * q_dim_], L.q_norm.data(), q_dim_, c.eps, &q_[j * q_dim_]);
         rmsnorm(&k_[j * kv_dim_], L.k_norm.data(), kv_dim_, c.eps, &k_[j * kv_dim_]);

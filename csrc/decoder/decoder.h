@@ -1,11 +1,11 @@
 // A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 1, 2 and 3,
-// Phi-2, Phi-3, SmolLM3, Arcee, StableLM, StarCoder2, Nemotron, Granite, OLMo 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
+// Phi-2, Phi-3, SmolLM3, Arcee, StableLM, StarCoder2, Nemotron, Granite, OLMo 1, 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
 // GLM-4, Cohere and Cohere 2, ERNIE 4.5, and the mixture-of-experts models
 // gpt-oss, Qwen3-MoE, Qwen2-MoE, GLM-4.5, MiniMax-M2, OLMoE, Mixtral,
 // DeepSeek-V2 and V3, GLM-4.7-Flash, Llama 4, ERNIE 4.5 MoE; Qwen3.5, whose layers mix tokens through gated
 // DeltaNet, linear attention, three in four; LFM2, most of whose layers mix them through a short gated
 // convolution; Granite 4 and Nemotron-H, most of whose layers mix them through Mamba2's state space, Nemotron-H's
-// blocks each a mixer or a ReLU-squared MLP alone): RMSNorm, RoPE (rotate-half or interleaved
+// blocks each a mixer or a ReLU-squared MLP alone, and Mamba-2, every layer of which does): RMSNorm, RoPE (rotate-half or interleaved
 // pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
 // second table for sliding layers; layers without RoPE), grouped-query
 // attention (or DeepSeek's multi-head latent attention, absorbed into multi-query attention over its latent)
@@ -16,7 +16,7 @@
 // soft-capped scores and logits (Gemma 2), Granite's residual and logit
 // multipliers, Ministral 3's and Llama 4's attention temperature, Cohere's
 // LayerNorm and parallel blocks (StableLM's LayerNorm with its biases), Llama 4's chunked attention, weightless q/k
-// norms and experts fed their router weight, tied or untied output head.
+// norms and experts fed their router weight, OLMo's clamp of q, k and v, tied or untied output head.
 // Every matrix is read in place, in its stored format,
 // through the fused GEMV kernels (gemv.h) -- or, for a prefill chunk of
 // more than kMaxBatch tokens with float activations, the GEMM kernels
@@ -131,6 +131,9 @@ struct DecoderConfig {
   // HunYuan's per-head q/k RMSNorm (q_norm, k_norm) after RoPE, not before it
   // (HunYuanDenseV1Attention: query_layernorm on the rotated query).
   bool qk_norm_after_rope = false;
+  // OLMo's clip_qkv: each element of q, k and v clamped to [-clip_qkv, clip_qkv] after their projections (and
+  // biases), before any norm or RoPE (OlmoAttention); 0: none.
+  float clip_qkv = 0.f;
   // Cohere's layer (Command R7B, Command A): LayerNorm (the mean taken out;
   // plus a bias where LayerWeights' attn_norm_b, mlp_norm_b and
   // DecoderWeights' final_norm_b have one: StableLM's) where RMSNorm
