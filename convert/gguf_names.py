@@ -490,6 +490,12 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # add_attention_scale, add_residual_scale, add_logit_scale)
     GGUFArch("granite", "GraniteForCausalLM", "granite", True, _LLAMA,
              keys=_GRANITE_SCALES),
+    # Granite SWA: granite's layer and multipliers with gpt-oss's sinks (attn_sinks), its window and sliding layers by
+    # a pattern llama.cpp requires, the layers without RoPE by attention.rope_pattern (one base for every layer)
+    GGUFArch("granite_swa", "GraniteSWAForCausalLM", "granite_swa", True,
+             _dense({"self_attn.sinks": "attn_sinks.weight"}),
+             keys=_GRANITE_SCALES | {"attention.sliding_window", "attention.sliding_window_pattern",
+                                     "attention.rope_pattern"}),
     # SmolLM3: Llama's layer, q/k rows interleaved as for llama; llama.cpp leaves every 4th layer unrotated
     # (its n_no_rope_layer_step, read from no file)
     GGUFArch("smollm3", "SmolLM3ForCausalLM", "smollm3", True, _LLAMA, nope_step=4),

@@ -462,8 +462,10 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
                                                                    "reads back")
     if arch.gguf == "phi3":
         _phi3_config(g, arch, cfg, names, rot)
-    if arch.gguf in ("granite", "granitemoe"):
+    if arch.gguf in ("granite", "granitemoe", "granite_swa"):
         _granite_config(g, arch, cfg)
+    if arch.gguf == "granite_swa":
+        _granite_swa_config(g, arch, cfg)
     if arch.gguf == "stablelm":  # (as llama.cpp's graph reads them: by the tensors the file holds)
         cfg.update(use_qkv_bias="blk.0.attn_q.bias" in names,
                    use_parallel_residual="blk.0.ffn_norm.weight" not in names,
@@ -658,6 +660,23 @@ def _granite_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
                attention_multiplier=_field(g, f"{a}.attention.scale", float, 1.0 / math.sqrt(cfg["head_dim"])),
                residual_multiplier=_field(g, f"{a}.residual_scale", float, 1.0),
                logits_scaling=_field(g, f"{a}.logit_scale", float))
+
+
+def _granite_swa_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """Granite SWA as GraniteSWAConfig says it: the window and its pattern (both required, as llama.cpp's loader
+    requires them), one RoPE base for every layer (llama.cpp's granite_swa reads no other), the layers
+    attention.rope_pattern marks false without RoPE (layer_rope_theta 0; every layer rotates without the key)."""
+    a = arch.gguf
+    _sliding_layers(g, arch, cfg, "llama.cpp's granite_swa turns every layer by rope.freq_base")
+    key = f"{a}.attention.rope_pattern"
+    rotates = g.fields.get(key)
+    if rotates is None:
+        return
+    n = cfg["num_hidden_layers"]
+    if not isinstance(rotates, list) or len(rotates) != n or not all(type(x) is bool for x in rotates):
+        raise FormatError(g.path, key, f"expected {n} booleans, one per layer (true: RoPE), got {rotates!r:.60}")
+    if not all(rotates):
+        cfg["layer_rope_theta"] = [cfg["rope_theta"] if r else 0.0 for r in rotates]
 
 
 def _granite4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], mamba_layers: list[bool]) -> None:

@@ -365,13 +365,17 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
         if spec.n_layers == arch.swa_layers and not spec.nope:
             raise IEError(f"{where}.sliding_window: none; llama.cpp's {arch.gguf} gives a {arch.swa_layers}-layer "
                           "model sliding layers and unrotated full ones whatever its file says")
-    # (cohere2: llama.cpp turns the sliding layers alone; granitehybrid: rope.scaling.finetuned switches RoPE; a
-    # model that attends nowhere, Mamba-2, rotates nothing)
-    elif spec.nope and any(spec.attends) and spec.arch.nope_full != "always" and not arch.mamba and not arch.nemotron and (
+    # (cohere2: llama.cpp turns the sliding layers alone; granitehybrid: rope.scaling.finetuned switches RoPE;
+    # granite_swa: attention.rope_pattern; a model that attends nowhere, Mamba-2, rotates nothing)
+    elif spec.nope and any(spec.attends) and spec.arch.nope_full != "always" and not arch.mamba and not arch.nemotron and \
+            "attention.rope_pattern" not in arch.keys and (
             not arch.nope_step or list(spec.nope) != every_nth(arch.nope_step, spec.n_layers)):
         rule = f"leaves every {arch.nope_step}th layer unrotated, and no other" if arch.nope_step else "rotates every layer"
         raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
                       f"llama.cpp's {arch.gguf} {rule}")
+    if spec.local_theta and "rope.freq_base_swa" not in arch.keys:  # (Granite SWA's second base: granite_swa has one)
+        raise IEError(f"{where}.layer_rope_theta: the sliding layers turn by their own RoPE base {spec.local_theta:g}; "
+                      f"llama.cpp's {arch.gguf} turns every layer by one")
     if arch.nemotron and spec.moe is not None and any(o and not e for o, e in zip(spec.mlp_only, spec.moe.layers)):
         raise IEError(f"{where}.layers_block_type: MLP blocks beside expert blocks; llama.cpp's {arch.gguf} runs "
                       "every block with a width as experts")
@@ -795,7 +799,13 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.attention.clamp_kqv"] = float(spec.clip_qkv)
     if arch.gguf == "stablelm":  # as convert_hf_to_gguf.py's StableLMModel writes it (llama.cpp reads the tensors)
         kv[f"{a}.use_parallel_residual"] = bool(cfg.get("use_parallel_residual", False))
-    if arch.gguf in ("granite", "granitehybrid", "granitemoe"):  # as convert_hf_to_gguf.py's GraniteModel writes them
+    if arch.gguf == "granite_swa":  # as GraniteSWAModel writes them: the pattern always (llama.cpp requires it), the
+        # layers without RoPE where there are any (from layer_rope_theta's zeros, as from Hub configs' no_rope_layers)
+        kv[f"{a}.attention.sliding_window"] = max(spec.windows) or int(cfg.get("sliding_window") or spec.max_positions)
+        kv[f"{a}.attention.sliding_window_pattern"] = [w > 0 for w in spec.windows]
+        if spec.nope:
+            kv[f"{a}.attention.rope_pattern"] = [not n for n in spec.nope]
+    if arch.gguf in ("granite", "granitehybrid", "granitemoe", "granite_swa"):  # as convert_hf_to_gguf.py's GraniteModel writes them
         kv[f"{a}.attention.scale"] = float(spec.attn_scale)
         kv[f"{a}.embedding_scale"] = float(spec.embed_scale)
         kv[f"{a}.residual_scale"] = float(spec.residual_scale)

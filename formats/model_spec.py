@@ -91,6 +91,10 @@ class Arch:
     # (it has no key); the decoder multiplies by ones, which is x exactly
     weightless_norms: bool = False
     clip_qkv: bool = False  # config.clip_qkv clamps q, k and v to [-clip, clip] after their projections (OLMo's)
+    # Granite SWA (models/granite_swa): sliding layers by layer_types (without it every 4th full, from the first), a
+    # RoPE base per layer (layer_rope_theta, 0: none), one for the full layers and one for the sliding ones
+    # (_granite_swa_thetas)
+    granite_swa: bool = False
     # the attention and the MLP read one norm's output and join the residual together (Cohere's, Phi-2's;
     # COHERE_LAYER_VECTORS)
     parallel: bool = False
@@ -240,6 +244,9 @@ ARCHS = {
                                   biases=("q", "k", "v", "o"), bias_switch="use_bias", window_everywhere=True,
                                   default_act="gelu_pytorch_tanh", renames=STARCODER2_NAMES),
     "GraniteForCausalLM": Arch(granite=True),  # models/granite
+    # models/granite_swa (Granite SWASH): Granite's layer and multipliers with a learned sink per head in every layer
+    # (applied as the sigmoid of the scores' log-sum-exp minus the sink: gpt-oss's extra softmax logit, the same)
+    "GraniteSWAForCausalLM": Arch(granite=True, sinks=True, granite_swa=True),
     # models/olmo (OLMo 1B, 7B, 7B-0424, 7B-0724): Llama's layer under weightless LayerNorms, q, k and v clamped
     "OlmoForCausalLM": Arch(layer_norm=True, weightless_norms=True, clip_qkv=True),
     "Olmo2ForCausalLM": Arch(qk_norm=True, pre_norms=False, qk_norm_full=True),  # models/olmo2
@@ -981,6 +988,8 @@ def _windows(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> tuple[int
                                "supported")
     types = cfg.get("layer_types")
     window = cfg.get("sliding_window")
+    if types is None and arch.granite_swa:  # (GraniteSWAConfig: the first of every 4 full)
+        types = ["full_attention" if i % 4 == 0 else "sliding_attention" for i in range(n_layers)]
     if types is None and arch.max_window_layers and window is not None:  # (Dots1Config: from max_window_layers on)
         first = _int(cfg, meta_path, "max_window_layers", arch.max_window_layers, section="config", allow_zero=True)
         types = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
@@ -1046,6 +1055,15 @@ def _nope(arch: Arch, cfg: dict, windows: tuple[int, ...], meta_path: Path) -> t
     set (Exaone4Attention rotates where sliding_window is None or the
     layer slides); Cohere 2's: every full-attention layer."""
     n_layers = len(windows)
+    if arch.granite_swa:  # (a RoPE base of 0: no RoPE)
+        thetas = _layer_thetas(cfg, n_layers, meta_path) or []
+        nope = tuple(t == 0 for t in thetas) if 0.0 in thetas else ()
+        flags = cfg.get("no_rope_layers")  # (the Hub's spelling, which llama.cpp's converter reads and transformers not)
+        if flags is not None and tuple(_per_layer(flags, "no_rope_layers", n_layers, {1: False, 0: True}, meta_path,
+                                                  "1 (RoPE) or 0 (none)")) != (nope or (False,) * n_layers):
+            raise IEError(f"{meta_path}: config.no_rope_layers: {flags!r:.60} disagrees with layer_rope_theta's zeros "
+                          "(transformers reads the latter, llama.cpp's converter the former)")
+        return nope
     if arch.mamba:  # (GraniteMoeHybridModel rotates only with position_embedding_type "rope")
         kind = cfg.get("position_embedding_type")
         if kind not in (None, "nope", "rope"):
@@ -1261,7 +1279,13 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
             raise IEError(f"{meta_path}: model.head_dim: {head_dim} × num_attention_heads {heads}"
                           f"{' × 2 (query and gate)' if arch.attn_gate else ''} = {rows}, but {q_name} has shape "
                           f"{q.get('shape')}")
+    local_theta = 0.0
+    if arch.granite_swa:
+        theta, local_theta = _granite_swa_thetas(cfg, windows, theta, m.get("rope_scaling"), meta_path)
     rope = _rope(arch, m, cfg, rot, theta, meta_path, head_dim if arch.mla else 0)
+    if local_theta:
+        rope.update(local_theta=local_theta,
+                    inv_freq_swa=rope_tables(2 * len(rope["inv_freq"]), local_theta, None)[0])
     if arch.mla:
         mla["attn_scale"] = _mla_scale(m.get("rope_scaling"), head_dim, meta_path)
     if arch.local_rope:  # (Gemma 3's sliding base defaults to 10000, OLMo 3's to the model's)
@@ -1758,6 +1782,37 @@ def _mla_scale(scaling: Any, head_dim: int, meta_path: Path) -> float:
             raise IEError(f"{meta_path}: model.{e}") from None
         scale *= m * m
     return scale
+
+
+def _layer_thetas(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> list[float] | None:
+    """Granite SWA's config.layer_rope_theta, one non-negative base per layer (0: no RoPE), or None."""
+    thetas = cfg.get("layer_rope_theta")
+    if thetas is None:
+        return None
+    if not isinstance(thetas, list) or len(thetas) != n_layers or not all(
+            not isinstance(t, bool) and isinstance(t, (int, float)) and math.isfinite(t) and t >= 0 for t in thetas):
+        raise IEError(f"{meta_path}: config.layer_rope_theta: expected {n_layers} non-negative numbers, one per layer "
+                      f"(0: no RoPE); got {thetas!r:.80}")
+    return [float(t) for t in thetas]
+
+
+def _granite_swa_thetas(cfg: dict[str, Any], windows: tuple[int, ...], theta: float, scaling: Any,
+                        meta_path: Path) -> tuple[float, float]:
+    """Granite SWA's RoPE bases from config.layer_rope_theta (every layer the model's rope_theta without it): the
+    full layers' (the model's table) and, where it differs, the sliding layers' (0: the same), each unscaled if it
+    differs. More bases than one per kind of layer, or a second one beside a RoPE scaling, are refused."""
+    thetas = _layer_thetas(cfg, len(windows), meta_path)
+    if thetas is None:
+        return theta, 0.0
+    full = {t for t, w in zip(thetas, windows) if t and not w}
+    sliding = {t for t, w in zip(thetas, windows) if t and w}
+    if len(full) > 1 or len(sliding) > 1 or (full and sliding and full != sliding and scaling):
+        raise UnsupportedError(f"{meta_path}: config.layer_rope_theta: bases {sorted(full | sliding)} over the full "
+                               f"and sliding layers; the decoder turns the full layers by one base and the sliding "
+                               f"ones by one more (unscaled)")
+    main = next(iter(full or sliding), theta)
+    local = next(iter(sliding), main)
+    return main, (local if local != main else 0.0)
 
 
 def _local_theta(cfg: dict[str, Any], meta_path: Path, default: float) -> float:

@@ -227,6 +227,8 @@ from transformers import (  # noqa: E402
     Mamba2ForCausalLM,
     OlmoConfig,
     OlmoForCausalLM,
+    GraniteSWAConfig,
+    GraniteSWAForCausalLM,
     NemotronHConfig,
     NemotronHForCausalLM,
     Lfm2Config,
@@ -413,6 +415,11 @@ APERTUS_XIELU = ({"alpha_p": 0.6, "alpha_n": -0.4, "beta": 0.5, "eps": -1e-6},
 AFMOE_SEED = SEED + 233  # the first from SEED + 230 whose greedy cases run 16 tokens with margins >= 0.04
 APERTUS_SEED = SEED + 226  # the first from SEED + 220 whose greedy cases run 16 tokens with margins >= 0.05
 EXAONE_MOE_SEED = SEED + 342  # the best of SEED + 340..351: its greedy cases run 16 tokens with margins >= 0.079
+GRANITE_SWA_SEED = SEED + 380  # the best of SEED + 370..395: its greedy cases run 16 tokens with margins >= 0.02
+# Granite SWA's RoPE bases on a toy: layer 2 (sliding) without RoPE; and a second set, the sliding layers' own
+# base, whose logits are frozen beside (ref/tiny-granite-swa/two_bases.npy)
+GRANITE_SWA_THETAS = [10000.0, 10000.0, 0.0, 10000.0]
+GRANITE_SWA_TWO_BASES = [10000.0, 10.0, 0.0, 10.0]
 OLMO_SEED = SEED + 351  # the best of SEED + 350..361: its greedy cases run 16 tokens with margins >= 0.04
 MAMBA2_SEED = SEED + 330  # the best of SEED + 330..341: its greedy cases run 16 tokens with margins >= 0.035
 JAIS2_SEED = SEED + 321  # the best of SEED + 320..331: its greedy cases run 16 tokens with margins >= 0.17
@@ -978,6 +985,28 @@ def make_olmo(tok) -> None:
     out = HF_DIR / "tiny-olmo"
     logits = save_model(tok, out.name, OlmoForCausalLM, cfg, OLMO_SEED, torch.bfloat16)
     assert_feature_matters(OlmoForCausalLM, out, logits, "clip_qkv", clip_qkv=None)
+
+
+def make_granite_swa(tok) -> None:
+    """Granite SWA (granite-swash-2b's layer) on a toy: tiny-granite's multipliers, four layers, the first full and
+    the others sliding over 4 positions (GraniteSWAConfig's default pattern), a learned sink per head in every layer
+    (drawn, not zero), layer 2 without RoPE (layer_rope_theta 0); untied. The logits of the same weights with the
+    sliding layers turning by their own base (GRANITE_SWA_TWO_BASES) are frozen beside them."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    dims["num_hidden_layers"] = 4
+    cfg = GraniteSWAConfig(**dims, **GRANITE, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                           sliding_window=4, layer_rope_theta=GRANITE_SWA_THETAS, tie_word_embeddings=False,
+                           pad_token_id=None)
+    cfg.architectures = ["GraniteSWAForCausalLM"]
+    out = HF_DIR / "tiny-granite-swa"
+    logits = save_model(tok, out.name, GraniteSWAForCausalLM, cfg, GRANITE_SWA_SEED, torch.bfloat16)
+    assert_feature_matters(GraniteSWAForCausalLM, out, logits, "the window", sliding_window=4096)
+    assert_feature_matters(GraniteSWAForCausalLM, out, logits, "the layer without RoPE",
+                           layer_rope_theta=[10000.0] * 4)
+    two = override_logits(GraniteSWAForCausalLM, out, layer_rope_theta=GRANITE_SWA_TWO_BASES)
+    assert float(np.abs(two - logits).max() / np.abs(logits).max()) > 1e-2
+    np.save(REF_DIR / "tiny-granite-swa" / "two_bases.npy", two)
 
 
 def make_olmo2(tok) -> None:
@@ -2304,6 +2333,7 @@ def main() -> None:
     make_phi3(tok)
     make_smollm3(tok)
     make_granite(tok)
+    make_granite_swa(tok)
     make_olmo(tok)
     make_olmo2(tok)
     make_olmo3(tok)

@@ -240,6 +240,13 @@ def gptq_q8_0(name: str, tmp_path: Path, sequential: bool = False) -> Path:
     return tmp_path / "g"
 
 
+def reconfigured_logits(model: Path, tmp_path: Path, **config):
+    """``ierun logits`` of ``model`` with its config edited (``reconfigure(**config)``, a copy under ``tmp_path``):
+    the finished process, for the refusal tests of what a config may not say."""
+    d = edited_artifact(model, tmp_path / "m", lambda m: reconfigure(m, **config))
+    return run_tool("ierun", "logits", "--model-dir", d, "--ids", "1,2", "--out", tmp_path / "l.npy")
+
+
 def max_rel(got, ref) -> float:
     """max |got - ref| / max |ref| in float64: logits' distance from a reference relative to its range, the measure
     the decoder tests and docs/ quote."""

@@ -81,6 +81,7 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-exaone-moe", "tiny-exaone-moe", []),
     ("tiny-mamba2", "tiny-mamba2", []),
     ("tiny-olmo", "tiny-olmo", []),
+    ("tiny-granite-swa", "tiny-granite-swa", []),
     ("tiny-hunyuan-dense", "tiny-hunyuan-dense", []),
     ("tiny-hunyuan-moe", "tiny-hunyuan-moe", []),
     ("tiny-hy-v3", "tiny-hy-v3", []),

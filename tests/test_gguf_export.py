@@ -194,7 +194,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         assert kv["gpt-oss.rope.scaling.type"] == "yarn"
     # (the gguf-py on PyPI predates hy_v3: HunYuan-MoE's tensors are its, GLM-4.5's its choice bias and MTP layer's)
     arch_enum = next((k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == a), None) or \
-        {"hy_v3": gguf.MODEL_ARCH.HUNYUAN_MOE}[a]
+        {"hy_v3": gguf.MODEL_ARCH.HUNYUAN_MOE, "granite_swa": gguf.MODEL_ARCH.GRANITE}[a]
     name_map = gguf.get_tensor_name_map(arch_enum, kv[f"{a}.block_count"])
     src = _iebin_bytes(model)
     heads = {"q_proj": cfg.get("num_attention_heads"), "k_proj": cfg.get("num_key_value_heads")}
@@ -238,6 +238,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         if expected_name is None and (mla or a in ("qwen35", "qwen35moe", "qwen3next", "hy_v3")):  # (the gguf-py on PyPI predates deepseek2's and
             # qwen35's MTP tensors: GLM-4.5's names)
             expected_name = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GLM4_MOE, kv[f"{a}.block_count"]).get_name(base)
+        if expected_name is None and a == "granite_swa":  # (the gguf-py on PyPI predates it: gpt-oss's sinks)
+            expected_name = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GPT_OSS, kv[f"{a}.block_count"]).get_name(base)
         if any(hf.split(".")[-2] in parts for parts in fused.values()):
             continue  # phi3's fused matrices: below
         if a == "qwen3next" and hf.endswith(("in_proj_b.weight", "in_proj_a.weight")):
@@ -278,8 +280,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
             want = raw
         proj = hf.split(".")[-2]
         # (convert_hf_to_gguf's LlamaModel and its kin)
-        if (a in ("llama", "smollm3", "granite", "granitehybrid", "granitemoe", "mistral3", "arcee", "olmo") or nemotron) \
-                and proj in heads:
+        if (a in ("llama", "smollm3", "granite", "granitehybrid", "granitemoe", "granite_swa", "mistral3", "arcee",
+                  "olmo") or nemotron) and proj in heads:
             rows = t["shape"][0]
             want = llama_permute(want.reshape(rows, -1), heads[proj]).reshape(-1)
         assert np.array_equal(data, want), gname

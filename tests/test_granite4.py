@@ -18,7 +18,7 @@ import json
 import numpy as np
 import pytest
 from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, imatrix_of,
-                      max_rel, reconfigure, run_tool)
+                      max_rel, reconfigure, reconfigured_logits, run_tool)
 from gguf_build import rewrite_gguf
 
 from iekit.formats.errors import IEError
@@ -88,9 +88,7 @@ def test_rope_where_position_embedding_type_says_so(tmp_path):
     ({"hidden_act": "gelu"}, "model.hidden_act"),  # (Mamba2's activation and the MLP's: SiLU only)
 ])
 def test_a_config_the_decoder_cannot_read_is_one_line(tmp_path, edit, key):
-    d = edited_artifact(GRANITE4, tmp_path / "m", lambda m: reconfigure(m, **edit))
-    assert_one_line_error(run_tool("ierun", "logits", "--model-dir", d, "--ids", "1,2", "--out", tmp_path / "l.npy"),
-                          key)
+    assert_one_line_error(reconfigured_logits(GRANITE4, tmp_path, **edit), key)
 
 
 @pytest.mark.parametrize("name,kv,key", [
@@ -150,9 +148,7 @@ def test_granite_moe_has_experts_in_every_layer(tmp_path):
     s = Decoder(GRANITE_MOE).spec
     assert s.moe.layers == (True, True) and s.moe.shared_inter == 0 and s.moe.glu == "halves" and not s.nope
     assert Decoder(GOLDEN_IEBIN / "tiny-granite-moe-shared").spec.moe.shared_inter == 48
-    d = edited_artifact(GRANITE_MOE, tmp_path / "m", lambda m: reconfigure(m, num_local_experts=0))
-    assert_one_line_error(run_tool("ierun", "logits", "--model-dir", d, "--ids", "1,2", "--out", tmp_path / "l.npy"),
-                          "config.num_local_experts")
+    assert_one_line_error(reconfigured_logits(GRANITE_MOE, tmp_path, num_local_experts=0), "config.num_local_experts")
 
 
 def test_a_granitemoe_file_with_shared_tensors_but_no_width_is_one_line(tmp_path):

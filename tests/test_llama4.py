@@ -13,7 +13,8 @@ import json
 import numpy as np
 import pytest
 
-from conftest import GOLDEN_IEBIN, assert_one_line_error, edited_artifact, max_rel, reconfigure, run_tool
+from conftest import (GOLDEN_IEBIN, assert_one_line_error, edited_artifact, max_rel, reconfigure, reconfigured_logits,
+                      run_tool)
 from iekit.runtime.decoder import Decoder
 
 L4 = GOLDEN_IEBIN / "tiny-llama4"
@@ -93,9 +94,7 @@ def test_the_export_llamacpp_runs_imports_as_itself(tmp_path):
     ({"use_qk_norm": "yes"}, "config.use_qk_norm"),
 ])
 def test_a_config_the_decoder_cannot_read_is_one_line(tmp_path, edit, key):
-    d = edited_artifact(L4, tmp_path / "m", lambda m: reconfigure(m, **edit))
-    assert_one_line_error(run_tool("ierun", "logits", "--model-dir", d, "--ids", "1,2", "--out", tmp_path / "l.npy"),
-                          key)
+    assert_one_line_error(reconfigured_logits(L4, tmp_path, **edit), key)
 
 
 VL = GOLDEN_IEBIN.parent / "hf" / "tiny-llama4-vl"

@@ -11,8 +11,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, gptq_q8_0,
-                      imatrix_of, max_rel, reconfigure, run_tool)
+from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, gptq_q8_0, imatrix_of,
+                      max_rel, reconfigured_logits, run_tool)
 from gguf_build import rewrite_gguf
 
 from iekit.formats.iebin import load_model
@@ -61,9 +61,7 @@ def test_ierun_generates_the_greedy_reference():
 def test_a_config_the_decoder_cannot_read_is_one_line(tmp_path, edit, key):
     """What Mamba2ForCausalLM's config may say that the decoder does not run, or that is no Mamba-2 (heads that are
     not expand x hidden channels, groups that do not divide them): one line naming the key."""
-    d = edited_artifact(MODEL, tmp_path / "m", lambda m: reconfigure(m, **edit))
-    assert_one_line_error(run_tool("ierun", "logits", "--model-dir", d, "--ids", "1,2", "--out", tmp_path / "l.npy"),
-                          key)
+    assert_one_line_error(reconfigured_logits(MODEL, tmp_path, **edit), key)
 
 
 @pytest.mark.parametrize("kv,key", [

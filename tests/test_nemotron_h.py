@@ -15,7 +15,7 @@ import shutil
 import numpy as np
 import pytest
 from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, gptq_q8_0,
-                      imatrix_of, max_rel, reconfigure, run_tool)
+                      imatrix_of, max_rel, reconfigure, reconfigured_logits, run_tool)
 from gguf_build import rewrite_gguf
 
 from iekit.formats.errors import IEError
@@ -84,9 +84,7 @@ def test_the_hubs_spellings_read_as_transformers_5s(tmp_path, spelling):
     ({"mlp_hidden_act": "silu"}, "model.hidden_act"),  # (its MLP has no gate: relu2 only)
 ])
 def test_a_config_the_decoder_cannot_read_is_one_line(tmp_path, edit, key):
-    d = edited_artifact(DENSE, tmp_path / "m", lambda m: reconfigure(m, **edit))
-    assert_one_line_error(run_tool("ierun", "logits", "--model-dir", d, "--ids", "1,2", "--out", tmp_path / "l.npy"),
-                          key)
+    assert_one_line_error(reconfigured_logits(DENSE, tmp_path, **edit), key)
 
 
 def _renamed_checkpoint(src, dst, rename) -> None:

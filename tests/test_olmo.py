@@ -19,8 +19,8 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact,
-                      exact_logits, reconfigure, run_tool, st_write)
+from conftest import (GOLDEN, GOLDEN_HF, GOLDEN_IEBIN, GOLDEN_REF, assert_one_line_error, edited_artifact, exact_logits,
+                      reconfigure, reconfigured_logits, run_tool, st_write)
 from gguf_build import rewrite_gguf
 
 OLMO3 = GOLDEN_IEBIN / "tiny-olmo3"
@@ -141,16 +141,13 @@ def test_olmo1s_clamp_is_applied(tmp_path):
 
 @pytest.mark.parametrize("clip,key", [(0, "config.clip_qkv"), (-1.0, "config.clip_qkv"), ("8", "config.clip_qkv")])
 def test_an_olmo1_clamp_that_is_no_bound_is_one_line(tmp_path, clip, key):
-    d = edited_artifact(OLMO1, tmp_path / "m", lambda m: reconfigure(m, clip_qkv=clip))
-    assert_one_line_error(run_tool("ierun", "logits", "--model-dir", d, "--ids", "1,2", "--out", tmp_path / "l.npy"),
-                          key)
+    assert_one_line_error(reconfigured_logits(OLMO1, tmp_path, clip_qkv=clip), key)
 
 
 def test_a_clamp_on_another_architecture_is_still_refused(tmp_path):
     """clip_qkv is OLMo's: a Llama config stating it is not run without it."""
-    d = edited_artifact(GOLDEN_IEBIN / "tiny-llama", tmp_path / "m", lambda m: reconfigure(m, clip_qkv=8.0))
-    assert_one_line_error(run_tool("ierun", "logits", "--model-dir", d, "--ids", "1,2", "--out", tmp_path / "l.npy"),
-                          "config.clip_qkv", "not supported")
+    assert_one_line_error(reconfigured_logits(GOLDEN_IEBIN / "tiny-llama", tmp_path, clip_qkv=8.0), "config.clip_qkv",
+                          "not supported")
 
 
 def test_a_norm_weight_in_an_olmo1_checkpoint_is_not_carried_and_dropped(tmp_path):

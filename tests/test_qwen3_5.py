@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, max_rel,
-                      reconfigure, run_tool)
+                      reconfigure, reconfigured_logits, run_tool)
 from iekit.formats import delta_net
 from iekit.runtime.decoder import Decoder
 
@@ -82,9 +82,7 @@ def test_the_text_model_of_a_multimodal_qwen3_5_is_its_text_model(tmp_path, name
     ({"attention_bias": True}, "config.attention_bias"),
 ])
 def test_a_config_the_decoder_cannot_read_is_one_line(tmp_path, edit, key):
-    d = edited_artifact(Q35, tmp_path / "m", lambda m: reconfigure(m, **edit))
-    assert_one_line_error(run_tool("ierun", "logits", "--model-dir", d, "--ids", "1,2", "--out", tmp_path / "l.npy"),
-                          key)
+    assert_one_line_error(reconfigured_logits(Q35, tmp_path, **edit), key)
 
 
 def test_a_gguf_decay_that_is_not_negative_is_refused(tmp_path):
