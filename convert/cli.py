@@ -224,7 +224,7 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       stored as 1 + w), phi2 (Phi-2, Phi-1.5: a parallel layer, the head's
       bias), granite (its multipliers), granite_swa (Granite SWASH:
       sinks, sliding layers by its pattern, rope_pattern's layers without
-      RoPE),
+      RoPE; with experts GraniteMoeSWA),
       olmo (OLMo 1: no norm tensors, attention.clamp_kqv as clip_qkv),
       olmo2 (the blocks' output norms alone; with a window, OLMo 3),
       mistral3 (Ministral 3, Devstral Small 2, Mistral Small 3.x), exaone4,
@@ -427,8 +427,9 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
     - architectures: llama, mistral and mixtral (as llama.cpp's "llama"),
       qwen2, qwen3, qwen3moe, gpt-oss, gemma, gemma2, gemma3, phi3, smollm3,
       arcee, stablelm, starcoder2, nemotron, phi2,
-      granite, granite_swa (sinks, its window's pattern and rope_pattern;
-      one RoPE base, as llama.cpp turns every layer by one), olmo (OLMo 1,
+      granite, granite_swa (Granite SWASH, with or without experts:
+      sinks, its window's pattern and rope_pattern; one RoPE base, as
+      llama.cpp turns every layer by one), olmo (OLMo 1,
       its clip_qkv as attention.clamp_kqv), olmo2,
       mistral3, exaone4, olmoe, qwen2moe, glm4moe, minimax-m2,
       deepseek2 (DeepSeek-V3, V2 and GLM-4.7-Flash: kv_b_proj split into

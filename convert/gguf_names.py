@@ -260,6 +260,11 @@ class GGUFArch:
     # where its converter writes none and llama.cpp's graph is sigmoid-gated without it (Nemotron-H's, AFMoE's)
     gating_key: bool = True
 
+    @property
+    def moe(self) -> bool:
+        """Whether its files hold experts: stacked per expert, in pairs, or as stacks one to one (GraniteMoeSWA's)."""
+        return bool(self.experts or self.paired) or any("_exps." in g for g in self.layer.values())
+
 
 # An nvfp4 weight's quant keys and the F32 tensors llama.cpp's converter keeps them in beside X.weight (X.scale,
 # X.input_scale: one value, or one per expert of a stack)
@@ -392,6 +397,11 @@ _GRANITE_KEYS = _GRANITE_SCALES | {"ssm.conv_kernel", "ssm.state_size", "ssm.gro
                                    "ssm.time_step_rank", "expert_shared_feed_forward_length"}
 
 
+# Granite SWA: granite's layer with gpt-oss's sinks (attn_sinks), its window and sliding layers by a pattern llama.cpp
+# requires, the layers without RoPE by attention.rope_pattern (one base for every layer)
+_GRANITE_SWA = _dense({"self_attn.sinks": "attn_sinks.weight"})
+_GRANITE_SWA_KEYS = _GRANITE_SCALES | {"attention.sliding_window", "attention.sliding_window_pattern",
+                                       "attention.rope_pattern"}
 # Granite's experts (3.x MoE, 4.0 H): the router and output_linear one to one, input_linear's halves (GRANITE_PAIRED)
 _GRANITE_EXPERTS = {"block_sparse_moe.router.layer.weight": "ffn_gate_inp.weight",
                     "block_sparse_moe.output_linear.weight": "ffn_down_exps.weight"}
@@ -490,12 +500,19 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # add_attention_scale, add_residual_scale, add_logit_scale)
     GGUFArch("granite", "GraniteForCausalLM", "granite", True, _LLAMA,
              keys=_GRANITE_SCALES),
-    # Granite SWA: granite's layer and multipliers with gpt-oss's sinks (attn_sinks), its window and sliding layers by
-    # a pattern llama.cpp requires, the layers without RoPE by attention.rope_pattern (one base for every layer)
-    GGUFArch("granite_swa", "GraniteSWAForCausalLM", "granite_swa", True,
-             _dense({"self_attn.sinks": "attn_sinks.weight"}),
-             keys=_GRANITE_SCALES | {"attention.sliding_window", "attention.sliding_window_pattern",
-                                     "attention.rope_pattern"}),
+    # Granite SWA (_GRANITE_SWA), without experts
+    GGUFArch("granite_swa", "GraniteSWAForCausalLM", "granite_swa", True, _GRANITE_SWA, keys=_GRANITE_SWA_KEYS),
+    # with experts (expert_count > 0: GraniteMoeSWA): the router, the stacks one to one (gate_up_proj, gate's rows then
+    # up's, as ffn_gate_up_exps: what the converter writes), the shared MLP's input_linear fused as ffn_up_shexp (the
+    # one layout llama.cpp's granite_swa reads)
+    GGUFArch("granite_swa", "GraniteMoeSWAForCausalLM", "granitemoe_swa", True,
+             {**{k: v for k, v in _GRANITE_SWA.items() if not k.startswith("mlp.")},
+              "block_sparse_moe.router.weight": "ffn_gate_inp.weight",
+              "block_sparse_moe.experts.gate_up_proj": "ffn_gate_up_exps.weight",
+              "block_sparse_moe.experts.down_proj": "ffn_down_exps.weight",
+              "shared_mlp.output_linear.weight": "ffn_down_shexp.weight"},
+             fused={"ffn_up_shexp.weight": "shared_mlp.input_linear.weight"},
+             keys=_GRANITE_SWA_KEYS | {"expert_shared_feed_forward_length"}),
     # SmolLM3: Llama's layer, q/k rows interleaved as for llama; llama.cpp leaves every 4th layer unrotated
     # (its n_no_rope_layer_step, read from no file)
     GGUFArch("smollm3", "SmolLM3ForCausalLM", "smollm3", True, _LLAMA, nope_step=4),

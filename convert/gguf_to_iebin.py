@@ -92,6 +92,10 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
         moe = g.fields.get("granitehybrid.expert_count", 0)
         if not (type(moe) is int and moe > 0):
             return GRANITE_HYBRID_DENSE
+    if key == "granite_swa":  # with experts: GraniteMoeSWA
+        moe = g.fields.get("granite_swa.expert_count", 0)
+        return GGUF_ARCHS_BY_CLASS["GraniteMoeSWAForCausalLM" if type(moe) is int and moe > 0
+                                   else "GraniteSWAForCausalLM"]
     if key == "granitemoe":  # with a shared MLP: GraniteMoeShared
         shared = g.fields.get("granitemoe.expert_shared_feed_forward_length", 0)
         return GGUF_ARCHS_BY_CLASS["GraniteMoeSharedForCausalLM" if type(shared) is int and shared > 0
@@ -368,7 +372,7 @@ _MOE_KEYS = frozenset({"expert_count", "expert_used_count", "expert_feed_forward
 
 def _check_arch_keys(g: GGUFModel, arch: GGUFArch) -> None:
     a = arch.gguf
-    moe = bool(arch.experts or arch.paired)
+    moe = arch.moe
     allowed = _DENSE_KEYS | (_MOE_KEYS if moe else set()) | arch.keys
     read = {k for k, _ in arch.layer_keys.values()}
     for key in sorted(LAYER_KEYS & set(g.fields) - read):  # (Apertus's xielu.* beside another architecture)
@@ -466,6 +470,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _granite_config(g, arch, cfg)
     if arch.gguf == "granite_swa":
         _granite_swa_config(g, arch, cfg)
+    if arch.hf_class == "GraniteMoeSWAForCausalLM":  # (its shared MLP where the width is positive: llama.cpp's too)
+        cfg["shared_intermediate_size"] = _field(g, f"{arch.gguf}.expert_shared_feed_forward_length", int, 0)
     if arch.gguf == "stablelm":  # (as llama.cpp's graph reads them: by the tensors the file holds)
         cfg.update(use_qkv_bias="blk.0.attn_q.bias" in names,
                    use_parallel_residual="blk.0.ffn_norm.weight" not in names,
@@ -940,7 +946,7 @@ def _moe_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     weights in every layer, olmoe and qwen2moe never; gpt-oss's SwiGLU is alpha 1.702,
     limit 7)."""
     a = arch.gguf
-    if not (arch.experts or arch.paired):  # a dense architecture (a llama file with experts is Mixtral: _arch_of)
+    if not arch.moe:  # a dense architecture (a llama file with experts is Mixtral: _arch_of)
         return
     n = _field(g, f"{a}.expert_count", int)
     k = _field(g, f"{a}.expert_used_count", int)

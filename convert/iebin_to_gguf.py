@@ -867,8 +867,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
             kv[f"{a}.expert_gating_func"] = SIGMOID_GATING
         elif arch.mla:  # softmax (DeepSeek-V2's Hub configs' scoring_func; Mistral 4's router)
             kv[f"{a}.expert_gating_func"] = SOFTMAX_GATING
-        if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe", "qwen3next", "granitemoe", "nemotron_h_moe",
-                                              "hunyuan-moe", "hy_v3", "exaone-moe"):
+        if moe.shared_inter and arch.gguf in ("qwen2moe", "qwen35moe", "qwen3next", "granitemoe", "granite_swa",
+                                              "nemotron_h_moe", "hunyuan-moe", "hy_v3", "exaone-moe"):
             kv[f"{a}.expert_shared_feed_forward_length"] = moe.shared_inter
         if arch.gguf == "hunyuan-moe":  # (as HunYuanMoEModel writes num_shared_expert; llama.cpp reads the width)
             kv[f"{a}.expert_shared_count"] = 1

@@ -11,7 +11,7 @@ a as one ``in_proj_ba``, both blocked by key head (models/qwen3_next's
 value heads' v rows, their z rows; its value heads' b rows, their a rows),
 where Qwen3.5 keeps ``in_proj_qkv`` (every q row, then every k, then every
 v), ``in_proj_z``, ``in_proj_b`` and ``in_proj_a``.
-``GraniteMoeHybridForCausalLM`` (and ``GraniteMoeSharedForCausalLM``)
+``GraniteMoeHybridForCausalLM`` (and ``GraniteMoeSharedForCausalLM``, ``GraniteMoeSWAForCausalLM``)
 stores its shared MLP's gate and up rows as one ``shared_mlp.input_linear``
 (``chunk(2)``), read as ``shared_mlp.gate_proj`` and ``shared_mlp.up_proj``.
 Every tool here reads a
@@ -51,7 +51,7 @@ FUSED = {"self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_p
 # architecture -> the fused tensors its checkpoints hold (GLM-4: gate_up_proj, with q, k, v apart)
 FUSED_BY_ARCH = {PHI3: ("self_attn.qkv_proj.weight", "mlp.gate_up_proj.weight"), GLM4: ("mlp.gate_up_proj.weight",),
                  QWEN3_NEXT: (QKVZ, BA), GRANITE_HYBRID: (SHARED_MLP,),
-                 "GraniteMoeSharedForCausalLM": (SHARED_MLP,)}
+                 "GraniteMoeSharedForCausalLM": (SHARED_MLP,), "GraniteMoeSWAForCausalLM": (SHARED_MLP,)}
 # Qwen3NextConfig's defaults of the dimensions that block its fused DeltaNet projections
 _LINEAR_DEFAULTS = {"linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
                     "linear_value_head_dim": 128}

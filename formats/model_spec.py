@@ -247,6 +247,8 @@ ARCHS = {
     # models/granite_swa (Granite SWASH): Granite's layer and multipliers with a learned sink per head in every layer
     # (applied as the sigmoid of the scores' log-sum-exp minus the sink: gpt-oss's extra softmax logit, the same)
     "GraniteSWAForCausalLM": Arch(granite=True, sinks=True, granite_swa=True),
+    # models/granitemoe_swa: that layer with GraniteMoeShared's experts and shared MLP, under their own names
+    "GraniteMoeSWAForCausalLM": Arch(moe="granitemoe_swa", granite=True, sinks=True, granite_swa=True),
     # models/olmo (OLMo 1B, 7B, 7B-0424, 7B-0724): Llama's layer under weightless LayerNorms, q, k and v clamped
     "OlmoForCausalLM": Arch(layer_norm=True, weightless_norms=True, clip_qkv=True),
     "Olmo2ForCausalLM": Arch(qk_norm=True, pre_norms=False, qk_norm_full=True),  # models/olmo2
@@ -466,6 +468,11 @@ MOE_NAMES["granitemoe"] = {"router": "block_sparse_moe.router.layer.weight",
                            "gate": "block_sparse_moe.input_linear.weight", "down": "block_sparse_moe.output_linear.weight",
                            "shared_gate": "shared_mlp.gate_proj.weight", "shared_up": "shared_mlp.up_proj.weight",
                            "shared_down": "shared_mlp.output_linear.weight"}
+# Granite SWA's experts (models/granitemoe_swa): Granite's, their stacks under experts. and the router's under its
+# own name
+MOE_NAMES["granitemoe_swa"] = {**MOE_NAMES["granitemoe"], "router": "block_sparse_moe.router.weight",
+                               "gate": "block_sparse_moe.experts.gate_up_proj",
+                               "down": "block_sparse_moe.experts.down_proj"}
 # Nemotron-H's (under model.layers.N.): DeepSeek-V3's router and choice bias under mixer.gate, ReLU-squared experts
 # of up and down alone, one shared expert likewise
 MOE_NAMES["nemotron_h"] = {"router": "mixer.gate.weight", "expert_bias": "mixer.gate.e_score_correction_bias",
@@ -1100,8 +1107,8 @@ def _moe(arch: Arch, cfg: dict, n_layers: int, meta_path: Path) -> MoeSpec | Non
         return _qwen3_5_moe(cfg, n_layers, meta_path, arch.moe == "qwen3_next")
     if arch.moe == "lfm2_moe":
         return _lfm2_moe(cfg, n_layers, meta_path)
-    if arch.moe == "granitemoe":
-        return _granite_moe(cfg, n_layers, meta_path, arch.mamba)
+    if arch.moe in ("granitemoe", "granitemoe_swa"):
+        return _granite_moe(cfg, n_layers, meta_path, arch.mamba, MOE_NAMES[arch.moe])
     if arch.moe == "nemotron_h":
         return _nemotron_moe(cfg, n_layers, meta_path)
     if arch.moe == "hunyuan_moe":
@@ -1392,7 +1399,8 @@ def _linear(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> dict[str, An
             "lin_conv": get("linear_conv_kernel_dim"), "lin_v_tiled": order == "tiled"}
 
 
-def _granite_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path, hybrid: bool) -> MoeSpec | None:
+def _granite_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path, hybrid: bool,
+                 names: dict[str, str]) -> MoeSpec | None:
     """Granite's experts (GraniteMoeHybridConfig's, GraniteMoeConfig's and GraniteMoeSharedConfig's keys and
     defaults): num_experts_per_tok of num_local_experts in every layer, weighted by the softmax of their logits
     (GraniteMoeHybridTopKRouter, GraniteMoeTopKGating), beside the shared MLP of shared_intermediate_size channels
@@ -1406,7 +1414,7 @@ def _granite_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path, hybrid: bo
     return MoeSpec(n_experts=n_experts, top_k=top_k, inter=_int(cfg, meta_path, "intermediate_size", 11008,
                                                                  section="config"),
                    norm_topk=True, glu="halves", alpha=1.702, limit=7.0, layers=(True,) * n_layers,
-                   names=MOE_NAMES["granitemoe"],
+                   names=names,
                    shared_inter=_int(cfg, meta_path, "shared_intermediate_size", 1024 if hybrid else 0, section="config",
                                      allow_zero=not hybrid))
 

@@ -229,6 +229,8 @@ from transformers import (  # noqa: E402
     OlmoForCausalLM,
     GraniteSWAConfig,
     GraniteSWAForCausalLM,
+    GraniteMoeSWAConfig,
+    GraniteMoeSWAForCausalLM,
     NemotronHConfig,
     NemotronHForCausalLM,
     Lfm2Config,
@@ -415,6 +417,7 @@ APERTUS_XIELU = ({"alpha_p": 0.6, "alpha_n": -0.4, "beta": 0.5, "eps": -1e-6},
 AFMOE_SEED = SEED + 233  # the first from SEED + 230 whose greedy cases run 16 tokens with margins >= 0.04
 APERTUS_SEED = SEED + 226  # the first from SEED + 220 whose greedy cases run 16 tokens with margins >= 0.05
 EXAONE_MOE_SEED = SEED + 342  # the best of SEED + 340..351: its greedy cases run 16 tokens with margins >= 0.079
+GRANITE_MOE_SWA_SEED = SEED + 404  # the best of SEED + 400..429: its greedy cases run 16 tokens with margins >= 0.01
 GRANITE_SWA_SEED = SEED + 380  # the best of SEED + 370..395: its greedy cases run 16 tokens with margins >= 0.02
 # Granite SWA's RoPE bases on a toy: layer 2 (sliding) without RoPE; and a second set, the sliding layers' own
 # base, whose logits are frozen beside (ref/tiny-granite-swa/two_bases.npy)
@@ -1007,6 +1010,21 @@ def make_granite_swa(tok) -> None:
     two = override_logits(GraniteSWAForCausalLM, out, layer_rope_theta=GRANITE_SWA_TWO_BASES)
     assert float(np.abs(two - logits).max() / np.abs(logits).max()) > 1e-2
     np.save(REF_DIR / "tiny-granite-swa" / "two_bases.npy", two)
+
+
+def make_granite_moe_swa(tok) -> None:
+    """Granite SWA with experts (GraniteMoeSWA) on a toy: tiny-granite-swa's attention (sinks, the window, layer 2
+    without RoPE), in every layer 4 experts of 32 channels (their gate_up_proj stacks gate's rows, then up's), the
+    top 2 by softmax over the chosen, beside a shared MLP 48 wide (its input_linear fused)."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    dims.update(num_hidden_layers=4, intermediate_size=32)
+    cfg = GraniteMoeSWAConfig(**dims, **GRANITE, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                              sliding_window=4, layer_rope_theta=GRANITE_SWA_THETAS, num_local_experts=4,
+                              num_experts_per_tok=2, shared_intermediate_size=48, tie_word_embeddings=False,
+                              pad_token_id=None)
+    cfg.architectures = ["GraniteMoeSWAForCausalLM"]
+    save_model(tok, "tiny-granite-moe-swa", GraniteMoeSWAForCausalLM, cfg, GRANITE_MOE_SWA_SEED, torch.bfloat16)
 
 
 def make_olmo2(tok) -> None:
@@ -2334,6 +2352,7 @@ def main() -> None:
     make_smollm3(tok)
     make_granite(tok)
     make_granite_swa(tok)
+    make_granite_moe_swa(tok)
     make_olmo(tok)
     make_olmo2(tok)
     make_olmo3(tok)

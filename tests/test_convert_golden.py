@@ -82,6 +82,7 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-mamba2", "tiny-mamba2", []),
     ("tiny-olmo", "tiny-olmo", []),
     ("tiny-granite-swa", "tiny-granite-swa", []),
+    ("tiny-granite-moe-swa", "tiny-granite-moe-swa", []),
     ("tiny-hunyuan-dense", "tiny-hunyuan-dense", []),
     ("tiny-hunyuan-moe", "tiny-hunyuan-moe", []),
     ("tiny-hy-v3", "tiny-hy-v3", []),

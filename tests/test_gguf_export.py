@@ -343,6 +343,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                     src[f"model.layers.{i}.block_sparse_moe.{'output' if k == 'down' else 'input'}_linear.weight"]
                 x = raw.reshape(t["shape"][0], t["shape"][1], -1)
                 want = x if k == "down" else x[:, :x.shape[1] // 2] if k == "gate" else x[:, x.shape[1] // 2:]
+            elif a == "granite_swa":  # (GraniteMoeSWA's down stack as it is; its gate_up one below)
+                want = src[f"model.layers.{i}.block_sparse_moe.experts.down_proj"][1]
             else:
                 pat = {"llama": {"gate": "block_sparse_moe.experts.{e}.w1", "up": "block_sparse_moe.experts.{e}.w3",
                                  "down": "block_sparse_moe.experts.{e}.w2"},
@@ -368,6 +370,20 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
                 layer = f"mtp.layers.{i - trunk}." if beside else f"model.layers.{i}."
                 want = np.concatenate([src[f"{layer}{pat.format(e=e)}.weight"][1] for e in range(int(g.shape[-1]))])
             assert np.array_equal(data, np.ascontiguousarray(want).reshape(-1)), g.name
+        if a == "granite_swa" and f"blk.{i}.ffn_gate_up_exps.weight" in tensors:  # (GraniteMoeSWA, as its converter
+            # writes it: the gate_up stack as it is, the router widened to F32, the shared MLP's gate and up rows fused)
+            pre = f"model.layers.{i}."
+            moe = {"ffn_gate_up_exps": [src[pre + "block_sparse_moe.experts.gate_up_proj"][1]],
+                   "ffn_down_shexp": [src[pre + "shared_mlp.output_linear.weight"][1]],
+                   "ffn_up_shexp": [src[pre + f"shared_mlp.{p}_proj.weight"][1] for p in ("gate", "up")]}
+            for name, parts in moe.items():
+                g = tensors[f"blk.{i}.{name}.weight"]
+                seen.add(g.name)
+                assert np.asarray(g.data).reshape(-1).view(np.uint8).tobytes() == b"".join(p.tobytes() for p in parts)
+            g = tensors[f"blk.{i}.ffn_gate_inp.weight"]
+            seen.add(g.name)
+            t, raw = src[pre + "block_sparse_moe.router.weight"]
+            assert g.tensor_type.name == "F32" and np.array_equal(np.asarray(g.data).reshape(-1), _as_f32(t, raw))
     # gpt-oss's expert biases: the gate/up stack's elements split by parity, down's as they are (widened to F32)
     for i in range(trunk):
         for k in ("gate", "up", "down"):

@@ -36,7 +36,7 @@ CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss
            "tiny-minimax-m2": {"rotary_dim": 8, "scoring_func": "sigmoid"},
            "tiny-seed-oss": {}, "tiny-apertus": {}, "tiny-afmoe": {}, "tiny-dots1": {},
            "tiny-solar-open": {"partial_rotary_factor": 1.0}, "tiny-youtu": {}, "tiny-jais2": {}, "tiny-exaone-moe": {}, "tiny-mamba2": {}, "tiny-olmo": {},
-           "tiny-granite-swa": {"no_rope_layers": [1, 1, 0, 1]},
+           "tiny-granite-swa": {"no_rope_layers": [1, 1, 0, 1]}, "tiny-granite-moe-swa": {"no_rope_layers": [1, 1, 0, 1]},
            "tiny-glm4": {}, "tiny-deepseek-v3": {}, "tiny-deepseek-v2": {},
            "tiny-glm4-moe-lite": {"scoring_func": "sigmoid"},
            "tiny-llama4": LLAMA4_FIXED, "tiny-ernie4-5": {}, "tiny-ernie4-5-moe": {},
