@@ -723,9 +723,9 @@ def _olmo_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
     file whose eps differs is another model, refused); attention.clamp_kqv as clip_qkv (none without the key, as
     llama.cpp's graph then clamps nothing)."""
     a = arch.gguf
+    key = f"{a}.attention.layer_norm_epsilon"
     if cfg.pop("layer_norm_eps") != OLMO_EPS:
-        raise FormatError(g.path, f"{a}.attention.layer_norm_epsilon", f"{g.fields[f'{a}.attention.layer_norm_epsilon']}: "
-                                                                      f"OLMo's LayerNorm has eps {OLMO_EPS} and no other")
+        raise FormatError(g.path, key, f"{g.fields[key]}: OLMo's LayerNorm has eps {OLMO_EPS} and no other")
     if f"{a}.attention.clamp_kqv" in g.fields:  # (positive and finite, its shortest decimal: _field)
         cfg["clip_qkv"] = _field(g, f"{a}.attention.clamp_kqv", float)
 

@@ -367,8 +367,8 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
                           "model sliding layers and unrotated full ones whatever its file says")
     # (cohere2: llama.cpp turns the sliding layers alone; granitehybrid: rope.scaling.finetuned switches RoPE;
     # granite_swa: attention.rope_pattern; a model that attends nowhere, Mamba-2, rotates nothing)
-    elif spec.nope and any(spec.attends) and spec.arch.nope_full != "always" and not arch.mamba and not arch.nemotron and \
-            "attention.rope_pattern" not in arch.keys and (
+    elif spec.nope and any(spec.attends) and spec.arch.nope_full != "always" and not arch.mamba and \
+            not arch.nemotron and "attention.rope_pattern" not in arch.keys and (
             not arch.nope_step or list(spec.nope) != every_nth(arch.nope_step, spec.n_layers)):
         rule = f"leaves every {arch.nope_step}th layer unrotated, and no other" if arch.nope_step else "rotates every layer"
         raise IEError(f"{where}.no_rope_layers: layers {[i for i, n in enumerate(spec.nope) if n]} without RoPE; "
@@ -805,7 +805,7 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.attention.sliding_window_pattern"] = [w > 0 for w in spec.windows]
         if spec.nope:
             kv[f"{a}.attention.rope_pattern"] = [not n for n in spec.nope]
-    if arch.gguf in ("granite", "granitehybrid", "granitemoe", "granite_swa"):  # as convert_hf_to_gguf.py's GraniteModel writes them
+    if arch.gguf in ("granite", "granitehybrid", "granitemoe", "granite_swa"):  # as convert_hf_to_gguf's GraniteModel
         kv[f"{a}.attention.scale"] = float(spec.attn_scale)
         kv[f"{a}.embedding_scale"] = float(spec.embed_scale)
         kv[f"{a}.residual_scale"] = float(spec.residual_scale)

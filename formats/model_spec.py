@@ -1065,7 +1065,7 @@ def _nope(arch: Arch, cfg: dict, windows: tuple[int, ...], meta_path: Path) -> t
     if arch.granite_swa:  # (a RoPE base of 0: no RoPE)
         thetas = _layer_thetas(cfg, n_layers, meta_path) or []
         nope = tuple(t == 0 for t in thetas) if 0.0 in thetas else ()
-        flags = cfg.get("no_rope_layers")  # (the Hub's spelling, which llama.cpp's converter reads and transformers not)
+        flags = cfg.get("no_rope_layers")  # (the Hub's, which llama.cpp's converter reads and transformers does not)
         if flags is not None and tuple(_per_layer(flags, "no_rope_layers", n_layers, {1: False, 0: True}, meta_path,
                                                   "1 (RoPE) or 0 (none)")) != (nope or (False,) * n_layers):
             raise IEError(f"{meta_path}: config.no_rope_layers: {flags!r:.60} disagrees with layer_rope_theta's zeros "
@@ -1228,8 +1228,9 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     if arch.gemma == 1 and act == "gelu":  # (GemmaConfig reads the Hub's legacy "gelu" as the tanh approximation)
         act = "gelu_pytorch_tanh"
     # (relu2 has no gate: an MLP without one, whose experts (Nemotron-H's) have no other unit)
-    acts = ("silu",) if arch.mamba2 else ("relu2",) if arch.nemotron else tuple(MLP_ACTS) if arch.ungated else ("silu",) if arch.moe else \
-        ("silu", "gelu_pytorch_tanh")
+    # (Mamba-2's hidden_act is its convolution's, SiLU; it has no MLP)
+    acts = ("silu",) if arch.mamba2 else ("relu2",) if arch.nemotron else tuple(MLP_ACTS) if arch.ungated else \
+        ("silu",) if arch.moe else ("silu", "gelu_pytorch_tanh")
     if act not in acts:
         raise UnsupportedError(f"{meta_path}: model.hidden_act: {act!r} is not supported ({' and '.join(acts)} "
                                f"{'are' if len(acts) > 1 else 'is'})")
@@ -1976,7 +1977,8 @@ def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
                  for key, hf in ATTN_MATRICES.items()]
     else:
         parts = [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in ATTN_MATRICES.items()]
-    vectors = ({} if s.arch.weightless_norms else GEMMA_LAYER_VECTORS if s.arch.gemma >= 2 or s.arch.sandwich else GLM4_LAYER_VECTORS if s.arch.glm_norms
+    vectors = ({} if s.arch.weightless_norms  # (OLMo's: bound as ones, decoder_weights)
+               else GEMMA_LAYER_VECTORS if s.arch.gemma >= 2 or s.arch.sandwich else GLM4_LAYER_VECTORS if s.arch.glm_norms
                else COHERE_LAYER_VECTORS if s.arch.parallel else LAYER_VECTORS if s.arch.pre_norms
                else OLMO2_LAYER_VECTORS)
     parts += [Part(key, pre + hf, (s.hidden,), VECTOR) for key, hf in vectors.items()]

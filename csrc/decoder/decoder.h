@@ -1,12 +1,12 @@
 // A minimal Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, Gemma 1, 2 and 3,
-// Phi-2, Phi-3, SmolLM3, Arcee, StableLM, StarCoder2, Nemotron, Granite, OLMo 1, 2 and 3, Ministral 3, EXAONE 4, Seed-OSS,
-// GLM-4, Cohere and Cohere 2, ERNIE 4.5, and the mixture-of-experts models
+// Phi-2, Phi-3, SmolLM3, Arcee, StableLM, StarCoder2, Nemotron, Granite (and Granite SWA), OLMo 1, 2 and 3,
+// Ministral 3, EXAONE 4, Seed-OSS, GLM-4, Cohere and Cohere 2, ERNIE 4.5, and the mixture-of-experts models
 // gpt-oss, Qwen3-MoE, Qwen2-MoE, GLM-4.5, MiniMax-M2, OLMoE, Mixtral,
 // DeepSeek-V2 and V3, GLM-4.7-Flash, Llama 4, ERNIE 4.5 MoE; Qwen3.5, whose layers mix tokens through gated
 // DeltaNet, linear attention, three in four; LFM2, most of whose layers mix them through a short gated
 // convolution; Granite 4 and Nemotron-H, most of whose layers mix them through Mamba2's state space, Nemotron-H's
-// blocks each a mixer or a ReLU-squared MLP alone, and Mamba-2, every layer of which does): RMSNorm, RoPE (rotate-half or interleaved
-// pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
+// blocks each a mixer or a ReLU-squared MLP alone, and Mamba-2, every layer of which does): RMSNorm, RoPE
+// (rotate-half or interleaved pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
 // second table for sliding layers; layers without RoPE), grouped-query
 // attention (or DeepSeek's multi-head latent attention, absorbed into multi-query attention over its latent)
 // over a float32 or float16 KV cache with optional per-head or whole
