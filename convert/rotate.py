@@ -84,7 +84,7 @@ from .artifact_out import CONFIG_FILES, TOKENIZER_FILES, Progress, checkpoint_ou
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "smollm3", "granite", "phi3",
                  "ministral3", "seed_oss", "olmoe", "qwen2_moe", "deepseek_v3", "deepseek_v2", "ernie4_5",
                  "ernie4_5_moe", "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3", "apertus", "dots1",
-                 "solar_open", "youtu")
+                 "solar_open", "youtu", "granite_swa")
 OUT_DTYPES = ("f32", "bf16", "f16")
 ROWS_BYTES = 8 << 20  # source bytes rotated per step: bounded memory, still large BLAS calls
 
@@ -97,11 +97,12 @@ READS_MLP = re.compile(rf"mlp\.(?:shared_experts?\.|shared_mlp\.)?(?:gate|up)_pr
                        rf"|{_EXPERT}(?:gate_proj|up_proj|w1|w3)\.weight")
 WRITES = re.compile(rf"self_attn\.o_proj\.(?:weight|bias)|mlp\.(?:shared_experts?\.|shared_mlp\.)?down_proj\.(?:weight|bias)"
                     rf"|{_EXPERT}(?:down_proj|w2)\.(?:weight|bias)")
-# inside a head or a latent, not on the stream (and the router's choice bias: the router's logits do not change)
+# inside a head or a latent, not on the stream (and the router's choice bias: the router's logits do not change;
+# Granite SWA's sinks, a logit per head beside its scores)
 KEPT = re.compile(r"self_attn\.[qkv]_proj\.bias|self_attn\.[qk]_norm\.weight|self_attn\.(?:q_b|kv_b)_proj\.weight"
                   r"|self_attn\.(?:q_a|kv_a)_layernorm\.weight|self_attn\.(?:query|key)_layernorm\.weight"
                   r"|mlp\.(?:gate|moe_statics)\.e_score_correction_bias|mlp\.expert_bias"
-                  r"|mlp\.act_fn\.(?:alpha_p|alpha_n|beta|eps)")
+                  r"|mlp\.act_fn\.(?:alpha_p|alpha_n|beta|eps)|self_attn\.sinks")
 # The norms the attention's and the MLP's readers read the stream through: Llama's names, or the model type's own
 NORM_NAMES = {"apertus": ("attention_layernorm.weight", "feedforward_layernorm.weight")}
 LLAMA_NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight")

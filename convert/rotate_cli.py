@@ -51,7 +51,8 @@ def rotate_cmd(hf_dir, out_dir, seed, dtype, overwrite, quiet):
     ernie4_5_moe (its MTP tensors are refused: drop them first),
     hunyuan_v1_dense, hunyuan_v1_moe and hy_v3 (Hy3's MTP layer is
     refused), apertus (its norms under its own names; xIELU's parameters
-    kept), dots1 (dots.llm1), solar_open (Solar Open), youtu (Youtu-LLM).
+    kept), dots1 (dots.llm1), solar_open (Solar Open), youtu (Youtu-LLM),
+    granite_swa (Granite SWASH: its sinks kept).
     A tensor no rule covers is refused, never copied unrotated.
 
     \b

@@ -21,7 +21,7 @@ IDS = [3, 17, 42, 99, 5, 250, 7, 8, 1, 64, 12, 200]
 MODELS = ["tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-mixtral", "tiny-qwen3-moe",
           "tiny-smollm3", "tiny-granite", "tiny-ministral3", "tiny-seed-oss", "tiny-olmoe",
           "tiny-qwen2-moe", "tiny-deepseek-v2", "tiny-ernie4-5", "tiny-hunyuan-dense", "tiny-hunyuan-moe", "tiny-apertus",
-          "tiny-dots1", "tiny-solar-open", "tiny-youtu"]
+          "tiny-dots1", "tiny-solar-open", "tiny-youtu", "tiny-granite-swa"]
 
 
 def _rotate(src, out, *extra):
