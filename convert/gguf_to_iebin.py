@@ -77,37 +77,33 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
     key = _field(g, "general.architecture", str)
     if key not in GGUF_ARCHS:
         raise FormatError(g.path, "general.architecture", f"{key!r} is not supported (supported: {', '.join(GGUF_ARCHS)})")
+    def has(suffix: str) -> bool:  # (a positive count the file states: which of two models it is)
+        v = g.fields.get(f"{key}.{suffix}", 0)
+        return type(v) is int and v > 0
+
+    by_class = GGUF_ARCHS_BY_CLASS
     if key == "llama":
-        moe = g.fields.get("llama.expert_count", 0)
-        return GGUF_ARCHS_BY_CLASS["MixtralForCausalLM" if type(moe) is int and moe > 0 else "LlamaForCausalLM"]
+        return by_class["MixtralForCausalLM" if has("expert_count") else "LlamaForCausalLM"]
     if key == "deepseek2":  # DeepSeek-V3's router is sigmoid-gated, V2's softmax; GLM-4.7-Flash's file keeps its MTP
-        if not g.fields.get("deepseek2.expert_count"):  # (Youtu-LLM's: no experts, every layer dense)
-            return GGUF_ARCHS_BY_CLASS["YoutuForCausalLM"]
+        if not has("expert_count"):  # (Youtu-LLM's: no experts, every layer dense)
+            return by_class["YoutuForCausalLM"]
         if _deepseek2_gating(g) != SIGMOID_GATING:
-            return GGUF_ARCHS_BY_CLASS["DeepseekV2ForCausalLM"]
-        nextn = g.fields.get("deepseek2.nextn_predict_layers", 0)
-        return GGUF_ARCHS_BY_CLASS["Glm4MoeLiteForCausalLM" if type(nextn) is int and nextn > 0
-                                   else "DeepseekV3ForCausalLM"]
-    if key == "granitehybrid":  # Granite 4 without experts: its shared MLP under the dense MLP's names
-        moe = g.fields.get("granitehybrid.expert_count", 0)
-        if not (type(moe) is int and moe > 0):
-            return GRANITE_HYBRID_DENSE
+            return by_class["DeepseekV2ForCausalLM"]
+        return by_class["Glm4MoeLiteForCausalLM" if has("nextn_predict_layers") else "DeepseekV3ForCausalLM"]
+    if key == "granitehybrid" and not has("expert_count"):  # Granite 4 without experts: its shared MLP as dense
+        return GRANITE_HYBRID_DENSE
     if key == "granite_swa":  # with experts: GraniteMoeSWA
-        moe = g.fields.get("granite_swa.expert_count", 0)
-        return GGUF_ARCHS_BY_CLASS["GraniteMoeSWAForCausalLM" if type(moe) is int and moe > 0
-                                   else "GraniteSWAForCausalLM"]
+        return by_class["GraniteMoeSWAForCausalLM" if has("expert_count") else "GraniteSWAForCausalLM"]
     if key == "granitemoe":  # with a shared MLP: GraniteMoeShared
-        shared = g.fields.get("granitemoe.expert_shared_feed_forward_length", 0)
-        return GGUF_ARCHS_BY_CLASS["GraniteMoeSharedForCausalLM" if type(shared) is int and shared > 0
-                                   else "GraniteMoeForCausalLM"]
+        return by_class["GraniteMoeSharedForCausalLM" if has("expert_shared_feed_forward_length")
+                        else "GraniteMoeForCausalLM"]
     if key == NEMOTRON_H_DENSE.gguf:  # (with experts: nemotron_h_moe)
         return NEMOTRON_H_DENSE
     if key == "glm4moe" and "glm4moe.feed_forward_length" not in g.fields:  # (Solar Open's: experts in every layer,
         # no dense width, which its converter writes from a config that has one, as GLM-4.5's always do)
-        return GGUF_ARCHS_BY_CLASS["SolarOpenForCausalLM"]
+        return by_class["SolarOpenForCausalLM"]
     if key == "olmo2":  # OLMo 3 is llama.cpp's olmo2 with a window
-        swa = g.fields.get("olmo2.attention.sliding_window", 0)
-        return GGUF_ARCHS_BY_CLASS["Olmo3ForCausalLM" if type(swa) is int and swa > 0 else "Olmo2ForCausalLM"]
+        return by_class["Olmo3ForCausalLM" if has("attention.sliding_window") else "Olmo2ForCausalLM"]
     return next(a for a in (*GGUF_ARCHS_BY_CLASS.values(), *IMPORTED_AS) if a.gguf == key)
 
 

@@ -1525,16 +1525,28 @@ def _mamba(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path) -> 
     if heads * d_head != inner or heads % groups:
         raise IEError(f"{meta_path}: config.mamba_n_heads: {heads} heads of mamba_d_head {d_head} are not "
                       f"mamba_expand × hidden_size = {inner} channels in mamba_n_groups {groups} groups")
-    for key, want in (("mamba_conv_bias", True), ("mamba_proj_bias", False)):
-        if cfg.get(key, want) is not want:
-            raise UnsupportedError(f"{meta_path}: config.{key}: {cfg[key]!r:.40}: the decoder runs Granite 4's "
-                                   f"Mamba2 layers (mamba_conv_bias true, mamba_proj_bias false)")
-    limit = cfg.get("time_step_limit")  # (transformers 5 writes infinity as {"__float__": "Infinity"})
-    if limit is not None and limit != [0, {"__float__": "Infinity"}]:
-        raise UnsupportedError(f"{meta_path}: config.time_step_limit: {limit!r:.60}: clamping the time step is not "
-                               "supported by the decoder (only [0.0, Infinity], none)")
+    _refuse_unlike(cfg, meta_path, (("mamba_conv_bias", True), ("mamba_proj_bias", False)),
+                   "it runs Granite 4's Mamba2 layers with a convolution bias and no projection biases")
+    _no_time_step_clamp(cfg, meta_path, "time_step_limit")
     return {"ssm": layers, "ssm_heads": heads, "ssm_head_dim": d_head, "ssm_state": get("mamba_d_state"),
             "ssm_groups": groups, "ssm_conv": get("mamba_d_conv")}
+
+
+def _refuse_unlike(cfg: dict[str, Any], meta_path: Path, wants: tuple[tuple[str, Any], ...], runs: str) -> None:
+    """Refuse the first config key whose value (``want`` where absent) differs, in value or in type, from what the
+    decoder runs (``runs``: the words saying what that is)."""
+    for key, want in wants:
+        if (v := cfg.get(key, want)) != want or type(v) is not type(want):
+            raise UnsupportedError(f"{meta_path}: config.{key}: {v!r:.40} is not supported by the decoder ({runs})")
+
+
+def _no_time_step_clamp(cfg: dict[str, Any], meta_path: Path, *keys: str) -> None:
+    """Mamba2's time-step clamp (the first of ``keys`` set) must be none, [0, infinity]: transformers 5 writes
+    infinity as {"__float__": "Infinity"}, the Hub's configs as "Infinity". Any other is refused."""
+    limit = next((cfg[k] for k in keys if cfg.get(k) is not None), None)
+    if limit is not None and limit not in ([0, {"__float__": "Infinity"}], [0, "Infinity"]):
+        raise UnsupportedError(f"{meta_path}: config.{keys[0]}: {limit!r:.60}: clamping the time step is not "
+                               "supported by the decoder (only [0.0, Infinity], none)")
 
 
 def _nemotron_blocks(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> str:
@@ -1563,20 +1575,13 @@ def _nemotron_h(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> dict[str
     heads, groups = get("mamba_num_heads"), get("n_groups", "mamba_n_groups")
     if heads % groups:
         raise IEError(f"{meta_path}: config.mamba_num_heads: {heads} heads do not split into n_groups {groups} groups")
-    refused = [(k, v) for k, want in (("use_bias", False), ("mlp_bias", False), ("attention_bias", False),
-                                      ("use_conv_bias", True), ("mamba_conv_bias", True), ("mamba_hidden_act", "silu"),
-                                      ("moe_latent_size", None), ("sliding_window", None),
-                                      ("num_nextn_predict_layers", 0))
-               if (v := cfg.get(k, want)) != want or type(v) is not type(want)]
-    if refused:
-        key, v = refused[0]
-        raise UnsupportedError(f"{meta_path}: config.{key}: {v!r:.40} is not supported by the decoder (it runs "
-                               "Nemotron-H without biases, with a convolution bias, SiLU in Mamba2, experts on the "
-                               "hidden states, full attention and no multi-token prediction layers)")
-    limit = cfg.get("time_step_limit", cfg.get("mamba_dt_limit"))  # (transformers 5 writes infinity as an object)
-    if limit is not None and limit not in ([0, {"__float__": "Infinity"}], [0, "Infinity"]):
-        raise UnsupportedError(f"{meta_path}: config.time_step_limit: {limit!r:.60}: clamping the time step is not "
-                               "supported by the decoder (only [0.0, Infinity], none)")
+    _refuse_unlike(cfg, meta_path, (("use_bias", False), ("mlp_bias", False), ("attention_bias", False),
+                                    ("use_conv_bias", True), ("mamba_conv_bias", True), ("mamba_hidden_act", "silu"),
+                                    ("moe_latent_size", None), ("sliding_window", None),
+                                    ("num_nextn_predict_layers", 0)),
+                   "it runs Nemotron-H without biases, with a convolution bias, SiLU in Mamba2, experts on the "
+                   "hidden states, full attention and no multi-token prediction layers")
+    _no_time_step_clamp(cfg, meta_path, "time_step_limit", "mamba_dt_limit")
     return {"ssm": tuple(b == "M" for b in blocks), "ssm_heads": heads, "ssm_head_dim": get("mamba_head_dim"),
             "ssm_state": get("ssm_state_size"), "ssm_groups": groups, "ssm_conv": get("conv_kernel", "mamba_d_conv"),
             "mlp_only": tuple(b in "-E" for b in blocks), "mixer_only": tuple(b in "M*" for b in blocks),
@@ -1596,14 +1601,9 @@ def _mamba2(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path) ->
     if heads * d_head != get("expand") * hidden or heads % groups:
         raise IEError(f"{meta_path}: config.num_heads: {heads} heads of head_dim {d_head} are not expand × "
                       f"hidden_size = {get('expand') * hidden} channels in n_groups {groups} groups")
-    for key, want in (("use_bias", False), ("use_conv_bias", True), ("hidden_act", "silu")):
-        if (v := cfg.get(key, want)) != want or type(v) is not type(want):
-            raise UnsupportedError(f"{meta_path}: config.{key}: {v!r:.40} is not supported by the decoder (it runs "
-                                   "Mamba-2 without biases on the projections, with a convolution bias, SiLU)")
-    limit = cfg.get("time_step_limit")  # (transformers 5 writes infinity as {"__float__": "Infinity"})
-    if limit is not None and limit not in ([0, {"__float__": "Infinity"}], [0.0, {"__float__": "Infinity"}]):
-        raise UnsupportedError(f"{meta_path}: config.time_step_limit: {limit!r:.60}: clamping the time step is not "
-                               "supported by the decoder (only [0.0, Infinity], none)")
+    _refuse_unlike(cfg, meta_path, (("use_bias", False), ("use_conv_bias", True), ("hidden_act", "silu")),
+                   "it runs Mamba-2 without biases on the projections, with a convolution bias, SiLU")
+    _no_time_step_clamp(cfg, meta_path, "time_step_limit")
     return {"ssm": (True,) * n_layers, "ssm_heads": heads, "ssm_head_dim": d_head, "ssm_state": get("state_size"),
             "ssm_groups": groups, "ssm_conv": get("conv_kernel"), "mlp_only": (False,) * n_layers,
             "mixer_only": (True,) * n_layers, "inter": 1}

@@ -121,8 +121,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
     mamba2 = a == "mamba2"  # (Mamba2 alone: no attention, no MLP)
     trunk = len(cfg["layers_block_type"]) if nemotron else cfg["num_hidden_layers"]
     assert kv[f"{a}.block_count"] == trunk + mtp
-    assert kv[f"{a}.attention.head_count"] == cfg.get("num_attention_heads", 0)
-    n_kv = 1 if mla else cfg.get("num_key_value_heads")  # (the latent: one head)
+    assert kv[f"{a}.attention.head_count"] == (0 if mamba2 else cfg["num_attention_heads"])
+    n_kv = 1 if mla else None if mamba2 else cfg["num_key_value_heads"]  # (the latent: one head)
     if a in ("lfm2", "lfm2moe"):  # (one per layer, 0 where it convolves)
         n_kv = [0 if t == "conv" else n_kv for t in cfg["layer_types"]]
         assert kv[f"{a}.shortconv.l_cache"] == cfg["conv_L_cache"]
@@ -197,7 +197,7 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         {"hy_v3": gguf.MODEL_ARCH.HUNYUAN_MOE, "granite_swa": gguf.MODEL_ARCH.GRANITE}[a]
     name_map = gguf.get_tensor_name_map(arch_enum, kv[f"{a}.block_count"])
     src = _iebin_bytes(model)
-    heads = {"q_proj": cfg.get("num_attention_heads"), "k_proj": cfg.get("num_key_value_heads")}
+    heads = {} if mamba2 else {"q_proj": cfg["num_attention_heads"], "k_proj": cfg["num_key_value_heads"]}
     seen = set()
     fused = {"attn_qkv": ("q_proj", "k_proj", "v_proj"), "ffn_up": ("gate_proj", "up_proj")} if a == "phi3" else \
         {"ffn_up": ("gate_proj", "up_proj")} if a == "glm4" else {}
