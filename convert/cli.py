@@ -269,7 +269,9 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       where expert_shared_feed_forward_length is positive), nemotron_h
       and nemotron_h_moe (Nemotron-H, Nemotron Nano 2, Nemotron 3 Nano:
       its blocks by head_count_kv and feed_forward_length, one per block),
-      mamba2 (Mamba-Codestral: Mamba2 in every layer, no attention);
+      mamba2 (Mamba-Codestral: Mamba2 in every layer, no attention),
+      falcon-h1 (Falcon-H1: Mamba2 beside attention in every layer; the
+      muP multipliers the converter multiplied into the matrices are 1);
       files the converter wrote with --fuse-qkv or
       --fuse-gate-up-exps read as the separate tensors;
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
@@ -450,7 +452,9 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       halves as ffn_gate_exps and ffn_up_exps, the shared MLP as
       ffn_*_shexp), granitemoe (Granite 3.x MoE), nemotron_h and
       nemotron_h_moe (Nemotron-H: head_count_kv and feed_forward_length
-      one per block), mamba2 (Mamba-Codestral), seed_oss, apertus (each layer's xIELU parameters
+      one per block), mamba2 (Mamba-Codestral), falcon-h1 (Falcon-H1: the
+      muP multipliers multiplied into the matrices, as llama.cpp's
+      converter stores them), seed_oss, apertus (each layer's xIELU parameters
       as the xielu.* keys), afmoe (every 4th layer full, mup_enabled),
       dots1 (a key head per query head, as llama.cpp loads it), Solar
       Open (as glm4moe, experts in every layer), Youtu-LLM (as deepseek2,
@@ -498,6 +502,9 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
         err.print(f"requantized {name} to {requantize}: added error SQNR {e.sqnr_db:.1f} dB "
                   f"(Σ(w−ŵ)² {e.sq_error:.4g} of Σw² {e.sq_norm:.4g})", markup=False)
     parts = [f"{res.copied} copied byte for byte"] + ([f"{res.repacked} int4w repacked losslessly"] if res.repacked else [])
+    if res.multiplied:  # (Falcon-H1's: llama.cpp's converter multiplies its muP multipliers into the matrices)
+        parts[0] = (f"{res.copied} copied, {res.multiplied} of them times the model's muP multipliers as llama.cpp "
+                    "stores them")
     parts += [f"{res.widened} vectors widened to F32"] if res.widened else []
     parts += [f"{len(res.requantized)} requantized"] if res.requantized else []
     files = f" (the first of {len(res.files)} files)" if len(res.files) > 1 else ""

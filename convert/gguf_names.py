@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Collection, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -431,6 +431,44 @@ _NEMOTRON_KEYS = frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.group_coun
                             "ssm.time_step_rank", "attention.layer_norm_epsilon"})
 _NEMOTRON_TOP = {"token_embd": "model.embeddings", "output_norm": "model.norm_f"}
 
+# Falcon-H1's layer (models/falcon_h1) as convert_hf_to_gguf's FalconH1Model writes it: Llama's attention (rows as
+# they are: llama.cpp turns NeoX pairs) beside Granite 4's Mamba2 tensors without the gated norm, in every layer;
+# pre_ff_layernorm as ffn_norm with no .weight (as llama.cpp's loader names it); the MLP under feed_forward
+_FALCON_H1 = {"input_layernorm.weight": "attn_norm.weight",
+              **{f"self_attn.{p}_proj.weight": f"attn_{p}.weight" for p in "qkv"},
+              "self_attn.o_proj.weight": "attn_output.weight",
+              **{k: v for k, v in _GRANITE_MAMBA.items() if k != "mamba.norm.weight"},
+              "pre_ff_layernorm.weight": "ffn_norm",
+              **{f"feed_forward.{p}_proj.weight": f"ffn_{p}.weight" for p in ("gate", "up", "down")}}
+
+
+
+def falcon_h1_factors(cfg: dict[str, Any], name: str, rows: int) -> list[Any]:
+    """The muP multipliers convert_hf_to_gguf's FalconH1Model multiplies Falcon-H1's tensor ``name`` (an HF name, of
+    ``rows`` rows) by, in its order, each rounding to the tensor's type (FalconH1Config's 1.0 where a key is absent;
+    [] for a tensor it leaves alone): a float for every row, or float32 [rows] for Mamba2's in_proj, whose row groups
+    z, x, B, C, dt take ssm_multipliers' five after ssm_in_multiplier. A tied head is the embedding, which takes
+    embedding_multiplier alone."""
+    def get(key: str, n: int = 0) -> Any:
+        v = cfg.get(key)
+        return (1.0 if v is None else float(v)) if not n else ([1.0] * n if v is None else [float(x) for x in v])
+
+    suffix = name.split(".", 3)[3] if name.startswith("model.layers.") else name
+    a_in = get("attention_in_multiplier")
+    if suffix == "mamba.in_proj.weight":
+        inner = int(cfg.get("mamba_d_ssm") or cfg.get("mamba_expand", 2) * cfg["hidden_size"])
+        gn = int(cfg["mamba_n_groups"]) * int(cfg["mamba_d_state"])
+        ends = np.cumsum([inner, inner, gn, gn, rows - 2 * inner - 2 * gn])
+        groups = np.searchsorted(ends, np.arange(rows), side="right")
+        return [get("ssm_in_multiplier"), np.asarray(get("ssm_multipliers", 5), np.float32)[groups]]
+    return {"model.embed_tokens.weight": [get("embedding_multiplier")], "lm_head.weight": [get("lm_head_multiplier")],
+            "self_attn.q_proj.weight": [a_in], "self_attn.k_proj.weight": [get("key_multiplier"), a_in],
+            "self_attn.v_proj.weight": [a_in], "self_attn.o_proj.weight": [get("attention_out_multiplier")],
+            "mamba.out_proj.weight": [get("ssm_out_multiplier")],
+            "feed_forward.gate_proj.weight": [get("mlp_multipliers", 2)[0]],
+            "feed_forward.down_proj.weight": [get("mlp_multipliers", 2)[1]]}.get(suffix, [])
+
+
 # LFM2's layer (models/lfm2), one to one: Qwen3's attention under its names beside the short convolution's tensors
 _LFM2 = {"operator_norm.weight": "attn_norm.weight", "ffn_norm.weight": "ffn_norm.weight",
          **{f"self_attn.{p}_proj.weight": f"attn_{p}.weight" for p in "qkv"},
@@ -620,6 +658,10 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("mamba2", "Mamba2ForCausalLM", "mamba2", False,
              {k: v for k, v in _NEMOTRON.items() if not k.startswith(("mixer.q_", "mixer.k_", "mixer.v_", "mixer.o_"))},
              keys=_NEMOTRON_KEYS - {"attention.layer_norm_epsilon"}, top=_NEMOTRON_TOP),
+    # Falcon-H1 (0.5B to 34B, Falcon-H1R): every layer Mamba2 beside attention (_FALCON_H1), the Mamba2 dims under
+    # ssm.*; the converter multiplies the muP multipliers into the matrices (FALCON_H1_BAKED) and writes none
+    GGUFArch("falcon-h1", "FalconH1ForCausalLM", "falcon_h1", False, _FALCON_H1,
+             keys=_NEMOTRON_KEYS - {"attention.layer_norm_epsilon"}, top={"output_norm": "model.final_layernorm"}),
     # GLM-4 (0414, Z1): interleaved RoPE, which is llama.cpp's own (ROPE_TYPE_NORM), so rows as they are;
     # rope.dimension_count the rotated half; its four norms (input, post_self_attn, post_attention, post_mlp) as
     # attn_norm, post_attention_norm, ffn_norm, post_ffw_norm; gate_up_proj fused into ffn_up as phi3's. GLM-4.1V's

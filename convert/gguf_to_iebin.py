@@ -48,7 +48,8 @@ from iekit.formats.gguf_file import GGUFModel, GGUFTensor, open_gguf
 from iekit.formats.hf_config import model_summary
 from iekit.formats.library_calls import guarded
 from iekit.formats.model_spec import ARCHS as DECODER_ARCHS
-from iekit.formats.model_spec import (EXPERT_STACKS, HF_ACTS, MAMBA_DEFAULTS, OLMO_EPS, check_convertible, every_nth,
+from iekit.formats.model_spec import (EXPERT_STACKS, FALCON_H1_MULTIPLIER_LISTS, FALCON_H1_MULTIPLIERS, HF_ACTS,
+                                      MAMBA_DEFAULTS, OLMO_EPS, check_convertible, every_nth,
                                       longrope_attention_factor,
                                       rope_tables)
 from iekit.formats.q4_manifest import Manifest, plan
@@ -487,6 +488,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
         _granite4_config(g, arch, cfg, conv_layers)
     if arch.nemotron:
         _nemotron_config(g, arch, cfg, blocks)
+    if arch.gguf == "falcon-h1":
+        _falcon_h1_config(g, arch, cfg)
     if arch.gguf == "mistral3":
         _mistral3_config(g, arch, cfg)
     if arch.gguf == "mistral4":
@@ -707,6 +710,25 @@ def _granite4_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any], mamba_la
                mamba_d_conv=ssm("conv_kernel", MAMBA_DEFAULTS["mamba_d_conv"]))
     if arch is GRANITE_HYBRID_DENSE:  # (with experts: _moe_config)
         cfg.update(num_local_experts=0, shared_intermediate_size=cfg["intermediate_size"])
+
+
+def _falcon_h1_config(g: GGUFModel, arch: GGUFArch, cfg: dict[str, Any]) -> None:
+    """Falcon-H1 as FalconH1Config says it: Mamba2 beside attention in every layer, its dims from the ssm.* keys
+    (inner_size time_step_rank heads of whole dims: mamba_d_ssm, which need not be a multiple of the width); every
+    muP multiplier 1, as the converter multiplies them into the matrices it writes (FalconH1Model.modify_tensors);
+    no gated norm (llama.cpp runs one where ssm_norm is stored: such a file is refused by its tensor)."""
+    a = arch.gguf
+    heads, inner = _ssm_key(g, a, "time_step_rank", True, 0), _ssm_key(g, a, "inner_size", True, 0)
+    if heads < 1 or inner < 1 or inner % heads:
+        raise FormatError(g.path, f"{a}.ssm.inner_size", f"{inner}: expected time_step_rank {heads} heads of whole "
+                                                         "dims")
+    cfg.update(mamba_d_ssm=inner, mamba_n_heads=heads, mamba_d_head=inner // heads,
+               mamba_d_state=_ssm_key(g, a, "state_size", True, 0),
+               mamba_n_groups=_ssm_key(g, a, "group_count", True, 0), mamba_d_conv=_ssm_key(g, a, "conv_kernel", True, 0),
+               mamba_conv_bias=True, mamba_proj_bias=False,
+               mamba_rms_norm=False, mamba_norm_before_gate=False, projectors_bias=False, attention_bias=False,
+               mlp_bias=False, **{k: 1.0 for k in FALCON_H1_MULTIPLIERS},
+               **{k: [1.0] * n for k, n in FALCON_H1_MULTIPLIER_LISTS.items()})
 
 
 def _ssm_key(g: GGUFModel, a: str, key: str, required: bool, default: int) -> int:

@@ -21,7 +21,11 @@ Bytes, by IEBIN dtype:
   instead, unless ``requantize`` names a type: then it is quantized again
   from its values, and the error that adds is reported per tensor;
 - vectors (norms, biases, sinks) and float routers (``ffn_gate_inp``) are
-  widened to F32, exactly, as llama.cpp's converter writes them.
+  widened to F32, exactly, as llama.cpp's converter writes them;
+- Falcon-H1's matrices times its muP multipliers, as its converter writes
+  them (gguf_names.falcon_h1_factors): floats multiplied in float32, then
+  rounded to their type (the converter's bytes); a block type's f16 scales
+  multiplied (its values with them, to f16's rounding).
 
 The header, key-values and tensor table are written by gguf-py's
 ``GGUFWriter``; the tensor data is streamed into the same file a few MiB
@@ -45,7 +49,7 @@ import numpy as np
 
 from iekit.formats import delta_net, fused_tensors, iebin, weight_types
 from iekit.formats.atomic import StagedFiles
-from iekit.formats.casting import decode_f32
+from iekit.formats.casting import decode_f32, encode_f32
 from iekit.formats.errors import IEError, UnsupportedError
 from iekit.formats.fileio import read_small, read_small_text
 from iekit.formats.gguf_file import MAX_SHARDS
@@ -56,8 +60,8 @@ from iekit.formats.quant import SCHEMES, QuantError, QuantizedRows, QuantParams
 
 from .gguf_names import (CONV_TAPS, DECAY_RATES, FLATTENED, HUNYUAN_NTK_CONTEXT, MLA_KV_B, MTP_EXTRAS, MTP_LAYERS,
                          NO_DENSE_MLP, NVFP4_SCALES, SIGMOID_GATING, SOFTMAX_GATING, GGUFArch, arch_of, attention_scalar,
-                         fused_parts, gguf_2d_shape, gguf_layer_name, mtp_gguf_name, norm_shift, separable,
-                         sliding_by_period)
+                         falcon_h1_factors, fused_parts, gguf_2d_shape, gguf_layer_name, mtp_gguf_name, norm_shift,
+                         separable, sliding_by_period)
 from .gguf_tokenizer import gguf_tokenizer_fields
 from .artifact_out import Progress, check_out_file, natural_key
 
@@ -96,6 +100,8 @@ class _Out:
     shift: float = 0.0         # widen: added to every value (Gemma's norms: llama.cpp stores 1 + w)
     neg_exp: bool = False      # widen: each value v as -exp(v) (gated DeltaNet's A_log: llama.cpp's ssm_a)
     values: np.ndarray | None = None  # how "values": the float32 data itself (an NVFP4 weight's scales)
+    # what the values are multiplied by on the way, in order (Falcon-H1's muP multipliers: gguf_names.falcon_h1_factors)
+    factors: list[Any] = field(default_factory=list)
 
     @property
     def rows(self) -> int:
@@ -123,6 +129,7 @@ class ExportResult:
     copied: int = 0
     repacked: int = 0
     widened: int = 0
+    multiplied: int = 0  # of those copied or repacked, multiplied on the way (Falcon-H1's muP multipliers)
     requantized: dict[str, QuantError] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)  # the files written (out_path, or its split's)
@@ -532,6 +539,10 @@ def _plan_tensors(plan: _Plan) -> None:
             shape = [shape[0], shape[-1]]
         shape = gguf_2d_shape(hf, shape[0], spec.ssm_groups) or shape
         plan.add(mtp_gguf_name(arch, hf, spec.n_layers) or gguf_layer_name(arch, hf), [_Part(e, order)], shape)
+        if arch.gguf == "falcon-h1":
+            _multiplied(plan, plan.out[-1], falcon_h1_factors(cfg, hf, shape[0]))
+
+    cfg = model.meta.get("config") or {}
 
     one(own_name(spec.arch, "model.embed_tokens.weight"))
     heads = {"attn_q": spec.n_heads, "attn_k": spec.n_kv_heads}  # (by llama.cpp's names: Nemotron-H's are mixer.*)
@@ -583,6 +594,11 @@ def _plan_tensors(plan: _Plan) -> None:
         one(own_name(spec.arch, "model.norm.bias"))
     if "lm_head.weight" in plan.entries and not spec.tied:
         one("lm_head.weight")
+    elif arch.gguf == "falcon-h1" and spec.tied and falcon_h1_factors(cfg, "lm_head.weight", 0) != \
+            falcon_h1_factors(cfg, "model.embed_tokens.weight", 0):  # (llama.cpp would read token_embd's multiplier)
+        e = plan.entry("model.embed_tokens.weight")
+        plan.add("output.weight", [_Part(e)], list(e["shape"]))
+        _multiplied(plan, plan.out[-1], falcon_h1_factors(cfg, "lm_head.weight", 0))
     if spec.arch.head_bias:  # (Phi-2's)
         one("lm_head.bias")
     mtp = tuple(f"model.layers.{i}." for i in range(spec.n_layers + _mtp_written(arch, spec),
@@ -593,6 +609,48 @@ def _plan_tensors(plan: _Plan) -> None:
     if left:
         raise IEError(f"{model.meta_path}: {plan.where(left[0])}: has no place in llama.cpp's {arch.gguf} "
                       f"({len(left)} such tensors); refusing rather than dropping it")
+
+
+def _multiplied(plan: _Plan, o: _Out, factors: list[Any]) -> None:
+    """o's values multiplied by ``factors`` on the way (each a float or one per row; those of 1 left out), as
+    llama.cpp's converter multiplies them: floats in the tensor's type, a step at a time; a block type's f16 scales
+    by their product (a block's values scale with them); refused for a type whose scales are not f16 (MXFP4's
+    powers of two, NVFP4's), which only --requantize can multiply."""
+    o.factors = [f for f in factors if not np.all(np.asarray(f) == 1.0)]
+    if not o.factors or o.dtype in ("f16", "bf16", "f32") or o.how == "requantize":
+        return
+    scheme = SCHEMES.get(o.target or o.dtype)
+    if not getattr(scheme, "F16_FIELDS", ()) or scheme.E8M0_FIELDS or scheme.UE4M3_FIELDS:
+        raise IEError(f"{plan.model.meta_path}: {plan.where(o.parts[0].entry['name'])}: dtype {o.dtype!r}: llama.cpp's "
+                      f"{plan.arch.gguf} stores this matrix times its muP multiplier, and its scales cannot be "
+                      "multiplied: export the float artifact, or pass --requantize q8_0 (or another llama.cpp type)")
+
+
+def _times(o: _Out, out: np.ndarray, sel: Any, cols: int, where: str) -> np.ndarray:
+    """Rows ``out`` [n, row bytes] (``sel`` of the tensor's) times o.factors: floats step by step in float32,
+    rounded to o's type once, as the converter multiplies the float32 tensors it reads; a block type's f16 scales by
+    the product."""
+    n = len(out)
+    per_row = [np.asarray(f, np.float32)[sel][:, None] if np.ndim(f) else np.float32(f) for f in o.factors]
+    if o.dtype in ("f16", "bf16", "f32"):
+        w = decode_f32(np.ascontiguousarray(out).tobytes(), o.dtype).reshape(n, cols)
+        for f in per_row:
+            w = w * f
+        return np.frombuffer(encode_f32(w, o.dtype), np.uint8).reshape(n, -1)
+    scheme = SCHEMES[o.target or o.dtype]
+    scale = np.ones((n, 1), np.float32)
+    for f in per_row:
+        scale = scale * f
+    blocks = np.ascontiguousarray(out).reshape(-1, scheme.block_bytes).copy()
+    per_block = np.repeat(scale[:, 0], len(blocks) // n)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in range(len(scheme.F16_FIELDS)):
+            v = (scheme.f16_field(blocks, k).astype(np.float32) * per_block).astype(np.float16)
+            if not np.isfinite(v).all():
+                raise IEError(f"{where}: a block scale times its muP multiplier is beyond float16; export the float "
+                              "artifact")
+            scheme.set_f16_field(blocks, k, v)
+    return blocks.reshape(n, -1)
 
 
 def _one_value(plan: _Plan, name: str) -> float:
@@ -706,6 +764,8 @@ def _chunks(plan: _Plan, o: _Out, advance: Callable[[int], None]) -> Iterator[by
                 out = np.asarray(rows[sel])
                 src = SCHEMES[e["dtype"]]
                 w = src.dequantize(out, out.shape[0], cols, src.params_from(e["quant"], cols))
+                for f in o.factors:
+                    w = w * (np.asarray(f, np.float32)[sel][:, None] if np.ndim(f) else np.float32(f))
                 out = _requantized(o, w, cols)
             elif e["dtype"] != "int4w":
                 out = np.asarray(rows[sel])
@@ -720,7 +780,11 @@ def _chunks(plan: _Plan, o: _Out, advance: Callable[[int], None]) -> Iterator[by
             else:  # requantize from int4w's values, measuring what that adds
                 w = SCHEMES["int4w"].dequantize_rows(QuantizedRows(np.asarray(qs[sel]), s[sel],
                                                                    None if m is None else m[sel]), cols, p)
+                for f in o.factors:
+                    w = w * (np.asarray(f, np.float32)[sel][:, None] if np.ndim(f) else np.float32(f))
                 out = _requantized(o, w, cols)
+            if o.factors and o.how in ("copy", "repack"):
+                out = _times(o, out, sel, cols, f"{plan.model.meta_path}: {plan.where(e['name'])}")
             b = np.ascontiguousarray(out).tobytes()
             advance(len(b))
             yield b
@@ -902,6 +966,12 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         if spec.attn_softcap:
             kv[f"{a}.attn_logit_softcapping"] = float(spec.attn_softcap)
             kv[f"{a}.final_logit_softcapping"] = float(spec.logit_softcap)
+    if a == "falcon-h1":  # as convert_hf_to_gguf's FalconH1Model writes it: the model's own context, one KV head
+        # count, the Mamba2 dims; no rope.dimension_count (every dim turns)
+        kv[f"{a}.context_length"] = spec.max_positions
+        kv[f"{a}.attention.head_count_kv"] = spec.n_kv_heads
+        del kv[f"{a}.rope.dimension_count"]
+        _mamba2_kv(kv, a, spec)
     if a == "mamba2":  # as convert_hf_to_gguf's Mamba2Model writes it: no attention heads and no MLP width (0, which
         # llama.cpp's loader reads all the same), the Mamba2 dims, the RMS eps; no RoPE, no vocabulary size
         kept = ("context_length", "embedding_length", "block_count", "attention.layer_norm_rms_epsilon")
@@ -1200,5 +1270,6 @@ def export_gguf(model_dir: str | os.PathLike, out_path: str | os.PathLike, *, ov
     return ExportResult(paths[0], len(items), nbytes, time.perf_counter() - t0, plan.arch.gguf,
                         copied=sum(o.how == "copy" for o in outs), repacked=sum(o.how == "repack" for o in outs),
                         widened=sum(o.how == "widen" for o in outs),
+                        multiplied=sum(bool(o.factors) and o.how != "requantize" for o in outs),
                         requantized={o.name: o.error for o in outs if o.error is not None}, warnings=lay.warnings,
                         files=paths)

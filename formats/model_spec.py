@@ -134,6 +134,11 @@ class Arch:
     # Mamba-2 (models/mamba2): Nemotron-H's Mamba2 block in every layer and nothing else (no attention, no MLP), under
     # Mamba2Config's keys (_mamba2)
     mamba2: bool = False
+    # Falcon-H1 (models/falcon_h1): Granite 4's Mamba2 (its inner width mamba_d_ssm; no gated norm) beside attention
+    # in every layer, reading one norm's output, their outputs joining the residual together, then the MLP (under
+    # feed_forward, normed by pre_ff_layernorm); muP multipliers on the embeddings, logits and projections
+    # (_falcon_h1)
+    falcon_h1: bool = False
     # the dense MLP is up, config.hidden_act, down, without a gate (Arcee's, StarCoder2's, Phi-2's, Nemotron-H's)
     ungated: bool = False
     # HunYuan (models/hunyuan_v1_dense, hunyuan_v1_moe): the per-head q/k RMSNorms (query_layernorm, key_layernorm)
@@ -173,6 +178,8 @@ GRANITE_SHARED_NAMES = (("mlp.gate_proj", "shared_mlp.gate_proj"), ("mlp.up_proj
 # Nemotron-H's model-level names for Llama's (Arch.renames): its checkpoints' backbone. prefix is read as model.,
 # as transformers 5 reads it (formats/hf_checkpoint.py PREFIXES)
 NEMOTRON_NAMES = (("model.embed_tokens.", "model.embeddings."), ("model.norm.", "model.norm_f."))
+# Falcon-H1's names for Llama's (Arch.renames)
+FALCON_H1_NAMES = (("post_attention_layernorm", "pre_ff_layernorm"), ("model.norm.", "model.final_layernorm."))
 # HunYuan's q/k norm names for Llama's (Arch.renames)
 HUNYUAN_NAMES = (("self_attn.q_norm", "self_attn.query_layernorm"), ("self_attn.k_norm", "self_attn.key_layernorm"))
 # Apertus's norm names for Llama's (Arch.renames)
@@ -370,6 +377,8 @@ ARCHS = {
     # models/nemotron_h (Nemotron-H 4B to 56B, Nemotron Nano 9B v2 and 12B v2; Nemotron 3 Nano 30B-A3B with experts)
     "NemotronHForCausalLM": Arch(moe="nemotron_h", mamba=True, nemotron=True, renames=NEMOTRON_NAMES,
                                  ungated=True, default_act="relu2"),
+    # models/falcon_h1 (Falcon-H1 0.5B to 34B, Falcon-H1R 7B)
+    "FalconH1ForCausalLM": Arch(falcon_h1=True, renames=FALCON_H1_NAMES, mlp_module="feed_forward"),
     # models/mamba2 (Mamba-Codestral-7B; the Mamba-2 checkpoints in transformers' layout)
     "Mamba2ForCausalLM": Arch(mamba=True, nemotron=True, mamba2=True, renames=NEMOTRON_NAMES, ungated=True,
                               default_act="silu"),
@@ -511,6 +520,13 @@ MAMBA_LAYER_TYPES = {"mamba": True, "attention": False, "linear_attention": True
 # GraniteMoeHybridConfig's defaults of the Mamba2 keys
 MAMBA_DEFAULTS = {"mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
                   "mamba_expand": 2}
+# FalconH1Config's defaults of the Mamba2 keys (mamba_d_ssm None: mamba_expand x hidden_size)
+FALCON_H1_DEFAULTS = {"mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
+                      "mamba_expand": 2, "mamba_d_ssm": 1024}
+# Falcon-H1's muP multipliers of one value each (FalconH1Config's default 1.0), and of several
+FALCON_H1_MULTIPLIERS = ("embedding_multiplier", "lm_head_multiplier", "attention_in_multiplier", "key_multiplier",
+                         "attention_out_multiplier", "ssm_in_multiplier", "ssm_out_multiplier")
+FALCON_H1_MULTIPLIER_LISTS = {"mlp_multipliers": 2, "ssm_multipliers": 5}
 # Nemotron-H's blocks: config.layers_block_type's values (transformers 5's, and the Hub's legacy ones) and
 # hybrid_override_pattern's characters, as M (Mamba2), * (attention), - (MLP), E (experts)
 NEMOTRON_BLOCKS = {"linear_attention": "M", "mamba": "M", "full_attention": "*", "attention": "*", "mlp": "-",
@@ -667,13 +683,24 @@ class DecoderSpec:
     # (mixer_only); empty: every layer both
     mlp_only: tuple[bool, ...] = ()
     mixer_only: tuple[bool, ...] = ()
+    # Falcon-H1 (Arch.falcon_h1): every Mamba2 layer also attends (its out_proj bound as ssm_out, o the attention's);
+    # its muP multipliers as factors on projections' outputs (csrc/decoder/decoder.h: q_mult ... ssm_in_mults)
+    ssm_attends: bool = False
+    q_mult: float = 1.0
+    k_mult: float = 1.0
+    v_mult: float = 1.0
+    o_mult: float = 1.0
+    ssm_out_mult: float = 1.0
+    gate_mult: float = 1.0
+    down_mult: float = 1.0
+    ssm_in_mults: tuple[float, ...] = ()
 
     @property
     def attends(self) -> tuple[bool, ...]:
-        """Per layer, whether it attends (keeping a KV cache): not where it keeps a recurrent state instead, nor in
-        Nemotron-H's MLP blocks."""
+        """Per layer, whether it attends (keeping a KV cache): not where it keeps a recurrent state instead (but
+        beside it, Falcon-H1's), nor in Nemotron-H's MLP blocks."""
         rec, mlp = self.recurrent or (False,) * self.n_layers, self.mlp_only or (False,) * self.n_layers
-        return tuple(not (r or m) for r, m in zip(rec, mlp))
+        return tuple(not ((r and not self.ssm_attends) or m) for r, m in zip(rec, mlp))
 
     @property
     def recurrent(self) -> tuple[bool, ...]:
@@ -1228,9 +1255,9 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     if arch.gemma == 1 and act == "gelu":  # (GemmaConfig reads the Hub's legacy "gelu" as the tanh approximation)
         act = "gelu_pytorch_tanh"
     # (relu2 has no gate: an MLP without one, whose experts (Nemotron-H's) have no other unit)
-    # (Mamba-2's hidden_act is its convolution's, SiLU; it has no MLP)
-    acts = ("silu",) if arch.mamba2 else ("relu2",) if arch.nemotron else tuple(MLP_ACTS) if arch.ungated else \
-        ("silu",) if arch.moe else ("silu", "gelu_pytorch_tanh")
+    # (Mamba-2's hidden_act is its convolution's, SiLU; it has no MLP; Falcon-H1's both its MLP's and its Mamba2's)
+    acts = ("silu",) if arch.mamba2 or arch.falcon_h1 else ("relu2",) if arch.nemotron else \
+        tuple(MLP_ACTS) if arch.ungated else ("silu",) if arch.moe else ("silu", "gelu_pytorch_tanh")
     if act not in acts:
         raise UnsupportedError(f"{meta_path}: model.hidden_act: {act!r} is not supported ({' and '.join(acts)} "
                                f"{'are' if len(acts) > 1 else 'is'})")
@@ -1267,6 +1294,8 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         mixers = _linear(cfg, n_layers, meta_path)
     elif arch.mamba2:
         mixers = _mamba2(cfg, n_layers, hidden, meta_path)
+    elif arch.falcon_h1:
+        mixers = _falcon_h1(cfg, n_layers, hidden, meta_path)
     elif arch.nemotron:
         mixers = _nemotron_h(cfg, n_layers, meta_path)
     else:
@@ -1274,7 +1303,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
             _mamba(cfg, n_layers, hidden, meta_path) if arch.mamba else {}
     kinds = mixers.get("linear") or mixers.get("short_conv") or mixers.get("ssm") or (False,) * n_layers
     mlp_only = mixers.get("mlp_only") or (False,) * n_layers
-    attends = [not (k or o) for k, o in zip(kinds, mlp_only)]
+    attends = [not ((k and not arch.falcon_h1) or o) for k, o in zip(kinds, mlp_only)]
     first = attends.index(True) if True in attends else None  # (the first attention layer's q_proj)
     if first is not None:
         q_name = (f"model.layers.{first}.mixer.q_proj.weight" if arch.nemotron else
@@ -1607,6 +1636,55 @@ def _mamba2(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path) ->
     return {"ssm": (True,) * n_layers, "ssm_heads": heads, "ssm_head_dim": d_head, "ssm_state": get("state_size"),
             "ssm_groups": groups, "ssm_conv": get("conv_kernel"), "mlp_only": (False,) * n_layers,
             "mixer_only": (True,) * n_layers, "inter": 1}
+
+
+def _falcon_h1(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path) -> dict[str, Any]:
+    """Falcon-H1's layers as DecoderSpec fields (FalconH1Config's keys and defaults): Mamba2 in every layer beside
+    attention (mamba_n_heads of mamba_d_head, "auto": mamba_d_ssm / heads, which must be mamba_d_ssm channels, or
+    mamba_expand x hidden_size without it; mamba_d_state, mamba_n_groups, mamba_d_conv), and the muP multipliers:
+    embedding_multiplier on the embeddings, lm_head_multiplier on the logits (logits_scaling its inverse), the
+    attention's input (attention_in_multiplier; key_multiplier on k besides) and output (attention_out_multiplier),
+    Mamba2's input (ssm_in_multiplier times ssm_multipliers' five on z, x, B, C, dt) and output
+    (ssm_out_multiplier), mlp_multipliers' two on the gate and down. transformers multiplies a projection's input;
+    without biases (else refused) its output is the same. Refused besides: the gated norm (mamba_rms_norm, which
+    the Hub's models leave off), a convolution without bias, a time-step clamp; a multiplier not positive."""
+    def get(key: str) -> int:
+        return _int(cfg, meta_path, key, FALCON_H1_DEFAULTS[key], section="config")
+
+    def mult(key: str) -> float:
+        return _positive(cfg, meta_path, key, 1.0, section="config")
+
+    def mults(key: str) -> list[float]:
+        n = FALCON_H1_MULTIPLIER_LISTS[key]
+        v = cfg.get(key)
+        if v is None:
+            return [1.0] * n
+        if not isinstance(v, list) or len(v) != n or not all(
+                type(x) in (int, float) and math.isfinite(x) and x > 0 for x in v):
+            raise IEError(f"{meta_path}: config.{key}: expected {n} positive numbers, got {v!r:.60}")
+        return [float(x) for x in v]
+
+    heads, groups = get("mamba_n_heads"), get("mamba_n_groups")
+    inner = get("mamba_d_ssm") if cfg.get("mamba_d_ssm", 0) is not None else get("mamba_expand") * hidden
+    d_head = cfg.get("mamba_d_head", "auto")
+    d_head = inner // heads if d_head == "auto" else _int(cfg, meta_path, "mamba_d_head", section="config")
+    if heads * d_head != inner or heads % groups:
+        raise IEError(f"{meta_path}: config.mamba_n_heads: {heads} heads of mamba_d_head {d_head} are not "
+                      f"mamba_d_ssm = {inner} channels in mamba_n_groups {groups} groups")
+    _refuse_unlike(cfg, meta_path, (("mamba_conv_bias", True), ("mamba_proj_bias", False), ("projectors_bias", False),
+                                    ("attention_bias", False), ("mlp_bias", False), ("mamba_rms_norm", False)),
+                   "it runs Falcon-H1 with a convolution bias, no biases on the projections and no gated norm in "
+                   "Mamba2")
+    _no_time_step_clamp(cfg, meta_path, "time_step_limit")
+    a_in, ssm_in = mult("attention_in_multiplier"), mult("ssm_in_multiplier")
+    gate, down = mults("mlp_multipliers")
+    return {"ssm": (True,) * n_layers, "ssm_heads": heads, "ssm_head_dim": d_head, "ssm_state": get("mamba_d_state"),
+            "ssm_groups": groups, "ssm_conv": get("mamba_d_conv"), "ssm_attends": True,
+            "embed_scale": mult("embedding_multiplier"), "logits_scaling": 1.0 / mult("lm_head_multiplier"),
+            "q_mult": a_in, "k_mult": a_in * mult("key_multiplier"), "v_mult": a_in,
+            "o_mult": mult("attention_out_multiplier"), "ssm_out_mult": mult("ssm_out_multiplier"),
+            "ssm_in_mults": tuple(ssm_in * m for m in mults("ssm_multipliers")), "gate_mult": gate,
+            "down_mult": down}
 
 
 def _nemotron_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec | None:
@@ -1965,6 +2043,8 @@ def _layer_parts(s: DecoderSpec, i: int) -> list[Part]:
     linear = bool(recurrent) and recurrent[i]  # (no attention: no biases or q/k norms)
     if s.ssm and s.ssm[i]:
         parts = _mamba_parts(s, pre)
+        if s.ssm_attends:  # (Falcon-H1: the attention beside it)
+            parts = [Part(key, f"{pre}{hf}.weight", shapes[key]) for key, hf in ATTN_MATRICES.items()] + parts
     elif s.short_conv and s.short_conv[i]:
         parts = [Part(key, pre + hf, shape, VECTOR if key == "conv_w" else MATRIX) for (key, hf), shape in
                  zip(SHORT_CONV.items(), ((3 * s.hidden, s.hidden), (s.hidden, 1, s.conv_taps), (s.hidden, s.hidden)))]
@@ -2032,13 +2112,15 @@ def _expert_parts(s: DecoderSpec, pre: str) -> list[Part]:
 
 def _mamba_parts(s: DecoderSpec, pre: str, module: str = "mamba.") -> list[Part]:
     """A Mamba2 layer's weights (DecoderSpec.ssm_*) under ``module`` (Granite 4's mamba., Nemotron-H's mixer.), its
-    out_proj bound as o."""
+    out_proj bound as o (Falcon-H1's, beside an attention's o, as ssm_out; it has no gated norm)."""
     ch = s.ssm_heads * s.ssm_head_dim + 2 * s.ssm_groups * s.ssm_state
     inner, heads = s.ssm_heads * s.ssm_head_dim, (s.ssm_heads,)
     shapes = {"ssm_in": (inner + ch + s.ssm_heads, s.hidden), "ssm_conv_w": (ch, 1, s.ssm_conv), "ssm_conv_b": (ch,),
               "ssm_dt": heads, "ssm_a": heads, "ssm_d": heads, "ssm_norm": (inner,), "o": (s.hidden, inner)}
-    return [Part(key, pre + module + hf.removeprefix("mamba."), shapes[key],
-                 MATRIX if key in ("ssm_in", "o") else VECTOR) for key, hf in MAMBA.items()]
+    out = "ssm_out" if s.ssm_attends else "o"
+    return [Part(out if key == "o" else key, pre + module + hf.removeprefix("mamba."), shapes[key],
+                 MATRIX if key in ("ssm_in", "o") else VECTOR) for key, hf in MAMBA.items()
+            if key != "ssm_norm" or not s.ssm_attends]
 
 
 def _nemotron_parts(s: DecoderSpec, i: int, shapes: dict[str, tuple[int, ...]]) -> list[Part]:

@@ -225,6 +225,8 @@ from transformers import (  # noqa: E402
     GraniteMoeSharedForCausalLM,
     Mamba2Config,
     Mamba2ForCausalLM,
+    FalconH1Config,
+    FalconH1ForCausalLM,
     OlmoConfig,
     OlmoForCausalLM,
     GraniteSWAConfig,
@@ -424,6 +426,12 @@ GRANITE_SWA_SEED = SEED + 380  # the best of SEED + 370..395: its greedy cases r
 GRANITE_SWA_THETAS = [10000.0, 10000.0, 0.0, 10000.0]
 GRANITE_SWA_TWO_BASES = [10000.0, 10.0, 0.0, 10.0]
 OLMO_SEED = SEED + 351  # the best of SEED + 350..361: its greedy cases run 16 tokens with margins >= 0.04
+FALCON_H1_SEED = SEED + 462  # the best of SEED + 450..469: its greedy cases run 16 tokens with margins >= 0.017
+# Falcon-H1's muP multipliers on a toy, each away from 1 so that a factor dropped or misplaced moves the logits
+FALCON_H1_MULTIPLIERS = {"embedding_multiplier": 4.0, "lm_head_multiplier": 0.5, "key_multiplier": 0.5,
+                         "attention_in_multiplier": 0.8, "attention_out_multiplier": 0.9, "ssm_in_multiplier": 2.5,
+                         "ssm_out_multiplier": 4.0, "mlp_multipliers": [0.9, 0.6],
+                         "ssm_multipliers": [0.35, 0.25, 0.5, 0.7, 0.6]}
 MAMBA2_SEED = SEED + 330  # the best of SEED + 330..341: its greedy cases run 16 tokens with margins >= 0.035
 JAIS2_SEED = SEED + 321  # the best of SEED + 320..331: its greedy cases run 16 tokens with margins >= 0.17
 YOUTU_SEED = SEED + 311  # the best of SEED + 300..311: its greedy cases run 16 tokens with margins >= 0.069
@@ -2138,6 +2146,30 @@ def make_mamba2(tok) -> None:
     save_model(tok, "tiny-mamba2", Mamba2ForCausalLM, cfg, MAMBA2_SEED, torch.bfloat16)
 
 
+def make_falcon_h1(tok) -> None:
+    """Falcon-H1's hybrid layer on a toy: three layers, each Mamba2 (6 heads of 16 dims: mamba_d_ssm 96, not
+    mamba_expand x hidden = 128, as Falcon-H1's are not; states of 16 in 2 groups, 4 taps, a convolution bias, no
+    gated norm: mamba_rms_norm false, as the Hub's) beside attention (4 heads of 24 dims over 2 KV heads: head_dim
+    given, its q 96 wide), their outputs summed, then a SwiGLU MLP 96 wide; every muP multiplier away from 1
+    (FALCON_H1_MULTIPLIERS); an untied head."""
+    dims = common_dims(len(tok), tok.bos_token_id, tok.eos_token_id)
+    del dims["rope_theta"]  # in rope_parameters
+    dims.update(intermediate_size=96, num_hidden_layers=3)
+    cfg = FalconH1Config(**dims, head_dim=24, mamba_d_ssm=96, mamba_n_heads=6, mamba_d_head=16, mamba_n_groups=2,
+                         mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_conv_bias=True,
+                         mamba_proj_bias=False, mamba_rms_norm=False, mamba_norm_before_gate=False,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False,
+                         pad_token_id=None, **FALCON_H1_MULTIPLIERS)
+    cfg.architectures = ["FalconH1ForCausalLM"]
+    save_model(tok, "tiny-falcon-h1", FalconH1ForCausalLM, cfg, FALCON_H1_SEED, torch.bfloat16)
+    # (every multiplier moves transformers' logits: none may be dropped unnoticed)
+    base = np.load(REF_DIR / "tiny-falcon-h1" / "logits.npy")
+    for key, value in FALCON_H1_MULTIPLIERS.items():
+        one = [1.0] * len(value) if isinstance(value, list) else 1.0
+        moved = override_logits(FalconH1ForCausalLM, HF_DIR / "tiny-falcon-h1", **{key: one})
+        assert np.abs(moved - base).max() > 0.01 * np.abs(base).max(), key
+
+
 def make_nemotron_h_moe(tok) -> None:
     """Nemotron 3 Nano's blocks on a toy (_nemotron_h_config): Mamba2 and expert blocks around one attention
     block; 4 experts of 32 channels (ReLU-squared, no gate), the top 2 by sigmoid score plus the correction bias,
@@ -2404,6 +2436,7 @@ def main() -> None:
     make_nemotron_h(tok)
     make_nemotron_h_moe(tok)
     make_mamba2(tok)
+    make_falcon_h1(tok)
     make_cohere2(tok)
     make_cohere(tok)
     make_fp8("tiny-qwen3", "tiny-qwen3-fp8", Qwen3ForCausalLM, [32, 32])

@@ -142,6 +142,8 @@ def native_config(s: DecoderSpec, max_ctx: int, types: tuple[str, str]) -> Any:
         conv_taps=s.conv_taps, ssm=[int(f) for f in s.ssm], ssm_heads=s.ssm_heads, ssm_head_dim=s.ssm_head_dim,
         ssm_state=s.ssm_state, ssm_groups=s.ssm_groups, ssm_conv=s.ssm_conv,
         mlp_only=[int(f) for f in s.mlp_only], mixer_only=[int(f) for f in s.mixer_only],
+        ssm_attends=s.ssm_attends, q_mult=s.q_mult, k_mult=s.k_mult, v_mult=s.v_mult, o_mult=s.o_mult,
+        ssm_out_mult=s.ssm_out_mult, gate_mult=s.gate_mult, down_mult=s.down_mult, ssm_in_mults=list(s.ssm_in_mults),
         **({} if moe is None else dict(n_experts=moe.n_experts, top_k=moe.top_k, expert_inter=moe.inter,
                                        norm_topk=moe.norm_topk, glu=moe.glu, swiglu_alpha=moe.alpha,
                                        swiglu_limit=moe.limit, shared_inter=moe.shared_inter,

@@ -176,8 +176,9 @@ class Hessians:
         slot, expert = unit
         if slot == 4 * s.n_layers:
             return s.hidden
-        if slot > 4 * s.n_layers:  # latent attention's q_b and kv_b inputs
-            return (s.q_lora, s.kv_lora)[(slot - 4 * s.n_layers - 1) % 2]
+        if slot > 4 * s.n_layers:  # latent attention's q_b and kv_b inputs; Falcon-H1's Mamba2 out_proj's
+            own = slot - 4 * s.n_layers - 1
+            return s.ssm_heads * s.ssm_head_dim if s.ssm_attends else (s.q_lora, s.kv_lora)[own % 2]
         if expert >= 0:
             return s.hidden if slot % 4 == 2 else s.moe.inter
         if slot % 4 == 3 and s.moe is not None and s.moe.layers[slot // 4]:  # a shared expert's down input
@@ -186,7 +187,7 @@ class Hessians:
             return s.lin_v_heads * s.lin_v_dim
         if slot % 4 == 1 and s.short_conv and s.short_conv[slot // 4]:  # the short convolution's gated sums
             return s.hidden
-        if slot % 4 == 1 and s.ssm and s.ssm[slot // 4]:  # Mamba2's gated, normed scan (its out_proj)
+        if slot % 4 == 1 and s.ssm and s.ssm[slot // 4] and not s.ssm_attends:  # Mamba2's gated, normed scan
             return s.ssm_heads * s.ssm_head_dim
         return (s.hidden, s.n_heads * s.v_dim, s.hidden, s.inter)[slot % 4]
 

@@ -13,7 +13,8 @@ entry [E, cols]; per-expert tensors one entry each). A shared expert beside
 them (Qwen2-MoE) sees every row, as a dense MLP does. Latent attention
 (DeepSeek) reads the attention norm's output in q_a (or q_proj) and kv_a, and
 has two inputs of its own per layer: q_a's normed output (q_b) and the
-latent's (kv_b), in the decoder's slots after the head's (dense_inputs).
+latent's (kv_b), in the decoder's slots after the head's (dense_inputs), where
+Falcon-H1's Mamba2 out_proj (beside its attention's o) reads its own too.
 """
 
 from __future__ import annotations
@@ -57,9 +58,11 @@ def dense_inputs(s, layer: int) -> dict[str, int]:
     after the head's; none in a block that is its MLP alone, Nemotron-H's), and its dense MLP's (MLP_SLOTS) where it
     has one and no experts (a shared expert's: shared_inputs)."""
     slots = {k: 4 * layer + v for k, v in MIXER_SLOTS.items()}
+    own = 4 * s.n_layers + 1 + 2 * layer
     if s.arch.mla:
-        own = 4 * s.n_layers + 1 + 2 * layer
         slots.update(kv_b=own + 1, **({"q": own} if s.q_lora else {}))
+    if s.ssm_attends:  # (Falcon-H1: its Mamba2's out_proj beside the attention's o)
+        slots["ssm_out"] = own
     if s.moe is None or not s.moe.layers[layer]:
         slots.update({k: 4 * layer + v for k, v in MLP_SLOTS.items()})
     pre = f"model.layers.{layer}."

@@ -41,7 +41,7 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-ernie4-5": "ernie4_5", "tiny-ernie4-5-moe": "ernie4_5-moe",
            "tiny-seed-oss": "seed_oss", "tiny-apertus": "apertus", "tiny-afmoe": "afmoe", "tiny-dots1": "dots1",
            "tiny-solar-open": "glm4moe", "tiny-youtu": "deepseek2", "tiny-jais2": "jais2",
-           "tiny-exaone-moe": "exaone-moe", "tiny-mamba2": "mamba2", "tiny-olmo": "olmo",
+           "tiny-exaone-moe": "exaone-moe", "tiny-mamba2": "mamba2", "tiny-falcon-h1": "falcon-h1", "tiny-olmo": "olmo",
            "tiny-granite-swa": "granite_swa", "tiny-granite-moe-swa": "granite_swa",
            "tiny-glm4": "glm4",
            "tiny-cohere2": "cohere2", "tiny-cohere": "command-r", "tiny-qwen3-5": "qwen35",
@@ -50,6 +50,21 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-granite-moe-shared": "granitemoe", "tiny-nemotron-h": "nemotron_h",
            "tiny-nemotron-h-moe": "nemotron_h_moe", "tiny-hunyuan-dense": "hunyuan-dense",
            "tiny-hunyuan-moe": "hunyuan-moe", "tiny-hy-v3": "hy_v3"}
+
+
+def falcon_h1_stored(cfg: dict, name: str, values: np.ndarray) -> np.ndarray:
+    """A Falcon-H1 tensor's float32 values [rows, ...] as llama.cpp's converter stores them: times each muP
+    multiplier (gguf_names.falcon_h1_factors, in its order) in float32, rounded once to bfloat16 (the toy's type)
+    by round-to-nearest-even, computed here apart from the export's bytes."""
+    from iekit.convert.gguf_names import falcon_h1_factors
+
+    rows = values.shape[0]
+    w = values.astype(np.float32).reshape(rows, -1)
+    for f in falcon_h1_factors(cfg, name, rows):
+        w = w * (np.asarray(f, np.float32)[:, None] if np.ndim(f) else np.float32(f))
+    bits = w.view(np.uint32).astype(np.uint64)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16  # (no NaNs here)
+    return bits.astype(np.uint32).view(np.float32).reshape(values.shape)
 
 
 # Granite 4's layer types as the Hub's configs spell them, which llama.cpp's converter reads
@@ -130,7 +145,7 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
                                              "tiny-granite4", "tiny-granite4-dense", "tiny-granite-moe",
                                              "tiny-granite-moe-shared", "tiny-nemotron-h",
                                              "tiny-nemotron-h-moe", "tiny-hunyuan-dense", "tiny-hunyuan-moe",
-                                             "tiny-hy-v3", "tiny-mamba2", "tiny-olmo", "tiny-granite-swa",
+                                             "tiny-hy-v3", "tiny-mamba2", "tiny-falcon-h1", "tiny-olmo", "tiny-granite-swa",
                                              "tiny-granite-moe-swa")}
     out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
     out["tiny-deepseek-v3"] = _without_mtp(tmp, "tiny-deepseek-v3")

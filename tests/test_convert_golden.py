@@ -80,6 +80,7 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-jais2", "tiny-jais2", []),
     ("tiny-exaone-moe", "tiny-exaone-moe", []),
     ("tiny-mamba2", "tiny-mamba2", []),
+    ("tiny-falcon-h1", "tiny-falcon-h1", []),
     ("tiny-olmo", "tiny-olmo", []),
     ("tiny-granite-swa", "tiny-granite-swa", []),
     ("tiny-granite-moe-swa", "tiny-granite-moe-swa", []),

@@ -79,7 +79,9 @@ from iekit.runtime.sampling import Sampler, generate
 # tiny-mamba2: Mamba2 alone in every layer (4 heads of 32, B and C in 2 groups, a 4-tap convolution with bias);
 # tiny-olmo: Llama's layer under LayerNorms without weights, q, k and v clamped (about a fifth of them), tied;
 # tiny-granite-swa: Granite's multipliers, a learned sink per head, three sliding layers (one without RoPE);
-# tiny-granite-moe-swa: that attention with 2 of 4 softmax-routed experts (gate_up stacks) beside a shared MLP.
+# tiny-granite-moe-swa: that attention with 2 of 4 softmax-routed experts (gate_up stacks) beside a shared MLP;
+# tiny-falcon-h1: Mamba2 (6 heads of 16, no gated norm) beside attention in every layer, the two summed, every muP
+# multiplier away from 1.
 MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
           "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-gemma", "tiny-arcee", "tiny-stablelm",
           "tiny-starcoder2", "tiny-nemotron", "tiny-phi", "tiny-phi3",
@@ -91,7 +93,7 @@ MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3
           "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5", "tiny-qwen3-5-moe",
           "tiny-qwen3-next", "tiny-lfm2", "tiny-lfm2-moe", "tiny-granite4", "tiny-granite4-dense", "tiny-granite-moe",
           "tiny-granite-moe-shared", "tiny-nemotron-h", "tiny-nemotron-h-moe", "tiny-hunyuan-dense", "tiny-hunyuan-moe",
-          "tiny-hy-v3", "tiny-mamba2", "tiny-olmo", "tiny-granite-swa", "tiny-granite-moe-swa"]
+          "tiny-hy-v3", "tiny-mamba2", "tiny-olmo", "tiny-granite-swa", "tiny-granite-moe-swa", "tiny-falcon-h1"]
 # The context a model's references ran in: tiny-phi3's stay within LongRoPE's original 32 positions, where
 # transformers turns by the short factors; ierun chooses them by the context, as llama.cpp does.
 CTX = {"tiny-phi3": ["--ctx", "32"]}

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import GOLDEN_HF, run_tool
-from llamacpp_models import GRANITE4_LAYERS, LLAMA4_FIXED
+from llamacpp_models import GRANITE4_LAYERS, LLAMA4_FIXED, falcon_h1_stored
 
 from iekit.convert.gguf_names import DECAY_RATES
 from iekit.formats.delta_net import decay_rate
@@ -35,7 +35,7 @@ CHANGES = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss
            "tiny-exaone4": {}, "tiny-olmoe": {}, "tiny-qwen2-moe": {}, "tiny-glm4-moe": {},
            "tiny-minimax-m2": {"rotary_dim": 8, "scoring_func": "sigmoid"},
            "tiny-seed-oss": {}, "tiny-apertus": {}, "tiny-afmoe": {}, "tiny-dots1": {},
-           "tiny-solar-open": {"partial_rotary_factor": 1.0}, "tiny-youtu": {}, "tiny-jais2": {}, "tiny-exaone-moe": {}, "tiny-mamba2": {}, "tiny-olmo": {},
+           "tiny-solar-open": {"partial_rotary_factor": 1.0}, "tiny-youtu": {}, "tiny-jais2": {}, "tiny-exaone-moe": {}, "tiny-mamba2": {}, "tiny-falcon-h1": {}, "tiny-olmo": {},
            "tiny-granite-swa": {"no_rope_layers": [1, 1, 0, 1]}, "tiny-granite-moe-swa": {"no_rope_layers": [1, 1, 0, 1]},
            "tiny-glm4": {}, "tiny-deepseek-v3": {}, "tiny-deepseek-v2": {},
            "tiny-glm4-moe-lite": {"scoring_func": "sigmoid"},
@@ -114,7 +114,10 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
             tolerance = 1 if n.endswith("mamba.A_log") else 0  # (tiny-granite4's rates: _ulps)
             assert _ulps(decay_rate(_values(a, t)), decay_rate(_values(b, tb[n]))) <= tolerance, n
             continue
-        assert np.array_equal(_values(a, t), _values(b, tb[n])), n
+        want = _values(a, t)
+        if name == "tiny-falcon-h1":  # the converter's matrices carry the muP multipliers (falcon_h1_stored)
+            want = falcon_h1_stored(a.meta["config"], n, want.reshape(t["shape"])).astype(np.float64).reshape(-1)
+        assert np.array_equal(want, _values(b, tb[n])), n
     sa, sb = (decoder_spec(m.meta, m.meta_path) for m in (a, b))
     differ = {"inv_freq", "inv_freq_long"}
     if name == "tiny-gemma3":  # (inv_freq_swa: numpy arrays, compared below)
@@ -147,6 +150,12 @@ def test_llamacpp_converted_file_imports_to_its_checkpoint(pair):
     if name == "tiny-hunyuan-dense":  # NTK-alpha RoPE: the converter writes 256k positions whatever the config says
         differ |= {"max_positions"}
         assert (sa.max_positions, sb.max_positions) == (32768, 256 * 1024)
+    if name == "tiny-falcon-h1":  # the multipliers, in the matrices of llama.cpp's file: 1 each in its import
+        mults = {"embed_scale", "logits_scaling", "q_mult", "k_mult", "v_mult", "o_mult", "ssm_out_mult", "gate_mult",
+                 "down_mult", "ssm_in_mults"}
+        differ |= mults
+        assert all(getattr(sb, f) in (1.0, (1.0,) * 5) for f in mults)
+        assert all(getattr(sa, f) not in (1.0, (1.0,) * 5) for f in mults)
     if name == "tiny-deepseek-v3":
         differ |= {"mtp_layers"}
         assert (sa.mtp_layers, sb.mtp_layers) == (1, 0)

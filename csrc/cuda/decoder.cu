@@ -202,6 +202,8 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
   if (c.qk_l2_norm || c.qk_norm_after_rope)
     fail("the CUDA decoder has no q/k norm after RoPE (Llama 4, HunYuan); run it on the CPU");
   if (c.clip_qkv != 0.f) fail("the CUDA decoder does not clamp q, k and v (OLMo's clip_qkv); run it on the CPU");
+  for (float m : {c.q_mult, c.k_mult, c.v_mult, c.o_mult, c.gate_mult, c.down_mult})
+    if (m != 1.f) fail("the CUDA decoder has no muP multipliers (Falcon-H1); run it on the CPU");
   if (c.attn_gate || !c.linear.empty() || !c.short_conv.empty() || !c.ssm.empty())
     fail("the CUDA decoder has no gated attention, linear attention (Qwen3.5), short convolution (LFM2) or Mamba2 "
          "(Granite 4); run it on the CPU");

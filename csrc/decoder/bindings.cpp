@@ -46,6 +46,7 @@ const Field<ie::Matrix ie::LayerWeights::*> kLayerMatrices[] = {
     {"lin_qkv", &ie::LayerWeights::lin_qkv}, {"lin_z", &ie::LayerWeights::lin_z},
     {"lin_b", &ie::LayerWeights::lin_b}, {"lin_a", &ie::LayerWeights::lin_a},
     {"conv_in", &ie::LayerWeights::conv_in}, {"ssm_in", &ie::LayerWeights::ssm_in},
+    {"ssm_out", &ie::LayerWeights::ssm_out},
     {"q_gate", &ie::LayerWeights::q_gate}};
 const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
     {"attn_norm", &ie::LayerWeights::attn_norm}, {"mlp_norm", &ie::LayerWeights::mlp_norm},
@@ -355,6 +356,15 @@ void ie_register_decoder(py::module_& m) {
   config.def_readwrite("ssm_conv", &ie::DecoderConfig::ssm_conv);
   config.def_readwrite("mlp_only", &ie::DecoderConfig::mlp_only);
   config.def_readwrite("mixer_only", &ie::DecoderConfig::mixer_only);
+  config.def_readwrite("ssm_attends", &ie::DecoderConfig::ssm_attends);
+  config.def_readwrite("q_mult", &ie::DecoderConfig::q_mult);
+  config.def_readwrite("k_mult", &ie::DecoderConfig::k_mult);
+  config.def_readwrite("v_mult", &ie::DecoderConfig::v_mult);
+  config.def_readwrite("o_mult", &ie::DecoderConfig::o_mult);
+  config.def_readwrite("ssm_out_mult", &ie::DecoderConfig::ssm_out_mult);
+  config.def_readwrite("gate_mult", &ie::DecoderConfig::gate_mult);
+  config.def_readwrite("down_mult", &ie::DecoderConfig::down_mult);
+  config.def_readwrite("ssm_in_mults", &ie::DecoderConfig::ssm_in_mults);
   def_choice(config, "glu", &ie::DecoderConfig::glu, kGlus);
   def_choice(config, "mlp_act", &ie::DecoderConfig::mlp_act, kMlpActs);
   for (const auto& kv :

@@ -318,6 +318,18 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
            "with latent attention, OLMo 2's or Cohere's layers");
   }
   if (c.attn_gate && mla) fail("decoder config: attn_gate is Qwen3.5's gated attention; not with latent attention");
+  if (c.ssm_attends && (!any_ssm || !c.mlp_only.empty() || !c.mixer_only.empty() || c.n_experts > 0 || c.attn_gate))
+    fail("decoder config: ssm_attends is Falcon-H1's layer (Mamba2 beside attention, then a dense MLP): it needs "
+         "ssm layers, and not Nemotron-H's blocks, experts or gated attention");
+  const auto factor = [](float m) { return std::isfinite(m) && m != 0.f; };
+  for (float m : {c.q_mult, c.k_mult, c.v_mult, c.o_mult, c.ssm_out_mult, c.gate_mult, c.down_mult})
+    if (!factor(m)) fail("decoder config: the muP multipliers must be finite and nonzero");
+  if (!c.ssm_in_mults.empty() &&
+      (c.ssm_in_mults.size() != 5 || !any_ssm || !std::all_of(c.ssm_in_mults.begin(), c.ssm_in_mults.end(), factor)))
+    fail("decoder config: ssm_in_mults must be empty or five finite nonzero factors (z, x, B, C, dt) of a model with "
+         "Mamba2 layers");
+  if ((c.gate_mult != 1.f && !c.mlp_gated) || (c.ssm_out_mult != 1.f && !c.ssm_attends))
+    fail("decoder config: gate_mult needs a gated MLP, ssm_out_mult Falcon-H1's layer (ssm_attends)");
   for (const std::vector<uint8_t>* v : {&c.mlp_only, &c.mixer_only})
     if (!v->empty() && v->size() != static_cast<size_t>(c.n_layers))
       fail("decoder config: mlp_only and mixer_only must be empty or hold one value per layer");
@@ -375,6 +387,8 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     if (!lin && (!absent(L.lin_qkv) || !absent(L.lin_z) || !absent(L.lin_b) || !absent(L.lin_a) ||
                  !L.lin_conv.empty() || !L.lin_dt.empty() || !L.lin_decay.empty() || !L.lin_norm.empty()))
       fail(n + "linear_attn: the layer has attention (the config's linear is 0 for it)");
+    if ((!ssm || !c.ssm_attends) && !absent(L.ssm_out))
+      fail(n + "mamba.out_proj: a Mamba2 layer's out_proj is o here (Falcon-H1's alone has both: ssm_attends)");
     if (ssm) {
       const int64_t inner = static_cast<int64_t>(c.ssm_heads) * c.ssm_head_dim;
       const int64_t ch = inner + 2 * static_cast<int64_t>(c.ssm_groups) * c.ssm_state;
@@ -385,8 +399,10 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       check_vec(n + "mamba.dt_bias", L.ssm_dt, static_cast<size_t>(c.ssm_heads));
       check_vec(n + "mamba.A_log", L.ssm_a, static_cast<size_t>(c.ssm_heads));
       check_vec(n + "mamba.D", L.ssm_d, static_cast<size_t>(c.ssm_heads));
-      check_vec(n + "mamba.norm", L.ssm_norm, static_cast<size_t>(inner));
-      check_matrix(n + "mamba.out_proj", L.o, c.hidden, inner, p);
+      if (!c.ssm_attends || !L.ssm_norm.empty()) check_vec(n + "mamba.norm", L.ssm_norm, static_cast<size_t>(inner));
+      check_matrix(n + "mamba.out_proj", c.ssm_attends ? L.ssm_out : L.o, c.hidden, inner, p);
+    }
+    if (ssm && !c.ssm_attends) {
       if (!absent(L.q) || !absent(L.k) || !absent(L.v) || !L.bq.empty() || !L.bk.empty() || !L.bv.empty() ||
           !L.bo.empty() || !L.q_norm.empty() || !L.k_norm.empty() || !L.sinks.empty())
         fail(n + "self_attn: a Mamba2 layer has no attention projections, biases, norms or sinks");
@@ -442,7 +458,7 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       if (!absent(L.q_a) || !absent(L.kv_a) || !absent(L.kv_b) || !L.q_a_norm.empty() || !L.kv_a_norm.empty())
         fail(n + "q_a_proj, kv_a_proj_with_mqa, kv_b_proj: latent attention's (the config has kv_lora 0)");
     }
-    if (!lin && !conv && !ssm && mixes) check_matrix(n + "o_proj", L.o, c.hidden, o_dim, p);
+    if (!lin && !conv && (!ssm || c.ssm_attends) && mixes) check_matrix(n + "o_proj", L.o, c.hidden, o_dim, p);
     const bool gated = c.mlp_gated;
     if (!has_mlp) {
       if (!absent(L.gate) || !absent(L.up) || !absent(L.down) || !absent(L.shared_gate) || !L.experts.empty() ||
@@ -629,7 +645,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   x_.resize(B * c.hidden);
   const size_t mlp = static_cast<size_t>(std::max(c.inter, c.shared_inter));  // a dense MLP's or the shared expert's
   xn_.resize(B * std::max(static_cast<size_t>(c.hidden), mlp));
-  if (c.parallel_block) par_.resize(B * c.hidden);
+  if (c.parallel_block || c.ssm_attends) par_.resize(B * c.hidden);
   q_.resize(B * q_dim_);
   k_.resize(B * kv_dim_);
   v_.resize(B * v_dim_);
@@ -712,7 +728,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
 
 void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std::vector<int>& capture_experts) {
   const DecoderConfig& c = cfg_;
-  const int slots = 4 * c.n_layers + 1 + (c.kv_lora > 0 ? 2 * c.n_layers : 0);
+  const int slots = 4 * c.n_layers + 1 + (c.kv_lora > 0 || c.ssm_attends ? 2 * c.n_layers : 0);
   for (int slot : capture)
     if (slot < 0 || slot >= slots) fail("collect_stats: capture slot " + std::to_string(slot) + " is outside 0.." + std::to_string(slots - 1));
   for (int l : capture_experts)
@@ -742,7 +758,7 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std:
     // (o_proj: gated DeltaNet's, the short convolution's or Mamba2's out_proj)
     const bool lin = !c.linear.empty() && c.linear[static_cast<size_t>(l)];
     const bool conv = !c.short_conv.empty() && c.short_conv[static_cast<size_t>(l)];
-    const bool ssm = !c.ssm.empty() && c.ssm[static_cast<size_t>(l)];
+    const bool ssm = !c.ssm.empty() && c.ssm[static_cast<size_t>(l)] && !c.ssm_attends;  // (Falcon-H1's: o's)
     for (int n : {c.hidden, lin ? lin_out_ : conv ? c.hidden : ssm ? ssm_inner_ : o_in_, c.hidden,
                   moe ? c.shared_inter : c.inter})
       stats_.emplace_back(static_cast<size_t>(n), 0.0);
@@ -759,6 +775,11 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std:
     for (int l = 0; l < c.n_layers; ++l) {
       stats_.emplace_back(static_cast<size_t>(c.q_lora), 0.0);
       stats_.emplace_back(static_cast<size_t>(c.kv_lora), 0.0);
+    }
+  if (c.ssm_attends)  // (Falcon-H1: each layer's Mamba2 out_proj input, and a slot nothing fills)
+    for (int l = 0; l < c.n_layers; ++l) {
+      stats_.emplace_back(static_cast<size_t>(c.ssm.empty() || !c.ssm[static_cast<size_t>(l)] ? 0 : ssm_inner_), 0.0);
+      stats_.emplace_back(0, 0.0);
     }
 }
 
@@ -1151,6 +1172,14 @@ void Decoder::mamba(int layer, int b) {
   const int nh = c.ssm_heads, P = c.ssm_head_dim, N = c.ssm_state, G = c.ssm_groups, inner = ssm_inner_;
   const size_t R = static_cast<size_t>(ssm_rows_), GN = static_cast<size_t>(G) * N;
   mm(L.ssm_in, xn_prep_, xn_.data(), b, nullptr, ssm_zxbcdt_.data());
+  if (!c.ssm_in_mults.empty())  // Falcon-H1's muP factors of in_proj's row groups z, x, B, C, dt
+    rows(b, [&](int j) {
+      float* r = &ssm_zxbcdt_[static_cast<size_t>(j) * R];
+      const size_t ends[5] = {static_cast<size_t>(inner), 2 * static_cast<size_t>(inner),
+                              2 * static_cast<size_t>(inner) + GN, 2 * static_cast<size_t>(inner) + 2 * GN, R};
+      for (size_t g = 0, i = 0; g < 5; ++g)
+        for (; i < ends[g]; ++i) r[i] *= c.ssm_in_mults[g];
+    });
   conv_silu(conv_state_[layer].data(), ssm_zxbcdt_.data() + inner, R, inner + 2 * G * N, c.ssm_conv,
             L.ssm_conv_w.data(), L.ssm_conv_b.data(), b);
   // Head by head (each its own state [P][N]), token by token: the state
@@ -1177,14 +1206,14 @@ void Decoder::mamba(int layer, int b) {
       }
     }
   });
-  // Each token's y times SiLU(z), RMS-normed group by group times the norm's weights.
+  // Each token's y times SiLU(z), RMS-normed group by group times the norm's weights (where it has them).
   const int gs = inner / G;
   const ActOps& act = kActTable.ops(isa_);
   rows(b, [&](int j) {
     float* y = &att_[static_cast<size_t>(j) * inner];
     const float* z = &ssm_zxbcdt_[static_cast<size_t>(j) * R];
     act.silu_mul(y, z, y, static_cast<size_t>(inner));
-    for (int g = 0; g < G; ++g)
+    for (int g = 0; g < G && !L.ssm_norm.empty(); ++g)
       rmsnorm(y + static_cast<size_t>(g) * gs, L.ssm_norm.data() + static_cast<size_t>(g) * gs, gs, c.eps,
               y + static_cast<size_t>(g) * gs);
   });
@@ -1582,10 +1611,19 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       mix_out(l, b, att_.data(), H);
       continue;
     }
-    if (!c.ssm.empty() && c.ssm[l]) {
+    if (!c.ssm.empty() && c.ssm[l] && !c.ssm_attends) {
       mamba(l, b);
       mix_out(l, b, att_.data(), ssm_inner_);
       continue;
+    }
+    if (!c.ssm.empty() && c.ssm[l]) {  // Falcon-H1: Mamba2 joins the residual, then the attention reads xn_ too
+      mamba(l, b);
+      if (stats_on_) add_stats(4 * c.n_layers + 1 + 2 * l, att_.data(), b, ssm_inner_);
+      prepare(att_prep_, att_.data(), b, ssm_inner_);
+      mm(L.ssm_out, att_prep_, att_.data(), b, nullptr, par_.data());
+      rows(b, [&](int j) {
+        for (int i = 0; i < H; ++i) x_[j * H + i] += par_[j * H + i] * c.ssm_out_mult;
+      });
     }
     const float* bq = or_null(L.bq);
     const float* bk = or_null(L.bk);
@@ -1614,6 +1652,11 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     rows(b, [&](int j) {
       const int pos = n_past_ + j;
       const float* cs = rope_l.data() + static_cast<size_t>(j) * c.head_dim;
+      for (auto [v, n, m] : {std::tuple{&q_[j * q_dim_], q_dim_, c.q_mult},  // (Falcon-H1's muP factors)
+                             std::tuple{&k_[j * kv_dim_], kv_dim_, c.k_mult},
+                             std::tuple{&v_[j * v_dim_], v_dim_, c.v_mult}})
+        if (m != 1.f)
+          for (int i = 0; i < n; ++i) v[i] *= m;
       if (c.clip_qkv > 0.f)  // OLMo: q, k and v clamped as projected
         for (auto [v, n] : {std::pair{&q_[j * q_dim_], q_dim_}, std::pair{&k_[j * kv_dim_], kv_dim_},
                             std::pair{&v_[j * v_dim_], v_dim_}})
@@ -1686,7 +1729,8 @@ void Decoder::mix_out(int l, int b, const float* o_in, int width) {
   rows(b, [&](int j) {
     float* xj = &x_[j * H];
     if (!L.attn_post_norm.empty()) rmsnorm(&xn_[j * H], L.attn_post_norm.data(), H, c.eps, &xn_[j * H]);
-    for (int i = 0; i < H; ++i) xj[i] += xn_[j * H + i] * c.residual_scale;
+    const float m = c.residual_scale * (c.attends(l) ? c.o_mult : 1.f);  // (o_mult: an attention's o alone)
+    for (int i = 0; i < H; ++i) xj[i] += xn_[j * H + i] * m;
   });
   if (c.has_mlp(l)) mlp(l, b);
 }
@@ -1722,9 +1766,12 @@ void Decoder::mlp(int l, int b) {
   } else if (!c.mlp_gated) {
     mm(L.up, xn_prep_, xn_.data(), b, or_null(L.bup), gate_.data());
     mlp_unit(L, gate_.data(), nullptr, b, I);
-  } else if (!swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data(), c.mlp_act == MlpAct::GeluTanh)) {
+  } else if (c.gate_mult != 1.f ||
+             !swiglu_rows8(L.gate, L.up, xn_prep_, b, gate_.data(), c.mlp_act == MlpAct::GeluTanh)) {
     mm(L.gate, xn_prep_, xn_.data(), b, nullptr, gate_.data());
     mm(L.up, xn_prep_, xn_.data(), b, nullptr, up_.data());
+    if (c.gate_mult != 1.f)  // (Falcon-H1: the gate's projection times its muP factor, before the unit)
+      for (size_t i = 0; i < static_cast<size_t>(b) * I; ++i) gate_[i] *= c.gate_mult;
     mlp_unit(L, gate_.data(), up_.data(), b, I);
   }
   if (!routed_only) {
@@ -1741,7 +1788,7 @@ void Decoder::mlp(int l, int b) {
       gate = 1.f;
     }
     if (!L.mlp_post_norm.empty()) rmsnorm(a, L.mlp_post_norm.data(), H, c.eps, a);
-    const float s = c.residual_scale * gate;
+    const float s = c.residual_scale * gate * c.down_mult;
     for (int i = 0; i < H; ++i) x_[static_cast<size_t>(j) * H + i] += a[i] * s;
   });
 }

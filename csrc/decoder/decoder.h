@@ -5,7 +5,8 @@
 // DeepSeek-V2 and V3, GLM-4.7-Flash, Llama 4, ERNIE 4.5 MoE; Qwen3.5, whose layers mix tokens through gated
 // DeltaNet, linear attention, three in four; LFM2, most of whose layers mix them through a short gated
 // convolution; Granite 4 and Nemotron-H, most of whose layers mix them through Mamba2's state space, Nemotron-H's
-// blocks each a mixer or a ReLU-squared MLP alone, and Mamba-2, every layer of which does): RMSNorm, RoPE
+// blocks each a mixer or a ReLU-squared MLP alone, and Mamba-2, every layer of which does; Falcon-H1, whose every layer
+// runs Mamba2 beside attention, under muP multipliers): RMSNorm, RoPE
 // (rotate-half or interleaved pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
 // second table for sliding layers; layers without RoPE), grouped-query
 // attention (or DeepSeek's multi-head latent attention, absorbed into multi-query attention over its latent)
@@ -257,6 +258,16 @@ struct DecoderConfig {
   // where it is its attention or Mamba2 alone (normed by attn_norm; no MLP);
   // empty: every layer both.
   std::vector<uint8_t> mlp_only, mixer_only;
+  // Falcon-H1's hybrid layers: true where every ssm layer also attends, Mamba2 and attention reading the one normed
+  // input side by side and their outputs (ssm_out's, o's) joining the residual together, then the layer's MLP. Its
+  // Mamba2 may run without the grouped RMSNorm (ssm_norm empty: y times SiLU(z) alone, mamba_rms_norm false).
+  bool ssm_attends = false;
+  // Falcon-H1's muP multipliers, each a factor on one projection's output (1: none; transformers multiplies the
+  // input, the same where there is no bias): q, k and v (attention_in_multiplier, k also key_multiplier), o
+  // (attention_out_multiplier), Mamba2's in_proj by its row groups z, x, B, C, dt (ssm_in_multiplier times
+  // ssm_multipliers; empty: none), its out_proj (ssm_out_multiplier), the MLP's gate and down (mlp_multipliers).
+  float q_mult = 1.f, k_mult = 1.f, v_mult = 1.f, o_mult = 1.f, ssm_out_mult = 1.f, gate_mult = 1.f, down_mult = 1.f;
+  std::vector<float> ssm_in_mults;
 
   // Whether layer l keeps recurrent states in place of a KV cache (gated DeltaNet, short convolution, Mamba2).
   bool recurrent(int l) const {
@@ -267,8 +278,8 @@ struct DecoderConfig {
   // have one or the other).
   bool has_mixer(int l) const { return mlp_only.empty() || mlp_only[static_cast<size_t>(l)] == 0; }
   bool has_mlp(int l) const { return mixer_only.empty() || mixer_only[static_cast<size_t>(l)] == 0; }
-  // Whether layer l attends, keeping a KV cache.
-  bool attends(int l) const { return has_mixer(l) && !recurrent(l); }
+  // Whether layer l attends, keeping a KV cache (a Falcon-H1 layer beside its states).
+  bool attends(int l) const { return has_mixer(l) && (!recurrent(l) || ssm_attends); }
 
   // The dims RoPE turns of a q/k head (head_dim but for partial RoPE and latent attention), and a value head's.
   int rotary_dim() const { return 2 * static_cast<int>(inv_freq.size()); }
@@ -346,14 +357,16 @@ struct LayerWeights {
   // [2 inner + 2 ssm_groups ssm_state + ssm_heads, hidden]; ssm_conv_w the
   // taps [channels][ssm_conv] and ssm_conv_b their bias [channels] (channels:
   // inner + 2 ssm_groups ssm_state); ssm_dt (dt_bias), ssm_a (-exp(A_log))
-  // and ssm_d [ssm_heads]; ssm_norm [inner].
-  Matrix ssm_in;
+  // and ssm_d [ssm_heads]; ssm_norm [inner] (or, with ssm_attends, empty:
+  // none). With ssm_attends, q, k, v and o are the attention's and ssm_out
+  // [hidden, inner] is Mamba2's out_proj.
+  Matrix ssm_in, ssm_out;
   std::vector<float> ssm_conv_w, ssm_conv_b, ssm_dt, ssm_a, ssm_d, ssm_norm;
   // The matrices outside the experts a decode step streams whole (kv_b, read per head, apart): the one list the
   // decoder's resident copies and int8 chunk size go by.
-  std::array<Matrix*, 17> streamed() {
+  std::array<Matrix*, 18> streamed() {
     return {&q, &k, &v, &o, &gate, &up, &down, &shared_gate, &q_a, &kv_a, &lin_qkv, &lin_z, &lin_b, &lin_a, &conv_in,
-            &ssm_in, &q_gate};
+            &ssm_in, &ssm_out, &q_gate};
   }
   std::vector<Expert> experts;        // empty: a dense MLP layer
 };
@@ -630,7 +643,8 @@ class Decoder {
   int lin_channels_ = 0, lin_out_ = 0;  // lin_qkv's rows, and the heads' outputs' width
   std::vector<float> lin_scratch_;      // per thread: a channel's last inputs, or a head's S^T k
   size_t lin_scratch_stride_ = 0;
-  std::vector<float> par_;  // parallel_block: each row's normed input, which the MLP reads after the attention
+  // parallel_block: each row's normed input, which the MLP reads after the attention; ssm_attends: ssm_out's output
+  std::vector<float> par_;
   std::vector<float> moe_out_;  // a layer with experts and mlp_post_norm: the routed outputs, normed with the shared one's
   std::vector<float> gate_q_;  // q_gate's rows [chunk, n_heads head_dim], where the attention output reads them
   std::vector<float> part_;  // a decode step's partial softmaxes, [head][span][v_head_dim + 2] (attention)
