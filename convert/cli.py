@@ -271,7 +271,8 @@ def gguf_to_iebin_cmd(gguf_path, out_dir, dtype, dequantize, q4_map, force, imat
       its blocks by head_count_kv and feed_forward_length, one per block),
       mamba2 (Mamba-Codestral: Mamba2 in every layer, no attention),
       falcon-h1 (Falcon-H1: Mamba2 beside attention in every layer; the
-      muP multipliers the converter multiplied into the matrices are 1);
+      muP multipliers the converter multiplied into the matrices are 1),
+      mamba (Mamba 1; Falcon Mamba where ssm.dt_b_c_rms is true);
       files the converter wrote with --fuse-qkv or
       --fuse-gate-up-exps read as the separate tensors;
     - config.json is rebuilt from the GGUF metadata and tokenizer.json from
@@ -454,7 +455,7 @@ def iebin_to_gguf_cmd(model_dir, out_path, requantize, allow_full_attention, spl
       nemotron_h_moe (Nemotron-H: head_count_kv and feed_forward_length
       one per block), mamba2 (Mamba-Codestral), falcon-h1 (Falcon-H1: the
       muP multipliers multiplied into the matrices, as llama.cpp's
-      converter stores them), seed_oss, apertus (each layer's xIELU parameters
+      converter stores them), mamba (Mamba, Falcon Mamba), seed_oss, apertus (each layer's xIELU parameters
       as the xielu.* keys), afmoe (every 4th layer full, mup_enabled),
       dots1 (a key head per query head, as llama.cpp loads it), Solar
       Open (as glm4moe, experts in every layer), Youtu-LLM (as deepseek2,

@@ -469,6 +469,17 @@ def falcon_h1_factors(cfg: dict[str, Any], name: str, rows: int) -> list[Any]:
             "feed_forward.down_proj.weight": [get("mlp_multipliers", 2)[1]]}.get(suffix, [])
 
 
+# Mamba 1's layer (models/mamba, models/falcon_mamba) as convert_hf_to_gguf's MambaModel writes it: its norm as
+# attn_norm, its mixer's tensors one to one (A_log as -exp(A_log) [channels, state], D and the biases 1-D), the
+# model's under backbone. (Nemotron-H's top names)
+_MAMBA1 = {"norm.weight": "attn_norm.weight", "mixer.in_proj.weight": "ssm_in.weight",
+           "mixer.conv1d.weight": "ssm_conv1d.weight", "mixer.conv1d.bias": "ssm_conv1d.bias",
+           "mixer.x_proj.weight": "ssm_x.weight", "mixer.dt_proj.weight": "ssm_dt.weight",
+           "mixer.dt_proj.bias": "ssm_dt.bias", "mixer.A_log": "ssm_a", "mixer.D": "ssm_d",
+           "mixer.out_proj.weight": "ssm_out.weight"}
+_MAMBA1_KEYS = frozenset({"ssm.conv_kernel", "ssm.state_size", "ssm.inner_size", "ssm.time_step_rank",
+                          "ssm.dt_b_c_rms"})
+
 # LFM2's layer (models/lfm2), one to one: Qwen3's attention under its names beside the short convolution's tensors
 _LFM2 = {"operator_norm.weight": "attn_norm.weight", "ffn_norm.weight": "ffn_norm.weight",
          **{f"self_attn.{p}_proj.weight": f"attn_{p}.weight" for p in "qkv"},
@@ -658,6 +669,10 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     GGUFArch("mamba2", "Mamba2ForCausalLM", "mamba2", False,
              {k: v for k, v in _NEMOTRON.items() if not k.startswith(("mixer.q_", "mixer.k_", "mixer.v_", "mixer.o_"))},
              keys=_NEMOTRON_KEYS - {"attention.layer_norm_epsilon"}, top=_NEMOTRON_TOP),
+    # Mamba 1 (state-spaces' Mamba 130M to 2.8B) and Falcon Mamba 7B (ssm.dt_b_c_rms true: dt's low rank, B and C
+    # RMS-normed): llama.cpp's mamba, its selective scan alone in every layer, no attention, no MLP
+    GGUFArch("mamba", "MambaForCausalLM", "mamba", False, _MAMBA1, keys=_MAMBA1_KEYS, top=_NEMOTRON_TOP),
+    GGUFArch("mamba", "FalconMambaForCausalLM", "falcon_mamba", False, _MAMBA1, keys=_MAMBA1_KEYS, top=_NEMOTRON_TOP),
     # Falcon-H1 (0.5B to 34B, Falcon-H1R): every layer Mamba2 beside attention (_FALCON_H1), the Mamba2 dims under
     # ssm.*; the converter multiplies the muP multipliers into the matrices (FALCON_H1_BAKED) and writes none
     GGUFArch("falcon-h1", "FalconH1ForCausalLM", "falcon_h1", False, _FALCON_H1,

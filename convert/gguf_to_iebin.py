@@ -103,6 +103,9 @@ def _arch_of(g: GGUFModel) -> GGUFArch:
     if key == "glm4moe" and "glm4moe.feed_forward_length" not in g.fields:  # (Solar Open's: experts in every layer,
         # no dense width, which its converter writes from a config that has one, as GLM-4.5's always do)
         return by_class["SolarOpenForCausalLM"]
+    if key == "mamba":  # Falcon Mamba's norms of dt, B and C
+        falcon = g.fields.get("mamba.ssm.dt_b_c_rms") is True
+        return by_class["FalconMambaForCausalLM" if falcon else "MambaForCausalLM"]
     if key == "olmo2":  # OLMo 3 is llama.cpp's olmo2 with a window
         return by_class["Olmo3ForCausalLM" if has("attention.sliding_window") else "Olmo2ForCausalLM"]
     return next(a for a in (*GGUF_ARCHS_BY_CLASS.values(), *IMPORTED_AS) if a.gguf == key)
@@ -396,6 +399,8 @@ def build_config(g: GGUFModel) -> dict[str, Any]:
     hidden = _field(g, f"{a}.embedding_length", int)
     if a == "mamba2":
         return _with_token_ids(g, _mamba2_config(g, arch, names, hidden))
+    if a == "mamba":
+        return _with_token_ids(g, _mamba1_config(g, arch, names, hidden))
     heads = _field(g, f"{a}.attention.head_count", int)
     if hidden < 1 or heads < 1:
         raise FormatError(g.path, f"{a}.attention.head_count", f"{heads} heads of a {hidden}-wide model")
@@ -770,6 +775,31 @@ def _mamba2_config(g: GGUFModel, arch: GGUFArch, names: dict[str, Any], hidden: 
             "layer_norm_epsilon": _field(g, f"{a}.attention.layer_norm_rms_epsilon", float),
             "hidden_act": "silu", "use_bias": False, "use_conv_bias": True,
             "tie_word_embeddings": "output.weight" not in names}
+
+
+def _mamba1_config(g: GGUFModel, arch: GGUFArch, names: dict[str, Any], hidden: int) -> dict[str, Any]:
+    """Mamba 1 as MambaConfig (FalconMambaConfig where ssm.dt_b_c_rms is true) says it, from what convert_hf_to_gguf's
+    MambaModel writes: every layer its selective scan alone (no attention heads, no MLP width: 0 or absent, else
+    refused), inner_size a whole multiple of the width (MambaConfig's expand), state_size, time_step_rank,
+    conv_kernel; the RMS eps, which llama.cpp also norms dt, B and C by (Falcon Mamba's mixer_rms_eps); the
+    context_length (2^20, "arbitrary" in the converter) read as nothing, as llama.cpp's graph."""
+    a = arch.gguf
+    for key in ("attention.head_count", "attention.head_count_kv", "feed_forward_length"):
+        if _field(g, f"{a}.{key}", int, 0) != 0:
+            raise FormatError(g.path, f"{a}.{key}", f"{g.fields[f'{a}.{key}']!r:.40}: llama.cpp's mamba has no "
+                                                   "attention or MLP (0 expected)")
+    inner = _ssm_key(g, a, "inner_size", True, 0)
+    if hidden < 1 or inner < 1 or inner % hidden:
+        raise FormatError(g.path, f"{a}.ssm.inner_size", f"{inner}: expected a whole multiple of embedding_length "
+                                                         f"{hidden}")
+    eps = _field(g, f"{a}.attention.layer_norm_rms_epsilon", float)
+    return {"architectures": [arch.hf_class], "model_type": arch.model_type, "hidden_size": hidden,
+            "num_hidden_layers": _field(g, f"{a}.block_count", int), "vocab_size": _vocab(g, a, names),
+            "intermediate_size": inner, "expand": inner // hidden, "state_size": _ssm_key(g, a, "state_size", True, 0),
+            "time_step_rank": _ssm_key(g, a, "time_step_rank", True, 0),
+            "conv_kernel": _ssm_key(g, a, "conv_kernel", True, 0), "layer_norm_epsilon": eps, "hidden_act": "silu",
+            "use_bias": False, "use_conv_bias": True, "tie_word_embeddings": "output.weight" not in names,
+            **({"mixer_rms_eps": eps} if arch.hf_class == "FalconMambaForCausalLM" else {})}
 
 
 def _nemotron_blocks(g: GGUFModel, arch: GGUFArch) -> str:
@@ -1487,7 +1517,8 @@ def _sources(g: GGUFModel, cfg: dict[str, Any]) -> list[_Tensor]:
                 raise FormatError(g.path, where, f"has {len(t.shape)} dimensions; expected a matrix or vector")
             # (a convolution's taps: [channels, 1, taps] as Hugging Face keeps them, the same bytes)
             shape = [t.shape[0], 1, t.shape[1]] if name.endswith(CONV_TAPS) and len(t.shape) == 2 else None
-            flat = name.endswith(FLATTENED)  # (Mamba2's A, D, gated norm: 1-D, the same bytes)
+            # (Mamba2's A, D, gated norm: 1-D, the same bytes; Mamba 1's A_log is [channels, state] in both)
+            flat = name.endswith(FLATTENED) and not DECODER_ARCHS[arch.hf_class].mamba1
             out.append(_Tensor(t, name, "", None, "", shift=norm_shift(arch, name),
                                shape_=[int(np.prod(t.shape))] if flat else shape, log_neg=name.endswith(DECAY_RATES),
                                elementwise=flat))

@@ -389,6 +389,12 @@ def _check_expressible(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpe
     if arch.mamba and spec.ssm_heads * spec.ssm_head_dim != 2 * spec.hidden:  # (its loader asserts it)
         raise IEError(f"{where}.mamba_expand: {spec.ssm_heads * spec.ssm_head_dim // spec.hidden}; llama.cpp's "
                       f"{arch.gguf} runs Mamba2 layers twice as wide as the model only")
+    if spec.ssm1 and spec.ssm1_inner != 2 * spec.hidden:  # (llama.cpp's mamba loader asserts it)
+        raise IEError(f"{where}.intermediate_size: {spec.ssm1_inner}, not twice hidden_size {spec.hidden}; llama.cpp's "
+                      f"{arch.gguf} runs Mamba layers twice as wide as the model only")
+    if spec.ssm1_norms and not math.isclose(spec.ssm1_eps, spec.eps, rel_tol=1e-6):
+        warnings.append(f"mixer_rms_eps {spec.ssm1_eps:g}: llama.cpp norms dt, B and C by the model's eps "
+                        f"{spec.eps:g} (layer_norm_epsilon) instead: the same model but for those norms' eps")
     grouped = arch.hf_class in delta_net.GROUPED_IN_GGUF
     if arch.linear and spec.lin_k_heads != spec.lin_v_heads and spec.lin_v_tiled == grouped:
         order, want = ("'tiled'", "Hugging Face's grouped") if grouped else ("'grouped'", "its tiled")
@@ -537,7 +543,8 @@ def _plan_tensors(plan: _Plan) -> None:
         shape = list(e["shape"])
         if hf.endswith(CONV_TAPS):  # [channels, 1, taps] as llama.cpp's [channels, taps]: the same bytes
             shape = [shape[0], shape[-1]]
-        shape = gguf_2d_shape(hf, shape[0], spec.ssm_groups) or shape
+        if not spec.ssm1:  # (Mamba 1's A_log and D as they are)
+            shape = gguf_2d_shape(hf, shape[0], spec.ssm_groups) or shape
         plan.add(mtp_gguf_name(arch, hf, spec.n_layers) or gguf_layer_name(arch, hf), [_Part(e, order)], shape)
         if arch.gguf == "falcon-h1":
             _multiplied(plan, plan.out[-1], falcon_h1_factors(cfg, hf, shape[0]))
@@ -810,8 +817,9 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     main = max(weight_elems, key=weight_elems.get) if weight_elems else "f32"
     kv["general.file_type"] = int(LlamaFileType[weight_types.get(main).GGUF_FILE_TYPE or "ALL_F32"])
     kv["general.quantization_version"] = QUANTIZATION_VERSION
-    # (Granite 4 with Mamba2 layers: 2^20, as convert_hf_to_gguf's GraniteHybridModel writes for a model without RoPE)
-    kv[f"{a}.context_length"] = 2 ** 20 if any(spec.ssm) else spec.max_positions
+    # (Granite 4 with Mamba2 layers: 2^20, as convert_hf_to_gguf's GraniteHybridModel writes for a model without RoPE;
+    # Mamba-2's and Mamba 1's too)
+    kv[f"{a}.context_length"] = 2 ** 20 if any(spec.ssm) or any(spec.ssm1) else spec.max_positions
     kv[f"{a}.embedding_length"] = spec.hidden
     # (llama.cpp counts the MTP layers it reads: nextn_predict_layers)
     kv[f"{a}.block_count"] = spec.n_layers + _mtp_written(arch, spec)
@@ -972,13 +980,19 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         kv[f"{a}.attention.head_count_kv"] = spec.n_kv_heads
         del kv[f"{a}.rope.dimension_count"]
         _mamba2_kv(kv, a, spec)
-    if a == "mamba2":  # as convert_hf_to_gguf's Mamba2Model writes it: no attention heads and no MLP width (0, which
-        # llama.cpp's loader reads all the same), the Mamba2 dims, the RMS eps; no RoPE, no vocabulary size
+    if a in ("mamba2", "mamba"):  # as convert_hf_to_gguf's Mamba2Model and MambaModel write them: no attention heads
+        # and no MLP width (0, which llama.cpp's loader reads all the same), the scan's dims, the RMS eps; no RoPE, no
+        # vocabulary size
         kept = ("context_length", "embedding_length", "block_count", "attention.layer_norm_rms_epsilon")
         for key in [k for k in kv if k.startswith(a + ".") and k[len(a) + 1:] not in kept]:
             del kv[key]
         kv.update({f"{a}.feed_forward_length": 0, f"{a}.attention.head_count": 0})
-        _mamba2_kv(kv, a, spec)
+        if a == "mamba2":
+            _mamba2_kv(kv, a, spec)
+        else:  # (ssm.dt_b_c_rms: Falcon Mamba's norms of dt, B and C)
+            kv.update({f"{a}.ssm.conv_kernel": spec.ssm_conv, f"{a}.ssm.inner_size": spec.ssm1_inner,
+                       f"{a}.ssm.state_size": spec.ssm_state, f"{a}.ssm.time_step_rank": spec.ssm1_rank,
+                       f"{a}.ssm.dt_b_c_rms": spec.ssm1_norms})
     # where it came from: the artifact's own digest and its source's
     alg = model.checksum
     kv["iekit.artifact.checksum"] = f"{alg}:{_digest(model)}"

@@ -35,7 +35,8 @@ SINGLE_NAME = "model.safetensors"
 # architecture: NemotronH's checkpoints name their model backbone (and Mamba2's, whose module transformers still
 # calls so: read as model. all the same, the names every layer part here has). Every tool here then sees those names;
 # a checkpoint written again (gguf-to-hf) takes the Hub's (checkpoint_name), which llama.cpp's converter reads.
-PREFIXES = {"NemotronHForCausalLM": ("backbone.", "model."), "Mamba2ForCausalLM": ("backbone.", "model.")}
+PREFIXES = {"NemotronHForCausalLM": ("backbone.", "model."), "Mamba2ForCausalLM": ("backbone.", "model."),
+            "MambaForCausalLM": ("backbone.", "model."), "FalconMambaForCausalLM": ("backbone.", "model.")}
 
 
 def _prefix(config: Any) -> tuple[str, str] | None:

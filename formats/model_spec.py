@@ -134,6 +134,11 @@ class Arch:
     # Mamba-2 (models/mamba2): Nemotron-H's Mamba2 block in every layer and nothing else (no attention, no MLP), under
     # Mamba2Config's keys (_mamba2)
     mamba2: bool = False
+    # Mamba 1 (models/mamba, models/falcon_mamba): its selective scan alone in every layer, Nemotron-H's block names
+    # (MAMBA1: in_proj, conv1d, x_proj, dt_proj, A_log [channels, state], D, out_proj under mixer.), no attention, no
+    # MLP (_mamba1); Falcon Mamba's weightless RMS norms of dt's low rank, B and C where falcon_mamba
+    mamba1: bool = False
+    falcon_mamba: bool = False
     # Falcon-H1 (models/falcon_h1): Granite 4's Mamba2 (its inner width mamba_d_ssm; no gated norm) beside attention
     # in every layer, reading one norm's output, their outputs joining the residual together, then the MLP (under
     # feed_forward, normed by pre_ff_layernorm); muP multipliers on the embeddings, logits and projections
@@ -163,6 +168,11 @@ class Arch:
     # without layer_types, the layers from config.max_window_layers (this its default) on slide where
     # config.sliding_window is set (Dots1Config's rule; 0: none but by layer_types)
     max_window_layers: int = 0
+
+    @property
+    def attends_nowhere(self) -> bool:
+        """No layer attends (Mamba-2's, Mamba 1's): no head counts to read."""
+        return self.mamba2 or self.mamba1
 
 
 # LFM2's names for Llama's (Arch.renames)
@@ -382,6 +392,10 @@ ARCHS = {
     # models/mamba2 (Mamba-Codestral-7B; the Mamba-2 checkpoints in transformers' layout)
     "Mamba2ForCausalLM": Arch(mamba=True, nemotron=True, mamba2=True, renames=NEMOTRON_NAMES, ungated=True,
                               default_act="silu"),
+    # models/mamba (state-spaces' Mamba 130M to 2.8B) and models/falcon_mamba (Falcon Mamba 7B)
+    "MambaForCausalLM": Arch(nemotron=True, mamba1=True, renames=NEMOTRON_NAMES, ungated=True, default_act="silu"),
+    "FalconMambaForCausalLM": Arch(nemotron=True, mamba1=True, falcon_mamba=True, renames=NEMOTRON_NAMES,
+                                   ungated=True, default_act="silu"),
 }
 ARCHITECTURES = tuple(ARCHS)
 LLAMA4_MLP_INTER = 16384  # Llama4TextConfig's intermediate_size_mlp: its dense layers' width
@@ -527,6 +541,14 @@ FALCON_H1_DEFAULTS = {"mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state"
 FALCON_H1_MULTIPLIERS = ("embedding_multiplier", "lm_head_multiplier", "attention_in_multiplier", "key_multiplier",
                          "attention_out_multiplier", "ssm_in_multiplier", "ssm_out_multiplier")
 FALCON_H1_MULTIPLIER_LISTS = {"mlp_multipliers": 2, "ssm_multipliers": 5}
+# Mamba 1's layer (Arch.mamba1) by its decoder keys: in_proj bound as ssm_in, the convolution's taps and bias, x_proj,
+# dt_proj and its bias, A_log (bound as -exp(A_log)), D; out_proj as o
+MAMBA1 = {"ssm_in": "in_proj.weight", "ssm_conv_w": "conv1d.weight", "ssm_conv_b": "conv1d.bias",
+          "ssm_x": "x_proj.weight", "ssm_dt_w": "dt_proj.weight", "ssm_dt": "dt_proj.bias", "ssm_a": "A_log",
+          "ssm_d": "D", "o": "out_proj.weight"}
+MAMBA1_MATRICES = ("ssm_in", "ssm_x", "ssm_dt_w", "o")
+# MambaConfig's defaults of the keys its layers read (time_step_rank "auto": ceil(hidden_size / 16))
+MAMBA1_DEFAULTS = {"state_size": 16, "expand": 2, "conv_kernel": 4}
 # Nemotron-H's blocks: config.layers_block_type's values (transformers 5's, and the Hub's legacy ones) and
 # hybrid_override_pattern's characters, as M (Mamba2), * (attention), - (MLP), E (experts)
 NEMOTRON_BLOCKS = {"linear_attention": "M", "mamba": "M", "full_attention": "*", "attention": "*", "mlp": "-",
@@ -683,6 +705,13 @@ class DecoderSpec:
     # (mixer_only); empty: every layer both
     mlp_only: tuple[bool, ...] = ()
     mixer_only: tuple[bool, ...] = ()
+    # Mamba 1 (Arch.mamba1): per layer, its selective scan (every layer); its channels, dt's rank (ssm_state and
+    # ssm_conv: its state's dims and taps), Falcon Mamba's norms of dt, B and C and their eps
+    ssm1: tuple[bool, ...] = ()
+    ssm1_inner: int = 0
+    ssm1_rank: int = 0
+    ssm1_norms: bool = False
+    ssm1_eps: float = 0.0
     # Falcon-H1 (Arch.falcon_h1): every Mamba2 layer also attends (its out_proj bound as ssm_out, o the attention's);
     # its muP multipliers as factors on projections' outputs (csrc/decoder/decoder.h: q_mult ... ssm_in_mults)
     ssm_attends: bool = False
@@ -705,8 +734,8 @@ class DecoderSpec:
     @property
     def recurrent(self) -> tuple[bool, ...]:
         """Per layer, whether it keeps a state instead of a KV cache (gated DeltaNet's, the short
-        convolution's, Mamba2's), which cannot be rewound; empty: no layer does."""
-        kinds = [k for k in (self.linear, self.short_conv, self.ssm) if k]
+        convolution's, Mamba2's, Mamba 1's), which cannot be rewound; empty: no layer does."""
+        kinds = [k for k in (self.linear, self.short_conv, self.ssm, self.ssm1) if k]
         return tuple(any(k[i] for k in kinds) for i in range(self.n_layers)) if kinds else ()
 
     @property
@@ -881,8 +910,8 @@ def check_convertible(model: dict[str, Any], config: dict[str, Any], shapes: dic
     tensors)."""
     if model.get("architecture") not in ARCHS:
         return None
-    needed = ("hidden_size", "num_hidden_layers") + (() if ARCHS[model["architecture"]].mamba2 else
-                                                     ("num_attention_heads",))  # (Mamba-2 attends nowhere)
+    needed = ("hidden_size", "num_hidden_layers") + (() if ARCHS[model["architecture"]].attends_nowhere else
+                                                     ("num_attention_heads",))  # (Mamba-2, Mamba 1)
     missing = [k for k in needed if model.get(k) is None]
     if missing:
         return f"ierun cannot run this model: {label}: no {', '.join(missing)} (not the config of a whole model)"
@@ -1256,13 +1285,13 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         act = "gelu_pytorch_tanh"
     # (relu2 has no gate: an MLP without one, whose experts (Nemotron-H's) have no other unit)
     # (Mamba-2's hidden_act is its convolution's, SiLU; it has no MLP; Falcon-H1's both its MLP's and its Mamba2's)
-    acts = ("silu",) if arch.mamba2 or arch.falcon_h1 else ("relu2",) if arch.nemotron else \
+    acts = ("silu",) if arch.attends_nowhere or arch.falcon_h1 else ("relu2",) if arch.nemotron else \
         tuple(MLP_ACTS) if arch.ungated else ("silu",) if arch.moe else ("silu", "gelu_pytorch_tanh")
     if act not in acts:
         raise UnsupportedError(f"{meta_path}: model.hidden_act: {act!r} is not supported ({' and '.join(acts)} "
                                f"{'are' if len(acts) > 1 else 'is'})")
     hidden = _int(m, meta_path, "hidden_size")
-    if arch.mamba2:  # (no attention: one head of two dims stands in, which no layer reads; head_dim is Mamba2's)
+    if arch.attends_nowhere:  # (no attention: one head of two dims stands in, which no layer reads)
         heads, head_dim, n_kv = 1, 2, 1
     else:
         heads = _int(m, meta_path, "num_attention_heads")
@@ -1294,6 +1323,8 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
         mixers = _linear(cfg, n_layers, meta_path)
     elif arch.mamba2:
         mixers = _mamba2(cfg, n_layers, hidden, meta_path)
+    elif arch.mamba1:
+        mixers = _mamba1(cfg, n_layers, hidden, meta_path, arch.falcon_mamba)
     elif arch.falcon_h1:
         mixers = _falcon_h1(cfg, n_layers, hidden, meta_path)
     elif arch.nemotron:
@@ -1301,7 +1332,7 @@ def decoder_spec(meta: dict[str, Any], meta_path: Path) -> DecoderSpec:
     else:
         mixers = _lfm2(cfg, n_layers, meta_path, arch.moe is not None) if arch.short_conv else \
             _mamba(cfg, n_layers, hidden, meta_path) if arch.mamba else {}
-    kinds = mixers.get("linear") or mixers.get("short_conv") or mixers.get("ssm") or (False,) * n_layers
+    kinds = next((mixers[k] for k in ("linear", "short_conv", "ssm", "ssm1") if mixers.get(k)), (False,) * n_layers)
     mlp_only = mixers.get("mlp_only") or (False,) * n_layers
     attends = [not ((k and not arch.falcon_h1) or o) for k, o in zip(kinds, mlp_only)]
     first = attends.index(True) if True in attends else None  # (the first attention layer's q_proj)
@@ -1685,6 +1716,26 @@ def _falcon_h1(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path)
             "o_mult": mult("attention_out_multiplier"), "ssm_out_mult": mult("ssm_out_multiplier"),
             "ssm_in_mults": tuple(ssm_in * m for m in mults("ssm_multipliers")), "gate_mult": gate,
             "down_mult": down}
+
+
+def _mamba1(cfg: dict[str, Any], n_layers: int, hidden: int, meta_path: Path, norms: bool) -> dict[str, Any]:
+    """Mamba 1's layers as DecoderSpec fields (MambaConfig's and FalconMambaConfig's keys and defaults): every layer
+    its selective scan alone, intermediate_size channels (expand x hidden_size, as the config derives it), state_size,
+    time_step_rank ("auto": ceil(hidden_size / 16)), conv_kernel; with ``norms`` (Falcon Mamba) dt's low rank, B and
+    C RMS-normed by mixer_rms_eps. What the decoder does not run is refused: biases on the projections, no
+    convolution bias (an activation but SiLU: decoder_spec)."""
+    def get(key: str) -> int:
+        return _int(cfg, meta_path, key, MAMBA1_DEFAULTS[key], section="config")
+
+    rank = cfg.get("time_step_rank", "auto")
+    rank = -(-hidden // 16) if rank == "auto" else _int(cfg, meta_path, "time_step_rank", section="config")
+    _refuse_unlike(cfg, meta_path, (("use_bias", False), ("use_conv_bias", True)),
+                   "it runs Mamba without biases on the projections, with a convolution bias")
+    eps = _positive(cfg, meta_path, "mixer_rms_eps", 1e-6, section="config") if norms else 0.0
+    inner = _int(cfg, meta_path, "intermediate_size", get("expand") * hidden, section="config")
+    return {"ssm1": (True,) * n_layers, "ssm1_inner": inner, "ssm1_rank": rank,
+            "ssm_state": get("state_size"), "ssm_conv": get("conv_kernel"), "ssm1_norms": norms, "ssm1_eps": eps,
+            "mlp_only": (False,) * n_layers, "mixer_only": (True,) * n_layers, "inter": 1}
 
 
 def _nemotron_moe(cfg: dict[str, Any], n_layers: int, meta_path: Path) -> MoeSpec | None:
@@ -2133,6 +2184,13 @@ def _nemotron_parts(s: DecoderSpec, i: int, shapes: dict[str, tuple[int, ...]]) 
             return norm + _expert_parts(s, pre)
         return norm + [Part(key, f"{pre}mixer.{key}_proj.weight", shapes[key]) for key in ("up", "down")]
     norm = [Part("attn_norm", pre + "norm.weight", (s.hidden,), VECTOR)]
+    if s.ssm1:  # (Mamba 1's layer)
+        d, shapes = s.ssm1_inner, {"ssm_in": (2 * s.ssm1_inner, s.hidden), "ssm_conv_w": (s.ssm1_inner, 1, s.ssm_conv),
+                                   "ssm_x": (s.ssm1_rank + 2 * s.ssm_state, s.ssm1_inner),
+                                   "ssm_dt_w": (s.ssm1_inner, s.ssm1_rank), "ssm_a": (s.ssm1_inner, s.ssm_state),
+                                   "o": (s.hidden, s.ssm1_inner)}
+        return norm + [Part(key, f"{pre}mixer.{hf}", shapes.get(key, (d,)),
+                            MATRIX if key in MAMBA1_MATRICES else VECTOR) for key, hf in MAMBA1.items()]
     if s.ssm[i]:
         return norm + _mamba_parts(s, pre, "mixer.")
     return norm + [Part(key, f"{pre}mixer.{key}_proj.weight", shapes[key]) for key in ("q", "k", "v", "o")]

@@ -227,6 +227,10 @@ from transformers import (  # noqa: E402
     Mamba2ForCausalLM,
     FalconH1Config,
     FalconH1ForCausalLM,
+    MambaConfig,
+    MambaForCausalLM,
+    FalconMambaConfig,
+    FalconMambaForCausalLM,
     OlmoConfig,
     OlmoForCausalLM,
     GraniteSWAConfig,
@@ -432,6 +436,8 @@ FALCON_H1_MULTIPLIERS = {"embedding_multiplier": 4.0, "lm_head_multiplier": 0.5,
                          "attention_in_multiplier": 0.8, "attention_out_multiplier": 0.9, "ssm_in_multiplier": 2.5,
                          "ssm_out_multiplier": 4.0, "mlp_multipliers": [0.9, 0.6],
                          "ssm_multipliers": [0.35, 0.25, 0.5, 0.7, 0.6]}
+MAMBA_SEED = SEED + 481  # the best of SEED + 480..491: its greedy cases run 16 tokens with margins >= 2.0
+FALCON_MAMBA_SEED = SEED + 506  # the best of SEED + 500..511: its greedy cases run 16 tokens with margins >= 0.04
 MAMBA2_SEED = SEED + 330  # the best of SEED + 330..341: its greedy cases run 16 tokens with margins >= 0.035
 JAIS2_SEED = SEED + 321  # the best of SEED + 320..331: its greedy cases run 16 tokens with margins >= 0.17
 YOUTU_SEED = SEED + 311  # the best of SEED + 300..311: its greedy cases run 16 tokens with margins >= 0.069
@@ -2170,6 +2176,34 @@ def make_falcon_h1(tok) -> None:
         assert np.abs(moved - base).max() > 0.01 * np.abs(base).max(), key
 
 
+def _mamba_config(cls, tok, **extra):
+    """Mamba 1's layer on a toy: three layers of its selective scan alone (128 channels, expand 2 x 64, as llama.cpp
+    requires; states of 16, a time-step rank of 8, 4 taps with a bias), no attention, no MLP; a tied head, as the
+    Hub's Mamba checkpoints have it. Its vocabulary is the tokenizer's, a multiple of 8, as llama.cpp's converter
+    pads it."""
+    assert len(tok) % 8 == 0
+    return cls(vocab_size=len(tok), hidden_size=64, num_hidden_layers=3, state_size=16, expand=2, conv_kernel=4,
+               time_step_rank=8, use_conv_bias=True, use_bias=False, layer_norm_epsilon=1e-5,
+               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=None,
+               tie_word_embeddings=True, **extra)
+
+
+def make_mamba(tok) -> None:
+    """Mamba 1 (state-spaces/mamba-130m-hf ... 2.8b) on a toy (_mamba_config)."""
+    cfg = _mamba_config(MambaConfig, tok)
+    cfg.architectures = ["MambaForCausalLM"]
+    save_model(tok, "tiny-mamba", MambaForCausalLM, cfg, MAMBA_SEED, torch.bfloat16)
+
+
+def make_falcon_mamba(tok) -> None:
+    """Falcon Mamba 7B on a toy (_mamba_config): dt's low rank, B and C RMS-normed without weights, with
+    mixer_rms_eps the model's layer_norm_epsilon (llama.cpp norms them with that); untied, as Falcon Mamba 7B."""
+    cfg = _mamba_config(FalconMambaConfig, tok, mixer_rms_eps=1e-5)
+    cfg.tie_word_embeddings = False
+    cfg.architectures = ["FalconMambaForCausalLM"]
+    save_model(tok, "tiny-falcon-mamba", FalconMambaForCausalLM, cfg, FALCON_MAMBA_SEED, torch.bfloat16)
+
+
 def make_nemotron_h_moe(tok) -> None:
     """Nemotron 3 Nano's blocks on a toy (_nemotron_h_config): Mamba2 and expert blocks around one attention
     block; 4 experts of 32 channels (ReLU-squared, no gate), the top 2 by sigmoid score plus the correction bias,
@@ -2437,6 +2471,8 @@ def main() -> None:
     make_nemotron_h_moe(tok)
     make_mamba2(tok)
     make_falcon_h1(tok)
+    make_mamba(tok)
+    make_falcon_mamba(tok)
     make_cohere2(tok)
     make_cohere(tok)
     make_fp8("tiny-qwen3", "tiny-qwen3-fp8", Qwen3ForCausalLM, [32, 32])

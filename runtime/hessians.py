@@ -176,9 +176,10 @@ class Hessians:
         slot, expert = unit
         if slot == 4 * s.n_layers:
             return s.hidden
-        if slot > 4 * s.n_layers:  # latent attention's q_b and kv_b inputs; Falcon-H1's Mamba2 out_proj's
-            own = slot - 4 * s.n_layers - 1
-            return s.ssm_heads * s.ssm_head_dim if s.ssm_attends else (s.q_lora, s.kv_lora)[own % 2]
+        if slot > 4 * s.n_layers:  # latent attention's q_b and kv_b inputs; Falcon-H1's Mamba2 out_proj's;
+            own = slot - 4 * s.n_layers - 1  # Mamba 1's x_proj and dt_proj
+            return s.ssm_heads * s.ssm_head_dim if s.ssm_attends else \
+                (s.ssm1_inner, s.ssm1_rank)[own % 2] if s.ssm1 else (s.q_lora, s.kv_lora)[own % 2]
         if expert >= 0:
             return s.hidden if slot % 4 == 2 else s.moe.inter
         if slot % 4 == 3 and s.moe is not None and s.moe.layers[slot // 4]:  # a shared expert's down input
@@ -187,6 +188,8 @@ class Hessians:
             return s.lin_v_heads * s.lin_v_dim
         if slot % 4 == 1 and s.short_conv and s.short_conv[slot // 4]:  # the short convolution's gated sums
             return s.hidden
+        if slot % 4 == 1 and s.ssm1:  # Mamba 1's gated scan (its out_proj)
+            return s.ssm1_inner
         if slot % 4 == 1 and s.ssm and s.ssm[slot // 4] and not s.ssm_attends:  # Mamba2's gated, normed scan
             return s.ssm_heads * s.ssm_head_dim
         return (s.hidden, s.n_heads * s.v_dim, s.hidden, s.inter)[slot % 4]

@@ -14,7 +14,8 @@ them (Qwen2-MoE) sees every row, as a dense MLP does. Latent attention
 (DeepSeek) reads the attention norm's output in q_a (or q_proj) and kv_a, and
 has two inputs of its own per layer: q_a's normed output (q_b) and the
 latent's (kv_b), in the decoder's slots after the head's (dense_inputs), where
-Falcon-H1's Mamba2 out_proj (beside its attention's o) reads its own too.
+Falcon-H1's Mamba2 out_proj (beside its attention's o) reads its own too, and
+Mamba 1's x_proj and dt_proj theirs.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def dense_inputs(s, layer: int) -> dict[str, int]:
         slots.update(kv_b=own + 1, **({"q": own} if s.q_lora else {}))
     if s.ssm_attends:  # (Falcon-H1: its Mamba2's out_proj beside the attention's o)
         slots["ssm_out"] = own
+    if s.ssm1:  # (Mamba 1: x_proj reads the convolved x, dt_proj dt's low rank)
+        slots.update(ssm_x=own, ssm_dt_w=own + 1)
     if s.moe is None or not s.moe.layers[layer]:
         slots.update({k: 4 * layer + v for k, v in MLP_SLOTS.items()})
     pre = f"model.layers.{layer}."

@@ -41,7 +41,8 @@ ARCH_OF = {"tiny-llama": "llama", "tiny-llama3": "llama", "tiny-qwen2": "qwen2",
            "tiny-ernie4-5": "ernie4_5", "tiny-ernie4-5-moe": "ernie4_5-moe",
            "tiny-seed-oss": "seed_oss", "tiny-apertus": "apertus", "tiny-afmoe": "afmoe", "tiny-dots1": "dots1",
            "tiny-solar-open": "glm4moe", "tiny-youtu": "deepseek2", "tiny-jais2": "jais2",
-           "tiny-exaone-moe": "exaone-moe", "tiny-mamba2": "mamba2", "tiny-falcon-h1": "falcon-h1", "tiny-olmo": "olmo",
+           "tiny-exaone-moe": "exaone-moe", "tiny-mamba2": "mamba2", "tiny-falcon-h1": "falcon-h1", "tiny-mamba": "mamba",
+           "tiny-falcon-mamba": "mamba", "tiny-olmo": "olmo",
            "tiny-granite-swa": "granite_swa", "tiny-granite-moe-swa": "granite_swa",
            "tiny-glm4": "glm4",
            "tiny-cohere2": "cohere2", "tiny-cohere": "command-r", "tiny-qwen3-5": "qwen35",
@@ -145,7 +146,8 @@ def llamacpp_models(tmp: Path) -> dict[str, Path]:
                                              "tiny-granite4", "tiny-granite4-dense", "tiny-granite-moe",
                                              "tiny-granite-moe-shared", "tiny-nemotron-h",
                                              "tiny-nemotron-h-moe", "tiny-hunyuan-dense", "tiny-hunyuan-moe",
-                                             "tiny-hy-v3", "tiny-mamba2", "tiny-falcon-h1", "tiny-olmo", "tiny-granite-swa",
+                                             "tiny-hy-v3", "tiny-mamba2", "tiny-falcon-h1", "tiny-mamba", "tiny-falcon-mamba",
+                                             "tiny-olmo", "tiny-granite-swa",
                                              "tiny-granite-moe-swa")}
     out["tiny-qwen3-moe"] = _qwen3_moe_every_layer(tmp)
     out["tiny-deepseek-v3"] = _without_mtp(tmp, "tiny-deepseek-v3")

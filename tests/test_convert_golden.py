@@ -81,6 +81,8 @@ def payload(m: iebin.IebinModel, t: dict) -> bytes:
     ("tiny-exaone-moe", "tiny-exaone-moe", []),
     ("tiny-mamba2", "tiny-mamba2", []),
     ("tiny-falcon-h1", "tiny-falcon-h1", []),
+    ("tiny-mamba", "tiny-mamba", []),
+    ("tiny-falcon-mamba", "tiny-falcon-mamba", []),
     ("tiny-olmo", "tiny-olmo", []),
     ("tiny-granite-swa", "tiny-granite-swa", []),
     ("tiny-granite-moe-swa", "tiny-granite-moe-swa", []),

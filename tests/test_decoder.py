@@ -81,7 +81,8 @@ from iekit.runtime.sampling import Sampler, generate
 # tiny-granite-swa: Granite's multipliers, a learned sink per head, three sliding layers (one without RoPE);
 # tiny-granite-moe-swa: that attention with 2 of 4 softmax-routed experts (gate_up stacks) beside a shared MLP;
 # tiny-falcon-h1: Mamba2 (6 heads of 16, no gated norm) beside attention in every layer, the two summed, every muP
-# multiplier away from 1.
+# multiplier away from 1; tiny-mamba: Mamba 1's selective scan alone in every layer (128 channels, states of 16, a
+# time-step rank of 8), tied; tiny-falcon-mamba: the same with dt's low rank, B and C RMS-normed, untied.
 MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
           "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-gemma", "tiny-arcee", "tiny-stablelm",
           "tiny-starcoder2", "tiny-nemotron", "tiny-phi", "tiny-phi3",
@@ -93,7 +94,8 @@ MODELS = ["tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-llama3", "tiny-qwen3
           "tiny-cohere2", "tiny-cohere", "tiny-qwen3-5", "tiny-qwen3-5-moe",
           "tiny-qwen3-next", "tiny-lfm2", "tiny-lfm2-moe", "tiny-granite4", "tiny-granite4-dense", "tiny-granite-moe",
           "tiny-granite-moe-shared", "tiny-nemotron-h", "tiny-nemotron-h-moe", "tiny-hunyuan-dense", "tiny-hunyuan-moe",
-          "tiny-hy-v3", "tiny-mamba2", "tiny-olmo", "tiny-granite-swa", "tiny-granite-moe-swa", "tiny-falcon-h1"]
+          "tiny-hy-v3", "tiny-mamba2", "tiny-olmo", "tiny-granite-swa", "tiny-granite-moe-swa", "tiny-falcon-h1",
+          "tiny-mamba", "tiny-falcon-mamba"]
 # The context a model's references ran in: tiny-phi3's stay within LongRoPE's original 32 positions, where
 # transformers turns by the short factors; ierun chooses them by the context, as llama.cpp does.
 CTX = {"tiny-phi3": ["--ctx", "32"]}

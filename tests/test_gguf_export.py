@@ -125,7 +125,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
               if t["name"].startswith("mtp.layers.")}
     mtp = 0 if cfg["model_type"] == "deepseek_v3" else cfg.get("num_nextn_predict_layers", len(beside))
     nemotron = a in ("nemotron_h", "nemotron_h_moe")  # (transformers 5 saves its blocks, not their count)
-    mamba2 = a == "mamba2"  # (Mamba2 alone: no attention, no MLP)
+    mamba1 = a == "mamba"  # (Mamba 1's scan alone: no attention, no MLP)
+    mamba2 = a == "mamba2" or mamba1  # (Mamba2 alone: no attention, no MLP)
     trunk = len(cfg["layers_block_type"]) if nemotron else cfg["num_hidden_layers"]
     assert kv[f"{a}.block_count"] == trunk + mtp
     assert kv[f"{a}.attention.head_count"] == (0 if mamba2 else cfg["num_attention_heads"])
@@ -152,10 +153,16 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         assert kv[f"{a}.rope.scaling.finetuned"] is False and f"{a}.rope.freq_base" not in kv
     if mamba2:  # (as Mamba2Model writes it: no KV heads, no width; the Mamba2 dims under ssm.*)
         assert f"{a}.attention.head_count_kv" not in kv and kv[f"{a}.feed_forward_length"] == 0
-        assert [kv[f"{a}.ssm.{k}"] for k in ("conv_kernel", "state_size", "group_count", "inner_size",
-                                               "time_step_rank")] == \
-            [cfg["conv_kernel"], cfg["state_size"], cfg["n_groups"], cfg["num_heads"] * cfg["head_dim"],
-             cfg["num_heads"]]
+        if mamba1:  # (MambaModel's: no groups; dt's rank; Falcon Mamba's norms of dt, B and C)
+            assert [kv[f"{a}.ssm.{k}"] for k in ("conv_kernel", "state_size", "inner_size", "time_step_rank",
+                                                   "dt_b_c_rms")] == \
+                [cfg["conv_kernel"], cfg["state_size"], cfg["intermediate_size"], cfg["time_step_rank"],
+                 cfg["model_type"] == "falcon_mamba"]
+        else:
+            assert [kv[f"{a}.ssm.{k}"] for k in ("conv_kernel", "state_size", "group_count", "inner_size",
+                                                   "time_step_rank")] == \
+                [cfg["conv_kernel"], cfg["state_size"], cfg["n_groups"], cfg["num_heads"] * cfg["head_dim"],
+                 cfg["num_heads"]]
         assert not any(k.startswith(f"{a}.rope.") for k in kv)
     else:
         assert kv[f"{a}.attention.head_count_kv"] == n_kv
@@ -267,7 +274,8 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         conv = hf.endswith(("linear_attn.conv1d.weight", "conv.conv.weight", "mamba.conv1d.weight",
                             "mixer.conv1d.weight"))  # [ch, taps]
         shape = [t["shape"][0], t["shape"][2]] if conv else t["shape"]
-        if hf.endswith(("mamba.A_log", "mamba.D", "mamba.norm.weight", "mixer.A_log", "mixer.D", "mixer.norm.weight")):
+        if hf.endswith(("mamba.A_log", "mamba.D", "mamba.norm.weight", "mixer.A_log", "mixer.D", "mixer.norm.weight")) \
+                and not mamba1:  # (Mamba 1's A_log [channels, state] and D as they are)
             # (Mamba2Model: [heads, 1], [groups, n])
             rows = cfg["n_groups" if nemotron or mamba2 else "mamba_n_groups"] if hf.endswith("norm.weight") else shape[0]
             shape = [rows, shape[0] // rows]
@@ -276,8 +284,9 @@ def test_export_reads_back_with_gguf_reader(tmp_path, models, name):
         gemma = a in ("gemma", "gemma2", "gemma3")
         # their norms multiply by 1 + w (Qwen3.5's gated DeltaNet norm excepted; Nemotron's LayerNorm1P)
         shifted = gemma or a in ("qwen35", "qwen35moe", "qwen3next", "nemotron")
-        if (len(t["shape"]) == 1 or ".ffn_gate_inp." in gname or ".ffn_gate_inp_shexp." in gname or conv) and \
-                (t["dtype"] != "f32" or shifted or ".ssm_a" in gname):
+        a_log = mamba1 and ".ssm_a" in gname  # (Mamba 1's [channels, state], F32 as the others' vectors)
+        if (len(t["shape"]) == 1 or ".ffn_gate_inp." in gname or ".ffn_gate_inp_shexp." in gname or conv or a_log) \
+                and (t["dtype"] != "f32" or shifted or ".ssm_a" in gname):
             assert g.tensor_type.name == "F32"  # llama.cpp keeps them F32 (routers, the shared expert's gate)
             data = data.view(np.float32)
             want = _as_f32(t, raw)

@@ -47,7 +47,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
                                   "tiny-smollm3", "tiny-granite", "tiny-olmo2",
                                   "tiny-olmo3", "tiny-ministral3", "tiny-exaone4",
                                   "tiny-olmoe", "tiny-qwen2-moe", "tiny-glm4-moe", "tiny-minimax-m2", "tiny-seed-oss", "tiny-apertus", "tiny-afmoe", "tiny-dots1",
-                                  "tiny-solar-open", "tiny-youtu", "tiny-jais2", "tiny-exaone-moe", "tiny-mamba2", "tiny-falcon-h1", "tiny-olmo", "tiny-granite-swa", "tiny-granite-moe-swa",
+                                  "tiny-solar-open", "tiny-youtu", "tiny-jais2", "tiny-exaone-moe", "tiny-mamba2", "tiny-falcon-h1", "tiny-mamba", "tiny-falcon-mamba", "tiny-olmo", "tiny-granite-swa", "tiny-granite-moe-swa",
                                   "tiny-deepseek-v3", "tiny-deepseek-v2", "tiny-glm4-moe-lite",
                                   "tiny-mistral4",
                                   "tiny-llama4", "tiny-ernie4-5", "tiny-ernie4-5-moe", "tiny-glm4", "tiny-cohere2",

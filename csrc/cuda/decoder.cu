@@ -204,9 +204,9 @@ CudaDecoder::CudaDecoder(const DecoderConfig& cfg, const DecoderWeights& w)
   if (c.clip_qkv != 0.f) fail("the CUDA decoder does not clamp q, k and v (OLMo's clip_qkv); run it on the CPU");
   for (float m : {c.q_mult, c.k_mult, c.v_mult, c.o_mult, c.gate_mult, c.down_mult})
     if (m != 1.f) fail("the CUDA decoder has no muP multipliers (Falcon-H1); run it on the CPU");
-  if (c.attn_gate || !c.linear.empty() || !c.short_conv.empty() || !c.ssm.empty())
-    fail("the CUDA decoder has no gated attention, linear attention (Qwen3.5), short convolution (LFM2) or Mamba2 "
-         "(Granite 4); run it on the CPU");
+  if (c.attn_gate || !c.linear.empty() || !c.short_conv.empty() || !c.ssm.empty() || !c.ssm1.empty())
+    fail("the CUDA decoder has no gated attention, linear attention (Qwen3.5), short convolution (LFM2), Mamba2 "
+         "(Granite 4) or Mamba 1; run it on the CPU");
   if (!c.mlp_only.empty() || !c.mixer_only.empty() || !c.mlp_gated)
     fail("the CUDA decoder has no blocks of a mixer or an MLP alone, nor MLPs without a gate (Nemotron-H, Arcee, StarCoder2, Apertus); "
          "run it on the CPU");

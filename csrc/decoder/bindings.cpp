@@ -46,7 +46,8 @@ const Field<ie::Matrix ie::LayerWeights::*> kLayerMatrices[] = {
     {"lin_qkv", &ie::LayerWeights::lin_qkv}, {"lin_z", &ie::LayerWeights::lin_z},
     {"lin_b", &ie::LayerWeights::lin_b}, {"lin_a", &ie::LayerWeights::lin_a},
     {"conv_in", &ie::LayerWeights::conv_in}, {"ssm_in", &ie::LayerWeights::ssm_in},
-    {"ssm_out", &ie::LayerWeights::ssm_out},
+    {"ssm_out", &ie::LayerWeights::ssm_out}, {"ssm_x", &ie::LayerWeights::ssm_x},
+    {"ssm_dt_w", &ie::LayerWeights::ssm_dt_w},
     {"q_gate", &ie::LayerWeights::q_gate}};
 const Field<std::vector<float> ie::LayerWeights::*> kLayerVectors[] = {
     {"attn_norm", &ie::LayerWeights::attn_norm}, {"mlp_norm", &ie::LayerWeights::mlp_norm},
@@ -356,6 +357,11 @@ void ie_register_decoder(py::module_& m) {
   config.def_readwrite("ssm_conv", &ie::DecoderConfig::ssm_conv);
   config.def_readwrite("mlp_only", &ie::DecoderConfig::mlp_only);
   config.def_readwrite("mixer_only", &ie::DecoderConfig::mixer_only);
+  config.def_readwrite("ssm1", &ie::DecoderConfig::ssm1);
+  config.def_readwrite("ssm1_inner", &ie::DecoderConfig::ssm1_inner);
+  config.def_readwrite("ssm1_rank", &ie::DecoderConfig::ssm1_rank);
+  config.def_readwrite("ssm1_norms", &ie::DecoderConfig::ssm1_norms);
+  config.def_readwrite("ssm1_eps", &ie::DecoderConfig::ssm1_eps);
   config.def_readwrite("ssm_attends", &ie::DecoderConfig::ssm_attends);
   config.def_readwrite("q_mult", &ie::DecoderConfig::q_mult);
   config.def_readwrite("k_mult", &ie::DecoderConfig::k_mult);

@@ -318,6 +318,21 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
            "with latent attention, OLMo 2's or Cohere's layers");
   }
   if (c.attn_gate && mla) fail("decoder config: attn_gate is Qwen3.5's gated attention; not with latent attention");
+  const bool any_ssm1 = std::any_of(c.ssm1.begin(), c.ssm1.end(), [](uint8_t f) { return f != 0; });
+  if (!c.ssm1.empty() && c.ssm1.size() != static_cast<size_t>(c.n_layers))
+    fail("decoder config: ssm1 must be empty or hold one value per layer");
+  if (any_ssm1) {
+    if (c.ssm1_inner < 1 || c.ssm1_rank < 1 || c.ssm_state < 1 || c.ssm_conv < 1 || c.ssm_conv > 64 ||
+        (c.ssm1_norms && (!(c.ssm1_eps > 0.f) || !std::isfinite(c.ssm1_eps))))
+      fail("decoder config: a Mamba 1 layer needs positive channels, time-step rank and state dims, a convolution of "
+           "1 to 64 taps, and a positive eps where it norms dt, B and C");
+    if (2 * static_cast<int64_t>(c.ssm1_inner) > INT32_MAX ||
+        static_cast<int64_t>(c.ssm1_rank) + 2 * static_cast<int64_t>(c.ssm_state) > INT32_MAX)
+      fail("decoder config: a Mamba 1 layer's in_proj or x_proj has more than 2^31 - 1 rows");
+    if (any_linear || any_conv || any_ssm || mla || !c.pre_norms || c.parallel_block || c.ssm_attends)
+      fail("decoder config: Mamba 1 layers are Mamba's and Falcon Mamba's: not beside linear attention, short "
+           "convolutions or Mamba2, nor with latent attention, OLMo 2's or Cohere's layers");
+  }
   if (c.ssm_attends && (!any_ssm || !c.mlp_only.empty() || !c.mixer_only.empty() || c.n_experts > 0 || c.attn_gate))
     fail("decoder config: ssm_attends is Falcon-H1's layer (Mamba2 beside attention, then a dense MLP): it needs "
          "ssm layers, and not Nemotron-H's blocks, experts or gated attention");
@@ -377,10 +392,12 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
     const bool conv = !c.short_conv.empty() && c.short_conv[l];
     if (!conv && (!absent(L.conv_in) || !L.conv_w.empty()))
       fail(n + "conv: the layer has attention (the config's short_conv is 0 for it)");
-    const bool ssm = !c.ssm.empty() && c.ssm[l];
-    if (!ssm && (!absent(L.ssm_in) || !L.ssm_conv_w.empty() || !L.ssm_conv_b.empty() || !L.ssm_dt.empty() ||
-                 !L.ssm_a.empty() || !L.ssm_d.empty() || !L.ssm_norm.empty()))
+    const bool ssm = !c.ssm.empty() && c.ssm[l], ssm1 = !c.ssm1.empty() && c.ssm1[l];
+    if (!ssm && !ssm1 && (!absent(L.ssm_in) || !L.ssm_conv_w.empty() || !L.ssm_conv_b.empty() || !L.ssm_dt.empty() ||
+                          !L.ssm_a.empty() || !L.ssm_d.empty() || !L.ssm_norm.empty()))
       fail(n + "mamba: the layer has attention (the config's ssm is 0 for it)");
+    if (!ssm1 && (!absent(L.ssm_x) || !absent(L.ssm_dt_w)))
+      fail(n + "mixer.x_proj, mixer.dt_proj: Mamba 1's (the config's ssm1 is 0 for the layer)");
     const bool lin = !c.linear.empty() && c.linear[l];
     if (!absent(L.q_gate) && (ssm || conv || lin || !mixes || mla))
       fail(n + "self_attn.gate_proj: AFMoE's attention gate is an attention layer's (not latent attention's)");
@@ -402,7 +419,22 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       if (!c.ssm_attends || !L.ssm_norm.empty()) check_vec(n + "mamba.norm", L.ssm_norm, static_cast<size_t>(inner));
       check_matrix(n + "mamba.out_proj", c.ssm_attends ? L.ssm_out : L.o, c.hidden, inner, p);
     }
-    if (ssm && !c.ssm_attends) {
+    if (ssm1) {
+      const int64_t D = c.ssm1_inner, N = c.ssm_state;
+      check_matrix(n + "mixer.in_proj", L.ssm_in, 2 * D, c.hidden, p);
+      check_vec(n + "mixer.conv1d.weight", L.ssm_conv_w, checked_mul(static_cast<size_t>(D),
+                                                                     static_cast<size_t>(c.ssm_conv), "conv1d"));
+      check_vec(n + "mixer.conv1d.bias", L.ssm_conv_b, static_cast<size_t>(D));
+      check_matrix(n + "mixer.x_proj", L.ssm_x, c.ssm1_rank + 2 * N, D, p);
+      check_matrix(n + "mixer.dt_proj", L.ssm_dt_w, D, c.ssm1_rank, p);
+      check_vec(n + "mixer.dt_proj.bias", L.ssm_dt, static_cast<size_t>(D));
+      check_vec(n + "mixer.A_log", L.ssm_a, checked_mul(static_cast<size_t>(D), static_cast<size_t>(N), "A_log"));
+      check_vec(n + "mixer.D", L.ssm_d, static_cast<size_t>(D));
+      check_matrix(n + "mixer.out_proj", L.o, c.hidden, D, p);
+      if (!absent(L.q) || !absent(L.k) || !absent(L.v) || !L.bq.empty() || !L.bk.empty() || !L.bv.empty() ||
+          !L.bo.empty() || !L.q_norm.empty() || !L.k_norm.empty() || !L.sinks.empty() || !L.ssm_norm.empty())
+        fail(n + "self_attn: a Mamba 1 layer has no attention projections, biases, norms or sinks, nor a gated norm");
+    } else if (ssm && !c.ssm_attends) {
       if (!absent(L.q) || !absent(L.k) || !absent(L.v) || !L.bq.empty() || !L.bk.empty() || !L.bv.empty() ||
           !L.bo.empty() || !L.q_norm.empty() || !L.k_norm.empty() || !L.sinks.empty())
         fail(n + "self_attn: a Mamba2 layer has no attention projections, biases, norms or sinks");
@@ -458,7 +490,7 @@ void check_decoder(const DecoderConfig& c, const DecoderWeights& w, bool dedup_p
       if (!absent(L.q_a) || !absent(L.kv_a) || !absent(L.kv_b) || !L.q_a_norm.empty() || !L.kv_a_norm.empty())
         fail(n + "q_a_proj, kv_a_proj_with_mqa, kv_b_proj: latent attention's (the config has kv_lora 0)");
     }
-    if (!lin && !conv && (!ssm || c.ssm_attends) && mixes) check_matrix(n + "o_proj", L.o, c.hidden, o_dim, p);
+    if (!lin && !conv && !ssm1 && (!ssm || c.ssm_attends) && mixes) check_matrix(n + "o_proj", L.o, c.hidden, o_dim, p);
     const bool gated = c.mlp_gated;
     if (!has_mlp) {
       if (!absent(L.gate) || !absent(L.up) || !absent(L.down) || !absent(L.shared_gate) || !L.experts.empty() ||
@@ -690,6 +722,24 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
                              0.f);
       }
   }
+  if (!c.ssm1.empty()) {
+    const int D = c.ssm1_inner;
+    ssm_inner_ = D;
+    ssm_zxbcdt_.resize(B * 2 * static_cast<size_t>(D));
+    ssm1_dbc_.resize(B * static_cast<size_t>(c.ssm1_rank + 2 * c.ssm_state));
+    ssm1_low_.resize(B * static_cast<size_t>(c.ssm1_rank));
+    ssm1_dt_.resize(B * static_cast<size_t>(D));
+    // (a thread's scratch: a channel's last inputs, or its run's dt and y)
+    lin_scratch_stride_ = std::max({lin_scratch_stride_, static_cast<size_t>(c.ssm_conv), 2 * static_cast<size_t>(D)});
+    lin_scratch_.resize(lin_scratch_stride_ * static_cast<size_t>(pool_->size()));
+    conv_state_.resize(static_cast<size_t>(c.n_layers));
+    lin_state_.resize(static_cast<size_t>(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l)
+      if (c.ssm1[l]) {
+        conv_state_[l].assign(static_cast<size_t>(c.ssm_conv - 1) * D, 0.f);
+        lin_state_[l].assign(checked_mul(static_cast<size_t>(D), static_cast<size_t>(c.ssm_state), "state"), 0.f);
+      }
+  }
   if (c.attn_gate) qg_.resize(B * 2 * static_cast<size_t>(q_dim_));
   bool gated_q = false, pooled = false;
   for (const LayerWeights& L : w_.layers) {
@@ -728,7 +778,7 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
 
 void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std::vector<int>& capture_experts) {
   const DecoderConfig& c = cfg_;
-  const int slots = 4 * c.n_layers + 1 + (c.kv_lora > 0 || c.ssm_attends ? 2 * c.n_layers : 0);
+  const int slots = 4 * c.n_layers + 1 + (c.kv_lora > 0 || c.ssm_attends || !c.ssm1.empty() ? 2 * c.n_layers : 0);
   for (int slot : capture)
     if (slot < 0 || slot >= slots) fail("collect_stats: capture slot " + std::to_string(slot) + " is outside 0.." + std::to_string(slots - 1));
   for (int l : capture_experts)
@@ -758,7 +808,8 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std:
     // (o_proj: gated DeltaNet's, the short convolution's or Mamba2's out_proj)
     const bool lin = !c.linear.empty() && c.linear[static_cast<size_t>(l)];
     const bool conv = !c.short_conv.empty() && c.short_conv[static_cast<size_t>(l)];
-    const bool ssm = !c.ssm.empty() && c.ssm[static_cast<size_t>(l)] && !c.ssm_attends;  // (Falcon-H1's: o's)
+    const bool ssm = (!c.ssm.empty() && c.ssm[static_cast<size_t>(l)] && !c.ssm_attends) ||  // (Falcon-H1's: o's)
+                     (!c.ssm1.empty() && c.ssm1[static_cast<size_t>(l)]);
     for (int n : {c.hidden, lin ? lin_out_ : conv ? c.hidden : ssm ? ssm_inner_ : o_in_, c.hidden,
                   moe ? c.shared_inter : c.inter})
       stats_.emplace_back(static_cast<size_t>(n), 0.0);
@@ -775,6 +826,12 @@ void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std:
     for (int l = 0; l < c.n_layers; ++l) {
       stats_.emplace_back(static_cast<size_t>(c.q_lora), 0.0);
       stats_.emplace_back(static_cast<size_t>(c.kv_lora), 0.0);
+    }
+  if (!c.ssm1.empty())  // (Mamba 1: each layer's x_proj and dt_proj inputs)
+    for (int l = 0; l < c.n_layers; ++l) {
+      const bool on = c.ssm1[static_cast<size_t>(l)] != 0;
+      stats_.emplace_back(static_cast<size_t>(on ? c.ssm1_inner : 0), 0.0);
+      stats_.emplace_back(static_cast<size_t>(on ? c.ssm1_rank : 0), 0.0);
     }
   if (c.ssm_attends)  // (Falcon-H1: each layer's Mamba2 out_proj input, and a slot nothing fills)
     for (int l = 0; l < c.n_layers; ++l) {
@@ -1219,6 +1276,47 @@ void Decoder::mamba(int layer, int b) {
   });
 }
 
+void Decoder::mamba1(int layer, int b) {
+  const DecoderConfig& c = cfg_;
+  const LayerWeights& L = w_.layers[layer];
+  const int D = c.ssm1_inner, N = c.ssm_state, R = c.ssm1_rank, own = 4 * c.n_layers + 1 + 2 * layer;
+  const size_t XZ = 2 * static_cast<size_t>(D), DBC = static_cast<size_t>(R + 2 * N);
+  mm(L.ssm_in, xn_prep_, xn_.data(), b, nullptr, ssm_zxbcdt_.data());
+  conv_silu(conv_state_[layer].data(), ssm_zxbcdt_.data(), XZ, D, c.ssm_conv, L.ssm_conv_w.data(),
+            L.ssm_conv_b.data(), b);
+  rows(b, [&](int j) { std::copy_n(&ssm_zxbcdt_[j * XZ], D, &att_[static_cast<size_t>(j) * D]); });  // x
+  if (stats_on_) add_stats(own, att_.data(), b, D);
+  prepare(att_prep_, att_.data(), b, D);
+  mm(L.ssm_x, att_prep_, att_.data(), b, nullptr, ssm1_dbc_.data());
+  rows(b, [&](int j) {  // dt's low rank, B and C (Falcon Mamba: each RMS-normed), dt_low apart for dt_proj
+    float* r = &ssm1_dbc_[j * DBC];
+    if (c.ssm1_norms)
+      for (auto [at, n] : {std::pair{r, R}, std::pair{r + R, N}, std::pair{r + R + N, N}}) rms_unit(at, n, c.ssm1_eps);
+    std::copy_n(r, R, &ssm1_low_[static_cast<size_t>(j) * R]);
+  });
+  if (stats_on_) add_stats(own + 1, ssm1_low_.data(), b, R);
+  prepare(gate_prep_, ssm1_low_.data(), b, R);
+  mm(L.ssm_dt_w, gate_prep_, ssm1_low_.data(), b, L.ssm_dt.data(), ssm1_dt_.data());
+  // A run of channels at a time (each its own state [N]), token by token: h = exp(dt A) h + dt x B, y = h . C
+  // (ssm/ssm.h), plus D x, times SiLU(z), written over x in att_.
+  const SsmOps& ops = kSsmTable.ops(isa_);
+  parallel_for(*pool_, D, 16, [&](int64_t c0, int64_t c1, int slot) {
+    const size_t n = static_cast<size_t>(c1 - c0);
+    float* dt = &lin_scratch_[static_cast<size_t>(slot) * lin_scratch_stride_];
+    float* y = dt + n;
+    for (int j = 0; j < b; ++j) {
+      const float* row = &ssm1_dbc_[j * DBC];
+      const float* a = &ssm1_dt_[static_cast<size_t>(j) * D + c0];
+      float* x = &att_[static_cast<size_t>(j) * D + c0];
+      for (size_t i = 0; i < n; ++i) dt[i] = a[i] > 20.f ? a[i] : std::log1p(std::exp(a[i]));  // (torch's softplus)
+      ops.channels(&lin_state_[layer][static_cast<size_t>(c0) * N], static_cast<int>(n), N, dt, x,
+                   &L.ssm_a[static_cast<size_t>(c0) * N], row + R, row + R + N, y);
+      const float* z = &ssm_zxbcdt_[j * XZ + D + c0];
+      for (size_t i = 0; i < n; ++i) x[i] = (y[i] + L.ssm_d[c0 + i] * x[i]) * (z[i] / (1.f + std::exp(-z[i])));
+    }
+  });
+}
+
 void Decoder::delta_net(int layer, int b) {
   const DecoderConfig& c = cfg_;
   const LayerWeights& L = w_.layers[layer];
@@ -1611,6 +1709,11 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
       mix_out(l, b, att_.data(), H);
       continue;
     }
+    if (!c.ssm1.empty() && c.ssm1[l]) {
+      mamba1(l, b);
+      mix_out(l, b, att_.data(), c.ssm1_inner);
+      continue;
+    }
     if (!c.ssm.empty() && c.ssm[l] && !c.ssm_attends) {
       mamba(l, b);
       mix_out(l, b, att_.data(), ssm_inner_);
@@ -1652,10 +1755,10 @@ void Decoder::run_chunk(const int32_t* tokens, int b, float* logits, bool all_lo
     rows(b, [&](int j) {
       const int pos = n_past_ + j;
       const float* cs = rope_l.data() + static_cast<size_t>(j) * c.head_dim;
-      for (auto [v, n, m] : {std::tuple{&q_[j * q_dim_], q_dim_, c.q_mult},  // (Falcon-H1's muP factors)
-                             std::tuple{&k_[j * kv_dim_], kv_dim_, c.k_mult},
-                             std::tuple{&v_[j * v_dim_], v_dim_, c.v_mult}})
-        if (m != 1.f)
+      if (c.q_mult != 1.f || c.k_mult != 1.f || c.v_mult != 1.f)  // (Falcon-H1's muP factors)
+        for (auto [v, n, m] : {std::tuple{&q_[j * q_dim_], q_dim_, c.q_mult},
+                               std::tuple{&k_[j * kv_dim_], kv_dim_, c.k_mult},
+                               std::tuple{&v_[j * v_dim_], v_dim_, c.v_mult}})
           for (int i = 0; i < n; ++i) v[i] *= m;
       if (c.clip_qkv > 0.f)  // OLMo: q, k and v clamped as projected
         for (auto [v, n] : {std::pair{&q_[j * q_dim_], q_dim_}, std::pair{&k_[j * kv_dim_], kv_dim_},

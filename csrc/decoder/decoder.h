@@ -6,7 +6,8 @@
 // DeltaNet, linear attention, three in four; LFM2, most of whose layers mix them through a short gated
 // convolution; Granite 4 and Nemotron-H, most of whose layers mix them through Mamba2's state space, Nemotron-H's
 // blocks each a mixer or a ReLU-squared MLP alone, and Mamba-2, every layer of which does; Falcon-H1, whose every layer
-// runs Mamba2 beside attention, under muP multipliers): RMSNorm, RoPE
+// runs Mamba2 beside attention, under muP multipliers; Mamba and Falcon Mamba, every layer of which runs Mamba 1's
+// selective scan): RMSNorm, RoPE
 // (rotate-half or interleaved pairs; YaRN's and LongRoPE's attention factor included; partial RoPE; a
 // second table for sliding layers; layers without RoPE), grouped-query
 // attention (or DeepSeek's multi-head latent attention, absorbed into multi-query attention over its latent)
@@ -258,6 +259,17 @@ struct DecoderConfig {
   // where it is its attention or Mamba2 alone (normed by attn_norm; no MLP);
   // empty: every layer both.
   std::vector<uint8_t> mlp_only, mixer_only;
+  // Mamba 1's selective state space (MambaForCausalLM, FalconMambaForCausalLM), per layer: nonzero where the layer
+  // mixes tokens through it (empty: no layer does). Such a layer projects its normed input to x and z [ssm1_inner]
+  // each (ssm_in's rows), runs x through a causal depthwise convolution of ssm_conv taps plus bias and SiLU, projects
+  // x to dt's low rank [ssm1_rank], B and C [ssm_state] (ssm_x's rows; with ssm1_norms each RMS-normed without
+  // weights, eps ssm1_eps: Falcon Mamba's), dt = softplus(ssm_dt_w dt_low + ssm_dt), and keeps per channel ch a state
+  // h [ssm_state]:  h = exp(dt A[ch]) h + dt x B;  y = h . C + D x; y times SiLU(z), and o (its out_proj) maps it
+  // back. The states and the convolution's last ssm_conv - 1 inputs replace the KV cache (Decoder::truncate).
+  std::vector<uint8_t> ssm1;
+  int ssm1_inner = 0, ssm1_rank = 0;
+  bool ssm1_norms = false;
+  float ssm1_eps = 0.f;
   // Falcon-H1's hybrid layers: true where every ssm layer also attends, Mamba2 and attention reading the one normed
   // input side by side and their outputs (ssm_out's, o's) joining the residual together, then the layer's MLP. Its
   // Mamba2 may run without the grouped RMSNorm (ssm_norm empty: y times SiLU(z) alone, mamba_rms_norm false).
@@ -269,10 +281,10 @@ struct DecoderConfig {
   float q_mult = 1.f, k_mult = 1.f, v_mult = 1.f, o_mult = 1.f, ssm_out_mult = 1.f, gate_mult = 1.f, down_mult = 1.f;
   std::vector<float> ssm_in_mults;
 
-  // Whether layer l keeps recurrent states in place of a KV cache (gated DeltaNet, short convolution, Mamba2).
+  // Whether layer l keeps recurrent states in place of a KV cache (gated DeltaNet, short convolution, Mamba2, Mamba 1).
   bool recurrent(int l) const {
     auto on = [l](const std::vector<uint8_t>& v) { return !v.empty() && v[static_cast<size_t>(l)] != 0; };
-    return on(linear) || on(short_conv) || on(ssm);
+    return on(linear) || on(short_conv) || on(ssm) || on(ssm1);
   }
   // Whether layer l mixes tokens (attention or a recurrent mixer), and whether it has an MLP (Nemotron-H's blocks
   // have one or the other).
@@ -362,11 +374,16 @@ struct LayerWeights {
   // [hidden, inner] is Mamba2's out_proj.
   Matrix ssm_in, ssm_out;
   std::vector<float> ssm_conv_w, ssm_conv_b, ssm_dt, ssm_a, ssm_d, ssm_norm;
+  // Mamba 1 (DecoderConfig::ssm1; q, k, v no data, o its out_proj): ssm_in [2 ssm1_inner, hidden] (x's rows, z's),
+  // ssm_conv_w [ssm1_inner][ssm_conv], ssm_conv_b, ssm_x [ssm1_rank + 2 ssm_state, ssm1_inner] (x_proj), ssm_dt_w
+  // [ssm1_inner, ssm1_rank] (dt_proj) and its bias ssm_dt, ssm_a (-exp(A_log)) [ssm1_inner][ssm_state], ssm_d
+  // [ssm1_inner].
+  Matrix ssm_x, ssm_dt_w;
   // The matrices outside the experts a decode step streams whole (kv_b, read per head, apart): the one list the
   // decoder's resident copies and int8 chunk size go by.
-  std::array<Matrix*, 18> streamed() {
+  std::array<Matrix*, 20> streamed() {
     return {&q, &k, &v, &o, &gate, &up, &down, &shared_gate, &q_a, &kv_a, &lin_qkv, &lin_z, &lin_b, &lin_a, &conv_in,
-            &ssm_in, &ssm_out, &q_gate};
+            &ssm_in, &ssm_out, &ssm_x, &ssm_dt_w, &q_gate};
   }
   std::vector<Expert> experts;        // empty: a dense MLP layer
 };
@@ -487,7 +504,9 @@ class Decoder {
   // with linear-attention layers keeps recurrent states, which cannot be
   // rewound: it truncates to 0 (all) or n_past() (nothing) only.
   void truncate(int n);
-  bool rewinds() const { return cfg_.linear.empty() && cfg_.short_conv.empty() && cfg_.ssm.empty(); }
+  bool rewinds() const {
+    return cfg_.linear.empty() && cfg_.short_conv.empty() && cfg_.ssm.empty() && cfg_.ssm1.empty();
+  }
   int n_past() const { return n_past_; }
   const DecoderConfig& config() const { return cfg_; }
 
@@ -523,6 +542,8 @@ class Decoder {
   // Mamba2's selective state space (DecoderConfig::ssm) of xn_ [b, hidden]
   // into att_ [b, inner], the layer's states advanced by the b tokens.
   void mamba(int layer, int b);
+  // Mamba 1's selective scan (DecoderConfig::ssm1) of xn_ [b, hidden] into att_ [b, ssm1_inner]
+  void mamba1(int layer, int b);
   // The causal depthwise convolution (taps K, plus bias where given) and SiLU
   // of `channels` channels of b rows `stride` apart, in place; `state` keeps
   // each channel's last K - 1 inputs [K - 1][channels] (gated DeltaNet's, Mamba2's).
@@ -636,8 +657,10 @@ class Decoder {
   // [lin_v_heads][lin_k_dim][lin_v_dim]. A short-convolution layer's conv_state_ holds its last conv_taps - 1
   // inputs B * x [conv_taps - 1][hidden], conv_bcx_ conv_in's rows of a chunk [b][3 hidden].
   // A Mamba2 layer's ssm_in rows of a chunk [b][ssm_rows_] (z, then x B C convolved in place, then dt); its states
-  // in lin_state_ [ssm_heads][ssm_head_dim][ssm_state], its convolution's in conv_state_.
-  std::vector<float> lin_qkv_, lin_z_, lin_beta_, lin_g_, conv_bcx_, ssm_zxbcdt_;
+  // in lin_state_ [ssm_heads][ssm_head_dim][ssm_state], its convolution's in conv_state_. A Mamba 1 layer's ssm_in
+  // rows likewise [b][x | z], x_proj's [b][dt_low | B | C] in ssm1_dbc_, dt_low alone [b][ssm1_rank] (dt_proj's
+  // input) in ssm1_low_, dt [b][ssm1_inner] in ssm1_dt_; its states lin_state_ [ssm1_inner][ssm_state].
+  std::vector<float> lin_qkv_, lin_z_, lin_beta_, lin_g_, conv_bcx_, ssm_zxbcdt_, ssm1_dbc_, ssm1_low_, ssm1_dt_;
   int ssm_rows_ = 0, ssm_inner_ = 0;
   std::vector<std::vector<float>> conv_state_, lin_state_;
   int lin_channels_ = 0, lin_out_ = 0;  // lin_qkv's rows, and the heads' outputs' width

@@ -23,8 +23,26 @@ void step_avx2(float* S, int P, int N, float decay, const float* dx, const float
   }
 }
 
+void channels_avx2(float* H, int channels, int N, const float* dt, const float* x, const float* A, const float* B,
+                   const float* C, float* y) {
+  const int body = N - N % 8;
+  for (int ch = 0; ch < channels; ++ch) {
+    float* h = H + static_cast<size_t>(ch) * static_cast<size_t>(N);
+    const float* a = A + static_cast<size_t>(ch) * static_cast<size_t>(N);
+    const __m256 t = _mm256_set1_ps(dt[ch]), dx = _mm256_set1_ps(dt[ch] * x[ch]);
+    __m256 acc = _mm256_setzero_ps();
+    for (int n = 0; n < body; n += 8) {
+      const __m256 decay = exp_nonpositive(_mm256_mul_ps(t, _mm256_loadu_ps(a + n)));
+      const __m256 v = _mm256_fmadd_ps(_mm256_loadu_ps(h + n), decay, _mm256_mul_ps(dx, _mm256_loadu_ps(B + n)));
+      _mm256_storeu_ps(h + n, v);
+      acc = _mm256_fmadd_ps(v, _mm256_loadu_ps(C + n), acc);
+    }
+    y[ch] = finish_channel(acc, h, body, N, dt[ch], dt[ch] * x[ch], a, B, C);
+  }
+}
+
 }  // namespace
 
-const SsmOps kSsmAvx2 = {step_avx2};
+const SsmOps kSsmAvx2 = {step_avx2, channels_avx2};
 
 }  // namespace ie

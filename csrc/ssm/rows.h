@@ -6,7 +6,10 @@
 #pragma once
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstddef>
+
+#include "common/exp_avx2.h"
 
 #include "ssm.h"
 
@@ -22,6 +25,20 @@ inline float finish_row(__m256 acc, float* s, int body, int N, float decay, floa
   for (int n = body; n < N; ++n) {
     s[n] = s[n] * decay + dx * B[n];
     out += s[n] * C[n];
+  }
+  return out;
+}
+
+// Mamba 1's row end: the lanes of `acc` added as finish_row adds them, then the tail (n from body to N) updated
+// by its own rates and read out in order.
+inline float finish_channel(__m256 acc, float* h, int body, int N, float dt, float dx, const float* a,
+                            const float* B, const float* C) {
+  const __m128 q0 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  const __m128 q = _mm_add_ps(q0, _mm_movehl_ps(q0, q0));
+  float out = _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
+  for (int n = body; n < N; ++n) {
+    h[n] = std::exp(dt * a[n]) * h[n] + dx * B[n];
+    out += h[n] * C[n];
   }
   return out;
 }

@@ -1,5 +1,5 @@
 // Mamba2's selective scan, one token of one head (Granite 4's Mamba2 layers,
-// decoder/decoder.cpp Decoder::mamba): the head's state S [P][N] decays by
+// decoder/decoder.cpp Decoder::mamba), and Mamba 1's over a run of channels (`channels`): the head's state S [P][N] decays by
 // `decay` and takes the outer product dx Bᵀ, and the token's output is
 // y[p] = S[p] · C. It is O(P N) per token and head, and a sequential scan
 // (each token reads the state the one before wrote), so in a prefill it
@@ -21,6 +21,14 @@ struct SsmOps {
   // variants fuse the update's multiply-add and sum in their vector width
   // (AVX-512's sixteen lanes folded to eight): within a few ulps of it.
   void (*step)(float* S, int P, int N, float decay, const float* dx, const float* B, const float* C, float* y);
+  // Mamba 1's step (Decoder::mamba1), one token over `channels` channels, each its own state row H[ch] [N] and rates
+  // A[ch] [N] (-exp(A_log), negative) beside its dt[ch] (positive) and x[ch]: for n < N,
+  // H[ch][n] = exp(dt[ch] A[ch][n]) H[ch][n] + dt[ch] x[ch] B[n], then y[ch] = sum over n of H[ch][n] C[n]. Its
+  // N exps per channel are most of a Mamba layer's time outside its matrices (Falcon Mamba 7B: 8192 channels of
+  // 16); the scalar reference takes std::exp and sums as `step` does, the SIMD variants common/exp_avx2.h's exp
+  // and their vector width: within a few ulps of it.
+  void (*channels)(float* H, int channels, int N, const float* dt, const float* x, const float* A, const float* B,
+                   const float* C, float* y);
 };
 
 extern const SsmOps kSsmScalar;

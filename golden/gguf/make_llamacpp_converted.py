@@ -91,7 +91,7 @@ MODELS = {"tiny-qwen2": {}, "tiny-qwen3": {}, "tiny-mixtral": {}, "tiny-gpt-oss-
                                   "num_hidden_layers": 5},
           "tiny-cohere2": {"rotary_pct": 1.0}, "tiny-cohere": {}, "tiny-exaone": {},
           "tiny-hunyuan-dense": {"max_position_embeddings": 32768}, "tiny-hunyuan-moe": {}, "tiny-hy-v3": {},
-          "tiny-mamba2": {}, "tiny-falcon-h1": {}, "tiny-olmo": {}, "tiny-granite-swa": {"no_rope_layers": [1, 1, 0, 1]},
+          "tiny-mamba2": {}, "tiny-falcon-h1": {}, "tiny-mamba": {}, "tiny-falcon-mamba": {}, "tiny-olmo": {}, "tiny-granite-swa": {"no_rope_layers": [1, 1, 0, 1]},
           "tiny-granite-moe-swa": {"no_rope_layers": [1, 1, 0, 1]}}
 # The converter's layout options, which write files llama.cpp reads as well: --fuse-qkv (q, k, v rows in one
 # attn_qkv) and --fuse-gate-up-exps (each expert's gate rows, then its up rows, in one ffn_gate_up_exps).
