@@ -673,7 +673,7 @@ ARCHS: dict[str, GGUFArch] = {a.hf_class: a for a in (
     # RMS-normed): llama.cpp's mamba, its selective scan alone in every layer, no attention, no MLP
     GGUFArch("mamba", "MambaForCausalLM", "mamba", False, _MAMBA1, keys=_MAMBA1_KEYS, top=_NEMOTRON_TOP),
     GGUFArch("mamba", "FalconMambaForCausalLM", "falcon_mamba", False, _MAMBA1, keys=_MAMBA1_KEYS, top=_NEMOTRON_TOP),
-    # Falcon-H1 (0.5B to 34B, Falcon-H1R): every layer Mamba2 beside attention (_FALCON_H1), the Mamba2 dims under
+    # Falcon-H1 (0.5B to 34B): every layer Mamba2 beside attention (_FALCON_H1), the Mamba2 dims under
     # ssm.*; the converter multiplies the muP multipliers into the matrices (FALCON_H1_BAKED) and writes none
     GGUFArch("falcon-h1", "FalconH1ForCausalLM", "falcon_h1", False, _FALCON_H1,
              keys=_NEMOTRON_KEYS - {"attention.layer_norm_epsilon"}, top={"output_norm": "model.final_layernorm"}),

@@ -759,10 +759,7 @@ def _mamba2_config(g: GGUFModel, arch: GGUFArch, names: dict[str, Any], hidden: 
     time_step_rank heads of whole dims, a whole multiple of the width: Mamba2Config's expand), the RMS eps; the
     context_length (2^20, "arbitrary" in the converter) and any rope.* read as nothing, as llama.cpp's graph."""
     a = arch.gguf
-    for key in ("attention.head_count", "attention.head_count_kv", "feed_forward_length"):
-        if _field(g, f"{a}.{key}", int, 0) != 0:
-            raise FormatError(g.path, f"{a}.{key}", f"{g.fields[f'{a}.{key}']!r:.40}: llama.cpp's mamba2 has no "
-                                                   "attention or MLP (0 expected)")
+    _attends_nowhere(g, a)
     heads, inner = _ssm_key(g, a, "time_step_rank", True, 0), _ssm_key(g, a, "inner_size", True, 0)
     if hidden < 1 or heads < 1 or inner < 1 or inner % heads or inner % hidden:
         raise FormatError(g.path, f"{a}.ssm.inner_size", f"{inner}: expected time_step_rank {heads} heads of whole "
@@ -777,6 +774,15 @@ def _mamba2_config(g: GGUFModel, arch: GGUFArch, names: dict[str, Any], hidden: 
             "tie_word_embeddings": "output.weight" not in names}
 
 
+def _attends_nowhere(g: GGUFModel, a: str) -> None:
+    """llama.cpp's mamba2 and mamba have neither attention nor an MLP: a head count or width other than 0 (or absent,
+    as their converters write them) is another model, refused."""
+    for key in ("attention.head_count", "attention.head_count_kv", "feed_forward_length"):
+        if _field(g, f"{a}.{key}", int, 0) != 0:
+            raise FormatError(g.path, f"{a}.{key}", f"{g.fields[f'{a}.{key}']!r:.40}: llama.cpp's {a} has no "
+                                                   "attention or MLP (0 expected)")
+
+
 def _mamba1_config(g: GGUFModel, arch: GGUFArch, names: dict[str, Any], hidden: int) -> dict[str, Any]:
     """Mamba 1 as MambaConfig (FalconMambaConfig where ssm.dt_b_c_rms is true) says it, from what convert_hf_to_gguf's
     MambaModel writes: every layer its selective scan alone (no attention heads, no MLP width: 0 or absent, else
@@ -784,10 +790,7 @@ def _mamba1_config(g: GGUFModel, arch: GGUFArch, names: dict[str, Any], hidden: 
     conv_kernel; the RMS eps, which llama.cpp also norms dt, B and C by (Falcon Mamba's mixer_rms_eps); the
     context_length (2^20, "arbitrary" in the converter) read as nothing, as llama.cpp's graph."""
     a = arch.gguf
-    for key in ("attention.head_count", "attention.head_count_kv", "feed_forward_length"):
-        if _field(g, f"{a}.{key}", int, 0) != 0:
-            raise FormatError(g.path, f"{a}.{key}", f"{g.fields[f'{a}.{key}']!r:.40}: llama.cpp's mamba has no "
-                                                   "attention or MLP (0 expected)")
+    _attends_nowhere(g, a)
     inner = _ssm_key(g, a, "inner_size", True, 0)
     if hidden < 1 or inner < 1 or inner % hidden:
         raise FormatError(g.path, f"{a}.ssm.inner_size", f"{inner}: expected a whole multiple of embedding_length "

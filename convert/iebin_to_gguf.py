@@ -633,21 +633,23 @@ def _multiplied(plan: _Plan, o: _Out, factors: list[Any]) -> None:
                       "multiplied: export the float artifact, or pass --requantize q8_0 (or another llama.cpp type)")
 
 
+def _scaled_rows(o: _Out, w: np.ndarray, sel: Any) -> np.ndarray:
+    """Float rows ``w`` (``sel`` of the tensor's) times o.factors, in float32 (what --requantize quantizes again)."""
+    for f in o.factors:
+        w = w * (np.asarray(f, np.float32)[sel][:, None] if np.ndim(f) else np.float32(f))
+    return w
+
+
 def _times(o: _Out, out: np.ndarray, sel: Any, cols: int, where: str) -> np.ndarray:
     """Rows ``out`` [n, row bytes] (``sel`` of the tensor's) times o.factors: floats step by step in float32,
     rounded to o's type once, as the converter multiplies the float32 tensors it reads; a block type's f16 scales by
     the product."""
     n = len(out)
-    per_row = [np.asarray(f, np.float32)[sel][:, None] if np.ndim(f) else np.float32(f) for f in o.factors]
     if o.dtype in ("f16", "bf16", "f32"):
-        w = decode_f32(np.ascontiguousarray(out).tobytes(), o.dtype).reshape(n, cols)
-        for f in per_row:
-            w = w * f
+        w = _scaled_rows(o, decode_f32(np.ascontiguousarray(out).tobytes(), o.dtype).reshape(n, cols), sel)
         return np.frombuffer(encode_f32(w, o.dtype), np.uint8).reshape(n, -1)
     scheme = SCHEMES[o.target or o.dtype]
-    scale = np.ones((n, 1), np.float32)
-    for f in per_row:
-        scale = scale * f
+    scale = _scaled_rows(o, np.ones((n, 1), np.float32), sel)
     blocks = np.ascontiguousarray(out).reshape(-1, scheme.block_bytes).copy()
     per_block = np.repeat(scale[:, 0], len(blocks) // n)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -771,9 +773,7 @@ def _chunks(plan: _Plan, o: _Out, advance: Callable[[int], None]) -> Iterator[by
                 out = np.asarray(rows[sel])
                 src = SCHEMES[e["dtype"]]
                 w = src.dequantize(out, out.shape[0], cols, src.params_from(e["quant"], cols))
-                for f in o.factors:
-                    w = w * (np.asarray(f, np.float32)[sel][:, None] if np.ndim(f) else np.float32(f))
-                out = _requantized(o, w, cols)
+                out = _requantized(o, _scaled_rows(o, w, sel), cols)
             elif e["dtype"] != "int4w":
                 out = np.asarray(rows[sel])
                 if o.how == "widen":
@@ -787,9 +787,7 @@ def _chunks(plan: _Plan, o: _Out, advance: Callable[[int], None]) -> Iterator[by
             else:  # requantize from int4w's values, measuring what that adds
                 w = SCHEMES["int4w"].dequantize_rows(QuantizedRows(np.asarray(qs[sel]), s[sel],
                                                                    None if m is None else m[sel]), cols, p)
-                for f in o.factors:
-                    w = w * (np.asarray(f, np.float32)[sel][:, None] if np.ndim(f) else np.float32(f))
-                out = _requantized(o, w, cols)
+                out = _requantized(o, _scaled_rows(o, w, sel), cols)
             if o.factors and o.how in ("copy", "repack"):
                 out = _times(o, out, sel, cols, f"{plan.model.meta_path}: {plan.where(e['name'])}")
             b = np.ascontiguousarray(out).tobytes()

@@ -387,7 +387,7 @@ ARCHS = {
     # models/nemotron_h (Nemotron-H 4B to 56B, Nemotron Nano 9B v2 and 12B v2; Nemotron 3 Nano 30B-A3B with experts)
     "NemotronHForCausalLM": Arch(moe="nemotron_h", mamba=True, nemotron=True, renames=NEMOTRON_NAMES,
                                  ungated=True, default_act="relu2"),
-    # models/falcon_h1 (Falcon-H1 0.5B to 34B, Falcon-H1R 7B)
+    # models/falcon_h1 (Falcon-H1 0.5B to 34B)
     "FalconH1ForCausalLM": Arch(falcon_h1=True, renames=FALCON_H1_NAMES, mlp_module="feed_forward"),
     # models/mamba2 (Mamba-Codestral-7B; the Mamba-2 checkpoints in transformers' layout)
     "Mamba2ForCausalLM": Arch(mamba=True, nemotron=True, mamba2=True, renames=NEMOTRON_NAMES, ungated=True,

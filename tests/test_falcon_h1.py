@@ -14,8 +14,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, gptq_q8_0, imatrix_of,
-                      max_rel, reconfigured_logits, run_tool)
+from conftest import (GOLDEN_HF, GOLDEN_IEBIN, assert_one_line_error, assert_states_carry, edited_artifact, gptq_q8_0,
+                      imatrix_of, max_rel, reconfigure, reconfigured_logits, run_tool)
 from gguf_build import rewrite_gguf
 
 from iekit.convert.gguf_names import falcon_h1_factors
@@ -122,19 +122,23 @@ def _dequantized(path, name):
     return gguf.quants.dequantize(t.data, t.tensor_type).reshape(t.shape[::-1].tolist())
 
 
+def _quantized(tmp_path, scheme: str):
+    """hf/tiny-falcon-h1 converted with every matrix q4-manifest names as ``scheme`` (each command must succeed)."""
+    man, q = tmp_path / "m.json", tmp_path / "q"
+    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-falcon-h1", "-o", man, "--scheme",
+                    scheme).returncode == 0
+    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", GOLDEN_HF / "tiny-falcon-h1", "--out-dir", q,
+                   "--q4-map", man)
+    assert res.returncode == 0, res.stderr
+    return q
+
+
 @pytest.mark.parametrize("scheme", ["q8_0", "q4_k", "int4w"])
 def test_a_quantized_export_carries_the_multipliers_in_its_scales(tmp_path, scheme):
     """llama.cpp stores Falcon-H1's matrices times the muP multipliers. Quantized, the export multiplies each
     block's f16 scales instead (the codes stay): gguf-py's dequantization of every matrix is ours times its
     multipliers (in_proj's by row group) to f16's rounding; the imported file is that model, multipliers 1."""
-    man = tmp_path / "m.json"
-    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-falcon-h1", "-o", man, "--scheme",
-                    scheme).returncode == 0
-    q = tmp_path / "q"
-    res = run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", GOLDEN_HF / "tiny-falcon-h1", "--out-dir", q,
-                   "--q4-map", man)
-    assert res.returncode == 0, res.stderr
-    out = tmp_path / "q.gguf"
+    q, out = _quantized(tmp_path, scheme), tmp_path / "q.gguf"
     res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", q, "--out", out)
     assert res.returncode == 0, res.stderr
     assert "times the model's muP multipliers" in res.stderr
@@ -159,15 +163,19 @@ def test_a_quantized_export_carries_the_multipliers_in_its_scales(tmp_path, sche
     assert max_rel(Decoder(back, act="f32").logits(IDS), Decoder(q, act="f32").logits(IDS)) < 1e-2
 
 
+def test_scales_the_multipliers_carry_beyond_float16_are_one_line(tmp_path):
+    """A q8_0 block's f16 scale times a multiplier f16 cannot hold: one line naming the tensor, and nothing written."""
+    q = _quantized(tmp_path, "q8_0")
+    big = edited_artifact(q, tmp_path / "big", lambda m: reconfigure(m, ssm_out_multiplier=1e9))
+    res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", big, "--out", tmp_path / "q.gguf")
+    assert_one_line_error(res, "mamba.out_proj.weight")
+    assert "beyond float16" in res.stderr and not (tmp_path / "q.gguf").exists()
+
+
 def test_mxfp4_matrices_cannot_carry_the_multipliers(tmp_path):
     """MXFP4's scales are powers of two: the export refuses them in one line naming the tensor and what to do,
     and writes nothing."""
-    man = tmp_path / "m.json"
-    assert run_tool("ieconv", "q4-manifest", "--hf-dir", GOLDEN_HF / "tiny-falcon-h1", "-o", man, "--scheme",
-                    "mxfp4").returncode == 0
-    q = tmp_path / "q"
-    assert run_tool("ieconv", "hf-to-iebin", "-q", "--hf-dir", GOLDEN_HF / "tiny-falcon-h1", "--out-dir", q,
-                    "--q4-map", man).returncode == 0
+    q = _quantized(tmp_path, "mxfp4")
     res = run_tool("ieconv", "iebin-to-gguf", "--model-dir", q, "--out", tmp_path / "q.gguf")
     assert_one_line_error(res, "muP multiplier")
     assert "--requantize" in res.stderr and not (tmp_path / "q.gguf").exists()
