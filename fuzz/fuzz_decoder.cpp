@@ -132,6 +132,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.ssm_state = in.ConsumeIntegralInRange<int>(1, 8);
     c.ssm_groups = in.ConsumeIntegralInRange<int>(1, 3);
     c.ssm_conv = in.ConsumeBool() ? in.ConsumeIntegralInRange<int>(0, 4) : 65;
+    c.ssm_attends = in.ConsumeBool();  // Falcon-H1's: attention beside (with Nemotron-H's blocks or experts: refused)
+  }
+  if (in.ConsumeBool()) {  // Falcon-H1's muP factors (0, negative; four in_proj factors, or without Mamba2: refused)
+    for (float* m : {&c.q_mult, &c.k_mult, &c.v_mult, &c.o_mult, &c.ssm_out_mult, &c.gate_mult, &c.down_mult})
+      *m = in.ConsumeFloatingPointInRange<float>(-0.5f, 2.f);
+    c.ssm_in_mults = vec(in, in.ConsumeIntegral<uint8_t>() < 8 ? 4 : 5);
+  }
+  if (in.ConsumeBool()) {  // Mamba 1's scan (a flag too many, dims of 0, beside Mamba2: refused), Falcon Mamba's norms
+    for (int l = 0; l < c.n_layers + (in.ConsumeIntegral<uint8_t>() < 8); ++l) c.ssm1.push_back(in.ConsumeBool());
+    c.ssm1_inner = 8 * in.ConsumeIntegralInRange<int>(0, 2);
+    c.ssm1_rank = in.ConsumeIntegralInRange<int>(0, 4);
+    c.ssm_state = in.ConsumeIntegralInRange<int>(1, 17);
+    c.ssm_conv = in.ConsumeBool() ? in.ConsumeIntegralInRange<int>(0, 4) : 65;
+    c.ssm1_norms = in.ConsumeBool();
+    c.ssm1_eps = in.ConsumeFloatingPointInRange<float>(-1e-5f, 1e-4f);
   }
   if (in.ConsumeBool()) {  // Nemotron-H's blocks of a mixer or an MLP alone, ReLU-squared MLPs and experts (a flag too
                            // many, a block of neither, an MLP block marked recurrent: refused)
@@ -179,8 +194,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                         in.ConsumeIntegral<uint8_t>() >= 8;
       // (a Mamba2 layer given attention's weights instead: refused)
       const bool ssm = l < static_cast<int>(c.ssm.size()) && c.ssm[l] && in.ConsumeIntegral<uint8_t>() >= 8;
+      // (a Mamba 1 layer given attention's weights instead: refused)
+      const bool ssm1 = l < static_cast<int>(c.ssm1.size()) && c.ssm1[l] && in.ConsumeIntegral<uint8_t>() >= 8;
+      if (ssm && c.ssm_attends) {  // (Falcon-H1's: attention's weights too, below; Mamba2's out_proj apart)
+        const int64_t inner = static_cast<int64_t>(c.ssm_heads) * c.ssm_head_dim;
+        const int64_t channels = inner + 2 * static_cast<int64_t>(c.ssm_groups) * c.ssm_state;
+        L.ssm_in = matrix(in, pool, inner + channels + c.ssm_heads, c.hidden);
+        L.ssm_conv_w = vec(in, static_cast<int>(channels * std::max(0, std::min(c.ssm_conv, 64))));
+        L.ssm_conv_b = vec(in, static_cast<int>(channels));
+        for (auto* v : {&L.ssm_dt, &L.ssm_a, &L.ssm_d}) *v = vec(in, c.ssm_heads);
+        if (in.ConsumeBool()) L.ssm_norm = vec(in, static_cast<int>(inner));
+        L.ssm_out = matrix(in, pool, c.hidden, inner);
+      }
       if (mlp_only) {  // (no mixer's weights)
-      } else if (ssm) {  // in_proj (z, x B C, dt), the taps and their bias, dt_bias, A, D, the gated norm, out_proj
+      } else if (ssm1) {  // in_proj (x, z), the taps and their bias, x_proj, dt_proj and its bias, A, D, out_proj
+        const int64_t D = c.ssm1_inner;
+        L.ssm_in = matrix(in, pool, 2 * D, c.hidden);
+        L.ssm_conv_w = vec(in, static_cast<int>(D * std::max(0, std::min(c.ssm_conv, 64))));
+        L.ssm_conv_b = vec(in, static_cast<int>(D));
+        L.ssm_x = matrix(in, pool, c.ssm1_rank + 2 * static_cast<int64_t>(c.ssm_state), D);
+        L.ssm_dt_w = matrix(in, pool, D, c.ssm1_rank);
+        L.ssm_dt = vec(in, static_cast<int>(D));
+        L.ssm_a = vec(in, static_cast<int>(D * c.ssm_state));
+        L.ssm_d = vec(in, static_cast<int>(D));
+        L.o = matrix(in, pool, c.hidden, D);
+      } else if (ssm && !c.ssm_attends) {  // in_proj (z, x B C, dt), the taps and their bias, dt_bias, A, D, the gated
+                                           // norm, out_proj
         const int64_t inner = static_cast<int64_t>(c.ssm_heads) * c.ssm_head_dim;
         const int64_t channels = inner + 2 * static_cast<int64_t>(c.ssm_groups) * c.ssm_state;
         L.ssm_in = matrix(in, pool, inner + channels + c.ssm_heads, c.hidden);
