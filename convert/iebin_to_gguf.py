@@ -620,9 +620,9 @@ def _plan_tensors(plan: _Plan) -> None:
 
 def _multiplied(plan: _Plan, o: _Out, factors: list[Any]) -> None:
     """o's values multiplied by ``factors`` on the way (each a float or one per row; those of 1 left out), as
-    llama.cpp's converter multiplies them: floats in the tensor's type, a step at a time; a block type's f16 scales
-    by their product (a block's values scale with them); refused for a type whose scales are not f16 (MXFP4's
-    powers of two, NVFP4's), which only --requantize can multiply."""
+    llama.cpp's converter multiplies them (_times: floats in float32, rounded to their type once; a block type's f16
+    scales by their product, its values with them); refused for a type whose scales are not f16 (MXFP4's powers of
+    two, NVFP4's), which only --requantize can multiply."""
     o.factors = [f for f in factors if not np.all(np.asarray(f) == 1.0)]
     if not o.factors or o.dtype in ("f16", "bf16", "f32") or o.how == "requantize":
         return
@@ -816,8 +816,9 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
     kv["general.file_type"] = int(LlamaFileType[weight_types.get(main).GGUF_FILE_TYPE or "ALL_F32"])
     kv["general.quantization_version"] = QUANTIZATION_VERSION
     # (Granite 4 with Mamba2 layers: 2^20, as convert_hf_to_gguf's GraniteHybridModel writes for a model without RoPE;
-    # Mamba-2's and Mamba 1's too)
-    kv[f"{a}.context_length"] = 2 ** 20 if any(spec.ssm) or any(spec.ssm1) else spec.max_positions
+    # Mamba-2's and Mamba 1's too; Falcon-H1's converter writes the model's own)
+    kv[f"{a}.context_length"] = 2 ** 20 if (any(spec.ssm) and not spec.ssm_attends) or any(spec.ssm1) else \
+        spec.max_positions
     kv[f"{a}.embedding_length"] = spec.hidden
     # (llama.cpp counts the MTP layers it reads: nextn_predict_layers)
     kv[f"{a}.block_count"] = spec.n_layers + _mtp_written(arch, spec)
@@ -972,9 +973,8 @@ def _metadata(model: iebin.IebinModel, arch: GGUFArch, spec: DecoderSpec, cfg: d
         if spec.attn_softcap:
             kv[f"{a}.attn_logit_softcapping"] = float(spec.attn_softcap)
             kv[f"{a}.final_logit_softcapping"] = float(spec.logit_softcap)
-    if a == "falcon-h1":  # as convert_hf_to_gguf's FalconH1Model writes it: the model's own context, one KV head
-        # count, the Mamba2 dims; no rope.dimension_count (every dim turns)
-        kv[f"{a}.context_length"] = spec.max_positions
+    if a == "falcon-h1":  # as convert_hf_to_gguf's FalconH1Model writes it: one KV head count, the Mamba2 dims; no
+        # rope.dimension_count (every dim turns)
         kv[f"{a}.attention.head_count_kv"] = spec.n_kv_heads
         del kv[f"{a}.rope.dimension_count"]
         _mamba2_kv(kv, a, spec)

@@ -463,8 +463,8 @@ def test_export_import_is_the_same_model(tmp_path, models, name):
             assert np.array_equal(raw, raw2), n
         else:
             assert t2["dtype"] == "f32" and np.array_equal(_as_f32(t, raw), raw2.view(np.float32)), n
-    if falcon:  # (the same model to bfloat16's rounding of the products)
-        assert max_rel(Decoder(tmp_path / "back", ctx=16).logits(IDS), Decoder(model, ctx=16).logits(IDS)) < 2e-2
+    if falcon:  # (the same model to bfloat16's rounding of the products: 0.0093 measured)
+        assert max_rel(Decoder(tmp_path / "back", ctx=16).logits(IDS), Decoder(model, ctx=16).logits(IDS)) < 1.2e-2
     else:
         assert np.array_equal(Decoder(model, ctx=16).logits(IDS), Decoder(tmp_path / "back", ctx=16).logits(IDS))
     assert run_tool("ieconv", "validate", "--deep", tmp_path / "back").returncode == 0

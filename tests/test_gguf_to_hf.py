@@ -82,7 +82,7 @@ def test_a_gguf_comes_back_as_its_checkpoint(tmp_path, models, name):
     # and it is the same model: the same logits, bit for bit
     ref = Decoder(models[name]).logits(IDS)
     got = Decoder(_ie(tmp_path / "hf", tmp_path / "ie")).logits(IDS)
-    assert max_rel(got, ref) < 2e-2 if falcon else np.array_equal(got, ref)  # (falcon: bfloat16's rounding)
+    assert max_rel(got, ref) < 1.2e-2 if falcon else np.array_equal(got, ref)  # (falcon: bf16 rounding, 0.0093)
 
 
 def test_blocks_are_dequantized_as_gguf_quants_does(tmp_path):

@@ -28,6 +28,10 @@
 namespace ie {
 namespace {
 
+// ln(1 + e^a), as torch's softplus (a itself above its threshold of 20): the time step of gated DeltaNet, Mamba2
+// and Mamba 1.
+float softplus(float a) { return a > 20.f ? a : std::log1p(std::exp(a)); }
+
 // Adds the wall time of its scope to *acc; does nothing when acc is null.
 class Stopwatch {
  public:
@@ -1254,7 +1258,7 @@ void Decoder::mamba(int layer, int b) {
         const float* B = row + 2 * static_cast<size_t>(inner) + g * N;
         const float* C = B + GN;
         const float a = row[2 * static_cast<size_t>(inner) + 2 * GN + h] + L.ssm_dt[h];
-        const float dt = a > 20.f ? a : std::log1p(std::exp(a));  // softplus, as torch's (threshold 20)
+        const float dt = softplus(a);
         const float decay = std::exp(dt * L.ssm_a[h]);
         for (int p = 0; p < P; ++p) dx[p] = dt * x[p];
         float* y = &att_[static_cast<size_t>(j) * inner + static_cast<size_t>(h) * P];
@@ -1300,6 +1304,7 @@ void Decoder::mamba1(int layer, int b) {
   // A run of channels at a time (each its own state [N]), token by token: h = exp(dt A) h + dt x B, y = h . C
   // (ssm/ssm.h), plus D x, times SiLU(z), written over x in att_.
   const SsmOps& ops = kSsmTable.ops(isa_);
+  const ActOps& act = kActTable.ops(isa_);
   parallel_for(*pool_, D, 16, [&](int64_t c0, int64_t c1, int slot) {
     const size_t n = static_cast<size_t>(c1 - c0);
     float* dt = &lin_scratch_[static_cast<size_t>(slot) * lin_scratch_stride_];
@@ -1308,11 +1313,11 @@ void Decoder::mamba1(int layer, int b) {
       const float* row = &ssm1_dbc_[j * DBC];
       const float* a = &ssm1_dt_[static_cast<size_t>(j) * D + c0];
       float* x = &att_[static_cast<size_t>(j) * D + c0];
-      for (size_t i = 0; i < n; ++i) dt[i] = a[i] > 20.f ? a[i] : std::log1p(std::exp(a[i]));  // (torch's softplus)
+      for (size_t i = 0; i < n; ++i) dt[i] = softplus(a[i]);
       ops.channels(&lin_state_[layer][static_cast<size_t>(c0) * N], static_cast<int>(n), N, dt, x,
                    &L.ssm_a[static_cast<size_t>(c0) * N], row + R, row + R + N, y);
-      const float* z = &ssm_zxbcdt_[j * XZ + D + c0];
-      for (size_t i = 0; i < n; ++i) x[i] = (y[i] + L.ssm_d[c0 + i] * x[i]) * (z[i] / (1.f + std::exp(-z[i])));
+      for (size_t i = 0; i < n; ++i) y[i] += L.ssm_d[c0 + i] * x[i];
+      act.silu_mul(x, &ssm_zxbcdt_[j * XZ + D + c0], y, n);
     }
   });
 }
@@ -1345,7 +1350,7 @@ void Decoder::delta_net(int layer, int b) {
       beta = 1.f / (1.f + std::exp(-beta));
       float& g = lin_g_[static_cast<size_t>(j) * Hv + h];
       const float a = g + L.lin_dt[h];
-      g = L.lin_decay[h] * (a > 20.f ? a : std::log1p(std::exp(a)));  // softplus, as torch's (threshold 20)
+      g = L.lin_decay[h] * softplus(a);
     }
   });
   // The delta rule, value head by value head (each its own state), token
