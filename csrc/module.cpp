@@ -83,6 +83,7 @@ py::list weight_types() {
     d["quantized"] = t.quantized;
     d["gemv"] = t.gemv;
     d["int8_act"] = t.int8_act;
+    d["act_block"] = t.act_block;
     out.append(d);
   }
   return out;
@@ -122,7 +123,7 @@ PYBIND11_MODULE(_native, m) {
       },
       "Per kernel family, the ISA levels this build has a variant for (available on this CPU or not).");
   m.def("weight_types", &weight_types,
-        "The weight-type table (csrc/common/weight_types.h): name, block_elems, block_bytes, quantized, gemv, int8_act.");
+        "The weight-type table (csrc/common/weight_types.h): name, block_elems, block_bytes, quantized, gemv, int8_act, act_block.");
 
   py::class_<ie::WeightSpec>(m, "WeightSpec",
                              "A stored matrix's type, shape and int4w parameters, validated once "

@@ -39,14 +39,17 @@ class WeightFacts:
     quantized: bool
     gemv: bool  # the native GEMV and dequantization kernels read it
     int8_act: bool  # the GEMV has an int8-activation path (act="int8")
+    # act="int8": elements per activation scale (0: no such path); 256 where the kernels sum a super-block's
+    # sub-blocks as integers under one scale (llama.cpp's q8_K), docs/formats/quant.md "Int8 activations"
+    act_block: int
 
 
 def _plain(name: str) -> WeightFacts:
-    return WeightFacts(name, 1, DTYPES[name].itemsize, quantized=False, gemv=True, int8_act=False)
+    return WeightFacts(name, 1, DTYPES[name].itemsize, quantized=False, gemv=True, int8_act=False, act_block=0)
 
 
-def _blocks(name: str, block_bytes: int, block_elems: int = BLOCK) -> WeightFacts:
-    return WeightFacts(name, block_elems, block_bytes, quantized=True, gemv=True, int8_act=True)
+def _blocks(name: str, block_bytes: int, block_elems: int = BLOCK, act_block: int = BLOCK) -> WeightFacts:
+    return WeightFacts(name, block_elems, block_bytes, quantized=True, gemv=True, int8_act=True, act_block=act_block)
 
 
 # In registry order (the order every list of weight types is shown in).
@@ -58,10 +61,10 @@ TABLE: tuple[WeightFacts, ...] = (
     _blocks("q4_0", 2 + 16),  # d: f16, 32 nibbles
     _blocks("q4_1", 2 + 2 + 16),  # d, m: f16, 32 nibbles
     _blocks("q8_0", 2 + 32),  # d: f16, 32 x int8
-    _blocks("q4_k", 2 + 2 + 12 + 128, 256),  # d, dmin: f16, 8 x 6-bit scale and min, 256 nibbles
+    _blocks("q4_k", 2 + 2 + 12 + 128, 256, 256),  # d, dmin: f16, 8 x 6-bit scale and min, 256 nibbles
     _blocks("iq4_nl", 2 + 16),  # d: f16, 32 nibbles indexing the non-linear grid
     _blocks("iq4_xs", 2 + 2 + 4 + 128, 256),  # d: f16, 8 x 6-bit scale (high bits, low nibbles), 256 nibbles
-    _blocks("q5_k", 2 + 2 + 12 + 32 + 128, 256),  # q4_k's d, dmin, scales; 256 fifth bits, 256 nibbles
+    _blocks("q5_k", 2 + 2 + 12 + 32 + 128, 256, 256),  # q4_k's d, dmin, scales; 256 fifth bits, 256 nibbles
     _blocks("q6_k", 128 + 64 + 16 + 2, 256),  # 256 low nibbles, 256 high bit pairs, 16 x int8 scale, d: f16
     _blocks("q5_0", 2 + 4 + 16),  # d: f16, 32 fifth bits, 32 nibbles
     _blocks("q5_1", 2 + 2 + 4 + 16),  # d, m: f16, 32 fifth bits, 32 nibbles
@@ -96,6 +99,7 @@ class WeightType:
     quantized: ClassVar[bool]
     gemv: ClassVar[bool]
     int8_act: ClassVar[bool]
+    act_block: ClassVar[int]
 
     # What every registered type states in its own class body, never by
     # inheritance (q5_0 subclasses q4_0 but is not GGUF's Q4_0): the

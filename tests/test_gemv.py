@@ -29,6 +29,7 @@ import gguf
 import numpy as np
 import pytest
 
+from iekit.formats import weight_types
 from iekit.formats.errors import IEError
 from iekit.formats.quant import SCHEMES, QuantParams
 from iekit.runtime import kernels, native
@@ -77,15 +78,21 @@ def deq_int4w(codes, scales, mins, group_size) -> np.ndarray:
     return (s * codes.astype(np.float32)) + m
 
 
-def quantize_q8_ref(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """act=int8 activations: d = max|x|/127 (float32), q = round_half_away(x * (1/d))."""
-    xb = x.reshape(-1, 32).astype(np.float32)
+def quantize_q8_ref(x: np.ndarray, block: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """act=int8 activations, one scale per ``block`` elements (a weight type's act_block: 32, or 256):
+    d = max|x|/127 (float32), q = round_half_away(x * (1/d)); d returned per 32 elements (repeated)."""
+    xb = x.reshape(-1, block).astype(np.float32)
     d = (np.abs(xb).max(axis=1) / np.float32(127)).astype(np.float32)
     with np.errstate(divide="ignore"):
         inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
     v = (xb * inv[:, None]).astype(np.float64)  # the float32 product, exactly
     q = np.sign(v) * np.floor(np.abs(v) + 0.5)
-    return q.astype(np.int8).reshape(x.shape), d
+    return q.astype(np.int8).reshape(x.shape), np.repeat(d, block // 32)
+
+
+def act_block(kind: str) -> int:
+    """Elements per int8 activation scale of weight type ``kind`` (the registry's act_block)."""
+    return weight_types.get(kind).act_block
 
 
 def make_weights(kind: str, rows: int, cols: int, rng, group_size=0, symmetric=True, scale_dtype="f16"):
@@ -244,7 +251,7 @@ def test_gemv_matches_reference(v, act, isa):
                     scale = np.abs(x).astype(np.float64) @ wabs.T + np.abs(b64)
                     assert np.all(np.abs(y - ref) <= 1e-5 * scale + 1e-30), where
                 else:
-                    q, d = quantize_q8_ref(x)
+                    q, d = quantize_q8_ref(x, act_block(v[0]))
                     xq = q.astype(np.float64) * np.repeat(d.reshape(batch, -1).astype(np.float64), 32, axis=1)
                     ref_q = xq @ wd64.T + b64
                     scale_q = np.abs(xq) @ wabs.T + np.abs(b64)
@@ -281,7 +288,7 @@ def test_rows8_layout_matches_reference(v, isa):
             bias = rng.standard_normal(rows).astype(np.float32) if threads != 2 else None
             y = kernels.gemv(raw, entry, x[0] if batch == 1 else x, bias=bias, threads=threads, act="int8",
                              isa=isa, layout="rows8").reshape(batch, rows)
-            q, d = quantize_q8_ref(x)
+            q, d = quantize_q8_ref(x, act_block(v[0]))
             xq = q.astype(np.float64) * np.repeat(d.reshape(batch, -1).astype(np.float64), 32, axis=1)
             b64 = np.zeros(rows) if bias is None else bias.astype(np.float64)
             ref = xq @ wd64.T + b64
@@ -454,7 +461,7 @@ def test_rows8_sub_scales_at_their_extremes(kind):
     for batch in (1, 32, 53):
         x = np.where(rng.random((batch, cols)) < 0.5, -1.0, 1.0).astype(np.float32)
         x[0] = 1.0
-        q, d = quantize_q8_ref(x)
+        q, d = quantize_q8_ref(x, act_block(kind))
         assert np.all(np.abs(q) == 127)
         xq = q.astype(np.float64) * np.repeat(d.reshape(batch, -1).astype(np.float64), 32, axis=1)
         ref = xq @ wd.T
@@ -484,18 +491,21 @@ def test_rows8_layout_refused_where_it_is_not_read(call, match):
         call()
 
 
+@pytest.mark.parametrize("block", (32, 256))
 @pytest.mark.parametrize("isa", ISAS)
-def test_int8_activation_quantizer_matches_reference(isa):
+def test_int8_activation_quantizer_matches_reference(isa, block):
     rng = np.random.default_rng(7)
     x = rng.standard_normal(32 * 64).astype(np.float32) * 10.0 ** rng.uniform(-3, 3, 32 * 64).astype(np.float32)
-    x[:32] = 0  # d = 0
-    x[32:64] = np.linspace(-127, 127, 32, dtype=np.float32) / 2  # exact .5 ties
-    x[64:96] = rng.choice([-2.5, 2.5, 0.5, -0.5, 1.5], 32).astype(np.float32)
-    x[96] = 127 * 2.0  # max of its block
-    q, d = native.quantize_act_q8(x, isa=isa)
-    qr, dr = quantize_q8_ref(x)
+    x[:256] = 0  # d = 0
+    x[256:288] = np.linspace(-127, 127, 32, dtype=np.float32) / 2  # exact .5 ties
+    x[288:320] = rng.choice([-2.5, 2.5, 0.5, -0.5, 1.5], 32).astype(np.float32)
+    x[320] = 127 * 2.0  # max of its block
+    q, d = native.quantize_act_q8(x, isa=isa, block=block)
+    qr, dr = quantize_q8_ref(x, block)
     assert np.array_equal(d.view(np.uint32), dr.view(np.uint32))
     assert np.array_equal(q, qr)
+    if block == 256:  # one scale per 256 elements, its largest magnitude's
+        assert len(set(d[8:16].tolist())) == 1 and d[8] == np.abs(x[256:512]).max() / np.float32(127)
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -509,6 +519,9 @@ def test_int8_activation_quantizer_never_launders_nonfinite_values(isa):
     assert np.isnan(d[[0, 1, 3]]).all() and not (q[:64] != 0).any() and not (q[96:] != 0).any()
     qr, dr = quantize_q8_ref(x[64:96])
     assert d[2] == dr[0] and np.array_equal(q[64:96], qr)
+    x256 = np.concatenate([x, np.ones(128, np.float32)])  # one scale per 256: the NaN reaches the whole block
+    q, d = native.quantize_act_q8(x256, isa=isa, block=256)
+    assert np.isnan(d).all() and not q.any()
     w = np.full(4 * 18, 0x11, np.uint8).reshape(4, 18)
     w[:, :2] = np.frombuffer(np.float16(1).tobytes(), np.uint8)
     y = native.gemv(w.reshape(-1), "q4_0", 1, 128, x, act="int8", isa=isa)

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import GOLDEN, GOLDEN_HF, assert_one_line_error, run_tool
 from decoder_ref import forward, load_weights
-from iekit.formats import imatrix, iebin
+from iekit.formats import imatrix, iebin, weight_types
 from iekit.runtime.decoder import Decoder
 
 TEXT = GOLDEN / "text" / "eval-sample.txt"
@@ -89,9 +89,11 @@ def test_model_runs_and_matches_the_float64_reference(wide, scheme):
     ids = [int(i) for i in np.random.default_rng(2).integers(0, 320, 20)]
     ref = forward(model, w, ids)
     # int8 activations: this model's outlier columns (x8 every 37th) cost ~0.035 with any
-    # weight type (q4_0 0.038, q8_0 0.052); the kernels themselves are held to each other
-    # tightly in tests/test_gemv.py and tests/cpp
-    for act, tol in (("f32", 1e-4), ("int8", 6e-2)):
+    # weight type (q4_0 0.038, q8_0 0.052) under a scale per 32 elements, more under one per
+    # 256 (q4_k 0.068, q5_k 0.074: the act_block of llama.cpp's q8_K); the kernels themselves
+    # are held to each other tightly in tests/test_gemv.py and tests/cpp
+    int8_tol = 6e-2 if weight_types.get(scheme).act_block == 32 else 1e-1
+    for act, tol in (("f32", 1e-4), ("int8", int8_tol)):
         for isa in ("scalar", "avx2"):
             d = Decoder(out, threads=2, act=act, isa=isa)
             got = d.logits(ids)

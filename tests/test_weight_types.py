@@ -37,7 +37,7 @@ def test_every_row_is_one_registered_class_with_the_rows_facts():
     assert [r["name"] for r in rows] == list(weight_types.names())
     assert len(set(weight_types.names())) == len(rows)
     for r in rows:
-        assert set(r) == {"name", "block_elems", "block_bytes", "quantized", "gemv", "int8_act"}
+        assert set(r) == {"name", "block_elems", "block_bytes", "quantized", "gemv", "int8_act", "act_block"}
         wt = weight_types.get(r["name"])
         assert isinstance(wt, WeightType)
         assert {k: getattr(wt, k) for k in r} == r

@@ -19,6 +19,8 @@ std::string wtype_names(bool quantized_only, bool int8_act_only, const char* con
   return out.empty() ? last : out + " " + conj + " " + last;
 }
 
+int wtype_act_block(WType t) { return wtype_info(t).act_block; }
+
 const WTypeInfo* find_wtype(const std::string& name) {
   for (const WTypeInfo& t : kWeightTypes)
     if (name == t.name) return &t;

@@ -35,37 +35,41 @@ namespace ie {
 // Everything here has internal linkage except the ops table at the end.
 namespace {
 
-// One 32-block of the act=int8 quantizer: its codes at q, its scale at *d.
-// Returns the codes' sums over elements 0..15 and 16..31 in int32 lanes 0
-// and 1, from the integers before they are packed (prep_q8_blocks' offset
-// terms; quantize_q8_avx2 drops them).
-IE_INLINE __m128i quantize_q8_block(const float* xb, int8_t* q, float* d) {
+// The act=int8 quantizer's scale of the n floats at x (n a multiple of 8):
+// their largest magnitude / 127, or NaN where one of them is not finite
+// (as in scalar: NaN scale, zero codes).
+IE_INLINE float q8_scale(const float* x, int64_t n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  // round half away from zero = trunc(v + copysign(0.5 - 2^-25, v)), exact for |v| <= 127.
-  const __m256 half = _mm256_set1_ps(0.49999997f);
-  __m256 v[4];
   __m256 amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-  for (int u = 0; u < 4; ++u) {
-    v[u] = _mm256_loadu_ps(xb + 8 * u);
-    amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[u]), amax);
-    const __m256 z = _mm256_mul_ps(v[u], _mm256_setzero_ps());  // NaN exactly where v is not finite
+  for (int64_t u = 0; u < n; u += 8) {
+    const __m256 v = _mm256_loadu_ps(x + u);
+    amax = _mm256_max_ps(_mm256_andnot_ps(sign, v), amax);
+    const __m256 z = _mm256_mul_ps(v, _mm256_setzero_ps());  // NaN exactly where v is not finite
     bad = _mm256_or_ps(bad, _mm256_cmp_ps(z, z, _CMP_UNORD_Q));
   }
-  if (_mm256_movemask_ps(bad)) {  // as in scalar: NaN scale, zero codes
-    *d = std::numeric_limits<float>::quiet_NaN();
-    std::memset(q, 0, 32);
-    return _mm_setzero_si128();
-  }
+  if (_mm256_movemask_ps(bad)) return std::numeric_limits<float>::quiet_NaN();
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  const float db = _mm_cvtss_f32(m) / 127.f;
-  const float id = db != 0.f ? 1.f / db : 0.f;
-  *d = db;
-  const __m256 mul = _mm256_set1_ps(id);
+  return _mm_cvtss_f32(m) / 127.f;
+}
+
+// The 32 floats at xb as int8 codes at q under the scale db (q8_scale's).
+// Returns the codes' sums over elements 0..15 and 16..31 in int32 lanes 0
+// and 1, from the integers before they are packed (prep_q8_blocks' offset
+// terms; quantize_q8_avx2 drops them).
+IE_INLINE __m128i quantize_q8_codes(const float* xb, float db, int8_t* q) {
+  if (std::isnan(db)) {
+    std::memset(q, 0, 32);
+    return _mm_setzero_si128();
+  }
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  // round half away from zero = trunc(v + copysign(0.5 - 2^-25, v)), exact for |v| <= 127.
+  const __m256 half = _mm256_set1_ps(0.49999997f);
+  const __m256 mul = _mm256_set1_ps(db != 0.f ? 1.f / db : 0.f);
   __m256i i[4];
   for (int u = 0; u < 4; ++u) {
-    const __m256 t = _mm256_mul_ps(v[u], mul);
+    const __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xb + 8 * u), mul);
     i[u] = _mm256_cvttps_epi32(_mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(t, sign), half)));
   }
   const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
@@ -76,8 +80,15 @@ IE_INLINE __m128i quantize_q8_block(const float* xb, int8_t* q, float* d) {
   return _mm_hadd_epi32(s4, s4);
 }
 
-void quantize_q8_avx2(const float* x, int64_t n, int8_t* q, float* d) {
-  for (int64_t b = 0; b < n / 32; ++b) quantize_q8_block(x + b * 32, q + b * 32, d + b);
+// block: elements per scale, 32 or 256 (a multiple of it in n); d holds one per 32 either way.
+void quantize_q8_avx2(const float* x, int64_t n, int8_t* q, float* d, int block) {
+  for (int64_t s = 0; s < n; s += block) {
+    const float db = q8_scale(x + s, block);
+    for (int64_t b = s / 32; b < (s + block) / 32; ++b) {
+      d[b] = db;
+      quantize_q8_codes(x + b * 32, db, q + b * 32);
+    }
+  }
 }
 
 // ---------------------------------------------------------------- helpers
@@ -263,7 +274,7 @@ void prep_nib_q8(const float* x, int B, int64_t cols, uint8_t* arena) {
   for (int b = 0; b < B; ++b) {
     std::memset(o.qn, 0, static_cast<size_t>(nch * 64));  // the tail block (if any) stays 0
     std::memset(o.dn, 0, static_cast<size_t>(nch * 2) * sizeof(float));
-    quantize_q8_avx2(x + b * cols, cols, o.qn, o.dn);
+    quantize_q8_avx2(x + b * cols, cols, o.qn, o.dn, 32);
     for (int64_t c = 0; c < nch; ++c) {
       const int8_t* e = o.qn + c * 64;
       // low-nibble partner bytes: [block 2c elems 0..15 | block 2c+1 elems 0..15]; high: elems 16..31
@@ -291,29 +302,57 @@ void prep_nib_q8(const float* x, int B, int64_t cols, uint8_t* arena) {
 // which no other piece touches. (Split by tokens instead, neighbouring
 // tokens' scales share cache lines, and two threads writing them took 2.4x
 // the time of one.)
+// Block k of token b, its codes under the scale db (its own: Q8Blocks; its
+// super-block's: Q8Super) and its sums; returns the code sum.
+IE_INLINE int32_t prep_q8_block(const Q8Nat& o, const float* x, int B, int64_t cols, int64_t k, int b, float db) {
+  const int64_t kb = k * B + b;
+  o.d[kb] = db;
+  const __m128i halves = quantize_q8_codes(x + b * cols + k * 32, db, o.q + kb * 32);
+  const int32_t half[2] = {_mm_cvtsi128_si32(halves), _mm_extract_epi32(halves, 1)};
+  const int32_t sum = half[0] + half[1];
+  o.s8[kb] = 8 * sum;
+  o.ds[kb] = db * static_cast<float>(sum);
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t v = static_cast<uint16_t>(static_cast<int16_t>(16 * half[h]));
+    o.h16[2 * kb + h] = static_cast<int32_t>(v | v << 16);
+  }
+  return sum;
+}
+
 void prep_q8_blocks(const Q8Nat& o, const float* x, int B, int64_t cols, int64_t k0, int64_t k1) {
   for (int64_t k = k0; k < k1; ++k)
+    for (int b = 0; b < B; ++b) prep_q8_block(o, x, B, cols, k, b, q8_scale(x + b * cols + k * 32, 32));
+}
+
+// Super-blocks [s0, s1) (256 elements) of every token into Q8Nat under one
+// scale each (Q8Super), and their code sums as Q8Nat::p16's int16 pairs.
+void prep_q8_super(const Q8Nat& o, const float* x, int B, int64_t cols, int64_t s0, int64_t s1) {
+  for (int64_t s = s0; s < s1; ++s)
     for (int b = 0; b < B; ++b) {
-      const int64_t kb = k * B + b;
-      const __m128i halves = quantize_q8_block(x + b * cols + k * 32, o.q + kb * 32, o.d + kb);
-      const int32_t half[2] = {_mm_cvtsi128_si32(halves), _mm_extract_epi32(halves, 1)};
-      const int32_t sum = half[0] + half[1];
-      o.s8[kb] = 8 * sum;
-      o.ds[kb] = o.d[kb] * static_cast<float>(sum);
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t v = static_cast<uint16_t>(static_cast<int16_t>(16 * half[h]));
-        o.h16[2 * kb + h] = static_cast<int32_t>(v | v << 16);
-      }
+      const float db = q8_scale(x + b * cols + s * 256, 256);
+      int32_t sum[8];
+      for (int j = 0; j < 8; ++j) sum[j] = prep_q8_block(o, x, B, cols, 8 * s + j, b, db);
+      auto pair = [&](int i, int k) { return static_cast<int32_t>(static_cast<uint16_t>(sum[i]) | static_cast<uint32_t>(static_cast<uint16_t>(sum[k])) << 16); };
+      int32_t* p = o.p16 + 4 * (s * B + b);
+      p[0] = pair(0, 2);
+      p[1] = pair(1, 3);
+      p[2] = pair(4, 6);
+      p[3] = pair(5, 7);
     }
 }
 
 // Over the pool, about 128 blocks a piece: a 64-token prefill chunk's
 // quantization on one thread was 3% of a SmolLM2 prefill, with the other
 // threads waiting for it; a decode step's one token stays on this thread.
-void prep_q8_nat(const float* x, int B, int64_t cols, uint8_t* arena, ThreadPool& pool) {
+// SUPER: Q8Super's form (cols a multiple of 256), by super-blocks.
+void prep_q8_nat(const float* x, int B, int64_t cols, uint8_t* arena, ThreadPool& pool, bool super) {
   const Q8Nat o = carve_q8_nat(arena, B, cols);
-  parallel_for(pool, cols / 32, (128 + B - 1) / B,
-               [&](int64_t k0, int64_t k1, int) { prep_q8_blocks(o, x, B, cols, k0, k1); });
+  if (super)
+    parallel_for(pool, cols / 256, (16 + B - 1) / B,
+                 [&](int64_t s0, int64_t s1, int) { prep_q8_super(o, x, B, cols, s0, s1); });
+  else
+    parallel_for(pool, cols / 32, (128 + B - 1) / B,
+                 [&](int64_t k0, int64_t k1, int) { prep_q8_blocks(o, x, B, cols, k0, k1); });
 }
 
 // ----------------------------------------------------------- float weights
@@ -1720,8 +1759,9 @@ bool nibbles(WType t) { return t == WType::Int4w || t == WType::Q4_0 || t == WTy
 
 Prep prep_kind_avx2(WType t, Act act) {
   if (nibbles(t)) return act == Act::Int8 ? Prep::NibQ8 : Prep::NibF32;
-  // every other packed type reads x quantized per 32 in element order (Q8Nat)
-  if (act == Act::Int8 && t != WType::F32 && t != WType::F16 && t != WType::BF16) return Prep::Q8Blocks;
+  // every other packed type reads x quantized in element order (Q8Nat), per its act_block
+  if (act == Act::Int8 && t != WType::F32 && t != WType::F16 && t != WType::BF16)
+    return wtype_act_block(t) == 256 ? Prep::Q8Super : Prep::Q8Blocks;
   return Prep::None;
 }
 
@@ -1729,14 +1769,14 @@ size_t prep_bytes_avx2(Prep kind, int B, int64_t cols) {
   size_t used = 0;
   if (kind == Prep::NibF32) carve_nib_f32(nullptr, B, cols, &used);
   else if (kind == Prep::NibQ8) carve_nib_q8(nullptr, B, cols, &used);
-  else if (kind == Prep::Q8Blocks) carve_q8_nat(nullptr, B, cols, &used);
+  else if (kind == Prep::Q8Blocks || kind == Prep::Q8Super) carve_q8_nat(nullptr, B, cols, &used);
   return used;
 }
 
 void prepare_avx2(Prep kind, const float* x, int B, int64_t cols, uint8_t* out, ThreadPool& pool) {
   if (kind == Prep::NibF32) prep_nib_f32(x, B, cols, out);
   else if (kind == Prep::NibQ8) prep_nib_q8(x, B, cols, out);
-  else if (kind == Prep::Q8Blocks) prep_q8_nat(x, B, cols, out, pool);
+  else if (kind == Prep::Q8Blocks || kind == Prep::Q8Super) prep_q8_nat(x, B, cols, out, pool, kind == Prep::Q8Super);
 }
 
 // Scratch: the derived activation pieces, then one int4w scale row per thread.
@@ -1776,7 +1816,8 @@ Prepared derive(const GemvArgs& a, const Scratch& sc) {
   const int64_t cols = a.spec.cols, nblk = cols / 32;
   uint8_t* arena = const_cast<uint8_t*>(a.prep);
   if (!nibbles(t)) {
-    if (prep_kind_avx2(t, a.act) == Prep::Q8Blocks) p.q8 = carve_q8_nat(arena, B, cols);
+    const Prep kind = prep_kind_avx2(t, a.act);
+    if (kind == Prep::Q8Blocks || kind == Prep::Q8Super) p.q8 = carve_q8_nat(arena, B, cols);
     return p;
   }
   if (a.act == Act::F32) {

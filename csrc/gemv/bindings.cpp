@@ -59,11 +59,13 @@ py::array_t<float> dequantize_py(const py::buffer& w, const std::string& dtype, 
   return out;
 }
 
-py::tuple quantize_act_q8_py(FArray x, const std::string& isa_name) {
+py::tuple quantize_act_q8_py(FArray x, const std::string& isa_name, int block) {
   const ie::Isa isa = ie::resolve_isa(isa_name);
   if (x.ndim() != 1) throw std::invalid_argument("x must be 1-D");
   const int64_t n = x.shape(0);
-  if (n % 32 != 0) throw std::invalid_argument("x length must be a multiple of 32, got " + std::to_string(n));
+  if (block != 32 && block != 256) throw std::invalid_argument("block must be 32 or 256, got " + std::to_string(block));
+  if (n % block != 0)
+    throw std::invalid_argument("x length must be a multiple of " + std::to_string(block) + ", got " + std::to_string(n));
   py::array_t<int8_t> q({n});
   py::array_t<float> d({n / 32});
   const float* xp = x.data();
@@ -71,7 +73,7 @@ py::tuple quantize_act_q8_py(FArray x, const std::string& isa_name) {
   float* dp = d.mutable_data();
   {
     py::gil_scoped_release nogil;
-    ie::quantize_act_q8(xp, n, qp, dp, isa);
+    ie::quantize_act_q8(xp, n, qp, dp, isa, block);
   }
   return py::make_tuple(q, d);
 }
@@ -150,8 +152,9 @@ void ie_register_gemv(py::module_& m) {
   m.def("repack_planar", &repack_planar_py, py::arg("w"), py::arg("dtype"), py::arg("rows"), py::arg("cols"),
         "The CUDA upload's repack of q4_0 / q4_1 into int4w planes: (WeightSpec, uint8 bytes), or None for a "
         "type read as stored (docs/cuda.md).");
-  m.def("quantize_act_q8", &quantize_act_q8_py, py::arg("x"), py::arg("isa") = "",
-        "The act='int8' activation quantizer: (q int8 [n], d float32 [n/32]).");
+  m.def("quantize_act_q8", &quantize_act_q8_py, py::arg("x"), py::arg("isa") = "", py::arg("block") = 32,
+        "The act='int8' activation quantizer, one scale per `block` (32 or 256: a weight type's act_block) "
+        "elements: (q int8 [n], d float32 [n/32], each 32-block's).");
   // The most activation rows one call takes: the stored layout's, and rows8's (a decoder's int8 prefill chunk).
   m.attr("MAX_BATCH") = ie::max_batch(false);
   m.attr("MAX_ROWS8_BATCH") = ie::max_batch(true);

@@ -39,7 +39,7 @@ void PreparedAct::set(const float* x, int batch, int64_t cols) {
   for (Form& f : forms_) f.ready = false;
 }
 
-static_assert(kPrepKinds == 5, "PreparedAct::forms_ holds one slot per Prep kind");
+static_assert(kPrepKinds == 7, "PreparedAct::forms_ holds one slot per Prep kind");
 
 // The form `kind` of x for `isa`'s kernels, built on first use.
 const uint8_t* prepared_form(PreparedAct& x, int kind, Isa isa, ThreadPool& pool) {
@@ -72,9 +72,11 @@ void dequantize_row(const WeightSpec& s, const uint8_t* w, int64_t r, float* out
   decode_row(s, weight_layout(s), w, r, out);
 }
 
-void quantize_act_q8(const float* x, int64_t n, int8_t* q, float* d, Isa isa) {
-  if (n % 32 != 0) fail("int8 activation quantization needs a multiple of 32 elements, got " + std::to_string(n));
-  kGemvTable.ops(isa).quantize_q8(x, n, q, d);
+void quantize_act_q8(const float* x, int64_t n, int8_t* q, float* d, Isa isa, int block) {
+  if (block != 32 && block != 256) fail("int8 activation quantization: block must be 32 or 256, got " + std::to_string(block));
+  if (n % block != 0)
+    fail("int8 activation quantization needs a multiple of " + std::to_string(block) + " elements, got " + std::to_string(n));
+  kGemvTable.ops(isa).quantize_q8(x, n, q, d, block);
 }
 
 bool gemv_uses_rows8(const WeightSpec& s, Act act, Isa isa) {
@@ -110,8 +112,16 @@ bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, I
   GemvScratch own;
   GemvScratch& s = scratch ? *scratch : own;
   if (pack) s.bytes.resize(checked_mul(pack, static_cast<size_t>(pool.size()), "rows8 pack"), /*zero=*/false);
-  ops.gemv_rows8(jobs, n, prepared_form(x, static_cast<int>(Prep::Q8Blocks), kGemvTable.pick(isa), pool), x.batch(),
-                 pool, pack ? s.bytes.data() : nullptr, pack);
+  bool reads[2] = {false, false};  // the per-32 form, the per-256 one
+  for (int i = 0; i < n; ++i)
+    for (const Rows8* m : {jobs[i].w, jobs[i].up})
+      if (m) reads[m->act_block == 256] = true;
+  if (reads[1] && x.cols() % 256 != 0) fail("gemv_rows8: a super-block type's activation of " + std::to_string(x.cols()) + " columns");
+  const Isa kisa = kGemvTable.pick(isa);
+  Rows8Prep prep;
+  if (reads[0]) prep.blocks = prepared_form(x, static_cast<int>(Prep::Q8Blocks), kisa, pool);
+  if (reads[1]) prep.super = prepared_form(x, static_cast<int>(Prep::Q8Super), kisa, pool);
+  ops.gemv_rows8(jobs, n, prep, x.batch(), pool, pack ? s.bytes.data() : nullptr, pack);
   return true;
 }
 

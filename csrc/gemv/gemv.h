@@ -64,7 +64,7 @@ class PreparedAct {
   const float* x_ = nullptr;
   int batch_ = 0;
   int64_t cols_ = 0;
-  Form forms_[5];
+  Form forms_[7];
 };
 
 // Per-call kernel scratch, owned by the caller and reused across calls.
@@ -173,8 +173,10 @@ void dequantize(const WeightSpec& s, const uint8_t* w, float* out);
 // Row r of it alone into out[cols] (an embedding lookup); r in [0, rows).
 void dequantize_row(const WeightSpec& s, const uint8_t* w, int64_t r, float* out);
 
-// The act=int8 activation quantizer (n % 32 == 0): q[n], d[n / 32].
-void quantize_act_q8(const float* x, int64_t n, int8_t* q, float* d, Isa isa);
+// The act=int8 activation quantizer, one scale per `block` elements (32 or
+// 256, a type's act_block; n a multiple of it): q[n], d[n / 32] (each
+// 32-block's, repeated within a block of 256).
+void quantize_act_q8(const float* x, int64_t n, int8_t* q, float* d, Isa isa, int block = 32);
 
 // The GEMV variant that runs for a resolved `isa` (what benchmarks report).
 Isa gemv_kernel_isa(Isa isa);

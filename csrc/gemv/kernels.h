@@ -20,8 +20,11 @@ namespace ie {
 
 // The activation forms kernels read (ggml's vec_dot_type), cached per
 // PreparedAct value. Which one a (type, act) needs is the variant's choice.
-enum class Prep : int { None = 0, Q8Rows, NibF32, NibQ8, Q8Blocks };
-constexpr int kPrepKinds = 5;
+// Q8Rows256 and Q8Super are Q8Rows and Q8Blocks with one scale per 256
+// elements (per 32 in the arrays, repeated), for the types whose act_block
+// is 256 (weight_types.h).
+enum class Prep : int { None = 0, Q8Rows, NibF32, NibQ8, Q8Blocks, Q8Rows256, Q8Super };
+constexpr int kPrepKinds = 7;
 
 struct GemvArgs {
   WeightSpec spec;
@@ -38,6 +41,13 @@ struct GemvArgs {
   const RowSource* src = nullptr;  // when set, w is null: rows come from src (run_from_source)
 };
 
+// x's int8 forms for gemv_rows8: per-32 scales (Prep::Q8Blocks) and one per
+// 256 (Prep::Q8Super), each null where no matrix of the call reads it.
+struct Rows8Prep {
+  const uint8_t* blocks = nullptr;
+  const uint8_t* super = nullptr;
+};
+
 // One ISA's GEMV entry points (common/dispatch.h).
 struct GemvOps {
   Prep (*prep_kind)(WType type, Act act);
@@ -48,13 +58,15 @@ struct GemvOps {
   size_t (*scratch_bytes)(const GemvArgs& a);
   void (*gemv)(const GemvArgs& a);
   // The act=int8 activation quantizer; every variant's must agree bit for bit.
-  void (*quantize_q8)(const float* x, int64_t n, int8_t* q, float* d);
+  // block: elements per scale, 32 or 256 (act_block); d has one per 32 elements either way.
+  void (*quantize_q8)(const float* x, int64_t n, int8_t* q, float* d, int block);
   // act=int8 over rows8 copies (rows8.h) of n matrices that read the same x
-  // [batch, cols], in one parallel region; `prep` is x's Prep::Q8Blocks form.
+  // [batch, cols], in one parallel region; `prep` holds x's Prep::Q8Blocks
+  // and Prep::Q8Super forms, each where a job's type reads it.
   // Jobs over stored bytes pack their tiles into `pack`, pack_bytes per
   // thread (rows8_pack_bytes). Null where the ISA has no such kernel (the
   // stored layout is used).
-  void (*gemv_rows8)(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
+  void (*gemv_rows8)(const Rows8Job* jobs, int n, const Rows8Prep& prep, int batch, ThreadPool& pool, uint8_t* pack,
                      size_t pack_bytes);
 };
 
@@ -70,13 +82,13 @@ extern const GemvOps kGemvAmx;
 // AVX-512 VNNI + VBMI kernels for some stored layouts (avx512.cpp), AVX2's
 // for the rest.
 void gemv_avx512(const GemvArgs& a);
-void gemv_rows8_avx2(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
+void gemv_rows8_avx2(const Rows8Job* jobs, int n, const Rows8Prep& prep, int batch, ThreadPool& pool, uint8_t* pack,
                      size_t pack_bytes);
-void gemv_rows8_avxvnni(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
+void gemv_rows8_avxvnni(const Rows8Job* jobs, int n, const Rows8Prep& prep, int batch, ThreadPool& pool, uint8_t* pack,
                         size_t pack_bytes);
-void gemv_rows8_avx512(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
+void gemv_rows8_avx512(const Rows8Job* jobs, int n, const Rows8Prep& prep, int batch, ThreadPool& pool, uint8_t* pack,
                        size_t pack_bytes);
-void gemv_rows8_amx(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
+void gemv_rows8_amx(const Rows8Job* jobs, int n, const Rows8Prep& prep, int batch, ThreadPool& pool, uint8_t* pack,
                     size_t pack_bytes);
 #endif
 extern const IsaTable<GemvOps> kGemvTable;
@@ -242,6 +254,10 @@ struct Q8Nat {
   int32_t* s8 = nullptr;    // [nblk][B]
   float* ds = nullptr;      // [nblk][B]
   int32_t* h16 = nullptr;   // [nblk][B][2]: (16 sum_h, 16 sum_h) as two int16 (|16 sum_h| <= 16 * 16 * 127 < 2^15)
+  // Q8Super's only: [nblk / 8][B][4], a super-block's eight code sums as
+  // int16 pairs (sum 0, sum 2), (1, 3), (4, 6), (5, 7) (|sum| <= 32 * 128),
+  // which q4_k's and q5_k's mins meet by vpdpwssd (kq_pair).
+  int32_t* p16 = nullptr;
 };
 
 // Token b's activation over 128 elements, 32-blocks 4 sb .. 4 sb + 3 (of B tokens' interleaved ones): the sum of
@@ -260,6 +276,7 @@ inline Q8Nat carve_q8_nat(uint8_t* base, int B, int64_t cols, size_t* used = nul
   o.s8 = c.take<int32_t>(nb);
   o.ds = c.take<float>(nb);
   o.h16 = c.take<int32_t>(2 * nb);
+  o.p16 = c.take<int32_t>(static_cast<size_t>(B * (cols / 256) * 4));
   if (used) *used = c.used();
   return o;
 }

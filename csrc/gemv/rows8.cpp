@@ -473,6 +473,7 @@ Rows8 rows8_shape(const WeightSpec& s) {
     p.spec.group_size = 32;
   }
   p.tiles = (s.rows + 7) / 8;
+  p.act_block = wtype_info(p.spec.type).act_block;
   p.block_bytes = 32 * rows8_code_bits(s.type);
   if (s.type == WType::Int4w) {
     p.bpg = static_cast<int>(s.group_size / 32);

@@ -175,6 +175,7 @@ struct Rows8 {
   int block_bytes = 0;     // one 32-block of one tile: 32 * rows8_code_bits
   int scale_bytes = 0;     // int4w and the 32-block types: 2 (f16), 4 (f32) or 1 (mxfp4's E8M0)
   bool affine = false;     // those types: a mins vector follows the scales
+  int act_block = 32;      // spec's act_block (weight_types.h): which activation form its kernels read
   size_t group_bytes = 0;  // one group of one tile: bpg blocks, then the header
   size_t tile_bytes = 0;
   AlignedArray<uint8_t> bytes;

@@ -265,15 +265,14 @@ IE_INLINE void iq4xs_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
 }
 
 // kq_pair's types (q4_k; q5_k: Q5, the fifth bits): codes as they are, the
-// 6-bit sub-scales by vpmulld, then the mins times dmin against each
-// token's d * code sum, then d: kq_pair's floats per token.
+// 6-bit sub-scales by vpmulld, the sums added up as integers over the
+// super-block, then kq_pair's floats per token (kq_finish_pair).
 template <bool Q5>
 IE_INLINE void kq_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kAmxTokens]) {
-  using H = Rows8KqHeader;
   constexpr int kBlock = 32 * rows8_code_bits(Q5 ? WType::Q5_K : WType::Q4_K);
   const size_t tb = p.tile_bytes;
   KqSixBits<false> ls;
-  __m512 P[kAmxTokens];
+  __m512i S[kAmxTokens];
   amx_blocks(
       p.groups * 8, x, B, b0,
       sub_block_unpacker<Q5 ? 32 : 0, kBlock>(p, w, b0, codes_as_is),
@@ -282,22 +281,11 @@ IE_INLINE void kq_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, i
         const uint8_t* h = w + (k >> 3) * p.group_bytes + 8 * kBlock;
         if (j == 0) {
           ls = KqSixBits<false>(h, tb);
-          for (auto& v : P) v = _mm512_setzero_ps();
+          for (auto& v : S) v = _mm512_setzero_si512();
         }
-        amx_sub_add(c, ls.of(j), x.d + k * B + b0, P);
-        if (j == 7) {
-          const KqSixBits<true> lm(h, tb);
-          const __m512 dmin = load16<2>(h + H::dmin, tb);
-          const int64_t kg = (k - 7) * B + b0;  // the super-block's first sub-block
-#pragma GCC unroll 1
-          for (int i = 0; i < 8; ++i) {
-            const __m512 mn = _mm512_mul_ps(_mm512_cvtepi32_ps(lm.of(i)), dmin);
-            for (int m = 0; m < kAmxTokens; ++m)
-              acc[m] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(x.ds[kg + i * B + m]), acc[m]);
-          }
-          const __m512 d = load16<2>(h + H::d, tb);
-          for (int m = 0; m < kAmxTokens; ++m) acc[m] = _mm512_fmadd_ps(P[m], d, acc[m]);
-        }
+        const __m512i mult = ls.of(j);
+        for (int m = 0; m < kAmxTokens; ++m) S[m] = _mm512_add_epi32(S[m], _mm512_mullo_epi32(_mm512_load_si512(c + 16 * m), mult));
+        if (j == 7) kq_finish_pair(h, tb, x, (k >> 3) * B + b0, (k - 7) * B + b0, S, acc);
       });
 }
 

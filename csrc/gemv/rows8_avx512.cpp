@@ -7,7 +7,7 @@
 
 namespace ie {
 
-void gemv_rows8_avx512(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
+void gemv_rows8_avx512(const Rows8Job* jobs, int n, const Rows8Prep& prep, int batch, ThreadPool& pool, uint8_t* pack,
                        size_t pack_bytes) {
   gemv_rows8_tiles(jobs, n, prep, batch, pool, pack, pack_bytes);
 }

@@ -331,11 +331,27 @@ IE_INLINE void nib_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
   }
 }
 
-// q4_k and q5_k tiles (Q5: fifth bits): per super-block, the eight rows'
-// packed 6-bit sub-scales and mins unpack as three word vectors (the
+// The mins of q4_k and q5_k (one super-block of eight rows, MINS' bytes:
+// sub-blocks 0..3 in lo, 4..7 in hi) against a token's eight activation
+// code sums (Q8Nat::p16 at p), as integers: the sum of min j times sum j,
+// by madd over the pairs (0, 2), (1, 3), (4, 6), (5, 7).
+IE_INLINE __m256i kq_min_sum(__m256i lo, __m256i hi, const int32_t* p) {
+  const __m256i m = _mm256_set1_epi32(0x00FF00FF);
+  auto pairs = [&](__m256i v, int odd) { return _mm256_and_si256(odd ? _mm256_srli_epi32(v, 8) : v, m); };
+  __m256i n = _mm256_madd_epi16(pairs(lo, 0), _mm256_set1_epi32(p[0]));
+  n = _mm256_add_epi32(n, _mm256_madd_epi16(pairs(lo, 1), _mm256_set1_epi32(p[1])));
+  n = _mm256_add_epi32(n, _mm256_madd_epi16(pairs(hi, 0), _mm256_set1_epi32(p[2])));
+  return _mm256_add_epi32(n, _mm256_madd_epi16(pairs(hi, 1), _mm256_set1_epi32(p[3])));
+}
+
+// q4_k and q5_k tiles (Q5: fifth bits) under Q8Super activations (one
+// scale per super-block, as llama.cpp's q8_K): per super-block, the eight
+// rows' packed 6-bit sub-scales and mins unpack as three word vectors (the
 // formulas of q4k_sub, eight rows at once); sub-block j's scales multiply
-// inside the madd that widens its products (int16 pairs), its mins times
-// dmin meet the activation's d * code sum; d multiplies once per super-block.
+// inside the madd that widens its products (int16 pairs), and the eight
+// sub-blocks' sums add up as integers, as do the mins times the
+// activation's code sums (kq_min_sum). The floats then come once per
+// super-block and token: (d S - dmin N) times the activation's scale.
 template <bool Q5, int NB>
 IE_INLINE void kq_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   using H = Rows8KqHeader;
@@ -346,29 +362,29 @@ IE_INLINE void kq_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
     auto word = [h](int k) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::words + 32 * k)); };
     const __m256i ls[2] = {_mm256_and_si256(word(0), m3f), _mm256_or_si256(_mm256_and_si256(word(2), m0f),
                                                                           _mm256_and_si256(_mm256_srli_epi32(word(0), 2), m30))};
-    __m256 P[NB];
-    for (auto& v : P) v = _mm256_setzero_ps();
+    __m256i S[NB];
+    for (auto& v : S) v = _mm256_setzero_si256();
     for_sub_blocks<NB>([&](int j) __attribute__((always_inline)) {
       prefetch_group<8>(p, w, b0, j);
       const __m256i sc16 = mult_of_byte(j < 4 ? ls[0] : ls[1], j % 4);
       const int64_t kx = (g * 8 + j) * B + b0;
       __m256i sb[NB];
       block_dot_n<Q5 ? 32 : 0, NB>(w + j * kBlock, x.q + kx * 32, sc16, sb);
-      for (int b = 0; b < NB; ++b) P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb[b]), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+      for (int b = 0; b < NB; ++b) {
+        S[b] = _mm256_add_epi32(S[b], sb[b]);
+        in_reg(S[b]);
+      }
     });
-    // The mins after the products (acc takes the same subtractions in the same order), so that their
-    // words and dmin are not live beside the tokens' sums (AVX2, batch 32: q4_k 3.01 -> 2.83 ms, q5_k
-    // 3.60 -> 3.40; VNNI unchanged).
+    // The mins after the products, so that their words are not live beside the tokens' sums.
     const __m256i lm[2] = {_mm256_and_si256(word(1), m3f), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(word(2), 4), m0f),
                                                                           _mm256_and_si256(_mm256_srli_epi32(word(1), 2), m30))};
-    const __m256 dmin = load8<2>(h + H::dmin);
-    for_sub_blocks<NB>([&](int j) __attribute__((always_inline)) {
-      const __m256 mn = _mm256_mul_ps(_mm256_cvtepi32_ps(lane_byte<false>(j < 4 ? lm[0] : lm[1], j % 4)), dmin);
-      const int64_t kx = (g * 8 + j) * B + b0;
-      for (int b = 0; b < NB; ++b) acc[b] = _mm256_fnmadd_ps(mn, _mm256_broadcast_ss(x.ds + kx + b), acc[b]);
-    });
-    const __m256 d = load8<2>(h + H::d);
-    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
+    const __m256 d = load8<2>(h + H::d), dmin = load8<2>(h + H::dmin);
+    const int64_t kg = g * 8 * B + b0;  // the super-block's first block
+    for (int b = 0; b < NB; ++b) {
+      const __m256i n = kq_min_sum(lm[0], lm[1], x.p16 + 4 * (g * B + b0 + b));
+      const __m256 t = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(n), _mm256_mul_ps(d, _mm256_cvtepi32_ps(S[b])));
+      acc[b] = _mm256_fmadd_ps(t, _mm256_broadcast_ss(x.d + kg + b), acc[b]);
+    }
   }
 }
 
@@ -1169,6 +1185,17 @@ void pack_job_tiles(const Rows8& p, const uint8_t* w, int64_t t0, int64_t n, uin
   pack_rows8_tiles(p, w, t0, n, out);
 }
 
+// The activation's int8 forms (Rows8Prep's, carved); each matrix reads the
+// one its copy's act_block names.
+struct Q8Forms {
+  Q8Nat blocks, super;
+  Q8Forms(const Rows8Prep& p, int B, int64_t cols) {
+    if (p.blocks) blocks = carve_q8_nat(const_cast<uint8_t*>(p.blocks), B, cols);
+    if (p.super) super = carve_q8_nat(const_cast<uint8_t*>(p.super), B, cols);
+  }
+  const Q8Nat& of(const Rows8& m) const { return m.act_block == 256 ? super : blocks; }
+};
+
 // Where a job's tile t is read: its copy's bytes, or (a job over stored
 // bytes) the thread's packed tiles, tile t0 first.
 struct TileBase {
@@ -1181,13 +1208,13 @@ struct TileBase {
 // Activation rows b0 .. b0+NB of tile t of one job (kw, ku: its matrices' kernels).
 template <int NB>
 void run_tile_n(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, const TileBase& tb, int64_t t,
-                const Q8Nat& x, int B, int b0) {
+                const Q8Forms& x, int B, int b0) {
   const int64_t rows = j.w->spec.rows, n = rows - 8 * t < 8 ? rows - 8 * t : 8;
   __m256 acc[NB];
-  kw.run<NB>(*j.w, tb.of(*j.w, tb.w, t), x, B, b0, acc);
+  kw.run<NB>(*j.w, tb.of(*j.w, tb.w, t), x.of(*j.w), B, b0, acc);
   if (j.up) {
     __m256 u[NB];
-    ku.run<NB>(*j.up, tb.of(*j.up, tb.up, t), x, B, b0, u);
+    ku.run<NB>(*j.up, tb.of(*j.up, tb.up, t), x.of(*j.up), B, b0, u);
     for (int b = 0; b < NB; ++b) acc[b] = j.gelu ? gelu_tanh_mul(acc[b], u[b]) : silu_mul(acc[b], u[b]);
   }
   for (int b = 0; b < NB; ++b) store_tile(acc[b], j.up ? nullptr : j.bias, j.y + (b0 + b) * rows, 8 * t, n);
@@ -1197,12 +1224,12 @@ void run_tile_n(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku,
 // The N tokens b0 .. b0+N of tiles t and t + 1 of one job (pw, pu: its
 // matrices' pair kernels, N = 8, or AMX kernels, N = 16).
 template <int N, class Kernel>
-void run_pair(const Rows8Job& j, Kernel pw, Kernel pu, const TileBase& tb, int64_t t, const Q8Nat& x, int B, int b0) {
+void run_pair(const Rows8Job& j, Kernel pw, Kernel pu, const TileBase& tb, int64_t t, const Q8Forms& x, int B, int b0) {
   const int64_t rows = j.w->spec.rows;
   __m512 acc[N], u[N];
-  pw(*j.w, tb.of(*j.w, tb.w, t), x, B, b0, acc);
+  pw(*j.w, tb.of(*j.w, tb.w, t), x.of(*j.w), B, b0, acc);
   if (j.up) {
-    pu(*j.up, tb.of(*j.up, tb.up, t), x, B, b0, u);
+    pu(*j.up, tb.of(*j.up, tb.up, t), x.of(*j.up), B, b0, u);
     // on the pair's 16 rows at once: the exp and divide were most of run_pair's own time
     for (int b = 0; b < N; ++b) acc[b] = j.gelu ? gelu_tanh_mul(acc[b], u[b]) : silu_mul(acc[b], u[b]);
   }
@@ -1215,7 +1242,7 @@ void run_pair(const Rows8Job& j, Kernel pw, Kernel pu, const TileBase& tb, int64
 
 // Activation rows b0 .. B of tile t of one job.
 void run_tile_rest(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, const TileBase& tb, int64_t t,
-                   const Q8Nat& x, int B, int b0) {
+                   const Q8Forms& x, int B, int b0) {
   if constexpr (kWide > 4)
     for (; b0 + kWide <= B; b0 += kWide) run_tile_n<kWide>(j, kw, ku, tb, t, x, B, b0);
   for (; b0 < B; b0 += 4) {  // four rows at a time; the tile stays in L1 for the next four
@@ -1232,7 +1259,7 @@ void run_tile_rest(const Rows8Job& j, const TileKernels& kw, const TileKernels& 
 // tiles at a time (every quantized type has a pair kernel), then the
 // tokens past the last eight per tile. A job over stored bytes packs each
 // tile (or pair) into `pack` (two tiles) just before its kernels read it.
-void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, int64_t t0, int64_t t1, const Q8Nat& x,
+void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, int64_t t0, int64_t t1, const Q8Forms& x,
              int B, uint8_t* pack) {
   for (int64_t t = t0; t < t1; ++t) {
 #if IE_ROWS8_ZMM
@@ -1265,9 +1292,9 @@ void run_job(const Rows8Job& j, const TileKernels& kw, const TileKernels& ku, in
 }
 
 // The ISA's gemv_rows8 (kernels.h).
-void gemv_rows8_tiles(const Rows8Job* jobs, int n, const uint8_t* prep, int batch, ThreadPool& pool, uint8_t* pack,
+void gemv_rows8_tiles(const Rows8Job* jobs, int n, const Rows8Prep& prep, int batch, ThreadPool& pool, uint8_t* pack,
                       size_t pack_bytes) {
-  const Q8Nat x = carve_q8_nat(const_cast<uint8_t*>(prep), batch, jobs[0].w->spec.cols);
+  const Q8Forms x(prep, batch, jobs[0].w->spec.cols);
   // The jobs' tiles are one sequence (job 0's, then job 1's, ...), shared
   // by the threads one tile at a time (work_split.h).
   int64_t first[kMaxRows8Jobs + 1] = {0};

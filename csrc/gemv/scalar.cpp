@@ -20,26 +20,24 @@ namespace {
 // finite (x NaN; x = +-inf where d is inf; any x where d is subnormal and
 // 1/d overflows) codes as -128, what the SIMD conversion yields. The logits
 // are then non-finite (or the block negligible), which the runtime reports.
-void quantize_q8_scalar(const float* x, int64_t n, int8_t* q, float* d) {
-  for (int64_t b = 0; b < n / 32; ++b) {
-    const float* xb = x + b * 32;
+// block: elements per scale (32, or 256: act_block); d holds each 32-block's.
+void quantize_q8_scalar(const float* x, int64_t n, int8_t* q, float* d, int block) {
+  for (int64_t s = 0; s < n; s += block) {
     float amax = 0.f;
     bool finite = true;
-    for (int j = 0; j < 32; ++j) {
-      amax = std::max(amax, std::fabs(xb[j]));
-      finite = finite && std::isfinite(xb[j]);
+    for (int j = 0; j < block; ++j) {
+      amax = std::max(amax, std::fabs(x[s + j]));
+      finite = finite && std::isfinite(x[s + j]);
     }
-    if (!finite) {  // NaN scale, zero codes: the non-finite value reaches every product, never laundered
-      d[b] = std::numeric_limits<float>::quiet_NaN();
-      std::fill(q + b * 32, q + b * 32 + 32, int8_t(0));
-      continue;
-    }
-    const float db = amax / 127.f;
+    // not finite: NaN scale, zero codes (the non-finite value reaches every product, never laundered)
+    const float db = finite ? amax / 127.f : std::numeric_limits<float>::quiet_NaN();
     const float id = db != 0.f ? 1.f / db : 0.f;
-    d[b] = db;
-    for (int j = 0; j < 32; ++j) {  // a subnormal d makes id inf: such v are not finite (AVX2's cvtt gives -128)
-      const float v = xb[j] * id;
-      q[b * 32 + j] = std::isfinite(v) ? static_cast<int8_t>(std::round(v)) : int8_t(-128);
+    for (int64_t b = s / 32; b < (s + block) / 32; ++b) {
+      d[b] = db;
+      for (int j = 0; j < 32; ++j) {  // a subnormal d makes id inf: such v are not finite (AVX2's cvtt gives -128)
+        const float v = x[b * 32 + j] * id;
+        q[b * 32 + j] = !finite ? int8_t(0) : std::isfinite(v) ? static_cast<int8_t>(std::round(v)) : int8_t(-128);
+      }
     }
   }
 }
@@ -237,13 +235,15 @@ void row_int8(const GemvArgs& a, int64_t r, const int8_t* qx, const float* dx, f
   }
 }
 
-// act=int8 reads x quantized row by row: codes [batch][cols], then scales [batch][cols / 32].
+// act=int8 reads x quantized row by row: codes [batch][cols], then scales [batch][cols / 32] (Q8Rows256: one
+// per 256 elements, repeated).
 Prep prep_kind_scalar(WType type, Act act) {
-  return act == Act::Int8 && wtype_info(type).int8_act ? Prep::Q8Rows : Prep::None;
+  if (act != Act::Int8 || !wtype_info(type).int8_act) return Prep::None;
+  return wtype_info(type).act_block == 256 ? Prep::Q8Rows256 : Prep::Q8Rows;
 }
 
 size_t prep_bytes_scalar(Prep kind, int batch, int64_t cols) {
-  if (kind != Prep::Q8Rows) return 0;
+  if (kind != Prep::Q8Rows && kind != Prep::Q8Rows256) return 0;
   Carve c(nullptr);
   c.take<int8_t>(static_cast<size_t>(batch * cols));
   c.take<float>(static_cast<size_t>(batch * cols / 32));
@@ -251,11 +251,12 @@ size_t prep_bytes_scalar(Prep kind, int batch, int64_t cols) {
 }
 
 void prepare_scalar(Prep kind, const float* x, int batch, int64_t cols, uint8_t* out, ThreadPool&) {
-  if (kind != Prep::Q8Rows) return;
+  if (kind != Prep::Q8Rows && kind != Prep::Q8Rows256) return;
   Carve c(out);
   int8_t* q = c.take<int8_t>(static_cast<size_t>(batch * cols));
   float* d = c.take<float>(static_cast<size_t>(batch * cols / 32));
-  for (int b = 0; b < batch; ++b) quantize_q8_scalar(x + b * cols, cols, q + b * cols, d + b * cols / 32);
+  const int block = kind == Prep::Q8Rows256 ? 256 : 32;
+  for (int b = 0; b < batch; ++b) quantize_q8_scalar(x + b * cols, cols, q + b * cols, d + b * cols / 32, block);
 }
 
 size_t scratch_bytes_scalar(const GemvArgs&) { return 0; }
