@@ -63,22 +63,22 @@ TABLE: tuple[WeightFacts, ...] = (
     _blocks("q8_0", 2 + 32),  # d: f16, 32 x int8
     _blocks("q4_k", 2 + 2 + 12 + 128, 256, 256),  # d, dmin: f16, 8 x 6-bit scale and min, 256 nibbles
     _blocks("iq4_nl", 2 + 16),  # d: f16, 32 nibbles indexing the non-linear grid
-    _blocks("iq4_xs", 2 + 2 + 4 + 128, 256),  # d: f16, 8 x 6-bit scale (high bits, low nibbles), 256 nibbles
+    _blocks("iq4_xs", 2 + 2 + 4 + 128, 256, 256),  # d: f16, 8 x 6-bit scale (high bits, low nibbles), 256 nibbles
     _blocks("q5_k", 2 + 2 + 12 + 32 + 128, 256, 256),  # q4_k's d, dmin, scales; 256 fifth bits, 256 nibbles
-    _blocks("q6_k", 128 + 64 + 16 + 2, 256),  # 256 low nibbles, 256 high bit pairs, 16 x int8 scale, d: f16
+    _blocks("q6_k", 128 + 64 + 16 + 2, 256, 256),  # 256 low nibbles, 256 high bit pairs, 16 x int8 scale, d: f16
     _blocks("q5_0", 2 + 4 + 16),  # d: f16, 32 fifth bits, 32 nibbles
     _blocks("q5_1", 2 + 2 + 4 + 16),  # d, m: f16, 32 fifth bits, 32 nibbles
     _blocks("mxfp4", 1 + 16),  # e: E8M0 scale byte, 32 e2m1 nibbles
-    _blocks("q3_k", 32 + 64 + 12 + 2, 256),  # 256 high bits, 256 low bit pairs, 16 x 6-bit scale, d: f16
-    _blocks("q2_k", 16 + 64 + 2 + 2, 256),  # 16 x (4-bit scale, 4-bit min), 256 bit pairs, d, dmin: f16
-    _blocks("iq3_s", 2 + 64 + 8 + 32 + 4, 256),  # d: f16, 64 x 9-bit codebook index (low bytes, high bits), 256 signs, 8 x 4-bit scale
-    _blocks("iq4_xsh", 2 + 2 + 4 + 128 + 1, 256),  # iq4_xs's bytes, then 8 grid-shift bits (one per sub-block)
-    _blocks("iq3_xxs", 2 + 64 + 32, 256),  # d: f16, 64 x 8-bit codebook index, 8 x (28 sign bits, 4-bit scale)
-    _blocks("iq2_xxs", 2 + 64, 256),  # d: f16, per sub-block 4 x 8-bit codebook index and (28 sign bits, 4-bit scale)
-    _blocks("iq2_xs", 2 + 64 + 8, 256),  # d: f16, 32 x u16 (9-bit codebook index, 7 sign bits), 16 x 4-bit scale
-    _blocks("iq2_s", 2 + 32 + 32 + 8 + 8, 256),  # d: f16, 32 x 10-bit codebook index (low bytes), 256 signs, high bits, 16 x 4-bit scale
-    _blocks("iq1_s", 2 + 32 + 16, 256),  # d: f16, 32 x 11-bit ternary codebook index (low bytes), 8 x u16 (high bits, 3-bit scale, shift sign)
-    _blocks("iq1_m", 32 + 16 + 8, 256),  # 32 x 11-bit index (low bytes), 32 x (3 high bits, shift sign), 16 x 3-bit scale and d in 4 u16
+    _blocks("q3_k", 32 + 64 + 12 + 2, 256, 256),  # 256 high bits, 256 low bit pairs, 16 x 6-bit scale, d: f16
+    _blocks("q2_k", 16 + 64 + 2 + 2, 256, 256),  # 16 x (4-bit scale, 4-bit min), 256 bit pairs, d, dmin: f16
+    _blocks("iq3_s", 2 + 64 + 8 + 32 + 4, 256, 256),  # d: f16, 64 x 9-bit codebook index (low bytes, high bits), 256 signs, 8 x 4-bit scale
+    _blocks("iq4_xsh", 2 + 2 + 4 + 128 + 1, 256, 256),  # iq4_xs's bytes, then 8 grid-shift bits (one per sub-block)
+    _blocks("iq3_xxs", 2 + 64 + 32, 256, 256),  # d: f16, 64 x 8-bit codebook index, 8 x (28 sign bits, 4-bit scale)
+    _blocks("iq2_xxs", 2 + 64, 256, 256),  # d: f16, per sub-block 4 x 8-bit codebook index and (28 sign bits, 4-bit scale)
+    _blocks("iq2_xs", 2 + 64 + 8, 256, 256),  # d: f16, 32 x u16 (9-bit codebook index, 7 sign bits), 16 x 4-bit scale
+    _blocks("iq2_s", 2 + 32 + 32 + 8 + 8, 256, 256),  # d: f16, 32 x 10-bit codebook index (low bytes), 256 signs, high bits, 16 x 4-bit scale
+    _blocks("iq1_s", 2 + 32 + 16, 256, 256),  # d: f16, 32 x 11-bit ternary codebook index (low bytes), 8 x u16 (high bits, 3-bit scale, shift sign)
+    _blocks("iq1_m", 32 + 16 + 8, 256, 256),  # 32 x 11-bit index (low bytes), 32 x (3 high bits, shift sign), 16 x 3-bit scale and d in 4 u16
     _blocks("nvfp4", 4 + 32, 64),  # 4 x UE4M3 scale (one per 16), 64 e2m1 nibbles; a float32 tensor_scale in quant
     _blocks("q1_0", 2 + 16, 128),  # d: f16, 128 sign bits (bit j of byte k: element 8k + j; set: +d, clear: -d)
 )

@@ -26,6 +26,15 @@ TEXT = GOLDEN / "text" / "eval-sample.txt"
 AUX = ("generation_config.json", "tokenizer.json", "tokenizer_config.json")
 
 
+def int8_bound(scheme: str) -> float:
+    """The int8-activation error bound on the ``wide`` model (max |logit error| over the largest logit):
+    its outlier columns (x8 every 37th) cost ~0.035 under a scale per 32 elements with any weight type
+    (q4_0 0.038, q8_0 0.052), more under one per 256, the super-block types' act_block (llama.cpp's
+    q8_K): its 256-wide rows then have one scale per token, 0.068 (q4_k) to 0.12 (iq2_xs, llama.cpp's
+    own file). The kernels themselves are held to each other tightly in tests/test_gemv.py and tests/cpp."""
+    return 6e-2 if weight_types.get(scheme).act_block == 32 else 1.5e-1
+
+
 @pytest.fixture(scope="module")
 def wide(tmp_path_factory):
     """{hf, f32, imatrix}: a 2-layer Llama with every matrix a multiple of 256 wide."""
@@ -88,12 +97,7 @@ def test_model_runs_and_matches_the_float64_reference(wide, scheme):
     model, w = load_weights(out)
     ids = [int(i) for i in np.random.default_rng(2).integers(0, 320, 20)]
     ref = forward(model, w, ids)
-    # int8 activations: this model's outlier columns (x8 every 37th) cost ~0.035 with any
-    # weight type (q4_0 0.038, q8_0 0.052) under a scale per 32 elements, more under one per
-    # 256 (q4_k 0.068, q5_k 0.074: the act_block of llama.cpp's q8_K); the kernels themselves
-    # are held to each other tightly in tests/test_gemv.py and tests/cpp
-    int8_tol = 6e-2 if weight_types.get(scheme).act_block == 32 else 1e-1
-    for act, tol in (("f32", 1e-4), ("int8", int8_tol)):
+    for act, tol in (("f32", 1e-4), ("int8", int8_bound(scheme))):
         for isa in ("scalar", "avx2"):
             d = Decoder(out, threads=2, act=act, isa=isa)
             got = d.logits(ids)

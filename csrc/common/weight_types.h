@@ -39,22 +39,22 @@ inline constexpr WTypeInfo kWeightTypes[] = {
     {WType::Q8_0, "q8_0", 32, 34, 2, true, true, true, 32},
     {WType::Q4_K, "q4_k", 256, 144, 16, true, true, true, 256},
     {WType::IQ4_NL, "iq4_nl", 32, 18, 2, true, true, true, 32},
-    {WType::IQ4_XS, "iq4_xs", 256, 136, 8, true, true, true, 32},
+    {WType::IQ4_XS, "iq4_xs", 256, 136, 8, true, true, true, 256},
     {WType::Q5_K, "q5_k", 256, 176, 48, true, true, true, 256},  // codes: qh (fifth bits) at 16, nibbles at 48
-    {WType::Q6_K, "q6_k", 256, 210, 0, true, true, true, 32},   // codes first; int8 scales at 192, d at 208
+    {WType::Q6_K, "q6_k", 256, 210, 0, true, true, true, 256},   // codes first; int8 scales at 192, d at 208
     {WType::Q5_0, "q5_0", 32, 22, 2, true, true, true, 32},     // codes: fifth bits (u32), then nibbles at 6
     {WType::Q5_1, "q5_1", 32, 24, 4, true, true, true, 32},     // codes: fifth bits (u32), then nibbles at 8
     {WType::MXFP4, "mxfp4", 32, 17, 1, true, true, true, 32},   // E8M0 scale byte, then e2m1 nibbles
-    {WType::Q3_K, "q3_k", 256, 110, 0, true, true, true, 32},   // codes first (high bits, low pairs at 32); scales at 96, d at 108
-    {WType::Q2_K, "q2_k", 256, 84, 16, true, true, true, 32},   // 16 scale/min bytes, codes at 16, d at 80, dmin at 82
-    {WType::IQ3_S, "iq3_s", 256, 110, 2, true, true, true, 32},  // d; index low bytes at 2, high bits at 66; signs at 74, scales at 106
-    {WType::IQ4_XSH, "iq4_xsh", 256, 137, 8, true, true, true, 32},  // iq4_xs's 136 bytes, then the grid shift bits at 136
-    {WType::IQ3_XXS, "iq3_xxs", 256, 98, 2, true, true, true, 32},   // d; indices at 2; sign/scale words at 66
-    {WType::IQ2_XXS, "iq2_xxs", 256, 66, 2, true, true, true, 32},   // d; per sub-block 4 indices, then its sign/scale word
-    {WType::IQ2_XS, "iq2_xs", 256, 74, 2, true, true, true, 32},     // d; 32 u16 (index, signs) at 2; 16 scales at 66
-    {WType::IQ2_S, "iq2_s", 256, 82, 2, true, true, true, 32},       // d; index low bytes at 2, signs at 34, high bits at 66, scales at 74
-    {WType::IQ1_S, "iq1_s", 256, 50, 2, true, true, true, 32},       // d; index low bytes at 2; per 32-block a u16 (high bits, scale, shift) at 34
-    {WType::IQ1_M, "iq1_m", 256, 56, 0, true, true, true, 32},       // index low bytes; high bits and shifts at 32; scales and d at 48
+    {WType::Q3_K, "q3_k", 256, 110, 0, true, true, true, 256},   // codes first (high bits, low pairs at 32); scales at 96, d at 108
+    {WType::Q2_K, "q2_k", 256, 84, 16, true, true, true, 256},   // 16 scale/min bytes, codes at 16, d at 80, dmin at 82
+    {WType::IQ3_S, "iq3_s", 256, 110, 2, true, true, true, 256},  // d; index low bytes at 2, high bits at 66; signs at 74, scales at 106
+    {WType::IQ4_XSH, "iq4_xsh", 256, 137, 8, true, true, true, 256},  // iq4_xs's 136 bytes, then the grid shift bits at 136
+    {WType::IQ3_XXS, "iq3_xxs", 256, 98, 2, true, true, true, 256},   // d; indices at 2; sign/scale words at 66
+    {WType::IQ2_XXS, "iq2_xxs", 256, 66, 2, true, true, true, 256},   // d; per sub-block 4 indices, then its sign/scale word
+    {WType::IQ2_XS, "iq2_xs", 256, 74, 2, true, true, true, 256},     // d; 32 u16 (index, signs) at 2; 16 scales at 66
+    {WType::IQ2_S, "iq2_s", 256, 82, 2, true, true, true, 256},       // d; index low bytes at 2, signs at 34, high bits at 66, scales at 74
+    {WType::IQ1_S, "iq1_s", 256, 50, 2, true, true, true, 256},       // d; index low bytes at 2; per 32-block a u16 (high bits, scale, shift) at 34
+    {WType::IQ1_M, "iq1_m", 256, 56, 0, true, true, true, 256},       // index low bytes; high bits and shifts at 32; scales and d at 48
     {WType::NVFP4, "nvfp4", 64, 36, 4, true, true, true, 32},        // 4 UE4M3 scales (one per 16), then e2m1 nibbles
     {WType::Q1_0, "q1_0", 128, 18, 2, true, true, true, 32},         // d; 128 sign bits (element 8k + j: bit j of byte k)
 };

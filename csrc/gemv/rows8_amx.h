@@ -212,24 +212,14 @@ IE_INLINE void nib_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, 
       });
 }
 
-// The super-block types, sub-block j's sums times the 16 rows' integer
-// sub-scales, into per-token float sums P over the super-block that meet d
-// once at its end, as their pair kernels do (the accumulators are updated
-// once per super-block, so sixteen P and sixteen acc need not share the
-// registers at each sub-block). The pair kernels multiply the integers
-// (vpmulld: two micro-ops on Intel's port 0, 10 cycles) and convert the
-// product; here the sum is converted and multiplied as a float, one
-// micro-op (q4_k, one thread: 128-167 -> 196-209 G multiply-adds/s). The
-// two are the same float: every |sum x sub-scale| is below 2^24 (q4_k 32 x
-// 15 x 127 x 63, q5_k 32 x 31 x 127 x 63, iq4_xs and iq4_xsh 32 x 128 x 127
-// x 32, q6_k's halves 16 x 32 x 127 x 128), so the sum, the sub-scale and
-// their product are exact floats (test_rows8_sub_scales_at_their_extremes).
-IE_INLINE void amx_sub_add(const int32_t* c, __m512i mult, const float* xd, __m512 (&P)[kAmxTokens]) {
-  const __m512 mf = _mm512_cvtepi32_ps(mult);
-  for (int m = 0; m < kAmxTokens; ++m)
-    P[m] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * m)), mf), _mm512_set1_ps(xd[m]),
-                           P[m]);
-}
+// The super-block types below read Q8Super activations (one scale per
+// super-block): sub-block j's sums times the 16 rows' integer sub-scales by
+// vpmulld, added up as integers over the super-block, then super_finish's
+// floats once per super-block and token, the pair kernels' integers and
+// floats. (Under a scale per 32 elements these kernels multiplied each
+// product as a float, one micro-op where vpmulld is two on Intel's port 0:
+// q4_k, one thread, 128-167 -> 196-209 G multiply-adds/s; that float work
+// per sub-block and token is what one scale per super-block takes away.)
 
 // iq4xs_pair's types (iq4_xs and the codebook types: signed table values, 6-bit
 // sub-scales l - 32; iq4_xsh: each sub-block's values shifted as its grid
@@ -242,7 +232,7 @@ IE_INLINE void iq4xs_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
   const TableOf<T, false> table;
   auto header = [&](int64_t k) { return w + (k >> 3) * p.group_bytes + 8 * kBlock; };
   Iq4xsSubScales ls;
-  __m512 P[kAmxTokens];
+  __m512i S[kAmxTokens];
   amx_blocks(
       p.groups * 8, x, B, b0,
       [&](int64_t k, AmxBlock* out) __attribute__((always_inline)) {
@@ -254,13 +244,11 @@ IE_INLINE void iq4xs_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
         const uint8_t* h = header(k);
         if (j == 0) {
           ls = Iq4xsSubScales(h, tb);
-          for (auto& v : P) v = _mm512_setzero_ps();
+          for (auto& v : S) v = _mm512_setzero_si512();
         }
-        amx_sub_add(c, ls.mult(j), x.d + k * B + b0, P);
-        if (j == 7) {
-          const __m512 d = _mm512_mul_ps(load16<2>(h + H::d, tb), _mm512_set1_ps(rows8_d_factor(T)));
-          for (int m = 0; m < kAmxTokens; ++m) acc[m] = _mm512_fmadd_ps(P[m], d, acc[m]);
-        }
+        const __m512i mult = ls.mult(j);
+        for (int m = 0; m < kAmxTokens; ++m) S[m] = _mm512_add_epi32(S[m], _mm512_mullo_epi32(_mm512_load_si512(c + 16 * m), mult));
+        if (j == 7) super_finish(h + H::d, tb, rows8_d_factor(T), x.d + (k - 7) * B + b0, S, acc);
       });
 }
 
@@ -310,32 +298,15 @@ IE_INLINE auto half_unpacker(const Rows8& p, const uint8_t* w, int b0) {
   };
 }
 
-// The two halves' sums of one 32-block (c0, c1) times their sub-scales,
-// added and into P, as half_products does for each token. Their integer
-// sum c0 m0 + c1 m1 is formed as fma(c0, m0, c1 m1) in floats: c1 m1 is
-// exact (amx_sub_add's bound), and the fma rounds the exact sum once, as
-// converting the integer sum does, so the float is the same.
-IE_INLINE void amx_halves_add(const int32_t* c0, __m512i mult0, const int32_t* c1, __m512i mult1, const float* xd,
-                              __m512 (&P)[kAmxTokens]) {
-  const __m512 m0 = _mm512_cvtepi32_ps(mult0), m1 = _mm512_cvtepi32_ps(mult1);
-  for (int m = 0; m < kAmxTokens; ++m) {
-    const __m512 s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c0 + 16 * m)), m0,
-                                     _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c1 + 16 * m)), m1));
-    P[m] = _mm512_fmadd_ps(s, _mm512_set1_ps(xd[m]), P[m]);
-  }
-}
-
 // sym16_pair's types (q6_k, q3_k and the half_scaled_book types): each half's sums by its own tile
-// multiply, then sym16_pair's integers and floats per token.
+// multiply, then sym16_pair's integers per half and floats per super-block and token (sym16_finish).
 template <WType T>
 IE_INLINE void sym16_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m512 (&acc)[kAmxTokens]) {
   constexpr int kBlock = 32 * rows8_code_bits(T);
   constexpr int kD = T == WType::Q3_K ? Rows8Q3kHeader::d : Rows8Q6kHeader::d;
   const size_t tb = p.tile_bytes;
   __m512i words[3] = {};
-  const int32_t* c0 = nullptr;  // the block's first half's sums, until its second's finish
-  __m512i mult0 = _mm512_setzero_si512();
-  __m512 P[kAmxTokens];
+  __m512i S[kAmxTokens];
   amx_blocks<2>(
       p.groups * 16, x, B, b0, half_unpacker<T>(p, w, b0),
       [&](int64_t k, const int32_t* c) __attribute__((always_inline)) {
@@ -344,18 +315,11 @@ IE_INLINE void sym16_amx(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B
         const uint8_t* h = w + (blk >> 3) * p.group_bytes + 8 * kBlock;
         if (k % 16 == 0) {
           if constexpr (T == WType::Q3_K) q3k_words(h, tb, words);
-          for (auto& v : P) v = _mm512_setzero_ps();
+          for (auto& v : S) v = _mm512_setzero_si512();
         }
         const __m512i mult = sym16_mult<T>(h, tb, words, j, half);
-        if (half == 0) {
-          c0 = c, mult0 = mult;
-          return;
-        }
-        amx_halves_add(c0, mult0, c, mult, x.d + blk * B + b0, P);
-        if (j == 7) {
-          const __m512 d = _mm512_mul_ps(load16<2>(h + kD, tb), _mm512_set1_ps(rows8_d_factor(T)));
-          for (int m = 0; m < kAmxTokens; ++m) acc[m] = _mm512_fmadd_ps(P[m], d, acc[m]);
-        }
+        for (int m = 0; m < kAmxTokens; ++m) S[m] = _mm512_add_epi32(S[m], _mm512_mullo_epi32(_mm512_load_si512(c + 16 * m), mult));
+        if (j == 7 && half == 1) super_finish(h + kD, tb, rows8_d_factor(T), x.d + (blk - 7) * B + b0, S, acc);
       });
 }
 

@@ -46,6 +46,16 @@ IE_INLINE __m256 half_of(__m512 v, int h) {
   return h == 0 ? _mm512_castps512_ps256(v) : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
 }
 
+// super_finish over a pair, for N tokens: acc += (d factor S) x
+// (d: the f16s at hd, both tiles'; S: the tokens' integer sums over the
+// super-block; xd: their activation scales, Q8Super's, one per token).
+template <int N>
+IE_INLINE void super_finish(const uint8_t* hd, size_t tb, float factor, const float* xd, const __m512i (&S)[N],
+                            __m512 (&acc)[N]) {
+  const __m512 d = _mm512_mul_ps(load16<2>(hd, tb), _mm512_set1_ps(factor));  // (exact: a power of two)
+  for (int b = 0; b < N; ++b) acc[b] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(S[b])), _mm512_set1_ps(xd[b]), acc[b]);
+}
+
 IE_INLINE __m512i bcast4z(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -222,8 +232,8 @@ IE_INLINE void iq4xs_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
     const Iq4xsSubScales ls(h, tb);
-    __m512 P[kPairTokens];
-    for (auto& v : P) v = _mm512_setzero_ps();
+    __m512i S[kPairTokens];
+    for (auto& v : S) v = _mm512_setzero_si512();
 #pragma GCC unroll 1
     for (int j = 0; j < 8; ++j) {
       prefetch_pair<8>(p, w, b0, j);
@@ -232,11 +242,12 @@ IE_INLINE void iq4xs_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
       __m512i s[kPairTokens];  // from the values' offset: 128 sum x off (16 s8)
       for (int b = 0; b < kPairTokens; ++b) s[b] = _mm512_set1_epi32(-16 * x.s8[kx + b]);
       pair_block(w + j * kBlock, tb, x.q + kx * 32, sub_block_table<T>(table, h, tb, j), s);
-      for (int b = 0; b < kPairTokens; ++b)
-        P[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(s[b], mult)), _mm512_set1_ps(x.d[kx + b]), P[b]);
+      for (int b = 0; b < kPairTokens; ++b) {
+        S[b] = _mm512_add_epi32(S[b], _mm512_mullo_epi32(s[b], mult));
+        in_reg(S[b]);
+      }
     }
-    const __m512 d = _mm512_mul_ps(load16<2>(h + H::d, tb), _mm512_set1_ps(rows8_d_factor(T)));
-    for (int b = 0; b < kPairTokens; ++b) acc[b] = _mm512_fmadd_ps(P[b], d, acc[b]);
+    super_finish(h + H::d, tb, rows8_d_factor(T), x.d + g * 8 * B + b0, S, acc);
   }
 }
 
@@ -360,15 +371,13 @@ IE_INLINE void sym16_codes(const uint8_t* blk, size_t tb, int v, __m512i* lo, __
 // One 16-element half (vectors 2 half and 2 half + 1) of a 32-block of
 // sym16_codes' types for the eight tokens: sums (started by the caller
 // from the codes' offset) += codes times the tokens' codes at xq + 32 b,
-// then times mult by vpmulld. The first half's products wait in `first`;
-// the second's are added to them and, as floats times the tokens' scales
-// xd[b], to P. Held in registers beside the second half's sums and P the
-// first half's products made 32 live vectors, and q6_k spilled inside the
-// dpbusd loop (4% over one tile at a time, against 24% this way).
+// then times mult by vpmulld into the super-block's integer sums S (one
+// activation scale per super-block: Q8Super). (Summed as floats per
+// 32-block, the first half's products had to wait in memory beside the
+// second's sums and P.)
 template <WType T>
 IE_INLINE void half_products(const uint8_t* blk, size_t tb, int half, const int8_t* xq, __m512i mult,
-                             __m512i (&sums)[kPairTokens], int32_t (&first)[kPairTokens][16], const float* xd,
-                             __m512 (&P)[kPairTokens]) {
+                             __m512i (&sums)[kPairTokens], __m512i (&S)[kPairTokens]) {
   for (int v = 2 * half; v < 2 * half + 2; ++v) {
     __m512i lo, hi;
     sym16_codes<T>(blk, tb, v, &lo, &hi);
@@ -379,13 +388,8 @@ IE_INLINE void half_products(const uint8_t* blk, size_t tb, int half, const int8
     }
   }
   for (int b = 0; b < kPairTokens; ++b) {
-    const __m512i t = _mm512_mullo_epi32(sums[b], mult);
-    if (half == 0) {
-      _mm512_store_si512(first[b], t);
-    } else {
-      const __m512i s = _mm512_add_epi32(_mm512_load_si512(first[b]), t);
-      P[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(xd[b]), P[b]);
-    }
+    S[b] = _mm512_add_epi32(S[b], _mm512_mullo_epi32(sums[b], mult));
+    in_reg(S[b]);
   }
 }
 
@@ -428,13 +432,12 @@ IE_INLINE void sym16_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
   constexpr int kD = T == WType::Q3_K ? Rows8Q3kHeader::d : Rows8Q6kHeader::d;
   constexpr int kZ = sym16_zero(T);
   const size_t tb = p.tile_bytes;
-  alignas(64) int32_t first[kPairTokens][16];
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
     __m512i words[3] = {};  // q3_k's scale words, once per super-block
     if constexpr (T == WType::Q3_K) q3k_words(h, tb, words);
-    __m512 P[kPairTokens];
-    for (auto& v : P) v = _mm512_setzero_ps();
+    __m512i S[kPairTokens];
+    for (auto& v : S) v = _mm512_setzero_si512();
 #pragma GCC unroll 1
     for (int j = 0; j < 8; ++j) {
       prefetch_pair<8>(p, w, b0, j);
@@ -446,11 +449,10 @@ IE_INLINE void sym16_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
         __m512i sums[kPairTokens];  // from the codes' offset: Z times the half's activation sum off
         for (int b = 0; b < kPairTokens; ++b)
           sums[b] = _mm512_set1_epi32(-(static_cast<int16_t>(x.h16[2 * (kx + b) + half]) * kZ / 16));
-        half_products<T>(blk, tb, half, x.q + kx * 32, mult, sums, first, x.d + kx, P);
+        half_products<T>(blk, tb, half, x.q + kx * 32, mult, sums, S);
       }
     }
-    const __m512 d = _mm512_mul_ps(load16<2>(h + kD, tb), _mm512_set1_ps(rows8_d_factor(T)));
-    for (int b = 0; b < kPairTokens; ++b) acc[b] = _mm512_fmadd_ps(P[b], d, acc[b]);
+    super_finish(h + kD, tb, rows8_d_factor(T), x.d + g * 8 * B + b0, S, acc);
   }
 }
 
@@ -464,12 +466,11 @@ IE_INLINE void q2k_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B,
   constexpr int kBlock = 32 * rows8_code_bits(WType::Q2_K);
   const size_t tb = p.tile_bytes;
   const __m512i m0f = _mm512_set1_epi8(0x0F);
-  alignas(64) int32_t first[kPairTokens][16];
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
-    __m512 P[kPairTokens], M[kPairTokens];
-    for (auto& v : P) v = _mm512_setzero_ps();
-    for (auto& v : M) v = _mm512_setzero_ps();
+    __m512i S[kPairTokens], M[kPairTokens];
+    for (auto& v : S) v = _mm512_setzero_si512();
+    for (auto& v : M) v = _mm512_setzero_si512();
 #pragma GCC unroll 1
     for (int j = 0; j < 8; ++j) {
       prefetch_pair<8>(p, w, b0, j);
@@ -482,21 +483,22 @@ IE_INLINE void q2k_pair(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B,
       for (int half = 0; half < 2; ++half) {
         __m512i sums[kPairTokens];
         for (auto& v : sums) v = _mm512_setzero_si512();
-        half_products<WType::Q2_K>(blk, tb, half, x.q + kx * 32, lane_byte_z(sc, (2 * j + half) % 4), sums, first,
-                                   x.d + kx, P);
+        half_products<WType::Q2_K>(blk, tb, half, x.q + kx * 32, lane_byte_z(sc, (2 * j + half) % 4), sums, S);
       }
       const __m512i mins[2] = {lane_byte_z<true>(mn, (2 * j) % 4), lane_byte_z<true>(mn, (2 * j + 1) % 4)};
       for (int b = 0; b < kPairTokens; ++b) {
         const int32_t* h16 = x.h16 + 2 * (kx + b);
-        const __m512i m32 = _mm512_add_epi32(_mm512_madd_epi16(_mm512_set1_epi32(h16[0]), mins[0]),
-                                             _mm512_madd_epi16(_mm512_set1_epi32(h16[1]), mins[1]));
-        M[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m32), _mm512_set1_ps(x.d[kx + b]), M[b]);
+        M[b] = _mm512_add_epi32(M[b], _mm512_add_epi32(_mm512_madd_epi16(_mm512_set1_epi32(h16[0]), mins[0]),
+                                                        _mm512_madd_epi16(_mm512_set1_epi32(h16[1]), mins[1])));
       }
     }
     const __m512 d = load16<2>(h + H::d, tb);
     const __m512 dmin32 = _mm512_mul_ps(load16<2>(h + H::dmin, tb), _mm512_set1_ps(1.f / 32.f));
-    for (int b = 0; b < kPairTokens; ++b)
-      acc[b] = _mm512_fnmadd_ps(M[b], dmin32, _mm512_fmadd_ps(P[b], d, acc[b]));
+    const int64_t kg = g * 8 * B + b0;  // the super-block's first block: its activation scale (Q8Super)
+    for (int b = 0; b < kPairTokens; ++b) {
+      const __m512 t = _mm512_fnmadd_ps(dmin32, _mm512_cvtepi32_ps(M[b]), _mm512_mul_ps(d, _mm512_cvtepi32_ps(S[b])));
+      acc[b] = _mm512_fmadd_ps(t, _mm512_set1_ps(x.d[kg + b]), acc[b]);
+    }
   }
 }
 

@@ -331,6 +331,17 @@ IE_INLINE void nib_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
   }
 }
 
+// A super-block's floats for NB tokens under Q8Super activations (one
+// scale per super-block): acc += (d factor S) xd, d the eight rows' f16s at
+// hd, S the tokens' integer sums over the super-block (each sub-block's
+// under its sub-scale), xd their scales (the super-block's first block's).
+template <int NB>
+IE_INLINE void super_finish(const uint8_t* hd, float factor, const float* xd, const __m256i (&S)[NB], __m256 (&acc)[NB]) {
+  const __m256 d = _mm256_mul_ps(load8<2>(hd), _mm256_set1_ps(factor));  // (exact: a power of two)
+  for (int b = 0; b < NB; ++b)
+    acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(S[b])), _mm256_broadcast_ss(xd + b), acc[b]);
+}
+
 // The mins of q4_k and q5_k (one super-block of eight rows, MINS' bytes:
 // sub-blocks 0..3 in lo, 4..7 in hi) against a token's eight activation
 // code sums (Q8Nat::p16 at p), as integers: the sum of min j times sum j,
@@ -526,7 +537,8 @@ IE_INLINE __m256i xsh_lanes(const uint8_t* h, int j) {
 // read unsigned as v + 16; iq4_xsh's, each sub-block's values shifted by
 // xsh_shifts): per sub-block j, the eight rows' 6-bit sub-scales l - 32
 // unpacked at once from scales_l and scales_h, multiplied inside the madds
-// that widen the products; d once per super-block.
+// that widen the products; the sub-blocks' sums added as integers, the
+// floats once per super-block (super_finish).
 template <WType T, int NB>
 IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   using H = Rows8Iq4xsHeader;
@@ -535,8 +547,8 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
     const uint8_t* h = w + 8 * kBlock;
     const __m256i ls_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + H::scales_l));
     const __m256i ls_hi = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + H::scales_h)));
-    __m256 P[NB];
-    for (auto& v : P) v = _mm256_setzero_ps();
+    __m256i S[NB];
+    for (auto& v : S) v = _mm256_setzero_si256();
     for_sub_blocks<NB>([&](int j) __attribute__((always_inline)) {
       prefetch_group<8>(p, w, b0, j);
       const __m256i lo4 = _mm256_and_si256(_mm256_srl_epi32(ls_lo, _mm_cvtsi32_si128(4 * j)), _mm256_set1_epi32(0xF));
@@ -593,10 +605,12 @@ IE_INLINE void iq4xs_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
         }
       }
 #endif
-      for (int b = 0; b < NB; ++b) P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+      for (int b = 0; b < NB; ++b) {
+        S[b] = _mm256_add_epi32(S[b], s[b]);
+        in_reg(S[b]);
+      }
     });
-    const __m256 d = _mm256_mul_ps(load8<2>(h + H::d), _mm256_set1_ps(rows8_d_factor(T)));  // (exact: a power of two)
-    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
+    super_finish<NB>(h + H::d, rows8_d_factor(T), x.d + g * 8 * B + b0, S, acc);
   }
 }
 
@@ -713,7 +727,8 @@ IE_INLINE __m256i q3k_scale_word(__m256i w0, __m256i w1, __m256i w2, int q) {
 // activation's h16 pairs (32 sc sum per half; q3_k takes an eighth,
 // exactly); VNNI takes Z sum off each half's sums before its sub-scale
 // multiplies them (VnniSums::flush_scaled), one subtraction per half and
-// token instead of two madds. d once per super-block. The half_scaled_book
+// token instead of two madds. The blocks' sums add up as integers, the
+// floats come once per super-block (super_finish). The half_scaled_book
 // types' (iq2_xs, iq2_s, iq1_s, iq1_m)
 // tiles are q6_k's with signed table values for codes (sym16_block_dot_n: no
 // offset on AVX2) and d read as d / 8.
@@ -728,8 +743,8 @@ IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
     if constexpr (T == WType::Q3_K)
       for (int k = 0; k < 3; ++k)
         words[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + Rows8Q3kHeader::words + 32 * k));
-    __m256 P[NB];
-    for (auto& v : P) v = _mm256_setzero_ps();
+    __m256i S[NB];
+    for (auto& v : S) v = _mm256_setzero_si256();
     for_sub_blocks<NB>([&](int j) __attribute__((always_inline)) {
       prefetch_group<8>(p, w, b0, j);
       const uint8_t* blk = w + j * kBlock;
@@ -756,11 +771,11 @@ IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
                                                  _mm256_madd_epi16(_mm256_set1_epi32(h16[1]), mult[1]));
           s[b] = _mm256_sub_epi32(s[b], T == WType::Q6_K ? off32 : _mm256_srai_epi32(off32, 3));
         }
-        P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), _mm256_broadcast_ss(x.d + kx + b), P[b]);
+        S[b] = _mm256_add_epi32(S[b], s[b]);
+        in_reg(S[b]);
       }
     });
-    const __m256 d = _mm256_mul_ps(load8<2>(h + kD), _mm256_set1_ps(rows8_d_factor(T)));  // (exact: a power of two)
-    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fmadd_ps(P[b], d, acc[b]);
+    super_finish<NB>(h + kD, rows8_d_factor(T), x.d + g * 8 * B + b0, S, acc);
   }
 }
 
@@ -768,8 +783,8 @@ IE_INLINE void sym16_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, in
 // half's two vectors sum in int16 before one madd with its 4-bit sub-scales
 // (int16 pairs from the four scale words, eight rows at once). The mins
 // meet the activation's h16 pairs (32 m sum per half) in one madd per half;
-// that sum times x's d and dmin / 32 (exact) is taken off per super-block,
-// d multiplies the rest.
+// both sums add up as integers over the super-block, then (d S - dmin / 32
+// M) (dmin / 32 exact) times x's scale, once per super-block and token.
 template <int NB>
 IE_INLINE void q2k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int B, int b0, __m256 (&acc)[NB]) {
   using H = Rows8Q2kHeader;
@@ -777,9 +792,9 @@ IE_INLINE void q2k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
   const __m256i m0f = _mm256_set1_epi8(0x0F);
   for (int64_t g = 0; g < p.groups; ++g, w += p.group_bytes) {
     const uint8_t* h = w + 8 * kBlock;
-    __m256 P[NB], M[NB];
-    for (auto& v : P) v = _mm256_setzero_ps();
-    for (auto& v : M) v = _mm256_setzero_ps();
+    __m256i S[NB], M[NB];
+    for (auto& v : S) v = _mm256_setzero_si256();
+    for (auto& v : M) v = _mm256_setzero_si256();
     for_sub_blocks<NB>([&](int j) __attribute__((always_inline)) {
       prefetch_group<8>(p, w, b0, j);
       const uint8_t* blk = w + j * kBlock;
@@ -793,16 +808,18 @@ IE_INLINE void q2k_tile_n(const Rows8& p, const uint8_t* w, const Q8Nat& x, int 
       pairs_block_dot_n<false, NB>(blk, x.q + kx * 32, mult, s, x.h16 + 2 * kx);
       for (int b = 0; b < NB; ++b) {
         const int32_t* h16 = x.h16 + 2 * (kx + b);
-        const __m256i m32 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mins[0]),
-                                             _mm256_madd_epi16(_mm256_set1_epi32(h16[1]), mins[1]));
-        const __m256 xd = _mm256_broadcast_ss(x.d + kx + b);
-        P[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[b]), xd, P[b]);
-        M[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m32), xd, M[b]);
+        M[b] = _mm256_add_epi32(M[b], _mm256_add_epi32(_mm256_madd_epi16(_mm256_set1_epi32(h16[0]), mins[0]),
+                                                        _mm256_madd_epi16(_mm256_set1_epi32(h16[1]), mins[1])));
+        S[b] = _mm256_add_epi32(S[b], s[b]);
       }
     });
     const __m256 d = load8<2>(h + H::d);
     const __m256 dmin32 = _mm256_mul_ps(load8<2>(h + H::dmin), _mm256_set1_ps(1.f / 32.f));
-    for (int b = 0; b < NB; ++b) acc[b] = _mm256_fnmadd_ps(M[b], dmin32, _mm256_fmadd_ps(P[b], d, acc[b]));
+    const int64_t kg = g * 8 * B + b0;  // the super-block's first block: its activation scale (Q8Super)
+    for (int b = 0; b < NB; ++b) {
+      const __m256 t = _mm256_fnmadd_ps(dmin32, _mm256_cvtepi32_ps(M[b]), _mm256_mul_ps(d, _mm256_cvtepi32_ps(S[b])));
+      acc[b] = _mm256_fmadd_ps(t, _mm256_broadcast_ss(x.d + kg + b), acc[b]);
+    }
   }
 }
 
