@@ -297,11 +297,6 @@ void prep_nib_q8(const float* x, int B, int64_t cols, uint8_t* arena) {
   }
 }
 
-// Blocks [k0, k1) of every token into Q8Nat (x: [B][cols]), each quantized
-// into its place: a piece's stores are one contiguous run of each array,
-// which no other piece touches. (Split by tokens instead, neighbouring
-// tokens' scales share cache lines, and two threads writing them took 2.4x
-// the time of one.)
 // Block k of token b, its codes under the scale db (its own: Q8Blocks; its
 // super-block's: Q8Super) and its sums; returns the code sum.
 IE_INLINE int32_t prep_q8_block(const Q8Nat& o, const float* x, int B, int64_t cols, int64_t k, int b, float db) {
@@ -319,6 +314,11 @@ IE_INLINE int32_t prep_q8_block(const Q8Nat& o, const float* x, int B, int64_t c
   return sum;
 }
 
+// Blocks [k0, k1) of every token into Q8Nat (x: [B][cols]), each quantized
+// into its place: a piece's stores are one contiguous run of each array,
+// which no other piece touches. (Split by tokens instead, neighbouring
+// tokens' scales share cache lines, and two threads writing them took 2.4x
+// the time of one.)
 void prep_q8_blocks(const Q8Nat& o, const float* x, int B, int64_t cols, int64_t k0, int64_t k1) {
   for (int64_t k = k0; k < k1; ++k)
     for (int b = 0; b < B; ++b) prep_q8_block(o, x, B, cols, k, b, q8_scale(x + b * cols + k * 32, 32));
@@ -332,7 +332,9 @@ void prep_q8_super(const Q8Nat& o, const float* x, int B, int64_t cols, int64_t 
       const float db = q8_scale(x + b * cols + s * 256, 256);
       int32_t sum[8];
       for (int j = 0; j < 8; ++j) sum[j] = prep_q8_block(o, x, B, cols, 8 * s + j, b, db);
-      auto pair = [&](int i, int k) { return static_cast<int32_t>(static_cast<uint16_t>(sum[i]) | static_cast<uint32_t>(static_cast<uint16_t>(sum[k])) << 16); };
+      auto pair = [&](int i, int k) {
+        return static_cast<int32_t>(static_cast<uint16_t>(sum[i]) | static_cast<uint32_t>(static_cast<uint16_t>(sum[k])) << 16);
+      };
       int32_t* p = o.p16 + 4 * (s * B + b);
       p[0] = pair(0, 2);
       p[1] = pair(1, 3);
