@@ -2185,11 +2185,10 @@ def _nemotron_parts(s: DecoderSpec, i: int, shapes: dict[str, tuple[int, ...]]) 
         return norm + [Part(key, f"{pre}mixer.{key}_proj.weight", shapes[key]) for key in ("up", "down")]
     norm = [Part("attn_norm", pre + "norm.weight", (s.hidden,), VECTOR)]
     if s.ssm1:  # (Mamba 1's layer)
-        d, shapes = s.ssm1_inner, {"ssm_in": (2 * s.ssm1_inner, s.hidden), "ssm_conv_w": (s.ssm1_inner, 1, s.ssm_conv),
-                                   "ssm_x": (s.ssm1_rank + 2 * s.ssm_state, s.ssm1_inner),
-                                   "ssm_dt_w": (s.ssm1_inner, s.ssm1_rank), "ssm_a": (s.ssm1_inner, s.ssm_state),
-                                   "o": (s.hidden, s.ssm1_inner)}
-        return norm + [Part(key, f"{pre}mixer.{hf}", shapes.get(key, (d,)),
+        d = s.ssm1_inner
+        dims = {"ssm_in": (2 * d, s.hidden), "ssm_conv_w": (d, 1, s.ssm_conv), "ssm_x": (s.ssm1_rank + 2 * s.ssm_state, d),
+                "ssm_dt_w": (d, s.ssm1_rank), "ssm_a": (d, s.ssm_state), "o": (s.hidden, d)}
+        return norm + [Part(key, f"{pre}mixer.{hf}", dims.get(key, (d,)),
                             MATRIX if key in MAMBA1_MATRICES else VECTOR) for key, hf in MAMBA1.items()]
     if s.ssm[i]:
         return norm + _mamba_parts(s, pre, "mixer.")

@@ -30,8 +30,8 @@ _ctx = click.option("--ctx", type=click.IntRange(min=1), default=None,
                     help="KV cache positions [min(max_position_embeddings, 4096)]; at most "
                          "max_position_embeddings, and the KV cache must fit the memory available.")
 _act = click.option("--act", type=click.Choice(ACTS), default="auto", show_default=True,
-                    help="Activations into quantized matrices: f32, or int8 (a scale per 32 elements, per 256 for q4_k and "
-                         "q5_k as llama.cpp's q8_K; faster, less exact); auto: "
+                    help="Activations into quantized matrices: f32, or int8 (a scale per 32 elements, per 256 for the "
+                         "super-block types, as llama.cpp's q8_K; faster, less exact); auto: "
                          "int8 where layer matrices have fewer than 8 bits per weight (4-bit types), else f32 "
                          "(always f32 with --device cuda).")
 _device = click.option("--device", type=click.Choice(cuda.DEVICES), default="cpu", show_default=True,

@@ -103,8 +103,8 @@ def gemv(raw: Any, entry: Mapping[str, Any], x: np.ndarray, bias: np.ndarray | N
     """y = W x (+ bias) for x [cols] -> y [rows], or x [b, cols] (b <= 8) -> y [b, rows], float32.
 
     act="f32" (default) uses x as given; act="int8" first quantizes x to
-    int8 with a scale per 32 elements (per 256 for the types whose act_block
-    is 256: q4_k, q5_k) (faster; quantized weights only; error up to
+    int8 with a scale per 32 elements (per 256 for the super-block types,
+    whose act_block is 256) (faster; quantized weights only; error up to
     ~ |W| @ |x - x_int8|). layout="rows8" runs the decoder's batch-1 int8
     kernel over a row-interleaved copy (csrc/gemv/rows8.h) made for this call.
     device="cuda" runs the CUDA kernel instead (act f32, the stored layout)."""

@@ -146,8 +146,8 @@ def _check_memory(o: dict[str, Any]) -> None:
 @click.option("--affine", is_flag=True, help="int4w affine (w = s*q + m) instead of symmetric.")
 @click.option("--scale-dtype", type=click.Choice(["f16", "f32"]), default=None, help="int4w scale dtype [f16].")
 @click.option("--act", type=click.Choice(["f32", "int8"]), default=None,
-              help="Packed formats: activations f32 (precise) or int8 (a scale per 32 elements, per 256 for q4_k and "
-              "q5_k; faster) [f32].")
+              help="Packed formats: activations f32 (precise) or int8 (a scale per 32 elements, per 256 for the "
+              "super-block types; faster) [f32].")
 @click.option("--batch", type=int, default=None, help="Dense kernels: activation rows per call, 1..8 [1]; with --layout rows8 "
               "or packing up to 64 (a decoder's int8 prefill chunk).")
 @click.option("--layout", type=click.Choice(["stored", "rows8", "packing"]), default=None,

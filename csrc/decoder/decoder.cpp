@@ -692,21 +692,13 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     lin_z_.resize(B * static_cast<size_t>(lin_out_));
     lin_beta_.resize(B * static_cast<size_t>(c.lin_v_heads));
     lin_g_.resize(B * static_cast<size_t>(c.lin_v_heads));
-    lin_scratch_stride_ = static_cast<size_t>(std::max(c.lin_conv, c.lin_v_dim));
-    lin_scratch_.resize(lin_scratch_stride_ * static_cast<size_t>(pool_->size()));
-    conv_state_.resize(static_cast<size_t>(c.n_layers));
-    lin_state_.resize(static_cast<size_t>(c.n_layers));
-    for (int l = 0; l < c.n_layers; ++l)
-      if (c.linear[l]) {
-        conv_state_[l].assign(static_cast<size_t>(c.lin_conv - 1) * lin_channels_, 0.f);
-        lin_state_[l].assign(checked_mul(static_cast<size_t>(lin_out_), static_cast<size_t>(c.lin_k_dim), "state"), 0.f);
-      }
+    recurrent_states(c.linear, static_cast<size_t>(c.lin_conv - 1) * lin_channels_,
+                     checked_mul(static_cast<size_t>(lin_out_), static_cast<size_t>(c.lin_k_dim), "state"),
+                     static_cast<size_t>(std::max(c.lin_conv, c.lin_v_dim)));
   }
   if (!c.short_conv.empty()) {
     conv_bcx_.resize(B * 3 * static_cast<size_t>(c.hidden));
-    conv_state_.resize(static_cast<size_t>(c.n_layers));
-    for (int l = 0; l < c.n_layers; ++l)
-      if (c.short_conv[l]) conv_state_[l].assign(static_cast<size_t>(c.conv_taps - 1) * c.hidden, 0.f);
+    recurrent_states(c.short_conv, static_cast<size_t>(c.conv_taps - 1) * c.hidden, 0, 0);
   }
   if (!c.ssm.empty()) {
     ssm_inner_ = c.ssm_heads * c.ssm_head_dim;
@@ -714,17 +706,9 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     ssm_rows_ = ssm_inner_ + channels + c.ssm_heads;
     ssm_zxbcdt_.resize(B * static_cast<size_t>(ssm_rows_));
     // (a thread's scratch: a channel's last inputs, or a head's dt x)
-    lin_scratch_stride_ =
-        std::max({lin_scratch_stride_, static_cast<size_t>(c.ssm_conv), static_cast<size_t>(c.ssm_head_dim)});
-    lin_scratch_.resize(lin_scratch_stride_ * static_cast<size_t>(pool_->size()));
-    conv_state_.resize(static_cast<size_t>(c.n_layers));
-    lin_state_.resize(static_cast<size_t>(c.n_layers));
-    for (int l = 0; l < c.n_layers; ++l)
-      if (c.ssm[l]) {
-        conv_state_[l].assign(static_cast<size_t>(c.ssm_conv - 1) * channels, 0.f);
-        lin_state_[l].assign(checked_mul(static_cast<size_t>(ssm_inner_), static_cast<size_t>(c.ssm_state), "state"),
-                             0.f);
-      }
+    recurrent_states(c.ssm, static_cast<size_t>(c.ssm_conv - 1) * channels,
+                     checked_mul(static_cast<size_t>(ssm_inner_), static_cast<size_t>(c.ssm_state), "state"),
+                     static_cast<size_t>(std::max(c.ssm_conv, c.ssm_head_dim)));
   }
   if (!c.ssm1.empty()) {
     const int D = c.ssm1_inner;
@@ -734,15 +718,9 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
     ssm1_low_.resize(B * static_cast<size_t>(c.ssm1_rank));
     ssm1_dt_.resize(B * static_cast<size_t>(D));
     // (a thread's scratch: a channel's last inputs, or its run's dt and y)
-    lin_scratch_stride_ = std::max({lin_scratch_stride_, static_cast<size_t>(c.ssm_conv), 2 * static_cast<size_t>(D)});
-    lin_scratch_.resize(lin_scratch_stride_ * static_cast<size_t>(pool_->size()));
-    conv_state_.resize(static_cast<size_t>(c.n_layers));
-    lin_state_.resize(static_cast<size_t>(c.n_layers));
-    for (int l = 0; l < c.n_layers; ++l)
-      if (c.ssm1[l]) {
-        conv_state_[l].assign(static_cast<size_t>(c.ssm_conv - 1) * D, 0.f);
-        lin_state_[l].assign(checked_mul(static_cast<size_t>(D), static_cast<size_t>(c.ssm_state), "state"), 0.f);
-      }
+    recurrent_states(c.ssm1, static_cast<size_t>(c.ssm_conv - 1) * D,
+                     checked_mul(static_cast<size_t>(D), static_cast<size_t>(c.ssm_state), "state"),
+                     std::max(static_cast<size_t>(c.ssm_conv), 2 * static_cast<size_t>(D)));
   }
   if (c.attn_gate) qg_.resize(B * 2 * static_cast<size_t>(q_dim_));
   bool gated_q = false, pooled = false;
@@ -778,6 +756,19 @@ Decoder::Decoder(DecoderConfig cfg, DecoderWeights w, Act act, int threads, Isa 
   }
   rope_cs_.resize(B * c.head_dim);
   if (!c.inv_freq_swa.empty()) rope_cs_swa_.resize(B * c.head_dim);
+}
+
+void Decoder::recurrent_states(const std::vector<uint8_t>& on, size_t conv, size_t state, size_t scratch) {
+  const size_t layers = static_cast<size_t>(cfg_.n_layers);
+  conv_state_.resize(layers);
+  lin_state_.resize(layers);
+  for (size_t l = 0; l < layers; ++l)
+    if (on[l]) {
+      conv_state_[l].assign(conv, 0.f);
+      lin_state_[l].assign(state, 0.f);
+    }
+  lin_scratch_stride_ = std::max(lin_scratch_stride_, scratch);
+  lin_scratch_.resize(lin_scratch_stride_ * static_cast<size_t>(pool_->size()));
 }
 
 void Decoder::collect_stats(bool on, const std::vector<int>& capture, const std::vector<int>& capture_experts) {

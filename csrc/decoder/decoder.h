@@ -544,6 +544,9 @@ class Decoder {
   void mamba(int layer, int b);
   // Mamba 1's selective scan (DecoderConfig::ssm1) of xn_ [b, hidden] into att_ [b, ssm1_inner]
   void mamba1(int layer, int b);
+  // At load, for a recurrent layer kind (`on`: per layer): each such layer's convolution inputs (conv floats) and
+  // state (state floats), zeroed, and each thread's scratch (lin_scratch_) at least `scratch` floats.
+  void recurrent_states(const std::vector<uint8_t>& on, size_t conv, size_t state, size_t scratch);
   // The causal depthwise convolution (taps K, plus bias where given) and SiLU
   // of `channels` channels of b rows `stride` apart, in place; `state` keeps
   // each channel's last K - 1 inputs [K - 1][channels] (gated DeltaNet's, Mamba2's).

@@ -116,7 +116,6 @@ bool gemv_rows8(const Rows8Job* jobs, int n, PreparedAct& x, ThreadPool& pool, I
   for (int i = 0; i < n; ++i)
     for (const Rows8* m : {jobs[i].w, jobs[i].up})
       if (m) reads[m->act_block == 256] = true;
-  if (reads[1] && x.cols() % 256 != 0) fail("gemv_rows8: a super-block type's activation of " + std::to_string(x.cols()) + " columns");
   const Isa kisa = kGemvTable.pick(isa);
   Rows8Prep prep;
   if (reads[0]) prep.blocks = prepared_form(x, static_cast<int>(Prep::Q8Blocks), kisa, pool);

@@ -20,10 +20,10 @@ namespace ie {
 
 // The activation forms kernels read (ggml's vec_dot_type), cached per
 // PreparedAct value. Which one a (type, act) needs is the variant's choice.
-// Q8Rows256 and Q8Super are Q8Rows and Q8Blocks with one scale per 256
+// Q8RowsSuper and Q8Super are Q8Rows and Q8Blocks with one scale per 256
 // elements (per 32 in the arrays, repeated), for the types whose act_block
 // is 256 (weight_types.h).
-enum class Prep : int { None = 0, Q8Rows, NibF32, NibQ8, Q8Blocks, Q8Rows256, Q8Super };
+enum class Prep : int { None = 0, Q8Rows, NibF32, NibQ8, Q8Blocks, Q8RowsSuper, Q8Super };
 constexpr int kPrepKinds = 7;
 
 struct GemvArgs {

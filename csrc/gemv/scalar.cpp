@@ -235,15 +235,15 @@ void row_int8(const GemvArgs& a, int64_t r, const int8_t* qx, const float* dx, f
   }
 }
 
-// act=int8 reads x quantized row by row: codes [batch][cols], then scales [batch][cols / 32] (Q8Rows256: one
+// act=int8 reads x quantized row by row: codes [batch][cols], then scales [batch][cols / 32] (Q8RowsSuper: one
 // per 256 elements, repeated).
 Prep prep_kind_scalar(WType type, Act act) {
   if (act != Act::Int8 || !wtype_info(type).int8_act) return Prep::None;
-  return wtype_info(type).act_block == 256 ? Prep::Q8Rows256 : Prep::Q8Rows;
+  return wtype_info(type).act_block == 256 ? Prep::Q8RowsSuper : Prep::Q8Rows;
 }
 
 size_t prep_bytes_scalar(Prep kind, int batch, int64_t cols) {
-  if (kind != Prep::Q8Rows && kind != Prep::Q8Rows256) return 0;
+  if (kind != Prep::Q8Rows && kind != Prep::Q8RowsSuper) return 0;
   Carve c(nullptr);
   c.take<int8_t>(static_cast<size_t>(batch * cols));
   c.take<float>(static_cast<size_t>(batch * cols / 32));
@@ -251,11 +251,11 @@ size_t prep_bytes_scalar(Prep kind, int batch, int64_t cols) {
 }
 
 void prepare_scalar(Prep kind, const float* x, int batch, int64_t cols, uint8_t* out, ThreadPool&) {
-  if (kind != Prep::Q8Rows && kind != Prep::Q8Rows256) return;
+  if (kind != Prep::Q8Rows && kind != Prep::Q8RowsSuper) return;
   Carve c(out);
   int8_t* q = c.take<int8_t>(static_cast<size_t>(batch * cols));
   float* d = c.take<float>(static_cast<size_t>(batch * cols / 32));
-  const int block = kind == Prep::Q8Rows256 ? 256 : 32;
+  const int block = kind == Prep::Q8RowsSuper ? 256 : 32;
   for (int b = 0; b < batch; ++b) quantize_q8_scalar(x + b * cols, cols, q + b * cols, d + b * cols / 32, block);
 }
 

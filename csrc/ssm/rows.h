@@ -16,12 +16,17 @@
 namespace ie {
 namespace {
 
-// The eight lanes of `acc` added pairwise, then the row's tail (n from body
-// to N) updated and read out in order, as the scalar reference does.
-inline float finish_row(__m256 acc, float* s, int body, int N, float decay, float dx, const float* B, const float* C) {
+// The eight lanes of `acc` added pairwise, as the scalar reference adds its eight partial sums.
+inline float lane_sum(__m256 acc) {
   const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
   const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  float out = _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
+}
+
+// lane_sum(acc), then the row's tail (n from body to N) updated and read out
+// in order, as the scalar reference does.
+inline float finish_row(__m256 acc, float* s, int body, int N, float decay, float dx, const float* B, const float* C) {
+  float out = lane_sum(acc);
   for (int n = body; n < N; ++n) {
     s[n] = s[n] * decay + dx * B[n];
     out += s[n] * C[n];
@@ -29,13 +34,11 @@ inline float finish_row(__m256 acc, float* s, int body, int N, float decay, floa
   return out;
 }
 
-// Mamba 1's row end: the lanes of `acc` added as finish_row adds them, then the tail (n from body to N) updated
-// by its own rates and read out in order.
+// Mamba 1's row end: lane_sum(acc), then the tail (n from body to N) updated by its own rates and read out in
+// order.
 inline float finish_channel(__m256 acc, float* h, int body, int N, float dt, float dx, const float* a,
                             const float* B, const float* C) {
-  const __m128 q0 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  const __m128 q = _mm_add_ps(q0, _mm_movehl_ps(q0, q0));
-  float out = _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
+  float out = lane_sum(acc);
   for (int n = body; n < N; ++n) {
     h[n] = std::exp(dt * a[n]) * h[n] + dx * B[n];
     out += h[n] * C[n];

@@ -1,5 +1,6 @@
 // Mamba2's selective scan, one token of one head (Granite 4's Mamba2 layers,
-// decoder/decoder.cpp Decoder::mamba), and Mamba 1's over a run of channels (`channels`): the head's state S [P][N] decays by
+// decoder/decoder.cpp Decoder::mamba; Mamba 1's over a run of channels is
+// `channels` below): the head's state S [P][N] decays by
 // `decay` and takes the outer product dx Bᵀ, and the token's output is
 // y[p] = S[p] · C. It is O(P N) per token and head, and a sequential scan
 // (each token reads the state the one before wrote), so in a prefill it

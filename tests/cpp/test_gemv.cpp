@@ -217,7 +217,9 @@ TEST(gemv_packing_swiglu_is_silu_of_gate_times_up) {
   // its own), whole and partial tiles, batches that take the pairs and the
   // single tiles. Jobs whose gate and up are not read alike are refused.
   const int64_t cols = 512;
-  const std::pair<const char*, const char*> types[] = {{"q4_k", "q6_k"}, {"q4_0", "mxfp4"}, {"q5_k", "q4_k"}};
+  // (q4_k beside q8_0: gate and up read the activation in different forms, one scale per 256 and per 32)
+  const std::pair<const char*, const char*> types[] = {{"q4_k", "q6_k"}, {"q4_0", "mxfp4"}, {"q5_k", "q4_k"},
+                                                       {"q4_k", "q8_0"}};
   for (const auto& [gt, ut] : types) {
     for (int64_t rows : {40, 13}) {
       const WeightSpec gs = ie::make_weight_spec(gt, rows, cols, 0, true, "f16");
